@@ -1,0 +1,219 @@
+"""Budget accounting of a case (SPEC section 6): the Python API.
+
+:class:`BudgetManager` checks the shape of each call, then evaluates the rule of
+:mod:`ledger.rules` and appends its event in one ``BEGIN IMMEDIATE`` transaction.
+Every method returns a :class:`BudgetResult`; an identical replay returns the
+current state with ``reused=True`` and writes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, Iterable
+
+from . import errors as E
+from . import rules
+from .config import BudgetConfig
+from .errors import LedgerError
+from .storage import Appended, SqlView
+
+if TYPE_CHECKING:
+    from .case import Case
+
+
+@dataclass(frozen=True)
+class BudgetResult:
+    """What every budget operation returns (SPEC 6.1).
+
+    * ``package_path`` — the case folder; ``revision`` — the analysis revision;
+    * ``seq`` / ``event_ref`` — the event (the original one when ``reused``) and
+      the path it exports to; ``None`` for a snapshot of an uninitialized revision;
+    * ``state`` — every account of the revision, keyed by hypothesis id, each with
+      the ``balances`` view's columns (units are integers);
+    * ``reused`` — True for an identical replay (nothing written);
+    * ``investigable`` — non-terminal accounts with no pending action;
+    * ``ready_for_evaluation`` — every account terminal and nothing pending;
+    * ``action`` — the touched action's state (reserve/record/settle/fail).
+    """
+
+    package_path: str
+    revision: int
+    seq: int | None
+    event_ref: str | None
+    state: dict[str, dict[str, Any]]
+    reused: bool
+    investigable: list[str]
+    ready_for_evaluation: bool
+    action: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        if self.action is None:
+            del out["action"]
+        return out
+
+
+class BudgetManager:
+    """Budget operations on one case. ``config=None`` uses the policy frozen for the revision.
+
+    With a ``config`` whose policy differs from the frozen one, identical replays
+    and snapshots still work and every new operation fails with
+    ``BUDGET_POLICY_CHANGED``. ``at`` (RFC 3339 UTC) sets the event time.
+    """
+
+    def __init__(self, case: "Case", config: BudgetConfig | None = None) -> None:
+        self.case = case
+        self.config = config
+
+    @property
+    def _limits(self) -> dict[str, int]:
+        return dict(self.case.analysis.limits)
+
+    def _result(self, appended: Appended | None, seq: int, view: SqlView,
+                action: tuple[str, str] | None = None) -> BudgetResult:
+        if appended is not None:
+            body = appended.body
+            revision, ref = body["revision"], appended.event_ref
+            accounts = {a["hypothesis_id"]: a for a in body["accounts"]}
+            action_state = body.get("action")
+        else:
+            with self.case.storage.read():
+                revision = view.case()["revision"]
+                accounts = view.accounts(revision)
+                ref = self.case.event_ref(seq)
+                action_state = view.action(revision, *action) if action else None
+        return BudgetResult(
+            package_path=str(self.case.path), revision=revision, seq=seq, event_ref=ref,
+            state={a["hypothesis_id"]: a for a in rules.sorted_accounts(accounts)}, reused=appended is None,
+            investigable=rules.investigable(accounts), ready_for_evaluation=rules.ready_for_evaluation(accounts),
+            action=action_state,
+        )
+
+    def initialize(self, *, at: str | None = None) -> BudgetResult:
+        """Open one account per hypothesis of the current revision (SPEC 6.1).
+
+        Errors: ``CASE_STATE``, ``LIMIT_REACHED``. Repeating returns ``reused=True``
+        and never refills anything, whatever the config.
+        """
+        request = rules.shape_initialize()
+        appended, seq, view = self.case.run(
+            lambda v: rules.initialize(v, request, self.config, self._limits), at=at)
+        return self._result(appended, seq, view)
+
+    def reserve(self, hypothesis_id: str, action_id: str, action: str, *, at: str | None = None) -> BudgetResult:
+        """Debit ``action``'s cost from ``hypothesis_id`` before the tool runs.
+
+        ``action`` is a tool name such as ``source.read_context``; its cost is
+        ``action_costs[action]`` or ``default_action_cost``. Errors (in order):
+        ``INVALID_ID``, ``OPERATION_CONFLICT``, ``CASE_STATE``, ``NOT_INITIALIZED``,
+        ``UNKNOWN_HYPOTHESIS``, ``BUDGET_POLICY_CHANGED``, ``ACCOUNT_TERMINAL``,
+        ``ACTION_PENDING``, ``INSUFFICIENT_BUDGET``, ``LIMIT_REACHED``.
+        """
+        request = rules.shape_reserve(hypothesis_id, action_id, action)
+        appended, seq, view = self.case.run(
+            lambda v: rules.reserve(v, request, self.config, self._limits), at=at)
+        return self._result(appended, seq, view, (hypothesis_id, action_id))
+
+    def record_result(self, hypothesis_id: str, action_id: str, evidence: Any,
+                      source_refs: Iterable[str] | None = None, *, at: str | None = None) -> BudgetResult:
+        """Store ``evidence`` (any JSON value, ≤ 1 MiB canonical) for a reserved action.
+
+        ``source_refs`` are relative paths of regular files inside the package,
+        stored with their sha256. Novelty v1 is computed now (new and non-empty →
+        ``new_evidence_score``, else 0); nothing is refunded until ``settle``.
+        Errors: ``INVALID_ID``, ``INVALID_JSON``, ``LIMIT_REACHED``,
+        ``SOURCE_REF_INVALID``, then the order of SPEC 6.1 up to ``ACTION_CLOSED``.
+        """
+        refs = [] if source_refs is None else source_refs
+        request, payload = rules.shape_record_result(
+            hypothesis_id, action_id, evidence, refs,
+            evidence_bytes_max=self._limits["evidence_payload_bytes_max"])
+        sources = self.case.resolve_source_refs(request["source_refs"])
+        appended, seq, view = self.case.run(
+            lambda v: rules.record_result(v, request, payload, sources, self.config, self._limits), at=at)
+        return self._result(appended, seq, view, (hypothesis_id, action_id))
+
+    def settle(self, hypothesis_id: str, action_id: str, semantic_score: int, reason: str,
+               *, at: str | None = None) -> BudgetResult:
+        """Close an assessed action and refund (SPEC 6.2).
+
+        ``semantic_score`` is an ``int`` 0–100 (no bool, no float); ``reason`` a
+        non-blank string. ``information = min(novelty, semantic_score)``;
+        ``reward = min(cost * max_reward_bps * information // 1_000_000, cost - 1)``.
+        Errors: ``INVALID_SCORE``, ``REASON_REQUIRED``, …, ``RESULT_MISSING``.
+        """
+        request = rules.shape_settle(hypothesis_id, action_id, semantic_score, reason)
+        appended, seq, view = self.case.run(
+            lambda v: rules.settle(v, request, self.config, self._limits), at=at)
+        return self._result(appended, seq, view, (hypothesis_id, action_id))
+
+    def fail(self, hypothesis_id: str, action_id: str, reason: str, *, at: str | None = None) -> BudgetResult:
+        """Close a pending action with no refund; counts as a low-information step.
+
+        Errors: ``REASON_REQUIRED``, …, ``UNKNOWN_ACTION``, ``ACTION_CLOSED``.
+        """
+        request = rules.shape_fail(hypothesis_id, action_id, reason)
+        appended, seq, view = self.case.run(
+            lambda v: rules.fail(v, request, self.config, self._limits), at=at)
+        return self._result(appended, seq, view, (hypothesis_id, action_id))
+
+    def reject(self, hypothesis_id: str, reason: str, *, at: str | None = None) -> BudgetResult:
+        """Mark the account ``rejected`` (terminal), no refund, nothing deleted.
+
+        Errors: ``REASON_REQUIRED``, …, ``ACCOUNT_TERMINAL``, ``ACTION_PENDING``.
+        """
+        request = rules.shape_reject(hypothesis_id, reason)
+        appended, seq, view = self.case.run(
+            lambda v: rules.reject(v, request, self.config, self._limits), at=at)
+        return self._result(appended, seq, view)
+
+    def snapshot(self) -> BudgetResult:
+        """Replay and validate the current revision's budget history; write nothing.
+
+        Checks every budget event of the revision: hash of its stored bytes,
+        parent link, ``remaining = initial + granted - spent + rewarded >= 0``,
+        ``0 <= reward < cost``, and that the ``balances`` view equals the newest
+        state. Raises ``INTEGRITY_ERROR`` naming the first bad ``seq``.
+        """
+        from .canonical import sha256_hex
+
+        storage = self.case.storage
+        with storage.read():
+            view = SqlView(storage)
+            revision = view.case()["revision"]
+            rows = storage.conn.execute(
+                "SELECT e.seq, e.sha256, e.body, p.sha256 FROM events AS e "
+                "LEFT JOIN events AS p ON p.seq = e.seq - 1 "
+                "WHERE e.stream = 'budget' AND e.revision = ? ORDER BY e.stream_seq", (revision,)
+            )
+            last_seq, accounts = None, {}
+            for seq, sha, body_text, parent_sha in rows:
+                body = json.loads(body_text)
+                if sha256_hex(body_text.encode("utf-8")) != sha or body.get("parent_sha256") != parent_sha:
+                    raise LedgerError(E.INTEGRITY_ERROR, f"budget event {seq} does not match its hash chain", seq=seq)
+                for account in body["accounts"]:
+                    remaining = (account["initial_units"] + account["granted_units"]
+                                 - account["spent_units"] + account["rewarded_units"])
+                    if remaining != account["remaining_units"] or remaining < 0:
+                        raise LedgerError(E.INTEGRITY_ERROR, f"budget event {seq}: {account['hypothesis_id']} does not balance", seq=seq)
+                action = body.get("action") or {}
+                if action.get("reward_units") is not None and not 0 <= action["reward_units"] < action["cost_units"]:
+                    raise LedgerError(E.INTEGRITY_ERROR, f"budget event {seq}: reward outside [0, cost)", seq=seq)
+                last_seq, accounts = seq, {a["hypothesis_id"]: a for a in body["accounts"]}
+            view_rows = storage.conn.execute("SELECT * FROM balances WHERE revision = ?", (revision,))
+            names = [d[0] for d in view_rows.description]
+            for row in view_rows.fetchall():
+                record = dict(zip(names, row))
+                record.pop("revision")
+                if accounts.get(record["hypothesis_id"]) != record:
+                    raise LedgerError(
+                        E.INTEGRITY_ERROR, f"balances view disagrees with budget event {last_seq} on {record['hypothesis_id']}",
+                        seq=last_seq,
+                    )
+            ref = self.case.event_ref(last_seq) if last_seq else None
+        return BudgetResult(
+            package_path=str(self.case.path), revision=revision, seq=last_seq, event_ref=ref,
+            state={a["hypothesis_id"]: a for a in rules.sorted_accounts(accounts)}, reused=True,
+            investigable=rules.investigable(accounts), ready_for_evaluation=rules.ready_for_evaluation(accounts),
+        )

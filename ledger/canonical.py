@@ -1,0 +1,101 @@
+"""Canonical JSON (RFC 8785 / JCS) and hashing (SPEC section 4).
+
+Everything the ledger hashes, stores or exports goes through
+:func:`canonical_bytes`, which delegates to the maintained ``rfc8785``
+package. Values with no canonical form are refused with ``INVALID_JSON``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import rfc8785
+
+from .errors import INVALID_ARGUMENT, INVALID_JSON, LedgerError
+
+#: Largest magnitude an integer may have in canonical JSON: 2**53 - 1.
+SAFE_INTEGER_MAX = 2**53 - 1
+ZERO_SHA256 = "0" * 64
+
+
+def canonical_bytes(value: Any) -> bytes:
+    """RFC 8785 canonical UTF-8 bytes of a JSON value.
+
+    Raises ``INVALID_JSON`` for NaN, ±Infinity, non-string object keys, lone
+    surrogates, integers outside ±(2**53 − 1), unsupported types and nesting
+    too deep to encode.
+    """
+    try:
+        return rfc8785.dumps(value)
+    except rfc8785.IntegerDomainError as exc:
+        raise LedgerError(INVALID_JSON, f"integer outside ±(2**53-1): {exc}") from None
+    except rfc8785.FloatDomainError as exc:
+        raise LedgerError(INVALID_JSON, f"number has no JSON form: {exc}") from None
+    except (rfc8785.CanonicalizationError, UnicodeError) as exc:
+        # lone surrogates surface as UnicodeEncodeError from the UTF-16 key sort
+        raise LedgerError(INVALID_JSON, f"no canonical JSON form: {exc}") from None
+    except RecursionError:
+        raise LedgerError(INVALID_JSON, "JSON nested too deeply") from None
+
+
+def sha256_hex(data: bytes) -> str:
+    """Lowercase hex sha256 of ``data``."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def canonical_sha256(value: Any) -> str:
+    """sha256 of the canonical bytes of ``value`` (raises ``INVALID_JSON``)."""
+    return sha256_hex(canonical_bytes(value))
+
+
+def _reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise LedgerError(INVALID_JSON, f"duplicate object key {key!r}")
+        out[key] = value
+    return out
+
+
+def _reject_constant(name: str) -> Any:
+    raise LedgerError(INVALID_JSON, f"{name} is not JSON")
+
+
+def parse_json(text: str | bytes) -> Any:
+    """Parse JSON text strictly: duplicate keys, NaN and ±Infinity are ``INVALID_JSON``.
+
+    The result is checked to have a canonical form, so lone surrogates
+    (``"\\ud800"``) and integers beyond ±(2**53 − 1) are refused too.
+    """
+    try:
+        value = json.loads(
+            text,
+            object_pairs_hook=_reject_duplicate_keys,
+            parse_constant=_reject_constant,
+        )
+    except LedgerError:
+        raise
+    except RecursionError:
+        raise LedgerError(INVALID_JSON, "JSON nested too deeply") from None
+    except (ValueError, TypeError) as exc:  # JSONDecodeError, bad UTF-8
+        raise LedgerError(INVALID_JSON, f"not valid JSON: {exc}") from None
+    canonical_bytes(value)
+    return value
+
+
+def check_int(value: Any, name: str, *, minimum: int | None = None,
+              maximum: int | None = None, code: str = INVALID_ARGUMENT) -> int:
+    """Return ``value`` if it is an ``int`` (never a ``bool``) within range.
+
+    The range is always clipped to ±(2**53 − 1) (SPEC 4); ``code`` is the
+    error raised otherwise (``INVALID_ARGUMENT`` unless the caller says).
+    """
+    if type(value) is not int:  # bool is an int subclass; floats like 25.0 are not ints
+        raise LedgerError(code, f"{name} must be an integer, got {type(value).__name__} {value!r}")
+    low = -SAFE_INTEGER_MAX if minimum is None else max(minimum, -SAFE_INTEGER_MAX)
+    high = SAFE_INTEGER_MAX if maximum is None else min(maximum, SAFE_INTEGER_MAX)
+    if not low <= value <= high:
+        raise LedgerError(code, f"{name} must be between {low} and {high}, got {value}")
+    return value

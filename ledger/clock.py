@@ -1,0 +1,49 @@
+"""Event time: RFC 3339 UTC timestamps with microseconds (SPEC 10.1 ``"at"``).
+
+Timestamps are stored as ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` so that string order is
+time order; the ledger clamps a clock that steps back to the previous event's time.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+
+from .errors import INVALID_ARGUMENT, LedgerError
+
+_RFC3339 = re.compile(
+    r"^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?([Zz]|[+-]\d{2}:\d{2})$"
+)
+
+
+def format_utc(moment: datetime) -> str:
+    """``moment`` (timezone-aware) as ``YYYY-MM-DDTHH:MM:SS.ffffffZ``."""
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def utc_now() -> str:
+    """The current time in the ledger's timestamp form."""
+    return format_utc(datetime.now(timezone.utc))
+
+
+def parse_at(text: object) -> str:
+    """Normalize an RFC 3339 UTC timestamp (``Z`` or ``+00:00``) to the stored form.
+
+    Raises ``INVALID_ARGUMENT`` for anything else: other offsets, a missing
+    offset, impossible dates, or a value that is not a string.
+    """
+    if not isinstance(text, str):
+        raise LedgerError(INVALID_ARGUMENT, f"'at' must be an RFC 3339 UTC timestamp string, got {text!r}")
+    match = _RFC3339.match(text)
+    if not match:
+        raise LedgerError(INVALID_ARGUMENT, f"'at' is not an RFC 3339 timestamp: {text[:64]!r}")
+    year, month, day, hour, minute, second, fraction, offset = match.groups()
+    if offset not in ("Z", "z", "+00:00", "-00:00"):
+        raise LedgerError(INVALID_ARGUMENT, f"'at' must be in UTC (Z), got offset {offset}")
+    micros = int((fraction or "0")[:6].ljust(6, "0"))
+    try:
+        moment = datetime(int(year), int(month), int(day), int(hour), int(minute), int(second),
+                          micros, tzinfo=timezone.utc)
+    except ValueError as exc:
+        raise LedgerError(INVALID_ARGUMENT, f"'at' is not a valid time: {exc}") from None
+    return format_utc(moment)

@@ -1,0 +1,178 @@
+"""Budget policy and analysis configuration (SPEC sections 5, 3 and 11).
+
+Both are read from TOML with :mod:`tomllib`, validated against a JSON Schema
+(``budget-policy-v1``, ``analysis-config-v1``) and then in code, because
+JSON Schema's ``integer`` accepts ``2500.0`` and a TOML ``true`` must never pass
+for ``1``. Every refusal is ``CONFIG_INVALID`` and names the key.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from .canonical import canonical_sha256
+from .errors import CONFIG_INVALID, LedgerError
+from .schemas import validate
+
+#: SPEC 5 defaults. ``action_costs`` is empty in code; the example file fills it.
+DEFAULT_POLICY: dict[str, Any] = {
+    "default_action_cost": 10,
+    "action_costs": {},
+    "test_costs": {"human": 30, "automated": 15},
+    "max_reward_bps": 8000,
+    "new_evidence_score": 100,
+    "low_information_threshold": 20,
+    "max_low_information_steps": 3,
+    "tier_shallow_below_pct": 50,
+    "tier_deferred_below_pct": 20,
+    "max_scarcity_bps": 40000,
+}
+
+DEFAULT_ANALYSIS: dict[str, Any] = {
+    "units_per_hypothesis": 100,
+    "max_hypotheses": 8,
+}
+
+DEFAULT_STORAGE: dict[str, Any] = {"synchronous": "FULL", "busy_timeout_ms": 5000}
+
+#: Operational limits of SPEC 11 (not policy; never frozen in events).
+DEFAULT_LIMITS: dict[str, int] = {
+    "event_bytes_max": 2 * 1024 * 1024,
+    "evidence_payload_bytes_max": 1024 * 1024,
+    "budget_events_max": 10_000,
+    "evidence_artifact_bytes_max": 4 * 1024 * 1024,
+    "evidence_records_max": 10_000,
+    "evidence_content_bytes_max": 64 * 1024 * 1024,
+}
+
+
+def _read_toml(path: str | Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        raise LedgerError(CONFIG_INVALID, f"{path}: no such file", key="(file)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LedgerError(CONFIG_INVALID, f"{path}: cannot read: {exc}", key="(file)") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise LedgerError(CONFIG_INVALID, f"{path}: not valid TOML: {exc}", key="(file)") from None
+
+
+def _check_types(data: Mapping[str, Any], where: str, *, strings: frozenset[str] = frozenset()) -> None:
+    """Refuse floats and booleans anywhere an integer belongs (schema cannot tell 25.0 from 25)."""
+    for key, value in data.items():
+        name = f"{where}{key}"
+        if isinstance(value, Mapping):
+            _check_types(value, f"{name}.", strings=strings)
+        elif name in strings:
+            continue
+        elif type(value) is not int:
+            raise LedgerError(
+                CONFIG_INVALID,
+                f"{name}: must be an integer, got {type(value).__name__} {value!r}",
+                key=name,
+            )
+
+
+@dataclass(frozen=True)
+class BudgetConfig:
+    """The effective budget policy: every key of SPEC 5, resolved.
+
+    Build with ``BudgetConfig()`` (defaults), :meth:`load` (a TOML file) or
+    :meth:`from_mapping`. Unknown keys, floats, booleans and out-of-range values
+    raise ``CONFIG_INVALID`` naming the key.
+    """
+
+    policy: Mapping[str, Any] = field(default_factory=lambda: dict(DEFAULT_POLICY))
+
+    def __post_init__(self) -> None:
+        merged = {**DEFAULT_POLICY, **dict(self.policy)}
+        merged["action_costs"] = dict(merged["action_costs"])
+        merged["test_costs"] = {**DEFAULT_POLICY["test_costs"], **dict(merged["test_costs"])}
+        _check_types(merged, "")
+        validate("budget-policy-v1", merged, CONFIG_INVALID, "budget config")
+        if merged["tier_shallow_below_pct"] < merged["tier_deferred_below_pct"]:
+            raise LedgerError(
+                CONFIG_INVALID,
+                "tier_shallow_below_pct: must be >= tier_deferred_below_pct",
+                key="tier_shallow_below_pct",
+            )
+        object.__setattr__(self, "policy", merged)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "BudgetConfig":
+        """Read and validate a budget TOML file (raises ``CONFIG_INVALID``)."""
+        return cls.from_mapping(_read_toml(path))
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> "BudgetConfig":
+        """Validate a mapping of SPEC 5 keys; missing keys take their defaults."""
+        if not isinstance(data, Mapping):
+            raise LedgerError(CONFIG_INVALID, "budget config must be a table", key="(top level)")
+        return cls(policy=dict(data))
+
+    @property
+    def policy_sha256(self) -> str:
+        """sha256 of the canonical policy: what budget events carry as ``policy_sha256``."""
+        return canonical_sha256(self.policy)
+
+    def cost_units(self, action: str) -> int:
+        """Cost of ``action``: its ``action_costs`` entry, else ``default_action_cost`` (SPEC 6.1)."""
+        return self.policy["action_costs"].get(action, self.policy["default_action_cost"])
+
+    @property
+    def affordability_floor_units(self) -> int:
+        """Cheapest cost in the policy: min of ``default_action_cost`` and ``action_costs`` (SPEC 6.4)."""
+        return min([self.policy["default_action_cost"], *self.policy["action_costs"].values()])
+
+    def __getitem__(self, key: str) -> Any:
+        return self.policy[key]
+
+
+@dataclass(frozen=True)
+class AnalysisConfig:
+    """Analysis settings (SPEC 5), storage settings (SPEC 3) and operational limits (SPEC 11).
+
+    ``units_per_hypothesis`` and ``max_hypotheses`` are integers ≥ 1;
+    ``storage`` holds ``synchronous`` (``FULL``/``NORMAL``) and
+    ``busy_timeout_ms``; ``limits`` the byte and count limits of SPEC 11.
+    """
+
+    units_per_hypothesis: int = DEFAULT_ANALYSIS["units_per_hypothesis"]
+    max_hypotheses: int = DEFAULT_ANALYSIS["max_hypotheses"]
+    storage: Mapping[str, Any] = field(default_factory=lambda: dict(DEFAULT_STORAGE))
+    limits: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_LIMITS))
+
+    def __post_init__(self) -> None:
+        data = {
+            "units_per_hypothesis": self.units_per_hypothesis,
+            "max_hypotheses": self.max_hypotheses,
+            "storage": {**DEFAULT_STORAGE, **dict(self.storage)},
+            "limits": {**DEFAULT_LIMITS, **dict(self.limits)},
+        }
+        _check_types(data, "", strings=frozenset({"storage.synchronous"}))
+        validate("analysis-config-v1", data, CONFIG_INVALID, "analysis config")
+        object.__setattr__(self, "storage", data["storage"])
+        object.__setattr__(self, "limits", data["limits"])
+
+    @classmethod
+    def load(cls, path: str | Path) -> "AnalysisConfig":
+        """Read and validate an analysis TOML file (raises ``CONFIG_INVALID``)."""
+        return cls.from_mapping(_read_toml(path))
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> "AnalysisConfig":
+        """Validate a mapping; missing keys take their defaults."""
+        if not isinstance(data, Mapping):
+            raise LedgerError(CONFIG_INVALID, "analysis config must be a table", key="(top level)")
+        known = {"units_per_hypothesis", "max_hypotheses", "storage", "limits"}
+        for key in data:
+            if key not in known:
+                raise LedgerError(CONFIG_INVALID, f"{key}: unknown key", key=str(key))
+        for key in ("storage", "limits"):
+            if key in data and not isinstance(data[key], Mapping):
+                raise LedgerError(CONFIG_INVALID, f"{key}: must be a table", key=key)
+        return cls(**dict(data))

@@ -1,0 +1,97 @@
+"""``ledger demo``: a complete investigation on the bundled example (BUG-20).
+
+Copies the example package (``examples/demo/sources``) into a new case folder,
+applies ``examples/demo/journal.jsonl`` under ``config/budget.example.toml`` with
+``keep_going`` (one line is refused on purpose: ``INSUFFICIENT_BUDGET``), then
+exports and verifies the case. Every rule of SPEC 6 shows up once: refund,
+duplicate evidence scoring zero, a failed action, a refused reservation,
+exhaustion, low-information abandonment and a rejection.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any, Callable
+
+from ._resources import resource_dir
+from .case import Case
+from .config import BudgetConfig
+from .export import ExportReport, VerifyReport, export_case, verify_case
+from .journal import LineResult, apply_journal
+
+DEMO_CASE_ID = "BUG-20"
+#: The one refusal the demo journal contains, by line number.
+EXPECTED_REFUSALS = {"INSUFFICIENT_BUDGET"}
+
+
+def default_demo_dir(base: Path | None = None) -> Path:
+    """``./ledger-demo``, or ``./ledger-demo-2``, ``-3``… when it is taken."""
+    base = base or Path.cwd()
+    candidate = base / "ledger-demo"
+    number = 2
+    while candidate.exists():
+        candidate = base / f"ledger-demo-{number}"
+        number += 1
+    return candidate
+
+
+def describe(line: dict[str, Any], outcome: LineResult) -> str:
+    """One human sentence for a journal line's outcome."""
+    op = line["op"]
+    subject = " ".join(str(line[k]) for k in ("hypothesis", "action_id", "action", "to") if k in line)
+    head = f"{outcome.line:>3}  {op:<14} {subject:<42}"
+    if not outcome.ok:
+        return f"{head} refused {outcome.error.code}: {outcome.error.message}"
+    result = outcome.result or {}
+    action = result.get("action") or {}
+    account = (result.get("state") or {}).get(line.get("hypothesis", ""), {})
+    if op == "reserve":
+        note = f"debit {action['cost_units']}, {account['remaining_units']} left"
+    elif op == "record_result":
+        note = f"novelty {action['novelty_score']}" + (" (duplicate or empty: earns nothing)" if action["novelty_score"] == 0 else " (new evidence)")
+    elif op == "settle":
+        note = f"information {action['information_score']}, refund {action['reward_units']}, {account['remaining_units']} left"
+    elif op == "fail":
+        note = f"no refund, low-information streak {account['low_information_streak']}"
+    elif op == "reject":
+        note = "rejected"
+    elif op in ("open_revision", "transition"):
+        note = f"case is {result['case_state']}"
+    else:
+        note = "ok"
+    if account.get("status") in ("budget_exhausted", "abandoned_low_information_gain") and op in ("settle", "fail"):
+        note += f" -> {line['hypothesis']} {account['status']} ({account['terminal_reason']})"
+    return f"{head} {note}"
+
+
+def run_demo(target: Path | None = None, echo: Callable[[str], None] = print) -> tuple[Path, ExportReport, VerifyReport]:
+    """Build, run, export and verify the demo case at ``target`` (default :func:`default_demo_dir`).
+
+    Raises ``CASE_EXISTS`` if ``target`` already holds a case; ``RuntimeError`` if
+    the journal's outcomes differ from the expected ones (a defect).
+    """
+    example = resource_dir("examples") / "demo"
+    target = Path(target) if target is not None else default_demo_dir()
+    case = Case.create(target, DEMO_CASE_ID, at="2026-01-05T09:59:00Z")
+    try:
+        shutil.copytree(example / "sources", target / "sources", dirs_exist_ok=True)
+        policy = BudgetConfig.load(resource_dir("config") / "budget.example.toml")
+        echo(f"case {DEMO_CASE_ID} at {target}")
+        echo(f"policy: config/budget.example.toml (costs {dict(policy['action_costs'])}, "
+             f"max_reward_bps {policy['max_reward_bps']})\n")
+        from .canonical import parse_json
+
+        lines = (example / "journal.jsonl").read_text(encoding="utf-8").splitlines()
+        refusals = set()
+        for outcome in apply_journal(case, lines, budget=case.budget(policy), keep_going=True):
+            echo(describe(parse_json(lines[outcome.line - 1]), outcome))
+            if not outcome.ok:
+                refusals.add(outcome.error.code)
+        if refusals != EXPECTED_REFUSALS:
+            raise RuntimeError(f"demo journal refused {sorted(refusals)}, expected {sorted(EXPECTED_REFUSALS)}")
+        report = export_case(case)
+    finally:
+        case.close()
+    verified = verify_case(target)
+    return target, report, verified

@@ -1,0 +1,96 @@
+"""The one error type of case-ledger and its stable codes (SPEC sections 6.1 and 11).
+
+Every refusal the library makes is a :class:`LedgerError` whose ``code`` is one
+of the constants below. The constants are listed in the order validation
+checks them (SPEC 6.1 "Order of checks"); codes that are not part of that
+order (configuration, storage, integrity) follow. ``TRANSIENT_CODES`` names the
+refusals that may succeed when simply retried.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# --- shape of the call (checked first) -------------------------------------
+INVALID_ARGUMENT = "INVALID_ARGUMENT"
+INVALID_ID = "INVALID_ID"
+INVALID_SCORE = "INVALID_SCORE"
+REASON_REQUIRED = "REASON_REQUIRED"
+INVALID_JSON = "INVALID_JSON"
+SOURCE_REF_INVALID = "SOURCE_REF_INVALID"
+ROUTER_REFUSED = "ROUTER_REFUSED"
+INVALID_CAPABILITY = "INVALID_CAPABILITY"
+UNKNOWN_OPERATION = "UNKNOWN_OPERATION"
+# --- identity ---------------------------------------------------------------
+OPERATION_CONFLICT = "OPERATION_CONFLICT"
+# --- case and budget state, in precedence order ----------------------------
+CASE_STATE = "CASE_STATE"
+INVALID_TRANSITION = "INVALID_TRANSITION"
+NOT_INITIALIZED = "NOT_INITIALIZED"
+UNKNOWN_HYPOTHESIS = "UNKNOWN_HYPOTHESIS"
+BUDGET_POLICY_CHANGED = "BUDGET_POLICY_CHANGED"
+ACCOUNT_TERMINAL = "ACCOUNT_TERMINAL"
+UNKNOWN_ACTION = "UNKNOWN_ACTION"
+ACTION_CLOSED = "ACTION_CLOSED"
+NO_RESERVATION = "NO_RESERVATION"
+FEEDBACK_NOT_CONFIRMED = "FEEDBACK_NOT_CONFIRMED"
+AUTHORITY_DENIED = "AUTHORITY_DENIED"
+ACTION_PENDING = "ACTION_PENDING"
+RESULT_MISSING = "RESULT_MISSING"
+LIMIT_EXCEEDED = "LIMIT_EXCEEDED"
+INSUFFICIENT_BUDGET = "INSUFFICIENT_BUDGET"
+STALE_GENERATION = "STALE_GENERATION"
+REPLY_MISMATCH = "REPLY_MISMATCH"
+# --- package, storage, configuration, integrity ----------------------------
+CASE_EXISTS = "CASE_EXISTS"
+LEDGER_MISSING = "LEDGER_MISSING"
+LEDGER_BUSY = "LEDGER_BUSY"
+SCHEMA_VERSION = "SCHEMA_VERSION"
+LIMIT_REACHED = "LIMIT_REACHED"
+CONFIG_INVALID = "CONFIG_INVALID"
+INTEGRITY_ERROR = "INTEGRITY_ERROR"
+
+#: Every code, in the order above. The README documents each one.
+ALL_CODES: tuple[str, ...] = (
+    INVALID_ARGUMENT, INVALID_ID, INVALID_SCORE, REASON_REQUIRED, INVALID_JSON,
+    SOURCE_REF_INVALID, ROUTER_REFUSED, INVALID_CAPABILITY, UNKNOWN_OPERATION,
+    OPERATION_CONFLICT, CASE_STATE, INVALID_TRANSITION, NOT_INITIALIZED,
+    UNKNOWN_HYPOTHESIS, BUDGET_POLICY_CHANGED, ACCOUNT_TERMINAL, UNKNOWN_ACTION,
+    ACTION_CLOSED, NO_RESERVATION, FEEDBACK_NOT_CONFIRMED, AUTHORITY_DENIED,
+    ACTION_PENDING, RESULT_MISSING, LIMIT_EXCEEDED, INSUFFICIENT_BUDGET,
+    STALE_GENERATION, REPLY_MISMATCH, CASE_EXISTS, LEDGER_MISSING, LEDGER_BUSY,
+    SCHEMA_VERSION, LIMIT_REACHED, CONFIG_INVALID, INTEGRITY_ERROR,
+)
+
+#: Refusals caused by timing rather than by the request: retrying may succeed.
+TRANSIENT_CODES = frozenset({LEDGER_BUSY})
+
+
+class LedgerError(Exception):
+    """A refusal with a stable ``code`` (one of :data:`ALL_CODES`).
+
+    ``message`` is for people; ``details`` is a JSON-ready dict for programs
+    (for example ``{"seq": 12}`` on an ``INTEGRITY_ERROR``). Nothing was
+    written when a ``LedgerError`` is raised, except the ``limit.exceeded``
+    event of SPEC 8.3.
+    """
+
+    def __init__(self, code: str, message: str, **details: Any) -> None:
+        if code not in ALL_CODES:  # a typo here would break the public contract
+            raise ValueError(f"unknown error code {code!r}")
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.details = details
+
+    @property
+    def transient(self) -> bool:
+        """True when retrying the identical call may succeed (``LEDGER_BUSY``)."""
+        return self.code in TRANSIENT_CODES
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"code", "message"}`` plus ``details`` when there are any."""
+        out: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.details:
+            out["details"] = self.details
+        return out

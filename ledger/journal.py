@@ -1,0 +1,157 @@
+"""Journals: JSON-Lines operations applied to a case, one result line each (SPEC 10.1).
+
+Each input line is an object ``{"op": …, <arguments>…, "at"?: RFC 3339}`` named as
+in the Python API (``hypothesis`` for the hypothesis id). :func:`apply_journal`
+runs the lines in order and yields one result per line::
+
+    {"line": N, "ok": true, "seq": …, "reused": …, "result": {…}}
+    {"line": N, "ok": false, "error": {"code": …, "message": …}}
+
+It stops after the first failure unless ``keep_going``. Blank lines are skipped.
+Every operation is its own durable transaction, so a journal killed half-way can
+simply be run again: what was done comes back ``reused``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator
+
+from . import errors as E
+from .budget import BudgetManager
+from .canonical import parse_json
+from .case import Case
+from .errors import LedgerError
+
+#: op → (required keys, optional keys); every line may also carry "at".
+OPERATIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    "open_revision": (frozenset({"hypotheses"}), frozenset({"units_per_hypothesis"})),
+    "transition": (frozenset({"to"}), frozenset()),
+    "initialize": (frozenset(), frozenset()),
+    "reserve": (frozenset({"hypothesis", "action_id", "action"}), frozenset()),
+    "record_result": (frozenset({"hypothesis", "action_id", "evidence"}), frozenset({"source_refs"})),
+    "settle": (frozenset({"hypothesis", "action_id", "semantic_score", "reason"}), frozenset()),
+    "fail": (frozenset({"hypothesis", "action_id", "reason"}), frozenset()),
+    "reject": (frozenset({"hypothesis", "reason"}), frozenset()),
+    "snapshot": (frozenset(), frozenset()),
+}
+LINE_BYTES_MAX = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class LineResult:
+    """The outcome of one journal line (``error`` is None when ``ok``)."""
+
+    line: int
+    ok: bool
+    seq: int | None = None
+    reused: bool | None = None
+    result: dict[str, Any] | None = None
+    error: LedgerError | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.ok:
+            return {"line": self.line, "ok": True, "seq": self.seq, "reused": self.reused, "result": self.result}
+        return {"line": self.line, "ok": False, "error": self.error.to_dict()}
+
+
+def parse_line(text: str | bytes) -> dict[str, Any]:
+    """Parse and check one journal line's shape (``INVALID_JSON``, ``INVALID_ARGUMENT``,
+    ``UNKNOWN_OPERATION``)."""
+    if len(text) > LINE_BYTES_MAX:
+        raise LedgerError(E.LIMIT_REACHED, f"journal line longer than {LINE_BYTES_MAX} bytes")
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise LedgerError(E.INVALID_JSON, f"journal line is not UTF-8: {exc}") from None
+    line = parse_json(text)
+    if not isinstance(line, dict):
+        raise LedgerError(E.INVALID_ARGUMENT, "a journal line must be a JSON object")
+    if "op" not in line:
+        raise LedgerError(E.INVALID_ARGUMENT, "a journal line needs an \"op\" key")
+    op = line["op"]
+    if not isinstance(op, str) or op not in OPERATIONS:
+        raise LedgerError(E.UNKNOWN_OPERATION, f"unknown operation {str(op)[:60]!r}; known: {', '.join(OPERATIONS)}")
+    required, optional = OPERATIONS[op]
+    keys = set(line) - {"op", "at"}
+    missing = sorted(required - keys)
+    if missing:
+        raise LedgerError(E.INVALID_ARGUMENT, f"{op}: missing key(s) {', '.join(missing)}")
+    extra = sorted(keys - required - optional)
+    if extra:
+        raise LedgerError(E.INVALID_ARGUMENT, f"{op}: unexpected key(s) {', '.join(extra)}")
+    return line
+
+
+def run_operation(case: Case, budget: BudgetManager, line: dict[str, Any]) -> tuple[int | None, bool, dict[str, Any]]:
+    """Apply one parsed line; return ``(seq, reused, result dict)``."""
+    op, at = line["op"], line.get("at")
+    if op == "open_revision":
+        outcome = case.open_revision(line["hypotheses"], line.get("units_per_hypothesis"), at=at)
+    elif op == "transition":
+        outcome = case.transition(line["to"], at=at)
+    elif op == "initialize":
+        outcome = budget.initialize(at=at)
+    elif op == "reserve":
+        outcome = budget.reserve(line["hypothesis"], line["action_id"], line["action"], at=at)
+    elif op == "record_result":
+        outcome = budget.record_result(line["hypothesis"], line["action_id"], line["evidence"],
+                                       line.get("source_refs"), at=at)
+    elif op == "settle":
+        outcome = budget.settle(line["hypothesis"], line["action_id"], line["semantic_score"], line["reason"], at=at)
+    elif op == "fail":
+        outcome = budget.fail(line["hypothesis"], line["action_id"], line["reason"], at=at)
+    elif op == "reject":
+        outcome = budget.reject(line["hypothesis"], line["reason"], at=at)
+    else:  # snapshot
+        if at is not None:
+            from .clock import parse_at
+            parse_at(at)
+        outcome = budget.snapshot()
+    return outcome.seq, outcome.reused, outcome.to_dict()
+
+
+def apply_journal(case: Case, lines: Iterable[str | bytes], *, budget: BudgetManager | None = None,
+                  keep_going: bool = False) -> Iterator[LineResult]:
+    """Apply journal ``lines`` to ``case``, yielding one :class:`LineResult` per non-blank line.
+
+    ``budget`` defaults to ``case.budget()`` (the frozen policy). Stops after the
+    first failed line unless ``keep_going``.
+    """
+    budget = budget or case.budget()
+    for number, text in enumerate(lines, start=1):
+        if not (text.strip() if isinstance(text, (str, bytes)) else text):
+            continue
+        try:
+            parsed = parse_line(text)
+            seq, reused, result = run_operation(case, budget, parsed)
+        except LedgerError as exc:
+            yield LineResult(number, False, error=exc)
+            if not keep_going:
+                return
+            continue
+        yield LineResult(number, True, seq, reused, result)
+
+
+def open_for_journal(path: str, *, create_case_id: str | None = None, **options: Any) -> Case:
+    """Open the case at ``path``, creating it first when ``create_case_id`` is given.
+
+    ``options`` go to :meth:`Case.open`/:meth:`Case.create` (``analysis_config``,
+    ``actor``). Re-running ``apply --create ID`` on the case it created simply
+    opens it, so a killed journal can be run again; a case with another id is
+    ``CASE_EXISTS``.
+    """
+    if create_case_id is None:
+        return Case.open(path, **options)
+    try:
+        return Case.create(path, create_case_id, **options)
+    except LedgerError as exc:
+        if exc.code != E.CASE_EXISTS:
+            raise
+    case = Case.open(path, **options)
+    existing = case.status()["case_id"]
+    if existing != create_case_id:
+        case.close()
+        raise LedgerError(E.CASE_EXISTS, f"{path} holds case {existing}, not {create_case_id}")
+    return case

@@ -1,0 +1,57 @@
+"""JSON Schemas (Draft 2020-12) shipped in ``schemas/`` and validation against them.
+
+``jsonschema`` checks structure; because its ``integer`` type accepts ``25.0``,
+callers that need a true ``int`` also use :func:`ledger.canonical.check_int`.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from referencing import Registry, Resource
+from referencing.jsonschema import DRAFT202012
+
+from ._resources import resource_dir
+from .errors import LedgerError
+
+
+@cache
+def _registry() -> Registry:
+    """Every shipped schema, addressable by its ``$id`` so schemas can ``$ref`` each other."""
+    resources = []
+    for path in sorted(resource_dir("schemas").glob("*.json")):
+        schema = json.loads(path.read_text(encoding="utf-8"))
+        Draft202012Validator.check_schema(schema)
+        resources.append((schema["$id"], Resource.from_contents(schema, default_specification=DRAFT202012)))
+    return Registry().with_resources(resources)
+
+
+@cache
+def validator(name: str) -> Draft202012Validator:
+    """The compiled validator of ``schemas/<name>.json`` (for example ``budget-policy-v1``)."""
+    schema = json.loads((resource_dir("schemas") / f"{name}.json").read_text(encoding="utf-8"))
+    return Draft202012Validator(schema, registry=_registry())
+
+
+def error_path(error: Any) -> str:
+    """Dotted location of a jsonschema error, naming the offending key."""
+    parts = [str(p) for p in error.absolute_path]
+    if error.validator == "additionalProperties":
+        extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+        parts.append(extra[0] if extra else "?")
+    elif error.validator == "required":
+        missing = [k for k in error.validator_value if k not in error.instance]
+        parts.append(missing[0] if missing else "?")
+    return ".".join(parts) or "(top level)"
+
+
+def validate(name: str, instance: Any, code: str, what: str) -> None:
+    """Raise ``LedgerError(code)`` naming the first bad key if ``instance`` fails schema ``name``."""
+    errors = sorted(validator(name).iter_errors(instance), key=lambda e: list(e.absolute_path))
+    if errors:
+        first = errors[0]
+        where = error_path(first)
+        raise LedgerError(code, f"{what}: {where}: {first.message}", key=where, schema=name)

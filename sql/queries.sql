@@ -1,0 +1,127 @@
+-- Named statements used by ledger/storage.py. Each block starts with "-- name: <name>".
+-- Every read the write path makes is an indexed, bounded lookup (no scan of history).
+
+-- name: head
+SELECT seq, sha256, created_at FROM events ORDER BY seq DESC LIMIT 1;
+
+-- name: case_identity
+SELECT case_id, package_id FROM case_identity LIMIT 1;
+
+-- name: lifecycle_head
+SELECT seq, revision, state FROM lifecycle ORDER BY seq DESC LIMIT 1;
+
+-- name: stream_count_case
+-- case events never go back in revision, so the last by (revision, stream_seq) is the newest
+SELECT COALESCE((SELECT stream_seq FROM events WHERE stream = 'case'
+                 ORDER BY revision DESC, stream_seq DESC LIMIT 1), 0);
+
+-- name: stream_count_budget
+SELECT COALESCE(MAX(stream_seq), 0) FROM events WHERE stream = 'budget' AND revision = :revision;
+
+-- name: budget_events_total
+-- one bounded lookup per revision instead of counting every event
+SELECT COALESCE(SUM((SELECT MAX(e.stream_seq) FROM events AS e
+                     WHERE e.stream = 'budget' AND e.revision = r.revision)), 0)
+FROM revisions AS r;
+
+-- name: latest_budget_body
+SELECT body FROM events WHERE stream = 'budget' AND revision = :revision
+ORDER BY stream_seq DESC LIMIT 1;
+
+-- name: revision
+SELECT revision, seq, units_per_hypothesis, max_hypotheses, hypothesis_batch_sha256
+FROM revisions WHERE revision = :revision;
+
+-- name: revision_hypotheses
+SELECT hypothesis_id, statement, allocation_units FROM hypotheses
+WHERE revision = :revision ORDER BY CAST(substr(hypothesis_id, 2) AS INTEGER);
+
+-- name: policy
+SELECT policy, policy_sha256 FROM policies WHERE revision = :revision;
+
+-- name: latest_policy_before
+SELECT policy, policy_sha256 FROM policies WHERE revision < :revision ORDER BY revision DESC LIMIT 1;
+
+-- name: operation
+SELECT seq, request_sha256, type FROM events WHERE operation_key = :operation_key;
+
+-- name: event_by_seq
+SELECT seq, type, revision, stream, stream_seq, created_at, sha256, parent_sha256, operation_key, request_sha256, body
+FROM events WHERE seq = :seq;
+
+-- name: reservation
+SELECT action, cost_units FROM reservations
+WHERE revision = :revision AND hypothesis_id = :hypothesis_id AND action_id = :action_id;
+
+-- name: result
+SELECT novelty_score FROM results
+WHERE revision = :revision AND hypothesis_id = :hypothesis_id AND action_id = :action_id;
+
+-- name: closing
+SELECT outcome, semantic_score, information_score, reward_units FROM closings
+WHERE revision = :revision AND hypothesis_id = :hypothesis_id AND action_id = :action_id;
+
+-- name: content_exists
+SELECT 1 FROM contents WHERE sha256 = :sha256;
+
+-- name: content_body
+SELECT body FROM contents WHERE sha256 = :sha256;
+
+-- name: termination_exists
+SELECT 1 FROM terminations WHERE revision = :revision AND hypothesis_id = :hypothesis_id;
+
+-- name: insert_event
+INSERT INTO events (seq, type, revision, stream, stream_seq, created_at, sha256, parent_sha256,
+                    operation_key, request_sha256, body)
+VALUES (:seq, :type, :revision, :stream, :stream_seq, :created_at, :sha256, :parent_sha256,
+        :operation_key, :request_sha256, :body);
+
+-- name: insert_content
+INSERT INTO contents (sha256, seq, size_bytes, body) VALUES (:sha256, :seq, :size_bytes, :body);
+
+-- name: insert_case_identity
+INSERT INTO case_identity (seq, case_id, package_id) VALUES (:seq, :case_id, :package_id);
+
+-- name: insert_lifecycle
+INSERT INTO lifecycle (seq, revision, from_state, state) VALUES (:seq, :revision, :from_state, :state);
+
+-- name: insert_revision
+INSERT INTO revisions (revision, seq, units_per_hypothesis, max_hypotheses, hypothesis_batch_sha256)
+VALUES (:revision, :seq, :units_per_hypothesis, :max_hypotheses, :hypothesis_batch_sha256);
+
+-- name: insert_hypothesis
+INSERT INTO hypotheses (revision, hypothesis_id, seq, statement, allocation_units)
+VALUES (:revision, :hypothesis_id, :seq, :statement, :allocation_units);
+
+-- name: insert_policy
+INSERT INTO policies (revision, seq, policy_sha256, policy) VALUES (:revision, :seq, :policy_sha256, :policy);
+
+-- name: insert_account
+INSERT INTO accounts (revision, hypothesis_id, seq, initial_units)
+VALUES (:revision, :hypothesis_id, :seq, :initial_units);
+
+-- name: insert_reservation
+INSERT INTO reservations (revision, hypothesis_id, action_id, seq, action, cost_units)
+VALUES (:revision, :hypothesis_id, :action_id, :seq, :action, :cost_units);
+
+-- name: insert_result
+INSERT INTO results (revision, hypothesis_id, action_id, seq, content_sha256, novelty_score)
+VALUES (:revision, :hypothesis_id, :action_id, :seq, :content_sha256, :novelty_score);
+
+-- name: insert_result_source
+INSERT INTO result_sources (revision, hypothesis_id, action_id, path, seq, sha256)
+VALUES (:revision, :hypothesis_id, :action_id, :path, :seq, :sha256);
+
+-- name: insert_closing
+INSERT INTO closings (revision, hypothesis_id, action_id, seq, outcome, semantic_score, information_score, reward_units)
+VALUES (:revision, :hypothesis_id, :action_id, :seq, :outcome, :semantic_score, :information_score, :reward_units);
+
+-- name: insert_termination
+INSERT INTO terminations (revision, hypothesis_id, seq, status, terminal_reason)
+VALUES (:revision, :hypothesis_id, :seq, :status, :terminal_reason);
+
+-- name: insert_migration
+INSERT INTO schema_migrations (version, name, applied_at) VALUES (:version, :name, :applied_at);
+
+-- name: schema_version
+SELECT COALESCE(MAX(version), 0) FROM schema_migrations;
