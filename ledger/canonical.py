@@ -63,6 +63,38 @@ def _reject_constant(name: str) -> Any:
     raise LedgerError(INVALID_JSON, f"{name} is not JSON")
 
 
+def _integral_out_of_range(number: float) -> bool:
+    # JCS writes such a double as an integer literal (1e16 -> 10000000000000000), which
+    # would read back as an integer beyond ±(2**53-1); refuse it so every value round-trips
+    return number.is_integer() and SAFE_INTEGER_MAX < abs(number) < 1e21
+
+
+def _parse_float(text: str) -> float:
+    number = float(text)
+    if _integral_out_of_range(number):
+        raise LedgerError(INVALID_JSON, f"number {text} is an integer beyond ±(2**53-1)")
+    return number
+
+
+def check_json_value(value: Any) -> None:
+    """Refuse Python floats that canonicalize to an integer literal beyond ±(2**53 − 1).
+
+    ``canonical_bytes`` accepts ``1e16`` (a double) but writes it as
+    ``10000000000000000``, which :func:`parse_json` must refuse; callers taking
+    JSON values from code (evidence) call this so stored values always read back.
+    """
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float):
+            if _integral_out_of_range(item):
+                raise LedgerError(INVALID_JSON, f"number {item!r} is an integer beyond ±(2**53-1)")
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+
+
 def parse_json(text: str | bytes) -> Any:
     """Parse JSON text strictly: duplicate keys, NaN and ±Infinity are ``INVALID_JSON``.
 
@@ -74,6 +106,7 @@ def parse_json(text: str | bytes) -> Any:
             text,
             object_pairs_hook=_reject_duplicate_keys,
             parse_constant=_reject_constant,
+            parse_float=_parse_float,
         )
     except LedgerError:
         raise

@@ -147,7 +147,7 @@ class Case:
         case = cls(root, storage, analysis, actor=actor, clock=clock)
         try:
             with storage.read():
-                if SqlView(storage).case() is None:
+                if storage.current_schema_version() == 0 or SqlView(storage).case() is None:
                     raise LedgerError(E.LEDGER_MISSING, f"{ledger} holds no case (an interrupted init?); run init again")
         except BaseException:
             storage.conn.close()

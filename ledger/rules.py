@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol, Sequence
 
 from . import errors as E
-from .canonical import canonical_bytes, canonical_sha256, check_int
+from .canonical import canonical_bytes, canonical_sha256, check_int, check_json_value
 from .config import BudgetConfig
 from .errors import LedgerError
 
@@ -225,6 +225,7 @@ def shape_record_result(hypothesis_id: Any, action_id: Any, evidence: Any, sourc
     _check_hypothesis_id(hypothesis_id)
     _check_action_id(action_id)
     payload = canonical_bytes(evidence)
+    check_json_value(evidence)
     if evidence_bytes_max is not None and len(payload) > evidence_bytes_max:
         raise LedgerError(
             E.LIMIT_REACHED,

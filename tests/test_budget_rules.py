@@ -1,0 +1,432 @@
+"""SPEC 6: one table-driven scenario per rule of budget accounting.
+
+Each scenario is a list of steps ``(operation, arguments, expected)``; ``expected``
+is an error code, or a dict of fields the touched account (``H1`` unless the
+step names another) must have afterwards. Cases use the example policy
+(read_context 5, find_text 10, database.lookup 10, research.lookup 20, floor 5).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ledger import BudgetConfig, Case, LedgerError
+from ledger.errors import (ACCOUNT_TERMINAL, ACTION_CLOSED, ACTION_PENDING, BUDGET_POLICY_CHANGED,
+                           CASE_STATE, INSUFFICIENT_BUDGET, INVALID_ID, INVALID_JSON, INVALID_SCORE,
+                           LIMIT_REACHED, NOT_INITIALIZED, OPERATION_CONFLICT, REASON_REQUIRED,
+                           RESULT_MISSING, SOURCE_REF_INVALID, UNKNOWN_ACTION, UNKNOWN_HYPOTHESIS)
+from ledger.rules import reward_units
+
+from conftest import EXAMPLE_BUDGET, logical_dump, make_package, start_case
+
+R, D, F, X = "source.read_context", "database.lookup", "source.find_text", "research.lookup"
+
+
+def run_steps(budget, steps):
+    """Apply the steps in order, asserting each expected code or account fields."""
+    for number, (op, args, expected) in enumerate(steps, start=1):
+        hypothesis = args[0] if args and isinstance(args[0], str) and args[0].startswith("H") else "H1"
+        call = getattr(budget, op)
+        if isinstance(expected, str):
+            with pytest.raises(LedgerError) as caught:
+                call(*args)
+            assert caught.value.code == expected, f"step {number} {op}{args}: {caught.value}"
+        else:
+            result = call(*args)
+            account = result.state[hypothesis]
+            for key, value in expected.items():
+                got = result.reused if key == "reused" else (
+                    result.action[key.removeprefix("action.")] if key.startswith("action.") else account[key])
+                assert got == value, f"step {number} {op}{args}: {key} = {got!r}, expected {value!r}"
+
+
+SCENARIOS = {
+    "reserve debits the cost before the tool runs and starts investigating": [
+        ("reserve", ("H1", "a1", R), {"spent_units": 5, "remaining_units": 95, "status": "investigating",
+                                      "pending_action_id": "a1", "action.status": "reserved"}),
+    ],
+    "an action without a policy entry costs default_action_cost": [
+        ("reserve", ("H1", "a1", "test.automated"), {"spent_units": 10, "action.cost_units": 10}),
+    ],
+    "reserve refuses a second pending action on the same hypothesis": [
+        ("reserve", ("H1", "a1", R), {"remaining_units": 95}),
+        ("reserve", ("H1", "a2", R), ACTION_PENDING),
+        ("reserve", ("H2", "b1", R), {"remaining_units": 95, "pending_action_id": "b1"}),
+    ],
+    "record_result stores evidence without refunding": [
+        ("reserve", ("H1", "a1", R), {}),
+        ("record_result", ("H1", "a1", {"finding": "x"}), {"remaining_units": 95, "rewarded_units": 0,
+                                                          "action.status": "awaiting_assessment",
+                                                          "action.novelty_score": 100}),
+    ],
+    "settle refunds for new information (cost 10, scores 100/100 -> 8)": [
+        ("reserve", ("H1", "a1", D), {"remaining_units": 90}),
+        ("record_result", ("H1", "a1", {"rows": [1]}), {}),
+        ("settle", ("H1", "a1", 100, "decisive"), {"rewarded_units": 8, "remaining_units": 98,
+                                                    "action.reward_units": 8, "action.information_score": 100,
+                                                    "settled_actions": 1, "pending_action_id": None}),
+    ],
+    "a semantic score of 50 refunds 4 of 10": [
+        ("reserve", ("H1", "a1", D), {}),
+        ("record_result", ("H1", "a1", {"rows": [2]}), {}),
+        ("settle", ("H1", "a1", 50, "half relevant"), {"rewarded_units": 4, "remaining_units": 94}),
+    ],
+    "duplicate evidence scores zero novelty and earns nothing even at semantic 100": [
+        ("reserve", ("H1", "a1", D), {}),
+        ("record_result", ("H1", "a1", {"b": 2, "a": 1}), {"action.novelty_score": 100}),
+        ("settle", ("H1", "a1", 100, "new"), {"rewarded_units": 8}),
+        ("reserve", ("H2", "b1", D), {}),
+        ("record_result", ("H2", "b1", {"a": 1.0, "b": 2}), {"action.novelty_score": 0}),
+        ("settle", ("H2", "b1", 100, "seen before"), {"rewarded_units": 0, "low_information_streak": 1}),
+    ],
+    "empty evidence is never new": [
+        ("reserve", ("H1", "a1", R), {}),
+        ("record_result", ("H1", "a1", {}), {"action.novelty_score": 0}),
+        ("settle", ("H1", "a1", 100, "nothing"), {"rewarded_units": 0}),
+        ("reserve", ("H1", "a2", R), {}),
+        ("record_result", ("H1", "a2", ""), {"action.novelty_score": 0}),
+        ("fail", ("H1", "a2", "gave up"), {"failed_actions": 1}),
+        ("reserve", ("H1", "a3", R), {}),
+        ("record_result", ("H1", "a3", None), {"action.novelty_score": 0}),
+        ("reserve", ("H2", "b1", R), {}),
+        ("record_result", ("H2", "b1", []), {"action.novelty_score": 0}),
+    ],
+    "fail closes a pending action with no refund and counts as low information": [
+        ("reserve", ("H1", "a1", X), {"remaining_units": 80}),
+        ("fail", ("H1", "a1", "tool timed out"), {"remaining_units": 80, "failed_actions": 1,
+                                                   "low_information_streak": 1, "action.status": "failed",
+                                                   "pending_action_id": None}),
+        ("fail", ("H1", "a1", "again"), OPERATION_CONFLICT),
+        ("fail", ("H1", "a1", "tool timed out"), {"reused": True}),
+        ("settle", ("H1", "a1", 50, "late"), ACTION_CLOSED),
+        ("record_result", ("H1", "a1", {"late": 1}), ACTION_CLOSED),
+    ],
+    "settle needs a recorded result": [
+        ("reserve", ("H1", "a1", R), {}),
+        ("settle", ("H1", "a1", 50, "too early"), RESULT_MISSING),
+        ("settle", ("H1", "zz", 50, "never reserved"), UNKNOWN_ACTION),
+        ("record_result", ("H1", "zz", {"x": 1}), UNKNOWN_ACTION),
+        ("fail", ("H2", "a1", "other hypothesis"), UNKNOWN_ACTION),
+    ],
+    "a cost above the remaining balance is refused but a cheaper action still fits": [
+        ("reserve", ("H1", "a1", X), {"remaining_units": 80}),
+        ("fail", ("H1", "a1", "x"), {}),
+        ("reserve", ("H1", "a2", X), {"remaining_units": 60}),
+        ("fail", ("H1", "a2", "x"), {}),
+        ("reserve", ("H1", "a3", X), {"remaining_units": 40}),
+        ("record_result", ("H1", "a3", {"n": 3}), {}),
+        ("settle", ("H1", "a3", 100, "x"), {"remaining_units": 56, "low_information_streak": 0}),
+        ("reserve", ("H1", "a4", X), {"remaining_units": 36}),
+        ("record_result", ("H1", "a4", {"n": 4}), {}),
+        ("settle", ("H1", "a4", 100, "x"), {"remaining_units": 52}),
+    ],
+    "remaining below the affordability floor after settle exhausts the account": [
+        ("reserve", ("H1", "a1", X), {}), ("fail", ("H1", "a1", "x"), {}),
+        ("reserve", ("H1", "a2", X), {}), ("record_result", ("H1", "a2", {"n": 1}), {}),
+        ("settle", ("H1", "a2", 100, "x"), {"remaining_units": 76}),
+        ("reserve", ("H1", "a3", X), {}), ("record_result", ("H1", "a3", {"n": 2}), {}),
+        ("settle", ("H1", "a3", 100, "x"), {"remaining_units": 72}),
+        ("reserve", ("H1", "a4", X), {}), ("record_result", ("H1", "a4", {"n": 3}), {}),
+        ("settle", ("H1", "a4", 100, "x"), {"remaining_units": 68}),
+        ("reserve", ("H1", "a5", X), {}), ("record_result", ("H1", "a5", {"n": 4}), {}),
+        ("settle", ("H1", "a5", 100, "x"), {"remaining_units": 64}),
+        ("reserve", ("H1", "a6", X), {}), ("fail", ("H1", "a6", "x"), {"remaining_units": 44}),
+        ("reserve", ("H1", "a7", X), {}), ("fail", ("H1", "a7", "x"), {"remaining_units": 24}),
+        ("reserve", ("H1", "a8", X), {}),
+        ("record_result", ("H1", "a8", {"n": 5}), {}),
+        ("settle", ("H1", "a8", 0, "irrelevant"), {"remaining_units": 4, "status": "budget_exhausted",
+                                                  "terminal_reason": "remaining_below_floor"}),
+        ("reserve", ("H1", "a9", R), ACCOUNT_TERMINAL),
+    ],
+    "exhaustion wins over abandonment when both hold": [
+        *[step for n in range(1, 5) for step in (
+            ("reserve", ("H3", f"c{n}", X), {}),
+            ("record_result", ("H3", f"c{n}", {"c": n}), {}),
+            ("settle", ("H3", f"c{n}", 21, "just above the threshold"),
+             {"remaining_units": 100 - 17 * n, "low_information_streak": 0}))],
+        ("reserve", ("H3", "c5", R), {}), ("fail", ("H3", "c5", "x"), {"low_information_streak": 1}),
+        ("reserve", ("H3", "c6", R), {}), ("fail", ("H3", "c6", "x"), {"low_information_streak": 2}),
+        ("reserve", ("H3", "c7", X), {}),
+        ("fail", ("H3", "c7", "x"), {"remaining_units": 2, "status": "budget_exhausted",
+                                      "terminal_reason": "remaining_below_floor", "low_information_streak": 3}),
+    ],
+    "three low-information steps in a row abandon the hypothesis and a good one resets the streak": [
+        ("reserve", ("H1", "a1", R), {}), ("record_result", ("H1", "a1", {"n": 1}), {}),
+        ("settle", ("H1", "a1", 20, "threshold is low"), {"low_information_streak": 1}),
+        ("reserve", ("H1", "a2", R), {}), ("record_result", ("H1", "a2", {"n": 2}), {}),
+        ("settle", ("H1", "a2", 21, "above threshold"), {"low_information_streak": 0}),
+        ("reserve", ("H1", "a3", R), {}), ("fail", ("H1", "a3", "x"), {"low_information_streak": 1}),
+        ("reserve", ("H1", "a4", R), {}), ("record_result", ("H1", "a4", {"n": 1}), {}),
+        ("settle", ("H1", "a4", 100, "duplicate"), {"low_information_streak": 2, "status": "investigating"}),
+        ("reserve", ("H1", "a5", R), {}), ("record_result", ("H1", "a5", {"n": 5}), {}),
+        ("settle", ("H1", "a5", 5, "weak"), {"low_information_streak": 3,
+                                              "status": "abandoned_low_information_gain",
+                                              "terminal_reason": "low_information_streak"}),
+        ("reserve", ("H1", "a6", R), ACCOUNT_TERMINAL),
+        ("reject", ("H1", "done anyway"), ACCOUNT_TERMINAL),
+    ],
+    "reject is terminal, refunds nothing and needs pending actions closed first": [
+        ("reserve", ("H2", "b1", R), {}),
+        ("reject", ("H2", "contradicted"), ACTION_PENDING),
+        ("fail", ("H2", "b1", "x"), {}),
+        ("reject", ("H2", " "), REASON_REQUIRED),
+        ("reject", ("H2", "contradicted by b1"), {"status": "rejected", "terminal_reason": "contradicted by b1",
+                                                  "remaining_units": 95}),
+        ("reject", ("H2", "contradicted by b1"), {"reused": True}),
+        ("reject", ("H2", "other words"), OPERATION_CONFLICT),
+        ("reserve", ("H2", "b2", R), ACCOUNT_TERMINAL),
+    ],
+    "identity replays return reused and changed inputs conflict": [
+        ("reserve", ("H1", "a1", R), {"reused": False}),
+        ("reserve", ("H1", "a1", R), {"reused": True, "spent_units": 5}),
+        ("reserve", ("H1", "a1", X), OPERATION_CONFLICT),
+        ("record_result", ("H1", "a1", {"v": 1}), {"reused": False}),
+        ("record_result", ("H1", "a1", {"v": 1.0}), {"reused": True}),
+        ("record_result", ("H1", "a1", {"v": 2}), OPERATION_CONFLICT),
+        ("settle", ("H1", "a1", 70, "ok"), {"reused": False, "rewarded_units": 2}),
+        ("settle", ("H1", "a1", 70, "ok"), {"reused": True, "rewarded_units": 2}),
+        ("settle", ("H1", "a1", 70, "other reason"), OPERATION_CONFLICT),
+        ("fail", ("H1", "a1", "x"), ACTION_CLOSED),
+    ],
+    "shape checks come first": [
+        ("reserve", ("H0", "a1", R), INVALID_ID),
+        ("reserve", ("h1", "a1", R), INVALID_ID),
+        ("reserve", ("H1", "", R), INVALID_ID),
+        ("reserve", ("H1", "-a", R), INVALID_ID),
+        ("reserve", ("H1", "a" * 129, R), INVALID_ID),
+        ("reserve", ("H1", "a1", "Read"), INVALID_ID),
+        ("reserve", ("H1", "a1", "read"), INVALID_ID),
+        ("reserve", ("H9", "a1", R), UNKNOWN_HYPOTHESIS),
+        ("reserve", ("H1", "a1", R), {}),
+        ("record_result", ("H1", "a1", {"x": float("nan")}), INVALID_JSON),
+        ("record_result", ("H1", "a1", {"x": 2**53}), INVALID_JSON),
+        ("record_result", ("H1", "a1", {"x": 1}, ["../escape"]), SOURCE_REF_INVALID),
+        ("record_result", ("H1", "a1", {"x": 1}, ["sources/missing.py"]), SOURCE_REF_INVALID),
+        ("record_result", ("H1", "a1", {"x": 1}, ["ledger.sqlite"]), SOURCE_REF_INVALID),
+        ("record_result", ("H1", "a1", {"x": 1}, ["/etc/passwd"]), SOURCE_REF_INVALID),
+        ("record_result", ("H1", "a1", {"x": 1}, ["sources"]), SOURCE_REF_INVALID),
+        ("record_result", ("H1", "a1", {"x": 1}, ["sources/./app.py"]), SOURCE_REF_INVALID),
+        ("record_result", ("H1", "a1", {"x": 1}, ["sources/app.py"]), {"action.novelty_score": 100}),
+        ("settle", ("H1", "a1", True, "bool"), INVALID_SCORE),
+        ("settle", ("H1", "a1", 50.0, "float"), INVALID_SCORE),
+        ("settle", ("H1", "a1", 101, "too high"), INVALID_SCORE),
+        ("settle", ("H1", "a1", -1, "too low"), INVALID_SCORE),
+        ("settle", ("H1", "a1", 50, ""), REASON_REQUIRED),
+        ("settle", ("H1", "a1", 50, None), REASON_REQUIRED),
+        ("settle", ("H9", "a1", 50.5, ""), INVALID_SCORE),
+        ("fail", ("H1", "a1", "  \n"), REASON_REQUIRED),
+    ],
+}
+
+
+@pytest.mark.parametrize("steps", SCENARIOS.values(), ids=list(SCENARIOS))
+def test_budget_rule_scenario(tmp_path, steps):
+    case = start_case(make_package(tmp_path / "case"), hypotheses=3, units=100)
+    try:
+        budget = case.budget(BudgetConfig.load(EXAMPLE_BUDGET))
+        budget.initialize()
+        run_steps(budget, steps)
+    finally:
+        case.close()
+
+
+@pytest.mark.parametrize("cost, bps, information, expected", [
+    (10, 8000, 100, 8), (10, 8000, 50, 4), (10, 8000, 0, 0), (1, 9999, 100, 0), (2, 9999, 100, 1),
+    (7, 8000, 33, 1), (100, 0, 100, 0), (100, 9999, 100, 99), (3, 8000, 99, 2),
+    (2**40, 8000, 100, 2**40 * 8000 * 100 // 1_000_000),
+    (2**53 - 1, 9999, 100, min((2**53 - 1) * 9999 * 100 // 1_000_000, 2**53 - 2)),
+])
+def test_reward_is_exact_integer_arithmetic_and_always_below_cost(cost, bps, information, expected):
+    assert reward_units(cost, bps, information) == expected
+    assert 0 <= expected < cost
+
+
+def test_large_allocations_and_costs_stay_exact(tmp_path):
+    units = 2**53 - 1
+    case = start_case(make_package(tmp_path / "case"), hypotheses=1, units=units)
+    try:
+        cost = 2**52 + 3
+        budget = case.budget(BudgetConfig.from_mapping({"action_costs": {"research.lookup": cost}}))
+        budget.initialize()
+        budget.reserve("H1", "a1", "research.lookup")
+        budget.record_result("H1", "a1", {"big": 1})
+        result = budget.settle("H1", "a1", 57, "exact")
+        reward = cost * 8000 * 57 // 1_000_000
+        assert result.action["reward_units"] == reward
+        assert result.state["H1"]["remaining_units"] == units - cost + reward
+        assert case.balances()[0]["remaining_units"] == units - cost + reward
+    finally:
+        case.close()
+
+
+def test_allocation_below_the_floor_is_exhausted_right_after_initialize(tmp_path):
+    case = start_case(make_package(tmp_path / "case"), hypotheses=2, units=4)
+    try:
+        result = case.budget(BudgetConfig.load(EXAMPLE_BUDGET)).initialize()
+        assert [a["status"] for a in result.state.values()] == ["budget_exhausted"] * 2
+        assert result.ready_for_evaluation is True
+        assert result.investigable == []
+    finally:
+        case.close()
+
+
+def test_initialize_twice_never_refills_even_under_another_config(case, example_policy):
+    budget = case.budget(example_policy)
+    first = budget.initialize()
+    budget.reserve("H1", "a1", "research.lookup")
+    again = case.budget(BudgetConfig.from_mapping({"default_action_cost": 1})).initialize()
+    assert again.reused is True and again.seq == first.seq
+    assert again.state["H1"]["remaining_units"] == 80
+
+
+def test_a_different_policy_refuses_new_operations_but_replays_and_snapshots_work(case, example_policy):
+    case.budget(example_policy).initialize()
+    case.budget(example_policy).reserve("H1", "a1", "source.read_context")
+    other = case.budget(BudgetConfig.from_mapping({"max_reward_bps": 5000}))
+    assert other.reserve("H1", "a1", "source.read_context").reused is True
+    with pytest.raises(LedgerError) as caught:
+        other.record_result("H1", "a1", {"x": 1})
+    assert caught.value.code == BUDGET_POLICY_CHANGED
+    assert other.snapshot().state["H1"]["spent_units"] == 5
+    # no config: the frozen policy is used
+    assert case.budget().record_result("H1", "a1", {"x": 1}).action["novelty_score"] == 100
+
+
+def test_operations_before_initialize_are_not_initialized(case):
+    with pytest.raises(LedgerError) as caught:
+        case.budget().reserve("H1", "a1", "source.read_context")
+    assert caught.value.code == NOT_INITIALIZED
+
+
+def test_budget_mutations_outside_generating_or_investigating_are_case_state(case, example_policy):
+    budget = case.budget(example_policy)
+    budget.initialize()
+    budget.reserve("H1", "a1", "source.read_context")
+    budget.fail("H1", "a1", "x")
+    case.transition("BLOCKED")
+    with pytest.raises(LedgerError) as caught:
+        budget.reserve("H1", "a2", "source.read_context")
+    assert caught.value.code == CASE_STATE
+    # an identical replay still answers in any state
+    assert budget.fail("H1", "a1", "x").reused is True
+    case.transition("INVESTIGATING_HYPOTHESES")
+    assert budget.reserve("H1", "a2", "source.read_context").reused is False
+
+
+def test_order_of_checks_identity_before_case_state_before_unknown_hypothesis(case, example_policy):
+    budget = case.budget(example_policy)
+    budget.initialize()
+    budget.reserve("H1", "a1", "source.read_context")
+    case.transition("BLOCKED")
+    codes = []
+    for call in (lambda: budget.reserve("H1", "a1", "research.lookup"),   # conflict first
+                 lambda: budget.reserve("H9", "a2", "research.lookup"),   # then case state
+                 lambda: budget.reserve("H1", "a2", "x")):                # shape before all
+        with pytest.raises(LedgerError) as caught:
+            call()
+        codes.append(caught.value.code)
+    assert codes == [OPERATION_CONFLICT, CASE_STATE, INVALID_ID]
+
+
+def test_a_terminal_account_may_still_settle_its_pending_action_order(case, example_policy):
+    budget = case.budget(example_policy)
+    budget.initialize()
+    budget.reserve("H1", "a1", "source.read_context")
+    with pytest.raises(LedgerError) as caught:
+        budget.reserve("H1", "a2", "x.y")  # ACTION_PENDING ranks after shape
+    assert caught.value.code == ACTION_PENDING
+
+
+def test_refused_operations_write_nothing(case, example_policy):
+    budget = case.budget(example_policy)
+    budget.initialize()
+    budget.reserve("H1", "a1", "research.lookup")
+    before = logical_dump(case.path / "ledger.sqlite")
+    for call in (lambda: budget.reserve("H1", "a2", "research.lookup"),
+                 lambda: budget.settle("H1", "a1", 50, "no result"),
+                 lambda: budget.record_result("H1", "a1", {"x": float("inf")}),
+                 lambda: budget.reject("H1", "pending"),
+                 lambda: budget.reserve("H1", "a1", "database.lookup")):
+        with pytest.raises(LedgerError):
+            call()
+    assert logical_dump(case.path / "ledger.sqlite") == before
+
+
+def test_identical_replays_write_nothing(budget, case):
+    budget.reserve("H1", "a1", "source.read_context")
+    budget.record_result("H1", "a1", {"x": 1}, ["sources/app.py"])
+    before = logical_dump(case.path / "ledger.sqlite")
+    assert budget.reserve("H1", "a1", "source.read_context").reused
+    assert budget.record_result("H1", "a1", {"x": 1}, ["sources/app.py"]).reused
+    assert budget.initialize().reused
+    assert logical_dump(case.path / "ledger.sqlite") == before
+
+
+def test_oversized_evidence_is_limit_reached_and_the_limit_itself_is_accepted(budget):
+    budget.reserve("H1", "a1", "source.read_context")
+    limit = 1024 * 1024
+    at_limit = "x" * (limit - 2)  # canonical form adds two quotes
+    too_big = "x" * (limit - 1)
+    with pytest.raises(LedgerError) as caught:
+        budget.record_result("H1", "a1", too_big)
+    assert caught.value.code == LIMIT_REACHED
+    assert budget.record_result("H1", "a1", at_limit).action["novelty_score"] == 100
+
+
+def test_the_budget_event_limit_is_enforced(package):
+    from ledger import AnalysisConfig
+
+    case = Case.create(package, "BUG-1", analysis_config=AnalysisConfig(limits={"budget_events_max": 3}))
+    try:
+        case.open_revision([{"statement": "s"}])
+        budget = case.budget()
+        budget.initialize()
+        budget.reserve("H1", "a1", "source.read_context")
+        budget.fail("H1", "a1", "x")
+        with pytest.raises(LedgerError) as caught:
+            budget.reserve("H1", "a2", "source.read_context")
+        assert caught.value.code == LIMIT_REACHED
+    finally:
+        case.close()
+
+
+def test_source_refs_store_the_file_hash_and_symlinks_inside_are_ordinary(budget, case):
+    import hashlib
+
+    (case.path / "sources" / "link.py").symlink_to("app.py")
+    (case.path / "sources" / "out.py").symlink_to("/etc/hostname")
+    (case.path / "sources" / "ledger-link").symlink_to("../ledger.sqlite")
+    budget.reserve("H1", "a1", "source.read_context")
+    for ref in ("sources/out.py", "sources/ledger-link"):
+        with pytest.raises(LedgerError) as caught:
+            budget.record_result("H1", "a1", {"x": 1}, [ref])
+        assert caught.value.code == SOURCE_REF_INVALID
+    budget.record_result("H1", "a1", {"x": 1}, ["sources/link.py"])
+    rows = case.query("SELECT path, sha256 FROM result_sources")
+    expected = hashlib.sha256((case.path / "sources" / "app.py").read_bytes()).hexdigest()
+    assert rows == [{"path": "sources/link.py", "sha256": expected}]
+
+
+def test_investigable_and_ready_for_evaluation(budget):
+    budget.reserve("H1", "a1", "source.read_context")
+    result = budget.reject("H2", "no")
+    assert result.investigable == []  # H1 pending, H2 terminal
+    assert result.ready_for_evaluation is False
+    budget.fail("H1", "a1", "x")
+    result = budget.reject("H1", "also no")
+    assert result.investigable == [] and result.ready_for_evaluation is True
+
+
+def test_the_balances_view_equals_the_reported_state(budget, case):
+    budget.reserve("H1", "a1", "source.find_text")
+    budget.record_result("H1", "a1", {"x": 1})
+    result = budget.settle("H1", "a1", 30, "meh")
+    budget.reserve("H2", "b1", "source.read_context")
+    result = budget.snapshot()
+    rows = {r.pop("hypothesis_id"): r for r in case.balances()}
+    for h, account in result.state.items():
+        expected = dict(account)
+        expected.pop("hypothesis_id")
+        assert rows[h] == {"revision": 1, **expected}

@@ -1,0 +1,541 @@
+"""Concurrency, the writer queue and interrupted writes, with real processes (SPEC 3 and 6.1).
+
+Every multi-process test starts its workers with the ``spawn`` start method (a fresh
+interpreter that imports this module), synchronizes them on a ``Barrier`` or an
+``Event`` and collects what each one saw through a ``Queue``; nothing is mocked.
+The expected numbers are computed here from the SPEC rules, independently of
+``ledger.rules``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import multiprocessing
+import os
+import sqlite3
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import pytest
+
+from conftest import EXAMPLE_BUDGET, logical_dump, make_package, run_cli, start_case
+from ledger import AnalysisConfig, BudgetConfig, Case, LedgerError
+from ledger.export import verify_case
+
+LEDGER = "ledger.sqlite"
+SPAWN = multiprocessing.get_context("spawn")
+#: Upper bound for anything a child process does, so a hang fails instead of blocking CI.
+CHILD_TIMEOUT_S = 60
+
+# The example policy (config/budget.example.toml), restated so expectations do not
+# come from the library under test.
+EXAMPLE_COSTS = {"source.read_context": 5, "source.find_text": 10, "database.lookup": 10, "research.lookup": 20}
+MAX_REWARD_BPS = 8000
+NEW_EVIDENCE_SCORE = 100
+
+
+def expected_reward(cost: int, novelty: int, semantic: int) -> int:
+    """SPEC 6.2: ``min(cost * max_reward_bps * information // 1_000_000, cost - 1)``."""
+    information = min(novelty, semantic)
+    return min(cost * MAX_REWARD_BPS * information // 1_000_000, cost - 1)
+
+
+def ledger_rows(path: Path, sql: str, params: tuple = ()) -> list[tuple]:
+    """Rows of one query on a read-only connection of its own."""
+    conn = sqlite3.connect(f"file:{path / LEDGER}?mode=ro", uri=True)
+    try:
+        return conn.execute(sql, params).fetchall()
+    finally:
+        conn.close()
+
+
+def balances(path: Path) -> dict[str, dict]:
+    conn = sqlite3.connect(f"file:{path / LEDGER}?mode=ro", uri=True)
+    conn.row_factory = sqlite3.Row
+    try:
+        return {row["hypothesis_id"]: dict(row) for row in conn.execute("SELECT * FROM balances WHERE revision = 1")}
+    finally:
+        conn.close()
+
+
+def assert_single_unforked_chain(path: Path) -> int:
+    """seq 1..N contiguous, each parent is the previous hash, each hash is the stored body's."""
+    rows = ledger_rows(path, "SELECT seq, sha256, parent_sha256, body FROM events ORDER BY seq")
+    assert [r[0] for r in rows] == list(range(1, len(rows) + 1))
+    previous = "0" * 64
+    for seq, sha, parent, body in rows:
+        assert parent == previous, f"event {seq} does not link to event {seq - 1}"
+        assert hashlib.sha256(body.encode("utf-8")).hexdigest() == sha, f"event {seq} does not match its hash"
+        previous = sha
+    return len(rows)
+
+
+# --- process plumbing ---------------------------------------------------------------
+def run_workers(target, args_per_worker: list[tuple], *, barrier: bool = True) -> list:
+    """Start one spawned process per ``args`` tuple, all released together by a barrier.
+
+    Each worker is called as ``target(*args, barrier, queue)`` and must put exactly one
+    message on ``queue``. Returns the messages (in completion order).
+    """
+    sync = SPAWN.Barrier(len(args_per_worker)) if barrier else None
+    queue = SPAWN.Queue()
+    processes = [SPAWN.Process(target=target, args=(*args, sync, queue), daemon=True) for args in args_per_worker]
+    for process in processes:
+        process.start()
+    messages = []
+    try:
+        for _ in processes:
+            messages.append(queue.get(timeout=CHILD_TIMEOUT_S))
+    finally:
+        for process in processes:
+            process.join(timeout=CHILD_TIMEOUT_S)
+            if process.is_alive():
+                process.kill()
+                process.join()
+    assert [p.exitcode for p in processes] == [0] * len(processes)
+    return messages
+
+
+def _failure(exc: BaseException) -> dict:
+    return {"kind": "crash", "error": repr(exc), "traceback": traceback.format_exc()}
+
+
+# --- workers (module level: spawned interpreters import them by name) ---------------
+def _worker_reserve_same_actions(path: str, rounds: int, barrier, queue) -> None:
+    """Open the case, then in each round reserve the round's action right after the barrier."""
+    try:
+        outcomes = []
+        case = Case.open(path)
+        try:
+            budget = case.budget()
+            for r in range(rounds):
+                barrier.wait(timeout=CHILD_TIMEOUT_S)
+                result = budget.reserve(f"H{r + 1}", f"q-{r:04d}", "source.read_context")
+                outcomes.append({"reused": result.reused, "seq": result.seq, "action": result.action,
+                                 "spent": result.state[f"H{r + 1}"]["spent_units"]})
+        finally:
+            case.close()
+        queue.put({"kind": "ok", "pid": os.getpid(), "outcomes": outcomes})
+    except BaseException as exc:  # report everything, the parent asserts
+        queue.put(_failure(exc))
+
+
+def cycle_plan(hypothesis: str, cycles: int) -> list[dict]:
+    """The reserve/record/settle cycles one worker runs on ``hypothesis`` (deterministic)."""
+    number = int(hypothesis[1:])
+    actions = list(EXAMPLE_COSTS)
+    plan = []
+    for i in range(cycles):
+        plan.append({
+            "action_id": f"{hypothesis}-a{i:03d}",
+            "action": actions[(i + number) % len(actions)],
+            # distinct payload per cycle and hypothesis: novelty is always new_evidence_score
+            "evidence": {"hypothesis": hypothesis, "cycle": i, "finding": f"observation {number}.{i}"},
+            # > low_information_threshold (20), so no account is abandoned on the way
+            "semantic": 21 + (7 * i + 13 * number) % 80,
+        })
+    return plan
+
+
+def _worker_cycles(path: str, hypothesis: str, cycles: int, barrier, queue) -> None:
+    """Run ``cycles`` reserve → record_result → settle on one hypothesis, reporting every error.
+
+    A refused step is retried (at most 50 times) so that one LEDGER_BUSY does not
+    cascade into ACTION_PENDING/UNKNOWN_ACTION noise; every refusal is still reported.
+    """
+    errors: list[dict] = []
+    slowest = 0.0
+    try:
+        case = Case.open(path)
+        try:
+            budget = case.budget()
+            barrier.wait(timeout=CHILD_TIMEOUT_S)
+            for step in cycle_plan(hypothesis, cycles):
+                calls = [
+                    ("reserve", lambda s=step: budget.reserve(hypothesis, s["action_id"], s["action"])),
+                    ("record_result", lambda s=step: budget.record_result(
+                        hypothesis, s["action_id"], s["evidence"], source_refs=["sources/app.py"])),
+                    ("settle", lambda s=step: budget.settle(hypothesis, s["action_id"], s["semantic"], "assessed")),
+                ]
+                for name, call in calls:
+                    for _attempt in range(50):
+                        started = time.monotonic()
+                        try:
+                            call()
+                            slowest = max(slowest, time.monotonic() - started)
+                            break
+                        except LedgerError as exc:
+                            errors.append({"op": name, "action_id": step["action_id"], "code": exc.code,
+                                           "message": exc.message,
+                                           "waited_s": round(time.monotonic() - started, 3)})
+        finally:
+            case.close()
+        queue.put({"kind": "ok", "hypothesis": hypothesis, "errors": errors, "slowest_s": slowest})
+    except BaseException as exc:
+        queue.put({**_failure(exc), "hypothesis": hypothesis, "errors": errors})
+
+
+def _worker_hold_writer_lock(path: str, how: str, held, release, queue) -> None:
+    """Hold the case's writer lock (in one of three ways) until ``release`` is set."""
+    try:
+        root = Path(path)
+        if how == "storage.write":
+            case = Case.open(root)
+            try:
+                with case.storage.write():
+                    held.set()
+                    release.wait(CHILD_TIMEOUT_S)
+            finally:
+                case.close()
+        elif how == "flock on the sidecar":
+            fd = os.open(root / (LEDGER + "-lock"), os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                held.set()
+                release.wait(CHILD_TIMEOUT_S)
+            finally:
+                os.close(fd)
+        elif how == "plain SQLite BEGIN IMMEDIATE":
+            conn = sqlite3.connect(root / LEDGER, isolation_level=None)
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                held.set()
+                release.wait(CHILD_TIMEOUT_S)
+                conn.execute("ROLLBACK")
+            finally:
+                conn.close()
+        else:
+            raise ValueError(how)
+        queue.put({"kind": "ok"})
+    except BaseException as exc:
+        queue.put(_failure(exc))
+
+
+def _worker_long_reader(path: str, ready, release, queue) -> None:
+    """Keep one read transaction open with a half-consumed cursor, reading until released."""
+    try:
+        conn = sqlite3.connect(f"file:{Path(path) / LEDGER}?mode=ro", uri=True, isolation_level=None)
+        try:
+            conn.execute("BEGIN")
+            cursor = conn.execute("SELECT seq FROM events ORDER BY seq")
+            first = [cursor.fetchone()[0] for _ in range(2)]
+            snapshot_count = conn.execute("SELECT COUNT(*) FROM events").fetchone()[0]
+            ready.set()
+            reads, counts = 0, set()
+            while not release.is_set():
+                counts.add(conn.execute("SELECT COUNT(*) FROM events").fetchone()[0])
+                conn.execute("SELECT * FROM balances").fetchall()
+                reads += 1
+                time.sleep(0.005)
+            rest = [row[0] for row in cursor.fetchall()]
+            conn.execute("COMMIT")
+            after = conn.execute("SELECT COUNT(*) FROM events").fetchone()[0]
+        finally:
+            conn.close()
+        queue.put({"kind": "ok", "first": first, "rest": rest, "snapshot_count": snapshot_count,
+                   "counts": sorted(counts), "reads": reads, "after": after})
+    except BaseException as exc:
+        queue.put(_failure(exc))
+
+
+def _start_single(target, *args):
+    """Start one spawned worker with two events (``ready``/``held`` and ``release``) and a queue."""
+    ready, release, queue = SPAWN.Event(), SPAWN.Event(), SPAWN.Queue()
+    process = SPAWN.Process(target=target, args=(*args, ready, release, queue), daemon=True)
+    process.start()
+    return process, ready, release, queue
+
+
+def _finish_single(process, release, queue) -> dict:
+    release.set()
+    message = queue.get(timeout=CHILD_TIMEOUT_S)
+    process.join(timeout=CHILD_TIMEOUT_S)
+    assert process.exitcode == 0
+    return message
+
+
+# --- 1. concurrent identical calls ------------------------------------------------------
+def test_four_processes_sending_the_same_reservation_at_once_produce_exactly_one_debit(tmp_path):
+    path = make_package(tmp_path / "case")
+    rounds = 5
+    case = start_case(path, hypotheses=rounds, units=100)
+    case.budget(BudgetConfig.load(EXAMPLE_BUDGET)).initialize()
+    case.close()
+    before = ledger_rows(path, "SELECT MAX(seq) FROM events")[0][0]
+
+    messages = run_workers(_worker_reserve_same_actions, [(str(path), rounds)] * 4)
+
+    assert [m for m in messages if m["kind"] != "ok"] == []
+    for r in range(rounds):
+        outcomes = [m["outcomes"][r] for m in messages]
+        assert sorted(o["reused"] for o in outcomes) == [False, True, True, True], f"round {r}"
+        assert len({o["seq"] for o in outcomes}) == 1, f"round {r}: {outcomes}"
+        assert all(o["action"] == outcomes[0]["action"] for o in outcomes)
+        assert all(o["spent"] == 5 for o in outcomes)
+    # exactly one event and one reservation per round, one debit per hypothesis
+    assert ledger_rows(path, "SELECT type, COUNT(*) FROM events WHERE seq > ? GROUP BY type", (before,)) == [
+        ("budget.reserved", rounds)]
+    assert ledger_rows(path, "SELECT COUNT(*) FROM reservations") == [(rounds,)]
+    for r in range(rounds):
+        row = balances(path)[f"H{r + 1}"]
+        assert (row["spent_units"], row["remaining_units"], row["pending_action_id"]) == (5, 95, f"q-{r:04d}")
+    assert_single_unforked_chain(path)
+    verify_case(path)
+
+
+# --- 2. many writers, no LEDGER_BUSY, exact balances -----------------------------------
+def test_eight_processes_running_reserve_record_settle_cycles_keep_exact_balances_and_one_chain(tmp_path):
+    path = make_package(tmp_path / "case")
+    workers, cycles, units = 8, 25, 10_000
+    case = start_case(path, hypotheses=workers, units=units)
+    case.budget(BudgetConfig.load(EXAMPLE_BUDGET)).initialize()
+    case.close()
+    events_before = ledger_rows(path, "SELECT COUNT(*) FROM events")[0][0]
+
+    started = time.monotonic()
+    messages = run_workers(_worker_cycles, [(str(path), f"H{k}", cycles) for k in range(1, workers + 1)])
+    elapsed = time.monotonic() - started
+
+    crashes = [m for m in messages if m["kind"] != "ok"]
+    assert crashes == []
+    errors = [{"hypothesis": m["hypothesis"], **e} for m in messages for e in m["errors"]]
+    # default busy timeout (5000 ms): the fair writer queue must never refuse anyone
+    assert errors == [], f"{len(errors)} refusals in {elapsed:.1f} s, e.g. {errors[:3]}"
+
+    table = balances(path)
+    for k in range(1, workers + 1):
+        h = f"H{k}"
+        plan = cycle_plan(h, cycles)
+        spent = sum(EXAMPLE_COSTS[s["action"]] for s in plan)
+        rewarded = sum(expected_reward(EXAMPLE_COSTS[s["action"]], NEW_EVIDENCE_SCORE, s["semantic"]) for s in plan)
+        assert table[h] == {
+            "revision": 1, "hypothesis_id": h, "initial_units": units, "granted_units": 0,
+            "spent_units": spent, "rewarded_units": rewarded, "remaining_units": units - spent + rewarded,
+            "status": "investigating", "terminal_reason": None, "pending_action_id": None,
+            "low_information_streak": 0, "settled_actions": cycles, "failed_actions": 0,
+        }
+        actions = ledger_rows(path, "SELECT action_id, action, cost_units, status, novelty_score, semantic_score, "
+                                    "reward_units FROM actions WHERE hypothesis_id = ? ORDER BY action_id", (h,))
+        assert actions == [
+            (s["action_id"], s["action"], EXAMPLE_COSTS[s["action"]], "settled", NEW_EVIDENCE_SCORE, s["semantic"],
+             expected_reward(EXAMPLE_COSTS[s["action"]], NEW_EVIDENCE_SCORE, s["semantic"])) for s in plan
+        ]
+
+    total = assert_single_unforked_chain(path)
+    assert total == events_before + workers * cycles * 3
+    assert ledger_rows(path, "SELECT type, COUNT(*) FROM events WHERE seq > ? GROUP BY type ORDER BY type",
+                       (events_before,)) == [("budget.reserved", workers * cycles),
+                                             ("budget.result_recorded", workers * cycles),
+                                             ("budget.settled", workers * cycles)]
+    assert ledger_rows(path, "SELECT COUNT(*) FROM contents") == [(workers * cycles,)]
+    verify_case(path)
+
+
+# --- 3. LEDGER_BUSY ------------------------------------------------------------------------
+@pytest.mark.parametrize("how", ["storage.write", "flock on the sidecar", "plain SQLite BEGIN IMMEDIATE"])
+def test_a_writer_refused_after_its_busy_timeout_gets_a_transient_ledger_busy_and_writes_nothing(tmp_path, how):
+    path = make_package(tmp_path / "case")
+    case = start_case(path)
+    case.budget(BudgetConfig.load(EXAMPLE_BUDGET)).initialize()
+    case.close()
+    process, held, release, queue = _start_single(_worker_hold_writer_lock, str(path), how)
+    try:
+        assert held.wait(CHILD_TIMEOUT_S), "the holder never took the lock"
+        before = logical_dump(path / LEDGER)
+        impatient = Case.open(path, analysis_config=AnalysisConfig(storage={"busy_timeout_ms": 50}))
+        try:
+            budget = impatient.budget()
+            started = time.monotonic()
+            with pytest.raises(LedgerError) as refused:
+                budget.reserve("H1", "q-0001", "source.find_text")
+            waited = time.monotonic() - started
+            assert refused.value.code == "LEDGER_BUSY"
+            assert refused.value.transient is True
+            assert 0.04 <= waited < 1.5, f"refused after {waited:.3f} s with busy_timeout_ms = 50"
+            assert logical_dump(path / LEDGER) == before
+            assert not impatient.storage.conn.in_transaction
+            # still busy: a second refusal is just as clean
+            with pytest.raises(LedgerError) as again:
+                budget.reserve("H1", "q-0001", "source.find_text")
+            assert again.value.code == "LEDGER_BUSY"
+            assert logical_dump(path / LEDGER) == before
+
+            assert _finish_single(process, release, queue) == {"kind": "ok"}
+            retried = budget.reserve("H1", "q-0001", "source.find_text")
+            assert retried.reused is False
+            assert retried.seq == before_head(before) + 1
+            assert retried.state["H1"]["spent_units"] == 10
+        finally:
+            impatient.close()
+    finally:
+        release.set()
+        process.join(timeout=CHILD_TIMEOUT_S)
+    verify_case(path)
+
+
+def before_head(dump: list) -> int:
+    return max(row[0] for table, rows in dump if table == "events" for row in rows)
+
+
+def test_the_cli_reports_ledger_busy_with_exit_status_1_and_succeeds_when_rerun(tmp_path):
+    path = make_package(tmp_path / "case")
+    case = start_case(path)
+    case.budget(BudgetConfig.load(EXAMPLE_BUDGET)).initialize()
+    case.close()
+    analysis = tmp_path / "analysis.toml"
+    analysis.write_text("[storage]\nbusy_timeout_ms = 50\n", encoding="utf-8")
+    command = ("--analysis-config", str(analysis), "budget", "reserve", str(path), "H1", "q-0001", "database.lookup")
+    process, held, release, queue = _start_single(_worker_hold_writer_lock, str(path), "flock on the sidecar")
+    try:
+        assert held.wait(CHILD_TIMEOUT_S)
+        before = logical_dump(path / LEDGER)
+        refused = run_cli(*command)
+        assert refused.returncode == 1, refused.stderr
+        assert refused.stderr.decode().startswith("error: LEDGER_BUSY: ")
+        assert logical_dump(path / LEDGER) == before
+        assert _finish_single(process, release, queue) == {"kind": "ok"}
+    finally:
+        release.set()
+        process.join(timeout=CHILD_TIMEOUT_S)
+    rerun = run_cli(*command)
+    assert rerun.returncode == 0, rerun.stderr
+    assert balances(path)["H1"]["spent_units"] == 10
+
+
+# --- 4. interrupted operations -------------------------------------------------------
+def _prepare(path: Path) -> tuple[Case, dict]:
+    """A case one step before each operation under test; returns it and the calls."""
+    case = start_case(path, hypotheses=3, units=12)
+    budget = case.budget(BudgetConfig.load(EXAMPLE_BUDGET))
+    budget.initialize()
+    budget.reserve("H2", "q-0002", "source.find_text")
+    budget.reserve("H3", "q-0003", "database.lookup")
+    budget.record_result("H3", "q-0003", {"finding": "stale read"}, source_refs=["sources/app.py"])
+    calls = {
+        "reserve": lambda: budget.reserve("H1", "q-0001", "source.read_context"),
+        # new evidence with two sources: contents, results and two result_sources rows
+        "record_result": lambda: budget.record_result(
+            "H2", "q-0002", {"finding": "add() subtracts"}, source_refs=["sources/app.py", "sources/notes.txt"]),
+        # 12 - 10 + 0 = 2 < floor 5: also writes the termination row (budget_exhausted)
+        "settle": lambda: budget.settle("H3", "q-0003", 0, "not relevant"),
+    }
+    return case, calls
+
+
+def _labels_of(operation: str) -> list[str]:
+    """The fault-hook labels ``operation`` passes through, recorded on a scratch case."""
+    with tempfile.TemporaryDirectory(prefix="ledger-labels-") as scratch:
+        case, calls = _prepare(make_package(Path(scratch) / "case"))
+        try:
+            seen: list[str] = []
+            case.storage.fault_hook = seen.append
+            calls[operation]()
+            return seen
+        finally:
+            case.close()
+
+
+INTERRUPTIONS = [
+    pytest.param(operation, index, label, id=f"{operation}-{index}-{label}")
+    for operation in ("reserve", "record_result", "settle")
+    for index, label in enumerate(_labels_of(operation))
+]
+
+
+def test_the_recorded_labels_cover_every_write_of_each_operation():
+    assert _labels_of("reserve") == ["insert_event", "insert_reservation", "COMMIT"]
+    assert _labels_of("record_result") == [
+        "insert_event", "insert_content", "insert_result", "insert_result_source", "insert_result_source", "COMMIT"]
+    assert _labels_of("settle") == ["insert_event", "insert_closing", "insert_termination", "COMMIT"]
+
+
+@pytest.mark.parametrize("exc_type", [KeyboardInterrupt, RuntimeError])
+@pytest.mark.parametrize(("operation", "index", "label"), INTERRUPTIONS)
+def test_an_operation_interrupted_between_its_writes_leaves_nothing_and_the_connection_works(
+        tmp_path, operation, index, label, exc_type):
+    path = make_package(tmp_path / "case")
+    case, calls = _prepare(path)
+    try:
+        before = logical_dump(path / LEDGER)
+        seen: list[str] = []
+
+        def hook(current: str) -> None:
+            seen.append(current)
+            if len(seen) == index + 1:
+                raise exc_type(f"interrupted at {current}")
+
+        case.storage.fault_hook = hook
+        with pytest.raises(exc_type):
+            calls[operation]()
+        assert seen[-1] == label, seen
+        assert logical_dump(path / LEDGER) == before
+        assert not case.storage.conn.in_transaction
+
+        case.storage.fault_hook = None
+        result = calls[operation]()
+        assert result.reused is False
+        assert result.seq == before_head(before) + 1
+        assert calls[operation]().reused is True
+    finally:
+        case.close()
+    # neither the flock (per open file, so a second one conflicts even in this process)
+    # nor SQLite's write lock was left behind: an impatient second writer gets both at once
+    second = Case.open(path, analysis_config=AnalysisConfig(storage={"busy_timeout_ms": 50}))
+    try:
+        with second.storage.write():
+            pass
+    finally:
+        second.close()
+    verify_case(path)
+
+
+# --- 5. readers and the WAL ----------------------------------------------------------
+def test_a_long_lived_reader_does_not_block_writers_and_closing_truncates_the_wal(tmp_path):
+    path = make_package(tmp_path / "case")
+    case = start_case(path, hypotheses=2, units=10_000)
+    case.budget(BudgetConfig.load(EXAMPLE_BUDGET)).initialize()
+    case.close()
+    wal = path / (LEDGER + "-wal")
+
+    writer = Case.open(path, analysis_config=AnalysisConfig(storage={"busy_timeout_ms": 1000}))
+    budget = writer.budget()
+    process, ready, release, queue = _start_single(_worker_long_reader, str(path))
+    try:
+        assert ready.wait(CHILD_TIMEOUT_S)
+        slowest = 0.0
+        for i, step in enumerate(cycle_plan("H1", 10)):
+            for call in (lambda: budget.reserve("H1", step["action_id"], step["action"]),
+                         lambda: budget.record_result("H1", step["action_id"], step["evidence"]),
+                         lambda: budget.settle("H1", step["action_id"], step["semantic"], "assessed")):
+                started = time.monotonic()
+                assert call().reused is False
+                slowest = max(slowest, time.monotonic() - started)
+        assert slowest < 0.9, f"a write took {slowest:.3f} s while a reader was reading"
+        assert wal.stat().st_size > 0
+        reader = _finish_single(process, release, queue)
+    finally:
+        release.set()
+        process.join(timeout=CHILD_TIMEOUT_S)
+
+    assert reader["kind"] == "ok", reader
+    assert reader["reads"] > 0
+    # the reader's snapshot never moved while the writer appended 30 events
+    assert reader["counts"] == [reader["snapshot_count"]]
+    assert reader["first"] + reader["rest"] == list(range(1, reader["snapshot_count"] + 1))
+    assert reader["after"] == reader["snapshot_count"] + 30
+
+    # an idle connection stays open, so SQLite will not delete the WAL on the last close:
+    # what empties it is Case.close()'s wal_checkpoint(TRUNCATE)
+    observer = sqlite3.connect(path / LEDGER)
+    try:
+        assert observer.execute("SELECT COUNT(*) FROM events").fetchone() == (reader["after"],)
+        writer.close()
+        assert not wal.exists() or wal.stat().st_size == 0
+        assert observer.execute("SELECT COUNT(*) FROM events").fetchone() == (reader["after"],)
+    finally:
+        observer.close()
+    assert not wal.exists() or wal.stat().st_size == 0
+    verify_case(path)

@@ -1,0 +1,86 @@
+"""SPEC 5: configuration files and the policy they produce."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ledger import AnalysisConfig, BudgetConfig
+from ledger.config import DEFAULT_POLICY
+from ledger.errors import CONFIG_INVALID, LedgerError
+
+from conftest import EXAMPLE_BUDGET, REPO
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "budget.local.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_the_example_files_hold_the_spec_defaults():
+    policy = BudgetConfig.load(EXAMPLE_BUDGET).policy
+    assert policy == {**DEFAULT_POLICY, "action_costs": {
+        "source.read_context": 5, "source.find_text": 10, "database.lookup": 10, "research.lookup": 20}}
+    analysis = AnalysisConfig.load(REPO / "config" / "analysis.example.toml")
+    assert (analysis.units_per_hypothesis, analysis.max_hypotheses) == (100, 8)
+    assert analysis.storage == {"synchronous": "FULL", "busy_timeout_ms": 5000}
+    assert analysis.limits["event_bytes_max"] == 2 * 1024 * 1024
+
+
+def test_defaults_in_code_have_no_action_costs():
+    config = BudgetConfig()
+    assert config.policy["action_costs"] == {}
+    assert config.cost_units("source.read_context") == 10
+    assert config.affordability_floor_units == 10
+
+
+@pytest.mark.parametrize("text, key", [
+    ("max_reward_bps = 2500.0\n", "max_reward_bps"),
+    ("default_action_cost = true\n", "default_action_cost"),
+    ("max_reward_bps = 10000\n", "max_reward_bps"),
+    ("new_evidence_score = 101\n", "new_evidence_score"),
+    ("default_action_cost = 0\n", "default_action_cost"),
+    ("max_low_information_steps = 0\n", "max_low_information_steps"),
+    ("max_scarcity_bps = 9999\n", "max_scarcity_bps"),
+    ("surprise = 1\n", "surprise"),
+    ('[action_costs]\n"source.read_context" = 1.5\n', "action_costs.source.read_context"),
+    ('[action_costs]\n"Bad Name" = 3\n', "action_costs"),
+    ("[test_costs]\nrobot = 3\n", "test_costs.robot"),
+    ("tier_shallow_below_pct = 10\ntier_deferred_below_pct = 20\n", "tier_shallow_below_pct"),
+    ('max_reward_bps = "8000"\n', "max_reward_bps"),
+])
+def test_a_bad_budget_config_is_refused_naming_the_key(tmp_path, text, key):
+    with pytest.raises(LedgerError) as caught:
+        BudgetConfig.load(write(tmp_path, text))
+    assert caught.value.code == CONFIG_INVALID
+    assert key in caught.value.message
+
+
+def test_unparseable_or_missing_toml_is_config_invalid(tmp_path):
+    for path in (write(tmp_path, "max_reward_bps = = 1\n"), tmp_path / "absent.toml"):
+        with pytest.raises(LedgerError) as caught:
+            BudgetConfig.load(path)
+        assert caught.value.code == CONFIG_INVALID
+
+
+@pytest.mark.parametrize("data, key", [
+    ({"units_per_hypothesis": 2.0}, "units_per_hypothesis"),
+    ({"max_hypotheses": True}, "max_hypotheses"),
+    ({"storage": {"synchronous": "OFF"}}, "storage.synchronous"),
+    ({"storage": {"busy_timeout_ms": -1}}, "storage.busy_timeout_ms"),
+    ({"limits": {"budget_events_max": 0}}, "limits.budget_events_max"),
+    ({"limits": {"made_up": 1}}, "limits.made_up"),
+    ({"units": 3}, "units"),
+])
+def test_a_bad_analysis_config_is_refused_naming_the_key(data, key):
+    with pytest.raises(LedgerError) as caught:
+        AnalysisConfig.from_mapping(data)
+    assert caught.value.code == CONFIG_INVALID
+    assert key in caught.value.message
+
+
+def test_the_policy_hash_covers_every_key():
+    assert BudgetConfig().policy_sha256 != BudgetConfig.from_mapping({"max_reward_bps": 7999}).policy_sha256
+    assert BudgetConfig().policy_sha256 == BudgetConfig.from_mapping({}).policy_sha256

@@ -1,0 +1,197 @@
+"""SPEC 2: the case package, its states and revisions, input identity."""
+
+from __future__ import annotations
+
+import pytest
+
+from ledger import AnalysisConfig, BudgetConfig, Case, LedgerError
+from ledger.errors import (ACTION_PENDING, CASE_EXISTS, INVALID_ARGUMENT, INVALID_ID, INVALID_TRANSITION,
+                           LEDGER_MISSING)
+
+from conftest import EXAMPLE_BUDGET, make_package, start_case
+
+
+def test_create_records_the_genesis_event_and_a_uuid4_package_id(package):
+    with Case.create(package, "BUG-20") as case:
+        status = case.status()
+    assert status["case_id"] == "BUG-20" and status["state"] == "CREATED"
+    assert status["analysis_revision"] == 0 and status["package_generation"] == 1
+    assert len(status["package_id"]) == 36 and status["package_id"][14] == "4"
+    assert (package / "ledger.sqlite").is_file() and (package / "sources" / "app.py").is_file()
+
+
+@pytest.mark.parametrize("leftover", ["manifest.json", "analysis"])
+def test_create_refuses_a_folder_with_a_manifest_or_an_analysis_tree(package, leftover):
+    target = package / leftover
+    target.mkdir() if leftover == "analysis" else target.write_text("{}")
+    with pytest.raises(LedgerError) as caught:
+        Case.create(package, "BUG-1")
+    assert caught.value.code == CASE_EXISTS
+
+
+def test_create_refuses_a_folder_with_a_ledger(package):
+    Case.create(package, "BUG-1").close()
+    with pytest.raises(LedgerError) as caught:
+        Case.create(package, "BUG-1")
+    assert caught.value.code == CASE_EXISTS
+
+
+def test_create_refuses_a_malformed_case_id(package):
+    with pytest.raises(LedgerError) as caught:
+        Case.create(package, "bug 20")
+    assert caught.value.code == INVALID_ID
+    assert not (package / "ledger.sqlite").exists()
+
+
+def test_a_missing_ledger_beside_an_export_is_ledger_missing_never_a_fresh_ledger(package):
+    from ledger.export import export_case
+
+    with start_case(package) as case:
+        export_case(case)
+    (package / "ledger.sqlite").unlink()
+    with pytest.raises(LedgerError) as caught:
+        Case.open(package)
+    assert caught.value.code == LEDGER_MISSING
+    assert "import" in caught.value.message
+    assert not (package / "ledger.sqlite").exists()
+
+
+def test_opening_a_folder_without_a_case_is_ledger_missing(tmp_path):
+    with pytest.raises(LedgerError) as caught:
+        Case.open(tmp_path)
+    assert caught.value.code == LEDGER_MISSING
+    assert not (tmp_path / "ledger.sqlite").exists()
+
+
+def test_the_state_graph(package):
+    case = Case.create(package, "BUG-1")
+    try:
+        for target in ("INVESTIGATING_HYPOTHESES", "EVALUATING", "CLOSED", "BLOCKED", "GENERATING_HYPOTHESES"):
+            with pytest.raises(LedgerError) as caught:
+                case.transition(target)
+            assert caught.value.code == INVALID_TRANSITION
+        assert case.open_revision([{"statement": "a"}]).case_state == "GENERATING_HYPOTHESES"
+        for target in ("BLOCKED", "EVALUATING", "CLOSED", "CREATED"):
+            with pytest.raises(LedgerError) as caught:
+                case.transition(target)
+            assert caught.value.code == INVALID_TRANSITION
+        walk = ["INVESTIGATING_HYPOTHESES", "BLOCKED", "INVESTIGATING_HYPOTHESES", "EVALUATING", "CLOSED"]
+        assert [case.transition(t).case_state for t in walk] == walk
+        with pytest.raises(LedgerError) as caught:
+            case.transition("INVESTIGATING_HYPOTHESES")
+        assert caught.value.code == INVALID_TRANSITION
+        with pytest.raises(LedgerError) as caught:
+            case.transition("DONE")
+        assert caught.value.code == INVALID_ARGUMENT
+    finally:
+        case.close()
+
+
+def test_a_transition_to_the_current_state_is_a_reused_replay(case):
+    first = case.status()["package_generation"]
+    result = case.transition("INVESTIGATING_HYPOTHESES")
+    assert result.reused is True and result.seq == first
+    assert case.status()["package_generation"] == first
+
+
+def test_evaluating_is_refused_while_an_action_is_pending(case, example_policy):
+    budget = case.budget(example_policy)
+    budget.initialize()
+    budget.reserve("H2", "b1", "source.read_context")
+    with pytest.raises(LedgerError) as caught:
+        case.transition("EVALUATING")
+    assert caught.value.code == ACTION_PENDING
+    budget.fail("H2", "b1", "x")
+    assert case.transition("EVALUATING").case_state == "EVALUATING"
+
+
+def test_reopening_starts_the_next_revision_with_fresh_accounts_and_old_artifacts_stay(case, example_policy):
+    budget = case.budget(example_policy)
+    budget.initialize()
+    budget.reserve("H1", "a1", "source.read_context")
+    budget.record_result("H1", "a1", {"finding": "old"})
+    budget.settle("H1", "a1", 100, "x")
+    case.transition("EVALUATING")
+    reopened = case.open_revision([{"statement": "a new idea"}], 30)
+    assert (reopened.revision, reopened.case_state, reopened.reused) == (2, "GENERATING_HYPOTHESES", False)
+    assert [h["hypothesis_id"] for h in reopened.hypotheses] == ["H1"]
+    second = case.budget().initialize()  # no config: revision 1's policy carries over
+    assert second.state["H1"]["remaining_units"] == 30
+    budget2 = case.budget()
+    budget2.reserve("H1", "a1", "source.read_context")  # same action id, new revision: a new identity
+    result = budget2.record_result("H1", "a1", {"finding": "old"})
+    assert result.action["novelty_score"] == 0  # a fresh revision does not make old evidence new
+    rows = case.balances()
+    assert [(r["revision"], r["hypothesis_id"], r["remaining_units"]) for r in rows] == [
+        (1, "H1", 99), (1, "H2", 100), (2, "H1", 25)]
+
+
+def test_open_revision_replays_while_the_case_is_still_in_that_revision(case):
+    again = case.open_revision([{"statement": "hypothesis 1"}, {"statement": "hypothesis 2"}], 100)
+    assert again.reused is True and again.revision == 1
+    with pytest.raises(LedgerError) as caught:
+        case.open_revision([{"statement": "different"}], 100)
+    assert caught.value.code == INVALID_TRANSITION
+
+
+@pytest.mark.parametrize("hypotheses, units", [
+    ([], None), ([{"statement": " "}], None), ([{"statement": "a", "extra": 1}], None),
+    ([{"statement": f"h{i}"} for i in range(9)], None), ("not a list", None),
+    ([{"statement": "a"}], 0), ([{"statement": "a"}], True), ([{"statement": "a"}], 1.5),
+])
+def test_open_revision_refuses_bad_batches(package, hypotheses, units):
+    with Case.create(package, "BUG-1") as case:
+        with pytest.raises(LedgerError) as caught:
+            case.open_revision(hypotheses, units)
+        assert caught.value.code == INVALID_ARGUMENT
+        assert case.status()["package_generation"] == 1
+
+
+def test_max_hypotheses_comes_from_the_analysis_config(package):
+    with Case.create(package, "BUG-1", analysis_config=AnalysisConfig(max_hypotheses=2)) as case:
+        with pytest.raises(LedgerError):
+            case.open_revision([{"statement": "a"}, {"statement": "b"}, {"statement": "c"}])
+        result = case.open_revision([{"statement": "a"}, {"statement": "b"}])
+        assert [h["allocation_units"] for h in result.hypotheses] == [100, 100]
+
+
+def test_input_identity_ignores_the_ledgers_own_files_and_sees_every_input(case, example_policy):
+    from ledger.export import export_case
+
+    before = case.input_identity()
+    budget = case.budget(example_policy)
+    budget.initialize()
+    budget.reserve("H1", "a1", "source.read_context")
+    budget.record_result("H1", "a1", {"x": 1}, ["sources/app.py"])
+    export_case(case)
+    assert case.input_identity() == before
+    (case.path / "analysis" / "notes.txt").write_text("mine")
+    changed = case.input_identity()
+    assert changed != before
+    (case.path / "analysis" / "notes.txt").unlink()
+    (case.path / "sources" / "app.py").write_text("changed")
+    assert case.input_identity() not in (before, changed)
+
+
+def test_an_interrupted_init_can_simply_be_run_again(package):
+    # the first init died after creating the file but before its transaction committed
+    import sqlite3
+
+    sqlite3.connect(package / "ledger.sqlite").close()
+    with pytest.raises(LedgerError) as caught:
+        Case.open(package)
+    assert caught.value.code == LEDGER_MISSING
+    with Case.create(package, "BUG-1") as case:
+        assert case.status()["case_id"] == "BUG-1"
+
+
+def test_a_bad_at_is_invalid_argument_and_a_clock_stepping_back_is_clamped(case, example_policy):
+    budget = case.budget(example_policy)
+    budget.initialize(at="2030-01-01T00:00:00Z")
+    for bad in ("yesterday", "2030-01-01T00:00:00+02:00", "2030-02-30T00:00:00Z", 5):
+        with pytest.raises(LedgerError) as caught:
+            budget.reserve("H1", "a1", "source.read_context", at=bad)
+        assert caught.value.code == INVALID_ARGUMENT
+    budget.reserve("H1", "a1", "source.read_context", at="2020-01-01T00:00:00Z")
+    times = [r["created_at"] for r in case.query("SELECT created_at FROM events ORDER BY seq")]
+    assert times[-1] == "2030-01-01T00:00:00.000000Z" and times == sorted(times)
