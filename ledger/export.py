@@ -605,8 +605,10 @@ def import_tree(source: str | os.PathLike[str], to: str | os.PathLike[str] | Non
         relative = content_path(sha)
         return files[relative].read_bytes() if relative in files else None
 
+    dest_existed = dest.exists()
     dest.mkdir(parents=True, exist_ok=True)
     building = dest / (LEDGER_FILE + "-import")
+    scratch_files = [Path(str(building) + suffix) for suffix in ("", "-wal", "-shm", "-lock")]
     created: list[Path] = []
     try:
         if not in_place:
@@ -617,7 +619,7 @@ def import_tree(source: str | os.PathLike[str], to: str | os.PathLike[str] | Non
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(full, target)
                 created.append(target)
-        for leftover in (building, Path(str(building) + "-wal"), Path(str(building) + "-shm")):
+        for leftover in scratch_files:
             leftover.unlink(missing_ok=True)
         storage = Storage.create(building)
         try:
@@ -641,12 +643,17 @@ def import_tree(source: str | os.PathLike[str], to: str | os.PathLike[str] | Non
         os.replace(building, dest / LEDGER_FILE)
         _fsync_dir(dest)
     except BaseException:
-        for leftover in (building, Path(str(building) + "-wal"), Path(str(building) + "-shm")):
-            leftover.unlink(missing_ok=True)
-        if not in_place:
+        # writes nothing on failure: remove what this import made
+        if not dest_existed:
+            shutil.rmtree(dest, ignore_errors=True)
+        else:
             for target in created:
                 target.unlink(missing_ok=True)
+        for leftover in scratch_files:
+            leftover.unlink(missing_ok=True)
         raise
+    for leftover in scratch_files:
+        leftover.unlink(missing_ok=True)
     with Case.open(dest) as case:
         export_case(case)
     return verify_case(dest)
