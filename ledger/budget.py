@@ -9,7 +9,7 @@ current state with ``reused=True`` and writes nothing.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable
 
 from . import errors as E
@@ -48,9 +48,15 @@ class BudgetResult:
     action: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        if self.action is None:
-            del out["action"]
+        """A JSON-ready copy (what journal result lines carry)."""
+        out = {
+            "package_path": self.package_path, "revision": self.revision, "seq": self.seq,
+            "event_ref": self.event_ref, "state": {h: dict(a) for h, a in self.state.items()},
+            "reused": self.reused, "investigable": list(self.investigable),
+            "ready_for_evaluation": self.ready_for_evaluation,
+        }
+        if self.action is not None:
+            out["action"] = dict(self.action)
         return out
 
 

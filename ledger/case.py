@@ -182,6 +182,20 @@ class Case:
                                            check_limits=check_limits)
             return appended, appended.seq, view
 
+    def batch(self):
+        """Group commit: operations inside share one durable transaction (one fsync).
+
+        Each operation still succeeds or fails alone (a savepoint each) and returns
+        the same result as outside a batch, but nothing is durable until the
+        ``with`` block ends. Use for journals and bulk loads; keep batches short, as
+        other writers wait meanwhile::
+
+            with case.batch():
+                budget.reserve("H1", "q1", "source.read_context")
+                budget.reserve("H2", "q2", "source.read_context")
+        """
+        return self.storage.batch()
+
     def event_ref(self, seq: int) -> str:
         """Export path of event ``seq`` (SPEC 9)."""
         row = self.storage.one("event_by_seq", seq=seq)

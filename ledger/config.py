@@ -101,6 +101,7 @@ class BudgetConfig:
                 key="tier_shallow_below_pct",
             )
         object.__setattr__(self, "policy", merged)
+        object.__setattr__(self, "_policy_sha256", canonical_sha256(merged))
 
     @classmethod
     def load(cls, path: str | Path) -> "BudgetConfig":
@@ -117,7 +118,7 @@ class BudgetConfig:
     @property
     def policy_sha256(self) -> str:
         """sha256 of the canonical policy: what budget events carry as ``policy_sha256``."""
-        return canonical_sha256(self.policy)
+        return self._policy_sha256  # type: ignore[attr-defined]
 
     def cost_units(self, action: str) -> int:
         """Cost of ``action``: its ``action_costs`` entry, else ``default_action_cost`` (SPEC 6.1)."""

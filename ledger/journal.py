@@ -14,6 +14,7 @@ simply be run again: what was done comes back ``reused``.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
@@ -113,25 +114,49 @@ def run_operation(case: Case, budget: BudgetManager, line: dict[str, Any]) -> tu
 
 
 def apply_journal(case: Case, lines: Iterable[str | bytes], *, budget: BudgetManager | None = None,
-                  keep_going: bool = False) -> Iterator[LineResult]:
+                  keep_going: bool = False, batch_size: int = 1) -> Iterator[LineResult]:
     """Apply journal ``lines`` to ``case``, yielding one :class:`LineResult` per non-blank line.
 
     ``budget`` defaults to ``case.budget()`` (the frozen policy). Stops after the
-    first failed line unless ``keep_going``.
+    first failed line unless ``keep_going``. With ``batch_size`` > 1, up to that
+    many lines share one transaction (group commit, :meth:`Case.batch`); each
+    line still succeeds or fails alone, and results are yielded only after their
+    batch committed, so every yielded result is durable.
     """
     budget = budget or case.budget()
+    if type(batch_size) is not int or batch_size < 1:
+        raise LedgerError(E.INVALID_ARGUMENT, f"batch_size must be an integer >= 1, got {batch_size!r}")
+    pending: list[tuple[int, str | bytes]] = []
+    stopped = False
+
+    def run_batch(chunk: list[tuple[int, str | bytes]]) -> list[LineResult]:
+        nonlocal stopped
+        done: list[LineResult] = []
+        with case.batch() if batch_size > 1 else nullcontext():
+            for number, text in chunk:
+                try:
+                    parsed = parse_line(text)
+                    seq, reused, result = run_operation(case, budget, parsed)
+                except LedgerError as exc:
+                    done.append(LineResult(number, False, error=exc))
+                    if not keep_going:
+                        stopped = True
+                        break
+                    continue
+                done.append(LineResult(number, True, seq, reused, result))
+        return done
+
     for number, text in enumerate(lines, start=1):
         if not (text.strip() if isinstance(text, (str, bytes)) else text):
             continue
-        try:
-            parsed = parse_line(text)
-            seq, reused, result = run_operation(case, budget, parsed)
-        except LedgerError as exc:
-            yield LineResult(number, False, error=exc)
-            if not keep_going:
+        pending.append((number, text))
+        if len(pending) >= batch_size:
+            yield from run_batch(pending)
+            pending = []
+            if stopped:
                 return
-            continue
-        yield LineResult(number, True, seq, reused, result)
+    if pending:
+        yield from run_batch(pending)
 
 
 def open_for_journal(path: str, *, create_case_id: str | None = None, **options: Any) -> Case:

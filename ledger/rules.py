@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol, Sequence
 
 from . import errors as E
-from .canonical import canonical_bytes, canonical_sha256, check_int, check_json_value
+from .canonical import canonical_bytes, canonical_sha256, check_int, check_json_value, sha256_hex
 from .config import BudgetConfig
 from .errors import LedgerError
 
@@ -109,8 +109,9 @@ class LedgerView(Protocol):
 
     def case(self) -> dict[str, Any] | None: ...  # case_id, package_id, state, state_seq, revision
     def revision(self, revision: int) -> dict[str, Any] | None: ...
-    def policy(self, revision: int) -> tuple[dict[str, Any], str] | None: ...
+    def policy_config(self, revision: int) -> BudgetConfig: ...  # the frozen policy
     def previous_policy(self, revision: int) -> tuple[dict[str, Any], str] | None: ...
+    def budget_head(self, revision: int) -> dict[str, Any] | None: ...  # newest budget event's state
     def accounts(self, revision: int) -> dict[str, dict[str, Any]]: ...
     def operation(self, key: str) -> tuple[int, str] | None: ...
     def action(self, revision: int, hypothesis_id: str, action_id: str) -> dict[str, Any] | None: ...
@@ -156,8 +157,16 @@ def _check_reason(value: Any) -> str:
         raise LedgerError(E.INVALID_ARGUMENT, f"reason must be a string, got {type(value).__name__}")
     if len(value) > REASON_CHARS_MAX:
         raise LedgerError(E.INVALID_ARGUMENT, f"reason longer than {REASON_CHARS_MAX} characters")
-    canonical_bytes(value)  # lone surrogates
+    _check_text(value, "reason")
     return value
+
+
+def _check_text(value: str, what: str) -> None:
+    """Lone surrogates have no UTF-8 (and no canonical JSON) form."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise LedgerError(E.INVALID_JSON, f"{what} contains a lone surrogate") from None
 
 
 def shape_create(case_id: Any, package_id: Any) -> dict[str, Any]:
@@ -191,7 +200,7 @@ def shape_open_revision(hypotheses: Any, units_per_hypothesis: Any, *,
             raise LedgerError(
                 E.INVALID_ARGUMENT, f"hypothesis {index}: statement longer than {STATEMENT_CHARS_MAX} characters"
             )
-        canonical_bytes(statement)
+        _check_text(statement, f"hypothesis {index} statement")
         batch.append({"statement": statement})
     units = default_units if units_per_hypothesis is None else units_per_hypothesis
     check_int(units, "units_per_hypothesis", minimum=1)
@@ -234,7 +243,7 @@ def shape_record_result(hypothesis_id: Any, action_id: Any, evidence: Any, sourc
         )
     refs = check_source_ref_list(source_refs)
     request = {"op": "record_result", "hypothesis_id": hypothesis_id, "action_id": action_id,
-               "evidence_sha256": canonical_sha256(evidence), "source_refs": refs}
+               "evidence_sha256": sha256_hex(payload), "source_refs": refs}
     return request, payload
 
 
@@ -252,7 +261,7 @@ def check_source_ref_list(source_refs: Any) -> list[str]:
             raise LedgerError(E.SOURCE_REF_INVALID, f"source ref must be a non-empty path string, got {str(ref)[:80]!r}")
         if ref in seen:
             raise LedgerError(E.SOURCE_REF_INVALID, f"source ref {ref!r} listed twice")
-        canonical_bytes(ref)
+        _check_text(ref, "source ref")
         seen.add(ref)
     return list(source_refs)
 
@@ -447,17 +456,17 @@ def _budget_prelude(view: LedgerView, request: Mapping[str, Any], config: Budget
             E.CASE_STATE, f"budget changes need GENERATING_HYPOTHESES or INVESTIGATING_HYPOTHESES; the case is {case['state']}",
             state=case["state"],
         )
-    frozen = view.policy(revision)
-    if frozen is None:
+    head = view.budget_head(revision)
+    if head is None:
         raise LedgerError(E.NOT_INITIALIZED, f"revision {revision} has no budget yet; run initialize first")
-    accounts = view.accounts(revision)
+    accounts = head["accounts"]
     hypothesis_id = request.get("hypothesis_id")
     if hypothesis_id is not None and hypothesis_id not in accounts:
         raise LedgerError(
             E.UNKNOWN_HYPOTHESIS, f"revision {revision} has no hypothesis {hypothesis_id}",
             hypothesis_id=hypothesis_id,
         )
-    policy_dict, policy_sha256 = frozen
+    policy_sha256 = head["policy_sha256"]
     if config is not None and config.policy_sha256 != policy_sha256:
         raise LedgerError(
             E.BUDGET_POLICY_CHANGED,
@@ -465,9 +474,8 @@ def _budget_prelude(view: LedgerView, request: Mapping[str, Any], config: Budget
             "open the case without a config or with the frozen policy",
             frozen_policy_sha256=policy_sha256, configured_policy_sha256=config.policy_sha256,
         )
-    info = view.revision(revision)
-    ctx = _BudgetContext(case, revision, BudgetConfig.from_mapping(policy_dict), policy_sha256,
-                         accounts, info["hypothesis_batch_sha256"] if info else "")
+    ctx = _BudgetContext(case, revision, view.policy_config(revision), policy_sha256,
+                         accounts, head["hypothesis_batch_sha256"])
     return None, ctx, key
 
 

@@ -19,7 +19,7 @@ import sqlite3
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 from urllib.request import pathname2url
@@ -30,7 +30,7 @@ from . import errors as E
 from ._resources import resource_dir
 from .canonical import ZERO_SHA256, canonical_bytes, sha256_hex
 from .clock import utc_now
-from .config import DEFAULT_LIMITS, DEFAULT_STORAGE
+from .config import DEFAULT_LIMITS, DEFAULT_STORAGE, BudgetConfig
 from .errors import LedgerError
 from .rules import TERMINAL_STATUSES, Draft
 
@@ -230,6 +230,7 @@ class Storage:
         self.limits = {**DEFAULT_LIMITS, **(limits or {})}
         self._lock = WriterLock(path.with_name(path.name + LOCK_SUFFIX))
         self._in_write = False
+        self._in_batch = False
         #: Test hook: called with a label before every write statement and the COMMIT.
         self.fault_hook: Callable[[str], None] | None = None
         with translate_sqlite_errors():
@@ -355,6 +356,9 @@ class Storage:
             with translate_sqlite_errors():
                 if self.conn.in_transaction:
                     self.conn.execute("ROLLBACK")
+                # a reader elsewhere holding a snapshot would make TRUNCATE wait the whole
+                # busy timeout and still fail; wait briefly, and leave the WAL to a later close
+                self.conn.execute(f"PRAGMA busy_timeout = {min(100, int(self.settings['busy_timeout_ms']))}")
                 self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
         except LedgerError:
             pass  # a busy reader elsewhere keeps the WAL; closing must still succeed
@@ -366,11 +370,17 @@ class Storage:
     def write(self) -> Iterator["Storage"]:
         """One ``BEGIN IMMEDIATE … COMMIT``; any exception (``KeyboardInterrupt`` too) rolls back.
 
-        Raises ``LEDGER_BUSY`` when the writer lock is not obtained within
-        ``busy_timeout_ms``; the connection stays usable after every failure.
+        Inside :meth:`batch` it is a ``SAVEPOINT`` instead, so a refused operation
+        rolls back alone. Raises ``LEDGER_BUSY`` when the writer lock is not
+        obtained within ``busy_timeout_ms``; the connection stays usable after
+        every failure.
         """
+        if self._in_batch:
+            with self._savepoint():
+                yield self
+            return
         if self._in_write:
-            raise RuntimeError("Storage.write() does not nest")
+            raise RuntimeError("Storage.write() does not nest outside a batch")
         fd = self._lock.acquire(int(self.settings["busy_timeout_ms"]))
         self._in_write = True
         try:
@@ -388,6 +398,36 @@ class Storage:
         finally:
             self._in_write = False
             WriterLock.release(fd)
+
+    @contextmanager
+    def batch(self) -> Iterator["Storage"]:
+        """Group commit: one transaction (and one fsync) for every :meth:`write` inside.
+
+        Each operation runs in its own savepoint, so a refused one rolls back
+        alone; nothing inside is durable until the batch commits, and an
+        exception escaping the batch rolls all of it back.
+        """
+        with self.write():
+            self._in_batch = True
+            try:
+                yield self
+            finally:
+                self._in_batch = False
+
+    @contextmanager
+    def _savepoint(self) -> Iterator[None]:
+        with translate_sqlite_errors():
+            self.conn.execute("SAVEPOINT operation")
+            try:
+                yield
+            except BaseException:
+                try:
+                    self.conn.execute("ROLLBACK TO operation")
+                    self.conn.execute("RELEASE operation")
+                except sqlite3.Error:
+                    pass  # the batch's own rollback will clean up
+                raise
+            self.conn.execute("RELEASE operation")
 
     def _rollback(self) -> None:
         try:
@@ -539,6 +579,12 @@ class Storage:
                          **key)
 
 
+@lru_cache(maxsize=64)
+def _policy_config(policy_json: str) -> BudgetConfig:
+    """Frozen policies are validated once per process, not on every operation."""
+    return BudgetConfig.from_mapping(json.loads(policy_json))
+
+
 class SqlView:
     """The rules' :class:`~ledger.rules.LedgerView` over a :class:`Storage`: indexed, bounded reads."""
 
@@ -546,11 +592,11 @@ class SqlView:
         self.storage = storage
 
     def case(self) -> dict[str, Any] | None:
-        identity = self.storage.one("case_identity")
-        if identity is None:
+        row = self.storage.one("case_head")
+        if row is None:
             return None
-        seq, revision, state = self.storage.one("lifecycle_head")
-        return {"case_id": identity[0], "package_id": identity[1], "state": state,
+        case_id, package_id, seq, revision, state = row
+        return {"case_id": case_id, "package_id": package_id, "state": state,
                 "state_seq": seq, "revision": revision}
 
     def revision(self, revision: int) -> dict[str, Any] | None:
@@ -565,39 +611,41 @@ class SqlView:
                 "max_hypotheses": row[3], "hypothesis_batch_sha256": row[4], "hypotheses": hypotheses,
                 "hypotheses_request": [{"statement": h["statement"]} for h in hypotheses]}
 
-    def policy(self, revision: int) -> tuple[dict[str, Any], str] | None:
+    def policy_config(self, revision: int) -> BudgetConfig:
         row = self.storage.one("policy", revision=revision)
-        return (json.loads(row[0]), row[1]) if row else None
+        return _policy_config(row[0])
 
     def previous_policy(self, revision: int) -> tuple[dict[str, Any], str] | None:
         row = self.storage.one("latest_policy_before", revision=revision)
         return (json.loads(row[0]), row[1]) if row else None
 
-    def accounts(self, revision: int) -> dict[str, dict[str, Any]]:
+    def budget_head(self, revision: int) -> dict[str, Any] | None:
         row = self.storage.one("latest_budget_body", revision=revision)
         if row is None:
-            return {}
-        return {a["hypothesis_id"]: a for a in json.loads(row[0])["accounts"]}
+            return None
+        body = json.loads(row[0])
+        return {"policy_sha256": body["policy_sha256"],
+                "hypothesis_batch_sha256": body["hypothesis_batch_sha256"],
+                "accounts": {a["hypothesis_id"]: a for a in body["accounts"]}}
+
+    def accounts(self, revision: int) -> dict[str, dict[str, Any]]:
+        head = self.budget_head(revision)
+        return head["accounts"] if head else {}
 
     def operation(self, key: str) -> tuple[int, str] | None:
         row = self.storage.one("operation", operation_key=key)
         return (row[0], row[1]) if row else None
 
     def action(self, revision: int, hypothesis_id: str, action_id: str) -> dict[str, Any] | None:
-        key = {"revision": revision, "hypothesis_id": hypothesis_id, "action_id": action_id}
-        reservation = self.storage.one("reservation", **key)
-        if reservation is None:
+        row = self.storage.one("action_state", revision=revision, hypothesis_id=hypothesis_id, action_id=action_id)
+        if row is None:
             return None
-        result = self.storage.one("result", **key)
-        closing = self.storage.one("closing", **key)
-        status = closing[0] if closing else ("awaiting_assessment" if result else "reserved")
+        action, cost, novelty, outcome, semantic, information, reward, recorded = row
         return {
-            "hypothesis_id": hypothesis_id, "action_id": action_id, "action": reservation[0],
-            "cost_units": reservation[1], "status": status,
-            "novelty_score": result[0] if result else None,
-            "semantic_score": closing[1] if closing else None,
-            "information_score": closing[2] if closing else None,
-            "reward_units": closing[3] if closing else None,
+            "hypothesis_id": hypothesis_id, "action_id": action_id, "action": action, "cost_units": cost,
+            "status": outcome or ("awaiting_assessment" if recorded else "reserved"),
+            "novelty_score": novelty, "semantic_score": semantic,
+            "information_score": information, "reward_units": reward,
         }
 
     def content_seen(self, sha256: str) -> bool:

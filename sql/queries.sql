@@ -10,6 +10,10 @@ SELECT case_id, package_id FROM case_identity LIMIT 1;
 -- name: lifecycle_head
 SELECT seq, revision, state FROM lifecycle ORDER BY seq DESC LIMIT 1;
 
+-- name: case_head
+SELECT ci.case_id, ci.package_id, l.seq, l.revision, l.state
+FROM case_identity AS ci, (SELECT seq, revision, state FROM lifecycle ORDER BY seq DESC LIMIT 1) AS l;
+
 -- name: stream_count_case
 -- case events never go back in revision, so the last by (revision, stream_seq) is the newest
 SELECT COALESCE((SELECT stream_seq FROM events WHERE stream = 'case'
@@ -60,6 +64,16 @@ WHERE revision = :revision AND hypothesis_id = :hypothesis_id AND action_id = :a
 -- name: closing
 SELECT outcome, semantic_score, information_score, reward_units FROM closings
 WHERE revision = :revision AND hypothesis_id = :hypothesis_id AND action_id = :action_id;
+
+-- name: action_state
+SELECT r.action, r.cost_units, res.novelty_score, c.outcome, c.semantic_score, c.information_score,
+       c.reward_units, res.action_id IS NOT NULL
+FROM reservations AS r
+LEFT JOIN results AS res
+    ON res.revision = r.revision AND res.hypothesis_id = r.hypothesis_id AND res.action_id = r.action_id
+LEFT JOIN closings AS c
+    ON c.revision = r.revision AND c.hypothesis_id = r.hypothesis_id AND c.action_id = r.action_id
+WHERE r.revision = :revision AND r.hypothesis_id = :hypothesis_id AND r.action_id = :action_id;
 
 -- name: content_exists
 SELECT 1 FROM contents WHERE sha256 = :sha256;

@@ -73,14 +73,19 @@ def assert_single_unforked_chain(path: Path) -> int:
     return len(rows)
 
 
+def before_head(dump: list) -> int:
+    """The newest ``seq`` in a :func:`logical_dump`."""
+    return max(row[0] for table, rows in dump if table == "events" for row in rows)
+
+
 # --- process plumbing ---------------------------------------------------------------
-def run_workers(target, args_per_worker: list[tuple], *, barrier: bool = True) -> list:
+def run_workers(target, args_per_worker: list[tuple]) -> list:
     """Start one spawned process per ``args`` tuple, all released together by a barrier.
 
     Each worker is called as ``target(*args, barrier, queue)`` and must put exactly one
     message on ``queue``. Returns the messages (in completion order).
     """
-    sync = SPAWN.Barrier(len(args_per_worker)) if barrier else None
+    sync = SPAWN.Barrier(len(args_per_worker))
     queue = SPAWN.Queue()
     processes = [SPAWN.Process(target=target, args=(*args, sync, queue), daemon=True) for args in args_per_worker]
     for process in processes:
@@ -143,7 +148,7 @@ def cycle_plan(hypothesis: str, cycles: int) -> list[dict]:
 def _worker_cycles(path: str, hypothesis: str, cycles: int, barrier, queue) -> None:
     """Run ``cycles`` reserve → record_result → settle on one hypothesis, reporting every error.
 
-    A refused step is retried (at most 50 times) so that one LEDGER_BUSY does not
+    A refused step is retried (at most 3 times) so that one LEDGER_BUSY does not
     cascade into ACTION_PENDING/UNKNOWN_ACTION noise; every refusal is still reported.
     """
     errors: list[dict] = []
@@ -161,7 +166,7 @@ def _worker_cycles(path: str, hypothesis: str, cycles: int, barrier, queue) -> N
                     ("settle", lambda s=step: budget.settle(hypothesis, s["action_id"], s["semantic"], "assessed")),
                 ]
                 for name, call in calls:
-                    for _attempt in range(50):
+                    for _attempt in range(3):
                         started = time.monotonic()
                         try:
                             call()
@@ -452,10 +457,6 @@ def test_a_writer_refused_after_its_busy_timeout_gets_a_transient_ledger_busy_an
         release.set()
         process.join(timeout=CHILD_TIMEOUT_S)
     verify_case(path)
-
-
-def before_head(dump: list) -> int:
-    return max(row[0] for table, rows in dump if table == "events" for row in rows)
 
 
 def test_the_cli_reports_ledger_busy_with_exit_status_1_and_succeeds_when_rerun(tmp_path):
