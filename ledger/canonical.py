@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from functools import lru_cache
+from typing import Any, Mapping
 
 import rfc8785
 
@@ -38,6 +39,65 @@ def canonical_bytes(value: Any) -> bytes:
         raise LedgerError(INVALID_JSON, f"no canonical JSON form: {exc}") from None
     except RecursionError:
         raise LedgerError(INVALID_JSON, "JSON nested too deeply") from None
+
+
+def _utf16_order(key: str) -> bytes:
+    return key.encode("utf-16-be")  # RFC 8785 sorts member names by UTF-16 code units
+
+
+@lru_cache(maxsize=256)
+def _member_name(key: str) -> bytes:
+    return canonical_bytes(key)
+
+
+@lru_cache(maxsize=4096)
+def _cached_scalar(kind: str, value: Any) -> bytes:
+    return canonical_bytes(value)  # hashes, ids and format names repeat from event to event
+
+
+@lru_cache(maxsize=4096)
+def _cached_canonical(frozen: tuple) -> bytes:
+    return canonical_bytes({key: value for key, _, value in frozen})
+
+
+def _flat_members(value: dict) -> tuple | None:
+    """``(key, type name, value)`` of a flat dict of scalars (the type keeps 1 and True apart)."""
+    members = []
+    for key, item in value.items():
+        if item is not None and type(item) not in (str, int):
+            return None
+        members.append((key, type(item).__name__, item))
+    return tuple(members)
+
+
+def canonical_event_bytes(body: Mapping[str, Any]) -> bytes:
+    """Canonical bytes of an event body: equal to ``canonical_bytes(body)``, built faster.
+
+    Each member value is canonicalized by ``rfc8785``; this function only joins
+    them in RFC 8785 member order. Flat dicts of strings and integers inside
+    lists (the accounts every budget event repeats) are canonicalized once per
+    distinct content and then reused. ``tests/test_canonical.py`` checks the
+    equality with ``rfc8785.dumps`` on generated bodies and on every stored event.
+    """
+    if type(body) is not dict:
+        return canonical_bytes(body)
+    parts = []
+    for key in sorted(body, key=_utf16_order):
+        if type(key) is not str:
+            return canonical_bytes(body)  # let rfc8785 report the bad key
+        value = body[key]
+        if type(value) is list and value and all(type(item) is dict for item in value):
+            encoded_items = []
+            for item in value:
+                frozen = _flat_members(item)
+                encoded_items.append(canonical_bytes(item) if frozen is None else _cached_canonical(frozen))
+            encoded = b"[" + b",".join(encoded_items) + b"]"
+        elif value is None or type(value) in (str, int):
+            encoded = _cached_scalar(type(value).__name__, value)
+        else:
+            encoded = canonical_bytes(value)
+        parts.append(_member_name(key) + b":" + encoded)
+    return b"{" + b",".join(parts) + b"}"
 
 
 def sha256_hex(data: bytes) -> str:

@@ -28,7 +28,7 @@ from urllib.request import pathname2url
 
 from . import errors as E
 from . import rules
-from .canonical import canonical_bytes, parse_json, sha256_hex
+from .canonical import canonical_bytes, canonical_event_bytes, parse_json, sha256_hex
 from .case import ANALYSIS_DIR, EXPORT_TEMP_PREFIX, MANIFEST_FILE, Case, is_ledger_own
 from .config import BudgetConfig
 from .errors import LedgerError
@@ -221,7 +221,7 @@ class Replayer:
             raise _bad(seq, "stored event is not a JSON object")
         if body.get("seq") != seq:
             raise _bad(seq, f"expected event seq {seq}, found {body.get('seq')!r} (deleted, duplicated or reordered history)")
-        if canonical_bytes(body) != data:
+        if canonical_event_bytes(body) != data:
             raise _bad(seq, "stored bytes are not the canonical form of the event")
         if body.get("parent_sha256") != self.previous_sha:
             raise _bad(seq, "parent_sha256 does not match the previous event (reordered, forked or edited history)")
@@ -238,7 +238,7 @@ class Replayer:
         rebuilt = dict(draft.fields)
         rebuilt.update(seq=seq, parent_sha256=self.previous_sha, created_at=body["created_at"],
                        actor=body["actor"], request=draft.request)
-        expected = canonical_bytes(rebuilt)
+        expected = canonical_event_bytes(rebuilt)
         if expected != data:
             keys = sorted(k for k in set(rebuilt) | set(body) if rebuilt.get(k) != body.get(k))
             raise _bad(seq, f"event differs from its recomputation from the request in: {', '.join(keys)}",

@@ -28,7 +28,7 @@ import sqlite_utils
 
 from . import errors as E
 from ._resources import resource_dir
-from .canonical import ZERO_SHA256, canonical_bytes, sha256_hex
+from .canonical import ZERO_SHA256, canonical_bytes, canonical_event_bytes, sha256_hex
 from .clock import utc_now
 from .config import DEFAULT_LIMITS, DEFAULT_STORAGE, BudgetConfig
 from .errors import LedgerError
@@ -496,7 +496,7 @@ class Storage:
         body = dict(draft.fields)
         body.update(seq=seq + 1, parent_sha256=parent, created_at=created_at, actor=actor,
                     request=draft.request)
-        data = canonical_bytes(body)
+        data = canonical_event_bytes(body)
         if check_limits and len(data) > self.limits["event_bytes_max"]:
             raise LedgerError(
                 E.LIMIT_REACHED, f"event of {len(data)} bytes exceeds event_bytes_max = {self.limits['event_bytes_max']}",

@@ -20,13 +20,17 @@ CREATE TABLE events (
     stream TEXT NOT NULL CHECK (stream IN ('case', 'budget')),
     stream_seq INTEGER NOT NULL,
     created_at TEXT NOT NULL,
-    sha256 TEXT NOT NULL UNIQUE,
+    sha256 TEXT NOT NULL,
     parent_sha256 TEXT NOT NULL,
-    operation_key TEXT UNIQUE,
+    operation_key TEXT,
     request_sha256 TEXT,
     body TEXT NOT NULL
 );
-CREATE UNIQUE INDEX events_by_stream ON events (stream, revision, stream_seq);
+-- Plain (not UNIQUE) indexes: the only uniqueness constraint is the seq key, which the
+-- insert trigger pins to "last seq + 1", so INSERT OR REPLACE has nothing to replace.
+-- operation_key uniqueness is checked by the trigger; sha256 follows from the chain.
+CREATE INDEX events_by_operation ON events (operation_key) WHERE operation_key IS NOT NULL;
+CREATE INDEX events_by_stream ON events (stream, revision, stream_seq);
 
 -- Content-addressed canonical JSON (evidence payloads).
 CREATE TABLE contents (
@@ -162,14 +166,13 @@ CREATE TABLE terminations (
 -- events: seq continuity and parent hash, so no edit, reorder or fork from raw SQL.
 CREATE TRIGGER events_insert_chain BEFORE INSERT ON events
 BEGIN
-    SELECT RAISE(ABORT, 'append-only: events.seq must be the last seq + 1')
-    WHERE NEW.seq IS NOT (SELECT COALESCE(MAX(seq), 0) + 1 FROM events);
-    SELECT RAISE(ABORT, 'append-only: events.parent_sha256 must be the sha256 of the previous event')
-    WHERE NEW.parent_sha256 IS NOT COALESCE(
-        (SELECT sha256 FROM events ORDER BY seq DESC LIMIT 1),
-        '0000000000000000000000000000000000000000000000000000000000000000');
-    SELECT RAISE(ABORT, 'append-only: duplicate events.sha256')
-    WHERE EXISTS (SELECT 1 FROM events WHERE sha256 = NEW.sha256);
+    SELECT RAISE(ABORT, 'append-only: the first event must have seq 1 and a zero parent')
+    WHERE NOT EXISTS (SELECT 1 FROM events)
+      AND (NEW.seq IS NOT 1
+           OR NEW.parent_sha256 IS NOT '0000000000000000000000000000000000000000000000000000000000000000');
+    SELECT RAISE(ABORT, 'append-only: events.seq must be the last seq + 1 and parent_sha256 its sha256')
+    FROM (SELECT seq, sha256 FROM events ORDER BY seq DESC LIMIT 1) AS last
+    WHERE NEW.seq IS NOT last.seq + 1 OR NEW.parent_sha256 IS NOT last.sha256;
     SELECT RAISE(ABORT, 'append-only: duplicate events.operation_key')
     WHERE NEW.operation_key IS NOT NULL
       AND EXISTS (SELECT 1 FROM events WHERE operation_key = NEW.operation_key);

@@ -4,15 +4,9 @@
 -- name: head
 SELECT seq, sha256, created_at FROM events ORDER BY seq DESC LIMIT 1;
 
--- name: case_identity
-SELECT case_id, package_id FROM case_identity LIMIT 1;
-
--- name: lifecycle_head
-SELECT seq, revision, state FROM lifecycle ORDER BY seq DESC LIMIT 1;
-
 -- name: case_head
-SELECT ci.case_id, ci.package_id, l.seq, l.revision, l.state
-FROM case_identity AS ci, (SELECT seq, revision, state FROM lifecycle ORDER BY seq DESC LIMIT 1) AS l;
+SELECT (SELECT case_id FROM case_identity), (SELECT package_id FROM case_identity), seq, revision, state
+FROM lifecycle ORDER BY seq DESC LIMIT 1;
 
 -- name: stream_count_case
 -- case events never go back in revision, so the last by (revision, stream_seq) is the newest
@@ -53,18 +47,6 @@ SELECT seq, request_sha256, type FROM events WHERE operation_key = :operation_ke
 SELECT seq, type, revision, stream, stream_seq, created_at, sha256, parent_sha256, operation_key, request_sha256, body
 FROM events WHERE seq = :seq;
 
--- name: reservation
-SELECT action, cost_units FROM reservations
-WHERE revision = :revision AND hypothesis_id = :hypothesis_id AND action_id = :action_id;
-
--- name: result
-SELECT novelty_score FROM results
-WHERE revision = :revision AND hypothesis_id = :hypothesis_id AND action_id = :action_id;
-
--- name: closing
-SELECT outcome, semantic_score, information_score, reward_units FROM closings
-WHERE revision = :revision AND hypothesis_id = :hypothesis_id AND action_id = :action_id;
-
 -- name: action_state
 SELECT r.action, r.cost_units, res.novelty_score, c.outcome, c.semantic_score, c.information_score,
        c.reward_units, res.action_id IS NOT NULL
@@ -77,9 +59,6 @@ WHERE r.revision = :revision AND r.hypothesis_id = :hypothesis_id AND r.action_i
 
 -- name: content_exists
 SELECT 1 FROM contents WHERE sha256 = :sha256;
-
--- name: content_body
-SELECT body FROM contents WHERE sha256 = :sha256;
 
 -- name: termination_exists
 SELECT 1 FROM terminations WHERE revision = :revision AND hypothesis_id = :hypothesis_id;

@@ -103,3 +103,36 @@ def test_canonical_bytes_are_a_fixed_point_of_parse_and_canonicalize(value):
         return  # refused up front: such values never reach storage
     data = canonical_bytes(value)
     assert canonical_bytes(parse_json(data)) == data
+
+
+scalars = st.none() | st.integers(-(2**53 - 1), 2**53 - 1) | st.text(max_size=6) | st.booleans()
+bodies = st.dictionaries(
+    st.text(max_size=6),
+    json_values | st.lists(st.dictionaries(st.text(max_size=5), scalars, max_size=5), max_size=4),
+    max_size=6,
+)
+
+
+@given(bodies)
+def test_event_bodies_assembled_from_members_equal_rfc8785_output(body):
+    import rfc8785
+
+    from ledger.canonical import canonical_event_bytes
+
+    try:
+        expected = rfc8785.dumps(body)
+    except Exception:
+        with pytest.raises(LedgerError):
+            canonical_event_bytes(body)
+        return
+    assert canonical_event_bytes(body) == expected
+    assert canonical_event_bytes(body) == expected  # second time from the cache
+
+
+def test_cached_members_keep_true_and_one_apart():
+    from ledger.canonical import canonical_event_bytes
+
+    assert canonical_event_bytes({"a": [{"x": 1}]}) == b'{"a":[{"x":1}]}'
+    assert canonical_event_bytes({"a": [{"x": True}]}) == b'{"a":[{"x":true}]}'
+    assert canonical_event_bytes({"\uff21": 1, "\U00010000": [{"k": "v"}]}) == canonical_bytes(
+        {"\uff21": 1, "\U00010000": [{"k": "v"}]})

@@ -125,7 +125,7 @@ def test_out_of_order_forked_and_gapped_event_inserts_are_refused(filled):
         (head_seq, "b" * 64, head_sha),              # reuses a seq
         (head_seq + 1, "c" * 64, "0" * 64),          # forks from genesis
         (3, "d" * 64, "0" * 64),                     # rewrites the past
-        (head_seq + 1, head_sha, head_sha),          # duplicate hash
+        (1, "e" * 64, "0" * 64),                     # a second genesis
     ]
     for values in cases:
         with pytest.raises(sqlite3.IntegrityError, match="append-only"):
