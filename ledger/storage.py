@@ -70,6 +70,22 @@ def migrations() -> tuple[tuple[int, str, tuple[str, ...]], ...]:
     return tuple(found)
 
 
+def schema_object(statement: str) -> tuple[str, str, str]:
+    """``(type, name, sql as sqlite_master stores it)`` of a ``CREATE`` statement, else ``("", "", "")``."""
+    lines = statement.splitlines()
+    while lines and (not lines[0].strip() or lines[0].lstrip().startswith("--")):
+        lines.pop(0)  # leading comments are not part of what sqlite_master stores
+    text = "\n".join(lines).strip().rstrip(";").rstrip()
+    match = re.match(r"CREATE\s+(?:UNIQUE\s+)?(TABLE|TRIGGER|VIEW|INDEX)\s+(\w+)", text)
+    return (match.group(1).lower(), match.group(2), text) if match else ("", "", "")
+
+
+def shipped_schema() -> dict[str, str]:
+    """Name → SQL of every table, index, trigger and view the migrations create."""
+    return {name: sql for _, _, statements in migrations() for statement in statements
+            for kind, name, sql in [schema_object(statement)] if kind}
+
+
 def schema_version() -> int:
     """The newest schema version this code knows."""
     return migrations()[-1][0]
@@ -338,13 +354,18 @@ class Storage:
             )
         return current
 
-    def apply_migrations(self) -> None:
-        """Run the missing ``sql/NNN_*.sql`` statements. Call inside :meth:`write`."""
+    def apply_migrations(self, *, triggers: bool = True) -> None:
+        """Run the missing ``sql/NNN_*.sql`` statements. Call inside :meth:`write`.
+
+        ``triggers=False`` builds an unguarded copy (verify's private scratch ledger).
+        """
         current = self.current_schema_version()
         for version, name, statements in migrations():
             if version <= current:
                 continue
             for statement in statements:
+                if not triggers and schema_object(statement)[0] == "trigger":
+                    continue
                 self._fault(f"migration {version}")
                 with translate_sqlite_errors():
                     self.conn.execute(statement)

@@ -173,3 +173,18 @@ def test_close_checkpoints_the_wal(budget, case):
     assert wal.exists() and wal.stat().st_size > 0
     case.close()
     assert not wal.exists() or wal.stat().st_size == 0
+
+
+def test_the_balances_view_and_its_recomputation_from_rows_agree(budget, case):
+    budget.reserve("H1", "a1", "source.read_context")
+    budget.record_result("H1", "a1", {"x": 1})
+    budget.settle("H1", "a1", 90, "good")
+    budget.reserve("H1", "a2", "source.read_context")
+    budget.reserve("H2", "b1", "research.lookup")
+    budget.fail("H2", "b1", "timeout")
+    budget.reject("H2", "no")
+    fast = case.query("SELECT * FROM balances ORDER BY revision, hypothesis_id")
+    slow = case.query("SELECT * FROM balances_recomputed ORDER BY revision, hypothesis_id")
+    assert fast == slow
+    assert [(r["hypothesis_id"], r["remaining_units"], r["pending_action_id"], r["status"]) for r in fast] == [
+        ("H1", 93, "a2", "investigating"), ("H2", 80, None, "rejected")]

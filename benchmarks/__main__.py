@@ -1,0 +1,284 @@
+"""``python -m benchmarks [--quick] [--json]``: case-ledger against the physical limit and peers.
+
+Every figure is measured in one run, on the same disk, at the same durability
+(WAL, ``synchronous=FULL``, one fsync per commit), and printed with its ratios:
+
+* ``raw_tx_per_s`` — raw SQLite: ``BEGIN IMMEDIATE``; insert one row the size of a ledger event; ``COMMIT``;
+* ``ledger_ops_per_s`` — ``reserve``/``record_result``/``settle`` through the Python API, each durable;
+* ``file_per_event_ops_per_s`` — a JSON file per event: temp file, fsync, rename, fsync dir,
+  then the manifest pointer rewritten the same way;
+* ``eventsourcing_ops_per_s`` — the ``eventsourcing`` library's SQLite persistence, one event per operation;
+* ``apply_ops_per_s`` — ``ledger apply`` (a real process) on a journal of 10,000 operations with group commit;
+* ``latency_ratio_100k_vs_1k`` — median durable operation latency at 100,000 events over that at 1,000;
+* ``verify_events_per_s`` / ``verify_peak_rss_mib`` — ``ledger verify`` (a real process) at 100,000 events;
+* ``balances_query_ms`` — ``SELECT * FROM balances`` at 100,000 events (median);
+* ``export_files_per_s`` — ``ledger export`` of that case.
+
+``--quick`` shrinks every size (10x fewer events) so the run ends in under two
+minutes; its figures are for smoke-checking, not for the README.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ledger import AnalysisConfig, BudgetConfig, Case
+from ledger.journal import apply_journal
+
+HYPOTHESES = 4
+UNITS = 10**15
+UNLIMITED = {"limits": {"budget_events_max": 10**12}}
+
+
+def _policy() -> BudgetConfig:
+    return BudgetConfig.from_mapping({"action_costs": {"source.read_context": 5, "source.find_text": 10}})
+
+
+def _new_case(path: Path, synchronous: str = "FULL") -> Case:
+    config = AnalysisConfig(storage={"synchronous": synchronous}, **UNLIMITED)
+    case = Case.create(path, "BENCH-1", analysis_config=config)
+    case.open_revision([{"statement": f"hypothesis {i}"} for i in range(1, HYPOTHESES + 1)], UNITS)
+    case.transition("INVESTIGATING_HYPOTHESES")
+    case.budget(_policy()).initialize()
+    return case
+
+
+def _cycle(budget, n: int) -> None:
+    """One reserve/record_result/settle cycle (three operations) on hypothesis n % HYPOTHESES."""
+    h, a = f"H{n % HYPOTHESES + 1}", f"a{n:08d}"
+    budget.reserve(h, a, "source.read_context")
+    budget.record_result(h, a, {"finding": f"observation {n}", "lines": [n, n + 3]})
+    budget.settle(h, a, 60, "relevant")
+
+
+def _event_size(case: Case) -> int:
+    return case.query("SELECT AVG(LENGTH(body)) AS n FROM events WHERE stream = 'budget'")[0]["n"]
+
+
+def bench_raw(directory: Path, n: int, size: int) -> float:
+    conn = sqlite3.connect(directory / "raw.sqlite", isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = FULL")
+    conn.execute("CREATE TABLE events (seq INTEGER PRIMARY KEY, sha256 TEXT, body TEXT)")
+    body = "x" * int(size)
+    start = time.perf_counter()
+    for i in range(n):
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("INSERT INTO events (sha256, body) VALUES (?, ?)", ("0" * 64, body))
+        conn.execute("COMMIT")
+    elapsed = time.perf_counter() - start
+    conn.close()
+    return n / elapsed
+
+
+def bench_ledger(directory: Path, cycles: int, synchronous: str = "FULL") -> tuple[float, int]:
+    case = _new_case(directory / f"ledger-{synchronous}", synchronous)
+    budget = case.budget()
+    start = time.perf_counter()
+    for n in range(cycles):
+        _cycle(budget, n)
+    elapsed = time.perf_counter() - start
+    size = _event_size(case)
+    case.close()
+    return 3 * cycles / elapsed, size
+
+
+def bench_file_per_event(directory: Path, n: int, size: int) -> float:
+    root = directory / "files"
+    (root / "events").mkdir(parents=True)
+
+    def atomic(path: Path, data: bytes) -> None:
+        temp = path.with_name("." + path.name + ".tmp")
+        with open(temp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+        fd = os.open(path.parent, os.O_RDONLY)
+        os.fsync(fd)
+        os.close(fd)
+
+    body = b"x" * int(size)
+    start = time.perf_counter()
+    for i in range(n):
+        atomic(root / "events" / f"{i:08d}.json", body)
+        atomic(root / "manifest.json", json.dumps({"head": i, "path": f"events/{i:08d}.json"}).encode())
+    return n / (time.perf_counter() - start)
+
+
+def bench_eventsourcing(directory: Path, n: int) -> float | None:
+    try:
+        from eventsourcing.application import Application
+        from eventsourcing.domain import Aggregate, event
+    except ImportError:
+        return None
+
+    class Account(Aggregate):
+        def __init__(self, units: int) -> None:
+            self.remaining = units
+
+        @event("Debited")
+        def debit(self, action_id: str, cost: int) -> None:
+            self.remaining -= cost
+
+    os.environ.update(PERSISTENCE_MODULE="eventsourcing.sqlite",
+                      SQLITE_DBNAME=str(directory / "eventsourcing.sqlite"), SQLITE_LOCK_TIMEOUT="5")
+    app = Application()
+    account = Account(UNITS)
+    app.save(account)
+    start = time.perf_counter()
+    for i in range(n):
+        account.debit(action_id=f"a{i}", cost=5)
+        app.save(account)  # one transaction, one event
+    elapsed = time.perf_counter() - start
+    app.close()
+    return n / elapsed
+
+
+def write_journal(path: Path, operations: int) -> None:
+    lines = [
+        {"op": "open_revision", "hypotheses": [{"statement": f"hypothesis {i}"} for i in range(1, HYPOTHESES + 1)],
+         "units_per_hypothesis": UNITS},
+        {"op": "transition", "to": "INVESTIGATING_HYPOTHESES"},
+        {"op": "initialize"},
+    ]
+    n = 0
+    while len(lines) < operations:
+        h, a = f"H{n % HYPOTHESES + 1}", f"a{n:08d}"
+        lines.append({"op": "reserve", "hypothesis": h, "action_id": a, "action": "source.read_context"})
+        lines.append({"op": "record_result", "hypothesis": h, "action_id": a,
+                      "evidence": {"finding": f"observation {n}", "lines": [n, n + 3]}})
+        lines.append({"op": "settle", "hypothesis": h, "action_id": a, "semantic_score": 60, "reason": "relevant"})
+        n += 1
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines[:operations]))
+
+
+def run_cli(*args: str) -> tuple[float, int]:
+    """Wall time and peak RSS (MiB) of ``python -m ledger_cli ARGS`` in a fresh process."""
+    start = time.perf_counter()
+    process = subprocess.Popen([sys.executable, "-m", "ledger_cli", *args],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(process.pid, 0)
+    elapsed = time.perf_counter() - start
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode not in (0,):
+        raise RuntimeError(f"ledger {' '.join(args)} failed: {process.stderr.read().decode()[-500:]}")
+    return elapsed, usage.ru_maxrss // 1024
+
+
+def bench_apply(directory: Path, operations: int) -> float:
+    journal = directory / "journal.jsonl"
+    write_journal(journal, operations)
+    config = directory / "analysis.toml"
+    config.write_text("[limits]\nbudget_events_max = 1000000000000\n")
+    elapsed, _ = run_cli("--analysis-config", str(config), "apply", str(directory / "applied"), str(journal),
+                         "--create", "BENCH-2")
+    return operations / elapsed
+
+
+def fill(case: Case, cycles_from: int, cycles_to: int, batch: int = 500) -> None:
+    budget = case.budget()
+    n = cycles_from
+    while n < cycles_to:
+        with case.batch():
+            for n in range(n, min(n + batch, cycles_to)):
+                _cycle(budget, n)
+        n += 1
+
+
+def median_latency_ms(case: Case, start: int, samples: int) -> float:
+    budget = case.budget()
+    timings = []
+    for n in range(start, start + samples):
+        h, a = f"H{n % HYPOTHESES + 1}", f"a{n:08d}"
+        for call in (lambda: budget.reserve(h, a, "source.read_context"),
+                     lambda: budget.record_result(h, a, {"finding": f"observation {n}", "lines": [n, n + 3]}),
+                     lambda: budget.settle(h, a, 60, "relevant")):
+            began = time.perf_counter()
+            call()
+            timings.append(time.perf_counter() - began)
+    return statistics.median(timings) * 1000
+
+
+def bench_growth(directory: Path, small: int, large: int, samples: int) -> dict[str, float]:
+    """Latency at ``small`` and ``large`` events, then verify/balances/export at ``large``."""
+    case = _new_case(directory / "big")
+    fill(case, 0, small // 3)
+    small_ms = median_latency_ms(case, 10**7, samples)
+    fill(case, small // 3 + samples, large // 3)
+    large_ms = median_latency_ms(case, 2 * 10**7, samples)
+    events = case.status()["package_generation"]
+    timings = []
+    for _ in range(20):
+        began = time.perf_counter()
+        case.query("SELECT * FROM balances")
+        timings.append(time.perf_counter() - began)
+    case.close()
+    verify_s, verify_rss = run_cli("verify", str(directory / "big"))
+    export_s, _ = run_cli("export", str(directory / "big"))
+    files = sum(len(names) for _, _, names in os.walk(directory / "big" / "analysis")) + 1
+    return {
+        "events": events,
+        "latency_ms_small": small_ms,
+        "latency_ms_large": large_ms,
+        "latency_ratio_100k_vs_1k": large_ms / small_ms,
+        "verify_events_per_s": events / verify_s,
+        "verify_peak_rss_mib": verify_rss,
+        "balances_query_ms": statistics.median(timings) * 1000,
+        "export_files_per_s": files / export_s,
+    }
+
+
+def machine() -> dict[str, str]:
+    return {"python": platform.python_version(), "sqlite": sqlite3.sqlite_version,
+            "system": f"{platform.system()} {platform.machine()}", "cpus": str(os.cpu_count())}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke check under two minutes")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--dir", type=Path, help="where to put the benchmark files (default: a temp folder)")
+    args = parser.parse_args(argv)
+    scale = 10 if args.quick else 1
+    work = Path(tempfile.mkdtemp(prefix="ledger-bench-", dir=args.dir))
+    results: dict[str, object] = {"quick": args.quick, "machine": machine()}
+    try:
+        ledger_ops, size = bench_ledger(work, 600 // scale)
+        results["event_bytes"] = size
+        results["raw_tx_per_s"] = bench_raw(work, 2000 // scale, size)
+        results["ledger_ops_per_s"] = ledger_ops
+        results["ledger_ops_per_s_synchronous_normal"] = bench_ledger(work, 600 // scale, "NORMAL")[0]
+        results["file_per_event_ops_per_s"] = bench_file_per_event(work, 1000 // scale, size)
+        results["eventsourcing_ops_per_s"] = bench_eventsourcing(work, 1000 // scale)
+        results["apply_ops_per_s"] = bench_apply(work, 10_000 // scale)
+        results.update(bench_growth(work, 1_000, 100_000 // scale, 60 // (3 if args.quick else 1)))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    results["durable_op_vs_raw"] = results["ledger_ops_per_s"] / results["raw_tx_per_s"]
+    results["vs_file_per_event"] = results["ledger_ops_per_s"] / results["file_per_event_ops_per_s"]
+    results["vs_eventsourcing"] = (results["ledger_ops_per_s"] / results["eventsourcing_ops_per_s"]
+                                   if results["eventsourcing_ops_per_s"] else None)
+    results["apply_vs_ledger_ops"] = results["apply_ops_per_s"] / results["ledger_ops_per_s"]
+    if args.json:
+        print(json.dumps(results))
+    else:
+        for key, value in results.items():
+            print(f"{key:40} {value:,.3f}" if isinstance(value, float) else f"{key:40} {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
