@@ -34,7 +34,7 @@ def parse_at(text: object) -> str:
     """
     if not isinstance(text, str):
         raise LedgerError(INVALID_ARGUMENT, f"'at' must be an RFC 3339 UTC timestamp string, got {text!r}")
-    match = _RFC3339.match(text)
+    match = _RFC3339.fullmatch(text)
     if not match:
         raise LedgerError(INVALID_ARGUMENT, f"'at' is not an RFC 3339 timestamp: {text[:64]!r}")
     year, month, day, hour, minute, second, fraction, offset = match.groups()

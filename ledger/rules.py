@@ -121,13 +121,13 @@ class LedgerView(Protocol):
 
 # --- shape checks -----------------------------------------------------------------
 def _check_hypothesis_id(value: Any) -> str:
-    if not isinstance(value, str) or not HYPOTHESIS_ID_RE.match(value):
+    if not isinstance(value, str) or not HYPOTHESIS_ID_RE.fullmatch(value):
         raise LedgerError(E.INVALID_ID, f"hypothesis id must match H1, H2, …, got {value!r}")
     return value
 
 
 def _check_action_id(value: Any, what: str = "action_id") -> str:
-    if not isinstance(value, str) or not ACTION_ID_RE.match(value):
+    if not isinstance(value, str) or not ACTION_ID_RE.fullmatch(value):
         raise LedgerError(
             E.INVALID_ID,
             f"{what} must match ^[A-Za-z0-9][A-Za-z0-9._:-]{{0,127}}$, got {str(value)[:80]!r}",
@@ -137,7 +137,7 @@ def _check_action_id(value: Any, what: str = "action_id") -> str:
 
 def _check_action_name(value: Any) -> str:
     if (not isinstance(value, str) or len(value) > ACTION_NAME_CHARS_MAX
-            or not ACTION_NAME_RE.match(value)):
+            or not ACTION_NAME_RE.fullmatch(value)):
         raise LedgerError(
             E.INVALID_ID,
             f"action name must look like 'source.read_context', got {str(value)[:80]!r}",
@@ -172,7 +172,7 @@ def _check_text(value: str, what: str) -> None:
 def shape_create(case_id: Any, package_id: Any) -> dict[str, Any]:
     """Request of the genesis event ``case.created``."""
     check_case_id(case_id)
-    if not isinstance(package_id, str) or not re.match(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$", package_id):
+    if not isinstance(package_id, str) or not re.fullmatch(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$", package_id):
         raise LedgerError(E.INVALID_ARGUMENT, f"package_id must be a UUID4, got {package_id!r}")
     return {"op": "create", "case_id": case_id, "package_id": package_id}
 
