@@ -106,6 +106,16 @@ class ExportReport:
                 "files_unchanged": self.files_unchanged, "manifest": self.manifest}
 
 
+def _remove_empty_parents(directory: Path, root: Path) -> None:
+    """Remove folders an interrupted export created, up to (not including) ``root``."""
+    while directory != root and root in directory.parents:
+        try:
+            directory.rmdir()
+        except OSError:
+            return  # not empty: it held files before
+        directory = directory.parent
+
+
 def _stale_temp_files(root: Path) -> Iterator[Path]:
     analysis = root / ANALYSIS_DIR
     if analysis.is_dir():
@@ -130,20 +140,26 @@ def export_case(case: Case, progress: Progress | None = None) -> ExportReport:
     """Export ``case`` to ``<package>/analysis/`` and ``manifest.json`` (SPEC 9).
 
     Reads one consistent snapshot of the ledger; writes only files whose bytes
-    differ; writes the manifest last. Raises ``INTEGRITY_ERROR`` if the folder
-    cannot be written.
+    differ; writes the manifest last. If anything fails before the manifest is
+    replaced (an exception, ``KeyboardInterrupt`` included), the files this run
+    created are removed again, so the tree is as it was. Raises
+    ``INTEGRITY_ERROR`` if the folder cannot be written.
     """
     root = case.path
     report = ExportReport(str(root))
     for leftover in _stale_temp_files(root):
         leftover.unlink(missing_ok=True)
     touched: set[Path] = set()
+    created: list[Path] = []
+    committed = False
 
     def put(relative: str, data: bytes) -> None:
         target = root / relative
         if _same_bytes(target, data):
             report.files_unchanged += 1
         else:
+            if not target.exists():
+                created.append(target)
             write_atomic(target, data)
             report.files_written += 1
             touched.add(target.parent)
@@ -181,14 +197,22 @@ def export_case(case: Case, progress: Progress | None = None) -> ExportReport:
         data = canonical_bytes(manifest)
         if _same_bytes(root / MANIFEST_FILE, data):
             report.files_unchanged += 1
+            committed = True
         else:
             write_atomic(root / MANIFEST_FILE, data)
+            committed = True
             _fsync_dir(root)
             report.files_written += 1
         if progress:
             progress(1)
-    except OSError as exc:
-        raise LedgerError(E.INTEGRITY_ERROR, f"cannot write the export under {root}: {exc}") from None
+    except BaseException as exc:
+        if not committed:
+            for path in reversed(created):
+                path.unlink(missing_ok=True)
+                _remove_empty_parents(path.parent, root)
+        if isinstance(exc, OSError):
+            raise LedgerError(E.INTEGRITY_ERROR, f"cannot write the export under {root}: {exc}") from None
+        raise
     report.manifest = manifest
     return report
 

@@ -36,6 +36,9 @@ from .rules import TERMINAL_STATUSES, Draft
 
 LEDGER_FILE = "ledger.sqlite"
 LOCK_SUFFIX = "-lock"
+#: WAL size past which a writer restarts the log after its commit, and how long it waits for readers.
+WAL_RESTART_BYTES = 8 * 1024 * 1024
+WAL_RESTART_WAIT_MS = 200
 _MIGRATION_RE = re.compile(r"^(\d{3})_([a-z0-9_]+)\.sql$")
 
 
@@ -416,9 +419,26 @@ class Storage:
                 except BaseException:
                     self._rollback()
                     raise
+                self._bound_wal()
         finally:
             self._in_write = False
             WriterLock.release(fd)
+
+    def _bound_wal(self) -> None:
+        """Keep the WAL bounded while readers keep coming: past ``WAL_RESTART_BYTES`` run a
+        ``wal_checkpoint(RESTART)``, which waits (briefly) for the current readers to move
+        off the log so it can start over instead of growing."""
+        try:
+            size = os.stat(str(self.path) + "-wal").st_size
+        except OSError:
+            return
+        if size <= WAL_RESTART_BYTES:
+            return
+        self.conn.execute(f"PRAGMA busy_timeout = {WAL_RESTART_WAIT_MS}")
+        try:
+            self.conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
+        finally:
+            self.conn.execute(f"PRAGMA busy_timeout = {int(self.settings['busy_timeout_ms'])}")
 
     @contextmanager
     def batch(self) -> Iterator["Storage"]:

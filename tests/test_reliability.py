@@ -1,0 +1,407 @@
+"""Issue 3: killed processes, injected faults, contention and tampering, with figures.
+
+* SIGKILL torture (short version; ``python tests/torture.py --trials 1000`` runs the long one);
+* every write step of every operation and of export made to fail in turn, with
+  ``KeyboardInterrupt`` among the exceptions: the ledger and the export tree are
+  unchanged and the same connection keeps working;
+* N = 2, 4, 8 processes running mixed operations on shared hypotheses;
+* a changed byte in every stored event is caught at its own seq.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import random
+import shutil
+import sqlite3
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+import ledger.export as export_module
+from ledger import AnalysisConfig, BudgetConfig, Case, LedgerError
+from ledger.errors import ALL_CODES, INTEGRITY_ERROR, LEDGER_BUSY
+from ledger.export import export_case, verify_case
+from ledger.storage import Storage
+
+from conftest import EXAMPLE_BUDGET, logical_dump, make_package
+
+SPAWN = multiprocessing.get_context("spawn")
+AT = "2031-01-01T00:00:00Z"
+
+
+# --- SIGKILL torture ---------------------------------------------------------------------
+def test_fifty_sigkilled_apply_runs_and_ten_killed_exports_lose_or_corrupt_nothing(tmp_path, request):
+    from torture import torture
+
+    trials = 1000 if "torture" in (request.config.getoption("markexpr") or "") else 50
+    figures = torture(trials, max(10, trials // 5), seed=11, work=tmp_path)
+    print("torture figures:", json.dumps(figures.summary()))
+    assert figures.failures == []
+    assert figures.apply_trials == trials and figures.killed_mid_run >= trials * 0.8
+    assert figures.export_killed >= 1
+
+
+# --- injected faults ---------------------------------------------------------------------
+class Fault:
+    """Raises ``exception`` at the ``at``-th labelled write step (0-based); records labels otherwise."""
+
+    def __init__(self, at: int | None = None, exception: BaseException | None = None) -> None:
+        self.at, self.exception, self.labels = at, exception, []
+
+    def __call__(self, label: str) -> None:
+        self.labels.append(label)
+        if self.at is not None and len(self.labels) - 1 == self.at:
+            raise self.exception
+
+
+@pytest.fixture
+def fault_hook(monkeypatch):
+    """Route every Storage write step (statements, migrations, COMMIT) through one hook."""
+    box = {"hook": None}
+
+    def fault(self, label):
+        if box["hook"] is not None:
+            box["hook"](label)
+
+    monkeypatch.setattr(Storage, "_fault", fault)
+    return box
+
+
+def prepared(root: Path) -> Path:
+    """A package whose case has a revision, an initialized budget and history on every account."""
+    make_package(root)
+    with Case.create(root, "BUG-3", at="2030-01-01T00:00:00Z") as case:
+        case.open_revision([{"statement": s} for s in ("a", "b", "c", "d")], 40, at=AT)
+        case.transition("INVESTIGATING_HYPOTHESES", at=AT)
+        budget = case.budget(BudgetConfig.load(EXAMPLE_BUDGET))
+        budget.initialize(at=AT)
+        budget.reserve("H1", "p1", "source.read_context", at=AT)
+        budget.record_result("H1", "p1", {"seen": 1}, at=AT)
+        budget.settle("H1", "p1", 90, "good", at=AT)
+        budget.reserve("H2", "p2", "research.lookup", at=AT)       # pending, to be recorded
+        budget.reserve("H3", "p3", "research.lookup", at=AT)
+        budget.record_result("H3", "p3", {"seen": 3}, at=AT)       # awaiting, settles to exhaustion
+        budget.reserve("H1", "p4", "source.find_text", at=AT)      # pending, to be failed
+    return root
+
+
+OPERATIONS = {
+    "reserve": lambda c, b: b.reserve("H4", "x1", "source.read_context", at=AT),
+    "record_result with new content and a source": lambda c, b: b.record_result(
+        "H2", "p2", {"new": "evidence"}, ["sources/app.py"], at=AT),
+    "settle that exhausts the account": lambda c, b: b.settle("H3", "p3", 0, "nothing", at=AT),
+    "fail": lambda c, b: b.fail("H1", "p4", "timeout", at=AT),
+    "reject": lambda c, b: b.reject("H4", "wrong", at=AT),
+    "transition": lambda c, b: c.transition("BLOCKED", at=AT),
+    "a batch of three operations": lambda c, b: _batch(c, b),
+    "close an evaluation and reopen": lambda c, b: _reopen(c, b),
+}
+
+
+def _batch(case, budget):
+    with case.batch():
+        budget.fail("H1", "p4", "x", at=AT)
+        budget.record_result("H2", "p2", {"batch": 1}, at=AT)
+        budget.settle("H2", "p2", 60, "ok", at=AT)
+
+
+def _reopen(case, budget):
+    with case.batch():  # one transaction: all of it or nothing
+        budget.fail("H1", "p4", "x", at=AT)
+        budget.fail("H2", "p2", "x", at=AT)
+        budget.fail("H3", "p3", "x", at=AT)
+        case.transition("EVALUATING", at=AT)
+        case.open_revision([{"statement": "again"}], 10, at=AT)
+        case.budget().initialize(at=AT)
+
+
+def run_operation(package: Path, name: str):
+    case = Case.open(package)
+    try:
+        OPERATIONS[name](case, case.budget())
+        return [row["body"] for row in case.query("SELECT body FROM events ORDER BY seq")]
+    finally:
+        case.close()
+
+
+@pytest.fixture(scope="module")
+def base_package(tmp_path_factory) -> Path:
+    return prepared(tmp_path_factory.mktemp("base") / "case")
+
+
+def fresh_copy(base: Path, tmp_path: Path, name: str) -> Path:
+    target = tmp_path / name
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(base, target)
+    return target
+
+
+@pytest.mark.parametrize("name", list(OPERATIONS))
+def test_every_write_step_of_every_operation_can_fail_without_leaving_anything(
+        name, base_package, tmp_path, fault_hook):
+    # the fault-free run: its labels are the interruption points, its events the target
+    recorder = Fault()
+    fault_hook["hook"] = recorder
+    expected = run_operation(fresh_copy(base_package, tmp_path, "reference"), name)
+    fault_hook["hook"] = None
+    labels = recorder.labels
+    assert "COMMIT" in labels and any(label.startswith("insert_event") for label in labels)
+    tried = 0
+    for index, label in enumerate(labels):
+        for exception in (KeyboardInterrupt(), RuntimeError("injected"), sqlite3.OperationalError("disk I/O error")):
+            package = fresh_copy(base_package, tmp_path, "trial")
+            before = logical_dump(package / "ledger.sqlite")
+            case = Case.open(package)
+            try:
+                fault_hook["hook"] = Fault(index, exception)
+                with pytest.raises((type(exception), LedgerError)) as caught:
+                    OPERATIONS[name](case, case.budget())
+                if isinstance(caught.value, LedgerError):
+                    assert caught.value.code == INTEGRITY_ERROR and isinstance(exception, sqlite3.Error)
+                fault_hook["hook"] = None
+                assert not case.storage.conn.in_transaction, (name, label)
+                assert logical_dump(package / "ledger.sqlite") == before, (name, label, exception)
+                # the same connection keeps working: the operation now completes exactly as unfaulted
+                OPERATIONS[name](case, case.budget())
+                events = [row["body"] for row in case.query("SELECT body FROM events ORDER BY seq")]
+                assert events == expected, (name, label)
+            finally:
+                fault_hook["hook"] = None
+                case.close()
+            tried += 1
+    assert tried == 3 * len(labels)
+
+
+def test_a_fault_during_case_creation_leaves_no_case_and_init_can_run_again(tmp_path, fault_hook):
+    recorder = Fault()
+    fault_hook["hook"] = recorder
+    Case.create(make_package(tmp_path / "probe"), "BUG-4").close()
+    labels = recorder.labels
+    assert len(labels) > 50  # every schema statement, the migration rows, the genesis rows, COMMIT
+    for index in range(0, len(labels), 7):
+        package = make_package(tmp_path / f"c{index}")
+        fault_hook["hook"] = Fault(index, KeyboardInterrupt())
+        with pytest.raises(KeyboardInterrupt):
+            Case.create(package, "BUG-4")
+        fault_hook["hook"] = None
+        with pytest.raises(LedgerError) as caught:
+            Case.open(package)
+        assert caught.value.code == "LEDGER_MISSING"
+        with Case.create(package, "BUG-4") as case:
+            assert case.status()["package_generation"] == 1
+
+
+EXPORT_STEPS = ("mkstemp", "fdopen", "fsync", "replace", "fsync_dir")
+
+
+def export_tree(root: Path) -> dict[str, bytes]:
+    files = {}
+    for directory, _, names in os.walk(root):
+        for name in names:
+            path = Path(directory, name)
+            relative = path.relative_to(root).as_posix()
+            if relative == "manifest.json" or relative.startswith("analysis/"):
+                files[relative] = path.read_bytes()
+    return files
+
+
+@pytest.fixture
+def export_faults(monkeypatch):
+    """Count (and optionally fail) every file-system step of export in call order."""
+    state = {"calls": [], "fail_at": None, "exception": None}
+
+    def wrap(name, function):
+        def wrapper(*args, **kwargs):
+            state["calls"].append(name)
+            if state["fail_at"] is not None and len(state["calls"]) - 1 == state["fail_at"]:
+                raise state["exception"]
+            return function(*args, **kwargs)
+        return wrapper
+
+    monkeypatch.setattr(export_module.tempfile, "mkstemp", wrap("mkstemp", tempfile.mkstemp))
+    monkeypatch.setattr(export_module.os, "fdopen", wrap("fdopen", os.fdopen))
+    monkeypatch.setattr(export_module.os, "fsync", wrap("fsync", os.fsync))
+    monkeypatch.setattr(export_module.os, "replace", wrap("replace", os.replace))
+    monkeypatch.setattr(export_module, "_fsync_dir", wrap("fsync_dir", export_module._fsync_dir))
+    return state
+
+
+def test_every_file_step_of_export_can_fail_and_the_tree_stays_as_it_was(base_package, tmp_path, export_faults):
+    # an older export exists; the ledger then grew, so the next export writes new files and a new manifest
+    old = fresh_copy(base_package, tmp_path, "old")
+    with Case.open(old) as case:
+        export_case(case)
+        case.budget().fail("H1", "p4", "late", at=AT)
+    probe = fresh_copy(old, tmp_path, "probe")
+    export_faults["calls"].clear()
+    with Case.open(probe) as case:
+        export_case(case)
+    steps = list(export_faults["calls"])
+    assert set(steps) == set(EXPORT_STEPS) and steps.count("replace") == 2  # the new event and the manifest
+    for index in range(len(steps)):
+        for exception in (KeyboardInterrupt(), OSError(28, "No space left on device")):
+            package = fresh_copy(old, tmp_path, "trial")
+            tree_before = export_tree(package)
+            ledger_before = logical_dump(package / "ledger.sqlite")
+            case = Case.open(package)
+            try:
+                export_faults["calls"].clear()
+                export_faults.update(fail_at=index, exception=exception)
+                with pytest.raises((KeyboardInterrupt, LedgerError)):
+                    export_case(case)
+                export_faults["fail_at"] = None
+                after = export_tree(package)
+                if index > len(steps) - 1 - steps[::-1].index("replace"):
+                    # after the manifest was renamed into place: the new export is complete
+                    assert after == export_tree(probe)
+                else:
+                    assert after == tree_before, (index, steps[index], exception)
+                assert logical_dump(package / "ledger.sqlite") == ledger_before
+                export_case(case)  # the same case object exports completely afterwards
+                assert export_tree(package) == export_tree(probe)
+            finally:
+                export_faults["fail_at"] = None
+                case.close()
+    assert verify_case(package).manifest_checked
+
+
+# --- contention ---------------------------------------------------------------------------
+def _mixed_worker(path: str, worker: int, rounds: int, barrier, results) -> None:
+    rng = random.Random(worker)
+    busy, refused, done = 0, {}, 0
+    try:
+        case = Case.open(path, actor=f"worker-{worker}")
+        budget = case.budget()
+        barrier.wait(30)
+        for n in range(rounds):
+            h = f"H{rng.randint(1, 4)}"
+            a = f"w{worker}-{n}"
+            try:
+                budget.reserve(h, a, rng.choice(["source.read_context", "source.find_text", "research.lookup"]))
+                budget.record_result(h, a, {"worker": worker, "n": n % 5})
+                if rng.random() < 0.2:
+                    budget.fail(h, a, "flaky tool")
+                else:
+                    budget.settle(h, a, rng.randint(0, 100), "assessed")
+                done += 1
+            except LedgerError as exc:
+                if exc.code == LEDGER_BUSY:
+                    busy += 1
+                refused[exc.code] = refused.get(exc.code, 0) + 1
+        case.close()
+        results.put((worker, busy, refused, done, None))
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent
+        results.put((worker, busy, refused, done, repr(exc)))
+
+
+@pytest.mark.parametrize("processes", [2, 4, 8])
+def test_processes_running_mixed_operations_on_shared_hypotheses_never_double_spend(tmp_path, processes):
+    package = make_package(tmp_path / "case")
+    with Case.create(package, "BUG-5") as case:
+        case.open_revision([{"statement": f"h{i}"} for i in range(4)], 5000)
+        case.transition("INVESTIGATING_HYPOTHESES")
+        case.budget(BudgetConfig.load(EXAMPLE_BUDGET)).initialize()
+    barrier, results = SPAWN.Barrier(processes), SPAWN.Queue()
+    rounds = 120 // processes
+    workers = [SPAWN.Process(target=_mixed_worker, args=(str(package), w, rounds, barrier, results))
+               for w in range(processes)]
+    for worker in workers:
+        worker.start()
+    outcomes = [results.get(timeout=120) for _ in workers]
+    for worker in workers:
+        worker.join(60)
+    assert [o[4] for o in outcomes] == [None] * processes
+    assert sum(o[1] for o in outcomes) == 0, "LEDGER_BUSY at the default busy timeout"
+    for _, _, refused, _, _ in outcomes:
+        assert set(refused) <= {"ACTION_PENDING", "UNKNOWN_ACTION", "ACCOUNT_TERMINAL", "INSUFFICIENT_BUDGET"}
+    conn = sqlite3.connect(f"file:{package / 'ledger.sqlite'}?mode=ro", uri=True)
+    try:
+        chain = conn.execute("SELECT seq, sha256, parent_sha256 FROM events ORDER BY seq").fetchall()
+        assert [c[0] for c in chain] == list(range(1, len(chain) + 1))
+        assert all(chain[i][2] == chain[i - 1][1] for i in range(1, len(chain)))
+        # no double spend: each account was debited exactly the costs of its own reservations
+        costs = {"source.read_context": 5, "source.find_text": 10, "research.lookup": 20}
+        for h, spent in conn.execute("SELECT hypothesis_id, spent_units FROM balances"):
+            reserved = conn.execute("SELECT action FROM reservations WHERE hypothesis_id = ?", (h,)).fetchall()
+            assert spent == sum(costs[a] for (a,) in reserved)
+        assert conn.execute("SELECT COUNT(*) FROM events WHERE type = 'budget.reserved'").fetchone()[0] == \
+            conn.execute("SELECT COUNT(DISTINCT hypothesis_id || '/' || action_id) FROM reservations").fetchone()[0]
+        assert sum(o[3] for o in outcomes) == conn.execute(
+            "SELECT COUNT(*) FROM closings").fetchone()[0]
+    finally:
+        conn.close()
+    assert verify_case(package).events == len(chain)
+
+
+def _reader(path: str, stop, results) -> None:
+    case = Case.open(path)
+    reads = 0
+    while not stop.is_set():
+        case.balances()
+        case.actions()
+        reads += 1
+    case.close()
+    results.put(reads)
+
+
+def test_a_reader_polling_beside_a_busy_writer_keeps_the_wal_bounded(tmp_path):
+    package = make_package(tmp_path / "case")
+    case = Case.create(package, "BUG-6", analysis_config=AnalysisConfig(limits={"budget_events_max": 10**6}))
+    case.open_revision([{"statement": "h"}], 10**9)
+    case.transition("INVESTIGATING_HYPOTHESES")
+    budget = case.budget()
+    budget.initialize()
+    stop, results = SPAWN.Event(), SPAWN.Queue()
+    reader = SPAWN.Process(target=_reader, args=(str(package), stop, results))
+    reader.start()
+    wal = package / "ledger.sqlite-wal"
+    largest = 0
+    try:
+        for n in range(1000):
+            with case.batch():
+                budget.reserve("H1", f"a{n}", "source.read_context")
+                budget.record_result("H1", f"a{n}", {"n": n, "pad": "x" * 2000})
+                budget.settle("H1", f"a{n}", 100, "new")
+            if wal.exists():
+                largest = max(largest, wal.stat().st_size)
+    finally:
+        stop.set()
+        reads = results.get(timeout=60)
+        reader.join(30)
+    case.close()
+    assert reads > 10
+    # without the writer's RESTART checkpoint the log grows past 20 MiB here (readers always overlap)
+    assert largest < 12 * 1024 * 1024, largest
+    assert not wal.exists() or wal.stat().st_size == 0
+
+
+# --- tamper: a changed byte in every stored event ---------------------------------------
+def test_a_changed_byte_in_any_stored_event_is_caught_at_that_seq(base_package, tmp_path):
+    package = fresh_copy(base_package, tmp_path, "tamper")
+    with Case.open(package) as case:
+        export_case(case)
+    events = logical_dump(package / "ledger.sqlite")
+    bodies = dict(next(rows for name, rows in events if name == "events") and
+                  [(row[0], row[-1]) for row in next(rows for name, rows in events if name == "events")])
+    caught = 0
+    for seq, body in bodies.items():
+        for position in (len(body) // 3, len(body) - 2):
+            trial = fresh_copy(package, tmp_path, "t")
+            conn = sqlite3.connect(trial / "ledger.sqlite")
+            conn.execute("DROP TRIGGER events_no_update")
+            original = body[position]
+            replacement = "7" if original != "7" else "8"
+            conn.execute("UPDATE events SET body = ? WHERE seq = ?", (body[:position] + replacement + body[position + 1:], seq))
+            conn.commit()
+            conn.close()
+            with pytest.raises(LedgerError) as error:
+                verify_case(trial)
+            assert error.value.code == INTEGRITY_ERROR and error.value.details["seq"] == seq, error.value.message
+            caught += 1
+    assert caught == 2 * len(bodies)
+    assert set(ALL_CODES) >= {INTEGRITY_ERROR}
