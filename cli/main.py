@@ -364,12 +364,12 @@ def export(settings: Settings, case: str, as_json: bool) -> None:
 
 
 @main.command("import")
-@click.argument("source", type=click.Path(file_okay=False, exists=True, path_type=str))
+@click.argument("source", metavar="DIR", type=click.Path(file_okay=False, exists=True, path_type=str))
 @click.option("--to", "target", type=click.Path(file_okay=False, path_type=str),
               help="New case folder (default: SOURCE itself, when its ledger.sqlite was lost).")
 @JSON
 def import_command(source: str, target: str | None, as_json: bool) -> None:
-    """Rebuild a case's ledger.sqlite from an exported tree and verify it."""
+    """Rebuild a case's ledger.sqlite from the exported package DIR and verify it."""
     report = import_tree(source, target)
     emit_result(report.to_dict(), as_json,
                 [f"imported {report.events} events into {report.package_path}; verified, head seq {report.head_seq}"])

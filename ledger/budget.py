@@ -60,6 +60,16 @@ class BudgetResult:
         return out
 
 
+ACCOUNT_FIELDS = ("hypothesis_id", "initial_units", "granted_units", "spent_units", "rewarded_units",
+                  "remaining_units", "status", "terminal_reason", "pending_action_id",
+                  "low_information_streak", "settled_actions", "failed_actions")
+
+
+def _state(accounts: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Accounts by hypothesis id, in hypothesis order, each with the ``balances`` columns in order."""
+    return {a["hypothesis_id"]: {k: a[k] for k in ACCOUNT_FIELDS} for a in rules.sorted_accounts(accounts)}
+
+
 class BudgetManager:
     """Budget operations on one case. ``config=None`` uses the policy frozen for the revision.
 
@@ -91,7 +101,7 @@ class BudgetManager:
                 action_state = view.action(revision, *action) if action else None
         return BudgetResult(
             package_path=str(self.case.path), revision=revision, seq=seq, event_ref=ref,
-            state={a["hypothesis_id"]: a for a in rules.sorted_accounts(accounts)}, reused=appended is None,
+            state=_state(accounts), reused=appended is None,
             investigable=rules.investigable(accounts), ready_for_evaluation=rules.ready_for_evaluation(accounts),
             action=action_state,
         )
@@ -220,6 +230,6 @@ class BudgetManager:
             ref = self.case.event_ref(last_seq) if last_seq else None
         return BudgetResult(
             package_path=str(self.case.path), revision=revision, seq=last_seq, event_ref=ref,
-            state={a["hypothesis_id"]: a for a in rules.sorted_accounts(accounts)}, reused=True,
+            state=_state(accounts), reused=True,
             investigable=rules.investigable(accounts), ready_for_evaluation=rules.ready_for_evaluation(accounts),
         )

@@ -75,10 +75,11 @@ def run_demo(target: Path | None = None, echo: Callable[[str], None] = print) ->
     target = Path(target) if target is not None else default_demo_dir()
     case = Case.create(target, DEMO_CASE_ID, at="2026-01-05T09:59:00Z")
     try:
-        shutil.copytree(example / "sources", target / "sources", dirs_exist_ok=True)
+        shutil.copytree(example / "sources", target / "sources", dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         policy = BudgetConfig.load(resource_dir("config") / "budget.example.toml")
         echo(f"case {DEMO_CASE_ID} at {target}")
-        echo(f"policy: config/budget.example.toml (costs {dict(policy['action_costs'])}, "
+        echo(f"policy: the example policy, config/budget.example.toml (costs {dict(policy['action_costs'])}, "
              f"max_reward_bps {policy['max_reward_bps']})\n")
         from .canonical import parse_json
 

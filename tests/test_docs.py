@@ -56,3 +56,20 @@ def test_the_readme_quick_start_has_exactly_two_commands():
     assert "ledger demo" in blocks[0] and "pytest" in blocks[1]
     ci = (REPO / ".ci" / "run").read_text()
     assert "Quick start" in ci and 'bash -euo pipefail -c "$test_command"' in ci
+
+
+def test_the_readme_python_example_runs_and_prints_what_its_comments_say(tmp_path):
+    import shutil
+    import subprocess
+    import sys
+
+    code = re.search(r"Run from the repository root.*?```python\n(.*?)```", README, flags=re.DOTALL).group(1)
+    shutil.copytree(REPO / "config", tmp_path / "config")
+    (tmp_path / "example.py").write_text(code)
+    done = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    promised = [c.strip() for c in re.findall(r"print\(.*?\)\s+#\s*(.*)", code)]
+    printed = done.stdout.splitlines()
+    assert len(printed) == len(promised) == 4
+    for line, comment in zip(printed, promised):
+        assert comment.startswith(line), (line, comment)
