@@ -95,7 +95,8 @@ def canonical_key(value: Any) -> str:
                 raise Refused("INVALID_JSON")
             return v
         if isinstance(v, float):
-            if not math.isfinite(v):
+            # a JSON number with an integral value beyond ±(2^53−1) is such an integer too
+            if not math.isfinite(v) or (v.is_integer() and abs(v) > SAFE_INT):
                 raise Refused("INVALID_JSON")
             return int(v) if v.is_integer() else v
         if isinstance(v, str):
@@ -118,8 +119,10 @@ EMPTY_KEYS = frozenset({"null", "{}", "[]", '""'})
 
 @dataclass
 class Call:
-    """One API call. ``manager`` is ``main`` (the frozen policy's config), ``frozen``
-    (``config=None``) or ``other`` (a config whose policy differs)."""
+    """One API call through one of three managers: ``main`` (the example's policy),
+    ``other`` (a policy differing in a key the accounting does not use) or ``frozen``
+    (``config=None``: the policy frozen at initialize, or the SPEC defaults when it is
+    the one that initializes)."""
 
     op: str
     manager: str = "main"
@@ -144,8 +147,15 @@ class Expected:
 class ReferenceModel:
     """Pure-Python accounting of one revision, from SPEC 6.1–6.4."""
 
-    def __init__(self, hypotheses: int, units: int, policy: dict[str, Any], case_state: str) -> None:
-        self.policy = {**SPEC_DEFAULTS, **copy.deepcopy(policy)}
+    def __init__(self, hypotheses: int, units: int, policy: dict[str, Any], case_state: str,
+                 other_change: dict[str, Any] | None = None) -> None:
+        #: the policy each manager's config means; ``frozen`` (no config) initializes the defaults
+        self.policies = {
+            "main": {**SPEC_DEFAULTS, **copy.deepcopy(policy)},
+            "other": {**SPEC_DEFAULTS, **copy.deepcopy(policy), **copy.deepcopy(other_change or {})},
+            "frozen": dict(SPEC_DEFAULTS),
+        }
+        self.frozen_by: str | None = None  # the manager whose policy initialize froze
         self.hypotheses = [f"H{i}" for i in range(1, hypotheses + 1)]
         self.units = units
         self.case_state = case_state
@@ -160,6 +170,10 @@ class ReferenceModel:
         self.case_events = self.last_seq
         self.budget_events = 0
         self.last_budget_seq: int | None = None
+
+    @property
+    def policy(self) -> dict[str, Any]:
+        return self.policies[self.frozen_by or "main"]
 
     # rules of SPEC 6.2 / 6.4
     def cost(self, action: str) -> int:
@@ -254,6 +268,7 @@ class ReferenceModel:
         if self.case_state not in (GENERATING, INVESTIGATING):
             raise Refused("CASE_STATE")
         if call.op == "initialize":
+            self.frozen_by = call.manager
             for h in self.hypotheses:
                 account = {
                     "hypothesis_id": h, "initial_units": self.units, "granted_units": 0,
@@ -270,7 +285,7 @@ class ReferenceModel:
         h = a["hypothesis_id"]
         if h not in self.accounts:
             raise Refused("UNKNOWN_HYPOTHESIS")
-        if call.manager == "other":
+        if call.manager not in ("frozen", self.frozen_by):  # a config other than the frozen policy
             raise Refused("BUDGET_POLICY_CHANGED")
         account = self.accounts[h]
         if call.op in ("reserve", "reject") and account["status"] in TERMINAL:
@@ -376,36 +391,49 @@ OTHER_POLICY_CHANGES = [
     {"test_costs": {"human": 31, "automated": 15}},
 ]
 
-HYPOTHESIS_IDS = ["H1"] * 5 + ["H2"] * 4 + ["H3"] * 3 + [
-    "H4", "H9", "H10",                                   # well-formed, unknown
-    "H0", "h1", "", "H01", "H1\n", " H1", "H", "H1 ",    # malformed
+VALID_HYPOTHESIS_IDS = ["H1", "H1", "H2", "H2", "H3"]
+INVALID_HYPOTHESIS_IDS = [
+    "H4", "H9", "H10",                                    # well-formed, unknown when there are ≤ 3
+    "H0", "h1", "", "H01", "H1\n", " H1", "H", "H1 ",     # malformed
 ]
-ACTION_IDS = ["a1", "a2", "a3", "a4", "a5", "a6", "q.7", "x:8", "Z-9", "a" * 128] * 2 + [
-    "", "-a", "a b", "a1\n", "a" * 129, "é1", ".a",
-]
-ACTION_NAMES = ["source.read_context"] * 3 + ["research.lookup"] * 2 + [
-    "source.find_text", "test.automated", "database.lookup",
-    "read", "Source.read", "source.", "source.read_context\n", "a.b-c", "",
-]
+VALID_ACTION_IDS = ["a1", "a2", "a3", "a4", "a5", "a6", "q.7", "x:8", "Z-9", "a" * 128]
+INVALID_ACTION_IDS = ["", "-a", "a b", "a1\n", "a" * 129, "é1", ".a"]
+VALID_ACTION_NAMES = ["source.read_context", "source.read_context", "research.lookup",
+                      "source.find_text", "test.automated", "database.lookup"]
+INVALID_ACTION_NAMES = ["read", "Source.read", "source.", "source.read_context\n", "a.b-c", ""]
 EVIDENCE = [
     None, {}, [], "",                                     # empty: novelty 0
     {"a": 1.0}, {"a": 1}, {"b": 2, "a": 1}, {"a": 1, "b": 2.0},   # equal after canonicalization
     [1, 2], [1.0, 2.0], [2, 1], 0, 0.0, -0.0, False, "0", " ",
-    [[]], {"a": {}}, [None], 1.5, 9007199254740991, 2.0**60,
+    [[]], {"a": {}}, [None], 1.5, 9007199254740991, 9007199254740991.0, 1e-7,
     "finding", {"finding": "line 23 adds quantity again"},
     {"finding": "line 23 adds quantity again", "line": 23},
     {"x": "\u00e9"}, {"x": "e\u0301"},
 ]
-INVALID_EVIDENCE = [float("nan"), float("inf"), {"x": 2**53}, -(2**53), {1: "a"}, "\ud800", {"a": [float("-inf")]}]
-SOURCE_REFS = [OMITTED] * 3 + [[]] * 2 + [
-    ["sources/app.py"], ["sources/notes.txt"], ["sources/app.py", "sources/notes.txt"],
-    ["../outside.txt"], ["/etc/hostname"], ["sources/missing.py"], ["ledger.sqlite"],
-    ["sources"], ["sources/app.py", "sources/app.py"], ["./sources/app.py"], [""],
-]
+INVALID_EVIDENCE = [float("nan"), float("inf"), {"x": 2**53}, -(2**53), 2.0**60, {1: "a"}, "\ud800",
+                    {"a": [float("-inf")]}]
+VALID_SOURCE_REFS = [OMITTED, OMITTED, [], ["sources/app.py"], ["sources/notes.txt"],
+                     ["sources/app.py", "sources/notes.txt"]]
+INVALID_SOURCE_REFS = [["../outside.txt"], ["/etc/hostname"], ["sources/missing.py"], ["ledger.sqlite"],
+                       ["sources"], ["sources/app.py", "sources/app.py"], ["./sources/app.py"], [""]]
+VALID_REASONS = ["checked", "checked", "tool timed out", "contradicted", "  kept verbatim\n"]
+INVALID_REASONS = ["", "   ", "\n\t"]
+
+
+def mostly(valid: Any, invalid: Any, weight: int = 6) -> st.SearchStrategy:
+    """``valid`` about ``weight`` times as often as ``invalid`` (lists or strategies)."""
+    valid_s, invalid_s = (x if isinstance(x, st.SearchStrategy) else st.sampled_from(x) for x in (valid, invalid))
+    return st.sampled_from([True] * weight + [False]).flatmap(lambda ok: valid_s if ok else invalid_s)
+
+
+HYPOTHESES = mostly(VALID_HYPOTHESIS_IDS, INVALID_HYPOTHESIS_IDS, 4)
+ACTION_IDS = mostly(VALID_ACTION_IDS, INVALID_ACTION_IDS, 5)
+ACTION_NAMES = mostly(VALID_ACTION_NAMES, INVALID_ACTION_NAMES)
+EVIDENCES = mostly(EVIDENCE, INVALID_EVIDENCE)
+SOURCE_REF_LISTS = mostly(VALID_SOURCE_REFS, INVALID_SOURCE_REFS)
+REASONS = mostly(VALID_REASONS, INVALID_REASONS)
 VALID_SCORES = st.one_of(st.integers(0, 100), st.sampled_from([0, 20, 21, 50, 59, 60, 61, 100]))
-INVALID_SCORES = st.sampled_from([True, False, 50.0, 0.0, 100.0, -1, 101, 2**60])
-SCORES = st.one_of(VALID_SCORES, VALID_SCORES, VALID_SCORES, INVALID_SCORES)
-REASONS = st.sampled_from(["checked", "checked", "tool timed out", "contradicted", "", "   ", "\n\t"])
+SCORES = mostly(VALID_SCORES, [True, False, 50.0, 0.0, 100.0, -1, 101, 2**60], 5)
 MANAGERS = st.sampled_from(["main"] * 6 + ["frozen"] * 2 + ["other"])
 
 
@@ -424,14 +452,19 @@ class BudgetLedgerMachine(RuleBasedStateMachine):
 
     # setup
     @initialize(
+        data=st.data(),
         hypotheses=st.integers(1, 3),
-        units=st.one_of(st.integers(20, 60), st.integers(20, 60), st.sampled_from([1, 2, 3, 4, 7])),
         policy=st.sampled_from(POLICIES),
         other_change=st.sampled_from(OTHER_POLICY_CHANGES),
         investigate=st.sampled_from([True, True, True, False]),
         initialize_now=st.sampled_from([True, True, True, True, False]),
     )
-    def open_a_fresh_case(self, hypotheses, units, policy, other_change, investigate, initialize_now):
+    def open_a_fresh_case(self, data, hypotheses, policy, other_change, investigate, initialize_now):
+        # mostly 20–60 units; sometimes just around the affordability floor (exhausted at initialize or not)
+        floor = min([policy["default_action_cost"], *policy["action_costs"].values()])
+        units = data.draw(st.sampled_from([True] * 5 + [False]).flatmap(
+            lambda usual: st.integers(20, 60) if usual else st.sampled_from(
+                [u for u in (floor - 2, floor - 1, floor, floor + 1) if u >= 1])), label="units")
         self.tmp = Path(tempfile.mkdtemp(prefix="stateful-"))
         path = make_package(self.tmp / "case")
         self.case = start_case(path, hypotheses=hypotheses, units=units, investigate=investigate)
@@ -442,12 +475,12 @@ class BudgetLedgerMachine(RuleBasedStateMachine):
             "other": self.case.budget(BudgetConfig.from_mapping({**policy, **other_change})),
         }
         self.model = ReferenceModel(hypotheses, units, policy,
-                                    INVESTIGATING if investigate else GENERATING)
+                                    INVESTIGATING if investigate else GENERATING, other_change)
         self.log.append(f"start_case(hypotheses={hypotheses}, units={units}, investigate={investigate}), "
-                        f"policy={policy}")
+                        f"policy={policy}, other manager's change={other_change}")
         assert self.case.status()["package_generation"] == self.model.last_seq
         if initialize_now:
-            self.perform(Call("initialize"))
+            self.perform(Call("initialize"))  # with the main config
 
     def teardown(self) -> None:
         if self.case is not None:
@@ -523,25 +556,27 @@ class BudgetLedgerMachine(RuleBasedStateMachine):
             return data.draw(st.sampled_from(pending), label="pending action")
         if source in ("pending", "known") and known:
             return data.draw(st.sampled_from(known), label="reserved action")
-        return (data.draw(st.sampled_from(HYPOTHESIS_IDS), label="hypothesis"),
-                data.draw(st.sampled_from(ACTION_IDS), label="action id"))
+        return data.draw(HYPOTHESES, label="hypothesis"), data.draw(ACTION_IDS, label="action id")
 
-    def _free_hypothesis(self, data) -> str:
-        """Mostly a hypothesis that could take a reservation, else any id from the pool."""
+    def _reservation(self, data, fresh: bool = False) -> tuple[str, str]:
+        """Mostly (or, with ``fresh``, always) a free hypothesis and an action id it has not used
+        yet, else random pool values."""
         free = self.model.investigable()
-        if free and data.draw(st.booleans(), label="prefer a free hypothesis"):
-            return data.draw(st.sampled_from(free), label="free hypothesis")
-        return data.draw(st.sampled_from(HYPOTHESIS_IDS), label="hypothesis")
+        if free and (fresh or data.draw(st.sampled_from([True, True, False]), label="fresh reservation")):
+            h = data.draw(st.sampled_from(free), label="free hypothesis")
+            unused = [a for a in VALID_ACTION_IDS if (h, a) not in self.model.actions]
+            if unused:
+                return h, data.draw(st.sampled_from(unused), label="unused action id")
+            return h, data.draw(ACTION_IDS, label="action id")
+        return data.draw(HYPOTHESES, label="hypothesis"), data.draw(ACTION_IDS, label="action id")
 
     # rules
-    @rule(data=st.data(), action_id=st.sampled_from(ACTION_IDS), action=st.sampled_from(ACTION_NAMES),
-          manager=MANAGERS)
-    def reserve(self, data, action_id, action, manager):
-        h = self._free_hypothesis(data)
+    @rule(data=st.data(), action=ACTION_NAMES, manager=MANAGERS)
+    def reserve(self, data, action, manager):
+        h, action_id = self._reservation(data)
         self.perform(Call("reserve", manager, {"hypothesis_id": h, "action_id": action_id, "action": action}))
 
-    @rule(data=st.data(), evidence=st.one_of(*[st.sampled_from(EVIDENCE)] * 6, st.sampled_from(INVALID_EVIDENCE)),
-          source_refs=st.sampled_from(SOURCE_REFS), manager=MANAGERS)
+    @rule(data=st.data(), evidence=EVIDENCES, source_refs=SOURCE_REF_LISTS, manager=MANAGERS)
     def record_result(self, data, evidence, source_refs, manager):
         h, action_id = self._target(data)
         self.perform(Call("record_result", manager, {"hypothesis_id": h, "action_id": action_id,
@@ -558,44 +593,75 @@ class BudgetLedgerMachine(RuleBasedStateMachine):
         h, action_id = self._target(data)
         self.perform(Call("fail", manager, {"hypothesis_id": h, "action_id": action_id, "reason": reason}))
 
-    @rule(h=st.sampled_from(HYPOTHESIS_IDS), reason=REASONS, manager=MANAGERS)
+    @rule(data=st.data(), by_config=st.booleans(), calls=st.integers(1, 4))
+    def advance_an_investigation_with_valid_calls(self, data, by_config, calls):
+        """The happy path (1–4 valid calls), so that accounts really get spent, refunded,
+        exhausted and abandoned within a short run."""
+        manager = (self.model.frozen_by or "main") if by_config else "frozen"
+        for _ in range(calls):
+            pending = self.model.pending()
+            free = self.model.investigable()
+            if self.model.case_state == BLOCKED or not (pending or free):
+                return
+            if pending and (not free or data.draw(st.booleans(), label="advance a pending action")):
+                h, action_id = data.draw(st.sampled_from(pending), label="pending action")
+                if self.model.actions[(h, action_id)]["status"] == "reserved":
+                    evidence = data.draw(st.sampled_from(EVIDENCE), label="evidence")
+                    refs = data.draw(st.sampled_from(VALID_SOURCE_REFS), label="source refs")
+                    call = Call("record_result", manager, {"hypothesis_id": h, "action_id": action_id,
+                                                           "evidence": evidence, "source_refs": refs})
+                elif data.draw(st.sampled_from([True] * 5 + [False]), label="settle rather than fail"):
+                    call = Call("settle", manager, {
+                        "hypothesis_id": h, "action_id": action_id,
+                        "semantic_score": data.draw(VALID_SCORES, label="score"),
+                        "reason": data.draw(st.sampled_from(VALID_REASONS), label="reason")})
+                else:
+                    call = Call("fail", manager, {"hypothesis_id": h, "action_id": action_id,
+                                                  "reason": data.draw(st.sampled_from(VALID_REASONS))})
+            else:
+                h, action_id = self._reservation(data, fresh=True)
+                action = data.draw(st.sampled_from(VALID_ACTION_NAMES), label="action")
+                call = Call("reserve", manager, {"hypothesis_id": h, "action_id": action_id, "action": action})
+            self.perform(call)
+
+    @rule(h=HYPOTHESES, reason=REASONS, manager=MANAGERS)
     def reject(self, h, reason, manager):
         self.perform(Call("reject", manager, {"hypothesis_id": h, "reason": reason}))
 
-    @rule()
-    def initialize_the_budget(self):
-        self.perform(Call("initialize"))
+    @precondition(lambda self: self.model is not None and not self.model.initialized)
+    @rule(manager=st.sampled_from(["main"] * 3 + ["frozen", "other"]))
+    def initialize_the_budget(self, manager):
+        self.perform(Call("initialize", manager))
 
+    @precondition(lambda self: bool(self.applied))
     @rule(data=st.data())
     def replay_an_applied_operation_exactly(self, data):
-        if not self.applied:
-            return
         call = data.draw(st.sampled_from(self.applied), label="replayed call")
-        manager = data.draw(MANAGERS, label="replay manager")
-        self.perform(Call(call.op, manager if call.op != "initialize" else "main", copy.deepcopy(call.args)))
+        # any manager: replays (initialize included) answer before the policy is compared
+        self.perform(Call(call.op, data.draw(MANAGERS, label="replay manager"), copy.deepcopy(call.args)))
 
+    @precondition(lambda self: any(c.op != "initialize" for c in self.applied))
     @rule(data=st.data())
     def replay_an_applied_operation_with_one_input_changed(self, data):
-        ops = [c for c in self.applied if c.op != "initialize"]
-        if not ops:
-            return
-        call = data.draw(st.sampled_from(ops), label="changed call")
+        call = data.draw(st.sampled_from([c for c in self.applied if c.op != "initialize"]), label="changed call")
         args = copy.deepcopy(call.args)
         if call.op == "reserve":
-            args["action"] = data.draw(st.sampled_from(ACTION_NAMES), label="new action")
+            args["action"] = data.draw(ACTION_NAMES, label="new action")
         elif call.op == "record_result":
             if data.draw(st.booleans(), label="change evidence"):
-                args["evidence"] = data.draw(st.sampled_from(EVIDENCE), label="new evidence")
+                args["evidence"] = data.draw(EVIDENCES, label="new evidence")
             else:
-                args["source_refs"] = data.draw(st.sampled_from(SOURCE_REFS), label="new refs")
+                args["source_refs"] = data.draw(SOURCE_REF_LISTS, label="new refs")
         elif call.op == "settle" and data.draw(st.booleans(), label="change score"):
             args["semantic_score"] = data.draw(SCORES, label="new score")
         else:
             args["reason"] = data.draw(REASONS, label="new reason")
         self.perform(Call(call.op, data.draw(MANAGERS, label="manager"), args))
 
-    @rule()
-    def block_or_unblock_the_case(self):
+    @rule(block=st.sampled_from([True, False, False]))
+    def block_or_unblock_the_case(self, block):
+        if self.model.case_state == INVESTIGATING and not block:
+            return
         to = BLOCKED if self.model.case_state == INVESTIGATING else INVESTIGATING
         expected = self.model.transition(to)
         result = self.case.transition(to)
@@ -663,9 +729,11 @@ class BudgetLedgerMachine(RuleBasedStateMachine):
 
 
 FAST = settings(max_examples=40, stateful_step_count=30, deadline=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+                report_multiple_bugs=False)
 LONG = settings(max_examples=400, stateful_step_count=80, deadline=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+                report_multiple_bugs=False)
 
 
 def test_random_budget_operation_sequences_behave_exactly_as_the_spec_model_predicts():
@@ -673,7 +741,9 @@ def test_random_budget_operation_sequences_behave_exactly_as_the_spec_model_pred
 
 
 @pytest.mark.torture
-def test_long_random_budget_operation_sequences_behave_exactly_as_the_spec_model_predicts():
+def test_long_random_budget_operation_sequences_behave_exactly_as_the_spec_model_predicts(request):
+    if "torture" not in (request.config.getoption("markexpr") or ""):
+        pytest.skip("long run: select it with -m torture")
     run_state_machine_as_test(BudgetLedgerMachine, settings=LONG)
 
 
@@ -704,7 +774,10 @@ def test_the_reference_model_refuses_ids_with_a_trailing_newline():
     assert outcomes == ["INVALID_ID"] * 3
 
 
-# --- disagreements found by the machine, as fixed call sequences ----------------------
+# --- a disagreement the machine found, pinned as a fixed call sequence -------------------
+# Python's ``$`` also matches before a final newline, so ``re.match(r"^H[1-9][0-9]*$", "H1\n")``
+# succeeds: "H1\n", "a1\n" and "source.read_context\n" used to be accepted (the last one
+# priced at default_action_cost, not its action_costs entry). SPEC 6.1: anything else is INVALID_ID.
 
 @pytest.mark.parametrize("hypothesis_id, action_id, action", [
     ("H1\n", "a1", "source.read_context"),
