@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from functools import lru_cache
 from typing import Any, Mapping
 
@@ -129,6 +130,16 @@ def _integral_out_of_range(number: float) -> bool:
     return number.is_integer() and SAFE_INTEGER_MAX < abs(number) < 1e21
 
 
+_SURROGATE_ESCAPE = re.compile(r"\\[uU][dD][89a-fA-F]")
+
+
+def _parse_int(text: str) -> int:
+    number = int(text)
+    if not -SAFE_INTEGER_MAX <= number <= SAFE_INTEGER_MAX:
+        raise LedgerError(INVALID_JSON, f"integer {text[:40]} is outside ±(2**53-1)")
+    return number
+
+
 def _parse_float(text: str) -> float:
     number = float(text)
     if _integral_out_of_range(number):
@@ -158,15 +169,22 @@ def check_json_value(value: Any) -> None:
 def parse_json(text: str | bytes) -> Any:
     """Parse JSON text strictly: duplicate keys, NaN and ±Infinity are ``INVALID_JSON``.
 
-    The result is checked to have a canonical form, so lone surrogates
-    (``"\\ud800"``) and integers beyond ±(2**53 − 1) are refused too.
+    Integers beyond ±(2**53 − 1) (and floats that would read back as such) are
+    refused while parsing; text that escapes a surrogate (``"\\ud800"``) is
+    checked in full for a canonical form, so lone surrogates are refused too.
     """
+    if isinstance(text, str):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise LedgerError(INVALID_JSON, "JSON text contains a lone surrogate") from None
     try:
         value = json.loads(
             text,
             object_pairs_hook=_reject_duplicate_keys,
             parse_constant=_reject_constant,
             parse_float=_parse_float,
+            parse_int=_parse_int,
         )
     except LedgerError:
         raise
@@ -174,7 +192,8 @@ def parse_json(text: str | bytes) -> Any:
         raise LedgerError(INVALID_JSON, "JSON nested too deeply") from None
     except (ValueError, TypeError) as exc:  # JSONDecodeError, bad UTF-8
         raise LedgerError(INVALID_JSON, f"not valid JSON: {exc}") from None
-    canonical_bytes(value)
+    if _SURROGATE_ESCAPE.search(text if isinstance(text, str) else text.decode("utf-8", "replace")):
+        canonical_bytes(value)  # a lone surrogate has no canonical form
     return value
 
 
