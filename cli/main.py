@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import click
 
@@ -18,7 +18,7 @@ from ledger import AnalysisConfig, BudgetConfig, Case, LedgerError
 from ledger.budget import BudgetResult
 from ledger.canonical import parse_json
 from ledger.demo import default_demo_dir, run_demo
-from ledger.export import export_case, export_count, import_tree, verify_case
+from ledger.export import export_case, export_count, import_tree, read_manifest, verify_case
 from ledger.journal import apply_journal, open_for_journal
 from ledger.storage import LEDGER_FILE, Storage
 
@@ -79,10 +79,11 @@ def table_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return click.option("--json", "as_json", is_flag=True, help="Print a JSON array of rows.")(func)
 
 
-def progress_bar(total: int, label: str) -> Iterator[Callable[[int], None]] | Any:
-    """A click progress bar on stderr when it is a terminal; otherwise a no-op."""
-    if sys.stderr.isatty():
-        return click.progressbar(length=total, label=label, file=sys.stderr)
+def progress_bar(total: int, label: str, *, stream: Any = None) -> Any:
+    """A click progress bar when the output (``stream``, default stdout) is a terminal; else a no-op."""
+    stream = stream or sys.stdout
+    if stream.isatty():
+        return click.progressbar(length=total, label=label, file=stream)
     return _NoBar()
 
 
@@ -370,7 +371,9 @@ def export(settings: Settings, case: str, as_json: bool) -> None:
 @JSON
 def import_command(source: str, target: str | None, as_json: bool) -> None:
     """Rebuild a case's ledger.sqlite from the exported package DIR and verify it."""
-    report = import_tree(source, target)
+    manifest = read_manifest(Path(source))
+    with progress_bar(manifest["head"]["seq"] if manifest else 0, "importing") as bar:
+        report = import_tree(source, target, progress=bar.update)
     emit_result(report.to_dict(), as_json,
                 [f"imported {report.events} events into {report.package_path}; verified, head seq {report.head_seq}"])
 
@@ -412,7 +415,8 @@ def apply(settings: Settings, case: str, journal: Any, create_case_id: str | Non
     try:
         manager = opened.budget(settings.budget_config())
         lines = journal.read().split(b"\n")
-        with progress_bar(len(lines), "applying") if not sys.stdout.isatty() else _NoBar() as bar:
+        # stdout carries the result lines, so the bar goes to stderr, and only when stdout is piped
+        with progress_bar(len(lines), "applying", stream=sys.stderr) if not sys.stdout.isatty() else _NoBar() as bar:
             for outcome in apply_journal(opened, lines, budget=manager, keep_going=keep_going,
                                          batch_size=batch_size):
                 click.echo(dumps(outcome.to_dict()))
