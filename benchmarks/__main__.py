@@ -67,39 +67,52 @@ def _event_size(case: Case) -> int:
     return case.query("SELECT AVG(LENGTH(body)) AS n FROM events WHERE stream = 'budget'")[0]["n"]
 
 
-def bench_raw(directory: Path, n: int, size: int) -> float:
-    conn = sqlite3.connect(directory / "raw.sqlite", isolation_level=None)
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("PRAGMA synchronous = FULL")
-    conn.execute("CREATE TABLE events (seq INTEGER PRIMARY KEY, sha256 TEXT, body TEXT)")
-    body = "x" * int(size)
-    start = time.perf_counter()
-    for i in range(n):
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute("INSERT INTO events (sha256, body) VALUES (?, ?)", ("0" * 64, body))
-        conn.execute("COMMIT")
-    elapsed = time.perf_counter() - start
-    conn.close()
-    return n / elapsed
+class RawStore:
+    """Raw SQLite at the ledger's durability: one row the size of an event per transaction."""
+
+    def __init__(self, directory: Path, size: int) -> None:
+        self.conn = sqlite3.connect(directory / "raw.sqlite", isolation_level=None)
+        self.conn.execute("PRAGMA journal_mode = WAL")
+        self.conn.execute("PRAGMA synchronous = FULL")
+        self.conn.execute("CREATE TABLE events (seq INTEGER PRIMARY KEY, sha256 TEXT, body TEXT)")
+        self.body = "x" * int(size)
+
+    def run(self, n: int) -> float:
+        start = time.perf_counter()
+        for _ in range(n):
+            self.conn.execute("BEGIN IMMEDIATE")
+            self.conn.execute("INSERT INTO events (sha256, body) VALUES (?, ?)", ("0" * 64, self.body))
+            self.conn.execute("COMMIT")
+        return n / (time.perf_counter() - start)
 
 
-def bench_ledger(directory: Path, cycles: int, synchronous: str = "FULL") -> tuple[float, int]:
-    case = _new_case(directory / f"ledger-{synchronous}", synchronous)
-    budget = case.budget()
-    start = time.perf_counter()
-    for n in range(cycles):
-        _cycle(budget, n)
-    elapsed = time.perf_counter() - start
-    size = _event_size(case)
-    case.close()
-    return 3 * cycles / elapsed, size
+class LedgerStore:
+    """reserve/record_result/settle through the Python API, each its own durable operation."""
+
+    def __init__(self, directory: Path, synchronous: str = "FULL") -> None:
+        self.case = _new_case(directory / f"ledger-{synchronous}", synchronous)
+        self.budget = self.case.budget()
+        self.next = 0
+
+    def run(self, operations: int) -> float:
+        cycles = max(1, operations // 3)
+        start = time.perf_counter()
+        for n in range(self.next, self.next + cycles):
+            _cycle(self.budget, n)
+        self.next += cycles
+        return 3 * cycles / (time.perf_counter() - start)
 
 
-def bench_file_per_event(directory: Path, n: int, size: int) -> float:
-    root = directory / "files"
-    (root / "events").mkdir(parents=True)
+class FilePerEventStore:
+    """A JSON file per event: temp file, fsync, rename, fsync dir; then the manifest pointer the same way."""
 
-    def atomic(path: Path, data: bytes) -> None:
+    def __init__(self, directory: Path, size: int) -> None:
+        self.root = directory / "files"
+        (self.root / "events").mkdir(parents=True)
+        self.body = b"x" * int(size)
+        self.next = 0
+
+    def _atomic(self, path: Path, data: bytes) -> None:
         temp = path.with_name("." + path.name + ".tmp")
         with open(temp, "wb") as handle:
             handle.write(data)
@@ -110,41 +123,54 @@ def bench_file_per_event(directory: Path, n: int, size: int) -> float:
         os.fsync(fd)
         os.close(fd)
 
-    body = b"x" * int(size)
-    start = time.perf_counter()
-    for i in range(n):
-        atomic(root / "events" / f"{i:08d}.json", body)
-        atomic(root / "manifest.json", json.dumps({"head": i, "path": f"events/{i:08d}.json"}).encode())
-    return n / (time.perf_counter() - start)
+    def run(self, n: int) -> float:
+        start = time.perf_counter()
+        for i in range(self.next, self.next + n):
+            self._atomic(self.root / "events" / f"{i:08d}.json", self.body)
+            self._atomic(self.root / "manifest.json", json.dumps({"head": i, "path": f"events/{i:08d}.json"}).encode())
+        self.next += n
+        return n / (time.perf_counter() - start)
 
 
-def bench_eventsourcing(directory: Path, n: int) -> float | None:
-    try:
+class EventsourcingStore:
+    """The eventsourcing library's SQLite persistence: one aggregate event saved per operation."""
+
+    def __init__(self, directory: Path) -> None:
         from eventsourcing.application import Application
         from eventsourcing.domain import Aggregate, event
-    except ImportError:
-        return None
 
-    class Account(Aggregate):
-        def __init__(self, units: int) -> None:
-            self.remaining = units
+        class Account(Aggregate):
+            def __init__(self, units: int) -> None:
+                self.remaining = units
 
-        @event("Debited")
-        def debit(self, action_id: str, cost: int) -> None:
-            self.remaining -= cost
+            @event("Debited")
+            def debit(self, action_id: str, cost: int) -> None:
+                self.remaining -= cost
 
-    os.environ.update(PERSISTENCE_MODULE="eventsourcing.sqlite",
-                      SQLITE_DBNAME=str(directory / "eventsourcing.sqlite"), SQLITE_LOCK_TIMEOUT="5")
-    app = Application()
-    account = Account(UNITS)
-    app.save(account)
-    start = time.perf_counter()
-    for i in range(n):
-        account.debit(action_id=f"a{i}", cost=5)
-        app.save(account)  # one transaction, one event
-    elapsed = time.perf_counter() - start
-    app.close()
-    return n / elapsed
+        os.environ.update(PERSISTENCE_MODULE="eventsourcing.sqlite",
+                          SQLITE_DBNAME=str(directory / "eventsourcing.sqlite"), SQLITE_LOCK_TIMEOUT="5")
+        self.app = Application()
+        self.account = Account(UNITS)
+        self.app.save(self.account)
+        self.next = 0
+
+    def run(self, n: int) -> float:
+        start = time.perf_counter()
+        for i in range(self.next, self.next + n):
+            self.account.debit(action_id=f"a{i}", cost=5)
+            self.app.save(self.account)  # one transaction, one event
+        self.next += n
+        return n / (time.perf_counter() - start)
+
+
+def interleaved(stores: dict[str, object], operations: int, rounds: int) -> dict[str, float]:
+    """Median rate of each store over ``rounds`` rounds taken in turn, so drift in the
+    disk's speed (other load, write-back) hits every store alike."""
+    rates: dict[str, list[float]] = {name: [] for name in stores}
+    for _ in range(rounds):
+        for name, store in stores.items():
+            rates[name].append(store.run(operations))
+    return {name: statistics.median(values) for name, values in rates.items()}
 
 
 def write_journal(path: Path, operations: int) -> None:
@@ -256,13 +282,25 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="ledger-bench-", dir=args.dir))
     results: dict[str, object] = {"quick": args.quick, "machine": machine()}
     try:
-        ledger_ops, size = bench_ledger(work, 600 // scale)
+        probe = LedgerStore(work / "probe")
+        probe.run(30)
+        size = _event_size(probe.case)
+        probe.case.close()
         results["event_bytes"] = size
-        results["raw_tx_per_s"] = bench_raw(work, 2000 // scale, size)
-        results["ledger_ops_per_s"] = ledger_ops
-        results["ledger_ops_per_s_synchronous_normal"] = bench_ledger(work, 600 // scale, "NORMAL")[0]
-        results["file_per_event_ops_per_s"] = bench_file_per_event(work, 1000 // scale, size)
-        results["eventsourcing_ops_per_s"] = bench_eventsourcing(work, 1000 // scale)
+        stores: dict[str, object] = {
+            "raw_tx_per_s": RawStore(work, size),
+            "ledger_ops_per_s": LedgerStore(work),
+            "ledger_ops_per_s_synchronous_normal": LedgerStore(work, "NORMAL"),
+            "file_per_event_ops_per_s": FilePerEventStore(work, size),
+        }
+        try:
+            stores["eventsourcing_ops_per_s"] = EventsourcingStore(work)
+        except ImportError:
+            results["eventsourcing_ops_per_s"] = None  # pip install '.[bench]'
+        results.update(interleaved(stores, 300 // scale, 7 if not args.quick else 3))
+        for store in stores.values():
+            if isinstance(store, LedgerStore):
+                store.case.close()
         results["apply_ops_per_s"] = bench_apply(work, 10_000 // scale)
         results.update(bench_growth(work, 1_000, 100_000 // scale, 60 // (3 if args.quick else 1)))
     finally:
