@@ -319,7 +319,7 @@ def actions(settings: Settings, case: str, as_json: bool, as_csv: bool) -> None:
 
 @main.command()
 @CASE
-@click.option("--since", type=int, default=0, help="Only events with seq greater than this.")
+@click.option("--since", type=click.IntRange(0, 2**53 - 1), default=0, help="Only events with seq greater than this.")
 @click.option("--body", "with_body", is_flag=True, help="Include each event's canonical JSON body.")
 @table_options
 @pass_settings
@@ -335,17 +335,19 @@ def events(settings: Settings, case: str, since: int, with_body: bool, as_json: 
 @main.command()
 @CASE
 @click.argument("query")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(0.001, 86_400), default=30, show_default=True,
+              help="Seconds after which the query is stopped.")
 @table_options
-def sql(case: str, query: str, as_json: bool, as_csv: bool) -> None:
+def sql(case: str, query: str, timeout_s: float, as_json: bool, as_csv: bool) -> None:
     """Run one read-only SQL QUERY on CASE's ledger.sqlite (writes are refused).
 
-    Public views: balances, actions, evidence, case_status.
+    Public views: balances, balances_recomputed, actions, evidence, case_status.
     """
     fmt = table_format(as_json, as_csv)
     path = Path(case) / LEDGER_FILE
     if not path.is_file():
         Case.open(case)  # raises the LEDGER_MISSING explanation
-    columns, rows = Storage.readonly_query(path, query)
+    columns, rows = Storage.readonly_query(path, query, timeout_ms=int(timeout_s * 1000))
     emit_rows([dict(zip(columns, row)) for row in rows], columns, fmt)
 
 

@@ -19,6 +19,8 @@ from .errors import INVALID_ARGUMENT, INVALID_JSON, LedgerError
 
 #: Largest magnitude an integer may have in canonical JSON: 2**53 - 1.
 SAFE_INTEGER_MAX = 2**53 - 1
+#: Deepest nesting of arrays and objects accepted in evidence.
+JSON_DEPTH_MAX = 64
 ZERO_SHA256 = "0" * 64
 
 
@@ -148,22 +150,24 @@ def _parse_float(text: str) -> float:
 
 
 def check_json_value(value: Any) -> None:
-    """Refuse Python floats that canonicalize to an integer literal beyond ±(2**53 − 1).
+    """Refuse Python floats that canonicalize to an integer literal beyond ±(2**53 − 1),
+    and nesting deeper than :data:`JSON_DEPTH_MAX` (which could not be read back safely).
 
     ``canonical_bytes`` accepts ``1e16`` (a double) but writes it as
     ``10000000000000000``, which :func:`parse_json` must refuse; callers taking
     JSON values from code (evidence) call this so stored values always read back.
     """
-    stack = [value]
+    stack = [(value, 1)]
     while stack:
-        item = stack.pop()
+        item, depth = stack.pop()
         if isinstance(item, float):
             if _integral_out_of_range(item):
                 raise LedgerError(INVALID_JSON, f"number {item!r} is an integer beyond ±(2**53-1)")
-        elif isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, (list, tuple)):
-            stack.extend(item)
+        elif isinstance(item, (dict, list, tuple)):
+            if depth > JSON_DEPTH_MAX:
+                raise LedgerError(INVALID_JSON, f"JSON nested deeper than {JSON_DEPTH_MAX} levels")
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
 
 
 def parse_json(text: str | bytes) -> Any:

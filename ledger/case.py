@@ -101,6 +101,8 @@ class Case:
         or an ``analysis/`` tree; ``INVALID_ID`` for a malformed ``case_id``.
         """
         rules.check_case_id(case_id)
+        rules._check_action_id(actor, "actor")
+        moment = parse_at(at) if at is not None else None
         analysis = analysis_config or AnalysisConfig()
         root = Path(path)
         if (root / MANIFEST_FILE).exists() or (root / ANALYSIS_DIR).exists():
@@ -112,7 +114,7 @@ class Case:
         case = cls(root, storage, analysis, actor=actor, clock=clock)
         try:
             request = rules.shape_create(case_id, str(uuid.uuid4()))
-            moment = parse_at(at) if at is not None else clock()
+            moment = moment or clock()
             with storage.write():
                 storage.check_schema_version()
                 storage.apply_migrations()
@@ -298,12 +300,26 @@ class Case:
                 raise LedgerError(E.SOURCE_REF_INVALID, f"{ref!r} does not exist") from None
             if not stat.S_ISREG(info.st_mode):
                 raise LedgerError(E.SOURCE_REF_INVALID, f"{ref!r} is not a regular file")
+            if info.st_nlink > 1 and (info.st_dev, info.st_ino) in self._own_file_ids():
+                raise LedgerError(E.SOURCE_REF_INVALID, f"{ref!r} is a hard link to one of the ledger's own files")
             try:
                 digest = sha256_file(Path(real))
             except OSError as exc:
                 raise LedgerError(E.SOURCE_REF_INVALID, f"{ref!r} cannot be read: {exc.strerror}") from None
             resolved.append({"path": ref, "sha256": digest})
         return resolved
+
+    def _own_file_ids(self) -> set[tuple[int, int]]:
+        """(device, inode) of ``ledger.sqlite*`` and ``manifest.json``: hard links to them are not sources."""
+        ids = set()
+        for entry in os.scandir(self.path):
+            if entry.name.startswith(LEDGER_FILE) or entry.name == MANIFEST_FILE:
+                try:
+                    info = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                ids.add((info.st_dev, info.st_ino))
+        return ids
 
     def exported_paths(self) -> set[str]:
         """Every path under ``analysis/`` that an export of this ledger writes."""

@@ -12,13 +12,16 @@ from datetime import datetime, timezone
 from .errors import INVALID_ARGUMENT, LedgerError
 
 _RFC3339 = re.compile(
-    r"^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?([Zz]|[+-]\d{2}:\d{2})$"
+    r"^([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt]([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.([0-9]{1,9}))?([Zz]|[+-][0-9]{2}:[0-9]{2})$"
 )
 
 
 def format_utc(moment: datetime) -> str:
     """``moment`` (timezone-aware) as ``YYYY-MM-DDTHH:MM:SS.ffffffZ``."""
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    utc = moment.astimezone(timezone.utc)
+    # not strftime("%Y"): it does not pad years below 1000, and string order must be time order
+    return (f"{utc.year:04d}-{utc.month:02d}-{utc.day:02d}T{utc.hour:02d}:{utc.minute:02d}:"
+            f"{utc.second:02d}.{utc.microsecond:06d}Z")
 
 
 def utc_now() -> str:

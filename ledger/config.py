@@ -89,7 +89,15 @@ class BudgetConfig:
     policy: Mapping[str, Any] = field(default_factory=lambda: dict(DEFAULT_POLICY))
 
     def __post_init__(self) -> None:
+        if not isinstance(self.policy, Mapping):
+            raise LedgerError(CONFIG_INVALID, "budget config must be a table", key="(top level)")
         merged = {**DEFAULT_POLICY, **dict(self.policy)}
+        for table in ("action_costs", "test_costs"):
+            if not isinstance(merged[table], Mapping):
+                raise LedgerError(CONFIG_INVALID, f"{table}: must be a table", key=table)
+            for key in merged[table]:
+                if not isinstance(key, str):
+                    raise LedgerError(CONFIG_INVALID, f"{table}: keys must be strings, got {key!r}", key=table)
         merged["action_costs"] = dict(merged["action_costs"])
         merged["test_costs"] = {**DEFAULT_POLICY["test_costs"], **dict(merged["test_costs"])}
         _check_types(merged, "")
@@ -148,6 +156,9 @@ class AnalysisConfig:
     limits: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_LIMITS))
 
     def __post_init__(self) -> None:
+        for table in ("storage", "limits"):
+            if not isinstance(getattr(self, table), Mapping):
+                raise LedgerError(CONFIG_INVALID, f"{table}: must be a table", key=table)
         data = {
             "units_per_hypothesis": self.units_per_hypothesis,
             "max_hypotheses": self.max_hypotheses,

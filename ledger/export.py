@@ -21,10 +21,10 @@ import shutil
 import sqlite3
 import stat
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Iterator, Mapping
-from urllib.request import pathname2url
 
 from . import errors as E
 from . import rules
@@ -33,11 +33,14 @@ from .case import ANALYSIS_DIR, EXPORT_TEMP_PREFIX, MANIFEST_FILE, Case, is_ledg
 from .config import BudgetConfig
 from .errors import LedgerError
 from .schemas import validator
-from .storage import (LEDGER_FILE, SqlView, Storage, content_path, event_path, schema_version, shipped_schema,
+from .storage import (LEDGER_FILE, SqlView, Storage, WriterLock, content_path, event_path, file_uri, schema_version,
+                      shipped_schema,
                       translate_sqlite_errors)
 
 Progress = Callable[[int], None]
 MANIFEST_FORMAT = "case-manifest-v1"
+#: How long an export waits for another export of the same package to finish.
+EXPORT_LOCK_WAIT_MS = 3_600_000
 #: Helper tables compared row by row against the replay, with the column that names the event.
 HELPER_TABLES = ("case_identity", "lifecycle", "revisions", "hypotheses", "policies", "accounts",
                  "grants", "reservations", "results", "result_sources", "closings", "terminations",
@@ -124,8 +127,44 @@ def _stale_temp_files(root: Path) -> Iterator[Path]:
                 if name.startswith(EXPORT_TEMP_PREFIX):
                     yield Path(directory, name)
     for name in os.listdir(root):
-        if name.startswith(EXPORT_TEMP_PREFIX):
+        if name.startswith(EXPORT_TEMP_PREFIX + MANIFEST_FILE + "."):  # only what write_atomic names
             yield root / name
+
+
+def manifest_for(conn: sqlite3.Connection, head_seq: int, schema: str = "main") -> dict[str, Any] | None:
+    """The manifest an export at ``head_seq`` writes, from the ledger tables in ``schema``."""
+    head = conn.execute(f"SELECT sha256 FROM {schema}.events WHERE seq = ?", (head_seq,)).fetchone()
+    if head is None:
+        return None
+    case_id, package_id = conn.execute(f"SELECT case_id, package_id FROM {schema}.case_identity").fetchone()
+    state, revision = conn.execute(
+        f"SELECT state, revision FROM {schema}.lifecycle WHERE seq <= ? ORDER BY seq DESC LIMIT 1", (head_seq,)).fetchone()
+    budget = conn.execute(
+        f"SELECT stream, revision, stream_seq, sha256 FROM {schema}.events WHERE stream = 'budget' AND seq <= ? "
+        "ORDER BY seq DESC LIMIT 1", (head_seq,)).fetchone()
+    return {
+        "format": MANIFEST_FORMAT, "case_id": case_id, "package_id": package_id, "state": state,
+        "analysis_revision": revision, "package_generation": head_seq,
+        "head": {"seq": head_seq, "sha256": head[0]},
+        "artifacts": {"budget_ledger": {"path": event_path(*budget[:3]), "sha256": budget[3]} if budget else None,
+                      "evidence_index": None},
+    }
+
+
+def _check_manifest(manifest: Mapping[str, Any], conn: sqlite3.Connection, ledger_head: int,
+                    schema: str = "main") -> None:
+    """The manifest must be exactly what an export of this ledger at its head would write."""
+    head_seq = manifest["head"]["seq"]
+    expected = manifest_for(conn, head_seq, schema)
+    if expected is None:
+        raise _bad(ledger_head + 1, f"the ledger ends at seq {ledger_head} but its export reached seq {head_seq} "
+                   "(truncated or rolled-back ledger)", manifest_head_seq=head_seq)
+    if expected["head"] != manifest["head"]:
+        raise _bad(head_seq, "the event at the exported head differs from the manifest's sha256")
+    wrong = sorted(key for key in set(expected) | set(manifest) if expected.get(key) != manifest.get(key))
+    if wrong:
+        raise _bad(None, f"manifest.json disagrees with the ledger at seq {head_seq} in: {', '.join(wrong)}",
+                   fields=wrong)
 
 
 def export_count(case: Case) -> int:
@@ -146,6 +185,16 @@ def export_case(case: Case, progress: Progress | None = None) -> ExportReport:
     ``INTEGRITY_ERROR`` if the folder cannot be written.
     """
     root = case.path
+    # one export at a time per package: a concurrent one would see our temp files as stale
+    lock = WriterLock(root / (LEDGER_FILE + "-export-lock"))
+    fd = lock.acquire(EXPORT_LOCK_WAIT_MS)
+    try:
+        return _export_locked(case, root, progress)
+    finally:
+        WriterLock.release(fd)
+
+
+def _export_locked(case: Case, root: Path, progress: Progress | None) -> ExportReport:
     report = ExportReport(str(root))
     for leftover in _stale_temp_files(root):
         leftover.unlink(missing_ok=True)
@@ -170,30 +219,19 @@ def export_case(case: Case, progress: Progress | None = None) -> ExportReport:
     try:
         with storage.read():
             conn = storage.conn
-            latest_budget = None
-            for seq, stream, revision, stream_seq, sha, body in conn.execute(
-                    "SELECT seq, stream, revision, stream_seq, sha256, body FROM events ORDER BY seq"):
-                relative = event_path(stream, revision, stream_seq)
-                put(relative, body.encode("utf-8"))
-                if stream == "budget":
-                    latest_budget = {"path": relative, "sha256": sha}
+            head_seq = 0
+            for seq, stream, revision, stream_seq, body in conn.execute(
+                    "SELECT seq, stream, revision, stream_seq, body FROM events ORDER BY seq"):
+                put(event_path(stream, revision, stream_seq), body.encode("utf-8"))
+                head_seq = seq
             for sha, body in conn.execute("SELECT sha256, body FROM contents ORDER BY seq, sha256"):
                 put(content_path(sha), body.encode("utf-8"))
-            status = dict(zip(
-                ("case_id", "package_id", "state", "analysis_revision", "package_generation", "head_sha256"),
-                conn.execute("SELECT * FROM case_status").fetchone()))
+            manifest = manifest_for(conn, head_seq)
         for directory in sorted(touched, key=lambda p: len(p.parts), reverse=True):
             _fsync_dir(directory)
             # new folders must survive too: their parents gained an entry
             for parent in directory.relative_to(root).parents:
                 _fsync_dir(root / parent)
-        manifest = {
-            "format": MANIFEST_FORMAT, "case_id": status["case_id"], "package_id": status["package_id"],
-            "state": status["state"], "analysis_revision": status["analysis_revision"],
-            "package_generation": status["package_generation"],
-            "head": {"seq": status["package_generation"], "sha256": status["head_sha256"]},
-            "artifacts": {"budget_ledger": latest_budget, "evidence_index": None},
-        }
         data = canonical_bytes(manifest)
         if _same_bytes(root / MANIFEST_FILE, data):
             report.files_unchanged += 1
@@ -405,11 +443,10 @@ def _scratch_storage(directory: str, original: Path) -> Storage:
     a writer appends meanwhile.
     """
     path = Path(directory) / "replay.sqlite"
-    conn = sqlite3.connect(f"file:{pathname2url(str(path))}", uri=True, isolation_level=None,
-                           check_same_thread=False)
+    conn = sqlite3.connect(file_uri(path, "rwc"), uri=True, isolation_level=None, check_same_thread=False)
     with translate_sqlite_errors():
         conn.execute("PRAGMA journal_mode = OFF")  # no durability needed for a scratch copy
-        conn.execute("ATTACH DATABASE ? AS orig", (f"file:{pathname2url(str(original.resolve()))}?mode=ro",))
+        conn.execute("ATTACH DATABASE ? AS orig", (file_uri(original, "ro"),))
     storage = Storage(conn, path, {"synchronous": "OFF", "busy_timeout_ms": 5000})
     with translate_sqlite_errors():
         conn.execute("BEGIN")
@@ -504,6 +541,7 @@ def _verify_attached(root: Path, scratch: Storage, progress: Progress | None) ->
         raise _bad(1, "the ledger holds no events")
     _compare_rows(conn)
     exported = _check_export(root, conn, head)
+    _compare_schema(conn)
     return VerifyReport(str(root), replayer.count,
                         conn.execute("SELECT COUNT(*) FROM main.contents").fetchone()[0],
                         head[0], head[1], exported, (root / MANIFEST_FILE).exists())
@@ -514,19 +552,26 @@ def _as_bytes(value: Any) -> bytes:
 
 
 def _compare_rows(conn: sqlite3.Connection) -> None:
-    """Events columns, contents, helper rows and views of the ledger against the replay."""
+    """Events columns, contents, helper rows and views of the ledger against the replay.
+
+    Every table is compared before anything is reported, so the error names the
+    smallest differing ``seq`` whichever table it is in.
+    """
+    found: list[tuple[int, str]] = []
     differing = _rows_differ(conn, "events", "seq")
     if differing is not None:
-        raise _bad(differing[0], "an events column disagrees with the event's body")
+        found.append((differing[0], "an events column disagrees with the event's body"))
     differing = _rows_differ(conn, "contents", "seq")
     if differing is not None:
-        raise _bad(differing[1], f"content row {differing[0]} disagrees with the replay (edited, extra or swapped)")
+        found.append((differing[1], f"content row {differing[0]} disagrees with the replay (edited, extra or swapped)"))
     for table in HELPER_TABLES:
         differing = _rows_differ(conn, table, "seq")
         if differing is not None:
             columns = [d[1] for d in conn.execute(f"PRAGMA main.table_info({table})")]
-            seq = differing[columns.index("seq")]
-            raise _bad(seq, f"helper table {table} disagrees with the replay", table=table)
+            found.append((differing[columns.index("seq")], f"helper table {table} disagrees with the replay"))
+    if found:
+        seq, message = min(found, key=lambda item: (item[0] if type(item[0]) is int else 2**63, item[1]))
+        raise _bad(seq if type(seq) is int else None, message)
     for view in PUBLIC_VIEWS:
         try:
             differing = _rows_differ(conn, view, "1")
@@ -534,7 +579,10 @@ def _compare_rows(conn: sqlite3.Connection) -> None:
             raise _bad(None, f"view {view} cannot be read: {exc.message}", view=view) from None
         if differing is not None:
             raise _bad(None, f"view {view} disagrees with the replay: {differing}", view=view)
-    # triggers and view definitions must be the shipped ones
+
+
+def _compare_schema(conn: sqlite3.Connection) -> None:
+    """Triggers, views, indexes and tables must be the shipped ones (checked last: no seq to name)."""
     shipped = shipped_schema()
     present = dict(conn.execute("SELECT name, sql FROM orig.sqlite_master WHERE type IN ('trigger','view','index','table') AND sql IS NOT NULL"))
     for name, sql in sorted(shipped.items()):
@@ -544,30 +592,22 @@ def _compare_rows(conn: sqlite3.Connection) -> None:
 
 
 def _check_export(root: Path, conn: sqlite3.Connection, head: tuple[int, str]) -> int:
-    """Exported files that exist must hold the ledger's bytes; the manifest's head must be in the ledger."""
+    """Exported files that exist must hold the ledger's bytes; the manifest must be what an
+    export at its head writes; an exported event the ledger no longer has means truncation."""
     manifest = read_manifest(root)
     checked = 0
     if manifest is not None:
-        head_seq, head_sha = manifest["head"]["seq"], manifest["head"]["sha256"]
-        row = conn.execute("SELECT sha256 FROM main.events WHERE seq = ?", (head_seq,)).fetchone()
-        if row is None:
-            raise _bad(head[0] + 1, f"the ledger ends at seq {head[0]} but its export reached seq {head_seq} "
-                       "(truncated or rolled-back ledger)", manifest_head_seq=head_seq)
-        if row[0] != head_sha:
-            raise _bad(head_seq, "the event at the exported head differs from the manifest's sha256")
-        identity = conn.execute("SELECT case_id, package_id FROM main.case_identity").fetchone()
-        if (manifest["case_id"], manifest["package_id"]) != tuple(identity):
-            raise _bad(None, "manifest.json names another case or package")
-        pointer = manifest["artifacts"]["budget_ledger"]
-        if pointer is not None:
-            found = None
-            for stream, revision, stream_seq, sha in conn.execute(
-                    "SELECT stream, revision, stream_seq, sha256 FROM main.events WHERE stream = 'budget' AND seq <= ?",
-                    (head_seq,)):
-                if event_path(stream, revision, stream_seq) == pointer["path"]:
-                    found = sha
-            if found != pointer["sha256"]:
-                raise _bad(None, "manifest.json's budget_ledger pointer does not name a budget event of the ledger")
+        _check_manifest(manifest, conn, head[0])
+    known = {event_path(*row) for row in conn.execute("SELECT stream, revision, stream_seq FROM main.events")}
+    for relative, path in _exported_event_files(root):
+        if relative not in known:
+            try:
+                seq = json.loads(path.read_bytes()).get("seq")
+            except (ValueError, AttributeError, RecursionError, OSError):
+                continue  # not an event of ours: not evidence of truncation
+            if type(seq) is int and seq > head[0]:
+                raise _bad(head[0] + 1, f"{relative} holds event {seq} but the ledger ends at seq {head[0]} "
+                           "(truncated or rolled-back ledger)")
     limit = manifest["head"]["seq"] if manifest else 0
     for seq, stream, revision, stream_seq, body in conn.execute(
             "SELECT seq, stream, revision, stream_seq, body FROM main.events ORDER BY seq"):
@@ -587,6 +627,19 @@ def _check_export(root: Path, conn: sqlite3.Connection, head: tuple[int, str]) -
         elif seq <= limit:
             raise _bad(seq, f"exported content {sha} is missing")
     return checked
+
+
+def _exported_event_files(root: Path) -> Iterator[tuple[str, Path]]:
+    """(relative path, path) of every file in the exported event folders."""
+    folders = [root / "analysis" / "case" / "events"]
+    budgets = root / "analysis" / "budgets"
+    if budgets.is_dir():
+        folders += sorted(p / "events" for p in budgets.iterdir() if p.is_dir())
+    for folder in folders:
+        if folder.is_dir():
+            for entry in os.scandir(folder):
+                if entry.name.endswith(".json") and not entry.name.startswith("."):
+                    yield Path(entry.path).relative_to(root).as_posix(), Path(entry.path)
 
 
 # --- import -------------------------------------------------------------------------
@@ -640,7 +693,7 @@ def import_tree(source: str | os.PathLike[str], to: str | os.PathLike[str] | Non
                 len(pure.parts) == 5 and pure.parts[1] == "budgets" and pure.parts[3] == "events"):
             try:
                 seq = json.loads(files[relative].read_bytes()).get("seq")
-            except (ValueError, AttributeError):
+            except (ValueError, AttributeError, RecursionError):
                 raise _bad(None, f"{relative} is not an event") from None
             if type(seq) is not int or seq in events:
                 raise _bad(seq if type(seq) is int else None, f"{relative} repeats or lacks an event seq")
@@ -655,27 +708,27 @@ def import_tree(source: str | os.PathLike[str], to: str | os.PathLike[str] | Non
         relative = content_path(sha)
         return files[relative].read_bytes() if relative in files else None
 
-    dest_existed = dest.exists()
-    dest.mkdir(parents=True, exist_ok=True)
-    building = dest / (LEDGER_FILE + "-import")
+    # a new package is built in a hidden sibling folder and renamed into place at the end,
+    # so an interrupted import leaves the target absent and can simply be run again
+    build_dir = src if in_place else dest.parent / f".{dest.name}.importing-{os.getpid()}-{time.time_ns()}"
+    building = build_dir / (LEDGER_FILE + "-import")
     scratch_files = [Path(str(building) + suffix) for suffix in ("", "-wal", "-shm", "-lock")]
-    created: list[Path] = []
     try:
         if not in_place:
+            build_dir.mkdir(parents=True)
             for relative, full in files.items():
                 if is_ledger_own(PurePosixPath(relative)):
                     continue
-                target = dest / relative
+                target = build_dir / relative
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(full, target)
-                created.append(target)
         for leftover in scratch_files:
             leftover.unlink(missing_ok=True)
         storage = Storage.create(building)
         try:
             with storage.write():
                 storage.apply_migrations()
-                replayer = Replayer(storage, dest, content_of)
+                replayer = Replayer(storage, build_dir, content_of)
                 for seq in range(1, head_seq + 1):
                     relative = events[seq]
                     data = files[relative].read_bytes()
@@ -686,21 +739,26 @@ def import_tree(source: str | os.PathLike[str], to: str | os.PathLike[str] | Non
                         raise _bad(seq, f"{relative} is not where event {seq} belongs")
                     if progress:
                         progress(1)
-                if storage.head()[1] != manifest["head"]["sha256"]:
-                    raise _bad(head_seq, "the last event differs from the manifest's head sha256")
+                _check_manifest(manifest, storage.conn, head_seq)
         finally:
             storage.close()
-        os.replace(building, dest / LEDGER_FILE)
-        _fsync_dir(dest)
+        for suffix in ("-wal", "-shm"):
+            # a lost ledger's log must never be replayed onto the rebuilt file: keep it aside
+            stale = build_dir / (LEDGER_FILE + suffix)
+            if stale.exists():
+                os.replace(stale, build_dir / f"{LEDGER_FILE}{suffix}.orphaned-{time.time_ns()}")
+        os.replace(building, build_dir / LEDGER_FILE)
+        _fsync_dir(build_dir)
+        if not in_place:
+            if dest.exists():
+                dest.rmdir()  # checked empty above
+            os.rename(build_dir, dest)
+            _fsync_dir(dest.parent)
     except BaseException:
-        # writes nothing on failure: remove what this import made
-        if not dest_existed:
-            shutil.rmtree(dest, ignore_errors=True)
-        else:
-            for target in created:
-                target.unlink(missing_ok=True)
         for leftover in scratch_files:
             leftover.unlink(missing_ok=True)
+        if not in_place:
+            shutil.rmtree(build_dir, ignore_errors=True)
         raise
     for leftover in scratch_files:
         leftover.unlink(missing_ok=True)

@@ -59,6 +59,8 @@ class LineResult:
 def parse_line(text: str | bytes) -> dict[str, Any]:
     """Parse and check one journal line's shape (``INVALID_JSON``, ``INVALID_ARGUMENT``,
     ``UNKNOWN_OPERATION``)."""
+    if not isinstance(text, (str, bytes)):
+        raise LedgerError(E.INVALID_ARGUMENT, f"a journal line must be text, got {type(text).__name__}")
     if len(text) > LINE_BYTES_MAX:
         raise LedgerError(E.LIMIT_REACHED, f"journal line longer than {LINE_BYTES_MAX} bytes")
     if isinstance(text, bytes):
@@ -82,6 +84,9 @@ def parse_line(text: str | bytes) -> dict[str, Any]:
     extra = sorted(keys - required - optional)
     if extra:
         raise LedgerError(E.INVALID_ARGUMENT, f"{op}: unexpected key(s) {', '.join(extra)}")
+    nulls = sorted(key for key in optional | {"at"} if key in line and line[key] is None)
+    if nulls:  # an optional key is either absent or has a value
+        raise LedgerError(E.INVALID_ARGUMENT, f"{op}: {', '.join(nulls)} may be left out but not null")
     return line
 
 
@@ -147,7 +152,7 @@ def apply_journal(case: Case, lines: Iterable[str | bytes], *, budget: BudgetMan
         return done
 
     for number, text in enumerate(lines, start=1):
-        if not (text.strip() if isinstance(text, (str, bytes)) else text):
+        if isinstance(text, (str, bytes)) and not text.strip():
             continue
         pending.append((number, text))
         if len(pending) >= batch_size:

@@ -116,6 +116,7 @@ class LedgerView(Protocol):
     def operation(self, key: str) -> tuple[int, str] | None: ...
     def action(self, revision: int, hypothesis_id: str, action_id: str) -> dict[str, Any] | None: ...
     def content_seen(self, sha256: str) -> bool: ...
+    def content_bytes_total(self) -> int: ...
     def budget_events_total(self) -> int: ...
 
 
@@ -162,11 +163,14 @@ def _check_reason(value: Any) -> str:
 
 
 def _check_text(value: str, what: str) -> None:
-    """Lone surrogates have no UTF-8 (and no canonical JSON) form."""
+    """Lone surrogates have no UTF-8 (and no canonical JSON) form; NUL would be cut short by
+    SQLite's text functions (the views read reasons with ``json_extract``)."""
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
         raise LedgerError(E.INVALID_JSON, f"{what} contains a lone surrogate") from None
+    if "\x00" in value:
+        raise LedgerError(E.INVALID_ARGUMENT, f"{what} contains a NUL character")
 
 
 def shape_create(case_id: Any, package_id: Any) -> dict[str, Any]:
@@ -261,6 +265,8 @@ def check_source_ref_list(source_refs: Any) -> list[str]:
             raise LedgerError(E.SOURCE_REF_INVALID, f"source ref must be a non-empty path string, got {str(ref)[:80]!r}")
         if ref in seen:
             raise LedgerError(E.SOURCE_REF_INVALID, f"source ref {ref!r} listed twice")
+        if "\x00" in ref:
+            raise LedgerError(E.SOURCE_REF_INVALID, "a source ref contains a NUL character")
         _check_text(ref, "source ref")
         seen.add(ref)
     return list(source_refs)
@@ -615,6 +621,13 @@ def record_result(view: LedgerView, request: Mapping[str, Any], evidence: bytes,
     _check_budget_room(view, limits)
     content_sha256 = request["evidence_sha256"]
     seen = view.content_seen(content_sha256)
+    if not seen and limits is not None:
+        stored = view.content_bytes_total()
+        if stored + len(evidence) > limits["evidence_content_bytes_max"]:
+            raise LedgerError(
+                E.LIMIT_REACHED, f"distinct evidence content would reach {stored + len(evidence)} bytes; "
+                f"the limit is {limits['evidence_content_bytes_max']}", limit="evidence_content_bytes_max",
+            )
     novelty = 0 if (evidence in EMPTY_EVIDENCE or seen) else ctx.policy["new_evidence_score"]
     action.update(status=ACTION_AWAITING, novelty_score=novelty)
     fields = _budget_fields(ctx, "budget.result_recorded", ctx.accounts, action=action,

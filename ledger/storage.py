@@ -17,12 +17,13 @@ import os
 import re
 import sqlite3
 import threading
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
-from urllib.request import pathname2url
+from urllib.parse import quote
 
 import sqlite_utils
 
@@ -226,8 +227,13 @@ class Appended:
     body: dict[str, Any]
 
 
+def file_uri(path: Path, mode: str) -> str:
+    """A SQLite ``file:`` URI for ``path`` (any bytes, percent-encoded) opened in ``mode``."""
+    return f"file:{quote(os.fsencode(os.path.abspath(path)))}?mode={mode}"
+
+
 def _connect(path: Path, mode: str) -> sqlite3.Connection:
-    uri = f"file:{pathname2url(str(path))}?mode={mode}"
+    uri = file_uri(path, mode)
     # isolation_level=None: the sqlite3 module never opens transactions behind our back
     return sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
 
@@ -277,15 +283,13 @@ class Storage:
         """Open an existing ledger; refuses a newer schema with ``SCHEMA_VERSION``."""
         with translate_sqlite_errors():
             conn = _connect(path, "rw")
-            try:
-                mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
-                if mode != "wal":
-                    conn.execute("PRAGMA journal_mode = WAL").fetchall()
-            except BaseException:
-                conn.close()
-                raise
         storage = cls(conn, path, settings, limits)
         try:
+            # a file without our schema (an interrupted init, or not a ledger) is left untouched
+            if storage.check_schema_version() > 0:
+                with translate_sqlite_errors():
+                    if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                        conn.execute("PRAGMA journal_mode = WAL").fetchall()
             storage.migrate()
         except BaseException:
             conn.close()
@@ -308,20 +312,25 @@ class Storage:
         return conn
 
     @classmethod
-    def readonly_query(cls, path: Path, sql: str) -> tuple[list[str], list[tuple]]:
+    def readonly_query(cls, path: Path, sql: str, timeout_ms: int = 30_000) -> tuple[list[str], list[tuple]]:
         """Run one statement on a read-only connection; ``(column names, rows)``.
 
         Anything that is not a single row-returning read fails with
-        ``INVALID_ARGUMENT`` (writes, ATTACH, PRAGMA, several statements).
+        ``INVALID_ARGUMENT`` (writes, ATTACH, PRAGMA, several statements), and so
+        does a query still running after ``timeout_ms``.
         """
         conn = cls.open_readonly(path)
+        deadline = time.monotonic() + timeout_ms / 1000
+        conn.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, 10_000)
         try:
             db = sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
             cursor = db.execute(sql)
             if cursor.description is None:
                 raise LedgerError(E.INVALID_ARGUMENT, "the statement returns no rows; only reads are allowed")
             return [d[0] for d in cursor.description], cursor.fetchall()
-        except (sqlite3.Error, ValueError) as exc:
+        except (sqlite3.Error, ValueError, OverflowError) as exc:
+            if "interrupted" in str(exc):
+                raise LedgerError(E.INVALID_ARGUMENT, f"query stopped after {timeout_ms} ms") from None
             raise LedgerError(E.INVALID_ARGUMENT, f"query refused: {exc}") from None
         finally:
             conn.close()
@@ -568,7 +577,8 @@ class Storage:
         """Write the helper rows an event establishes (the views are derived from them)."""
         seq, kind, revision = body["seq"], body["type"], body["revision"]
         for sha, data in contents.items():
-            self.execute("insert_content", sha256=sha, seq=seq, size_bytes=len(data),
+            total = self.one("content_bytes_total")[0] + len(data)
+            self.execute("insert_content", sha256=sha, seq=seq, size_bytes=len(data), cumulative_bytes=total,
                          body=data.decode("utf-8"))
         if kind == "case.created":
             self.execute("insert_case_identity", seq=seq, case_id=body["case_id"], package_id=body["package_id"])
@@ -664,10 +674,14 @@ class SqlView:
         row = self.storage.one("latest_budget_body", revision=revision)
         if row is None:
             return None
-        body = json.loads(row[0])
-        return {"policy_sha256": body["policy_sha256"],
-                "hypothesis_batch_sha256": body["hypothesis_batch_sha256"],
-                "accounts": {a["hypothesis_id"]: a for a in body["accounts"]}}
+        try:
+            body = json.loads(row[0])
+            return {"policy_sha256": body["policy_sha256"],
+                    "hypothesis_batch_sha256": body["hypothesis_batch_sha256"],
+                    "accounts": {a["hypothesis_id"]: a for a in body["accounts"]}}
+        except (ValueError, TypeError, KeyError, RecursionError):
+            raise LedgerError(E.INTEGRITY_ERROR, f"the newest budget event of revision {revision} is malformed; "
+                              "run 'ledger verify'") from None
 
     def accounts(self, revision: int) -> dict[str, dict[str, Any]]:
         head = self.budget_head(revision)
@@ -691,6 +705,9 @@ class SqlView:
 
     def content_seen(self, sha256: str) -> bool:
         return self.storage.one("content_exists", sha256=sha256) is not None
+
+    def content_bytes_total(self) -> int:
+        return self.storage.one("content_bytes_total")[0]
 
     def budget_events_total(self) -> int:
         return self.storage.one("budget_events_total")[0]

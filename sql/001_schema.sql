@@ -32,13 +32,16 @@ CREATE TABLE events (
 CREATE INDEX events_by_operation ON events (operation_key) WHERE operation_key IS NOT NULL;
 CREATE INDEX events_by_stream ON events (stream, revision, stream_seq);
 
--- Content-addressed canonical JSON (evidence payloads).
+-- Content-addressed canonical JSON (evidence payloads). cumulative_bytes is the running
+-- total of distinct content, so the SPEC 11 limit is checked without summing history.
 CREATE TABLE contents (
     sha256 TEXT PRIMARY KEY,
     seq INTEGER NOT NULL REFERENCES events (seq),
     size_bytes INTEGER NOT NULL,
+    cumulative_bytes INTEGER NOT NULL,
     body TEXT NOT NULL
 );
+CREATE INDEX contents_by_seq ON contents (seq);
 
 -- Evidence records of the evidence store (SPEC 7.3).
 CREATE TABLE evidence_records (

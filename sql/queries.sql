@@ -60,6 +60,9 @@ WHERE r.revision = :revision AND r.hypothesis_id = :hypothesis_id AND r.action_i
 -- name: content_exists
 SELECT 1 FROM contents WHERE sha256 = :sha256;
 
+-- name: content_bytes_total
+SELECT COALESCE((SELECT cumulative_bytes FROM contents ORDER BY seq DESC, cumulative_bytes DESC LIMIT 1), 0);
+
 -- name: termination_exists
 SELECT 1 FROM terminations WHERE revision = :revision AND hypothesis_id = :hypothesis_id;
 
@@ -70,7 +73,8 @@ VALUES (:seq, :type, :revision, :stream, :stream_seq, :created_at, :sha256, :par
         :operation_key, :request_sha256, :body);
 
 -- name: insert_content
-INSERT INTO contents (sha256, seq, size_bytes, body) VALUES (:sha256, :seq, :size_bytes, :body);
+INSERT INTO contents (sha256, seq, size_bytes, cumulative_bytes, body)
+VALUES (:sha256, :seq, :size_bytes, :cumulative_bytes, :body);
 
 -- name: insert_case_identity
 INSERT INTO case_identity (seq, case_id, package_id) VALUES (:seq, :case_id, :package_id);

@@ -1,0 +1,246 @@
+"""Regression tests for defects found by trying to break the ledger (one test per finding)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+
+from ledger import AnalysisConfig, BudgetConfig, Case, LedgerError
+from ledger.canonical import canonical_bytes
+from ledger.errors import CONFIG_INVALID, INTEGRITY_ERROR, INVALID_ARGUMENT, INVALID_JSON, LIMIT_REACHED, SOURCE_REF_INVALID
+from ledger.export import export_case, import_tree, verify_case
+from ledger.journal import apply_journal
+
+from conftest import logical_dump, make_package, run_cli, start_case
+
+
+def test_years_before_1000_keep_four_digits_and_survive_export_and_import(package, tmp_path):
+    with Case.create(package, "OLD-1", at="0999-01-01T00:00:00Z") as case:
+        case.open_revision([{"statement": "s"}], at="0999-06-01T00:00:00Z")
+        assert case.query("SELECT created_at FROM events ORDER BY seq")[-1]["created_at"] == "0999-06-01T00:00:00.000000Z"
+        export_case(case)
+    assert import_tree(package, tmp_path / "copy").head_seq == 2
+
+
+def test_a_nul_in_a_reason_is_refused_so_views_never_truncate_it(budget):
+    with pytest.raises(LedgerError) as caught:
+        budget.reject("H1", "x\x00y")
+    assert caught.value.code == INVALID_ARGUMENT
+    assert budget.reject("H1", "x y").state["H1"]["terminal_reason"] == "x y"
+    assert budget.snapshot().state["H1"]["status"] == "rejected"
+
+
+@pytest.mark.parametrize("text", ["action_costs = 5\n", "action_costs = [1, 2]\n", 'action_costs = "ab"\n',
+                                  "test_costs = 5\n", "[[action_costs]]\nx = 1\n"])
+def test_a_cost_table_that_is_not_a_table_is_config_invalid(tmp_path, text):
+    path = tmp_path / "b.toml"
+    path.write_text(text)
+    with pytest.raises(LedgerError) as caught:
+        BudgetConfig.load(path)
+    assert caught.value.code == CONFIG_INVALID
+
+
+def test_concurrent_exports_of_one_package_all_succeed(budget, case):
+    for n in range(40):
+        budget.reserve("H1", f"a{n}", "source.read_context")
+        budget.record_result("H1", f"a{n}", {"n": n})
+        budget.settle("H1", f"a{n}", 100, "new")
+    errors = []
+
+    def export():
+        try:
+            with Case.open(case.path) as own:
+                export_case(own)
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=export) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert verify_case(case.path).exported_files_checked == 124 + 40
+
+
+def test_a_hard_link_to_the_ledger_is_not_a_source(budget, case):
+    os.link(case.path / "ledger.sqlite", case.path / "sources" / "hard")
+    budget.reserve("H1", "a1", "source.read_context")
+    with pytest.raises(LedgerError) as caught:
+        budget.record_result("H1", "a1", {"x": 1}, ["sources/hard"])
+    assert caught.value.code == SOURCE_REF_INVALID
+
+
+def test_evidence_nested_past_the_limit_is_invalid_json(budget):
+    budget.reserve("H1", "a1", "source.read_context")
+    deep = 0
+    for _ in range(65):
+        deep = [deep]
+    with pytest.raises(LedgerError) as caught:
+        budget.record_result("H1", "a1", deep)
+    assert caught.value.code == INVALID_JSON
+    for _ in range(2):
+        deep = deep[0]
+    assert budget.record_result("H1", "a1", deep).action["novelty_score"] == 100
+
+
+@pytest.mark.parametrize("extra", [["--at", "bogus"], ["--actor", "bad actor"]])
+def test_a_refused_init_creates_nothing(tmp_path, extra):
+    target = tmp_path / "new"
+    args = (["--actor", "bad actor"] if extra[0] == "--actor" else []) + ["init", str(target), "--case-id", "A"] + (
+        extra if extra[0] == "--at" else [])
+    done = run_cli(*args)
+    assert done.returncode == 1 and not target.exists()
+
+
+@pytest.mark.parametrize("line", [
+    {"op": "transition", "to": "BLOCKED", "at": None},
+    {"op": "open_revision", "hypotheses": [{"statement": "s"}], "units_per_hypothesis": None},
+    {"op": "record_result", "hypothesis": "H1", "action_id": "a", "evidence": 1, "source_refs": None},
+    {"op": "initialize", "at": "２０２６-01-01T00:00:00Z"},
+    5,
+])
+def test_null_optional_keys_and_unicode_digits_are_invalid_arguments(case, line):
+    text = line if isinstance(line, int) else json.dumps(line, ensure_ascii=False)
+    [result] = list(apply_journal(case, [text]))
+    assert not result.ok and result.error.code == INVALID_ARGUMENT
+
+
+def test_distinct_evidence_content_is_limited(package):
+    case = Case.create(package, "C-1", analysis_config=AnalysisConfig(limits={"evidence_content_bytes_max": 30}))
+    try:
+        case.open_revision([{"statement": "s"}])
+        budget = case.budget()
+        budget.initialize()
+        budget.reserve("H1", "a1", "source.read_context")
+        budget.record_result("H1", "a1", {"k": "0123456789"})  # 20 bytes
+        budget.fail("H1", "a1", "x")
+        budget.reserve("H1", "a2", "source.read_context")
+        with pytest.raises(LedgerError) as caught:
+            budget.record_result("H1", "a2", {"k": "abcdefghij"})
+        assert caught.value.code == LIMIT_REACHED
+        assert budget.record_result("H1", "a2", {"k": "0123456789"}).action["novelty_score"] == 0  # seen: no new bytes
+    finally:
+        case.close()
+
+
+def test_opening_a_file_without_a_ledger_leaves_it_untouched(tmp_path):
+    (tmp_path / "ledger.sqlite").write_bytes(b"")
+    done = run_cli("state", str(tmp_path))
+    assert done.returncode == 1 and b"LEDGER_MISSING" in done.stderr
+    assert (tmp_path / "ledger.sqlite").read_bytes() == b""
+    assert not (tmp_path / "ledger.sqlite-wal").exists()
+
+
+def test_in_place_import_never_replays_a_stale_wal_onto_the_rebuilt_ledger(budget, case, tmp_path):
+    budget.reserve("H1", "a1", "source.read_context")
+    export_case(case)
+    case.close()
+    other = start_case(make_package(tmp_path / "other"), case_id="OTHER")
+    other_budget = other.budget()
+    other_budget.initialize()
+    other_budget.reserve("H1", "z", "source.read_context")
+    # copy the other case's files while its WAL still holds everything
+    for name in os.listdir(other.path):
+        if name.startswith("ledger.sqlite-wal") or name.startswith("ledger.sqlite-shm"):
+            shutil.copyfile(other.path / name, case.path / name)
+    other.storage.conn.close()
+    (case.path / "ledger.sqlite").unlink()
+    import_tree(case.path)
+    with Case.open(case.path) as restored:
+        assert restored.status()["case_id"] == "BUG-1"
+    assert any(name.startswith("ledger.sqlite-wal.orphaned-") for name in os.listdir(case.path))
+
+
+def test_a_manifest_that_disagrees_with_the_ledger_is_refused_by_verify_and_import(budget, case, tmp_path):
+    budget.reserve("H1", "a1", "source.read_context")
+    export_case(case)
+    manifest = json.loads((case.path / "manifest.json").read_bytes())
+    for field, value in (("state", "CLOSED"), ("analysis_revision", 7), ("package_generation", 3)):
+        (case.path / "manifest.json").write_bytes(canonical_bytes({**manifest, field: value}))
+        with pytest.raises(LedgerError) as caught:
+            verify_case(case.path)
+        assert caught.value.code == INTEGRITY_ERROR and field in caught.value.message
+        with pytest.raises(LedgerError):
+            import_tree(case.path, tmp_path / f"copy-{field}")
+        assert not (tmp_path / f"copy-{field}").exists()
+    (case.path / "manifest.json").write_bytes(canonical_bytes(
+        {**manifest, "artifacts": {**manifest["artifacts"], "budget_ledger": None}}))
+    with pytest.raises(LedgerError):
+        verify_case(case.path)
+
+
+def test_truncation_is_caught_from_exported_events_even_without_a_manifest(budget, case):
+    budget.reserve("H1", "a1", "source.read_context")
+    budget.fail("H1", "a1", "x")
+    export_case(case)
+    case.close()
+    conn = sqlite3.connect(case.path / "ledger.sqlite")
+    conn.execute("DROP TRIGGER events_no_delete")
+    conn.execute("DROP TRIGGER closings_no_delete")
+    conn.execute("DELETE FROM closings WHERE seq = 6")
+    conn.execute("DELETE FROM events WHERE seq = 6")
+    conn.commit()
+    conn.close()
+    (case.path / "manifest.json").unlink()
+    with pytest.raises(LedgerError) as caught:
+        verify_case(case.path)
+    assert caught.value.details["seq"] == 6
+
+
+def test_verify_names_the_smallest_bad_seq_across_tables(budget, case):
+    for n in range(3):
+        budget.reserve("H1", f"a{n}", "source.read_context")
+        budget.fail("H1", f"a{n}", "x")
+    case.close()
+    conn = sqlite3.connect(case.path / "ledger.sqlite")
+    conn.execute("DROP TRIGGER reservations_no_update")
+    conn.execute("DROP TRIGGER events_no_update")
+    conn.execute("UPDATE reservations SET cost_units = 1 WHERE seq = 5")
+    conn.execute("UPDATE events SET created_at = 'x' WHERE seq = 9")
+    conn.commit()
+    conn.close()
+    with pytest.raises(LedgerError) as caught:
+        verify_case(case.path)
+    assert caught.value.details["seq"] == 5
+
+
+def test_sql_output_carries_blobs_and_non_finite_numbers_as_valid_json(case):
+    case.close()
+    done = run_cli("sql", str(case.path), "SELECT x'00ff' AS b, 1e999 AS inf, -1e999 AS ninf", "--json")
+    assert done.returncode == 0
+    assert json.loads(done.stdout) == [{"b": {"$base64": "AP8="}, "inf": "Infinity", "ninf": "-Infinity"}]
+    assert run_cli("sql", str(case.path), "SELECT x'00ff' AS b", "--csv").stdout == b"b\n00ff\n"
+    slow = run_cli("sql", str(case.path), "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
+                   "SELECT count(*) FROM c", "--timeout", "0.5")
+    assert slow.returncode == 1 and b"error: INVALID_ARGUMENT: query stopped" in slow.stderr
+    assert run_cli("events", str(case.path), "--since", "99999999999999999999").returncode == 2
+
+
+def test_a_case_folder_with_a_non_utf8_name_works(tmp_path):
+    folder = os.fsdecode(bytes(tmp_path) + b"/case-\xff")
+    with Case.create(folder, "BYTES-1") as case:
+        case.open_revision([{"statement": "s"}])
+        export_case(case)
+    assert verify_case(folder).head_seq == 2
+
+
+def test_a_malformed_newest_budget_event_is_an_integrity_error_not_a_crash(budget, case):
+    budget.reserve("H1", "a1", "source.read_context")
+    case.close()
+    conn = sqlite3.connect(case.path / "ledger.sqlite")
+    head_seq, head_sha = conn.execute("SELECT seq, sha256 FROM events ORDER BY seq DESC LIMIT 1").fetchone()
+    conn.execute("INSERT INTO events (seq, type, revision, stream, stream_seq, created_at, sha256, parent_sha256, body) "
+                 "VALUES (?, 'budget.reserved', 1, 'budget', 99, 'x', ?, ?, '{}')", (head_seq + 1, "f" * 64, head_sha))
+    conn.commit()
+    conn.close()
+    with Case.open(case.path) as opened:
+        with pytest.raises(LedgerError) as caught:
+            opened.budget().reserve("H2", "b1", "source.read_context")
+    assert caught.value.code == INTEGRITY_ERROR
