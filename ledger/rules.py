@@ -513,6 +513,23 @@ def _require_action(view: LedgerView, ctx: _BudgetContext, hypothesis_id: str,
     return action
 
 
+def _open_account(ctx: _BudgetContext, h: str) -> dict[str, Any]:
+    """A copy of the account, if it may start something new: ``ACCOUNT_TERMINAL``, then
+    ``ACTION_PENDING`` (SPEC 6.1 order; reserve and reject only)."""
+    account = dict(ctx.accounts[h])
+    if account["status"] in TERMINAL_STATUSES:
+        raise LedgerError(
+            E.ACCOUNT_TERMINAL, f"{h} is {account['status']} ({account['terminal_reason']})",
+            hypothesis_id=h, status=account["status"],
+        )
+    if account["pending_action_id"] is not None:
+        raise LedgerError(
+            E.ACTION_PENDING, f"{h} has pending action {account['pending_action_id']}; settle or fail it first",
+            hypothesis_id=h, pending_action_id=account["pending_action_id"],
+        )
+    return account
+
+
 def initialize(view: LedgerView, request: Mapping[str, Any], config: BudgetConfig | None,
                limits: Mapping[str, int] | None) -> Draft | Reused:
     """Open one account per hypothesis of the current revision and freeze the policy.
@@ -572,17 +589,7 @@ def reserve(view: LedgerView, request: Mapping[str, Any], config: BudgetConfig |
     reused, ctx, key = _budget_prelude(view, request, config, (h, action_id))
     if reused is not None:
         return reused
-    account = dict(ctx.accounts[h])
-    if account["status"] in TERMINAL_STATUSES:
-        raise LedgerError(
-            E.ACCOUNT_TERMINAL, f"{h} is {account['status']} ({account['terminal_reason']})",
-            hypothesis_id=h, status=account["status"],
-        )
-    if account["pending_action_id"] is not None:
-        raise LedgerError(
-            E.ACTION_PENDING, f"{h} already has pending action {account['pending_action_id']}; settle or fail it first",
-            hypothesis_id=h, pending_action_id=account["pending_action_id"],
-        )
+    account = _open_account(ctx, h)
     cost = ctx.policy.cost_units(action_name)
     if cost > account["remaining_units"]:
         raise LedgerError(
@@ -704,17 +711,7 @@ def reject(view: LedgerView, request: Mapping[str, Any], config: BudgetConfig | 
     reused, ctx, key = _budget_prelude(view, request, config, (h,))
     if reused is not None:
         return reused
-    account = dict(ctx.accounts[h])
-    if account["status"] in TERMINAL_STATUSES:
-        raise LedgerError(
-            E.ACCOUNT_TERMINAL, f"{h} is already {account['status']} ({account['terminal_reason']})",
-            hypothesis_id=h, status=account["status"],
-        )
-    if account["pending_action_id"] is not None:
-        raise LedgerError(
-            E.ACTION_PENDING, f"{h} has pending action {account['pending_action_id']}; settle or fail it first",
-            hypothesis_id=h, pending_action_id=account["pending_action_id"],
-        )
+    account = _open_account(ctx, h)
     _check_budget_room(view, limits)
     account["status"] = STATUS_REJECTED
     account["terminal_reason"] = request["reason"]
