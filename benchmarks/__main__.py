@@ -224,7 +224,15 @@ def fill(case: Case, cycles_from: int, cycles_to: int, batch: int = 500) -> None
         n += 1
 
 
+def settle_disk(case: Case) -> None:
+    """Checkpoint and flush what a bulk fill left in the WAL and the page cache, so that the
+    latency measured next is the operation's own and not the disk's write-back of the fill."""
+    case.storage.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    os.sync()
+
+
 def median_latency_ms(case: Case, start: int, samples: int) -> float:
+    settle_disk(case)
     budget = case.budget()
     timings = []
     for n in range(start, start + samples):

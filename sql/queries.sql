@@ -61,7 +61,7 @@ WHERE r.revision = :revision AND r.hypothesis_id = :hypothesis_id AND r.action_i
 SELECT 1 FROM contents WHERE sha256 = :sha256;
 
 -- name: content_bytes_total
-SELECT COALESCE((SELECT cumulative_bytes FROM contents ORDER BY seq DESC, cumulative_bytes DESC LIMIT 1), 0);
+SELECT COALESCE((SELECT cumulative_bytes FROM contents ORDER BY seq DESC, rowid DESC LIMIT 1), 0);
 
 -- name: termination_exists
 SELECT 1 FROM terminations WHERE revision = :revision AND hypothesis_id = :hypothesis_id;
