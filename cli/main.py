@@ -39,6 +39,10 @@ class LedgerGroup(click.Group):
         except LedgerError as exc:
             click.echo(f"error: {exc.code}: {exc.message}", err=True)
             ctx.exit(1)
+        except OSError as exc:  # a path the file system refuses (too long, under a file, no permission)
+            where = f"{exc.filename}: " if exc.filename else ""
+            click.echo(f"error: INVALID_ARGUMENT: {where}{exc.strerror or exc}", err=True)
+            ctx.exit(1)
         except KeyboardInterrupt:
             click.echo("error: interrupted; nothing half-written remains, run the command again", err=True)
             ctx.exit(130)
@@ -110,6 +114,10 @@ def main(ctx: click.Context, config: str | None, analysis_config: str | None, ac
     Each case is a folder with one ledger.sqlite: an append-only, hash-chained
     history you can query with plain SQL, export as canonical JSON and verify.
     """
+    for stream in (sys.stdout, sys.stderr):
+        # paths are shown as the bytes they are, even when not UTF-8 (os.fsdecode's surrogates)
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="surrogateescape")
     ctx.obj = Settings(config, analysis_config, actor)
 
 

@@ -105,6 +105,14 @@ class Case:
         moment = parse_at(at) if at is not None else None
         analysis = analysis_config or AnalysisConfig()
         root = Path(path)
+        try:
+            return cls._create(root, case_id, analysis, actor, clock, moment)
+        except OSError as exc:
+            raise LedgerError(E.INVALID_ARGUMENT, f"cannot create a case at {root}: {exc.strerror or exc}") from None
+
+    @classmethod
+    def _create(cls, root: Path, case_id: str, analysis: AnalysisConfig, actor: str,
+                clock: Callable[[], str], moment: str | None) -> "Case":
         if (root / MANIFEST_FILE).exists() or (root / ANALYSIS_DIR).exists():
             raise LedgerError(E.CASE_EXISTS, f"{root} already holds a case package (manifest or analysis/)")
         if root.exists() and not root.is_dir():
@@ -136,6 +144,13 @@ class Case:
         """
         analysis = analysis_config or AnalysisConfig()
         root = Path(path)
+        try:
+            return cls._open(root, analysis, actor, clock)
+        except OSError as exc:
+            raise LedgerError(E.LEDGER_MISSING, f"cannot open a case at {root}: {exc.strerror or exc}") from None
+
+    @classmethod
+    def _open(cls, root: Path, analysis: AnalysisConfig, actor: str, clock: Callable[[], str]) -> "Case":
         ledger = root / LEDGER_FILE
         if not ledger.is_file():
             if (root / MANIFEST_FILE).exists() or (root / ANALYSIS_DIR).exists():

@@ -51,6 +51,8 @@ DEFAULT_LIMITS: dict[str, int] = {
 
 def _read_toml(path: str | Path) -> dict[str, Any]:
     try:
+        if Path(path).exists() and not Path(path).is_file():  # a fifo would block, a folder cannot be read
+            raise LedgerError(CONFIG_INVALID, f"{path}: not a regular file", key="(file)")
         with open(path, "rb") as handle:
             return tomllib.load(handle)
     except FileNotFoundError:

@@ -478,6 +478,10 @@ def read_manifest(root: Path) -> dict[str, Any] | None:
     errors = list(validator(MANIFEST_FORMAT).iter_errors(manifest))
     if errors:
         raise _bad(None, f"manifest.json does not match {MANIFEST_FORMAT}: {errors[0].message}")
+    # JSON Schema's "integer" accepts 10.0: integers must really be ints
+    for value in (manifest["head"]["seq"], manifest["analysis_revision"], manifest["package_generation"]):
+        if type(value) is not int:
+            raise _bad(None, f"manifest.json holds {value!r} where an integer belongs")
     return manifest
 
 
