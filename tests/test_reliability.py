@@ -175,6 +175,7 @@ def test_every_write_step_of_every_operation_can_fail_without_leaving_anything(
                 case.close()
             tried += 1
     assert tried == 3 * len(labels)
+    print(f"faults injected into {name}: {tried}")
 
 
 def test_a_fault_during_case_creation_leaves_no_case_and_init_can_run_again(tmp_path, fault_hook):
@@ -268,6 +269,7 @@ def test_every_file_step_of_export_can_fail_and_the_tree_stays_as_it_was(base_pa
                 export_faults["fail_at"] = None
                 case.close()
     assert verify_case(package).manifest_checked
+    print(f"faults injected into export: {2 * len(steps)}")
 
 
 # --- contention ---------------------------------------------------------------------------
