@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import shutil
 import sqlite3
 import statistics
@@ -35,7 +34,6 @@ import time
 from pathlib import Path
 
 from ledger import AnalysisConfig, BudgetConfig, Case
-from ledger.journal import apply_journal
 
 HYPOTHESES = 4
 UNITS = 10**15

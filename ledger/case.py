@@ -15,7 +15,7 @@ import stat
 import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from . import errors as E
 from . import rules
@@ -24,6 +24,9 @@ from .clock import parse_at, utc_now
 from .config import AnalysisConfig, BudgetConfig
 from .errors import LedgerError
 from .storage import LEDGER_FILE, Appended, SqlView, Storage, content_path, event_path
+
+if TYPE_CHECKING:
+    from .budget import BudgetManager
 
 MANIFEST_FILE = "manifest.json"
 ANALYSIS_DIR = "analysis"

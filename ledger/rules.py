@@ -99,10 +99,6 @@ class Draft:
     fields: dict[str, Any]
     contents: dict[str, bytes] = field(default_factory=dict)
 
-    @property
-    def request_sha256(self) -> str:
-        return canonical_sha256(self.request)
-
 
 class LedgerView(Protocol):
     """What the rules may read. Storage implements it with bounded, indexed queries."""

@@ -8,13 +8,12 @@ step names another) must have afterwards. Cases use the example policy
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
 from ledger import BudgetConfig, Case, LedgerError
 from ledger.errors import (ACCOUNT_TERMINAL, ACTION_CLOSED, ACTION_PENDING, BUDGET_POLICY_CHANGED,
-                           CASE_STATE, INSUFFICIENT_BUDGET, INVALID_ID, INVALID_JSON, INVALID_SCORE,
+                           CASE_STATE, INVALID_ID, INVALID_JSON, INVALID_SCORE,
                            LIMIT_REACHED, NOT_INITIALIZED, OPERATION_CONFLICT, REASON_REQUIRED,
                            RESULT_MISSING, SOURCE_REF_INVALID, UNKNOWN_ACTION, UNKNOWN_HYPOTHESIS)
 from ledger.rules import reward_units

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from ledger.errors import ALL_CODES
 
 from conftest import EXAMPLE_BUDGET, logical_dump, make_package, run_cli
 

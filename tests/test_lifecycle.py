@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from ledger import AnalysisConfig, BudgetConfig, Case, LedgerError
+from ledger import AnalysisConfig, Case, LedgerError
 from ledger.errors import (ACTION_PENDING, CASE_EXISTS, INVALID_ARGUMENT, INVALID_ID, INVALID_TRANSITION,
                            LEDGER_MISSING)
 
-from conftest import EXAMPLE_BUDGET, make_package, start_case
+from conftest import start_case
 
 
 def test_create_records_the_genesis_event_and_a_uuid4_package_id(package):

@@ -7,7 +7,6 @@ import os
 import shutil
 import sqlite3
 import threading
-from pathlib import Path
 
 import pytest
 
@@ -17,7 +16,7 @@ from ledger.errors import CONFIG_INVALID, INTEGRITY_ERROR, INVALID_ARGUMENT, INV
 from ledger.export import export_case, import_tree, verify_case
 from ledger.journal import apply_journal
 
-from conftest import logical_dump, make_package, run_cli, start_case
+from conftest import make_package, run_cli, start_case
 
 
 def test_years_before_1000_keep_four_digits_and_survive_export_and_import(package, tmp_path):

@@ -17,7 +17,6 @@ import random
 import shutil
 import sqlite3
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
