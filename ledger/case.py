@@ -53,6 +53,55 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+def resolve_source_refs(package: Path, refs: Iterable[str]) -> list[dict[str, str]]:
+    """``[{"path", "sha256"}]`` for source references (SPEC 6.1).
+
+    Each ref must be a normalized relative path to an existing regular file
+    inside the package, not one of the ledger's own files; a symlink is
+    followed only if its real path stays inside. ``SOURCE_REF_INVALID`` otherwise.
+    """
+    root = os.path.realpath(package)
+    resolved = []
+    for ref in rules.check_source_ref_list(list(refs) if isinstance(refs, (list, tuple)) else refs):
+        pure = PurePosixPath(ref)
+        if (pure.is_absolute() or "\\" in ref or "\x00" in ref or str(pure) != ref
+                or any(part in ("..", ".") for part in ref.split("/"))):
+            raise LedgerError(E.SOURCE_REF_INVALID, f"{ref!r} is not a normalized relative path inside the package")
+        if is_ledger_own(pure):
+            raise LedgerError(E.SOURCE_REF_INVALID, f"{ref!r} is one of the ledger's own files")
+        real = os.path.realpath(os.path.join(root, ref))
+        if not real.startswith(root + os.sep):
+            raise LedgerError(E.SOURCE_REF_INVALID, f"{ref!r} leads outside the package")
+        if is_ledger_own(PurePosixPath(os.path.relpath(real, root))):
+            raise LedgerError(E.SOURCE_REF_INVALID, f"{ref!r} leads to one of the ledger's own files")
+        try:
+            info = os.stat(real)
+        except OSError:
+            raise LedgerError(E.SOURCE_REF_INVALID, f"{ref!r} does not exist") from None
+        if not stat.S_ISREG(info.st_mode):
+            raise LedgerError(E.SOURCE_REF_INVALID, f"{ref!r} is not a regular file")
+        if info.st_nlink > 1 and (info.st_dev, info.st_ino) in _own_file_ids(package):
+            raise LedgerError(E.SOURCE_REF_INVALID, f"{ref!r} is a hard link to one of the ledger's own files")
+        try:
+            digest = sha256_file(Path(real))
+        except OSError as exc:
+            raise LedgerError(E.SOURCE_REF_INVALID, f"{ref!r} cannot be read: {exc.strerror}") from None
+        resolved.append({"path": ref, "sha256": digest})
+    return resolved
+
+def _own_file_ids(package: Path) -> set[tuple[int, int]]:
+    """(device, inode) of ``ledger.sqlite*`` and ``manifest.json``: hard links to them are not sources."""
+    ids = set()
+    for entry in os.scandir(package):
+        if entry.name.startswith(LEDGER_FILE) or entry.name == MANIFEST_FILE:
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            ids.add((info.st_dev, info.st_ino))
+    return ids
+
+
 @dataclass(frozen=True)
 class LifecycleResult:
     """Result of ``open_revision`` and ``transition``.
@@ -292,52 +341,8 @@ class Case:
 
     # -- package files -----------------------------------------------------------------
     def resolve_source_refs(self, refs: Iterable[str]) -> list[dict[str, str]]:
-        """``[{"path", "sha256"}]`` for source references (SPEC 6.1).
-
-        Each ref must be a normalized relative path to an existing regular file
-        inside the package, not one of the ledger's own files; a symlink is
-        followed only if its real path stays inside. ``SOURCE_REF_INVALID`` otherwise.
-        """
-        root = os.path.realpath(self.path)
-        resolved = []
-        for ref in rules.check_source_ref_list(list(refs) if isinstance(refs, (list, tuple)) else refs):
-            pure = PurePosixPath(ref)
-            if (pure.is_absolute() or "\\" in ref or "\x00" in ref or str(pure) != ref
-                    or any(part in ("..", ".") for part in ref.split("/"))):
-                raise LedgerError(E.SOURCE_REF_INVALID, f"{ref!r} is not a normalized relative path inside the package")
-            if is_ledger_own(pure):
-                raise LedgerError(E.SOURCE_REF_INVALID, f"{ref!r} is one of the ledger's own files")
-            real = os.path.realpath(os.path.join(root, ref))
-            if not real.startswith(root + os.sep):
-                raise LedgerError(E.SOURCE_REF_INVALID, f"{ref!r} leads outside the package")
-            if is_ledger_own(PurePosixPath(os.path.relpath(real, root))):
-                raise LedgerError(E.SOURCE_REF_INVALID, f"{ref!r} leads to one of the ledger's own files")
-            try:
-                info = os.stat(real)
-            except OSError:
-                raise LedgerError(E.SOURCE_REF_INVALID, f"{ref!r} does not exist") from None
-            if not stat.S_ISREG(info.st_mode):
-                raise LedgerError(E.SOURCE_REF_INVALID, f"{ref!r} is not a regular file")
-            if info.st_nlink > 1 and (info.st_dev, info.st_ino) in self._own_file_ids():
-                raise LedgerError(E.SOURCE_REF_INVALID, f"{ref!r} is a hard link to one of the ledger's own files")
-            try:
-                digest = sha256_file(Path(real))
-            except OSError as exc:
-                raise LedgerError(E.SOURCE_REF_INVALID, f"{ref!r} cannot be read: {exc.strerror}") from None
-            resolved.append({"path": ref, "sha256": digest})
-        return resolved
-
-    def _own_file_ids(self) -> set[tuple[int, int]]:
-        """(device, inode) of ``ledger.sqlite*`` and ``manifest.json``: hard links to them are not sources."""
-        ids = set()
-        for entry in os.scandir(self.path):
-            if entry.name.startswith(LEDGER_FILE) or entry.name == MANIFEST_FILE:
-                try:
-                    info = entry.stat(follow_symlinks=False)
-                except OSError:
-                    continue
-                ids.add((info.st_dev, info.st_ino))
-        return ids
+        """``[{"path", "sha256"}]`` for source references: :func:`resolve_source_refs` on this package."""
+        return resolve_source_refs(self.path, refs)
 
     def exported_paths(self) -> set[str]:
         """Every path under ``analysis/`` that an export of this ledger writes."""

@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterator, Mapping
 from . import errors as E
 from . import rules
 from .canonical import canonical_bytes, canonical_event_bytes, parse_json, sha256_hex
-from .case import ANALYSIS_DIR, EXPORT_TEMP_PREFIX, MANIFEST_FILE, Case, is_ledger_own
+from .case import ANALYSIS_DIR, EXPORT_TEMP_PREFIX, MANIFEST_FILE, Case, is_ledger_own, resolve_source_refs
 from .config import BudgetConfig
 from .errors import LedgerError
 from .schemas import validator
@@ -409,12 +409,8 @@ class _SourceResolver:
         self.root = root
 
     def resolve(self, refs: list[str], seq: int) -> list[dict[str, str]]:
-        if not refs:
-            return []
-        probe = Case.__new__(Case)  # only resolve_source_refs is used: it needs .path alone
-        probe.path = self.root
         try:
-            return probe.resolve_source_refs(refs)
+            return resolve_source_refs(self.root, refs) if refs else []
         except LedgerError as exc:
             raise _bad(seq, f"source reference no longer resolves: {exc.message}") from None
 
