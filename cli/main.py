@@ -33,6 +33,14 @@ EVENT_COLUMNS = ("seq", "type", "revision", "created_at", "sha256", "parent_sha2
 class LedgerGroup(click.Group):
     """Maps ``LedgerError`` to ``error: CODE: message`` and exit status 1, in one place."""
 
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: Any) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except UnicodeError as exc:  # a global option path with no file-system name
+            click.echo(f"error: INVALID_ARGUMENT: an argument cannot name a file: {exc}", err=True)
+            sys.exit(1)
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
@@ -42,6 +50,9 @@ class LedgerGroup(click.Group):
         except OSError as exc:  # a path the file system refuses (too long, under a file, no permission)
             where = f"{exc.filename}: " if exc.filename else ""
             click.echo(f"error: INVALID_ARGUMENT: {where}{exc.strerror or exc}", err=True)
+            ctx.exit(1)
+        except UnicodeError as exc:  # a path argument with no file-system name (a lone surrogate)
+            click.echo(f"error: INVALID_ARGUMENT: an argument cannot name a file: {exc}", err=True)
             ctx.exit(1)
         except KeyboardInterrupt:
             click.echo("error: interrupted; nothing half-written remains, run the command again", err=True)

@@ -23,6 +23,7 @@ from .canonical import canonical_sha256
 from .clock import parse_at, utc_now
 from .config import AnalysisConfig, BudgetConfig
 from .errors import LedgerError
+from .paths import fs_path
 from .storage import LEDGER_FILE, Appended, SqlView, Storage, content_path, event_path
 
 if TYPE_CHECKING:
@@ -156,7 +157,7 @@ class Case:
         rules._check_action_id(actor, "actor")
         moment = parse_at(at) if at is not None else None
         analysis = analysis_config or AnalysisConfig()
-        root = Path(path)
+        root = fs_path(path, "case path")
         try:
             return cls._create(root, case_id, analysis, actor, clock, moment)
         except OSError as exc:
@@ -195,7 +196,7 @@ class Case:
         it from an export) or holds no case, ``SCHEMA_VERSION`` for a newer schema.
         """
         analysis = analysis_config or AnalysisConfig()
-        root = Path(path)
+        root = fs_path(path, "case path")
         try:
             return cls._open(root, analysis, actor, clock)
         except OSError as exc:

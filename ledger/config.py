@@ -15,6 +15,7 @@ from typing import Any, Mapping
 
 from .canonical import canonical_sha256
 from .errors import CONFIG_INVALID, LedgerError
+from .paths import fs_path
 from .schemas import validate
 
 #: SPEC 5 defaults. ``action_costs`` is empty in code; the example file fills it.
@@ -50,6 +51,10 @@ DEFAULT_LIMITS: dict[str, int] = {
 
 
 def _read_toml(path: str | Path) -> dict[str, Any]:
+    try:
+        fs_path(path, "config file")
+    except LedgerError as exc:
+        raise LedgerError(CONFIG_INVALID, exc.message, key="(file)") from None
     try:
         if Path(path).exists() and not Path(path).is_file():  # a fifo would block, a folder cannot be read
             raise LedgerError(CONFIG_INVALID, f"{path}: not a regular file", key="(file)")

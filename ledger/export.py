@@ -32,6 +32,7 @@ from .canonical import canonical_bytes, canonical_event_bytes, parse_json, sha25
 from .case import ANALYSIS_DIR, EXPORT_TEMP_PREFIX, MANIFEST_FILE, Case, is_ledger_own, resolve_source_refs
 from .config import BudgetConfig
 from .errors import LedgerError
+from .paths import fs_path
 from .schemas import validator
 from .storage import (LEDGER_FILE, SqlView, Storage, WriterLock, content_path, event_path, file_uri, schema_version,
                       shipped_schema,
@@ -488,7 +489,7 @@ def verify_case(path: str | os.PathLike[str], progress: Progress | None = None) 
     helper rows, public views, exported files that exist, and the manifest head
     (a truncated or rolled-back ledger fails). Writes nothing in the package.
     """
-    root = Path(path)
+    root = fs_path(path, "case path")
     ledger = root / LEDGER_FILE
     if not ledger.is_file():
         Case.open(root)  # raises the right LEDGER_MISSING
@@ -670,8 +671,8 @@ def import_tree(source: str | os.PathLike[str], to: str | os.PathLike[str] | Non
     devices, ``..``); every event is re-applied and compared byte for byte
     (``INTEGRITY_ERROR`` naming the seq). Writes nothing if anything fails.
     """
-    src = Path(source)
-    dest = Path(to) if to is not None else src
+    src = fs_path(source, "import source")
+    dest = fs_path(to, "import target") if to is not None else src
     if not src.is_dir():
         raise LedgerError(E.INVALID_ARGUMENT, f"{src} is not a folder")
     in_place = dest.resolve() == src.resolve()

@@ -8,8 +8,16 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from ledger import BudgetConfig, Case
+
+# Property and fuzz tests draw the same examples on every run by default, so CI
+# cannot fail on a draw it has never seen; LEDGER_HYPOTHESIS_PROFILE=explore
+# draws fresh random examples (run it locally to hunt for new failures).
+settings.register_profile("ci", derandomize=True, database=None)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("LEDGER_HYPOTHESIS_PROFILE", "ci"))
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE_BUDGET = REPO / "config" / "budget.example.toml"

@@ -243,3 +243,46 @@ def test_a_malformed_newest_budget_event_is_an_integrity_error_not_a_crash(budge
         with pytest.raises(LedgerError) as caught:
             opened.budget().reserve("H2", "b1", "source.read_context")
     assert caught.value.code == INTEGRITY_ERROR
+
+
+LONE_SURROGATE = "\ud800"  # no file-system name: os.fsencode refuses it
+
+
+@pytest.mark.parametrize("call", [
+    lambda: Case.create(LONE_SURROGATE, "X-1"),
+    lambda: Case.open(LONE_SURROGATE),
+    lambda: verify_case(LONE_SURROGATE),
+    lambda: import_tree(LONE_SURROGATE),
+], ids=["create", "open", "verify", "import"])
+def test_a_path_with_a_lone_surrogate_is_an_invalid_argument(call):
+    with pytest.raises(LedgerError) as caught:
+        call()
+    assert caught.value.code == INVALID_ARGUMENT
+    assert "cannot name a file" in caught.value.message
+
+
+def test_a_config_path_with_a_lone_surrogate_is_config_invalid():
+    with pytest.raises(LedgerError) as caught:
+        BudgetConfig.load(LONE_SURROGATE)
+    assert caught.value.code == CONFIG_INVALID
+
+
+@pytest.mark.parametrize("args", [
+    ["budget", "record", "{case}", "H1", "H1", "--evidence", "{{}}", "--evidence-file", LONE_SURROGATE],
+    ["--config", LONE_SURROGATE, "state", "{case}"],
+    ["--analysis-config", LONE_SURROGATE, "state", "{case}"],
+    ["apply", "{case}", LONE_SURROGATE],
+    ["verify", LONE_SURROGATE],
+], ids=["evidence-file", "config", "analysis-config", "journal", "verify"])
+def test_cli_path_arguments_with_a_lone_surrogate_are_error_lines_not_tracebacks(case, args):
+    """Found by the CLI fuzzer in CI: click opened '\\ud800' and UnicodeEncodeError escaped."""
+    from click.testing import CliRunner
+
+    from ledger_cli.main import main
+
+    before = case.storage.conn.execute("SELECT count(*) FROM events").fetchone()[0]
+    result = CliRunner().invoke(main, [a.format(case=case.path) for a in args])
+    assert result.exit_code == 1, result.output
+    assert isinstance(result.exception, SystemExit)
+    assert "error: INVALID_ARGUMENT: " in result.output or "error: CONFIG_INVALID: " in result.output
+    assert case.storage.conn.execute("SELECT count(*) FROM events").fetchone()[0] == before
