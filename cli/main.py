@@ -347,7 +347,7 @@ def events(settings: Settings, case: str, since: int, with_body: bool, as_json: 
     fmt = table_format(as_json, as_csv)
     columns = EVENT_COLUMNS + (("body",) if with_body else ())
     with settings.open(case) as opened:
-        rows = opened.query(f"SELECT {', '.join(columns)} FROM events WHERE seq > ? ORDER BY seq", (since,))
+        rows = opened.events(since, with_body=with_body)
     emit_rows(rows, columns, fmt)
 
 

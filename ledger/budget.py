@@ -16,7 +16,7 @@ from . import errors as E
 from . import rules
 from .config import BudgetConfig
 from .errors import LedgerError
-from .storage import Appended, SqlView
+from .storage import Appended, SqlView, statement
 
 if TYPE_CHECKING:
     from .case import Case
@@ -198,11 +198,7 @@ class BudgetManager:
         with storage.read():
             view = SqlView(storage)
             revision = view.case()["revision"]
-            rows = storage.conn.execute(
-                "SELECT e.seq, e.sha256, e.body, p.sha256 FROM events AS e "
-                "LEFT JOIN events AS p ON p.seq = e.seq - 1 "
-                "WHERE e.stream = 'budget' AND e.revision = ? ORDER BY e.stream_seq", (revision,)
-            )
+            rows = storage.conn.execute(statement("budget_chain_of_revision"), {"revision": revision})
             last_seq, accounts = None, {}
             for seq, sha, body_text, parent_sha in rows:
                 body = json.loads(body_text)
@@ -217,7 +213,7 @@ class BudgetManager:
                 if action.get("reward_units") is not None and not 0 <= action["reward_units"] < action["cost_units"]:
                     raise LedgerError(E.INTEGRITY_ERROR, f"budget event {seq}: reward outside [0, cost)", seq=seq)
                 last_seq, accounts = seq, {a["hypothesis_id"]: a for a in body["accounts"]}
-            view_rows = storage.conn.execute("SELECT * FROM balances WHERE revision = ?", (revision,))
+            view_rows = storage.conn.execute(statement("balances_of_revision"), {"revision": revision})
             names = [d[0] for d in view_rows.description]
             for row in view_rows.fetchall():
                 record = dict(zip(names, row))

@@ -24,7 +24,7 @@ from .clock import parse_at, utc_now
 from .config import AnalysisConfig, BudgetConfig
 from .errors import LedgerError
 from .paths import fs_path
-from .storage import LEDGER_FILE, Appended, SqlView, Storage, content_path, event_path
+from .storage import LEDGER_FILE, Appended, SqlView, Storage, content_path, event_path, statement
 
 if TYPE_CHECKING:
     from .budget import BudgetManager
@@ -318,7 +318,7 @@ class Case:
     # -- reads ---------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
         """The ``case_status`` view's row."""
-        return self.query("SELECT * FROM case_status")[0]
+        return self.query(statement("case_status_row"))[0]
 
     def query(self, sql: str, params: Iterable[Any] | dict[str, Any] = ()) -> list[dict[str, Any]]:
         """Rows of a read-only query as dicts, in one short read transaction."""
@@ -331,14 +331,16 @@ class Case:
 
     def balances(self) -> list[dict[str, Any]]:
         """Rows of the ``balances`` view, by revision and hypothesis number."""
-        return self.query("SELECT * FROM balances ORDER BY revision, CAST(substr(hypothesis_id, 2) AS INTEGER)")
+        return self.query(statement("balances_in_order"))
 
     def actions(self) -> list[dict[str, Any]]:
         """Rows of the ``actions`` view in the order the actions were reserved."""
-        return self.query(
-            "SELECT a.* FROM actions AS a JOIN reservations AS r USING (revision, hypothesis_id, action_id) "
-            "ORDER BY r.seq"
-        )
+        return self.query(statement("actions_in_reservation_order"))
+
+    def events(self, since_seq: int = 0, *, with_body: bool = False) -> list[dict[str, Any]]:
+        """The hash chain after ``since_seq``: ``seq``, ``type``, ``revision``, ``created_at``,
+        ``sha256``, ``parent_sha256`` (and ``body``, the canonical JSON text), by seq."""
+        return self.query(statement("events_since", body=", body" if with_body else ""), {"since": since_seq})
 
     # -- package files -----------------------------------------------------------------
     def resolve_source_refs(self, refs: Iterable[str]) -> list[dict[str, str]]:
@@ -348,8 +350,8 @@ class Case:
     def exported_paths(self) -> set[str]:
         """Every path under ``analysis/`` that an export of this ledger writes."""
         with self.storage.read():
-            rows = self.storage.conn.execute("SELECT stream, revision, stream_seq FROM events").fetchall()
-            shas = self.storage.conn.execute("SELECT sha256 FROM contents").fetchall()
+            rows = self.storage.conn.execute(statement("event_addresses")).fetchall()
+            shas = self.storage.conn.execute(statement("content_shas")).fetchall()
         return {event_path(*row) for row in rows} | {content_path(sha) for (sha,) in shas}
 
     def input_identity(self) -> str:

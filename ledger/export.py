@@ -35,7 +35,7 @@ from .errors import LedgerError
 from .paths import fs_path
 from .schemas import validator
 from .storage import (LEDGER_FILE, SqlView, Storage, WriterLock, content_path, event_path, file_uri, schema_version,
-                      shipped_schema,
+                      shipped_schema, statement,
                       translate_sqlite_errors)
 
 Progress = Callable[[int], None]
@@ -134,15 +134,12 @@ def _stale_temp_files(root: Path) -> Iterator[Path]:
 
 def manifest_for(conn: sqlite3.Connection, head_seq: int, schema: str = "main") -> dict[str, Any] | None:
     """The manifest an export at ``head_seq`` writes, from the ledger tables in ``schema``."""
-    head = conn.execute(f"SELECT sha256 FROM {schema}.events WHERE seq = ?", (head_seq,)).fetchone()
+    head = conn.execute(statement("manifest_head", schema), {"seq": head_seq}).fetchone()
     if head is None:
         return None
-    case_id, package_id = conn.execute(f"SELECT case_id, package_id FROM {schema}.case_identity").fetchone()
-    state, revision = conn.execute(
-        f"SELECT state, revision FROM {schema}.lifecycle WHERE seq <= ? ORDER BY seq DESC LIMIT 1", (head_seq,)).fetchone()
-    budget = conn.execute(
-        f"SELECT stream, revision, stream_seq, sha256 FROM {schema}.events WHERE stream = 'budget' AND seq <= ? "
-        "ORDER BY seq DESC LIMIT 1", (head_seq,)).fetchone()
+    case_id, package_id = conn.execute(statement("manifest_identity", schema)).fetchone()
+    state, revision = conn.execute(statement("manifest_lifecycle", schema), {"seq": head_seq}).fetchone()
+    budget = conn.execute(statement("manifest_budget_artifact", schema), {"seq": head_seq}).fetchone()
     return {
         "format": MANIFEST_FORMAT, "case_id": case_id, "package_id": package_id, "state": state,
         "analysis_revision": revision, "package_generation": head_seq,
@@ -171,8 +168,8 @@ def _check_manifest(manifest: Mapping[str, Any], conn: sqlite3.Connection, ledge
 def export_count(case: Case) -> int:
     """Number of files an export of ``case`` consists of (events + contents + manifest)."""
     with case.storage.read():
-        events = case.storage.conn.execute("SELECT COUNT(*) FROM events").fetchone()[0]
-        contents = case.storage.conn.execute("SELECT COUNT(*) FROM contents").fetchone()[0]
+        events = case.storage.conn.execute(statement("event_count")).fetchone()[0]
+        contents = case.storage.conn.execute(statement("content_count")).fetchone()[0]
     return events + contents + 1
 
 
@@ -221,11 +218,10 @@ def _export_locked(case: Case, root: Path, progress: Progress | None) -> ExportR
         with storage.read():
             conn = storage.conn
             head_seq = 0
-            for seq, stream, revision, stream_seq, body in conn.execute(
-                    "SELECT seq, stream, revision, stream_seq, body FROM events ORDER BY seq"):
+            for seq, stream, revision, stream_seq, body in conn.execute(statement("events_for_export")):
                 put(event_path(stream, revision, stream_seq), body.encode("utf-8"))
                 head_seq = seq
-            for sha, body in conn.execute("SELECT sha256, body FROM contents ORDER BY seq, sha256"):
+            for sha, _seq, body in conn.execute(statement("contents_for_export")):
                 put(content_path(sha), body.encode("utf-8"))
             manifest = manifest_for(conn, head_seq)
         for directory in sorted(touched, key=lambda p: len(p.parts), reverse=True):
@@ -454,11 +450,8 @@ def _scratch_storage(directory: str, original: Path) -> Storage:
 
 def _rows_differ(conn: sqlite3.Connection, table: str, order: str) -> tuple[Any, ...] | None:
     """First row (by ``order``) present in only one of main.<table> and orig.<table>."""
-    sql = (f"SELECT * FROM (SELECT * FROM orig.{table} EXCEPT SELECT * FROM main.{table}) "
-           f"UNION ALL SELECT * FROM (SELECT * FROM main.{table} EXCEPT SELECT * FROM orig.{table}) "
-           f"ORDER BY {order} LIMIT 1")
     with translate_sqlite_errors():
-        return conn.execute(sql).fetchone()
+        return conn.execute(statement("rows_differ", table=table, order=order)).fetchone()
 
 
 def read_manifest(root: Path) -> dict[str, Any] | None:
@@ -503,8 +496,8 @@ def verify_case(path: str | os.PathLike[str], progress: Progress | None = None) 
 
 def _orig_schema_version(conn: sqlite3.Connection) -> int:
     with translate_sqlite_errors():
-        has = conn.execute("SELECT 1 FROM orig.sqlite_master WHERE type='table' AND name='schema_migrations'").fetchone()
-        return conn.execute("SELECT COALESCE(MAX(version), 0) FROM orig.schema_migrations").fetchone()[0] if has else 0
+        has = conn.execute(statement("has_migrations_table", "orig")).fetchone()
+        return conn.execute(statement("schema_version_of", "orig")).fetchone()[0] if has else 0
 
 
 def _verify_attached(root: Path, scratch: Storage, progress: Progress | None) -> VerifyReport:
@@ -516,13 +509,13 @@ def _verify_attached(root: Path, scratch: Storage, progress: Progress | None) ->
         raise LedgerError(E.LEDGER_MISSING, "the ledger holds no schema (an interrupted init?)")
 
     def content_of(sha: str) -> bytes | None:
-        row = conn.execute("SELECT body FROM orig.contents WHERE sha256 = ?", (sha,)).fetchone()
+        row = conn.execute(statement("content_body", "orig"), {"sha256": sha}).fetchone()
         return None if row is None else _as_bytes(row[0])
 
     replayer = Replayer(scratch, root, content_of, schema_every_event=False)
     expected = 1
     try:
-        cursor = conn.execute(f"SELECT {', '.join(EVENT_COLUMNS)} FROM orig.events ORDER BY seq")
+        cursor = conn.execute(statement("events_for_verify", "orig", columns=", ".join(EVENT_COLUMNS)))
         while rows := cursor.fetchmany(512):
             for row in rows:
                 stored = dict(zip(EVENT_COLUMNS, row))
@@ -535,7 +528,7 @@ def _verify_attached(root: Path, scratch: Storage, progress: Progress | None) ->
                 if progress:
                     progress(1)
                 expected += 1
-        head = conn.execute("SELECT seq, sha256 FROM orig.events ORDER BY seq DESC LIMIT 1").fetchone()
+        head = conn.execute(statement("newest_event", "orig")).fetchone()
     except sqlite3.DatabaseError as exc:
         raise _bad(expected, f"cannot read the ledger: {exc}") from None
     if head is None:
@@ -544,7 +537,7 @@ def _verify_attached(root: Path, scratch: Storage, progress: Progress | None) ->
     exported = _check_export(root, conn, head)
     _compare_schema(conn)
     return VerifyReport(str(root), replayer.count,
-                        conn.execute("SELECT COUNT(*) FROM main.contents").fetchone()[0],
+                        conn.execute(statement("content_count")).fetchone()[0],
                         head[0], head[1], exported, (root / MANIFEST_FILE).exists())
 
 
@@ -568,7 +561,7 @@ def _compare_rows(conn: sqlite3.Connection) -> None:
     for table in HELPER_TABLES:
         differing = _rows_differ(conn, table, "seq")
         if differing is not None:
-            columns = [d[1] for d in conn.execute(f"PRAGMA main.table_info({table})")]
+            columns = [d[1] for d in conn.execute(statement("table_columns", table=table))]
             found.append((differing[columns.index("seq")], f"helper table {table} disagrees with the replay"))
     if found:
         seq, message = min(found, key=lambda item: (item[0] if type(item[0]) is int else 2**63, item[1]))
@@ -585,7 +578,7 @@ def _compare_rows(conn: sqlite3.Connection) -> None:
 def _compare_schema(conn: sqlite3.Connection) -> None:
     """Triggers, views, indexes and tables must be the shipped ones (checked last: no seq to name)."""
     shipped = shipped_schema()
-    present = dict(conn.execute("SELECT name, sql FROM orig.sqlite_master WHERE type IN ('trigger','view','index','table') AND sql IS NOT NULL"))
+    present = dict(conn.execute(statement("schema_objects", "orig")))
     for name, sql in sorted(shipped.items()):
         if present.get(name) != sql:
             raise _bad(None, f"schema object {name} is missing or altered (a dropped trigger leaves the ledger unguarded)",
@@ -599,7 +592,7 @@ def _check_export(root: Path, conn: sqlite3.Connection, head: tuple[int, str]) -
     checked = 0
     if manifest is not None:
         _check_manifest(manifest, conn, head[0])
-    known = {event_path(*row) for row in conn.execute("SELECT stream, revision, stream_seq FROM main.events")}
+    known = {event_path(*row) for row in conn.execute(statement("event_addresses"))}
     for relative, path in _exported_event_files(root):
         if relative not in known:
             try:
@@ -610,8 +603,7 @@ def _check_export(root: Path, conn: sqlite3.Connection, head: tuple[int, str]) -
                 raise _bad(head[0] + 1, f"{relative} holds event {seq} but the ledger ends at seq {head[0]} "
                            "(truncated or rolled-back ledger)")
     limit = manifest["head"]["seq"] if manifest else 0
-    for seq, stream, revision, stream_seq, body in conn.execute(
-            "SELECT seq, stream, revision, stream_seq, body FROM main.events ORDER BY seq"):
+    for seq, stream, revision, stream_seq, body in conn.execute(statement("events_for_export")):
         target = root / event_path(stream, revision, stream_seq)
         if target.exists() or target.is_symlink():
             if not _same_bytes(target, _as_bytes(body)):
@@ -619,7 +611,7 @@ def _check_export(root: Path, conn: sqlite3.Connection, head: tuple[int, str]) -
             checked += 1
         elif seq <= limit:
             raise _bad(seq, f"exported file {event_path(stream, revision, stream_seq)} is missing")
-    for sha, seq, body in conn.execute("SELECT sha256, seq, body FROM main.contents ORDER BY seq"):
+    for sha, seq, body in conn.execute(statement("contents_for_export")):
         target = root / content_path(sha)
         if target.exists() or target.is_symlink():
             if not _same_bytes(target, _as_bytes(body)):

@@ -97,17 +97,36 @@ def schema_version() -> int:
 
 @cache
 def queries() -> dict[str, str]:
-    """Named statements of ``sql/queries.sql`` (blocks headed ``-- name: <name>``)."""
+    """Named statements of ``sql/queries.sql`` (write path) and ``sql/reads.sql`` (read side),
+    each block headed ``-- name: <name>``."""
     named: dict[str, str] = {}
-    current = None
-    for line in (resource_dir("sql") / "queries.sql").read_text(encoding="utf-8").splitlines():
-        match = re.match(r"^--\s*name:\s*(\w+)\s*$", line)
-        if match:
-            current = match.group(1)
-            named[current] = ""
-        elif current is not None and not line.startswith("--"):
-            named[current] += line + "\n"
+    for file in ("queries.sql", "reads.sql"):
+        current = None
+        for line in (resource_dir("sql") / file).read_text(encoding="utf-8").splitlines():
+            match = re.match(r"^--\s*name:\s*(\w+)\s*$", line)
+            if match:
+                if match.group(1) in named:
+                    raise ValueError(f"{file}: statement {match.group(1)} is named twice")
+                current = match.group(1)
+                named[current] = ""
+            elif current is not None and not line.startswith("--"):
+                named[current] += line + "\n"
     return {name: sql.strip() for name, sql in named.items()}
+
+
+def statement(name: str, schema: str = "main", **identifiers: str) -> str:
+    """Text of a named statement with its ``{schema}``/``{table}``/… placeholders filled.
+
+    ``schema`` is ``main`` or ``orig`` (the ledger verify attaches); identifiers
+    come from code, never from input. Values bind as parameters.
+    """
+    return _statement(name, schema, tuple(sorted(identifiers.items())))
+
+
+@cache
+def _statement(name: str, schema: str, identifiers: tuple[tuple[str, str], ...]) -> str:
+    text = queries()[name]
+    return text.format(schema=schema, **dict(identifiers)) if "{" in text else text
 
 
 # --- errors ------------------------------------------------------------------------
@@ -338,9 +357,7 @@ class Storage:
     def current_schema_version(self) -> int:
         """Version recorded in ``schema_migrations`` (0 for a file with no schema yet)."""
         with translate_sqlite_errors():
-            exists = self.conn.execute(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'"
-            ).fetchone()
+            exists = self.conn.execute(statement("has_migrations_table")).fetchone()
         return self.one("schema_version")[0] if exists else 0
 
     def migrate(self) -> None:

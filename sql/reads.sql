@@ -1,0 +1,86 @@
+-- Named read statements of the read side: snapshot, view reads, export and verify.
+-- Each block starts with "-- name: <name>". Placeholders in braces ({schema},
+-- {table}, {order}, {columns}) are identifiers the code fills in (main or orig
+-- for the attached copy verify reads); values always bind as parameters.
+
+-- name: case_status_row
+SELECT * FROM case_status;
+
+-- name: balances_in_order
+SELECT * FROM balances ORDER BY revision, CAST(substr(hypothesis_id, 2) AS INTEGER);
+
+-- name: balances_of_revision
+SELECT * FROM balances WHERE revision = :revision;
+
+-- name: actions_in_reservation_order
+SELECT a.* FROM actions AS a JOIN reservations AS r USING (revision, hypothesis_id, action_id)
+ORDER BY r.seq;
+
+-- name: budget_chain_of_revision
+-- snapshot: every budget event of a revision with its parent's sha256
+SELECT e.seq, e.sha256, e.body, p.sha256 FROM events AS e
+LEFT JOIN events AS p ON p.seq = e.seq - 1
+WHERE e.stream = 'budget' AND e.revision = :revision ORDER BY e.stream_seq;
+
+-- name: event_count
+SELECT COUNT(*) FROM {schema}.events;
+
+-- name: content_count
+SELECT COUNT(*) FROM {schema}.contents;
+
+-- name: event_addresses
+SELECT stream, revision, stream_seq FROM {schema}.events;
+
+-- name: content_shas
+SELECT sha256 FROM {schema}.contents;
+
+-- name: events_for_export
+SELECT seq, stream, revision, stream_seq, body FROM {schema}.events ORDER BY seq;
+
+-- name: contents_for_export
+SELECT sha256, seq, body FROM {schema}.contents ORDER BY seq, sha256;
+
+-- name: content_body
+SELECT body FROM {schema}.contents WHERE sha256 = :sha256;
+
+-- name: events_for_verify
+SELECT {columns} FROM {schema}.events ORDER BY seq;
+
+-- name: newest_event
+SELECT seq, sha256 FROM {schema}.events ORDER BY seq DESC LIMIT 1;
+
+-- name: manifest_head
+SELECT sha256 FROM {schema}.events WHERE seq = :seq;
+
+-- name: manifest_identity
+SELECT case_id, package_id FROM {schema}.case_identity;
+
+-- name: manifest_lifecycle
+SELECT state, revision FROM {schema}.lifecycle WHERE seq <= :seq ORDER BY seq DESC LIMIT 1;
+
+-- name: manifest_budget_artifact
+SELECT stream, revision, stream_seq, sha256 FROM {schema}.events
+WHERE stream = 'budget' AND seq <= :seq ORDER BY seq DESC LIMIT 1;
+
+-- name: has_migrations_table
+SELECT 1 FROM {schema}.sqlite_master WHERE type = 'table' AND name = 'schema_migrations';
+
+-- name: schema_version_of
+SELECT COALESCE(MAX(version), 0) FROM {schema}.schema_migrations;
+
+-- name: schema_objects
+SELECT name, sql FROM {schema}.sqlite_master
+WHERE type IN ('trigger', 'view', 'index', 'table') AND sql IS NOT NULL;
+
+-- name: table_columns
+PRAGMA {schema}.table_info({table});
+
+-- name: rows_differ
+-- verify: the first row (by {order}) present in only one of orig.{table} and main.{table}
+SELECT * FROM (SELECT * FROM orig.{table} EXCEPT SELECT * FROM main.{table})
+UNION ALL SELECT * FROM (SELECT * FROM main.{table} EXCEPT SELECT * FROM orig.{table})
+ORDER BY {order} LIMIT 1;
+
+-- name: events_since
+-- ledger events: the hash chain after a given seq
+SELECT seq, type, revision, created_at, sha256, parent_sha256{body} FROM events WHERE seq > :since ORDER BY seq;
