@@ -13,6 +13,23 @@ import click
 from tabulate import tabulate
 
 
+class OutputError(Exception):
+    """Standard output refused the result (closed pipe, full disk); carries the ``OSError``."""
+
+    def __init__(self, cause: OSError) -> None:
+        super().__init__(cause.strerror or str(cause))
+        self.cause = cause
+
+
+def echo(text: str = "", nl: bool = True) -> None:
+    """``click.echo`` to standard output; an ``OSError`` there becomes :class:`OutputError`, so it
+    is never mistaken for a refusal of the command's input."""
+    try:
+        click.echo(text, nl=nl)
+    except OSError as exc:
+        raise OutputError(exc) from exc
+
+
 def _plain(value: Any) -> Any:
     """SQL values JSON cannot carry: blobs as ``{"$base64": …}``, non-finite floats as strings."""
     if isinstance(value, bytes):
@@ -27,11 +44,25 @@ def dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
+def unique_names(columns: Sequence[str]) -> list[str]:
+    """Column names made unique: a repeated ``seq`` becomes ``seq_2``, ``seq_3``, … so no value is lost."""
+    seen: set[str] = set()
+    names = []
+    for name in columns:
+        candidate, n = name, 1
+        while candidate in seen:
+            n += 1
+            candidate = f"{name}_{n}"
+        seen.add(candidate)
+        names.append(candidate)
+    return names
+
+
 def emit_rows(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None, fmt: str) -> None:
     """Print ``rows`` as a table (default), a JSON array (``json``) or CSV with a header (``csv``)."""
     names = list(columns) if columns is not None else (list(rows[0]) if rows else [])
     if fmt == "json":
-        click.echo(dumps([{k: _plain(v) for k, v in dict(row).items()} for row in rows]))
+        echo(dumps([{k: _plain(v) for k, v in dict(row).items()} for row in rows]))
     elif fmt == "csv":
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
@@ -39,19 +70,19 @@ def emit_rows(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None, 
         for row in rows:
             writer.writerow(["" if row[n] is None else row[n].hex() if isinstance(row[n], bytes) else row[n]
                              for n in names])
-        click.echo(buffer.getvalue(), nl=False)
+        echo(buffer.getvalue(), nl=False)
     else:
         if not rows:
-            click.echo("(no rows)")
+            echo("(no rows)")
             return
         table = [["" if row[n] is None else row[n] for n in names] for row in rows]
-        click.echo(tabulate(table, headers=names, tablefmt="simple", disable_numparse=True))
+        echo(tabulate(table, headers=names, tablefmt="simple", disable_numparse=True))
 
 
 def emit_result(result: Mapping[str, Any], as_json: bool, summary: Iterable[str]) -> None:
     """Print an operation's result: its JSON with ``--json``, else the summary lines."""
     if as_json:
-        click.echo(dumps(result))
+        echo(dumps(result))
     else:
         for line in summary:
-            click.echo(line)
+            echo(line)

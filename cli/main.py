@@ -8,6 +8,8 @@ usage errors).
 
 from __future__ import annotations
 
+import errno
+import os
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -16,18 +18,29 @@ import click
 
 from ledger import AnalysisConfig, BudgetConfig, Case, LedgerError
 from ledger.budget import BudgetResult
+from ledger.errors import OUTPUT_ERROR
 from ledger.canonical import parse_json
 from ledger.demo import default_demo_dir, run_demo
 from ledger.export import export_case, export_count, import_tree, read_manifest, verify_case
 from ledger.journal import apply_journal, open_for_journal
 from ledger.storage import LEDGER_FILE, Storage
 
-from ._output import dumps, emit_result, emit_rows
+from ._output import OutputError, dumps, echo, emit_result, emit_rows, unique_names
 
 BALANCE_COLUMNS = ("revision", "hypothesis_id", "initial_units", "granted_units", "spent_units",
                    "rewarded_units", "remaining_units", "status", "terminal_reason", "pending_action_id",
                    "low_information_streak", "settled_actions", "failed_actions")
 EVENT_COLUMNS = ("seq", "type", "revision", "created_at", "sha256", "parent_sha256")
+
+
+def _silence_stdout() -> None:
+    """Point a broken standard output at /dev/null so the interpreter's last flush stays quiet."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # no real file descriptor (a test runner's buffer)
+        pass
 
 
 class LedgerGroup(click.Group):
@@ -47,12 +60,24 @@ class LedgerGroup(click.Group):
         except LedgerError as exc:
             click.echo(f"error: {exc.code}: {exc.message}", err=True)
             ctx.exit(1)
+        except OutputError as exc:
+            _silence_stdout()
+            if exc.cause.errno != errno.EPIPE:  # a reader that went away needs no explanation
+                click.echo(f"error: {OUTPUT_ERROR}: cannot print the result ({exc}); anything the command wrote to the "
+                           "ledger is committed: run it again to read the result (it comes back reused)", err=True)
+            ctx.exit(1)
         except OSError as exc:  # a path the file system refuses (too long, under a file, no permission)
             where = f"{exc.filename}: " if exc.filename else ""
             click.echo(f"error: INVALID_ARGUMENT: {where}{exc.strerror or exc}", err=True)
             ctx.exit(1)
         except UnicodeError as exc:  # a path argument with no file-system name (a lone surrogate)
             click.echo(f"error: INVALID_ARGUMENT: an argument cannot name a file: {exc}", err=True)
+            ctx.exit(1)
+        except RuntimeError:
+            if sys.stdin is not None:
+                raise
+            # click cannot open '-' when the process was started with stdin closed (`<&-`)
+            click.echo("error: INVALID_ARGUMENT: '-' reads standard input, but standard input is closed", err=True)
             ctx.exit(1)
         except KeyboardInterrupt:
             click.echo("error: interrupted; nothing half-written remains, run the command again", err=True)
@@ -367,6 +392,7 @@ def sql(case: str, query: str, timeout_s: float, as_json: bool, as_csv: bool) ->
     if not path.is_file():
         Case.open(case)  # raises the LEDGER_MISSING explanation
     columns, rows = Storage.readonly_query(path, query, timeout_ms=int(timeout_s * 1000))
+    columns = unique_names(columns)  # `SELECT e1.seq, e2.seq …` keeps both values
     emit_rows([dict(zip(columns, row)) for row in rows], columns, fmt)
 
 
@@ -440,7 +466,7 @@ def apply(settings: Settings, case: str, journal: Any, create_case_id: str | Non
         with progress_bar(len(lines), "applying", stream=sys.stderr) if not sys.stdout.isatty() else _NoBar() as bar:
             for outcome in apply_journal(opened, lines, budget=manager, keep_going=keep_going,
                                          batch_size=batch_size):
-                click.echo(dumps(outcome.to_dict()))
+                echo(dumps(outcome.to_dict()))
                 failed = failed or not outcome.ok
                 bar.update(1)
     finally:
@@ -462,12 +488,12 @@ def demo(directory: Path | None) -> None:
     path, report, verified = run_demo(target, echo=click.echo)
     with Case.open(path) as opened:
         rows = opened.balances()
-    click.echo("")
+    echo("")
     emit_rows(rows, BALANCE_COLUMNS, "table")
-    click.echo("")
-    click.echo(f"exported {report.files_written} files to {path}/analysis and {path}/manifest.json")
-    click.echo(f"verified: {verified.events} events, head seq {verified.head_seq} sha256 {verified.head_sha256}")
-    click.echo(f"\nThe case is at {path}. Try:\n  ledger balances {path}\n  ledger actions {path}\n"
+    echo("")
+    echo(f"exported {report.files_written} files to {path}/analysis and {path}/manifest.json")
+    echo(f"verified: {verified.events} events, head seq {verified.head_seq} sha256 {verified.head_sha256}")
+    echo(f"\nThe case is at {path}. Try:\n  ledger balances {path}\n  ledger actions {path}\n"
                f"  ledger sql {path} \"SELECT * FROM case_status\"\n  ledger verify {path}")
 
 

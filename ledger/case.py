@@ -24,7 +24,8 @@ from .clock import parse_at, utc_now
 from .config import AnalysisConfig, BudgetConfig
 from .errors import LedgerError
 from .paths import fs_path
-from .storage import LEDGER_FILE, Appended, SqlView, Storage, content_path, event_path, statement
+from .storage import (LEDGER_FILE, Appended, SqlView, Storage, check_ledger_path, content_path, event_path,
+                      statement)
 
 if TYPE_CHECKING:
     from .budget import BudgetManager
@@ -170,6 +171,7 @@ class Case:
             raise LedgerError(E.CASE_EXISTS, f"{root} already holds a case package (manifest or analysis/)")
         if root.exists() and not root.is_dir():
             raise LedgerError(E.INVALID_ARGUMENT, f"{root} is not a directory")
+        check_ledger_path(root / LEDGER_FILE)  # before any folder is made
         root.mkdir(parents=True, exist_ok=True)
         storage = Storage.create(root / LEDGER_FILE, analysis.storage, analysis.limits)
         case = cls(root, storage, analysis, actor=actor, clock=clock)

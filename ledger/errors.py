@@ -49,6 +49,10 @@ SCHEMA_VERSION = "SCHEMA_VERSION"
 LIMIT_REACHED = "LIMIT_REACHED"
 CONFIG_INVALID = "CONFIG_INVALID"
 INTEGRITY_ERROR = "INTEGRITY_ERROR"
+#: Not a SPEC code: the file system refused the ledger file (read-only location,
+#: permission, I/O error, full disk). Kept apart from INTEGRITY_ERROR, which means
+#: the history itself is wrong.
+STORAGE_ERROR = "STORAGE_ERROR"
 
 #: Every code, in the order above. The README documents each one.
 ALL_CODES: tuple[str, ...] = (
@@ -59,8 +63,13 @@ ALL_CODES: tuple[str, ...] = (
     ACTION_CLOSED, NO_RESERVATION, FEEDBACK_NOT_CONFIRMED, AUTHORITY_DENIED,
     ACTION_PENDING, RESULT_MISSING, LIMIT_EXCEEDED, INSUFFICIENT_BUDGET,
     STALE_GENERATION, REPLY_MISMATCH, CASE_EXISTS, LEDGER_MISSING, LEDGER_BUSY,
-    SCHEMA_VERSION, LIMIT_REACHED, CONFIG_INVALID, INTEGRITY_ERROR,
+    SCHEMA_VERSION, LIMIT_REACHED, CONFIG_INVALID, INTEGRITY_ERROR, STORAGE_ERROR,
 )
+
+#: Printed by the ``ledger`` command only, never raised: the command ran, but standard
+#: output refused its result (full disk, closed stream).
+OUTPUT_ERROR = "OUTPUT_ERROR"
+CLI_ONLY_CODES: tuple[str, ...] = (OUTPUT_ERROR,)
 
 #: Refusals caused by timing rather than by the request: retrying may succeed.
 TRANSIENT_CODES = frozenset({LEDGER_BUSY})

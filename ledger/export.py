@@ -35,7 +35,7 @@ from .errors import LedgerError
 from .paths import fs_path
 from .schemas import validator
 from .storage import (LEDGER_FILE, SqlView, Storage, WriterLock, content_path, event_path, file_uri, schema_version,
-                      shipped_schema, statement,
+                      readable_uri, shipped_schema, statement,
                       translate_sqlite_errors)
 
 Progress = Callable[[int], None]
@@ -180,12 +180,15 @@ def export_case(case: Case, progress: Progress | None = None) -> ExportReport:
     differ; writes the manifest last. If anything fails before the manifest is
     replaced (an exception, ``KeyboardInterrupt`` included), the files this run
     created are removed again, so the tree is as it was. Raises
-    ``INTEGRITY_ERROR`` if the folder cannot be written.
+    ``STORAGE_ERROR`` if the folder cannot be written.
     """
     root = case.path
     # one export at a time per package: a concurrent one would see our temp files as stale
     lock = WriterLock(root / (LEDGER_FILE + "-export-lock"))
-    fd = lock.acquire(EXPORT_LOCK_WAIT_MS)
+    try:
+        fd = lock.acquire(EXPORT_LOCK_WAIT_MS)
+    except OSError as exc:
+        raise LedgerError(E.STORAGE_ERROR, f"cannot write the export under {root}: {exc.strerror or exc}") from None
     try:
         return _export_locked(case, root, progress)
     finally:
@@ -246,7 +249,7 @@ def _export_locked(case: Case, root: Path, progress: Progress | None) -> ExportR
                 path.unlink(missing_ok=True)
                 _remove_empty_parents(path.parent, root)
         if isinstance(exc, OSError):
-            raise LedgerError(E.INTEGRITY_ERROR, f"cannot write the export under {root}: {exc}") from None
+            raise LedgerError(E.STORAGE_ERROR, f"cannot write the export under {root}: {exc}") from None
         raise
     report.manifest = manifest
     return report
@@ -439,7 +442,7 @@ def _scratch_storage(directory: str, original: Path) -> Storage:
     conn = sqlite3.connect(file_uri(path, "rwc"), uri=True, isolation_level=None, check_same_thread=False)
     with translate_sqlite_errors():
         conn.execute("PRAGMA journal_mode = OFF")  # no durability needed for a scratch copy
-        conn.execute("ATTACH DATABASE ? AS orig", (file_uri(original, "ro"),))
+        conn.execute("ATTACH DATABASE ? AS orig", (readable_uri(original),))
     storage = Storage(conn, path, {"synchronous": "OFF", "busy_timeout_ms": 5000})
     with translate_sqlite_errors():
         conn.execute("BEGIN")
@@ -576,13 +579,19 @@ def _compare_rows(conn: sqlite3.Connection) -> None:
 
 
 def _compare_schema(conn: sqlite3.Connection) -> None:
-    """Triggers, views, indexes and tables must be the shipped ones (checked last: no seq to name)."""
+    """Triggers, views, indexes and tables must be exactly the shipped ones, none missing, altered
+    or added (checked last: no seq to name)."""
     shipped = shipped_schema()
     present = dict(conn.execute(statement("schema_objects", "orig")))
     for name, sql in sorted(shipped.items()):
         if present.get(name) != sql:
             raise _bad(None, f"schema object {name} is missing or altered (a dropped trigger leaves the ledger unguarded)",
                        object=name)
+    # SQLite's own objects (sqlite_stat1 after ANALYZE, sqlite_sequence) are not ours to judge
+    foreign = sorted(name for name in present if name not in shipped and not name.startswith("sqlite_"))
+    if foreign:
+        raise _bad(None, f"schema object {foreign[0]} is not the ledger's own (a foreign trigger, table, view or "
+                   "index can block or alter writes)", object=foreign[0])
 
 
 def _check_export(root: Path, conn: sqlite3.Connection, head: tuple[int, str]) -> int:

@@ -130,12 +130,17 @@ def _statement(name: str, schema: str, identifiers: tuple[tuple[str, str], ...])
 
 
 # --- errors ------------------------------------------------------------------------
+#: SQLITE_PERM, SQLITE_READONLY, SQLITE_IOERR, SQLITE_FULL, SQLITE_CANTOPEN (primary result codes).
+_STORAGE_CODES = frozenset({3, 8, 10, 13, 14})
+
 @contextmanager
 def translate_sqlite_errors() -> Iterator[None]:
     """The one place where ``sqlite3`` errors become ``LedgerError``.
 
-    busy/locked → ``LEDGER_BUSY`` (retryable); constraint and trigger aborts,
-    corruption and every other database error → ``INTEGRITY_ERROR``.
+    busy/locked → ``LEDGER_BUSY`` (retryable); the file system refusing the
+    file (cannot open, read-only, I/O error, disk full, permission) →
+    ``STORAGE_ERROR``; constraint and trigger aborts, corruption and every other
+    database error → ``INTEGRITY_ERROR``.
     """
     try:
         yield
@@ -143,7 +148,16 @@ def translate_sqlite_errors() -> Iterator[None]:
         text = str(exc)
         if "locked" in text or "busy" in text:
             raise LedgerError(E.LEDGER_BUSY, f"the case is busy: {text}; retry") from None
+        primary = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
+        if primary in _STORAGE_CODES:
+            raise LedgerError(E.STORAGE_ERROR, f"the file system refused the ledger: {text} "
+                              "(read-only location, missing permission, full disk or a closed case?); "
+                              "nothing was written") from None
         raise LedgerError(E.INTEGRITY_ERROR, f"SQLite refused: {text}") from None
+    except sqlite3.ProgrammingError as exc:
+        if "closed database" in str(exc):
+            raise LedgerError(E.INVALID_ARGUMENT, "this case was closed; open it again to use it") from None
+        raise
     except sqlite3.DatabaseError as exc:  # IntegrityError (triggers), corrupt files, …
         raise LedgerError(E.INTEGRITY_ERROR, f"SQLite refused: {exc}") from None
 
@@ -251,10 +265,55 @@ def file_uri(path: Path, mode: str) -> str:
     return f"file:{quote(os.fsencode(os.path.abspath(path)))}?mode={mode}"
 
 
+#: SQLite's unix VFS refuses file names of 512 bytes or more; ``-wal``/``-shm`` add 4.
+SQLITE_MAX_PATH_BYTES = 512 - len("-wal") - 1
+
+
+def check_ledger_path(path: Path) -> None:
+    """``INVALID_ARGUMENT`` when SQLite could not open ``path`` (or its ``-wal``) by name."""
+    length = len(os.fsencode(os.path.abspath(path)))
+    if length > SQLITE_MAX_PATH_BYTES:
+        raise LedgerError(E.INVALID_ARGUMENT,
+                          f"{path}: the ledger's absolute path is {length} bytes; SQLite opens at most "
+                          f"{SQLITE_MAX_PATH_BYTES} (move the case to a shorter path)")
+
+
 def _connect(path: Path, mode: str) -> sqlite3.Connection:
+    check_ledger_path(path)
     uri = file_uri(path, mode)
     # isolation_level=None: the sqlite3 module never opens transactions behind our back
-    return sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+    with translate_sqlite_errors():
+        return sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+
+
+def _wal_is_empty(path: Path) -> bool:
+    wal = path.with_name(path.name + "-wal")
+    try:
+        return wal.stat().st_size == 0
+    except FileNotFoundError:
+        return True
+
+
+def readable_uri(path: Path) -> str:
+    """URI to read ``path``: ``mode=ro``, or an immutable snapshot on a read-only location.
+
+    A WAL ledger needs its ``-shm`` file even to read; on a read-only mount (or a
+    folder we may not write) with no ``-wal`` content left, nothing can change the
+    file under us, so it is read with ``immutable=1``. Anything else that stops the
+    read is ``STORAGE_ERROR``.
+    """
+    uri = file_uri(path, "ro")
+    probe = _connect(path, "ro")
+    try:
+        with translate_sqlite_errors():
+            probe.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+        return uri
+    except LedgerError as exc:
+        if exc.code != E.STORAGE_ERROR or not path.is_file() or not _wal_is_empty(path):
+            raise
+        return uri + "&immutable=1"
+    finally:
+        probe.close()
 
 
 class Storage:
@@ -275,6 +334,8 @@ class Storage:
         self._lock = WriterLock(path.with_name(path.name + LOCK_SUFFIX))
         self._in_write = False
         self._in_batch = False
+        #: Opened as an immutable snapshot on a read-only location (:meth:`open`).
+        self.read_only = False
         #: Test hook: called with a label before every write statement and the COMMIT.
         self.fault_hook: Callable[[str], None] | None = None
         with translate_sqlite_errors():
@@ -299,9 +360,33 @@ class Storage:
     @classmethod
     def open(cls, path: Path, settings: Mapping[str, Any] | None = None,
              limits: Mapping[str, int] | None = None) -> "Storage":
-        """Open an existing ledger; refuses a newer schema with ``SCHEMA_VERSION``."""
-        with translate_sqlite_errors():
-            conn = _connect(path, "rw")
+        """Open an existing ledger; refuses a newer schema with ``SCHEMA_VERSION``.
+
+        On a read-only location the ledger opens as an immutable snapshot
+        (:func:`readable_uri`): reads work, writes are ``STORAGE_ERROR``.
+        """
+        conn = _connect(path, "rw")
+        try:
+            with translate_sqlite_errors():
+                conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+        except LedgerError as exc:
+            conn.close()
+            if exc.code != E.STORAGE_ERROR:
+                raise
+            uri = readable_uri(path)
+            if "immutable=1" not in uri:
+                raise
+            with translate_sqlite_errors():
+                conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+            storage = cls(conn, path, settings, limits)
+            storage.read_only = True
+            try:
+                if storage.check_schema_version() < schema_version():
+                    raise LedgerError(E.STORAGE_ERROR, f"{path} needs a schema upgrade but its location is read-only")
+            except BaseException:
+                conn.close()
+                raise
+            return storage
         storage = cls(conn, path, settings, limits)
         try:
             # a file without our schema (an interrupted init, or not a ledger) is left untouched
@@ -318,8 +403,9 @@ class Storage:
     @classmethod
     def open_readonly(cls, path: Path) -> sqlite3.Connection:
         """A connection that cannot write: ``mode=ro`` plus an authorizer denying ATTACH and writes."""
+        uri = readable_uri(path)
         with translate_sqlite_errors():
-            conn = _connect(path, "ro")
+            conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA query_only = ON")
 
             def authorizer(action: int, *_: Any) -> int:
@@ -431,6 +517,8 @@ class Storage:
             return
         if self._in_write:
             raise RuntimeError("Storage.write() does not nest outside a batch")
+        if self.read_only:
+            raise LedgerError(E.STORAGE_ERROR, f"{self.path} is on a read-only location: reads work, writes cannot")
         fd = self._lock.acquire(int(self.settings["busy_timeout_ms"]))
         self._in_write = True
         try:

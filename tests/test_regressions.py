@@ -6,13 +6,16 @@ import json
 import os
 import shutil
 import sqlite3
+import subprocess
+import sys
 import threading
 
 import pytest
 
 from ledger import AnalysisConfig, BudgetConfig, Case, LedgerError
 from ledger.canonical import canonical_bytes
-from ledger.errors import CONFIG_INVALID, INTEGRITY_ERROR, INVALID_ARGUMENT, INVALID_JSON, LIMIT_REACHED, SOURCE_REF_INVALID
+from ledger.errors import (CONFIG_INVALID, INTEGRITY_ERROR, INVALID_ARGUMENT, INVALID_JSON, LIMIT_REACHED,
+                           SOURCE_REF_INVALID, STORAGE_ERROR)
 from ledger.export import export_case, import_tree, verify_case
 from ledger.journal import apply_journal
 
@@ -286,3 +289,127 @@ def test_cli_path_arguments_with_a_lone_surrogate_are_error_lines_not_tracebacks
     assert isinstance(result.exception, SystemExit)
     assert "error: INVALID_ARGUMENT: " in result.output or "error: CONFIG_INVALID: " in result.output
     assert case.storage.conn.execute("SELECT count(*) FROM events").fetchone()[0] == before
+
+
+# --- found by the second break-it round ------------------------------------------------------
+def test_a_ledger_path_sqlite_cannot_open_is_refused_before_any_folder_is_made(tmp_path):
+    deep = tmp_path / ("d" * 200) / ("e" * 200) / ("f" * 120)
+    deep.mkdir(parents=True)
+    with pytest.raises(LedgerError) as caught:
+        Case.create(deep / "case", "LONG-1")
+    assert caught.value.code == INVALID_ARGUMENT and "SQLite opens at most" in caught.value.message
+    assert not (deep / "case").exists()
+    result = run_cli("init", str(deep / "case2"), "--case-id", "LONG-2")
+    assert result.returncode == 1 and b"error: INVALID_ARGUMENT: " in result.stderr
+    assert b"Traceback" not in result.stderr
+
+
+def test_a_case_moved_under_a_too_long_path_is_an_invalid_argument_not_tampering(case, tmp_path):
+    case.close()
+    deep = tmp_path / ("d" * 200) / ("e" * 200) / ("f" * 120)
+    shutil.copytree(case.path, deep / "moved")
+    for args in (["state", str(deep / "moved")], ["verify", str(deep / "moved")]):
+        result = run_cli(*args)
+        assert result.returncode == 1 and b"error: INVALID_ARGUMENT: " in result.stderr, result.stderr
+
+
+def test_sql_keeps_every_column_when_names_repeat(case):
+    case.close()
+    result = run_cli("sql", str(case.path), "SELECT e1.seq, e2.seq FROM events e1 JOIN events e2 "
+                     "ON e2.seq = e1.seq + 1 ORDER BY e1.seq", "--json")
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)
+    assert rows[0] == {"seq": 1, "seq_2": 2} and all(r["seq_2"] == r["seq"] + 1 for r in rows)
+    csv_out = run_cli("sql", str(case.path), "SELECT 1 AS a, 2 AS a", "--csv")
+    assert csv_out.stdout.decode().splitlines() == ["a,a_2", "1,2"]
+
+
+@pytest.mark.parametrize("ddl", [
+    "CREATE TRIGGER zz AFTER INSERT ON events WHEN NEW.type = 'budget.rejected' "
+    "BEGIN SELECT RAISE(ABORT, 'busy, try later'); END",
+    "CREATE TABLE notes (x)",
+    "CREATE VIEW spent AS SELECT 1",
+    "CREATE INDEX extra ON events (type)",
+], ids=["trigger", "table", "view", "index"])
+def test_verify_refuses_schema_objects_that_are_not_the_ledgers_own(case, ddl):
+    case.close()
+    conn = sqlite3.connect(case.path / "ledger.sqlite")
+    conn.execute(ddl)
+    conn.commit()
+    conn.close()
+    with pytest.raises(LedgerError) as caught:
+        verify_case(case.path)
+    assert caught.value.code == INTEGRITY_ERROR and "is not the ledger's own" in caught.value.message
+
+
+def test_verify_accepts_sqlites_own_statistics_tables(case):
+    case.close()
+    conn = sqlite3.connect(case.path / "ledger.sqlite")
+    conn.execute("ANALYZE")
+    conn.commit()
+    conn.close()
+    assert verify_case(case.path).head_seq > 0
+
+
+def test_reading_from_a_closed_standard_input_is_an_error_line(case):
+    case.close()
+    for args in (["apply", str(case.path), "-"], ["budget", "record", str(case.path), "H1", "q1", "--evidence-file", "-"]):
+        result = subprocess.run([sys.executable, "-m", "ledger_cli", *args], stdin=subprocess.DEVNULL,
+                                capture_output=True, close_fds=True, preexec_fn=lambda: os.close(0))
+        assert result.returncode == 1, result.stderr
+        assert b"error: INVALID_ARGUMENT: '-' reads standard input, but standard input is closed" in result.stderr
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_a_result_that_cannot_be_printed_is_an_output_error_and_the_operation_stays_committed(budget, case):
+    case.close()
+    with open("/dev/full", "wb") as full:
+        result = subprocess.run([sys.executable, "-m", "ledger_cli", "budget", "reserve", str(case.path), "H1", "q9",
+                                 "source.read_context"], stdout=full, stderr=subprocess.PIPE)
+    assert result.returncode == 1
+    assert result.stderr.decode().startswith("error: OUTPUT_ERROR: cannot print the result (No space left on device)")
+    again = run_cli("budget", "reserve", str(case.path), "H1", "q9", "source.read_context", "--json")
+    assert again.returncode == 0 and json.loads(again.stdout)["reused"] is True
+
+
+def test_a_closed_case_says_so(case):
+    case.close()
+    with pytest.raises(LedgerError) as caught:
+        case.status()
+    assert caught.value.code == INVALID_ARGUMENT and "closed" in caught.value.message
+
+
+def _read_only_folder(folder):
+    """Make ``folder`` read-only for this process: a read-only bind mount as root, chmod otherwise."""
+    if os.geteuid() != 0:
+        for path in (folder, *folder.rglob("*")):
+            path.chmod(path.stat().st_mode & ~0o222)
+        return folder, lambda: [p.chmod(p.stat().st_mode | 0o200) for p in (folder, *folder.rglob("*"))]
+    mount = folder.with_name(folder.name + "-ro")
+    mount.mkdir()
+    for command in (["mount", "--bind", str(folder), str(mount)], ["mount", "-o", "remount,bind,ro", str(mount)]):
+        if subprocess.run(command, capture_output=True).returncode != 0:
+            subprocess.run(["umount", str(mount)], capture_output=True)
+            pytest.skip("cannot make a read-only mount here")
+    return mount, lambda: subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_a_case_on_a_read_only_location_can_be_read_and_verified_but_not_written(budget, case):
+    budget.reserve("H1", "q1", "source.read_context")
+    export_case(case)
+    case.close()
+    folder, undo = _read_only_folder(case.path)
+    try:
+        with Case.open(folder) as opened:
+            assert opened.status()["package_generation"] == 5
+            assert [row["spent_units"] for row in opened.balances()][:1] == [5]
+            with pytest.raises(LedgerError) as caught:
+                opened.transition("BLOCKED")
+            assert caught.value.code == STORAGE_ERROR
+        assert verify_case(folder).head_seq == 5
+        sql = run_cli("sql", str(folder), "SELECT COUNT(*) AS n FROM events", "--json")
+        assert json.loads(sql.stdout) == [{"n": 5}], sql.stderr
+        export = run_cli("export", str(folder))
+        assert export.returncode == 1 and b"error: STORAGE_ERROR: " in export.stderr
+    finally:
+        undo()

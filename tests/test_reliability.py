@@ -23,7 +23,7 @@ import pytest
 
 import ledger.export as export_module
 from ledger import AnalysisConfig, BudgetConfig, Case, LedgerError
-from ledger.errors import ALL_CODES, INTEGRITY_ERROR, LEDGER_BUSY
+from ledger.errors import ALL_CODES, INTEGRITY_ERROR, LEDGER_BUSY, STORAGE_ERROR
 from ledger.export import export_case, verify_case
 from ledger.storage import Storage
 
@@ -56,6 +56,13 @@ class Fault:
         self.labels.append(label)
         if self.at is not None and len(self.labels) - 1 == self.at:
             raise self.exception
+
+
+def sqlite_io_error() -> sqlite3.OperationalError:
+    """What sqlite3 raises when the disk fails: SQLITE_IOERR (10) as the result code."""
+    exc = sqlite3.OperationalError("disk I/O error")
+    exc.sqlite_errorcode, exc.sqlite_errorname = 10, "SQLITE_IOERR"
+    return exc
 
 
 @pytest.fixture
@@ -152,7 +159,7 @@ def test_every_write_step_of_every_operation_can_fail_without_leaving_anything(
     assert "COMMIT" in labels and any(label.startswith("insert_event") for label in labels)
     tried = 0
     for index, label in enumerate(labels):
-        for exception in (KeyboardInterrupt(), RuntimeError("injected"), sqlite3.OperationalError("disk I/O error")):
+        for exception in (KeyboardInterrupt(), RuntimeError("injected"), sqlite_io_error(), sqlite3.IntegrityError("x")):
             package = fresh_copy(base_package, tmp_path, "trial")
             before = logical_dump(package / "ledger.sqlite")
             case = Case.open(package)
@@ -160,8 +167,10 @@ def test_every_write_step_of_every_operation_can_fail_without_leaving_anything(
                 fault_hook["hook"] = Fault(index, exception)
                 with pytest.raises((type(exception), LedgerError)) as caught:
                     OPERATIONS[name](case, case.budget())
-                if isinstance(caught.value, LedgerError):
-                    assert caught.value.code == INTEGRITY_ERROR and isinstance(exception, sqlite3.Error)
+                if isinstance(caught.value, LedgerError):  # an I/O error is the disk's fault, not tampering
+                    expected_code = STORAGE_ERROR if exception is not None and getattr(
+                        exception, "sqlite_errorcode", None) else INTEGRITY_ERROR
+                    assert caught.value.code == expected_code and isinstance(exception, sqlite3.Error)
                 fault_hook["hook"] = None
                 assert not case.storage.conn.in_transaction, (name, label)
                 assert logical_dump(package / "ledger.sqlite") == before, (name, label, exception)
@@ -173,7 +182,7 @@ def test_every_write_step_of_every_operation_can_fail_without_leaving_anything(
                 fault_hook["hook"] = None
                 case.close()
             tried += 1
-    assert tried == 3 * len(labels)
+    assert tried == 4 * len(labels)
     print(f"faults injected into {name}: {tried}")
 
 
@@ -252,8 +261,10 @@ def test_every_file_step_of_export_can_fail_and_the_tree_stays_as_it_was(base_pa
             try:
                 export_faults["calls"].clear()
                 export_faults.update(fail_at=index, exception=exception)
-                with pytest.raises((KeyboardInterrupt, LedgerError)):
+                with pytest.raises((KeyboardInterrupt, LedgerError)) as caught:
                     export_case(case)
+                if isinstance(exception, OSError):
+                    assert caught.value.code == STORAGE_ERROR
                 export_faults["fail_at"] = None
                 after = export_tree(package)
                 if index > len(steps) - 1 - steps[::-1].index("replace"):
