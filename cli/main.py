@@ -93,10 +93,10 @@ class Settings:
         self.actor = actor
 
     def budget_config(self) -> BudgetConfig | None:
-        return BudgetConfig.load(self.config_path) if self.config_path else None
+        return BudgetConfig.load(self.config_path) if self.config_path is not None else None
 
     def analysis(self) -> AnalysisConfig:
-        return AnalysisConfig.load(self.analysis_path) if self.analysis_path else AnalysisConfig()
+        return AnalysisConfig.load(self.analysis_path) if self.analysis_path is not None else AnalysisConfig()
 
     def open(self, path: str) -> Case:
         return Case.open(path, analysis_config=self.analysis(), actor=self.actor)
@@ -212,6 +212,8 @@ def state(settings: Settings, case: str, to: str | None, at: str | None, as_json
             emit_result(result.to_dict(), as_json,
                         [f"{result.case_state} (seq {result.seq}{', reused' if result.reused else ''})"])
             return
+        if at is not None:
+            raise click.UsageError("--at sets the time of a transition; give NEW_STATE or leave --at out")
         status = opened.status()
     emit_result(status, as_json, [f"{k}: {v}" for k, v in status.items()])
 

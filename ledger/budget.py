@@ -79,6 +79,9 @@ class BudgetManager:
     """
 
     def __init__(self, case: "Case", config: BudgetConfig | None = None) -> None:
+        if config is not None and not isinstance(config, BudgetConfig):
+            raise LedgerError(E.INVALID_ARGUMENT, f"config must be a BudgetConfig (BudgetConfig.load(path) or "
+                              f"BudgetConfig.from_mapping(...)) or None, got {type(config).__name__}")
         self.case = case
         self.config = config
 

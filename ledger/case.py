@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from . import errors as E
 from . import rules
-from .canonical import canonical_sha256
+from .canonical import canonical_sha256, check_int
 from .clock import parse_at, utc_now
 from .config import AnalysisConfig, BudgetConfig
 from .errors import LedgerError
@@ -208,11 +208,18 @@ class Case:
     def _open(cls, root: Path, analysis: AnalysisConfig, actor: str, clock: Callable[[], str]) -> "Case":
         ledger = root / LEDGER_FILE
         if not ledger.is_file():
-            if (root / MANIFEST_FILE).exists() or (root / ANALYSIS_DIR).exists():
+            if (root / MANIFEST_FILE).exists():
                 raise LedgerError(
                     E.LEDGER_MISSING,
                     f"{ledger} is missing but the package has an export; restore it with "
                     f"'ledger import {root} --to {root}' instead of starting a new ledger",
+                )
+            if (root / ANALYSIS_DIR).exists():
+                raise LedgerError(
+                    E.LEDGER_MISSING,
+                    f"{ledger} and manifest.json are missing but {root / ANALYSIS_DIR} exists: the export cannot be "
+                    "trusted without its manifest, so there is nothing to restore from here (move analysis/ aside to "
+                    "start a new case with 'ledger init')",
                 )
             raise LedgerError(E.LEDGER_MISSING, f"no case at {root} (no {LEDGER_FILE}); create one with 'ledger init'")
         storage = Storage.open(ledger, analysis.storage, analysis.limits)
@@ -259,12 +266,18 @@ class Case:
 
         Each operation still succeeds or fails alone (a savepoint each) and returns
         the same result as outside a batch, but nothing is durable until the
-        ``with`` block ends. Use for journals and bulk loads; keep batches short, as
-        other writers wait meanwhile::
+        ``with`` block ends normally. An exception that leaves the block (a
+        ``LedgerError`` not caught inside it, ``KeyboardInterrupt``) rolls back the
+        whole batch, results already returned included; catch refusals per
+        operation to keep the rest. Use for journals and bulk loads; keep batches
+        short, as other writers wait meanwhile::
 
             with case.batch():
-                budget.reserve("H1", "q1", "source.read_context")
-                budget.reserve("H2", "q2", "source.read_context")
+                for hypothesis, action_id in work:
+                    try:
+                        budget.reserve(hypothesis, action_id, "source.read_context")
+                    except LedgerError as refused:
+                        print(refused.code)  # this one rolled back alone
         """
         return self.storage.batch()
 
@@ -342,6 +355,7 @@ class Case:
     def events(self, since_seq: int = 0, *, with_body: bool = False) -> list[dict[str, Any]]:
         """The hash chain after ``since_seq``: ``seq``, ``type``, ``revision``, ``created_at``,
         ``sha256``, ``parent_sha256`` (and ``body``, the canonical JSON text), by seq."""
+        check_int(since_seq, "since_seq", minimum=0)
         return self.query(statement("events_since", body=", body" if with_body else ""), {"since": since_seq})
 
     # -- package files -----------------------------------------------------------------

@@ -65,6 +65,20 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def new_file_mode() -> int:
+    """``0o666`` less the process umask: the mode ``open()`` gives a new file (``0o644`` under umask 022)."""
+    try:
+        with open("/proc/self/status", "rb") as status:  # reads the umask without changing it
+            for line in status:
+                if line.startswith(b"Umask:"):
+                    return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def write_atomic(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` via a temp file in the same folder, fsync, rename.
 
@@ -74,6 +88,7 @@ def write_atomic(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, temp = tempfile.mkstemp(prefix=EXPORT_TEMP_PREFIX + path.name + ".", dir=path.parent)
     try:
+        os.fchmod(fd, new_file_mode())  # mkstemp's 0600 would hide the export from other readers
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
@@ -464,8 +479,9 @@ def read_manifest(root: Path) -> dict[str, Any] | None:
         return None
     if path.is_symlink() or not path.is_file():
         raise _bad(None, "manifest.json is not a regular file")
+    data = path.read_bytes()
     try:
-        manifest = parse_json(path.read_bytes())
+        manifest = parse_json(data)
     except LedgerError as exc:
         raise _bad(None, f"manifest.json is not valid JSON: {exc.message}") from None
     errors = list(validator(MANIFEST_FORMAT).iter_errors(manifest))
@@ -475,6 +491,8 @@ def read_manifest(root: Path) -> dict[str, Any] | None:
     for value in (manifest["head"]["seq"], manifest["analysis_revision"], manifest["package_generation"]):
         if type(value) is not int:
             raise _bad(None, f"manifest.json holds {value!r} where an integer belongs")
+    if canonical_bytes(manifest) != data:  # export writes canonical bytes (SPEC 4); anything else was edited
+        raise _bad(None, "manifest.json is not in canonical form (RFC 8785): it was rewritten after export")
     return manifest
 
 
@@ -682,6 +700,9 @@ def import_tree(source: str | os.PathLike[str], to: str | os.PathLike[str] | Non
             raise LedgerError(E.CASE_EXISTS, f"{src} already has a {LEDGER_FILE}; import into a new folder")
     elif dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise LedgerError(E.CASE_EXISTS, f"{dest} exists and is not empty")
+    elif dest.resolve().is_relative_to(src.resolve()):
+        raise LedgerError(E.INVALID_ARGUMENT, f"{dest} is inside {src}: the new case would become one of "
+                          "the source package's inputs; import to a folder outside it")
     manifest = read_manifest(src)
     if manifest is None:
         raise LedgerError(E.INVALID_ARGUMENT, f"{src} has no manifest.json: not an exported case")
@@ -724,6 +745,7 @@ def import_tree(source: str | os.PathLike[str], to: str | os.PathLike[str] | Non
                 target = build_dir / relative
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(full, target)
+                shutil.copymode(full, target)  # an executable or read-only input stays so
         for leftover in scratch_files:
             leftover.unlink(missing_ok=True)
         storage = Storage.create(building)

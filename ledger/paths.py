@@ -14,14 +14,27 @@ from pathlib import Path
 from .errors import INVALID_ARGUMENT, LedgerError
 
 
-def fs_path(path: str | os.PathLike[str], what: str = "path") -> Path:
+def fs_path(path: str | bytes | os.PathLike[str], what: str = "path") -> Path:
     """``path`` as a :class:`Path`; ``INVALID_ARGUMENT`` when it cannot name a file.
 
-    ``what`` names the argument in the message (``"case path"``, ``"config file"``).
+    Accepts ``str``, ``bytes`` (decoded as the file system does) and path-like
+    objects. Refuses other types, the empty string (which would silently mean the
+    current folder), NUL characters and lone surrogates. ``what`` names the
+    argument in the message (``"case path"``, ``"config file"``).
     """
     try:
-        os.fsencode(path)
-    except (UnicodeError, TypeError) as exc:
-        raise LedgerError(INVALID_ARGUMENT, f"{what} {ascii(os.fspath(path) if isinstance(path, os.PathLike) else path)} "
-                          f"cannot name a file: {exc}") from None
-    return Path(path)
+        text = os.fsdecode(path)
+    except TypeError:
+        raise LedgerError(INVALID_ARGUMENT, f"{what} must be a str, bytes or path-like object, "
+                          f"got {type(path).__name__}") from None
+    if not isinstance(text, str):  # a PathLike whose __fspath__ returned bytes was decoded; anything else is odd
+        raise LedgerError(INVALID_ARGUMENT, f"{what} must name a file, got {type(path).__name__}")
+    if text == "":
+        raise LedgerError(INVALID_ARGUMENT, f"{what} is empty (give a path; '.' is the current folder)")
+    if "\x00" in text:
+        raise LedgerError(INVALID_ARGUMENT, f"{what} {ascii(text)} contains a NUL character")
+    try:
+        os.fsencode(text)
+    except UnicodeError as exc:
+        raise LedgerError(INVALID_ARGUMENT, f"{what} {ascii(text)} cannot name a file: {exc}") from None
+    return Path(text)

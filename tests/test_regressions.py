@@ -413,3 +413,105 @@ def test_a_case_on_a_read_only_location_can_be_read_and_verified_but_not_written
         assert export.returncode == 1 and b"error: STORAGE_ERROR: " in export.stderr
     finally:
         undo()
+
+
+def test_a_refusal_caught_inside_a_batch_rolls_back_alone_and_one_escaping_rolls_back_the_batch(budget, case):
+    before = case.status()["package_generation"]
+    with case.batch():
+        kept = budget.reserve("H1", "q1", "source.read_context")
+        with pytest.raises(LedgerError):
+            budget.reserve("H9", "q1", "source.read_context")
+    assert kept.seq == before + 1 and case.status()["package_generation"] == before + 1
+    with pytest.raises(LedgerError) as caught:
+        with case.batch():
+            lost = budget.reserve("H2", "q2", "source.read_context")
+            budget.reserve("H9", "q2", "source.read_context")
+    assert caught.value.code == "UNKNOWN_HYPOTHESIS" and lost.seq == before + 2
+    assert case.status()["package_generation"] == before + 1  # the whole batch is gone, as documented
+    assert budget.reserve("H2", "q2", "source.read_context").seq == before + 2
+
+
+def test_export_files_get_the_umask_mode_and_import_keeps_input_modes(budget, case, tmp_path):
+    old = os.umask(0o022)
+    try:
+        (case.path / "sources" / "run.sh").write_text("echo\n", encoding="utf-8")
+        (case.path / "sources" / "run.sh").chmod(0o755)
+        (case.path / "sources" / "notes.txt").chmod(0o444)
+        budget.reserve("H1", "q1", "source.read_context")
+        export_case(case)
+        assert (case.path / "manifest.json").stat().st_mode & 0o777 == 0o644
+        assert {p.stat().st_mode & 0o777 for p in (case.path / "analysis").rglob("*.json")} == {0o644}
+        case.close()
+        import_tree(case.path, tmp_path / "copy")
+        assert (tmp_path / "copy" / "sources" / "run.sh").stat().st_mode & 0o777 == 0o755
+        assert (tmp_path / "copy" / "sources" / "notes.txt").stat().st_mode & 0o777 == 0o444
+    finally:
+        os.umask(old)
+
+
+@pytest.mark.parametrize("path", [b"", "", "a\x00b", 3, None], ids=["empty-bytes", "empty", "nul", "int", "none"])
+def test_case_paths_of_the_wrong_kind_are_invalid_arguments(tmp_path, path):
+    for call in (lambda: Case.create(path, "X-1"), lambda: Case.open(path), lambda: verify_case(path)):
+        with pytest.raises(LedgerError) as caught:
+            call()
+        assert caught.value.code == INVALID_ARGUMENT
+
+
+def test_bytes_paths_work_like_str_paths(tmp_path):
+    folder = os.fsencode(tmp_path / "bytes-case")
+    with Case.create(folder, "BYTES-2") as case:
+        case.open_revision([{"statement": "s"}])
+    assert verify_case(folder).head_seq == 2 and Case.open(folder).status()["case_id"] == "BYTES-2"
+
+
+@pytest.mark.parametrize("config", [True, "budget.toml", {"default_action_cost": 10}], ids=["bool", "str", "dict"])
+def test_a_budget_config_of_the_wrong_type_is_refused_at_once(case, config):
+    with pytest.raises(LedgerError) as caught:
+        case.budget(config)
+    assert caught.value.code == INVALID_ARGUMENT
+
+
+@pytest.mark.parametrize("since", [2**64, -1, "x", 1.0, True])
+def test_events_since_must_be_a_safe_non_negative_integer(case, since):
+    with pytest.raises(LedgerError) as caught:
+        case.events(since)
+    assert caught.value.code == INVALID_ARGUMENT
+
+
+def test_state_with_at_but_no_new_state_is_a_usage_error_and_an_empty_config_is_refused(case):
+    case.close()
+    assert run_cli("state", str(case.path), "--at", "garbage").returncode == 2
+    result = run_cli("--config", "", "budget", "snapshot", str(case.path))
+    assert result.returncode == 1 and b"error: CONFIG_INVALID: " in result.stderr
+    empty = run_cli("init", "", "--case-id", "X1")
+    assert empty.returncode == 1 and b"error: INVALID_ARGUMENT: case path is empty" in empty.stderr
+
+
+def test_a_reformatted_manifest_is_refused_by_verify_and_import(budget, case, tmp_path):
+    export_case(case)
+    case.close()
+    manifest = case.path / "manifest.json"
+    manifest.write_text(json.dumps(json.loads(manifest.read_bytes()), indent=1), encoding="utf-8")
+    for call in (lambda: verify_case(case.path), lambda: import_tree(case.path, tmp_path / "copy")):
+        with pytest.raises(LedgerError) as caught:
+            call()
+        assert caught.value.code == INTEGRITY_ERROR and "canonical form" in caught.value.message
+
+
+def test_import_into_a_folder_inside_the_source_is_refused(budget, case):
+    export_case(case)
+    case.close()
+    with pytest.raises(LedgerError) as caught:
+        import_tree(case.path, case.path / "sources" / "deep")
+    assert caught.value.code == INVALID_ARGUMENT and not (case.path / "sources" / "deep").exists()
+
+
+def test_without_ledger_and_manifest_the_message_does_not_suggest_an_import_that_would_fail(budget, case):
+    export_case(case)
+    case.close()
+    (case.path / "ledger.sqlite").unlink()
+    (case.path / "manifest.json").unlink()
+    with pytest.raises(LedgerError) as caught:
+        Case.open(case.path)
+    assert caught.value.code == "LEDGER_MISSING" and "ledger import" not in caught.value.message
+    assert "move analysis/ aside" in caught.value.message
