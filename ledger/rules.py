@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol, Sequence
 
 from . import errors as E
-from .canonical import canonical_bytes, canonical_sha256, check_int, check_json_value, sha256_hex
+from .canonical import SAFE_INTEGER_MAX, canonical_bytes, canonical_sha256, check_int, check_json_value, sha256_hex
 from .config import BudgetConfig
 from .errors import LedgerError
 
@@ -434,13 +434,31 @@ class _BudgetContext:
     batch_sha256: str
 
 
-def _check_budget_room(view: LedgerView, limits: Mapping[str, int] | None) -> None:
+#: Events a reserved action may still need to close: ``record_result`` and ``settle``.
+CLOSING_EVENTS_PER_ACTION = 2
+
+
+def _check_budget_room(view: LedgerView, limits: Mapping[str, int] | None,
+                       accounts: Mapping[str, Mapping[str, Any]] | None = None, *,
+                       opens_action: bool = False) -> None:
+    """``LIMIT_REACHED`` unless ``budget_events_max`` leaves room for this event and for closing
+    every pending action (SPEC 11; 6.1 "so nothing is stranded").
+
+    Each pending action, and the one a reserve opens, keeps room for
+    :data:`CLOSING_EVENTS_PER_ACTION` events, so ``record_result``, ``settle``
+    and ``fail`` are never refused for room and a debit is never stranded.
+    """
     if limits is None:
         return
     limit = limits["budget_events_max"]
-    if view.budget_events_total() + 1 > limit:
+    pending = sum(1 for account in (accounts or {}).values() if account["pending_action_id"] is not None)
+    pending += 1 if opens_action else 0
+    total = view.budget_events_total()
+    if total + 1 + CLOSING_EVENTS_PER_ACTION * pending > limit:
+        kept = f" and {CLOSING_EVENTS_PER_ACTION * pending} kept to close {pending} pending action(s)" if pending else ""
         raise LedgerError(
-            E.LIMIT_REACHED, f"the ledger holds {limit} budget events, its limit", limit="budget_events_max"
+            E.LIMIT_REACHED, f"the ledger holds {total} budget events of its limit of {limit}; this event needs 1"
+            f"{kept}", limit="budget_events_max", budget_events=total,
         )
 
 
@@ -593,7 +611,13 @@ def reserve(view: LedgerView, request: Mapping[str, Any], config: BudgetConfig |
             f"{action_name} costs {cost} units; {h} has {account['remaining_units']} remaining",
             hypothesis_id=h, cost_units=cost, remaining_units=account["remaining_units"],
         )
-    _check_budget_room(view, limits)
+    _check_budget_room(view, limits, ctx.accounts, opens_action=True)
+    if account["spent_units"] + cost > SAFE_INTEGER_MAX:
+        # every number in an event must stay an exact JSON integer (SPEC 4)
+        raise LedgerError(
+            E.LIMIT_REACHED, f"{h} has spent {account['spent_units']} units; {cost} more would pass 2**53-1, "
+            "the largest exact JSON integer", hypothesis_id=h, limit="spent_units",
+        )
     account["spent_units"] += cost
     account["remaining_units"] = _remaining(account)
     account["pending_action_id"] = action_id
@@ -621,7 +645,7 @@ def record_result(view: LedgerView, request: Mapping[str, Any], evidence: bytes,
     if reused is not None:
         return reused
     action = dict(_require_action(view, ctx, h, action_id, verb="record a result for"))
-    _check_budget_room(view, limits)
+    # no room check: the reserve kept room for this event and the settle (_check_budget_room)
     content_sha256 = request["evidence_sha256"]
     seen = view.content_seen(content_sha256)
     if not seen and limits is not None:
@@ -644,7 +668,8 @@ def settle(view: LedgerView, request: Mapping[str, Any], config: BudgetConfig | 
            limits: Mapping[str, int] | None) -> Draft | Reused:
     """Close an assessed action and refund for new information (SPEC 6.1, 6.2, 6.4).
 
-    Errors: the prelude's, ``UNKNOWN_ACTION``, ``ACTION_CLOSED``, ``RESULT_MISSING``, ``LIMIT_REACHED``.
+    Errors: the prelude's, ``UNKNOWN_ACTION``, ``ACTION_CLOSED``, ``RESULT_MISSING`` (never
+    ``LIMIT_REACHED``: its room was kept at reserve).
     """
     h, action_id = request["hypothesis_id"], request["action_id"]
     reused, ctx, key = _budget_prelude(view, request, config, (h, action_id))
@@ -656,7 +681,6 @@ def settle(view: LedgerView, request: Mapping[str, Any], config: BudgetConfig | 
             E.RESULT_MISSING, f"{h}/{action_id} has no recorded result to assess; record_result first",
             hypothesis_id=h, action_id=action_id,
         )
-    _check_budget_room(view, limits)
     information = min(action["novelty_score"], request["semantic_score"])
     reward = reward_units(action["cost_units"], ctx.policy["max_reward_bps"], information)
     account = dict(ctx.accounts[h])
@@ -679,14 +703,14 @@ def fail(view: LedgerView, request: Mapping[str, Any], config: BudgetConfig | No
          limits: Mapping[str, int] | None) -> Draft | Reused:
     """Close a pending action with no refund; a low-information step (SPEC 6.1).
 
-    Errors: the prelude's, ``UNKNOWN_ACTION``, ``ACTION_CLOSED``, ``LIMIT_REACHED``.
+    Errors: the prelude's, ``UNKNOWN_ACTION``, ``ACTION_CLOSED`` (never ``LIMIT_REACHED``:
+    its room was kept at reserve).
     """
     h, action_id = request["hypothesis_id"], request["action_id"]
     reused, ctx, key = _budget_prelude(view, request, config, (h, action_id))
     if reused is not None:
         return reused
     action = dict(_require_action(view, ctx, h, action_id, verb="fail"))
-    _check_budget_room(view, limits)
     account = dict(ctx.accounts[h])
     account["pending_action_id"] = None
     account["failed_actions"] += 1
@@ -708,7 +732,7 @@ def reject(view: LedgerView, request: Mapping[str, Any], config: BudgetConfig | 
     if reused is not None:
         return reused
     account = _open_account(ctx, h)
-    _check_budget_room(view, limits)
+    _check_budget_room(view, limits, ctx.accounts)
     account["status"] = STATUS_REJECTED
     account["terminal_reason"] = request["reason"]
     fields = _budget_fields(ctx, "budget.rejected", {**ctx.accounts, h: account})

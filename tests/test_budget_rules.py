@@ -377,16 +377,68 @@ def test_oversized_evidence_is_limit_reached_and_the_limit_itself_is_accepted(bu
 def test_the_budget_event_limit_is_enforced(package):
     from ledger import AnalysisConfig
 
-    case = Case.create(package, "BUG-1", analysis_config=AnalysisConfig(limits={"budget_events_max": 3}))
+    case = Case.create(package, "BUG-1", analysis_config=AnalysisConfig(limits={"budget_events_max": 4}))
     try:
         case.open_revision([{"statement": "s"}])
         budget = case.budget()
         budget.initialize()
-        budget.reserve("H1", "a1", "source.read_context")
+        budget.reserve("H1", "a1", "source.read_context")  # 1 + 1 + 2 kept for its closing = 4
         budget.fail("H1", "a1", "x")
         with pytest.raises(LedgerError) as caught:
             budget.reserve("H1", "a2", "source.read_context")
-        assert caught.value.code == LIMIT_REACHED
+        assert caught.value.code == LIMIT_REACHED and caught.value.details["budget_events"] == 3
+    finally:
+        case.close()
+
+
+@pytest.mark.parametrize("limit", [5, 6, 7, 8, 9])
+def test_a_reserve_keeps_room_to_close_every_pending_action_so_no_debit_is_stranded(package, limit):
+    """SPEC 6.1 refuses EVALUATING with pending actions "so nothing is stranded"; SPEC 11 limits
+    refuse explicitly. A reserve is accepted only if it and every pending action can still close."""
+    from ledger import AnalysisConfig
+
+    case = Case.create(package, "BUG-1", analysis_config=AnalysisConfig(limits={"budget_events_max": limit}))
+    try:
+        case.open_revision([{"statement": "a"}, {"statement": "b"}], 100)
+        case.transition("INVESTIGATING_HYPOTHESES")
+        budget = case.budget()
+        budget.initialize()
+        accepted = []
+        for n, h in enumerate(["H1", "H2"] * 3):
+            try:
+                budget.reserve(h, f"a{n}", "source.read_context")
+                accepted.append((h, f"a{n}"))
+            except LedgerError as refused:
+                assert refused.code in (LIMIT_REACHED, "ACTION_PENDING")
+        assert accepted, "at least one reserve fits"
+        for h, action_id in accepted:  # every accepted action closes, never LIMIT_REACHED
+            budget.record_result(h, action_id, {"finding": action_id})
+            budget.settle(h, action_id, 100, "new")
+        assert case.transition("EVALUATING").case_state == "EVALUATING"
+        total = case.query("SELECT COUNT(*) AS n FROM events WHERE stream = 'budget'")[0]["n"]
+        assert total <= limit
+        assert all(row["pending_action_id"] is None for row in case.balances())
+    finally:
+        case.close()
+
+
+def test_spent_units_that_would_pass_the_largest_exact_integer_are_a_limit_not_invalid_json(package):
+    from ledger import BudgetConfig
+
+    case = Case.create(package, "BUG-1")
+    try:
+        case.open_revision([{"statement": "a"}], units_per_hypothesis=2**53 - 1)
+        case.transition("INVESTIGATING_HYPOTHESES")
+        budget = case.budget(BudgetConfig.from_mapping({"default_action_cost": 2**52, "max_reward_bps": 9999}))
+        budget.initialize()
+        budget.reserve("H1", "q0", "x.y")
+        budget.record_result("H1", "q0", {"i": 0})
+        budget.settle("H1", "q0", 100, "r")
+        before = case.status()["package_generation"]
+        with pytest.raises(LedgerError) as caught:
+            budget.reserve("H1", "q1", "x.y")
+        assert caught.value.code == LIMIT_REACHED and caught.value.details["limit"] == "spent_units"
+        assert case.status()["package_generation"] == before
     finally:
         case.close()
 
