@@ -302,7 +302,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             stores["eventsourcing_ops_per_s"] = EventsourcingStore(work)
         except ImportError:
-            results["eventsourcing_ops_per_s"] = None  # pip install '.[bench]'
+            results["eventsourcing_ops_per_s"] = None
+            print("eventsourcing is not installed: its figures are None (pip install '.[bench]')", file=sys.stderr)
         results.update(interleaved(stores, 300 // scale, 7 if not args.quick else 3))
         for store in stores.values():
             if isinstance(store, LedgerStore):

@@ -85,18 +85,19 @@ class LedgerGroup(click.Group):
 
 
 class Settings:
-    """Global options, resolved once per command (configs are loaded lazily)."""
+    """Global options, loaded once per command: a named config file must be readable and
+    valid for every command, reads included (``CONFIG_INVALID`` otherwise)."""
 
     def __init__(self, config: str | None, analysis_config: str | None, actor: str) -> None:
-        self.config_path = config
-        self.analysis_path = analysis_config
         self.actor = actor
+        self._budget = BudgetConfig.load(config) if config is not None else None
+        self._analysis = AnalysisConfig.load(analysis_config) if analysis_config is not None else AnalysisConfig()
 
     def budget_config(self) -> BudgetConfig | None:
-        return BudgetConfig.load(self.config_path) if self.config_path is not None else None
+        return self._budget
 
     def analysis(self) -> AnalysisConfig:
-        return AnalysisConfig.load(self.analysis_path) if self.analysis_path is not None else AnalysisConfig()
+        return self._analysis
 
     def open(self, path: str) -> Case:
         return Case.open(path, analysis_config=self.analysis(), actor=self.actor)
@@ -224,8 +225,11 @@ def budget() -> None:
     """Budget operations on hypothesis accounts (SPEC 6)."""
 
 
-def _budget_summary(result: BudgetResult) -> list[str]:
-    lines = [f"seq {result.seq}{' (reused: nothing written)' if result.reused else ''} -> {result.event_ref}"]
+def _budget_summary(result: BudgetResult, *, read: bool = False) -> list[str]:
+    if read:
+        lines = [f"revision {result.revision} as of seq {result.seq} ({result.event_ref}); history checked"]
+    else:
+        lines = [f"seq {result.seq}{' (reused: nothing written)' if result.reused else ''} -> {result.event_ref}"]
     if result.action:
         a = result.action
         lines.append(f"action {a['hypothesis_id']}/{a['action_id']} {a['action']}: {a['status']}, cost {a['cost_units']}"
@@ -237,10 +241,11 @@ def _budget_summary(result: BudgetResult) -> list[str]:
     return lines
 
 
-def _run_budget(settings: Settings, case: str, as_json: bool, call: Callable[[Any], BudgetResult]) -> None:
+def _run_budget(settings: Settings, case: str, as_json: bool, call: Callable[[Any], BudgetResult], *,
+                read: bool = False) -> None:
     with settings.open(case) as opened:
         result = call(opened.budget(settings.budget_config()))
-    emit_result(result.to_dict(), as_json, _budget_summary(result))
+    emit_result(result.to_dict(), as_json, _budget_summary(result, read=read))
 
 
 @budget.command("initialize")
@@ -334,7 +339,7 @@ def budget_reject(settings: Settings, case: str, hypothesis: str, reason: str, a
 @pass_settings
 def budget_snapshot(settings: Settings, case: str, as_json: bool) -> None:
     """Validate the current revision's budget history and show every account (writes nothing)."""
-    _run_budget(settings, case, as_json, lambda b: b.snapshot())
+    _run_budget(settings, case, as_json, lambda b: b.snapshot(), read=True)
 
 
 # --- inspection -------------------------------------------------------------------------
@@ -487,16 +492,36 @@ def demo(directory: Path | None) -> None:
     low-information abandonment and a rejection, then exports and verifies.
     """
     target = directory or default_demo_dir()
-    path, report, verified = run_demo(target, echo=click.echo)
+    printer = _TolerantPrinter()
+    path, report, verified = run_demo(target, echo=printer)  # finishes even if nobody reads the output
     with Case.open(path) as opened:
         rows = opened.balances()
+    printer.check()
     echo("")
     emit_rows(rows, BALANCE_COLUMNS, "table")
     echo("")
     echo(f"exported {report.files_written} files to {path}/analysis and {path}/manifest.json")
     echo(f"verified: {verified.events} events, head seq {verified.head_seq} sha256 {verified.head_sha256}")
     echo(f"\nThe case is at {path}. Try:\n  ledger balances {path}\n  ledger actions {path}\n"
-               f"  ledger sql {path} \"SELECT * FROM case_status\"\n  ledger verify {path}")
+         f"  ledger sql {path} \"SELECT * FROM case_status\"\n  ledger verify {path}")
+
+
+class _TolerantPrinter:
+    """Prints lines until standard output fails, then keeps quiet; :meth:`check` re-raises the failure."""
+
+    def __init__(self) -> None:
+        self.error: OutputError | None = None
+
+    def __call__(self, text: str) -> None:
+        if self.error is None:
+            try:
+                echo(text)
+            except OutputError as exc:
+                self.error = exc
+
+    def check(self) -> None:
+        if self.error is not None:
+            raise self.error
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -10,12 +10,15 @@ exhaustion, low-information abandonment and a rejection.
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 from typing import Any, Callable
 
 from ._resources import resource_dir
+from . import errors as E
 from .case import Case
+from .errors import LedgerError
 from .config import BudgetConfig
 from .export import ExportReport, VerifyReport, export_case, verify_case
 from .journal import LineResult, apply_journal
@@ -68,18 +71,38 @@ def describe(line: dict[str, Any], outcome: LineResult) -> str:
 def run_demo(target: Path | None = None, echo: Callable[[str], None] = print) -> tuple[Path, ExportReport, VerifyReport]:
     """Build, run, export and verify the demo case at ``target`` (default :func:`default_demo_dir`).
 
-    Raises ``CASE_EXISTS`` if ``target`` already holds a case; ``RuntimeError`` if
-    the journal's outcomes differ from the expected ones (a defect).
+    The case is built in a hidden sibling folder and renamed to ``target`` once
+    it is complete, so an interrupted demo leaves no half-made case behind and
+    can simply be run again. Raises ``CASE_EXISTS`` if ``target`` already exists
+    and is not empty; ``RuntimeError`` if the journal's outcomes differ from the
+    expected ones (a defect).
     """
     example = resource_dir("examples") / "demo"
     target = Path(target) if target is not None else default_demo_dir()
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise LedgerError(E.CASE_EXISTS, f"{target} exists and is not empty; give the demo a new folder")
+    building = target.parent / f".{target.name}.building-{os.getpid()}"
+    shutil.rmtree(building, ignore_errors=True)
+    try:
+        report = _build(example, building, echo, shown_as=target)
+        if target.exists():
+            target.rmdir()  # empty, checked above
+        os.replace(building, target)
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
+    verified = verify_case(target)
+    return target, report, verified
+
+
+def _build(example: Path, target: Path, echo: Callable[[str], None], shown_as: Path) -> ExportReport:
     case = Case.create(target, DEMO_CASE_ID, at="2026-01-05T09:59:00Z")
     try:
         shutil.copytree(example / "sources", target / "sources", dirs_exist_ok=True,
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         policy = BudgetConfig.load(resource_dir("config") / "budget.example.toml")
-        echo(f"case {DEMO_CASE_ID} at {target}")
-        echo(f"policy: the example policy, config/budget.example.toml (costs {dict(policy['action_costs'])}, "
+        echo(f"case {DEMO_CASE_ID} at {shown_as}")
+        echo(f"policy: the example policy shipped with case-ledger (config/budget.example.toml in the "
+             f"repository; costs {dict(policy['action_costs'])}, "
              f"max_reward_bps {policy['max_reward_bps']})\n")
         from .canonical import parse_json
 
@@ -94,5 +117,4 @@ def run_demo(target: Path | None = None, echo: Callable[[str], None] = print) ->
         report = export_case(case)
     finally:
         case.close()
-    verified = verify_case(target)
-    return target, report, verified
+    return report

@@ -19,6 +19,15 @@ settings.register_profile("ci", derandomize=True, database=None)
 settings.register_profile("explore", derandomize=False)
 settings.load_profile(os.environ.get("LEDGER_HYPOTHESIS_PROFILE", "ci"))
 
+#: Where tests/test_hostile.py leaves its one-line count of fuzz examples.
+FUZZ_SUMMARY = pytest.StashKey[str]()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """The fuzz example counts, after the results instead of inside the progress line."""
+    if FUZZ_SUMMARY in config.stash:
+        terminalreporter.write_line(config.stash[FUZZ_SUMMARY])
+
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE_BUDGET = REPO / "config" / "budget.example.toml"
 TRAJECTORIES = Path(__file__).resolve().parent / "data" / "trajectories"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import click
@@ -74,3 +75,21 @@ def test_the_readme_python_example_runs_and_prints_what_its_comments_say(tmp_pat
     assert len(printed) == len(promised) == 4
     for line, comment in zip(printed, promised):
         assert comment.startswith(line), (line, comment)
+
+
+def test_the_readme_journal_example_runs_as_is(tmp_path):
+    from conftest import run_cli
+
+    section = README.split("### Journals (`ledger apply`)", 1)[1]
+    setup, journal = re.findall(r"```(?:sh)?\n(.*?)```", section, flags=re.DOTALL)[:2]
+    assert "ledger apply c1 journal.jsonl --create C1" in setup
+    (tmp_path / "c1" / "sources").mkdir(parents=True)
+    (tmp_path / "c1" / "sources" / "app.py").write_text("def add(a, b):\n    return a - b\n", encoding="utf-8")
+    (tmp_path / "journal.jsonl").write_text(journal, encoding="utf-8")
+    done = run_cli("apply", "c1", "journal.jsonl", "--create", "C1", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout.decode() + done.stderr.decode()
+    lines = [json.loads(line) for line in done.stdout.decode().splitlines()]
+    assert len(lines) == len(journal.strip().splitlines()) == 10 and all(line["ok"] for line in lines)
+    settled = lines[5]["result"]
+    assert settled["action"]["reward_units"] == 4  # cost 10 (no --config: the default cost), information 50
+    assert lines[-1]["result"]["state"]["H2"]["status"] == "rejected"

@@ -58,7 +58,7 @@ from ledger.export import export_case, import_tree, verify_case
 from ledger.journal import OPERATIONS, apply_journal
 from ledger_cli.main import main as cli_main
 
-from conftest import EXAMPLE_BUDGET, logical_dump, make_package, run_cli, start_case
+from conftest import FUZZ_SUMMARY, EXAMPLE_BUDGET, logical_dump, make_package, run_cli, start_case
 
 # --- bookkeeping: examples tried per category ---------------------------------------------
 
@@ -78,12 +78,9 @@ def fuzz_report(request):
     path = os.environ.get("LEDGER_FUZZ_REPORT")
     if path:
         Path(path).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    capture = request.config.pluginmanager.get_plugin("capturemanager")
     examples = " ".join(f"{k.removeprefix('examples.')}={v}" for k, v in summary.items() if k.startswith("examples."))
-    if reporter is not None and examples:
-        with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
-            reporter.write_line(f"\nhostile fuzz examples: {examples} ({summary['seconds']} s)")
+    if examples:  # printed in the terminal summary by conftest.pytest_terminal_summary
+        request.config.stash[FUZZ_SUMMARY] = f"hostile fuzz examples: {examples} ({summary['seconds']} s)"
 
 
 def fuzz_settings(max_examples: int) -> settings:

@@ -515,3 +515,31 @@ def test_without_ledger_and_manifest_the_message_does_not_suggest_an_import_that
         Case.open(case.path)
     assert caught.value.code == "LEDGER_MISSING" and "ledger import" not in caught.value.message
     assert "move analysis/ aside" in caught.value.message
+
+
+# --- found by the new-user walkthrough ---------------------------------------------------------
+def test_a_demo_whose_reader_goes_away_still_completes_and_a_taken_folder_is_refused(tmp_path):
+    target = tmp_path / "demo"
+    reader = subprocess.Popen([sys.executable, "-m", "ledger_cli", "demo", str(target)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    reader.stdout.readline()
+    reader.stdout.close()  # like `ledger demo | head -1`
+    reader.wait(timeout=300)
+    assert b"Traceback" not in reader.stderr.read()
+    assert verify_case(target).head_seq == 35
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".demo.building")]
+    again = run_cli("demo", str(target))
+    assert again.returncode == 1 and b"error: CASE_EXISTS: " in again.stderr
+
+
+def test_a_named_config_must_be_readable_even_for_reads(case):
+    case.close()
+    result = run_cli("--config", str(case.path / "missing.toml"), "state", str(case.path))
+    assert result.returncode == 1 and b"error: CONFIG_INVALID: " in result.stderr
+
+
+def test_snapshot_output_says_it_is_a_read(budget, case):
+    case.close()
+    result = run_cli("budget", "snapshot", str(case.path))
+    first = result.stdout.decode().splitlines()[0]
+    assert result.returncode == 0 and "history checked" in first and "reused" not in first
