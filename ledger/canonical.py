@@ -146,6 +146,9 @@ def _parse_float(text: str) -> float:
     number = float(text)
     if _integral_out_of_range(number):
         raise LedgerError(INVALID_JSON, f"number {text} is an integer beyond ±(2**53-1)")
+    if number == 0 and any(digit in "123456789" for digit in text.lower().split("e")[0]):
+        # 1e-400 would silently become 0 (and then equal -0.0 as evidence)
+        raise LedgerError(INVALID_JSON, f"number {text} is too small for a double: it would read as 0")
     return number
 
 

@@ -543,3 +543,19 @@ def test_snapshot_output_says_it_is_a_read(budget, case):
     result = run_cli("budget", "snapshot", str(case.path))
     first = result.stdout.decode().splitlines()[0]
     assert result.returncode == 0 and "history checked" in first and "reused" not in first
+
+
+@pytest.mark.parametrize("text", ["1e-400", "-2e-324", "0.0001e-330"])
+def test_a_number_that_underflows_to_zero_is_invalid_json_not_silently_zero(text):
+    from ledger.canonical import parse_json
+
+    with pytest.raises(LedgerError) as caught:
+        parse_json(text)
+    assert caught.value.code == INVALID_JSON
+
+
+@pytest.mark.parametrize("text, value", [("0.0", 0.0), ("0e5", 0.0), ("-0.0", 0.0), ("5e-324", 5e-324)])
+def test_zeros_and_the_smallest_double_still_parse(text, value):
+    from ledger.canonical import parse_json
+
+    assert parse_json(text) == value
