@@ -331,7 +331,9 @@ class Storage:
         self.path = path
         self.settings = {**DEFAULT_STORAGE, **(settings or {})}
         self.limits = {**DEFAULT_LIMITS, **(limits or {})}
-        self._lock = WriterLock(path.with_name(path.name + LOCK_SUFFIX))
+        # beside the real file: writers reaching one ledger through different symlinks share one queue
+        real = Path(os.path.realpath(path))
+        self._lock = WriterLock(real.with_name(real.name + LOCK_SUFFIX))
         self._in_write = False
         self._in_batch = False
         #: Opened as an immutable snapshot on a read-only location (:meth:`open`).

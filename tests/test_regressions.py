@@ -11,6 +11,7 @@ import sys
 import threading
 
 import pytest
+from pathlib import Path
 
 from ledger import AnalysisConfig, BudgetConfig, Case, LedgerError
 from ledger.canonical import canonical_bytes
@@ -559,3 +560,12 @@ def test_zeros_and_the_smallest_double_still_parse(text, value):
     from ledger.canonical import parse_json
 
     assert parse_json(text) == value
+
+
+def test_writers_through_a_symlinked_ledger_share_the_writer_queue(case, tmp_path):
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "ledger.sqlite").symlink_to(case.path / "ledger.sqlite")
+    with Case.open(other) as through_link:
+        expected = Path(os.path.realpath(case.path / "ledger.sqlite")).with_name("ledger.sqlite-lock")
+        assert through_link.storage._lock.path == case.storage._lock.path == expected
