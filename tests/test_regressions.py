@@ -9,9 +9,9 @@ import sqlite3
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import pytest
-from pathlib import Path
 
 from ledger import AnalysisConfig, BudgetConfig, Case, LedgerError
 from ledger.canonical import canonical_bytes
