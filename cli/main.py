@@ -19,8 +19,9 @@ import click
 from ledger import AnalysisConfig, BudgetConfig, Case, LedgerError
 from ledger.budget import BudgetResult
 from ledger.errors import OUTPUT_ERROR
+from ledger.paths import os_error
 from ledger.canonical import parse_json
-from ledger.demo import default_demo_dir, run_demo
+from ledger.demo import run_demo
 from ledger.export import export_case, export_count, import_tree, read_manifest, verify_case
 from ledger.journal import apply_journal, open_for_journal
 from ledger.storage import LEDGER_FILE, Storage
@@ -43,15 +44,37 @@ def _silence_stdout() -> None:
         pass
 
 
+#: ``OSError`` numbers that, with no file name attached, come from writing standard output.
+OUTPUT_ERRNOS = frozenset({errno.EPIPE, errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EBADF})
+
+
+def _output_failed(cause: OSError) -> None:
+    """Report a standard output that refused the result (quietly for a reader that went away)."""
+    _silence_stdout()
+    if cause.errno != errno.EPIPE:
+        click.echo(f"error: {OUTPUT_ERROR}: cannot print the result ({cause.strerror or cause}); anything the "
+                   "command wrote to the ledger is committed: read it back with 'ledger events' or 'ledger state'",
+                   err=True)
+
+
 class LedgerGroup(click.Group):
     """Maps ``LedgerError`` to ``error: CODE: message`` and exit status 1, in one place."""
 
     def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
                      **extra: Any) -> click.Context:
+        if sys.stdout is None:  # started with `>&-`: results would vanish, so nothing is run
+            click.echo(f"error: {OUTPUT_ERROR}: standard output is closed; nothing was run", err=True)
+            sys.exit(1)
+        help_requested = "--help" in args
         try:
-            return super().make_context(info_name, args, parent=parent, **extra)
+            ctx = super().make_context(info_name, args, parent=parent, **extra)
+            ctx.meta["ledger.help_requested"] = help_requested
+            return ctx
         except UnicodeError as exc:  # a global option path with no file-system name
             click.echo(f"error: INVALID_ARGUMENT: an argument cannot name a file: {exc}", err=True)
+            sys.exit(1)
+        except OSError as exc:  # --help or --version into a full or closed stdout
+            _output_failed(exc)
             sys.exit(1)
 
     def invoke(self, ctx: click.Context) -> Any:
@@ -61,14 +84,14 @@ class LedgerGroup(click.Group):
             click.echo(f"error: {exc.code}: {exc.message}", err=True)
             ctx.exit(1)
         except OutputError as exc:
-            _silence_stdout()
-            if exc.cause.errno != errno.EPIPE:  # a reader that went away needs no explanation
-                click.echo(f"error: {OUTPUT_ERROR}: cannot print the result ({exc}); anything the command wrote to the "
-                           "ledger is committed: run it again to read the result (it comes back reused)", err=True)
+            _output_failed(exc.cause)
             ctx.exit(1)
-        except OSError as exc:  # a path the file system refuses (too long, under a file, no permission)
-            where = f"{exc.filename}: " if exc.filename else ""
-            click.echo(f"error: INVALID_ARGUMENT: {where}{exc.strerror or exc}", err=True)
+        except OSError as exc:
+            if exc.filename is None and exc.errno in OUTPUT_ERRNOS:  # click writing help or a prompt
+                _output_failed(exc)
+            else:  # a path the file system refuses (too long, under a file, no permission, read-only)
+                refusal = os_error(exc, "the file system refused")
+                click.echo(f"error: {refusal.code}: {refusal.message}", err=True)
             ctx.exit(1)
         except UnicodeError as exc:  # a path argument with no file-system name (a lone surrogate)
             click.echo(f"error: INVALID_ARGUMENT: an argument cannot name a file: {exc}", err=True)
@@ -90,6 +113,7 @@ class Settings:
 
     def __init__(self, config: str | None, analysis_config: str | None, actor: str) -> None:
         self.actor = actor
+        self.configs_given = config is not None or analysis_config is not None
         self._budget = BudgetConfig.load(config) if config is not None else None
         self._analysis = AnalysisConfig.load(analysis_config) if analysis_config is not None else AnalysisConfig()
 
@@ -155,6 +179,8 @@ def main(ctx: click.Context, config: str | None, analysis_config: str | None, ac
         # paths are shown as the bytes they are, even when not UTF-8 (os.fsdecode's surrogates)
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="surrogateescape")
+    if ctx.meta.get("ledger.help_requested"):  # `ledger --config bad.toml verify --help`: help, nothing loaded
+        config = analysis_config = None
     ctx.obj = Settings(config, analysis_config, actor)
 
 
@@ -484,16 +510,19 @@ def apply(settings: Settings, case: str, journal: Any, create_case_id: str | Non
 
 @main.command()
 @click.argument("directory", required=False, type=click.Path(file_okay=False, path_type=Path))
-def demo(directory: Path | None) -> None:
+@pass_settings
+def demo(settings: Settings, directory: Path | None) -> None:
     """Run a full investigation on the bundled example (BUG-20) in DIRECTORY.
 
     Default: ./ledger-demo (or -2, -3, … if taken). Shows a refund, duplicate
     evidence scoring zero, a failed action, a refused reservation, exhaustion,
     low-information abandonment and a rejection, then exports and verifies.
     """
-    target = directory or default_demo_dir()
+    if settings.configs_given:
+        raise click.UsageError("demo always runs the bundled example policy; leave out --config and --analysis-config")
     printer = _TolerantPrinter()
-    path, report, verified = run_demo(target, echo=printer)  # finishes even if nobody reads the output
+    # finishes even if nobody reads the output
+    path, report, verified = run_demo(directory, echo=printer, actor=settings.actor)
     with Case.open(path) as opened:
         rows = opened.balances()
     printer.check()

@@ -23,7 +23,7 @@ from .canonical import canonical_sha256, check_int
 from .clock import parse_at, utc_now
 from .config import AnalysisConfig, BudgetConfig
 from .errors import LedgerError
-from .paths import fs_path
+from .paths import fs_path, os_error
 from .storage import (LEDGER_FILE, Appended, SqlView, Storage, check_ledger_path, content_path, event_path,
                       statement)
 
@@ -162,7 +162,7 @@ class Case:
         try:
             return cls._create(root, case_id, analysis, actor, clock, moment)
         except OSError as exc:
-            raise LedgerError(E.INVALID_ARGUMENT, f"cannot create a case at {root}: {exc.strerror or exc}") from None
+            raise os_error(exc, f"cannot create a case at {root}") from None
 
     @classmethod
     def _create(cls, root: Path, case_id: str, analysis: AnalysisConfig, actor: str,
@@ -202,7 +202,7 @@ class Case:
         try:
             return cls._open(root, analysis, actor, clock)
         except OSError as exc:
-            raise LedgerError(E.LEDGER_MISSING, f"cannot open a case at {root}: {exc.strerror or exc}") from None
+            raise os_error(exc, f"cannot open a case at {root}", E.LEDGER_MISSING) from None
 
     @classmethod
     def _open(cls, root: Path, analysis: AnalysisConfig, actor: str, clock: Callable[[], str]) -> "Case":

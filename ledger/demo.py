@@ -10,20 +10,24 @@ exhaustion, low-information abandonment and a rejection.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 from pathlib import Path
 from typing import Any, Callable
 
-from ._resources import resource_dir
 from . import errors as E
+from ._resources import resource_dir
 from .case import Case
-from .errors import LedgerError
 from .config import BudgetConfig
+from .errors import LedgerError
 from .export import ExportReport, VerifyReport, export_case, verify_case
 from .journal import LineResult, apply_journal
+from .paths import fs_path, os_error
 
 DEMO_CASE_ID = "BUG-20"
+#: Refusals that come from the machine, not from the journal: the demo stops with them.
+ENVIRONMENT_CODES = frozenset({E.STORAGE_ERROR, E.LEDGER_BUSY})
 #: The one refusal the demo journal contains, by line number.
 EXPECTED_REFUSALS = {"INSUFFICIENT_BUDGET"}
 
@@ -68,34 +72,86 @@ def describe(line: dict[str, Any], outcome: LineResult) -> str:
     return f"{head} {note}"
 
 
-def run_demo(target: Path | None = None, echo: Callable[[str], None] = print) -> tuple[Path, ExportReport, VerifyReport]:
+def run_demo(target: Path | None = None, echo: Callable[[str], None] = print,
+             actor: str = "controller") -> tuple[Path, ExportReport, VerifyReport]:
     """Build, run, export and verify the demo case at ``target`` (default :func:`default_demo_dir`).
 
     The case is built in a hidden sibling folder and renamed to ``target`` once
     it is complete, so an interrupted demo leaves no half-made case behind and
-    can simply be run again. Raises ``CASE_EXISTS`` if ``target`` already exists
-    and is not empty; ``RuntimeError`` if the journal's outcomes differ from the
-    expected ones (a defect).
+    can simply be run again (hidden folders of demos that were killed are
+    removed). Raises ``CASE_EXISTS`` if ``target`` exists and is not empty (with
+    no ``target`` given, the next free ``./ledger-demo-N`` is taken instead),
+    ``INVALID_ARGUMENT`` for a symlink, a file or a mount point, ``STORAGE_ERROR``
+    when the file system refuses; ``RuntimeError`` if the journal's outcomes
+    differ from the expected ones (a defect).
     """
     example = resource_dir("examples") / "demo"
-    target = Path(target) if target is not None else default_demo_dir()
-    if target.exists() and (not target.is_dir() or any(target.iterdir())):
-        raise LedgerError(E.CASE_EXISTS, f"{target} exists and is not empty; give the demo a new folder")
-    building = target.parent / f".{target.name}.building-{os.getpid()}"
+    automatic = target is None
+    target = fs_path(target, "demo folder") if target is not None else default_demo_dir()
+    _check_target(target)
+    _remove_abandoned_builds(target)
+    building = target.parent / f"{BUILDING_PREFIX}{target.name}.{os.getpid()}"
     shutil.rmtree(building, ignore_errors=True)
     try:
-        report = _build(example, building, echo, shown_as=target)
-        if target.exists():
-            target.rmdir()  # empty, checked above
-        os.replace(building, target)
+        report = _build(example, building, echo, shown_as=target, actor=actor)
+        while True:
+            try:
+                if target.is_dir() and not target.is_symlink() and not any(target.iterdir()):
+                    target.rmdir()  # an empty folder the user made for the demo
+                os.rename(building, target)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                    raise os_error(exc, f"cannot move the demo into {target}") from None
+                if not automatic:  # another demo took the folder meanwhile
+                    raise LedgerError(E.CASE_EXISTS, f"{target} was taken while the demo ran") from None
+                target = default_demo_dir(target.parent)
     finally:
         shutil.rmtree(building, ignore_errors=True)
     verified = verify_case(target)
     return target, report, verified
 
 
-def _build(example: Path, target: Path, echo: Callable[[str], None], shown_as: Path) -> ExportReport:
-    case = Case.create(target, DEMO_CASE_ID, at="2026-01-05T09:59:00Z")
+BUILDING_PREFIX = ".ledger-demo-building-"
+
+
+def _check_target(target: Path) -> None:
+    if target.is_symlink():
+        raise LedgerError(E.INVALID_ARGUMENT, f"{target} is a symbolic link; give the demo a real folder")
+    if target.exists():
+        if not target.is_dir():
+            raise LedgerError(E.INVALID_ARGUMENT, f"{target} is not a folder")
+        if os.path.ismount(target):
+            raise LedgerError(E.INVALID_ARGUMENT, f"{target} is a mount point; give the demo a folder inside it")
+        if any(target.iterdir()):
+            raise LedgerError(E.CASE_EXISTS, f"{target} exists and is not empty; give the demo a new folder")
+
+
+def _remove_abandoned_builds(target: Path) -> None:
+    """Hidden build folders of demos whose process is gone (killed) are removed."""
+    prefix = f"{BUILDING_PREFIX}{target.name}."
+    try:
+        leftovers = [p for p in target.parent.iterdir() if p.name.startswith(prefix)]
+    except OSError:
+        return
+    for leftover in leftovers:
+        pid = leftover.name[len(prefix):]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(leftover, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _build(example: Path, target: Path, echo: Callable[[str], None], shown_as: Path, actor: str) -> ExportReport:
+    case = Case.create(target, DEMO_CASE_ID, at="2026-01-05T09:59:00Z", actor=actor)
     try:
         shutil.copytree(example / "sources", target / "sources", dirs_exist_ok=True,
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
@@ -109,6 +165,8 @@ def _build(example: Path, target: Path, echo: Callable[[str], None], shown_as: P
         lines = (example / "journal.jsonl").read_text(encoding="utf-8").splitlines()
         refusals = set()
         for outcome in apply_journal(case, lines, budget=case.budget(policy), keep_going=True):
+            if not outcome.ok and outcome.error.code in ENVIRONMENT_CODES:
+                raise outcome.error  # a full disk or a busy ledger, not the demo's rules
             echo(describe(parse_json(lines[outcome.line - 1]), outcome))
             if not outcome.ok:
                 refusals.add(outcome.error.code)

@@ -35,7 +35,7 @@ from .errors import LedgerError
 from .paths import fs_path
 from .schemas import validator
 from .storage import (LEDGER_FILE, SqlView, Storage, WriterLock, content_path, event_path, file_uri, schema_version,
-                      readable_uri, shipped_schema, statement,
+                      file_identity, readable_uri, shipped_schema, statement,
                       translate_sqlite_errors)
 
 Progress = Callable[[int], None]
@@ -457,8 +457,10 @@ def _scratch_storage(directory: str, original: Path) -> Storage:
     conn = sqlite3.connect(file_uri(path, "rwc"), uri=True, isolation_level=None, check_same_thread=False)
     with translate_sqlite_errors():
         conn.execute("PRAGMA journal_mode = OFF")  # no durability needed for a scratch copy
-        conn.execute("ATTACH DATABASE ? AS orig", (readable_uri(original),))
+        source = readable_uri(original)
+        conn.execute("ATTACH DATABASE ? AS orig", (source,))
     storage = Storage(conn, path, {"synchronous": "OFF", "busy_timeout_ms": 5000})
+    storage.read_only_source = source.endswith("immutable=1")
     with translate_sqlite_errors():
         conn.execute("BEGIN")
     storage._in_write = True  # one long private transaction; no writer lock needed
@@ -509,10 +511,24 @@ def verify_case(path: str | os.PathLike[str], progress: Progress | None = None) 
         Case.open(root)  # raises the right LEDGER_MISSING
     with tempfile.TemporaryDirectory(prefix="ledger-verify-") as scratch_dir:
         scratch = _scratch_storage(scratch_dir, ledger)
+        immutable = scratch.read_only_source
+        before = file_identity(ledger) if immutable else None
         try:
-            return _verify_attached(root, scratch, progress)
+            report = _verify_attached(root, scratch, progress)
+        except LedgerError as exc:
+            if immutable and exc.code == E.INTEGRITY_ERROR and file_identity(ledger) != before:
+                raise _changed_under_us(ledger) from None
+            raise
         finally:
             scratch.conn.close()
+        if immutable and file_identity(ledger) != before:
+            raise _changed_under_us(ledger)
+        return report
+
+
+def _changed_under_us(ledger: Path) -> LedgerError:
+    return LedgerError(E.LEDGER_BUSY, f"{ledger} changed while it was read as a read-only snapshot; run verify "
+                       "again (on a read-only mount, pause writers elsewhere first)")
 
 
 def _orig_schema_version(conn: sqlite3.Connection) -> int:
@@ -596,6 +612,10 @@ def _compare_rows(conn: sqlite3.Connection) -> None:
             raise _bad(None, f"view {view} disagrees with the replay: {differing}", view=view)
 
 
+#: Tables SQLite creates on its own (``sqlite_autoindex_*`` indexes have no SQL text and never show up).
+SQLITE_OWN_TABLES = frozenset({"sqlite_sequence", "sqlite_stat1", "sqlite_stat2", "sqlite_stat3", "sqlite_stat4"})
+
+
 def _compare_schema(conn: sqlite3.Connection) -> None:
     """Triggers, views, indexes and tables must be exactly the shipped ones, none missing, altered
     or added (checked last: no seq to name)."""
@@ -605,8 +625,9 @@ def _compare_schema(conn: sqlite3.Connection) -> None:
         if present.get(name) != sql:
             raise _bad(None, f"schema object {name} is missing or altered (a dropped trigger leaves the ledger unguarded)",
                        object=name)
-    # SQLite's own objects (sqlite_stat1 after ANALYZE, sqlite_sequence) are not ours to judge
-    foreign = sorted(name for name in present if name not in shipped and not name.startswith("sqlite_"))
+    # only the tables SQLite makes itself (ANALYZE's statistics, AUTOINCREMENT's counters) are tolerated;
+    # a trigger slipped in under a sqlite_ name with writable_schema is as foreign as any other
+    foreign = sorted(name for name in present if name not in shipped and name not in SQLITE_OWN_TABLES)
     if foreign:
         raise _bad(None, f"schema object {foreign[0]} is not the ledger's own (a foreign trigger, table, view or "
                    "index can block or alter writes)", object=foreign[0])

@@ -8,10 +8,15 @@ the standard library raises ``UnicodeEncodeError`` deep inside ``open`` or
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
-from .errors import INVALID_ARGUMENT, LedgerError
+from .errors import INVALID_ARGUMENT, STORAGE_ERROR, LedgerError
+
+#: ``OSError`` numbers that mean the file system refused, not that the path was wrong.
+STORAGE_ERRNOS = frozenset({errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT, errno.EIO,
+                            errno.EFBIG, errno.EBUSY})
 
 
 def fs_path(path: str | bytes | os.PathLike[str], what: str = "path") -> Path:
@@ -38,3 +43,11 @@ def fs_path(path: str | bytes | os.PathLike[str], what: str = "path") -> Path:
     except UnicodeError as exc:
         raise LedgerError(INVALID_ARGUMENT, f"{what} {ascii(text)} cannot name a file: {exc}") from None
     return Path(text)
+
+
+def os_error(exc: OSError, what: str, default_code: str = INVALID_ARGUMENT) -> LedgerError:
+    """The ``LedgerError`` for an ``OSError`` met while doing ``what``: ``STORAGE_ERROR`` when the
+    file system refused (read-only, permission, full, I/O), else ``default_code``."""
+    code = STORAGE_ERROR if exc.errno in STORAGE_ERRNOS else default_code
+    where = f" ({exc.filename})" if exc.filename else ""
+    return LedgerError(code, f"{what}: {exc.strerror or exc}{where}")

@@ -33,6 +33,7 @@ from .canonical import ZERO_SHA256, canonical_bytes, canonical_event_bytes, sha2
 from .clock import utc_now
 from .config import DEFAULT_LIMITS, DEFAULT_STORAGE, BudgetConfig
 from .errors import LedgerError
+from .paths import os_error
 from .rules import TERMINAL_STATUSES, Draft
 
 LEDGER_FILE = "ledger.sqlite"
@@ -294,13 +295,28 @@ def _wal_is_empty(path: Path) -> bool:
         return True
 
 
+def _on_read_only_mount(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def file_identity(path: Path) -> tuple[int, int, int, int]:
+    """``(inode, size, mtime_ns, ctime_ns)``: changes whenever the file is written."""
+    st = os.stat(path)
+    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
 def readable_uri(path: Path) -> str:
     """URI to read ``path``: ``mode=ro``, or an immutable snapshot on a read-only location.
 
-    A WAL ledger needs its ``-shm`` file even to read; on a read-only mount (or a
-    folder we may not write) with no ``-wal`` content left, nothing can change the
-    file under us, so it is read with ``immutable=1``. Anything else that stops the
-    read is ``STORAGE_ERROR``.
+    A WAL ledger needs its ``-shm`` file even to read. On a file system mounted
+    read-only, with no ``-wal`` content left, nobody writes the file through this
+    mount, so it is read with ``immutable=1``. A folder this user merely may not
+    write is not enough: its owner may be writing, and an immutable read of a
+    changing file would look like tampering; that, and anything else that stops
+    the read, is ``STORAGE_ERROR``.
     """
     uri = file_uri(path, "ro")
     probe = _connect(path, "ro")
@@ -311,6 +327,10 @@ def readable_uri(path: Path) -> str:
     except LedgerError as exc:
         if exc.code != E.STORAGE_ERROR or not path.is_file() or not _wal_is_empty(path):
             raise
+        if not _on_read_only_mount(path):
+            raise LedgerError(E.STORAGE_ERROR, f"cannot read {path}: SQLite needs to create {path.name}-shm beside "
+                              "it and this user may not write that folder; read it as its owner, or copy the "
+                              "case") from None
         return uri + "&immutable=1"
     finally:
         probe.close()
@@ -338,6 +358,8 @@ class Storage:
         self._in_batch = False
         #: Opened as an immutable snapshot on a read-only location (:meth:`open`).
         self.read_only = False
+        #: verify only: the ATTACHed original is read as an immutable snapshot.
+        self.read_only_source = False
         #: Test hook: called with a label before every write statement and the COMMIT.
         self.fault_hook: Callable[[str], None] | None = None
         with translate_sqlite_errors():
@@ -521,7 +543,10 @@ class Storage:
             raise RuntimeError("Storage.write() does not nest outside a batch")
         if self.read_only:
             raise LedgerError(E.STORAGE_ERROR, f"{self.path} is on a read-only location: reads work, writes cannot")
-        fd = self._lock.acquire(int(self.settings["busy_timeout_ms"]))
+        try:
+            fd = self._lock.acquire(int(self.settings["busy_timeout_ms"]))
+        except OSError as exc:
+            raise os_error(exc, f"cannot take the writer lock of {self.path}") from None
         self._in_write = True
         try:
             with translate_sqlite_errors():

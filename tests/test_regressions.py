@@ -380,12 +380,10 @@ def test_a_closed_case_says_so(case):
     assert caught.value.code == INVALID_ARGUMENT and "closed" in caught.value.message
 
 
-def _read_only_folder(folder):
-    """Make ``folder`` read-only for this process: a read-only bind mount as root, chmod otherwise."""
+def _read_only_mount(folder):
+    """A read-only bind mount of ``folder`` (root only); skips where mounting is not allowed."""
     if os.geteuid() != 0:
-        for path in (folder, *folder.rglob("*")):
-            path.chmod(path.stat().st_mode & ~0o222)
-        return folder, lambda: [p.chmod(p.stat().st_mode | 0o200) for p in (folder, *folder.rglob("*"))]
+        pytest.skip("a read-only bind mount needs root")
     mount = folder.with_name(folder.name + "-ro")
     mount.mkdir()
     for command in (["mount", "--bind", str(folder), str(mount)], ["mount", "-o", "remount,bind,ro", str(mount)]):
@@ -399,7 +397,7 @@ def test_a_case_on_a_read_only_location_can_be_read_and_verified_but_not_written
     budget.reserve("H1", "q1", "source.read_context")
     export_case(case)
     case.close()
-    folder, undo = _read_only_folder(case.path)
+    folder, undo = _read_only_mount(case.path)
     try:
         with Case.open(folder) as opened:
             assert opened.status()["package_generation"] == 5
@@ -569,3 +567,95 @@ def test_writers_through_a_symlinked_ledger_share_the_writer_queue(case, tmp_pat
     with Case.open(other) as through_link:
         expected = Path(os.path.realpath(case.path / "ledger.sqlite")).with_name("ledger.sqlite-lock")
         assert through_link.storage._lock.path == case.storage._lock.path == expected
+
+
+def test_a_case_in_a_folder_this_user_may_not_write_is_a_storage_error_not_an_immutable_read(budget, case):
+    """An owner may be writing: an immutable read of a changing file would look like tampering."""
+    budget.reserve("H1", "q1", "source.read_context")
+    case.close()
+    import tempfile
+
+    shared = Path(tempfile.mkdtemp(prefix="ledger-shared-"))  # outside pytest's 0700 tmp tree
+    shared.chmod(0o755)
+    folder = shared / "case"
+    shutil.copytree(case.path, folder)
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("needs setpriv to run as another user")
+        prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+        probe = subprocess.run([*prefix, sys.executable, "-c", "import ledger_cli"], capture_output=True,
+                               env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+        if probe.returncode != 0:  # e.g. the venv lives in a folder only root may enter
+            shutil.rmtree(shared)
+            pytest.skip("the other user cannot run this Python")
+    else:
+        prefix = []
+        folder.chmod(0o555)
+    try:
+        for args in (["verify", str(folder)], ["balances", str(folder)]):
+            done = subprocess.run([*prefix, sys.executable, "-m", "ledger_cli", *args], capture_output=True,
+                                  env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+            assert done.returncode == 1 and b"error: STORAGE_ERROR: " in done.stderr, done.stderr
+            assert b"may not write that folder" in done.stderr
+    finally:
+        folder.chmod(0o755)
+        shutil.rmtree(shared)
+
+
+def test_a_trigger_slipped_in_under_a_sqlite_name_is_foreign(case):
+    case.close()
+    conn = sqlite3.connect(case.path / "ledger.sqlite")
+    conn.execute("PRAGMA writable_schema = ON")
+    conn.execute("INSERT INTO sqlite_master VALUES ('trigger', 'sqlite_evil', 'events', 0, "
+                 "'CREATE TRIGGER sqlite_evil BEFORE INSERT ON events BEGIN SELECT RAISE(ABORT, ''evil''); END')")
+    conn.commit()
+    conn.close()
+    with pytest.raises(LedgerError) as caught:
+        verify_case(case.path)
+    assert caught.value.code == INTEGRITY_ERROR and "sqlite_evil" in caught.value.message
+
+
+# --- found by the fourth break-it round ------------------------------------------------------
+def test_demo_refuses_a_symlink_and_configs_records_the_actor_and_removes_builds_of_killed_demos(tmp_path):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to("real")
+    linked = run_cli("demo", str(tmp_path / "link"))
+    assert linked.returncode == 1 and b"error: INVALID_ARGUMENT: " in linked.stderr and linked.stdout == b""
+    cheap = tmp_path / "cheap.toml"
+    cheap.write_text("default_action_cost = 1\n", encoding="utf-8")
+    assert run_cli("--config", str(cheap), "demo", str(tmp_path / "d0")).returncode == 2
+    abandoned = tmp_path / ".ledger-demo-building-d1.999999999"  # a pid that cannot exist
+    abandoned.mkdir()
+    done = run_cli("--actor", "bob", "demo", str(tmp_path / "d1"))
+    assert done.returncode == 0, done.stderr
+    assert not abandoned.exists()
+    with Case.open(tmp_path / "d1") as case:
+        actors = {json.loads(row["body"])["actor"] for row in case.events(0, with_body=True)}
+    assert actors == {"bob"}
+
+
+def test_help_into_a_full_stdout_and_a_closed_stdout_are_output_errors(case):
+    case.close()
+    with open("/dev/full", "wb") as full:
+        for args in (["--help"], ["--version"], ["verify", "--help"]):
+            done = subprocess.run([sys.executable, "-m", "ledger_cli", *args], stdout=full, stderr=subprocess.PIPE)
+            assert done.returncode == 1 and done.stderr.startswith(b"error: OUTPUT_ERROR: "), (args, done.stderr)
+    before = case.path.joinpath("ledger.sqlite").read_bytes()
+    closed = subprocess.run([sys.executable, "-m", "ledger_cli", "budget", "reserve", str(case.path), "H1", "q1",
+                             "source.read_context"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: os.close(1))
+    assert closed.returncode == 1 and b"standard output is closed; nothing was run" in closed.stderr
+    assert case.path.joinpath("ledger.sqlite").read_bytes() == before
+
+
+def test_help_is_shown_even_when_a_named_config_is_bad(case):
+    done = run_cli("--config", "/no/such.toml", "verify", "--help")
+    assert done.returncode == 0 and done.stdout.startswith(b"Usage: ")
+
+
+@pytest.mark.parametrize("number, code", [(30, STORAGE_ERROR), (13, STORAGE_ERROR), (28, STORAGE_ERROR),
+                                          (2, INVALID_ARGUMENT), (20, INVALID_ARGUMENT)])
+def test_file_system_refusals_are_storage_errors_and_bad_paths_invalid_arguments(number, code):
+    from ledger.paths import os_error
+
+    assert os_error(OSError(number, os.strerror(number), "/x"), "doing it").code == code
