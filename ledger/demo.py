@@ -142,11 +142,11 @@ def _remove_abandoned_builds(target: Path) -> None:
 
 def _alive(pid: int) -> bool:
     try:
-        os.kill(pid, 0)
+        os.kill(pid, 0)  # PermissionError: alive, but another user's
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        pass
     return True
 
 

@@ -32,7 +32,7 @@ from .canonical import canonical_bytes, canonical_event_bytes, parse_json, sha25
 from .case import ANALYSIS_DIR, EXPORT_TEMP_PREFIX, MANIFEST_FILE, Case, is_ledger_own, resolve_source_refs
 from .config import BudgetConfig
 from .errors import LedgerError
-from .paths import fs_path
+from .paths import fs_path, os_error
 from .schemas import validator
 from .storage import (LEDGER_FILE, SqlView, Storage, WriterLock, content_path, event_path, file_uri, schema_version,
                       file_identity, readable_uri, shipped_schema, statement,
@@ -79,16 +79,18 @@ def new_file_mode() -> int:
     return 0o666 & ~mask
 
 
-def write_atomic(path: Path, data: bytes) -> None:
+def write_atomic(path: Path, data: bytes, mode: int | None = None) -> None:
     """Write ``data`` to ``path`` via a temp file in the same folder, fsync, rename.
 
     The caller fsyncs the folder (once per batch of files). A crash leaves either
-    the old file or the new one, plus at most a ``.ledger-tmp-*`` leftover.
+    the old file or the new one, plus at most a ``.ledger-tmp-*`` leftover. The
+    file gets ``mode`` (default :func:`new_file_mode`; pass it when writing many).
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, temp = tempfile.mkstemp(prefix=EXPORT_TEMP_PREFIX + path.name + ".", dir=path.parent)
     try:
-        os.fchmod(fd, new_file_mode())  # mkstemp's 0600 would hide the export from other readers
+        # mkstemp's 0600 would hide the export from other readers
+        os.fchmod(fd, new_file_mode() if mode is None else mode)
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
@@ -203,7 +205,7 @@ def export_case(case: Case, progress: Progress | None = None) -> ExportReport:
     try:
         fd = lock.acquire(EXPORT_LOCK_WAIT_MS)
     except OSError as exc:
-        raise LedgerError(E.STORAGE_ERROR, f"cannot write the export under {root}: {exc.strerror or exc}") from None
+        raise os_error(exc, f"cannot write the export under {root}", E.STORAGE_ERROR) from None
     try:
         return _export_locked(case, root, progress)
     finally:
@@ -217,6 +219,7 @@ def _export_locked(case: Case, root: Path, progress: Progress | None) -> ExportR
     touched: set[Path] = set()
     created: list[Path] = []
     committed = False
+    mode = new_file_mode()  # once per export, not once per file
 
     def put(relative: str, data: bytes) -> None:
         target = root / relative
@@ -225,7 +228,7 @@ def _export_locked(case: Case, root: Path, progress: Progress | None) -> ExportR
         else:
             if not target.exists():
                 created.append(target)
-            write_atomic(target, data)
+            write_atomic(target, data, mode)
             report.files_written += 1
             touched.add(target.parent)
         if progress:
@@ -252,7 +255,7 @@ def _export_locked(case: Case, root: Path, progress: Progress | None) -> ExportR
             report.files_unchanged += 1
             committed = True
         else:
-            write_atomic(root / MANIFEST_FILE, data)
+            write_atomic(root / MANIFEST_FILE, data, mode)
             committed = True
             _fsync_dir(root)
             report.files_written += 1
@@ -264,7 +267,7 @@ def _export_locked(case: Case, root: Path, progress: Progress | None) -> ExportR
                 path.unlink(missing_ok=True)
                 _remove_empty_parents(path.parent, root)
         if isinstance(exc, OSError):
-            raise LedgerError(E.STORAGE_ERROR, f"cannot write the export under {root}: {exc}") from None
+            raise os_error(exc, f"cannot write the export under {root}", E.STORAGE_ERROR) from None
         raise
     report.manifest = manifest
     return report
@@ -457,10 +460,10 @@ def _scratch_storage(directory: str, original: Path) -> Storage:
     conn = sqlite3.connect(file_uri(path, "rwc"), uri=True, isolation_level=None, check_same_thread=False)
     with translate_sqlite_errors():
         conn.execute("PRAGMA journal_mode = OFF")  # no durability needed for a scratch copy
-        source = readable_uri(original)
+        source, immutable = readable_uri(original)
         conn.execute("ATTACH DATABASE ? AS orig", (source,))
     storage = Storage(conn, path, {"synchronous": "OFF", "busy_timeout_ms": 5000})
-    storage.read_only_source = source.endswith("immutable=1")
+    storage.read_only_source = immutable
     with translate_sqlite_errors():
         conn.execute("BEGIN")
     storage._in_write = True  # one long private transaction; no writer lock needed

@@ -279,12 +279,21 @@ def check_ledger_path(path: Path) -> None:
                           f"{SQLITE_MAX_PATH_BYTES} (move the case to a shorter path)")
 
 
-def _connect(path: Path, mode: str) -> sqlite3.Connection:
-    check_ledger_path(path)
-    uri = file_uri(path, mode)
+def _connect_uri(uri: str) -> sqlite3.Connection:
     # isolation_level=None: the sqlite3 module never opens transactions behind our back
     with translate_sqlite_errors():
         return sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+
+
+def _connect(path: Path, mode: str) -> sqlite3.Connection:
+    check_ledger_path(path)
+    return _connect_uri(file_uri(path, mode))
+
+
+def _probe(conn: sqlite3.Connection) -> None:
+    """One read, so that a file SQLite cannot open or map fails here (``STORAGE_ERROR``)."""
+    with translate_sqlite_errors():
+        conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
 
 
 def _wal_is_empty(path: Path) -> bool:
@@ -308,8 +317,9 @@ def file_identity(path: Path) -> tuple[int, int, int, int]:
     return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
-def readable_uri(path: Path) -> str:
-    """URI to read ``path``: ``mode=ro``, or an immutable snapshot on a read-only location.
+def readable_uri(path: Path) -> tuple[str, bool]:
+    """``(uri, immutable)`` to read ``path``: ``mode=ro``, or an immutable snapshot on a
+    read-only location.
 
     A WAL ledger needs its ``-shm`` file even to read. On a file system mounted
     read-only, with no ``-wal`` content left, nobody writes the file through this
@@ -321,9 +331,8 @@ def readable_uri(path: Path) -> str:
     uri = file_uri(path, "ro")
     probe = _connect(path, "ro")
     try:
-        with translate_sqlite_errors():
-            probe.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
-        return uri
+        _probe(probe)
+        return uri, False
     except LedgerError as exc:
         if exc.code != E.STORAGE_ERROR or not path.is_file() or not _wal_is_empty(path):
             raise
@@ -331,7 +340,7 @@ def readable_uri(path: Path) -> str:
             raise LedgerError(E.STORAGE_ERROR, f"cannot read {path}: SQLite needs to create {path.name}-shm beside "
                               "it and this user may not write that folder; read it as its owner, or copy the "
                               "case") from None
-        return uri + "&immutable=1"
+        return uri + "&immutable=1", True
     finally:
         probe.close()
 
@@ -391,17 +400,15 @@ class Storage:
         """
         conn = _connect(path, "rw")
         try:
-            with translate_sqlite_errors():
-                conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+            _probe(conn)
         except LedgerError as exc:
             conn.close()
             if exc.code != E.STORAGE_ERROR:
                 raise
-            uri = readable_uri(path)
-            if "immutable=1" not in uri:
+            uri, immutable = readable_uri(path)
+            if not immutable:
                 raise
-            with translate_sqlite_errors():
-                conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+            conn = _connect_uri(uri)
             storage = cls(conn, path, settings, limits)
             storage.read_only = True
             try:
@@ -427,9 +434,8 @@ class Storage:
     @classmethod
     def open_readonly(cls, path: Path) -> sqlite3.Connection:
         """A connection that cannot write: ``mode=ro`` plus an authorizer denying ATTACH and writes."""
-        uri = readable_uri(path)
+        conn = _connect_uri(readable_uri(path)[0])
         with translate_sqlite_errors():
-            conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA query_only = ON")
 
             def authorizer(action: int, *_: Any) -> int:
