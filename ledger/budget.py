@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable
+from pathlib import Path
+from typing import Any, Iterable
 
 from . import errors as E
-from . import rules
+from ._sql import statement
+from .canonical import sha256_hex
 from .config import BudgetConfig
 from .errors import LedgerError
-from .storage import Appended, SqlView, statement
-
-if TYPE_CHECKING:
-    from .case import Case
+from .package import resolve_source_refs
+from .rules import budget as rules
+from .rules.common import sorted_accounts
+from .session import Ran, Session
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,7 @@ ACCOUNT_FIELDS = ("hypothesis_id", "initial_units", "granted_units", "spent_unit
 
 def _state(accounts: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Accounts by hypothesis id, in hypothesis order, each with the ``balances`` columns in order."""
-    return {a["hypothesis_id"]: {k: a[k] for k in ACCOUNT_FIELDS} for a in rules.sorted_accounts(accounts)}
+    return {a["hypothesis_id"]: {k: a[k] for k in ACCOUNT_FIELDS} for a in sorted_accounts(accounts)}
 
 
 class BudgetManager:
@@ -78,33 +80,34 @@ class BudgetManager:
     ``BUDGET_POLICY_CHANGED``. ``at`` (RFC 3339 UTC) sets the event time.
     """
 
-    def __init__(self, case: "Case", config: BudgetConfig | None = None) -> None:
+    def __init__(self, session: Session, package_path: Path, config: BudgetConfig | None = None) -> None:
         if config is not None and not isinstance(config, BudgetConfig):
             raise LedgerError(E.INVALID_ARGUMENT, f"config must be a BudgetConfig (BudgetConfig.load(path) or "
                               f"BudgetConfig.from_mapping(...)) or None, got {type(config).__name__}")
-        self.case = case
+        self._session = session
+        self.package_path = package_path
         self.config = config
 
-    @property
-    def _limits(self) -> dict[str, int]:
-        return dict(self.case.analysis.limits)
+    def _run(self, name: str, request: dict[str, Any], at: str | None, action: tuple[str, str] | None = None,
+             inputs: dict[str, Any] | None = None) -> BudgetResult:
+        return self._result(self._session.run(name, request, at=at, config=self.config, inputs=inputs), action)
 
-    def _result(self, appended: Appended | None, seq: int, view: SqlView,
-                action: tuple[str, str] | None = None) -> BudgetResult:
-        if appended is not None:
-            body = appended.body
-            revision, ref = body["revision"], appended.event_ref
+    def _result(self, ran: Ran, action: tuple[str, str] | None = None) -> BudgetResult:
+        seq = ran.seq
+        if ran.last is not None:
+            body = ran.last.body
+            revision, ref = body["revision"], ran.last.event_ref
             accounts = {a["hypothesis_id"]: a for a in body["accounts"]}
             action_state = body.get("action")
         else:
-            with self.case.storage.read():
+            with self._session.read() as view:
                 revision = view.case()["revision"]
                 accounts = view.accounts(revision)
-                ref = self.case.event_ref(seq)
+                ref = self._session.event_ref(seq)
                 action_state = view.action(revision, *action) if action else None
         return BudgetResult(
-            package_path=str(self.case.path), revision=revision, seq=seq, event_ref=ref,
-            state=_state(accounts), reused=appended is None,
+            package_path=str(self.package_path), revision=revision, seq=seq, event_ref=ref,
+            state=_state(accounts), reused=ran.reused,
             investigable=rules.investigable(accounts), ready_for_evaluation=rules.ready_for_evaluation(accounts),
             action=action_state,
         )
@@ -115,10 +118,7 @@ class BudgetManager:
         Errors: ``CASE_STATE``, ``LIMIT_REACHED``. Repeating returns ``reused=True``
         and never refills anything, whatever the config.
         """
-        request = rules.shape_initialize()
-        appended, seq, view = self.case.run(
-            lambda v: rules.initialize(v, request, self.config, self._limits), at=at)
-        return self._result(appended, seq, view)
+        return self._run("initialize", rules.shape_initialize(), at)
 
     def reserve(self, hypothesis_id: str, action_id: str, action: str, *, at: str | None = None) -> BudgetResult:
         """Debit ``action``'s cost from ``hypothesis_id`` before the tool runs.
@@ -130,9 +130,7 @@ class BudgetManager:
         ``ACTION_PENDING``, ``INSUFFICIENT_BUDGET``, ``LIMIT_REACHED``.
         """
         request = rules.shape_reserve(hypothesis_id, action_id, action)
-        appended, seq, view = self.case.run(
-            lambda v: rules.reserve(v, request, self.config, self._limits), at=at)
-        return self._result(appended, seq, view, (hypothesis_id, action_id))
+        return self._run("reserve", request, at, (hypothesis_id, action_id))
 
     def record_result(self, hypothesis_id: str, action_id: str, evidence: Any,
                       source_refs: Iterable[str] | None = None, *, at: str | None = None) -> BudgetResult:
@@ -147,11 +145,10 @@ class BudgetManager:
         refs = [] if source_refs is None else source_refs
         request, payload = rules.shape_record_result(
             hypothesis_id, action_id, evidence, refs,
-            evidence_bytes_max=self._limits["evidence_payload_bytes_max"])
-        sources = self.case.resolve_source_refs(request["source_refs"])
-        appended, seq, view = self.case.run(
-            lambda v: rules.record_result(v, request, payload, sources, self.config, self._limits), at=at)
-        return self._result(appended, seq, view, (hypothesis_id, action_id))
+            evidence_bytes_max=self._session.limits["evidence_payload_bytes_max"])
+        sources = resolve_source_refs(self.package_path, request["source_refs"])
+        return self._run("record_result", request, at, (hypothesis_id, action_id),
+                         inputs={"evidence": payload, "sources": sources})
 
     def settle(self, hypothesis_id: str, action_id: str, semantic_score: int, reason: str,
                *, at: str | None = None) -> BudgetResult:
@@ -163,9 +160,7 @@ class BudgetManager:
         Errors: ``INVALID_SCORE``, ``REASON_REQUIRED``, …, ``RESULT_MISSING``.
         """
         request = rules.shape_settle(hypothesis_id, action_id, semantic_score, reason)
-        appended, seq, view = self.case.run(
-            lambda v: rules.settle(v, request, self.config, self._limits), at=at)
-        return self._result(appended, seq, view, (hypothesis_id, action_id))
+        return self._run("settle", request, at, (hypothesis_id, action_id))
 
     def fail(self, hypothesis_id: str, action_id: str, reason: str, *, at: str | None = None) -> BudgetResult:
         """Close a pending action with no refund; counts as a low-information step.
@@ -173,19 +168,14 @@ class BudgetManager:
         Errors: ``REASON_REQUIRED``, …, ``UNKNOWN_ACTION``, ``ACTION_CLOSED``.
         """
         request = rules.shape_fail(hypothesis_id, action_id, reason)
-        appended, seq, view = self.case.run(
-            lambda v: rules.fail(v, request, self.config, self._limits), at=at)
-        return self._result(appended, seq, view, (hypothesis_id, action_id))
+        return self._run("fail", request, at, (hypothesis_id, action_id))
 
     def reject(self, hypothesis_id: str, reason: str, *, at: str | None = None) -> BudgetResult:
         """Mark the account ``rejected`` (terminal), no refund, nothing deleted.
 
         Errors: ``REASON_REQUIRED``, …, ``ACCOUNT_TERMINAL``, ``ACTION_PENDING``.
         """
-        request = rules.shape_reject(hypothesis_id, reason)
-        appended, seq, view = self.case.run(
-            lambda v: rules.reject(v, request, self.config, self._limits), at=at)
-        return self._result(appended, seq, view)
+        return self._run("reject", rules.shape_reject(hypothesis_id, reason), at)
 
     def snapshot(self) -> BudgetResult:
         """Replay and validate the current revision's budget history; write nothing.
@@ -195,11 +185,8 @@ class BudgetManager:
         ``0 <= reward < cost``, and that the ``balances`` view equals the newest
         state. Raises ``INTEGRITY_ERROR`` naming the first bad ``seq``.
         """
-        from .canonical import sha256_hex
-
-        storage = self.case.storage
-        with storage.read():
-            view = SqlView(storage)
+        storage = self._session.storage
+        with self._session.read() as view:
             revision = view.case()["revision"]
             rows = storage.conn.execute(statement("budget_chain_of_revision"), {"revision": revision})
             last_seq, accounts = None, {}
@@ -226,9 +213,9 @@ class BudgetManager:
                         E.INTEGRITY_ERROR, f"balances view disagrees with budget event {last_seq} on {record['hypothesis_id']}",
                         seq=last_seq,
                     )
-            ref = self.case.event_ref(last_seq) if last_seq else None
+            ref = self._session.event_ref(last_seq) if last_seq else None
         return BudgetResult(
-            package_path=str(self.case.path), revision=revision, seq=last_seq, event_ref=ref,
+            package_path=str(self.package_path), revision=revision, seq=last_seq, event_ref=ref,
             state=_state(accounts), reused=True,
             investigable=rules.investigable(accounts), ready_for_evaluation=rules.ready_for_evaluation(accounts),
         )

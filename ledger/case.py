@@ -9,99 +9,29 @@ computes the input identity.
 
 from __future__ import annotations
 
-import hashlib
 import os
-import stat
 import uuid
 from dataclasses import asdict, dataclass
-from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from pathlib import Path
+from typing import Any, Callable, Iterable
 
 from . import errors as E
-from . import rules
-from .canonical import canonical_sha256, check_int
+from ._sql import statement
+from .budget import BudgetManager
+from .canonical import check_int
 from .clock import parse_at, utc_now
 from .config import AnalysisConfig, BudgetConfig
 from .errors import LedgerError
+from .package import (ANALYSIS_DIR, LEDGER_FILE, MANIFEST_FILE, content_path, event_path, input_identity,
+                      resolve_source_refs)
 from .paths import fs_path, os_error
-from .storage import (LEDGER_FILE, Appended, SqlView, Storage, check_ledger_path, content_path, event_path,
-                      statement)
+from .rules import lifecycle
+from .rules.common import check_action_id, check_case_id
+from .session import Ran, Session
+from .storage import Storage, check_ledger_path, translate_sqlite_errors
+from .views import SqlView
 
-if TYPE_CHECKING:
-    from .budget import BudgetManager
-
-MANIFEST_FILE = "manifest.json"
-ANALYSIS_DIR = "analysis"
 DEFAULT_ACTOR = "controller"
-#: Temporary files of an interrupted export are the ledger's own too.
-EXPORT_TEMP_PREFIX = ".ledger-tmp-"
-
-
-def is_ledger_own(relative: PurePosixPath) -> bool:
-    """True for ``ledger.sqlite*``, ``manifest.json`` and anything under ``analysis/`` (SPEC 2)."""
-    parts = relative.parts
-    if not parts:
-        return False
-    if len(parts) == 1 and (parts[0].startswith(LEDGER_FILE) or parts[0] == MANIFEST_FILE):
-        return True
-    return parts[0] == ANALYSIS_DIR
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def resolve_source_refs(package: Path, refs: Iterable[str]) -> list[dict[str, str]]:
-    """``[{"path", "sha256"}]`` for source references (SPEC 6.1).
-
-    Each ref must be a normalized relative path to an existing regular file
-    inside the package, not one of the ledger's own files; a symlink is
-    followed only if its real path stays inside. ``SOURCE_REF_INVALID`` otherwise.
-    """
-    root = os.path.realpath(package)
-    resolved = []
-    for ref in rules.check_source_ref_list(list(refs) if isinstance(refs, (list, tuple)) else refs):
-        pure = PurePosixPath(ref)
-        if (pure.is_absolute() or "\\" in ref or "\x00" in ref or str(pure) != ref
-                or any(part in ("..", ".") for part in ref.split("/"))):
-            raise LedgerError(E.SOURCE_REF_INVALID, f"{ref!r} is not a normalized relative path inside the package")
-        if is_ledger_own(pure):
-            raise LedgerError(E.SOURCE_REF_INVALID, f"{ref!r} is one of the ledger's own files")
-        real = os.path.realpath(os.path.join(root, ref))
-        if not real.startswith(root + os.sep):
-            raise LedgerError(E.SOURCE_REF_INVALID, f"{ref!r} leads outside the package")
-        if is_ledger_own(PurePosixPath(os.path.relpath(real, root))):
-            raise LedgerError(E.SOURCE_REF_INVALID, f"{ref!r} leads to one of the ledger's own files")
-        try:
-            info = os.stat(real)
-        except OSError:
-            raise LedgerError(E.SOURCE_REF_INVALID, f"{ref!r} does not exist") from None
-        if not stat.S_ISREG(info.st_mode):
-            raise LedgerError(E.SOURCE_REF_INVALID, f"{ref!r} is not a regular file")
-        if info.st_nlink > 1 and (info.st_dev, info.st_ino) in _own_file_ids(package):
-            raise LedgerError(E.SOURCE_REF_INVALID, f"{ref!r} is a hard link to one of the ledger's own files")
-        try:
-            digest = sha256_file(Path(real))
-        except OSError as exc:
-            raise LedgerError(E.SOURCE_REF_INVALID, f"{ref!r} cannot be read: {exc.strerror}") from None
-        resolved.append({"path": ref, "sha256": digest})
-    return resolved
-
-def _own_file_ids(package: Path) -> set[tuple[int, int]]:
-    """(device, inode) of ``ledger.sqlite*`` and ``manifest.json``: hard links to them are not sources."""
-    ids = set()
-    for entry in os.scandir(package):
-        if entry.name.startswith(LEDGER_FILE) or entry.name == MANIFEST_FILE:
-            try:
-                info = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            ids.add((info.st_dev, info.st_ino))
-    return ids
 
 
 @dataclass(frozen=True)
@@ -141,8 +71,9 @@ class Case:
         self.path = path
         self.storage = storage
         self.analysis = analysis
-        self.actor = rules._check_action_id(actor, "actor")
+        self.actor = check_action_id(actor, "actor")
         self.clock = clock
+        self.session = Session(storage, actor=self.actor, clock=clock, limits=analysis.limits)
 
     # -- opening -----------------------------------------------------------------------
     @classmethod
@@ -154,8 +85,8 @@ class Case:
         Raises ``CASE_EXISTS`` when it already holds a manifest, a ledger with a case
         or an ``analysis/`` tree; ``INVALID_ID`` for a malformed ``case_id``.
         """
-        rules.check_case_id(case_id)
-        rules._check_action_id(actor, "actor")
+        check_case_id(case_id)
+        check_action_id(actor, "actor")
         moment = parse_at(at) if at is not None else None
         analysis = analysis_config or AnalysisConfig()
         root = fs_path(path, "case path")
@@ -173,21 +104,24 @@ class Case:
             raise LedgerError(E.INVALID_ARGUMENT, f"{root} is not a directory")
         check_ledger_path(root / LEDGER_FILE)  # before any folder is made
         root.mkdir(parents=True, exist_ok=True)
-        storage = Storage.create(root / LEDGER_FILE, analysis.storage, analysis.limits)
+        storage = Storage.create(root / LEDGER_FILE, analysis.storage)
         case = cls(root, storage, analysis, actor=actor, clock=clock)
         try:
-            request = rules.shape_create(case_id, str(uuid.uuid4()))
-            moment = moment or clock()
-            with storage.write():
-                storage.check_schema_version()
-                storage.apply_migrations()
-                if SqlView(storage).case() is not None:
-                    raise LedgerError(E.CASE_EXISTS, f"{root} already holds a case ledger")
-                storage.append(rules.create(SqlView(storage), request), at=moment, actor=case.actor)
+            request = lifecycle.shape_create(case_id, str(uuid.uuid4()))
+            case.session.run("create", request, at=moment, prepare=cls._prepare_new_ledger(storage, root))
         except BaseException:
             storage.conn.close()
             raise
         return case
+
+    @staticmethod
+    def _prepare_new_ledger(storage: Storage, root: Path) -> Callable[[SqlView], None]:
+        def prepare(view: SqlView) -> None:
+            storage.check_schema_version()
+            storage.apply_migrations()
+            if view.case() is not None:
+                raise LedgerError(E.CASE_EXISTS, f"{root} already holds a case ledger")
+        return prepare
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, analysis_config: AnalysisConfig | None = None,
@@ -222,7 +156,7 @@ class Case:
                     "start a new case with 'ledger init')",
                 )
             raise LedgerError(E.LEDGER_MISSING, f"no case at {root} (no {LEDGER_FILE}); create one with 'ledger init'")
-        storage = Storage.open(ledger, analysis.storage, analysis.limits)
+        storage = Storage.open(ledger, analysis.storage)
         case = cls(root, storage, analysis, actor=actor, clock=clock)
         try:
             with storage.read():
@@ -244,23 +178,6 @@ class Case:
         self.close()
 
     # -- running operations -------------------------------------------------------
-    def run(self, rule: Callable[[SqlView], rules.Draft | rules.Reused], *, at: str | None = None,
-            check_limits: bool = True) -> tuple[Appended | None, int, SqlView]:
-        """Evaluate ``rule`` and append its event in one ``BEGIN IMMEDIATE`` transaction.
-
-        Returns ``(appended or None when reused, seq, view)``. ``at`` is an RFC 3339
-        UTC time (``INVALID_ARGUMENT`` otherwise). Used by the budget manager too.
-        """
-        moment = parse_at(at) if at is not None else None
-        with self.storage.write():
-            view = SqlView(self.storage)
-            outcome = rule(view)
-            if isinstance(outcome, rules.Reused):
-                return None, outcome.seq, view
-            appended = self.storage.append(outcome, at=moment or self.clock(), actor=self.actor,
-                                           check_limits=check_limits)
-            return appended, appended.seq, view
-
     def batch(self):
         """Group commit: operations inside share one durable transaction (one fsync).
 
@@ -279,26 +196,22 @@ class Case:
                     except LedgerError as refused:
                         print(refused.code)  # this one rolled back alone
         """
-        return self.storage.batch()
+        return self.session.batch()
 
     def event_ref(self, seq: int) -> str:
         """Export path of event ``seq`` (SPEC 9)."""
-        row = self.storage.one("event_by_seq", seq=seq)
-        if row is None:
-            raise LedgerError(E.INVALID_ARGUMENT, f"no event with seq {seq}")
-        return event_path(row[3], row[2], row[4])
+        return self.session.event_ref(seq)
 
-    def _lifecycle_result(self, appended: Appended | None, seq: int, view: SqlView,
-                          with_hypotheses: bool = False) -> LifecycleResult:
-        with self.storage.read():
+    def _lifecycle_result(self, ran: Ran, with_hypotheses: bool = False) -> LifecycleResult:
+        with self.session.read() as view:
             case = view.case()
-            ref = appended.event_ref if appended else self.event_ref(seq)
+            ref = ran.last.event_ref if ran.last else self.event_ref(ran.seq)
             hypotheses = None
             if with_hypotheses:
                 info = view.revision(case["revision"])
                 hypotheses = info["hypotheses"] if info else []
-        return LifecycleResult(str(self.path), case["revision"], case["state"], seq, ref,
-                               appended is None, hypotheses)
+        return LifecycleResult(str(self.path), case["revision"], case["state"], ran.seq, ref,
+                               ran.reused, hypotheses)
 
     def open_revision(self, hypotheses: Iterable[dict[str, Any]], units_per_hypothesis: int | None = None,
                       *, at: str | None = None) -> LifecycleResult:
@@ -309,26 +222,22 @@ class Case:
         ``units_per_hypothesis`` (default: the analysis config's). Errors:
         ``INVALID_ARGUMENT``, ``INVALID_TRANSITION``.
         """
-        request = rules.shape_open_revision(
+        request = lifecycle.shape_open_revision(
             list(hypotheses) if isinstance(hypotheses, (list, tuple)) else hypotheses,
             units_per_hypothesis, default_units=self.analysis.units_per_hypothesis,
             max_hypotheses=self.analysis.max_hypotheses,
         )
-        appended, seq, view = self.run(lambda v: rules.open_revision(v, request), at=at)
-        return self._lifecycle_result(appended, seq, view, with_hypotheses=True)
+        return self._lifecycle_result(self.session.run("open_revision", request, at=at), with_hypotheses=True)
 
     def transition(self, to: str, *, at: str | None = None) -> LifecycleResult:
         """Move the case to state ``to`` (SPEC 2). Errors: ``INVALID_ARGUMENT``,
         ``INVALID_TRANSITION``, ``ACTION_PENDING`` (into ``EVALUATING``)."""
-        request = rules.shape_transition(to)
-        appended, seq, view = self.run(lambda v: rules.transition(v, request), at=at)
-        return self._lifecycle_result(appended, seq, view)
+        request = lifecycle.shape_transition(to)
+        return self._lifecycle_result(self.session.run("transition", request, at=at))
 
-    def budget(self, config: BudgetConfig | None = None) -> "BudgetManager":
+    def budget(self, config: BudgetConfig | None = None) -> BudgetManager:
         """The budget manager of this case; ``config=None`` uses the frozen policy."""
-        from .budget import BudgetManager  # budget builds on case; import here avoids a cycle
-
-        return BudgetManager(self, config)
+        return BudgetManager(self.session, self.path, config)
 
     # -- reads ---------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
@@ -337,9 +246,7 @@ class Case:
 
     def query(self, sql: str, params: Iterable[Any] | dict[str, Any] = ()) -> list[dict[str, Any]]:
         """Rows of a read-only query as dicts, in one short read transaction."""
-        from .storage import translate_sqlite_errors
-
-        with self.storage.read(), translate_sqlite_errors():
+        with self.session.read(), translate_sqlite_errors():
             cursor = self.storage.conn.execute(sql, params)
             names = [d[0] for d in cursor.description or ()]
             return [dict(zip(names, row)) for row in cursor.fetchall()]
@@ -365,7 +272,7 @@ class Case:
 
     def exported_paths(self) -> set[str]:
         """Every path under ``analysis/`` that an export of this ledger writes."""
-        with self.storage.read():
+        with self.session.read():
             rows = self.storage.conn.execute(statement("event_addresses")).fetchall()
             shas = self.storage.conn.execute(statement("content_shas")).fetchall()
         return {event_path(*row) for row in rows} | {content_path(sha) for (sha,) in shas}
@@ -378,30 +285,19 @@ class Case:
         files). A symlink contributes the sha256 of its target text, never bytes
         from outside the package.
         """
-        exported = self.exported_paths()
-        entries = []
-        for directory, dirnames, filenames in os.walk(self.path):
-            dirnames.sort()
-            for name in filenames:
-                full = Path(directory, name)
-                relative = full.relative_to(self.path).as_posix()
-                pure = PurePosixPath(relative)
-                if len(pure.parts) == 1 and (name.startswith(LEDGER_FILE) or name == MANIFEST_FILE):
-                    continue
-                if pure.parts[0] == ANALYSIS_DIR and (relative in exported or name.startswith(EXPORT_TEMP_PREFIX)):
-                    continue
-                if full.is_symlink():
-                    digest = hashlib.sha256(b"symlink:" + os.fsencode(os.readlink(full))).hexdigest()
-                elif full.is_file():
-                    digest = sha256_file(full)
-                else:
-                    continue
-                entries.append([relative, digest])
-            # symlinked directories are entries of their own, not followed
-            for name in list(dirnames):
-                full = Path(directory, name)
-                if full.is_symlink():
-                    relative = full.relative_to(self.path).as_posix()
-                    entries.append([relative, hashlib.sha256(b"symlink:" + os.fsencode(os.readlink(full))).hexdigest()])
-        entries.sort()
-        return canonical_sha256(entries)
+        return input_identity(self.path, self.exported_paths())
+
+
+def read_only_query(path: str | os.PathLike[str], sql: str, *, timeout_ms: int = 30_000) -> tuple[list[str], list[tuple]]:
+    """Run one read-only SQL statement on the ledger of the case at ``path``: ``(column names, rows)``.
+
+    The connection cannot write (``mode=ro``, ``query_only``, an authorizer that
+    denies ATTACH and pragmas). Raises ``LEDGER_MISSING`` when there is no case,
+    ``INVALID_ARGUMENT`` for anything but a single row-returning read or a
+    query still running after ``timeout_ms``.
+    """
+    root = fs_path(path, "case path")
+    ledger = root / LEDGER_FILE
+    if not ledger.is_file():
+        Case.open(root)  # raises the LEDGER_MISSING explanation
+    return Storage.readonly_query(ledger, sql, timeout_ms=timeout_ms)

@@ -18,10 +18,12 @@ from typing import Any, Callable
 
 from . import errors as E
 from ._resources import resource_dir
+from .canonical import parse_json
 from .case import Case
 from .config import BudgetConfig
 from .errors import LedgerError
-from .export import ExportReport, VerifyReport, export_case, verify_case
+from .export import ExportReport, export_case
+from .verify import VerifyReport, verify_case
 from .journal import LineResult, apply_journal
 from .paths import fs_path, os_error
 
@@ -160,8 +162,6 @@ def _build(example: Path, target: Path, echo: Callable[[str], None], shown_as: P
         echo(f"policy: the example policy shipped with case-ledger (config/budget.example.toml in the "
              f"repository; costs {dict(policy['action_costs'])}, "
              f"max_reward_bps {policy['max_reward_bps']})\n")
-        from .canonical import parse_json
-
         lines = (example / "journal.jsonl").read_text(encoding="utf-8").splitlines()
         refusals = set()
         for outcome in apply_journal(case, lines, budget=case.budget(policy), keep_going=True):

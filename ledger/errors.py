@@ -92,6 +92,9 @@ class LedgerError(Exception):
         self.message = message
         self.details = details
 
+    #: The exit status of the ``ledger`` command that this refusal ends (usage errors exit 2 in click).
+    exit_code = 1
+
     @property
     def transient(self) -> bool:
         """True when retrying the identical call may succeed (``LEDGER_BUSY``)."""
@@ -103,3 +106,9 @@ class LedgerError(Exception):
         if self.details:
             out["details"] = self.details
         return out
+
+
+def integrity_error(seq: int | None, message: str, **details: Any) -> LedgerError:
+    """``INTEGRITY_ERROR`` naming the first bad ``seq`` (``seq N: message``; no prefix when None)."""
+    where = f"seq {seq}: " if seq is not None else ""
+    return LedgerError(INTEGRITY_ERROR, where + message, seq=seq, **details)

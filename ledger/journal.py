@@ -22,20 +22,19 @@ from . import errors as E
 from .budget import BudgetManager
 from .canonical import parse_json
 from .case import Case
+from .clock import parse_at
 from .errors import LedgerError
+from .operations import OPERATIONS as REGISTRY
+from .operations import operation
 
-#: op → (required keys, optional keys); every line may also carry "at".
-OPERATIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
-    "open_revision": (frozenset({"hypotheses"}), frozenset({"units_per_hypothesis"})),
-    "transition": (frozenset({"to"}), frozenset()),
-    "initialize": (frozenset(), frozenset()),
-    "reserve": (frozenset({"hypothesis", "action_id", "action"}), frozenset()),
-    "record_result": (frozenset({"hypothesis", "action_id", "evidence"}), frozenset({"source_refs"})),
-    "settle": (frozenset({"hypothesis", "action_id", "semantic_score", "reason"}), frozenset()),
-    "fail": (frozenset({"hypothesis", "action_id", "reason"}), frozenset()),
-    "reject": (frozenset({"hypothesis", "reason"}), frozenset()),
-    "snapshot": (frozenset(), frozenset()),
-}
+
+def journal_operations() -> dict[str, tuple[frozenset[str], frozenset[str]]]:
+    """op → (required keys, optional keys) of every journal operation; every line may also carry "at"."""
+    return {name: (op.required_keys, op.optional_keys) for name, op in REGISTRY.items() if op.journal}
+
+
+#: The journal forms of the registered operations (see :func:`journal_operations`).
+OPERATIONS = journal_operations()
 LINE_BYTES_MAX = 4 * 1024 * 1024
 
 
@@ -74,9 +73,8 @@ def parse_line(text: str | bytes) -> dict[str, Any]:
     if "op" not in line:
         raise LedgerError(E.INVALID_ARGUMENT, "a journal line needs an \"op\" key")
     op = line["op"]
-    if not isinstance(op, str) or op not in OPERATIONS:
-        raise LedgerError(E.UNKNOWN_OPERATION, f"unknown operation {str(op)[:60]!r}; known: {', '.join(OPERATIONS)}")
-    required, optional = OPERATIONS[op]
+    found = operation(op, journal=True)  # the genesis operation has none: apply --create performs it
+    required, optional = found.required_keys, found.optional_keys
     keys = set(line) - {"op", "at"}
     missing = sorted(required - keys)
     if missing:
@@ -91,30 +89,15 @@ def parse_line(text: str | bytes) -> dict[str, Any]:
 
 
 def run_operation(case: Case, budget: BudgetManager, line: dict[str, Any]) -> tuple[int | None, bool, dict[str, Any]]:
-    """Apply one parsed line; return ``(seq, reused, result dict)``."""
-    op, at = line["op"], line.get("at")
-    if op == "open_revision":
-        outcome = case.open_revision(line["hypotheses"], line.get("units_per_hypothesis"), at=at)
-    elif op == "transition":
-        outcome = case.transition(line["to"], at=at)
-    elif op == "initialize":
-        outcome = budget.initialize(at=at)
-    elif op == "reserve":
-        outcome = budget.reserve(line["hypothesis"], line["action_id"], line["action"], at=at)
-    elif op == "record_result":
-        outcome = budget.record_result(line["hypothesis"], line["action_id"], line["evidence"],
-                                       line.get("source_refs"), at=at)
-    elif op == "settle":
-        outcome = budget.settle(line["hypothesis"], line["action_id"], line["semantic_score"], line["reason"], at=at)
-    elif op == "fail":
-        outcome = budget.fail(line["hypothesis"], line["action_id"], line["reason"], at=at)
-    elif op == "reject":
-        outcome = budget.reject(line["hypothesis"], line["reason"], at=at)
-    else:  # snapshot
-        if at is not None:
-            from .clock import parse_at
-            parse_at(at)
-        outcome = budget.snapshot()
+    """Apply one parsed line through the operation registry; return ``(seq, reused, result dict)``."""
+    op = operation(line["op"])
+    at = line.get("at")
+    kwargs = {argument.param: line[argument.key] for argument in op.arguments if argument.key in line}
+    if op.accepts_at:
+        kwargs["at"] = at
+    elif at is not None:
+        parse_at(at)  # a read takes no time, but a malformed one is still refused
+    outcome = getattr(case if op.service == "case" else budget, op.name)(**kwargs)
     return outcome.seq, outcome.reused, outcome.to_dict()
 
 

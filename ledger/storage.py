@@ -7,20 +7,19 @@ takes a blocking OS lock on the sidecar file ``ledger.sqlite-lock`` so that writ
 queue in the kernel instead of polling SQLite's busy handler (which can starve a
 writer past its timeout). ``sqlite3`` errors are translated to ``LedgerError`` in
 exactly one place, :func:`translate_sqlite_errors`.
+
+Storage is the ground floor of the library: it stores opaque canonical event
+bytes with the columns and helper rows its caller computed, and knows no event
+type, rule or configuration.
 """
 
 from __future__ import annotations
 
-import fcntl
-import json
 import os
-import re
 import sqlite3
-import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 from urllib.parse import quote
@@ -28,106 +27,20 @@ from urllib.parse import quote
 import sqlite_utils
 
 from . import errors as E
-from ._resources import resource_dir
-from .canonical import ZERO_SHA256, canonical_bytes, canonical_event_bytes, sha256_hex
+from ._sql import migrations, queries, schema_object, schema_version, statement
+from .canonical import ZERO_SHA256
 from .clock import utc_now
-from .config import DEFAULT_LIMITS, DEFAULT_STORAGE, BudgetConfig
 from .errors import LedgerError
+from ._lock import WriterLock
 from .paths import os_error
-from .rules import TERMINAL_STATUSES, Draft
 
 LEDGER_FILE = "ledger.sqlite"
 LOCK_SUFFIX = "-lock"
 #: WAL size past which a writer restarts the log after its commit, and how long it waits for readers.
+#: ``synchronous`` and ``busy_timeout_ms`` when the caller gives none (the analysis config's ``[storage]``).
+STORAGE_DEFAULTS: Mapping[str, Any] = {"synchronous": "FULL", "busy_timeout_ms": 5000}
 WAL_RESTART_BYTES = 8 * 1024 * 1024
 WAL_RESTART_WAIT_MS = 200
-_MIGRATION_RE = re.compile(r"^(\d{3})_([a-z0-9_]+)\.sql$")
-
-
-# --- SQL files ---------------------------------------------------------------
-def split_statements(script: str) -> list[str]:
-    """Split a SQL script into complete statements with ``sqlite3.complete_statement``.
-
-    ``executescript()`` would commit any open transaction first, so migrations run
-    statement by statement inside our own ``BEGIN IMMEDIATE``.
-    """
-    statements, buffer = [], ""
-    for line in script.splitlines(keepends=True):
-        buffer += line
-        if sqlite3.complete_statement(buffer):
-            if buffer.strip():
-                statements.append(buffer.strip())
-            buffer = ""
-    if buffer.strip() and not all(l.strip().startswith("--") or not l.strip() for l in buffer.splitlines()):
-        raise ValueError(f"incomplete SQL statement: {buffer[:80]!r}")
-    return statements
-
-
-@cache
-def migrations() -> tuple[tuple[int, str, tuple[str, ...]], ...]:
-    """``(version, name, statements)`` of every ``sql/NNN_name.sql``, in order."""
-    found = []
-    for path in sorted(resource_dir("sql").iterdir()):
-        match = _MIGRATION_RE.match(path.name)
-        if match:
-            statements = tuple(split_statements(path.read_text(encoding="utf-8")))
-            found.append((int(match.group(1)), match.group(2), statements))
-    return tuple(found)
-
-
-def schema_object(statement: str) -> tuple[str, str, str]:
-    """``(type, name, sql as sqlite_master stores it)`` of a ``CREATE`` statement, else ``("", "", "")``."""
-    lines = statement.splitlines()
-    while lines and (not lines[0].strip() or lines[0].lstrip().startswith("--")):
-        lines.pop(0)  # leading comments are not part of what sqlite_master stores
-    text = "\n".join(lines).strip().rstrip(";").rstrip()
-    match = re.match(r"CREATE\s+(?:UNIQUE\s+)?(TABLE|TRIGGER|VIEW|INDEX)\s+(\w+)", text)
-    return (match.group(1).lower(), match.group(2), text) if match else ("", "", "")
-
-
-def shipped_schema() -> dict[str, str]:
-    """Name → SQL of every table, index, trigger and view the migrations create."""
-    return {name: sql for _, _, statements in migrations() for statement in statements
-            for kind, name, sql in [schema_object(statement)] if kind}
-
-
-def schema_version() -> int:
-    """The newest schema version this code knows."""
-    return migrations()[-1][0]
-
-
-@cache
-def queries() -> dict[str, str]:
-    """Named statements of ``sql/queries.sql`` (write path) and ``sql/reads.sql`` (read side),
-    each block headed ``-- name: <name>``."""
-    named: dict[str, str] = {}
-    for file in ("queries.sql", "reads.sql"):
-        current = None
-        for line in (resource_dir("sql") / file).read_text(encoding="utf-8").splitlines():
-            match = re.match(r"^--\s*name:\s*(\w+)\s*$", line)
-            if match:
-                if match.group(1) in named:
-                    raise ValueError(f"{file}: statement {match.group(1)} is named twice")
-                current = match.group(1)
-                named[current] = ""
-            elif current is not None and not line.startswith("--"):
-                named[current] += line + "\n"
-    return {name: sql.strip() for name, sql in named.items()}
-
-
-def statement(name: str, schema: str = "main", **identifiers: str) -> str:
-    """Text of a named statement with its ``{schema}``/``{table}``/… placeholders filled.
-
-    ``schema`` is ``main`` or ``orig`` (the ledger verify attaches); identifiers
-    come from code, never from input. Values bind as parameters.
-    """
-    return _statement(name, schema, tuple(sorted(identifiers.items())))
-
-
-@cache
-def _statement(name: str, schema: str, identifiers: tuple[tuple[str, str], ...]) -> str:
-    text = queries()[name]
-    return text.format(schema=schema, **dict(identifiers)) if "{" in text else text
 
 
 # --- errors ------------------------------------------------------------------------
@@ -163,102 +76,28 @@ def translate_sqlite_errors() -> Iterator[None]:
         raise LedgerError(E.INTEGRITY_ERROR, f"SQLite refused: {exc}") from None
 
 
-# --- the writer queue -----------------------------------------------------------
-class WriterLock:
-    """Exclusive ``flock`` on ``ledger.sqlite-lock``, waited for in the kernel with a deadline.
+@dataclass(frozen=True)
+class EventRow:
+    """One row of ``events``: the chain columns storage checks, and the canonical ``body`` bytes.
 
-    An uncontended acquire is one non-blocking ``flock``. Under contention a helper
-    thread blocks in ``flock`` (the kernel wakes waiters as soon as the lock is
-    released, instead of SQLite's sleep-and-poll) while the caller waits at most
-    ``timeout_ms``; a thread that wins after its caller gave up releases at once.
+    Storage does not read ``body``; the caller computed every column from it.
     """
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def _open(self) -> int:
-        return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-
-    def acquire(self, timeout_ms: int) -> int:
-        """Return a locked file descriptor, or raise ``LEDGER_BUSY`` after ``timeout_ms``."""
-        fd = self._open()
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return fd
-        except BlockingIOError:
-            os.close(fd)
-        except BaseException:
-            os.close(fd)
-            raise
-        return self._wait(timeout_ms)
-
-    def _wait(self, timeout_ms: int) -> int:
-        cond = threading.Condition()
-        box: dict[str, Any] = {"fd": None, "abandoned": False, "error": None}
-
-        def waiter() -> None:
-            try:
-                fd = self._open()
-                fcntl.flock(fd, fcntl.LOCK_EX)
-            except OSError as exc:
-                with cond:
-                    box["error"] = exc
-                    cond.notify()
-                return
-            with cond:
-                if box["abandoned"]:
-                    fcntl.flock(fd, fcntl.LOCK_UN)
-                    os.close(fd)
-                    return
-                box["fd"] = fd
-                cond.notify()
-
-        threading.Thread(target=waiter, name="ledger-writer-lock", daemon=True).start()
-        with cond:
-            try:
-                cond.wait_for(lambda: box["fd"] is not None or box["error"] is not None,
-                              timeout_ms / 1000)
-            finally:
-                if box["fd"] is None:
-                    box["abandoned"] = True
-            if box["error"] is not None:
-                raise LedgerError(E.LEDGER_BUSY, f"cannot lock {self.path}: {box['error']}")
-            if box["fd"] is None:
-                raise LedgerError(
-                    E.LEDGER_BUSY, f"another writer held the case for more than {timeout_ms} ms; retry",
-                    busy_timeout_ms=timeout_ms,
-                )
-            return box["fd"]
-
-    @staticmethod
-    def release(fd: int) -> None:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        finally:
-            os.close(fd)
-
-
-# --- export paths ------------------------------------------------------------------
-def event_path(stream: str, revision: int, stream_seq: int) -> str:
-    """Where an event exports to (SPEC 9), relative to the package root."""
-    if stream == "budget":
-        return f"analysis/budgets/{revision:04d}/events/{stream_seq:08d}.json"
-    return f"analysis/case/events/{stream_seq:08d}.json"
-
-
-def content_path(sha256: str) -> str:
-    return f"analysis/evidence/content/{sha256}.json"
-
-
-@dataclass(frozen=True)
-class Appended:
-    """An event just written: its ``seq``, hash, time, export path and decoded body."""
-
     seq: int
-    sha256: str
+    type: str
+    revision: int
+    stream: str
+    stream_seq: int
     created_at: str
-    event_ref: str
-    body: dict[str, Any]
+    sha256: str
+    parent_sha256: str
+    operation_key: str | None
+    request_sha256: str | None
+    body: bytes
+
+
+#: One helper row: the name of an ``insert_*`` statement of ``sql/queries.sql`` and its parameters.
+HelperRow = tuple[str, Mapping[str, Any]]
 
 
 def file_uri(path: Path, mode: str) -> str:
@@ -349,17 +188,15 @@ class Storage:
     """One connection to a ``ledger.sqlite`` and everything that writes it.
 
     ``settings`` are the analysis config's ``storage`` (``synchronous``,
-    ``busy_timeout_ms``) and ``limits`` its SPEC 11 limits. Not thread-safe: use
-    one ``Storage`` per thread or process.
+    ``busy_timeout_ms``). Not thread-safe: the session that owns it refuses
+    calls from other threads.
     """
 
     def __init__(self, conn: sqlite3.Connection, path: Path,
-                 settings: Mapping[str, Any] | None = None,
-                 limits: Mapping[str, int] | None = None) -> None:
+                 settings: Mapping[str, Any] | None = None) -> None:
         self.conn = conn
         self.path = path
-        self.settings = {**DEFAULT_STORAGE, **(settings or {})}
-        self.limits = {**DEFAULT_LIMITS, **(limits or {})}
+        self.settings = {**STORAGE_DEFAULTS, **(settings or {})}
         # beside the real file: writers reaching one ledger through different symlinks share one queue
         real = Path(os.path.realpath(path))
         self._lock = WriterLock(real.with_name(real.name + LOCK_SUFFIX))
@@ -378,8 +215,7 @@ class Storage:
 
     # -- opening ----------------------------------------------------------------
     @classmethod
-    def create(cls, path: Path, settings: Mapping[str, Any] | None = None,
-               limits: Mapping[str, int] | None = None) -> "Storage":
+    def create(cls, path: Path, settings: Mapping[str, Any] | None = None) -> "Storage":
         """Open (creating if needed) a ledger file whose schema the caller applies.
 
         The caller runs :meth:`apply_migrations` and its first append in one
@@ -388,11 +224,10 @@ class Storage:
         conn = _connect(path, "rwc")
         with translate_sqlite_errors():
             conn.execute("PRAGMA journal_mode = WAL").fetchall()
-        return cls(conn, path, settings, limits)
+        return cls(conn, path, settings)
 
     @classmethod
-    def open(cls, path: Path, settings: Mapping[str, Any] | None = None,
-             limits: Mapping[str, int] | None = None) -> "Storage":
+    def open(cls, path: Path, settings: Mapping[str, Any] | None = None) -> "Storage":
         """Open an existing ledger; refuses a newer schema with ``SCHEMA_VERSION``.
 
         On a read-only location the ledger opens as an immutable snapshot
@@ -409,7 +244,7 @@ class Storage:
             if not immutable:
                 raise
             conn = _connect_uri(uri)
-            storage = cls(conn, path, settings, limits)
+            storage = cls(conn, path, settings)
             storage.read_only = True
             try:
                 if storage.check_schema_version() < schema_version():
@@ -418,7 +253,7 @@ class Storage:
                 conn.close()
                 raise
             return storage
-        storage = cls(conn, path, settings, limits)
+        storage = cls(conn, path, settings)
         try:
             # a file without our schema (an interrupted init, or not a ledger) is left untouched
             if storage.check_schema_version() > 0:
@@ -429,6 +264,29 @@ class Storage:
         except BaseException:
             conn.close()
             raise
+        return storage
+
+    @classmethod
+    def scratch(cls, path: Path, original: Path) -> "Storage":
+        """A private, unguarded ledger at ``path`` with ``original`` attached read-only as ``orig``,
+        inside one long transaction that :meth:`append` writes into directly.
+
+        Being one transaction, every read of ``orig`` sees the same snapshot even
+        if a writer appends meanwhile; no writer lock is taken (nobody else knows
+        the file) and no durability is asked for. ``read_only_source`` says
+        whether ``orig`` is read as an immutable snapshot. Close ``conn`` when done.
+        """
+        conn = sqlite3.connect(file_uri(path, "rwc"), uri=True, isolation_level=None, check_same_thread=False)
+        with translate_sqlite_errors():
+            conn.execute("PRAGMA journal_mode = OFF")  # no durability needed for a scratch copy
+            source, immutable = readable_uri(original)
+            conn.execute("ATTACH DATABASE ? AS orig", (source,))
+        storage = cls(conn, path, {"synchronous": "OFF", "busy_timeout_ms": 5000})
+        storage.read_only_source = immutable
+        with translate_sqlite_errors():
+            conn.execute("BEGIN")
+        storage._in_write = True  # one long private transaction
+        storage.apply_migrations(triggers=False)  # private and rebuilt from scratch: no guards needed
         return storage
 
     @classmethod
@@ -508,12 +366,12 @@ class Storage:
         for version, name, statements in migrations():
             if version <= current:
                 continue
-            for statement in statements:
-                if not triggers and schema_object(statement)[0] == "trigger":
+            for sql in statements:
+                if not triggers and schema_object(sql)[0] == "trigger":
                     continue
                 self._fault(f"migration {version}")
                 with translate_sqlite_errors():
-                    self.conn.execute(statement)
+                    self.conn.execute(sql)
             self.execute("insert_migration", version=version, name=name, applied_at=utc_now())
 
     def close(self) -> None:
@@ -667,185 +525,21 @@ class Storage:
         row = self.one("head")
         return (row[0], row[1], row[2]) if row else (0, ZERO_SHA256, "")
 
-    def next_stream_seq(self, stream: str, revision: int) -> int:
-        if stream == "budget":
-            return self.one("stream_count_budget", revision=revision)[0] + 1
-        return self.one("stream_count_case")[0] + 1
+    def append(self, event: EventRow, rows: list[HelperRow] = (), contents: Mapping[str, bytes] | None = None) -> None:
+        """Insert ``event`` onto the hash chain, then its ``contents`` (sha256 → canonical bytes)
+        and helper ``rows``. Call inside :meth:`write`.
 
-    def append(self, draft: Draft, *, at: str | None, actor: str,
-               check_limits: bool = True) -> Appended:
-        """Append ``draft`` as the next event and its helper rows. Call inside :meth:`write`.
-
-        ``at`` (normalized RFC 3339) defaults to now and is clamped to the previous
-        event's time. Raises ``LIMIT_REACHED`` for an event over ``event_bytes_max``.
+        The ``events`` insert trigger refuses a row that does not extend the chain
+        (``seq`` = previous + 1, ``parent_sha256`` = previous sha256); that refusal,
+        like every constraint, is ``INTEGRITY_ERROR``.
         """
-        seq, parent, previous_at = self.head()
-        created_at = max(at or utc_now(), previous_at)
-        body = dict(draft.fields)
-        body.update(seq=seq + 1, parent_sha256=parent, created_at=created_at, actor=actor,
-                    request=draft.request)
-        data = canonical_event_bytes(body)
-        if check_limits and len(data) > self.limits["event_bytes_max"]:
-            raise LedgerError(
-                E.LIMIT_REACHED, f"event of {len(data)} bytes exceeds event_bytes_max = {self.limits['event_bytes_max']}",
-                limit="event_bytes_max",
-            )
-        return self.append_bytes(data, body, draft.operation_key, draft.contents)
-
-    def append_bytes(self, data: bytes, body: Mapping[str, Any], operation_key: str | None,
-                     contents: Mapping[str, bytes]) -> Appended:
-        """Insert the canonical ``data`` of ``body`` (already chained) and project its rows."""
-        stream = "budget" if body["format"] == "budget-event-v1" else "case"
-        revision = body["revision"]
-        stream_seq = self.next_stream_seq(stream, revision)
-        sha = sha256_hex(data)
-        request = body.get("request")
-        self.execute(
-            "insert_event", seq=body["seq"], type=body["type"], revision=revision, stream=stream,
-            stream_seq=stream_seq, created_at=body["created_at"], sha256=sha,
-            parent_sha256=body["parent_sha256"], operation_key=operation_key,
-            request_sha256=sha256_hex(canonical_bytes(request)) if operation_key else None,
-            body=data.decode("utf-8"),
-        )
-        self._project(body, contents)
-        return Appended(body["seq"], sha, body["created_at"], event_path(stream, revision, stream_seq),
-                        dict(body))
-
-    def _project(self, body: Mapping[str, Any], contents: Mapping[str, bytes]) -> None:
-        """Write the helper rows an event establishes (the views are derived from them)."""
-        seq, kind, revision = body["seq"], body["type"], body["revision"]
-        for sha, data in contents.items():
+        self.execute("insert_event", seq=event.seq, type=event.type, revision=event.revision,
+                     stream=event.stream, stream_seq=event.stream_seq, created_at=event.created_at,
+                     sha256=event.sha256, parent_sha256=event.parent_sha256, operation_key=event.operation_key,
+                     request_sha256=event.request_sha256, body=event.body.decode("utf-8"))
+        for sha, data in (contents or {}).items():
             total = self.one("content_bytes_total")[0] + len(data)
-            self.execute("insert_content", sha256=sha, seq=seq, size_bytes=len(data), cumulative_bytes=total,
+            self.execute("insert_content", sha256=sha, seq=event.seq, size_bytes=len(data), cumulative_bytes=total,
                          body=data.decode("utf-8"))
-        if kind == "case.created":
-            self.execute("insert_case_identity", seq=seq, case_id=body["case_id"], package_id=body["package_id"])
-            self.execute("insert_lifecycle", seq=seq, revision=revision, from_state=None, state=body["state"])
-        elif kind == "revision.opened":
-            self.execute("insert_revision", revision=revision, seq=seq,
-                         units_per_hypothesis=body["units_per_hypothesis"],
-                         max_hypotheses=body["max_hypotheses"],
-                         hypothesis_batch_sha256=body["hypothesis_batch_sha256"])
-            for h in body["hypotheses"]:
-                self.execute("insert_hypothesis", revision=revision, seq=seq, **h)
-            self.execute("insert_lifecycle", seq=seq, revision=revision,
-                         from_state=body["from_state"], state=body["state"])
-        elif kind == "case.transitioned":
-            self.execute("insert_lifecycle", seq=seq, revision=revision,
-                         from_state=body["from_state"], state=body["state"])
-        elif kind == "budget.initialized":
-            self.execute("insert_policy", revision=revision, seq=seq, policy_sha256=body["policy_sha256"],
-                         policy=canonical_bytes(body["policy"]).decode("utf-8"))
-            for account in body["accounts"]:
-                self.execute("insert_account", revision=revision, seq=seq,
-                             hypothesis_id=account["hypothesis_id"], initial_units=account["initial_units"])
-        if body["format"] == "budget-event-v1":
-            self._project_action(body)
-            for account in body["accounts"]:
-                if account["status"] in TERMINAL_STATUSES and not self.one(
-                        "termination_exists", revision=revision, hypothesis_id=account["hypothesis_id"]):
-                    self.execute("insert_termination", revision=revision, seq=seq,
-                                 hypothesis_id=account["hypothesis_id"], status=account["status"],
-                                 terminal_reason=account["terminal_reason"])
-
-    def _project_action(self, body: Mapping[str, Any]) -> None:
-        action = body.get("action")
-        if action is None:
-            return
-        key = {"revision": body["revision"], "hypothesis_id": action["hypothesis_id"],
-               "action_id": action["action_id"], "seq": body["seq"]}
-        kind = body["type"]
-        if kind == "budget.reserved":
-            self.execute("insert_reservation", action=action["action"], cost_units=action["cost_units"], **key)
-        elif kind == "budget.result_recorded":
-            self.execute("insert_result", content_sha256=body["evidence_sha256"],
-                         novelty_score=action["novelty_score"], **key)
-            for source in body["sources"]:
-                self.execute("insert_result_source", path=source["path"], sha256=source["sha256"], **key)
-        elif kind in ("budget.settled", "budget.failed"):
-            self.execute("insert_closing", outcome=action["status"], semantic_score=action["semantic_score"],
-                         information_score=action["information_score"], reward_units=action["reward_units"],
-                         **key)
-
-
-@lru_cache(maxsize=64)
-def _policy_config(policy_json: str) -> BudgetConfig:
-    """Frozen policies are validated once per process, not on every operation."""
-    return BudgetConfig.from_mapping(json.loads(policy_json))
-
-
-class SqlView:
-    """The rules' :class:`~ledger.rules.LedgerView` over a :class:`Storage`: indexed, bounded reads."""
-
-    def __init__(self, storage: Storage) -> None:
-        self.storage = storage
-
-    def case(self) -> dict[str, Any] | None:
-        row = self.storage.one("case_head")
-        if row is None:
-            return None
-        case_id, package_id, seq, revision, state = row
-        return {"case_id": case_id, "package_id": package_id, "state": state,
-                "state_seq": seq, "revision": revision}
-
-    def revision(self, revision: int) -> dict[str, Any] | None:
-        row = self.storage.one("revision", revision=revision)
-        if row is None:
-            return None
-        hypotheses = [
-            {"hypothesis_id": h, "statement": s, "allocation_units": u}
-            for h, s, u in self.storage.all("revision_hypotheses", revision=revision)
-        ]
-        return {"revision": row[0], "seq": row[1], "units_per_hypothesis": row[2],
-                "max_hypotheses": row[3], "hypothesis_batch_sha256": row[4], "hypotheses": hypotheses,
-                "hypotheses_request": [{"statement": h["statement"]} for h in hypotheses]}
-
-    def policy_config(self, revision: int) -> BudgetConfig:
-        row = self.storage.one("policy", revision=revision)
-        return _policy_config(row[0])
-
-    def previous_policy(self, revision: int) -> tuple[dict[str, Any], str] | None:
-        row = self.storage.one("latest_policy_before", revision=revision)
-        return (json.loads(row[0]), row[1]) if row else None
-
-    def budget_head(self, revision: int) -> dict[str, Any] | None:
-        row = self.storage.one("latest_budget_body", revision=revision)
-        if row is None:
-            return None
-        try:
-            body = json.loads(row[0])
-            return {"policy_sha256": body["policy_sha256"],
-                    "hypothesis_batch_sha256": body["hypothesis_batch_sha256"],
-                    "accounts": {a["hypothesis_id"]: a for a in body["accounts"]}}
-        except (ValueError, TypeError, KeyError, RecursionError):
-            raise LedgerError(E.INTEGRITY_ERROR, f"the newest budget event of revision {revision} is malformed; "
-                              "run 'ledger verify'") from None
-
-    def accounts(self, revision: int) -> dict[str, dict[str, Any]]:
-        head = self.budget_head(revision)
-        return head["accounts"] if head else {}
-
-    def operation(self, key: str) -> tuple[int, str] | None:
-        row = self.storage.one("operation", operation_key=key)
-        return (row[0], row[1]) if row else None
-
-    def action(self, revision: int, hypothesis_id: str, action_id: str) -> dict[str, Any] | None:
-        row = self.storage.one("action_state", revision=revision, hypothesis_id=hypothesis_id, action_id=action_id)
-        if row is None:
-            return None
-        action, cost, novelty, outcome, semantic, information, reward, recorded = row
-        return {
-            "hypothesis_id": hypothesis_id, "action_id": action_id, "action": action, "cost_units": cost,
-            "status": outcome or ("awaiting_assessment" if recorded else "reserved"),
-            "novelty_score": novelty, "semantic_score": semantic,
-            "information_score": information, "reward_units": reward,
-        }
-
-    def content_seen(self, sha256: str) -> bool:
-        return self.storage.one("content_exists", sha256=sha256) is not None
-
-    def content_bytes_total(self) -> int:
-        return self.storage.one("content_bytes_total")[0]
-
-    def budget_events_total(self) -> int:
-        return self.storage.one("budget_events_total")[0]
+        for name, params in rows:
+            self.execute(name, **params)

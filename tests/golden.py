@@ -68,7 +68,7 @@ def demo_digest(work: Path) -> dict[str, str]:
 
 def journal_digest(name: str, work: Path) -> dict[str, str]:
     from ledger import BudgetConfig, Case
-    from ledger.export import export_case
+    from ledger import export_case
     from ledger.journal import apply_journal
 
     target = work / name

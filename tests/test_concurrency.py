@@ -23,7 +23,7 @@ import pytest
 
 from conftest import EXAMPLE_BUDGET, logical_dump, make_package, run_cli, start_case
 from ledger import AnalysisConfig, BudgetConfig, Case, LedgerError
-from ledger.export import verify_case
+from ledger import verify_case
 
 LEDGER = "ledger.sqlite"
 SPAWN = multiprocessing.get_context("spawn")

@@ -54,7 +54,7 @@ from hypothesis import strategies as st
 
 from ledger import ALL_CODES, AnalysisConfig, BudgetConfig, Case, LedgerError
 from ledger.config import DEFAULT_LIMITS, DEFAULT_POLICY
-from ledger.export import export_case, import_tree, verify_case
+from ledger import export_case, import_tree, verify_case
 from ledger.journal import OPERATIONS, apply_journal
 from ledger_cli.main import main as cli_main
 

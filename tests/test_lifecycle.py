@@ -44,7 +44,7 @@ def test_create_refuses_a_malformed_case_id(package):
 
 
 def test_a_missing_ledger_beside_an_export_is_ledger_missing_never_a_fresh_ledger(package):
-    from ledger.export import export_case
+    from ledger import export_case
 
     with start_case(package) as case:
         export_case(case)
@@ -156,7 +156,7 @@ def test_max_hypotheses_comes_from_the_analysis_config(package):
 
 
 def test_input_identity_ignores_the_ledgers_own_files_and_sees_every_input(case, example_policy):
-    from ledger.export import export_case
+    from ledger import export_case
 
     before = case.input_identity()
     budget = case.budget(example_policy)

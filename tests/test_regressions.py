@@ -17,7 +17,7 @@ from ledger import AnalysisConfig, BudgetConfig, Case, LedgerError
 from ledger.canonical import canonical_bytes
 from ledger.errors import (CONFIG_INVALID, INTEGRITY_ERROR, INVALID_ARGUMENT, INVALID_JSON, LIMIT_REACHED,
                            SOURCE_REF_INVALID, STORAGE_ERROR)
-from ledger.export import export_case, import_tree, verify_case
+from ledger import export_case, import_tree, verify_case
 from ledger.journal import apply_journal
 
 from conftest import make_package, run_cli, start_case

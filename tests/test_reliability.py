@@ -21,10 +21,11 @@ from pathlib import Path
 
 import pytest
 
+import ledger._files as files_module
 import ledger.export as export_module
 from ledger import AnalysisConfig, BudgetConfig, Case, LedgerError
 from ledger.errors import ALL_CODES, INTEGRITY_ERROR, LEDGER_BUSY, STORAGE_ERROR
-from ledger.export import export_case, verify_case
+from ledger import export_case, verify_case
 from ledger.storage import Storage
 
 from conftest import EXAMPLE_BUDGET, logical_dump, make_package
@@ -232,11 +233,11 @@ def export_faults(monkeypatch):
             return function(*args, **kwargs)
         return wrapper
 
-    monkeypatch.setattr(export_module.tempfile, "mkstemp", wrap("mkstemp", tempfile.mkstemp))
-    monkeypatch.setattr(export_module.os, "fdopen", wrap("fdopen", os.fdopen))
-    monkeypatch.setattr(export_module.os, "fsync", wrap("fsync", os.fsync))
-    monkeypatch.setattr(export_module.os, "replace", wrap("replace", os.replace))
-    monkeypatch.setattr(export_module, "_fsync_dir", wrap("fsync_dir", export_module._fsync_dir))
+    monkeypatch.setattr(files_module.tempfile, "mkstemp", wrap("mkstemp", tempfile.mkstemp))
+    monkeypatch.setattr(files_module.os, "fdopen", wrap("fdopen", os.fdopen))
+    monkeypatch.setattr(files_module.os, "fsync", wrap("fsync", os.fsync))
+    monkeypatch.setattr(files_module.os, "replace", wrap("replace", os.replace))
+    monkeypatch.setattr(export_module, "fsync_dir", wrap("fsync_dir", export_module.fsync_dir))
     return state
 
 

@@ -25,7 +25,7 @@ import pytest
 
 from conftest import TRAJECTORIES, logical_dump, run_cli
 from ledger.case import Case
-from ledger.export import export_case, verify_case
+from ledger import export_case, verify_case
 from ledger.journal import apply_journal, open_for_journal
 
 JOURNALS = sorted(TRAJECTORIES.glob("*.jsonl"))

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from ledger import Case
 from ledger.canonical import parse_json, sha256_hex
-from ledger.export import export_case, verify_case
+from ledger import export_case, verify_case
 
 GENESIS_AT = "2029-12-31T00:00:00Z"
 CASE_ID = "TORTURE-1"

@@ -1,0 +1,154 @@
+"""What every command shares: the error mapping, global settings, options and progress bars.
+
+:class:`LedgerGroup` is the single place that turns a ``LedgerError`` into
+``error: CODE: message`` on stderr with the error's exit status (1; click exits
+2 for usage errors).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sys
+from typing import Any, Callable
+
+import click
+
+from ledger import OUTPUT_ERROR, AnalysisConfig, BudgetConfig, Case, LedgerError, os_error
+
+from ._output import OutputError
+
+BALANCE_COLUMNS = ("revision", "hypothesis_id", "initial_units", "granted_units", "spent_units",
+                   "rewarded_units", "remaining_units", "status", "terminal_reason", "pending_action_id",
+                   "low_information_streak", "settled_actions", "failed_actions")
+
+
+def _silence_stdout() -> None:
+    """Point a broken standard output at /dev/null so the interpreter's last flush stays quiet."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # no real file descriptor (a test runner's buffer)
+        pass
+
+
+#: ``OSError`` numbers that, with no file name attached, come from writing standard output.
+OUTPUT_ERRNOS = frozenset({errno.EPIPE, errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EBADF})
+
+
+def _output_failed(cause: OSError) -> None:
+    """Report a standard output that refused the result (quietly for a reader that went away)."""
+    _silence_stdout()
+    if cause.errno != errno.EPIPE:
+        click.echo(f"error: {OUTPUT_ERROR}: cannot print the result ({cause.strerror or cause}); anything the "
+                   "command wrote to the ledger is committed: read it back with 'ledger events' or 'ledger state'",
+                   err=True)
+
+
+class LedgerGroup(click.Group):
+    """Maps ``LedgerError`` to ``error: CODE: message`` and exit status 1, in one place."""
+
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: Any) -> click.Context:
+        if sys.stdout is None:  # started with `>&-`: results would vanish, so nothing is run
+            click.echo(f"error: {OUTPUT_ERROR}: standard output is closed; nothing was run", err=True)
+            sys.exit(1)
+        help_requested = "--help" in args
+        try:
+            ctx = super().make_context(info_name, args, parent=parent, **extra)
+            ctx.meta["ledger.help_requested"] = help_requested
+            return ctx
+        except UnicodeError as exc:  # a global option path with no file-system name
+            click.echo(f"error: INVALID_ARGUMENT: an argument cannot name a file: {exc}", err=True)
+            sys.exit(1)
+        except OSError as exc:  # --help or --version into a full or closed stdout
+            _output_failed(exc)
+            sys.exit(1)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except LedgerError as exc:
+            click.echo(f"error: {exc.code}: {exc.message}", err=True)
+            ctx.exit(exc.exit_code)
+        except OutputError as exc:
+            _output_failed(exc.cause)
+            ctx.exit(1)
+        except OSError as exc:
+            if exc.filename is None and exc.errno in OUTPUT_ERRNOS:  # click writing help or a prompt
+                _output_failed(exc)
+            else:  # a path the file system refuses (too long, under a file, no permission, read-only)
+                refusal = os_error(exc, "the file system refused")
+                click.echo(f"error: {refusal.code}: {refusal.message}", err=True)
+            ctx.exit(1)
+        except UnicodeError as exc:  # a path argument with no file-system name (a lone surrogate)
+            click.echo(f"error: INVALID_ARGUMENT: an argument cannot name a file: {exc}", err=True)
+            ctx.exit(1)
+        except RuntimeError:
+            if sys.stdin is not None:
+                raise
+            # click cannot open '-' when the process was started with stdin closed (`<&-`)
+            click.echo("error: INVALID_ARGUMENT: '-' reads standard input, but standard input is closed", err=True)
+            ctx.exit(1)
+        except KeyboardInterrupt:
+            click.echo("error: interrupted; nothing half-written remains, run the command again", err=True)
+            ctx.exit(130)
+
+
+class Settings:
+    """Global options, loaded once per command: a named config file must be readable and
+    valid for every command, reads included (``CONFIG_INVALID`` otherwise)."""
+
+    def __init__(self, config: str | None, analysis_config: str | None, actor: str) -> None:
+        self.actor = actor
+        self.configs_given = config is not None or analysis_config is not None
+        self._budget = BudgetConfig.load(config) if config is not None else None
+        self._analysis = AnalysisConfig.load(analysis_config) if analysis_config is not None else AnalysisConfig()
+
+    def budget_config(self) -> BudgetConfig | None:
+        return self._budget
+
+    def analysis(self) -> AnalysisConfig:
+        return self._analysis
+
+    def open(self, path: str) -> Case:
+        return Case.open(path, analysis_config=self.analysis(), actor=self.actor)
+
+
+pass_settings = click.make_pass_decorator(Settings)
+CASE = click.argument("case", type=click.Path(file_okay=False, path_type=str))
+AT = click.option("--at", metavar="RFC3339", help="Event time (UTC, e.g. 2026-01-05T10:00:00Z); default now.")
+JSON = click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
+
+
+def table_format(as_json: bool, as_csv: bool) -> str:
+    if as_json and as_csv:
+        raise click.UsageError("choose one of --json and --csv")
+    return "json" if as_json else "csv" if as_csv else "table"
+
+
+def table_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    func = click.option("--csv", "as_csv", is_flag=True, help="Print CSV with a header row.")(func)
+    return click.option("--json", "as_json", is_flag=True, help="Print a JSON array of rows.")(func)
+
+
+def progress_bar(total: int, label: str, *, stream: Any = None) -> Any:
+    """A click progress bar when the output (``stream``, default stdout) is a terminal; else a no-op."""
+    stream = stream or sys.stdout
+    if stream.isatty():
+        return click.progressbar(length=total, label=label, file=stream)
+    return _NoBar()
+
+
+class _NoBar:
+    def __enter__(self) -> "_NoBar":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+    def update(self, n: int) -> None:
+        return None
+
+

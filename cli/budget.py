@@ -1,0 +1,133 @@
+"""``ledger budget …``: budget operations on hypothesis accounts."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import click
+
+from ledger import BudgetResult, parse_json
+
+from ._common import AT, CASE, JSON, Settings, pass_settings
+from ._output import emit_result
+
+@click.group()
+def budget() -> None:
+    """Budget operations on hypothesis accounts (SPEC 6)."""
+
+
+def _budget_summary(result: BudgetResult, *, read: bool = False) -> list[str]:
+    if read:
+        lines = [f"revision {result.revision} as of seq {result.seq} ({result.event_ref}); history checked"]
+    else:
+        lines = [f"seq {result.seq}{' (reused: nothing written)' if result.reused else ''} -> {result.event_ref}"]
+    if result.action:
+        a = result.action
+        lines.append(f"action {a['hypothesis_id']}/{a['action_id']} {a['action']}: {a['status']}, cost {a['cost_units']}"
+                     + (f", novelty {a['novelty_score']}" if a["novelty_score"] is not None else "")
+                     + (f", refund {a['reward_units']}" if a["reward_units"] is not None else ""))
+    for account in result.state.values():
+        lines.append(f"{account['hypothesis_id']}: {account['status']}, {account['remaining_units']} units remaining"
+                     + (f", pending {account['pending_action_id']}" if account["pending_action_id"] else ""))
+    return lines
+
+
+def _run_budget(settings: Settings, case: str, as_json: bool, call: Callable[[Any], BudgetResult], *,
+                read: bool = False) -> None:
+    with settings.open(case) as opened:
+        result = call(opened.budget(settings.budget_config()))
+    emit_result(result.to_dict(), as_json, _budget_summary(result, read=read))
+
+
+@budget.command("initialize")
+@CASE
+@AT
+@JSON
+@pass_settings
+def budget_initialize(settings: Settings, case: str, at: str | None, as_json: bool) -> None:
+    """Open one account per hypothesis and freeze the policy (--config, else the previous one)."""
+    _run_budget(settings, case, as_json, lambda b: b.initialize(at=at))
+
+
+@budget.command("reserve")
+@CASE
+@click.argument("hypothesis")
+@click.argument("action_id")
+@click.argument("action")
+@AT
+@JSON
+@pass_settings
+def budget_reserve(settings: Settings, case: str, hypothesis: str, action_id: str, action: str,
+                   at: str | None, as_json: bool) -> None:
+    """Debit ACTION's cost from HYPOTHESIS before the tool runs."""
+    _run_budget(settings, case, as_json, lambda b: b.reserve(hypothesis, action_id, action, at=at))
+
+
+@budget.command("record")
+@CASE
+@click.argument("hypothesis")
+@click.argument("action_id")
+@click.option("--evidence", "evidence_text", metavar="JSON", help="The evidence as JSON text.")
+@click.option("--evidence-file", type=click.File("rb"), help="Read the evidence JSON from a file ('-' for stdin).")
+@click.option("--source-ref", "source_refs", multiple=True, metavar="PATH", help="A package file the evidence cites; repeatable.")
+@AT
+@JSON
+@pass_settings
+def budget_record(settings: Settings, case: str, hypothesis: str, action_id: str, evidence_text: str | None,
+                  evidence_file: Any, source_refs: tuple[str, ...], at: str | None, as_json: bool) -> None:
+    """Store the evidence an action returned (novelty is computed now, refund at settle)."""
+    if (evidence_text is None) == (evidence_file is None):
+        raise click.UsageError("give exactly one of --evidence and --evidence-file")
+    evidence = parse_json(evidence_text if evidence_text is not None else evidence_file.read())
+    _run_budget(settings, case, as_json,
+                lambda b: b.record_result(hypothesis, action_id, evidence, list(source_refs), at=at))
+
+
+@budget.command("settle")
+@CASE
+@click.argument("hypothesis")
+@click.argument("action_id")
+@click.option("--score", "semantic_score", type=int, required=True, help="Semantic score, an integer 0-100.")
+@click.option("--reason", required=True, help="Why the score (non-blank).")
+@AT
+@JSON
+@pass_settings
+def budget_settle(settings: Settings, case: str, hypothesis: str, action_id: str, semantic_score: int,
+                  reason: str, at: str | None, as_json: bool) -> None:
+    """Close an assessed action and refund for new information."""
+    _run_budget(settings, case, as_json, lambda b: b.settle(hypothesis, action_id, semantic_score, reason, at=at))
+
+
+@budget.command("fail")
+@CASE
+@click.argument("hypothesis")
+@click.argument("action_id")
+@click.option("--reason", required=True, help="What went wrong (non-blank).")
+@AT
+@JSON
+@pass_settings
+def budget_fail(settings: Settings, case: str, hypothesis: str, action_id: str, reason: str,
+                at: str | None, as_json: bool) -> None:
+    """Close a pending action without refund (a low-information step)."""
+    _run_budget(settings, case, as_json, lambda b: b.fail(hypothesis, action_id, reason, at=at))
+
+
+@budget.command("reject")
+@CASE
+@click.argument("hypothesis")
+@click.option("--reason", required=True, help="Why the hypothesis is rejected (non-blank).")
+@AT
+@JSON
+@pass_settings
+def budget_reject(settings: Settings, case: str, hypothesis: str, reason: str, at: str | None, as_json: bool) -> None:
+    """Mark HYPOTHESIS rejected (terminal, no refund, nothing deleted)."""
+    _run_budget(settings, case, as_json, lambda b: b.reject(hypothesis, reason, at=at))
+
+
+@budget.command("snapshot")
+@CASE
+@JSON
+@pass_settings
+def budget_snapshot(settings: Settings, case: str, as_json: bool) -> None:
+    """Validate the current revision's budget history and show every account (writes nothing)."""
+    _run_budget(settings, case, as_json, lambda b: b.snapshot(), read=True)

@@ -1,0 +1,53 @@
+"""``ledger export``, ``import``, ``verify``: the case as canonical JSON files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ledger import Case, export_case, export_count, import_tree, read_manifest, verify_case
+
+from ._common import CASE, JSON, Settings, pass_settings, progress_bar
+from ._output import emit_result
+
+@click.command()
+@CASE
+@JSON
+@pass_settings
+def export(settings: Settings, case: str, as_json: bool) -> None:
+    """Write analysis/ and manifest.json as canonical JSON (incremental, idempotent)."""
+    with settings.open(case) as opened:
+        with progress_bar(export_count(opened), "exporting") as bar:
+            report = export_case(opened, progress=bar.update)
+    emit_result(report.to_dict(), as_json,
+                [f"exported {case}: {report.files_written} files written, {report.files_unchanged} unchanged; "
+                 f"head seq {report.manifest['head']['seq']}"])
+
+
+@click.command("import")
+@click.argument("source", metavar="DIR", type=click.Path(file_okay=False, exists=True, path_type=str))
+@click.option("--to", "target", type=click.Path(file_okay=False, path_type=str),
+              help="New case folder (default: SOURCE itself, when its ledger.sqlite was lost).")
+@JSON
+def import_command(source: str, target: str | None, as_json: bool) -> None:
+    """Rebuild a case's ledger.sqlite from the exported package DIR and verify it."""
+    manifest = read_manifest(Path(source))
+    with progress_bar(manifest["head"]["seq"] if manifest else 0, "importing") as bar:
+        report = import_tree(source, target, progress=bar.update)
+    emit_result(report.to_dict(), as_json,
+                [f"imported {report.events} events into {report.package_path}; verified, head seq {report.head_seq}"])
+
+
+@click.command()
+@CASE
+@JSON
+def verify(case: str, as_json: bool) -> None:
+    """Recompute everything from the requests and check chain, rows, views and export."""
+    with Case.open(case) as opened:
+        total = opened.status()["package_generation"]
+    with progress_bar(total, "verifying") as bar:
+        report = verify_case(case, progress=bar.update)
+    emit_result(report.to_dict(), as_json,
+                [f"ok: {report.events} events, {report.contents} contents, head seq {report.head_seq} "
+                 f"sha256 {report.head_sha256}"])

@@ -1,0 +1,103 @@
+"""The ``sql/`` folder: statement splitting, migrations, named statements.
+
+Tables, triggers and views live in ``sql/NNN_name.sql`` migration files; the
+statements the code runs live in ``sql/queries.sql`` (write path) and
+``sql/reads.sql`` (read side), each block headed ``-- name: <name>``.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from functools import cache
+
+from ._resources import resource_dir
+
+_MIGRATION_RE = re.compile(r"^(\d{3})_([a-z0-9_]+)\.sql$")
+
+
+def split_statements(script: str) -> list[str]:
+    """Split a SQL script into complete statements with ``sqlite3.complete_statement``.
+
+    ``executescript()`` would commit any open transaction first, so migrations run
+    statement by statement inside our own ``BEGIN IMMEDIATE``.
+    """
+    statements, buffer = [], ""
+    for line in script.splitlines(keepends=True):
+        buffer += line
+        if sqlite3.complete_statement(buffer):
+            if buffer.strip():
+                statements.append(buffer.strip())
+            buffer = ""
+    if buffer.strip() and not all(l.strip().startswith("--") or not l.strip() for l in buffer.splitlines()):
+        raise ValueError(f"incomplete SQL statement: {buffer[:80]!r}")
+    return statements
+
+
+@cache
+def migrations() -> tuple[tuple[int, str, tuple[str, ...]], ...]:
+    """``(version, name, statements)`` of every ``sql/NNN_name.sql``, in order."""
+    found = []
+    for path in sorted(resource_dir("sql").iterdir()):
+        match = _MIGRATION_RE.match(path.name)
+        if match:
+            statements = tuple(split_statements(path.read_text(encoding="utf-8")))
+            found.append((int(match.group(1)), match.group(2), statements))
+    return tuple(found)
+
+
+def schema_object(statement: str) -> tuple[str, str, str]:
+    """``(type, name, sql as sqlite_master stores it)`` of a ``CREATE`` statement, else ``("", "", "")``."""
+    lines = statement.splitlines()
+    while lines and (not lines[0].strip() or lines[0].lstrip().startswith("--")):
+        lines.pop(0)  # leading comments are not part of what sqlite_master stores
+    text = "\n".join(lines).strip().rstrip(";").rstrip()
+    match = re.match(r"CREATE\s+(?:UNIQUE\s+)?(TABLE|TRIGGER|VIEW|INDEX)\s+(\w+)", text)
+    return (match.group(1).lower(), match.group(2), text) if match else ("", "", "")
+
+
+def shipped_schema() -> dict[str, str]:
+    """Name → SQL of every table, index, trigger and view the migrations create."""
+    return {name: sql for _, _, statements in migrations() for statement in statements
+            for kind, name, sql in [schema_object(statement)] if kind}
+
+
+def schema_version() -> int:
+    """The newest schema version this code knows."""
+    return migrations()[-1][0]
+
+
+@cache
+def queries() -> dict[str, str]:
+    """Named statements of ``sql/queries.sql`` (write path) and ``sql/reads.sql`` (read side),
+    each block headed ``-- name: <name>``."""
+    named: dict[str, str] = {}
+    for file in ("queries.sql", "reads.sql"):
+        current = None
+        for line in (resource_dir("sql") / file).read_text(encoding="utf-8").splitlines():
+            match = re.match(r"^--\s*name:\s*(\w+)\s*$", line)
+            if match:
+                if match.group(1) in named:
+                    raise ValueError(f"{file}: statement {match.group(1)} is named twice")
+                current = match.group(1)
+                named[current] = ""
+            elif current is not None and not line.startswith("--"):
+                named[current] += line + "\n"
+    return {name: sql.strip() for name, sql in named.items()}
+
+
+def statement(name: str, schema: str = "main", **identifiers: str) -> str:
+    """Text of a named statement with its ``{schema}``/``{table}``/… placeholders filled.
+
+    ``schema`` is ``main`` or ``orig`` (the ledger verify attaches); identifiers
+    come from code, never from input. Values bind as parameters.
+    """
+    return _statement(name, schema, tuple(sorted(identifiers.items())))
+
+
+@cache
+def _statement(name: str, schema: str, identifiers: tuple[tuple[str, str], ...]) -> str:
+    text = queries()[name]
+    return text.format(schema=schema, **dict(identifiers)) if "{" in text else text
+
+

@@ -1,0 +1,116 @@
+"""Event body → helper rows: one small function per event type (SPEC 3).
+
+The helper tables (``lifecycle``, ``revisions``, ``accounts``, ``reservations``,
+…) are append-only projections of the events; the public views are derived
+from them in SQL. :func:`helper_rows` returns the rows of one event as
+``(statement name, parameters)`` pairs for :meth:`ledger.storage.Storage.append`,
+so storage never needs to know an event type. Verify builds the same rows from
+its in-memory replay and compares them with the stored ones in bulk.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+from .canonical import canonical_bytes
+from .rules.common import Draft
+from .storage import HelperRow
+
+Body = Mapping[str, Any]
+
+
+def _lifecycle(body: Body, from_state: str | None) -> HelperRow:
+    return ("insert_lifecycle", {"seq": body["seq"], "revision": body["revision"], "from_state": from_state,
+                                 "state": body["state"]})
+
+
+def _case_created(body: Body, draft: Draft) -> list[HelperRow]:
+    return [("insert_case_identity", {"seq": body["seq"], "case_id": body["case_id"],
+                                      "package_id": body["package_id"]}),
+            _lifecycle(body, None)]
+
+
+def _revision_opened(body: Body, draft: Draft) -> list[HelperRow]:
+    seq, revision = body["seq"], body["revision"]
+    rows: list[HelperRow] = [("insert_revision", {
+        "revision": revision, "seq": seq, "units_per_hypothesis": body["units_per_hypothesis"],
+        "max_hypotheses": body["max_hypotheses"], "hypothesis_batch_sha256": body["hypothesis_batch_sha256"]})]
+    rows += [("insert_hypothesis", {"revision": revision, "seq": seq, **h}) for h in body["hypotheses"]]
+    rows.append(_lifecycle(body, body["from_state"]))
+    return rows
+
+
+def _case_transitioned(body: Body, draft: Draft) -> list[HelperRow]:
+    return [_lifecycle(body, body["from_state"])]
+
+
+def _budget_initialized(body: Body, draft: Draft) -> list[HelperRow]:
+    seq, revision = body["seq"], body["revision"]
+    rows: list[HelperRow] = [("insert_policy", {"revision": revision, "seq": seq,
+                                                "policy_sha256": body["policy_sha256"],
+                                                "policy": canonical_bytes(body["policy"]).decode("utf-8")})]
+    rows += [("insert_account", {"revision": revision, "seq": seq, "hypothesis_id": a["hypothesis_id"],
+                                 "initial_units": a["initial_units"]}) for a in body["accounts"]]
+    return rows
+
+
+def _action_key(body: Body) -> dict[str, Any]:
+    action = body["action"]
+    return {"revision": body["revision"], "hypothesis_id": action["hypothesis_id"],
+            "action_id": action["action_id"], "seq": body["seq"]}
+
+
+def _budget_reserved(body: Body, draft: Draft) -> list[HelperRow]:
+    action = body["action"]
+    return [("insert_reservation", {"action": action["action"], "cost_units": action["cost_units"],
+                                    **_action_key(body)})]
+
+
+def _budget_result_recorded(body: Body, draft: Draft) -> list[HelperRow]:
+    key = _action_key(body)
+    rows: list[HelperRow] = [("insert_result", {"content_sha256": body["evidence_sha256"],
+                                                "novelty_score": body["action"]["novelty_score"], **key})]
+    rows += [("insert_result_source", {"path": s["path"], "sha256": s["sha256"], **key}) for s in body["sources"]]
+    return rows
+
+
+def _budget_closed(body: Body, draft: Draft) -> list[HelperRow]:
+    action = body["action"]
+    return [("insert_closing", {"outcome": action["status"], "semantic_score": action["semantic_score"],
+                                "information_score": action["information_score"],
+                                "reward_units": action["reward_units"], **_action_key(body)})]
+
+
+def _no_rows(body: Body, draft: Draft) -> list[HelperRow]:
+    return []
+
+
+#: Event type → its helper rows (besides the terminations every budget event may add).
+PROJECTIONS: dict[str, Callable[[Body, Draft], list[HelperRow]]] = {
+    "case.created": _case_created,
+    "revision.opened": _revision_opened,
+    "case.transitioned": _case_transitioned,
+    "budget.initialized": _budget_initialized,
+    "budget.reserved": _budget_reserved,
+    "budget.result_recorded": _budget_result_recorded,
+    "budget.settled": _budget_closed,
+    "budget.failed": _budget_closed,
+    "budget.rejected": _no_rows,
+}
+
+
+def _terminations(body: Body, draft: Draft) -> list[HelperRow]:
+    accounts = {a["hypothesis_id"]: a for a in body.get("accounts", ())}
+    return [("insert_termination", {"revision": body["revision"], "seq": body["seq"], "hypothesis_id": h,
+                                    "status": accounts[h]["status"],
+                                    "terminal_reason": accounts[h]["terminal_reason"]})
+            for h in draft.terminated]
+
+
+def helper_rows(body: Body, draft: Draft) -> list[HelperRow]:
+    """Every helper row event ``body`` (made from ``draft``) establishes, in insertion order.
+
+    Raises ``KeyError`` for an event type without a projection (a defect: every
+    event type the rules make is listed in :data:`PROJECTIONS`).
+    """
+    return PROJECTIONS[body["type"]](body, draft) + _terminations(body, draft)

@@ -1,0 +1,425 @@
+"""Budget accounting rules (SPEC 6): initialize, reserve, record_result, settle, fail, reject.
+
+Every rule re-derives the full state of every account of the revision after its
+event; the event body carries it, so a reader never needs to replay.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from .. import errors as E
+from ..canonical import SAFE_INTEGER_MAX, canonical_bytes, check_int, check_json_value, sha256_hex
+from ..config import BudgetConfig
+from ..errors import LedgerError
+from .common import (ACTION_AWAITING, ACTION_FAILED, ACTION_RESERVED, ACTION_SETTLED, CLOSED_ACTION_STATUSES,
+                     EMPTY_EVIDENCE, MUTABLE_STATES, SCORE_MAX, STATUS_ABANDONED, STATUS_EXHAUSTED,
+                     STATUS_INVESTIGATING, STATUS_NEW, STATUS_REJECTED, TERMINAL_STATUSES, REASON_BELOW_FLOOR,
+                     REASON_LOW_INFORMATION, Context, Draft, LedgerView, Reused, check_action_id,
+                     check_action_name, check_hypothesis_id, check_reason, check_source_ref_list, operation_key,
+                     hypothesis_number, replay_or_conflict, require_case, sorted_accounts)
+
+def shape_initialize() -> dict[str, Any]:
+    return {"op": "initialize"}
+
+
+def shape_reserve(hypothesis_id: Any, action_id: Any, action: Any) -> dict[str, Any]:
+    return {"op": "reserve", "hypothesis_id": check_hypothesis_id(hypothesis_id),
+            "action_id": check_action_id(action_id), "action": check_action_name(action)}
+
+
+def shape_record_result(hypothesis_id: Any, action_id: Any, evidence: Any, source_refs: Any,
+                        *, evidence_bytes_max: int | None) -> tuple[dict[str, Any], bytes]:
+    """Request of ``record_result`` and the evidence's canonical bytes.
+
+    Only the syntax of ``source_refs`` is checked here; the package checks that
+    each names a regular file inside it (``SOURCE_REF_INVALID``).
+    """
+    check_hypothesis_id(hypothesis_id)
+    check_action_id(action_id)
+    payload = canonical_bytes(evidence)
+    check_json_value(evidence)
+    if evidence_bytes_max is not None and len(payload) > evidence_bytes_max:
+        raise LedgerError(
+            E.LIMIT_REACHED,
+            f"evidence payload is {len(payload)} bytes; the limit is {evidence_bytes_max}",
+            limit="evidence_payload_bytes_max",
+        )
+    refs = check_source_ref_list(source_refs)
+    request = {"op": "record_result", "hypothesis_id": hypothesis_id, "action_id": action_id,
+               "evidence_sha256": sha256_hex(payload), "source_refs": refs}
+    return request, payload
+
+
+def shape_settle(hypothesis_id: Any, action_id: Any, semantic_score: Any, reason: Any) -> dict[str, Any]:
+    check_hypothesis_id(hypothesis_id)
+    check_action_id(action_id)
+    check_int(semantic_score, "semantic_score", minimum=0, maximum=SCORE_MAX, code=E.INVALID_SCORE)
+    return {"op": "settle", "hypothesis_id": hypothesis_id, "action_id": action_id,
+            "semantic_score": semantic_score, "reason": check_reason(reason)}
+
+
+def shape_fail(hypothesis_id: Any, action_id: Any, reason: Any) -> dict[str, Any]:
+    check_hypothesis_id(hypothesis_id)
+    check_action_id(action_id)
+    return {"op": "fail", "hypothesis_id": hypothesis_id, "action_id": action_id,
+            "reason": check_reason(reason)}
+
+
+def shape_reject(hypothesis_id: Any, reason: Any) -> dict[str, Any]:
+    return {"op": "reject", "hypothesis_id": check_hypothesis_id(hypothesis_id),
+            "reason": check_reason(reason)}
+
+
+def reward_units(cost_units: int, max_reward_bps: int, information_score: int) -> int:
+    """SPEC 6.2: ``min(floor(cost * bps * information / 1_000_000), cost - 1)`` — always ``< cost``."""
+    return min(cost_units * max_reward_bps * information_score // 1_000_000, cost_units - 1)
+
+
+def _remaining(account: Mapping[str, Any]) -> int:
+    return (account["initial_units"] + account["granted_units"]
+            - account["spent_units"] + account["rewarded_units"])
+
+
+def _apply_status_rules(account: dict[str, Any], policy: BudgetConfig) -> None:
+    """SPEC 6.4, after initialization and after every settle or fail. Exhaustion wins."""
+    if account["status"] in TERMINAL_STATUSES:
+        return
+    if account["remaining_units"] < policy.affordability_floor_units:
+        account["status"] = STATUS_EXHAUSTED
+        account["terminal_reason"] = REASON_BELOW_FLOOR
+    elif account["low_information_streak"] >= policy["max_low_information_steps"]:
+        account["status"] = STATUS_ABANDONED
+        account["terminal_reason"] = REASON_LOW_INFORMATION
+
+
+@dataclass
+class _BudgetContext:
+    case: dict[str, Any]
+    revision: int
+    policy: BudgetConfig
+    policy_sha256: str
+    accounts: dict[str, dict[str, Any]]
+    batch_sha256: str
+
+
+#: Events a reserved action may still need to close: ``record_result`` and ``settle``.
+CLOSING_EVENTS_PER_ACTION = 2
+
+
+def _check_budget_room(view: LedgerView, limits: Mapping[str, int] | None,
+                       accounts: Mapping[str, Mapping[str, Any]] | None = None, *,
+                       opens_action: bool = False) -> None:
+    """``LIMIT_REACHED`` unless ``budget_events_max`` leaves room for this event and for closing
+    every pending action (SPEC 11; 6.1 "so nothing is stranded").
+
+    Each pending action, and the one a reserve opens, keeps room for
+    :data:`CLOSING_EVENTS_PER_ACTION` events, so ``record_result``, ``settle``
+    and ``fail`` are never refused for room and a debit is never stranded.
+    """
+    if limits is None:
+        return
+    limit = limits["budget_events_max"]
+    pending = sum(1 for account in (accounts or {}).values() if account["pending_action_id"] is not None)
+    pending += 1 if opens_action else 0
+    total = view.budget_events_total()
+    if total + 1 + CLOSING_EVENTS_PER_ACTION * pending > limit:
+        kept = f" and {CLOSING_EVENTS_PER_ACTION * pending} kept to close {pending} pending action(s)" if pending else ""
+        raise LedgerError(
+            E.LIMIT_REACHED, f"the ledger holds {total} budget events of its limit of {limit}; this event needs 1"
+            f"{kept}", limit="budget_events_max", budget_events=total,
+        )
+
+
+def _budget_prelude(view: LedgerView, request: Mapping[str, Any], config: BudgetConfig | None,
+                    key_parts: Sequence[str | None]) -> tuple[Reused | None, _BudgetContext | None, str]:
+    """Identity → CASE_STATE → NOT_INITIALIZED → UNKNOWN_HYPOTHESIS → BUDGET_POLICY_CHANGED."""
+    case = require_case(view)
+    revision = case["revision"]
+    key = operation_key(revision, request["op"], *key_parts)
+    reused = replay_or_conflict(view, key, request)
+    if reused is not None:
+        return reused, None, key
+    if case["state"] not in MUTABLE_STATES:
+        raise LedgerError(
+            E.CASE_STATE, f"budget changes need GENERATING_HYPOTHESES or INVESTIGATING_HYPOTHESES; the case is {case['state']}",
+            state=case["state"],
+        )
+    head = view.budget_head(revision)
+    if head is None:
+        raise LedgerError(E.NOT_INITIALIZED, f"revision {revision} has no budget yet; run initialize first")
+    accounts = head["accounts"]
+    hypothesis_id = request.get("hypothesis_id")
+    if hypothesis_id is not None and hypothesis_id not in accounts:
+        raise LedgerError(
+            E.UNKNOWN_HYPOTHESIS, f"revision {revision} has no hypothesis {hypothesis_id}",
+            hypothesis_id=hypothesis_id,
+        )
+    policy_sha256 = head["policy_sha256"]
+    if config is not None and config.policy_sha256 != policy_sha256:
+        raise LedgerError(
+            E.BUDGET_POLICY_CHANGED,
+            f"the configured policy differs from the one frozen for revision {revision}; "
+            "open the case without a config or with the frozen policy",
+            frozen_policy_sha256=policy_sha256, configured_policy_sha256=config.policy_sha256,
+        )
+    ctx = _BudgetContext(case, revision, view.policy_config(revision), policy_sha256,
+                         accounts, head["hypothesis_batch_sha256"])
+    return None, ctx, key
+
+
+def _budget_fields(ctx: _BudgetContext, event_type: str, accounts: Mapping[str, Any],
+                   **extra: Any) -> dict[str, Any]:
+    fields = {
+        "format": "budget-event-v1", "type": event_type, "case_id": ctx.case["case_id"],
+        "package_id": ctx.case["package_id"], "revision": ctx.revision,
+        "hypothesis_batch_sha256": ctx.batch_sha256, "policy_sha256": ctx.policy_sha256,
+        "accounts": sorted_accounts(accounts),
+    }
+    fields.update(extra)
+    return fields
+
+
+def _budget_draft(ctx: _BudgetContext, event_type: str, key: str, request: Mapping[str, Any],
+                  accounts: Mapping[str, Any], *, contents: dict[str, bytes] | None = None,
+                  **extra: Any) -> Draft:
+    """The budget event: every account after it, and the accounts it makes terminal."""
+    terminated = tuple(
+        h for h in sorted(accounts, key=hypothesis_number)
+        if accounts[h]["status"] in TERMINAL_STATUSES
+        and (h not in ctx.accounts or ctx.accounts[h]["status"] not in TERMINAL_STATUSES)
+    )
+    return Draft(event_type, "budget", ctx.revision, key, dict(request), _budget_fields(ctx, event_type, accounts, **extra),
+                 contents or {}, terminated)
+
+
+def _require_action(view: LedgerView, ctx: _BudgetContext, hypothesis_id: str,
+                    action_id: str, *, verb: str) -> dict[str, Any]:
+    action = view.action(ctx.revision, hypothesis_id, action_id)
+    if action is None:
+        raise LedgerError(
+            E.UNKNOWN_ACTION, f"no action {action_id} was reserved on {hypothesis_id} in revision {ctx.revision}",
+            hypothesis_id=hypothesis_id, action_id=action_id,
+        )
+    if action["status"] in CLOSED_ACTION_STATUSES:
+        raise LedgerError(
+            E.ACTION_CLOSED, f"cannot {verb} {hypothesis_id}/{action_id}: it is already {action['status']}",
+            hypothesis_id=hypothesis_id, action_id=action_id,
+        )
+    return action
+
+
+def _open_account(ctx: _BudgetContext, h: str) -> dict[str, Any]:
+    """A copy of the account, if it may start something new: ``ACCOUNT_TERMINAL``, then
+    ``ACTION_PENDING`` (SPEC 6.1 order; reserve and reject only)."""
+    account = dict(ctx.accounts[h])
+    if account["status"] in TERMINAL_STATUSES:
+        raise LedgerError(
+            E.ACCOUNT_TERMINAL, f"{h} is {account['status']} ({account['terminal_reason']})",
+            hypothesis_id=h, status=account["status"],
+        )
+    if account["pending_action_id"] is not None:
+        raise LedgerError(
+            E.ACTION_PENDING, f"{h} has pending action {account['pending_action_id']}; settle or fail it first",
+            hypothesis_id=h, pending_action_id=account["pending_action_id"],
+        )
+    return account
+
+
+def initialize(view: LedgerView, request: Mapping[str, Any], context: Context) -> Draft | Reused:
+    """Open one account per hypothesis of the current revision and freeze the policy.
+
+    The policy is ``config`` if given, else the previous revision's frozen policy,
+    else the defaults. Repeating returns :class:`Reused` and never refills.
+    Errors: ``CASE_STATE``, ``INTEGRITY_ERROR`` (an incomplete batch), ``LIMIT_REACHED``.
+    """
+    case = require_case(view)
+    revision = case["revision"]
+    key = operation_key(revision, "initialize")
+    reused = replay_or_conflict(view, key, request)
+    if reused is not None:
+        return reused
+    if case["state"] not in MUTABLE_STATES:
+        raise LedgerError(
+            E.CASE_STATE, f"initialize needs GENERATING_HYPOTHESES or INVESTIGATING_HYPOTHESES; the case is {case['state']}",
+            state=case["state"],
+        )
+    info = view.revision(revision)
+    hypotheses = info["hypotheses"] if info else []
+    ids = [h["hypothesis_id"] for h in hypotheses]
+    if (not hypotheses or ids != [f"H{i}" for i in range(1, len(ids) + 1)]
+            or any(h["allocation_units"] < 1 for h in hypotheses)
+            or len(hypotheses) > info["max_hypotheses"]):
+        raise LedgerError(E.INTEGRITY_ERROR, f"the hypothesis batch of revision {revision} is incomplete")
+    config = context.config
+    if config is None:
+        previous = view.previous_policy(revision)
+        config = BudgetConfig.from_mapping(previous[0]) if previous else BudgetConfig()
+    _check_budget_room(view, context.limits)
+    accounts: dict[str, dict[str, Any]] = {}
+    for h in hypotheses:
+        account = {
+            "hypothesis_id": h["hypothesis_id"], "initial_units": h["allocation_units"],
+            "granted_units": 0, "spent_units": 0, "rewarded_units": 0,
+            "remaining_units": h["allocation_units"], "status": STATUS_NEW, "terminal_reason": None,
+            "pending_action_id": None, "low_information_streak": 0,
+            "settled_actions": 0, "failed_actions": 0,
+        }
+        _apply_status_rules(account, config)
+        accounts[h["hypothesis_id"]] = account
+    ctx = _BudgetContext(case, revision, config, config.policy_sha256, accounts,
+                         info["hypothesis_batch_sha256"])
+    return _budget_draft(ctx, "budget.initialized", key, request, accounts, policy=dict(config.policy))
+
+
+def reserve(view: LedgerView, request: Mapping[str, Any], context: Context) -> Draft | Reused:
+    """Debit an action's cost before it runs (SPEC 6.1).
+
+    Errors in order: ``OPERATION_CONFLICT``, ``CASE_STATE``, ``NOT_INITIALIZED``,
+    ``UNKNOWN_HYPOTHESIS``, ``BUDGET_POLICY_CHANGED``, ``ACCOUNT_TERMINAL``,
+    ``ACTION_PENDING``, ``INSUFFICIENT_BUDGET``, ``LIMIT_REACHED``.
+    """
+    h, action_id, action_name = request["hypothesis_id"], request["action_id"], request["action"]
+    reused, ctx, key = _budget_prelude(view, request, context.config, (h, action_id))
+    if reused is not None:
+        return reused
+    account = _open_account(ctx, h)
+    cost = ctx.policy.cost_units(action_name)
+    if cost > account["remaining_units"]:
+        raise LedgerError(
+            E.INSUFFICIENT_BUDGET,
+            f"{action_name} costs {cost} units; {h} has {account['remaining_units']} remaining",
+            hypothesis_id=h, cost_units=cost, remaining_units=account["remaining_units"],
+        )
+    _check_budget_room(view, context.limits, ctx.accounts, opens_action=True)
+    if account["spent_units"] + cost > SAFE_INTEGER_MAX:
+        # every number in an event must stay an exact JSON integer (SPEC 4)
+        raise LedgerError(
+            E.LIMIT_REACHED, f"{h} has spent {account['spent_units']} units; {cost} more would pass 2**53-1, "
+            "the largest exact JSON integer", hypothesis_id=h, limit="spent_units",
+        )
+    account["spent_units"] += cost
+    account["remaining_units"] = _remaining(account)
+    account["pending_action_id"] = action_id
+    if account["status"] == STATUS_NEW:
+        account["status"] = STATUS_INVESTIGATING
+    accounts = {**ctx.accounts, h: account}
+    action = {"hypothesis_id": h, "action_id": action_id, "action": action_name, "cost_units": cost,
+              "status": ACTION_RESERVED, "novelty_score": None, "semantic_score": None,
+              "information_score": None, "reward_units": None}
+    return _budget_draft(ctx, "budget.reserved", key, request, accounts, action=action)
+
+
+def record_result(view: LedgerView, request: Mapping[str, Any], context: Context) -> Draft | Reused:
+    """Store the evidence of a reserved action and compute novelty v1 (SPEC 6.1, 6.3).
+
+    ``evidence`` is the payload's canonical bytes; ``sources`` the resolved
+    ``[{"path", "sha256"}]`` of ``source_refs``. Nothing is refunded yet.
+    Errors: the prelude's, ``UNKNOWN_ACTION``, ``ACTION_CLOSED``, ``LIMIT_REACHED``.
+    """
+    h, action_id = request["hypothesis_id"], request["action_id"]
+    reused, ctx, key = _budget_prelude(view, request, context.config, (h, action_id))
+    if reused is not None:
+        return reused
+    action = dict(_require_action(view, ctx, h, action_id, verb="record a result for"))
+    # no room check: the reserve kept room for this event and the settle (_check_budget_room)
+    content_sha256 = request["evidence_sha256"]
+    seen = view.content_seen(content_sha256)
+    evidence = context.inputs["evidence"]
+    limits = context.limits
+    if not seen and limits is not None:
+        stored = view.content_bytes_total()
+        if stored + len(evidence) > limits["evidence_content_bytes_max"]:
+            raise LedgerError(
+                E.LIMIT_REACHED, f"distinct evidence content would reach {stored + len(evidence)} bytes; "
+                f"the limit is {limits['evidence_content_bytes_max']}", limit="evidence_content_bytes_max",
+            )
+    novelty = 0 if (evidence in EMPTY_EVIDENCE or seen) else ctx.policy["new_evidence_score"]
+    action.update(status=ACTION_AWAITING, novelty_score=novelty)
+    return _budget_draft(ctx, "budget.result_recorded", key, request, ctx.accounts,
+                         contents={} if seen else {content_sha256: evidence}, action=action,
+                         evidence_sha256=content_sha256, evidence_bytes=len(evidence),
+                         sources=[dict(s) for s in context.inputs["sources"]])
+
+
+def settle(view: LedgerView, request: Mapping[str, Any], context: Context) -> Draft | Reused:
+    """Close an assessed action and refund for new information (SPEC 6.1, 6.2, 6.4).
+
+    Errors: the prelude's, ``UNKNOWN_ACTION``, ``ACTION_CLOSED``, ``RESULT_MISSING`` (never
+    ``LIMIT_REACHED``: its room was kept at reserve).
+    """
+    h, action_id = request["hypothesis_id"], request["action_id"]
+    reused, ctx, key = _budget_prelude(view, request, context.config, (h, action_id))
+    if reused is not None:
+        return reused
+    action = dict(_require_action(view, ctx, h, action_id, verb="settle"))
+    if action["status"] != ACTION_AWAITING:
+        raise LedgerError(
+            E.RESULT_MISSING, f"{h}/{action_id} has no recorded result to assess; record_result first",
+            hypothesis_id=h, action_id=action_id,
+        )
+    information = min(action["novelty_score"], request["semantic_score"])
+    reward = reward_units(action["cost_units"], ctx.policy["max_reward_bps"], information)
+    account = dict(ctx.accounts[h])
+    account["rewarded_units"] += reward
+    account["remaining_units"] = _remaining(account)
+    account["pending_action_id"] = None
+    account["settled_actions"] += 1
+    if information > ctx.policy["low_information_threshold"]:
+        account["low_information_streak"] = 0
+    else:
+        account["low_information_streak"] += 1
+    _apply_status_rules(account, ctx.policy)
+    action.update(status=ACTION_SETTLED, semantic_score=request["semantic_score"],
+                  information_score=information, reward_units=reward)
+    return _budget_draft(ctx, "budget.settled", key, request, {**ctx.accounts, h: account}, action=action)
+
+
+def fail(view: LedgerView, request: Mapping[str, Any], context: Context) -> Draft | Reused:
+    """Close a pending action with no refund; a low-information step (SPEC 6.1).
+
+    Errors: the prelude's, ``UNKNOWN_ACTION``, ``ACTION_CLOSED`` (never ``LIMIT_REACHED``:
+    its room was kept at reserve).
+    """
+    h, action_id = request["hypothesis_id"], request["action_id"]
+    reused, ctx, key = _budget_prelude(view, request, context.config, (h, action_id))
+    if reused is not None:
+        return reused
+    action = dict(_require_action(view, ctx, h, action_id, verb="fail"))
+    account = dict(ctx.accounts[h])
+    account["pending_action_id"] = None
+    account["failed_actions"] += 1
+    account["low_information_streak"] += 1
+    _apply_status_rules(account, ctx.policy)
+    action.update(status=ACTION_FAILED, reward_units=0)
+    return _budget_draft(ctx, "budget.failed", key, request, {**ctx.accounts, h: account}, action=action)
+
+
+def reject(view: LedgerView, request: Mapping[str, Any], context: Context) -> Draft | Reused:
+    """Mark an account ``rejected`` (terminal) without refund (SPEC 6.1).
+
+    Errors: the prelude's, ``ACCOUNT_TERMINAL``, ``ACTION_PENDING``, ``LIMIT_REACHED``.
+    """
+    h = request["hypothesis_id"]
+    reused, ctx, key = _budget_prelude(view, request, context.config, (h,))
+    if reused is not None:
+        return reused
+    account = _open_account(ctx, h)
+    _check_budget_room(view, context.limits, ctx.accounts)
+    account["status"] = STATUS_REJECTED
+    account["terminal_reason"] = request["reason"]
+    return _budget_draft(ctx, "budget.rejected", key, request, {**ctx.accounts, h: account})
+
+
+def investigable(accounts: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Non-terminal accounts with no pending action, in hypothesis order."""
+    return [a["hypothesis_id"] for a in sorted_accounts(accounts)
+            if a["status"] not in TERMINAL_STATUSES and a["pending_action_id"] is None]
+
+
+def ready_for_evaluation(accounts: Mapping[str, Mapping[str, Any]]) -> bool:
+    """Every account terminal and nothing pending (an empty ``investigable`` is not enough)."""
+    return bool(accounts) and all(
+        a["status"] in TERMINAL_STATUSES and a["pending_action_id"] is None for a in accounts.values()
+    )

@@ -1,0 +1,263 @@
+"""What every rule shares: vocabulary, outcomes, the view protocol, id and reason checks,
+operation identity, replay or conflict (SPEC 2, 6.1).
+
+A rule is a pure function ``rule(view, request, context)``: it reads the current
+state through a :class:`LedgerView`, never writes, and returns :class:`Reused`
+(an identical replay), a :class:`Draft` (one event to append) or an
+:class:`Outcome` (several events, optionally followed by a refusal that is raised
+after they are committed). It raises :class:`~ledger.errors.LedgerError` in the
+order of SPEC 6.1 when the operation is refused and nothing may be written.
+Integers only: no float touches a unit, score or ratio.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Protocol
+
+from .. import errors as E
+from ..canonical import canonical_sha256
+from ..config import BudgetConfig
+from ..errors import LedgerError
+
+# --- vocabulary -------------------------------------------------------------
+CREATED = "CREATED"
+GENERATING = "GENERATING_HYPOTHESES"
+INVESTIGATING = "INVESTIGATING_HYPOTHESES"
+BLOCKED = "BLOCKED"
+EVALUATING = "EVALUATING"
+CLOSED = "CLOSED"
+CASE_STATES = (CREATED, GENERATING, INVESTIGATING, BLOCKED, EVALUATING, CLOSED)
+#: Moves made with ``transition``; GENERATING_HYPOTHESES is reached only by ``open_revision``.
+TRANSITIONS = frozenset({
+    (GENERATING, INVESTIGATING),
+    (INVESTIGATING, BLOCKED),
+    (BLOCKED, INVESTIGATING),
+    (INVESTIGATING, EVALUATING),
+    (EVALUATING, CLOSED),
+})
+OPEN_REVISION_FROM = frozenset({CREATED, EVALUATING, CLOSED})
+MUTABLE_STATES = frozenset({GENERATING, INVESTIGATING})
+
+STATUS_NEW = "new"
+STATUS_INVESTIGATING = "investigating"
+STATUS_EXHAUSTED = "budget_exhausted"
+STATUS_ABANDONED = "abandoned_low_information_gain"
+STATUS_REJECTED = "rejected"
+TERMINAL_STATUSES = frozenset({STATUS_EXHAUSTED, STATUS_ABANDONED, STATUS_REJECTED})
+REASON_BELOW_FLOOR = "remaining_below_floor"
+REASON_LOW_INFORMATION = "low_information_streak"
+
+ACTION_RESERVED = "reserved"
+ACTION_AWAITING = "awaiting_assessment"
+ACTION_SETTLED = "settled"
+ACTION_FAILED = "failed"
+CLOSED_ACTION_STATUSES = frozenset({ACTION_SETTLED, ACTION_FAILED})
+
+HYPOTHESIS_ID_RE = re.compile(r"^H[1-9][0-9]*$")
+ACTION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+ACTION_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
+CASE_ID_RE = ACTION_ID_RE
+#: Canonical encodings of the empty evidence payloads of SPEC 6.3.
+EMPTY_EVIDENCE = frozenset({b"null", b"{}", b"[]", b'""'})
+
+STATEMENT_CHARS_MAX = 4000
+REASON_CHARS_MAX = 4000
+ACTION_NAME_CHARS_MAX = 128
+SOURCE_REFS_MAX = 256
+SOURCE_REF_CHARS_MAX = 1024
+SCORE_MAX = 100
+
+
+# --- results of applying a rule ----------------------------------------------
+@dataclass(frozen=True)
+class Reused:
+    """An identical replay: nothing is written; ``seq`` is the original event's."""
+
+    seq: int
+
+
+@dataclass(frozen=True)
+class Draft:
+    """The derived content of one event about to be appended.
+
+    ``fields`` are the body's keys except the chain fields (``seq``,
+    ``parent_sha256``, ``created_at``, ``actor``, ``request``) that the session
+    adds; ``operation_key`` is the operation's identity (None for an event that
+    is not the identity of an operation, such as the later events of an
+    :class:`Outcome`); ``contents`` maps sha256 → canonical bytes of new content
+    rows; ``terminated`` names the accounts this event makes terminal.
+    """
+
+    type: str
+    stream: str  # "case" or "budget": the export folder and numbering of the event
+    revision: int
+    operation_key: str | None
+    request: dict[str, Any]
+    fields: dict[str, Any]
+    contents: dict[str, bytes] = field(default_factory=dict)
+    terminated: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Several events of one operation, appended in order in one transaction.
+
+    With ``refusal`` set, the events are committed and then ``refusal`` is raised:
+    "record these, then refuse" (a ``limit.exceeded`` event is written although
+    the reservation that met the limit is refused). Verify replays every event.
+    """
+
+    events: tuple[Draft, ...]
+    refusal: LedgerError | None = None
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a rule knows besides the view and the request.
+
+    ``at`` is the resolved event time (after the clamp: never before the
+    previous event's); ``config`` the caller's budget policy (None: the frozen
+    one); ``limits`` the operational limits (None on replay: the history was
+    accepted under the limits of its day); ``inputs`` the operation's bytes that
+    are not part of its request (evidence payload, resolved sources).
+    """
+
+    at: str
+    config: BudgetConfig | None = None
+    limits: Mapping[str, int] | None = None
+    inputs: Mapping[str, Any] = field(default_factory=dict)
+
+
+class LedgerView(Protocol):
+    """What the rules may read; :mod:`ledger.views` implements it over SQL and in memory."""
+
+    def case(self) -> dict[str, Any] | None: ...  # case_id, package_id, state, state_seq, revision
+    def revision(self, revision: int) -> dict[str, Any] | None: ...
+    def policy_config(self, revision: int) -> BudgetConfig: ...  # the frozen policy
+    def previous_policy(self, revision: int) -> tuple[dict[str, Any], str] | None: ...
+    def budget_head(self, revision: int) -> dict[str, Any] | None: ...  # newest budget event's state
+    def accounts(self, revision: int) -> dict[str, dict[str, Any]]: ...
+    def operation(self, key: str) -> tuple[int, str] | None: ...
+    def action(self, revision: int, hypothesis_id: str, action_id: str) -> dict[str, Any] | None: ...
+    def content_seen(self, sha256: str) -> bool: ...
+    def content_bytes_total(self) -> int: ...
+    def budget_events_total(self) -> int: ...
+    def head(self) -> tuple[int, str, str]: ...  # seq, sha256, created_at of the newest event
+    def next_stream_seq(self, stream: str, revision: int) -> int: ...
+
+
+def check_hypothesis_id(value: Any) -> str:
+    if not isinstance(value, str) or not HYPOTHESIS_ID_RE.fullmatch(value):
+        raise LedgerError(E.INVALID_ID, f"hypothesis id must match H1, H2, …, got {value!r}")
+    return value
+
+
+def check_action_id(value: Any, what: str = "action_id") -> str:
+    if not isinstance(value, str) or not ACTION_ID_RE.fullmatch(value):
+        raise LedgerError(
+            E.INVALID_ID,
+            f"{what} must match ^[A-Za-z0-9][A-Za-z0-9._:-]{{0,127}}$, got {str(value)[:80]!r}",
+        )
+    return value
+
+
+def check_action_name(value: Any) -> str:
+    if (not isinstance(value, str) or len(value) > ACTION_NAME_CHARS_MAX
+            or not ACTION_NAME_RE.fullmatch(value)):
+        raise LedgerError(
+            E.INVALID_ID,
+            f"action name must look like 'source.read_context', got {str(value)[:80]!r}",
+        )
+    return value
+
+
+def check_case_id(value: Any) -> str:
+    """A case id follows the action-id pattern (``INVALID_ID`` otherwise)."""
+    return check_action_id(value, "case_id")
+
+
+def check_reason(value: Any) -> str:
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise LedgerError(E.REASON_REQUIRED, "a non-blank reason is required")
+    if not isinstance(value, str):
+        raise LedgerError(E.INVALID_ARGUMENT, f"reason must be a string, got {type(value).__name__}")
+    if len(value) > REASON_CHARS_MAX:
+        raise LedgerError(E.INVALID_ARGUMENT, f"reason longer than {REASON_CHARS_MAX} characters")
+    check_text(value, "reason")
+    return value
+
+
+def check_text(value: str, what: str) -> None:
+    """Lone surrogates have no UTF-8 (and no canonical JSON) form; NUL would be cut short by
+    SQLite's text functions (the views read reasons with ``json_extract``)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise LedgerError(E.INVALID_JSON, f"{what} contains a lone surrogate") from None
+    if "\x00" in value:
+        raise LedgerError(E.INVALID_ARGUMENT, f"{what} contains a NUL character")
+
+
+# --- helpers ------------------------------------------------------------------------
+def hypothesis_number(hypothesis_id: str) -> int:
+    return int(hypothesis_id[1:])
+
+
+def sorted_accounts(accounts: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Accounts in hypothesis order (H2 before H10)."""
+    return [dict(accounts[h]) for h in sorted(accounts, key=hypothesis_number)]
+
+
+def operation_key(revision: int, op: str, hypothesis_id: str | None = None,
+                  action_id: str | None = None) -> str:
+    """Identity of an operation (SPEC 6.1): ``revision:op[:hypothesis[:action_id]]``."""
+    parts = [str(revision), op]
+    if hypothesis_id is not None:
+        parts.append(hypothesis_id)
+    if action_id is not None:
+        parts.append(action_id)
+    return ":".join(parts)
+
+
+def replay_or_conflict(view: LedgerView, key: str, request: Mapping[str, Any]) -> Reused | None:
+    found = view.operation(key)
+    if found is None:
+        return None
+    seq, request_sha256 = found
+    if request_sha256 != canonical_sha256(request):
+        raise LedgerError(
+            E.OPERATION_CONFLICT,
+            f"operation {key} was already applied at seq {seq} with different inputs",
+            seq=seq, operation=key,
+        )
+    return Reused(seq)
+
+
+def require_case(view: LedgerView) -> dict[str, Any]:
+    case = view.case()
+    if case is None:
+        raise LedgerError(E.INTEGRITY_ERROR, "the ledger has no case.created event")
+    return case
+
+
+def check_source_ref_list(source_refs: Any) -> list[str]:
+    """A list of distinct relative path strings (``SOURCE_REF_INVALID`` otherwise)."""
+    if source_refs is None:
+        return []
+    if not isinstance(source_refs, (list, tuple)):
+        raise LedgerError(E.SOURCE_REF_INVALID, "source_refs must be a list of relative paths")
+    if len(source_refs) > SOURCE_REFS_MAX:
+        raise LedgerError(E.SOURCE_REF_INVALID, f"more than {SOURCE_REFS_MAX} source refs")
+    seen: set[str] = set()
+    for ref in source_refs:
+        if not isinstance(ref, str) or not ref or len(ref) > SOURCE_REF_CHARS_MAX:
+            raise LedgerError(E.SOURCE_REF_INVALID, f"source ref must be a non-empty path string, got {str(ref)[:80]!r}")
+        if ref in seen:
+            raise LedgerError(E.SOURCE_REF_INVALID, f"source ref {ref!r} listed twice")
+        if "\x00" in ref:
+            raise LedgerError(E.SOURCE_REF_INVALID, "a source ref contains a NUL character")
+        check_text(ref, "source ref")
+        seen.add(ref)
+    return list(source_refs)

@@ -1,0 +1,131 @@
+"""Lifecycle rules (SPEC 2): creating the case, opening revisions, moving between states."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping
+
+from .. import errors as E
+from ..canonical import canonical_sha256, check_int
+from ..errors import LedgerError
+from .common import (CASE_STATES, CREATED, EVALUATING, GENERATING, OPEN_REVISION_FROM, STATEMENT_CHARS_MAX, TRANSITIONS,
+                     Context, Draft,
+                     LedgerView, Reused, check_case_id, check_text, require_case)
+
+
+def shape_create(case_id: Any, package_id: Any) -> dict[str, Any]:
+    """Request of the genesis event ``case.created``."""
+    check_case_id(case_id)
+    if not isinstance(package_id, str) or not re.fullmatch(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$", package_id):
+        raise LedgerError(E.INVALID_ARGUMENT, f"package_id must be a UUID4, got {package_id!r}")
+    return {"op": "create", "case_id": case_id, "package_id": package_id}
+
+
+def shape_open_revision(hypotheses: Any, units_per_hypothesis: Any, *,
+                        default_units: int, max_hypotheses: int) -> dict[str, Any]:
+    """Request of ``open_revision``: a non-empty list of ``{"statement": str}`` (SPEC 2, 6.1)."""
+    if not isinstance(hypotheses, (list, tuple)) or not hypotheses:
+        raise LedgerError(E.INVALID_ARGUMENT, "hypotheses must be a non-empty list")
+    if len(hypotheses) > max_hypotheses:
+        raise LedgerError(
+            E.INVALID_ARGUMENT,
+            f"{len(hypotheses)} hypotheses exceed max_hypotheses = {max_hypotheses}",
+        )
+    batch = []
+    for index, item in enumerate(hypotheses, start=1):
+        if not isinstance(item, Mapping) or set(item) != {"statement"}:
+            raise LedgerError(
+                E.INVALID_ARGUMENT, f"hypothesis {index} must be an object with exactly the key 'statement'"
+            )
+        statement = item["statement"]
+        if not isinstance(statement, str) or not statement.strip():
+            raise LedgerError(E.INVALID_ARGUMENT, f"hypothesis {index}: statement must be a non-blank string")
+        if len(statement) > STATEMENT_CHARS_MAX:
+            raise LedgerError(
+                E.INVALID_ARGUMENT, f"hypothesis {index}: statement longer than {STATEMENT_CHARS_MAX} characters"
+            )
+        check_text(statement, f"hypothesis {index} statement")
+        batch.append({"statement": statement})
+    units = default_units if units_per_hypothesis is None else units_per_hypothesis
+    check_int(units, "units_per_hypothesis", minimum=1)
+    return {"op": "open_revision", "hypotheses": batch, "units_per_hypothesis": units,
+            "max_hypotheses": max_hypotheses}
+
+
+def shape_transition(to: Any) -> dict[str, Any]:
+    """Request of ``transition``: ``to`` must be one of :data:`CASE_STATES`."""
+    if to not in CASE_STATES or not isinstance(to, str):
+        raise LedgerError(E.INVALID_ARGUMENT, f"unknown case state {to!r}; states: {', '.join(CASE_STATES)}")
+    return {"op": "transition", "to": to}
+
+
+def case_fields(case: Mapping[str, Any], event_type: str, revision: int) -> dict[str, Any]:
+    return {"format": "case-event-v1", "type": event_type, "case_id": case["case_id"],
+            "package_id": case["package_id"], "revision": revision}
+
+
+def create(view: LedgerView, request: Mapping[str, Any], context: Context) -> Draft:
+    """Genesis event ``case.created`` (state ``CREATED``, revision 0)."""
+    if view.case() is not None:
+        raise LedgerError(E.CASE_EXISTS, "the ledger already holds a case")
+    fields = {"format": "case-event-v1", "type": "case.created", "case_id": request["case_id"],
+              "package_id": request["package_id"], "revision": 0, "state": CREATED}
+    return Draft("case.created", "case", 0, None, dict(request), fields)
+
+
+def open_revision(view: LedgerView, request: Mapping[str, Any], context: Context) -> Draft | Reused:
+    """Open revision 1 from ``CREATED``, or the next one from ``EVALUATING``/``CLOSED``.
+
+    An identical call while the case is still in the revision it opened returns
+    :class:`Reused`. Errors: ``INVALID_TRANSITION``.
+    """
+    case = require_case(view)
+    current = case["revision"]
+    if current > 0:
+        info = view.revision(current)
+        if (info is not None and info["hypotheses_request"] == request["hypotheses"]
+                and info["units_per_hypothesis"] == request["units_per_hypothesis"]):
+            return Reused(info["seq"])
+    if case["state"] not in OPEN_REVISION_FROM:
+        raise LedgerError(
+            E.INVALID_TRANSITION,
+            f"open_revision is allowed from CREATED, EVALUATING or CLOSED, not {case['state']}",
+            state=case["state"],
+        )
+    revision = current + 1
+    units = request["units_per_hypothesis"]
+    hypotheses = [
+        {"hypothesis_id": f"H{i}", "statement": h["statement"], "allocation_units": units}
+        for i, h in enumerate(request["hypotheses"], start=1)
+    ]
+    fields = case_fields(case, "revision.opened", revision)
+    fields.update({
+        "from_state": case["state"], "state": GENERATING, "hypotheses": hypotheses,
+        "hypothesis_batch_sha256": canonical_sha256(hypotheses),
+        "units_per_hypothesis": units, "max_hypotheses": request["max_hypotheses"],
+    })
+    return Draft("revision.opened", "case", revision, None, dict(request), fields)
+
+
+def transition(view: LedgerView, request: Mapping[str, Any], context: Context) -> Draft | Reused:
+    """Move the case along SPEC 2's graph. Errors: ``INVALID_TRANSITION``, ``ACTION_PENDING``."""
+    case = require_case(view)
+    target = request["to"]
+    if case["state"] == target:
+        return Reused(case["state_seq"])
+    if (case["state"], target) not in TRANSITIONS:
+        hint = " (use open_revision)" if target == GENERATING else ""
+        raise LedgerError(
+            E.INVALID_TRANSITION, f"cannot move from {case['state']} to {target}{hint}",
+            state=case["state"], to=target,
+        )
+    if target == EVALUATING:
+        pending = [a for a in view.accounts(case["revision"]).values() if a["pending_action_id"]]
+        if pending:
+            names = ", ".join(f"{a['hypothesis_id']}/{a['pending_action_id']}" for a in pending)
+            raise LedgerError(E.ACTION_PENDING, f"actions still pending: {names}; settle or fail them first")
+    fields = case_fields(case, "case.transitioned", case["revision"])
+    fields.update({"from_state": case["state"], "state": target})
+    return Draft("case.transitioned", "case", case["revision"], None, dict(request), fields)
+
+

@@ -1,0 +1,231 @@
+"""The view protocol over SQL (the live write path) and in memory (replay, verify, simulation).
+
+The rules read state only through a :class:`~ledger.rules.common.LedgerView`.
+:class:`SqlView` answers with bounded, indexed reads of one open
+:class:`~ledger.storage.Storage`; :class:`MemoryView` holds the same state in
+dicts and advances with :meth:`MemoryView.apply`, one event body at a time,
+without touching SQLite. Both answer every question identically for the same
+history (``tests/test_seams.py`` checks it on real journals).
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from typing import Any, Mapping
+
+from . import errors as E
+from .canonical import ZERO_SHA256, canonical_bytes, canonical_sha256
+from .config import BudgetConfig
+from .errors import LedgerError
+from .storage import Storage
+
+
+@lru_cache(maxsize=64)
+def _policy_config(policy_json: str) -> BudgetConfig:
+    """Frozen policies are validated once per process, not on every operation."""
+    return BudgetConfig.from_mapping(json.loads(policy_json))
+
+
+class SqlView:
+    """The rules' :class:`~ledger.rules.LedgerView` over a :class:`Storage`: indexed, bounded reads."""
+
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+
+    def case(self) -> dict[str, Any] | None:
+        row = self.storage.one("case_head")
+        if row is None:
+            return None
+        case_id, package_id, seq, revision, state = row
+        return {"case_id": case_id, "package_id": package_id, "state": state,
+                "state_seq": seq, "revision": revision}
+
+    def revision(self, revision: int) -> dict[str, Any] | None:
+        row = self.storage.one("revision", revision=revision)
+        if row is None:
+            return None
+        hypotheses = [
+            {"hypothesis_id": h, "statement": s, "allocation_units": u}
+            for h, s, u in self.storage.all("revision_hypotheses", revision=revision)
+        ]
+        return {"revision": row[0], "seq": row[1], "units_per_hypothesis": row[2],
+                "max_hypotheses": row[3], "hypothesis_batch_sha256": row[4], "hypotheses": hypotheses,
+                "hypotheses_request": [{"statement": h["statement"]} for h in hypotheses]}
+
+    def policy_config(self, revision: int) -> BudgetConfig:
+        row = self.storage.one("policy", revision=revision)
+        return _policy_config(row[0])
+
+    def previous_policy(self, revision: int) -> tuple[dict[str, Any], str] | None:
+        row = self.storage.one("latest_policy_before", revision=revision)
+        return (json.loads(row[0]), row[1]) if row else None
+
+    def budget_head(self, revision: int) -> dict[str, Any] | None:
+        row = self.storage.one("latest_budget_body", revision=revision)
+        if row is None:
+            return None
+        try:
+            body = json.loads(row[0])
+            return {"policy_sha256": body["policy_sha256"],
+                    "hypothesis_batch_sha256": body["hypothesis_batch_sha256"],
+                    "accounts": {a["hypothesis_id"]: a for a in body["accounts"]}}
+        except (ValueError, TypeError, KeyError, RecursionError):
+            raise LedgerError(E.INTEGRITY_ERROR, f"the newest budget event of revision {revision} is malformed; "
+                              "run 'ledger verify'") from None
+
+    def accounts(self, revision: int) -> dict[str, dict[str, Any]]:
+        head = self.budget_head(revision)
+        return head["accounts"] if head else {}
+
+    def operation(self, key: str) -> tuple[int, str] | None:
+        row = self.storage.one("operation", operation_key=key)
+        return (row[0], row[1]) if row else None
+
+    def action(self, revision: int, hypothesis_id: str, action_id: str) -> dict[str, Any] | None:
+        row = self.storage.one("action_state", revision=revision, hypothesis_id=hypothesis_id, action_id=action_id)
+        if row is None:
+            return None
+        action, cost, novelty, outcome, semantic, information, reward, recorded = row
+        return {
+            "hypothesis_id": hypothesis_id, "action_id": action_id, "action": action, "cost_units": cost,
+            "status": outcome or ("awaiting_assessment" if recorded else "reserved"),
+            "novelty_score": novelty, "semantic_score": semantic,
+            "information_score": information, "reward_units": reward,
+        }
+
+    def content_seen(self, sha256: str) -> bool:
+        return self.storage.one("content_exists", sha256=sha256) is not None
+
+    def content_bytes_total(self) -> int:
+        return self.storage.one("content_bytes_total")[0]
+
+    def budget_events_total(self) -> int:
+        return self.storage.one("budget_events_total")[0]
+
+    def head(self) -> tuple[int, str, str]:
+        return self.storage.head()
+
+    def next_stream_seq(self, stream: str, revision: int) -> int:
+        if stream == "budget":
+            return self.storage.one("stream_count_budget", revision=revision)[0] + 1
+        return self.storage.one("stream_count_case")[0] + 1
+
+
+class MemoryView:
+    """The whole state a rule can ask about, held in memory and advanced event by event.
+
+    Start empty (a case not yet created) and call :meth:`apply` with each event's
+    body, canonical bytes and stream, in chain order. Nothing touches SQLite, so a
+    replay (verify, import) or a simulation runs at the speed of the rules.
+    """
+
+    def __init__(self) -> None:
+        self._case: dict[str, Any] | None = None
+        self._revisions: dict[int, dict[str, Any]] = {}
+        self._policies: dict[int, tuple[str, str]] = {}
+        self._budget_heads: dict[int, dict[str, Any]] = {}
+        self._operations: dict[str, tuple[int, str]] = {}
+        self._actions: dict[tuple[int, str, str], dict[str, Any]] = {}
+        self._contents: set[str] = set()
+        self._content_bytes = 0
+        self._stream_counts: dict[tuple[str, int], int] = {}
+        self._budget_events = 0
+        self._head: tuple[int, str, str] = (0, ZERO_SHA256, "")
+
+    # -- the protocol ----------------------------------------------------------------
+    def case(self) -> dict[str, Any] | None:
+        return dict(self._case) if self._case else None
+
+    def revision(self, revision: int) -> dict[str, Any] | None:
+        info = self._revisions.get(revision)
+        if info is None:
+            return None
+        return {**info, "hypotheses": [dict(h) for h in info["hypotheses"]],
+                "hypotheses_request": [{"statement": h["statement"]} for h in info["hypotheses"]]}
+
+    def policy_config(self, revision: int) -> BudgetConfig:
+        return _policy_config(self._policies[revision][0])
+
+    def previous_policy(self, revision: int) -> tuple[dict[str, Any], str] | None:
+        earlier = [r for r in self._policies if r < revision]
+        if not earlier:
+            return None
+        policy_json, sha = self._policies[max(earlier)]
+        return json.loads(policy_json), sha
+
+    def budget_head(self, revision: int) -> dict[str, Any] | None:
+        head = self._budget_heads.get(revision)
+        if head is None:
+            return None
+        return {**head, "accounts": {h: dict(a) for h, a in head["accounts"].items()}}
+
+    def accounts(self, revision: int) -> dict[str, dict[str, Any]]:
+        head = self.budget_head(revision)
+        return head["accounts"] if head else {}
+
+    def operation(self, key: str) -> tuple[int, str] | None:
+        return self._operations.get(key)
+
+    def action(self, revision: int, hypothesis_id: str, action_id: str) -> dict[str, Any] | None:
+        found = self._actions.get((revision, hypothesis_id, action_id))
+        return dict(found) if found else None
+
+    def content_seen(self, sha256: str) -> bool:
+        return sha256 in self._contents
+
+    def content_bytes_total(self) -> int:
+        return self._content_bytes
+
+    def budget_events_total(self) -> int:
+        return self._budget_events
+
+    def head(self) -> tuple[int, str, str]:
+        return self._head
+
+    def next_stream_seq(self, stream: str, revision: int) -> int:
+        return self._stream_counts.get((stream, revision if stream == "budget" else 0), 0) + 1
+
+    # -- advancing -------------------------------------------------------------------
+    def apply(self, body: Mapping[str, Any], sha256: str, stream: str, operation_key: str | None,
+              contents: Mapping[str, bytes]) -> int:
+        """Advance by one event (``body`` as stored, ``sha256`` of its bytes); return its ``stream_seq``."""
+        seq, revision, kind = body["seq"], body["revision"], body["type"]
+        scope = (stream, revision if stream == "budget" else 0)
+        stream_seq = self._stream_counts.get(scope, 0) + 1
+        self._stream_counts[scope] = stream_seq
+        self._head = (seq, sha256, body["created_at"])
+        if operation_key is not None:
+            self._operations[operation_key] = (seq, canonical_sha256(body["request"]))
+        for sha, data in contents.items():
+            self._contents.add(sha)
+            self._content_bytes += len(data)
+        if "state" in body:
+            self._apply_lifecycle(body)
+        if kind == "revision.opened":
+            self._revisions[revision] = {
+                "revision": revision, "seq": seq, "units_per_hypothesis": body["units_per_hypothesis"],
+                "max_hypotheses": body["max_hypotheses"], "hypothesis_batch_sha256": body["hypothesis_batch_sha256"],
+                "hypotheses": [dict(h) for h in body["hypotheses"]]}
+        if stream == "budget":
+            self._apply_budget(body)
+        return stream_seq
+
+    def _apply_lifecycle(self, body: Mapping[str, Any]) -> None:
+        if body["type"] == "case.created":
+            self._case = {"case_id": body["case_id"], "package_id": body["package_id"]}
+        if self._case is None:
+            raise LedgerError(E.INTEGRITY_ERROR, "the ledger has no case.created event")
+        self._case.update(state=body["state"], state_seq=body["seq"], revision=body["revision"])
+
+    def _apply_budget(self, body: Mapping[str, Any]) -> None:
+        revision = body["revision"]
+        self._budget_events += 1
+        if body["type"] == "budget.initialized":
+            self._policies[revision] = (canonical_bytes(body["policy"]).decode("utf-8"), body["policy_sha256"])
+        self._budget_heads[revision] = {
+            "policy_sha256": body["policy_sha256"], "hypothesis_batch_sha256": body["hypothesis_batch_sha256"],
+            "accounts": {a["hypothesis_id"]: dict(a) for a in body["accounts"]}}
+        action = body.get("action")
+        if action is not None:
+            self._actions[(revision, action["hypothesis_id"], action["action_id"])] = dict(action)
