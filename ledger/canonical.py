@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from functools import lru_cache
 from typing import Any, Mapping
 
 import rfc8785
@@ -30,7 +29,50 @@ def canonical_bytes(value: Any) -> bytes:
     Raises ``INVALID_JSON`` for NaN, ±Infinity, non-string object keys, lone
     surrogates, integers outside ±(2**53 − 1), unsupported types and nesting
     too deep to encode.
+
+    Values inside the *plain domain* (:func:`_plain`: strings, integers within
+    ±(2**53 − 1), booleans, null, lists, and objects whose keys are ASCII) are
+    encoded by the standard library's ``json.dumps`` with sorted keys, compact
+    separators and ``ensure_ascii=False``, which produces exactly the RFC 8785
+    bytes for them: ASCII keys sort the same by UTF-16 code units as by code
+    points, integers print the same, and both escape exactly ``"``, ``\\`` and
+    U+0000–U+001F in strings. Everything else (floats, non-ASCII keys, anything
+    unsure) goes to the maintained ``rfc8785`` package. ``tests/test_canonical.py``
+    checks the equality on generated values, RFC 8785's edge cases included.
     """
+    try:
+        if _plain(value):
+            return _dumps(value).encode("utf-8")
+    except (UnicodeEncodeError, RecursionError):
+        pass  # a lone surrogate or deep nesting: rfc8785 reports it
+    return _rfc8785_bytes(value)
+
+
+_dumps = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False,
+                          check_circular=False).encode
+
+
+def _plain(value: Any) -> bool:
+    """True when ``value`` lies in the domain where ``json.dumps`` output is RFC 8785 canonical."""
+    kind = type(value)
+    if kind is str or value is None or kind is bool:
+        return True
+    if kind is int:
+        return -SAFE_INTEGER_MAX <= value <= SAFE_INTEGER_MAX
+    if kind is dict:
+        for key, item in value.items():
+            if type(key) is not str or not key.isascii() or not _plain(item):
+                return False
+        return True
+    if kind is list:
+        for item in value:
+            if not _plain(item):
+                return False
+        return True
+    return False
+
+
+def _rfc8785_bytes(value: Any) -> bytes:
     try:
         return rfc8785.dumps(value)
     except rfc8785.IntegerDomainError as exc:
@@ -44,63 +86,10 @@ def canonical_bytes(value: Any) -> bytes:
         raise LedgerError(INVALID_JSON, "JSON nested too deeply") from None
 
 
-def _utf16_order(key: str) -> bytes:
-    return key.encode("utf-16-be")  # RFC 8785 sorts member names by UTF-16 code units
-
-
-@lru_cache(maxsize=256)
-def _member_name(key: str) -> bytes:
-    return canonical_bytes(key)
-
-
-@lru_cache(maxsize=4096)
-def _cached_scalar(kind: str, value: Any) -> bytes:
-    return canonical_bytes(value)  # hashes, ids and format names repeat from event to event
-
-
-@lru_cache(maxsize=4096)
-def _cached_canonical(frozen: tuple) -> bytes:
-    return canonical_bytes({key: value for key, _, value in frozen})
-
-
-def _flat_members(value: dict) -> tuple | None:
-    """``(key, type name, value)`` of a flat dict of scalars (the type keeps 1 and True apart)."""
-    members = []
-    for key, item in value.items():
-        if item is not None and type(item) not in (str, int):
-            return None
-        members.append((key, type(item).__name__, item))
-    return tuple(members)
-
-
 def canonical_event_bytes(body: Mapping[str, Any]) -> bytes:
-    """Canonical bytes of an event body: equal to ``canonical_bytes(body)``, built faster.
-
-    Each member value is canonicalized by ``rfc8785``; this function only joins
-    them in RFC 8785 member order. Flat dicts of strings and integers inside
-    lists (the accounts every budget event repeats) are canonicalized once per
-    distinct content and then reused. ``tests/test_canonical.py`` checks the
-    equality with ``rfc8785.dumps`` on generated bodies and on every stored event.
-    """
-    if type(body) is not dict:
-        return canonical_bytes(body)
-    parts = []
-    for key in sorted(body, key=_utf16_order):
-        if type(key) is not str:
-            return canonical_bytes(body)  # let rfc8785 report the bad key
-        value = body[key]
-        if type(value) is list and value and all(type(item) is dict for item in value):
-            encoded_items = []
-            for item in value:
-                frozen = _flat_members(item)
-                encoded_items.append(canonical_bytes(item) if frozen is None else _cached_canonical(frozen))
-            encoded = b"[" + b",".join(encoded_items) + b"]"
-        elif value is None or type(value) in (str, int):
-            encoded = _cached_scalar(type(value).__name__, value)
-        else:
-            encoded = canonical_bytes(value)
-        parts.append(_member_name(key) + b":" + encoded)
-    return b"{" + b",".join(parts) + b"}"
+    """Canonical bytes of an event body: :func:`canonical_bytes` (kept as the name the
+    write path, replay and tests use for event bodies)."""
+    return canonical_bytes(body)
 
 
 def sha256_hex(data: bytes) -> str:

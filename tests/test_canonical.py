@@ -136,3 +136,62 @@ def test_cached_members_keep_true_and_one_apart():
     assert canonical_event_bytes({"a": [{"x": True}]}) == b'{"a":[{"x":true}]}'
     assert canonical_event_bytes({"\uff21": 1, "\U00010000": [{"k": "v"}]}) == canonical_bytes(
         {"\uff21": 1, "\U00010000": [{"k": "v"}]})
+
+
+# --- the standard-library fast path equals rfc8785 ----------------------------------------
+import rfc8785  # noqa: E402
+
+from ledger.canonical import _plain  # noqa: E402
+
+#: Strings that exercise RFC 8785's string rules: every control character, quote, backslash,
+#: DEL, the line separators, characters outside the BMP and lone surrogates.
+EDGE_TEXT = st.text(alphabet=st.one_of(
+    st.characters(min_codepoint=0, max_codepoint=0x7F),
+    st.sampled_from(["\u2028", "\u2029", "\u0085", "\ufeff", "\uffff", "\U0001f600", "\U00010000",
+                     "\ud800", "\udfff", "\uff21", "\u00e9"]),
+    st.characters(),
+), max_size=12)
+EDGE_INTS = st.one_of(st.integers(-(2**53 - 1), 2**53 - 1), st.sampled_from([2**53, -(2**53), 2**63, -(2**53 - 1)]))
+EDGE_SCALARS = st.one_of(st.none(), st.booleans(), EDGE_INTS, EDGE_TEXT,
+                         st.floats(allow_nan=True, allow_infinity=True))
+EDGE_VALUES = st.recursive(
+    EDGE_SCALARS,
+    lambda children: st.one_of(st.lists(children, max_size=4), st.dictionaries(EDGE_TEXT, children, max_size=4)),
+    max_leaves=20,
+)
+
+
+def _rfc8785_or_refusal(value):
+    try:
+        return rfc8785.dumps(value)
+    except (rfc8785.CanonicalizationError, UnicodeError, RecursionError):
+        return "refused"
+
+
+def _ours_or_refusal(value):
+    try:
+        return canonical_bytes(value)
+    except LedgerError as exc:
+        assert exc.code == INVALID_JSON
+        return "refused"
+
+
+@given(EDGE_VALUES)
+def test_the_json_dumps_fast_path_gives_exactly_the_rfc8785_bytes_or_the_same_refusal(value):
+    assert _ours_or_refusal(value) == _rfc8785_or_refusal(value)
+
+
+@given(st.recursive(st.one_of(st.none(), st.booleans(), st.integers(-(2**53 - 1), 2**53 - 1),
+                              st.text(alphabet=st.characters(exclude_categories=("Cs",)))),
+                    lambda c: st.one_of(st.lists(c, max_size=4),
+                                        st.dictionaries(st.text(alphabet=st.characters(max_codepoint=0x7F)), c,
+                                                        max_size=4)),
+                    max_leaves=20))
+def test_values_the_ledger_builds_take_the_fast_path_and_match_rfc8785(value):
+    assert _plain(value)
+    assert canonical_bytes(value) == rfc8785.dumps(value)
+
+
+@pytest.mark.parametrize("value", [1.0, {"\u00e9": 1}, {"\U00010000": 1}, 2**53, True and 1.5, [0.1]])
+def test_floats_non_ascii_keys_and_big_integers_leave_the_fast_path(value):
+    assert not _plain(value)
