@@ -35,7 +35,7 @@ from .errors import LedgerError
 from .paths import fs_path, os_error
 from .schemas import validator
 from .storage import (LEDGER_FILE, SqlView, Storage, WriterLock, content_path, event_path, file_uri, schema_version,
-                      file_identity, readable_uri, shipped_schema, statement,
+                      TRANSACTION_CONTROL, file_identity, readable_uri, shipped_schema, statement,
                       translate_sqlite_errors)
 
 Progress = Callable[[int], None]
@@ -462,7 +462,8 @@ def _scratch_storage(directory: str, original: Path) -> Storage:
     a writer appends meanwhile.
     """
     path = Path(directory) / "replay.sqlite"
-    conn = sqlite3.connect(file_uri(path, "rwc"), uri=True, isolation_level=None, check_same_thread=False)
+    conn = sqlite3.connect(file_uri(path, "rwc"), uri=True, isolation_level=None, check_same_thread=False,
+                           **TRANSACTION_CONTROL)
     with translate_sqlite_errors():
         conn.execute("PRAGMA journal_mode = OFF")  # no durability needed for a scratch copy
         source, immutable = readable_uri(original)
