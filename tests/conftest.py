@@ -21,6 +21,23 @@ settings.load_profile(os.environ.get("LEDGER_HYPOTHESIS_PROFILE", "ci"))
 
 #: Where tests/test_hostile.py leaves its one-line count of fuzz examples.
 FUZZ_SUMMARY = pytest.StashKey[str]()
+#: Whether this run selected any ``torture`` test (``-m torture``, ``-m "slow or torture"``, …).
+TORTURE_RUN = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    """Remember whether the selection (after ``-m``) holds a ``torture`` test.
+
+    The long variants ask :func:`torture_run` instead of looking for the word "torture" in the
+    ``-m`` expression, which is also in ``not torture`` (the default deselection).
+    """
+    config.stash[TORTURE_RUN] = any(item.get_closest_marker("torture") for item in items)
+
+
+def torture_run(config) -> bool:
+    """True when the run selected the ``torture`` tests (they are deselected by default)."""
+    return config.stash.get(TORTURE_RUN, False)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
@@ -95,3 +112,4 @@ def logical_dump(path: Path) -> list:
         return [(t, conn.execute(f"SELECT * FROM {t} ORDER BY 1").fetchall()) for t in tables]
     finally:
         conn.close()
+

@@ -58,7 +58,7 @@ from ledger.export import export_case, import_tree, verify_case
 from ledger.journal import OPERATIONS, apply_journal
 from ledger_cli.main import main as cli_main
 
-from conftest import FUZZ_SUMMARY, EXAMPLE_BUDGET, logical_dump, make_package, run_cli, start_case
+from conftest import FUZZ_SUMMARY, EXAMPLE_BUDGET, logical_dump, make_package, run_cli, start_case, torture_run
 
 # --- bookkeeping: examples tried per category ---------------------------------------------
 
@@ -94,7 +94,7 @@ LONG = {name: count * 10 for name, count in FAST.items()}
 
 
 def torture_only(request) -> None:
-    if "torture" not in (request.config.getoption("markexpr") or ""):
+    if not torture_run(request.config):
         pytest.skip("long run: select it with -m torture")
 
 
