@@ -323,6 +323,7 @@ def test_four_processes_sending_the_same_reservation_at_once_produce_exactly_one
 
 
 # --- 2. many writers, no LEDGER_BUSY, exact balances -----------------------------------
+@pytest.mark.slow
 def test_eight_processes_running_reserve_record_settle_cycles_keep_exact_balances_and_one_chain(tmp_path):
     path = make_package(tmp_path / "case")
     workers, cycles, units = 8, 25, 10_000

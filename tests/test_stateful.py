@@ -736,6 +736,7 @@ LONG = settings(max_examples=400, stateful_step_count=80, deadline=None,
                 report_multiple_bugs=False)
 
 
+@pytest.mark.slow
 def test_random_budget_operation_sequences_behave_exactly_as_the_spec_model_predicts():
     run_state_machine_as_test(BudgetLedgerMachine, settings=FAST)
 
