@@ -158,7 +158,8 @@ def _open_fds() -> dict[int, str]:
 
 def _patchable() -> dict[tuple[str, str], object]:
     """Functions and classes of the library's modules and of the standard modules tests patch."""
-    names = [n for n in list(sys.modules) if n in _PATCHABLE_MODULES or n.split(".")[0] in ("ledger", "ledger_cli")]
+    names = [n for n in list(sys.modules) if n in _PATCHABLE_MODULES or n.startswith(("ledger.", "ledger_cli."))
+             or n in ("ledger", "ledger_cli")]
     seen: dict[tuple[str, str], object] = {}
     for name in names:
         module = sys.modules.get(name)
@@ -191,7 +192,6 @@ def nothing_left_behind():
     """
     threads = set(threading.enumerate())
     children = _child_pids()
-    gc.collect()
     fds = _open_fds()
     handlers = _handlers()
     environ = _environ()
@@ -244,8 +244,11 @@ def nothing_left_behind():
     for (owner, attr), value in _patchable().items():
         if (owner, attr) in patchable and patchable[(owner, attr)] is not value:
             found.append(f"{owner}.{attr} is still patched")
-    gc.collect()
-    for fd, target in sorted(_open_fds().items()):
+    opened = {fd: target for fd, target in _open_fds().items() if fds.get(fd) != target}
+    if opened:  # an object nobody refers to any more may still hold them: collect it first
+        gc.collect()
+        opened = {fd: target for fd, target in _open_fds().items() if fds.get(fd) != target}
+    for fd, target in sorted(opened.items()):
         if fds.get(fd) != target:
             found.append(f"file descriptor {fd} left open: {target}")
     if found:
