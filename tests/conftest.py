@@ -123,7 +123,7 @@ def logical_dump(path: Path) -> list:
 _PATCHABLE_MODULES = ("os", "os.path", "tempfile", "shutil", "subprocess", "sqlite3", "signal", "fcntl", "time",
                       "threading", "socket", "multiprocessing", "click")
 #: How long a thread or process a test started may take to finish after the test returned.
-LEAK_GRACE_S = 5.0
+LEAK_GRACE_S = float(os.environ.get("LEDGER_LEAK_GRACE_S", "5"))
 
 
 def _child_pids() -> set[int]:
@@ -156,21 +156,21 @@ def _open_fds() -> dict[int, str]:
     return {fd: target for fd, target in fds.items() if not target.startswith("/dev/shm/pym-")}
 
 
-def _patchable() -> dict[tuple[str, str], object]:
+def _patchable() -> dict[tuple[str, str], tuple[object, object]]:
     """Functions and classes of the library's modules and of the standard modules tests patch."""
     names = [n for n in list(sys.modules) if n in _PATCHABLE_MODULES or n.startswith(("ledger.", "ledger_cli."))
              or n in ("ledger", "ledger_cli")]
-    seen: dict[tuple[str, str], object] = {}
+    seen: dict[tuple[str, str], tuple[object, object]] = {}  # (owner name, attribute): (owner, value)
     for name in names:
         module = sys.modules.get(name)
         if module is None:
             continue
         for attr, value in list(vars(module).items()):
             if callable(value) or isinstance(value, type(sys)):
-                seen[(name, attr)] = value
+                seen[(name, attr)] = (module, value)
             if isinstance(value, type) and value.__module__ == name and name.split(".")[0] in ("ledger", "ledger_cli"):
                 for member, inner in list(vars(value).items()):
-                    seen[(f"{name}.{attr}", member)] = inner
+                    seen[(f"{name}.{attr}", member)] = (value, inner)
     return seen
 
 
@@ -241,9 +241,10 @@ def nothing_left_behind():
     if sys.path != path:
         found.append("sys.path changed")
         sys.path[:] = path
-    for (owner, attr), value in _patchable().items():
-        if (owner, attr) in patchable and patchable[(owner, attr)] is not value:
+    for (owner, attr), (_, value) in _patchable().items():
+        if (owner, attr) in patchable and patchable[(owner, attr)][1] is not value:
             found.append(f"{owner}.{attr} is still patched")
+            setattr(*patchable[(owner, attr)][:1], attr, patchable[(owner, attr)][1])
     opened = {fd: target for fd, target in _open_fds().items() if fds.get(fd) != target}
     if opened:  # an object nobody refers to any more may still hold them: collect it first
         gc.collect()
