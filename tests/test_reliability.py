@@ -314,7 +314,7 @@ def _mixed_worker(path: str, worker: int, rounds: int, barrier, results) -> None
         results.put((worker, busy, refused, done, repr(exc)))
 
 
-@pytest.mark.parametrize("processes", [2, 4, pytest.param(8, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("processes", [2, pytest.param(4, marks=pytest.mark.slow), pytest.param(8, marks=pytest.mark.slow)])
 def test_processes_running_mixed_operations_on_shared_hypotheses_never_double_spend(tmp_path, processes):
     package = make_package(tmp_path / "case")
     with Case.create(package, "BUG-5") as case:
