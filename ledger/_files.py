@@ -45,9 +45,14 @@ def write_atomic(path: Path, data: bytes, mode: int | None = None) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, temp = tempfile.mkstemp(prefix=EXPORT_TEMP_PREFIX + path.name + ".", dir=path.parent)
     try:
-        # mkstemp's 0600 would hide the export from other readers
-        os.fchmod(fd, new_file_mode() if mode is None else mode)
-        with os.fdopen(fd, "wb") as handle:
+        try:
+            # mkstemp's 0600 would hide the export from other readers
+            os.fchmod(fd, new_file_mode() if mode is None else mode)
+            handle = os.fdopen(fd, "wb")
+        except BaseException:
+            os.close(fd)  # not yet owned by a file object: nothing else would close it
+            raise
+        with handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())

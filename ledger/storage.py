@@ -118,10 +118,16 @@ def check_ledger_path(path: Path) -> None:
                           f"{SQLITE_MAX_PATH_BYTES} (move the case to a shorter path)")
 
 
+#: With ``isolation_level=None``: the sqlite3 module never opens transactions behind our back.
+#: Python 3.12+ also has ``autocommit``, whose default is to change in a future version; pin the
+#: mode ``isolation_level`` governs (on 3.11 there is no such argument, and no other mode).
+TRANSACTION_CONTROL: dict[str, Any] = (
+    {"autocommit": sqlite3.LEGACY_TRANSACTION_CONTROL} if hasattr(sqlite3, "LEGACY_TRANSACTION_CONTROL") else {})
+
+
 def _connect_uri(uri: str) -> sqlite3.Connection:
-    # isolation_level=None: the sqlite3 module never opens transactions behind our back
     with translate_sqlite_errors():
-        return sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+        return sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False, **TRANSACTION_CONTROL)
 
 
 def _connect(path: Path, mode: str) -> sqlite3.Connection:
@@ -276,7 +282,8 @@ class Storage:
         the file) and no durability is asked for. ``read_only_source`` says
         whether ``orig`` is read as an immutable snapshot. Close ``conn`` when done.
         """
-        conn = sqlite3.connect(file_uri(path, "rwc"), uri=True, isolation_level=None, check_same_thread=False)
+        conn = sqlite3.connect(file_uri(path, "rwc"), uri=True, isolation_level=None, check_same_thread=False,
+                               **TRANSACTION_CONTROL)
         with translate_sqlite_errors():
             conn.execute("PRAGMA journal_mode = OFF")  # no durability needed for a scratch copy
             source, immutable = readable_uri(original)

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import gc
 import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +25,23 @@ settings.load_profile(os.environ.get("LEDGER_HYPOTHESIS_PROFILE", "ci"))
 
 #: Where tests/test_hostile.py leaves its one-line count of fuzz examples.
 FUZZ_SUMMARY = pytest.StashKey[str]()
+#: Whether this run selected any ``torture`` test (``-m torture``, ``-m "slow or torture"``, …).
+TORTURE_RUN = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    """Remember whether the selection (after ``-m``) holds a ``torture`` test.
+
+    The long variants ask :func:`torture_run` instead of looking for the word "torture" in the
+    ``-m`` expression, which is also in ``not torture`` (the default deselection).
+    """
+    config.stash[TORTURE_RUN] = any(item.get_closest_marker("torture") for item in items)
+
+
+def torture_run(config) -> bool:
+    """True when the run selected the ``torture`` tests (they are deselected by default)."""
+    return config.stash.get(TORTURE_RUN, False)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
@@ -95,3 +116,141 @@ def logical_dump(path: Path) -> list:
         return [(t, conn.execute(f"SELECT * FROM {t} ORDER BY 1").fetchall()) for t in tables]
     finally:
         conn.close()
+
+
+# --- nothing a test starts or changes may outlive it -------------------------------------
+#: Modules whose functions and classes a test may patch (monkeypatch undoes it; nothing else may).
+_PATCHABLE_MODULES = ("os", "os.path", "tempfile", "shutil", "subprocess", "sqlite3", "signal", "fcntl", "time",
+                      "threading", "socket", "multiprocessing", "click")
+#: How long a thread or process a test started may take to finish after the test returned.
+LEAK_GRACE_S = float(os.environ.get("LEDGER_LEAK_GRACE_S", "5"))
+
+
+def _child_pids() -> set[int]:
+    """Every direct child of this process (running or a zombie not yet waited for)."""
+    pids: set[int] = set()
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            pids.update(int(pid) for pid in (task / "children").read_text().split())
+        except OSError:  # the thread ended meanwhile, or no /proc children file
+            continue
+    import multiprocessing.resource_tracker as tracker
+
+    # the spawn context's resource tracker is started once and shared by the whole session
+    helper = getattr(tracker._resource_tracker, "_pid", None)
+    return pids - {helper}
+
+
+def _open_fds() -> dict[int, str]:
+    """Open file descriptors, but not those of multiprocessing's session-wide helpers: the pipe
+    to the resource tracker and the shared-memory arenas it keeps for reuse (``/dev/shm/pym-*``)."""
+    import multiprocessing.resource_tracker as tracker
+
+    fds = {}
+    for entry in Path("/proc/self/fd").iterdir():
+        try:
+            fds[int(entry.name)] = os.readlink(entry)
+        except OSError:  # the fd of the listing itself, closed by now
+            continue
+    fds.pop(getattr(tracker._resource_tracker, "_fd", None), None)
+    return {fd: target for fd, target in fds.items() if not target.startswith("/dev/shm/pym-")}
+
+
+def _patchable() -> dict[tuple[str, str], tuple[object, object]]:
+    """Functions and classes of the library's modules and of the standard modules tests patch."""
+    names = [n for n in list(sys.modules) if n in _PATCHABLE_MODULES or n.startswith(("ledger.", "ledger_cli."))
+             or n in ("ledger", "ledger_cli")]
+    seen: dict[tuple[str, str], tuple[object, object]] = {}  # (owner name, attribute): (owner, value)
+    for name in names:
+        module = sys.modules.get(name)
+        if module is None:
+            continue
+        for attr, value in list(vars(module).items()):
+            if callable(value) or isinstance(value, type(sys)):
+                seen[(name, attr)] = (module, value)
+            if isinstance(value, type) and value.__module__ == name and name.split(".")[0] in ("ledger", "ledger_cli"):
+                for member, inner in list(vars(value).items()):
+                    seen[(f"{name}.{attr}", member)] = (value, inner)
+    return seen
+
+
+def _environ() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}  # pytest's own
+
+
+def _handlers() -> dict[int, object]:
+    return {sig: signal.getsignal(sig) for sig in signal.valid_signals() if sig not in (signal.SIGKILL, signal.SIGSTOP)}
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_behind():
+    """Fail a test that leaves a child process, a thread, an open file or lock, a changed signal
+    handler, environment variable, working directory or umask, or a patched function behind.
+
+    Whatever is found is also cleaned up (processes killed, state restored), so that one
+    leaking test fails alone instead of slowing or breaking the tests after it.
+    """
+    threads = set(threading.enumerate())
+    children = _child_pids()
+    fds = _open_fds()
+    handlers = _handlers()
+    environ = _environ()
+    cwd = os.getcwd()
+    umask = os.umask(0o022)
+    os.umask(umask)
+    path = list(sys.path)
+    patchable = _patchable()
+    yield
+    found: list[str] = []
+    deadline = time.monotonic() + LEAK_GRACE_S
+    for thread in set(threading.enumerate()) - threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+        if thread.is_alive():
+            found.append(f"thread {thread.name!r} (daemon={thread.daemon}) still running")
+    while _child_pids() - children and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for pid in sorted(_child_pids() - children):
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                         if line.startswith("State:"))
+        except (OSError, StopIteration):
+            continue
+        found.append(f"child process {pid} ({state.split(None, 1)[1]}): {command.strip()[:200]}")
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (OSError, ChildProcessError):
+            pass
+    now = _handlers()
+    for sig, handler in handlers.items():
+        if now[sig] != handler:
+            found.append(f"signal handler of {signal.Signals(sig).name} changed to {now[sig]!r}")
+            signal.signal(sig, handler)
+    if _environ() != environ:
+        changed = sorted(set(_environ().items()) ^ set(environ.items()))
+        found.append(f"environment changed: {changed}")
+        for name in set(_environ()) - set(environ):
+            del os.environ[name]
+        os.environ.update(environ)
+    if os.getcwd() != cwd:
+        found.append(f"working directory changed to {os.getcwd()}")
+        os.chdir(cwd)
+    if os.umask(umask) != umask:
+        found.append("umask changed")
+    if sys.path != path:
+        found.append("sys.path changed")
+        sys.path[:] = path
+    for (owner, attr), (_, value) in _patchable().items():
+        if (owner, attr) in patchable and patchable[(owner, attr)][1] is not value:
+            found.append(f"{owner}.{attr} is still patched")
+            setattr(*patchable[(owner, attr)][:1], attr, patchable[(owner, attr)][1])
+    opened = {fd: target for fd, target in _open_fds().items() if fds.get(fd) != target}
+    if opened:  # an object nobody refers to any more may still hold them: collect it first
+        gc.collect()
+        opened = {fd: target for fd, target in _open_fds().items() if fds.get(fd) != target}
+    for fd, target in sorted(opened.items()):
+        if fds.get(fd) != target:
+            found.append(f"file descriptor {fd} left open: {target}")
+    if found:
+        pytest.fail("the test left things behind:\n  " + "\n  ".join(found), pytrace=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -30,14 +31,20 @@ def refused(code: str, *args: str, status: int = 1, **kwargs) -> str:
     return err
 
 
-@pytest.fixture
-def cli_case(tmp_path) -> Path:
-    path = make_package(tmp_path / "case")
+@pytest.fixture(scope="module")
+def cli_case_template(tmp_path_factory) -> Path:
+    """Built through the CLI once per module (four processes); each test gets a copy."""
+    path = make_package(tmp_path_factory.mktemp("cli") / "case")
     ok("init", str(path), "--case-id", "BUG-7")
     ok("revision", "open", str(path), "--hypothesis", "first", "--hypothesis", "second", "--units", "50")
     ok("state", str(path), "INVESTIGATING_HYPOTHESES")
     ok("--config", str(EXAMPLE_BUDGET), "budget", "initialize", str(path))
     return path
+
+
+@pytest.fixture
+def cli_case(cli_case_template, tmp_path) -> Path:
+    return Path(shutil.copytree(cli_case_template, tmp_path / "case"))
 
 
 def test_a_whole_investigation_through_the_cli(cli_case):

@@ -294,6 +294,7 @@ def _finish_single(process, release, queue) -> dict:
 
 
 # --- 1. concurrent identical calls ------------------------------------------------------
+@pytest.mark.slow
 def test_four_processes_sending_the_same_reservation_at_once_produce_exactly_one_debit(tmp_path):
     path = make_package(tmp_path / "case")
     rounds = 5
@@ -323,6 +324,7 @@ def test_four_processes_sending_the_same_reservation_at_once_produce_exactly_one
 
 
 # --- 2. many writers, no LEDGER_BUSY, exact balances -----------------------------------
+@pytest.mark.slow
 def test_eight_processes_running_reserve_record_settle_cycles_keep_exact_balances_and_one_chain(tmp_path):
     path = make_package(tmp_path / "case")
     workers, cycles, units = 8, 25, 10_000
@@ -370,6 +372,7 @@ def test_eight_processes_running_reserve_record_settle_cycles_keep_exact_balance
     verify_case(path)
 
 
+@pytest.mark.slow
 def test_a_writer_is_not_starved_by_other_processes_writing_flat_out(tmp_path):
     path = make_package(tmp_path / "case")
     hogs = 3

@@ -19,7 +19,7 @@ a traceback, and a refused input must leave the ledger logically unchanged
 4. exported trees with one or two mutations fed to ``import_tree``: refused with
    a documented code and no target folder left behind, or imported and verified.
 
-The default run takes about a minute; ``-m torture`` runs the long variants.
+The fuzzers are marked ``slow`` (``-m slow`` runs them, about a minute); ``-m torture`` runs the long variants.
 Example counts go to the terminal summary and, when ``LEDGER_FUZZ_REPORT`` names
 a file, to that file as JSON. Defects found by these fuzzers are pinned below as
 plain tests (section "Defects found by fuzzing"); with ``LEDGER_FUZZ_SKIP_KNOWN=1``
@@ -58,7 +58,7 @@ from ledger import export_case, import_tree, verify_case
 from ledger.journal import OPERATIONS, apply_journal
 from ledger_cli.main import main as cli_main
 
-from conftest import FUZZ_SUMMARY, EXAMPLE_BUDGET, logical_dump, make_package, run_cli, start_case
+from conftest import FUZZ_SUMMARY, EXAMPLE_BUDGET, logical_dump, make_package, run_cli, start_case, torture_run
 
 # --- bookkeeping: examples tried per category ---------------------------------------------
 
@@ -94,7 +94,7 @@ LONG = {name: count * 10 for name, count in FAST.items()}
 
 
 def torture_only(request) -> None:
-    if "torture" not in (request.config.getoption("markexpr") or ""):
+    if not torture_run(request.config):
         pytest.skip("long run: select it with -m torture")
 
 
@@ -420,10 +420,12 @@ def fuzz_journal_operations(template: Path, work: Path, max_examples: int) -> No
     run()
 
 
+@pytest.mark.slow
 def test_hostile_journal_text_ends_in_documented_codes_and_refused_lines_write_nothing(template, work):
     fuzz_journal_text(template, work, FAST["journal_text"])
 
 
+@pytest.mark.slow
 def test_hostile_journal_operations_end_in_documented_codes_and_refused_lines_write_nothing(template, work):
     fuzz_journal_operations(template, work, FAST["journal_ops"])
 
@@ -715,6 +717,7 @@ def fuzz_cli(template: Path, work: Path, max_examples: int) -> None:
     run()
 
 
+@pytest.mark.slow
 def test_hostile_command_lines_exit_0_1_or_2_with_documented_error_lines(template, work):
     fuzz_cli(template, work, FAST["cli"])
 
@@ -930,6 +933,7 @@ def fuzz_toml(work: Path, max_examples: int) -> None:
     run()
 
 
+@pytest.mark.slow
 def test_hostile_toml_configs_load_as_in_range_integers_or_fail_config_invalid(work):
     fuzz_toml(work, FAST["toml"])
 
@@ -1134,6 +1138,7 @@ def fuzz_import(template: Path, work: Path, max_examples: int) -> None:
     run()
 
 
+@pytest.mark.slow
 def test_mutated_export_trees_import_and_verify_or_are_refused_leaving_nothing(template, work):
     fuzz_import(template, work, FAST["import"])
 

@@ -41,7 +41,7 @@ from hypothesis.stateful import (
 
 from ledger import BudgetConfig, LedgerError
 
-from conftest import logical_dump, make_package, start_case
+from conftest import logical_dump, make_package, start_case, torture_run
 
 # --- the reference model: SPEC 6.1–6.4, written independently ---------------------
 
@@ -736,13 +736,14 @@ LONG = settings(max_examples=400, stateful_step_count=80, deadline=None,
                 report_multiple_bugs=False)
 
 
+@pytest.mark.slow
 def test_random_budget_operation_sequences_behave_exactly_as_the_spec_model_predicts():
     run_state_machine_as_test(BudgetLedgerMachine, settings=FAST)
 
 
 @pytest.mark.torture
 def test_long_random_budget_operation_sequences_behave_exactly_as_the_spec_model_predicts(request):
-    if "torture" not in (request.config.getoption("markexpr") or ""):
+    if not torture_run(request.config):
         pytest.skip("long run: select it with -m torture")
     run_state_machine_as_test(BudgetLedgerMachine, settings=LONG)
 

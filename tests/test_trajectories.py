@@ -339,6 +339,7 @@ def test_the_final_balance_of_a_real_journal_equals_the_one_the_spec_rules_predi
     assert done.generation == 1 + sum(e.ok for e in expected)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("journal", JOURNALS, ids=JOURNAL_IDS)
 def test_a_replayed_real_journal_exports_and_then_verifies_with_its_manifest(journal, replay):
     done = replay(journal)
