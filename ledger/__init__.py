@@ -24,17 +24,20 @@ from .export import ExportReport, export_case, export_count
 from .importer import import_tree
 from .journal import LineResult, apply_journal, open_for_journal
 from .manifest import read_manifest
+from .memory import MemoryCase
 from .operations import OPERATIONS, Operation
 from .package import LEDGER_FILE
 from .paths import os_error
-
+from .simulate import (Policy, RunResult, SimulationReport, example_policy, load_policy, parse_vary,
+                       read_outcomes, simulate, vary)
 from .verify import VerifyReport, verify_case
 from .views import MemoryView
 
 __all__ = [
     "ALL_CODES", "CLI_ONLY_CODES", "LEDGER_FILE", "OPERATIONS", "OUTPUT_ERROR", "AnalysisConfig", "BudgetConfig",
     "BudgetManager", "BudgetResult", "Case", "ExportReport", "LedgerError", "LifecycleResult", "LineResult",
-    "MemoryView", "Operation", "VerifyReport", "apply_journal", "export_case", "export_count", "import_tree",
+    "MemoryCase", "MemoryView", "Operation", "Policy", "RunResult", "SimulationReport", "VerifyReport", "apply_journal", "export_case", "export_count", "import_tree",
     "open_for_journal", "os_error", "parse_json", "read_manifest", "read_only_query", "run_demo", "verify_case",
+    "example_policy", "load_policy", "parse_vary", "read_outcomes", "simulate", "vary",
 ]
 __version__ = "0.1.0"
