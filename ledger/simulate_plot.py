@@ -57,12 +57,14 @@ def plot_tradeoff(policies: Sequence[Mapping[str, Any]], path: str | os.PathLike
     base = base if base is not None else (points[0][0] if points else None)
     has_good = any(good in row.get("by_outcome", {}) for row in policies)
     figure, axes = plt.subplots(figsize=(7, 4.5))
+    right = max((stopped for _, _, stopped in points), default=0.0) / 2
     for name, saved, stopped in points:
         marked = name == base
         axes.scatter([stopped], [saved], s=80 if marked else 36, marker="*" if marked else "o",
                      color="tab:red" if marked else "tab:blue", zorder=3)
         axes.annotate(f"{name} (base)" if marked else name, (stopped, saved), textcoords="offset points",
-                      xytext=(6, 4), fontsize=8)
+                      xytext=(-6, 4) if stopped > right else (6, 4), ha="right" if stopped > right else "left",
+                      fontsize=8)
     axes.set_xlabel(f"{good} runs stopped (%)" if has_good else "runs stopped (%)")
     axes.set_ylabel("steps saved (%)")
     axes.set_title("Policy trade-off: steps saved against good runs stopped")
