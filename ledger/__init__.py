@@ -28,7 +28,7 @@ from .memory import MemoryCase
 from .operations import OPERATIONS, Operation
 from .package import LEDGER_FILE
 from .paths import os_error
-from .simulate import (Policy, RunResult, SimulationReport, example_policy, load_policy, parse_vary,
+from .simulation import (Policy, RunResult, SimulationReport, example_policy, load_policy, parse_vary,
                        read_outcomes, simulate, vary)
 from .simulate_plot import plot_tradeoff, tradeoff_points
 from .verify import VerifyReport, verify_case

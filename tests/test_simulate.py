@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from ledger import (AnalysisConfig, Case, LedgerError, MemoryCase, apply_journal, example_policy, parse_vary,
                     simulate, vary)
-from ledger.simulate import Policy, parse_journal, policy_from_mapping, replay_run
+from ledger.simulation import Policy, parse_journal, policy_from_mapping, replay_run
 from ledger_cli.main import main
 
 DATA = Path(__file__).parent / "data" / "trajectories"
