@@ -12,7 +12,10 @@ Every figure is measured in one run, on the same disk, at the same durability
 * ``latency_ratio_100k_vs_1k`` — median durable operation latency at 100,000 events over that at 1,000;
 * ``verify_events_per_s`` / ``verify_peak_rss_mib`` — ``ledger verify`` (a real process) at 100,000 events;
 * ``balances_query_ms`` — ``SELECT * FROM balances`` at 100,000 events (median);
-* ``export_files_per_s`` — ``ledger export`` of that case.
+* ``export_files_per_s`` — ``ledger export`` of that case;
+* ``simulate_vs_apply`` — ``ledger simulate`` (one process, default ``--jobs``) steps per second over
+  ``ledger apply --keep-going`` operations per second (one process per journal), on the same real
+  journals (``tests/data/trajectories``), one run of each.
 
 ``--quick`` shrinks every size (10x fewer events) so the run ends in under two
 minutes; its figures are for smoke-checking, not for the README.
@@ -189,7 +192,7 @@ def write_journal(path: Path, operations: int) -> None:
     path.write_text("".join(json.dumps(line) + "\n" for line in lines[:operations]))
 
 
-def run_cli(*args: str) -> tuple[float, int]:
+def run_cli(*args: str, ok: tuple[int, ...] = (0,)) -> tuple[float, int]:
     """Wall time and peak RSS (MiB) of ``python -m ledger_cli ARGS`` in a fresh process."""
     start = time.perf_counter()
     process = subprocess.Popen([sys.executable, "-m", "ledger_cli", *args],
@@ -197,7 +200,7 @@ def run_cli(*args: str) -> tuple[float, int]:
     _, status, usage = os.wait4(process.pid, 0)
     elapsed = time.perf_counter() - start
     process.returncode = os.waitstatus_to_exitcode(status)
-    if process.returncode not in (0,):
+    if process.returncode not in ok:
         raise RuntimeError(f"ledger {' '.join(args)} failed: {process.stderr.read().decode()[-500:]}")
     return elapsed, usage.ru_maxrss // 1024
 
@@ -210,6 +213,29 @@ def bench_apply(directory: Path, operations: int) -> float:
     elapsed, _ = run_cli("--analysis-config", str(config), "apply", str(directory / "applied"), str(journal),
                          "--create", "BENCH-2")
     return operations / elapsed
+
+
+TRAJECTORIES = Path(__file__).resolve().parent.parent / "tests" / "data" / "trajectories"
+
+
+def bench_simulate_vs_apply(directory: Path, journals: int) -> dict[str, float]:
+    """Simulated steps/s over applied operations/s on the first ``journals`` real journals."""
+    folder = directory / "trajectories"
+    folder.mkdir()
+    for path in sorted(TRAJECTORIES.glob("*.jsonl"))[:journals]:
+        shutil.copy(path, folder / path.name)
+    lines = steps = 0
+    applied = 0.0
+    for path in sorted(folder.glob("*.jsonl")):
+        text = path.read_text()
+        lines += sum(1 for line in text.splitlines() if line.strip())
+        steps += text.count('"op": "reserve"')
+        elapsed, _ = run_cli("apply", str(directory / "applied" / path.stem), str(path), "--create", "SIM",
+                             "--keep-going", ok=(0, 1))  # a run stopped by its policy exits 1
+        applied += elapsed
+    simulated, _ = run_cli("simulate", str(folder), "--json")
+    return {"simulate_steps_per_s": steps / simulated, "apply_journal_ops_per_s": lines / applied,
+            "simulate_vs_apply": (steps / simulated) / (lines / applied)}
 
 
 def fill(case: Case, cycles_from: int, cycles_to: int, batch: int = 500) -> None:
@@ -309,6 +335,7 @@ def main(argv: list[str] | None = None) -> int:
             if isinstance(store, LedgerStore):
                 store.case.close()
         results["apply_ops_per_s"] = bench_apply(work, 10_000 // scale)
+        results.update(bench_simulate_vs_apply(work, 10 if args.quick else 100))
         results.update(bench_growth(work, 1_000, 100_000 // scale, 60 // (3 if args.quick else 1)))
     finally:
         shutil.rmtree(work, ignore_errors=True)

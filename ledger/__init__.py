@@ -19,22 +19,26 @@ from .canonical import parse_json
 from .case import Case, LifecycleResult, read_only_query
 from .config import AnalysisConfig, BudgetConfig
 from .demo import run_demo
-from .errors import ALL_CODES, CLI_ONLY_CODES, OUTPUT_ERROR, LedgerError
+from .errors import ALL_CODES, CLI_ONLY_CODES, INVALID_ARGUMENT, OUTPUT_ERROR, LedgerError
 from .export import ExportReport, export_case, export_count
 from .importer import import_tree
 from .journal import LineResult, apply_journal, open_for_journal
 from .manifest import read_manifest
+from .memory import MemoryCase
 from .operations import OPERATIONS, Operation
 from .package import LEDGER_FILE
 from .paths import os_error
-
+from .simulation import (Policy, RunResult, SimulationReport, example_policy, load_policy, parse_vary,
+                       read_outcomes, simulate, vary)
+from .simulate_plot import plot_tradeoff, tradeoff_points
 from .verify import VerifyReport, verify_case
 from .views import MemoryView
 
 __all__ = [
-    "ALL_CODES", "CLI_ONLY_CODES", "LEDGER_FILE", "OPERATIONS", "OUTPUT_ERROR", "AnalysisConfig", "BudgetConfig",
+    "ALL_CODES", "CLI_ONLY_CODES", "INVALID_ARGUMENT", "LEDGER_FILE", "OPERATIONS", "OUTPUT_ERROR", "AnalysisConfig", "BudgetConfig",
     "BudgetManager", "BudgetResult", "Case", "ExportReport", "LedgerError", "LifecycleResult", "LineResult",
-    "MemoryView", "Operation", "VerifyReport", "apply_journal", "export_case", "export_count", "import_tree",
+    "MemoryCase", "MemoryView", "Operation", "Policy", "RunResult", "SimulationReport", "VerifyReport", "apply_journal", "export_case", "export_count", "import_tree",
     "open_for_journal", "os_error", "parse_json", "read_manifest", "read_only_query", "run_demo", "verify_case",
+    "example_policy", "load_policy", "parse_vary", "plot_tradeoff", "read_outcomes", "simulate", "tradeoff_points", "vary",
 ]
 __version__ = "0.1.0"

@@ -8,20 +8,17 @@ current state with ``reused=True`` and writes nothing.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
 from . import errors as E
-from ._sql import statement
-from .canonical import sha256_hex
 from .config import BudgetConfig
 from .errors import LedgerError
 from .package import resolve_source_refs
 from .rules import budget as rules
 from .rules.common import sorted_accounts
-from .session import Ran, Session
+from .session import Ran, SessionBase
 
 
 @dataclass(frozen=True)
@@ -80,7 +77,7 @@ class BudgetManager:
     ``BUDGET_POLICY_CHANGED``. ``at`` (RFC 3339 UTC) sets the event time.
     """
 
-    def __init__(self, session: Session, package_path: Path, config: BudgetConfig | None = None) -> None:
+    def __init__(self, session: SessionBase, package_path: Path | None, config: BudgetConfig | None = None) -> None:
         if config is not None and not isinstance(config, BudgetConfig):
             raise LedgerError(E.INVALID_ARGUMENT, f"config must be a BudgetConfig (BudgetConfig.load(path) or "
                               f"BudgetConfig.from_mapping(...)) or None, got {type(config).__name__}")
@@ -146,7 +143,10 @@ class BudgetManager:
         request, payload = rules.shape_record_result(
             hypothesis_id, action_id, evidence, refs,
             evidence_bytes_max=self._session.limits["evidence_payload_bytes_max"])
-        sources = resolve_source_refs(self.package_path, request["source_refs"])
+        if self.package_path is None and request["source_refs"]:
+            raise LedgerError(E.SOURCE_REF_INVALID, "source references need a package folder to resolve in, "
+                              "and this case has none (an in-memory case without a package)")
+        sources = resolve_source_refs(self.package_path, request["source_refs"]) if request["source_refs"] else []
         return self._run("record_result", request, at, (hypothesis_id, action_id),
                          inputs={"evidence": payload, "sources": sources})
 
@@ -185,35 +185,7 @@ class BudgetManager:
         ``0 <= reward < cost``, and that the ``balances`` view equals the newest
         state. Raises ``INTEGRITY_ERROR`` naming the first bad ``seq``.
         """
-        storage = self._session.storage
-        with self._session.read() as view:
-            revision = view.case()["revision"]
-            rows = storage.conn.execute(statement("budget_chain_of_revision"), {"revision": revision})
-            last_seq, accounts = None, {}
-            for seq, sha, body_text, parent_sha in rows:
-                body = json.loads(body_text)
-                if sha256_hex(body_text.encode("utf-8")) != sha or body.get("parent_sha256") != parent_sha:
-                    raise LedgerError(E.INTEGRITY_ERROR, f"budget event {seq} does not match its hash chain", seq=seq)
-                for account in body["accounts"]:
-                    remaining = (account["initial_units"] + account["granted_units"]
-                                 - account["spent_units"] + account["rewarded_units"])
-                    if remaining != account["remaining_units"] or remaining < 0:
-                        raise LedgerError(E.INTEGRITY_ERROR, f"budget event {seq}: {account['hypothesis_id']} does not balance", seq=seq)
-                action = body.get("action") or {}
-                if action.get("reward_units") is not None and not 0 <= action["reward_units"] < action["cost_units"]:
-                    raise LedgerError(E.INTEGRITY_ERROR, f"budget event {seq}: reward outside [0, cost)", seq=seq)
-                last_seq, accounts = seq, {a["hypothesis_id"]: a for a in body["accounts"]}
-            view_rows = storage.conn.execute(statement("balances_of_revision"), {"revision": revision})
-            names = [d[0] for d in view_rows.description]
-            for row in view_rows.fetchall():
-                record = dict(zip(names, row))
-                record.pop("revision")
-                if accounts.get(record["hypothesis_id"]) != record:
-                    raise LedgerError(
-                        E.INTEGRITY_ERROR, f"balances view disagrees with budget event {last_seq} on {record['hypothesis_id']}",
-                        seq=last_seq,
-                    )
-            ref = self._session.event_ref(last_seq) if last_seq else None
+        revision, last_seq, accounts, ref = self._session.budget_snapshot()
         return BudgetResult(
             package_path=str(self.package_path), revision=revision, seq=last_seq, event_ref=ref,
             state=_state(accounts), reused=True,

@@ -11,54 +11,29 @@ from __future__ import annotations
 
 import os
 import uuid
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from . import errors as E
 from ._sql import statement
-from .budget import BudgetManager
 from .canonical import check_int
 from .clock import parse_at, utc_now
-from .config import AnalysisConfig, BudgetConfig
+from .config import AnalysisConfig
 from .errors import LedgerError
+from .facade import CaseFacade, LifecycleResult
 from .package import (ANALYSIS_DIR, LEDGER_FILE, MANIFEST_FILE, content_path, event_path, input_identity,
                       resolve_source_refs)
 from .paths import fs_path, os_error
 from .rules import lifecycle
 from .rules.common import check_action_id, check_case_id
-from .session import Ran, Session
+from .session import Session
 from .storage import Storage, check_ledger_path, translate_sqlite_errors
 from .views import SqlView
 
 DEFAULT_ACTOR = "controller"
 
 
-@dataclass(frozen=True)
-class LifecycleResult:
-    """Result of ``open_revision`` and ``transition``.
-
-    ``case_state`` is the case state after the call, ``seq`` the event's (the original
-    one when ``reused``), ``event_ref`` its export path, ``hypotheses`` the
-    revision's batch (``open_revision`` only).
-    """
-
-    package_path: str
-    revision: int
-    case_state: str
-    seq: int
-    event_ref: str
-    reused: bool
-    hypotheses: list[dict[str, Any]] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        if self.hypotheses is None:
-            del out["hypotheses"]
-        return out
-
-
-class Case:
+class Case(CaseFacade):
     """An open case package. Use :meth:`create` or :meth:`open`; close with :meth:`close`.
 
     ``actor`` is the asserted identity recorded in every event (default
@@ -176,68 +151,6 @@ class Case:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-    # -- running operations -------------------------------------------------------
-    def batch(self):
-        """Group commit: operations inside share one durable transaction (one fsync).
-
-        Each operation still succeeds or fails alone (a savepoint each) and returns
-        the same result as outside a batch, but nothing is durable until the
-        ``with`` block ends normally. An exception that leaves the block (a
-        ``LedgerError`` not caught inside it, ``KeyboardInterrupt``) rolls back the
-        whole batch, results already returned included; catch refusals per
-        operation to keep the rest. Use for journals and bulk loads; keep batches
-        short, as other writers wait meanwhile::
-
-            with case.batch():
-                for hypothesis, action_id in work:
-                    try:
-                        budget.reserve(hypothesis, action_id, "source.read_context")
-                    except LedgerError as refused:
-                        print(refused.code)  # this one rolled back alone
-        """
-        return self.session.batch()
-
-    def event_ref(self, seq: int) -> str:
-        """Export path of event ``seq`` (SPEC 9)."""
-        return self.session.event_ref(seq)
-
-    def _lifecycle_result(self, ran: Ran, with_hypotheses: bool = False) -> LifecycleResult:
-        with self.session.read() as view:
-            case = view.case()
-            ref = ran.last.event_ref if ran.last else self.event_ref(ran.seq)
-            hypotheses = None
-            if with_hypotheses:
-                info = view.revision(case["revision"])
-                hypotheses = info["hypotheses"] if info else []
-        return LifecycleResult(str(self.path), case["revision"], case["state"], ran.seq, ref,
-                               ran.reused, hypotheses)
-
-    def open_revision(self, hypotheses: Iterable[dict[str, Any]], units_per_hypothesis: int | None = None,
-                      *, at: str | None = None) -> LifecycleResult:
-        """Open revision 1 (from ``CREATED``) or reopen as the next revision (from
-        ``EVALUATING``/``CLOSED``); hypothesis ids ``H1``… are assigned in order.
-
-        ``hypotheses`` is a list of ``{"statement": str}``; each gets
-        ``units_per_hypothesis`` (default: the analysis config's). Errors:
-        ``INVALID_ARGUMENT``, ``INVALID_TRANSITION``.
-        """
-        request = lifecycle.shape_open_revision(
-            list(hypotheses) if isinstance(hypotheses, (list, tuple)) else hypotheses,
-            units_per_hypothesis, default_units=self.analysis.units_per_hypothesis,
-            max_hypotheses=self.analysis.max_hypotheses,
-        )
-        return self._lifecycle_result(self.session.run("open_revision", request, at=at), with_hypotheses=True)
-
-    def transition(self, to: str, *, at: str | None = None) -> LifecycleResult:
-        """Move the case to state ``to`` (SPEC 2). Errors: ``INVALID_ARGUMENT``,
-        ``INVALID_TRANSITION``, ``ACTION_PENDING`` (into ``EVALUATING``)."""
-        request = lifecycle.shape_transition(to)
-        return self._lifecycle_result(self.session.run("transition", request, at=at))
-
-    def budget(self, config: BudgetConfig | None = None) -> BudgetManager:
-        """The budget manager of this case; ``config=None`` uses the frozen policy."""
-        return BudgetManager(self.session, self.path, config)
 
     # -- reads ---------------------------------------------------------------------
     def status(self) -> dict[str, Any]:

@@ -14,12 +14,14 @@ write can never be reported that a different thread's batch later rolls back.
 
 from __future__ import annotations
 
+import json
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping
 
 from . import errors as E
+from ._sql import statement
 from .canonical import canonical_bytes, canonical_event_bytes, sha256_hex
 from .clock import parse_at, utc_now
 from .config import BudgetConfig
@@ -50,7 +52,7 @@ class Ran:
 
     appended: tuple[Appended, ...]
     seq: int
-    view: SqlView
+    view: Any  # the LedgerView the rule read (SqlView or MemoryView)
 
     @property
     def reused(self) -> bool:
@@ -61,16 +63,52 @@ class Ran:
         return self.appended[-1] if self.appended else None
 
 
-class Session:
-    """Runs operations on one :class:`~ledger.storage.Storage` for one actor.
+@dataclass(frozen=True)
+class Sealed:
+    """A draft turned into its final event: the body, its canonical bytes and their sha256."""
 
-    ``clock`` gives the time of events written without an explicit ``at``;
-    ``limits`` are the operational limits (``event_bytes_max`` among them).
+    draft: Draft
+    body: dict[str, Any]
+    data: bytes
+    sha256: str
+
+
+def seal(drafts: tuple[Draft, ...], head: tuple[int, str, str], at: str, actor: str,
+         limits: Mapping[str, int]) -> list[Sealed]:
+    """Chain ``drafts`` after ``head`` (seq, sha256, time): add ``seq``, ``parent_sha256``,
+    ``created_at`` = ``at``, ``actor`` and ``request``; compute the RFC 8785 bytes and sha256.
+
+    Every draft is sealed before any is stored, so an operation whose later event
+    is too big (``LIMIT_REACHED``, ``event_bytes_max``) stores none of them.
+    """
+    sealed = []
+    seq, parent = head[0], head[1]
+    limit = limits["event_bytes_max"]
+    for draft in drafts:
+        seq += 1
+        body = dict(draft.fields)
+        body.update(seq=seq, parent_sha256=parent, created_at=at, actor=actor, request=draft.request)
+        data = canonical_event_bytes(body)
+        if len(data) > limit:
+            raise LedgerError(
+                E.LIMIT_REACHED, f"event of {len(data)} bytes exceeds event_bytes_max = {limit}",
+                limit="event_bytes_max",
+            )
+        parent = sha256_hex(data)
+        sealed.append(Sealed(draft, body, data, parent))
+    return sealed
+
+
+class SessionBase:
+    """What a session on SQLite (:class:`Session`) and one in memory
+    (:class:`ledger.memory.MemorySession`) share: the thread check, the resolved
+    (clamped) time, the rule, sealing the events and raising an outcome's refusal.
+
+    A subclass gives :meth:`_write` (a transaction yielding the view the rule
+    reads) and :meth:`_store` (append one sealed event; return its ``stream_seq``).
     """
 
-    def __init__(self, storage: Storage, *, actor: str, clock: Callable[[], str] = utc_now,
-                 limits: Mapping[str, int]) -> None:
-        self.storage = storage
+    def __init__(self, *, actor: str, clock: Callable[[], str] = utc_now, limits: Mapping[str, int]) -> None:
         self.actor = actor
         self.clock = clock
         self.limits = dict(limits)
@@ -82,6 +120,61 @@ class Session:
             raise LedgerError(E.INVALID_ARGUMENT, "this case was opened by another thread; a Case (and its "
                               "budget manager) belongs to the thread that opened it: open the case again "
                               "in each thread (writers queue fairly on the ledger file)")
+
+    def _write(self) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _store(self, view: Any, sealed: Sealed) -> int:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def run(self, name: str, request: Mapping[str, Any], *, at: str | None = None,
+            config: BudgetConfig | None = None, inputs: Mapping[str, Any] | None = None,
+            prepare: Callable[[Any], None] | None = None) -> Ran:
+        """Evaluate operation ``name``'s rule on ``request`` and append its events, in one transaction.
+
+        ``at`` is an RFC 3339 UTC time (``INVALID_ARGUMENT`` otherwise); ``prepare``
+        runs first inside the transaction (creating the schema of a new ledger).
+        Raises the rule's ``LedgerError``; ``LIMIT_REACHED`` for an event over
+        ``event_bytes_max``; ``LEDGER_BUSY`` when the writer lock is not obtained in time.
+        """
+        self.check_thread()
+        rule = operation(name).rule
+        moment = parse_at(at) if at is not None else None
+        refusal: LedgerError | None = None
+        with self._write() as view:
+            if prepare is not None:
+                prepare(view)
+            head = view.head()
+            context = Context(at=max(moment or self.clock(), head[2]), config=config, limits=self.limits,
+                              inputs=inputs or {})
+            outcome = rule(view, request, context)
+            if isinstance(outcome, Reused):
+                return Ran((), outcome.seq, view)
+            drafts = outcome.events if isinstance(outcome, Outcome) else (outcome,)
+            appended = []
+            for sealed in seal(drafts, head, context.at, self.actor, self.limits):
+                stream_seq = self._store(view, sealed)
+                draft = sealed.draft
+                appended.append(Appended(sealed.body["seq"], sealed.sha256, context.at,
+                                         event_path(draft.stream, draft.revision, stream_seq), sealed.body))
+            if isinstance(outcome, Outcome):
+                refusal = outcome.refusal
+        if refusal is not None:
+            raise refusal  # after the commit: the events stay, the operation is refused
+        return Ran(tuple(appended), appended[-1].seq, view)
+
+
+class Session(SessionBase):
+    """Runs operations on one :class:`~ledger.storage.Storage` for one actor.
+
+    ``clock`` gives the time of events written without an explicit ``at``;
+    ``limits`` are the operational limits (``event_bytes_max`` among them).
+    """
+
+    def __init__(self, storage: Storage, *, actor: str, clock: Callable[[], str] = utc_now,
+                 limits: Mapping[str, int]) -> None:
+        super().__init__(actor=actor, clock=clock, limits=limits)
+        self.storage = storage
 
     @contextmanager
     def read(self) -> Iterator[SqlView]:
@@ -97,61 +190,55 @@ class Session:
         with self.storage.batch():
             yield
 
-    def run(self, name: str, request: Mapping[str, Any], *, at: str | None = None,
-            config: BudgetConfig | None = None, inputs: Mapping[str, Any] | None = None,
-            prepare: Callable[[SqlView], None] | None = None) -> Ran:
-        """Evaluate operation ``name``'s rule on ``request`` and append its events, in one transaction.
-
-        ``at`` is an RFC 3339 UTC time (``INVALID_ARGUMENT`` otherwise); ``prepare``
-        runs first inside the transaction (creating the schema of a new ledger).
-        Raises the rule's ``LedgerError``; ``LIMIT_REACHED`` for an event over
-        ``event_bytes_max``; ``LEDGER_BUSY`` when the writer lock is not obtained in time.
-        """
-        self.check_thread()
-        rule = operation(name).rule
-        moment = parse_at(at) if at is not None else None
-        refusal: LedgerError | None = None
+    @contextmanager
+    def _write(self) -> Iterator[SqlView]:
         with self.storage.write():
-            view = SqlView(self.storage)
-            if prepare is not None:
-                prepare(view)
-            head = view.head()
-            context = Context(at=max(moment or self.clock(), head[2]), config=config, limits=self.limits,
-                              inputs=inputs or {})
-            outcome = rule(view, request, context)
-            if isinstance(outcome, Reused):
-                return Ran((), outcome.seq, view)
-            drafts = outcome.events if isinstance(outcome, Outcome) else (outcome,)
-            appended = []
-            for draft in drafts:
-                appended.append(self._append(view, draft, head, context.at))
-                head = (appended[-1].seq, appended[-1].sha256, context.at)
-            if isinstance(outcome, Outcome):
-                refusal = outcome.refusal
-        if refusal is not None:
-            raise refusal  # after the commit: the events stay, the operation is refused
-        return Ran(tuple(appended), appended[-1].seq, view)
+            yield SqlView(self.storage)
 
-    def _append(self, view: SqlView, draft: Draft, head: tuple[int, str, str], at: str) -> Appended:
-        body = dict(draft.fields)
-        body.update(seq=head[0] + 1, parent_sha256=head[1], created_at=at, actor=self.actor, request=draft.request)
-        data = canonical_event_bytes(body)
-        limit = self.limits["event_bytes_max"]
-        if len(data) > limit:
-            raise LedgerError(
-                E.LIMIT_REACHED, f"event of {len(data)} bytes exceeds event_bytes_max = {limit}",
-                limit="event_bytes_max",
-            )
+    def _store(self, view: SqlView, sealed: Sealed) -> int:
+        draft, body = sealed.draft, sealed.body
         stream_seq = view.next_stream_seq(draft.stream, draft.revision)
-        sha = sha256_hex(data)
         row = EventRow(
             seq=body["seq"], type=draft.type, revision=draft.revision, stream=draft.stream, stream_seq=stream_seq,
-            created_at=at, sha256=sha, parent_sha256=head[1], operation_key=draft.operation_key,
+            created_at=body["created_at"], sha256=sealed.sha256, parent_sha256=body["parent_sha256"],
+            operation_key=draft.operation_key,
             request_sha256=sha256_hex(canonical_bytes(draft.request)) if draft.operation_key else None,
-            body=data,
+            body=sealed.data,
         )
         self.storage.append(row, helper_rows(body, draft), draft.contents)
-        return Appended(body["seq"], sha, at, event_path(draft.stream, draft.revision, stream_seq), body)
+        return stream_seq
+
+    def budget_snapshot(self) -> tuple[int, int | None, dict[str, dict[str, Any]], str | None]:
+        """``(revision, newest budget seq, accounts, event_ref)`` of the current revision, validated.
+
+        Checks every budget event of the revision: hash of its stored bytes, parent
+        link, ``remaining = initial + granted - spent + rewarded >= 0``,
+        ``0 <= reward < cost``, and that the ``balances`` view equals the newest
+        state. Raises ``INTEGRITY_ERROR`` naming the first bad ``seq``.
+        """
+        storage = self.storage
+        with self.read() as view:
+            revision = view.case()["revision"]
+            rows = storage.conn.execute(statement("budget_chain_of_revision"), {"revision": revision})
+            last_seq, accounts = None, {}
+            for seq, sha, body_text, parent_sha in rows:
+                body = json.loads(body_text)
+                if sha256_hex(body_text.encode("utf-8")) != sha or body.get("parent_sha256") != parent_sha:
+                    raise LedgerError(E.INTEGRITY_ERROR, f"budget event {seq} does not match its hash chain", seq=seq)
+                _check_balanced(seq, body)
+                last_seq, accounts = seq, {a["hypothesis_id"]: a for a in body["accounts"]}
+            view_rows = storage.conn.execute(statement("balances_of_revision"), {"revision": revision})
+            names = [d[0] for d in view_rows.description]
+            for row in view_rows.fetchall():
+                record = dict(zip(names, row))
+                record.pop("revision")
+                if accounts.get(record["hypothesis_id"]) != record:
+                    raise LedgerError(
+                        E.INTEGRITY_ERROR, f"balances view disagrees with budget event {last_seq} on {record['hypothesis_id']}",
+                        seq=last_seq,
+                    )
+            ref = self.event_ref(last_seq) if last_seq else None
+        return revision, last_seq, accounts, ref
 
     def event_ref(self, seq: int) -> str:
         """Export path of event ``seq``; ``INVALID_ARGUMENT`` if there is none."""
@@ -159,3 +246,16 @@ class Session:
         if row is None:
             raise LedgerError(E.INVALID_ARGUMENT, f"no event with seq {seq}")
         return event_path(row[3], row[2], row[4])
+
+
+def _check_balanced(seq: int, body: Mapping[str, Any]) -> None:
+    """``INTEGRITY_ERROR`` unless every account of budget event ``seq`` balances and its refund is in [0, cost)."""
+    for account in body["accounts"]:
+        remaining = (account["initial_units"] + account["granted_units"]
+                     - account["spent_units"] + account["rewarded_units"])
+        if remaining != account["remaining_units"] or remaining < 0:
+            raise LedgerError(E.INTEGRITY_ERROR, f"budget event {seq}: {account['hypothesis_id']} does not balance",
+                              seq=seq)
+    action = body.get("action") or {}
+    if action.get("reward_units") is not None and not 0 <= action["reward_units"] < action["cost_units"]:
+        raise LedgerError(E.INTEGRITY_ERROR, f"budget event {seq}: reward outside [0, cost)", seq=seq)

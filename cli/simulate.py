@@ -1,0 +1,121 @@
+"""``ledger simulate``: replay recorded journals under budget policies, in memory."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence
+
+import click
+
+from ledger import (INVALID_ARGUMENT, LedgerError, Policy, SimulationReport, example_policy, load_policy,
+                    parse_vary, plot_tradeoff, simulate, vary)
+
+from ._common import Settings, pass_settings, table_format, table_options
+from ._output import dumps, echo, emit_rows
+
+FIGURE_COLUMNS = ("runs", "steps", "steps_taken", "steps_refused", "units_spent", "units_rewarded",
+                  "runs_abandoned", "runs_exhausted")
+
+
+def _base_policies(settings: Settings, specs: Sequence[str]) -> list[Policy]:
+    if specs:
+        return [load_policy(spec) for spec in specs]
+    config = settings.budget_config()
+    return [Policy("config", config)] if config is not None else [example_policy()]
+
+
+def _grid(base: Policy, specs: Sequence[str]) -> list[Policy]:
+    """The --vary grid; any refusal is a usage error naming the key or value."""
+    try:
+        return vary(base, [parse_vary(spec) for spec in specs])
+    except LedgerError as exc:
+        raise click.BadParameter(f"{exc.code}: {exc.message}", param_hint="--vary") from None
+
+
+def _rows(report: SimulationReport) -> list[dict[str, Any]]:
+    rows = []
+    for policy in report.policies:
+        rows.append({"policy": policy["name"], "outcome": "(all)", **{k: policy[k] for k in FIGURE_COLUMNS}})
+        for outcome, figures in policy["by_outcome"].items():
+            rows.append({"policy": policy["name"], "outcome": outcome, **figures})
+    return rows
+
+
+def _emit_tables(report: SimulationReport) -> None:
+    for number, policy in enumerate(report.policies):
+        if number:
+            echo("")
+        echo(f"policy {policy['name']}  (policy_sha256 {policy['policy_sha256'][:16]}…)")
+        rows = [row for row in _rows(report) if row["policy"] == policy["name"]]
+        emit_rows(rows, ("outcome", *FIGURE_COLUMNS), "table")
+
+
+def _write_per_run(report: SimulationReport, path: str) -> None:
+    with open(path, "w", encoding="utf-8") as handle:
+        for run in report.runs:
+            handle.write(dumps(run.to_dict()) + "\n")
+
+
+def _report_mismatches(report: SimulationReport) -> None:
+    if report.outcomes_without_journal:
+        click.echo(f"note: {len(report.outcomes_without_journal)} run(s) in --outcomes have no journal: "
+                   f"{', '.join(report.outcomes_without_journal)}", err=True)
+    if report.runs_without_outcome:
+        click.echo(f"note: {len(report.runs_without_outcome)} journal(s) have no outcome (counted as "
+                   f"'(no outcome)'): {', '.join(report.runs_without_outcome)}", err=True)
+
+
+@click.command("simulate")
+@click.argument("journals", nargs=-1, required=True, type=click.Path(path_type=str), metavar="JOURNAL_OR_FOLDER...")
+@click.option("--policy", "policy_specs", multiple=True, metavar="[NAME=]FILE.toml",
+              help="A budget policy to simulate (repeatable; default: --config, else the example policy). "
+                   "It may also set units_per_hypothesis, which replaces the journals' allocation.")
+@click.option("--vary", "vary_specs", multiple=True, metavar="KEY=V1,V2,...",
+              help="Add a grid of policies derived from the first policy (repeatable: every combination).")
+@click.option("--outcomes", type=click.Path(dir_okay=False, path_type=str), metavar="CSV",
+              help="Run outcomes: first column the run id (journal file stem), a column 'outcome'.")
+@table_options
+@click.option("--per-run", type=click.Path(dir_okay=False, path_type=str), metavar="FILE",
+              help="Write one JSON line per run and policy.")
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=str), metavar="FILE.svg|FILE.png",
+              help="Draw steps saved against resolved runs stopped (needs: pip install 'case-ledger[plot]').")
+@click.option("--jobs", type=click.IntRange(1, 256), default=os.cpu_count() or 1, show_default="the machine's cores",
+              help="Worker processes; each holds one run at a time.")
+@click.option("--package", type=click.Path(file_okay=False, exists=True, path_type=str), metavar="DIR",
+              help="Folder where the journals' source_refs resolve (default: none, so they are refused).")
+@pass_settings
+def simulate_command(settings: Settings, journals: tuple[str, ...], policy_specs: tuple[str, ...],
+                     vary_specs: tuple[str, ...], outcomes: str | None, as_json: bool, as_csv: bool,
+                     per_run: str | None, plot: str | None, jobs: int, package: str | None) -> None:
+    """Replay recorded journals under one or more budget policies, in memory.
+
+    A folder means every *.jsonl in it, sorted by name; the run id is the file's
+    stem. Each journal is replayed from an empty case with the same rules as
+    'ledger apply --keep-going': a reservation the policy refuses is a step the
+    run would not have taken, and a run whose accounts are all terminal stops
+    there. Nothing is written except the --per-run and --plot files. A journal
+    with a malformed line is reported (file and line) and the others go on;
+    the exit status is then 1.
+    """
+    fmt = table_format(as_json, as_csv)
+    policies = _base_policies(settings, policy_specs)
+    if vary_specs:
+        policies += _grid(policies[0], vary_specs)
+    if plot is not None and not plot.lower().endswith((".svg", ".png")):
+        raise LedgerError(INVALID_ARGUMENT, f"--plot {plot}: the file must end in .svg or .png")
+    report = simulate(journals, policies, outcomes, jobs=jobs, analysis=settings.analysis(), package=package)
+    if fmt == "json":
+        echo(dumps(report.to_dict()))
+    elif fmt == "csv":
+        emit_rows(_rows(report), ("policy", "outcome", *FIGURE_COLUMNS), "csv")
+    else:
+        _emit_tables(report)
+    if per_run is not None:
+        _write_per_run(report, per_run)
+    if plot is not None:
+        plot_tradeoff(report.policies, plot, base=policies[0].name)
+    _report_mismatches(report)
+    if report.errors:
+        first = report.errors[0]
+        more = "".join(f"; {e['message']}" for e in report.errors[1:])
+        raise LedgerError(first["code"], f"{len(report.errors)} journal(s) not simulated: {first['message']}{more}")

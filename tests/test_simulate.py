@@ -1,0 +1,316 @@
+"""Policy simulation (SPEC 13): figures equal `apply --keep-going`, hand-computed runs, grids, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ledger import (AnalysisConfig, Case, LedgerError, MemoryCase, apply_journal, example_policy, parse_vary,
+                    simulate, vary)
+from ledger.simulation import Policy, parse_journal, policy_from_mapping, replay_run
+from ledger_cli.main import main
+
+DATA = Path(__file__).parent / "data" / "trajectories"
+OUTCOMES = DATA / "outcomes.csv"
+#: abandoned under the example policy (django-11206, -13821), and one that is not (astropy-13033)
+JOURNALS = ["django__django-11206", "django__django-13821", "astropy__astropy-13033"]
+
+
+def _policies() -> list[Policy]:
+    base = example_policy()
+    return [base,
+            *vary(base, [("max_low_information_steps", [2])]),
+            *vary(base, [("units_per_hypothesis", [150])]),  # tiny allocation: exhausted
+            policy_from_mapping("defaults", {"low_information_threshold": 50})]
+
+
+def _apply(tmp_path: Path, journal: Path, policy: Policy) -> tuple[list[tuple[int, str | None]], list[dict]]:
+    lines = journal.read_bytes().split(b"\n")
+    if policy.units_per_hypothesis is not None:  # what the simulation does to open_revision lines
+        lines = [json.dumps({**json.loads(t), "units_per_hypothesis": policy.units_per_hypothesis}).encode()
+                 if b'"open_revision"' in t else t for t in lines]
+    case = Case.create(tmp_path / f"{journal.stem}-{abs(hash(policy.name))}", "C1")
+    try:
+        results = list(apply_journal(case, lines, budget=case.budget(policy.config), keep_going=True,
+                                     batch_size=100))
+        return [(r.line, None if r.ok else r.error.code) for r in results], case.balances()
+    finally:
+        case.close()
+
+
+@pytest.mark.parametrize("name", JOURNALS)
+def test_simulated_lines_and_balances_equal_apply_keep_going_under_four_policies(tmp_path, name):
+    """SPEC 13: 'with the same rules as apply': every line's outcome and every final balance."""
+    journal = DATA / f"{name}.jsonl"
+    lines = parse_journal(journal)
+    for policy in _policies():
+        applied, balances = _apply(tmp_path, journal, policy)
+        traced = replay_run(name, lines, policy, trace=True)
+        assert traced.lines == applied, policy.name
+        fast = replay_run(name, lines, policy)
+        refused = sum(1 for (number, code), (_, line) in zip(applied, lines) if code and line["op"] == "reserve")
+        assert (fast.steps_refused, traced.steps_refused) == (refused, refused), policy.name
+        assert fast.units_spent == traced.units_spent == sum(b["spent_units"] for b in balances)
+        assert fast.units_rewarded == traced.units_rewarded == sum(b["rewarded_units"] for b in balances)
+        statuses = {b["status"] for b in balances}
+        assert fast.abandoned == (statuses == {"abandoned_low_information_gain"}), policy.name
+        assert fast.exhausted == (statuses == {"budget_exhausted"}), policy.name
+        assert fast.stopped_at_step == traced.stopped_at_step
+
+
+def test_the_tiny_allocation_policy_exhausts_and_the_grid_changes_outcomes():
+    lines = parse_journal(DATA / "astropy__astropy-13033.jsonl")
+    tiny = vary(example_policy(), [("units_per_hypothesis", [150])])[0]
+    run = replay_run("a", lines, tiny)
+    assert (run.exhausted, run.abandoned) == (True, False)
+    traced = replay_run("a", lines, tiny, trace=True)
+    reserve_lines = {number for number, line in lines if line["op"] == "reserve"}
+    codes = [code for number, code in traced.lines if number in reserve_lines]
+    # below 10 units a 10-unit search is refused while a 5-unit read still fits; then exhaustion stops the run
+    assert codes[:run.stopped_at_step - 1].count("INSUFFICIENT_BUDGET") == run.steps_refused - (
+        run.steps - run.stopped_at_step + 1) > 0
+    assert set(codes[run.stopped_at_step - 1:]) == {"ACCOUNT_TERMINAL"}
+
+
+def _journal(tmp_path: Path, evidences: list[str], units: int | None = None, name: str = "run") -> Path:
+    opening = {"op": "open_revision", "hypotheses": [{"statement": "s"}]}
+    if units is not None:
+        opening["units_per_hypothesis"] = units
+    lines = [opening, {"op": "transition", "to": "INVESTIGATING_HYPOTHESES"}, {"op": "initialize"}]
+    for n, evidence in enumerate(evidences, start=1):
+        lines += [{"op": "reserve", "hypothesis": "H1", "action_id": f"s{n}", "action": "source.find_text"},
+                  {"op": "record_result", "hypothesis": "H1", "action_id": f"s{n}", "evidence": {"o": evidence}},
+                  {"op": "settle", "hypothesis": "H1", "action_id": f"s{n}", "semantic_score": 50, "reason": "r"}]
+    path = tmp_path / f"{name}.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+def test_max_low_information_steps_1_stops_at_the_first_repeated_observation(tmp_path):
+    """SPEC 6.4 with a streak limit of 1: step 2 repeats step 1's observation (novelty 0), the
+    account is abandoned, and steps 3 and 4 are not taken. Cost 10; step 1 refunds
+    10 * 8000 * min(100, 50) // 1e6 = 4; step 2 refunds 0."""
+    path = _journal(tmp_path, ["a", "a", "b", "c"], units=100)
+    policy = policy_from_mapping("strict", {"max_low_information_steps": 1})
+    report = simulate([path], [policy])
+    run = report.runs[0]
+    assert (run.steps, run.steps_taken, run.steps_refused) == (4, 2, 2)
+    assert (run.units_spent, run.units_rewarded) == (20, 4)
+    assert (run.abandoned, run.exhausted, run.stopped_at_step) == (True, False, 3)
+    assert report.policies[0]["runs_abandoned"] == 1
+
+
+def test_a_tiny_units_per_hypothesis_exhausts_the_account(tmp_path):
+    """SPEC 6.2/6.4: 25 units, cost 10, refund 4 per new observation: 25 → 19 → 13 → 7 < floor 10,
+    so the account is exhausted after step 3 and step 4 is refused. The policy's
+    units_per_hypothesis replaces the journal's 100."""
+    path = _journal(tmp_path, ["a", "b", "c", "d"], units=100)
+    policy = policy_from_mapping("tiny", {"units_per_hypothesis": 25})
+    run = simulate([path], [policy]).runs[0]
+    assert (run.steps, run.steps_taken, run.steps_refused) == (4, 3, 1)
+    assert (run.units_spent, run.units_rewarded) == (30, 12)
+    assert (run.exhausted, run.abandoned, run.stopped_at_step) == (True, False, 4)
+    unchanged = simulate([path], [policy_from_mapping("plain", {})]).runs[0]
+    assert (unchanged.steps_refused, unchanged.units_spent, unchanged.exhausted) == (0, 40, False)
+
+
+def test_without_units_in_the_journal_the_analysis_config_allocates(tmp_path):
+    path = _journal(tmp_path, ["a", "b", "c", "d"])
+    run = simulate([path], [policy_from_mapping("plain", {})],
+                   analysis=AnalysisConfig(units_per_hypothesis=25)).runs[0]
+    assert (run.steps_taken, run.exhausted) == (3, True)
+
+
+def test_vary_builds_exactly_the_grid_asked_for():
+    base = example_policy()
+    grid = vary(base, [parse_vary("max_low_information_steps=2,3"), parse_vary("low_information_threshold=10,30")])
+    assert [p.name for p in grid] == [
+        "max_low_information_steps=2 low_information_threshold=10",
+        "max_low_information_steps=2 low_information_threshold=30",
+        "max_low_information_steps=3 low_information_threshold=10",
+        "max_low_information_steps=3 low_information_threshold=30"]
+    assert [(p.config["max_low_information_steps"], p.config["low_information_threshold"]) for p in grid] == [
+        (2, 10), (2, 30), (3, 10), (3, 30)]
+    for policy in grid:  # everything else is the base policy's
+        rest = {k: v for k, v in policy.config.policy.items()
+                if k not in ("max_low_information_steps", "low_information_threshold")}
+        assert rest == {k: v for k, v in base.config.policy.items() if k in rest}
+    costs = vary(base, [parse_vary("action_costs.source.find_text=1,50")])
+    assert [p.config.cost_units("source.find_text") for p in costs] == [1, 50]
+    assert [p.units_per_hypothesis for p in vary(base, [parse_vary("units_per_hypothesis=7")])] == [7]
+
+
+@pytest.mark.parametrize("spec, code", [("no_such_key=1", "INVALID_ARGUMENT"), ("max_low_information_steps=0", "CONFIG_INVALID"),
+                                        ("max_reward_bps=10000", "CONFIG_INVALID"), ("units_per_hypothesis=0", "CONFIG_INVALID")])
+def test_vary_refuses_unknown_keys_and_values_the_policy_schema_refuses(spec, code):
+    with pytest.raises(LedgerError) as info:
+        vary(example_policy(), [parse_vary(spec)])
+    assert info.value.code == code and spec.split("=")[0] in info.value.message
+
+
+MONOTONE_SUBSET = sorted(DATA.glob("*.jsonl"))[::7]  # 15 journals
+
+
+def _monotone(journals: list[Path]) -> list:
+    policies = vary(example_policy(), [("max_low_information_steps", [1, 2, 3, 4, 6])])
+    report = simulate(journals, policies)
+    by_run: dict[str, list] = {}
+    for run in report.runs:
+        by_run.setdefault(run.run, []).append(run)
+    for runs in by_run.values():
+        for fewer, more in zip(runs, runs[1:]):
+            assert more.steps_refused <= fewer.steps_refused, (fewer, more)
+            assert more.units_spent >= fewer.units_spent and more.units_rewarded >= fewer.units_rewarded
+            assert more.abandoned <= fewer.abandoned
+    return report.policies
+
+
+def test_raising_max_low_information_steps_never_refuses_more_steps_on_each_run():
+    """Checked on all 100 journals first (test_monotone_on_all_runs): per run, a longer allowed streak
+    never increases steps_refused or runs abandoned, and never lowers units spent or refunded."""
+    rows = _monotone(MONOTONE_SUBSET)
+    assert [r["steps_refused"] for r in rows] == sorted((r["steps_refused"] for r in rows), reverse=True)
+    assert rows[0]["runs_abandoned"] == len(MONOTONE_SUBSET)  # a streak of 1: every run repeats an output
+
+
+@pytest.mark.slow
+def test_monotone_on_all_runs_and_the_example_figures():
+    rows = _monotone(sorted(DATA.glob("*.jsonl")))
+    assert [r["steps_refused"] for r in rows] == [2859, 1430, 545, 116, 0]
+    report = simulate([DATA], None, OUTCOMES, jobs=2)
+    row = report.policies[0]
+    assert (row["runs"], row["steps"], row["steps_refused"], row["runs_abandoned"]) == (100, 3870, 545, 22)
+    assert {k: (v["runs"], v["runs_abandoned"]) for k, v in row["by_outcome"].items()} == {
+        "failed": (26, 8), "resolved": (74, 14)}
+
+
+def test_jobs_in_processes_give_the_same_figures_as_one_process():
+    journals = [DATA / f"{name}.jsonl" for name in JOURNALS]
+    one = simulate(journals, None, OUTCOMES, jobs=1)
+    two = simulate(journals, None, OUTCOMES, jobs=2)
+    assert one.to_dict() == two.to_dict()
+    assert [r.to_dict() for r in one.runs] == [r.to_dict() for r in two.runs]
+
+
+def test_the_memory_case_writes_nothing_and_refuses_source_refs_without_a_package(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    case = MemoryCase.create("M1")
+    case.open_revision([{"statement": "s"}], 50)
+    case.transition("INVESTIGATING_HYPOTHESES")
+    budget = case.budget()
+    budget.initialize()
+    budget.reserve("H1", "a1", "source.find_text")
+    with pytest.raises(LedgerError) as info:
+        budget.record_result("H1", "a1", {"x": 1}, source_refs=["sources/app.py"])
+    assert info.value.code == "SOURCE_REF_INVALID"
+    result = budget.record_result("H1", "a1", {"x": 1})
+    assert result.action["novelty_score"] == 100 and budget.snapshot().state["H1"]["spent_units"] == 10
+    assert list(tmp_path.iterdir()) == []
+
+
+# --- command line ------------------------------------------------------------------------
+def _cli(*args: str):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def test_cli_json_has_exactly_the_keys_of_the_contract(tmp_path):
+    journals = [str(DATA / f"{name}.jsonl") for name in JOURNALS]
+    done = _cli("simulate", *journals, "--outcomes", str(OUTCOMES), "--vary", "max_low_information_steps=2,4",
+                "--json", "--jobs", "1", "--per-run", str(tmp_path / "runs.jsonl"))
+    assert done.exit_code == 0, done.output
+    out = json.loads(done.stdout)
+    assert list(out) == ["policies"]
+    assert [p["name"] for p in out["policies"]] == ["example", "max_low_information_steps=2",
+                                                   "max_low_information_steps=4"]
+    figures = ["runs", "steps", "steps_taken", "steps_refused", "units_spent", "units_rewarded",
+               "runs_abandoned", "runs_exhausted"]
+    for policy in out["policies"]:
+        assert list(policy) == ["name", "policy_sha256", *figures, "by_outcome"]
+        assert sorted(policy["by_outcome"]) == ["failed", "resolved"]
+        assert all(list(v) == figures for v in policy["by_outcome"].values())
+        assert policy["runs"] == 3 and policy["steps"] == policy["steps_taken"] + policy["steps_refused"]
+    assert out["policies"][0]["policy_sha256"] == example_policy().config.policy_sha256
+    per_run = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
+    assert len(per_run) == 9 and per_run[0]["run"] == "django__django-11206" and per_run[0]["outcome"] == "resolved"
+
+
+def test_cli_csv_and_table(tmp_path):
+    journal = str(DATA / "django__django-11206.jsonl")
+    done = _cli("simulate", journal, "--csv", "--jobs", "1")
+    assert done.exit_code == 0
+    assert done.stdout.splitlines() == [
+        "policy,outcome,runs,steps,steps_taken,steps_refused,units_spent,units_rewarded,runs_abandoned,runs_exhausted",
+        "example,(all),1,23,15,8,145,42,1,0"]
+    table = _cli("simulate", journal, "--jobs", "1")
+    assert table.exit_code == 0 and "policy example" in table.stdout and "145" in table.stdout
+
+
+def test_cli_a_malformed_line_fails_that_run_only_naming_file_and_line(tmp_path):
+    good = tmp_path / "good.jsonl"
+    good.write_bytes((DATA / "django__django-11206.jsonl").read_bytes())
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"op": "open_revision", "hypotheses": [{"statement": "s"}]}\n\n{"op": "reserve", "hypothesis": \n')
+    done = CliRunner().invoke(main, ["simulate", str(tmp_path), "--json", "--jobs", "1"])
+    assert done.exit_code == 1
+    assert json.loads(done.stdout)["policies"][0]["runs"] == 1
+    assert f"error: INVALID_JSON: 1 journal(s) not simulated: {bad}:3:" in done.stderr
+
+
+@pytest.mark.parametrize("vary_spec, named", [("nope=1,2", "nope"), ("max_low_information_steps=0", "max_low_information_steps=0"),
+                                              ("max_low_information_steps=two", "two")])
+def test_cli_bad_vary_is_a_usage_error_naming_it(vary_spec, named):
+    done = CliRunner().invoke(main, ["simulate", str(DATA / "django__django-11206.jsonl"), "--vary", vary_spec])
+    assert done.exit_code == 2 and "--vary" in done.stderr and named in done.stderr
+
+
+def test_cli_reports_outcomes_without_journal_and_journals_without_outcome(tmp_path):
+    outcomes = tmp_path / "o.csv"
+    outcomes.write_text("instance_id,outcome\ndjango__django-11206,resolved\nghost-run,failed\n")
+    journals = [str(DATA / "django__django-11206.jsonl"), str(DATA / "astropy__astropy-13033.jsonl")]
+    done = CliRunner().invoke(main, ["simulate", *journals, "--outcomes", str(outcomes), "--json", "--jobs", "1"])
+    assert done.exit_code == 0
+    assert "1 run(s) in --outcomes have no journal: ghost-run" in done.stderr
+    assert "1 journal(s) have no outcome (counted as '(no outcome)'): astropy__astropy-13033" in done.stderr
+    by_outcome = json.loads(done.stdout)["policies"][0]["by_outcome"]
+    assert {k: v["runs"] for k, v in by_outcome.items()} == {"failed": 0, "resolved": 1, "(no outcome)": 1}
+
+
+def test_cli_plot_without_matplotlib_is_a_clear_error(tmp_path, monkeypatch):
+    import ledger.simulate_plot as plot_module
+
+    real = plot_module.importlib.import_module
+
+    def no_matplotlib(name, *args):
+        if name.startswith("matplotlib"):
+            raise ImportError(name)
+        return real(name, *args)
+
+    monkeypatch.setattr(plot_module.importlib, "import_module", no_matplotlib)
+    done = CliRunner().invoke(main, ["simulate", str(DATA / "django__django-11206.jsonl"), "--jobs", "1",
+                                     "--plot", str(tmp_path / "p.svg")])
+    assert done.exit_code == 1
+    assert "error: INVALID_ARGUMENT: --plot needs matplotlib: pip install 'case-ledger[plot]'" in done.stderr
+    wrong = CliRunner().invoke(main, ["simulate", str(DATA / "django__django-11206.jsonl"), "--plot", "p.pdf"])
+    assert wrong.exit_code == 1 and "must end in .svg or .png" in wrong.stderr
+
+
+def test_cli_plot_draws_an_svg_labelled_by_policy(tmp_path):
+    pytest.importorskip("matplotlib")
+    target = tmp_path / "tradeoff.svg"
+    done = _cli("simulate", str(DATA / "django__django-11206.jsonl"), "--jobs", "1", "--outcomes", str(OUTCOMES),
+                "--vary", "max_low_information_steps=2,4", "--plot", str(target))
+    assert done.exit_code == 0
+    svg = target.read_text()
+    assert svg.startswith("<?xml") and "example (base)" in svg and "max_low_information_steps=4" in svg
+
+
+def test_cli_missing_journal_and_bad_policy_file(tmp_path):
+    missing = CliRunner().invoke(main, ["simulate", str(tmp_path / "nope.jsonl")])
+    assert missing.exit_code == 1 and "error: INVALID_ARGUMENT:" in missing.stderr
+    policy = tmp_path / "p.toml"
+    policy.write_text("max_reward_bps = 2.5\n")
+    bad = CliRunner().invoke(main, ["simulate", str(DATA / "django__django-11206.jsonl"), "--policy", f"mine={policy}"])
+    assert bad.exit_code == 1 and "error: CONFIG_INVALID: max_reward_bps" in bad.stderr
