@@ -27,6 +27,7 @@ from .package import (ANALYSIS_DIR, LEDGER_FILE, MANIFEST_FILE, content_path, ev
 from .paths import fs_path, os_error
 from .rules import lifecycle
 from .rules.common import check_action_id, check_case_id
+from .scopes import ScopeManager
 from .session import Ran, Session
 from .storage import Storage, check_ledger_path, translate_sqlite_errors
 from .views import SqlView
@@ -238,6 +239,10 @@ class Case:
     def budget(self, config: BudgetConfig | None = None) -> BudgetManager:
         """The budget manager of this case; ``config=None`` uses the frozen policy."""
         return BudgetManager(self.session, self.path, config)
+
+    def scopes(self) -> ScopeManager:
+        """Scoped limits of this case: ``establish``, ``request_increase``, ``usage``."""
+        return ScopeManager(self.session, self.path)
 
     # -- reads ---------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
