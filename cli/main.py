@@ -18,6 +18,7 @@ from . import case as case_commands
 from . import inspect as inspect_commands
 from . import journal as journal_commands
 from . import package as package_commands
+from . import scope as scope_commands
 from ._common import LedgerGroup, Settings
 
 
@@ -45,6 +46,7 @@ def main(ctx: click.Context, config: str | None, analysis_config: str | None, ac
 
 
 for command in (case_commands.init, case_commands.revision, case_commands.state, budget_commands.budget,
+                scope_commands.scope,
                 inspect_commands.balances, inspect_commands.actions, inspect_commands.events, inspect_commands.sql,
                 package_commands.export, package_commands.import_command, package_commands.verify,
                 journal_commands.apply, journal_commands.demo):
