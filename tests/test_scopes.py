@@ -5,6 +5,7 @@ price_signal, remaining, the journal and the command line."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -556,3 +557,34 @@ def test_command_line_scope_and_soft_gate(package):
     assert code == 0 and "hypothesis:1/H1 units: 0 of 40 used" in out
     code, out, _ = _cli("budget", "record", str(package), "H1", "q1", "--evidence", "{}", "--cost-usd-millicents", "3")
     assert code == 1  # nothing reserved under q1: the option parses, the ledger refuses
+
+
+def test_the_worked_example_of_docs_scopes_runs_as_written(tmp_path):
+    text = (REPO / "docs" / "scopes.md").read_text(encoding="utf-8")
+    example = text.split("## A worked example", 1)[1]
+    setup, journal = re.findall(r"```(?:sh)?\n(.*?)```", example, flags=re.DOTALL)[:2]
+    assert "ledger init c2 --case-id SHOP-7 --at 2026-05-04T09:00:00Z" in setup
+    (tmp_path / "scopes.jsonl").write_text(journal, encoding="utf-8")
+    package = str(tmp_path / "c2")
+    assert _cli("init", package, "--case-id", "SHOP-7", "--at", "2026-05-04T09:00:00Z")[0] == 0
+    code, out, _ = _cli("apply", package, str(tmp_path / "scopes.jsonl"), "--keep-going")
+    assert code == 1  # two lines are refused on purpose
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert len(lines) == 25
+    failed = {line["line"]: (line["error"]["code"], line["error"]["details"]["scope"],
+                             line["error"]["details"]["dimension"]) for line in lines if not line["ok"]}
+    assert failed == {18: (LIMIT_EXCEEDED, "revision:1", "actions"), 21: (LIMIT_EXCEEDED, "hypothesis:1/H1", "units")}
+    assert lines[11]["result"] == {"allowed": True, "cost": 10, "remaining": 12, "pct_remaining": 12,
+                                   "tier": "deferred", "scarcity_bps": 13600}
+    assert lines[19]["result"]["events"] == ["scope.established", "limit.approaching"]
+    assert lines[21]["result"] == {"cost": 10, "resource_cost": 13, "scarcity_bps": 13000}
+    assert lines[23]["result"] == {"budget": 120, "spent": 10, "remaining": 110, "pct_remaining": 91}
+    assert lines[24]["result"]["allowed"] is False and lines[24]["result"]["scarcity_bps"] == 12700
+    case = Case.open(package)
+    assert _usage(case) == {("hypothesis", "1/H1", "units"): (20, 14, 6), ("revision", "1", "actions"): (8, 4, 4),
+                            ("revision", "1", "duration_ms"): (3600000, 480000, 3120000)}
+    assert {r["hypothesis_id"]: r["terminal_reason"] for r in case.balances()} == \
+        {"H1": "limit:hypothesis:1/H1:units", "H2": None}
+    case.close()
+    assert verify_case(package).events == 26
+    assert "hypothesis    1/H1        units        20          14          6" in text
