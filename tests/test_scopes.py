@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from ledger import BudgetConfig, Case, LedgerError, apply_journal, export_case, import_tree, verify_case
 from ledger.errors import (ACCOUNT_TERMINAL, AUTHORITY_DENIED, INVALID_ARGUMENT, INVALID_CAPABILITY,
                            LIMIT_EXCEEDED, NOT_INITIALIZED)
+from ledger.replay import PackageSource, Replayer
 from ledger.rules import scopes as scope_rules
 from ledger_cli.main import main as cli_main
 
@@ -588,3 +589,42 @@ def test_the_worked_example_of_docs_scopes_runs_as_written(tmp_path):
     case.close()
     assert verify_case(package).events == 26
     assert "hypothesis    1/H1        units        20          14          6" in text
+
+
+def test_the_memory_view_answers_the_scope_questions_exactly_as_the_sql_view(package):
+    """Both views implement the scope questions of the view protocol; replay relies on it."""
+    case = _ready(package)
+    budget, scopes = case.budget(), case.scopes()
+    first = scopes.establish("revision:1", {"units": 60, "actions": 4}, "controller", warning_ratio="0.25")
+    scopes.establish("hypothesis:1/H2", {"cost_usd_millicents": 10}, "controller", delegate="a",
+                     delegate_limits={"cost_usd_millicents": 5})
+    for i, h in enumerate(("H1", "H2", "H1")):
+        budget.reserve(h, f"q{i}", "source.read_context")
+        budget.record_result(h, f"q{i}", {"i": i}, cost_usd_millicents=3 * i)
+        budget.settle(h, f"q{i}", 40, "ok")
+    budget.grant("H2", 7, "controller", "more", "g1")
+    budget.reserve("H2", "q9", "source.read_context")
+    scopes.establish("revision:1", {"units": 70}, "controller", causation_seq=first.seq)
+    case.close()
+    with Case.open(package) as opened:
+        rows = opened.query("SELECT seq, body FROM events ORDER BY seq")
+        contents = {r["sha256"]: r["body"].encode() for r in opened.query("SELECT sha256, body FROM contents")}
+    replayer = Replayer(PackageSource(package, contents.get))
+    for row in rows:
+        replayer.apply(row["seq"], row["body"].encode("utf-8"))
+    memory = replayer.view
+    with Case.open(package) as opened, opened.session.read() as sql:
+        for name in ("case", "revision:1", "hypothesis:1/H1", "hypothesis:1/H2"):
+            assert memory.scope(name) == sql.scope(name), name
+            found = sql.scope(name)
+            if found:
+                assert memory.warned(name, found["seq"]) == sql.warned(name, found["seq"])
+        assert sql.warned("revision:1", first.seq) == frozenset({"units", "actions"})
+        for revision, h in ((None, None), (1, None), (1, "H1"), (1, "H2"), (2, None)):
+            assert memory.money_consumed(revision, h) == sql.money_consumed(revision, h)
+        assert sql.money_consumed(1, "H2") == 3
+        assert memory.revision_issuer(1) == sql.revision_issuer(1) == "controller"
+        assert memory.revision_issuer(2) is sql.revision_issuer(2) is None
+        for h in ("H1", "H2"):
+            assert memory.lowest_pct_since_grant(1, h) == sql.lowest_pct_since_grant(1, h)
+        assert sql.lowest_pct_since_grant(1, "H2") == 90 * 100 // 107  # 93 left + 7 granted, q9 pending
