@@ -6,7 +6,7 @@ from typing import Any, Callable
 
 import click
 
-from ledger import BudgetResult, parse_json
+from ledger import BudgetResult, GateReading, parse_json
 
 from ._common import AT, CASE, JSON, Settings, pass_settings
 from ._output import emit_result
@@ -70,17 +70,20 @@ def budget_reserve(settings: Settings, case: str, hypothesis: str, action_id: st
 @click.option("--evidence", "evidence_text", metavar="JSON", help="The evidence as JSON text.")
 @click.option("--evidence-file", type=click.File("rb"), help="Read the evidence JSON from a file ('-' for stdin).")
 @click.option("--source-ref", "source_refs", multiple=True, metavar="PATH", help="A package file the evidence cites; repeatable.")
+@click.option("--cost-usd-millicents", type=int, help="External money the tool reported (1/1000 US cent).")
 @AT
 @JSON
 @pass_settings
 def budget_record(settings: Settings, case: str, hypothesis: str, action_id: str, evidence_text: str | None,
-                  evidence_file: Any, source_refs: tuple[str, ...], at: str | None, as_json: bool) -> None:
+                  evidence_file: Any, source_refs: tuple[str, ...], cost_usd_millicents: int | None,
+                  at: str | None, as_json: bool) -> None:
     """Store the evidence an action returned (novelty is computed now, refund at settle)."""
     if (evidence_text is None) == (evidence_file is None):
         raise click.UsageError("give exactly one of --evidence and --evidence-file")
     evidence = parse_json(evidence_text if evidence_text is not None else evidence_file.read())
     _run_budget(settings, case, as_json,
-                lambda b: b.record_result(hypothesis, action_id, evidence, list(source_refs), at=at))
+                lambda b: b.record_result(hypothesis, action_id, evidence, list(source_refs),
+                                          cost_usd_millicents=cost_usd_millicents, at=at))
 
 
 @budget.command("settle")
@@ -131,3 +134,57 @@ def budget_reject(settings: Settings, case: str, hypothesis: str, reason: str, a
 def budget_snapshot(settings: Settings, case: str, as_json: bool) -> None:
     """Validate the current revision's budget history and show every account (writes nothing)."""
     _run_budget(settings, case, as_json, lambda b: b.snapshot(), read=True)
+
+
+@budget.command("grant")
+@CASE
+@click.argument("hypothesis")
+@click.argument("units", type=int)
+@click.option("--reason", required=True, help="Why the units are granted (non-blank).")
+@click.option("--grant-id", required=True, help="Names this grant; repeating it with the same inputs writes nothing.")
+@AT
+@JSON
+@pass_settings
+def budget_grant(settings: Settings, case: str, hypothesis: str, units: int, reason: str, grant_id: str,
+                 at: str | None, as_json: bool) -> None:
+    """Add UNITS to HYPOTHESIS's account, as --actor (only the actor that initialized the budget may)."""
+    _run_budget(settings, case, as_json, lambda b: b.grant(hypothesis, units, settings.actor, reason, grant_id, at=at))
+
+
+def _run_read(settings: Settings, case: str, as_json: bool, call: Callable[[Any], GateReading]) -> None:
+    with settings.open(case) as opened:
+        reading = call(opened.budget(settings.budget_config()))
+    emit_result(reading.to_dict(), as_json, [f"{key}: {value}" for key, value in reading.to_dict().items()])
+
+
+@budget.command("check")
+@CASE
+@click.argument("hypothesis")
+@click.argument("action")
+@AT
+@JSON
+@pass_settings
+def budget_check(settings: Settings, case: str, hypothesis: str, action: str, at: str | None, as_json: bool) -> None:
+    """Would ACTION fit now? allowed, cost, remaining, pct_remaining, tier, scarcity_bps (writes nothing)."""
+    _run_read(settings, case, as_json, lambda b: b.check(hypothesis, action, at=at))
+
+
+@budget.command("price")
+@CASE
+@click.argument("hypothesis")
+@click.argument("action")
+@JSON
+@pass_settings
+def budget_price(settings: Settings, case: str, hypothesis: str, action: str, as_json: bool) -> None:
+    """The advisory price signal of ACTION: cost, resource_cost, scarcity_bps (writes nothing)."""
+    _run_read(settings, case, as_json, lambda b: b.price_signal(hypothesis, action))
+
+
+@budget.command("remaining")
+@CASE
+@click.argument("hypothesis")
+@JSON
+@pass_settings
+def budget_remaining(settings: Settings, case: str, hypothesis: str, as_json: bool) -> None:
+    """HYPOTHESIS's budget, spent, remaining and pct_remaining (spent + remaining = budget; writes nothing)."""
+    _run_read(settings, case, as_json, lambda b: b.remaining(hypothesis))

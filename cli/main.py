@@ -19,6 +19,7 @@ from . import inspect as inspect_commands
 from . import journal as journal_commands
 from . import package as package_commands
 from . import simulate as simulate_commands
+from . import scope as scope_commands
 from ._common import LedgerGroup, Settings
 
 
@@ -46,6 +47,7 @@ def main(ctx: click.Context, config: str | None, analysis_config: str | None, ac
 
 
 for command in (case_commands.init, case_commands.revision, case_commands.state, budget_commands.budget,
+                scope_commands.scope,
                 inspect_commands.balances, inspect_commands.actions, inspect_commands.events, inspect_commands.sql,
                 package_commands.export, package_commands.import_command, package_commands.verify,
                 journal_commands.apply, simulate_commands.simulate_command, journal_commands.demo):

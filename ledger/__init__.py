@@ -14,7 +14,7 @@ Everything the ``ledger`` command uses is importable from here; the modules
 below are organised in layers (see the README's architecture section).
 """
 
-from .budget import BudgetManager, BudgetResult
+from .budget import BudgetManager, BudgetResult, GateReading
 from .canonical import parse_json
 from .case import Case, LifecycleResult, read_only_query
 from .config import AnalysisConfig, BudgetConfig
@@ -31,12 +31,14 @@ from .paths import os_error
 from .simulation import (Policy, RunResult, SimulationReport, example_policy, load_policy, parse_vary,
                        read_outcomes, simulate, vary)
 from .simulate_plot import plot_tradeoff, tradeoff_points
+from .scopes import ScopeManager, ScopeResult
+
 from .verify import VerifyReport, verify_case
 from .views import MemoryView
 
 __all__ = [
     "ALL_CODES", "CLI_ONLY_CODES", "INVALID_ARGUMENT", "LEDGER_FILE", "OPERATIONS", "OUTPUT_ERROR", "AnalysisConfig", "BudgetConfig",
-    "BudgetManager", "BudgetResult", "Case", "ExportReport", "LedgerError", "LifecycleResult", "LineResult",
+    "BudgetManager", "BudgetResult", "Case", "GateReading", "ScopeManager", "ScopeResult", "ExportReport", "LedgerError", "LifecycleResult", "LineResult",
     "MemoryCase", "MemoryView", "Operation", "Policy", "RunResult", "SimulationReport", "VerifyReport", "apply_journal", "export_case", "export_count", "import_tree",
     "open_for_journal", "os_error", "parse_json", "read_manifest", "read_only_query", "run_demo", "verify_case",
     "example_policy", "load_policy", "parse_vary", "plot_tradeoff", "read_outcomes", "simulate", "tradeoff_points", "vary",

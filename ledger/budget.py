@@ -13,10 +13,13 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from . import errors as E
+from .clock import parse_at
 from .config import BudgetConfig
 from .errors import LedgerError
 from .package import resolve_source_refs
 from .rules import budget as rules
+from .rules import scopes as scope_rules
+from .rules.common import check_action_name, check_hypothesis_id
 from .rules.common import sorted_accounts
 from .session import Ran, SessionBase
 
@@ -59,6 +62,23 @@ class BudgetResult:
         return out
 
 
+@dataclass(frozen=True)
+class GateReading:
+    """The answer of a soft-gate read (``check``, ``price_signal``, ``remaining``): ``values`` (also
+    reachable as ``reading["key"]``) and ``seq``, the newest event it saw; ``reused`` is always True
+    (nothing was written)."""
+
+    values: dict[str, Any]
+    seq: int
+    reused: bool = True
+
+    def __getitem__(self, key: str) -> Any:
+        return self.values[key]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.values)
+
+
 ACCOUNT_FIELDS = ("hypothesis_id", "initial_units", "granted_units", "spent_units", "rewarded_units",
                   "remaining_units", "status", "terminal_reason", "pending_action_id",
                   "low_information_streak", "settled_actions", "failed_actions")
@@ -91,9 +111,10 @@ class BudgetManager:
 
     def _result(self, ran: Ran, action: tuple[str, str] | None = None) -> BudgetResult:
         seq = ran.seq
-        if ran.last is not None:
-            body = ran.last.body
-            revision, ref = body["revision"], ran.last.event_ref
+        if ran.appended:
+            first = ran.appended[0]  # the operation's own event; limit.approaching may follow it
+            body, seq = first.body, first.seq
+            revision, ref = body["revision"], first.event_ref
             accounts = {a["hypothesis_id"]: a for a in body["accounts"]}
             action_state = body.get("action")
         else:
@@ -130,19 +151,23 @@ class BudgetManager:
         return self._run("reserve", request, at, (hypothesis_id, action_id))
 
     def record_result(self, hypothesis_id: str, action_id: str, evidence: Any,
-                      source_refs: Iterable[str] | None = None, *, at: str | None = None) -> BudgetResult:
+                      source_refs: Iterable[str] | None = None, *, cost_usd_millicents: int | None = None,
+                      at: str | None = None) -> BudgetResult:
         """Store ``evidence`` (any JSON value, ≤ 1 MiB canonical) for a reserved action.
 
         ``source_refs`` are relative paths of regular files inside the package,
         stored with their sha256. Novelty v1 is computed now (new and non-empty →
         ``new_evidence_score``, else 0); nothing is refunded until ``settle``.
+        ``cost_usd_millicents`` is external money the tool reported (an integer ≥ 0,
+        1/1000 of a US cent); it counts against ``cost_usd_millicents`` limits from now on.
         Errors: ``INVALID_ID``, ``INVALID_JSON``, ``LIMIT_REACHED``,
         ``SOURCE_REF_INVALID``, then the order of SPEC 6.1 up to ``ACTION_CLOSED``.
         """
         refs = [] if source_refs is None else source_refs
         request, payload = rules.shape_record_result(
             hypothesis_id, action_id, evidence, refs,
-            evidence_bytes_max=self._session.limits["evidence_payload_bytes_max"])
+            evidence_bytes_max=self._session.limits["evidence_payload_bytes_max"],
+            cost_usd_millicents=cost_usd_millicents)
         if self.package_path is None and request["source_refs"]:
             raise LedgerError(E.SOURCE_REF_INVALID, "source references need a package folder to resolve in, "
                               "and this case has none (an in-memory case without a package)")
@@ -176,6 +201,50 @@ class BudgetManager:
         Errors: ``REASON_REQUIRED``, …, ``ACCOUNT_TERMINAL``, ``ACTION_PENDING``.
         """
         return self._run("reject", rules.shape_reject(hypothesis_id, reason), at)
+
+    def grant(self, hypothesis_id: str, units: int, issuer: str, reason: str, grant_id: str,
+              *, at: str | None = None) -> BudgetResult:
+        """Add ``units`` (an integer ≥ 1) to an account: the only way to add units. Only the revision's
+        issuer (the actor that initialized its budget) may; a terminal account stays terminal.
+        Identity ``(revision, grant, hypothesis_id, grant_id)``. Resets the price signal's scarcity.
+        Errors: ``INVALID_ARGUMENT``, ``INVALID_ID``, ``REASON_REQUIRED``, ``OPERATION_CONFLICT``,
+        ``CASE_STATE``, ``NOT_INITIALIZED``, ``UNKNOWN_HYPOTHESIS``, ``BUDGET_POLICY_CHANGED``,
+        ``AUTHORITY_DENIED``, ``LIMIT_REACHED``.
+        """
+        request = rules.shape_grant(hypothesis_id, units, issuer, reason, grant_id)
+        return self._run("grant", request, at)
+
+    def check(self, hypothesis_id: str, action: str, *, at: str | None = None) -> "GateReading":
+        """The soft gate: ``allowed``, ``cost``, ``remaining`` (the tightest of the account and every
+        ``units`` limit holding it), ``pct_remaining``, ``tier`` (``full``/``shallow``/``deferred``) and
+        ``scarcity_bps`` for reserving ``action`` now (``at``: the time ``duration_ms`` limits are judged
+        at). Writes nothing and never raises for lack of budget. Errors: ``INVALID_ID``,
+        ``NOT_INITIALIZED``, ``UNKNOWN_HYPOTHESIS``."""
+        check_hypothesis_id(hypothesis_id)
+        check_action_name(action)
+        with self._session.read() as view:
+            moment = max(parse_at(at) if at is not None else self._session.clock(), view.head()[2])
+            return GateReading(scope_rules.check(view, hypothesis_id, action, moment), view.head()[0])
+
+    def price_signal(self, hypothesis_id: str, action: str, *, at: str | None = None) -> "GateReading":
+        """``{cost, resource_cost, scarcity_bps}``: ``scarcity_bps = 10000 + (max_scarcity_bps - 10000) *
+        depletion_pct // 100`` with ``depletion_pct = 100 -`` the lowest ``pct_remaining`` since the
+        last grant, ``resource_cost = ceil(cost * scarcity_bps / 10000)``. Advisory: the debited cost is
+        always ``cost``. Writes nothing. Errors: ``INVALID_ID``, ``NOT_INITIALIZED``, ``UNKNOWN_HYPOTHESIS``."""
+        check_hypothesis_id(hypothesis_id)
+        check_action_name(action)
+        if at is not None:
+            parse_at(at)
+        with self._session.read() as view:
+            return GateReading(scope_rules.price_signal(view, hypothesis_id, action), view.head()[0])
+
+    def remaining(self, hypothesis_id: str) -> "GateReading":
+        """``{budget, spent, remaining, pct_remaining}`` of an account (``budget = initial + granted``,
+        ``spent`` net of refunds, ``spent + remaining = budget``). Writes nothing. Errors: ``INVALID_ID``,
+        ``NOT_INITIALIZED``, ``UNKNOWN_HYPOTHESIS``."""
+        check_hypothesis_id(hypothesis_id)
+        with self._session.read() as view:
+            return GateReading(scope_rules.remaining(view, hypothesis_id), view.head()[0])
 
     def snapshot(self) -> BudgetResult:
         """Replay and validate the current revision's budget history; write nothing.

@@ -20,12 +20,13 @@ from .canonical import check_int
 from .clock import parse_at, utc_now
 from .config import AnalysisConfig
 from .errors import LedgerError
-from .facade import CaseFacade, LifecycleResult
+from .facade import CaseFacade, LifecycleResult  # noqa: F401 (re-exported)
 from .package import (ANALYSIS_DIR, LEDGER_FILE, MANIFEST_FILE, content_path, event_path, input_identity,
                       resolve_source_refs)
 from .paths import fs_path, os_error
 from .rules import lifecycle
 from .rules.common import check_action_id, check_case_id
+from .scopes import ScopeManager
 from .session import Session
 from .storage import Storage, check_ledger_path, translate_sqlite_errors
 from .views import SqlView
@@ -151,6 +152,10 @@ class Case(CaseFacade):
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+    def scopes(self) -> ScopeManager:
+        """Scoped limits of this case: ``establish``, ``request_increase``, ``usage``."""
+        return ScopeManager(self.session, self.path)
 
     # -- reads ---------------------------------------------------------------------
     def status(self) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from .config import BudgetConfig
 from .errors import LedgerError
 from .rules import budget as budget_rules
 from .rules import lifecycle
+from .rules import scopes as scope_rules
 from .rules.common import Context, Draft, LedgerView, Outcome, Reused
 
 Rule = Callable[[LedgerView, Mapping[str, Any], Context], "Draft | Reused | Outcome"]
@@ -51,7 +52,7 @@ class Argument:
 class Operation:
     """One operation: ``name`` is the journal ``op`` and the Python method of ``service``
     (``"case"`` for :class:`~ledger.case.Case`, ``"budget"`` for
-    :class:`~ledger.budget.BudgetManager`); ``cli`` the command that runs it;
+    :class:`~ledger.budget.BudgetManager`, ``"scope"`` for :class:`~ledger.scopes.ScopeManager`); ``cli`` the command that runs it;
     ``rule`` None for a read that writes nothing; ``journal`` False only for the
     genesis operation, which ``ledger init`` and ``apply --create`` perform."""
 
@@ -114,7 +115,7 @@ def _replay_record_result(request, body, source):
         raise LedgerError(E.INTEGRITY_ERROR, f"evidence content {sha} does not match its hash (swapped or edited)")
     shaped, canonical = budget_rules.shape_record_result(
         request.get("hypothesis_id"), request.get("action_id"), parse_json(payload),
-        request.get("source_refs"), evidence_bytes_max=None)
+        request.get("source_refs"), evidence_bytes_max=None, cost_usd_millicents=request.get("cost_usd_millicents"))
     if canonical != payload:
         raise LedgerError(E.INTEGRITY_ERROR, f"evidence content {sha} is not canonical JSON")
     return shaped, {"evidence": payload, "sources": source.resolve_sources(shaped["source_refs"])}, None
@@ -132,6 +133,20 @@ def _replay_reject(request, body, source):
     return budget_rules.shape_reject(*_get(request, "hypothesis_id", "reason")), {}, None
 
 
+def _replay_grant(request, body, source):
+    return budget_rules.shape_grant(*_get(request, "hypothesis_id", "units", "issuer", "reason", "grant_id")), {}, None
+
+
+def _replay_establish(request, body, source):
+    return scope_rules.shape_establish(*_get(request, "scope", "limits", "issuer", "delegate", "delegate_limits",
+                                             "warning_bps", "on_exhausted", "causation_seq")), {}, None
+
+
+def _replay_request_increase(request, body, source):
+    return scope_rules.shape_request_increase(*_get(request, "scope", "dimension", "amount", "requester",
+                                                    "reason")), {}, None
+
+
 A = Argument
 #: Every operation, in the order the README lists them.
 OPERATIONS: dict[str, Operation] = {op.name: op for op in (
@@ -146,7 +161,8 @@ OPERATIONS: dict[str, Operation] = {op.name: op for op in (
                                     A("action", "action")),
               "budget reserve", budget_rules.reserve, _replay_reserve),
     Operation("record_result", "budget", (A("hypothesis", "hypothesis_id"), A("action_id", "action_id"),
-                                          A("evidence", "evidence"), A("source_refs", "source_refs", False)),
+                                          A("evidence", "evidence"), A("source_refs", "source_refs", False),
+                                          A("cost_usd_millicents", "cost_usd_millicents", False)),
               "budget record", budget_rules.record_result, _replay_record_result),
     Operation("settle", "budget", (A("hypothesis", "hypothesis_id"), A("action_id", "action_id"),
                                    A("semantic_score", "semantic_score"), A("reason", "reason")),
@@ -157,6 +173,21 @@ OPERATIONS: dict[str, Operation] = {op.name: op for op in (
     Operation("reject", "budget", (A("hypothesis", "hypothesis_id"), A("reason", "reason")),
               "budget reject", budget_rules.reject, _replay_reject),
     Operation("snapshot", "budget", (), "budget snapshot", accepts_at=False),
+    Operation("establish", "scope", (A("scope", "scope"), A("limits", "limits"), A("issuer", "issuer"),
+                                     A("delegate", "delegate", False), A("delegate_limits", "delegate_limits", False),
+                                     A("warning_ratio", "warning_ratio", False),
+                                     A("on_exhausted", "on_exhausted", False),
+                                     A("causation_seq", "causation_seq", False)),
+              "scope establish", scope_rules.establish, _replay_establish),
+    Operation("request_increase", "scope", (A("scope", "scope"), A("dimension", "dimension"), A("amount", "amount"),
+                                            A("requester", "requester"), A("reason", "reason")),
+              "scope request-increase", scope_rules.request_increase, _replay_request_increase),
+    Operation("grant", "budget", (A("hypothesis", "hypothesis_id"), A("units", "units"), A("issuer", "issuer"),
+                                  A("reason", "reason"), A("grant_id", "grant_id")),
+              "budget grant", budget_rules.grant, _replay_grant),
+    Operation("check", "budget", (A("hypothesis", "hypothesis_id"), A("action", "action")), "budget check"),
+    Operation("price_signal", "budget", (A("hypothesis", "hypothesis_id"), A("action", "action")), "budget price"),
+    Operation("remaining", "budget", (A("hypothesis", "hypothesis_id"),), "budget remaining", accepts_at=False),
 )}
 
 

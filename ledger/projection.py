@@ -14,6 +14,7 @@ from typing import Any, Callable, Mapping
 
 from .canonical import canonical_bytes
 from .rules.common import Draft
+from .rules.scopes import establishment_row
 from .storage import HelperRow
 
 Body = Mapping[str, Any]
@@ -71,6 +72,8 @@ def _budget_result_recorded(body: Body, draft: Draft) -> list[HelperRow]:
     rows: list[HelperRow] = [("insert_result", {"content_sha256": body["evidence_sha256"],
                                                 "novelty_score": body["action"]["novelty_score"], **key})]
     rows += [("insert_result_source", {"path": s["path"], "sha256": s["sha256"], **key}) for s in body["sources"]]
+    if "cost_usd_millicents" in body:
+        rows.append(("insert_result_cost", {"cost_usd_millicents": body["cost_usd_millicents"], **key}))
     return rows
 
 
@@ -85,6 +88,36 @@ def _no_rows(body: Body, draft: Draft) -> list[HelperRow]:
     return []
 
 
+def _budget_granted(body: Body, draft: Draft) -> list[HelperRow]:
+    grant = body["grant"]
+    return [("insert_grant", {"revision": body["revision"], "hypothesis_id": grant["hypothesis_id"],
+                              "grant_id": grant["grant_id"], "seq": body["seq"], "units": grant["units"]})]
+
+
+def _scope_established(body: Body, draft: Draft) -> list[HelperRow]:
+    rows: list[HelperRow] = [("insert_scope_establishment", establishment_row(body))]
+    rows += [("insert_scope_limit", {"seq": body["seq"], "scope": body["scope"], "dimension": d, "declared": v})
+             for d, v in body["effective_limits"].items()]
+    return rows
+
+
+def _increase_requested(body: Body, draft: Draft) -> list[HelperRow]:
+    return [("insert_increase_request", {"seq": body["seq"], "scope": body["scope"], "dimension": body["dimension"],
+                                         "amount": body["amount"], "requester": body["requester"]})]
+
+
+def _limit_approaching(body: Body, draft: Draft) -> list[HelperRow]:
+    return [("insert_limit_warning", {"scope": body["scope"], "dimension": body["dimension"],
+                                      "establishment_seq": body["establishment_seq"], "seq": body["seq"],
+                                      "consumed": body["consumed"]})]
+
+
+def _limit_exceeded(body: Body, draft: Draft) -> list[HelperRow]:
+    return [("insert_limit_exceedance", {"seq": body["seq"], "scope": body["scope"], "dimension": body["dimension"],
+                                         "declared": body["declared"], "consumed_after": body["consumed_after"],
+                                         "on_exhausted": body["on_exhausted"]})]
+
+
 #: Event type → its helper rows (besides the terminations every budget event may add).
 PROJECTIONS: dict[str, Callable[[Body, Draft], list[HelperRow]]] = {
     "case.created": _case_created,
@@ -96,6 +129,12 @@ PROJECTIONS: dict[str, Callable[[Body, Draft], list[HelperRow]]] = {
     "budget.settled": _budget_closed,
     "budget.failed": _budget_closed,
     "budget.rejected": _no_rows,
+    "budget.granted": _budget_granted,
+    "budget.limit_terminated": _no_rows,
+    "scope.established": _scope_established,
+    "scope.increase_requested": _increase_requested,
+    "limit.approaching": _limit_approaching,
+    "limit.exceeded": _limit_exceeded,
 }
 
 

@@ -32,7 +32,7 @@ from .schemas import validator
 from .storage import EventRow, HelperRow
 from .views import MemoryView
 
-EVENT_FORMATS = ("case-event-v1", "budget-event-v1")
+EVENT_FORMATS = ("case-event-v1", "budget-event-v1", "scope-event-v1")
 #: ``sink(event row, helper rows, content rows)`` receives every accepted event.
 Sink = Callable[[EventRow, list[HelperRow], Mapping[str, bytes]], None]
 

@@ -35,8 +35,9 @@ Progress = Callable[[int], None]
 #: Helper tables compared row by row against the replay.
 HELPER_TABLES = ("case_identity", "lifecycle", "revisions", "hypotheses", "policies", "accounts",
                  "grants", "reservations", "results", "result_sources", "closings", "terminations",
-                 "evidence_records")
-PUBLIC_VIEWS = ("balances", "balances_recomputed", "actions", "evidence", "case_status")
+                 "evidence_records", "scope_establishments", "scope_limits", "limit_warnings",
+                 "limit_exceedances", "increase_requests", "result_costs")
+PUBLIC_VIEWS = ("balances", "balances_recomputed", "actions", "evidence", "case_status", "scope_usage")
 EVENT_COLUMNS = ("seq", "type", "revision", "stream", "stream_seq", "created_at", "sha256",
                  "parent_sha256", "operation_key", "request_sha256", "body")
 

@@ -18,6 +18,7 @@ from . import errors as E
 from .canonical import ZERO_SHA256, canonical_bytes, canonical_sha256
 from .config import BudgetConfig
 from .errors import LedgerError
+from .rules.scopes import establishment_row
 from .storage import Storage
 
 
@@ -25,6 +26,11 @@ from .storage import Storage
 def _policy_config(policy_json: str) -> BudgetConfig:
     """Frozen policies are validated once per process, not on every operation."""
     return BudgetConfig.from_mapping(json.loads(policy_json))
+
+
+#: Columns of the ``scope_latest`` statement, the keys of :meth:`SqlView.scope` (plus ``limits``).
+SCOPE_COLUMNS = ("seq", "scope", "scope_type", "scope_id", "scope_revision", "scope_hypothesis", "establishment",
+                 "issuer", "delegate", "warning_bps", "on_exhausted", "causation_seq", "origin_at")
 
 
 class SqlView:
@@ -111,6 +117,29 @@ class SqlView:
             return self.storage.one("stream_count_budget", revision=revision)[0] + 1
         return self.storage.one("stream_count_case")[0] + 1
 
+    # -- scoped limits ---------------------------------------------------------------
+    def scope(self, name: str) -> dict[str, Any] | None:
+        row = self.storage.one("scope_latest", scope=name)
+        if row is None:
+            return None
+        info = dict(zip(SCOPE_COLUMNS, row))
+        info["limits"] = dict(self.storage.all("scope_limits_of", seq=info["seq"]))
+        return info
+
+    def warned(self, name: str, establishment_seq: int) -> frozenset[str]:
+        return frozenset(r[0] for r in self.storage.all("scope_warned", scope=name,
+                                                         establishment_seq=establishment_seq))
+
+    def money_consumed(self, revision: int | None, hypothesis_id: str | None) -> int:
+        return self.storage.one("money_consumed", revision=revision, hypothesis_id=hypothesis_id)[0]
+
+    def revision_issuer(self, revision: int) -> str | None:
+        row = self.storage.one("revision_issuer", revision=revision)
+        return row[0] if row else None
+
+    def lowest_pct_since_grant(self, revision: int, hypothesis_id: str) -> int | None:
+        return self.storage.one("lowest_pct_since_grant", revision=revision, hypothesis_id=hypothesis_id)[0]
+
 
 class MemoryView:
     """The whole state a rule can ask about, held in memory and advanced event by event.
@@ -132,6 +161,11 @@ class MemoryView:
         self._stream_counts: dict[tuple[str, int], int] = {}
         self._budget_events = 0
         self._head: tuple[int, str, str] = (0, ZERO_SHA256, "")
+        self._scopes: dict[str, dict[str, Any]] = {}
+        self._warned: dict[tuple[str, int], set[str]] = {}
+        self._money: dict[tuple[int, str], int] = {}
+        self._issuers: dict[int, str] = {}
+        self._lowest_pct: dict[tuple[int, str], int] = {}
 
     # -- the protocol ----------------------------------------------------------------
     def case(self) -> dict[str, Any] | None:
@@ -186,6 +220,23 @@ class MemoryView:
     def next_stream_seq(self, stream: str, revision: int) -> int:
         return self._stream_counts.get((stream, revision if stream == "budget" else 0), 0) + 1
 
+    def scope(self, name: str) -> dict[str, Any] | None:
+        found = self._scopes.get(name)
+        return {**found, "limits": dict(found["limits"])} if found else None
+
+    def warned(self, name: str, establishment_seq: int) -> frozenset[str]:
+        return frozenset(self._warned.get((name, establishment_seq), ()))
+
+    def money_consumed(self, revision: int | None, hypothesis_id: str | None) -> int:
+        return sum(m for (r, h), m in self._money.items()
+                   if (revision is None or r == revision) and (hypothesis_id is None or h == hypothesis_id))
+
+    def revision_issuer(self, revision: int) -> str | None:
+        return self._issuers.get(revision)
+
+    def lowest_pct_since_grant(self, revision: int, hypothesis_id: str) -> int | None:
+        return self._lowest_pct.get((revision, hypothesis_id))
+
     # -- advancing -------------------------------------------------------------------
     def apply(self, body: Mapping[str, Any], sha256: str, stream: str, operation_key: str | None,
               contents: Mapping[str, bytes]) -> int:
@@ -209,7 +260,15 @@ class MemoryView:
                 "hypotheses": [dict(h) for h in body["hypotheses"]]}
         if stream == "budget":
             self._apply_budget(body)
+        elif body.get("format") == "scope-event-v1":
+            self._apply_scope(body)
         return stream_seq
+
+    def _apply_scope(self, body: Mapping[str, Any]) -> None:
+        if body["type"] == "scope.established":
+            self._scopes[body["scope"]] = {**establishment_row(body), "limits": dict(body["effective_limits"])}
+        elif body["type"] == "limit.approaching":
+            self._warned.setdefault((body["scope"], body["establishment_seq"]), set()).add(body["dimension"])
 
     def _apply_lifecycle(self, body: Mapping[str, Any]) -> None:
         if body["type"] == "case.created":
@@ -229,3 +288,14 @@ class MemoryView:
         action = body.get("action")
         if action is not None:
             self._actions[(revision, action["hypothesis_id"], action["action_id"])] = dict(action)
+        if body["type"] == "budget.initialized":
+            self._issuers[revision] = body["actor"]
+        if "cost_usd_millicents" in body:
+            key = (revision, action["hypothesis_id"])
+            self._money[key] = self._money.get(key, 0) + body["cost_usd_millicents"]
+        granted = body["grant"]["hypothesis_id"] if body["type"] == "budget.granted" else None
+        for account in body["accounts"]:
+            key = (revision, account["hypothesis_id"])
+            pct = account["remaining_units"] * 100 // (account["initial_units"] + account["granted_units"])
+            self._lowest_pct[key] = pct if key not in self._lowest_pct or key[1] == granted \
+                else min(pct, self._lowest_pct[key])

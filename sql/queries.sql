@@ -122,3 +122,64 @@ INSERT INTO schema_migrations (version, name, applied_at) VALUES (:version, :nam
 
 -- name: schema_version
 SELECT COALESCE(MAX(version), 0) FROM schema_migrations;
+
+-- --- scoped limits (sql/004_scopes.sql) --------------------------------------------
+
+-- name: scope_latest
+SELECT seq, scope, scope_type, scope_id, scope_revision, scope_hypothesis, establishment, issuer, delegate,
+       warning_bps, on_exhausted, causation_seq, origin_at
+FROM scope_establishments WHERE scope = :scope ORDER BY seq DESC LIMIT 1;
+
+-- name: scope_limits_of
+SELECT dimension, declared FROM scope_limits WHERE seq = :seq;
+
+-- name: scope_warned
+SELECT dimension FROM limit_warnings WHERE scope = :scope AND establishment_seq = :establishment_seq;
+
+-- name: money_consumed
+SELECT COALESCE(SUM(cost_usd_millicents), 0) FROM result_costs
+WHERE (:revision IS NULL OR revision = :revision) AND (:hypothesis_id IS NULL OR hypothesis_id = :hypothesis_id);
+
+-- name: revision_issuer
+SELECT json_extract(e.body, '$.actor') FROM policies AS p JOIN events AS e ON e.seq = p.seq
+WHERE p.revision = :revision;
+
+-- name: lowest_pct_since_grant
+-- the soft gate: the lowest floor(100 * remaining / (initial + granted)) of one account after
+-- every budget event of its revision since its last grant (the grant's own state included)
+SELECT MIN((json_extract(a.value, '$.remaining_units') * 100)
+           / (json_extract(a.value, '$.initial_units') + json_extract(a.value, '$.granted_units')))
+FROM events AS e, json_each(e.body, '$.accounts') AS a
+WHERE e.stream = 'budget' AND e.revision = :revision
+  AND e.seq >= COALESCE((SELECT MAX(g.seq) FROM grants AS g
+                         WHERE g.revision = :revision AND g.hypothesis_id = :hypothesis_id), 0)
+  AND json_extract(a.value, '$.hypothesis_id') = :hypothesis_id;
+
+-- name: insert_scope_establishment
+INSERT INTO scope_establishments (seq, scope, scope_type, scope_id, scope_revision, scope_hypothesis, establishment,
+                                  issuer, delegate, warning_bps, on_exhausted, causation_seq, origin_at)
+VALUES (:seq, :scope, :scope_type, :scope_id, :scope_revision, :scope_hypothesis, :establishment,
+        :issuer, :delegate, :warning_bps, :on_exhausted, :causation_seq, :origin_at);
+
+-- name: insert_scope_limit
+INSERT INTO scope_limits (seq, scope, dimension, declared) VALUES (:seq, :scope, :dimension, :declared);
+
+-- name: insert_limit_warning
+INSERT INTO limit_warnings (scope, dimension, establishment_seq, seq, consumed)
+VALUES (:scope, :dimension, :establishment_seq, :seq, :consumed);
+
+-- name: insert_limit_exceedance
+INSERT INTO limit_exceedances (seq, scope, dimension, declared, consumed_after, on_exhausted)
+VALUES (:seq, :scope, :dimension, :declared, :consumed_after, :on_exhausted);
+
+-- name: insert_increase_request
+INSERT INTO increase_requests (seq, scope, dimension, amount, requester)
+VALUES (:seq, :scope, :dimension, :amount, :requester);
+
+-- name: insert_result_cost
+INSERT INTO result_costs (revision, hypothesis_id, action_id, seq, cost_usd_millicents)
+VALUES (:revision, :hypothesis_id, :action_id, :seq, :cost_usd_millicents);
+
+-- name: insert_grant
+INSERT INTO grants (revision, hypothesis_id, grant_id, seq, units)
+VALUES (:revision, :hypothesis_id, :grant_id, :seq, :units);

@@ -43,8 +43,8 @@ def test_every_error_code_is_in_the_readme_table():
 def test_every_public_view_and_its_columns_are_documented(case):
     db = sqlite_utils.Database(case.storage.conn, recursive_triggers=False, execute_plugins=False)
     views = set(db.view_names())
-    assert {"balances", "actions", "evidence", "case_status"} <= views
-    for view in ("balances", "actions", "evidence", "case_status"):
+    assert {"balances", "actions", "evidence", "case_status", "scope_usage"} <= views
+    for view in ("balances", "actions", "evidence", "case_status", "scope_usage"):
         assert f"**`{view}`**" in README
         for column in db[view].columns_dict:
             if column not in ("revision", "hypothesis_id", "action_id"):

@@ -261,6 +261,23 @@ def plausible(key: str) -> st.SearchStrategy[Any]:
         "to": st.sampled_from(STATES),
         "hypotheses": st.lists(st.fixed_dictionaries({"statement": st.text(max_size=12)}), max_size=3),
         "units_per_hypothesis": st.integers(0, 1000),
+        # scoped limits and the soft gate
+        "cost_usd_millicents": st.integers(-1, 10**6),
+        "scope": st.sampled_from(["case", "revision:1", "revision:2", "hypothesis:1/H1", "hypothesis:1/H9", "case:1"]),
+        "limits": st.dictionaries(st.sampled_from(["units", "actions", "duration_ms", "cost_usd_millicents", "x"]),
+                                  st.integers(-1, 100), max_size=3),
+        "delegate_limits": st.dictionaries(st.sampled_from(["units", "actions", "duration_ms"]),
+                                           st.integers(0, 100), max_size=2),
+        "issuer": st.sampled_from(["controller", "agent-7", ""]),
+        "delegate": st.sampled_from(["agent-7", "controller"]),
+        "requester": st.sampled_from(["agent-7", "controller"]),
+        "warning_ratio": st.one_of(st.sampled_from([0, 1, 0.8, "0.8", 0.12345, 1.5]), st.floats(0, 1)),
+        "on_exhausted": st.sampled_from(["block_action", "task_failed", "scope_cancelled", "ignore"]),
+        "causation_seq": st.integers(0, 40),
+        "dimension": st.sampled_from(["units", "actions", "duration_ms", "cost_usd_millicents", "money"]),
+        "amount": st.integers(0, 100),
+        "units": st.integers(0, 100),
+        "grant_id": st.sampled_from(["g1", "g2", "bad id"]),
     }[key]
 
 

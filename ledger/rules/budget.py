@@ -18,7 +18,8 @@ from .common import (ACTION_AWAITING, ACTION_FAILED, ACTION_RESERVED, ACTION_SET
                      STATUS_INVESTIGATING, STATUS_NEW, STATUS_REJECTED, TERMINAL_STATUSES, REASON_BELOW_FLOOR,
                      REASON_LOW_INFORMATION, Context, Draft, LedgerView, Reused, check_action_id,
                      check_action_name, check_hypothesis_id, check_reason, check_source_ref_list, operation_key,
-                     hypothesis_number, replay_or_conflict, require_case, sorted_accounts)
+                     hypothesis_number, replay_or_conflict, require_case, sorted_accounts, Outcome)
+from . import scopes as scope_rules
 
 def shape_initialize() -> dict[str, Any]:
     return {"op": "initialize"}
@@ -30,11 +31,13 @@ def shape_reserve(hypothesis_id: Any, action_id: Any, action: Any) -> dict[str, 
 
 
 def shape_record_result(hypothesis_id: Any, action_id: Any, evidence: Any, source_refs: Any,
-                        *, evidence_bytes_max: int | None) -> tuple[dict[str, Any], bytes]:
+                        *, evidence_bytes_max: int | None,
+                        cost_usd_millicents: Any = None) -> tuple[dict[str, Any], bytes]:
     """Request of ``record_result`` and the evidence's canonical bytes.
 
     Only the syntax of ``source_refs`` is checked here; the package checks that
-    each names a regular file inside it (``SOURCE_REF_INVALID``).
+    each names a regular file inside it (``SOURCE_REF_INVALID``). ``cost_usd_millicents``
+    (money the tool reported, an integer ≥ 0) is part of the request only when given.
     """
     check_hypothesis_id(hypothesis_id)
     check_action_id(action_id)
@@ -49,6 +52,8 @@ def shape_record_result(hypothesis_id: Any, action_id: Any, evidence: Any, sourc
     refs = check_source_ref_list(source_refs)
     request = {"op": "record_result", "hypothesis_id": hypothesis_id, "action_id": action_id,
                "evidence_sha256": sha256_hex(payload), "source_refs": refs}
+    if cost_usd_millicents is not None:
+        request["cost_usd_millicents"] = check_int(cost_usd_millicents, "cost_usd_millicents", minimum=0)
     return request, payload
 
 
@@ -65,6 +70,13 @@ def shape_fail(hypothesis_id: Any, action_id: Any, reason: Any) -> dict[str, Any
     check_action_id(action_id)
     return {"op": "fail", "hypothesis_id": hypothesis_id, "action_id": action_id,
             "reason": check_reason(reason)}
+
+
+def shape_grant(hypothesis_id: Any, units: Any, issuer: Any, reason: Any, grant_id: Any) -> dict[str, Any]:
+    """Request of ``grant``: ``units`` an integer ≥ 1, ``issuer`` and ``grant_id`` ids, a non-blank reason."""
+    return {"op": "grant", "hypothesis_id": check_hypothesis_id(hypothesis_id),
+            "units": check_int(units, "units", minimum=1), "issuer": check_action_id(issuer, "issuer"),
+            "reason": check_reason(reason), "grant_id": check_action_id(grant_id, "grant_id")}
 
 
 def shape_reject(hypothesis_id: Any, reason: Any) -> dict[str, Any]:
@@ -273,12 +285,14 @@ def initialize(view: LedgerView, request: Mapping[str, Any], context: Context) -
     return _budget_draft(ctx, "budget.initialized", key, request, accounts, policy=dict(config.policy))
 
 
-def reserve(view: LedgerView, request: Mapping[str, Any], context: Context) -> Draft | Reused:
-    """Debit an action's cost before it runs (SPEC 6.1).
+def reserve(view: LedgerView, request: Mapping[str, Any], context: Context) -> Draft | Outcome | Reused:
+    """Debit an action's cost before it runs (SPEC 6.1), inside every scoped limit (SPEC 8.3).
 
     Errors in order: ``OPERATION_CONFLICT``, ``CASE_STATE``, ``NOT_INITIALIZED``,
     ``UNKNOWN_HYPOTHESIS``, ``BUDGET_POLICY_CHANGED``, ``ACCOUNT_TERMINAL``,
-    ``ACTION_PENDING``, ``INSUFFICIENT_BUDGET``, ``LIMIT_REACHED``.
+    ``ACTION_PENDING``, ``LIMIT_EXCEEDED`` (after recording ``limit.exceeded`` and applying
+    ``on_exhausted``: an :class:`Outcome` with a refusal), ``INSUFFICIENT_BUDGET``, ``LIMIT_REACHED``.
+    A reservation that brings a scope to its warning ratio is followed by ``limit.approaching``.
     """
     h, action_id, action_name = request["hypothesis_id"], request["action_id"], request["action"]
     reused, ctx, key = _budget_prelude(view, request, context.config, (h, action_id))
@@ -286,6 +300,9 @@ def reserve(view: LedgerView, request: Mapping[str, Any], context: Context) -> D
         return reused
     account = _open_account(ctx, h)
     cost = ctx.policy.cost_units(action_name)
+    exceeded = scope_rules.enforce(view, ctx.revision, h, cost, context.at)
+    if exceeded is not None:
+        return _limit_outcome(view, ctx, exceeded, request, h)
     if cost > account["remaining_units"]:
         raise LedgerError(
             E.INSUFFICIENT_BUDGET,
@@ -308,10 +325,12 @@ def reserve(view: LedgerView, request: Mapping[str, Any], context: Context) -> D
     action = {"hypothesis_id": h, "action_id": action_id, "action": action_name, "cost_units": cost,
               "status": ACTION_RESERVED, "novelty_score": None, "semantic_score": None,
               "information_score": None, "reward_units": None}
-    return _budget_draft(ctx, "budget.reserved", key, request, accounts, action=action)
+    draft = _budget_draft(ctx, "budget.reserved", key, request, accounts, action=action)
+    warnings = scope_rules.warnings_after(view, request, context.at, ctx.revision, h, {"units": cost, "actions": 1})
+    return scope_rules.with_following(draft, warnings)
 
 
-def record_result(view: LedgerView, request: Mapping[str, Any], context: Context) -> Draft | Reused:
+def record_result(view: LedgerView, request: Mapping[str, Any], context: Context) -> Draft | Outcome | Reused:
     """Store the evidence of a reserved action and compute novelty v1 (SPEC 6.1, 6.3).
 
     ``evidence`` is the payload's canonical bytes; ``sources`` the resolved
@@ -337,10 +356,16 @@ def record_result(view: LedgerView, request: Mapping[str, Any], context: Context
             )
     novelty = 0 if (evidence in EMPTY_EVIDENCE or seen) else ctx.policy["new_evidence_score"]
     action.update(status=ACTION_AWAITING, novelty_score=novelty)
-    return _budget_draft(ctx, "budget.result_recorded", key, request, ctx.accounts,
-                         contents={} if seen else {content_sha256: evidence}, action=action,
-                         evidence_sha256=content_sha256, evidence_bytes=len(evidence),
-                         sources=[dict(s) for s in context.inputs["sources"]])
+    money = request.get("cost_usd_millicents")
+    extra = {} if money is None else {"cost_usd_millicents": money}  # absent: the event's bytes as before
+    draft = _budget_draft(ctx, "budget.result_recorded", key, request, ctx.accounts,
+                          contents={} if seen else {content_sha256: evidence}, action=action,
+                          evidence_sha256=content_sha256, evidence_bytes=len(evidence),
+                          sources=[dict(s) for s in context.inputs["sources"]], **extra)
+    if not money:
+        return draft
+    warnings = scope_rules.warnings_after(view, request, context.at, ctx.revision, h, {"cost_usd_millicents": money})
+    return scope_rules.with_following(draft, warnings)
 
 
 def settle(view: LedgerView, request: Mapping[str, Any], context: Context) -> Draft | Reused:
@@ -410,6 +435,56 @@ def reject(view: LedgerView, request: Mapping[str, Any], context: Context) -> Dr
     account["status"] = STATUS_REJECTED
     account["terminal_reason"] = request["reason"]
     return _budget_draft(ctx, "budget.rejected", key, request, {**ctx.accounts, h: account})
+
+
+def grant(view: LedgerView, request: Mapping[str, Any], context: Context) -> Draft | Reused:
+    """Add units to an account (SPEC 8.2): the only way to; by the revision's issuer only. A terminal
+    account stays terminal. Identity ``(revision, grant, h, grant_id)``.
+
+    Errors: the prelude's, ``AUTHORITY_DENIED``, ``LIMIT_REACHED``.
+    """
+    h = request["hypothesis_id"]
+    reused, ctx, key = _budget_prelude(view, request, context.config, (h, request["grant_id"]))
+    if reused is not None:
+        return reused
+    issuer = view.revision_issuer(ctx.revision)
+    if request["issuer"] != issuer:
+        raise LedgerError(E.AUTHORITY_DENIED, f"only {issuer}, who initialized revision {ctx.revision}'s budget, may "
+                          f"grant units; {request['issuer']} may not (ask with request_increase)",
+                          issuer=request["issuer"])
+    _check_budget_room(view, context.limits, ctx.accounts)
+    account = dict(ctx.accounts[h])
+    if account["granted_units"] + account["initial_units"] + request["units"] > SAFE_INTEGER_MAX:
+        raise LedgerError(E.LIMIT_REACHED, f"{h} would hold more than 2**53-1 units", hypothesis_id=h,
+                          limit="granted_units")
+    account["granted_units"] += request["units"]
+    account["remaining_units"] = _remaining(account)
+    grant_fields = {k: request[k] for k in ("hypothesis_id", "grant_id", "units", "issuer", "reason")}
+    return _budget_draft(ctx, "budget.granted", key, request, {**ctx.accounts, h: account}, grant=grant_fields)
+
+
+def _revision_context(view: LedgerView, ctx: _BudgetContext, revision: int) -> _BudgetContext:
+    if revision == ctx.revision:
+        return ctx
+    head = view.budget_head(revision)
+    return _BudgetContext(ctx.case, revision, view.policy_config(revision), head["policy_sha256"],
+                          head["accounts"], head["hypothesis_batch_sha256"])
+
+
+def _limit_outcome(view: LedgerView, ctx: _BudgetContext, exceeded: "scope_rules.Exceeded",
+                   request: Mapping[str, Any], h: str) -> Outcome:
+    """Record ``limit.exceeded``, end the accounts ``on_exhausted`` names (one ``budget.limit_terminated``
+    event per revision), then refuse with ``LIMIT_EXCEEDED``."""
+    drafts = [scope_rules.exceeded_draft(view, exceeded, request)]
+    for revision, ending in sorted(scope_rules.accounts_to_end(view, exceeded, ctx.revision, h).items()):
+        rctx = _revision_context(view, ctx, revision)
+        accounts = dict(rctx.accounts)
+        for hypothesis_id in ending:
+            accounts[hypothesis_id] = {**accounts[hypothesis_id], "status": STATUS_EXHAUSTED,
+                                       "terminal_reason": exceeded.terminal_reason}
+        drafts.append(_budget_draft(rctx, "budget.limit_terminated", None, request, accounts,
+                                    limit={"scope": exceeded.scope, "dimension": exceeded.dimension}))
+    return Outcome(tuple(drafts), refusal=scope_rules.exceeded_error(exceeded, h))
 
 
 def investigable(accounts: Mapping[str, Mapping[str, Any]]) -> list[str]:

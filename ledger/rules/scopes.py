@@ -1,0 +1,466 @@
+"""Scoped limits, authority and the soft gate (SPEC 8): pure rules over a :class:`LedgerView`.
+
+Scopes are named ``case``, ``revision:<n>`` and ``hypothesis:<n>/<Hk>``. A scope's
+limits are *established* by an issuer (optionally with a delegate's proposal;
+the effective limit per dimension is the stricter one); only that issuer may
+change them, naming the previous establishment's ``seq``. Dimensions:
+
+* ``units`` — net units consumed by the accounts in the scope (reserved cost
+  minus refunds: a pending reservation counts in full until it is settled);
+* ``actions`` — reservations made;
+* ``duration_ms`` — milliseconds from the scope's first establishment to the
+  event time (``context.at``; times never go back, so never negative);
+* ``cost_usd_millicents`` — money tools reported with ``record_result``.
+
+The budget rules call :func:`enforce` before every reservation and
+:func:`approaching` after each event that consumes. Every ratio is integer
+basis points and every comparison an integer cross-multiplication.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal, InvalidOperation
+from typing import Any, Mapping
+
+from .. import errors as E
+from ..canonical import canonical_sha256, check_int
+from ..config import BudgetConfig
+from ..errors import LedgerError
+from .common import (TERMINAL_STATUSES, Context, Draft, LedgerView, Outcome, Reused, check_action_id, check_reason,
+                     operation_key, replay_or_conflict, require_case)
+
+DIMENSIONS = ("units", "actions", "duration_ms", "cost_usd_millicents")
+ON_EXHAUSTED = ("block_action", "task_failed", "scope_cancelled")
+BPS = 10_000
+DEFAULT_WARNING_BPS = 8_000
+SCOPE_RE = re.compile(r"^(?:case|revision:([1-9][0-9]{0,8})|hypothesis:([1-9][0-9]{0,8})/(H[1-9][0-9]{0,8}))$")
+TIERS = ("full", "shallow", "deferred")
+
+
+# --- shapes ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ScopeName:
+    """A parsed scope name: ``revision``/``hypothesis_id`` are None where the scope holds them all."""
+
+    name: str
+    scope_type: str
+    revision: int | None
+    hypothesis_id: str | None
+
+    def scope_id(self, case_id: str) -> str:
+        """``scope_id`` as ``scope_usage`` shows it: the case id, ``<n>`` or ``<n>/<Hk>``."""
+        return case_id if self.scope_type == "case" else self.name.split(":", 1)[1]
+
+
+def parse_scope(value: Any) -> ScopeName:
+    """``case``, ``revision:<n>`` or ``hypothesis:<n>/<Hk>`` (``INVALID_ARGUMENT`` otherwise)."""
+    match = SCOPE_RE.fullmatch(value) if isinstance(value, str) else None
+    if match is None:
+        raise LedgerError(E.INVALID_ARGUMENT, f"scope must be 'case', 'revision:<n>' or 'hypothesis:<n>/<Hk>', "
+                          f"got {str(value)[:80]!r}")
+    if value == "case":
+        return ScopeName(value, "case", None, None)
+    if match.group(1):
+        return ScopeName(value, "revision", int(match.group(1)), None)
+    return ScopeName(value, "hypothesis", int(match.group(2)), match.group(3))
+
+
+def ratio_to_bps(ratio: Any) -> int:
+    """``warning_ratio`` (0–1, at most four decimals; an int, float, Decimal or decimal string)
+    as integer basis points: 0.8 → 8000. ``INVALID_ARGUMENT`` otherwise."""
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float, str, Decimal)):
+        raise LedgerError(E.INVALID_ARGUMENT, f"warning_ratio must be a number from 0 to 1, got {ratio!r}")
+    try:
+        exact = Decimal(repr(ratio) if isinstance(ratio, float) else str(ratio).strip())
+    except InvalidOperation:
+        raise LedgerError(E.INVALID_ARGUMENT, f"warning_ratio must be a number from 0 to 1, got {ratio!r}") from None
+    if not exact.is_finite() or not 0 <= exact <= 1:
+        raise LedgerError(E.INVALID_ARGUMENT, f"warning_ratio must be from 0 to 1, got {ratio!r}")
+    scaled = exact * BPS
+    if scaled != scaled.to_integral_value():
+        raise LedgerError(E.INVALID_ARGUMENT, f"warning_ratio accepts at most four decimals, got {ratio!r}")
+    return int(scaled)
+
+
+def _check_limits(value: Any, what: str) -> dict[str, int]:
+    if not isinstance(value, Mapping) or not value:
+        raise LedgerError(E.INVALID_ARGUMENT, f"{what} must map dimensions ({', '.join(DIMENSIONS)}) to integers")
+    for key in value:
+        if key not in DIMENSIONS:
+            raise LedgerError(E.INVALID_ARGUMENT, f"{what}: unknown dimension {str(key)[:40]!r}; "
+                              f"dimensions: {', '.join(DIMENSIONS)}")
+    return {key: check_int(value[key], f"{what}.{key}", minimum=0) for key in DIMENSIONS if key in value}
+
+
+def shape_establish(scope: Any, limits: Any, issuer: Any, delegate: Any = None, delegate_limits: Any = None,
+                    warning_bps: Any = DEFAULT_WARNING_BPS, on_exhausted: Any = "block_action",
+                    causation_seq: Any = None) -> dict[str, Any]:
+    """Request of ``establish``. ``INVALID_CAPABILITY`` for an ``on_exhausted`` not in
+    :data:`ON_EXHAUSTED` (``ignore`` included); ``INVALID_ARGUMENT``/``INVALID_ID`` for bad shapes."""
+    if on_exhausted not in ON_EXHAUSTED or not isinstance(on_exhausted, str):
+        raise LedgerError(E.INVALID_CAPABILITY, f"on_exhausted must be one of {', '.join(ON_EXHAUSTED)}, "
+                          f"got {str(on_exhausted)[:40]!r}", on_exhausted=str(on_exhausted)[:40])
+    parsed = parse_scope(scope)
+    request = {"op": "establish", "scope": parsed.name, "limits": _check_limits(limits, "limits"),
+               "issuer": check_action_id(issuer, "issuer"),
+               "delegate": None if delegate is None else check_action_id(delegate, "delegate"),
+               "delegate_limits": None if delegate_limits is None else _check_limits(delegate_limits, "delegate_limits"),
+               "warning_bps": check_int(warning_bps, "warning_bps", minimum=0, maximum=BPS),
+               "on_exhausted": on_exhausted,
+               "causation_seq": None if causation_seq is None else check_int(causation_seq, "causation_seq", minimum=1)}
+    return request
+
+
+def shape_request_increase(scope: Any, dimension: Any, amount: Any, requester: Any, reason: Any) -> dict[str, Any]:
+    """Request of ``request_increase`` (an event that changes nothing)."""
+    parsed = parse_scope(scope)
+    if dimension not in DIMENSIONS or not isinstance(dimension, str):
+        raise LedgerError(E.INVALID_ARGUMENT, f"dimension must be one of {', '.join(DIMENSIONS)}, got {str(dimension)[:40]!r}")
+    return {"op": "request_increase", "scope": parsed.name, "dimension": dimension,
+            "amount": check_int(amount, "amount", minimum=1), "requester": check_action_id(requester, "requester"),
+            "reason": check_reason(reason)}
+
+
+# --- consumption ---------------------------------------------------------------------------
+def _micros(stamp: str) -> int:
+    return (datetime.fromisoformat(stamp[:-1]) - datetime(1, 1, 1)) // timedelta(microseconds=1)
+
+
+def elapsed_ms(origin_at: str, at: str) -> int:
+    """Whole milliseconds from ``origin_at`` to ``at`` (stored timestamps), never negative."""
+    return max(0, _micros(at) - _micros(origin_at)) // 1000
+
+
+def _scope_accounts(view: LedgerView, scope: ScopeName) -> dict[tuple[int, str], dict[str, Any]]:
+    case = require_case(view)
+    revisions = range(1, case["revision"] + 1) if scope.revision is None else (scope.revision,)
+    found = {}
+    for revision in revisions:
+        for h, account in view.accounts(revision).items():
+            if scope.hypothesis_id is None or h == scope.hypothesis_id:
+                found[(revision, h)] = account
+    return found
+
+
+def consumption(view: LedgerView, info: Mapping[str, Any], at: str) -> dict[str, int]:
+    """What the scope of establishment ``info`` consumed, per dimension, at time ``at``."""
+    scope = parse_scope(info["scope"])
+    accounts = _scope_accounts(view, scope).values()
+    return {
+        "units": sum(a["spent_units"] - a["rewarded_units"] for a in accounts),
+        "actions": sum(a["settled_actions"] + a["failed_actions"] + (a["pending_action_id"] is not None)
+                       for a in accounts),
+        "duration_ms": elapsed_ms(info["origin_at"], at),
+        "cost_usd_millicents": view.money_consumed(scope.revision, scope.hypothesis_id),
+    }
+
+
+def establishment_row(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``scope_establishments`` row (and a view's :meth:`scope` answer, less ``limits``) of a
+    ``scope.established`` event body."""
+    scope = parse_scope(body["scope"])
+    return {"seq": body["seq"], "scope": scope.name, "scope_type": scope.scope_type, "scope_id": body["scope_id"],
+            "scope_revision": scope.revision, "scope_hypothesis": scope.hypothesis_id,
+            "establishment": body["establishment"], "issuer": body["issuer"], "delegate": body["delegate"],
+            "warning_bps": body["warning_bps"], "on_exhausted": body["on_exhausted"],
+            "causation_seq": body["causation_seq"], "origin_at": body["origin_at"]}
+
+
+def containing(revision: int, hypothesis_id: str) -> tuple[str, ...]:
+    """Every scope that holds account ``hypothesis_id`` of ``revision``, innermost first."""
+    return (f"hypothesis:{revision}/{hypothesis_id}", f"revision:{revision}", "case")
+
+
+def _scope_fields(case: Mapping[str, Any], event_type: str, scope: ScopeName, **extra: Any) -> dict[str, Any]:
+    fields = {"format": "scope-event-v1", "type": event_type, "case_id": case["case_id"],
+              "package_id": case["package_id"], "revision": case["revision"], "scope": scope.name,
+              "scope_type": scope.scope_type, "scope_id": scope.scope_id(case["case_id"])}
+    fields.update(extra)
+    return fields
+
+
+# --- enforcement ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Exceeded:
+    """The limit a reservation would break: the tightest one when several would."""
+
+    scope: str
+    dimension: str
+    declared: int
+    consumed_after: int
+    remaining: int
+    on_exhausted: str
+    establishment_seq: int
+
+    @property
+    def terminal_reason(self) -> str:
+        return f"limit:{self.scope}:{self.dimension}"
+
+
+def enforce(view: LedgerView, revision: int, hypothesis_id: str, cost: int, at: str) -> Exceeded | None:
+    """SPEC 8.3: the limit a reservation of ``cost`` units on ``hypothesis_id`` would exceed
+    (``consumed_after > declared``) in any scope holding it, or None. When several would be,
+    the one with the least remaining wins (then the innermost scope, then dimension order)."""
+    found: list[tuple[int, int, int, Exceeded]] = []
+    for depth, name in enumerate(containing(revision, hypothesis_id)):
+        info = view.scope(name)
+        if info is None:
+            continue
+        used = consumption(view, info, at)
+        after = {**used, "units": used["units"] + cost, "actions": used["actions"] + 1}
+        for order, dimension in enumerate(DIMENSIONS):
+            declared = info["limits"].get(dimension)
+            if declared is not None and after[dimension] > declared:
+                remaining = max(0, declared - used[dimension])
+                found.append((remaining, depth, order, Exceeded(name, dimension, declared, after[dimension], remaining,
+                                                                info["on_exhausted"], info["seq"])))
+    return min(found, key=lambda item: item[:3])[3] if found else None
+
+
+def exceeded_draft(view: LedgerView, exceeded: Exceeded, request: Mapping[str, Any]) -> Draft:
+    """The ``limit.exceeded`` event of a refused reservation (not an operation: no identity)."""
+    case = require_case(view)
+    fields = _scope_fields(case, "limit.exceeded", parse_scope(exceeded.scope), dimension=exceeded.dimension,
+                           declared=exceeded.declared, consumed_after=exceeded.consumed_after,
+                           remaining=exceeded.remaining, on_exhausted=exceeded.on_exhausted,
+                           establishment_seq=exceeded.establishment_seq,
+                           hypothesis_id=request["hypothesis_id"], action_id=request["action_id"],
+                           action=request["action"])
+    return Draft("limit.exceeded", "case", case["revision"], None, dict(request), fields)
+
+
+def exceeded_error(exceeded: Exceeded, hypothesis_id: str) -> LedgerError:
+    return LedgerError(
+        E.LIMIT_EXCEEDED, f"reserving on {hypothesis_id} would take {exceeded.dimension} of scope {exceeded.scope} to "
+        f"{exceeded.consumed_after}, over its limit of {exceeded.declared} (on_exhausted: {exceeded.on_exhausted})",
+        scope=exceeded.scope, dimension=exceeded.dimension, declared=exceeded.declared,
+        consumed_after=exceeded.consumed_after, on_exhausted=exceeded.on_exhausted)
+
+
+def accounts_to_end(view: LedgerView, exceeded: Exceeded, revision: int, hypothesis_id: str) -> dict[int, list[str]]:
+    """Revision → accounts the ``on_exhausted`` action makes terminal (those not terminal yet)."""
+    if exceeded.on_exhausted == "task_failed":
+        return {revision: [hypothesis_id]}
+    if exceeded.on_exhausted != "scope_cancelled":
+        return {}
+    ending: dict[int, list[str]] = {}
+    for (r, h), account in sorted(_scope_accounts(view, parse_scope(exceeded.scope)).items()):
+        if account["status"] not in TERMINAL_STATUSES:
+            ending.setdefault(r, []).append(h)
+    return ending
+
+
+def approaching(view: LedgerView, request: Mapping[str, Any], at: str,
+                checks: list[tuple[Mapping[str, Any], frozenset[str], Mapping[str, int]]]) -> list[Draft]:
+    """``limit.approaching`` events due after an event: for each ``(establishment, dimensions already
+    warned, consumption the event adds)``, every dimension whose consumption is now > 0 and
+    ``consumed * 10000 >= warning_bps * declared`` for the first time (10000 never warns)."""
+    case = require_case(view)
+    drafts = []
+    for info, warned, added in checks:
+        if info["warning_bps"] >= BPS:
+            continue
+        used = consumption(view, info, at)
+        for dimension in DIMENSIONS:
+            declared = info["limits"].get(dimension)
+            consumed = used[dimension] + added.get(dimension, 0)
+            if (declared is None or dimension in warned or consumed <= 0
+                    or consumed * BPS < info["warning_bps"] * declared):
+                continue
+            fields = _scope_fields(case, "limit.approaching", parse_scope(info["scope"]), dimension=dimension,
+                                   declared=declared, consumed=consumed, warning_bps=info["warning_bps"],
+                                   establishment_seq=info["seq"])
+            drafts.append(Draft("limit.approaching", "case", case["revision"], None, dict(request), fields))
+    return drafts
+
+
+def warnings_after(view: LedgerView, request: Mapping[str, Any], at: str, revision: int, hypothesis_id: str,
+                   added: Mapping[str, int]) -> list[Draft]:
+    """:func:`approaching` for every established scope holding ``hypothesis_id`` of ``revision``."""
+    checks = []
+    for name in containing(revision, hypothesis_id):
+        info = view.scope(name)
+        if info is not None:
+            checks.append((info, view.warned(name, info["seq"]), added))
+    return approaching(view, request, at, checks)
+
+
+# --- establish and request_increase -----------------------------------------------------------
+def _check_scope_exists(view: LedgerView, scope: ScopeName) -> str | None:
+    """The issuer of the scope's revision (None for ``case``); ``NOT_INITIALIZED``/``UNKNOWN_HYPOTHESIS``."""
+    if scope.revision is None:
+        return None
+    case = require_case(view)
+    if scope.revision > case["revision"]:
+        raise LedgerError(E.INVALID_ARGUMENT, f"revision {scope.revision} is not open (the case is at revision "
+                          f"{case['revision']})")
+    issuer = view.revision_issuer(scope.revision)
+    if issuer is None:
+        raise LedgerError(E.NOT_INITIALIZED, f"revision {scope.revision} has no budget yet; run initialize first")
+    if scope.hypothesis_id is not None and scope.hypothesis_id not in view.accounts(scope.revision):
+        raise LedgerError(E.UNKNOWN_HYPOTHESIS, f"revision {scope.revision} has no hypothesis {scope.hypothesis_id}",
+                          hypothesis_id=scope.hypothesis_id)
+    return issuer
+
+
+def _check_authority(previous: Mapping[str, Any] | None, revision_issuer: str | None,
+                     request: Mapping[str, Any]) -> None:
+    issuer, causation = request["issuer"], request["causation_seq"]
+    if previous is None:
+        if revision_issuer is not None and issuer != revision_issuer:
+            raise LedgerError(E.AUTHORITY_DENIED, f"only {revision_issuer}, who initialized the revision's budget, may "
+                              f"establish {request['scope']}; {issuer} may not", issuer=issuer)
+        if causation is not None:
+            raise LedgerError(E.INVALID_ARGUMENT, f"{request['scope']} has no establishment yet; leave causation_seq out")
+        return
+    if issuer != previous["issuer"]:
+        raise LedgerError(E.AUTHORITY_DENIED, f"only {previous['issuer']}, who established {request['scope']}, may "
+                          f"change its limits; {issuer} may not (ask with request_increase)", issuer=issuer)
+    if causation != previous["seq"]:
+        raise LedgerError(E.INVALID_ARGUMENT, f"causation_seq must be {previous['seq']}, the seq of the previous "
+                          f"establishment of {request['scope']}; got {causation}", expected=previous["seq"])
+
+
+def effective_limits(limits: Mapping[str, int], delegate_limits: Mapping[str, int] | None) -> dict[str, int]:
+    """Per dimension, the stricter (smaller) of the issuer's and the delegate's proposals."""
+    merged = dict(limits)
+    for dimension, value in (delegate_limits or {}).items():
+        merged[dimension] = min(value, merged.get(dimension, value))
+    return {d: merged[d] for d in DIMENSIONS if d in merged}
+
+
+def establish(view: LedgerView, request: Mapping[str, Any], context: Context) -> Draft | Outcome | Reused:
+    """Set or change a scope's limits (SPEC 8.2), followed by any ``limit.approaching`` now due.
+
+    Errors in order: ``OPERATION_CONFLICT``, ``INVALID_ARGUMENT`` (a revision not open),
+    ``NOT_INITIALIZED``, ``UNKNOWN_HYPOTHESIS``, ``AUTHORITY_DENIED``, ``INVALID_ARGUMENT`` (a wrong
+    ``causation_seq``).
+    """
+    case = require_case(view)
+    scope = parse_scope(request["scope"])
+    key = operation_key(0, "establish", scope.name, str(request["causation_seq"] or 0))
+    reused = replay_or_conflict(view, key, request)
+    if reused is not None:
+        return reused
+    revision_issuer = _check_scope_exists(view, scope)
+    previous = view.scope(scope.name)
+    _check_authority(previous, revision_issuer, request)
+    limits = effective_limits(request["limits"], request["delegate_limits"])
+    chain = [request["issuer"]] + ([request["delegate"]] if request["delegate"] else [])
+    fields = _scope_fields(case, "scope.established", scope, issuer=request["issuer"], delegate=request["delegate"],
+                           delegation_chain=chain, effective_limits=limits, warning_bps=request["warning_bps"],
+                           on_exhausted=request["on_exhausted"], causation_seq=request["causation_seq"],
+                           establishment=1 + (previous["establishment"] if previous else 0),
+                           origin_at=previous["origin_at"] if previous else context.at)
+    draft = Draft("scope.established", "case", case["revision"], key, dict(request), fields)
+    info = {"scope": scope.name, "seq": view.head()[0] + 1, "limits": limits, "warning_bps": request["warning_bps"],
+            "origin_at": fields["origin_at"]}
+    warnings = approaching(view, request, context.at, [(info, frozenset(), {})])
+    return with_following(draft, warnings)
+
+
+def with_following(draft: Draft, following: list[Draft]) -> Draft | Outcome:
+    """``draft`` alone, or an :class:`Outcome` of ``draft`` then the events that follow it."""
+    return Outcome((draft, *following)) if following else draft
+
+
+def request_increase(view: LedgerView, request: Mapping[str, Any], context: Context) -> Draft | Reused:
+    """Record a delegate's request for more of one dimension; it changes no limit.
+
+    Identity: the request itself (an identical repeat is ``reused``).
+    Errors: ``INVALID_ARGUMENT`` (a revision not open), ``NOT_INITIALIZED``, ``UNKNOWN_HYPOTHESIS``.
+    """
+    case = require_case(view)
+    scope = parse_scope(request["scope"])
+    key = operation_key(0, "request_increase", scope.name, canonical_sha256(request)[:32])
+    reused = replay_or_conflict(view, key, request)
+    if reused is not None:
+        return reused
+    _check_scope_exists(view, scope)
+    fields = _scope_fields(case, "scope.increase_requested", scope, dimension=request["dimension"],
+                           amount=request["amount"], requester=request["requester"], reason=request["reason"])
+    return Draft("scope.increase_requested", "case", case["revision"], key, dict(request), fields)
+
+
+# --- the soft gate (SPEC 8.4): reads, never a refusal for lack of budget ---------------------
+def tier(pct_remaining: int, allowed: bool, policy: BudgetConfig) -> str:
+    """``full`` while pct ≥ ``tier_shallow_below_pct``, ``shallow`` while ≥ ``tier_deferred_below_pct``,
+    else ``deferred``; a call that is not allowed is always ``deferred``."""
+    if not allowed:
+        return "deferred"
+    if pct_remaining >= policy["tier_shallow_below_pct"]:
+        return "full"
+    return "shallow" if pct_remaining >= policy["tier_deferred_below_pct"] else "deferred"
+
+
+def scarcity(lowest_pct: int, policy: BudgetConfig) -> int:
+    """``10000 + (max_scarcity_bps - 10000) * (100 - lowest_pct) // 100`` basis points."""
+    return BPS + (policy["max_scarcity_bps"] - BPS) * (100 - lowest_pct) // 100
+
+
+def resource_cost(cost: int, scarcity_bps: int) -> int:
+    """``ceil(cost * scarcity_bps / 10000)`` in integers."""
+    return -(-cost * scarcity_bps // BPS)
+
+
+def _gate_prelude(view: LedgerView, hypothesis_id: str) -> tuple[int, dict[str, Any], BudgetConfig]:
+    case = require_case(view)
+    revision = case["revision"]
+    accounts = view.accounts(revision)
+    if not accounts:
+        raise LedgerError(E.NOT_INITIALIZED, f"revision {revision} has no budget yet; run initialize first")
+    if hypothesis_id not in accounts:
+        raise LedgerError(E.UNKNOWN_HYPOTHESIS, f"revision {revision} has no hypothesis {hypothesis_id}",
+                          hypothesis_id=hypothesis_id)
+    return revision, accounts[hypothesis_id], view.policy_config(revision)
+
+
+def _pct(remaining: int, budget: int) -> int:
+    return remaining * 100 // budget
+
+
+def price_signal(view: LedgerView, hypothesis_id: str, action: str) -> dict[str, int]:
+    """``{cost, resource_cost, scarcity_bps}``: scarcity from the lowest ``pct_remaining`` the account
+    showed after any event since its last grant, so it never falls between grants (advisory only:
+    the debited cost is always ``cost``). Errors: ``NOT_INITIALIZED``, ``UNKNOWN_HYPOTHESIS``."""
+    revision, account, policy = _gate_prelude(view, hypothesis_id)
+    cost = policy.cost_units(action)
+    lowest = view.lowest_pct_since_grant(revision, hypothesis_id)
+    if lowest is None:
+        lowest = _pct(account["remaining_units"], account["initial_units"] + account["granted_units"])
+    signal = scarcity(lowest, policy)
+    return {"cost": cost, "resource_cost": resource_cost(cost, signal), "scarcity_bps": signal}
+
+
+def check(view: LedgerView, hypothesis_id: str, action: str, at: str) -> dict[str, Any]:
+    """``{allowed, cost, remaining, pct_remaining, tier, scarcity_bps}`` for reserving ``action`` now.
+
+    ``remaining`` is the least of the account's remaining units and every ``units`` limit that
+    holds it; ``allowed`` means affordable, not terminal and inside every limit (a pending action
+    is ignored). Never raises for lack of budget; ``NOT_INITIALIZED``/``UNKNOWN_HYPOTHESIS`` as reads do.
+    """
+    revision, account, policy = _gate_prelude(view, hypothesis_id)
+    cost = policy.cost_units(action)
+    remaining = account["remaining_units"]
+    for name in containing(revision, hypothesis_id):
+        info = view.scope(name)
+        if info is not None and "units" in info["limits"]:
+            remaining = min(remaining, max(0, info["limits"]["units"] - consumption(view, info, at)["units"]))
+    allowed = (account["status"] not in TERMINAL_STATUSES and cost <= account["remaining_units"]
+               and enforce(view, revision, hypothesis_id, cost, at) is None)
+    pct = _pct(remaining, account["initial_units"] + account["granted_units"])
+    return {"allowed": allowed, "cost": cost, "remaining": remaining, "pct_remaining": pct,
+            "tier": tier(pct, allowed, policy),
+            "scarcity_bps": price_signal(view, hypothesis_id, action)["scarcity_bps"]}
+
+
+def remaining(view: LedgerView, hypothesis_id: str) -> dict[str, int]:
+    """``{budget, spent, remaining, pct_remaining}`` of the account: ``budget = initial + granted``,
+    ``spent`` the net units used (reserved minus refunded), so ``spent + remaining = budget``."""
+    _, account, _ = _gate_prelude(view, hypothesis_id)
+    budget = account["initial_units"] + account["granted_units"]
+    left = account["remaining_units"]
+    return {"budget": budget, "spent": budget - left, "remaining": left, "pct_remaining": _pct(left, budget)}

@@ -1,0 +1,630 @@
+"""Scoped limits, authority and the soft gate (SPEC 8): scopes and dimensions, establishment and
+authority, enforcement with limit.exceeded / limit.approaching, scope_usage, grants, check,
+price_signal, remaining, the journal and the command line."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ledger import BudgetConfig, Case, LedgerError, apply_journal, export_case, import_tree, verify_case
+from ledger.errors import (ACCOUNT_TERMINAL, AUTHORITY_DENIED, INVALID_ARGUMENT, INVALID_CAPABILITY,
+                           LIMIT_EXCEEDED, NOT_INITIALIZED)
+from ledger.replay import PackageSource, Replayer
+from ledger.rules import scopes as scope_rules
+from ledger_cli.main import main as cli_main
+
+from conftest import REPO, logical_dump, make_package, run_cli, start_case
+
+T0 = "2026-01-01T00:00:00Z"  # the set-up happens then; tests that drive the clock come later
+
+
+def _ready(package: Path, *, hypotheses: int = 2, units: int = 100, config: BudgetConfig | None = None) -> Case:
+    """A case whose revision 1 is initialized by ``controller`` (its issuer), every event at T0."""
+    case = Case.create(package, case_id="BUG-1", at=T0)
+    case.open_revision([{"statement": f"hypothesis {i}"} for i in range(1, hypotheses + 1)], units, at=T0)
+    case.transition("INVESTIGATING_HYPOTHESES", at=T0)
+    # failing actions count as low-information steps; these tests fail many on purpose
+    patient = BudgetConfig.from_mapping({**(dict(config.policy) if config else {}), "max_low_information_steps": 1000})
+    case.budget(patient).initialize(at=T0)
+    return case
+
+
+def _types(case: Case, since: int = 0) -> list[str]:
+    return [e["type"] for e in case.events(since)]
+
+
+def _usage(case: Case) -> dict[tuple[str, str, str], tuple[int, int, int]]:
+    return {(r["scope_type"], r["scope_id"], r["dimension"]): (r["declared"], r["consumed"], r["remaining"])
+            for r in case.query("SELECT * FROM scope_usage")}
+
+
+def _refused(call, *args, **kwargs) -> LedgerError:
+    with pytest.raises(LedgerError) as refused:
+        call(*args, **kwargs)
+    return refused.value
+
+
+# --- 8.1 / 8.3: enforcement ------------------------------------------------------------------
+def test_a_task_allowed_50_actions_inside_a_case_with_3_left_gets_exactly_3(package):
+    """SPEC 8.3: the tightest remaining limit across scopes wins."""
+    case = _ready(package)
+    budget, scopes = case.budget(), case.scopes()
+    scopes.establish("case", {"actions": 5}, "controller")
+    for i in range(2):  # the case has used 2 of its 5 actions
+        budget.reserve("H2", f"old{i}", "source.read_context")
+        budget.fail("H2", f"old{i}", "done")
+    scopes.establish("hypothesis:1/H1", {"actions": 50}, "controller")
+    for i in range(3):
+        assert budget.reserve("H1", f"q{i}", "source.read_context").action["status"] == "reserved"
+        budget.fail("H1", f"q{i}", "done")
+    before = case.balances()
+    refused = _refused(budget.reserve, "H1", "q3", "source.read_context")
+    assert refused.code == LIMIT_EXCEEDED
+    assert refused.details["scope"] == "case" and refused.details["dimension"] == "actions"
+    assert refused.details["consumed_after"] == 6 and refused.details["declared"] == 5
+    assert "case" in refused.message
+    assert _types(case)[-1] == "limit.exceeded"  # recorded, then refused
+    assert case.balances() == before  # block_action: only this reservation fails
+    assert _usage(case)[("case", "BUG-1", "actions")] == (5, 5, 0)
+    assert _usage(case)[("hypothesis", "1/H1", "actions")] == (50, 3, 47)
+    # the refused reservation is not an operation: retrying it is evaluated afresh
+    assert _refused(budget.reserve, "H1", "q3", "source.read_context").code == LIMIT_EXCEEDED
+    assert _types(case)[-2:] == ["limit.exceeded", "limit.exceeded"]
+    case.close()
+    assert verify_case(package).events == len(_types(Case.open(package)))
+
+
+def test_spend_landing_exactly_on_a_units_limit_is_allowed_and_the_next_unit_is_not(package, example_policy):
+    case = _ready(package, config=example_policy)
+    budget = case.budget()
+    case.scopes().establish("revision:1", {"units": 25}, "controller")
+    for i, action in enumerate(("source.find_text", "source.find_text", "source.read_context")):  # 10 + 10 + 5
+        budget.reserve("H1", f"q{i}", action)
+        budget.fail("H1", f"q{i}", "done")
+    assert _usage(case)[("revision", "1", "units")] == (25, 25, 0)
+    refused = _refused(budget.reserve, "H2", "q9", "source.read_context")
+    assert (refused.code, refused.details["scope"], refused.details["dimension"]) == (LIMIT_EXCEEDED, "revision:1", "units")
+    assert refused.details["consumed_after"] == 30
+    case.close()
+
+
+def test_a_refund_frees_units_in_the_scope_and_a_pending_reservation_counts_in_full(package, example_policy):
+    case = _ready(package, config=example_policy)
+    budget = case.budget()
+    case.scopes().establish("case", {"units": 15}, "controller")
+    budget.reserve("H1", "q1", "source.find_text")  # 10 pending
+    assert _usage(case)[("case", "BUG-1", "units")] == (15, 10, 5)
+    assert _refused(budget.reserve, "H2", "q2", "source.find_text").code == LIMIT_EXCEEDED
+    budget.record_result("H1", "q1", {"new": 1})
+    budget.settle("H1", "q1", 100, "new")  # refund 8: net 2
+    assert _usage(case)[("case", "BUG-1", "units")] == (15, 2, 13)
+    budget.reserve("H2", "q2", "source.find_text")
+    case.close()
+
+
+def test_warning_at_ratio_0_8_fires_once_also_landing_exactly_on_80_percent_and_reestablishing_resets_it(package):
+    """SPEC 8.3: limit.approaching once per scope, dimension and establishment."""
+    case = _ready(package, hypotheses=1)
+    budget, scopes = case.budget(), case.scopes()
+    first = scopes.establish("hypothesis:1/H1", {"units": 50}, "controller", warning_ratio=0.8)
+    assert first.events == ["scope.established"]
+    seen = []
+    for i in range(5):  # 10, 20, 30, 40 (exactly 80 %), 50
+        before = case.status()["package_generation"]
+        budget.reserve("H1", f"q{i}", "source.read_context")
+        budget.fail("H1", f"q{i}", "done")
+        seen.append(_types(case, before))
+    assert seen[:3] == [["budget.reserved", "budget.failed"]] * 3
+    assert seen[3] == ["budget.reserved", "limit.approaching", "budget.failed"]
+    assert seen[4] == ["budget.reserved", "budget.failed"]
+    rows = case.query("SELECT scope, dimension, consumed, establishment_seq FROM limit_warnings")
+    assert rows == [{"scope": "hypothesis:1/H1", "dimension": "units", "consumed": 40,
+                     "establishment_seq": first.seq}]
+    # re-establishing (same issuer, causation_seq) resets the warning: 50 of 60 is over 80 %
+    second = scopes.establish("hypothesis:1/H1", {"units": 60}, "controller", warning_ratio=0.8,
+                              causation_seq=first.seq)
+    assert second.events == ["scope.established", "limit.approaching"]
+    assert len(case.query("SELECT * FROM limit_warnings")) == 2
+    budget.reserve("H1", "q5", "source.read_context")
+    assert _types(case)[-1] == "budget.reserved"  # still once per establishment
+    case.close()
+
+
+@pytest.mark.parametrize("ratio, warned_at", [(1, None), ("1.0", None), (0, 1), (0.0, 1), (Decimal("0.5"), 3)])
+def test_ratio_one_never_warns_and_zero_warns_at_the_first_consumption(package, ratio, warned_at):
+    case = _ready(package, hypotheses=1)
+    budget = case.budget()
+    case.scopes().establish("hypothesis:1/H1", {"actions": 5}, "controller", warning_ratio=ratio)
+    found = None
+    for i in range(1, 6):
+        budget.reserve("H1", f"q{i}", "source.read_context")
+        if _types(case)[-1] == "limit.approaching" and found is None:
+            found = i
+        budget.fail("H1", f"q{i}", "done")
+    assert found == warned_at
+    case.close()
+
+
+def test_warning_ratio_is_held_in_basis_points_with_at_most_four_decimals():
+    assert scope_rules.ratio_to_bps(0.8) == 8000
+    assert scope_rules.ratio_to_bps("0.1234") == 1234
+    assert scope_rules.ratio_to_bps(1) == 10000 and scope_rules.ratio_to_bps(0) == 0
+    assert scope_rules.ratio_to_bps(0.3) == 3000  # not 2999: no float arithmetic
+    for bad in (0.12345, "1.5", -0.1, True, "x", float("nan"), None):
+        with pytest.raises(LedgerError) as refused:
+            scope_rules.ratio_to_bps(bad)
+        assert refused.value.code == INVALID_ARGUMENT
+
+
+def test_on_exhausted_ignore_is_an_invalid_capability_and_nothing_is_written(package):
+    case = _ready(package)
+    before = logical_dump(package / "ledger.sqlite")
+    for bad in ("ignore", "retry", None):
+        assert _refused(case.scopes().establish, "case", {"units": 5}, "controller",
+                        on_exhausted=bad).code == INVALID_CAPABILITY
+    assert logical_dump(package / "ledger.sqlite") == before
+    case.close()
+
+
+def test_money_reported_with_results_counts_from_then_on(package):
+    case = _ready(package, hypotheses=1)
+    budget = case.budget()
+    case.scopes().establish("case", {"cost_usd_millicents": 1000}, "controller")
+    budget.reserve("H1", "q1", "research.lookup")
+    result = budget.record_result("H1", "q1", {"paper": 1}, cost_usd_millicents=1200)
+    assert result.seq == case.status()["package_generation"] - 1  # followed by limit.approaching
+    assert _types(case)[-2:] == ["budget.result_recorded", "limit.approaching"]
+    budget.settle("H1", "q1", 50, "ok")
+    refused = _refused(budget.reserve, "H1", "q2", "research.lookup")
+    assert (refused.details["dimension"], refused.details["consumed_after"]) == ("cost_usd_millicents", 1200)
+    assert _usage(case)[("case", "BUG-1", "cost_usd_millicents")] == (1000, 1200, 0)
+    case.close()
+
+
+def test_task_failed_ends_only_the_hypothesis_with_a_limit_reason(package):
+    case = _ready(package)
+    budget = case.budget()
+    case.scopes().establish("hypothesis:1/H1", {"actions": 1}, "controller", on_exhausted="task_failed")
+    budget.reserve("H1", "q1", "source.read_context")
+    budget.fail("H1", "q1", "done")
+    assert _refused(budget.reserve, "H1", "q2", "source.read_context").code == LIMIT_EXCEEDED
+    assert _types(case)[-2:] == ["limit.exceeded", "budget.limit_terminated"]
+    rows = {r["hypothesis_id"]: (r["status"], r["terminal_reason"]) for r in case.balances()}
+    assert rows == {"H1": ("budget_exhausted", "limit:hypothesis:1/H1:actions"), "H2": ("new", None)}
+    assert _refused(budget.reserve, "H1", "q2", "source.read_context").code == ACCOUNT_TERMINAL
+    case.close()
+    verify_case(package)
+
+
+def test_scope_cancelled_with_a_pending_action_settles_it_starts_nothing_and_ends_every_account(package):
+    """SPEC 8.3: scope_cancelled: every account in the scope terminal; pending actions still close."""
+    case = _ready(package, hypotheses=3)
+    budget = case.budget()
+    case.scopes().establish("revision:1", {"actions": 2}, "controller", on_exhausted="scope_cancelled")
+    budget.reserve("H1", "p1", "source.read_context")  # pending through the cancellation
+    budget.reserve("H2", "q1", "source.read_context")
+    budget.fail("H2", "q1", "done")
+    refused = _refused(budget.reserve, "H3", "q2", "source.read_context")
+    assert (refused.code, refused.details["scope"], refused.details["on_exhausted"]) == \
+        (LIMIT_EXCEEDED, "revision:1", "scope_cancelled")
+    reason = "limit:revision:1:actions"
+    rows = {r["hypothesis_id"]: (r["status"], r["terminal_reason"], r["pending_action_id"]) for r in case.balances()}
+    assert rows == {"H1": ("budget_exhausted", reason, "p1"), "H2": ("budget_exhausted", reason, None),
+                    "H3": ("budget_exhausted", reason, None)}
+    assert case.query("SELECT hypothesis_id, terminal_reason FROM terminations ORDER BY hypothesis_id") == [
+        {"hypothesis_id": h, "terminal_reason": reason} for h in ("H1", "H2", "H3")]
+    # the pending action can still be recorded and settled; nothing new starts
+    budget.record_result("H1", "p1", {"late": True})
+    settled = budget.settle("H1", "p1", 100, "useful after all")
+    assert settled.action["status"] == "settled" and settled.state["H1"]["status"] == "budget_exhausted"
+    for h in ("H1", "H2", "H3"):
+        assert _refused(budget.reserve, h, "new", "source.read_context").code == ACCOUNT_TERMINAL
+    assert case.query("SELECT * FROM balances EXCEPT SELECT * FROM balances_recomputed") == []
+    case.close()
+    verify_case(package)
+
+
+def test_scope_cancelled_on_the_case_ends_the_accounts_of_every_revision(package):
+    case = _ready(package, hypotheses=1)
+    budget = case.budget()
+    budget.reserve("H1", "q1", "source.read_context")
+    budget.fail("H1", "q1", "done")
+    case.transition("EVALUATING")
+    case.open_revision([{"statement": "next"}, {"statement": "other"}], 50)
+    case.transition("INVESTIGATING_HYPOTHESES")
+    budget.initialize()
+    case.scopes().establish("case", {"actions": 1}, "controller", on_exhausted="scope_cancelled")
+    # revision 1's H1 was exhausted by nothing yet: it is not terminal
+    assert _refused(budget.reserve, "H1", "r2", "source.read_context").code == LIMIT_EXCEEDED
+    assert _types(case)[-3:] == ["limit.exceeded", "budget.limit_terminated", "budget.limit_terminated"]
+    statuses = {(r["revision"], r["hypothesis_id"]): r["terminal_reason"] for r in case.balances()}
+    assert set(statuses.values()) == {"limit:case:actions"} and len(statuses) == 3
+    case.close()
+    verify_case(package)
+
+
+# --- the duration clock -----------------------------------------------------------------------
+def test_duration_ms_runs_on_the_journal_clock_and_a_clock_stepping_back_is_clamped(package):
+    case = _ready(package)
+    lines = [
+        {"op": "establish", "scope": "case", "limits": {"duration_ms": 60000}, "issuer": "controller",
+         "at": "2026-03-01T10:00:00Z"},
+        {"op": "reserve", "hypothesis": "H1", "action_id": "q1", "action": "source.read_context",
+         "at": "2026-03-01T10:00:30Z"},
+        {"op": "fail", "hypothesis": "H1", "action_id": "q1", "reason": "x", "at": "2026-03-01T10:00:30Z"},
+        # the clock steps back 20 s: clamped to 10:00:30, consumption stays 30000, never less
+        {"op": "reserve", "hypothesis": "H2", "action_id": "q2", "action": "source.read_context",
+         "at": "2026-03-01T10:00:10Z"},
+        {"op": "check", "hypothesis": "H1", "action": "source.read_context", "at": "2026-03-01T10:00:59.999Z"},
+        {"op": "reserve", "hypothesis": "H1", "action_id": "q3", "action": "source.read_context",
+         "at": "2026-03-01T10:01:00.001Z"},
+    ]
+    results = list(apply_journal(case, [json.dumps(line) for line in lines], keep_going=True))
+    assert [r.ok for r in results] == [True, True, True, True, True, False]
+    assert case.query("SELECT created_at FROM events WHERE seq = ?", (results[3].seq,))[0]["created_at"] == \
+        "2026-03-01T10:00:30.000000Z"
+    assert results[4].result["allowed"] is True  # 59,999 ms: still inside
+    assert results[5].error.code == LIMIT_EXCEEDED
+    assert (results[5].error.details["dimension"], results[5].error.details["consumed_after"]) == ("duration_ms", 60001)
+    assert _usage(case)[("case", "BUG-1", "duration_ms")] == (60000, 60001, 0)
+    assert scope_rules.elapsed_ms("2026-03-01T10:00:30.000000Z", "2026-03-01T10:00:10.000000Z") == 0
+    case.close()
+    verify_case(package)
+
+
+# --- 8.2: authority -----------------------------------------------------------------------------
+def test_a_delegate_raising_its_own_limit_or_granting_itself_units_is_denied_and_nothing_written(package):
+    case = _ready(package)
+    first = case.scopes().establish("hypothesis:1/H1", {"units": 50, "actions": 10}, "controller",
+                                    delegate_limits={"units": 40}, delegate="agent-7")
+    assert [r["declared"] for r in first.usage] == [40, 10]  # the stricter proposal per dimension
+    body = json.loads(case.events(first.seq - 1, with_body=True)[0]["body"])
+    assert body["delegation_chain"] == ["controller", "agent-7"] and body["issuer"] == "controller"
+    case.close()
+    before = logical_dump(package / "ledger.sqlite")
+    delegate = Case.open(package, actor="agent-7")
+    for call in (
+        lambda: delegate.scopes().establish("hypothesis:1/H1", {"units": 500}, "agent-7", causation_seq=first.seq),
+        lambda: delegate.scopes().establish("hypothesis:1/H2", {"units": 500}, "agent-7"),
+        lambda: delegate.budget().grant("H1", 100, "agent-7", "I need more", "g1"),
+    ):
+        assert _refused(call).code == AUTHORITY_DENIED
+    delegate.close()
+    assert logical_dump(package / "ledger.sqlite") == before
+
+
+def test_changes_need_the_previous_establishment_seq(package):
+    case = _ready(package)
+    scopes = case.scopes()
+    first = scopes.establish("case", {"units": 50}, "lead")  # the case scope: its first issuer owns it
+    # without causation_seq it is the first establishment's identity, with other inputs
+    assert _refused(scopes.establish, "case", {"units": 60}, "lead").code == "OPERATION_CONFLICT"
+    assert _refused(scopes.establish, "case", {"units": 60}, "lead", causation_seq=first.seq - 1).code == INVALID_ARGUMENT
+    assert _refused(scopes.establish, "case", {"units": 60}, "controller", causation_seq=first.seq).code == AUTHORITY_DENIED
+    second = scopes.establish("case", {"units": 60}, "lead", causation_seq=first.seq)
+    assert second.usage[0]["declared"] == 60
+    again = scopes.establish("case", {"units": 60}, "lead", causation_seq=first.seq)
+    assert again.reused and again.seq == second.seq
+    assert _refused(scopes.establish, "hypothesis:2/H1", {"units": 1}, "controller").code == INVALID_ARGUMENT
+    case.close()
+
+
+def test_revision_scopes_need_an_initialized_budget(package):
+    case = start_case(package)
+    assert _refused(case.scopes().establish, "revision:1", {"units": 5}, "controller").code == NOT_INITIALIZED
+    case.scopes().establish("case", {"units": 5}, "controller")  # allowed from the start
+    case.close()
+
+
+def test_request_increase_is_an_event_that_changes_nothing(package):
+    case = _ready(package)
+    scopes = case.scopes()
+    scopes.establish("revision:1", {"units": 30}, "controller")
+    usage = _usage(case)
+    asked = scopes.request_increase("revision:1", "units", 20, "agent-7", "H1 is promising")
+    assert asked.events == ["scope.increase_requested"] and not asked.reused
+    assert scopes.request_increase("revision:1", "units", 20, "agent-7", "H1 is promising").reused
+    assert _usage(case) == usage
+    assert case.query("SELECT scope, dimension, amount, requester FROM increase_requests") == [
+        {"scope": "revision:1", "dimension": "units", "amount": 20, "requester": "agent-7"}]
+    case.close()
+
+
+def test_a_grant_adds_units_keeps_a_terminal_account_terminal_and_resets_scarcity(package):
+    case = _ready(package, hypotheses=2, units=20)
+    budget = case.budget()
+    budget.reserve("H1", "q1", "source.read_context")
+    budget.fail("H1", "q1", "x")
+    assert budget.price_signal("H1", "source.read_context")["scarcity_bps"] == 10000 + 30000 * 50 // 100
+    budget.reject("H2", "wrong")
+    granted = budget.grant("H1", 30, "controller", "worth it", "g1")
+    assert granted.state["H1"]["granted_units"] == 30 and granted.state["H1"]["remaining_units"] == 40
+    assert budget.price_signal("H1", "source.read_context")["scarcity_bps"] == 10000 + 30000 * 20 // 100
+    assert budget.grant("H2", 5, "controller", "appeal", "g2").state["H2"]["status"] == "rejected"
+    assert budget.grant("H1", 30, "controller", "worth it", "g1").reused
+    assert case.query("SELECT * FROM balances EXCEPT SELECT * FROM balances_recomputed") == []
+    case.close()
+    verify_case(package)
+
+
+# --- 8.4: the soft gate ---------------------------------------------------------------------------
+def test_check_reports_the_tightest_remaining_tier_and_scarcity(package, example_policy):
+    case = _ready(package, config=example_policy)
+    budget = case.budget()
+    assert budget.check("H1", "source.find_text").to_dict() == {
+        "allowed": True, "cost": 10, "remaining": 100, "pct_remaining": 100, "tier": "full", "scarcity_bps": 10000}
+    case.scopes().establish("hypothesis:1/H1", {"units": 45}, "controller")
+    assert budget.check("H1", "source.find_text")["remaining"] == 45
+    assert budget.check("H1", "source.find_text")["tier"] == "shallow"  # 45 % of 100
+    for i in range(4):
+        budget.reserve("H1", f"q{i}", "source.find_text")
+        budget.fail("H1", f"q{i}", "x")
+    reading = budget.check("H1", "source.find_text")  # 5 left in the scope: not allowed, never raised
+    assert (reading["allowed"], reading["remaining"], reading["tier"]) == (False, 5, "deferred")
+    assert budget.check("H1", "source.read_context")["allowed"] is True
+    signal = budget.price_signal("H1", "source.find_text").to_dict()
+    assert signal == {"cost": 10, "resource_cost": 22, "scarcity_bps": 22000}  # account at 60 %
+    assert budget.remaining("H1").to_dict() == {"budget": 100, "spent": 40, "remaining": 60, "pct_remaining": 60}
+    case.close()
+
+
+def test_tiers_follow_the_thresholds():
+    policy = BudgetConfig()
+    assert [scope_rules.tier(p, True, policy) for p in (100, 50, 49, 20, 19, 0)] == \
+        ["full", "full", "shallow", "shallow", "deferred", "deferred"]
+    assert scope_rules.tier(100, False, policy) == "deferred"
+    assert scope_rules.resource_cost(10, 16600) == 17 and scope_rules.resource_cost(10, 10000) == 10
+
+
+OPS = st.lists(st.tuples(st.sampled_from(["reserve", "settle", "fail", "grant", "check"]),
+                         st.sampled_from(["H1", "H2"]), st.integers(0, 100)), max_size=14)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=OPS, units=st.integers(5, 60), shallow=st.integers(0, 100), deferred=st.integers(0, 100))
+def test_properties_scarcity_never_falls_between_grants_tiers_follow_check_never_raises_and_books_balance(
+        tmp_path_factory, ops, units, shallow, deferred):
+    """hypothesis: scarcity never decreases between grants; tiers follow the thresholds; check
+    never raises on any budget state; spent + remaining = budget."""
+    shallow, deferred = max(shallow, deferred), min(shallow, deferred)
+    policy = BudgetConfig.from_mapping({"tier_shallow_below_pct": shallow, "tier_deferred_below_pct": deferred,
+                                        "action_costs": {"source.read_context": 3}})
+    package = make_package(tmp_path_factory.mktemp("p") / "case")
+    case = _ready(package, units=units, config=policy)
+    budget = case.budget()
+    case.scopes().establish("revision:1", {"units": units + 10, "actions": 8}, "controller")
+    last = {h: 0 for h in ("H1", "H2")}
+    for n, (op, h, score) in enumerate(ops):
+        try:
+            if op == "reserve":
+                budget.reserve(h, f"a{n}", "source.read_context" if score % 2 else "source.find_text")
+            elif op in ("settle", "fail"):
+                pending = budget.snapshot().state[h]["pending_action_id"]
+                if pending and op == "settle":
+                    budget.record_result(h, pending, {"n": n})
+                    budget.settle(h, pending, score, "r")
+                elif pending:
+                    budget.fail(h, pending, "r")
+            elif op == "grant":
+                budget.grant(h, score + 1, "controller", "more", f"g{n}")
+                last[h] = 0
+        except LedgerError as refused:
+            assert refused.code in {"LIMIT_EXCEEDED", "INSUFFICIENT_BUDGET", "ACCOUNT_TERMINAL", "ACTION_PENDING"}
+        for hyp in ("H1", "H2"):
+            for action in ("source.read_context", "source.find_text"):
+                reading = budget.check(hyp, action)  # never raises
+                expected = "deferred" if not reading["allowed"] else (
+                    "full" if reading["pct_remaining"] >= shallow else
+                    "shallow" if reading["pct_remaining"] >= deferred else "deferred")
+                assert reading["tier"] == expected
+            scarcity = budget.price_signal(hyp, "source.find_text")["scarcity_bps"]
+            assert 10000 <= scarcity <= 40000 and scarcity >= last[hyp]
+            last[hyp] = scarcity
+            books = budget.remaining(hyp)
+            assert books["spent"] + books["remaining"] == books["budget"]
+            account = budget.snapshot().state[hyp]
+            assert books["budget"] == account["initial_units"] + account["granted_units"]
+            assert books["remaining"] == account["remaining_units"]
+    case.close()
+
+
+# --- concurrency, replay, journal, command line -----------------------------------------------------
+RESERVE_SCRIPT = """
+import sys, json
+from ledger import Case, LedgerError
+case = Case.open(sys.argv[1], actor="worker")
+try:
+    case.budget().reserve(sys.argv[2], "q-" + sys.argv[2], "source.read_context")
+    print("ok")
+except LedgerError as e:
+    print(e.code, e.details.get("scope"), e.details.get("dimension"))
+case.close()
+"""
+
+
+@pytest.mark.slow
+def test_eight_processes_against_a_revision_units_limit_admitting_three_exactly_three_succeed(package):
+    case = _ready(package, hypotheses=8)
+    case.scopes().establish("revision:1", {"units": 30, "actions": 100}, "controller")  # 3 × 10 units
+    case.close()
+    workers = [subprocess.Popen([sys.executable, "-c", RESERVE_SCRIPT, str(package), f"H{i}"], cwd=REPO,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(1, 9)]
+    outputs = [w.communicate(timeout=120)[0].strip() for w in workers]
+    assert sorted(outputs) == ["LIMIT_EXCEEDED revision:1 units"] * 5 + ["ok"] * 3
+    case = Case.open(package)
+    assert _usage(case) == {("revision", "1", "units"): (30, 30, 0), ("revision", "1", "actions"): (100, 3, 97)}
+    assert len(case.query("SELECT * FROM limit_exceedances")) == 5
+    assert sum(r["spent_units"] for r in case.balances()) == 30
+    case.close()
+    assert verify_case(package).events == 5 + 1 + 3 + 5
+
+
+def test_scope_events_export_replay_verify_and_import_byte_identically(package, tmp_path):
+    case = _ready(package)
+    budget, scopes = case.budget(), case.scopes()
+    first = scopes.establish("case", {"units": 100, "actions": 3}, "controller", warning_ratio="0.5")
+    scopes.request_increase("case", "actions", 2, "agent", "more please")
+    budget.reserve("H1", "q1", "source.read_context")
+    budget.record_result("H1", "q1", {"a": 1}, cost_usd_millicents=7)
+    budget.settle("H1", "q1", 100, "new")
+    budget.grant("H1", 5, "controller", "keep going", "g1")
+    budget.reserve("H1", "q2", "source.read_context")
+    budget.fail("H1", "q2", "x")
+    scopes.establish("case", {"units": 100, "actions": 2}, "controller", on_exhausted="task_failed",
+                     causation_seq=first.seq)
+    with pytest.raises(LedgerError):
+        budget.reserve("H1", "q3", "source.read_context")
+    export_case(case)
+    exported = sorted(p.name for p in (package / "analysis" / "case" / "events").iterdir())
+    case_events = [e for e in case.query("SELECT type FROM events WHERE stream = 'case'")]
+    assert len(exported) == len(case_events)
+    case.close()
+    report = verify_case(package)
+    copy = import_tree(package, tmp_path / "copy")
+    assert copy.head_sha256 == report.head_sha256
+    assert logical_dump(tmp_path / "copy" / "ledger.sqlite")[-1] == logical_dump(package / "ledger.sqlite")[-1]
+
+
+def test_journal_operations_carry_their_results_in_the_result_line(package):
+    case = _ready(package)
+    lines = [
+        {"op": "establish", "scope": "revision:1", "limits": {"units": 30}, "issuer": "controller",
+         "warning_ratio": 0.5, "on_exhausted": "block_action"},
+        {"op": "request_increase", "scope": "revision:1", "dimension": "units", "amount": 10,
+         "requester": "agent", "reason": "please"},
+        {"op": "grant", "hypothesis": "H1", "units": 10, "issuer": "controller", "reason": "ok", "grant_id": "g1"},
+        {"op": "check", "hypothesis": "H1", "action": "source.read_context"},
+        {"op": "price_signal", "hypothesis": "H1", "action": "source.read_context"},
+        {"op": "remaining", "hypothesis": "H1"},
+    ]
+    results = list(apply_journal(case, [json.dumps(line) for line in lines]))
+    assert all(r.ok for r in results)
+    assert results[0].result["usage"][0]["warning_bps"] == 5000
+    assert results[2].result["state"]["H1"]["granted_units"] == 10
+    assert results[3].result == {"allowed": True, "cost": 10, "remaining": 30, "pct_remaining": 27, "tier": "shallow",
+                                 "scarcity_bps": 10000}
+    assert results[4].result == {"cost": 10, "resource_cost": 10, "scarcity_bps": 10000}
+    assert results[5].result == {"budget": 110, "spent": 0, "remaining": 110, "pct_remaining": 100}
+    assert results[3].reused is True
+    again = list(apply_journal(case, [json.dumps(line) for line in lines[:3]]))
+    assert [r.reused for r in again] == [True, True, True]
+    case.close()
+
+
+def _cli(*args: str) -> tuple[int, str, str]:
+    done = CliRunner().invoke(cli_main, list(args))
+    return done.exit_code, done.stdout, done.stderr
+
+
+def test_command_line_scope_and_soft_gate(package):
+    case = _ready(package)
+    case.close()
+    code, out, _ = _cli("scope", "establish", str(package), "hypothesis:1/H1", "--limit", "units=40", "--limit",
+                        "actions=3", "--warning-ratio", "0.75", "--json")
+    assert code == 0
+    established = json.loads(out)
+    assert [(r["dimension"], r["declared"], r["warning_bps"]) for r in established["usage"]] == \
+        [("units", 40, 7500), ("actions", 3, 7500)]
+    code, _, err = _cli("--actor", "agent", "scope", "establish", str(package), "hypothesis:1/H1", "--limit",
+                        "units=99", "--causation-seq", str(established["seq"]))
+    assert code == 1 and err.startswith("error: AUTHORITY_DENIED:")
+    code, _, err = _cli("scope", "establish", str(package), "case", "--limit", "units=5", "--on-exhausted", "ignore")
+    assert code == 1 and err.startswith("error: INVALID_CAPABILITY:")
+    assert _cli("scope", "establish", str(package), "case", "--limit", "units")[0] == 2
+    code, out, _ = _cli("budget", "check", str(package), "H1", "source.read_context", "--json")
+    assert (code, json.loads(out)["remaining"], json.loads(out)["tier"]) == (0, 40, "shallow")
+    code, out, _ = _cli("budget", "price", str(package), "H1", "source.read_context", "--json")
+    assert json.loads(out) == {"cost": 10, "resource_cost": 10, "scarcity_bps": 10000}
+    code, out, _ = _cli("budget", "grant", str(package), "H1", "5", "--reason", "r", "--grant-id", "g1", "--json")
+    assert json.loads(out)["state"]["H1"]["granted_units"] == 5
+    code, _, err = _cli("--actor", "agent", "budget", "grant", str(package), "H1", "5", "--reason", "r",
+                        "--grant-id", "g2")
+    assert code == 1 and err.startswith("error: AUTHORITY_DENIED:")
+    code, out, _ = _cli("budget", "remaining", str(package), "H1")
+    assert code == 0 and "budget: 105" in out and "spent: 0" in out
+    code, out, _ = _cli("--actor", "agent", "scope", "request-increase", str(package), "hypothesis:1/H1", "units",
+                        "10", "--reason", "more")
+    assert code == 0 and "hypothesis:1/H1 units: 0 of 40 used" in out
+    code, out, _ = _cli("budget", "record", str(package), "H1", "q1", "--evidence", "{}", "--cost-usd-millicents", "3")
+    assert code == 1  # nothing reserved under q1: the option parses, the ledger refuses
+
+
+def test_the_worked_example_of_docs_scopes_runs_as_written(tmp_path):
+    text = (REPO / "docs" / "scopes.md").read_text(encoding="utf-8")
+    example = text.split("## A worked example", 1)[1]
+    setup, journal = re.findall(r"```(?:sh)?\n(.*?)```", example, flags=re.DOTALL)[:2]
+    assert "ledger init c2 --case-id SHOP-7 --at 2026-05-04T09:00:00Z" in setup
+    (tmp_path / "scopes.jsonl").write_text(journal, encoding="utf-8")
+    package = str(tmp_path / "c2")
+    assert _cli("init", package, "--case-id", "SHOP-7", "--at", "2026-05-04T09:00:00Z")[0] == 0
+    code, out, _ = _cli("apply", package, str(tmp_path / "scopes.jsonl"), "--keep-going")
+    assert code == 1  # two lines are refused on purpose
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert len(lines) == 25
+    failed = {line["line"]: (line["error"]["code"], line["error"]["details"]["scope"],
+                             line["error"]["details"]["dimension"]) for line in lines if not line["ok"]}
+    assert failed == {18: (LIMIT_EXCEEDED, "revision:1", "actions"), 21: (LIMIT_EXCEEDED, "hypothesis:1/H1", "units")}
+    assert lines[11]["result"] == {"allowed": True, "cost": 10, "remaining": 12, "pct_remaining": 12,
+                                   "tier": "deferred", "scarcity_bps": 13600}
+    assert lines[19]["result"]["events"] == ["scope.established", "limit.approaching"]
+    assert lines[21]["result"] == {"cost": 10, "resource_cost": 13, "scarcity_bps": 13000}
+    assert lines[23]["result"] == {"budget": 120, "spent": 10, "remaining": 110, "pct_remaining": 91}
+    assert lines[24]["result"]["allowed"] is False and lines[24]["result"]["scarcity_bps"] == 12700
+    case = Case.open(package)
+    assert _usage(case) == {("hypothesis", "1/H1", "units"): (20, 14, 6), ("revision", "1", "actions"): (8, 4, 4),
+                            ("revision", "1", "duration_ms"): (3600000, 480000, 3120000)}
+    assert {r["hypothesis_id"]: r["terminal_reason"] for r in case.balances()} == \
+        {"H1": "limit:hypothesis:1/H1:units", "H2": None}
+    case.close()
+    assert verify_case(package).events == 26
+    assert "hypothesis    1/H1        units        20          14          6" in text
+
+
+def test_the_memory_view_answers_the_scope_questions_exactly_as_the_sql_view(package):
+    """Both views implement the scope questions of the view protocol; replay relies on it."""
+    case = _ready(package)
+    budget, scopes = case.budget(), case.scopes()
+    first = scopes.establish("revision:1", {"units": 60, "actions": 4}, "controller", warning_ratio="0.25")
+    scopes.establish("hypothesis:1/H2", {"cost_usd_millicents": 10}, "controller", delegate="a",
+                     delegate_limits={"cost_usd_millicents": 5})
+    for i, h in enumerate(("H1", "H2", "H1")):
+        budget.reserve(h, f"q{i}", "source.read_context")
+        budget.record_result(h, f"q{i}", {"i": i}, cost_usd_millicents=3 * i)
+        budget.settle(h, f"q{i}", 40, "ok")
+    budget.grant("H2", 7, "controller", "more", "g1")
+    budget.reserve("H2", "q9", "source.read_context")
+    scopes.establish("revision:1", {"units": 70}, "controller", causation_seq=first.seq)
+    case.close()
+    with Case.open(package) as opened:
+        rows = opened.query("SELECT seq, body FROM events ORDER BY seq")
+        contents = {r["sha256"]: r["body"].encode() for r in opened.query("SELECT sha256, body FROM contents")}
+    replayer = Replayer(PackageSource(package, contents.get))
+    for row in rows:
+        replayer.apply(row["seq"], row["body"].encode("utf-8"))
+    memory = replayer.view
+    with Case.open(package) as opened, opened.session.read() as sql:
+        for name in ("case", "revision:1", "hypothesis:1/H1", "hypothesis:1/H2"):
+            assert memory.scope(name) == sql.scope(name), name
+            found = sql.scope(name)
+            if found:
+                assert memory.warned(name, found["seq"]) == sql.warned(name, found["seq"])
+        assert sql.warned("revision:1", first.seq) == frozenset({"units", "actions"})
+        for revision, h in ((None, None), (1, None), (1, "H1"), (1, "H2"), (2, None)):
+            assert memory.money_consumed(revision, h) == sql.money_consumed(revision, h)
+        assert sql.money_consumed(1, "H2") == 3
+        assert memory.revision_issuer(1) == sql.revision_issuer(1) == "controller"
+        assert memory.revision_issuer(2) is sql.revision_issuer(2) is None
+        for h in ("H1", "H2"):
+            assert memory.lowest_pct_since_grant(1, h) == sql.lowest_pct_since_grant(1, h)
+        assert sql.lowest_pct_since_grant(1, "H2") == 90 * 100 // 107  # 93 left + 7 granted, q9 pending
