@@ -26,7 +26,6 @@ from .package import (ANALYSIS_DIR, LEDGER_FILE, MANIFEST_FILE, content_path, ev
 from .paths import fs_path, os_error
 from .rules import lifecycle
 from .rules.common import check_action_id, check_case_id
-from .scopes import ScopeManager
 from .session import Session
 from .storage import Storage, check_ledger_path, translate_sqlite_errors
 from .views import SqlView
@@ -152,10 +151,6 @@ class Case(CaseFacade):
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-    def scopes(self) -> ScopeManager:
-        """Scoped limits of this case: ``establish``, ``request_increase``, ``usage``."""
-        return ScopeManager(self.session, self.path)
 
     # -- reads ---------------------------------------------------------------------
     def status(self) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from typing import Any, Iterable
 from .budget import BudgetManager
 from .config import AnalysisConfig, BudgetConfig
 from .rules import lifecycle
+from .scopes import ScopeManager
 from .session import Ran
 
 
@@ -110,4 +111,8 @@ class CaseFacade:
     def budget(self, config: BudgetConfig | None = None) -> BudgetManager:
         """The budget manager of this case; ``config=None`` uses the frozen policy."""
         return BudgetManager(self.session, self.path, config)
+
+    def scopes(self) -> ScopeManager:
+        """Scoped limits of this case: ``establish``, ``request_increase``, ``usage``."""
+        return ScopeManager(self.session, self.path)
 

@@ -77,13 +77,17 @@ class ScopeManager:
         return self._result(request["scope"], self._session.run("request_increase", request, at=at))
 
     def usage(self, scope: str | None = None) -> list[dict[str, Any]]:
-        """Rows of the ``scope_usage`` view (of one scope, or all), in scope and dimension order."""
+        """Rows of the ``scope_usage`` view (of one scope, or all), in scope and dimension order;
+        empty for an in-memory case (a simulation has no SQL views)."""
+        storage = getattr(self._session, "storage", None)
+        if storage is None:
+            return []
         parsed = rules.parse_scope(scope) if scope is not None else None
         with self._session.read() as view, translate_sqlite_errors():
             case_id = view.case()["case_id"]
             params = {"scope_type": parsed.scope_type if parsed else None,
                       "scope_id": parsed.scope_id(case_id) if parsed else None}
-            cursor = self._session.storage.conn.execute(statement("scope_usage_of"), params)
+            cursor = storage.conn.execute(statement("scope_usage_of"), params)
             names = [d[0] for d in cursor.description]
             return [dict(zip(names, row)) for row in cursor.fetchall()]
 

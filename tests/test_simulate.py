@@ -314,3 +314,23 @@ def test_cli_missing_journal_and_bad_policy_file(tmp_path):
     policy.write_text("max_reward_bps = 2.5\n")
     bad = CliRunner().invoke(main, ["simulate", str(DATA / "django__django-11206.jsonl"), "--policy", f"mine={policy}"])
     assert bad.exit_code == 1 and "error: CONFIG_INVALID: max_reward_bps" in bad.stderr
+
+
+def test_a_journal_with_scoped_limits_simulates_like_apply(tmp_path):
+    """Scope operations run in memory too: a case-wide limit of one action refuses the second."""
+    lines = [
+        {"op": "open_revision", "hypotheses": [{"statement": "a"}], "units_per_hypothesis": 100},
+        {"op": "transition", "to": "INVESTIGATING_HYPOTHESES"},
+        {"op": "initialize"},
+        {"op": "establish", "scope": "case", "limits": {"actions": 1}, "issuer": "controller"},
+        {"op": "reserve", "hypothesis": "H1", "action_id": "a1", "action": "source.read_context"},
+        {"op": "fail", "hypothesis": "H1", "action_id": "a1", "reason": "x"},
+        {"op": "reserve", "hypothesis": "H1", "action_id": "a2", "action": "source.read_context"},
+    ]
+    journal = tmp_path / "scoped.jsonl"
+    journal.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    result = CliRunner().invoke(main, ["simulate", str(journal), "--json", "--jobs", "1"])
+    assert result.exit_code == 0, result.output
+    figures = json.loads(result.output)["policies"][0]
+    assert (figures["steps"], figures["steps_taken"], figures["steps_refused"]) == (2, 1, 1)
+    assert figures["units_spent"] == 5
