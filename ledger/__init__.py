@@ -22,7 +22,8 @@ from .demo import run_demo
 from .errors import ALL_CODES, CLI_ONLY_CODES, OUTPUT_ERROR, LedgerError
 from .export import ExportReport, export_case, export_count
 from .importer import import_tree
-from .journal import LineResult, apply_journal, open_for_journal
+from .journal import JournalSummary, LineResult, apply_journal, clamp_warning, open_for_journal
+from .journal import first_at as journal_first_at
 from .manifest import read_manifest
 from .operations import OPERATIONS, Operation
 from .package import LEDGER_FILE
@@ -33,8 +34,8 @@ from .views import MemoryView
 
 __all__ = [
     "ALL_CODES", "CLI_ONLY_CODES", "LEDGER_FILE", "OPERATIONS", "OUTPUT_ERROR", "AnalysisConfig", "BudgetConfig",
-    "BudgetManager", "BudgetResult", "Case", "ExportReport", "LedgerError", "LifecycleResult", "LineResult",
-    "MemoryView", "Operation", "VerifyReport", "apply_journal", "export_case", "export_count", "import_tree",
-    "open_for_journal", "os_error", "parse_json", "read_manifest", "read_only_query", "run_demo", "verify_case",
+    "BudgetManager", "BudgetResult", "Case", "ExportReport", "JournalSummary", "LedgerError", "LifecycleResult", "LineResult",
+    "MemoryView", "Operation", "VerifyReport", "apply_journal", "clamp_warning", "export_case", "export_count", "import_tree",
+    "journal_first_at", "open_for_journal", "os_error", "parse_json", "read_manifest", "read_only_query", "run_demo", "verify_case",
 ]
 __version__ = "0.1.0"

@@ -112,3 +112,11 @@ def integrity_error(seq: int | None, message: str, **details: Any) -> LedgerErro
     """``INTEGRITY_ERROR`` naming the first bad ``seq`` (``seq N: message``; no prefix when None)."""
     where = f"seq {seq}: " if seq is not None else ""
     return LedgerError(INTEGRITY_ERROR, where + message, seq=seq, **details)
+
+
+def limit_reached(setting: str, message: str, **details: Any) -> LedgerError:
+    """``LIMIT_REACHED`` whose message names the setting to change and where it is set:
+    ``[limits] <setting>`` of the analysis config (``--analysis-config FILE`` on the command
+    line, ``AnalysisConfig`` in Python)."""
+    return LedgerError(LIMIT_REACHED, f"{message} (to allow more, raise [limits] {setting} in the analysis "
+                       "config: --analysis-config FILE)", limit=setting, **details)

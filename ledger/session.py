@@ -23,7 +23,7 @@ from . import errors as E
 from .canonical import canonical_bytes, canonical_event_bytes, sha256_hex
 from .clock import parse_at, utc_now
 from .config import BudgetConfig
-from .errors import LedgerError
+from .errors import LedgerError, limit_reached
 from .operations import operation
 from .package import event_path
 from .projection import helper_rows
@@ -75,6 +75,9 @@ class Session:
         self.clock = clock
         self.limits = dict(limits)
         self._owner = threading.get_ident()
+        #: ``(requested at, recorded time)`` when the last :meth:`run` raised an explicit ``at``
+        #: to the previous event's time (an ``at`` earlier than the head); None otherwise.
+        self.last_clamp: tuple[str, str] | None = None
 
     def check_thread(self) -> None:
         """``INVALID_ARGUMENT`` unless called from the thread that opened the case."""
@@ -102,7 +105,8 @@ class Session:
             prepare: Callable[[SqlView], None] | None = None) -> Ran:
         """Evaluate operation ``name``'s rule on ``request`` and append its events, in one transaction.
 
-        ``at`` is an RFC 3339 UTC time (``INVALID_ARGUMENT`` otherwise); ``prepare``
+        ``at`` is an RFC 3339 UTC time (``INVALID_ARGUMENT`` otherwise); an ``at`` earlier
+        than the previous event's time is raised to it and noted in :attr:`last_clamp`. ``prepare``
         runs first inside the transaction (creating the schema of a new ledger).
         Raises the rule's ``LedgerError``; ``LIMIT_REACHED`` for an event over
         ``event_bytes_max``; ``LEDGER_BUSY`` when the writer lock is not obtained in time.
@@ -111,6 +115,7 @@ class Session:
         rule = operation(name).rule
         moment = parse_at(at) if at is not None else None
         refusal: LedgerError | None = None
+        self.last_clamp = None
         with self.storage.write():
             view = SqlView(self.storage)
             if prepare is not None:
@@ -128,6 +133,8 @@ class Session:
                 head = (appended[-1].seq, appended[-1].sha256, context.at)
             if isinstance(outcome, Outcome):
                 refusal = outcome.refusal
+        if moment is not None and context.at != moment:
+            self.last_clamp = (moment, context.at)  # only once committed: a rolled-back run raised nothing
         if refusal is not None:
             raise refusal  # after the commit: the events stay, the operation is refused
         return Ran(tuple(appended), appended[-1].seq, view)
@@ -138,10 +145,7 @@ class Session:
         data = canonical_event_bytes(body)
         limit = self.limits["event_bytes_max"]
         if len(data) > limit:
-            raise LedgerError(
-                E.LIMIT_REACHED, f"event of {len(data)} bytes exceeds event_bytes_max = {limit}",
-                limit="event_bytes_max",
-            )
+            raise limit_reached("event_bytes_max", f"event of {len(data)} bytes exceeds event_bytes_max = {limit}")
         stream_seq = view.next_stream_seq(draft.stream, draft.revision)
         sha = sha256_hex(data)
         row = EventRow(
