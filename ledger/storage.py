@@ -286,7 +286,12 @@ class Storage:
         with translate_sqlite_errors():
             conn.execute("BEGIN")
         storage._in_write = True  # one long private transaction
-        storage.apply_migrations(triggers=False)  # private and rebuilt from scratch: no guards needed
+        with translate_sqlite_errors():
+            has = conn.execute(statement("has_migrations_table", "orig")).fetchone()
+            original_version = conn.execute(statement("schema_version_of", "orig")).fetchone()[0] if has else 0
+        # private and rebuilt from scratch: no guards needed; the original's schema version, so an
+        # older ledger's views are compared with the views of its own version
+        storage.apply_migrations(triggers=False, up_to=original_version or None)
         return storage
 
     @classmethod
@@ -357,14 +362,15 @@ class Storage:
             )
         return current
 
-    def apply_migrations(self, *, triggers: bool = True) -> None:
-        """Run the missing ``sql/NNN_*.sql`` statements. Call inside :meth:`write`.
+    def apply_migrations(self, *, triggers: bool = True, up_to: int | None = None) -> None:
+        """Run the missing ``sql/NNN_*.sql`` statements (up to version ``up_to``, default all).
+        Call inside :meth:`write`.
 
         ``triggers=False`` builds an unguarded copy (verify's private scratch ledger).
         """
         current = self.current_schema_version()
         for version, name, statements in migrations():
-            if version <= current:
+            if version <= current or (up_to is not None and version > up_to):
                 continue
             for sql in statements:
                 if not triggers and schema_object(sql)[0] == "trigger":

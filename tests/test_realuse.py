@@ -1,0 +1,230 @@
+"""Real use: journal times kept, a user's own schema objects, stale exports, apply at scale.
+
+Each test names the behaviour it checks; values are asserted, not just exit codes.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ledger import AnalysisConfig, Case, LedgerError, export_case, verify_case
+from ledger.clock import describe_micros, microseconds_between
+from ledger.errors import INTEGRITY_ERROR, LIMIT_REACHED
+from ledger_cli.main import main
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "config" / "budget.example.toml"
+
+JOURNAL = [
+    {"op": "open_revision", "hypotheses": [{"statement": "a"}, {"statement": "b"}], "at": "2026-02-01T09:00:00Z"},
+    {"op": "transition", "to": "INVESTIGATING_HYPOTHESES", "at": "2026-02-01T09:01:00Z"},
+    {"op": "initialize", "at": "2026-02-01T09:02:00Z"},
+    {"op": "reserve", "hypothesis": "H1", "action_id": "q1", "action": "source.read_context",
+     "at": "2026-02-01T08:00:00Z"},
+    {"op": "reserve", "hypothesis": "H2", "action_id": "q2", "action": "source.read_context",
+     "at": "2026-02-01T09:30:00Z"},
+]
+
+
+def cli(*args: str, stdin: str | None = None):
+    return CliRunner().invoke(main, list(args), input=stdin, catch_exceptions=False)
+
+
+def journal_text(lines=JOURNAL) -> str:
+    return "".join(json.dumps(line) + "\n" for line in lines)
+
+
+def created_times(path: Path) -> list[str]:
+    with Case.open(path) as opened:
+        return [row["created_at"] for row in opened.events()]
+
+
+# --- 1. apply --create keeps the journal's times ------------------------------------------
+def test_apply_create_gives_the_case_the_journals_first_at_and_keeps_every_later_time(tmp_path):
+    result = cli("apply", str(tmp_path / "c"), "-", "--create", "C-1", stdin=journal_text())
+    assert result.exit_code == 0, result.stderr
+    assert created_times(tmp_path / "c") == [
+        "2026-02-01T09:00:00.000000Z", "2026-02-01T09:00:00.000000Z", "2026-02-01T09:01:00.000000Z",
+        "2026-02-01T09:02:00.000000Z", "2026-02-01T09:02:00.000000Z", "2026-02-01T09:30:00.000000Z"]
+
+
+def test_apply_at_option_sets_the_created_case_time(tmp_path):
+    result = cli("apply", str(tmp_path / "c"), "-", "--create", "C-1", "--at", "2026-01-31T00:00:00Z",
+                 stdin=journal_text(JOURNAL[:1]))
+    assert result.exit_code == 0, result.stderr
+    assert created_times(tmp_path / "c")[0] == "2026-01-31T00:00:00.000000Z"
+
+
+def test_apply_at_without_create_is_a_usage_error(tmp_path):
+    result = cli("apply", str(tmp_path / "c"), "-", "--at", "2026-01-31T00:00:00Z", stdin="")
+    assert result.exit_code == 2 and "--create" in result.stderr
+
+
+def test_apply_warns_on_stderr_and_summarises_how_many_times_were_raised_and_by_how_much(tmp_path):
+    result = cli("apply", str(tmp_path / "c"), "-", "--create", "C-1", stdin=journal_text())
+    assert ("warning: line 4: at 2026-02-01T08:00:00.000000Z is earlier than the previous event; "
+            "recorded at 2026-02-01T09:02:00.000000Z (raised by 3720 s)") in result.stderr
+    summary = result.stderr.strip().splitlines()[-1]
+    assert summary.startswith("applied: 5 ok (0 reused), 0 failed, 1 time(s) raised to the previous event's time "
+                              "(by up to 3720 s, 3720 s in all), ")
+    assert all(json.loads(line)["ok"] for line in result.stdout.splitlines())
+
+
+def test_session_notes_the_clamp_of_an_explicit_at_only(package):
+    with Case.create(package, "C-1", at="2026-02-01T10:00:00Z") as opened:
+        assert opened.session.last_clamp is None
+        opened.open_revision([{"statement": "a"}], at="2026-02-01T09:00:00Z")
+        assert opened.session.last_clamp == ("2026-02-01T09:00:00.000000Z", "2026-02-01T10:00:00.000000Z")
+        opened.transition("INVESTIGATING_HYPOTHESES", at="2026-02-01T11:00:00Z")
+        assert opened.session.last_clamp is None
+
+
+@given(st.integers(0, 10**12), st.integers(0, 10**12))
+def test_microseconds_between_is_exact_and_antisymmetric(a, b):
+    from ledger.clock import format_utc
+    from datetime import datetime, timedelta, timezone
+    base = datetime(2000, 1, 1, tzinfo=timezone.utc)
+    ta, tb = format_utc(base + timedelta(microseconds=a)), format_utc(base + timedelta(microseconds=b))
+    assert microseconds_between(ta, tb) == b - a == -microseconds_between(tb, ta)
+
+
+def test_describe_micros_is_exact():
+    assert [describe_micros(m) for m in (0, 5, 3_720_000_000, 1_250_000, 90_000 * 10**6)] == [
+        "0 s", "0.000005 s", "3720 s", "1.25 s", "1 d 1 h"]
+
+
+# --- 6. apply at scale ------------------------------------------------------------------
+def test_apply_quiet_prints_only_the_summary(tmp_path):
+    result = cli("apply", str(tmp_path / "c"), "-", "--create", "C-1", "--quiet", stdin=journal_text())
+    assert result.exit_code == 0 and result.stdout == ""
+    assert result.stderr.strip().startswith("applied: 5 ok (0 reused), 0 failed")
+
+
+def test_apply_quiet_still_names_the_first_failure_and_exits_1(tmp_path):
+    bad = JOURNAL[:3] + [{"op": "reserve", "hypothesis": "H9", "action_id": "q1", "action": "source.read_context"}]
+    result = cli("apply", str(tmp_path / "c"), "-", "--create", "C-1", "-q", stdin=journal_text(bad))
+    assert result.exit_code == 1 and result.stdout == ""
+    assert "line 4: error: UNKNOWN_HYPOTHESIS" in result.stderr and "3 ok (0 reused), 1 failed" in result.stderr
+
+
+def test_apply_rerun_counts_reused_lines(tmp_path):
+    cli("apply", str(tmp_path / "c"), "-", "--create", "C-1", stdin=journal_text())
+    again = cli("apply", str(tmp_path / "c"), "-", "--create", "C-1", "-q", stdin=journal_text())
+    assert "applied: 5 ok (5 reused), 0 failed, no time raised" in again.stderr
+
+
+def test_apply_results_changed_keeps_only_the_touched_account(tmp_path):
+    result = cli("apply", str(tmp_path / "c"), "-", "--create", "C-1", "--results", "changed", stdin=journal_text())
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert list(lines[2]["result"]["state"]) == ["H1", "H2"]  # initialize touches every account
+    assert list(lines[3]["result"]["state"]) == ["H1"] and list(lines[4]["result"]["state"]) == ["H2"]
+    assert lines[4]["result"]["state"]["H2"]["spent_units"] == 10
+
+
+def test_every_budget_events_limit_reached_names_its_setting_and_option(tmp_path):
+    analysis = AnalysisConfig(limits={"budget_events_max": 3})
+    with Case.create(tmp_path / "c", "C-1", analysis_config=analysis) as opened:
+        opened.open_revision([{"statement": "a"}])
+        opened.transition("INVESTIGATING_HYPOTHESES")
+        budget = opened.budget()
+        budget.initialize()
+        with pytest.raises(LedgerError) as caught:
+            budget.reserve("H1", "q1", "source.read_context")
+    assert caught.value.code == LIMIT_REACHED
+    assert "[limits] budget_events_max" in caught.value.message and "--analysis-config" in caught.value.message
+    assert caught.value.details["limit"] == "budget_events_max"
+
+
+def test_event_bytes_limit_reached_names_its_setting_and_option(tmp_path):
+    analysis = AnalysisConfig(limits={"event_bytes_max": 1024})
+    with Case.create(tmp_path / "c", "C-1", analysis_config=analysis) as opened:
+        with pytest.raises(LedgerError) as caught:
+            opened.open_revision([{"statement": "x" * 2000}])
+    assert caught.value.code == LIMIT_REACHED
+    assert "[limits] event_bytes_max" in caught.value.message and "--analysis-config" in caught.value.message
+
+
+# --- 2. a user's own schema objects -------------------------------------------------------
+@pytest.fixture
+def exported(tmp_path):
+    path = tmp_path / "c"
+    cli("apply", str(path), "-", "--create", "C-1", stdin=journal_text())
+    with Case.open(path) as opened:
+        export_case(opened)
+    return path
+
+
+def add_sql(path: Path, *statements: str) -> None:
+    conn = sqlite3.connect(path / "ledger.sqlite")
+    for text in statements:
+        conn.execute(text)
+    conn.commit()
+    conn.close()
+
+
+def test_verify_reports_a_users_view_index_and_fts_table_as_foreign_and_passes(exported):
+    from sqlite_utils import Database
+    add_sql(exported, "CREATE VIEW my_report AS SELECT hypothesis_id, spent_units FROM balances",
+            "CREATE INDEX my_idx ON events (type)")
+    db = Database(exported / "ledger.sqlite")
+    db["contents"].enable_fts(["body"])
+    db.close()
+    report = verify_case(exported)
+    kinds = {o["name"]: (o["type"], o["table"]) for o in report.foreign_objects}
+    assert kinds["my_report"] == ("view", "my_report") and kinds["my_idx"] == ("index", "events")
+    assert kinds["contents_fts"] == ("full-text table", "contents_fts")
+    assert kinds["contents_fts_data"] == ("full-text shadow table", "contents_fts_data")
+    assert report.to_dict()["foreign_objects"] == report.foreign_objects
+    # writes keep working with these objects present, and verify still passes afterwards
+    more = [{"op": "record_result", "hypothesis": "H1", "action_id": "q1", "evidence": {"finding": "x"}}]
+    assert cli("apply", str(exported), "-", "-q", stdin=journal_text(more)).exit_code == 0  # a contents row too
+    after = verify_case(exported)
+    assert (after.head_seq, after.contents, after.export_behind) == (7, 1, 1)
+    text = cli("verify", str(exported))
+    assert text.exit_code == 0 and "foreign object (not the ledger's, left alone): view my_report" in text.stdout
+
+
+@pytest.mark.parametrize("ddl", [
+    "CREATE TRIGGER mine AFTER INSERT ON contents BEGIN SELECT 1; END",
+    "CREATE UNIQUE INDEX mine ON events (type)",
+], ids=["trigger-on-ledger-table", "unique-index-on-ledger-table"])
+def test_verify_keeps_integrity_error_for_what_can_change_or_block_the_ledgers_rows(exported, ddl):
+    if "UNIQUE" in ddl:
+        ddl = "CREATE UNIQUE INDEX mine ON events (seq, type)"
+    add_sql(exported, ddl)
+    with pytest.raises(LedgerError) as caught:
+        verify_case(exported)
+    assert caught.value.code == INTEGRITY_ERROR and "mine" in caught.value.message
+
+
+def test_verify_still_catches_an_altered_ledger_view(exported):
+    add_sql(exported, "DROP VIEW actions", "CREATE VIEW actions AS SELECT * FROM reservations")
+    with pytest.raises(LedgerError) as caught:
+        verify_case(exported)
+    assert caught.value.code == INTEGRITY_ERROR and "actions" in caught.value.message
+
+
+# --- 5. stale export -----------------------------------------------------------------------
+def test_verify_reports_how_many_events_a_stale_export_is_behind(exported):
+    assert verify_case(exported).export_behind == 0
+    with Case.open(exported) as opened:
+        opened.budget().fail("H1", "q1", reason="tool crashed")
+    report = verify_case(exported)
+    assert report.export_behind == 1 and report.to_dict()["export_behind"] == 1
+    text = cli("verify", str(exported))
+    assert text.exit_code == 0 and "export is 1 event(s) behind the ledger (manifest head seq 6, ledger head seq 7)" in text.stdout
+    as_json = cli("verify", str(exported), "--json")
+    assert json.loads(as_json.stdout)["export_behind"] == 1
+    strict = cli("verify", str(exported), "--strict")
+    assert strict.exit_code == 1 and "1 event(s) behind" in strict.stderr
+
+
+def test_verify_without_export_has_no_behind_count(tmp_path):
+    cli("apply", str(tmp_path / "c"), "-", "--create", "C-1", stdin=journal_text())
+    assert verify_case(tmp_path / "c").export_behind is None
