@@ -20,7 +20,7 @@ from ._output import OutputError
 
 BALANCE_COLUMNS = ("revision", "hypothesis_id", "initial_units", "granted_units", "spent_units",
                    "rewarded_units", "remaining_units", "status", "terminal_reason", "pending_action_id",
-                   "low_information_streak", "settled_actions", "failed_actions")
+                   "low_information_streak", "settled_actions", "failed_actions", "statement")
 
 
 def _silence_stdout() -> None:

@@ -208,6 +208,7 @@ class BudgetManager:
             for row in view_rows.fetchall():
                 record = dict(zip(names, row))
                 record.pop("revision")
+                record.pop("statement", None)  # the hypothesis text is not part of an account
                 if accounts.get(record["hypothesis_id"]) != record:
                     raise LedgerError(
                         E.INTEGRITY_ERROR, f"balances view disagrees with budget event {last_seq} on {record['hypothesis_id']}",

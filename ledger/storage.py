@@ -47,6 +47,13 @@ WAL_RESTART_WAIT_MS = 200
 #: SQLITE_PERM, SQLITE_READONLY, SQLITE_IOERR, SQLITE_FULL, SQLITE_CANTOPEN (primary result codes).
 _STORAGE_CODES = frozenset({3, 8, 10, 13, 14})
 
+#: Pragmas that only read the schema: allowed on the read-only ``ledger sql`` connection.
+READ_ONLY_PRAGMAS = frozenset({
+    "table_info", "table_xinfo", "table_list", "index_list", "index_info", "index_xinfo", "foreign_key_list",
+    "function_list", "module_list", "pragma_list", "collation_list", "compile_options",
+})
+
+
 @contextmanager
 def translate_sqlite_errors() -> Iterator[None]:
     """The one place where ``sqlite3`` errors become ``LedgerError``.
@@ -296,12 +303,18 @@ class Storage:
 
     @classmethod
     def open_readonly(cls, path: Path) -> sqlite3.Connection:
-        """A connection that cannot write: ``mode=ro`` plus an authorizer denying ATTACH and writes."""
+        """A connection that cannot write: ``mode=ro`` plus an authorizer denying ATTACH and writes.
+
+        Of the pragmas only the schema-reading ones of :data:`READ_ONLY_PRAGMAS` are allowed
+        (as ``SELECT * FROM pragma_table_info('events')`` or ``PRAGMA table_info(events)``).
+        """
         conn = _connect_uri(readable_uri(path)[0])
         with translate_sqlite_errors():
             conn.execute("PRAGMA query_only = ON")
 
-            def authorizer(action: int, *_: Any) -> int:
+            def authorizer(action: int, name: str | None = None, *_: Any) -> int:
+                if action == sqlite3.SQLITE_PRAGMA and (name or "").lower() in READ_ONLY_PRAGMAS:
+                    return sqlite3.SQLITE_OK  # pragma_table_info('events') and the like only read
                 if action in (sqlite3.SQLITE_ATTACH, sqlite3.SQLITE_DETACH, sqlite3.SQLITE_PRAGMA):
                     return sqlite3.SQLITE_DENY
                 return sqlite3.SQLITE_OK

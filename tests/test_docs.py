@@ -93,3 +93,28 @@ def test_the_readme_journal_example_runs_as_is(tmp_path):
     settled = lines[5]["result"]
     assert settled["action"]["reward_units"] == 4  # cost 10 (no --config: the default cost), information 50
     assert lines[-1]["result"]["state"]["H2"]["status"] == "rejected"
+
+
+def test_the_readmes_five_example_questions_run_and_answer_on_the_demo(tmp_path):
+    """Each example query of the README's SQL section runs through `ledger sql`'s read-only path."""
+    from ledger import read_only_query, run_demo
+
+    block = README.split("Five questions people ask first", 1)[1].split("```sql", 1)[1].split("```", 1)[0]
+    queries = [q.strip() for q in re.split(r"^-- \d\. .*$", block, flags=re.MULTILINE) if q.strip()]
+    assert len(queries) == 5
+    path, _, _ = run_demo(tmp_path / "d", echo=lambda text: None)
+    answers = [read_only_query(path, q.rstrip(";")) for q in queries]
+    spend, refunds, last_ten, abandoned, pending = (rows for _, rows in answers)
+    from ledger import Case
+
+    with Case.open(path) as opened:
+        balances, actions = opened.balances(), opened.actions()
+    assert sum(row[2] for row in spend) == sum(b["spent_units"] for b in balances) == 105
+    assert {(row[0], row[2]) for row in refunds} == {
+        (b["hypothesis_id"], sum(a["reward_units"] or 0 for a in actions if a["hypothesis_id"] == b["hypothesis_id"]))
+        for b in balances}
+    assert len(last_ten) == 10 and [row[0] for row in last_ten] == list(range(35, 25, -1))
+    assert {row[0] for row in abandoned} == {b["hypothesis_id"] for b in balances if b["terminal_reason"]}
+    assert all(row[3] for row in abandoned)
+    assert [row[1] for row in pending] == [a["action_id"] for a in actions
+                                           if a["status"] in ("reserved", "awaiting_assessment")]
