@@ -16,7 +16,7 @@ below are organised in layers (see the README's architecture section).
 
 from .budget import BudgetManager, BudgetResult
 from .canonical import parse_json
-from .case import Case, LifecycleResult, read_only_query
+from .case import Case, LifecycleResult, read_only_query, read_only_rows
 from .config import AnalysisConfig, BudgetConfig
 from .demo import run_demo
 from .errors import ALL_CODES, CLI_ONLY_CODES, OUTPUT_ERROR, LedgerError
@@ -36,6 +36,6 @@ __all__ = [
     "ALL_CODES", "CLI_ONLY_CODES", "LEDGER_FILE", "OPERATIONS", "OUTPUT_ERROR", "AnalysisConfig", "BudgetConfig",
     "BudgetManager", "BudgetResult", "Case", "ExportReport", "JournalSummary", "LedgerError", "LifecycleResult", "LineResult",
     "MemoryView", "Operation", "VerifyReport", "apply_journal", "clamp_warning", "export_case", "export_count", "import_tree",
-    "journal_first_at", "open_for_journal", "os_error", "parse_json", "read_manifest", "read_only_query", "run_demo", "verify_case",
+    "journal_first_at", "open_for_journal", "os_error", "parse_json", "read_manifest", "read_only_query", "read_only_rows", "run_demo", "verify_case",
 ]
 __version__ = "0.1.0"

@@ -47,6 +47,27 @@ WAL_RESTART_WAIT_MS = 200
 #: SQLITE_PERM, SQLITE_READONLY, SQLITE_IOERR, SQLITE_FULL, SQLITE_CANTOPEN (primary result codes).
 _STORAGE_CODES = frozenset({3, 8, 10, 13, 14})
 
+@contextmanager
+def _query_errors(timeout_ms: int) -> Iterator[None]:
+    """A user's query failing (or stopped at its deadline) becomes ``INVALID_ARGUMENT``."""
+    try:
+        yield
+    except (sqlite3.Error, ValueError, OverflowError) as exc:
+        if "interrupted" in str(exc):
+            raise LedgerError(E.INVALID_ARGUMENT, f"query stopped after {timeout_ms} ms") from None
+        raise LedgerError(E.INVALID_ARGUMENT, f"query refused: {exc}") from None
+
+
+def _fetch(cursor: sqlite3.Cursor, timeout_ms: int, size: int = 512) -> Iterator[tuple]:
+    """The cursor's rows, ``size`` at a time (nothing holds the whole result)."""
+    while True:
+        with _query_errors(timeout_ms):
+            chunk = cursor.fetchmany(size)
+        if not chunk:
+            return
+        yield from chunk
+
+
 #: Pragmas that only read the schema: allowed on the read-only ``ledger sql`` connection.
 READ_ONLY_PRAGMAS = frozenset({
     "table_info", "table_xinfo", "table_list", "index_list", "index_info", "index_xinfo", "foreign_key_list",
@@ -330,19 +351,25 @@ class Storage:
         ``INVALID_ARGUMENT`` (writes, ATTACH, PRAGMA, several statements), and so
         does a query still running after ``timeout_ms``.
         """
+        with cls.readonly_rows(path, sql, timeout_ms) as (names, rows):
+            return names, list(rows)
+
+    @classmethod
+    @contextmanager
+    def readonly_rows(cls, path: Path, sql: str, timeout_ms: int = 30_000) -> Iterator[tuple[list[str], Iterator[tuple]]]:
+        """Like :meth:`readonly_query`, but the rows come from the cursor as they are read
+        (``with Storage.readonly_rows(path, sql) as (names, rows): …``); the connection
+        closes when the block ends."""
         conn = cls.open_readonly(path)
         deadline = time.monotonic() + timeout_ms / 1000
         conn.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, 10_000)
         try:
-            db = sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
-            cursor = db.execute(sql)
-            if cursor.description is None:
-                raise LedgerError(E.INVALID_ARGUMENT, "the statement returns no rows; only reads are allowed")
-            return [d[0] for d in cursor.description], cursor.fetchall()
-        except (sqlite3.Error, ValueError, OverflowError) as exc:
-            if "interrupted" in str(exc):
-                raise LedgerError(E.INVALID_ARGUMENT, f"query stopped after {timeout_ms} ms") from None
-            raise LedgerError(E.INVALID_ARGUMENT, f"query refused: {exc}") from None
+            with _query_errors(timeout_ms):
+                db = sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
+                cursor = db.execute(sql)
+                if cursor.description is None:
+                    raise LedgerError(E.INVALID_ARGUMENT, "the statement returns no rows; only reads are allowed")
+            yield [d[0] for d in cursor.description], _fetch(cursor, timeout_ms)
         finally:
             conn.close()
 

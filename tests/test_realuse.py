@@ -228,3 +228,41 @@ def test_verify_reports_how_many_events_a_stale_export_is_behind(exported):
 def test_verify_without_export_has_no_behind_count(tmp_path):
     cli("apply", str(tmp_path / "c"), "-", "--create", "C-1", stdin=journal_text())
     assert verify_case(tmp_path / "c").export_behind is None
+
+
+# --- 7. output formats ---------------------------------------------------------------------
+@pytest.fixture
+def applied(tmp_path):
+    path = tmp_path / "c"
+    cli("apply", str(path), "-", "--create", "C-1", stdin=journal_text())
+    return path
+
+
+@pytest.mark.parametrize("command", [["events"], ["balances"], ["actions"], ["sql", "SELECT * FROM events"]])
+def test_tabular_commands_give_the_same_rows_as_json_nl_csv_and_tsv(applied, command):
+    import csv
+    import io
+
+    args = [command[0], str(applied), *command[1:]]
+    as_json = json.loads(cli(*args, "--json").stdout)
+    as_nl = [json.loads(line) for line in cli(*args, "--nl").stdout.splitlines()]
+    as_csv = list(csv.DictReader(io.StringIO(cli(*args, "--csv").stdout)))
+    as_tsv = list(csv.DictReader(io.StringIO(cli(*args, "--tsv").stdout), delimiter="\t"))
+    assert as_nl == as_json and len(as_json) > 1
+    text = [{k: "" if v is None else str(v) for k, v in row.items()} for row in as_json]
+    assert as_csv == text == as_tsv
+    table = cli(*args, "--table").stdout.splitlines()
+    assert len(table) == len(as_json) + 2 and table[0].split()[0] == list(as_json[0])[0]
+
+
+def test_several_output_formats_are_a_usage_error(applied):
+    result = cli("events", str(applied), "--nl", "--tsv")
+    assert result.exit_code == 2 and "choose one of --nl, --tsv" in result.stderr
+
+
+def test_events_stream_from_the_cursor(applied):
+    with Case.open(applied) as opened:
+        rows = opened.iter_events(0)
+        assert next(rows)["seq"] == 1 and next(rows)["seq"] == 2  # a generator, not a list
+        rows.close()
+        assert [r["seq"] for r in opened.iter_events(4)] == [5, 6]
