@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import shlex
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -92,8 +95,22 @@ def demo(settings: Settings, directory: Path | None) -> None:
     echo("")
     echo(f"exported {report.files_written} files to {path}/analysis and {path}/manifest.json")
     echo(f"verified: {verified.events} events, head seq {verified.head_seq} sha256 {verified.head_sha256}")
-    echo(f"\nThe case is at {path}. Try:\n  ledger balances {path}\n  ledger actions {path}\n"
-         f"  ledger sql {path} \"SELECT * FROM case_status\"\n  ledger verify {path}")
+    prog = invoked_as()
+    echo(f"\nThe case is at {path}. Try:\n  {prog} balances {path}\n  {prog} actions {path}\n"
+         f"  {prog} sql {path} \"SELECT * FROM case_status\"\n  {prog} verify {path}")
+
+
+def invoked_as() -> str:
+    """How to run this ``ledger`` again from the same shell: ``ledger`` when that name on PATH is
+    this program, else the path it was started by (``.venv/bin/ledger`` with no activated venv),
+    or ``python -m ledger_cli``."""
+    started = sys.argv[0] if sys.argv and sys.argv[0] else "ledger"
+    if started.endswith(("__main__.py", "-c")):
+        return f"{shlex.quote(sys.executable)} -m ledger_cli"
+    found = shutil.which("ledger")
+    if found and os.path.exists(started) and os.path.samefile(found, started):
+        return "ledger"
+    return shlex.quote(started) if os.sep in started else "ledger"
 
 
 class _TolerantPrinter:

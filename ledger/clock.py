@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from datetime import datetime, timezone
 
-from .errors import INVALID_ARGUMENT, LedgerError
+from .errors import INVALID_ARGUMENT, LedgerError, describe_value
 
 _RFC3339 = re.compile(
     r"^([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt]([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.([0-9]{1,9}))?([Zz]|[+-][0-9]{2}:[0-9]{2})$"
@@ -36,7 +36,7 @@ def parse_at(text: object) -> str:
     offset, impossible dates, or a value that is not a string.
     """
     if not isinstance(text, str):
-        raise LedgerError(INVALID_ARGUMENT, f"'at' must be an RFC 3339 UTC timestamp string, got {text!r}")
+        raise LedgerError(INVALID_ARGUMENT, f"'at' must be an RFC 3339 UTC timestamp string, got {describe_value(text)}")
     match = _RFC3339.fullmatch(text)
     if not match:
         raise LedgerError(INVALID_ARGUMENT, f"'at' is not an RFC 3339 timestamp: {text[:64]!r}")

@@ -266,3 +266,84 @@ def test_events_stream_from_the_cursor(applied):
         assert next(rows)["seq"] == 1 and next(rows)["seq"] == 2  # a generator, not a list
         rows.close()
         assert [r["seq"] for r in opened.iter_events(4)] == [5, 6]
+
+
+# --- 9. small things -------------------------------------------------------------------------
+@pytest.mark.parametrize("value, shown", [(True, "got true"), ("ten", 'got the string "ten"'),
+                                          (2.5, "got the number 2.5"), (None, "got null"), ([1], "got an array")])
+def test_type_errors_say_what_was_sent_in_json_terms(package, value, shown):
+    from ledger import BudgetConfig
+    with Case.create(package, "C-1") as opened:
+        opened.open_revision([{"statement": "a"}])
+        opened.transition("INVESTIGATING_HYPOTHESES")
+        budget = opened.budget(BudgetConfig.load(EXAMPLE))
+        budget.initialize()
+        budget.reserve("H1", "q1", "source.read_context")
+        budget.record_result("H1", "q1", {"finding": "x"})
+        with pytest.raises(LedgerError) as caught:
+            budget.settle("H1", "q1", value, "why")
+    assert caught.value.message.endswith(shown) and "bool" not in caught.value.message
+    assert "str " not in caught.value.message and "float" not in caught.value.message
+
+
+def test_describe_value_never_names_a_python_type():
+    from ledger.errors import describe_value
+    assert [describe_value(v) for v in (False, 0, float("inf"), 'say "hi"', {})] == [
+        "false", "the integer 0", "a non-finite number", 'the string "say \\"hi\\""', "an object"]
+
+
+def test_an_invalid_transition_lists_the_allowed_moves(package):
+    with Case.create(package, "C-1") as opened:
+        opened.open_revision([{"statement": "a"}])
+        with pytest.raises(LedgerError) as caught:
+            opened.transition("CLOSED")
+    assert caught.value.message == ("cannot move from GENERATING_HYPOTHESES to CLOSED; from GENERATING_HYPOTHESES "
+                                    "the case can move to INVESTIGATING_HYPOTHESES")
+    assert caught.value.details["allowed"] == ["INVESTIGATING_HYPOTHESES"]
+
+
+@pytest.mark.parametrize("number, where", [(float("inf"), "evidence.x"), (float("nan"), "evidence.y[1]")])
+def test_a_non_finite_number_names_its_field_and_what_is_allowed(package, number, where):
+    from ledger import BudgetConfig
+    with Case.create(package, "C-1") as opened:
+        opened.open_revision([{"statement": "a"}])
+        opened.transition("INVESTIGATING_HYPOTHESES")
+        budget = opened.budget(BudgetConfig.load(EXAMPLE))
+        budget.initialize()
+        budget.reserve("H1", "q1", "source.read_context")
+        evidence = {"x": number} if where == "evidence.x" else {"y": [1, number]}
+        with pytest.raises(LedgerError) as caught:
+            budget.record_result("H1", "q1", evidence)
+    assert caught.value.message.startswith(f"number at {where} has no JSON form")
+    assert "use a finite number, null, or a string" in caught.value.message and "JCS" not in caught.value.message
+
+
+def test_import_errors_name_the_file_as_well_as_the_seq(exported, tmp_path):
+    from ledger import import_tree
+    target = exported / "analysis" / "budgets" / "0001" / "events" / "00000002.json"
+    target.write_bytes(target.read_bytes().replace(b'"cost_units":10', b'"cost_units":11'))
+    with pytest.raises(LedgerError) as caught:
+        import_tree(exported, tmp_path / "copy")
+    assert caught.value.code == INTEGRITY_ERROR
+    assert caught.value.message.startswith("analysis/budgets/0001/events/00000002.json: seq 5: ")
+    assert caught.value.details["file"] == "analysis/budgets/0001/events/00000002.json"
+
+
+def test_import_leaves_no_wal_or_shm_behind(exported, tmp_path):
+    from ledger import import_tree
+    import_tree(exported, tmp_path / "copy")
+    left = sorted(p.name for p in (tmp_path / "copy").iterdir() if p.name.startswith("ledger.sqlite"))
+    assert "ledger.sqlite-wal" not in left and "ledger.sqlite-shm" not in left and "ledger.sqlite" in left
+
+
+def test_the_demo_hint_names_the_program_as_it_was_started(monkeypatch, tmp_path):
+    from ledger_cli.journal import invoked_as
+    program = tmp_path / "venv" / "bin" / "ledger"
+    program.parent.mkdir(parents=True)
+    program.write_text("#!/bin/sh\n")
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.setattr("sys.argv", [str(program), "demo"])
+    assert invoked_as() == str(program)
+    monkeypatch.setenv("PATH", str(program.parent))
+    program.chmod(0o755)
+    assert invoked_as() == "ledger"
