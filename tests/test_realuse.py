@@ -347,3 +347,26 @@ def test_the_demo_hint_names_the_program_as_it_was_started(monkeypatch, tmp_path
     monkeypatch.setenv("PATH", str(program.parent))
     program.chmod(0o755)
     assert invoked_as() == "ledger"
+
+
+def test_the_apply_progress_bar_ends_full_even_when_apply_stops_early(tmp_path, monkeypatch):
+    import contextlib
+    import ledger_cli.journal as journal_cli
+
+    seen = {}
+
+    class Bar:
+        def update(self, n):
+            seen["done"] = seen.get("done", 0) + n
+
+    @contextlib.contextmanager
+    def fake_bar(total, label, *, stream=None):
+        seen["total"], seen["stream"] = total, stream
+        yield Bar()
+
+    monkeypatch.setattr(journal_cli, "progress_bar", fake_bar)
+    bad = JOURNAL[:2] + [{"op": "nope"}] + JOURNAL[2:]
+    result = cli("apply", str(tmp_path / "c"), "-", "--create", "C-1", stdin=journal_text(bad) + "\n\n")
+    assert result.exit_code == 1
+    assert seen["total"] == 6 and seen["done"] == 6  # blank lines are not counted; the stop fills the bar
+    assert seen["stream"] is not None  # drawn on stderr (shown whenever that is a terminal)
