@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import sys
 from typing import Any, Callable
@@ -16,11 +17,11 @@ import click
 
 from ledger import OUTPUT_ERROR, AnalysisConfig, BudgetConfig, Case, LedgerError, os_error
 
-from ._output import OutputError
+from ._output import FORMATS, OutputError
 
 BALANCE_COLUMNS = ("revision", "hypothesis_id", "initial_units", "granted_units", "spent_units",
                    "rewarded_units", "remaining_units", "status", "terminal_reason", "pending_action_id",
-                   "low_information_streak", "settled_actions", "failed_actions")
+                   "low_information_streak", "settled_actions", "failed_actions", "statement")
 
 
 def _silence_stdout() -> None:
@@ -122,15 +123,32 @@ AT = click.option("--at", metavar="RFC3339", help="Event time (UTC, e.g. 2026-01
 JSON = click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
 
 
-def table_format(as_json: bool, as_csv: bool) -> str:
-    if as_json and as_csv:
-        raise click.UsageError("choose one of --json and --csv")
-    return "json" if as_json else "csv" if as_csv else "table"
+_FORMAT_HELP = {
+    "table": "Print a table for people (the default).",
+    "json": "Print one JSON array of rows.",
+    "nl": "Print newline-delimited JSON: one object per row.",
+    "csv": "Print CSV with a header row (values verbatim: import into a spreadsheet as text).",
+    "tsv": "Print tab-separated values with a header row (values verbatim).",
+}
+
+
+def table_format(**flags: bool) -> str:
+    """The one format chosen among ``--table --json --nl --csv --tsv`` (usage error for several)."""
+    chosen = [name for name in FORMATS if flags.get(f"as_{name}")]
+    if len(chosen) > 1:
+        raise click.UsageError("choose one of " + ", ".join(f"--{name}" for name in chosen))
+    return chosen[0] if chosen else "table"
 
 
 def table_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    func = click.option("--csv", "as_csv", is_flag=True, help="Print CSV with a header row.")(func)
-    return click.option("--json", "as_json", is_flag=True, help="Print a JSON array of rows.")(func)
+    """The output format options of a tabular command; the command receives ``fmt``."""
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        flags = {f"as_{name}": kwargs.pop(f"as_{name}") for name in FORMATS}
+        return func(*args, fmt=table_format(**flags), **kwargs)
+    for name in reversed(FORMATS):
+        wrapper = click.option(f"--{name}", f"as_{name}", is_flag=True, help=_FORMAT_HELP[name])(wrapper)
+    return wrapper
 
 
 def progress_bar(total: int, label: str, *, stream: Any = None) -> Any:

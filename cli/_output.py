@@ -1,10 +1,18 @@
-"""Rendering rows and results: human tables (tabulate), ``--json`` and ``--csv``."""
+"""Rendering rows and results: the sqlite-utils family of output formats.
+
+``table`` (tabulate, for people), ``json`` (one array), ``nl`` (newline-delimited
+JSON, one object per line), ``csv`` and ``tsv`` (a header row, then values
+verbatim: a spreadsheet must import them as text, since a reason may start
+with ``=``). Every format but ``table`` streams: rows are written as they come
+from the cursor, never collected first.
+"""
 
 from __future__ import annotations
 
 import base64
 import csv
 import io
+import itertools
 import json
 import math
 from typing import Any, Iterable, Mapping, Sequence
@@ -58,24 +66,45 @@ def unique_names(columns: Sequence[str]) -> list[str]:
     return names
 
 
-def emit_rows(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None, fmt: str) -> None:
-    """Print ``rows`` as a table (default), a JSON array (``json``) or CSV with a header (``csv``)."""
-    names = list(columns) if columns is not None else (list(rows[0]) if rows else [])
+#: Output formats of the tabular commands, in the order their options are listed.
+FORMATS = ("table", "json", "nl", "csv", "tsv")
+
+
+def _cell(value: Any) -> Any:
+    return "" if value is None else value.hex() if isinstance(value, bytes) else value
+
+
+def emit_rows(rows: Iterable[Mapping[str, Any]], columns: Sequence[str] | None, fmt: str) -> None:
+    """Print ``rows`` in format ``fmt`` (one of :data:`FORMATS`). ``columns`` None takes the
+    first row's keys. Only ``table`` collects the rows (to size its columns)."""
+    iterator = iter(rows)
+    first = next(iterator, None)
+    names = list(columns) if columns is not None else (list(first) if first is not None else [])
+    stream = itertools.chain([first], iterator) if first is not None else iter(())
     if fmt == "json":
-        echo(dumps([{k: _plain(v) for k, v in dict(row).items()} for row in rows]))
-    elif fmt == "csv":
+        echo("[", nl=False)
+        for number, row in enumerate(stream):
+            echo(("," if number else "") + dumps({k: _plain(v) for k, v in dict(row).items()}), nl=False)
+        echo("]")
+    elif fmt == "nl":
+        for row in stream:
+            echo(dumps({k: _plain(v) for k, v in dict(row).items()}))
+    elif fmt in ("csv", "tsv"):
         buffer = io.StringIO()
-        writer = csv.writer(buffer, lineterminator="\n")
+        writer = csv.writer(buffer, lineterminator="\n", delimiter="," if fmt == "csv" else "\t")
         writer.writerow(names)
-        for row in rows:
-            writer.writerow(["" if row[n] is None else row[n].hex() if isinstance(row[n], bytes) else row[n]
-                             for n in names])
+        for row in stream:
+            writer.writerow([_cell(row[n]) for n in names])
+            if buffer.tell() > 65_536:
+                echo(buffer.getvalue(), nl=False)
+                buffer.seek(0)
+                buffer.truncate()
         echo(buffer.getvalue(), nl=False)
     else:
-        if not rows:
+        table = [["" if row[n] is None else row[n] for n in names] for row in stream]
+        if not table:
             echo("(no rows)")
             return
-        table = [["" if row[n] is None else row[n] for n in names] for row in rows]
         echo(tabulate(table, headers=names, tablefmt="simple", disable_numparse=True))
 
 

@@ -13,7 +13,7 @@ from ._output import emit_result
 
 @click.group()
 def budget() -> None:
-    """Budget operations on hypothesis accounts (SPEC 6)."""
+    """Budget operations on hypothesis accounts: initialize, reserve, record, settle, fail, reject."""
 
 
 def _budget_summary(result: BudgetResult, *, read: bool = False) -> list[str]:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
-from ledger import read_only_query
+from ledger import read_only_rows
 
-from ._common import BALANCE_COLUMNS, CASE, Settings, pass_settings, table_format, table_options
+from ._common import BALANCE_COLUMNS, CASE, Settings, pass_settings, table_options
 from ._output import emit_rows, unique_names
 
 EVENT_COLUMNS = ("seq", "type", "revision", "created_at", "sha256", "parent_sha256")
@@ -16,9 +16,8 @@ EVENT_COLUMNS = ("seq", "type", "revision", "created_at", "sha256", "parent_sha2
 @click.option("--revision", "revision_number", type=int, help="Only this revision.")
 @table_options
 @pass_settings
-def balances(settings: Settings, case: str, revision_number: int | None, as_json: bool, as_csv: bool) -> None:
+def balances(settings: Settings, case: str, revision_number: int | None, fmt: str) -> None:
     """The balances view: one row per revision and hypothesis."""
-    fmt = table_format(as_json, as_csv)
     with settings.open(case) as opened:
         rows = [r for r in opened.balances() if revision_number is None or r["revision"] == revision_number]
     emit_rows(rows, BALANCE_COLUMNS, fmt)
@@ -28,9 +27,8 @@ def balances(settings: Settings, case: str, revision_number: int | None, as_json
 @CASE
 @table_options
 @pass_settings
-def actions(settings: Settings, case: str, as_json: bool, as_csv: bool) -> None:
+def actions(settings: Settings, case: str, fmt: str) -> None:
     """The actions view: one row per reserved action, in reservation order."""
-    fmt = table_format(as_json, as_csv)
     with settings.open(case) as opened:
         rows = opened.actions()
     emit_rows(rows, None if rows else ("revision", "hypothesis_id", "action_id"), fmt)
@@ -42,13 +40,14 @@ def actions(settings: Settings, case: str, as_json: bool, as_csv: bool) -> None:
 @click.option("--body", "with_body", is_flag=True, help="Include each event's canonical JSON body.")
 @table_options
 @pass_settings
-def events(settings: Settings, case: str, since: int, with_body: bool, as_json: bool, as_csv: bool) -> None:
-    """The hash chain: seq, type, revision, time, sha256 and parent of every event."""
-    fmt = table_format(as_json, as_csv)
+def events(settings: Settings, case: str, since: int, with_body: bool, fmt: str) -> None:
+    """The hash chain: seq, type, revision, time, sha256 and parent of every event.
+
+    Every format but --table streams the rows as they are read.
+    """
     columns = EVENT_COLUMNS + (("body",) if with_body else ())
     with settings.open(case) as opened:
-        rows = opened.events(since, with_body=with_body)
-    emit_rows(rows, columns, fmt)
+        emit_rows(opened.iter_events(since, with_body=with_body), columns, fmt)
 
 
 @click.command()
@@ -57,12 +56,13 @@ def events(settings: Settings, case: str, since: int, with_body: bool, as_json: 
 @click.option("--timeout", "timeout_s", type=click.FloatRange(0.001, 86_400), default=30, show_default=True,
               help="Seconds after which the query is stopped.")
 @table_options
-def sql(case: str, query: str, timeout_s: float, as_json: bool, as_csv: bool) -> None:
+def sql(case: str, query: str, timeout_s: float, fmt: str) -> None:
     """Run one read-only SQL QUERY on CASE's ledger.sqlite (writes are refused).
 
     Public views: balances, balances_recomputed, actions, evidence, case_status.
+    Schema-reading pragma functions work (SELECT * FROM pragma_table_info('events')).
+    Every format but --table streams the rows as they are read.
     """
-    fmt = table_format(as_json, as_csv)
-    columns, rows = read_only_query(case, query, timeout_ms=int(timeout_s * 1000))
-    columns = unique_names(columns)  # `SELECT e1.seq, e2.seq …` keeps both values
-    emit_rows([dict(zip(columns, row)) for row in rows], columns, fmt)
+    with read_only_rows(case, query, timeout_ms=int(timeout_s * 1000)) as (columns, rows):
+        columns = unique_names(columns)  # `SELECT e1.seq, e2.seq …` keeps both values
+        emit_rows((dict(zip(columns, row)) for row in rows), columns, fmt)

@@ -2,50 +2,74 @@
 
 from __future__ import annotations
 
+import os
+import shlex
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
-from ledger import Case, apply_journal, open_for_journal, run_demo
+from ledger import Case, JournalSummary, apply_journal, clamp_warning, journal_first_at, open_for_journal, run_demo
 
-from ._common import BALANCE_COLUMNS, CASE, Settings, _NoBar, pass_settings, progress_bar
+from ._common import BALANCE_COLUMNS, CASE, Settings, pass_settings, progress_bar
 from ._output import OutputError, dumps, echo, emit_rows
 
 @click.command()
 @CASE
 @click.argument("journal", type=click.File("rb"))
 @click.option("--create", "create_case_id", metavar="CASE_ID", help="Create the case first (re-running opens it).")
+@click.option("--at", metavar="RFC3339", help="With --create: time of the case-created event "
+              "(default: the journal's first \"at\", else now).")
 @click.option("--keep-going", is_flag=True, help="Continue after a failed line (exit status is still 1).")
 @click.option("--batch-size", type=click.IntRange(1, 10_000), default=100, show_default=True,
               help="Lines per transaction (group commit); a result line prints once its batch committed.")
+@click.option("--quiet", "-q", is_flag=True, help="Print no result lines, only the summary on stderr.")
+@click.option("--results", type=click.Choice(["all", "changed"]), default="all", show_default=True,
+              help="'changed': each result line's state holds only the account the line touched.")
 @pass_settings
-def apply(settings: Settings, case: str, journal: Any, create_case_id: str | None, keep_going: bool,
-          batch_size: int) -> None:
+def apply(settings: Settings, case: str, journal: Any, create_case_id: str | None, at: str | None,
+          keep_going: bool, batch_size: int, quiet: bool, results: str) -> None:
     """Apply a JSON-Lines JOURNAL ('-' for stdin), printing one JSON result line per line.
 
     Each line succeeds or fails alone; up to --batch-size lines share one durable
     transaction. Re-running a journal after a crash returns the applied lines
-    as reused.
+    as reused. A line whose "at" is earlier than the previous event is recorded
+    at the previous event's time; apply warns about each such line on stderr.
+    A summary line (lines ok, failed, reused, raised times, elapsed) ends the
+    run on stderr.
     """
-    opened = open_for_journal(case, create_case_id=create_case_id, analysis_config=settings.analysis(),
-                              actor=settings.actor)
-    failed = False
+    lines = journal.read().split(b"\n")
+    if at is not None and create_case_id is None:
+        raise click.UsageError("--at sets the time of the case that --create makes; give --create too")
+    opened = open_for_journal(case, create_case_id=create_case_id, at=at or journal_first_at(lines),
+                              analysis_config=settings.analysis(), actor=settings.actor)
+    summary = JournalSummary()
     try:
         manager = opened.budget(settings.budget_config())
-        lines = journal.read().split(b"\n")
-        # stdout carries the result lines, so the bar goes to stderr, and only when stdout is piped
-        with progress_bar(len(lines), "applying", stream=sys.stderr) if not sys.stdout.isatty() else _NoBar() as bar:
+        total = sum(1 for line in lines if line.strip())
+        with progress_bar(total, "applying", stream=sys.stderr) as bar:
             for outcome in apply_journal(opened, lines, budget=manager, keep_going=keep_going,
                                          batch_size=batch_size):
-                echo(dumps(outcome.to_dict()))
-                failed = failed or not outcome.ok
+                summary.add(outcome)
+                if not quiet:
+                    echo(dumps(outcome.to_dict(changed_only=results == "changed")))
+                    if outcome.clamped and summary.clamped <= CLAMP_WARNINGS_MAX:
+                        click.echo(clamp_warning(outcome), err=True)
+                elif not outcome.ok and summary.failed == 1:
+                    click.echo(f"line {outcome.line}: error: {outcome.error.code}: {outcome.error.message}", err=True)
                 bar.update(1)
+            bar.update(total - summary.ok - summary.failed)  # the lines after a stop: the bar ends full
     finally:
         opened.close()
-    if failed:
+        click.echo(summary.text(), err=True)
+    if summary.failed:
         sys.exit(1)
+
+
+#: Clamp warnings printed one by one; the summary counts the rest.
+CLAMP_WARNINGS_MAX = 20
 
 
 @click.command()
@@ -71,8 +95,22 @@ def demo(settings: Settings, directory: Path | None) -> None:
     echo("")
     echo(f"exported {report.files_written} files to {path}/analysis and {path}/manifest.json")
     echo(f"verified: {verified.events} events, head seq {verified.head_seq} sha256 {verified.head_sha256}")
-    echo(f"\nThe case is at {path}. Try:\n  ledger balances {path}\n  ledger actions {path}\n"
-         f"  ledger sql {path} \"SELECT * FROM case_status\"\n  ledger verify {path}")
+    prog = invoked_as()
+    echo(f"\nThe case is at {path}. Try:\n  {prog} balances {path}\n  {prog} actions {path}\n"
+         f"  {prog} sql {path} \"SELECT * FROM case_status\"\n  {prog} verify {path}")
+
+
+def invoked_as() -> str:
+    """How to run this ``ledger`` again from the same shell: ``ledger`` when that name on PATH is
+    this program, else the path it was started by (``.venv/bin/ledger`` with no activated venv),
+    or ``python -m ledger_cli``."""
+    started = sys.argv[0] if sys.argv and sys.argv[0] else "ledger"
+    if started.endswith(("__main__.py", "-c")):
+        return f"{shlex.quote(sys.executable)} -m ledger_cli"
+    found = shutil.which("ledger")
+    if found and os.path.exists(started) and os.path.samefile(found, started):
+        return "ledger"
+    return shlex.quote(started) if os.sep in started else "ledger"
 
 
 class _TolerantPrinter:

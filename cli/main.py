@@ -1,4 +1,4 @@
-"""``ledger``: the command line of case-ledger (SPEC section 10).
+"""``ledger``: the command line of case-ledger.
 
 Every command parses its arguments, calls the public library API (``ledger``)
 and renders the result; one module per command group. :class:`LedgerGroup`

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
@@ -42,12 +43,23 @@ def import_command(source: str, target: str | None, as_json: bool) -> None:
 @click.command()
 @CASE
 @JSON
-def verify(case: str, as_json: bool) -> None:
-    """Recompute everything from the requests and check chain, rows, views and export."""
+@click.option("--strict", is_flag=True, help="Fail (exit 1) when the export is behind the ledger.")
+def verify(case: str, as_json: bool, strict: bool) -> None:
+    """Recompute everything from the requests and check chain, rows, views and export.
+
+    An export older than the ledger is reported as N events behind (an error
+    only with --strict). Views, indexes, tables and full-text tables you added
+    to ledger.sqlite are listed as foreign objects and left alone; a trigger on
+    a ledger table or a changed ledger object fails with INTEGRITY_ERROR.
+    """
     with Case.open(case) as opened:
         total = opened.status()["package_generation"]
     with progress_bar(total, "verifying") as bar:
         report = verify_case(case, progress=bar.update)
     emit_result(report.to_dict(), as_json,
                 [f"ok: {report.events} events, {report.contents} contents, head seq {report.head_seq} "
-                 f"sha256 {report.head_sha256}"])
+                 f"sha256 {report.head_sha256}", *report.notes()])
+    if strict and report.export_behind:
+        click.echo(f"error: INTEGRITY_ERROR: the export is {report.export_behind} event(s) behind the ledger "
+                   "(--strict); run 'ledger export'", err=True)
+        sys.exit(1)

@@ -16,13 +16,14 @@ below are organised in layers (see the README's architecture section).
 
 from .budget import BudgetManager, BudgetResult, GateReading
 from .canonical import parse_json
-from .case import Case, LifecycleResult, read_only_query
+from .case import Case, LifecycleResult, read_only_query, read_only_rows
 from .config import AnalysisConfig, BudgetConfig
 from .demo import run_demo
 from .errors import ALL_CODES, CLI_ONLY_CODES, INVALID_ARGUMENT, OUTPUT_ERROR, LedgerError
 from .export import ExportReport, export_case, export_count
 from .importer import import_tree
-from .journal import LineResult, apply_journal, open_for_journal
+from .journal import JournalSummary, LineResult, apply_journal, clamp_warning, open_for_journal
+from .journal import first_at as journal_first_at
 from .manifest import read_manifest
 from .memory import MemoryCase
 from .operations import OPERATIONS, Operation
@@ -42,5 +43,6 @@ __all__ = [
     "MemoryCase", "MemoryView", "Operation", "Policy", "RunResult", "SimulationReport", "VerifyReport", "apply_journal", "export_case", "export_count", "import_tree",
     "open_for_journal", "os_error", "parse_json", "read_manifest", "read_only_query", "run_demo", "verify_case",
     "example_policy", "load_policy", "parse_vary", "plot_tradeoff", "read_outcomes", "simulate", "tradeoff_points", "vary",
+    "JournalSummary", "clamp_warning", "journal_first_at", "read_only_rows",
 ]
 __version__ = "0.1.0"

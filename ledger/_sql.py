@@ -56,10 +56,25 @@ def schema_object(statement: str) -> tuple[str, str, str]:
     return (match.group(1).lower(), match.group(2), text) if match else ("", "", "")
 
 
-def shipped_schema() -> dict[str, str]:
-    """Name → SQL of every table, index, trigger and view the migrations create."""
-    return {name: sql for _, _, statements in migrations() for statement in statements
-            for kind, name, sql in [schema_object(statement)] if kind}
+_DROP_RE = re.compile(r"DROP\s+(?:TABLE|TRIGGER|VIEW|INDEX)\s+(?:IF\s+EXISTS\s+)?(\w+)", re.I)
+
+
+def shipped_schema(version: int | None = None) -> dict[str, str]:
+    """Name → SQL of every table, index, trigger and view the migrations up to ``version``
+    (default: all) leave behind; a later migration's ``DROP … name`` and re-``CREATE`` replace it."""
+    objects: dict[str, str] = {}
+    for number, _, statements in migrations():
+        if version is not None and number > version:
+            break
+        for text in statements:
+            kind, name, sql = schema_object(text)
+            if kind:
+                objects[name] = sql
+                continue
+            dropped = _DROP_RE.match("\n".join(l for l in text.splitlines() if not l.lstrip().startswith("--")).strip())
+            if dropped:
+                objects.pop(dropped.group(1), None)
+    return objects
 
 
 def schema_version() -> int:

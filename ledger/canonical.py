@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import rfc8785
 
-from .errors import INVALID_ARGUMENT, INVALID_JSON, LedgerError
+from .errors import INVALID_ARGUMENT, INVALID_JSON, LedgerError, describe_value
 
 #: Largest magnitude an integer may have in canonical JSON: 2**53 - 1.
 SAFE_INTEGER_MAX = 2**53 - 1
@@ -23,8 +24,8 @@ JSON_DEPTH_MAX = 64
 ZERO_SHA256 = "0" * 64
 
 
-def canonical_bytes(value: Any) -> bytes:
-    """RFC 8785 canonical UTF-8 bytes of a JSON value.
+def canonical_bytes(value: Any, name: str = "$") -> bytes:
+    """RFC 8785 canonical UTF-8 bytes of a JSON value (``name`` names it in messages: ``evidence``).
 
     Raises ``INVALID_JSON`` for NaN, ±Infinity, non-string object keys, lone
     surrogates, integers outside ±(2**53 − 1), unsupported types and nesting
@@ -45,7 +46,7 @@ def canonical_bytes(value: Any) -> bytes:
             return _dumps(value).encode("utf-8")
     except (UnicodeEncodeError, RecursionError):
         pass  # a lone surrogate or deep nesting: rfc8785 reports it
-    return _rfc8785_bytes(value)
+    return _rfc8785_bytes(value, name)
 
 
 _dumps = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False,
@@ -72,18 +73,36 @@ def _plain(value: Any) -> bool:
     return False
 
 
-def _rfc8785_bytes(value: Any) -> bytes:
+def _rfc8785_bytes(value: Any, name: str) -> bytes:
     try:
         return rfc8785.dumps(value)
     except rfc8785.IntegerDomainError as exc:
-        raise LedgerError(INVALID_JSON, f"integer outside ±(2**53-1): {exc}") from None
-    except rfc8785.FloatDomainError as exc:
-        raise LedgerError(INVALID_JSON, f"number has no JSON form: {exc}") from None
+        where = _locate(value, lambda v: type(v) is int and abs(v) > SAFE_INTEGER_MAX, name)
+        raise LedgerError(INVALID_JSON, f"integer outside ±(2**53-1) at {where}: {exc}; exact JSON integers "
+                          "stop there, so send a larger number as a string") from None
+    except rfc8785.FloatDomainError:
+        where = _locate(value, lambda v: isinstance(v, float) and not math.isfinite(v), name)
+        raise LedgerError(INVALID_JSON, f"number at {where} has no JSON form (NaN and ±Infinity are not JSON); "
+                          "use a finite number, null, or a string such as \"Infinity\"") from None
     except (rfc8785.CanonicalizationError, UnicodeError) as exc:
         # lone surrogates surface as UnicodeEncodeError from the UTF-16 key sort
         raise LedgerError(INVALID_JSON, f"no canonical JSON form: {exc}") from None
     except RecursionError:
         raise LedgerError(INVALID_JSON, "JSON nested too deeply") from None
+
+
+def _locate(value: Any, bad: Callable[[Any], bool], root: str = "$") -> str:
+    """Where the first value for which ``bad`` holds sits inside ``value``: ``$``, ``$.x``, ``$.x[1]``."""
+    stack: list[tuple[Any, str]] = [(value, root)]
+    while stack:
+        item, path = stack.pop(0)
+        if bad(item):
+            return path
+        if isinstance(item, dict):
+            stack.extend((child, f"{path}.{key}") for key, child in item.items())
+        elif isinstance(item, (list, tuple)):
+            stack.extend((child, f"{path}[{index}]") for index, child in enumerate(item))
+    return "$"
 
 
 def canonical_event_bytes(body: Mapping[str, Any]) -> bytes:
@@ -201,7 +220,7 @@ def check_int(value: Any, name: str, *, minimum: int | None = None,
     error raised otherwise (``INVALID_ARGUMENT`` unless the caller says).
     """
     if type(value) is not int:  # bool is an int subclass; floats like 25.0 are not ints
-        raise LedgerError(code, f"{name} must be an integer, got {type(value).__name__} {value!r}")
+        raise LedgerError(code, f"{name} must be an integer, got {describe_value(value)}")
     low = -SAFE_INTEGER_MAX if minimum is None else max(minimum, -SAFE_INTEGER_MAX)
     high = SAFE_INTEGER_MAX if maximum is None else min(maximum, SAFE_INTEGER_MAX)
     if not low <= value <= high:

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import os
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 from . import errors as E
 from ._sql import statement
@@ -157,6 +158,16 @@ class Case(CaseFacade):
         """The ``case_status`` view's row."""
         return self.query(statement("case_status_row"))[0]
 
+    def iter_query(self, sql: str, params: Iterable[Any] | dict[str, Any] = ()) -> Iterator[dict[str, Any]]:
+        """Rows of a read-only query as dicts, read from the cursor as they are consumed (one read
+        transaction, ended when the iterator is exhausted or closed): for outputs too big to hold."""
+        with self.session.read(), translate_sqlite_errors():
+            cursor = self.storage.conn.execute(sql, params)
+            names = [d[0] for d in cursor.description or ()]
+            while chunk := cursor.fetchmany(512):
+                for row in chunk:
+                    yield dict(zip(names, row))
+
     def query(self, sql: str, params: Iterable[Any] | dict[str, Any] = ()) -> list[dict[str, Any]]:
         """Rows of a read-only query as dicts, in one short read transaction."""
         with self.session.read(), translate_sqlite_errors():
@@ -175,8 +186,13 @@ class Case(CaseFacade):
     def events(self, since_seq: int = 0, *, with_body: bool = False) -> list[dict[str, Any]]:
         """The hash chain after ``since_seq``: ``seq``, ``type``, ``revision``, ``created_at``,
         ``sha256``, ``parent_sha256`` (and ``body``, the canonical JSON text), by seq."""
+        return list(self.iter_events(since_seq, with_body=with_body))
+
+    def iter_events(self, since_seq: int = 0, *, with_body: bool = False) -> Iterator[dict[str, Any]]:
+        """:meth:`events` read from the cursor as consumed (``INVALID_ARGUMENT`` for a bad ``since_seq``
+        is raised at the call, before iterating)."""
         check_int(since_seq, "since_seq", minimum=0)
-        return self.query(statement("events_since", body=", body" if with_body else ""), {"since": since_seq})
+        return self.iter_query(statement("events_since", body=", body" if with_body else ""), {"since": since_seq})
 
     # -- package files -----------------------------------------------------------------
     def resolve_source_refs(self, refs: Iterable[str]) -> list[dict[str, str]]:
@@ -199,6 +215,19 @@ class Case(CaseFacade):
         from outside the package.
         """
         return input_identity(self.path, self.exported_paths())
+
+
+@contextmanager
+def read_only_rows(path: str | os.PathLike[str], sql: str, *,
+                   timeout_ms: int = 30_000) -> Iterator[tuple[list[str], Iterator[tuple]]]:
+    """:func:`read_only_query` with the rows read from the cursor as consumed:
+    ``with read_only_rows(path, sql) as (names, rows): …`` (same refusals)."""
+    root = fs_path(path, "case path")
+    ledger = root / LEDGER_FILE
+    if not ledger.is_file():
+        Case.open(root)  # raises the LEDGER_MISSING explanation
+    with Storage.readonly_rows(ledger, sql, timeout_ms=timeout_ms) as found:
+        yield found
 
 
 def read_only_query(path: str | os.PathLike[str], sql: str, *, timeout_ms: int = 30_000) -> tuple[list[str], list[tuple]]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from datetime import datetime, timezone
 
-from .errors import INVALID_ARGUMENT, LedgerError
+from .errors import INVALID_ARGUMENT, LedgerError, describe_value
 
 _RFC3339 = re.compile(
     r"^([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt]([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.([0-9]{1,9}))?([Zz]|[+-][0-9]{2}:[0-9]{2})$"
@@ -36,7 +36,7 @@ def parse_at(text: object) -> str:
     offset, impossible dates, or a value that is not a string.
     """
     if not isinstance(text, str):
-        raise LedgerError(INVALID_ARGUMENT, f"'at' must be an RFC 3339 UTC timestamp string, got {text!r}")
+        raise LedgerError(INVALID_ARGUMENT, f"'at' must be an RFC 3339 UTC timestamp string, got {describe_value(text)}")
     match = _RFC3339.fullmatch(text)
     if not match:
         raise LedgerError(INVALID_ARGUMENT, f"'at' is not an RFC 3339 timestamp: {text[:64]!r}")
@@ -50,3 +50,22 @@ def parse_at(text: object) -> str:
     except ValueError as exc:
         raise LedgerError(INVALID_ARGUMENT, f"'at' is not a valid time: {exc}") from None
     return format_utc(moment)
+
+
+def microseconds_between(earlier: str, later: str) -> int:
+    """Whole microseconds from ``earlier`` to ``later`` (both in the stored form; exact integers)."""
+    def micros(text: str) -> int:
+        moment = datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
+        delta = moment - datetime(1970, 1, 1, tzinfo=timezone.utc)
+        return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+    return micros(later) - micros(earlier)
+
+
+def describe_micros(micros: int) -> str:
+    """A duration for people: ``3600 s``, ``0.25 s``, ``2 d 1 h`` style (exact, no float)."""
+    seconds, rest = divmod(micros, 1_000_000)
+    if seconds >= 86_400:
+        days, left = divmod(seconds, 86_400)
+        return f"{days} d {left // 3600} h"
+    fraction = f".{rest:06d}".rstrip("0") if rest else ""
+    return f"{seconds}{fraction.rstrip('.')} s"

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .canonical import canonical_sha256
-from .errors import CONFIG_INVALID, LedgerError
+from .errors import CONFIG_INVALID, LedgerError, describe_value
 from .paths import fs_path
 from .schemas import validate
 
@@ -79,7 +79,7 @@ def _check_types(data: Mapping[str, Any], where: str, *, strings: frozenset[str]
         elif type(value) is not int:
             raise LedgerError(
                 CONFIG_INVALID,
-                f"{name}: must be an integer, got {type(value).__name__} {value!r}",
+                f"{name}: must be an integer, got {describe_value(value)}",
                 key=name,
             )
 

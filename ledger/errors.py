@@ -112,3 +112,32 @@ def integrity_error(seq: int | None, message: str, **details: Any) -> LedgerErro
     """``INTEGRITY_ERROR`` naming the first bad ``seq`` (``seq N: message``; no prefix when None)."""
     where = f"seq {seq}: " if seq is not None else ""
     return LedgerError(INTEGRITY_ERROR, where + message, seq=seq, **details)
+
+
+def limit_reached(setting: str, message: str, **details: Any) -> LedgerError:
+    """``LIMIT_REACHED`` whose message names the setting to change and where it is set:
+    ``[limits] <setting>`` of the analysis config (``--analysis-config FILE`` on the command
+    line, ``AnalysisConfig`` in Python)."""
+    return LedgerError(LIMIT_REACHED, f"{message} (to allow more, raise [limits] {setting} in the analysis "
+                       "config: --analysis-config FILE)", limit=setting, **details)
+
+
+def describe_value(value: Any) -> str:
+    """A value as a JSON (or TOML) reader sees it, for messages: ``the string "ten"``,
+    ``true``, ``the number 2.5``, ``null``, ``an array``; never a Python type name."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return f"the integer {value}"
+    if isinstance(value, float):
+        return f"the number {value!r}" if value == value and abs(value) != float("inf") else "a non-finite number"
+    if isinstance(value, str):
+        shown = value if len(value) <= 80 else value[:80] + "…"
+        return 'the string "' + shown.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, (list, tuple)):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return f"a value with no JSON form ({type(value).__name__})"

@@ -116,7 +116,10 @@ def _rebuild(building: Path, build_dir: Path, files: dict[str, Path], events: di
             replayer = Replayer(PackageSource(build_dir, content_of), storage.append)
             for seq in range(1, head_seq + 1):
                 relative = events[seq]
-                body, stream_seq = replayer.apply(seq, files[relative].read_bytes())
+                try:
+                    body, stream_seq = replayer.apply(seq, files[relative].read_bytes())
+                except LedgerError as exc:  # name the file as well as the seq
+                    raise LedgerError(exc.code, f"{relative}: {exc.message}", **{**exc.details, "file": relative}) from None
                 stream = "budget" if body["format"] == "budget-event-v1" else "case"
                 if event_path(stream, body["revision"], stream_seq) != relative:
                     raise _bad(seq, f"{relative} is not where event {seq} belongs")
@@ -180,4 +183,7 @@ def import_tree(source: str | os.PathLike[str], to: str | os.PathLike[str] | Non
         leftover.unlink(missing_ok=True)
     with Case.open(dest) as case:
         export_case(case)
-    return verify_case(dest)
+    report = verify_case(dest)
+    with Case.open(dest):
+        pass  # the last connection to close checkpoints and removes the -wal and -shm files
+    return report

@@ -14,15 +14,16 @@ simply be run again: what was done comes back ``reused``.
 
 from __future__ import annotations
 
+import time
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
 from . import errors as E
 from .budget import BudgetManager
 from .canonical import parse_json
 from .case import Case
-from .clock import parse_at
+from .clock import describe_micros, microseconds_between, parse_at
 from .errors import LedgerError
 from .operations import OPERATIONS as REGISTRY
 from .operations import operation
@@ -48,10 +49,25 @@ class LineResult:
     reused: bool | None = None
     result: dict[str, Any] | None = None
     error: LedgerError | None = None
+    #: ``(requested at, recorded time)`` when the line's ``at`` was earlier than the previous
+    #: event and was raised to it (not part of the result line).
+    clamped: tuple[str, str] | None = None
+    #: The hypothesis id the line named (its ``"hypothesis"`` key), if any.
+    touched: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    @property
+    def clamped_micros(self) -> int:
+        """How far the line's ``at`` was raised, in microseconds (0 when it was not)."""
+        return microseconds_between(*self.clamped) if self.clamped else 0
+
+    def to_dict(self, *, changed_only: bool = False) -> dict[str, Any]:
+        """The result line; ``changed_only`` keeps only the touched account in ``result.state``
+        (a line that names no hypothesis, like ``initialize``, keeps every account)."""
         if self.ok:
-            return {"line": self.line, "ok": True, "seq": self.seq, "reused": self.reused, "result": self.result}
+            result = self.result
+            if changed_only and self.touched is not None and isinstance((result or {}).get("state"), dict):
+                result = dict(result, state={h: a for h, a in result["state"].items() if h == self.touched})
+            return {"line": self.line, "ok": True, "seq": self.seq, "reused": self.reused, "result": result}
         return {"line": self.line, "ok": False, "error": self.error.to_dict()}
 
 
@@ -61,7 +77,8 @@ def parse_line(text: str | bytes) -> dict[str, Any]:
     if not isinstance(text, (str, bytes)):
         raise LedgerError(E.INVALID_ARGUMENT, f"a journal line must be text, got {type(text).__name__}")
     if len(text) > LINE_BYTES_MAX:
-        raise LedgerError(E.LIMIT_REACHED, f"journal line longer than {LINE_BYTES_MAX} bytes")
+        raise LedgerError(E.LIMIT_REACHED, f"journal line longer than {LINE_BYTES_MAX} bytes "
+                          "(a fixed limit of journals: pass a large evidence payload through the Python API)")
     if isinstance(text, bytes):
         try:
             text = text.decode("utf-8")
@@ -89,8 +106,12 @@ def parse_line(text: str | bytes) -> dict[str, Any]:
 
 
 def run_operation(case: Case, budget: BudgetManager, line: dict[str, Any]) -> tuple[int | None, bool, dict[str, Any]]:
-    """Apply one parsed line through the operation registry; return ``(seq, reused, result dict)``."""
+    """Apply one parsed line through the operation registry; return ``(seq, reused, result dict)``.
+
+    Afterwards ``case.session.last_clamp`` tells whether the line's ``at`` was raised.
+    """
     op = operation(line["op"])
+    case.session.last_clamp = None
     at = line.get("at")
     kwargs = {argument.param: line[argument.key] for argument in op.arguments if argument.key in line}
     if op.accepts_at:
@@ -132,7 +153,8 @@ def apply_journal(case: Case, lines: Iterable[str | bytes], *, budget: BudgetMan
                         stopped = True
                         break
                     continue
-                done.append(LineResult(number, True, seq, reused, result))
+                done.append(LineResult(number, True, seq, reused, result, clamped=case.session.last_clamp,
+                                        touched=parsed.get("hypothesis")))
         return done
 
     for number, text in enumerate(lines, start=1):
@@ -148,18 +170,20 @@ def apply_journal(case: Case, lines: Iterable[str | bytes], *, budget: BudgetMan
         yield from run_batch(pending)
 
 
-def open_for_journal(path: str, *, create_case_id: str | None = None, **options: Any) -> Case:
+def open_for_journal(path: str, *, create_case_id: str | None = None, at: str | None = None,
+                     **options: Any) -> Case:
     """Open the case at ``path``, creating it first when ``create_case_id`` is given.
 
-    ``options`` go to :meth:`Case.open`/:meth:`Case.create` (``analysis_config``,
-    ``actor``). Re-running ``apply --create ID`` on the case it created simply
+    ``at`` (RFC 3339 UTC) is the time of the case-created event (default now; the
+    CLI passes the journal's first ``at``, see :func:`first_at`). ``options`` go to
+    :meth:`Case.open`/:meth:`Case.create` (``analysis_config``, ``actor``). Re-running ``apply --create ID`` on the case it created simply
     opens it, so a killed journal can be run again; a case with another id is
     ``CASE_EXISTS``.
     """
     if create_case_id is None:
         return Case.open(path, **options)
     try:
-        return Case.create(path, create_case_id, **options)
+        return Case.create(path, create_case_id, at=at, **options)
     except LedgerError as exc:
         if exc.code != E.CASE_EXISTS:
             raise
@@ -169,3 +193,75 @@ def open_for_journal(path: str, *, create_case_id: str | None = None, **options:
         case.close()
         raise LedgerError(E.CASE_EXISTS, f"{path} holds case {existing}, not {create_case_id}")
     return case
+
+
+def first_at(lines: Iterable[str | bytes]) -> str | None:
+    """The first valid ``"at"`` of a journal (normalized), or None: the time ``apply --create``
+    gives the case it creates, so the journal's own times are kept. Unreadable lines are skipped
+    here (applying them reports them)."""
+    for text in lines:
+        if not isinstance(text, (str, bytes)) or not text.strip() or b'"at"' not in _as_bytes(text):
+            continue
+        try:
+            line = parse_json(text)
+            if isinstance(line, dict) and "at" in line:
+                return parse_at(line["at"])
+        except LedgerError:
+            continue
+    return None
+
+
+def _as_bytes(text: str | bytes) -> bytes:
+    return text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
+
+
+@dataclass
+class JournalSummary:
+    """Counts of an applied journal: lines ``ok`` (of which ``reused``), ``failed``, ``clamped``
+    (lines whose ``at`` was raised to the previous event's time, by ``clamped_micros_max`` at most
+    and ``clamped_micros_total`` in all) and the ``elapsed_s`` seconds since it was made."""
+
+    ok: int = 0
+    failed: int = 0
+    reused: int = 0
+    clamped: int = 0
+    clamped_micros_max: int = 0
+    clamped_micros_total: int = 0
+    started: float = field(default_factory=time.monotonic, repr=False)
+
+    def add(self, result: LineResult) -> None:
+        """Count one line's result."""
+        if not result.ok:
+            self.failed += 1
+            return
+        self.ok += 1
+        self.reused += 1 if result.reused else 0
+        if result.clamped:
+            micros = result.clamped_micros
+            self.clamped += 1
+            self.clamped_micros_max = max(self.clamped_micros_max, micros)
+            self.clamped_micros_total += micros
+
+    @property
+    def elapsed_s(self) -> float:
+        return round(time.monotonic() - self.started, 3)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"lines_ok": self.ok, "lines_failed": self.failed, "lines_reused": self.reused,
+                "times_clamped": self.clamped, "clamped_micros_max": self.clamped_micros_max,
+                "clamped_micros_total": self.clamped_micros_total, "elapsed_s": self.elapsed_s}
+
+    def text(self) -> str:
+        """One line for people, e.g. ``applied: 12 ok (3 reused), 1 failed, 2 times clamped (by up to 3600 s), 0.41 s``."""
+        clamped = (f"{self.clamped} time(s) raised to the previous event's time (by up to "
+                   f"{describe_micros(self.clamped_micros_max)}, {describe_micros(self.clamped_micros_total)} in all)"
+                   if self.clamped else "no time raised")
+        return (f"applied: {self.ok} ok ({self.reused} reused), {self.failed} failed, {clamped}, "
+                f"{self.elapsed_s:.2f} s")
+
+
+def clamp_warning(result: LineResult) -> str:
+    """The warning printed for a line whose ``at`` was raised to the previous event's time."""
+    requested, used = result.clamped
+    return (f"warning: line {result.line}: at {requested} is earlier than the previous event; recorded at {used} "
+            f"(raised by {describe_micros(result.clamped_micros)})")

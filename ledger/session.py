@@ -25,7 +25,7 @@ from ._sql import statement
 from .canonical import canonical_bytes, canonical_event_bytes, sha256_hex
 from .clock import parse_at, utc_now
 from .config import BudgetConfig
-from .errors import LedgerError
+from .errors import LedgerError, limit_reached
 from .operations import operation
 from .package import event_path
 from .projection import helper_rows
@@ -90,10 +90,7 @@ def seal(drafts: tuple[Draft, ...], head: tuple[int, str, str], at: str, actor: 
         body.update(seq=seq, parent_sha256=parent, created_at=at, actor=actor, request=draft.request)
         data = canonical_event_bytes(body)
         if len(data) > limit:
-            raise LedgerError(
-                E.LIMIT_REACHED, f"event of {len(data)} bytes exceeds event_bytes_max = {limit}",
-                limit="event_bytes_max",
-            )
+            raise limit_reached("event_bytes_max", f"event of {len(data)} bytes exceeds event_bytes_max = {limit}")
         parent = sha256_hex(data)
         sealed.append(Sealed(draft, body, data, parent))
     return sealed
@@ -113,6 +110,9 @@ class SessionBase:
         self.clock = clock
         self.limits = dict(limits)
         self._owner = threading.get_ident()
+        #: ``(requested at, recorded time)`` when the last :meth:`run` raised an explicit ``at``
+        #: to the previous event's time (an ``at`` earlier than the head); None otherwise.
+        self.last_clamp: tuple[str, str] | None = None
 
     def check_thread(self) -> None:
         """``INVALID_ARGUMENT`` unless called from the thread that opened the case."""
@@ -132,7 +132,8 @@ class SessionBase:
             prepare: Callable[[Any], None] | None = None) -> Ran:
         """Evaluate operation ``name``'s rule on ``request`` and append its events, in one transaction.
 
-        ``at`` is an RFC 3339 UTC time (``INVALID_ARGUMENT`` otherwise); ``prepare``
+        ``at`` is an RFC 3339 UTC time (``INVALID_ARGUMENT`` otherwise); an ``at`` earlier
+        than the previous event's time is raised to it and noted in :attr:`last_clamp`. ``prepare``
         runs first inside the transaction (creating the schema of a new ledger).
         Raises the rule's ``LedgerError``; ``LIMIT_REACHED`` for an event over
         ``event_bytes_max``; ``LEDGER_BUSY`` when the writer lock is not obtained in time.
@@ -141,6 +142,7 @@ class SessionBase:
         rule = operation(name).rule
         moment = parse_at(at) if at is not None else None
         refusal: LedgerError | None = None
+        self.last_clamp = None
         with self._write() as view:
             if prepare is not None:
                 prepare(view)
@@ -159,6 +161,8 @@ class SessionBase:
                                          event_path(draft.stream, draft.revision, stream_seq), sealed.body))
             if isinstance(outcome, Outcome):
                 refusal = outcome.refusal
+        if moment is not None and context.at != moment:
+            self.last_clamp = (moment, context.at)  # only once committed: a rolled-back run raised nothing
         if refusal is not None:
             raise refusal  # after the commit: the events stay, the operation is refused
         return Ran(tuple(appended), appended[-1].seq, view)
@@ -232,6 +236,7 @@ class Session(SessionBase):
             for row in view_rows.fetchall():
                 record = dict(zip(names, row))
                 record.pop("revision")
+                record.pop("statement", None)  # the hypothesis text is not part of an account
                 if accounts.get(record["hypothesis_id"]) != record:
                     raise LedgerError(
                         E.INTEGRITY_ERROR, f"balances view disagrees with budget event {last_seq} on {record['hypothesis_id']}",

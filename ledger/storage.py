@@ -48,6 +48,34 @@ WAL_RESTART_WAIT_MS = 200
 _STORAGE_CODES = frozenset({3, 8, 10, 13, 14})
 
 @contextmanager
+def _query_errors(timeout_ms: int) -> Iterator[None]:
+    """A user's query failing (or stopped at its deadline) becomes ``INVALID_ARGUMENT``."""
+    try:
+        yield
+    except (sqlite3.Error, ValueError, OverflowError) as exc:
+        if "interrupted" in str(exc):
+            raise LedgerError(E.INVALID_ARGUMENT, f"query stopped after {timeout_ms} ms") from None
+        raise LedgerError(E.INVALID_ARGUMENT, f"query refused: {exc}") from None
+
+
+def _fetch(cursor: sqlite3.Cursor, timeout_ms: int, size: int = 512) -> Iterator[tuple]:
+    """The cursor's rows, ``size`` at a time (nothing holds the whole result)."""
+    while True:
+        with _query_errors(timeout_ms):
+            chunk = cursor.fetchmany(size)
+        if not chunk:
+            return
+        yield from chunk
+
+
+#: Pragmas that only read the schema: allowed on the read-only ``ledger sql`` connection.
+READ_ONLY_PRAGMAS = frozenset({
+    "table_info", "table_xinfo", "table_list", "index_list", "index_info", "index_xinfo", "foreign_key_list",
+    "function_list", "module_list", "pragma_list", "collation_list", "compile_options",
+})
+
+
+@contextmanager
 def translate_sqlite_errors() -> Iterator[None]:
     """The one place where ``sqlite3`` errors become ``LedgerError``.
 
@@ -293,17 +321,28 @@ class Storage:
         with translate_sqlite_errors():
             conn.execute("BEGIN")
         storage._in_write = True  # one long private transaction
-        storage.apply_migrations(triggers=False)  # private and rebuilt from scratch: no guards needed
+        with translate_sqlite_errors():
+            has = conn.execute(statement("has_migrations_table", "orig")).fetchone()
+            original_version = conn.execute(statement("schema_version_of", "orig")).fetchone()[0] if has else 0
+        # private and rebuilt from scratch: no guards needed; the original's schema version, so an
+        # older ledger's views are compared with the views of its own version
+        storage.apply_migrations(triggers=False, up_to=original_version or None)
         return storage
 
     @classmethod
     def open_readonly(cls, path: Path) -> sqlite3.Connection:
-        """A connection that cannot write: ``mode=ro`` plus an authorizer denying ATTACH and writes."""
+        """A connection that cannot write: ``mode=ro`` plus an authorizer denying ATTACH and writes.
+
+        Of the pragmas only the schema-reading ones of :data:`READ_ONLY_PRAGMAS` are allowed
+        (as ``SELECT * FROM pragma_table_info('events')`` or ``PRAGMA table_info(events)``).
+        """
         conn = _connect_uri(readable_uri(path)[0])
         with translate_sqlite_errors():
             conn.execute("PRAGMA query_only = ON")
 
-            def authorizer(action: int, *_: Any) -> int:
+            def authorizer(action: int, name: str | None = None, *_: Any) -> int:
+                if action == sqlite3.SQLITE_PRAGMA and (name or "").lower() in READ_ONLY_PRAGMAS:
+                    return sqlite3.SQLITE_OK  # pragma_table_info('events') and the like only read
                 if action in (sqlite3.SQLITE_ATTACH, sqlite3.SQLITE_DETACH, sqlite3.SQLITE_PRAGMA):
                     return sqlite3.SQLITE_DENY
                 return sqlite3.SQLITE_OK
@@ -319,19 +358,25 @@ class Storage:
         ``INVALID_ARGUMENT`` (writes, ATTACH, PRAGMA, several statements), and so
         does a query still running after ``timeout_ms``.
         """
+        with cls.readonly_rows(path, sql, timeout_ms) as (names, rows):
+            return names, list(rows)
+
+    @classmethod
+    @contextmanager
+    def readonly_rows(cls, path: Path, sql: str, timeout_ms: int = 30_000) -> Iterator[tuple[list[str], Iterator[tuple]]]:
+        """Like :meth:`readonly_query`, but the rows come from the cursor as they are read
+        (``with Storage.readonly_rows(path, sql) as (names, rows): …``); the connection
+        closes when the block ends."""
         conn = cls.open_readonly(path)
         deadline = time.monotonic() + timeout_ms / 1000
         conn.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, 10_000)
         try:
-            db = sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
-            cursor = db.execute(sql)
-            if cursor.description is None:
-                raise LedgerError(E.INVALID_ARGUMENT, "the statement returns no rows; only reads are allowed")
-            return [d[0] for d in cursor.description], cursor.fetchall()
-        except (sqlite3.Error, ValueError, OverflowError) as exc:
-            if "interrupted" in str(exc):
-                raise LedgerError(E.INVALID_ARGUMENT, f"query stopped after {timeout_ms} ms") from None
-            raise LedgerError(E.INVALID_ARGUMENT, f"query refused: {exc}") from None
+            with _query_errors(timeout_ms):
+                db = sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
+                cursor = db.execute(sql)
+                if cursor.description is None:
+                    raise LedgerError(E.INVALID_ARGUMENT, "the statement returns no rows; only reads are allowed")
+            yield [d[0] for d in cursor.description], _fetch(cursor, timeout_ms)
         finally:
             conn.close()
 
@@ -364,14 +409,15 @@ class Storage:
             )
         return current
 
-    def apply_migrations(self, *, triggers: bool = True) -> None:
-        """Run the missing ``sql/NNN_*.sql`` statements. Call inside :meth:`write`.
+    def apply_migrations(self, *, triggers: bool = True, up_to: int | None = None) -> None:
+        """Run the missing ``sql/NNN_*.sql`` statements (up to version ``up_to``, default all).
+        Call inside :meth:`write`.
 
         ``triggers=False`` builds an unguarded copy (verify's private scratch ledger).
         """
         current = self.current_schema_version()
         for version, name, statements in migrations():
-            if version <= current:
+            if version <= current or (up_to is not None and version > up_to):
                 continue
             for sql in statements:
                 if not triggers and schema_object(sql)[0] == "trigger":

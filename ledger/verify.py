@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -44,7 +45,15 @@ EVENT_COLUMNS = ("seq", "type", "revision", "stream", "stream_seq", "created_at"
 
 @dataclass
 class VerifyReport:
-    """A passed verification: how much was checked and the head it ends at."""
+    """A passed verification: how much was checked and the head it ends at.
+
+    ``export_behind`` is how many events the ledger holds past the exported
+    ``manifest.json`` head (0 when the export is current; None with no export):
+    a stale export, not an error (``ledger verify --strict`` makes it one).
+    ``foreign_objects`` lists the schema objects a user added that cannot change
+    or hide the ledger's rows (``{"type", "name", "table"}``: views, indexes,
+    tables, full-text tables and their shadow tables).
+    """
 
     package_path: str
     events: int
@@ -53,9 +62,23 @@ class VerifyReport:
     head_sha256: str
     exported_files_checked: int
     manifest_checked: bool
+    export_behind: int | None = None
+    foreign_objects: list[dict[str, str]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__, ok=True)
+        return dict(self.__dict__, foreign_objects=[dict(o) for o in self.foreign_objects], ok=True)
+
+    def notes(self) -> list[str]:
+        """Lines for people about what passed but deserves a look (stale export, foreign objects)."""
+        lines = []
+        if self.export_behind:
+            lines.append(f"export is {self.export_behind} event(s) behind the ledger (manifest head seq "
+                         f"{self.head_seq - self.export_behind}, ledger head seq {self.head_seq}); "
+                         "run 'ledger export' to bring it up to date")
+        for obj in self.foreign_objects:
+            on = f" on {obj['table']}" if obj["table"] != obj["name"] else ""
+            lines.append(f"foreign object (not the ledger's, left alone): {obj['type']} {obj['name']}{on}")
+        return lines
 
 
 def _rows_differ(conn: sqlite3.Connection, table: str, order: str) -> tuple[Any, ...] | None:
@@ -138,11 +161,12 @@ def _verify_attached(root: Path, scratch: Storage, progress: Progress | None) ->
         raise _bad(1, "the ledger holds no events")
     replayer.finish()
     _compare_rows(conn)
-    exported = _check_export(root, conn, head)
-    _compare_schema(conn)
+    exported, manifest_head = _check_export(root, conn, head)
+    foreign = _compare_schema(conn, version)
     return VerifyReport(str(root), replayer.count,
                         conn.execute(statement("content_count")).fetchone()[0],
-                        head[0], head[1], exported, (root / MANIFEST_FILE).exists())
+                        head[0], head[1], exported, (root / MANIFEST_FILE).exists(),
+                        None if manifest_head is None else head[0] - manifest_head, foreign)
 
 
 def _as_bytes(value: Any) -> bytes:
@@ -156,13 +180,15 @@ def _compare_rows(conn: sqlite3.Connection) -> None:
     smallest differing ``seq`` whichever table it is in.
     """
     found: list[tuple[int, str]] = []
+    # a ledger made by an older schema version has not every table and view yet (its scratch neither)
+    present = {name for name, _sql in conn.execute(statement("schema_objects", "orig"))}
     differing = _rows_differ(conn, "events", "seq")
     if differing is not None:
         found.append((differing[0], "an events column disagrees with the event's body"))
     differing = _rows_differ(conn, "contents", "seq")
     if differing is not None:
         found.append((differing[1], f"content row {differing[0]} disagrees with the replay (edited, extra or swapped)"))
-    for table in HELPER_TABLES:
+    for table in (t for t in HELPER_TABLES if t in present):
         differing = _rows_differ(conn, table, "seq")
         if differing is not None:
             columns = [d[1] for d in conn.execute(statement("table_columns", table=table))]
@@ -170,7 +196,7 @@ def _compare_rows(conn: sqlite3.Connection) -> None:
     if found:
         seq, message = min(found, key=lambda item: (item[0] if type(item[0]) is int else 2**63, item[1]))
         raise _bad(seq if type(seq) is int else None, message)
-    for view in PUBLIC_VIEWS:
+    for view in (v for v in PUBLIC_VIEWS if v in present):
         try:
             differing = _rows_differ(conn, view, "1")
         except LedgerError as exc:
@@ -183,26 +209,56 @@ def _compare_rows(conn: sqlite3.Connection) -> None:
 SQLITE_OWN_TABLES = frozenset({"sqlite_sequence", "sqlite_stat1", "sqlite_stat2", "sqlite_stat3", "sqlite_stat4"})
 
 
-def _compare_schema(conn: sqlite3.Connection) -> None:
-    """Triggers, views, indexes and tables must be exactly the shipped ones, none missing, altered
-    or added (checked last: no seq to name)."""
-    shipped = shipped_schema()
-    present = dict(conn.execute(statement("schema_objects", "orig")))
+def _compare_schema(conn: sqlite3.Connection, version: int) -> list[dict[str, str]]:
+    """The ledger's own tables, triggers, views and indexes must be exactly the shipped ones (of
+    the file's schema ``version``), none missing or altered; return the objects a user added
+    that cannot change or hide the ledger's rows (checked last: no seq to name).
+
+    A foreign trigger on a ledger table or view, and a foreign UNIQUE index on a ledger table
+    (it can refuse the ledger's own appends), are ``INTEGRITY_ERROR``.
+    """
+    shipped = shipped_schema(version)
+    objects = conn.execute(statement("schema_objects_typed", "orig")).fetchall()
+    present = {name: sql for _, name, _, sql in objects}
     for name, sql in sorted(shipped.items()):
         if present.get(name) != sql:
             raise _bad(None, f"schema object {name} is missing or altered (a dropped trigger leaves the ledger unguarded)",
                        object=name)
-    # only the tables SQLite makes itself (ANALYZE's statistics, AUTOINCREMENT's counters) are tolerated;
-    # a trigger slipped in under a sqlite_ name with writable_schema is as foreign as any other
-    foreign = sorted(name for name in present if name not in shipped and name not in SQLITE_OWN_TABLES)
-    if foreign:
-        raise _bad(None, f"schema object {foreign[0]} is not the ledger's own (a foreign trigger, table, view or "
-                   "index can block or alter writes)", object=foreign[0])
+    fts = {name for kind, name, _, sql in objects if kind == "table" and _FTS_RE.match(sql)}
+    foreign = []
+    for kind, name, table, sql in objects:
+        if name in shipped or name in SQLITE_OWN_TABLES:
+            continue
+        if kind == "trigger" and table in shipped:
+            raise _bad(None, f"schema object {name} is not the ledger's own: a trigger on the ledger's {table} "
+                       "can block or alter its writes; drop it", object=name)
+        if kind == "index" and table in shipped and re.match(r"CREATE\s+UNIQUE\b", sql, re.I):
+            raise _bad(None, f"schema object {name} is not the ledger's own: a UNIQUE index on the ledger's "
+                       f"{table} can refuse its appends; drop it or make it a plain index", object=name)
+        foreign.append({"type": _foreign_kind(kind, name, sql, fts), "name": name, "table": table})
+    return foreign
 
 
-def _check_export(root: Path, conn: sqlite3.Connection, head: tuple[int, str]) -> int:
+_FTS_RE = re.compile(r"CREATE\s+VIRTUAL\s+TABLE\s.*\bUSING\s+fts[345]\b", re.I | re.S)
+#: Tables SQLite's full-text modules keep beside a full-text table ``<name>``: ``<name>_<suffix>``.
+FTS_SHADOW_SUFFIXES = ("data", "idx", "content", "docsize", "config", "segments", "segdir", "stat")
+
+
+def _foreign_kind(kind: str, name: str, sql: str, fts: set[str]) -> str:
+    """How verify names a user's own object: view, index, table, trigger, full-text table or its shadow."""
+    if kind != "table":
+        return kind
+    if name in fts:
+        return "full-text table"
+    if any(name == f"{base}_{suffix}" for base in fts for suffix in FTS_SHADOW_SUFFIXES):
+        return "full-text shadow table"
+    return "virtual table" if re.match(r"CREATE\s+VIRTUAL\b", sql, re.I) else "table"
+
+
+def _check_export(root: Path, conn: sqlite3.Connection, head: tuple[int, str]) -> tuple[int, int | None]:
     """Exported files that exist must hold the ledger's bytes; the manifest must be what an
-    export at its head writes; an exported event the ledger no longer has means truncation."""
+    export at its head writes; an exported event the ledger no longer has means truncation.
+    Returns (files checked, the manifest's head seq or None without a manifest)."""
     manifest = read_manifest(root)
     checked = 0
     if manifest is not None:
@@ -234,7 +290,7 @@ def _check_export(root: Path, conn: sqlite3.Connection, head: tuple[int, str]) -
             checked += 1
         elif seq <= limit:
             raise _bad(seq, f"exported content {sha} is missing")
-    return checked
+    return checked, manifest["head"]["seq"] if manifest else None
 
 
 def _exported_event_files(root: Path) -> Iterator[tuple[str, Path]]:

@@ -190,28 +190,36 @@ used AS (
         - (SELECT COALESCE(SUM(k.reward_units), 0) FROM closings AS k
           WHERE (b.in_revision IS NULL OR k.revision = b.in_revision)
             AND (b.in_hypothesis IS NULL OR k.hypothesis_id = b.in_hypothesis)) AS units,
-        (SELECT COUNT(*) FROM reservations AS r
+        (SELECT COUNT(r.seq) FROM reservations AS r
           WHERE (b.in_revision IS NULL OR r.revision = b.in_revision)
             AND (b.in_hypothesis IS NULL OR r.hypothesis_id = b.in_hypothesis)) AS actions,
         (SELECT COALESCE(SUM(m.cost_usd_millicents), 0) FROM result_costs AS m
           WHERE (b.in_revision IS NULL OR m.revision = b.in_revision)
             AND (b.in_hypothesis IS NULL OR m.hypothesis_id = b.in_hypothesis)) AS cost_usd_millicents,
-        MAX(0, ((strftime('%s', substr(n.created_at, 1, 19)) * 1000000 + CAST(substr(n.created_at, 21, 6) AS INTEGER))
-              - (strftime('%s', substr(b.origin_at, 1, 19)) * 1000000 + CAST(substr(b.origin_at, 21, 6) AS INTEGER)))
-             / 1000) AS duration_ms
+        ((CAST(strftime('%s', substr(n.created_at, 1, 19)) AS INTEGER) * 1000000
+              + CAST(substr(n.created_at, 21, 6) AS INTEGER))
+         - (CAST(strftime('%s', substr(b.origin_at, 1, 19)) AS INTEGER) * 1000000
+              + CAST(substr(b.origin_at, 21, 6) AS INTEGER))) / 1000 AS duration_ms
     FROM bounds AS b, now AS n
+),
+-- (no scalar MAX(a, b) and no COUNT(*): DuckDB's SQLite reader re-plans the view and knows neither;
+-- every column is CAST so other engines see its type)
+measured AS (
+    SELECT b.scope_type, b.scope_id, l.dimension, l.declared, b.warning_bps, b.on_exhausted,
+        CASE l.dimension WHEN 'units' THEN u.units WHEN 'actions' THEN u.actions
+            WHEN 'duration_ms' THEN CASE WHEN u.duration_ms > 0 THEN u.duration_ms ELSE 0 END
+            ELSE u.cost_usd_millicents END AS consumed
+    FROM bounds AS b
+    JOIN used AS u ON u.seq = b.seq
+    JOIN scope_limits AS l ON l.seq = b.seq
 )
 SELECT
-    b.scope_type AS scope_type,
-    b.scope_id AS scope_id,
-    l.dimension AS dimension,
-    l.declared AS declared,
-    CASE l.dimension WHEN 'units' THEN u.units WHEN 'actions' THEN u.actions
-        WHEN 'duration_ms' THEN u.duration_ms ELSE u.cost_usd_millicents END AS consumed,
-    MAX(0, l.declared - CASE l.dimension WHEN 'units' THEN u.units WHEN 'actions' THEN u.actions
-        WHEN 'duration_ms' THEN u.duration_ms ELSE u.cost_usd_millicents END) AS remaining,
-    b.warning_bps AS warning_bps,
-    b.on_exhausted AS on_exhausted
-FROM bounds AS b
-JOIN used AS u ON u.seq = b.seq
-JOIN scope_limits AS l ON l.seq = b.seq;
+    CAST(scope_type AS TEXT) AS scope_type,
+    CAST(scope_id AS TEXT) AS scope_id,
+    CAST(dimension AS TEXT) AS dimension,
+    CAST(declared AS INTEGER) AS declared,
+    CAST(consumed AS INTEGER) AS consumed,
+    CAST(CASE WHEN declared > consumed THEN declared - consumed ELSE 0 END AS INTEGER) AS remaining,
+    CAST(warning_bps AS INTEGER) AS warning_bps,
+    CAST(on_exhausted AS TEXT) AS on_exhausted
+FROM measured;

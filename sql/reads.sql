@@ -72,6 +72,11 @@ SELECT COALESCE(MAX(version), 0) FROM {schema}.schema_migrations;
 SELECT name, sql FROM {schema}.sqlite_master
 WHERE type IN ('trigger', 'view', 'index', 'table') AND sql IS NOT NULL;
 
+-- name: schema_objects_typed
+SELECT type, name, tbl_name, sql FROM {schema}.sqlite_master
+WHERE type IN ('trigger', 'view', 'index', 'table') AND sql IS NOT NULL
+ORDER BY name;
+
 -- name: table_columns
 PRAGMA {schema}.table_info({table});
 

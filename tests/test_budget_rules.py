@@ -477,6 +477,7 @@ def test_the_balances_view_equals_the_reported_state(budget, case):
     budget.reserve("H2", "b1", "source.read_context")
     result = budget.snapshot()
     rows = {r.pop("hypothesis_id"): r for r in case.balances()}
+    assert {h: r.pop("statement") for h, r in rows.items()} == {"H1": "hypothesis 1", "H2": "hypothesis 2"}
     for h, account in result.state.items():
         expected = dict(account)
         expected.pop("hypothesis_id")

@@ -93,3 +93,77 @@ def test_the_readme_journal_example_runs_as_is(tmp_path):
     settled = lines[5]["result"]
     assert settled["action"]["reward_units"] == 4  # cost 10 (no --config: the default cost), information 50
     assert lines[-1]["result"]["state"]["H2"]["status"] == "rejected"
+
+
+def test_the_readmes_five_example_questions_run_and_answer_on_the_demo(tmp_path):
+    """Each example query of the README's SQL section runs through `ledger sql`'s read-only path."""
+    from ledger import read_only_query, run_demo
+
+    block = README.split("Five questions people ask first", 1)[1].split("```sql", 1)[1].split("```", 1)[0]
+    queries = [q.strip() for q in re.split(r"^-- \d\. .*$", block, flags=re.MULTILINE) if q.strip()]
+    assert len(queries) == 5
+    path, _, _ = run_demo(tmp_path / "d", echo=lambda text: None)
+    answers = [read_only_query(path, q.rstrip(";")) for q in queries]
+    spend, refunds, last_ten, abandoned, pending = (rows for _, rows in answers)
+    from ledger import Case
+
+    with Case.open(path) as opened:
+        balances, actions = opened.balances(), opened.actions()
+    assert sum(row[2] for row in spend) == sum(b["spent_units"] for b in balances) == 105
+    assert {(row[0], row[2]) for row in refunds} == {
+        (b["hypothesis_id"], sum(a["reward_units"] or 0 for a in actions if a["hypothesis_id"] == b["hypothesis_id"]))
+        for b in balances}
+    assert len(last_ten) == 10 and [row[0] for row in last_ten] == list(range(35, 25, -1))
+    assert {row[0] for row in abandoned} == {b["hypothesis_id"] for b in balances if b["terminal_reason"]}
+    assert all(row[3] for row in abandoned)
+    assert [row[1] for row in pending] == [a["action_id"] for a in actions
+                                           if a["status"] in ("reserved", "awaiting_assessment")]
+
+
+def _user_facing_texts():
+    """README, docs/, the help of every command and every string of the library that is not a
+    docstring (error messages among them)."""
+    import ast
+
+    yield "README.md", README
+    for path in sorted((REPO / "docs").glob("*.md")):
+        yield f"docs/{path.name}", path.read_text(encoding="utf-8")
+    for path, command in [("ledger", main), *commands(main)]:
+        yield f"{path} --help", command.get_help(click.Context(command, info_name=path))
+    for source in sorted((REPO / "ledger").rglob("*.py")):
+        tree = ast.parse(source.read_text(encoding="utf-8"))
+        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                      if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                      and node.body and isinstance(node.body[0], ast.Expr)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+                yield f"{source.relative_to(REPO)}:{node.lineno}", node.value
+
+
+def test_no_user_facing_text_cites_the_spec():
+    """A user of the package has no spec: README, docs/, --help and messages describe behaviour."""
+    citing = [where for where, text in _user_facing_texts() if "SPEC" in text]
+    assert citing == []
+
+
+def test_docs_cover_every_command_option_view_column_and_error_code(tmp_path):
+    from ledger import ALL_CODES, CLI_ONLY_CODES, run_demo
+
+    cli_doc = (REPO / "docs" / "cli.md").read_text(encoding="utf-8")
+    for path, command in commands(main):
+        assert f"## `{path}`" in cli_doc, path
+        for param in command.params:
+            for opt in getattr(param, "opts", []):
+                if opt.startswith("--"):
+                    assert opt in cli_doc.split(f"## `{path}`", 1)[1], (path, opt)
+    errors_doc = (REPO / "docs" / "errors.md").read_text(encoding="utf-8")
+    assert re.findall(r"^\| `([A-Z_]+)` \|", errors_doc, flags=re.MULTILINE) == list(ALL_CODES + CLI_ONLY_CODES)
+    sql_doc = (REPO / "docs" / "sql.md").read_text(encoding="utf-8")
+    path, _, _ = run_demo(tmp_path / "d", echo=lambda text: None)
+    db = sqlite_utils.Database(f"{path}/ledger.sqlite")
+    for view in db.view_names():
+        assert f"`{view}`" in sql_doc, view
+        for column in db[view].columns_dict:
+            assert f"`{column}`" in sql_doc, (view, column)
+    files_doc = (REPO / "docs" / "files.md").read_text(encoding="utf-8")
+    assert "import such files as text" in files_doc and "Lock files" in files_doc

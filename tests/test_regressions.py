@@ -325,22 +325,30 @@ def test_sql_keeps_every_column_when_names_repeat(case):
     assert csv_out.stdout.decode().splitlines() == ["a,a_2", "1,2"]
 
 
-@pytest.mark.parametrize("ddl", [
-    "CREATE TRIGGER zz AFTER INSERT ON events WHEN NEW.type = 'budget.rejected' "
-    "BEGIN SELECT RAISE(ABORT, 'busy, try later'); END",
-    "CREATE TABLE notes (x)",
-    "CREATE VIEW spent AS SELECT 1",
-    "CREATE INDEX extra ON events (type)",
-], ids=["trigger", "table", "view", "index"])
-def test_verify_refuses_schema_objects_that_are_not_the_ledgers_own(case, ddl):
+def test_verify_refuses_a_foreign_trigger_on_a_ledger_table(case):
     case.close()
     conn = sqlite3.connect(case.path / "ledger.sqlite")
-    conn.execute(ddl)
+    conn.execute("CREATE TRIGGER zz AFTER INSERT ON events WHEN NEW.type = 'budget.rejected' "
+                 "BEGIN SELECT RAISE(ABORT, 'busy, try later'); END")
     conn.commit()
     conn.close()
     with pytest.raises(LedgerError) as caught:
         verify_case(case.path)
     assert caught.value.code == INTEGRITY_ERROR and "is not the ledger's own" in caught.value.message
+
+
+@pytest.mark.parametrize("ddl, kind", [
+    ("CREATE TABLE notes (x)", "table"),
+    ("CREATE VIEW spent AS SELECT 1", "view"),
+    ("CREATE INDEX extra ON events (type)", "index"),
+], ids=["table", "view", "index"])
+def test_verify_reports_a_users_own_table_view_or_index_as_foreign(case, ddl, kind):
+    case.close()
+    conn = sqlite3.connect(case.path / "ledger.sqlite")
+    conn.execute(ddl)
+    conn.commit()
+    conn.close()
+    assert [o["type"] for o in verify_case(case.path).foreign_objects] == [kind]
 
 
 def test_verify_accepts_sqlites_own_statistics_tables(case):

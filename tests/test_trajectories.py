@@ -333,6 +333,7 @@ def test_the_final_balance_of_a_real_journal_equals_the_one_the_spec_rules_predi
     assert len(done.balances) == 1
     row = dict(done.balances[0])
     terminal_reason = row.pop("terminal_reason")
+    assert row.pop("statement") == f"agent run {journal.stem}"  # the hypothesis the journal opened
     assert row == model.balance_row("H1")
     assert (terminal_reason is not None) == (row["status"] in TERMINAL)
     # rejected lines write nothing: one event per accepted line, after the creation event

@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence
 from .. import errors as E
 from ..canonical import SAFE_INTEGER_MAX, canonical_bytes, check_int, check_json_value, sha256_hex
 from ..config import BudgetConfig
-from ..errors import LedgerError
+from ..errors import LedgerError, limit_reached
 from .common import (ACTION_AWAITING, ACTION_FAILED, ACTION_RESERVED, ACTION_SETTLED, CLOSED_ACTION_STATUSES,
                      EMPTY_EVIDENCE, MUTABLE_STATES, SCORE_MAX, STATUS_ABANDONED, STATUS_EXHAUSTED,
                      STATUS_INVESTIGATING, STATUS_NEW, STATUS_REJECTED, TERMINAL_STATUSES, REASON_BELOW_FLOOR,
@@ -41,14 +41,11 @@ def shape_record_result(hypothesis_id: Any, action_id: Any, evidence: Any, sourc
     """
     check_hypothesis_id(hypothesis_id)
     check_action_id(action_id)
-    payload = canonical_bytes(evidence)
+    payload = canonical_bytes(evidence, "evidence")
     check_json_value(evidence)
     if evidence_bytes_max is not None and len(payload) > evidence_bytes_max:
-        raise LedgerError(
-            E.LIMIT_REACHED,
-            f"evidence payload is {len(payload)} bytes; the limit is {evidence_bytes_max}",
-            limit="evidence_payload_bytes_max",
-        )
+        raise limit_reached("evidence_payload_bytes_max",
+                            f"evidence payload is {len(payload)} bytes; the limit is {evidence_bytes_max}")
     refs = check_source_ref_list(source_refs)
     request = {"op": "record_result", "hypothesis_id": hypothesis_id, "action_id": action_id,
                "evidence_sha256": sha256_hex(payload), "source_refs": refs}
@@ -138,10 +135,8 @@ def _check_budget_room(view: LedgerView, limits: Mapping[str, int] | None,
     total = view.budget_events_total()
     if total + 1 + CLOSING_EVENTS_PER_ACTION * pending > limit:
         kept = f" and {CLOSING_EVENTS_PER_ACTION * pending} kept to close {pending} pending action(s)" if pending else ""
-        raise LedgerError(
-            E.LIMIT_REACHED, f"the ledger holds {total} budget events of its limit of {limit}; this event needs 1"
-            f"{kept}", limit="budget_events_max", budget_events=total,
-        )
+        raise limit_reached("budget_events_max", f"the ledger holds {total} budget events of its limit "
+                            f"of {limit}; this event needs 1{kept}", budget_events=total)
 
 
 def _budget_prelude(view: LedgerView, request: Mapping[str, Any], config: BudgetConfig | None,
@@ -314,7 +309,7 @@ def reserve(view: LedgerView, request: Mapping[str, Any], context: Context) -> D
         # every number in an event must stay an exact JSON integer (SPEC 4)
         raise LedgerError(
             E.LIMIT_REACHED, f"{h} has spent {account['spent_units']} units; {cost} more would pass 2**53-1, "
-            "the largest exact JSON integer", hypothesis_id=h, limit="spent_units",
+            "the largest exact JSON integer (a fixed limit, no setting changes it)", hypothesis_id=h, limit="spent_units",
         )
     account["spent_units"] += cost
     account["remaining_units"] = _remaining(account)
@@ -350,10 +345,8 @@ def record_result(view: LedgerView, request: Mapping[str, Any], context: Context
     if not seen and limits is not None:
         stored = view.content_bytes_total()
         if stored + len(evidence) > limits["evidence_content_bytes_max"]:
-            raise LedgerError(
-                E.LIMIT_REACHED, f"distinct evidence content would reach {stored + len(evidence)} bytes; "
-                f"the limit is {limits['evidence_content_bytes_max']}", limit="evidence_content_bytes_max",
-            )
+            raise limit_reached("evidence_content_bytes_max", f"distinct evidence content would reach "
+                                f"{stored + len(evidence)} bytes; the limit is {limits['evidence_content_bytes_max']}")
     novelty = 0 if (evidence in EMPTY_EVIDENCE or seen) else ctx.policy["new_evidence_score"]
     action.update(status=ACTION_AWAITING, novelty_score=novelty)
     money = request.get("cost_usd_millicents")

@@ -19,7 +19,7 @@ from typing import Any, Mapping, Protocol
 from .. import errors as E
 from ..canonical import canonical_sha256
 from ..config import BudgetConfig
-from ..errors import LedgerError
+from ..errors import LedgerError, describe_value
 
 # --- vocabulary -------------------------------------------------------------
 CREATED = "CREATED"
@@ -156,7 +156,7 @@ class LedgerView(Protocol):
 
 def check_hypothesis_id(value: Any) -> str:
     if not isinstance(value, str) or not HYPOTHESIS_ID_RE.fullmatch(value):
-        raise LedgerError(E.INVALID_ID, f"hypothesis id must match H1, H2, …, got {value!r}")
+        raise LedgerError(E.INVALID_ID, f"hypothesis id must match H1, H2, …, got {describe_value(value)}")
     return value
 
 
@@ -164,7 +164,7 @@ def check_action_id(value: Any, what: str = "action_id") -> str:
     if not isinstance(value, str) or not ACTION_ID_RE.fullmatch(value):
         raise LedgerError(
             E.INVALID_ID,
-            f"{what} must match ^[A-Za-z0-9][A-Za-z0-9._:-]{{0,127}}$, got {str(value)[:80]!r}",
+            f"{what} must match ^[A-Za-z0-9][A-Za-z0-9._:-]{{0,127}}$, got {describe_value(value)}",
         )
     return value
 
@@ -174,7 +174,7 @@ def check_action_name(value: Any) -> str:
             or not ACTION_NAME_RE.fullmatch(value)):
         raise LedgerError(
             E.INVALID_ID,
-            f"action name must look like 'source.read_context', got {str(value)[:80]!r}",
+            f"action name must look like 'source.read_context', got {describe_value(value)}",
         )
     return value
 
@@ -188,7 +188,7 @@ def check_reason(value: Any) -> str:
     if value is None or (isinstance(value, str) and not value.strip()):
         raise LedgerError(E.REASON_REQUIRED, "a non-blank reason is required")
     if not isinstance(value, str):
-        raise LedgerError(E.INVALID_ARGUMENT, f"reason must be a string, got {type(value).__name__}")
+        raise LedgerError(E.INVALID_ARGUMENT, f"reason must be a string, got {describe_value(value)}")
     if len(value) > REASON_CHARS_MAX:
         raise LedgerError(E.INVALID_ARGUMENT, f"reason longer than {REASON_CHARS_MAX} characters")
     check_text(value, "reason")
@@ -259,7 +259,7 @@ def check_source_ref_list(source_refs: Any) -> list[str]:
     seen: set[str] = set()
     for ref in source_refs:
         if not isinstance(ref, str) or not ref or len(ref) > SOURCE_REF_CHARS_MAX:
-            raise LedgerError(E.SOURCE_REF_INVALID, f"source ref must be a non-empty path string, got {str(ref)[:80]!r}")
+            raise LedgerError(E.SOURCE_REF_INVALID, f"source ref must be a non-empty path string, got {describe_value(ref)}")
         if ref in seen:
             raise LedgerError(E.SOURCE_REF_INVALID, f"source ref {ref!r} listed twice")
         if "\x00" in ref:

@@ -115,9 +115,14 @@ def transition(view: LedgerView, request: Mapping[str, Any], context: Context) -
         return Reused(case["state_seq"])
     if (case["state"], target) not in TRANSITIONS:
         hint = " (use open_revision)" if target == GENERATING else ""
+        allowed = sorted(to for frm, to in TRANSITIONS if frm == case["state"])
+        moves = (f"from {case['state']} the case can move to {', '.join(allowed)}" if allowed
+                 else f"no transition leaves {case['state']}")
+        if case["state"] in OPEN_REVISION_FROM:
+            moves += " (open_revision starts a new revision)"
         raise LedgerError(
-            E.INVALID_TRANSITION, f"cannot move from {case['state']} to {target}{hint}",
-            state=case["state"], to=target,
+            E.INVALID_TRANSITION, f"cannot move from {case['state']} to {target}{hint}; {moves}",
+            state=case["state"], to=target, allowed=allowed,
         )
     if target == EVALUATING:
         pending = [a for a in view.accounts(case["revision"]).values() if a["pending_action_id"]]

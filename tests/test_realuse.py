@@ -1,0 +1,372 @@
+"""Real use: journal times kept, a user's own schema objects, stale exports, apply at scale.
+
+Each test names the behaviour it checks; values are asserted, not just exit codes.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ledger import AnalysisConfig, Case, LedgerError, export_case, verify_case
+from ledger.clock import describe_micros, microseconds_between
+from ledger.errors import INTEGRITY_ERROR, LIMIT_REACHED
+from ledger_cli.main import main
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "config" / "budget.example.toml"
+
+JOURNAL = [
+    {"op": "open_revision", "hypotheses": [{"statement": "a"}, {"statement": "b"}], "at": "2026-02-01T09:00:00Z"},
+    {"op": "transition", "to": "INVESTIGATING_HYPOTHESES", "at": "2026-02-01T09:01:00Z"},
+    {"op": "initialize", "at": "2026-02-01T09:02:00Z"},
+    {"op": "reserve", "hypothesis": "H1", "action_id": "q1", "action": "source.read_context",
+     "at": "2026-02-01T08:00:00Z"},
+    {"op": "reserve", "hypothesis": "H2", "action_id": "q2", "action": "source.read_context",
+     "at": "2026-02-01T09:30:00Z"},
+]
+
+
+def cli(*args: str, stdin: str | None = None):
+    return CliRunner().invoke(main, list(args), input=stdin, catch_exceptions=False)
+
+
+def journal_text(lines=JOURNAL) -> str:
+    return "".join(json.dumps(line) + "\n" for line in lines)
+
+
+def created_times(path: Path) -> list[str]:
+    with Case.open(path) as opened:
+        return [row["created_at"] for row in opened.events()]
+
+
+# --- 1. apply --create keeps the journal's times ------------------------------------------
+def test_apply_create_gives_the_case_the_journals_first_at_and_keeps_every_later_time(tmp_path):
+    result = cli("apply", str(tmp_path / "c"), "-", "--create", "C-1", stdin=journal_text())
+    assert result.exit_code == 0, result.stderr
+    assert created_times(tmp_path / "c") == [
+        "2026-02-01T09:00:00.000000Z", "2026-02-01T09:00:00.000000Z", "2026-02-01T09:01:00.000000Z",
+        "2026-02-01T09:02:00.000000Z", "2026-02-01T09:02:00.000000Z", "2026-02-01T09:30:00.000000Z"]
+
+
+def test_apply_at_option_sets_the_created_case_time(tmp_path):
+    result = cli("apply", str(tmp_path / "c"), "-", "--create", "C-1", "--at", "2026-01-31T00:00:00Z",
+                 stdin=journal_text(JOURNAL[:1]))
+    assert result.exit_code == 0, result.stderr
+    assert created_times(tmp_path / "c")[0] == "2026-01-31T00:00:00.000000Z"
+
+
+def test_apply_at_without_create_is_a_usage_error(tmp_path):
+    result = cli("apply", str(tmp_path / "c"), "-", "--at", "2026-01-31T00:00:00Z", stdin="")
+    assert result.exit_code == 2 and "--create" in result.stderr
+
+
+def test_apply_warns_on_stderr_and_summarises_how_many_times_were_raised_and_by_how_much(tmp_path):
+    result = cli("apply", str(tmp_path / "c"), "-", "--create", "C-1", stdin=journal_text())
+    assert ("warning: line 4: at 2026-02-01T08:00:00.000000Z is earlier than the previous event; "
+            "recorded at 2026-02-01T09:02:00.000000Z (raised by 3720 s)") in result.stderr
+    summary = result.stderr.strip().splitlines()[-1]
+    assert summary.startswith("applied: 5 ok (0 reused), 0 failed, 1 time(s) raised to the previous event's time "
+                              "(by up to 3720 s, 3720 s in all), ")
+    assert all(json.loads(line)["ok"] for line in result.stdout.splitlines())
+
+
+def test_session_notes_the_clamp_of_an_explicit_at_only(package):
+    with Case.create(package, "C-1", at="2026-02-01T10:00:00Z") as opened:
+        assert opened.session.last_clamp is None
+        opened.open_revision([{"statement": "a"}], at="2026-02-01T09:00:00Z")
+        assert opened.session.last_clamp == ("2026-02-01T09:00:00.000000Z", "2026-02-01T10:00:00.000000Z")
+        opened.transition("INVESTIGATING_HYPOTHESES", at="2026-02-01T11:00:00Z")
+        assert opened.session.last_clamp is None
+
+
+@given(st.integers(0, 10**12), st.integers(0, 10**12))
+def test_microseconds_between_is_exact_and_antisymmetric(a, b):
+    from ledger.clock import format_utc
+    from datetime import datetime, timedelta, timezone
+    base = datetime(2000, 1, 1, tzinfo=timezone.utc)
+    ta, tb = format_utc(base + timedelta(microseconds=a)), format_utc(base + timedelta(microseconds=b))
+    assert microseconds_between(ta, tb) == b - a == -microseconds_between(tb, ta)
+
+
+def test_describe_micros_is_exact():
+    assert [describe_micros(m) for m in (0, 5, 3_720_000_000, 1_250_000, 90_000 * 10**6)] == [
+        "0 s", "0.000005 s", "3720 s", "1.25 s", "1 d 1 h"]
+
+
+# --- 6. apply at scale ------------------------------------------------------------------
+def test_apply_quiet_prints_only_the_summary(tmp_path):
+    result = cli("apply", str(tmp_path / "c"), "-", "--create", "C-1", "--quiet", stdin=journal_text())
+    assert result.exit_code == 0 and result.stdout == ""
+    assert result.stderr.strip().startswith("applied: 5 ok (0 reused), 0 failed")
+
+
+def test_apply_quiet_still_names_the_first_failure_and_exits_1(tmp_path):
+    bad = JOURNAL[:3] + [{"op": "reserve", "hypothesis": "H9", "action_id": "q1", "action": "source.read_context"}]
+    result = cli("apply", str(tmp_path / "c"), "-", "--create", "C-1", "-q", stdin=journal_text(bad))
+    assert result.exit_code == 1 and result.stdout == ""
+    assert "line 4: error: UNKNOWN_HYPOTHESIS" in result.stderr and "3 ok (0 reused), 1 failed" in result.stderr
+
+
+def test_apply_rerun_counts_reused_lines(tmp_path):
+    cli("apply", str(tmp_path / "c"), "-", "--create", "C-1", stdin=journal_text())
+    again = cli("apply", str(tmp_path / "c"), "-", "--create", "C-1", "-q", stdin=journal_text())
+    assert "applied: 5 ok (5 reused), 0 failed, no time raised" in again.stderr
+
+
+def test_apply_results_changed_keeps_only_the_touched_account(tmp_path):
+    result = cli("apply", str(tmp_path / "c"), "-", "--create", "C-1", "--results", "changed", stdin=journal_text())
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert list(lines[2]["result"]["state"]) == ["H1", "H2"]  # initialize touches every account
+    assert list(lines[3]["result"]["state"]) == ["H1"] and list(lines[4]["result"]["state"]) == ["H2"]
+    assert lines[4]["result"]["state"]["H2"]["spent_units"] == 10
+
+
+def test_every_budget_events_limit_reached_names_its_setting_and_option(tmp_path):
+    analysis = AnalysisConfig(limits={"budget_events_max": 3})
+    with Case.create(tmp_path / "c", "C-1", analysis_config=analysis) as opened:
+        opened.open_revision([{"statement": "a"}])
+        opened.transition("INVESTIGATING_HYPOTHESES")
+        budget = opened.budget()
+        budget.initialize()
+        with pytest.raises(LedgerError) as caught:
+            budget.reserve("H1", "q1", "source.read_context")
+    assert caught.value.code == LIMIT_REACHED
+    assert "[limits] budget_events_max" in caught.value.message and "--analysis-config" in caught.value.message
+    assert caught.value.details["limit"] == "budget_events_max"
+
+
+def test_event_bytes_limit_reached_names_its_setting_and_option(tmp_path):
+    analysis = AnalysisConfig(limits={"event_bytes_max": 1024})
+    with Case.create(tmp_path / "c", "C-1", analysis_config=analysis) as opened:
+        with pytest.raises(LedgerError) as caught:
+            opened.open_revision([{"statement": "x" * 2000}])
+    assert caught.value.code == LIMIT_REACHED
+    assert "[limits] event_bytes_max" in caught.value.message and "--analysis-config" in caught.value.message
+
+
+# --- 2. a user's own schema objects -------------------------------------------------------
+@pytest.fixture
+def exported(tmp_path):
+    path = tmp_path / "c"
+    cli("apply", str(path), "-", "--create", "C-1", stdin=journal_text())
+    with Case.open(path) as opened:
+        export_case(opened)
+    return path
+
+
+def add_sql(path: Path, *statements: str) -> None:
+    conn = sqlite3.connect(path / "ledger.sqlite")
+    for text in statements:
+        conn.execute(text)
+    conn.commit()
+    conn.close()
+
+
+def test_verify_reports_a_users_view_index_and_fts_table_as_foreign_and_passes(exported):
+    from sqlite_utils import Database
+    add_sql(exported, "CREATE VIEW my_report AS SELECT hypothesis_id, spent_units FROM balances",
+            "CREATE INDEX my_idx ON events (type)")
+    db = Database(exported / "ledger.sqlite")
+    db["contents"].enable_fts(["body"])
+    db.close()
+    report = verify_case(exported)
+    kinds = {o["name"]: (o["type"], o["table"]) for o in report.foreign_objects}
+    assert kinds["my_report"] == ("view", "my_report") and kinds["my_idx"] == ("index", "events")
+    assert kinds["contents_fts"] == ("full-text table", "contents_fts")
+    assert kinds["contents_fts_data"] == ("full-text shadow table", "contents_fts_data")
+    assert report.to_dict()["foreign_objects"] == report.foreign_objects
+    # writes keep working with these objects present, and verify still passes afterwards
+    more = [{"op": "record_result", "hypothesis": "H1", "action_id": "q1", "evidence": {"finding": "x"}}]
+    assert cli("apply", str(exported), "-", "-q", stdin=journal_text(more)).exit_code == 0  # a contents row too
+    after = verify_case(exported)
+    assert (after.head_seq, after.contents, after.export_behind) == (7, 1, 1)
+    text = cli("verify", str(exported))
+    assert text.exit_code == 0 and "foreign object (not the ledger's, left alone): view my_report" in text.stdout
+
+
+@pytest.mark.parametrize("ddl", [
+    "CREATE TRIGGER mine AFTER INSERT ON contents BEGIN SELECT 1; END",
+    "CREATE UNIQUE INDEX mine ON events (type)",
+], ids=["trigger-on-ledger-table", "unique-index-on-ledger-table"])
+def test_verify_keeps_integrity_error_for_what_can_change_or_block_the_ledgers_rows(exported, ddl):
+    if "UNIQUE" in ddl:
+        ddl = "CREATE UNIQUE INDEX mine ON events (seq, type)"
+    add_sql(exported, ddl)
+    with pytest.raises(LedgerError) as caught:
+        verify_case(exported)
+    assert caught.value.code == INTEGRITY_ERROR and "mine" in caught.value.message
+
+
+def test_verify_still_catches_an_altered_ledger_view(exported):
+    add_sql(exported, "DROP VIEW actions", "CREATE VIEW actions AS SELECT * FROM reservations")
+    with pytest.raises(LedgerError) as caught:
+        verify_case(exported)
+    assert caught.value.code == INTEGRITY_ERROR and "actions" in caught.value.message
+
+
+# --- 5. stale export -----------------------------------------------------------------------
+def test_verify_reports_how_many_events_a_stale_export_is_behind(exported):
+    assert verify_case(exported).export_behind == 0
+    with Case.open(exported) as opened:
+        opened.budget().fail("H1", "q1", reason="tool crashed")
+    report = verify_case(exported)
+    assert report.export_behind == 1 and report.to_dict()["export_behind"] == 1
+    text = cli("verify", str(exported))
+    assert text.exit_code == 0 and "export is 1 event(s) behind the ledger (manifest head seq 6, ledger head seq 7)" in text.stdout
+    as_json = cli("verify", str(exported), "--json")
+    assert json.loads(as_json.stdout)["export_behind"] == 1
+    strict = cli("verify", str(exported), "--strict")
+    assert strict.exit_code == 1 and "1 event(s) behind" in strict.stderr
+
+
+def test_verify_without_export_has_no_behind_count(tmp_path):
+    cli("apply", str(tmp_path / "c"), "-", "--create", "C-1", stdin=journal_text())
+    assert verify_case(tmp_path / "c").export_behind is None
+
+
+# --- 7. output formats ---------------------------------------------------------------------
+@pytest.fixture
+def applied(tmp_path):
+    path = tmp_path / "c"
+    cli("apply", str(path), "-", "--create", "C-1", stdin=journal_text())
+    return path
+
+
+@pytest.mark.parametrize("command", [["events"], ["balances"], ["actions"], ["sql", "SELECT * FROM events"]])
+def test_tabular_commands_give_the_same_rows_as_json_nl_csv_and_tsv(applied, command):
+    import csv
+    import io
+
+    args = [command[0], str(applied), *command[1:]]
+    as_json = json.loads(cli(*args, "--json").stdout)
+    as_nl = [json.loads(line) for line in cli(*args, "--nl").stdout.splitlines()]
+    as_csv = list(csv.DictReader(io.StringIO(cli(*args, "--csv").stdout)))
+    as_tsv = list(csv.DictReader(io.StringIO(cli(*args, "--tsv").stdout), delimiter="\t"))
+    assert as_nl == as_json and len(as_json) > 1
+    text = [{k: "" if v is None else str(v) for k, v in row.items()} for row in as_json]
+    assert as_csv == text == as_tsv
+    table = cli(*args, "--table").stdout.splitlines()
+    assert len(table) == len(as_json) + 2 and table[0].split()[0] == list(as_json[0])[0]
+
+
+def test_several_output_formats_are_a_usage_error(applied):
+    result = cli("events", str(applied), "--nl", "--tsv")
+    assert result.exit_code == 2 and "choose one of --nl, --tsv" in result.stderr
+
+
+def test_events_stream_from_the_cursor(applied):
+    with Case.open(applied) as opened:
+        rows = opened.iter_events(0)
+        assert next(rows)["seq"] == 1 and next(rows)["seq"] == 2  # a generator, not a list
+        rows.close()
+        assert [r["seq"] for r in opened.iter_events(4)] == [5, 6]
+
+
+# --- 9. small things -------------------------------------------------------------------------
+@pytest.mark.parametrize("value, shown", [(True, "got true"), ("ten", 'got the string "ten"'),
+                                          (2.5, "got the number 2.5"), (None, "got null"), ([1], "got an array")])
+def test_type_errors_say_what_was_sent_in_json_terms(package, value, shown):
+    from ledger import BudgetConfig
+    with Case.create(package, "C-1") as opened:
+        opened.open_revision([{"statement": "a"}])
+        opened.transition("INVESTIGATING_HYPOTHESES")
+        budget = opened.budget(BudgetConfig.load(EXAMPLE))
+        budget.initialize()
+        budget.reserve("H1", "q1", "source.read_context")
+        budget.record_result("H1", "q1", {"finding": "x"})
+        with pytest.raises(LedgerError) as caught:
+            budget.settle("H1", "q1", value, "why")
+    assert caught.value.message.endswith(shown) and "bool" not in caught.value.message
+    assert "str " not in caught.value.message and "float" not in caught.value.message
+
+
+def test_describe_value_never_names_a_python_type():
+    from ledger.errors import describe_value
+    assert [describe_value(v) for v in (False, 0, float("inf"), 'say "hi"', {})] == [
+        "false", "the integer 0", "a non-finite number", 'the string "say \\"hi\\""', "an object"]
+
+
+def test_an_invalid_transition_lists_the_allowed_moves(package):
+    with Case.create(package, "C-1") as opened:
+        opened.open_revision([{"statement": "a"}])
+        with pytest.raises(LedgerError) as caught:
+            opened.transition("CLOSED")
+    assert caught.value.message == ("cannot move from GENERATING_HYPOTHESES to CLOSED; from GENERATING_HYPOTHESES "
+                                    "the case can move to INVESTIGATING_HYPOTHESES")
+    assert caught.value.details["allowed"] == ["INVESTIGATING_HYPOTHESES"]
+
+
+@pytest.mark.parametrize("number, where", [(float("inf"), "evidence.x"), (float("nan"), "evidence.y[1]")])
+def test_a_non_finite_number_names_its_field_and_what_is_allowed(package, number, where):
+    from ledger import BudgetConfig
+    with Case.create(package, "C-1") as opened:
+        opened.open_revision([{"statement": "a"}])
+        opened.transition("INVESTIGATING_HYPOTHESES")
+        budget = opened.budget(BudgetConfig.load(EXAMPLE))
+        budget.initialize()
+        budget.reserve("H1", "q1", "source.read_context")
+        evidence = {"x": number} if where == "evidence.x" else {"y": [1, number]}
+        with pytest.raises(LedgerError) as caught:
+            budget.record_result("H1", "q1", evidence)
+    assert caught.value.message.startswith(f"number at {where} has no JSON form")
+    assert "use a finite number, null, or a string" in caught.value.message and "JCS" not in caught.value.message
+
+
+def test_import_errors_name_the_file_as_well_as_the_seq(exported, tmp_path):
+    from ledger import import_tree
+    target = exported / "analysis" / "budgets" / "0001" / "events" / "00000002.json"
+    target.write_bytes(target.read_bytes().replace(b'"cost_units":10', b'"cost_units":11'))
+    with pytest.raises(LedgerError) as caught:
+        import_tree(exported, tmp_path / "copy")
+    assert caught.value.code == INTEGRITY_ERROR
+    assert caught.value.message.startswith("analysis/budgets/0001/events/00000002.json: seq 5: ")
+    assert caught.value.details["file"] == "analysis/budgets/0001/events/00000002.json"
+
+
+def test_import_leaves_no_wal_or_shm_behind(exported, tmp_path):
+    from ledger import import_tree
+    import_tree(exported, tmp_path / "copy")
+    left = sorted(p.name for p in (tmp_path / "copy").iterdir() if p.name.startswith("ledger.sqlite"))
+    assert "ledger.sqlite-wal" not in left and "ledger.sqlite-shm" not in left and "ledger.sqlite" in left
+
+
+def test_the_demo_hint_names_the_program_as_it_was_started(monkeypatch, tmp_path):
+    from ledger_cli.journal import invoked_as
+    program = tmp_path / "venv" / "bin" / "ledger"
+    program.parent.mkdir(parents=True)
+    program.write_text("#!/bin/sh\n")
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.setattr("sys.argv", [str(program), "demo"])
+    assert invoked_as() == str(program)
+    monkeypatch.setenv("PATH", str(program.parent))
+    program.chmod(0o755)
+    assert invoked_as() == "ledger"
+
+
+def test_the_apply_progress_bar_ends_full_even_when_apply_stops_early(tmp_path, monkeypatch):
+    import contextlib
+    import ledger_cli.journal as journal_cli
+
+    seen = {}
+
+    class Bar:
+        def update(self, n):
+            seen["done"] = seen.get("done", 0) + n
+
+    @contextlib.contextmanager
+    def fake_bar(total, label, *, stream=None):
+        seen["total"], seen["stream"] = total, stream
+        yield Bar()
+
+    monkeypatch.setattr(journal_cli, "progress_bar", fake_bar)
+    bad = JOURNAL[:2] + [{"op": "nope"}] + JOURNAL[2:]
+    result = cli("apply", str(tmp_path / "c"), "-", "--create", "C-1", stdin=journal_text(bad) + "\n\n")
+    assert result.exit_code == 1
+    assert seen["total"] == 6 and seen["done"] == 6  # blank lines are not counted; the stop fills the bar
+    assert seen["stream"] is not None  # drawn on stderr (shown whenever that is a terminal)

@@ -1,0 +1,167 @@
+"""The public views read the same in every SQL engine, carry when and why, and old ledgers still verify.
+
+Checked through SQLite itself (``typeof()`` of every value), through DuckDB's
+SQLite reader (declared column types and values) and against the ledger's own API.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from ledger import Case, LedgerError, read_only_query, verify_case
+from ledger._sql import migrations, schema_object, shipped_schema
+from ledger.errors import INVALID_ARGUMENT
+
+INTEGER_COLUMNS = {
+    "balances": {"revision", "initial_units", "granted_units", "spent_units", "rewarded_units", "remaining_units",
+                 "low_information_streak", "settled_actions", "failed_actions"},
+    "actions": {"revision", "cost_units", "novelty_score", "semantic_score", "information_score", "reward_units"},
+    "case_status": {"analysis_revision", "package_generation"},
+}
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory) -> Path:
+    from ledger import run_demo
+    path, _, _ = run_demo(tmp_path_factory.mktemp("demo") / "d", echo=lambda text: None)
+    return Path(path)
+
+
+def public_views(path: Path) -> list[str]:
+    conn = sqlite3.connect(f"file:{path / 'ledger.sqlite'}?mode=ro", uri=True)
+    try:
+        return [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'view' ORDER BY name")]
+    finally:
+        conn.close()
+
+
+def test_every_view_value_has_its_columns_sqlite_type(demo):
+    conn = sqlite3.connect(f"file:{demo / 'ledger.sqlite'}?mode=ro", uri=True)
+    for view, integers in INTEGER_COLUMNS.items():
+        cursor = conn.execute(f"SELECT * FROM {view}")
+        names = [d[0] for d in cursor.description]
+        for row in cursor.fetchall():
+            for name, value in zip(names, row):
+                kind = conn.execute("SELECT typeof(?)", (value,)).fetchone()[0]
+                assert kind in (("integer", "null") if name in integers else ("text", "null")), (view, name, kind)
+    conn.close()
+
+
+def test_actions_carry_reservation_and_closing_times_and_the_closing_reason(demo):
+    with Case.open(demo) as opened:
+        rows = opened.actions()
+        events = {e["seq"]: e for e in opened.events(with_body=True)}
+    first = rows[0]
+    assert (first["action_id"], first["status"], first["closing_reason"]) == (
+        "q-0001", "settled", "shows the double increment directly")
+    assert first["reserved_at"] < first["closed_at"]
+    closed_at = {e["created_at"] for e in events.values() if '"reason":"shows the double increment directly"' in e["body"]}
+    assert closed_at == {first["closed_at"]}
+    pending = [r for r in rows if r["status"] == "reserved"]
+    assert all(r["closed_at"] is None and r["closing_reason"] is None for r in pending)
+
+
+def test_balances_carry_the_hypothesis_statement(demo):
+    with Case.open(demo) as opened:
+        statements = {(h["revision"], h["hypothesis_id"]): h["statement"]
+                      for h in opened.query("SELECT revision, hypothesis_id, statement FROM hypotheses")}
+        rows = opened.balances()
+        assert rows == opened.query("SELECT * FROM balances_recomputed ORDER BY revision, "
+                                    "CAST(substr(hypothesis_id, 2) AS INTEGER)")
+    assert [r["statement"] for r in rows] == [statements[(r["revision"], r["hypothesis_id"])] for r in rows]
+    assert rows[1]["statement"] == "sell() computes prices with binary floats"
+
+
+def test_ledger_sql_allows_read_only_pragma_table_functions(demo):
+    columns, rows = read_only_query(demo, "SELECT name, type FROM pragma_table_info('events') ORDER BY cid")
+    assert columns == ["name", "type"] and rows[:2] == [("seq", "INTEGER"), ("type", "TEXT")]
+
+
+@pytest.mark.parametrize("query", ["PRAGMA user_version = 7", "SELECT * FROM pragma_journal_mode",
+                                   "PRAGMA journal_mode = DELETE", "ATTACH 'other.db' AS other"])
+def test_ledger_sql_still_refuses_writing_pragmas_and_attach(demo, query):
+    with pytest.raises(LedgerError) as caught:
+        read_only_query(demo, query)
+    assert caught.value.code == INVALID_ARGUMENT
+
+
+def test_shipped_schema_follows_drop_and_recreate_per_version():
+    latest = max(m[0] for m in migrations())
+    old, new = shipped_schema(2), shipped_schema(latest)
+    assert "closing_reason" not in old["actions"] and "closing_reason" in new["actions"]
+    assert "JOIN json_each(e.body, '$.accounts') AS a\n" in old["balances"] + "\n"
+    assert set(old) <= set(new)
+
+
+def _downgrade_to_version_2(path: Path) -> None:
+    """Make a current ledger look like one made before the views changed (schema version 2)."""
+    conn = sqlite3.connect(path / "ledger.sqlite")
+    v2_views = {name: sql for name, sql in shipped_schema(2).items() if sql.startswith("CREATE VIEW")}
+    guard = shipped_schema()["schema_migrations_no_delete"]
+    for name, sql in v2_views.items():
+        if shipped_schema()[name] != sql:
+            conn.execute(f"DROP VIEW {name}")
+            conn.execute(sql)
+    # objects that later migrations add (tables, their guards, views) did not exist at version 2
+    v2 = shipped_schema(2)
+    later = [(kind, name) for kind, name in conn.execute(
+        "SELECT type, name FROM sqlite_master WHERE sql IS NOT NULL AND type IN ('view', 'trigger', 'table')")
+        if name not in v2]
+    for kind, name in sorted(later, key=lambda item: ("view", "trigger", "table").index(item[0])):
+        conn.execute(f"DROP {kind.upper()} IF EXISTS {name}")
+    conn.execute("DROP TRIGGER schema_migrations_no_delete")
+    conn.execute("DELETE FROM schema_migrations WHERE version > 2")
+    conn.execute(guard)
+    conn.commit()
+    conn.close()
+
+
+def test_verify_checks_an_old_ledger_against_its_own_schema_version_and_opening_upgrades_it(tmp_path):
+    from ledger import run_demo
+    path, _, _ = run_demo(tmp_path / "d", echo=lambda text: None)
+    _downgrade_to_version_2(Path(path))
+    old = verify_case(path)
+    assert old.foreign_objects == [] and old.events == 35
+    with Case.open(path) as opened:  # opening migrates the views
+        assert "closing_reason" in opened.actions()[0]
+    assert verify_case(path).events == 35
+
+
+def _duckdb_with_sqlite():
+    """A DuckDB connection with the SQLite reader loaded from its PyPI package (no network)."""
+    if importlib.util.find_spec("duckdb") is None or importlib.util.find_spec("duckdb_extension_sqlite_scanner") is None:
+        pytest.skip("duckdb and duckdb-extension-sqlite-scanner are not installed (pip install -e '.[test]')")
+    import duckdb
+    import duckdb_extension_sqlite_scanner as package
+
+    found = sorted(Path(next(iter(package.__path__))).glob("extensions/*/sqlite_scanner.duckdb_extension"))
+    if not found:
+        pytest.skip("duckdb-extension-sqlite-scanner ships no extension file for this platform")
+    conn = duckdb.connect()
+    try:
+        conn.execute(f"LOAD '{found[0]}'")
+    except duckdb.Error as exc:
+        pytest.skip(f"DuckDB cannot load its SQLite reader here ({exc}); the package must match duckdb's version")
+    return conn
+
+
+def test_every_view_parses_in_duckdb_with_typed_columns_and_the_ledgers_values(demo):
+    duck = _duckdb_with_sqlite()
+    duck.execute(f"ATTACH '{demo / 'ledger.sqlite'}' AS l (TYPE sqlite, READ_ONLY)")
+    for view in public_views(demo):
+        types = dict((row[0], row[1]) for row in duck.execute(f"DESCRIBE l.{view}").fetchall())
+        assert "BLOB" not in types.values(), (view, types)
+        for name in INTEGER_COLUMNS.get(view, ()):
+            assert types[name] == "BIGINT", (view, name, types[name])
+    with Case.open(demo) as opened:
+        checks = {"balances": opened.balances(), "actions": opened.actions(), "case_status": [opened.status()]}
+    for view, expected in checks.items():
+        cursor = duck.execute(f"SELECT * FROM l.{view}")
+        names = [d[0] for d in cursor.description]
+        got = [dict(zip(names, row)) for row in cursor.fetchall()]
+        key = (lambda r: (r["revision"], r["hypothesis_id"], r.get("action_id"))) if view != "case_status" else None
+        assert (sorted(got, key=key) if key else got) == (sorted(expected, key=key) if key else expected), view
