@@ -8,7 +8,6 @@ import json
 import re
 import subprocess
 import sys
-import time
 from decimal import Decimal
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from ledger.replay import PackageSource, Replayer
 from ledger.rules import scopes as scope_rules
 from ledger_cli.main import main as cli_main
 
-from conftest import REPO, logical_dump, make_package, run_cli, start_case
+from conftest import REPO, logical_dump, make_package, start_case
 
 T0 = "2026-01-01T00:00:00Z"  # the set-up happens then; tests that drive the clock come later
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ledger import Case, LedgerError, read_only_query, verify_case
-from ledger._sql import migrations, schema_object, shipped_schema
+from ledger._sql import migrations, shipped_schema
 from ledger.errors import INVALID_ARGUMENT
 
 INTEGER_COLUMNS = {
