@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import stat
 import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
-from ledger import Case, apply_journal, open_for_journal, run_demo
+from ledger import Case, apply_journal, open_for_journal, read_lines, run_demo
 
 from ._common import BALANCE_COLUMNS, CASE, Settings, _NoBar, pass_settings, progress_bar
 from ._output import OutputError, dumps, echo, emit_rows
@@ -34,18 +36,30 @@ def apply(settings: Settings, case: str, journal: Any, create_case_id: str | Non
     failed = False
     try:
         manager = opened.budget(settings.budget_config())
-        lines = journal.read().split(b"\n")
-        # stdout carries the result lines, so the bar goes to stderr, and only when stdout is piped
-        with progress_bar(len(lines), "applying", stream=sys.stderr) if not sys.stdout.isatty() else _NoBar() as bar:
+        size = _file_size(journal)
+        # stdout carries the result lines, so the bar (of bytes read) goes to stderr, and only
+        # when stdout is piped and the journal's size is known
+        show = size is not None and not sys.stdout.isatty()
+        with progress_bar(size, "applying", stream=sys.stderr) if show else _NoBar() as bar:
+            # read line by line: memory does not grow with the journal
+            lines = read_lines(journal, on_bytes=bar.update)
             for outcome in apply_journal(opened, lines, budget=manager, keep_going=keep_going,
                                          batch_size=batch_size):
                 echo(dumps(outcome.to_dict()))
                 failed = failed or not outcome.ok
-                bar.update(1)
     finally:
         opened.close()
     if failed:
         sys.exit(1)
+
+
+def _file_size(stream: Any) -> int | None:
+    """Size of a journal that is a regular file (None for a pipe or a terminal)."""
+    try:
+        info = os.fstat(stream.fileno())
+    except (OSError, ValueError, AttributeError):
+        return None
+    return info.st_size if stat.S_ISREG(info.st_mode) else None
 
 
 @click.command()

@@ -22,19 +22,20 @@ from .demo import run_demo
 from .errors import ALL_CODES, CLI_ONLY_CODES, OUTPUT_ERROR, LedgerError
 from .export import ExportReport, export_case, export_count
 from .importer import import_tree
-from .journal import LineResult, apply_journal, open_for_journal
+from .journal import LineResult, apply_journal, open_for_journal, read_lines
 from .manifest import read_manifest
 from .operations import OPERATIONS, Operation
 from .package import LEDGER_FILE
 from .paths import os_error
+from .storage import CheckpointWarning
 
 from .verify import VerifyReport, verify_case
 from .views import MemoryView
 
 __all__ = [
     "ALL_CODES", "CLI_ONLY_CODES", "LEDGER_FILE", "OPERATIONS", "OUTPUT_ERROR", "AnalysisConfig", "BudgetConfig",
-    "BudgetManager", "BudgetResult", "Case", "ExportReport", "LedgerError", "LifecycleResult", "LineResult",
+    "BudgetManager", "BudgetResult", "Case", "CheckpointWarning", "ExportReport", "LedgerError", "LifecycleResult", "LineResult",
     "MemoryView", "Operation", "VerifyReport", "apply_journal", "export_case", "export_count", "import_tree",
-    "open_for_journal", "os_error", "parse_json", "read_manifest", "read_only_query", "run_demo", "verify_case",
+    "open_for_journal", "os_error", "read_lines", "parse_json", "read_manifest", "read_only_query", "run_demo", "verify_case",
 ]
 __version__ = "0.1.0"

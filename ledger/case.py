@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import uuid
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -27,8 +28,8 @@ from .package import (ANALYSIS_DIR, LEDGER_FILE, MANIFEST_FILE, content_path, ev
 from .paths import fs_path, os_error
 from .rules import lifecycle
 from .rules.common import check_action_id, check_case_id
-from .session import Ran, Session
-from .storage import Storage, check_ledger_path, translate_sqlite_errors
+from .session import Ran, Session, check_future_at
+from .storage import CheckpointWarning, Storage, check_ledger_path, translate_sqlite_errors
 from .views import SqlView
 
 DEFAULT_ACTOR = "controller"
@@ -87,8 +88,9 @@ class Case:
         """
         check_case_id(case_id)
         check_action_id(actor, "actor")
-        moment = parse_at(at) if at is not None else None
         analysis = analysis_config or AnalysisConfig()
+        # a far-future time is refused before any folder or file is made
+        moment = check_future_at(parse_at(at), clock(), analysis.limits) if at is not None else None
         root = fs_path(path, "case path")
         try:
             return cls._create(root, case_id, analysis, actor, clock, moment)
@@ -167,9 +169,19 @@ class Case:
             raise
         return case
 
-    def close(self) -> None:
-        """Checkpoint the WAL (``wal_checkpoint(TRUNCATE)``) and close the connection."""
-        self.storage.close()
+    def close(self) -> str | None:
+        """Checkpoint the WAL (``wal_checkpoint(TRUNCATE)``) and close the connection.
+
+        Never waits on another connection. Returns None when the write-ahead log was
+        emptied, else why not (a reader elsewhere holds an old snapshot), which is
+        also issued as a :class:`CheckpointWarning`; the case is closed either way.
+        ``INVALID_ARGUMENT`` from a thread other than the one that opened the case.
+        """
+        self.session.check_thread()
+        incomplete = self.storage.close()
+        if incomplete is not None:
+            warnings.warn(incomplete, CheckpointWarning, stacklevel=2)
+        return incomplete
 
     def __enter__(self) -> "Case":
         return self
@@ -268,6 +280,7 @@ class Case:
     # -- package files -----------------------------------------------------------------
     def resolve_source_refs(self, refs: Iterable[str]) -> list[dict[str, str]]:
         """``[{"path", "sha256"}]`` for source references: :func:`resolve_source_refs` on this package."""
+        self.session.check_thread()
         return resolve_source_refs(self.path, refs)
 
     def exported_paths(self) -> set[str]:

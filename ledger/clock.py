@@ -50,3 +50,13 @@ def parse_at(text: object) -> str:
     except ValueError as exc:
         raise LedgerError(INVALID_ARGUMENT, f"'at' is not a valid time: {exc}") from None
     return format_utc(moment)
+
+
+def ms_ahead(moment: str, now: str) -> int:
+    """Whole milliseconds by which stored time ``moment`` is later than stored time ``now``
+    (negative when earlier); both in the form :func:`format_utc` gives."""
+    def parse(text: str) -> datetime:
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
+
+    delta = parse(moment) - parse(now)
+    return (delta.days * 86_400_000_000 + delta.seconds * 1_000_000 + delta.microseconds) // 1000

@@ -36,11 +36,15 @@ from .paths import os_error
 
 LEDGER_FILE = "ledger.sqlite"
 LOCK_SUFFIX = "-lock"
-#: WAL size past which a writer restarts the log after its commit, and how long it waits for readers.
 #: ``synchronous`` and ``busy_timeout_ms`` when the caller gives none (the analysis config's ``[storage]``).
 STORAGE_DEFAULTS: Mapping[str, Any] = {"synchronous": "FULL", "busy_timeout_ms": 5000}
+#: WAL size past which a writer runs a passive checkpoint after its commit; also the size a
+#: restarted log is truncated back to (``journal_size_limit``).
 WAL_RESTART_BYTES = 8 * 1024 * 1024
-WAL_RESTART_WAIT_MS = 200
+
+
+class CheckpointWarning(UserWarning):
+    """Closing could not empty the write-ahead log (a reader elsewhere holds an old snapshot)."""
 
 
 # --- errors ------------------------------------------------------------------------
@@ -135,6 +139,14 @@ def _probe(conn: sqlite3.Connection) -> None:
         conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
 
 
+def _wal_bytes(path: Path) -> int:
+    """Size of the ledger's ``-wal`` file (0 when there is none)."""
+    try:
+        return os.stat(str(path) + "-wal").st_size
+    except OSError:
+        return 0
+
+
 def _wal_is_empty(path: Path) -> bool:
     wal = path.with_name(path.name + "-wal")
     try:
@@ -202,6 +214,8 @@ class Storage:
         self._lock = WriterLock(real.with_name(real.name + LOCK_SUFFIX))
         self._in_write = False
         self._in_batch = False
+        self._savepoint_open = False
+        self._in_read = False
         #: Opened as an immutable snapshot on a read-only location (:meth:`open`).
         self.read_only = False
         #: verify only: the ATTACHed original is read as an immutable snapshot.
@@ -212,6 +226,7 @@ class Storage:
             self.conn.execute("PRAGMA foreign_keys = ON")
             self.conn.execute(f"PRAGMA busy_timeout = {int(self.settings['busy_timeout_ms'])}")
             self.conn.execute(f"PRAGMA synchronous = {self.settings['synchronous']}")
+            self.conn.execute(f"PRAGMA journal_size_limit = {WAL_RESTART_BYTES}").fetchall()
 
     # -- opening ----------------------------------------------------------------
     @classmethod
@@ -374,20 +389,36 @@ class Storage:
                     self.conn.execute(sql)
             self.execute("insert_migration", version=version, name=name, applied_at=utc_now())
 
-    def close(self) -> None:
-        """Checkpoint the WAL into the main file (``wal_checkpoint(TRUNCATE)``) and close."""
+    def close(self) -> str | None:
+        """Checkpoint the WAL into the main file and close; never waits on another connection.
+
+        Returns None when the WAL was emptied (``wal_checkpoint(TRUNCATE)``), else a
+        sentence saying why not: a reader elsewhere still holds an old snapshot (the
+        log is emptied by a later close) or the checkpoint failed. When another
+        ledger writer holds the writer lock, the log is its to empty: nothing is
+        tried and None is returned. Closing always succeeds.
+        """
         try:
             with translate_sqlite_errors():
-                if self.conn.in_transaction:
-                    self.conn.execute("ROLLBACK")
-                # a reader elsewhere holding a snapshot would make TRUNCATE wait the whole
-                # busy timeout and still fail; wait briefly, and leave the WAL to a later close
-                self.conn.execute(f"PRAGMA busy_timeout = {min(100, int(self.settings['busy_timeout_ms']))}")
-                self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
-        except LedgerError:
-            pass  # a busy reader elsewhere keeps the WAL; closing must still succeed
+                self._rollback()
+                self._lock.release()
+                return self._final_checkpoint()
+        except LedgerError as exc:
+            return f"the write-ahead log of {self.path} was not emptied: {exc.message}"
         finally:
+            self._lock.release()
             self.conn.close()
+
+    def _final_checkpoint(self) -> str | None:
+        if self.read_only or not self._lock.try_acquire():
+            return None  # an immutable snapshot has no log; a writer at work checkpoints when it closes
+        self.conn.execute("PRAGMA busy_timeout = 0")  # TRUNCATE waits for readers: here it never does
+        busy, log_frames, done = self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        if not busy and log_frames <= 0:
+            return None
+        return (f"the write-ahead log {self.path}-wal was not emptied ({_wal_bytes(self.path)} bytes, "
+                f"{max(done, 0)} of {max(log_frames, 0)} pages copied): another connection is reading an older "
+                "snapshot; it stays until a later close after that reader ends")
 
     # -- transactions ---------------------------------------------------------------
     @contextmanager
@@ -403,47 +434,47 @@ class Storage:
             with self._savepoint():
                 yield self
             return
-        if self._in_write:
-            raise RuntimeError("Storage.write() does not nest outside a batch")
+        if self._in_write or self._in_read:
+            raise LedgerError(E.INVALID_ARGUMENT, "an operation was started while another one of the same case "
+                              "was running (a nested call, or a callback that writes); run it after")
         if self.read_only:
             raise LedgerError(E.STORAGE_ERROR, f"{self.path} is on a read-only location: reads work, writes cannot")
         try:
-            fd = self._lock.acquire(int(self.settings["busy_timeout_ms"]))
-        except OSError as exc:
-            raise os_error(exc, f"cannot take the writer lock of {self.path}") from None
-        self._in_write = True
-        try:
+            self._in_write = True
+            try:
+                self._lock.acquire(int(self.settings["busy_timeout_ms"]))
+            except OSError as exc:
+                raise os_error(exc, f"cannot take the writer lock of {self.path}") from None
             with translate_sqlite_errors():
                 if self.conn.in_transaction:  # left over from an interrupted rollback
                     self.conn.execute("ROLLBACK")
                 self.conn.execute("BEGIN IMMEDIATE")
-                try:
-                    yield self
-                    self._fault("COMMIT")
-                    self.conn.execute("COMMIT")
-                except BaseException:
-                    self._rollback()
-                    raise
+                yield self
+                self._settle_savepoint()
+                self._fault("COMMIT")
+                self.conn.execute("COMMIT")
                 self._bound_wal()
         finally:
+            # every way out, a second interrupt during the first one's cleanup included: the
+            # next call (or close) finishes what an interrupted cleanup left
             self._in_write = False
-            WriterLock.release(fd)
+            try:
+                try:
+                    self._rollback()
+                finally:
+                    if self.conn.in_transaction:  # a second interrupt cut the rollback short
+                        self._rollback()
+            finally:
+                self._lock.release()
 
     def _bound_wal(self) -> None:
-        """Keep the WAL bounded while readers keep coming: past ``WAL_RESTART_BYTES`` run a
-        ``wal_checkpoint(RESTART)``, which waits (briefly) for the current readers to move
-        off the log so it can start over instead of growing."""
-        try:
-            size = os.stat(str(self.path) + "-wal").st_size
-        except OSError:
-            return
-        if size <= WAL_RESTART_BYTES:
-            return
-        self.conn.execute(f"PRAGMA busy_timeout = {WAL_RESTART_WAIT_MS}")
-        try:
-            self.conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
-        finally:
-            self.conn.execute(f"PRAGMA busy_timeout = {int(self.settings['busy_timeout_ms'])}")
+        """Keep the WAL bounded while readers come and go, without ever waiting for them: past
+        ``WAL_RESTART_BYTES`` run a ``wal_checkpoint(PASSIVE)``, which copies what no reader still
+        needs and returns at once. Once every page is copied and no reader holds an old snapshot,
+        the next write starts the log over and ``journal_size_limit`` shrinks the file back."""
+        if _wal_bytes(self.path) > WAL_RESTART_BYTES:
+            self._fault("checkpoint")
+            self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
 
     @contextmanager
     def batch(self) -> Iterator["Storage"]:
@@ -462,20 +493,32 @@ class Storage:
 
     @contextmanager
     def _savepoint(self) -> Iterator[None]:
+        self._settle_savepoint()
+        self._savepoint_open = True  # before it exists: rolling back a missing savepoint is harmless
         with translate_sqlite_errors():
             self.conn.execute("SAVEPOINT operation")
             try:
                 yield
             except BaseException:
-                try:
-                    self.conn.execute("ROLLBACK TO operation")
-                    self.conn.execute("RELEASE operation")
-                except sqlite3.Error:
-                    pass  # the batch's own rollback will clean up
+                self._settle_savepoint()
                 raise
             self.conn.execute("RELEASE operation")
+            self._savepoint_open = False
+
+    def _settle_savepoint(self) -> None:
+        """Roll back an operation's savepoint whose own rollback was interrupted, so a batch never
+        commits half an operation."""
+        if self._savepoint_open:
+            for sql in ("ROLLBACK TO operation", "RELEASE operation"):
+                try:
+                    self.conn.execute(sql)
+                except sqlite3.Error:
+                    pass  # no such savepoint: it was never made, or the batch already rolled back
+            self._savepoint_open = False
 
     def _rollback(self) -> None:
+        """End an uncommitted transaction (nothing to do after a commit)."""
+        self._savepoint_open = False
         try:
             if self.conn.in_transaction:
                 self.conn.execute("ROLLBACK")
@@ -485,18 +528,19 @@ class Storage:
     @contextmanager
     def read(self) -> Iterator["Storage"]:
         """A consistent read snapshot, ended before returning (no transaction is left open)."""
-        if self._in_write:
+        if self._in_write or self._in_read:  # inside a write or another read: the same snapshot
             yield self
             return
         with translate_sqlite_errors():
-            if self.conn.in_transaction:
-                self.conn.execute("ROLLBACK")
-            self.conn.execute("BEGIN")
             try:
-                yield self
-            finally:
+                self._in_read = True
                 if self.conn.in_transaction:
                     self.conn.execute("ROLLBACK")
+                self.conn.execute("BEGIN")
+                yield self
+            finally:
+                self._in_read = False
+                self._rollback()
 
     def _fault(self, label: str) -> None:
         if self.fault_hook is not None:
