@@ -216,6 +216,7 @@ class Storage:
         self._in_batch = False
         self._savepoint_open = False
         self._in_read = False
+        self._closed = False
         #: Opened as an immutable snapshot on a read-only location (:meth:`open`).
         self.read_only = False
         #: verify only: the ATTACHed original is read as an immutable snapshot.
@@ -398,6 +399,8 @@ class Storage:
         ledger writer holds the writer lock, the log is its to empty: nothing is
         tried and None is returned. Closing always succeeds.
         """
+        if self._closed:
+            return None  # closing twice is harmless
         try:
             with translate_sqlite_errors():
                 self._rollback()
@@ -406,6 +409,7 @@ class Storage:
         except LedgerError as exc:
             return f"the write-ahead log of {self.path} was not emptied: {exc.message}"
         finally:
+            self._closed = True
             self._lock.release()
             self.conn.close()
 
