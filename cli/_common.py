@@ -11,11 +11,12 @@ import errno
 import functools
 import os
 import sys
+import warnings
 from typing import Any, Callable
 
 import click
 
-from ledger import OUTPUT_ERROR, AnalysisConfig, BudgetConfig, Case, LedgerError, os_error
+from ledger import OUTPUT_ERROR, AnalysisConfig, BudgetConfig, Case, CheckpointWarning, LedgerError, os_error
 
 from ._output import FORMATS, OutputError
 
@@ -47,7 +48,27 @@ def _output_failed(cause: OSError) -> None:
                    err=True)
 
 
-class LedgerGroup(click.Group):
+def _report_warnings(caught: list[warnings.WarningMessage]) -> None:
+    """``warning: …`` on stderr for what closing a case could not finish; other warnings as usual."""
+    for item in caught:
+        if issubclass(item.category, CheckpointWarning):
+            click.echo(f"warning: {item.message}", err=True)
+        else:
+            warnings.showwarning(item.message, item.category, item.filename, item.lineno)
+
+
+class UsageGroup(click.Group):
+    """A command group that, called with no arguments, prints its help on stderr and exits 2 (usage)
+    on every click version (click 8.1 exits 0 there, 8.2 and later exit 2)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not args and self.no_args_is_help and not ctx.resilient_parsing:
+            click.echo(ctx.get_help(), err=True, color=ctx.color)  # where click 8.2+ prints it
+            ctx.exit(2)
+        return super().parse_args(ctx, args)
+
+
+class LedgerGroup(UsageGroup):
     """Maps ``LedgerError`` to ``error: CODE: message`` and exit status 1, in one place."""
 
     def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
@@ -68,6 +89,14 @@ class LedgerGroup(click.Group):
             sys.exit(1)
 
     def invoke(self, ctx: click.Context) -> Any:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", CheckpointWarning)
+            try:
+                return self._invoke(ctx)
+            finally:
+                _report_warnings(caught)
+
+    def _invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except LedgerError as exc:

@@ -15,6 +15,7 @@ import io
 import itertools
 import json
 import math
+import re
 from typing import Any, Iterable, Mapping, Sequence
 
 import click
@@ -47,9 +48,24 @@ def _plain(value: Any) -> Any:
     return value
 
 
+#: Characters some line reader takes for a line break that ``json.dumps`` leaves raw (it already
+#: escapes every control character below U+0020, ``\n``, ``\r``, ``\x0b``, ``\x0c``, ``\x1c``–``\x1e``
+#: among them): NEL and the Unicode line and paragraph separators, which ``str.splitlines`` and
+#: JavaScript split on. JSON's ``\uXXXX`` form keeps the value identical.
+LINE_BREAKS_LEFT_RAW = {"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+_LINE_BREAK = re.compile("[\x85\u2028\u2029]")
+
+
 def dumps(value: Any) -> str:
-    """Compact, valid JSON for machine output (UTF-8, no ASCII escaping)."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    """Compact, valid JSON for machine output (UTF-8, no ASCII escaping) that is always one line.
+
+    Every character any line reader treats as a line break is escaped (``\\uXXXX``),
+    so ``text.splitlines()`` of N outputs gives exactly N lines that parse back to the
+    same values.
+    """
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    # outside strings JSON has no such characters, so replacing them everywhere is safe
+    return _LINE_BREAK.sub(lambda m: LINE_BREAKS_LEFT_RAW[m.group()], text)
 
 
 def unique_names(columns: Sequence[str]) -> list[str]:

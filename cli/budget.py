@@ -8,10 +8,10 @@ import click
 
 from ledger import BudgetResult, GateReading, parse_json
 
-from ._common import AT, CASE, JSON, Settings, pass_settings
+from ._common import UsageGroup, AT, CASE, JSON, Settings, pass_settings
 from ._output import emit_result
 
-@click.group()
+@click.group(cls=UsageGroup)
 def budget() -> None:
     """Budget operations on hypothesis accounts: initialize, reserve, record, settle, fail, reject."""
 

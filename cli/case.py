@@ -6,7 +6,7 @@ import click
 
 from ledger import Case
 
-from ._common import AT, CASE, JSON, Settings, pass_settings
+from ._common import UsageGroup, AT, CASE, JSON, Settings, pass_settings
 from ._output import emit_result
 
 @click.command()
@@ -22,7 +22,7 @@ def init(settings: Settings, case: str, case_id: str, at: str | None, as_json: b
     emit_result(status, as_json, [f"created case {status['case_id']} at {case} (package {status['package_id']})"])
 
 
-@click.group()
+@click.group(cls=UsageGroup)
 def revision() -> None:
     """Open analysis revisions (rounds of hypotheses)."""
 

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import os
+import itertools
 import shlex
 import shutil
+import stat
 import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
-from ledger import Case, JournalSummary, apply_journal, clamp_warning, journal_first_at, open_for_journal, run_demo
+from ledger import (Case, JournalSummary, apply_journal, clamp_warning, journal_first_at, open_for_journal,
+                    read_lines, run_demo)
 
-from ._common import BALANCE_COLUMNS, CASE, Settings, pass_settings, progress_bar
+from ._common import _NoBar, BALANCE_COLUMNS, CASE, Settings, pass_settings, progress_bar
 from ._output import OutputError, dumps, echo, emit_rows
 
 @click.command()
@@ -40,16 +43,19 @@ def apply(settings: Settings, case: str, journal: Any, create_case_id: str | Non
     A summary line (lines ok, failed, reused, raised times, elapsed) ends the
     run on stderr.
     """
-    lines = journal.read().split(b"\n")
     if at is not None and create_case_id is None:
         raise click.UsageError("--at sets the time of the case that --create makes; give --create too")
-    opened = open_for_journal(case, create_case_id=create_case_id, at=at or journal_first_at(lines),
+    head, head_bytes = _peek_first_at(journal) if create_case_id is not None and at is None else ([], 0)
+    opened = open_for_journal(case, create_case_id=create_case_id, at=at or journal_first_at(head),
                               analysis_config=settings.analysis(), actor=settings.actor)
     summary = JournalSummary()
     try:
         manager = opened.budget(settings.budget_config())
-        total = sum(1 for line in lines if line.strip())
-        with progress_bar(total, "applying", stream=sys.stderr) as bar:
+        size = _file_size(journal)
+        # the bar counts bytes read and goes to stderr (stdout carries the result lines)
+        with progress_bar(size or 0, "applying", stream=sys.stderr) if size else _NoBar() as bar:
+            lines = itertools.chain(head, read_lines(journal, on_bytes=bar.update))
+            bar.update(head_bytes)
             for outcome in apply_journal(opened, lines, budget=manager, keep_going=keep_going,
                                          batch_size=batch_size):
                 summary.add(outcome)
@@ -59,8 +65,7 @@ def apply(settings: Settings, case: str, journal: Any, create_case_id: str | Non
                         click.echo(clamp_warning(outcome), err=True)
                 elif not outcome.ok and summary.failed == 1:
                     click.echo(f"line {outcome.line}: error: {outcome.error.code}: {outcome.error.message}", err=True)
-                bar.update(1)
-            bar.update(total - summary.ok - summary.failed)  # the lines after a stop: the bar ends full
+            bar.update(size or 0)  # a stop leaves lines unread: the bar still ends full (click clamps it)
     finally:
         opened.close()
         click.echo(summary.text(), err=True)
@@ -70,6 +75,29 @@ def apply(settings: Settings, case: str, journal: Any, create_case_id: str | Non
 
 #: Clamp warnings printed one by one; the summary counts the rest.
 CLAMP_WARNINGS_MAX = 20
+#: Lines read ahead to find the journal's first "at" for --create (memory stays bounded).
+PEEK_LINES_MAX = 1000
+
+
+def _peek_first_at(journal: Any) -> tuple[list[bytes], int]:
+    """Read lines until one carries an "at" (at most ``PEEK_LINES_MAX``): ``(lines read, bytes read)``.
+    The lines are applied first, then the rest of the journal is streamed."""
+    head: list[bytes] = []
+    read = [0]
+    for line in read_lines(journal, on_bytes=lambda n: read.__setitem__(0, read[0] + n)):
+        head.append(line)
+        if len(head) >= PEEK_LINES_MAX or journal_first_at([line]) is not None:
+            break
+    return head, read[0]
+
+
+def _file_size(stream: Any) -> int | None:
+    """Size of a journal that is a regular file (None for a pipe or a terminal)."""
+    try:
+        info = os.fstat(stream.fileno())
+    except (OSError, ValueError, AttributeError):
+        return None
+    return info.st_size if stat.S_ISREG(info.st_mode) else None
 
 
 @click.command()

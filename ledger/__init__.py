@@ -24,6 +24,7 @@ from .export import ExportReport, export_case, export_count
 from .importer import import_tree
 from .journal import JournalSummary, LineResult, apply_journal, clamp_warning, open_for_journal
 from .journal import first_at as journal_first_at
+from .journal import read_lines
 from .manifest import read_manifest
 from .memory import MemoryCase
 from .operations import OPERATIONS, Operation
@@ -33,6 +34,7 @@ from .simulation import (Policy, RunResult, SimulationReport, example_policy, lo
                        read_outcomes, simulate, vary)
 from .simulate_plot import plot_tradeoff, tradeoff_points
 from .scopes import ScopeManager, ScopeResult
+from .storage import CheckpointWarning
 
 from .verify import VerifyReport, verify_case
 from .views import MemoryView
@@ -44,5 +46,6 @@ __all__ = [
     "open_for_journal", "os_error", "parse_json", "read_manifest", "read_only_query", "run_demo", "verify_case",
     "example_policy", "load_policy", "parse_vary", "plot_tradeoff", "read_outcomes", "simulate", "tradeoff_points", "vary",
     "JournalSummary", "clamp_warning", "journal_first_at", "read_only_rows",
+    "CheckpointWarning", "read_lines",
 ]
 __version__ = "0.1.0"

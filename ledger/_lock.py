@@ -3,6 +3,13 @@
 SQLite's busy handler sleeps and re-polls, so one process writing flat-out can
 starve another past its timeout; waiting in ``flock`` instead queues writers
 fairly. The same lock also serializes exports of one package.
+
+The lock is held through a Python file object, owned by the :class:`WriterLock`
+(``held``) from the moment ``flock`` succeeds: :meth:`WriterLock.release` drops
+whatever is held or being handed over, so an exception at any point of an
+acquisition (``KeyboardInterrupt`` included) leaves no lock behind once the
+caller's ``finally`` ran; a file object nobody references any more is closed
+(and so unlocked) by the interpreter as a last resort.
 """
 
 from __future__ import annotations
@@ -11,7 +18,7 @@ import fcntl
 import os
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from . import errors as E
 from .errors import LedgerError
@@ -23,71 +30,98 @@ class WriterLock:
     An uncontended acquire is one non-blocking ``flock``. Under contention a helper
     thread blocks in ``flock`` (the kernel wakes waiters as soon as the lock is
     released, instead of SQLite's sleep-and-poll) while the caller waits at most
-    ``timeout_ms``; a thread that wins after its caller gave up releases at once.
+    ``timeout_ms``; a lock the helper wins after its caller gave up is released
+    at once. Use as ``try: lock.acquire(t) … finally: lock.release()``.
     """
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        #: The locked file while this object holds the lock, else None.
+        self.held: BinaryIO | None = None
+        self._guard = threading.Lock()  # the hand-over from the helper thread
+        self._pending: dict[str, Any] | None = None
 
-    def _open(self) -> int:
-        return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    def _open(self) -> BinaryIO:
+        # open()'s opener hands the descriptor straight to the file object: an interrupt
+        # can never fall between the two and leave a descriptor nobody closes
+        return open(self.path, "r+b", buffering=0,
+                    opener=lambda path, _flags: os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644))
 
-    def acquire(self, timeout_ms: int) -> int:
-        """Return a locked file descriptor, or raise ``LEDGER_BUSY`` after ``timeout_ms``."""
-        fd = self._open()
+    @property
+    def locked(self) -> bool:
+        """True while this object holds the lock."""
+        return self.held is not None
+
+    def acquire(self, timeout_ms: int) -> None:
+        """Take the lock (``held``), or raise ``LEDGER_BUSY`` after ``timeout_ms``.
+
+        Anything left held by an interrupted earlier call is released first.
+        """
+        if not self.try_acquire():
+            self._wait(timeout_ms)
+
+    def try_acquire(self) -> bool:
+        """Take the lock only if it is free right now; True when taken (then ``release()`` it)."""
+        self.release()
+        handle = self._open()
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return fd
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self.held = handle
+            return True
         except BlockingIOError:
-            os.close(fd)
+            handle.close()
+            return False
         except BaseException:
-            os.close(fd)
+            self.held = None
+            handle.close()
             raise
-        return self._wait(timeout_ms)
 
-    def _wait(self, timeout_ms: int) -> int:
+    def _wait(self, timeout_ms: int) -> None:
         cond = threading.Condition()
-        box: dict[str, Any] = {"fd": None, "abandoned": False, "error": None}
+        box: dict[str, Any] = {"file": None, "abandoned": False, "error": None}
+        self._pending = box
 
         def waiter() -> None:
             try:
-                fd = self._open()
-                fcntl.flock(fd, fcntl.LOCK_EX)
+                handle = self._open()
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
             except OSError as exc:
-                with cond:
-                    box["error"] = exc
-                    cond.notify()
-                return
+                box["error"] = exc
+            else:
+                with self._guard:
+                    if not box["abandoned"]:
+                        box["file"], handle = handle, None
+                if handle is not None:
+                    handle.close()  # the caller gave up (or was interrupted): release at once
             with cond:
-                if box["abandoned"]:
-                    fcntl.flock(fd, fcntl.LOCK_UN)
-                    os.close(fd)
-                    return
-                box["fd"] = fd
                 cond.notify()
 
         threading.Thread(target=waiter, name="ledger-writer-lock", daemon=True).start()
         with cond:
-            try:
-                cond.wait_for(lambda: box["fd"] is not None or box["error"] is not None,
-                              timeout_ms / 1000)
-            finally:
-                if box["fd"] is None:
-                    box["abandoned"] = True
-            if box["error"] is not None:
-                raise LedgerError(E.LEDGER_BUSY, f"cannot lock {self.path}: {box['error']}")
-            if box["fd"] is None:
-                raise LedgerError(
-                    E.LEDGER_BUSY, f"another writer held the case for more than {timeout_ms} ms; retry",
-                    busy_timeout_ms=timeout_ms,
-                )
-            return box["fd"]
+            cond.wait_for(lambda: box["file"] is not None or box["error"] is not None, timeout_ms / 1000)
+        with self._guard:  # the hand-over: from here on release() finds the lock in ``held``
+            self.held, box["file"] = box["file"], None
+            box["abandoned"] = True
+            self._pending = None
+        if self.held is not None:
+            return
+        if box["error"] is not None:
+            raise LedgerError(E.LEDGER_BUSY, f"cannot lock {self.path}: {box['error']}")
+        raise LedgerError(
+            E.LEDGER_BUSY, f"another writer held the case for more than {timeout_ms} ms; retry",
+            busy_timeout_ms=timeout_ms,
+        )
 
-    @staticmethod
-    def release(fd: int) -> None:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        finally:
-            os.close(fd)
-
-
+    def release(self) -> None:
+        """Release the lock if held, and abandon a wait in progress (its helper releases what it
+        wins). Safe to call at any time, any number of times."""
+        with self._guard:
+            pending, self._pending = self._pending, None
+            handed = None
+            if pending is not None:
+                pending["abandoned"] = True
+                handed, pending["file"] = pending["file"], None
+            held, self.held = self.held, None
+        for handle in (held, handed):
+            if handle is not None:
+                handle.close()  # closing the last descriptor of the open file drops the flock

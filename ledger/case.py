@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import uuid
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -27,8 +28,9 @@ from .package import (ANALYSIS_DIR, LEDGER_FILE, MANIFEST_FILE, content_path, ev
 from .paths import fs_path, os_error
 from .rules import lifecycle
 from .rules.common import check_action_id, check_case_id
-from .session import Session
-from .storage import Storage, check_ledger_path, translate_sqlite_errors
+from .readonly import readonly_query, readonly_rows
+from .session import Session, check_future_at
+from .storage import CheckpointWarning, Storage, check_ledger_path, translate_sqlite_errors
 from .views import SqlView
 
 DEFAULT_ACTOR = "controller"
@@ -63,8 +65,9 @@ class Case(CaseFacade):
         """
         check_case_id(case_id)
         check_action_id(actor, "actor")
-        moment = parse_at(at) if at is not None else None
         analysis = analysis_config or AnalysisConfig()
+        # a far-future time is refused before any folder or file is made
+        moment = check_future_at(parse_at(at), clock(), analysis.limits) if at is not None else None
         root = fs_path(path, "case path")
         try:
             return cls._create(root, case_id, analysis, actor, clock, moment)
@@ -143,9 +146,19 @@ class Case(CaseFacade):
             raise
         return case
 
-    def close(self) -> None:
-        """Checkpoint the WAL (``wal_checkpoint(TRUNCATE)``) and close the connection."""
-        self.storage.close()
+    def close(self) -> str | None:
+        """Checkpoint the WAL (``wal_checkpoint(TRUNCATE)``) and close the connection.
+
+        Never waits on another connection. Returns None when the write-ahead log was
+        emptied, else why not (a reader elsewhere holds an old snapshot), which is
+        also issued as a :class:`CheckpointWarning`; the case is closed either way.
+        ``INVALID_ARGUMENT`` from a thread other than the one that opened the case.
+        """
+        self.session.check_thread()
+        incomplete = self.storage.close()
+        if incomplete is not None:
+            warnings.warn(incomplete, CheckpointWarning, stacklevel=2)
+        return incomplete
 
     def __enter__(self) -> "Case":
         return self
@@ -197,6 +210,7 @@ class Case(CaseFacade):
     # -- package files -----------------------------------------------------------------
     def resolve_source_refs(self, refs: Iterable[str]) -> list[dict[str, str]]:
         """``[{"path", "sha256"}]`` for source references: :func:`resolve_source_refs` on this package."""
+        self.session.check_thread()
         return resolve_source_refs(self.path, refs)
 
     def exported_paths(self) -> set[str]:
@@ -226,7 +240,7 @@ def read_only_rows(path: str | os.PathLike[str], sql: str, *,
     ledger = root / LEDGER_FILE
     if not ledger.is_file():
         Case.open(root)  # raises the LEDGER_MISSING explanation
-    with Storage.readonly_rows(ledger, sql, timeout_ms=timeout_ms) as found:
+    with readonly_rows(ledger, sql, timeout_ms=timeout_ms) as found:
         yield found
 
 
@@ -242,4 +256,4 @@ def read_only_query(path: str | os.PathLike[str], sql: str, *, timeout_ms: int =
     ledger = root / LEDGER_FILE
     if not ledger.is_file():
         Case.open(root)  # raises the LEDGER_MISSING explanation
-    return Storage.readonly_query(ledger, sql, timeout_ms=timeout_ms)
+    return readonly_query(ledger, sql, timeout_ms=timeout_ms)

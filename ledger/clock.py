@@ -69,3 +69,13 @@ def describe_micros(micros: int) -> str:
         return f"{days} d {left // 3600} h"
     fraction = f".{rest:06d}".rstrip("0") if rest else ""
     return f"{seconds}{fraction.rstrip('.')} s"
+
+
+def ms_ahead(moment: str, now: str) -> int:
+    """Whole milliseconds by which stored time ``moment`` is later than stored time ``now``
+    (negative when earlier); both in the form :func:`format_utc` gives."""
+    def parse(text: str) -> datetime:
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
+
+    delta = parse(moment) - parse(now)
+    return (delta.days * 86_400_000_000 + delta.seconds * 1_000_000 + delta.microseconds) // 1000

@@ -47,6 +47,8 @@ DEFAULT_LIMITS: dict[str, int] = {
     "evidence_artifact_bytes_max": 4 * 1024 * 1024,
     "evidence_records_max": 10_000,
     "evidence_content_bytes_max": 64 * 1024 * 1024,
+    #: How far an explicit event time (``at``) may be ahead of the machine's clock (5 minutes).
+    "at_future_tolerance_ms": 300_000,
 }
 
 

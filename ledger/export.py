@@ -76,13 +76,13 @@ def export_case(case: Case, progress: Progress | None = None) -> ExportReport:
     # one export at a time per package: a concurrent one would see our temp files as stale
     lock = WriterLock(root / (LEDGER_FILE + "-export-lock"))
     try:
-        fd = lock.acquire(EXPORT_LOCK_WAIT_MS)
-    except OSError as exc:
-        raise os_error(exc, f"cannot write the export under {root}", E.STORAGE_ERROR) from None
-    try:
+        try:
+            lock.acquire(EXPORT_LOCK_WAIT_MS)
+        except OSError as exc:
+            raise os_error(exc, f"cannot write the export under {root}", E.STORAGE_ERROR) from None
         return _export_locked(case, root, progress)
     finally:
-        WriterLock.release(fd)
+        lock.release()
 
 
 def _export_locked(case: Case, root: Path, progress: Progress | None) -> ExportReport:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator
+from typing import Any, BinaryIO, Callable, Iterable, Iterator
 
 from . import errors as E
 from .budget import BudgetManager
@@ -37,6 +37,8 @@ def journal_operations() -> dict[str, tuple[frozenset[str], frozenset[str]]]:
 #: The journal forms of the registered operations (see :func:`journal_operations`).
 OPERATIONS = journal_operations()
 LINE_BYTES_MAX = 4 * 1024 * 1024
+#: A batch of journal lines is applied early once its lines add up to this many bytes.
+BATCH_BYTES_MAX = 8 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,30 @@ class LineResult:
                 result = dict(result, state={h: a for h, a in result["state"].items() if h == self.touched})
             return {"line": self.line, "ok": True, "seq": self.seq, "reused": self.reused, "result": result}
         return {"line": self.line, "ok": False, "error": self.error.to_dict()}
+
+
+def read_lines(stream: BinaryIO, on_bytes: Callable[[int], None] | None = None) -> Iterator[bytes]:
+    """The lines of a binary ``stream`` (without their ``\\n``), read one at a time, so memory
+    does not grow with the journal.
+
+    A line longer than ``LINE_BYTES_MAX`` is read no further than one byte past the limit
+    (:func:`parse_line` refuses it with ``LIMIT_REACHED``) and the rest of it is skipped, so
+    it still counts as one line. ``on_bytes`` is called with the bytes consumed (progress).
+    """
+    while True:
+        line = stream.readline(LINE_BYTES_MAX + 1)
+        if not line:
+            return
+        consumed = len(line)
+        if not line.endswith(b"\n") and len(line) > LINE_BYTES_MAX:
+            while True:  # skip the rest of an over-long line
+                rest = stream.readline(LINE_BYTES_MAX + 1)
+                consumed += len(rest)
+                if not rest or rest.endswith(b"\n"):
+                    break
+        if on_bytes is not None:
+            on_bytes(consumed)
+        yield line[:-1] if line.endswith(b"\n") else line
 
 
 def parse_line(text: str | bytes) -> dict[str, Any]:
@@ -129,7 +155,9 @@ def apply_journal(case: Case, lines: Iterable[str | bytes], *, budget: BudgetMan
 
     ``budget`` defaults to ``case.budget()`` (the frozen policy). Stops after the
     first failed line unless ``keep_going``. With ``batch_size`` > 1, up to that
-    many lines share one transaction (group commit, :meth:`Case.batch`); each
+    many lines (and at most ``BATCH_BYTES_MAX`` bytes of them) share one transaction
+    (group commit, :meth:`Case.batch`); ``lines`` is read as the batches need it
+    (:func:`read_lines` streams a file); each
     line still succeeds or fails alone, and results are yielded only after their
     batch committed, so every yielded result is durable.
     """
@@ -157,13 +185,17 @@ def apply_journal(case: Case, lines: Iterable[str | bytes], *, budget: BudgetMan
                                         touched=parsed.get("hypothesis")))
         return done
 
+    pending_bytes = 0
     for number, text in enumerate(lines, start=1):
         if isinstance(text, (str, bytes)) and not text.strip():
             continue
         pending.append((number, text))
-        if len(pending) >= batch_size:
+        pending_bytes += len(text) if isinstance(text, (str, bytes)) else 0
+        # a batch ends at batch_size lines or BATCH_BYTES_MAX bytes: memory stays bounded by the
+        # batch in hand, whatever the journal's length (a smaller batch gives the same results)
+        if len(pending) >= batch_size or pending_bytes >= BATCH_BYTES_MAX:
             yield from run_batch(pending)
-            pending = []
+            pending, pending_bytes = [], 0
             if stopped:
                 return
     if pending:

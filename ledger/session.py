@@ -23,8 +23,8 @@ from typing import Any, Callable, Iterator, Mapping
 from . import errors as E
 from ._sql import statement
 from .canonical import canonical_bytes, canonical_event_bytes, sha256_hex
-from .clock import parse_at, utc_now
-from .config import BudgetConfig
+from .clock import ms_ahead, parse_at, utc_now
+from .config import DEFAULT_LIMITS, BudgetConfig
 from .errors import LedgerError, limit_reached
 from .operations import operation
 from .package import event_path
@@ -61,6 +61,26 @@ class Ran:
     @property
     def last(self) -> Appended | None:
         return self.appended[-1] if self.appended else None
+
+
+def check_future_at(moment: str, now: str, limits: Mapping[str, int]) -> str:
+    """``moment`` if it is at most ``limits["at_future_tolerance_ms"]`` ahead of ``now``.
+
+    Event time never goes back, so one far-future time would stamp every later
+    event with it: such a time is refused with ``INVALID_ARGUMENT`` before anything
+    is written. Times in the past (a recorded run's) are always accepted.
+    """
+    tolerance = limits.get("at_future_tolerance_ms", DEFAULT_LIMITS["at_future_tolerance_ms"])
+    ahead = ms_ahead(moment, now)
+    if ahead > tolerance:
+        raise LedgerError(
+            E.INVALID_ARGUMENT,
+            f"'at' {moment} is {ahead} ms ahead of this machine's clock ({now}); at most "
+            f"at_future_tolerance_ms = {tolerance} ms ahead is accepted, because event time never goes "
+            "back and every later event would be stamped with it",
+            at=moment, now=now, at_future_tolerance_ms=tolerance,
+        )
+    return moment
 
 
 @dataclass(frozen=True)
@@ -132,7 +152,8 @@ class SessionBase:
             prepare: Callable[[Any], None] | None = None) -> Ran:
         """Evaluate operation ``name``'s rule on ``request`` and append its events, in one transaction.
 
-        ``at`` is an RFC 3339 UTC time (``INVALID_ARGUMENT`` otherwise); an ``at`` earlier
+        ``at`` is an RFC 3339 UTC time (``INVALID_ARGUMENT`` otherwise, and for a time more
+        than the ``at_future_tolerance_ms`` limit ahead of ``clock``); an ``at`` earlier
         than the previous event's time is raised to it and noted in :attr:`last_clamp`. ``prepare``
         runs first inside the transaction (creating the schema of a new ledger).
         Raises the rule's ``LedgerError``; ``LIMIT_REACHED`` for an event over
@@ -140,7 +161,7 @@ class SessionBase:
         """
         self.check_thread()
         rule = operation(name).rule
-        moment = parse_at(at) if at is not None else None
+        moment = check_future_at(parse_at(at), self.clock(), self.limits) if at is not None else None
         refusal: LedgerError | None = None
         self.last_clamp = None
         with self._write() as view:
@@ -247,6 +268,7 @@ class Session(SessionBase):
 
     def event_ref(self, seq: int) -> str:
         """Export path of event ``seq``; ``INVALID_ARGUMENT`` if there is none."""
+        self.check_thread()
         row = self.storage.one("event_by_seq", seq=seq)
         if row is None:
             raise LedgerError(E.INVALID_ARGUMENT, f"no event with seq {seq}")

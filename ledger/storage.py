@@ -17,14 +17,12 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 from urllib.parse import quote
 
-import sqlite_utils
 
 from . import errors as E
 from ._sql import migrations, queries, schema_object, schema_version, statement
@@ -36,44 +34,20 @@ from .paths import os_error
 
 LEDGER_FILE = "ledger.sqlite"
 LOCK_SUFFIX = "-lock"
-#: WAL size past which a writer restarts the log after its commit, and how long it waits for readers.
 #: ``synchronous`` and ``busy_timeout_ms`` when the caller gives none (the analysis config's ``[storage]``).
 STORAGE_DEFAULTS: Mapping[str, Any] = {"synchronous": "FULL", "busy_timeout_ms": 5000}
+#: WAL size past which a writer runs a passive checkpoint after its commit; also the size a
+#: restarted log is truncated back to (``journal_size_limit``).
 WAL_RESTART_BYTES = 8 * 1024 * 1024
-WAL_RESTART_WAIT_MS = 200
+
+
+class CheckpointWarning(UserWarning):
+    """Closing could not empty the write-ahead log (a reader elsewhere holds an old snapshot)."""
 
 
 # --- errors ------------------------------------------------------------------------
 #: SQLITE_PERM, SQLITE_READONLY, SQLITE_IOERR, SQLITE_FULL, SQLITE_CANTOPEN (primary result codes).
 _STORAGE_CODES = frozenset({3, 8, 10, 13, 14})
-
-@contextmanager
-def _query_errors(timeout_ms: int) -> Iterator[None]:
-    """A user's query failing (or stopped at its deadline) becomes ``INVALID_ARGUMENT``."""
-    try:
-        yield
-    except (sqlite3.Error, ValueError, OverflowError) as exc:
-        if "interrupted" in str(exc):
-            raise LedgerError(E.INVALID_ARGUMENT, f"query stopped after {timeout_ms} ms") from None
-        raise LedgerError(E.INVALID_ARGUMENT, f"query refused: {exc}") from None
-
-
-def _fetch(cursor: sqlite3.Cursor, timeout_ms: int, size: int = 512) -> Iterator[tuple]:
-    """The cursor's rows, ``size`` at a time (nothing holds the whole result)."""
-    while True:
-        with _query_errors(timeout_ms):
-            chunk = cursor.fetchmany(size)
-        if not chunk:
-            return
-        yield from chunk
-
-
-#: Pragmas that only read the schema: allowed on the read-only ``ledger sql`` connection.
-READ_ONLY_PRAGMAS = frozenset({
-    "table_info", "table_xinfo", "table_list", "index_list", "index_info", "index_xinfo", "foreign_key_list",
-    "function_list", "module_list", "pragma_list", "collation_list", "compile_options",
-})
-
 
 @contextmanager
 def translate_sqlite_errors() -> Iterator[None]:
@@ -169,6 +143,14 @@ def _probe(conn: sqlite3.Connection) -> None:
         conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
 
 
+def _wal_bytes(path: Path) -> int:
+    """Size of the ledger's ``-wal`` file (0 when there is none)."""
+    try:
+        return os.stat(str(path) + "-wal").st_size
+    except OSError:
+        return 0
+
+
 def _wal_is_empty(path: Path) -> bool:
     wal = path.with_name(path.name + "-wal")
     try:
@@ -236,6 +218,9 @@ class Storage:
         self._lock = WriterLock(real.with_name(real.name + LOCK_SUFFIX))
         self._in_write = False
         self._in_batch = False
+        self._savepoint_open = False
+        self._in_read = False
+        self._closed = False
         #: Opened as an immutable snapshot on a read-only location (:meth:`open`).
         self.read_only = False
         #: verify only: the ATTACHed original is read as an immutable snapshot.
@@ -246,6 +231,7 @@ class Storage:
             self.conn.execute("PRAGMA foreign_keys = ON")
             self.conn.execute(f"PRAGMA busy_timeout = {int(self.settings['busy_timeout_ms'])}")
             self.conn.execute(f"PRAGMA synchronous = {self.settings['synchronous']}")
+            self.conn.execute(f"PRAGMA journal_size_limit = {WAL_RESTART_BYTES}").fetchall()
 
     # -- opening ----------------------------------------------------------------
     @classmethod
@@ -329,57 +315,6 @@ class Storage:
         storage.apply_migrations(triggers=False, up_to=original_version or None)
         return storage
 
-    @classmethod
-    def open_readonly(cls, path: Path) -> sqlite3.Connection:
-        """A connection that cannot write: ``mode=ro`` plus an authorizer denying ATTACH and writes.
-
-        Of the pragmas only the schema-reading ones of :data:`READ_ONLY_PRAGMAS` are allowed
-        (as ``SELECT * FROM pragma_table_info('events')`` or ``PRAGMA table_info(events)``).
-        """
-        conn = _connect_uri(readable_uri(path)[0])
-        with translate_sqlite_errors():
-            conn.execute("PRAGMA query_only = ON")
-
-            def authorizer(action: int, name: str | None = None, *_: Any) -> int:
-                if action == sqlite3.SQLITE_PRAGMA and (name or "").lower() in READ_ONLY_PRAGMAS:
-                    return sqlite3.SQLITE_OK  # pragma_table_info('events') and the like only read
-                if action in (sqlite3.SQLITE_ATTACH, sqlite3.SQLITE_DETACH, sqlite3.SQLITE_PRAGMA):
-                    return sqlite3.SQLITE_DENY
-                return sqlite3.SQLITE_OK
-
-            conn.set_authorizer(authorizer)
-        return conn
-
-    @classmethod
-    def readonly_query(cls, path: Path, sql: str, timeout_ms: int = 30_000) -> tuple[list[str], list[tuple]]:
-        """Run one statement on a read-only connection; ``(column names, rows)``.
-
-        Anything that is not a single row-returning read fails with
-        ``INVALID_ARGUMENT`` (writes, ATTACH, PRAGMA, several statements), and so
-        does a query still running after ``timeout_ms``.
-        """
-        with cls.readonly_rows(path, sql, timeout_ms) as (names, rows):
-            return names, list(rows)
-
-    @classmethod
-    @contextmanager
-    def readonly_rows(cls, path: Path, sql: str, timeout_ms: int = 30_000) -> Iterator[tuple[list[str], Iterator[tuple]]]:
-        """Like :meth:`readonly_query`, but the rows come from the cursor as they are read
-        (``with Storage.readonly_rows(path, sql) as (names, rows): …``); the connection
-        closes when the block ends."""
-        conn = cls.open_readonly(path)
-        deadline = time.monotonic() + timeout_ms / 1000
-        conn.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, 10_000)
-        try:
-            with _query_errors(timeout_ms):
-                db = sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
-                cursor = db.execute(sql)
-                if cursor.description is None:
-                    raise LedgerError(E.INVALID_ARGUMENT, "the statement returns no rows; only reads are allowed")
-            yield [d[0] for d in cursor.description], _fetch(cursor, timeout_ms)
-        finally:
-            conn.close()
-
     def current_schema_version(self) -> int:
         """Version recorded in ``schema_migrations`` (0 for a file with no schema yet)."""
         with translate_sqlite_errors():
@@ -427,20 +362,39 @@ class Storage:
                     self.conn.execute(sql)
             self.execute("insert_migration", version=version, name=name, applied_at=utc_now())
 
-    def close(self) -> None:
-        """Checkpoint the WAL into the main file (``wal_checkpoint(TRUNCATE)``) and close."""
+    def close(self) -> str | None:
+        """Checkpoint the WAL into the main file and close; never waits on another connection.
+
+        Returns None when the WAL was emptied (``wal_checkpoint(TRUNCATE)``), else a
+        sentence saying why not: a reader elsewhere still holds an old snapshot (the
+        log is emptied by a later close) or the checkpoint failed. When another
+        ledger writer holds the writer lock, the log is its to empty: nothing is
+        tried and None is returned. Closing always succeeds.
+        """
+        if self._closed:
+            return None  # closing twice is harmless
         try:
             with translate_sqlite_errors():
-                if self.conn.in_transaction:
-                    self.conn.execute("ROLLBACK")
-                # a reader elsewhere holding a snapshot would make TRUNCATE wait the whole
-                # busy timeout and still fail; wait briefly, and leave the WAL to a later close
-                self.conn.execute(f"PRAGMA busy_timeout = {min(100, int(self.settings['busy_timeout_ms']))}")
-                self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
-        except LedgerError:
-            pass  # a busy reader elsewhere keeps the WAL; closing must still succeed
+                self._rollback()
+                self._lock.release()
+                return self._final_checkpoint()
+        except LedgerError as exc:
+            return f"the write-ahead log of {self.path} was not emptied: {exc.message}"
         finally:
+            self._closed = True
+            self._lock.release()
             self.conn.close()
+
+    def _final_checkpoint(self) -> str | None:
+        if self.read_only or not self._lock.try_acquire():
+            return None  # an immutable snapshot has no log; a writer at work checkpoints when it closes
+        self.conn.execute("PRAGMA busy_timeout = 0")  # TRUNCATE waits for readers: here it never does
+        busy, log_frames, done = self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        if not busy and log_frames <= 0:
+            return None
+        return (f"the write-ahead log {self.path}-wal was not emptied ({_wal_bytes(self.path)} bytes, "
+                f"{max(done, 0)} of {max(log_frames, 0)} pages copied): another connection is reading an older "
+                "snapshot; it stays until a later close after that reader ends")
 
     # -- transactions ---------------------------------------------------------------
     @contextmanager
@@ -456,47 +410,47 @@ class Storage:
             with self._savepoint():
                 yield self
             return
-        if self._in_write:
-            raise RuntimeError("Storage.write() does not nest outside a batch")
+        if self._in_write or self._in_read:
+            raise LedgerError(E.INVALID_ARGUMENT, "an operation was started while another one of the same case "
+                              "was running (a nested call, or a callback that writes); run it after")
         if self.read_only:
             raise LedgerError(E.STORAGE_ERROR, f"{self.path} is on a read-only location: reads work, writes cannot")
         try:
-            fd = self._lock.acquire(int(self.settings["busy_timeout_ms"]))
-        except OSError as exc:
-            raise os_error(exc, f"cannot take the writer lock of {self.path}") from None
-        self._in_write = True
-        try:
+            self._in_write = True
+            try:
+                self._lock.acquire(int(self.settings["busy_timeout_ms"]))
+            except OSError as exc:
+                raise os_error(exc, f"cannot take the writer lock of {self.path}") from None
             with translate_sqlite_errors():
                 if self.conn.in_transaction:  # left over from an interrupted rollback
                     self.conn.execute("ROLLBACK")
                 self.conn.execute("BEGIN IMMEDIATE")
-                try:
-                    yield self
-                    self._fault("COMMIT")
-                    self.conn.execute("COMMIT")
-                except BaseException:
-                    self._rollback()
-                    raise
+                yield self
+                self._settle_savepoint()
+                self._fault("COMMIT")
+                self.conn.execute("COMMIT")
                 self._bound_wal()
         finally:
+            # every way out, a second interrupt during the first one's cleanup included: the
+            # next call (or close) finishes what an interrupted cleanup left
             self._in_write = False
-            WriterLock.release(fd)
+            try:
+                try:
+                    self._rollback()
+                finally:
+                    if self.conn.in_transaction:  # a second interrupt cut the rollback short
+                        self._rollback()
+            finally:
+                self._lock.release()
 
     def _bound_wal(self) -> None:
-        """Keep the WAL bounded while readers keep coming: past ``WAL_RESTART_BYTES`` run a
-        ``wal_checkpoint(RESTART)``, which waits (briefly) for the current readers to move
-        off the log so it can start over instead of growing."""
-        try:
-            size = os.stat(str(self.path) + "-wal").st_size
-        except OSError:
-            return
-        if size <= WAL_RESTART_BYTES:
-            return
-        self.conn.execute(f"PRAGMA busy_timeout = {WAL_RESTART_WAIT_MS}")
-        try:
-            self.conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
-        finally:
-            self.conn.execute(f"PRAGMA busy_timeout = {int(self.settings['busy_timeout_ms'])}")
+        """Keep the WAL bounded while readers come and go, without ever waiting for them: past
+        ``WAL_RESTART_BYTES`` run a ``wal_checkpoint(PASSIVE)``, which copies what no reader still
+        needs and returns at once. Once every page is copied and no reader holds an old snapshot,
+        the next write starts the log over and ``journal_size_limit`` shrinks the file back."""
+        if _wal_bytes(self.path) > WAL_RESTART_BYTES:
+            self._fault("checkpoint")
+            self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
 
     @contextmanager
     def batch(self) -> Iterator["Storage"]:
@@ -515,20 +469,32 @@ class Storage:
 
     @contextmanager
     def _savepoint(self) -> Iterator[None]:
+        self._settle_savepoint()
+        self._savepoint_open = True  # before it exists: rolling back a missing savepoint is harmless
         with translate_sqlite_errors():
             self.conn.execute("SAVEPOINT operation")
             try:
                 yield
             except BaseException:
-                try:
-                    self.conn.execute("ROLLBACK TO operation")
-                    self.conn.execute("RELEASE operation")
-                except sqlite3.Error:
-                    pass  # the batch's own rollback will clean up
+                self._settle_savepoint()
                 raise
             self.conn.execute("RELEASE operation")
+            self._savepoint_open = False
+
+    def _settle_savepoint(self) -> None:
+        """Roll back an operation's savepoint whose own rollback was interrupted, so a batch never
+        commits half an operation."""
+        if self._savepoint_open:
+            for sql in ("ROLLBACK TO operation", "RELEASE operation"):
+                try:
+                    self.conn.execute(sql)
+                except sqlite3.Error:
+                    pass  # no such savepoint: it was never made, or the batch already rolled back
+            self._savepoint_open = False
 
     def _rollback(self) -> None:
+        """End an uncommitted transaction (nothing to do after a commit)."""
+        self._savepoint_open = False
         try:
             if self.conn.in_transaction:
                 self.conn.execute("ROLLBACK")
@@ -538,18 +504,19 @@ class Storage:
     @contextmanager
     def read(self) -> Iterator["Storage"]:
         """A consistent read snapshot, ended before returning (no transaction is left open)."""
-        if self._in_write:
+        if self._in_write or self._in_read:  # inside a write or another read: the same snapshot
             yield self
             return
         with translate_sqlite_errors():
-            if self.conn.in_transaction:
-                self.conn.execute("ROLLBACK")
-            self.conn.execute("BEGIN")
             try:
-                yield self
-            finally:
+                self._in_read = True
                 if self.conn.in_transaction:
                     self.conn.execute("ROLLBACK")
+                self.conn.execute("BEGIN")
+                yield self
+            finally:
+                self._in_read = False
+                self._rollback()
 
     def _fault(self, label: str) -> None:
         if self.fault_hook is not None:

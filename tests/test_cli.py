@@ -6,10 +6,12 @@ import csv
 import io
 import json
 import shutil
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
+from ledger.clock import format_utc
 
 from conftest import EXAMPLE_BUDGET, logical_dump, make_package, run_cli
 
@@ -129,9 +131,9 @@ def test_sql_runs_read_only_queries_in_three_formats(cli_case):
 
 JOURNAL = [
     {"op": "open_revision", "hypotheses": [{"statement": "a"}, {"statement": "b"}], "units_per_hypothesis": 30},
-    {"op": "transition", "to": "INVESTIGATING_HYPOTHESES", "at": "2027-01-05T10:00:00Z"},
+    {"op": "transition", "to": "INVESTIGATING_HYPOTHESES", "at": "2026-01-05T10:00:00Z"},
     {"op": "initialize"},
-    {"op": "reserve", "hypothesis": "H1", "action_id": "q1", "action": "source.read_context", "at": "2027-01-05T10:01:00Z"},
+    {"op": "reserve", "hypothesis": "H1", "action_id": "q1", "action": "source.read_context", "at": "2026-01-05T10:01:00Z"},
     {"op": "record_result", "hypothesis": "H1", "action_id": "q1", "evidence": {"f": 1}, "source_refs": ["sources/app.py"]},
     {"op": "settle", "hypothesis": "H1", "action_id": "q1", "semantic_score": 50, "reason": "ok"},
     {"op": "reserve", "hypothesis": "H1", "action_id": "q2", "action": "research.lookup"},
@@ -148,7 +150,12 @@ def journal_bytes(lines) -> bytes:
 def test_apply_prints_one_result_line_per_line_and_a_rerun_is_all_reused(tmp_path):
     case = make_package(tmp_path / "j")
     journal = tmp_path / "j.jsonl"
-    journal.write_bytes(journal_bytes(JOURNAL))
+    # times a little ahead of now (within at_future_tolerance_ms), so that line 2's is the newest
+    now = datetime.now(timezone.utc)
+    at2, at4 = (format_utc(now + timedelta(seconds=s)) for s in (60, 120))
+    lines = [dict(line) for line in JOURNAL]
+    lines[1]["at"], lines[3]["at"] = at2, at4
+    journal.write_bytes(journal_bytes(lines))
     args = ("--config", str(EXAMPLE_BUDGET), "apply", str(case), str(journal), "--create", "BUG-9")
     first = [json.loads(line) for line in ok(*args).splitlines()]
     assert [r["line"] for r in first] == list(range(1, 11)) and all(r["ok"] for r in first)
@@ -161,8 +168,8 @@ def test_apply_prints_one_result_line_per_line_and_a_rerun_is_all_reused(tmp_pat
     assert [r["seq"] for r in second] == [r["seq"] for r in first]
     assert logical_dump(case / "ledger.sqlite") == before
     times = json.loads(ok("events", str(case), "--json"))
-    assert [t["created_at"] for t in times[2:4]] == ["2027-01-05T10:00:00.000000Z"] * 2  # the "at" of line 2, then clamped
-    assert times[4]["created_at"] == "2027-01-05T10:01:00.000000Z"
+    assert [t["created_at"] for t in times[2:4]] == [at2] * 2  # the "at" of line 2, then clamped
+    assert times[4]["created_at"] == at4
 
 
 def test_apply_stops_at_the_first_error_unless_keep_going(tmp_path):

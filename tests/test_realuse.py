@@ -366,7 +366,10 @@ def test_the_apply_progress_bar_ends_full_even_when_apply_stops_early(tmp_path, 
 
     monkeypatch.setattr(journal_cli, "progress_bar", fake_bar)
     bad = JOURNAL[:2] + [{"op": "nope"}] + JOURNAL[2:]
-    result = cli("apply", str(tmp_path / "c"), "-", "--create", "C-1", stdin=journal_text(bad) + "\n\n")
+    journal = tmp_path / "j.jsonl"
+    journal.write_text(journal_text(bad) + "\n\n", encoding="utf-8")
+    result = cli("apply", str(tmp_path / "c"), str(journal), "--create", "C-1")
     assert result.exit_code == 1
-    assert seen["total"] == 6 and seen["done"] == 6  # blank lines are not counted; the stop fills the bar
+    # the bar counts the journal's bytes (it is read as a stream); the stop still fills it
+    assert seen["total"] == journal.stat().st_size and seen["done"] >= seen["total"]
     assert seen["stream"] is not None  # drawn on stderr (shown whenever that is a terminal)

@@ -31,7 +31,7 @@ from ledger.storage import Storage
 from conftest import EXAMPLE_BUDGET, logical_dump, make_package
 
 SPAWN = multiprocessing.get_context("spawn")
-AT = "2031-01-01T00:00:00Z"
+AT = "2022-01-01T00:00:00Z"
 
 
 # --- SIGKILL torture ---------------------------------------------------------------------
@@ -85,7 +85,7 @@ def fault_hook(monkeypatch):
 def prepared(root: Path) -> Path:
     """A package whose case has a revision, an initialized budget and history on every account."""
     make_package(root)
-    with Case.create(root, "BUG-3", at="2030-01-01T00:00:00Z") as case:
+    with Case.create(root, "BUG-3", at="2021-01-01T00:00:00Z") as case:
         case.open_revision([{"statement": s} for s in ("a", "b", "c", "d")], 40, at=AT)
         case.transition("INVESTIGATING_HYPOTHESES", at=AT)
         budget = case.budget(BudgetConfig.load(EXAMPLE_BUDGET))

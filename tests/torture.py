@@ -38,7 +38,7 @@ from ledger import Case
 from ledger.canonical import parse_json, sha256_hex
 from ledger import export_case, verify_case
 
-GENESIS_AT = "2029-12-31T00:00:00Z"
+GENESIS_AT = "2020-12-31T00:00:00Z"
 CASE_ID = "TORTURE-1"
 
 
@@ -74,7 +74,7 @@ def build_journal(seed: int = 7, cycles: int = 140) -> list[dict]:
     lines.append({"op": "reject", "hypothesis": "H4", "reason": "ruled out at the end"})
     for number, line in enumerate(lines):
         if line["op"] != "snapshot":
-            line["at"] = f"2030-01-01T{number // 3600:02d}:{number // 60 % 60:02d}:{number % 60:02d}Z"
+            line["at"] = f"2021-01-01T{number // 3600:02d}:{number // 60 % 60:02d}:{number % 60:02d}Z"
     return lines
 
 
