@@ -7,6 +7,7 @@ fairly. The same lock also serializes exports of one package.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import threading
@@ -30,7 +31,15 @@ class WriterLock:
         self.path = path
 
     def _open(self) -> int:
-        return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        """The lock file, never through a symbolic link (``INVALID_ARGUMENT`` naming it)."""
+        try:
+            return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise LedgerError(E.INVALID_ARGUMENT, f"{self.path} is a symbolic link where the case package keeps "
+                                  "its lock file; the ledger never writes through a link (remove it)",
+                                  path=str(self.path)) from None
+            raise
 
     def acquire(self, timeout_ms: int) -> int:
         """Return a locked file descriptor, or raise ``LEDGER_BUSY`` after ``timeout_ms``."""

@@ -55,6 +55,9 @@ def _check_target(src: Path, dest: Path) -> bool:
     """True when importing in place (``dest`` is ``src``, whose ledger was lost)."""
     if not src.is_dir():
         raise LedgerError(E.INVALID_ARGUMENT, f"{src} is not a folder")
+    if dest != src and dest.is_symlink():
+        raise LedgerError(E.INVALID_ARGUMENT, f"{dest} is a symbolic link; import into a real folder (the new "
+                          "package would be written through the link)", path=str(dest))
     in_place = dest.resolve() == src.resolve()
     if in_place:
         if (src / LEDGER_FILE).exists():

@@ -167,6 +167,21 @@ def refuse_link(root: Path, relative: str, what: str) -> Path:
     return root / relative
 
 
+#: The ledger's own files and folders at the package root, none of which may be a link.
+OWN_LINKLESS = tuple(LEDGER_FILE + suffix for suffix in ("", "-wal", "-shm", "-journal", "-lock", "-export-lock")) + (
+    MANIFEST_FILE, ANALYSIS_DIR)
+
+
+def refuse_own_links(root: Path) -> None:
+    """``INVALID_ARGUMENT`` naming the first of the ledger's own files or folders
+    (``ledger.sqlite`` and its ``-wal``, ``-shm``, ``-journal``, ``-lock``, ``-export-lock``,
+    ``manifest.json``, ``analysis/``) that is a symbolic link: writing, renaming or deleting
+    through it would land outside the package. Links inside ``analysis/`` are refused where
+    it is read (:func:`export_tree_files`)."""
+    for name in OWN_LINKLESS:
+        refuse_link(root, name, "own files" if name != ANALYSIS_DIR else "export folder")
+
+
 def event_path(stream: str, revision: int, stream_seq: int) -> str:
     """Where an event exports to, relative to the package root: budget events per revision,
     every other event under ``analysis/case/events/``."""

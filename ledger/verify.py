@@ -27,7 +27,7 @@ from .errors import LedgerError
 from .errors import integrity_error as _bad
 from .manifest import check_manifest, read_manifest
 from .package import (EVENT_FILE_RE, LEDGER_FILE, MANIFEST_FILE, check_export_tree, check_package_names, content_path,
-                      event_path, export_tree_files)
+                      event_path, export_tree_files, refuse_own_links)
 from .paths import fs_path
 from .replay import PackageSource, Replayer
 from .storage import Storage, file_identity, translate_sqlite_errors
@@ -73,6 +73,7 @@ def verify_case(path: str | os.PathLike[str], progress: Progress | None = None) 
     """
     root = fs_path(path, "case path")
     ledger = root / LEDGER_FILE
+    refuse_own_links(root)
     if not ledger.is_file():
         Case.open(root)  # raises the right LEDGER_MISSING
     check_package_names(root)
