@@ -62,7 +62,7 @@ class WriterLock:
             try:
                 fd = self._open()
                 fcntl.flock(fd, fcntl.LOCK_EX)
-            except OSError as exc:
+            except (OSError, LedgerError) as exc:  # a link put in its place meanwhile is refused, not waited on
                 with cond:
                     box["error"] = exc
                     cond.notify()
@@ -83,6 +83,8 @@ class WriterLock:
             finally:
                 if box["fd"] is None:
                     box["abandoned"] = True
+            if isinstance(box["error"], LedgerError):
+                raise box["error"]
             if box["error"] is not None:
                 raise LedgerError(E.LEDGER_BUSY, f"cannot lock {self.path}: {box['error']}")
             if box["fd"] is None:

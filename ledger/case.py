@@ -98,7 +98,7 @@ class Case:
     @classmethod
     def _create(cls, root: Path, case_id: str, analysis: AnalysisConfig, actor: str,
                 clock: Callable[[], str], moment: str | None) -> "Case":
-        refuse_own_links(root)
+        refuse_own_links(root, creating=True)  # a new ledger is never created through a link
         if (root / MANIFEST_FILE).exists() or (root / ANALYSIS_DIR).exists():
             raise LedgerError(E.CASE_EXISTS, f"{root} already holds a case package (manifest or analysis/)")
         if root.exists() and not root.is_dir():

@@ -167,18 +167,19 @@ def refuse_link(root: Path, relative: str, what: str) -> Path:
     return root / relative
 
 
-#: The ledger's own files and folders at the package root, none of which may be a link.
-OWN_LINKLESS = tuple(LEDGER_FILE + suffix for suffix in ("", "-wal", "-shm", "-journal", "-lock", "-export-lock")) + (
+#: The ledger's own files and folders at the package root that may never be links. ``ledger.sqlite``
+#: itself may be one once it exists (its sidecar files then live beside the real file).
+OWN_LINKLESS = tuple(LEDGER_FILE + suffix for suffix in ("-wal", "-shm", "-journal", "-lock", "-export-lock")) + (
     MANIFEST_FILE, ANALYSIS_DIR)
 
 
-def refuse_own_links(root: Path) -> None:
+def refuse_own_links(root: Path, *, creating: bool = False) -> None:
     """``INVALID_ARGUMENT`` naming the first of the ledger's own files or folders
-    (``ledger.sqlite`` and its ``-wal``, ``-shm``, ``-journal``, ``-lock``, ``-export-lock``,
-    ``manifest.json``, ``analysis/``) that is a symbolic link: writing, renaming or deleting
-    through it would land outside the package. Links inside ``analysis/`` are refused where
-    it is read (:func:`export_tree_files`)."""
-    for name in OWN_LINKLESS:
+    (``ledger.sqlite``'s ``-wal``, ``-shm``, ``-journal``, ``-lock``, ``-export-lock``,
+    ``manifest.json``, ``analysis/``; with ``creating`` also ``ledger.sqlite``) that is a
+    symbolic link: writing, renaming or deleting through it would land outside the package.
+    Links inside ``analysis/`` are refused where it is read (:func:`export_tree_files`)."""
+    for name in ((LEDGER_FILE,) if creating else ()) + OWN_LINKLESS:
         refuse_link(root, name, "own files" if name != ANALYSIS_DIR else "export folder")
 
 
