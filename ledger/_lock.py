@@ -14,6 +14,7 @@ caller's ``finally`` ran; a file object nobody references any more is closed
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import threading
@@ -42,10 +43,18 @@ class WriterLock:
         self._pending: dict[str, Any] | None = None
 
     def _open(self) -> BinaryIO:
+        """The lock file, never through a symbolic link (``INVALID_ARGUMENT`` naming it)."""
         # open()'s opener hands the descriptor straight to the file object: an interrupt
         # can never fall between the two and leave a descriptor nobody closes
-        return open(self.path, "r+b", buffering=0,
-                    opener=lambda path, _flags: os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644))
+        try:
+            return open(self.path, "r+b", buffering=0, opener=lambda path, _flags: os.open(
+                path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644))
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise LedgerError(E.INVALID_ARGUMENT, f"{self.path} is a symbolic link where the case package keeps "
+                                  "its lock file; the ledger never writes through a link (remove it)",
+                                  path=str(self.path)) from None
+            raise
 
     @property
     def locked(self) -> bool:
@@ -85,7 +94,7 @@ class WriterLock:
             try:
                 handle = self._open()
                 fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-            except OSError as exc:
+            except (OSError, LedgerError) as exc:  # a link put in its place meanwhile is refused, not waited on
                 box["error"] = exc
             else:
                 with self._guard:
@@ -105,6 +114,8 @@ class WriterLock:
             self._pending = None
         if self.held is not None:
             return
+        if isinstance(box["error"], LedgerError):
+            raise box["error"]
         if box["error"] is not None:
             raise LedgerError(E.LEDGER_BUSY, f"cannot lock {self.path}: {box['error']}")
         raise LedgerError(

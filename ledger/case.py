@@ -24,7 +24,7 @@ from .config import AnalysisConfig
 from .errors import LedgerError
 from .facade import CaseFacade, LifecycleResult  # noqa: F401 (re-exported)
 from .package import (ANALYSIS_DIR, LEDGER_FILE, MANIFEST_FILE, content_path, event_path, input_identity,
-                      resolve_source_refs)
+                      refuse_own_links, resolve_source_refs)
 from .paths import fs_path, os_error
 from .rules import lifecycle
 from .rules.common import check_action_id, check_case_id
@@ -77,6 +77,7 @@ class Case(CaseFacade):
     @classmethod
     def _create(cls, root: Path, case_id: str, analysis: AnalysisConfig, actor: str,
                 clock: Callable[[], str], moment: str | None) -> "Case":
+        refuse_own_links(root, creating=True)  # a new ledger is never created through a link
         if (root / MANIFEST_FILE).exists() or (root / ANALYSIS_DIR).exists():
             raise LedgerError(E.CASE_EXISTS, f"{root} already holds a case package (manifest or analysis/)")
         if root.exists() and not root.is_dir():
@@ -119,6 +120,7 @@ class Case(CaseFacade):
 
     @classmethod
     def _open(cls, root: Path, analysis: AnalysisConfig, actor: str, clock: Callable[[], str]) -> "Case":
+        refuse_own_links(root)
         ledger = root / LEDGER_FILE
         if not ledger.is_file():
             if (root / MANIFEST_FILE).exists():

@@ -21,7 +21,8 @@ from ._sql import statement
 from .canonical import canonical_bytes
 from .case import Case
 from .manifest import manifest_for
-from .package import ANALYSIS_DIR, EXPORT_TEMP_PREFIX, LEDGER_FILE, MANIFEST_FILE, content_path, event_path
+from .package import (ANALYSIS_DIR, EXPORT_TEMP_PREFIX, LEDGER_FILE, MANIFEST_FILE, check_package_names, content_path,
+                      event_path, export_tree_files, refuse_own_links)
 from .paths import os_error
 
 Progress = Callable[[int], None]
@@ -87,6 +88,9 @@ def export_case(case: Case, progress: Progress | None = None) -> ExportReport:
 
 def _export_locked(case: Case, root: Path, progress: Progress | None) -> ExportReport:
     report = ExportReport(str(root))
+    refuse_own_links(root)  # nothing is written, renamed or deleted through a link
+    check_package_names(root)  # a package verify and import would refuse is not exported either
+    export_tree_files(root)  # no link or special file in analysis/
     for leftover in _stale_temp_files(root):
         leftover.unlink(missing_ok=True)
     touched: set[Path] = set()

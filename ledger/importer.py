@@ -15,7 +15,7 @@ import shutil
 import stat
 import time
 from pathlib import Path, PurePosixPath
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 from . import errors as E
 from ._files import fsync_dir
@@ -25,35 +25,39 @@ from .errors import LedgerError
 from .errors import integrity_error as _bad
 from .export import export_case
 from .manifest import check_manifest, read_manifest
-from .package import ANALYSIS_DIR, EXPORT_TEMP_PREFIX, LEDGER_FILE, content_path, event_path, is_ledger_own
+from .package import (EVENT_FILE_RE, LEDGER_FILE, check_export_tree, content_path, event_path, is_ledger_own,
+                      printable_name, walk_package)
 from .paths import fs_path
 from .replay import PackageSource, Replayer
-from .storage import Storage
+from .storage import EventRow, HelperRow, Storage
+from .views import MemoryView
 from .verify import VerifyReport, verify_case
 
 Progress = Callable[[int], None]
 
 
 def _walk_regular(root: Path) -> Iterator[tuple[str, Path]]:
-    """Every file below ``root`` as (posix relative path, path); links and specials refused."""
-    for directory, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            full = Path(directory, name)
-            info = os.lstat(full)
-            relative = full.relative_to(root).as_posix()
-            if stat.S_ISLNK(info.st_mode):
-                raise LedgerError(E.INVALID_ARGUMENT, f"import accepts no links: {relative}")
-            if name in dirnames:
-                continue
-            if not stat.S_ISREG(info.st_mode):
-                raise LedgerError(E.INVALID_ARGUMENT, f"import accepts only regular files: {relative}")
-            yield relative, full
+    """Every file below ``root`` as (posix relative path, path); links, specials and names
+    outside the package's file-name rule refused (``INVALID_ARGUMENT`` naming them)."""
+    for relative, info in walk_package(root):
+        if stat.S_ISLNK(info.st_mode):
+            raise LedgerError(E.INVALID_ARGUMENT, f"import accepts no links: {printable_name(relative)}",
+                              path=printable_name(relative))
+        if stat.S_ISDIR(info.st_mode):
+            continue
+        if not stat.S_ISREG(info.st_mode):
+            raise LedgerError(E.INVALID_ARGUMENT, f"import accepts only regular files: {printable_name(relative)}",
+                              path=printable_name(relative))
+        yield relative, root / relative
 
 
 def _check_target(src: Path, dest: Path) -> bool:
     """True when importing in place (``dest`` is ``src``, whose ledger was lost)."""
     if not src.is_dir():
         raise LedgerError(E.INVALID_ARGUMENT, f"{src} is not a folder")
+    if dest != src and dest.is_symlink():
+        raise LedgerError(E.INVALID_ARGUMENT, f"{dest} is a symbolic link; import into a real folder (the new "
+                          "package would be written through the link)", path=str(dest))
     in_place = dest.resolve() == src.resolve()
     if in_place:
         if (src / LEDGER_FILE).exists():
@@ -66,27 +70,29 @@ def _check_target(src: Path, dest: Path) -> bool:
     return in_place
 
 
-def _event_files(files: dict[str, Path], head_seq: int) -> dict[int, str]:
-    """seq → relative path of every exported event file; every seq up to the manifest's head must be there."""
-    events: dict[int, str] = {}
-    for relative in files:
-        pure = PurePosixPath(relative)
-        if pure.parts[0] != ANALYSIS_DIR or pure.name.startswith(EXPORT_TEMP_PREFIX):
+def _budget_revisions(files: dict[str, Path]) -> list[int]:
+    """Revisions that have a budget event folder in the tree."""
+    return sorted({int(PurePosixPath(r).parts[2]) for r in files if EVENT_FILE_RE.fullmatch(r)
+                   and r.startswith("analysis/budgets/")})
+
+
+def _next_event(files: dict[str, Path], view: MemoryView, revisions: list[int], seq: int) -> str | None:
+    """The file of event ``seq``, found by address, not by scanning: the next file of the case
+    stream or of a revision's budget stream whose event claims ``seq`` and whose format belongs
+    to that stream. A copy elsewhere is never taken for it (``check_export_tree`` names it)."""
+    candidates = [("case", event_path("case", 0, view.next_stream_seq("case", 0)))]
+    candidates += [("budget", event_path("budget", r, view.next_stream_seq("budget", r))) for r in revisions]
+    for stream, relative in candidates:
+        if relative not in files:
             continue
-        if (len(pure.parts) == 4 and pure.parts[1:3] == ("case", "events")) or (
-                len(pure.parts) == 5 and pure.parts[1] == "budgets" and pure.parts[3] == "events"):
-            try:
-                seq = json.loads(files[relative].read_bytes()).get("seq")
-            except (ValueError, AttributeError, RecursionError):
-                raise _bad(None, f"{relative} is not an event") from None
-            if type(seq) is not int or seq in events:
-                raise _bad(seq if type(seq) is int else None, f"{relative} repeats or lacks an event seq")
-            events[seq] = relative
-    # the manifest is the export's commit point: events after its head are ignored
-    missing = next((i for i in range(1, head_seq + 1) if i not in events), None)
-    if missing is not None:
-        raise _bad(missing, f"the export has no event {missing} (its manifest names head seq {head_seq})")
-    return events
+        try:
+            body = json.loads(files[relative].read_bytes())
+        except (ValueError, RecursionError):
+            continue
+        if (type(body) is dict and type(body.get("seq")) is int and body["seq"] == seq
+                and (body.get("format") == "budget-event-v1") == (stream == "budget")):
+            return relative
+    return None
 
 
 def _copy_inputs(files: dict[str, Path], build_dir: Path) -> None:
@@ -100,35 +106,62 @@ def _copy_inputs(files: dict[str, Path], build_dir: Path) -> None:
         shutil.copymode(full, target)  # an executable or read-only input stays so
 
 
-def _rebuild(building: Path, build_dir: Path, files: dict[str, Path], events: dict[int, str],
-             manifest: dict[str, Any], progress: Progress | None) -> None:
-    """Replay every event up to the manifest's head into a new ledger at ``building``, in one transaction."""
+def _rebuild(building: Path, build_dir: Path, files: dict[str, Path], manifest: dict[str, Any],
+             progress: Progress | None) -> None:
+    """Replay every event up to the manifest's head into a new ledger at ``building``, in one
+    transaction; then check that the tree holds nothing but that history's files."""
 
     def content_of(sha: str) -> bytes | None:
         relative = content_path(sha)
         return files[relative].read_bytes() if relative in files else None
 
     head_seq = manifest["head"]["seq"]
+    accounted: set[str] = set()
     storage = Storage.create(building, AnalysisConfig().storage)
+
+    def sink(row: EventRow, helpers: list[HelperRow], contents: Mapping[str, bytes]) -> None:
+        accounted.update(content_path(sha) for sha in contents)
+        if row.seq <= head_seq:
+            storage.append(row, helpers, contents)
+
     try:
         with storage.write():
             storage.apply_migrations()
-            replayer = Replayer(PackageSource(build_dir, content_of), storage.append)
-            for seq in range(1, head_seq + 1):
-                relative = events[seq]
-                try:
-                    body, stream_seq = replayer.apply(seq, files[relative].read_bytes())
-                except LedgerError as exc:  # name the file as well as the seq
-                    raise LedgerError(exc.code, f"{relative}: {exc.message}", **{**exc.details, "file": relative}) from None
-                stream = "budget" if body["format"] == "budget-event-v1" else "case"
-                if event_path(stream, body["revision"], stream_seq) != relative:
-                    raise _bad(seq, f"{relative} is not where event {seq} belongs")
-                if progress:
-                    progress(1)
-            replayer.finish()
+            replayer = Replayer(PackageSource(build_dir, content_of), sink)
+            _replay_tree(replayer, files, head_seq, accounted, progress)
             check_manifest(manifest, storage.conn, head_seq)
+            check_export_tree(files, accounted)
     finally:
         storage.close()
+
+
+def _replay_tree(replayer: Replayer, files: dict[str, Path], head_seq: int, accounted: set[str],
+                 progress: Progress | None) -> None:
+    """Events 1..head must all be there and replay; events an interrupted export wrote past the
+    head are replayed too (so they count as part of the export) but not imported."""
+    revisions = _budget_revisions(files)
+    seq = 1
+    while True:
+        relative = _next_event(files, replayer.view, revisions, seq)
+        if relative is None:
+            if seq <= head_seq:
+                raise _bad(seq, f"the export has no event {seq} (its manifest names head seq {head_seq})")
+            return
+        try:
+            body, stream_seq = replayer.apply(seq, files[relative].read_bytes())
+        except LedgerError as exc:
+            if seq <= head_seq:  # name the file as well as the seq
+                raise LedgerError(exc.code, f"{relative}: {exc.message}", **{**exc.details, "file": relative}) from None
+            return  # not a continuation of the history: check_export_tree names the file
+        stream = "budget" if body["format"] == "budget-event-v1" else "case"
+        if event_path(stream, body["revision"], stream_seq) != relative:
+            raise _bad(seq, f"{relative} is not where event {seq} belongs")
+        accounted.add(relative)
+        if seq == head_seq:
+            replayer.finish()
+        if progress and seq <= head_seq:
+            progress(1)
+        seq += 1
 
 
 def import_tree(source: str | os.PathLike[str], to: str | os.PathLike[str] | None = None,
@@ -149,7 +182,6 @@ def import_tree(source: str | os.PathLike[str], to: str | os.PathLike[str] | Non
     if manifest is None:
         raise LedgerError(E.INVALID_ARGUMENT, f"{src} has no manifest.json: not an exported case")
     files = dict(_walk_regular(src))
-    events = _event_files(files, manifest["head"]["seq"])
     # a new package is built in a hidden sibling folder and renamed into place at the end,
     # so an interrupted import leaves the target absent and can simply be run again
     build_dir = src if in_place else dest.parent / f".{dest.name}.importing-{os.getpid()}-{time.time_ns()}"
@@ -160,7 +192,7 @@ def import_tree(source: str | os.PathLike[str], to: str | os.PathLike[str] | Non
             _copy_inputs(files, build_dir)
         for leftover in scratch_files:
             leftover.unlink(missing_ok=True)
-        _rebuild(building, build_dir, files, events, manifest, progress)
+        _rebuild(building, build_dir, files, manifest, progress)
         for suffix in ("-wal", "-shm"):
             # a lost ledger's log must never be replayed onto the rebuilt file: keep it aside
             stale = build_dir / (LEDGER_FILE + suffix)

@@ -27,7 +27,8 @@ from .errors import integrity_error as _bad
 from .operations import OPERATIONS
 from .package import resolve_source_refs
 from .projection import helper_rows
-from .rules.common import Context, Draft, Outcome, Reused
+from .clock import parse_at
+from .rules.common import Context, Draft, Outcome, Reused, check_action_id
 from .schemas import validator
 from .storage import EventRow, HelperRow
 from .views import MemoryView
@@ -49,6 +50,23 @@ class PackageSource:
             return resolve_source_refs(self.root, refs) if refs else []
         except LedgerError as exc:
             raise LedgerError(E.INTEGRITY_ERROR, f"source reference no longer resolves: {exc.message}") from None
+
+
+def _check_stored_fields(seq: int, created_at: str, actor: str) -> None:
+    """The two body fields a replay cannot recompute must be values the live API would have
+    stored: ``actor`` passes the API's id check, ``created_at`` is a real UTC time already in
+    the stored form (``parse_at`` leaves it unchanged). ``INTEGRITY_ERROR`` naming ``seq``."""
+    try:
+        check_action_id(actor, "actor")
+    except LedgerError as exc:
+        raise _bad(seq, f"the event's actor is not one the ledger accepts: {exc.message}", field="actor") from None
+    try:
+        stored_form = parse_at(created_at)
+    except LedgerError as exc:
+        raise _bad(seq, f"the event's created_at is not a real time: {exc.message}", field="created_at") from None
+    if stored_form != created_at:
+        raise _bad(seq, f"the event's created_at {created_at[:40]!r} is not in the stored form {stored_form}",
+                   field="created_at")
 
 
 class Replayer:
@@ -131,6 +149,7 @@ class Replayer:
         created_at, actor = body.get("created_at"), body.get("actor")
         if type(created_at) is not str or type(actor) is not str or type(body.get("request")) is not dict:
             raise _bad(seq, "event lacks a created_at, actor or request")
+        _check_stored_fields(seq, created_at, actor)
         if created_at < self.previous_at:
             raise _bad(seq, "created_at goes back in time")
         return body

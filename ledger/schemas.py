@@ -7,10 +7,12 @@ callers that need a true ``int`` also use :func:`ledger.canonical.check_int`.
 from __future__ import annotations
 
 import json
+import re
 from functools import cache
-from typing import Any
+from typing import Any, Iterator
 
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator, ValidationError
+from jsonschema.validators import extend
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
@@ -30,10 +32,48 @@ def _registry() -> Registry:
 
 
 @cache
+def _end_anchored(pattern: str) -> re.Pattern[str]:
+    """``pattern`` compiled with ECMA-262's meaning of ``$``: the end of the string only.
+
+    Python's ``$`` also matches before a trailing newline, so ``^[a-z]+$`` would
+    accept ``"abc\\n"`` where every ECMA-262 engine (the regex dialect JSON Schema
+    specifies) refuses it. Each unescaped ``$`` outside a character class becomes ``\\Z``.
+    """
+    out, escaped, in_class = [], False, False
+    for char in pattern:
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif char == "[":
+            in_class = True
+        elif char == "]":
+            in_class = False
+        elif char == "$" and not in_class:
+            out.append("\\Z")
+            continue
+        out.append(char)
+    return re.compile("".join(out))
+
+
+def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[ValidationError]:
+    if validator.is_type(instance, "string") and not _end_anchored(pattern).search(instance):
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+#: Draft 2020-12 whose ``pattern`` (and so ``propertyNames``' patterns) anchors ``$`` at the very end.
+StrictValidator = extend(Draft202012Validator, {"pattern": _pattern})
+
+
+@cache
 def validator(name: str) -> Draft202012Validator:
-    """The compiled validator of ``schemas/<name>.json`` (for example ``budget-policy-v1``)."""
+    """The compiled validator of ``schemas/<name>.json`` (for example ``budget-policy-v1``).
+
+    ``pattern`` follows ECMA-262: ``$`` matches only at the end of the string, so a
+    value with a trailing newline never passes an anchored pattern.
+    """
     schema = json.loads((resource_dir("schemas") / f"{name}.json").read_text(encoding="utf-8"))
-    return Draft202012Validator(schema, registry=_registry())
+    return StrictValidator(schema, registry=_registry())
 
 
 def error_path(error: Any) -> str:

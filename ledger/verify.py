@@ -17,7 +17,7 @@ import sqlite3
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from . import errors as E
 from ._files import same_bytes
@@ -27,7 +27,8 @@ from .case import Case
 from .errors import LedgerError
 from .errors import integrity_error as _bad
 from .manifest import check_manifest, read_manifest
-from .package import LEDGER_FILE, MANIFEST_FILE, content_path, event_path
+from .package import (EVENT_FILE_RE, LEDGER_FILE, MANIFEST_FILE, check_export_tree, check_package_names, content_path,
+                      event_path, export_tree_files, refuse_own_links)
 from .paths import fs_path
 from .replay import PackageSource, Replayer
 from .storage import Storage, file_identity, translate_sqlite_errors
@@ -96,8 +97,10 @@ def verify_case(path: str | os.PathLike[str], progress: Progress | None = None) 
     """
     root = fs_path(path, "case path")
     ledger = root / LEDGER_FILE
+    refuse_own_links(root)
     if not ledger.is_file():
         Case.open(root)  # raises the right LEDGER_MISSING
+    check_package_names(root)
     with tempfile.TemporaryDirectory(prefix="ledger-verify-") as scratch_dir:
         scratch = Storage.scratch(Path(scratch_dir) / "replay.sqlite", ledger)
         immutable = scratch.read_only_source
@@ -264,15 +267,17 @@ def _check_export(root: Path, conn: sqlite3.Connection, head: tuple[int, str]) -
     if manifest is not None:
         check_manifest(manifest, conn, head[0])
     known = {event_path(*row) for row in conn.execute(statement("event_addresses"))}
-    for relative, path in _exported_event_files(root):
-        if relative not in known:
+    files = export_tree_files(root)
+    for relative in files:
+        if relative not in known and EVENT_FILE_RE.fullmatch(relative):
             try:
-                seq = json.loads(path.read_bytes()).get("seq")
+                seq = json.loads((root / relative).read_bytes()).get("seq")
             except (ValueError, AttributeError, RecursionError, OSError):
-                continue  # not an event of ours: not evidence of truncation
+                continue  # not an event of ours: not evidence of truncation (check_export_tree names it)
             if type(seq) is int and seq > head[0]:
                 raise _bad(head[0] + 1, f"{relative} holds event {seq} but the ledger ends at seq {head[0]} "
                            "(truncated or rolled-back ledger)")
+    check_export_tree(files, known | {content_path(sha) for (sha,) in conn.execute(statement("content_shas"))})
     limit = manifest["head"]["seq"] if manifest else 0
     for seq, stream, revision, stream_seq, body in conn.execute(statement("events_for_export")):
         target = root / event_path(stream, revision, stream_seq)
@@ -291,18 +296,5 @@ def _check_export(root: Path, conn: sqlite3.Connection, head: tuple[int, str]) -
         elif seq <= limit:
             raise _bad(seq, f"exported content {sha} is missing")
     return checked, manifest["head"]["seq"] if manifest else None
-
-
-def _exported_event_files(root: Path) -> Iterator[tuple[str, Path]]:
-    """(relative path, path) of every file in the exported event folders."""
-    folders = [root / "analysis" / "case" / "events"]
-    budgets = root / "analysis" / "budgets"
-    if budgets.is_dir():
-        folders += sorted(p / "events" for p in budgets.iterdir() if p.is_dir())
-    for folder in folders:
-        if folder.is_dir():
-            for entry in os.scandir(folder):
-                if entry.name.endswith(".json") and not entry.name.startswith("."):
-                    yield Path(entry.path).relative_to(root).as_posix(), Path(entry.path)
 
 

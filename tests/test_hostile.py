@@ -1096,8 +1096,8 @@ def mutate(src: Path, original: set[str], flipped: set[tuple], kind: str, index:
         junk.parent.mkdir(parents=True, exist_ok=True)
         body = [b"\x00" * (3 * MIB), b"[" * 200_000, b'{"seq": 1}', b"\xff\xfe\x00", b'{"seq": 1.0}'][detail // 5 % 5]
         junk.write_bytes(body)
-        # a file where an event belongs must be an event; junk anywhere else is ignored or copied
-        if "/events/" not in where:
+        # a file under analysis/ must belong to the export (issue 8.5); junk elsewhere is an input, copied
+        if not where.startswith("analysis/"):
             return "accept", unconditionally
         return "refuse", lambda: junk.is_file() and junk.read_bytes() == body
     if kind == "extra_input":
@@ -1105,12 +1105,14 @@ def mutate(src: Path, original: set[str], flipped: set[tuple], kind: str, index:
         extra.parent.mkdir(parents=True, exist_ok=True)
         extra.write_bytes(b"an unrelated input\n")
         return "accept", unconditionally
-    # event_after_head: an interrupted export left an event past the manifest's head; ignored
+    # event_after_head: a file past the manifest's head that does not continue the history is
+    # not part of the export (issue 8.5: only a real interrupted export's later events are)
     extra = src / "analysis" / "case" / "events" / "00000099.json"
     if extra.exists() or type(head) is not int:
         return "either", unconditionally
-    extra.write_text(json.dumps({"seq": head + 1 + detail % 5, "format": "case-event-v1"}), encoding="utf-8")
-    return "accept", unconditionally
+    text = json.dumps({"seq": head + 1 + detail % 5, "format": "case-event-v1"})
+    extra.write_text(text, encoding="utf-8")
+    return "refuse", lambda: extra.is_file() and extra.read_text(encoding="utf-8") == text
 
 
 def combine(claims: list[tuple[str, Callable[[], bool]]]) -> str:

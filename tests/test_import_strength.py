@@ -1,0 +1,268 @@
+"""Import and verify are never weaker than the live API (issue 8, item 4).
+
+A forger can always edit an exported tree and re-link the chain and the manifest
+(there is no signature). Whatever such a tree holds, import and verify accept
+only values the live API would itself have stored: identifiers, times, text.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from ledger import BudgetConfig, Case, LedgerError, export_case, import_tree, verify_case
+from ledger.canonical import canonical_bytes, canonical_event_bytes, sha256_hex
+from ledger.errors import INTEGRITY_ERROR
+
+from conftest import EXAMPLE_BUDGET, make_package
+
+SETTLE_REASON = "points at the bug"
+
+
+def build_case(path: Path, *, actor: str = "controller", at: str | None = None) -> Case:
+    """A small case through every lifecycle step and one settled action."""
+    make_package(path)
+    kwargs: dict[str, Any] = {"at": at} if at is not None else {}
+    case = Case.create(path, "BUG-4", actor=actor, **kwargs)
+    case.open_revision([{"statement": "add() subtracts"}, {"statement": "the test is wrong"}], 40, **kwargs)
+    case.transition("INVESTIGATING_HYPOTHESES", **kwargs)
+    budget = case.budget(BudgetConfig.load(EXAMPLE_BUDGET))
+    budget.initialize(**kwargs)
+    budget.reserve("H1", "q1", "source.read_context", **kwargs)
+    budget.record_result("H1", "q1", {"finding": "a - b"}, ["sources/app.py"], **kwargs)
+    return case
+
+
+@pytest.fixture(scope="module")
+def exported_tree(tmp_path_factory) -> Path:
+    """An exported package without its ledger: the input a forger edits."""
+    root = tmp_path_factory.mktemp("forge") / "case"
+    case = build_case(root)
+    case.budget().settle("H1", "q1", 50, SETTLE_REASON)
+    export_case(case)
+    case.close()
+    for name in os.listdir(root):
+        if name.startswith("ledger.sqlite"):
+            os.unlink(root / name)
+    return root
+
+
+def _raw_bytes(body: dict[str, Any]) -> bytes:
+    """Canonical bytes when the body has them; otherwise the closest a forger can write."""
+    try:
+        return canonical_event_bytes(body)
+    except LedgerError:
+        return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode(
+            "utf-8", "surrogatepass")
+
+
+def forge(tree: Path, edit: Callable[[dict[str, Any]], None]) -> None:
+    """Apply ``edit`` to every event body of ``tree``, then re-link the chain and the manifest
+    head and budget pointer, exactly as a forger without any key can."""
+    events = []
+    for directory, _, names in os.walk(tree / "analysis"):
+        if os.path.basename(directory) == "events":
+            for name in names:
+                path = Path(directory, name)
+                events.append((json.loads(path.read_bytes())["seq"], path))
+    parent = "0" * 64
+    shas: dict[str, str] = {}
+    for _, path in sorted(events):
+        body = json.loads(path.read_bytes())
+        edit(body)
+        body["parent_sha256"] = parent
+        data = _raw_bytes(body)
+        path.write_bytes(data)
+        parent = sha256_hex(data)
+        shas[path.relative_to(tree).as_posix()] = parent
+    manifest = json.loads((tree / "manifest.json").read_bytes())
+    manifest["head"]["sha256"] = parent
+    pointer = manifest["artifacts"]["budget_ledger"]
+    pointer["sha256"] = shas[pointer["path"]]
+    (tree / "manifest.json").write_bytes(canonical_bytes(manifest))
+
+
+def import_verdict(source: Path, tmp: Path) -> LedgerError | None:
+    """None when import accepts a copy of ``source`` (then the rebuilt case verifies too)."""
+    work = tmp / "import"
+    shutil.rmtree(work, ignore_errors=True)
+    shutil.copytree(source, work)
+    try:
+        import_tree(work)
+    except LedgerError as exc:
+        return exc
+    verify_case(work)
+    return None
+
+
+def set_everywhere(field: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    def edit(body: dict[str, Any]) -> None:
+        body[field] = value
+    return edit
+
+
+def set_settle_reason(value: Any) -> Callable[[dict[str, Any]], None]:
+    def edit(body: dict[str, Any]) -> None:
+        if body["request"].get("op") == "settle":
+            body["request"]["reason"] = value
+    return edit
+
+
+# --- the issue's example ---------------------------------------------------------------------
+def test_import_refuses_an_actor_with_a_trailing_newline_that_the_api_refuses(exported_tree, tmp_path):
+    tree = tmp_path / "tree"
+    shutil.copytree(exported_tree, tree)
+    forge(tree, set_everywhere("actor", "controller\n"))
+    with pytest.raises(LedgerError) as live:
+        Case.create(tmp_path / "live", "BUG-4", actor="controller\n")
+    assert live.value.code == "INVALID_ID"
+    error = import_verdict(tree, tmp_path)
+    assert error is not None and error.code == INTEGRITY_ERROR
+    assert error.details["seq"] == 1 and "actor" in error.message
+    assert not (tmp_path / "import" / "ledger.sqlite").exists()
+
+
+def test_an_unforged_tree_still_imports(exported_tree, tmp_path):
+    tree = tmp_path / "tree"
+    shutil.copytree(exported_tree, tree)
+    forge(tree, lambda body: None)  # re-linking alone changes no byte
+    assert import_verdict(tree, tmp_path) is None
+
+
+def _forge_ledger(path: Path, field: str, value: str) -> None:
+    """Rewrite ``field`` of every event inside ``ledger.sqlite`` with the triggers dropped and
+    put back afterwards, re-linking the chain: what a tamperer with SQL access can do."""
+    conn = sqlite3.connect(path / "ledger.sqlite")
+    triggers = conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'").fetchall()
+    for name, _ in triggers:
+        conn.execute(f'DROP TRIGGER "{name}"')
+    parent = "0" * 64
+    for seq, body in conn.execute("SELECT seq, body FROM events ORDER BY seq").fetchall():
+        data = json.loads(body)
+        data[field] = value
+        data["parent_sha256"] = parent
+        raw = _raw_bytes(data)
+        sha = sha256_hex(raw)
+        conn.execute("UPDATE events SET body = ?, sha256 = ?, parent_sha256 = ?, created_at = ? WHERE seq = ?",
+                     (raw.decode("utf-8"), sha, parent, data["created_at"], seq))
+        parent = sha
+    for _, sql in triggers:
+        conn.execute(sql)
+    conn.commit()
+    conn.close()
+
+
+@pytest.mark.parametrize("field, value", [
+    ("actor", "controller\n"), ("actor", "controller "), ("actor", ""),
+    ("created_at", "2026-02-30T10:00:00.000000Z"), ("created_at", "2026-01-05T10:00:00.000000Z\n"),
+    ("created_at", "2026-01-05T10:00:00Z"), ("created_at", "2026-01-05T24:00:00.000000Z"),
+])
+def test_verify_refuses_stored_fields_the_api_would_never_store(tmp_path, field, value):
+    case = build_case(tmp_path / "case", at="2026-01-05T10:00:00Z")
+    case.close()
+    _forge_ledger(tmp_path / "case", field, value)
+    with pytest.raises(LedgerError) as caught:
+        verify_case(tmp_path / "case")
+    assert caught.value.code == INTEGRITY_ERROR
+    assert caught.value.details["seq"] == 1 and field in caught.value.message
+
+
+def test_schema_patterns_anchor_at_the_very_end_of_the_string():
+    """JSON Schema's regex dialect (ECMA-262): ``$`` never matches before a trailing newline."""
+    from ledger.schemas import validator
+
+    messages = [e.message for e in validator("case-event-v1").iter_errors({"actor": "controller\n"})]
+    assert any("controller" in m for m in messages)
+    assert not [e for e in validator("case-event-v1").iter_errors({"actor": "controller"})
+                if e.validator == "pattern"]
+    # config keys go through propertyNames patterns: a live-API input, now refused too
+    with pytest.raises(LedgerError) as caught:
+        BudgetConfig.from_mapping({"costs": {"source.read_context\n": 5}})
+    assert caught.value.code == "CONFIG_INVALID"
+
+
+# --- the property: anything import accepts, the live API would have accepted --------------------
+@pytest.fixture(scope="module")
+def live_pending(tmp_path_factory) -> Path:
+    """A live case whose action q1 awaits its settle (copied for each settle attempt)."""
+    root = tmp_path_factory.mktemp("live") / "case"
+    build_case(root).close()
+    return root
+
+
+def live_api_accepts(field: str, value: Any, tmp: Path, pending: Path) -> bool:
+    """Run the live API with ``value`` in ``field``; True when it stores exactly that value."""
+    live = tmp / "live"
+    shutil.rmtree(live, ignore_errors=True)
+    try:
+        if field == "actor":
+            Case.create(live, "BUG-4", actor=value).close()
+            return True
+        if field == "created_at":
+            with Case.create(live, "BUG-4", at=value) as case:
+                return case.events()[0]["created_at"] == value
+        shutil.copytree(pending, live)
+        with Case.open(live) as case:
+            case.budget().settle("H1", "q1", 50, value)
+        return True
+    except LedgerError:
+        return False
+
+
+ID_CHARS = st.sampled_from(list("aZ09._:-") + ["\n", "\r", " ", "\t", "é", "\x00", "/", "\u2028"])
+TIME_TEXT = st.one_of(
+    st.datetimes(timezones=st.none()).map(lambda d: d.strftime("%Y-%m-%dT%H:%M:%S.%fZ")),
+    st.datetimes(timezones=st.none()).map(lambda d: d.strftime("%Y-%m-%dT%H:%M:%SZ")),
+    st.sampled_from(["2026-02-29T10:00:00.000000Z", "2024-02-29T10:00:00.000000Z", "2026-13-01T00:00:00.000000Z",
+                     "2026-01-05T10:00:60.000000Z", "2026-01-05t10:00:00.000000z", "2026-01-05T10:00:00.000000+00:00",
+                     "0000-01-01T00:00:00.000000Z", "2026-01-05T10:00:00.000000Z\n", " 2026-01-05T10:00:00.000000Z"]),
+    st.text(st.sampled_from(list("0123456789-:.TZ\n")), max_size=30),
+)
+VALUES = {
+    "actor": st.one_of(st.text(ID_CHARS, max_size=12), st.sampled_from(["controller\n", "c" * 128, "c" * 129])),
+    "created_at": TIME_TEXT,
+    "reason": st.one_of(st.text(max_size=12), st.sampled_from(["ok\n", " ", "\x00", "r" * 4000, "r" * 4001])),
+}
+
+
+def check_import_never_exceeds_the_api(field, exported_tree, live_pending, tmp, examples):
+    @settings(max_examples=examples, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(value=VALUES[field])
+    def check(value):
+        assume(value != {"actor": "controller", "reason": SETTLE_REASON}.get(field))
+        tree = tmp / "tree"
+        shutil.rmtree(tree, ignore_errors=True)
+        shutil.copytree(exported_tree, tree)
+        forge(tree, set_settle_reason(value) if field == "reason" else set_everywhere(field, value))
+        error = import_verdict(tree, tmp)
+        accepted_live = live_api_accepts(field, value, tmp, live_pending)
+        if error is None:
+            assert accepted_live, f"import accepted {value!r}, which the live API refuses"
+        else:
+            assert error.code == INTEGRITY_ERROR, error
+        if not accepted_live:
+            assert error is not None and error.code == INTEGRITY_ERROR
+
+    check()
+
+
+@pytest.mark.parametrize("field", sorted(VALUES))
+def test_anything_import_accepts_the_live_api_would_have_accepted(exported_tree, live_pending, tmp_path, field):
+    """Mutate one field of every event (or the settle request's reason) of a valid export,
+    re-link chain and manifest: if import accepts, the live API accepts and stores that value;
+    if the live API refuses it, import refuses with INTEGRITY_ERROR."""
+    check_import_never_exceeds_the_api(field, exported_tree, live_pending, tmp_path, examples=10)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("field", sorted(VALUES))
+def test_anything_import_accepts_the_live_api_would_have_accepted_long(exported_tree, live_pending, tmp_path, field):
+    check_import_never_exceeds_the_api(field, exported_tree, live_pending, tmp_path, examples=150)

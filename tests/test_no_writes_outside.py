@@ -1,0 +1,151 @@
+"""No command writes, renames or deletes outside the case package (issue 8, item 6): a symbolic
+link where the package keeps its own folders and files is refused with INVALID_ARGUMENT
+naming it, and the place the link points to is left exactly as it was."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ledger import Case, LedgerError, export_case, import_tree, run_demo, verify_case
+from ledger.errors import INVALID_ARGUMENT
+
+from conftest import make_package, run_cli
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    found = {}
+    for directory, dirs, names in os.walk(folder):
+        for name in dirs + names:
+            full = Path(directory, name)
+            found[full.relative_to(folder).as_posix()] = b"<dir>" if full.is_dir() else full.read_bytes()
+    return found
+
+
+@pytest.fixture
+def case_path(tmp_path) -> Path:
+    root = make_package(tmp_path / "case")
+    case = Case.create(root, "BUG-6")
+    case.open_revision([{"statement": "one"}], 40)
+    case.transition("INVESTIGATING_HYPOTHESES")
+    budget = case.budget()
+    budget.initialize()
+    budget.reserve("H1", "q1", "source.read_context")
+    budget.record_result("H1", "q1", {"finding": "x"}, ["sources/app.py"])
+    case.close()
+    return root
+
+
+@pytest.fixture
+def elsewhere(tmp_path) -> Path:
+    """A folder outside the package holding a temp-named file a buggy export would delete."""
+    folder = tmp_path / "elsewhere"
+    (folder / "case" / "events").mkdir(parents=True)
+    (folder / ".ledger-tmp-keep.me").write_text("not yours")
+    (folder / "case" / "events" / ".ledger-tmp-00000001.json.x").write_text("not yours either")
+    return folder
+
+
+def assert_refused_naming(action, name: str) -> LedgerError:
+    with pytest.raises(LedgerError) as caught:
+        action()
+    assert caught.value.code == INVALID_ARGUMENT, caught.value
+    assert name in caught.value.message and "symbolic link" in caught.value.message
+    return caught.value
+
+
+def test_export_through_a_linked_analysis_folder_is_refused_and_writes_nothing_there(case_path, elsewhere):
+    """The issue's example: ln -s /somewhere/else CASE/analysis; ledger export CASE."""
+    before = snapshot(elsewhere)
+    (case_path / "analysis").symlink_to(elsewhere)
+    with pytest.raises(LedgerError) as caught:
+        with Case.open(case_path) as case:
+            export_case(case)
+    assert caught.value.code == INVALID_ARGUMENT and "analysis" in caught.value.message
+    assert snapshot(elsewhere) == before
+    result = run_cli("export", str(case_path))
+    assert result.returncode == 1 and result.stderr.startswith(b"error: INVALID_ARGUMENT: ")
+    assert b"analysis" in result.stderr and snapshot(elsewhere) == before
+    assert_refused_naming(lambda: verify_case(case_path), "analysis")
+
+
+@pytest.mark.parametrize("inner", ["analysis/case", "analysis/case/events", "analysis/evidence/content",
+                                   "analysis/budgets/0001"])
+def test_a_link_inside_the_export_folder_is_refused_by_export_and_verify(case_path, elsewhere, inner):
+    with Case.open(case_path) as case:
+        export_case(case)
+    target = case_path / inner
+    shutil.rmtree(target)
+    target.symlink_to(elsewhere / "case" if inner.endswith("case") else elsewhere)
+    before = snapshot(elsewhere)
+    with Case.open(case_path) as case:
+        assert_refused_naming(lambda: export_case(case), inner)
+    assert_refused_naming(lambda: verify_case(case_path), inner)
+    assert snapshot(elsewhere) == before
+
+
+@pytest.mark.parametrize("name", ["manifest.json", "ledger.sqlite-lock", "ledger.sqlite-export-lock",
+                                  "ledger.sqlite-wal", "ledger.sqlite-shm"])
+def test_a_link_in_place_of_an_own_file_is_refused_by_every_command(case_path, tmp_path, name):
+    outside = tmp_path / "outside.file"
+    (case_path / name).unlink(missing_ok=True)
+    (case_path / name).symlink_to(outside)  # dangling: following it would create a file outside
+    assert_refused_naming(lambda: Case.open(case_path), name)
+    assert_refused_naming(lambda: verify_case(case_path), name)
+    result = run_cli("balances", str(case_path))
+    assert result.returncode == 1 and name.encode() in result.stderr
+    assert not outside.exists()
+
+
+def test_the_lock_files_are_never_opened_through_a_link(case_path, tmp_path):
+    """Even if a link appears after the case was opened, the lock is not taken through it."""
+    outside = tmp_path / "outside.lock"
+    case = Case.open(case_path)
+    try:
+        for name in ("ledger.sqlite-lock", "ledger.sqlite-export-lock"):
+            (case_path / name).unlink(missing_ok=True)
+            (case_path / name).symlink_to(outside)
+        with pytest.raises(LedgerError) as caught:
+            case.budget().settle("H1", "q1", 50, "fine")
+        assert caught.value.code == INVALID_ARGUMENT and "ledger.sqlite-lock" in caught.value.message
+    finally:
+        case.close()
+    assert not outside.exists()
+
+
+def test_create_refuses_a_dangling_ledger_link(tmp_path):
+    root = make_package(tmp_path / "new")
+    (root / "ledger.sqlite").symlink_to(tmp_path / "elsewhere.sqlite")
+    assert_refused_naming(lambda: Case.create(root, "BUG-6"), "ledger.sqlite")
+    assert not (tmp_path / "elsewhere.sqlite").exists()
+
+
+def test_import_refuses_a_linked_target_and_links_in_the_source(case_path, tmp_path, elsewhere):
+    with Case.open(case_path) as case:
+        export_case(case)
+    before = snapshot(elsewhere)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    link = tmp_path / "linked-target"
+    link.symlink_to(empty)
+    assert_refused_naming(lambda: import_tree(case_path, link), "linked-target")
+    assert list(empty.iterdir()) == []
+    source = tmp_path / "source"
+    shutil.copytree(case_path, source, ignore=shutil.ignore_patterns("ledger.sqlite*"))
+    shutil.rmtree(source / "analysis" / "evidence")
+    (source / "analysis" / "evidence").symlink_to(elsewhere)
+    with pytest.raises(LedgerError) as caught:
+        import_tree(source, tmp_path / "imported")
+    assert caught.value.code == INVALID_ARGUMENT and "analysis/evidence" in caught.value.message
+    assert snapshot(elsewhere) == before and not (tmp_path / "imported").exists()
+
+
+def test_demo_refuses_a_linked_folder(tmp_path):
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "demo").symlink_to(real)
+    assert_refused_naming(lambda: run_demo(tmp_path / "demo", echo=lambda line: None), "demo")
+    assert list(real.iterdir()) == []
