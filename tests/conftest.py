@@ -156,6 +156,11 @@ def _open_fds() -> dict[int, str]:
     return {fd: target for fd, target in fds.items() if not target.startswith("/dev/shm/pym-")}
 
 
+#: Hooks pytest itself swaps around each test (older pytest versions from inside the test's own
+#: setup and teardown): not a test's leftover.
+_PYTEST_OWN = frozenset({("threading", "excepthook")})
+
+
 def _patchable() -> dict[tuple[str, str], tuple[object, object]]:
     """Functions and classes of the library's modules and of the standard modules tests patch."""
     names = [n for n in list(sys.modules) if n in _PATCHABLE_MODULES or n.startswith(("ledger.", "ledger_cli."))
@@ -166,6 +171,8 @@ def _patchable() -> dict[tuple[str, str], tuple[object, object]]:
         if module is None:
             continue
         for attr, value in list(vars(module).items()):
+            if (name, attr) in _PYTEST_OWN:
+                continue
             if callable(value) or isinstance(value, type(sys)):
                 seen[(name, attr)] = (module, value)
             if isinstance(value, type) and value.__module__ == name and name.split(".")[0] in ("ledger", "ledger_cli"):
