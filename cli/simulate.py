@@ -10,7 +10,7 @@ import click
 from ledger import (INVALID_ARGUMENT, LedgerError, Policy, SimulationReport, example_policy, load_policy,
                     parse_vary, plot_tradeoff, simulate, vary)
 
-from ._common import Settings, pass_settings, table_format, table_options
+from ._common import Settings, pass_settings, table_options
 from ._output import dumps, echo, emit_rows
 
 FIGURE_COLUMNS = ("runs", "steps", "steps_taken", "steps_refused", "units_spent", "units_rewarded",
@@ -85,7 +85,7 @@ def _report_mismatches(report: SimulationReport) -> None:
               help="Folder where the journals' source_refs resolve (default: none, so they are refused).")
 @pass_settings
 def simulate_command(settings: Settings, journals: tuple[str, ...], policy_specs: tuple[str, ...],
-                     vary_specs: tuple[str, ...], outcomes: str | None, as_json: bool, as_csv: bool,
+                     vary_specs: tuple[str, ...], outcomes: str | None, fmt: str,
                      per_run: str | None, plot: str | None, jobs: int, package: str | None) -> None:
     """Replay recorded journals under one or more budget policies, in memory.
 
@@ -97,7 +97,6 @@ def simulate_command(settings: Settings, journals: tuple[str, ...], policy_specs
     with a malformed line is reported (file and line) and the others go on;
     the exit status is then 1.
     """
-    fmt = table_format(as_json, as_csv)
     policies = _base_policies(settings, policy_specs)
     if vary_specs:
         policies += _grid(policies[0], vary_specs)
@@ -106,8 +105,8 @@ def simulate_command(settings: Settings, journals: tuple[str, ...], policy_specs
     report = simulate(journals, policies, outcomes, jobs=jobs, analysis=settings.analysis(), package=package)
     if fmt == "json":
         echo(dumps(report.to_dict()))
-    elif fmt == "csv":
-        emit_rows(_rows(report), ("policy", "outcome", *FIGURE_COLUMNS), "csv")
+    elif fmt in ("csv", "tsv", "nl"):
+        emit_rows(_rows(report), ("policy", "outcome", *FIGURE_COLUMNS), fmt)
     else:
         _emit_tables(report)
     if per_run is not None:
