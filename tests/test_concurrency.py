@@ -354,6 +354,7 @@ def test_eight_processes_running_reserve_record_settle_cycles_keep_exact_balance
             "spent_units": spent, "rewarded_units": rewarded, "remaining_units": units - spent + rewarded,
             "status": "investigating", "terminal_reason": None, "pending_action_id": None,
             "low_information_streak": 0, "settled_actions": cycles, "failed_actions": 0,
+            "statement": f"hypothesis {k}",
         }
         actions = ledger_rows(path, "SELECT action_id, action, cost_units, status, novelty_score, semantic_score, "
                                     "reward_units FROM actions WHERE hypothesis_id = ? ORDER BY action_id", (h,))
