@@ -27,9 +27,11 @@ from .errors import integrity_error as _bad
 from .operations import OPERATIONS
 from .package import resolve_source_refs
 from .projection import helper_rows
-from .clock import parse_at
+from .clock import parse_at, utc_now
+from .config import DEFAULT_LIMITS
 from .rules.common import Context, Draft, Outcome, Reused, check_action_id
 from .schemas import validator
+from .session import check_future_at
 from .storage import EventRow, HelperRow
 from .views import MemoryView
 
@@ -67,6 +69,10 @@ def _check_stored_fields(seq: int, created_at: str, actor: str) -> None:
     if stored_form != created_at:
         raise _bad(seq, f"the event's created_at {created_at[:40]!r} is not in the stored form {stored_form}",
                    field="created_at")
+    try:  # the live API refuses a time further ahead of the clock than the tolerance: so does replay
+        check_future_at(created_at, utc_now(), DEFAULT_LIMITS)
+    except LedgerError as exc:
+        raise _bad(seq, f"the event's created_at lies in the future: {exc.message}", field="created_at") from None
 
 
 class Replayer:
