@@ -9,8 +9,8 @@ import click
 
 from ledger import Case, export_case, export_count, import_tree, read_manifest, verify_case
 
-from ._common import CASE, JSON, Settings, pass_settings, progress_bar
-from ._output import emit_result
+from ._common import CASE, JSON, Settings, pass_settings, progress_bar, table_format
+from ._output import emit_result, emit_rows
 
 @click.command()
 @CASE
@@ -40,25 +40,45 @@ def import_command(source: str, target: str | None, as_json: bool) -> None:
                 [f"imported {report.events} events into {report.package_path}; verified, head seq {report.head_seq}"])
 
 
+FOREIGN_COLUMNS = ("type", "name", "table")
+
+
 @click.command()
 @CASE
 @JSON
 @click.option("--strict", is_flag=True, help="Fail (exit 1) when the export is behind the ledger.")
-def verify(case: str, as_json: bool, strict: bool) -> None:
+@click.option("--table", "as_table", is_flag=True,
+              help="Print the foreign objects as a table (the summary goes to stderr).")
+@click.option("--nl", "as_nl", is_flag=True,
+              help="Print the foreign objects as newline-delimited JSON (the summary goes to stderr).")
+@click.option("--csv", "as_csv", is_flag=True,
+              help="Print the foreign objects as CSV with a header row (the summary goes to stderr).")
+@click.option("--tsv", "as_tsv", is_flag=True,
+              help="Print the foreign objects as tab-separated values (the summary goes to stderr).")
+def verify(case: str, as_json: bool, strict: bool, **formats: bool) -> None:
     """Recompute everything from the requests and check chain, rows, views and export.
 
     An export older than the ledger is reported as N events behind (an error
     only with --strict). Views, indexes, tables and full-text tables you added
     to ledger.sqlite are listed as foreign objects and left alone; a trigger on
     a ledger table or a changed ledger object fails with INTEGRITY_ERROR.
+    --json prints the whole report as one object; --table, --nl, --csv or --tsv
+    print the foreign objects one row each (columns type, name, table) on
+    stdout and the summary on stderr.
     """
+    fmt = table_format(as_json=as_json, **formats) if any(formats.values()) or as_json else None
     with Case.open(case) as opened:
         total = opened.status()["package_generation"]
-    with progress_bar(total, "verifying") as bar:
+    with progress_bar(total, "verifying", stream=sys.stderr if fmt else None) as bar:
         report = verify_case(case, progress=bar.update)
-    emit_result(report.to_dict(), as_json,
-                [f"ok: {report.events} events, {report.contents} contents, head seq {report.head_seq} "
-                 f"sha256 {report.head_sha256}", *report.notes()])
+    summary = [f"ok: {report.events} events, {report.contents} contents, head seq {report.head_seq} "
+               f"sha256 {report.head_sha256}", *report.notes()]
+    if fmt in (None, "json"):
+        emit_result(report.to_dict(), as_json, summary)
+    else:
+        emit_rows(report.foreign_objects, FOREIGN_COLUMNS, fmt)
+        for line in summary:
+            click.echo(line, err=True)
     if strict and report.export_behind:
         click.echo(f"error: INTEGRITY_ERROR: the export is {report.export_behind} event(s) behind the ledger "
                    "(--strict); run 'ledger export'", err=True)

@@ -190,6 +190,34 @@ def test_verify_reports_a_users_view_index_and_fts_table_as_foreign_and_passes(e
     assert text.exit_code == 0 and "foreign object (not the ledger's, left alone): view my_report" in text.stdout
 
 
+def test_verify_lists_foreign_objects_in_every_row_format_with_the_summary_on_stderr(exported):
+    add_sql(exported, "CREATE VIEW my_report AS SELECT hypothesis_id FROM balances",
+            "CREATE INDEX my_idx ON events (type)")
+    nl = cli("verify", str(exported), "--nl")
+    assert nl.exit_code == 0
+    rows = [json.loads(line) for line in nl.stdout.splitlines()]
+    assert sorted(rows, key=lambda r: r["name"]) == [
+        {"type": "index", "name": "my_idx", "table": "events"},
+        {"type": "view", "name": "my_report", "table": "my_report"}]
+    assert nl.stderr.startswith("ok: 6 events")
+    csv_out = cli("verify", str(exported), "--csv")
+    assert csv_out.stdout.splitlines()[0] == "type,name,table"
+    assert sorted(csv_out.stdout.splitlines()[1:]) == ["index,my_idx,events", "view,my_report,my_report"]
+    tsv_out = cli("verify", str(exported), "--tsv")
+    assert "view\tmy_report\tmy_report" in tsv_out.stdout.splitlines()
+    table = cli("verify", str(exported), "--table")
+    assert table.stdout.splitlines()[0].split() == ["type", "name", "table"] and "my_idx" in table.stdout
+    whole = json.loads(cli("verify", str(exported), "--json").stdout)
+    assert whole["ok"] is True and len(whole["foreign_objects"]) == 2
+    both = cli("verify", str(exported), "--json", "--nl")
+    assert both.exit_code == 2 and "choose one of --json, --nl" in both.stderr
+
+
+def test_verify_csv_without_foreign_objects_prints_only_the_header(exported):
+    out = cli("verify", str(exported), "--csv")
+    assert (out.exit_code, out.stdout) == (0, "type,name,table\n")
+
+
 @pytest.mark.parametrize("ddl", [
     "CREATE TRIGGER mine AFTER INSERT ON contents BEGIN SELECT 1; END",
     "CREATE UNIQUE INDEX mine ON events (type)",
