@@ -19,6 +19,7 @@ from .canonical import parse_json
 from .case import Case, LifecycleResult, read_only_query
 from .config import AnalysisConfig, BudgetConfig
 from .demo import run_demo
+from .evidence import EvidenceResult, EvidenceStore
 from .errors import ALL_CODES, CLI_ONLY_CODES, OUTPUT_ERROR, LedgerError
 from .export import ExportReport, export_case, export_count
 from .importer import import_tree
@@ -26,6 +27,7 @@ from .journal import LineResult, apply_journal, open_for_journal
 from .manifest import read_manifest
 from .operations import OPERATIONS, Operation
 from .package import LEDGER_FILE
+from .router import Router
 from .paths import os_error
 
 from .verify import VerifyReport, verify_case
@@ -33,7 +35,7 @@ from .views import MemoryView
 
 __all__ = [
     "ALL_CODES", "CLI_ONLY_CODES", "LEDGER_FILE", "OPERATIONS", "OUTPUT_ERROR", "AnalysisConfig", "BudgetConfig",
-    "BudgetManager", "BudgetResult", "Case", "ExportReport", "LedgerError", "LifecycleResult", "LineResult",
+    "BudgetManager", "BudgetResult", "Case", "EvidenceResult", "EvidenceStore", "Router", "ExportReport", "LedgerError", "LifecycleResult", "LineResult",
     "MemoryView", "Operation", "VerifyReport", "apply_journal", "export_case", "export_count", "import_tree",
     "open_for_journal", "os_error", "parse_json", "read_manifest", "read_only_query", "run_demo", "verify_case",
 ]

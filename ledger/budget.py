@@ -150,6 +150,16 @@ class BudgetManager:
         return self._run("record_result", request, at, (hypothesis_id, action_id),
                          inputs={"evidence": payload, "sources": sources})
 
+    def record_evidence(self, hypothesis_id: str, action_id: str, record_id: str, *,
+                        at: str | None = None) -> BudgetResult:
+        """Feed evidence record ``record_id`` (``E000001``…) to the reserved action: it awaits
+        assessment with novelty ``min(new_evidence_score, record novelty)``; nothing is refunded yet.
+        Errors: ``INVALID_ID``, the order of SPEC 6.1, ``INVALID_ARGUMENT`` (unknown record),
+        ``NO_RESERVATION`` (a record of another reservation, or a result already recorded).
+        """
+        request = rules.shape_record_evidence(hypothesis_id, action_id, record_id)
+        return self._run("record_evidence", request, at, (hypothesis_id, action_id))
+
     def settle(self, hypothesis_id: str, action_id: str, semantic_score: int, reason: str,
                *, at: str | None = None) -> BudgetResult:
         """Close an assessed action and refund (SPEC 6.2).

@@ -22,9 +22,11 @@ from .canonical import check_int
 from .clock import parse_at, utc_now
 from .config import AnalysisConfig, BudgetConfig
 from .errors import LedgerError
+from .evidence import EvidenceStore
 from .package import (ANALYSIS_DIR, LEDGER_FILE, MANIFEST_FILE, content_path, event_path, input_identity,
                       resolve_source_refs)
 from .paths import fs_path, os_error
+from .router import Router
 from .rules import lifecycle
 from .rules.common import check_action_id, check_case_id
 from .session import Ran, Session
@@ -234,6 +236,10 @@ class Case:
         ``INVALID_TRANSITION``, ``ACTION_PENDING`` (into ``EVALUATING``)."""
         request = lifecycle.shape_transition(to)
         return self._lifecycle_result(self.session.run("transition", request, at=at))
+
+    def evidence(self, router: Router | None = None) -> EvidenceStore:
+        """The evidence store of this case; ``router`` defaults to the reference router over the package."""
+        return EvidenceStore(self, router)
 
     def budget(self, config: BudgetConfig | None = None) -> BudgetManager:
         """The budget manager of this case; ``config=None`` uses the frozen policy."""

@@ -74,7 +74,8 @@ def _event_files(files: dict[str, Path], head_seq: int) -> dict[int, str]:
         if pure.parts[0] != ANALYSIS_DIR or pure.name.startswith(EXPORT_TEMP_PREFIX):
             continue
         if (len(pure.parts) == 4 and pure.parts[1:3] == ("case", "events")) or (
-                len(pure.parts) == 5 and pure.parts[1] == "budgets" and pure.parts[3] == "events"):
+                len(pure.parts) == 5 and pure.parts[1] == "budgets" and pure.parts[3] == "events") or (
+                len(pure.parts) == 5 and pure.parts[1] == "evidence" and pure.parts[2] != "content"):
             try:
                 seq = json.loads(files[relative].read_bytes()).get("seq")
             except (ValueError, AttributeError, RecursionError):
@@ -117,8 +118,7 @@ def _rebuild(building: Path, build_dir: Path, files: dict[str, Path], events: di
             for seq in range(1, head_seq + 1):
                 relative = events[seq]
                 body, stream_seq = replayer.apply(seq, files[relative].read_bytes())
-                stream = "budget" if body["format"] == "budget-event-v1" else "case"
-                if event_path(stream, body["revision"], stream_seq) != relative:
+                if event_path(replayer.last_stream, body["revision"], stream_seq) != relative:
                     raise _bad(seq, f"{relative} is not where event {seq} belongs")
                 if progress:
                     progress(1)

@@ -97,7 +97,8 @@ def run_operation(case: Case, budget: BudgetManager, line: dict[str, Any]) -> tu
         kwargs["at"] = at
     elif at is not None:
         parse_at(at)  # a read takes no time, but a malformed one is still refused
-    outcome = getattr(case if op.service == "case" else budget, op.name)(**kwargs)
+    service = {"case": case, "budget": budget}.get(op.service) or case.evidence()
+    outcome = getattr(service, op.name)(**kwargs)
     return outcome.seq, outcome.reused, outcome.to_dict()
 
 

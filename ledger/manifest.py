@@ -30,12 +30,13 @@ def manifest_for(conn: sqlite3.Connection, head_seq: int, schema: str = "main") 
     case_id, package_id = conn.execute(statement("manifest_identity", schema)).fetchone()
     state, revision = conn.execute(statement("manifest_lifecycle", schema), {"seq": head_seq}).fetchone()
     budget = conn.execute(statement("manifest_budget_artifact", schema), {"seq": head_seq}).fetchone()
+    index = conn.execute(statement("manifest_evidence_artifact", schema), {"seq": head_seq}).fetchone()
     return {
         "format": MANIFEST_FORMAT, "case_id": case_id, "package_id": package_id, "state": state,
         "analysis_revision": revision, "package_generation": head_seq,
         "head": {"seq": head_seq, "sha256": head[0]},
         "artifacts": {"budget_ledger": {"path": event_path(*budget[:3]), "sha256": budget[3]} if budget else None,
-                      "evidence_index": None},
+                      "evidence_index": {"path": event_path(*index[:3]), "sha256": index[3]} if index else None},
     }
 
 

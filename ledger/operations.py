@@ -20,7 +20,9 @@ from .canonical import parse_json, sha256_hex
 from .config import BudgetConfig
 from .errors import LedgerError
 from .rules import budget as budget_rules
+from .rules import evidence as evidence_rules
 from .rules import lifecycle
+from .router import Router
 from .rules.common import Context, Draft, LedgerView, Outcome, Reused
 
 Rule = Callable[[LedgerView, Mapping[str, Any], Context], "Draft | Reused | Outcome"]
@@ -31,6 +33,9 @@ class ReplaySource(Protocol):
 
     def content_of(self, sha256: str) -> bytes | None: ...
     def resolve_sources(self, refs: list[str]) -> list[dict[str, str]]: ...
+
+    @property
+    def root(self) -> Any: ...  # the package folder (the router recomputes evidence there)
 
 
 #: ``replay(stored request, stored body, source)`` → (normalized request, inputs, config) for the rule.
@@ -51,7 +56,7 @@ class Argument:
 class Operation:
     """One operation: ``name`` is the journal ``op`` and the Python method of ``service``
     (``"case"`` for :class:`~ledger.case.Case`, ``"budget"`` for
-    :class:`~ledger.budget.BudgetManager`); ``cli`` the command that runs it;
+    :class:`~ledger.budget.BudgetManager`, ``"evidence"`` for :class:`~ledger.evidence.EvidenceStore`); ``cli`` the command that runs it;
     ``rule`` None for a read that writes nothing; ``journal`` False only for the
     genesis operation, which ``ledger init`` and ``apply --create`` perform."""
 
@@ -132,6 +137,30 @@ def _replay_reject(request, body, source):
     return budget_rules.shape_reject(*_get(request, "hypothesis_id", "reason")), {}, None
 
 
+def _replay_record_evidence(request, body, source):
+    shaped = budget_rules.shape_record_evidence(*_get(request, "hypothesis_id", "action_id", "record_id"))
+    return shaped, {}, None
+
+
+def _recompute_where_present(router: Router, action: Mapping[str, Any], stored: Mapping[str, Any]) -> Any:
+    """The router's result for ``action`` when every file it read is still present with the same hash
+    (then the rule compares it with the stored one), else the stored result (inputs changed since)."""
+    try:
+        fresh = router.result(action)
+    except LedgerError:
+        return stored
+    return fresh if fresh.get("sources") == stored.get("sources") else stored
+
+
+def _replay_store_tool_results(request, body, source):
+    shaped = evidence_rules.shape_store(*_get(request, "iteration_id", "request", "reply"))
+    router = Router(source.root)
+    results = shaped["reply"]["results"]
+    actions = shaped["request"]["actions"]
+    recomputed = [_recompute_where_present(router, a, r) for a, r in zip(actions, results)] + results[len(actions):]
+    return shaped, {"recomputed": recomputed[:len(results)], "input_identity": None}, None
+
+
 A = Argument
 #: Every operation, in the order the README lists them.
 OPERATIONS: dict[str, Operation] = {op.name: op for op in (
@@ -148,6 +177,9 @@ OPERATIONS: dict[str, Operation] = {op.name: op for op in (
     Operation("record_result", "budget", (A("hypothesis", "hypothesis_id"), A("action_id", "action_id"),
                                           A("evidence", "evidence"), A("source_refs", "source_refs", False)),
               "budget record", budget_rules.record_result, _replay_record_result),
+    Operation("record_evidence", "budget", (A("hypothesis", "hypothesis_id"), A("action_id", "action_id"),
+                                            A("record_id", "record_id")),
+              "budget record-evidence", budget_rules.record_evidence, _replay_record_evidence),
     Operation("settle", "budget", (A("hypothesis", "hypothesis_id"), A("action_id", "action_id"),
                                    A("semantic_score", "semantic_score"), A("reason", "reason")),
               "budget settle", budget_rules.settle, _replay_settle),
@@ -157,6 +189,12 @@ OPERATIONS: dict[str, Operation] = {op.name: op for op in (
     Operation("reject", "budget", (A("hypothesis", "hypothesis_id"), A("reason", "reason")),
               "budget reject", budget_rules.reject, _replay_reject),
     Operation("snapshot", "budget", (), "budget snapshot", accepts_at=False),
+    Operation("store_tool_results", "evidence", (A("iteration_id", "iteration_id"), A("request", "request"),
+                                                 A("reply", "reply")),
+              "evidence store", evidence_rules.store_tool_results, _replay_store_tool_results),
+    Operation("query", "evidence", (A("iteration_id", "iteration_id"), A("request", "request"),
+                                    A("store", "store", False)),
+              "evidence query"),
 )}
 
 

@@ -25,7 +25,7 @@ from .clock import parse_at, utc_now
 from .config import BudgetConfig
 from .errors import LedgerError
 from .operations import operation
-from .package import event_path
+from .package import event_path, stored_stream
 from .projection import helper_rows
 from .rules.common import Context, Draft, Outcome, Reused
 from .storage import EventRow, Storage
@@ -145,7 +145,7 @@ class Session:
         stream_seq = view.next_stream_seq(draft.stream, draft.revision)
         sha = sha256_hex(data)
         row = EventRow(
-            seq=body["seq"], type=draft.type, revision=draft.revision, stream=draft.stream, stream_seq=stream_seq,
+            seq=body["seq"], type=draft.type, revision=draft.revision, stream=stored_stream(draft.stream), stream_seq=stream_seq,
             created_at=at, sha256=sha, parent_sha256=head[1], operation_key=draft.operation_key,
             request_sha256=sha256_hex(canonical_bytes(draft.request)) if draft.operation_key else None,
             body=data,

@@ -35,7 +35,7 @@ Progress = Callable[[int], None]
 #: Helper tables compared row by row against the replay.
 HELPER_TABLES = ("case_identity", "lifecycle", "revisions", "hypotheses", "policies", "accounts",
                  "grants", "reservations", "results", "result_sources", "closings", "terminations",
-                 "evidence_records")
+                 "evidence_records", "evidence_atoms", "evidence_indexes", "evidence_files")
 PUBLIC_VIEWS = ("balances", "balances_recomputed", "actions", "evidence", "case_status")
 EVENT_COLUMNS = ("seq", "type", "revision", "stream", "stream_seq", "created_at", "sha256",
                  "parent_sha256", "operation_key", "request_sha256", "body")

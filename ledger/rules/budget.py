@@ -6,11 +6,12 @@ event; the event body carries it, so a reader never needs to replay.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from .. import errors as E
-from ..canonical import SAFE_INTEGER_MAX, canonical_bytes, check_int, check_json_value, sha256_hex
+from ..canonical import SAFE_INTEGER_MAX, canonical_bytes, canonical_sha256, check_int, check_json_value, sha256_hex
 from ..config import BudgetConfig
 from ..errors import LedgerError
 from .common import (ACTION_AWAITING, ACTION_FAILED, ACTION_RESERVED, ACTION_SETTLED, CLOSED_ACTION_STATUSES,
@@ -50,6 +51,15 @@ def shape_record_result(hypothesis_id: Any, action_id: Any, evidence: Any, sourc
     request = {"op": "record_result", "hypothesis_id": hypothesis_id, "action_id": action_id,
                "evidence_sha256": sha256_hex(payload), "source_refs": refs}
     return request, payload
+
+
+def shape_record_evidence(hypothesis_id: Any, action_id: Any, record_id: Any) -> dict[str, Any]:
+    """Request of ``record_evidence`` (``INVALID_ID`` for a malformed id)."""
+    check_hypothesis_id(hypothesis_id)
+    check_action_id(action_id)
+    if not isinstance(record_id, str) or not RECORD_ID_RE.fullmatch(record_id):
+        raise LedgerError(E.INVALID_ID, f"record id must look like E000001, got {str(record_id)[:40]!r}")
+    return {"op": "record_evidence", "hypothesis_id": hypothesis_id, "action_id": action_id, "record_id": record_id}
 
 
 def shape_settle(hypothesis_id: Any, action_id: Any, semantic_score: Any, reason: Any) -> dict[str, Any]:
@@ -341,6 +351,40 @@ def record_result(view: LedgerView, request: Mapping[str, Any], context: Context
                          contents={} if seen else {content_sha256: evidence}, action=action,
                          evidence_sha256=content_sha256, evidence_bytes=len(evidence),
                          sources=[dict(s) for s in context.inputs["sources"]])
+
+
+RECORD_ID_RE = re.compile(r"^E[0-9]{6,}$")
+
+
+def record_evidence(view: LedgerView, request: Mapping[str, Any], context: Context) -> Draft | Reused:
+    """Feed an evidence record to its reserved action (SPEC 7.5): the action awaits assessment with
+    novelty ``min(new_evidence_score, record novelty)``. Nothing moves money.
+
+    Errors: the prelude's, ``UNKNOWN_ACTION``, ``ACTION_CLOSED``, ``INVALID_ARGUMENT`` (no such
+    record), ``NO_RESERVATION`` (the record belongs to another reservation, or the action already
+    has its result), ``INTEGRITY_ERROR`` (the record is not in the evidence index).
+    """
+    h, action_id, rid = request["hypothesis_id"], request["action_id"], request["record_id"]
+    reused, ctx, key = _budget_prelude(view, request, context.config, (h, action_id))
+    if reused is not None:
+        return reused
+    action = dict(_require_action(view, ctx, h, action_id, verb="record evidence for"))
+    record = view.evidence_record(rid)
+    if record is None:
+        raise LedgerError(E.INVALID_ARGUMENT, f"there is no evidence record {rid}", record_id=rid)
+    if (record["revision"], record["hypothesis_id"], record["action_id"]) != (ctx.revision, h, action_id):
+        raise LedgerError(E.NO_RESERVATION, f"record {rid} belongs to {record['hypothesis_id']}/{record['action_id']} "
+                          f"of revision {record['revision']}, not to {h}/{action_id}", record_id=rid)
+    if action["status"] != ACTION_RESERVED:
+        raise LedgerError(E.NO_RESERVATION, f"{h}/{action_id} already has its result ({action['status']})",
+                          record_id=rid)
+    index = view.evidence_index_head() or {"records": []}
+    if not any(e["record_id"] == rid and e["sha256"] == canonical_sha256(record) for e in index["records"]):
+        raise LedgerError(E.INTEGRITY_ERROR, f"record {rid} is not in the evidence index with its hash")
+    action.update(status=ACTION_AWAITING,
+                  novelty_score=min(ctx.policy["new_evidence_score"], record["novelty_score"]))
+    return _budget_draft(ctx, "budget.evidence_recorded", key, request, ctx.accounts, action=action,
+                         evidence_sha256=record["content_sha256"], record_id=rid)
 
 
 def settle(view: LedgerView, request: Mapping[str, Any], context: Context) -> Draft | Reused:
