@@ -43,7 +43,8 @@ class EvidenceResult:
     content_sha256, duplicate_of, novelty_score, event_ref}`` per stored result
     (empty for a query that was not stored); ``index_ref``: the export path of
     the batch's index; ``reply``: the router's reply (``query`` only);
-    ``seq``: the batch's last event (the original when ``reused``).
+    ``seq``: the batch's first event (also when ``reused``), or for a query that
+    was not stored the generation it read (with ``reused`` True: nothing written).
     """
 
     package_path: str
@@ -81,8 +82,8 @@ class EvidenceStore:
         ``ROUTER_REFUSED`` for a refused tool call."""
         rules.shape_store(iteration_id, request, _EMPTY_REPLY)
         reply = self.router.reply(request)
-        if not store:
-            return EvidenceResult(str(self.case.path), None, False, reply=reply)
+        if not store:  # a read: nothing written, answered at the generation the router read
+            return EvidenceResult(str(self.case.path), reply["package_generation"], True, reply=reply)
         stored = self.store_tool_results(iteration_id, request, reply, at=at)
         return EvidenceResult(stored.package_path, stored.seq, stored.reused, stored.records, stored.index_ref,
                               reply)

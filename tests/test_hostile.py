@@ -261,6 +261,13 @@ def plausible(key: str) -> st.SearchStrategy[Any]:
         "to": st.sampled_from(STATES),
         "hypotheses": st.lists(st.fixed_dictionaries({"statement": st.text(max_size=12)}), max_size=3),
         "units_per_hypothesis": st.integers(0, 1000),
+        "iteration_id": st.sampled_from(["i1", "i2", "", "i 1"]),
+        "request": st.one_of(json_values(), st.just({"actions": [{
+            "operation_id": "op-1", "hypothesis_id": "H1", "action_id": "q1", "tool": "source.read_context",
+            "args": {"path": "sources/app.py", "start_line": 1, "end_line": 2}}]})),
+        "reply": json_values(),
+        "store": st.one_of(st.booleans(), st.sampled_from(HOSTILE_SCALARS[:20])),
+        "record_id": st.sampled_from(["E000001", "E1", "F000001", "E999999"]),
     }[key]
 
 
