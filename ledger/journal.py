@@ -144,7 +144,12 @@ def run_operation(case: Case, budget: BudgetManager, line: dict[str, Any]) -> tu
         kwargs["at"] = at
     elif at is not None:
         parse_at(at)  # a read takes no time, but a malformed one is still refused
-    service = {"case": case, "budget": budget}.get(op.service) or case.scopes()
+    if op.service == "case":
+        service = case
+    elif op.service == "budget":
+        service = budget
+    else:
+        service = case.scopes() if op.service == "scope" else case.evidence()
     outcome = getattr(service, op.name)(**kwargs)
     return outcome.seq, outcome.reused, outcome.to_dict()
 

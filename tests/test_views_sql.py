@@ -106,12 +106,12 @@ def _downgrade_to_version_2(path: Path) -> None:
         if shipped_schema()[name] != sql:
             conn.execute(f"DROP VIEW {name}")
             conn.execute(sql)
-    # objects that later migrations add (tables, their guards, views) did not exist at version 2
+    # objects that later migrations add (tables, their guards and indexes, views) did not exist at version 2
     v2 = shipped_schema(2)
     later = [(kind, name) for kind, name in conn.execute(
-        "SELECT type, name FROM sqlite_master WHERE sql IS NOT NULL AND type IN ('view', 'trigger', 'table')")
+        "SELECT type, name FROM sqlite_master WHERE sql IS NOT NULL AND type IN ('view', 'trigger', 'index', 'table')")
         if name not in v2]
-    for kind, name in sorted(later, key=lambda item: ("view", "trigger", "table").index(item[0])):
+    for kind, name in sorted(later, key=lambda item: ("view", "trigger", "index", "table").index(item[0])):
         conn.execute(f"DROP {kind.upper()} IF EXISTS {name}")
     conn.execute("DROP TRIGGER schema_migrations_no_delete")
     conn.execute("DELETE FROM schema_migrations WHERE version > 2")
