@@ -14,6 +14,7 @@ import pytest
 from ledger import AnalysisConfig, BudgetConfig, Case, LedgerError, export_case, import_tree, verify_case
 from ledger.errors import (CASE_STATE, FEEDBACK_NOT_CONFIRMED, INTEGRITY_ERROR, INVALID_ARGUMENT, INVALID_ID,
                            LIMIT_REACHED, NO_RESERVATION, OPERATION_CONFLICT)
+from ledger._sql import migrations
 from ledger.journal import apply_journal
 from ledger_cli.main import main as cli_main
 
@@ -162,6 +163,15 @@ def _unguarded(path: Path) -> sqlite3.Connection:
     return conn
 
 
+def _restore(conn: sqlite3.Connection) -> None:
+    for _, _, statements in migrations():
+        for statement in statements:
+            if "CREATE TRIGGER" in statement:
+                conn.execute(statement[statement.index("CREATE TRIGGER"):])
+    conn.commit()
+    conn.close()
+
+
 def test_tampered_attachment_bytes_are_an_integrity_error_and_nothing_is_stored(case):
     submitted_and_blocked(case)
     case.evidence().confirm_feedback("F000001")
@@ -258,3 +268,24 @@ def test_cli_feedback_commands(case, tmp_path):
     with Case.open(path) as reopened:
         draft = json.loads(reopened.query("SELECT body FROM events WHERE type = 'feedback.submitted'")[0]["body"])
     assert draft["feedback"]["attachments"][0]["sha256"] == hashlib.sha256(LOG.encode()).hexdigest()
+
+
+@pytest.mark.parametrize("tamper", [
+    "UPDATE contents SET body = replace(body, '2 passed', '9 passed') WHERE body LIKE '%pytest.log%'",
+    "DELETE FROM feedback_confirmations",
+    "UPDATE test_requests SET kind = 'automated'",
+    "DELETE FROM feedback_drafts WHERE feedback_id = 'F000001'",
+])
+def test_tampered_feedback_rows_are_caught_by_verify(case, tamper):
+    submitted_and_blocked(case)
+    case.evidence().confirm_feedback("F000001")
+    case.evidence().store_feedback("test-1", "F000001")
+    path = case.path
+    case.close()
+    assert verify_case(path).events > 0
+    conn = _unguarded(path)
+    assert conn.execute(tamper).rowcount >= 1
+    _restore(conn)  # the guards are back: only the edited rows differ from the replay
+    with pytest.raises(LedgerError) as caught:
+        verify_case(path)
+    assert caught.value.code == INTEGRITY_ERROR and "schema object" not in caught.value.message
