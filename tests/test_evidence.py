@@ -442,3 +442,27 @@ def test_cli_evidence_query_and_store(case, tmp_path):
     assert bad.exit_code == 1 and "error: OPERATION_CONFLICT" in bad.output
     recorded = runner.invoke(cli_main, ["budget", "record-evidence", path, "H1", "q1", "E000001", "--json"])
     assert recorded.exit_code == 0 and json.loads(recorded.output)["action"]["novelty_score"] == 100
+
+
+def _evidence_file(root: Path, name: str) -> Path:
+    return next(p for p in sorted((root / "analysis" / "evidence").glob(f"0001/*/{name}")))
+
+
+@pytest.mark.parametrize("mutation", ["stray copy", "moved", "deleted", "renamed record"])
+def test_import_refuses_a_stray_moved_or_missing_evidence_file(published, tmp_path, mutation):
+    record = _evidence_file(published, "E000001.json")
+    other = hashlib.sha256(b"op-9").hexdigest()[:32]
+    elsewhere = published / "analysis" / "evidence" / "0001" / other / record.name
+    elsewhere.parent.mkdir()
+    if mutation == "stray copy":
+        shutil.copyfile(record, elsewhere)
+    elif mutation == "moved":
+        record.rename(elsewhere)
+    elif mutation == "deleted":
+        record.unlink()
+    else:
+        record.rename(record.with_name("E000009.json"))
+    with pytest.raises(LedgerError) as refused:
+        import_tree(published, tmp_path / "copy")
+    assert refused.value.code == INTEGRITY_ERROR
+    assert not (tmp_path / "copy").exists()

@@ -289,3 +289,14 @@ def test_tampered_feedback_rows_are_caught_by_verify(case, tamper):
     with pytest.raises(LedgerError) as caught:
         verify_case(path)
     assert caught.value.code == INTEGRITY_ERROR and "schema object" not in caught.value.message
+
+
+def test_a_tool_batch_cannot_reuse_a_test_operation_id(case):
+    case.budget().request_test("H1", "t1", "human", "test-1")
+    case.budget().reserve("H2", "q1", "source.read_context")
+    action = {"operation_id": "test-1", "hypothesis_id": "H2", "action_id": "q1", "tool": "source.read_context",
+              "args": {"path": "sources/app.py", "start_line": 1, "end_line": 1}}
+    before = ledger_rows(case)
+    with pytest.raises(LedgerError) as conflict:
+        case.evidence().query("i1", {"actions": [action]}, True)
+    assert conflict.value.code == OPERATION_CONFLICT and ledger_rows(case) == before

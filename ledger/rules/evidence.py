@@ -171,9 +171,10 @@ def store_tool_results(view: LedgerView, request: Mapping[str, Any], context: Co
     actions = request["request"]["actions"]
     for action in actions:
         stored = view.evidence_operation(action["operation_id"])
-        if stored is not None:
-            raise LedgerError(E.OPERATION_CONFLICT, f"operation {action['operation_id']} was stored before "
-                              f"(record {stored}); give each operation its own id", operation_id=action["operation_id"])
+        if stored is not None or view.test_request(action["operation_id"]) is not None:
+            used = f"record {stored}" if stored else "a requested test"
+            raise LedgerError(E.OPERATION_CONFLICT, f"operation {action['operation_id']} was used before "
+                              f"({used}); give each operation its own id", operation_id=action["operation_id"])
     if case["state"] not in MUTABLE_STATES:
         raise LedgerError(E.CASE_STATE, f"storing evidence needs GENERATING_HYPOTHESES or INVESTIGATING_HYPOTHESES; "
                           f"the case is {case['state']}", state=case["state"])

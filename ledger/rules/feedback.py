@@ -273,6 +273,8 @@ def store_feedback(view: LedgerView, request: Mapping[str, Any], context: Contex
             or action is None or action["status"] != ACTION_RESERVED:
         raise LedgerError(E.NO_RESERVATION, f"feedback {fid} is not bound to a still-pending test of operation {op_id} "
                           "in this revision", operation_id=op_id, feedback_id=fid)
+    if view.evidence_operation(op_id) is not None:  # its folder holds another record already
+        raise LedgerError(E.OPERATION_CONFLICT, f"operation {op_id} already has a stored record", operation_id=op_id)
     if not found["confirmed"]:
         raise LedgerError(E.FEEDBACK_NOT_CONFIRMED, f"feedback {fid} is a draft; confirm it first", feedback_id=fid)
     _verified_feedback(view, found)
