@@ -22,7 +22,7 @@ from ledger_cli.main import main as cli_main
 
 from conftest import EXAMPLE_BUDGET, REPO, TRAJECTORIES, start_case
 
-README = (REPO / "README.md").read_text(encoding="utf-8")
+CONCEPTS = (REPO / "docs" / "concepts.md").read_text(encoding="utf-8")
 
 
 # --- the registry -----------------------------------------------------------------------
@@ -49,9 +49,9 @@ def test_every_registered_operation_has_a_journal_form_a_replay_path_a_cli_comma
         assert refused.value.code == UNKNOWN_OPERATION
     # replay: every operation that writes can be re-derived from its stored request
     assert (op.rule is None) == (op.replay is None)
-    # a command runs it, and the README lists it in its operations table
+    # a command runs it, and docs/concepts.md lists it in its operations table
     assert _cli_command(op.cli) is not None, op.cli
-    assert re.search(rf"^\| `{name}` \|", README, re.MULTILINE), f"README has no row for {name}"
+    assert re.search(rf"^\| `{name}` \|", CONCEPTS, re.MULTILINE), f"docs/concepts.md has no row for {name}"
 
 
 def test_an_unknown_journal_operation_names_the_known_ones():
