@@ -19,7 +19,6 @@ import re
 from typing import Any, Iterable, Mapping, Sequence
 
 import click
-from tabulate import tabulate
 
 
 class OutputError(Exception):
@@ -121,6 +120,8 @@ def emit_rows(rows: Iterable[Mapping[str, Any]], columns: Sequence[str] | None, 
         if not table:
             echo("(no rows)")
             return
+        from tabulate import tabulate  # imported on first use: it costs about 30 ms at start-up
+
         echo(tabulate(table, headers=names, tablefmt="simple", disable_numparse=True))
 
 

@@ -13,7 +13,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-import sqlite_utils
 
 from . import errors as E
 from .errors import LedgerError
@@ -88,6 +87,8 @@ def readonly_rows(path: Path, sql: str, timeout_ms: int = 30_000) -> Iterator[tu
     conn.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, 10_000)
     try:
         with _query_errors(timeout_ms):
+            import sqlite_utils  # imported on first use: it costs about 80 ms at start-up
+
             db = sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
             cursor = db.execute(sql)
             if cursor.description is None:

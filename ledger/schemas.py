@@ -9,20 +9,23 @@ from __future__ import annotations
 import json
 import re
 from functools import cache
-from typing import Any, Iterator
-
-from jsonschema import Draft202012Validator, ValidationError
-from jsonschema.validators import extend
-from referencing import Registry, Resource
-from referencing.jsonschema import DRAFT202012
+from typing import TYPE_CHECKING, Any, Iterator
 
 from ._resources import resource_dir
 from .errors import LedgerError
+
+if TYPE_CHECKING:  # jsonschema is imported on first use: it costs about 80 ms at start-up
+    from jsonschema import Draft202012Validator, ValidationError
+    from referencing import Registry
 
 
 @cache
 def _registry() -> Registry:
     """Every shipped schema, addressable by its ``$id`` so schemas can ``$ref`` each other."""
+    from jsonschema import Draft202012Validator
+    from referencing import Registry, Resource
+    from referencing.jsonschema import DRAFT202012
+
     resources = []
     for path in sorted(resource_dir("schemas").glob("*.json")):
         schema = json.loads(path.read_text(encoding="utf-8"))
@@ -57,12 +60,19 @@ def _end_anchored(pattern: str) -> re.Pattern[str]:
 
 
 def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[ValidationError]:
+    from jsonschema import ValidationError
+
     if validator.is_type(instance, "string") and not _end_anchored(pattern).search(instance):
         yield ValidationError(f"{instance!r} does not match {pattern!r}")
 
 
-#: Draft 2020-12 whose ``pattern`` (and so ``propertyNames``' patterns) anchors ``$`` at the very end.
-StrictValidator = extend(Draft202012Validator, {"pattern": _pattern})
+@cache
+def strict_validator_class() -> type[Draft202012Validator]:
+    """Draft 2020-12 whose ``pattern`` (and so ``propertyNames``' patterns) anchors ``$`` at the very end."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.validators import extend
+
+    return extend(Draft202012Validator, {"pattern": _pattern})
 
 
 @cache
@@ -73,7 +83,7 @@ def validator(name: str) -> Draft202012Validator:
     value with a trailing newline never passes an anchored pattern.
     """
     schema = json.loads((resource_dir("schemas") / f"{name}.json").read_text(encoding="utf-8"))
-    return StrictValidator(schema, registry=_registry())
+    return strict_validator_class()(schema, registry=_registry())
 
 
 def error_path(error: Any) -> str:
