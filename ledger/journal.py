@@ -136,6 +136,13 @@ def run_operation(case: Case, budget: BudgetManager, line: dict[str, Any]) -> tu
 
     Afterwards ``case.session.last_clamp`` tells whether the line's ``at`` was raised.
     """
+    outcome = call_operation(case, budget, line)
+    return outcome.seq, outcome.reused, outcome.to_dict()
+
+
+def call_operation(case: Case, budget: BudgetManager, line: dict[str, Any]) -> Any:
+    """Apply one parsed line through the operation registry and return what the service method
+    returned (a result object with ``seq``, ``reused`` and ``to_dict()``); raises its ``LedgerError``."""
     op = operation(line["op"])
     case.session.last_clamp = None
     at = line.get("at")
@@ -144,9 +151,8 @@ def run_operation(case: Case, budget: BudgetManager, line: dict[str, Any]) -> tu
         kwargs["at"] = at
     elif at is not None:
         parse_at(at)  # a read takes no time, but a malformed one is still refused
-    service = {"case": case, "budget": budget}.get(op.service) or case.scopes()
-    outcome = getattr(service, op.name)(**kwargs)
-    return outcome.seq, outcome.reused, outcome.to_dict()
+    service = budget if op.service == "budget" else case if op.service == "case" else case.scopes()
+    return getattr(service, op.name)(**kwargs)
 
 
 def apply_journal(case: Case, lines: Iterable[str | bytes], *, budget: BudgetManager | None = None,

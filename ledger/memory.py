@@ -12,27 +12,74 @@ work on it unchanged. Policy simulation replays journals through it.
 
 Memory grows with the run: the view keeps the state a rule may ask about, and
 the session keeps each event's export address (three integers) for ``event_ref``.
+
+``chain=False`` (what the simulator uses) skips what only a reader of the hash
+chain needs: events are not encoded to RFC 8785 bytes nor hashed (``sha256`` and
+``parent_sha256`` are all zeros, so every event keeps its size) and an operation's request is hashed only when a
+later operation with the same key asks for it. The rules, the event bodies and
+the ``event_bytes_max`` check are the same, so every outcome is too.
 """
 
 from __future__ import annotations
 
+import json
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from . import errors as E
+from .canonical import ZERO_SHA256, canonical_event_bytes, canonical_sha256
 from .clock import utc_now
 from .config import AnalysisConfig
-from .errors import LedgerError
+from .errors import LedgerError, limit_reached
 from .facade import CaseFacade
 from .package import event_path
 from .rules import lifecycle
-from .rules.common import check_action_id, check_case_id
+from .rules.common import Draft, check_action_id, check_case_id
 from .session import Sealed, SessionBase
 from .views import MemoryView
 
 DEFAULT_ACTOR = "controller"
+#: Compact JSON in any key order: as long as the RFC 8785 form of an event body (see :func:`event_size`).
+_compact = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False, check_circular=False).encode
+
+
+def event_size(body: dict[str, Any], limit: int) -> int:
+    """The length in bytes of the canonical (RFC 8785) form of event ``body``, without sorting it.
+
+    Event bodies hold only strings, integers within ±(2**53 − 1) (the rules refuse
+    larger sums), booleans, null, lists and objects with ASCII keys, where RFC 8785
+    writes exactly what compact ``json`` writes, keys sorted: sorting changes no
+    length. Anything else (a lone surrogate, a value ``json`` refuses) and any size
+    past half of ``limit`` is measured on the canonical bytes themselves, so the
+    limit check never depends on this shortcut.
+    """
+    try:
+        text = _compact(body)
+        size = len(text) if text.isascii() else len(text.encode("utf-8"))
+    except (ValueError, TypeError, UnicodeError, RecursionError):
+        size = limit
+    return size if size <= limit // 2 else len(canonical_event_bytes(body))
+
+
+class _UnchainedView(MemoryView):
+    """A :class:`MemoryView` that hashes an operation's request only when it is asked for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._requests: dict[str, tuple[int, Any]] = {}
+
+    def _remember_operation(self, key: str, seq: int, request: Any) -> None:
+        self._operations.pop(key, None)
+        self._requests[key] = (seq, request)
+
+    def operation(self, key: str) -> tuple[int, str] | None:
+        found = self._operations.get(key)
+        if found is None and key in self._requests:
+            seq, request = self._requests.pop(key)
+            found = self._operations[key] = (seq, canonical_sha256(request))
+        return found
 
 
 class MemorySession(SessionBase):
@@ -44,9 +91,10 @@ class MemorySession(SessionBase):
     """
 
     def __init__(self, *, actor: str = DEFAULT_ACTOR, clock: Callable[[], str] = utc_now,
-                 limits: dict[str, int]) -> None:
+                 limits: dict[str, int], chain: bool = True) -> None:
         super().__init__(actor=actor, clock=clock, limits=limits)
-        self.view = MemoryView()
+        self.chain = chain
+        self.view = MemoryView() if chain else _UnchainedView()
         self._addresses: list[tuple[str, int, int]] = [("", 0, 0)]  # seq → (stream, revision, stream_seq)
         self._budget_heads: dict[int, int] = {}  # revision → seq of its newest budget event
 
@@ -65,6 +113,21 @@ class MemorySession(SessionBase):
     @contextmanager
     def _write(self) -> Iterator[MemoryView]:
         yield self.view
+
+    def _seal(self, drafts: tuple[Draft, ...], head: tuple[int, str, str], at: str) -> list[Sealed]:
+        if self.chain:
+            return super()._seal(drafts, head, at)
+        sealed = []
+        seq, limit = head[0], self.limits["event_bytes_max"]
+        for draft in drafts:
+            seq += 1
+            body = dict(draft.fields)
+            body.update(seq=seq, parent_sha256=ZERO_SHA256, created_at=at, actor=self.actor, request=draft.request)
+            size = event_size(body, limit)
+            if size > limit:
+                raise limit_reached("event_bytes_max", f"event of {size} bytes exceeds event_bytes_max = {limit}")
+            sealed.append(Sealed(draft, body, b"", ZERO_SHA256))
+        return sealed
 
     def _store(self, view: MemoryView, sealed: Sealed) -> int:
         draft = sealed.draft
@@ -109,11 +172,13 @@ class MemoryCase(CaseFacade):
 
     @classmethod
     def create(cls, case_id: str, *, analysis_config: AnalysisConfig | None = None, actor: str = DEFAULT_ACTOR,
-               clock: Callable[[], str] = utc_now, package: Path | None = None) -> "MemoryCase":
-        """A new in-memory case ``case_id`` (``INVALID_ID`` for a malformed id or actor)."""
+               clock: Callable[[], str] = utc_now, package: Path | None = None, chain: bool = True) -> "MemoryCase":
+        """A new in-memory case ``case_id`` (``INVALID_ID`` for a malformed id or actor); ``chain=False``
+        seals no hash chain (see :class:`MemorySession`)."""
         check_case_id(case_id)
         analysis = analysis_config or AnalysisConfig()
-        session = MemorySession(actor=check_action_id(actor, "actor"), clock=clock, limits=analysis.limits)
+        session = MemorySession(actor=check_action_id(actor, "actor"), clock=clock, limits=analysis.limits,
+                                chain=chain)
         session.run("create", lifecycle.shape_create(case_id, str(uuid.uuid4())))
         return cls(session, analysis, package)
 

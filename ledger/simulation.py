@@ -32,8 +32,11 @@ from . import errors as E
 from ._resources import resource_dir
 from .config import DEFAULT_POLICY, AnalysisConfig, BudgetConfig, _read_toml
 from .errors import LedgerError
-from .journal import parse_line, run_operation
+from .budget import BudgetManager
+from .clock import utc_now
+from .journal import call_operation, parse_line
 from .memory import MemoryCase
+from .session import Ran
 from .rules.common import STATUS_ABANDONED, STATUS_EXHAUSTED, TERMINAL_STATUSES
 
 #: The figures of a policy (and of each outcome), in output order.
@@ -242,6 +245,14 @@ def parse_journal(path: Path) -> list[tuple[int, dict[str, Any]]]:
     return parsed
 
 
+class _FiguresOnly(BudgetManager):
+    """The budget manager the simulator runs lines through: the same checks and rules, but no
+    result object is built for each line (only the figures at the end are read)."""
+
+    def _result(self, ran: Ran, action: tuple[str, str] | None = None) -> Ran:  # type: ignore[override]
+        return ran
+
+
 def _all_terminal(case: MemoryCase) -> bool:
     view = case.view
     state = view.case()
@@ -257,8 +268,10 @@ def replay_run(run: str, lines: Sequence[tuple[int, dict[str, Any]]], policy: Po
     With ``trace``, every line is evaluated (no early stop) and ``lines`` of the result
     holds ``(line number, None | error code)`` for each, as ``apply --keep-going`` reports.
     """
-    case = MemoryCase.create("simulation", analysis_config=analysis, package=package)
-    budget = case.budget(policy.config)
+    now = utc_now()  # the whole replay happens at one moment: its lines carry their own times, if any
+    case = MemoryCase.create("simulation", analysis_config=analysis, package=package, chain=False,
+                             clock=lambda: now)
+    budget = _FiguresOnly(case.session, package, policy.config)
     result = RunResult(run, policy.name, lines=[] if trace else None)
     last_lifecycle = max((i for i, (_, line) in enumerate(lines) if line["op"] in _LIFECYCLE_OPS), default=-1)
     reserved: set[tuple[Any, Any]] = set()
@@ -277,7 +290,7 @@ def replay_run(run: str, lines: Sequence[tuple[int, dict[str, Any]]], policy: Po
             line = {**line, UNITS_KEY: policy.units_per_hypothesis}
         code = None
         try:
-            run_operation(case, budget, line)
+            call_operation(case, budget, line)
         except LedgerError as exc:
             code = exc.code
         result.steps_refused += is_step and code is not None
