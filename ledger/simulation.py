@@ -414,6 +414,7 @@ def simulate(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Poli
         raise LedgerError(E.INVALID_ARGUMENT, f"jobs must be an integer >= 1, got {jobs!r}")
     table = read_outcomes(outcomes) if isinstance(outcomes, (str, os.PathLike)) else outcomes
     files = journal_files(journals)
+    analysis = analysis or AnalysisConfig()  # validated once, not once per run
     root = Path(package) if package is not None else None
     tasks = [(path, chosen, analysis, root) for path in files]
     if jobs == 1 or len(files) == 1:
