@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import marshal
 import uuid
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, ContextManager, Iterator
 
 from . import errors as E
 from .canonical import ZERO_SHA256, canonical_event_bytes, canonical_sha256
@@ -117,9 +117,8 @@ class MemorySession(SessionBase):
         self.check_thread()
         yield
 
-    @contextmanager
-    def _write(self) -> Iterator[MemoryView]:
-        yield self.view
+    def _write(self) -> ContextManager[MemoryView]:
+        return nullcontext(self.view)  # a third of a generator-based context manager's cost, per operation
 
     def _seal(self, drafts: tuple[Draft, ...], head: tuple[int, str, str], at: str) -> list[Sealed]:
         if self.chain:
