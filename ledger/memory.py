@@ -3,9 +3,9 @@
 :class:`MemorySession` has the interface of :class:`~ledger.session.Session`
 (``run``, ``read``, ``batch``, ``event_ref``, ``budget_snapshot``, ``limits``,
 ``check_thread``): it evaluates the same rules on a
-:class:`~ledger.views.MemoryView`, seals every event exactly as the SQLite
-session does (same canonical bytes, sha256 chain and ``event_bytes_max``
-check) and advances the view with it. :class:`MemoryCase` is the case facade
+:class:`~ledger.views.MemoryView`, seals every event as the SQLite session
+does (same canonical bytes, sha256 chain and ``event_bytes_max`` check; see
+``chain=False`` below) and advances the view with it. :class:`MemoryCase` is the case facade
 over it (``open_revision``, ``transition``, ``budget``), so
 :class:`~ledger.budget.BudgetManager` and :func:`ledger.journal.run_operation`
 work on it unchanged. Policy simulation replays journals through it.
@@ -14,10 +14,13 @@ Memory grows with the run: the view keeps the state a rule may ask about, and
 the session keeps each event's export address (three integers) for ``event_ref``.
 
 ``chain=False`` (what the simulator uses) skips what only a reader of the hash
-chain needs: events are not encoded to RFC 8785 bytes nor hashed (``sha256`` and
-``parent_sha256`` are all zeros, so every event keeps its size) and an operation's request is hashed only when a
-later operation with the same key asks for it. The rules, the event bodies and
-the ``event_bytes_max`` check are the same, so every outcome is too.
+chain needs: events are not encoded to RFC 8785 bytes nor hashed (``sha256``
+and ``parent_sha256`` are all zeros, so every event keeps its size; the size
+is bounded without encoding, see :func:`check_event_size`) and an operation's
+request is hashed only when a later operation with the same key asks for it.
+The rules, the event bodies and the ``event_bytes_max`` check are the same, so
+every outcome is too (``tests/test_simulate_speed.py`` compares them with a
+real case).
 """
 
 from __future__ import annotations
@@ -94,7 +97,8 @@ class MemorySession(SessionBase):
 
     A refused operation leaves the view unchanged: the rule reads without writing,
     every event is sealed before any is applied, and applying cannot fail.
-    ``batch()`` only groups (there is nothing to make durable).
+    ``batch()`` only groups (there is nothing to make durable). ``chain=False``:
+    no canonical bytes and no hash chain (the module docstring says what stays equal).
     """
 
     def __init__(self, *, actor: str = DEFAULT_ACTOR, clock: Callable[[], str] = utc_now,

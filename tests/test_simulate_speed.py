@@ -28,7 +28,7 @@ def _apply_codes(tmp_path: Path, journal: Path, policy: Policy, analysis: Analys
                        analysis_config=analysis)
     try:
         results = list(apply_journal(case, journal.read_bytes().split(b"\n"), budget=case.budget(policy.config),
-                                     keep_going=True))
+                                     keep_going=True, batch_size=200))
         return [(r.line, None if r.ok else r.error.code) for r in results], case.balances()
     finally:
         case.close()
@@ -81,7 +81,7 @@ _values = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_keys, inner, max_size=4), max_leaves=20)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(st.dictionaries(_keys, _values, max_size=6))
 def test_the_canonical_length_of_any_event_like_body_is_at_most_six_times_its_marshal_length(body):
     """Property: for any body of strings (any Unicode, control characters and quotes included),
@@ -124,6 +124,23 @@ def test_an_event_over_event_bytes_max_is_refused_in_simulation_as_in_apply(tmp_
                                              "UNKNOWN_ACTION", "UNKNOWN_ACTION"]
     assert traced.units_spent == sum(b["spent_units"] for b in balances)
     assert traced.units_rewarded == sum(b["rewarded_units"] for b in balances)
+
+
+def test_five_more_real_journals_simulate_exactly_like_apply_under_two_policies(tmp_path):
+    """Every line's outcome, both with the early stop and without it, and the final balances."""
+    policies = [example_policy(), *vary(example_policy(), [("max_low_information_steps", [1])])]
+    for journal in SOME:
+        lines = parse_journal(journal)
+        for policy in policies:
+            applied, balances = _apply_codes(tmp_path, journal, policy)
+            traced = replay_run(journal.stem, lines, policy, trace=True)
+            assert traced.lines == applied, (journal.stem, policy.name)
+            fast = replay_run(journal.stem, lines, policy)
+            refused = sum(1 for (_, code), (_, line) in zip(applied, lines) if code and line["op"] == "reserve")
+            assert fast.steps_refused == traced.steps_refused == refused
+            assert fast.units_spent == sum(b["spent_units"] for b in balances)
+            assert fast.units_rewarded == sum(b["rewarded_units"] for b in balances)
+            assert fast.abandoned == ({b["status"] for b in balances} == {"abandoned_low_information_gain"})
 
 
 # --- requests hashed on demand ------------------------------------------------------------
