@@ -86,6 +86,20 @@ def budget_record(settings: Settings, case: str, hypothesis: str, action_id: str
                                           cost_usd_millicents=cost_usd_millicents, at=at))
 
 
+@budget.command("record-evidence")
+@CASE
+@click.argument("hypothesis")
+@click.argument("action_id")
+@click.argument("record_id")
+@AT
+@JSON
+@pass_settings
+def budget_record_evidence(settings: Settings, case: str, hypothesis: str, action_id: str, record_id: str,
+                           at: str | None, as_json: bool) -> None:
+    """Feed evidence record RECORD_ID (E000001…) to a reserved action (its novelty caps the refund)."""
+    _run_budget(settings, case, as_json, lambda b: b.record_evidence(hypothesis, action_id, record_id, at=at))
+
+
 @budget.command("settle")
 @CASE
 @click.argument("hypothesis")

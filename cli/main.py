@@ -15,6 +15,7 @@ import click
 
 from . import budget as budget_commands
 from . import case as case_commands
+from . import evidence as evidence_commands
 from . import inspect as inspect_commands
 from . import journal as journal_commands
 from . import package as package_commands
@@ -47,7 +48,7 @@ def main(ctx: click.Context, config: str | None, analysis_config: str | None, ac
 
 
 for command in (case_commands.init, case_commands.revision, case_commands.state, budget_commands.budget,
-                scope_commands.scope,
+                scope_commands.scope, evidence_commands.evidence,
                 inspect_commands.balances, inspect_commands.actions, inspect_commands.events, inspect_commands.sql,
                 package_commands.export, package_commands.import_command, package_commands.verify,
                 journal_commands.apply, simulate_commands.simulate_command, journal_commands.demo):

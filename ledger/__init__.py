@@ -20,6 +20,7 @@ from .case import Case, LifecycleResult, read_only_query, read_only_rows
 from .config import AnalysisConfig, BudgetConfig
 from .demo import run_demo
 from .errors import ALL_CODES, CLI_ONLY_CODES, INVALID_ARGUMENT, OUTPUT_ERROR, LedgerError
+from .evidence import EvidenceResult, EvidenceStore, FeedbackResult
 from .export import ExportReport, export_case, export_count
 from .importer import import_tree
 from .journal import JournalSummary, LineResult, apply_journal, clamp_warning, open_for_journal
@@ -29,6 +30,7 @@ from .manifest import read_manifest
 from .memory import MemoryCase
 from .operations import OPERATIONS, Operation
 from .package import LEDGER_FILE
+from .router import Router
 from .paths import os_error
 from .simulation import (Policy, RunResult, SimulationReport, example_policy, load_policy, parse_vary,
                        read_outcomes, simulate, vary)
@@ -41,7 +43,7 @@ from .views import MemoryView
 
 __all__ = [
     "ALL_CODES", "CLI_ONLY_CODES", "INVALID_ARGUMENT", "LEDGER_FILE", "OPERATIONS", "OUTPUT_ERROR", "AnalysisConfig", "BudgetConfig",
-    "BudgetManager", "BudgetResult", "Case", "GateReading", "ScopeManager", "ScopeResult", "ExportReport", "LedgerError", "LifecycleResult", "LineResult",
+    "BudgetManager", "BudgetResult", "Case", "GateReading", "ScopeManager", "ScopeResult", "EvidenceResult", "EvidenceStore", "FeedbackResult", "Router", "ExportReport", "LedgerError", "LifecycleResult", "LineResult",
     "MemoryCase", "MemoryView", "Operation", "Policy", "RunResult", "SimulationReport", "VerifyReport", "apply_journal", "export_case", "export_count", "import_tree",
     "open_for_journal", "os_error", "parse_json", "read_manifest", "read_only_query", "run_demo", "verify_case",
     "example_policy", "load_policy", "parse_vary", "plot_tradeoff", "read_outcomes", "simulate", "tradeoff_points", "vary",

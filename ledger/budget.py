@@ -18,6 +18,7 @@ from .config import BudgetConfig
 from .errors import LedgerError
 from .package import resolve_source_refs
 from .rules import budget as rules
+from .rules import feedback as feedback_rules
 from .rules import scopes as scope_rules
 from .rules.common import check_action_name, check_hypothesis_id
 from .rules.common import sorted_accounts
@@ -174,6 +175,30 @@ class BudgetManager:
         sources = resolve_source_refs(self.package_path, request["source_refs"]) if request["source_refs"] else []
         return self._run("record_result", request, at, (hypothesis_id, action_id),
                          inputs={"evidence": payload, "sources": sources})
+
+    def record_evidence(self, hypothesis_id: str, action_id: str, record_id: str, *,
+                        at: str | None = None) -> BudgetResult:
+        """Feed evidence record ``record_id`` (``E000001``…) to the reserved action: it awaits
+        assessment with novelty ``min(new_evidence_score, record novelty)``; nothing is refunded yet.
+        Errors: ``INVALID_ID``, the order of SPEC 6.1, ``INVALID_ARGUMENT`` (unknown record),
+        ``NO_RESERVATION`` (a record of another reservation, or a result already recorded).
+        """
+        request = rules.shape_record_evidence(hypothesis_id, action_id, record_id)
+        return self._run("record_evidence", request, at, (hypothesis_id, action_id))
+
+    def request_test(self, hypothesis_id: str, action_id: str, kind: str, operation_id: str, *,
+                     at: str | None = None) -> BudgetResult:
+        """Reserve an external test (``kind`` ``human`` or ``automated``: the action ``test.human`` or
+        ``test.automated``, priced by the policy's ``test_costs``) and bind it to ``operation_id``.
+
+        Waiting costs nothing; the case may move to ``BLOCKED`` meanwhile with every balance and
+        pending reservation kept. Its reply comes through the evidence store's ``submit_feedback``,
+        ``confirm_feedback`` and ``store_feedback``, then ``record_evidence`` and ``settle``.
+        Errors: ``INVALID_ID``, ``INVALID_ARGUMENT`` (kind), then those of :meth:`reserve`, with
+        ``OPERATION_CONFLICT`` also for an ``operation_id`` already used.
+        """
+        request = feedback_rules.shape_request_test(hypothesis_id, action_id, kind, operation_id)
+        return self._run("request_test", request, at, (hypothesis_id, action_id))
 
     def settle(self, hypothesis_id: str, action_id: str, semantic_score: int, reason: str,
                *, at: str | None = None) -> BudgetResult:

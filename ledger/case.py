@@ -23,9 +23,11 @@ from .clock import parse_at, utc_now
 from .config import AnalysisConfig
 from .errors import LedgerError
 from .facade import CaseFacade, LifecycleResult  # noqa: F401 (re-exported)
+from .evidence import EvidenceStore
 from .package import (ANALYSIS_DIR, LEDGER_FILE, MANIFEST_FILE, content_path, event_path, input_identity,
                       refuse_own_links, resolve_source_refs)
 from .paths import fs_path, os_error
+from .router import Router
 from .rules import lifecycle
 from .rules.common import check_action_id, check_case_id
 from .readonly import readonly_query, readonly_rows
@@ -167,6 +169,10 @@ class Case(CaseFacade):
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+    def evidence(self, router: Router | None = None) -> EvidenceStore:
+        """The evidence store of this case; ``router`` defaults to the reference router over the package."""
+        return EvidenceStore(self, router)
 
     # -- reads ---------------------------------------------------------------------
     def status(self) -> dict[str, Any]:

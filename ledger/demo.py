@@ -5,7 +5,10 @@ applies ``examples/demo/journal.jsonl`` under ``config/budget.example.toml`` wit
 ``keep_going`` (one line is refused on purpose: ``INSUFFICIENT_BUDGET``), then
 exports and verifies the case. Every rule of SPEC 6 shows up once: refund,
 duplicate evidence scoring zero, a failed action, a refused reservation,
-exhaustion, low-information abandonment and a rejection.
+exhaustion, low-information abandonment and a rejection. Then H1 reads real
+lines and a database row through the reference router (``query`` with
+``store``), including a rediscovered excerpt that earns half novelty, and feeds
+each record to its reservation (``record_evidence``) before settling it.
 """
 
 from __future__ import annotations
@@ -48,8 +51,10 @@ def default_demo_dir(base: Path | None = None) -> Path:
 def describe(line: dict[str, Any], outcome: LineResult) -> str:
     """One human sentence for a journal line's outcome."""
     op = line["op"]
-    subject = " ".join(str(line[k]) for k in ("hypothesis", "action_id", "action", "to") if k in line)
-    head = f"{outcome.line:>3}  {op:<14} {subject:<42}"
+    subject = " ".join(str(line[k]) for k in ("hypothesis", "action_id", "action", "to", "iteration_id") if k in line)
+    if op == "query":
+        subject += " " + " ".join(f"{a['hypothesis_id']} {a['action_id']} {a['tool']}" for a in line["request"]["actions"])
+    head = f"{outcome.line:>3}  {op:<15} {subject:<42}"
     if not outcome.ok:
         return f"{head} refused {outcome.error.code}: {outcome.error.message}"
     result = outcome.result or {}
@@ -65,6 +70,10 @@ def describe(line: dict[str, Any], outcome: LineResult) -> str:
         note = f"no refund, low-information streak {account['low_information_streak']}"
     elif op == "reject":
         note = "rejected"
+    elif op == "query":
+        note = ", ".join(f"{r['record_id']} novelty {r['novelty_score']}" for r in result.get("records", [])) or "ok"
+    elif op == "record_evidence":
+        note = f"record {line['record_id']} fed to the action: novelty {action['novelty_score']}"
     elif op in ("open_revision", "transition"):
         note = f"case is {result['case_state']}"
     else:
@@ -155,8 +164,9 @@ def _alive(pid: int) -> bool:
 def _build(example: Path, target: Path, echo: Callable[[str], None], shown_as: Path, actor: str) -> ExportReport:
     case = Case.create(target, DEMO_CASE_ID, at="2026-01-05T09:59:00Z", actor=actor)
     try:
-        shutil.copytree(example / "sources", target / "sources", dirs_exist_ok=True,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        for inputs in ("sources", "data"):  # the files the router reads, the database it queries
+            shutil.copytree(example / inputs, target / inputs, dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         policy = BudgetConfig.load(resource_dir("config") / "budget.example.toml")
         echo(f"case {DEMO_CASE_ID} at {shown_as}")
         echo(f"policy: the example policy shipped with case-ledger (config/budget.example.toml in the "

@@ -25,7 +25,7 @@ from .errors import LedgerError
 from .errors import integrity_error as _bad
 from .export import export_case
 from .manifest import check_manifest, read_manifest
-from .package import (EVENT_FILE_RE, LEDGER_FILE, check_export_tree, content_path, event_path, is_ledger_own,
+from .package import (EVENT_FILE_RE, EVIDENCE_EVENT_FILE_RE, LEDGER_FILE, check_export_tree, content_path, event_path, is_ledger_own,
                       printable_name, walk_package)
 from .paths import fs_path
 from .replay import PackageSource, Replayer
@@ -76,23 +76,42 @@ def _budget_revisions(files: dict[str, Path]) -> list[int]:
                    and r.startswith("analysis/budgets/")})
 
 
-def _next_event(files: dict[str, Path], view: MemoryView, revisions: list[int], seq: int) -> str | None:
+def _claimed(files: dict[str, Path], relative: str) -> dict[str, Any] | None:
+    """The event ``relative`` holds, if it parses as one (a JSON object with an integer seq)."""
+    try:
+        body = json.loads(files[relative].read_bytes())
+    except (ValueError, RecursionError):
+        return None
+    return body if type(body) is dict and type(body.get("seq")) is int else None
+
+
+def _evidence_files(files: dict[str, Path]) -> dict[int, list[str]]:
+    """seq → the evidence event files (``analysis/evidence/<revision>/<op>/…``) claiming it. Their
+    address follows from their operation, not from a counter: the replay checks each one's path."""
+    claims: dict[int, list[str]] = {}
+    for relative in sorted(files):
+        if EVIDENCE_EVENT_FILE_RE.fullmatch(relative):
+            body = _claimed(files, relative)
+            if body is not None and str(body.get("format", "")).startswith("evidence-"):
+                claims.setdefault(body["seq"], []).append(relative)
+    return claims
+
+
+def _next_event(files: dict[str, Path], view: MemoryView, revisions: list[int], seq: int,
+                evidence: Mapping[int, list[str]]) -> str | None:
     """The file of event ``seq``, found by address, not by scanning: the next file of the case
     stream or of a revision's budget stream whose event claims ``seq`` and whose format belongs
-    to that stream. A copy elsewhere is never taken for it (``check_export_tree`` names it)."""
+    to that stream, else the one evidence file claiming ``seq``. A copy elsewhere is never taken
+    for it (``check_export_tree`` names it)."""
     candidates = [("case", event_path("case", 0, view.next_stream_seq("case", 0)))]
     candidates += [("budget", event_path("budget", r, view.next_stream_seq("budget", r))) for r in revisions]
     for stream, relative in candidates:
-        if relative not in files:
-            continue
-        try:
-            body = json.loads(files[relative].read_bytes())
-        except (ValueError, RecursionError):
-            continue
-        if (type(body) is dict and type(body.get("seq")) is int and body["seq"] == seq
+        body = _claimed(files, relative) if relative in files else None
+        if (body is not None and body["seq"] == seq
                 and (body.get("format") == "budget-event-v1") == (stream == "budget")):
             return relative
-    return None
+    claims = evidence.get(seq, [])
+    return claims[0] if len(claims) == 1 else None
 
 
 def _copy_inputs(files: dict[str, Path], build_dir: Path) -> None:
@@ -140,9 +159,10 @@ def _replay_tree(replayer: Replayer, files: dict[str, Path], head_seq: int, acco
     """Events 1..head must all be there and replay; events an interrupted export wrote past the
     head are replayed too (so they count as part of the export) but not imported."""
     revisions = _budget_revisions(files)
+    evidence = _evidence_files(files)
     seq = 1
     while True:
-        relative = _next_event(files, replayer.view, revisions, seq)
+        relative = _next_event(files, replayer.view, revisions, seq, evidence)
         if relative is None:
             if seq <= head_seq:
                 raise _bad(seq, f"the export has no event {seq} (its manifest names head seq {head_seq})")
@@ -153,8 +173,7 @@ def _replay_tree(replayer: Replayer, files: dict[str, Path], head_seq: int, acco
             if seq <= head_seq:  # name the file as well as the seq
                 raise LedgerError(exc.code, f"{relative}: {exc.message}", **{**exc.details, "file": relative}) from None
             return  # not a continuation of the history: check_export_tree names the file
-        stream = "budget" if body["format"] == "budget-event-v1" else "case"
-        if event_path(stream, body["revision"], stream_seq) != relative:
+        if event_path(replayer.last_stream, body["revision"], stream_seq) != relative:
             raise _bad(seq, f"{relative} is not where event {seq} belongs")
         accounted.add(relative)
         if seq == head_seq:

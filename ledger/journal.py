@@ -151,7 +151,12 @@ def call_operation(case: Case, budget: BudgetManager, line: dict[str, Any]) -> A
         kwargs["at"] = at
     elif at is not None:
         parse_at(at)  # a read takes no time, but a malformed one is still refused
-    service = budget if op.service == "budget" else case if op.service == "case" else case.scopes()
+    if op.service == "case":
+        service = case
+    elif op.service == "budget":
+        service = budget
+    else:
+        service = case.scopes() if op.service == "scope" else case.evidence()
     return getattr(service, op.name)(**kwargs)
 
 

@@ -22,6 +22,14 @@ from .schemas import validator
 MANIFEST_FORMAT = "case-manifest-v1"
 
 
+def export_statement(conn: sqlite3.Connection, name: str, schema: str = "main") -> str:
+    """Named statement ``name`` that reads export paths; a ledger older than the evidence store
+    (no ``evidence_files`` table, so no evidence events) gets its ``_before_evidence`` form."""
+    if conn.execute(statement("has_evidence_files", schema)).fetchone():
+        return statement(name, schema)
+    return statement(f"{name}_before_evidence", schema)
+
+
 def manifest_for(conn: sqlite3.Connection, head_seq: int, schema: str = "main") -> dict[str, Any] | None:
     """The manifest an export at ``head_seq`` writes, from the ledger tables in ``schema``."""
     head = conn.execute(statement("manifest_head", schema), {"seq": head_seq}).fetchone()
@@ -30,12 +38,13 @@ def manifest_for(conn: sqlite3.Connection, head_seq: int, schema: str = "main") 
     case_id, package_id = conn.execute(statement("manifest_identity", schema)).fetchone()
     state, revision = conn.execute(statement("manifest_lifecycle", schema), {"seq": head_seq}).fetchone()
     budget = conn.execute(statement("manifest_budget_artifact", schema), {"seq": head_seq}).fetchone()
+    index = conn.execute(export_statement(conn, "manifest_evidence_artifact", schema), {"seq": head_seq}).fetchone()
     return {
         "format": MANIFEST_FORMAT, "case_id": case_id, "package_id": package_id, "state": state,
         "analysis_revision": revision, "package_generation": head_seq,
         "head": {"seq": head_seq, "sha256": head[0]},
         "artifacts": {"budget_ledger": {"path": event_path(*budget[:3]), "sha256": budget[3]} if budget else None,
-                      "evidence_index": None},
+                      "evidence_index": {"path": event_path(*index[:3]), "sha256": index[3]} if index else None},
     }
 
 

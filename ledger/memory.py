@@ -190,6 +190,13 @@ class MemoryCase(CaseFacade):
         session.run("create", lifecycle.shape_create(case_id, str(uuid.uuid4())))
         return cls(session, analysis, package)
 
+    def evidence(self) -> Any:
+        """The evidence store recomputes replies over a package on disk and reads back stored
+        batches, so an in-memory case has none: ``INVALID_ARGUMENT`` (a simulated journal's
+        evidence lines are refused, and the budget lines that need their records with them)."""
+        raise LedgerError(E.INVALID_ARGUMENT, "the evidence store needs a case on disk; an in-memory case "
+                          "(simulate) does not run evidence operations")
+
     @property
     def view(self) -> MemoryView:
         """The in-memory state (the rules' view protocol)."""

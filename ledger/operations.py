@@ -20,8 +20,11 @@ from .canonical import parse_json, sha256_hex
 from .config import BudgetConfig
 from .errors import LedgerError
 from .rules import budget as budget_rules
+from .rules import evidence as evidence_rules
+from .rules import feedback as feedback_rules
 from .rules import lifecycle
 from .rules import scopes as scope_rules
+from .router import Router
 from .rules.common import Context, Draft, LedgerView, Outcome, Reused
 
 Rule = Callable[[LedgerView, Mapping[str, Any], Context], "Draft | Reused | Outcome"]
@@ -32,6 +35,9 @@ class ReplaySource(Protocol):
 
     def content_of(self, sha256: str) -> bytes | None: ...
     def resolve_sources(self, refs: list[str]) -> list[dict[str, str]]: ...
+
+    @property
+    def root(self) -> Any: ...  # the package folder (the router recomputes evidence there)
 
 
 #: ``replay(stored request, stored body, source)`` → (normalized request, inputs, config) for the rule.
@@ -52,7 +58,8 @@ class Argument:
 class Operation:
     """One operation: ``name`` is the journal ``op`` and the Python method of ``service``
     (``"case"`` for :class:`~ledger.case.Case`, ``"budget"`` for
-    :class:`~ledger.budget.BudgetManager`, ``"scope"`` for :class:`~ledger.scopes.ScopeManager`); ``cli`` the command that runs it;
+    :class:`~ledger.budget.BudgetManager`, ``"scope"`` for :class:`~ledger.scopes.ScopeManager`,
+    ``"evidence"`` for :class:`~ledger.evidence.EvidenceStore`); ``cli`` the command that runs it;
     ``rule`` None for a read that writes nothing; ``journal`` False only for the
     genesis operation, which ``ledger init`` and ``apply --create`` perform."""
 
@@ -147,6 +154,47 @@ def _replay_request_increase(request, body, source):
                                                     "reason")), {}, None
 
 
+def _replay_record_evidence(request, body, source):
+    shaped = budget_rules.shape_record_evidence(*_get(request, "hypothesis_id", "action_id", "record_id"))
+    return shaped, {}, None
+
+
+def _recompute_where_present(router: Router, action: Mapping[str, Any], stored: Mapping[str, Any]) -> Any:
+    """The router's result for ``action`` when every file it read is still present with the same hash
+    (then the rule compares it with the stored one), else the stored result (inputs changed since)."""
+    try:
+        fresh = router.result(action)
+    except LedgerError:
+        return stored
+    return fresh if fresh.get("sources") == stored.get("sources") else stored
+
+
+def _replay_store_tool_results(request, body, source):
+    shaped = evidence_rules.shape_store(*_get(request, "iteration_id", "request", "reply"))
+    router = Router(source.root)
+    results = shaped["reply"]["results"]
+    actions = shaped["request"]["actions"]
+    recomputed = [_recompute_where_present(router, a, r) for a, r in zip(actions, results)] + results[len(actions):]
+    return shaped, {"recomputed": recomputed[:len(results)], "input_identity": None}, None
+
+
+def _replay_request_test(request, body, source):
+    shaped = feedback_rules.shape_request_test(*_get(request, "hypothesis_id", "action_id", "kind", "operation_id"))
+    return shaped, {}, None
+
+
+def _replay_submit_feedback(request, body, source):
+    return feedback_rules.shape_submit_feedback(*_get(request, "operation_id", "reply", "attachments")), {}, None
+
+
+def _replay_confirm_feedback(request, body, source):
+    return feedback_rules.shape_confirm_feedback(request.get("feedback_id")), {}, None
+
+
+def _replay_store_feedback(request, body, source):
+    return feedback_rules.shape_store_feedback(*_get(request, "operation_id", "feedback_id")), {}, None
+
+
 A = Argument
 #: Every operation, in the order the README lists them.
 OPERATIONS: dict[str, Operation] = {op.name: op for op in (
@@ -188,6 +236,25 @@ OPERATIONS: dict[str, Operation] = {op.name: op for op in (
     Operation("check", "budget", (A("hypothesis", "hypothesis_id"), A("action", "action")), "budget check"),
     Operation("price_signal", "budget", (A("hypothesis", "hypothesis_id"), A("action", "action")), "budget price"),
     Operation("remaining", "budget", (A("hypothesis", "hypothesis_id"),), "budget remaining", accepts_at=False),
+    Operation("record_evidence", "budget", (A("hypothesis", "hypothesis_id"), A("action_id", "action_id"),
+                                            A("record_id", "record_id")),
+              "budget record-evidence", budget_rules.record_evidence, _replay_record_evidence),
+    Operation("store_tool_results", "evidence", (A("iteration_id", "iteration_id"), A("request", "request"),
+                                                 A("reply", "reply")),
+              "evidence store", evidence_rules.store_tool_results, _replay_store_tool_results),
+    Operation("query", "evidence", (A("iteration_id", "iteration_id"), A("request", "request"),
+                                    A("store", "store", False)),
+              "evidence query"),
+    Operation("request_test", "budget", (A("hypothesis", "hypothesis_id"), A("action_id", "action_id"),
+                                         A("kind", "kind"), A("operation_id", "operation_id")),
+              "evidence request-test", feedback_rules.request_test, _replay_request_test),
+    Operation("submit_feedback", "evidence", (A("operation_id", "operation_id"), A("reply", "reply"),
+                                              A("attachments", "attachments", False)),
+              "evidence feedback submit", feedback_rules.submit_feedback, _replay_submit_feedback),
+    Operation("confirm_feedback", "evidence", (A("feedback_id", "feedback_id"),),
+              "evidence feedback confirm", feedback_rules.confirm_feedback, _replay_confirm_feedback),
+    Operation("store_feedback", "evidence", (A("operation_id", "operation_id"), A("feedback_id", "feedback_id")),
+              "evidence feedback store", feedback_rules.store_feedback, _replay_store_feedback),
 )}
 
 

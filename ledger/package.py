@@ -33,7 +33,10 @@ EXPORT_TEMP_PREFIX = ".ledger-tmp-"
 
 
 #: Where the export puts events and content rows (relative to the package root).
-EVENT_FILE_RE = re.compile(r"analysis/case/events/[0-9]{8}\.json|analysis/budgets/[0-9]{4}/events/[0-9]{8}\.json")
+#: Evidence events export under their operation's folder: ``analysis/evidence/<revision>/<op>/<name>.json``.
+EVIDENCE_EVENT_FILE_RE = re.compile(r"analysis/evidence/[0-9]{4}/[0-9a-f]{32}/[A-Za-z0-9_-]+\.json")
+EVENT_FILE_RE = re.compile(r"analysis/case/events/[0-9]{8}\.json|analysis/budgets/[0-9]{4}/events/[0-9]{8}\.json|"
+                           + EVIDENCE_EVENT_FILE_RE.pattern)
 CONTENT_FILE_RE = re.compile(r"analysis/evidence/content/[0-9a-f]{64}\.json")
 
 
@@ -185,10 +188,29 @@ def refuse_own_links(root: Path, *, creating: bool = False) -> None:
 
 def event_path(stream: str, revision: int, stream_seq: int) -> str:
     """Where an event exports to, relative to the package root: budget events per revision,
-    every other event under ``analysis/case/events/``."""
+    every other event under ``analysis/case/events/``. An evidence event's stream is its own
+    export path (``analysis/evidence/<revision>/<op>/…``, see :func:`evidence_path`)."""
+    if stream.startswith(EVIDENCE_DIR):
+        return stream
     if stream == "budget":
         return f"analysis/budgets/{revision:04d}/events/{stream_seq:08d}.json"
     return f"analysis/case/events/{stream_seq:08d}.json"
+
+
+EVIDENCE_DIR = "analysis/evidence/"
+
+
+def stored_stream(stream: str) -> str:
+    """The ``events.stream`` column of an event of ``stream``: evidence events (whose stream is their
+    export path, kept in ``evidence_files``) are stored in the ``case`` stream with ``stream_seq`` 0."""
+    return "case" if stream.startswith(EVIDENCE_DIR) else stream
+
+
+def evidence_path(revision: int, operation_id: str, name: str) -> str:
+    """Export path of an evidence artifact: ``analysis/evidence/<revision>/<op>/<name>`` where ``<op>``
+    is the first 32 hex digits of sha256(operation_id)."""
+    folder = hashlib.sha256(operation_id.encode("utf-8")).hexdigest()[:32]
+    return f"{EVIDENCE_DIR}{revision:04d}/{folder}/{name}"
 
 
 def content_path(sha256: str) -> str:

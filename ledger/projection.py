@@ -84,6 +84,49 @@ def _budget_closed(body: Body, draft: Draft) -> list[HelperRow]:
                                 "reward_units": action["reward_units"], **_action_key(body)})]
 
 
+def _evidence_recorded(body: Body, draft: Draft) -> list[HelperRow]:
+    record = body["record"]
+    rows: list[HelperRow] = [("insert_evidence_record", {
+        "record_id": record["record_id"], "seq": body["seq"], "revision": record["revision"],
+        "hypothesis_id": record["hypothesis_id"], "action_id": record["action_id"],
+        "operation_id": record["operation_id"], "content_sha256": record["content_sha256"],
+        "duplicate_of": record["duplicate_of"], "novelty_score": record["novelty_score"],
+        "body": canonical_bytes(record).decode("utf-8")})]
+    rows += [("insert_evidence_atom", {"atom_sha256": atom, "seq": body["seq"], "record_id": record["record_id"]})
+             for atom in record["novel_atoms"]]
+    return rows
+
+
+def _evidence_indexed(body: Body, draft: Draft) -> list[HelperRow]:
+    index = body["index"]
+    return [("insert_evidence_index", {"seq": body["seq"], "index_sha256": body["index_sha256"],
+                                       "next_record_number": index["next_record_number"],
+                                       "record_count": len(index["records"])})]
+
+
+def _budget_evidence_recorded(body: Body, draft: Draft) -> list[HelperRow]:
+    return [("insert_result", {"content_sha256": body["evidence_sha256"],
+                               "novelty_score": body["action"]["novelty_score"], **_action_key(body)})]
+
+
+def _budget_test_requested(body: Body, draft: Draft) -> list[HelperRow]:
+    action = body["action"]
+    return _budget_reserved(body, draft) + [("insert_test_request", {
+        "operation_id": body["test"]["operation_id"], "seq": body["seq"], "revision": body["revision"],
+        "hypothesis_id": action["hypothesis_id"], "action_id": action["action_id"], "kind": body["test"]["kind"]})]
+
+
+def _feedback_submitted(body: Body, draft: Draft) -> list[HelperRow]:
+    feedback = body["feedback"]
+    return [("insert_feedback_draft", {"feedback_id": feedback["feedback_id"], "seq": body["seq"],
+                                       "operation_id": feedback["operation_id"],
+                                       "submission_sha256": feedback["submission_sha256"]})]
+
+
+def _feedback_confirmed(body: Body, draft: Draft) -> list[HelperRow]:
+    return [("insert_feedback_confirmation", {"feedback_id": body["feedback_id"], "seq": body["seq"]})]
+
+
 def _no_rows(body: Body, draft: Draft) -> list[HelperRow]:
     return []
 
@@ -135,6 +178,14 @@ PROJECTIONS: dict[str, Callable[[Body, Draft], list[HelperRow]]] = {
     "scope.increase_requested": _increase_requested,
     "limit.approaching": _limit_approaching,
     "limit.exceeded": _limit_exceeded,
+    "budget.evidence_recorded": _budget_evidence_recorded,
+    "evidence.requested": _no_rows,
+    "evidence.result": _no_rows,
+    "evidence.recorded": _evidence_recorded,
+    "evidence.indexed": _evidence_indexed,
+    "budget.test_requested": _budget_test_requested,
+    "feedback.submitted": _feedback_submitted,
+    "feedback.confirmed": _feedback_confirmed,
 }
 
 
@@ -146,10 +197,17 @@ def _terminations(body: Body, draft: Draft) -> list[HelperRow]:
             for h in draft.terminated]
 
 
+def _export_file(body: Body, draft: Draft) -> list[HelperRow]:
+    """An evidence event's stream is its export path: kept in ``evidence_files``."""
+    if draft.stream in ("case", "budget"):
+        return []
+    return [("insert_evidence_file", {"seq": body["seq"], "path": draft.stream})]
+
+
 def helper_rows(body: Body, draft: Draft) -> list[HelperRow]:
     """Every helper row event ``body`` (made from ``draft``) establishes, in insertion order.
 
     Raises ``KeyError`` for an event type without a projection (a defect: every
     event type the rules make is listed in :data:`PROJECTIONS`).
     """
-    return PROJECTIONS[body["type"]](body, draft) + _terminations(body, draft)
+    return _export_file(body, draft) + PROJECTIONS[body["type"]](body, draft) + _terminations(body, draft)

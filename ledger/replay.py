@@ -25,7 +25,7 @@ from .canonical import canonical_bytes, canonical_event_bytes, sha256_hex
 from .errors import LedgerError
 from .errors import integrity_error as _bad
 from .operations import OPERATIONS
-from .package import resolve_source_refs
+from .package import resolve_source_refs, stored_stream
 from .projection import helper_rows
 from .clock import parse_at, utc_now
 from .config import DEFAULT_LIMITS
@@ -35,7 +35,8 @@ from .session import check_future_at
 from .storage import EventRow, HelperRow
 from .views import MemoryView
 
-EVENT_FORMATS = ("case-event-v1", "budget-event-v1", "scope-event-v1")
+EVENT_FORMATS = ("case-event-v1", "budget-event-v1", "scope-event-v1", "evidence-event-v1", "evidence-record-v1",
+                 "evidence-index-v1", "feedback-event-v1")
 #: ``sink(event row, helper rows, content rows)`` receives every accepted event.
 Sink = Callable[[EventRow, list[HelperRow], Mapping[str, bytes]], None]
 
@@ -94,6 +95,7 @@ class Replayer:
         self.previous_sha = "0" * 64
         self.previous_at = ""
         self.count = 0
+        self.last_stream = ""  # the stream of the event applied last (an evidence event's export path)
 
     def apply(self, seq: int, data: bytes) -> tuple[dict[str, Any], int]:
         """Check and re-apply the event expected at ``seq`` whose stored bytes are ``data``.
@@ -117,7 +119,7 @@ class Replayer:
         sha = sha256_hex(data)
         stream_seq = self.view.apply(body, sha, draft.stream, draft.operation_key, draft.contents)
         if self.sink is not None:
-            row = EventRow(seq=seq, type=draft.type, revision=draft.revision, stream=draft.stream,
+            row = EventRow(seq=seq, type=draft.type, revision=draft.revision, stream=stored_stream(draft.stream),
                            stream_seq=stream_seq, created_at=created_at, sha256=sha,
                            parent_sha256=self.previous_sha, operation_key=draft.operation_key,
                            request_sha256=sha256_hex(canonical_bytes(draft.request)) if draft.operation_key else None,
@@ -125,6 +127,7 @@ class Replayer:
             self.sink(row, helper_rows(body, draft), draft.contents)
         self.previous_sha = sha
         self.previous_at = created_at
+        self.last_stream = draft.stream
         self.count += 1
         return body, stream_seq
 

@@ -27,7 +27,7 @@ from .clock import ms_ahead, parse_at, utc_now
 from .config import DEFAULT_LIMITS, BudgetConfig
 from .errors import LedgerError, limit_reached
 from .operations import operation
-from .package import event_path
+from .package import event_path, stored_stream
 from .projection import helper_rows
 from .rules.common import Context, Draft, Outcome, Reused
 from .storage import EventRow, Storage
@@ -229,7 +229,7 @@ class Session(SessionBase):
         draft, body = sealed.draft, sealed.body
         stream_seq = view.next_stream_seq(draft.stream, draft.revision)
         row = EventRow(
-            seq=body["seq"], type=draft.type, revision=draft.revision, stream=draft.stream, stream_seq=stream_seq,
+            seq=body["seq"], type=draft.type, revision=draft.revision, stream=stored_stream(draft.stream), stream_seq=stream_seq,
             created_at=body["created_at"], sha256=sealed.sha256, parent_sha256=body["parent_sha256"],
             operation_key=draft.operation_key,
             request_sha256=sha256_hex(canonical_bytes(draft.request)) if draft.operation_key else None,

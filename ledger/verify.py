@@ -26,7 +26,7 @@ from .canonical import sha256_hex
 from .case import Case
 from .errors import LedgerError
 from .errors import integrity_error as _bad
-from .manifest import check_manifest, read_manifest
+from .manifest import check_manifest, export_statement, read_manifest
 from .package import (EVENT_FILE_RE, LEDGER_FILE, MANIFEST_FILE, check_export_tree, check_package_names, content_path,
                       event_path, export_tree_files, refuse_own_links)
 from .paths import fs_path
@@ -38,7 +38,9 @@ Progress = Callable[[int], None]
 HELPER_TABLES = ("case_identity", "lifecycle", "revisions", "hypotheses", "policies", "accounts",
                  "grants", "reservations", "results", "result_sources", "closings", "terminations",
                  "evidence_records", "scope_establishments", "scope_limits", "limit_warnings",
-                 "limit_exceedances", "increase_requests", "result_costs")
+                 "limit_exceedances", "increase_requests", "result_costs", "evidence_atoms", "test_requests",
+                 "feedback_drafts", "feedback_confirmations",
+                 "evidence_indexes", "evidence_files")
 PUBLIC_VIEWS = ("balances", "balances_recomputed", "actions", "evidence", "case_status", "scope_usage")
 EVENT_COLUMNS = ("seq", "type", "revision", "stream", "stream_seq", "created_at", "sha256",
                  "parent_sha256", "operation_key", "request_sha256", "body")
@@ -266,7 +268,7 @@ def _check_export(root: Path, conn: sqlite3.Connection, head: tuple[int, str]) -
     checked = 0
     if manifest is not None:
         check_manifest(manifest, conn, head[0])
-    known = {event_path(*row) for row in conn.execute(statement("event_addresses"))}
+    known = {event_path(*row) for row in conn.execute(export_statement(conn, "event_addresses"))}
     files = export_tree_files(root)
     for relative in files:
         if relative not in known and EVENT_FILE_RE.fullmatch(relative):
@@ -279,7 +281,7 @@ def _check_export(root: Path, conn: sqlite3.Connection, head: tuple[int, str]) -
                            "(truncated or rolled-back ledger)")
     check_export_tree(files, known | {content_path(sha) for (sha,) in conn.execute(statement("content_shas"))})
     limit = manifest["head"]["seq"] if manifest else 0
-    for seq, stream, revision, stream_seq, body in conn.execute(statement("events_for_export")):
+    for seq, stream, revision, stream_seq, body in conn.execute(export_statement(conn, "events_for_export")):
         target = root / event_path(stream, revision, stream_seq)
         if target.exists() or target.is_symlink():
             if not same_bytes(target, _as_bytes(body)):

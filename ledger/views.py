@@ -33,6 +33,11 @@ SCOPE_COLUMNS = ("seq", "scope", "scope_type", "scope_id", "scope_revision", "sc
                  "issuer", "delegate", "warning_bps", "on_exhausted", "causation_seq", "origin_at")
 
 
+def feedback_state(body: Mapping[str, Any], confirmed: bool) -> dict[str, Any]:
+    """What :meth:`SqlView.feedback` answers, from a ``feedback.submitted`` event body."""
+    return {**body["feedback"], "seq": body["seq"], "reply": body["request"]["reply"], "confirmed": confirmed}
+
+
 class SqlView:
     """The rules' :class:`~ledger.rules.LedgerView` over a :class:`Storage`: indexed, bounded reads."""
 
@@ -113,6 +118,8 @@ class SqlView:
         return self.storage.head()
 
     def next_stream_seq(self, stream: str, revision: int) -> int:
+        if stream not in ("budget", "case"):
+            return 0  # an evidence event's stream is its own export path: not numbered
         if stream == "budget":
             return self.storage.one("stream_count_budget", revision=revision)[0] + 1
         return self.storage.one("stream_count_case")[0] + 1
@@ -140,6 +147,60 @@ class SqlView:
     def lowest_pct_since_grant(self, revision: int, hypothesis_id: str) -> int | None:
         return self.storage.one("lowest_pct_since_grant", revision=revision, hypothesis_id=hypothesis_id)[0]
 
+    # -- the evidence store ------------------------------------------------------------
+    def evidence_operation(self, operation_id: str) -> str | None:
+        row = self.storage.one("evidence_by_operation", operation_id=operation_id)
+        return row[0] if row else None
+
+    def evidence_binding(self, revision: int, hypothesis_id: str, action_id: str) -> tuple[str, str] | None:
+        row = self.storage.one("evidence_by_action", revision=revision, hypothesis_id=hypothesis_id,
+                               action_id=action_id)
+        return (row[0], row[1]) if row else None
+
+    def first_record_with_content(self, sha256: str) -> str | None:
+        row = self.storage.one("evidence_first_with_content", content_sha256=sha256)
+        return row[0] if row else None
+
+    def atom_seen(self, atom_sha256: str) -> bool:
+        return self.storage.one("evidence_atom_exists", atom_sha256=atom_sha256) is not None
+
+    def evidence_record(self, record_id: str) -> dict[str, Any] | None:
+        row = self.storage.one("evidence_record_body", record_id=record_id)
+        return json.loads(row[0]) if row else None
+
+    def evidence_records_total(self) -> int:
+        head = self.evidence_index_head()
+        return len(head["records"]) if head else 0
+
+    def evidence_index_head(self) -> dict[str, Any] | None:
+        row = self.storage.one("evidence_index_head")
+        if row is None:
+            return None
+        body = json.loads(row[0])
+        return {"index_sha256": body["index_sha256"], **body["index"]}
+
+    def reservation_seq(self, revision: int, hypothesis_id: str, action_id: str) -> int | None:
+        row = self.storage.one("reservation_seq", revision=revision, hypothesis_id=hypothesis_id, action_id=action_id)
+        return row[0] if row else None
+
+    # -- asynchronous tests and feedback -----------------------------------------------
+    def test_request(self, operation_id: str) -> dict[str, Any] | None:
+        row = self.storage.one("test_request", operation_id=operation_id)
+        return dict(zip(("seq", "revision", "hypothesis_id", "action_id", "kind"), row)) if row else None
+
+    def feedback(self, feedback_id: str) -> dict[str, Any] | None:
+        row = self.storage.one("feedback_draft", feedback_id=feedback_id)
+        return feedback_state(json.loads(row[1]), bool(row[2])) if row else None
+
+    def feedback_total(self) -> int:
+        return self.storage.one("feedback_count")[0]
+
+    def attachment(self, sha256: str) -> bytes | None:
+        row = self.storage.one("attachment_content", sha256=sha256)
+        if row is None:
+            return None
+        return row[0] if isinstance(row[0], bytes) else str(row[0]).encode("utf-8", "surrogatepass")
+
 
 class MemoryView:
     """The whole state a rule can ask about, held in memory and advanced event by event.
@@ -166,6 +227,16 @@ class MemoryView:
         self._money: dict[tuple[int, str], int] = {}
         self._issuers: dict[int, str] = {}
         self._lowest_pct: dict[tuple[int, str], int] = {}
+        self._records: dict[str, dict[str, Any]] = {}
+        self._record_by_operation: dict[str, str] = {}
+        self._record_by_action: dict[tuple[int, str, str], tuple[str, str]] = {}
+        self._record_by_content: dict[str, str] = {}
+        self._atoms: set[str] = set()
+        self._index: dict[str, Any] | None = None
+        self._reservation_seqs: dict[tuple[int, str, str], int] = {}
+        self._tests: dict[str, dict[str, Any]] = {}
+        self._feedback: dict[str, dict[str, Any]] = {}
+        self._attachments: dict[str, bytes] = {}
 
     # -- the protocol ----------------------------------------------------------------
     def case(self) -> dict[str, Any] | None:
@@ -218,6 +289,8 @@ class MemoryView:
         return self._head
 
     def next_stream_seq(self, stream: str, revision: int) -> int:
+        if stream not in ("budget", "case"):
+            return 0  # an evidence event's stream is its own export path: not numbered
         return self._stream_counts.get((stream, revision if stream == "budget" else 0), 0) + 1
 
     def scope(self, name: str) -> dict[str, Any] | None:
@@ -236,15 +309,55 @@ class MemoryView:
 
     def lowest_pct_since_grant(self, revision: int, hypothesis_id: str) -> int | None:
         return self._lowest_pct.get((revision, hypothesis_id))
+    def evidence_operation(self, operation_id: str) -> str | None:
+        return self._record_by_operation.get(operation_id)
+
+    def evidence_binding(self, revision: int, hypothesis_id: str, action_id: str) -> tuple[str, str] | None:
+        return self._record_by_action.get((revision, hypothesis_id, action_id))
+
+    def first_record_with_content(self, sha256: str) -> str | None:
+        return self._record_by_content.get(sha256)
+
+    def atom_seen(self, atom_sha256: str) -> bool:
+        return atom_sha256 in self._atoms
+
+    def evidence_record(self, record_id: str) -> dict[str, Any] | None:
+        found = self._records.get(record_id)
+        return json.loads(canonical_bytes(found)) if found else None
+
+    def evidence_records_total(self) -> int:
+        return len(self._records)
+
+    def evidence_index_head(self) -> dict[str, Any] | None:
+        return json.loads(canonical_bytes(self._index)) if self._index else None
+
+    def reservation_seq(self, revision: int, hypothesis_id: str, action_id: str) -> int | None:
+        return self._reservation_seqs.get((revision, hypothesis_id, action_id))
+
+    def test_request(self, operation_id: str) -> dict[str, Any] | None:
+        found = self._tests.get(operation_id)
+        return dict(found) if found else None
+
+    def feedback(self, feedback_id: str) -> dict[str, Any] | None:
+        found = self._feedback.get(feedback_id)
+        return json.loads(canonical_bytes(found)) if found else None
+
+    def feedback_total(self) -> int:
+        return len(self._feedback)
+
+    def attachment(self, sha256: str) -> bytes | None:
+        return self._attachments.get(sha256)
 
     # -- advancing -------------------------------------------------------------------
     def apply(self, body: Mapping[str, Any], sha256: str, stream: str, operation_key: str | None,
               contents: Mapping[str, bytes]) -> int:
         """Advance by one event (``body`` as stored, ``sha256`` of its bytes); return its ``stream_seq``."""
         seq, revision, kind = body["seq"], body["revision"], body["type"]
-        scope = (stream, revision if stream == "budget" else 0)
-        stream_seq = self._stream_counts.get(scope, 0) + 1
-        self._stream_counts[scope] = stream_seq
+        stream_seq = 0  # an evidence event (its stream is its export path) is not numbered
+        if stream in ("budget", "case"):
+            scope = (stream, revision if stream == "budget" else 0)
+            stream_seq = self._stream_counts.get(scope, 0) + 1
+            self._stream_counts[scope] = stream_seq
         self._head = (seq, sha256, body["created_at"])
         if operation_key is not None:
             self._remember_operation(operation_key, seq, body["request"])
@@ -262,6 +375,15 @@ class MemoryView:
             self._apply_budget(body)
         elif body.get("format") == "scope-event-v1":
             self._apply_scope(body)
+        elif kind == "evidence.recorded":
+            self._apply_record(body["record"])
+        elif kind == "evidence.indexed":
+            self._index = {"index_sha256": body["index_sha256"], **body["index"]}
+        elif kind == "feedback.submitted":
+            self._feedback[body["feedback"]["feedback_id"]] = feedback_state(body, False)
+            self._attachments.update(contents)
+        elif kind == "feedback.confirmed":
+            self._feedback[body["feedback_id"]]["confirmed"] = True
         return stream_seq
 
     def _remember_operation(self, key: str, seq: int, request: Mapping[str, Any]) -> None:
@@ -273,6 +395,15 @@ class MemoryView:
             self._scopes[body["scope"]] = {**establishment_row(body), "limits": dict(body["effective_limits"])}
         elif body["type"] == "limit.approaching":
             self._warned.setdefault((body["scope"], body["establishment_seq"]), set()).add(body["dimension"])
+
+    def _apply_record(self, record: Mapping[str, Any]) -> None:
+        rid = record["record_id"]
+        self._records[rid] = dict(record)
+        self._record_by_operation.setdefault(record["operation_id"], rid)
+        self._record_by_action.setdefault((record["revision"], record["hypothesis_id"], record["action_id"]),
+                                          (rid, record["operation_id"]))
+        self._record_by_content.setdefault(record["content_sha256"], rid)
+        self._atoms.update(record["novel_atoms"])
 
     def _apply_lifecycle(self, body: Mapping[str, Any]) -> None:
         if body["type"] == "case.created":
@@ -291,7 +422,15 @@ class MemoryView:
             "accounts": {a["hypothesis_id"]: dict(a) for a in body["accounts"]}}
         action = body.get("action")
         if action is not None:
-            self._actions[(revision, action["hypothesis_id"], action["action_id"])] = dict(action)
+            key = (revision, action["hypothesis_id"], action["action_id"])
+            self._actions[key] = dict(action)
+            if body["type"] in ("budget.reserved", "budget.test_requested"):
+                self._reservation_seqs[key] = body["seq"]
+            if body["type"] == "budget.test_requested":
+                self._tests[body["test"]["operation_id"]] = {"seq": body["seq"], "revision": revision,
+                                                             "hypothesis_id": action["hypothesis_id"],
+                                                             "action_id": action["action_id"],
+                                                             "kind": body["test"]["kind"]}
         if body["type"] == "budget.initialized":
             self._issuers[revision] = body["actor"]
         if "cost_usd_millicents" in body:

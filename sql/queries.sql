@@ -44,7 +44,7 @@ SELECT policy, policy_sha256 FROM policies WHERE revision < :revision ORDER BY r
 SELECT seq, request_sha256, type FROM events WHERE operation_key = :operation_key;
 
 -- name: event_by_seq
-SELECT seq, type, revision, stream, stream_seq, created_at, sha256, parent_sha256, operation_key, request_sha256, body
+SELECT seq, type, revision, COALESCE((SELECT path FROM evidence_files AS f WHERE f.seq = events.seq), stream), stream_seq, created_at, sha256, parent_sha256, operation_key, request_sha256, body
 FROM events WHERE seq = :seq;
 
 -- name: action_state
@@ -183,3 +183,77 @@ VALUES (:revision, :hypothesis_id, :action_id, :seq, :cost_usd_millicents);
 -- name: insert_grant
 INSERT INTO grants (revision, hypothesis_id, grant_id, seq, units)
 VALUES (:revision, :hypothesis_id, :grant_id, :seq, :units);
+
+-- --- the evidence store (sql/006_evidence.sql) ---------------------------------------
+
+-- name: insert_evidence_record
+INSERT INTO evidence_records (record_id, seq, revision, hypothesis_id, action_id, operation_id, content_sha256,
+                              duplicate_of, novelty_score, body)
+VALUES (:record_id, :seq, :revision, :hypothesis_id, :action_id, :operation_id, :content_sha256,
+        :duplicate_of, :novelty_score, :body);
+
+-- name: insert_evidence_atom
+INSERT INTO evidence_atoms (atom_sha256, seq, record_id) VALUES (:atom_sha256, :seq, :record_id);
+
+-- name: insert_evidence_index
+INSERT INTO evidence_indexes (seq, index_sha256, next_record_number, record_count)
+VALUES (:seq, :index_sha256, :next_record_number, :record_count);
+
+-- name: evidence_by_operation
+SELECT record_id FROM evidence_records WHERE operation_id = :operation_id ORDER BY record_id LIMIT 1;
+
+-- name: evidence_by_action
+SELECT record_id, operation_id FROM evidence_records
+WHERE revision = :revision AND hypothesis_id = :hypothesis_id AND action_id = :action_id
+ORDER BY record_id LIMIT 1;
+
+-- name: evidence_first_with_content
+SELECT record_id FROM evidence_records WHERE content_sha256 = :content_sha256 ORDER BY record_id LIMIT 1;
+
+-- name: evidence_atom_exists
+SELECT 1 FROM evidence_atoms WHERE atom_sha256 = :atom_sha256;
+
+-- name: evidence_record_body
+SELECT body FROM evidence_records WHERE record_id = :record_id;
+
+-- name: evidence_index_head
+SELECT e.body FROM evidence_indexes AS i JOIN events AS e ON e.seq = i.seq ORDER BY i.seq DESC LIMIT 1;
+
+-- name: reservation_seq
+SELECT seq FROM reservations
+WHERE revision = :revision AND hypothesis_id = :hypothesis_id AND action_id = :action_id;
+
+-- name: evidence_events_of_batch
+-- the events of the batch whose first event is :seq, up to and including its index
+SELECT COALESCE((SELECT path FROM evidence_files AS f WHERE f.seq = events.seq), stream), body FROM events
+WHERE seq >= :seq AND seq <= (SELECT MIN(seq) FROM events WHERE type = 'evidence.indexed' AND seq >= :seq)
+ORDER BY seq;
+
+-- name: insert_evidence_file
+INSERT INTO evidence_files (seq, path) VALUES (:seq, :path);
+
+-- --- asynchronous tests and feedback (sql/006_evidence.sql) ----------------------------
+
+-- name: insert_test_request
+INSERT INTO test_requests (operation_id, seq, revision, hypothesis_id, action_id, kind)
+VALUES (:operation_id, :seq, :revision, :hypothesis_id, :action_id, :kind);
+
+-- name: insert_feedback_draft
+INSERT INTO feedback_drafts (feedback_id, seq, operation_id, submission_sha256)
+VALUES (:feedback_id, :seq, :operation_id, :submission_sha256);
+
+-- name: insert_feedback_confirmation
+INSERT INTO feedback_confirmations (feedback_id, seq) VALUES (:feedback_id, :seq);
+
+-- name: test_request
+SELECT seq, revision, hypothesis_id, action_id, kind FROM test_requests WHERE operation_id = :operation_id;
+
+-- name: feedback_draft
+SELECT d.seq, e.body, EXISTS (SELECT 1 FROM feedback_confirmations AS c WHERE c.feedback_id = d.feedback_id)
+FROM feedback_drafts AS d JOIN events AS e ON e.seq = d.seq WHERE d.feedback_id = :feedback_id;
+
+-- name: feedback_count
+SELECT COUNT(*) FROM feedback_drafts;
+
+-- name: attachment_content
+SELECT body FROM contents WHERE sha256 = :sha256;

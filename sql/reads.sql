@@ -29,13 +29,15 @@ SELECT COUNT(*) FROM {schema}.events;
 SELECT COUNT(*) FROM {schema}.contents;
 
 -- name: event_addresses
-SELECT stream, revision, stream_seq FROM {schema}.events;
+SELECT COALESCE(f.path, e.stream), e.revision, e.stream_seq FROM {schema}.events AS e
+LEFT JOIN {schema}.evidence_files AS f ON f.seq = e.seq;
 
 -- name: content_shas
 SELECT sha256 FROM {schema}.contents;
 
 -- name: events_for_export
-SELECT seq, stream, revision, stream_seq, body FROM {schema}.events ORDER BY seq;
+SELECT e.seq, COALESCE(f.path, e.stream), e.revision, e.stream_seq, e.body FROM {schema}.events AS e
+LEFT JOIN {schema}.evidence_files AS f ON f.seq = e.seq ORDER BY e.seq;
 
 -- name: contents_for_export
 SELECT sha256, seq, body FROM {schema}.contents ORDER BY seq, sha256;
@@ -61,6 +63,24 @@ SELECT state, revision FROM {schema}.lifecycle WHERE seq <= :seq ORDER BY seq DE
 -- name: manifest_budget_artifact
 SELECT stream, revision, stream_seq, sha256 FROM {schema}.events
 WHERE stream = 'budget' AND seq <= :seq ORDER BY seq DESC LIMIT 1;
+
+-- name: manifest_evidence_artifact
+SELECT f.path, e.revision, e.stream_seq, e.sha256 FROM {schema}.events AS e
+JOIN {schema}.evidence_files AS f ON f.seq = e.seq
+WHERE e.type = 'evidence.indexed' AND e.seq <= :seq ORDER BY e.seq DESC LIMIT 1;
+
+-- name: has_evidence_files
+SELECT 1 FROM {schema}.sqlite_master WHERE type = 'table' AND name = 'evidence_files';
+
+-- name: event_addresses_before_evidence
+-- a ledger older than the evidence store (schema version < 6) has no evidence_files table
+SELECT stream, revision, stream_seq FROM {schema}.events;
+
+-- name: events_for_export_before_evidence
+SELECT seq, stream, revision, stream_seq, body FROM {schema}.events ORDER BY seq;
+
+-- name: manifest_evidence_artifact_before_evidence
+SELECT NULL WHERE 0;
 
 -- name: has_migrations_table
 SELECT 1 FROM {schema}.sqlite_master WHERE type = 'table' AND name = 'schema_migrations';

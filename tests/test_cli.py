@@ -226,10 +226,11 @@ def test_demo_runs_exports_verifies_and_says_where_the_case_is(tmp_path):
     for word in ("INSUFFICIENT_BUDGET", "budget_exhausted", "abandoned_low_information_gain", "rejected",
                  "duplicate", "no refund", "refund 8" if False else "refund 4", "verified", str(tmp_path / "d")):
         assert word in out, word
-    assert json.loads(ok("verify", str(tmp_path / "d"), "--json"))["head_seq"] == 35
+    assert "E000002 novelty 50" in out and "record E000002 fed to the action: novelty 50" in out
+    assert json.loads(ok("verify", str(tmp_path / "d"), "--json"))["head_seq"] == 56
     rows = {r["hypothesis_id"]: r for r in json.loads(ok("balances", str(tmp_path / "d"), "--json"))}
     assert {h: (r["status"], r["remaining_units"]) for h, r in rows.items()} == {
-        "H1": ("investigating", 28), "H2": ("abandoned_low_information_gain", 10),
+        "H1": ("investigating", 21), "H2": ("abandoned_low_information_gain", 10),
         "H3": ("budget_exhausted", 4), "H4": ("rejected", 37)}
     refused("CASE_EXISTS", "demo", str(tmp_path / "d"))
     second = ok("demo", cwd=tmp_path)

@@ -115,11 +115,11 @@ def test_the_readmes_five_example_questions_run_and_answer_on_the_demo(tmp_path)
 
     with Case.open(path) as opened:
         balances, actions = opened.balances(), opened.actions()
-    assert sum(row[2] for row in spend) == sum(b["spent_units"] for b in balances) == 105
+    assert sum(row[2] for row in spend) == sum(b["spent_units"] for b in balances) == 125
     assert {(row[0], row[2]) for row in refunds} == {
         (b["hypothesis_id"], sum(a["reward_units"] or 0 for a in actions if a["hypothesis_id"] == b["hypothesis_id"]))
         for b in balances}
-    assert len(last_ten) == 10 and [row[0] for row in last_ten] == list(range(35, 25, -1))
+    assert len(last_ten) == 10 and [row[0] for row in last_ten] == list(range(56, 46, -1))
     assert {row[0] for row in abandoned} == {b["hypothesis_id"] for b in balances if b["terminal_reason"]}
     assert all(row[3] for row in abandoned)
     assert [row[1] for row in pending] == [a["action_id"] for a in actions

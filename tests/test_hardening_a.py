@@ -130,6 +130,11 @@ PUBLIC_CALLS = {
     "check": lambda c, b: b.check("H1", "source.read_context"),
     "price_signal": lambda c, b: b.price_signal("H1", "source.read_context"),
     "remaining": lambda c, b: b.remaining("H1"),
+    "record_evidence": lambda c, b: b.record_evidence("H1", "t1", "E000001"),
+    "request_test": lambda c, b: b.request_test("H1", "t1", "human", "test-1"),
+    "evidence_query": lambda c, b: c.evidence().query("i1", {"actions": [{
+        "operation_id": "op-1", "hypothesis_id": "H1", "action_id": "t1", "tool": "source.read_context",
+        "args": {"path": "sources/app.py", "start_line": 1, "end_line": 1}}]}),
     "iter_query": lambda c, b: list(c.iter_query("SELECT 1")),
     "iter_events": lambda c, b: list(c.iter_events()),
 }
@@ -151,7 +156,7 @@ def test_every_public_method_of_case_and_budget_manager_is_covered_by_the_thread
 
     public = {n for cls in (Case, BudgetManager) for n in vars(cls) if not n.startswith("_")
               and callable(getattr(cls, n)) and not isinstance(vars(cls)[n], classmethod)}
-    public -= {"budget", "to_dict"}  # budget() only builds a manager; it reads and writes nothing
+    public -= {"budget", "evidence", "to_dict"}  # budget() and evidence() only build a service; they read and write nothing
     assert public - set(PUBLIC_CALLS) == set()
 
 

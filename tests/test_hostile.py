@@ -278,6 +278,19 @@ def plausible(key: str) -> st.SearchStrategy[Any]:
         "amount": st.integers(0, 100),
         "units": st.integers(0, 100),
         "grant_id": st.sampled_from(["g1", "g2", "bad id"]),
+        "iteration_id": st.sampled_from(["i1", "i2", "", "i 1"]),
+        "request": st.one_of(json_values(), st.just({"actions": [{
+            "operation_id": "op-1", "hypothesis_id": "H1", "action_id": "q1", "tool": "source.read_context",
+            "args": {"path": "sources/app.py", "start_line": 1, "end_line": 2}}]})),
+        "reply": json_values(),
+        "store": st.one_of(st.booleans(), st.sampled_from(HOSTILE_SCALARS[:20])),
+        "record_id": st.sampled_from(["E000001", "E1", "F000001", "E999999"]),
+        # asynchronous tests and feedback
+        "kind": st.sampled_from(["human", "automated", "robot"]),
+        "operation_id": st.sampled_from(["test-1", "test-2", "op-1", "bad id"]),
+        "feedback_id": st.sampled_from(["F000001", "F000002", "F1", "E000001"]),
+        "attachments": st.one_of(st.just({"a.log": "ok\n"}), st.just({"b.bin": {"base64": "AAE="}}),
+                                 st.just({"../x": "no"}), st.just({"c.bin": {"base64": "!!"}})),
     }[key]
 
 

@@ -533,7 +533,7 @@ def test_a_demo_whose_reader_goes_away_still_completes_and_a_taken_folder_is_ref
     reader.stdout.close()  # like `ledger demo | head -1`
     reader.wait(timeout=300)
     assert b"Traceback" not in reader.stderr.read()
-    assert verify_case(target).head_seq == 35
+    assert verify_case(target).head_seq == 56
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".demo.building")]
     again = run_cli("demo", str(target))
     assert again.returncode == 1 and b"error: CASE_EXISTS: " in again.stderr

@@ -7,6 +7,7 @@ SQLite reader (declared column types and values) and against the ledger's own AP
 from __future__ import annotations
 
 import importlib.util
+import shutil
 import sqlite3
 from pathlib import Path
 
@@ -106,12 +107,12 @@ def _downgrade_to_version_2(path: Path) -> None:
         if shipped_schema()[name] != sql:
             conn.execute(f"DROP VIEW {name}")
             conn.execute(sql)
-    # objects that later migrations add (tables, their guards, views) did not exist at version 2
+    # objects that later migrations add (tables, their guards and indexes, views) did not exist at version 2
     v2 = shipped_schema(2)
     later = [(kind, name) for kind, name in conn.execute(
-        "SELECT type, name FROM sqlite_master WHERE sql IS NOT NULL AND type IN ('view', 'trigger', 'table')")
+        "SELECT type, name FROM sqlite_master WHERE sql IS NOT NULL AND type IN ('view', 'trigger', 'index', 'table')")
         if name not in v2]
-    for kind, name in sorted(later, key=lambda item: ("view", "trigger", "table").index(item[0])):
+    for kind, name in sorted(later, key=lambda item: ("view", "trigger", "index", "table").index(item[0])):
         conn.execute(f"DROP {kind.upper()} IF EXISTS {name}")
     conn.execute("DROP TRIGGER schema_migrations_no_delete")
     conn.execute("DELETE FROM schema_migrations WHERE version > 2")
@@ -120,9 +121,27 @@ def _downgrade_to_version_2(path: Path) -> None:
     conn.close()
 
 
+def _demo_without_evidence(target: Path) -> Path:
+    """The demo's journal without its evidence steps (lines of q-0012…q-0014): a history a
+    version-2 ledger can hold, exported like the demo (35 events)."""
+    from ledger import BudgetConfig, apply_journal, export_case
+    from ledger._resources import resource_dir
+
+    example = resource_dir("examples") / "demo"
+    lines = [line for line in (example / "journal.jsonl").read_text(encoding="utf-8").splitlines()
+             if not any(f'"q-001{n}"' in line for n in (2, 3, 4))]
+    shutil.copytree(example / "sources", target / "sources", ignore=shutil.ignore_patterns("__pycache__"))
+    with Case.create(target, "BUG-20", at="2026-01-05T09:59:00Z") as case:
+        policy = BudgetConfig.load(resource_dir("config") / "budget.example.toml")
+        refused = [r.error.code for r in apply_journal(case, lines, budget=case.budget(policy), keep_going=True)
+                   if not r.ok]
+        assert refused == ["INSUFFICIENT_BUDGET"]
+        export_case(case)
+    return target
+
+
 def test_verify_checks_an_old_ledger_against_its_own_schema_version_and_opening_upgrades_it(tmp_path):
-    from ledger import run_demo
-    path, _, _ = run_demo(tmp_path / "d", echo=lambda text: None)
+    path = _demo_without_evidence(tmp_path / "d")
     _downgrade_to_version_2(Path(path))
     old = verify_case(path)
     assert old.foreign_objects == [] and old.events == 35

@@ -6,11 +6,12 @@ event; the event body carries it, so a reader never needs to replay.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from .. import errors as E
-from ..canonical import SAFE_INTEGER_MAX, canonical_bytes, check_int, check_json_value, sha256_hex
+from ..canonical import SAFE_INTEGER_MAX, canonical_bytes, canonical_sha256, check_int, check_json_value, sha256_hex
 from ..config import BudgetConfig
 from ..errors import LedgerError, limit_reached
 from .common import (ACTION_AWAITING, ACTION_FAILED, ACTION_RESERVED, ACTION_SETTLED, CLOSED_ACTION_STATUSES,
@@ -52,6 +53,15 @@ def shape_record_result(hypothesis_id: Any, action_id: Any, evidence: Any, sourc
     if cost_usd_millicents is not None:
         request["cost_usd_millicents"] = check_int(cost_usd_millicents, "cost_usd_millicents", minimum=0)
     return request, payload
+
+
+def shape_record_evidence(hypothesis_id: Any, action_id: Any, record_id: Any) -> dict[str, Any]:
+    """Request of ``record_evidence`` (``INVALID_ID`` for a malformed id)."""
+    check_hypothesis_id(hypothesis_id)
+    check_action_id(action_id)
+    if not isinstance(record_id, str) or not RECORD_ID_RE.fullmatch(record_id):
+        raise LedgerError(E.INVALID_ID, f"record id must look like E000001, got {str(record_id)[:40]!r}")
+    return {"op": "record_evidence", "hypothesis_id": hypothesis_id, "action_id": action_id, "record_id": record_id}
 
 
 def shape_settle(hypothesis_id: Any, action_id: Any, semantic_score: Any, reason: Any) -> dict[str, Any]:
@@ -140,11 +150,12 @@ def _check_budget_room(view: LedgerView, limits: Mapping[str, int] | None,
 
 
 def _budget_prelude(view: LedgerView, request: Mapping[str, Any], config: BudgetConfig | None,
-                    key_parts: Sequence[str | None]) -> tuple[Reused | None, _BudgetContext | None, str]:
+                    key_parts: Sequence[str | None], *,
+                    key_op: str | None = None) -> tuple[Reused | None, _BudgetContext | None, str]:
     """Identity → CASE_STATE → NOT_INITIALIZED → UNKNOWN_HYPOTHESIS → BUDGET_POLICY_CHANGED."""
     case = require_case(view)
     revision = case["revision"]
-    key = operation_key(revision, request["op"], *key_parts)
+    key = operation_key(revision, key_op or request["op"], *key_parts)
     reused = replay_or_conflict(view, key, request)
     if reused is not None:
         return reused, None, key
@@ -289,12 +300,25 @@ def reserve(view: LedgerView, request: Mapping[str, Any], context: Context) -> D
     ``on_exhausted``: an :class:`Outcome` with a refusal), ``INSUFFICIENT_BUDGET``, ``LIMIT_REACHED``.
     A reservation that brings a scope to its warning ratio is followed by ``limit.approaching``.
     """
-    h, action_id, action_name = request["hypothesis_id"], request["action_id"], request["action"]
-    reused, ctx, key = _budget_prelude(view, request, context.config, (h, action_id))
+    return reserve_priced(view, request, context, request["action"], lambda policy: policy.cost_units(request["action"]),
+                          "budget.reserved")
+
+
+def reserve_priced(view: LedgerView, request: Mapping[str, Any], context: Context, action_name: str,
+                   price: Callable[[BudgetConfig], int], event_type: str,
+                   check: Callable[[], None] | None = None, **extra: Any) -> Draft | Outcome | Reused:
+    """The reservation step shared by ``reserve`` and ``request_test``: ``price(policy)`` is the
+    cost; ``check`` runs after ``ACTION_PENDING`` (an operation's own refusals); ``extra``
+    fields go into the event. Its identity is the reservation's, ``revision:reserve:h:action_id``,
+    so one action id is never reserved twice by either operation."""
+    h, action_id = request["hypothesis_id"], request["action_id"]
+    reused, ctx, key = _budget_prelude(view, request, context.config, (h, action_id), key_op="reserve")
     if reused is not None:
         return reused
     account = _open_account(ctx, h)
-    cost = ctx.policy.cost_units(action_name)
+    if check is not None:
+        check()
+    cost = price(ctx.policy)
     exceeded = scope_rules.enforce(view, ctx.revision, h, cost, context.at)
     if exceeded is not None:
         return _limit_outcome(view, ctx, exceeded, request, h)
@@ -320,7 +344,7 @@ def reserve(view: LedgerView, request: Mapping[str, Any], context: Context) -> D
     action = {"hypothesis_id": h, "action_id": action_id, "action": action_name, "cost_units": cost,
               "status": ACTION_RESERVED, "novelty_score": None, "semantic_score": None,
               "information_score": None, "reward_units": None}
-    draft = _budget_draft(ctx, "budget.reserved", key, request, accounts, action=action)
+    draft = _budget_draft(ctx, event_type, key, request, accounts, action=action, **extra)
     warnings = scope_rules.warnings_after(view, request, context.at, ctx.revision, h, {"units": cost, "actions": 1})
     return scope_rules.with_following(draft, warnings)
 
@@ -359,6 +383,40 @@ def record_result(view: LedgerView, request: Mapping[str, Any], context: Context
         return draft
     warnings = scope_rules.warnings_after(view, request, context.at, ctx.revision, h, {"cost_usd_millicents": money})
     return scope_rules.with_following(draft, warnings)
+
+
+RECORD_ID_RE = re.compile(r"^E[0-9]{6,}$")
+
+
+def record_evidence(view: LedgerView, request: Mapping[str, Any], context: Context) -> Draft | Reused:
+    """Feed an evidence record to its reserved action (SPEC 7.5): the action awaits assessment with
+    novelty ``min(new_evidence_score, record novelty)``. Nothing moves money.
+
+    Errors: the prelude's, ``UNKNOWN_ACTION``, ``ACTION_CLOSED``, ``INVALID_ARGUMENT`` (no such
+    record), ``NO_RESERVATION`` (the record belongs to another reservation, or the action already
+    has its result), ``INTEGRITY_ERROR`` (the record is not in the evidence index).
+    """
+    h, action_id, rid = request["hypothesis_id"], request["action_id"], request["record_id"]
+    reused, ctx, key = _budget_prelude(view, request, context.config, (h, action_id))
+    if reused is not None:
+        return reused
+    action = dict(_require_action(view, ctx, h, action_id, verb="record evidence for"))
+    record = view.evidence_record(rid)
+    if record is None:
+        raise LedgerError(E.INVALID_ARGUMENT, f"there is no evidence record {rid}", record_id=rid)
+    if (record["revision"], record["hypothesis_id"], record["action_id"]) != (ctx.revision, h, action_id):
+        raise LedgerError(E.NO_RESERVATION, f"record {rid} belongs to {record['hypothesis_id']}/{record['action_id']} "
+                          f"of revision {record['revision']}, not to {h}/{action_id}", record_id=rid)
+    if action["status"] != ACTION_RESERVED:
+        raise LedgerError(E.NO_RESERVATION, f"{h}/{action_id} already has its result ({action['status']})",
+                          record_id=rid)
+    index = view.evidence_index_head() or {"records": []}
+    if not any(e["record_id"] == rid and e["sha256"] == canonical_sha256(record) for e in index["records"]):
+        raise LedgerError(E.INTEGRITY_ERROR, f"record {rid} is not in the evidence index with its hash")
+    action.update(status=ACTION_AWAITING,
+                  novelty_score=min(ctx.policy["new_evidence_score"], record["novelty_score"]))
+    return _budget_draft(ctx, "budget.evidence_recorded", key, request, ctx.accounts, action=action,
+                         evidence_sha256=record["content_sha256"], record_id=rid)
 
 
 def settle(view: LedgerView, request: Mapping[str, Any], context: Context) -> Draft | Reused:

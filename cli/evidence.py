@@ -1,0 +1,161 @@
+"""``ledger evidence …``: run the reference router and store verified tool results."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ledger import BudgetResult, EvidenceResult, FeedbackResult, parse_json
+
+from ._common import AT, CASE, JSON, Settings, UsageGroup, pass_settings
+from ._output import echo, dumps, emit_result
+
+
+@click.group(cls=UsageGroup)
+def evidence() -> None:
+    """Evidence store: router queries, verified tool results, tests and their feedback."""
+
+
+def _read_json(handle: Any) -> Any:
+    return parse_json(handle.read())
+
+
+def _summary(result: EvidenceResult) -> list[str]:
+    if not result.records:
+        return ["nothing stored"]
+    lines = [f"seq {result.seq}{' (reused: nothing written)' if result.reused else ''} -> {result.index_ref}"]
+    for r in result.records:
+        duplicate = f", duplicate of {r['duplicate_of']}" if r["duplicate_of"] else ""
+        lines.append(f"{r['record_id']} {r['hypothesis_id']}/{r['action_id']} ({r['operation_id']}): "
+                     f"novelty {r['novelty_score']}{duplicate}")
+    return lines
+
+
+@evidence.command("store")
+@CASE
+@click.argument("request", type=click.File("rb"))
+@click.argument("reply", type=click.File("rb"))
+@click.option("--iteration", "iteration_id", required=True, help="The batch's case-wide iteration id.")
+@AT
+@JSON
+@pass_settings
+def evidence_store(settings: Settings, case: str, request: Any, reply: Any, iteration_id: str,
+                   at: str | None, as_json: bool) -> None:
+    """Verify REPLY (JSON file, '-' for stdin) against a recomputation of REQUEST and publish it."""
+    request_value, reply_value = _read_json(request), _read_json(reply)
+    with settings.open(case) as opened:
+        result = opened.evidence().store_tool_results(iteration_id, request_value, reply_value, at=at)
+    emit_result(result.to_dict(), as_json, _summary(result))
+
+
+@evidence.command("query")
+@CASE
+@click.argument("request", type=click.File("rb"))
+@click.option("--iteration", "iteration_id", default="query", show_default=True,
+              help="The batch's case-wide iteration id (needed with --store).")
+@click.option("--store", is_flag=True, help="Also store the reply as verified evidence.")
+@AT
+@JSON
+@pass_settings
+def evidence_query(settings: Settings, case: str, request: Any, iteration_id: str, store: bool,
+                   at: str | None, as_json: bool) -> None:
+    """Run the reference router on REQUEST (JSON file, '-' for stdin) and print its reply."""
+    request_value = _read_json(request)
+    with settings.open(case) as opened:
+        result = opened.evidence().query(iteration_id, request_value, store, at=at)
+    if as_json or not store:
+        echo(dumps(result.to_dict() if store else result.reply))
+    else:
+        emit_result(result.to_dict(), False, _summary(result))
+
+
+@evidence.command("request-test")
+@CASE
+@click.argument("hypothesis")
+@click.argument("action_id")
+@click.argument("kind", type=click.Choice(["human", "automated"]))
+@click.argument("operation_id")
+@AT
+@JSON
+@pass_settings
+def evidence_request_test(settings: Settings, case: str, hypothesis: str, action_id: str, kind: str,
+                          operation_id: str, at: str | None, as_json: bool) -> None:
+    """Reserve an external test (test.human or test.automated, priced by test_costs) bound to OPERATION_ID."""
+    with settings.open(case) as opened:
+        result: BudgetResult = opened.budget(settings.budget_config()).request_test(
+            hypothesis, action_id, kind, operation_id, at=at)
+    a = result.action or {}
+    emit_result(result.to_dict(), as_json, [f"seq {result.seq}{' (reused: nothing written)' if result.reused else ''}"
+                                            f" -> {result.event_ref}",
+                                            f"test {hypothesis}/{action_id} {a.get('action')}: {a.get('status')}, "
+                                            f"cost {a.get('cost_units')}, operation {operation_id}"])
+
+
+@evidence.group("feedback", cls=UsageGroup)
+def feedback() -> None:
+    """Replies to requested tests: submit a draft, confirm it, store it as evidence."""
+
+
+def _feedback_summary(result: FeedbackResult) -> list[str]:
+    return [f"seq {result.seq}{' (reused: nothing written)' if result.reused else ''} -> {result.event_ref}",
+            f"{result.feedback_id} for {result.operation_id}: {'confirmed' if result.confirmed else 'draft'}; "
+            f"case {result.state}"]
+
+
+def _attachment(path: Path) -> Any:
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"base64": base64.b64encode(data).decode("ascii")}
+
+
+@feedback.command("submit")
+@CASE
+@click.argument("operation_id")
+@click.argument("reply", type=click.File("rb"))
+@click.option("--attach", "attach", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="A file to attach under its name (UTF-8 text as is, other bytes as base64); repeatable.")
+@AT
+@JSON
+@pass_settings
+def feedback_submit(settings: Settings, case: str, operation_id: str, reply: Any, attach: tuple[Path, ...],
+                    at: str | None, as_json: bool) -> None:
+    """Store a draft REPLY (JSON file, '-' for stdin: {"status": "passed"|"failed"|"unable_to_test",
+    "details": ...}) to the test of OPERATION_ID; a draft is not evidence."""
+    reply_value = _read_json(reply)
+    attachments = {path.name: _attachment(path) for path in attach}
+    with settings.open(case) as opened:
+        result = opened.evidence().submit_feedback(operation_id, reply_value, attachments, at=at)
+    emit_result(result.to_dict(), as_json, _feedback_summary(result))
+
+
+@feedback.command("confirm")
+@CASE
+@click.argument("feedback_id")
+@AT
+@JSON
+@pass_settings
+def feedback_confirm(settings: Settings, case: str, feedback_id: str, at: str | None, as_json: bool) -> None:
+    """Confirm draft FEEDBACK_ID; a BLOCKED case resumes INVESTIGATING_HYPOTHESES."""
+    with settings.open(case) as opened:
+        result = opened.evidence().confirm_feedback(feedback_id, at=at)
+    emit_result(result.to_dict(), as_json, _feedback_summary(result))
+
+
+@feedback.command("store")
+@CASE
+@click.argument("operation_id")
+@click.argument("feedback_id")
+@AT
+@JSON
+@pass_settings
+def feedback_store(settings: Settings, case: str, operation_id: str, feedback_id: str, at: str | None,
+                   as_json: bool) -> None:
+    """Publish confirmed FEEDBACK_ID as an evidence record bound to the test of OPERATION_ID."""
+    with settings.open(case) as opened:
+        result = opened.evidence().store_feedback(operation_id, feedback_id, at=at)
+    emit_result(result.to_dict(), as_json, _summary(result))

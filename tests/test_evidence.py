@@ -1,0 +1,468 @@
+"""The evidence store: verified batches, records, content, atoms and novelty v2, the budget link,
+limits, export/import/verify and the journal and command-line forms."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+
+from ledger import (AnalysisConfig, BudgetConfig, Case, LedgerError, export_case, import_tree, verify_case)
+from ledger._sql import migrations
+from ledger.errors import (INTEGRITY_ERROR, INVALID_ARGUMENT, LIMIT_REACHED, NO_RESERVATION, OPERATION_CONFLICT,
+                           REPLY_MISMATCH, ROUTER_REFUSED, STALE_GENERATION)
+from ledger.journal import apply_journal
+from ledger.router import split_lines
+from ledger_cli.main import main as cli_main
+
+from conftest import EXAMPLE_BUDGET, REPO, start_case
+
+APP = "sources/app.py"
+
+
+@pytest.fixture
+def case(package: Path):
+    (package / "sources" / "app.py").write_text("def add(a, b):\n    return a - b\n\nprint(add(1, 2))\n")
+    (package / "data").mkdir()
+    conn = sqlite3.connect(package / "data" / "app.sqlite")
+    conn.execute("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT, role TEXT)")
+    conn.executemany("INSERT INTO users (name, role) VALUES (?, ?)", [("ann", "admin"), ("bob", "dev")])
+    conn.commit()
+    conn.close()
+    opened = start_case(package, hypotheses=2)
+    opened.budget(BudgetConfig.load(EXAMPLE_BUDGET)).initialize()
+    yield opened
+    opened.close()
+
+
+def read(op: str, h: str, action_id: str, start: int, end: int, path: str = APP) -> dict:
+    return {"operation_id": op, "hypothesis_id": h, "action_id": action_id, "tool": "source.read_context",
+            "args": {"path": path, "start_line": start, "end_line": end}}
+
+
+def store(case: Case, iteration: str, *actions: dict, close: bool = True):
+    """Reserve each action, store the router's reply, and (with ``close``) fail the actions again so
+    their hypotheses may reserve the next one."""
+    for a in actions:
+        case.budget().reserve(a["hypothesis_id"], a["action_id"], a["tool"])
+    result = case.evidence().query(iteration, {"actions": list(actions)}, True)
+    if close:
+        for a in actions:
+            case.budget().fail(a["hypothesis_id"], a["action_id"], "stored; assessed elsewhere")
+    return result
+
+
+def ledger_bytes(case: Case) -> bytes:
+    rows = case.query("SELECT seq, body FROM events ORDER BY seq")
+    rows += case.query("SELECT * FROM contents") + case.query("SELECT * FROM evidence_records")
+    rows += case.query("SELECT * FROM evidence_atoms") + case.query("SELECT * FROM evidence_indexes")
+    return json.dumps(rows, sort_keys=True).encode()
+
+
+# --- novelty v2 -----------------------------------------------------------------------------
+def test_novelty_one_new_line_in_a_two_line_excerpt_is_50_and_both_seen_is_0(case):
+    first = store(case, "i1", read("op-1", "H1", "q1", 1, 1))
+    assert first.records[0]["novelty_score"] == 100
+    second = store(case, "i2", read("op-2", "H2", "q2", 1, 2))
+    assert second.records[0]["novelty_score"] == 50
+    # other ids, another hypothesis, a regrouped span: the same atoms are not new evidence
+    third = store(case, "i3", read("op-3", "H1", "q3", 2, 2), read("op-4", "H2", "q4", 1, 1))
+    assert [r["novelty_score"] for r in third.records] == [0, 0]
+    rows = case.query("SELECT record_id, novelty_score, duplicate_of FROM evidence ORDER BY record_id")
+    assert [(r["record_id"], r["novelty_score"]) for r in rows] == [
+        ("E000001", 100), ("E000002", 50), ("E000003", 0), ("E000004", 0)]
+
+
+def test_identical_content_gets_a_new_record_marked_duplicate_of_the_first(case):
+    store(case, "i1", read("op-1", "H1", "q1", 1, 2))
+    again = store(case, "i2", read("op-2", "H2", "q2", 1, 2))
+    assert again.records[0]["duplicate_of"] == "E000001" and again.records[0]["novelty_score"] == 0
+    assert case.query("SELECT COUNT(*) AS n FROM contents")[0]["n"] == 1
+    # the same rows through another span are new content made of old atoms (coverage differs)
+    other = store(case, "i3", read("op-3", "H1", "q3", 1, 3))
+    assert other.records[0]["duplicate_of"] is None and other.records[0]["novelty_score"] == 33
+
+
+def test_an_empty_finding_scores_0_and_an_empty_partial_result_keeps_its_coverage(case):
+    found = store(case, "i1", {"operation_id": "op-1", "hypothesis_id": "H1", "action_id": "q1",
+                               "tool": "source.find_text", "args": {"text": "no such text anywhere"}})
+    assert found.records[0]["novelty_score"] == 0
+    past_end = store(case, "i2", read("op-2", "H2", "q2", 50, 60))
+    assert past_end.records[0]["novelty_score"] == 0
+    sha = past_end.records[0]["content_sha256"]
+    content = json.loads(case.query("SELECT body FROM contents WHERE sha256 = ?", (sha,))[0]["body"])
+    assert content["items"] == [] and content["coverage"]["file_lines"] == 4
+    assert content["coverage"]["start_line"] == 50
+
+
+def test_a_database_row_is_one_atom_and_another_projection_is_a_new_one(case):
+    lookup = {"operation_id": "op-1", "hypothesis_id": "H1", "action_id": "q1", "tool": "database.lookup",
+              "args": {"database": "data/app.sqlite", "table": "users", "where": {"role": "dev"}}}
+    assert store(case, "i1", lookup).records[0]["novelty_score"] == 100
+    by_name = dict(lookup, operation_id="op-2", hypothesis_id="H2", action_id="q2",
+                   args={"database": "data/app.sqlite", "table": "users", "where": {"name": "bob"}})
+    assert store(case, "i2", by_name).records[0]["novelty_score"] == 0  # same row, same columns, other filter
+    narrow = dict(lookup, operation_id="op-3", action_id="q3",
+                  args={"database": "data/app.sqlite", "table": "users", "columns": ["name"]})
+    assert store(case, "i3", narrow).records[0]["novelty_score"] == 100
+
+
+# --- forged replies -----------------------------------------------------------------------
+def _forgeries(reply: dict) -> dict[str, dict]:
+    out = {}
+
+    def forge(name, change):
+        forged = copy.deepcopy(reply)
+        change(forged)
+        out[name] = forged
+
+    forge("text of a line", lambda r: r["results"][0]["items"][0].update(text="def add(a, b):  # fine"))
+    forge("line number", lambda r: r["results"][0]["items"][1].update(line=7))
+    forge("row value", lambda r: r["results"][1]["items"][0]["values"].update(name="eve"))
+    forge("dropped item", lambda r: r["results"][0]["items"].pop())
+    forge("extra item", lambda r: r["results"][0]["items"].append(dict(r["results"][0]["items"][0], line=3)))
+    forge("changed count", lambda r: r["results"][0]["coverage"].update(file_lines=99))
+    forge("changed path", lambda r: [i.update(path="sources/notes.txt") for i in r["results"][0]["items"]])
+    forge("changed truncation", lambda r: r["results"][1].update(truncated=True))
+    forge("dropped result", lambda r: r["results"].pop())
+    forge("future generation", lambda r: r.update(package_generation=r["package_generation"] + 1))
+    forge("generation before the reservation", lambda r: r.update(package_generation=1))
+    return out
+
+
+def test_forged_replies_of_each_kind_are_rejected_and_the_store_is_byte_for_byte_unchanged(case):
+    actions = [read("op-1", "H1", "q1", 1, 2),
+               {"operation_id": "op-2", "hypothesis_id": "H2", "action_id": "q2", "tool": "database.lookup",
+                "args": {"database": "data/app.sqlite", "table": "users", "where": {"name": "bob"}}}]
+    for a in actions:
+        case.budget().reserve(a["hypothesis_id"], a["action_id"], a["tool"])
+    request = {"actions": actions}
+    evidence = case.evidence()
+    reply = evidence.query("i1", request).reply
+    before = ledger_bytes(case)
+    for name, forged in _forgeries(reply).items():
+        with pytest.raises(LedgerError) as refused:
+            evidence.store_tool_results("i1", request, forged)
+        assert refused.value.code == REPLY_MISMATCH, name
+        assert ledger_bytes(case) == before, name
+    stale = dict(reply, input_identity="0" * 64)
+    with pytest.raises(LedgerError) as refused:
+        evidence.store_tool_results("i1", request, stale)
+    assert refused.value.code == STALE_GENERATION
+    assert ledger_bytes(case) == before
+    # the honest reply is accepted and takes E000001: a rejection consumed no record id
+    assert [r["record_id"] for r in evidence.store_tool_results("i1", request, reply).records] == ["E000001",
+                                                                                                   "E000002"]
+
+
+def test_a_changed_input_file_makes_an_old_reply_stale(case):
+    case.budget().reserve("H1", "q1", "source.read_context")
+    request = {"actions": [read("op-1", "H1", "q1", 1, 1)]}
+    reply = case.evidence().query("i1", request).reply
+    (case.path / "sources" / "extra.txt").write_text("new input\n")
+    with pytest.raises(LedgerError) as refused:
+        case.evidence().store_tool_results("i1", request, reply)
+    assert refused.value.code == STALE_GENERATION
+    # ledger events that touch no input never make a reply stale
+    case.budget().reserve("H2", "q2", "source.read_context")
+    fresh = case.evidence().query("i1", request).reply
+    case.evidence().store_tool_results("i1", request, fresh)
+
+
+def test_no_reservation_conflicts_and_identical_replays(case):
+    request = {"actions": [read("op-1", "H1", "q1", 1, 1)]}
+    with pytest.raises(LedgerError) as refused:
+        case.evidence().query("i1", request, True)
+    assert refused.value.code == NO_RESERVATION
+    case.budget().reserve("H1", "q1", "source.find_text")  # another tool than the request names
+    with pytest.raises(LedgerError) as refused:
+        case.evidence().query("i1", request, True)
+    assert refused.value.code == NO_RESERVATION
+    case.budget().fail("H1", "q1", "wrong tool")
+    stored = store(case, "i2", read("op-2", "H1", "q2", 1, 1), close=False)
+    again = case.evidence().store_tool_results("i2", {"actions": [read("op-2", "H1", "q2", 1, 1)]},
+                                               _stored_reply(case, "i2"))
+    assert again.reused and again.records == stored.records and again.seq == stored.seq
+    with pytest.raises(LedgerError) as refused:  # the same operation id in another batch
+        store(case, "i3", read("op-2", "H2", "q3", 2, 2))
+    assert refused.value.code == OPERATION_CONFLICT
+    with pytest.raises(LedgerError) as refused:  # a reservation that already has its record
+        case.evidence().query("i4", {"actions": [read("op-4", "H1", "q2", 2, 2)]}, True)
+    assert refused.value.code == NO_RESERVATION
+    case.budget().record_evidence("H1", "q2", "E000001")
+    with pytest.raises(LedgerError) as refused:  # nor once the record was fed to the budget
+        case.evidence().query("i5", {"actions": [read("op-5", "H1", "q2", 2, 2)]}, True)
+    assert refused.value.code == NO_RESERVATION
+
+
+def _stored_reply(case: Case, iteration: str) -> dict:
+    key = f"0:store_tool_results:{iteration}"
+    body = json.loads(case.query("SELECT body FROM events WHERE operation_key = ?", (key,))[0]["body"])
+    return body["request"]["reply"]
+
+
+def test_router_refusals_leave_the_reservation_untouched(case, tmp_path):
+    case.budget().reserve("H1", "q1", "source.read_context")
+    before = ledger_bytes(case)
+    outside = tmp_path / "outside.py"
+    outside.write_text("secret\n")
+    os.symlink(outside, case.path / "sources" / "escape.py")
+    for path in ("sources/../manifest.json", "/etc/passwd", "sources/escape.py"):
+        with pytest.raises(LedgerError) as refused:
+            case.evidence().query("i1", {"actions": [read("op-1", "H1", "q1", 1, 1, path)]}, True)
+        assert refused.value.code == ROUTER_REFUSED
+    with pytest.raises(LedgerError) as refused:
+        case.evidence().query("i1", {"actions": [read("op-1", "H1", "q1", 1, 5000)]}, True)
+    assert refused.value.code == ROUTER_REFUSED
+    assert ledger_bytes(case) == before
+    assert case.actions()[0]["status"] == "reserved"
+
+
+# --- real input ---------------------------------------------------------------------------
+def test_real_input_click_sources_found_read_and_deduplicated(case):
+    target = case.path / "sources" / "click"
+    shutil.copytree(Path(click.__file__).parent, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.typed"))
+    files = sorted(p for p in target.rglob("*.py"))
+    expected = [(p.relative_to(case.path).as_posix(), n)
+                for p in files for n, line in enumerate(split_lines(p.read_bytes()), 1) if b"def echo(" in line]
+    assert expected  # click defines echo
+    find = {"operation_id": "op-1", "hypothesis_id": "H1", "action_id": "q1", "tool": "source.find_text",
+            "args": {"text": "def echo(", "path_glob": "sources/click/*.py"}}
+    found = store(case, "i1", find)
+    body = json.loads(case.query("SELECT body FROM contents WHERE sha256 = ?",
+                                 (found.records[0]["content_sha256"],))[0]["body"])
+    assert [(i["path"], i["line"]) for i in body["items"]] == expected
+    assert len(body["coverage"]["files"]) == len(files)
+    path, line = expected[0]
+    raw = split_lines((case.path / path).read_bytes())
+    context = store(case, "i2", read("op-2", "H2", "q2", line, line + 1, path))
+    # the definition line was seen by find_text: one of two lines is new
+    assert context.records[0]["novelty_score"] == 50
+    assert body["items"][0]["sha256"] == hashlib.sha256(raw[line - 1]).hexdigest()
+    again = store(case, "i3", read("op-3", "H1", "q3", line, line + 1, path))
+    assert again.records[0]["duplicate_of"] == context.records[0]["record_id"]
+    assert again.records[0]["novelty_score"] == 0
+    assert case.query("SELECT COUNT(*) AS n FROM evidence")[0]["n"] == 3
+    export_case(case)
+    assert verify_case(case.path).events == case.status()["package_generation"]
+
+
+# --- the budget link ------------------------------------------------------------------------
+def test_record_evidence_caps_novelty_and_publishing_alone_moves_no_money(case):
+    budget = case.budget()
+    store(case, "i1", read("op-1", "H1", "q1", 1, 2), close=False)
+    remaining = {b["hypothesis_id"]: b["remaining_units"] for b in case.balances()}
+    case.budget().reserve("H2", "q2", "source.read_context")
+    remaining["H2"] = case.balances()[1]["remaining_units"]
+    case.evidence().query("i2", {"actions": [read("op-2", "H2", "q2", 1, 2)]}, True)
+    assert case.balances()[1]["remaining_units"] == remaining["H2"]  # the reserve debited, publishing did not
+    with pytest.raises(LedgerError) as refused:
+        budget.record_evidence("H2", "q2", "E000001")
+    assert refused.value.code == NO_RESERVATION
+    with pytest.raises(LedgerError) as refused:
+        budget.record_evidence("H2", "q2", "E000099")
+    assert refused.value.code == INVALID_ARGUMENT
+    recorded = budget.record_evidence("H2", "q2", "E000002")
+    assert recorded.action["novelty_score"] == 0 and recorded.action["status"] == "awaiting_assessment"
+    settled = budget.settle("H2", "q2", 100, "confirms the subtraction bug")
+    assert settled.action["reward_units"] == 0  # no novel atoms: no reward even with semantic 100
+    budget.record_evidence("H1", "q1", "E000001")
+    assert budget.settle("H1", "q1", 100, "new").action["reward_units"] == 4  # cost 5, 8000 bps, info 100
+    assert budget.record_evidence("H1", "q1", "E000001").reused
+
+
+_KILLED = """
+import os, signal, sys
+from ledger import Case
+case = Case.open(sys.argv[1])
+case.evidence().query("i1", {"actions": [{"operation_id": "op-1", "hypothesis_id": "H1", "action_id": "q1",
+    "tool": "source.read_context", "args": {"path": "sources/app.py", "start_line": 1, "end_line": 2}}]}, True)
+os.kill(os.getpid(), signal.SIGKILL)
+case.budget().record_evidence("H1", "q1", "E000001")
+"""
+
+
+def test_a_process_killed_between_publication_and_record_evidence_leaves_the_reservation_pending(case):
+    case.budget().reserve("H1", "q1", "source.read_context")
+    case.close()
+    done = subprocess.run([sys.executable, "-c", _KILLED, str(case.path)], cwd=REPO, capture_output=True)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    reopened = Case.open(case.path)
+    try:
+        assert reopened.query("SELECT record_id FROM evidence")[0]["record_id"] == "E000001"
+        action = reopened.actions()[0]
+        assert action["status"] == "reserved"
+        assert reopened.balances()[0]["pending_action_id"] == "q1"
+        with pytest.raises(LedgerError):  # not free to spend again
+            reopened.budget().reserve("H1", "q9", "source.read_context")
+        assert reopened.budget().record_evidence("H1", "q1", "E000001").action["novelty_score"] == 100
+    finally:
+        reopened.close()
+
+
+# --- limits ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("limit, value", [("evidence_records_max", 1), ("evidence_artifact_bytes_max", 200),
+                                          ("evidence_content_bytes_max", 300)])
+def test_limits_refuse_with_limit_reached_naming_the_setting_and_write_nothing(package, limit, value):
+    config = AnalysisConfig.from_mapping({"limits": {limit: value}}) if hasattr(AnalysisConfig, "from_mapping") \
+        else AnalysisConfig(limits={**AnalysisConfig().limits, limit: value})
+    start_case(package).close()
+    with Case.open(package, analysis_config=config) as opened:
+        opened.budget(BudgetConfig.load(EXAMPLE_BUDGET)).initialize()
+        if limit == "evidence_records_max":
+            store(opened, "i0", read("op-0", "H2", "q0", 1, 1))
+        opened.budget().reserve("H1", "q1", "source.read_context")
+        before = ledger_bytes(opened)
+        with pytest.raises(LedgerError) as refused:
+            opened.evidence().query("i1", {"actions": [read("op-1", "H1", "q1", 1, 2)]}, True)
+        assert refused.value.code == LIMIT_REACHED and refused.value.details["limit"] == limit
+        assert ledger_bytes(opened) == before
+
+
+# --- export, import, verify -----------------------------------------------------------------
+def _unguarded(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(path / "ledger.sqlite")
+    for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
+        conn.execute(f"DROP TRIGGER {name}")
+    return conn
+
+
+def _restore(conn: sqlite3.Connection) -> None:
+    for _, _, statements in migrations():
+        for statement in statements:
+            if "CREATE TRIGGER" in statement:
+                conn.execute(statement[statement.index("CREATE TRIGGER"):])
+    conn.commit()
+    conn.close()
+
+
+@pytest.fixture
+def published(case):
+    store(case, "i1", read("op-1", "H1", "q1", 1, 2), close=False)
+    store(case, "i2", read("op-2", "H2", "q2", 1, 2))
+    case.budget().record_evidence("H1", "q1", "E000001")
+    export_case(case)
+    return case.path
+
+
+def test_export_import_export_is_byte_identical_with_evidence(published, tmp_path):
+    manifest = json.loads((published / "manifest.json").read_bytes())
+    index = manifest["artifacts"]["evidence_index"]
+    assert index["path"].startswith("analysis/evidence/0001/") and index["path"].endswith("/index.json")
+    folder = hashlib.sha256(b"op-2").hexdigest()[:32]
+    assert (published / f"analysis/evidence/0001/{folder}/E000002.json").is_file()
+    assert index["path"] == f"analysis/evidence/0001/{folder}/index.json"
+    report = import_tree(published, tmp_path / "copy")
+    assert report.head_seq == manifest["head"]["seq"]
+
+    def files(root):
+        return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*")
+                if p.is_file() and not p.name.startswith("ledger.sqlite")}
+    assert files(published) == files(tmp_path / "copy")
+
+
+@pytest.mark.parametrize("tamper", [
+    "UPDATE contents SET body = replace(body, 'return a - b', 'return a + b')",
+    "DELETE FROM evidence_records WHERE record_id = 'E000002'",
+    "UPDATE evidence_records SET duplicate_of = NULL WHERE record_id = 'E000002'",
+    "UPDATE evidence_records SET novelty_score = 100 WHERE record_id = 'E000002'",
+    "DELETE FROM evidence_atoms",
+])
+def test_tampered_evidence_is_caught_by_verify(published, tamper):
+    conn = _unguarded(published)
+    conn.execute(tamper)
+    _restore(conn)
+    with pytest.raises(LedgerError) as caught:
+        verify_case(published)
+    assert caught.value.code == INTEGRITY_ERROR
+
+
+def test_verify_recomputes_stored_batches_where_the_inputs_are_present(published):
+    assert verify_case(published).events > 0
+    (published / "sources" / "app.py").write_text("changed\n")  # inputs changed since: nothing to recompute
+    assert verify_case(published).events > 0
+
+
+def test_input_identity_ignores_stored_and_exported_evidence(case):
+    identity = case.input_identity()
+    store(case, "i1", read("op-1", "H1", "q1", 1, 2))
+    export_case(case)
+    assert case.input_identity() == identity
+    (case.path / "data" / "more.txt").write_text("x")
+    assert case.input_identity() != identity
+
+
+# --- journal and command line ---------------------------------------------------------------
+def test_journal_query_and_store_and_record_evidence(case):
+    action = read("op-1", "H1", "q1", 1, 2)
+    lines = [json.dumps({"op": "reserve", "hypothesis": "H1", "action_id": "q1", "action": "source.read_context"}),
+             json.dumps({"op": "query", "iteration_id": "i1", "request": {"actions": [action]}, "store": False}),
+             json.dumps({"op": "query", "iteration_id": "i1", "request": {"actions": [action]}, "store": True}),
+             json.dumps({"op": "record_evidence", "hypothesis": "H1", "action_id": "q1", "record_id": "E000001"})]
+    results = [r.to_dict() for r in apply_journal(case, lines)]
+    assert all(r["ok"] for r in results), results
+    assert results[1]["result"]["reply"]["results"][0]["items"][0]["text"] == "def add(a, b):"
+    assert results[1]["result"]["records"] == []
+    assert results[2]["result"]["records"][0]["record_id"] == "E000001"
+    stored = json.dumps({"op": "store_tool_results", "iteration_id": "i1", "request": {"actions": [action]},
+                         "reply": results[2]["result"]["reply"]})
+    again = [r.to_dict() for r in apply_journal(case, [stored])]
+    assert again[0]["ok"] and again[0]["reused"] is True
+
+
+def test_cli_evidence_query_and_store(case, tmp_path):
+    from click.testing import CliRunner
+
+    case.budget().reserve("H1", "q1", "source.read_context")
+    path = str(case.path)
+    case.close()
+    request = tmp_path / "request.json"
+    request.write_text(json.dumps({"actions": [read("op-1", "H1", "q1", 1, 1)]}))
+    runner = CliRunner()
+    queried = runner.invoke(cli_main, ["evidence", "query", path, str(request)])
+    assert queried.exit_code == 0, queried.output
+    reply = tmp_path / "reply.json"
+    reply.write_text(queried.output)
+    assert json.loads(queried.output)["results"][0]["items"][0]["line"] == 1
+    stored = runner.invoke(cli_main, ["evidence", "store", path, str(request), str(reply), "--iteration", "i1",
+                                      "--json"])
+    assert stored.exit_code == 0, stored.output
+    assert json.loads(stored.output)["records"][0]["record_id"] == "E000001"
+    bad = runner.invoke(cli_main, ["evidence", "store", path, str(request), str(reply), "--iteration", "i2"])
+    assert bad.exit_code == 1 and "error: OPERATION_CONFLICT" in bad.output
+    recorded = runner.invoke(cli_main, ["budget", "record-evidence", path, "H1", "q1", "E000001", "--json"])
+    assert recorded.exit_code == 0 and json.loads(recorded.output)["action"]["novelty_score"] == 100
+
+
+def _evidence_file(root: Path, name: str) -> Path:
+    return next(p for p in sorted((root / "analysis" / "evidence").glob(f"0001/*/{name}")))
+
+
+@pytest.mark.parametrize("mutation", ["stray copy", "moved", "deleted", "renamed record"])
+def test_import_refuses_a_stray_moved_or_missing_evidence_file(published, tmp_path, mutation):
+    record = _evidence_file(published, "E000001.json")
+    other = hashlib.sha256(b"op-9").hexdigest()[:32]
+    elsewhere = published / "analysis" / "evidence" / "0001" / other / record.name
+    elsewhere.parent.mkdir()
+    if mutation == "stray copy":
+        shutil.copyfile(record, elsewhere)
+    elif mutation == "moved":
+        record.rename(elsewhere)
+    elif mutation == "deleted":
+        record.unlink()
+    else:
+        record.rename(record.with_name("E000009.json"))
+    with pytest.raises(LedgerError) as refused:
+        import_tree(published, tmp_path / "copy")
+    assert refused.value.code == INTEGRITY_ERROR
+    assert not (tmp_path / "copy").exists()

@@ -1,0 +1,302 @@
+"""Asynchronous tests and feedback (SPEC 7.6): request_test, submit/confirm/store feedback, the
+budget link, BLOCKED preserving balances, hash checks, limits, journal, CLI and round trip."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from ledger import AnalysisConfig, BudgetConfig, Case, LedgerError, export_case, import_tree, verify_case
+from ledger.errors import (CASE_STATE, FEEDBACK_NOT_CONFIRMED, INTEGRITY_ERROR, INVALID_ARGUMENT, INVALID_ID,
+                           LIMIT_REACHED, NO_RESERVATION, OPERATION_CONFLICT)
+from ledger._sql import migrations
+from ledger.journal import apply_journal
+from ledger_cli.main import main as cli_main
+
+from conftest import EXAMPLE_BUDGET, start_case
+
+PASSED = {"status": "passed", "details": {"log": "2 tests passed"}}
+LOG = "collected 2 items\n2 passed\n"
+PNG = bytes(range(256))
+
+
+@pytest.fixture
+def case(package: Path):
+    opened = start_case(package, hypotheses=2)
+    opened.budget(BudgetConfig.load(EXAMPLE_BUDGET)).initialize()
+    yield opened
+    opened.close()
+
+
+def ledger_rows(case: Case) -> list:
+    return [case.query(f"SELECT * FROM {table}") for table in (
+        "events", "contents", "evidence_records", "reservations", "test_requests", "feedback_drafts",
+        "feedback_confirmations")]
+
+
+def attachments() -> dict:
+    return {"pytest.log": LOG, "screen.png": {"base64": base64.b64encode(PNG).decode()}}
+
+
+def submitted_and_blocked(case: Case):
+    budget = case.budget()
+    budget.request_test("H1", "t1", "human", "test-1")
+    case.transition("BLOCKED")
+    return case.evidence().submit_feedback("test-1", PASSED, attachments())
+
+
+# --- request_test -----------------------------------------------------------------------------
+def test_request_test_is_priced_by_test_costs_and_blocked_keeps_every_balance(case):
+    policy = BudgetConfig.load(EXAMPLE_BUDGET).policy["test_costs"]
+    human = case.budget().request_test("H1", "t1", "human", "test-1")
+    automated = case.budget().request_test("H2", "t2", "automated", "test-2")
+    assert human.action["action"] == "test.human" and human.action["cost_units"] == policy["human"]
+    assert automated.action["cost_units"] == policy["automated"]
+    assert human.state["H1"]["pending_action_id"] == "t1"
+    balances, actions = case.balances(), case.actions()
+    case.transition("BLOCKED")
+    assert case.balances() == balances and case.actions() == actions
+    assert [a["status"] for a in case.actions()] == ["reserved", "reserved"]
+    with pytest.raises(LedgerError) as refused:  # no budget mutation while blocked
+        case.budget().reserve("H1", "q9", "source.read_context")
+    assert refused.value.code == CASE_STATE
+
+
+def test_request_test_refusals(case):
+    budget = case.budget()
+    with pytest.raises(LedgerError) as bad_kind:
+        budget.request_test("H1", "t1", "robot", "test-1")
+    assert bad_kind.value.code == INVALID_ARGUMENT
+    budget.request_test("H1", "t1", "human", "test-1")
+    assert budget.request_test("H1", "t1", "human", "test-1").reused is True
+    for call in (lambda: budget.request_test("H2", "t2", "human", "test-1"),  # operation id used
+                 lambda: budget.reserve("H1", "t1", "source.read_context")):  # action id used by the test
+        with pytest.raises(LedgerError) as conflict:
+            call()
+        assert conflict.value.code == OPERATION_CONFLICT
+
+
+# --- feedback: drafts, confirmation, storing --------------------------------------------------
+def test_drafts_are_not_evidence_and_confirmation_resumes_a_blocked_case(case):
+    draft = submitted_and_blocked(case)
+    assert draft.feedback_id == "F000001" and draft.confirmed is False and draft.state == "BLOCKED"
+    assert case.query("SELECT COUNT(*) AS n FROM evidence") == [{"n": 0}]
+    again = case.evidence().submit_feedback("test-1", PASSED, attachments())
+    assert again.reused is True and again.feedback_id == "F000001" and again.seq == draft.seq
+    other = case.evidence().submit_feedback("test-1", {"status": "failed", "details": "flaky"})
+    assert other.feedback_id == "F000002"
+    with pytest.raises(LedgerError) as not_confirmed:
+        case.evidence().store_feedback("test-1", "F000001")
+    assert not_confirmed.value.code == CASE_STATE  # storing evidence waits for the case to resume
+    confirmed = case.evidence().confirm_feedback("F000001")
+    assert confirmed.confirmed is True and confirmed.state == "INVESTIGATING_HYPOTHESES"
+    assert case.status()["state"] == "INVESTIGATING_HYPOTHESES"
+    with pytest.raises(LedgerError) as draft_only:
+        case.evidence().store_feedback("test-1", "F000002")
+    assert draft_only.value.code == FEEDBACK_NOT_CONFIRMED
+
+
+def test_stored_feedback_is_one_atom_and_feeds_the_budget(case):
+    submitted_and_blocked(case)
+    case.evidence().confirm_feedback("F000001")
+    stored = case.evidence().store_feedback("test-1", "F000001")
+    record = stored.records[0]
+    assert record["record_id"] == "E000001" and record["novelty_score"] == 100
+    assert (record["hypothesis_id"], record["action_id"], record["operation_id"]) == ("H1", "t1", "test-1")
+    body = json.loads(case.query("SELECT body FROM evidence_records")[0]["body"])
+    assert body["origin"]["kind"] == "feedback" and body["origin"]["feedback_id"] == "F000001"
+    assert body["atoms_returned"] == 1
+    assert case.evidence().store_feedback("test-1", "F000001").reused is True
+    budget = case.budget()
+    assert budget.record_evidence("H1", "t1", "E000001").action["novelty_score"] == 100
+    cost = case.actions()[0]["cost_units"]
+    settled = budget.settle("H1", "t1", 100, "the test reproduced the bug")
+    assert settled.action["reward_units"] == min(cost * 8000 * 100 // 1_000_000, cost - 1)
+
+
+def test_unable_to_test_scores_0_and_identical_feedback_is_a_duplicate(case):
+    budget = case.budget()
+    budget.request_test("H1", "t1", "automated", "test-1")
+    budget.request_test("H2", "t2", "automated", "test-2")
+    unable = case.evidence().submit_feedback("test-1", {"status": "unable_to_test", "details": "no device"})
+    same = case.evidence().submit_feedback("test-2", {"status": "unable_to_test", "details": "no device"})
+    for draft, op in ((unable, "test-1"), (same, "test-2")):
+        case.evidence().confirm_feedback(draft.feedback_id)
+    first = case.evidence().store_feedback("test-1", unable.feedback_id).records[0]
+    second = case.evidence().store_feedback("test-2", same.feedback_id).records[0]
+    assert first["novelty_score"] == 0 and second["novelty_score"] == 0
+    assert second["duplicate_of"] == "E000001"
+
+
+def test_feedback_bound_to_another_operation_or_no_longer_pending_is_no_reservation(case):
+    budget = case.budget()
+    budget.request_test("H1", "t1", "human", "test-1")
+    budget.request_test("H2", "t2", "human", "test-2")
+    with pytest.raises(LedgerError) as unknown_test:
+        case.evidence().submit_feedback("test-9", PASSED)
+    assert unknown_test.value.code == NO_RESERVATION
+    draft = case.evidence().submit_feedback("test-1", PASSED)
+    case.evidence().confirm_feedback(draft.feedback_id)
+    with pytest.raises(LedgerError) as other:
+        case.evidence().store_feedback("test-2", draft.feedback_id)
+    assert other.value.code == NO_RESERVATION
+    budget.fail("H1", "t1", "the tester gave up")
+    before = ledger_rows(case)
+    with pytest.raises(LedgerError) as closed:
+        case.evidence().store_feedback("test-1", draft.feedback_id)
+    assert closed.value.code == NO_RESERVATION and ledger_rows(case) == before
+    for bad, code in (("F1", INVALID_ID), ("F000009", INVALID_ARGUMENT)):
+        with pytest.raises(LedgerError) as refused:
+            case.evidence().confirm_feedback(bad)
+        assert refused.value.code == code
+
+
+def _unguarded(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(path / "ledger.sqlite")
+    for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
+        conn.execute(f"DROP TRIGGER {name}")
+    return conn
+
+
+def _restore(conn: sqlite3.Connection) -> None:
+    for _, _, statements in migrations():
+        for statement in statements:
+            if "CREATE TRIGGER" in statement:
+                conn.execute(statement[statement.index("CREATE TRIGGER"):])
+    conn.commit()
+    conn.close()
+
+
+def test_tampered_attachment_bytes_are_an_integrity_error_and_nothing_is_stored(case):
+    submitted_and_blocked(case)
+    case.evidence().confirm_feedback("F000001")
+    path = case.path
+    case.close()
+    sha = hashlib.sha256(json.dumps({"name": "pytest.log", "text": LOG}, separators=(",", ":"),
+                                    sort_keys=True).encode()).hexdigest()
+    conn = _unguarded(path)
+    assert conn.execute("UPDATE contents SET body = replace(body, '2 passed', '9 passed') WHERE sha256 = ?",
+                        (sha,)).rowcount == 1
+    conn.commit()
+    conn.close()
+    with Case.open(path) as reopened:
+        with pytest.raises(LedgerError) as caught:
+            reopened.evidence().store_feedback("test-1", "F000001")
+        assert caught.value.code == INTEGRITY_ERROR and caught.value.details["attachment"] == "pytest.log"
+        assert reopened.query("SELECT COUNT(*) AS n FROM evidence_records") == [{"n": 0}]
+
+
+def test_attachment_limit_refuses_with_limit_reached_and_writes_nothing(package):
+    start_case(package).close()
+    config = AnalysisConfig(limits={**AnalysisConfig().limits, "evidence_artifact_bytes_max": 100})
+    with Case.open(package, analysis_config=config) as opened:
+        opened.budget(BudgetConfig.load(EXAMPLE_BUDGET)).initialize()
+        opened.budget().request_test("H1", "t1", "human", "test-1")
+        before = ledger_rows(opened)
+        with pytest.raises(LedgerError) as refused:
+            opened.evidence().submit_feedback("test-1", PASSED, {"big.log": "x" * 200})
+        assert refused.value.code == LIMIT_REACHED
+        assert refused.value.details["limit"] == "evidence_artifact_bytes_max"
+        assert ledger_rows(opened) == before
+
+
+# --- round trip, journal, command line ----------------------------------------------------------
+def test_export_import_export_and_verify_with_feedback(case, tmp_path):
+    submitted_and_blocked(case)
+    case.evidence().confirm_feedback("F000001")
+    case.evidence().store_feedback("test-1", "F000001")
+    case.budget().record_evidence("H1", "t1", "E000001")
+    export_case(case)
+    report = verify_case(case.path)
+    copy = import_tree(case.path, tmp_path / "copy")
+    assert copy.head_seq == report.head_seq
+
+    def files(root: Path) -> dict:
+        return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*")
+                if p.is_file() and not p.name.startswith("ledger.sqlite")}
+    assert files(case.path) == files(tmp_path / "copy")
+    folder = hashlib.sha256(b"test-1").hexdigest()[:32]
+    assert (case.path / f"analysis/evidence/0001/{folder}/E000001.json").is_file()
+    assert (case.path / f"analysis/evidence/0001/{folder}/index.json").is_file()
+    kinds = [json.loads(p.read_bytes())["type"] for p in sorted((case.path / "analysis/case/events").iterdir())]
+    assert kinds[-3:] == ["feedback.submitted", "feedback.confirmed", "case.transitioned"]
+
+
+def test_journal_forms_of_the_feedback_operations(case):
+    lines = [{"op": "request_test", "hypothesis": "H1", "action_id": "t1", "kind": "human", "operation_id": "test-1"},
+             {"op": "transition", "to": "BLOCKED"},
+             {"op": "submit_feedback", "operation_id": "test-1", "reply": PASSED, "attachments": attachments()},
+             {"op": "confirm_feedback", "feedback_id": "F000001"},
+             {"op": "store_feedback", "operation_id": "test-1", "feedback_id": "F000001"},
+             {"op": "record_evidence", "hypothesis": "H1", "action_id": "t1", "record_id": "E000001"}]
+    results = [r.to_dict() for r in apply_journal(case, [json.dumps(line) for line in lines])]
+    assert all(r["ok"] for r in results), results
+    assert results[2]["result"]["feedback_id"] == "F000001"
+    assert results[3]["result"]["state"] == "INVESTIGATING_HYPOTHESES"
+    assert results[4]["result"]["records"][0]["record_id"] == "E000001"
+
+
+def test_cli_feedback_commands(case, tmp_path):
+    from click.testing import CliRunner
+
+    path = str(case.path)
+    case.close()
+    runner = CliRunner()
+    requested = runner.invoke(cli_main, ["evidence", "request-test", path, "H1", "t1", "human", "test-1", "--json"])
+    assert requested.exit_code == 0, requested.output
+    assert json.loads(requested.output)["action"]["action"] == "test.human"
+    reply = tmp_path / "reply.json"
+    reply.write_text(json.dumps(PASSED))
+    log = tmp_path / "pytest.log"
+    log.write_text(LOG)
+    submitted = runner.invoke(cli_main, ["evidence", "feedback", "submit", path, "test-1", str(reply),
+                                         "--attach", str(log), "--json"])
+    assert submitted.exit_code == 0, submitted.output
+    assert json.loads(submitted.output)["feedback_id"] == "F000001"
+    early = runner.invoke(cli_main, ["evidence", "feedback", "store", path, "test-1", "F000001"])
+    assert early.exit_code == 1 and "error: FEEDBACK_NOT_CONFIRMED" in early.output
+    confirmed = runner.invoke(cli_main, ["evidence", "feedback", "confirm", path, "F000001", "--json"])
+    assert confirmed.exit_code == 0 and json.loads(confirmed.output)["confirmed"] is True
+    stored = runner.invoke(cli_main, ["evidence", "feedback", "store", path, "test-1", "F000001", "--json"])
+    assert stored.exit_code == 0, stored.output
+    assert json.loads(stored.output)["records"][0]["novelty_score"] == 100
+    with Case.open(path) as reopened:
+        draft = json.loads(reopened.query("SELECT body FROM events WHERE type = 'feedback.submitted'")[0]["body"])
+    assert draft["feedback"]["attachments"][0]["sha256"] == hashlib.sha256(LOG.encode()).hexdigest()
+
+
+@pytest.mark.parametrize("tamper", [
+    "UPDATE contents SET body = replace(body, '2 passed', '9 passed') WHERE body LIKE '%pytest.log%'",
+    "DELETE FROM feedback_confirmations",
+    "UPDATE test_requests SET kind = 'automated'",
+    "DELETE FROM feedback_drafts WHERE feedback_id = 'F000001'",
+])
+def test_tampered_feedback_rows_are_caught_by_verify(case, tamper):
+    submitted_and_blocked(case)
+    case.evidence().confirm_feedback("F000001")
+    case.evidence().store_feedback("test-1", "F000001")
+    path = case.path
+    case.close()
+    assert verify_case(path).events > 0
+    conn = _unguarded(path)
+    assert conn.execute(tamper).rowcount >= 1
+    _restore(conn)  # the guards are back: only the edited rows differ from the replay
+    with pytest.raises(LedgerError) as caught:
+        verify_case(path)
+    assert caught.value.code == INTEGRITY_ERROR and "schema object" not in caught.value.message
+
+
+def test_a_tool_batch_cannot_reuse_a_test_operation_id(case):
+    case.budget().request_test("H1", "t1", "human", "test-1")
+    case.budget().reserve("H2", "q1", "source.read_context")
+    action = {"operation_id": "test-1", "hypothesis_id": "H2", "action_id": "q1", "tool": "source.read_context",
+              "args": {"path": "sources/app.py", "start_line": 1, "end_line": 1}}
+    before = ledger_rows(case)
+    with pytest.raises(LedgerError) as conflict:
+        case.evidence().query("i1", {"actions": [action]}, True)
+    assert conflict.value.code == OPERATION_CONFLICT and ledger_rows(case) == before
