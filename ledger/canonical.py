@@ -122,11 +122,13 @@ def canonical_sha256(value: Any) -> str:
 
 
 def _reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise LedgerError(INVALID_JSON, f"duplicate object key {key!r}")
-        out[key] = value
+    out = dict(pairs)
+    if len(out) != len(pairs):  # some key came twice: name the first one
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise LedgerError(INVALID_JSON, f"duplicate object key {key!r}")
+            seen.add(key)
     return out
 
 
@@ -181,6 +183,17 @@ def check_json_value(value: Any) -> None:
             stack.extend((child, depth + 1) for child in children)
 
 
+class _StrictDecoder(json.JSONDecoder):
+    """``json.JSONDecoder`` refusing duplicate keys, NaN/±Infinity and numbers beyond ±(2**53 − 1)."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options, object_pairs_hook=_reject_duplicate_keys, parse_constant=_reject_constant,
+                         parse_float=_parse_float, parse_int=_parse_int)
+
+
+_STRICT = _StrictDecoder()  # reused: building a decoder costs as much as parsing a short line
+
+
 def parse_json(text: str | bytes) -> Any:
     """Parse JSON text strictly: duplicate keys, NaN and ±Infinity are ``INVALID_JSON``.
 
@@ -194,13 +207,7 @@ def parse_json(text: str | bytes) -> Any:
         except UnicodeEncodeError:
             raise LedgerError(INVALID_JSON, "JSON text contains a lone surrogate") from None
     try:
-        value = json.loads(
-            text,
-            object_pairs_hook=_reject_duplicate_keys,
-            parse_constant=_reject_constant,
-            parse_float=_parse_float,
-            parse_int=_parse_int,
-        )
+        value = _STRICT.decode(text) if isinstance(text, str) else json.loads(text, cls=_StrictDecoder)
     except LedgerError:
         raise
     except RecursionError:

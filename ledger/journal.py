@@ -136,6 +136,13 @@ def run_operation(case: Case, budget: BudgetManager, line: dict[str, Any]) -> tu
 
     Afterwards ``case.session.last_clamp`` tells whether the line's ``at`` was raised.
     """
+    outcome = call_operation(case, budget, line)
+    return outcome.seq, outcome.reused, outcome.to_dict()
+
+
+def call_operation(case: Case, budget: BudgetManager, line: dict[str, Any]) -> Any:
+    """Apply one parsed line through the operation registry and return what the service method
+    returned (a result object with ``seq``, ``reused`` and ``to_dict()``); raises its ``LedgerError``."""
     op = operation(line["op"])
     case.session.last_clamp = None
     at = line.get("at")
@@ -150,8 +157,7 @@ def run_operation(case: Case, budget: BudgetManager, line: dict[str, Any]) -> tu
         service = budget
     else:
         service = case.scopes() if op.service == "scope" else case.evidence()
-    outcome = getattr(service, op.name)(**kwargs)
-    return outcome.seq, outcome.reused, outcome.to_dict()
+    return getattr(service, op.name)(**kwargs)
 
 
 def apply_journal(case: Case, lines: Iterable[str | bytes], *, budget: BudgetManager | None = None,

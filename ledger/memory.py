@@ -3,36 +3,93 @@
 :class:`MemorySession` has the interface of :class:`~ledger.session.Session`
 (``run``, ``read``, ``batch``, ``event_ref``, ``budget_snapshot``, ``limits``,
 ``check_thread``): it evaluates the same rules on a
-:class:`~ledger.views.MemoryView`, seals every event exactly as the SQLite
-session does (same canonical bytes, sha256 chain and ``event_bytes_max``
-check) and advances the view with it. :class:`MemoryCase` is the case facade
+:class:`~ledger.views.MemoryView`, seals every event as the SQLite session
+does (same canonical bytes, sha256 chain and ``event_bytes_max`` check; see
+``chain=False`` below) and advances the view with it. :class:`MemoryCase` is the case facade
 over it (``open_revision``, ``transition``, ``budget``), so
 :class:`~ledger.budget.BudgetManager` and :func:`ledger.journal.run_operation`
 work on it unchanged. Policy simulation replays journals through it.
 
 Memory grows with the run: the view keeps the state a rule may ask about, and
 the session keeps each event's export address (three integers) for ``event_ref``.
+
+``chain=False`` (what the simulator uses) skips what only a reader of the hash
+chain needs: events are not encoded to RFC 8785 bytes nor hashed (``sha256``
+and ``parent_sha256`` are all zeros, so every event keeps its size; the size
+is bounded without encoding, see :func:`check_event_size`) and an operation's
+request is hashed only when a later operation with the same key asks for it.
+The rules, the event bodies and the ``event_bytes_max`` check are the same, so
+every outcome is too (``tests/test_simulate_speed.py`` compares them with a
+real case).
 """
 
 from __future__ import annotations
 
+import marshal
 import uuid
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, ContextManager, Iterator
 
 from . import errors as E
+from .canonical import ZERO_SHA256, canonical_event_bytes, canonical_sha256
 from .clock import utc_now
 from .config import AnalysisConfig
-from .errors import LedgerError
+from .errors import LedgerError, limit_reached
 from .facade import CaseFacade
 from .package import event_path
 from .rules import lifecycle
-from .rules.common import check_action_id, check_case_id
+from .rules.common import Draft, check_action_id, check_case_id
 from .session import Sealed, SessionBase
 from .views import MemoryView
 
 DEFAULT_ACTOR = "controller"
+#: Every value's RFC 8785 form is at most this many times as long as its ``marshal`` (version 2) form.
+MARSHAL_BOUND = 6
+
+
+def check_event_size(body: dict[str, Any], limit: int) -> None:
+    """``LIMIT_REACHED`` (``event_bytes_max``) if the canonical (RFC 8785) form of event ``body``
+    is longer than ``limit`` bytes, measured without encoding it when it is surely shorter.
+
+    The bound: ``marshal`` version 2 (which never shares repeated objects) writes a
+    string as 5 bytes plus its UTF-8, where canonical JSON needs at most 6 bytes a
+    byte (``\\u0000``) plus 2 quotes; an integer as at least 5 bytes, where JSON
+    needs at most 17 characters for the integers events hold (within ±(2**53 − 1));
+    null, true and false as 1 byte (JSON: 4 or 5); a list as 5 bytes plus its items
+    (JSON: 2 plus a comma per item) and an object as 2 bytes plus its keys and values
+    (JSON: 2 plus a colon and a comma per entry). By induction every value's JSON
+    is at most ``6 × marshal − 1`` bytes. A body whose bound exceeds ``limit`` is
+    measured on its canonical bytes, which also refuses a value with no canonical
+    form (``INVALID_JSON``), exactly as sealing does.
+    """
+    try:
+        if MARSHAL_BOUND * len(marshal.dumps(body, 2)) <= limit:
+            return
+    except ValueError:  # a type marshal cannot write: measure it the slow way
+        pass
+    size = len(canonical_event_bytes(body))
+    if size > limit:
+        raise limit_reached("event_bytes_max", f"event of {size} bytes exceeds event_bytes_max = {limit}")
+
+
+class _UnchainedView(MemoryView):
+    """A :class:`MemoryView` that hashes an operation's request only when it is asked for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._requests: dict[str, tuple[int, Any]] = {}
+
+    def _remember_operation(self, key: str, seq: int, request: Any) -> None:
+        self._operations.pop(key, None)
+        self._requests[key] = (seq, request)
+
+    def operation(self, key: str) -> tuple[int, str] | None:
+        found = self._operations.get(key)
+        if found is None and key in self._requests:
+            seq, request = self._requests.pop(key)
+            found = self._operations[key] = (seq, canonical_sha256(request))
+        return found
 
 
 class MemorySession(SessionBase):
@@ -40,13 +97,15 @@ class MemorySession(SessionBase):
 
     A refused operation leaves the view unchanged: the rule reads without writing,
     every event is sealed before any is applied, and applying cannot fail.
-    ``batch()`` only groups (there is nothing to make durable).
+    ``batch()`` only groups (there is nothing to make durable). ``chain=False``:
+    no canonical bytes and no hash chain (the module docstring says what stays equal).
     """
 
     def __init__(self, *, actor: str = DEFAULT_ACTOR, clock: Callable[[], str] = utc_now,
-                 limits: dict[str, int]) -> None:
+                 limits: dict[str, int], chain: bool = True) -> None:
         super().__init__(actor=actor, clock=clock, limits=limits)
-        self.view = MemoryView()
+        self.chain = chain
+        self.view = MemoryView() if chain else _UnchainedView()
         self._addresses: list[tuple[str, int, int]] = [("", 0, 0)]  # seq → (stream, revision, stream_seq)
         self._budget_heads: dict[int, int] = {}  # revision → seq of its newest budget event
 
@@ -62,9 +121,21 @@ class MemorySession(SessionBase):
         self.check_thread()
         yield
 
-    @contextmanager
-    def _write(self) -> Iterator[MemoryView]:
-        yield self.view
+    def _write(self) -> ContextManager[MemoryView]:
+        return nullcontext(self.view)  # a third of a generator-based context manager's cost, per operation
+
+    def _seal(self, drafts: tuple[Draft, ...], head: tuple[int, str, str], at: str) -> list[Sealed]:
+        if self.chain:
+            return super()._seal(drafts, head, at)
+        sealed = []
+        seq, limit = head[0], self.limits["event_bytes_max"]
+        for draft in drafts:
+            seq += 1
+            body = dict(draft.fields)
+            body.update(seq=seq, parent_sha256=ZERO_SHA256, created_at=at, actor=self.actor, request=draft.request)
+            check_event_size(body, limit)
+            sealed.append(Sealed(draft, body, b"", ZERO_SHA256))
+        return sealed
 
     def _store(self, view: MemoryView, sealed: Sealed) -> int:
         draft = sealed.draft
@@ -109,11 +180,13 @@ class MemoryCase(CaseFacade):
 
     @classmethod
     def create(cls, case_id: str, *, analysis_config: AnalysisConfig | None = None, actor: str = DEFAULT_ACTOR,
-               clock: Callable[[], str] = utc_now, package: Path | None = None) -> "MemoryCase":
-        """A new in-memory case ``case_id`` (``INVALID_ID`` for a malformed id or actor)."""
+               clock: Callable[[], str] = utc_now, package: Path | None = None, chain: bool = True) -> "MemoryCase":
+        """A new in-memory case ``case_id`` (``INVALID_ID`` for a malformed id or actor); ``chain=False``
+        seals no hash chain (see :class:`MemorySession`)."""
         check_case_id(case_id)
         analysis = analysis_config or AnalysisConfig()
-        session = MemorySession(actor=check_action_id(actor, "actor"), clock=clock, limits=analysis.limits)
+        session = MemorySession(actor=check_action_id(actor, "actor"), clock=clock, limits=analysis.limits,
+                                chain=chain)
         session.run("create", lifecycle.shape_create(case_id, str(uuid.uuid4())))
         return cls(session, analysis, package)
 

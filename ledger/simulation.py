@@ -1,9 +1,12 @@
 """Policy simulation: replay recorded journals under budget policies, in memory (SPEC 13).
 
 Each journal is replayed from an empty :class:`~ledger.memory.MemoryCase` under
-each policy through :func:`ledger.journal.run_operation`, the code path of
+each policy through :func:`ledger.journal.call_operation`, the code path of
 ``ledger apply --keep-going``, so every figure equals what ``apply`` would
-produce in a real case under that policy. Nothing is written to disk.
+produce in a real case under that policy. Nothing is written to disk. A journal
+is read and parsed once and replayed under every policy; the in-memory case
+keeps no hash chain (``chain=False``), no result object is built per line, and
+the clock is read once per run: none of that changes an outcome.
 
 A *step* is a journal ``reserve`` line. A reservation the policy refuses is a
 step the run would not have taken. Once every account of the run's revision is
@@ -32,8 +35,11 @@ from . import errors as E
 from ._resources import resource_dir
 from .config import DEFAULT_POLICY, AnalysisConfig, BudgetConfig, _read_toml
 from .errors import LedgerError
-from .journal import parse_line, run_operation
+from .budget import BudgetManager
+from .clock import utc_now
+from .journal import call_operation, parse_line
 from .memory import MemoryCase
+from .session import Ran
 from .rules.common import STATUS_ABANDONED, STATUS_EXHAUSTED, TERMINAL_STATUSES
 
 #: The figures of a policy (and of each outcome), in output order.
@@ -242,6 +248,14 @@ def parse_journal(path: Path) -> list[tuple[int, dict[str, Any]]]:
     return parsed
 
 
+class _FiguresOnly(BudgetManager):
+    """The budget manager the simulator runs lines through: the same checks and rules, but no
+    result object is built for each line (only the figures at the end are read)."""
+
+    def _result(self, ran: Ran, action: tuple[str, str] | None = None) -> Ran:  # type: ignore[override]
+        return ran
+
+
 def _all_terminal(case: MemoryCase) -> bool:
     view = case.view
     state = view.case()
@@ -257,8 +271,10 @@ def replay_run(run: str, lines: Sequence[tuple[int, dict[str, Any]]], policy: Po
     With ``trace``, every line is evaluated (no early stop) and ``lines`` of the result
     holds ``(line number, None | error code)`` for each, as ``apply --keep-going`` reports.
     """
-    case = MemoryCase.create("simulation", analysis_config=analysis, package=package)
-    budget = case.budget(policy.config)
+    now = utc_now()  # the whole replay happens at one moment: its lines carry their own times, if any
+    case = MemoryCase.create("simulation", analysis_config=analysis, package=package, chain=False,
+                             clock=lambda: now)
+    budget = _FiguresOnly(case.session, package, policy.config)
     result = RunResult(run, policy.name, lines=[] if trace else None)
     last_lifecycle = max((i for i, (_, line) in enumerate(lines) if line["op"] in _LIFECYCLE_OPS), default=-1)
     reserved: set[tuple[Any, Any]] = set()
@@ -277,7 +293,7 @@ def replay_run(run: str, lines: Sequence[tuple[int, dict[str, Any]]], policy: Po
             line = {**line, UNITS_KEY: policy.units_per_hypothesis}
         code = None
         try:
-            run_operation(case, budget, line)
+            call_operation(case, budget, line)
         except LedgerError as exc:
             code = exc.code
         result.steps_refused += is_step and code is not None
@@ -401,13 +417,15 @@ def simulate(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Poli
         raise LedgerError(E.INVALID_ARGUMENT, f"jobs must be an integer >= 1, got {jobs!r}")
     table = read_outcomes(outcomes) if isinstance(outcomes, (str, os.PathLike)) else outcomes
     files = journal_files(journals)
+    analysis = analysis or AnalysisConfig()  # validated once, not once per run
     root = Path(package) if package is not None else None
     tasks = [(path, chosen, analysis, root) for path in files]
     if jobs == 1 or len(files) == 1:
         results = [_simulate_task(task) for task in tasks]
     else:
-        with ProcessPoolExecutor(max_workers=min(jobs, len(files))) as pool:
-            results = list(pool.map(_simulate_task, tasks))
+        workers = min(jobs, len(files))
+        with ProcessPoolExecutor(max_workers=workers) as pool:  # a few journals per message, one run at a time
+            results = list(pool.map(_simulate_task, tasks, chunksize=max(1, len(files) // (workers * 16))))
     runs = [run for per_journal in results for run in per_journal]
     for run in runs:
         run.outcome = table.get(run.run) if table is not None else None

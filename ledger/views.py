@@ -360,7 +360,7 @@ class MemoryView:
             self._stream_counts[scope] = stream_seq
         self._head = (seq, sha256, body["created_at"])
         if operation_key is not None:
-            self._operations[operation_key] = (seq, canonical_sha256(body["request"]))
+            self._remember_operation(operation_key, seq, body["request"])
         for sha, data in contents.items():
             self._contents.add(sha)
             self._content_bytes += len(data)
@@ -385,6 +385,10 @@ class MemoryView:
         elif kind == "feedback.confirmed":
             self._feedback[body["feedback_id"]]["confirmed"] = True
         return stream_seq
+
+    def _remember_operation(self, key: str, seq: int, request: Mapping[str, Any]) -> None:
+        """Note operation ``key`` (answered by event ``seq``) with its request's hash."""
+        self._operations[key] = (seq, canonical_sha256(request))
 
     def _apply_scope(self, body: Mapping[str, Any]) -> None:
         if body["type"] == "scope.established":
