@@ -1,0 +1,101 @@
+"""Regressions for the break-it findings on verify, storage and the read paths."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from ledger import Case, verify_case
+from ledger.readonly import readonly_query
+
+from conftest import run_cli
+from test_regressions import _read_only_mount
+
+READ_COMMANDS = (["state"], ["balances"], ["events"], ["sql", "SELECT COUNT(*) AS n FROM events"], ["verify"])
+
+
+def _leave_shm_and_empty_wal(case) -> None:
+    """What any earlier read leaves: ``-shm`` and a 0-byte ``-wal`` beside the ledger, plus the lock file."""
+    case.close()
+    assert run_cli("verify", str(case.path)).returncode == 0
+    for suffix, size in (("-shm", None), ("-wal", 0), ("-lock", 0)):
+        sidecar = case.path / ("ledger.sqlite" + suffix)
+        assert sidecar.exists() and (size is None or sidecar.stat().st_size == size), suffix
+
+
+def test_a_read_only_mount_with_shm_and_an_empty_wal_is_read_as_an_immutable_snapshot(budget, case):
+    """Read-only locations: reads work whatever -shm/lock files lie there; writes are STORAGE_ERROR."""
+    budget.reserve("H1", "q1", "source.read_context")
+    _leave_shm_and_empty_wal(case)
+    folder, undo = _read_only_mount(case.path)
+    try:
+        opened = Case.open(folder)
+        assert opened.storage.read_only is True
+        assert opened.status()["package_generation"] == 5
+        assert [row["spent_units"] for row in opened.balances()][:1] == [5]
+        assert opened.close() is None  # closing never needs the writer lock file
+        assert verify_case(folder).head_seq == 5
+        assert readonly_query(folder / "ledger.sqlite", "SELECT COUNT(*) FROM events") == (["COUNT(*)"], [(5,)])
+        write = run_cli("state", str(folder), "BLOCKED")
+        assert write.returncode == 1 and b"error: STORAGE_ERROR: " in write.stderr and b"read-only" in write.stderr
+    finally:
+        undo()
+
+
+def test_closing_a_reader_whose_lock_file_cannot_be_opened_skips_the_checkpoint(case, tmp_path):
+    """Read-only locations: a reader in a folder it may not write closes without the writer lock."""
+    case.storage._lock.path = tmp_path / "no-such-folder" / "ledger.sqlite-lock"
+    assert case.close() is None
+    assert not (tmp_path / "no-such-folder").exists()
+
+
+def _as_other_user(folder: Path) -> list[str]:
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        return []
+    if shutil.which("setpriv") is None:
+        pytest.skip("needs setpriv to run as another user")
+    prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    probe = subprocess.run([*prefix, sys.executable, "-c", "import ledger_cli"], capture_output=True,
+                           env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    if probe.returncode != 0:
+        pytest.skip("the other user cannot run this Python")
+    return prefix
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("with_shm", [True, False])
+def test_every_read_command_follows_one_rule_in_a_folder_this_user_may_not_write(budget, case, with_shm):
+    """Read-only locations (not-writable folder): with -shm every read works, without it every read is STORAGE_ERROR."""
+    budget.reserve("H1", "q1", "source.read_context")
+    if with_shm:
+        _leave_shm_and_empty_wal(case)
+    else:
+        case.close()
+    shared = Path(tempfile.mkdtemp(prefix="ledger-shared-"))
+    shared.chmod(0o755)
+    folder = shared / "case"
+    shutil.copytree(case.path, folder)
+    try:
+        prefix = _as_other_user(folder)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+        for command in READ_COMMANDS:
+            done = subprocess.run([*prefix, sys.executable, "-m", "ledger_cli", command[0], str(folder), *command[1:]],
+                                  capture_output=True, env=env)
+            if with_shm:
+                assert done.returncode == 0, (command, done.stderr)
+            else:
+                assert done.returncode == 1 and done.stderr.startswith(b"error: STORAGE_ERROR: "), (command, done.stderr)
+        write = subprocess.run([*prefix, sys.executable, "-m", "ledger_cli", "state", str(folder), "BLOCKED"],
+                               capture_output=True, env=env)
+        assert write.returncode == 1 and write.stderr.startswith(b"error: STORAGE_ERROR: ")
+    finally:
+        folder.chmod(0o755)
+        shutil.rmtree(shared)
