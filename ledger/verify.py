@@ -55,7 +55,10 @@ class VerifyReport:
     a stale export, not an error (``ledger verify --strict`` makes it one).
     ``foreign_objects`` lists the schema objects a user added that cannot change
     or hide the ledger's rows (``{"type", "name", "table"}``: views, indexes,
-    tables, full-text tables and their shadow tables).
+    tables, full-text tables and their shadow tables). ``future_events`` counts the
+    events whose time is ahead of this machine's clock, by at most
+    ``future_max_lead_ms`` milliseconds: a note, never a failure (the writer's clock
+    or its configured tolerance may be ahead of the auditor's).
     """
 
     package_path: str
@@ -67,6 +70,8 @@ class VerifyReport:
     manifest_checked: bool
     export_behind: int | None = None
     foreign_objects: list[dict[str, str]] = field(default_factory=list)
+    future_events: int = 0
+    future_max_lead_ms: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__, foreign_objects=[dict(o) for o in self.foreign_objects], ok=True)
@@ -78,6 +83,10 @@ class VerifyReport:
             lines.append(f"export is {self.export_behind} event(s) behind the ledger (manifest head seq "
                          f"{self.head_seq - self.export_behind}, ledger head seq {self.head_seq}); "
                          "run 'ledger export' to bring it up to date")
+        if self.future_events:
+            lines.append(f"{self.future_events} event(s) are dated ahead of this machine's clock, by up to "
+                         f"{self.future_max_lead_ms} ms (the writer's clock or its at_future_tolerance_ms; not "
+                         "a fault of the history)")
         for obj in self.foreign_objects:
             on = f" on {obj['table']}" if obj["table"] != obj["name"] else ""
             lines.append(f"foreign object (not the ledger's, left alone): {obj['type']} {obj['name']}{on}")
@@ -171,7 +180,8 @@ def _verify_attached(root: Path, scratch: Storage, progress: Progress | None) ->
     return VerifyReport(str(root), replayer.count,
                         conn.execute(statement("content_count")).fetchone()[0],
                         head[0], head[1], exported, (root / MANIFEST_FILE).exists(),
-                        None if manifest_head is None else head[0] - manifest_head, foreign)
+                        None if manifest_head is None else head[0] - manifest_head, foreign,
+                        replayer.future_events, replayer.max_lead_ms)
 
 
 def _as_bytes(value: Any) -> bytes:

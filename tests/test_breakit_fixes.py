@@ -8,11 +8,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
-from ledger import Case, verify_case
+from ledger import AnalysisConfig, Case, export_case, import_tree, verify_case
+from ledger.clock import format_utc
 from ledger.readonly import readonly_query
 
 from conftest import run_cli
@@ -99,3 +101,32 @@ def test_every_read_command_follows_one_rule_in_a_folder_this_user_may_not_write
     finally:
         folder.chmod(0o755)
         shutil.rmtree(shared)
+
+
+# --- event times ahead of the auditor's clock ----------------------------------------------------
+def _ahead(minutes: int) -> str:
+    return format_utc(datetime.now(timezone.utc) + timedelta(minutes=minutes))
+
+
+def test_verify_and_import_never_fail_on_a_time_ahead_of_the_local_clock(package, tmp_path):
+    """Times: a writer's clock (or tolerance) ahead of the auditor's is a note, not tampering."""
+    wide = AnalysisConfig.from_mapping({"limits": {"at_future_tolerance_ms": 3_600_000}})
+    with Case.create(package, "C1", analysis_config=wide, at=_ahead(30)) as case:
+        export_case(case)
+    report = verify_case(package)
+    assert report.head_seq == 1 and report.future_events == 1
+    assert 25 * 60_000 < report.future_max_lead_ms <= 30 * 60_000
+    assert any("1 event(s) are dated ahead of this machine's clock" in line for line in report.notes())
+    imported = import_tree(package, tmp_path / "copy")
+    assert imported.head_seq == 1
+    done = run_cli("verify", str(package), "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["future_events"] == 1
+    text = run_cli("verify", str(package))
+    assert text.returncode == 0 and b"dated ahead of this machine's clock" in text.stdout
+
+
+def test_a_case_dated_in_the_past_reports_no_future_events(budget, case):
+    report = verify_case(case.path)
+    assert (report.future_events, report.future_max_lead_ms) == (0, 0)
+    assert not any("ahead of this machine's clock" in line for line in report.notes())
