@@ -229,8 +229,9 @@ def _compare_schema(conn: sqlite3.Connection, version: int) -> list[dict[str, st
     the file's schema ``version``), none missing or altered; return the objects a user added
     that cannot change or hide the ledger's rows (checked last: no seq to name).
 
-    A foreign trigger on a ledger table or view, and a foreign UNIQUE index on a ledger table
-    (it can refuse the ledger's own appends), are ``INTEGRITY_ERROR``.
+    A foreign trigger on a ledger table or view, and a foreign index on a ledger table that is
+    not a plain column list (UNIQUE, partial, on an expression: it can refuse the ledger's own
+    appends), are ``INTEGRITY_ERROR``.
     """
     shipped = shipped_schema(version)
     objects = conn.execute(statement("schema_objects_typed", "orig")).fetchall()
@@ -247,11 +248,23 @@ def _compare_schema(conn: sqlite3.Connection, version: int) -> list[dict[str, st
         if kind == "trigger" and table in shipped:
             raise _bad(None, f"schema object {name} is not the ledger's own: a trigger on the ledger's {table} "
                        "can block or alter its writes; drop it", object=name)
-        if kind == "index" and table in shipped and re.match(r"CREATE\s+UNIQUE\b", sql, re.I):
-            raise _bad(None, f"schema object {name} is not the ledger's own: a UNIQUE index on the ledger's "
-                       f"{table} can refuse its appends; drop it or make it a plain index", object=name)
+        if kind == "index" and table in shipped:
+            _refuse_index_that_can_block_writes(conn, name, table)
         foreign.append({"type": _foreign_kind(kind, name, sql, fts), "name": name, "table": table})
     return foreign
+
+
+def _refuse_index_that_can_block_writes(conn: sqlite3.Connection, name: str, table: str) -> None:
+    """A user's index on a ledger table is left alone only as a plain column list: a UNIQUE or
+    partial index, an expression or an unknown collation can make the ledger's own appends fail."""
+    unique, partial, expressions, collations = conn.execute(
+        statement("index_shape", "orig"), {"name": name, "table": table}).fetchone()
+    why = ("a UNIQUE index" if unique else "a partial index (WHERE)" if partial else
+           "an index on an expression" if expressions else "an index with a collation SQLite does not know"
+           if collations else None)
+    if why:
+        raise _bad(None, f"schema object {name} is not the ledger's own: {why} on the ledger's {table} can refuse "
+                   "its appends; drop it or make it a plain index on columns", object=name)
 
 
 _FTS_RE = re.compile(r"CREATE\s+VIRTUAL\s+TABLE\s.*\bUSING\s+fts[345]\b", re.I | re.S)

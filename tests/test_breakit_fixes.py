@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -13,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from ledger import AnalysisConfig, Case, export_case, import_tree, verify_case
+from ledger import AnalysisConfig, Case, LedgerError, export_case, import_tree, verify_case
 from ledger.clock import format_utc
+from ledger.errors import INTEGRITY_ERROR
 from ledger.readonly import readonly_query
 
 from conftest import run_cli
@@ -130,3 +132,47 @@ def test_a_case_dated_in_the_past_reports_no_future_events(budget, case):
     report = verify_case(case.path)
     assert (report.future_events, report.future_max_lead_ms) == (0, 0)
     assert not any("ahead of this machine's clock" in line for line in report.notes())
+
+
+# --- foreign indexes that can block the ledger's writes ------------------------------------------
+BLOCKING_INDEXES = {
+    "an index on an expression": "CREATE INDEX my_expr ON events(json(CASE WHEN seq > 5 THEN 'x' ELSE '1' END))",
+    "a partial index (WHERE)": "CREATE INDEX my_expr ON events(seq) WHERE json(CASE WHEN seq > 5 THEN 'x' ELSE '1' END)",
+    "a UNIQUE index": "CREATE UNIQUE INDEX my_expr ON events(type)",
+    "an expression among plain columns": "CREATE INDEX my_expr ON events(seq, lower(type))",
+}
+
+
+@pytest.mark.parametrize("why, sql", sorted(BLOCKING_INDEXES.items()))
+def test_verify_refuses_a_foreign_index_that_can_block_the_ledgers_writes(budget, case, why, sql):
+    """Foreign objects: only plain column-list indexes on ledger tables are left alone."""
+    budget.reserve("H1", "q1", "source.read_context")
+    with sqlite3.connect(case.path / "ledger.sqlite") as conn:
+        conn.execute(sql)
+    conn.close()
+    with pytest.raises(LedgerError) as caught:
+        verify_case(case.path)
+    assert caught.value.code == INTEGRITY_ERROR and caught.value.details["object"] == "my_expr"
+    expected = "an index on an expression" if why.startswith("an expression") else why
+    assert f"schema object my_expr is not the ledger's own: {expected} on the ledger's events" in caught.value.message
+
+
+def test_a_write_refused_because_of_a_foreign_index_names_it(budget, case):
+    budget.reserve("H1", "q1", "source.read_context")
+    with sqlite3.connect(case.path / "ledger.sqlite") as conn:
+        conn.execute(BLOCKING_INDEXES["an index on an expression"])
+    conn.close()
+    with pytest.raises(LedgerError) as caught:
+        budget.reserve("H2", "q2", "source.read_context")
+    assert caught.value.code == INTEGRITY_ERROR and "malformed JSON" in caught.value.message
+    assert "index my_expr on events" in caught.value.message
+    assert caught.value.details["foreign_objects"] == ["index my_expr on events"]
+
+
+def test_a_plain_foreign_index_on_columns_is_left_alone(budget, case):
+    with sqlite3.connect(case.path / "ledger.sqlite") as conn:
+        conn.execute("CREATE INDEX my_plain ON events(type, created_at COLLATE NOCASE)")
+    conn.close()
+    budget.reserve("H1", "q1", "source.read_context")
+    report = verify_case(case.path)
+    assert {"type": "index", "name": "my_plain", "table": "events"} in report.foreign_objects
