@@ -53,6 +53,9 @@ class VerifyReport:
     ``export_behind`` is how many events the ledger holds past the exported
     ``manifest.json`` head (0 when the export is current; None with no export):
     a stale export, not an error (``ledger verify --strict`` makes it one).
+    ``export_state`` sums it up: ``"current"``, ``"behind"``, ``"none"`` (never
+    exported) or ``"partial"`` (exported files but no ``manifest.json``: an
+    interrupted export); all but ``"current"`` fail ``--strict``.
     ``foreign_objects`` lists the schema objects a user added that cannot change
     or hide the ledger's rows (``{"type", "name", "table"}``: views, indexes,
     tables, full-text tables and their shadow tables). ``future_events`` counts the
@@ -72,6 +75,7 @@ class VerifyReport:
     foreign_objects: list[dict[str, str]] = field(default_factory=list)
     future_events: int = 0
     future_max_lead_ms: int = 0
+    export_state: str = "current"
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__, foreign_objects=[dict(o) for o in self.foreign_objects], ok=True)
@@ -79,6 +83,11 @@ class VerifyReport:
     def notes(self) -> list[str]:
         """Lines for people about what passed but deserves a look (stale export, foreign objects)."""
         lines = []
+        if self.export_state == "none":
+            lines.append("not exported: there is no manifest.json; run 'ledger export'")
+        elif self.export_state == "partial":
+            lines.append(f"partial export: {self.exported_files_checked} exported file(s) but no manifest.json "
+                         "(an interrupted export?); run 'ledger export'")
         if self.export_behind:
             lines.append(f"export is {self.export_behind} event(s) behind the ledger (manifest head seq "
                          f"{self.head_seq - self.export_behind}, ledger head seq {self.head_seq}); "
@@ -181,7 +190,14 @@ def _verify_attached(root: Path, scratch: Storage, progress: Progress | None) ->
                         conn.execute(statement("content_count")).fetchone()[0],
                         head[0], head[1], exported, (root / MANIFEST_FILE).exists(),
                         None if manifest_head is None else head[0] - manifest_head, foreign,
-                        replayer.future_events, replayer.max_lead_ms)
+                        replayer.future_events, replayer.max_lead_ms,
+                        _export_state(manifest_head, head[0], exported))
+
+
+def _export_state(manifest_head: int | None, head_seq: int, exported_files: int) -> str:
+    if manifest_head is None:
+        return "partial" if exported_files else "none"
+    return "current" if manifest_head == head_seq else "behind"
 
 
 def _as_bytes(value: Any) -> bytes:

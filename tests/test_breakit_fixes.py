@@ -176,3 +176,32 @@ def test_a_plain_foreign_index_on_columns_is_left_alone(budget, case):
     budget.reserve("H1", "q1", "source.read_context")
     report = verify_case(case.path)
     assert {"type": "index", "name": "my_plain", "table": "events"} in report.foreign_objects
+
+
+# --- verify --strict without a (complete) export -------------------------------------------------
+def test_strict_verify_fails_without_an_export_and_plain_verify_says_not_exported(budget, case):
+    """verify --strict: no manifest.json is not a current export."""
+    case.close()
+    report = verify_case(case.path)
+    assert (report.export_state, report.export_behind, report.manifest_checked) == ("none", None, False)
+    assert "not exported: there is no manifest.json; run 'ledger export'" in report.notes()
+    plain = run_cli("verify", str(case.path), "--json")
+    assert plain.returncode == 0 and json.loads(plain.stdout)["export_state"] == "none"
+    strict = run_cli("verify", str(case.path), "--strict")
+    assert strict.returncode == 1
+    assert b"error: INTEGRITY_ERROR: the case was never exported (no manifest.json) (--strict)" in strict.stderr
+
+
+def test_strict_verify_fails_on_an_export_interrupted_before_its_manifest(budget, case):
+    export_case(case)
+    case.close()
+    (case.path / "manifest.json").unlink()  # what an export killed before writing it leaves
+    report = verify_case(case.path)
+    assert report.export_state == "partial" and report.exported_files_checked == 4
+    assert any(line.startswith("partial export: 4 exported file(s) but no manifest.json") for line in report.notes())
+    strict = run_cli("verify", str(case.path), "--strict")
+    assert strict.returncode == 1 and b"error: INTEGRITY_ERROR: the export is partial" in strict.stderr
+    with Case.open(case.path) as reopened:
+        assert export_case(reopened).manifest["head"]["seq"] == 5
+    again = run_cli("verify", str(case.path), "--strict", "--json")
+    assert again.returncode == 0 and json.loads(again.stdout)["export_state"] == "current"
