@@ -25,7 +25,7 @@ from urllib.parse import quote
 
 
 from . import errors as E
-from ._sql import migrations, queries, schema_object, schema_version, shipped_schema, statement
+from ._sql import migration_record_problem, migrations, queries, schema_object, schema_version, shipped_schema, statement
 from .canonical import ZERO_SHA256
 from .clock import utc_now
 from .errors import LedgerError
@@ -340,6 +340,10 @@ class Storage:
         """
         current = self.check_schema_version()
         if 0 < current < schema_version():
+            with translate_sqlite_errors():
+                problem = migration_record_problem(self.conn)
+            if problem:
+                raise LedgerError(E.INTEGRITY_ERROR, f"{self.path}: {problem}; nothing was migrated")
             with self.write():
                 self.apply_migrations()
 

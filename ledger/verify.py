@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from . import errors as E
 from ._files import same_bytes
-from ._sql import schema_version, shipped_schema, statement
+from ._sql import migration_record_problem, schema_version, shipped_schema, statement
 from .canonical import sha256_hex
 from .case import Case
 from .errors import LedgerError
@@ -154,8 +154,12 @@ def _verify_attached(root: Path, scratch: Storage, progress: Progress | None) ->
     version = _orig_schema_version(conn)
     if version > schema_version():
         raise LedgerError(E.SCHEMA_VERSION, f"the ledger has schema version {version}; this case-ledger knows {schema_version()}")
+    problem = migration_record_problem(conn, "orig")
+    if problem:
+        raise _bad(None, problem, table="schema_migrations")
     if version == 0:
         raise LedgerError(E.LEDGER_MISSING, "the ledger holds no schema (an interrupted init?)")
+    _check_own_tables(conn, version)
 
     def content_of(sha: str) -> bytes | None:
         row = conn.execute(statement("content_body", "orig"), {"sha256": sha}).fetchone()
@@ -198,6 +202,17 @@ def _export_state(manifest_head: int | None, head_seq: int, exported_files: int)
     if manifest_head is None:
         return "partial" if exported_files else "none"
     return "current" if manifest_head == head_seq else "behind"
+
+
+def _check_own_tables(conn: sqlite3.Connection, version: int) -> None:
+    """The ledger's tables and views that verify compares row by row must be the shipped ones,
+    before any row is compared (an added column would only make the comparison fail obscurely)."""
+    shipped = shipped_schema(version)
+    present = dict(conn.execute(statement("schema_objects", "orig")).fetchall())
+    for name in ("events", "contents", *HELPER_TABLES, *PUBLIC_VIEWS):
+        if name in shipped and present.get(name) != shipped[name]:
+            raise _bad(None, f"the ledger's {name} is missing or altered (its definition differs from the "
+                       "schema's, e.g. an added column)", object=name)
 
 
 def _as_bytes(value: Any) -> bytes:

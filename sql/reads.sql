@@ -124,3 +124,6 @@ SELECT il."unique", il.partial,
        (SELECT COUNT(*) FROM pragma_index_xinfo(:name, '{schema}')
          WHERE key AND coll IS NOT NULL AND upper(coll) NOT IN ('BINARY', 'NOCASE', 'RTRIM'))
 FROM pragma_index_list(:table, '{schema}') AS il WHERE il.name = :name;
+
+-- name: migration_rows
+SELECT version, name FROM {schema}.schema_migrations ORDER BY version;

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ledger import AnalysisConfig, Case, LedgerError, export_case, import_tree, verify_case
+from ledger import AnalysisConfig, Case, LedgerError, export_case, import_tree, read_only_query, verify_case
 from ledger.clock import format_utc
 from ledger.errors import INTEGRITY_ERROR
 from ledger.readonly import readonly_query
@@ -205,3 +205,66 @@ def test_strict_verify_fails_on_an_export_interrupted_before_its_manifest(budget
         assert export_case(reopened).manifest["head"]["seq"] == 4
     again = run_cli("verify", str(case.path), "--strict", "--json")
     assert again.returncode == 0 and json.loads(again.stdout)["export_state"] == "current"
+
+
+# --- messages: altered tables, interrupted init, schema_migrations rows ---------------------------
+def _tamper(case, *statements: str) -> None:
+    case.close()
+    conn = sqlite3.connect(case.path / "ledger.sqlite")
+    for sql in statements:
+        conn.execute(sql)
+    conn.commit()
+    conn.close()
+
+
+def test_verify_names_a_ledger_table_with_an_added_column(budget, case):
+    """Schema check: a changed ledger table is named before any row comparison."""
+    _tamper(case, "ALTER TABLE events ADD COLUMN note TEXT")
+    with pytest.raises(LedgerError) as caught:
+        verify_case(case.path)
+    assert caught.value.code == INTEGRITY_ERROR and caught.value.details["object"] == "events"
+    assert "the ledger's events is missing or altered" in caught.value.message
+
+
+def test_sql_on_an_interrupted_init_is_ledger_missing_like_every_other_command(tmp_path):
+    folder = tmp_path / "half"
+    folder.mkdir()
+    sqlite3.connect(folder / "ledger.sqlite").execute("PRAGMA journal_mode = WAL").fetchall()
+    done = run_cli("sql", str(folder), "SELECT COUNT(*) FROM events")
+    assert done.returncode == 1
+    assert done.stderr.startswith(b"error: LEDGER_MISSING: ") and b"interrupted init" in done.stderr
+    with pytest.raises(LedgerError) as caught:
+        read_only_query(folder, "SELECT 1")
+    assert caught.value.code == "LEDGER_MISSING"
+
+
+def _unguard_migrations(where: str) -> tuple[str, ...]:
+    return ("DROP TRIGGER schema_migrations_no_delete", f"DELETE FROM schema_migrations {where}",
+            "CREATE TRIGGER schema_migrations_no_delete BEFORE DELETE ON schema_migrations\n"
+            "BEGIN\n    SELECT RAISE(ABORT, 'append-only: schema_migrations rows cannot be deleted');\nEND")
+
+
+def test_deleting_every_schema_migrations_row_is_integrity_error_not_ledger_missing(budget, case):
+    """schema_migrations rows must match the schema the file holds."""
+    _tamper(case, *_unguard_migrations(""))
+    with pytest.raises(LedgerError) as caught:
+        verify_case(case.path)
+    assert caught.value.code == INTEGRITY_ERROR
+    assert "made by migration 001_schema, but schema_migrations has no row for version 1" in caught.value.message
+    with pytest.raises(LedgerError) as opened:
+        Case.open(case.path)
+    assert opened.value.code == INTEGRITY_ERROR and "no row for version 1" in opened.value.message
+
+
+def test_deleting_the_last_schema_migrations_row_fails_verify_and_the_next_open_migrates_nothing(budget, case):
+    last = case.storage.one("schema_version")[0]
+    _tamper(case, *_unguard_migrations(f"WHERE version = {last}"))
+    with pytest.raises(LedgerError) as caught:
+        verify_case(case.path)
+    assert caught.value.code == INTEGRITY_ERROR and f"no row for version {last}" in caught.value.message
+    with pytest.raises(LedgerError) as opened:
+        Case.open(case.path)
+    assert opened.value.code == INTEGRITY_ERROR and "nothing was migrated" in opened.value.message
+    with sqlite3.connect(case.path / "ledger.sqlite") as conn:
+        assert conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone()[0] < last
+    conn.close()
