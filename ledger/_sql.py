@@ -144,3 +144,17 @@ def migration_record_problem(conn: sqlite3.Connection, schema: str = "main") -> 
             return (f"the ledger holds {extra[0]}, made by migration {later:03d}_{name}, but schema_migrations has "
                     f"no row for version {later} (a deleted row; the next write would run it again)")
     return None
+
+
+def foreign_write_blockers(conn: sqlite3.Connection) -> list[str]:
+    """``"index my_idx on events"``-style names of the indexes and triggers on ledger tables that
+    the schema does not ship: what can make SQLite refuse the ledger's own writes ([] when even
+    that cannot be read)."""
+    try:
+        has = conn.execute(statement("has_migrations_table")).fetchone()
+        shipped = shipped_schema(conn.execute(statement("schema_version_of")).fetchone()[0] if has else 0)
+        rows = conn.execute(statement("schema_objects_typed")).fetchall()
+    except sqlite3.Error:
+        return []
+    return [f"{kind} {name} on {table}" for kind, name, table, _ in rows
+            if kind in ("index", "trigger") and table in shipped and name not in shipped]

@@ -25,7 +25,7 @@ from urllib.parse import quote
 
 
 from . import errors as E
-from ._sql import migration_record_problem, migrations, queries, schema_object, schema_version, shipped_schema, statement
+from ._sql import foreign_write_blockers, migration_record_problem, migrations, queries, schema_object, schema_version, shipped_schema, statement
 from .canonical import ZERO_SHA256
 from .clock import utc_now
 from .errors import LedgerError
@@ -548,33 +548,19 @@ class Storage:
 
     # -- statements -----------------------------------------------------------------
     def execute(self, statement: str, /, **params: Any) -> sqlite3.Cursor:
-        """Run the named statement of ``sql/queries.sql`` (fault hook first, for tests).
-
-        A refused write (``INTEGRITY_ERROR``) names the objects a user added to the
-        ledger's tables, should there be any: they are what can make SQLite refuse it.
-        """
+        """Run the named statement of ``sql/queries.sql`` (fault hook first, for tests); a refused
+        write (``INTEGRITY_ERROR``) names the indexes and triggers a user added to ledger tables."""
         self._fault(statement)
         try:
             with translate_sqlite_errors():
                 return self.conn.execute(queries()[statement], params)
         except LedgerError as exc:
-            foreign = self._foreign_objects() if exc.code == E.INTEGRITY_ERROR else []
+            foreign = foreign_write_blockers(self.conn) if exc.code == E.INTEGRITY_ERROR else []
             if not foreign:
                 raise
             raise LedgerError(exc.code, f"{exc.message} (objects added to the ledger's tables that can refuse its "
                               f"writes: {', '.join(foreign)}; drop them, 'ledger verify' names the culprit)",
                               **{**exc.details, "foreign_objects": foreign}) from None
-
-    def _foreign_objects(self) -> list[str]:
-        """``"index my_idx on events"``-style names of indexes and triggers on ledger tables that
-        the schema does not ship (best effort: [] when even that cannot be read)."""
-        try:
-            shipped = shipped_schema(self.current_schema_version())
-            rows = self.conn.execute(statement("schema_objects_typed")).fetchall()
-        except (sqlite3.Error, LedgerError):
-            return []
-        return [f"{kind} {name} on {table}" for kind, name, table, _ in rows
-                if kind in ("index", "trigger") and table in shipped and name not in shipped]
 
     def one(self, statement: str, /, **params: Any) -> tuple | None:
         """First row of the named query, or None."""

@@ -9,11 +9,13 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
+from ledger import importer
 from ledger import AnalysisConfig, Case, LedgerError, export_case, import_tree, read_only_query, verify_case
 from ledger.clock import format_utc
 from ledger.errors import INTEGRITY_ERROR
@@ -268,3 +270,70 @@ def test_deleting_the_last_schema_migrations_row_fails_verify_and_the_next_open_
     with sqlite3.connect(case.path / "ledger.sqlite") as conn:
         assert conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone()[0] < last
     conn.close()
+
+
+# --- import: abandoned build folders, concurrent imports ------------------------------------------
+def _dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+@pytest.fixture
+def exported(budget, case):
+    export_case(case)
+    case.close()
+    return case.path
+
+
+def test_an_import_removes_the_build_folders_of_killed_imports_to_the_same_target(exported, tmp_path):
+    """Import: hidden .X.importing-<pid>-<n> folders of dead processes are removed, live ones kept."""
+    dead = tmp_path / f".copy.importing-{_dead_pid()}-17"
+    alive = tmp_path / f".copy.importing-{os.getpid()}-18"
+    other = tmp_path / f".copy2.importing-{_dead_pid()}-19"
+    for folder in (dead, alive, other):
+        (folder / "analysis").mkdir(parents=True)
+        (folder / "ledger.sqlite-import").write_bytes(b"half")
+    assert import_tree(exported, tmp_path / "copy").head_seq == 4
+    assert not dead.exists() and alive.exists() and other.exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if ".importing-" in p.name) == [alive.name, other.name]
+
+
+def test_an_import_whose_target_is_taken_meanwhile_is_case_exists_and_leaves_nothing(exported, tmp_path):
+    target = tmp_path / "copy"
+    real_rebuild = importer._rebuild
+
+    def rebuild_then_lose_the_race(*args, **kwargs):
+        real_rebuild(*args, **kwargs)
+        target.mkdir()
+        (target / "winner.txt").write_text("another import got here first")
+
+    importer._rebuild = rebuild_then_lose_the_race
+    try:
+        with pytest.raises(LedgerError) as caught:
+            import_tree(exported, target)
+    finally:
+        importer._rebuild = real_rebuild
+    assert caught.value.code == "CASE_EXISTS" and "was taken while the import ran" in caught.value.message
+    assert sorted(p.name for p in target.iterdir()) == ["winner.txt"]
+    assert not [p for p in tmp_path.iterdir() if ".importing-" in p.name]
+
+
+def test_concurrent_imports_to_one_target_one_wins_the_others_are_case_exists(exported, tmp_path):
+    outcomes: list[str] = []
+
+    def run() -> None:
+        try:
+            import_tree(exported, tmp_path / "copy")
+            outcomes.append("ok")
+        except LedgerError as exc:
+            outcomes.append(exc.code)
+
+    threads = [threading.Thread(target=run) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(outcomes) == ["CASE_EXISTS", "CASE_EXISTS", "ok"]
+    assert verify_case(tmp_path / "copy").head_seq == 4
+    assert not [p for p in tmp_path.iterdir() if ".importing-" in p.name]
