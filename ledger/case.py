@@ -146,7 +146,7 @@ class Case(CaseFacade):
                 with translate_sqlite_errors():
                     problem = migration_record_problem(storage.conn)
                 if problem:
-                    raise LedgerError(E.INTEGRITY_ERROR, f"{ledger}: {problem}; run 'ledger verify'")
+                    raise LedgerError(E.INTEGRITY_ERROR, f"{ledger}: {problem}; the file was edited outside case-ledger")
                 if storage.current_schema_version() == 0 or SqlView(storage).case() is None:
                     raise LedgerError(E.LEDGER_MISSING, f"{ledger} holds no case (an interrupted init?); run init again")
         except BaseException:
