@@ -7,6 +7,8 @@ A crash leaves either the old file or the new one, plus at most a
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -82,3 +84,29 @@ def remove_empty_parents(directory: Path, root: Path) -> None:
         except OSError:
             return  # not empty: it held files before
         directory = directory.parent
+
+
+def pid_alive(pid: int) -> bool:
+    """True while process ``pid`` exists (another user's too)."""
+    try:
+        os.kill(pid, 0)  # PermissionError: alive, but another user's
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    except (OverflowError, ValueError):
+        return False  # not a process id at all
+    return True
+
+
+def remove_abandoned_builds(parent: Path, prefix: str) -> None:
+    """Remove the hidden build folders ``<prefix><pid>…`` in ``parent`` whose process is gone
+    (killed mid-build): the rest of the name is ``<pid>`` or ``<pid>-<digits>``. Best effort."""
+    try:
+        leftovers = [p for p in parent.iterdir() if p.name.startswith(prefix)]
+    except OSError:
+        return
+    for leftover in leftovers:
+        named = re.fullmatch(r"(\d{1,10})(?:-\d+)?", leftover.name[len(prefix):])
+        if named and not pid_alive(int(named.group(1))) and not leftover.is_symlink():
+            shutil.rmtree(leftover, ignore_errors=True)

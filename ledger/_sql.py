@@ -116,3 +116,45 @@ def _statement(name: str, schema: str, identifiers: tuple[tuple[str, str], ...])
     return text.format(schema=schema, **dict(identifiers)) if "{" in text else text
 
 
+
+
+@cache
+def _made_by(version: int) -> frozenset[str]:
+    """Names of the tables, triggers, views and indexes migration ``version`` creates."""
+    return frozenset(name for v, _, statements in migrations() if v == version
+                     for kind, name, _ in map(schema_object, statements) if kind)
+
+
+def migration_record_problem(conn: sqlite3.Connection, schema: str = "main") -> str | None:
+    """Why the ``schema_migrations`` rows of ``schema`` disagree with the schema the file holds,
+    or None: the rows must be exactly the shipped migrations up to the newest recorded one, and
+    no object a later migration makes may be there already (a deleted row would have the next
+    writer run that migration again). A file with no schema at all has no problem."""
+    names = {row[0] for row in conn.execute(statement("schema_objects", schema))}
+    rows = [tuple(r) for r in conn.execute(statement("migration_rows", schema))] if "schema_migrations" in names else []
+    version = max((v for v, _ in rows), default=0)
+    expected = [(v, name) for v, name, _ in migrations() if v <= version]
+    if rows != expected:
+        return (f"schema_migrations holds versions {[v for v, _ in rows]} but the migrations up to {version} are "
+                f"{[v for v, _ in expected]} (an edited or deleted row)")
+    known = shipped_schema(version) if version else {}
+    for later, name, _ in migrations():
+        extra = sorted(n for n in _made_by(later) if n in names and n not in known) if later > version else []
+        if extra:
+            return (f"the ledger holds {extra[0]}, made by migration {later:03d}_{name}, but schema_migrations has "
+                    f"no row for version {later} (a deleted row; the next write would run it again)")
+    return None
+
+
+def foreign_write_blockers(conn: sqlite3.Connection) -> list[str]:
+    """``"index my_idx on events"``-style names of the indexes and triggers on ledger tables that
+    the schema does not ship: what can make SQLite refuse the ledger's own writes ([] when even
+    that cannot be read)."""
+    try:
+        has = conn.execute(statement("has_migrations_table")).fetchone()
+        shipped = shipped_schema(conn.execute(statement("schema_version_of")).fetchone()[0] if has else 0)
+        rows = conn.execute(statement("schema_objects_typed")).fetchall()
+    except sqlite3.Error:
+        return []
+    return [f"{kind} {name} on {table}" for kind, name, table, _ in rows
+            if kind in ("index", "trigger") and table in shipped and name not in shipped]

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from . import errors as E
-from ._sql import statement
+from ._sql import migration_record_problem, statement
 from .canonical import check_int
 from .clock import parse_at, utc_now
 from .config import AnalysisConfig
@@ -143,6 +143,10 @@ class Case(CaseFacade):
         case = cls(root, storage, analysis, actor=actor, clock=clock)
         try:
             with storage.read():
+                with translate_sqlite_errors():
+                    problem = migration_record_problem(storage.conn)
+                if problem:
+                    raise LedgerError(E.INTEGRITY_ERROR, f"{ledger}: {problem}; the file was edited outside case-ledger")
                 if storage.current_schema_version() == 0 or SqlView(storage).case() is None:
                     raise LedgerError(E.LEDGER_MISSING, f"{ledger} holds no case (an interrupted init?); run init again")
         except BaseException:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import errors as E
+from ._files import remove_abandoned_builds
 from ._resources import resource_dir
 from .canonical import parse_json
 from .case import Case
@@ -140,25 +141,7 @@ def _check_target(target: Path) -> None:
 
 def _remove_abandoned_builds(target: Path) -> None:
     """Hidden build folders of demos whose process is gone (killed) are removed."""
-    prefix = f"{BUILDING_PREFIX}{target.name}."
-    try:
-        leftovers = [p for p in target.parent.iterdir() if p.name.startswith(prefix)]
-    except OSError:
-        return
-    for leftover in leftovers:
-        pid = leftover.name[len(prefix):]
-        if pid.isdigit() and not _alive(int(pid)):
-            shutil.rmtree(leftover, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)  # PermissionError: alive, but another user's
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return True
+    remove_abandoned_builds(target.parent, f"{BUILDING_PREFIX}{target.name}.")
 
 
 def _build(example: Path, target: Path, echo: Callable[[str], None], shown_as: Path, actor: str) -> ExportReport:

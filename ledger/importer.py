@@ -9,6 +9,7 @@ then exported and verified.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -18,7 +19,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Iterator, Mapping
 
 from . import errors as E
-from ._files import fsync_dir
+from ._files import fsync_dir, remove_abandoned_builds
 from .case import Case
 from .config import AnalysisConfig
 from .errors import LedgerError
@@ -183,6 +184,28 @@ def _replay_tree(replayer: Replayer, files: dict[str, Path], head_seq: int, acco
         seq += 1
 
 
+def _building_prefix(dest: Path) -> str:
+    """The hidden sibling folders a new package is built in: ``.<name>.importing-<pid>-<ns>``."""
+    return f".{dest.name}.importing-"
+
+
+def _move_into_place(build_dir: Path, dest: Path) -> None:
+    """Rename the finished package onto ``dest`` (absent, or the empty folder checked before);
+    ``CASE_EXISTS`` when another import (or anyone) filled ``dest`` meanwhile."""
+    try:
+        try:
+            dest.rmdir()  # an empty folder the user made for the import
+        except FileNotFoundError:
+            pass
+        os.rename(build_dir, dest)
+    except OSError as exc:
+        if exc.errno in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR):
+            raise LedgerError(E.CASE_EXISTS, f"{dest} was taken while the import ran (another import?); "
+                              "nothing of this import was kept") from None
+        raise
+    fsync_dir(dest.parent)
+
+
 def import_tree(source: str | os.PathLike[str], to: str | os.PathLike[str] | None = None,
                 progress: Progress | None = None) -> VerifyReport:
     """Rebuild a case package from an exported tree (SPEC 9) and verify it.
@@ -203,7 +226,9 @@ def import_tree(source: str | os.PathLike[str], to: str | os.PathLike[str] | Non
     files = dict(_walk_regular(src))
     # a new package is built in a hidden sibling folder and renamed into place at the end,
     # so an interrupted import leaves the target absent and can simply be run again
-    build_dir = src if in_place else dest.parent / f".{dest.name}.importing-{os.getpid()}-{time.time_ns()}"
+    if not in_place:
+        remove_abandoned_builds(dest.parent, _building_prefix(dest))
+    build_dir = src if in_place else dest.parent / f"{_building_prefix(dest)}{os.getpid()}-{time.time_ns()}"
     building = build_dir / (LEDGER_FILE + "-import")
     scratch_files = [Path(str(building) + suffix) for suffix in ("", "-wal", "-shm", "-lock")]
     try:
@@ -220,10 +245,7 @@ def import_tree(source: str | os.PathLike[str], to: str | os.PathLike[str] | Non
         os.replace(building, build_dir / LEDGER_FILE)
         fsync_dir(build_dir)
         if not in_place:
-            if dest.exists():
-                dest.rmdir()  # checked empty above
-            os.rename(build_dir, dest)
-            fsync_dir(dest.parent)
+            _move_into_place(build_dir, dest)
     except BaseException:
         for leftover in scratch_files:
             leftover.unlink(missing_ok=True)

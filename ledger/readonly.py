@@ -15,6 +15,7 @@ from typing import Any, Iterator
 
 
 from . import errors as E
+from ._sql import statement
 from .errors import LedgerError
 from .storage import _connect_uri, readable_uri, translate_sqlite_errors
 
@@ -81,8 +82,17 @@ def readonly_query(path: Path, sql: str, timeout_ms: int = 30_000) -> tuple[list
 def readonly_rows(path: Path, sql: str, timeout_ms: int = 30_000) -> Iterator[tuple[list[str], Iterator[tuple]]]:
     """Like :func:`readonly_query`, but the rows come from the cursor as they are read
     (``with readonly_rows(path, sql) as (names, rows): …``); the connection
-    closes when the block ends."""
+    closes when the block ends. ``LEDGER_MISSING`` for a file that holds no case."""
     conn = open_readonly(path)
+    try:
+        with translate_sqlite_errors():
+            has_schema = conn.execute(statement("has_migrations_table")).fetchone() is not None
+    except BaseException:
+        conn.close()
+        raise
+    if not has_schema:
+        conn.close()
+        raise LedgerError(E.LEDGER_MISSING, f"{path} holds no case (an interrupted init?); run init again")
     deadline = time.monotonic() + timeout_ms / 1000
     conn.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, 10_000)
     try:

@@ -27,11 +27,9 @@ from .errors import integrity_error as _bad
 from .operations import OPERATIONS
 from .package import resolve_source_refs, stored_stream
 from .projection import helper_rows
-from .clock import parse_at, utc_now
-from .config import DEFAULT_LIMITS
+from .clock import ms_ahead, parse_at, utc_now
 from .rules.common import Context, Draft, Outcome, Reused, check_action_id
 from .schemas import validator
-from .session import check_future_at
 from .storage import EventRow, HelperRow
 from .views import MemoryView
 
@@ -70,10 +68,6 @@ def _check_stored_fields(seq: int, created_at: str, actor: str) -> None:
     if stored_form != created_at:
         raise _bad(seq, f"the event's created_at {created_at[:40]!r} is not in the stored form {stored_form}",
                    field="created_at")
-    try:  # the live API refuses a time further ahead of the clock than the tolerance: so does replay
-        check_future_at(created_at, utc_now(), DEFAULT_LIMITS)
-    except LedgerError as exc:
-        raise _bad(seq, f"the event's created_at lies in the future: {exc.message}", field="created_at") from None
 
 
 class Replayer:
@@ -96,6 +90,11 @@ class Replayer:
         self.previous_at = ""
         self.count = 0
         self.last_stream = ""  # the stream of the event applied last (an evidence event's export path)
+        #: This machine's clock when the replay began. An event time ahead of it is no fault of the
+        #: bytes (the writer's clock, or its configured tolerance, may be ahead of ours): counted only.
+        self.started_at = utc_now()
+        self.future_events = 0
+        self.max_lead_ms = 0
 
     def apply(self, seq: int, data: bytes) -> tuple[dict[str, Any], int]:
         """Check and re-apply the event expected at ``seq`` whose stored bytes are ``data``.
@@ -127,6 +126,9 @@ class Replayer:
             self.sink(row, helper_rows(body, draft), draft.contents)
         self.previous_sha = sha
         self.previous_at = created_at
+        if created_at > self.started_at:
+            self.future_events += 1
+            self.max_lead_ms = max(self.max_lead_ms, ms_ahead(created_at, self.started_at))
         self.last_stream = draft.stream
         self.count += 1
         return body, stream_seq

@@ -25,7 +25,7 @@ from urllib.parse import quote
 
 
 from . import errors as E
-from ._sql import migrations, queries, schema_object, schema_version, statement
+from ._sql import foreign_write_blockers, migration_record_problem, migrations, queries, schema_object, schema_version, shipped_schema, statement
 from .canonical import ZERO_SHA256
 from .clock import utc_now
 from .errors import LedgerError
@@ -166,6 +166,12 @@ def _on_read_only_mount(path: Path) -> bool:
         return False
 
 
+def _immutable_snapshot(path: Path) -> bool:
+    """True for a ledger file on a read-only mount with no ``-wal`` content: read it with
+    ``immutable=1`` whatever ``-shm`` or lock files lie beside it (nothing is written there)."""
+    return _on_read_only_mount(path) and path.is_file() and _wal_is_empty(path)
+
+
 def file_identity(path: Path) -> tuple[int, int, int, int]:
     """``(inode, size, mtime_ns, ctime_ns)``: changes whenever the file is written."""
     st = os.stat(path)
@@ -178,12 +184,15 @@ def readable_uri(path: Path) -> tuple[str, bool]:
 
     A WAL ledger needs its ``-shm`` file even to read. On a file system mounted
     read-only, with no ``-wal`` content left, nobody writes the file through this
-    mount, so it is read with ``immutable=1``. A folder this user merely may not
-    write is not enough: its owner may be writing, and an immutable read of a
-    changing file would look like tampering; that, and anything else that stops
-    the read, is ``STORAGE_ERROR``.
+    mount, so it is read with ``immutable=1`` (whatever ``-shm`` or lock files an earlier
+    read left there). A folder this user merely may not write is read like any
+    other while its ``-shm`` file exists (SQLite maps it read-only); without one it
+    is ``STORAGE_ERROR``, never an immutable read: its owner may be writing, and an
+    immutable read of a changing file would look like tampering.
     """
     uri = file_uri(path, "ro")
+    if _immutable_snapshot(path):
+        return uri + "&immutable=1", True
     probe = _connect(path, "ro")
     try:
         _probe(probe)
@@ -255,6 +264,8 @@ class Storage:
         """
         conn = _connect(path, "rw")
         try:
+            if _immutable_snapshot(path):
+                raise LedgerError(E.STORAGE_ERROR, f"{path} is on a read-only location")
             _probe(conn)
         except LedgerError as exc:
             conn.close()
@@ -329,6 +340,10 @@ class Storage:
         """
         current = self.check_schema_version()
         if 0 < current < schema_version():
+            with translate_sqlite_errors():
+                problem = migration_record_problem(self.conn)
+            if problem:
+                raise LedgerError(E.INTEGRITY_ERROR, f"{self.path}: {problem}; nothing was migrated")
             with self.write():
                 self.apply_migrations()
 
@@ -386,7 +401,7 @@ class Storage:
             self.conn.close()
 
     def _final_checkpoint(self) -> str | None:
-        if self.read_only or not self._lock.try_acquire():
+        if self.read_only or not self._try_lock():
             return None  # an immutable snapshot has no log; a writer at work checkpoints when it closes
         self.conn.execute("PRAGMA busy_timeout = 0")  # TRUNCATE waits for readers: here it never does
         busy, log_frames, done = self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
@@ -395,6 +410,15 @@ class Storage:
         return (f"the write-ahead log {self.path}-wal was not emptied ({_wal_bytes(self.path)} bytes, "
                 f"{max(done, 0)} of {max(log_frames, 0)} pages copied): another connection is reading an older "
                 "snapshot; it stays until a later close after that reader ends")
+
+    def _try_lock(self) -> bool:
+        """The writer lock if free now; False also when its file cannot be opened (a read-only
+        location, or a folder this user may not write): a reader never needs it, and the log is
+        then the writer's to empty."""
+        try:
+            return self._lock.try_acquire()
+        except OSError:
+            return False
 
     # -- transactions ---------------------------------------------------------------
     @contextmanager
@@ -524,10 +548,19 @@ class Storage:
 
     # -- statements -----------------------------------------------------------------
     def execute(self, statement: str, /, **params: Any) -> sqlite3.Cursor:
-        """Run the named statement of ``sql/queries.sql`` (fault hook first, for tests)."""
+        """Run the named statement of ``sql/queries.sql`` (fault hook first, for tests); a refused
+        write (``INTEGRITY_ERROR``) names the indexes and triggers a user added to ledger tables."""
         self._fault(statement)
-        with translate_sqlite_errors():
-            return self.conn.execute(queries()[statement], params)
+        try:
+            with translate_sqlite_errors():
+                return self.conn.execute(queries()[statement], params)
+        except LedgerError as exc:
+            foreign = foreign_write_blockers(self.conn) if exc.code == E.INTEGRITY_ERROR else []
+            if not foreign:
+                raise
+            raise LedgerError(exc.code, f"{exc.message} (objects added to the ledger's tables that can refuse its "
+                              f"writes: {', '.join(foreign)}; drop them, 'ledger verify' names the culprit)",
+                              **{**exc.details, "foreign_objects": foreign}) from None
 
     def one(self, statement: str, /, **params: Any) -> tuple | None:
         """First row of the named query, or None."""

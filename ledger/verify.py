@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from . import errors as E
 from ._files import same_bytes
-from ._sql import schema_version, shipped_schema, statement
+from ._sql import migration_record_problem, schema_version, shipped_schema, statement
 from .canonical import sha256_hex
 from .case import Case
 from .errors import LedgerError
@@ -53,9 +53,15 @@ class VerifyReport:
     ``export_behind`` is how many events the ledger holds past the exported
     ``manifest.json`` head (0 when the export is current; None with no export):
     a stale export, not an error (``ledger verify --strict`` makes it one).
+    ``export_state`` sums it up: ``"current"``, ``"behind"``, ``"none"`` (never
+    exported) or ``"partial"`` (exported files but no ``manifest.json``: an
+    interrupted export); all but ``"current"`` fail ``--strict``.
     ``foreign_objects`` lists the schema objects a user added that cannot change
     or hide the ledger's rows (``{"type", "name", "table"}``: views, indexes,
-    tables, full-text tables and their shadow tables).
+    tables, full-text tables and their shadow tables). ``future_events`` counts the
+    events whose time is ahead of this machine's clock, by at most
+    ``future_max_lead_ms`` milliseconds: a note, never a failure (the writer's clock
+    or its configured tolerance may be ahead of the auditor's).
     """
 
     package_path: str
@@ -67,6 +73,9 @@ class VerifyReport:
     manifest_checked: bool
     export_behind: int | None = None
     foreign_objects: list[dict[str, str]] = field(default_factory=list)
+    future_events: int = 0
+    future_max_lead_ms: int = 0
+    export_state: str = "current"
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__, foreign_objects=[dict(o) for o in self.foreign_objects], ok=True)
@@ -74,10 +83,19 @@ class VerifyReport:
     def notes(self) -> list[str]:
         """Lines for people about what passed but deserves a look (stale export, foreign objects)."""
         lines = []
+        if self.export_state == "none":
+            lines.append("not exported: there is no manifest.json; run 'ledger export'")
+        elif self.export_state == "partial":
+            lines.append(f"partial export: {self.exported_files_checked} exported file(s) but no manifest.json "
+                         "(an interrupted export?); run 'ledger export'")
         if self.export_behind:
             lines.append(f"export is {self.export_behind} event(s) behind the ledger (manifest head seq "
                          f"{self.head_seq - self.export_behind}, ledger head seq {self.head_seq}); "
                          "run 'ledger export' to bring it up to date")
+        if self.future_events:
+            lines.append(f"{self.future_events} event(s) are dated ahead of this machine's clock, by up to "
+                         f"{self.future_max_lead_ms} ms (the writer's clock or its at_future_tolerance_ms; not "
+                         "a fault of the history)")
         for obj in self.foreign_objects:
             on = f" on {obj['table']}" if obj["table"] != obj["name"] else ""
             lines.append(f"foreign object (not the ledger's, left alone): {obj['type']} {obj['name']}{on}")
@@ -136,8 +154,12 @@ def _verify_attached(root: Path, scratch: Storage, progress: Progress | None) ->
     version = _orig_schema_version(conn)
     if version > schema_version():
         raise LedgerError(E.SCHEMA_VERSION, f"the ledger has schema version {version}; this case-ledger knows {schema_version()}")
+    problem = migration_record_problem(conn, "orig")
+    if problem:
+        raise _bad(None, problem, table="schema_migrations")
     if version == 0:
         raise LedgerError(E.LEDGER_MISSING, "the ledger holds no schema (an interrupted init?)")
+    _check_own_tables(conn, version)
 
     def content_of(sha: str) -> bytes | None:
         row = conn.execute(statement("content_body", "orig"), {"sha256": sha}).fetchone()
@@ -171,7 +193,26 @@ def _verify_attached(root: Path, scratch: Storage, progress: Progress | None) ->
     return VerifyReport(str(root), replayer.count,
                         conn.execute(statement("content_count")).fetchone()[0],
                         head[0], head[1], exported, (root / MANIFEST_FILE).exists(),
-                        None if manifest_head is None else head[0] - manifest_head, foreign)
+                        None if manifest_head is None else head[0] - manifest_head, foreign,
+                        replayer.future_events, replayer.max_lead_ms,
+                        _export_state(manifest_head, head[0], exported))
+
+
+def _export_state(manifest_head: int | None, head_seq: int, exported_files: int) -> str:
+    if manifest_head is None:
+        return "partial" if exported_files else "none"
+    return "current" if manifest_head == head_seq else "behind"
+
+
+def _check_own_tables(conn: sqlite3.Connection, version: int) -> None:
+    """The ledger's tables and views that verify compares row by row must be the shipped ones,
+    before any row is compared (an added column would only make the comparison fail obscurely)."""
+    shipped = shipped_schema(version)
+    present = dict(conn.execute(statement("schema_objects", "orig")).fetchall())
+    for name in ("events", "contents", *HELPER_TABLES, *PUBLIC_VIEWS):
+        if name in shipped and present.get(name) != shipped[name]:
+            raise _bad(None, f"the ledger's {name} is missing or altered (its definition differs from the "
+                       "schema's, e.g. an added column)", object=name)
 
 
 def _as_bytes(value: Any) -> bytes:
@@ -219,8 +260,9 @@ def _compare_schema(conn: sqlite3.Connection, version: int) -> list[dict[str, st
     the file's schema ``version``), none missing or altered; return the objects a user added
     that cannot change or hide the ledger's rows (checked last: no seq to name).
 
-    A foreign trigger on a ledger table or view, and a foreign UNIQUE index on a ledger table
-    (it can refuse the ledger's own appends), are ``INTEGRITY_ERROR``.
+    A foreign trigger on a ledger table or view, and a foreign index on a ledger table that is
+    not a plain column list (UNIQUE, partial, on an expression: it can refuse the ledger's own
+    appends), are ``INTEGRITY_ERROR``.
     """
     shipped = shipped_schema(version)
     objects = conn.execute(statement("schema_objects_typed", "orig")).fetchall()
@@ -237,11 +279,23 @@ def _compare_schema(conn: sqlite3.Connection, version: int) -> list[dict[str, st
         if kind == "trigger" and table in shipped:
             raise _bad(None, f"schema object {name} is not the ledger's own: a trigger on the ledger's {table} "
                        "can block or alter its writes; drop it", object=name)
-        if kind == "index" and table in shipped and re.match(r"CREATE\s+UNIQUE\b", sql, re.I):
-            raise _bad(None, f"schema object {name} is not the ledger's own: a UNIQUE index on the ledger's "
-                       f"{table} can refuse its appends; drop it or make it a plain index", object=name)
+        if kind == "index" and table in shipped:
+            _refuse_index_that_can_block_writes(conn, name, table)
         foreign.append({"type": _foreign_kind(kind, name, sql, fts), "name": name, "table": table})
     return foreign
+
+
+def _refuse_index_that_can_block_writes(conn: sqlite3.Connection, name: str, table: str) -> None:
+    """A user's index on a ledger table is left alone only as a plain column list: a UNIQUE or
+    partial index, an expression or an unknown collation can make the ledger's own appends fail."""
+    unique, partial, expressions, collations = conn.execute(
+        statement("index_shape", "orig"), {"name": name, "table": table}).fetchone()
+    why = ("a UNIQUE index" if unique else "a partial index (WHERE)" if partial else
+           "an index on an expression" if expressions else "an index with a collation SQLite does not know"
+           if collations else None)
+    if why:
+        raise _bad(None, f"schema object {name} is not the ledger's own: {why} on the ledger's {table} can refuse "
+                   "its appends; drop it or make it a plain index on columns", object=name)
 
 
 _FTS_RE = re.compile(r"CREATE\s+VIRTUAL\s+TABLE\s.*\bUSING\s+fts[345]\b", re.I | re.S)

@@ -115,3 +115,15 @@ SELECT * FROM scope_usage WHERE (:scope_type IS NULL OR scope_type = :scope_type
   AND (:scope_id IS NULL OR scope_id = :scope_id)
 ORDER BY scope_type, scope_id,
          CASE dimension WHEN 'units' THEN 1 WHEN 'actions' THEN 2 WHEN 'duration_ms' THEN 3 ELSE 4 END;
+
+-- name: index_shape
+-- verify: how a foreign index on a ledger table is built: UNIQUE, partial (WHERE), expression
+-- columns (cid -2) and collations that are not SQLite's own
+SELECT il."unique", il.partial,
+       (SELECT COUNT(*) FROM pragma_index_xinfo(:name, '{schema}') WHERE key AND cid = -2),
+       (SELECT COUNT(*) FROM pragma_index_xinfo(:name, '{schema}')
+         WHERE key AND coll IS NOT NULL AND upper(coll) NOT IN ('BINARY', 'NOCASE', 'RTRIM'))
+FROM pragma_index_list(:table, '{schema}') AS il WHERE il.name = :name;
+
+-- name: migration_rows
+SELECT version, name FROM {schema}.schema_migrations ORDER BY version;
