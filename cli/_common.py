@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import math
 import os
 import sys
 import warnings
@@ -147,6 +148,18 @@ class Settings:
 
 
 pass_settings = click.make_pass_decorator(Settings)
+
+
+class FiniteFloatRange(click.FloatRange):
+    """A ``FloatRange`` that also refuses ``nan`` and ``inf`` (which compare as in range)."""
+
+    name = "finite float range"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
 CASE = click.argument("case", type=click.Path(file_okay=False, path_type=str))
 AT = click.option("--at", metavar="RFC3339", help="Event time (UTC, e.g. 2026-01-05T10:00:00Z); default now.")
 JSON = click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")

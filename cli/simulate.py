@@ -19,7 +19,13 @@ FIGURE_COLUMNS = ("runs", "steps", "steps_taken", "steps_refused", "units_spent"
 
 def _base_policies(settings: Settings, specs: Sequence[str]) -> list[Policy]:
     if specs:
-        return [load_policy(spec) for spec in specs]
+        loaded = [load_policy(spec) for spec in specs]
+        names = [policy.name for policy in loaded]
+        for name in names:
+            if names.count(name) > 1:
+                raise click.BadParameter(f"two policies are named {name!r}; name them apart with NAME=FILE.toml",
+                                         param_hint="--policy")
+        return loaded
     config = settings.budget_config()
     return [Policy("config", config)] if config is not None else [example_policy()]
 

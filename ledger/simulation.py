@@ -127,9 +127,14 @@ def vary(base: Policy, grid: Sequence[tuple[str, Sequence[int]]]) -> list[Policy
     """Every combination of the ``(key, values)`` of ``grid`` applied to ``base`` (the first key
     varies slowest), each named ``key=value`` (joined by spaces for several keys).
 
-    Raises ``INVALID_ARGUMENT`` for an unknown key and ``CONFIG_INVALID`` (naming the
-    key and value) for a value the policy refuses.
+    Raises ``INVALID_ARGUMENT`` for an unknown key or a key given twice, and
+    ``CONFIG_INVALID`` (naming the key and value) for a value the policy refuses.
     """
+    keys = [key for key, _ in grid]
+    for key in keys:
+        if keys.count(key) > 1:
+            raise LedgerError(E.INVALID_ARGUMENT, f"--vary {key} is given twice; give each key once, with all "
+                              f"its values (KEY=V1,V2,…)", key=key)
     policies = []
     for combination in itertools.product(*[[(key, v) for v in values] for key, values in grid]):
         settings = base.settings()
