@@ -155,7 +155,8 @@ def run_operation(case: Case, budget: BudgetManager, line: dict[str, Any]) -> tu
 
 
 def apply_journal(case: Case, lines: Iterable[str | bytes], *, budget: BudgetManager | None = None,
-                  keep_going: bool = False, batch_size: int = 1) -> Iterator[LineResult]:
+                  keep_going: bool = False, batch_size: int = 1,
+                  on_commit: Callable[[int], None] | None = None) -> Iterator[LineResult]:
     """Apply journal ``lines`` to ``case``, yielding one :class:`LineResult` per non-blank line.
 
     ``budget`` defaults to ``case.budget()`` (the frozen policy). Stops after the
@@ -164,7 +165,9 @@ def apply_journal(case: Case, lines: Iterable[str | bytes], *, budget: BudgetMan
     (group commit, :meth:`Case.batch`); ``lines`` is read as the batches need it
     (:func:`read_lines` streams a file); each
     line still succeeds or fails alone, and results are yielded only after their
-    batch committed, so every yielded result is durable.
+    batch committed, so every yielded result is durable. ``on_commit(n)``, if
+    given, is called after each batch committed, before its ``n`` results are
+    yielded (a caller that stops early knows how many committed results remain).
     """
     budget = budget or case.budget()
     if type(batch_size) is not int or batch_size < 1:
@@ -199,12 +202,18 @@ def apply_journal(case: Case, lines: Iterable[str | bytes], *, budget: BudgetMan
         # a batch ends at batch_size lines or BATCH_BYTES_MAX bytes: memory stays bounded by the
         # batch in hand, whatever the journal's length (a smaller batch gives the same results)
         if len(pending) >= batch_size or pending_bytes >= BATCH_BYTES_MAX:
-            yield from run_batch(pending)
+            yield from _committed(run_batch(pending), on_commit)
             pending, pending_bytes = [], 0
             if stopped:
                 return
     if pending:
-        yield from run_batch(pending)
+        yield from _committed(run_batch(pending), on_commit)
+
+
+def _committed(results: list[LineResult], on_commit: Callable[[int], None] | None) -> list[LineResult]:
+    if on_commit is not None:
+        on_commit(len(results))
+    return results
 
 
 def open_for_journal(path: str, *, create_case_id: str | None = None, at: str | None = None,
@@ -256,7 +265,8 @@ def _as_bytes(text: str | bytes) -> bytes:
 class JournalSummary:
     """Counts of an applied journal: lines ``ok`` (of which ``reused``), ``failed``, ``clamped``
     (lines whose ``at`` was raised to the previous event's time, by ``clamped_micros_max`` at most
-    and ``clamped_micros_total`` in all) and the ``elapsed_s`` seconds since it was made."""
+    and ``clamped_micros_total`` in all) and the ``elapsed_s`` seconds since it was made.
+    ``unprinted``: committed lines whose result line the caller could not print (its output failed)."""
 
     ok: int = 0
     failed: int = 0
@@ -264,6 +274,7 @@ class JournalSummary:
     clamped: int = 0
     clamped_micros_max: int = 0
     clamped_micros_total: int = 0
+    unprinted: int = 0
     started: float = field(default_factory=time.monotonic, repr=False)
 
     def add(self, result: LineResult) -> None:
@@ -293,8 +304,10 @@ class JournalSummary:
         clamped = (f"{self.clamped} time(s) raised to the previous event's time (by up to "
                    f"{describe_micros(self.clamped_micros_max)}, {describe_micros(self.clamped_micros_total)} in all)"
                    if self.clamped else "no time raised")
+        unprinted = (f", {self.unprinted} of them not printed (standard output failed; no further line "
+                     "was applied)" if self.unprinted else "")
         return (f"applied: {self.ok} ok ({self.reused} reused), {self.failed} failed, {clamped}, "
-                f"{self.elapsed_s:.2f} s")
+                f"{self.elapsed_s:.2f} s{unprinted}")
 
 
 def clamp_warning(result: LineResult) -> str:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -108,3 +110,44 @@ def test_budget_snapshot_before_any_revision_is_not_initialized(package):
 
 def test_budget_snapshot_after_initialize_still_reports(budget):
     assert budget.snapshot().revision == 1 and budget.snapshot().seq == 4
+
+
+# 2. the apply summary counts committed lines even when their result lines cannot be printed
+
+def _snapshot_journal(path: Path, snapshots: int) -> Path:
+    lines = [{"op": "open_revision", "hypotheses": [{"statement": "a"}], "units_per_hypothesis": 40},
+             {"op": "transition", "to": "INVESTIGATING_HYPOTHESES"}, {"op": "initialize"}]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines + [{"op": "snapshot"}] * snapshots))
+    return path
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+@pytest.mark.parametrize("batch_size, ok", [(100, 49), (10, 10)])
+def test_apply_into_a_full_output_counts_what_committed(tmp_path, batch_size, ok):
+    journal = _snapshot_journal(tmp_path / "j.jsonl", 46)
+    with open("/dev/full", "wb") as full:
+        done = subprocess.run([sys.executable, "-m", "ledger_cli", "apply", str(tmp_path / "c"), str(journal),
+                               "--create", "C", "--batch-size", str(batch_size)],
+                              stdout=full, stderr=subprocess.PIPE, timeout=120)
+    err = done.stderr.decode()
+    assert done.returncode == 1
+    assert f"applied: {ok} ok ({ok - 3} reused), 0 failed" in err
+    assert f"{ok} of them not printed (standard output failed; no further line was applied)" in err
+    assert "error: OUTPUT_ERROR: cannot print the result" in err
+    with Case.open(tmp_path / "c") as case:
+        assert len(case.events()) == 4  # created, revision, transition, initialize: nothing past the batch
+
+
+def test_apply_into_a_pipe_closed_early_counts_what_committed(tmp_path):
+    journal = _snapshot_journal(tmp_path / "j.jsonl", 5000)
+    reader = subprocess.Popen(["head", "-c", "10"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    done = subprocess.run([sys.executable, "-m", "ledger_cli", "apply", str(tmp_path / "c"), str(journal),
+                           "--create", "C", "--batch-size", "5003"],
+                          stdout=reader.stdin, stderr=subprocess.PIPE, timeout=120)
+    reader.stdin.close()
+    reader.wait()
+    err = done.stderr.decode()
+    assert done.returncode == 1 and "Traceback" not in err
+    assert "applied: 5003 ok (5000 reused), 0 failed" in err
+    printed = 5003 - int(err.split("applied: 5003 ok (5000 reused), 0 failed, no time raised, ")[1].split(", ")[1].split()[0])
+    assert 0 < printed < 5003
