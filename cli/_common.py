@@ -11,6 +11,7 @@ import errno
 import functools
 import math
 import os
+import stat
 import sys
 import warnings
 from typing import Any, Callable
@@ -148,6 +149,27 @@ class Settings:
 
 
 pass_settings = click.make_pass_decorator(Settings)
+
+
+class RegularFile(click.File):
+    """``click.File("rb")`` that refuses anything but a regular file or ``-`` (stdin) before opening:
+    a FIFO with no writer would block forever, a device could be endless."""
+
+    name = "file"
+
+    def __init__(self) -> None:
+        super().__init__("rb")
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, (str, bytes, os.PathLike)) and os.fsdecode(value) != "-":
+            try:
+                info = os.stat(value)
+            except OSError:
+                info = None  # click's own open reports a missing or unreadable file
+            if info is not None and not stat.S_ISREG(info.st_mode):
+                self.fail(f"{click.format_filename(value)!r} is not a regular file (a folder, pipe or device); "
+                          "give a file, or '-' for standard input", param, ctx)
+        return super().convert(value, param, ctx)
 
 
 class FiniteFloatRange(click.FloatRange):

@@ -78,7 +78,7 @@ def _report_mismatches(report: SimulationReport) -> None:
                    "It may also set units_per_hypothesis, which replaces the journals' allocation.")
 @click.option("--vary", "vary_specs", multiple=True, metavar="KEY=V1,V2,...",
               help="Add a grid of policies derived from the first policy (repeatable: every combination).")
-@click.option("--outcomes", type=click.Path(dir_okay=False, path_type=str), metavar="CSV",
+@click.option("--outcomes", type=click.Path(path_type=str), metavar="CSV",
               help="Run outcomes: first column the run id (journal file stem), a column 'outcome'.")
 @table_options
 @click.option("--per-run", type=click.Path(dir_okay=False, path_type=str), metavar="FILE",

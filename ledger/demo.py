@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from . import errors as E
 from ._resources import resource_dir
+from .arguments import check_callback, check_instance
 from .canonical import parse_json
 from .case import Case
 from .config import BudgetConfig
@@ -96,6 +97,8 @@ def run_demo(target: Path | None = None, echo: Callable[[str], None] = print,
     when the file system refuses; ``RuntimeError`` if the journal's outcomes
     differ from the expected ones (a defect).
     """
+    check_callback(echo, "echo")
+    check_instance(actor, str, "actor", "a str")
     example = resource_dir("examples") / "demo"
     automatic = target is None
     target = fs_path(target, "demo folder") if target is not None else default_demo_dir()

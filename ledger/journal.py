@@ -21,10 +21,12 @@ from typing import Any, BinaryIO, Callable, Iterable, Iterator
 
 from . import errors as E
 from .budget import BudgetManager
+from .arguments import check_callback, check_flag, check_instance, check_iterable
 from .canonical import parse_json
 from .case import Case
 from .clock import describe_micros, microseconds_between, parse_at
 from .errors import LedgerError
+from .facade import CaseFacade
 from .operations import OPERATIONS as REGISTRY
 from .operations import operation
 
@@ -80,9 +82,17 @@ def read_lines(stream: BinaryIO, on_bytes: Callable[[int], None] | None = None) 
     A line longer than ``LINE_BYTES_MAX`` is read no further than one byte past the limit
     (:func:`parse_line` refuses it with ``LIMIT_REACHED``) and the rest of it is skipped, so
     it still counts as one line. ``on_bytes`` is called with the bytes consumed (progress).
+    ``INVALID_ARGUMENT`` when ``stream`` is not a binary file object (open it with ``"rb"``).
     """
+    if not callable(getattr(stream, "readline", None)):
+        raise LedgerError(E.INVALID_ARGUMENT, f"stream must be a binary file object (open(path, 'rb')), "
+                          f"got {type(stream).__name__}")
+    check_callback(on_bytes, "on_bytes")
     while True:
         line = stream.readline(LINE_BYTES_MAX + 1)
+        if not isinstance(line, bytes):
+            raise LedgerError(E.INVALID_ARGUMENT, "stream must be opened in binary mode (open(path, 'rb')), "
+                              f"it gave {type(line).__name__}")
         if not line:
             return
         consumed = len(line)
@@ -169,6 +179,11 @@ def apply_journal(case: Case, lines: Iterable[str | bytes], *, budget: BudgetMan
     given, is called after each batch committed, before its ``n`` results are
     yielded (a caller that stops early knows how many committed results remain).
     """
+    check_instance(case, CaseFacade, "case", "an open Case")
+    check_iterable(lines, "lines", "an iterable of journal lines (str or bytes each), e.g. a list or read_lines(file)")
+    check_instance(budget, (BudgetManager, type(None)), "budget", "a BudgetManager or None")
+    check_flag(keep_going, "keep_going")
+    check_callback(on_commit, "on_commit")
     budget = budget or case.budget()
     if type(batch_size) is not int or batch_size < 1:
         raise LedgerError(E.INVALID_ARGUMENT, f"batch_size must be an integer >= 1, got {batch_size!r}")
@@ -195,6 +210,7 @@ def apply_journal(case: Case, lines: Iterable[str | bytes], *, budget: BudgetMan
 
     pending_bytes = 0
     for number, text in enumerate(lines, start=1):
+        text = without_bom(text) if number == 1 else text
         if isinstance(text, (str, bytes)) and not text.strip():
             continue
         pending.append((number, text))
@@ -245,7 +261,9 @@ def first_at(lines: Iterable[str | bytes]) -> str | None:
     """The first valid ``"at"`` of a journal (normalized), or None: the time ``apply --create``
     gives the case it creates, so the journal's own times are kept. Unreadable lines are skipped
     here (applying them reports them)."""
-    for text in lines:
+    check_iterable(lines, "lines", "an iterable of journal lines (str or bytes each)")
+    for number, text in enumerate(lines):
+        text = without_bom(text) if number == 0 else text
         if not isinstance(text, (str, bytes)) or not text.strip() or b'"at"' not in _as_bytes(text):
             continue
         try:
@@ -255,6 +273,16 @@ def first_at(lines: Iterable[str | bytes]) -> str | None:
         except LedgerError:
             continue
     return None
+
+
+def without_bom(text: Any) -> Any:
+    """``text`` without a leading UTF-8 byte order mark (some editors start files with one);
+    used on a journal's first line only."""
+    if isinstance(text, bytes) and text.startswith(b"\xef\xbb\xbf"):
+        return text[3:]
+    if isinstance(text, str) and text.startswith("\ufeff"):
+        return text[1:]
+    return text
 
 
 def _as_bytes(text: str | bytes) -> bytes:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from . import errors as E
+from .arguments import check_instance, check_iterable
 from .errors import LedgerError
 
 PLOT_SUFFIXES = (".svg", ".png")
@@ -23,8 +24,11 @@ def tradeoff_points(policies: Sequence[Mapping[str, Any]], good: str = "resolved
     or exhausted, among the runs whose outcome is ``good`` (all runs when the report
     has no such outcome). A policy without steps or runs scores 0.
     """
+    check_iterable(policies, "policies", "the policies of a simulation report (a list of dicts)")
+    check_instance(good, str, "good", "an outcome name (str)")
     points = []
     for row in policies:
+        check_instance(row, Mapping, "each policy", "a dict of a simulation report")
         group = row.get("by_outcome", {}).get(good, row)
         stopped = group["runs_abandoned"] + group["runs_exhausted"]
         points.append((row["name"], 100 * row["steps_refused"] / row["steps"] if row["steps"] else 0.0,
