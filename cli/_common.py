@@ -20,7 +20,7 @@ import click
 
 from ledger import OUTPUT_ERROR, AnalysisConfig, BudgetConfig, Case, CheckpointWarning, LedgerError, os_error
 
-from ._output import FORMATS, OutputError
+from ._output import FORMATS, OutputError, one_line
 
 BALANCE_COLUMNS = ("revision", "hypothesis_id", "initial_units", "granted_units", "spent_units",
                    "rewarded_units", "remaining_units", "status", "terminal_reason", "pending_action_id",
@@ -102,7 +102,7 @@ class LedgerGroup(UsageGroup):
         try:
             return super().invoke(ctx)
         except LedgerError as exc:
-            click.echo(f"error: {exc.code}: {exc.message}", err=True)
+            click.echo(f"error: {exc.code}: {one_line(exc.message)}", err=True)
             ctx.exit(exc.exit_code)
         except OutputError as exc:
             _output_failed(exc.cause)
@@ -112,7 +112,7 @@ class LedgerGroup(UsageGroup):
                 _output_failed(exc)
             else:  # a path the file system refuses (too long, under a file, no permission, read-only)
                 refusal = os_error(exc, "the file system refused")
-                click.echo(f"error: {refusal.code}: {refusal.message}", err=True)
+                click.echo(f"error: {refusal.code}: {one_line(refusal.message)}", err=True)
             ctx.exit(1)
         except UnicodeError as exc:  # a path argument with no file-system name (a lone surrogate)
             click.echo(f"error: INVALID_ARGUMENT: an argument cannot name a file: {exc}", err=True)

@@ -17,7 +17,7 @@ from ledger import (Case, JournalSummary, LineResult, apply_journal, clamp_warni
                     read_lines, run_demo)
 
 from ._common import _NoBar, BALANCE_COLUMNS, CASE, Settings, pass_settings, progress_bar
-from ._output import OutputError, dumps, echo, emit_rows
+from ._output import OutputError, dumps, echo, emit_rows, one_line
 
 @click.command()
 @CASE
@@ -82,7 +82,7 @@ def _report_line(outcome: LineResult, summary: JournalSummary, quiet: bool, resu
         if outcome.clamped and summary.clamped <= CLAMP_WARNINGS_MAX:
             click.echo(clamp_warning(outcome), err=True)
     elif not outcome.ok and summary.failed == 1:
-        click.echo(f"line {outcome.line}: error: {outcome.error.code}: {outcome.error.message}", err=True)
+        click.echo(f"line {outcome.line}: error: {outcome.error.code}: {one_line(outcome.error.message)}", err=True)
 
 
 def _count_unprinted(outcomes: Iterator[LineResult], remaining: int, summary: JournalSummary) -> None:
@@ -143,11 +143,13 @@ def demo(settings: Settings, directory: Path | None) -> None:
     echo("")
     emit_rows(rows, BALANCE_COLUMNS, "table")
     echo("")
-    echo(f"exported {report.files_written} files to {path}/analysis and {path}/manifest.json")
+    shown = one_line(path)
+    echo(f"exported {report.files_written} files to {shown}/analysis and {shown}/manifest.json")
     echo(f"verified: {verified.events} events, head seq {verified.head_seq} sha256 {verified.head_sha256}")
     prog = invoked_as()
-    echo(f"\nThe case is at {path}. Try:\n  {prog} balances {path}\n  {prog} actions {path}\n"
-         f"  {prog} sql {path} \"SELECT * FROM case_status\"\n  {prog} verify {path}")
+    shown = shlex.quote(shown)
+    echo(f"\nThe case is at {shown}. Try:\n  {prog} balances {shown}\n  {prog} actions {shown}\n"
+         f"  {prog} sql {shown} \"SELECT * FROM case_status\"\n  {prog} verify {shown}")
 
 
 def invoked_as() -> str:

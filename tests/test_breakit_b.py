@@ -246,3 +246,61 @@ def test_simulate_outcomes_must_map_text_to_text():
     assert caught.value.code == INVALID_ARGUMENT and "must map run ids" in caught.value.message
     report = simulate([one], outcomes={"django__django-11206": "resolved"}, jobs=1)
     assert list(report.policies[0]["by_outcome"]) == ["resolved"]
+
+
+# 7. minor input: BOM, invisible reasons, config folders, control characters in paths, FIFOs
+
+def test_a_journal_may_start_with_a_utf8_bom_like_an_evidence_file(tmp_path):
+    journal = _snapshot_journal(tmp_path / "j.jsonl", 1)
+    journal.write_bytes(b"\xef\xbb\xbf" + journal.read_bytes())
+    code, out, err = cli("apply", tmp_path / "c", journal, "--create", "C")
+    assert code == 0 and [json.loads(line)["ok"] for line in out.splitlines()] == [True] * 4
+    from ledger import journal_first_at, simulate
+    assert journal_first_at(['\ufeff{"at": "2026-01-02T00:00:00Z"}']) == "2026-01-02T00:00:00.000000Z"
+    assert simulate(journal, jobs=1).errors == []
+
+
+def test_a_bom_after_the_first_line_is_still_invalid_json(case):
+    from ledger import apply_journal
+    results = list(apply_journal(case, ['{"op": "snapshot"}', '\ufeff{"op": "snapshot"}'], keep_going=True))
+    assert results[1].error.code == "INVALID_JSON"
+
+
+@pytest.mark.parametrize("reason", ["\u200b", " \u200b\u2060 ", "\u00a0", "\x07", "\ufeff"])
+def test_a_reason_of_only_invisible_characters_is_reason_required(budget, reason):
+    with pytest.raises(LedgerError) as caught:
+        budget.reject("H1", reason)
+    assert caught.value.code == "REASON_REQUIRED"
+    assert budget.reject("H1", "\u200bvisible").state["H1"]["status"] == "rejected"
+
+
+def test_a_statement_of_only_invisible_characters_is_refused(case):
+    with pytest.raises(LedgerError) as caught:
+        case.open_revision([{"statement": "\u200b\u200d"}])
+    assert caught.value.code == INVALID_ARGUMENT and "non-blank" in caught.value.message
+
+
+@pytest.mark.parametrize("option", ["--config", "--analysis-config"])
+def test_a_config_that_is_a_folder_or_missing_is_config_invalid_exit_1(case, tmp_path, option):
+    for path, says in ((tmp_path, "not a regular file"), (tmp_path / "missing.toml", "no such file")):
+        code, out, err = cli(option, path, "balances", case.path)
+        assert (code, out) == (1, "") and err == f"error: CONFIG_INVALID: {path}: {says}\n"
+
+
+def test_a_path_with_a_newline_is_shown_escaped_on_one_line(tmp_path):
+    target = tmp_path / "nl\ncase"
+    code, out, _ = cli("init", target, "--case-id", "NL")
+    assert code == 0 and out.count("\n") == 1 and f"at {tmp_path}/nl\\ncase (package" in out
+    code, _, err = cli("init", target, "--case-id", "NL")
+    assert (code, err) == (1, f"error: CASE_EXISTS: {tmp_path}/nl\\ncase already holds a case ledger\n")
+
+
+def test_an_evidence_file_that_is_a_fifo_or_folder_is_refused_without_blocking(budget, case, tmp_path):
+    import os
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for path in (fifo, tmp_path):
+        code, out, err = cli("budget", "record", case.path, "H1", "q1", "--evidence-file", path)
+        assert (code, out) == (2, "") and "is not a regular file" in err
+    code, out, err = cli("evidence", "store", case.path, fifo, fifo, "--iteration", "i1")
+    assert code == 2 and "is not a regular file" in err
