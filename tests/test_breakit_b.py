@@ -304,3 +304,47 @@ def test_an_evidence_file_that_is_a_fifo_or_folder_is_refused_without_blocking(b
         assert (code, out) == (2, "") and "is not a regular file" in err
     code, out, err = cli("evidence", "store", case.path, fifo, fifo, "--iteration", "i1")
     assert code == 2 and "is not a regular file" in err
+
+
+# 5. derived numbers beyond 2**53 - 1
+
+HUGE = 2**53 - 1
+
+
+def _huge_case(package: Path) -> Case:
+    from ledger import BudgetConfig
+    case = Case.create(package, case_id="BIG")
+    case.open_revision([{"statement": "a"}, {"statement": "b"}], HUGE)
+    case.transition("INVESTIGATING_HYPOTHESES")
+    policy = BudgetConfig.from_mapping({**BudgetConfig.load(EXAMPLE_BUDGET).policy, "action_costs": {},
+                                        "default_action_cost": HUGE - 1})
+    budget = case.budget(policy)
+    budget.initialize()
+    budget.reserve("H1", "q1", "x.y")
+    budget.reserve("H2", "q2", "x.y")
+    return case
+
+
+def test_a_scope_whose_summed_consumption_passes_2_53_is_limit_reached_naming_it(package):
+    case = _huge_case(package)
+    before = len(case.events())
+    with pytest.raises(LedgerError) as caught:
+        case.scopes().establish("case", {"units": 5}, "controller")
+    assert caught.value.code == "LIMIT_REACHED"
+    assert caught.value.details == {"scope": "case", "dimension": "units"}
+    assert "units consumed in scope case would be 18014398509481980" in caught.value.message
+    assert len(case.events()) == before
+    # a dimension without a limit is not summed into any event
+    assert case.scopes().establish("revision:1", {"actions": 5}, "controller").usage[0]["consumed"] == 2
+    code, _, err = cli("scope", "establish", case.path, "case", "--limit", "units=5")
+    assert code == 1 and err.startswith("error: LIMIT_REACHED: units consumed in scope case")
+    case.close()
+
+
+def test_the_advisory_price_is_clamped_at_2_53_minus_1(package):
+    case = _huge_case(package)
+    code, out, _ = cli("budget", "price", case.path, "H1", "x.y", "--json")
+    assert code == 0 and json.loads(out) == {"cost": HUGE - 1, "resource_cost": HUGE, "scarcity_bps": 40000}
+    from ledger.rules.scopes import resource_cost
+    assert (resource_cost(HUGE - 1, 40000), resource_cost(10, 13000)) == (HUGE, 13)
+    case.close()
