@@ -175,7 +175,7 @@ class RegularFile(click.File):
 class FiniteFloatRange(click.FloatRange):
     """A ``FloatRange`` that also refuses ``nan`` and ``inf`` (which compare as in range)."""
 
-    name = "finite float range"
+    name = "float range"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         number = super().convert(value, param, ctx)

@@ -7,8 +7,8 @@ from typing import Any, Sequence
 
 import click
 
-from ledger import (INVALID_ARGUMENT, LedgerError, Policy, SimulationReport, example_policy, load_policy,
-                    parse_vary, plot_tradeoff, simulate, vary)
+from ledger import (LedgerError, Policy, SimulationReport, check_output_file, check_plot, example_policy,
+                    load_policy, parse_vary, plot_tradeoff, simulate, vary)
 
 from ._common import Settings, pass_settings, table_options
 from ._output import dumps, echo, emit_rows
@@ -106,8 +106,10 @@ def simulate_command(settings: Settings, journals: tuple[str, ...], policy_specs
     policies = _base_policies(settings, policy_specs)
     if vary_specs:
         policies += _grid(policies[0], vary_specs)
-    if plot is not None and not plot.lower().endswith((".svg", ".png")):
-        raise LedgerError(INVALID_ARGUMENT, f"--plot {plot}: the file must end in .svg or .png")
+    if plot is not None:  # refused now rather than after a long run
+        check_plot(plot)
+    if per_run is not None:
+        check_output_file(per_run, "--per-run")
     report = simulate(journals, policies, outcomes, jobs=jobs, analysis=settings.analysis(), package=package)
     if fmt == "json":
         echo(dumps(report.to_dict()))

@@ -142,14 +142,14 @@ def _check_target(target: Path) -> None:
 
 
 def _remove_abandoned_builds(target: Path) -> None:
-    """Hidden build folders of demos whose process is gone (killed) are removed."""
-    prefix = f"{BUILDING_PREFIX}{target.name}."
+    """Hidden build folders (``.ledger-demo-building-NAME.PID``) next to ``target`` whose process
+    is gone (a killed demo, into any NAME) are removed; those of running demos are kept."""
     try:
-        leftovers = [p for p in target.parent.iterdir() if p.name.startswith(prefix)]
+        leftovers = [p for p in target.parent.iterdir() if p.name.startswith(BUILDING_PREFIX)]
     except OSError:
         return
     for leftover in leftovers:
-        pid = leftover.name[len(prefix):]
+        pid = leftover.name.rpartition(".")[2]
         if pid.isdigit() and not _alive(int(pid)):
             shutil.rmtree(leftover, ignore_errors=True)
 

@@ -348,3 +348,90 @@ def test_the_advisory_price_is_clamped_at_2_53_minus_1(package):
     from ledger.rules.scopes import resource_cost
     assert (resource_cost(HUGE - 1, 40000), resource_cost(10, 13000)) == (HUGE, 13)
     case.close()
+
+
+# 8. docs accuracy and the checks they describe
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_the_docs_commands_use_paths_a_fresh_clone_has():
+    for page in ("docs/simulate.md", "docs/journals.md"):
+        text = (REPO / page).read_text(encoding="utf-8")
+        assert "../shared" not in text, page
+        assert "tests/data/trajectories/" in text, page
+    assert "--plot docs/" not in (REPO / "docs/simulate.md").read_text(encoding="utf-8")
+    assert (TRAJECTORIES / "outcomes.csv").is_file() and len(list(TRAJECTORIES.glob("*.jsonl"))) == 100
+
+
+def test_init_at_is_in_the_readme_command_table():
+    assert "| `ledger init CASE --case-id ID [--at T]` |" in (REPO / "README.md").read_text(encoding="utf-8")
+
+
+def test_the_text_limit_and_sql_json_encodings_are_documented():
+    concepts = (REPO / "docs/concepts.md").read_text(encoding="utf-8")
+    errors = (REPO / "docs/errors.md").read_text(encoding="utf-8")
+    files = (REPO / "docs/files.md").read_text(encoding="utf-8")
+    assert "at most 4000 characters" in concepts and "over 4000 characters" in errors
+    assert '{"$base64": "<standard base64 of its bytes>"}' in files and '`"-Infinity"`' in files
+
+
+def test_text_limit_4000_characters_as_documented(budget):
+    assert budget.reject("H1", "r" * 4000).state["H1"]["status"] == "rejected"
+    with pytest.raises(LedgerError) as caught:
+        budget.reject("H2", "r" * 4001)
+    assert caught.value.code == INVALID_ARGUMENT
+
+
+def test_the_sql_docs_say_what_sqlite_reports_for_view_column_types(budget, case):
+    columns, rows = read_only_query(case.path, "SELECT name, type FROM pragma_table_info('balances')")
+    empty = [name for name, declared in rows if declared == ""]
+    text = (REPO / "docs/sql.md").read_text(encoding="utf-8")
+    assert "Every view column has a declared type" not in text
+    if empty:  # computed columns have no declared type on this SQLite: the docs say so
+        assert "shows an empty type for them" in text
+    _, values = read_only_query(case.path, "SELECT DISTINCT typeof(spent_units), typeof(statement) FROM balances")
+    assert values == [("integer", "text")]
+
+
+def test_simulate_refuses_a_bad_per_run_or_plot_target_before_running(tmp_path, monkeypatch):
+    import ledger.simulation as simulation
+    ran = []
+    monkeypatch.setattr(simulation, "journal_files", lambda paths: ran.append(paths) or [])
+    code, _, err = cli("simulate", TRAJECTORIES, "--per-run", tmp_path / "missing" / "runs.jsonl")
+    assert (code, err) == (1, f"error: INVALID_ARGUMENT: --per-run {tmp_path}/missing/runs.jsonl: the folder "
+                              f"{tmp_path}/missing does not exist\n")
+    code, _, err = cli("simulate", TRAJECTORIES, "--plot", tmp_path / "figure.pdf")
+    assert code == 1 and "the file must end in .svg or .png" in err
+    code, _, err = cli("simulate", TRAJECTORIES, "--plot", tmp_path)
+    assert code == 2 and "is a directory" in err  # click refuses a folder itself (usage)
+    assert ran == []  # nothing was simulated
+
+
+def test_simulate_without_matplotlib_refuses_plot_before_running(tmp_path, monkeypatch):
+    import importlib
+    import ledger.simulation as simulation
+    real = importlib.import_module
+
+    def no_matplotlib(name, *args):
+        if name.startswith("matplotlib"):
+            raise ImportError(name)
+        return real(name, *args)
+    ran = []
+    monkeypatch.setattr(importlib, "import_module", no_matplotlib)
+    monkeypatch.setattr(simulation, "journal_files", lambda paths: ran.append(paths) or [])
+    code, _, err = cli("simulate", TRAJECTORIES, "--plot", tmp_path / "figure.svg")
+    assert (code, err) == (1, "error: INVALID_ARGUMENT: --plot needs matplotlib: pip install 'case-ledger[plot]'\n")
+    assert ran == [] and not (tmp_path / "figure.svg").exists()
+
+
+def test_a_demo_removes_dead_build_folders_of_any_name_and_keeps_live_ones(tmp_path):
+    import os
+    from ledger import run_demo
+    dead = tmp_path / ".ledger-demo-building-other.name.999999999"
+    live = tmp_path / f".ledger-demo-building-third.{os.getpid()}"
+    dead.mkdir()
+    live.mkdir()
+    path, _, verified = run_demo(tmp_path / "mine", echo=lambda line: None)
+    assert path == tmp_path / "mine" and verified.events > 0
+    assert not dead.exists() and live.exists()
