@@ -190,7 +190,10 @@ class Case(CaseFacade):
                     yield dict(zip(names, row))
 
     def query(self, sql: str, params: Iterable[Any] | dict[str, Any] = ()) -> list[dict[str, Any]]:
-        """Rows of a read-only query as dicts, in one short read transaction."""
+        """Rows of a read-only query as dicts, in one short read transaction
+        (``INVALID_ARGUMENT`` when ``sql`` is not a str)."""
+        if not isinstance(sql, str):
+            raise LedgerError(E.INVALID_ARGUMENT, f"sql must be a str, got {type(sql).__name__}")
         with self.session.read(), translate_sqlite_errors():
             cursor = self.storage.conn.execute(sql, params)
             names = [d[0] for d in cursor.description or ()]

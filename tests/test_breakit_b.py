@@ -435,3 +435,11 @@ def test_a_demo_removes_dead_build_folders_of_any_name_and_keeps_live_ones(tmp_p
     path, _, verified = run_demo(tmp_path / "mine", echo=lambda line: None)
     assert path == tmp_path / "mine" and verified.events > 0
     assert not dead.exists() and live.exists()
+
+
+@pytest.mark.parametrize("args", [(5,), ("select 1", 5), ("select ?", {"a": 1}), ("select ?, ?", [1])])
+def test_case_query_with_a_wrong_statement_type_or_parameters_is_invalid_argument(case, args):
+    with pytest.raises(LedgerError) as caught:
+        case.query(*args)
+    assert caught.value.code == INVALID_ARGUMENT
+    assert case.query("select :a AS a", {"a": 2}) == [{"a": 2}]
