@@ -11,7 +11,7 @@ from ledger import (LedgerError, Policy, SimulationReport, check_output_file, ch
                     load_policy, parse_vary, plot_tradeoff, simulate, vary)
 
 from ._common import Settings, pass_settings, table_options
-from ._output import dumps, echo, emit_rows
+from ._output import dumps, echo, emit_rows, one_line
 
 FIGURE_COLUMNS = ("runs", "steps", "steps_taken", "steps_refused", "units_spent", "units_rewarded",
                   "runs_abandoned", "runs_exhausted")
@@ -64,11 +64,11 @@ def _write_per_run(report: SimulationReport, path: str) -> None:
 
 def _report_mismatches(report: SimulationReport) -> None:
     if report.outcomes_without_journal:
-        click.echo(f"note: {len(report.outcomes_without_journal)} run(s) in --outcomes have no journal: "
-                   f"{', '.join(report.outcomes_without_journal)}", err=True)
+        click.echo(one_line(f"note: {len(report.outcomes_without_journal)} run(s) in --outcomes have no journal: "
+                            f"{', '.join(report.outcomes_without_journal)}"), err=True)
     if report.runs_without_outcome:
-        click.echo(f"note: {len(report.runs_without_outcome)} journal(s) have no outcome (counted as "
-                   f"'(no outcome)'): {', '.join(report.runs_without_outcome)}", err=True)
+        click.echo(one_line(f"note: {len(report.runs_without_outcome)} journal(s) have no outcome (counted as "
+                            f"'(no outcome)'): {', '.join(report.runs_without_outcome)}"), err=True)
 
 
 @click.command("simulate")
