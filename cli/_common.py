@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import errno
 import functools
+import math
 import os
+import stat
 import sys
 import warnings
 from typing import Any, Callable
@@ -18,7 +20,7 @@ import click
 
 from ledger import OUTPUT_ERROR, AnalysisConfig, BudgetConfig, Case, CheckpointWarning, LedgerError, os_error
 
-from ._output import FORMATS, OutputError
+from ._output import FORMATS, OutputError, one_line
 
 BALANCE_COLUMNS = ("revision", "hypothesis_id", "initial_units", "granted_units", "spent_units",
                    "rewarded_units", "remaining_units", "status", "terminal_reason", "pending_action_id",
@@ -100,7 +102,7 @@ class LedgerGroup(UsageGroup):
         try:
             return super().invoke(ctx)
         except LedgerError as exc:
-            click.echo(f"error: {exc.code}: {exc.message}", err=True)
+            click.echo(f"error: {exc.code}: {one_line(exc.message)}", err=True)
             ctx.exit(exc.exit_code)
         except OutputError as exc:
             _output_failed(exc.cause)
@@ -110,7 +112,7 @@ class LedgerGroup(UsageGroup):
                 _output_failed(exc)
             else:  # a path the file system refuses (too long, under a file, no permission, read-only)
                 refusal = os_error(exc, "the file system refused")
-                click.echo(f"error: {refusal.code}: {refusal.message}", err=True)
+                click.echo(f"error: {refusal.code}: {one_line(refusal.message)}", err=True)
             ctx.exit(1)
         except UnicodeError as exc:  # a path argument with no file-system name (a lone surrogate)
             click.echo(f"error: INVALID_ARGUMENT: an argument cannot name a file: {exc}", err=True)
@@ -147,6 +149,39 @@ class Settings:
 
 
 pass_settings = click.make_pass_decorator(Settings)
+
+
+class RegularFile(click.File):
+    """``click.File("rb")`` that refuses anything but a regular file or ``-`` (stdin) before opening:
+    a FIFO with no writer would block forever, a device could be endless."""
+
+    name = "file"
+
+    def __init__(self) -> None:
+        super().__init__("rb")
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, (str, bytes, os.PathLike)) and os.fsdecode(value) != "-":
+            try:
+                info = os.stat(value)
+            except OSError:
+                info = None  # click's own open reports a missing or unreadable file
+            if info is not None and not stat.S_ISREG(info.st_mode):
+                self.fail(f"{click.format_filename(value)!r} is not a regular file (a folder, pipe or device); "
+                          "give a file, or '-' for standard input", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+class FiniteFloatRange(click.FloatRange):
+    """A ``FloatRange`` that also refuses ``nan`` and ``inf`` (which compare as in range)."""
+
+    name = "float range"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
 CASE = click.argument("case", type=click.Path(file_okay=False, path_type=str))
 AT = click.option("--at", metavar="RFC3339", help="Event time (UTC, e.g. 2026-01-05T10:00:00Z); default now.")
 JSON = click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")

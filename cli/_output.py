@@ -10,6 +10,7 @@ from the cursor, never collected first.
 from __future__ import annotations
 
 import base64
+import unicodedata
 import csv
 import io
 import itertools
@@ -125,10 +126,20 @@ def emit_rows(rows: Iterable[Mapping[str, Any]], columns: Sequence[str] | None, 
         echo(tabulate(table, headers=names, tablefmt="simple", disable_numparse=True))
 
 
+def one_line(text: Any) -> str:
+    """``text`` with control characters escaped (a newline in a path shows as ``\\n``), so a
+    message or summary line never splits or moves the cursor."""
+    text = str(text)
+    if not any(unicodedata.category(ch) == "Cc" for ch in text):
+        return text
+    return "".join(ch.encode("unicode_escape").decode("ascii") if unicodedata.category(ch) == "Cc" else ch
+                   for ch in text)
+
+
 def emit_result(result: Mapping[str, Any], as_json: bool, summary: Iterable[str]) -> None:
     """Print an operation's result: its JSON with ``--json``, else the summary lines."""
     if as_json:
         echo(dumps(result))
     else:
         for line in summary:
-            echo(line)
+            echo(one_line(line))

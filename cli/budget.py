@@ -8,7 +8,7 @@ import click
 
 from ledger import BudgetResult, GateReading, parse_json
 
-from ._common import UsageGroup, AT, CASE, JSON, Settings, pass_settings
+from ._common import UsageGroup, AT, CASE, JSON, RegularFile, Settings, pass_settings
 from ._output import emit_result
 
 @click.group(cls=UsageGroup)
@@ -68,7 +68,7 @@ def budget_reserve(settings: Settings, case: str, hypothesis: str, action_id: st
 @click.argument("hypothesis")
 @click.argument("action_id")
 @click.option("--evidence", "evidence_text", metavar="JSON", help="The evidence as JSON text.")
-@click.option("--evidence-file", type=click.File("rb"), help="Read the evidence JSON from a file ('-' for stdin).")
+@click.option("--evidence-file", type=RegularFile(), help="Read the evidence JSON from a file ('-' for stdin).")
 @click.option("--source-ref", "source_refs", multiple=True, metavar="PATH", help="A package file the evidence cites; repeatable.")
 @click.option("--cost-usd-millicents", type=int, help="External money the tool reported (1/1000 US cent).")
 @AT

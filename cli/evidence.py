@@ -10,7 +10,7 @@ import click
 
 from ledger import BudgetResult, EvidenceResult, FeedbackResult, parse_json
 
-from ._common import AT, CASE, JSON, Settings, UsageGroup, pass_settings
+from ._common import AT, CASE, JSON, RegularFile, Settings, UsageGroup, pass_settings
 from ._output import echo, dumps, emit_result
 
 
@@ -36,8 +36,8 @@ def _summary(result: EvidenceResult) -> list[str]:
 
 @evidence.command("store")
 @CASE
-@click.argument("request", type=click.File("rb"))
-@click.argument("reply", type=click.File("rb"))
+@click.argument("request", type=RegularFile())
+@click.argument("reply", type=RegularFile())
 @click.option("--iteration", "iteration_id", required=True, help="The batch's case-wide iteration id.")
 @AT
 @JSON
@@ -53,7 +53,7 @@ def evidence_store(settings: Settings, case: str, request: Any, reply: Any, iter
 
 @evidence.command("query")
 @CASE
-@click.argument("request", type=click.File("rb"))
+@click.argument("request", type=RegularFile())
 @click.option("--iteration", "iteration_id", default="query", show_default=True,
               help="The batch's case-wide iteration id (needed with --store).")
 @click.option("--store", is_flag=True, help="Also store the reply as verified evidence.")
@@ -116,7 +116,7 @@ def _attachment(path: Path) -> Any:
 @feedback.command("submit")
 @CASE
 @click.argument("operation_id")
-@click.argument("reply", type=click.File("rb"))
+@click.argument("reply", type=RegularFile())
 @click.option("--attach", "attach", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="A file to attach under its name (UTF-8 text as is, other bytes as base64); repeatable.")
 @AT

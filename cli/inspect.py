@@ -6,7 +6,7 @@ import click
 
 from ledger import read_only_rows
 
-from ._common import BALANCE_COLUMNS, CASE, Settings, pass_settings, table_options
+from ._common import BALANCE_COLUMNS, CASE, FiniteFloatRange, Settings, pass_settings, table_options
 from ._output import emit_rows, unique_names
 
 EVENT_COLUMNS = ("seq", "type", "revision", "created_at", "sha256", "parent_sha256")
@@ -53,7 +53,7 @@ def events(settings: Settings, case: str, since: int, with_body: bool, fmt: str)
 @click.command()
 @CASE
 @click.argument("query")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(0.001, 86_400), default=30, show_default=True,
+@click.option("--timeout", "timeout_s", type=FiniteFloatRange(0.001, 86_400), default=30, show_default=True,
               help="Seconds after which the query is stopped.")
 @table_options
 def sql(case: str, query: str, timeout_s: float, fmt: str) -> None:
@@ -63,6 +63,6 @@ def sql(case: str, query: str, timeout_s: float, fmt: str) -> None:
     Schema-reading pragma functions work (SELECT * FROM pragma_table_info('events')).
     Every format but --table streams the rows as they are read.
     """
-    with read_only_rows(case, query, timeout_ms=int(timeout_s * 1000)) as (columns, rows):
+    with read_only_rows(case, query, timeout_ms=max(1, round(timeout_s * 1000))) as (columns, rows):
         columns = unique_names(columns)  # `SELECT e1.seq, e2.seq …` keeps both values
         emit_rows((dict(zip(columns, row)) for row in rows), columns, fmt)

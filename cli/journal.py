@@ -9,15 +9,15 @@ import shutil
 import stat
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import click
 
-from ledger import (Case, JournalSummary, apply_journal, clamp_warning, journal_first_at, open_for_journal,
+from ledger import (Case, JournalSummary, LineResult, apply_journal, clamp_warning, journal_first_at, open_for_journal,
                     read_lines, run_demo)
 
 from ._common import _NoBar, BALANCE_COLUMNS, CASE, Settings, pass_settings, progress_bar
-from ._output import OutputError, dumps, echo, emit_rows
+from ._output import OutputError, dumps, echo, emit_rows, one_line
 
 @click.command()
 @CASE
@@ -56,21 +56,43 @@ def apply(settings: Settings, case: str, journal: Any, create_case_id: str | Non
         with progress_bar(size or 0, "applying", stream=sys.stderr) if size else _NoBar() as bar:
             lines = itertools.chain(head, read_lines(journal, on_bytes=bar.update))
             bar.update(head_bytes)
-            for outcome in apply_journal(opened, lines, budget=manager, keep_going=keep_going,
-                                         batch_size=batch_size):
+            committed = [0]  # results of committed batches not yet counted
+            outcomes = apply_journal(opened, lines, budget=manager, keep_going=keep_going, batch_size=batch_size,
+                                     on_commit=lambda n: committed.__setitem__(0, committed[0] + n))
+            for outcome in outcomes:
                 summary.add(outcome)
-                if not quiet:
-                    echo(dumps(outcome.to_dict(changed_only=results == "changed")))
-                    if outcome.clamped and summary.clamped <= CLAMP_WARNINGS_MAX:
-                        click.echo(clamp_warning(outcome), err=True)
-                elif not outcome.ok and summary.failed == 1:
-                    click.echo(f"line {outcome.line}: error: {outcome.error.code}: {outcome.error.message}", err=True)
+                committed[0] -= 1
+                try:
+                    _report_line(outcome, summary, quiet, results)
+                except OutputError:
+                    _count_unprinted(outcomes, committed[0], summary)
+                    raise
             bar.update(size or 0)  # a stop leaves lines unread: the bar still ends full (click clamps it)
     finally:
         opened.close()
         click.echo(summary.text(), err=True)
     if summary.failed:
         sys.exit(1)
+
+
+def _report_line(outcome: LineResult, summary: JournalSummary, quiet: bool, results: str) -> None:
+    """Print one line's result (or, with --quiet, the first failure on stderr)."""
+    if not quiet:
+        echo(dumps(outcome.to_dict(changed_only=results == "changed")))
+        if outcome.clamped and summary.clamped <= CLAMP_WARNINGS_MAX:
+            click.echo(clamp_warning(outcome), err=True)
+    elif not outcome.ok and summary.failed == 1:
+        click.echo(f"line {outcome.line}: error: {outcome.error.code}: {one_line(outcome.error.message)}", err=True)
+
+
+def _count_unprinted(outcomes: Iterator[LineResult], remaining: int, summary: JournalSummary) -> None:
+    """Standard output failed: count the failing line and the ``remaining`` committed results
+    of its batch (read without starting another batch), then stop applying."""
+    summary.unprinted += 1
+    for outcome in itertools.islice(outcomes, remaining):
+        summary.add(outcome)
+        summary.unprinted += 1
+    outcomes.close()
 
 
 #: Clamp warnings printed one by one; the summary counts the rest.
@@ -121,11 +143,13 @@ def demo(settings: Settings, directory: Path | None) -> None:
     echo("")
     emit_rows(rows, BALANCE_COLUMNS, "table")
     echo("")
-    echo(f"exported {report.files_written} files to {path}/analysis and {path}/manifest.json")
+    shown = one_line(path)
+    echo(f"exported {report.files_written} files to {shown}/analysis and {shown}/manifest.json")
     echo(f"verified: {verified.events} events, head seq {verified.head_seq} sha256 {verified.head_sha256}")
     prog = invoked_as()
-    echo(f"\nThe case is at {path}. Try:\n  {prog} balances {path}\n  {prog} actions {path}\n"
-         f"  {prog} sql {path} \"SELECT * FROM case_status\"\n  {prog} verify {path}")
+    shown = shlex.quote(shown)
+    echo(f"\nThe case is at {shown}. Try:\n  {prog} balances {shown}\n  {prog} actions {shown}\n"
+         f"  {prog} sql {shown} \"SELECT * FROM case_status\"\n  {prog} verify {shown}")
 
 
 def invoked_as() -> str:

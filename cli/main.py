@@ -25,8 +25,8 @@ from ._common import LedgerGroup, Settings
 
 
 @click.group(cls=LedgerGroup)
-@click.option("--config", type=click.Path(dir_okay=False), help="Budget policy TOML (default: the policy frozen in the case).")
-@click.option("--analysis-config", type=click.Path(dir_okay=False), help="Analysis TOML: units, max hypotheses, storage, limits.")
+@click.option("--config", type=click.Path(), metavar="FILE", help="Budget policy TOML (default: the policy frozen in the case).")
+@click.option("--analysis-config", type=click.Path(), metavar="FILE", help="Analysis TOML: units, max hypotheses, storage, limits.")
 @click.option("--actor", default="controller", show_default=True, help="Asserted identity recorded in every event.")
 @click.version_option(package_name="case-ledger")
 @click.pass_context

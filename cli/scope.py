@@ -18,11 +18,14 @@ def _limits(ctx: click.Context, param: click.Parameter, values: tuple[str, ...])
     for value in values:
         name, sep, number = value.partition("=")
         try:
-            limits[name.strip()] = int(number.strip(), 10)
+            amount = int(number.strip(), 10)
         except ValueError:
             raise click.BadParameter(f"{value!r} is not DIMENSION=INTEGER (e.g. units=100)") from None
         if not sep:
             raise click.BadParameter(f"{value!r} is not DIMENSION=INTEGER (e.g. units=100)")
+        if name.strip() in limits:
+            raise click.BadParameter(f"{name.strip()!r} is given twice; give each dimension once")
+        limits[name.strip()] = amount
     return limits
 
 

@@ -7,11 +7,11 @@ from typing import Any, Sequence
 
 import click
 
-from ledger import (INVALID_ARGUMENT, LedgerError, Policy, SimulationReport, example_policy, load_policy,
-                    parse_vary, plot_tradeoff, simulate, vary)
+from ledger import (LedgerError, Policy, SimulationReport, check_output_file, check_plot, example_policy,
+                    load_policy, parse_vary, plot_tradeoff, simulate, vary)
 
 from ._common import Settings, pass_settings, table_options
-from ._output import dumps, echo, emit_rows
+from ._output import dumps, echo, emit_rows, one_line
 
 FIGURE_COLUMNS = ("runs", "steps", "steps_taken", "steps_refused", "units_spent", "units_rewarded",
                   "runs_abandoned", "runs_exhausted")
@@ -19,7 +19,13 @@ FIGURE_COLUMNS = ("runs", "steps", "steps_taken", "steps_refused", "units_spent"
 
 def _base_policies(settings: Settings, specs: Sequence[str]) -> list[Policy]:
     if specs:
-        return [load_policy(spec) for spec in specs]
+        loaded = [load_policy(spec) for spec in specs]
+        names = [policy.name for policy in loaded]
+        for name in names:
+            if names.count(name) > 1:
+                raise click.BadParameter(f"two policies are named {name!r}; name them apart with NAME=FILE.toml",
+                                         param_hint="--policy")
+        return loaded
     config = settings.budget_config()
     return [Policy("config", config)] if config is not None else [example_policy()]
 
@@ -58,11 +64,11 @@ def _write_per_run(report: SimulationReport, path: str) -> None:
 
 def _report_mismatches(report: SimulationReport) -> None:
     if report.outcomes_without_journal:
-        click.echo(f"note: {len(report.outcomes_without_journal)} run(s) in --outcomes have no journal: "
-                   f"{', '.join(report.outcomes_without_journal)}", err=True)
+        click.echo(one_line(f"note: {len(report.outcomes_without_journal)} run(s) in --outcomes have no journal: "
+                            f"{', '.join(report.outcomes_without_journal)}"), err=True)
     if report.runs_without_outcome:
-        click.echo(f"note: {len(report.runs_without_outcome)} journal(s) have no outcome (counted as "
-                   f"'(no outcome)'): {', '.join(report.runs_without_outcome)}", err=True)
+        click.echo(one_line(f"note: {len(report.runs_without_outcome)} journal(s) have no outcome (counted as "
+                            f"'(no outcome)'): {', '.join(report.runs_without_outcome)}"), err=True)
 
 
 @click.command("simulate")
@@ -72,7 +78,7 @@ def _report_mismatches(report: SimulationReport) -> None:
                    "It may also set units_per_hypothesis, which replaces the journals' allocation.")
 @click.option("--vary", "vary_specs", multiple=True, metavar="KEY=V1,V2,...",
               help="Add a grid of policies derived from the first policy (repeatable: every combination).")
-@click.option("--outcomes", type=click.Path(dir_okay=False, path_type=str), metavar="CSV",
+@click.option("--outcomes", type=click.Path(path_type=str), metavar="CSV",
               help="Run outcomes: first column the run id (journal file stem), a column 'outcome'.")
 @table_options
 @click.option("--per-run", type=click.Path(dir_okay=False, path_type=str), metavar="FILE",
@@ -100,8 +106,10 @@ def simulate_command(settings: Settings, journals: tuple[str, ...], policy_specs
     policies = _base_policies(settings, policy_specs)
     if vary_specs:
         policies += _grid(policies[0], vary_specs)
-    if plot is not None and not plot.lower().endswith((".svg", ".png")):
-        raise LedgerError(INVALID_ARGUMENT, f"--plot {plot}: the file must end in .svg or .png")
+    if plot is not None:  # refused now rather than after a long run
+        check_plot(plot)
+    if per_run is not None:
+        check_output_file(per_run, "--per-run")
     report = simulate(journals, policies, outcomes, jobs=jobs, analysis=settings.analysis(), package=package)
     if fmt == "json":
         echo(dumps(report.to_dict()))

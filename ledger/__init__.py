@@ -34,7 +34,7 @@ from .router import Router
 from .paths import os_error
 from .simulation import (Policy, RunResult, SimulationReport, example_policy, load_policy, parse_vary,
                        read_outcomes, simulate, vary)
-from .simulate_plot import plot_tradeoff, tradeoff_points
+from .simulate_plot import check_output_file, check_plot, plot_tradeoff, tradeoff_points
 from .scopes import ScopeManager, ScopeResult
 from .storage import CheckpointWarning
 
@@ -46,7 +46,7 @@ __all__ = [
     "BudgetManager", "BudgetResult", "Case", "GateReading", "ScopeManager", "ScopeResult", "EvidenceResult", "EvidenceStore", "FeedbackResult", "Router", "ExportReport", "LedgerError", "LifecycleResult", "LineResult",
     "MemoryCase", "MemoryView", "Operation", "Policy", "RunResult", "SimulationReport", "VerifyReport", "apply_journal", "export_case", "export_count", "import_tree",
     "open_for_journal", "os_error", "parse_json", "read_manifest", "read_only_query", "run_demo", "verify_case",
-    "example_policy", "load_policy", "parse_vary", "plot_tradeoff", "read_outcomes", "simulate", "tradeoff_points", "vary",
+    "example_policy", "load_policy", "parse_vary", "plot_tradeoff", "check_plot", "check_output_file", "read_outcomes", "simulate", "tradeoff_points", "vary",
     "JournalSummary", "clamp_warning", "journal_first_at", "read_only_rows",
     "CheckpointWarning", "read_lines",
 ]

@@ -100,13 +100,13 @@ def pid_alive(pid: int) -> bool:
 
 
 def remove_abandoned_builds(parent: Path, prefix: str) -> None:
-    """Remove the hidden build folders ``<prefix><pid>…`` in ``parent`` whose process is gone
-    (killed mid-build): the rest of the name is ``<pid>`` or ``<pid>-<digits>``. Best effort."""
+    """Remove the hidden build folders ``<prefix>…<pid>…`` in ``parent`` whose process is gone
+    (killed mid-build): the rest of the name is ``[<anything>.]<pid>[-<digits>]``. Best effort."""
     try:
         leftovers = [p for p in parent.iterdir() if p.name.startswith(prefix)]
     except OSError:
         return
     for leftover in leftovers:
-        named = re.fullmatch(r"(\d{1,10})(?:-\d+)?", leftover.name[len(prefix):])
+        named = re.fullmatch(r"(?:.*\.)?(\d{1,10})(?:-\d+)?", leftover.name[len(prefix):], re.S)
         if named and not pid_alive(int(named.group(1))) and not leftover.is_symlink():
             shutil.rmtree(leftover, ignore_errors=True)

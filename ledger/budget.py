@@ -277,9 +277,13 @@ class BudgetManager:
         Checks every budget event of the revision: hash of its stored bytes,
         parent link, ``remaining = initial + granted - spent + rewarded >= 0``,
         ``0 <= reward < cost``, and that the ``balances`` view equals the newest
-        state. Raises ``INTEGRITY_ERROR`` naming the first bad ``seq``.
+        state. Raises ``INTEGRITY_ERROR`` naming the first bad ``seq``, and
+        ``NOT_INITIALIZED`` when the current revision has no budget yet.
         """
         revision, last_seq, accounts, ref = self._session.budget_snapshot()
+        if last_seq is None:
+            raise LedgerError(E.NOT_INITIALIZED, f"revision {revision} has no budget yet; run initialize first"
+                              if revision else "no revision is open yet; open one, then run initialize")
         return BudgetResult(
             package_path=str(self.package_path), revision=revision, seq=last_seq, event_ref=ref,
             state=_state(accounts), reused=True,

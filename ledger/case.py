@@ -30,7 +30,7 @@ from .paths import fs_path, os_error
 from .router import Router
 from .rules import lifecycle
 from .rules.common import check_action_id, check_case_id
-from .readonly import readonly_query, readonly_rows
+from .readonly import readonly_rows
 from .session import Session, check_future_at
 from .storage import CheckpointWarning, Storage, check_ledger_path, translate_sqlite_errors
 from .views import SqlView
@@ -194,7 +194,10 @@ class Case(CaseFacade):
                     yield dict(zip(names, row))
 
     def query(self, sql: str, params: Iterable[Any] | dict[str, Any] = ()) -> list[dict[str, Any]]:
-        """Rows of a read-only query as dicts, in one short read transaction."""
+        """Rows of a read-only query as dicts, in one short read transaction
+        (``INVALID_ARGUMENT`` when ``sql`` is not a str)."""
+        if not isinstance(sql, str):
+            raise LedgerError(E.INVALID_ARGUMENT, f"sql must be a str, got {type(sql).__name__}")
         with self.session.read(), translate_sqlite_errors():
             cursor = self.storage.conn.execute(sql, params)
             names = [d[0] for d in cursor.description or ()]
@@ -243,11 +246,18 @@ class Case(CaseFacade):
         return input_identity(self.path, self.exported_paths())
 
 
+#: The longest a read-only query may run: one day, in milliseconds.
+MAX_TIMEOUT_MS = 86_400_000
+
+
 @contextmanager
 def read_only_rows(path: str | os.PathLike[str], sql: str, *,
                    timeout_ms: int = 30_000) -> Iterator[tuple[list[str], Iterator[tuple]]]:
     """:func:`read_only_query` with the rows read from the cursor as consumed:
     ``with read_only_rows(path, sql) as (names, rows): …`` (same refusals)."""
+    check_int(timeout_ms, "timeout_ms", minimum=1, maximum=MAX_TIMEOUT_MS)
+    if not isinstance(sql, str):
+        raise LedgerError(E.INVALID_ARGUMENT, f"sql must be a str, got {type(sql).__name__}")
     root = fs_path(path, "case path")
     ledger = root / LEDGER_FILE
     if not ledger.is_file():
@@ -262,10 +272,8 @@ def read_only_query(path: str | os.PathLike[str], sql: str, *, timeout_ms: int =
     The connection cannot write (``mode=ro``, ``query_only``, an authorizer that
     denies ATTACH and pragmas). Raises ``LEDGER_MISSING`` when there is no case,
     ``INVALID_ARGUMENT`` for anything but a single row-returning read or a
-    query still running after ``timeout_ms``.
+    query still running after ``timeout_ms`` (an integer of milliseconds,
+    1 to 86 400 000; anything else is ``INVALID_ARGUMENT``).
     """
-    root = fs_path(path, "case path")
-    ledger = root / LEDGER_FILE
-    if not ledger.is_file():
-        Case.open(root)  # raises the LEDGER_MISSING explanation
-    return readonly_query(ledger, sql, timeout_ms=timeout_ms)
+    with read_only_rows(path, sql, timeout_ms=timeout_ms) as (names, rows):
+        return names, list(rows)

@@ -22,6 +22,7 @@ from typing import Any, Callable
 from . import errors as E
 from ._files import remove_abandoned_builds
 from ._resources import resource_dir
+from .arguments import check_callback, check_instance
 from .canonical import parse_json
 from .case import Case
 from .config import BudgetConfig
@@ -97,6 +98,8 @@ def run_demo(target: Path | None = None, echo: Callable[[str], None] = print,
     when the file system refuses; ``RuntimeError`` if the journal's outcomes
     differ from the expected ones (a defect).
     """
+    check_callback(echo, "echo")
+    check_instance(actor, str, "actor", "a str")
     example = resource_dir("examples") / "demo"
     automatic = target is None
     target = fs_path(target, "demo folder") if target is not None else default_demo_dir()
@@ -140,8 +143,9 @@ def _check_target(target: Path) -> None:
 
 
 def _remove_abandoned_builds(target: Path) -> None:
-    """Hidden build folders of demos whose process is gone (killed) are removed."""
-    remove_abandoned_builds(target.parent, f"{BUILDING_PREFIX}{target.name}.")
+    """Hidden build folders (``.ledger-demo-building-NAME.PID``) next to ``target`` whose process
+    is gone (a killed demo, into any NAME) are removed; those of running demos are kept."""
+    remove_abandoned_builds(target.parent, BUILDING_PREFIX)
 
 
 def _build(example: Path, target: Path, echo: Callable[[str], None], shown_as: Path, actor: str) -> ExportReport:

@@ -18,6 +18,7 @@ from . import errors as E
 from ._files import fsync_dir, new_file_mode, remove_empty_parents, same_bytes, write_atomic
 from ._lock import WriterLock
 from ._sql import statement
+from .arguments import check_callback, check_instance
 from .canonical import canonical_bytes
 from .case import Case
 from .manifest import manifest_for
@@ -58,6 +59,7 @@ def _stale_temp_files(root: Path) -> Iterator[Path]:
 
 def export_count(case: Case) -> int:
     """Number of files an export of ``case`` consists of (events + contents + manifest)."""
+    check_instance(case, Case, "case", "an open Case")
     with case.session.read():
         events = case.storage.conn.execute(statement("event_count")).fetchone()[0]
         contents = case.storage.conn.execute(statement("content_count")).fetchone()[0]
@@ -71,8 +73,11 @@ def export_case(case: Case, progress: Progress | None = None) -> ExportReport:
     differ; writes the manifest last. If anything fails before the manifest is
     replaced (an exception, ``KeyboardInterrupt`` included), the files this run
     created are removed again, so the tree is as it was. Raises
-    ``STORAGE_ERROR`` if the folder cannot be written.
+    ``STORAGE_ERROR`` if the folder cannot be written; ``INVALID_ARGUMENT`` when ``case``
+    is not a :class:`Case` or ``progress`` is neither None nor a function of the files done.
     """
+    check_instance(case, Case, "case", "an open Case")
+    check_callback(progress, "progress")
     root = case.path
     # one export at a time per package: a concurrent one would see our temp files as stale
     lock = WriterLock(root / (LEDGER_FILE + "-export-lock"))

@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 from . import errors as E
 from ._files import fsync_dir, remove_abandoned_builds
+from .arguments import check_callback
 from .case import Case
 from .config import AnalysisConfig
 from .errors import LedgerError
@@ -219,6 +220,7 @@ def import_tree(source: str | os.PathLike[str], to: str | os.PathLike[str] | Non
     """
     src = fs_path(source, "import source")
     dest = fs_path(to, "import target") if to is not None else src
+    check_callback(progress, "progress")
     in_place = _check_target(src, dest)
     manifest = read_manifest(src)
     if manifest is None:

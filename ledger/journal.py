@@ -21,10 +21,12 @@ from typing import Any, BinaryIO, Callable, Iterable, Iterator
 
 from . import errors as E
 from .budget import BudgetManager
+from .arguments import check_callback, check_flag, check_instance, check_iterable
 from .canonical import parse_json
 from .case import Case
 from .clock import describe_micros, microseconds_between, parse_at
 from .errors import LedgerError
+from .facade import CaseFacade
 from .operations import OPERATIONS as REGISTRY
 from .operations import operation
 
@@ -80,9 +82,17 @@ def read_lines(stream: BinaryIO, on_bytes: Callable[[int], None] | None = None) 
     A line longer than ``LINE_BYTES_MAX`` is read no further than one byte past the limit
     (:func:`parse_line` refuses it with ``LIMIT_REACHED``) and the rest of it is skipped, so
     it still counts as one line. ``on_bytes`` is called with the bytes consumed (progress).
+    ``INVALID_ARGUMENT`` when ``stream`` is not a binary file object (open it with ``"rb"``).
     """
+    if not callable(getattr(stream, "readline", None)):
+        raise LedgerError(E.INVALID_ARGUMENT, f"stream must be a binary file object (open(path, 'rb')), "
+                          f"got {type(stream).__name__}")
+    check_callback(on_bytes, "on_bytes")
     while True:
         line = stream.readline(LINE_BYTES_MAX + 1)
+        if not isinstance(line, bytes):
+            raise LedgerError(E.INVALID_ARGUMENT, "stream must be opened in binary mode (open(path, 'rb')), "
+                              f"it gave {type(line).__name__}")
         if not line:
             return
         consumed = len(line)
@@ -161,7 +171,8 @@ def call_operation(case: Case, budget: BudgetManager, line: dict[str, Any]) -> A
 
 
 def apply_journal(case: Case, lines: Iterable[str | bytes], *, budget: BudgetManager | None = None,
-                  keep_going: bool = False, batch_size: int = 1) -> Iterator[LineResult]:
+                  keep_going: bool = False, batch_size: int = 1,
+                  on_commit: Callable[[int], None] | None = None) -> Iterator[LineResult]:
     """Apply journal ``lines`` to ``case``, yielding one :class:`LineResult` per non-blank line.
 
     ``budget`` defaults to ``case.budget()`` (the frozen policy). Stops after the
@@ -170,8 +181,15 @@ def apply_journal(case: Case, lines: Iterable[str | bytes], *, budget: BudgetMan
     (group commit, :meth:`Case.batch`); ``lines`` is read as the batches need it
     (:func:`read_lines` streams a file); each
     line still succeeds or fails alone, and results are yielded only after their
-    batch committed, so every yielded result is durable.
+    batch committed, so every yielded result is durable. ``on_commit(n)``, if
+    given, is called after each batch committed, before its ``n`` results are
+    yielded (a caller that stops early knows how many committed results remain).
     """
+    check_instance(case, CaseFacade, "case", "an open Case")
+    check_iterable(lines, "lines", "an iterable of journal lines (str or bytes each), e.g. a list or read_lines(file)")
+    check_instance(budget, (BudgetManager, type(None)), "budget", "a BudgetManager or None")
+    check_flag(keep_going, "keep_going")
+    check_callback(on_commit, "on_commit")
     budget = budget or case.budget()
     if type(batch_size) is not int or batch_size < 1:
         raise LedgerError(E.INVALID_ARGUMENT, f"batch_size must be an integer >= 1, got {batch_size!r}")
@@ -198,6 +216,7 @@ def apply_journal(case: Case, lines: Iterable[str | bytes], *, budget: BudgetMan
 
     pending_bytes = 0
     for number, text in enumerate(lines, start=1):
+        text = without_bom(text) if number == 1 else text
         if isinstance(text, (str, bytes)) and not text.strip():
             continue
         pending.append((number, text))
@@ -205,12 +224,18 @@ def apply_journal(case: Case, lines: Iterable[str | bytes], *, budget: BudgetMan
         # a batch ends at batch_size lines or BATCH_BYTES_MAX bytes: memory stays bounded by the
         # batch in hand, whatever the journal's length (a smaller batch gives the same results)
         if len(pending) >= batch_size or pending_bytes >= BATCH_BYTES_MAX:
-            yield from run_batch(pending)
+            yield from _committed(run_batch(pending), on_commit)
             pending, pending_bytes = [], 0
             if stopped:
                 return
     if pending:
-        yield from run_batch(pending)
+        yield from _committed(run_batch(pending), on_commit)
+
+
+def _committed(results: list[LineResult], on_commit: Callable[[int], None] | None) -> list[LineResult]:
+    if on_commit is not None:
+        on_commit(len(results))
+    return results
 
 
 def open_for_journal(path: str, *, create_case_id: str | None = None, at: str | None = None,
@@ -242,7 +267,9 @@ def first_at(lines: Iterable[str | bytes]) -> str | None:
     """The first valid ``"at"`` of a journal (normalized), or None: the time ``apply --create``
     gives the case it creates, so the journal's own times are kept. Unreadable lines are skipped
     here (applying them reports them)."""
-    for text in lines:
+    check_iterable(lines, "lines", "an iterable of journal lines (str or bytes each)")
+    for number, text in enumerate(lines):
+        text = without_bom(text) if number == 0 else text
         if not isinstance(text, (str, bytes)) or not text.strip() or b'"at"' not in _as_bytes(text):
             continue
         try:
@@ -254,6 +281,16 @@ def first_at(lines: Iterable[str | bytes]) -> str | None:
     return None
 
 
+def without_bom(text: Any) -> Any:
+    """``text`` without a leading UTF-8 byte order mark (some editors start files with one);
+    used on a journal's first line only."""
+    if isinstance(text, bytes) and text.startswith(b"\xef\xbb\xbf"):
+        return text[3:]
+    if isinstance(text, str) and text.startswith("\ufeff"):
+        return text[1:]
+    return text
+
+
 def _as_bytes(text: str | bytes) -> bytes:
     return text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
 
@@ -262,7 +299,8 @@ def _as_bytes(text: str | bytes) -> bytes:
 class JournalSummary:
     """Counts of an applied journal: lines ``ok`` (of which ``reused``), ``failed``, ``clamped``
     (lines whose ``at`` was raised to the previous event's time, by ``clamped_micros_max`` at most
-    and ``clamped_micros_total`` in all) and the ``elapsed_s`` seconds since it was made."""
+    and ``clamped_micros_total`` in all) and the ``elapsed_s`` seconds since it was made.
+    ``unprinted``: committed lines whose result line the caller could not print (its output failed)."""
 
     ok: int = 0
     failed: int = 0
@@ -270,6 +308,7 @@ class JournalSummary:
     clamped: int = 0
     clamped_micros_max: int = 0
     clamped_micros_total: int = 0
+    unprinted: int = 0
     started: float = field(default_factory=time.monotonic, repr=False)
 
     def add(self, result: LineResult) -> None:
@@ -299,8 +338,10 @@ class JournalSummary:
         clamped = (f"{self.clamped} time(s) raised to the previous event's time (by up to "
                    f"{describe_micros(self.clamped_micros_max)}, {describe_micros(self.clamped_micros_total)} in all)"
                    if self.clamped else "no time raised")
+        unprinted = (f", {self.unprinted} of them not printed (standard output failed; no further line "
+                     "was applied)" if self.unprinted else "")
         return (f"applied: {self.ok} ok ({self.reused} reused), {self.failed} failed, {clamped}, "
-                f"{self.elapsed_s:.2f} s")
+                f"{self.elapsed_s:.2f} s{unprinted}")
 
 
 def clamp_warning(result: LineResult) -> str:

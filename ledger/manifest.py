@@ -17,6 +17,7 @@ from .canonical import canonical_bytes, parse_json
 from .errors import LedgerError
 from .errors import integrity_error as _bad
 from .package import MANIFEST_FILE, event_path
+from .paths import fs_path
 from .schemas import validator
 
 MANIFEST_FORMAT = "case-manifest-v1"
@@ -65,8 +66,9 @@ def check_manifest(manifest: Mapping[str, Any], conn: sqlite3.Connection, ledger
 
 
 def read_manifest(root: Path) -> dict[str, Any] | None:
-    """``manifest.json`` parsed and schema-checked, or None when absent."""
-    path = root / MANIFEST_FILE
+    """``manifest.json`` of the package folder ``root`` parsed and schema-checked, or None when
+    absent (``INVALID_ARGUMENT`` when ``root`` is not a path)."""
+    path = fs_path(root, "package folder") / MANIFEST_FILE
     if not path.exists() and not path.is_symlink():
         return None
     if path.is_symlink() or not path.is_file():

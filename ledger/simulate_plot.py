@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from . import errors as E
+from .arguments import check_instance, check_iterable
 from .errors import LedgerError
+from .paths import fs_path
 
 PLOT_SUFFIXES = (".svg", ".png")
 
@@ -23,8 +25,11 @@ def tradeoff_points(policies: Sequence[Mapping[str, Any]], good: str = "resolved
     or exhausted, among the runs whose outcome is ``good`` (all runs when the report
     has no such outcome). A policy without steps or runs scores 0.
     """
+    check_iterable(policies, "policies", "the policies of a simulation report (a list of dicts)")
+    check_instance(good, str, "good", "an outcome name (str)")
     points = []
     for row in policies:
+        check_instance(row, Mapping, "each policy", "a dict of a simulation report")
         group = row.get("by_outcome", {}).get(good, row)
         stopped = group["runs_abandoned"] + group["runs_exhausted"]
         points.append((row["name"], 100 * row["steps_refused"] / row["steps"] if row["steps"] else 0.0,
@@ -39,6 +44,30 @@ def _pyplot() -> Any:
         raise LedgerError(E.INVALID_ARGUMENT, "--plot needs matplotlib: pip install 'case-ledger[plot]'") from None
     matplotlib.use("Agg")
     return importlib.import_module("matplotlib.pyplot")
+
+
+def check_output_file(path: str | os.PathLike[str], option: str) -> Path:
+    """Refuse, before any work, an output file that cannot be written: its folder missing or not
+    writable, or the path a folder or a read-only file (``INVALID_ARGUMENT`` naming ``option``)."""
+    target = fs_path(path, option)
+    folder = target.parent if str(target.parent) else Path(".")
+    if target.is_dir():
+        raise LedgerError(E.INVALID_ARGUMENT, f"{option} {target}: is a folder; give a file name")
+    if not folder.is_dir():
+        raise LedgerError(E.INVALID_ARGUMENT, f"{option} {target}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        raise LedgerError(E.INVALID_ARGUMENT, f"{option} {target}: cannot write there (permission denied)")
+    return target
+
+
+def check_plot(path: str | os.PathLike[str]) -> Path:
+    """What :func:`plot_tradeoff` would refuse, checked before a simulation runs: the suffix
+    (``.svg``/``.png``), matplotlib being installed, and a writable target (``INVALID_ARGUMENT``)."""
+    target = check_output_file(path, "--plot")
+    if target.suffix.lower() not in PLOT_SUFFIXES:
+        raise LedgerError(E.INVALID_ARGUMENT, f"--plot {target}: the file must end in .svg or .png")
+    _pyplot()
+    return target
 
 
 def plot_tradeoff(policies: Sequence[Mapping[str, Any]], path: str | os.PathLike[str], *, base: str | None = None,

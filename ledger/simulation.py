@@ -33,11 +33,13 @@ from typing import Any, Iterable, Mapping, Sequence
 from . import errors as E
 from ._resources import resource_dir
 from .config import DEFAULT_POLICY, AnalysisConfig, BudgetConfig, _read_toml
+from .arguments import check_instance, check_iterable, check_text_mapping, path_list
 from .errors import LedgerError
 from .budget import BudgetManager
 from .clock import utc_now
-from .journal import call_operation, parse_line
+from .journal import call_operation, parse_line, without_bom
 from .memory import MemoryCase
+from .paths import fs_path
 from .session import Ran
 from .rules.common import STATUS_ABANDONED, STATUS_EXHAUSTED, TERMINAL_STATUSES
 
@@ -85,7 +87,8 @@ def policy_from_mapping(name: str, data: Mapping[str, Any]) -> Policy:
 def load_policy(spec: str | os.PathLike[str]) -> Policy:
     """``[NAME=]FILE.toml`` → a :class:`Policy` named ``NAME`` (default: the file's stem).
     Raises ``CONFIG_INVALID`` for an unreadable or invalid file."""
-    text = os.fspath(spec)
+    text = os.fspath(fs_path(spec, "policy")) if not isinstance(spec, str) else spec
+    fs_path(text, "policy")
     name, _, path = text.partition("=") if "=" in text and not Path(text).exists() else ("", "", text)
     return policy_from_mapping(name or Path(path).stem, _read_toml(path))
 
@@ -116,6 +119,7 @@ def _with_value(settings: dict[str, Any], key: str, value: int) -> dict[str, Any
 
 def parse_vary(spec: str) -> tuple[str, list[int]]:
     """``KEY=V1,V2,…`` → ``(key, [values])``; ``INVALID_ARGUMENT`` unless every value is an integer."""
+    check_instance(spec, str, "the --vary spec", "a str like KEY=V1,V2")
     key, eq, values = spec.partition("=")
     if not eq or not key or not values:
         raise LedgerError(E.INVALID_ARGUMENT, f"--vary {spec!r}: expected KEY=V1,V2,…", key=key)
@@ -132,9 +136,20 @@ def vary(base: Policy, grid: Sequence[tuple[str, Sequence[int]]]) -> list[Policy
     """Every combination of the ``(key, values)`` of ``grid`` applied to ``base`` (the first key
     varies slowest), each named ``key=value`` (joined by spaces for several keys).
 
-    Raises ``INVALID_ARGUMENT`` for an unknown key and ``CONFIG_INVALID`` (naming the
-    key and value) for a value the policy refuses.
+    Raises ``INVALID_ARGUMENT`` for an unknown key or a key given twice, and
+    ``CONFIG_INVALID`` (naming the key and value) for a value the policy refuses.
     """
+    check_instance(base, Policy, "base", "a Policy")
+    grid = list(check_iterable(grid, "grid", "a list of (key, values) pairs"))
+    for pair in grid:
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2 or not isinstance(pair[0], str):
+            raise LedgerError(E.INVALID_ARGUMENT, f"grid must be a list of (key, values) pairs, got {pair!r}")
+        check_iterable(pair[1], f"the values of {pair[0]}", "a list of integers")
+    keys = [key for key, _ in grid]
+    for key in keys:
+        if keys.count(key) > 1:
+            raise LedgerError(E.INVALID_ARGUMENT, f"--vary {key} is given twice; give each key once, with all "
+                              f"its values (KEY=V1,V2,…)", key=key)
     policies = []
     for combination in itertools.product(*[[(key, v) for v in values] for key, values in grid]):
         settings = base.settings()
@@ -153,6 +168,9 @@ def read_outcomes(path: str | os.PathLike[str]) -> dict[str, str]:
 
     ``INVALID_ARGUMENT`` for a missing or unreadable file, no ``outcome`` column or a run listed twice.
     """
+    path = fs_path(path, "outcomes file")
+    if path.exists() and not path.is_file():  # a fifo would block, a folder cannot be read
+        raise LedgerError(E.INVALID_ARGUMENT, f"outcomes file {path}: not a regular file")
     try:
         with open(path, newline="", encoding="utf-8") as handle:
             rows = list(csv.reader(handle))
@@ -237,7 +255,7 @@ def parse_journal(path: Path) -> list[tuple[int, dict[str, Any]]]:
     except OSError as exc:
         raise LedgerError(E.INVALID_ARGUMENT, f"{path}: cannot read: {exc.strerror or exc}", file=str(path)) from None
     parsed = []
-    for number, text in enumerate(data.split(b"\n"), start=1):
+    for number, text in enumerate(without_bom(data).split(b"\n"), start=1):
         if not text.strip():
             continue
         try:
@@ -388,13 +406,23 @@ def summarize(policies: Sequence[Policy], runs: Sequence[RunResult], outcomes: M
     return list(table.values())
 
 
+def _policy_list(policies: Any) -> list[Any] | None:
+    """``policies`` of :func:`simulate` as a list (one Policy or path becomes a list of one)."""
+    if policies is None or isinstance(policies, (Policy, str, os.PathLike)):
+        return None if policies is None else [policies]
+    items = list(check_iterable(policies, "policies", "a list of Policy objects or [NAME=]FILE.toml paths"))
+    for item in items:
+        check_instance(item, (Policy, str, os.PathLike), "each policy", "a Policy or a [NAME=]FILE.toml path")
+    return items
+
+
 def simulate(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Policy | str | os.PathLike[str]] | None = None,
              outcomes: Mapping[str, str] | str | os.PathLike[str] | None = None, *, jobs: int = 1,
              analysis: AnalysisConfig | None = None, package: str | os.PathLike[str] | None = None) -> SimulationReport:
     """Replay every journal under every policy in memory and report the figures per policy.
 
     ``journals``: journal files and folders (a folder: every ``*.jsonl`` in it,
-    sorted by name); the run id is the file's stem. ``policies``: :class:`Policy`
+    sorted by name), or a single ``str``/path-like naming one of them; the run id is the file's stem. ``policies``: :class:`Policy`
     objects or ``[NAME=]FILE.toml`` strings (default: the example policy; policy
     names must differ). ``outcomes``: run id → outcome, or the path of a CSV
     (first column the run id, a column ``outcome``). ``jobs``: worker processes
@@ -408,6 +436,13 @@ def simulate(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Poli
     ``CONFIG_INVALID`` for a bad policy file. A malformed journal line does not
     raise: that run's results carry the ``error``.
     """
+    journals = path_list(journals, "journals")
+    policies = _policy_list(policies)
+    check_instance(analysis, (AnalysisConfig, type(None)), "analysis", "an AnalysisConfig or None")
+    if package is not None:
+        fs_path(package, "package")
+    if outcomes is not None and not isinstance(outcomes, (str, os.PathLike)):
+        check_text_mapping(outcomes, "outcomes")
     chosen = [p if isinstance(p, Policy) else load_policy(p) for p in (policies or [example_policy()])]
     names = [p.name for p in chosen]
     if len(set(names)) != len(names):

@@ -23,9 +23,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 from urllib.parse import quote
 
-
 from . import errors as E
-from ._sql import foreign_write_blockers, migration_record_problem, migrations, queries, schema_object, schema_version, shipped_schema, statement
+from ._sql import foreign_write_blockers, migration_record_problem, migrations, queries, schema_object, schema_version, statement
 from .canonical import ZERO_SHA256
 from .clock import utc_now
 from .errors import LedgerError
@@ -73,6 +72,8 @@ def translate_sqlite_errors() -> Iterator[None]:
     except sqlite3.ProgrammingError as exc:
         if "closed database" in str(exc):
             raise LedgerError(E.INVALID_ARGUMENT, "this case was closed; open it again to use it") from None
+        if "binding" in str(exc).lower() or "parameters" in str(exc):  # Case.query's caller gave wrong params
+            raise LedgerError(E.INVALID_ARGUMENT, f"query parameters do not fit the statement: {exc}") from None
         raise
     except sqlite3.DatabaseError as exc:  # IntegrityError (triggers), corrupt files, …
         raise LedgerError(E.INTEGRITY_ERROR, f"SQLite refused: {exc}") from None

@@ -22,6 +22,7 @@ from typing import Any, Callable
 from . import errors as E
 from ._files import same_bytes
 from ._sql import migration_record_problem, schema_version, shipped_schema, statement
+from .arguments import check_callback
 from .canonical import sha256_hex
 from .case import Case
 from .errors import LedgerError
@@ -116,6 +117,7 @@ def verify_case(path: str | os.PathLike[str], progress: Progress | None = None) 
     (a truncated or rolled-back ledger fails). Writes nothing in the package.
     """
     root = fs_path(path, "case path")
+    check_callback(progress, "progress")
     ledger = root / LEDGER_FILE
     refuse_own_links(root)
     if not ledger.is_file():

@@ -508,7 +508,7 @@ def test_issue_example_peak_memory_of_apply_does_not_grow_with_the_journal(tmp_p
     line = b'{"op": "snapshot", "at": "2020-01-01T00:00:00Z"}\n'
     small = write_journal(tmp_path / "small.jsonl", failing, line, 0)
     large = write_journal(tmp_path / "large.jsonl", failing, line, 120 * 1024 * 1024)
-    spaces = write_journal(tmp_path / "spaces.jsonl", '{"op": "snapshot"}', b" " * 1023 + b"\n", 120 * 1024 * 1024)
+    spaces = write_journal(tmp_path / "spaces.jsonl", '{"op": "initialize"}', b" " * 1023 + b"\n", 120 * 1024 * 1024)
     long_line = write_journal(tmp_path / "long.jsonl", failing, b"x" * 1024, 120 * 1024 * 1024)
     try:
         base = peak_rss_kib("apply", str(tmp_path / "c"), str(small))
@@ -536,7 +536,7 @@ def test_read_lines_streams_and_counts_an_over_long_line_once(monkeypatch):
 def test_a_long_first_line_fails_alone_and_stops_the_run(package, tmp_path):
     start_case(package).close()
     journal = tmp_path / "j.jsonl"
-    journal.write_bytes(b"x" * (5 * 1024 * 1024) + b"\n" + b'{"op": "snapshot"}\n')
+    journal.write_bytes(b"x" * (5 * 1024 * 1024) + b"\n" + b'{"op": "initialize"}\n')
     done = run_cli("apply", str(package), str(journal))
     lines = [json.loads(x) for x in done.stdout.splitlines()]
     assert [(x["line"], x["ok"]) for x in lines] == [(1, False)]

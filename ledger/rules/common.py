@@ -13,6 +13,7 @@ Integers only: no float touches a unit, score or ratio.
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol
 
@@ -198,8 +199,20 @@ def check_case_id(value: Any) -> str:
     return check_action_id(value, "case_id")
 
 
+#: Unicode categories that show nothing: spaces (Zs), controls (Cc) and format characters (Cf,
+#: e.g. the zero-width space U+200B); a text made only of these (or whitespace) is blank.
+_INVISIBLE_CATEGORIES = frozenset({"Zs", "Cc", "Cf"})
+
+
+def is_blank(text: str) -> bool:
+    """True when ``text`` shows nothing: only whitespace, spaces, controls or format characters."""
+    return all(ch.isspace() or unicodedata.category(ch) in _INVISIBLE_CATEGORIES for ch in text)
+
+
 def check_reason(value: Any) -> str:
-    if value is None or (isinstance(value, str) and not value.strip()):
+    """A reason: a non-blank string (:func:`is_blank`; ``REASON_REQUIRED`` otherwise) of at most
+    ``REASON_CHARS_MAX`` characters without NUL or lone surrogates (``INVALID_ARGUMENT``)."""
+    if value is None or (isinstance(value, str) and is_blank(value)):
         raise LedgerError(E.REASON_REQUIRED, "a non-blank reason is required")
     if not isinstance(value, str):
         raise LedgerError(E.INVALID_ARGUMENT, f"reason must be a string, got {describe_value(value)}")

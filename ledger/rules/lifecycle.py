@@ -8,7 +8,7 @@ from typing import Any, Mapping
 from .. import errors as E
 from ..canonical import canonical_sha256, check_int
 from ..errors import LedgerError
-from .common import (CASE_STATES, CREATED, EVALUATING, GENERATING, OPEN_REVISION_FROM, STATEMENT_CHARS_MAX, TRANSITIONS,
+from .common import (is_blank, CASE_STATES, CREATED, EVALUATING, GENERATING, OPEN_REVISION_FROM, STATEMENT_CHARS_MAX, TRANSITIONS,
                      Context, Draft,
                      LedgerView, Reused, check_case_id, check_text, require_case)
 
@@ -38,7 +38,7 @@ def shape_open_revision(hypotheses: Any, units_per_hypothesis: Any, *,
                 E.INVALID_ARGUMENT, f"hypothesis {index} must be an object with exactly the key 'statement'"
             )
         statement = item["statement"]
-        if not isinstance(statement, str) or not statement.strip():
+        if not isinstance(statement, str) or is_blank(statement):
             raise LedgerError(E.INVALID_ARGUMENT, f"hypothesis {index}: statement must be a non-blank string")
         if len(statement) > STATEMENT_CHARS_MAX:
             raise LedgerError(

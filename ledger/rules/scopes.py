@@ -26,7 +26,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Mapping
 
 from .. import errors as E
-from ..canonical import canonical_sha256, check_int
+from ..canonical import SAFE_INTEGER_MAX, canonical_sha256, check_int
 from ..config import BudgetConfig
 from ..errors import LedgerError
 from .common import (TERMINAL_STATUSES, Context, Draft, LedgerView, Outcome, Reused, check_action_id, check_reason,
@@ -158,6 +158,16 @@ def consumption(view: LedgerView, info: Mapping[str, Any], at: str) -> dict[str,
     }
 
 
+def within_safe_range(amount: int, scope: str, dimension: str) -> int:
+    """``amount`` (a derived consumption) if exact JSON can carry it, else ``LIMIT_REACHED`` naming the
+    scope and dimension: ledger numbers stop at ±(2**53 − 1), and a sum of large accounts may not."""
+    if abs(amount) > SAFE_INTEGER_MAX:
+        raise LedgerError(E.LIMIT_REACHED, f"{dimension} consumed in scope {scope} would be {amount}, beyond the "
+                          f"largest number the ledger records ({SAFE_INTEGER_MAX}); nothing was written",
+                          scope=scope, dimension=dimension)
+    return amount
+
+
 def establishment_row(body: Mapping[str, Any]) -> dict[str, Any]:
     """The ``scope_establishments`` row (and a view's :meth:`scope` answer, less ``limits``) of a
     ``scope.established`` event body."""
@@ -213,7 +223,7 @@ def enforce(view: LedgerView, revision: int, hypothesis_id: str, cost: int, at: 
         after = {**used, "units": used["units"] + cost, "actions": used["actions"] + 1}
         for order, dimension in enumerate(DIMENSIONS):
             declared = info["limits"].get(dimension)
-            if declared is not None and after[dimension] > declared:
+            if declared is not None and within_safe_range(after[dimension], name, dimension) > declared:
                 remaining = max(0, declared - used[dimension])
                 found.append((remaining, depth, order, Exceeded(name, dimension, declared, after[dimension], remaining,
                                                                 info["on_exhausted"], info["seq"])))
@@ -267,6 +277,8 @@ def approaching(view: LedgerView, request: Mapping[str, Any], at: str,
         for dimension in DIMENSIONS:
             declared = info["limits"].get(dimension)
             consumed = used[dimension] + added.get(dimension, 0)
+            if declared is not None:
+                within_safe_range(consumed, info["scope"], dimension)
             if (declared is None or dimension in warned or consumed <= 0
                     or consumed * BPS < info["warning_bps"] * declared):
                 continue
@@ -402,8 +414,9 @@ def scarcity(lowest_pct: int, policy: BudgetConfig) -> int:
 
 
 def resource_cost(cost: int, scarcity_bps: int) -> int:
-    """``ceil(cost * scarcity_bps / 10000)`` in integers."""
-    return -(-cost * scarcity_bps // BPS)
+    """``ceil(cost * scarcity_bps / 10000)`` in integers, at most 2**53 − 1 (the advisory price of a
+    huge cost is clamped there, so it stays an exact JSON number; the debited cost is ``cost``)."""
+    return min(-(-cost * scarcity_bps // BPS), SAFE_INTEGER_MAX)
 
 
 def _gate_prelude(view: LedgerView, hypothesis_id: str) -> tuple[int, dict[str, Any], BudgetConfig]:
