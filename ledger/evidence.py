@@ -85,13 +85,17 @@ class FeedbackResult:
 
 
 class EvidenceStore:
-    """Evidence operations on one case; ``router`` defaults to the reference :class:`Router`
-    over the case package (its replies carry the case's generation and input identity)."""
+    """Evidence operations on one case; ``router`` (used by :meth:`query` only) defaults to the
+    reference :class:`Router` over the case package (its replies carry the case's generation and
+    input identity). Storing always recomputes with the reference router, whatever ``router`` is:
+    a custom router can propose replies but cannot make the store accept what the reference
+    router would not return."""
 
     def __init__(self, case: CaseLike, router: Router | None = None) -> None:
         self.case = case
         self._session: Session = case.session
-        self.router = router or Router(case.path, generation=self._generation, identity=case.input_identity)
+        self.reference = Router(case.path, generation=self._generation, identity=case.input_identity)
+        self.router = router or self.reference
 
     def _generation(self) -> int:
         with self._session.read() as view:
@@ -127,7 +131,7 @@ class EvidenceStore:
         if found is not None and found[1] == canonical_sha256(shaped):
             inputs: dict[str, Any] = {"recomputed": [], "input_identity": None}  # an identical replay
         else:
-            inputs = {"recomputed": [self.router.result(a) for a in request["actions"]],
+            inputs = {"recomputed": [self.reference.result(a) for a in request["actions"]],
                       "input_identity": self.case.input_identity()}
         ran = self._session.run("store_tool_results", shaped, at=at, inputs=inputs)
         return self._result(ran, iteration_id)

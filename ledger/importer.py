@@ -26,7 +26,7 @@ from .errors import integrity_error as _bad
 from .export import export_case
 from .manifest import check_manifest, read_manifest
 from .package import (EVENT_FILE_RE, EVIDENCE_EVENT_FILE_RE, LEDGER_FILE, check_export_tree, content_path, event_path, is_ledger_own,
-                      printable_name, walk_package)
+                      input_identity, printable_name, walk_package)
 from .paths import fs_path
 from .replay import PackageSource, Replayer
 from .storage import EventRow, HelperRow, Storage
@@ -146,7 +146,7 @@ def _rebuild(building: Path, build_dir: Path, files: dict[str, Path], manifest: 
     try:
         with storage.write():
             storage.apply_migrations()
-            replayer = Replayer(PackageSource(build_dir, content_of), sink)
+            replayer = Replayer(PackageSource(build_dir, content_of, lambda: input_identity(build_dir, set())), sink)
             _replay_tree(replayer, files, head_seq, accounted, progress)
             check_manifest(manifest, storage.conn, head_seq)
             check_export_tree(files, accounted)

@@ -93,6 +93,20 @@ def line_item(path: str, number: int, raw: bytes) -> dict[str, Any]:
             "text": raw.decode("utf-8", errors="replace")}
 
 
+def confined(relative: Any, top: str) -> str:
+    """``relative`` when it is a normalized relative path under ``top/`` (``ROUTER_REFUSED``
+    otherwise); a check of the text alone, the file system is not consulted."""
+    if not isinstance(relative, str) or not relative or len(relative) > 1024:
+        raise _refuse(f"path must be a non-empty string, got {str(relative)[:80]!r}")
+    pure = PurePosixPath(relative)
+    if (pure.is_absolute() or "\\" in relative or "\x00" in relative or str(pure) != relative
+            or any(part in ("..", ".", "") for part in relative.split("/"))):
+        raise _refuse(f"{relative!r} is not a normalized relative path", path=relative)
+    if len(pure.parts) < 2 or pure.parts[0] != top:
+        raise _refuse(f"{relative!r} is outside {top}/", path=relative)
+    return relative
+
+
 class Router:
     """The reference router over the package at ``root``.
 
@@ -130,14 +144,7 @@ class Router:
     # -- paths ------------------------------------------------------------------------
     def _resolve(self, relative: Any, top: str) -> tuple[str, Path]:
         """``(relative, real path)`` of a regular file under ``top`` (``ROUTER_REFUSED`` otherwise)."""
-        if not isinstance(relative, str) or not relative or len(relative) > 1024:
-            raise _refuse(f"path must be a non-empty string, got {str(relative)[:80]!r}")
-        pure = PurePosixPath(relative)
-        if (pure.is_absolute() or "\\" in relative or "\x00" in relative or str(pure) != relative
-                or any(part in ("..", ".", "") for part in relative.split("/"))):
-            raise _refuse(f"{relative!r} is not a normalized relative path", path=relative)
-        if len(pure.parts) < 2 or pure.parts[0] != top:
-            raise _refuse(f"{relative!r} is outside {top}/", path=relative)
+        confined(relative, top)
         real = os.path.realpath(os.path.join(self._real_root, relative))
         allowed = os.path.join(self._real_root, top) + os.sep
         if not real.startswith(allowed):

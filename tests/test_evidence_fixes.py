@@ -1,0 +1,126 @@
+"""Regression tests for break-it findings in the evidence store (one test or more per finding)."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from ledger import Case, LedgerError, export_case, import_tree, verify_case
+from ledger.errors import INTEGRITY_ERROR, REPLY_MISMATCH, ROUTER_REFUSED
+from ledger.router import Router
+from ledger.rules import evidence as rules
+
+from test_evidence import APP, case, read  # noqa: F401  (the fixture is used by name)
+
+
+def forge(case: Case, iteration: str, action: dict, result: dict) -> None:
+    """What a forger with write access gets into the ledger: a batch whose stored result the
+    reference router never produced (the store's own recomputation is bypassed)."""
+    case.budget().reserve(action["hypothesis_id"], action["action_id"], action["tool"])
+    with case.session.read() as view:
+        generation = view.head()[0]
+    reply = {"package_generation": generation, "input_identity": case.input_identity(), "results": [result]}
+    shaped = rules.shape_store(iteration, {"actions": [action]}, reply)
+    case.session.run("store_tool_results", shaped,
+                     inputs={"recomputed": [result], "input_identity": case.input_identity()})
+
+
+def line(path: str, number: int, text: str) -> dict:
+    return {"kind": "source_line", "path": path, "line": number,
+            "sha256": hashlib.sha256(text.encode()).hexdigest(), "text": text}
+
+
+def passwd_result(op: str) -> dict:
+    return {"operation_id": op, "tool": "source.read_context", "status": "ok",
+            "items": [line("/etc/passwd", 1, "root:x:0:0:root:/root:/bin/bash")],
+            "coverage": {"path": "/etc/passwd", "start_line": 1, "end_line": 1, "file_lines": 1},
+            "truncated": False, "sources": [["/etc/passwd", "0" * 64]]}
+
+
+class Forging(Router):
+    """A custom router that answers what it likes."""
+
+    def result(self, action):
+        return passwd_result(action["operation_id"])
+
+
+# --- finding 1: a stored result the reference router refuses or does not return -------------------
+def test_store_checks_a_custom_routers_reply_with_the_reference_router(case):
+    action = read("op-1", "H1", "q1", 1, 1, "/etc/passwd")
+    case.budget().reserve("H1", "q1", "source.read_context")
+    store = case.evidence(Forging(case.path, generation=lambda: case.query("SELECT MAX(seq) AS s FROM events")[0]["s"],
+                                  identity=case.input_identity))
+    reply = store.query("i1", {"actions": [action]}).reply
+    assert reply["results"][0]["items"][0]["path"] == "/etc/passwd"
+    with pytest.raises(LedgerError) as caught:
+        store.store_tool_results("i1", {"actions": [action]}, reply)
+    assert caught.value.code == ROUTER_REFUSED
+    # a plausible action, a forged line: the reference recomputation differs
+    good = read("op-2", "H1", "q1", 2, 2)
+    forged = case.evidence().query("i2", {"actions": [good]}).reply
+    forged["results"][0]["items"][0] = line(APP, 2, "    return a + b")
+    with pytest.raises(LedgerError) as caught:
+        store.store_tool_results("i2", {"actions": [good]}, forged)
+    assert caught.value.code == REPLY_MISMATCH
+    assert case.query("SELECT COUNT(*) AS n FROM evidence_records")[0]["n"] == 0
+
+
+def test_verify_and_import_refuse_a_stored_action_the_reference_router_refuses(case, tmp_path):
+    forge(case, "i1", read("op-1", "H1", "q1", 1, 1, "/etc/passwd"), passwd_result("op-1"))
+    with pytest.raises(LedgerError) as caught:
+        verify_case(case.path)
+    assert caught.value.code == INTEGRITY_ERROR and "refuses" in caught.value.message
+    export_case(case)
+    with pytest.raises(LedgerError) as caught:
+        import_tree(case.path, tmp_path / "copy")
+    assert caught.value.code == INTEGRITY_ERROR and "refuses" in caught.value.message
+
+
+def changed_line_result(op: str) -> dict:
+    return {"operation_id": op, "tool": "source.read_context", "status": "ok",
+            "items": [line(APP, 2, "    return a + b")],
+            "coverage": {"path": APP, "start_line": 2, "end_line": 2, "file_lines": 4},
+            "truncated": False, "sources": [[APP, "0" * 64]]}
+
+
+def test_verify_recomputes_whenever_the_inputs_are_unchanged_whatever_sources_says(case, tmp_path):
+    forge(case, "i1", read("op-1", "H1", "q1", 2, 2), changed_line_result("op-1"))
+    with pytest.raises(LedgerError) as caught:
+        verify_case(case.path)
+    assert caught.value.code == INTEGRITY_ERROR
+    export_case(case)
+    with pytest.raises(LedgerError) as caught:
+        import_tree(case.path, tmp_path / "copy")
+    assert caught.value.code == INTEGRITY_ERROR
+
+
+def test_with_changed_inputs_a_stored_result_must_be_self_consistent(case):
+    result = changed_line_result("op-1")
+    result["items"][0]["sha256"] = hashlib.sha256(b"    return a - b").hexdigest()  # not its text's hash
+    forge(case, "i1", read("op-1", "H1", "q1", 2, 2), result)
+    (case.path / "sources" / "other.py").write_text("x = 1\n")  # the inputs change
+    with pytest.raises(LedgerError) as caught:
+        verify_case(case.path)
+    assert caught.value.code == INTEGRITY_ERROR and "not that of its text" in caught.value.message
+
+
+def test_with_changed_inputs_a_file_still_unchanged_must_recompute(case):
+    result = changed_line_result("op-1")
+    result["sources"] = [[APP, hashlib.sha256((case.path / APP).read_bytes()).hexdigest()]]
+    forge(case, "i1", read("op-1", "H1", "q1", 2, 2), result)
+    (case.path / "sources" / "other.py").write_text("x = 1\n")
+    with pytest.raises(LedgerError) as caught:
+        verify_case(case.path)
+    assert caught.value.code == INTEGRITY_ERROR
+
+
+def test_a_genuine_result_over_since_changed_inputs_still_verifies(case):
+    store = case.evidence()
+    case.budget().reserve("H1", "q1", "source.read_context")
+    store.query("i1", {"actions": [read("op-1", "H1", "q1", 1, 2)]}, True)
+    (case.path / APP).write_text("def add(a, b):\n    return a + b\n")  # fixed since
+    (case.path / "sources" / "other.py").write_text("x = 1\n")
+    assert verify_case(case.path).events > 0
