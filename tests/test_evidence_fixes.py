@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import sqlite3
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 
 from ledger import Case, LedgerError, export_case, import_tree, verify_case
 from ledger.errors import INTEGRITY_ERROR, REPLY_MISMATCH, ROUTER_REFUSED
+from ledger.journal import apply_journal
 from ledger.router import Router
 from ledger.rules import evidence as rules
 
@@ -124,3 +126,37 @@ def test_a_genuine_result_over_since_changed_inputs_still_verifies(case):
     (case.path / APP).write_text("def add(a, b):\n    return a + b\n")  # fixed since
     (case.path / "sources" / "other.py").write_text("x = 1\n")
     assert verify_case(case.path).events > 0
+
+
+# --- finding 3: an identical query --store retry is reused ------------------------------------------
+def test_an_identical_query_store_retry_is_reused_with_the_stored_records(case):
+    case.budget().reserve("H1", "q1", "source.read_context")
+    request = {"actions": [read("op-1", "H1", "q1", 1, 2)]}
+    first = case.evidence().query("i1", request, True)
+    case.budget().reserve("H2", "q2", "source.read_context")  # the head moves on
+    again = case.evidence().query("i1", request, True)
+    assert (first.reused, again.reused) == (False, True)
+    assert again.records == first.records and again.seq == first.seq
+    assert again.reply["package_generation"] == first.reply["package_generation"]
+    assert case.query("SELECT COUNT(*) AS n FROM evidence_records")[0]["n"] == 1
+
+
+def test_a_journal_query_store_line_applies_twice(case):
+    case.budget().reserve("H1", "q1", "source.read_context")
+    line_ = json.dumps({"op": "query", "iteration_id": "i1", "request": {"actions": [read("op-1", "H1", "q1", 1, 1)]},
+                        "store": True})
+    first = [r.to_dict() for r in apply_journal(case, [line_])]
+    second = [r.to_dict() for r in apply_journal(case, [line_])]
+    assert [r["ok"] for r in first + second] == [True, True]
+    assert second[0]["result"]["reused"] is True
+    assert second[0]["result"]["records"] == first[0]["result"]["records"]
+
+
+def test_a_query_store_retry_over_changed_inputs_is_not_reused(case):
+    case.budget().reserve("H1", "q1", "source.read_context")
+    request = {"actions": [read("op-1", "H1", "q1", 1, 2)]}
+    case.evidence().query("i1", request, True)
+    (case.path / APP).write_text("def add(a, b):\n    return a + b\n")
+    with pytest.raises(LedgerError) as caught:
+        case.evidence().query("i1", request, True)
+    assert caught.value.code == "OPERATION_CONFLICT"
