@@ -141,6 +141,7 @@ def _rebuild(building: Path, build_dir: Path, files: dict[str, Path], manifest: 
     def sink(row: EventRow, helpers: list[HelperRow], contents: Mapping[str, bytes]) -> None:
         accounted.update(content_path(sha) for sha in contents)
         if row.seq <= head_seq:
+            _check_content_files(files, contents, row.seq)
             storage.append(row, helpers, contents)
 
     try:
@@ -152,6 +153,18 @@ def _rebuild(building: Path, build_dir: Path, files: dict[str, Path], manifest: 
             check_export_tree(files, accounted)
     finally:
         storage.close()
+
+
+def _check_content_files(files: dict[str, Path], contents: Mapping[str, bytes], seq: int) -> None:
+    """``INTEGRITY_ERROR`` naming the file when an exported content file of event ``seq`` is missing
+    or holds other bytes than the replay derives (edited, deleted or swapped)."""
+    for sha, data in contents.items():
+        relative = content_path(sha)
+        if relative not in files:
+            raise _bad(seq, f"exported content {relative} is missing", file=relative)
+        if files[relative].read_bytes() != data:
+            raise _bad(seq, f"exported content {relative} differs from the replay (edited or swapped)",
+                       file=relative)
 
 
 def _replay_tree(replayer: Replayer, files: dict[str, Path], head_seq: int, accounted: set[str],

@@ -160,3 +160,28 @@ def test_a_query_store_retry_over_changed_inputs_is_not_reused(case):
     with pytest.raises(LedgerError) as caught:
         case.evidence().query("i1", request, True)
     assert caught.value.code == "OPERATION_CONFLICT"
+
+
+# --- finding 2: import checks the exported content files ----------------------------------------------
+@pytest.mark.parametrize("mutation", ["edit", "delete", "swap"])
+def test_import_refuses_edited_deleted_or_swapped_content_files(case, tmp_path, mutation):
+    for n, (h, span) in enumerate([("H1", (1, 1)), ("H2", (2, 3))], start=1):
+        case.budget().reserve(h, f"q{n}", "source.read_context")
+        case.evidence().query(f"i{n}", {"actions": [read(f"op-{n}", h, f"q{n}", *span)]}, True)
+    export_case(case)
+    files = sorted((case.path / "analysis" / "evidence" / "content").iterdir())
+    assert len(files) == 2
+    first, second = files
+    if mutation == "edit":
+        first.write_bytes(first.read_bytes().replace(b"def add", b"def sub"))
+    elif mutation == "delete":
+        first.unlink()
+    else:
+        a, b = first.read_bytes(), second.read_bytes()
+        first.write_bytes(b)
+        second.write_bytes(a)
+    with pytest.raises(LedgerError) as caught:
+        import_tree(case.path, tmp_path / "copy")
+    assert caught.value.code == INTEGRITY_ERROR
+    assert "analysis/evidence/content/" in caught.value.message
+    assert not (tmp_path / "copy" / "ledger.sqlite").exists()
