@@ -185,3 +185,23 @@ def test_import_refuses_edited_deleted_or_swapped_content_files(case, tmp_path, 
     assert caught.value.code == INTEGRITY_ERROR
     assert "analysis/evidence/content/" in caught.value.message
     assert not (tmp_path / "copy" / "ledger.sqlite").exists()
+
+
+# --- finding 7: feedback for a test whose reservation was failed --------------------------------------
+def test_feedback_for_a_failed_test_is_no_reservation_at_submit_and_confirm(case):
+    budget = case.budget()
+    budget.request_test("H1", "t1", "human", "test-1")
+    budget.request_test("H2", "t2", "human", "test-2")
+    draft = case.evidence().submit_feedback("test-2", {"status": "passed", "details": "ok"})
+    budget.fail("H1", "t1", "the tester gave up")
+    budget.fail("H2", "t2", "the tester gave up")
+    with pytest.raises(LedgerError) as submitted:
+        case.evidence().submit_feedback("test-1", {"status": "passed", "details": "ok"})
+    assert submitted.value.code == "NO_RESERVATION" and "no longer pending" in submitted.value.message
+    case.transition("BLOCKED")
+    with pytest.raises(LedgerError) as confirmed:
+        case.evidence().confirm_feedback(draft.feedback_id)
+    assert confirmed.value.code == "NO_RESERVATION"
+    assert case.query("SELECT COUNT(*) AS n FROM feedback_drafts")[0]["n"] == 1
+    assert case.query("SELECT COUNT(*) AS n FROM feedback_confirmations")[0]["n"] == 0
+    assert case.status()["state"] == "BLOCKED"
