@@ -205,3 +205,55 @@ def test_feedback_for_a_failed_test_is_no_reservation_at_submit_and_confirm(case
     assert case.query("SELECT COUNT(*) AS n FROM feedback_drafts")[0]["n"] == 1
     assert case.query("SELECT COUNT(*) AS n FROM feedback_confirmations")[0]["n"] == 0
     assert case.status()["state"] == "BLOCKED"
+
+
+# --- findings 4, 5, 8: database.lookup ---------------------------------------------------------------
+def lookup(**args) -> dict:
+    return {"operation_id": "op-x", "hypothesis_id": "H1", "action_id": "q", "tool": "database.lookup", "args": args}
+
+
+def test_lookup_refuses_integers_outside_sqlite_range_without_a_traceback(case):
+    for value in (2 ** 70, -(2 ** 63) - 1):
+        with pytest.raises(LedgerError) as caught:
+            case.evidence().query("x", {"actions": [lookup(database="data/app.sqlite", table="users",
+                                                             where={"id": value})]})
+        assert caught.value.code == ROUTER_REFUSED and "64-bit" in caught.value.message
+    found = case.evidence().query("x", {"actions": [lookup(database="data/app.sqlite", table="users",
+                                                             where={"id": 2 ** 63 - 1})]})
+    assert found.reply["results"][0]["items"] == []
+
+
+def test_lookup_pointers_use_the_real_row_id_when_a_column_is_named_rowid(case):
+    conn = sqlite3.connect(case.path / "data" / "x.sqlite")
+    conn.execute('CREATE TABLE t (c TEXT, rowid TEXT)')
+    conn.executemany("INSERT INTO t VALUES (?, ?)", [("a", "7"), ("b", "7"), ("c", None)])
+    conn.execute('CREATE TABLE u (rowid TEXT, _rowid_ TEXT, OID TEXT)')
+    conn.execute("INSERT INTO u VALUES ('1', '2', '3')")
+    conn.commit()
+    conn.close()
+    reply = case.evidence().query("x", {"actions": [lookup(database="data/x.sqlite", table="t")]}).reply
+    assert [i["pointer"] for i in reply["results"][0]["items"]] == ["/t/1", "/t/2", "/t/3"]
+    assert [i["values"]["rowid"] for i in reply["results"][0]["items"]] == ["7", "7", None]
+    with pytest.raises(LedgerError) as caught:
+        case.evidence().query("x", {"actions": [lookup(database="data/x.sqlite", table="u")]})
+    assert caught.value.code == ROUTER_REFUSED and "row ids cannot be read" in caught.value.message
+
+
+def test_lookup_writes_nothing_under_data_and_refuses_a_database_with_a_wal_file(case):
+    path = case.path / "data" / "wal.sqlite"
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("CREATE TABLE t (a)")
+    conn.execute("INSERT INTO t VALUES (1)")
+    conn.commit()
+    assert (case.path / "data" / "wal.sqlite-wal").exists()
+    with pytest.raises(LedgerError) as caught:
+        case.evidence().query("x", {"actions": [lookup(database="data/wal.sqlite", table="t")]})
+    assert caught.value.code == ROUTER_REFUSED and "-wal" in caught.value.message
+    conn.close()  # the last connection checkpoints and removes -wal and -shm
+    before = sorted(p.name for p in (case.path / "data").iterdir())
+    identity = case.input_identity()
+    reply = case.evidence().query("x", {"actions": [lookup(database="data/wal.sqlite", table="t")]}).reply
+    assert [i["values"] for i in reply["results"][0]["items"]] == [{"a": 1}]
+    assert sorted(p.name for p in (case.path / "data").iterdir()) == before == ["app.sqlite", "wal.sqlite"]
+    assert case.input_identity() == identity
