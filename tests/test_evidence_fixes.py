@@ -257,3 +257,27 @@ def test_lookup_writes_nothing_under_data_and_refuses_a_database_with_a_wal_file
     assert [i["values"] for i in reply["results"][0]["items"]] == [{"a": 1}]
     assert sorted(p.name for p in (case.path / "data").iterdir()) == before == ["app.sqlite", "wal.sqlite"]
     assert case.input_identity() == identity
+
+
+# --- finding 6: the artifact limit is the one that applies to the evidence an event carries -----------
+def test_a_3_000_000_byte_line_under_the_artifact_limit_is_stored(case):
+    (case.path / "sources" / "big.txt").write_bytes(b"x" * 3_000_000 + b"\n")
+    case.budget().reserve("H1", "q1", "source.read_context")
+    stored = case.evidence().query("i1", {"actions": [read("op-1", "H1", "q1", 1, 1, "sources/big.txt")]}, True)
+    assert stored.records[0]["novelty_score"] == 100
+    assert verify_case(case.path).events > 0
+
+
+def test_an_artifact_over_its_limit_names_evidence_artifact_bytes_max(case):
+    (case.path / "sources" / "big.txt").write_bytes(b"x" * 5_000_000 + b"\n")
+    case.budget().reserve("H1", "q1", "source.read_context")
+    with pytest.raises(LedgerError) as caught:
+        case.evidence().query("i1", {"actions": [read("op-1", "H1", "q1", 1, 1, "sources/big.txt")]}, True)
+    assert caught.value.code == "LIMIT_REACHED" and caught.value.details["limit"] == "evidence_artifact_bytes_max"
+
+
+def test_a_3_000_000_byte_attachment_is_accepted_as_a_draft(case):
+    case.budget().request_test("H1", "t1", "human", "test-1")
+    draft = case.evidence().submit_feedback("test-1", {"status": "passed", "details": "ok"},
+                                            {"log.txt": "y" * 3_000_000})
+    assert draft.feedback_id == "F000001"

@@ -187,7 +187,8 @@ def submit_feedback(view: LedgerView, request: Mapping[str, Any], context: Conte
              "submission_sha256": submission}
     fields = {**case_fields(case, "feedback.submitted", case["revision"]), "format": "feedback-event-v1",
               "feedback": draft}
-    return Draft("feedback.submitted", "case", case["revision"], key, dict(request), fields, new)
+    return Draft("feedback.submitted", "case", case["revision"], key, dict(request), fields, new,
+                 size_allowance=sum(len(data) for data in contents.values()))  # the attachments it carries
 
 
 def _pending_test(view: LedgerView, op_id: str, case: Mapping[str, Any]) -> Mapping[str, Any]:
