@@ -8,12 +8,14 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from ledger import Case, LedgerError, export_case, import_tree, verify_case
 from ledger.errors import INTEGRITY_ERROR, REPLY_MISMATCH, ROUTER_REFUSED
 from ledger.journal import apply_journal
 from ledger.router import Router
 from ledger.rules import evidence as rules
+from ledger_cli.main import main as cli_main
 
 from test_evidence import APP, case, read  # noqa: F401  (the fixture is used by name)
 
@@ -281,3 +283,26 @@ def test_a_3_000_000_byte_attachment_is_accepted_as_a_draft(case):
     draft = case.evidence().submit_feedback("test-1", {"status": "passed", "details": "ok"},
                                             {"log.txt": "y" * 3_000_000})
     assert draft.feedback_id == "F000001"
+
+
+# --- finding 9: bounded reads in the command line ---------------------------------------------------------
+def test_cli_feedback_submit_refuses_devices_and_oversized_attachments_without_reading_them(case, tmp_path):
+    case.budget().request_test("H1", "t1", "human", "test-1")
+    reply = tmp_path / "reply.json"
+    reply.write_text('{"status": "passed", "details": "ok"}')
+    big = tmp_path / "big.log"
+    with open(big, "wb") as handle:
+        handle.truncate(5 * 1024 * 1024)  # sparse: over the 4 MiB artifact limit
+    runner = CliRunner()
+    path = str(case.path)
+    device = runner.invoke(cli_main, ["evidence", "feedback", "submit", path, "test-1", str(reply),
+                                      "--attach", "/dev/zero"])
+    assert device.exit_code == 1 and "error: INVALID_ARGUMENT" in device.output
+    assert "not a regular file" in device.output
+    oversized = runner.invoke(cli_main, ["evidence", "feedback", "submit", path, "test-1", str(reply),
+                                         "--attach", str(big)])
+    assert oversized.exit_code == 1 and "error: LIMIT_REACHED" in oversized.output
+    assert "evidence_artifact_bytes_max" in oversized.output
+    endless = runner.invoke(cli_main, ["evidence", "feedback", "submit", path, "test-1", "/dev/zero"])
+    assert endless.exit_code == 1 and "error: LIMIT_REACHED" in endless.output
+    assert case.query("SELECT COUNT(*) AS n FROM feedback_drafts")[0]["n"] == 0
