@@ -8,7 +8,10 @@ Three tools, each a pure read of files under ``sources/`` or ``data/``:
   ``coverage.file_lines`` says how many there are.
 * ``source.find_text`` — ``{"text", "path_glob"?, "max_results"?}`` → matching lines
   as above, ``coverage.files`` lists the files scanned, ``truncated`` says whether
-  more matches existed.
+  more matches existed. A matching file that cannot be read (over :data:`FILE_BYTES_MAX`,
+  a broken symlink or one leading out of ``sources/``, not a regular file) is not
+  scanned: ``coverage.skipped`` lists ``{"path", "reason"}`` for each (absent when none).
+  A glob matching more than :data:`FILES_SCANNED_MAX` files is refused.
 * ``database.lookup`` — ``{"database", "table", "where"?, "columns"?, "limit"?}`` →
   one item per row ``{"kind": "db_row", "database", "table", "pointer", "sha256",
   "values"}``; the table's columns and the database file's sha256 come in the
@@ -215,10 +218,15 @@ class Router:
         scanned: list[str] = []
         sources: list[list[str]] = []
         truncated = False
+        skipped: list[dict[str, str]] = []
         for relative in self._source_files(glob):
             if truncated:
                 break
-            path, data = self._read(relative)
+            try:
+                path, data = self._read(relative)
+            except LedgerError as exc:  # one unreadable file does not fail the search: it is listed
+                skipped.append({"path": relative, "reason": exc.message})
+                continue
             scanned.append(path)
             sources.append([path, hashlib.sha256(data).hexdigest()])
             for number, raw in enumerate(split_lines(data), start=1):
@@ -228,6 +236,8 @@ class Router:
                         break
                     items.append(line_item(path, number, raw))
         coverage = {"text": text, "path_glob": glob, "max_results": limit, "files": scanned}
+        if skipped:
+            coverage["skipped"] = skipped
         return {"items": items, "coverage": coverage, "truncated": truncated, "sources": sources}
 
     def lookup(self, args: Any) -> dict[str, Any]:

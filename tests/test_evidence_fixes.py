@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from ledger import Case, LedgerError, export_case, import_tree, verify_case
 from ledger.errors import INTEGRITY_ERROR, REPLY_MISMATCH, ROUTER_REFUSED
 from ledger.journal import apply_journal
+from ledger import router as router_module
 from ledger.router import Router
 from ledger.rules import evidence as rules
 from ledger_cli.main import main as cli_main
@@ -306,3 +307,26 @@ def test_cli_feedback_submit_refuses_devices_and_oversized_attachments_without_r
     endless = runner.invoke(cli_main, ["evidence", "feedback", "submit", path, "test-1", "/dev/zero"])
     assert endless.exit_code == 1 and "error: LIMIT_REACHED" in endless.output
     assert case.query("SELECT COUNT(*) AS n FROM feedback_drafts")[0]["n"] == 0
+
+
+# --- finding 10: find_text skips unreadable files with a coverage note -----------------------------------
+def test_find_text_skips_oversized_broken_and_special_files_and_lists_them(case, monkeypatch):
+    monkeypatch.setattr(router_module, "FILE_BYTES_MAX", 1000)  # the 16 MiB cap, scaled down
+    sources = case.path / "sources"
+    (sources / "huge.bin").write_bytes(b"add\n" * 300)
+    (sources / "gone").symlink_to("nowhere")
+    (sources / "out").symlink_to("/etc/hostname")
+    action = {"operation_id": "op-1", "hypothesis_id": "H1", "action_id": "q1", "tool": "source.find_text",
+              "args": {"text": "add"}}
+    case.budget().reserve("H1", "q1", "source.find_text")
+    stored = case.evidence().query("i1", {"actions": [action]}, True)
+    result = stored.reply["results"][0]
+    assert [(i["path"], i["line"]) for i in result["items"]] == [(APP, 1), (APP, 4)]
+    assert result["coverage"]["files"] == [APP, "sources/notes.txt"]
+    skipped = {s["path"]: s["reason"] for s in result["coverage"]["skipped"]}
+    assert sorted(skipped) == ["sources/gone", "sources/huge.bin", "sources/out"]
+    assert "larger than" in skipped["sources/huge.bin"] and "does not exist" in skipped["sources/gone"]
+    assert "outside" in skipped["sources/out"]
+    assert verify_case(case.path).events > 0
+    plain = case.evidence().query("x", {"actions": [{**action, "args": {"text": "add", "path_glob": APP}}]})
+    assert "skipped" not in plain.reply["results"][0]["coverage"]
