@@ -8,6 +8,8 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from click.testing import CliRunner
 
 from ledger import Case, LedgerError, export_case, import_tree, verify_case
@@ -15,6 +17,7 @@ from ledger.errors import INTEGRITY_ERROR, REPLY_MISMATCH, ROUTER_REFUSED
 from ledger.journal import apply_journal
 from ledger import router as router_module
 from ledger.router import Router
+from ledger.router_check import recheck, self_consistent
 from ledger.rules import evidence as rules
 from ledger_cli.main import main as cli_main
 
@@ -330,3 +333,20 @@ def test_find_text_skips_oversized_broken_and_special_files_and_lists_them(case,
     assert verify_case(case.path).events > 0
     plain = case.evidence().query("x", {"actions": [{**action, "args": {"text": "add", "path_glob": APP}}]})
     assert "skipped" not in plain.reply["results"][0]["coverage"]
+
+
+# --- invariant: the re-check accepts every genuine result, whatever the file holds ------------------------
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.binary(max_size=300), start=st.integers(1, 6), span=st.integers(0, 5), needle=st.sampled_from(["a", "\r", "é"]))
+def test_recheck_accepts_every_genuine_result_and_recomputes_it(tmp_path, data, start, span, needle):
+    root = tmp_path / "pkg"
+    (root / "sources").mkdir(parents=True, exist_ok=True)
+    (root / "sources" / "f.txt").write_bytes(data)
+    router = Router(root)
+    for action in ({"operation_id": "o", "tool": "source.read_context",
+                    "args": {"path": "sources/f.txt", "start_line": start, "end_line": start + span}},
+                   {"operation_id": "o", "tool": "source.find_text", "args": {"text": needle}}):
+        result = router.result(action)
+        self_consistent(action, result)  # no INTEGRITY_ERROR for a genuine result
+        assert recheck(router, action, result, True) == result
+        assert recheck(router, action, result, False) == result
