@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import base64
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
 import click
 
-from ledger import BudgetResult, EvidenceResult, FeedbackResult, parse_json
+from ledger import AnalysisConfig, BudgetResult, EvidenceResult, FeedbackResult, LedgerError, parse_json
 
 from ._common import AT, CASE, JSON, RegularFile, Settings, UsageGroup, pass_settings
 from ._output import echo, dumps, emit_result
@@ -19,8 +21,24 @@ def evidence() -> None:
     """Evidence store: router queries, verified tool results, tests and their feedback."""
 
 
-def _read_json(handle: Any) -> Any:
-    return parse_json(handle.read())
+ATTACHMENTS_MAX = 64
+
+
+def _read_bounded(handle: Any, limit: int, setting: str, what: str) -> bytes:
+    """At most ``limit`` bytes of ``handle``; ``LIMIT_REACHED`` naming ``setting`` past that
+    (reading stops there: an endless device or pipe is never read whole)."""
+    data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise LedgerError("LIMIT_REACHED", f"{what} is larger than {setting} = {limit} bytes", limit=setting)
+    return data
+
+
+def _read_json(handle: Any, settings: Settings | None = None) -> Any:
+    """A REQUEST or REPLY file, read up to ``evidence_content_bytes_max`` plus ``event_bytes_max``."""
+    limits = (settings.analysis() if settings else AnalysisConfig()).limits
+    limit = limits["evidence_content_bytes_max"] + limits["event_bytes_max"]
+    name = getattr(handle, "name", "the input")
+    return parse_json(_read_bounded(handle, limit, "evidence_content_bytes_max", f"{name}"))
 
 
 def _summary(result: EvidenceResult) -> list[str]:
@@ -45,7 +63,7 @@ def _summary(result: EvidenceResult) -> list[str]:
 def evidence_store(settings: Settings, case: str, request: Any, reply: Any, iteration_id: str,
                    at: str | None, as_json: bool) -> None:
     """Verify REPLY (JSON file, '-' for stdin) against a recomputation of REQUEST and publish it."""
-    request_value, reply_value = _read_json(request), _read_json(reply)
+    request_value, reply_value = _read_json(request, settings), _read_json(reply, settings)
     with settings.open(case) as opened:
         result = opened.evidence().store_tool_results(iteration_id, request_value, reply_value, at=at)
     emit_result(result.to_dict(), as_json, _summary(result))
@@ -63,7 +81,7 @@ def evidence_store(settings: Settings, case: str, request: Any, reply: Any, iter
 def evidence_query(settings: Settings, case: str, request: Any, iteration_id: str, store: bool,
                    at: str | None, as_json: bool) -> None:
     """Run the reference router on REQUEST (JSON file, '-' for stdin) and print its reply."""
-    request_value = _read_json(request)
+    request_value = _read_json(request, settings)
     with settings.open(case) as opened:
         result = opened.evidence().query(iteration_id, request_value, store, at=at)
     if as_json or not store:
@@ -105,8 +123,31 @@ def _feedback_summary(result: FeedbackResult) -> list[str]:
             f"case {result.state}"]
 
 
-def _attachment(path: Path) -> Any:
-    data = path.read_bytes()
+def _attachments(paths: tuple[Path, ...], limit: int) -> dict[str, Any]:
+    """``{name: text or {"base64": …}}`` of the attached files, after the cheap checks on all of
+    them: at most 64, each a regular file of at most ``limit`` bytes (``INVALID_ARGUMENT``,
+    ``LIMIT_REACHED`` naming ``evidence_artifact_bytes_max``)."""
+    if len(paths) > ATTACHMENTS_MAX:
+        raise LedgerError("INVALID_ARGUMENT", f"at most {ATTACHMENTS_MAX} attachments, got {len(paths)}")
+    for path in paths:
+        try:
+            info = os.stat(path)
+        except OSError as exc:
+            raise LedgerError("INVALID_ARGUMENT", f"cannot read attachment {path}: {exc.strerror}") from None
+        if not stat.S_ISREG(info.st_mode):
+            raise LedgerError("INVALID_ARGUMENT", f"attachment {path} is not a regular file")
+        if info.st_size > limit:
+            raise LedgerError("LIMIT_REACHED", f"attachment {path} is larger than evidence_artifact_bytes_max = "
+                              f"{limit} bytes", limit="evidence_artifact_bytes_max")
+    return {path.name: _attachment(path, limit) for path in paths}
+
+
+def _attachment(path: Path, limit: int) -> Any:
+    try:
+        with open(path, "rb") as handle:
+            data = _read_bounded(handle, limit, "evidence_artifact_bytes_max", f"attachment {path}")
+    except OSError as exc:
+        raise LedgerError("INVALID_ARGUMENT", f"cannot read attachment {path}: {exc.strerror}") from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
@@ -126,8 +167,8 @@ def feedback_submit(settings: Settings, case: str, operation_id: str, reply: Any
                     at: str | None, as_json: bool) -> None:
     """Store a draft REPLY (JSON file, '-' for stdin: {"status": "passed"|"failed"|"unable_to_test",
     "details": ...}) to the test of OPERATION_ID; a draft is not evidence."""
-    reply_value = _read_json(reply)
-    attachments = {path.name: _attachment(path) for path in attach}
+    reply_value = _read_json(reply, settings)
+    attachments = _attachments(attach, settings.analysis().limits["evidence_artifact_bytes_max"])
     with settings.open(case) as opened:
         result = opened.evidence().submit_feedback(operation_id, reply_value, attachments, at=at)
     emit_result(result.to_dict(), as_json, _feedback_summary(result))

@@ -20,7 +20,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol
 
-from .canonical import canonical_sha256
+from .canonical import canonical_bytes, canonical_sha256
+from .errors import LedgerError
 from .router import Router
 from .rules import evidence as rules
 from .rules import feedback as feedback_rules
@@ -85,13 +86,17 @@ class FeedbackResult:
 
 
 class EvidenceStore:
-    """Evidence operations on one case; ``router`` defaults to the reference :class:`Router`
-    over the case package (its replies carry the case's generation and input identity)."""
+    """Evidence operations on one case; ``router`` (used by :meth:`query` only) defaults to the
+    reference :class:`Router` over the case package (its replies carry the case's generation and
+    input identity). Storing always recomputes with the reference router, whatever ``router`` is:
+    a custom router can propose replies but cannot make the store accept what the reference
+    router would not return."""
 
     def __init__(self, case: CaseLike, router: Router | None = None) -> None:
         self.case = case
         self._session: Session = case.session
-        self.router = router or Router(case.path, generation=self._generation, identity=case.input_identity)
+        self.reference = Router(case.path, generation=self._generation, identity=case.input_identity)
+        self.router = router or self.reference
 
     def _generation(self) -> int:
         with self._session.read() as view:
@@ -106,6 +111,10 @@ class EvidenceStore:
         reply = self.router.reply(request)
         if not store:  # a read: nothing written, answered at the generation the router read
             return EvidenceResult(str(self.case.path), reply["package_generation"], True, reply=reply)
+        stored_reply = self._stored_reply(iteration_id, request)
+        if (stored_reply is not None and stored_reply["input_identity"] == reply["input_identity"]
+                and canonical_bytes(stored_reply["results"]) == canonical_bytes(reply["results"])):
+            reply = stored_reply  # an identical retry: the batch as stored, at the generation it read
         stored = self.store_tool_results(iteration_id, request, reply, at=at)
         return EvidenceResult(stored.package_path, stored.seq, stored.reused, stored.records, stored.index_ref,
                               reply)
@@ -127,10 +136,29 @@ class EvidenceStore:
         if found is not None and found[1] == canonical_sha256(shaped):
             inputs: dict[str, Any] = {"recomputed": [], "input_identity": None}  # an identical replay
         else:
-            inputs = {"recomputed": [self.router.result(a) for a in request["actions"]],
+            inputs = {"recomputed": [self.reference.result(a) for a in request["actions"]],
                       "input_identity": self.case.input_identity()}
         ran = self._session.run("store_tool_results", shaped, at=at, inputs=inputs)
         return self._result(ran, iteration_id)
+
+    def _stored_reply(self, iteration_id: str, request: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The reply stored under ``iteration_id`` when that batch had this very ``request``, else None."""
+        with self._session.read() as view:
+            found = view.operation(rules.store_key(iteration_id))
+            if found is None:
+                return None
+            rows = self._session.storage.all("evidence_events_of_batch", seq=found[0])
+        bodies = [body if isinstance(body, dict) else json.loads(body) for _ref, body in rows]
+        results = [b for b in bodies if b.get("type") == "evidence.result"]
+        if not results:
+            return None
+        reply = {"package_generation": results[0]["package_generation"],
+                 "input_identity": results[0]["input_identity"], "results": [b["result"] for b in results]}
+        try:
+            shaped = rules.shape_store(iteration_id, request, reply)
+        except LedgerError:
+            return None
+        return reply if canonical_sha256(shaped) == found[1] else None
 
     # -- asynchronous tests and feedback (SPEC 7.6) --------------------------------------
     def submit_feedback(self, operation_id: str, reply: Mapping[str, Any],

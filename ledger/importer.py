@@ -28,7 +28,7 @@ from .errors import integrity_error as _bad
 from .export import export_case
 from .manifest import check_manifest, read_manifest
 from .package import (EVENT_FILE_RE, EVIDENCE_EVENT_FILE_RE, LEDGER_FILE, check_export_tree, content_path, event_path, is_ledger_own,
-                      printable_name, walk_package)
+                      input_identity, printable_name, walk_package)
 from .paths import fs_path
 from .replay import PackageSource, Replayer
 from .storage import EventRow, HelperRow, Storage
@@ -143,17 +143,30 @@ def _rebuild(building: Path, build_dir: Path, files: dict[str, Path], manifest: 
     def sink(row: EventRow, helpers: list[HelperRow], contents: Mapping[str, bytes]) -> None:
         accounted.update(content_path(sha) for sha in contents)
         if row.seq <= head_seq:
+            _check_content_files(files, contents, row.seq)
             storage.append(row, helpers, contents)
 
     try:
         with storage.write():
             storage.apply_migrations()
-            replayer = Replayer(PackageSource(build_dir, content_of), sink)
+            replayer = Replayer(PackageSource(build_dir, content_of, lambda: input_identity(build_dir, set())), sink)
             _replay_tree(replayer, files, head_seq, accounted, progress)
             check_manifest(manifest, storage.conn, head_seq)
             check_export_tree(files, accounted)
     finally:
         storage.close()
+
+
+def _check_content_files(files: dict[str, Path], contents: Mapping[str, bytes], seq: int) -> None:
+    """``INTEGRITY_ERROR`` naming the file when an exported content file of event ``seq`` is missing
+    or holds other bytes than the replay derives (edited, deleted or swapped)."""
+    for sha, data in contents.items():
+        relative = content_path(sha)
+        if relative not in files:
+            raise _bad(seq, f"exported content {relative} is missing", file=relative)
+        if files[relative].read_bytes() != data:
+            raise _bad(seq, f"exported content {relative} differs from the replay (edited or swapped)",
+                       file=relative)
 
 
 def _replay_tree(replayer: Replayer, files: dict[str, Path], head_seq: int, accounted: set[str],

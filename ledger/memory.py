@@ -133,7 +133,7 @@ class MemorySession(SessionBase):
             seq += 1
             body = dict(draft.fields)
             body.update(seq=seq, parent_sha256=ZERO_SHA256, created_at=at, actor=self.actor, request=draft.request)
-            check_event_size(body, limit)
+            check_event_size(body, limit + draft.size_allowance)
             sealed.append(Sealed(draft, body, b"", ZERO_SHA256))
         return sealed
 

@@ -25,6 +25,7 @@ from .rules import feedback as feedback_rules
 from .rules import lifecycle
 from .rules import scopes as scope_rules
 from .router import Router
+from .router_check import recheck
 from .rules.common import Context, Draft, LedgerView, Outcome, Reused
 
 Rule = Callable[[LedgerView, Mapping[str, Any], Context], "Draft | Reused | Outcome"]
@@ -38,6 +39,8 @@ class ReplaySource(Protocol):
 
     @property
     def root(self) -> Any: ...  # the package folder (the router recomputes evidence there)
+
+    # optional: ``input_identity() -> str | None``, the package's input identity now (None: unknown)
 
 
 #: ``replay(stored request, stored body, source)`` → (normalized request, inputs, config) for the rule.
@@ -159,22 +162,17 @@ def _replay_record_evidence(request, body, source):
     return shaped, {}, None
 
 
-def _recompute_where_present(router: Router, action: Mapping[str, Any], stored: Mapping[str, Any]) -> Any:
-    """The router's result for ``action`` when every file it read is still present with the same hash
-    (then the rule compares it with the stored one), else the stored result (inputs changed since)."""
-    try:
-        fresh = router.result(action)
-    except LedgerError:
-        return stored
-    return fresh if fresh.get("sources") == stored.get("sources") else stored
-
-
 def _replay_store_tool_results(request, body, source):
+    """The stored batch, recomputed by the reference router wherever it can be (see
+    :mod:`ledger.router_check`): always when the package's inputs are those the reply was
+    computed from, else for every file still unchanged."""
     shaped = evidence_rules.shape_store(*_get(request, "iteration_id", "request", "reply"))
     router = Router(source.root)
     results = shaped["reply"]["results"]
     actions = shaped["request"]["actions"]
-    recomputed = [_recompute_where_present(router, a, r) for a, r in zip(actions, results)] + results[len(actions):]
+    identity = getattr(source, "input_identity", None)
+    same = identity is not None and identity() == shaped["reply"]["input_identity"]
+    recomputed = [recheck(router, a, r, same) for a, r in zip(actions, results)] + results[len(actions):]
     return shaped, {"recomputed": recomputed[:len(results)], "input_identity": None}, None
 
 

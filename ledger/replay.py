@@ -42,9 +42,20 @@ Sink = Callable[[EventRow, list[HelperRow], Mapping[str, bytes]], None]
 class PackageSource:
     """Stored content (``content_of(sha256)``) and the package folder where source refs resolve."""
 
-    def __init__(self, root: Path, content_of: Callable[[str], bytes | None]) -> None:
+    def __init__(self, root: Path, content_of: Callable[[str], bytes | None],
+                 identity: Callable[[], str] | None = None) -> None:
         self.root = root
         self.content_of = content_of
+        self._identity = identity
+        self._identity_now: str | None = None
+
+    def input_identity(self) -> str | None:
+        """The package's input identity (computed once, on first use), or None when unknown."""
+        if self._identity is None:
+            return None
+        if self._identity_now is None:
+            self._identity_now = self._identity()
+        return self._identity_now
 
     def resolve_sources(self, refs: list[str]) -> list[dict[str, str]]:
         try:

@@ -8,7 +8,10 @@ Three tools, each a pure read of files under ``sources/`` or ``data/``:
   ``coverage.file_lines`` says how many there are.
 * ``source.find_text`` — ``{"text", "path_glob"?, "max_results"?}`` → matching lines
   as above, ``coverage.files`` lists the files scanned, ``truncated`` says whether
-  more matches existed.
+  more matches existed. A matching file that cannot be read (over :data:`FILE_BYTES_MAX`,
+  a broken symlink or one leading out of ``sources/``, not a regular file) is not
+  scanned: ``coverage.skipped`` lists ``{"path", "reason"}`` for each (absent when none).
+  A glob matching more than :data:`FILES_SCANNED_MAX` files is refused.
 * ``database.lookup`` — ``{"database", "table", "where"?, "columns"?, "limit"?}`` →
   one item per row ``{"kind": "db_row", "database", "table", "pointer", "sha256",
   "values"}``; the table's columns and the database file's sha256 come in the
@@ -53,6 +56,8 @@ FILES_SCANNED_MAX = 5000
 TEXT_CHARS_MAX = 1000
 WHERE_KEYS_MAX = 16
 SOURCES_DIR = "sources"
+INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+ROWID_ALIASES = ("rowid", "_rowid_", "oid")
 DATA_DIR = "data"
 
 
@@ -93,6 +98,20 @@ def line_item(path: str, number: int, raw: bytes) -> dict[str, Any]:
             "text": raw.decode("utf-8", errors="replace")}
 
 
+def confined(relative: Any, top: str) -> str:
+    """``relative`` when it is a normalized relative path under ``top/`` (``ROUTER_REFUSED``
+    otherwise); a check of the text alone, the file system is not consulted."""
+    if not isinstance(relative, str) or not relative or len(relative) > 1024:
+        raise _refuse(f"path must be a non-empty string, got {str(relative)[:80]!r}")
+    pure = PurePosixPath(relative)
+    if (pure.is_absolute() or "\\" in relative or "\x00" in relative or str(pure) != relative
+            or any(part in ("..", ".", "") for part in relative.split("/"))):
+        raise _refuse(f"{relative!r} is not a normalized relative path", path=relative)
+    if len(pure.parts) < 2 or pure.parts[0] != top:
+        raise _refuse(f"{relative!r} is outside {top}/", path=relative)
+    return relative
+
+
 class Router:
     """The reference router over the package at ``root``.
 
@@ -130,14 +149,7 @@ class Router:
     # -- paths ------------------------------------------------------------------------
     def _resolve(self, relative: Any, top: str) -> tuple[str, Path]:
         """``(relative, real path)`` of a regular file under ``top`` (``ROUTER_REFUSED`` otherwise)."""
-        if not isinstance(relative, str) or not relative or len(relative) > 1024:
-            raise _refuse(f"path must be a non-empty string, got {str(relative)[:80]!r}")
-        pure = PurePosixPath(relative)
-        if (pure.is_absolute() or "\\" in relative or "\x00" in relative or str(pure) != relative
-                or any(part in ("..", ".", "") for part in relative.split("/"))):
-            raise _refuse(f"{relative!r} is not a normalized relative path", path=relative)
-        if len(pure.parts) < 2 or pure.parts[0] != top:
-            raise _refuse(f"{relative!r} is outside {top}/", path=relative)
+        confined(relative, top)
         real = os.path.realpath(os.path.join(self._real_root, relative))
         allowed = os.path.join(self._real_root, top) + os.sep
         if not real.startswith(allowed):
@@ -206,10 +218,15 @@ class Router:
         scanned: list[str] = []
         sources: list[list[str]] = []
         truncated = False
+        skipped: list[dict[str, str]] = []
         for relative in self._source_files(glob):
             if truncated:
                 break
-            path, data = self._read(relative)
+            try:
+                path, data = self._read(relative)
+            except LedgerError as exc:  # one unreadable file does not fail the search: it is listed
+                skipped.append({"path": relative, "reason": exc.message})
+                continue
             scanned.append(path)
             sources.append([path, hashlib.sha256(data).hexdigest()])
             for number, raw in enumerate(split_lines(data), start=1):
@@ -219,6 +236,8 @@ class Router:
                         break
                     items.append(line_item(path, number, raw))
         coverage = {"text": text, "path_glob": glob, "max_results": limit, "files": scanned}
+        if skipped:
+            coverage["skipped"] = skipped
         return {"items": items, "coverage": coverage, "truncated": truncated, "sources": sources}
 
     def lookup(self, args: Any) -> dict[str, Any]:
@@ -236,6 +255,9 @@ class Router:
         for value in where.values():
             if value is not None and type(value) not in (str, int):
                 raise _refuse("where values must be strings, integers or null")
+            if type(value) is int and not INT64_MIN <= value <= INT64_MAX:
+                raise _refuse(f"where integers must fit SQLite's 64-bit range, got {value}")
+        _refuse_side_files(database, real)
         digest = _file_sha256(real)
         conn = _open_readonly(real)
         try:
@@ -248,7 +270,7 @@ class Router:
             unknown = [c for c in where if c not in names]
             if unknown:
                 raise _refuse(f"{table} has no column(s) {unknown}")
-            rows, truncated = _select(conn, table, columns, where, limit)
+            rows, truncated = _select(conn, table, columns, where, limit, _rowid_alias(table, names))
         finally:
             conn.close()
         items = []
@@ -286,7 +308,9 @@ def _quote(identifier: str) -> str:
 
 
 def _open_readonly(path: Path) -> sqlite3.Connection:
-    uri = f"file:{quote(os.fsencode(os.path.abspath(path)))}?mode=ro"
+    # immutable: SQLite writes nothing next to the file (no -shm, no -wal); a -wal or -journal
+    # file was refused before, so the main file alone holds every row
+    uri = f"file:{quote(os.fsencode(os.path.abspath(path)))}?mode=ro&immutable=1"
     try:
         conn = sqlite3.connect(uri, uri=True, isolation_level=None)
         conn.execute("PRAGMA query_only = ON")
@@ -304,17 +328,37 @@ def _describe(conn: sqlite3.Connection, table: str) -> list[dict[str, Any]]:
         if table not in tables:
             raise _refuse(f"the database has no table {table[:80]!r}; it has {sorted(tables)}")
         info = conn.execute(f"PRAGMA table_info({_quote(table)})").fetchall()
-        conn.execute(f"SELECT rowid FROM {_quote(table)} LIMIT 0").fetchall()
+        alias = _rowid_alias(table, [row[1] for row in info])
+        conn.execute(f"SELECT {alias} FROM {_quote(table)} LIMIT 0").fetchall()
     except sqlite3.Error as exc:
         raise _refuse(f"table {table[:80]!r} cannot be read by rowid: {exc}") from None
     return [{"name": name, "type": kind, "notnull": bool(notnull), "pk": pk} for _, name, kind, notnull, _, pk in info]
 
 
+def _rowid_alias(table: str, names: list[str]) -> str:
+    """The first of ``rowid``, ``_rowid_``, ``oid`` that no column of ``table`` shadows (a column of
+    that name would be read instead of the row id); ``ROUTER_REFUSED`` when all three are shadowed."""
+    taken = {name.lower() for name in names}
+    for alias in ROWID_ALIASES:
+        if alias not in taken:
+            return alias
+    raise _refuse(f"table {table[:80]!r} has columns named {', '.join(ROWID_ALIASES)}: its row ids cannot be read")
+
+
+def _refuse_side_files(database: str, real: Path) -> None:
+    """``ROUTER_REFUSED`` when ``<database>-wal`` or ``<database>-journal`` exists: rows may live
+    there, outside the file that is read and hashed (checkpoint or commit the database first)."""
+    for suffix in ("-wal", "-journal"):
+        if os.path.lexists(str(real) + suffix):
+            raise _refuse(f"{database} has a {suffix} file next to it (uncheckpointed or unfinished writes); "
+                          "checkpoint the database (or close its writers) and query again", path=database)
+
+
 def _select(conn: sqlite3.Connection, table: str, columns: list[str], where: Mapping[str, Any],
-            limit: int) -> tuple[list[tuple[int, tuple]], bool]:
+            limit: int, rowid: str = "rowid") -> tuple[list[tuple[int, tuple]], bool]:
     projection = ", ".join(_quote(c) for c in columns)
     conditions = " AND ".join(f"{_quote(c)} IS ?" for c in where) or "1"
-    sql = f"SELECT rowid, {projection} FROM {_quote(table)} WHERE {conditions} ORDER BY rowid LIMIT ?"
+    sql = f"SELECT {rowid}, {projection} FROM {_quote(table)} WHERE {conditions} ORDER BY {rowid} LIMIT ?"
     try:
         found = conn.execute(sql, [*where.values(), limit + 1]).fetchall()
     except sqlite3.Error as exc:

@@ -109,8 +109,10 @@ def seal(drafts: tuple[Draft, ...], head: tuple[int, str, str], at: str, actor: 
         body = dict(draft.fields)
         body.update(seq=seq, parent_sha256=parent, created_at=at, actor=actor, request=draft.request)
         data = canonical_event_bytes(body)
-        if len(data) > limit:
-            raise limit_reached("event_bytes_max", f"event of {len(data)} bytes exceeds event_bytes_max = {limit}")
+        if len(data) > limit + draft.size_allowance:
+            raise limit_reached("event_bytes_max", f"event of {len(data)} bytes exceeds event_bytes_max = {limit}"
+                                + (f" plus the {draft.size_allowance} bytes of evidence it carries"
+                                   if draft.size_allowance else ""))
         parent = sha256_hex(data)
         sealed.append(Sealed(draft, body, data, parent))
     return sealed

@@ -29,7 +29,7 @@ from .errors import LedgerError
 from .errors import integrity_error as _bad
 from .manifest import check_manifest, export_statement, read_manifest
 from .package import (EVENT_FILE_RE, LEDGER_FILE, MANIFEST_FILE, check_export_tree, check_package_names, content_path,
-                      event_path, export_tree_files, refuse_own_links)
+                      event_path, export_tree_files, input_identity, refuse_own_links)
 from .paths import fs_path
 from .replay import PackageSource, Replayer
 from .storage import Storage, file_identity, translate_sqlite_errors
@@ -167,7 +167,8 @@ def _verify_attached(root: Path, scratch: Storage, progress: Progress | None) ->
         row = conn.execute(statement("content_body", "orig"), {"sha256": sha}).fetchone()
         return None if row is None else _as_bytes(row[0])
 
-    replayer = Replayer(PackageSource(root, content_of), scratch.append, schema_every_event=False)
+    replayer = Replayer(PackageSource(root, content_of, lambda: _input_identity(root, conn)), scratch.append,
+                        schema_every_event=False)
     expected = 1
     try:
         cursor = conn.execute(statement("events_for_verify", "orig", columns=", ".join(EVENT_COLUMNS)))
@@ -215,6 +216,13 @@ def _check_own_tables(conn: sqlite3.Connection, version: int) -> None:
         if name in shipped and present.get(name) != shipped[name]:
             raise _bad(None, f"the ledger's {name} is missing or altered (its definition differs from the "
                        "schema's, e.g. an added column)", object=name)
+
+
+def _input_identity(root: Path, conn: sqlite3.Connection) -> str:
+    """The package's input identity now, leaving out what the ledger under check exports."""
+    exported = {event_path(*row) for row in conn.execute(export_statement(conn, "event_addresses", "orig"))}
+    exported |= {content_path(sha) for (sha,) in conn.execute(statement("content_shas", "orig"))}
+    return input_identity(root, exported)
 
 
 def _as_bytes(value: Any) -> bytes:

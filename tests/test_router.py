@@ -77,7 +77,11 @@ def test_router_safety_every_escape_and_oversized_request_is_refused(root, tmp_p
     _refused(lambda: router.read_context({"path": "sources/app.py", "start_line": 0, "end_line": 1}))
     _refused(lambda: router.find_text({"text": "two", "max_results": 1001}))
     _refused(lambda: router.find_text({"text": "two", "path_glob": "*"}))
-    _refused(lambda: router.find_text({"text": "secret"}))  # the glob reaches the escaping symlink
+    # the glob reaches the escaping symlink: it is skipped and listed, never read
+    escaping = router.find_text({"text": "secret"})
+    assert escaping["items"] == [] and "sources/link.py" not in escaping["coverage"]["files"]
+    assert [s["path"] for s in escaping["coverage"]["skipped"]] == ["sources/link.py"]
+    assert "outside" in escaping["coverage"]["skipped"][0]["reason"]
     _refused(lambda: router.lookup({"database": "data/db.sqlite", "table": 'users"; DROP TABLE users; --'}))
     _refused(lambda: router.lookup({"database": "data/db.sqlite", "table": "users", "columns": ["name; DROP"]}))
     _refused(lambda: router.lookup({"database": "data/db.sqlite", "table": "users", "where": {"1=1 --": 1}}))

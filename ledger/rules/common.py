@@ -99,6 +99,9 @@ class Draft:
     fields: dict[str, Any]
     contents: dict[str, bytes] = field(default_factory=dict)
     terminated: tuple[str, ...] = ()
+    #: bytes this event may hold beyond ``event_bytes_max``: the evidence content or attachments it
+    #: carries, each already bounded by ``evidence_artifact_bytes_max``
+    size_allowance: int = 0
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ when nothing was returned.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
 from .. import errors as E
@@ -106,7 +107,7 @@ def _refuse_reservations(view: LedgerView, revision: int, actions: Sequence[Mapp
 
 
 def check_content_limits(view: LedgerView, contents: Mapping[str, bytes], records: int,
-                         limits: Mapping[str, int] | None) -> None:
+                         limits: Mapping[str, int] | None, only_artifacts: bool = False) -> None:
     """``LIMIT_REACHED`` naming the setting when a new content row exceeds
     ``evidence_artifact_bytes_max``, the case would hold more than ``evidence_records_max``
     records with ``records`` more, or distinct content would pass ``evidence_content_bytes_max``
@@ -118,6 +119,8 @@ def check_content_limits(view: LedgerView, contents: Mapping[str, bytes], record
             raise LedgerError(E.LIMIT_REACHED, f"an evidence artifact of {len(data)} bytes exceeds "
                               f"evidence_artifact_bytes_max = {limits['evidence_artifact_bytes_max']}",
                               limit="evidence_artifact_bytes_max")
+    if only_artifacts:
+        return
     total = view.evidence_records_total() + records
     if total > limits["evidence_records_max"]:
         raise LedgerError(E.LIMIT_REACHED, f"the case would hold {total} evidence records; "
@@ -182,9 +185,19 @@ def store_tool_results(view: LedgerView, request: Mapping[str, Any], context: Co
     _refuse_reservations(view, revision, actions)
     batch = BatchBuilder(view, case, request)
     drafts = batch.build()
+    carried = [canonical_bytes(content_of(r)) for r in request["reply"]["results"]]
+    check_content_limits(view, {**batch.new_contents, **{str(n): c for n, c in enumerate(carried)}}, 0,
+                         context.limits, only_artifacts=True)
     check_content_limits(view, batch.new_contents, len(actions), context.limits)
     _check_reply(view, revision, request, context)
-    return Outcome(tuple(drafts))
+    return Outcome(tuple(with_allowance(drafts, sum(map(len, carried)))))
+
+
+def with_allowance(drafts: Sequence[Draft], allowance: int) -> list[Draft]:
+    """``drafts`` allowed ``allowance`` bytes beyond ``event_bytes_max``: the evidence they carry
+    (each artifact already within ``evidence_artifact_bytes_max``); the envelope around it stays
+    bounded by ``event_bytes_max``."""
+    return [replace(d, size_allowance=allowance) for d in drafts]
 
 
 class BatchBuilder:

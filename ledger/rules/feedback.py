@@ -164,7 +164,8 @@ def submit_feedback(view: LedgerView, request: Mapping[str, Any], context: Conte
     """Store a draft reply to a requested test (SPEC 7.6); not evidence.
 
     Errors: ``CASE_STATE`` (only ``GENERATING_HYPOTHESES``, ``INVESTIGATING_HYPOTHESES``,
-    ``BLOCKED``), ``NO_RESERVATION`` (no test was requested under ``operation_id``),
+    ``BLOCKED``), ``NO_RESERVATION`` (no test was requested under ``operation_id``, or its
+    reservation is no longer pending: failed, assessed, or of an earlier revision),
     ``LIMIT_REACHED`` (an attachment over ``evidence_artifact_bytes_max``, or distinct content
     over ``evidence_content_bytes_max``). The identical reply and attachments again are reused.
     """
@@ -175,9 +176,7 @@ def submit_feedback(view: LedgerView, request: Mapping[str, Any], context: Conte
     if reused is not None:
         return reused
     case = _feedback_state(view, "submitting")
-    test = view.test_request(op_id)
-    if test is None:
-        raise LedgerError(E.NO_RESERVATION, f"no test was requested under operation {op_id}", operation_id=op_id)
+    test = _pending_test(view, op_id, case)
     rows, contents = _attachment_rows(request["attachments"])
     new = {sha: data for sha, data in contents.items() if not view.content_seen(sha)}
     evidence_rules.check_content_limits(view, new, 0, context.limits)
@@ -188,12 +187,29 @@ def submit_feedback(view: LedgerView, request: Mapping[str, Any], context: Conte
              "submission_sha256": submission}
     fields = {**case_fields(case, "feedback.submitted", case["revision"]), "format": "feedback-event-v1",
               "feedback": draft}
-    return Draft("feedback.submitted", "case", case["revision"], key, dict(request), fields, new)
+    return Draft("feedback.submitted", "case", case["revision"], key, dict(request), fields, new,
+                 size_allowance=sum(len(data) for data in contents.values()))  # the attachments it carries
+
+
+def _pending_test(view: LedgerView, op_id: str, case: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The test requested under ``op_id`` when its reservation is still pending in the case's
+    revision, else ``NO_RESERVATION`` (no such test, or failed, assessed or of another revision)."""
+    test = view.test_request(op_id)
+    if test is None:
+        raise LedgerError(E.NO_RESERVATION, f"no test was requested under operation {op_id}", operation_id=op_id)
+    action = view.action(test["revision"], test["hypothesis_id"], test["action_id"])
+    if test["revision"] != case["revision"] or action is None or action["status"] != ACTION_RESERVED:
+        raise LedgerError(E.NO_RESERVATION, f"the test of operation {op_id} is no longer pending "
+                          f"({test['hypothesis_id']}/{test['action_id']} is "
+                          f"{action['status'] if action else 'gone'}, revision {test['revision']})",
+                          operation_id=op_id)
+    return test
 
 
 def confirm_feedback(view: LedgerView, request: Mapping[str, Any], context: Context) -> Outcome | Reused:
     """Confirm a draft; a ``BLOCKED`` case moves back to ``INVESTIGATING_HYPOTHESES`` in the same
-    operation (SPEC 7.6). Errors: ``CASE_STATE``, ``INVALID_ARGUMENT`` (unknown feedback id)."""
+    operation (SPEC 7.6). Errors: ``CASE_STATE``, ``INVALID_ARGUMENT`` (unknown feedback id),
+    ``NO_RESERVATION`` (its test's reservation is no longer pending)."""
     fid = request["feedback_id"]
     key = _key("confirm_feedback", fid)
     reused = replay_or_conflict(view, key, request)
@@ -203,6 +219,7 @@ def confirm_feedback(view: LedgerView, request: Mapping[str, Any], context: Cont
     found = view.feedback(fid)
     if found is None:
         raise LedgerError(E.INVALID_ARGUMENT, f"there is no feedback {fid}", feedback_id=fid)
+    _pending_test(view, found["operation_id"], case)
     fields = {**case_fields(case, "feedback.confirmed", case["revision"]), "format": "feedback-event-v1",
               "feedback_id": fid, "operation_id": found["operation_id"],
               "submission_sha256": found["submission_sha256"]}

@@ -1,0 +1,352 @@
+"""Regression tests for break-it findings in the evidence store (one test or more per finding)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from click.testing import CliRunner
+
+from ledger import Case, LedgerError, export_case, import_tree, verify_case
+from ledger.errors import INTEGRITY_ERROR, REPLY_MISMATCH, ROUTER_REFUSED
+from ledger.journal import apply_journal
+from ledger import router as router_module
+from ledger.router import Router
+from ledger.router_check import recheck, self_consistent
+from ledger.rules import evidence as rules
+from ledger_cli.main import main as cli_main
+
+from test_evidence import APP, case, read  # noqa: F401  (the fixture is used by name)
+
+
+def forge(case: Case, iteration: str, action: dict, result: dict) -> None:
+    """What a forger with write access gets into the ledger: a batch whose stored result the
+    reference router never produced (the store's own recomputation is bypassed)."""
+    case.budget().reserve(action["hypothesis_id"], action["action_id"], action["tool"])
+    with case.session.read() as view:
+        generation = view.head()[0]
+    reply = {"package_generation": generation, "input_identity": case.input_identity(), "results": [result]}
+    shaped = rules.shape_store(iteration, {"actions": [action]}, reply)
+    case.session.run("store_tool_results", shaped,
+                     inputs={"recomputed": [result], "input_identity": case.input_identity()})
+
+
+def line(path: str, number: int, text: str) -> dict:
+    return {"kind": "source_line", "path": path, "line": number,
+            "sha256": hashlib.sha256(text.encode()).hexdigest(), "text": text}
+
+
+def passwd_result(op: str) -> dict:
+    return {"operation_id": op, "tool": "source.read_context", "status": "ok",
+            "items": [line("/etc/passwd", 1, "root:x:0:0:root:/root:/bin/bash")],
+            "coverage": {"path": "/etc/passwd", "start_line": 1, "end_line": 1, "file_lines": 1},
+            "truncated": False, "sources": [["/etc/passwd", "0" * 64]]}
+
+
+class Forging(Router):
+    """A custom router that answers what it likes."""
+
+    def result(self, action):
+        return passwd_result(action["operation_id"])
+
+
+# --- finding 1: a stored result the reference router refuses or does not return -------------------
+def test_store_checks_a_custom_routers_reply_with_the_reference_router(case):
+    action = read("op-1", "H1", "q1", 1, 1, "/etc/passwd")
+    case.budget().reserve("H1", "q1", "source.read_context")
+    store = case.evidence(Forging(case.path, generation=lambda: case.query("SELECT MAX(seq) AS s FROM events")[0]["s"],
+                                  identity=case.input_identity))
+    reply = store.query("i1", {"actions": [action]}).reply
+    assert reply["results"][0]["items"][0]["path"] == "/etc/passwd"
+    with pytest.raises(LedgerError) as caught:
+        store.store_tool_results("i1", {"actions": [action]}, reply)
+    assert caught.value.code == ROUTER_REFUSED
+    # a plausible action, a forged line: the reference recomputation differs
+    good = read("op-2", "H1", "q1", 2, 2)
+    forged = case.evidence().query("i2", {"actions": [good]}).reply
+    forged["results"][0]["items"][0] = line(APP, 2, "    return a + b")
+    with pytest.raises(LedgerError) as caught:
+        store.store_tool_results("i2", {"actions": [good]}, forged)
+    assert caught.value.code == REPLY_MISMATCH
+    assert case.query("SELECT COUNT(*) AS n FROM evidence_records")[0]["n"] == 0
+
+
+def test_verify_and_import_refuse_a_stored_action_the_reference_router_refuses(case, tmp_path):
+    forge(case, "i1", read("op-1", "H1", "q1", 1, 1, "/etc/passwd"), passwd_result("op-1"))
+    with pytest.raises(LedgerError) as caught:
+        verify_case(case.path)
+    assert caught.value.code == INTEGRITY_ERROR and "refuses" in caught.value.message
+    export_case(case)
+    with pytest.raises(LedgerError) as caught:
+        import_tree(case.path, tmp_path / "copy")
+    assert caught.value.code == INTEGRITY_ERROR and "refuses" in caught.value.message
+
+
+def changed_line_result(op: str) -> dict:
+    return {"operation_id": op, "tool": "source.read_context", "status": "ok",
+            "items": [line(APP, 2, "    return a + b")],
+            "coverage": {"path": APP, "start_line": 2, "end_line": 2, "file_lines": 4},
+            "truncated": False, "sources": [[APP, "0" * 64]]}
+
+
+def test_verify_recomputes_whenever_the_inputs_are_unchanged_whatever_sources_says(case, tmp_path):
+    forge(case, "i1", read("op-1", "H1", "q1", 2, 2), changed_line_result("op-1"))
+    with pytest.raises(LedgerError) as caught:
+        verify_case(case.path)
+    assert caught.value.code == INTEGRITY_ERROR
+    export_case(case)
+    with pytest.raises(LedgerError) as caught:
+        import_tree(case.path, tmp_path / "copy")
+    assert caught.value.code == INTEGRITY_ERROR
+
+
+def test_with_changed_inputs_a_stored_result_must_be_self_consistent(case):
+    result = changed_line_result("op-1")
+    result["items"][0]["sha256"] = hashlib.sha256(b"    return a - b").hexdigest()  # not its text's hash
+    forge(case, "i1", read("op-1", "H1", "q1", 2, 2), result)
+    (case.path / "sources" / "other.py").write_text("x = 1\n")  # the inputs change
+    with pytest.raises(LedgerError) as caught:
+        verify_case(case.path)
+    assert caught.value.code == INTEGRITY_ERROR and "not that of its text" in caught.value.message
+
+
+def test_with_changed_inputs_a_file_still_unchanged_must_recompute(case):
+    result = changed_line_result("op-1")
+    result["sources"] = [[APP, hashlib.sha256((case.path / APP).read_bytes()).hexdigest()]]
+    forge(case, "i1", read("op-1", "H1", "q1", 2, 2), result)
+    (case.path / "sources" / "other.py").write_text("x = 1\n")
+    with pytest.raises(LedgerError) as caught:
+        verify_case(case.path)
+    assert caught.value.code == INTEGRITY_ERROR
+
+
+def test_a_genuine_result_over_since_changed_inputs_still_verifies(case):
+    store = case.evidence()
+    case.budget().reserve("H1", "q1", "source.read_context")
+    store.query("i1", {"actions": [read("op-1", "H1", "q1", 1, 2)]}, True)
+    (case.path / APP).write_text("def add(a, b):\n    return a + b\n")  # fixed since
+    (case.path / "sources" / "other.py").write_text("x = 1\n")
+    assert verify_case(case.path).events > 0
+
+
+# --- finding 3: an identical query --store retry is reused ------------------------------------------
+def test_an_identical_query_store_retry_is_reused_with_the_stored_records(case):
+    case.budget().reserve("H1", "q1", "source.read_context")
+    request = {"actions": [read("op-1", "H1", "q1", 1, 2)]}
+    first = case.evidence().query("i1", request, True)
+    case.budget().reserve("H2", "q2", "source.read_context")  # the head moves on
+    again = case.evidence().query("i1", request, True)
+    assert (first.reused, again.reused) == (False, True)
+    assert again.records == first.records and again.seq == first.seq
+    assert again.reply["package_generation"] == first.reply["package_generation"]
+    assert case.query("SELECT COUNT(*) AS n FROM evidence_records")[0]["n"] == 1
+
+
+def test_a_journal_query_store_line_applies_twice(case):
+    case.budget().reserve("H1", "q1", "source.read_context")
+    line_ = json.dumps({"op": "query", "iteration_id": "i1", "request": {"actions": [read("op-1", "H1", "q1", 1, 1)]},
+                        "store": True})
+    first = [r.to_dict() for r in apply_journal(case, [line_])]
+    second = [r.to_dict() for r in apply_journal(case, [line_])]
+    assert [r["ok"] for r in first + second] == [True, True]
+    assert second[0]["result"]["reused"] is True
+    assert second[0]["result"]["records"] == first[0]["result"]["records"]
+
+
+def test_a_query_store_retry_over_changed_inputs_is_not_reused(case):
+    case.budget().reserve("H1", "q1", "source.read_context")
+    request = {"actions": [read("op-1", "H1", "q1", 1, 2)]}
+    case.evidence().query("i1", request, True)
+    (case.path / APP).write_text("def add(a, b):\n    return a + b\n")
+    with pytest.raises(LedgerError) as caught:
+        case.evidence().query("i1", request, True)
+    assert caught.value.code == "OPERATION_CONFLICT"
+
+
+# --- finding 2: import checks the exported content files ----------------------------------------------
+@pytest.mark.parametrize("mutation", ["edit", "delete", "swap"])
+def test_import_refuses_edited_deleted_or_swapped_content_files(case, tmp_path, mutation):
+    for n, (h, span) in enumerate([("H1", (1, 1)), ("H2", (2, 3))], start=1):
+        case.budget().reserve(h, f"q{n}", "source.read_context")
+        case.evidence().query(f"i{n}", {"actions": [read(f"op-{n}", h, f"q{n}", *span)]}, True)
+    export_case(case)
+    files = sorted((case.path / "analysis" / "evidence" / "content").iterdir())
+    assert len(files) == 2
+    first, second = files
+    if mutation == "edit":
+        first.write_bytes(first.read_bytes().replace(b"def add", b"def sub"))
+    elif mutation == "delete":
+        first.unlink()
+    else:
+        a, b = first.read_bytes(), second.read_bytes()
+        first.write_bytes(b)
+        second.write_bytes(a)
+    with pytest.raises(LedgerError) as caught:
+        import_tree(case.path, tmp_path / "copy")
+    assert caught.value.code == INTEGRITY_ERROR
+    assert "analysis/evidence/content/" in caught.value.message
+    assert not (tmp_path / "copy" / "ledger.sqlite").exists()
+
+
+# --- finding 7: feedback for a test whose reservation was failed --------------------------------------
+def test_feedback_for_a_failed_test_is_no_reservation_at_submit_and_confirm(case):
+    budget = case.budget()
+    budget.request_test("H1", "t1", "human", "test-1")
+    budget.request_test("H2", "t2", "human", "test-2")
+    draft = case.evidence().submit_feedback("test-2", {"status": "passed", "details": "ok"})
+    budget.fail("H1", "t1", "the tester gave up")
+    budget.fail("H2", "t2", "the tester gave up")
+    with pytest.raises(LedgerError) as submitted:
+        case.evidence().submit_feedback("test-1", {"status": "passed", "details": "ok"})
+    assert submitted.value.code == "NO_RESERVATION" and "no longer pending" in submitted.value.message
+    case.transition("BLOCKED")
+    with pytest.raises(LedgerError) as confirmed:
+        case.evidence().confirm_feedback(draft.feedback_id)
+    assert confirmed.value.code == "NO_RESERVATION"
+    assert case.query("SELECT COUNT(*) AS n FROM feedback_drafts")[0]["n"] == 1
+    assert case.query("SELECT COUNT(*) AS n FROM feedback_confirmations")[0]["n"] == 0
+    assert case.status()["state"] == "BLOCKED"
+
+
+# --- findings 4, 5, 8: database.lookup ---------------------------------------------------------------
+def lookup(**args) -> dict:
+    return {"operation_id": "op-x", "hypothesis_id": "H1", "action_id": "q", "tool": "database.lookup", "args": args}
+
+
+def test_lookup_refuses_integers_outside_sqlite_range_without_a_traceback(case):
+    for value in (2 ** 70, -(2 ** 63) - 1):
+        with pytest.raises(LedgerError) as caught:
+            case.evidence().query("x", {"actions": [lookup(database="data/app.sqlite", table="users",
+                                                             where={"id": value})]})
+        assert caught.value.code == ROUTER_REFUSED and "64-bit" in caught.value.message
+    found = case.evidence().query("x", {"actions": [lookup(database="data/app.sqlite", table="users",
+                                                             where={"id": 2 ** 63 - 1})]})
+    assert found.reply["results"][0]["items"] == []
+
+
+def test_lookup_pointers_use_the_real_row_id_when_a_column_is_named_rowid(case):
+    conn = sqlite3.connect(case.path / "data" / "x.sqlite")
+    conn.execute('CREATE TABLE t (c TEXT, rowid TEXT)')
+    conn.executemany("INSERT INTO t VALUES (?, ?)", [("a", "7"), ("b", "7"), ("c", None)])
+    conn.execute('CREATE TABLE u (rowid TEXT, _rowid_ TEXT, OID TEXT)')
+    conn.execute("INSERT INTO u VALUES ('1', '2', '3')")
+    conn.commit()
+    conn.close()
+    reply = case.evidence().query("x", {"actions": [lookup(database="data/x.sqlite", table="t")]}).reply
+    assert [i["pointer"] for i in reply["results"][0]["items"]] == ["/t/1", "/t/2", "/t/3"]
+    assert [i["values"]["rowid"] for i in reply["results"][0]["items"]] == ["7", "7", None]
+    with pytest.raises(LedgerError) as caught:
+        case.evidence().query("x", {"actions": [lookup(database="data/x.sqlite", table="u")]})
+    assert caught.value.code == ROUTER_REFUSED and "row ids cannot be read" in caught.value.message
+
+
+def test_lookup_writes_nothing_under_data_and_refuses_a_database_with_a_wal_file(case):
+    path = case.path / "data" / "wal.sqlite"
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("CREATE TABLE t (a)")
+    conn.execute("INSERT INTO t VALUES (1)")
+    conn.commit()
+    assert (case.path / "data" / "wal.sqlite-wal").exists()
+    with pytest.raises(LedgerError) as caught:
+        case.evidence().query("x", {"actions": [lookup(database="data/wal.sqlite", table="t")]})
+    assert caught.value.code == ROUTER_REFUSED and "-wal" in caught.value.message
+    conn.close()  # the last connection checkpoints and removes -wal and -shm
+    before = sorted(p.name for p in (case.path / "data").iterdir())
+    identity = case.input_identity()
+    reply = case.evidence().query("x", {"actions": [lookup(database="data/wal.sqlite", table="t")]}).reply
+    assert [i["values"] for i in reply["results"][0]["items"]] == [{"a": 1}]
+    assert sorted(p.name for p in (case.path / "data").iterdir()) == before == ["app.sqlite", "wal.sqlite"]
+    assert case.input_identity() == identity
+
+
+# --- finding 6: the artifact limit is the one that applies to the evidence an event carries -----------
+def test_a_3_000_000_byte_line_under_the_artifact_limit_is_stored(case):
+    (case.path / "sources" / "big.txt").write_bytes(b"x" * 3_000_000 + b"\n")
+    case.budget().reserve("H1", "q1", "source.read_context")
+    stored = case.evidence().query("i1", {"actions": [read("op-1", "H1", "q1", 1, 1, "sources/big.txt")]}, True)
+    assert stored.records[0]["novelty_score"] == 100
+    assert verify_case(case.path).events > 0
+
+
+def test_an_artifact_over_its_limit_names_evidence_artifact_bytes_max(case):
+    (case.path / "sources" / "big.txt").write_bytes(b"x" * 5_000_000 + b"\n")
+    case.budget().reserve("H1", "q1", "source.read_context")
+    with pytest.raises(LedgerError) as caught:
+        case.evidence().query("i1", {"actions": [read("op-1", "H1", "q1", 1, 1, "sources/big.txt")]}, True)
+    assert caught.value.code == "LIMIT_REACHED" and caught.value.details["limit"] == "evidence_artifact_bytes_max"
+
+
+def test_a_3_000_000_byte_attachment_is_accepted_as_a_draft(case):
+    case.budget().request_test("H1", "t1", "human", "test-1")
+    draft = case.evidence().submit_feedback("test-1", {"status": "passed", "details": "ok"},
+                                            {"log.txt": "y" * 3_000_000})
+    assert draft.feedback_id == "F000001"
+
+
+# --- finding 9: bounded reads in the command line ---------------------------------------------------------
+def test_cli_feedback_submit_refuses_devices_and_oversized_attachments_without_reading_them(case, tmp_path):
+    case.budget().request_test("H1", "t1", "human", "test-1")
+    reply = tmp_path / "reply.json"
+    reply.write_text('{"status": "passed", "details": "ok"}')
+    big = tmp_path / "big.log"
+    with open(big, "wb") as handle:
+        handle.truncate(5 * 1024 * 1024)  # sparse: over the 4 MiB artifact limit
+    runner = CliRunner()
+    path = str(case.path)
+    device = runner.invoke(cli_main, ["evidence", "feedback", "submit", path, "test-1", str(reply),
+                                      "--attach", "/dev/zero"])
+    assert device.exit_code == 1 and "error: INVALID_ARGUMENT" in device.output
+    assert "not a regular file" in device.output
+    oversized = runner.invoke(cli_main, ["evidence", "feedback", "submit", path, "test-1", str(reply),
+                                         "--attach", str(big)])
+    assert oversized.exit_code == 1 and "error: LIMIT_REACHED" in oversized.output
+    assert "evidence_artifact_bytes_max" in oversized.output
+    endless = runner.invoke(cli_main, ["evidence", "feedback", "submit", path, "test-1", "/dev/zero"])
+    assert endless.exit_code == 1 and "error: LIMIT_REACHED" in endless.output
+    assert case.query("SELECT COUNT(*) AS n FROM feedback_drafts")[0]["n"] == 0
+
+
+# --- finding 10: find_text skips unreadable files with a coverage note -----------------------------------
+def test_find_text_skips_oversized_broken_and_special_files_and_lists_them(case, monkeypatch):
+    monkeypatch.setattr(router_module, "FILE_BYTES_MAX", 1000)  # the 16 MiB cap, scaled down
+    sources = case.path / "sources"
+    (sources / "huge.bin").write_bytes(b"add\n" * 300)
+    (sources / "gone").symlink_to("nowhere")
+    (sources / "out").symlink_to("/etc/hostname")
+    action = {"operation_id": "op-1", "hypothesis_id": "H1", "action_id": "q1", "tool": "source.find_text",
+              "args": {"text": "add"}}
+    case.budget().reserve("H1", "q1", "source.find_text")
+    stored = case.evidence().query("i1", {"actions": [action]}, True)
+    result = stored.reply["results"][0]
+    assert [(i["path"], i["line"]) for i in result["items"]] == [(APP, 1), (APP, 4)]
+    assert result["coverage"]["files"] == [APP, "sources/notes.txt"]
+    skipped = {s["path"]: s["reason"] for s in result["coverage"]["skipped"]}
+    assert sorted(skipped) == ["sources/gone", "sources/huge.bin", "sources/out"]
+    assert "larger than" in skipped["sources/huge.bin"] and "does not exist" in skipped["sources/gone"]
+    assert "outside" in skipped["sources/out"]
+    assert verify_case(case.path).events > 0
+    plain = case.evidence().query("x", {"actions": [{**action, "args": {"text": "add", "path_glob": APP}}]})
+    assert "skipped" not in plain.reply["results"][0]["coverage"]
+
+
+# --- invariant: the re-check accepts every genuine result, whatever the file holds ------------------------
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.binary(max_size=300), start=st.integers(1, 6), span=st.integers(0, 5), needle=st.sampled_from(["a", "\r", "é"]))
+def test_recheck_accepts_every_genuine_result_and_recomputes_it(tmp_path, data, start, span, needle):
+    root = tmp_path / "pkg"
+    (root / "sources").mkdir(parents=True, exist_ok=True)
+    (root / "sources" / "f.txt").write_bytes(data)
+    router = Router(root)
+    for action in ({"operation_id": "o", "tool": "source.read_context",
+                    "args": {"path": "sources/f.txt", "start_line": start, "end_line": start + span}},
+                   {"operation_id": "o", "tool": "source.find_text", "args": {"text": needle}}):
+        result = router.result(action)
+        self_consistent(action, result)  # no INTEGRITY_ERROR for a genuine result
+        assert recheck(router, action, result, True) == result
+        assert recheck(router, action, result, False) == result
