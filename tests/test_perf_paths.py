@@ -22,7 +22,7 @@ from ledger.errors import LedgerError
 from ledger.package import _is_control, check_package_name
 from ledger.replay import PackageSource, Replayer
 from ledger.storage import Storage
-from ledger.verify import HELPER_TABLES, store_derived
+from ledger.verify import HELPER_TABLES, store_derived, verify_case
 
 TABLES = ("events", "contents") + HELPER_TABLES
 
@@ -114,3 +114,25 @@ def test_the_file_name_rule_still_refuses_control_characters_and_undecodable_nam
 def test_printable_ascii_names_pass_the_file_name_rule():
     assert not _refused("analysis/budgets/0001/events/00000001.json")
     assert not _refused("sources/a b~!.txt")
+
+
+@pytest.mark.parametrize("column, value", [("type", "'budget.failed'"), ("stream_seq", "stream_seq + 100"),
+                                           ("created_at", "'2000-01-01T00:00:00.000000Z'"),
+                                           ("operation_key", "'1:other'"), ("request_sha256", "NULL"),
+                                           ("revision", "revision + 1")])
+def test_verify_names_the_event_whose_column_disagrees_with_its_body(tmp_path, column, value):
+    # the events comparison looks rows up by seq instead of sorting both tables: it must still
+    # find every column that differs from what the body says
+    path, _, _ = run_demo(tmp_path / "demo", echo=lambda _text: None)
+    conn = sqlite3.connect(path / "ledger.sqlite")
+    seq = conn.execute("SELECT MAX(seq) FROM events WHERE operation_key IS NOT NULL AND stream = 'budget'"
+                       ).fetchone()[0] - 3
+    conn.execute("DROP TRIGGER events_no_update")
+    conn.execute(f"UPDATE events SET {column} = {value} WHERE seq = ?", (seq,))
+    conn.commit()
+    conn.close()
+    with pytest.raises(LedgerError) as caught:
+        verify_case(path)
+    assert caught.value.code == E.INTEGRITY_ERROR
+    assert caught.value.details["seq"] == seq
+    assert "events column disagrees" in caught.value.message
