@@ -136,3 +136,56 @@ def test_verify_names_the_event_whose_column_disagrees_with_its_body(tmp_path, c
     assert caught.value.code == E.INTEGRITY_ERROR
     assert caught.value.details["seq"] == seq
     assert "events column disagrees" in caught.value.message
+
+
+# --- the writer's cache: kept only while the chain head is the one this writer left -------------
+
+def _investigating_case(path: Path):
+    from ledger import BudgetConfig, Case
+
+    case = Case.create(path, "BUG-1")
+    case.open_revision([{"statement": "one"}, {"statement": "two"}], 100)
+    case.transition("INVESTIGATING_HYPOTHESES")
+    case.budget(BudgetConfig.from_mapping({"action_costs": {"source.read_context": 5}})).initialize()
+    return case
+
+
+def test_the_writer_cache_sees_another_writers_state_change(tmp_path):
+    from ledger import Case
+
+    first = _investigating_case(tmp_path / "c")
+    budget = first.budget()
+    budget.reserve("H1", "a1", "source.read_context")  # caches the case state (INVESTIGATING)
+    assert first.session.cache.answers  # something is kept between operations
+    with Case.open(tmp_path / "c") as other:  # another writer moves the case on
+        other.transition("BLOCKED")
+    with pytest.raises(LedgerError) as caught:
+        budget.reserve("H1", "a2", "source.read_context")
+    assert caught.value.code == E.CASE_STATE
+    first.close()
+
+
+def test_the_writer_cache_sees_its_own_state_change_and_survives_budget_events(tmp_path):
+    case = _investigating_case(tmp_path / "c")
+    budget = case.budget()
+    budget.reserve("H1", "a1", "source.read_context")
+    kept = dict(case.session.cache.answers)
+    budget.record_result("H1", "a1", {"finding": "x"})  # a budget event feeds none of the kept facts
+    assert kept.items() <= case.session.cache.answers.items()
+    case.transition("BLOCKED")  # a lifecycle event clears them
+    with pytest.raises(LedgerError) as caught:
+        budget.reserve("H1", "a2", "source.read_context")
+    assert caught.value.code == E.CASE_STATE
+    case.close()
+
+
+def test_the_writer_cache_forgets_a_rolled_back_batch(tmp_path):
+    case = _investigating_case(tmp_path / "c")
+    budget = case.budget()
+    with pytest.raises(RuntimeError):
+        with case.batch():
+            case.transition("BLOCKED")
+            raise RuntimeError("the batch is rolled back")
+    assert case.status()["state"] == "INVESTIGATING_HYPOTHESES"
+    assert budget.reserve("H1", "a1", "source.read_context").seq  # not refused by the rolled-back state
+    case.close()
