@@ -15,7 +15,21 @@ Every figure is measured in one run, on the same disk, at the same durability
 * ``export_files_per_s`` — ``ledger export`` of that case;
 * ``simulate_vs_apply`` — ``ledger simulate`` (one process, default ``--jobs``) steps per second over
   ``ledger apply --keep-going`` operations per second (one process per journal), on the same real
-  journals (``tests/data/trajectories``), one run of each.
+  journals (``tests/data/trajectories``), one run of each;
+* ``fsync_ms`` — the machine's fsync (median, 4 KiB write then fsync);
+* ``cpu_per_op_vs_raw`` — process CPU seconds per API operation over CPU seconds per raw commit,
+  from the same interleaved rounds;
+* ``apply_vs_raw_batch`` — ``apply_ops_per_s`` over raw inserts per second of event-size rows in
+  100-row durable transactions;
+* ``verify_vs_scan`` — ``verify_events_per_s`` over a bare scan of the same ledger (fetch every
+  event body, ``json.loads``, sha256);
+* ``export_vs_raw_files`` — ``export_files_per_s`` over a bare loop writing the same bytes to the
+  same layout atomically (temp file, fsync, rename, each folder fsynced once);
+* ``apply_rss_ratio`` — peak RSS of ``ledger apply`` on a 200,000-line journal over a 1,000-line one
+  (``--quick``: 10,000 lines; ``apply_rss_lines`` says which).
+
+``python -m benchmarks --table RUN_A.json RUN_B.json`` prints the README's table from saved
+``--json`` runs, each ratio beside its target.
 
 ``--quick`` shrinks every size (10x fewer events) so the run ends in under two
 minutes; its figures are for smoke-checking, not for the README.
@@ -37,6 +51,9 @@ import time
 from pathlib import Path
 
 from ledger import AnalysisConfig, BudgetConfig, Case
+
+from . import baselines
+from .report import print_table
 
 HYPOTHESES = 4
 UNITS = 10**15
@@ -77,14 +94,17 @@ class RawStore:
         self.conn.execute("PRAGMA synchronous = FULL")
         self.conn.execute("CREATE TABLE events (seq INTEGER PRIMARY KEY, sha256 TEXT, body TEXT)")
         self.body = "x" * int(size)
+        self.cpu, self.ops = 0.0, 0
 
     def run(self, n: int) -> float:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         for _ in range(n):
             self.conn.execute("BEGIN IMMEDIATE")
             self.conn.execute("INSERT INTO events (sha256, body) VALUES (?, ?)", ("0" * 64, self.body))
             self.conn.execute("COMMIT")
-        return n / (time.perf_counter() - start)
+        elapsed = time.perf_counter() - start
+        self.cpu, self.ops = self.cpu + time.process_time() - cpu, self.ops + n
+        return n / elapsed
 
 
 class LedgerStore:
@@ -94,14 +114,17 @@ class LedgerStore:
         self.case = _new_case(directory / f"ledger-{synchronous}", synchronous)
         self.budget = self.case.budget()
         self.next = 0
+        self.cpu, self.ops = 0.0, 0
 
     def run(self, operations: int) -> float:
         cycles = max(1, operations // 3)
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         for n in range(self.next, self.next + cycles):
             _cycle(self.budget, n)
+        elapsed = time.perf_counter() - start
         self.next += cycles
-        return 3 * cycles / (time.perf_counter() - start)
+        self.cpu, self.ops = self.cpu + time.process_time() - cpu, self.ops + 3 * cycles
+        return 3 * cycles / elapsed
 
 
 class FilePerEventStore:
@@ -181,15 +204,18 @@ def write_journal(path: Path, operations: int) -> None:
         {"op": "transition", "to": "INVESTIGATING_HYPOTHESES"},
         {"op": "initialize"},
     ]
-    n = 0
-    while len(lines) < operations:
-        h, a = f"H{n % HYPOTHESES + 1}", f"a{n:08d}"
-        lines.append({"op": "reserve", "hypothesis": h, "action_id": a, "action": "source.read_context"})
-        lines.append({"op": "record_result", "hypothesis": h, "action_id": a,
-                      "evidence": {"finding": f"observation {n}", "lines": [n, n + 3]}})
-        lines.append({"op": "settle", "hypothesis": h, "action_id": a, "semantic_score": 60, "reason": "relevant"})
-        n += 1
-    path.write_text("".join(json.dumps(line) + "\n" for line in lines[:operations]))
+    with open(path, "w") as out:
+        written, n = 0, 0
+        while written < operations:
+            h, a = f"H{n % HYPOTHESES + 1}", f"a{n:08d}"
+            lines += [{"op": "reserve", "hypothesis": h, "action_id": a, "action": "source.read_context"},
+                      {"op": "record_result", "hypothesis": h, "action_id": a,
+                       "evidence": {"finding": f"observation {n}", "lines": [n, n + 3]}},
+                      {"op": "settle", "hypothesis": h, "action_id": a, "semantic_score": 60, "reason": "relevant"}]
+            for line in lines[:operations - written]:
+                out.write(json.dumps(line) + "\n")
+            written += min(len(lines), operations - written)
+            lines, n = [], n + 1
 
 
 def run_cli(*args: str, ok: tuple[int, ...] = (0,)) -> tuple[float, int]:
@@ -205,14 +231,25 @@ def run_cli(*args: str, ok: tuple[int, ...] = (0,)) -> tuple[float, int]:
     return elapsed, usage.ru_maxrss // 1024
 
 
-def bench_apply(directory: Path, operations: int) -> float:
-    journal = directory / "journal.jsonl"
+def bench_apply(directory: Path, operations: int, name: str = "applied") -> tuple[float, int]:
+    """``(operations/s, peak RSS MiB)`` of ``ledger apply`` (a fresh process) on a new journal."""
+    journal = directory / f"{name}.jsonl"
     write_journal(journal, operations)
     config = directory / "analysis.toml"
     config.write_text("[limits]\nbudget_events_max = 1000000000000\n")
-    elapsed, _ = run_cli("--analysis-config", str(config), "apply", str(directory / "applied"), str(journal),
-                         "--create", "BENCH-2")
-    return operations / elapsed
+    elapsed, rss = run_cli("--analysis-config", str(config), "apply", str(directory / name), str(journal),
+                           "--create", "BENCH-2")
+    journal.unlink()
+    return operations / elapsed, rss
+
+
+def bench_apply_rss(directory: Path, small: int, large: int) -> dict[str, object]:
+    """Peak RSS of applying a ``large``-line journal over a ``small``-line one (real processes)."""
+    _, small_rss = bench_apply(directory, small, "rss-small")
+    _, large_rss = bench_apply(directory, large, "rss-large")
+    shutil.rmtree(directory / "rss-large", ignore_errors=True)
+    return {"apply_rss_lines": [small, large], "apply_rss_small_mib": small_rss, "apply_rss_large_mib": large_rss,
+            "apply_rss_ratio": large_rss / small_rss}
 
 
 TRAJECTORIES = Path(__file__).resolve().parent.parent / "tests" / "data" / "trajectories"
@@ -285,9 +322,15 @@ def bench_growth(directory: Path, small: int, large: int, samples: int) -> dict[
         timings.append(time.perf_counter() - began)
     case.close()
     verify_s, verify_rss = run_cli("verify", str(directory / "big"))
+    scan = baselines.scan_events_per_s(directory / "big" / "ledger.sqlite")
     export_s, _ = run_cli("export", str(directory / "big"))
     files = sum(len(names) for _, _, names in os.walk(directory / "big" / "analysis")) + 1
+    raw_files = baselines.raw_files_per_s(directory / "big" / "analysis", directory / "raw-files")
     return {
+        "scan_events_per_s": scan,
+        "verify_vs_scan": events / verify_s / scan,
+        "raw_files_per_s": raw_files,
+        "export_vs_raw_files": files / export_s / raw_files,
         "events": events,
         "latency_ms_small": small_ms,
         "latency_ms_large": large_ms,
@@ -304,46 +347,68 @@ def machine() -> dict[str, str]:
             "system": f"{platform.system()} {platform.machine()}", "cpus": str(os.cpu_count())}
 
 
+def bench_durable(work: Path, rounds: int, operations: int, results: dict[str, object]) -> None:
+    """The four (five with eventsourcing) durable stores in interleaved rounds, with CPU per operation."""
+    probe = LedgerStore(work / "probe")
+    probe.run(30)
+    size = _event_size(probe.case)
+    probe.case.close()
+    results["event_bytes"] = size
+    stores: dict[str, object] = {
+        "raw_tx_per_s": RawStore(work, size),
+        "ledger_ops_per_s": LedgerStore(work),
+        "ledger_ops_per_s_synchronous_normal": LedgerStore(work, "NORMAL"),
+        "file_per_event_ops_per_s": FilePerEventStore(work, size),
+    }
+    try:
+        stores["eventsourcing_ops_per_s"] = EventsourcingStore(work)
+    except ImportError:
+        results["eventsourcing_ops_per_s"] = None
+        print("eventsourcing is not installed: its figures are None (pip install '.[bench]')", file=sys.stderr)
+    results.update(interleaved(stores, operations, rounds))
+    raw, ledger = stores["raw_tx_per_s"], stores["ledger_ops_per_s"]
+    results["raw_cpu_ms_per_op"] = 1000 * raw.cpu / raw.ops
+    results["ledger_cpu_ms_per_op"] = 1000 * ledger.cpu / ledger.ops
+    for store in stores.values():
+        if isinstance(store, LedgerStore):
+            store.case.close()
+
+
+def ratios(results: dict[str, object]) -> None:
+    results["durable_op_vs_raw"] = results["ledger_ops_per_s"] / results["raw_tx_per_s"]
+    results["vs_file_per_event"] = results["ledger_ops_per_s"] / results["file_per_event_ops_per_s"]
+    results["vs_eventsourcing"] = (results["ledger_ops_per_s"] / results["eventsourcing_ops_per_s"]
+                                   if results["eventsourcing_ops_per_s"] else None)
+    results["cpu_per_op_vs_raw"] = results["ledger_cpu_ms_per_op"] / results["raw_cpu_ms_per_op"]
+    results["apply_vs_ledger_ops"] = results["apply_ops_per_s"] / results["ledger_ops_per_s"]
+    results["apply_vs_raw_batch"] = results["apply_ops_per_s"] / results["raw_batch_inserts_per_s"]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke check under two minutes")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--dir", type=Path, help="where to put the benchmark files (default: a temp folder)")
+    parser.add_argument("--table", type=Path, nargs="+", metavar="RUN.json",
+                        help="print the README table from saved --json runs and exit")
     args = parser.parse_args(argv)
+    if args.table:
+        return print_table(args.table)
     scale = 10 if args.quick else 1
     work = Path(tempfile.mkdtemp(prefix="ledger-bench-", dir=args.dir))
     results: dict[str, object] = {"quick": args.quick, "machine": machine()}
     try:
-        probe = LedgerStore(work / "probe")
-        probe.run(30)
-        size = _event_size(probe.case)
-        probe.case.close()
-        results["event_bytes"] = size
-        stores: dict[str, object] = {
-            "raw_tx_per_s": RawStore(work, size),
-            "ledger_ops_per_s": LedgerStore(work),
-            "ledger_ops_per_s_synchronous_normal": LedgerStore(work, "NORMAL"),
-            "file_per_event_ops_per_s": FilePerEventStore(work, size),
-        }
-        try:
-            stores["eventsourcing_ops_per_s"] = EventsourcingStore(work)
-        except ImportError:
-            results["eventsourcing_ops_per_s"] = None
-            print("eventsourcing is not installed: its figures are None (pip install '.[bench]')", file=sys.stderr)
-        results.update(interleaved(stores, 300 // scale, 7 if not args.quick else 3))
-        for store in stores.values():
-            if isinstance(store, LedgerStore):
-                store.case.close()
-        results["apply_ops_per_s"] = bench_apply(work, 10_000 // scale)
+        results["fsync_ms"] = baselines.fsync_ms(work)
+        bench_durable(work, 3 if args.quick else 7, 300 // scale, results)
+        results["raw_batch_inserts_per_s"] = baselines.raw_batch_inserts_per_s(work, results["event_bytes"],
+                                                                               20_000 // scale)
+        results["apply_ops_per_s"], _ = bench_apply(work, 10_000 // scale)
+        results.update(bench_apply_rss(work, 1_000, 10_000 if args.quick else 200_000))
         results.update(bench_simulate_vs_apply(work, 10 if args.quick else 100))
         results.update(bench_growth(work, 1_000, 100_000 // scale, 60 // (3 if args.quick else 1)))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    results["durable_op_vs_raw"] = results["ledger_ops_per_s"] / results["raw_tx_per_s"]
-    results["vs_file_per_event"] = results["ledger_ops_per_s"] / results["file_per_event_ops_per_s"]
-    results["vs_eventsourcing"] = (results["ledger_ops_per_s"] / results["eventsourcing_ops_per_s"]
-                                   if results["eventsourcing_ops_per_s"] else None)
-    results["apply_vs_ledger_ops"] = results["apply_ops_per_s"] / results["ledger_ops_per_s"]
+    ratios(results)
     if args.json:
         print(json.dumps(results))
     else:

@@ -55,10 +55,21 @@ def parse_at(text: object) -> str:
 def microseconds_between(earlier: str, later: str) -> int:
     """Whole microseconds from ``earlier`` to ``later`` (both in the stored form; exact integers)."""
     def micros(text: str) -> int:
-        moment = datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
-        delta = moment - datetime(1970, 1, 1, tzinfo=timezone.utc)
+        delta = _stored(text) - datetime(1970, 1, 1, tzinfo=timezone.utc)
         return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
     return micros(later) - micros(earlier)
+
+
+#: The stored form exactly (``format_utc``'s output); :func:`_stored` reads nothing else.
+_STORED = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z")
+
+
+def _stored(text: str) -> datetime:
+    """A stored-form time as an aware datetime (``ValueError`` for any other text). Called once
+    or twice per replayed event, so it avoids ``strptime``, which costs ten times as much."""
+    if not _STORED.fullmatch(text):
+        raise ValueError(f"time data {text!r} is not in the stored form YYYY-MM-DDTHH:MM:SS.ffffffZ")
+    return datetime.fromisoformat(text[:-1]).replace(tzinfo=timezone.utc)
 
 
 def describe_micros(micros: int) -> str:
@@ -74,8 +85,5 @@ def describe_micros(micros: int) -> str:
 def ms_ahead(moment: str, now: str) -> int:
     """Whole milliseconds by which stored time ``moment`` is later than stored time ``now``
     (negative when earlier); both in the form :func:`format_utc` gives."""
-    def parse(text: str) -> datetime:
-        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
-
-    delta = parse(moment) - parse(now)
+    delta = _stored(moment) - _stored(now)
     return (delta.days * 86_400_000_000 + delta.seconds * 1_000_000 + delta.microseconds) // 1000

@@ -126,11 +126,13 @@ def _export_locked(case: Case, root: Path, progress: Progress | None) -> ExportR
             for sha, _seq, body in conn.execute(statement("contents_for_export")):
                 put(content_path(sha), body.encode("utf-8"))
             manifest = manifest_for(conn, head_seq)
-        for directory in sorted(touched, key=lambda p: len(p.parts), reverse=True):
+        # each touched folder once, deepest first, and the folders above it (a new folder must
+        # survive too: its parent gained an entry), each of those once as well
+        folders = set(touched)
+        for directory in touched:
+            folders.update(root / parent for parent in directory.relative_to(root).parents)
+        for directory in sorted(folders, key=lambda p: len(p.parts), reverse=True):
             fsync_dir(directory)
-            # new folders must survive too: their parents gained an entry
-            for parent in directory.relative_to(root).parents:
-                fsync_dir(root / parent)
         data = canonical_bytes(manifest)
         if same_bytes(root / MANIFEST_FILE, data):
             report.files_unchanged += 1

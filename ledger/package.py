@@ -59,6 +59,8 @@ def check_package_name(relative: str) -> None:
     ``relative`` is the path as ``os.fsdecode`` gives it (undecodable bytes become
     lone surrogates, which is how a name that is not UTF-8 is recognised).
     """
+    if relative.isascii() and relative.isprintable():
+        return  # the common case, checked at C speed: printable ASCII holds no control character
     try:
         relative.encode("utf-8")
     except UnicodeEncodeError:
@@ -75,11 +77,13 @@ def walk_package(root: Path, under: str = "") -> Iterator[tuple[str, os.stat_res
     folders included, in sorted order; links are reported, never followed. Every name is
     checked by :func:`check_package_name` first."""
     top = root / under if under else root
+    prefix = os.path.join(os.fspath(root), "")
     for directory, dirnames, filenames in os.walk(top):
         dirnames.sort()
         for name in sorted(dirnames + filenames):
             full = os.path.join(directory, name)
-            relative = Path(full).relative_to(root).as_posix()
+            relative = (full[len(prefix):] if os.sep == "/" and full.startswith(prefix)
+                        else Path(full).relative_to(root).as_posix())
             check_package_name(relative)
             try:
                 info = os.lstat(full)

@@ -31,7 +31,7 @@ from .package import event_path, stored_stream
 from .projection import helper_rows
 from .rules.common import Context, Draft, Outcome, Reused
 from .storage import EventRow, Storage
-from .views import SqlView
+from .views import SqlView, WriterCache
 
 
 @dataclass(frozen=True)
@@ -207,6 +207,8 @@ class Session(SessionBase):
                  limits: Mapping[str, int]) -> None:
         super().__init__(actor=actor, clock=clock, limits=limits)
         self.storage = storage
+        #: What this writer's operations read of rarely changing facts, kept while the head is ours.
+        self.cache = WriterCache()
 
     @contextmanager
     def read(self) -> Iterator[SqlView]:
@@ -224,8 +226,12 @@ class Session(SessionBase):
 
     @contextmanager
     def _write(self) -> Iterator[SqlView]:
-        with self.storage.write():
-            yield SqlView(self.storage)
+        try:
+            with self.storage.write():
+                yield SqlView(self.storage, self.cache)
+        except BaseException:
+            self.cache.forget()
+            raise
 
     def _store(self, view: SqlView, sealed: Sealed) -> int:
         draft, body = sealed.draft, sealed.body
@@ -237,7 +243,9 @@ class Session(SessionBase):
             request_sha256=sha256_hex(canonical_bytes(draft.request)) if draft.operation_key else None,
             body=sealed.data,
         )
-        self.storage.append(row, helper_rows(body, draft), draft.contents)
+        rows = helper_rows(body, draft)
+        self.storage.append(row, rows, draft.contents)
+        view.cache.appended((row.seq, row.sha256, row.created_at), [name for name, _ in rows])
         return stream_seq
 
     def budget_snapshot(self) -> tuple[int, int | None, dict[str, dict[str, Any]], str | None]:

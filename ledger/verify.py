@@ -17,11 +17,11 @@ import sqlite3
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from . import errors as E
 from ._files import same_bytes
-from ._sql import migration_record_problem, schema_version, shipped_schema, statement
+from ._sql import migration_record_problem, queries, schema_version, shipped_schema, statement
 from .arguments import check_callback
 from .canonical import sha256_hex
 from .case import Case
@@ -32,7 +32,7 @@ from .package import (EVENT_FILE_RE, LEDGER_FILE, MANIFEST_FILE, check_export_tr
                       event_path, export_tree_files, input_identity, refuse_own_links)
 from .paths import fs_path
 from .replay import PackageSource, Replayer
-from .storage import Storage, file_identity, translate_sqlite_errors
+from .storage import EventRow, HelperRow, Storage, file_identity, translate_sqlite_errors
 
 Progress = Callable[[int], None]
 #: Helper tables compared row by row against the replay.
@@ -167,12 +167,16 @@ def _verify_attached(root: Path, scratch: Storage, progress: Progress | None) ->
         row = conn.execute(statement("content_body", "orig"), {"sha256": sha}).fetchone()
         return None if row is None else _as_bytes(row[0])
 
-    replayer = Replayer(PackageSource(root, content_of, lambda: _input_identity(root, conn)), scratch.append,
+    derived: list[Any] = []  # what the replay derives, stored into the scratch ledger in bulk
+    replayer = Replayer(PackageSource(root, content_of, lambda: _input_identity(root, conn)),
+                        lambda *item: derived.append(item),
                         schema_every_event=False)
     expected = 1
     try:
         cursor = conn.execute(statement("events_for_verify", "orig", columns=", ".join(EVENT_COLUMNS)))
         while rows := cursor.fetchmany(512):
+            store_derived(scratch, derived)
+            derived.clear()
             for row in rows:
                 stored = dict(zip(EVENT_COLUMNS, row))
                 if stored["seq"] != expected:
@@ -190,6 +194,7 @@ def _verify_attached(root: Path, scratch: Storage, progress: Progress | None) ->
     if head is None:
         raise _bad(1, "the ledger holds no events")
     replayer.finish()
+    store_derived(scratch, derived)
     _compare_rows(conn)
     exported, manifest_head = _check_export(root, conn, head)
     foreign = _compare_schema(conn, version)
@@ -225,6 +230,29 @@ def _input_identity(root: Path, conn: sqlite3.Connection) -> str:
     return input_identity(root, exported)
 
 
+def store_derived(scratch: Storage, items: list[tuple[EventRow, list[HelperRow], Mapping[str, bytes]]]) -> None:
+    """What :meth:`Storage.append` stores for each item, in bulk: every events row, then every
+    content row, then the helper rows, each named statement run once with ``executemany`` (in
+    order within a table). Only for the private scratch ledger, which has no triggers."""
+    if not items:
+        return
+    total = scratch.one("content_bytes_total")[0]
+    contents, helpers = [], {}
+    for event, rows, blobs in items:
+        for sha, data in (blobs or {}).items():
+            total += len(data)
+            contents.append({"sha256": sha, "seq": event.seq, "size_bytes": len(data),
+                             "cumulative_bytes": total, "body": data.decode("utf-8")})
+        for name, params in rows:
+            helpers.setdefault(name, []).append(params)
+    events = [{**event.__dict__, "body": event.body.decode("utf-8")} for event, _, _ in items]
+    with translate_sqlite_errors():
+        scratch.conn.executemany(queries()["insert_event"], events)
+        scratch.conn.executemany(queries()["insert_content"], contents)
+        for name, params in helpers.items():
+            scratch.conn.executemany(queries()[name], params)
+
+
 def _as_bytes(value: Any) -> bytes:
     return value if isinstance(value, bytes) else str(value).encode("utf-8", "surrogatepass")
 
@@ -238,7 +266,8 @@ def _compare_rows(conn: sqlite3.Connection) -> None:
     found: list[tuple[int, str]] = []
     # a ledger made by an older schema version has not every table and view yet (its scratch neither)
     present = {name for name, _sql in conn.execute(statement("schema_objects", "orig"))}
-    differing = _rows_differ(conn, "events", "seq")
+    with translate_sqlite_errors():
+        differing = conn.execute(statement("events_differ")).fetchone()
     if differing is not None:
         found.append((differing[0], "an events column disagrees with the event's body"))
     differing = _rows_differ(conn, "contents", "seq")
@@ -345,18 +374,19 @@ def _check_export(root: Path, conn: sqlite3.Connection, head: tuple[int, str]) -
                            "(truncated or rolled-back ledger)")
     check_export_tree(files, known | {content_path(sha) for (sha,) in conn.execute(statement("content_shas"))})
     limit = manifest["head"]["seq"] if manifest else 0
+    present = set(files)  # every regular file under analysis/ (a link there was refused above)
     for seq, stream, revision, stream_seq, body in conn.execute(export_statement(conn, "events_for_export")):
-        target = root / event_path(stream, revision, stream_seq)
-        if target.exists() or target.is_symlink():
-            if not same_bytes(target, _as_bytes(body)):
-                raise _bad(seq, f"exported file {event_path(stream, revision, stream_seq)} differs from the ledger")
+        relative = event_path(stream, revision, stream_seq)
+        if relative in present:
+            if not same_bytes(root / relative, _as_bytes(body)):
+                raise _bad(seq, f"exported file {relative} differs from the ledger")
             checked += 1
         elif seq <= limit:
-            raise _bad(seq, f"exported file {event_path(stream, revision, stream_seq)} is missing")
+            raise _bad(seq, f"exported file {relative} is missing")
     for sha, seq, body in conn.execute(statement("contents_for_export")):
-        target = root / content_path(sha)
-        if target.exists() or target.is_symlink():
-            if not same_bytes(target, _as_bytes(body)):
+        relative = content_path(sha)
+        if relative in present:
+            if not same_bytes(root / relative, _as_bytes(body)):
                 raise _bad(seq, f"exported content {sha} differs from the ledger")
             checked += 1
         elif seq <= limit:

@@ -38,14 +38,65 @@ def feedback_state(body: Mapping[str, Any], confirmed: bool) -> dict[str, Any]:
     return {**body["feedback"], "seq": body["seq"], "reply": body["request"]["reply"], "confirmed": confirmed}
 
 
-class SqlView:
-    """The rules' :class:`~ledger.rules.LedgerView` over a :class:`Storage`: indexed, bounded reads."""
+class WriterCache:
+    """Answers a writer keeps across its operations for facts only rare events change.
 
-    def __init__(self, storage: Storage) -> None:
+    The chain head's sha256 stands for the whole history, so while the head a write reads
+    is the head this writer left (:meth:`check`), no other writer has appended and the
+    kept answers are still true. An event of ours whose helper rows feed one of the
+    tables behind them (:data:`FEEDS`) clears them (:meth:`appended`).
+    """
+
+    #: Statements whose answers are kept, and the inserts that change them.
+    CACHED = frozenset({"case_head", "policy", "scope_latest", "scope_limits_of"})
+    FEEDS = frozenset({"insert_case_identity", "insert_lifecycle", "insert_policy",
+                       "insert_scope_establishment", "insert_scope_limit"})
+
+    def __init__(self) -> None:
+        self.head: tuple[int, str, str] | None = None
+        self.answers: dict[tuple[str, tuple], Any] = {}
+
+    def check(self, head: tuple[int, str, str]) -> None:
+        """The head a new write read: keep the answers only if it is the head this writer left."""
+        if head[:2] != (self.head or (None, None))[:2]:
+            self.answers.clear()
+        self.head = head
+
+    def appended(self, head: tuple[int, str, str], statements: Any) -> None:
+        """An event of ours is stored (``statements``: the names of its helper rows' inserts)."""
+        if not self.FEEDS.isdisjoint(statements):
+            self.answers.clear()
+        self.head = head
+
+    def forget(self) -> None:
+        """A write ended without committing: trust nothing until the next :meth:`check`."""
+        self.head = None
+        self.answers.clear()
+
+
+class SqlView:
+    """The rules' :class:`~ledger.rules.LedgerView` over a :class:`Storage`: indexed, bounded reads.
+
+    With a :class:`WriterCache` (a session's write), the reads of :attr:`WriterCache.CACHED`
+    are answered from it when the head shows nothing changed them.
+    """
+
+    def __init__(self, storage: Storage, cache: WriterCache | None = None) -> None:
         self.storage = storage
+        self.cache = cache
+        self._head: tuple[int, str, str] | None = None
+
+    def _one(self, name: str, **params: Any) -> tuple | None:
+        if self.cache is None:
+            return self.storage.one(name, **params)
+        self.head()  # checks the cache against the chain head first
+        key = (name, tuple(sorted(params.items())))
+        if key not in self.cache.answers:
+            self.cache.answers[key] = self.storage.one(name, **params)
+        return self.cache.answers[key]
 
     def case(self) -> dict[str, Any] | None:
-        row = self.storage.one("case_head")
+        row = self._one("case_head")
         if row is None:
             return None
         case_id, package_id, seq, revision, state = row
@@ -65,7 +116,7 @@ class SqlView:
                 "hypotheses_request": [{"statement": h["statement"]} for h in hypotheses]}
 
     def policy_config(self, revision: int) -> BudgetConfig:
-        row = self.storage.one("policy", revision=revision)
+        row = self._one("policy", revision=revision)
         return _policy_config(row[0])
 
     def previous_policy(self, revision: int) -> tuple[dict[str, Any], str] | None:
@@ -115,7 +166,12 @@ class SqlView:
         return self.storage.one("budget_events_total")[0]
 
     def head(self) -> tuple[int, str, str]:
-        return self.storage.head()
+        if self.cache is None:
+            return self.storage.head()
+        if self._head is None:  # a write's first read of the head (the rules' own appends come after)
+            self._head = self.storage.head()
+            self.cache.check(self._head)
+        return self._head
 
     def next_stream_seq(self, stream: str, revision: int) -> int:
         if stream not in ("budget", "case"):
@@ -126,11 +182,17 @@ class SqlView:
 
     # -- scoped limits ---------------------------------------------------------------
     def scope(self, name: str) -> dict[str, Any] | None:
-        row = self.storage.one("scope_latest", scope=name)
+        row = self._one("scope_latest", scope=name)
         if row is None:
             return None
         info = dict(zip(SCOPE_COLUMNS, row))
-        info["limits"] = dict(self.storage.all("scope_limits_of", seq=info["seq"]))
+        if self.cache is None:
+            info["limits"] = dict(self.storage.all("scope_limits_of", seq=info["seq"]))
+        else:
+            key = ("scope_limits_of", (("seq", info["seq"]),))
+            if key not in self.cache.answers:
+                self.cache.answers[key] = self.storage.all("scope_limits_of", seq=info["seq"])
+            info["limits"] = dict(self.cache.answers[key])
         return info
 
     def warned(self, name: str, establishment_seq: int) -> frozenset[str]:

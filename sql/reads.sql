@@ -127,3 +127,15 @@ FROM pragma_index_list(:table, '{schema}') AS il WHERE il.name = :name;
 
 -- name: migration_rows
 SELECT version, name FROM {schema}.schema_migrations ORDER BY version;
+
+-- name: events_differ
+-- verify: the first seq at which orig.events and main.events differ in any column, or where a
+-- row is in only one of them (what rows_differ finds, by seq lookups instead of two sorts)
+SELECT o.seq FROM orig.events AS o LEFT JOIN main.events AS m ON m.seq = o.seq
+WHERE m.seq IS NULL OR o.type IS NOT m.type OR o.revision IS NOT m.revision OR o.stream IS NOT m.stream
+   OR o.stream_seq IS NOT m.stream_seq OR o.created_at IS NOT m.created_at OR o.sha256 IS NOT m.sha256
+   OR o.parent_sha256 IS NOT m.parent_sha256 OR o.operation_key IS NOT m.operation_key
+   OR o.request_sha256 IS NOT m.request_sha256 OR o.body IS NOT m.body
+UNION ALL
+SELECT m.seq FROM main.events AS m LEFT JOIN orig.events AS o ON o.seq = m.seq WHERE o.seq IS NULL
+ORDER BY 1 LIMIT 1;

@@ -1,0 +1,81 @@
+"""The targets of the benchmark's ratios and the README table printed from saved runs.
+
+``python -m benchmarks --table RUN_A.json RUN_B.json …`` prints one Markdown table:
+a row per figure, a column per run (named by its file name), and the target with
+whether each run meets it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+#: key → (comparison, bound, meaning). Every ratio is measured within one run.
+TARGETS: dict[str, tuple[str, float, str]] = {
+    "durable_op_vs_raw": (">=", 0.6, "durable API operations/s ÷ raw one-row durable commits/s"),
+    "vs_eventsourcing": (">=", 1.2, "API operations/s ÷ eventsourcing's SQLite events/s"),
+    "vs_file_per_event": (">=", 1.5, "API operations/s ÷ a JSON file per event with fsync"),
+    "cpu_per_op_vs_raw": ("<=", 4, "process CPU per API operation ÷ per raw commit"),
+    "apply_vs_raw_batch": (">=", 0.05, "journal apply operations/s ÷ raw inserts/s, 100 rows per commit"),
+    "verify_vs_scan": (">=", 0.3, "verify events/s ÷ bare scan (fetch, json.loads, sha256)"),
+    "export_vs_raw_files": (">=", 0.7, "export files/s ÷ bare atomic writes of the same bytes"),
+    "apply_rss_ratio": ("<=", 1.5, "peak RSS applying the long journal ÷ the 1,000-line one"),
+    "latency_ratio_100k_vs_1k": ("<=", 1.25, "median durable operation latency, large ledger ÷ 1,000 events"),
+    "verify_peak_rss_mib": ("<=", 200, "peak RSS of `ledger verify` (MiB)"),
+    "balances_query_ms": ("<=", 5, "`SELECT * FROM balances` on the large ledger (ms)"),
+}
+
+#: Figures shown under the targets, for context (no target of their own).
+CONTEXT = ("fsync_ms", "event_bytes", "events", "raw_tx_per_s", "ledger_ops_per_s",
+           "ledger_ops_per_s_synchronous_normal", "ledger_cpu_ms_per_op", "raw_cpu_ms_per_op",
+           "file_per_event_ops_per_s", "eventsourcing_ops_per_s", "apply_ops_per_s", "raw_batch_inserts_per_s",
+           "apply_vs_ledger_ops", "verify_events_per_s", "scan_events_per_s", "export_files_per_s",
+           "raw_files_per_s", "apply_rss_small_mib", "apply_rss_large_mib", "latency_ms_small", "latency_ms_large",
+           "simulate_steps_per_s", "apply_journal_ops_per_s", "simulate_vs_apply")
+
+
+def met(key: str, value: Any) -> bool | None:
+    """Whether ``value`` meets the target of ``key`` (None when there is no value or no target)."""
+    if key not in TARGETS or not isinstance(value, (int, float)):
+        return None
+    comparison, bound, _ = TARGETS[key]
+    return value >= bound if comparison == ">=" else value <= bound
+
+
+def _figure(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        digits = 0 if abs(value) >= 100 else 1 if abs(value) >= 10 else 2 if abs(value) >= 0.1 else 3
+        return f"{value:,.{digits}f}"
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def table(runs: dict[str, dict[str, Any]]) -> str:
+    """The Markdown table of ``runs`` (column name → a run's JSON object)."""
+    names = list(runs)
+    lines = ["| figure | " + " | ".join(names) + " | target |",
+             "| --- | " + " | ".join("---" for _ in names) + " | --- |"]
+    for key, (comparison, bound, meaning) in TARGETS.items():
+        cells = []
+        for name in names:
+            value = runs[name].get(key)
+            verdict = met(key, value)
+            cells.append(_figure(value) + ("" if verdict is None else " ✓" if verdict else " ✗"))
+        sign = "≥" if comparison == ">=" else "≤"
+        lines.append(f"| `{key}` ({meaning}) | " + " | ".join(cells) + f" | {sign} {bound:g} |")
+    for key in CONTEXT:
+        if any(key in run for run in runs.values()):
+            lines.append(f"| `{key}` | " + " | ".join(_figure(runs[n].get(key)) for n in names) + " | — |")
+    return "\n".join(lines)
+
+
+def print_table(paths: list[Path]) -> int:
+    """Print the table of the runs saved in ``paths`` (``python -m benchmarks --json > FILE``)."""
+    runs = {path.stem: json.loads(path.read_text()) for path in paths}
+    quick = [name for name, run in runs.items() if run.get("quick")]
+    print(table(runs))
+    if quick:
+        print(f"\n(--quick runs, smaller sizes: {', '.join(quick)})")
+    return 0

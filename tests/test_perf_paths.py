@@ -1,0 +1,191 @@
+"""The fast paths added for speed answer exactly as the slow ones they stand in for.
+
+* ``verify.store_derived`` (verify's bulk load of the replay) stores the same rows as
+  ``Storage.append`` one event at a time;
+* stored-form times are read without ``strptime`` and give the same differences;
+* the package file-name rule's printable-ASCII shortcut refuses and accepts the same names.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from hypothesis import given, strategies as st
+
+from ledger import errors as E
+from ledger.clock import format_utc, microseconds_between, ms_ahead
+from ledger.demo import run_demo
+from ledger.errors import LedgerError
+from ledger.package import _is_control, check_package_name
+from ledger.replay import PackageSource, Replayer
+from ledger.storage import Storage
+from ledger.verify import HELPER_TABLES, store_derived, verify_case
+
+TABLES = ("events", "contents") + HELPER_TABLES
+
+
+def _replay_into(path: Path, scratch: Path, many: bool) -> dict[str, list[tuple]]:
+    conn = sqlite3.connect(path / "ledger.sqlite")
+    bodies = conn.execute("SELECT seq, body FROM events ORDER BY seq").fetchall()
+    contents = {sha: body.encode() for sha, body in conn.execute("SELECT sha256, body FROM contents")}
+    conn.close()
+    storage = Storage.scratch(scratch, path / "ledger.sqlite")
+    items: list = []
+    replayer = Replayer(PackageSource(path, contents.get), (lambda *item: items.append(item)) if many else storage.append)
+    for seq, body in bodies:
+        replayer.apply(seq, body.encode("utf-8"))
+        if many and len(items) == 7:  # several flushes, as verify makes them
+            store_derived(storage, items)
+            items.clear()
+    store_derived(storage, items)
+    rows = {table: storage.conn.execute(f"SELECT * FROM main.{table} ORDER BY 1, 2").fetchall() for table in TABLES}
+    storage.conn.close()
+    return rows
+
+
+def test_store_derived_stores_exactly_the_rows_append_stores_one_event_at_a_time(tmp_path):
+    path, _, _ = run_demo(tmp_path / "demo", echo=lambda _text: None)
+    one = _replay_into(path, tmp_path / "one.sqlite", many=False)
+    many = _replay_into(path, tmp_path / "many.sqlite", many=True)
+    assert len(one["events"]) > 20 and one["contents"] and one["closings"]  # the demo exercises them
+    assert many == one
+
+
+def test_store_derived_of_nothing_writes_nothing(tmp_path):
+    path, _, _ = run_demo(tmp_path / "demo", echo=lambda _text: None)
+    storage = Storage.scratch(tmp_path / "s.sqlite", path / "ledger.sqlite")
+    store_derived(storage, [])
+    assert storage.conn.execute("SELECT COUNT(*) FROM main.events").fetchone()[0] == 0
+    storage.conn.close()
+
+
+def _strptime_micros(text: str) -> int:
+    moment = datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
+    delta = moment - datetime(1970, 1, 1, tzinfo=timezone.utc)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+moments = st.datetimes(min_value=datetime(1, 1, 1), max_value=datetime(9999, 12, 31, 23, 59, 59, 999999),
+                       timezones=st.just(timezone.utc))
+
+
+@given(moments, moments)
+def test_stored_times_differ_exactly_as_strptime_reads_them(first, second):
+    a, b = format_utc(first), format_utc(second)
+    expected = _strptime_micros(b) - _strptime_micros(a)
+    assert microseconds_between(a, b) == expected
+    assert ms_ahead(b, a) == expected // 1000
+
+
+@pytest.mark.parametrize("text", ["2026-01-01T00:00:00Z", "2026-01-01T00:00:00.000000+00:00",
+                                  "2026-13-01T00:00:00.000000Z", "2026-01-01 00:00:00.000000Z", ""])
+def test_a_time_not_in_the_stored_form_is_refused_like_strptime_refuses_it(text):
+    with pytest.raises(ValueError):
+        ms_ahead(text, "2026-01-01T00:00:00.000000Z")
+
+
+def _refused(name: str) -> bool:
+    try:
+        check_package_name(name)
+    except LedgerError as exc:
+        assert exc.code == E.INVALID_ARGUMENT
+        return True
+    return False
+
+
+@given(st.text(alphabet=st.characters(max_codepoint=0x3000)))
+def test_the_file_name_rule_refuses_exactly_control_characters_and_non_utf8(name):
+    try:
+        name.encode("utf-8")
+        bad = any(_is_control(ch) for ch in name)
+    except UnicodeEncodeError:
+        bad = True
+    assert _refused(name) == bad
+
+
+@pytest.mark.parametrize("name", ["analysis/a\x00b", "a\x1fb", "a\x7fb", "a\u0085b", "a\u2028b", "a\udc80b"])
+def test_the_file_name_rule_still_refuses_control_characters_and_undecodable_names(name):
+    assert _refused(name)
+
+
+def test_printable_ascii_names_pass_the_file_name_rule():
+    assert not _refused("analysis/budgets/0001/events/00000001.json")
+    assert not _refused("sources/a b~!.txt")
+
+
+@pytest.mark.parametrize("column, value", [("type", "'budget.failed'"), ("stream_seq", "stream_seq + 100"),
+                                           ("created_at", "'2000-01-01T00:00:00.000000Z'"),
+                                           ("operation_key", "'1:other'"), ("request_sha256", "NULL"),
+                                           ("revision", "revision + 1")])
+def test_verify_names_the_event_whose_column_disagrees_with_its_body(tmp_path, column, value):
+    # the events comparison looks rows up by seq instead of sorting both tables: it must still
+    # find every column that differs from what the body says
+    path, _, _ = run_demo(tmp_path / "demo", echo=lambda _text: None)
+    conn = sqlite3.connect(path / "ledger.sqlite")
+    seq = conn.execute("SELECT MAX(seq) FROM events WHERE operation_key IS NOT NULL AND stream = 'budget'"
+                       ).fetchone()[0] - 3
+    conn.execute("DROP TRIGGER events_no_update")
+    conn.execute(f"UPDATE events SET {column} = {value} WHERE seq = ?", (seq,))
+    conn.commit()
+    conn.close()
+    with pytest.raises(LedgerError) as caught:
+        verify_case(path)
+    assert caught.value.code == E.INTEGRITY_ERROR
+    assert caught.value.details["seq"] == seq
+    assert "events column disagrees" in caught.value.message
+
+
+# --- the writer's cache: kept only while the chain head is the one this writer left -------------
+
+def _investigating_case(path: Path):
+    from ledger import BudgetConfig, Case
+
+    case = Case.create(path, "BUG-1")
+    case.open_revision([{"statement": "one"}, {"statement": "two"}], 100)
+    case.transition("INVESTIGATING_HYPOTHESES")
+    case.budget(BudgetConfig.from_mapping({"action_costs": {"source.read_context": 5}})).initialize()
+    return case
+
+
+def test_the_writer_cache_sees_another_writers_state_change(tmp_path):
+    from ledger import Case
+
+    first = _investigating_case(tmp_path / "c")
+    budget = first.budget()
+    budget.reserve("H1", "a1", "source.read_context")  # caches the case state (INVESTIGATING)
+    assert first.session.cache.answers  # something is kept between operations
+    with Case.open(tmp_path / "c") as other:  # another writer moves the case on
+        other.transition("BLOCKED")
+    with pytest.raises(LedgerError) as caught:
+        budget.reserve("H1", "a2", "source.read_context")
+    assert caught.value.code == E.CASE_STATE
+    first.close()
+
+
+def test_the_writer_cache_sees_its_own_state_change_and_survives_budget_events(tmp_path):
+    case = _investigating_case(tmp_path / "c")
+    budget = case.budget()
+    budget.reserve("H1", "a1", "source.read_context")
+    kept = dict(case.session.cache.answers)
+    budget.record_result("H1", "a1", {"finding": "x"})  # a budget event feeds none of the kept facts
+    assert kept.items() <= case.session.cache.answers.items()
+    case.transition("BLOCKED")  # a lifecycle event clears them
+    with pytest.raises(LedgerError) as caught:
+        budget.reserve("H1", "a2", "source.read_context")
+    assert caught.value.code == E.CASE_STATE
+    case.close()
+
+
+def test_the_writer_cache_forgets_a_rolled_back_batch(tmp_path):
+    case = _investigating_case(tmp_path / "c")
+    budget = case.budget()
+    with pytest.raises(RuntimeError):
+        with case.batch():
+            case.transition("BLOCKED")
+            raise RuntimeError("the batch is rolled back")
+    assert case.status()["state"] == "INVESTIGATING_HYPOTHESES"
+    assert budget.reserve("H1", "a1", "source.read_context").seq  # not refused by the rolled-back state
+    case.close()
