@@ -125,8 +125,8 @@ def test_verify_names_the_event_whose_column_disagrees_with_its_body(tmp_path, c
     # find every column that differs from what the body says
     path, _, _ = run_demo(tmp_path / "demo", echo=lambda _text: None)
     conn = sqlite3.connect(path / "ledger.sqlite")
-    seq = conn.execute("SELECT MAX(seq) FROM events WHERE operation_key IS NOT NULL AND stream = 'budget'"
-                       ).fetchone()[0] - 3
+    seq = conn.execute("SELECT MAX(seq) FROM events WHERE type = 'budget.settled' AND request_sha256 IS NOT NULL"
+                       ).fetchone()[0]
     conn.execute("DROP TRIGGER events_no_update")
     conn.execute(f"UPDATE events SET {column} = {value} WHERE seq = ?", (seq,))
     conn.commit()
