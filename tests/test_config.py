@@ -84,3 +84,24 @@ def test_a_bad_analysis_config_is_refused_naming_the_key(data, key):
 def test_the_policy_hash_covers_every_key():
     assert BudgetConfig().policy_sha256 != BudgetConfig.from_mapping({"max_reward_bps": 7999}).policy_sha256
     assert BudgetConfig().policy_sha256 == BudgetConfig.from_mapping({}).policy_sha256
+
+
+def test_every_shipped_json_schema_is_a_valid_draft_2020_12_schema():
+    """The library trusts its shipped schemas at run time (no metaschema check per process); this is that check."""
+    from jsonschema import Draft202012Validator
+
+    from ledger.schemas import shipped_schemas
+
+    schemas = shipped_schemas()
+    assert len(schemas) >= 10
+    for schema in schemas:
+        assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema", schema["$id"]
+        Draft202012Validator.check_schema(schema)
+
+
+def test_the_built_in_analysis_defaults_pass_the_schema_the_library_skips_for_them():
+    from ledger.config import default_analysis_data
+    from ledger.schemas import validate
+
+    validate("analysis-config-v1", default_analysis_data(), "CONFIG_INVALID", "analysis config")
+    assert AnalysisConfig().limits == default_analysis_data()["limits"]
