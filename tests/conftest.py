@@ -161,24 +161,30 @@ def _open_fds() -> dict[int, str]:
 _PYTEST_OWN = frozenset({("threading", "excepthook")})
 
 
-def _patchable() -> dict[tuple[str, str], tuple[object, object]]:
-    """Functions and classes of the library's modules and of the standard modules tests patch."""
+def _patchable() -> list[tuple[str, object, dict[str, object]]]:
+    """A copy of the namespace of the library's modules and classes and of the standard modules
+    tests patch: ``(owner name, owner, its attributes)``; :func:`_watched` says which count."""
     names = [n for n in list(sys.modules) if n in _PATCHABLE_MODULES or n.startswith(("ledger.", "ledger_cli."))
              or n in ("ledger", "ledger_cli")]
-    seen: dict[tuple[str, str], tuple[object, object]] = {}  # (owner name, attribute): (owner, value)
+    seen: list[tuple[str, object, dict[str, object]]] = []
     for name in names:
         module = sys.modules.get(name)
         if module is None:
             continue
-        for attr, value in list(vars(module).items()):
-            if (name, attr) in _PYTEST_OWN:
-                continue
-            if callable(value) or isinstance(value, type(sys)):
-                seen[(name, attr)] = (module, value)
-            if isinstance(value, type) and value.__module__ == name and name.split(".")[0] in ("ledger", "ledger_cli"):
-                for member, inner in list(vars(value).items()):
-                    seen[(f"{name}.{attr}", member)] = (value, inner)
+        seen.append((name, module, dict(vars(module))))
+        if name.split(".")[0] in ("ledger", "ledger_cli"):
+            for attr, value in list(vars(module).items()):
+                if isinstance(value, type) and value.__module__ == name:
+                    seen.append((f"{name}.{attr}", value, dict(vars(value))))
     return seen
+
+
+def _watched(owner_name: str, attr: str, value: object, owner: object) -> bool:
+    """Whether replacing ``owner.attr`` (``value`` before) is a patch the leak check reports:
+    a module's functions, classes and submodules, and every member of the library's classes."""
+    if isinstance(owner, type):
+        return True
+    return (owner_name, attr) not in _PYTEST_OWN and (callable(value) or isinstance(value, type(sys)))
 
 
 def _environ() -> dict[str, str]:
@@ -248,10 +254,14 @@ def nothing_left_behind():
     if sys.path != path:
         found.append("sys.path changed")
         sys.path[:] = path
-    for (owner, attr), (_, value) in _patchable().items():
-        if (owner, attr) in patchable and patchable[(owner, attr)][1] is not value:
-            found.append(f"{owner}.{attr} is still patched")
-            setattr(*patchable[(owner, attr)][:1], attr, patchable[(owner, attr)][1])
+    for owner_name, owner, before in patchable:
+        now = vars(owner)
+        if before == now:  # the usual case, compared at C speed; else find what was replaced
+            continue
+        for attr, value in before.items():
+            if attr in now and now[attr] is not value and _watched(owner_name, attr, value, owner):
+                found.append(f"{owner_name}.{attr} is still patched")
+                setattr(owner, attr, value)
     opened = {fd: target for fd, target in _open_fds().items() if fds.get(fd) != target}
     if opened:  # an object nobody refers to any more may still hold them: collect it first
         gc.collect()

@@ -49,6 +49,7 @@ def cli_case(cli_case_template, tmp_path) -> Path:
     return Path(shutil.copytree(cli_case_template, tmp_path / "case"))
 
 
+@pytest.mark.slow  # about 30 processes; the commands are each covered by faster tests as well
 def test_a_whole_investigation_through_the_cli(cli_case):
     c = str(cli_case)
     out = json.loads(ok("budget", "reserve", c, "H1", "q1", "source.read_context", "--json"))

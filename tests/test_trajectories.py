@@ -30,6 +30,9 @@ from ledger.journal import apply_journal, open_for_journal
 
 JOURNALS = sorted(TRAJECTORIES.glob("*.jsonl"))
 JOURNAL_IDS = [p.stem for p in JOURNALS]
+#: Every journal; the default run replays every fifth one (20), ``-m slow`` all 100.
+SAMPLED_JOURNALS = [pytest.param(p, id=p.stem, marks=() if i % 5 == 0 else pytest.mark.slow)
+                    for i, p in enumerate(JOURNALS)]
 
 # --- the default policy (SPEC 5), no config given -----------------------------------
 DEFAULT_ACTION_COST = 10
@@ -293,7 +296,7 @@ def test_there_are_one_hundred_real_journals():
     assert len(JOURNALS) == 100
 
 
-@pytest.mark.parametrize("journal", JOURNALS, ids=JOURNAL_IDS)
+@pytest.mark.parametrize("journal", SAMPLED_JOURNALS)
 def test_every_line_of_a_real_journal_has_the_outcome_the_spec_rules_predict(journal, replay):
     expected, _ = model_of(journal)
     actual = replay(journal).lines
@@ -326,7 +329,7 @@ def test_every_line_of_a_real_journal_has_the_outcome_the_spec_rules_predict(jou
     assert mismatches == []
 
 
-@pytest.mark.parametrize("journal", JOURNALS, ids=JOURNAL_IDS)
+@pytest.mark.parametrize("journal", SAMPLED_JOURNALS)
 def test_the_final_balance_of_a_real_journal_equals_the_one_the_spec_rules_predict(journal, replay):
     expected, model = model_of(journal)
     done = replay(journal)
@@ -364,6 +367,7 @@ def test_the_spec_model_over_all_journals_gives_the_readme_real_input_figures():
     assert figures(runs) == README_FIGURES
 
 
+@pytest.mark.slow
 def test_the_library_replay_of_all_journals_gives_the_readme_real_input_figures(replay):
     runs = []
     for journal in JOURNALS:
