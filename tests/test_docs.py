@@ -184,3 +184,22 @@ def test_the_readme_is_a_front_door_to_every_docs_page_and_every_link_resolves()
     for where, text in [(REPO, README), *((DOCS, doc(name)) for name in pages)]:
         for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", text):
             assert (where / target).exists(), f"broken link {target} in {where}"
+
+
+def test_the_readme_evidence_example_runs_after_the_python_example(tmp_path):
+    """The evidence snippet continues the Python example (minus its closing line) and stores a record."""
+    import shutil
+    import subprocess
+    import sys
+
+    first = re.search(r"Run from the repository root.*?```python\n(.*?)```", README, flags=re.DOTALL).group(1)
+    evidence = README.split("## Evidence store", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    check = ('\nprint(result.records[0]["record_id"], result.records[0]["novelty_score"])\n'
+             'print(budget.snapshot().state["H1"]["pending_action_id"], '
+             'case.query("SELECT COUNT(*) AS n FROM evidence")[0]["n"])\n')
+    code = first.replace("case.close()", "") + evidence + check
+    shutil.copytree(REPO / "config", tmp_path / "config")
+    (tmp_path / "example.py").write_text(code)
+    done = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-2:] == ["E000001 100", "q-0004 1"]
