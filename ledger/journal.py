@@ -75,6 +75,10 @@ class LineResult:
         return {"line": self.line, "ok": False, "error": self.error.to_dict()}
 
 
+#: How much of an over-long line's remainder is read at a time while it is skipped.
+SKIP_CHUNK_BYTES = 64 * 1024
+
+
 def read_lines(stream: BinaryIO, on_bytes: Callable[[int], None] | None = None) -> Iterator[bytes]:
     """The lines of a binary ``stream`` (without their ``\\n``), read one at a time, so memory
     does not grow with the journal.
@@ -97,8 +101,8 @@ def read_lines(stream: BinaryIO, on_bytes: Callable[[int], None] | None = None) 
             return
         consumed = len(line)
         if not line.endswith(b"\n") and len(line) > LINE_BYTES_MAX:
-            while True:  # skip the rest of an over-long line
-                rest = stream.readline(LINE_BYTES_MAX + 1)
+            while True:  # skip the rest of an over-long line, in small pieces (memory stays flat)
+                rest = stream.readline(SKIP_CHUNK_BYTES)
                 consumed += len(rest)
                 if not rest or rest.endswith(b"\n"):
                     break
