@@ -27,6 +27,9 @@ settings.load_profile(os.environ.get("LEDGER_HYPOTHESIS_PROFILE", "ci"))
 FUZZ_SUMMARY = pytest.StashKey[str]()
 #: Whether this run selected any ``torture`` test (``-m torture``, ``-m "slow or torture"``, …).
 TORTURE_RUN = pytest.StashKey[bool]()
+#: How many times the fast example counts the ``torture`` variants draw: 4 by default (what CI
+#: runs, beside the other parts), ``LEDGER_TORTURE_SCALE=10`` for a long hunt.
+TORTURE_SCALE = int(os.environ.get("LEDGER_TORTURE_SCALE", "4"))
 
 
 @pytest.hookimpl(trylast=True)

@@ -41,7 +41,7 @@ from hypothesis.stateful import (
 
 from ledger import BudgetConfig, LedgerError
 
-from conftest import logical_dump, make_package, start_case, torture_run
+from conftest import TORTURE_SCALE, logical_dump, make_package, start_case, torture_run
 
 # --- the reference model: SPEC 6.1–6.4, written independently ---------------------
 
@@ -738,7 +738,7 @@ class BudgetLedgerMachine(RuleBasedStateMachine):
 FAST = settings(max_examples=40, stateful_step_count=30, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
                 report_multiple_bugs=False)
-LONG = settings(max_examples=400, stateful_step_count=80, deadline=None,
+LONG = settings(max_examples=40 * TORTURE_SCALE, stateful_step_count=80, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
                 report_multiple_bugs=False)
 
