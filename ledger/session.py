@@ -245,7 +245,8 @@ class Session(SessionBase):
         )
         rows = helper_rows(body, draft)
         self.storage.append(row, rows, draft.contents)
-        view.cache.appended((row.seq, row.sha256, row.created_at), [name for name, _ in rows])
+        view.cache.appended((row.seq, row.sha256, row.created_at), [name for name, _ in rows], body,
+                            draft.stream, stream_seq)
         return stream_seq
 
     def budget_snapshot(self) -> tuple[int, int | None, dict[str, dict[str, Any]], str | None]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from . import errors as E
 from .canonical import ZERO_SHA256, canonical_bytes, canonical_sha256
@@ -36,6 +36,13 @@ SCOPE_COLUMNS = ("seq", "scope", "scope_type", "scope_id", "scope_revision", "sc
 def feedback_state(body: Mapping[str, Any], confirmed: bool) -> dict[str, Any]:
     """What :meth:`SqlView.feedback` answers, from a ``feedback.submitted`` event body."""
     return {**body["feedback"], "seq": body["seq"], "reply": body["request"]["reply"], "confirmed": confirmed}
+
+
+def budget_head_of(body: Mapping[str, Any]) -> dict[str, Any]:
+    """What the rules read of a revision's newest budget event: its policy and hypothesis batch
+    hashes and its accounts by hypothesis ID (copies: the body itself is never shared)."""
+    return {"policy_sha256": body["policy_sha256"], "hypothesis_batch_sha256": body["hypothesis_batch_sha256"],
+            "accounts": {a["hypothesis_id"]: dict(a) for a in body["accounts"]}}
 
 
 class WriterCache:
@@ -62,11 +69,26 @@ class WriterCache:
             self.answers.clear()
         self.head = head
 
-    def appended(self, head: tuple[int, str, str], statements: Any) -> None:
-        """An event of ours is stored (``statements``: the names of its helper rows' inserts)."""
+    def appended(self, head: tuple[int, str, str], statements: Any, body: Mapping[str, Any] | None = None,
+                 stream: str | None = None, stream_seq: int = 0) -> None:
+        """An event of ours is stored (``statements``: the names of its helper rows' inserts;
+        ``body``, ``stream`` and ``stream_seq`` its body and place, which bring the kept stream
+        counts and budget head up to date instead of dropping them)."""
         if not self.FEEDS.isdisjoint(statements):
             self.answers.clear()
         self.head = head
+        if body is None or stream not in ("budget", "case"):
+            return
+        answers = self.answers
+        revision = body["revision"]
+        if stream == "case":
+            answers[("stream_count_case", ())] = stream_seq
+            return
+        answers[("stream_count_budget", (("revision", revision),))] = stream_seq
+        answers[("latest_budget_body", (("revision", revision),))] = budget_head_of(body)
+        total = answers.pop(("budget_events_total", ()), None)
+        if total is not None:
+            answers[("budget_events_total", ())] = total + 1
 
     def forget(self) -> None:
         """A write ended without committing: trust nothing until the next :meth:`check`."""
@@ -87,13 +109,7 @@ class SqlView:
         self._head: tuple[int, str, str] | None = None
 
     def _one(self, name: str, **params: Any) -> tuple | None:
-        if self.cache is None:
-            return self.storage.one(name, **params)
-        self.head()  # checks the cache against the chain head first
-        key = (name, tuple(sorted(params.items())))
-        if key not in self.cache.answers:
-            self.cache.answers[key] = self.storage.one(name, **params)
-        return self.cache.answers[key]
+        return self._kept((name, tuple(sorted(params.items()))), lambda: self.storage.one(name, **params))
 
     def case(self) -> dict[str, Any] | None:
         row = self._one("case_head")
@@ -123,15 +139,25 @@ class SqlView:
         row = self.storage.one("latest_policy_before", revision=revision)
         return (json.loads(row[0]), row[1]) if row else None
 
+    def _kept(self, key: tuple[str, tuple], compute: Callable[[], Any]) -> Any:
+        """``compute()``, or the answer the writer's cache keeps for ``key`` while the head is ours."""
+        if self.cache is None:
+            return compute()
+        self.head()  # checks the cache against the chain head first
+        answers = self.cache.answers
+        if key not in answers:
+            answers[key] = compute()
+        return answers[key]
+
     def budget_head(self, revision: int) -> dict[str, Any] | None:
+        return self._kept(("latest_budget_body", (("revision", revision),)), lambda: self._read_budget_head(revision))
+
+    def _read_budget_head(self, revision: int) -> dict[str, Any] | None:
         row = self.storage.one("latest_budget_body", revision=revision)
         if row is None:
             return None
         try:
-            body = json.loads(row[0])
-            return {"policy_sha256": body["policy_sha256"],
-                    "hypothesis_batch_sha256": body["hypothesis_batch_sha256"],
-                    "accounts": {a["hypothesis_id"]: a for a in body["accounts"]}}
+            return budget_head_of(json.loads(row[0]))
         except (ValueError, TypeError, KeyError, RecursionError):
             raise LedgerError(E.INTEGRITY_ERROR, f"the newest budget event of revision {revision} is malformed; "
                               "run 'ledger verify'") from None
@@ -163,7 +189,7 @@ class SqlView:
         return self.storage.one("content_bytes_total")[0]
 
     def budget_events_total(self) -> int:
-        return self.storage.one("budget_events_total")[0]
+        return self._kept(("budget_events_total", ()), lambda: self.storage.one("budget_events_total")[0])
 
     def head(self) -> tuple[int, str, str]:
         if self.cache is None:
@@ -177,8 +203,9 @@ class SqlView:
         if stream not in ("budget", "case"):
             return 0  # an evidence event's stream is its own export path: not numbered
         if stream == "budget":
-            return self.storage.one("stream_count_budget", revision=revision)[0] + 1
-        return self.storage.one("stream_count_case")[0] + 1
+            return self._kept(("stream_count_budget", (("revision", revision),)),
+                              lambda: self.storage.one("stream_count_budget", revision=revision)[0]) + 1
+        return self._kept(("stream_count_case", ()), lambda: self.storage.one("stream_count_case")[0]) + 1
 
     # -- scoped limits ---------------------------------------------------------------
     def scope(self, name: str) -> dict[str, Any] | None:
@@ -479,9 +506,7 @@ class MemoryView:
         self._budget_events += 1
         if body["type"] == "budget.initialized":
             self._policies[revision] = (canonical_bytes(body["policy"]).decode("utf-8"), body["policy_sha256"])
-        self._budget_heads[revision] = {
-            "policy_sha256": body["policy_sha256"], "hypothesis_batch_sha256": body["hypothesis_batch_sha256"],
-            "accounts": {a["hypothesis_id"]: dict(a) for a in body["accounts"]}}
+        self._budget_heads[revision] = budget_head_of(body)
         action = body.get("action")
         if action is not None:
             key = (revision, action["hypothesis_id"], action["action_id"])

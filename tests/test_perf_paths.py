@@ -23,6 +23,7 @@ from ledger.package import _is_control, check_package_name
 from ledger.replay import PackageSource, Replayer
 from ledger.storage import Storage
 from ledger.verify import HELPER_TABLES, store_derived, verify_case
+from ledger.views import WriterCache
 
 TABLES = ("events", "contents") + HELPER_TABLES
 
@@ -169,13 +170,68 @@ def test_the_writer_cache_sees_its_own_state_change_and_survives_budget_events(t
     case = _investigating_case(tmp_path / "c")
     budget = case.budget()
     budget.reserve("H1", "a1", "source.read_context")
-    kept = dict(case.session.cache.answers)
+    kept = {k: v for k, v in case.session.cache.answers.items() if k[0] in WriterCache.CACHED}
+    assert kept
     budget.record_result("H1", "a1", {"finding": "x"})  # a budget event feeds none of the kept facts
     assert kept.items() <= case.session.cache.answers.items()
+    assert_cache_matches_the_ledger(case)  # and the budget head and counts it keeps moved with it
     case.transition("BLOCKED")  # a lifecycle event clears them
     with pytest.raises(LedgerError) as caught:
         budget.reserve("H1", "a2", "source.read_context")
     assert caught.value.code == E.CASE_STATE
+    case.close()
+
+
+def assert_cache_matches_the_ledger(case, kept: bool = True) -> None:
+    """Every answer the writer keeps equals what a fresh read of the ledger gives (``kept``: and it
+    keeps the budget head and counts; a refused operation drops every answer)."""
+    from ledger.views import SqlView
+
+    answers = case.session.cache.answers
+    if kept:
+        assert {"latest_budget_body", "stream_count_budget"} <= {k[0] for k in answers}
+    with case.session.read() as fresh:
+        assert isinstance(fresh, SqlView) and fresh.cache is None
+        for (name, params), answer in answers.items():
+            args = dict(params)
+            if name == "latest_budget_body":
+                assert answer == fresh.budget_head(args["revision"]), name
+            elif name == "budget_events_total":
+                assert answer == fresh.budget_events_total(), name
+            elif name == "stream_count_budget":
+                assert answer + 1 == fresh.next_stream_seq("budget", args["revision"]), name
+            elif name == "stream_count_case":
+                assert answer + 1 == fresh.next_stream_seq("case", 0), name
+            elif name == "scope_limits_of":
+                assert answer == case.storage.all(name, **args), name
+            else:
+                assert answer == case.storage.one(name, **args), name
+
+
+def test_the_writer_cache_keeps_the_budget_head_and_counts_equal_to_the_ledger(tmp_path):
+    case = _investigating_case(tmp_path / "c")
+    budget = case.budget()
+    for n in range(1, 8):
+        h = f"H{n % 2 + 1}"
+        budget.reserve(h, f"a{n}", "source.read_context")
+        assert_cache_matches_the_ledger(case)
+        budget.record_result(h, f"a{n}", {"finding": f"x{n % 3}"})
+        if n % 4 == 0:
+            budget.fail(h, f"a{n}", "tool error")
+        else:
+            budget.settle(h, f"a{n}", 50, "relevant")
+        assert_cache_matches_the_ledger(case)
+    with pytest.raises(LedgerError):  # a refusal rolls back and the kept answers stay true
+        budget.settle("H1", "a1", 50, "relevant")
+    assert_cache_matches_the_ledger(case, kept=False)
+    with case.batch():  # inside a group commit too
+        budget.reserve("H1", "b1", "source.read_context")
+        with pytest.raises(LedgerError):
+            budget.reserve("H1", "b2", "source.read_context")  # H1 already has a pending action
+        assert_cache_matches_the_ledger(case, kept=False)
+        budget.record_result("H1", "b1", {"finding": "y"})
+        assert_cache_matches_the_ledger(case)
+    assert_cache_matches_the_ledger(case)
     case.close()
 
 
