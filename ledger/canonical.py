@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import json.scanner
 import math
 import re
 from typing import Any, Callable, Mapping
@@ -154,6 +155,8 @@ def _parse_int(text: str) -> int:
 
 def _parse_float(text: str) -> float:
     number = float(text)
+    if not math.isfinite(number):  # 1e400 reads as infinity, which has no JSON form
+        raise LedgerError(INVALID_JSON, f"number {text[:40]} is too large for a double (it would read as infinity)")
     if _integral_out_of_range(number):
         raise LedgerError(INVALID_JSON, f"number {text} is an integer beyond ±(2**53-1)")
     if number == 0 and any(digit in "123456789" for digit in text.lower().split("e")[0]):
@@ -192,6 +195,12 @@ class _StrictDecoder(json.JSONDecoder):
 
 
 _STRICT = _StrictDecoder()  # reused: building a decoder costs as much as parsing a short line
+#: The same without the integer hook, for text with no run of 16 digits: every integer in such
+#: text has at most 15 digits, so it lies within ±(2**53 − 1) and the C parser reads it as is.
+_STRICT_SHORT_INTS = _StrictDecoder()
+_STRICT_SHORT_INTS.parse_int = int
+_STRICT_SHORT_INTS.scan_once = json.scanner.make_scanner(_STRICT_SHORT_INTS)
+_LONG_DIGIT_RUN = re.compile(r"[0-9]{16}")
 
 
 def parse_json(text: str | bytes) -> Any:
@@ -207,7 +216,10 @@ def parse_json(text: str | bytes) -> Any:
         except UnicodeEncodeError:
             raise LedgerError(INVALID_JSON, "JSON text contains a lone surrogate") from None
     try:
-        value = _STRICT.decode(text) if isinstance(text, str) else json.loads(text, cls=_StrictDecoder)
+        if isinstance(text, str):
+            value = (_STRICT if _LONG_DIGIT_RUN.search(text) else _STRICT_SHORT_INTS).decode(text)
+        else:
+            value = json.loads(text, cls=_StrictDecoder)
     except LedgerError:
         raise
     except RecursionError:

@@ -86,6 +86,26 @@ def _check_types(data: Mapping[str, Any], where: str, *, strings: frozenset[str]
             )
 
 
+#: Canonical sha256 of the policies the tests validate against ``budget-policy-v1`` (the
+#: defaults and the bundled example, ``tests/test_config.py``): the same bytes are the same policy,
+#: so a process that only uses them never loads the JSON Schema machinery.
+CHECKED_POLICY_SHA256 = frozenset({
+    "cfd69d0c7e9063c5c30d26434d7ed2d37e4a93431cfbff98dab37c7de53c49e9",  # BudgetConfig()
+    "51193c60449cc185d8c5481811581b6a145c3da4fd8c94f1d28d2071e5a5b1ae",  # config/budget.example.toml
+})
+#: Policies validated in this process (their canonical sha256): each is checked once.
+_VALIDATED_POLICIES: set[str] = set()
+
+
+def _checked_policy_sha256(merged: Mapping[str, Any]) -> str | None:
+    """The policy's canonical sha256 if the schema already passed it, else None."""
+    try:
+        sha = canonical_sha256(merged)
+    except LedgerError:  # no canonical form: let the schema name the key
+        return None
+    return sha if sha in CHECKED_POLICY_SHA256 or sha in _VALIDATED_POLICIES else None
+
+
 @dataclass(frozen=True)
 class BudgetConfig:
     """The effective budget policy: every key of SPEC 5, resolved.
@@ -110,7 +130,11 @@ class BudgetConfig:
         merged["action_costs"] = dict(merged["action_costs"])
         merged["test_costs"] = {**DEFAULT_POLICY["test_costs"], **dict(merged["test_costs"])}
         _check_types(merged, "")
-        validate("budget-policy-v1", merged, CONFIG_INVALID, "budget config")
+        policy_sha256 = _checked_policy_sha256(merged)
+        if policy_sha256 is None:
+            validate("budget-policy-v1", merged, CONFIG_INVALID, "budget config")
+            policy_sha256 = canonical_sha256(merged)
+            _VALIDATED_POLICIES.add(policy_sha256)
         if merged["tier_shallow_below_pct"] < merged["tier_deferred_below_pct"]:
             raise LedgerError(
                 CONFIG_INVALID,
@@ -118,7 +142,7 @@ class BudgetConfig:
                 key="tier_shallow_below_pct",
             )
         object.__setattr__(self, "policy", merged)
-        object.__setattr__(self, "_policy_sha256", canonical_sha256(merged))
+        object.__setattr__(self, "_policy_sha256", policy_sha256)
 
     @classmethod
     def load(cls, path: str | Path) -> "BudgetConfig":

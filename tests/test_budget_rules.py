@@ -10,6 +10,7 @@ from __future__ import annotations
 
 
 import pytest
+from hypothesis import given, strategies as st
 
 from ledger import BudgetConfig, Case, LedgerError
 from ledger.errors import (ACCOUNT_TERMINAL, ACTION_CLOSED, ACTION_PENDING, BUDGET_POLICY_CHANGED,
@@ -482,3 +483,14 @@ def test_the_balances_view_equals_the_reported_state(budget, case):
         expected = dict(account)
         expected.pop("hypothesis_id")
         assert rows[h] == {"revision": 1, **expected}
+
+
+@given(st.text(alphabet=st.characters(max_codepoint=0x7F), max_size=12)
+       | st.text(alphabet=st.sampled_from(" \t\n\x00\x1f\x7f\x85\xa0\u200b\u2028\u3000\ufeffa\u00e9"), max_size=8))
+def test_a_reason_is_blank_exactly_when_every_character_is_whitespace_a_space_a_control_or_a_format_character(text):
+    import unicodedata
+
+    from ledger.rules.common import is_blank
+
+    expected = all(ch.isspace() or unicodedata.category(ch) in ("Zs", "Cc", "Cf") for ch in text)
+    assert is_blank(text) is expected

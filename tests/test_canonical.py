@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 from hypothesis import given, strategies as st
@@ -195,3 +196,33 @@ def test_values_the_ledger_builds_take_the_fast_path_and_match_rfc8785(value):
 @pytest.mark.parametrize("value", [1.0, {"\u00e9": 1}, {"\U00010000": 1}, 2**53, True and 1.5, [0.1]])
 def test_floats_non_ascii_keys_and_big_integers_leave_the_fast_path(value):
     assert not _plain(value)
+
+
+@pytest.mark.parametrize("text", ["[1e400]", '{"x": -1E309}', "[123456789012345678901234567890e300]"])
+def test_a_number_too_large_for_a_double_is_refused_while_parsing(text):
+    with pytest.raises(LedgerError) as caught:
+        parse_json(text)
+    assert caught.value.code == "INVALID_JSON" and "too large for a double" in caught.value.message
+
+
+@given(st.recursive(st.none() | st.booleans() | st.integers(-(2**60), 2**60) | st.text(max_size=5),
+                    lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=4), kids, max_size=4),
+                    max_leaves=20))
+def test_parsing_with_or_without_the_integer_hook_gives_the_same_value_or_refusal(value):
+    """Text without a 16-digit run skips the Python integer hook; the result must not change."""
+    import json as stdlib_json
+
+    from ledger.canonical import _STRICT, _STRICT_SHORT_INTS
+
+    text = stdlib_json.dumps(value)
+    try:
+        expected = ("ok", _STRICT.decode(text))
+    except LedgerError as exc:
+        expected = ("refused", exc.code)
+    try:
+        got = ("ok", parse_json(text))
+    except LedgerError as exc:
+        got = ("refused", exc.code)
+    assert got == expected
+    if not re.search(r"[0-9]{16}", text):
+        assert ("ok", _STRICT_SHORT_INTS.decode(text)) == expected

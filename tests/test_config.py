@@ -105,3 +105,35 @@ def test_the_built_in_analysis_defaults_pass_the_schema_the_library_skips_for_th
 
     validate("analysis-config-v1", default_analysis_data(), "CONFIG_INVALID", "analysis config")
     assert AnalysisConfig().limits == default_analysis_data()["limits"]
+
+
+def test_the_policies_the_library_does_not_revalidate_are_the_default_and_example_ones_and_pass_the_schema():
+    import ledger.config as config_module
+    from ledger.canonical import canonical_sha256
+    from ledger.schemas import validate
+    from ledger.simulation import example_policy
+
+    known = {BudgetConfig().policy_sha256: BudgetConfig(), example_policy().config.policy_sha256: example_policy().config}
+    assert set(known) == config_module.CHECKED_POLICY_SHA256
+    for sha, config in known.items():
+        validate("budget-policy-v1", dict(config.policy), "CONFIG_INVALID", "budget config")
+        assert canonical_sha256(dict(config.policy)) == sha
+
+
+def test_a_policy_is_schema_checked_once_per_process_and_a_bad_one_every_time(monkeypatch):
+    import ledger.config as config_module
+
+    calls = []
+    real = config_module.validate
+    monkeypatch.setattr(config_module, "validate", lambda *a, **k: (calls.append(a[1]), real(*a, **k)))
+    monkeypatch.setattr(config_module, "_VALIDATED_POLICIES", set())
+    BudgetConfig.from_mapping({"max_reward_bps": 7001})
+    BudgetConfig.from_mapping({"max_reward_bps": 7001})
+    assert len(calls) == 1
+    BudgetConfig()  # the defaults: checked by the test above, never at run time
+    assert len(calls) == 1
+    for _ in range(2):
+        with pytest.raises(LedgerError) as caught:
+            BudgetConfig.from_mapping({"max_reward_bps": 10_001})
+        assert caught.value.code == CONFIG_INVALID and "max_reward_bps" in caught.value.message
+    assert len(calls) == 3

@@ -207,8 +207,14 @@ def check_case_id(value: Any) -> str:
 _INVISIBLE_CATEGORIES = frozenset({"Zs", "Cc", "Cf"})
 
 
+#: The ASCII characters that show nothing: the controls U+0000–U+001F and U+007F, and the space.
+_ASCII_BLANK = re.compile(r"[\x00-\x20\x7f]*")
+
+
 def is_blank(text: str) -> bool:
     """True when ``text`` shows nothing: only whitespace, spaces, controls or format characters."""
+    if text.isascii():  # the common case, without a Unicode lookup per character
+        return _ASCII_BLANK.fullmatch(text) is not None
     return all(ch.isspace() or unicodedata.category(ch) in _INVISIBLE_CATEGORIES for ch in text)
 
 
