@@ -206,6 +206,34 @@ def test_task_failed_ends_only_the_hypothesis_with_a_limit_reason(package):
     verify_case(package)
 
 
+@pytest.mark.parametrize("limits, on_exhausted", [({"actions": 0}, "block_action"), ({"units": 20}, "block_action"),
+                                                  ({"actions": 0}, "task_failed")])
+def test_a_test_request_over_a_scope_limit_is_refused_like_a_reservation_and_records_its_test_action(
+        package, example_policy, limits, on_exhausted):
+    """Found by a break-it run: request_test over a limit raised KeyError('action') (its request
+    has a kind, not an action), in the API, the CLI and journals alike."""
+    case = _ready(package, config=example_policy)  # tests cost 30 (human) and 15 (automated) units
+    case.scopes().establish("hypothesis:1/H1", limits, "controller", on_exhausted=on_exhausted)
+    refused = _refused(case.budget().request_test, "H1", "t1", "human", "op-1")
+    assert refused.code == LIMIT_EXCEEDED
+    exceeded = case.events(0, with_body=True)[-2 if on_exhausted == "task_failed" else -1]
+    body = json.loads(exceeded["body"])
+    assert (exceeded["type"], body["action"], body["action_id"]) == ("limit.exceeded", "test.human", "t1")
+    status = {r["hypothesis_id"]: r["status"] for r in case.balances()}["H1"]
+    assert status == ("budget_exhausted" if on_exhausted == "task_failed" else "new")
+    case.close()
+    journal = package.parent / "more.jsonl"
+    journal.write_text(json.dumps({"op": "request_test", "hypothesis": "H2", "action_id": "t2", "kind": "human",
+                                   "operation_id": "op-2"}) + "\n")
+    with Case.open(package) as again:
+        again.scopes().establish("hypothesis:1/H2", limits, "controller", on_exhausted=on_exhausted)
+    ran = subprocess.run([sys.executable, "-m", "ledger_cli", "apply", str(package), str(journal)],
+                         capture_output=True, text=True)
+    assert ran.returncode == 1 and "Traceback" not in ran.stderr
+    assert json.loads(ran.stdout.splitlines()[0])["error"]["code"] == LIMIT_EXCEEDED
+    verify_case(package)
+
+
 def test_scope_cancelled_with_a_pending_action_settles_it_starts_nothing_and_ends_every_account(package):
     """SPEC 8.3: scope_cancelled: every account in the scope terminal; pending actions still close."""
     case = _ready(package, hypotheses=3)

@@ -321,7 +321,7 @@ def reserve_priced(view: LedgerView, request: Mapping[str, Any], context: Contex
     cost = price(ctx.policy)
     exceeded = scope_rules.enforce(view, ctx.revision, h, cost, context.at)
     if exceeded is not None:
-        return _limit_outcome(view, ctx, exceeded, request, h)
+        return _limit_outcome(view, ctx, exceeded, request, h, action_name)
     if cost > account["remaining_units"]:
         raise LedgerError(
             E.INSUFFICIENT_BUDGET,
@@ -523,10 +523,11 @@ def _revision_context(view: LedgerView, ctx: _BudgetContext, revision: int) -> _
 
 
 def _limit_outcome(view: LedgerView, ctx: _BudgetContext, exceeded: "scope_rules.Exceeded",
-                   request: Mapping[str, Any], h: str) -> Outcome:
-    """Record ``limit.exceeded``, end the accounts ``on_exhausted`` names (one ``budget.limit_terminated``
-    event per revision), then refuse with ``LIMIT_EXCEEDED``."""
-    drafts = [scope_rules.exceeded_draft(view, exceeded, request)]
+                   request: Mapping[str, Any], h: str, action_name: str) -> Outcome:
+    """Record ``limit.exceeded`` for the refused ``action_name`` (a tool action, or ``test.KIND``),
+    end the accounts ``on_exhausted`` names (one ``budget.limit_terminated`` event per revision),
+    then refuse with ``LIMIT_EXCEEDED``."""
+    drafts = [scope_rules.exceeded_draft(view, exceeded, request, action_name)]
     for revision, ending in sorted(scope_rules.accounts_to_end(view, exceeded, ctx.revision, h).items()):
         rctx = _revision_context(view, ctx, revision)
         accounts = dict(rctx.accounts)

@@ -230,15 +230,16 @@ def enforce(view: LedgerView, revision: int, hypothesis_id: str, cost: int, at: 
     return min(found, key=lambda item: item[:3])[3] if found else None
 
 
-def exceeded_draft(view: LedgerView, exceeded: Exceeded, request: Mapping[str, Any]) -> Draft:
-    """The ``limit.exceeded`` event of a refused reservation (not an operation: no identity)."""
+def exceeded_draft(view: LedgerView, exceeded: Exceeded, request: Mapping[str, Any], action: str) -> Draft:
+    """The ``limit.exceeded`` event of a refused reservation (not an operation: no identity);
+    ``action`` is what was to be reserved (a tool action, or ``test.KIND`` for a test)."""
     case = require_case(view)
     fields = _scope_fields(case, "limit.exceeded", parse_scope(exceeded.scope), dimension=exceeded.dimension,
                            declared=exceeded.declared, consumed_after=exceeded.consumed_after,
                            remaining=exceeded.remaining, on_exhausted=exceeded.on_exhausted,
                            establishment_seq=exceeded.establishment_seq,
                            hypothesis_id=request["hypothesis_id"], action_id=request["action_id"],
-                           action=request["action"])
+                           action=action)
     return Draft("limit.exceeded", "case", case["revision"], None, dict(request), fields)
 
 
