@@ -15,7 +15,8 @@ Every figure is measured in one run, on the same disk, at the same durability
 * ``export_files_per_s`` — ``ledger export`` of that case;
 * ``simulate_vs_apply`` — ``ledger simulate`` (one process, default ``--jobs``) steps per second over
   ``ledger apply --keep-going`` operations per second (one process per journal), on the same real
-  journals (``tests/data/trajectories``), one run of each;
+  journals (``tests/data/trajectories``), one run of each; ``simulate_lines_vs_apply`` is the same
+  comparison in journal lines per second on both sides;
 * ``fsync_ms`` — the machine's fsync (median, 4 KiB write then fsync);
 * ``cpu_per_op_vs_raw`` — process CPU seconds per API operation over CPU seconds per raw commit,
   from the same interleaved rounds;
@@ -272,7 +273,9 @@ def bench_simulate_vs_apply(directory: Path, journals: int) -> dict[str, float]:
         applied += elapsed
     simulated, _ = run_cli("simulate", str(folder), "--json")
     return {"simulate_steps_per_s": steps / simulated, "apply_journal_ops_per_s": lines / applied,
-            "simulate_vs_apply": (steps / simulated) / (lines / applied)}
+            "simulate_vs_apply": (steps / simulated) / (lines / applied),
+            # like for like: journal lines per second on both sides (a step is one reserve line of several)
+            "simulate_lines_per_s": lines / simulated, "simulate_lines_vs_apply": applied / simulated}
 
 
 def fill(case: Case, cycles_from: int, cycles_to: int, batch: int = 500) -> None:

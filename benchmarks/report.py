@@ -24,6 +24,7 @@ TARGETS: dict[str, tuple[str, float, str]] = {
     "latency_ratio_100k_vs_1k": ("<=", 1.25, "median durable operation latency, large ledger ÷ 1,000 events"),
     "verify_peak_rss_mib": ("<=", 200, "peak RSS of `ledger verify` (MiB)"),
     "balances_query_ms": ("<=", 5, "`SELECT * FROM balances` on the large ledger (ms)"),
+    "simulate_vs_apply": (">=", 30, "`ledger simulate` steps (reserve lines)/s ÷ `ledger apply` journal lines/s"),
 }
 
 #: Figures shown under the targets, for context (no target of their own).
@@ -32,7 +33,7 @@ CONTEXT = ("fsync_ms", "event_bytes", "events", "raw_tx_per_s", "ledger_ops_per_
            "file_per_event_ops_per_s", "eventsourcing_ops_per_s", "apply_ops_per_s", "raw_batch_inserts_per_s",
            "apply_vs_ledger_ops", "verify_events_per_s", "scan_events_per_s", "export_files_per_s",
            "raw_files_per_s", "apply_rss_small_mib", "apply_rss_large_mib", "latency_ms_small", "latency_ms_large",
-           "simulate_steps_per_s", "apply_journal_ops_per_s", "simulate_vs_apply")
+           "simulate_steps_per_s", "apply_journal_ops_per_s", "simulate_lines_per_s", "simulate_lines_vs_apply")
 
 
 def met(key: str, value: Any) -> bool | None:
