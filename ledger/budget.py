@@ -21,7 +21,7 @@ from .rules import budget as rules
 from .rules import feedback as feedback_rules
 from .rules import scopes as scope_rules
 from .rules.common import check_action_name, check_hypothesis_id
-from .rules.common import sorted_accounts
+from .rules.common import hypothesis_number
 from .session import Ran, SessionBase
 
 
@@ -87,7 +87,7 @@ ACCOUNT_FIELDS = ("hypothesis_id", "initial_units", "granted_units", "spent_unit
 
 def _state(accounts: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Accounts by hypothesis id, in hypothesis order, each with the ``balances`` columns in order."""
-    return {a["hypothesis_id"]: {k: a[k] for k in ACCOUNT_FIELDS} for a in sorted_accounts(accounts)}
+    return {h: {k: accounts[h][k] for k in ACCOUNT_FIELDS} for h in sorted(accounts, key=hypothesis_number)}
 
 
 class BudgetManager:

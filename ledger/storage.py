@@ -226,9 +226,8 @@ class Storage:
         # beside the real file: writers reaching one ledger through different symlinks share one queue
         real = Path(os.path.realpath(path))
         self._lock = WriterLock(real.with_name(real.name + LOCK_SUFFIX))
-        self._in_write = False
-        self._in_batch = False
-        self._savepoint_open = False
+        self._in_write = self._in_batch = self._savepoint_open = False
+        self._commits = 0  # commits since the WAL size was last looked at (:meth:`_bound_wal`)
         self._in_read = False
         self._closed = False
         #: Opened as an immutable snapshot on a read-only location (:meth:`open`).
@@ -469,11 +468,12 @@ class Storage:
                 self._lock.release()
 
     def _bound_wal(self) -> None:
-        """Keep the WAL bounded while readers come and go, without ever waiting for them: past
-        ``WAL_RESTART_BYTES`` run a ``wal_checkpoint(PASSIVE)``, which copies what no reader still
-        needs and returns at once. Once every page is copied and no reader holds an old snapshot,
-        the next write starts the log over and ``journal_size_limit`` shrinks the file back."""
-        if _wal_bytes(self.path) > WAL_RESTART_BYTES:
+        """Keep the WAL bounded, never waiting for readers: at the first and every 16th commit, past
+        ``WAL_RESTART_BYTES`` run a ``wal_checkpoint(PASSIVE)`` (copies what no reader still needs,
+        returns at once); once all is copied and no reader holds an old snapshot, the next write
+        starts the log over and ``journal_size_limit`` shrinks the file back."""
+        self._commits = (self._commits + 1) % 16
+        if self._commits == 1 and _wal_bytes(self.path) > WAL_RESTART_BYTES:
             self._fault("checkpoint")
             self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
 

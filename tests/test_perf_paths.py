@@ -245,3 +245,23 @@ def test_the_writer_cache_forgets_a_rolled_back_batch(tmp_path):
     assert case.status()["state"] == "INVESTIGATING_HYPOTHESES"
     assert budget.reserve("H1", "a1", "source.read_context").seq  # not refused by the rolled-back state
     case.close()
+
+
+def test_the_wal_size_is_looked_at_on_the_first_and_every_16th_commit(tmp_path, monkeypatch):
+    import ledger.storage as storage_module
+
+    case = _investigating_case(tmp_path / "c")
+    budget = case.budget()
+    monkeypatch.setattr(storage_module, "WAL_RESTART_BYTES", 0)  # every look finds it past the limit
+    case.storage._commits = 0
+    statements: list[str] = []
+    case.storage.conn.set_trace_callback(statements.append)
+    for n in range(11):  # 33 durable commits: the WAL is looked at after the 1st, 17th and 33rd
+        h = f"H{n % 2 + 1}"
+        budget.reserve(h, f"a{n}", "source.read_context")
+        budget.record_result(h, f"a{n}", {"finding": n})
+        budget.settle(h, f"a{n}", 60, "relevant")
+    case.storage.conn.set_trace_callback(None)
+    assert len([s for s in statements if s.startswith("COMMIT")]) == 33
+    assert len([s for s in statements if "wal_checkpoint(PASSIVE)" in s]) == 3
+    case.close()

@@ -541,8 +541,8 @@ def _limit_outcome(view: LedgerView, ctx: _BudgetContext, exceeded: "scope_rules
 
 def investigable(accounts: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """Non-terminal accounts with no pending action, in hypothesis order."""
-    return [a["hypothesis_id"] for a in sorted_accounts(accounts)
-            if a["status"] not in TERMINAL_STATUSES and a["pending_action_id"] is None]
+    return [h for h in sorted(accounts, key=hypothesis_number)
+            if accounts[h]["status"] not in TERMINAL_STATUSES and accounts[h]["pending_action_id"] is None]
 
 
 def ready_for_evaluation(accounts: Mapping[str, Mapping[str, Any]]) -> bool:
