@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import json.scanner
 import math
 import re
 from typing import Any, Callable, Mapping
@@ -198,17 +197,15 @@ def check_json_value(value: Any) -> None:
 class _StrictDecoder(json.JSONDecoder):
     """``json.JSONDecoder`` refusing duplicate keys, NaN/±Infinity and numbers beyond ±(2**53 − 1)."""
 
-    def __init__(self, **options: Any) -> None:
+    def __init__(self, *, check_ints: bool = True, **options: Any) -> None:
         super().__init__(**options, object_pairs_hook=_reject_duplicate_keys, parse_constant=_reject_constant,
-                         parse_float=_parse_float, parse_int=_parse_int)
+                         parse_float=_parse_float, parse_int=_parse_int if check_ints else None)
 
 
 _STRICT = _StrictDecoder()  # reused: building a decoder costs as much as parsing a short line
 #: The same without the integer hook, for text with no run of 16 digits: every integer in such
 #: text has at most 15 digits, so it lies within ±(2**53 − 1) and the C parser reads it as is.
-_STRICT_SHORT_INTS = _StrictDecoder()
-_STRICT_SHORT_INTS.parse_int = int
-_STRICT_SHORT_INTS.scan_once = json.scanner.make_scanner(_STRICT_SHORT_INTS)
+_STRICT_SHORT_INTS = _StrictDecoder(check_ints=False)
 _LONG_DIGIT_RUN = re.compile(r"[0-9]{16}")
 
 

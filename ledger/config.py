@@ -97,13 +97,18 @@ CHECKED_POLICY_SHA256 = frozenset({
 _VALIDATED_POLICIES: set[str] = set()
 
 
-def _checked_policy_sha256(merged: Mapping[str, Any]) -> str | None:
-    """The policy's canonical sha256 if the schema already passed it, else None."""
+def _validated_policy_sha256(merged: Mapping[str, Any]) -> str:
+    """The policy's canonical sha256, once ``budget-policy-v1`` has passed it (checked once per
+    policy and process; ``CONFIG_INVALID`` naming the key otherwise)."""
     try:
-        sha = canonical_sha256(merged)
-    except LedgerError:  # no canonical form: let the schema name the key
-        return None
-    return sha if sha in CHECKED_POLICY_SHA256 or sha in _VALIDATED_POLICIES else None
+        sha: str | None = canonical_sha256(merged)
+    except LedgerError:  # no canonical form: the schema names the key
+        sha = None
+    if sha is None or (sha not in CHECKED_POLICY_SHA256 and sha not in _VALIDATED_POLICIES):
+        validate("budget-policy-v1", merged, CONFIG_INVALID, "budget config")
+        sha = sha or canonical_sha256(merged)
+        _VALIDATED_POLICIES.add(sha)
+    return sha
 
 
 @dataclass(frozen=True)
@@ -130,11 +135,7 @@ class BudgetConfig:
         merged["action_costs"] = dict(merged["action_costs"])
         merged["test_costs"] = {**DEFAULT_POLICY["test_costs"], **dict(merged["test_costs"])}
         _check_types(merged, "")
-        policy_sha256 = _checked_policy_sha256(merged)
-        if policy_sha256 is None:
-            validate("budget-policy-v1", merged, CONFIG_INVALID, "budget config")
-            policy_sha256 = canonical_sha256(merged)
-            _VALIDATED_POLICIES.add(policy_sha256)
+        policy_sha256 = _validated_policy_sha256(merged)
         if merged["tier_shallow_below_pct"] < merged["tier_deferred_below_pct"]:
             raise LedgerError(
                 CONFIG_INVALID,

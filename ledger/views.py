@@ -38,6 +38,11 @@ def feedback_state(body: Mapping[str, Any], confirmed: bool) -> dict[str, Any]:
     return {**body["feedback"], "seq": body["seq"], "reply": body["request"]["reply"], "confirmed": confirmed}
 
 
+def cache_key(statement: str, **params: Any) -> tuple[str, tuple]:
+    """How :class:`WriterCache` files the answer of a named statement with its parameters."""
+    return statement, tuple(sorted(params.items()))
+
+
 def budget_head_of(body: Mapping[str, Any]) -> dict[str, Any]:
     """What the rules read of a revision's newest budget event: its policy and hypothesis batch
     hashes and its accounts by hypothesis ID (copies: the body itself is never shared)."""
@@ -80,15 +85,13 @@ class WriterCache:
         if body is None or stream not in ("budget", "case"):
             return
         answers = self.answers
-        revision = body["revision"]
         if stream == "case":
-            answers[("stream_count_case", ())] = stream_seq
+            answers[cache_key("stream_count_case")] = stream_seq
             return
-        answers[("stream_count_budget", (("revision", revision),))] = stream_seq
-        answers[("latest_budget_body", (("revision", revision),))] = budget_head_of(body)
-        total = answers.pop(("budget_events_total", ()), None)
-        if total is not None:
-            answers[("budget_events_total", ())] = total + 1
+        answers[cache_key("stream_count_budget", revision=body["revision"])] = stream_seq
+        answers[cache_key("latest_budget_body", revision=body["revision"])] = budget_head_of(body)
+        if cache_key("budget_events_total") in answers:
+            answers[cache_key("budget_events_total")] += 1
 
     def forget(self) -> None:
         """A write ended without committing: trust nothing until the next :meth:`check`."""
@@ -109,7 +112,7 @@ class SqlView:
         self._head: tuple[int, str, str] | None = None
 
     def _one(self, name: str, **params: Any) -> tuple | None:
-        return self._kept((name, tuple(sorted(params.items()))), lambda: self.storage.one(name, **params))
+        return self._kept(cache_key(name, **params), lambda: self.storage.one(name, **params))
 
     def case(self) -> dict[str, Any] | None:
         row = self._one("case_head")
@@ -150,7 +153,7 @@ class SqlView:
         return answers[key]
 
     def budget_head(self, revision: int) -> dict[str, Any] | None:
-        return self._kept(("latest_budget_body", (("revision", revision),)), lambda: self._read_budget_head(revision))
+        return self._kept(cache_key("latest_budget_body", revision=revision), lambda: self._read_budget_head(revision))
 
     def _read_budget_head(self, revision: int) -> dict[str, Any] | None:
         row = self.storage.one("latest_budget_body", revision=revision)
@@ -189,7 +192,7 @@ class SqlView:
         return self.storage.one("content_bytes_total")[0]
 
     def budget_events_total(self) -> int:
-        return self._kept(("budget_events_total", ()), lambda: self.storage.one("budget_events_total")[0])
+        return self._kept(cache_key("budget_events_total"), lambda: self.storage.one("budget_events_total")[0])
 
     def head(self) -> tuple[int, str, str]:
         if self.cache is None:
@@ -203,9 +206,9 @@ class SqlView:
         if stream not in ("budget", "case"):
             return 0  # an evidence event's stream is its own export path: not numbered
         if stream == "budget":
-            return self._kept(("stream_count_budget", (("revision", revision),)),
+            return self._kept(cache_key("stream_count_budget", revision=revision),
                               lambda: self.storage.one("stream_count_budget", revision=revision)[0]) + 1
-        return self._kept(("stream_count_case", ()), lambda: self.storage.one("stream_count_case")[0]) + 1
+        return self._kept(cache_key("stream_count_case"), lambda: self.storage.one("stream_count_case")[0]) + 1
 
     # -- scoped limits ---------------------------------------------------------------
     def scope(self, name: str) -> dict[str, Any] | None:
@@ -216,7 +219,7 @@ class SqlView:
         if self.cache is None:
             info["limits"] = dict(self.storage.all("scope_limits_of", seq=info["seq"]))
         else:
-            key = ("scope_limits_of", (("seq", info["seq"]),))
+            key = cache_key("scope_limits_of", seq=info["seq"])
             if key not in self.cache.answers:
                 self.cache.answers[key] = self.storage.all("scope_limits_of", seq=info["seq"])
             info["limits"] = dict(self.cache.answers[key])
