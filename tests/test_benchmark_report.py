@@ -1,0 +1,46 @@
+"""The benchmark report: targets, verdicts, and runs saved under the older simulation key names."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("benchmark_report", ROOT / "benchmarks" / "report.py")
+report = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(report)
+
+
+def test_simulate_vs_apply_is_a_like_for_like_ratio_with_target_30():
+    comparison, bound, meaning = report.TARGETS["simulate_vs_apply"]
+    assert (comparison, bound) == (">=", 30)
+    assert "journal lines/s ÷" in meaning and meaning.count("journal lines/s") == 2
+    assert report.met("simulate_vs_apply", 35.5) is True
+    assert report.met("simulate_vs_apply", 29.9) is False
+    assert report.met("simulate_steps_vs_apply_lines", 11.5) is None  # shown, no target
+
+
+def test_runs_saved_before_the_rename_are_read_under_todays_names():
+    old = {"simulate_vs_apply": 11.4, "simulate_lines_vs_apply": 35.0, "fsync_ms": 0.36}
+    assert report.normalized(old) == {"simulate_steps_vs_apply_lines": 11.4, "simulate_vs_apply": 35.0,
+                                      "fsync_ms": 0.36}
+    oldest = {"simulate_vs_apply": 2.73}  # before the like-for-like figure existed
+    assert report.normalized(oldest) == {"simulate_steps_vs_apply_lines": 2.73, "simulate_vs_apply": None}
+    new = {"simulate_vs_apply": 35.5, "simulate_vs_apply_unit": "journal lines", "simulate_steps_vs_apply_lines": 11.5}
+    assert report.normalized(new) == new
+    assert report.normalized({"fsync_ms": 1.0}) == {"fsync_ms": 1.0}
+
+
+def test_the_table_of_saved_runs_marks_each_target(tmp_path, capsys):
+    old, new = tmp_path / "old.json", tmp_path / "new.json"
+    old.write_text(json.dumps({"simulate_vs_apply": 11.4, "simulate_lines_vs_apply": 31.0, "cpu_per_op_vs_raw": 4.2}))
+    new.write_text(json.dumps({"simulate_vs_apply": 35.5, "simulate_vs_apply_unit": "journal lines",
+                               "simulate_steps_vs_apply_lines": 11.5, "cpu_per_op_vs_raw": 3.9}))
+    assert report.print_table([old, new]) == 0
+    rows = {line.split(" | ")[0]: line for line in capsys.readouterr().out.splitlines()}
+    simulate = next(row for key, row in rows.items() if key.startswith("| `simulate_vs_apply`"))
+    assert "| 31.0 ✓ | 35.5 ✓ | ≥ 30 |" in simulate
+    cpu = next(row for key, row in rows.items() if key.startswith("| `cpu_per_op_vs_raw`"))
+    assert "| 4.20 ✗ | 3.90 ✓ | ≤ 4 |" in cpu
+    assert rows["| `simulate_steps_vs_apply_lines`"].endswith("| 11.4 | 11.5 | — |")
