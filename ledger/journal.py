@@ -132,16 +132,17 @@ def parse_line(text: str | bytes) -> dict[str, Any]:
     op = line["op"]
     found = operation(op, journal=True)  # the genesis operation has none: apply --create performs it
     required, optional = found.required_keys, found.optional_keys
-    keys = set(line) - {"op", "at"}
-    missing = sorted(required - keys)
+    keys = line.keys() - {"op", "at"}
+    missing = required - keys
     if missing:
-        raise LedgerError(E.INVALID_ARGUMENT, f"{op}: missing key(s) {', '.join(missing)}")
-    extra = sorted(keys - required - optional)
+        raise LedgerError(E.INVALID_ARGUMENT, f"{op}: missing key(s) {', '.join(sorted(missing))}")
+    extra = keys - required - optional
     if extra:
-        raise LedgerError(E.INVALID_ARGUMENT, f"{op}: unexpected key(s) {', '.join(extra)}")
-    nulls = sorted(key for key in optional | {"at"} if key in line and line[key] is None)
-    if nulls:  # an optional key is either absent or has a value
-        raise LedgerError(E.INVALID_ARGUMENT, f"{op}: {', '.join(nulls)} may be left out but not null")
+        raise LedgerError(E.INVALID_ARGUMENT, f"{op}: unexpected key(s) {', '.join(sorted(extra))}")
+    if None in line.values():  # an optional key (or "at") is either absent or has a value
+        nulls = sorted(key for key in optional | {"at"} if key in line and line[key] is None)
+        if nulls:  # a null required key is the operation's to refuse, with its own code
+            raise LedgerError(E.INVALID_ARGUMENT, f"{op}: {', '.join(nulls)} may be left out but not null")
     return line
 
 

@@ -12,6 +12,7 @@ README row.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol
 
@@ -75,11 +76,11 @@ class Operation:
     journal: bool = True
     accepts_at: bool = True
 
-    @property
+    @functools.cached_property
     def required_keys(self) -> frozenset[str]:
         return frozenset(a.key for a in self.arguments if a.required)
 
-    @property
+    @functools.cached_property
     def optional_keys(self) -> frozenset[str]:
         return frozenset(a.key for a in self.arguments if not a.required)
 

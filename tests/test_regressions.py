@@ -667,3 +667,26 @@ def test_file_system_refusals_are_storage_errors_and_bad_paths_invalid_arguments
     from ledger.paths import os_error
 
     assert os_error(OSError(number, os.strerror(number), "/x"), "doing it").code == code
+
+
+def test_journal_line_shape_checks_name_missing_unexpected_and_null_keys():
+    """A journal line's shape: missing and unexpected keys are named (sorted); an optional key or
+    ``at`` may be left out but not null; a null required key is left to the operation's own check."""
+    from ledger.journal import parse_line
+
+    def refusal(text: str) -> tuple[str, str]:
+        with pytest.raises(LedgerError) as caught:
+            parse_line(text)
+        return caught.value.code, caught.value.message
+
+    assert refusal('{"op": "settle", "hypothesis": "H1"}') == (
+        "INVALID_ARGUMENT", "settle: missing key(s) action_id, reason, semantic_score")
+    assert refusal('{"op": "fail", "hypothesis": "H1", "action_id": "a", "reason": "r", "zz": 1, "b": 2}') == (
+        "INVALID_ARGUMENT", "fail: unexpected key(s) b, zz")
+    assert refusal('{"op": "fail", "hypothesis": "H1", "action_id": "a", "reason": "r", "at": null}') == (
+        "INVALID_ARGUMENT", "fail: at may be left out but not null")
+    assert refusal('{"op": "record_result", "hypothesis": "H1", "action_id": "a", "evidence": 1, '
+                   '"source_refs": null, "at": null}') == (
+        "INVALID_ARGUMENT", "record_result: at, source_refs may be left out but not null")
+    line = parse_line('{"op": "fail", "hypothesis": null, "action_id": "a", "reason": "r"}')
+    assert line["hypothesis"] is None  # the operation refuses it: INVALID_ID
