@@ -39,9 +39,11 @@ CONTEXT = ("fsync_ms", "event_bytes", "events", "raw_tx_per_s", "ledger_ops_per_
 
 
 def normalized(run: dict[str, Any]) -> dict[str, Any]:
-    """``run`` with the simulation figures of runs saved before 2026-12-01's second pair under
-    today's names: those runs named the steps-over-lines ratio ``simulate_vs_apply`` and the
-    lines-over-lines one ``simulate_lines_vs_apply`` (absent from the oldest)."""
+    """``run`` with the simulation figures under today's names. Runs saved before the target moved
+    to lines over lines (those without ``simulate_vs_apply_unit``) stored the steps-over-lines
+    ratio as ``simulate_vs_apply`` and the lines-over-lines one as ``simulate_lines_vs_apply``
+    (absent from the oldest). Runs without ``simulate_policy`` applied the journals under the
+    default policy, where ``simulate`` used the example one."""
     if "simulate_vs_apply_unit" in run or "simulate_vs_apply" not in run:
         return run
     out = dict(run)
