@@ -1,6 +1,6 @@
 """case-ledger: the accountant and evidence locker of an automated bug investigator.
 
-Public API (SPEC sections 2–6, 9)::
+Public API (docs/concepts.md and docs/files.md)::
 
     from ledger import Case, BudgetConfig
     case = Case.create("cases/BUG-20", case_id="BUG-20")

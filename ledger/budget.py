@@ -1,4 +1,4 @@
-"""Budget accounting of a case (SPEC section 6): the Python API.
+"""Budget accounting of a case (docs/concepts.md): the Python API.
 
 :class:`BudgetManager` checks the shape of each call, then evaluates the rule of
 :mod:`ledger.rules` and appends its event in one ``BEGIN IMMEDIATE`` transaction.
@@ -27,7 +27,7 @@ from .session import Ran, SessionBase
 
 @dataclass(frozen=True)
 class BudgetResult:
-    """What every budget operation returns (SPEC 6.1).
+    """What every budget operation returns (docs/concepts.md).
 
     * ``package_path`` — the case folder; ``revision`` — the analysis revision;
     * ``seq`` / ``event_ref`` — the event (the original one when ``reused``) and
@@ -132,7 +132,7 @@ class BudgetManager:
         )
 
     def initialize(self, *, at: str | None = None) -> BudgetResult:
-        """Open one account per hypothesis of the current revision (SPEC 6.1).
+        """Open one account per hypothesis of the current revision (docs/concepts.md).
 
         Errors: ``CASE_STATE``, ``LIMIT_REACHED``. Repeating returns ``reused=True``
         and never refills anything, whatever the config.
@@ -162,7 +162,7 @@ class BudgetManager:
         ``cost_usd_millicents`` is external money the tool reported (an integer ≥ 0,
         1/1000 of a US cent); it counts against ``cost_usd_millicents`` limits from now on.
         Errors: ``INVALID_ID``, ``INVALID_JSON``, ``LIMIT_REACHED``,
-        ``SOURCE_REF_INVALID``, then the order of SPEC 6.1 up to ``ACTION_CLOSED``.
+        ``SOURCE_REF_INVALID``, then the order of docs/concepts.md up to ``ACTION_CLOSED``.
         """
         refs = [] if source_refs is None else source_refs
         request, payload = rules.shape_record_result(
@@ -180,7 +180,7 @@ class BudgetManager:
                         at: str | None = None) -> BudgetResult:
         """Feed evidence record ``record_id`` (``E000001``…) to the reserved action: it awaits
         assessment with novelty ``min(new_evidence_score, record novelty)``; nothing is refunded yet.
-        Errors: ``INVALID_ID``, the order of SPEC 6.1, ``INVALID_ARGUMENT`` (unknown record),
+        Errors: ``INVALID_ID``, the order of docs/concepts.md, ``INVALID_ARGUMENT`` (unknown record),
         ``NO_RESERVATION`` (a record of another reservation, or a result already recorded).
         """
         request = rules.shape_record_evidence(hypothesis_id, action_id, record_id)
@@ -202,7 +202,7 @@ class BudgetManager:
 
     def settle(self, hypothesis_id: str, action_id: str, semantic_score: int, reason: str,
                *, at: str | None = None) -> BudgetResult:
-        """Close an assessed action and refund (SPEC 6.2).
+        """Close an assessed action and refund (docs/concepts.md).
 
         ``semantic_score`` is an ``int`` 0–100 (no bool, no float); ``reason`` a
         non-blank string. ``information = min(novelty, semantic_score)``;

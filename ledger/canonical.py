@@ -1,4 +1,4 @@
-"""Canonical JSON (RFC 8785 / JCS) and hashing (SPEC section 4).
+"""Canonical JSON (RFC 8785 / JCS) and hashing (docs/concepts.md).
 
 Everything the ledger hashes, stores or exports goes through
 :func:`canonical_bytes`, which delegates to the maintained ``rfc8785``
@@ -241,7 +241,7 @@ def check_int(value: Any, name: str, *, minimum: int | None = None,
               maximum: int | None = None, code: str = INVALID_ARGUMENT) -> int:
     """Return ``value`` if it is an ``int`` (never a ``bool``) within range.
 
-    The range is always clipped to ±(2**53 − 1) (SPEC 4); ``code`` is the
+    The range is always clipped to ±(2**53 − 1) (docs/concepts.md); ``code`` is the
     error raised otherwise (``INVALID_ARGUMENT`` unless the caller says).
     """
     if type(value) is not int:  # bool is an int subclass; floats like 25.0 are not ints

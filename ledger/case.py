@@ -1,4 +1,4 @@
-"""The case package and its lifecycle (SPEC section 2).
+"""The case package and its lifecycle (docs/concepts.md).
 
 A case package is a directory holding ``ledger.sqlite`` (the source of truth),
 the case's read-only inputs (``sources/``, ``data/``, anything else) and, after
@@ -236,7 +236,7 @@ class Case(CaseFacade):
         return {event_path(*row) for row in rows} | {content_path(sha) for (sha,) in shas}
 
     def input_identity(self) -> str:
-        """sha256 over the sorted ``[relative path, sha256]`` of the package's inputs (SPEC 2).
+        """sha256 over the sorted ``[relative path, sha256]`` of the package's inputs (docs/concepts.md).
 
         Excludes ``ledger.sqlite*``, ``manifest.json`` and the files under
         ``analysis/`` that the ledger exports (plus an interrupted export's temp

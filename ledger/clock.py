@@ -1,4 +1,4 @@
-"""Event time: RFC 3339 UTC timestamps with microseconds (SPEC 10.1 ``"at"``).
+"""Event time: RFC 3339 UTC timestamps with microseconds (docs/journals.md ``"at"``).
 
 Timestamps are stored as ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` so that string order is
 time order; the ledger clamps a clock that steps back to the previous event's time.

@@ -1,4 +1,4 @@
-"""Budget policy and analysis configuration (SPEC sections 5, 3 and 11).
+"""Budget policy and analysis configuration (docs/concepts.md and docs/architecture.md and docs/errors.md).
 
 Both are read from TOML with :mod:`tomllib`, validated against a JSON Schema
 (``budget-policy-v1``, ``analysis-config-v1``) and then in code, because
@@ -18,7 +18,7 @@ from .errors import CONFIG_INVALID, LedgerError, describe_value
 from .paths import fs_path
 from .schemas import validate
 
-#: SPEC 5 defaults. ``action_costs`` is empty in code; the example file fills it.
+#: docs/concepts.md defaults. ``action_costs`` is empty in code; the example file fills it.
 DEFAULT_POLICY: dict[str, Any] = {
     "default_action_cost": 10,
     "action_costs": {},
@@ -39,7 +39,7 @@ DEFAULT_ANALYSIS: dict[str, Any] = {
 
 DEFAULT_STORAGE: dict[str, Any] = {"synchronous": "FULL", "busy_timeout_ms": 5000}
 
-#: Operational limits of SPEC 11 (not policy; never frozen in events).
+#: Operational limits of docs/errors.md (not policy; never frozen in events).
 DEFAULT_LIMITS: dict[str, int] = {
     "event_bytes_max": 2 * 1024 * 1024,
     "evidence_payload_bytes_max": 1024 * 1024,
@@ -113,7 +113,7 @@ def _validated_policy_sha256(merged: Mapping[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class BudgetConfig:
-    """The effective budget policy: every key of SPEC 5, resolved.
+    """The effective budget policy: every key of docs/concepts.md, resolved.
 
     Build with ``BudgetConfig()`` (defaults), :meth:`load` (a TOML file) or
     :meth:`from_mapping`. Unknown keys, floats, booleans and out-of-range values
@@ -152,7 +152,7 @@ class BudgetConfig:
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> "BudgetConfig":
-        """Validate a mapping of SPEC 5 keys; missing keys take their defaults."""
+        """Validate a mapping of docs/concepts.md keys; missing keys take their defaults."""
         if not isinstance(data, Mapping):
             raise LedgerError(CONFIG_INVALID, "budget config must be a table", key="(top level)")
         return cls(policy=dict(data))
@@ -163,12 +163,12 @@ class BudgetConfig:
         return self._policy_sha256  # type: ignore[attr-defined]
 
     def cost_units(self, action: str) -> int:
-        """Cost of ``action``: its ``action_costs`` entry, else ``default_action_cost`` (SPEC 6.1)."""
+        """Cost of ``action``: its ``action_costs`` entry, else ``default_action_cost`` (docs/concepts.md)."""
         return self.policy["action_costs"].get(action, self.policy["default_action_cost"])
 
     @property
     def affordability_floor_units(self) -> int:
-        """Cheapest cost in the policy: min of ``default_action_cost`` and ``action_costs`` (SPEC 6.4)."""
+        """Cheapest cost in the policy: min of ``default_action_cost`` and ``action_costs`` (docs/concepts.md)."""
         return min([self.policy["default_action_cost"], *self.policy["action_costs"].values()])
 
     def __getitem__(self, key: str) -> Any:
@@ -184,11 +184,11 @@ def default_analysis_data() -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class AnalysisConfig:
-    """Analysis settings (SPEC 5), storage settings (SPEC 3) and operational limits (SPEC 11).
+    """Analysis settings (docs/concepts.md), storage settings (docs/architecture.md) and operational limits (docs/errors.md).
 
     ``units_per_hypothesis`` and ``max_hypotheses`` are integers ≥ 1;
     ``storage`` holds ``synchronous`` (``FULL``/``NORMAL``) and
-    ``busy_timeout_ms``; ``limits`` the byte and count limits of SPEC 11.
+    ``busy_timeout_ms``; ``limits`` the byte and count limits of docs/errors.md.
     """
 
     units_per_hypothesis: int = DEFAULT_ANALYSIS["units_per_hypothesis"]

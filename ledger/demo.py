@@ -3,7 +3,7 @@
 Copies the example package (``examples/demo/sources``) into a new case folder,
 applies ``examples/demo/journal.jsonl`` under ``config/budget.example.toml`` with
 ``keep_going`` (one line is refused on purpose: ``INSUFFICIENT_BUDGET``), then
-exports and verifies the case. Every rule of SPEC 6 shows up once: refund,
+exports and verifies the case. Every rule of docs/concepts.md shows up once: refund,
 duplicate evidence scoring zero, a failed action, a refused reservation,
 exhaustion, low-information abandonment and a rejection. Then H1 reads real
 lines and a database row through the reference router (``query`` with

@@ -1,8 +1,8 @@
-"""The one error type of case-ledger and its stable codes (SPEC sections 6.1 and 11).
+"""The one error type of case-ledger and its stable codes (docs/concepts.md and docs/errors.md).
 
 Every refusal the library makes is a :class:`LedgerError` whose ``code`` is one
 of the constants below. The constants are listed in the order validation
-checks them (SPEC 6.1 "Order of checks"); codes that are not part of that
+checks them (docs/errors.md, "Order of checks"); codes that are not part of that
 order (configuration, storage, integrity) follow. ``TRANSIENT_CODES`` names the
 refusals that may succeed when simply retried.
 """
@@ -49,7 +49,7 @@ SCHEMA_VERSION = "SCHEMA_VERSION"
 LIMIT_REACHED = "LIMIT_REACHED"
 CONFIG_INVALID = "CONFIG_INVALID"
 INTEGRITY_ERROR = "INTEGRITY_ERROR"
-#: Not a SPEC code: the file system refused the ledger file (read-only location,
+#: Not a code of the ledger's rules: the file system refused the ledger file (read-only location,
 #: permission, I/O error, full disk). Kept apart from INTEGRITY_ERROR, which means
 #: the history itself is wrong.
 STORAGE_ERROR = "STORAGE_ERROR"
@@ -81,7 +81,7 @@ class LedgerError(Exception):
     ``message`` is for people; ``details`` is a JSON-ready dict for programs
     (for example ``{"seq": 12}`` on an ``INTEGRITY_ERROR``). Nothing was
     written when a ``LedgerError`` is raised, except the ``limit.exceeded``
-    event of SPEC 8.3.
+    event of docs/scopes.md.
     """
 
     def __init__(self, code: str, message: str, **details: Any) -> None:

@@ -1,4 +1,4 @@
-"""The evidence store of a case (SPEC section 7): the Python API.
+"""The evidence store of a case (docs/evidence.md): the Python API.
 
 ::
 
@@ -121,7 +121,7 @@ class EvidenceStore:
 
     def store_tool_results(self, iteration_id: str, request: Mapping[str, Any], reply: Mapping[str, Any], *,
                            at: str | None = None) -> EvidenceResult:
-        """Verify and publish a batch (SPEC 7.2): ``request`` as ``evidence-request-v1``, ``reply`` as
+        """Verify and publish a batch (docs/evidence.md): ``request`` as ``evidence-request-v1``, ``reply`` as
         ``evidence-reply-v1``.
 
         Errors, in order: ``INVALID_ID``, ``INVALID_ARGUMENT``, ``INVALID_JSON``, ``ROUTER_REFUSED``
@@ -160,7 +160,7 @@ class EvidenceStore:
             return None
         return reply if canonical_sha256(shaped) == found[1] else None
 
-    # -- asynchronous tests and feedback (SPEC 7.6) --------------------------------------
+    # -- asynchronous tests and feedback (docs/evidence.md) --------------------------------------
     def submit_feedback(self, operation_id: str, reply: Mapping[str, Any],
                         attachments: Mapping[str, Any] | None = None, *, at: str | None = None) -> FeedbackResult:
         """Store a draft reply to the test requested under ``operation_id`` (``budget.request_test``).

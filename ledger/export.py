@@ -1,4 +1,4 @@
-"""``ledger export``: the ledger as canonical JSON files under ``analysis/`` (SPEC 9).
+"""``ledger export``: the ledger as canonical JSON files under ``analysis/`` (docs/files.md).
 
 :func:`export_case` writes every event and content row as the exact canonical
 bytes stored in the ledger, each file atomically (temp file, fsync, rename),
@@ -67,7 +67,7 @@ def export_count(case: Case) -> int:
 
 
 def export_case(case: Case, progress: Progress | None = None) -> ExportReport:
-    """Export ``case`` to ``<package>/analysis/`` and ``manifest.json`` (SPEC 9).
+    """Export ``case`` to ``<package>/analysis/`` and ``manifest.json`` (docs/files.md).
 
     Reads one consistent snapshot of the ledger; writes only files whose bytes
     differ; writes the manifest last. If anything fails before the manifest is

@@ -72,7 +72,7 @@ class CaseFacade:
         return self.session.batch()
 
     def event_ref(self, seq: int) -> str:
-        """Export path of event ``seq`` (SPEC 9)."""
+        """Export path of event ``seq`` (docs/files.md)."""
         return self.session.event_ref(seq)
 
     def _lifecycle_result(self, ran: Ran, with_hypotheses: bool = False) -> LifecycleResult:
@@ -103,7 +103,7 @@ class CaseFacade:
         return self._lifecycle_result(self.session.run("open_revision", request, at=at), with_hypotheses=True)
 
     def transition(self, to: str, *, at: str | None = None) -> LifecycleResult:
-        """Move the case to state ``to`` (SPEC 2). Errors: ``INVALID_ARGUMENT``,
+        """Move the case to state ``to`` (docs/concepts.md). Errors: ``INVALID_ARGUMENT``,
         ``INVALID_TRANSITION``, ``ACTION_PENDING`` (into ``EVALUATING``)."""
         request = lifecycle.shape_transition(to)
         return self._lifecycle_result(self.session.run("transition", request, at=at))

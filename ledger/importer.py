@@ -1,4 +1,4 @@
-"""``ledger import``: rebuild ``ledger.sqlite`` from an exported tree (SPEC 9).
+"""``ledger import``: rebuild ``ledger.sqlite`` from an exported tree (docs/files.md).
 
 The tree is read as untrusted input: only regular files inside it are accepted,
 every event is replayed in memory from its request and compared byte for byte
@@ -222,7 +222,7 @@ def _move_into_place(build_dir: Path, dest: Path) -> None:
 
 def import_tree(source: str | os.PathLike[str], to: str | os.PathLike[str] | None = None,
                 progress: Progress | None = None) -> VerifyReport:
-    """Rebuild a case package from an exported tree (SPEC 9) and verify it.
+    """Rebuild a case package from an exported tree (docs/files.md) and verify it.
 
     ``source`` is a package folder with ``manifest.json`` and ``analysis/``; ``to``
     a new (absent or empty) folder, or ``source`` itself when its ``ledger.sqlite``

@@ -1,4 +1,4 @@
-"""Journals: JSON-Lines operations applied to a case, one result line each (SPEC 10.1).
+"""Journals: JSON-Lines operations applied to a case, one result line each (docs/journals.md).
 
 Each input line is an object ``{"op": …, <arguments>…, "at"?: RFC 3339}`` named as
 in the Python API (``hypothesis`` for the hypothesis id). :func:`apply_journal`

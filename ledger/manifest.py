@@ -1,4 +1,4 @@
-"""``manifest.json``: the export's commit point and pointer file (SPEC 9).
+"""``manifest.json``: the export's commit point and pointer file (docs/files.md).
 
 It names the case, its state and revision, the head ``{seq, sha256}`` of the
 chain at export time and the newest budget event. It is never the source of
@@ -85,6 +85,6 @@ def read_manifest(root: Path) -> dict[str, Any] | None:
     for value in (manifest["head"]["seq"], manifest["analysis_revision"], manifest["package_generation"]):
         if type(value) is not int:
             raise _bad(None, f"manifest.json holds {value!r} where an integer belongs")
-    if canonical_bytes(manifest) != data:  # export writes canonical bytes (SPEC 4); anything else was edited
+    if canonical_bytes(manifest) != data:  # export writes canonical bytes (docs/concepts.md); anything else was edited
         raise _bad(None, "manifest.json is not in canonical form (RFC 8785): it was rewritten after export")
     return manifest

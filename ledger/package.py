@@ -1,5 +1,5 @@
 """The case package on disk: its layout, the ledger's own files, source references,
-input identity and where each event exports to (SPEC 2, 9).
+input identity and where each event exports to (docs/concepts.md and docs/files.md).
 
 ```
 <case>/ledger.sqlite      the source of truth (plus -wal, -shm, -lock)
@@ -223,7 +223,7 @@ def content_path(sha256: str) -> str:
 
 
 def is_ledger_own(relative: PurePosixPath) -> bool:
-    """True for ``ledger.sqlite*``, ``manifest.json`` and anything under ``analysis/`` (SPEC 2)."""
+    """True for ``ledger.sqlite*``, ``manifest.json`` and anything under ``analysis/`` (docs/concepts.md)."""
     parts = relative.parts
     if not parts:
         return False
@@ -241,7 +241,7 @@ def sha256_file(path: Path) -> str:
 
 
 def resolve_source_refs(package: Path, refs: Iterable[str]) -> list[dict[str, str]]:
-    """``[{"path", "sha256"}]`` for source references (SPEC 6.1).
+    """``[{"path", "sha256"}]`` for source references (docs/concepts.md).
 
     Each ref must be a normalized relative path to an existing regular file
     inside the package, not one of the ledger's own files; a symlink is
@@ -300,7 +300,7 @@ def _own_file_ids(package: Path) -> set[tuple[int, int]]:
 
 
 def input_identity(root: Path, exported: set[str]) -> str:
-    """sha256 over the sorted ``[relative path, sha256]`` of the package's inputs (SPEC 2).
+    """sha256 over the sorted ``[relative path, sha256]`` of the package's inputs (docs/concepts.md).
 
     ``exported`` are the paths under ``analysis/`` that the ledger exported (they are not inputs).
 

@@ -1,4 +1,4 @@
-"""Event body → helper rows: one small function per event type (SPEC 3).
+"""Event body → helper rows: one small function per event type (docs/architecture.md).
 
 The helper tables (``lifecycle``, ``revisions``, ``accounts``, ``reservations``,
 …) are append-only projections of the events; the public views are derived

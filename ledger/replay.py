@@ -1,4 +1,4 @@
-"""Replay in memory: re-derive every stored event from its request alone (SPEC 9).
+"""Replay in memory: re-derive every stored event from its request alone (docs/files.md).
 
 :class:`Replayer` checks one stored event at a time against the chain (seq,
 parent hash, time order, schema), finds its operation in the registry, runs the

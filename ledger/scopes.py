@@ -1,4 +1,4 @@
-"""Scoped limits and authority (SPEC 8.1–8.3): the Python API of ``establish`` and ``request_increase``.
+"""Scoped limits and authority (docs/scopes.md): the Python API of ``establish`` and ``request_increase``.
 
 :class:`ScopeManager` (``case.scopes()``) checks the shape of each call and runs
 the rule of :mod:`ledger.rules.scopes` in one ``BEGIN IMMEDIATE`` transaction,

@@ -1,4 +1,4 @@
-"""Policy simulation: replay recorded journals under budget policies, in memory (SPEC 13).
+"""Policy simulation: replay recorded journals under budget policies, in memory (docs/simulate.md).
 
 Each journal is replayed from an empty :class:`~ledger.memory.MemoryCase` under
 each policy through :func:`ledger.journal.call_operation`, the code path of

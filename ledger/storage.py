@@ -1,6 +1,6 @@
 """``ledger.sqlite``: connection, fair writer lock, transactions, migrations, the hash chain.
 
-SPEC section 3. One :class:`Storage` wraps one ``sqlite3`` connection opened with
+docs/architecture.md. One :class:`Storage` wraps one ``sqlite3`` connection opened with
 ``isolation_level=None`` (we issue every ``BEGIN`` ourselves). Each mutation is
 exactly one ``BEGIN IMMEDIATE … COMMIT`` inside :meth:`Storage.write`, which first
 takes a blocking OS lock on the sidecar file ``ledger.sqlite-lock`` so that writers

@@ -1,4 +1,4 @@
-"""``ledger verify``: re-derive everything from the requests alone and compare (SPEC 9).
+"""``ledger verify``: re-derive everything from the requests alone and compare (docs/files.md).
 
 :func:`verify_case` replays every stored event in memory
 (:class:`~ledger.replay.Replayer`), loads what the replay derives (events,
@@ -110,7 +110,7 @@ def _rows_differ(conn: sqlite3.Connection, table: str, order: str) -> tuple[Any,
 
 
 def verify_case(path: str | os.PathLike[str], progress: Progress | None = None) -> VerifyReport:
-    """Verify the case at ``path`` (SPEC 9); raise ``INTEGRITY_ERROR`` naming the first bad ``seq``.
+    """Verify the case at ``path`` (docs/files.md); raise ``INTEGRITY_ERROR`` naming the first bad ``seq``.
 
     Re-applies every stored request into a scratch ledger and compares event bytes,
     helper rows, public views, exported files that exist, and the manifest head

@@ -1,4 +1,4 @@
--- case-ledger schema version 1: append-only tables and their guards (SPEC section 3).
+-- case-ledger schema version 1: append-only tables and their guards (docs/architecture.md).
 --
 -- Every table is append-only: BEFORE UPDATE and BEFORE DELETE raise. BEFORE INSERT
 -- triggers check uniqueness themselves because INSERT OR REPLACE deletes the old row
@@ -33,7 +33,7 @@ CREATE INDEX events_by_operation ON events (operation_key) WHERE operation_key I
 CREATE INDEX events_by_stream ON events (stream, revision, stream_seq);
 
 -- Content-addressed canonical JSON (evidence payloads). cumulative_bytes is the running
--- total of distinct content, so the SPEC 11 limit is checked without summing history.
+-- total of distinct content, so the docs/errors.md limit is checked without summing history.
 CREATE TABLE contents (
     sha256 TEXT PRIMARY KEY,
     seq INTEGER NOT NULL REFERENCES events (seq),
@@ -43,7 +43,7 @@ CREATE TABLE contents (
 );
 CREATE INDEX contents_by_seq ON contents (seq);
 
--- Evidence records of the evidence store (SPEC 7.3).
+-- Evidence records of the evidence store (docs/evidence.md).
 CREATE TABLE evidence_records (
     record_id TEXT PRIMARY KEY,
     seq INTEGER NOT NULL REFERENCES events (seq),

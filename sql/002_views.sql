@@ -1,4 +1,4 @@
--- Public views (SPEC section 3). Stable names and columns; every number is derived
+-- Public views (docs/architecture.md). Stable names and columns; every number is derived
 -- here from the append-only helper rows, and `ledger verify` checks each view against
 -- a replay of the requests.
 
@@ -120,7 +120,7 @@ SELECT
     failed_actions
 FROM totals;
 
--- One row per evidence record (SPEC 7.3).
+-- One row per evidence record (docs/evidence.md).
 CREATE VIEW evidence AS
 SELECT
     record_id, revision, hypothesis_id, action_id, operation_id,

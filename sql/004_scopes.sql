@@ -1,4 +1,4 @@
--- Scoped limits, authority and the soft gate (SPEC section 8): helper tables of the
+-- Scoped limits, authority and the soft gate (docs/scopes.md): helper tables of the
 -- scope and limit events, the money tools report with their results, and the public
 -- view scope_usage. Append-only like every ledger table (see 001_schema.sql).
 

@@ -1,4 +1,4 @@
-"""SPEC 6: one table-driven scenario per rule of budget accounting.
+"""docs/concepts.md: one table-driven scenario per rule of budget accounting.
 
 Each scenario is a list of steps ``(operation, arguments, expected)``; ``expected``
 is an error code, or a dict of fields the touched account (``H1`` unless the
@@ -394,7 +394,7 @@ def test_the_budget_event_limit_is_enforced(package):
 
 @pytest.mark.parametrize("limit", [5, 6, 7, 8, 9])
 def test_a_reserve_keeps_room_to_close_every_pending_action_so_no_debit_is_stranded(package, limit):
-    """SPEC 6.1 refuses EVALUATING with pending actions "so nothing is stranded"; SPEC 11 limits
+    """docs/concepts.md refuses EVALUATING with pending actions "so nothing is stranded"; docs/errors.md limits
     refuse explicitly. A reserve is accepted only if it and every pending action can still close."""
     from ledger import AnalysisConfig
 

@@ -1,4 +1,4 @@
-"""SPEC 4: canonical JSON (RFC 8785 via the rfc8785 package) and hashing."""
+"""docs/concepts.md: canonical JSON (RFC 8785 via the rfc8785 package) and hashing."""
 
 from __future__ import annotations
 

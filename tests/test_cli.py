@@ -1,4 +1,4 @@
-"""SPEC 10: the command line and journals, in real processes."""
+"""docs/cli.md: the command line and journals, in real processes."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
-"""Concurrency, the writer queue and interrupted writes, with real processes (SPEC 3 and 6.1).
+"""Concurrency, the writer queue and interrupted writes, with real processes (docs/architecture.md and docs/concepts.md).
 
 Every multi-process test starts its workers with the ``spawn`` start method (a fresh
 interpreter that imports this module), synchronizes them on a ``Barrier`` or an
 ``Event`` and collects what each one saw through a ``Queue``; nothing is mocked.
-The expected numbers are computed here from the SPEC rules, independently of
+The expected numbers are computed here from the rules of docs/concepts.md, independently of
 ``ledger.rules``.
 """
 
@@ -38,7 +38,7 @@ NEW_EVIDENCE_SCORE = 100
 
 
 def expected_reward(cost: int, novelty: int, semantic: int) -> int:
-    """SPEC 6.2: ``min(cost * max_reward_bps * information // 1_000_000, cost - 1)``."""
+    """docs/concepts.md: ``min(cost * max_reward_bps * information // 1_000_000, cost - 1)``."""
     information = min(novelty, semantic)
     return min(cost * MAX_REWARD_BPS * information // 1_000_000, cost - 1)
 

@@ -1,4 +1,4 @@
-"""SPEC 5: configuration files and the policy they produce."""
+"""docs/concepts.md: configuration files and the policy they produce."""
 
 from __future__ import annotations
 

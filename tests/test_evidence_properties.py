@@ -1,4 +1,4 @@
-"""Property tests of the evidence store (SPEC 7.2-7.4): novelty v2 against a reference model,
+"""Property tests of the evidence store (docs/evidence.md): novelty v2 against a reference model,
 regrouped or renamed requests bring no new atoms, a rejected batch writes nothing and consumes no
 record id, record ids never reset across revisions."""
 

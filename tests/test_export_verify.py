@@ -1,4 +1,4 @@
-"""SPEC 9: export, import and verify, including tampering with triggers dropped."""
+"""docs/files.md: export, import and verify, including tampering with triggers dropped."""
 
 from __future__ import annotations
 

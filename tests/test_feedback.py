@@ -1,4 +1,4 @@
-"""Asynchronous tests and feedback (SPEC 7.6): request_test, submit/confirm/store feedback, the
+"""Asynchronous tests and feedback (docs/evidence.md): request_test, submit/confirm/store feedback, the
 budget link, BLOCKED preserving balances, hash checks, limits, journal, CLI and round trip."""
 
 from __future__ import annotations

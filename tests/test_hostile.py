@@ -1,4 +1,4 @@
-"""Hostile input, fuzzed with hypothesis (SPEC 4, 5, 9, 10, 11).
+"""Hostile input, fuzzed with hypothesis (docs/concepts.md and docs/files.md and docs/cli.md and docs/errors.md).
 
 Four doors into the ledger get generated garbage, and every case must end in a
 documented error code (``ledger.errors.ALL_CODES``) or a clean success, never
@@ -15,7 +15,7 @@ a traceback, and a refused input must leave the ledger logically unchanged
 2. command lines (``click.testing.CliRunner`` on ``ledger_cli.main:main``):
    exit status 0, 1 or 2, and ``error: CODE: …`` on exit 1;
 3. TOML budget and analysis configs: load, or ``CONFIG_INVALID``; a loaded
-   policy holds only ``int`` values inside SPEC 5's ranges;
+   policy holds only ``int`` values inside docs/concepts.md's ranges;
 4. exported trees with one or two mutations fed to ``import_tree``: refused with
    a documented code and no target folder left behind, or imported and verified.
 

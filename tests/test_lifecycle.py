@@ -1,4 +1,4 @@
-"""SPEC 2: the case package, its states and revisions, input identity."""
+"""docs/concepts.md: the case package, its states and revisions, input identity."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Scoped limits, authority and the soft gate (SPEC 8): scopes and dimensions, establishment and
+"""Scoped limits, authority and the soft gate (docs/scopes.md): scopes and dimensions, establishment and
 authority, enforcement with limit.exceeded / limit.approaching, scope_usage, grants, check,
 price_signal, remaining, the journal and the command line."""
 
@@ -56,7 +56,7 @@ def _refused(call, *args, **kwargs) -> LedgerError:
 
 # --- 8.1 / 8.3: enforcement ------------------------------------------------------------------
 def test_a_task_allowed_50_actions_inside_a_case_with_3_left_gets_exactly_3(package):
-    """SPEC 8.3: the tightest remaining limit across scopes wins."""
+    """docs/scopes.md: the tightest remaining limit across scopes wins."""
     case = _ready(package)
     budget, scopes = case.budget(), case.scopes()
     scopes.establish("case", {"actions": 5}, "controller")
@@ -113,7 +113,7 @@ def test_a_refund_frees_units_in_the_scope_and_a_pending_reservation_counts_in_f
 
 
 def test_warning_at_ratio_0_8_fires_once_also_landing_exactly_on_80_percent_and_reestablishing_resets_it(package):
-    """SPEC 8.3: limit.approaching once per scope, dimension and establishment."""
+    """docs/scopes.md: limit.approaching once per scope, dimension and establishment."""
     case = _ready(package, hypotheses=1)
     budget, scopes = case.budget(), case.scopes()
     first = scopes.establish("hypothesis:1/H1", {"units": 50}, "controller", warning_ratio=0.8)
@@ -235,7 +235,7 @@ def test_a_test_request_over_a_scope_limit_is_refused_like_a_reservation_and_rec
 
 
 def test_scope_cancelled_with_a_pending_action_settles_it_starts_nothing_and_ends_every_account(package):
-    """SPEC 8.3: scope_cancelled: every account in the scope terminal; pending actions still close."""
+    """docs/scopes.md: scope_cancelled: every account in the scope terminal; pending actions still close."""
     case = _ready(package, hypotheses=3)
     budget = case.budget()
     case.scopes().establish("revision:1", {"actions": 2}, "controller", on_exhausted="scope_cancelled")

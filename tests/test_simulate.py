@@ -1,4 +1,4 @@
-"""Policy simulation (SPEC 13): figures equal `apply --keep-going`, hand-computed runs, grids, bad input."""
+"""Policy simulation (docs/simulate.md): figures equal `apply --keep-going`, hand-computed runs, grids, bad input."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def _apply(tmp_path: Path, journal: Path, policy: Policy) -> tuple[list[tuple[in
 
 @pytest.mark.parametrize("name", JOURNALS)
 def test_simulated_lines_and_balances_equal_apply_keep_going_under_four_policies(tmp_path, name):
-    """SPEC 13: 'with the same rules as apply': every line's outcome and every final balance."""
+    """docs/simulate.md: 'with the same rules as apply': every line's outcome and every final balance."""
     journal = DATA / f"{name}.jsonl"
     lines = parse_journal(journal)
     for policy in _policies():
@@ -90,7 +90,7 @@ def _journal(tmp_path: Path, evidences: list[str], units: int | None = None, nam
 
 
 def test_max_low_information_steps_1_stops_at_the_first_repeated_observation(tmp_path):
-    """SPEC 6.4 with a streak limit of 1: step 2 repeats step 1's observation (novelty 0), the
+    """docs/concepts.md with a streak limit of 1: step 2 repeats step 1's observation (novelty 0), the
     account is abandoned, and steps 3 and 4 are not taken. Cost 10; step 1 refunds
     10 * 8000 * min(100, 50) // 1e6 = 4; step 2 refunds 0."""
     path = _journal(tmp_path, ["a", "a", "b", "c"], units=100)
@@ -104,7 +104,7 @@ def test_max_low_information_steps_1_stops_at_the_first_repeated_observation(tmp
 
 
 def test_a_tiny_units_per_hypothesis_exhausts_the_account(tmp_path):
-    """SPEC 6.2/6.4: 25 units, cost 10, refund 4 per new observation: 25 → 19 → 13 → 7 < floor 10,
+    """docs/concepts.md/6.4: 25 units, cost 10, refund 4 per new observation: 25 → 19 → 13 → 7 < floor 10,
     so the account is exhausted after step 3 and step 4 is refused. The policy's
     units_per_hypothesis replaces the journal's 100."""
     path = _journal(tmp_path, ["a", "b", "c", "d"], units=100)

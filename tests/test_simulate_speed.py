@@ -103,7 +103,7 @@ def test_a_body_over_the_bound_is_measured_on_its_canonical_bytes():
 
 
 def test_an_event_over_event_bytes_max_is_refused_in_simulation_as_in_apply(tmp_path):
-    """SPEC 11 event_bytes_max holds in the simulator too: with a 2048-byte limit, a revision of
+    """docs/errors.md event_bytes_max holds in the simulator too: with a 2048-byte limit, a revision of
     eight long statements is refused (LIMIT_REACHED), so is each settle whose reason makes its
     event too big, and the figures follow exactly as in a real case."""
     analysis = AnalysisConfig(limits={"event_bytes_max": 2048})

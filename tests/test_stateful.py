@@ -1,4 +1,4 @@
-"""Random sequences of budget operations against an independent reference model (SPEC 6.1–6.4).
+"""Random sequences of budget operations against an independent reference model (docs/concepts.md).
 
 A ``hypothesis`` state machine drives a real :class:`ledger.Case` (a fresh
 package in a temp folder per example, a few hypotheses with small allocations
@@ -6,9 +6,9 @@ so that accounts run dry) with valid *and* invalid calls: reserve, record_result
 settle, fail, reject, initialize, BLOCKED ⇄ INVESTIGATING transitions, exact
 replays of applied operations and changed replays under the same identity.
 
-:class:`ReferenceModel` is written from the SPEC text alone; it never imports
+:class:`ReferenceModel` is written from the text of docs/concepts.md alone; it never imports
 ``ledger.rules``, ``ledger.canonical`` or ``ledger.config``. For every call it
-predicts either the error code (first failing check in SPEC 6.1's order) or
+predicts either the error code (first failing check in docs/concepts.md's order) or
 the exact outcome: ``reused``, ``seq``, ``event_ref``, the state of every
 account and of the touched action. Refused and reused calls must write nothing
 (``logical_dump`` is compared before and after); accepted calls append exactly
@@ -43,14 +43,14 @@ from ledger import BudgetConfig, LedgerError
 
 from conftest import TORTURE_SCALE, logical_dump, make_package, start_case, torture_run
 
-# --- the reference model: SPEC 6.1–6.4, written independently ---------------------
+# --- the reference model: docs/concepts.md, written independently ---------------------
 
 GENERATING = "GENERATING_HYPOTHESES"
 INVESTIGATING = "INVESTIGATING_HYPOTHESES"
 BLOCKED = "BLOCKED"
 TERMINAL = ("budget_exhausted", "abandoned_low_information_gain", "rejected")
 
-#: SPEC 5 defaults of the keys the accounting uses.
+#: docs/concepts.md defaults of the keys the accounting uses.
 SPEC_DEFAULTS = {
     "default_action_cost": 10,
     "action_costs": {},
@@ -60,7 +60,7 @@ SPEC_DEFAULTS = {
     "max_low_information_steps": 3,
 }
 
-#: SPEC 6.1 identifiers (full-string matches, as in JSON Schema / ECMAScript regexes).
+#: docs/concepts.md identifiers (full-string matches, as in JSON Schema / ECMAScript regexes).
 HYPOTHESIS_ID = re.compile(r"H[1-9][0-9]*")
 ACTION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 ACTION_NAME = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+")
@@ -83,7 +83,7 @@ def _matches(pattern: re.Pattern[str], value: Any) -> bool:
 def canonical_key(value: Any) -> str:
     """A string equal for two JSON values iff RFC 8785 gives them the same bytes.
 
-    Raises ``Refused("INVALID_JSON")`` for values with no canonical form (SPEC 4).
+    Raises ``Refused("INVALID_JSON")`` for values with no canonical form (docs/concepts.md).
     Integral floats are numbers like any other (``1.0`` is ``1``, ``-0.0`` is ``0``).
     """
 
@@ -121,7 +121,7 @@ EMPTY_KEYS = frozenset({"null", "{}", "[]", '""'})
 class Call:
     """One API call through one of three managers: ``main`` (the example's policy),
     ``other`` (a policy differing in a key the accounting does not use) or ``frozen``
-    (``config=None``: the policy frozen at initialize, or the SPEC defaults when it is
+    (``config=None``: the policy frozen at initialize, or the defaults of docs/concepts.md when it is
     the one that initializes)."""
 
     op: str
@@ -145,7 +145,7 @@ class Expected:
 
 
 class ReferenceModel:
-    """Pure-Python accounting of one revision, from SPEC 6.1–6.4."""
+    """Pure-Python accounting of one revision, from docs/concepts.md."""
 
     def __init__(self, hypotheses: int, units: int, policy: dict[str, Any], case_state: str,
                  other_change: dict[str, Any] | None = None) -> None:
@@ -175,7 +175,7 @@ class ReferenceModel:
     def policy(self) -> dict[str, Any]:
         return self.policies[self.frozen_by or "main"]
 
-    # rules of SPEC 6.2 / 6.4
+    # rules of docs/concepts.md / 6.4
     def cost(self, action: str) -> int:
         return self.policy["action_costs"].get(action, self.policy["default_action_cost"])
 
@@ -225,7 +225,7 @@ class ReferenceModel:
             return Expected(error=refusal.code)
 
     def _shape(self, call: Call) -> tuple[tuple, Any]:
-        """Shape checks (SPEC 6.1, first group) → (identity, inputs)."""
+        """Shape checks (docs/concepts.md, first group) → (identity, inputs)."""
         a = call.args
         if call.op == "initialize":
             return ("initialize",), ()
@@ -755,7 +755,7 @@ def test_long_random_budget_operation_sequences_behave_exactly_as_the_spec_model
     run_state_machine_as_test(BudgetLedgerMachine, settings=LONG)
 
 
-# --- the reference model itself against SPEC's worked examples ------------------------
+# --- the reference model itself against the worked examples of docs/concepts.md ------------------------
 
 def test_the_reference_model_reproduces_the_spec_reward_examples():
     model = ReferenceModel(1, 100, {}, INVESTIGATING)  # default policy: cost 10, 8000 bps
@@ -785,7 +785,7 @@ def test_the_reference_model_refuses_ids_with_a_trailing_newline():
 # --- a disagreement the machine found, pinned as a fixed call sequence -------------------
 # Python's ``$`` also matches before a final newline, so ``re.match(r"^H[1-9][0-9]*$", "H1\n")``
 # succeeds: "H1\n", "a1\n" and "source.read_context\n" used to be accepted (the last one
-# priced at default_action_cost, not its action_costs entry). SPEC 6.1: anything else is INVALID_ID.
+# priced at default_action_cost, not its action_costs entry). docs/concepts.md: anything else is INVALID_ID.
 
 @pytest.mark.parametrize("hypothesis_id, action_id, action", [
     ("H1\n", "a1", "source.read_context"),

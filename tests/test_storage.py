@@ -1,4 +1,4 @@
-"""SPEC 3: WAL, append-only tables guarded by triggers, schema versions, rollback."""
+"""docs/architecture.md: WAL, append-only tables guarded by triggers, schema versions, rollback."""
 
 from __future__ import annotations
 

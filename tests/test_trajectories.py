@@ -1,9 +1,9 @@
 """Real agent-run journals (tests/data/trajectories/, README "Real input"), replayed
-and checked against an independent model of the SPEC rules.
+and checked against an independent model of the rules of docs/concepts.md.
 
 Every journal is applied with ``keep_going`` through the library; the outcome of
 every line and the final balance are compared with what a small pure-Python
-model in this file predicts from SPEC 6 alone (it imports nothing from
+model in this file predicts from docs/concepts.md alone (it imports nothing from
 ``ledger.rules`` and reuses no library computation). Each replayed case is then
 exported and verified. The aggregate figures of the README table are checked
 over all 100 journals, and one journal goes through the real ``ledger apply``
@@ -34,7 +34,7 @@ JOURNAL_IDS = [p.stem for p in JOURNALS]
 SAMPLED_JOURNALS = [pytest.param(p, id=p.stem, marks=() if i % 5 == 0 else pytest.mark.slow)
                     for i, p in enumerate(JOURNALS)]
 
-# --- the default policy (SPEC 5), no config given -----------------------------------
+# --- the default policy (docs/concepts.md), no config given -----------------------------------
 DEFAULT_ACTION_COST = 10
 ACTION_COSTS: dict[str, int] = {}          # empty in code: test.automated costs 10 as well
 MAX_REWARD_BPS = 8000
@@ -94,7 +94,7 @@ class Account:
                 "status": self.status, "low_information_streak": self.streak, "settled_actions": self.settled}
 
     def after_step(self) -> None:
-        """SPEC 6.4, right after initialization and after every settle or fail."""
+        """docs/concepts.md, right after initialization and after every settle or fail."""
         if self.status in TERMINAL:
             return
         if self.remaining < FLOOR:
@@ -118,7 +118,7 @@ class Expected:
 
 @dataclass
 class Model:
-    """SPEC 6 for the operations these journals use, under the default policy."""
+    """docs/concepts.md for the operations these journals use, under the default policy."""
 
     case_state: str = "CREATED"
     allocation: int | None = None
@@ -287,7 +287,7 @@ def test_the_model_reproduces_the_spec_worked_examples_and_abandons_after_three_
     assert expected[-4].state == {"remaining_units": 64, "spent_units": 40, "rewarded_units": 4,
                                   "status": "abandoned_low_information_gain", "low_information_streak": 3,
                                   "settled_actions": 4}
-    # SPEC 6.2: cost 10, both scores 100 -> reward 8
+    # docs/concepts.md: cost 10, both scores 100 -> reward 8
     assert min(10 * MAX_REWARD_BPS * min(100, 100) // 1_000_000, 9) == 8
 
 

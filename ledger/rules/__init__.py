@@ -1,4 +1,4 @@
-"""The ledger's rules as pure functions: lifecycle (SPEC 2) and budget accounting (SPEC 6).
+"""The ledger's rules as pure functions: lifecycle and budget accounting (docs/concepts.md).
 
 Each operation has two halves: a ``shape_*`` function that checks the call itself
 (ids, scores, reasons, JSON) and returns the canonical *request* that is hashed

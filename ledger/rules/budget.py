@@ -1,4 +1,4 @@
-"""Budget accounting rules (SPEC 6): initialize, reserve, record_result, settle, fail, reject.
+"""Budget accounting rules (docs/concepts.md): initialize, reserve, record_result, settle, fail, reject.
 
 Every rule re-derives the full state of every account of the revision after its
 event; the event body carries it, so a reader never needs to replay.
@@ -92,7 +92,7 @@ def shape_reject(hypothesis_id: Any, reason: Any) -> dict[str, Any]:
 
 
 def reward_units(cost_units: int, max_reward_bps: int, information_score: int) -> int:
-    """SPEC 6.2: ``min(floor(cost * bps * information / 1_000_000), cost - 1)`` — always ``< cost``."""
+    """docs/concepts.md: ``min(floor(cost * bps * information / 1_000_000), cost - 1)`` — always ``< cost``."""
     return min(cost_units * max_reward_bps * information_score // 1_000_000, cost_units - 1)
 
 
@@ -102,7 +102,7 @@ def _remaining(account: Mapping[str, Any]) -> int:
 
 
 def _apply_status_rules(account: dict[str, Any], policy: BudgetConfig) -> None:
-    """SPEC 6.4, after initialization and after every settle or fail. Exhaustion wins."""
+    """docs/concepts.md, after initialization and after every settle or fail. Exhaustion wins."""
     if account["status"] in TERMINAL_STATUSES:
         return
     if account["remaining_units"] < policy.affordability_floor_units:
@@ -131,7 +131,7 @@ def _check_budget_room(view: LedgerView, limits: Mapping[str, int] | None,
                        accounts: Mapping[str, Mapping[str, Any]] | None = None, *,
                        opens_action: bool = False) -> None:
     """``LIMIT_REACHED`` unless ``budget_events_max`` leaves room for this event and for closing
-    every pending action (SPEC 11; 6.1 "so nothing is stranded").
+    every pending action (docs/errors.md: "so nothing is stranded").
 
     Each pending action, and the one a reserve opens, keeps room for
     :data:`CLOSING_EVENTS_PER_ACTION` events, so ``record_result``, ``settle``
@@ -230,7 +230,7 @@ def _require_action(view: LedgerView, ctx: _BudgetContext, hypothesis_id: str,
 
 def _open_account(ctx: _BudgetContext, h: str) -> dict[str, Any]:
     """A copy of the account, if it may start something new: ``ACCOUNT_TERMINAL``, then
-    ``ACTION_PENDING`` (SPEC 6.1 order; reserve and reject only)."""
+    ``ACTION_PENDING`` (docs/errors.md order; reserve and reject only)."""
     account = dict(ctx.accounts[h])
     if account["status"] in TERMINAL_STATUSES:
         raise LedgerError(
@@ -292,7 +292,7 @@ def initialize(view: LedgerView, request: Mapping[str, Any], context: Context) -
 
 
 def reserve(view: LedgerView, request: Mapping[str, Any], context: Context) -> Draft | Outcome | Reused:
-    """Debit an action's cost before it runs (SPEC 6.1), inside every scoped limit (SPEC 8.3).
+    """Debit an action's cost before it runs (docs/concepts.md), inside every scoped limit (docs/scopes.md).
 
     Errors in order: ``OPERATION_CONFLICT``, ``CASE_STATE``, ``NOT_INITIALIZED``,
     ``UNKNOWN_HYPOTHESIS``, ``BUDGET_POLICY_CHANGED``, ``ACCOUNT_TERMINAL``,
@@ -330,7 +330,7 @@ def reserve_priced(view: LedgerView, request: Mapping[str, Any], context: Contex
         )
     _check_budget_room(view, context.limits, ctx.accounts, opens_action=True)
     if account["spent_units"] + cost > SAFE_INTEGER_MAX:
-        # every number in an event must stay an exact JSON integer (SPEC 4)
+        # every number in an event must stay an exact JSON integer (docs/concepts.md)
         raise LedgerError(
             E.LIMIT_REACHED, f"{h} has spent {account['spent_units']} units; {cost} more would pass 2**53-1, "
             "the largest exact JSON integer (a fixed limit, no setting changes it)", hypothesis_id=h, limit="spent_units",
@@ -350,7 +350,7 @@ def reserve_priced(view: LedgerView, request: Mapping[str, Any], context: Contex
 
 
 def record_result(view: LedgerView, request: Mapping[str, Any], context: Context) -> Draft | Outcome | Reused:
-    """Store the evidence of a reserved action and compute novelty v1 (SPEC 6.1, 6.3).
+    """Store the evidence of a reserved action and compute novelty v1 (docs/concepts.md).
 
     ``evidence`` is the payload's canonical bytes; ``sources`` the resolved
     ``[{"path", "sha256"}]`` of ``source_refs``. Nothing is refunded yet.
@@ -389,7 +389,7 @@ RECORD_ID_RE = re.compile(r"^E[0-9]{6,}$")
 
 
 def record_evidence(view: LedgerView, request: Mapping[str, Any], context: Context) -> Draft | Reused:
-    """Feed an evidence record to its reserved action (SPEC 7.5): the action awaits assessment with
+    """Feed an evidence record to its reserved action (docs/evidence.md): the action awaits assessment with
     novelty ``min(new_evidence_score, record novelty)``. Nothing moves money.
 
     Errors: the prelude's, ``UNKNOWN_ACTION``, ``ACTION_CLOSED``, ``INVALID_ARGUMENT`` (no such
@@ -420,7 +420,7 @@ def record_evidence(view: LedgerView, request: Mapping[str, Any], context: Conte
 
 
 def settle(view: LedgerView, request: Mapping[str, Any], context: Context) -> Draft | Reused:
-    """Close an assessed action and refund for new information (SPEC 6.1, 6.2, 6.4).
+    """Close an assessed action and refund for new information (docs/concepts.md).
 
     Errors: the prelude's, ``UNKNOWN_ACTION``, ``ACTION_CLOSED``, ``RESULT_MISSING`` (never
     ``LIMIT_REACHED``: its room was kept at reserve).
@@ -453,7 +453,7 @@ def settle(view: LedgerView, request: Mapping[str, Any], context: Context) -> Dr
 
 
 def fail(view: LedgerView, request: Mapping[str, Any], context: Context) -> Draft | Reused:
-    """Close a pending action with no refund; a low-information step (SPEC 6.1).
+    """Close a pending action with no refund; a low-information step (docs/concepts.md).
 
     Errors: the prelude's, ``UNKNOWN_ACTION``, ``ACTION_CLOSED`` (never ``LIMIT_REACHED``:
     its room was kept at reserve).
@@ -473,7 +473,7 @@ def fail(view: LedgerView, request: Mapping[str, Any], context: Context) -> Draf
 
 
 def reject(view: LedgerView, request: Mapping[str, Any], context: Context) -> Draft | Reused:
-    """Mark an account ``rejected`` (terminal) without refund (SPEC 6.1).
+    """Mark an account ``rejected`` (terminal) without refund (docs/concepts.md).
 
     Errors: the prelude's, ``ACCOUNT_TERMINAL``, ``ACTION_PENDING``, ``LIMIT_REACHED``.
     """
@@ -489,7 +489,7 @@ def reject(view: LedgerView, request: Mapping[str, Any], context: Context) -> Dr
 
 
 def grant(view: LedgerView, request: Mapping[str, Any], context: Context) -> Draft | Reused:
-    """Add units to an account (SPEC 8.2): the only way to; by the revision's issuer only. A terminal
+    """Add units to an account (docs/scopes.md): the only way to; by the revision's issuer only. A terminal
     account stays terminal. Identity ``(revision, grant, h, grant_id)``.
 
     Errors: the prelude's, ``AUTHORITY_DENIED``, ``LIMIT_REACHED``.

@@ -1,12 +1,12 @@
 """What every rule shares: vocabulary, outcomes, the view protocol, id and reason checks,
-operation identity, replay or conflict (SPEC 2, 6.1).
+operation identity, replay or conflict (docs/concepts.md).
 
 A rule is a pure function ``rule(view, request, context)``: it reads the current
 state through a :class:`LedgerView`, never writes, and returns :class:`Reused`
 (an identical replay), a :class:`Draft` (one event to append) or an
 :class:`Outcome` (several events, optionally followed by a refusal that is raised
 after they are committed). It raises :class:`~ledger.errors.LedgerError` in the
-order of SPEC 6.1 when the operation is refused and nothing may be written.
+order of docs/concepts.md when the operation is refused and nothing may be written.
 Integers only: no float touches a unit, score or ratio.
 """
 
@@ -60,7 +60,7 @@ HYPOTHESIS_ID_RE = re.compile(r"^H[1-9][0-9]*$")
 ACTION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 ACTION_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
 CASE_ID_RE = ACTION_ID_RE
-#: Canonical encodings of the empty evidence payloads of SPEC 6.3.
+#: Canonical encodings of the empty evidence payloads of docs/concepts.md.
 EMPTY_EVIDENCE = frozenset({b"null", b"{}", b"[]", b'""'})
 
 STATEMENT_CHARS_MAX = 4000
@@ -150,13 +150,13 @@ class LedgerView(Protocol):
     def budget_events_total(self) -> int: ...
     def head(self) -> tuple[int, str, str]: ...  # seq, sha256, created_at of the newest event
     def next_stream_seq(self, stream: str, revision: int) -> int: ...
-    # scoped limits (SPEC 8)
+    # scoped limits (docs/scopes.md)
     def scope(self, name: str) -> dict[str, Any] | None: ...  # newest establishment: seq, scope, issuer, limits, …
     def warned(self, name: str, establishment_seq: int) -> frozenset[str]: ...  # dimensions already warned
     def money_consumed(self, revision: int | None, hypothesis_id: str | None) -> int: ...
     def revision_issuer(self, revision: int) -> str | None: ...  # the actor that initialized its budget
     def lowest_pct_since_grant(self, revision: int, hypothesis_id: str) -> int | None: ...
-    # the evidence store (SPEC 7)
+    # the evidence store (docs/evidence.md)
     def evidence_operation(self, operation_id: str) -> str | None: ...  # a record id of that operation
     def evidence_binding(self, revision: int, hypothesis_id: str, action_id: str) -> tuple[str, str] | None: ...
     def first_record_with_content(self, sha256: str) -> str | None: ...
@@ -165,7 +165,7 @@ class LedgerView(Protocol):
     def evidence_records_total(self) -> int: ...
     def evidence_index_head(self) -> dict[str, Any] | None: ...  # index_sha256, next_record_number, records
     def reservation_seq(self, revision: int, hypothesis_id: str, action_id: str) -> int | None: ...
-    # asynchronous tests and feedback (SPEC 7.6)
+    # asynchronous tests and feedback (docs/evidence.md)
     def test_request(self, operation_id: str) -> dict[str, Any] | None: ...  # seq, revision, hypothesis_id, action_id, kind
     def feedback(self, feedback_id: str) -> dict[str, Any] | None: ...  # the draft, its reply, seq, confirmed
     def feedback_total(self) -> int: ...
@@ -254,7 +254,7 @@ def sorted_accounts(accounts: Mapping[str, Mapping[str, Any]]) -> list[dict[str,
 
 def operation_key(revision: int, op: str, hypothesis_id: str | None = None,
                   action_id: str | None = None) -> str:
-    """Identity of an operation (SPEC 6.1): ``revision:op[:hypothesis[:action_id]]``."""
+    """Identity of an operation (docs/concepts.md): ``revision:op[:hypothesis[:action_id]]``."""
     parts = [str(revision), op]
     if hypothesis_id is not None:
         parts.append(hypothesis_id)

@@ -1,4 +1,4 @@
-"""Rules of the evidence store: storing a verified batch of tool results (SPEC 7.2–7.4).
+"""Rules of the evidence store: storing a verified batch of tool results (docs/evidence.md).
 
 :func:`store_tool_results` is pure: it reads the state through a
 :class:`~ledger.rules.common.LedgerView` and gets the router's recomputation of
@@ -111,7 +111,7 @@ def check_content_limits(view: LedgerView, contents: Mapping[str, bytes], record
     """``LIMIT_REACHED`` naming the setting when a new content row exceeds
     ``evidence_artifact_bytes_max``, the case would hold more than ``evidence_records_max``
     records with ``records`` more, or distinct content would pass ``evidence_content_bytes_max``
-    (SPEC 11). ``limits`` None (replay): the history was accepted under the limits of its day."""
+    (docs/errors.md). ``limits`` None (replay): the history was accepted under the limits of its day."""
     if limits is None:
         return
     for data in contents.values():
@@ -133,7 +133,7 @@ def check_content_limits(view: LedgerView, contents: Mapping[str, bytes], record
 
 
 def _check_reply(view: LedgerView, revision: int, request: Mapping[str, Any], context: Context) -> None:
-    """``STALE_GENERATION`` then ``REPLY_MISMATCH`` (SPEC 7.2)."""
+    """``STALE_GENERATION`` then ``REPLY_MISMATCH`` (docs/evidence.md)."""
     reply = request["reply"]
     identity = context.inputs.get("input_identity")
     if identity is not None and reply["input_identity"] != identity:
@@ -160,7 +160,7 @@ def _check_reply(view: LedgerView, revision: int, request: Mapping[str, Any], co
 
 
 def store_tool_results(view: LedgerView, request: Mapping[str, Any], context: Context) -> Outcome | Reused:
-    """Publish a verified batch (SPEC 7.2–7.4).
+    """Publish a verified batch (docs/evidence.md).
 
     Errors, in order: ``OPERATION_CONFLICT`` (another batch under this
     ``iteration_id``, or an ``operation_id`` stored before), ``CASE_STATE``,

@@ -1,4 +1,4 @@
-"""Rules of asynchronous tests and feedback (SPEC 7.6).
+"""Rules of asynchronous tests and feedback (docs/evidence.md).
 
 * :func:`request_test` reserves an external test (action ``test.human`` or
   ``test.automated``, priced by the policy's ``test_costs``) on a hypothesis and
@@ -117,7 +117,7 @@ def _key(op: str, *parts: str) -> str:
 
 # --- rules -------------------------------------------------------------------------------------
 def request_test(view: LedgerView, request: Mapping[str, Any], context: Context) -> Draft | Outcome | Reused:
-    """Reserve an external test on a hypothesis, priced by ``test_costs`` (SPEC 7.6).
+    """Reserve an external test on a hypothesis, priced by ``test_costs`` (docs/evidence.md).
 
     The reservation's checks in their order (the identity is the reservation's: an
     action id is reserved once, by ``reserve`` or here), then ``OPERATION_CONFLICT`` for
@@ -161,7 +161,7 @@ def _attachment_rows(attachments: Mapping[str, Any]) -> tuple[list[dict[str, Any
 
 
 def submit_feedback(view: LedgerView, request: Mapping[str, Any], context: Context) -> Draft | Reused:
-    """Store a draft reply to a requested test (SPEC 7.6); not evidence.
+    """Store a draft reply to a requested test (docs/evidence.md); not evidence.
 
     Errors: ``CASE_STATE`` (only ``GENERATING_HYPOTHESES``, ``INVESTIGATING_HYPOTHESES``,
     ``BLOCKED``), ``NO_RESERVATION`` (no test was requested under ``operation_id``, or its
@@ -208,7 +208,7 @@ def _pending_test(view: LedgerView, op_id: str, case: Mapping[str, Any]) -> Mapp
 
 def confirm_feedback(view: LedgerView, request: Mapping[str, Any], context: Context) -> Outcome | Reused:
     """Confirm a draft; a ``BLOCKED`` case moves back to ``INVESTIGATING_HYPOTHESES`` in the same
-    operation (SPEC 7.6). Errors: ``CASE_STATE``, ``INVALID_ARGUMENT`` (unknown feedback id),
+    operation (docs/evidence.md). Errors: ``CASE_STATE``, ``INVALID_ARGUMENT`` (unknown feedback id),
     ``NO_RESERVATION`` (its test's reservation is no longer pending)."""
     fid = request["feedback_id"]
     key = _key("confirm_feedback", fid)
@@ -264,7 +264,7 @@ def _feedback_result(test: Mapping[str, Any], found: Mapping[str, Any]) -> dict[
 
 
 def store_feedback(view: LedgerView, request: Mapping[str, Any], context: Context) -> Outcome | Reused:
-    """Publish a confirmed draft as an evidence record bound to its test's reservation (SPEC 7.6).
+    """Publish a confirmed draft as an evidence record bound to its test's reservation (docs/evidence.md).
 
     Errors in order: ``OPERATION_CONFLICT`` (another draft already stored for the operation),
     ``CASE_STATE``, ``INVALID_ARGUMENT`` (unknown feedback id), ``NO_RESERVATION`` (no test

@@ -1,4 +1,4 @@
-"""Lifecycle rules (SPEC 2): creating the case, opening revisions, moving between states."""
+"""Lifecycle rules (docs/concepts.md): creating the case, opening revisions, moving between states."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def shape_create(case_id: Any, package_id: Any) -> dict[str, Any]:
 
 def shape_open_revision(hypotheses: Any, units_per_hypothesis: Any, *,
                         default_units: int, max_hypotheses: int) -> dict[str, Any]:
-    """Request of ``open_revision``: a non-empty list of ``{"statement": str}`` (SPEC 2, 6.1)."""
+    """Request of ``open_revision``: a non-empty list of ``{"statement": str}`` (docs/concepts.md)."""
     if not isinstance(hypotheses, (list, tuple)) or not hypotheses:
         raise LedgerError(E.INVALID_ARGUMENT, "hypotheses must be a non-empty list")
     if len(hypotheses) > max_hypotheses:
@@ -108,7 +108,7 @@ def open_revision(view: LedgerView, request: Mapping[str, Any], context: Context
 
 
 def transition(view: LedgerView, request: Mapping[str, Any], context: Context) -> Draft | Reused:
-    """Move the case along SPEC 2's graph. Errors: ``INVALID_TRANSITION``, ``ACTION_PENDING``."""
+    """Move the case along docs/concepts.md's graph. Errors: ``INVALID_TRANSITION``, ``ACTION_PENDING``."""
     case = require_case(view)
     target = request["to"]
     if case["state"] == target:

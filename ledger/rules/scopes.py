@@ -1,4 +1,4 @@
-"""Scoped limits, authority and the soft gate (SPEC 8): pure rules over a :class:`LedgerView`.
+"""Scoped limits, authority and the soft gate (docs/scopes.md): pure rules over a :class:`LedgerView`.
 
 Scopes are named ``case``, ``revision:<n>`` and ``hypothesis:<n>/<Hk>``. A scope's
 limits are *established* by an issuer (optionally with a delegate's proposal;
@@ -211,7 +211,7 @@ class Exceeded:
 
 
 def enforce(view: LedgerView, revision: int, hypothesis_id: str, cost: int, at: str) -> Exceeded | None:
-    """SPEC 8.3: the limit a reservation of ``cost`` units on ``hypothesis_id`` would exceed
+    """docs/scopes.md: the limit a reservation of ``cost`` units on ``hypothesis_id`` would exceed
     (``consumed_after > declared``) in any scope holding it, or None. When several would be,
     the one with the least remaining wins (then the innermost scope, then dimension order)."""
     found: list[tuple[int, int, int, Exceeded]] = []
@@ -346,7 +346,7 @@ def effective_limits(limits: Mapping[str, int], delegate_limits: Mapping[str, in
 
 
 def establish(view: LedgerView, request: Mapping[str, Any], context: Context) -> Draft | Outcome | Reused:
-    """Set or change a scope's limits (SPEC 8.2), followed by any ``limit.approaching`` now due.
+    """Set or change a scope's limits (docs/scopes.md), followed by any ``limit.approaching`` now due.
 
     Errors in order: ``OPERATION_CONFLICT``, ``INVALID_ARGUMENT`` (a revision not open),
     ``NOT_INITIALIZED``, ``UNKNOWN_HYPOTHESIS``, ``AUTHORITY_DENIED``, ``INVALID_ARGUMENT`` (a wrong
@@ -398,7 +398,7 @@ def request_increase(view: LedgerView, request: Mapping[str, Any], context: Cont
     return Draft("scope.increase_requested", "case", case["revision"], key, dict(request), fields)
 
 
-# --- the soft gate (SPEC 8.4): reads, never a refusal for lack of budget ---------------------
+# --- the soft gate (docs/scopes.md): reads, never a refusal for lack of budget ---------------------
 def tier(pct_remaining: int, allowed: bool, policy: BudgetConfig) -> str:
     """``full`` while pct ≥ ``tier_shallow_below_pct``, ``shallow`` while ≥ ``tier_deferred_below_pct``,
     else ``deferred``; a call that is not allowed is always ``deferred``."""
