@@ -14,32 +14,32 @@ Everything the ``ledger`` command uses is importable from here; the modules
 below are organised in layers (see the README's architecture section).
 """
 
-from .budget import BudgetManager, BudgetResult, GateReading
-from .canonical import parse_json
-from .case import Case, LifecycleResult, read_only_query, read_only_rows
-from .config import AnalysisConfig, BudgetConfig
-from .demo import run_demo
-from .errors import ALL_CODES, CLI_ONLY_CODES, INVALID_ARGUMENT, OUTPUT_ERROR, LedgerError
-from .evidence import EvidenceResult, EvidenceStore, FeedbackResult
-from .export import ExportReport, export_case, export_count
-from .importer import import_tree
-from .journal import JournalSummary, LineResult, apply_journal, clamp_warning, open_for_journal
-from .journal import first_at as journal_first_at
-from .journal import read_lines
-from .manifest import read_manifest
-from .memory import MemoryCase
-from .operations import OPERATIONS, Operation
-from .package import LEDGER_FILE
-from .router import Router
-from .paths import os_error
-from .simulation import (Policy, RunResult, SimulationReport, example_policy, load_policy, parse_vary,
+from .services.budget import BudgetManager, BudgetResult, GateReading
+from .ground.canonical import parse_json
+from .services.case import Case, LifecycleResult, read_only_query, read_only_rows
+from .ground.config import AnalysisConfig, BudgetConfig
+from .package_tools.demo import run_demo
+from .ground.errors import ALL_CODES, CLI_ONLY_CODES, INVALID_ARGUMENT, OUTPUT_ERROR, LedgerError
+from .services.evidence import EvidenceResult, EvidenceStore, FeedbackResult
+from .package_tools.export import ExportReport, export_case, export_count
+from .package_tools.importer import import_tree
+from .package_tools.journal import JournalSummary, LineResult, apply_journal, clamp_warning, open_for_journal
+from .package_tools.journal import first_at as journal_first_at
+from .package_tools.journal import read_lines
+from .package_tools.manifest import read_manifest
+from .services.memory import MemoryCase
+from .model.operations import OPERATIONS, Operation
+from .model.package import LEDGER_FILE
+from .router.reference import Router
+from .ground.paths import os_error
+from .simulation.simulator import (Policy, RunResult, SimulationReport, example_policy, load_policy, parse_vary,
                        read_outcomes, simulate, vary)
-from .simulate_plot import check_output_file, check_plot, plot_tradeoff, tradeoff_points
-from .scopes import ScopeManager, ScopeResult
-from .storage import CheckpointWarning
+from .simulation.plot import check_output_file, check_plot, plot_tradeoff, tradeoff_points
+from .services.scopes import ScopeManager, ScopeResult
+from .storage.connection import CheckpointWarning
 
-from .verify import VerifyReport, verify_case
-from .views import MemoryView
+from .package_tools.verify import VerifyReport, verify_case
+from .model.views import MemoryView
 
 __all__ = [
     "ALL_CODES", "CLI_ONLY_CODES", "INVALID_ARGUMENT", "LEDGER_FILE", "OPERATIONS", "OUTPUT_ERROR", "AnalysisConfig", "BudgetConfig",

@@ -59,7 +59,7 @@ def counter_clock(start_s: int = 1_767_225_600):  # 2026-01-01T00:00:00Z
 
 
 def demo_digest(work: Path) -> dict[str, str]:
-    from ledger.demo import run_demo
+    from ledger.package_tools.demo import run_demo
 
     with fixed_ids():
         path, _, _ = run_demo(work / "demo", echo=lambda _text: None)
@@ -69,7 +69,7 @@ def demo_digest(work: Path) -> dict[str, str]:
 def journal_digest(name: str, work: Path) -> dict[str, str]:
     from ledger import BudgetConfig, Case
     from ledger import export_case
-    from ledger.journal import apply_journal
+    from ledger.package_tools.journal import apply_journal
 
     target = work / name
     policy = BudgetConfig.load(HERE.parent / "config" / "budget.example.toml")

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from ledger import Case, LedgerError, read_only_query, read_only_rows
-from ledger.errors import INVALID_ARGUMENT, NOT_INITIALIZED
+from ledger.ground.errors import INVALID_ARGUMENT, NOT_INITIALIZED
 from ledger_cli.main import main as cli_main
 
 from conftest import EXAMPLE_BUDGET
@@ -395,7 +395,7 @@ def test_the_sql_docs_say_what_sqlite_reports_for_view_column_types(budget, case
 
 
 def test_simulate_refuses_a_bad_per_run_or_plot_target_before_running(tmp_path, monkeypatch):
-    import ledger.simulation as simulation
+    import ledger.simulation.simulator as simulation
     ran = []
     monkeypatch.setattr(simulation, "journal_files", lambda paths: ran.append(paths) or [])
     code, _, err = cli("simulate", TRAJECTORIES, "--per-run", tmp_path / "missing" / "runs.jsonl")
@@ -410,7 +410,7 @@ def test_simulate_refuses_a_bad_per_run_or_plot_target_before_running(tmp_path, 
 
 def test_simulate_without_matplotlib_refuses_plot_before_running(tmp_path, monkeypatch):
     import importlib
-    import ledger.simulation as simulation
+    import ledger.simulation.simulator as simulation
     real = importlib.import_module
 
     def no_matplotlib(name, *args):

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from ledger import importer
+from ledger.package_tools import importer
 from ledger import AnalysisConfig, Case, LedgerError, export_case, import_tree, read_only_query, verify_case
-from ledger.clock import format_utc
-from ledger.errors import INTEGRITY_ERROR
-from ledger.readonly import readonly_query
+from ledger.ground.clock import format_utc
+from ledger.ground.errors import INTEGRITY_ERROR
+from ledger.storage.readonly import readonly_query
 
 from conftest import run_cli
 from test_regressions import _read_only_mount

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from ledger import BudgetConfig, Case, LedgerError
-from ledger.errors import (ACCOUNT_TERMINAL, ACTION_CLOSED, ACTION_PENDING, BUDGET_POLICY_CHANGED,
+from ledger.ground.errors import (ACCOUNT_TERMINAL, ACTION_CLOSED, ACTION_PENDING, BUDGET_POLICY_CHANGED,
                            CASE_STATE, INVALID_ID, INVALID_JSON, INVALID_SCORE,
                            LIMIT_REACHED, NOT_INITIALIZED, OPERATION_CONFLICT, REASON_REQUIRED,
                            RESULT_MISSING, SOURCE_REF_INVALID, UNKNOWN_ACTION, UNKNOWN_HYPOTHESIS)

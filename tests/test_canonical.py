@@ -8,8 +8,8 @@ import re
 import pytest
 from hypothesis import given, strategies as st
 
-from ledger.canonical import canonical_bytes, canonical_sha256, check_int, check_json_value, parse_json
-from ledger.errors import INVALID_ARGUMENT, INVALID_JSON, LedgerError
+from ledger.ground.canonical import canonical_bytes, canonical_sha256, check_int, check_json_value, parse_json
+from ledger.ground.errors import INVALID_ARGUMENT, INVALID_JSON, LedgerError
 
 
 def test_keys_outside_the_bmp_sort_by_utf16_code_units():
@@ -118,7 +118,7 @@ bodies = st.dictionaries(
 def test_event_bodies_assembled_from_members_equal_rfc8785_output(body):
     import rfc8785
 
-    from ledger.canonical import canonical_event_bytes
+    from ledger.ground.canonical import canonical_event_bytes
 
     try:
         expected = rfc8785.dumps(body)
@@ -131,7 +131,7 @@ def test_event_bodies_assembled_from_members_equal_rfc8785_output(body):
 
 
 def test_cached_members_keep_true_and_one_apart():
-    from ledger.canonical import canonical_event_bytes
+    from ledger.ground.canonical import canonical_event_bytes
 
     assert canonical_event_bytes({"a": [{"x": 1}]}) == b'{"a":[{"x":1}]}'
     assert canonical_event_bytes({"a": [{"x": True}]}) == b'{"a":[{"x":true}]}'
@@ -142,7 +142,7 @@ def test_cached_members_keep_true_and_one_apart():
 # --- the standard-library fast path equals rfc8785 ----------------------------------------
 import rfc8785  # noqa: E402
 
-from ledger.canonical import _plain  # noqa: E402
+from ledger.ground.canonical import _plain  # noqa: E402
 
 #: Strings that exercise RFC 8785's string rules: every control character, quote, backslash,
 #: DEL, the line separators, characters outside the BMP and lone surrogates.
@@ -212,7 +212,7 @@ def test_parsing_with_or_without_the_integer_hook_gives_the_same_value_or_refusa
     """Text without a 16-digit run skips the Python integer hook; the result must not change."""
     import json as stdlib_json
 
-    from ledger.canonical import _STRICT, _STRICT_SHORT_INTS
+    from ledger.ground.canonical import _STRICT, _STRICT_SHORT_INTS
 
     text = stdlib_json.dumps(value)
     try:

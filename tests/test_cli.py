@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ledger.clock import format_utc
+from ledger.ground.clock import format_utc
 
 from conftest import EXAMPLE_BUDGET, logical_dump, make_package, run_cli
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from ledger import AnalysisConfig, BudgetConfig
-from ledger.config import DEFAULT_POLICY
-from ledger.errors import CONFIG_INVALID, LedgerError
+from ledger.ground.config import DEFAULT_POLICY
+from ledger.ground.errors import CONFIG_INVALID, LedgerError
 
 from conftest import EXAMPLE_BUDGET, REPO
 
@@ -90,7 +90,7 @@ def test_every_shipped_json_schema_is_a_valid_draft_2020_12_schema():
     """The library trusts its shipped schemas at run time (no metaschema check per process); this is that check."""
     from jsonschema import Draft202012Validator
 
-    from ledger.schemas import shipped_schemas
+    from ledger.ground.schemas import shipped_schemas
 
     schemas = shipped_schemas()
     assert len(schemas) >= 10
@@ -100,18 +100,18 @@ def test_every_shipped_json_schema_is_a_valid_draft_2020_12_schema():
 
 
 def test_the_built_in_analysis_defaults_pass_the_schema_the_library_skips_for_them():
-    from ledger.config import default_analysis_data
-    from ledger.schemas import validate
+    from ledger.ground.config import default_analysis_data
+    from ledger.ground.schemas import validate
 
     validate("analysis-config-v1", default_analysis_data(), "CONFIG_INVALID", "analysis config")
     assert AnalysisConfig().limits == default_analysis_data()["limits"]
 
 
 def test_the_policies_the_library_does_not_revalidate_are_the_default_and_example_ones_and_pass_the_schema():
-    import ledger.config as config_module
-    from ledger.canonical import canonical_sha256
-    from ledger.schemas import validate
-    from ledger.simulation import example_policy
+    import ledger.ground.config as config_module
+    from ledger.ground.canonical import canonical_sha256
+    from ledger.ground.schemas import validate
+    from ledger.simulation.simulator import example_policy
 
     known = {BudgetConfig().policy_sha256: BudgetConfig(), example_policy().config.policy_sha256: example_policy().config}
     assert set(known) == config_module.CHECKED_POLICY_SHA256
@@ -121,7 +121,7 @@ def test_the_policies_the_library_does_not_revalidate_are_the_default_and_exampl
 
 
 def test_a_policy_is_schema_checked_once_per_process_and_a_bad_one_every_time(monkeypatch):
-    import ledger.config as config_module
+    import ledger.ground.config as config_module
 
     calls = []
     real = config_module.validate

@@ -8,7 +8,7 @@ import re
 import click
 import sqlite_utils
 
-from ledger.errors import ALL_CODES, CLI_ONLY_CODES
+from ledger.ground.errors import ALL_CODES, CLI_ONLY_CODES
 from ledger_cli.main import main
 
 from conftest import REPO

@@ -18,11 +18,11 @@ import click
 import pytest
 
 from ledger import (AnalysisConfig, BudgetConfig, Case, LedgerError, export_case, import_tree, verify_case)
-from ledger._sql import migrations
-from ledger.errors import (INTEGRITY_ERROR, INVALID_ARGUMENT, LIMIT_REACHED, NO_RESERVATION, OPERATION_CONFLICT,
+from ledger.storage.sqlfiles import migrations
+from ledger.ground.errors import (INTEGRITY_ERROR, INVALID_ARGUMENT, LIMIT_REACHED, NO_RESERVATION, OPERATION_CONFLICT,
                            REPLY_MISMATCH, ROUTER_REFUSED, STALE_GENERATION)
-from ledger.journal import apply_journal
-from ledger.router import split_lines
+from ledger.package_tools.journal import apply_journal
+from ledger.router.reference import split_lines
 from ledger_cli.main import main as cli_main
 
 from conftest import EXAMPLE_BUDGET, REPO, start_case

@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 from click.testing import CliRunner
 
 from ledger import Case, LedgerError, export_case, import_tree, verify_case
-from ledger.errors import INTEGRITY_ERROR, REPLY_MISMATCH, ROUTER_REFUSED
-from ledger.journal import apply_journal
-from ledger import router as router_module
-from ledger.router import Router
-from ledger.router_check import recheck, self_consistent
+from ledger.ground.errors import INTEGRITY_ERROR, REPLY_MISMATCH, ROUTER_REFUSED
+from ledger.package_tools.journal import apply_journal
+from ledger.router import reference as router_module
+from ledger.router.reference import Router
+from ledger.router.check import recheck, self_consistent
 from ledger.rules import evidence as rules
 from ledger_cli.main import main as cli_main
 

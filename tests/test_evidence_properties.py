@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ledger import BudgetConfig, Case, LedgerError
-from ledger.errors import REPLY_MISMATCH
+from ledger.ground.errors import REPLY_MISMATCH
 
 LINES = ["def add(a, b):", "    return a + b", "", "def add(a, b):", "    return a - b", "# end"]
 PATH = "sources/app.py"

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from ledger import Case, LedgerError
-from ledger.canonical import canonical_bytes, sha256_hex
-from ledger.errors import CASE_EXISTS, INTEGRITY_ERROR, INVALID_ARGUMENT, LEDGER_MISSING
+from ledger.ground.canonical import canonical_bytes, sha256_hex
+from ledger.ground.errors import CASE_EXISTS, INTEGRITY_ERROR, INVALID_ARGUMENT, LEDGER_MISSING
 from ledger import export_case, import_tree, verify_case
 
 from conftest import logical_dump
@@ -54,7 +54,7 @@ def unguarded(path: Path) -> sqlite3.Connection:
 
 
 def restore_triggers(conn: sqlite3.Connection) -> None:
-    from ledger._sql import migrations
+    from ledger.storage.sqlfiles import migrations
 
     for statement in migrations()[0][2]:
         if statement.lstrip("- \n").split("\n")[-1].startswith("CREATE TRIGGER") or "CREATE TRIGGER" in statement:

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from ledger import AnalysisConfig, BudgetConfig, Case, LedgerError, export_case, import_tree, verify_case
-from ledger.errors import (CASE_STATE, FEEDBACK_NOT_CONFIRMED, INTEGRITY_ERROR, INVALID_ARGUMENT, INVALID_ID,
+from ledger.ground.errors import (CASE_STATE, FEEDBACK_NOT_CONFIRMED, INTEGRITY_ERROR, INVALID_ARGUMENT, INVALID_ID,
                            LIMIT_REACHED, NO_RESERVATION, OPERATION_CONFLICT)
-from ledger._sql import migrations
-from ledger.journal import apply_journal
+from ledger.storage.sqlfiles import migrations
+from ledger.package_tools.journal import apply_journal
 from ledger_cli.main import main as cli_main
 
 from conftest import EXAMPLE_BUDGET, start_case

@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
-import ledger._lock as lock_module
-import ledger.storage as storage_module
+import ledger.storage.writer_lock as lock_module
+import ledger.storage.connection as storage_module
 from ledger import BudgetConfig, Case, CheckpointWarning, LedgerError, export_case, verify_case
-from ledger._lock import WriterLock
-from ledger.clock import format_utc
-from ledger.config import AnalysisConfig
-from ledger.errors import CONFIG_INVALID, INVALID_ARGUMENT
+from ledger.storage.writer_lock import WriterLock
+from ledger.ground.clock import format_utc
+from ledger.ground.config import AnalysisConfig
+from ledger.ground.errors import CONFIG_INVALID, INVALID_ARGUMENT
 
 from conftest import EXAMPLE_BUDGET, REPO, make_package, run_cli, start_case
 
@@ -523,7 +523,7 @@ def test_issue_example_peak_memory_of_apply_does_not_grow_with_the_journal(tmp_p
 def test_read_lines_streams_and_counts_an_over_long_line_once(monkeypatch):
     import io
 
-    import ledger.journal as journal_module
+    import ledger.package_tools.journal as journal_module
 
     monkeypatch.setattr(journal_module, "LINE_BYTES_MAX", 8)
     data = b'{"a":1}\n' + b"y" * 30 + b"\nlast"

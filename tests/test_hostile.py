@@ -1,7 +1,7 @@
 """Hostile input, fuzzed with hypothesis (docs/concepts.md and docs/files.md and docs/cli.md and docs/errors.md).
 
 Four doors into the ledger get generated garbage, and every case must end in a
-documented error code (``ledger.errors.ALL_CODES``) or a clean success, never
+documented error code (``ledger.ground.errors.ALL_CODES``) or a clean success, never
 a traceback, and a refused input must leave the ledger logically unchanged
 (``logical_dump`` before and after):
 
@@ -53,9 +53,9 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 from ledger import ALL_CODES, AnalysisConfig, BudgetConfig, Case, LedgerError
-from ledger.config import DEFAULT_LIMITS, DEFAULT_POLICY
+from ledger.ground.config import DEFAULT_LIMITS, DEFAULT_POLICY
 from ledger import export_case, import_tree, verify_case
-from ledger.journal import OPERATIONS, apply_journal
+from ledger.package_tools.journal import OPERATIONS, apply_journal
 from ledger_cli.main import main as cli_main
 
 from conftest import FUZZ_SUMMARY, EXAMPLE_BUDGET, TORTURE_SCALE, logical_dump, make_package, run_cli, start_case, torture_run

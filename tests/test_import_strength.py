@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from ledger import AnalysisConfig, BudgetConfig, Case, LedgerError, export_case, import_tree, verify_case
-from ledger.canonical import canonical_bytes, canonical_event_bytes, sha256_hex
-from ledger.errors import INTEGRITY_ERROR
+from ledger.ground.canonical import canonical_bytes, canonical_event_bytes, sha256_hex
+from ledger.ground.errors import INTEGRITY_ERROR
 
 from conftest import EXAMPLE_BUDGET, make_package
 
@@ -177,7 +177,7 @@ def test_verify_refuses_stored_fields_the_api_would_never_store(tmp_path, field,
 
 def test_schema_patterns_anchor_at_the_very_end_of_the_string():
     """JSON Schema's regex dialect (ECMA-262): ``$`` never matches before a trailing newline."""
-    from ledger.schemas import validator
+    from ledger.ground.schemas import validator
 
     messages = [e.message for e in validator("case-event-v1").iter_errors({"actor": "controller\n"})]
     assert any("controller" in m for m in messages)

@@ -10,7 +10,7 @@ pytest_plugins = ["pytester"]
 
 LEAKS = '''
 import os, signal, subprocess, sys, threading, time
-import ledger.storage
+import ledger.storage.connection
 
 def test_child_process():
     subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -29,7 +29,7 @@ def test_open_file(tmp_path):
     test_open_file.kept = open(tmp_path / "f", "w")
 
 def test_patched_library_function():
-    ledger.storage.file_uri = lambda path, mode: "x"
+    ledger.storage.connection.file_uri = lambda path, mode: "x"
 
 def test_clean(tmp_path):
     done = subprocess.run([sys.executable, "-c", "pass"])
@@ -42,7 +42,7 @@ def test_clean(tmp_path):
 
 def test_after_the_leaks_everything_was_restored():
     assert signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL
-    assert ledger.storage.file_uri("/x", "ro") == "file:/x?mode=ro"
+    assert ledger.storage.connection.file_uri("/x", "ro") == "file:/x?mode=ro"
     assert "LEDGER_LEAK_CHECK_PROBE" not in os.environ
 '''
 

@@ -7,8 +7,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from ledger import AnalysisConfig, Case, LedgerError
-from ledger.clock import format_utc
-from ledger.errors import (ACTION_PENDING, CASE_EXISTS, INVALID_ARGUMENT, INVALID_ID, INVALID_TRANSITION,
+from ledger.ground.clock import format_utc
+from ledger.ground.errors import (ACTION_PENDING, CASE_EXISTS, INVALID_ARGUMENT, INVALID_ID, INVALID_TRANSITION,
                            LEDGER_MISSING)
 
 from conftest import start_case

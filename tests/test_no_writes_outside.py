@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ledger import Case, LedgerError, export_case, import_tree, run_demo, verify_case
-from ledger.errors import INVALID_ARGUMENT
+from ledger.ground.errors import INVALID_ARGUMENT
 
 from conftest import make_package, run_cli
 

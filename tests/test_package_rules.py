@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from ledger import Case, LedgerError, export_case, import_tree, verify_case
-from ledger.errors import INTEGRITY_ERROR, INVALID_ARGUMENT, SOURCE_REF_INVALID
-from ledger.package import printable_name
+from ledger.ground.errors import INTEGRITY_ERROR, INVALID_ARGUMENT, SOURCE_REF_INVALID
+from ledger.model.package import printable_name
 
 from conftest import make_package
 

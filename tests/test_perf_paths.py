@@ -15,15 +15,15 @@ from pathlib import Path
 import pytest
 from hypothesis import given, strategies as st
 
-from ledger import errors as E
-from ledger.clock import format_utc, microseconds_between, ms_ahead
-from ledger.demo import run_demo
-from ledger.errors import LedgerError
-from ledger.package import _is_control, check_package_name
-from ledger.replay import PackageSource, Replayer
-from ledger.storage import Storage
-from ledger.verify import HELPER_TABLES, store_derived, verify_case
-from ledger.views import WriterCache
+from ledger.ground import errors as E
+from ledger.ground.clock import format_utc, microseconds_between, ms_ahead
+from ledger.package_tools.demo import run_demo
+from ledger.ground.errors import LedgerError
+from ledger.model.package import _is_control, check_package_name
+from ledger.package_tools.replay import PackageSource, Replayer
+from ledger.storage.connection import Storage
+from ledger.package_tools.verify import HELPER_TABLES, store_derived, verify_case
+from ledger.model.views import WriterCache
 
 TABLES = ("events", "contents") + HELPER_TABLES
 
@@ -185,7 +185,7 @@ def test_the_writer_cache_sees_its_own_state_change_and_survives_budget_events(t
 def assert_cache_matches_the_ledger(case, kept: bool = True) -> None:
     """Every answer the writer keeps equals what a fresh read of the ledger gives (``kept``: and it
     keeps the budget head and counts; a refused operation drops every answer)."""
-    from ledger.views import SqlView
+    from ledger.model.views import SqlView
 
     answers = case.session.cache.answers
     if kept:
@@ -248,7 +248,7 @@ def test_the_writer_cache_forgets_a_rolled_back_batch(tmp_path):
 
 
 def test_the_wal_size_is_looked_at_on_the_first_and_every_16th_commit(tmp_path, monkeypatch):
-    import ledger.storage as storage_module
+    import ledger.storage.connection as storage_module
 
     case = _investigating_case(tmp_path / "c")
     budget = case.budget()

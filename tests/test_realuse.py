@@ -15,8 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ledger import AnalysisConfig, Case, LedgerError, export_case, verify_case
-from ledger.clock import describe_micros, microseconds_between
-from ledger.errors import INTEGRITY_ERROR, LIMIT_REACHED
+from ledger.ground.clock import describe_micros, microseconds_between
+from ledger.ground.errors import INTEGRITY_ERROR, LIMIT_REACHED
 from ledger_cli.main import main
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "config" / "budget.example.toml"
@@ -87,7 +87,7 @@ def test_session_notes_the_clamp_of_an_explicit_at_only(package):
 
 @given(st.integers(0, 10**12), st.integers(0, 10**12))
 def test_microseconds_between_is_exact_and_antisymmetric(a, b):
-    from ledger.clock import format_utc
+    from ledger.ground.clock import format_utc
     from datetime import datetime, timedelta, timezone
     base = datetime(2000, 1, 1, tzinfo=timezone.utc)
     ta, tb = format_utc(base + timedelta(microseconds=a)), format_utc(base + timedelta(microseconds=b))
@@ -315,7 +315,7 @@ def test_type_errors_say_what_was_sent_in_json_terms(package, value, shown):
 
 
 def test_describe_value_never_names_a_python_type():
-    from ledger.errors import describe_value
+    from ledger.ground.errors import describe_value
     assert [describe_value(v) for v in (False, 0, float("inf"), 'say "hi"', {})] == [
         "false", "the integer 0", "a non-finite number", 'the string "say \\"hi\\""', "an object"]
 

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from ledger import AnalysisConfig, BudgetConfig, Case, LedgerError
-from ledger.canonical import canonical_bytes
-from ledger.errors import (CONFIG_INVALID, INTEGRITY_ERROR, INVALID_ARGUMENT, INVALID_JSON, LIMIT_REACHED,
+from ledger.ground.canonical import canonical_bytes
+from ledger.ground.errors import (CONFIG_INVALID, INTEGRITY_ERROR, INVALID_ARGUMENT, INVALID_JSON, LIMIT_REACHED,
                            SOURCE_REF_INVALID, STORAGE_ERROR)
 from ledger import export_case, import_tree, verify_case
-from ledger.journal import apply_journal
+from ledger.package_tools.journal import apply_journal
 
 from conftest import make_package, run_cli, start_case
 
@@ -554,7 +554,7 @@ def test_snapshot_output_says_it_is_a_read(budget, case):
 
 @pytest.mark.parametrize("text", ["1e-400", "-2e-324", "0.0001e-330"])
 def test_a_number_that_underflows_to_zero_is_invalid_json_not_silently_zero(text):
-    from ledger.canonical import parse_json
+    from ledger.ground.canonical import parse_json
 
     with pytest.raises(LedgerError) as caught:
         parse_json(text)
@@ -563,7 +563,7 @@ def test_a_number_that_underflows_to_zero_is_invalid_json_not_silently_zero(text
 
 @pytest.mark.parametrize("text, value", [("0.0", 0.0), ("0e5", 0.0), ("-0.0", 0.0), ("5e-324", 5e-324)])
 def test_zeros_and_the_smallest_double_still_parse(text, value):
-    from ledger.canonical import parse_json
+    from ledger.ground.canonical import parse_json
 
     assert parse_json(text) == value
 
@@ -664,7 +664,7 @@ def test_help_is_shown_even_when_a_named_config_is_bad(case):
 @pytest.mark.parametrize("number, code", [(30, STORAGE_ERROR), (13, STORAGE_ERROR), (28, STORAGE_ERROR),
                                           (2, INVALID_ARGUMENT), (20, INVALID_ARGUMENT)])
 def test_file_system_refusals_are_storage_errors_and_bad_paths_invalid_arguments(number, code):
-    from ledger.paths import os_error
+    from ledger.ground.paths import os_error
 
     assert os_error(OSError(number, os.strerror(number), "/x"), "doing it").code == code
 
@@ -672,7 +672,7 @@ def test_file_system_refusals_are_storage_errors_and_bad_paths_invalid_arguments
 def test_journal_line_shape_checks_name_missing_unexpected_and_null_keys():
     """A journal line's shape: missing and unexpected keys are named (sorted); an optional key or
     ``at`` may be left out but not null; a null required key is left to the operation's own check."""
-    from ledger.journal import parse_line
+    from ledger.package_tools.journal import parse_line
 
     def refusal(text: str) -> tuple[str, str]:
         with pytest.raises(LedgerError) as caught:

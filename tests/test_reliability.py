@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pytest
 
-import ledger._files as files_module
-import ledger.export as export_module
+import ledger.package_tools.atomic_files as files_module
+import ledger.package_tools.export as export_module
 from ledger import AnalysisConfig, BudgetConfig, Case, LedgerError
-from ledger.errors import ALL_CODES, INTEGRITY_ERROR, LEDGER_BUSY, STORAGE_ERROR
+from ledger.ground.errors import ALL_CODES, INTEGRITY_ERROR, LEDGER_BUSY, STORAGE_ERROR
 from ledger import export_case, verify_case
-from ledger.storage import Storage
+from ledger.storage.connection import Storage
 
 from conftest import EXAMPLE_BUDGET, logical_dump, make_package
 

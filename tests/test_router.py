@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ledger import LedgerError, Router
-from ledger.errors import ROUTER_REFUSED
+from ledger.ground.errors import ROUTER_REFUSED
 
 
 @pytest.fixture

@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ledger import BudgetConfig, Case, LedgerError, apply_journal, export_case, import_tree, verify_case
-from ledger.errors import (ACCOUNT_TERMINAL, AUTHORITY_DENIED, INVALID_ARGUMENT, INVALID_CAPABILITY,
+from ledger.ground.errors import (ACCOUNT_TERMINAL, AUTHORITY_DENIED, INVALID_ARGUMENT, INVALID_CAPABILITY,
                            LIMIT_EXCEEDED, NOT_INITIALIZED)
-from ledger.replay import PackageSource, Replayer
+from ledger.package_tools.replay import PackageSource, Replayer
 from ledger.rules import scopes as scope_rules
 from ledger_cli.main import main as cli_main
 

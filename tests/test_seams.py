@@ -11,10 +11,10 @@ import click
 import pytest
 
 from ledger import OPERATIONS, BudgetConfig, Case, LedgerError, MemoryView, export_case, import_tree, verify_case
-from ledger.errors import INTEGRITY_ERROR, INVALID_ARGUMENT, LIMIT_EXCEEDED, UNKNOWN_OPERATION
-from ledger.journal import apply_journal, parse_line
-from ledger.operations import Argument, Operation, register, unregister
-from ledger.replay import PackageSource, Replayer
+from ledger.ground.errors import INTEGRITY_ERROR, INVALID_ARGUMENT, LIMIT_EXCEEDED, UNKNOWN_OPERATION
+from ledger.package_tools.journal import apply_journal, parse_line
+from ledger.model.operations import Argument, Operation, register, unregister
+from ledger.package_tools.replay import PackageSource, Replayer
 from ledger.rules.common import BLOCKED, INVESTIGATING, Context, Outcome, Reused, require_case
 from ledger.rules.lifecycle import case_fields
 from ledger.rules.common import Draft

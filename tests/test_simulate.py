@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from ledger import (AnalysisConfig, Case, LedgerError, MemoryCase, apply_journal, example_policy, parse_vary,
                     simulate, vary)
-from ledger.simulation import Policy, parse_journal, policy_from_mapping, replay_run
+from ledger.simulation.simulator import Policy, parse_journal, policy_from_mapping, replay_run
 from ledger_cli.main import main
 
 DATA = Path(__file__).parent / "data" / "trajectories"
@@ -279,7 +279,7 @@ def test_cli_reports_outcomes_without_journal_and_journals_without_outcome(tmp_p
 
 
 def test_cli_plot_without_matplotlib_is_a_clear_error(tmp_path, monkeypatch):
-    import ledger.simulate_plot as plot_module
+    import ledger.simulation.plot as plot_module
 
     real = plot_module.importlib.import_module
 

@@ -9,15 +9,15 @@ from pathlib import Path
 from hypothesis import given, settings, strategies as st
 
 from ledger import AnalysisConfig, Case, MemoryCase, apply_journal, example_policy
-from ledger.canonical import SAFE_INTEGER_MAX, canonical_event_bytes
-from ledger.journal import call_operation
+from ledger.ground.canonical import SAFE_INTEGER_MAX, canonical_event_bytes
+from ledger.package_tools.journal import call_operation
 import marshal
 
 import pytest
 
 from ledger import LedgerError
-from ledger.memory import MARSHAL_BOUND, MemorySession, check_event_size
-from ledger.simulation import Policy, parse_journal, policy_from_mapping, replay_run, simulate, vary
+from ledger.services.memory import MARSHAL_BOUND, MemorySession, check_event_size
+from ledger.simulation.simulator import Policy, parse_journal, policy_from_mapping, replay_run, simulate, vary
 
 DATA = Path(__file__).parent / "data" / "trajectories"
 SOME = sorted(DATA.glob("*.jsonl"))[::20]  # 5 real journals

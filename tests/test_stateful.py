@@ -7,7 +7,7 @@ settle, fail, reject, initialize, BLOCKED ⇄ INVESTIGATING transitions, exact
 replays of applied operations and changed replays under the same identity.
 
 :class:`ReferenceModel` is written from the text of docs/concepts.md alone; it never imports
-``ledger.rules``, ``ledger.canonical`` or ``ledger.config``. For every call it
+``ledger.rules``, ``ledger.ground.canonical`` or ``ledger.ground.config``. For every call it
 predicts either the error code (first failing check in docs/concepts.md's order) or
 the exact outcome: ``reused``, ``seq``, ``event_ref``, the state of every
 account and of the touched action. Refused and reused calls must write nothing

@@ -7,8 +7,8 @@ import sqlite3
 import pytest
 
 from ledger import Case, LedgerError
-from ledger.errors import INTEGRITY_ERROR, SCHEMA_VERSION
-from ledger._sql import schema_version, split_statements
+from ledger.ground.errors import INTEGRITY_ERROR, SCHEMA_VERSION
+from ledger.storage.sqlfiles import schema_version, split_statements
 
 from conftest import logical_dump
 

@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 
 from conftest import TRAJECTORIES, logical_dump, run_cli
-from ledger.case import Case
+from ledger.services.case import Case
 from ledger import export_case, verify_case
-from ledger.journal import apply_journal, open_for_journal
+from ledger.package_tools.journal import apply_journal, open_for_journal
 
 JOURNALS = sorted(TRAJECTORIES.glob("*.jsonl"))
 JOURNAL_IDS = [p.stem for p in JOURNALS]

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from ledger import Case, LedgerError, read_only_query, verify_case
-from ledger._sql import migrations, shipped_schema
-from ledger.errors import INVALID_ARGUMENT
+from ledger.storage.sqlfiles import migrations, shipped_schema
+from ledger.ground.errors import INVALID_ARGUMENT
 
 INTEGER_COLUMNS = {
     "balances": {"revision", "initial_units", "granted_units", "spent_units", "rewarded_units", "remaining_units",
@@ -125,7 +125,7 @@ def _demo_without_evidence(target: Path) -> Path:
     """The demo's journal without its evidence steps (lines of q-0012…q-0014): a history a
     version-2 ledger can hold, exported like the demo (35 events)."""
     from ledger import BudgetConfig, apply_journal, export_case
-    from ledger._resources import resource_dir
+    from ledger.ground.resources import resource_dir
 
     example = resource_dir("examples") / "demo"
     lines = [line for line in (example / "journal.jsonl").read_text(encoding="utf-8").splitlines()

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ledger import Case
-from ledger.canonical import parse_json, sha256_hex
+from ledger.ground.canonical import parse_json, sha256_hex
 from ledger import export_case, verify_case
 
 GENESIS_AT = "2020-12-31T00:00:00Z"

@@ -10,10 +10,10 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from .. import errors as E
-from ..canonical import SAFE_INTEGER_MAX, canonical_bytes, canonical_sha256, check_int, check_json_value, sha256_hex
-from ..config import BudgetConfig
-from ..errors import LedgerError, limit_reached
+from ..ground import errors as E
+from ..ground.canonical import SAFE_INTEGER_MAX, canonical_bytes, canonical_sha256, check_int, check_json_value, sha256_hex
+from ..ground.config import BudgetConfig
+from ..ground.errors import LedgerError, limit_reached
 from .common import (ACTION_AWAITING, ACTION_FAILED, ACTION_RESERVED, ACTION_SETTLED, CLOSED_ACTION_STATUSES,
                      EMPTY_EVIDENCE, MUTABLE_STATES, SCORE_MAX, STATUS_ABANDONED, STATUS_EXHAUSTED,
                      STATUS_INVESTIGATING, STATUS_NEW, STATUS_REJECTED, TERMINAL_STATUSES, REASON_BELOW_FLOOR,

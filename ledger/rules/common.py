@@ -5,7 +5,7 @@ A rule is a pure function ``rule(view, request, context)``: it reads the current
 state through a :class:`LedgerView`, never writes, and returns :class:`Reused`
 (an identical replay), a :class:`Draft` (one event to append) or an
 :class:`Outcome` (several events, optionally followed by a refusal that is raised
-after they are committed). It raises :class:`~ledger.errors.LedgerError` in the
+after they are committed). It raises :class:`~ledger.ground.errors.LedgerError` in the
 order of docs/concepts.md when the operation is refused and nothing may be written.
 Integers only: no float touches a unit, score or ratio.
 """
@@ -17,10 +17,10 @@ import unicodedata
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol
 
-from .. import errors as E
-from ..canonical import canonical_sha256
-from ..config import BudgetConfig
-from ..errors import LedgerError, describe_value
+from ..ground import errors as E
+from ..ground.canonical import canonical_sha256
+from ..ground.config import BudgetConfig
+from ..ground.errors import LedgerError, describe_value
 
 # --- vocabulary -------------------------------------------------------------
 CREATED = "CREATED"
@@ -135,7 +135,7 @@ class Context:
 
 
 class LedgerView(Protocol):
-    """What the rules may read; :mod:`ledger.views` implements it over SQL and in memory."""
+    """What the rules may read; :mod:`ledger.model.views` implements it over SQL and in memory."""
 
     def case(self) -> dict[str, Any] | None: ...  # case_id, package_id, state, state_seq, revision
     def revision(self, revision: int) -> dict[str, Any] | None: ...

@@ -21,10 +21,10 @@ import hashlib
 from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
-from .. import errors as E
-from ..canonical import ZERO_SHA256, canonical_bytes, canonical_sha256, sha256_hex
-from ..errors import LedgerError
-from ..schemas import validate
+from ..ground import errors as E
+from ..ground.canonical import ZERO_SHA256, canonical_bytes, canonical_sha256, sha256_hex
+from ..ground.errors import LedgerError
+from ..ground.schemas import validate
 from .common import (MUTABLE_STATES, Context, Draft, LedgerView, Outcome, Reused, check_action_id,
                      check_action_name, check_hypothesis_id, replay_or_conflict, require_case)
 

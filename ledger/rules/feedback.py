@@ -22,10 +22,10 @@ import json
 import re
 from typing import Any, Mapping
 
-from .. import errors as E
-from ..canonical import canonical_bytes, canonical_sha256, sha256_hex
-from ..config import BudgetConfig
-from ..errors import LedgerError, integrity_error
+from ..ground import errors as E
+from ..ground.canonical import canonical_bytes, canonical_sha256, sha256_hex
+from ..ground.config import BudgetConfig
+from ..ground.errors import LedgerError, integrity_error
 from . import budget as budget_rules
 from . import evidence as evidence_rules
 from .common import (ACTION_RESERVED, BLOCKED, INVESTIGATING, MUTABLE_STATES, Context, Draft, LedgerView, Outcome,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
-from .. import errors as E
-from ..canonical import canonical_sha256, check_int
-from ..errors import LedgerError
+from ..ground import errors as E
+from ..ground.canonical import canonical_sha256, check_int
+from ..ground.errors import LedgerError
 from .common import (is_blank, CASE_STATES, CREATED, EVALUATING, GENERATING, OPEN_REVISION_FROM, STATEMENT_CHARS_MAX, TRANSITIONS,
                      Context, Draft,
                      LedgerView, Reused, check_case_id, check_text, require_case)

@@ -25,10 +25,10 @@ from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any, Mapping
 
-from .. import errors as E
-from ..canonical import SAFE_INTEGER_MAX, canonical_sha256, check_int
-from ..config import BudgetConfig
-from ..errors import LedgerError
+from ..ground import errors as E
+from ..ground.canonical import SAFE_INTEGER_MAX, canonical_sha256, check_int
+from ..ground.config import BudgetConfig
+from ..ground.errors import LedgerError
 from .common import (TERMINAL_STATUSES, Context, Draft, LedgerView, Outcome, Reused, check_action_id, check_reason,
                      operation_key, replay_or_conflict, require_case)
 

@@ -1,0 +1,112 @@
+"""JSON Schemas (Draft 2020-12) shipped in ``schemas/`` and validation against them.
+
+``jsonschema`` checks structure; because its ``integer`` type accepts ``25.0``,
+callers that need a true ``int`` also use :func:`ledger.ground.canonical.check_int`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import cache
+from typing import TYPE_CHECKING, Any, Iterator
+
+from .resources import resource_dir
+from .errors import LedgerError
+
+if TYPE_CHECKING:  # jsonschema is imported on first use: it costs about 80 ms at start-up
+    from jsonschema import Draft202012Validator, ValidationError
+    from referencing import Registry
+
+
+def shipped_schemas() -> list[dict[str, Any]]:
+    """Every JSON Schema in ``schemas/``, parsed, in file-name order."""
+    return [json.loads(path.read_text(encoding="utf-8")) for path in sorted(resource_dir("schemas").glob("*.json"))]
+
+
+@cache
+def _registry() -> Registry:
+    """Every shipped schema, addressable by its ``$id`` so schemas can ``$ref`` each other.
+
+    The shipped schemas are checked against the Draft 2020-12 metaschema by the test suite
+    (:func:`shipped_schemas`), not at every start: that check alone took about 0.25 s per process."""
+    from referencing import Registry, Resource
+    from referencing.jsonschema import DRAFT202012
+
+    resources = []
+    for schema in shipped_schemas():
+        resources.append((schema["$id"], Resource.from_contents(schema, default_specification=DRAFT202012)))
+    return Registry().with_resources(resources)
+
+
+@cache
+def _end_anchored(pattern: str) -> re.Pattern[str]:
+    """``pattern`` compiled with ECMA-262's meaning of ``$``: the end of the string only.
+
+    Python's ``$`` also matches before a trailing newline, so ``^[a-z]+$`` would
+    accept ``"abc\\n"`` where every ECMA-262 engine (the regex dialect JSON Schema
+    specifies) refuses it. Each unescaped ``$`` outside a character class becomes ``\\Z``.
+    """
+    out, escaped, in_class = [], False, False
+    for char in pattern:
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif char == "[":
+            in_class = True
+        elif char == "]":
+            in_class = False
+        elif char == "$" and not in_class:
+            out.append("\\Z")
+            continue
+        out.append(char)
+    return re.compile("".join(out))
+
+
+def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[ValidationError]:
+    from jsonschema import ValidationError
+
+    if validator.is_type(instance, "string") and not _end_anchored(pattern).search(instance):
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+@cache
+def strict_validator_class() -> type[Draft202012Validator]:
+    """Draft 2020-12 whose ``pattern`` (and so ``propertyNames``' patterns) anchors ``$`` at the very end."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.validators import extend
+
+    return extend(Draft202012Validator, {"pattern": _pattern})
+
+
+@cache
+def validator(name: str) -> Draft202012Validator:
+    """The compiled validator of ``schemas/<name>.json`` (for example ``budget-policy-v1``).
+
+    ``pattern`` follows ECMA-262: ``$`` matches only at the end of the string, so a
+    value with a trailing newline never passes an anchored pattern.
+    """
+    schema = json.loads((resource_dir("schemas") / f"{name}.json").read_text(encoding="utf-8"))
+    return strict_validator_class()(schema, registry=_registry())
+
+
+def error_path(error: Any) -> str:
+    """Dotted location of a jsonschema error, naming the offending key."""
+    parts = [str(p) for p in error.absolute_path]
+    if error.validator == "additionalProperties":
+        extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+        parts.append(extra[0] if extra else "?")
+    elif error.validator == "required":
+        missing = [k for k in error.validator_value if k not in error.instance]
+        parts.append(missing[0] if missing else "?")
+    return ".".join(parts) or "(top level)"
+
+
+def validate(name: str, instance: Any, code: str, what: str) -> None:
+    """Raise ``LedgerError(code)`` naming the first bad key if ``instance`` fails schema ``name``."""
+    errors = sorted(validator(name).iter_errors(instance), key=lambda e: list(e.absolute_path))
+    if errors:
+        first = errors[0]
+        where = error_path(first)
+        raise LedgerError(code, f"{what}: {where}: {first.message}", key=where, schema=name)

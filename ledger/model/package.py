@@ -1,0 +1,328 @@
+"""The case package on disk: its layout, the ledger's own files, source references,
+input identity and where each event exports to (docs/concepts.md and docs/files.md).
+
+```
+<case>/ledger.sqlite      the source of truth (plus -wal, -shm, -lock)
+<case>/manifest.json      exported pointer file
+<case>/analysis/…         exported canonical JSON
+<case>/sources/, data/, … the case's read-only inputs
+```
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import stat
+import unicodedata
+from pathlib import Path, PurePosixPath
+from typing import Container, Iterable, Iterator
+
+from ..ground import errors as E
+from ..ground.canonical import canonical_sha256
+from ..ground.errors import LedgerError
+from ..ground.errors import integrity_error
+from ..rules.common import check_source_ref_list
+from ..storage.sqlite_file import LEDGER_FILE
+
+MANIFEST_FILE = "manifest.json"
+ANALYSIS_DIR = "analysis"
+#: Temporary files of an interrupted export are the ledger's own too.
+EXPORT_TEMP_PREFIX = ".ledger-tmp-"
+
+
+#: Where the export puts events and content rows (relative to the package root).
+#: Evidence events export under their operation's folder: ``analysis/evidence/<revision>/<op>/<name>.json``.
+EVIDENCE_EVENT_FILE_RE = re.compile(r"analysis/evidence/[0-9]{4}/[0-9a-f]{32}/[A-Za-z0-9_-]+\.json")
+EVENT_FILE_RE = re.compile(r"analysis/case/events/[0-9]{8}\.json|analysis/budgets/[0-9]{4}/events/[0-9]{8}\.json|"
+                           + EVIDENCE_EVENT_FILE_RE.pattern)
+CONTENT_FILE_RE = re.compile(r"analysis/evidence/content/[0-9a-f]{64}\.json")
+
+
+# --- file names: one rule for every name in the package -----------------------------------------
+def printable_name(name: str | bytes) -> str:
+    """A file name as people can read it: undecodable bytes as ``\\xNN``, control characters escaped."""
+    text = os.fsdecode(name).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return "".join(ch if not _is_control(ch) else ascii(ch)[1:-1] for ch in text)
+
+
+def _is_control(char: str) -> bool:
+    return unicodedata.category(char) in ("Cc", "Zl", "Zp")
+
+
+def check_package_name(relative: str) -> None:
+    """The package's file-name rule, applied by every command: each name in the package is
+    valid UTF-8 and holds no control character (C0, DEL, C1) and no line or paragraph
+    separator. ``INVALID_ARGUMENT`` naming the file (printable) otherwise.
+
+    ``relative`` is the path as ``os.fsdecode`` gives it (undecodable bytes become
+    lone surrogates, which is how a name that is not UTF-8 is recognised).
+    """
+    if relative.isascii() and relative.isprintable():
+        return  # the common case, checked at C speed: printable ASCII holds no control character
+    try:
+        relative.encode("utf-8")
+    except UnicodeEncodeError:
+        raise LedgerError(E.INVALID_ARGUMENT, f"package file name {printable_name(relative)} is not valid UTF-8; "
+                          "rename it (every name in a case package must be UTF-8)",
+                          path=printable_name(relative)) from None
+    if any(_is_control(ch) for ch in relative):
+        raise LedgerError(E.INVALID_ARGUMENT, f"package file name {printable_name(relative)} holds a control "
+                          "character or line break; rename it", path=printable_name(relative))
+
+
+def walk_package(root: Path, under: str = "") -> Iterator[tuple[str, os.stat_result]]:
+    """Every entry below ``root`` (or below ``root/under``) as ``(posix relative path, lstat)``,
+    folders included, in sorted order; links are reported, never followed. Every name is
+    checked by :func:`check_package_name` first."""
+    top = root / under if under else root
+    prefix = os.path.join(os.fspath(root), "")
+    for directory, dirnames, filenames in os.walk(top):
+        dirnames.sort()
+        for name in sorted(dirnames + filenames):
+            full = os.path.join(directory, name)
+            relative = (full[len(prefix):] if os.sep == "/" and full.startswith(prefix)
+                        else Path(full).relative_to(root).as_posix())
+            check_package_name(relative)
+            try:
+                info = os.lstat(full)
+            except FileNotFoundError:
+                continue  # removed while we walked
+            if stat.S_ISLNK(info.st_mode) and name in dirnames:
+                dirnames.remove(name)  # os.walk does not follow it anyway; keep that explicit
+            yield relative, info
+
+
+def check_package_names(root: Path) -> None:
+    """Apply :func:`check_package_name` to every name in the package (verify and export do,
+    so that no command accepts a package another refuses)."""
+    for _ in walk_package(root):
+        pass
+
+
+# --- what belongs in an exported tree -----------------------------------------------------------
+def is_export_temp(relative: str) -> bool:
+    """True for a temp file of an interrupted export (``.ledger-tmp-*``)."""
+    return PurePosixPath(relative).name.startswith(EXPORT_TEMP_PREFIX)
+
+
+def export_tree_files(root: Path) -> list[str]:
+    """Every file under ``analysis/`` (posix relative paths, sorted). A link or anything but a
+    regular file or folder there is ``INVALID_ARGUMENT`` naming it: the ledger writes only
+    regular files into its own folder, and never reads through a link."""
+    if not os.path.lexists(root / ANALYSIS_DIR):
+        return []
+    refuse_link(root, ANALYSIS_DIR, "export folder")
+    files = []
+    for relative, info in walk_package(root, ANALYSIS_DIR):
+        if stat.S_ISLNK(info.st_mode):
+            raise _link_error(relative, "export folder")
+        if stat.S_ISREG(info.st_mode):
+            files.append(relative)
+        elif not stat.S_ISDIR(info.st_mode):
+            raise LedgerError(E.INVALID_ARGUMENT, f"{printable_name(relative)} is not a regular file: the export "
+                              "folder holds only the ledger's files", path=printable_name(relative))
+    return files
+
+
+def check_export_tree(files: Iterable[str], accounted: Container[str]) -> None:
+    """The one rule for what belongs in an exported tree, used by verify and import alike.
+
+    Every file under ``analysis/`` must be an event or content file of the history being
+    checked (``accounted``: the export paths of its events and content rows) or a temp file
+    of an interrupted export. The first other file (in sorted order) is ``INTEGRITY_ERROR``
+    naming it: a stray, duplicated or misplaced file is never silently ignored.
+    """
+    for relative in sorted(files):
+        if PurePosixPath(relative).parts[0] != ANALYSIS_DIR or is_export_temp(relative) or relative in accounted:
+            continue
+        if EVENT_FILE_RE.fullmatch(relative):
+            why = "no event of the history exports there (a duplicated or misplaced event file?)"
+        elif CONTENT_FILE_RE.fullmatch(relative):
+            why = "no content row of the history exports there"
+        else:
+            why = "the export writes no such file; move it out of analysis/"
+        raise integrity_error(None, f"{printable_name(relative)} is not part of the export: {why}",
+                              path=printable_name(relative))
+
+
+# --- links where the package layout expects its own folders and files -------------------------
+def _link_error(relative: str, what: str) -> LedgerError:
+    return LedgerError(E.INVALID_ARGUMENT, f"{printable_name(relative)} is a symbolic link where the case package "
+                       f"keeps its {what}; the ledger never writes through a link (replace it with a real "
+                       "folder or file)", path=printable_name(relative))
+
+
+def refuse_link(root: Path, relative: str, what: str) -> Path:
+    """``root / relative`` after checking that no part of it below ``root`` is a symbolic
+    link (``INVALID_ARGUMENT`` naming the link). Missing parts are fine: they will be made
+    as real folders. ``root`` itself may be reached through a link."""
+    current = root
+    walked: list[str] = []
+    for part in PurePosixPath(relative).parts:
+        current = current / part
+        walked.append(part)
+        try:
+            info = os.lstat(current)
+        except FileNotFoundError:
+            break
+        except OSError:
+            break  # the caller's own open/stat reports it
+        if stat.S_ISLNK(info.st_mode):
+            raise _link_error("/".join(walked), what)
+    return root / relative
+
+
+#: The ledger's own files and folders at the package root that may never be links. ``ledger.sqlite``
+#: itself may be one once it exists (its sidecar files then live beside the real file).
+OWN_LINKLESS = tuple(LEDGER_FILE + suffix for suffix in ("-wal", "-shm", "-journal", "-lock", "-export-lock")) + (
+    MANIFEST_FILE, ANALYSIS_DIR)
+
+
+def refuse_own_links(root: Path, *, creating: bool = False) -> None:
+    """``INVALID_ARGUMENT`` naming the first of the ledger's own files or folders
+    (``ledger.sqlite``'s ``-wal``, ``-shm``, ``-journal``, ``-lock``, ``-export-lock``,
+    ``manifest.json``, ``analysis/``; with ``creating`` also ``ledger.sqlite``) that is a
+    symbolic link: writing, renaming or deleting through it would land outside the package.
+    Links inside ``analysis/`` are refused where it is read (:func:`export_tree_files`)."""
+    for name in ((LEDGER_FILE,) if creating else ()) + OWN_LINKLESS:
+        refuse_link(root, name, "own files" if name != ANALYSIS_DIR else "export folder")
+
+
+def event_path(stream: str, revision: int, stream_seq: int) -> str:
+    """Where an event exports to, relative to the package root: budget events per revision,
+    every other event under ``analysis/case/events/``. An evidence event's stream is its own
+    export path (``analysis/evidence/<revision>/<op>/…``, see :func:`evidence_path`)."""
+    if stream.startswith(EVIDENCE_DIR):
+        return stream
+    if stream == "budget":
+        return f"analysis/budgets/{revision:04d}/events/{stream_seq:08d}.json"
+    return f"analysis/case/events/{stream_seq:08d}.json"
+
+
+EVIDENCE_DIR = "analysis/evidence/"
+
+
+def stored_stream(stream: str) -> str:
+    """The ``events.stream`` column of an event of ``stream``: evidence events (whose stream is their
+    export path, kept in ``evidence_files``) are stored in the ``case`` stream with ``stream_seq`` 0."""
+    return "case" if stream.startswith(EVIDENCE_DIR) else stream
+
+
+def evidence_path(revision: int, operation_id: str, name: str) -> str:
+    """Export path of an evidence artifact: ``analysis/evidence/<revision>/<op>/<name>`` where ``<op>``
+    is the first 32 hex digits of sha256(operation_id)."""
+    folder = hashlib.sha256(operation_id.encode("utf-8")).hexdigest()[:32]
+    return f"{EVIDENCE_DIR}{revision:04d}/{folder}/{name}"
+
+
+def content_path(sha256: str) -> str:
+    """Where a content row exports to."""
+    return f"analysis/evidence/content/{sha256}.json"
+
+
+def is_ledger_own(relative: PurePosixPath) -> bool:
+    """True for ``ledger.sqlite*``, ``manifest.json`` and anything under ``analysis/`` (docs/concepts.md)."""
+    parts = relative.parts
+    if not parts:
+        return False
+    if len(parts) == 1 and (parts[0].startswith(LEDGER_FILE) or parts[0] == MANIFEST_FILE):
+        return True
+    return parts[0] == ANALYSIS_DIR
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def resolve_source_refs(package: Path, refs: Iterable[str]) -> list[dict[str, str]]:
+    """``[{"path", "sha256"}]`` for source references (docs/concepts.md).
+
+    Each ref must be a normalized relative path to an existing regular file
+    inside the package, not one of the ledger's own files; a symlink is
+    followed only if its real path stays inside. ``SOURCE_REF_INVALID`` otherwise.
+    """
+    root = os.path.realpath(package)
+    resolved = []
+    for ref in check_source_ref_list(list(refs) if isinstance(refs, (list, tuple)) else refs):
+        pure = PurePosixPath(ref)
+        if (pure.is_absolute() or "\\" in ref or "\x00" in ref or str(pure) != ref
+                or any(part in ("..", ".") for part in ref.split("/"))):
+            raise LedgerError(E.SOURCE_REF_INVALID, f"{ref!r} is not a normalized relative path inside the package")
+        try:
+            check_package_name(ref)
+        except LedgerError as exc:
+            raise LedgerError(E.SOURCE_REF_INVALID, f"source ref {exc.message}", **exc.details) from None
+        if is_ledger_own(pure):
+            raise LedgerError(E.SOURCE_REF_INVALID, f"{ref!r} is one of the ledger's own files")
+        real = os.path.realpath(os.path.join(root, ref))
+        if not real.startswith(root + os.sep):
+            raise LedgerError(E.SOURCE_REF_INVALID, f"{ref!r} leads outside the package")
+        real_relative = os.path.relpath(real, root)
+        if is_ledger_own(PurePosixPath(real_relative)):
+            raise LedgerError(E.SOURCE_REF_INVALID, f"{ref!r} leads to one of the ledger's own files")
+        try:
+            check_package_name(real_relative)
+        except LedgerError as exc:
+            raise LedgerError(E.SOURCE_REF_INVALID, f"{ref!r} leads to a file whose {exc.message}",
+                              **exc.details) from None
+        try:
+            info = os.stat(real)
+        except OSError:
+            raise LedgerError(E.SOURCE_REF_INVALID, f"{ref!r} does not exist") from None
+        if not stat.S_ISREG(info.st_mode):
+            raise LedgerError(E.SOURCE_REF_INVALID, f"{ref!r} is not a regular file")
+        if info.st_nlink > 1 and (info.st_dev, info.st_ino) in _own_file_ids(package):
+            raise LedgerError(E.SOURCE_REF_INVALID, f"{ref!r} is a hard link to one of the ledger's own files")
+        try:
+            digest = sha256_file(Path(real))
+        except OSError as exc:
+            raise LedgerError(E.SOURCE_REF_INVALID, f"{ref!r} cannot be read: {exc.strerror}") from None
+        resolved.append({"path": ref, "sha256": digest})
+    return resolved
+
+def _own_file_ids(package: Path) -> set[tuple[int, int]]:
+    """(device, inode) of ``ledger.sqlite*`` and ``manifest.json``: hard links to them are not sources."""
+    ids = set()
+    for entry in os.scandir(package):
+        if entry.name.startswith(LEDGER_FILE) or entry.name == MANIFEST_FILE:
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            ids.add((info.st_dev, info.st_ino))
+    return ids
+
+
+def input_identity(root: Path, exported: set[str]) -> str:
+    """sha256 over the sorted ``[relative path, sha256]`` of the package's inputs (docs/concepts.md).
+
+    ``exported`` are the paths under ``analysis/`` that the ledger exported (they are not inputs).
+
+    Excludes ``ledger.sqlite*``, ``manifest.json`` and the files under
+    ``analysis/`` that the ledger exports (plus an interrupted export's temp
+    files). A symlink contributes the sha256 of its target text, never bytes
+    from outside the package.
+    """
+    entries = []
+    for relative, info in walk_package(root):
+        pure = PurePosixPath(relative)
+        if len(pure.parts) == 1 and (relative.startswith(LEDGER_FILE) or relative == MANIFEST_FILE):
+            continue
+        if pure.parts[0] == ANALYSIS_DIR and (relative in exported or is_export_temp(relative)):
+            continue
+        full = root / relative
+        if stat.S_ISLNK(info.st_mode):  # a link (to a file or a folder) is an entry of its own, not followed
+            digest = hashlib.sha256(b"symlink:" + os.fsencode(os.readlink(full))).hexdigest()
+        elif stat.S_ISREG(info.st_mode):
+            digest = sha256_file(full)
+        else:
+            continue
+        entries.append([relative, digest])
+    entries.sort()
+    return canonical_sha256(entries)

@@ -1,0 +1,2 @@
+"""Whole-package work: replay, export, verify, import, JSON-Lines journals, the demo, with the
+manifest and atomic file writes they share."""

@@ -1,0 +1,158 @@
+"""``ledger export``: the ledger as canonical JSON files under ``analysis/`` (docs/files.md).
+
+:func:`export_case` writes every event and content row as the exact canonical
+bytes stored in the ledger, each file atomically (temp file, fsync, rename),
+fsyncs the directories it touched and writes ``manifest.json`` last, so the
+manifest never points at a file that is missing or different. It is idempotent
+and incremental: files already holding the right bytes are left alone.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from ..ground import errors as E
+from .atomic_files import fsync_dir, new_file_mode, remove_empty_parents, same_bytes, write_atomic
+from ..storage.writer_lock import WriterLock
+from ..storage.sqlfiles import statement
+from ..ground.arguments import check_callback, check_instance
+from ..ground.canonical import canonical_bytes
+from ..services.case import Case
+from .manifest import manifest_for
+from ..model.package import (ANALYSIS_DIR, EXPORT_TEMP_PREFIX, LEDGER_FILE, MANIFEST_FILE, check_package_names, content_path,
+                      event_path, export_tree_files, refuse_own_links)
+from ..ground.paths import os_error
+
+Progress = Callable[[int], None]
+#: How long an export waits for another export of the same package to finish.
+EXPORT_LOCK_WAIT_MS = 3_600_000
+
+
+@dataclass
+class ExportReport:
+    """What an export did: files written and left alone, the manifest it wrote."""
+
+    package_path: str
+    files_written: int = 0
+    files_unchanged: int = 0
+    manifest: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"package_path": self.package_path, "files_written": self.files_written,
+                "files_unchanged": self.files_unchanged, "manifest": self.manifest}
+
+
+def _stale_temp_files(root: Path) -> Iterator[Path]:
+    analysis = root / ANALYSIS_DIR
+    if analysis.is_dir():
+        for directory, _, names in os.walk(analysis):
+            for name in names:
+                if name.startswith(EXPORT_TEMP_PREFIX):
+                    yield Path(directory, name)
+    for name in os.listdir(root):
+        if name.startswith(EXPORT_TEMP_PREFIX + MANIFEST_FILE + "."):  # only what write_atomic names
+            yield root / name
+
+
+def export_count(case: Case) -> int:
+    """Number of files an export of ``case`` consists of (events + contents + manifest)."""
+    check_instance(case, Case, "case", "an open Case")
+    with case.session.read():
+        events = case.storage.conn.execute(statement("event_count")).fetchone()[0]
+        contents = case.storage.conn.execute(statement("content_count")).fetchone()[0]
+    return events + contents + 1
+
+
+def export_case(case: Case, progress: Progress | None = None) -> ExportReport:
+    """Export ``case`` to ``<package>/analysis/`` and ``manifest.json`` (docs/files.md).
+
+    Reads one consistent snapshot of the ledger; writes only files whose bytes
+    differ; writes the manifest last. If anything fails before the manifest is
+    replaced (an exception, ``KeyboardInterrupt`` included), the files this run
+    created are removed again, so the tree is as it was. Raises
+    ``STORAGE_ERROR`` if the folder cannot be written; ``INVALID_ARGUMENT`` when ``case``
+    is not a :class:`Case` or ``progress`` is neither None nor a function of the files done.
+    """
+    check_instance(case, Case, "case", "an open Case")
+    check_callback(progress, "progress")
+    root = case.path
+    # one export at a time per package: a concurrent one would see our temp files as stale
+    lock = WriterLock(root / (LEDGER_FILE + "-export-lock"))
+    try:
+        try:
+            lock.acquire(EXPORT_LOCK_WAIT_MS)
+        except OSError as exc:
+            raise os_error(exc, f"cannot write the export under {root}", E.STORAGE_ERROR) from None
+        return _export_locked(case, root, progress)
+    finally:
+        lock.release()
+
+
+def _export_locked(case: Case, root: Path, progress: Progress | None) -> ExportReport:
+    report = ExportReport(str(root))
+    refuse_own_links(root)  # nothing is written, renamed or deleted through a link
+    check_package_names(root)  # a package verify and import would refuse is not exported either
+    export_tree_files(root)  # no link or special file in analysis/
+    for leftover in _stale_temp_files(root):
+        leftover.unlink(missing_ok=True)
+    touched: set[Path] = set()
+    created: list[Path] = []
+    committed = False
+    mode = new_file_mode()  # once per export, not once per file
+
+    def put(relative: str, data: bytes) -> None:
+        target = root / relative
+        if same_bytes(target, data):
+            report.files_unchanged += 1
+        else:
+            if not target.exists():
+                created.append(target)
+            write_atomic(target, data, mode)
+            report.files_written += 1
+            touched.add(target.parent)
+        if progress:
+            progress(1)
+
+    try:
+        with case.session.read():
+            conn = case.storage.conn
+            head_seq = 0
+            for seq, stream, revision, stream_seq, body in conn.execute(statement("events_for_export")):
+                put(event_path(stream, revision, stream_seq), body.encode("utf-8"))
+                head_seq = seq
+            for sha, _seq, body in conn.execute(statement("contents_for_export")):
+                put(content_path(sha), body.encode("utf-8"))
+            manifest = manifest_for(conn, head_seq)
+        # each touched folder once, deepest first, and the folders above it (a new folder must
+        # survive too: its parent gained an entry), each of those once as well
+        folders = set(touched)
+        for directory in touched:
+            folders.update(root / parent for parent in directory.relative_to(root).parents)
+        for directory in sorted(folders, key=lambda p: len(p.parts), reverse=True):
+            fsync_dir(directory)
+        data = canonical_bytes(manifest)
+        if same_bytes(root / MANIFEST_FILE, data):
+            report.files_unchanged += 1
+            committed = True
+        else:
+            write_atomic(root / MANIFEST_FILE, data, mode)
+            committed = True
+            fsync_dir(root)
+            report.files_written += 1
+        if progress:
+            progress(1)
+    except BaseException as exc:
+        if not committed:
+            for path in reversed(created):
+                path.unlink(missing_ok=True)
+                remove_empty_parents(path.parent, root)
+        if isinstance(exc, OSError):
+            raise os_error(exc, f"cannot write the export under {root}", E.STORAGE_ERROR) from None
+        raise
+    report.manifest = manifest
+    return report
+
+

@@ -1,0 +1,278 @@
+"""``ledger import``: rebuild ``ledger.sqlite`` from an exported tree (docs/files.md).
+
+The tree is read as untrusted input: only regular files inside it are accepted,
+every event is replayed in memory from its request and compared byte for byte
+(the same :class:`~ledger.package_tools.replay.Replayer` verify uses), and the new ledger is
+built beside its target and renamed into place only when all of it passed,
+then exported and verified.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import stat
+import time
+from pathlib import Path, PurePosixPath
+from typing import Any, Callable, Iterator, Mapping
+
+from ..ground import errors as E
+from .atomic_files import fsync_dir, remove_abandoned_builds
+from ..ground.arguments import check_callback
+from ..services.case import Case
+from ..ground.config import AnalysisConfig
+from ..ground.errors import LedgerError
+from ..ground.errors import integrity_error as _bad
+from .export import export_case
+from .manifest import check_manifest, read_manifest
+from ..model.package import (EVENT_FILE_RE, EVIDENCE_EVENT_FILE_RE, LEDGER_FILE, check_export_tree, content_path, event_path, is_ledger_own,
+                      input_identity, printable_name, walk_package)
+from ..ground.paths import fs_path
+from .replay import PackageSource, Replayer
+from ..storage.connection import Storage
+from ..storage.sqlite_file import EventRow, HelperRow
+from ..model.views import MemoryView
+from .verify import VerifyReport, verify_case
+
+Progress = Callable[[int], None]
+
+
+def _walk_regular(root: Path) -> Iterator[tuple[str, Path]]:
+    """Every file below ``root`` as (posix relative path, path); links, specials and names
+    outside the package's file-name rule refused (``INVALID_ARGUMENT`` naming them)."""
+    for relative, info in walk_package(root):
+        if stat.S_ISLNK(info.st_mode):
+            raise LedgerError(E.INVALID_ARGUMENT, f"import accepts no links: {printable_name(relative)}",
+                              path=printable_name(relative))
+        if stat.S_ISDIR(info.st_mode):
+            continue
+        if not stat.S_ISREG(info.st_mode):
+            raise LedgerError(E.INVALID_ARGUMENT, f"import accepts only regular files: {printable_name(relative)}",
+                              path=printable_name(relative))
+        yield relative, root / relative
+
+
+def _check_target(src: Path, dest: Path) -> bool:
+    """True when importing in place (``dest`` is ``src``, whose ledger was lost)."""
+    if not src.is_dir():
+        raise LedgerError(E.INVALID_ARGUMENT, f"{src} is not a folder")
+    if dest != src and dest.is_symlink():
+        raise LedgerError(E.INVALID_ARGUMENT, f"{dest} is a symbolic link; import into a real folder (the new "
+                          "package would be written through the link)", path=str(dest))
+    in_place = dest.resolve() == src.resolve()
+    if in_place:
+        if (src / LEDGER_FILE).exists():
+            raise LedgerError(E.CASE_EXISTS, f"{src} already has a {LEDGER_FILE}; import into a new folder")
+    elif dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise LedgerError(E.CASE_EXISTS, f"{dest} exists and is not empty")
+    elif dest.resolve().is_relative_to(src.resolve()):
+        raise LedgerError(E.INVALID_ARGUMENT, f"{dest} is inside {src}: the new case would become one of "
+                          "the source package's inputs; import to a folder outside it")
+    return in_place
+
+
+def _budget_revisions(files: dict[str, Path]) -> list[int]:
+    """Revisions that have a budget event folder in the tree."""
+    return sorted({int(PurePosixPath(r).parts[2]) for r in files if EVENT_FILE_RE.fullmatch(r)
+                   and r.startswith("analysis/budgets/")})
+
+
+def _claimed(files: dict[str, Path], relative: str) -> dict[str, Any] | None:
+    """The event ``relative`` holds, if it parses as one (a JSON object with an integer seq)."""
+    try:
+        body = json.loads(files[relative].read_bytes())
+    except (ValueError, RecursionError):
+        return None
+    return body if type(body) is dict and type(body.get("seq")) is int else None
+
+
+def _evidence_files(files: dict[str, Path]) -> dict[int, list[str]]:
+    """seq → the evidence event files (``analysis/evidence/<revision>/<op>/…``) claiming it. Their
+    address follows from their operation, not from a counter: the replay checks each one's path."""
+    claims: dict[int, list[str]] = {}
+    for relative in sorted(files):
+        if EVIDENCE_EVENT_FILE_RE.fullmatch(relative):
+            body = _claimed(files, relative)
+            if body is not None and str(body.get("format", "")).startswith("evidence-"):
+                claims.setdefault(body["seq"], []).append(relative)
+    return claims
+
+
+def _next_event(files: dict[str, Path], view: MemoryView, revisions: list[int], seq: int,
+                evidence: Mapping[int, list[str]]) -> str | None:
+    """The file of event ``seq``, found by address, not by scanning: the next file of the case
+    stream or of a revision's budget stream whose event claims ``seq`` and whose format belongs
+    to that stream, else the one evidence file claiming ``seq``. A copy elsewhere is never taken
+    for it (``check_export_tree`` names it)."""
+    candidates = [("case", event_path("case", 0, view.next_stream_seq("case", 0)))]
+    candidates += [("budget", event_path("budget", r, view.next_stream_seq("budget", r))) for r in revisions]
+    for stream, relative in candidates:
+        body = _claimed(files, relative) if relative in files else None
+        if (body is not None and body["seq"] == seq
+                and (body.get("format") == "budget-event-v1") == (stream == "budget")):
+            return relative
+    claims = evidence.get(seq, [])
+    return claims[0] if len(claims) == 1 else None
+
+
+def _copy_inputs(files: dict[str, Path], build_dir: Path) -> None:
+    build_dir.mkdir(parents=True)
+    for relative, full in files.items():
+        if is_ledger_own(PurePosixPath(relative)):
+            continue
+        target = build_dir / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(full, target)
+        shutil.copymode(full, target)  # an executable or read-only input stays so
+
+
+def _rebuild(building: Path, build_dir: Path, files: dict[str, Path], manifest: dict[str, Any],
+             progress: Progress | None) -> None:
+    """Replay every event up to the manifest's head into a new ledger at ``building``, in one
+    transaction; then check that the tree holds nothing but that history's files."""
+
+    def content_of(sha: str) -> bytes | None:
+        relative = content_path(sha)
+        return files[relative].read_bytes() if relative in files else None
+
+    head_seq = manifest["head"]["seq"]
+    accounted: set[str] = set()
+    storage = Storage.create(building, AnalysisConfig().storage)
+
+    def sink(row: EventRow, helpers: list[HelperRow], contents: Mapping[str, bytes]) -> None:
+        accounted.update(content_path(sha) for sha in contents)
+        if row.seq <= head_seq:
+            _check_content_files(files, contents, row.seq)
+            storage.append(row, helpers, contents)
+
+    try:
+        with storage.write():
+            storage.apply_migrations()
+            replayer = Replayer(PackageSource(build_dir, content_of, lambda: input_identity(build_dir, set())), sink)
+            _replay_tree(replayer, files, head_seq, accounted, progress)
+            check_manifest(manifest, storage.conn, head_seq)
+            check_export_tree(files, accounted)
+    finally:
+        storage.close()
+
+
+def _check_content_files(files: dict[str, Path], contents: Mapping[str, bytes], seq: int) -> None:
+    """``INTEGRITY_ERROR`` naming the file when an exported content file of event ``seq`` is missing
+    or holds other bytes than the replay derives (edited, deleted or swapped)."""
+    for sha, data in contents.items():
+        relative = content_path(sha)
+        if relative not in files:
+            raise _bad(seq, f"exported content {relative} is missing", file=relative)
+        if files[relative].read_bytes() != data:
+            raise _bad(seq, f"exported content {relative} differs from the replay (edited or swapped)",
+                       file=relative)
+
+
+def _replay_tree(replayer: Replayer, files: dict[str, Path], head_seq: int, accounted: set[str],
+                 progress: Progress | None) -> None:
+    """Events 1..head must all be there and replay; events an interrupted export wrote past the
+    head are replayed too (so they count as part of the export) but not imported."""
+    revisions = _budget_revisions(files)
+    evidence = _evidence_files(files)
+    seq = 1
+    while True:
+        relative = _next_event(files, replayer.view, revisions, seq, evidence)
+        if relative is None:
+            if seq <= head_seq:
+                raise _bad(seq, f"the export has no event {seq} (its manifest names head seq {head_seq})")
+            return
+        try:
+            body, stream_seq = replayer.apply(seq, files[relative].read_bytes())
+        except LedgerError as exc:
+            if seq <= head_seq:  # name the file as well as the seq
+                raise LedgerError(exc.code, f"{relative}: {exc.message}", **{**exc.details, "file": relative}) from None
+            return  # not a continuation of the history: check_export_tree names the file
+        if event_path(replayer.last_stream, body["revision"], stream_seq) != relative:
+            raise _bad(seq, f"{relative} is not where event {seq} belongs")
+        accounted.add(relative)
+        if seq == head_seq:
+            replayer.finish()
+        if progress and seq <= head_seq:
+            progress(1)
+        seq += 1
+
+
+def _building_prefix(dest: Path) -> str:
+    """The hidden sibling folders a new package is built in: ``.<name>.importing-<pid>-<ns>``."""
+    return f".{dest.name}.importing-"
+
+
+def _move_into_place(build_dir: Path, dest: Path) -> None:
+    """Rename the finished package onto ``dest`` (absent, or the empty folder checked before);
+    ``CASE_EXISTS`` when another import (or anyone) filled ``dest`` meanwhile."""
+    try:
+        try:
+            dest.rmdir()  # an empty folder the user made for the import
+        except FileNotFoundError:
+            pass
+        os.rename(build_dir, dest)
+    except OSError as exc:
+        if exc.errno in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR):
+            raise LedgerError(E.CASE_EXISTS, f"{dest} was taken while the import ran (another import?); "
+                              "nothing of this import was kept") from None
+        raise
+    fsync_dir(dest.parent)
+
+
+def import_tree(source: str | os.PathLike[str], to: str | os.PathLike[str] | None = None,
+                progress: Progress | None = None) -> VerifyReport:
+    """Rebuild a case package from an exported tree (docs/files.md) and verify it.
+
+    ``source`` is a package folder with ``manifest.json`` and ``analysis/``; ``to``
+    a new (absent or empty) folder, or ``source`` itself when its ``ledger.sqlite``
+    was lost. Inputs (``sources/``, ``data/``, other files) are copied. Only
+    regular files inside the tree are accepted (``INVALID_ARGUMENT`` for links,
+    devices, ``..``); every event is re-applied and compared byte for byte
+    (``INTEGRITY_ERROR`` naming the seq). Writes nothing if anything fails.
+    """
+    src = fs_path(source, "import source")
+    dest = fs_path(to, "import target") if to is not None else src
+    check_callback(progress, "progress")
+    in_place = _check_target(src, dest)
+    manifest = read_manifest(src)
+    if manifest is None:
+        raise LedgerError(E.INVALID_ARGUMENT, f"{src} has no manifest.json: not an exported case")
+    files = dict(_walk_regular(src))
+    # a new package is built in a hidden sibling folder and renamed into place at the end,
+    # so an interrupted import leaves the target absent and can simply be run again
+    if not in_place:
+        remove_abandoned_builds(dest.parent, _building_prefix(dest))
+    build_dir = src if in_place else dest.parent / f"{_building_prefix(dest)}{os.getpid()}-{time.time_ns()}"
+    building = build_dir / (LEDGER_FILE + "-import")
+    scratch_files = [Path(str(building) + suffix) for suffix in ("", "-wal", "-shm", "-lock")]
+    try:
+        if not in_place:
+            _copy_inputs(files, build_dir)
+        for leftover in scratch_files:
+            leftover.unlink(missing_ok=True)
+        _rebuild(building, build_dir, files, manifest, progress)
+        for suffix in ("-wal", "-shm"):
+            # a lost ledger's log must never be replayed onto the rebuilt file: keep it aside
+            stale = build_dir / (LEDGER_FILE + suffix)
+            if stale.exists():
+                os.replace(stale, build_dir / f"{LEDGER_FILE}{suffix}.orphaned-{time.time_ns()}")
+        os.replace(building, build_dir / LEDGER_FILE)
+        fsync_dir(build_dir)
+        if not in_place:
+            _move_into_place(build_dir, dest)
+    except BaseException:
+        for leftover in scratch_files:
+            leftover.unlink(missing_ok=True)
+        if not in_place:
+            shutil.rmtree(build_dir, ignore_errors=True)
+        raise
+    for leftover in scratch_files:
+        leftover.unlink(missing_ok=True)
+    with Case.open(dest) as case:
+        export_case(case)
+    report = verify_case(dest)
+    with Case.open(dest):
+        pass  # the last connection to close checkpoints and removes the -wal and -shm files
+    return report

@@ -1,0 +1,356 @@
+"""Journals: JSON-Lines operations applied to a case, one result line each (docs/journals.md).
+
+Each input line is an object ``{"op": …, <arguments>…, "at"?: RFC 3339}`` named as
+in the Python API (``hypothesis`` for the hypothesis id). :func:`apply_journal`
+runs the lines in order and yields one result per line::
+
+    {"line": N, "ok": true, "seq": …, "reused": …, "result": {…}}
+    {"line": N, "ok": false, "error": {"code": …, "message": …}}
+
+It stops after the first failure unless ``keep_going``. Blank lines are skipped.
+Every operation is its own durable transaction, so a journal killed half-way can
+simply be run again: what was done comes back ``reused``.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO, Callable, Iterable, Iterator
+
+from ..ground import errors as E
+from ..services.budget import BudgetManager
+from ..ground.arguments import check_callback, check_flag, check_instance, check_iterable
+from ..ground.canonical import parse_json
+from ..services.case import Case
+from ..ground.clock import describe_micros, microseconds_between, parse_at
+from ..ground.errors import LedgerError
+from ..services.facade import CaseFacade
+from ..model.operations import OPERATIONS as REGISTRY
+from ..model.operations import operation
+
+
+def journal_operations() -> dict[str, tuple[frozenset[str], frozenset[str]]]:
+    """op → (required keys, optional keys) of every journal operation; every line may also carry "at"."""
+    return {name: (op.required_keys, op.optional_keys) for name, op in REGISTRY.items() if op.journal}
+
+
+#: The journal forms of the registered operations (see :func:`journal_operations`).
+OPERATIONS = journal_operations()
+LINE_BYTES_MAX = 4 * 1024 * 1024
+#: A batch of journal lines is applied early once its lines add up to this many bytes.
+BATCH_BYTES_MAX = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class LineResult:
+    """The outcome of one journal line (``error`` is None when ``ok``)."""
+
+    line: int
+    ok: bool
+    seq: int | None = None
+    reused: bool | None = None
+    result: dict[str, Any] | None = None
+    error: LedgerError | None = None
+    #: ``(requested at, recorded time)`` when the line's ``at`` was earlier than the previous
+    #: event and was raised to it (not part of the result line).
+    clamped: tuple[str, str] | None = None
+    #: The hypothesis id the line named (its ``"hypothesis"`` key), if any.
+    touched: str | None = None
+
+    @property
+    def clamped_micros(self) -> int:
+        """How far the line's ``at`` was raised, in microseconds (0 when it was not)."""
+        return microseconds_between(*self.clamped) if self.clamped else 0
+
+    def to_dict(self, *, changed_only: bool = False) -> dict[str, Any]:
+        """The result line; ``changed_only`` keeps only the touched account in ``result.state``
+        (a line that names no hypothesis, like ``initialize``, keeps every account)."""
+        if self.ok:
+            result = self.result
+            if changed_only and self.touched is not None and isinstance((result or {}).get("state"), dict):
+                result = dict(result, state={h: a for h, a in result["state"].items() if h == self.touched})
+            return {"line": self.line, "ok": True, "seq": self.seq, "reused": self.reused, "result": result}
+        return {"line": self.line, "ok": False, "error": self.error.to_dict()}
+
+
+#: How much of an over-long line's remainder is read at a time while it is skipped.
+SKIP_CHUNK_BYTES = 64 * 1024
+
+
+def read_lines(stream: BinaryIO, on_bytes: Callable[[int], None] | None = None) -> Iterator[bytes]:
+    """The lines of a binary ``stream`` (without their ``\\n``), read one at a time, so memory
+    does not grow with the journal.
+
+    A line longer than ``LINE_BYTES_MAX`` is read no further than one byte past the limit
+    (:func:`parse_line` refuses it with ``LIMIT_REACHED``) and the rest of it is skipped, so
+    it still counts as one line. ``on_bytes`` is called with the bytes consumed (progress).
+    ``INVALID_ARGUMENT`` when ``stream`` is not a binary file object (open it with ``"rb"``).
+    """
+    if not callable(getattr(stream, "readline", None)):
+        raise LedgerError(E.INVALID_ARGUMENT, f"stream must be a binary file object (open(path, 'rb')), "
+                          f"got {type(stream).__name__}")
+    check_callback(on_bytes, "on_bytes")
+    while True:
+        line = stream.readline(LINE_BYTES_MAX + 1)
+        if not isinstance(line, bytes):
+            raise LedgerError(E.INVALID_ARGUMENT, "stream must be opened in binary mode (open(path, 'rb')), "
+                              f"it gave {type(line).__name__}")
+        if not line:
+            return
+        consumed = len(line)
+        if not line.endswith(b"\n") and len(line) > LINE_BYTES_MAX:
+            while True:  # skip the rest of an over-long line, in small pieces (memory stays flat)
+                rest = stream.readline(SKIP_CHUNK_BYTES)
+                consumed += len(rest)
+                if not rest or rest.endswith(b"\n"):
+                    break
+        if on_bytes is not None:
+            on_bytes(consumed)
+        yield line[:-1] if line.endswith(b"\n") else line
+
+
+def parse_line(text: str | bytes) -> dict[str, Any]:
+    """Parse and check one journal line's shape (``INVALID_JSON``, ``INVALID_ARGUMENT``,
+    ``UNKNOWN_OPERATION``)."""
+    if not isinstance(text, (str, bytes)):
+        raise LedgerError(E.INVALID_ARGUMENT, f"a journal line must be text, got {type(text).__name__}")
+    if len(text) > LINE_BYTES_MAX:
+        raise LedgerError(E.LIMIT_REACHED, f"journal line longer than {LINE_BYTES_MAX} bytes "
+                          "(a fixed limit of journals: pass a large evidence payload through the Python API)")
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise LedgerError(E.INVALID_JSON, f"journal line is not UTF-8: {exc}") from None
+    line = parse_json(text)
+    if not isinstance(line, dict):
+        raise LedgerError(E.INVALID_ARGUMENT, "a journal line must be a JSON object")
+    if "op" not in line:
+        raise LedgerError(E.INVALID_ARGUMENT, "a journal line needs an \"op\" key")
+    op = line["op"]
+    found = operation(op, journal=True)  # the genesis operation has none: apply --create performs it
+    required, optional = found.required_keys, found.optional_keys
+    keys = line.keys() - {"op", "at"}
+    missing = required - keys
+    if missing:
+        raise LedgerError(E.INVALID_ARGUMENT, f"{op}: missing key(s) {', '.join(sorted(missing))}")
+    extra = keys - required - optional
+    if extra:
+        raise LedgerError(E.INVALID_ARGUMENT, f"{op}: unexpected key(s) {', '.join(sorted(extra))}")
+    if None in line.values():  # an optional key (or "at") is either absent or has a value
+        nulls = sorted(key for key in optional | {"at"} if key in line and line[key] is None)
+        if nulls:  # a null required key is the operation's to refuse, with its own code
+            raise LedgerError(E.INVALID_ARGUMENT, f"{op}: {', '.join(nulls)} may be left out but not null")
+    return line
+
+
+def run_operation(case: Case, budget: BudgetManager, line: dict[str, Any]) -> tuple[int | None, bool, dict[str, Any]]:
+    """Apply one parsed line through the operation registry; return ``(seq, reused, result dict)``.
+
+    Afterwards ``case.session.last_clamp`` tells whether the line's ``at`` was raised.
+    """
+    outcome = call_operation(case, budget, line)
+    return outcome.seq, outcome.reused, outcome.to_dict()
+
+
+def call_operation(case: Case, budget: BudgetManager, line: dict[str, Any]) -> Any:
+    """Apply one parsed line through the operation registry and return what the service method
+    returned (a result object with ``seq``, ``reused`` and ``to_dict()``); raises its ``LedgerError``."""
+    op = operation(line["op"])
+    case.session.last_clamp = None
+    at = line.get("at")
+    kwargs = {argument.param: line[argument.key] for argument in op.arguments if argument.key in line}
+    if op.accepts_at:
+        kwargs["at"] = at
+    elif at is not None:
+        parse_at(at)  # a read takes no time, but a malformed one is still refused
+    if op.service == "case":
+        service = case
+    elif op.service == "budget":
+        service = budget
+    else:
+        service = case.scopes() if op.service == "scope" else case.evidence()
+    return getattr(service, op.name)(**kwargs)
+
+
+def apply_journal(case: Case, lines: Iterable[str | bytes], *, budget: BudgetManager | None = None,
+                  keep_going: bool = False, batch_size: int = 1,
+                  on_commit: Callable[[int], None] | None = None) -> Iterator[LineResult]:
+    """Apply journal ``lines`` to ``case``, yielding one :class:`LineResult` per non-blank line.
+
+    ``budget`` defaults to ``case.budget()`` (the frozen policy). Stops after the
+    first failed line unless ``keep_going``. With ``batch_size`` > 1, up to that
+    many lines (and at most ``BATCH_BYTES_MAX`` bytes of them) share one transaction
+    (group commit, :meth:`Case.batch`); ``lines`` is read as the batches need it
+    (:func:`read_lines` streams a file); each
+    line still succeeds or fails alone, and results are yielded only after their
+    batch committed, so every yielded result is durable. ``on_commit(n)``, if
+    given, is called after each batch committed, before its ``n`` results are
+    yielded (a caller that stops early knows how many committed results remain).
+    """
+    check_instance(case, CaseFacade, "case", "an open Case")
+    check_iterable(lines, "lines", "an iterable of journal lines (str or bytes each), e.g. a list or read_lines(file)")
+    check_instance(budget, (BudgetManager, type(None)), "budget", "a BudgetManager or None")
+    check_flag(keep_going, "keep_going")
+    check_callback(on_commit, "on_commit")
+    budget = budget or case.budget()
+    if type(batch_size) is not int or batch_size < 1:
+        raise LedgerError(E.INVALID_ARGUMENT, f"batch_size must be an integer >= 1, got {batch_size!r}")
+    pending: list[tuple[int, str | bytes]] = []
+    stopped = False
+
+    def run_batch(chunk: list[tuple[int, str | bytes]]) -> list[LineResult]:
+        nonlocal stopped
+        done: list[LineResult] = []
+        with case.batch() if batch_size > 1 else nullcontext():
+            for number, text in chunk:
+                try:
+                    parsed = parse_line(text)
+                    seq, reused, result = run_operation(case, budget, parsed)
+                except LedgerError as exc:
+                    done.append(LineResult(number, False, error=exc))
+                    if not keep_going:
+                        stopped = True
+                        break
+                    continue
+                done.append(LineResult(number, True, seq, reused, result, clamped=case.session.last_clamp,
+                                        touched=parsed.get("hypothesis")))
+        return done
+
+    pending_bytes = 0
+    for number, text in enumerate(lines, start=1):
+        text = without_bom(text) if number == 1 else text
+        if isinstance(text, (str, bytes)) and not text.strip():
+            continue
+        pending.append((number, text))
+        pending_bytes += len(text) if isinstance(text, (str, bytes)) else 0
+        # a batch ends at batch_size lines or BATCH_BYTES_MAX bytes: memory stays bounded by the
+        # batch in hand, whatever the journal's length (a smaller batch gives the same results)
+        if len(pending) >= batch_size or pending_bytes >= BATCH_BYTES_MAX:
+            yield from _committed(run_batch(pending), on_commit)
+            pending, pending_bytes = [], 0
+            if stopped:
+                return
+    if pending:
+        yield from _committed(run_batch(pending), on_commit)
+
+
+def _committed(results: list[LineResult], on_commit: Callable[[int], None] | None) -> list[LineResult]:
+    if on_commit is not None:
+        on_commit(len(results))
+    return results
+
+
+def open_for_journal(path: str, *, create_case_id: str | None = None, at: str | None = None,
+                     **options: Any) -> Case:
+    """Open the case at ``path``, creating it first when ``create_case_id`` is given.
+
+    ``at`` (RFC 3339 UTC) is the time of the case-created event (default now; the
+    CLI passes the journal's first ``at``, see :func:`first_at`). ``options`` go to
+    :meth:`Case.open`/:meth:`Case.create` (``analysis_config``, ``actor``). Re-running ``apply --create ID`` on the case it created simply
+    opens it, so a killed journal can be run again; a case with another id is
+    ``CASE_EXISTS``.
+    """
+    if create_case_id is None:
+        return Case.open(path, **options)
+    try:
+        return Case.create(path, create_case_id, at=at, **options)
+    except LedgerError as exc:
+        if exc.code != E.CASE_EXISTS:
+            raise
+    case = Case.open(path, **options)
+    existing = case.status()["case_id"]
+    if existing != create_case_id:
+        case.close()
+        raise LedgerError(E.CASE_EXISTS, f"{path} holds case {existing}, not {create_case_id}")
+    return case
+
+
+def first_at(lines: Iterable[str | bytes]) -> str | None:
+    """The first valid ``"at"`` of a journal (normalized), or None: the time ``apply --create``
+    gives the case it creates, so the journal's own times are kept. Unreadable lines are skipped
+    here (applying them reports them)."""
+    check_iterable(lines, "lines", "an iterable of journal lines (str or bytes each)")
+    for number, text in enumerate(lines):
+        text = without_bom(text) if number == 0 else text
+        if not isinstance(text, (str, bytes)) or not text.strip() or b'"at"' not in _as_bytes(text):
+            continue
+        try:
+            line = parse_json(text)
+            if isinstance(line, dict) and "at" in line:
+                return parse_at(line["at"])
+        except LedgerError:
+            continue
+    return None
+
+
+def without_bom(text: Any) -> Any:
+    """``text`` without a leading UTF-8 byte order mark (some editors start files with one);
+    used on a journal's first line only."""
+    if isinstance(text, bytes) and text.startswith(b"\xef\xbb\xbf"):
+        return text[3:]
+    if isinstance(text, str) and text.startswith("\ufeff"):
+        return text[1:]
+    return text
+
+
+def _as_bytes(text: str | bytes) -> bytes:
+    return text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
+
+
+@dataclass
+class JournalSummary:
+    """Counts of an applied journal: lines ``ok`` (of which ``reused``), ``failed``, ``clamped``
+    (lines whose ``at`` was raised to the previous event's time, by ``clamped_micros_max`` at most
+    and ``clamped_micros_total`` in all) and the ``elapsed_s`` seconds since it was made.
+    ``unprinted``: committed lines whose result line the caller could not print (its output failed)."""
+
+    ok: int = 0
+    failed: int = 0
+    reused: int = 0
+    clamped: int = 0
+    clamped_micros_max: int = 0
+    clamped_micros_total: int = 0
+    unprinted: int = 0
+    started: float = field(default_factory=time.monotonic, repr=False)
+
+    def add(self, result: LineResult) -> None:
+        """Count one line's result."""
+        if not result.ok:
+            self.failed += 1
+            return
+        self.ok += 1
+        self.reused += 1 if result.reused else 0
+        if result.clamped:
+            micros = result.clamped_micros
+            self.clamped += 1
+            self.clamped_micros_max = max(self.clamped_micros_max, micros)
+            self.clamped_micros_total += micros
+
+    @property
+    def elapsed_s(self) -> float:
+        return round(time.monotonic() - self.started, 3)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"lines_ok": self.ok, "lines_failed": self.failed, "lines_reused": self.reused,
+                "times_clamped": self.clamped, "clamped_micros_max": self.clamped_micros_max,
+                "clamped_micros_total": self.clamped_micros_total, "elapsed_s": self.elapsed_s}
+
+    def text(self) -> str:
+        """One line for people, e.g. ``applied: 12 ok (3 reused), 1 failed, 2 times clamped (by up to 3600 s), 0.41 s``."""
+        clamped = (f"{self.clamped} time(s) raised to the previous event's time (by up to "
+                   f"{describe_micros(self.clamped_micros_max)}, {describe_micros(self.clamped_micros_total)} in all)"
+                   if self.clamped else "no time raised")
+        unprinted = (f", {self.unprinted} of them not printed (standard output failed; no further line "
+                     "was applied)" if self.unprinted else "")
+        return (f"applied: {self.ok} ok ({self.reused} reused), {self.failed} failed, {clamped}, "
+                f"{self.elapsed_s:.2f} s{unprinted}")
+
+
+def clamp_warning(result: LineResult) -> str:
+    """The warning printed for a line whose ``at`` was raised to the previous event's time."""
+    requested, used = result.clamped
+    return (f"warning: line {result.line}: at {requested} is earlier than the previous event; recorded at {used} "
+            f"(raised by {describe_micros(result.clamped_micros)})")

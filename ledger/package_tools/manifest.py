@@ -1,0 +1,90 @@
+"""``manifest.json``: the export's commit point and pointer file (docs/files.md).
+
+It names the case, its state and revision, the head ``{seq, sha256}`` of the
+chain at export time and the newest budget event. It is never the source of
+truth: verify checks it byte for byte against what an export of the ledger at
+that head writes, so a truncated or rolled-back ledger is caught.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..storage.sqlfiles import statement
+from ..ground.canonical import canonical_bytes, parse_json
+from ..ground.errors import LedgerError
+from ..ground.errors import integrity_error as _bad
+from ..model.package import MANIFEST_FILE, event_path
+from ..ground.paths import fs_path
+from ..ground.schemas import validator
+
+MANIFEST_FORMAT = "case-manifest-v1"
+
+
+def export_statement(conn: sqlite3.Connection, name: str, schema: str = "main") -> str:
+    """Named statement ``name`` that reads export paths; a ledger older than the evidence store
+    (no ``evidence_files`` table, so no evidence events) gets its ``_before_evidence`` form."""
+    if conn.execute(statement("has_evidence_files", schema)).fetchone():
+        return statement(name, schema)
+    return statement(f"{name}_before_evidence", schema)
+
+
+def manifest_for(conn: sqlite3.Connection, head_seq: int, schema: str = "main") -> dict[str, Any] | None:
+    """The manifest an export at ``head_seq`` writes, from the ledger tables in ``schema``."""
+    head = conn.execute(statement("manifest_head", schema), {"seq": head_seq}).fetchone()
+    if head is None:
+        return None
+    case_id, package_id = conn.execute(statement("manifest_identity", schema)).fetchone()
+    state, revision = conn.execute(statement("manifest_lifecycle", schema), {"seq": head_seq}).fetchone()
+    budget = conn.execute(statement("manifest_budget_artifact", schema), {"seq": head_seq}).fetchone()
+    index = conn.execute(export_statement(conn, "manifest_evidence_artifact", schema), {"seq": head_seq}).fetchone()
+    return {
+        "format": MANIFEST_FORMAT, "case_id": case_id, "package_id": package_id, "state": state,
+        "analysis_revision": revision, "package_generation": head_seq,
+        "head": {"seq": head_seq, "sha256": head[0]},
+        "artifacts": {"budget_ledger": {"path": event_path(*budget[:3]), "sha256": budget[3]} if budget else None,
+                      "evidence_index": {"path": event_path(*index[:3]), "sha256": index[3]} if index else None},
+    }
+
+
+def check_manifest(manifest: Mapping[str, Any], conn: sqlite3.Connection, ledger_head: int,
+                    schema: str = "main") -> None:
+    """The manifest must be exactly what an export of this ledger at its head would write."""
+    head_seq = manifest["head"]["seq"]
+    expected = manifest_for(conn, head_seq, schema)
+    if expected is None:
+        raise _bad(ledger_head + 1, f"the ledger ends at seq {ledger_head} but its export reached seq {head_seq} "
+                   "(truncated or rolled-back ledger)", manifest_head_seq=head_seq)
+    if expected["head"] != manifest["head"]:
+        raise _bad(head_seq, "the event at the exported head differs from the manifest's sha256")
+    wrong = sorted(key for key in set(expected) | set(manifest) if expected.get(key) != manifest.get(key))
+    if wrong:
+        raise _bad(None, f"manifest.json disagrees with the ledger at seq {head_seq} in: {', '.join(wrong)}",
+                   fields=wrong)
+
+
+def read_manifest(root: Path) -> dict[str, Any] | None:
+    """``manifest.json`` of the package folder ``root`` parsed and schema-checked, or None when
+    absent (``INVALID_ARGUMENT`` when ``root`` is not a path)."""
+    path = fs_path(root, "package folder") / MANIFEST_FILE
+    if not path.exists() and not path.is_symlink():
+        return None
+    if path.is_symlink() or not path.is_file():
+        raise _bad(None, "manifest.json is not a regular file")
+    data = path.read_bytes()
+    try:
+        manifest = parse_json(data)
+    except LedgerError as exc:
+        raise _bad(None, f"manifest.json is not valid JSON: {exc.message}") from None
+    errors = list(validator(MANIFEST_FORMAT).iter_errors(manifest))
+    if errors:
+        raise _bad(None, f"manifest.json does not match {MANIFEST_FORMAT}: {errors[0].message}")
+    # JSON Schema's "integer" accepts 10.0: integers must really be ints
+    for value in (manifest["head"]["seq"], manifest["analysis_revision"], manifest["package_generation"]):
+        if type(value) is not int:
+            raise _bad(None, f"manifest.json holds {value!r} where an integer belongs")
+    if canonical_bytes(manifest) != data:  # export writes canonical bytes (docs/concepts.md); anything else was edited
+        raise _bad(None, "manifest.json is not in canonical form (RFC 8785): it was rewritten after export")
+    return manifest

@@ -1,0 +1,209 @@
+"""Replay in memory: re-derive every stored event from its request alone (docs/files.md).
+
+:class:`Replayer` checks one stored event at a time against the chain (seq,
+parent hash, time order, schema), finds its operation in the registry, runs the
+operation's rule on a :class:`~ledger.model.views.MemoryView` and requires the
+recomputed event's canonical bytes to equal the stored ones: that one
+comparison proves the bytes canonical and every derived field right. It never
+touches SQLite; each accepted event, with the helper rows and content rows it
+establishes, goes to a ``sink`` (verify loads them into a scratch database and
+compares in bulk; import writes them into the new ledger).
+
+An operation that appended several events is recomputed once, at its first
+event; its later events must then follow, equal to the recomputed ones.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from ..ground import errors as E
+from ..ground.canonical import canonical_bytes, canonical_event_bytes, sha256_hex
+from ..ground.errors import LedgerError
+from ..ground.errors import integrity_error as _bad
+from ..model.operations import OPERATIONS
+from ..model.package import resolve_source_refs, stored_stream
+from ..model.projection import helper_rows
+from ..ground.clock import ms_ahead, parse_at, utc_now
+from ..rules.common import Context, Draft, Outcome, Reused, check_action_id
+from ..ground.schemas import validator
+from ..storage.sqlite_file import EventRow, HelperRow
+from ..model.views import MemoryView
+
+EVENT_FORMATS = ("case-event-v1", "budget-event-v1", "scope-event-v1", "evidence-event-v1", "evidence-record-v1",
+                 "evidence-index-v1", "feedback-event-v1")
+#: ``sink(event row, helper rows, content rows)`` receives every accepted event.
+Sink = Callable[[EventRow, list[HelperRow], Mapping[str, bytes]], None]
+
+
+class PackageSource:
+    """Stored content (``content_of(sha256)``) and the package folder where source refs resolve."""
+
+    def __init__(self, root: Path, content_of: Callable[[str], bytes | None],
+                 identity: Callable[[], str] | None = None) -> None:
+        self.root = root
+        self.content_of = content_of
+        self._identity = identity
+        self._identity_now: str | None = None
+
+    def input_identity(self) -> str | None:
+        """The package's input identity (computed once, on first use), or None when unknown."""
+        if self._identity is None:
+            return None
+        if self._identity_now is None:
+            self._identity_now = self._identity()
+        return self._identity_now
+
+    def resolve_sources(self, refs: list[str]) -> list[dict[str, str]]:
+        try:
+            return resolve_source_refs(self.root, refs) if refs else []
+        except LedgerError as exc:
+            raise LedgerError(E.INTEGRITY_ERROR, f"source reference no longer resolves: {exc.message}") from None
+
+
+def _check_stored_fields(seq: int, created_at: str, actor: str) -> None:
+    """The two body fields a replay cannot recompute must be values the live API would have
+    stored: ``actor`` passes the API's id check, ``created_at`` is a real UTC time already in
+    the stored form (``parse_at`` leaves it unchanged). ``INTEGRITY_ERROR`` naming ``seq``."""
+    try:
+        check_action_id(actor, "actor")
+    except LedgerError as exc:
+        raise _bad(seq, f"the event's actor is not one the ledger accepts: {exc.message}", field="actor") from None
+    try:
+        stored_form = parse_at(created_at)
+    except LedgerError as exc:
+        raise _bad(seq, f"the event's created_at is not a real time: {exc.message}", field="created_at") from None
+    if stored_form != created_at:
+        raise _bad(seq, f"the event's created_at {created_at[:40]!r} is not in the stored form {stored_form}",
+                   field="created_at")
+
+
+class Replayer:
+    """Re-applies stored events in chain order onto an in-memory view.
+
+    ``schema_every_event``: validate every event against its JSON Schema
+    (import: external input) or only the first of each type (verify of the
+    ledger's own events, where the byte equality covers the rest).
+    """
+
+    def __init__(self, source: PackageSource, sink: Sink | None = None, *, schema_every_event: bool = True,
+                 view: MemoryView | None = None) -> None:
+        self.view = view or MemoryView()
+        self.source = source
+        self.sink = sink
+        self.schema_every_event = schema_every_event
+        self._schema_checked: set[tuple[str, str]] = set()
+        self._following: deque[Draft] = deque()  # later events of a multi-event operation
+        self.previous_sha = "0" * 64
+        self.previous_at = ""
+        self.count = 0
+        self.last_stream = ""  # the stream of the event applied last (an evidence event's export path)
+        #: This machine's clock when the replay began. An event time ahead of it is no fault of the
+        #: bytes (the writer's clock, or its configured tolerance, may be ahead of ours): counted only.
+        self.started_at = utc_now()
+        self.future_events = 0
+        self.max_lead_ms = 0
+
+    def apply(self, seq: int, data: bytes) -> tuple[dict[str, Any], int]:
+        """Check and re-apply the event expected at ``seq`` whose stored bytes are ``data``.
+
+        Returns ``(body, stream_seq)``; raises ``INTEGRITY_ERROR`` naming ``seq``.
+        """
+        body = self._parse(seq, data)
+        created_at = body["created_at"]
+        draft = self._following.popleft() if self._following else self._recompute(seq, body)
+        rebuilt = dict(draft.fields)
+        rebuilt.update(seq=seq, parent_sha256=self.previous_sha, created_at=created_at,
+                       actor=body["actor"], request=draft.request)
+        try:
+            expected = canonical_event_bytes(rebuilt)
+        except LedgerError as exc:
+            raise _bad(seq, f"the recomputed event has no canonical form: {exc.message}") from None
+        if expected != data:
+            keys = sorted(k for k in set(rebuilt) | set(body) if rebuilt.get(k) != body.get(k))
+            detail = ", ".join(keys) if keys else "its byte form (not canonical JSON)"
+            raise _bad(seq, f"event differs from its recomputation from the request in: {detail}", fields=keys)
+        sha = sha256_hex(data)
+        stream_seq = self.view.apply(body, sha, draft.stream, draft.operation_key, draft.contents)
+        if self.sink is not None:
+            row = EventRow(seq=seq, type=draft.type, revision=draft.revision, stream=stored_stream(draft.stream),
+                           stream_seq=stream_seq, created_at=created_at, sha256=sha,
+                           parent_sha256=self.previous_sha, operation_key=draft.operation_key,
+                           request_sha256=sha256_hex(canonical_bytes(draft.request)) if draft.operation_key else None,
+                           body=data)
+            self.sink(row, helper_rows(body, draft), draft.contents)
+        self.previous_sha = sha
+        self.previous_at = created_at
+        if created_at > self.started_at:
+            self.future_events += 1
+            self.max_lead_ms = max(self.max_lead_ms, ms_ahead(created_at, self.started_at))
+        self.last_stream = draft.stream
+        self.count += 1
+        return body, stream_seq
+
+    def finish(self) -> None:
+        """``INTEGRITY_ERROR`` if the history ends inside a multi-event operation."""
+        if self._following:
+            raise _bad(self.count + 1, f"the history ends before the {len(self._following)} remaining event(s) "
+                       "of its last operation")
+
+    def _parse(self, seq: int, data: bytes) -> dict[str, Any]:
+        try:
+            body = json.loads(data)
+        except (ValueError, RecursionError) as exc:
+            raise _bad(seq, f"stored event is not valid JSON: {exc}") from None
+        if type(body) is not dict:
+            raise _bad(seq, "stored event is not a JSON object")
+        if body.get("seq") != seq:
+            raise _bad(seq, f"expected event seq {seq}, found {body.get('seq')!r} (deleted, duplicated or reordered history)")
+        if body.get("parent_sha256") != self.previous_sha:
+            raise _bad(seq, "parent_sha256 does not match the previous event (reordered, forked or edited history)")
+        fmt = body.get("format")
+        if fmt not in EVENT_FORMATS:
+            raise _bad(seq, f"unknown event format {fmt!r}")
+        errors = self._schema_errors(fmt, body)
+        if errors:
+            where = ".".join(str(p) for p in errors[0].absolute_path) or "(top level)"
+            raise _bad(seq, f"event does not match schema {fmt}: {where}: {errors[0].message}")
+        created_at, actor = body.get("created_at"), body.get("actor")
+        if type(created_at) is not str or type(actor) is not str or type(body.get("request")) is not dict:
+            raise _bad(seq, "event lacks a created_at, actor or request")
+        _check_stored_fields(seq, created_at, actor)
+        if created_at < self.previous_at:
+            raise _bad(seq, "created_at goes back in time")
+        return body
+
+    def _schema_errors(self, fmt: str, body: dict[str, Any]) -> list[Any]:
+        kind = (fmt, str(body.get("type")))
+        if self.schema_every_event or kind not in self._schema_checked:
+            self._schema_checked.add(kind)
+            return sorted(validator(fmt).iter_errors(body), key=lambda e: list(e.absolute_path))
+        return []
+
+    def _recompute(self, seq: int, body: Mapping[str, Any]) -> Draft:
+        request = body["request"]
+        op = OPERATIONS.get(request.get("op")) if isinstance(request.get("op"), str) else None
+        if op is None or op.rule is None or op.replay is None:
+            raise _bad(seq, f"unknown operation {request.get('op')!r} in the request")
+        try:
+            normalized, inputs, config = op.replay(request, body, self.source)
+        except LedgerError as exc:
+            if exc.code == E.INTEGRITY_ERROR:
+                raise _bad(seq, exc.message) from None
+            raise _bad(seq, f"the stored request is refused on replay: {exc.code}: {exc.message}",
+                       replay_code=exc.code) from None
+        try:
+            outcome = op.rule(self.view, normalized, Context(at=body["created_at"], config=config, inputs=inputs))
+        except LedgerError as exc:
+            raise _bad(seq, f"the stored request is refused on replay: {exc.code}: {exc.message}",
+                       replay_code=exc.code) from None
+        if isinstance(outcome, Reused):
+            raise _bad(seq, f"the request repeats the operation of seq {outcome.seq}")
+        if normalized != request:
+            raise _bad(seq, "the stored request is not in its normalized form")
+        drafts = outcome.events if isinstance(outcome, Outcome) else (outcome,)
+        self._following.extend(drafts[1:])
+        return drafts[0]

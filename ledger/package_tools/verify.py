@@ -1,0 +1,397 @@
+"""``ledger verify``: re-derive everything from the requests alone and compare (docs/files.md).
+
+:func:`verify_case` replays every stored event in memory
+(:class:`~ledger.package_tools.replay.Replayer`), loads what the replay derives (events,
+contents, helper rows) into a private in-memory database beside the ledger,
+and compares in bulk: every events column, contents row, helper row and public
+view, then the exported files and the manifest head, then the schema. The
+first difference raises ``INTEGRITY_ERROR`` naming its ``seq``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from ..ground import errors as E
+from .atomic_files import same_bytes
+from ..storage.sqlfiles import migration_record_problem, queries, schema_version, shipped_schema, statement
+from ..ground.arguments import check_callback
+from ..ground.canonical import sha256_hex
+from ..services.case import Case
+from ..ground.errors import LedgerError
+from ..ground.errors import integrity_error as _bad
+from .manifest import check_manifest, export_statement, read_manifest
+from ..model.package import (EVENT_FILE_RE, LEDGER_FILE, MANIFEST_FILE, check_export_tree, check_package_names, content_path,
+                      event_path, export_tree_files, input_identity, refuse_own_links)
+from ..ground.paths import fs_path
+from .replay import PackageSource, Replayer
+from ..storage.connection import Storage
+from ..storage.sqlite_file import EventRow, HelperRow, file_identity, translate_sqlite_errors
+
+Progress = Callable[[int], None]
+#: Helper tables compared row by row against the replay.
+HELPER_TABLES = ("case_identity", "lifecycle", "revisions", "hypotheses", "policies", "accounts",
+                 "grants", "reservations", "results", "result_sources", "closings", "terminations",
+                 "evidence_records", "scope_establishments", "scope_limits", "limit_warnings",
+                 "limit_exceedances", "increase_requests", "result_costs", "evidence_atoms", "test_requests",
+                 "feedback_drafts", "feedback_confirmations",
+                 "evidence_indexes", "evidence_files")
+PUBLIC_VIEWS = ("balances", "balances_recomputed", "actions", "evidence", "case_status", "scope_usage")
+EVENT_COLUMNS = ("seq", "type", "revision", "stream", "stream_seq", "created_at", "sha256",
+                 "parent_sha256", "operation_key", "request_sha256", "body")
+
+
+@dataclass
+class VerifyReport:
+    """A passed verification: how much was checked and the head it ends at.
+
+    ``export_behind`` is how many events the ledger holds past the exported
+    ``manifest.json`` head (0 when the export is current; None with no export):
+    a stale export, not an error (``ledger verify --strict`` makes it one).
+    ``export_state`` sums it up: ``"current"``, ``"behind"``, ``"none"`` (never
+    exported) or ``"partial"`` (exported files but no ``manifest.json``: an
+    interrupted export); all but ``"current"`` fail ``--strict``.
+    ``foreign_objects`` lists the schema objects a user added that cannot change
+    or hide the ledger's rows (``{"type", "name", "table"}``: views, indexes,
+    tables, full-text tables and their shadow tables). ``future_events`` counts the
+    events whose time is ahead of this machine's clock, by at most
+    ``future_max_lead_ms`` milliseconds: a note, never a failure (the writer's clock
+    or its configured tolerance may be ahead of the auditor's).
+    """
+
+    package_path: str
+    events: int
+    contents: int
+    head_seq: int
+    head_sha256: str
+    exported_files_checked: int
+    manifest_checked: bool
+    export_behind: int | None = None
+    foreign_objects: list[dict[str, str]] = field(default_factory=list)
+    future_events: int = 0
+    future_max_lead_ms: int = 0
+    export_state: str = "current"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__, foreign_objects=[dict(o) for o in self.foreign_objects], ok=True)
+
+    def notes(self) -> list[str]:
+        """Lines for people about what passed but deserves a look (stale export, foreign objects)."""
+        lines = []
+        if self.export_state == "none":
+            lines.append("not exported: there is no manifest.json; run 'ledger export'")
+        elif self.export_state == "partial":
+            lines.append(f"partial export: {self.exported_files_checked} exported file(s) but no manifest.json "
+                         "(an interrupted export?); run 'ledger export'")
+        if self.export_behind:
+            lines.append(f"export is {self.export_behind} event(s) behind the ledger (manifest head seq "
+                         f"{self.head_seq - self.export_behind}, ledger head seq {self.head_seq}); "
+                         "run 'ledger export' to bring it up to date")
+        if self.future_events:
+            lines.append(f"{self.future_events} event(s) are dated ahead of this machine's clock, by up to "
+                         f"{self.future_max_lead_ms} ms (the writer's clock or its at_future_tolerance_ms; not "
+                         "a fault of the history)")
+        for obj in self.foreign_objects:
+            on = f" on {obj['table']}" if obj["table"] != obj["name"] else ""
+            lines.append(f"foreign object (not the ledger's, left alone): {obj['type']} {obj['name']}{on}")
+        return lines
+
+
+def _rows_differ(conn: sqlite3.Connection, table: str, order: str) -> tuple[Any, ...] | None:
+    """First row (by ``order``) present in only one of main.<table> and orig.<table>."""
+    with translate_sqlite_errors():
+        return conn.execute(statement("rows_differ", table=table, order=order)).fetchone()
+
+
+def verify_case(path: str | os.PathLike[str], progress: Progress | None = None) -> VerifyReport:
+    """Verify the case at ``path`` (docs/files.md); raise ``INTEGRITY_ERROR`` naming the first bad ``seq``.
+
+    Re-applies every stored request into a scratch ledger and compares event bytes,
+    helper rows, public views, exported files that exist, and the manifest head
+    (a truncated or rolled-back ledger fails). Writes nothing in the package.
+    """
+    root = fs_path(path, "case path")
+    check_callback(progress, "progress")
+    ledger = root / LEDGER_FILE
+    refuse_own_links(root)
+    if not ledger.is_file():
+        Case.open(root)  # raises the right LEDGER_MISSING
+    check_package_names(root)
+    with tempfile.TemporaryDirectory(prefix="ledger-verify-") as scratch_dir:
+        scratch = Storage.scratch(Path(scratch_dir) / "replay.sqlite", ledger)
+        immutable = scratch.read_only_source
+        before = file_identity(ledger) if immutable else None
+        try:
+            report = _verify_attached(root, scratch, progress)
+        except LedgerError as exc:
+            if immutable and exc.code == E.INTEGRITY_ERROR and file_identity(ledger) != before:
+                raise _changed_under_us(ledger) from None
+            raise
+        finally:
+            scratch.conn.close()
+        if immutable and file_identity(ledger) != before:
+            raise _changed_under_us(ledger)
+        return report
+
+
+def _changed_under_us(ledger: Path) -> LedgerError:
+    return LedgerError(E.LEDGER_BUSY, f"{ledger} changed while it was read as a read-only snapshot; run verify "
+                       "again (on a read-only mount, pause writers elsewhere first)")
+
+
+def _orig_schema_version(conn: sqlite3.Connection) -> int:
+    with translate_sqlite_errors():
+        has = conn.execute(statement("has_migrations_table", "orig")).fetchone()
+        return conn.execute(statement("schema_version_of", "orig")).fetchone()[0] if has else 0
+
+
+def _verify_attached(root: Path, scratch: Storage, progress: Progress | None) -> VerifyReport:
+    conn = scratch.conn
+    version = _orig_schema_version(conn)
+    if version > schema_version():
+        raise LedgerError(E.SCHEMA_VERSION, f"the ledger has schema version {version}; this case-ledger knows {schema_version()}")
+    problem = migration_record_problem(conn, "orig")
+    if problem:
+        raise _bad(None, problem, table="schema_migrations")
+    if version == 0:
+        raise LedgerError(E.LEDGER_MISSING, "the ledger holds no schema (an interrupted init?)")
+    _check_own_tables(conn, version)
+
+    def content_of(sha: str) -> bytes | None:
+        row = conn.execute(statement("content_body", "orig"), {"sha256": sha}).fetchone()
+        return None if row is None else _as_bytes(row[0])
+
+    derived: list[Any] = []  # what the replay derives, stored into the scratch ledger in bulk
+    replayer = Replayer(PackageSource(root, content_of, lambda: _input_identity(root, conn)),
+                        lambda *item: derived.append(item),
+                        schema_every_event=False)
+    expected = 1
+    try:
+        cursor = conn.execute(statement("events_for_verify", "orig", columns=", ".join(EVENT_COLUMNS)))
+        while rows := cursor.fetchmany(512):
+            store_derived(scratch, derived)
+            derived.clear()
+            for row in rows:
+                stored = dict(zip(EVENT_COLUMNS, row))
+                if stored["seq"] != expected:
+                    raise _bad(expected, f"event {expected} is missing (next stored seq is {stored['seq']})")
+                data = _as_bytes(stored["body"])
+                if stored["sha256"] != sha256_hex(data):
+                    raise _bad(expected, "stored sha256 does not match the event's bytes (edited event)")
+                replayer.apply(expected, data)
+                if progress:
+                    progress(1)
+                expected += 1
+        head = conn.execute(statement("newest_event", "orig")).fetchone()
+    except sqlite3.DatabaseError as exc:
+        raise _bad(expected, f"cannot read the ledger: {exc}") from None
+    if head is None:
+        raise _bad(1, "the ledger holds no events")
+    replayer.finish()
+    store_derived(scratch, derived)
+    _compare_rows(conn)
+    exported, manifest_head = _check_export(root, conn, head)
+    foreign = _compare_schema(conn, version)
+    return VerifyReport(str(root), replayer.count,
+                        conn.execute(statement("content_count")).fetchone()[0],
+                        head[0], head[1], exported, (root / MANIFEST_FILE).exists(),
+                        None if manifest_head is None else head[0] - manifest_head, foreign,
+                        replayer.future_events, replayer.max_lead_ms,
+                        _export_state(manifest_head, head[0], exported))
+
+
+def _export_state(manifest_head: int | None, head_seq: int, exported_files: int) -> str:
+    if manifest_head is None:
+        return "partial" if exported_files else "none"
+    return "current" if manifest_head == head_seq else "behind"
+
+
+def _check_own_tables(conn: sqlite3.Connection, version: int) -> None:
+    """The ledger's tables and views that verify compares row by row must be the shipped ones,
+    before any row is compared (an added column would only make the comparison fail obscurely)."""
+    shipped = shipped_schema(version)
+    present = dict(conn.execute(statement("schema_objects", "orig")).fetchall())
+    for name in ("events", "contents", *HELPER_TABLES, *PUBLIC_VIEWS):
+        if name in shipped and present.get(name) != shipped[name]:
+            raise _bad(None, f"the ledger's {name} is missing or altered (its definition differs from the "
+                       "schema's, e.g. an added column)", object=name)
+
+
+def _input_identity(root: Path, conn: sqlite3.Connection) -> str:
+    """The package's input identity now, leaving out what the ledger under check exports."""
+    exported = {event_path(*row) for row in conn.execute(export_statement(conn, "event_addresses", "orig"))}
+    exported |= {content_path(sha) for (sha,) in conn.execute(statement("content_shas", "orig"))}
+    return input_identity(root, exported)
+
+
+def store_derived(scratch: Storage, items: list[tuple[EventRow, list[HelperRow], Mapping[str, bytes]]]) -> None:
+    """What :meth:`Storage.append` stores for each item, in bulk: every events row, then every
+    content row, then the helper rows, each named statement run once with ``executemany`` (in
+    order within a table). Only for the private scratch ledger, which has no triggers."""
+    if not items:
+        return
+    total = scratch.one("content_bytes_total")[0]
+    contents, helpers = [], {}
+    for event, rows, blobs in items:
+        for sha, data in (blobs or {}).items():
+            total += len(data)
+            contents.append({"sha256": sha, "seq": event.seq, "size_bytes": len(data),
+                             "cumulative_bytes": total, "body": data.decode("utf-8")})
+        for name, params in rows:
+            helpers.setdefault(name, []).append(params)
+    events = [{**event.__dict__, "body": event.body.decode("utf-8")} for event, _, _ in items]
+    with translate_sqlite_errors():
+        scratch.conn.executemany(queries()["insert_event"], events)
+        scratch.conn.executemany(queries()["insert_content"], contents)
+        for name, params in helpers.items():
+            scratch.conn.executemany(queries()[name], params)
+
+
+def _as_bytes(value: Any) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode("utf-8", "surrogatepass")
+
+
+def _compare_rows(conn: sqlite3.Connection) -> None:
+    """Events columns, contents, helper rows and views of the ledger against the replay.
+
+    Every table is compared before anything is reported, so the error names the
+    smallest differing ``seq`` whichever table it is in.
+    """
+    found: list[tuple[int, str]] = []
+    # a ledger made by an older schema version has not every table and view yet (its scratch neither)
+    present = {name for name, _sql in conn.execute(statement("schema_objects", "orig"))}
+    with translate_sqlite_errors():
+        differing = conn.execute(statement("events_differ")).fetchone()
+    if differing is not None:
+        found.append((differing[0], "an events column disagrees with the event's body"))
+    differing = _rows_differ(conn, "contents", "seq")
+    if differing is not None:
+        found.append((differing[1], f"content row {differing[0]} disagrees with the replay (edited, extra or swapped)"))
+    for table in (t for t in HELPER_TABLES if t in present):
+        differing = _rows_differ(conn, table, "seq")
+        if differing is not None:
+            columns = [d[1] for d in conn.execute(statement("table_columns", table=table))]
+            found.append((differing[columns.index("seq")], f"helper table {table} disagrees with the replay"))
+    if found:
+        seq, message = min(found, key=lambda item: (item[0] if type(item[0]) is int else 2**63, item[1]))
+        raise _bad(seq if type(seq) is int else None, message)
+    for view in (v for v in PUBLIC_VIEWS if v in present):
+        try:
+            differing = _rows_differ(conn, view, "1")
+        except LedgerError as exc:
+            raise _bad(None, f"view {view} cannot be read: {exc.message}", view=view) from None
+        if differing is not None:
+            raise _bad(None, f"view {view} disagrees with the replay: {differing}", view=view)
+
+
+#: Tables SQLite creates on its own (``sqlite_autoindex_*`` indexes have no SQL text and never show up).
+SQLITE_OWN_TABLES = frozenset({"sqlite_sequence", "sqlite_stat1", "sqlite_stat2", "sqlite_stat3", "sqlite_stat4"})
+
+
+def _compare_schema(conn: sqlite3.Connection, version: int) -> list[dict[str, str]]:
+    """The ledger's own tables, triggers, views and indexes must be exactly the shipped ones (of
+    the file's schema ``version``), none missing or altered; return the objects a user added
+    that cannot change or hide the ledger's rows (checked last: no seq to name).
+
+    A foreign trigger on a ledger table or view, and a foreign index on a ledger table that is
+    not a plain column list (UNIQUE, partial, on an expression: it can refuse the ledger's own
+    appends), are ``INTEGRITY_ERROR``.
+    """
+    shipped = shipped_schema(version)
+    objects = conn.execute(statement("schema_objects_typed", "orig")).fetchall()
+    present = {name: sql for _, name, _, sql in objects}
+    for name, sql in sorted(shipped.items()):
+        if present.get(name) != sql:
+            raise _bad(None, f"schema object {name} is missing or altered (a dropped trigger leaves the ledger unguarded)",
+                       object=name)
+    fts = {name for kind, name, _, sql in objects if kind == "table" and _FTS_RE.match(sql)}
+    foreign = []
+    for kind, name, table, sql in objects:
+        if name in shipped or name in SQLITE_OWN_TABLES:
+            continue
+        if kind == "trigger" and table in shipped:
+            raise _bad(None, f"schema object {name} is not the ledger's own: a trigger on the ledger's {table} "
+                       "can block or alter its writes; drop it", object=name)
+        if kind == "index" and table in shipped:
+            _refuse_index_that_can_block_writes(conn, name, table)
+        foreign.append({"type": _foreign_kind(kind, name, sql, fts), "name": name, "table": table})
+    return foreign
+
+
+def _refuse_index_that_can_block_writes(conn: sqlite3.Connection, name: str, table: str) -> None:
+    """A user's index on a ledger table is left alone only as a plain column list: a UNIQUE or
+    partial index, an expression or an unknown collation can make the ledger's own appends fail."""
+    unique, partial, expressions, collations = conn.execute(
+        statement("index_shape", "orig"), {"name": name, "table": table}).fetchone()
+    why = ("a UNIQUE index" if unique else "a partial index (WHERE)" if partial else
+           "an index on an expression" if expressions else "an index with a collation SQLite does not know"
+           if collations else None)
+    if why:
+        raise _bad(None, f"schema object {name} is not the ledger's own: {why} on the ledger's {table} can refuse "
+                   "its appends; drop it or make it a plain index on columns", object=name)
+
+
+_FTS_RE = re.compile(r"CREATE\s+VIRTUAL\s+TABLE\s.*\bUSING\s+fts[345]\b", re.I | re.S)
+#: Tables SQLite's full-text modules keep beside a full-text table ``<name>``: ``<name>_<suffix>``.
+FTS_SHADOW_SUFFIXES = ("data", "idx", "content", "docsize", "config", "segments", "segdir", "stat")
+
+
+def _foreign_kind(kind: str, name: str, sql: str, fts: set[str]) -> str:
+    """How verify names a user's own object: view, index, table, trigger, full-text table or its shadow."""
+    if kind != "table":
+        return kind
+    if name in fts:
+        return "full-text table"
+    if any(name == f"{base}_{suffix}" for base in fts for suffix in FTS_SHADOW_SUFFIXES):
+        return "full-text shadow table"
+    return "virtual table" if re.match(r"CREATE\s+VIRTUAL\b", sql, re.I) else "table"
+
+
+def _check_export(root: Path, conn: sqlite3.Connection, head: tuple[int, str]) -> tuple[int, int | None]:
+    """Exported files that exist must hold the ledger's bytes; the manifest must be what an
+    export at its head writes; an exported event the ledger no longer has means truncation.
+    Returns (files checked, the manifest's head seq or None without a manifest)."""
+    manifest = read_manifest(root)
+    checked = 0
+    if manifest is not None:
+        check_manifest(manifest, conn, head[0])
+    known = {event_path(*row) for row in conn.execute(export_statement(conn, "event_addresses"))}
+    files = export_tree_files(root)
+    for relative in files:
+        if relative not in known and EVENT_FILE_RE.fullmatch(relative):
+            try:
+                seq = json.loads((root / relative).read_bytes()).get("seq")
+            except (ValueError, AttributeError, RecursionError, OSError):
+                continue  # not an event of ours: not evidence of truncation (check_export_tree names it)
+            if type(seq) is int and seq > head[0]:
+                raise _bad(head[0] + 1, f"{relative} holds event {seq} but the ledger ends at seq {head[0]} "
+                           "(truncated or rolled-back ledger)")
+    check_export_tree(files, known | {content_path(sha) for (sha,) in conn.execute(statement("content_shas"))})
+    limit = manifest["head"]["seq"] if manifest else 0
+    present = set(files)  # every regular file under analysis/ (a link there was refused above)
+    for seq, stream, revision, stream_seq, body in conn.execute(export_statement(conn, "events_for_export")):
+        relative = event_path(stream, revision, stream_seq)
+        if relative in present:
+            if not same_bytes(root / relative, _as_bytes(body)):
+                raise _bad(seq, f"exported file {relative} differs from the ledger")
+            checked += 1
+        elif seq <= limit:
+            raise _bad(seq, f"exported file {relative} is missing")
+    for sha, seq, body in conn.execute(statement("contents_for_export")):
+        relative = content_path(sha)
+        if relative in present:
+            if not same_bytes(root / relative, _as_bytes(body)):
+                raise _bad(seq, f"exported content {sha} differs from the ledger")
+            checked += 1
+        elif seq <= limit:
+            raise _bad(seq, f"exported content {sha} is missing")
+    return checked, manifest["head"]["seq"] if manifest else None
+
+

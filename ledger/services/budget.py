@@ -1,0 +1,291 @@
+"""Budget accounting of a case (docs/concepts.md): the Python API.
+
+:class:`BudgetManager` checks the shape of each call, then evaluates the rule of
+:mod:`ledger.rules` and appends its event in one ``BEGIN IMMEDIATE`` transaction.
+Every method returns a :class:`BudgetResult`; an identical replay returns the
+current state with ``reused=True`` and writes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from ..ground import errors as E
+from ..ground.clock import parse_at
+from ..ground.config import BudgetConfig
+from ..ground.errors import LedgerError
+from ..model.package import resolve_source_refs
+from ..rules import budget as rules
+from ..rules import feedback as feedback_rules
+from ..rules import scopes as scope_rules
+from ..rules.common import check_action_name, check_hypothesis_id
+from ..rules.common import hypothesis_number
+from .session import Ran, SessionBase
+
+
+@dataclass(frozen=True)
+class BudgetResult:
+    """What every budget operation returns (docs/concepts.md).
+
+    * ``package_path`` — the case folder; ``revision`` — the analysis revision;
+    * ``seq`` / ``event_ref`` — the event (the original one when ``reused``) and
+      the path it exports to; ``None`` for a snapshot of an uninitialized revision;
+    * ``state`` — every account of the revision, keyed by hypothesis id, each with
+      the ``balances`` view's columns (units are integers);
+    * ``reused`` — True for an identical replay (nothing written);
+    * ``investigable`` — non-terminal accounts with no pending action;
+    * ``ready_for_evaluation`` — every account terminal and nothing pending;
+    * ``action`` — the touched action's state (reserve/record/settle/fail).
+    """
+
+    package_path: str
+    revision: int
+    seq: int | None
+    event_ref: str | None
+    state: dict[str, dict[str, Any]]
+    reused: bool
+    investigable: list[str]
+    ready_for_evaluation: bool
+    action: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready copy (what journal result lines carry)."""
+        out = {
+            "package_path": self.package_path, "revision": self.revision, "seq": self.seq,
+            "event_ref": self.event_ref, "state": {h: dict(a) for h, a in self.state.items()},
+            "reused": self.reused, "investigable": list(self.investigable),
+            "ready_for_evaluation": self.ready_for_evaluation,
+        }
+        if self.action is not None:
+            out["action"] = dict(self.action)
+        return out
+
+
+@dataclass(frozen=True)
+class GateReading:
+    """The answer of a soft-gate read (``check``, ``price_signal``, ``remaining``): ``values`` (also
+    reachable as ``reading["key"]``) and ``seq``, the newest event it saw; ``reused`` is always True
+    (nothing was written)."""
+
+    values: dict[str, Any]
+    seq: int
+    reused: bool = True
+
+    def __getitem__(self, key: str) -> Any:
+        return self.values[key]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.values)
+
+
+ACCOUNT_FIELDS = ("hypothesis_id", "initial_units", "granted_units", "spent_units", "rewarded_units",
+                  "remaining_units", "status", "terminal_reason", "pending_action_id",
+                  "low_information_streak", "settled_actions", "failed_actions")
+
+
+def _state(accounts: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Accounts by hypothesis id, in hypothesis order, each with the ``balances`` columns in order."""
+    return {h: {k: accounts[h][k] for k in ACCOUNT_FIELDS} for h in sorted(accounts, key=hypothesis_number)}
+
+
+class BudgetManager:
+    """Budget operations on one case. ``config=None`` uses the policy frozen for the revision.
+
+    With a ``config`` whose policy differs from the frozen one, identical replays
+    and snapshots still work and every new operation fails with
+    ``BUDGET_POLICY_CHANGED``. ``at`` (RFC 3339 UTC) sets the event time.
+    """
+
+    def __init__(self, session: SessionBase, package_path: Path | None, config: BudgetConfig | None = None) -> None:
+        if config is not None and not isinstance(config, BudgetConfig):
+            raise LedgerError(E.INVALID_ARGUMENT, f"config must be a BudgetConfig (BudgetConfig.load(path) or "
+                              f"BudgetConfig.from_mapping(...)) or None, got {type(config).__name__}")
+        self._session = session
+        self.package_path = package_path
+        self.config = config
+
+    def _run(self, name: str, request: dict[str, Any], at: str | None, action: tuple[str, str] | None = None,
+             inputs: dict[str, Any] | None = None) -> BudgetResult:
+        return self._result(self._session.run(name, request, at=at, config=self.config, inputs=inputs), action)
+
+    def _result(self, ran: Ran, action: tuple[str, str] | None = None) -> BudgetResult:
+        seq = ran.seq
+        if ran.appended:
+            first = ran.appended[0]  # the operation's own event; limit.approaching may follow it
+            body, seq = first.body, first.seq
+            revision, ref = body["revision"], first.event_ref
+            accounts = {a["hypothesis_id"]: a for a in body["accounts"]}
+            action_state = body.get("action")
+        else:
+            with self._session.read() as view:
+                revision = view.case()["revision"]
+                accounts = view.accounts(revision)
+                ref = self._session.event_ref(seq)
+                action_state = view.action(revision, *action) if action else None
+        return BudgetResult(
+            package_path=str(self.package_path), revision=revision, seq=seq, event_ref=ref,
+            state=_state(accounts), reused=ran.reused,
+            investigable=rules.investigable(accounts), ready_for_evaluation=rules.ready_for_evaluation(accounts),
+            action=action_state,
+        )
+
+    def initialize(self, *, at: str | None = None) -> BudgetResult:
+        """Open one account per hypothesis of the current revision (docs/concepts.md).
+
+        Errors: ``CASE_STATE``, ``LIMIT_REACHED``. Repeating returns ``reused=True``
+        and never refills anything, whatever the config.
+        """
+        return self._run("initialize", rules.shape_initialize(), at)
+
+    def reserve(self, hypothesis_id: str, action_id: str, action: str, *, at: str | None = None) -> BudgetResult:
+        """Debit ``action``'s cost from ``hypothesis_id`` before the tool runs.
+
+        ``action`` is a tool name such as ``source.read_context``; its cost is
+        ``action_costs[action]`` or ``default_action_cost``. Errors (in order):
+        ``INVALID_ID``, ``OPERATION_CONFLICT``, ``CASE_STATE``, ``NOT_INITIALIZED``,
+        ``UNKNOWN_HYPOTHESIS``, ``BUDGET_POLICY_CHANGED``, ``ACCOUNT_TERMINAL``,
+        ``ACTION_PENDING``, ``INSUFFICIENT_BUDGET``, ``LIMIT_REACHED``.
+        """
+        request = rules.shape_reserve(hypothesis_id, action_id, action)
+        return self._run("reserve", request, at, (hypothesis_id, action_id))
+
+    def record_result(self, hypothesis_id: str, action_id: str, evidence: Any,
+                      source_refs: Iterable[str] | None = None, *, cost_usd_millicents: int | None = None,
+                      at: str | None = None) -> BudgetResult:
+        """Store ``evidence`` (any JSON value, ≤ 1 MiB canonical) for a reserved action.
+
+        ``source_refs`` are relative paths of regular files inside the package,
+        stored with their sha256. Novelty v1 is computed now (new and non-empty →
+        ``new_evidence_score``, else 0); nothing is refunded until ``settle``.
+        ``cost_usd_millicents`` is external money the tool reported (an integer ≥ 0,
+        1/1000 of a US cent); it counts against ``cost_usd_millicents`` limits from now on.
+        Errors: ``INVALID_ID``, ``INVALID_JSON``, ``LIMIT_REACHED``,
+        ``SOURCE_REF_INVALID``, then the order of docs/concepts.md up to ``ACTION_CLOSED``.
+        """
+        refs = [] if source_refs is None else source_refs
+        request, payload = rules.shape_record_result(
+            hypothesis_id, action_id, evidence, refs,
+            evidence_bytes_max=self._session.limits["evidence_payload_bytes_max"],
+            cost_usd_millicents=cost_usd_millicents)
+        if self.package_path is None and request["source_refs"]:
+            raise LedgerError(E.SOURCE_REF_INVALID, "source references need a package folder to resolve in, "
+                              "and this case has none (an in-memory case without a package)")
+        sources = resolve_source_refs(self.package_path, request["source_refs"]) if request["source_refs"] else []
+        return self._run("record_result", request, at, (hypothesis_id, action_id),
+                         inputs={"evidence": payload, "sources": sources})
+
+    def record_evidence(self, hypothesis_id: str, action_id: str, record_id: str, *,
+                        at: str | None = None) -> BudgetResult:
+        """Feed evidence record ``record_id`` (``E000001``…) to the reserved action: it awaits
+        assessment with novelty ``min(new_evidence_score, record novelty)``; nothing is refunded yet.
+        Errors: ``INVALID_ID``, the order of docs/concepts.md, ``INVALID_ARGUMENT`` (unknown record),
+        ``NO_RESERVATION`` (a record of another reservation, or a result already recorded).
+        """
+        request = rules.shape_record_evidence(hypothesis_id, action_id, record_id)
+        return self._run("record_evidence", request, at, (hypothesis_id, action_id))
+
+    def request_test(self, hypothesis_id: str, action_id: str, kind: str, operation_id: str, *,
+                     at: str | None = None) -> BudgetResult:
+        """Reserve an external test (``kind`` ``human`` or ``automated``: the action ``test.human`` or
+        ``test.automated``, priced by the policy's ``test_costs``) and bind it to ``operation_id``.
+
+        Waiting costs nothing; the case may move to ``BLOCKED`` meanwhile with every balance and
+        pending reservation kept. Its reply comes through the evidence store's ``submit_feedback``,
+        ``confirm_feedback`` and ``store_feedback``, then ``record_evidence`` and ``settle``.
+        Errors: ``INVALID_ID``, ``INVALID_ARGUMENT`` (kind), then those of :meth:`reserve`, with
+        ``OPERATION_CONFLICT`` also for an ``operation_id`` already used.
+        """
+        request = feedback_rules.shape_request_test(hypothesis_id, action_id, kind, operation_id)
+        return self._run("request_test", request, at, (hypothesis_id, action_id))
+
+    def settle(self, hypothesis_id: str, action_id: str, semantic_score: int, reason: str,
+               *, at: str | None = None) -> BudgetResult:
+        """Close an assessed action and refund (docs/concepts.md).
+
+        ``semantic_score`` is an ``int`` 0–100 (no bool, no float); ``reason`` a
+        non-blank string. ``information = min(novelty, semantic_score)``;
+        ``reward = min(cost * max_reward_bps * information // 1_000_000, cost - 1)``.
+        Errors: ``INVALID_SCORE``, ``REASON_REQUIRED``, …, ``RESULT_MISSING``.
+        """
+        request = rules.shape_settle(hypothesis_id, action_id, semantic_score, reason)
+        return self._run("settle", request, at, (hypothesis_id, action_id))
+
+    def fail(self, hypothesis_id: str, action_id: str, reason: str, *, at: str | None = None) -> BudgetResult:
+        """Close a pending action with no refund; counts as a low-information step.
+
+        Errors: ``REASON_REQUIRED``, …, ``UNKNOWN_ACTION``, ``ACTION_CLOSED``.
+        """
+        request = rules.shape_fail(hypothesis_id, action_id, reason)
+        return self._run("fail", request, at, (hypothesis_id, action_id))
+
+    def reject(self, hypothesis_id: str, reason: str, *, at: str | None = None) -> BudgetResult:
+        """Mark the account ``rejected`` (terminal), no refund, nothing deleted.
+
+        Errors: ``REASON_REQUIRED``, …, ``ACCOUNT_TERMINAL``, ``ACTION_PENDING``.
+        """
+        return self._run("reject", rules.shape_reject(hypothesis_id, reason), at)
+
+    def grant(self, hypothesis_id: str, units: int, issuer: str, reason: str, grant_id: str,
+              *, at: str | None = None) -> BudgetResult:
+        """Add ``units`` (an integer ≥ 1) to an account: the only way to add units. Only the revision's
+        issuer (the actor that initialized its budget) may; a terminal account stays terminal.
+        Identity ``(revision, grant, hypothesis_id, grant_id)``. Resets the price signal's scarcity.
+        Errors: ``INVALID_ARGUMENT``, ``INVALID_ID``, ``REASON_REQUIRED``, ``OPERATION_CONFLICT``,
+        ``CASE_STATE``, ``NOT_INITIALIZED``, ``UNKNOWN_HYPOTHESIS``, ``BUDGET_POLICY_CHANGED``,
+        ``AUTHORITY_DENIED``, ``LIMIT_REACHED``.
+        """
+        request = rules.shape_grant(hypothesis_id, units, issuer, reason, grant_id)
+        return self._run("grant", request, at)
+
+    def check(self, hypothesis_id: str, action: str, *, at: str | None = None) -> "GateReading":
+        """The soft gate: ``allowed``, ``cost``, ``remaining`` (the tightest of the account and every
+        ``units`` limit holding it), ``pct_remaining``, ``tier`` (``full``/``shallow``/``deferred``) and
+        ``scarcity_bps`` for reserving ``action`` now (``at``: the time ``duration_ms`` limits are judged
+        at). Writes nothing and never raises for lack of budget. Errors: ``INVALID_ID``,
+        ``NOT_INITIALIZED``, ``UNKNOWN_HYPOTHESIS``."""
+        check_hypothesis_id(hypothesis_id)
+        check_action_name(action)
+        with self._session.read() as view:
+            moment = max(parse_at(at) if at is not None else self._session.clock(), view.head()[2])
+            return GateReading(scope_rules.check(view, hypothesis_id, action, moment), view.head()[0])
+
+    def price_signal(self, hypothesis_id: str, action: str, *, at: str | None = None) -> "GateReading":
+        """``{cost, resource_cost, scarcity_bps}``: ``scarcity_bps = 10000 + (max_scarcity_bps - 10000) *
+        depletion_pct // 100`` with ``depletion_pct = 100 -`` the lowest ``pct_remaining`` since the
+        last grant, ``resource_cost = ceil(cost * scarcity_bps / 10000)``. Advisory: the debited cost is
+        always ``cost``. Writes nothing. Errors: ``INVALID_ID``, ``NOT_INITIALIZED``, ``UNKNOWN_HYPOTHESIS``."""
+        check_hypothesis_id(hypothesis_id)
+        check_action_name(action)
+        if at is not None:
+            parse_at(at)
+        with self._session.read() as view:
+            return GateReading(scope_rules.price_signal(view, hypothesis_id, action), view.head()[0])
+
+    def remaining(self, hypothesis_id: str) -> "GateReading":
+        """``{budget, spent, remaining, pct_remaining}`` of an account (``budget = initial + granted``,
+        ``spent`` net of refunds, ``spent + remaining = budget``). Writes nothing. Errors: ``INVALID_ID``,
+        ``NOT_INITIALIZED``, ``UNKNOWN_HYPOTHESIS``."""
+        check_hypothesis_id(hypothesis_id)
+        with self._session.read() as view:
+            return GateReading(scope_rules.remaining(view, hypothesis_id), view.head()[0])
+
+    def snapshot(self) -> BudgetResult:
+        """Replay and validate the current revision's budget history; write nothing.
+
+        Checks every budget event of the revision: hash of its stored bytes,
+        parent link, ``remaining = initial + granted - spent + rewarded >= 0``,
+        ``0 <= reward < cost``, and that the ``balances`` view equals the newest
+        state. Raises ``INTEGRITY_ERROR`` naming the first bad ``seq``, and
+        ``NOT_INITIALIZED`` when the current revision has no budget yet.
+        """
+        revision, last_seq, accounts, ref = self._session.budget_snapshot()
+        if last_seq is None:
+            raise LedgerError(E.NOT_INITIALIZED, f"revision {revision} has no budget yet; run initialize first"
+                              if revision else "no revision is open yet; open one, then run initialize")
+        return BudgetResult(
+            package_path=str(self.package_path), revision=revision, seq=last_seq, event_ref=ref,
+            state=_state(accounts), reused=True,
+            investigable=rules.investigable(accounts), ready_for_evaluation=rules.ready_for_evaluation(accounts),
+        )

@@ -1,0 +1,280 @@
+"""The case package and its lifecycle (docs/concepts.md).
+
+A case package is a directory holding ``ledger.sqlite`` (the source of truth),
+the case's read-only inputs (``sources/``, ``data/``, anything else) and, after
+``export``, ``manifest.json`` and ``analysis/``. :class:`Case` creates and opens
+packages, moves the case through its states, resolves source references and
+computes the input identity.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+import warnings
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+from ..ground import errors as E
+from ..storage.sqlfiles import migration_record_problem, statement
+from ..ground.canonical import check_int
+from ..ground.clock import parse_at, utc_now
+from ..ground.config import AnalysisConfig
+from ..ground.errors import LedgerError
+from .facade import CaseFacade, LifecycleResult  # noqa: F401 (re-exported)
+from .evidence import EvidenceStore
+from ..model.package import (ANALYSIS_DIR, LEDGER_FILE, MANIFEST_FILE, content_path, event_path, input_identity,
+                      refuse_own_links, resolve_source_refs)
+from ..ground.paths import fs_path, os_error
+from ..router.reference import Router
+from ..rules import lifecycle
+from ..rules.common import check_action_id, check_case_id
+from ..storage.readonly import readonly_rows
+from .session import Session, check_future_at
+from ..storage.connection import CheckpointWarning, Storage
+from ..storage.sqlite_file import check_ledger_path, translate_sqlite_errors
+from ..model.views import SqlView
+
+DEFAULT_ACTOR = "controller"
+
+
+class Case(CaseFacade):
+    """An open case package. Use :meth:`create` or :meth:`open`; close with :meth:`close`.
+
+    ``actor`` is the asserted identity recorded in every event (default
+    ``controller``); ``clock`` returns the time of events written without an
+    explicit ``at``. One ``Case`` per thread.
+    """
+
+    def __init__(self, path: Path, storage: Storage, analysis: AnalysisConfig, *,
+                 actor: str = DEFAULT_ACTOR, clock: Callable[[], str] = utc_now) -> None:
+        self.path = path
+        self.storage = storage
+        self.analysis = analysis
+        self.actor = check_action_id(actor, "actor")
+        self.clock = clock
+        self.session = Session(storage, actor=self.actor, clock=clock, limits=analysis.limits)
+
+    # -- opening -----------------------------------------------------------------------
+    @classmethod
+    def create(cls, path: str | os.PathLike[str], case_id: str, *,
+               analysis_config: AnalysisConfig | None = None, actor: str = DEFAULT_ACTOR,
+               clock: Callable[[], str] = utc_now, at: str | None = None) -> "Case":
+        """Create a case package at ``path`` (the folder may exist and hold inputs).
+
+        Raises ``CASE_EXISTS`` when it already holds a manifest, a ledger with a case
+        or an ``analysis/`` tree; ``INVALID_ID`` for a malformed ``case_id``.
+        """
+        check_case_id(case_id)
+        check_action_id(actor, "actor")
+        analysis = analysis_config or AnalysisConfig()
+        # a far-future time is refused before any folder or file is made
+        moment = check_future_at(parse_at(at), clock(), analysis.limits) if at is not None else None
+        root = fs_path(path, "case path")
+        try:
+            return cls._create(root, case_id, analysis, actor, clock, moment)
+        except OSError as exc:
+            raise os_error(exc, f"cannot create a case at {root}") from None
+
+    @classmethod
+    def _create(cls, root: Path, case_id: str, analysis: AnalysisConfig, actor: str,
+                clock: Callable[[], str], moment: str | None) -> "Case":
+        refuse_own_links(root, creating=True)  # a new ledger is never created through a link
+        if (root / MANIFEST_FILE).exists() or (root / ANALYSIS_DIR).exists():
+            raise LedgerError(E.CASE_EXISTS, f"{root} already holds a case package (manifest or analysis/)")
+        if root.exists() and not root.is_dir():
+            raise LedgerError(E.INVALID_ARGUMENT, f"{root} is not a directory")
+        check_ledger_path(root / LEDGER_FILE)  # before any folder is made
+        root.mkdir(parents=True, exist_ok=True)
+        storage = Storage.create(root / LEDGER_FILE, analysis.storage)
+        case = cls(root, storage, analysis, actor=actor, clock=clock)
+        try:
+            request = lifecycle.shape_create(case_id, str(uuid.uuid4()))
+            case.session.run("create", request, at=moment, prepare=cls._prepare_new_ledger(storage, root))
+        except BaseException:
+            storage.conn.close()
+            raise
+        return case
+
+    @staticmethod
+    def _prepare_new_ledger(storage: Storage, root: Path) -> Callable[[SqlView], None]:
+        def prepare(view: SqlView) -> None:
+            storage.check_schema_version()
+            storage.apply_migrations()
+            if view.case() is not None:
+                raise LedgerError(E.CASE_EXISTS, f"{root} already holds a case ledger")
+        return prepare
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], *, analysis_config: AnalysisConfig | None = None,
+             actor: str = DEFAULT_ACTOR, clock: Callable[[], str] = utc_now) -> "Case":
+        """Open an existing package.
+
+        Raises ``LEDGER_MISSING`` when ``ledger.sqlite`` is absent (``import`` restores
+        it from an export) or holds no case, ``SCHEMA_VERSION`` for a newer schema.
+        """
+        analysis = analysis_config or AnalysisConfig()
+        root = fs_path(path, "case path")
+        try:
+            return cls._open(root, analysis, actor, clock)
+        except OSError as exc:
+            raise os_error(exc, f"cannot open a case at {root}", E.LEDGER_MISSING) from None
+
+    @classmethod
+    def _open(cls, root: Path, analysis: AnalysisConfig, actor: str, clock: Callable[[], str]) -> "Case":
+        refuse_own_links(root)
+        ledger = root / LEDGER_FILE
+        if not ledger.is_file():
+            if (root / MANIFEST_FILE).exists():
+                raise LedgerError(
+                    E.LEDGER_MISSING,
+                    f"{ledger} is missing but the package has an export; restore it with "
+                    f"'ledger import {root} --to {root}' instead of starting a new ledger",
+                )
+            if (root / ANALYSIS_DIR).exists():
+                raise LedgerError(
+                    E.LEDGER_MISSING,
+                    f"{ledger} and manifest.json are missing but {root / ANALYSIS_DIR} exists: the export cannot be "
+                    "trusted without its manifest, so there is nothing to restore from here (move analysis/ aside to "
+                    "start a new case with 'ledger init')",
+                )
+            raise LedgerError(E.LEDGER_MISSING, f"no case at {root} (no {LEDGER_FILE}); create one with 'ledger init'")
+        storage = Storage.open(ledger, analysis.storage)
+        case = cls(root, storage, analysis, actor=actor, clock=clock)
+        try:
+            with storage.read():
+                with translate_sqlite_errors():
+                    problem = migration_record_problem(storage.conn)
+                if problem:
+                    raise LedgerError(E.INTEGRITY_ERROR, f"{ledger}: {problem}; the file was edited outside case-ledger")
+                if storage.current_schema_version() == 0 or SqlView(storage).case() is None:
+                    raise LedgerError(E.LEDGER_MISSING, f"{ledger} holds no case (an interrupted init?); run init again")
+        except BaseException:
+            storage.conn.close()
+            raise
+        return case
+
+    def close(self) -> str | None:
+        """Checkpoint the WAL (``wal_checkpoint(TRUNCATE)``) and close the connection.
+
+        Never waits on another connection. Returns None when the write-ahead log was
+        emptied, else why not (a reader elsewhere holds an old snapshot), which is
+        also issued as a :class:`CheckpointWarning`; the case is closed either way.
+        ``INVALID_ARGUMENT`` from a thread other than the one that opened the case.
+        """
+        self.session.check_thread()
+        incomplete = self.storage.close()
+        if incomplete is not None:
+            warnings.warn(incomplete, CheckpointWarning, stacklevel=2)
+        return incomplete
+
+    def __enter__(self) -> "Case":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def evidence(self, router: Router | None = None) -> EvidenceStore:
+        """The evidence store of this case; ``router`` defaults to the reference router over the package."""
+        return EvidenceStore(self, router)
+
+    # -- reads ---------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        """The ``case_status`` view's row."""
+        return self.query(statement("case_status_row"))[0]
+
+    def iter_query(self, sql: str, params: Iterable[Any] | dict[str, Any] = ()) -> Iterator[dict[str, Any]]:
+        """Rows of a read-only query as dicts, read from the cursor as they are consumed (one read
+        transaction, ended when the iterator is exhausted or closed): for outputs too big to hold."""
+        with self.session.read(), translate_sqlite_errors():
+            cursor = self.storage.conn.execute(sql, params)
+            names = [d[0] for d in cursor.description or ()]
+            while chunk := cursor.fetchmany(512):
+                for row in chunk:
+                    yield dict(zip(names, row))
+
+    def query(self, sql: str, params: Iterable[Any] | dict[str, Any] = ()) -> list[dict[str, Any]]:
+        """Rows of a read-only query as dicts, in one short read transaction
+        (``INVALID_ARGUMENT`` when ``sql`` is not a str)."""
+        if not isinstance(sql, str):
+            raise LedgerError(E.INVALID_ARGUMENT, f"sql must be a str, got {type(sql).__name__}")
+        with self.session.read(), translate_sqlite_errors():
+            cursor = self.storage.conn.execute(sql, params)
+            names = [d[0] for d in cursor.description or ()]
+            return [dict(zip(names, row)) for row in cursor.fetchall()]
+
+    def balances(self) -> list[dict[str, Any]]:
+        """Rows of the ``balances`` view, by revision and hypothesis number."""
+        return self.query(statement("balances_in_order"))
+
+    def actions(self) -> list[dict[str, Any]]:
+        """Rows of the ``actions`` view in the order the actions were reserved."""
+        return self.query(statement("actions_in_reservation_order"))
+
+    def events(self, since_seq: int = 0, *, with_body: bool = False) -> list[dict[str, Any]]:
+        """The hash chain after ``since_seq``: ``seq``, ``type``, ``revision``, ``created_at``,
+        ``sha256``, ``parent_sha256`` (and ``body``, the canonical JSON text), by seq."""
+        return list(self.iter_events(since_seq, with_body=with_body))
+
+    def iter_events(self, since_seq: int = 0, *, with_body: bool = False) -> Iterator[dict[str, Any]]:
+        """:meth:`events` read from the cursor as consumed (``INVALID_ARGUMENT`` for a bad ``since_seq``
+        is raised at the call, before iterating)."""
+        check_int(since_seq, "since_seq", minimum=0)
+        return self.iter_query(statement("events_since", body=", body" if with_body else ""), {"since": since_seq})
+
+    # -- package files -----------------------------------------------------------------
+    def resolve_source_refs(self, refs: Iterable[str]) -> list[dict[str, str]]:
+        """``[{"path", "sha256"}]`` for source references: :func:`resolve_source_refs` on this package."""
+        self.session.check_thread()
+        return resolve_source_refs(self.path, refs)
+
+    def exported_paths(self) -> set[str]:
+        """Every path under ``analysis/`` that an export of this ledger writes."""
+        with self.session.read():
+            rows = self.storage.conn.execute(statement("event_addresses")).fetchall()
+            shas = self.storage.conn.execute(statement("content_shas")).fetchall()
+        return {event_path(*row) for row in rows} | {content_path(sha) for (sha,) in shas}
+
+    def input_identity(self) -> str:
+        """sha256 over the sorted ``[relative path, sha256]`` of the package's inputs (docs/concepts.md).
+
+        Excludes ``ledger.sqlite*``, ``manifest.json`` and the files under
+        ``analysis/`` that the ledger exports (plus an interrupted export's temp
+        files). A symlink contributes the sha256 of its target text, never bytes
+        from outside the package.
+        """
+        return input_identity(self.path, self.exported_paths())
+
+
+#: The longest a read-only query may run: one day, in milliseconds.
+MAX_TIMEOUT_MS = 86_400_000
+
+
+@contextmanager
+def read_only_rows(path: str | os.PathLike[str], sql: str, *,
+                   timeout_ms: int = 30_000) -> Iterator[tuple[list[str], Iterator[tuple]]]:
+    """:func:`read_only_query` with the rows read from the cursor as consumed:
+    ``with read_only_rows(path, sql) as (names, rows): …`` (same refusals)."""
+    check_int(timeout_ms, "timeout_ms", minimum=1, maximum=MAX_TIMEOUT_MS)
+    if not isinstance(sql, str):
+        raise LedgerError(E.INVALID_ARGUMENT, f"sql must be a str, got {type(sql).__name__}")
+    root = fs_path(path, "case path")
+    ledger = root / LEDGER_FILE
+    if not ledger.is_file():
+        Case.open(root)  # raises the LEDGER_MISSING explanation
+    with readonly_rows(ledger, sql, timeout_ms=timeout_ms) as found:
+        yield found
+
+
+def read_only_query(path: str | os.PathLike[str], sql: str, *, timeout_ms: int = 30_000) -> tuple[list[str], list[tuple]]:
+    """Run one read-only SQL statement on the ledger of the case at ``path``: ``(column names, rows)``.
+
+    The connection cannot write (``mode=ro``, ``query_only``, an authorizer that
+    denies ATTACH and pragmas). Raises ``LEDGER_MISSING`` when there is no case,
+    ``INVALID_ARGUMENT`` for anything but a single row-returning read or a
+    query still running after ``timeout_ms`` (an integer of milliseconds,
+    1 to 86 400 000; anything else is ``INVALID_ARGUMENT``).
+    """
+    with read_only_rows(path, sql, timeout_ms=timeout_ms) as (names, rows):
+        return names, list(rows)

@@ -1,0 +1,1 @@
+"""Policy simulation: replaying recorded journals under budget policies in memory, and its picture."""

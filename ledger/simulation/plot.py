@@ -1,0 +1,110 @@
+"""The trade-off picture of a policy simulation: steps saved against good runs stopped.
+
+Needs matplotlib, the optional extra ``plot`` (``pip install 'case-ledger[plot]'``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from ..ground import errors as E
+from ..ground.arguments import check_instance, check_iterable
+from ..ground.errors import LedgerError
+from ..ground.paths import fs_path
+
+PLOT_SUFFIXES = (".svg", ".png")
+
+
+def tradeoff_points(policies: Sequence[Mapping[str, Any]], good: str = "resolved") -> list[tuple[str, float, float]]:
+    """``(name, steps saved %, good runs stopped %)`` per policy row of a simulation report.
+
+    Steps saved = ``steps_refused / steps``; runs stopped = runs that ended abandoned
+    or exhausted, among the runs whose outcome is ``good`` (all runs when the report
+    has no such outcome). A policy without steps or runs scores 0.
+    """
+    check_iterable(policies, "policies", "the policies of a simulation report (a list of dicts)")
+    check_instance(good, str, "good", "an outcome name (str)")
+    points = []
+    for row in policies:
+        check_instance(row, Mapping, "each policy", "a dict of a simulation report")
+        group = row.get("by_outcome", {}).get(good, row)
+        stopped = group["runs_abandoned"] + group["runs_exhausted"]
+        points.append((row["name"], 100 * row["steps_refused"] / row["steps"] if row["steps"] else 0.0,
+                       100 * stopped / group["runs"] if group["runs"] else 0.0))
+    return points
+
+
+def _pyplot() -> Any:
+    try:
+        matplotlib = importlib.import_module("matplotlib")
+    except ImportError:
+        raise LedgerError(E.INVALID_ARGUMENT, "--plot needs matplotlib: pip install 'case-ledger[plot]'") from None
+    matplotlib.use("Agg")
+    return importlib.import_module("matplotlib.pyplot")
+
+
+def check_output_file(path: str | os.PathLike[str], option: str) -> Path:
+    """Refuse, before any work, an output file that cannot be written: its folder missing or not
+    writable, or the path a folder or a read-only file (``INVALID_ARGUMENT`` naming ``option``)."""
+    target = fs_path(path, option)
+    folder = target.parent if str(target.parent) else Path(".")
+    if target.is_dir():
+        raise LedgerError(E.INVALID_ARGUMENT, f"{option} {target}: is a folder; give a file name")
+    if not folder.is_dir():
+        raise LedgerError(E.INVALID_ARGUMENT, f"{option} {target}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        raise LedgerError(E.INVALID_ARGUMENT, f"{option} {target}: cannot write there (permission denied)")
+    return target
+
+
+def check_plot(path: str | os.PathLike[str]) -> Path:
+    """What :func:`plot_tradeoff` would refuse, checked before a simulation runs: the suffix
+    (``.svg``/``.png``), matplotlib being installed, and a writable target (``INVALID_ARGUMENT``)."""
+    target = check_output_file(path, "--plot")
+    if target.suffix.lower() not in PLOT_SUFFIXES:
+        raise LedgerError(E.INVALID_ARGUMENT, f"--plot {target}: the file must end in .svg or .png")
+    _pyplot()
+    return target
+
+
+def plot_tradeoff(policies: Sequence[Mapping[str, Any]], path: str | os.PathLike[str], *, base: str | None = None,
+                  good: str = "resolved") -> Path:
+    """Draw :func:`tradeoff_points` of ``policies`` to ``path`` (``.svg`` or ``.png``), each point
+    labelled by policy name, ``base`` (default: the first policy) marked. Returns the path.
+
+    ``INVALID_ARGUMENT`` for another suffix or when matplotlib is missing; ``STORAGE_ERROR``
+    when the file cannot be written.
+    """
+    target = Path(path)
+    if target.suffix.lower() not in PLOT_SUFFIXES:
+        raise LedgerError(E.INVALID_ARGUMENT, f"--plot {target}: the file must end in .svg or .png")
+    plt = _pyplot()
+    points = tradeoff_points(policies, good)
+    base = base if base is not None else (points[0][0] if points else None)
+    has_good = any(good in row.get("by_outcome", {}) for row in policies)
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    right = max((stopped for _, _, stopped in points), default=0.0) / 2
+    for name, saved, stopped in points:
+        marked = name == base
+        axes.scatter([stopped], [saved], s=80 if marked else 36, marker="*" if marked else "o",
+                     color="tab:red" if marked else "tab:blue", zorder=3)
+        axes.annotate(f"{name} (base)" if marked else name, (stopped, saved), textcoords="offset points",
+                      xytext=(-6, 4) if stopped > right else (6, 4), ha="right" if stopped > right else "left",
+                      fontsize=8)
+    axes.set_xlabel(f"{good} runs stopped (%)" if has_good else "runs stopped (%)")
+    axes.set_ylabel("steps saved (%)")
+    axes.set_title("Policy trade-off: steps saved against good runs stopped")
+    axes.grid(True, alpha=0.3)
+    axes.margins(0.15)
+    figure.tight_layout()
+    metadata = {"Date": None} if target.suffix.lower() == ".svg" else {}
+    try:
+        figure.savefig(target, metadata=metadata)
+    except OSError as exc:
+        raise LedgerError(E.STORAGE_ERROR, f"--plot {target}: cannot write: {exc.strerror or exc}") from None
+    finally:
+        plt.close(figure)
+    return target

@@ -1,0 +1,425 @@
+"""``ledger.sqlite``: connection, fair writer lock, transactions, migrations, the hash chain.
+
+docs/architecture.md. One :class:`Storage` wraps one ``sqlite3`` connection opened with
+``isolation_level=None`` (we issue every ``BEGIN`` ourselves). Each mutation is
+exactly one ``BEGIN IMMEDIATE … COMMIT`` inside :meth:`Storage.write`, which first
+takes a blocking OS lock on the sidecar file ``ledger.sqlite-lock`` so that writers
+queue in the kernel instead of polling SQLite's busy handler (which can starve a
+writer past its timeout). ``sqlite3`` errors are translated to ``LedgerError`` in
+exactly one place, :func:`translate_sqlite_errors`.
+
+Storage is the ground floor of the library: it stores opaque canonical event
+bytes with the columns and helper rows its caller computed, and knows no event
+type, rule or configuration.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping
+
+from ..ground import errors as E
+from .sqlfiles import foreign_write_blockers, migration_record_problem, migrations, queries, schema_object, schema_version, statement
+from ..ground.canonical import ZERO_SHA256
+from ..ground.clock import utc_now
+from ..ground.errors import LedgerError
+from .writer_lock import WriterLock
+from .sqlite_file import (LOCK_SUFFIX, TRANSACTION_CONTROL, WAL_RESTART_BYTES, EventRow, HelperRow, _connect,
+                          _connect_uri, _immutable_snapshot, _probe, _wal_bytes, file_uri, readable_uri,
+                          translate_sqlite_errors)
+from ..ground.paths import os_error
+
+class CheckpointWarning(UserWarning):
+    """Closing could not empty the write-ahead log (a reader elsewhere holds an old snapshot)."""
+
+
+class Storage:
+    """One connection to a ``ledger.sqlite`` and everything that writes it.
+
+    ``settings`` are the analysis config's ``storage`` (``synchronous``,
+    ``busy_timeout_ms``). Not thread-safe: the session that owns it refuses
+    calls from other threads.
+    """
+
+    def __init__(self, conn: sqlite3.Connection, path: Path,
+                 settings: Mapping[str, Any]) -> None:
+        self.conn = conn
+        self.path = path
+        self.settings = dict(settings)
+        # beside the real file: writers reaching one ledger through different symlinks share one queue
+        real = Path(os.path.realpath(path))
+        self._lock = WriterLock(real.with_name(real.name + LOCK_SUFFIX))
+        self._in_write = self._in_batch = self._savepoint_open = False
+        self._commits = 0  # commits since the WAL size was last looked at (:meth:`_bound_wal`)
+        self._in_read = False
+        self._closed = False
+        #: Opened as an immutable snapshot on a read-only location (:meth:`open`).
+        self.read_only = False
+        #: verify only: the ATTACHed original is read as an immutable snapshot.
+        self.read_only_source = False
+        #: Test hook: called with a label before every write statement and the COMMIT.
+        self.fault_hook: Callable[[str], None] | None = None
+        with translate_sqlite_errors():
+            self.conn.execute("PRAGMA foreign_keys = ON")
+            self.conn.execute(f"PRAGMA busy_timeout = {int(self.settings['busy_timeout_ms'])}")
+            self.conn.execute(f"PRAGMA synchronous = {self.settings['synchronous']}")
+            self.conn.execute(f"PRAGMA journal_size_limit = {WAL_RESTART_BYTES}").fetchall()
+
+    # -- opening ----------------------------------------------------------------
+    @classmethod
+    def create(cls, path: Path, settings: Mapping[str, Any]) -> "Storage":
+        """Open (creating if needed) a ledger file whose schema the caller applies.
+
+        The caller runs :meth:`apply_migrations` and its first append in one
+        :meth:`write`, so an interrupted ``init`` leaves no half-made case.
+        """
+        conn = _connect(path, "rwc")
+        with translate_sqlite_errors():
+            conn.execute("PRAGMA journal_mode = WAL").fetchall()
+        return cls(conn, path, settings)
+
+    @classmethod
+    def open(cls, path: Path, settings: Mapping[str, Any]) -> "Storage":
+        """Open an existing ledger; refuses a newer schema with ``SCHEMA_VERSION``.
+
+        On a read-only location the ledger opens as an immutable snapshot
+        (:func:`readable_uri`): reads work, writes are ``STORAGE_ERROR``.
+        """
+        conn = _connect(path, "rw")
+        try:
+            if _immutable_snapshot(path):
+                raise LedgerError(E.STORAGE_ERROR, f"{path} is on a read-only location")
+            _probe(conn)
+        except LedgerError as exc:
+            conn.close()
+            if exc.code != E.STORAGE_ERROR:
+                raise
+            uri, immutable = readable_uri(path)
+            if not immutable:
+                raise
+            conn = _connect_uri(uri)
+            storage = cls(conn, path, settings)
+            storage.read_only = True
+            try:
+                if storage.check_schema_version() < schema_version():
+                    raise LedgerError(E.STORAGE_ERROR, f"{path} needs a schema upgrade but its location is read-only")
+            except BaseException:
+                conn.close()
+                raise
+            return storage
+        storage = cls(conn, path, settings)
+        try:
+            # a file without our schema (an interrupted init, or not a ledger) is left untouched
+            if storage.check_schema_version() > 0:
+                with translate_sqlite_errors():
+                    if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                        conn.execute("PRAGMA journal_mode = WAL").fetchall()
+            storage.migrate()
+        except BaseException:
+            conn.close()
+            raise
+        return storage
+
+    @classmethod
+    def scratch(cls, path: Path, original: Path) -> "Storage":
+        """A private, unguarded ledger at ``path`` with ``original`` attached read-only as ``orig``,
+        inside one long transaction that :meth:`append` writes into directly.
+
+        Being one transaction, every read of ``orig`` sees the same snapshot even
+        if a writer appends meanwhile; no writer lock is taken (nobody else knows
+        the file) and no durability is asked for. ``read_only_source`` says
+        whether ``orig`` is read as an immutable snapshot. Close ``conn`` when done.
+        """
+        conn = sqlite3.connect(file_uri(path, "rwc"), uri=True, isolation_level=None, check_same_thread=False,
+                               **TRANSACTION_CONTROL)
+        with translate_sqlite_errors():
+            conn.execute("PRAGMA journal_mode = OFF")  # no durability needed for a scratch copy
+            source, immutable = readable_uri(original)
+            conn.execute("ATTACH DATABASE ? AS orig", (source,))
+        storage = cls(conn, path, {"synchronous": "OFF", "busy_timeout_ms": 5000})
+        storage.read_only_source = immutable
+        with translate_sqlite_errors():
+            conn.execute("BEGIN")
+        storage._in_write = True  # one long private transaction
+        with translate_sqlite_errors():
+            has = conn.execute(statement("has_migrations_table", "orig")).fetchone()
+            original_version = conn.execute(statement("schema_version_of", "orig")).fetchone()[0] if has else 0
+        # private and rebuilt from scratch: no guards needed; the original's schema version, so an
+        # older ledger's views are compared with the views of its own version
+        storage.apply_migrations(triggers=False, up_to=original_version or None)
+        return storage
+
+    def current_schema_version(self) -> int:
+        """Version recorded in ``schema_migrations`` (0 for a file with no schema yet)."""
+        with translate_sqlite_errors():
+            exists = self.conn.execute(statement("has_migrations_table")).fetchone()
+        return self.one("schema_version")[0] if exists else 0
+
+    def migrate(self) -> None:
+        """Bring an existing ledger up to :func:`schema_version` (``SCHEMA_VERSION`` if newer).
+
+        A file with no schema at all (an ``init`` interrupted before its commit) is
+        left alone: :meth:`ledger.services.case.Case.create` finishes it.
+        """
+        current = self.check_schema_version()
+        if 0 < current < schema_version():
+            with translate_sqlite_errors():
+                problem = migration_record_problem(self.conn)
+            if problem:
+                raise LedgerError(E.INTEGRITY_ERROR, f"{self.path}: {problem}; nothing was migrated")
+            with self.write():
+                self.apply_migrations()
+
+    def check_schema_version(self) -> int:
+        """The file's schema version; ``SCHEMA_VERSION`` if it is newer than this code."""
+        known = schema_version()
+        current = self.current_schema_version()
+        if current > known:
+            raise LedgerError(
+                E.SCHEMA_VERSION,
+                f"{self.path} has schema version {current}; this case-ledger knows up to {known}; upgrade case-ledger",
+                file_version=current, known_version=known,
+            )
+        return current
+
+    def apply_migrations(self, *, triggers: bool = True, up_to: int | None = None) -> None:
+        """Run the missing ``sql/NNN_*.sql`` statements (up to version ``up_to``, default all).
+        Call inside :meth:`write`.
+
+        ``triggers=False`` builds an unguarded copy (verify's private scratch ledger).
+        """
+        current = self.current_schema_version()
+        for version, name, statements in migrations():
+            if version <= current or (up_to is not None and version > up_to):
+                continue
+            for sql in statements:
+                if not triggers and schema_object(sql)[0] == "trigger":
+                    continue
+                self._fault(f"migration {version}")
+                with translate_sqlite_errors():
+                    self.conn.execute(sql)
+            self.execute("insert_migration", version=version, name=name, applied_at=utc_now())
+
+    def close(self) -> str | None:
+        """Checkpoint the WAL into the main file and close; never waits on another connection.
+
+        Returns None when the WAL was emptied (``wal_checkpoint(TRUNCATE)``), else a
+        sentence saying why not: a reader elsewhere still holds an old snapshot (the
+        log is emptied by a later close) or the checkpoint failed. When another
+        ledger writer holds the writer lock, the log is its to empty: nothing is
+        tried and None is returned. Closing always succeeds.
+        """
+        if self._closed:
+            return None  # closing twice is harmless
+        try:
+            with translate_sqlite_errors():
+                self._rollback()
+                self._lock.release()
+                return self._final_checkpoint()
+        except LedgerError as exc:
+            return f"the write-ahead log of {self.path} was not emptied: {exc.message}"
+        finally:
+            self._closed = True
+            self._lock.release()
+            self.conn.close()
+
+    def _final_checkpoint(self) -> str | None:
+        if self.read_only or not self._try_lock():
+            return None  # an immutable snapshot has no log; a writer at work checkpoints when it closes
+        self.conn.execute("PRAGMA busy_timeout = 0")  # TRUNCATE waits for readers: here it never does
+        busy, log_frames, done = self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        if not busy and log_frames <= 0:
+            return None
+        return (f"the write-ahead log {self.path}-wal was not emptied ({_wal_bytes(self.path)} bytes, "
+                f"{max(done, 0)} of {max(log_frames, 0)} pages copied): another connection is reading an older "
+                "snapshot; it stays until a later close after that reader ends")
+
+    def _try_lock(self) -> bool:
+        """The writer lock if free now; False also when its file cannot be opened (a read-only
+        location, or a folder this user may not write): a reader never needs it, and the log is
+        then the writer's to empty."""
+        try:
+            return self._lock.try_acquire()
+        except OSError:
+            return False
+
+    # -- transactions ---------------------------------------------------------------
+    @contextmanager
+    def write(self) -> Iterator["Storage"]:
+        """One ``BEGIN IMMEDIATE … COMMIT``; any exception (``KeyboardInterrupt`` too) rolls back.
+
+        Inside :meth:`batch` it is a ``SAVEPOINT`` instead, so a refused operation
+        rolls back alone. Raises ``LEDGER_BUSY`` when the writer lock is not
+        obtained within ``busy_timeout_ms``; the connection stays usable after
+        every failure.
+        """
+        if self._in_batch:
+            with self._savepoint():
+                yield self
+            return
+        if self._in_write or self._in_read:
+            raise LedgerError(E.INVALID_ARGUMENT, "an operation was started while another one of the same case "
+                              "was running (a nested call, or a callback that writes); run it after")
+        if self.read_only:
+            raise LedgerError(E.STORAGE_ERROR, f"{self.path} is on a read-only location: reads work, writes cannot")
+        try:
+            self._in_write = True
+            try:
+                self._lock.acquire(int(self.settings["busy_timeout_ms"]))
+            except OSError as exc:
+                raise os_error(exc, f"cannot take the writer lock of {self.path}") from None
+            with translate_sqlite_errors():
+                if self.conn.in_transaction:  # left over from an interrupted rollback
+                    self.conn.execute("ROLLBACK")
+                self.conn.execute("BEGIN IMMEDIATE")
+                yield self
+                self._settle_savepoint()
+                self._fault("COMMIT")
+                self.conn.execute("COMMIT")
+                self._bound_wal()
+        finally:
+            # every way out, a second interrupt during the first one's cleanup included: the
+            # next call (or close) finishes what an interrupted cleanup left
+            self._in_write = False
+            try:
+                try:
+                    self._rollback()
+                finally:
+                    if self.conn.in_transaction:  # a second interrupt cut the rollback short
+                        self._rollback()
+            finally:
+                self._lock.release()
+
+    def _bound_wal(self) -> None:
+        """Keep the WAL bounded, never waiting for readers: at the first and every 16th commit, past
+        ``WAL_RESTART_BYTES`` run a ``wal_checkpoint(PASSIVE)`` (copies what no reader still needs,
+        returns at once); once all is copied and no reader holds an old snapshot, the next write
+        starts the log over and ``journal_size_limit`` shrinks the file back."""
+        self._commits = (self._commits + 1) % 16
+        if self._commits == 1 and _wal_bytes(self.path) > WAL_RESTART_BYTES:
+            self._fault("checkpoint")
+            self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+
+    @contextmanager
+    def batch(self) -> Iterator["Storage"]:
+        """Group commit: one transaction (and one fsync) for every :meth:`write` inside.
+
+        Each operation runs in its own savepoint, so a refused one rolls back
+        alone; nothing inside is durable until the batch commits, and an
+        exception escaping the batch rolls all of it back.
+        """
+        with self.write():
+            self._in_batch = True
+            try:
+                yield self
+            finally:
+                self._in_batch = False
+
+    @contextmanager
+    def _savepoint(self) -> Iterator[None]:
+        self._settle_savepoint()
+        self._savepoint_open = True  # before it exists: rolling back a missing savepoint is harmless
+        with translate_sqlite_errors():
+            self.conn.execute("SAVEPOINT operation")
+            try:
+                yield
+            except BaseException:
+                self._settle_savepoint()
+                raise
+            self.conn.execute("RELEASE operation")
+            self._savepoint_open = False
+
+    def _settle_savepoint(self) -> None:
+        """Roll back an operation's savepoint whose own rollback was interrupted, so a batch never
+        commits half an operation."""
+        if self._savepoint_open:
+            for sql in ("ROLLBACK TO operation", "RELEASE operation"):
+                try:
+                    self.conn.execute(sql)
+                except sqlite3.Error:
+                    pass  # no such savepoint: it was never made, or the batch already rolled back
+            self._savepoint_open = False
+
+    def _rollback(self) -> None:
+        """End an uncommitted transaction (nothing to do after a commit)."""
+        self._savepoint_open = False
+        try:
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass  # the original exception is what the caller must see
+
+    @contextmanager
+    def read(self) -> Iterator["Storage"]:
+        """A consistent read snapshot, ended before returning (no transaction is left open)."""
+        if self._in_write or self._in_read:  # inside a write or another read: the same snapshot
+            yield self
+            return
+        with translate_sqlite_errors():
+            try:
+                self._in_read = True
+                if self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")
+                self.conn.execute("BEGIN")
+                yield self
+            finally:
+                self._in_read = False
+                self._rollback()
+
+    def _fault(self, label: str) -> None:
+        if self.fault_hook is not None:
+            self.fault_hook(label)
+
+    # -- statements -----------------------------------------------------------------
+    def execute(self, statement: str, /, **params: Any) -> sqlite3.Cursor:
+        """Run the named statement of ``sql/queries.sql`` (fault hook first, for tests); a refused
+        write (``INTEGRITY_ERROR``) names the indexes and triggers a user added to ledger tables."""
+        self._fault(statement)
+        try:
+            with translate_sqlite_errors():
+                return self.conn.execute(queries()[statement], params)
+        except LedgerError as exc:
+            foreign = foreign_write_blockers(self.conn) if exc.code == E.INTEGRITY_ERROR else []
+            if not foreign:
+                raise
+            raise LedgerError(exc.code, f"{exc.message} (objects added to the ledger's tables that can refuse its "
+                              f"writes: {', '.join(foreign)}; drop them, 'ledger verify' names the culprit)",
+                              **{**exc.details, "foreign_objects": foreign}) from None
+
+    def one(self, statement: str, /, **params: Any) -> tuple | None:
+        """First row of the named query, or None."""
+        with translate_sqlite_errors():
+            return self.conn.execute(queries()[statement], params).fetchone()
+
+    def all(self, statement: str, /, **params: Any) -> list[tuple]:
+        """All rows of the named query."""
+        with translate_sqlite_errors():
+            return self.conn.execute(queries()[statement], params).fetchall()
+
+    # -- the chain ---------------------------------------------------------------------
+    def head(self) -> tuple[int, str, str]:
+        """``(seq, sha256, created_at)`` of the newest event, or ``(0, 64 zeros, "")``."""
+        row = self.one("head")
+        return (row[0], row[1], row[2]) if row else (0, ZERO_SHA256, "")
+
+    def append(self, event: EventRow, rows: list[HelperRow] = (), contents: Mapping[str, bytes] | None = None) -> None:
+        """Insert ``event`` onto the hash chain, then its ``contents`` (sha256 → canonical bytes)
+        and helper ``rows``. Call inside :meth:`write`.
+
+        The ``events`` insert trigger refuses a row that does not extend the chain
+        (``seq`` = previous + 1, ``parent_sha256`` = previous sha256); that refusal,
+        like every constraint, is ``INTEGRITY_ERROR``.
+        """
+        self.execute("insert_event", seq=event.seq, type=event.type, revision=event.revision,
+                     stream=event.stream, stream_seq=event.stream_seq, created_at=event.created_at,
+                     sha256=event.sha256, parent_sha256=event.parent_sha256, operation_key=event.operation_key,
+                     request_sha256=event.request_sha256, body=event.body.decode("utf-8"))
+        for sha, data in (contents or {}).items():
+            total = self.one("content_bytes_total")[0] + len(data)
+            self.execute("insert_content", sha256=sha, seq=event.seq, size_bytes=len(data), cumulative_bytes=total,
+                         body=data.decode("utf-8"))
+        for name, params in rows:
+            self.execute(name, **params)

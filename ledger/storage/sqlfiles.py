@@ -1,0 +1,160 @@
+"""The ``sql/`` folder: statement splitting, migrations, named statements.
+
+Tables, triggers and views live in ``sql/NNN_name.sql`` migration files; the
+statements the code runs live in ``sql/queries.sql`` (write path) and
+``sql/reads.sql`` (read side), each block headed ``-- name: <name>``.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from functools import cache
+
+from ..ground.resources import resource_dir
+
+_MIGRATION_RE = re.compile(r"^(\d{3})_([a-z0-9_]+)\.sql$")
+
+
+def split_statements(script: str) -> list[str]:
+    """Split a SQL script into complete statements with ``sqlite3.complete_statement``.
+
+    ``executescript()`` would commit any open transaction first, so migrations run
+    statement by statement inside our own ``BEGIN IMMEDIATE``.
+    """
+    statements, buffer = [], ""
+    for line in script.splitlines(keepends=True):
+        buffer += line
+        if sqlite3.complete_statement(buffer):
+            if buffer.strip():
+                statements.append(buffer.strip())
+            buffer = ""
+    if buffer.strip() and not all(l.strip().startswith("--") or not l.strip() for l in buffer.splitlines()):
+        raise ValueError(f"incomplete SQL statement: {buffer[:80]!r}")
+    return statements
+
+
+@cache
+def migrations() -> tuple[tuple[int, str, tuple[str, ...]], ...]:
+    """``(version, name, statements)`` of every ``sql/NNN_name.sql``, in order."""
+    found = []
+    for path in sorted(resource_dir("sql").iterdir()):
+        match = _MIGRATION_RE.match(path.name)
+        if match:
+            statements = tuple(split_statements(path.read_text(encoding="utf-8")))
+            found.append((int(match.group(1)), match.group(2), statements))
+    return tuple(found)
+
+
+def schema_object(statement: str) -> tuple[str, str, str]:
+    """``(type, name, sql as sqlite_master stores it)`` of a ``CREATE`` statement, else ``("", "", "")``."""
+    lines = statement.splitlines()
+    while lines and (not lines[0].strip() or lines[0].lstrip().startswith("--")):
+        lines.pop(0)  # leading comments are not part of what sqlite_master stores
+    text = "\n".join(lines).strip().rstrip(";").rstrip()
+    match = re.match(r"CREATE\s+(?:UNIQUE\s+)?(TABLE|TRIGGER|VIEW|INDEX)\s+(\w+)", text)
+    return (match.group(1).lower(), match.group(2), text) if match else ("", "", "")
+
+
+_DROP_RE = re.compile(r"DROP\s+(?:TABLE|TRIGGER|VIEW|INDEX)\s+(?:IF\s+EXISTS\s+)?(\w+)", re.I)
+
+
+def shipped_schema(version: int | None = None) -> dict[str, str]:
+    """Name → SQL of every table, index, trigger and view the migrations up to ``version``
+    (default: all) leave behind; a later migration's ``DROP … name`` and re-``CREATE`` replace it."""
+    objects: dict[str, str] = {}
+    for number, _, statements in migrations():
+        if version is not None and number > version:
+            break
+        for text in statements:
+            kind, name, sql = schema_object(text)
+            if kind:
+                objects[name] = sql
+                continue
+            dropped = _DROP_RE.match("\n".join(l for l in text.splitlines() if not l.lstrip().startswith("--")).strip())
+            if dropped:
+                objects.pop(dropped.group(1), None)
+    return objects
+
+
+def schema_version() -> int:
+    """The newest schema version this code knows."""
+    return migrations()[-1][0]
+
+
+@cache
+def queries() -> dict[str, str]:
+    """Named statements of ``sql/queries.sql`` (write path) and ``sql/reads.sql`` (read side),
+    each block headed ``-- name: <name>``."""
+    named: dict[str, str] = {}
+    for file in ("queries.sql", "reads.sql"):
+        current = None
+        for line in (resource_dir("sql") / file).read_text(encoding="utf-8").splitlines():
+            match = re.match(r"^--\s*name:\s*(\w+)\s*$", line)
+            if match:
+                if match.group(1) in named:
+                    raise ValueError(f"{file}: statement {match.group(1)} is named twice")
+                current = match.group(1)
+                named[current] = ""
+            elif current is not None and not line.startswith("--"):
+                named[current] += line + "\n"
+    return {name: sql.strip() for name, sql in named.items()}
+
+
+def statement(name: str, schema: str = "main", **identifiers: str) -> str:
+    """Text of a named statement with its ``{schema}``/``{table}``/… placeholders filled.
+
+    ``schema`` is ``main`` or ``orig`` (the ledger verify attaches); identifiers
+    come from code, never from input. Values bind as parameters.
+    """
+    return _statement(name, schema, tuple(sorted(identifiers.items())))
+
+
+@cache
+def _statement(name: str, schema: str, identifiers: tuple[tuple[str, str], ...]) -> str:
+    text = queries()[name]
+    return text.format(schema=schema, **dict(identifiers)) if "{" in text else text
+
+
+
+
+@cache
+def _made_by(version: int) -> frozenset[str]:
+    """Names of the tables, triggers, views and indexes migration ``version`` creates."""
+    return frozenset(name for v, _, statements in migrations() if v == version
+                     for kind, name, _ in map(schema_object, statements) if kind)
+
+
+def migration_record_problem(conn: sqlite3.Connection, schema: str = "main") -> str | None:
+    """Why the ``schema_migrations`` rows of ``schema`` disagree with the schema the file holds,
+    or None: the rows must be exactly the shipped migrations up to the newest recorded one, and
+    no object a later migration makes may be there already (a deleted row would have the next
+    writer run that migration again). A file with no schema at all has no problem."""
+    names = {row[0] for row in conn.execute(statement("schema_objects", schema))}
+    rows = [tuple(r) for r in conn.execute(statement("migration_rows", schema))] if "schema_migrations" in names else []
+    version = max((v for v, _ in rows), default=0)
+    expected = [(v, name) for v, name, _ in migrations() if v <= version]
+    if rows != expected:
+        return (f"schema_migrations holds versions {[v for v, _ in rows]} but the migrations up to {version} are "
+                f"{[v for v, _ in expected]} (an edited or deleted row)")
+    known = shipped_schema(version) if version else {}
+    for later, name, _ in migrations():
+        extra = sorted(n for n in _made_by(later) if n in names and n not in known) if later > version else []
+        if extra:
+            return (f"the ledger holds {extra[0]}, made by migration {later:03d}_{name}, but schema_migrations has "
+                    f"no row for version {later} (a deleted row; the next write would run it again)")
+    return None
+
+
+def foreign_write_blockers(conn: sqlite3.Connection) -> list[str]:
+    """``"index my_idx on events"``-style names of the indexes and triggers on ledger tables that
+    the schema does not ship: what can make SQLite refuse the ledger's own writes ([] when even
+    that cannot be read)."""
+    try:
+        has = conn.execute(statement("has_migrations_table")).fetchone()
+        shipped = shipped_schema(conn.execute(statement("schema_version_of")).fetchone()[0] if has else 0)
+        rows = conn.execute(statement("schema_objects_typed")).fetchall()
+    except sqlite3.Error:
+        return []
+    return [f"{kind} {name} on {table}" for kind, name, table, _ in rows
+            if kind in ("index", "trigger") and table in shipped and name not in shipped]

@@ -1,0 +1,188 @@
+"""The ledger file itself: its name and path limits, ``file:`` URIs, connecting, read-only
+snapshots, and the one translation of ``sqlite3`` errors into ``LedgerError`` (docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+from urllib.parse import quote
+
+from ..ground import errors as E
+from ..ground.errors import LedgerError
+
+LEDGER_FILE = "ledger.sqlite"
+LOCK_SUFFIX = "-lock"
+#: WAL size past which a writer runs a passive checkpoint after its commit; also the size a
+#: restarted log is truncated back to (``journal_size_limit``).
+WAL_RESTART_BYTES = 8 * 1024 * 1024
+
+
+# --- errors ------------------------------------------------------------------------
+#: SQLITE_PERM, SQLITE_READONLY, SQLITE_IOERR, SQLITE_FULL, SQLITE_CANTOPEN (primary result codes).
+_STORAGE_CODES = frozenset({3, 8, 10, 13, 14})
+
+@contextmanager
+def translate_sqlite_errors() -> Iterator[None]:
+    """The one place where ``sqlite3`` errors become ``LedgerError``.
+
+    busy/locked → ``LEDGER_BUSY`` (retryable); the file system refusing the
+    file (cannot open, read-only, I/O error, disk full, permission) →
+    ``STORAGE_ERROR``; constraint and trigger aborts, corruption and every other
+    database error → ``INTEGRITY_ERROR``.
+    """
+    try:
+        yield
+    except sqlite3.OperationalError as exc:
+        text = str(exc)
+        if "locked" in text or "busy" in text:
+            raise LedgerError(E.LEDGER_BUSY, f"the case is busy: {text}; retry") from None
+        primary = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
+        if primary in _STORAGE_CODES:
+            raise LedgerError(E.STORAGE_ERROR, f"the file system refused the ledger: {text} "
+                              "(read-only location, missing permission, full disk or a closed case?); "
+                              "nothing was written") from None
+        raise LedgerError(E.INTEGRITY_ERROR, f"SQLite refused: {text}") from None
+    except sqlite3.ProgrammingError as exc:
+        if "closed database" in str(exc):
+            raise LedgerError(E.INVALID_ARGUMENT, "this case was closed; open it again to use it") from None
+        if "binding" in str(exc).lower() or "parameters" in str(exc):  # Case.query's caller gave wrong params
+            raise LedgerError(E.INVALID_ARGUMENT, f"query parameters do not fit the statement: {exc}") from None
+        raise
+    except sqlite3.DatabaseError as exc:  # IntegrityError (triggers), corrupt files, …
+        raise LedgerError(E.INTEGRITY_ERROR, f"SQLite refused: {exc}") from None
+
+
+@dataclass(frozen=True)
+class EventRow:
+    """One row of ``events``: the chain columns storage checks, and the canonical ``body`` bytes.
+
+    Storage does not read ``body``; the caller computed every column from it.
+    """
+
+    seq: int
+    type: str
+    revision: int
+    stream: str
+    stream_seq: int
+    created_at: str
+    sha256: str
+    parent_sha256: str
+    operation_key: str | None
+    request_sha256: str | None
+    body: bytes
+
+
+#: One helper row: the name of an ``insert_*`` statement of ``sql/queries.sql`` and its parameters.
+HelperRow = tuple[str, Mapping[str, Any]]
+
+
+def file_uri(path: Path, mode: str) -> str:
+    """A SQLite ``file:`` URI for ``path`` (any bytes, percent-encoded) opened in ``mode``."""
+    return f"file:{quote(os.fsencode(os.path.abspath(path)))}?mode={mode}"
+
+
+#: SQLite's unix VFS refuses file names of 512 bytes or more; ``-wal``/``-shm`` add 4.
+SQLITE_MAX_PATH_BYTES = 512 - len("-wal") - 1
+
+
+def check_ledger_path(path: Path) -> None:
+    """``INVALID_ARGUMENT`` when SQLite could not open ``path`` (or its ``-wal``) by name."""
+    length = len(os.fsencode(os.path.abspath(path)))
+    if length > SQLITE_MAX_PATH_BYTES:
+        raise LedgerError(E.INVALID_ARGUMENT,
+                          f"{path}: the ledger's absolute path is {length} bytes; SQLite opens at most "
+                          f"{SQLITE_MAX_PATH_BYTES} (move the case to a shorter path)")
+
+
+#: With ``isolation_level=None``: the sqlite3 module never opens transactions behind our back.
+#: Python 3.12+ also has ``autocommit``, whose default is to change in a future version; pin the
+#: mode ``isolation_level`` governs (on 3.11 there is no such argument, and no other mode).
+TRANSACTION_CONTROL: dict[str, Any] = (
+    {"autocommit": sqlite3.LEGACY_TRANSACTION_CONTROL} if hasattr(sqlite3, "LEGACY_TRANSACTION_CONTROL") else {})
+
+
+def _connect_uri(uri: str) -> sqlite3.Connection:
+    with translate_sqlite_errors():
+        return sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False, **TRANSACTION_CONTROL)
+
+
+def _connect(path: Path, mode: str) -> sqlite3.Connection:
+    check_ledger_path(path)
+    return _connect_uri(file_uri(path, mode))
+
+
+def _probe(conn: sqlite3.Connection) -> None:
+    """One read, so that a file SQLite cannot open or map fails here (``STORAGE_ERROR``)."""
+    with translate_sqlite_errors():
+        conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+
+
+def _wal_bytes(path: Path) -> int:
+    """Size of the ledger's ``-wal`` file (0 when there is none)."""
+    try:
+        return os.stat(str(path) + "-wal").st_size
+    except OSError:
+        return 0
+
+
+def _wal_is_empty(path: Path) -> bool:
+    wal = path.with_name(path.name + "-wal")
+    try:
+        return wal.stat().st_size == 0
+    except FileNotFoundError:
+        return True
+
+
+def _on_read_only_mount(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def _immutable_snapshot(path: Path) -> bool:
+    """True for a ledger file on a read-only mount with no ``-wal`` content: read it with
+    ``immutable=1`` whatever ``-shm`` or lock files lie beside it (nothing is written there)."""
+    return _on_read_only_mount(path) and path.is_file() and _wal_is_empty(path)
+
+
+def file_identity(path: Path) -> tuple[int, int, int, int]:
+    """``(inode, size, mtime_ns, ctime_ns)``: changes whenever the file is written."""
+    st = os.stat(path)
+    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+def readable_uri(path: Path) -> tuple[str, bool]:
+    """``(uri, immutable)`` to read ``path``: ``mode=ro``, or an immutable snapshot on a
+    read-only location.
+
+    A WAL ledger needs its ``-shm`` file even to read. On a file system mounted
+    read-only, with no ``-wal`` content left, nobody writes the file through this
+    mount, so it is read with ``immutable=1`` (whatever ``-shm`` or lock files an earlier
+    read left there). A folder this user merely may not write is read like any
+    other while its ``-shm`` file exists (SQLite maps it read-only); without one it
+    is ``STORAGE_ERROR``, never an immutable read: its owner may be writing, and an
+    immutable read of a changing file would look like tampering.
+    """
+    uri = file_uri(path, "ro")
+    if _immutable_snapshot(path):
+        return uri + "&immutable=1", True
+    probe = _connect(path, "ro")
+    try:
+        _probe(probe)
+        return uri, False
+    except LedgerError as exc:
+        if exc.code != E.STORAGE_ERROR or not path.is_file() or not _wal_is_empty(path):
+            raise
+        if not _on_read_only_mount(path):
+            raise LedgerError(E.STORAGE_ERROR, f"cannot read {path}: SQLite needs to create {path.name}-shm beside "
+                              "it and this user may not write that folder; read it as its owner, or copy the "
+                              "case") from None
+        return uri + "&immutable=1", True
+    finally:
+        probe.close()

@@ -1,0 +1,138 @@
+"""The writer queue: a blocking ``flock`` on a sidecar file, waited for in the kernel with a deadline.
+
+SQLite's busy handler sleeps and re-polls, so one process writing flat-out can
+starve another past its timeout; waiting in ``flock`` instead queues writers
+fairly. The same lock also serializes exports of one package.
+
+The lock is held through a Python file object, owned by the :class:`WriterLock`
+(``held``) from the moment ``flock`` succeeds: :meth:`WriterLock.release` drops
+whatever is held or being handed over, so an exception at any point of an
+acquisition (``KeyboardInterrupt`` included) leaves no lock behind once the
+caller's ``finally`` ran; a file object nobody references any more is closed
+(and so unlocked) by the interpreter as a last resort.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import threading
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from ..ground import errors as E
+from ..ground.errors import LedgerError
+
+
+class WriterLock:
+    """Exclusive ``flock`` on ``ledger.sqlite-lock``, waited for in the kernel with a deadline.
+
+    An uncontended acquire is one non-blocking ``flock``. Under contention a helper
+    thread blocks in ``flock`` (the kernel wakes waiters as soon as the lock is
+    released, instead of SQLite's sleep-and-poll) while the caller waits at most
+    ``timeout_ms``; a lock the helper wins after its caller gave up is released
+    at once. Use as ``try: lock.acquire(t) … finally: lock.release()``.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        #: The locked file while this object holds the lock, else None.
+        self.held: BinaryIO | None = None
+        self._guard = threading.Lock()  # the hand-over from the helper thread
+        self._pending: dict[str, Any] | None = None
+
+    def _open(self) -> BinaryIO:
+        """The lock file, never through a symbolic link (``INVALID_ARGUMENT`` naming it)."""
+        # open()'s opener hands the descriptor straight to the file object: an interrupt
+        # can never fall between the two and leave a descriptor nobody closes
+        try:
+            return open(self.path, "r+b", buffering=0, opener=lambda path, _flags: os.open(
+                path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644))
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise LedgerError(E.INVALID_ARGUMENT, f"{self.path} is a symbolic link where the case package keeps "
+                                  "its lock file; the ledger never writes through a link (remove it)",
+                                  path=str(self.path)) from None
+            raise
+
+    @property
+    def locked(self) -> bool:
+        """True while this object holds the lock."""
+        return self.held is not None
+
+    def acquire(self, timeout_ms: int) -> None:
+        """Take the lock (``held``), or raise ``LEDGER_BUSY`` after ``timeout_ms``.
+
+        Anything left held by an interrupted earlier call is released first.
+        """
+        if not self.try_acquire():
+            self._wait(timeout_ms)
+
+    def try_acquire(self) -> bool:
+        """Take the lock only if it is free right now; True when taken (then ``release()`` it)."""
+        self.release()
+        handle = self._open()
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self.held = handle
+            return True
+        except BlockingIOError:
+            handle.close()
+            return False
+        except BaseException:
+            self.held = None
+            handle.close()
+            raise
+
+    def _wait(self, timeout_ms: int) -> None:
+        cond = threading.Condition()
+        box: dict[str, Any] = {"file": None, "abandoned": False, "error": None}
+        self._pending = box
+
+        def waiter() -> None:
+            try:
+                handle = self._open()
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+            except (OSError, LedgerError) as exc:  # a link put in its place meanwhile is refused, not waited on
+                box["error"] = exc
+            else:
+                with self._guard:
+                    if not box["abandoned"]:
+                        box["file"], handle = handle, None
+                if handle is not None:
+                    handle.close()  # the caller gave up (or was interrupted): release at once
+            with cond:
+                cond.notify()
+
+        threading.Thread(target=waiter, name="ledger-writer-lock", daemon=True).start()
+        with cond:
+            cond.wait_for(lambda: box["file"] is not None or box["error"] is not None, timeout_ms / 1000)
+        with self._guard:  # the hand-over: from here on release() finds the lock in ``held``
+            self.held, box["file"] = box["file"], None
+            box["abandoned"] = True
+            self._pending = None
+        if self.held is not None:
+            return
+        if isinstance(box["error"], LedgerError):
+            raise box["error"]
+        if box["error"] is not None:
+            raise LedgerError(E.LEDGER_BUSY, f"cannot lock {self.path}: {box['error']}")
+        raise LedgerError(
+            E.LEDGER_BUSY, f"another writer held the case for more than {timeout_ms} ms; retry",
+            busy_timeout_ms=timeout_ms,
+        )
+
+    def release(self) -> None:
+        """Release the lock if held, and abandon a wait in progress (its helper releases what it
+        wins). Safe to call at any time, any number of times."""
+        with self._guard:
+            pending, self._pending = self._pending, None
+            handed = None
+            if pending is not None:
+                pending["abandoned"] = True
+                handed, pending["file"] = pending["file"], None
+            held, self.held = self.held, None
+        for handle in (held, handed):
+            if handle is not None:
+                handle.close()  # closing the last descriptor of the open file drops the flock
