@@ -8,19 +8,30 @@ step names another) must have afterwards. Cases use the example policy
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import os
+import shutil
+import sqlite3
+import threading
+from pathlib import Path
 
 import pytest
 from hypothesis import given, strategies as st
+from click.testing import CliRunner
 
-from ledger import BudgetConfig, Case, LedgerError
+from ledger import (BudgetConfig, Case, LedgerError, read_only_query, read_only_rows, AnalysisConfig, export_case,
+    import_tree, verify_case)
 from ledger.ground.errors import (ACCOUNT_TERMINAL, ACTION_CLOSED, ACTION_PENDING, BUDGET_POLICY_CHANGED,
-                           CASE_STATE, INVALID_ID, INVALID_JSON, INVALID_SCORE,
-                           LIMIT_REACHED, NOT_INITIALIZED, OPERATION_CONFLICT, REASON_REQUIRED,
-                           RESULT_MISSING, SOURCE_REF_INVALID, UNKNOWN_ACTION, UNKNOWN_HYPOTHESIS)
+    CASE_STATE, INVALID_ID, INVALID_JSON, INVALID_SCORE, LIMIT_REACHED, NOT_INITIALIZED, OPERATION_CONFLICT,
+    REASON_REQUIRED, RESULT_MISSING, SOURCE_REF_INVALID, UNKNOWN_ACTION, UNKNOWN_HYPOTHESIS, INVALID_ARGUMENT,
+    CONFIG_INVALID, INTEGRITY_ERROR, STORAGE_ERROR)
 from ledger.rules import reward_units
-
-from conftest import EXAMPLE_BUDGET, logical_dump, make_package, start_case
-
+from conftest import EXAMPLE_BUDGET, logical_dump, make_package, start_case, run_cli
+from ledger_cli.main import main as cli_main
+from ledger.ground.canonical import canonical_bytes
+from ledger.package_tools.journal import apply_journal
 R, D, F, X = "source.read_context", "database.lookup", "source.find_text", "research.lookup"
 
 
@@ -494,3 +505,68 @@ def test_a_reason_is_blank_exactly_when_every_character_is_whitespace_a_space_a_
 
     expected = all(ch.isspace() or unicodedata.category(ch) in ("Zs", "Cc", "Cf") for ch in text)
     assert is_blank(text) is expected
+
+
+def cli(*args: str, stdin: str | None = None) -> tuple[int, str, str]:
+    done = CliRunner().invoke(cli_main, [str(a) for a in args], input=stdin)
+    return done.exit_code, done.stdout, done.stderr
+
+
+def test_budget_snapshot_before_initialize_is_not_initialized(case):
+    with pytest.raises(LedgerError) as caught:
+        case.budget().snapshot()
+    assert caught.value.code == NOT_INITIALIZED
+    code, out, err = cli("budget", "snapshot", case.path)
+    assert (code, out) == (1, "")
+    assert err.startswith("error: NOT_INITIALIZED: revision 1 has no budget yet")
+
+
+def test_budget_snapshot_before_any_revision_is_not_initialized(package):
+    Case.create(package, case_id="BUG-1").close()
+    code, out, err = cli("budget", "snapshot", package)
+    assert (code, err) == (1, "error: NOT_INITIALIZED: no revision is open yet; open one, then run initialize\n")
+
+
+def test_budget_snapshot_after_initialize_still_reports(budget):
+    assert budget.snapshot().revision == 1 and budget.snapshot().seq == 4
+
+
+@pytest.mark.parametrize("reason", ["\u200b", " \u200b\u2060 ", "\u00a0", "\x07", "\ufeff"])
+def test_a_reason_of_only_invisible_characters_is_reason_required(budget, reason):
+    with pytest.raises(LedgerError) as caught:
+        budget.reject("H1", reason)
+    assert caught.value.code == "REASON_REQUIRED"
+    assert budget.reject("H1", "\u200bvisible").state["H1"]["status"] == "rejected"
+
+
+def test_text_limit_4000_characters_as_documented(budget):
+    assert budget.reject("H1", "r" * 4000).state["H1"]["status"] == "rejected"
+    with pytest.raises(LedgerError) as caught:
+        budget.reject("H2", "r" * 4001)
+    assert caught.value.code == INVALID_ARGUMENT
+
+
+def test_a_nul_in_a_reason_is_refused_so_views_never_truncate_it(budget):
+    with pytest.raises(LedgerError) as caught:
+        budget.reject("H1", "x\x00y")
+    assert caught.value.code == INVALID_ARGUMENT
+    assert budget.reject("H1", "x y").state["H1"]["terminal_reason"] == "x y"
+    assert budget.snapshot().state["H1"]["status"] == "rejected"
+
+
+def test_distinct_evidence_content_is_limited(package):
+    case = Case.create(package, "C-1", analysis_config=AnalysisConfig(limits={"evidence_content_bytes_max": 30}))
+    try:
+        case.open_revision([{"statement": "s"}])
+        budget = case.budget()
+        budget.initialize()
+        budget.reserve("H1", "a1", "source.read_context")
+        budget.record_result("H1", "a1", {"k": "0123456789"})  # 20 bytes
+        budget.fail("H1", "a1", "x")
+        budget.reserve("H1", "a2", "source.read_context")
+        with pytest.raises(LedgerError) as caught:
+            budget.record_result("H1", "a2", {"k": "abcdefghij"})
+        assert caught.value.code == LIMIT_REACHED
+        assert budget.record_result("H1", "a2", {"k": "0123456789"}).action["novelty_score"] == 0  # seen: no new bytes
+    finally:
+        case.close()

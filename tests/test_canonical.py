@@ -143,7 +143,26 @@ def test_cached_members_keep_true_and_one_apart():
 import rfc8785  # noqa: E402
 
 from ledger.ground.canonical import _plain  # noqa: E402
-
+import json
+import subprocess
+import sys
+from pathlib import Path
+from click.testing import CliRunner
+from ledger import Case, LedgerError, read_only_query, read_only_rows
+from ledger.ground.errors import INVALID_ARGUMENT, NOT_INITIALIZED
+from ledger_cli.main import main as cli_main
+from conftest import EXAMPLE_BUDGET
+import os
+import shutil
+import sqlite3
+import threading
+from ledger import AnalysisConfig, BudgetConfig, Case, LedgerError
+from ledger.ground.canonical import canonical_bytes
+from ledger.ground.errors import (CONFIG_INVALID, INTEGRITY_ERROR, INVALID_ARGUMENT, INVALID_JSON, LIMIT_REACHED,
+                           SOURCE_REF_INVALID, STORAGE_ERROR)
+from ledger import export_case, import_tree, verify_case
+from ledger.package_tools.journal import apply_journal
+from conftest import make_package, run_cli, start_case
 #: Strings that exercise RFC 8785's string rules: every control character, quote, backslash,
 #: DEL, the line separators, characters outside the BMP and lone surrogates.
 EDGE_TEXT = st.text(alphabet=st.one_of(
@@ -226,3 +245,39 @@ def test_parsing_with_or_without_the_integer_hook_gives_the_same_value_or_refusa
     assert got == expected
     if not re.search(r"[0-9]{16}", text):
         assert ("ok", _STRICT_SHORT_INTS.decode(text)) == expected
+
+
+def test_parse_json_of_something_that_is_not_text_is_invalid_json():
+    from ledger import parse_json
+    with pytest.raises(LedgerError) as caught:
+        parse_json(5)
+    assert caught.value.code == "INVALID_JSON"
+
+
+def test_evidence_nested_past_the_limit_is_invalid_json(budget):
+    budget.reserve("H1", "a1", "source.read_context")
+    deep = 0
+    for _ in range(65):
+        deep = [deep]
+    with pytest.raises(LedgerError) as caught:
+        budget.record_result("H1", "a1", deep)
+    assert caught.value.code == INVALID_JSON
+    for _ in range(2):
+        deep = deep[0]
+    assert budget.record_result("H1", "a1", deep).action["novelty_score"] == 100
+
+
+@pytest.mark.parametrize("text", ["1e-400", "-2e-324", "0.0001e-330"])
+def test_a_number_that_underflows_to_zero_is_invalid_json_not_silently_zero(text):
+    from ledger.ground.canonical import parse_json
+
+    with pytest.raises(LedgerError) as caught:
+        parse_json(text)
+    assert caught.value.code == INVALID_JSON
+
+
+@pytest.mark.parametrize("text, value", [("0.0", 0.0), ("0e5", 0.0), ("-0.0", 0.0), ("5e-324", 5e-324)])
+def test_zeros_and_the_smallest_double_still_parse(text, value):
+    from ledger.ground.canonical import parse_json
+
+    assert parse_json(text) == value

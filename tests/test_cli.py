@@ -6,15 +6,33 @@ import csv
 import io
 import json
 import shutil
+import subprocess
+import sys
+import builtins
+import sqlite3
+import threading
+import time
+import warnings
+import os
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+import ledger.storage.writer_lock as lock_module
+import ledger.storage.connection as storage_module
 from ledger.ground.clock import format_utc
-
-from conftest import EXAMPLE_BUDGET, logical_dump, make_package, run_cli
-
+from conftest import EXAMPLE_BUDGET, logical_dump, make_package, run_cli, REPO, start_case
+from ledger import (Case, LedgerError, read_only_query, read_only_rows, BudgetConfig, CheckpointWarning,
+    export_case, verify_case, AnalysisConfig, import_tree)
+from ledger.ground.errors import (INVALID_ARGUMENT, NOT_INITIALIZED, CONFIG_INVALID, INTEGRITY_ERROR, INVALID_JSON,
+    LIMIT_REACHED, SOURCE_REF_INVALID, STORAGE_ERROR)
+from ledger_cli.main import main as cli_main
+from ledger.storage.writer_lock import WriterLock
+from ledger.ground.config import AnalysisConfig
+from ledger.ground.canonical import canonical_bytes
+from ledger.package_tools.journal import apply_journal
 
 def ok(*args: str, **kwargs) -> str:
     done = run_cli(*args, **kwargs)
@@ -237,3 +255,145 @@ def test_demo_runs_exports_verifies_and_says_where_the_case_is(tmp_path):
     second = ok("demo", cwd=tmp_path)
     assert str(tmp_path / "ledger-demo") in second
     assert str(tmp_path / "ledger-demo-2") in ok("demo", cwd=tmp_path)
+
+
+def cli(*args: str, stdin: str | None = None) -> tuple[int, str, str]:
+    done = CliRunner().invoke(cli_main, [str(a) for a in args], input=stdin)
+    return done.exit_code, done.stdout, done.stderr
+
+
+LONE_SURROGATE = "\ud800"  # no file-system name: os.fsencode refuses it
+
+
+def test_a_path_with_a_newline_is_shown_escaped_on_one_line(tmp_path):
+    target = tmp_path / "nl\ncase"
+    code, out, _ = cli("init", target, "--case-id", "NL")
+    assert code == 0 and out.count("\n") == 1 and f"at {tmp_path}/nl\\ncase (package" in out
+    code, _, err = cli("init", target, "--case-id", "NL")
+    assert (code, err) == (1, f"error: CASE_EXISTS: {tmp_path}/nl\\ncase already holds a case ledger\n")
+
+
+def test_an_evidence_file_that_is_a_fifo_or_folder_is_refused_without_blocking(budget, case, tmp_path):
+    import os
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for path in (fifo, tmp_path):
+        code, out, err = cli("budget", "record", case.path, "H1", "q1", "--evidence-file", path)
+        assert (code, out) == (2, "") and "is not a regular file" in err
+    code, out, err = cli("evidence", "store", case.path, fifo, fifo, "--iteration", "i1")
+    assert code == 2 and "is not a regular file" in err
+
+
+# --- 10. usage exits on every allowed click version ---------------------------------------------
+@pytest.mark.parametrize("args", [[], ["budget"], ["revision"]])
+def test_a_bare_group_is_a_usage_error_with_its_help(args):
+    done = run_cli(*args)
+    assert done.returncode == 2
+    assert b"Usage:" in done.stderr and b"Traceback" not in done.stderr
+
+
+def test_the_lowest_deps_script_exists_and_is_executable():
+    script = REPO / ".ci" / "lowest-deps"
+    assert script.stat().st_mode & 0o111
+    text = script.read_text(encoding="utf-8")
+    assert "--resolution lowest-direct" in text and 'not slow and not torture' in text
+
+
+def test_every_json_output_escapes_line_breaks(package):
+    start_case(package).close()
+    done = run_cli("sql", str(package), "SELECT char(8232) AS a, char(8233) AS b, char(133) AS c", "--json")
+    text = done.stdout.decode("utf-8")
+    assert len(text.splitlines()) == 1
+    assert json.loads(text) == [{"a": "\u2028", "b": "\u2029", "c": "\x85"}]
+    done = run_cli("events", str(package), "--json", "--body")
+    assert len(done.stdout.decode("utf-8").splitlines()) == 1
+
+
+def test_dumps_keeps_values_and_one_line_for_any_text():
+    from hypothesis import given, strategies as st
+
+    from ledger_cli._output import dumps
+
+    @given(st.lists(st.text(), max_size=5))
+    def check(values):
+        text = dumps(values)
+        assert len(text.splitlines()) == 1 and json.loads(text) == values
+
+    check()
+
+
+@pytest.mark.parametrize("args", [
+    ["budget", "record", "{case}", "H1", "H1", "--evidence", "{{}}", "--evidence-file", LONE_SURROGATE],
+    ["--config", LONE_SURROGATE, "state", "{case}"],
+    ["--analysis-config", LONE_SURROGATE, "state", "{case}"],
+    ["apply", "{case}", LONE_SURROGATE],
+    ["verify", LONE_SURROGATE],
+], ids=["evidence-file", "config", "analysis-config", "journal", "verify"])
+def test_cli_path_arguments_with_a_lone_surrogate_are_error_lines_not_tracebacks(case, args):
+    """Found by the CLI fuzzer in CI: click opened '\\ud800' and UnicodeEncodeError escaped."""
+    from click.testing import CliRunner
+
+    from ledger_cli.main import main
+
+    before = case.storage.conn.execute("SELECT count(*) FROM events").fetchone()[0]
+    result = CliRunner().invoke(main, [a.format(case=case.path) for a in args])
+    assert result.exit_code == 1, result.output
+    assert isinstance(result.exception, SystemExit)
+    assert "error: INVALID_ARGUMENT: " in result.output or "error: CONFIG_INVALID: " in result.output
+    assert case.storage.conn.execute("SELECT count(*) FROM events").fetchone()[0] == before
+
+
+def test_reading_from_a_closed_standard_input_is_an_error_line(case):
+    case.close()
+    for args in (["apply", str(case.path), "-"], ["budget", "record", str(case.path), "H1", "q1", "--evidence-file", "-"]):
+        result = subprocess.run([sys.executable, "-m", "ledger_cli", *args], stdin=subprocess.DEVNULL,
+                                capture_output=True, close_fds=True, preexec_fn=lambda: os.close(0))
+        assert result.returncode == 1, result.stderr
+        assert b"error: INVALID_ARGUMENT: '-' reads standard input, but standard input is closed" in result.stderr
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_a_result_that_cannot_be_printed_is_an_output_error_and_the_operation_stays_committed(budget, case):
+    case.close()
+    with open("/dev/full", "wb") as full:
+        result = subprocess.run([sys.executable, "-m", "ledger_cli", "budget", "reserve", str(case.path), "H1", "q9",
+                                 "source.read_context"], stdout=full, stderr=subprocess.PIPE)
+    assert result.returncode == 1
+    assert result.stderr.decode().startswith("error: OUTPUT_ERROR: cannot print the result (No space left on device)")
+    again = run_cli("budget", "reserve", str(case.path), "H1", "q9", "source.read_context", "--json")
+    assert again.returncode == 0 and json.loads(again.stdout)["reused"] is True
+
+
+def test_state_with_at_but_no_new_state_is_a_usage_error_and_an_empty_config_is_refused(case):
+    case.close()
+    assert run_cli("state", str(case.path), "--at", "garbage").returncode == 2
+    result = run_cli("--config", "", "budget", "snapshot", str(case.path))
+    assert result.returncode == 1 and b"error: CONFIG_INVALID: " in result.stderr
+    empty = run_cli("init", "", "--case-id", "X1")
+    assert empty.returncode == 1 and b"error: INVALID_ARGUMENT: case path is empty" in empty.stderr
+
+
+def test_snapshot_output_says_it_is_a_read(budget, case):
+    case.close()
+    result = run_cli("budget", "snapshot", str(case.path))
+    first = result.stdout.decode().splitlines()[0]
+    assert result.returncode == 0 and "history checked" in first and "reused" not in first
+
+
+def test_help_into_a_full_stdout_and_a_closed_stdout_are_output_errors(case):
+    case.close()
+    with open("/dev/full", "wb") as full:
+        for args in (["--help"], ["--version"], ["verify", "--help"]):
+            done = subprocess.run([sys.executable, "-m", "ledger_cli", *args], stdout=full, stderr=subprocess.PIPE)
+            assert done.returncode == 1 and done.stderr.startswith(b"error: OUTPUT_ERROR: "), (args, done.stderr)
+    before = case.path.joinpath("ledger.sqlite").read_bytes()
+    closed = subprocess.run([sys.executable, "-m", "ledger_cli", "budget", "reserve", str(case.path), "H1", "q1",
+                             "source.read_context"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: os.close(1))
+    assert closed.returncode == 1 and b"standard output is closed; nothing was run" in closed.stderr
+    assert case.path.joinpath("ledger.sqlite").read_bytes() == before
+
+
+def test_help_is_shown_even_when_a_named_config_is_bad(case):
+    done = run_cli("--config", "/no/such.toml", "verify", "--help")
+    assert done.returncode == 0 and done.stdout.startswith(b"Usage: ")

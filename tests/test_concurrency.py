@@ -17,14 +17,30 @@ import sqlite3
 import tempfile
 import time
 import traceback
+import builtins
+import json
+import subprocess
+import sys
+import threading
+import warnings
+import shutil
 from pathlib import Path
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from conftest import EXAMPLE_BUDGET, logical_dump, make_package, run_cli, start_case
-from ledger import AnalysisConfig, BudgetConfig, Case, LedgerError
-from ledger import verify_case
-
+import ledger.storage.writer_lock as lock_module
+import ledger.storage.connection as storage_module
+from conftest import EXAMPLE_BUDGET, logical_dump, make_package, run_cli, start_case, REPO
+from ledger import (AnalysisConfig, BudgetConfig, Case, LedgerError, verify_case, CheckpointWarning, export_case,
+    import_tree)
+from ledger.storage.writer_lock import WriterLock
+from ledger.ground.clock import format_utc
+from ledger.ground.config import AnalysisConfig
+from ledger.ground.errors import (CONFIG_INVALID, INVALID_ARGUMENT, INTEGRITY_ERROR, INVALID_JSON, LIMIT_REACHED,
+    SOURCE_REF_INVALID, STORAGE_ERROR)
+from ledger.ground.canonical import canonical_bytes
+from ledger.package_tools.journal import apply_journal
 LEDGER = "ledger.sqlite"
 SPAWN = multiprocessing.get_context("spawn")
 #: Upper bound for anything a child process does, so a hang fails instead of blocking CI.
@@ -658,3 +674,164 @@ def test_closing_while_another_process_holds_a_read_snapshot_succeeds_within_the
     assert not wal.exists() or wal.stat().st_size == 0
     assert ledger_rows(path, "SELECT MAX(seq) FROM events") == [(head,)]
     verify_case(path)
+
+
+def generation(case: Case) -> int:
+    return case.status()["package_generation"]
+
+
+@pytest.fixture
+def budget_case(package):
+    case = start_case(package)
+    budget = case.budget(BudgetConfig.load(EXAMPLE_BUDGET))
+    budget.initialize()
+    yield case, budget
+    case.close()
+
+
+# --- 1. a Case belongs to the thread that opened it --------------------------------------------
+def in_thread(call):
+    """Run ``call`` in a new thread; return what it returned or raised."""
+    box = {}
+
+    def run():
+        try:
+            box["value"] = call()
+        except BaseException as exc:  # noqa: BLE001 - the test inspects it
+            box["error"] = exc
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    worker.join(30)
+    return box
+
+
+PUBLIC_CALLS = {
+    "status": lambda c, b: c.status(),
+    "query": lambda c, b: c.query("SELECT 1"),
+    "balances": lambda c, b: c.balances(),
+    "actions": lambda c, b: c.actions(),
+    "events": lambda c, b: c.events(),
+    "event_ref": lambda c, b: c.event_ref(1),
+    "exported_paths": lambda c, b: c.exported_paths(),
+    "input_identity": lambda c, b: c.input_identity(),
+    "resolve_source_refs": lambda c, b: c.resolve_source_refs(["sources/app.py"]),
+    "open_revision": lambda c, b: c.open_revision([{"statement": "x"}]),
+    "transition": lambda c, b: c.transition("EVALUATING"),
+    "batch": lambda c, b: c.batch().__enter__(),
+    "close": lambda c, b: c.close(),
+    "export_case": lambda c, b: export_case(c),
+    "initialize": lambda c, b: b.initialize(),
+    "reserve": lambda c, b: b.reserve("H1", "t1", "source.read_context"),
+    "record_result": lambda c, b: b.record_result("H1", "t1", {"x": 1}),
+    "settle": lambda c, b: b.settle("H1", "t1", 50, "r"),
+    "fail": lambda c, b: b.fail("H1", "t1", "r"),
+    "reject": lambda c, b: b.reject("H2", "r"),
+    "snapshot": lambda c, b: b.snapshot(),
+    "grant": lambda c, b: b.grant("H1", 5, "controller", "more", "g1"),
+    "check": lambda c, b: b.check("H1", "source.read_context"),
+    "price_signal": lambda c, b: b.price_signal("H1", "source.read_context"),
+    "remaining": lambda c, b: b.remaining("H1"),
+    "record_evidence": lambda c, b: b.record_evidence("H1", "t1", "E000001"),
+    "request_test": lambda c, b: b.request_test("H1", "t1", "human", "test-1"),
+    "evidence_query": lambda c, b: c.evidence().query("i1", {"actions": [{
+        "operation_id": "op-1", "hypothesis_id": "H1", "action_id": "t1", "tool": "source.read_context",
+        "args": {"path": "sources/app.py", "start_line": 1, "end_line": 1}}]}),
+    "iter_query": lambda c, b: list(c.iter_query("SELECT 1")),
+    "iter_events": lambda c, b: list(c.iter_events()),
+}
+
+
+def test_issue_example_thread_b_cannot_report_a_reserve_that_thread_a_batch_rolls_back(budget_case):
+    case, budget = budget_case
+    before = generation(case)
+    inside, b_done = threading.Event(), threading.Event()
+    reported: dict = {}
+
+    def thread_b():
+        inside.wait(10)
+        try:
+            reported["result"] = budget.reserve("H2", "b1", "source.find_text")
+        except LedgerError as exc:
+            reported["error"] = exc
+        b_done.set()
+
+    worker = threading.Thread(target=thread_b)
+    worker.start()
+    with pytest.raises(RuntimeError, match="thread A fails"):
+        with case.batch():
+            budget.reserve("H1", "a1", "source.read_context")
+            inside.set()
+            b_done.wait(10)
+            raise RuntimeError("thread A fails")
+    worker.join(10)
+    assert "result" not in reported  # nothing was reported as done
+    assert reported["error"].code == INVALID_ARGUMENT and "another thread" in reported["error"].message
+    assert generation(case) == before  # A's batch rolled back and B wrote nothing
+    assert [a["action_id"] for a in case.actions()] == []
+    assert budget.reserve("H2", "b1", "source.find_text").seq == before + 1  # the owner goes on
+
+
+def test_plain_sharing_without_a_batch_is_a_ledger_error_not_a_runtime_error(budget_case):
+    case, budget = budget_case
+    got = in_thread(lambda: budget.reserve("H1", "x1", "source.read_context"))
+    assert isinstance(got["error"], LedgerError) and got["error"].code == INVALID_ARGUMENT
+
+
+@pytest.mark.parametrize("name", sorted(PUBLIC_CALLS))
+def test_every_public_entry_point_refuses_a_thread_other_than_the_opener(budget_case, name):
+    case, budget = budget_case
+    before = generation(case)
+    got = in_thread(lambda: PUBLIC_CALLS[name](case, budget))
+    assert "value" not in got
+    assert isinstance(got["error"], LedgerError) and got["error"].code == INVALID_ARGUMENT, got
+    assert generation(case) == before and not case.storage.conn.in_transaction
+    assert budget.reserve("H1", "own", "source.read_context").seq == before + 1  # still usable
+
+
+def test_every_public_method_of_case_and_budget_manager_is_covered_by_the_thread_test():
+    from ledger import BudgetManager
+
+    public = {n for cls in (Case, BudgetManager) for n in vars(cls) if not n.startswith("_")
+              and callable(getattr(cls, n)) and not isinstance(vars(cls)[n], classmethod)}
+    public -= {"budget", "evidence", "to_dict"}  # budget() and evidence() only build a service; they read and write nothing
+    assert public - set(PUBLIC_CALLS) == set()
+
+
+def test_a_write_started_inside_a_read_is_refused_instead_of_ending_the_read(budget_case):
+    case, budget = budget_case
+    seen = []
+
+    def progress(_n):
+        if not seen:
+            try:
+                budget.reserve("H1", "n1", "source.read_context")
+            except LedgerError as exc:
+                seen.append(exc.code)
+
+    export_case(case, progress=progress)
+    assert seen == [INVALID_ARGUMENT]
+    verify_case(case.path)
+
+
+def test_concurrent_exports_of_one_package_all_succeed(budget, case):
+    for n in range(40):
+        budget.reserve("H1", f"a{n}", "source.read_context")
+        budget.record_result("H1", f"a{n}", {"n": n})
+        budget.settle("H1", f"a{n}", 100, "new")
+    errors = []
+
+    def export():
+        try:
+            with Case.open(case.path) as own:
+                export_case(own)
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=export) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert verify_case(case.path).exported_files_checked == 124 + 40

@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import os
+import shutil
+import sqlite3
+import threading
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
-from ledger import AnalysisConfig, BudgetConfig
+from ledger import (AnalysisConfig, BudgetConfig, Case, LedgerError, read_only_query, read_only_rows, export_case,
+    import_tree, verify_case)
 from ledger.ground.config import DEFAULT_POLICY
-from ledger.ground.errors import CONFIG_INVALID, LedgerError
-
-from conftest import EXAMPLE_BUDGET, REPO
-
+from ledger.ground.errors import (CONFIG_INVALID, LedgerError, INVALID_ARGUMENT, NOT_INITIALIZED, INTEGRITY_ERROR,
+    INVALID_JSON, LIMIT_REACHED, SOURCE_REF_INVALID, STORAGE_ERROR)
+from conftest import EXAMPLE_BUDGET, REPO, make_package, run_cli, start_case
+from ledger_cli.main import main as cli_main
+from ledger.ground.canonical import canonical_bytes
+from ledger.package_tools.journal import apply_journal
 
 def write(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "budget.local.toml"
@@ -137,3 +148,38 @@ def test_a_policy_is_schema_checked_once_per_process_and_a_bad_one_every_time(mo
             BudgetConfig.from_mapping({"max_reward_bps": 10_001})
         assert caught.value.code == CONFIG_INVALID and "max_reward_bps" in caught.value.message
     assert len(calls) == 3
+
+
+def cli(*args: str, stdin: str | None = None) -> tuple[int, str, str]:
+    done = CliRunner().invoke(cli_main, [str(a) for a in args], input=stdin)
+    return done.exit_code, done.stdout, done.stderr
+
+
+@pytest.mark.parametrize("option", ["--config", "--analysis-config"])
+def test_a_config_that_is_a_folder_or_missing_is_config_invalid_exit_1(case, tmp_path, option):
+    for path, says in ((tmp_path, "not a regular file"), (tmp_path / "missing.toml", "no such file")):
+        code, out, err = cli(option, path, "balances", case.path)
+        assert (code, out) == (1, "") and err == f"error: CONFIG_INVALID: {path}: {says}\n"
+
+
+@pytest.mark.parametrize("text", ["action_costs = 5\n", "action_costs = [1, 2]\n", 'action_costs = "ab"\n',
+                                  "test_costs = 5\n", "[[action_costs]]\nx = 1\n"])
+def test_a_cost_table_that_is_not_a_table_is_config_invalid(tmp_path, text):
+    path = tmp_path / "b.toml"
+    path.write_text(text)
+    with pytest.raises(LedgerError) as caught:
+        BudgetConfig.load(path)
+    assert caught.value.code == CONFIG_INVALID
+
+
+@pytest.mark.parametrize("config", [True, "budget.toml", {"default_action_cost": 10}], ids=["bool", "str", "dict"])
+def test_a_budget_config_of_the_wrong_type_is_refused_at_once(case, config):
+    with pytest.raises(LedgerError) as caught:
+        case.budget(config)
+    assert caught.value.code == INVALID_ARGUMENT
+
+
+def test_a_named_config_must_be_readable_even_for_reads(case):
+    case.close()
+    result = run_cli("--config", str(case.path / "missing.toml"), "state", str(case.path))
+    assert result.returncode == 1 and b"error: CONFIG_INVALID: " in result.stderr

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import click
 import sqlite_utils
+import pytest
+from click.testing import CliRunner
 
-from ledger.ground.errors import ALL_CODES, CLI_ONLY_CODES
-from ledger_cli.main import main
-
-from conftest import REPO
-
+from ledger.ground.errors import ALL_CODES, CLI_ONLY_CODES, INVALID_ARGUMENT, NOT_INITIALIZED
+from ledger_cli.main import main, main as cli_main
+from conftest import REPO, EXAMPLE_BUDGET
+from ledger import Case, LedgerError, read_only_query, read_only_rows
 README = (REPO / "README.md").read_text(encoding="utf-8")
 DOCS = REPO / "docs"
 
@@ -221,3 +225,38 @@ def test_code_cites_only_documents_the_repository_holds():
                 outside.append(where)
     assert missing == []
     assert outside == []
+
+
+TRAJECTORIES = Path(__file__).parent / "data" / "trajectories"
+
+
+def test_the_docs_commands_use_paths_a_fresh_clone_has():
+    for page in ("docs/simulate.md", "docs/journals.md"):
+        text = (REPO / page).read_text(encoding="utf-8")
+        assert "../shared" not in text, page
+        assert "tests/data/trajectories/" in text, page
+    assert "--plot docs/" not in (REPO / "docs/simulate.md").read_text(encoding="utf-8")
+    assert (TRAJECTORIES / "outcomes.csv").is_file() and len(list(TRAJECTORIES.glob("*.jsonl"))) == 100
+
+
+def test_init_at_is_in_the_readme_command_table():
+    assert "| `ledger init CASE --case-id ID [--at T]` |" in (REPO / "README.md").read_text(encoding="utf-8")
+
+
+def test_the_text_limit_and_sql_json_encodings_are_documented():
+    concepts = (REPO / "docs/concepts.md").read_text(encoding="utf-8")
+    errors = (REPO / "docs/errors.md").read_text(encoding="utf-8")
+    files = (REPO / "docs/files.md").read_text(encoding="utf-8")
+    assert "at most 4000 characters" in concepts and "over 4000 characters" in errors
+    assert '{"$base64": "<standard base64 of its bytes>"}' in files and '`"-Infinity"`' in files
+
+
+def test_the_sql_docs_say_what_sqlite_reports_for_view_column_types(budget, case):
+    columns, rows = read_only_query(case.path, "SELECT name, type FROM pragma_table_info('balances')")
+    empty = [name for name, declared in rows if declared == ""]
+    text = (REPO / "docs/sql.md").read_text(encoding="utf-8")
+    assert "Every view column has a declared type" not in text
+    if empty:  # computed columns have no declared type on this SQLite: the docs say so
+        assert "shows an empty type for them" in text
+    _, values = read_only_query(case.path, "SELECT DISTINCT typeof(spent_units), typeof(statement) FROM balances")
+    assert values == [("integer", "text")]

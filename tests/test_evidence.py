@@ -16,17 +16,20 @@ from pathlib import Path
 
 import click
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+from click.testing import CliRunner
 
-from ledger import (AnalysisConfig, BudgetConfig, Case, LedgerError, export_case, import_tree, verify_case)
+from ledger import AnalysisConfig, BudgetConfig, Case, LedgerError, export_case, import_tree, verify_case
 from ledger.storage.sqlfiles import migrations
-from ledger.ground.errors import (INTEGRITY_ERROR, INVALID_ARGUMENT, LIMIT_REACHED, NO_RESERVATION, OPERATION_CONFLICT,
-                           REPLY_MISMATCH, ROUTER_REFUSED, STALE_GENERATION)
+from ledger.ground.errors import (INTEGRITY_ERROR, INVALID_ARGUMENT, LIMIT_REACHED, NO_RESERVATION,
+    OPERATION_CONFLICT, REPLY_MISMATCH, ROUTER_REFUSED, STALE_GENERATION)
 from ledger.package_tools.journal import apply_journal
-from ledger.router.reference import split_lines
+from ledger.router.reference import split_lines, Router
 from ledger_cli.main import main as cli_main
-
 from conftest import EXAMPLE_BUDGET, REPO, start_case
-
+from ledger.router import reference as router_module
+from ledger.router.check import recheck, self_consistent
+from ledger.rules import evidence as rules
 APP = "sources/app.py"
 
 
@@ -466,3 +469,61 @@ def test_import_refuses_a_stray_moved_or_missing_evidence_file(published, tmp_pa
         import_tree(published, tmp_path / "copy")
     assert refused.value.code == INTEGRITY_ERROR
     assert not (tmp_path / "copy").exists()
+
+
+# --- finding 3: an identical query --store retry is reused ------------------------------------------
+def test_an_identical_query_store_retry_is_reused_with_the_stored_records(case):
+    case.budget().reserve("H1", "q1", "source.read_context")
+    request = {"actions": [read("op-1", "H1", "q1", 1, 2)]}
+    first = case.evidence().query("i1", request, True)
+    case.budget().reserve("H2", "q2", "source.read_context")  # the head moves on
+    again = case.evidence().query("i1", request, True)
+    assert (first.reused, again.reused) == (False, True)
+    assert again.records == first.records and again.seq == first.seq
+    assert again.reply["package_generation"] == first.reply["package_generation"]
+    assert case.query("SELECT COUNT(*) AS n FROM evidence_records")[0]["n"] == 1
+
+
+def test_a_journal_query_store_line_applies_twice(case):
+    case.budget().reserve("H1", "q1", "source.read_context")
+    line_ = json.dumps({"op": "query", "iteration_id": "i1", "request": {"actions": [read("op-1", "H1", "q1", 1, 1)]},
+                        "store": True})
+    first = [r.to_dict() for r in apply_journal(case, [line_])]
+    second = [r.to_dict() for r in apply_journal(case, [line_])]
+    assert [r["ok"] for r in first + second] == [True, True]
+    assert second[0]["result"]["reused"] is True
+    assert second[0]["result"]["records"] == first[0]["result"]["records"]
+
+
+def test_a_query_store_retry_over_changed_inputs_is_not_reused(case):
+    case.budget().reserve("H1", "q1", "source.read_context")
+    request = {"actions": [read("op-1", "H1", "q1", 1, 2)]}
+    case.evidence().query("i1", request, True)
+    (case.path / APP).write_text("def add(a, b):\n    return a + b\n")
+    with pytest.raises(LedgerError) as caught:
+        case.evidence().query("i1", request, True)
+    assert caught.value.code == "OPERATION_CONFLICT"
+
+
+# --- finding 6: the artifact limit is the one that applies to the evidence an event carries -----------
+def test_a_3_000_000_byte_line_under_the_artifact_limit_is_stored(case):
+    (case.path / "sources" / "big.txt").write_bytes(b"x" * 3_000_000 + b"\n")
+    case.budget().reserve("H1", "q1", "source.read_context")
+    stored = case.evidence().query("i1", {"actions": [read("op-1", "H1", "q1", 1, 1, "sources/big.txt")]}, True)
+    assert stored.records[0]["novelty_score"] == 100
+    assert verify_case(case.path).events > 0
+
+
+def test_an_artifact_over_its_limit_names_evidence_artifact_bytes_max(case):
+    (case.path / "sources" / "big.txt").write_bytes(b"x" * 5_000_000 + b"\n")
+    case.budget().reserve("H1", "q1", "source.read_context")
+    with pytest.raises(LedgerError) as caught:
+        case.evidence().query("i1", {"actions": [read("op-1", "H1", "q1", 1, 1, "sources/big.txt")]}, True)
+    assert caught.value.code == "LIMIT_REACHED" and caught.value.details["limit"] == "evidence_artifact_bytes_max"
+
+
+def test_a_3_000_000_byte_attachment_is_accepted_as_a_draft(case):
+    case.budget().request_test("H1", "t1", "human", "test-1")
+    draft = case.evidence().submit_feedback("test-1", {"status": "passed", "details": "ok"},
+                                            {"log.txt": "y" * 3_000_000})
+    assert draft.feedback_id == "F000001"

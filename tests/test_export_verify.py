@@ -6,17 +6,25 @@ import json
 import os
 import shutil
 import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
 from pathlib import Path
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from ledger import Case, LedgerError
+from ledger import (Case, LedgerError, export_case, import_tree, verify_case, AnalysisConfig, read_only_query,
+    BudgetConfig)
 from ledger.ground.canonical import canonical_bytes, sha256_hex
-from ledger.ground.errors import CASE_EXISTS, INTEGRITY_ERROR, INVALID_ARGUMENT, LEDGER_MISSING
-from ledger import export_case, import_tree, verify_case
-
-from conftest import logical_dump
-
+from ledger.ground.errors import (CASE_EXISTS, INTEGRITY_ERROR, INVALID_ARGUMENT, LEDGER_MISSING, CONFIG_INVALID,
+    INVALID_JSON, LIMIT_REACHED, SOURCE_REF_INVALID, STORAGE_ERROR)
+from conftest import logical_dump, run_cli, make_package, start_case
+from ledger.package_tools import importer
+from ledger.ground.clock import format_utc
+from ledger.storage.readonly import readonly_query
+from ledger.package_tools.journal import apply_journal
 
 @pytest.fixture
 def exported(budget, case):
@@ -304,3 +312,278 @@ def test_verify_does_not_write_into_the_package(exported):
     dump = logical_dump(exported / "ledger.sqlite")
     verify_case(exported)
     assert tree(exported) == before and logical_dump(exported / "ledger.sqlite") == dump
+
+
+# --- foreign indexes that can block the ledger's writes ------------------------------------------
+BLOCKING_INDEXES = {
+    "an index on an expression": "CREATE INDEX my_expr ON events(json(CASE WHEN seq > 5 THEN 'x' ELSE '1' END))",
+    "a partial index (WHERE)": "CREATE INDEX my_expr ON events(seq) WHERE json(CASE WHEN seq > 5 THEN 'x' ELSE '1' END)",
+    "a UNIQUE index": "CREATE UNIQUE INDEX my_expr ON events(type)",
+    "an expression among plain columns": "CREATE INDEX my_expr ON events(seq, lower(type))",
+}
+
+
+# --- messages: altered tables, interrupted init, schema_migrations rows ---------------------------
+def _tamper(case, *statements: str) -> None:
+    case.close()
+    conn = sqlite3.connect(case.path / "ledger.sqlite")
+    for sql in statements:
+        conn.execute(sql)
+    conn.commit()
+    conn.close()
+
+
+def _unguard_migrations(where: str) -> tuple[str, ...]:
+    return ("DROP TRIGGER schema_migrations_no_delete", f"DELETE FROM schema_migrations {where}",
+            "CREATE TRIGGER schema_migrations_no_delete BEFORE DELETE ON schema_migrations\n"
+            "BEGIN\n    SELECT RAISE(ABORT, 'append-only: schema_migrations rows cannot be deleted');\nEND")
+
+
+def test_a_case_dated_in_the_past_reports_no_future_events(budget, case):
+    report = verify_case(case.path)
+    assert (report.future_events, report.future_max_lead_ms) == (0, 0)
+    assert not any("ahead of this machine's clock" in line for line in report.notes())
+
+
+@pytest.mark.parametrize("why, sql", sorted(BLOCKING_INDEXES.items()))
+def test_verify_refuses_a_foreign_index_that_can_block_the_ledgers_writes(budget, case, why, sql):
+    """Foreign objects: only plain column-list indexes on ledger tables are left alone."""
+    budget.reserve("H1", "q1", "source.read_context")
+    with sqlite3.connect(case.path / "ledger.sqlite") as conn:
+        conn.execute(sql)
+    conn.close()
+    with pytest.raises(LedgerError) as caught:
+        verify_case(case.path)
+    assert caught.value.code == INTEGRITY_ERROR and caught.value.details["object"] == "my_expr"
+    expected = "an index on an expression" if why.startswith("an expression") else why
+    assert f"schema object my_expr is not the ledger's own: {expected} on the ledger's events" in caught.value.message
+
+
+def test_a_write_refused_because_of_a_foreign_index_names_it(budget, case):
+    budget.reserve("H1", "q1", "source.read_context")
+    with sqlite3.connect(case.path / "ledger.sqlite") as conn:
+        conn.execute(BLOCKING_INDEXES["an index on an expression"])
+    conn.close()
+    with pytest.raises(LedgerError) as caught:
+        budget.reserve("H2", "q2", "source.read_context")
+    assert caught.value.code == INTEGRITY_ERROR and "malformed JSON" in caught.value.message
+    assert "index my_expr on events" in caught.value.message
+    assert caught.value.details["foreign_objects"] == ["index my_expr on events"]
+
+
+def test_a_plain_foreign_index_on_columns_is_left_alone(budget, case):
+    with sqlite3.connect(case.path / "ledger.sqlite") as conn:
+        conn.execute("CREATE INDEX my_plain ON events(type, created_at COLLATE NOCASE)")
+    conn.close()
+    budget.reserve("H1", "q1", "source.read_context")
+    report = verify_case(case.path)
+    assert {"type": "index", "name": "my_plain", "table": "events"} in report.foreign_objects
+
+
+# --- verify --strict without a (complete) export -------------------------------------------------
+def test_strict_verify_fails_without_an_export_and_plain_verify_says_not_exported(budget, case):
+    """verify --strict: no manifest.json is not a current export."""
+    case.close()
+    report = verify_case(case.path)
+    assert (report.export_state, report.export_behind, report.manifest_checked) == ("none", None, False)
+    assert "not exported: there is no manifest.json; run 'ledger export'" in report.notes()
+    plain = run_cli("verify", str(case.path), "--json")
+    assert plain.returncode == 0 and json.loads(plain.stdout)["export_state"] == "none"
+    strict = run_cli("verify", str(case.path), "--strict")
+    assert strict.returncode == 1
+    assert b"error: INTEGRITY_ERROR: the case was never exported (no manifest.json) (--strict)" in strict.stderr
+
+
+def test_strict_verify_fails_on_an_export_interrupted_before_its_manifest(budget, case):
+    export_case(case)
+    case.close()
+    (case.path / "manifest.json").unlink()  # what an export killed before writing it leaves
+    report = verify_case(case.path)
+    assert report.export_state == "partial" and report.exported_files_checked == 4
+    assert any(line.startswith("partial export: 4 exported file(s) but no manifest.json") for line in report.notes())
+    strict = run_cli("verify", str(case.path), "--strict")
+    assert strict.returncode == 1 and b"error: INTEGRITY_ERROR: the export is partial" in strict.stderr
+    with Case.open(case.path) as reopened:
+        assert export_case(reopened).manifest["head"]["seq"] == 4
+    again = run_cli("verify", str(case.path), "--strict", "--json")
+    assert again.returncode == 0 and json.loads(again.stdout)["export_state"] == "current"
+
+
+def test_verify_names_a_ledger_table_with_an_added_column(budget, case):
+    """Schema check: a changed ledger table is named before any row comparison."""
+    _tamper(case, "ALTER TABLE events ADD COLUMN note TEXT")
+    with pytest.raises(LedgerError) as caught:
+        verify_case(case.path)
+    assert caught.value.code == INTEGRITY_ERROR and caught.value.details["object"] == "events"
+    assert "the ledger's events is missing or altered" in caught.value.message
+
+
+def test_deleting_every_schema_migrations_row_is_integrity_error_not_ledger_missing(budget, case):
+    """schema_migrations rows must match the schema the file holds."""
+    _tamper(case, *_unguard_migrations(""))
+    with pytest.raises(LedgerError) as caught:
+        verify_case(case.path)
+    assert caught.value.code == INTEGRITY_ERROR
+    assert "made by migration 001_schema, but schema_migrations has no row for version 1" in caught.value.message
+    with pytest.raises(LedgerError) as opened:
+        Case.open(case.path)
+    assert opened.value.code == INTEGRITY_ERROR and "no row for version 1" in opened.value.message
+
+
+def test_deleting_the_last_schema_migrations_row_fails_verify_and_the_next_open_migrates_nothing(budget, case):
+    last = case.storage.one("schema_version")[0]
+    _tamper(case, *_unguard_migrations(f"WHERE version = {last}"))
+    with pytest.raises(LedgerError) as caught:
+        verify_case(case.path)
+    assert caught.value.code == INTEGRITY_ERROR and f"no row for version {last}" in caught.value.message
+    with pytest.raises(LedgerError) as opened:
+        Case.open(case.path)
+    assert opened.value.code == INTEGRITY_ERROR and "nothing was migrated" in opened.value.message
+    with sqlite3.connect(case.path / "ledger.sqlite") as conn:
+        assert conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone()[0] < last
+    conn.close()
+
+
+def test_a_manifest_that_disagrees_with_the_ledger_is_refused_by_verify_and_import(budget, case, tmp_path):
+    budget.reserve("H1", "a1", "source.read_context")
+    export_case(case)
+    manifest = json.loads((case.path / "manifest.json").read_bytes())
+    for field, value in (("state", "CLOSED"), ("analysis_revision", 7), ("package_generation", 3)):
+        (case.path / "manifest.json").write_bytes(canonical_bytes({**manifest, field: value}))
+        with pytest.raises(LedgerError) as caught:
+            verify_case(case.path)
+        assert caught.value.code == INTEGRITY_ERROR and field in caught.value.message
+        with pytest.raises(LedgerError):
+            import_tree(case.path, tmp_path / f"copy-{field}")
+        assert not (tmp_path / f"copy-{field}").exists()
+    (case.path / "manifest.json").write_bytes(canonical_bytes(
+        {**manifest, "artifacts": {**manifest["artifacts"], "budget_ledger": None}}))
+    with pytest.raises(LedgerError):
+        verify_case(case.path)
+
+
+def test_truncation_is_caught_from_exported_events_even_without_a_manifest(budget, case):
+    budget.reserve("H1", "a1", "source.read_context")
+    budget.fail("H1", "a1", "x")
+    export_case(case)
+    case.close()
+    conn = sqlite3.connect(case.path / "ledger.sqlite")
+    conn.execute("DROP TRIGGER events_no_delete")
+    conn.execute("DROP TRIGGER closings_no_delete")
+    conn.execute("DELETE FROM closings WHERE seq = 6")
+    conn.execute("DELETE FROM events WHERE seq = 6")
+    conn.commit()
+    conn.close()
+    (case.path / "manifest.json").unlink()
+    with pytest.raises(LedgerError) as caught:
+        verify_case(case.path)
+    assert caught.value.details["seq"] == 6
+
+
+def test_verify_names_the_smallest_bad_seq_across_tables(budget, case):
+    for n in range(3):
+        budget.reserve("H1", f"a{n}", "source.read_context")
+        budget.fail("H1", f"a{n}", "x")
+    case.close()
+    conn = sqlite3.connect(case.path / "ledger.sqlite")
+    conn.execute("DROP TRIGGER reservations_no_update")
+    conn.execute("DROP TRIGGER events_no_update")
+    conn.execute("UPDATE reservations SET cost_units = 1 WHERE seq = 5")
+    conn.execute("UPDATE events SET created_at = 'x' WHERE seq = 9")
+    conn.commit()
+    conn.close()
+    with pytest.raises(LedgerError) as caught:
+        verify_case(case.path)
+    assert caught.value.details["seq"] == 5
+
+
+def test_a_malformed_newest_budget_event_is_an_integrity_error_not_a_crash(budget, case):
+    budget.reserve("H1", "a1", "source.read_context")
+    case.close()
+    conn = sqlite3.connect(case.path / "ledger.sqlite")
+    head_seq, head_sha = conn.execute("SELECT seq, sha256 FROM events ORDER BY seq DESC LIMIT 1").fetchone()
+    conn.execute("INSERT INTO events (seq, type, revision, stream, stream_seq, created_at, sha256, parent_sha256, body) "
+                 "VALUES (?, 'budget.reserved', 1, 'budget', 99, 'x', ?, ?, '{}')", (head_seq + 1, "f" * 64, head_sha))
+    conn.commit()
+    conn.close()
+    with Case.open(case.path) as opened:
+        with pytest.raises(LedgerError) as caught:
+            opened.budget().reserve("H2", "b1", "source.read_context")
+    assert caught.value.code == INTEGRITY_ERROR
+
+
+def test_verify_refuses_a_foreign_trigger_on_a_ledger_table(case):
+    case.close()
+    conn = sqlite3.connect(case.path / "ledger.sqlite")
+    conn.execute("CREATE TRIGGER zz AFTER INSERT ON events WHEN NEW.type = 'budget.rejected' "
+                 "BEGIN SELECT RAISE(ABORT, 'busy, try later'); END")
+    conn.commit()
+    conn.close()
+    with pytest.raises(LedgerError) as caught:
+        verify_case(case.path)
+    assert caught.value.code == INTEGRITY_ERROR and "is not the ledger's own" in caught.value.message
+
+
+@pytest.mark.parametrize("ddl, kind", [
+    ("CREATE TABLE notes (x)", "table"),
+    ("CREATE VIEW spent AS SELECT 1", "view"),
+    ("CREATE INDEX extra ON events (type)", "index"),
+], ids=["table", "view", "index"])
+def test_verify_reports_a_users_own_table_view_or_index_as_foreign(case, ddl, kind):
+    case.close()
+    conn = sqlite3.connect(case.path / "ledger.sqlite")
+    conn.execute(ddl)
+    conn.commit()
+    conn.close()
+    assert [o["type"] for o in verify_case(case.path).foreign_objects] == [kind]
+
+
+def test_verify_accepts_sqlites_own_statistics_tables(case):
+    case.close()
+    conn = sqlite3.connect(case.path / "ledger.sqlite")
+    conn.execute("ANALYZE")
+    conn.commit()
+    conn.close()
+    assert verify_case(case.path).head_seq > 0
+
+
+def test_export_files_get_the_umask_mode_and_import_keeps_input_modes(budget, case, tmp_path):
+    old = os.umask(0o022)
+    try:
+        (case.path / "sources" / "run.sh").write_text("echo\n", encoding="utf-8")
+        (case.path / "sources" / "run.sh").chmod(0o755)
+        (case.path / "sources" / "notes.txt").chmod(0o444)
+        budget.reserve("H1", "q1", "source.read_context")
+        export_case(case)
+        assert (case.path / "manifest.json").stat().st_mode & 0o777 == 0o644
+        assert {p.stat().st_mode & 0o777 for p in (case.path / "analysis").rglob("*.json")} == {0o644}
+        case.close()
+        import_tree(case.path, tmp_path / "copy")
+        assert (tmp_path / "copy" / "sources" / "run.sh").stat().st_mode & 0o777 == 0o755
+        assert (tmp_path / "copy" / "sources" / "notes.txt").stat().st_mode & 0o777 == 0o444
+    finally:
+        os.umask(old)
+
+
+def test_a_reformatted_manifest_is_refused_by_verify_and_import(budget, case, tmp_path):
+    export_case(case)
+    case.close()
+    manifest = case.path / "manifest.json"
+    manifest.write_text(json.dumps(json.loads(manifest.read_bytes()), indent=1), encoding="utf-8")
+    for call in (lambda: verify_case(case.path), lambda: import_tree(case.path, tmp_path / "copy")):
+        with pytest.raises(LedgerError) as caught:
+            call()
+        assert caught.value.code == INTEGRITY_ERROR and "canonical form" in caught.value.message
+
+
+def test_a_trigger_slipped_in_under_a_sqlite_name_is_foreign(case):
+    case.close()
+    conn = sqlite3.connect(case.path / "ledger.sqlite")
+    conn.execute("PRAGMA writable_schema = ON")
+    conn.execute("INSERT INTO sqlite_master VALUES ('trigger', 'sqlite_evil', 'events', 0, "
+                 "'CREATE TRIGGER sqlite_evil BEFORE INSERT ON events BEGIN SELECT RAISE(ABORT, ''evil''); END')")
+    conn.commit()
+    conn.close()
+    with pytest.raises(LedgerError) as caught:
+        verify_case(case.path)
+    assert caught.value.code == INTEGRITY_ERROR and "sqlite_evil" in caught.value.message

@@ -10,16 +10,21 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+from click.testing import CliRunner
 
 from ledger import AnalysisConfig, BudgetConfig, Case, LedgerError, export_case, import_tree, verify_case
-from ledger.ground.errors import (CASE_STATE, FEEDBACK_NOT_CONFIRMED, INTEGRITY_ERROR, INVALID_ARGUMENT, INVALID_ID,
-                           LIMIT_REACHED, NO_RESERVATION, OPERATION_CONFLICT)
+from ledger.ground.errors import (CASE_STATE, FEEDBACK_NOT_CONFIRMED, INTEGRITY_ERROR, INVALID_ARGUMENT,
+    INVALID_ID, LIMIT_REACHED, NO_RESERVATION, OPERATION_CONFLICT, REPLY_MISMATCH, ROUTER_REFUSED)
 from ledger.storage.sqlfiles import migrations
 from ledger.package_tools.journal import apply_journal
 from ledger_cli.main import main as cli_main
-
 from conftest import EXAMPLE_BUDGET, start_case
-
+from ledger.router import reference as router_module
+from ledger.router.reference import Router
+from ledger.router.check import recheck, self_consistent
+from ledger.rules import evidence as rules
+from test_evidence import APP, case, read  # noqa: F401
 PASSED = {"status": "passed", "details": {"log": "2 tests passed"}}
 LOG = "collected 2 items\n2 passed\n"
 PNG = bytes(range(256))
@@ -300,3 +305,47 @@ def test_a_tool_batch_cannot_reuse_a_test_operation_id(case):
     with pytest.raises(LedgerError) as conflict:
         case.evidence().query("i1", {"actions": [action]}, True)
     assert conflict.value.code == OPERATION_CONFLICT and ledger_rows(case) == before
+
+
+# --- finding 7: feedback for a test whose reservation was failed --------------------------------------
+def test_feedback_for_a_failed_test_is_no_reservation_at_submit_and_confirm(case):
+    budget = case.budget()
+    budget.request_test("H1", "t1", "human", "test-1")
+    budget.request_test("H2", "t2", "human", "test-2")
+    draft = case.evidence().submit_feedback("test-2", {"status": "passed", "details": "ok"})
+    budget.fail("H1", "t1", "the tester gave up")
+    budget.fail("H2", "t2", "the tester gave up")
+    with pytest.raises(LedgerError) as submitted:
+        case.evidence().submit_feedback("test-1", {"status": "passed", "details": "ok"})
+    assert submitted.value.code == "NO_RESERVATION" and "no longer pending" in submitted.value.message
+    case.transition("BLOCKED")
+    with pytest.raises(LedgerError) as confirmed:
+        case.evidence().confirm_feedback(draft.feedback_id)
+    assert confirmed.value.code == "NO_RESERVATION"
+    assert case.query("SELECT COUNT(*) AS n FROM feedback_drafts")[0]["n"] == 1
+    assert case.query("SELECT COUNT(*) AS n FROM feedback_confirmations")[0]["n"] == 0
+    assert case.status()["state"] == "BLOCKED"
+
+
+# --- finding 9: bounded reads in the command line ---------------------------------------------------------
+def test_cli_feedback_submit_refuses_devices_and_oversized_attachments_without_reading_them(case, tmp_path):
+    case.budget().request_test("H1", "t1", "human", "test-1")
+    reply = tmp_path / "reply.json"
+    reply.write_text('{"status": "passed", "details": "ok"}')
+    big = tmp_path / "big.log"
+    with open(big, "wb") as handle:
+        handle.truncate(5 * 1024 * 1024)  # sparse: over the 4 MiB artifact limit
+    runner = CliRunner()
+    path = str(case.path)
+    device = runner.invoke(cli_main, ["evidence", "feedback", "submit", path, "test-1", str(reply),
+                                      "--attach", "/dev/zero"])
+    assert device.exit_code == 1 and "error: INVALID_ARGUMENT" in device.output
+    assert "not a regular file" in device.output
+    oversized = runner.invoke(cli_main, ["evidence", "feedback", "submit", path, "test-1", str(reply),
+                                         "--attach", str(big)])
+    assert oversized.exit_code == 1 and "error: LIMIT_REACHED" in oversized.output
+    assert "evidence_artifact_bytes_max" in oversized.output
+    endless = runner.invoke(cli_main, ["evidence", "feedback", "submit", path, "test-1", "/dev/zero"])
+    # a device as the reply is refused as a usage error before anything is read
+    assert endless.exit_code == 2 and "is not a regular file" in endless.output
+    assert case.query("SELECT COUNT(*) AS n FROM feedback_drafts")[0]["n"] == 0

@@ -49,17 +49,16 @@ from typing import Any, Callable
 
 import pytest
 from click.testing import CliRunner
-from hypothesis import HealthCheck, given, note, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, note, settings, strategies as st
 
-from ledger import ALL_CODES, AnalysisConfig, BudgetConfig, Case, LedgerError
+from ledger import (ALL_CODES, AnalysisConfig, BudgetConfig, Case, LedgerError, export_case, import_tree,
+    verify_case, read_only_query, read_only_rows)
 from ledger.ground.config import DEFAULT_LIMITS, DEFAULT_POLICY
-from ledger import export_case, import_tree, verify_case
 from ledger.package_tools.journal import OPERATIONS, apply_journal
 from ledger_cli.main import main as cli_main
-
-from conftest import FUZZ_SUMMARY, EXAMPLE_BUDGET, TORTURE_SCALE, logical_dump, make_package, run_cli, start_case, torture_run
-
+from conftest import (FUZZ_SUMMARY, EXAMPLE_BUDGET, TORTURE_SCALE, logical_dump, make_package, run_cli, start_case,
+    torture_run)
+from ledger.ground.errors import INVALID_ARGUMENT, NOT_INITIALIZED
 # --- bookkeeping: examples tried per category ---------------------------------------------
 
 COUNTS: collections.Counter[str] = collections.Counter()
@@ -1352,3 +1351,77 @@ def test_a_budget_config_that_is_a_fifo_is_config_invalid_instead_of_blocking(tm
     except subprocess.TimeoutExpired:
         pytest.fail("BudgetConfig.load on a fifo still blocked after 5 s")
     assert loaded.stdout.strip() == "CONFIG_INVALID"
+
+
+def _snapshot_journal(path: Path, snapshots: int) -> Path:
+    lines = [{"op": "open_revision", "hypotheses": [{"statement": "a"}], "units_per_hypothesis": 40},
+             {"op": "transition", "to": "INVESTIGATING_HYPOTHESES"}, {"op": "initialize"}]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines + [{"op": "snapshot"}] * snapshots))
+    return path
+
+
+def _api_calls(case: Case, tmp_path: Path) -> dict[str, object]:
+    import ledger as L
+    journal = _snapshot_journal(tmp_path / "j.jsonl", 1)
+    return {
+        "apply_journal(None)": lambda: list(L.apply_journal(None, [])),
+        "apply_journal(str lines)": lambda: list(L.apply_journal(case, '{"op": "snapshot"}')),
+        "apply_journal(bytes lines)": lambda: list(L.apply_journal(case, b'{"op": "snapshot"}')),
+        "apply_journal(int lines)": lambda: list(L.apply_journal(case, 5)),
+        "apply_journal(keep_going=1)": lambda: list(L.apply_journal(case, [], keep_going="yes")),
+        "apply_journal(on_commit=5)": lambda: list(L.apply_journal(case, [], on_commit=5)),
+        "apply_journal(budget=str)": lambda: list(L.apply_journal(case, [], budget="policy.toml")),
+        "simulate(int journals)": lambda: L.simulate(5),
+        "simulate(list of ints)": lambda: L.simulate([5]),
+        "simulate(outcomes with None)": lambda: L.simulate([journal], outcomes={"x": 5, "y": None}, jobs=1),
+        "simulate(outcomes=5)": lambda: L.simulate([journal], outcomes=5, jobs=1),
+        "simulate(policies=str)": lambda: L.simulate([journal], policies=5, jobs=1),
+        "simulate(analysis=dict)": lambda: L.simulate([journal], analysis={}, jobs=1),
+        "simulate(package=5)": lambda: L.simulate([journal], package=5, jobs=1),
+        "export_case(progress=5)": lambda: L.export_case(case, progress=5),
+        "export_case(None)": lambda: L.export_case(None),
+        "export_count(str)": lambda: L.export_count(str(case.path)),
+        "verify_case(5)": lambda: L.verify_case(5),
+        "verify_case(progress=5)": lambda: L.verify_case(case.path, progress=5),
+        "import_tree(5)": lambda: L.import_tree(5),
+        "import_tree(progress=5)": lambda: L.import_tree(case.path, tmp_path / "x", progress="x"),
+        "read_manifest(5)": lambda: L.read_manifest(5),
+        "run_demo(echo=5)": lambda: L.run_demo(tmp_path / "demo", echo=5),
+        "run_demo(target=5)": lambda: L.run_demo(5),
+        "load_policy(5)": lambda: L.load_policy(5),
+        "parse_vary(5)": lambda: L.parse_vary(5),
+        "vary(base=str)": lambda: L.vary("example", []),
+        "vary(grid=str)": lambda: L.vary(L.example_policy(), "max_low_information_steps=2"),
+        "read_outcomes(5)": lambda: L.read_outcomes(5),
+        "open_for_journal(5)": lambda: L.open_for_journal(5),
+        "read_lines(str)": lambda: list(L.read_lines("journal.jsonl")),
+        "journal_first_at(str)": lambda: L.journal_first_at('{"at": "2026-01-01T00:00:00Z"}'),
+        "tradeoff_points(str)": lambda: L.tradeoff_points("x"),
+        "read_only_query(None)": lambda: L.read_only_query(None, "select 1"),
+        "Case.open(5)": lambda: L.Case.open(5),
+        "read_lines(text stream)": lambda: list(L.read_lines(open(journal, encoding="utf-8"))),
+        "run_demo(actor=5)": lambda: L.run_demo(tmp_path / "demo", actor=5),
+        "simulate(policies=[5])": lambda: L.simulate([journal], policies=[5], jobs=1),
+    }
+
+
+@pytest.fixture
+def api_calls(case, tmp_path):
+    return _api_calls(case, tmp_path)
+
+
+@pytest.mark.parametrize("call", [
+    "apply_journal(None)", "apply_journal(str lines)", "apply_journal(bytes lines)", "apply_journal(int lines)",
+    "apply_journal(keep_going=1)", "apply_journal(on_commit=5)", "apply_journal(budget=str)",
+    "simulate(int journals)", "simulate(list of ints)", "simulate(outcomes with None)", "simulate(outcomes=5)",
+    "simulate(policies=str)", "simulate(analysis=dict)", "simulate(package=5)", "export_case(progress=5)",
+    "export_case(None)", "export_count(str)", "verify_case(5)", "verify_case(progress=5)", "import_tree(5)",
+    "import_tree(progress=5)", "read_manifest(5)", "run_demo(echo=5)", "run_demo(target=5)", "load_policy(5)",
+    "parse_vary(5)", "vary(base=str)", "vary(grid=str)", "read_outcomes(5)", "open_for_journal(5)",
+    "read_lines(str)", "journal_first_at(str)", "tradeoff_points(str)", "read_only_query(None)", "Case.open(5)",
+    "read_lines(text stream)", "run_demo(actor=5)", "simulate(policies=[5])"])
+def test_a_public_function_given_a_wrong_type_raises_invalid_argument(api_calls, call):
+    with pytest.raises(LedgerError) as caught:
+        api_calls[call]()
+    assert caught.value.code == INVALID_ARGUMENT, caught.value.message
+    assert "must be" in caught.value.message or "must hold" in caught.value.message or "must map" in caught.value.message

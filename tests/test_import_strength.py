@@ -11,19 +11,35 @@ import json
 import os
 import shutil
 import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import hashlib
 from pathlib import Path
 from typing import Any, Callable
+from datetime import datetime, timedelta, timezone
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
+from click.testing import CliRunner
 
-from ledger import AnalysisConfig, BudgetConfig, Case, LedgerError, export_case, import_tree, verify_case
+from ledger import (AnalysisConfig, BudgetConfig, Case, LedgerError, export_case, import_tree, verify_case,
+    read_only_query)
 from ledger.ground.canonical import canonical_bytes, canonical_event_bytes, sha256_hex
-from ledger.ground.errors import INTEGRITY_ERROR
-
-from conftest import EXAMPLE_BUDGET, make_package
-
+from ledger.ground.errors import (INTEGRITY_ERROR, REPLY_MISMATCH, ROUTER_REFUSED, CONFIG_INVALID,
+    INVALID_ARGUMENT, INVALID_JSON, LIMIT_REACHED, SOURCE_REF_INVALID, STORAGE_ERROR)
+from conftest import EXAMPLE_BUDGET, make_package, run_cli, start_case
+from ledger.package_tools import importer
+from ledger.ground.clock import format_utc
+from ledger.storage.readonly import readonly_query
+from ledger.package_tools.journal import apply_journal
+from ledger.router import reference as router_module
+from ledger.router.reference import Router
+from ledger.router.check import recheck, self_consistent
+from ledger.rules import evidence as rules
+from ledger_cli.main import main as cli_main
+from test_evidence import APP, case, read  # noqa: F401
 SETTLE_REASON = "points at the bug"
 
 
@@ -270,3 +286,157 @@ def test_anything_import_accepts_the_live_api_would_have_accepted(exported_tree,
 @pytest.mark.parametrize("field", sorted(VALUES))
 def test_anything_import_accepts_the_live_api_would_have_accepted_long(exported_tree, live_pending, tmp_path, field):
     check_import_never_exceeds_the_api(field, exported_tree, live_pending, tmp_path, examples=150)
+
+
+# --- event times ahead of the auditor's clock ----------------------------------------------------
+def _ahead(minutes: int) -> str:
+    return format_utc(datetime.now(timezone.utc) + timedelta(minutes=minutes))
+
+
+# --- import: abandoned build folders, concurrent imports ------------------------------------------
+def _dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+@pytest.fixture
+def exported(budget, case):
+    export_case(case)
+    case.close()
+    return case.path
+
+
+def test_verify_and_import_never_fail_on_a_time_ahead_of_the_local_clock(package, tmp_path):
+    """Times: a writer's clock (or tolerance) ahead of the auditor's is a note, not tampering."""
+    wide = AnalysisConfig.from_mapping({"limits": {"at_future_tolerance_ms": 3_600_000}})
+    with Case.create(package, "C1", analysis_config=wide, at=_ahead(30)) as case:
+        export_case(case)
+    report = verify_case(package)
+    assert report.head_seq == 1 and report.future_events == 1
+    assert 25 * 60_000 < report.future_max_lead_ms <= 30 * 60_000
+    assert any("1 event(s) are dated ahead of this machine's clock" in line for line in report.notes())
+    imported = import_tree(package, tmp_path / "copy")
+    assert imported.head_seq == 1
+    done = run_cli("verify", str(package), "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["future_events"] == 1
+    text = run_cli("verify", str(package))
+    assert text.returncode == 0 and b"dated ahead of this machine's clock" in text.stdout
+
+
+def test_an_import_removes_the_build_folders_of_killed_imports_to_the_same_target(exported, tmp_path):
+    """Import: hidden .X.importing-<pid>-<n> folders of dead processes are removed, live ones kept."""
+    dead = tmp_path / f".copy.importing-{_dead_pid()}-17"
+    alive = tmp_path / f".copy.importing-{os.getpid()}-18"
+    other = tmp_path / f".copy2.importing-{_dead_pid()}-19"
+    for folder in (dead, alive, other):
+        (folder / "analysis").mkdir(parents=True)
+        (folder / "ledger.sqlite-import").write_bytes(b"half")
+    assert import_tree(exported, tmp_path / "copy").head_seq == 4
+    assert not dead.exists() and alive.exists() and other.exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if ".importing-" in p.name) == [alive.name, other.name]
+
+
+def test_an_import_whose_target_is_taken_meanwhile_is_case_exists_and_leaves_nothing(exported, tmp_path):
+    target = tmp_path / "copy"
+    real_rebuild = importer._rebuild
+
+    def rebuild_then_lose_the_race(*args, **kwargs):
+        real_rebuild(*args, **kwargs)
+        target.mkdir()
+        (target / "winner.txt").write_text("another import got here first")
+
+    importer._rebuild = rebuild_then_lose_the_race
+    try:
+        with pytest.raises(LedgerError) as caught:
+            import_tree(exported, target)
+    finally:
+        importer._rebuild = real_rebuild
+    assert caught.value.code == "CASE_EXISTS" and "was taken while the import ran" in caught.value.message
+    assert sorted(p.name for p in target.iterdir()) == ["winner.txt"]
+    assert not [p for p in tmp_path.iterdir() if ".importing-" in p.name]
+
+
+def test_concurrent_imports_to_one_target_one_wins_the_others_are_case_exists(exported, tmp_path):
+    outcomes: list[str] = []
+
+    def run() -> None:
+        try:
+            import_tree(exported, tmp_path / "copy")
+            outcomes.append("ok")
+        except LedgerError as exc:
+            outcomes.append(exc.code)
+
+    threads = [threading.Thread(target=run) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(outcomes) == ["CASE_EXISTS", "CASE_EXISTS", "ok"]
+    assert verify_case(tmp_path / "copy").head_seq == 4
+    assert not [p for p in tmp_path.iterdir() if ".importing-" in p.name]
+
+
+# --- finding 2: import checks the exported content files ----------------------------------------------
+@pytest.mark.parametrize("mutation", ["edit", "delete", "swap"])
+def test_import_refuses_edited_deleted_or_swapped_content_files(case, tmp_path, mutation):
+    for n, (h, span) in enumerate([("H1", (1, 1)), ("H2", (2, 3))], start=1):
+        case.budget().reserve(h, f"q{n}", "source.read_context")
+        case.evidence().query(f"i{n}", {"actions": [read(f"op-{n}", h, f"q{n}", *span)]}, True)
+    export_case(case)
+    files = sorted((case.path / "analysis" / "evidence" / "content").iterdir())
+    assert len(files) == 2
+    first, second = files
+    if mutation == "edit":
+        first.write_bytes(first.read_bytes().replace(b"def add", b"def sub"))
+    elif mutation == "delete":
+        first.unlink()
+    else:
+        a, b = first.read_bytes(), second.read_bytes()
+        first.write_bytes(b)
+        second.write_bytes(a)
+    with pytest.raises(LedgerError) as caught:
+        import_tree(case.path, tmp_path / "copy")
+    assert caught.value.code == INTEGRITY_ERROR
+    assert "analysis/evidence/content/" in caught.value.message
+    assert not (tmp_path / "copy" / "ledger.sqlite").exists()
+
+
+def test_in_place_import_never_replays_a_stale_wal_onto_the_rebuilt_ledger(budget, case, tmp_path):
+    budget.reserve("H1", "a1", "source.read_context")
+    export_case(case)
+    case.close()
+    other = start_case(make_package(tmp_path / "other"), case_id="OTHER")
+    other_budget = other.budget()
+    other_budget.initialize()
+    other_budget.reserve("H1", "z", "source.read_context")
+    # copy the other case's files while its WAL still holds everything
+    for name in os.listdir(other.path):
+        if name.startswith("ledger.sqlite-wal") or name.startswith("ledger.sqlite-shm"):
+            shutil.copyfile(other.path / name, case.path / name)
+    other.storage.conn.close()
+    (case.path / "ledger.sqlite").unlink()
+    import_tree(case.path)
+    with Case.open(case.path) as restored:
+        assert restored.status()["case_id"] == "BUG-1"
+    assert any(name.startswith("ledger.sqlite-wal.orphaned-") for name in os.listdir(case.path))
+
+
+def test_import_into_a_folder_inside_the_source_is_refused(budget, case):
+    export_case(case)
+    case.close()
+    with pytest.raises(LedgerError) as caught:
+        import_tree(case.path, case.path / "sources" / "deep")
+    assert caught.value.code == INVALID_ARGUMENT and not (case.path / "sources" / "deep").exists()
+
+
+def test_without_ledger_and_manifest_the_message_does_not_suggest_an_import_that_would_fail(budget, case):
+    export_case(case)
+    case.close()
+    (case.path / "ledger.sqlite").unlink()
+    (case.path / "manifest.json").unlink()
+    with pytest.raises(LedgerError) as caught:
+        Case.open(case.path)
+    assert caught.value.code == "LEDGER_MISSING" and "ledger import" not in caught.value.message
+    assert "move analysis/ aside" in caught.value.message

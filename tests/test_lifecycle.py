@@ -2,17 +2,29 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import os
+import shutil
+import sqlite3
+import threading
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
-from ledger import AnalysisConfig, Case, LedgerError
+from ledger import (AnalysisConfig, Case, LedgerError, read_only_query, read_only_rows, BudgetConfig, export_case,
+    import_tree, verify_case)
 from ledger.ground.clock import format_utc
 from ledger.ground.errors import (ACTION_PENDING, CASE_EXISTS, INVALID_ARGUMENT, INVALID_ID, INVALID_TRANSITION,
-                           LEDGER_MISSING)
-
-from conftest import start_case
-
+    LEDGER_MISSING, NOT_INITIALIZED, CONFIG_INVALID, INTEGRITY_ERROR, INVALID_JSON, LIMIT_REACHED,
+    SOURCE_REF_INVALID, STORAGE_ERROR)
+from conftest import start_case, EXAMPLE_BUDGET, make_package, run_cli
+from ledger_cli.main import main as cli_main
+from ledger.ground.canonical import canonical_bytes
+from ledger.package_tools.journal import apply_journal
 
 def test_create_records_the_genesis_event_and_a_uuid4_package_id(package):
     with Case.create(package, "BUG-20") as case:
@@ -199,3 +211,18 @@ def test_a_bad_at_is_invalid_argument_and_a_clock_stepping_back_is_clamped(case,
     budget.reserve("H1", "a1", "source.read_context", at="2020-01-01T00:00:00Z")
     times = [r["created_at"] for r in case.query("SELECT created_at FROM events ORDER BY seq")]
     assert times[-1] == soon and times == sorted(times)
+
+
+def test_a_statement_of_only_invisible_characters_is_refused(case):
+    with pytest.raises(LedgerError) as caught:
+        case.open_revision([{"statement": "\u200b\u200d"}])
+    assert caught.value.code == INVALID_ARGUMENT and "non-blank" in caught.value.message
+
+
+@pytest.mark.parametrize("extra", [["--at", "bogus"], ["--actor", "bad actor"]])
+def test_a_refused_init_creates_nothing(tmp_path, extra):
+    target = tmp_path / "new"
+    args = (["--actor", "bad actor"] if extra[0] == "--actor" else []) + ["init", str(target), "--case-id", "A"] + (
+        extra if extra[0] == "--at" else [])
+    done = run_cli(*args)
+    assert done.returncode == 1 and not target.exists()

@@ -5,16 +5,22 @@ from __future__ import annotations
 
 import os
 import shutil
+import json
+import sqlite3
+import subprocess
+import sys
+import threading
 from pathlib import Path
 
 import pytest
 
-from ledger import Case, LedgerError, export_case, import_tree, verify_case
-from ledger.ground.errors import INTEGRITY_ERROR, INVALID_ARGUMENT, SOURCE_REF_INVALID
+from ledger import Case, LedgerError, export_case, import_tree, verify_case, AnalysisConfig, BudgetConfig
+from ledger.ground.errors import (INTEGRITY_ERROR, INVALID_ARGUMENT, SOURCE_REF_INVALID, CONFIG_INVALID,
+    INVALID_JSON, LIMIT_REACHED, STORAGE_ERROR)
 from ledger.model.package import printable_name
-
-from conftest import make_package
-
+from conftest import make_package, run_cli, start_case
+from ledger.ground.canonical import canonical_bytes
+from ledger.package_tools.journal import apply_journal
 CONTENT = "analysis/evidence/content"
 
 
@@ -169,3 +175,78 @@ def test_input_identity_of_good_names_is_unchanged_by_the_rule(exported, tmp_pat
         (tree / "sources" / "café menu 🍰.txt").write_text("x")
         assert case.input_identity() != before
     assert verdicts(tree, tmp_path) == (None, None)
+
+
+LONE_SURROGATE = "\ud800"  # no file-system name: os.fsencode refuses it
+
+
+def test_a_hard_link_to_the_ledger_is_not_a_source(budget, case):
+    os.link(case.path / "ledger.sqlite", case.path / "sources" / "hard")
+    budget.reserve("H1", "a1", "source.read_context")
+    with pytest.raises(LedgerError) as caught:
+        budget.record_result("H1", "a1", {"x": 1}, ["sources/hard"])
+    assert caught.value.code == SOURCE_REF_INVALID
+
+
+def test_a_case_folder_with_a_non_utf8_name_works(tmp_path):
+    folder = os.fsdecode(bytes(tmp_path) + b"/case-\xff")
+    with Case.create(folder, "BYTES-1") as case:
+        case.open_revision([{"statement": "s"}])
+        export_case(case)
+    assert verify_case(folder).head_seq == 2
+
+
+@pytest.mark.parametrize("call", [
+    lambda: Case.create(LONE_SURROGATE, "X-1"),
+    lambda: Case.open(LONE_SURROGATE),
+    lambda: verify_case(LONE_SURROGATE),
+    lambda: import_tree(LONE_SURROGATE),
+], ids=["create", "open", "verify", "import"])
+def test_a_path_with_a_lone_surrogate_is_an_invalid_argument(call):
+    with pytest.raises(LedgerError) as caught:
+        call()
+    assert caught.value.code == INVALID_ARGUMENT
+    assert "cannot name a file" in caught.value.message
+
+
+def test_a_config_path_with_a_lone_surrogate_is_config_invalid():
+    with pytest.raises(LedgerError) as caught:
+        BudgetConfig.load(LONE_SURROGATE)
+    assert caught.value.code == CONFIG_INVALID
+
+
+# --- found by the second break-it round ------------------------------------------------------
+def test_a_ledger_path_sqlite_cannot_open_is_refused_before_any_folder_is_made(tmp_path):
+    deep = tmp_path / ("d" * 200) / ("e" * 200) / ("f" * 120)
+    deep.mkdir(parents=True)
+    with pytest.raises(LedgerError) as caught:
+        Case.create(deep / "case", "LONG-1")
+    assert caught.value.code == INVALID_ARGUMENT and "SQLite opens at most" in caught.value.message
+    assert not (deep / "case").exists()
+    result = run_cli("init", str(deep / "case2"), "--case-id", "LONG-2")
+    assert result.returncode == 1 and b"error: INVALID_ARGUMENT: " in result.stderr
+    assert b"Traceback" not in result.stderr
+
+
+def test_a_case_moved_under_a_too_long_path_is_an_invalid_argument_not_tampering(case, tmp_path):
+    case.close()
+    deep = tmp_path / ("d" * 200) / ("e" * 200) / ("f" * 120)
+    shutil.copytree(case.path, deep / "moved")
+    for args in (["state", str(deep / "moved")], ["verify", str(deep / "moved")]):
+        result = run_cli(*args)
+        assert result.returncode == 1 and b"error: INVALID_ARGUMENT: " in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("path", [b"", "", "a\x00b", 3, None], ids=["empty-bytes", "empty", "nul", "int", "none"])
+def test_case_paths_of_the_wrong_kind_are_invalid_arguments(tmp_path, path):
+    for call in (lambda: Case.create(path, "X-1"), lambda: Case.open(path), lambda: verify_case(path)):
+        with pytest.raises(LedgerError) as caught:
+            call()
+        assert caught.value.code == INVALID_ARGUMENT
+
+
+def test_bytes_paths_work_like_str_paths(tmp_path):
+    folder = os.fsencode(tmp_path / "bytes-case")
+    with Case.create(folder, "BYTES-2") as case:
+        case.open_revision([{"statement": "s"}])
+    assert verify_case(folder).head_seq == 2 and Case.open(folder).status()["case_id"] == "BYTES-2"

@@ -17,19 +17,29 @@ import random
 import shutil
 import sqlite3
 import tempfile
+import builtins
+import subprocess
+import sys
+import threading
+import time
+import warnings
 from pathlib import Path
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
 import ledger.package_tools.atomic_files as files_module
 import ledger.package_tools.export as export_module
-from ledger import AnalysisConfig, BudgetConfig, Case, LedgerError
-from ledger.ground.errors import ALL_CODES, INTEGRITY_ERROR, LEDGER_BUSY, STORAGE_ERROR
-from ledger import export_case, verify_case
+import ledger.storage.writer_lock as lock_module
+import ledger.storage.connection as storage_module
+from ledger import AnalysisConfig, BudgetConfig, Case, LedgerError, export_case, verify_case, CheckpointWarning
+from ledger.ground.errors import (ALL_CODES, INTEGRITY_ERROR, LEDGER_BUSY, STORAGE_ERROR, CONFIG_INVALID,
+    INVALID_ARGUMENT)
 from ledger.storage.connection import Storage
-
-from conftest import EXAMPLE_BUDGET, logical_dump, make_package
-
+from conftest import EXAMPLE_BUDGET, logical_dump, make_package, REPO, run_cli, start_case
+from ledger.storage.writer_lock import WriterLock
+from ledger.ground.clock import format_utc
+from ledger.ground.config import AnalysisConfig
 SPAWN = multiprocessing.get_context("spawn")
 AT = "2022-01-01T00:00:00Z"
 
@@ -425,3 +435,183 @@ def test_a_changed_byte_in_any_stored_event_is_caught_at_that_seq(base_package, 
             caught += 1
     assert caught == 2 * len(bodies)
     assert set(ALL_CODES) >= {INTEGRITY_ERROR}
+
+
+def generation(case: Case) -> int:
+    return case.status()["package_generation"]
+
+
+def lock_is_free(case: Case) -> bool:
+    """True when nobody (this process included) holds the case's writer lock."""
+    probe = WriterLock(case.storage._lock.path)
+    try:
+        return probe.try_acquire()
+    finally:
+        probe.release()
+
+
+@pytest.fixture
+def budget_case(package):
+    case = start_case(package)
+    budget = case.budget(BudgetConfig.load(EXAMPLE_BUDGET))
+    budget.initialize()
+    yield case, budget
+    case.close()
+
+
+# --- 2. an interrupt at any point of lock, transaction and rollback ----------------------------
+class Interrupts:
+    """A connection wrapper raising ``KeyboardInterrupt`` before or after chosen statements."""
+
+    def __init__(self, conn, plan):
+        self._conn = conn
+        self.plan = dict(plan)  # (statement prefix, "before"|"after") -> times to raise
+
+    def _hit(self, sql, when):
+        for (prefix, moment), count in self.plan.items():
+            if moment == when and count and sql.lstrip().upper().startswith(prefix):
+                self.plan[(prefix, moment)] = count - 1
+                raise KeyboardInterrupt(f"{when} {prefix}")
+
+    def execute(self, sql, *args):
+        self._hit(sql, "before")
+        cursor = self._conn.execute(sql, *args)
+        self._hit(sql, "after")
+        return cursor
+
+    def __getattr__(self, name):
+        return getattr(self._conn, name)
+
+
+POINTS = [
+    {("BEGIN IMMEDIATE", "before"): 1},
+    {("BEGIN IMMEDIATE", "after"): 1},
+    {("INSERT", "after"): 1},
+    {("COMMIT", "before"): 1},
+    {("INSERT", "after"): 1, ("ROLLBACK", "before"): 1},  # a second interrupt during the rollback
+    {("INSERT", "after"): 1, ("ROLLBACK", "after"): 1},
+]
+
+
+def hold_lock_elsewhere(path: Path, seconds: float) -> WriterLock:
+    """Another holder of the writer lock, released by a timer after ``seconds``."""
+    other = WriterLock(path)
+    assert other.try_acquire()
+    threading.Timer(seconds, other.release).start()
+    return other
+
+
+@pytest.mark.parametrize("plan", POINTS, ids=lambda p: "+".join(f"{w}-{s}" for s, w in p))
+def test_an_interrupt_at_any_point_of_a_write_leaves_no_lock_and_a_usable_connection(budget_case, plan):
+    case, budget = budget_case
+    before = generation(case)
+    real = case.storage.conn
+    case.storage.conn = Interrupts(real, plan)
+    with pytest.raises(KeyboardInterrupt):
+        budget.reserve("H1", "k1", "source.read_context")
+    case.storage.conn = real
+    assert lock_is_free(case)
+    assert not real.in_transaction
+    assert generation(case) == before  # nothing half-written
+    result = budget.reserve("H1", "k1", "source.read_context")
+    assert (result.seq, result.reused) == (before + 1, False)
+    verify_case(case.path)
+
+
+def test_an_interrupt_after_the_commit_keeps_the_durable_write_and_the_lock_free(budget_case):
+    case, budget = budget_case
+    before = generation(case)
+    real = case.storage.conn
+    case.storage.conn = Interrupts(real, {("COMMIT", "after"): 1})
+    with pytest.raises(KeyboardInterrupt):
+        budget.reserve("H1", "k1", "source.read_context")
+    case.storage.conn = real
+    assert lock_is_free(case) and not real.in_transaction
+    assert budget.reserve("H1", "k1", "source.read_context").reused  # it was committed
+
+
+@pytest.mark.parametrize("plan", [
+    {("SAVEPOINT", "after"): 1},
+    {("INSERT", "after"): 1, ("ROLLBACK TO", "before"): 1},
+    {("INSERT", "after"): 1, ("RELEASE", "before"): 1},
+], ids=["after-savepoint", "interrupted-rollback-to", "interrupted-release"])
+def test_an_interrupt_swallowed_inside_a_batch_never_commits_half_an_operation(budget_case, plan):
+    case, budget = budget_case
+    before = generation(case)
+    real = case.storage.conn
+    with case.batch():
+        case.storage.conn = Interrupts(real, plan)
+        try:
+            budget.reserve("H1", "k1", "source.read_context")
+        except KeyboardInterrupt:
+            pass  # a caller that swallows the interrupt and goes on
+        case.storage.conn = real
+        budget.reserve("H2", "k2", "source.read_context")
+    assert lock_is_free(case) and not real.in_transaction
+    assert [a["action_id"] for a in case.actions()] == ["k2"]
+    assert generation(case) == before + 1
+    verify_case(case.path)
+
+
+def test_issue_example_an_interrupt_right_after_the_hand_over_leaks_no_lock(budget_case, monkeypatch):
+    case, budget = budget_case
+
+    class InterruptedCondition(threading.Condition):
+        def wait_for(self, predicate, timeout=None):
+            result = super().wait_for(predicate, timeout)
+            if result:
+                raise KeyboardInterrupt("right after the hand-over")
+            return result
+
+    monkeypatch.setattr(lock_module.threading, "Condition", InterruptedCondition)
+    hold_lock_elsewhere(case.storage._lock.path, 0.2)
+    with pytest.raises(KeyboardInterrupt):
+        budget.reserve("H1", "k1", "source.read_context")
+    monkeypatch.undo()
+    assert lock_is_free(case)
+    assert budget.reserve("H1", "k1", "source.read_context").reused is False
+
+
+@pytest.mark.parametrize("point", ["open", "flock", "after-flock"])
+def test_an_interrupt_inside_the_uncontended_acquire_leaks_no_lock(budget_case, monkeypatch, point):
+    case, budget = budget_case
+    real_flock = lock_module.fcntl.flock
+
+    def flock(fd, op):
+        if point == "flock":
+            raise KeyboardInterrupt
+        real_flock(fd, op)
+        if point == "after-flock" and op & lock_module.fcntl.LOCK_EX:
+            raise KeyboardInterrupt
+
+    def opened(*args, **kwargs):
+        handle = builtins.open(*args, **kwargs)
+        if point == "open":
+            raise KeyboardInterrupt  # the handle is dropped: closing it must release everything
+        return handle
+
+    monkeypatch.setattr(lock_module.fcntl, "flock", flock)
+    monkeypatch.setattr(lock_module, "open", opened, raising=False)
+    with pytest.raises(KeyboardInterrupt):
+        budget.reserve("H1", "k1", "source.read_context")
+    monkeypatch.undo()
+    assert lock_is_free(case)
+    assert budget.reserve("H1", "k1", "source.read_context").reused is False
+
+
+def test_a_wait_abandoned_by_an_interrupt_releases_what_the_helper_wins_later(tmp_path, monkeypatch):
+    path = tmp_path / "lock"
+    hold_lock_elsewhere(path, 0.3)
+    mine = WriterLock(path)
+
+    class Interrupted(threading.Condition):
+        def wait_for(self, predicate, timeout=None):
+            raise KeyboardInterrupt("before the hand-over")
+
+    monkeypatch.setattr(lock_module.threading, "Condition", Interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        mine.acquire(5000)
+    monkeypatch.undo()
+    mine.release()
+    time.sleep(0.6)  # the other holder let go; the abandoned helper won and must have let go too
+    assert WriterLock(path).try_acquire()

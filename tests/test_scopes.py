@@ -13,18 +13,16 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
-from ledger import BudgetConfig, Case, LedgerError, apply_journal, export_case, import_tree, verify_case
+from ledger import (BudgetConfig, Case, LedgerError, apply_journal, export_case, import_tree, verify_case,
+    read_only_query, read_only_rows)
 from ledger.ground.errors import (ACCOUNT_TERMINAL, AUTHORITY_DENIED, INVALID_ARGUMENT, INVALID_CAPABILITY,
-                           LIMIT_EXCEEDED, NOT_INITIALIZED)
+    LIMIT_EXCEEDED, NOT_INITIALIZED)
 from ledger.package_tools.replay import PackageSource, Replayer
 from ledger.rules import scopes as scope_rules
 from ledger_cli.main import main as cli_main
-
-from conftest import REPO, logical_dump, make_package, start_case
-
+from conftest import REPO, logical_dump, make_package, start_case, EXAMPLE_BUDGET
 T0 = "2026-01-01T00:00:00Z"  # the set-up happens then; tests that drive the clock come later
 
 
@@ -655,3 +653,61 @@ def test_the_memory_view_answers_the_scope_questions_exactly_as_the_sql_view(pac
         for h in ("H1", "H2"):
             assert memory.lowest_pct_since_grant(1, h) == sql.lowest_pct_since_grant(1, h)
         assert sql.lowest_pct_since_grant(1, "H2") == 90 * 100 // 107  # 93 left + 7 granted, q9 pending
+
+
+def cli(*args: str, stdin: str | None = None) -> tuple[int, str, str]:
+    done = CliRunner().invoke(cli_main, [str(a) for a in args], input=stdin)
+    return done.exit_code, done.stdout, done.stderr
+
+
+HUGE = 2**53 - 1
+
+
+def _huge_case(package: Path) -> Case:
+    from ledger import BudgetConfig
+    case = Case.create(package, case_id="BIG")
+    case.open_revision([{"statement": "a"}, {"statement": "b"}], HUGE)
+    case.transition("INVESTIGATING_HYPOTHESES")
+    policy = BudgetConfig.from_mapping({**BudgetConfig.load(EXAMPLE_BUDGET).policy, "action_costs": {},
+                                        "default_action_cost": HUGE - 1})
+    budget = case.budget(policy)
+    budget.initialize()
+    budget.reserve("H1", "q1", "x.y")
+    budget.reserve("H2", "q2", "x.y")
+    return case
+
+
+@pytest.mark.parametrize("option", ["--limit", "--delegate-limit"])
+def test_a_repeated_limit_dimension_is_a_usage_error_naming_it(case, option):
+    extra = ["--delegate", "agent"] if option == "--delegate-limit" else []
+    args = ["scope", "establish", case.path, "case", "--limit", "units=9", *extra,
+            option, "units=5", option, "units=6"]
+    code, out, err = cli(*args)
+    assert (code, out) == (2, "")
+    assert "'units' is given twice" in err
+    assert [e["type"] for e in case.events()][-1] == "case.transitioned"  # nothing written
+
+
+def test_a_scope_whose_summed_consumption_passes_2_53_is_limit_reached_naming_it(package):
+    case = _huge_case(package)
+    before = len(case.events())
+    with pytest.raises(LedgerError) as caught:
+        case.scopes().establish("case", {"units": 5}, "controller")
+    assert caught.value.code == "LIMIT_REACHED"
+    assert caught.value.details == {"scope": "case", "dimension": "units"}
+    assert "units consumed in scope case would be 18014398509481980" in caught.value.message
+    assert len(case.events()) == before
+    # a dimension without a limit is not summed into any event
+    assert case.scopes().establish("revision:1", {"actions": 5}, "controller").usage[0]["consumed"] == 2
+    code, _, err = cli("scope", "establish", case.path, "case", "--limit", "units=5")
+    assert code == 1 and err.startswith("error: LIMIT_REACHED: units consumed in scope case")
+    case.close()
+
+
+def test_the_advisory_price_is_clamped_at_2_53_minus_1(package):
+    case = _huge_case(package)
+    code, out, _ = cli("budget", "price", case.path, "H1", "x.y", "--json")
+    assert code == 0 and json.loads(out) == {"cost": HUGE - 1, "resource_cost": HUGE, "scarcity_bps": 40000}
+    from ledger.rules.scopes import resource_cost
+    assert (resource_cost(HUGE - 1, 40000), resource_cost(10, 13000)) == (HUGE, 13)
+    case.close()

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from ledger import (AnalysisConfig, Case, LedgerError, MemoryCase, apply_journal, example_policy, parse_vary,
-                    simulate, vary)
+    simulate, vary, read_only_query, read_only_rows)
 from ledger.simulation.simulator import Policy, parse_journal, policy_from_mapping, replay_run
-from ledger_cli.main import main
-
+from ledger_cli.main import main, main as cli_main
+from ledger.ground.errors import INVALID_ARGUMENT, NOT_INITIALIZED
+from conftest import EXAMPLE_BUDGET
 DATA = Path(__file__).parent / "data" / "trajectories"
 OUTCOMES = DATA / "outcomes.csv"
 #: abandoned under the example policy (django-11206, -13821), and one that is not (astropy-13033)
@@ -350,3 +353,83 @@ def test_the_readme_shows_the_real_output_of_its_choosing_a_policy_command():
     assert done.exit_code == 0, done.output
     assert done.stdout.splitlines() == block[2:]
     assert "example,(all),100,3870,3325,545,29375,8930,22,0" in block  # the figures the prose quotes
+
+
+TRAJECTORIES = Path(__file__).parent / "data" / "trajectories"
+
+
+def cli(*args: str, stdin: str | None = None) -> tuple[int, str, str]:
+    done = CliRunner().invoke(cli_main, [str(a) for a in args], input=stdin)
+    return done.exit_code, done.stdout, done.stderr
+
+
+def test_a_repeated_vary_key_is_a_usage_error_naming_it(tmp_path):
+    code, out, err = cli("simulate", TRAJECTORIES, "--vary", "max_low_information_steps=2",
+                         "--vary", "max_low_information_steps=3", "--jobs", "1")
+    assert (code, out) == (2, "")
+    assert "max_low_information_steps is given twice" in err
+
+
+def test_vary_refuses_a_key_given_twice_in_the_api():
+    from ledger import example_policy, vary
+    with pytest.raises(LedgerError) as caught:
+        vary(example_policy(), [("max_low_information_steps", [2]), ("max_low_information_steps", [3])])
+    assert caught.value.code == INVALID_ARGUMENT and caught.value.details["key"] == "max_low_information_steps"
+    assert [p.name for p in vary(example_policy(), [("max_low_information_steps", [2, 3])])] == [
+        "max_low_information_steps=2", "max_low_information_steps=3"]
+
+
+def test_two_policies_with_one_name_are_a_usage_error(tmp_path):
+    code, out, err = cli("simulate", TRAJECTORIES, "--policy", f"a={EXAMPLE_BUDGET}", "--policy",
+                         f"a={EXAMPLE_BUDGET}", "--jobs", "1")
+    assert (code, out) == (2, "")
+    assert "two policies are named 'a'" in err
+
+
+def test_simulate_accepts_one_journal_path_as_a_str_and_a_path():
+    from ledger import simulate
+    one = TRAJECTORIES / "django__django-11206.jsonl"
+    for given in (str(one), one, [str(one)]):
+        report = simulate(given, jobs=1)
+        assert [result.run for result in report.runs] == ["django__django-11206"]
+
+
+def test_simulate_outcomes_must_map_text_to_text():
+    from ledger import simulate
+    one = TRAJECTORIES / "django__django-11206.jsonl"
+    with pytest.raises(LedgerError) as caught:
+        simulate([one], outcomes={"django__django-11206": None}, jobs=1)
+    assert caught.value.code == INVALID_ARGUMENT and "must map run ids" in caught.value.message
+    report = simulate([one], outcomes={"django__django-11206": "resolved"}, jobs=1)
+    assert list(report.policies[0]["by_outcome"]) == ["resolved"]
+
+
+def test_simulate_refuses_a_bad_per_run_or_plot_target_before_running(tmp_path, monkeypatch):
+    import ledger.simulation.simulator as simulation
+    ran = []
+    monkeypatch.setattr(simulation, "journal_files", lambda paths: ran.append(paths) or [])
+    code, _, err = cli("simulate", TRAJECTORIES, "--per-run", tmp_path / "missing" / "runs.jsonl")
+    assert (code, err) == (1, f"error: INVALID_ARGUMENT: --per-run {tmp_path}/missing/runs.jsonl: the folder "
+                              f"{tmp_path}/missing does not exist\n")
+    code, _, err = cli("simulate", TRAJECTORIES, "--plot", tmp_path / "figure.pdf")
+    assert code == 1 and "the file must end in .svg or .png" in err
+    code, _, err = cli("simulate", TRAJECTORIES, "--plot", tmp_path)
+    assert code == 2 and "is a directory" in err  # click refuses a folder itself (usage)
+    assert ran == []  # nothing was simulated
+
+
+def test_simulate_without_matplotlib_refuses_plot_before_running(tmp_path, monkeypatch):
+    import importlib
+    import ledger.simulation.simulator as simulation
+    real = importlib.import_module
+
+    def no_matplotlib(name, *args):
+        if name.startswith("matplotlib"):
+            raise ImportError(name)
+        return real(name, *args)
+    ran = []
+    monkeypatch.setattr(importlib, "import_module", no_matplotlib)
+    monkeypatch.setattr(simulation, "journal_files", lambda paths: ran.append(paths) or [])
+    code, _, err = cli("simulate", TRAJECTORIES, "--plot", tmp_path / "figure.svg")
+    assert (code, err) == (1, "error: INVALID_ARGUMENT: --plot needs matplotlib: pip install 'case-ledger[plot]'\n")
+    assert ran == [] and not (tmp_path / "figure.svg").exists()

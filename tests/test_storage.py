@@ -3,15 +3,36 @@
 from __future__ import annotations
 
 import sqlite3
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import builtins
+import time
+import warnings
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 
-from ledger import Case, LedgerError
-from ledger.ground.errors import INTEGRITY_ERROR, SCHEMA_VERSION
+import ledger.storage.writer_lock as lock_module
+import ledger.storage.connection as storage_module
+from ledger import (Case, LedgerError, AnalysisConfig, export_case, import_tree, read_only_query, verify_case,
+    BudgetConfig, CheckpointWarning)
+from ledger.ground.errors import (INTEGRITY_ERROR, SCHEMA_VERSION, CONFIG_INVALID, INVALID_ARGUMENT, INVALID_JSON,
+    LIMIT_REACHED, SOURCE_REF_INVALID, STORAGE_ERROR)
 from ledger.storage.sqlfiles import schema_version, split_statements
-
-from conftest import logical_dump
-
+from conftest import logical_dump, run_cli, EXAMPLE_BUDGET, REPO, make_package, start_case
+from ledger.package_tools import importer
+from ledger.ground.clock import format_utc
+from ledger.storage.readonly import readonly_query
+from ledger.storage.writer_lock import WriterLock
+from ledger.ground.config import AnalysisConfig
+from ledger.ground.canonical import canonical_bytes
+from ledger.package_tools.journal import apply_journal
 LEDGER_TABLES = ("events", "contents", "evidence_records", "case_identity", "lifecycle", "revisions",
                  "hypotheses", "policies", "accounts", "grants", "reservations", "results",
                  "result_sources", "closings", "terminations", "schema_migrations")
@@ -188,3 +209,276 @@ def test_the_balances_view_and_its_recomputation_from_rows_agree(budget, case):
     assert fast == slow
     assert [(r["hypothesis_id"], r["remaining_units"], r["pending_action_id"], r["status"]) for r in fast] == [
         ("H1", 93, "a2", "investigating"), ("H2", 80, None, "rejected")]
+
+
+READ_COMMANDS = (["state"], ["balances"], ["events"], ["sql", "SELECT COUNT(*) AS n FROM events"], ["verify"])
+
+
+def _leave_shm_and_empty_wal(case) -> None:
+    """What any earlier read leaves: ``-shm`` and a 0-byte ``-wal`` beside the ledger, plus the lock file."""
+    case.close()
+    assert run_cli("verify", str(case.path)).returncode == 0
+    for suffix, size in (("-shm", None), ("-wal", 0), ("-lock", 0)):
+        sidecar = case.path / ("ledger.sqlite" + suffix)
+        assert sidecar.exists() and (size is None or sidecar.stat().st_size == size), suffix
+
+
+def _as_other_user(folder: Path) -> list[str]:
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        return []
+    if shutil.which("setpriv") is None:
+        pytest.skip("needs setpriv to run as another user")
+    prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    probe = subprocess.run([*prefix, sys.executable, "-c", "import ledger_cli"], capture_output=True,
+                           env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    if probe.returncode != 0:
+        pytest.skip("the other user cannot run this Python")
+    return prefix
+
+
+def _read_only_mount(folder):
+    """A read-only bind mount of ``folder`` (root only); skips where mounting is not allowed."""
+    if os.geteuid() != 0:
+        pytest.skip("a read-only bind mount needs root")
+    mount = folder.with_name(folder.name + "-ro")
+    mount.mkdir()
+    for command in (["mount", "--bind", str(folder), str(mount)], ["mount", "-o", "remount,bind,ro", str(mount)]):
+        if subprocess.run(command, capture_output=True).returncode != 0:
+            subprocess.run(["umount", str(mount)], capture_output=True)
+            pytest.skip("cannot make a read-only mount here")
+    return mount, lambda: subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_a_read_only_mount_with_shm_and_an_empty_wal_is_read_as_an_immutable_snapshot(budget, case):
+    """Read-only locations: reads work whatever -shm/lock files lie there; writes are STORAGE_ERROR."""
+    budget.reserve("H1", "q1", "source.read_context")
+    _leave_shm_and_empty_wal(case)
+    folder, undo = _read_only_mount(case.path)
+    try:
+        opened = Case.open(folder)
+        assert opened.storage.read_only is True
+        assert opened.status()["package_generation"] == 5
+        assert [row["spent_units"] for row in opened.balances()][:1] == [5]
+        assert opened.close() is None  # closing never needs the writer lock file
+        assert verify_case(folder).head_seq == 5
+        assert readonly_query(folder / "ledger.sqlite", "SELECT COUNT(*) FROM events") == (["COUNT(*)"], [(5,)])
+        write = run_cli("state", str(folder), "BLOCKED")
+        assert write.returncode == 1 and b"error: STORAGE_ERROR: " in write.stderr and b"read-only" in write.stderr
+    finally:
+        undo()
+
+
+def test_closing_a_reader_whose_lock_file_cannot_be_opened_skips_the_checkpoint(case, tmp_path):
+    """Read-only locations: a reader in a folder it may not write closes without the writer lock."""
+    case.storage._lock.path = tmp_path / "no-such-folder" / "ledger.sqlite-lock"
+    assert case.close() is None
+    assert not (tmp_path / "no-such-folder").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("with_shm", [True, False])
+def test_every_read_command_follows_one_rule_in_a_folder_this_user_may_not_write(budget, case, with_shm):
+    """Read-only locations (not-writable folder): with -shm every read works, without it every read is STORAGE_ERROR."""
+    budget.reserve("H1", "q1", "source.read_context")
+    if with_shm:
+        _leave_shm_and_empty_wal(case)
+    else:
+        case.close()
+    shared = Path(tempfile.mkdtemp(prefix="ledger-shared-"))
+    shared.chmod(0o755)
+    folder = shared / "case"
+    shutil.copytree(case.path, folder)
+    try:
+        prefix = _as_other_user(folder)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+        for command in READ_COMMANDS:
+            done = subprocess.run([*prefix, sys.executable, "-m", "ledger_cli", command[0], str(folder), *command[1:]],
+                                  capture_output=True, env=env)
+            if with_shm:
+                assert done.returncode == 0, (command, done.stderr)
+            else:
+                assert done.returncode == 1 and done.stderr.startswith(b"error: STORAGE_ERROR: "), (command, done.stderr)
+        write = subprocess.run([*prefix, sys.executable, "-m", "ledger_cli", "state", str(folder), "BLOCKED"],
+                               capture_output=True, env=env)
+        assert write.returncode == 1 and write.stderr.startswith(b"error: STORAGE_ERROR: ")
+    finally:
+        folder.chmod(0o755)
+        shutil.rmtree(shared)
+
+
+def test_sql_on_an_interrupted_init_is_ledger_missing_like_every_other_command(tmp_path):
+    folder = tmp_path / "half"
+    folder.mkdir()
+    sqlite3.connect(folder / "ledger.sqlite").execute("PRAGMA journal_mode = WAL").fetchall()
+    done = run_cli("sql", str(folder), "SELECT COUNT(*) FROM events")
+    assert done.returncode == 1
+    assert done.stderr.startswith(b"error: LEDGER_MISSING: ") and b"interrupted init" in done.stderr
+    with pytest.raises(LedgerError) as caught:
+        read_only_query(folder, "SELECT 1")
+    assert caught.value.code == "LEDGER_MISSING"
+
+
+# --- 3. a reader never stalls writers; close() says what it could not checkpoint ----------------
+def test_issue_example_writers_beside_an_open_reader_run_no_blocking_checkpoint(package, monkeypatch):
+    case = start_case(package, units=10**6)
+    budget = case.budget(BudgetConfig.load(EXAMPLE_BUDGET))
+    budget.initialize()
+    monkeypatch.setattr(storage_module, "WAL_RESTART_BYTES", 0)  # as if the WAL were past 8 MiB
+    reader = sqlite3.connect(case.storage.path, isolation_level=None)
+    reader.execute("BEGIN")
+    reader.execute("SELECT * FROM balances").fetchone()
+    statements: list[str] = []
+    case.storage.conn.set_trace_callback(statements.append)
+    started = time.monotonic()
+    for n in range(20):
+        budget.reserve("H1", f"w{n}", "source.read_context")
+        budget.record_result("H1", f"w{n}", {"n": n})
+        budget.settle("H1", f"w{n}", 100, "new")
+    elapsed = time.monotonic() - started
+    case.storage.conn.set_trace_callback(None)
+    checkpoints = [s for s in statements if "wal_checkpoint" in s]
+    assert checkpoints and all("PASSIVE" in s for s in checkpoints)  # never RESTART or TRUNCATE
+    assert not any("busy_timeout" in s for s in statements)
+    assert elapsed < len(checkpoints) * 0.2  # the old code paid 200 ms per commit here
+    reader.execute("ROLLBACK")
+    reader.close()
+    assert case.close() is None  # the reader has left: closing empties the log
+
+
+def test_close_reports_a_checkpoint_a_reader_prevented_and_a_later_close_finishes_it(package):
+    case = start_case(package)
+    reader = sqlite3.connect(case.storage.path, isolation_level=None)
+    reader.execute("BEGIN")
+    reader.execute("SELECT * FROM balances").fetchall()
+    case.transition("EVALUATING")  # a write after the reader's snapshot
+    started = time.monotonic()
+    with pytest.warns(CheckpointWarning, match="another connection is reading"):
+        report = case.close()
+    assert time.monotonic() - started < 1.0  # did not wait the busy timeout
+    assert "was not emptied" in report
+    assert Path(str(case.storage.path) + "-wal").stat().st_size > 0
+    reader.execute("ROLLBACK")
+    reader.close()
+    again = Case.open(package)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CheckpointWarning)
+        assert again.close() is None
+    wal = Path(str(again.storage.path) + "-wal")
+    assert not wal.exists() or wal.stat().st_size == 0
+
+
+def test_the_cli_prints_the_incomplete_checkpoint_as_a_warning(package):
+    start_case(package).close()
+    reader = sqlite3.connect(package / "ledger.sqlite", isolation_level=None)
+    reader.execute("BEGIN")
+    reader.execute("SELECT * FROM balances").fetchall()
+    try:
+        done = run_cli("state", str(package), "EVALUATING")
+    finally:
+        reader.execute("ROLLBACK")
+        reader.close()
+    assert done.returncode == 0, done.stderr
+    assert b"warning: the write-ahead log" in done.stderr and b"Traceback" not in done.stderr
+
+
+def test_opening_a_file_without_a_ledger_leaves_it_untouched(tmp_path):
+    (tmp_path / "ledger.sqlite").write_bytes(b"")
+    done = run_cli("state", str(tmp_path))
+    assert done.returncode == 1 and b"LEDGER_MISSING" in done.stderr
+    assert (tmp_path / "ledger.sqlite").read_bytes() == b""
+    assert not (tmp_path / "ledger.sqlite-wal").exists()
+
+
+def test_a_closed_case_says_so(case):
+    case.close()
+    with pytest.raises(LedgerError) as caught:
+        case.status()
+    assert caught.value.code == INVALID_ARGUMENT and "closed" in caught.value.message
+
+
+def test_a_case_on_a_read_only_location_can_be_read_and_verified_but_not_written(budget, case):
+    budget.reserve("H1", "q1", "source.read_context")
+    export_case(case)
+    case.close()
+    folder, undo = _read_only_mount(case.path)
+    try:
+        with Case.open(folder) as opened:
+            assert opened.status()["package_generation"] == 5
+            assert [row["spent_units"] for row in opened.balances()][:1] == [5]
+            with pytest.raises(LedgerError) as caught:
+                opened.transition("BLOCKED")
+            assert caught.value.code == STORAGE_ERROR
+        assert verify_case(folder).head_seq == 5
+        sql = run_cli("sql", str(folder), "SELECT COUNT(*) AS n FROM events", "--json")
+        assert json.loads(sql.stdout) == [{"n": 5}], sql.stderr
+        export = run_cli("export", str(folder))
+        assert export.returncode == 1 and b"error: STORAGE_ERROR: " in export.stderr
+    finally:
+        undo()
+
+
+def test_a_refusal_caught_inside_a_batch_rolls_back_alone_and_one_escaping_rolls_back_the_batch(budget, case):
+    before = case.status()["package_generation"]
+    with case.batch():
+        kept = budget.reserve("H1", "q1", "source.read_context")
+        with pytest.raises(LedgerError):
+            budget.reserve("H9", "q1", "source.read_context")
+    assert kept.seq == before + 1 and case.status()["package_generation"] == before + 1
+    with pytest.raises(LedgerError) as caught:
+        with case.batch():
+            lost = budget.reserve("H2", "q2", "source.read_context")
+            budget.reserve("H9", "q2", "source.read_context")
+    assert caught.value.code == "UNKNOWN_HYPOTHESIS" and lost.seq == before + 2
+    assert case.status()["package_generation"] == before + 1  # the whole batch is gone, as documented
+    assert budget.reserve("H2", "q2", "source.read_context").seq == before + 2
+
+
+def test_writers_through_a_symlinked_ledger_share_the_writer_queue(case, tmp_path):
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "ledger.sqlite").symlink_to(case.path / "ledger.sqlite")
+    with Case.open(other) as through_link:
+        expected = Path(os.path.realpath(case.path / "ledger.sqlite")).with_name("ledger.sqlite-lock")
+        assert through_link.storage._lock.path == case.storage._lock.path == expected
+
+
+def test_a_case_in_a_folder_this_user_may_not_write_is_a_storage_error_not_an_immutable_read(budget, case):
+    """An owner may be writing: an immutable read of a changing file would look like tampering."""
+    budget.reserve("H1", "q1", "source.read_context")
+    case.close()
+    import tempfile
+
+    shared = Path(tempfile.mkdtemp(prefix="ledger-shared-"))  # outside pytest's 0700 tmp tree
+    shared.chmod(0o755)
+    folder = shared / "case"
+    shutil.copytree(case.path, folder)
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("needs setpriv to run as another user")
+        prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+        probe = subprocess.run([*prefix, sys.executable, "-c", "import ledger_cli"], capture_output=True,
+                               env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+        if probe.returncode != 0:  # e.g. the venv lives in a folder only root may enter
+            shutil.rmtree(shared)
+            pytest.skip("the other user cannot run this Python")
+    else:
+        prefix = []
+        folder.chmod(0o555)
+    try:
+        for args in (["verify", str(folder)], ["balances", str(folder)]):
+            done = subprocess.run([*prefix, sys.executable, "-m", "ledger_cli", *args], capture_output=True,
+                                  env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+            assert done.returncode == 1 and b"error: STORAGE_ERROR: " in done.stderr, done.stderr
+            assert b"may not write that folder" in done.stderr
+    finally:
+        folder.chmod(0o755)
+        shutil.rmtree(shared)
+
+
+@pytest.mark.parametrize("number, code", [(30, STORAGE_ERROR), (13, STORAGE_ERROR), (28, STORAGE_ERROR),
+                                          (2, INVALID_ARGUMENT), (20, INVALID_ARGUMENT)])
+def test_file_system_refusals_are_storage_errors_and_bad_paths_invalid_arguments(number, code):
+    from ledger.ground.paths import os_error
+
+    assert os_error(OSError(number, os.strerror(number), "/x"), "doing it").code == code

@@ -9,14 +9,25 @@ from __future__ import annotations
 import importlib.util
 import shutil
 import sqlite3
+import json
+import subprocess
+import sys
+import os
+import threading
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
-from ledger import Case, LedgerError, read_only_query, verify_case
+from ledger import (Case, LedgerError, read_only_query, verify_case, read_only_rows, AnalysisConfig, BudgetConfig,
+    export_case, import_tree)
 from ledger.storage.sqlfiles import migrations, shipped_schema
-from ledger.ground.errors import INVALID_ARGUMENT
-
+from ledger.ground.errors import (INVALID_ARGUMENT, NOT_INITIALIZED, CONFIG_INVALID, INTEGRITY_ERROR, INVALID_JSON,
+    LIMIT_REACHED, SOURCE_REF_INVALID, STORAGE_ERROR)
+from ledger_cli.main import main as cli_main
+from conftest import EXAMPLE_BUDGET, make_package, run_cli, start_case
+from ledger.ground.canonical import canonical_bytes
+from ledger.package_tools.journal import apply_journal
 INTEGER_COLUMNS = {
     "balances": {"revision", "initial_units", "granted_units", "spent_units", "rewarded_units", "remaining_units",
                  "low_information_streak", "settled_actions", "failed_actions"},
@@ -184,3 +195,75 @@ def test_every_view_parses_in_duckdb_with_typed_columns_and_the_ledgers_values(d
         got = [dict(zip(names, row)) for row in cursor.fetchall()]
         key = (lambda r: (r["revision"], r["hypothesis_id"], r.get("action_id"))) if view != "case_status" else None
         assert (sorted(got, key=key) if key else got) == (sorted(expected, key=key) if key else expected), view
+
+
+def cli(*args: str, stdin: str | None = None) -> tuple[int, str, str]:
+    done = CliRunner().invoke(cli_main, [str(a) for a in args], input=stdin)
+    return done.exit_code, done.stdout, done.stderr
+
+
+@pytest.mark.parametrize("value", ["nan", "NaN", "inf", "-inf", "-1", "0", "1e9"])
+def test_sql_timeout_that_is_not_a_finite_number_in_range_is_a_usage_error(case, value):
+    code, out, err = cli("sql", case.path, "select 1", "--timeout", value)
+    assert (code, out) == (2, "")
+    assert "--timeout" in err and "Traceback" not in err
+
+
+def test_sql_timeout_in_range_still_runs(case):
+    assert cli("sql", case.path, "select 7 AS x", "--timeout", "0.5", "--json")[:2] == (0, '[{"x":7}]\n')
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), float("inf"), -5, 0, True, 1.5, "30", 86_400_001])
+def test_read_only_query_timeout_must_be_a_positive_integer_of_milliseconds(case, timeout):
+    with pytest.raises(LedgerError) as caught:
+        read_only_query(case.path, "select 1", timeout_ms=timeout)
+    assert caught.value.code == INVALID_ARGUMENT and "timeout_ms" in caught.value.message
+    with pytest.raises(LedgerError) as caught:
+        with read_only_rows(case.path, "select 1", timeout_ms=timeout):
+            pass
+    assert caught.value.code == INVALID_ARGUMENT
+
+
+def test_read_only_query_sql_must_be_a_string(case):
+    with pytest.raises(LedgerError) as caught:
+        read_only_query(case.path, b"select 1")
+    assert caught.value.code == INVALID_ARGUMENT
+    assert read_only_query(case.path, "select 2 AS y", timeout_ms=1000) == (["y"], [(2,)])
+
+
+@pytest.mark.parametrize("args", [(5,), ("select 1", 5), ("select ?", {"a": 1}), ("select ?, ?", [1])])
+def test_case_query_with_a_wrong_statement_type_or_parameters_is_invalid_argument(case, args):
+    with pytest.raises(LedgerError) as caught:
+        case.query(*args)
+    assert caught.value.code == INVALID_ARGUMENT
+    assert case.query("select :a AS a", {"a": 2}) == [{"a": 2}]
+
+
+def test_sql_output_carries_blobs_and_non_finite_numbers_as_valid_json(case):
+    case.close()
+    done = run_cli("sql", str(case.path), "SELECT x'00ff' AS b, 1e999 AS inf, -1e999 AS ninf", "--json")
+    assert done.returncode == 0
+    assert json.loads(done.stdout) == [{"b": {"$base64": "AP8="}, "inf": "Infinity", "ninf": "-Infinity"}]
+    assert run_cli("sql", str(case.path), "SELECT x'00ff' AS b", "--csv").stdout == b"b\n00ff\n"
+    slow = run_cli("sql", str(case.path), "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
+                   "SELECT count(*) FROM c", "--timeout", "0.5")
+    assert slow.returncode == 1 and b"error: INVALID_ARGUMENT: query stopped" in slow.stderr
+    assert run_cli("events", str(case.path), "--since", "99999999999999999999").returncode == 2
+
+
+def test_sql_keeps_every_column_when_names_repeat(case):
+    case.close()
+    result = run_cli("sql", str(case.path), "SELECT e1.seq, e2.seq FROM events e1 JOIN events e2 "
+                     "ON e2.seq = e1.seq + 1 ORDER BY e1.seq", "--json")
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)
+    assert rows[0] == {"seq": 1, "seq_2": 2} and all(r["seq_2"] == r["seq"] + 1 for r in rows)
+    csv_out = run_cli("sql", str(case.path), "SELECT 1 AS a, 2 AS a", "--csv")
+    assert csv_out.stdout.decode().splitlines() == ["a,a_2", "1,2"]
+
+
+@pytest.mark.parametrize("since", [2**64, -1, "x", 1.0, True])
+def test_events_since_must_be_a_safe_non_negative_integer(case, since):
+    with pytest.raises(LedgerError) as caught:
+        case.events(since)
+    assert caught.value.code == INVALID_ARGUMENT

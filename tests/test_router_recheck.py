@@ -1,4 +1,4 @@
-"""Regression tests for break-it findings in the evidence store (one test or more per finding)."""
+"""Tests of router recheck."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 from click.testing import CliRunner
 
 from ledger import Case, LedgerError, export_case, import_tree, verify_case
@@ -20,8 +19,7 @@ from ledger.router.reference import Router
 from ledger.router.check import recheck, self_consistent
 from ledger.rules import evidence as rules
 from ledger_cli.main import main as cli_main
-
-from test_evidence import APP, case, read  # noqa: F401  (the fixture is used by name)
+from test_evidence import APP, case, read  # noqa: F401
 
 
 def forge(case: Case, iteration: str, action: dict, result: dict) -> None:
@@ -55,6 +53,18 @@ class Forging(Router):
         return passwd_result(action["operation_id"])
 
 
+def changed_line_result(op: str) -> dict:
+    return {"operation_id": op, "tool": "source.read_context", "status": "ok",
+            "items": [line(APP, 2, "    return a + b")],
+            "coverage": {"path": APP, "start_line": 2, "end_line": 2, "file_lines": 4},
+            "truncated": False, "sources": [[APP, "0" * 64]]}
+
+
+# --- findings 4, 5, 8: database.lookup ---------------------------------------------------------------
+def lookup(**args) -> dict:
+    return {"operation_id": "op-x", "hypothesis_id": "H1", "action_id": "q", "tool": "database.lookup", "args": args}
+
+
 # --- finding 1: a stored result the reference router refuses or does not return -------------------
 def test_store_checks_a_custom_routers_reply_with_the_reference_router(case):
     action = read("op-1", "H1", "q1", 1, 1, "/etc/passwd")
@@ -85,13 +95,6 @@ def test_verify_and_import_refuse_a_stored_action_the_reference_router_refuses(c
     with pytest.raises(LedgerError) as caught:
         import_tree(case.path, tmp_path / "copy")
     assert caught.value.code == INTEGRITY_ERROR and "refuses" in caught.value.message
-
-
-def changed_line_result(op: str) -> dict:
-    return {"operation_id": op, "tool": "source.read_context", "status": "ok",
-            "items": [line(APP, 2, "    return a + b")],
-            "coverage": {"path": APP, "start_line": 2, "end_line": 2, "file_lines": 4},
-            "truncated": False, "sources": [[APP, "0" * 64]]}
 
 
 def test_verify_recomputes_whenever_the_inputs_are_unchanged_whatever_sources_says(case, tmp_path):
@@ -132,90 +135,6 @@ def test_a_genuine_result_over_since_changed_inputs_still_verifies(case):
     (case.path / APP).write_text("def add(a, b):\n    return a + b\n")  # fixed since
     (case.path / "sources" / "other.py").write_text("x = 1\n")
     assert verify_case(case.path).events > 0
-
-
-# --- finding 3: an identical query --store retry is reused ------------------------------------------
-def test_an_identical_query_store_retry_is_reused_with_the_stored_records(case):
-    case.budget().reserve("H1", "q1", "source.read_context")
-    request = {"actions": [read("op-1", "H1", "q1", 1, 2)]}
-    first = case.evidence().query("i1", request, True)
-    case.budget().reserve("H2", "q2", "source.read_context")  # the head moves on
-    again = case.evidence().query("i1", request, True)
-    assert (first.reused, again.reused) == (False, True)
-    assert again.records == first.records and again.seq == first.seq
-    assert again.reply["package_generation"] == first.reply["package_generation"]
-    assert case.query("SELECT COUNT(*) AS n FROM evidence_records")[0]["n"] == 1
-
-
-def test_a_journal_query_store_line_applies_twice(case):
-    case.budget().reserve("H1", "q1", "source.read_context")
-    line_ = json.dumps({"op": "query", "iteration_id": "i1", "request": {"actions": [read("op-1", "H1", "q1", 1, 1)]},
-                        "store": True})
-    first = [r.to_dict() for r in apply_journal(case, [line_])]
-    second = [r.to_dict() for r in apply_journal(case, [line_])]
-    assert [r["ok"] for r in first + second] == [True, True]
-    assert second[0]["result"]["reused"] is True
-    assert second[0]["result"]["records"] == first[0]["result"]["records"]
-
-
-def test_a_query_store_retry_over_changed_inputs_is_not_reused(case):
-    case.budget().reserve("H1", "q1", "source.read_context")
-    request = {"actions": [read("op-1", "H1", "q1", 1, 2)]}
-    case.evidence().query("i1", request, True)
-    (case.path / APP).write_text("def add(a, b):\n    return a + b\n")
-    with pytest.raises(LedgerError) as caught:
-        case.evidence().query("i1", request, True)
-    assert caught.value.code == "OPERATION_CONFLICT"
-
-
-# --- finding 2: import checks the exported content files ----------------------------------------------
-@pytest.mark.parametrize("mutation", ["edit", "delete", "swap"])
-def test_import_refuses_edited_deleted_or_swapped_content_files(case, tmp_path, mutation):
-    for n, (h, span) in enumerate([("H1", (1, 1)), ("H2", (2, 3))], start=1):
-        case.budget().reserve(h, f"q{n}", "source.read_context")
-        case.evidence().query(f"i{n}", {"actions": [read(f"op-{n}", h, f"q{n}", *span)]}, True)
-    export_case(case)
-    files = sorted((case.path / "analysis" / "evidence" / "content").iterdir())
-    assert len(files) == 2
-    first, second = files
-    if mutation == "edit":
-        first.write_bytes(first.read_bytes().replace(b"def add", b"def sub"))
-    elif mutation == "delete":
-        first.unlink()
-    else:
-        a, b = first.read_bytes(), second.read_bytes()
-        first.write_bytes(b)
-        second.write_bytes(a)
-    with pytest.raises(LedgerError) as caught:
-        import_tree(case.path, tmp_path / "copy")
-    assert caught.value.code == INTEGRITY_ERROR
-    assert "analysis/evidence/content/" in caught.value.message
-    assert not (tmp_path / "copy" / "ledger.sqlite").exists()
-
-
-# --- finding 7: feedback for a test whose reservation was failed --------------------------------------
-def test_feedback_for_a_failed_test_is_no_reservation_at_submit_and_confirm(case):
-    budget = case.budget()
-    budget.request_test("H1", "t1", "human", "test-1")
-    budget.request_test("H2", "t2", "human", "test-2")
-    draft = case.evidence().submit_feedback("test-2", {"status": "passed", "details": "ok"})
-    budget.fail("H1", "t1", "the tester gave up")
-    budget.fail("H2", "t2", "the tester gave up")
-    with pytest.raises(LedgerError) as submitted:
-        case.evidence().submit_feedback("test-1", {"status": "passed", "details": "ok"})
-    assert submitted.value.code == "NO_RESERVATION" and "no longer pending" in submitted.value.message
-    case.transition("BLOCKED")
-    with pytest.raises(LedgerError) as confirmed:
-        case.evidence().confirm_feedback(draft.feedback_id)
-    assert confirmed.value.code == "NO_RESERVATION"
-    assert case.query("SELECT COUNT(*) AS n FROM feedback_drafts")[0]["n"] == 1
-    assert case.query("SELECT COUNT(*) AS n FROM feedback_confirmations")[0]["n"] == 0
-    assert case.status()["state"] == "BLOCKED"
-
-
-# --- findings 4, 5, 8: database.lookup ---------------------------------------------------------------
-def lookup(**args) -> dict:
-    return {"operation_id": "op-x", "hypothesis_id": "H1", "action_id": "q", "tool": "database.lookup", "args": args}
 
 
 def test_lookup_refuses_integers_outside_sqlite_range_without_a_traceback(case):
@@ -263,54 +182,6 @@ def test_lookup_writes_nothing_under_data_and_refuses_a_database_with_a_wal_file
     assert [i["values"] for i in reply["results"][0]["items"]] == [{"a": 1}]
     assert sorted(p.name for p in (case.path / "data").iterdir()) == before == ["app.sqlite", "wal.sqlite"]
     assert case.input_identity() == identity
-
-
-# --- finding 6: the artifact limit is the one that applies to the evidence an event carries -----------
-def test_a_3_000_000_byte_line_under_the_artifact_limit_is_stored(case):
-    (case.path / "sources" / "big.txt").write_bytes(b"x" * 3_000_000 + b"\n")
-    case.budget().reserve("H1", "q1", "source.read_context")
-    stored = case.evidence().query("i1", {"actions": [read("op-1", "H1", "q1", 1, 1, "sources/big.txt")]}, True)
-    assert stored.records[0]["novelty_score"] == 100
-    assert verify_case(case.path).events > 0
-
-
-def test_an_artifact_over_its_limit_names_evidence_artifact_bytes_max(case):
-    (case.path / "sources" / "big.txt").write_bytes(b"x" * 5_000_000 + b"\n")
-    case.budget().reserve("H1", "q1", "source.read_context")
-    with pytest.raises(LedgerError) as caught:
-        case.evidence().query("i1", {"actions": [read("op-1", "H1", "q1", 1, 1, "sources/big.txt")]}, True)
-    assert caught.value.code == "LIMIT_REACHED" and caught.value.details["limit"] == "evidence_artifact_bytes_max"
-
-
-def test_a_3_000_000_byte_attachment_is_accepted_as_a_draft(case):
-    case.budget().request_test("H1", "t1", "human", "test-1")
-    draft = case.evidence().submit_feedback("test-1", {"status": "passed", "details": "ok"},
-                                            {"log.txt": "y" * 3_000_000})
-    assert draft.feedback_id == "F000001"
-
-
-# --- finding 9: bounded reads in the command line ---------------------------------------------------------
-def test_cli_feedback_submit_refuses_devices_and_oversized_attachments_without_reading_them(case, tmp_path):
-    case.budget().request_test("H1", "t1", "human", "test-1")
-    reply = tmp_path / "reply.json"
-    reply.write_text('{"status": "passed", "details": "ok"}')
-    big = tmp_path / "big.log"
-    with open(big, "wb") as handle:
-        handle.truncate(5 * 1024 * 1024)  # sparse: over the 4 MiB artifact limit
-    runner = CliRunner()
-    path = str(case.path)
-    device = runner.invoke(cli_main, ["evidence", "feedback", "submit", path, "test-1", str(reply),
-                                      "--attach", "/dev/zero"])
-    assert device.exit_code == 1 and "error: INVALID_ARGUMENT" in device.output
-    assert "not a regular file" in device.output
-    oversized = runner.invoke(cli_main, ["evidence", "feedback", "submit", path, "test-1", str(reply),
-                                         "--attach", str(big)])
-    assert oversized.exit_code == 1 and "error: LIMIT_REACHED" in oversized.output
-    assert "evidence_artifact_bytes_max" in oversized.output
-    endless = runner.invoke(cli_main, ["evidence", "feedback", "submit", path, "test-1", "/dev/zero"])
-    # a device as the reply is refused as a usage error before anything is read
-    assert endless.exit_code == 2 and "is not a regular file" in endless.output
-    assert case.query("SELECT COUNT(*) AS n FROM feedback_drafts")[0]["n"] == 0
 
 
 # --- finding 10: find_text skips unreadable files with a coverage note -----------------------------------

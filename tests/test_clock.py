@@ -1,0 +1,131 @@
+"""Tests of clock."""
+
+from __future__ import annotations
+
+import builtins
+import json
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+import warnings
+import os
+import shutil
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+import ledger.storage.writer_lock as lock_module
+import ledger.storage.connection as storage_module
+from ledger import (BudgetConfig, Case, CheckpointWarning, LedgerError, export_case, verify_case, AnalysisConfig,
+    import_tree)
+from ledger.storage.writer_lock import WriterLock
+from ledger.ground.clock import format_utc
+from ledger.ground.config import AnalysisConfig
+from ledger.ground.errors import (CONFIG_INVALID, INVALID_ARGUMENT, INTEGRITY_ERROR, INVALID_JSON, LIMIT_REACHED,
+    SOURCE_REF_INVALID, STORAGE_ERROR)
+from conftest import EXAMPLE_BUDGET, REPO, make_package, run_cli, start_case
+from ledger.ground.canonical import canonical_bytes
+from ledger.package_tools.journal import apply_journal
+
+
+def generation(case: Case) -> int:
+    return case.status()["package_generation"]
+
+
+@pytest.fixture
+def budget_case(package):
+    case = start_case(package)
+    budget = case.budget(BudgetConfig.load(EXAMPLE_BUDGET))
+    budget.initialize()
+    yield case, budget
+    case.close()
+
+
+# --- 7. a far-future time is refused ----------------------------------------------------------
+def soon(seconds: float) -> str:
+    return format_utc(datetime.now(timezone.utc) + timedelta(seconds=seconds))
+
+
+def test_issue_example_a_far_future_at_is_refused_and_later_times_stay_right(budget_case):
+    case, budget = budget_case
+    before = generation(case)
+    with pytest.raises(LedgerError) as caught:
+        budget.reserve("H1", "a1", "source.read_context", at="2062-01-05T10:00:00Z")
+    assert caught.value.code == INVALID_ARGUMENT and "at_future_tolerance_ms" in caught.value.message
+    assert generation(case) == before
+    result = budget.reserve("H1", "a1", "source.read_context", at="2026-01-05T10:00:00Z")
+    stamped = case.events()[-1]["created_at"]
+    assert result.seq == before + 1 and stamped < "2030"
+
+
+@pytest.mark.parametrize("call", [
+    lambda c, b, at: b.initialize(at=at),
+    lambda c, b, at: b.reject("H2", "no", at=at),
+    lambda c, b, at: c.transition("EVALUATING", at=at),
+    lambda c, b, at: c.open_revision([{"statement": "s"}], at=at),
+])
+def test_every_api_path_that_takes_at_refuses_a_far_future_one(budget_case, call):
+    case, budget = budget_case
+    before = generation(case)
+    with pytest.raises(LedgerError) as caught:
+        call(case, budget, soon(3600))
+    assert caught.value.code == INVALID_ARGUMENT and generation(case) == before
+
+
+def test_create_with_a_far_future_at_makes_no_folder(tmp_path):
+    with pytest.raises(LedgerError) as caught:
+        Case.create(tmp_path / "new", "C1", at="2062-01-05T10:00:00Z")
+    assert caught.value.code == INVALID_ARGUMENT
+    assert not (tmp_path / "new").exists()
+
+
+def test_the_tolerance_is_configurable_and_past_times_always_pass(package):
+    strict = AnalysisConfig.from_mapping({"limits": {"at_future_tolerance_ms": 0}})
+    case = Case.create(package, "C1", analysis_config=strict, at="1999-01-01T00:00:00Z")
+    try:
+        with pytest.raises(LedgerError):
+            case.open_revision([{"statement": "s"}], at=soon(5))
+        case.open_revision([{"statement": "s"}], at="2000-01-01T00:00:00Z")
+        assert case.events()[-1]["created_at"] == "2000-01-01T00:00:00.000000Z"
+    finally:
+        case.close()
+    default = start_case(package.parent / "other")
+    try:
+        default.transition("EVALUATING", at=soon(60))  # within the default five minutes
+    finally:
+        default.close()
+
+
+def test_the_tolerance_must_be_a_non_negative_integer(tmp_path):
+    for bad in ("-1", "1.5", "true"):
+        path = tmp_path / f"a{bad}.toml"
+        path.write_text(f"[limits]\nat_future_tolerance_ms = {bad}\n", encoding="utf-8")
+        with pytest.raises(LedgerError) as caught:
+            AnalysisConfig.load(path)
+        assert caught.value.code == CONFIG_INVALID
+
+
+def test_cli_at_and_journal_at_refuse_a_far_future_time(package, tmp_path):
+    start_case(package).close()
+    done = run_cli("state", str(package), "EVALUATING", "--at", "2062-01-05T10:00:00Z")
+    assert done.returncode == 1 and done.stderr.startswith(b"error: INVALID_ARGUMENT: 'at' 2062-01-05")
+    journal = tmp_path / "j.jsonl"
+    journal.write_text(json.dumps({"op": "transition", "to": "EVALUATING", "at": "2062-01-05T10:00:00Z"})
+                       + "\n" + json.dumps({"op": "transition", "to": "EVALUATING"}) + "\n", encoding="utf-8")
+    done = run_cli("apply", str(package), str(journal), "--keep-going")
+    lines = [json.loads(x) for x in done.stdout.splitlines()]
+    assert [x["ok"] for x in lines] == [False, True]
+    assert lines[0]["error"]["code"] == INVALID_ARGUMENT
+    with Case.open(package) as case:
+        assert case.events()[-1]["created_at"] < "2030"
+
+
+def test_years_before_1000_keep_four_digits_and_survive_export_and_import(package, tmp_path):
+    with Case.create(package, "OLD-1", at="0999-01-01T00:00:00Z") as case:
+        case.open_revision([{"statement": "s"}], at="0999-06-01T00:00:00Z")
+        assert case.query("SELECT created_at FROM events ORDER BY seq")[-1]["created_at"] == "0999-06-01T00:00:00.000000Z"
+        export_case(case)
+    assert import_tree(package, tmp_path / "copy").head_seq == 2

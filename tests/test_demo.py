@@ -1,0 +1,70 @@
+"""Tests of demo."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import os
+import shutil
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ledger import (Case, LedgerError, read_only_query, read_only_rows, AnalysisConfig, BudgetConfig, export_case,
+    import_tree, verify_case)
+from ledger.ground.errors import (INVALID_ARGUMENT, NOT_INITIALIZED, CONFIG_INVALID, INTEGRITY_ERROR, INVALID_JSON,
+    LIMIT_REACHED, SOURCE_REF_INVALID, STORAGE_ERROR)
+from ledger_cli.main import main as cli_main
+from conftest import EXAMPLE_BUDGET, make_package, run_cli, start_case
+from ledger.ground.canonical import canonical_bytes
+from ledger.package_tools.journal import apply_journal
+
+
+def test_a_demo_removes_dead_build_folders_of_any_name_and_keeps_live_ones(tmp_path):
+    import os
+    from ledger import run_demo
+    dead = tmp_path / ".ledger-demo-building-other.name.999999999"
+    live = tmp_path / f".ledger-demo-building-third.{os.getpid()}"
+    dead.mkdir()
+    live.mkdir()
+    path, _, verified = run_demo(tmp_path / "mine", echo=lambda line: None)
+    assert path == tmp_path / "mine" and verified.events > 0
+    assert not dead.exists() and live.exists()
+
+
+# --- found by the new-user walkthrough ---------------------------------------------------------
+def test_a_demo_whose_reader_goes_away_still_completes_and_a_taken_folder_is_refused(tmp_path):
+    target = tmp_path / "demo"
+    reader = subprocess.Popen([sys.executable, "-m", "ledger_cli", "demo", str(target)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    reader.stdout.readline()
+    reader.stdout.close()  # like `ledger demo | head -1`
+    reader.wait(timeout=300)
+    assert b"Traceback" not in reader.stderr.read()
+    assert verify_case(target).head_seq == 56
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".demo.building")]
+    again = run_cli("demo", str(target))
+    assert again.returncode == 1 and b"error: CASE_EXISTS: " in again.stderr
+
+
+# --- found by the fourth break-it round ------------------------------------------------------
+def test_demo_refuses_a_symlink_and_configs_records_the_actor_and_removes_builds_of_killed_demos(tmp_path):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to("real")
+    linked = run_cli("demo", str(tmp_path / "link"))
+    assert linked.returncode == 1 and b"error: INVALID_ARGUMENT: " in linked.stderr and linked.stdout == b""
+    cheap = tmp_path / "cheap.toml"
+    cheap.write_text("default_action_cost = 1\n", encoding="utf-8")
+    assert run_cli("--config", str(cheap), "demo", str(tmp_path / "d0")).returncode == 2
+    abandoned = tmp_path / ".ledger-demo-building-d1.999999999"  # a pid that cannot exist
+    abandoned.mkdir()
+    done = run_cli("--actor", "bob", "demo", str(tmp_path / "d1"))
+    assert done.returncode == 0, done.stderr
+    assert not abandoned.exists()
+    with Case.open(tmp_path / "d1") as case:
+        actors = {json.loads(row["body"])["actor"] for row in case.events(0, with_body=True)}
+    assert actors == {"bob"}

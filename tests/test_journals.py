@@ -1,0 +1,220 @@
+"""Tests of journals."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import builtins
+import sqlite3
+import threading
+import time
+import warnings
+import os
+import shutil
+from pathlib import Path
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from click.testing import CliRunner
+
+import ledger.storage.writer_lock as lock_module
+import ledger.storage.connection as storage_module
+from ledger import (Case, LedgerError, read_only_query, read_only_rows, BudgetConfig, CheckpointWarning,
+    export_case, verify_case, AnalysisConfig, import_tree)
+from ledger.ground.errors import (INVALID_ARGUMENT, NOT_INITIALIZED, CONFIG_INVALID, INTEGRITY_ERROR, INVALID_JSON,
+    LIMIT_REACHED, SOURCE_REF_INVALID, STORAGE_ERROR)
+from ledger_cli.main import main as cli_main
+from conftest import EXAMPLE_BUDGET, REPO, make_package, run_cli, start_case
+from ledger.storage.writer_lock import WriterLock
+from ledger.ground.clock import format_utc
+from ledger.ground.config import AnalysisConfig
+from ledger.ground.canonical import canonical_bytes
+from ledger.package_tools.journal import apply_journal
+
+
+def cli(*args: str, stdin: str | None = None) -> tuple[int, str, str]:
+    done = CliRunner().invoke(cli_main, [str(a) for a in args], input=stdin)
+    return done.exit_code, done.stdout, done.stderr
+
+
+def _snapshot_journal(path: Path, snapshots: int) -> Path:
+    lines = [{"op": "open_revision", "hypotheses": [{"statement": "a"}], "units_per_hypothesis": 40},
+             {"op": "transition", "to": "INVESTIGATING_HYPOTHESES"}, {"op": "initialize"}]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines + [{"op": "snapshot"}] * snapshots))
+    return path
+
+
+# --- 8. apply streams the journal ------------------------------------------------------------
+PEAK_RSS = """
+import resource, subprocess, sys
+subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+"""
+
+
+def peak_rss_kib(*args: str) -> int:
+    """Peak resident set (KiB) of ``ledger ARGS`` run in its own process."""
+    done = subprocess.run([sys.executable, "-c", PEAK_RSS, sys.executable, "-m", "ledger_cli", *args],
+                          capture_output=True, check=True, timeout=300)
+    return int(done.stdout)
+
+
+def write_journal(path: Path, first: str, filler: bytes, total_bytes: int) -> Path:
+    with open(path, "wb") as out:
+        out.write(first.encode("utf-8") + b"\n")
+        chunk = filler * (1024 * 1024 // len(filler))
+        for _ in range(total_bytes // len(chunk)):
+            out.write(chunk)
+    return path
+
+
+# --- 11. JSON lines survive line readers -------------------------------------------------------
+BREAKS = "a\u2028b\u2029c\x85d\x0be\x0cf\x1cg\x1dh\x1ei\rj\nk"
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+@pytest.mark.parametrize("batch_size, ok", [(100, 49), (10, 10)])
+def test_apply_into_a_full_output_counts_what_committed(tmp_path, batch_size, ok):
+    journal = _snapshot_journal(tmp_path / "j.jsonl", 46)
+    with open("/dev/full", "wb") as full:
+        done = subprocess.run([sys.executable, "-m", "ledger_cli", "apply", str(tmp_path / "c"), str(journal),
+                               "--create", "C", "--batch-size", str(batch_size)],
+                              stdout=full, stderr=subprocess.PIPE, timeout=120)
+    err = done.stderr.decode()
+    assert done.returncode == 1
+    assert f"applied: {ok} ok ({ok - 3} reused), 0 failed" in err
+    assert f"{ok} of them not printed (standard output failed; no further line was applied)" in err
+    assert "error: OUTPUT_ERROR: cannot print the result" in err
+    with Case.open(tmp_path / "c") as case:
+        assert len(case.events()) == 4  # created, revision, transition, initialize: nothing past the batch
+
+
+def test_apply_into_a_pipe_closed_early_counts_what_committed(tmp_path):
+    journal = _snapshot_journal(tmp_path / "j.jsonl", 5000)
+    reader = subprocess.Popen(["head", "-c", "10"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    done = subprocess.run([sys.executable, "-m", "ledger_cli", "apply", str(tmp_path / "c"), str(journal),
+                           "--create", "C", "--batch-size", "5003"],
+                          stdout=reader.stdin, stderr=subprocess.PIPE, timeout=120)
+    reader.stdin.close()
+    reader.wait()
+    err = done.stderr.decode()
+    assert done.returncode == 1 and "Traceback" not in err
+    assert "applied: 5003 ok (5000 reused), 0 failed" in err
+    printed = 5003 - int(err.split("applied: 5003 ok (5000 reused), 0 failed, no time raised, ")[1].split(", ")[1].split()[0])
+    assert 0 < printed < 5003
+
+
+def test_a_journal_may_start_with_a_utf8_bom_like_an_evidence_file(tmp_path):
+    journal = _snapshot_journal(tmp_path / "j.jsonl", 1)
+    journal.write_bytes(b"\xef\xbb\xbf" + journal.read_bytes())
+    code, out, err = cli("apply", tmp_path / "c", journal, "--create", "C")
+    assert code == 0 and [json.loads(line)["ok"] for line in out.splitlines()] == [True] * 4
+    from ledger import journal_first_at, simulate
+    assert journal_first_at(['\ufeff{"at": "2026-01-02T00:00:00Z"}']) == "2026-01-02T00:00:00.000000Z"
+    assert simulate(journal, jobs=1).errors == []
+
+
+def test_a_bom_after_the_first_line_is_still_invalid_json(case):
+    from ledger import apply_journal
+    results = list(apply_journal(case, ['{"op": "snapshot"}', '\ufeff{"op": "snapshot"}'], keep_going=True))
+    assert results[1].error.code == "INVALID_JSON"
+
+
+@pytest.mark.slow
+def test_issue_example_peak_memory_of_apply_does_not_grow_with_the_journal(tmp_path):
+    make_package(tmp_path / "c")
+    start_case(tmp_path / "c").close()
+    failing = '{"op": "reserve", "hypothesis": "H9", "action_id": "x", "action": "source.find_text"}'
+    line = b'{"op": "snapshot", "at": "2020-01-01T00:00:00Z"}\n'
+    small = write_journal(tmp_path / "small.jsonl", failing, line, 0)
+    large = write_journal(tmp_path / "large.jsonl", failing, line, 120 * 1024 * 1024)
+    spaces = write_journal(tmp_path / "spaces.jsonl", '{"op": "initialize"}', b" " * 1023 + b"\n", 120 * 1024 * 1024)
+    long_line = write_journal(tmp_path / "long.jsonl", failing, b"x" * 1024, 120 * 1024 * 1024)
+    try:
+        base = peak_rss_kib("apply", str(tmp_path / "c"), str(small))
+        for journal in (large, spaces, long_line):  # first line fails; succeeds; one huge second line
+            peak = peak_rss_kib("apply", str(tmp_path / "c"), str(journal))
+            assert peak <= 1.5 * base, (journal.name, peak, base)
+    finally:
+        for journal in (large, spaces, long_line):  # pytest keeps recent tmp folders: free the disk
+            journal.unlink()
+
+
+def test_read_lines_streams_and_counts_an_over_long_line_once(monkeypatch):
+    import io
+
+    import ledger.package_tools.journal as journal_module
+
+    monkeypatch.setattr(journal_module, "LINE_BYTES_MAX", 8)
+    data = b'{"a":1}\n' + b"y" * 30 + b"\nlast"
+    consumed: list[int] = []
+    lines = list(journal_module.read_lines(io.BytesIO(data), on_bytes=consumed.append))
+    assert lines == [b'{"a":1}', b"y" * 9, b"last"]
+    assert sum(consumed) == len(data)
+
+
+def test_a_long_first_line_fails_alone_and_stops_the_run(package, tmp_path):
+    start_case(package).close()
+    journal = tmp_path / "j.jsonl"
+    journal.write_bytes(b"x" * (5 * 1024 * 1024) + b"\n" + b'{"op": "initialize"}\n')
+    done = run_cli("apply", str(package), str(journal))
+    lines = [json.loads(x) for x in done.stdout.splitlines()]
+    assert [(x["line"], x["ok"]) for x in lines] == [(1, False)]
+    assert lines[0]["error"]["code"] == "LIMIT_REACHED"
+    done = run_cli("apply", str(package), str(journal), "--keep-going")
+    assert [(x["line"], x["ok"]) for x in map(json.loads, done.stdout.splitlines())] == [(1, False), (2, True)]
+
+
+def test_issue_example_apply_result_lines_split_into_one_line_each(package, tmp_path):
+    Case.create(package, "C1").close()
+    journal = tmp_path / "j.jsonl"
+    rows = [{"op": "open_revision", "hypotheses": [{"statement": BREAKS}, {"statement": "x\u2029"}]},
+            {"op": "transition", "to": "INVESTIGATING_HYPOTHESES"},
+            {"op": "reserve", "hypothesis": "H1", "action_id": "bad\u2028id", "action": "source.find_text"}]
+    journal.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n", encoding="utf-8")
+    done = run_cli("apply", str(package), str(journal), "--keep-going")
+    text = done.stdout.decode("utf-8")
+    lines = text.splitlines()
+    assert len(lines) == 3
+    parsed = [json.loads(line) for line in lines]
+    assert [h["statement"] for h in parsed[0]["result"]["hypotheses"]] == [BREAKS, "x\u2029"]
+    assert parsed[2]["error"]["code"] == "INVALID_ID"
+    for raw in ("\u2028", "\u2029", "\x85"):
+        assert raw not in text
+
+
+@pytest.mark.parametrize("line", [
+    {"op": "transition", "to": "BLOCKED", "at": None},
+    {"op": "open_revision", "hypotheses": [{"statement": "s"}], "units_per_hypothesis": None},
+    {"op": "record_result", "hypothesis": "H1", "action_id": "a", "evidence": 1, "source_refs": None},
+    {"op": "initialize", "at": "２０２６-01-01T00:00:00Z"},
+    5,
+])
+def test_null_optional_keys_and_unicode_digits_are_invalid_arguments(case, line):
+    text = line if isinstance(line, int) else json.dumps(line, ensure_ascii=False)
+    [result] = list(apply_journal(case, [text]))
+    assert not result.ok and result.error.code == INVALID_ARGUMENT
+
+
+def test_journal_line_shape_checks_name_missing_unexpected_and_null_keys():
+    """A journal line's shape: missing and unexpected keys are named (sorted); an optional key or
+    ``at`` may be left out but not null; a null required key is left to the operation's own check."""
+    from ledger.package_tools.journal import parse_line
+
+    def refusal(text: str) -> tuple[str, str]:
+        with pytest.raises(LedgerError) as caught:
+            parse_line(text)
+        return caught.value.code, caught.value.message
+
+    assert refusal('{"op": "settle", "hypothesis": "H1"}') == (
+        "INVALID_ARGUMENT", "settle: missing key(s) action_id, reason, semantic_score")
+    assert refusal('{"op": "fail", "hypothesis": "H1", "action_id": "a", "reason": "r", "zz": 1, "b": 2}') == (
+        "INVALID_ARGUMENT", "fail: unexpected key(s) b, zz")
+    assert refusal('{"op": "fail", "hypothesis": "H1", "action_id": "a", "reason": "r", "at": null}') == (
+        "INVALID_ARGUMENT", "fail: at may be left out but not null")
+    assert refusal('{"op": "record_result", "hypothesis": "H1", "action_id": "a", "evidence": 1, '
+                   '"source_refs": null, "at": null}') == (
+        "INVALID_ARGUMENT", "record_result: at, source_refs may be left out but not null")
+    line = parse_line('{"op": "fail", "hypothesis": null, "action_id": "a", "reason": "r"}')
+    assert line["hypothesis"] is None  # the operation refuses it: INVALID_ID
