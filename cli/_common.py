@@ -18,7 +18,9 @@ from typing import Any, Callable
 
 import click
 
-from ledger import OUTPUT_ERROR, AnalysisConfig, BudgetConfig, Case, CheckpointWarning, LedgerError, os_error
+from ledger import AnalysisConfig, BudgetConfig, Case, CheckpointWarning, LedgerError
+from ledger.ground.errors import OUTPUT_ERROR
+from ledger.ground.paths import os_error
 
 from ._output import FORMATS, OutputError, one_line
 

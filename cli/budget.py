@@ -6,7 +6,8 @@ from typing import Any, Callable
 
 import click
 
-from ledger import BudgetResult, GateReading, parse_json
+from ledger import BudgetResult, GateReading
+from ledger.ground.canonical import parse_json
 
 from ._common import UsageGroup, AT, CASE, JSON, RegularFile, Settings, pass_settings
 from ._output import emit_result

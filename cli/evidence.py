@@ -10,7 +10,8 @@ from typing import Any
 
 import click
 
-from ledger import AnalysisConfig, BudgetResult, EvidenceResult, FeedbackResult, LedgerError, parse_json
+from ledger import AnalysisConfig, BudgetResult, EvidenceResult, FeedbackResult, LedgerError
+from ledger.ground.canonical import parse_json
 
 from ._common import AT, CASE, JSON, RegularFile, Settings, UsageGroup, pass_settings
 from ._output import echo, dumps, emit_result

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ledger import read_only_rows
+from ledger.services.case import read_only_rows
 
 from ._common import BALANCE_COLUMNS, CASE, FiniteFloatRange, Settings, pass_settings, table_options
 from ._output import emit_rows, unique_names

@@ -13,8 +13,8 @@ from typing import Any, Iterator
 
 import click
 
-from ledger import (Case, JournalSummary, LineResult, apply_journal, clamp_warning, journal_first_at, open_for_journal,
-                    read_lines, run_demo)
+from ledger import Case, JournalSummary, LineResult, apply_journal, run_demo
+from ledger.package_tools.journal import clamp_warning, first_at as journal_first_at, open_for_journal, read_lines
 
 from ._common import _NoBar, BALANCE_COLUMNS, CASE, Settings, pass_settings, progress_bar
 from ._output import OutputError, dumps, echo, emit_rows, one_line

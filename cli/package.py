@@ -7,7 +7,9 @@ from pathlib import Path
 
 import click
 
-from ledger import Case, export_case, export_count, import_tree, read_manifest, verify_case
+from ledger import Case, export_case, import_tree, verify_case
+from ledger.package_tools.export import export_count
+from ledger.package_tools.manifest import read_manifest
 
 from ._common import CASE, JSON, Settings, pass_settings, progress_bar, table_format
 from ._output import emit_result, emit_rows

@@ -7,8 +7,9 @@ from typing import Any, Sequence
 
 import click
 
-from ledger import (LedgerError, Policy, SimulationReport, check_output_file, check_plot, example_policy,
-                    load_policy, parse_vary, plot_tradeoff, simulate, vary)
+from ledger import LedgerError, Policy, SimulationReport, example_policy, load_policy, plot_tradeoff, simulate, vary
+from ledger.simulation.plot import check_output_file, check_plot
+from ledger.simulation.simulator import parse_vary
 
 from ._common import Settings, pass_settings, table_options
 from ._output import dumps, echo, emit_rows, one_line

@@ -10,44 +10,44 @@ Public API (docs/concepts.md and docs/files.md)::
     budget.initialize()
     budget.reserve("H1", "q1", "source.read_context")
 
-Everything the ``ledger`` command uses is importable from here; the modules
-below are organised in layers (see the README's architecture section).
+The names below are the supported API (docs/api.md); the folders beneath are the layers
+of docs/architecture.md.
 """
 
-from .services.budget import BudgetManager, BudgetResult, GateReading
-from .ground.canonical import parse_json
-from .services.case import Case, LifecycleResult, read_only_query, read_only_rows
 from .ground.config import AnalysisConfig, BudgetConfig
-from .package_tools.demo import run_demo
-from .ground.errors import ALL_CODES, CLI_ONLY_CODES, INVALID_ARGUMENT, OUTPUT_ERROR, LedgerError
-from .services.evidence import EvidenceResult, EvidenceStore, FeedbackResult
-from .package_tools.export import ExportReport, export_case, export_count
-from .package_tools.importer import import_tree
-from .package_tools.journal import JournalSummary, LineResult, apply_journal, clamp_warning, open_for_journal
-from .package_tools.journal import first_at as journal_first_at
-from .package_tools.journal import read_lines
-from .package_tools.manifest import read_manifest
-from .services.memory import MemoryCase
+from .ground.errors import ALL_CODES, LedgerError
 from .model.operations import OPERATIONS, Operation
-from .model.package import LEDGER_FILE
+from .package_tools.demo import run_demo
+from .package_tools.export import ExportReport, export_case
+from .package_tools.importer import import_tree
+from .package_tools.journal import JournalSummary, LineResult, apply_journal
+from .package_tools.verify import VerifyReport, verify_case
 from .router.reference import Router
-from .ground.paths import os_error
-from .simulation.simulator import (Policy, RunResult, SimulationReport, example_policy, load_policy, parse_vary,
-                       read_outcomes, simulate, vary)
-from .simulation.plot import check_output_file, check_plot, plot_tradeoff, tradeoff_points
+from .services.budget import BudgetManager, BudgetResult, GateReading
+from .services.case import Case, LifecycleResult, read_only_query
+from .services.evidence import EvidenceResult, EvidenceStore, FeedbackResult
+from .services.memory import MemoryCase
 from .services.scopes import ScopeManager, ScopeResult
+from .simulation.plot import plot_tradeoff, tradeoff_points
+from .simulation.simulator import (Policy, RunResult, SimulationReport, example_policy, load_policy, read_outcomes,
+                                   simulate, vary)
 from .storage.connection import CheckpointWarning
 
-from .package_tools.verify import VerifyReport, verify_case
-from .model.views import MemoryView
-
+#: The supported API; docs/api.md describes each name (a test keeps the two equal).
 __all__ = [
-    "ALL_CODES", "CLI_ONLY_CODES", "INVALID_ARGUMENT", "LEDGER_FILE", "OPERATIONS", "OUTPUT_ERROR", "AnalysisConfig", "BudgetConfig",
-    "BudgetManager", "BudgetResult", "Case", "GateReading", "ScopeManager", "ScopeResult", "EvidenceResult", "EvidenceStore", "FeedbackResult", "Router", "ExportReport", "LedgerError", "LifecycleResult", "LineResult",
-    "MemoryCase", "MemoryView", "Operation", "Policy", "RunResult", "SimulationReport", "VerifyReport", "apply_journal", "export_case", "export_count", "import_tree",
-    "open_for_journal", "os_error", "parse_json", "read_manifest", "read_only_query", "run_demo", "verify_case",
-    "example_policy", "load_policy", "parse_vary", "plot_tradeoff", "check_plot", "check_output_file", "read_outcomes", "simulate", "tradeoff_points", "vary",
-    "JournalSummary", "clamp_warning", "journal_first_at", "read_only_rows",
-    "CheckpointWarning", "read_lines",
+    # the case and its managers
+    "Case", "LifecycleResult", "MemoryCase",
+    "BudgetManager", "BudgetResult", "GateReading",
+    "ScopeManager", "ScopeResult",
+    "EvidenceStore", "EvidenceResult", "FeedbackResult", "Router",
+    # configuration and errors
+    "BudgetConfig", "AnalysisConfig", "LedgerError", "ALL_CODES", "CheckpointWarning",
+    # whole packages
+    "export_case", "ExportReport", "verify_case", "VerifyReport", "import_tree", "read_only_query", "run_demo",
+    # journals
+    "apply_journal", "JournalSummary", "LineResult", "OPERATIONS", "Operation",
+    # simulation
+    "simulate", "vary", "Policy", "RunResult", "SimulationReport", "load_policy", "example_policy", "read_outcomes",
+    "plot_tradeoff", "tradeoff_points",
 ]
 __version__ = "0.1.0"

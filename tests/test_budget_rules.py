@@ -21,8 +21,8 @@ import pytest
 from hypothesis import given, strategies as st
 from click.testing import CliRunner
 
-from ledger import (BudgetConfig, Case, LedgerError, read_only_query, read_only_rows, AnalysisConfig, export_case,
-    import_tree, verify_case)
+from ledger import BudgetConfig, Case, LedgerError, read_only_query, AnalysisConfig, export_case, import_tree, verify_case
+from ledger.services.case import read_only_rows
 from ledger.ground.errors import (ACCOUNT_TERMINAL, ACTION_CLOSED, ACTION_PENDING, BUDGET_POLICY_CHANGED,
     CASE_STATE, INVALID_ID, INVALID_JSON, INVALID_SCORE, LIMIT_REACHED, NOT_INITIALIZED, OPERATION_CONFLICT,
     REASON_REQUIRED, RESULT_MISSING, SOURCE_REF_INVALID, UNKNOWN_ACTION, UNKNOWN_HYPOTHESIS, INVALID_ARGUMENT,

@@ -148,7 +148,8 @@ import subprocess
 import sys
 from pathlib import Path
 from click.testing import CliRunner
-from ledger import Case, LedgerError, read_only_query, read_only_rows
+from ledger import Case, LedgerError, read_only_query
+from ledger.services.case import read_only_rows
 from ledger.ground.errors import INVALID_ARGUMENT, NOT_INITIALIZED
 from ledger_cli.main import main as cli_main
 from conftest import EXAMPLE_BUDGET
@@ -248,7 +249,7 @@ def test_parsing_with_or_without_the_integer_hook_gives_the_same_value_or_refusa
 
 
 def test_parse_json_of_something_that_is_not_text_is_invalid_json():
-    from ledger import parse_json
+    from ledger.ground.canonical import parse_json
     with pytest.raises(LedgerError) as caught:
         parse_json(5)
     assert caught.value.code == "INVALID_JSON"

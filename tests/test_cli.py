@@ -24,8 +24,8 @@ import ledger.storage.writer_lock as lock_module
 import ledger.storage.connection as storage_module
 from ledger.ground.clock import format_utc
 from conftest import EXAMPLE_BUDGET, logical_dump, make_package, run_cli, REPO, start_case
-from ledger import (Case, LedgerError, read_only_query, read_only_rows, BudgetConfig, CheckpointWarning,
-    export_case, verify_case, AnalysisConfig, import_tree)
+from ledger import Case, LedgerError, read_only_query, BudgetConfig, CheckpointWarning, export_case, verify_case, AnalysisConfig, import_tree
+from ledger.services.case import read_only_rows
 from ledger.ground.errors import (INVALID_ARGUMENT, NOT_INITIALIZED, CONFIG_INVALID, INTEGRITY_ERROR, INVALID_JSON,
     LIMIT_REACHED, SOURCE_REF_INVALID, STORAGE_ERROR)
 from ledger_cli.main import main as cli_main

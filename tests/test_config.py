@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ledger import (AnalysisConfig, BudgetConfig, Case, LedgerError, read_only_query, read_only_rows, export_case,
-    import_tree, verify_case)
+from ledger import AnalysisConfig, BudgetConfig, Case, LedgerError, read_only_query, export_case, import_tree, verify_case
+from ledger.services.case import read_only_rows
 from ledger.ground.config import DEFAULT_POLICY
 from ledger.ground.errors import (CONFIG_INVALID, LedgerError, INVALID_ARGUMENT, NOT_INITIALIZED, INTEGRITY_ERROR,
     INVALID_JSON, LIMIT_REACHED, SOURCE_REF_INVALID, STORAGE_ERROR)

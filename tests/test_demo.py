@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ledger import (Case, LedgerError, read_only_query, read_only_rows, AnalysisConfig, BudgetConfig, export_case,
-    import_tree, verify_case)
+from ledger import Case, LedgerError, read_only_query, AnalysisConfig, BudgetConfig, export_case, import_tree, verify_case
+from ledger.services.case import read_only_rows
 from ledger.ground.errors import (INVALID_ARGUMENT, NOT_INITIALIZED, CONFIG_INVALID, INTEGRITY_ERROR, INVALID_JSON,
     LIMIT_REACHED, SOURCE_REF_INVALID, STORAGE_ERROR)
 from ledger_cli.main import main as cli_main

@@ -16,7 +16,8 @@ from click.testing import CliRunner
 from ledger.ground.errors import ALL_CODES, CLI_ONLY_CODES, INVALID_ARGUMENT, NOT_INITIALIZED
 from ledger_cli.main import main, main as cli_main
 from conftest import REPO, EXAMPLE_BUDGET
-from ledger import Case, LedgerError, read_only_query, read_only_rows
+from ledger import Case, LedgerError, read_only_query
+from ledger.services.case import read_only_rows
 README = (REPO / "README.md").read_text(encoding="utf-8")
 DOCS = REPO / "docs"
 
@@ -157,7 +158,8 @@ def test_no_user_facing_text_cites_the_spec():
 
 
 def test_docs_cover_every_command_option_view_column_and_error_code(tmp_path):
-    from ledger import ALL_CODES, CLI_ONLY_CODES, run_demo
+    from ledger import ALL_CODES, run_demo
+    from ledger.ground.errors import CLI_ONLY_CODES
 
     cli_doc = (REPO / "docs" / "cli.md").read_text(encoding="utf-8")
     for path, command in commands(main):
@@ -260,3 +262,14 @@ def test_the_sql_docs_say_what_sqlite_reports_for_view_column_types(budget, case
         assert "shows an empty type for them" in text
     _, values = read_only_query(case.path, "SELECT DISTINCT typeof(spent_units), typeof(statement) FROM balances")
     assert values == [("integer", "text")]
+
+
+def test_the_api_page_lists_exactly_the_public_names():
+    """docs/api.md has one table row per name of ``ledger.__all__``, and nothing else."""
+    import ledger
+
+    page = (REPO / "docs" / "api.md").read_text(encoding="utf-8")
+    listed = re.findall(r"^\| `(\w+)` \|", page, flags=re.M)
+    assert len(listed) == len(set(listed))
+    assert sorted(listed) == sorted(ledger.__all__)
+    assert all(hasattr(ledger, name) for name in ledger.__all__)

@@ -20,8 +20,8 @@ from click.testing import CliRunner
 
 import ledger.storage.writer_lock as lock_module
 import ledger.storage.connection as storage_module
-from ledger import (Case, LedgerError, read_only_query, read_only_rows, BudgetConfig, CheckpointWarning,
-    export_case, verify_case, AnalysisConfig, import_tree)
+from ledger import Case, LedgerError, read_only_query, BudgetConfig, CheckpointWarning, export_case, verify_case, AnalysisConfig, import_tree
+from ledger.services.case import read_only_rows
 from ledger.ground.errors import (INVALID_ARGUMENT, NOT_INITIALIZED, CONFIG_INVALID, INTEGRITY_ERROR, INVALID_JSON,
     LIMIT_REACHED, SOURCE_REF_INVALID, STORAGE_ERROR)
 from ledger_cli.main import main as cli_main
@@ -110,7 +110,8 @@ def test_a_journal_may_start_with_a_utf8_bom_like_an_evidence_file(tmp_path):
     journal.write_bytes(b"\xef\xbb\xbf" + journal.read_bytes())
     code, out, err = cli("apply", tmp_path / "c", journal, "--create", "C")
     assert code == 0 and [json.loads(line)["ok"] for line in out.splitlines()] == [True] * 4
-    from ledger import journal_first_at, simulate
+    from ledger import simulate
+    from ledger.package_tools.journal import first_at as journal_first_at
     assert journal_first_at(['\ufeff{"at": "2026-01-02T00:00:00Z"}']) == "2026-01-02T00:00:00.000000Z"
     assert simulate(journal, jobs=1).errors == []
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ledger import (AnalysisConfig, Case, LedgerError, read_only_query, read_only_rows, BudgetConfig, export_case,
-    import_tree, verify_case)
+from ledger import AnalysisConfig, Case, LedgerError, read_only_query, BudgetConfig, export_case, import_tree, verify_case
+from ledger.services.case import read_only_rows
 from ledger.ground.clock import format_utc
 from ledger.ground.errors import (ACTION_PENDING, CASE_EXISTS, INVALID_ARGUMENT, INVALID_ID, INVALID_TRANSITION,
     LEDGER_MISSING, NOT_INITIALIZED, CONFIG_INVALID, INTEGRITY_ERROR, INVALID_JSON, LIMIT_REACHED,

@@ -15,8 +15,8 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from ledger import (BudgetConfig, Case, LedgerError, apply_journal, export_case, import_tree, verify_case,
-    read_only_query, read_only_rows)
+from ledger import BudgetConfig, Case, LedgerError, apply_journal, export_case, import_tree, verify_case, read_only_query
+from ledger.services.case import read_only_rows
 from ledger.ground.errors import (ACCOUNT_TERMINAL, AUTHORITY_DENIED, INVALID_ARGUMENT, INVALID_CAPABILITY,
     LIMIT_EXCEEDED, NOT_INITIALIZED)
 from ledger.package_tools.replay import PackageSource, Replayer

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ledger import (AnalysisConfig, Case, LedgerError, MemoryCase, apply_journal, example_policy, parse_vary,
-    simulate, vary, read_only_query, read_only_rows)
+from ledger import AnalysisConfig, Case, LedgerError, MemoryCase, apply_journal, example_policy, simulate, vary, read_only_query
+from ledger.simulation.simulator import parse_vary
+from ledger.services.case import read_only_rows
 from ledger.simulation.simulator import Policy, parse_journal, policy_from_mapping, replay_run
 from ledger_cli.main import main, main as cli_main
 from ledger.ground.errors import INVALID_ARGUMENT, NOT_INITIALIZED

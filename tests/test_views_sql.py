@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ledger import (Case, LedgerError, read_only_query, verify_case, read_only_rows, AnalysisConfig, BudgetConfig,
-    export_case, import_tree)
+from ledger import Case, LedgerError, read_only_query, verify_case, AnalysisConfig, BudgetConfig, export_case, import_tree
+from ledger.services.case import read_only_rows
 from ledger.storage.sqlfiles import migrations, shipped_schema
 from ledger.ground.errors import (INVALID_ARGUMENT, NOT_INITIALIZED, CONFIG_INVALID, INTEGRITY_ERROR, INVALID_JSON,
     LIMIT_REACHED, SOURCE_REF_INVALID, STORAGE_ERROR)
