@@ -125,6 +125,8 @@ class Replayer:
         if expected != data:
             keys = sorted(k for k in set(rebuilt) | set(body) if rebuilt.get(k) != body.get(k))
             detail = ", ".join(keys) if keys else "its byte form (not canonical JSON)"
+            if keys == ["sources"]:
+                raise _edited_source(seq, body.get("sources"), rebuilt.get("sources"))
             raise _bad(seq, f"event differs from its recomputation from the request in: {detail}", fields=keys)
         sha = sha256_hex(data)
         stream_seq = self.view.apply(body, sha, draft.stream, draft.operation_key, draft.contents)
@@ -207,3 +209,13 @@ class Replayer:
         drafts = outcome.events if isinstance(outcome, Outcome) else (outcome,)
         self._following.extend(drafts[1:])
         return drafts[0]
+
+
+def _edited_source(seq: int, recorded: Any, now: Any) -> LedgerError:
+    """``INTEGRITY_ERROR`` naming the cited source files whose sha256 differs from the one recorded."""
+    def by_path(entries: Any) -> dict[str, Any]:
+        return {e.get("path"): e.get("sha256") for e in entries or [] if isinstance(e, dict)}
+    before, after = by_path(recorded), by_path(now)
+    changed = [path for path in after if before.get(path) != after[path]] or sorted(map(str, before))
+    return _bad(seq, f"the cited source file(s) {', '.join(map(str, changed))} differ from the sha256 the event "
+                "recorded (edited since it was cited?)", fields=["sources"], paths=changed)

@@ -321,7 +321,7 @@ def lookup_args(args: Any) -> tuple[str, str, dict[str, Any], int]:
     bound = {}
     for column, value in where.items():
         value = marked_integer(value) if isinstance(value, dict) else value
-        if value is not None and type(value) not in (str, int):
+        if (value is None and where[column] is not None) or (value is not None and type(value) not in (str, int)):
             raise _refuse(f"where values must be strings, integers ({{\"integer\": \"<digits>\"}} for one "
                           f"beyond ±(2^53-1)) or null; {str(column)[:80]!r} is {str(where[column])[:80]}")
         if type(value) is int and not INT64_MIN <= value <= INT64_MAX:
