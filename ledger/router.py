@@ -9,7 +9,7 @@ Three tools, each a pure read of files under ``sources/`` or ``data/``:
 * ``source.find_text`` — ``{"text", "path_glob"?, "max_results"?}`` → matching lines
   as above, ``coverage.files`` lists the files scanned, ``truncated`` says whether
   more matches existed. A matching file that cannot be read (over :data:`FILE_BYTES_MAX`,
-  a broken symlink or one leading out of ``sources/``, not a regular file) is not
+  a symbolic link, a hard link to the ledger's files, not a regular file) is not
   scanned: ``coverage.skipped`` lists ``{"path", "reason"}`` for each (absent when none).
   A glob matching more than :data:`FILES_SCANNED_MAX` files is refused.
 * ``database.lookup`` — ``{"database", "table", "where"?, "columns"?, "limit"?}`` →
@@ -19,14 +19,20 @@ Three tools, each a pure read of files under ``sources/`` or ``data/``:
 
 A *line* is the UTF-8 text between ``\\n`` separators with one trailing ``\\r``
 removed; its ``sha256`` covers the line's bytes without the terminator (bytes
-that are not UTF-8 appear as U+FFFD in ``text``). Every refusal — a path that is
-absolute, holds ``..``, leaves ``sources/``/``data/`` or the package (through a
-symlink), an unknown table or column, a span, count or file over its bound —
-raises ``ROUTER_REFUSED`` and nothing is returned.
+that are not UTF-8 appear as U+FFFD in ``text``). A column value beyond
+±(2^53−1) is ``{"integer": "<digits>"}``, a real ``{"real": repr}``, a blob
+``{"base64": …}``. Every refusal — a path that is absolute, holds ``..``,
+leaves ``sources/``/``data/``, passes through a symbolic link or is a hard link
+to the ledger's own files, an unknown table or column, a span, count or file
+over its bound, a read the system refuses — raises ``ROUTER_REFUSED`` and
+nothing is returned.
 
-Each result also carries ``sources``: ``[[path, sha256 of the file]]`` of every
-file it read, so that a later verification knows whether the inputs it was
-computed from are still present unchanged.
+Each input is read once, from one descriptor opened by walking its path from
+the package folder without following links (docs/evidence.md), and everything
+the result says comes from those bytes. Each result also carries ``sources``:
+``[[path, sha256 of the file]]`` of every file it read, so that a later
+verification knows whether the inputs it was computed from are still present
+unchanged.
 """
 
 from __future__ import annotations
