@@ -48,6 +48,13 @@ class PackageSource:
         self.content_of = content_of
         self._identity = identity
         self._identity_now: str | None = None
+        #: ``{path: why}`` of the inputs stored tool results read that changed since (``"changed"``)
+        #: or cannot be read now (``"unreadable"``): those results were checked against their requests only.
+        self.unchecked: dict[str, str] = {}
+
+    def note_unchecked(self, path: str, why: str) -> None:
+        """Note an input a stored result read that cannot be compared with the result now."""
+        self.unchecked.setdefault(path, why)
 
     def input_identity(self) -> str | None:
         """The package's input identity (computed once, on first use), or None when unknown."""

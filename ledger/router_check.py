@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from . import errors as E
 from .canonical import canonical_sha256
@@ -32,24 +32,30 @@ from .errors import LedgerError
 from .router import (DATA_DIR, DEFAULT_ROWS, SOURCES_DIR, Router, confined, find_text_args,
                      lookup_args, marked_integer, matching_lines, span_args)
 
+Note = Callable[[str, str], None]
 _RESULT_KEYS = {"operation_id", "tool", "status", "items", "coverage", "truncated", "sources"}
 
 
-def recheck(router: Router, action: Mapping[str, Any], stored: Mapping[str, Any], same_inputs: bool) -> Any:
+def recheck(router: Router, action: Mapping[str, Any], stored: Mapping[str, Any], same_inputs: bool,
+            note: Note | None = None) -> Any:
     """What the replay compares ``stored`` with: the router's fresh result wherever a file it read
-    is unchanged, else ``stored`` itself once it passed the checks above (``INTEGRITY_ERROR``)."""
+    is unchanged, else ``stored`` itself once it passed the checks above (``INTEGRITY_ERROR``).
+    ``note(path, "changed" | "unreadable")`` hears of each file that could not be compared."""
+    note = note or _ignore
     self_consistent(action, stored)
     if action["tool"] == "source.find_text":
-        _recheck_search(router, action, stored, same_inputs)
+        _recheck_search(router, action, stored, same_inputs, note)
         return stored
     path, digest = stored["sources"][0]
     data = _read_now(router, path, DATA_DIR if action["tool"] == "database.lookup" else SOURCES_DIR)
     if data is None:
+        note(path, "unreadable")
         return stored
     now = hashlib.sha256(data).hexdigest()
     if now != digest:
         if same_inputs:
             raise _forged_digest(action, path, digest, now)
+        note(path, "changed")
         return stored  # the file changed since: the checks above are all that can be made
     fresh = _recompute(router, action, path, data)
     if fresh != stored and action["tool"] == "database.lookup":
@@ -59,6 +65,10 @@ def recheck(router: Router, action: Mapping[str, Any], stored: Mapping[str, Any]
         raise _bad(action.get("operation_id"), f"it differs from what the unchanged file {path} yields "
                    f"(in: {', '.join(keys)})", path=path)
     return fresh
+
+
+def _ignore(path: str, why: str) -> None:
+    """The default ``note``: nobody listens."""
 
 
 def _recompute(router: Router, action: Mapping[str, Any], path: str, data: bytes,
@@ -83,7 +93,8 @@ def _read_now(router: Router, path: str, top: str) -> bytes | None:
         raise
 
 
-def _recheck_search(router: Router, action: Mapping[str, Any], stored: Mapping[str, Any], same_inputs: bool) -> None:
+def _recheck_search(router: Router, action: Mapping[str, Any], stored: Mapping[str, Any], same_inputs: bool,
+                    note: Note) -> None:
     op = action.get("operation_id")
     needle = action["args"]["text"].encode("utf-8")
     files = stored["coverage"]["files"]
@@ -93,11 +104,13 @@ def _recheck_search(router: Router, action: Mapping[str, Any], stored: Mapping[s
     for position, (path, digest) in enumerate(stored["sources"]):
         data = _read_now(router, path, SOURCES_DIR)
         if data is None:
+            note(path, "unreadable")
             continue
         now = hashlib.sha256(data).hexdigest()
         if now != digest:
             if same_inputs:
                 raise _forged_digest(action, path, digest, now)
+            note(path, "changed")
             continue
         found, kept = matching_lines(path, data, needle), by_file[path]
         cut = stored["truncated"] and position == len(files) - 1  # the search stopped inside this file

@@ -192,7 +192,9 @@ def test_a_genuine_result_verifies_after_its_file_and_others_changed(case, tmp_p
     case.evidence().query("i1", {"actions": [action("source.find_text", text="add")]}, True)
     (case.path / APP).write_text("def add(a, b):\n    return a + b\n")
     change_an_unrelated_input(case)
-    assert verify_case(case.path).events > 0
+    report = verify_case(case.path)
+    assert report.unchecked_inputs == [{"path": APP, "why": "changed"}]
+    assert any("sources/app.py (changed)" in note for note in report.notes())
     export_case(case)
     import_tree(case.path, tmp_path / "copy")
 
@@ -223,7 +225,7 @@ def test_a_database_another_program_left_with_wal_and_shm_files_still_verifies(c
     subprocess.run([sys.executable, "-c", script], check=False, timeout=60)
     assert (case.path / "data" / "shop.sqlite-wal").exists() and (case.path / "data" / "shop.sqlite-shm").exists()
     assert path.read_bytes() == before
-    assert verify_case(case.path).events > 0
+    assert verify_case(case.path).unchecked_inputs == []  # re-read and recomputed, not skipped
     export_case(case)
     import_tree(case.path, tmp_path / "copy")
 
@@ -243,7 +245,9 @@ def test_an_input_that_can_no_longer_be_read_is_a_changed_input_not_tampering(ca
     moved = tmp_path / "moved.py"
     os.rename(case.path / APP, moved)
     os.symlink(moved, case.path / APP)  # now a link the router will not follow
-    assert verify_case(case.path).events > 0
+    report = verify_case(case.path)
+    assert report.unchecked_inputs == [{"path": APP, "why": "unreadable"}]
+    assert any("checked against their requests only" in note for note in report.notes())
 
 
 # --- the re-check accepts every genuine result ------------------------------------------------------
