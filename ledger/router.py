@@ -70,7 +70,7 @@ DATA_DIR = "data"
 JSON_INT_MAX = 2 ** 53 - 1
 #: The ledger's own names at the package root (besides ``ledger.sqlite*``): never read as inputs.
 MANIFEST_FILE, ANALYSIS_DIR = "manifest.json", "analysis"
-_INTEGER = re.compile(r"-?(0|[1-9][0-9]*)")
+_INTEGER = re.compile(r"-?(0|[1-9][0-9]{0,19})")  # at most 20 digits: past SQLite's range, never past int()'s
 _NOFOLLOW, _CLOEXEC, _NOCTTY = (getattr(os, name, 0) for name in ("O_NOFOLLOW", "O_CLOEXEC", "O_NOCTTY"))
 
 

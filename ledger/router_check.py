@@ -274,7 +274,9 @@ def _check_rows(op: Any, args: Mapping[str, Any], stored: Mapping[str, Any]) -> 
 
 
 def _is_integer_text(text: str) -> bool:
-    return text.lstrip("-").isascii() and text.lstrip("-").isdigit() and text == str(int(text))
+    """A row id as the router writes it: an integer of SQLite's range in its plain decimal form."""
+    digits = text[1:] if text.startswith("-") else text
+    return 0 < len(digits) <= 19 and digits.isascii() and digits.isdigit() and text == str(int(text))
 
 
 def could_equal(value: Any, wanted: Any) -> bool:
@@ -303,10 +305,11 @@ def _number(value: Any) -> int | float | None:
         return marked_integer(value)
     if isinstance(value, str):
         text = value.strip()
-        try:
-            return int(text)
-        except ValueError:
-            pass
+        if len(text) <= 4000:  # int() refuses longer decimal text; float() reads any length
+            try:
+                return int(text)
+            except ValueError:
+                pass
         try:
             number = float(text)
         except ValueError:

@@ -278,3 +278,31 @@ def test_every_genuine_lookup_result_is_self_consistent_whatever_the_affinities(
     assert recheck(Router(root), act, result, True) == result
     for item in result["items"]:
         assert could_equal(item["values"][f"c{column}"], wanted)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(files=st.lists(st.text(alphabet="ab\n\r", max_size=30), min_size=1, max_size=4),
+       limit=st.integers(1, 6), needle=st.sampled_from(["a", "ab", "b\r"]))
+def test_every_genuine_search_result_verifies_whether_or_not_the_inputs_changed(tmp_path, files, limit, needle):
+    root = tmp_path / "pkg"
+    if root.exists():
+        import shutil
+        shutil.rmtree(root)
+    (root / "sources" / "sub").mkdir(parents=True)
+    for number, text in enumerate(files):
+        folder = root / "sources" / ("sub" if number % 2 else "")
+        (folder / f"f{number}.txt").write_bytes(text.encode())
+    act = {"operation_id": "o", "tool": "source.find_text", "args": {"text": needle.rstrip("\r") or "a",
+                                                                     "max_results": limit}}
+    result = Router(root).result(act)
+    for same in (True, False):
+        assert recheck(Router(root), act, result, same) == result
+
+
+def test_oversized_numbers_in_a_stored_result_are_refused_without_a_traceback(case, tmp_path):
+    act = action("database.lookup", database="data/shop.sqlite", table="users", where={"role": "dev"})
+    result = genuine(case, act)
+    result["items"][0]["pointer"] = "/users/" + "9" * 5000
+    forge(case, act, result)
+    change_an_unrelated_input(case)
+    refused_by_verify_and_import(case, tmp_path, "is not a row of data/shop.sqlite")
