@@ -165,19 +165,20 @@ class Router:
         return {"operation_id": action.get("operation_id"), "tool": tool, "status": "ok", **found}
 
     # -- reading: once, from one descriptor, never through a link -----------------------
-    def read_file(self, relative: Any, top: str) -> bytes:
+    def read_file(self, relative: Any, top: str, own: dict[str, Any] | None = None) -> bytes:
         """The bytes of the regular file ``relative`` under ``top/``, read once from one open file.
 
         The path is walked from the package folder one name at a time (``O_NOFOLLOW`` at every
         step), so a symbolic link anywhere below the package folder is refused, and so is a
         hard link to one of the ledger's own files (same device and inode), a file that is not
         regular, and one over :data:`FILE_BYTES_MAX`. ``ROUTER_REFUSED`` in every case, also
-        when the system refuses the read (``unreadable`` in its details).
+        when the system refuses the read (``unreadable`` in its details). ``own`` keeps the
+        ledger's own file ids between the reads of one search (found once, when first needed).
         """
         confined(relative, top)
         root_fd = _open_folder(self.root, relative)
         try:
-            return _read_below(root_fd, relative)
+            return _read_below(root_fd, relative, {} if own is None else own)
         finally:
             os.close(root_fd)
 
@@ -220,11 +221,12 @@ class Router:
         sources: list[list[str]] = []
         truncated = False
         skipped: list[dict[str, str]] = []
+        own: dict[str, Any] = {}
         for relative in self._source_files(glob):
             if truncated:
                 break
             try:
-                data = self.read_file(relative, SOURCES_DIR)
+                data = self.read_file(relative, SOURCES_DIR, own)
             except LedgerError as exc:  # one unreadable file does not fail the search: it is listed
                 skipped.append({"path": relative, "reason": exc.message})
                 continue
@@ -386,7 +388,7 @@ def _is_link(name: str, dir_fd: int) -> bool:
         return False
 
 
-def _read_below(root_fd: int, relative: str) -> bytes:
+def _read_below(root_fd: int, relative: str, own: dict[str, Any]) -> bytes:
     """Walk ``relative`` down from ``root_fd`` and read the file it names (see :meth:`Router.read_file`)."""
     parts = relative.split("/")
     fd = root_fd
@@ -406,7 +408,7 @@ def _read_below(root_fd: int, relative: str) -> bytes:
             raise _unreadable(relative, "is not a regular file")
         if info.st_size > FILE_BYTES_MAX:
             raise _unreadable(relative, f"is larger than {FILE_BYTES_MAX} bytes")
-        if info.st_nlink > 1 and (info.st_dev, info.st_ino) in _own_file_ids(root_fd):
+        if info.st_nlink > 1 and (info.st_dev, info.st_ino) in _own_ids(own, root_fd):
             raise _unreadable(relative, "is a hard link to one of the ledger's own files; the router never "
                               "reads them")
         return _read_capped(handle, relative)
@@ -424,6 +426,12 @@ def _read_capped(handle: int, relative: str) -> bytes:
             raise _unreadable(relative, f"is larger than {FILE_BYTES_MAX} bytes")
         chunks.append(block)
     return b"".join(chunks)
+
+
+def _own_ids(own: dict[str, Any], root_fd: int) -> set[tuple[int, int]]:
+    if "ids" not in own:
+        own["ids"] = _own_file_ids(root_fd)
+    return own["ids"]
 
 
 def _own_file_ids(root_fd: int) -> set[tuple[int, int]]:
