@@ -188,6 +188,9 @@ class Router:
         found: list[str] = []
         root_fd = _open_folder(self.root, SOURCES_DIR)
         try:
+            if _is_link(SOURCES_DIR, root_fd):
+                raise _unreadable(SOURCES_DIR, "is a symbolic link; the router follows no link, so it never "
+                                  "reads outside sources/ of the package")
             for directory, dirnames, filenames, _fd in os.fwalk(SOURCES_DIR, dir_fd=root_fd):
                 dirnames.sort()
                 for name in sorted(filenames):
