@@ -587,3 +587,19 @@ def test_a_trigger_slipped_in_under_a_sqlite_name_is_foreign(case):
     with pytest.raises(LedgerError) as caught:
         verify_case(case.path)
     assert caught.value.code == INTEGRITY_ERROR and "sqlite_evil" in caught.value.message
+
+
+def test_verify_names_a_cited_source_file_edited_since_it_was_cited(budget, case):
+    (case.path / "sources" / "cited.py").write_text("x = 1\n")
+    budget.reserve("H1", "q1", "source.read_context")
+    budget.record_result("H1", "q1", {"finding": "x is 1"}, source_refs=["sources/app.py", "sources/cited.py"])
+    (case.path / "sources" / "cited.py").write_text("x = 2\n")
+    with pytest.raises(LedgerError) as caught:
+        verify_case(case.path)
+    assert caught.value.code == INTEGRITY_ERROR
+    assert "sources/cited.py" in caught.value.message and "sources/app.py" not in caught.value.message
+    assert caught.value.details["paths"] == ["sources/cited.py"]
+    (case.path / "sources" / "cited.py").unlink()
+    with pytest.raises(LedgerError) as caught:
+        verify_case(case.path)
+    assert "sources/cited.py" in caught.value.message

@@ -5,6 +5,9 @@ from __future__ import annotations
 import hashlib
 import os
 import sqlite3
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -98,3 +101,206 @@ def test_the_database_is_opened_read_only(root, monkeypatch):
     router.lookup({"database": "data/db.sqlite", "table": "users"})
     assert (root / "data" / "db.sqlite").read_bytes() == before
     assert not (root / "data" / "db.sqlite-wal").exists()
+
+
+# --- each input is read once, from one descriptor, never through a link ---------------------------
+def test_a_symbolic_link_anywhere_in_the_path_is_refused_even_one_staying_inside(root):
+    os.symlink("app.py", root / "sources" / "link_in.py")
+    os.symlink("pkg", root / "sources" / "dir_in")
+    router = Router(root)
+    for path, says in (("sources/link_in.py", "is a symbolic link"), ("sources/dir_in/mod.py", "passes through")):
+        refused = _refused(lambda: router.read_context({"path": path, "start_line": 1, "end_line": 1}))
+        assert says in refused.message and refused.details["path"] == path
+    found = router.find_text({"text": "two"})
+    assert found["coverage"]["files"] == ["sources/app.py", "sources/pkg/mod.py"]
+    assert [s["path"] for s in found["coverage"]["skipped"]] == ["sources/link_in.py"]
+
+
+def test_the_sources_folder_itself_as_a_link_is_never_followed(root, tmp_path_factory):
+    outside = tmp_path_factory.mktemp("outside")
+    (outside / "secret.py").write_text("two secrets\n")
+    os.rename(root / "sources", root / "real_sources")
+    os.symlink(outside, root / "sources")
+    router = Router(root)
+    _refused(lambda: router.read_context({"path": "sources/secret.py", "start_line": 1, "end_line": 1}))
+    assert "sources' is a symbolic link" in _refused(lambda: router.find_text({"text": "two"})).message
+
+
+def test_a_hard_link_to_the_ledgers_own_files_is_never_read(package):
+    from conftest import start_case
+    case = start_case(package)
+    try:
+        from ledger import export_case
+        export_case(case)
+        exported = next((package / "analysis").rglob("*.json"))
+        for own, name in ((package / "ledger.sqlite", "db"), (package / "manifest.json", "manifest"),
+                          (exported, "event")):
+            os.link(own, package / "sources" / name)
+        router = Router(package)
+        for name in ("db", "manifest", "event"):
+            refused = _refused(lambda: router.read_context({"path": f"sources/{name}", "start_line": 1,
+                                                            "end_line": 1}))
+            assert "hard link to one of the ledger's own files" in refused.message
+        skipped = router.find_text({"text": "a"})["coverage"]["skipped"]
+        assert sorted(s["path"] for s in skipped) == ["sources/db", "sources/event", "sources/manifest"]
+        # the linked ledger changes with every event; the package's inputs do not
+        identity = case.input_identity()
+        case.transition("BLOCKED")
+        assert case.input_identity() == identity
+    finally:
+        case.close()
+
+
+def test_an_error_while_reading_is_router_refused(root, monkeypatch):
+    def failing(fd, size):
+        raise OSError(5, "Input/output error")
+    monkeypatch.setattr(os, "read", failing)
+    refused = _refused(lambda: Router(root).read_context({"path": "sources/app.py", "start_line": 1, "end_line": 1}))
+    assert "Input/output error" in refused.message
+    skipped = Router(root).find_text({"text": "two"})["coverage"]["skipped"]
+    assert [s["path"] for s in skipped] == ["sources/app.py", "sources/pkg/mod.py"]
+
+
+SWAPPER = """
+import os, sys, time
+root, inside, outside, seconds = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+link = os.path.join(root, "sources", "d.link")
+end = time.monotonic() + seconds
+while time.monotonic() < end:
+    os.rename(os.path.join(root, "sources", "d"), inside)          # the folder leaves
+    if os.path.lexists(link):
+        os.unlink(link)
+    os.symlink(outside, link)
+    os.rename(link, os.path.join(root, "sources", "d"))            # a link to outside takes its place
+    os.unlink(os.path.join(root, "sources", "d"))
+    os.rename(inside, os.path.join(root, "sources", "d"))          # the folder is back
+"""
+
+
+def test_a_folder_swapped_for_a_link_to_outside_while_read_never_yields_outside_bytes(root, tmp_path_factory):
+    outside = tmp_path_factory.mktemp("outside")
+    (outside / "f.txt").write_text("OUTSIDE\n" * 3)
+    (root / "sources" / "d").mkdir()
+    (root / "sources" / "d" / "f.txt").write_text("inside\n" * 3)
+    swapper = subprocess.Popen([sys.executable, "-c", SWAPPER, str(root), str(root / "parked"), str(outside), "3"])
+    router, answers, refusals = Router(root), 0, 0
+    try:
+        deadline = time.monotonic() + 2.5
+        while time.monotonic() < deadline:
+            try:
+                found = router.read_context({"path": "sources/d/f.txt", "start_line": 1, "end_line": 3})
+            except LedgerError as exc:
+                assert exc.code == ROUTER_REFUSED
+                refusals += 1
+                continue
+            assert [i["text"] for i in found["items"]] == ["inside"] * 3
+            answers += 1
+    finally:
+        swapper.wait(timeout=60)
+    assert answers > 0 and refusals > 0
+
+
+DB_SWAPPER = """
+import os, sys, time
+target, one, two, seconds = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+end = time.monotonic() + seconds
+while time.monotonic() < end:
+    for source in (one, two):
+        with open(source, "rb") as handle:
+            data = handle.read()
+        with open(target + ".tmp", "wb") as handle:
+            handle.write(data)
+        os.replace(target + ".tmp", target)
+"""
+
+
+def test_a_database_replaced_while_looked_up_is_hashed_and_queried_from_the_same_bytes(root, tmp_path_factory):
+    versions = {}
+    spare = tmp_path_factory.mktemp("versions")
+    for name in ("v1", "v2"):
+        conn = sqlite3.connect(spare / f"{name}.sqlite")
+        conn.execute("CREATE TABLE t (v TEXT)")
+        conn.executemany("INSERT INTO t VALUES (?)", [(name,)] * 5)
+        conn.commit()
+        conn.close()
+        versions[hashlib.sha256((spare / f"{name}.sqlite").read_bytes()).hexdigest()] = name
+    target = root / "data" / "swapped.sqlite"
+    swapper = subprocess.Popen([sys.executable, "-c", DB_SWAPPER, str(target), str(spare / "v1.sqlite"),
+                                str(spare / "v2.sqlite"), "3"])
+    router, seen = Router(root), set()
+    try:
+        time.sleep(0.2)
+        deadline = time.monotonic() + 2.5
+        while time.monotonic() < deadline:
+            try:
+                found = router.lookup({"database": "data/swapped.sqlite", "table": "t"})
+            except LedgerError as exc:
+                assert exc.code == ROUTER_REFUSED
+                continue
+            name = versions[found["schema"]["database_sha256"]]
+            assert {i["values"]["v"] for i in found["items"]} == {name}
+            seen.add(name)
+    finally:
+        swapper.wait(timeout=60)
+    assert seen == {"v1", "v2"}
+
+
+# --- a case's own data: 64-bit integers, every user table, generated columns -------------------------
+def test_integers_beyond_2_53_are_carried_as_marked_decimal_strings(root):
+    conn = sqlite3.connect(root / "data" / "big.sqlite")
+    conn.execute("CREATE TABLE events (snowflake INTEGER, at_ns INTEGER, small INTEGER)")
+    conn.execute("INSERT INTO events VALUES (?, ?, ?)", (1541815603606036480, -(2 ** 63), 2 ** 53 - 1))
+    conn.commit()
+    conn.close()
+    router = Router(root)
+    found = router.lookup({"database": "data/big.sqlite", "table": "events"})
+    assert found["items"][0]["values"] == {"snowflake": {"integer": "1541815603606036480"},
+                                           "at_ns": {"integer": str(-(2 ** 63))}, "small": 2 ** 53 - 1}
+    # the same form selects a row by such a value
+    by_id = router.lookup({"database": "data/big.sqlite", "table": "events",
+                           "where": {"snowflake": {"integer": "1541815603606036480"}}})
+    assert len(by_id["items"]) == 1 and by_id["coverage"]["where"] == {"snowflake": {"integer": "1541815603606036480"}}
+    for bad in ({"integer": "12x"}, {"integer": 5}, {"integer": "1", "x": 1}, {"integer": str(2 ** 64)}):
+        _refused(lambda: router.lookup({"database": "data/big.sqlite", "table": "events", "where": {"small": bad}}))
+
+
+def test_every_user_table_is_reachable_but_sqlite_internals(root):
+    conn = sqlite3.connect(root / "data" / "names.sqlite")
+    for table in ("sqlitedata", "SQLite3Cache", "sqliteX_y"):
+        conn.execute(f'CREATE TABLE "{table}" (a)')
+        conn.execute(f'INSERT INTO "{table}" VALUES (?)', (table,))
+    conn.execute("CREATE TABLE seq (id INTEGER PRIMARY KEY AUTOINCREMENT, a)")  # makes sqlite_sequence
+    conn.commit()
+    conn.close()
+    router = Router(root)
+    for table in ("sqlitedata", "SQLite3Cache", "sqliteX_y"):
+        assert router.lookup({"database": "data/names.sqlite", "table": table})["items"][0]["values"] == {"a": table}
+    refused = _refused(lambda: router.lookup({"database": "data/names.sqlite", "table": "sqlite_sequence"}))
+    assert "SQLite3Cache" in refused.message and "sqlite_sequence" not in refused.message.split("it has")[1]
+
+
+def test_generated_columns_are_reachable(root):
+    conn = sqlite3.connect(root / "data" / "gen.sqlite")
+    conn.execute("CREATE TABLE p (price INTEGER, qty INTEGER, total INTEGER AS (price * qty) STORED, "
+                 "label TEXT GENERATED ALWAYS AS ('x' || qty) VIRTUAL)")
+    conn.execute("INSERT INTO p (price, qty) VALUES (3, 4)")
+    conn.commit()
+    conn.close()
+    found = Router(root).lookup({"database": "data/gen.sqlite", "table": "p", "where": {"total": 12}})
+    assert found["items"][0]["values"] == {"price": 3, "qty": 4, "total": 12, "label": "x4"}
+    assert [c["name"] for c in found["schema"]["columns"]] == ["price", "qty", "total", "label"]
+
+
+def test_side_files_of_an_input_database(root):
+    router = Router(root)
+    db = root / "data" / "db.sqlite"
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.close()  # a WAL-mode file with nothing beside it is read as it is
+    assert len(router.lookup({"database": "data/db.sqlite", "table": "users"})["items"]) == 3
+    for suffix in ("-wal", "-journal", "-shm"):
+        (root / "data" / f"db.sqlite{suffix}").write_bytes(b"")  # empty: no rows live there
+    assert len(router.lookup({"database": "data/db.sqlite", "table": "users"})["items"]) == 3
+    (root / "data" / "db.sqlite-wal").write_bytes(b"\0" * 32)
+    refused = _refused(lambda: router.lookup({"database": "data/db.sqlite", "table": "users"}))
+    assert "non-empty -wal" in refused.message

@@ -200,7 +200,7 @@ def test_find_text_skips_oversized_broken_and_special_files_and_lists_them(case,
     assert result["coverage"]["files"] == [APP, "sources/notes.txt"]
     skipped = {s["path"]: s["reason"] for s in result["coverage"]["skipped"]}
     assert sorted(skipped) == ["sources/gone", "sources/huge.bin", "sources/out"]
-    assert "larger than" in skipped["sources/huge.bin"] and "does not exist" in skipped["sources/gone"]
+    assert "larger than" in skipped["sources/huge.bin"] and "symbolic link" in skipped["sources/gone"]
     assert "outside" in skipped["sources/out"]
     assert verify_case(case.path).events > 0
     plain = case.evidence().query("x", {"actions": [{**action, "args": {"text": "add", "path_glob": APP}}]})

@@ -173,7 +173,8 @@ def _replay_store_tool_results(request, body, source):
     actions = shaped["request"]["actions"]
     identity = getattr(source, "input_identity", None)
     same = identity is not None and identity() == shaped["reply"]["input_identity"]
-    recomputed = [recheck(router, a, r, same) for a, r in zip(actions, results)] + results[len(actions):]
+    note = getattr(source, "note_unchecked", None)
+    recomputed = [recheck(router, a, r, same, note) for a, r in zip(actions, results)] + results[len(actions):]
     return shaped, {"recomputed": recomputed[:len(results)], "input_identity": None}, None
 
 

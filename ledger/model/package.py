@@ -287,16 +287,30 @@ def resolve_source_refs(package: Path, refs: Iterable[str]) -> list[dict[str, st
     return resolved
 
 def _own_file_ids(package: Path) -> set[tuple[int, int]]:
-    """(device, inode) of ``ledger.sqlite*`` and ``manifest.json``: hard links to them are not sources."""
+    """(device, inode) of ``ledger.sqlite*``, ``manifest.json`` and the files under ``analysis/``:
+    hard links to them are not inputs (the router refuses them the same way)."""
     ids = set()
     for entry in os.scandir(package):
         if entry.name.startswith(LEDGER_FILE) or entry.name == MANIFEST_FILE:
+            for follow in (False, True):
+                try:
+                    info = entry.stat(follow_symlinks=follow)
+                except OSError:
+                    continue
+                ids.add((info.st_dev, info.st_ino))
+    for directory, _dirs, filenames in os.walk(package / ANALYSIS_DIR):
+        for name in filenames:
             try:
-                info = entry.stat(follow_symlinks=False)
+                info = os.lstat(os.path.join(directory, name))
             except OSError:
                 continue
             ids.add((info.st_dev, info.st_ino))
     return ids
+
+
+#: What a hard link to one of the ledger's own files contributes to the input identity: a fixed
+#: marker, never the bytes (they change with every event and are not an input).
+OWN_FILE_LINK_DIGEST = hashlib.sha256(b"hardlink:ledger-own-file").hexdigest()
 
 
 def input_identity(root: Path, exported: set[str]) -> str:
@@ -307,9 +321,11 @@ def input_identity(root: Path, exported: set[str]) -> str:
     Excludes ``ledger.sqlite*``, ``manifest.json`` and the files under
     ``analysis/`` that the ledger exports (plus an interrupted export's temp
     files). A symlink contributes the sha256 of its target text, never bytes
-    from outside the package.
+    from outside the package; a hard link to one of the ledger's own files
+    contributes a fixed marker (:data:`OWN_FILE_LINK_DIGEST`), never their bytes.
     """
     entries = []
+    own: set[tuple[int, int]] | None = None
     for relative, info in walk_package(root):
         pure = PurePosixPath(relative)
         if len(pure.parts) == 1 and (relative.startswith(LEDGER_FILE) or relative == MANIFEST_FILE):
@@ -319,6 +335,9 @@ def input_identity(root: Path, exported: set[str]) -> str:
         full = root / relative
         if stat.S_ISLNK(info.st_mode):  # a link (to a file or a folder) is an entry of its own, not followed
             digest = hashlib.sha256(b"symlink:" + os.fsencode(os.readlink(full))).hexdigest()
+        elif stat.S_ISREG(info.st_mode) and info.st_nlink > 1 and (info.st_dev, info.st_ino) in (
+                own := _own_file_ids(root) if own is None else own):
+            digest = OWN_FILE_LINK_DIGEST
         elif stat.S_ISREG(info.st_mode):
             digest = sha256_file(full)
         else:

@@ -48,6 +48,13 @@ class PackageSource:
         self.content_of = content_of
         self._identity = identity
         self._identity_now: str | None = None
+        #: ``{path: why}`` of the inputs stored tool results read that changed since (``"changed"``)
+        #: or cannot be read now (``"unreadable"``): those results were checked against their requests only.
+        self.unchecked: dict[str, str] = {}
+
+    def note_unchecked(self, path: str, why: str) -> None:
+        """Note an input a stored result read that cannot be compared with the result now."""
+        self.unchecked.setdefault(path, why)
 
     def input_identity(self) -> str | None:
         """The package's input identity (computed once, on first use), or None when unknown."""
@@ -125,6 +132,8 @@ class Replayer:
         if expected != data:
             keys = sorted(k for k in set(rebuilt) | set(body) if rebuilt.get(k) != body.get(k))
             detail = ", ".join(keys) if keys else "its byte form (not canonical JSON)"
+            if keys == ["sources"]:
+                raise _edited_source(seq, body.get("sources"), rebuilt.get("sources"))
             raise _bad(seq, f"event differs from its recomputation from the request in: {detail}", fields=keys)
         sha = sha256_hex(data)
         stream_seq = self.view.apply(body, sha, draft.stream, draft.operation_key, draft.contents)
@@ -207,3 +216,13 @@ class Replayer:
         drafts = outcome.events if isinstance(outcome, Outcome) else (outcome,)
         self._following.extend(drafts[1:])
         return drafts[0]
+
+
+def _edited_source(seq: int, recorded: Any, now: Any) -> LedgerError:
+    """``INTEGRITY_ERROR`` naming the cited source files whose sha256 differs from the one recorded."""
+    def by_path(entries: Any) -> dict[str, Any]:
+        return {e.get("path"): e.get("sha256") for e in entries or [] if isinstance(e, dict)}
+    before, after = by_path(recorded), by_path(now)
+    changed = [path for path in after if before.get(path) != after[path]] or sorted(map(str, before))
+    return _bad(seq, f"the cited source file(s) {', '.join(map(str, changed))} differ from the sha256 the event "
+                "recorded (edited since it was cited?)", fields=["sources"], paths=changed)

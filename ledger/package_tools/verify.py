@@ -63,7 +63,10 @@ class VerifyReport:
     tables, full-text tables and their shadow tables). ``future_events`` counts the
     events whose time is ahead of this machine's clock, by at most
     ``future_max_lead_ms`` milliseconds: a note, never a failure (the writer's clock
-    or its configured tolerance may be ahead of the auditor's).
+    or its configured tolerance may be ahead of the auditor's). ``unchecked_inputs`` lists
+    ``{"path", "why"}`` for each input a stored tool result read that has ``"changed"`` since or
+    is ``"unreadable"`` now (a link, removed, refused): those results were checked against their
+    requests only (docs/evidence.md), a note, never a failure.
     """
 
     package_path: str
@@ -78,9 +81,11 @@ class VerifyReport:
     future_events: int = 0
     future_max_lead_ms: int = 0
     export_state: str = "current"
+    unchecked_inputs: list[dict[str, str]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__, foreign_objects=[dict(o) for o in self.foreign_objects], ok=True)
+        return dict(self.__dict__, foreign_objects=[dict(o) for o in self.foreign_objects],
+                    unchecked_inputs=[dict(u) for u in self.unchecked_inputs], ok=True)
 
     def notes(self) -> list[str]:
         """Lines for people about what passed but deserves a look (stale export, foreign objects)."""
@@ -98,6 +103,12 @@ class VerifyReport:
             lines.append(f"{self.future_events} event(s) are dated ahead of this machine's clock, by up to "
                          f"{self.future_max_lead_ms} ms (the writer's clock or its at_future_tolerance_ms; not "
                          "a fault of the history)")
+        if self.unchecked_inputs:
+            shown = ", ".join(f"{u['path']} ({u['why']})" for u in self.unchecked_inputs[:5])
+            more = f" and {len(self.unchecked_inputs) - 5} more" if len(self.unchecked_inputs) > 5 else ""
+            lines.append(f"{len(self.unchecked_inputs)} input file(s) that stored tool results read changed since "
+                         f"or cannot be read now, so those results were checked against their requests only: "
+                         f"{shown}{more}")
         for obj in self.foreign_objects:
             on = f" on {obj['table']}" if obj["table"] != obj["name"] else ""
             lines.append(f"foreign object (not the ledger's, left alone): {obj['type']} {obj['name']}{on}")
@@ -169,7 +180,8 @@ def _verify_attached(root: Path, scratch: Storage, progress: Progress | None) ->
         return None if row is None else _as_bytes(row[0])
 
     derived: list[Any] = []  # what the replay derives, stored into the scratch ledger in bulk
-    replayer = Replayer(PackageSource(root, content_of, lambda: _input_identity(root, conn)),
+    package = PackageSource(root, content_of, lambda: _input_identity(root, conn))
+    replayer = Replayer(package,
                         lambda *item: derived.append(item),
                         schema_every_event=False)
     expected = 1
@@ -204,7 +216,8 @@ def _verify_attached(root: Path, scratch: Storage, progress: Progress | None) ->
                         head[0], head[1], exported, (root / MANIFEST_FILE).exists(),
                         None if manifest_head is None else head[0] - manifest_head, foreign,
                         replayer.future_events, replayer.max_lead_ms,
-                        _export_state(manifest_head, head[0], exported))
+                        _export_state(manifest_head, head[0], exported),
+                        [{"path": p, "why": w} for p, w in sorted(package.unchecked.items())])
 
 
 def _export_state(manifest_head: int | None, head_seq: int, exported_files: int) -> str:

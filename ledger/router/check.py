@@ -1,126 +1,327 @@
-"""Re-checking a stored tool result against the reference router (``ledger verify`` and ``import``).
+"""Re-checking a stored tool result against the reference router (``ledger verify`` and ``import``;
+docs/evidence.md).
 
 A stored result was accepted only if the reference router returned exactly it. A later replay
 cannot always recompute it (the package's inputs may have changed since), but it never takes
 the stored result on trust:
 
-* the reference router refusing the stored action while the package's inputs are unchanged
-  is ``INTEGRITY_ERROR``; with unchanged inputs (the current input identity equals the one the
-  reply carries) the result is always recomputed and compared;
-* with changed inputs the stored result must be self-consistent — the action and every path
-  confined to ``sources/``/``data/``, a line's ``sha256`` that of its text (unless the text
-  holds U+FFFD, the stand-in for bytes that are not UTF-8), a row's ``sha256`` that of its
-  values, items matching the action — and every file whose recorded hash still matches the
-  file on disk must yield the very items stored from it.
+* every result must be one the router could have returned for its action
+  (:func:`self_consistent`): the coverage equal to the arguments, every line number within
+  the span, unique and in order, every path the one asked for (or matching the glob), each
+  line's ``sha256`` that of its bytes, each row satisfying ``where`` and holding exactly the
+  ``columns`` asked for, counts within the limits;
+* every file the result read is read again now, once, from one open descriptor (as the router
+  reads). When its sha256 now is the one the result records, the file is unchanged and must
+  yield exactly the stored items (``find_text``: the whole file is scanned again); when the
+  package's input identity is still the one the reply carries, nothing changed, so a file
+  that hashes differently from what the result records is a forged record, and a search must
+  list exactly the files the glob matches;
+* a file that cannot be read now (removed, replaced by a link, unreadable) is a changed input,
+  never ``INTEGRITY_ERROR``: the history is not suspect because the disk changed.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
-import re
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from ..ground import errors as E
 from ..ground.canonical import canonical_sha256
 from ..ground.errors import LedgerError
-from .reference import DATA_DIR, SOURCES_DIR, Router, confined, line_item, split_lines
+from .reference import (DATA_DIR, DEFAULT_ROWS, SOURCES_DIR, Router, confined, find_text_args,
+                     lookup_args, marked_integer, matching_lines, span_args)
 
-_POINTER = re.compile(r"/(.+)/(-?[0-9]+)")
+Note = Callable[[str, str], None]
+_RESULT_KEYS = {"operation_id", "tool", "status", "items", "coverage", "truncated", "sources"}
 
 
-def recheck(router: Router, action: Mapping[str, Any], stored: Mapping[str, Any], same_inputs: bool) -> Any:
-    """What the replay compares ``stored`` with: the router's fresh result when it can be
-    recomputed, else ``stored`` itself once it passed the checks above (``INTEGRITY_ERROR``)."""
-    op = action.get("operation_id")
-    try:
-        fresh = router.result(action)
-    except LedgerError as exc:
-        if same_inputs:
-            raise _bad(op, f"the reference router refuses it over unchanged inputs: {exc.message}") from None
-        fresh = None
-    if same_inputs:
-        return fresh
+def recheck(router: Router, action: Mapping[str, Any], stored: Mapping[str, Any], same_inputs: bool,
+            note: Note | None = None) -> Any:
+    """What the replay compares ``stored`` with: the router's fresh result wherever a file it read
+    is unchanged, else ``stored`` itself once it passed the checks above (``INTEGRITY_ERROR``).
+    ``note(path, "changed" | "unreadable")`` hears of each file that could not be compared."""
+    note = note or _ignore
     self_consistent(action, stored)
-    if fresh is not None and fresh.get("sources") == stored.get("sources"):
-        return fresh
-    unchanged = _unchanged_sources(router, stored)
-    if unchanged and action.get("tool") != "source.find_text":
-        if fresh is None:
-            raise _bad(op, "the reference router refuses it although the file it read is unchanged")
-        return fresh  # one file, unchanged: the recomputation must equal the stored result
+    if action["tool"] == "source.find_text":
+        _recheck_search(router, action, stored, same_inputs, note)
+        return stored
+    path, digest = stored["sources"][0]
+    data = _read_now(router, path, DATA_DIR if action["tool"] == "database.lookup" else SOURCES_DIR)
+    if data is None:
+        note(path, "unreadable")
+        return stored
+    now = hashlib.sha256(data).hexdigest()
+    if now != digest:
+        if same_inputs:
+            raise _forged_digest(action, path, digest, now)
+        note(path, "changed")
+        return stored  # the file changed since: the checks above are all that can be made
+    fresh = _recompute(router, action, path, data)
+    if fresh != stored and action["tool"] == "database.lookup":
+        fresh = _recompute(router, action, path, data, generated=False)  # stored before generated columns
+    if fresh != stored:
+        keys = sorted(k for k in set(fresh) | set(stored) if fresh.get(k) != stored.get(k))
+        raise _bad(action.get("operation_id"), f"it differs from what the unchanged file {path} yields "
+                   f"(in: {', '.join(keys)})", path=path)
+    return fresh
+
+
+def _ignore(path: str, why: str) -> None:
+    """The default ``note``: nobody listens."""
+
+
+def _recompute(router: Router, action: Mapping[str, Any], path: str, data: bytes,
+               generated: bool = True) -> dict[str, Any]:
+    try:
+        if generated:
+            return router.result(action, {path: data})
+        found = router.lookup(action.get("args"), {path: data}, generated=False)
+        return {"operation_id": action.get("operation_id"), "tool": action["tool"], "status": "ok", **found}
+    except LedgerError as exc:
+        raise _bad(action.get("operation_id"), f"the reference router refuses it although the file it read, "
+                   f"{path}, is unchanged: {exc.message}", path=path) from None
+
+
+def _read_now(router: Router, path: str, top: str) -> bytes | None:
+    """The file's bytes now, or None when it cannot be read (a changed input, not a fault)."""
+    try:
+        return router.read_file(path, top)
+    except LedgerError as exc:
+        if exc.details.get("unreadable"):
+            return None
+        raise
+
+
+def _recheck_search(router: Router, action: Mapping[str, Any], stored: Mapping[str, Any], same_inputs: bool,
+                    note: Note) -> None:
+    op = action.get("operation_id")
+    needle = action["args"]["text"].encode("utf-8")
+    files = stored["coverage"]["files"]
+    by_file: dict[str, list[Any]] = {path: [] for path in files}
     for item in stored["items"]:
-        path = item.get("path")
-        if path in unchanged:
-            lines = unchanged[path]
-            number = item.get("line")
-            if (type(number) is not int or not 1 <= number <= len(lines)
-                    or item != line_item(path, number, lines[number - 1])):
-                raise _bad(op, f"line {number} of {path} differs from the unchanged file")
-    return stored
+        by_file[item["path"]].append(item)
+    for position, (path, digest) in enumerate(stored["sources"]):
+        data = _read_now(router, path, SOURCES_DIR)
+        if data is None:
+            note(path, "unreadable")
+            continue
+        now = hashlib.sha256(data).hexdigest()
+        if now != digest:
+            if same_inputs:
+                raise _forged_digest(action, path, digest, now)
+            note(path, "changed")
+            continue
+        found, kept = matching_lines(path, data, needle), by_file[path]
+        cut = stored["truncated"] and position == len(files) - 1  # the search stopped inside this file
+        if (found[:len(kept)] != kept) or (len(found) <= len(kept) if cut else len(found) != len(kept)):
+            raise _bad(op, f"its lines of {path} are not those the unchanged file holds: the file has "
+                       f"{len(found)} matching line(s), the result {len(kept)}", path=path)
+    if same_inputs:
+        _check_listing(router, action, stored)
+
+
+def _check_listing(router: Router, action: Mapping[str, Any], stored: Mapping[str, Any]) -> None:
+    """With the inputs unchanged, the search saw the files the glob matches now, in order (up to
+    where it stopped)."""
+    op, coverage = action.get("operation_id"), stored["coverage"]
+    try:
+        listing = router._source_files(coverage["path_glob"])
+    except LedgerError as exc:
+        if exc.details.get("unreadable"):
+            return
+        raise _bad(op, f"the reference router refuses it over unchanged inputs: {exc.message}") from None
+    skipped = [entry["path"] for entry in coverage.get("skipped", [])]
+    seen = set(coverage["files"]) | set(skipped)
+    visited = [path for path in listing if path in seen]
+    if visited != listing[:len(visited)] or len(visited) != len(seen) or (
+            not stored["truncated"] and len(visited) != len(listing)):
+        raise _bad(op, "the files it lists are not those its glob matches in the unchanged package")
+    # a file listed as skipped may be readable now: permissions are not part of the input identity
 
 
 def self_consistent(action: Mapping[str, Any], stored: Mapping[str, Any]) -> None:
     """``INTEGRITY_ERROR`` unless ``stored`` could be a reference result of ``action``."""
     op, tool, args = action.get("operation_id"), action.get("tool"), action.get("args")
     try:
-        if stored.get("operation_id") != op or stored.get("tool") != tool or not isinstance(args, dict):
-            raise _bad(op, "its tool or operation id differs from the action")
-        for path, _digest in stored.get("sources", []):
-            confined(path, DATA_DIR if tool == "database.lookup" else SOURCES_DIR)
-        read = {path for path, _digest in stored.get("sources", [])}
+        expected_keys = _RESULT_KEYS | ({"schema"} if tool == "database.lookup" else set())
+        if (stored.get("operation_id") != op or stored.get("tool") != tool or not isinstance(args, dict)
+                or set(stored) != expected_keys or stored.get("status") != "ok"):
+            raise _bad(op, "its tool, operation id or fields differ from what the router returns for the action")
         if tool == "source.read_context":
-            _check_lines(op, stored, {confined(args.get("path"), SOURCES_DIR)} & read)
+            _check_span(op, args, stored)
         elif tool == "source.find_text":
-            if not str(args.get("path_glob", SOURCES_DIR + "/*")).startswith(SOURCES_DIR + "/"):
-                raise _bad(op, "its path_glob leaves sources/")
-            _check_lines(op, stored, read, needle=args.get("text"))
+            _check_search(op, args, stored)
         elif tool == "database.lookup":
-            _check_rows(op, stored, confined(args.get("database"), DATA_DIR), args.get("table"), read)
+            _check_rows(op, args, stored)
         else:
             raise _bad(op, f"unknown tool {str(tool)[:60]!r}")
     except LedgerError as exc:
         if exc.code == E.INTEGRITY_ERROR:
             raise
-        raise _bad(op, exc.message) from None
+        raise _bad(op, f"the reference router refuses its action: {exc.message}") from None
 
 
-def _check_lines(op: Any, stored: Mapping[str, Any], paths: set[str], needle: Any = None) -> None:
+def _check_line(op: Any, item: Mapping[str, Any], path: str) -> None:
+    text = item.get("text")
+    if item.get("kind") != "source_line" or item.get("path") != path or not isinstance(text, str):
+        raise _bad(op, f"item {str(item)[:80]} is not a line of {path}")
+    raw = _line_bytes(text)
+    if raw is not None and item.get("sha256") != hashlib.sha256(raw).hexdigest():
+        raise _bad(op, f"line {item.get('line')} of {path}: its sha256 is not that of its text")
+
+
+def _line_bytes(text: str) -> bytes | None:
+    """The bytes a line's text stands for; None only when it holds U+FFFD and a line's bytes
+    cannot be told from its text (the file's bytes were not UTF-8): then the unchanged file decides."""
+    if "\ufffd" not in text:
+        return text.encode("utf-8")
+    return None
+
+
+def _check_span(op: Any, args: Mapping[str, Any], stored: Mapping[str, Any]) -> None:
+    path, start, end = span_args(args)
+    coverage = stored["coverage"]
+    lines = coverage.get("file_lines") if isinstance(coverage, dict) else None
+    if (coverage != {"path": path, "start_line": start, "end_line": end, "file_lines": lines}
+            or type(lines) is not int or lines < 0):
+        raise _bad(op, f"its coverage {str(coverage)[:120]} is not that of the span it asked for")
+    numbers = [item.get("line") for item in stored["items"]]
+    if numbers != list(range(start, min(end, lines) + 1)):
+        raise _bad(op, f"its line numbers are not lines {start}..{min(end, lines)} of {path}, each once")
     for item in stored["items"]:
-        text = item.get("text")
-        if item.get("kind") != "source_line" or item.get("path") not in paths or not isinstance(text, str):
-            raise _bad(op, f"item {str(item)[:80]} is not a line of a file it read")
-        if "\ufffd" not in text and item.get("sha256") != hashlib.sha256(text.encode("utf-8")).hexdigest():
-            raise _bad(op, f"line {item.get('line')} of {item.get('path')}: its sha256 is not that of its text")
-        if needle is not None and (not isinstance(needle, str) or needle not in text):
+        _check_line(op, item, path)
+    _check_sources(op, stored, [path])
+    if stored["truncated"] is not False:
+        raise _bad(op, "a span is never truncated")
+
+
+def _check_search(op: Any, args: Mapping[str, Any], stored: Mapping[str, Any]) -> None:
+    text, glob, limit = find_text_args(args)
+    coverage, files = stored["coverage"], stored["coverage"].get("files")
+    skipped = coverage.get("skipped")
+    expected = {"text": text, "path_glob": glob, "max_results": limit, "files": files}
+    if skipped is not None:
+        expected["skipped"] = skipped
+    if coverage != expected or not isinstance(files, list) or (skipped is not None and not (
+            isinstance(skipped, list) and skipped and all(isinstance(s, dict) and set(s) == {"path", "reason"}
+                                                        and isinstance(s["reason"], str) for s in skipped))):
+        raise _bad(op, f"its coverage {str(coverage)[:120]} is not that of the search it asked for")
+    listed = files + [s["path"] for s in skipped or []]
+    for path in listed:
+        if not fnmatch.fnmatchcase(confined(path, SOURCES_DIR), glob):
+            raise _bad(op, f"{path} does not match its path_glob {glob}")
+    if len(set(listed)) != len(listed):
+        raise _bad(op, "it lists a file twice")
+    _check_sources(op, stored, files)
+    order = {path: position for position, path in enumerate(files)}
+    keys = []
+    for item in stored["items"]:
+        _check_line(op, item, item.get("path") if item.get("path") in order else "a file it read")
+        if text not in item["text"]:
             raise _bad(op, f"line {item.get('line')} of {item.get('path')} does not contain the searched text")
+        keys.append((order[item["path"]], item["line"]))
+    if keys != sorted(set(keys)):
+        raise _bad(op, "its lines are not in file order, each once")
+    _check_count(op, stored, limit)
 
 
-def _check_rows(op: Any, stored: Mapping[str, Any], database: str, table: Any, read: set[str]) -> None:
-    if read != {database}:
-        raise _bad(op, f"it names sources other than {database}")
+def _check_count(op: Any, stored: Mapping[str, Any], limit: int) -> None:
+    count = len(stored["items"])
+    if count > limit or not isinstance(stored["truncated"], bool) or (stored["truncated"] and count != limit):
+        raise _bad(op, f"it holds {count} item(s) for a limit of {limit} (truncated: {stored['truncated']})")
+
+
+def _check_sources(op: Any, stored: Mapping[str, Any], paths: list[str]) -> None:
+    sources = stored["sources"]
+    if [entry[0] if isinstance(entry, list) and entry else None for entry in sources] != paths:
+        raise _bad(op, f"its sources {str(sources)[:120]} are not the files it read ({', '.join(paths)})")
+
+
+def _check_rows(op: Any, args: Mapping[str, Any], stored: Mapping[str, Any]) -> None:
+    database, table, where, limit = lookup_args(args)
+    schema, coverage = stored["schema"], stored["coverage"]
+    _check_sources(op, stored, [database])
+    described = schema.get("columns") if isinstance(schema, dict) else None
+    names = [c.get("name") for c in described] if isinstance(described, list) and all(
+        isinstance(c, dict) for c in described) else None
+    if (names is None or schema != {"database": database, "database_sha256": stored["sources"][0][1],
+                                    "table": table, "columns": described} or len(set(names)) != len(names)):
+        raise _bad(op, f"its schema {str(schema)[:120]} is not that of {database} table {table[:80]}")
+    columns = args.get("columns", names)
+    if coverage != {"database": database, "table": table, "where": args.get("where", {}), "columns": columns,
+                    "limit": args.get("limit", DEFAULT_ROWS)} or not set(columns) | set(where) <= set(names):
+        raise _bad(op, f"its coverage {str(coverage)[:120]} is not that of the lookup it asked for")
+    rowids = []
     for item in stored["items"]:
-        pointer = _POINTER.fullmatch(str(item.get("pointer")))
+        pointer, values = str(item.get("pointer")), item.get("values")
+        rowid = pointer[len(table) + 2:] if pointer.startswith(f"/{table}/") else ""
         if (item.get("kind") != "db_row" or item.get("database") != database or item.get("table") != table
-                or pointer is None or pointer.group(1) != table
-                or item.get("sha256") != canonical_sha256(item.get("values"))):
-            raise _bad(op, f"row {str(item.get('pointer'))[:80]} is not a row of {database}")
+                or not _is_integer_text(rowid) or not isinstance(values, dict) or set(values) != set(columns)
+                or item.get("sha256") != canonical_sha256(values)):
+            raise _bad(op, f"row {pointer[:80]} is not a row of {database} table {table[:80]} with the "
+                       "columns asked for")
+        for column, wanted in where.items():
+            if column in values and not could_equal(values[column], wanted):
+                raise _bad(op, f"row {pointer[:80]} has {column} = {str(values[column])[:40]}, which does not "
+                           f"satisfy where {column} = {str(wanted)[:40]}")
+        rowids.append(int(rowid))
+    if rowids != sorted(set(rowids)):
+        raise _bad(op, "its rows are not in row id order, each once")
+    _check_count(op, stored, limit)
 
 
-def _unchanged_sources(router: Router, stored: Mapping[str, Any]) -> dict[str, list[bytes]]:
-    """``{path: lines}`` of the files whose recorded sha256 still matches the file on disk."""
-    found: dict[str, list[bytes]] = {}
-    for path, digest in stored.get("sources", []):
-        top = DATA_DIR if path.startswith(DATA_DIR + "/") else SOURCES_DIR
+def _is_integer_text(text: str) -> bool:
+    """A row id as the router writes it: an integer of SQLite's range in its plain decimal form."""
+    digits = text[1:] if text.startswith("-") else text
+    return 0 < len(digits) <= 19 and digits.isascii() and digits.isdigit() and text == str(int(text))
+
+
+def could_equal(value: Any, wanted: Any) -> bool:
+    """Whether a row's ``value`` (as JSON) can be what ``column IS wanted`` matched, given SQLite's
+    comparison affinities: numbers compare as numbers (text that reads as a number counts), a
+    number bound against a text column compares as its decimal text, NULL only matches null."""
+    if wanted is None or value is None:
+        return wanted is None and value is None
+    left, right = _number(value), _number(wanted)
+    if left is not None and right is not None and left == right:
+        return True
+    if isinstance(value, str):
+        return value == (wanted if isinstance(wanted, str) else str(wanted))
+    return False
+
+
+def _number(value: Any) -> int | float | None:
+    if type(value) is int:
+        return value
+    if isinstance(value, dict):
+        if set(value) == {"real"}:
+            try:
+                return float(value["real"])
+            except (TypeError, ValueError):
+                return None
+        return marked_integer(value)
+    if isinstance(value, str):
+        text = value.strip()
+        if len(text) <= 4000:  # int() refuses longer decimal text; float() reads any length
+            try:
+                return int(text)
+            except ValueError:
+                pass
         try:
-            _relative, real = router._resolve(path, top)
-            data = real.read_bytes()
-        except (LedgerError, OSError):
-            continue  # gone or unreadable: changed inputs
-        if hashlib.sha256(data).hexdigest() == digest:
-            found[path] = split_lines(data) if top == SOURCES_DIR else []
-    return found
+            number = float(text)
+        except ValueError:
+            return None
+        return number if number == number and text.lower() not in ("inf", "-inf", "infinity", "-infinity") else None
+    return None
 
 
-def _bad(op: Any, message: str) -> LedgerError:
-    return LedgerError(E.INTEGRITY_ERROR, f"stored result of operation {str(op)[:64]}: {message}")
+def _forged_digest(action: Mapping[str, Any], path: str, recorded: str, now: str) -> LedgerError:
+    return _bad(action.get("operation_id"), f"it records sha256 {recorded[:12]}… for {path}, but the package's "
+                "inputs are those the reply was computed from and the file hashes to "
+                f"{now[:12]}…", path=path)
+
+
+def _bad(op: Any, message: str, **details: Any) -> LedgerError:
+    return LedgerError(E.INTEGRITY_ERROR, f"stored result of operation {str(op)[:64]}: {message}", **details)
 

@@ -9,7 +9,7 @@ Three tools, each a pure read of files under ``sources/`` or ``data/``:
 * ``source.find_text`` — ``{"text", "path_glob"?, "max_results"?}`` → matching lines
   as above, ``coverage.files`` lists the files scanned, ``truncated`` says whether
   more matches existed. A matching file that cannot be read (over :data:`FILE_BYTES_MAX`,
-  a broken symlink or one leading out of ``sources/``, not a regular file) is not
+  a symbolic link, a hard link to the ledger's files, not a regular file) is not
   scanned: ``coverage.skipped`` lists ``{"path", "reason"}`` for each (absent when none).
   A glob matching more than :data:`FILES_SCANNED_MAX` files is refused.
 * ``database.lookup`` — ``{"database", "table", "where"?, "columns"?, "limit"?}`` →
@@ -19,31 +19,39 @@ Three tools, each a pure read of files under ``sources/`` or ``data/``:
 
 A *line* is the UTF-8 text between ``\\n`` separators with one trailing ``\\r``
 removed; its ``sha256`` covers the line's bytes without the terminator (bytes
-that are not UTF-8 appear as U+FFFD in ``text``). Every refusal — a path that is
-absolute, holds ``..``, leaves ``sources/``/``data/`` or the package (through a
-symlink), an unknown table or column, a span, count or file over its bound —
-raises ``ROUTER_REFUSED`` and nothing is returned.
+that are not UTF-8 appear as U+FFFD in ``text``). A column value beyond
+±(2^53−1) is ``{"integer": "<digits>"}``, a real ``{"real": repr}``, a blob
+``{"base64": …}``. Every refusal — a path that is absolute, holds ``..``,
+leaves ``sources/``/``data/``, passes through a symbolic link or is a hard link
+to the ledger's own files, an unknown table or column, a span, count or file
+over its bound, a read the system refuses — raises ``ROUTER_REFUSED`` and
+nothing is returned.
 
-Each result also carries ``sources``: ``[[path, sha256 of the file]]`` of every
-file it read, so that a later verification knows whether the inputs it was
-computed from are still present unchanged.
+Each input is read once, from one descriptor opened by walking its path from
+the package folder without following links (docs/evidence.md), and everything
+the result says comes from those bytes. Each result also carries ``sources``:
+``[[path, sha256 of the file]]`` of every file it read, so that a later
+verification knows whether the inputs it was computed from are still present
+unchanged.
 """
 
 from __future__ import annotations
 
 import base64
+import errno
 import fnmatch
 import hashlib
 import os
 import sqlite3
+import re
 import stat
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Mapping
-from urllib.parse import quote
 
 from ..ground import errors as E
 from ..ground.canonical import canonical_sha256
 from ..ground.errors import LedgerError
+from ..storage.sqlite_file import LEDGER_FILE
 
 TOOLS = ("source.read_context", "source.find_text", "database.lookup")
 SPAN_LINES_MAX = 2000
@@ -59,6 +67,11 @@ SOURCES_DIR = "sources"
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 ROWID_ALIASES = ("rowid", "_rowid_", "oid")
 DATA_DIR = "data"
+JSON_INT_MAX = 2 ** 53 - 1
+#: The ledger's own names at the package root (besides ``ledger.sqlite*``): never read as inputs.
+MANIFEST_FILE, ANALYSIS_DIR = "manifest.json", "analysis"
+_INTEGER = re.compile(r"-?(0|[1-9][0-9]{0,19})")  # at most 20 digits: past SQLite's range, never past int()'s
+_NOFOLLOW, _CLOEXEC, _NOCTTY = (getattr(os, name, 0) for name in ("O_NOFOLLOW", "O_CLOEXEC", "O_NOCTTY"))
 
 
 def _refuse(message: str, **details: Any) -> LedgerError:
@@ -122,7 +135,6 @@ class Router:
     def __init__(self, root: str | os.PathLike[str], *, generation: Callable[[], int] | None = None,
                  identity: Callable[[], str] | None = None) -> None:
         self.root = Path(root)
-        self._real_root = os.path.realpath(self.root)
         self._generation = generation or (lambda: 0)
         self._identity = identity or (lambda: "")
 
@@ -136,63 +148,66 @@ class Router:
         results = [self.result(action) for action in actions]
         return {"package_generation": generation, "input_identity": identity, "results": results}
 
-    def result(self, action: Mapping[str, Any]) -> dict[str, Any]:
-        """The result of one request action (``operation_id``, ``tool``, ``args``)."""
+    def result(self, action: Mapping[str, Any], files: Mapping[str, bytes] | None = None) -> dict[str, Any]:
+        """The result of one request action (``operation_id``, ``tool``, ``args``). With ``files``
+        (``{path: bytes}``, a re-check) the named file is taken from there instead of the disk."""
         tool = action.get("tool")
         runner = {"source.read_context": self.read_context, "source.find_text": self.find_text,
                   "database.lookup": self.lookup}.get(tool)
         if runner is None:
             raise _refuse(f"unknown tool {str(tool)[:60]!r}; the router offers {', '.join(TOOLS)}")
-        found = runner(action.get("args"))
+        if files is None:
+            found = runner(action.get("args"))
+        elif tool == "source.find_text":  # a search lists the folder: it is re-checked file by file
+            raise _refuse("source.find_text reads the folder, not given files")
+        else:
+            found = runner(action.get("args"), files)
         return {"operation_id": action.get("operation_id"), "tool": tool, "status": "ok", **found}
 
-    # -- paths ------------------------------------------------------------------------
-    def _resolve(self, relative: Any, top: str) -> tuple[str, Path]:
-        """``(relative, real path)`` of a regular file under ``top`` (``ROUTER_REFUSED`` otherwise)."""
-        confined(relative, top)
-        real = os.path.realpath(os.path.join(self._real_root, relative))
-        allowed = os.path.join(self._real_root, top) + os.sep
-        if not real.startswith(allowed):
-            raise _refuse(f"{relative!r} leads outside {top}/ of the package", path=relative)
-        try:
-            info = os.stat(real)
-        except OSError:
-            raise _refuse(f"{relative!r} does not exist", path=relative) from None
-        if not stat.S_ISREG(info.st_mode):
-            raise _refuse(f"{relative!r} is not a regular file", path=relative)
-        if info.st_size > FILE_BYTES_MAX:
-            raise _refuse(f"{relative!r} is larger than {FILE_BYTES_MAX} bytes", path=relative)
-        return relative, Path(real)
+    # -- reading: once, from one descriptor, never through a link -----------------------
+    def read_file(self, relative: Any, top: str, own: dict[str, Any] | None = None) -> bytes:
+        """The bytes of the regular file ``relative`` under ``top/``, read once from one open file.
 
-    def _read(self, relative: Any) -> tuple[str, bytes]:
-        relative, real = self._resolve(relative, SOURCES_DIR)
+        The path is walked from the package folder one name at a time (``O_NOFOLLOW`` at every
+        step), so a symbolic link anywhere below the package folder is refused, and so is a
+        hard link to one of the ledger's own files (same device and inode), a file that is not
+        regular, and one over :data:`FILE_BYTES_MAX`. ``ROUTER_REFUSED`` in every case, also
+        when the system refuses the read (``unreadable`` in its details). ``own`` keeps the
+        ledger's own file ids between the reads of one search (found once, when first needed).
+        """
+        confined(relative, top)
+        root_fd = _open_folder(self.root, relative)
         try:
-            return relative, real.read_bytes()
-        except OSError as exc:
-            raise _refuse(f"{relative!r} cannot be read: {exc.strerror}", path=relative) from None
+            return _read_below(root_fd, relative, {} if own is None else own)
+        finally:
+            os.close(root_fd)
 
     def _source_files(self, glob: str) -> list[str]:
-        base = self.root / SOURCES_DIR
+        """Names under ``sources/`` matching ``glob``, in walk order (sorted per folder); links are
+        listed, never followed."""
         found: list[str] = []
-        for directory, dirnames, filenames in os.walk(base, followlinks=False):
-            dirnames.sort()
-            for name in sorted(filenames):
-                relative = Path(directory, name).relative_to(self.root).as_posix()
-                if fnmatch.fnmatchcase(relative, glob):
-                    found.append(relative)
+        root_fd = _open_folder(self.root, SOURCES_DIR)
+        try:
+            if _is_link(SOURCES_DIR, root_fd):
+                raise _unreadable(SOURCES_DIR, "is a symbolic link; the router follows no link, so it never "
+                                  "reads outside sources/ of the package")
+            for directory, dirnames, filenames, _fd in os.fwalk(SOURCES_DIR, dir_fd=root_fd):
+                dirnames.sort()
+                for name in sorted(filenames):
+                    relative = f"{directory}/{name}"
+                    if fnmatch.fnmatchcase(relative, glob):
+                        found.append(relative)
+        finally:
+            os.close(root_fd)
         if len(found) > FILES_SCANNED_MAX:
             raise _refuse(f"{glob!r} matches more than {FILES_SCANNED_MAX} files")
         return found
 
     # -- tools ------------------------------------------------------------------------
-    def read_context(self, args: Any) -> dict[str, Any]:
+    def read_context(self, args: Any, files: Mapping[str, bytes] | None = None) -> dict[str, Any]:
         """Lines ``start_line``..``end_line`` (1-based, inclusive) of a file under ``sources/``."""
-        args = _check_keys(args, {"path", "start_line", "end_line"}, set(), "source.read_context")
-        start = _int_arg(args, "start_line", None, 1, None)
-        end = _int_arg(args, "end_line", None, start, None)
-        if end - start + 1 > SPAN_LINES_MAX:
-            raise _refuse(f"a span covers at most {SPAN_LINES_MAX} lines; {start}..{end} has {end - start + 1}")
-        path, data = self._read(args["path"])
+        path, start, end = span_args(args)
+        data = _given(files, path) if files is not None else self.read_file(path, SOURCES_DIR)
         lines = split_lines(data)
         items = [line_item(path, n, lines[n - 1]) for n in range(start, min(end, len(lines)) + 1)]
         coverage = {"path": path, "start_line": start, "end_line": end, "file_lines": len(lines)}
@@ -202,66 +217,51 @@ class Router:
     def find_text(self, args: Any) -> dict[str, Any]:
         """Lines containing ``text`` (a literal) in the files matching ``path_glob`` (default every file
         under ``sources/``; ``*`` also matches ``/``), at most ``max_results`` (default 100, at most 1000)."""
-        args = _check_keys(args, {"text"}, {"path_glob", "max_results"}, "source.find_text")
-        text = args["text"]
-        if not isinstance(text, str) or not text or len(text) > TEXT_CHARS_MAX or "\n" in text:
-            raise _refuse(f"text must be a non-empty single-line string of at most {TEXT_CHARS_MAX} characters")
-        glob = args.get("path_glob", SOURCES_DIR + "/*")
-        if (not isinstance(glob, str) or not glob.startswith(SOURCES_DIR + "/") or ".." in glob.split("/")
-                or "\\" in glob or len(glob) > 1024):
-            raise _refuse(f"path_glob must name files under {SOURCES_DIR}/, got {str(glob)[:80]!r}")
-        limit = _int_arg(args, "max_results", DEFAULT_RESULTS, 1, RESULTS_MAX)
-        needle = text.encode("utf-8", errors="strict") if _utf8(text) else None
-        if needle is None:
-            raise _refuse("text is not valid UTF-8")
+        text, glob, limit = find_text_args(args)
+        needle = text.encode("utf-8")
         items: list[dict[str, Any]] = []
         scanned: list[str] = []
         sources: list[list[str]] = []
         truncated = False
         skipped: list[dict[str, str]] = []
+        own: dict[str, Any] = {}
         for relative in self._source_files(glob):
             if truncated:
                 break
             try:
-                path, data = self._read(relative)
+                data = self.read_file(relative, SOURCES_DIR, own)
             except LedgerError as exc:  # one unreadable file does not fail the search: it is listed
                 skipped.append({"path": relative, "reason": exc.message})
                 continue
-            scanned.append(path)
-            sources.append([path, hashlib.sha256(data).hexdigest()])
-            for number, raw in enumerate(split_lines(data), start=1):
-                if needle in raw:
-                    if len(items) == limit:
-                        truncated = True
-                        break
-                    items.append(line_item(path, number, raw))
+            scanned.append(relative)
+            sources.append([relative, hashlib.sha256(data).hexdigest()])
+            for item in matching_lines(relative, data, needle):
+                if len(items) == limit:
+                    truncated = True
+                    break
+                items.append(item)
         coverage = {"text": text, "path_glob": glob, "max_results": limit, "files": scanned}
         if skipped:
             coverage["skipped"] = skipped
         return {"items": items, "coverage": coverage, "truncated": truncated, "sources": sources}
 
-    def lookup(self, args: Any) -> dict[str, Any]:
+    def lookup(self, args: Any, files: Mapping[str, bytes] | None = None, *,
+               generated: bool = True) -> dict[str, Any]:
         """Rows of ``table`` in the SQLite file ``database`` (under ``data/``) whose ``where`` columns equal
-        the given values (bound as parameters), projected on ``columns`` (default all), by rowid,
-        at most ``limit`` (default 100, at most 1000)."""
-        args = _check_keys(args, {"database", "table"}, {"where", "columns", "limit"}, "database.lookup")
-        database, real = self._resolve(args["database"], DATA_DIR)
-        table, where = args["table"], args.get("where", {})
-        limit = _int_arg(args, "limit", DEFAULT_ROWS, 1, ROWS_MAX)
-        if not isinstance(table, str) or not table:
-            raise _refuse("table must be a non-empty string")
-        if not isinstance(where, dict) or len(where) > WHERE_KEYS_MAX:
-            raise _refuse(f"where must map at most {WHERE_KEYS_MAX} column names to values")
-        for value in where.values():
-            if value is not None and type(value) not in (str, int):
-                raise _refuse("where values must be strings, integers or null")
-            if type(value) is int and not INT64_MIN <= value <= INT64_MAX:
-                raise _refuse(f"where integers must fit SQLite's 64-bit range, got {value}")
-        _refuse_side_files(database, real)
-        digest = _file_sha256(real)
-        conn = _open_readonly(real)
+        the given values (bound as parameters), projected on ``columns`` (default all, generated columns
+        included), by rowid, at most ``limit`` (default 100, at most 1000). The file is read once; its
+        sha256 and its rows come from those same bytes. With ``files`` (a re-check) the bytes come from
+        there and a side file next to the database does not matter."""
+        database, table, where, limit = lookup_args(args)
+        if files is None:
+            _refuse_side_files(self.root, database)
+            data = self.read_file(database, DATA_DIR)
+        else:
+            data = _given(files, database)
+        digest = hashlib.sha256(data).hexdigest()
+        conn = _open_bytes(database, data)
         try:
-            described = _describe(conn, table)
+            described = _describe(conn, table, generated)
             names = [c["name"] for c in described]
             columns = args.get("columns", names)
             if (not isinstance(columns, list) or not columns or len(set(map(str, columns))) != len(columns)
@@ -275,14 +275,189 @@ class Router:
             conn.close()
         items = []
         for rowid, values in rows:
-            shown = dict(zip(columns, (_json_value(v) for v in values)))
+            shown = dict(zip(columns, (json_value(v) for v in values)))
             items.append({"kind": "db_row", "database": database, "table": table, "pointer": f"/{table}/{rowid}",
                           "sha256": canonical_sha256(shown), "values": shown})
-        coverage = {"database": database, "table": table, "where": dict(where), "columns": list(columns),
-                    "limit": limit}
+        coverage = {"database": database, "table": table, "where": dict(args.get("where", {})),
+                    "columns": list(columns), "limit": limit}
         schema = {"database": database, "database_sha256": digest, "table": table, "columns": described}
         return {"items": items, "coverage": coverage, "truncated": truncated, "schema": schema,
                 "sources": [[database, digest]]}
+
+
+def span_args(args: Any) -> tuple[str, int, int]:
+    """``(path, start_line, end_line)`` of a ``source.read_context`` call."""
+    args = _check_keys(args, {"path", "start_line", "end_line"}, set(), "source.read_context")
+    start = _int_arg(args, "start_line", None, 1, None)
+    end = _int_arg(args, "end_line", None, start, None)
+    if end - start + 1 > SPAN_LINES_MAX:
+        raise _refuse(f"a span covers at most {SPAN_LINES_MAX} lines; {start}..{end} has {end - start + 1}")
+    return confined(args["path"], SOURCES_DIR), start, end
+
+
+def find_text_args(args: Any) -> tuple[str, str, int]:
+    """``(text, path_glob, max_results)`` of a ``source.find_text`` call, defaults filled in."""
+    args = _check_keys(args, {"text"}, {"path_glob", "max_results"}, "source.find_text")
+    text = args["text"]
+    if not isinstance(text, str) or not text or len(text) > TEXT_CHARS_MAX or "\n" in text:
+        raise _refuse(f"text must be a non-empty single-line string of at most {TEXT_CHARS_MAX} characters")
+    glob = args.get("path_glob", SOURCES_DIR + "/*")
+    if (not isinstance(glob, str) or not glob.startswith(SOURCES_DIR + "/") or ".." in glob.split("/")
+            or "\\" in glob or len(glob) > 1024):
+        raise _refuse(f"path_glob must name files under {SOURCES_DIR}/, got {str(glob)[:80]!r}")
+    limit = _int_arg(args, "max_results", DEFAULT_RESULTS, 1, RESULTS_MAX)
+    if not _utf8(text):
+        raise _refuse("text is not valid UTF-8")
+    return text, glob, limit
+
+
+def matching_lines(path: str, data: bytes, needle: bytes) -> list[dict[str, Any]]:
+    """Every line of ``data`` holding ``needle``, as ``source_line`` items of ``path``."""
+    return [line_item(path, number, raw) for number, raw in enumerate(split_lines(data), start=1) if needle in raw]
+
+
+def lookup_args(args: Any) -> tuple[str, str, dict[str, Any], int]:
+    """``(database, table, where with marked integers unwrapped, limit)`` of a ``database.lookup`` call."""
+    args = _check_keys(args, {"database", "table"}, {"where", "columns", "limit"}, "database.lookup")
+    database = confined(args["database"], DATA_DIR)
+    table, where = args["table"], args.get("where", {})
+    limit = _int_arg(args, "limit", DEFAULT_ROWS, 1, ROWS_MAX)
+    if not isinstance(table, str) or not table:
+        raise _refuse("table must be a non-empty string")
+    if not isinstance(where, dict) or len(where) > WHERE_KEYS_MAX:
+        raise _refuse(f"where must map at most {WHERE_KEYS_MAX} column names to values")
+    columns = args.get("columns")
+    if columns is not None and (not isinstance(columns, list) or not all(isinstance(c, str) for c in columns)):
+        raise _refuse("columns must be a non-empty list of distinct column names")
+    bound = {}
+    for column, value in where.items():
+        value = marked_integer(value) if isinstance(value, dict) else value
+        if (value is None and where[column] is not None) or (value is not None and type(value) not in (str, int)):
+            raise _refuse(f"where values must be strings, integers ({{\"integer\": \"<digits>\"}} for one "
+                          f"beyond ±(2^53-1)) or null; {str(column)[:80]!r} is {str(where[column])[:80]}")
+        if type(value) is int and not INT64_MIN <= value <= INT64_MAX:
+            raise _refuse(f"where integers must fit SQLite's 64-bit range, got {value}")
+        bound[column] = value
+    return database, table, bound, limit
+
+
+def marked_integer(value: Mapping[str, Any]) -> int | None:
+    """The integer of ``{"integer": "<decimal digits>"}`` (how an integer beyond ±(2^53−1) is carried
+    in JSON), else None."""
+    digits = value.get("integer") if len(value) == 1 else None
+    if isinstance(digits, str) and _INTEGER.fullmatch(digits):
+        return int(digits)
+    return None
+
+
+def _given(files: Mapping[str, bytes], path: str) -> bytes:
+    if path not in files:
+        raise _refuse(f"{path!r} is not among the files given", path=path)
+    return files[path]
+
+
+# -- reading below the package folder -------------------------------------------------------------
+def _unreadable(relative: str, why: str) -> LedgerError:
+    return _refuse(f"{relative!r} {why}", path=relative, unreadable=True)
+
+
+def _open_folder(root: Path, relative: str) -> int:
+    try:
+        return os.open(root, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
+    except OSError as exc:
+        raise _unreadable(relative, f"cannot be read: the package folder cannot be opened ({exc.strerror})") from None
+
+
+def _open_step(name: str, dir_fd: int, relative: str, folder: bool) -> int:
+    flags = os.O_RDONLY | _NOFOLLOW | _CLOEXEC | (os.O_DIRECTORY if folder else os.O_NONBLOCK | _NOCTTY)
+    try:
+        return os.open(name, flags, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            raise _unreadable(relative, "does not exist") from None
+        if exc.errno in (errno.ELOOP, errno.EMLINK) or (folder and exc.errno == errno.ENOTDIR and _is_link(name, dir_fd)):
+            where = f"passes through a symbolic link ({name})" if folder else "is a symbolic link"
+            raise _unreadable(relative, f"{where}; the router follows no link, so it never reads outside "
+                              "sources/ or data/ of the package") from None
+        if exc.errno == errno.ENOTDIR:
+            raise _unreadable(relative, "does not exist (a part of it is not a folder)") from None
+        raise _unreadable(relative, f"cannot be read: {exc.strerror}") from None
+
+
+def _is_link(name: str, dir_fd: int) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def _read_below(root_fd: int, relative: str, own: dict[str, Any]) -> bytes:
+    """Walk ``relative`` down from ``root_fd`` and read the file it names (see :meth:`Router.read_file`)."""
+    parts = relative.split("/")
+    fd = root_fd
+    try:
+        for part in parts[:-1]:
+            step = _open_step(part, fd, relative, True)
+            if fd != root_fd:
+                os.close(fd)
+            fd = step
+        handle = _open_step(parts[-1], fd, relative, False)
+    finally:
+        if fd != root_fd:
+            os.close(fd)
+    try:
+        info = os.fstat(handle)
+        if not stat.S_ISREG(info.st_mode):
+            raise _unreadable(relative, "is not a regular file")
+        if info.st_size > FILE_BYTES_MAX:
+            raise _unreadable(relative, f"is larger than {FILE_BYTES_MAX} bytes")
+        if info.st_nlink > 1 and (info.st_dev, info.st_ino) in _own_ids(own, root_fd):
+            raise _unreadable(relative, "is a hard link to one of the ledger's own files; the router never "
+                              "reads them")
+        return _read_capped(handle, relative)
+    except OSError as exc:
+        raise _unreadable(relative, f"cannot be read: {exc.strerror}") from None
+    finally:
+        os.close(handle)
+
+
+def _read_capped(handle: int, relative: str) -> bytes:
+    chunks, size = [], 0
+    while block := os.read(handle, 1 << 20):
+        size += len(block)
+        if size > FILE_BYTES_MAX:
+            raise _unreadable(relative, f"is larger than {FILE_BYTES_MAX} bytes")
+        chunks.append(block)
+    return b"".join(chunks)
+
+
+def _own_ids(own: dict[str, Any], root_fd: int) -> set[tuple[int, int]]:
+    if "ids" not in own:
+        own["ids"] = _own_file_ids(root_fd)
+    return own["ids"]
+
+
+def _own_file_ids(root_fd: int) -> set[tuple[int, int]]:
+    """(device, inode) of the ledger's own files: ``ledger.sqlite*`` (and what a linked
+    ``ledger.sqlite`` leads to), ``manifest.json`` and every file under ``analysis/``."""
+    ids: set[tuple[int, int]] = set()
+    with os.scandir(root_fd) as entries:
+        for entry in entries:
+            if entry.name.startswith(LEDGER_FILE) or entry.name == MANIFEST_FILE:
+                for follow in (False, True):
+                    try:
+                        info = entry.stat(follow_symlinks=follow)
+                    except OSError:
+                        continue
+                    ids.add((info.st_dev, info.st_ino))
+    for _directory, _dirs, filenames, dir_fd in os.fwalk(ANALYSIS_DIR, dir_fd=root_fd):
+        for name in filenames:
+            try:
+                info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            except OSError:
+                continue
+            ids.add((info.st_dev, info.st_ino))
+    return ids
 
 
 def _utf8(text: str) -> bool:
@@ -293,46 +468,50 @@ def _utf8(text: str) -> bool:
         return False
 
 
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _quote(identifier: str) -> str:
     """An SQL identifier in double quotes (embedded quotes doubled); only ever used for names that
     were first found in the database's own schema."""
     return '"' + identifier.replace('"', '""') + '"'
 
 
-def _open_readonly(path: Path) -> sqlite3.Connection:
-    # immutable: SQLite writes nothing next to the file (no -shm, no -wal); a -wal or -journal
-    # file was refused before, so the main file alone holds every row
-    uri = f"file:{quote(os.fsencode(os.path.abspath(path)))}?mode=ro&immutable=1"
+def _open_bytes(database: str, data: bytes) -> sqlite3.Connection:
+    """An in-memory SQLite database holding ``data`` (the very bytes that were hashed): nothing is
+    opened on disk again and nothing is written next to the file. A WAL-mode header (bytes 18-19)
+    is read as the rollback-journal one, which is what a copy without its ``-wal`` is."""
+    image = bytearray(data)
+    if len(image) >= 20 and image[:16] == b"SQLite format 3\x00" and image[18:20] == b"\x02\x02":
+        image[18:20] = b"\x01\x01"
     try:
-        conn = sqlite3.connect(uri, uri=True, isolation_level=None)
+        conn = sqlite3.connect(":memory:", isolation_level=None)
+    except sqlite3.Error as exc:  # pragma: no cover - an in-memory database always opens
+        raise _refuse(f"{database} cannot be opened: {exc}") from None
+    try:
+        conn.deserialize(bytes(image))
         conn.execute("PRAGMA query_only = ON")
         conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
     except sqlite3.Error as exc:
-        raise _refuse(f"{path.name} cannot be opened read-only as SQLite: {exc}") from None
+        conn.close()
+        raise _refuse(f"{database} cannot be read as SQLite: {exc}", path=database) from None
     return conn
 
 
-def _describe(conn: sqlite3.Connection, table: str) -> list[dict[str, Any]]:
-    """The columns of ``table`` (an existing rowid table) from the database's own schema."""
+def _describe(conn: sqlite3.Connection, table: str, generated: bool = True) -> list[dict[str, Any]]:
+    """The columns of ``table`` (an existing rowid table of the user's, any name but SQLite's own
+    ``sqlite_…``) from the database's own schema; generated columns included unless ``generated``
+    is false (how results stored before they were offered are recomputed)."""
     try:
-        tables = {name for (name,) in conn.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")}
+        tables = sorted(name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+                        if not name.lower().startswith("sqlite_"))
         if table not in tables:
-            raise _refuse(f"the database has no table {table[:80]!r}; it has {sorted(tables)}")
-        info = conn.execute(f"PRAGMA table_info({_quote(table)})").fetchall()
+            raise _refuse(f"the database has no table {table[:80]!r}; it has {tables}")
+        info = [row for row in conn.execute(f"PRAGMA table_xinfo({_quote(table)})").fetchall()
+                if row[6] == 0 or (generated and row[6] in (2, 3))]
         alias = _rowid_alias(table, [row[1] for row in info])
         conn.execute(f"SELECT {alias} FROM {_quote(table)} LIMIT 0").fetchall()
     except sqlite3.Error as exc:
         raise _refuse(f"table {table[:80]!r} cannot be read by rowid: {exc}") from None
-    return [{"name": name, "type": kind, "notnull": bool(notnull), "pk": pk} for _, name, kind, notnull, _, pk in info]
+    return [{"name": name, "type": kind, "notnull": bool(notnull), "pk": pk}
+            for _, name, kind, notnull, _, pk, _hidden in info]
 
 
 def _rowid_alias(table: str, names: list[str]) -> str:
@@ -345,13 +524,18 @@ def _rowid_alias(table: str, names: list[str]) -> str:
     raise _refuse(f"table {table[:80]!r} has columns named {', '.join(ROWID_ALIASES)}: its row ids cannot be read")
 
 
-def _refuse_side_files(database: str, real: Path) -> None:
-    """``ROUTER_REFUSED`` when ``<database>-wal`` or ``<database>-journal`` exists: rows may live
-    there, outside the file that is read and hashed (checkpoint or commit the database first)."""
+def _refuse_side_files(root: Path, database: str) -> None:
+    """``ROUTER_REFUSED`` when a non-empty ``<database>-wal`` or ``<database>-journal`` exists: rows
+    may live there, outside the file that is read and hashed (checkpoint or commit the database
+    first). An empty one (and any ``-shm``) holds no rows and does not matter."""
     for suffix in ("-wal", "-journal"):
-        if os.path.lexists(str(real) + suffix):
-            raise _refuse(f"{database} has a {suffix} file next to it (uncheckpointed or unfinished writes); "
-                          "checkpoint the database (or close its writers) and query again", path=database)
+        try:
+            size = os.lstat(os.path.join(root, database + suffix)).st_size
+        except OSError:
+            continue
+        if size:
+            raise _refuse(f"{database} has a non-empty {suffix} file next to it (uncheckpointed or unfinished "
+                          "writes); checkpoint the database (or close its writers) and query again", path=database)
 
 
 def _select(conn: sqlite3.Connection, table: str, columns: list[str], where: Mapping[str, Any],
@@ -366,9 +550,13 @@ def _select(conn: sqlite3.Connection, table: str, columns: list[str], where: Map
     return [(row[0], row[1:]) for row in found[:limit]], len(found) > limit
 
 
-def _json_value(value: Any) -> Any:
+def json_value(value: Any) -> Any:
+    """A column value as JSON: blobs as ``{"base64": …}``, reals as ``{"real": repr}``, integers beyond
+    ±(2^53−1) (which JSON numbers cannot carry exactly) as ``{"integer": "<decimal digits>"}``."""
     if isinstance(value, bytes):
         return {"base64": base64.b64encode(value).decode("ascii")}
     if isinstance(value, float):
         return {"real": repr(value)}
+    if isinstance(value, int) and not -JSON_INT_MAX <= value <= JSON_INT_MAX:
+        return {"integer": str(value)}
     return value

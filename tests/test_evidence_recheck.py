@@ -1,0 +1,308 @@
+"""Verify and import re-check every stored tool result: against its request, and against every
+file it read that is unchanged on disk (docs/evidence.md, "Verifying stored results")."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ledger import BudgetConfig, Case, LedgerError, export_case, import_tree, verify_case
+from ledger.ground.errors import INTEGRITY_ERROR
+from ledger.router.reference import Router
+from ledger.router.check import could_equal, recheck, self_consistent
+from ledger.rules import evidence as rules
+
+from conftest import EXAMPLE_BUDGET, start_case
+
+APP = "sources/app.py"
+APP_TEXT = "def add(a, b):\n    return a - b\n\nprint(add(1, 2))\n# add more\n\n# end\n"
+
+
+@pytest.fixture
+def case(package: Path):
+    (package / "sources" / "app.py").write_text(APP_TEXT)
+    (package / "data").mkdir()
+    conn = sqlite3.connect(package / "data" / "shop.sqlite")
+    conn.execute("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT, role TEXT)")
+    conn.executemany("INSERT INTO users (name, role) VALUES (?, ?)", [("ann", "admin"), ("bob", "dev"), ("cy", "dev")])
+    conn.commit()
+    conn.close()
+    opened = start_case(package, hypotheses=2)
+    opened.budget(BudgetConfig.load(EXAMPLE_BUDGET)).initialize()
+    yield opened
+    opened.close()
+
+
+def action(tool: str, **args) -> dict:
+    return {"operation_id": "op-1", "hypothesis_id": "H1", "action_id": "q1", "tool": tool, "args": args}
+
+
+def genuine(case: Case, act: dict) -> dict:
+    """What the reference router returns for ``act`` now (a copy a forger then edits)."""
+    return copy.deepcopy(Router(case.path).result(act))
+
+
+def forge(case: Case, act: dict, result: dict) -> None:
+    """Store ``result`` as a forger (or a bug) would: bypassing the store's recomputation."""
+    case.budget().reserve(act["hypothesis_id"], act["action_id"], act["tool"])
+    with case.session.read() as view:
+        generation = view.head()[0]
+    reply = {"package_generation": generation, "input_identity": case.input_identity(), "results": [result]}
+    shaped = rules.shape_store("i1", {"actions": [act]}, reply)
+    case.session.run("store_tool_results", shaped, inputs={"recomputed": [result],
+                                                            "input_identity": case.input_identity()})
+
+
+def refused_by_verify_and_import(case: Case, tmp_path: Path, *expected: str) -> None:
+    """verify and import both say INTEGRITY_ERROR, with each of ``expected`` in the message."""
+    for attempt in ("verify", "import"):
+        with pytest.raises(LedgerError) as caught:
+            if attempt == "verify":
+                verify_case(case.path)
+            else:
+                export_case(case)
+                import_tree(case.path, tmp_path / "copy")
+        assert caught.value.code == INTEGRITY_ERROR, attempt
+        for text in expected:
+            assert text in caught.value.message, (attempt, caught.value.message)
+
+
+def change_an_unrelated_input(case: Case) -> None:
+    (case.path / "sources" / "other.py").write_text("unrelated = True\n")
+
+
+def line(path: str, number: int, text: str) -> dict:
+    return {"kind": "source_line", "path": path, "line": number,
+            "sha256": hashlib.sha256(text.encode()).hexdigest(), "text": text}
+
+
+# --- every item is checked against its request ----------------------------------------------------
+def test_a_search_result_omitting_a_match_of_an_unchanged_file_is_refused(case, tmp_path):
+    act = action("source.find_text", text="add")
+    result = genuine(case, act)
+    assert [i["line"] for i in result["items"]] == [1, 4, 5]
+    del result["items"][1]
+    forge(case, act, result)
+    change_an_unrelated_input(case)
+    refused_by_verify_and_import(case, tmp_path, "sources/app.py", "3 matching line(s), the result 2")
+
+
+def test_a_search_result_adding_a_line_the_unchanged_file_does_not_hold_is_refused(case, tmp_path):
+    act = action("source.find_text", text="add", max_results=5)
+    result = genuine(case, act)
+    result["items"].append(line(APP, 6, "# add this"))
+    forge(case, act, result)
+    change_an_unrelated_input(case)
+    refused_by_verify_and_import(case, tmp_path, "are not those the unchanged file holds")
+
+
+def test_a_span_result_with_a_line_outside_the_span_or_twice_is_refused(case, tmp_path):
+    act = action("source.read_context", path=APP, start_line=1, end_line=2)
+    result = genuine(case, act)
+    result["items"] = [line(APP, 7, "# end"), line(APP, 7, "# end")]
+    forge(case, act, result)
+    change_an_unrelated_input(case)
+    refused_by_verify_and_import(case, tmp_path, "are not lines 1..2")
+
+
+@pytest.mark.parametrize("coverage", [{"path": "sources/notes.txt"}, {"start_line": 2}, {"end_line": 9},
+                                      {"file_lines": 3}])
+def test_a_span_result_whose_coverage_is_not_its_arguments_is_refused(case, tmp_path, coverage):
+    act = action("source.read_context", path=APP, start_line=1, end_line=2)
+    result = genuine(case, act)
+    result["coverage"].update(coverage)
+    forge(case, act, result)
+    change_an_unrelated_input(case)
+    refused_by_verify_and_import(case, tmp_path, "stored result of operation op-1")
+
+
+def test_a_search_result_whose_coverage_names_another_search_is_refused(case, tmp_path):
+    act = action("source.find_text", text="add")
+    result = genuine(case, act)
+    result["coverage"]["text"] = "sub"
+    forge(case, act, result)
+    change_an_unrelated_input(case)
+    refused_by_verify_and_import(case, tmp_path, "is not that of the search it asked for")
+
+
+def test_a_row_contradicting_its_where_is_refused(case, tmp_path):
+    act = action("database.lookup", database="data/shop.sqlite", table="users", where={"role": "dev"})
+    result = genuine(case, act)
+    result["items"][0]["values"]["role"] = "admin"
+    result["items"][0]["sha256"] = rules.canonical_sha256(result["items"][0]["values"])
+    forge(case, act, result)
+    change_an_unrelated_input(case)
+    refused_by_verify_and_import(case, tmp_path, "does not satisfy where role = dev")
+
+
+def test_a_row_with_columns_other_than_those_asked_for_is_refused(case, tmp_path):
+    act = action("database.lookup", database="data/shop.sqlite", table="users", columns=["name"])
+    result = genuine(case, act)
+    result["items"][0]["values"]["role"] = "admin"
+    result["items"][0]["sha256"] = rules.canonical_sha256(result["items"][0]["values"])
+    forge(case, act, result)
+    change_an_unrelated_input(case)
+    refused_by_verify_and_import(case, tmp_path, "with the columns asked for")
+
+
+def test_rows_of_an_unchanged_database_must_be_the_rows_it_holds(case, tmp_path):
+    act = action("database.lookup", database="data/shop.sqlite", table="users", where={"role": "dev"})
+    result = genuine(case, act)
+    result["items"][1]["values"]["name"] = "eve"  # satisfies where; not what the file holds
+    result["items"][1]["sha256"] = rules.canonical_sha256(result["items"][1]["values"])
+    forge(case, act, result)
+    change_an_unrelated_input(case)
+    refused_by_verify_and_import(case, tmp_path, "differs from what the unchanged file data/shop.sqlite yields")
+
+
+# --- a wrong recorded hash does not switch the recompute off -----------------------------------------
+def test_a_made_up_recorded_hash_of_an_unchanged_file_is_refused(case, tmp_path):
+    act = action("source.read_context", path=APP, start_line=2, end_line=2)
+    result = genuine(case, act)
+    result["items"] = [line(APP, 2, "    return a + b")]
+    result["sources"] = [[APP, "0" * 64]]
+    forge(case, act, result)
+    refused_by_verify_and_import(case, tmp_path, "records sha256 000000000000… for sources/app.py")
+
+
+def test_a_line_of_bytes_that_are_not_utf8_is_still_checked_against_the_unchanged_file(case, tmp_path):
+    (case.path / "sources" / "latin.txt").write_bytes(b"caf\xe9 au lait\nsecond\n")
+    act = action("source.read_context", path="sources/latin.txt", start_line=1, end_line=1)
+    result = genuine(case, act)
+    assert result["items"][0]["text"] == "caf\ufffd au lait"
+    result["items"][0]["sha256"] = hashlib.sha256(b"caf\xe8 au lait").hexdigest()  # another byte, same text
+    forge(case, act, result)
+    change_an_unrelated_input(case)
+    refused_by_verify_and_import(case, tmp_path, "differs from what the unchanged file sources/latin.txt yields")
+
+
+def test_a_genuine_result_verifies_after_its_file_and_others_changed(case, tmp_path):
+    case.budget().reserve("H1", "q1", "source.find_text")
+    case.evidence().query("i1", {"actions": [action("source.find_text", text="add")]}, True)
+    (case.path / APP).write_text("def add(a, b):\n    return a + b\n")
+    change_an_unrelated_input(case)
+    report = verify_case(case.path)
+    assert report.unchecked_inputs == [{"path": APP, "why": "changed"}]
+    assert any("sources/app.py (changed)" in note for note in report.notes())
+    export_case(case)
+    import_tree(case.path, tmp_path / "copy")
+
+
+# --- side files beside an input database are not tampering ----------------------------------------
+def _store_lookup(case: Case) -> None:
+    case.budget().reserve("H1", "q1", "database.lookup")
+    act = action("database.lookup", database="data/shop.sqlite", table="users", where={"role": "dev"})
+    case.evidence().query("i1", {"actions": [act]}, True)
+
+
+@pytest.mark.parametrize("writes", [False, True])
+def test_a_database_another_program_left_with_wal_and_shm_files_still_verifies(case, tmp_path, writes):
+    path = case.path / "data" / "shop.sqlite"
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.close()
+    _store_lookup(case)
+    before = path.read_bytes()
+    # another program opens it in WAL mode and is killed before it checkpoints (or closes)
+    script = ("import sqlite3, os, signal, sys\n"
+              f"c = sqlite3.connect({str(path)!r})\n"
+              "c.execute('PRAGMA wal_autocheckpoint=0')\n"
+              "c.execute('SELECT COUNT(*) FROM users').fetchall()\n"
+              + ("c.execute(\"INSERT INTO users (name, role) VALUES ('dan', 'dev')\"); c.commit()\n" if writes else "")
+              + "print('ready', flush=True)\n"
+              "os.kill(os.getpid(), signal.SIGKILL)\n")
+    subprocess.run([sys.executable, "-c", script], check=False, timeout=60)
+    assert (case.path / "data" / "shop.sqlite-wal").exists() and (case.path / "data" / "shop.sqlite-shm").exists()
+    assert path.read_bytes() == before
+    assert verify_case(case.path).unchecked_inputs == []  # re-read and recomputed, not skipped
+    export_case(case)
+    import_tree(case.path, tmp_path / "copy")
+
+
+def test_an_empty_journal_file_beside_an_input_database_is_not_tampering(case, tmp_path):
+    _store_lookup(case)
+    (case.path / "data" / "shop.sqlite-journal").write_bytes(b"")
+    assert verify_case(case.path).events > 0
+    act = action("database.lookup", database="data/shop.sqlite", table="users")
+    assert len(Router(case.path).result(act)["items"]) == 3  # and a lookup is still answered
+
+
+def test_an_input_that_can_no_longer_be_read_is_a_changed_input_not_tampering(case, tmp_path):
+    case.budget().reserve("H1", "q1", "source.read_context")
+    case.evidence().query("i1", {"actions": [action("source.read_context", path=APP, start_line=1, end_line=2)]},
+                          True)
+    moved = tmp_path / "moved.py"
+    os.rename(case.path / APP, moved)
+    os.symlink(moved, case.path / APP)  # now a link the router will not follow
+    report = verify_case(case.path)
+    assert report.unchecked_inputs == [{"path": APP, "why": "unreadable"}]
+    assert any("checked against their requests only" in note for note in report.notes())
+
+
+# --- the re-check accepts every genuine result ------------------------------------------------------
+AFFINITIES = ["INTEGER", "TEXT", "REAL", "NUMERIC", "BLOB", ""]
+VALUES = st.one_of(st.none(), st.integers(-3, 3), st.sampled_from(["1", "2.0", " 3", "x", "", "1e0", "-0"]),
+                   st.sampled_from([1.0, 2.5, -0.0]), st.binary(max_size=2), st.sampled_from([2 ** 60, -(2 ** 62)]))
+WHERES = st.one_of(st.none(), st.integers(-3, 3), st.sampled_from(["1", "2.0", "3", "x", "", "2.5", "1e0"]))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=st.lists(st.lists(VALUES, min_size=6, max_size=6), max_size=8), column=st.integers(0, 5),
+       wanted=WHERES)
+def test_every_genuine_lookup_result_is_self_consistent_whatever_the_affinities(tmp_path, rows, column, wanted):
+    root = tmp_path / "pkg"
+    (root / "data").mkdir(parents=True, exist_ok=True)
+    db = root / "data" / "t.sqlite"
+    if db.exists():
+        db.unlink()
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE t (" + ", ".join(f"c{i} {kind}" for i, kind in enumerate(AFFINITIES)) + ")")
+    conn.executemany("INSERT INTO t VALUES (?, ?, ?, ?, ?, ?)", rows)
+    conn.commit()
+    conn.close()
+    act = {"operation_id": "o", "tool": "database.lookup",
+           "args": {"database": "data/t.sqlite", "table": "t", "where": {f"c{column}": wanted}}}
+    result = Router(root).result(act)
+    self_consistent(act, result)
+    assert recheck(Router(root), act, result, True) == result
+    for item in result["items"]:
+        assert could_equal(item["values"][f"c{column}"], wanted)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(files=st.lists(st.text(alphabet="ab\n\r", max_size=30), min_size=1, max_size=4),
+       limit=st.integers(1, 6), needle=st.sampled_from(["a", "ab", "b\r"]))
+def test_every_genuine_search_result_verifies_whether_or_not_the_inputs_changed(tmp_path, files, limit, needle):
+    root = tmp_path / "pkg"
+    if root.exists():
+        import shutil
+        shutil.rmtree(root)
+    (root / "sources" / "sub").mkdir(parents=True)
+    for number, text in enumerate(files):
+        folder = root / "sources" / ("sub" if number % 2 else "")
+        (folder / f"f{number}.txt").write_bytes(text.encode())
+    act = {"operation_id": "o", "tool": "source.find_text", "args": {"text": needle.rstrip("\r") or "a",
+                                                                     "max_results": limit}}
+    result = Router(root).result(act)
+    for same in (True, False):
+        assert recheck(Router(root), act, result, same) == result
+
+
+def test_oversized_numbers_in_a_stored_result_are_refused_without_a_traceback(case, tmp_path):
+    act = action("database.lookup", database="data/shop.sqlite", table="users", where={"role": "dev"})
+    result = genuine(case, act)
+    result["items"][0]["pointer"] = "/users/" + "9" * 5000
+    forge(case, act, result)
+    change_an_unrelated_input(case)
+    refused_by_verify_and_import(case, tmp_path, "is not a row of data/shop.sqlite")
