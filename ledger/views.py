@@ -280,6 +280,10 @@ class SqlView:
         row = self.storage.one("test_request", operation_id=operation_id)
         return dict(zip(("seq", "revision", "hypothesis_id", "action_id", "kind"), row)) if row else None
 
+    def test_of_action(self, revision: int, hypothesis_id: str, action_id: str) -> str | None:
+        row = self.storage.one("test_of_action", revision=revision, hypothesis_id=hypothesis_id, action_id=action_id)
+        return row[0] if row else None
+
     def feedback(self, feedback_id: str) -> dict[str, Any] | None:
         row = self.storage.one("feedback_draft", feedback_id=feedback_id)
         return feedback_state(json.loads(row[1]), bool(row[2])) if row else None
@@ -327,6 +331,7 @@ class MemoryView:
         self._index: dict[str, Any] | None = None
         self._reservation_seqs: dict[tuple[int, str, str], int] = {}
         self._tests: dict[str, dict[str, Any]] = {}
+        self._test_by_action: dict[tuple[int, str, str], str] = {}
         self._feedback: dict[str, dict[str, Any]] = {}
         self._attachments: dict[str, bytes] = {}
 
@@ -430,6 +435,9 @@ class MemoryView:
         found = self._tests.get(operation_id)
         return dict(found) if found else None
 
+    def test_of_action(self, revision: int, hypothesis_id: str, action_id: str) -> str | None:
+        return self._test_by_action.get((revision, hypothesis_id, action_id))
+
     def feedback(self, feedback_id: str) -> dict[str, Any] | None:
         found = self._feedback.get(feedback_id)
         return json.loads(canonical_bytes(found)) if found else None
@@ -521,6 +529,7 @@ class MemoryView:
                                                              "hypothesis_id": action["hypothesis_id"],
                                                              "action_id": action["action_id"],
                                                              "kind": body["test"]["kind"]}
+                self._test_by_action[key] = body["test"]["operation_id"]
         if body["type"] == "budget.initialized":
             self._issuers[revision] = body["actor"]
         if "cost_usd_millicents" in body:

@@ -248,6 +248,10 @@ INSERT INTO feedback_confirmations (feedback_id, seq) VALUES (:feedback_id, :seq
 -- name: test_request
 SELECT seq, revision, hypothesis_id, action_id, kind FROM test_requests WHERE operation_id = :operation_id;
 
+-- name: test_of_action
+SELECT operation_id FROM test_requests
+WHERE revision = :revision AND hypothesis_id = :hypothesis_id AND action_id = :action_id;
+
 -- name: feedback_draft
 SELECT d.seq, e.body, EXISTS (SELECT 1 FROM feedback_confirmations AS c WHERE c.feedback_id = d.feedback_id)
 FROM feedback_drafts AS d JOIN events AS e ON e.seq = d.seq WHERE d.feedback_id = :feedback_id;

@@ -281,6 +281,29 @@ def test_record_evidence_caps_novelty_and_publishing_alone_moves_no_money(case):
     assert budget.record_evidence("H1", "q1", "E000001").reused
 
 
+def test_an_action_with_its_result_refuses_a_second_result_as_a_caller_mistake(case):
+    """An action that already has its result refuses another one with NO_RESERVATION from the rule,
+    in either order and through either path; nothing is written and the history still verifies."""
+    budget = case.budget()
+    store(case, "i1", read("op-1", "H1", "q1", 1, 2), close=False)
+    budget.record_evidence("H1", "q1", "E000001")
+    store(case, "i2", read("op-2", "H2", "q2", 3, 4), close=False)
+    budget.record_result("H2", "q2", {"finding": "subtracts"})
+    before = ledger_bytes(case)
+    for call in (lambda: budget.record_result("H1", "q1", {"finding": "x"}),
+                 lambda: budget.record_result("H1", "q1", {"finding": "x"}, source_refs=[APP], cost_usd_millicents=3),
+                 lambda: budget.record_evidence("H2", "q2", "E000002")):
+        with pytest.raises(LedgerError) as refused:
+            call()
+        assert refused.value.code == NO_RESERVATION and "already has its result" in refused.value.message
+    assert ledger_bytes(case) == before
+    from click.testing import CliRunner
+    cli = CliRunner().invoke(cli_main, ["budget", "record", str(case.path), "H1", "q1", "--evidence", '{"a": 1}'])
+    assert cli.exit_code == 1 and "error: NO_RESERVATION: H1/q1 already has its result" in cli.output
+    assert verify_case(case.path).events == case.status()["package_generation"]
+    assert budget.record_evidence("H1", "q1", "E000001").reused  # the identical call still replays
+
+
 _KILLED = """
 import os, signal, sys
 from ledger import Case

@@ -228,6 +228,18 @@ def _require_action(view: LedgerView, ctx: _BudgetContext, hypothesis_id: str,
     return action
 
 
+def _require_unanswered(view: LedgerView, ctx: _BudgetContext, action: Mapping[str, Any]) -> str | None:
+    """``NO_RESERVATION`` when ``action`` already has its result (docs/errors.md): a caller's
+    mistake refused by the rule, before storage's append-only keys would see it. Returns the
+    operation id when the action is a requested test (its result comes only through its
+    confirmed feedback, docs/evidence.md), else None."""
+    h, action_id = action["hypothesis_id"], action["action_id"]
+    if action["status"] != ACTION_RESERVED:
+        raise LedgerError(E.NO_RESERVATION, f"{h}/{action_id} already has its result ({action['status']}); "
+                          "settle or fail it", hypothesis_id=h, action_id=action_id)
+    return view.test_of_action(ctx.revision, h, action_id)
+
+
 def _open_account(ctx: _BudgetContext, h: str) -> dict[str, Any]:
     """A copy of the account, if it may start something new: ``ACCOUNT_TERMINAL``, then
     ``ACTION_PENDING`` (docs/errors.md order; reserve and reject only)."""
@@ -361,6 +373,11 @@ def record_result(view: LedgerView, request: Mapping[str, Any], context: Context
     if reused is not None:
         return reused
     action = dict(_require_action(view, ctx, h, action_id, verb="record a result for"))
+    test_operation = _require_unanswered(view, ctx, action)
+    if test_operation is not None:
+        raise LedgerError(E.NO_RESERVATION, f"{h}/{action_id} is the test requested under operation {test_operation}: "
+                          "its result comes only through its confirmed feedback (store_feedback, then "
+                          "record_evidence)", hypothesis_id=h, action_id=action_id, operation_id=test_operation)
     # no room check: the reserve kept room for this event and the settle (_check_budget_room)
     content_sha256 = request["evidence_sha256"]
     seen = view.content_seen(content_sha256)
@@ -407,9 +424,11 @@ def record_evidence(view: LedgerView, request: Mapping[str, Any], context: Conte
     if (record["revision"], record["hypothesis_id"], record["action_id"]) != (ctx.revision, h, action_id):
         raise LedgerError(E.NO_RESERVATION, f"record {rid} belongs to {record['hypothesis_id']}/{record['action_id']} "
                           f"of revision {record['revision']}, not to {h}/{action_id}", record_id=rid)
-    if action["status"] != ACTION_RESERVED:
-        raise LedgerError(E.NO_RESERVATION, f"{h}/{action_id} already has its result ({action['status']})",
-                          record_id=rid)
+    test_operation = _require_unanswered(view, ctx, action)
+    if test_operation is not None and (record["origin"].get("kind") != "feedback"
+                                       or record["operation_id"] != test_operation):
+        raise LedgerError(E.NO_RESERVATION, f"{h}/{action_id} is the test requested under operation {test_operation}: "
+                          f"its result comes only through its confirmed feedback, not record {rid}", record_id=rid)
     index = view.evidence_index_head() or {"records": []}
     if not any(e["record_id"] == rid and e["sha256"] == canonical_sha256(record) for e in index["records"]):
         raise LedgerError(E.INTEGRITY_ERROR, f"record {rid} is not in the evidence index with its hash")

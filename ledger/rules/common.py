@@ -167,6 +167,7 @@ class LedgerView(Protocol):
     def reservation_seq(self, revision: int, hypothesis_id: str, action_id: str) -> int | None: ...
     # asynchronous tests and feedback (docs/evidence.md)
     def test_request(self, operation_id: str) -> dict[str, Any] | None: ...  # seq, revision, hypothesis_id, action_id, kind
+    def test_of_action(self, revision: int, hypothesis_id: str, action_id: str) -> str | None: ...  # its operation id
     def feedback(self, feedback_id: str) -> dict[str, Any] | None: ...  # the draft, its reply, seq, confirmed
     def feedback_total(self) -> int: ...
     def attachment(self, sha256: str) -> bytes | None: ...  # the stored content row of a feedback attachment

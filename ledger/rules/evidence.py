@@ -101,7 +101,8 @@ def _refuse_reservations(view: LedgerView, revision: int, actions: Sequence[Mapp
         found = view.action(revision, h, action_id)
         bound = view.evidence_binding(revision, h, action_id)
         if (found is None or found["status"] != "reserved" or found["action"] != action["tool"]
-                or (bound is not None and bound[1] != op_id)):
+                or (bound is not None and bound[1] != op_id)
+                or view.test_of_action(revision, h, action_id) is not None):  # a test's result is its feedback
             raise LedgerError(E.NO_RESERVATION, f"operation {op_id} names no still-reserved action {h}/{action_id} "
                               f"of tool {action['tool']}", operation_id=op_id, hypothesis_id=h, action_id=action_id)
 
