@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from ledger import BudgetConfig, Case, LedgerError, apply_journal, export_case, import_tree, verify_case
 from ledger.errors import (ACCOUNT_TERMINAL, AUTHORITY_DENIED, INVALID_ARGUMENT, INVALID_CAPABILITY,
-                           LIMIT_EXCEEDED, NOT_INITIALIZED)
+                           INSUFFICIENT_BUDGET, LIMIT_EXCEEDED, NOT_INITIALIZED)
 from ledger.replay import PackageSource, Replayer
 from ledger.rules import scopes as scope_rules
 from ledger_cli.main import main as cli_main
@@ -403,6 +403,30 @@ def test_check_reports_the_tightest_remaining_tier_and_scarcity(package, example
     signal = budget.price_signal("H1", "source.find_text").to_dict()
     assert signal == {"cost": 10, "resource_cost": 22, "scarcity_bps": 22000}  # account at 60 %
     assert budget.remaining("H1").to_dict() == {"budget": 100, "spent": 40, "remaining": 60, "pct_remaining": 60}
+    case.close()
+
+
+@pytest.mark.parametrize("kind,price", [("human", 40), ("automated", 25)])
+def test_the_gate_quotes_a_test_at_the_price_request_test_charges(package, kind, price):
+    """check and price quote test.KIND at test_costs, as request_test debits it: the gate never calls a
+    test affordable that request_test refuses with INSUFFICIENT_BUDGET, nor refuses one it accepts."""
+    config = BudgetConfig.from_mapping({"test_costs": {"human": 40, "automated": 25}, "default_action_cost": 7})
+    case = _ready(package, units=price + 3, config=config)
+    budget = case.budget()
+    reading = budget.check("H1", f"test.{kind}")
+    assert (reading["cost"], reading["allowed"]) == (price, True)
+    assert budget.price_signal("H1", f"test.{kind}").to_dict()["cost"] == price
+    assert budget.request_test("H1", "t1", kind, "op-t1").action["cost_units"] == price
+    budget.reserve("H2", "q1", "source.read_context")
+    budget.fail("H2", "q1", "x")  # H2 now holds price + 3 - 7 < price
+    refused_reading = budget.check("H2", f"test.{kind}")
+    assert (refused_reading["cost"], refused_reading["allowed"], refused_reading["tier"]) == (price, False, "deferred")
+    with pytest.raises(LedgerError) as refused:
+        budget.request_test("H2", "t2", kind, "op-t2")
+    assert refused.value.code == INSUFFICIENT_BUDGET
+    assert budget.check("H2", "test.other")["cost"] == 7  # not a test kind: an ordinary action name
+    out = CliRunner().invoke(cli_main, ["budget", "check", str(package), "H1", f"test.{kind}", "--json"])
+    assert out.exit_code == 0 and json.loads(out.output)["cost"] == price
     case.close()
 
 

@@ -131,7 +131,7 @@ def request_test(view: LedgerView, request: Mapping[str, Any], context: Context)
                               operation_id=op_id)
 
     def price(policy: BudgetConfig) -> int:
-        return policy.policy["test_costs"][request["kind"]]
+        return policy.price_units(f"test.{request['kind']}")
 
     return budget_rules.reserve_priced(view, request, context, f"test.{request['kind']}", price,
                                        "budget.test_requested", unused_operation,
