@@ -21,6 +21,7 @@ from ._sql import migration_record_problem, statement
 from .canonical import check_int
 from .clock import parse_at, utc_now
 from .config import AnalysisConfig
+from .arguments import check_flag
 from .errors import LedgerError
 from .facade import CaseFacade, LifecycleResult  # noqa: F401 (re-exported)
 from .evidence import EvidenceStore
@@ -220,6 +221,7 @@ class Case(CaseFacade):
         """:meth:`events` read from the cursor as consumed (``INVALID_ARGUMENT`` for a bad ``since_seq``
         is raised at the call, before iterating)."""
         check_int(since_seq, "since_seq", minimum=0)
+        check_flag(with_body, "with_body")
         return self.iter_query(statement("events_since", body=", body" if with_body else ""), {"since": since_seq})
 
     # -- package files -----------------------------------------------------------------

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol
 
 from .canonical import canonical_bytes, canonical_sha256
+from .arguments import check_flag
 from .errors import LedgerError
 from .router import Router
 from .rules import evidence as rules
@@ -107,6 +108,7 @@ class EvidenceStore:
         """Run the router on ``request`` and return its reply; with ``store`` also store it exactly as
         :meth:`store_tool_results` does. ``INVALID_ARGUMENT``/``INVALID_ID`` for a malformed request,
         ``ROUTER_REFUSED`` for a refused tool call."""
+        check_flag(store, "store")  # "false" or 0 would read as true or false by accident
         rules.shape_store(iteration_id, request, _EMPTY_REPLY)
         reply = self.router.reply(request)
         if not store:  # a read: nothing written, answered at the generation the router read

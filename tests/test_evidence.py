@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import inspect
 import json
 import os
 import shutil
@@ -17,11 +18,13 @@ from pathlib import Path
 import click
 import pytest
 
-from ledger import (AnalysisConfig, BudgetConfig, Case, LedgerError, export_case, import_tree, verify_case)
+from ledger import (AnalysisConfig, BudgetConfig, BudgetManager, Case, EvidenceStore, LedgerError, ScopeManager,
+                    export_case, import_tree, verify_case)
 from ledger._sql import migrations
 from ledger.errors import (INTEGRITY_ERROR, INVALID_ARGUMENT, LIMIT_REACHED, NO_RESERVATION, OPERATION_CONFLICT,
                            REPLY_MISMATCH, ROUTER_REFUSED, STALE_GENERATION)
 from ledger.journal import apply_journal
+from ledger.operations import OPERATIONS
 from ledger.router import split_lines
 from ledger_cli.main import main as cli_main
 
@@ -441,6 +444,36 @@ def test_journal_query_and_store_and_record_evidence(case):
                          "reply": results[2]["result"]["reply"]})
     again = [r.to_dict() for r in apply_journal(case, [stored])]
     assert again[0]["ok"] and again[0]["reused"] is True
+
+
+@pytest.mark.parametrize("value", ["false", "true", 0, 1, "", [], {}, "False"])
+def test_journal_flags_are_json_booleans(case, value):
+    """A key that takes a boolean (``store`` of ``query``) accepts only true or false; anything else
+    is INVALID_ARGUMENT naming the key and nothing is stored (also through the Python API)."""
+    action = read("op-1", "H1", "q1", 1, 2)
+    case.budget().reserve("H1", "q1", "source.read_context")
+    before = ledger_bytes(case)
+    line = json.dumps({"op": "query", "iteration_id": "i1", "request": {"actions": [action]}, "store": value})
+    result = [r.to_dict() for r in apply_journal(case, [line])][0]
+    assert result["ok"] is False and result["error"]["code"] == INVALID_ARGUMENT
+    assert "store must be a JSON boolean" in result["error"]["message"]
+    with pytest.raises(LedgerError) as api:
+        case.evidence().query("i1", {"actions": [action]}, value)
+    assert api.value.code == INVALID_ARGUMENT and "store" in api.value.message
+    assert ledger_bytes(case) == before
+    with pytest.raises(LedgerError) as events:
+        case.events(with_body=value)
+    assert events.value.code == INVALID_ARGUMENT and "with_body" in events.value.message
+
+
+def test_every_journal_flag_is_declared_as_one():
+    """Each journal key the Python API takes as a bool is declared a flag, so the journal checks its type."""
+    services = {"case": Case, "budget": BudgetManager, "evidence": EvidenceStore, "scope": ScopeManager}
+    for op in OPERATIONS.values():
+        method = inspect.signature(getattr(services[op.service], op.name))
+        for argument in op.arguments:
+            annotation = str(method.parameters[argument.param].annotation)
+            assert (annotation == "bool") == argument.flag, (op.name, argument.key, annotation)
 
 
 def test_cli_evidence_query_and_store(case, tmp_path):
