@@ -307,6 +307,44 @@ def test_cli_feedback_commands(case, tmp_path):
     assert draft["feedback"]["attachments"][0]["sha256"] == hashlib.sha256(LOG.encode()).hexdigest()
 
 
+def test_two_attachments_with_one_name_are_refused_naming_both(case, tmp_path):
+    """``--attach run1/log.txt --attach run2/log.txt``: both would be kept under log.txt, so the command
+    refuses naming both files and writes nothing; distinct names keep every file."""
+    from click.testing import CliRunner
+
+    case.budget().request_test("H1", "t1", "human", "test-1")
+    path = str(case.path)
+    case.close()
+    reply = tmp_path / "reply.json"
+    reply.write_text(json.dumps({"status": "failed", "details": "run 2 failed"}))
+    files = []
+    for run, text in (("run1", "ok\n"), ("run2", "FAILED test_add\n"), ("run3", "ok\n")):
+        (tmp_path / run).mkdir()
+        files.append(tmp_path / run / "log.txt")
+        files[-1].write_text(text)
+    (tmp_path / "run2" / "LOG.txt").write_text("other case\n")
+    runner = CliRunner()
+    with Case.open(path) as opened:
+        before = ledger_rows(opened)
+    for given in ([files[0], files[1]], [files[0], files[0]], [files[1], tmp_path / "run2" / "LOG.txt", files[2]]):
+        args = [a for f in given for a in ("--attach", str(f))]
+        refused = runner.invoke(cli_main, ["evidence", "feedback", "submit", path, "test-1", str(reply), *args])
+        assert refused.exit_code == 1, refused.output
+        assert "error: INVALID_ARGUMENT" in refused.output and "share the name log.txt" in refused.output
+        assert all(str(f) in refused.output for f in given if f.name == "log.txt")
+    with Case.open(path) as opened:
+        assert ledger_rows(opened) == before
+    renamed = tmp_path / "run2" / "log-run2.txt"
+    renamed.write_text(files[1].read_text())
+    kept = runner.invoke(cli_main, ["evidence", "feedback", "submit", path, "test-1", str(reply), "--attach",
+                                    str(files[0]), "--attach", str(renamed), "--attach",
+                                    str(tmp_path / "run2" / "LOG.txt"), "--json"])
+    assert kept.exit_code == 0, kept.output
+    with Case.open(path) as opened:
+        draft = json.loads(opened.query("SELECT body FROM events WHERE type = 'feedback.submitted'")[0]["body"])
+    assert sorted(a["name"] for a in draft["feedback"]["attachments"]) == ["LOG.txt", "log-run2.txt", "log.txt"]
+
+
 @pytest.mark.parametrize("tamper", [
     "UPDATE contents SET body = replace(body, '2 passed', '9 passed') WHERE body LIKE '%pytest.log%'",
     "DELETE FROM feedback_confirmations",
