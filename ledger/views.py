@@ -38,6 +38,11 @@ def feedback_state(body: Mapping[str, Any], confirmed: bool) -> dict[str, Any]:
     return {**body["feedback"], "seq": body["seq"], "reply": body["request"]["reply"], "confirmed": confirmed}
 
 
+def refusal_key(identity: Mapping[str, Any]) -> str:
+    """The in-memory key of a recorded limit refusal (its identity, docs/scopes.md)."""
+    return canonical_sha256(dict(identity))
+
+
 def cache_key(statement: str, **params: Any) -> tuple[str, tuple]:
     """How :class:`WriterCache` files the answer of a named statement with its parameters."""
     return statement, tuple(sorted(params.items()))
@@ -280,6 +285,12 @@ class SqlView:
         row = self.storage.one("test_request", operation_id=operation_id)
         return dict(zip(("seq", "revision", "hypothesis_id", "action_id", "kind"), row)) if row else None
 
+    def limit_refusal(self, identity: Mapping[str, Any]) -> int | None:
+        params = {**identity, "request": json.dumps(identity["request"], sort_keys=True, separators=(",", ":"),
+                                                    ensure_ascii=False)}
+        row = self.storage.one("limit_refusal_recorded", **params)
+        return row[0] if row else None
+
     def test_of_action(self, revision: int, hypothesis_id: str, action_id: str) -> str | None:
         row = self.storage.one("test_of_action", revision=revision, hypothesis_id=hypothesis_id, action_id=action_id)
         return row[0] if row else None
@@ -332,6 +343,7 @@ class MemoryView:
         self._reservation_seqs: dict[tuple[int, str, str], int] = {}
         self._tests: dict[str, dict[str, Any]] = {}
         self._test_by_action: dict[tuple[int, str, str], str] = {}
+        self._limit_refusals: dict[str, int] = {}
         self._feedback: dict[str, dict[str, Any]] = {}
         self._attachments: dict[str, bytes] = {}
 
@@ -435,6 +447,9 @@ class MemoryView:
         found = self._tests.get(operation_id)
         return dict(found) if found else None
 
+    def limit_refusal(self, identity: Mapping[str, Any]) -> int | None:
+        return self._limit_refusals.get(refusal_key(identity))
+
     def test_of_action(self, revision: int, hypothesis_id: str, action_id: str) -> str | None:
         return self._test_by_action.get((revision, hypothesis_id, action_id))
 
@@ -493,6 +508,11 @@ class MemoryView:
     def _apply_scope(self, body: Mapping[str, Any]) -> None:
         if body["type"] == "scope.established":
             self._scopes[body["scope"]] = {**establishment_row(body), "limits": dict(body["effective_limits"])}
+        elif body["type"] == "limit.exceeded":
+            identity = {k: body[k] for k in ("scope", "dimension", "declared", "on_exhausted", "establishment_seq",
+                                             "revision", "request")}
+            identity["consumed_after"] = None if body["dimension"] == "duration_ms" else body["consumed_after"]
+            self._limit_refusals[refusal_key(identity)] = body["seq"]
         elif body["type"] == "limit.approaching":
             self._warned.setdefault((body["scope"], body["establishment_seq"]), set()).add(body["dimension"])
 

@@ -248,6 +248,16 @@ INSERT INTO feedback_confirmations (feedback_id, seq) VALUES (:feedback_id, :seq
 -- name: test_request
 SELECT seq, revision, hypothesis_id, action_id, kind FROM test_requests WHERE operation_id = :operation_id;
 
+-- name: limit_refusal_recorded
+-- The newest limit.exceeded recorded for the same refused request against the same limit (docs/scopes.md).
+SELECT l.seq FROM limit_exceedances AS l JOIN events AS e ON e.seq = l.seq
+WHERE l.scope = :scope AND l.dimension = :dimension AND l.declared = :declared
+  AND l.on_exhausted = :on_exhausted AND (:consumed_after IS NULL OR l.consumed_after = :consumed_after)
+  AND json_extract(e.body, '$.establishment_seq') = :establishment_seq
+  AND json_extract(e.body, '$.revision') = :revision
+  AND json_extract(e.body, '$.request') = :request
+ORDER BY l.seq DESC LIMIT 1;
+
 -- name: test_of_action
 SELECT operation_id FROM test_requests
 WHERE revision = :revision AND hypothesis_id = :hypothesis_id AND action_id = :action_id;

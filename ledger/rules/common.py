@@ -168,6 +168,7 @@ class LedgerView(Protocol):
     # asynchronous tests and feedback (docs/evidence.md)
     def test_request(self, operation_id: str) -> dict[str, Any] | None: ...  # seq, revision, hypothesis_id, action_id, kind
     def test_of_action(self, revision: int, hypothesis_id: str, action_id: str) -> str | None: ...  # its operation id
+    def limit_refusal(self, identity: Mapping[str, Any]) -> int | None: ...  # seq of that limit.exceeded, docs/scopes.md
     def feedback(self, feedback_id: str) -> dict[str, Any] | None: ...  # the draft, its reply, seq, confirmed
     def feedback_total(self) -> int: ...
     def attachment(self, sha256: str) -> bytes | None: ...  # the stored content row of a feedback attachment
