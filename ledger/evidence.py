@@ -9,7 +9,7 @@
 
 ``store_tool_results`` validates the request and reply against their schemas,
 recomputes the whole batch with the router against the current package, and
-publishes request, result, record and a new cumulative index per batch in one
+publishes request, result, record and a new index per batch in one
 transaction. Publishing never moves money: the reserved action stays pending
 until ``record_evidence`` (and ``settle``) on the budget.
 """

@@ -267,14 +267,18 @@ class SqlView:
 
     def evidence_records_total(self) -> int:
         head = self.evidence_index_head()
-        return len(head["records"]) if head else 0
+        return head["record_count"] if head else 0
 
     def evidence_index_head(self) -> dict[str, Any] | None:
         row = self.storage.one("evidence_index_head")
         if row is None:
             return None
-        body = json.loads(row[0])
-        return {"index_sha256": body["index_sha256"], **body["index"]}
+        return {"index_sha256": row[0], "next_record_number": row[1], "record_count": row[2], "format": row[3],
+                "records": None}  # a write never needs the v1 list: it writes evidence-index-v2
+
+    def indexed_record_sha(self, record_id: str) -> str | None:
+        row = self.storage.one("evidence_indexed_sha", record_id=record_id)
+        return row[0] if row else None
 
     def reservation_seq(self, revision: int, hypothesis_id: str, action_id: str) -> int | None:
         row = self.storage.one("reservation_seq", revision=revision, hypothesis_id=hypothesis_id, action_id=action_id)
@@ -344,6 +348,7 @@ class MemoryView:
         self._tests: dict[str, dict[str, Any]] = {}
         self._test_by_action: dict[tuple[int, str, str], str] = {}
         self._limit_refusals: dict[str, int] = {}
+        self._indexed: dict[str, str] = {}  # record id → the record hash its index lists
         self._feedback: dict[str, dict[str, Any]] = {}
         self._attachments: dict[str, bytes] = {}
 
@@ -438,7 +443,13 @@ class MemoryView:
         return len(self._records)
 
     def evidence_index_head(self) -> dict[str, Any] | None:
-        return json.loads(canonical_bytes(self._index)) if self._index else None
+        if not self._index:
+            return None
+        records = self._index["records"]
+        return {**self._index, "records": None if records is None else list(records)}
+
+    def indexed_record_sha(self, record_id: str) -> str | None:
+        return self._indexed.get(record_id)
 
     def reservation_seq(self, revision: int, hypothesis_id: str, action_id: str) -> int | None:
         return self._reservation_seqs.get((revision, hypothesis_id, action_id))
@@ -493,13 +504,25 @@ class MemoryView:
         elif kind == "evidence.recorded":
             self._apply_record(body["record"])
         elif kind == "evidence.indexed":
-            self._index = {"index_sha256": body["index_sha256"], **body["index"]}
+            self._apply_index(body)
         elif kind == "feedback.submitted":
             self._feedback[body["feedback"]["feedback_id"]] = feedback_state(body, False)
             self._attachments.update(contents)
         elif kind == "feedback.confirmed":
             self._feedback[body["feedback_id"]]["confirmed"] = True
         return stream_seq
+
+    def _apply_index(self, body: Mapping[str, Any]) -> None:
+        """The newest index: v1 lists every record so far (kept, for its successor's legacy form),
+        v2 only the records it adds and their running count (docs/evidence.md)."""
+        index = body["index"]
+        before = self._index["record_count"] if self._index else 0
+        cumulative = body["format"] == "evidence-index-v1"
+        added = index["records"][before:] if cumulative else index["records"]
+        self._indexed.update((entry["record_id"], entry["sha256"]) for entry in added)
+        self._index = {"index_sha256": body["index_sha256"], "next_record_number": index["next_record_number"],
+                       "record_count": len(index["records"]) if cumulative else index["record_count"],
+                       "format": body["format"], "records": list(index["records"]) if cumulative else None}
 
     def _remember_operation(self, key: str, seq: int, request: Mapping[str, Any]) -> None:
         """Note operation ``key`` (answered by event ``seq``) with its request's hash."""

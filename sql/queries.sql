@@ -217,7 +217,15 @@ SELECT 1 FROM evidence_atoms WHERE atom_sha256 = :atom_sha256;
 SELECT body FROM evidence_records WHERE record_id = :record_id;
 
 -- name: evidence_index_head
-SELECT e.body FROM evidence_indexes AS i JOIN events AS e ON e.seq = i.seq ORDER BY i.seq DESC LIMIT 1;
+SELECT i.index_sha256, i.next_record_number, i.record_count, json_extract(e.body, '$.format')
+FROM evidence_indexes AS i JOIN events AS e ON e.seq = i.seq ORDER BY i.seq DESC LIMIT 1;
+
+-- name: evidence_indexed_sha
+-- the record hash listed for :record_id by the first index published after the record (its own)
+SELECT json_extract(j.value, '$.sha256') FROM events AS e, json_each(e.body, '$.index.records') AS j
+WHERE e.seq = (SELECT MIN(i.seq) FROM evidence_indexes AS i
+               WHERE i.seq > (SELECT r.seq FROM evidence_records AS r WHERE r.record_id = :record_id))
+  AND json_extract(j.value, '$.record_id') = :record_id;
 
 -- name: reservation_seq
 SELECT seq FROM reservations

@@ -429,8 +429,7 @@ def record_evidence(view: LedgerView, request: Mapping[str, Any], context: Conte
                                        or record["operation_id"] != test_operation):
         raise LedgerError(E.NO_RESERVATION, f"{h}/{action_id} is the test requested under operation {test_operation}: "
                           f"its result comes only through its confirmed feedback, not record {rid}", record_id=rid)
-    index = view.evidence_index_head() or {"records": []}
-    if not any(e["record_id"] == rid and e["sha256"] == canonical_sha256(record) for e in index["records"]):
+    if view.indexed_record_sha(rid) != canonical_sha256(record):
         raise LedgerError(E.INTEGRITY_ERROR, f"record {rid} is not in the evidence index with its hash")
     action.update(status=ACTION_AWAITING,
                   novelty_score=min(ctx.policy["new_evidence_score"], record["novelty_score"]))
