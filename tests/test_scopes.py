@@ -349,6 +349,25 @@ def test_an_identical_retry_of_a_refused_reservation_answers_with_the_recorded_r
     assert import_tree(package, tmp_path / "copy").head_seq == head + 7
 
 
+def test_refusals_recorded_before_the_retry_rule_still_verify_and_export_byte_identically(tmp_path):
+    """``tests/data/repeated-limit-refusals`` was exported by the code before identical retries were
+    answered with the recorded refusal (``tests/data/repeated-limit-refusals.build.txt``): three
+    identical limit.exceeded events. The history replays as written; a new identical retry is answered
+    with the newest of them."""
+    source = REPO / "tests" / "data" / "repeated-limit-refusals"
+    import_tree(source, tmp_path / "case")
+    assert verify_case(tmp_path / "case").events == 11
+    with Case.open(tmp_path / "case") as case:
+        assert _exceedances(case) == 3
+        export_case(case)
+        again = _refused(case.budget().reserve, "H1", "q2", "source.read_context")
+        assert again.code == LIMIT_EXCEEDED and again.details["recorded_seq"] == 11
+        assert case.status()["package_generation"] == 11
+    for path in source.rglob("*"):
+        if path.is_file():
+            assert (tmp_path / "case" / path.relative_to(source)).read_bytes() == path.read_bytes(), path
+
+
 def test_a_duration_limit_refusal_is_recorded_once_while_the_clock_runs_on(package):
     case = _ready(package)
     lines = [{"op": "establish", "scope": "case", "limits": {"duration_ms": 1000}, "issuer": "controller",
