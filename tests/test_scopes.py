@@ -349,6 +349,25 @@ def test_an_identical_retry_of_a_refused_reservation_answers_with_the_recorded_r
     assert import_tree(package, tmp_path / "copy").head_seq == head + 7
 
 
+def test_a_refund_in_the_scope_makes_a_retried_refusal_a_new_fact(package):
+    case = _ready(package, hypotheses=3)
+    budget = case.budget()
+    case.scopes().establish("case", {"units": 22}, "controller")
+    budget.reserve("H1", "a", "source.find_text")
+    budget.fail("H1", "a", "x")
+    budget.reserve("H2", "b", "source.find_text")  # the case holds 20 of its 22 units
+    first = _refused(budget.reserve, "H3", "c", "source.find_text")
+    assert first.details["consumed_after"] == 30 and "recorded_seq" not in first.details
+    assert _refused(budget.reserve, "H3", "c", "source.find_text").details["recorded_seq"] > 0
+    budget.record_result("H2", "b", {"found": "something"})
+    budget.settle("H2", "b", 30, "a little")  # refund 2: the case now holds 18
+    after = _refused(budget.reserve, "H3", "c", "source.find_text")
+    assert after.details["consumed_after"] == 28 and "recorded_seq" not in after.details
+    assert _exceedances(case) == 2
+    case.close()
+    verify_case(package)
+
+
 def test_refusals_recorded_before_the_retry_rule_still_verify_and_export_byte_identically(tmp_path):
     """``tests/data/repeated-limit-refusals`` was exported by the code before identical retries were
     answered with the recorded refusal (``tests/data/repeated-limit-refusals.build.txt``): three
