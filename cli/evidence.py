@@ -130,6 +130,13 @@ def _attachments(paths: tuple[Path, ...], limit: int) -> dict[str, Any]:
     ``LIMIT_REACHED`` naming ``evidence_artifact_bytes_max``)."""
     if len(paths) > ATTACHMENTS_MAX:
         raise LedgerError("INVALID_ARGUMENT", f"at most {ATTACHMENTS_MAX} attachments, got {len(paths)}")
+    by_name: dict[str, list[Path]] = {}
+    for path in paths:
+        by_name.setdefault(path.name, []).append(path)
+    for name, same in by_name.items():
+        if len(same) > 1:  # an attachment is kept under its file name: one would silently replace the other
+            raise LedgerError("INVALID_ARGUMENT", f"attachments {', '.join(map(str, same))} share the name {name}; "
+                              "give each a distinct file name (copy or rename one)", attachment=name)
     for path in paths:
         try:
             info = os.stat(path)
@@ -160,7 +167,8 @@ def _attachment(path: Path, limit: int) -> Any:
 @click.argument("operation_id")
 @click.argument("reply", type=RegularFile())
 @click.option("--attach", "attach", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="A file to attach under its name (UTF-8 text as is, other bytes as base64); repeatable.")
+              help="A file to attach under its name (UTF-8 text as is, other bytes as base64); repeatable; "
+                   "two files with the same name are refused.")
 @AT
 @JSON
 @pass_settings

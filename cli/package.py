@@ -49,8 +49,9 @@ FOREIGN_COLUMNS = ("type", "name", "table")
 @CASE
 @JSON
 @click.option("--strict", is_flag=True,
-              help="Fail (exit 1) unless the export is complete and current (no manifest.json, a partial "
-                   "export or one behind the ledger fail).")
+              help="Run SQLite's full integrity_check instead of quick_check, and fail (exit 1) unless the "
+                   "export is complete and current (no manifest.json, a partial export or one behind the "
+                   "ledger fail).")
 @click.option("--table", "as_table", is_flag=True,
               help="Print the foreign objects as a table (the summary goes to stderr).")
 @click.option("--nl", "as_nl", is_flag=True,
@@ -61,6 +62,10 @@ FOREIGN_COLUMNS = ("type", "name", "table")
               help="Print the foreign objects as tab-separated values (the summary goes to stderr).")
 def verify(case: str, as_json: bool, strict: bool, **formats: bool) -> None:
     """Recompute everything from the requests and check chain, rows, views and export.
+
+    SQLite's own check of the file runs first (quick_check; the full
+    integrity_check with --strict): damaged pages, rows or indexes fail with
+    INTEGRITY_ERROR naming what SQLite names.
 
     An export older than the ledger is reported as N events behind, a case
     never exported as not exported, exported files without manifest.json as a
@@ -76,7 +81,7 @@ def verify(case: str, as_json: bool, strict: bool, **formats: bool) -> None:
     with Case.open(case) as opened:
         total = opened.status()["package_generation"]
     with progress_bar(total, "verifying", stream=sys.stderr if fmt else None) as bar:
-        report = verify_case(case, progress=bar.update)
+        report = verify_case(case, progress=bar.update, strict=strict)
     summary = [f"ok: {report.events} events, {report.contents} contents, head seq {report.head_seq} "
                f"sha256 {report.head_sha256}", *report.notes()]
     if fmt in (None, "json"):

@@ -217,7 +217,15 @@ SELECT 1 FROM evidence_atoms WHERE atom_sha256 = :atom_sha256;
 SELECT body FROM evidence_records WHERE record_id = :record_id;
 
 -- name: evidence_index_head
-SELECT e.body FROM evidence_indexes AS i JOIN events AS e ON e.seq = i.seq ORDER BY i.seq DESC LIMIT 1;
+SELECT i.index_sha256, i.next_record_number, i.record_count, json_extract(e.body, '$.format')
+FROM evidence_indexes AS i JOIN events AS e ON e.seq = i.seq ORDER BY i.seq DESC LIMIT 1;
+
+-- name: evidence_indexed_sha
+-- the record hash listed for :record_id by the first index published after the record (its own)
+SELECT json_extract(j.value, '$.sha256') FROM events AS e, json_each(e.body, '$.index.records') AS j
+WHERE e.seq = (SELECT MIN(i.seq) FROM evidence_indexes AS i
+               WHERE i.seq > (SELECT r.seq FROM evidence_records AS r WHERE r.record_id = :record_id))
+  AND json_extract(j.value, '$.record_id') = :record_id;
 
 -- name: reservation_seq
 SELECT seq FROM reservations
@@ -247,6 +255,20 @@ INSERT INTO feedback_confirmations (feedback_id, seq) VALUES (:feedback_id, :seq
 
 -- name: test_request
 SELECT seq, revision, hypothesis_id, action_id, kind FROM test_requests WHERE operation_id = :operation_id;
+
+-- name: limit_refusal_recorded
+-- The newest limit.exceeded recorded for the same refused request against the same limit (docs/scopes.md).
+SELECT l.seq FROM limit_exceedances AS l JOIN events AS e ON e.seq = l.seq
+WHERE l.scope = :scope AND l.dimension = :dimension AND l.declared = :declared
+  AND l.on_exhausted = :on_exhausted AND (:consumed_after IS NULL OR l.consumed_after = :consumed_after)
+  AND json_extract(e.body, '$.establishment_seq') = :establishment_seq
+  AND json_extract(e.body, '$.revision') = :revision
+  AND json_extract(e.body, '$.request') = :request
+ORDER BY l.seq DESC LIMIT 1;
+
+-- name: test_of_action
+SELECT operation_id FROM test_requests
+WHERE revision = :revision AND hypothesis_id = :hypothesis_id AND action_id = :action_id;
 
 -- name: feedback_draft
 SELECT d.seq, e.body, EXISTS (SELECT 1 FROM feedback_confirmations AS c WHERE c.feedback_id = d.feedback_id)

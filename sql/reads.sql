@@ -82,6 +82,11 @@ SELECT seq, stream, revision, stream_seq, body FROM {schema}.events ORDER BY seq
 -- name: manifest_evidence_artifact_before_evidence
 SELECT NULL WHERE 0;
 
+-- name: sqlite_check
+-- verify: SQLite's own check of the file's pages, rows and indexes ({check} is quick_check, or
+-- integrity_check with --strict); one row 'ok', or up to 20 problems naming page and row.
+PRAGMA {schema}.{check}(20);
+
 -- name: has_migrations_table
 SELECT 1 FROM {schema}.sqlite_master WHERE type = 'table' AND name = 'schema_migrations';
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import inspect
 import json
 import os
 import shutil
@@ -25,6 +26,16 @@ from ledger.ground.errors import (INTEGRITY_ERROR, INVALID_ARGUMENT, LIMIT_REACH
     OPERATION_CONFLICT, REPLY_MISMATCH, ROUTER_REFUSED, STALE_GENERATION)
 from ledger.package_tools.journal import apply_journal
 from ledger.router.reference import split_lines, Router
+
+
+from ledger import (AnalysisConfig, BudgetConfig, BudgetManager, Case, EvidenceStore, LedgerError, ScopeManager,
+                    export_case, import_tree, verify_case)
+from ledger.storage.sqlfiles import migrations
+from ledger.ground.errors import (INTEGRITY_ERROR, INVALID_ARGUMENT, LIMIT_REACHED, NO_RESERVATION, OPERATION_CONFLICT,
+                           REPLY_MISMATCH, ROUTER_REFUSED, STALE_GENERATION)
+from ledger.package_tools.journal import apply_journal
+from ledger.model.operations import OPERATIONS
+from ledger.router.reference import split_lines
 from ledger_cli.main import main as cli_main
 from conftest import EXAMPLE_BUDGET, REPO, start_case
 from ledger.router import reference as router_module
@@ -284,6 +295,29 @@ def test_record_evidence_caps_novelty_and_publishing_alone_moves_no_money(case):
     assert budget.record_evidence("H1", "q1", "E000001").reused
 
 
+def test_an_action_with_its_result_refuses_a_second_result_as_a_caller_mistake(case):
+    """An action that already has its result refuses another one with NO_RESERVATION from the rule,
+    in either order and through either path; nothing is written and the history still verifies."""
+    budget = case.budget()
+    store(case, "i1", read("op-1", "H1", "q1", 1, 2), close=False)
+    budget.record_evidence("H1", "q1", "E000001")
+    store(case, "i2", read("op-2", "H2", "q2", 3, 4), close=False)
+    budget.record_result("H2", "q2", {"finding": "subtracts"})
+    before = ledger_bytes(case)
+    for call in (lambda: budget.record_result("H1", "q1", {"finding": "x"}),
+                 lambda: budget.record_result("H1", "q1", {"finding": "x"}, source_refs=[APP], cost_usd_millicents=3),
+                 lambda: budget.record_evidence("H2", "q2", "E000002")):
+        with pytest.raises(LedgerError) as refused:
+            call()
+        assert refused.value.code == NO_RESERVATION and "already has its result" in refused.value.message
+    assert ledger_bytes(case) == before
+    from click.testing import CliRunner
+    cli = CliRunner().invoke(cli_main, ["budget", "record", str(case.path), "H1", "q1", "--evidence", '{"a": 1}'])
+    assert cli.exit_code == 1 and "error: NO_RESERVATION: H1/q1 already has its result" in cli.output
+    assert verify_case(case.path).events == case.status()["package_generation"]
+    assert budget.record_evidence("H1", "q1", "E000001").reused  # the identical call still replays
+
+
 _KILLED = """
 import os, signal, sys
 from ledger import Case
@@ -421,6 +455,36 @@ def test_journal_query_and_store_and_record_evidence(case):
                          "reply": results[2]["result"]["reply"]})
     again = [r.to_dict() for r in apply_journal(case, [stored])]
     assert again[0]["ok"] and again[0]["reused"] is True
+
+
+@pytest.mark.parametrize("value", ["false", "true", 0, 1, "", [], {}, "False"])
+def test_journal_flags_are_json_booleans(case, value):
+    """A key that takes a boolean (``store`` of ``query``) accepts only true or false; anything else
+    is INVALID_ARGUMENT naming the key and nothing is stored (also through the Python API)."""
+    action = read("op-1", "H1", "q1", 1, 2)
+    case.budget().reserve("H1", "q1", "source.read_context")
+    before = ledger_bytes(case)
+    line = json.dumps({"op": "query", "iteration_id": "i1", "request": {"actions": [action]}, "store": value})
+    result = [r.to_dict() for r in apply_journal(case, [line])][0]
+    assert result["ok"] is False and result["error"]["code"] == INVALID_ARGUMENT
+    assert "store must be a JSON boolean" in result["error"]["message"]
+    with pytest.raises(LedgerError) as api:
+        case.evidence().query("i1", {"actions": [action]}, value)
+    assert api.value.code == INVALID_ARGUMENT and "store" in api.value.message
+    assert ledger_bytes(case) == before
+    with pytest.raises(LedgerError) as events:
+        case.events(with_body=value)
+    assert events.value.code == INVALID_ARGUMENT and "with_body" in events.value.message
+
+
+def test_every_journal_flag_is_declared_as_one():
+    """Each journal key the Python API takes as a bool is declared a flag, so the journal checks its type."""
+    services = {"case": Case, "budget": BudgetManager, "evidence": EvidenceStore, "scope": ScopeManager}
+    for op in OPERATIONS.values():
+        method = inspect.signature(getattr(services[op.service], op.name))
+        for argument in op.arguments:
+            annotation = str(method.parameters[argument.param].annotation)
+            assert (annotation == "bool") == argument.flag, (op.name, argument.key, annotation)
 
 
 def test_cli_evidence_query_and_store(case, tmp_path):

@@ -26,6 +26,15 @@ from ledger.ground.clock import format_utc
 from ledger.storage.readonly import readonly_query
 from ledger.package_tools.journal import apply_journal
 
+
+from ledger import Case, LedgerError
+from ledger.ground.canonical import canonical_bytes, sha256_hex
+from ledger.ground.errors import CASE_EXISTS, INTEGRITY_ERROR, INVALID_ARGUMENT, LEDGER_MISSING
+from ledger import export_case, import_tree, verify_case
+
+from conftest import logical_dump, run_cli
+
+
 @pytest.fixture
 def exported(budget, case):
     budget.reserve("H1", "a1", "source.read_context")
@@ -603,3 +612,51 @@ def test_verify_names_a_cited_source_file_edited_since_it_was_cited(budget, case
     with pytest.raises(LedgerError) as caught:
         verify_case(case.path)
     assert "sources/cited.py" in caught.value.message
+
+
+# --- physical damage: SQLite's own check --------------------------------------------------------
+def _flip_bit(path: Path, index: str, offset_in_page: int) -> int:
+    """Flip the lowest bit of one byte of ``index``'s root page (offsets past 4095 count from the
+    page's end) in a checkpointed ledger; returns the page number."""
+    ledger = path / "ledger.sqlite"
+    with sqlite3.connect(ledger) as conn:
+        page = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (index,)).fetchone()[0]
+        size = conn.execute("PRAGMA page_size").fetchone()[0]
+    conn.close()
+    data = bytearray(ledger.read_bytes())
+    at = (page - 1) * size + (offset_in_page if offset_in_page < size else 2 * size - offset_in_page)
+    data[at] ^= 0x01
+    ledger.write_bytes(bytes(data))
+    return page
+
+
+def test_a_flipped_bit_in_an_index_entry_fails_strict_verify_with_what_sqlite_names(exported):
+    """One bit of an index entry's row pointer: quick_check cannot see it, integrity_check (--strict)
+    says "row 1 missing from index …"; verify must never say ok."""
+    _flip_bit(exported, "sqlite_autoindex_reservations_1", 4096 + 3)  # the first entry's rowid byte
+    with pytest.raises(LedgerError) as strict:
+        verify_case(exported, strict=True)
+    assert strict.value.code == INTEGRITY_ERROR and strict.value.details["check"] == "integrity_check"
+    assert "missing from index sqlite_autoindex_reservations_1" in strict.value.message
+    with pytest.raises(LedgerError) as quick:  # the replay's comparison of rows and views catches it too
+        verify_case(exported)
+    assert quick.value.code == INTEGRITY_ERROR
+    ran = run_cli("verify", str(exported), "--strict")
+    assert ran.returncode == 1 and b"error: INTEGRITY_ERROR: SQLite's integrity_check" in ran.stderr
+    assert b"missing from index sqlite_autoindex_reservations_1" in ran.stderr and b"Traceback" not in ran.stderr
+
+
+@pytest.mark.parametrize("offset", [3, 4, 5, 8])
+def test_a_flipped_bit_in_an_index_page_header_fails_verify_naming_the_page(exported, offset):
+    page = _flip_bit(exported, "sqlite_autoindex_reservations_1", offset)
+    with pytest.raises(LedgerError) as caught:
+        verify_case(exported)
+    assert caught.value.code == INTEGRITY_ERROR and caught.value.details["check"] == "quick_check"
+    assert f"page {page}" in caught.value.message
+    assert len(caught.value.message) < 1000  # the first few problems, not hundreds of lines
+
+
+def test_verify_strict_is_a_flag():
+    with pytest.raises(LedgerError) as caught:
+        verify_case(".", strict="yes")
+    assert caught.value.code == INVALID_ARGUMENT

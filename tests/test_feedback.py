@@ -124,6 +124,43 @@ def test_stored_feedback_is_one_atom_and_feeds_the_budget(case):
     assert settled.action["reward_units"] == min(cost * 8000 * 100 // 1_000_000, cost - 1)
 
 
+def test_a_requested_test_gets_its_result_only_through_its_confirmed_feedback(case):
+    """record_result on a requested test's action, with any payload, is NO_RESERVATION and earns no
+    refund; a record of another action is refused too; only the stored confirmed feedback feeds it."""
+    budget = case.budget()
+    budget.request_test("H1", "t1", "human", "test-1")
+    before = ledger_rows(case)
+    for payload in ({"status": "passed"}, {}, None, "ok"):
+        with pytest.raises(LedgerError) as refused:
+            budget.record_result("H1", "t1", payload)
+        assert refused.value.code == NO_RESERVATION and "confirmed feedback" in refused.value.message
+    assert ledger_rows(case) == before
+    budget.reserve("H2", "q2", "source.read_context")
+    case.evidence().query("i2", {"actions": [{"operation_id": "op-2", "hypothesis_id": "H2", "action_id": "q2",
+                                              "tool": "source.read_context",
+                                              "args": {"path": "sources/app.py", "start_line": 1, "end_line": 1}}]},
+                          True)
+    with pytest.raises(LedgerError) as other_record:
+        budget.record_evidence("H1", "t1", "E000001")
+    assert other_record.value.code == NO_RESERVATION
+    draft = case.evidence().submit_feedback("test-1", PASSED)
+    case.evidence().confirm_feedback(draft.feedback_id)
+    case.evidence().store_feedback("test-1", draft.feedback_id)
+    assert budget.record_evidence("H1", "t1", "E000002").action["status"] == "awaiting_assessment"
+    with pytest.raises(LedgerError) as second:
+        budget.record_result("H1", "t1", {"status": "passed"})
+    assert second.value.code == NO_RESERVATION
+    assert verify_case(case.path).events == case.status()["package_generation"]
+
+
+def test_a_test_action_reserved_directly_still_takes_a_plain_result(case):
+    """Only a test requested with request_test is bound to its feedback; an action merely named
+    test.automated and reserved with reserve keeps the plain record_result path."""
+    budget = case.budget()
+    budget.reserve("H1", "s1", "test.automated")
+    assert budget.record_result("H1", "s1", {"passed": 3}).action["status"] == "awaiting_assessment"
+
+
 def test_unable_to_test_scores_0_and_identical_feedback_is_a_duplicate(case):
     budget = case.budget()
     budget.request_test("H1", "t1", "automated", "test-1")
@@ -273,6 +310,44 @@ def test_cli_feedback_commands(case, tmp_path):
     with Case.open(path) as reopened:
         draft = json.loads(reopened.query("SELECT body FROM events WHERE type = 'feedback.submitted'")[0]["body"])
     assert draft["feedback"]["attachments"][0]["sha256"] == hashlib.sha256(LOG.encode()).hexdigest()
+
+
+def test_two_attachments_with_one_name_are_refused_naming_both(case, tmp_path):
+    """``--attach run1/log.txt --attach run2/log.txt``: both would be kept under log.txt, so the command
+    refuses naming both files and writes nothing; distinct names keep every file."""
+    from click.testing import CliRunner
+
+    case.budget().request_test("H1", "t1", "human", "test-1")
+    path = str(case.path)
+    case.close()
+    reply = tmp_path / "reply.json"
+    reply.write_text(json.dumps({"status": "failed", "details": "run 2 failed"}))
+    files = []
+    for run, text in (("run1", "ok\n"), ("run2", "FAILED test_add\n"), ("run3", "ok\n")):
+        (tmp_path / run).mkdir()
+        files.append(tmp_path / run / "log.txt")
+        files[-1].write_text(text)
+    (tmp_path / "run2" / "LOG.txt").write_text("other case\n")
+    runner = CliRunner()
+    with Case.open(path) as opened:
+        before = ledger_rows(opened)
+    for given in ([files[0], files[1]], [files[0], files[0]], [files[1], tmp_path / "run2" / "LOG.txt", files[2]]):
+        args = [a for f in given for a in ("--attach", str(f))]
+        refused = runner.invoke(cli_main, ["evidence", "feedback", "submit", path, "test-1", str(reply), *args])
+        assert refused.exit_code == 1, refused.output
+        assert "error: INVALID_ARGUMENT" in refused.output and "share the name log.txt" in refused.output
+        assert all(str(f) in refused.output for f in given if f.name == "log.txt")
+    with Case.open(path) as opened:
+        assert ledger_rows(opened) == before
+    renamed = tmp_path / "run2" / "log-run2.txt"
+    renamed.write_text(files[1].read_text())
+    kept = runner.invoke(cli_main, ["evidence", "feedback", "submit", path, "test-1", str(reply), "--attach",
+                                    str(files[0]), "--attach", str(renamed), "--attach",
+                                    str(tmp_path / "run2" / "LOG.txt"), "--json"])
+    assert kept.exit_code == 0, kept.output
+    with Case.open(path) as opened:
+        draft = json.loads(opened.query("SELECT body FROM events WHERE type = 'feedback.submitted'")[0]["body"])
+    assert sorted(a["name"] for a in draft["feedback"]["attachments"]) == ["LOG.txt", "log-run2.txt", "log.txt"]
 
 
 @pytest.mark.parametrize("tamper", [

@@ -20,6 +20,13 @@ from ledger.services.case import read_only_rows
 from ledger.ground.errors import (ACCOUNT_TERMINAL, AUTHORITY_DENIED, INVALID_ARGUMENT, INVALID_CAPABILITY,
     LIMIT_EXCEEDED, NOT_INITIALIZED)
 from ledger.package_tools.replay import PackageSource, Replayer
+
+
+from ledger import AnalysisConfig, BudgetConfig, Case, LedgerError, apply_journal, export_case, import_tree, verify_case
+from ledger.ground.errors import (ACCOUNT_TERMINAL, AUTHORITY_DENIED, INVALID_ARGUMENT, INVALID_CAPABILITY,
+                           INSUFFICIENT_BUDGET, LIMIT_EXCEEDED, LIMIT_REACHED,
+                           NOT_INITIALIZED)
+from ledger.package_tools.replay import PackageSource, Replayer
 from ledger.rules import scopes as scope_rules
 from ledger_cli.main import main as cli_main
 from conftest import REPO, logical_dump, make_package, start_case, EXAMPLE_BUDGET
@@ -75,9 +82,10 @@ def test_a_task_allowed_50_actions_inside_a_case_with_3_left_gets_exactly_3(pack
     assert case.balances() == before  # block_action: only this reservation fails
     assert _usage(case)[("case", "BUG-1", "actions")] == (5, 5, 0)
     assert _usage(case)[("hypothesis", "1/H1", "actions")] == (50, 3, 47)
-    # the refused reservation is not an operation: retrying it is evaluated afresh
-    assert _refused(budget.reserve, "H1", "q3", "source.read_context").code == LIMIT_EXCEEDED
-    assert _types(case)[-2:] == ["limit.exceeded", "limit.exceeded"]
+    # retrying is evaluated afresh; the same refusal at the same consumption is not recorded twice
+    again = _refused(budget.reserve, "H1", "q3", "source.read_context")
+    assert again.code == LIMIT_EXCEEDED and again.details["recorded_seq"] == case.status()["package_generation"]
+    assert _types(case)[-2:] == ["budget.failed", "limit.exceeded"]
     case.close()
     assert verify_case(package).events == len(_types(Case.open(package)))
 
@@ -308,6 +316,140 @@ def test_duration_ms_runs_on_the_journal_clock_and_a_clock_stepping_back_is_clam
     verify_case(package)
 
 
+def _exceedances(case: Case) -> int:
+    return case.query("SELECT COUNT(*) AS n FROM limit_exceedances")[0]["n"]
+
+
+def test_an_identical_retry_of_a_refused_reservation_answers_with_the_recorded_refusal(package, tmp_path):
+    """The same request refused against the same limit at the same consumption is one fact: retries
+    are answered with the recorded refusal (its seq in ``recorded_seq``) and append nothing. Events
+    that leave that limit's numbers alone do not make it new; a change of consumption, another
+    request or another limit does."""
+    case = _ready(package, hypotheses=3)
+    budget = case.budget()
+    established = case.scopes().establish("hypothesis:1/H1", {"units": 15}, "controller").seq
+    case.scopes().establish("revision:1", {"units": 1000}, "controller")
+    budget.reserve("H1", "q0", "source.find_text")
+    budget.record_result("H1", "q0", {"found": 1})  # awaiting: a settle later refunds part of it
+    budget.settle("H1", "q0", 0, "nothing new")
+    head = case.status()["package_generation"]
+    refusals = [_refused(budget.reserve, "H1", "q1", "source.find_text") for _ in range(200)]
+    assert {(r.code, r.details["consumed_after"]) for r in refusals} == {(LIMIT_EXCEEDED, 20)}
+    assert _exceedances(case) == 1 and case.status()["package_generation"] == head + 1
+    assert "recorded_seq" not in refusals[0].details
+    assert {r.details["recorded_seq"] for r in refusals[1:]} == {head + 1}
+    budget.reserve("H2", "b1", "source.read_context")  # another hypothesis: H1's limit is unchanged
+    budget.fail("H2", "b1", "x")
+    assert _refused(budget.reserve, "H1", "q1", "source.find_text").details["recorded_seq"] == head + 1
+    assert _exceedances(case) == 1
+    assert "recorded_seq" not in _refused(budget.reserve, "H1", "q2", "source.find_text").details  # another request
+    assert _exceedances(case) == 2
+    case.scopes().establish("hypothesis:1/H1", {"units": 12}, "controller", causation_seq=established)  # another limit
+    assert "recorded_seq" not in _refused(budget.reserve, "H1", "q1", "source.find_text").details
+    assert _exceedances(case) == 3
+    export_case(case)
+    case.close()
+    assert verify_case(package).events == head + 7
+    assert import_tree(package, tmp_path / "copy").head_seq == head + 7
+
+
+def test_a_refund_in_the_scope_makes_a_retried_refusal_a_new_fact(package):
+    case = _ready(package, hypotheses=3)
+    budget = case.budget()
+    case.scopes().establish("case", {"units": 22}, "controller")
+    budget.reserve("H1", "a", "source.find_text")
+    budget.fail("H1", "a", "x")
+    budget.reserve("H2", "b", "source.find_text")  # the case holds 20 of its 22 units
+    first = _refused(budget.reserve, "H3", "c", "source.find_text")
+    assert first.details["consumed_after"] == 30 and "recorded_seq" not in first.details
+    assert _refused(budget.reserve, "H3", "c", "source.find_text").details["recorded_seq"] > 0
+    budget.record_result("H2", "b", {"found": "something"})
+    budget.settle("H2", "b", 30, "a little")  # refund 2: the case now holds 18
+    after = _refused(budget.reserve, "H3", "c", "source.find_text")
+    assert after.details["consumed_after"] == 28 and "recorded_seq" not in after.details
+    assert _exceedances(case) == 2
+    case.close()
+    verify_case(package)
+
+
+def test_refusals_recorded_before_the_retry_rule_still_verify_and_export_byte_identically(tmp_path):
+    """``tests/data/repeated-limit-refusals`` was exported by the code before identical retries were
+    answered with the recorded refusal (``tests/data/repeated-limit-refusals.build.txt``): three
+    identical limit.exceeded events. The history replays as written; a new identical retry is answered
+    with the newest of them."""
+    source = REPO / "tests" / "data" / "repeated-limit-refusals"
+    import_tree(source, tmp_path / "case")
+    assert verify_case(tmp_path / "case").events == 11
+    with Case.open(tmp_path / "case") as case:
+        assert _exceedances(case) == 3
+        export_case(case)
+        again = _refused(case.budget().reserve, "H1", "q2", "source.read_context")
+        assert again.code == LIMIT_EXCEEDED and again.details["recorded_seq"] == 11
+        assert case.status()["package_generation"] == 11
+    for path in source.rglob("*"):
+        if path.is_file():
+            assert (tmp_path / "case" / path.relative_to(source)).read_bytes() == path.read_bytes(), path
+
+
+def test_a_duration_limit_refusal_is_recorded_once_while_the_clock_runs_on(package):
+    case = _ready(package)
+    lines = [{"op": "establish", "scope": "case", "limits": {"duration_ms": 1000}, "issuer": "controller",
+              "at": "2026-03-01T10:00:00Z"}]
+    lines += [{"op": "reserve", "hypothesis": "H1", "action_id": "q1", "action": "source.read_context",
+               "at": f"2026-03-01T10:00:{second:02d}Z"} for second in range(2, 40)]
+    results = list(apply_journal(case, [json.dumps(line) for line in lines], keep_going=True))
+    assert [r.error.code for r in results[1:]] == [LIMIT_EXCEEDED] * 38
+    assert [r.error.details["consumed_after"] for r in results[1:3]] == [2000, 3000]  # the refusal says now
+    assert _exceedances(case) == 1
+    case.close()
+    verify_case(package)
+
+
+@pytest.mark.parametrize("room, code, budget_events", [(1, LIMIT_REACHED, 1), (2, LIMIT_EXCEEDED, 2)])
+def test_limit_terminated_events_count_against_budget_events_max(package, room, code, budget_events):
+    """A refusal that ends accounts writes budget.limit_terminated, a budget event: without room for
+    it under budget_events_max it is LIMIT_REACHED and writes nothing."""
+    case = Case.create(package, "BUG-1", analysis_config=AnalysisConfig(limits={"budget_events_max": room}))
+    case.open_revision([{"statement": "a"}, {"statement": "b"}], 100)
+    case.transition("INVESTIGATING_HYPOTHESES")
+    case.budget().initialize()
+    case.scopes().establish("hypothesis:1/H1", {"actions": 0}, "controller", on_exhausted="task_failed")
+    head = case.status()["package_generation"]
+    assert _refused(case.budget().reserve, "H1", "q1", "source.read_context").code == code
+    assert case.query("SELECT COUNT(*) AS n FROM events WHERE stream = 'budget'")[0]["n"] == budget_events
+    assert case.status()["package_generation"] == head + (0 if code == LIMIT_REACHED else 2)
+    case.close()
+    verify_case(package)
+
+
+RETRY_SCRIPT = """
+import sys
+from ledger import Case, LedgerError
+with Case.open(sys.argv[1], actor="worker") as case:
+    codes = set()
+    for _ in range(25):
+        try:
+            case.budget().reserve("H1", "q-over", "source.read_context")
+        except LedgerError as e:
+            codes.add(e.code)
+    print(",".join(sorted(codes)))
+"""
+
+
+@pytest.mark.slow
+def test_eight_processes_retrying_one_refused_reservation_record_it_once(package):
+    case = _ready(package)
+    case.scopes().establish("hypothesis:1/H1", {"actions": 0}, "controller")
+    case.close()
+    workers = [subprocess.Popen([sys.executable, "-c", RETRY_SCRIPT, str(package)], cwd=REPO,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(8)]
+    outputs = [w.communicate(timeout=300)[0].strip() for w in workers]
+    assert outputs == [LIMIT_EXCEEDED] * 8
+    with Case.open(package) as case:
+        assert _exceedances(case) == 1
+    verify_case(package)
+
+
 # --- 8.2: authority -----------------------------------------------------------------------------
 def test_a_delegate_raising_its_own_limit_or_granting_itself_units_is_denied_and_nothing_written(package):
     case = _ready(package)
@@ -401,6 +543,30 @@ def test_check_reports_the_tightest_remaining_tier_and_scarcity(package, example
     signal = budget.price_signal("H1", "source.find_text").to_dict()
     assert signal == {"cost": 10, "resource_cost": 22, "scarcity_bps": 22000}  # account at 60 %
     assert budget.remaining("H1").to_dict() == {"budget": 100, "spent": 40, "remaining": 60, "pct_remaining": 60}
+    case.close()
+
+
+@pytest.mark.parametrize("kind,price", [("human", 40), ("automated", 25)])
+def test_the_gate_quotes_a_test_at_the_price_request_test_charges(package, kind, price):
+    """check and price quote test.KIND at test_costs, as request_test debits it: the gate never calls a
+    test affordable that request_test refuses with INSUFFICIENT_BUDGET, nor refuses one it accepts."""
+    config = BudgetConfig.from_mapping({"test_costs": {"human": 40, "automated": 25}, "default_action_cost": 7})
+    case = _ready(package, units=price + 3, config=config)
+    budget = case.budget()
+    reading = budget.check("H1", f"test.{kind}")
+    assert (reading["cost"], reading["allowed"]) == (price, True)
+    assert budget.price_signal("H1", f"test.{kind}").to_dict()["cost"] == price
+    assert budget.request_test("H1", "t1", kind, "op-t1").action["cost_units"] == price
+    budget.reserve("H2", "q1", "source.read_context")
+    budget.fail("H2", "q1", "x")  # H2 now holds price + 3 - 7 < price
+    refused_reading = budget.check("H2", f"test.{kind}")
+    assert (refused_reading["cost"], refused_reading["allowed"], refused_reading["tier"]) == (price, False, "deferred")
+    with pytest.raises(LedgerError) as refused:
+        budget.request_test("H2", "t2", kind, "op-t2")
+    assert refused.value.code == INSUFFICIENT_BUDGET
+    assert budget.check("H2", "test.other")["cost"] == 7  # not a test kind: an ordinary action name
+    out = CliRunner().invoke(cli_main, ["budget", "check", str(package), "H1", f"test.{kind}", "--json"])
+    assert out.exit_code == 0 and json.loads(out.output)["cost"] == price
     case.close()
 
 

@@ -166,6 +166,15 @@ class BudgetConfig:
         """Cost of ``action``: its ``action_costs`` entry, else ``default_action_cost`` (docs/concepts.md)."""
         return self.policy["action_costs"].get(action, self.policy["default_action_cost"])
 
+    def price_units(self, action: str) -> int:
+        """What asking for ``action`` costs, for every path that quotes or charges a requested action
+        (docs/scopes.md): ``test.human``/``test.automated`` (``request_test``, the soft gate) cost their
+        ``test_costs`` entry; any other action its :meth:`cost_units`."""
+        kind = action.removeprefix("test.")
+        if action.startswith("test.") and kind in self.policy["test_costs"]:
+            return self.policy["test_costs"][kind]
+        return self.cost_units(action)
+
     @property
     def affordability_floor_units(self) -> int:
         """Cheapest cost in the policy: min of ``default_action_cost`` and ``action_costs`` (docs/concepts.md)."""

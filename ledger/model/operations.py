@@ -56,6 +56,8 @@ class Argument:
     key: str
     param: str
     required: bool = True
+    #: The key takes a JSON boolean (``true``/``false``); anything else is ``INVALID_ARGUMENT``.
+    flag: bool = False
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,10 @@ class Operation:
     @functools.cached_property
     def required_keys(self) -> frozenset[str]:
         return frozenset(a.key for a in self.arguments if a.required)
+
+    @functools.cached_property
+    def flag_keys(self) -> frozenset[str]:
+        return frozenset(a.key for a in self.arguments if a.flag)
 
     @functools.cached_property
     def optional_keys(self) -> frozenset[str]:
@@ -243,7 +249,7 @@ OPERATIONS: dict[str, Operation] = {op.name: op for op in (
                                                  A("reply", "reply")),
               "evidence store", evidence_rules.store_tool_results, _replay_store_tool_results),
     Operation("query", "evidence", (A("iteration_id", "iteration_id"), A("request", "request"),
-                                    A("store", "store", False)),
+                                    A("store", "store", False, flag=True)),
               "evidence query"),
     Operation("request_test", "budget", (A("hypothesis", "hypothesis_id"), A("action_id", "action_id"),
                                          A("kind", "kind"), A("operation_id", "operation_id")),

@@ -101,7 +101,7 @@ def _evidence_indexed(body: Body, draft: Draft) -> list[HelperRow]:
     index = body["index"]
     return [("insert_evidence_index", {"seq": body["seq"], "index_sha256": body["index_sha256"],
                                        "next_record_number": index["next_record_number"],
-                                       "record_count": len(index["records"])})]
+                                       "record_count": index.get("record_count", len(index["records"]))})]
 
 
 def _budget_evidence_recorded(body: Body, draft: Draft) -> list[HelperRow]:

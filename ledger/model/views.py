@@ -38,6 +38,11 @@ def feedback_state(body: Mapping[str, Any], confirmed: bool) -> dict[str, Any]:
     return {**body["feedback"], "seq": body["seq"], "reply": body["request"]["reply"], "confirmed": confirmed}
 
 
+def refusal_key(identity: Mapping[str, Any]) -> str:
+    """The in-memory key of a recorded limit refusal (its identity, docs/scopes.md)."""
+    return canonical_sha256(dict(identity))
+
+
 def cache_key(statement: str, **params: Any) -> tuple[str, tuple]:
     """How :class:`WriterCache` files the answer of a named statement with its parameters."""
     return statement, tuple(sorted(params.items()))
@@ -262,14 +267,18 @@ class SqlView:
 
     def evidence_records_total(self) -> int:
         head = self.evidence_index_head()
-        return len(head["records"]) if head else 0
+        return head["record_count"] if head else 0
 
     def evidence_index_head(self) -> dict[str, Any] | None:
         row = self.storage.one("evidence_index_head")
         if row is None:
             return None
-        body = json.loads(row[0])
-        return {"index_sha256": body["index_sha256"], **body["index"]}
+        return {"index_sha256": row[0], "next_record_number": row[1], "record_count": row[2], "format": row[3],
+                "records": None}  # a write never needs the v1 list: it writes evidence-index-v2
+
+    def indexed_record_sha(self, record_id: str) -> str | None:
+        row = self.storage.one("evidence_indexed_sha", record_id=record_id)
+        return row[0] if row else None
 
     def reservation_seq(self, revision: int, hypothesis_id: str, action_id: str) -> int | None:
         row = self.storage.one("reservation_seq", revision=revision, hypothesis_id=hypothesis_id, action_id=action_id)
@@ -279,6 +288,16 @@ class SqlView:
     def test_request(self, operation_id: str) -> dict[str, Any] | None:
         row = self.storage.one("test_request", operation_id=operation_id)
         return dict(zip(("seq", "revision", "hypothesis_id", "action_id", "kind"), row)) if row else None
+
+    def limit_refusal(self, identity: Mapping[str, Any]) -> int | None:
+        params = {**identity, "request": json.dumps(identity["request"], sort_keys=True, separators=(",", ":"),
+                                                    ensure_ascii=False)}
+        row = self.storage.one("limit_refusal_recorded", **params)
+        return row[0] if row else None
+
+    def test_of_action(self, revision: int, hypothesis_id: str, action_id: str) -> str | None:
+        row = self.storage.one("test_of_action", revision=revision, hypothesis_id=hypothesis_id, action_id=action_id)
+        return row[0] if row else None
 
     def feedback(self, feedback_id: str) -> dict[str, Any] | None:
         row = self.storage.one("feedback_draft", feedback_id=feedback_id)
@@ -327,6 +346,9 @@ class MemoryView:
         self._index: dict[str, Any] | None = None
         self._reservation_seqs: dict[tuple[int, str, str], int] = {}
         self._tests: dict[str, dict[str, Any]] = {}
+        self._test_by_action: dict[tuple[int, str, str], str] = {}
+        self._limit_refusals: dict[str, int] = {}
+        self._indexed: dict[str, str] = {}  # record id → the record hash its index lists
         self._feedback: dict[str, dict[str, Any]] = {}
         self._attachments: dict[str, bytes] = {}
 
@@ -421,7 +443,13 @@ class MemoryView:
         return len(self._records)
 
     def evidence_index_head(self) -> dict[str, Any] | None:
-        return json.loads(canonical_bytes(self._index)) if self._index else None
+        if not self._index:
+            return None
+        records = self._index["records"]
+        return {**self._index, "records": None if records is None else list(records)}
+
+    def indexed_record_sha(self, record_id: str) -> str | None:
+        return self._indexed.get(record_id)
 
     def reservation_seq(self, revision: int, hypothesis_id: str, action_id: str) -> int | None:
         return self._reservation_seqs.get((revision, hypothesis_id, action_id))
@@ -429,6 +457,12 @@ class MemoryView:
     def test_request(self, operation_id: str) -> dict[str, Any] | None:
         found = self._tests.get(operation_id)
         return dict(found) if found else None
+
+    def limit_refusal(self, identity: Mapping[str, Any]) -> int | None:
+        return self._limit_refusals.get(refusal_key(identity))
+
+    def test_of_action(self, revision: int, hypothesis_id: str, action_id: str) -> str | None:
+        return self._test_by_action.get((revision, hypothesis_id, action_id))
 
     def feedback(self, feedback_id: str) -> dict[str, Any] | None:
         found = self._feedback.get(feedback_id)
@@ -470,13 +504,25 @@ class MemoryView:
         elif kind == "evidence.recorded":
             self._apply_record(body["record"])
         elif kind == "evidence.indexed":
-            self._index = {"index_sha256": body["index_sha256"], **body["index"]}
+            self._apply_index(body)
         elif kind == "feedback.submitted":
             self._feedback[body["feedback"]["feedback_id"]] = feedback_state(body, False)
             self._attachments.update(contents)
         elif kind == "feedback.confirmed":
             self._feedback[body["feedback_id"]]["confirmed"] = True
         return stream_seq
+
+    def _apply_index(self, body: Mapping[str, Any]) -> None:
+        """The newest index: v1 lists every record so far (kept, for its successor's legacy form),
+        v2 only the records it adds and their running count (docs/evidence.md)."""
+        index = body["index"]
+        before = self._index["record_count"] if self._index else 0
+        cumulative = body["format"] == "evidence-index-v1"
+        added = index["records"][before:] if cumulative else index["records"]
+        self._indexed.update((entry["record_id"], entry["sha256"]) for entry in added)
+        self._index = {"index_sha256": body["index_sha256"], "next_record_number": index["next_record_number"],
+                       "record_count": len(index["records"]) if cumulative else index["record_count"],
+                       "format": body["format"], "records": list(index["records"]) if cumulative else None}
 
     def _remember_operation(self, key: str, seq: int, request: Mapping[str, Any]) -> None:
         """Note operation ``key`` (answered by event ``seq``) with its request's hash."""
@@ -485,6 +531,11 @@ class MemoryView:
     def _apply_scope(self, body: Mapping[str, Any]) -> None:
         if body["type"] == "scope.established":
             self._scopes[body["scope"]] = {**establishment_row(body), "limits": dict(body["effective_limits"])}
+        elif body["type"] == "limit.exceeded":
+            identity = {k: body[k] for k in ("scope", "dimension", "declared", "on_exhausted", "establishment_seq",
+                                             "revision", "request")}
+            identity["consumed_after"] = None if body["dimension"] == "duration_ms" else body["consumed_after"]
+            self._limit_refusals[refusal_key(identity)] = body["seq"]
         elif body["type"] == "limit.approaching":
             self._warned.setdefault((body["scope"], body["establishment_seq"]), set()).add(body["dimension"])
 
@@ -521,6 +572,7 @@ class MemoryView:
                                                              "hypothesis_id": action["hypothesis_id"],
                                                              "action_id": action["action_id"],
                                                              "kind": body["test"]["kind"]}
+                self._test_by_action[key] = body["test"]["operation_id"]
         if body["type"] == "budget.initialized":
             self._issuers[revision] = body["actor"]
         if "cost_usd_millicents" in body:

@@ -14,6 +14,7 @@ simply be run again: what was done comes back ``reused``.
 
 from __future__ import annotations
 
+import json
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -139,6 +140,10 @@ def parse_line(text: str | bytes) -> dict[str, Any]:
     extra = keys - required - optional
     if extra:
         raise LedgerError(E.INVALID_ARGUMENT, f"{op}: unexpected key(s) {', '.join(sorted(extra))}")
+    for key in sorted(found.flag_keys & keys):
+        if not isinstance(line[key], bool):
+            raise LedgerError(E.INVALID_ARGUMENT, f"{op}: {key} must be a JSON boolean (true or false), "
+                              f"got {json.dumps(line[key], ensure_ascii=False)[:40]}", key=key)
     if None in line.values():  # an optional key (or "at") is either absent or has a value
         nulls = sorted(key for key in optional | {"at"} if key in line and line[key] is None)
         if nulls:  # a null required key is the operation's to refuse, with its own code

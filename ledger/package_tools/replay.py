@@ -34,7 +34,7 @@ from ..storage.sqlite_file import EventRow, HelperRow
 from ..model.views import MemoryView
 
 EVENT_FORMATS = ("case-event-v1", "budget-event-v1", "scope-event-v1", "evidence-event-v1", "evidence-record-v1",
-                 "evidence-index-v1", "feedback-event-v1")
+                 "evidence-index-v1", "evidence-index-v2", "feedback-event-v1")
 #: ``sink(event row, helper rows, content rows)`` receives every accepted event.
 Sink = Callable[[EventRow, list[HelperRow], Mapping[str, bytes]], None]
 
@@ -122,7 +122,8 @@ class Replayer:
         body = self._parse(seq, data)
         created_at = body["created_at"]
         draft = self._following.popleft() if self._following else self._recompute(seq, body)
-        rebuilt = dict(draft.fields)
+        legacy = draft.legacy_fields
+        rebuilt = dict(legacy if legacy is not None and body.get("format") == legacy["format"] else draft.fields)
         rebuilt.update(seq=seq, parent_sha256=self.previous_sha, created_at=created_at,
                        actor=body["actor"], request=draft.request)
         try:

@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping
 from ..ground import errors as E
 from .atomic_files import same_bytes
 from ..storage.sqlfiles import migration_record_problem, queries, schema_version, shipped_schema, statement
-from ..ground.arguments import check_callback
+from ..ground.arguments import check_callback, check_flag
 from ..ground.canonical import sha256_hex
 from ..services.case import Case
 from ..ground.errors import LedgerError
@@ -121,15 +121,19 @@ def _rows_differ(conn: sqlite3.Connection, table: str, order: str) -> tuple[Any,
         return conn.execute(statement("rows_differ", table=table, order=order)).fetchone()
 
 
-def verify_case(path: str | os.PathLike[str], progress: Progress | None = None) -> VerifyReport:
+def verify_case(path: str | os.PathLike[str], progress: Progress | None = None, *,
+                strict: bool = False) -> VerifyReport:
     """Verify the case at ``path`` (docs/files.md); raise ``INTEGRITY_ERROR`` naming the first bad ``seq``.
 
-    Re-applies every stored request into a scratch ledger and compares event bytes,
-    helper rows, public views, exported files that exist, and the manifest head
-    (a truncated or rolled-back ledger fails). Writes nothing in the package.
+    First SQLite's own check of the file (``PRAGMA quick_check``; the full
+    ``integrity_check`` with ``strict``), then re-applies every stored request into
+    a scratch ledger and compares event bytes, helper rows, public views, exported
+    files that exist, and the manifest head (a truncated or rolled-back ledger
+    fails). Writes nothing in the package.
     """
     root = fs_path(path, "case path")
     check_callback(progress, "progress")
+    check_flag(strict, "strict")
     ledger = root / LEDGER_FILE
     refuse_own_links(root)
     if not ledger.is_file():
@@ -140,6 +144,7 @@ def verify_case(path: str | os.PathLike[str], progress: Progress | None = None) 
         immutable = scratch.read_only_source
         before = file_identity(ledger) if immutable else None
         try:
+            _sqlite_check(scratch.conn, "integrity_check" if strict else "quick_check")
             report = _verify_attached(root, scratch, progress)
         except LedgerError as exc:
             if immutable and exc.code == E.INTEGRITY_ERROR and file_identity(ledger) != before:
@@ -150,6 +155,20 @@ def verify_case(path: str | os.PathLike[str], progress: Progress | None = None) 
         if immutable and file_identity(ledger) != before:
             raise _changed_under_us(ledger)
         return report
+
+
+def _sqlite_check(conn: sqlite3.Connection, check: str) -> None:
+    """``INTEGRITY_ERROR`` with what SQLite's ``check`` names (page, row, index) unless it says ok:
+    physical damage to the file, which the replay of readable rows alone could miss (docs/files.md)."""
+    try:
+        found = [str(row[0]) for row in conn.execute(statement("sqlite_check", "orig", check=check)).fetchall()]
+    except sqlite3.DatabaseError as exc:
+        found = [str(exc)]
+    if found != ["ok"]:
+        found = [line for row in found for line in row.splitlines() if line and not line.startswith("*** in database")]
+        shown = "; ".join(found[:5]) + (f"; … {len(found) - 5} more" if len(found) > 5 else "")
+        raise LedgerError(E.INTEGRITY_ERROR, f"SQLite's {check} of ledger.sqlite reports the file damaged: {shown}",
+                          seq=None, check=check, problems=found)
 
 
 def _changed_under_us(ledger: Path) -> LedgerError:

@@ -129,7 +129,7 @@ CLOSING_EVENTS_PER_ACTION = 2
 
 def _check_budget_room(view: LedgerView, limits: Mapping[str, int] | None,
                        accounts: Mapping[str, Mapping[str, Any]] | None = None, *,
-                       opens_action: bool = False) -> None:
+                       opens_action: bool = False, events: int = 1) -> None:
     """``LIMIT_REACHED`` unless ``budget_events_max`` leaves room for this event and for closing
     every pending action (docs/errors.md: "so nothing is stranded").
 
@@ -143,10 +143,10 @@ def _check_budget_room(view: LedgerView, limits: Mapping[str, int] | None,
     pending = sum(1 for account in (accounts or {}).values() if account["pending_action_id"] is not None)
     pending += 1 if opens_action else 0
     total = view.budget_events_total()
-    if total + 1 + CLOSING_EVENTS_PER_ACTION * pending > limit:
+    if total + events + CLOSING_EVENTS_PER_ACTION * pending > limit:
         kept = f" and {CLOSING_EVENTS_PER_ACTION * pending} kept to close {pending} pending action(s)" if pending else ""
         raise limit_reached("budget_events_max", f"the ledger holds {total} budget events of its limit "
-                            f"of {limit}; this event needs 1{kept}", budget_events=total)
+                            f"of {limit}; this operation needs {events}{kept}", budget_events=total)
 
 
 def _budget_prelude(view: LedgerView, request: Mapping[str, Any], config: BudgetConfig | None,
@@ -226,6 +226,18 @@ def _require_action(view: LedgerView, ctx: _BudgetContext, hypothesis_id: str,
             hypothesis_id=hypothesis_id, action_id=action_id,
         )
     return action
+
+
+def _require_unanswered(view: LedgerView, ctx: _BudgetContext, action: Mapping[str, Any]) -> str | None:
+    """``NO_RESERVATION`` when ``action`` already has its result (docs/errors.md): a caller's
+    mistake refused by the rule, before storage's append-only keys would see it. Returns the
+    operation id when the action is a requested test (its result comes only through its
+    confirmed feedback, docs/evidence.md), else None."""
+    h, action_id = action["hypothesis_id"], action["action_id"]
+    if action["status"] != ACTION_RESERVED:
+        raise LedgerError(E.NO_RESERVATION, f"{h}/{action_id} already has its result ({action['status']}); "
+                          "settle or fail it", hypothesis_id=h, action_id=action_id)
+    return view.test_of_action(ctx.revision, h, action_id)
 
 
 def _open_account(ctx: _BudgetContext, h: str) -> dict[str, Any]:
@@ -321,7 +333,7 @@ def reserve_priced(view: LedgerView, request: Mapping[str, Any], context: Contex
     cost = price(ctx.policy)
     exceeded = scope_rules.enforce(view, ctx.revision, h, cost, context.at)
     if exceeded is not None:
-        return _limit_outcome(view, ctx, exceeded, request, h, action_name)
+        return _limit_outcome(view, ctx, exceeded, request, h, action_name, context.limits)
     if cost > account["remaining_units"]:
         raise LedgerError(
             E.INSUFFICIENT_BUDGET,
@@ -361,6 +373,11 @@ def record_result(view: LedgerView, request: Mapping[str, Any], context: Context
     if reused is not None:
         return reused
     action = dict(_require_action(view, ctx, h, action_id, verb="record a result for"))
+    test_operation = _require_unanswered(view, ctx, action)
+    if test_operation is not None:
+        raise LedgerError(E.NO_RESERVATION, f"{h}/{action_id} is the test requested under operation {test_operation}: "
+                          "its result comes only through its confirmed feedback (store_feedback, then "
+                          "record_evidence)", hypothesis_id=h, action_id=action_id, operation_id=test_operation)
     # no room check: the reserve kept room for this event and the settle (_check_budget_room)
     content_sha256 = request["evidence_sha256"]
     seen = view.content_seen(content_sha256)
@@ -407,11 +424,12 @@ def record_evidence(view: LedgerView, request: Mapping[str, Any], context: Conte
     if (record["revision"], record["hypothesis_id"], record["action_id"]) != (ctx.revision, h, action_id):
         raise LedgerError(E.NO_RESERVATION, f"record {rid} belongs to {record['hypothesis_id']}/{record['action_id']} "
                           f"of revision {record['revision']}, not to {h}/{action_id}", record_id=rid)
-    if action["status"] != ACTION_RESERVED:
-        raise LedgerError(E.NO_RESERVATION, f"{h}/{action_id} already has its result ({action['status']})",
-                          record_id=rid)
-    index = view.evidence_index_head() or {"records": []}
-    if not any(e["record_id"] == rid and e["sha256"] == canonical_sha256(record) for e in index["records"]):
+    test_operation = _require_unanswered(view, ctx, action)
+    if test_operation is not None and (record["origin"].get("kind") != "feedback"
+                                       or record["operation_id"] != test_operation):
+        raise LedgerError(E.NO_RESERVATION, f"{h}/{action_id} is the test requested under operation {test_operation}: "
+                          f"its result comes only through its confirmed feedback, not record {rid}", record_id=rid)
+    if view.indexed_record_sha(rid) != canonical_sha256(record):
         raise LedgerError(E.INTEGRITY_ERROR, f"record {rid} is not in the evidence index with its hash")
     action.update(status=ACTION_AWAITING,
                   novelty_score=min(ctx.policy["new_evidence_score"], record["novelty_score"]))
@@ -522,13 +540,38 @@ def _revision_context(view: LedgerView, ctx: _BudgetContext, revision: int) -> _
                           head["accounts"], head["hypothesis_batch_sha256"])
 
 
+def refusal_identity(exceeded: "scope_rules.Exceeded", request: Mapping[str, Any], revision: int) -> dict[str, Any]:
+    """What makes two limit refusals the same fact (docs/scopes.md): the identical request, in the same
+    revision, against the same establishment's limit (scope, dimension, declared, ``on_exhausted``) at
+    the same consumption after it (``duration_ms`` only grows with the clock, so not its value)."""
+    consumed = None if exceeded.dimension == "duration_ms" else exceeded.consumed_after
+    return {"scope": exceeded.scope, "dimension": exceeded.dimension, "declared": exceeded.declared,
+            "on_exhausted": exceeded.on_exhausted, "establishment_seq": exceeded.establishment_seq,
+            "revision": revision, "request": dict(request), "consumed_after": consumed}
+
+
 def _limit_outcome(view: LedgerView, ctx: _BudgetContext, exceeded: "scope_rules.Exceeded",
-                   request: Mapping[str, Any], h: str, action_name: str) -> Outcome:
+                   request: Mapping[str, Any], h: str, action_name: str,
+                   limits: Mapping[str, int] | None) -> Outcome:
     """Record ``limit.exceeded`` for the refused ``action_name`` (a tool action, or ``test.KIND``),
     end the accounts ``on_exhausted`` names (one ``budget.limit_terminated`` event per revision),
-    then refuse with ``LIMIT_EXCEEDED``."""
+    then refuse with ``LIMIT_EXCEEDED``.
+
+    A refusal already recorded (:func:`refusal_identity`) that ends no account is answered again
+    without appending (``recorded_seq`` names its event); on replay (``limits`` None) the history
+    says what was recorded. The ``budget.limit_terminated`` events count against
+    ``budget_events_max`` like every budget event (``LIMIT_REACHED`` when there is no room)."""
+    ending_by_revision = scope_rules.accounts_to_end(view, exceeded, ctx.revision, h)
+    if limits is not None and not ending_by_revision:
+        recorded = view.limit_refusal(refusal_identity(exceeded, request, ctx.revision))
+        if recorded is not None:
+            refusal = scope_rules.exceeded_error(exceeded, h)
+            refusal.details["recorded_seq"] = recorded
+            raise refusal
+    if ending_by_revision:
+        _check_budget_room(view, limits, ctx.accounts, events=len(ending_by_revision))
     drafts = [scope_rules.exceeded_draft(view, exceeded, request, action_name)]
-    for revision, ending in sorted(scope_rules.accounts_to_end(view, exceeded, ctx.revision, h).items()):
+    for revision, ending in sorted(ending_by_revision.items()):
         rctx = _revision_context(view, ctx, revision)
         accounts = dict(rctx.accounts)
         for hypothesis_id in ending:

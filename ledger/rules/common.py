@@ -102,6 +102,10 @@ class Draft:
     #: bytes this event may hold beyond ``event_bytes_max``: the evidence content or attachments it
     #: carries, each already bounded by ``evidence_artifact_bytes_max``
     size_allowance: int = 0
+    #: The same event in the older format a ledger may have stored it in (``evidence-index-v1``
+    #: before ``evidence-index-v2``, docs/evidence.md): accepted on replay only where that format
+    #: was still being written; new events are always written as ``fields``.
+    legacy_fields: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -163,10 +167,14 @@ class LedgerView(Protocol):
     def atom_seen(self, atom_sha256: str) -> bool: ...
     def evidence_record(self, record_id: str) -> dict[str, Any] | None: ...
     def evidence_records_total(self) -> int: ...
-    def evidence_index_head(self) -> dict[str, Any] | None: ...  # index_sha256, next_record_number, records
+    def evidence_index_head(self) -> dict[str, Any] | None: ...  # index_sha256, next_record_number, record_count,
+    #                                                               format, records (the v1 list, or None)
+    def indexed_record_sha(self, record_id: str) -> str | None: ...  # the record hash its index lists
     def reservation_seq(self, revision: int, hypothesis_id: str, action_id: str) -> int | None: ...
     # asynchronous tests and feedback (docs/evidence.md)
     def test_request(self, operation_id: str) -> dict[str, Any] | None: ...  # seq, revision, hypothesis_id, action_id, kind
+    def test_of_action(self, revision: int, hypothesis_id: str, action_id: str) -> str | None: ...  # its operation id
+    def limit_refusal(self, identity: Mapping[str, Any]) -> int | None: ...  # seq of that limit.exceeded, docs/scopes.md
     def feedback(self, feedback_id: str) -> dict[str, Any] | None: ...  # the draft, its reply, seq, confirmed
     def feedback_total(self) -> int: ...
     def attachment(self, sha256: str) -> bytes | None: ...  # the stored content row of a feedback attachment

@@ -29,6 +29,8 @@ from .common import (MUTABLE_STATES, Context, Draft, LedgerView, Outcome, Reused
                      check_action_name, check_hypothesis_id, replay_or_conflict, require_case)
 
 OP = "store_tool_results"
+#: Index formats: v1 listed every record so far in every index; v2 lists the records it adds.
+INDEX_V1, INDEX_V2 = "evidence-index-v1", "evidence-index-v2"
 RECORD_PREFIX = "E"
 
 
@@ -101,7 +103,8 @@ def _refuse_reservations(view: LedgerView, revision: int, actions: Sequence[Mapp
         found = view.action(revision, h, action_id)
         bound = view.evidence_binding(revision, h, action_id)
         if (found is None or found["status"] != "reserved" or found["action"] != action["tool"]
-                or (bound is not None and bound[1] != op_id)):
+                or (bound is not None and bound[1] != op_id)
+                or view.test_of_action(revision, h, action_id) is not None):  # a test's result is its feedback
             raise LedgerError(E.NO_RESERVATION, f"operation {op_id} names no still-reserved action {h}/{action_id} "
                               f"of tool {action['tool']}", operation_id=op_id, hypothesis_id=h, action_id=action_id)
 
@@ -213,7 +216,10 @@ class BatchBuilder:
         head = view.evidence_index_head()
         self.parent = head["index_sha256"] if head else ZERO_SHA256
         self.next_number = head["next_record_number"] if head else 1
-        self.entries = list(head["records"]) if head else []
+        self.count_before = head["record_count"] if head else 0
+        self.entries: list[dict[str, Any]] = []  # the records this publication adds
+        #: every earlier record while the ledger's indexes are still v1 lists (known on replay), else None
+        self.earlier = (head["records"] if head["format"] == INDEX_V1 else None) if head else []
 
     def _fields(self, fmt: str, kind: str, **extra: Any) -> dict[str, Any]:
         return {"format": fmt, "type": kind, "case_id": self.case["case_id"], "package_id": self.case["package_id"],
@@ -254,11 +260,24 @@ class BatchBuilder:
         return [record, self._index(action["operation_id"], {**request, "part": 1})]
 
     def _index(self, operation_id: str, request: dict[str, Any]) -> Draft:
+        """``evidence-index-v2``: the records this publication adds, the parent index's hash, the
+        next record number and the running count. Where the ledger's indexes are still
+        ``evidence-index-v1`` (replaying a ledger written before v2), the cumulative v1 form is
+        offered as ``legacy_fields`` (docs/evidence.md)."""
         index = {"iteration_id": self.request["iteration_id"], "parent_index_sha256": self.parent,
-                 "next_record_number": self.next_number, "records": self.entries}
+                 "next_record_number": self.next_number, "record_count": self.count_before + len(self.entries),
+                 "records": self.entries}
+        legacy = None
+        if self.earlier is not None:
+            cumulative = {"iteration_id": self.request["iteration_id"], "parent_index_sha256": self.parent,
+                          "next_record_number": self.next_number, "records": [*self.earlier, *self.entries]}
+            legacy = self._index_fields(INDEX_V1, cumulative)
         return Draft("evidence.indexed", self._path(operation_id, "index.json"), self.revision, None, request,
-                     {"format": "evidence-index-v1", "type": "evidence.indexed", "revision": self.revision,
-                      "index": index, "index_sha256": canonical_sha256(index)})
+                     self._index_fields(INDEX_V2, index), legacy_fields=legacy)
+
+    def _index_fields(self, fmt: str, index: dict[str, Any]) -> dict[str, Any]:
+        return {"format": fmt, "type": "evidence.indexed", "revision": self.revision, "index": index,
+                "index_sha256": canonical_sha256(index)}
 
     def _path(self, operation_id: str, name: str) -> str:
         folder = hashlib.sha256(operation_id.encode("utf-8")).hexdigest()[:32]

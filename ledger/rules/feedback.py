@@ -9,7 +9,7 @@
 * :func:`confirm_feedback` confirms a draft (``feedback.confirmed``) and, when the case
   is ``BLOCKED``, moves it back to ``INVESTIGATING_HYPOTHESES`` in the same operation.
 * :func:`store_feedback` checks the confirmed draft's hashes and publishes it as an
-  evidence record plus a new cumulative index, bound to the test's reservation.
+  evidence record plus a new index, bound to the test's reservation.
 
 All are pure: they read a :class:`~ledger.rules.common.LedgerView` and return drafts.
 """
@@ -131,7 +131,7 @@ def request_test(view: LedgerView, request: Mapping[str, Any], context: Context)
                               operation_id=op_id)
 
     def price(policy: BudgetConfig) -> int:
-        return policy.policy["test_costs"][request["kind"]]
+        return policy.price_units(f"test.{request['kind']}")
 
     return budget_rules.reserve_priced(view, request, context, f"test.{request['kind']}", price,
                                        "budget.test_requested", unused_operation,

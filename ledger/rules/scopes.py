@@ -441,7 +441,7 @@ def price_signal(view: LedgerView, hypothesis_id: str, action: str) -> dict[str,
     showed after any event since its last grant, so it never falls between grants (advisory only:
     the debited cost is always ``cost``). Errors: ``NOT_INITIALIZED``, ``UNKNOWN_HYPOTHESIS``."""
     revision, account, policy = _gate_prelude(view, hypothesis_id)
-    cost = policy.cost_units(action)
+    cost = policy.price_units(action)
     lowest = view.lowest_pct_since_grant(revision, hypothesis_id)
     if lowest is None:
         lowest = _pct(account["remaining_units"], account["initial_units"] + account["granted_units"])
@@ -457,7 +457,7 @@ def check(view: LedgerView, hypothesis_id: str, action: str, at: str) -> dict[st
     is ignored). Never raises for lack of budget; ``NOT_INITIALIZED``/``UNKNOWN_HYPOTHESIS`` as reads do.
     """
     revision, account, policy = _gate_prelude(view, hypothesis_id)
-    cost = policy.cost_units(action)
+    cost = policy.price_units(action)
     remaining = account["remaining_units"]
     for name in containing(revision, hypothesis_id):
         info = view.scope(name)

@@ -21,6 +21,7 @@ from ..storage.sqlfiles import migration_record_problem, statement
 from ..ground.canonical import check_int
 from ..ground.clock import parse_at, utc_now
 from ..ground.config import AnalysisConfig
+from ..ground.arguments import check_flag
 from ..ground.errors import LedgerError
 from .facade import CaseFacade, LifecycleResult  # noqa: F401 (re-exported)
 from .evidence import EvidenceStore
@@ -221,6 +222,7 @@ class Case(CaseFacade):
         """:meth:`events` read from the cursor as consumed (``INVALID_ARGUMENT`` for a bad ``since_seq``
         is raised at the call, before iterating)."""
         check_int(since_seq, "since_seq", minimum=0)
+        check_flag(with_body, "with_body")
         return self.iter_query(statement("events_since", body=", body" if with_body else ""), {"since": since_seq})
 
     # -- package files -----------------------------------------------------------------

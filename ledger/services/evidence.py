@@ -9,7 +9,7 @@
 
 ``store_tool_results`` validates the request and reply against their schemas,
 recomputes the whole batch with the router against the current package, and
-publishes request, result, record and a new cumulative index per batch in one
+publishes request, result, record and a new index per batch in one
 transaction. Publishing never moves money: the reserved action stays pending
 until ``record_evidence`` (and ``settle``) on the budget.
 """
@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol
 
 from ..ground.canonical import canonical_bytes, canonical_sha256
+from ..ground.arguments import check_flag
 from ..ground.errors import LedgerError
 from ..router.reference import Router
 from ..rules import evidence as rules
@@ -107,6 +108,7 @@ class EvidenceStore:
         """Run the router on ``request`` and return its reply; with ``store`` also store it exactly as
         :meth:`store_tool_results` does. ``INVALID_ARGUMENT``/``INVALID_ID`` for a malformed request,
         ``ROUTER_REFUSED`` for a refused tool call."""
+        check_flag(store, "store")  # "false" or 0 would read as true or false by accident
         rules.shape_store(iteration_id, request, _EMPTY_REPLY)
         reply = self.router.reply(request)
         if not store:  # a read: nothing written, answered at the generation the router read
