@@ -84,7 +84,8 @@ def _report_mismatches(report: SimulationReport) -> None:
 @click.option("--per-run", type=click.Path(dir_okay=False, path_type=str), metavar="FILE",
               help="Write one JSON line per run and policy.")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=str), metavar="FILE.svg|FILE.png",
-              help="Draw steps saved against resolved runs stopped (needs: pip install 'case-ledger[plot]').")
+              help="Draw steps saved against resolved runs stopped (needs matplotlib: pip install '.[plot]' "
+                   "in a clone of the repository).")
 @click.option("--jobs", type=click.IntRange(1, 256), default=os.cpu_count() or 1, show_default="the machine's cores",
               help="Worker processes; each holds one run at a time.")
 @click.option("--package", type=click.Path(file_okay=False, exists=True, path_type=str), metavar="DIR",

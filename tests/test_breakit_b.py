@@ -421,7 +421,8 @@ def test_simulate_without_matplotlib_refuses_plot_before_running(tmp_path, monke
     monkeypatch.setattr(importlib, "import_module", no_matplotlib)
     monkeypatch.setattr(simulation, "journal_files", lambda paths: ran.append(paths) or [])
     code, _, err = cli("simulate", TRAJECTORIES, "--plot", tmp_path / "figure.svg")
-    assert (code, err) == (1, "error: INVALID_ARGUMENT: --plot needs matplotlib: pip install 'case-ledger[plot]'\n")
+    assert (code, err) == (1, "error: INVALID_ARGUMENT: --plot needs matplotlib: pip install '.[plot]' (in a clone of "
+                           "the repository)\n")
     assert ran == [] and not (tmp_path / "figure.svg").exists()
 
 

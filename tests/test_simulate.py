@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from ledger import (AnalysisConfig, Case, LedgerError, MemoryCase, apply_journal, example_policy, parse_vary,
-                    simulate, vary)
+                    plot_tradeoff, simulate, vary)
 from ledger.simulation import Policy, parse_journal, policy_from_mapping, replay_run
 from ledger_cli.main import main
 
@@ -292,7 +294,8 @@ def test_cli_plot_without_matplotlib_is_a_clear_error(tmp_path, monkeypatch):
     done = CliRunner().invoke(main, ["simulate", str(DATA / "django__django-11206.jsonl"), "--jobs", "1",
                                      "--plot", str(tmp_path / "p.svg")])
     assert done.exit_code == 1
-    assert "error: INVALID_ARGUMENT: --plot needs matplotlib: pip install 'case-ledger[plot]'" in done.stderr
+    assert ("error: INVALID_ARGUMENT: --plot needs matplotlib: pip install '.[plot]' (in a clone of the "
+            "repository)") in done.stderr
     wrong = CliRunner().invoke(main, ["simulate", str(DATA / "django__django-11206.jsonl"), "--plot", "p.pdf"])
     assert wrong.exit_code == 1 and "must end in .svg or .png" in wrong.stderr
 
@@ -350,3 +353,48 @@ def test_the_readme_shows_the_real_output_of_its_choosing_a_policy_command():
     assert done.exit_code == 0, done.output
     assert done.stdout.splitlines() == block[2:]
     assert "example,(all),100,3870,3325,545,29375,8930,22,0" in block  # the figures the prose quotes
+
+
+PLOT_KEEPS_THE_CALLERS_MATPLOTLIB = """
+import sys
+import matplotlib
+matplotlib.use("svg")  # the caller's choice (Jupyter's inline backend, say)
+matplotlib.rcParams["svg.hashsalt"] = "callers-salt"
+from ledger import check_plot, plot_tradeoff
+rows = [{"name": "p", "runs": 2, "steps": 10, "steps_refused": 3, "runs_abandoned": 1, "runs_exhausted": 0,
+         "by_outcome": {}}]
+check_plot(sys.argv[1])
+plot_tradeoff(rows, sys.argv[1])
+print(matplotlib.get_backend(), "matplotlib.pyplot" in sys.modules, matplotlib.rcParams["svg.hashsalt"])
+"""
+
+
+def test_plotting_leaves_the_callers_backend_pyplot_and_settings_as_they_were(tmp_path):
+    pytest.importorskip("matplotlib")
+    done = subprocess.run([sys.executable, "-c", PLOT_KEEPS_THE_CALLERS_MATPLOTLIB, str(tmp_path / "p.svg")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["svg", "False", "callers-salt"]
+    assert (tmp_path / "p.svg").read_bytes().startswith(b"<?xml")
+
+
+@pytest.mark.parametrize("suffix", [".svg", ".png"])
+def test_the_picture_is_the_same_bytes_on_every_run(tmp_path, suffix):
+    pytest.importorskip("matplotlib")
+    report = simulate([DATA / f"{name}.jsonl" for name in JOURNALS],
+                      vary(example_policy(), [("max_low_information_steps", [2, 4])]), OUTCOMES)
+    first = plot_tradeoff(report.policies, tmp_path / f"a{suffix}").read_bytes()
+    second = plot_tradeoff(report.policies, tmp_path / f"b{suffix}").read_bytes()
+    assert first == second
+    if suffix == ".svg":
+        assert b"<dc:date>" not in first and b'id="p' in first  # element ids are there, but fixed
+
+
+def test_the_plot_install_hint_says_what_works_from_a_clone():
+    """The package is not on the package index: every hint names `pip install '.[plot]'`."""
+    root = Path(__file__).parent.parent
+    help_text = CliRunner().invoke(main, ["simulate", "--help"]).stdout
+    for where, text in [("README.md", (root / "README.md").read_text(encoding="utf-8")),
+                        ("docs/simulate.md", (root / "docs" / "simulate.md").read_text(encoding="utf-8")),
+                        ("--help", " ".join(help_text.split()))]:
+        assert "case-ledger[plot]" not in text and "pip install '.[plot]'" in text, where
