@@ -8,7 +8,7 @@ from typing import Any, Sequence
 import click
 
 from ledger import (LedgerError, Policy, SimulationReport, check_output_file, check_plot, example_policy,
-                    load_policy, parse_vary, plot_tradeoff, simulate, vary)
+                    load_policy, os_error, parse_vary, plot_tradeoff, simulate, vary)
 
 from ._common import Settings, pass_settings, table_options
 from ._output import dumps, echo, emit_rows, one_line
@@ -38,6 +38,15 @@ def _grid(base: Policy, specs: Sequence[str]) -> list[Policy]:
         raise click.BadParameter(f"{exc.code}: {exc.message}", param_hint="--vary") from None
 
 
+def _check_names(policies: Sequence[Policy]) -> None:
+    """Two policies named alike (a --policy NAME= and a --vary KEY=VALUE) are a usage error."""
+    names = [policy.name for policy in policies]
+    for name in names:
+        if names.count(name) > 1:
+            raise click.BadParameter(f"two policies are named {name!r}; name the --policy apart with "
+                                     "NAME=FILE.toml", param_hint="--vary")
+
+
 def _rows(report: SimulationReport) -> list[dict[str, Any]]:
     rows = []
     for policy in report.policies:
@@ -57,9 +66,13 @@ def _emit_tables(report: SimulationReport) -> None:
 
 
 def _write_per_run(report: SimulationReport, path: str) -> None:
-    with open(path, "w", encoding="utf-8") as handle:
-        for run in report.runs:
-            handle.write(dumps(run.to_dict()) + "\n")
+    try:
+        with open(path, "w", encoding="utf-8") as handle:
+            for run in report.runs:
+                handle.write(dumps(run.to_dict()) + "\n")
+    except OSError as exc:  # simulate writes no ledger: say which file failed, and that it is incomplete
+        refusal = os_error(exc, f"--per-run {path}: cannot write (the file is incomplete)")
+        raise LedgerError(refusal.code, refusal.message) from None
 
 
 def _report_mismatches(report: SimulationReport) -> None:
@@ -107,6 +120,7 @@ def simulate_command(settings: Settings, journals: tuple[str, ...], policy_specs
     policies = _base_policies(settings, policy_specs)
     if vary_specs:
         policies += _grid(policies[0], vary_specs)
+        _check_names(policies)
     if plot is not None:  # refused now rather than after a long run
         check_plot(plot)
     if per_run is not None:

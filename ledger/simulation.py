@@ -48,6 +48,8 @@ FIGURES = ("runs", "steps", "steps_taken", "steps_refused", "units_spent", "unit
            "runs_abandoned", "runs_exhausted")
 UNITS_KEY = "units_per_hypothesis"
 NO_OUTCOME = "(no outcome)"
+#: Outcome names the report uses itself (``(all)`` is the CSV row of every run).
+RESERVED_OUTCOMES = frozenset({NO_OUTCOME, "(all)"})
 _LIFECYCLE_OPS = frozenset({"open_revision", "transition", "initialize"})
 
 
@@ -118,17 +120,22 @@ def _with_value(settings: dict[str, Any], key: str, value: int) -> dict[str, Any
 
 
 def parse_vary(spec: str) -> tuple[str, list[int]]:
-    """``KEY=V1,V2,…`` → ``(key, [values])``; ``INVALID_ARGUMENT`` unless every value is an integer."""
+    """``KEY=V1,V2,…`` → ``(key, [values])``; ``INVALID_ARGUMENT`` unless every value is an integer,
+    given once (``4,4`` or ``4,04`` would name two policies alike)."""
     check_instance(spec, str, "the --vary spec", "a str like KEY=V1,V2")
     key, eq, values = spec.partition("=")
     if not eq or not key or not values:
         raise LedgerError(E.INVALID_ARGUMENT, f"--vary {spec!r}: expected KEY=V1,V2,…", key=key)
-    out = []
+    out: list[int] = []
     for value in values.split(","):
         try:
-            out.append(int(value.strip(), 10))
+            number = int(value.strip(), 10)
         except ValueError:
             raise LedgerError(E.INVALID_ARGUMENT, f"--vary {key}: {value!r} is not an integer", key=key) from None
+        if number in out:
+            raise LedgerError(E.INVALID_ARGUMENT, f"--vary {key}: the value {number} is given twice; give each "
+                              "value once", key=key)
+        out.append(number)
     return key, out
 
 
@@ -166,29 +173,47 @@ def vary(base: Policy, grid: Sequence[tuple[str, Sequence[int]]]) -> list[Policy
 def read_outcomes(path: str | os.PathLike[str]) -> dict[str, str]:
     """Run id (first column) → outcome (column ``outcome``) of a CSV file with a header row.
 
-    ``INVALID_ARGUMENT`` for a missing or unreadable file, no ``outcome`` column or a run listed twice.
+    ``INVALID_ARGUMENT`` for a missing or unreadable file, no ``outcome`` column, a run listed
+    twice, or a row without a run id or outcome (see :func:`check_outcome`), naming the line.
     """
     path = fs_path(path, "outcomes file")
     if path.exists() and not path.is_file():  # a fifo would block, a folder cannot be read
         raise LedgerError(E.INVALID_ARGUMENT, f"outcomes file {path}: not a regular file")
+    where = f"outcomes file {os.fspath(path)}"
+    outcomes: dict[str, str] = {}
     try:
         with open(path, newline="", encoding="utf-8") as handle:
-            rows = list(csv.reader(handle))
+            reader = csv.reader(handle)
+            header = next(reader, [])
+            if "outcome" not in header:
+                raise LedgerError(E.INVALID_ARGUMENT, f"{where}: needs a header row with an 'outcome' column")
+            column = header.index("outcome")
+            for row in reader:
+                if not row:
+                    continue
+                line = f"{where}: line {reader.line_num}"
+                if len(row) <= column:
+                    raise LedgerError(E.INVALID_ARGUMENT, f"{line} has no outcome")
+                if row[0] in outcomes:
+                    raise LedgerError(E.INVALID_ARGUMENT, f"{line}: run {row[0]!r} is listed twice")
+                outcomes[row[0]] = check_outcome(row[0], row[column], line)
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise LedgerError(E.INVALID_ARGUMENT, f"outcomes file {os.fspath(path)}: cannot read: {exc}") from None
-    if not rows or "outcome" not in rows[0]:
-        raise LedgerError(E.INVALID_ARGUMENT, f"outcomes file {os.fspath(path)}: needs a header row with an 'outcome' column")
-    column = rows[0].index("outcome")
-    outcomes: dict[str, str] = {}
-    for number, row in enumerate(rows[1:], start=2):
-        if not row:
-            continue
-        if len(row) <= column:
-            raise LedgerError(E.INVALID_ARGUMENT, f"outcomes file {os.fspath(path)}: line {number} has no outcome")
-        if row[0] in outcomes:
-            raise LedgerError(E.INVALID_ARGUMENT, f"outcomes file {os.fspath(path)}: run {row[0]!r} is listed twice")
-        outcomes[row[0]] = row[column]
+        raise LedgerError(E.INVALID_ARGUMENT, f"{where}: cannot read: {exc}") from None
     return outcomes
+
+
+def check_outcome(run: str, outcome: str, where: str) -> str:
+    """``outcome`` of ``run`` unless either is blank or the outcome is a name the report uses itself
+    (``(all)``, ``(no outcome)``): ``INVALID_ARGUMENT`` naming ``where``."""
+    if not run.strip():
+        raise LedgerError(E.INVALID_ARGUMENT, f"{where}: the run id (first column) is empty")
+    if not outcome.strip():
+        raise LedgerError(E.INVALID_ARGUMENT, f"{where}: run {run!r} has an empty outcome; give one, or leave "
+                          f"the run out (then it is counted under {NO_OUTCOME!r})")
+    if outcome in RESERVED_OUTCOMES:
+        raise LedgerError(E.INVALID_ARGUMENT, f"{where}: run {run!r}: the outcome {outcome!r} is a name the "
+                          "report uses itself; call it something else")
+    return outcome
 
 
 def journal_files(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
@@ -442,7 +467,8 @@ def simulate(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Poli
     if package is not None:
         fs_path(package, "package")
     if outcomes is not None and not isinstance(outcomes, (str, os.PathLike)):
-        check_text_mapping(outcomes, "outcomes")
+        for run, outcome in check_text_mapping(outcomes, "outcomes").items():
+            check_outcome(run, outcome, "outcomes")
     chosen = [p if isinstance(p, Policy) else load_policy(p) for p in (policies or [example_policy()])]
     names = [p.name for p in chosen]
     if len(set(names)) != len(names):

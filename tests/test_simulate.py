@@ -398,3 +398,61 @@ def test_the_plot_install_hint_says_what_works_from_a_clone():
                         ("docs/simulate.md", (root / "docs" / "simulate.md").read_text(encoding="utf-8")),
                         ("--help", " ".join(help_text.split()))]:
         assert "case-ledger[plot]" not in text and "pip install '.[plot]'" in text, where
+
+
+@pytest.mark.parametrize("vary_spec", ["max_low_information_steps=4,4", "max_low_information_steps=4, 04",
+                                       "units_per_hypothesis=7,8,7"])
+def test_a_vary_value_given_twice_is_a_usage_error(vary_spec):
+    done = CliRunner().invoke(main, ["simulate", str(DATA / "django__django-11206.jsonl"), "--vary", vary_spec])
+    assert done.exit_code == 2, done.output
+    assert "--vary" in done.stderr and "is given twice" in done.stderr
+    with pytest.raises(LedgerError) as info:
+        parse_vary(vary_spec)
+    assert info.value.code == "INVALID_ARGUMENT"
+
+
+def test_a_policy_named_like_a_vary_policy_is_a_usage_error(tmp_path):
+    policy = tmp_path / "max_low_information_steps=3.toml"  # named after its stem
+    policy.write_text("max_low_information_steps = 3\n")
+    done = CliRunner().invoke(main, ["simulate", str(DATA / "django__django-11206.jsonl"), "--policy",
+                                     str(policy), "--vary", "max_low_information_steps=3"])
+    assert done.exit_code == 2 and "two policies are named 'max_low_information_steps=3'" in done.stderr
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_a_per_run_file_that_cannot_be_written_is_named_and_no_ledger_is_mentioned(tmp_path):
+    full = tmp_path / "full.jsonl"
+    full.symlink_to("/dev/full")  # writable, but every write fails: no space left on device
+    done = CliRunner().invoke(main, ["simulate", str(DATA / "django__django-11206.jsonl"), "--jobs", "1", "--csv",
+                                     "--per-run", str(full)])
+    assert done.exit_code == 1
+    assert done.stderr.startswith(f"error: STORAGE_ERROR: --per-run {full}: cannot write (the file is incomplete): ")
+    assert "ledger" not in done.stderr.lower().replace("error:", "") and "committed" not in done.stderr
+    assert done.stdout.startswith("policy,outcome")  # the figures were printed first
+
+
+@pytest.mark.parametrize("rows, message", [
+    ("run,outcome\na,resolved\nb,\n", "line 3: run 'b' has an empty outcome"),
+    ("run,outcome\na,resolved\nb,   \n", "line 3: run 'b' has an empty outcome"),
+    ('run,note,outcome\na,"two\nlines",resolved\nb,x,\n', "line 4: run 'b' has an empty outcome"),
+    ("run,outcome\n,resolved\n", "line 2: the run id (first column) is empty"),
+    ("run,outcome\na,(all)\n", "line 2: run 'a': the outcome '(all)' is a name the report uses itself"),
+    ("run,outcome\na,(no outcome)\n", "the outcome '(no outcome)' is a name the report uses itself"),
+    ("run,outcome\na,resolved\na,failed\n", "line 3: run 'a' is listed twice"),
+])
+def test_an_outcome_row_without_a_usable_outcome_is_refused_naming_file_and_line(tmp_path, rows, message):
+    outcomes = tmp_path / "o.csv"
+    outcomes.write_text(rows, encoding="utf-8")
+    with pytest.raises(LedgerError) as info:
+        simulate([DATA / "django__django-11206.jsonl"], None, outcomes)
+    assert info.value.code == "INVALID_ARGUMENT"
+    assert info.value.message.startswith(f"outcomes file {outcomes}: ") and message in info.value.message
+    done = CliRunner().invoke(main, ["simulate", str(DATA / "django__django-11206.jsonl"), "--outcomes", str(outcomes)])
+    assert done.exit_code == 1 and message in done.stderr and done.stdout == ""
+
+
+@pytest.mark.parametrize("outcomes", [{"a": ""}, {"a": " "}, {"": "resolved"}, {"a": "(all)"}])
+def test_an_outcomes_mapping_without_a_usable_outcome_is_refused(outcomes):
+    with pytest.raises(LedgerError) as info:
+        simulate([DATA / "django__django-11206.jsonl"], None, outcomes)
+    assert info.value.code == "INVALID_ARGUMENT" and info.value.message.startswith("outcomes: ")
