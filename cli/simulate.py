@@ -125,7 +125,8 @@ def simulate_command(settings: Settings, journals: tuple[str, ...], policy_specs
         check_plot(plot)
     if per_run is not None:
         check_output_file(per_run, "--per-run")
-    report = simulate(journals, policies, outcomes, jobs=jobs, analysis=settings.analysis(), package=package)
+    report = simulate(journals, policies, outcomes, jobs=jobs, analysis=settings.analysis(), package=package,
+                      actor=settings.actor)
     if fmt == "json":
         echo(dumps(report.to_dict()))
     elif fmt in ("csv", "tsv", "nl"):
