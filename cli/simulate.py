@@ -111,11 +111,12 @@ def simulate_command(settings: Settings, journals: tuple[str, ...], policy_specs
 
     A folder means every *.jsonl in it, sorted by name; the run id is the file's
     stem. Each journal is replayed from an empty case with the same rules as
-    'ledger apply --keep-going': a reservation the policy refuses is a step the
-    run would not have taken, and a run whose accounts are all terminal stops
-    there. Nothing is written except the --per-run and --plot files. A journal
-    with a malformed line is reported (file and line) and the others go on;
-    the exit status is then 1.
+    'ledger apply --keep-going' (created at the journal's first "at", for
+    --actor): a reservation the policy refuses is a step the run would not have
+    taken. Nothing is written except the --per-run and --plot files. A journal
+    with a malformed line, or a line refused for a reason the policy did not
+    decide, is reported (file and line) and the others go on; the exit status
+    is then 1.
     """
     policies = _base_policies(settings, policy_specs)
     if vary_specs:
