@@ -11,7 +11,7 @@ from ledger import (LedgerError, Policy, SimulationReport, check_output_file, ch
                     load_policy, os_error, parse_vary, plot_tradeoff, simulate, vary)
 
 from ._common import Settings, pass_settings, table_options
-from ._output import dumps, echo, emit_rows, one_line
+from ._output import OutputError, dumps, echo, emit_rows, one_line
 
 FIGURE_COLUMNS = ("runs", "steps", "steps_taken", "steps_refused", "units_spent", "units_rewarded",
                   "runs_abandoned", "runs_exhausted")
@@ -128,12 +128,16 @@ def simulate_command(settings: Settings, journals: tuple[str, ...], policy_specs
         check_output_file(per_run, "--per-run")
     report = simulate(journals, policies, outcomes, jobs=jobs, analysis=settings.analysis(), package=package,
                       actor=settings.actor)
-    if fmt == "json":
-        echo(dumps(report.to_dict()))
-    elif fmt in ("csv", "tsv", "nl"):
-        emit_rows(_rows(report), ("policy", "outcome", *FIGURE_COLUMNS), fmt)
-    else:
-        _emit_tables(report)
+    try:
+        if fmt == "json":
+            echo(dumps(report.to_dict()))
+        elif fmt in ("csv", "tsv", "nl"):
+            emit_rows(_rows(report), ("policy", "outcome", *FIGURE_COLUMNS), fmt)
+        else:
+            _emit_tables(report)
+    except OutputError as exc:  # simulate writes no ledger: nothing to read back
+        exc.done = "simulate wrote nothing (no --per-run or --plot file yet): run it again"
+        raise
     if per_run is not None:
         _write_per_run(report, per_run)
     if plot is not None:

@@ -27,6 +27,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from . import errors as E
 from ._resources import resource_dir
 from .config import DEFAULT_POLICY, AnalysisConfig, BudgetConfig, _read_toml
+from .canonical import SAFE_INTEGER_MAX
 from .arguments import check_instance, check_iterable, check_text_mapping, path_list
 from .errors import LedgerError
 from .memory import DEFAULT_ACTOR
@@ -72,8 +73,9 @@ def policy_from_mapping(name: str, data: Mapping[str, Any]) -> Policy:
         raise LedgerError(E.CONFIG_INVALID, "a policy must be a table", key="(top level)")
     budget = dict(data)
     units = budget.pop(UNITS_KEY, None)
-    if units is not None and (type(units) is not int or units < 1):
-        raise LedgerError(E.CONFIG_INVALID, f"{UNITS_KEY}: must be an integer >= 1, got {units!r}", key=UNITS_KEY)
+    if units is not None and (type(units) is not int or not 1 <= units <= SAFE_INTEGER_MAX):
+        raise LedgerError(E.CONFIG_INVALID, f"{UNITS_KEY}: must be an integer from 1 to {SAFE_INTEGER_MAX} "
+                          f"(the ledger's largest allocation), got {units!r}", key=UNITS_KEY)
     return Policy(name, BudgetConfig.from_mapping(budget), units)
 
 

@@ -146,7 +146,8 @@ def test_vary_builds_exactly_the_grid_asked_for():
 
 
 @pytest.mark.parametrize("spec, code", [("no_such_key=1", "INVALID_ARGUMENT"), ("max_low_information_steps=0", "CONFIG_INVALID"),
-                                        ("max_reward_bps=10000", "CONFIG_INVALID"), ("units_per_hypothesis=0", "CONFIG_INVALID")])
+                                        ("max_reward_bps=10000", "CONFIG_INVALID"), ("units_per_hypothesis=0", "CONFIG_INVALID"),
+                                        ("units_per_hypothesis=9007199254740992", "CONFIG_INVALID")])
 def test_vary_refuses_unknown_keys_and_values_the_policy_schema_refuses(spec, code):
     with pytest.raises(LedgerError) as info:
         vary(example_policy(), [parse_vary(spec)])
@@ -672,3 +673,15 @@ def test_simulate_streams_a_journal_so_peak_memory_does_not_grow_with_its_length
         assert peak <= 1.25 * base, (peak, base)
     finally:
         long.unlink()  # pytest keeps recent tmp folders: free the disk
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_a_standard_output_that_refuses_the_figures_is_reported_without_talking_of_a_ledger(tmp_path):
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "ledger_cli", "simulate", str(DATA / "django__django-11206.jsonl"),
+                               "--csv", "--jobs", "1", "--per-run", str(tmp_path / "runs.jsonl")],
+                              stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert done.returncode == 1
+    assert done.stderr == ("error: OUTPUT_ERROR: cannot print the result (No space left on device); simulate wrote "
+                           "nothing (no --per-run or --plot file yet): run it again\n")
+    assert not (tmp_path / "runs.jsonl").exists()
