@@ -43,13 +43,14 @@ def _silence_stdout() -> None:
 OUTPUT_ERRNOS = frozenset({errno.EPIPE, errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EBADF})
 
 
-def _output_failed(cause: OSError) -> None:
-    """Report a standard output that refused the result (quietly for a reader that went away)."""
+def _output_failed(cause: OSError, done: str | None = None) -> None:
+    """Report a standard output that refused the result (quietly for a reader that went away);
+    ``done`` says what the command had done (default: what a command writing a ledger did)."""
     _silence_stdout()
     if cause.errno != errno.EPIPE:
-        click.echo(f"error: {OUTPUT_ERROR}: cannot print the result ({cause.strerror or cause}); anything the "
-                   "command wrote to the ledger is committed: read it back with 'ledger events' or 'ledger state'",
-                   err=True)
+        done = done or ("anything the command wrote to the ledger is committed: read it back with 'ledger events' "
+                        "or 'ledger state'")
+        click.echo(f"error: {OUTPUT_ERROR}: cannot print the result ({cause.strerror or cause}); {done}", err=True)
 
 
 def _report_warnings(caught: list[warnings.WarningMessage]) -> None:
@@ -107,7 +108,7 @@ class LedgerGroup(UsageGroup):
             click.echo(f"error: {exc.code}: {one_line(exc.message)}", err=True)
             ctx.exit(exc.exit_code)
         except OutputError as exc:
-            _output_failed(exc.cause)
+            _output_failed(exc.cause, exc.done)
             ctx.exit(1)
         except OSError as exc:
             if exc.filename is None and exc.errno in OUTPUT_ERRNOS:  # click writing help or a prompt

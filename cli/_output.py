@@ -28,6 +28,8 @@ class OutputError(Exception):
     def __init__(self, cause: OSError) -> None:
         super().__init__(cause.strerror or str(cause))
         self.cause = cause
+        #: What the command had done, told after the failure (None: what a ledger command tells).
+        self.done: str | None = None
 
 
 def echo(text: str = "", nl: bool = True) -> None:

@@ -10,9 +10,10 @@ import click
 from ledger import LedgerError, Policy, SimulationReport, example_policy, load_policy, plot_tradeoff, simulate, vary
 from ledger.simulation.plot import check_output_file, check_plot
 from ledger.simulation.simulator import parse_vary
+from ledger.ground.paths import os_error
 
 from ._common import Settings, pass_settings, table_options
-from ._output import dumps, echo, emit_rows, one_line
+from ._output import OutputError, dumps, echo, emit_rows, one_line
 
 FIGURE_COLUMNS = ("runs", "steps", "steps_taken", "steps_refused", "units_spent", "units_rewarded",
                   "runs_abandoned", "runs_exhausted")
@@ -39,6 +40,15 @@ def _grid(base: Policy, specs: Sequence[str]) -> list[Policy]:
         raise click.BadParameter(f"{exc.code}: {exc.message}", param_hint="--vary") from None
 
 
+def _check_names(policies: Sequence[Policy]) -> None:
+    """Two policies named alike (a --policy NAME= and a --vary KEY=VALUE) are a usage error."""
+    names = [policy.name for policy in policies]
+    for name in names:
+        if names.count(name) > 1:
+            raise click.BadParameter(f"two policies are named {name!r}; name the --policy apart with "
+                                     "NAME=FILE.toml", param_hint="--vary")
+
+
 def _rows(report: SimulationReport) -> list[dict[str, Any]]:
     rows = []
     for policy in report.policies:
@@ -58,9 +68,13 @@ def _emit_tables(report: SimulationReport) -> None:
 
 
 def _write_per_run(report: SimulationReport, path: str) -> None:
-    with open(path, "w", encoding="utf-8") as handle:
-        for run in report.runs:
-            handle.write(dumps(run.to_dict()) + "\n")
+    try:
+        with open(path, "w", encoding="utf-8") as handle:
+            for run in report.runs:
+                handle.write(dumps(run.to_dict()) + "\n")
+    except OSError as exc:  # simulate writes no ledger: say which file failed, and that it is incomplete
+        refusal = os_error(exc, f"--per-run {path}: cannot write (the file is incomplete)")
+        raise LedgerError(refusal.code, refusal.message) from None
 
 
 def _report_mismatches(report: SimulationReport) -> None:
@@ -85,7 +99,8 @@ def _report_mismatches(report: SimulationReport) -> None:
 @click.option("--per-run", type=click.Path(dir_okay=False, path_type=str), metavar="FILE",
               help="Write one JSON line per run and policy.")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=str), metavar="FILE.svg|FILE.png",
-              help="Draw steps saved against resolved runs stopped (needs: pip install 'case-ledger[plot]').")
+              help="Draw steps saved against resolved runs stopped (needs matplotlib: pip install '.[plot]' "
+                   "in a clone of the repository).")
 @click.option("--jobs", type=click.IntRange(1, 256), default=os.cpu_count() or 1, show_default="the machine's cores",
               help="Worker processes; each holds one run at a time.")
 @click.option("--package", type=click.Path(file_okay=False, exists=True, path_type=str), metavar="DIR",
@@ -98,26 +113,33 @@ def simulate_command(settings: Settings, journals: tuple[str, ...], policy_specs
 
     A folder means every *.jsonl in it, sorted by name; the run id is the file's
     stem. Each journal is replayed from an empty case with the same rules as
-    'ledger apply --keep-going': a reservation the policy refuses is a step the
-    run would not have taken, and a run whose accounts are all terminal stops
-    there. Nothing is written except the --per-run and --plot files. A journal
-    with a malformed line is reported (file and line) and the others go on;
-    the exit status is then 1.
+    'ledger apply --keep-going' (created at the journal's first "at", for
+    --actor): a reservation the policy refuses is a step the run would not have
+    taken. Nothing is written except the --per-run and --plot files. A journal
+    with a malformed line, or a line refused for a reason the policy did not
+    decide, is reported (file and line) and the others go on; the exit status
+    is then 1.
     """
     policies = _base_policies(settings, policy_specs)
     if vary_specs:
         policies += _grid(policies[0], vary_specs)
+        _check_names(policies)
     if plot is not None:  # refused now rather than after a long run
         check_plot(plot)
     if per_run is not None:
         check_output_file(per_run, "--per-run")
-    report = simulate(journals, policies, outcomes, jobs=jobs, analysis=settings.analysis(), package=package)
-    if fmt == "json":
-        echo(dumps(report.to_dict()))
-    elif fmt in ("csv", "tsv", "nl"):
-        emit_rows(_rows(report), ("policy", "outcome", *FIGURE_COLUMNS), fmt)
-    else:
-        _emit_tables(report)
+    report = simulate(journals, policies, outcomes, jobs=jobs, analysis=settings.analysis(), package=package,
+                      actor=settings.actor)
+    try:
+        if fmt == "json":
+            echo(dumps(report.to_dict()))
+        elif fmt in ("csv", "tsv", "nl"):
+            emit_rows(_rows(report), ("policy", "outcome", *FIGURE_COLUMNS), fmt)
+        else:
+            _emit_tables(report)
+    except OutputError as exc:  # simulate writes no ledger: nothing to read back
+        exc.done = "simulate wrote nothing (no --per-run or --plot file yet): run it again"
+        raise
     if per_run is not None:
         _write_per_run(report, per_run)
     if plot is not None:

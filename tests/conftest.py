@@ -172,7 +172,17 @@ def _open_fds() -> dict[int, str]:
         except OSError:  # the fd of the listing itself, closed by now
             continue
     fds.pop(getattr(tracker._resource_tracker, "_fd", None), None)
-    return {fd: target for fd, target in fds.items() if not target.startswith("/dev/shm/pym-")}
+    return {fd: target for fd, target in fds.items()
+            if not target.startswith("/dev/shm/pym-") and not _matplotlib_font(target)}
+
+
+#: Font files matplotlib opens once and keeps open in its font cache (``font_manager.get_font``),
+#: for the life of the process by design: the first test that draws text opens them.
+_FONT_SUFFIXES = (".ttf", ".otf", ".ttc", ".afm", ".pfb")
+
+
+def _matplotlib_font(target: str) -> bool:
+    return target.lower().endswith(_FONT_SUFFIXES) and "matplotlib.font_manager" in sys.modules
 
 
 #: Hooks pytest itself swaps around each test (older pytest versions from inside the test's own

@@ -17,6 +17,14 @@ from ledger.simulation.simulator import Policy, parse_journal, policy_from_mappi
 from ledger_cli.main import main, main as cli_main
 from ledger.ground.errors import INVALID_ARGUMENT, NOT_INITIALIZED
 from conftest import EXAMPLE_BUDGET
+
+
+from ledger import AnalysisConfig, Case, LedgerError, MemoryCase, apply_journal, example_policy, plot_tradeoff, simulate, vary
+from ledger.package_tools.journal import first_at as journal_first_at
+from ledger.simulation.simulator import parse_vary
+from ledger.simulation.simulator import Policy, parse_journal, policy_from_mapping, replay_run
+from ledger_cli.main import main
+
 DATA = Path(__file__).parent / "data" / "trajectories"
 OUTCOMES = DATA / "outcomes.csv"
 #: abandoned under the example policy (django-11206, -13821), and one that is not (astropy-13033)
@@ -148,7 +156,8 @@ def test_vary_builds_exactly_the_grid_asked_for():
 
 
 @pytest.mark.parametrize("spec, code", [("no_such_key=1", "INVALID_ARGUMENT"), ("max_low_information_steps=0", "CONFIG_INVALID"),
-                                        ("max_reward_bps=10000", "CONFIG_INVALID"), ("units_per_hypothesis=0", "CONFIG_INVALID")])
+                                        ("max_reward_bps=10000", "CONFIG_INVALID"), ("units_per_hypothesis=0", "CONFIG_INVALID"),
+                                        ("units_per_hypothesis=9007199254740992", "CONFIG_INVALID")])
 def test_vary_refuses_unknown_keys_and_values_the_policy_schema_refuses(spec, code):
     with pytest.raises(LedgerError) as info:
         vary(example_policy(), [parse_vary(spec)])
@@ -296,7 +305,8 @@ def test_cli_plot_without_matplotlib_is_a_clear_error(tmp_path, monkeypatch):
     done = CliRunner().invoke(main, ["simulate", str(DATA / "django__django-11206.jsonl"), "--jobs", "1",
                                      "--plot", str(tmp_path / "p.svg")])
     assert done.exit_code == 1
-    assert "error: INVALID_ARGUMENT: --plot needs matplotlib: pip install 'case-ledger[plot]'" in done.stderr
+    assert ("error: INVALID_ARGUMENT: --plot needs matplotlib: pip install '.[plot]' (in a clone of the "
+            "repository)") in done.stderr
     wrong = CliRunner().invoke(main, ["simulate", str(DATA / "django__django-11206.jsonl"), "--plot", "p.pdf"])
     assert wrong.exit_code == 1 and "must end in .svg or .png" in wrong.stderr
 
@@ -432,5 +442,338 @@ def test_simulate_without_matplotlib_refuses_plot_before_running(tmp_path, monke
     monkeypatch.setattr(importlib, "import_module", no_matplotlib)
     monkeypatch.setattr(simulation, "journal_files", lambda paths: ran.append(paths) or [])
     code, _, err = cli("simulate", TRAJECTORIES, "--plot", tmp_path / "figure.svg")
-    assert (code, err) == (1, "error: INVALID_ARGUMENT: --plot needs matplotlib: pip install 'case-ledger[plot]'\n")
+    assert (code, err) == (1, "error: INVALID_ARGUMENT: --plot needs matplotlib: pip install '.[plot]' (in a clone of "
+                           "the repository)\n")
     assert ran == [] and not (tmp_path / "figure.svg").exists()
+
+
+PLOT_KEEPS_THE_CALLERS_MATPLOTLIB = """
+import sys
+import matplotlib
+matplotlib.use("svg")  # the caller's choice (Jupyter's inline backend, say)
+matplotlib.rcParams["svg.hashsalt"] = "callers-salt"
+from ledger import plot_tradeoff
+from ledger.simulation.plot import check_plot
+rows = [{"name": "p", "runs": 2, "steps": 10, "steps_refused": 3, "runs_abandoned": 1, "runs_exhausted": 0,
+         "by_outcome": {}}]
+check_plot(sys.argv[1])
+plot_tradeoff(rows, sys.argv[1])
+print(matplotlib.get_backend(), "matplotlib.pyplot" in sys.modules, matplotlib.rcParams["svg.hashsalt"])
+"""
+
+
+def test_plotting_leaves_the_callers_backend_pyplot_and_settings_as_they_were(tmp_path):
+    pytest.importorskip("matplotlib")
+    done = subprocess.run([sys.executable, "-c", PLOT_KEEPS_THE_CALLERS_MATPLOTLIB, str(tmp_path / "p.svg")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["svg", "False", "callers-salt"]
+    assert (tmp_path / "p.svg").read_bytes().startswith(b"<?xml")
+
+
+@pytest.mark.parametrize("suffix", [".svg", ".png"])
+def test_the_picture_is_the_same_bytes_on_every_run(tmp_path, suffix):
+    pytest.importorskip("matplotlib")
+    report = simulate([DATA / f"{name}.jsonl" for name in JOURNALS],
+                      vary(example_policy(), [("max_low_information_steps", [2, 4])]), OUTCOMES)
+    first = plot_tradeoff(report.policies, tmp_path / f"a{suffix}").read_bytes()
+    second = plot_tradeoff(report.policies, tmp_path / f"b{suffix}").read_bytes()
+    assert first == second
+    if suffix == ".svg":
+        assert b"<dc:date>" not in first and b'id="p' in first  # element ids are there, but fixed
+
+
+def test_the_plot_install_hint_says_what_works_from_a_clone():
+    """The package is not on the package index: every hint names `pip install '.[plot]'`."""
+    root = Path(__file__).parent.parent
+    help_text = CliRunner().invoke(main, ["simulate", "--help"]).stdout
+    for where, text in [("README.md", (root / "README.md").read_text(encoding="utf-8")),
+                        ("docs/simulate.md", (root / "docs" / "simulate.md").read_text(encoding="utf-8")),
+                        ("--help", " ".join(help_text.split()))]:
+        assert "case-ledger[plot]" not in text and "pip install '.[plot]'" in text, where
+
+
+@pytest.mark.parametrize("vary_spec", ["max_low_information_steps=4,4", "max_low_information_steps=4, 04",
+                                       "units_per_hypothesis=7,8,7"])
+def test_a_vary_value_given_twice_is_a_usage_error(vary_spec):
+    done = CliRunner().invoke(main, ["simulate", str(DATA / "django__django-11206.jsonl"), "--vary", vary_spec])
+    assert done.exit_code == 2, done.output
+    assert "--vary" in done.stderr and "is given twice" in done.stderr
+    with pytest.raises(LedgerError) as info:
+        parse_vary(vary_spec)
+    assert info.value.code == "INVALID_ARGUMENT"
+
+
+def test_a_policy_named_like_a_vary_policy_is_a_usage_error(tmp_path):
+    policy = tmp_path / "max_low_information_steps=3.toml"  # named after its stem
+    policy.write_text("max_low_information_steps = 3\n")
+    done = CliRunner().invoke(main, ["simulate", str(DATA / "django__django-11206.jsonl"), "--policy",
+                                     str(policy), "--vary", "max_low_information_steps=3"])
+    assert done.exit_code == 2 and "two policies are named 'max_low_information_steps=3'" in done.stderr
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_a_per_run_file_that_cannot_be_written_is_named_and_no_ledger_is_mentioned(tmp_path):
+    full = tmp_path / "full.jsonl"
+    full.symlink_to("/dev/full")  # writable, but every write fails: no space left on device
+    done = CliRunner().invoke(main, ["simulate", str(DATA / "django__django-11206.jsonl"), "--jobs", "1", "--csv",
+                                     "--per-run", str(full)])
+    assert done.exit_code == 1
+    assert done.stderr.startswith(f"error: STORAGE_ERROR: --per-run {full}: cannot write (the file is incomplete): ")
+    assert "ledger" not in done.stderr.lower().replace("error:", "") and "committed" not in done.stderr
+    assert done.stdout.startswith("policy,outcome")  # the figures were printed first
+
+
+@pytest.mark.parametrize("rows, message", [
+    ("run,outcome\na,resolved\nb,\n", "line 3: run 'b' has an empty outcome"),
+    ("run,outcome\na,resolved\nb,   \n", "line 3: run 'b' has an empty outcome"),
+    ('run,note,outcome\na,"two\nlines",resolved\nb,x,\n', "line 4: run 'b' has an empty outcome"),
+    ("run,outcome\n,resolved\n", "line 2: the run id (first column) is empty"),
+    ("run,outcome\na,(all)\n", "line 2: run 'a': the outcome '(all)' is a name the report uses itself"),
+    ("run,outcome\na,(no outcome)\n", "the outcome '(no outcome)' is a name the report uses itself"),
+    ("run,outcome\na,resolved\na,failed\n", "line 3: run 'a' is listed twice"),
+])
+def test_an_outcome_row_without_a_usable_outcome_is_refused_naming_file_and_line(tmp_path, rows, message):
+    outcomes = tmp_path / "o.csv"
+    outcomes.write_text(rows, encoding="utf-8")
+    with pytest.raises(LedgerError) as info:
+        simulate([DATA / "django__django-11206.jsonl"], None, outcomes)
+    assert info.value.code == "INVALID_ARGUMENT"
+    assert info.value.message.startswith(f"outcomes file {outcomes}: ") and message in info.value.message
+    done = CliRunner().invoke(main, ["simulate", str(DATA / "django__django-11206.jsonl"), "--outcomes", str(outcomes)])
+    assert done.exit_code == 1 and message in done.stderr and done.stdout == ""
+
+
+@pytest.mark.parametrize("outcomes", [{"a": ""}, {"a": " "}, {"": "resolved"}, {"a": "(all)"}])
+def test_an_outcomes_mapping_without_a_usable_outcome_is_refused(outcomes):
+    with pytest.raises(LedgerError) as info:
+        simulate([DATA / "django__django-11206.jsonl"], None, outcomes)
+    assert info.value.code == "INVALID_ARGUMENT" and info.value.message.startswith("outcomes: ")
+
+
+# --- only the policy's refusals count; apply and simulate decide alike ----------------------
+OPENING = [{"op": "open_revision", "hypotheses": [{"statement": "a"}, {"statement": "b"}], "units_per_hypothesis": 100},
+           {"op": "transition", "to": "INVESTIGATING_HYPOTHESES"}, {"op": "initialize"}]
+
+
+def _step(n: int, hypothesis: str = "H1", **reserve_keys) -> list[dict]:
+    return [{"op": "reserve", "hypothesis": hypothesis, "action_id": f"a{n}", "action": "source.read_context",
+             **reserve_keys},
+            {"op": "record_result", "hypothesis": hypothesis, "action_id": f"a{n}", "evidence": {"o": n}},
+            {"op": "settle", "hypothesis": hypothesis, "action_id": f"a{n}", "semantic_score": 50, "reason": "r"}]
+
+
+def _write(tmp_path: Path, name: str, lines: list[dict]) -> Path:
+    path = tmp_path / f"{name}.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+#: name → (journal lines, the code, the line number) of a refusal no policy decides
+NOT_THE_POLICYS = {
+    "malformed at": (OPENING + _step(1) + _step(2, at="yesterday") + _step(3), "INVALID_ARGUMENT", 7),
+    "far-future at": (OPENING + _step(1, at="2026-01-01T00:00:00Z") + _step(2, at="2999-01-01T00:00:00Z"),
+                      "INVALID_ARGUMENT", 7),
+    "allocation past 2**53-1": ([{**OPENING[0], "units_per_hypothesis": 2**53 + 1}] + OPENING[1:] + _step(1),
+                                "INVALID_JSON", 1),
+    "allocation the ledger refuses": ([{**OPENING[0], "units_per_hypothesis": 0}] + OPENING[1:] + _step(1),
+                                      "INVALID_ARGUMENT", 1),
+    "evidence-store line": (OPENING + _step(1) + [{"op": "query", "request": {"tool": "source.read_context"},
+                                                    "iteration_id": "i1"}] + _step(2), "INVALID_ARGUMENT", 7),
+    "reserve on a rejected hypothesis": (OPENING + _step(1) + [{"op": "reject", "hypothesis": "H2", "reason": "r"}]
+                                         + _step(2, "H2"), "ACCOUNT_TERMINAL", 8),
+    "reserve while another action is pending": (OPENING + _step(1)[:1] + _step(2), "ACTION_PENDING", 5),
+    "settle with a bad score": (OPENING + _step(1)[:2] + [{**_step(1)[2], "semantic_score": 500}], "INVALID_SCORE", 6),
+    "scope established by someone else": (OPENING + [{"op": "establish", "scope": "revision:1", "limits": {"actions": 1},
+                                                      "issuer": "mallory"}] + _step(1), "AUTHORITY_DENIED", 4),
+    "unknown hypothesis": (OPENING + _step(1, "H7"), "UNKNOWN_HYPOTHESIS", 4),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NOT_THE_POLICYS))
+def test_a_refusal_the_policy_did_not_decide_makes_the_run_an_error_naming_file_and_line(tmp_path, name):
+    lines, code, number = NOT_THE_POLICYS[name]
+    journal = _write(tmp_path, "bad", lines)
+    good = _write(tmp_path, "good", OPENING + _step(1))
+    report = simulate([good, journal], [example_policy(), policy_from_mapping("lax", {})])
+    assert [e["code"] for e in report.errors] == [code], report.errors
+    assert (report.errors[0]["file"], report.errors[0]["line"]) == (str(journal), number)
+    assert report.errors[0]["message"].startswith(f"{journal}:{number}: ")
+    assert [row["runs"] for row in report.policies] == [1, 1]  # the good run only, under both policies
+    assert all(run.error == report.errors[0] for run in report.runs if run.run == "bad")
+    done = CliRunner().invoke(main, ["simulate", str(tmp_path), "--csv", "--jobs", "1"])
+    assert done.exit_code == 1
+    assert done.stderr.startswith(f"error: {code}: 1 journal(s) not simulated: {journal}:{number}: ")
+    assert "example,(all),1," in done.stdout
+
+
+def test_a_limit_of_the_analysis_config_is_not_a_refusal_of_the_policy(tmp_path):
+    """budget_events_max (1 initialized + 3 per step): the 4th reservation would pass 12 events."""
+    journal = _write(tmp_path, "long", OPENING + [line for n in range(1, 10) for line in _step(n)])
+    report = simulate([journal], None, analysis=AnalysisConfig(limits={"budget_events_max": 12}))
+    assert [(e["code"], e["line"]) for e in report.errors] == [("LIMIT_REACHED", 13)]
+    assert "budget_events_max" in report.errors[0]["message"] and report.policies[0]["runs"] == 0
+
+
+def test_what_follows_from_a_policy_refusal_is_not_an_error(tmp_path):
+    """H1 has 30 units; a read costs 10 and refunds 4. A 25-unit search is refused (INSUFFICIENT_BUDGET) and its
+    record and settle find no action (UNKNOWN_ACTION); three reads later 6 units are left, under the 10-unit floor:
+    exhausted, so the next reserve and the reject on H1 are refused (ACCOUNT_TERMINAL). H2 goes on."""
+    lines = ([{**OPENING[0], "units_per_hypothesis": 30}] + OPENING[1:] + _step(1) + _step(2, action="source.find_text")
+             + _step(3) + _step(4) + _step(5) + _step(6) + [{"op": "reject", "hypothesis": "H1", "reason": "r"}]
+             + _step(7, "H2"))
+    policy = policy_from_mapping("plain", {"action_costs": {"source.find_text": 25}})
+    journal = _write(tmp_path, "short", lines)
+    traced = replay_run("short", parse_journal(journal), policy, trace=True)
+    assert [code for _, code in traced.lines if code] == ["INSUFFICIENT_BUDGET", "UNKNOWN_ACTION", "UNKNOWN_ACTION",
+                                                          "ACCOUNT_TERMINAL", "UNKNOWN_ACTION", "UNKNOWN_ACTION",
+                                                          "ACCOUNT_TERMINAL"]
+    run = simulate([journal], [policy]).runs[0]
+    assert run.error is None and traced.error is None
+    assert (run.steps, run.steps_taken, run.steps_refused, run.units_spent) == (7, 5, 2, 50)
+    assert (run.exhausted, run.stopped_at_step) == (False, None)  # H2 is not exhausted: the run was not cut short
+
+
+def _apply_like_the_cli(tmp_path: Path, journal: Path, policy: Policy, actor: str = "controller"):
+    """What `ledger --actor ACTOR apply CASE JOURNAL --create C1 --keep-going` decides, line by line."""
+    raw = journal.read_bytes().split(b"\n")
+    case = Case.create(tmp_path / f"applied-{journal.stem}-{actor}", "C1", actor=actor, at=journal_first_at(raw))
+    try:
+        results = list(apply_journal(case, raw, budget=case.budget(policy.config), keep_going=True))
+        return [(r.line, None if r.ok else r.error.code) for r in results], case.balances()
+    finally:
+        case.close()
+
+
+def _timed(lines: list[dict], start: int = 0) -> list[dict]:
+    return [{**line, "at": f"2026-01-05T10:{(start + i) // 60:02d}:{(start + i) % 60:02d}Z"} for i, line in enumerate(lines)]
+
+
+#: name → (journal lines, actor): scoped limits, an actor's authority, and times judged by a duration limit
+DECIDED_ALIKE = {
+    "actions limit of a hypothesis": (OPENING + [{"op": "establish", "scope": "hypothesis:1/H1", "limits": {"actions": 2},
+                                                  "issuer": "controller"}] + _step(1) + _step(2) + _step(3), "controller"),
+    "units limit, task failed": (OPENING + [{"op": "establish", "scope": "case", "limits": {"units": 12},
+                                             "issuer": "controller", "on_exhausted": "task_failed"}]
+                                 + _step(1) + _step(2) + _step(3) + _step(4, "H2"), "controller"),
+    "units limit, scope cancelled": (OPENING + [{"op": "establish", "scope": "revision:1", "limits": {"units": 12},
+                                                 "issuer": "controller", "on_exhausted": "scope_cancelled"}]
+                                     + _step(1) + _step(2, "H2") + _step(3) + _step(4, "H2"), "controller"),
+    "the actor establishes": (OPENING + [{"op": "establish", "scope": "revision:1", "limits": {"actions": 1},
+                                          "issuer": "alice"}] + _step(1) + _step(2), "alice"),
+    "another actor may not": (OPENING + [{"op": "establish", "scope": "revision:1", "limits": {"actions": 1},
+                                          "issuer": "alice"}] + _step(1) + _step(2), "bob"),
+    "duration limit, timed lines": (_timed(OPENING + [{"op": "establish", "scope": "case", "limits": {"duration_ms": 9500},
+                                                       "issuer": "controller"}]
+                                           + [line for n in range(1, 6) for line in _step(n)]), "controller"),
+    "times raised to the previous event": (_timed(OPENING + _step(1)) + _timed(_step(2), start=-30)
+                                           + _timed(_step(3), start=100), "controller"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DECIDED_ALIKE))
+def test_simulate_decides_every_line_as_apply_does_with_scopes_actors_and_times(tmp_path, name):
+    lines, actor = DECIDED_ALIKE[name]
+    journal = _write(tmp_path, "run", lines)
+    for policy in [example_policy(), policy_from_mapping("costly", {"default_action_cost": 6})]:
+        applied, balances = _apply_like_the_cli(tmp_path / policy.name, journal, policy, actor)
+        traced = replay_run("run", parse_journal(journal), policy, trace=True, actor=actor)
+        assert traced.lines == applied, policy.name
+        fast = replay_run("run", parse_journal(journal), policy, actor=actor)
+        steps = {number for number, line in parse_journal(journal) if line["op"] == "reserve"}
+        refused = sum(1 for number, code in applied if code and number in steps)
+        if fast.error is None:
+            assert (fast.steps_refused, fast.units_spent) == (refused, sum(b["spent_units"] for b in balances))
+        else:  # not the policy's doing: the line apply refuses is the one named
+            assert (fast.error["line"], fast.error["code"]) in applied, fast.error
+    assert any(code for _, code in applied) or name == "times raised to the previous event"
+
+
+def test_the_global_actor_reaches_the_simulation(tmp_path):
+    lines, _ = DECIDED_ALIKE["the actor establishes"]
+    journal = _write(tmp_path, "run", lines)
+    as_alice = CliRunner().invoke(main, ["--actor", "alice", "simulate", str(journal), "--csv", "--jobs", "1"])
+    assert as_alice.exit_code == 0, as_alice.output
+    assert as_alice.stdout.splitlines()[1].startswith("example,(all),1,2,1,1,")  # the limit of one action refused one
+    as_controller = CliRunner().invoke(main, ["simulate", str(journal), "--csv", "--jobs", "1"])
+    assert as_controller.exit_code == 1 and "error: AUTHORITY_DENIED: 1 journal(s) not simulated:" in as_controller.stderr
+    bad = CliRunner().invoke(main, ["--actor", "not an id", "simulate", str(journal)])
+    assert bad.exit_code == 1 and bad.stderr.startswith("error: INVALID_ID:")
+
+
+def test_a_duration_limit_over_lines_without_at_is_an_error_not_a_guess(tmp_path):
+    """apply judges a line without "at" by the machine's clock while it applies it: 400 untimed steps under a
+    duration limit are taken or refused by how fast the machine is, which no replay can know."""
+    lines = OPENING + [{"op": "establish", "scope": "case", "limits": {"duration_ms": 50}, "issuer": "controller"}]
+    journal = _write(tmp_path, "untimed", lines + [line for n in range(1, 401) for line in _step(n)])
+    report = simulate([journal], None)
+    assert [(e["code"], e["line"]) for e in report.errors] == [("INVALID_ARGUMENT", 5)]
+    assert 'line 1 has no "at"' in report.errors[0]["message"] and report.policies[0]["runs"] == 0
+    timed = _write(tmp_path, "timed", _timed(lines) + [line for n in range(1, 401) for line in _step(n)])
+    error = simulate([timed], None).errors[0]  # the first reservation, itself without "at"
+    assert error["line"] == 5 and 'line 5 has no "at"' in error["message"]
+    no_limit = _write(tmp_path, "free", OPENING + [line for n in range(1, 4) for line in _step(n)])
+    assert simulate([no_limit], None).errors == []  # without a duration limit the clock decides nothing
+
+
+def test_the_simulated_case_starts_at_the_journals_first_at_as_apply_create_does():
+    from ledger_cli.journal import PEEK_LINES_MAX
+    from ledger.simulation.replay import FIRST_AT_LINES
+
+    assert FIRST_AT_LINES == PEEK_LINES_MAX
+
+
+PEAK_RSS = """
+import resource, subprocess, sys
+done = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+assert done.returncode == 0, done.stderr
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+"""
+
+
+def _peak_rss_kib(*args: str) -> int:
+    """Peak resident set (KiB) of ``ledger ARGS`` in a process of its own."""
+    done = subprocess.run([sys.executable, "-c", PEAK_RSS, sys.executable, "-m", "ledger_cli", *args],
+                          capture_output=True, text=True, check=True, timeout=600)
+    return int(done.stdout)
+
+
+def _long_journal(path: Path, steps: int, evidence_bytes: int) -> Path:
+    with open(path, "w", encoding="utf-8") as out:
+        for line in [{**OPENING[0], "units_per_hypothesis": 10**12}, *OPENING[1:]]:
+            out.write(json.dumps(line) + "\n")
+        filler = "x" * evidence_bytes
+        for n in range(steps):
+            for line in _step(n):
+                if line["op"] == "record_result":
+                    line["evidence"] = {"n": n, "text": filler}
+                out.write(json.dumps(line) + "\n")
+    return path
+
+
+@pytest.mark.slow
+def test_simulate_streams_a_journal_so_peak_memory_does_not_grow_with_its_length(tmp_path):
+    """The same 3,000 steps in a 1.3 MB journal and in a 48 MB one (16 kB of evidence per step), under two
+    policies: the long journal is read a line at a time for each policy, never held, parsed or not."""
+    short = _long_journal(tmp_path / "short.jsonl", 3000, 100)
+    long = _long_journal(tmp_path / "long.jsonl", 3000, 16_000)
+    try:
+        assert long.stat().st_size > 30 * short.stat().st_size
+        grid = ["--vary", "max_low_information_steps=2", "--jobs", "1", "--csv"]
+        base = _peak_rss_kib("simulate", str(short), *grid)
+        peak = _peak_rss_kib("simulate", str(long), *grid)
+        assert peak <= 1.25 * base, (peak, base)
+    finally:
+        long.unlink()  # pytest keeps recent tmp folders: free the disk
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_a_standard_output_that_refuses_the_figures_is_reported_without_talking_of_a_ledger(tmp_path):
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "ledger_cli", "simulate", str(DATA / "django__django-11206.jsonl"),
+                               "--csv", "--jobs", "1", "--per-run", str(tmp_path / "runs.jsonl")],
+                              stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert done.returncode == 1
+    assert done.stderr == ("error: OUTPUT_ERROR: cannot print the result (No space left on device); simulate wrote "
+                           "nothing (no --per-run or --plot file yet): run it again\n")
+    assert not (tmp_path / "runs.jsonl").exists()

@@ -169,9 +169,12 @@ def test_repeated_and_conflicting_lines_replay_or_conflict_as_in_apply(tmp_path)
                                              None]
     traced = replay_run("repeats", parse_journal(journal), policy, trace=True)
     assert traced.lines == applied
+    assert traced.units_spent == sum(b["spent_units"] for b in balances) == 10  # two 5-unit reads
+    # a conflict is the journal's doing, not the policy's: the run is an error at the first one
     fast = replay_run("repeats", parse_journal(journal), policy)
-    assert (fast.steps, fast.steps_refused) == (traced.steps, traced.steps_refused) == (4, 1)
-    assert fast.units_spent == sum(b["spent_units"] for b in balances) == 10  # two 5-unit reads
+    assert (fast.error["code"], fast.error["line"]) == (traced.error["code"], traced.error["line"]) == (
+        "OPERATION_CONFLICT", 7)
+    assert (traced.steps, traced.steps_refused) == (4, 0)
 
 
 def test_the_example_figures_on_real_journals_are_unchanged_by_the_shortcuts():

@@ -180,14 +180,16 @@ class MemoryCase(CaseFacade):
 
     @classmethod
     def create(cls, case_id: str, *, analysis_config: AnalysisConfig | None = None, actor: str = DEFAULT_ACTOR,
-               clock: Callable[[], str] = utc_now, package: Path | None = None, chain: bool = True) -> "MemoryCase":
+               clock: Callable[[], str] = utc_now, package: Path | None = None, chain: bool = True,
+               at: str | None = None) -> "MemoryCase":
         """A new in-memory case ``case_id`` (``INVALID_ID`` for a malformed id or actor); ``chain=False``
-        seals no hash chain (see :class:`MemorySession`)."""
+        seals no hash chain (see :class:`MemorySession`). ``at`` is the time of the case-created
+        event (default: ``clock``), checked as :meth:`Case.create <ledger.services.case.Case.create>` checks it."""
         check_case_id(case_id)
         analysis = analysis_config or AnalysisConfig()
         session = MemorySession(actor=check_action_id(actor, "actor"), clock=clock, limits=analysis.limits,
                                 chain=chain)
-        session.run("create", lifecycle.shape_create(case_id, str(uuid.uuid4())))
+        session.run("create", lifecycle.shape_create(case_id, str(uuid.uuid4())), at=at)
         return cls(session, analysis, package)
 
     def evidence(self) -> Any:

@@ -1,6 +1,9 @@
 """The trade-off picture of a policy simulation: steps saved against good runs stopped.
 
-Needs matplotlib, the optional extra ``plot`` (``pip install 'case-ledger[plot]'``).
+Needs matplotlib, the optional extra ``plot`` (from a clone of the repository:
+``pip install '.[plot]'``). The picture is drawn on its own ``Figure`` with its own
+canvas: neither pyplot nor the caller's plotting backend is touched (docs/simulate.md).
+An SVG is byte-reproducible: fixed element ids and no date.
 """
 
 from __future__ import annotations
@@ -16,6 +19,10 @@ from ..ground.errors import LedgerError
 from ..ground.paths import fs_path
 
 PLOT_SUFFIXES = (".svg", ".png")
+#: What to run for the ``plot`` extra until the package is on the package index.
+INSTALL_HINT = "pip install '.[plot]' (in a clone of the repository)"
+#: The salt of the SVG's element ids (matplotlib draws random ones without it).
+SVG_HASH_SALT = "case-ledger"
 
 
 def tradeoff_points(policies: Sequence[Mapping[str, Any]], good: str = "resolved") -> list[tuple[str, float, float]]:
@@ -37,13 +44,16 @@ def tradeoff_points(policies: Sequence[Mapping[str, Any]], good: str = "resolved
     return points
 
 
-def _pyplot() -> Any:
+def _matplotlib() -> tuple[Any, Any, Any]:
+    """``(matplotlib, Figure, FigureCanvasAgg)``, imported without choosing a backend (pyplot
+    is not imported, so a caller's backend and figures stay as they were)."""
     try:
         matplotlib = importlib.import_module("matplotlib")
+        figure = importlib.import_module("matplotlib.figure")
+        agg = importlib.import_module("matplotlib.backends.backend_agg")
     except ImportError:
-        raise LedgerError(E.INVALID_ARGUMENT, "--plot needs matplotlib: pip install 'case-ledger[plot]'") from None
-    matplotlib.use("Agg")
-    return importlib.import_module("matplotlib.pyplot")
+        raise LedgerError(E.INVALID_ARGUMENT, f"--plot needs matplotlib: {INSTALL_HINT}") from None
+    return matplotlib, figure.Figure, agg.FigureCanvasAgg
 
 
 def check_output_file(path: str | os.PathLike[str], option: str) -> Path:
@@ -66,7 +76,7 @@ def check_plot(path: str | os.PathLike[str]) -> Path:
     target = check_output_file(path, "--plot")
     if target.suffix.lower() not in PLOT_SUFFIXES:
         raise LedgerError(E.INVALID_ARGUMENT, f"--plot {target}: the file must end in .svg or .png")
-    _pyplot()
+    _matplotlib()
     return target
 
 
@@ -81,11 +91,24 @@ def plot_tradeoff(policies: Sequence[Mapping[str, Any]], path: str | os.PathLike
     target = Path(path)
     if target.suffix.lower() not in PLOT_SUFFIXES:
         raise LedgerError(E.INVALID_ARGUMENT, f"--plot {target}: the file must end in .svg or .png")
-    plt = _pyplot()
+    matplotlib, figure_class, canvas_class = _matplotlib()
     points = tradeoff_points(policies, good)
     base = base if base is not None else (points[0][0] if points else None)
     has_good = any(good in row.get("by_outcome", {}) for row in policies)
-    figure, axes = plt.subplots(figsize=(7, 4.5))
+    figure = figure_class(figsize=(7, 4.5))
+    canvas_class(figure)  # the figure's own canvas: no pyplot, no global backend
+    _draw(figure.subplots(), points, base, f"{good} runs stopped (%)" if has_good else "runs stopped (%)")
+    figure.tight_layout()
+    svg = target.suffix.lower() == ".svg"
+    try:  # the salt only for this drawing: rc_context restores the caller's settings
+        with matplotlib.rc_context({"svg.hashsalt": SVG_HASH_SALT} if svg else {}):
+            figure.savefig(target, metadata={"Date": None} if svg else {})
+    except OSError as exc:
+        raise LedgerError(E.STORAGE_ERROR, f"--plot {target}: cannot write: {exc.strerror or exc}") from None
+    return target
+
+
+def _draw(axes: Any, points: Sequence[tuple[str, float, float]], base: str | None, xlabel: str) -> None:
     right = max((stopped for _, _, stopped in points), default=0.0) / 2
     for name, saved, stopped in points:
         marked = name == base
@@ -94,17 +117,8 @@ def plot_tradeoff(policies: Sequence[Mapping[str, Any]], path: str | os.PathLike
         axes.annotate(f"{name} (base)" if marked else name, (stopped, saved), textcoords="offset points",
                       xytext=(-6, 4) if stopped > right else (6, 4), ha="right" if stopped > right else "left",
                       fontsize=8)
-    axes.set_xlabel(f"{good} runs stopped (%)" if has_good else "runs stopped (%)")
+    axes.set_xlabel(xlabel)
     axes.set_ylabel("steps saved (%)")
     axes.set_title("Policy trade-off: steps saved against good runs stopped")
     axes.grid(True, alpha=0.3)
     axes.margins(0.15)
-    figure.tight_layout()
-    metadata = {"Date": None} if target.suffix.lower() == ".svg" else {}
-    try:
-        figure.savefig(target, metadata=metadata)
-    except OSError as exc:
-        raise LedgerError(E.STORAGE_ERROR, f"--plot {target}: cannot write: {exc.strerror or exc}") from None
-    finally:
-        plt.close(figure)
-    return target

@@ -1,18 +1,12 @@
 """Policy simulation: replay recorded journals under budget policies, in memory (docs/simulate.md).
 
 Each journal is replayed from an empty :class:`~ledger.services.memory.MemoryCase` under
-each policy through :func:`ledger.package_tools.journal.call_operation`, the code path of
-``ledger apply --keep-going``, so every figure equals what ``apply`` would
-produce in a real case under that policy. Nothing is written to disk. A journal
-is read and parsed once and replayed under every policy; the in-memory case
-keeps no hash chain (``chain=False``), no result object is built per line, and
-the clock is read once per run: none of that changes an outcome.
-
-A *step* is a journal ``reserve`` line. A reservation the policy refuses is a
-step the run would not have taken. Once every account of the run's revision is
-terminal (and no later line could open a new revision), the run stops there:
-its remaining steps count as refused without being evaluated, which is exactly
-what ``apply`` would report for them (``ACCOUNT_TERMINAL``).
+each policy by :func:`ledger.simulation.replay.replay_run`, through the code path
+of ``ledger apply --keep-going``, so every figure equals what ``apply`` would
+produce in a real case under that policy; a refusal the policy did not decide
+makes the run an error instead of a figure. Nothing is written to disk. A short
+journal is parsed once and replayed under every policy; a long one is streamed
+again for each, so memory does not grow with a journal's length.
 
 A simulation policy is a budget policy (every key of the budget TOML) plus one
 optional key, ``units_per_hypothesis``: when set, it replaces the allocation of
@@ -26,29 +20,29 @@ from __future__ import annotations
 import csv
 import itertools
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from ..ground import errors as E
 from ..ground.resources import resource_dir
 from ..ground.config import DEFAULT_POLICY, AnalysisConfig, BudgetConfig, _read_toml
+from ..ground.canonical import SAFE_INTEGER_MAX
 from ..ground.arguments import check_instance, check_iterable, check_text_mapping, path_list
 from ..ground.errors import LedgerError
-from ..services.budget import BudgetManager
-from ..ground.clock import utc_now
-from ..package_tools.journal import call_operation, parse_line, without_bom
-from ..services.memory import MemoryCase
+from ..services.memory import DEFAULT_ACTOR
 from ..ground.paths import fs_path
-from ..services.session import Ran
-from ..rules.common import STATUS_ABANDONED, STATUS_EXHAUSTED, TERMINAL_STATUSES
+from ..rules.common import check_action_id
+from .replay import UNITS_KEY, RunResult, journal_lines, parse_journal, replay_run, run_error
 
 #: The figures of a policy (and of each outcome), in output order.
 FIGURES = ("runs", "steps", "steps_taken", "steps_refused", "units_spent", "units_rewarded",
            "runs_abandoned", "runs_exhausted")
-UNITS_KEY = "units_per_hypothesis"
 NO_OUTCOME = "(no outcome)"
-_LIFECYCLE_OPS = frozenset({"open_revision", "transition", "initialize"})
+#: Outcome names the report uses itself (``(all)`` is the CSV row of every run).
+RESERVED_OUTCOMES = frozenset({NO_OUTCOME, "(all)"})
+#: Journals up to this size are parsed once for every policy; longer ones are streamed per policy.
+CACHE_BYTES_MAX = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -79,8 +73,9 @@ def policy_from_mapping(name: str, data: Mapping[str, Any]) -> Policy:
         raise LedgerError(E.CONFIG_INVALID, "a policy must be a table", key="(top level)")
     budget = dict(data)
     units = budget.pop(UNITS_KEY, None)
-    if units is not None and (type(units) is not int or units < 1):
-        raise LedgerError(E.CONFIG_INVALID, f"{UNITS_KEY}: must be an integer >= 1, got {units!r}", key=UNITS_KEY)
+    if units is not None and (type(units) is not int or not 1 <= units <= SAFE_INTEGER_MAX):
+        raise LedgerError(E.CONFIG_INVALID, f"{UNITS_KEY}: must be an integer from 1 to {SAFE_INTEGER_MAX} "
+                          f"(the ledger's largest allocation), got {units!r}", key=UNITS_KEY)
     return Policy(name, BudgetConfig.from_mapping(budget), units)
 
 
@@ -118,17 +113,22 @@ def _with_value(settings: dict[str, Any], key: str, value: int) -> dict[str, Any
 
 
 def parse_vary(spec: str) -> tuple[str, list[int]]:
-    """``KEY=V1,V2,…`` → ``(key, [values])``; ``INVALID_ARGUMENT`` unless every value is an integer."""
+    """``KEY=V1,V2,…`` → ``(key, [values])``; ``INVALID_ARGUMENT`` unless every value is an integer,
+    given once (``4,4`` or ``4,04`` would name two policies alike)."""
     check_instance(spec, str, "the --vary spec", "a str like KEY=V1,V2")
     key, eq, values = spec.partition("=")
     if not eq or not key or not values:
         raise LedgerError(E.INVALID_ARGUMENT, f"--vary {spec!r}: expected KEY=V1,V2,…", key=key)
-    out = []
+    out: list[int] = []
     for value in values.split(","):
         try:
-            out.append(int(value.strip(), 10))
+            number = int(value.strip(), 10)
         except ValueError:
             raise LedgerError(E.INVALID_ARGUMENT, f"--vary {key}: {value!r} is not an integer", key=key) from None
+        if number in out:
+            raise LedgerError(E.INVALID_ARGUMENT, f"--vary {key}: the value {number} is given twice; give each "
+                              "value once", key=key)
+        out.append(number)
     return key, out
 
 
@@ -166,29 +166,47 @@ def vary(base: Policy, grid: Sequence[tuple[str, Sequence[int]]]) -> list[Policy
 def read_outcomes(path: str | os.PathLike[str]) -> dict[str, str]:
     """Run id (first column) → outcome (column ``outcome``) of a CSV file with a header row.
 
-    ``INVALID_ARGUMENT`` for a missing or unreadable file, no ``outcome`` column or a run listed twice.
+    ``INVALID_ARGUMENT`` for a missing or unreadable file, no ``outcome`` column, a run listed
+    twice, or a row without a run id or outcome (see :func:`check_outcome`), naming the line.
     """
     path = fs_path(path, "outcomes file")
     if path.exists() and not path.is_file():  # a fifo would block, a folder cannot be read
         raise LedgerError(E.INVALID_ARGUMENT, f"outcomes file {path}: not a regular file")
+    where = f"outcomes file {os.fspath(path)}"
+    outcomes: dict[str, str] = {}
     try:
         with open(path, newline="", encoding="utf-8") as handle:
-            rows = list(csv.reader(handle))
+            reader = csv.reader(handle)
+            header = next(reader, [])
+            if "outcome" not in header:
+                raise LedgerError(E.INVALID_ARGUMENT, f"{where}: needs a header row with an 'outcome' column")
+            column = header.index("outcome")
+            for row in reader:
+                if not row:
+                    continue
+                line = f"{where}: line {reader.line_num}"
+                if len(row) <= column:
+                    raise LedgerError(E.INVALID_ARGUMENT, f"{line} has no outcome")
+                if row[0] in outcomes:
+                    raise LedgerError(E.INVALID_ARGUMENT, f"{line}: run {row[0]!r} is listed twice")
+                outcomes[row[0]] = check_outcome(row[0], row[column], line)
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise LedgerError(E.INVALID_ARGUMENT, f"outcomes file {os.fspath(path)}: cannot read: {exc}") from None
-    if not rows or "outcome" not in rows[0]:
-        raise LedgerError(E.INVALID_ARGUMENT, f"outcomes file {os.fspath(path)}: needs a header row with an 'outcome' column")
-    column = rows[0].index("outcome")
-    outcomes: dict[str, str] = {}
-    for number, row in enumerate(rows[1:], start=2):
-        if not row:
-            continue
-        if len(row) <= column:
-            raise LedgerError(E.INVALID_ARGUMENT, f"outcomes file {os.fspath(path)}: line {number} has no outcome")
-        if row[0] in outcomes:
-            raise LedgerError(E.INVALID_ARGUMENT, f"outcomes file {os.fspath(path)}: run {row[0]!r} is listed twice")
-        outcomes[row[0]] = row[column]
+        raise LedgerError(E.INVALID_ARGUMENT, f"{where}: cannot read: {exc}") from None
     return outcomes
+
+
+def check_outcome(run: str, outcome: str, where: str) -> str:
+    """``outcome`` of ``run`` unless either is blank or the outcome is a name the report uses itself
+    (``(all)``, ``(no outcome)``): ``INVALID_ARGUMENT`` naming ``where``."""
+    if not run.strip():
+        raise LedgerError(E.INVALID_ARGUMENT, f"{where}: the run id (first column) is empty")
+    if not outcome.strip():
+        raise LedgerError(E.INVALID_ARGUMENT, f"{where}: run {run!r} has an empty outcome; give one, or leave "
+                          f"the run out (then it is counted under {NO_OUTCOME!r})")
+    if outcome in RESERVED_OUTCOMES:
+        raise LedgerError(E.INVALID_ARGUMENT, f"{where}: run {run!r}: the outcome {outcome!r} is a name the "
+                          "report uses itself; call it something else")
+    return outcome
 
 
 def journal_files(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
@@ -216,139 +234,32 @@ def journal_files(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
     return found
 
 
-@dataclass
-class RunResult:
-    """One journal under one policy. ``stopped_at_step`` is the first step the run did not
-    take because every account was terminal (None: it was not cut short); ``error`` is set
-    (``{"code", "message", "file", "line"}``) when the journal has a malformed line, and
-    then no figure counts."""
-
-    run: str
-    policy: str
-    outcome: str | None = None
-    steps: int = 0
-    steps_taken: int = 0
-    steps_refused: int = 0
-    units_spent: int = 0
-    units_rewarded: int = 0
-    abandoned: bool = False
-    exhausted: bool = False
-    stopped_at_step: int | None = None
-    error: dict[str, Any] | None = None
-    lines: list[tuple[int, str | None]] | None = field(default=None, repr=False)
-
-    def to_dict(self) -> dict[str, Any]:
-        """What ``--per-run`` writes for this run (one JSON line)."""
-        out = asdict(self)
-        del out["lines"]
-        return out
-
-
-def parse_journal(path: Path) -> list[tuple[int, dict[str, Any]]]:
-    """``(line number, parsed line)`` of every non-blank line of the journal at ``path``.
-
-    A line ``apply`` would refuse as malformed raises its ``LedgerError`` with
-    ``file`` and ``line`` in the details and both named in the message.
-    """
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise LedgerError(E.INVALID_ARGUMENT, f"{path}: cannot read: {exc.strerror or exc}", file=str(path)) from None
-    parsed = []
-    for number, text in enumerate(without_bom(data).split(b"\n"), start=1):
-        if not text.strip():
-            continue
-        try:
-            parsed.append((number, parse_line(text)))
-        except LedgerError as exc:
-            raise LedgerError(exc.code, f"{path}:{number}: {exc.message}", file=str(path), line=number) from None
-    return parsed
-
-
-class _FiguresOnly(BudgetManager):
-    """The budget manager the simulator runs lines through: the same checks and rules, but no
-    result object is built for each line (only the figures at the end are read)."""
-
-    def _result(self, ran: Ran, action: tuple[str, str] | None = None) -> Ran:  # type: ignore[override]
-        return ran
-
-
-def _all_terminal(case: MemoryCase) -> bool:
-    view = case.view
-    state = view.case()
-    accounts = view.accounts(state["revision"]) if state else {}
-    return bool(accounts) and all(a["status"] in TERMINAL_STATUSES for a in accounts.values())
-
-
-def replay_run(run: str, lines: Sequence[tuple[int, dict[str, Any]]], policy: Policy, *,
-               analysis: AnalysisConfig | None = None, package: Path | None = None,
-               trace: bool = False) -> RunResult:
-    """Replay parsed journal ``lines`` from an empty in-memory case under ``policy``.
-
-    With ``trace``, every line is evaluated (no early stop) and ``lines`` of the result
-    holds ``(line number, None | error code)`` for each, as ``apply --keep-going`` reports.
-    """
-    now = utc_now()  # the whole replay happens at one moment: its lines carry their own times, if any
-    case = MemoryCase.create("simulation", analysis_config=analysis, package=package, chain=False,
-                             clock=lambda: now)
-    budget = _FiguresOnly(case.session, package, policy.config)
-    result = RunResult(run, policy.name, lines=[] if trace else None)
-    last_lifecycle = max((i for i, (_, line) in enumerate(lines) if line["op"] in _LIFECYCLE_OPS), default=-1)
-    reserved: set[tuple[Any, Any]] = set()
-    for index, (number, line) in enumerate(lines):
-        is_step = line["op"] == "reserve"
-        result.steps += is_step
-        if is_step and result.stopped_at_step is None and index > last_lifecycle and _all_terminal(case):
-            result.stopped_at_step = result.steps  # every later line is refused or an identical replay
-        identity = (line.get("hypothesis"), line.get("action_id"))
-        if result.stopped_at_step is not None and not trace and identity not in reserved:
-            result.steps_refused += is_step
-            continue
-        if is_step:
-            reserved.add(identity)
-        if line["op"] == "open_revision" and policy.units_per_hypothesis is not None:
-            line = {**line, UNITS_KEY: policy.units_per_hypothesis}
-        code = None
-        try:
-            call_operation(case, budget, line)
-        except LedgerError as exc:
-            code = exc.code
-        result.steps_refused += is_step and code is not None
-        if trace:
-            result.lines.append((number, code))
-    result.steps_taken = result.steps - result.steps_refused
-    _final_figures(case, result)
-    return result
-
-
-def _final_figures(case: MemoryCase, result: RunResult) -> None:
-    view = case.view
-    state = view.case()
-    last = view.accounts(state["revision"]) if state else {}
-    for revision in range(1, (state["revision"] if state else 0) + 1):
-        for account in view.accounts(revision).values():
-            result.units_spent += account["spent_units"]
-            result.units_rewarded += account["rewarded_units"]
-    statuses = {a["status"] for a in last.values()}
-    result.abandoned = statuses == {STATUS_ABANDONED}
-    result.exhausted = statuses == {STATUS_EXHAUSTED}
-
-
 def simulate_journal(path: Path, policies: Sequence[Policy], *, analysis: AnalysisConfig | None = None,
-                     package: Path | None = None) -> list[RunResult]:
-    """One journal under every policy (parsed once). A malformed line gives every policy's
-    result for this run the same ``error``."""
+                     package: Path | None = None, actor: str = DEFAULT_ACTOR) -> list[RunResult]:
+    """One journal under every policy. A journal up to :data:`CACHE_BYTES_MAX` is parsed once for
+    all of them; a longer one is streamed again for each, so memory does not grow with it. When a
+    run has an ``error`` (docs/simulate.md), every policy's result for this journal carries it, so
+    that every policy's figures count the same runs."""
     try:
-        lines = parse_journal(path)
-    except LedgerError as exc:
-        error = {"code": exc.code, "message": exc.message, "file": str(path), "line": exc.details.get("line")}
-        return [RunResult(path.stem, policy.name, error=error) for policy in policies]
-    return [replay_run(path.stem, lines, policy, analysis=analysis, package=package) for policy in policies]
+        cached = list(journal_lines(path)) if path.stat().st_size <= CACHE_BYTES_MAX else None
+    except (OSError, LedgerError):  # unreadable: replaying it reports why, naming the file
+        cached = None
+    results: list[RunResult] = []
+    for policy in policies:
+        try:
+            results.append(replay_run(path.stem, cached if cached is not None else journal_lines(path), policy,
+                                      analysis=analysis, package=package, actor=actor, source=str(path)))
+        except LedgerError as exc:  # the file could not be read
+            results.append(RunResult(path.stem, policy.name, error=run_error(str(path), None, exc)))
+        error = results[-1].error
+        if error is not None:
+            return [RunResult(path.stem, p.name, error=error) for p in policies]
+    return results
 
 
-def _simulate_task(task: tuple[Path, Sequence[Policy], AnalysisConfig | None, Path | None]) -> list[RunResult]:
-    path, policies, analysis, package = task
-    return simulate_journal(path, policies, analysis=analysis, package=package)
+def _simulate_task(task: tuple[Path, Sequence[Policy], AnalysisConfig | None, Path | None, str]) -> list[RunResult]:
+    path, policies, analysis, package, actor = task
+    return simulate_journal(path, policies, analysis=analysis, package=package, actor=actor)
 
 
 @dataclass
@@ -418,7 +329,8 @@ def _policy_list(policies: Any) -> list[Any] | None:
 
 def simulate(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Policy | str | os.PathLike[str]] | None = None,
              outcomes: Mapping[str, str] | str | os.PathLike[str] | None = None, *, jobs: int = 1,
-             analysis: AnalysisConfig | None = None, package: str | os.PathLike[str] | None = None) -> SimulationReport:
+             analysis: AnalysisConfig | None = None, package: str | os.PathLike[str] | None = None,
+             actor: str = DEFAULT_ACTOR) -> SimulationReport:
     """Replay every journal under every policy in memory and report the figures per policy.
 
     ``journals``: journal files and folders (a folder: every ``*.jsonl`` in it,
@@ -429,12 +341,14 @@ def simulate(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Poli
     (1: in this process); each holds one run at a time. ``analysis``: default
     units, ``max_hypotheses`` and limits (as ``--analysis-config``). ``package``:
     the folder where ``source_refs`` resolve (none: a source reference is refused
-    like on a case without that file).
+    like on a case without that file). ``actor``: the identity the replayed events
+    carry (``--actor``; as with ``apply``, it decides who may establish a scope).
 
     Returns a :class:`SimulationReport`. Raises ``INVALID_ARGUMENT`` for missing
-    journals, a bad outcomes file, duplicate policy names or ``jobs`` < 1, and
-    ``CONFIG_INVALID`` for a bad policy file. A malformed journal line does not
-    raise: that run's results carry the ``error``.
+    journals, a bad outcomes file, duplicate policy names or ``jobs`` < 1,
+    ``INVALID_ID`` for a malformed actor, and ``CONFIG_INVALID`` for a bad policy
+    file. A malformed journal line, or a refusal the policy did not decide, does
+    not raise: that journal's results carry the ``error``.
     """
     journals = path_list(journals, "journals")
     policies = _policy_list(policies)
@@ -442,18 +356,20 @@ def simulate(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Poli
     if package is not None:
         fs_path(package, "package")
     if outcomes is not None and not isinstance(outcomes, (str, os.PathLike)):
-        check_text_mapping(outcomes, "outcomes")
+        for run, outcome in check_text_mapping(outcomes, "outcomes").items():
+            check_outcome(run, outcome, "outcomes")
     chosen = [p if isinstance(p, Policy) else load_policy(p) for p in (policies or [example_policy()])]
     names = [p.name for p in chosen]
     if len(set(names)) != len(names):
         raise LedgerError(E.INVALID_ARGUMENT, f"policy names must differ: {', '.join(names)}")
     if type(jobs) is not int or jobs < 1:
         raise LedgerError(E.INVALID_ARGUMENT, f"jobs must be an integer >= 1, got {jobs!r}")
+    check_action_id(actor, "actor")
     table = read_outcomes(outcomes) if isinstance(outcomes, (str, os.PathLike)) else outcomes
     files = journal_files(journals)
     analysis = analysis or AnalysisConfig()  # validated once, not once per run
     root = Path(package) if package is not None else None
-    tasks = [(path, chosen, analysis, root) for path in files]
+    tasks = [(path, chosen, analysis, root, actor) for path in files]
     if jobs == 1 or len(files) == 1:
         results = [_simulate_task(task) for task in tasks]
     else:
