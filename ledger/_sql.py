@@ -11,9 +11,27 @@ import re
 import sqlite3
 from functools import cache
 
+from .errors import SQLITE_UNSUPPORTED, LedgerError
 from ._resources import resource_dir
 
+#: The oldest SQLite the views work with: they read JSON with ``->>``, which SQLite 3.38.0 added
+#: (docs/sql.md).
+SQLITE_MIN_VERSION = (3, 38, 0)
+
 _MIGRATION_RE = re.compile(r"^(\d{3})_([a-z0-9_]+)\.sql$")
+
+
+def check_sqlite_version(found: tuple[int, ...] | None = None, text: str | None = None) -> None:
+    """``SQLITE_UNSUPPORTED`` when the SQLite library Python uses is older than :data:`SQLITE_MIN_VERSION`
+    (checked before any ledger file is opened or made, so nothing is written)."""
+    found = sqlite3.sqlite_version_info if found is None else found
+    if tuple(found) < SQLITE_MIN_VERSION:
+        need = ".".join(map(str, SQLITE_MIN_VERSION))
+        raise LedgerError(SQLITE_UNSUPPORTED,
+                          f"this Python uses SQLite {text or sqlite3.sqlite_version}, but a ledger needs SQLite {need} "
+                          "or newer (the views read JSON with ->>); run it with a Python whose sqlite3 module uses a newer "
+                          "SQLite (current python.org, conda and Linux distribution builds do)",
+                          found=text or sqlite3.sqlite_version, required=need)
 
 
 def split_statements(script: str) -> list[str]:

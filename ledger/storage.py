@@ -6,7 +6,7 @@ exactly one ``BEGIN IMMEDIATE … COMMIT`` inside :meth:`Storage.write`, which f
 takes a blocking OS lock on the sidecar file ``ledger.sqlite-lock`` so that writers
 queue in the kernel instead of polling SQLite's busy handler (which can starve a
 writer past its timeout). ``sqlite3`` errors are translated to ``LedgerError`` in
-exactly one place, :func:`translate_sqlite_errors`.
+exactly one place, :func:`translate_sqlite_errors` (``_sqlite_errors``).
 
 Storage is the ground floor of the library: it stores opaque canonical event
 bytes with the columns and helper rows its caller computed, and knows no event
@@ -24,11 +24,12 @@ from typing import Any, Callable, Iterator, Mapping
 from urllib.parse import quote
 
 from . import errors as E
-from ._sql import foreign_write_blockers, migration_record_problem, migrations, queries, schema_object, schema_version, statement
+from ._sql import check_sqlite_version, foreign_write_blockers, migration_record_problem, migrations, queries, schema_object, schema_version, statement
 from .canonical import ZERO_SHA256
 from .clock import utc_now
 from .errors import LedgerError
 from ._lock import WriterLock
+from ._sqlite_errors import translate_sqlite_errors
 from .paths import os_error
 
 LEDGER_FILE = "ledger.sqlite"
@@ -42,41 +43,6 @@ WAL_RESTART_BYTES = 8 * 1024 * 1024
 
 class CheckpointWarning(UserWarning):
     """Closing could not empty the write-ahead log (a reader elsewhere holds an old snapshot)."""
-
-
-# --- errors ------------------------------------------------------------------------
-#: SQLITE_PERM, SQLITE_READONLY, SQLITE_IOERR, SQLITE_FULL, SQLITE_CANTOPEN (primary result codes).
-_STORAGE_CODES = frozenset({3, 8, 10, 13, 14})
-
-@contextmanager
-def translate_sqlite_errors() -> Iterator[None]:
-    """The one place where ``sqlite3`` errors become ``LedgerError``.
-
-    busy/locked → ``LEDGER_BUSY`` (retryable); the file system refusing the
-    file (cannot open, read-only, I/O error, disk full, permission) →
-    ``STORAGE_ERROR``; constraint and trigger aborts, corruption and every other
-    database error → ``INTEGRITY_ERROR``.
-    """
-    try:
-        yield
-    except sqlite3.OperationalError as exc:
-        text = str(exc)
-        if "locked" in text or "busy" in text:
-            raise LedgerError(E.LEDGER_BUSY, f"the case is busy: {text}; retry") from None
-        primary = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
-        if primary in _STORAGE_CODES:
-            raise LedgerError(E.STORAGE_ERROR, f"the file system refused the ledger: {text} "
-                              "(read-only location, missing permission, full disk or a closed case?); "
-                              "nothing was written") from None
-        raise LedgerError(E.INTEGRITY_ERROR, f"SQLite refused: {text}") from None
-    except sqlite3.ProgrammingError as exc:
-        if "closed database" in str(exc):
-            raise LedgerError(E.INVALID_ARGUMENT, "this case was closed; open it again to use it") from None
-        if "binding" in str(exc).lower() or "parameters" in str(exc):  # Case.query's caller gave wrong params
-            raise LedgerError(E.INVALID_ARGUMENT, f"query parameters do not fit the statement: {exc}") from None
-        raise
-    except sqlite3.DatabaseError as exc:  # IntegrityError (triggers), corrupt files, …
-        raise LedgerError(E.INTEGRITY_ERROR, f"SQLite refused: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -113,7 +79,8 @@ SQLITE_MAX_PATH_BYTES = 512 - len("-wal") - 1
 
 
 def check_ledger_path(path: Path) -> None:
-    """``INVALID_ARGUMENT`` when SQLite could not open ``path`` (or its ``-wal``) by name."""
+    """``INVALID_ARGUMENT`` when SQLite could not open ``path`` (or its ``-wal``) by name (``SQLITE_UNSUPPORTED``: too old)."""
+    check_sqlite_version()
     length = len(os.fsencode(os.path.abspath(path)))
     if length > SQLITE_MAX_PATH_BYTES:
         raise LedgerError(E.INVALID_ARGUMENT,
