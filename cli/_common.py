@@ -20,7 +20,7 @@ import click
 
 from ledger import OUTPUT_ERROR, AnalysisConfig, BudgetConfig, Case, CheckpointWarning, LedgerError, os_error
 
-from ._output import FORMATS, OutputError, one_line
+from ._output import FORMATS, OutputError, escape_unencodable_output, one_line, warn
 
 BALANCE_COLUMNS = ("revision", "hypothesis_id", "initial_units", "granted_units", "spent_units",
                    "rewarded_units", "remaining_units", "status", "terminal_reason", "pending_action_id",
@@ -54,7 +54,7 @@ def _report_warnings(caught: list[warnings.WarningMessage]) -> None:
     """``warning: …`` on stderr for what closing a case could not finish; other warnings as usual."""
     for item in caught:
         if issubclass(item.category, CheckpointWarning):
-            click.echo(f"warning: {item.message}", err=True)
+            warn(f"warning: {item.message}")
         else:
             warnings.showwarning(item.message, item.category, item.filename, item.lineno)
 
@@ -75,6 +75,7 @@ class LedgerGroup(UsageGroup):
 
     def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
                      **extra: Any) -> click.Context:
+        escape_unencodable_output()
         if sys.stdout is None:  # started with `>&-`: results would vanish, so nothing is run
             click.echo(f"error: {OUTPUT_ERROR}: standard output is closed; nothing was run", err=True)
             sys.exit(1)

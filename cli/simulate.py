@@ -51,7 +51,7 @@ def _emit_tables(report: SimulationReport) -> None:
     for number, policy in enumerate(report.policies):
         if number:
             echo("")
-        echo(f"policy {policy['name']}  (policy_sha256 {policy['policy_sha256'][:16]}…)")
+        echo(one_line(f"policy {policy['name']}  (policy_sha256 {policy['policy_sha256'][:16]}…)"))
         rows = [row for row in _rows(report) if row["policy"] == policy["name"]]
         emit_rows(rows, ("outcome", *FIGURE_COLUMNS), "table")
 
