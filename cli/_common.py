@@ -205,14 +205,19 @@ def table_format(**flags: bool) -> str:
     return chosen[0] if chosen else "table"
 
 
-def table_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """The output format options of a tabular command; the command receives ``fmt``."""
+def table_options(func: Callable[..., Any] | None = None, **helps: str) -> Any:
+    """The output format options of a tabular command; the command receives ``fmt``. Used bare, or
+    called with a help text per format that reads otherwise (``json="Print one JSON object…"``)."""
+    if func is None:
+        return lambda decorated: table_options(decorated, **helps)
+
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         flags = {f"as_{name}": kwargs.pop(f"as_{name}") for name in FORMATS}
         return func(*args, fmt=table_format(**flags), **kwargs)
     for name in reversed(FORMATS):
-        wrapper = click.option(f"--{name}", f"as_{name}", is_flag=True, help=_FORMAT_HELP[name])(wrapper)
+        wrapper = click.option(f"--{name}", f"as_{name}", is_flag=True,
+                               help=helps.get(name, _FORMAT_HELP[name]))(wrapper)
     return wrapper
 
 

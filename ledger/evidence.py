@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol
 
 from .canonical import canonical_bytes, canonical_sha256
+from .clock import parse_at
 from .errors import LedgerError
 from .router import Router
 from .rules import evidence as rules
@@ -106,7 +107,9 @@ class EvidenceStore:
               at: str | None = None) -> EvidenceResult:
         """Run the router on ``request`` and return its reply; with ``store`` also store it exactly as
         :meth:`store_tool_results` does. ``INVALID_ARGUMENT``/``INVALID_ID`` for a malformed request,
-        ``ROUTER_REFUSED`` for a refused tool call."""
+        ``ROUTER_REFUSED`` for a refused tool call. ``at`` is checked even when nothing is stored."""
+        if at is not None:
+            parse_at(at)  # a malformed time is refused whether or not this call stores anything
         rules.shape_store(iteration_id, request, _EMPTY_REPLY)
         reply = self.router.reply(request)
         if not store:  # a read: nothing written, answered at the generation the router read

@@ -105,6 +105,18 @@ def _connect(path: Path, mode: str) -> sqlite3.Connection:
     return _connect_uri(file_uri(path, mode))
 
 
+def release_log(path: Path) -> None:
+    """Open and close one read-write connection on ``path`` after a read-only one (verify's), so that
+    SQLite, closing the last connection, folds the write-ahead log into the file and removes ``-wal``
+    and ``-shm`` (docs/files.md); with another connection still open it leaves them to that one."""
+    conn = _connect(path, "rw")
+    try:
+        with translate_sqlite_errors():
+            conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+    finally:
+        conn.close()
+
+
 def _probe(conn: sqlite3.Connection) -> None:
     """One read, so that a file SQLite cannot open or map fails here (``STORAGE_ERROR``)."""
     with translate_sqlite_errors():

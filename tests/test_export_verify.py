@@ -304,3 +304,26 @@ def test_verify_does_not_write_into_the_package(exported):
     dump = logical_dump(exported / "ledger.sqlite")
     verify_case(exported)
     assert tree(exported) == before and logical_dump(exported / "ledger.sqlite") == dump
+
+
+def test_verify_leaves_no_write_ahead_log_files_beside_the_ledger(exported):
+    from conftest import run_cli
+
+    leftovers = lambda: sorted(p.name for p in exported.iterdir() if p.name.endswith(("-wal", "-shm")))
+    assert leftovers() == []
+    assert verify_case(exported).events > 0
+    assert leftovers() == []
+    run = run_cli("verify", str(exported))
+    assert run.returncode == 0 and leftovers() == []
+
+
+def test_verify_leaves_the_log_of_a_case_another_connection_holds_open(exported):
+    """Only the last connection folds the log: verify never removes one a writer is using."""
+    with Case.open(exported) as opened:
+        opened.budget().grant("H1", 5, "controller", "more", "g1")
+        assert (exported / "ledger.sqlite-wal").exists()
+        assert verify_case(exported).events > 0
+        assert (exported / "ledger.sqlite-wal").exists()
+        assert opened.balances()[0]["granted_units"] == 5
+    assert verify_case(exported).events > 0
+    assert not (exported / "ledger.sqlite-wal").exists()

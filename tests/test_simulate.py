@@ -350,3 +350,10 @@ def test_the_readme_shows_the_real_output_of_its_choosing_a_policy_command():
     assert done.exit_code == 0, done.output
     assert done.stdout.splitlines() == block[2:]
     assert "example,(all),100,3870,3325,545,29375,8930,22,0" in block  # the figures the prose quotes
+
+
+def test_simulate_help_describes_the_json_output_it_prints():
+    shown = " ".join(CliRunner().invoke(main, ["simulate", "--help"]).output.split())
+    assert 'Print one JSON object, {"policies": [...]}' in shown and "JSON array" not in shown.split("--nl")[0]
+    done = CliRunner().invoke(main, ["simulate", str(DATA / "django__django-11206.jsonl"), "--json", "--jobs", "1"])
+    assert done.exit_code == 0 and list(json.loads(done.stdout)) == ["policies"]

@@ -437,3 +437,13 @@ def test_the_documented_way_to_read_a_ledger_from_duckdb_offline_runs_as_printed
                            timeout=120)
     assert shown.returncode == 0, shown.stderr
     assert "remaining" in shown.stdout and "int64" in shown.stdout and "BUG-20" in shown.stdout
+
+
+def test_ledger_sql_help_names_every_public_view(full):
+    from click.testing import CliRunner
+
+    from ledger_cli.main import main as cli_main
+
+    shown = " ".join(CliRunner().invoke(cli_main, ["sql", "--help"]).output.split())
+    listed = shown.split("Public views: ", 1)[1].split(".", 1)[0]
+    assert sorted(listed.split(", ")) == public_views(full)
