@@ -246,25 +246,28 @@ def _refusal_at(text: str | bytes) -> str:
     return first.describe("$")
 
 
-def check_json_value(value: Any) -> None:
+def check_json_value(value: Any, name: str = "$") -> None:
     """Refuse Python floats that canonicalize to an integer literal beyond ±(2**53 − 1),
-    and nesting deeper than :data:`JSON_DEPTH_MAX` (which could not be read back safely).
+    and nesting deeper than :data:`JSON_DEPTH_MAX` (which could not be read back safely); the
+    message names where (``evidence.x[2]``, rooted at ``name``).
 
     ``canonical_bytes`` accepts ``1e16`` (a double) but writes it as
     ``10000000000000000``, which :func:`parse_json` must refuse; callers taking
     JSON values from code (evidence) call this so stored values always read back.
     """
-    stack = [(value, 1)]
+    stack = [(value, 1, name)]
     while stack:
-        item, depth = stack.pop()
+        item, depth, where = stack.pop()
         if isinstance(item, float):
             if _integral_out_of_range(item):
-                raise LedgerError(INVALID_JSON, f"number {item!r} is an integer beyond ±(2**53-1)")
+                raise LedgerError(INVALID_JSON, f"number {item!r} at {where} is an integer beyond ±(2**53-1)")
         elif isinstance(item, (dict, list, tuple)):
             if depth > JSON_DEPTH_MAX:
-                raise LedgerError(INVALID_JSON, f"JSON nested deeper than {JSON_DEPTH_MAX} levels")
-            children = item.values() if isinstance(item, dict) else item
-            stack.extend((child, depth + 1) for child in children)
+                raise LedgerError(INVALID_JSON, f"JSON nested deeper than {JSON_DEPTH_MAX} levels at {where}")
+            if isinstance(item, dict):
+                stack.extend((child, depth + 1, f"{where}.{key}") for key, child in item.items())
+            else:
+                stack.extend((child, depth + 1, f"{where}[{index}]") for index, child in enumerate(item))
 
 
 class _StrictDecoder(json.JSONDecoder):

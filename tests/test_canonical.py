@@ -255,3 +255,15 @@ def test_a_journal_line_with_a_number_too_large_for_a_double_names_the_field(tmp
                                        '"units_per_hypothesis": 10, "meta": {"temperature": 1e999}}'], keep_going=True))
     assert results[0].error.code == "INVALID_JSON"
     assert "$.meta.temperature" in results[0].error.message
+
+
+@pytest.mark.parametrize("value, where", [({"a": [1, 1e16]}, "evidence.a[1]"), ({"t": float("inf")}, "evidence.t"),
+                                          ({"x": {"y": 2**60}}, "evidence.x.y")])
+def test_evidence_from_code_that_has_no_json_form_is_refused_naming_the_field(case, value, where):
+    case.transition("INVESTIGATING_HYPOTHESES")
+    budget = case.budget()
+    budget.initialize()
+    budget.reserve("H1", "a1", "source.read_context")
+    with pytest.raises(LedgerError) as caught:
+        budget.record_result("H1", "a1", value)
+    assert caught.value.code == INVALID_JSON and f" at {where}" in caught.value.message, caught.value.message

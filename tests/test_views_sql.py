@@ -398,12 +398,16 @@ def test_the_docs_hold_the_queries_this_test_runs():
 
 
 @pytest.mark.parametrize("query", documented_queries())
-def test_every_documented_query_runs_as_printed_in_sqlite_the_ledger_and_duckdb(full, query):
+def test_every_documented_query_runs_as_printed_in_every_tool_the_docs_name(full, query):
     conn = sqlite3.connect(f"file:{full / 'ledger.sqlite'}?mode=ro", uri=True)
     rows = conn.execute(query).fetchall()
     conn.close()
     columns, through_ledger = read_only_query(full, query)
     assert [tuple(r) for r in through_ledger] == rows
+    sqlite_utils = pytest.importorskip("sqlite_utils")
+    db = sqlite_utils.Database(full / "ledger.sqlite")
+    assert [tuple(r.values()) for r in db.query(query)] == rows
+    db.close()
     pandas = pytest.importorskip("pandas")
     with sqlite3.connect(f"file:{full / 'ledger.sqlite'}?mode=ro", uri=True) as again:
         assert len(pandas.read_sql_query(query, again)) == len(rows)
