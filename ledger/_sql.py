@@ -137,19 +137,20 @@ def _statement(name: str, schema: str, identifiers: tuple[tuple[str, str], ...])
 
 
 @cache
-def _made_by(version: int) -> frozenset[str]:
-    """Names of the tables, triggers, views and indexes migration ``version`` creates."""
-    return frozenset(name for v, _, statements in migrations() if v == version
-                     for kind, name, _ in map(schema_object, statements) if kind)
+def _made_by(version: int) -> dict[str, str]:
+    """Name → SQL of the tables, triggers, views and indexes migration ``version`` creates."""
+    return {name: sql for v, _, statements in migrations() if v == version
+            for kind, name, sql in map(schema_object, statements) if kind}
 
 
 def migration_record_problem(conn: sqlite3.Connection, schema: str = "main") -> str | None:
     """Why the ``schema_migrations`` rows of ``schema`` disagree with the schema the file holds,
     or None: the rows must be exactly the shipped migrations up to the newest recorded one, and
-    no object a later migration makes may be there already (a deleted row would have the next
-    writer run that migration again). A file with no schema at all has no problem."""
-    names = {row[0] for row in conn.execute(statement("schema_objects", schema))}
-    rows = [tuple(r) for r in conn.execute(statement("migration_rows", schema))] if "schema_migrations" in names else []
+    no object a later migration makes (or remakes, as a view-only migration does) may be there
+    already (a deleted row would have the next writer run that migration again). A file with no
+    schema at all has no problem."""
+    present = dict(conn.execute(statement("schema_objects", schema)).fetchall())
+    rows = [tuple(r) for r in conn.execute(statement("migration_rows", schema))] if "schema_migrations" in present else []
     version = max((v for v, _ in rows), default=0)
     expected = [(v, name) for v, name, _ in migrations() if v <= version]
     if rows != expected:
@@ -157,7 +158,9 @@ def migration_record_problem(conn: sqlite3.Connection, schema: str = "main") -> 
                 f"{[v for v, _ in expected]} (an edited or deleted row)")
     known = shipped_schema(version) if version else {}
     for later, name, _ in migrations():
-        extra = sorted(n for n in _made_by(later) if n in names and n not in known) if later > version else []
+        made = _made_by(later) if later > version else {}
+        extra = sorted(n for n, sql in made.items()
+                       if n in present and (n not in known or (present[n] == sql and sql != known[n])))
         if extra:
             return (f"the ledger holds {extra[0]}, made by migration {later:03d}_{name}, but schema_migrations has "
                     f"no row for version {later} (a deleted row; the next write would run it again)")
