@@ -201,13 +201,29 @@ SCOPE_STEPS = [
      "cost_usd_millicents": 250, "at": "2026-01-05T10:46:50Z"},
     {"op": "settle", "hypothesis": "H1", "action_id": "q-0015", "semantic_score": 40, "reason": "some",
      "at": "2026-01-05T10:46:55.000002Z"},
+    # units granted for a requested test, its feedback confirmed and stored as evidence, fed to the
+    # budget and settled
+    {"op": "grant", "hypothesis": "H1", "units": 40, "issuer": "controller", "reason": "room for a test",
+     "grant_id": "g-1", "at": "2026-01-05T10:46:55.5Z"},
+    {"op": "request_test", "hypothesis": "H1", "action_id": "t-1", "kind": "human", "operation_id": "test-1",
+     "at": "2026-01-05T10:46:56Z"},
+    {"op": "transition", "to": "BLOCKED", "at": "2026-01-05T10:46:57Z"},
+    {"op": "submit_feedback", "operation_id": "test-1", "reply": {"status": "passed", "details": {"log": "ok"}},
+     "at": "2026-01-05T10:46:58Z"},
+    {"op": "confirm_feedback", "feedback_id": "F000001", "at": "2026-01-05T10:46:59Z"},
+    {"op": "store_feedback", "operation_id": "test-1", "feedback_id": "F000001", "at": "2026-01-05T10:46:59.5Z"},
+    {"op": "record_evidence", "hypothesis": "H1", "action_id": "t-1", "record_id": "E000004",
+     "at": "2026-01-05T10:46:59.75Z"},
+    {"op": "settle", "hypothesis": "H1", "action_id": "t-1", "semantic_score": 90, "reason": "the test passed",
+     "at": "2026-01-05T10:46:59.875Z"},
 ]
 
 
 @pytest.fixture(scope="module")
 def full(tmp_path_factory) -> Path:
     """The demo's investigation plus scopes with limits in all four dimensions, money reported with a
-    result and a settled action after them: every public view has rows (evidence included)."""
+    result, a requested test whose confirmed feedback is stored as evidence, and settled actions after
+    them: every public view has rows (evidence included)."""
     import json
 
     from ledger import BudgetConfig, apply_journal
@@ -224,7 +240,7 @@ def full(tmp_path_factory) -> Path:
         refused = [r.error.code for r in apply_journal(case, lines, budget=case.budget(policy), keep_going=True)
                    if not r.ok]
     assert refused == ["INSUFFICIENT_BUDGET"]
-    assert verify_case(target).events == 62
+    assert verify_case(target).events == 73
     return target
 
 
@@ -258,7 +274,7 @@ def test_every_view_has_rows_in_the_case_the_type_tests_read(full):
     conn = sqlite3.connect(f"file:{full / 'ledger.sqlite'}?mode=ro", uri=True)
     counts = {view: conn.execute(f"SELECT COUNT(*) FROM {view}").fetchone()[0] for view in public_views(full)}
     conn.close()
-    assert counts == {"actions": 14, "balances": 4, "balances_recomputed": 4, "case_status": 1, "evidence": 3,
+    assert counts == {"actions": 15, "balances": 4, "balances_recomputed": 4, "case_status": 1, "evidence": 4,
                       "scope_usage": 7}
 
 
@@ -281,7 +297,7 @@ def test_every_view_column_has_its_documented_type_in_duckdb(full):
         described = {row[0]: row[1] for row in duck.execute(f"DESCRIBE l.{view}").fetchall()}
         assert described == {name: ("BIGINT" if kind == "integer" else "VARCHAR") for name, kind in columns.items()}, view
     # numbers that are numbers: sums work and order is numeric
-    assert duck.execute("SELECT SUM(consumed) FROM l.scope_usage WHERE dimension = 'actions'").fetchone()[0] == 28
+    assert duck.execute("SELECT SUM(consumed) FROM l.scope_usage WHERE dimension = 'actions'").fetchone()[0] == 30
     remaining = [r[0] for r in duck.execute("SELECT remaining FROM l.scope_usage ORDER BY remaining").fetchall()]
     assert remaining == sorted(remaining) and all(type(value) is int for value in remaining)
 
@@ -363,14 +379,14 @@ def test_a_ledger_with_the_old_scope_usage_verifies_and_opening_it_installs_the_
     _downgrade_to_version_6(copy)
     assert "strftime" in sqlite3.connect(copy / "ledger.sqlite").execute(
         "SELECT sql FROM sqlite_master WHERE name = 'scope_usage'").fetchone()[0]
-    assert verify_case(copy).events == 62
+    assert verify_case(copy).events == 73
     with Case.open(copy) as opened:
         usage = opened.query("SELECT * FROM scope_usage")
     with Case.open(full) as opened:
         assert usage == opened.query("SELECT * FROM scope_usage")
     assert "strftime" not in sqlite3.connect(copy / "ledger.sqlite").execute(
         "SELECT sql FROM sqlite_master WHERE name = 'scope_usage'").fetchone()[0]
-    assert verify_case(copy).events == 62
+    assert verify_case(copy).events == 73
 
 
 # --- the documented queries run as printed in every tool the docs name ---------------------------
