@@ -106,15 +106,25 @@ def _connect(path: Path, mode: str) -> sqlite3.Connection:
 
 
 def release_log(path: Path) -> None:
-    """Open and close one read-write connection on ``path`` after a read-only one (verify's), so that
-    SQLite, closing the last connection, folds the write-ahead log into the file and removes ``-wal``
-    and ``-shm`` (docs/files.md); with another connection still open it leaves them to that one."""
-    conn = _connect(path, "rw")
+    """After a read-only connection (verify's, ``ledger sql``'s) that made ``-wal`` and ``-shm``: open and
+    close one read-write connection on ``path``, so that SQLite, closing the last connection, folds the
+    log into the file and removes both (docs/files.md). With another connection still open they are
+    left to it; a ledger that cannot be opened for writing keeps them (nothing is reported)."""
     try:
-        with translate_sqlite_errors():
-            conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+        conn = _connect(path, "rw")
+    except LedgerError:
+        return
+    try:
+        conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+    except sqlite3.Error:
+        pass
     finally:
         conn.close()
+
+
+def log_files_exist(path: Path) -> bool:
+    """Whether ``-wal`` or ``-shm`` lies beside ``path`` (a reader that finds none made them)."""
+    return any(os.path.exists(f"{path}{suffix}") for suffix in ("-wal", "-shm"))
 
 
 def _probe(conn: sqlite3.Connection) -> None:

@@ -32,7 +32,7 @@ from .package import (EVENT_FILE_RE, LEDGER_FILE, MANIFEST_FILE, check_export_tr
                       event_path, export_tree_files, input_identity, refuse_own_links)
 from .paths import fs_path
 from .replay import PackageSource, Replayer
-from .storage import EventRow, HelperRow, Storage, file_identity, release_log, translate_sqlite_errors
+from .storage import EventRow, HelperRow, Storage, file_identity, log_files_exist, release_log, translate_sqlite_errors
 
 Progress = Callable[[int], None]
 #: Helper tables compared row by row against the replay.
@@ -123,7 +123,7 @@ def verify_case(path: str | os.PathLike[str], progress: Progress | None = None) 
     if not ledger.is_file():
         Case.open(root)  # raises the right LEDGER_MISSING
     check_package_names(root)
-    log_was_there = any(Path(f"{ledger}{suffix}").exists() for suffix in ("-wal", "-shm"))
+    log_was_there = log_files_exist(ledger)
     with tempfile.TemporaryDirectory(prefix="ledger-verify-") as scratch_dir:
         scratch = Storage.scratch(Path(scratch_dir) / "replay.sqlite", ledger)
         immutable = scratch.read_only_source
@@ -137,19 +137,10 @@ def verify_case(path: str | os.PathLike[str], progress: Progress | None = None) 
         finally:
             scratch.conn.close()
             if not immutable and not log_was_there:
-                _release_log_quietly(ledger)
+                release_log(ledger)  # the read-only attach left -wal and -shm: fold them as a writer's close would
         if immutable and file_identity(ledger) != before:
             raise _changed_under_us(ledger)
         return report
-
-
-def _release_log_quietly(ledger: Path) -> None:
-    """The read-only attach left ``-wal`` and ``-shm``: fold them away as a writer's close would; a
-    ledger that cannot be opened for writing keeps them (verify's own answer stands either way)."""
-    try:
-        release_log(ledger)
-    except LedgerError:
-        pass
 
 
 def _changed_under_us(ledger: Path) -> LedgerError:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ledger import Case, LedgerError
+from ledger import Case, LedgerError, read_only_query
 from ledger.canonical import canonical_bytes, sha256_hex
 from ledger.errors import CASE_EXISTS, INTEGRITY_ERROR, INVALID_ARGUMENT, LEDGER_MISSING
 from ledger import export_case, import_tree, verify_case
@@ -306,15 +306,24 @@ def test_verify_does_not_write_into_the_package(exported):
     assert tree(exported) == before and logical_dump(exported / "ledger.sqlite") == dump
 
 
-def test_verify_leaves_no_write_ahead_log_files_beside_the_ledger(exported):
+@pytest.mark.parametrize("args", [["verify"], ["sql", "SELECT COUNT(*) FROM events"], ["balances"], ["state"],
+                                  ["events"], ["actions", "--json"]])
+def test_reading_commands_leave_no_write_ahead_log_files_beside_the_ledger(exported, args):
+    """docs/files.md: -wal and -shm exist only while a connection is open; verify and sql read through
+    a read-only connection, which cannot remove them, so they fold them away as a writer's close does."""
     from conftest import run_cli
 
     leftovers = lambda: sorted(p.name for p in exported.iterdir() if p.name.endswith(("-wal", "-shm")))
     assert leftovers() == []
-    assert verify_case(exported).events > 0
+    run = run_cli(args[0], str(exported), *args[1:])
+    assert run.returncode == 0, run.stderr
     assert leftovers() == []
-    run = run_cli("verify", str(exported))
-    assert run.returncode == 0 and leftovers() == []
+
+
+def test_verify_and_read_only_queries_in_python_leave_no_write_ahead_log_files(exported):
+    leftovers = lambda: sorted(p.name for p in exported.iterdir() if p.name.endswith(("-wal", "-shm")))
+    assert verify_case(exported).events > 0 and leftovers() == []
+    assert read_only_query(exported, "SELECT COUNT(*) FROM balances")[1][0][0] == 2 and leftovers() == []
 
 
 def test_verify_leaves_the_log_of_a_case_another_connection_holds_open(exported):
