@@ -22,7 +22,7 @@ from ledger import AnalysisConfig, BudgetConfig, Case, CheckpointWarning, Ledger
 from ledger.ground.errors import OUTPUT_ERROR
 from ledger.ground.paths import os_error
 
-from ._output import FORMATS, OutputError, one_line
+from ._output import FORMATS, OutputError, escape_unencodable_output, one_line, warn
 
 BALANCE_COLUMNS = ("revision", "hypothesis_id", "initial_units", "granted_units", "spent_units",
                    "rewarded_units", "remaining_units", "status", "terminal_reason", "pending_action_id",
@@ -57,7 +57,7 @@ def _report_warnings(caught: list[warnings.WarningMessage]) -> None:
     """``warning: …`` on stderr for what closing a case could not finish; other warnings as usual."""
     for item in caught:
         if issubclass(item.category, CheckpointWarning):
-            click.echo(f"warning: {item.message}", err=True)
+            warn(f"warning: {item.message}")
         else:
             warnings.showwarning(item.message, item.category, item.filename, item.lineno)
 
@@ -78,6 +78,7 @@ class LedgerGroup(UsageGroup):
 
     def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
                      **extra: Any) -> click.Context:
+        escape_unencodable_output()
         if sys.stdout is None:  # started with `>&-`: results would vanish, so nothing is run
             click.echo(f"error: {OUTPUT_ERROR}: standard output is closed; nothing was run", err=True)
             sys.exit(1)
@@ -207,14 +208,19 @@ def table_format(**flags: bool) -> str:
     return chosen[0] if chosen else "table"
 
 
-def table_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """The output format options of a tabular command; the command receives ``fmt``."""
+def table_options(func: Callable[..., Any] | None = None, **helps: str) -> Any:
+    """The output format options of a tabular command; the command receives ``fmt``. Used bare, or
+    called with a help text per format that reads otherwise (``json="Print one JSON object…"``)."""
+    if func is None:
+        return lambda decorated: table_options(decorated, **helps)
+
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         flags = {f"as_{name}": kwargs.pop(f"as_{name}") for name in FORMATS}
         return func(*args, fmt=table_format(**flags), **kwargs)
     for name in reversed(FORMATS):
-        wrapper = click.option(f"--{name}", f"as_{name}", is_flag=True, help=_FORMAT_HELP[name])(wrapper)
+        wrapper = click.option(f"--{name}", f"as_{name}", is_flag=True,
+                               help=helps.get(name, _FORMAT_HELP[name]))(wrapper)
     return wrapper
 
 

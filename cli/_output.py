@@ -10,6 +10,7 @@ from the cursor, never collected first.
 from __future__ import annotations
 
 import base64
+import codecs
 import unicodedata
 import csv
 import io
@@ -17,6 +18,7 @@ import itertools
 import json
 import math
 import re
+import sys
 from typing import Any, Iterable, Mapping, Sequence
 
 import click
@@ -34,11 +36,54 @@ class OutputError(Exception):
 
 def echo(text: str = "", nl: bool = True) -> None:
     """``click.echo`` to standard output; an ``OSError`` there becomes :class:`OutputError`, so it
-    is never mistaken for a refusal of the command's input."""
+    is never mistaken for a refusal of the command's input. A character the output's encoding
+    cannot carry (an emoji on a Latin-1 terminal) is printed escaped (``\\ud83d\\ude00``)."""
     try:
-        click.echo(text, nl=nl)
+        try:
+            click.echo(text, nl=nl)
+        except UnicodeEncodeError:
+            click.echo(encodable(text, click.get_text_stream("stdout")), nl=nl)
     except OSError as exc:
         raise OutputError(exc) from exc
+
+
+def _escape_unencodable(error: UnicodeError) -> tuple[str | bytes, int]:
+    """Codec error handler ``ledger-escape``: a surrogate that stands for a byte of a non-UTF-8 path
+    (``os.fsdecode``) is written as that byte; any other character the encoding lacks as JSON's
+    escape (``\\u00e9``, ``\\ud83d\\ude00`` for U+1F600), which keeps ``--json`` output valid JSON."""
+    if not isinstance(error, UnicodeEncodeError):
+        raise error
+    bad = error.object[error.start:error.end]
+    if all("\udc80" <= ch <= "\udcff" for ch in bad):
+        return bytes(ord(ch) - 0xDC00 for ch in bad), error.end
+    return json.dumps(bad)[1:-1], error.end
+
+
+codecs.register_error("ledger-escape", _escape_unencodable)
+
+
+def encodable(text: str, stream: Any) -> str:
+    """``text`` with every character ``stream``'s encoding cannot carry escaped (see ``ledger-escape``)."""
+    encoding = getattr(stream, "encoding", None) or "utf-8"
+    return text.encode(encoding, "ledger-escape").decode(encoding, "replace")
+
+
+def escape_unencodable_output() -> None:
+    """Make standard output and error print what their encoding cannot carry instead of failing (an
+    emoji on a Latin-1 locale or a redirected Windows console comes out as ``\\ud83d\\ude00``; a path's
+    undecodable bytes as those bytes): printing a result never turns a committed write into a
+    reported failure."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            try:
+                stream.reconfigure(errors="ledger-escape")
+            except (ValueError, OSError):  # a stream that cannot change now; echo() still escapes
+                pass
+
+
+def warn(text: str) -> None:
+    """A line for people on standard error, control characters escaped (see :func:`one_line`)."""
+    click.echo(one_line(text), err=True)
 
 
 def _plain(value: Any) -> Any:
@@ -50,12 +95,12 @@ def _plain(value: Any) -> Any:
     return value
 
 
-#: Characters some line reader takes for a line break that ``json.dumps`` leaves raw (it already
-#: escapes every control character below U+0020, ``\n``, ``\r``, ``\x0b``, ``\x0c``, ``\x1c``–``\x1e``
-#: among them): NEL and the Unicode line and paragraph separators, which ``str.splitlines`` and
-#: JavaScript split on. JSON's ``\uXXXX`` form keeps the value identical.
-LINE_BREAKS_LEFT_RAW = {"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}
-_LINE_BREAK = re.compile("[\x85\u2028\u2029]")
+#: What ``json.dumps`` leaves raw although some reader takes it for a line break or a control (it
+#: already escapes every control character below U+0020): DEL and the C1 controls U+007F–U+009F (NEL
+#: among them; a terminal may take U+009B for the start of an escape sequence) and the Unicode line
+#: and paragraph separators, which ``str.splitlines`` and JavaScript split on. JSON's ``\uXXXX`` form
+#: keeps the value identical.
+_LINE_BREAK = re.compile("[\x7f-\x9f\u2028\u2029]")
 
 
 def dumps(value: Any) -> str:
@@ -67,7 +112,7 @@ def dumps(value: Any) -> str:
     """
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     # outside strings JSON has no such characters, so replacing them everywhere is safe
-    return _LINE_BREAK.sub(lambda m: LINE_BREAKS_LEFT_RAW[m.group()], text)
+    return _LINE_BREAK.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def unique_names(columns: Sequence[str]) -> list[str]:
@@ -119,23 +164,29 @@ def emit_rows(rows: Iterable[Mapping[str, Any]], columns: Sequence[str] | None, 
                 buffer.truncate()
         echo(buffer.getvalue(), nl=False)
     else:
-        table = [["" if row[n] is None else row[n] for n in names] for row in stream]
+        # a cell or name never carries a control character (a terminal escape, a newline) raw
+        table = [["" if row[n] is None else one_line(row[n]) if isinstance(row[n], str) else row[n] for n in names]
+                 for row in stream]
         if not table:
             echo("(no rows)")
             return
         from tabulate import tabulate  # imported on first use: it costs about 30 ms at start-up
 
-        echo(tabulate(table, headers=names, tablefmt="simple", disable_numparse=True))
+        echo(tabulate(table, headers=[one_line(n) for n in names], tablefmt="simple", disable_numparse=True))
+
+
+def _shown_escaped(ch: str) -> bool:
+    return unicodedata.category(ch) in ("Cc", "Zl", "Zp")
 
 
 def one_line(text: Any) -> str:
-    """``text`` with control characters escaped (a newline in a path shows as ``\\n``), so a
-    message or summary line never splits or moves the cursor."""
+    """``text`` with control characters and line separators escaped (a newline in a path shows as
+    ``\\n``, a terminal escape as ``\\x1b``), so a message, summary line or table cell never splits,
+    moves the cursor or talks to the terminal."""
     text = str(text)
-    if not any(unicodedata.category(ch) == "Cc" for ch in text):
+    if not any(map(_shown_escaped, text)):
         return text
-    return "".join(ch.encode("unicode_escape").decode("ascii") if unicodedata.category(ch) == "Cc" else ch
-                   for ch in text)
+    return "".join(ch.encode("unicode_escape").decode("ascii") if _shown_escaped(ch) else ch for ch in text)
 
 
 def emit_result(result: Mapping[str, Any], as_json: bool, summary: Iterable[str]) -> None:

@@ -34,12 +34,18 @@ def _read_bounded(handle: Any, limit: int, setting: str, what: str) -> bytes:
     return data
 
 
-def _read_json(handle: Any, settings: Settings | None = None) -> Any:
-    """A REQUEST or REPLY file, read up to ``evidence_content_bytes_max`` plus ``event_bytes_max``."""
+def _read_json(handle: Any, settings: Settings | None, argument: str) -> Any:
+    """The ``argument`` (REQUEST or REPLY) file, read up to ``evidence_content_bytes_max`` plus
+    ``event_bytes_max``; ``INVALID_JSON`` names the argument and the file."""
     limits = (settings.analysis() if settings else AnalysisConfig()).limits
     limit = limits["evidence_content_bytes_max"] + limits["event_bytes_max"]
-    name = getattr(handle, "name", "the input")
-    return parse_json(_read_bounded(handle, limit, "evidence_content_bytes_max", f"{name}"))
+    name = getattr(handle, "name", None)
+    name = "standard input" if name in (None, "<stdin>", 0) else name
+    data = _read_bounded(handle, limit, "evidence_content_bytes_max", f"{argument} {name}")
+    try:
+        return parse_json(data)
+    except LedgerError as exc:
+        raise LedgerError(exc.code, f"{argument} ({name}): {exc.message}", **exc.details) from None
 
 
 def _summary(result: EvidenceResult) -> list[str]:
@@ -64,7 +70,10 @@ def _summary(result: EvidenceResult) -> list[str]:
 def evidence_store(settings: Settings, case: str, request: Any, reply: Any, iteration_id: str,
                    at: str | None, as_json: bool) -> None:
     """Verify REPLY (JSON file, '-' for stdin) against a recomputation of REQUEST and publish it."""
-    request_value, reply_value = _read_json(request, settings), _read_json(reply, settings)
+    if request is reply:  # click hands out one standard input for both '-'
+        raise click.UsageError("REQUEST and REPLY cannot both be '-': standard input can be read only once; "
+                               "give at least one of them as a file")
+    request_value, reply_value = _read_json(request, settings, "REQUEST"), _read_json(reply, settings, "REPLY")
     with settings.open(case) as opened:
         result = opened.evidence().store_tool_results(iteration_id, request_value, reply_value, at=at)
     emit_result(result.to_dict(), as_json, _summary(result))
@@ -82,7 +91,7 @@ def evidence_store(settings: Settings, case: str, request: Any, reply: Any, iter
 def evidence_query(settings: Settings, case: str, request: Any, iteration_id: str, store: bool,
                    at: str | None, as_json: bool) -> None:
     """Run the reference router on REQUEST (JSON file, '-' for stdin) and print its reply."""
-    request_value = _read_json(request, settings)
+    request_value = _read_json(request, settings, "REQUEST")
     with settings.open(case) as opened:
         result = opened.evidence().query(iteration_id, request_value, store, at=at)
     if as_json or not store:
@@ -176,7 +185,7 @@ def feedback_submit(settings: Settings, case: str, operation_id: str, reply: Any
                     at: str | None, as_json: bool) -> None:
     """Store a draft REPLY (JSON file, '-' for stdin: {"status": "passed"|"failed"|"unable_to_test",
     "details": ...}) to the test of OPERATION_ID; a draft is not evidence."""
-    reply_value = _read_json(reply, settings)
+    reply_value = _read_json(reply, settings, "REPLY")
     attachments = _attachments(attach, settings.analysis().limits["evidence_artifact_bytes_max"])
     with settings.open(case) as opened:
         result = opened.evidence().submit_feedback(operation_id, reply_value, attachments, at=at)

@@ -59,7 +59,7 @@ def events(settings: Settings, case: str, since: int, with_body: bool, fmt: str)
 def sql(case: str, query: str, timeout_s: float, fmt: str) -> None:
     """Run one read-only SQL QUERY on CASE's ledger.sqlite (writes are refused).
 
-    Public views: balances, balances_recomputed, actions, evidence, case_status.
+    Public views: balances, balances_recomputed, actions, evidence, scope_usage, case_status.
     Schema-reading pragma functions work (SELECT * FROM pragma_table_info('events')).
     Every format but --table streams the rows as they are read.
     """

@@ -17,7 +17,7 @@ from ledger import Case, JournalSummary, LineResult, apply_journal, run_demo
 from ledger.package_tools.journal import clamp_warning, first_at as journal_first_at, open_for_journal, read_lines
 
 from ._common import _NoBar, BALANCE_COLUMNS, CASE, Settings, pass_settings, progress_bar
-from ._output import OutputError, dumps, echo, emit_rows, one_line
+from ._output import OutputError, dumps, echo, emit_rows, one_line, warn
 
 @click.command()
 @CASE
@@ -80,7 +80,7 @@ def _report_line(outcome: LineResult, summary: JournalSummary, quiet: bool, resu
     if not quiet:
         echo(dumps(outcome.to_dict(changed_only=results == "changed")))
         if outcome.clamped and summary.clamped <= CLAMP_WARNINGS_MAX:
-            click.echo(clamp_warning(outcome), err=True)
+            warn(clamp_warning(outcome))
     elif not outcome.ok and summary.failed == 1:
         click.echo(f"line {outcome.line}: error: {outcome.error.code}: {one_line(outcome.error.message)}", err=True)
 

@@ -9,7 +9,6 @@ errors).
 
 from __future__ import annotations
 
-import sys
 
 import click
 
@@ -22,6 +21,7 @@ from . import package as package_commands
 from . import simulate as simulate_commands
 from . import scope as scope_commands
 from ._common import LedgerGroup, Settings
+from ._output import escape_unencodable_output
 
 
 @click.group(cls=LedgerGroup)
@@ -36,10 +36,9 @@ def main(ctx: click.Context, config: str | None, analysis_config: str | None, ac
     Each case is a folder with one ledger.sqlite: an append-only, hash-chained
     history you can query with plain SQL, export as canonical JSON and verify.
     """
-    for stream in (sys.stdout, sys.stderr):
-        # paths are shown as the bytes they are, even when not UTF-8 (os.fsdecode's surrogates)
-        if hasattr(stream, "reconfigure"):
-            stream.reconfigure(errors="surrogateescape")
+    # paths are shown as the bytes they are, even when not UTF-8 (os.fsdecode's surrogates), and what
+    # the output's encoding cannot carry is escaped: printing never fails a command that ran
+    escape_unencodable_output()
     if ctx.meta.get("ledger.help_requested"):  # `ledger --config bad.toml verify --help`: help, nothing loaded
         config = analysis_config = None
     ctx.obj = Settings(config, analysis_config, actor)

@@ -12,7 +12,7 @@ from ledger.package_tools.export import export_count
 from ledger.package_tools.manifest import read_manifest
 
 from ._common import CASE, JSON, Settings, pass_settings, progress_bar, table_format
-from ._output import emit_result, emit_rows
+from ._output import emit_result, emit_rows, warn
 
 @click.command()
 @CASE
@@ -89,10 +89,10 @@ def verify(case: str, as_json: bool, strict: bool, **formats: bool) -> None:
     else:
         emit_rows(report.foreign_objects, FOREIGN_COLUMNS, fmt)
         for line in summary:
-            click.echo(line, err=True)
+            warn(line)
     if strict and report.export_state != "current":
         why = {"none": "the case was never exported (no manifest.json)",
                "partial": "the export is partial: exported files but no manifest.json (an interrupted export?)",
                }.get(report.export_state, f"the export is {report.export_behind} event(s) behind the ledger")
-        click.echo(f"error: INTEGRITY_ERROR: {why} (--strict); run 'ledger export'", err=True)
+        warn(f"error: INTEGRITY_ERROR: {why} (--strict); run 'ledger export'")
         sys.exit(1)

@@ -62,7 +62,7 @@ def _emit_tables(report: SimulationReport) -> None:
     for number, policy in enumerate(report.policies):
         if number:
             echo("")
-        echo(f"policy {policy['name']}  (policy_sha256 {policy['policy_sha256'][:16]}…)")
+        echo(one_line(f"policy {policy['name']}  (policy_sha256 {policy['policy_sha256'][:16]}…)"))
         rows = [row for row in _rows(report) if row["policy"] == policy["name"]]
         emit_rows(rows, ("outcome", *FIGURE_COLUMNS), "table")
 
@@ -95,7 +95,7 @@ def _report_mismatches(report: SimulationReport) -> None:
               help="Add a grid of policies derived from the first policy (repeatable: every combination).")
 @click.option("--outcomes", type=click.Path(path_type=str), metavar="CSV",
               help="Run outcomes: first column the run id (journal file stem), a column 'outcome'.")
-@table_options
+@table_options(json='Print one JSON object, {"policies": [...]}: each policy with its figures per outcome.')
 @click.option("--per-run", type=click.Path(dir_okay=False, path_type=str), metavar="FILE",
               help="Write one JSON line per run and policy.")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=str), metavar="FILE.svg|FILE.png",

@@ -282,3 +282,44 @@ def test_zeros_and_the_smallest_double_still_parse(text, value):
     from ledger.ground.canonical import parse_json
 
     assert parse_json(text) == value
+
+
+@pytest.mark.parametrize("text, where, words", [
+    ('{"temperature": 1e999}', "$.temperature", "too large for a double"),
+    ('{"t": -1E+400}', "$.t", "too large for a double"),
+    ('{"a": [1, {"b": 1e-400}]}', "$.a[1].b", "too small for a double"),
+    ('{"id": 9007199254740993}', "$.id", "outside ±(2**53-1)"),
+    ('[0, -9007199254740993]', "$[1]", "outside ±(2**53-1)"),
+    ('{"x": {"n": 1e16}}', "$.x.n", "integer beyond ±(2**53-1)"),
+    ('{"x": {"y": 1, "y": 2}}', "$.x", "duplicate object key 'y'"),
+    ('{"v": [NaN]}', "$.v[0]", "NaN"),
+    ('{"ok": 1.5, "list": [2, 3, Infinity]}', "$.list[2]", "Infinity"),
+])
+def test_every_number_or_key_the_parser_refuses_is_named_by_its_json_path(text, where, words):
+    for given in (text, text.encode("utf-8")):
+        with pytest.raises(LedgerError) as caught:
+            parse_json(given)
+        assert caught.value.code == "INVALID_JSON"
+        assert f" at {where}" in caught.value.message and words in caught.value.message, caught.value.message
+
+
+def test_a_journal_line_with_a_number_too_large_for_a_double_names_the_field(tmp_path):
+    from ledger import Case, apply_journal
+
+    with Case.create(tmp_path / "c", "BUG-1", at="2026-01-01T00:00:00Z") as case:
+        results = list(apply_journal(case, ['{"op": "open_revision", "hypotheses": [{"statement": "s"}], '
+                                       '"units_per_hypothesis": 10, "meta": {"temperature": 1e999}}'], keep_going=True))
+    assert results[0].error.code == "INVALID_JSON"
+    assert "$.meta.temperature" in results[0].error.message
+
+
+@pytest.mark.parametrize("value, where", [({"a": [1, 1e16]}, "evidence.a[1]"), ({"t": float("inf")}, "evidence.t"),
+                                          ({"x": {"y": 2**60}}, "evidence.x.y")])
+def test_evidence_from_code_that_has_no_json_form_is_refused_naming_the_field(case, value, where):
+    case.transition("INVESTIGATING_HYPOTHESES")
+    budget = case.budget()
+    budget.initialize()
+    budget.reserve("H1", "a1", "source.read_context")
+    with pytest.raises(LedgerError) as caught:
+        budget.record_result("H1", "a1", value)
+    assert caught.value.code == INVALID_JSON and f" at {where}" in caught.value.message, caught.value.message

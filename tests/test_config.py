@@ -183,3 +183,65 @@ def test_a_named_config_must_be_readable_even_for_reads(case):
     case.close()
     result = run_cli("--config", str(case.path / "missing.toml"), "state", str(case.path))
     assert result.returncode == 1 and b"error: CONFIG_INVALID: " in result.stderr
+
+
+# --- TOML the parser cannot take: every config entry point, a LedgerError naming the file -----------
+HOSTILE_TOML = {
+    "nested_arrays": ("x = " + "[" * 500 + "]" * 500 + "\n", "nested too deeply", None),
+    "nested_tables": ("x = " + "{a = " * 500 + "1" + "}" * 500 + "\n", "nested too deeply", None),
+    "long_integer": ("# a comment\nlow_information_threshold = " + "9" * 4301 + "\n", "more than 4300 digits", 2),
+    "long_negative": ("\n\n[limits]\nbudget_events_max = -" + "1_000" * 1100 + "\n", "more than 4300 digits", 4),
+}
+
+
+def _entry_points():
+    from ledger.simulation.simulator import load_policy
+
+    return {"BudgetConfig.load": BudgetConfig.load, "AnalysisConfig.load": AnalysisConfig.load,
+            "load_policy": load_policy}
+
+
+@pytest.mark.parametrize("kind", sorted(HOSTILE_TOML))
+@pytest.mark.parametrize("entry", ["BudgetConfig.load", "AnalysisConfig.load", "load_policy"])
+def test_toml_beyond_the_parsers_limits_is_config_invalid_naming_the_file_and_line(tmp_path, kind, entry):
+    text, words, line = HOSTILE_TOML[kind]
+    path = write(tmp_path, text)
+    with pytest.raises(LedgerError) as refused:
+        _entry_points()[entry](path)
+    assert refused.value.code == CONFIG_INVALID
+    assert refused.value.message.startswith(str(path)) and words in refused.value.message
+    if line:
+        assert f"(line {line})" in refused.value.message
+
+
+@pytest.mark.parametrize("kind", sorted(HOSTILE_TOML))
+@pytest.mark.parametrize("where", [["--config", "{f}", "state", "{case}"], ["--analysis-config", "{f}", "state", "{case}"],
+                                   ["simulate", "{journal}", "--policy", "{f}"]])
+def test_the_command_line_reports_such_toml_as_config_invalid_naming_the_file(tmp_path, kind, where):
+    from conftest import run_cli
+
+    path = write(tmp_path, HOSTILE_TOML[kind][0])
+    journal = tmp_path / "j.jsonl"
+    journal.write_text('{"op": "transition", "to": "GENERATING_HYPOTHESES"}\n', encoding="utf-8")
+    run = run_cli(*[a.format(f=path, case=tmp_path / "c", journal=journal) for a in where])
+    assert run.returncode == 1, run.stderr
+    assert run.stderr.decode().startswith(f"error: CONFIG_INVALID: {path}") and b"Traceback" not in run.stderr
+
+
+def test_a_config_saved_with_a_byte_order_mark_is_read(tmp_path):
+    example = EXAMPLE_BUDGET.read_text(encoding="utf-8")
+    path = write(tmp_path, "\ufeff" + example)
+    assert BudgetConfig.load(path).policy_sha256 == BudgetConfig.load(EXAMPLE_BUDGET).policy_sha256
+    from ledger.simulation.simulator import load_policy
+
+    assert load_policy(path).policy_sha256 == load_policy(EXAMPLE_BUDGET).policy_sha256
+    analysis = write(tmp_path, "\ufeff[limits]\nbudget_events_max = 500\n")
+    assert AnalysisConfig.load(analysis).limits["budget_events_max"] == 500
+
+
+def test_a_value_the_schema_refuses_names_the_file_and_the_key(tmp_path):
+    path = write(tmp_path, "[limits]\nbudget_events_max = -1\n")
+    with pytest.raises(LedgerError) as refused:
+        AnalysisConfig.load(path)
+    assert refused.value.message.startswith(f"{path}: ") and "budget_events_max" in refused.value.message
+    assert refused.value.details["key"] == "limits.budget_events_max"

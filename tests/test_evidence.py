@@ -591,3 +591,49 @@ def test_a_3_000_000_byte_attachment_is_accepted_as_a_draft(case):
     draft = case.evidence().submit_feedback("test-1", {"status": "passed", "details": "ok"},
                                             {"log.txt": "y" * 3_000_000})
     assert draft.feedback_id == "F000001"
+
+
+def test_standard_input_for_both_request_and_reply_is_a_usage_error_and_nothing_is_read(case, tmp_path):
+    from click.testing import CliRunner
+
+    path = str(case.path)
+    before = case.status()["package_generation"]
+    case.close()
+    done = CliRunner().invoke(cli_main, ["evidence", "store", path, "-", "-", "--iteration", "i1"], input="{}")
+    assert done.exit_code == 2 and "REQUEST and REPLY cannot both be '-'" in done.stderr
+    with Case.open(path) as opened:
+        assert opened.status()["package_generation"] == before
+
+
+@pytest.mark.parametrize("bad_one", ["REQUEST", "REPLY"])
+def test_a_json_error_names_the_argument_and_the_file_that_held_it(case, tmp_path, bad_one):
+    from click.testing import CliRunner
+
+    path = str(case.path)
+    case.close()
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    good.write_text(json.dumps({"actions": [read("op-1", "H1", "q1", 1, 1)]}))
+    bad.write_text('{"actions": [], "x": 1e999}')
+    files = [str(bad), str(good)] if bad_one == "REQUEST" else [str(good), str(bad)]
+    done = CliRunner().invoke(cli_main, ["evidence", "store", path, *files, "--iteration", "i1"])
+    assert done.exit_code == 1
+    assert done.stderr.startswith(f"error: INVALID_JSON: {bad_one} ({bad}): number 1e999 at $.x is too large")
+    queried = CliRunner().invoke(cli_main, ["evidence", "query", path, "-"], input="{nope")
+    assert queried.exit_code == 1 and queried.stderr.startswith("error: INVALID_JSON: REQUEST (standard input): not valid JSON")
+
+
+@pytest.mark.parametrize("at", ["garbage", "2026-13-01T00:00:00Z", "2026-01-01T00:00:00+02:00"])
+def test_every_at_is_checked_even_when_nothing_is_stored(case, tmp_path, at):
+    from click.testing import CliRunner
+
+    case.budget().reserve("H1", "q1", "source.read_context")
+    request = {"actions": [read("op-1", "H1", "q1", 1, 1)]}
+    with pytest.raises(LedgerError) as refused:
+        case.evidence().query("query", request, False, at=at)
+    assert refused.value.code == "INVALID_ARGUMENT" and "'at'" in refused.value.message
+    path = str(case.path)
+    case.close()
+    file = tmp_path / "request.json"
+    file.write_text(json.dumps(request))
+    done = CliRunner().invoke(cli_main, ["evidence", "query", path, str(file), "--at", at])
+    assert done.exit_code == 1 and done.stderr.startswith("error: INVALID_ARGUMENT: 'at'")

@@ -30,6 +30,11 @@ from ledger.package_tools.journal import apply_journal
 from ledger import Case, LedgerError
 from ledger.ground.canonical import canonical_bytes, sha256_hex
 from ledger.ground.errors import CASE_EXISTS, INTEGRITY_ERROR, INVALID_ARGUMENT, LEDGER_MISSING
+
+
+from ledger import Case, LedgerError, read_only_query
+from ledger.ground.canonical import canonical_bytes, sha256_hex
+from ledger.ground.errors import CASE_EXISTS, INTEGRITY_ERROR, INVALID_ARGUMENT, LEDGER_MISSING
 from ledger import export_case, import_tree, verify_case
 
 from conftest import logical_dump, run_cli
@@ -660,3 +665,35 @@ def test_verify_strict_is_a_flag():
     with pytest.raises(LedgerError) as caught:
         verify_case(".", strict="yes")
     assert caught.value.code == INVALID_ARGUMENT
+
+
+@pytest.mark.parametrize("args", [["verify"], ["sql", "SELECT COUNT(*) FROM events"], ["balances"], ["state"],
+                                  ["events"], ["actions", "--json"]])
+def test_reading_commands_leave_no_write_ahead_log_files_beside_the_ledger(exported, args):
+    """docs/files.md: -wal and -shm exist only while a connection is open; verify and sql read through
+    a read-only connection, which cannot remove them, so they fold them away as a writer's close does."""
+    from conftest import run_cli
+
+    leftovers = lambda: sorted(p.name for p in exported.iterdir() if p.name.endswith(("-wal", "-shm")))
+    assert leftovers() == []
+    run = run_cli(args[0], str(exported), *args[1:])
+    assert run.returncode == 0, run.stderr
+    assert leftovers() == []
+
+
+def test_verify_and_read_only_queries_in_python_leave_no_write_ahead_log_files(exported):
+    leftovers = lambda: sorted(p.name for p in exported.iterdir() if p.name.endswith(("-wal", "-shm")))
+    assert verify_case(exported).events > 0 and leftovers() == []
+    assert read_only_query(exported, "SELECT COUNT(*) FROM balances")[1][0][0] == 2 and leftovers() == []
+
+
+def test_verify_leaves_the_log_of_a_case_another_connection_holds_open(exported):
+    """Only the last connection folds the log: verify never removes one a writer is using."""
+    with Case.open(exported) as opened:
+        opened.budget().grant("H1", 5, "controller", "more", "g1")
+        assert (exported / "ledger.sqlite-wal").exists()
+        assert verify_case(exported).events > 0
+        assert (exported / "ledger.sqlite-wal").exists()
+        assert opened.balances()[0]["granted_units"] == 5
+    assert verify_case(exported).events > 0
+    assert not (exported / "ledger.sqlite-wal").exists()

@@ -27,6 +27,12 @@ from ledger.ground.errors import (ACCOUNT_TERMINAL, AUTHORITY_DENIED, INVALID_AR
                            INSUFFICIENT_BUDGET, LIMIT_EXCEEDED, LIMIT_REACHED,
                            NOT_INITIALIZED)
 from ledger.package_tools.replay import PackageSource, Replayer
+
+
+from ledger import BudgetConfig, Case, LedgerError, apply_journal, export_case, import_tree, verify_case
+from ledger.ground.errors import (ACCOUNT_TERMINAL, AUTHORITY_DENIED, INVALID_ARGUMENT, INVALID_CAPABILITY, INVALID_ID,
+                           LIMIT_EXCEEDED, NOT_INITIALIZED)
+from ledger.package_tools.replay import PackageSource, Replayer
 from ledger.rules import scopes as scope_rules
 from ledger_cli.main import main as cli_main
 from conftest import REPO, logical_dump, make_package, start_case, EXAMPLE_BUDGET
@@ -180,6 +186,35 @@ def test_on_exhausted_ignore_is_an_invalid_capability_and_nothing_is_written(pac
                         on_exhausted=bad).code == INVALID_CAPABILITY
     assert logical_dump(package / "ledger.sqlite") == before
     case.close()
+
+
+@pytest.mark.parametrize("call, code", [
+    (dict(scope="nowhere"), INVALID_ARGUMENT), (dict(limits={"units": -1}), INVALID_ARGUMENT),
+    (dict(limits={"weight": 3}), INVALID_ARGUMENT), (dict(delegate_limits={"units": 1.5}), INVALID_ARGUMENT),
+    (dict(causation_seq=0), INVALID_ARGUMENT), (dict(issuer="bad id!"), INVALID_ID),
+    (dict(delegate="no/slash"), INVALID_ID), (dict(issuer="bad id!", limits={"units": -1}), INVALID_ARGUMENT),
+])
+def test_establish_checks_arguments_then_ids_before_the_capability_in_the_documented_order(package, call, code):
+    """docs/errors.md: INVALID_ARGUMENT, then INVALID_ID, then INVALID_CAPABILITY."""
+    case = _ready(package)
+    before = logical_dump(package / "ledger.sqlite")
+    args = {"scope": "case", "limits": {"units": 5}, "issuer": "controller", **call}
+    scope, limits, issuer = args.pop("scope"), args.pop("limits"), args.pop("issuer")
+    assert _refused(case.scopes().establish, scope, limits, issuer, on_exhausted="ignore", **args).code == code
+    line = json.dumps({"op": "establish", "scope": scope, "limits": limits, "issuer": issuer,
+                       "on_exhausted": "ignore", **args})
+    (result,) = apply_journal(case, [line], keep_going=True)
+    assert result.error.code == code
+    assert logical_dump(package / "ledger.sqlite") == before
+    case.close()
+
+
+@pytest.mark.parametrize("args, code", [(["nowhere", "--limit", "units=5"], INVALID_ARGUMENT),
+                                        (["case", "--limit", "units=5", "--delegate", "no/slash"], INVALID_ID)])
+def test_the_command_line_reports_a_bad_scope_or_id_before_a_bad_on_exhausted(package, args, code):
+    _ready(package).close()
+    exit_code, _, err = _cli("scope", "establish", str(package), *args, "--on-exhausted", "ignore")
+    assert exit_code == 1 and err.startswith(f"error: {code}: ")
 
 
 def test_money_reported_with_results_counts_from_then_on(package):

@@ -327,7 +327,7 @@ def test_cli_missing_journal_and_bad_policy_file(tmp_path):
     policy = tmp_path / "p.toml"
     policy.write_text("max_reward_bps = 2.5\n")
     bad = CliRunner().invoke(main, ["simulate", str(DATA / "django__django-11206.jsonl"), "--policy", f"mine={policy}"])
-    assert bad.exit_code == 1 and "error: CONFIG_INVALID: max_reward_bps" in bad.stderr
+    assert bad.exit_code == 1 and f"error: CONFIG_INVALID: {policy}: max_reward_bps" in bad.stderr
 
 
 def test_a_journal_with_scoped_limits_simulates_like_apply(tmp_path):
@@ -777,3 +777,10 @@ def test_a_standard_output_that_refuses_the_figures_is_reported_without_talking_
     assert done.stderr == ("error: OUTPUT_ERROR: cannot print the result (No space left on device); simulate wrote "
                            "nothing (no --per-run or --plot file yet): run it again\n")
     assert not (tmp_path / "runs.jsonl").exists()
+
+
+def test_simulate_help_describes_the_json_output_it_prints():
+    shown = " ".join(CliRunner().invoke(main, ["simulate", "--help"]).output.split())
+    assert 'Print one JSON object, {"policies": [...]}' in shown and "JSON array" not in shown.split("--nl")[0]
+    done = CliRunner().invoke(main, ["simulate", str(DATA / "django__django-11206.jsonl"), "--json", "--jobs", "1"])
+    assert done.exit_code == 0 and list(json.loads(done.stdout)) == ["policies"]

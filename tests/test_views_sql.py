@@ -7,6 +7,7 @@ SQLite reader (declared column types and values) and against the ledger's own AP
 from __future__ import annotations
 
 import importlib.util
+import re
 import shutil
 import sqlite3
 import json
@@ -179,15 +180,15 @@ def _duckdb_with_sqlite():
     return conn
 
 
-def test_every_view_parses_in_duckdb_with_typed_columns_and_the_ledgers_values(demo):
+def test_every_view_parses_in_duckdb_with_typed_columns_and_the_ledgers_values(full):
     duck = _duckdb_with_sqlite()
-    duck.execute(f"ATTACH '{demo / 'ledger.sqlite'}' AS l (TYPE sqlite, READ_ONLY)")
-    for view in public_views(demo):
+    duck.execute(f"ATTACH '{full / 'ledger.sqlite'}' AS l (TYPE sqlite, READ_ONLY)")
+    for view in public_views(full):
         types = dict((row[0], row[1]) for row in duck.execute(f"DESCRIBE l.{view}").fetchall())
         assert "BLOB" not in types.values(), (view, types)
         for name in INTEGER_COLUMNS.get(view, ()):
             assert types[name] == "BIGINT", (view, name, types[name])
-    with Case.open(demo) as opened:
+    with Case.open(full) as opened:
         checks = {"balances": opened.balances(), "actions": opened.actions(), "case_status": [opened.status()]}
     for view, expected in checks.items():
         cursor = duck.execute(f"SELECT * FROM l.{view}")
@@ -267,3 +268,285 @@ def test_events_since_must_be_a_safe_non_negative_integer(case, since):
     with pytest.raises(LedgerError) as caught:
         case.events(since)
     assert caught.value.code == INVALID_ARGUMENT
+
+
+# --- every view, every tool, on a case with rows in every view ----------------------------------
+SCOPE_STEPS = [
+    {"op": "establish", "scope": "case", "issuer": "controller", "at": "2026-01-05T10:46:10.250001Z",
+     "limits": {"units": 500, "actions": 40, "duration_ms": 7200000, "cost_usd_millicents": 9000}},
+    {"op": "establish", "scope": "revision:1", "limits": {"actions": 30, "duration_ms": 3600000},
+     "issuer": "controller", "warning_ratio": 0.5, "at": "2026-01-05T10:46:20Z"},
+    {"op": "establish", "scope": "hypothesis:1/H1", "limits": {"units": 100}, "issuer": "controller",
+     "on_exhausted": "task_failed", "at": "2026-01-05T10:46:30Z"},
+    {"op": "reserve", "hypothesis": "H1", "action_id": "q-0015", "action": "research.lookup",
+     "at": "2026-01-05T10:46:40Z"},
+    {"op": "record_result", "hypothesis": "H1", "action_id": "q-0015", "evidence": {"finding": "x"},
+     "cost_usd_millicents": 250, "at": "2026-01-05T10:46:50Z"},
+    {"op": "settle", "hypothesis": "H1", "action_id": "q-0015", "semantic_score": 40, "reason": "some",
+     "at": "2026-01-05T10:46:55.000002Z"},
+    # units granted for a requested test, its feedback confirmed and stored as evidence, fed to the
+    # budget and settled
+    {"op": "grant", "hypothesis": "H1", "units": 40, "issuer": "controller", "reason": "room for a test",
+     "grant_id": "g-1", "at": "2026-01-05T10:46:55.5Z"},
+    {"op": "request_test", "hypothesis": "H1", "action_id": "t-1", "kind": "human", "operation_id": "test-1",
+     "at": "2026-01-05T10:46:56Z"},
+    {"op": "transition", "to": "BLOCKED", "at": "2026-01-05T10:46:57Z"},
+    {"op": "submit_feedback", "operation_id": "test-1", "reply": {"status": "passed", "details": {"log": "ok"}},
+     "at": "2026-01-05T10:46:58Z"},
+    {"op": "confirm_feedback", "feedback_id": "F000001", "at": "2026-01-05T10:46:59Z"},
+    {"op": "store_feedback", "operation_id": "test-1", "feedback_id": "F000001", "at": "2026-01-05T10:46:59.5Z"},
+    {"op": "record_evidence", "hypothesis": "H1", "action_id": "t-1", "record_id": "E000004",
+     "at": "2026-01-05T10:46:59.75Z"},
+    {"op": "settle", "hypothesis": "H1", "action_id": "t-1", "semantic_score": 90, "reason": "the test passed",
+     "at": "2026-01-05T10:46:59.875Z"},
+]
+
+
+@pytest.fixture(scope="module")
+def full(tmp_path_factory) -> Path:
+    """The demo's investigation plus scopes with limits in all four dimensions, money reported with a
+    result, a requested test whose confirmed feedback is stored as evidence, and settled actions after
+    them: every public view has rows (evidence included)."""
+    import json
+
+    from ledger import BudgetConfig, apply_journal
+    from ledger.ground.resources import resource_dir
+
+    target = tmp_path_factory.mktemp("full") / "case"
+    example = resource_dir("examples") / "demo"
+    lines = (example / "journal.jsonl").read_text(encoding="utf-8").splitlines()
+    lines[-1:-1] = [json.dumps(step) for step in SCOPE_STEPS]  # before the move to EVALUATING
+    shutil.copytree(example / "sources", target / "sources", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(example / "data", target / "data")
+    with Case.create(target, "BUG-20", at="2026-01-05T09:59:00Z") as case:
+        policy = BudgetConfig.load(resource_dir("config") / "budget.example.toml")
+        refused = [r.error.code for r in apply_journal(case, lines, budget=case.budget(policy), keep_going=True)
+                   if not r.ok]
+    assert refused == ["INSUFFICIENT_BUDGET"]
+    assert verify_case(target).events == 73
+    return target
+
+
+def documented_types() -> dict[str, dict[str, str]]:
+    """``{view: {column: "integer" | "text"}}`` from the column tables of docs/sql.md."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "sql.md").read_text(encoding="utf-8")
+    found: dict[str, dict[str, str]] = {}
+    view = None
+    for line in text.splitlines():
+        heading = re.match(r"^### `(\w+)`", line)
+        if heading:
+            view = heading.group(1)
+            found[view] = {}
+        cell = re.match(r"^\| `(\w+)` \| (integer|text) \|", line)
+        if view and cell:
+            found[view][cell.group(1)] = cell.group(2)
+    found["balances_recomputed"] = dict(found["balances"])  # "the same columns"
+    return found
+
+
+def test_docs_give_a_type_for_every_column_of_every_view(full):
+    conn = sqlite3.connect(f"file:{full / 'ledger.sqlite'}?mode=ro", uri=True)
+    types = documented_types()
+    for view in public_views(full):
+        columns = [d[0] for d in conn.execute(f"SELECT * FROM {view} LIMIT 0").description]
+        assert list(types[view]) == columns, view
+    conn.close()
+
+
+def test_every_view_has_rows_in_the_case_the_type_tests_read(full):
+    conn = sqlite3.connect(f"file:{full / 'ledger.sqlite'}?mode=ro", uri=True)
+    counts = {view: conn.execute(f"SELECT COUNT(*) FROM {view}").fetchone()[0] for view in public_views(full)}
+    conn.close()
+    assert counts == {"actions": 15, "balances": 4, "balances_recomputed": 4, "case_status": 1, "evidence": 4,
+                      "scope_usage": 7}
+
+
+def test_every_view_column_has_its_documented_type_in_sqlite(full):
+    conn = sqlite3.connect(f"file:{full / 'ledger.sqlite'}?mode=ro", uri=True)
+    for view, columns in documented_types().items():
+        cursor = conn.execute(f"SELECT * FROM {view}")
+        names = [d[0] for d in cursor.description]
+        for row in cursor.fetchall():
+            for name, value in zip(names, row):
+                kind = conn.execute("SELECT typeof(?)", (value,)).fetchone()[0]
+                assert kind in (columns[name], "null"), (view, name, kind)
+    conn.close()
+
+
+def test_every_view_column_has_its_documented_type_in_duckdb(full):
+    duck = _duckdb_with_sqlite()
+    duck.execute(f"ATTACH '{full / 'ledger.sqlite'}' AS l (TYPE sqlite, READ_ONLY)")
+    for view, columns in documented_types().items():
+        described = {row[0]: row[1] for row in duck.execute(f"DESCRIBE l.{view}").fetchall()}
+        assert described == {name: ("BIGINT" if kind == "integer" else "VARCHAR") for name, kind in columns.items()}, view
+    # numbers that are numbers: sums work and order is numeric
+    assert duck.execute("SELECT SUM(consumed) FROM l.scope_usage WHERE dimension = 'actions'").fetchone()[0] == 30
+    remaining = [r[0] for r in duck.execute("SELECT remaining FROM l.scope_usage ORDER BY remaining").fetchall()]
+    assert remaining == sorted(remaining) and all(type(value) is int for value in remaining)
+
+
+def test_every_view_reads_the_same_rows_in_duckdb_as_in_sqlite(full):
+    duck = _duckdb_with_sqlite()
+    duck.execute(f"ATTACH '{full / 'ledger.sqlite'}' AS l (TYPE sqlite, READ_ONLY)")
+    conn = sqlite3.connect(f"file:{full / 'ledger.sqlite'}?mode=ro", uri=True)
+    for view in public_views(full):
+        assert sorted(duck.execute(f"SELECT * FROM l.{view}").fetchall(), key=repr) == sorted(
+            conn.execute(f"SELECT * FROM {view}").fetchall(), key=repr), view
+    conn.close()
+
+
+def test_every_view_column_has_its_documented_type_in_pandas(full):
+    pandas = pytest.importorskip("pandas")
+    conn = sqlite3.connect(f"file:{full / 'ledger.sqlite'}?mode=ro", uri=True)
+    for view, columns in documented_types().items():
+        frame = pandas.read_sql_query(f"SELECT * FROM {view}", conn, dtype_backend="numpy_nullable")
+        for name, kind in columns.items():
+            if frame[name].notna().any():  # a column of nothing but NULL has no type to read
+                assert str(frame[name].dtype) == ("Int64" if kind == "integer" else "string"), (view, name)
+    conn.close()
+
+
+def test_every_view_column_has_its_documented_type_in_sqlite_utils(full):
+    sqlite_utils = pytest.importorskip("sqlite_utils")
+    db = sqlite_utils.Database(full / "ledger.sqlite")
+    for view, columns in documented_types().items():
+        for row in db.query(f"SELECT * FROM {view}"):
+            for name, value in row.items():
+                assert value is None or type(value) is (int if columns[name] == "integer" else str), (view, name)
+    db.close()
+
+
+def test_scope_usage_duration_is_whole_milliseconds_rounded_down_across_leap_days_and_years(tmp_path):
+    """The view's integer date arithmetic agrees with the rules (and with DuckDB) on awkward instants."""
+    from ledger.rules.scopes import elapsed_ms
+
+    origin = "2023-12-31T23:59:59.999999Z"
+    later = ["2024-01-01T00:00:00.000000Z", "2024-01-01T00:00:00.000998Z", "2024-01-01T00:00:00.001000Z",
+             "2024-02-28T23:59:59.999999Z", "2024-02-29T12:00:00.500000Z", "2024-03-01T00:00:00.000001Z",
+             "2025-03-01T00:00:01.000000Z", "2026-03-01T00:00:00.123456Z"]
+    case = Case.create(tmp_path / "c", case_id="BUG-1", at=origin)
+    case.scopes().establish("case", {"duration_ms": 2**53 - 1}, "controller", at=origin)
+    duck = None
+    try:
+        duck = _duckdb_with_sqlite()
+    except pytest.skip.Exception:
+        pass
+    for index, at in enumerate(later):
+        case.scopes().request_increase("case", "duration_ms", 1, "agent", f"step {index}", at=at)
+        expected = elapsed_ms(origin, at)
+        assert case.query("SELECT consumed FROM scope_usage")[0]["consumed"] == expected, at
+        if duck is not None:
+            duck.execute(f"ATTACH '{tmp_path / 'c' / 'ledger.sqlite'}' AS l (TYPE sqlite, READ_ONLY)")
+            assert duck.execute("SELECT consumed FROM l.scope_usage").fetchone()[0] == expected, at
+            duck.execute("DETACH l")
+    case.close()
+    assert verify_case(tmp_path / "c").events == 2 + len(later)
+
+
+def _downgrade_to_version_6(path: Path) -> None:
+    """Make a ledger look like one made before scope_usage changed (schema version 6)."""
+    conn = sqlite3.connect(path / "ledger.sqlite")
+    guard = shipped_schema()["schema_migrations_no_delete"]
+    conn.execute("DROP VIEW scope_usage")
+    conn.execute(shipped_schema(6)["scope_usage"])
+    conn.execute("DROP TRIGGER schema_migrations_no_delete")
+    conn.execute("DELETE FROM schema_migrations WHERE version > 6")
+    conn.execute(guard)
+    conn.commit()
+    conn.close()
+
+
+def test_a_ledger_with_the_old_scope_usage_verifies_and_opening_it_installs_the_typed_view(full, tmp_path):
+    copy = tmp_path / "old"
+    shutil.copytree(full, copy)
+    _downgrade_to_version_6(copy)
+    assert "strftime" in sqlite3.connect(copy / "ledger.sqlite").execute(
+        "SELECT sql FROM sqlite_master WHERE name = 'scope_usage'").fetchone()[0]
+    assert verify_case(copy).events == 73
+    with Case.open(copy) as opened:
+        usage = opened.query("SELECT * FROM scope_usage")
+    with Case.open(full) as opened:
+        assert usage == opened.query("SELECT * FROM scope_usage")
+    assert "strftime" not in sqlite3.connect(copy / "ledger.sqlite").execute(
+        "SELECT sql FROM sqlite_master WHERE name = 'scope_usage'").fetchone()[0]
+    assert verify_case(copy).events == 73
+
+
+# --- the documented queries run as printed in every tool the docs name ---------------------------
+def documented_queries() -> list[str]:
+    """Every statement of the ```sql blocks of README.md and docs/sql.md (comment lines dropped),
+    and the whole queries docs/sql.md gives inline in backticks."""
+    from ledger.storage.sqlfiles import split_statements
+
+    root = Path(__file__).resolve().parents[1]
+    found = []
+    for name in ("README.md", "docs/sql.md"):
+        for block in re.findall(r"```sql\n(.*?)```", (root / name).read_text(encoding="utf-8"), re.S):
+            for statement in split_statements(block):
+                lines = [line for line in statement.splitlines() if not line.lstrip().startswith("--")]
+                found.append("\n".join(lines).rstrip(";"))
+    inline = re.findall(r"`(SELECT [^`]+)`", (root / "docs" / "sql.md").read_text(encoding="utf-8").replace("\n", " "))
+    return found + [query for query in inline if "…" not in query]
+
+
+def test_the_docs_hold_the_queries_this_test_runs():
+    queries = documented_queries()
+    assert len(queries) >= 8
+    assert any("GROUP BY b.revision" in q for q in queries)
+    assert any("EXCEPT" in q for q in queries)
+
+
+@pytest.mark.parametrize("query", documented_queries())
+def test_every_documented_query_runs_as_printed_in_every_tool_the_docs_name(full, query):
+    conn = sqlite3.connect(f"file:{full / 'ledger.sqlite'}?mode=ro", uri=True)
+    rows = conn.execute(query).fetchall()
+    conn.close()
+    columns, through_ledger = read_only_query(full, query)
+    assert [tuple(r) for r in through_ledger] == rows
+    sqlite_utils = pytest.importorskip("sqlite_utils")
+    db = sqlite_utils.Database(full / "ledger.sqlite")
+    assert [tuple(r.values()) for r in db.query(query)] == rows
+    db.close()
+    pandas = pytest.importorskip("pandas")
+    with sqlite3.connect(f"file:{full / 'ledger.sqlite'}?mode=ro", uri=True) as again:
+        assert len(pandas.read_sql_query(query, again)) == len(rows)
+    again.close()
+    if shutil.which("sqlite3"):
+        import subprocess
+        shell = subprocess.run(["sqlite3", "-readonly", str(full / "ledger.sqlite"), query + ";"],
+                               capture_output=True, text=True, timeout=60)
+        assert shell.returncode == 0 and shell.stderr == "", shell.stderr
+        assert len(shell.stdout.splitlines()) >= len(rows)
+    duck = _duckdb_with_sqlite()
+    duck.execute(f"ATTACH '{full / 'ledger.sqlite'}' AS l (TYPE sqlite, READ_ONLY)")
+    duck.execute("USE l")
+    got = duck.execute(query).fetchall()
+    if "pragma_table_info" in query:  # each engine describes a table in its own words
+        at = 1 if query.startswith("SELECT *") else 0  # the column names agree; their types are each engine's own
+        assert [row[at] for row in got] == [row[at] for row in rows] and rows
+        return
+    assert sorted(got, key=repr) == sorted(rows, key=repr), query  # (rows that tie may come in another order)
+
+
+def test_the_documented_way_to_read_a_ledger_from_duckdb_offline_runs_as_printed(full):
+    _duckdb_with_sqlite()  # skips where the extension package is missing
+    import subprocess
+    import sys
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "sql.md").read_text(encoding="utf-8")
+    (snippet,) = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert "case/ledger.sqlite" in snippet and full.name == "case"
+    shown = subprocess.run([sys.executable, "-c", snippet], cwd=full.parent, capture_output=True, text=True,
+                           timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    assert "remaining" in shown.stdout and "int64" in shown.stdout and "BUG-20" in shown.stdout
+
+
+def test_ledger_sql_help_names_every_public_view(full):
+    from click.testing import CliRunner
+
+    from ledger_cli.main import main as cli_main
+
+    shown = " ".join(CliRunner().invoke(cli_main, ["sql", "--help"]).output.split())
+    listed = shown.split("Public views: ", 1)[1].split(".", 1)[0]
+    assert sorted(listed.split(", ")) == public_views(full)

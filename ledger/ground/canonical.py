@@ -130,19 +130,33 @@ def canonical_sha256(value: Any) -> str:
     return sha256_hex(canonical_bytes(value))
 
 
+class _Refused(LedgerError):
+    """``INVALID_JSON`` for a value the strict parser refuses; :func:`parse_json` replaces it with one
+    naming where the value sits. ``describe`` turns a JSON path (``$.temperature``) into the message."""
+
+    def __init__(self, describe: Callable[[str], str]) -> None:
+        super().__init__(INVALID_JSON, describe("$"))
+
+
+def _duplicate_key(pairs: list[tuple[str, Any]]) -> str | None:
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            return key
+        seen.add(key)
+    return None
+
+
 def _reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out = dict(pairs)
     if len(out) != len(pairs):  # some key came twice: name the first one
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise LedgerError(INVALID_JSON, f"duplicate object key {key!r}")
-            seen.add(key)
+        key = _duplicate_key(pairs)
+        raise _Refused(lambda where: f"duplicate object key {key!r} in the object at {where}")
     return out
 
 
 def _reject_constant(name: str) -> Any:
-    raise LedgerError(INVALID_JSON, f"{name} is not JSON")
+    raise _Refused(lambda where: f"{name} at {where} is not JSON")
 
 
 def _integral_out_of_range(number: float) -> bool:
@@ -154,44 +168,106 @@ def _integral_out_of_range(number: float) -> bool:
 _SURROGATE_ESCAPE = re.compile(r"\\[uU][dD][89a-fA-F]")
 
 
+def _int_problem(text: str) -> Callable[[str], str] | None:
+    if -SAFE_INTEGER_MAX <= int(text) <= SAFE_INTEGER_MAX:
+        return None
+    return lambda where: f"integer {text[:40]} at {where} is outside ±(2**53-1); send a larger number as a string"
+
+
+def _float_problem(text: str) -> Callable[[str], str] | None:
+    number = float(text)
+    if not math.isfinite(number):  # 1e400 reads as infinity, which has no JSON form
+        return lambda where: f"number {text[:40]} at {where} is too large for a double (it would read as infinity)"
+    if _integral_out_of_range(number):
+        return lambda where: f"number {text[:40]} at {where} is an integer beyond ±(2**53-1)"
+    if number == 0 and any(digit in "123456789" for digit in text.lower().split("e")[0]):
+        # 1e-400 would silently become 0 (and then equal -0.0 as evidence)
+        return lambda where: f"number {text[:40]} at {where} is too small for a double: it would read as 0"
+    return None
+
+
 def _parse_int(text: str) -> int:
-    number = int(text)
-    if not -SAFE_INTEGER_MAX <= number <= SAFE_INTEGER_MAX:
-        raise LedgerError(INVALID_JSON, f"integer {text[:40]} is outside ±(2**53-1)")
-    return number
+    problem = _int_problem(text)
+    if problem:
+        raise _Refused(problem)
+    return int(text)
 
 
 def _parse_float(text: str) -> float:
-    number = float(text)
-    if not math.isfinite(number):  # 1e400 reads as infinity, which has no JSON form
-        raise LedgerError(INVALID_JSON, f"number {text[:40]} is too large for a double (it would read as infinity)")
-    if _integral_out_of_range(number):
-        raise LedgerError(INVALID_JSON, f"number {text} is an integer beyond ±(2**53-1)")
-    if number == 0 and any(digit in "123456789" for digit in text.lower().split("e")[0]):
-        # 1e-400 would silently become 0 (and then equal -0.0 as evidence)
-        raise LedgerError(INVALID_JSON, f"number {text} is too small for a double: it would read as 0")
-    return number
+    problem = _float_problem(text)
+    if problem:
+        raise _Refused(problem)
+    return float(text)
 
 
-def check_json_value(value: Any) -> None:
+class _Marker:
+    """Stands, in a second parse, for the value the strict parser refused (see :func:`_refusal_at`)."""
+
+    def __init__(self, describe: Callable[[str], str]) -> None:
+        self.describe = describe
+
+
+def _refusal_at(text: str | bytes) -> str:
+    """The message of the first value the strict parser refuses in ``text``, naming its JSON path:
+    a second, lenient parse puts a marker where each refused value sits, in parse order."""
+    markers: list[_Marker] = []
+
+    def mark(describe: Callable[[str], str] | None, value: Any) -> Any:
+        if describe is None:
+            return value
+        markers.append(_Marker(describe))
+        return markers[-1]
+
+    def pairs_hook(pairs: list[tuple[str, Any]]) -> Any:
+        key = _duplicate_key(pairs)
+        out = dict(pairs)
+        if key is None:
+            return out
+        marker = mark(lambda where: f"duplicate object key {key!r} in the object at {where}", None)
+        marker.value = out
+        return marker
+
+    value = json.loads(text, object_pairs_hook=pairs_hook,
+                       parse_constant=lambda name: mark(lambda where: f"{name} at {where} is not JSON", None),
+                       parse_int=lambda t: mark(_int_problem(t), int(t)),
+                       parse_float=lambda t: mark(_float_problem(t), float(t)))
+    first = markers[0]
+    stack: list[tuple[Any, str]] = [(value, "$")]
+    while stack:
+        item, path = stack.pop()
+        if item is first:
+            return first.describe(path)
+        if isinstance(item, _Marker) and hasattr(item, "value"):
+            item = item.value
+        if isinstance(item, dict):
+            stack.extend((child, f"{path}.{key}") for key, child in item.items())
+        elif isinstance(item, list):
+            stack.extend((child, f"{path}[{index}]") for index, child in enumerate(item))
+    return first.describe("$")
+
+
+def check_json_value(value: Any, name: str = "$") -> None:
     """Refuse Python floats that canonicalize to an integer literal beyond ±(2**53 − 1),
-    and nesting deeper than :data:`JSON_DEPTH_MAX` (which could not be read back safely).
+    and nesting deeper than :data:`JSON_DEPTH_MAX` (which could not be read back safely); the
+    message names where (``evidence.x[2]``, rooted at ``name``).
 
     ``canonical_bytes`` accepts ``1e16`` (a double) but writes it as
     ``10000000000000000``, which :func:`parse_json` must refuse; callers taking
     JSON values from code (evidence) call this so stored values always read back.
     """
-    stack = [(value, 1)]
+    stack = [(value, 1, name)]
     while stack:
-        item, depth = stack.pop()
+        item, depth, where = stack.pop()
         if isinstance(item, float):
             if _integral_out_of_range(item):
-                raise LedgerError(INVALID_JSON, f"number {item!r} is an integer beyond ±(2**53-1)")
+                raise LedgerError(INVALID_JSON, f"number {item!r} at {where} is an integer beyond ±(2**53-1)")
         elif isinstance(item, (dict, list, tuple)):
             if depth > JSON_DEPTH_MAX:
-                raise LedgerError(INVALID_JSON, f"JSON nested deeper than {JSON_DEPTH_MAX} levels")
-            children = item.values() if isinstance(item, dict) else item
-            stack.extend((child, depth + 1) for child in children)
+                raise LedgerError(INVALID_JSON, f"JSON nested deeper than {JSON_DEPTH_MAX} levels at {where}")
+            if isinstance(item, dict):
+                stack.extend((child, depth + 1, f"{where}.{key}") for key, child in item.items())
+            else:
+                stack.extend((child, depth + 1, f"{where}[{index}]") for index, child in enumerate(item))
 
 
 class _StrictDecoder(json.JSONDecoder):
@@ -226,6 +302,8 @@ def parse_json(text: str | bytes) -> Any:
             value = (_STRICT if _LONG_DIGIT_RUN.search(text) else _STRICT_SHORT_INTS).decode(text)
         else:
             value = json.loads(text, cls=_StrictDecoder)
+    except _Refused:
+        raise LedgerError(INVALID_JSON, _refusal_at(text)) from None
     except LedgerError:
         raise
     except RecursionError:

@@ -8,15 +8,18 @@ for ``1``. Every refusal is ``CONFIG_INVALID`` and names the key.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, TypeVar
 
 from .canonical import canonical_sha256
 from .errors import CONFIG_INVALID, LedgerError, describe_value
 from .paths import fs_path
 from .schemas import validate
+
+T = TypeVar("T")
 
 #: docs/concepts.md defaults. ``action_costs`` is empty in code; the example file fills it.
 DEFAULT_POLICY: dict[str, Any] = {
@@ -53,6 +56,8 @@ DEFAULT_LIMITS: dict[str, int] = {
 
 
 def _read_toml(path: str | Path) -> dict[str, Any]:
+    """The TOML table of the file at ``path``; every problem is ``CONFIG_INVALID`` naming the file (and the
+    line, where the parser gives one). A UTF-8 byte-order mark at the start is accepted."""
     try:
         fs_path(path, "config file")
     except LedgerError as exc:
@@ -61,13 +66,42 @@ def _read_toml(path: str | Path) -> dict[str, Any]:
         if Path(path).exists() and not Path(path).is_file():  # a fifo would block, a folder cannot be read
             raise LedgerError(CONFIG_INVALID, f"{path}: not a regular file", key="(file)")
         with open(path, "rb") as handle:
-            return tomllib.load(handle)
+            text = handle.read().decode("utf-8")
     except FileNotFoundError:
         raise LedgerError(CONFIG_INVALID, f"{path}: no such file", key="(file)") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise LedgerError(CONFIG_INVALID, f"{path}: cannot read: {exc}", key="(file)") from None
+    return _parse_toml(text.removeprefix("\ufeff"), path)
+
+
+def load_toml_config(path: str | Path, build: Callable[[dict[str, Any]], T]) -> T:
+    """``build`` of the TOML table at ``path``; a ``CONFIG_INVALID`` it raises names the file too."""
+    data = _read_toml(path)
+    try:
+        return build(data)
+    except LedgerError as exc:
+        if exc.code != CONFIG_INVALID:
+            raise
+        raise LedgerError(CONFIG_INVALID, f"{path}: {exc.message}", **exc.details) from None
+
+
+#: A run of digits (``_`` separators allowed) longer than Python converts to an int by default.
+_LONG_NUMBER = re.compile(r"[0-9][0-9_]{4300,}")
+
+
+def _parse_toml(text: str, path: str | Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise LedgerError(CONFIG_INVALID, f"{path}: not valid TOML: {exc}", key="(file)") from None
+    except RecursionError:
+        raise LedgerError(CONFIG_INVALID, f"{path}: not a config this program reads: arrays or tables nested "
+                          "too deeply", key="(file)") from None
+    except ValueError:  # an integer of more than 4300 digits (Python's conversion limit)
+        long = _LONG_NUMBER.search(text)
+        where = f" (line {text.count(chr(10), 0, long.start()) + 1})" if long else ""
+        raise LedgerError(CONFIG_INVALID, f"{path}{where}: not a config this program reads: a number of more "
+                          "than 4300 digits", key="(file)") from None
 
 
 def _check_types(data: Mapping[str, Any], where: str, *, strings: frozenset[str] = frozenset()) -> None:
@@ -147,8 +181,8 @@ class BudgetConfig:
 
     @classmethod
     def load(cls, path: str | Path) -> "BudgetConfig":
-        """Read and validate a budget TOML file (raises ``CONFIG_INVALID``)."""
-        return cls.from_mapping(_read_toml(path))
+        """Read and validate a budget TOML file (raises ``CONFIG_INVALID`` naming the file)."""
+        return load_toml_config(path, cls.from_mapping)
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> "BudgetConfig":
@@ -223,8 +257,8 @@ class AnalysisConfig:
 
     @classmethod
     def load(cls, path: str | Path) -> "AnalysisConfig":
-        """Read and validate an analysis TOML file (raises ``CONFIG_INVALID``)."""
-        return cls.from_mapping(_read_toml(path))
+        """Read and validate an analysis TOML file (raises ``CONFIG_INVALID`` naming the file)."""
+        return load_toml_config(path, cls.from_mapping)
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> "AnalysisConfig":

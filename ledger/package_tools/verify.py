@@ -25,15 +25,15 @@ from ..storage.sqlfiles import migration_record_problem, queries, schema_version
 from ..ground.arguments import check_callback, check_flag
 from ..ground.canonical import sha256_hex
 from ..services.case import Case
-from ..ground.errors import LedgerError
-from ..ground.errors import integrity_error as _bad
+from ..ground.errors import LedgerError, integrity_error as _bad
 from .manifest import check_manifest, export_statement, read_manifest
-from ..model.package import (EVENT_FILE_RE, LEDGER_FILE, MANIFEST_FILE, check_export_tree, check_package_names, content_path,
-                      event_path, export_tree_files, input_identity, refuse_own_links)
+from ..model.package import (EVENT_FILE_RE, LEDGER_FILE, MANIFEST_FILE, check_export_tree, check_package_names,
+    content_path, event_path, export_tree_files, input_identity, refuse_own_links)
 from ..ground.paths import fs_path
 from .replay import PackageSource, Replayer
 from ..storage.connection import Storage
-from ..storage.sqlite_file import EventRow, HelperRow, file_identity, translate_sqlite_errors
+from ..storage.sqlite_file import (EventRow, HelperRow, file_identity, translate_sqlite_errors, log_files_exist,
+    release_log)
 
 Progress = Callable[[int], None]
 #: Helper tables compared row by row against the replay.
@@ -139,6 +139,7 @@ def verify_case(path: str | os.PathLike[str], progress: Progress | None = None, 
     if not ledger.is_file():
         Case.open(root)  # raises the right LEDGER_MISSING
     check_package_names(root)
+    log_was_there = log_files_exist(ledger)
     with tempfile.TemporaryDirectory(prefix="ledger-verify-") as scratch_dir:
         scratch = Storage.scratch(Path(scratch_dir) / "replay.sqlite", ledger)
         immutable = scratch.read_only_source
@@ -152,6 +153,8 @@ def verify_case(path: str | os.PathLike[str], progress: Progress | None = None, 
             raise
         finally:
             scratch.conn.close()
+            if not immutable and not log_was_there:
+                release_log(ledger)  # the read-only attach left -wal and -shm: fold them as a writer's close would
         if immutable and file_identity(ledger) != before:
             raise _changed_under_us(ledger)
         return report

@@ -43,7 +43,7 @@ def shape_record_result(hypothesis_id: Any, action_id: Any, evidence: Any, sourc
     check_hypothesis_id(hypothesis_id)
     check_action_id(action_id)
     payload = canonical_bytes(evidence, "evidence")
-    check_json_value(evidence)
+    check_json_value(evidence, "evidence")
     if evidence_bytes_max is not None and len(payload) > evidence_bytes_max:
         raise limit_reached("evidence_payload_bytes_max",
                             f"evidence payload is {len(payload)} bytes; the limit is {evidence_bytes_max}")

@@ -98,20 +98,22 @@ def _check_limits(value: Any, what: str) -> dict[str, int]:
 def shape_establish(scope: Any, limits: Any, issuer: Any, delegate: Any = None, delegate_limits: Any = None,
                     warning_bps: Any = DEFAULT_WARNING_BPS, on_exhausted: Any = "block_action",
                     causation_seq: Any = None) -> dict[str, Any]:
-    """Request of ``establish``. ``INVALID_CAPABILITY`` for an ``on_exhausted`` not in
-    :data:`ON_EXHAUSTED` (``ignore`` included); ``INVALID_ARGUMENT``/``INVALID_ID`` for bad shapes."""
+    """Request of ``establish``, refused in the order of docs/errors.md: ``INVALID_ARGUMENT`` (scope,
+    limits, warning, causation), then ``INVALID_ID`` (issuer, delegate), then ``INVALID_CAPABILITY``
+    for an ``on_exhausted`` not in :data:`ON_EXHAUSTED` (``ignore`` included)."""
+    parsed = parse_scope(scope)
+    checked_limits = _check_limits(limits, "limits")
+    checked_delegate_limits = None if delegate_limits is None else _check_limits(delegate_limits, "delegate_limits")
+    bps = check_int(warning_bps, "warning_bps", minimum=0, maximum=BPS)
+    causation = None if causation_seq is None else check_int(causation_seq, "causation_seq", minimum=1)
+    checked_issuer = check_action_id(issuer, "issuer")
+    checked_delegate = None if delegate is None else check_action_id(delegate, "delegate")
     if on_exhausted not in ON_EXHAUSTED or not isinstance(on_exhausted, str):
         raise LedgerError(E.INVALID_CAPABILITY, f"on_exhausted must be one of {', '.join(ON_EXHAUSTED)}, "
                           f"got {str(on_exhausted)[:40]!r}", on_exhausted=str(on_exhausted)[:40])
-    parsed = parse_scope(scope)
-    request = {"op": "establish", "scope": parsed.name, "limits": _check_limits(limits, "limits"),
-               "issuer": check_action_id(issuer, "issuer"),
-               "delegate": None if delegate is None else check_action_id(delegate, "delegate"),
-               "delegate_limits": None if delegate_limits is None else _check_limits(delegate_limits, "delegate_limits"),
-               "warning_bps": check_int(warning_bps, "warning_bps", minimum=0, maximum=BPS),
-               "on_exhausted": on_exhausted,
-               "causation_seq": None if causation_seq is None else check_int(causation_seq, "causation_seq", minimum=1)}
-    return request
+    return {"op": "establish", "scope": parsed.name, "limits": checked_limits, "issuer": checked_issuer,
+            "delegate": checked_delegate, "delegate_limits": checked_delegate_limits, "warning_bps": bps,
+            "on_exhausted": on_exhausted, "causation_seq": causation}
 
 
 def shape_request_increase(scope: Any, dimension: Any, amount: Any, requester: Any, reason: Any) -> dict[str, Any]:

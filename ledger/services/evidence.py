@@ -24,8 +24,8 @@ from ..ground.canonical import canonical_bytes, canonical_sha256
 from ..ground.arguments import check_flag
 from ..ground.errors import LedgerError
 from ..router.reference import Router
-from ..rules import evidence as rules
-from ..rules import feedback as feedback_rules
+from ..rules import evidence as rules, feedback as feedback_rules
+from ..ground.clock import parse_at
 from .session import Ran, Session
 
 
@@ -107,8 +107,10 @@ class EvidenceStore:
               at: str | None = None) -> EvidenceResult:
         """Run the router on ``request`` and return its reply; with ``store`` also store it exactly as
         :meth:`store_tool_results` does. ``INVALID_ARGUMENT``/``INVALID_ID`` for a malformed request,
-        ``ROUTER_REFUSED`` for a refused tool call."""
+        ``ROUTER_REFUSED`` for a refused tool call. ``at`` is checked even when nothing is stored."""
         check_flag(store, "store")  # "false" or 0 would read as true or false by accident
+        if at is not None:
+            parse_at(at)  # a malformed time is refused whether or not this call stores anything
         rules.shape_store(iteration_id, request, _EMPTY_REPLY)
         reply = self.router.reply(request)
         if not store:  # a read: nothing written, answered at the generation the router read

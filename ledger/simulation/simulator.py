@@ -26,7 +26,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from ..ground import errors as E
 from ..ground.resources import resource_dir
-from ..ground.config import DEFAULT_POLICY, AnalysisConfig, BudgetConfig, _read_toml
+from ..ground.config import DEFAULT_POLICY, AnalysisConfig, BudgetConfig, _read_toml, load_toml_config
 from ..ground.canonical import SAFE_INTEGER_MAX
 from ..ground.arguments import check_instance, check_iterable, check_text_mapping, path_list
 from ..ground.errors import LedgerError
@@ -85,7 +85,7 @@ def load_policy(spec: str | os.PathLike[str]) -> Policy:
     text = os.fspath(fs_path(spec, "policy")) if not isinstance(spec, str) else spec
     fs_path(text, "policy")
     name, _, path = text.partition("=") if "=" in text and not Path(text).exists() else ("", "", text)
-    return policy_from_mapping(name or Path(path).stem, _read_toml(path))
+    return load_toml_config(path, lambda data: policy_from_mapping(name or Path(path).stem, data))
 
 
 def example_policy() -> Policy:

@@ -6,7 +6,7 @@ exactly one ``BEGIN IMMEDIATE … COMMIT`` inside :meth:`Storage.write`, which f
 takes a blocking OS lock on the sidecar file ``ledger.sqlite-lock`` so that writers
 queue in the kernel instead of polling SQLite's busy handler (which can starve a
 writer past its timeout). ``sqlite3`` errors are translated to ``LedgerError`` in
-exactly one place, :func:`translate_sqlite_errors`.
+exactly one place, :func:`translate_sqlite_errors` (``sqlite_file``).
 
 Storage is the ground floor of the library: it stores opaque canonical event
 bytes with the columns and helper rows its caller computed, and knows no event

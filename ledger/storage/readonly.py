@@ -13,11 +13,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-
 from ..ground import errors as E
 from .sqlfiles import statement
 from ..ground.errors import LedgerError
-from .sqlite_file import _connect_uri, readable_uri, translate_sqlite_errors
+from .sqlite_file import _connect_uri, log_files_exist, readable_uri, release_log, translate_sqlite_errors
 
 
 @contextmanager
@@ -82,7 +81,9 @@ def readonly_query(path: Path, sql: str, timeout_ms: int = 30_000) -> tuple[list
 def readonly_rows(path: Path, sql: str, timeout_ms: int = 30_000) -> Iterator[tuple[list[str], Iterator[tuple]]]:
     """Like :func:`readonly_query`, but the rows come from the cursor as they are read
     (``with readonly_rows(path, sql) as (names, rows): …``); the connection
-    closes when the block ends. ``LEDGER_MISSING`` for a file that holds no case."""
+    closes when the block ends, leaving no ``-wal``/``-shm`` it made. ``LEDGER_MISSING`` for a file
+    that holds no case."""
+    log_was_there = log_files_exist(path)
     conn = open_readonly(path)
     try:
         with translate_sqlite_errors():
@@ -106,3 +107,5 @@ def readonly_rows(path: Path, sql: str, timeout_ms: int = 30_000) -> Iterator[tu
         yield [d[0] for d in cursor.description], _fetch(cursor, timeout_ms)
     finally:
         conn.close()
+        if not log_was_there:
+            release_log(path)

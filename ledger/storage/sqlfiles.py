@@ -12,8 +12,26 @@ import sqlite3
 from functools import cache
 
 from ..ground.resources import resource_dir
+from ..ground.errors import SQLITE_UNSUPPORTED, LedgerError
+
+#: The oldest SQLite the views work with: they read JSON with ``->>``, which SQLite 3.38.0 added
+#: (docs/sql.md).
+SQLITE_MIN_VERSION = (3, 38, 0)
 
 _MIGRATION_RE = re.compile(r"^(\d{3})_([a-z0-9_]+)\.sql$")
+
+
+def check_sqlite_version(found: tuple[int, ...] | None = None, text: str | None = None) -> None:
+    """``SQLITE_UNSUPPORTED`` when the SQLite library Python uses is older than :data:`SQLITE_MIN_VERSION`
+    (checked before any ledger file is opened or made, so nothing is written)."""
+    found = sqlite3.sqlite_version_info if found is None else found
+    if tuple(found) < SQLITE_MIN_VERSION:
+        need = ".".join(map(str, SQLITE_MIN_VERSION))
+        raise LedgerError(SQLITE_UNSUPPORTED,
+                          f"this Python uses SQLite {text or sqlite3.sqlite_version}, but a ledger needs SQLite {need} "
+                          "or newer (the views read JSON with ->>); run it with a Python whose sqlite3 module uses a newer "
+                          "SQLite (current python.org, conda and Linux distribution builds do)",
+                          found=text or sqlite3.sqlite_version, required=need)
 
 
 def split_statements(script: str) -> list[str]:
@@ -119,19 +137,20 @@ def _statement(name: str, schema: str, identifiers: tuple[tuple[str, str], ...])
 
 
 @cache
-def _made_by(version: int) -> frozenset[str]:
-    """Names of the tables, triggers, views and indexes migration ``version`` creates."""
-    return frozenset(name for v, _, statements in migrations() if v == version
-                     for kind, name, _ in map(schema_object, statements) if kind)
+def _made_by(version: int) -> dict[str, str]:
+    """Name → SQL of the tables, triggers, views and indexes migration ``version`` creates."""
+    return {name: sql for v, _, statements in migrations() if v == version
+            for kind, name, sql in map(schema_object, statements) if kind}
 
 
 def migration_record_problem(conn: sqlite3.Connection, schema: str = "main") -> str | None:
     """Why the ``schema_migrations`` rows of ``schema`` disagree with the schema the file holds,
     or None: the rows must be exactly the shipped migrations up to the newest recorded one, and
-    no object a later migration makes may be there already (a deleted row would have the next
-    writer run that migration again). A file with no schema at all has no problem."""
-    names = {row[0] for row in conn.execute(statement("schema_objects", schema))}
-    rows = [tuple(r) for r in conn.execute(statement("migration_rows", schema))] if "schema_migrations" in names else []
+    no object a later migration makes (or remakes, as a view-only migration does) may be there
+    already (a deleted row would have the next writer run that migration again). A file with no
+    schema at all has no problem."""
+    present = dict(conn.execute(statement("schema_objects", schema)).fetchall())
+    rows = [tuple(r) for r in conn.execute(statement("migration_rows", schema))] if "schema_migrations" in present else []
     version = max((v for v, _ in rows), default=0)
     expected = [(v, name) for v, name, _ in migrations() if v <= version]
     if rows != expected:
@@ -139,7 +158,9 @@ def migration_record_problem(conn: sqlite3.Connection, schema: str = "main") -> 
                 f"{[v for v, _ in expected]} (an edited or deleted row)")
     known = shipped_schema(version) if version else {}
     for later, name, _ in migrations():
-        extra = sorted(n for n in _made_by(later) if n in names and n not in known) if later > version else []
+        made = _made_by(later) if later > version else {}
+        extra = sorted(n for n, sql in made.items()
+                       if n in present and (n not in known or (present[n] == sql and sql != known[n])))
         if extra:
             return (f"the ledger holds {extra[0]}, made by migration {later:03d}_{name}, but schema_migrations has "
                     f"no row for version {later} (a deleted row; the next write would run it again)")

@@ -14,6 +14,7 @@ from urllib.parse import quote
 
 from ..ground import errors as E
 from ..ground.errors import LedgerError
+from .sqlfiles import check_sqlite_version
 
 LEDGER_FILE = "ledger.sqlite"
 LOCK_SUFFIX = "-lock"
@@ -91,7 +92,8 @@ SQLITE_MAX_PATH_BYTES = 512 - len("-wal") - 1
 
 
 def check_ledger_path(path: Path) -> None:
-    """``INVALID_ARGUMENT`` when SQLite could not open ``path`` (or its ``-wal``) by name."""
+    """``INVALID_ARGUMENT`` when SQLite could not open ``path`` (or its ``-wal``) by name (``SQLITE_UNSUPPORTED``: too old)."""
+    check_sqlite_version()
     length = len(os.fsencode(os.path.abspath(path)))
     if length > SQLITE_MAX_PATH_BYTES:
         raise LedgerError(E.INVALID_ARGUMENT,
@@ -114,6 +116,28 @@ def _connect_uri(uri: str) -> sqlite3.Connection:
 def _connect(path: Path, mode: str) -> sqlite3.Connection:
     check_ledger_path(path)
     return _connect_uri(file_uri(path, mode))
+
+
+def release_log(path: Path) -> None:
+    """After a read-only connection (verify's, ``ledger sql``'s) that made ``-wal`` and ``-shm``: open and
+    close one read-write connection on ``path``, so that SQLite, closing the last connection, folds the
+    log into the file and removes both (docs/files.md). With another connection still open they are
+    left to it; a ledger that cannot be opened for writing keeps them (nothing is reported)."""
+    try:
+        conn = _connect(path, "rw")
+    except LedgerError:
+        return
+    try:
+        conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+    except sqlite3.Error:
+        pass
+    finally:
+        conn.close()
+
+
+def log_files_exist(path: Path) -> bool:
+    """Whether ``-wal`` or ``-shm`` lies beside ``path`` (a reader that finds none made them)."""
+    return any(os.path.exists(f"{path}{suffix}") for suffix in ("-wal", "-shm"))
 
 
 def _probe(conn: sqlite3.Connection) -> None:

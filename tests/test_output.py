@@ -1,0 +1,138 @@
+"""Output for people (docs/cli.md): control characters and terminal escapes in stored text are shown
+escaped in every human-readable output, and an output encoding that cannot carry a character (a
+Latin-1 locale) escapes it instead of failing: a committed write never reports failure because of
+how its result is printed."""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ledger import Case, export_case
+from ledger_cli.main import main as cli_main
+
+from conftest import run_cli
+
+T0 = "2026-01-01T00:00:00Z"
+#: A window-title write, an OSC 52 clipboard write, clear-screen and cursor-home, an 8-bit CSI, a
+#: line separator, a carriage return and a bell.
+HOSTILE = "t\x1b]0;owned\x07 \x1b]52;c;ZXZpbA==\x07 \x1b[2J\x1b[H \x9b31m \u2028 \r over\x07"
+
+
+def _raw_controls(text: str) -> list[str]:
+    """Characters a terminal would act on, other than the newlines between lines."""
+    return [ch for ch in text if ch != "\n" and unicodedata.category(ch) in ("Cc", "Zl", "Zp")]
+
+
+@pytest.fixture
+def hostile_case(tmp_path) -> Path:
+    with Case.create(tmp_path / "c", "BUG-1", at=T0) as case:
+        case.open_revision([{"statement": HOSTILE}, {"statement": "plain"}], 50, at=T0)
+        case.transition("INVESTIGATING_HYPOTHESES", at=T0)
+        budget = case.budget()
+        budget.initialize(at=T0)
+        budget.reserve("H1", "a1", "source.read_context", at=T0)
+        budget.fail("H1", "a1", HOSTILE, at=T0)
+        budget.reject("H2", HOSTILE, at=T0)
+        export_case(case)
+    return tmp_path / "c"
+
+
+HUMAN_OUTPUTS = [
+    ["balances", "{c}"], ["actions", "{c}"], ["events", "{c}"], ["events", "{c}", "--body"], ["state", "{c}"],
+    ["sql", "{c}", "SELECT statement, terminal_reason FROM balances"],
+    ["sql", "{c}", "SELECT closing_reason AS \"x\x1b[2Jy\" FROM actions"],
+    ["sql", "{c}", "SELECT body FROM events ORDER BY seq DESC LIMIT 1"],
+    ["verify", "{c}"], ["budget", "remaining", "{c}", "H1"], ["budget", "remaining", "{c}", "H2"],
+]
+
+
+@pytest.mark.parametrize("args", HUMAN_OUTPUTS, ids=lambda a: " ".join(a[:3])[:40])
+def test_control_characters_and_terminal_escapes_are_shown_escaped_in_human_output(hostile_case, args):
+    done = CliRunner().invoke(cli_main, [a.format(c=hostile_case) for a in args])
+    assert done.exit_code == 0, done.output
+    assert _raw_controls(done.stdout) == [] and _raw_controls(done.stderr) == []
+    if args[0] in ("balances", "actions", "sql") and "body" not in args[-1]:
+        assert "\\x1b]52;c;ZXZpbA==\\x07" in done.stdout and "\\x9b31m" in done.stdout
+
+
+@pytest.mark.parametrize("args", [["balances", "{c}", "--json"], ["actions", "{c}", "--nl"], ["events", "{c}", "--json"],
+                                  ["sql", "{c}", "SELECT * FROM balances", "--json"], ["state", "{c}", "--json"]])
+def test_json_output_carries_no_raw_control_character_and_reads_back_the_same_text(hostile_case, args):
+    done = CliRunner().invoke(cli_main, [a.format(c=hostile_case) for a in args])
+    assert done.exit_code == 0 and _raw_controls(done.stdout) == []
+    if args[0] == "balances":
+        assert json.loads(done.stdout)[0]["statement"] == HOSTILE
+
+
+def test_an_operation_summary_shows_a_hostile_statement_escaped(tmp_path):
+    done = CliRunner().invoke(cli_main, ["init", str(tmp_path / "c"), "--case-id", "BUG-1"])
+    assert done.exit_code == 0
+    done = CliRunner().invoke(cli_main, ["revision", "open", str(tmp_path / "c"), "--hypothesis", HOSTILE])
+    assert done.exit_code == 0 and _raw_controls(done.stdout) == [] and "\\x1b]0;owned\\x07" in done.stdout
+
+
+# --- standard output that is not UTF-8 ----------------------------------------------------------
+LATIN1 = {"PYTHONIOENCODING": "latin-1"}
+EMOJI = "caf\u00e9 \U0001f600 \u2603"
+
+
+def _latin1_ok(*args: str, stdin: bytes | None = None) -> str:
+    run = run_cli(*map(str, args), env=LATIN1, stdin=stdin)
+    assert run.returncode == 0, run.stderr.decode("latin-1")
+    assert b"Traceback" not in run.stderr and b"error:" not in run.stderr
+    return run.stdout.decode("latin-1")
+
+
+def test_a_committed_write_reports_success_when_stdout_cannot_encode_its_result(tmp_path):
+    case = tmp_path / "c"
+    _latin1_ok("init", case, "--case-id", "BUG-1")
+    shown = _latin1_ok("revision", "open", case, "--hypothesis", EMOJI, "--hypothesis", "plain")
+    assert "caf\u00e9 \\ud83d\\ude00 \\u2603" in shown  # é is Latin-1; the rest is escaped
+    journal = "\n".join(json.dumps(line) for line in [
+        {"op": "transition", "to": "INVESTIGATING_HYPOTHESES"}, {"op": "initialize"},
+        {"op": "reserve", "hypothesis": "H1", "action_id": "a1", "action": "source.read_context"},
+        {"op": "fail", "hypothesis": "H1", "action_id": "a1", "reason": EMOJI}]) + "\n"
+    applied = _latin1_ok("apply", case, "-", stdin=journal.encode("utf-8"))
+    assert len(applied.splitlines()) == 4 and all(json.loads(line)["ok"] for line in applied.splitlines())
+    with Case.open(case) as opened:
+        assert opened.balances()[0]["statement"] == EMOJI and opened.actions()[0]["closing_reason"] == EMOJI
+
+
+@pytest.mark.parametrize("args", [["balances", "{c}"], ["actions", "{c}"], ["events", "{c}", "--body"],
+                                  ["state", "{c}"], ["sql", "{c}", "SELECT statement FROM balances"],
+                                  ["actions", "{c}", "--csv"], ["actions", "{c}", "--tsv"], ["verify", "{c}"],
+                                  ["budget", "remaining", "{c}", "H1"], ["export", "{c}"],
+                                  ["revision", "open", "{c}", "--hypothesis", EMOJI]],
+                         ids=lambda a: " ".join(a[:2]))
+def test_every_command_prints_what_latin1_cannot_carry_escaped(latin1_case, args):
+    shown = _latin1_ok(*[a.format(c=latin1_case) for a in args])
+    if args[0] in ("balances", "sql"):
+        assert "\\ud83d\\ude00" in shown
+
+
+@pytest.mark.parametrize("args", [["balances", "{c}", "--json"], ["actions", "{c}", "--nl"], ["state", "{c}", "--json"]])
+def test_json_printed_to_a_latin1_stdout_is_still_json_with_the_same_text(latin1_case, args):
+    shown = _latin1_ok(*[a.format(c=latin1_case) for a in args])
+    values = [json.loads(line) for line in shown.splitlines()]
+    if args[0] == "balances":
+        assert values[0][0]["statement"] == EMOJI
+    if args[0] == "actions":
+        assert values[0]["closing_reason"] == EMOJI
+
+
+@pytest.fixture
+def latin1_case(tmp_path) -> Path:
+    with Case.create(tmp_path / "c", "BUG-1", at=T0) as case:
+        case.open_revision([{"statement": EMOJI}], 50, at=T0)
+        case.transition("INVESTIGATING_HYPOTHESES", at=T0)
+        budget = case.budget()
+        budget.initialize(at=T0)
+        budget.reserve("H1", "a1", "source.read_context", at=T0)
+        budget.fail("H1", "a1", EMOJI, at=T0)
+        case.transition("EVALUATING", at=T0)
+    return tmp_path / "c"
