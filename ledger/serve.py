@@ -25,6 +25,8 @@ from . import errors as E
 from .browse import CHART_FORMAT, CHART_QUERY, browse_config, browse_metadata, remaining_units_svg, served_cases
 from .errors import LedgerError
 
+#: The picture reads every row of its question: up to 30 s (Datasette's pages stop a query at 1 s).
+CHART_TIME_LIMIT_MS = 30_000
 INSTALL_HINT = "ledger serve needs Datasette: pip install 'case-ledger[web]'"
 _PLUGIN_NAME = "case-ledger-serve"
 #: The Datasette instances this module made, and the case databases of each.
@@ -58,7 +60,8 @@ async def _render_chart(datasette: Any, database: str, query_name: str | None, s
     if query_name != CHART_QUERY or datasette not in _OURS:
         return None
     hypothesis = request.args.get("hypothesis_id") or ""
-    result = await datasette.get_database(database).execute(sql, {"hypothesis_id": hypothesis}, truncate=False)
+    result = await datasette.get_database(database).execute(sql, {"hypothesis_id": hypothesis}, truncate=False,
+                                                            custom_time_limit=CHART_TIME_LIMIT_MS)
     rows = [dict(zip(result.columns, row)) for row in result.rows]
     body = remaining_units_svg(rows, title=f"{database}: remaining units of each hypothesis")
     return {"body": body, "content_type": "image/svg+xml; charset=utf-8"}

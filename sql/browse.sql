@@ -53,21 +53,21 @@ WHERE consumed * 10000 >= declared * warning_bps
 ORDER BY remaining, scope_type, scope_id, dimension
 
 -- name: remaining_units_history
-WITH points AS (
-    SELECT e.seq AS seq, e.created_at AS created_at, e.type AS type, e.revision AS revision,
-        CAST(a.value ->> '$.hypothesis_id' AS TEXT) AS hypothesis_id,
-        CAST(a.value ->> '$.initial_units' AS INTEGER) + CAST(a.value ->> '$.granted_units' AS INTEGER)
-            - CAST(a.value ->> '$.spent_units' AS INTEGER) + CAST(a.value ->> '$.rewarded_units' AS INTEGER)
-            AS remaining_units
-    FROM events AS e JOIN json_each(e.body, '$.accounts') AS a ON TRUE
-    WHERE e.stream = 'budget'
+-- from the helper rows (as balances_recomputed): the account's initial units, then every grant,
+-- reservation (its cost) and closing (its refund) as a running sum; no JSON is parsed
+WITH moves AS (
+    SELECT revision, hypothesis_id, seq, initial_units AS delta FROM accounts
+    UNION ALL SELECT revision, hypothesis_id, seq, units FROM grants
+    UNION ALL SELECT revision, hypothesis_id, seq, -cost_units FROM reservations
+    UNION ALL SELECT revision, hypothesis_id, seq, reward_units FROM closings WHERE reward_units <> 0
 ),
-changes AS (
-    SELECT *, LAG(remaining_units) OVER (PARTITION BY revision, hypothesis_id ORDER BY seq) AS before
-    FROM points
+running AS (
+    SELECT seq, revision, hypothesis_id,
+        SUM(delta) OVER (PARTITION BY revision, hypothesis_id ORDER BY seq) AS remaining_units
+    FROM moves
     WHERE :hypothesis_id = '' OR hypothesis_id = :hypothesis_id
 )
-SELECT seq, created_at, type, revision, hypothesis_id, remaining_units
-FROM changes
-WHERE before IS NULL OR before <> remaining_units
+SELECT DISTINCT r.seq AS seq, e.created_at AS created_at, e.type AS type, r.revision AS revision,
+    r.hypothesis_id AS hypothesis_id, CAST(r.remaining_units AS INTEGER) AS remaining_units
+FROM running AS r JOIN events AS e ON e.seq = r.seq
 ORDER BY seq, revision, hypothesis_id

@@ -55,6 +55,7 @@ def scoped(tmp_path_factory) -> Path:
     budget.reserve("H1", "q1", "source.read_context", at=T0)
     budget.record_result("H1", "q1", {"finding": "line 2 subtracts"}, source_refs=["sources/app.py"], at=T0)
     budget.settle("H1", "q1", semantic_score=100, reason="shows the bug", at=T0)
+    budget.grant("H1", 5, "controller", reason="worth more", grant_id="g1", at=T0)
     budget.reserve("H2", "q2", "source.find_text", at=T0)
     with pytest.raises(LedgerError) as refused:
         budget.reserve("H1", "q3", "source.find_text", at=T0)
@@ -157,17 +158,36 @@ def test_scope_usage_near_limit_shows_limits_past_their_warning_threshold(scoped
     assert [(r[2], r[3], r[4], r[5], r[7]) for r in rows] == [("units", 15, 11, 4, 7333)]
 
 
-def test_remaining_units_history_ends_at_each_hypothesis_balance(demo):
-    sql = canned_queries()["remaining_units_history"]["sql"].replace(":hypothesis_id", "''")
-    names, rows = read_only_query(demo, sql)
-    history = [dict(zip(names, row)) for row in rows]
-    newest = {}
-    for row in history:
-        newest[row["hypothesis_id"]] = row["remaining_units"]
-    _, balances = read_only_query(demo, "SELECT hypothesis_id, remaining_units FROM balances")
-    assert newest == dict(balances) == {"H1": 21, "H2": 10, "H3": 4, "H4": 37}
+def _history(path: Path, hypothesis: str = "") -> list[dict]:
+    sql = canned_queries()["remaining_units_history"]["sql"].replace(":hypothesis_id", f"'{hypothesis}'")
+    names, rows = read_only_query(path, sql)
+    return [dict(zip(names, row)) for row in rows]
+
+
+def test_remaining_units_history_ends_at_each_hypothesis_balance(demo, scoped):
+    for path, expected in ((demo, {"H1": 21, "H2": 10, "H3": 4, "H4": 37}), (scoped, {"H1": 44, "H2": 30})):
+        newest = {row["hypothesis_id"]: row["remaining_units"] for row in _history(path)}
+        _, balances = read_only_query(path, "SELECT hypothesis_id, remaining_units FROM balances")
+        assert newest == dict(balances) == expected
+    history = _history(demo)
     assert [r["remaining_units"] for r in history if r["hypothesis_id"] == "H3"] == [40, 20, 32, 12, 13, 3, 4]
     assert all(r["type"].startswith("budget.") for r in history)
+    assert [(r["type"], r["remaining_units"]) for r in _history(scoped, "H1")] == [
+        ("budget.initialized", 40), ("budget.reserved", 35), ("budget.settled", 39), ("budget.granted", 44)]
+
+
+def test_remaining_units_history_agrees_with_the_account_states_every_budget_event_carries(demo, scoped):
+    """Each point of the history (from the helper rows) is the remaining units the budget event at that
+    seq recorded for the account (the state `balances` reads from the newest one)."""
+    carried = ("SELECT e.seq, CAST(a.value ->> '$.hypothesis_id' AS TEXT), CAST(a.value ->> '$.initial_units' AS INTEGER)"
+               " + CAST(a.value ->> '$.granted_units' AS INTEGER) - CAST(a.value ->> '$.spent_units' AS INTEGER)"
+               " + CAST(a.value ->> '$.rewarded_units' AS INTEGER) FROM events AS e"
+               " JOIN json_each(e.body, '$.accounts') AS a ON TRUE WHERE e.stream = 'budget'")
+    for path in (demo, scoped):
+        _, rows = read_only_query(path, carried)
+        state = {(seq, h): units for seq, h, units in rows}
+        for point in _history(path):
+            assert state[(point["seq"], point["hypothesis_id"])] == point["remaining_units"], point
 
 
 # --- the picture -------------------------------------------------------------------------------
