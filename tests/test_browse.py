@@ -317,7 +317,7 @@ def test_without_the_web_extra_serve_names_what_to_install_and_metadata_only_sti
     assert meta.returncode == 0 and "BUG-20" in json.loads(meta.stdout)["databases"], meta.stderr
 
 
-def test_serve_refuses_a_folder_without_a_case_the_same_case_twice_and_a_busy_port(demo, tmp_path):
+def test_serve_refuses_a_folder_without_a_case_the_same_case_twice_a_busy_port_and_a_bad_host(demo, tmp_path):
     (tmp_path / "empty").mkdir()
     missing = run_cli("serve", str(tmp_path / "empty"), "--metadata-only")
     assert missing.returncode == 1 and missing.stderr.decode().startswith("error: LEDGER_MISSING: ")
@@ -330,6 +330,9 @@ def test_serve_refuses_a_folder_without_a_case_the_same_case_twice_and_a_busy_po
         taken.listen(1)
         busy = run_cli("serve", str(demo), "--port", str(taken.getsockname()[1]))
     assert busy.returncode == 1 and busy.stderr.decode().startswith("error: INVALID_ARGUMENT: cannot listen on 127.0.0.1:")
+    bad_host = run_cli("serve", str(demo), "--host", "256.0.0.1", "--port", "0")
+    assert bad_host.returncode == 1
+    assert bad_host.stderr.decode().startswith("error: INVALID_ARGUMENT: cannot listen on 256.0.0.1:0: ")
     with pytest.raises(LedgerError) as refused:
         served_cases([])
     assert refused.value.code == "INVALID_ARGUMENT"
@@ -340,9 +343,10 @@ def test_two_cases_with_the_same_case_id_get_distinct_database_names(demo, tmp_p
     assert [case.name for case in served_cases([demo, other])] == ["BUG-20", "BUG-20-2"]
 
 
-def _start(case: Path) -> tuple[subprocess.Popen, str]:
-    server = subprocess.Popen([sys.executable, "-m", "ledger_cli", "serve", str(case), "--port", "0"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def _start(case: Path, *extra: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
+    server = subprocess.Popen([sys.executable, "-m", "ledger_cli", "serve", str(case), "--port", "0", *extra],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, **(env or {})})
     line = server.stdout.readline()
     match = re.search(r"at (http://127\.0\.0\.1:\d+/)", line)
     assert match, line + server.stderr.read()
@@ -367,3 +371,15 @@ def test_a_served_case_answers_over_http_and_ctrl_c_or_sigterm_stops_it_cleanly(
     assert time.monotonic() - started < 10
     assert out.strip().endswith("stopped") and "Traceback" not in err
     assert digest(demo) == before
+
+
+def test_open_hands_the_address_to_the_web_browser_once_it_listens(demo):
+    server, url = _start(demo, "--open", env={"BROWSER": "echo opened %s"})
+    try:
+        assert server.stdout.readline().strip() == f"opened {url}"
+        with urllib.request.urlopen(url, timeout=30) as answer:
+            assert answer.status == 200
+    finally:
+        os.kill(server.pid, signal.SIGINT)
+        out, err = server.communicate(timeout=30)
+    assert server.returncode == 0 and out.strip() == "stopped", err
