@@ -36,7 +36,7 @@ from .simulation import (Policy, RunResult, SimulationReport, example_policy, lo
                        read_outcomes, simulate, vary)
 from .simulate_plot import check_output_file, check_plot, plot_tradeoff, tradeoff_points
 from .scopes import ScopeManager, ScopeResult
-from .serve import case_datasette, serve_cases, serve_metadata
+from .serve import serve_cases, serve_metadata
 from .storage import CheckpointWarning
 
 from .verify import VerifyReport, verify_case
@@ -50,6 +50,6 @@ __all__ = [
     "example_policy", "load_policy", "parse_vary", "plot_tradeoff", "check_plot", "check_output_file", "read_outcomes", "simulate", "tradeoff_points", "vary",
     "JournalSummary", "clamp_warning", "journal_first_at", "read_only_rows",
     "CheckpointWarning", "read_lines",
-    "case_datasette", "serve_cases", "serve_metadata",
+    "serve_cases", "serve_metadata",
 ]
 __version__ = "0.1.0"

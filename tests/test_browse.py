@@ -20,9 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from ledger import BudgetConfig, Case, LedgerError, case_datasette, read_only_query, run_demo, serve_metadata
+from ledger import BudgetConfig, Case, LedgerError, read_only_query, run_demo, serve_metadata
 from ledger.browse import (RAW_HISTORY, canned_queries, column_description, descriptions, remaining_units_svg,
                            served_cases, view_columns)
+from ledger.serve import case_datasette
 
 from conftest import EXAMPLE_BUDGET, REPO, make_package, run_cli
 
@@ -383,3 +384,17 @@ def test_open_hands_the_address_to_the_web_browser_once_it_listens(demo):
         os.kill(server.pid, signal.SIGINT)
         out, err = server.communicate(timeout=30)
     assert server.returncode == 0 and out.strip() == "stopped", err
+
+
+def test_a_case_without_budget_events_is_served_and_its_picture_says_so(tmp_path):
+    path = make_package(tmp_path / "fresh")
+    Case.create(path, case_id="FRESH-1", at=T0).close()
+    datasette = case_datasette([path], sql_threads=0)
+    try:
+        assert "FRESH-1 (CREATED)" in get(datasette, "/FRESH-1").text
+        picture = get(datasette, "/FRESH-1/remaining_units_history.svg?hypothesis_id=")
+        assert picture.status_code == 200 and "no budget events yet" in picture.text
+        assert get(datasette, "/FRESH-1/balances.json?_shape=array").json() == []
+    finally:
+        for database in datasette.databases.values():
+            database.close()
