@@ -40,12 +40,6 @@ def _datasette_module(name: str = "datasette.app") -> Any:
         raise LedgerError(E.INVALID_ARGUMENT, INSTALL_HINT) from None
 
 
-def datasette_major() -> int:
-    """The installed Datasette's major version (``INVALID_ARGUMENT`` naming the extra without it)."""
-    version = _datasette_module("datasette.version").__version__
-    return int(version.split(".", 1)[0])
-
-
 def serve_metadata(paths: Sequence[str | os.PathLike[str]]) -> dict[str, Any]:
     """What ``--metadata-only`` prints: the metadata file ``datasette --metadata`` takes, canned
     queries included under each database's ``queries`` key (where Datasette 1.0's configuration
@@ -122,15 +116,15 @@ def case_datasette(paths: Sequence[str | os.PathLike[str]], sql_threads: int = 3
 
 
 def _listen(host: str, port: int) -> socket.socket:
+    """A socket listening on ``host``:``port`` (``INVALID_ARGUMENT`` when it cannot)."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     try:
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
         sock.listen(128)
-    except (OSError, OverflowError) as exc:
+    except (OSError, OverflowError, UnicodeError) as exc:
+        sock.close()
         raise LedgerError(E.INVALID_ARGUMENT, f"cannot listen on {host}:{port}: {exc}") from None
-    sock.set_inheritable(True)
     return sock
 
 
