@@ -97,6 +97,10 @@ def test_a_link_in_place_of_an_own_file_is_refused_by_every_command(case_path, t
     assert_refused_naming(lambda: verify_case(case_path), name)
     result = run_cli("balances", str(case_path))
     assert result.returncode == 1 and name.encode() in result.stderr
+    for reading in (("sql", str(case_path), "SELECT * FROM case_status"), ("serve", str(case_path), "--metadata-only")):
+        result = run_cli(*reading)  # the read-only paths too: a reader maps -shm and may create -wal
+        assert result.returncode == 1 and result.stderr.startswith(b"error: INVALID_ARGUMENT: ") \
+            and name.encode() in result.stderr, (reading, result.stderr)
     assert not outside.exists()
 
 

@@ -265,6 +265,7 @@ def read_only_rows(path: str | os.PathLike[str], sql: str, *,
     ledger = root / LEDGER_FILE
     if not ledger.is_file():
         Case.open(root)  # raises the LEDGER_MISSING explanation
+    refuse_own_links(root)  # a reader maps -shm and may create -wal: never through a link
     with readonly_rows(ledger, sql, timeout_ms=timeout_ms) as found:
         yield found
 

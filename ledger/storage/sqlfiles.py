@@ -106,16 +106,27 @@ def queries() -> dict[str, str]:
     each block headed ``-- name: <name>``."""
     named: dict[str, str] = {}
     for file in ("queries.sql", "reads.sql"):
-        current = None
-        for line in (resource_dir("sql") / file).read_text(encoding="utf-8").splitlines():
-            match = re.match(r"^--\s*name:\s*(\w+)\s*$", line)
-            if match:
-                if match.group(1) in named:
-                    raise ValueError(f"{file}: statement {match.group(1)} is named twice")
-                current = match.group(1)
-                named[current] = ""
-            elif current is not None and not line.startswith("--"):
-                named[current] += line + "\n"
+        for name, sql in named_statements(file).items():
+            if name in named:
+                raise ValueError(f"{file}: statement {name} is named twice")
+            named[name] = sql
+    return named
+
+
+@cache
+def named_statements(file: str) -> dict[str, str]:
+    """The blocks of ``sql/<file>`` headed ``-- name: <name>``, in file order (comment lines dropped)."""
+    named: dict[str, str] = {}
+    current = None
+    for line in (resource_dir("sql") / file).read_text(encoding="utf-8").splitlines():
+        match = re.match(r"^--\s*name:\s*(\w+)\s*$", line)
+        if match:
+            if match.group(1) in named:
+                raise ValueError(f"{file}: statement {match.group(1)} is named twice")
+            current = match.group(1)
+            named[current] = ""
+        elif current is not None and not line.startswith("--"):
+            named[current] += line + "\n"
     return {name: sql.strip() for name, sql in named.items()}
 
 

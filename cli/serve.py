@@ -1,0 +1,34 @@
+"""``ledger serve``: browse cases in Datasette, read-only."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from ledger.browse.server import serve_cases, serve_metadata
+
+
+@click.command()
+@click.argument("cases", nargs=-1, required=True, type=click.Path(file_okay=False, path_type=str), metavar="CASE...")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8001, show_default=True,
+              help="Port to listen on (0: a free one, printed at start).")
+@click.option("--open", "open_browser", is_flag=True, help="Open the address in a web browser once it listens.")
+@click.option("--metadata-only", is_flag=True,
+              help="Print the Datasette metadata (descriptions, titles, canned queries) as JSON and exit.")
+def serve(cases: tuple[str, ...], host: str, port: int, open_browser: bool, metadata_only: bool) -> None:
+    """Browse cases in Datasette, read-only (needs: pip install 'case-ledger[web]').
+
+    Each case is one database, titled with its case id and state; every view
+    and column is described (with its unit), the append-only tables are marked
+    as the raw history, and the usual questions are canned queries, among them
+    each hypothesis' remaining units across the history, drawn as a picture.
+    Nothing can write the ledger through it. Ctrl-C stops it. --metadata-only
+    prints the JSON `datasette --metadata` takes (canned queries included) and
+    needs no Datasette.
+    """
+    if metadata_only:
+        click.echo(json.dumps(serve_metadata(list(cases)), indent=2, ensure_ascii=False))
+        return
+    serve_cases(list(cases), host=host, port=port, open_browser=open_browser, echo=click.echo)

@@ -1,0 +1,171 @@
+"""``ledger serve``: Datasette on one or more cases, read-only (docs/browse.md).
+
+Needs Datasette, the optional extra ``web`` (``pip install 'case-ledger[web]'``). Each
+ledger file is opened ``mode=ro`` (a live case's newest commits are read from its WAL, which
+Datasette's immutable mode would skip) and every connection Datasette makes to it gets
+``PRAGMA query_only``, so no statement sent over HTTP can write. The metadata and canned
+queries come from :mod:`ledger.browse.metadata`; the remaining-units picture is an ``.svg`` output
+renderer registered here (a chart drawn on the server: no JavaScript, nothing fetched).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import signal
+import socket
+import threading
+import types
+import webbrowser
+import weakref
+from typing import Any, Callable, Sequence
+
+from ..ground import errors as E
+from .metadata import CHART_FORMAT, CHART_QUERY, browse_config, browse_metadata, remaining_units_svg, served_cases
+from ..ground.errors import LedgerError
+from ..storage.sqlite_file import log_files_exist, release_log
+
+#: The picture reads every row of its question: up to 30 s (Datasette's pages stop a query at 1 s).
+CHART_TIME_LIMIT_MS = 30_000
+INSTALL_HINT = "ledger serve needs Datasette: pip install 'case-ledger[web]'"
+_PLUGIN_NAME = "case-ledger-serve"
+#: The Datasette instances this module made, and the case databases of each.
+_OURS: "weakref.WeakKeyDictionary[Any, frozenset[str]]" = weakref.WeakKeyDictionary()
+
+
+def _datasette_module(name: str = "datasette.app") -> Any:
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        raise LedgerError(E.INVALID_ARGUMENT, INSTALL_HINT) from None
+
+
+def serve_metadata(paths: Sequence[str | os.PathLike[str]]) -> dict[str, Any]:
+    """What ``--metadata-only`` prints: the metadata file ``datasette --metadata`` takes, canned
+    queries included under each database's ``queries`` key (where Datasette 1.0's configuration
+    file keeps them too, so the same JSON serves as both files). Needs no Datasette."""
+    return browse_metadata(served_cases(paths))
+
+
+async def _render_chart(datasette: Any, database: str, query_name: str | None, sql: str | None,
+                        request: Any) -> dict[str, Any] | None:
+    """The picture of the ``remaining_units_history`` question, from all its rows (not only the
+    page Datasette shows)."""
+    if query_name != CHART_QUERY or datasette not in _OURS:
+        return None
+    hypothesis = request.args.get("hypothesis_id") or ""
+    result = await datasette.get_database(database).execute(sql, {"hypothesis_id": hypothesis}, truncate=False,
+                                                            custom_time_limit=CHART_TIME_LIMIT_MS)
+    rows = [dict(zip(result.columns, row)) for row in result.rows]
+    body = remaining_units_svg(rows, title=f"{database}: remaining units of each hypothesis")
+    return {"body": body, "content_type": "image/svg+xml; charset=utf-8"}
+
+
+def _can_render_chart(datasette: Any, query_name: str | None) -> bool:
+    return query_name == CHART_QUERY and datasette in _OURS
+
+
+def _plugin() -> Any:
+    """The Datasette plugin: ``query_only`` on every connection to a served case, and the
+    picture's ``.svg`` renderer. Registered once per process; it acts only on this module's
+    Datasette instances."""
+    hookimpl = _datasette_module("datasette").hookimpl
+
+    @hookimpl
+    def prepare_connection(conn: Any, database: str, datasette: Any) -> None:
+        if database in _OURS.get(datasette, ()):
+            conn.execute("PRAGMA query_only = ON")
+
+    @hookimpl
+    def register_output_renderer(datasette: Any) -> dict[str, Any]:
+        return {"extension": CHART_FORMAT, "render": _render_chart, "can_render": _can_render_chart}
+
+    plugin = types.ModuleType(_PLUGIN_NAME.replace("-", "_"))
+    plugin.prepare_connection = prepare_connection  # type: ignore[attr-defined]
+    plugin.register_output_renderer = register_output_renderer  # type: ignore[attr-defined]
+    return plugin
+
+
+def case_datasette(paths: Sequence[str | os.PathLike[str]], sql_threads: int = 3) -> Any:
+    """A Datasette serving the cases at ``paths`` read-only, with their metadata, questions and
+    picture (``await ds.client.get("/")`` reads it without a server). ``sql_threads`` 0 runs
+    every query in the caller's thread (Datasette's ``num_sql_threads``)."""
+    app = _datasette_module("datasette.app")
+    database_module = _datasette_module("datasette.database")
+    plugins = _datasette_module("datasette.plugins").pm
+    cases = served_cases(paths)
+    # Datasette 0.65's error page prints every refused query with rich when rich is installed,
+    # which fails outside an except block with rich 14 or newer and turns the refusal into an
+    # error of its own; without rich it renders the page as intended
+    _datasette_module("datasette.handle_exception").rich = None
+    if not plugins.has_plugin(_PLUGIN_NAME):
+        plugins.register(_plugin(), name=_PLUGIN_NAME)
+    options: dict[str, Any] = {"settings": {"allow_download": False, "num_sql_threads": sql_threads}}
+    if "config" in inspect.signature(app.Datasette).parameters:  # Datasette 1.0: queries are configuration
+        options.update(metadata=browse_metadata(cases, with_queries=False), config=browse_config(cases))
+    else:
+        options.update(metadata=browse_metadata(cases))
+    datasette = app.Datasette(files=[], **options)
+    _OURS[datasette] = frozenset(case.name for case in cases)
+    for case in cases:
+        datasette.add_database(database_module.Database(datasette, path=str(case.ledger), is_mutable=True),
+                               name=case.name)
+    if "_memory" in datasette.databases:
+        datasette.remove_database("_memory")
+    return datasette
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A socket listening on ``host``:``port`` (``INVALID_ARGUMENT`` when it cannot)."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+    except (OSError, OverflowError, UnicodeError) as exc:
+        sock.close()
+        raise LedgerError(E.INVALID_ARGUMENT, f"cannot listen on {host}:{port}: {exc}") from None
+    return sock
+
+
+def serve_cases(paths: Sequence[str | os.PathLike[str]], host: str = "127.0.0.1", port: int = 8001,
+                open_browser: bool = False, echo: Callable[[str], None] = print) -> None:
+    """Serve the cases at ``paths`` until Ctrl-C (or SIGTERM): ``port`` 0 takes a free one; the
+    address is echoed (and opened in a browser with ``open_browser``) once it listens."""
+    # like every read path, serving leaves no -wal/-shm it made (docs/files.md)
+    logless = [case.ledger for case in served_cases(paths) if not log_files_exist(case.ledger)]
+    datasette = case_datasette(paths)
+    uvicorn = _datasette_module("uvicorn")
+    sock = _listen(host, port)
+    shown = f"[{host}]" if ":" in host else host
+    url = f"http://{shown}:{sock.getsockname()[1]}/"
+    server = uvicorn.Server(uvicorn.Config(datasette.app(), log_level="warning", lifespan="on"))
+    names = ", ".join(name for name in datasette.databases if name in _OURS[datasette])
+    echo(f"serving {names} read-only at {url} (Ctrl-C stops)")
+    if open_browser:
+        webbrowser.open(url)
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _stop) if in_main else None
+    try:  # uvicorn shuts down on SIGINT/SIGTERM, then raises the signal again: both end here
+        server.run(sockets=[sock])
+    except (KeyboardInterrupt, _Stopped):
+        pass
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
+        sock.close()
+        for database in datasette.databases.values():
+            database.close()
+        for ledger in logless:
+            release_log(ledger)
+    echo("stopped")
+
+
+class _Stopped(Exception):
+    """SIGTERM, raised again by uvicorn after its graceful shutdown."""
+
+
+def _stop(signum: int, frame: Any) -> None:
+    raise _Stopped()
+

@@ -1,0 +1,400 @@
+"""Browsing a case (docs/browse.md): `ledger serve` puts the cases in Datasette, read-only, with the
+descriptions of sql/descriptions.toml (the source docs/sql.md's view tables are generated from),
+the usual questions as canned queries and each hypothesis' remaining units as a picture. The pages
+are read through Datasette's own test client; tests/test_browser.py loads them in Chromium."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from ledger import BudgetConfig, Case, LedgerError, read_only_query, run_demo
+from ledger.browse.metadata import (RAW_HISTORY, canned_queries, column_description, descriptions, remaining_units_svg,
+                           served_cases, view_columns)
+from ledger.browse.server import case_datasette, serve_metadata
+
+from conftest import EXAMPLE_BUDGET, REPO, make_package, run_cli
+
+pytest.importorskip("datasette")
+sys.path.insert(0, str(REPO / "tools"))
+import sql_reference  # noqa: E402  (tools/ is not a package)
+
+sys.path.remove(str(REPO / "tools"))
+T0 = "2026-01-01T00:00:00Z"
+README = (REPO / "README.md").read_text(encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory) -> Path:
+    path, _, _ = run_demo(tmp_path_factory.mktemp("browse") / "demo", echo=lambda text: None)
+    return path
+
+
+@pytest.fixture(scope="module")
+def scoped(tmp_path_factory) -> Path:
+    """A case with scopes: a reservation refused at the case's units limit (limit.exceeded), a
+    warning, and a hypothesis rejected with a reason."""
+    path = make_package(tmp_path_factory.mktemp("browse") / "scoped")
+    case = Case.create(path, case_id="SCOPED-1", at=T0)
+    case.open_revision([{"statement": "first"}, {"statement": "second"}], 40, at=T0)
+    case.transition("INVESTIGATING_HYPOTHESES", at=T0)
+    budget = case.budget(BudgetConfig.load(EXAMPLE_BUDGET))
+    budget.initialize(at=T0)
+    case.scopes().establish("case", {"units": 15, "actions": 10}, "controller", warning_ratio="0.5", at=T0)
+    budget.reserve("H1", "q1", "source.read_context", at=T0)
+    budget.record_result("H1", "q1", {"finding": "line 2 subtracts"}, source_refs=["sources/app.py"], at=T0)
+    budget.settle("H1", "q1", semantic_score=100, reason="shows the bug", at=T0)
+    budget.grant("H1", 5, "controller", reason="worth more", grant_id="g1", at=T0)
+    budget.reserve("H2", "q2", "source.find_text", at=T0)
+    with pytest.raises(LedgerError) as refused:
+        budget.reserve("H1", "q3", "source.find_text", at=T0)
+    assert refused.value.code == "LIMIT_EXCEEDED"
+    budget.fail("H2", "q2", reason="tool timed out", at=T0)
+    budget.reject("H2", reason="the display is fine", at=T0)
+    case.close()
+    return path
+
+
+@pytest.fixture
+def site(demo, scoped):
+    """The Datasette of `ledger serve` on both cases, queries in the test's thread; closed after."""
+    datasette = case_datasette([demo, scoped], sql_threads=0)
+    yield datasette
+    for database in datasette.databases.values():
+        database.close()
+
+
+def get(datasette, path: str):
+    return asyncio.run(datasette.client.get(path))
+
+
+def digest(path: Path) -> dict[str, str]:
+    """sha256 of the ledger file and of its WAL (when there is one)."""
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(path.glob("ledger.sqlite*"))
+            if p.name in ("ledger.sqlite", "ledger.sqlite-wal")}
+
+
+# --- one source of descriptions --------------------------------------------------------------
+def test_every_view_column_has_a_description_and_integer_columns_have_a_unit(demo):
+    _, views = read_only_query(demo, "SELECT name FROM sqlite_master WHERE type = 'view' ORDER BY name")
+    assert sorted(descriptions()["views"]) == [name for (name,) in views]
+    for (view,) in views:
+        names, rows = read_only_query(demo, f"SELECT name, type FROM pragma_table_info('{view}')")
+        described = view_columns(view)
+        assert list(described) == [row[0] for row in rows], view
+        for name, column in described.items():
+            assert column["meaning"].strip() and column["type"] in ("integer", "text"), (view, name)
+            if column["type"] == "integer":
+                assert column["unit"].strip(), f"{view}.{name} has no unit"
+        assert descriptions()["views"][view]["description"].strip()
+
+
+def test_every_append_only_table_is_described_as_raw_history(demo):
+    _, tables = read_only_query(demo, "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+    assert sorted(descriptions()["tables"]) == [name for (name,) in tables]
+    _, events = read_only_query(demo, "SELECT name FROM pragma_table_info('events')")
+    assert list(descriptions()["tables_columns"]["events"]) == [name for (name,) in events]
+
+
+def test_docs_sql_md_view_tables_are_the_ones_generated_from_the_descriptions():
+    page = (REPO / "docs" / "sql.md").read_text(encoding="utf-8")
+    assert sql_reference.render(page) == page, "run: python tools/sql_reference.py"
+    assert "| `remaining_units` | integer | units | initial + granted − spent + rewarded |" in page
+    assert "| `warning_bps` | integer | basis points |" in page
+
+
+def test_a_column_description_is_its_meaning_in_plain_text_then_its_unit():
+    assert column_description({"meaning": "the newest event's `seq`", "unit": "event seq"}) == \
+        "the newest event's seq [event seq]"
+    assert column_description({"meaning": "`H1`, `H2`, …", "unit": ""}) == "H1, H2, …"
+
+
+# --- canned queries ----------------------------------------------------------------------------
+def _readme_questions() -> list[str]:
+    block = README.split("Five questions people ask first", 1)[1].split("```sql", 1)[1].split("```", 1)[0]
+    return [" ".join(q.split()).rstrip(";") for q in re.split(r"^-- \d\. .*$", block, flags=re.MULTILINE) if q.strip()]
+
+
+def test_the_readmes_five_questions_are_the_first_five_canned_queries_verbatim():
+    queries = list(canned_queries().values())
+    assert [" ".join(q["sql"].split()) for q in queries[:5]] == _readme_questions()
+    assert list(canned_queries())[5:] == ["refusals_and_reasons", "evidence_by_novelty", "scope_usage_near_limit",
+                                          "remaining_units_history"]
+
+
+def test_every_canned_query_is_a_read_that_runs_on_the_demo_and_the_scoped_case(demo, scoped):
+    for path in (demo, scoped):
+        for name, query in canned_queries().items():
+            sql = query["sql"].replace(":hypothesis_id", "''")
+            read_only_query(path, sql)  # a write, ATTACH or pragma would be refused here
+
+
+def test_refusals_and_reasons_lists_limit_refusals_and_ended_accounts_with_their_reason(scoped, demo):
+    sql = canned_queries()["refusals_and_reasons"]["sql"]
+    _, rows = read_only_query(scoped, sql.replace(":hypothesis_id", "''"))
+    assert [(r[2], r[4], r[5]) for r in rows] == [("limit.exceeded", "H1", "q3"), ("budget.rejected", "H2", None)]
+    assert rows[0][6] == "reserving would take units of scope case to 21, over its limit of 15 (on_exhausted: block_action)"
+    assert rows[1][6] == "rejected: the display is fine"
+    _, only_h2 = read_only_query(scoped, sql.replace(":hypothesis_id", "'H2'"))
+    assert [r[4] for r in only_h2] == ["H2"]
+    _, ended = read_only_query(demo, sql.replace(":hypothesis_id", "''"))
+    assert {(r[4], r[6].split(":")[0]) for r in ended} == {
+        ("H2", "abandoned_low_information_gain"), ("H3", "budget_exhausted"), ("H4", "rejected")}
+
+
+def test_scope_usage_near_limit_shows_limits_past_their_warning_threshold(scoped):
+    _, rows = read_only_query(scoped, canned_queries()["scope_usage_near_limit"]["sql"])
+    assert [(r[2], r[3], r[4], r[5], r[7]) for r in rows] == [("units", 15, 11, 4, 7333)]
+
+
+def _history(path: Path, hypothesis: str = "") -> list[dict]:
+    sql = canned_queries()["remaining_units_history"]["sql"].replace(":hypothesis_id", f"'{hypothesis}'")
+    names, rows = read_only_query(path, sql)
+    return [dict(zip(names, row)) for row in rows]
+
+
+def test_remaining_units_history_ends_at_each_hypothesis_balance(demo, scoped):
+    for path, expected in ((demo, {"H1": 21, "H2": 10, "H3": 4, "H4": 37}), (scoped, {"H1": 44, "H2": 30})):
+        newest = {row["hypothesis_id"]: row["remaining_units"] for row in _history(path)}
+        _, balances = read_only_query(path, "SELECT hypothesis_id, remaining_units FROM balances")
+        assert newest == dict(balances) == expected
+    history = _history(demo)
+    assert [r["remaining_units"] for r in history if r["hypothesis_id"] == "H3"] == [40, 20, 32, 12, 13, 3, 4]
+    assert all(r["type"].startswith("budget.") for r in history)
+    assert [(r["type"], r["remaining_units"]) for r in _history(scoped, "H1")] == [
+        ("budget.initialized", 40), ("budget.reserved", 35), ("budget.settled", 39), ("budget.granted", 44)]
+
+
+def test_remaining_units_history_agrees_with_the_account_states_every_budget_event_carries(demo, scoped):
+    """Each point of the history (from the helper rows) is the remaining units the budget event at that
+    seq recorded for the account (the state `balances` reads from the newest one)."""
+    carried = ("SELECT e.seq, CAST(a.value ->> '$.hypothesis_id' AS TEXT), CAST(a.value ->> '$.initial_units' AS INTEGER)"
+               " + CAST(a.value ->> '$.granted_units' AS INTEGER) - CAST(a.value ->> '$.spent_units' AS INTEGER)"
+               " + CAST(a.value ->> '$.rewarded_units' AS INTEGER) FROM events AS e"
+               " JOIN json_each(e.body, '$.accounts') AS a ON TRUE WHERE e.stream = 'budget'")
+    for path in (demo, scoped):
+        _, rows = read_only_query(path, carried)
+        state = {(seq, h): units for seq, h, units in rows}
+        for point in _history(path):
+            assert state[(point["seq"], point["hypothesis_id"])] == point["remaining_units"], point
+
+
+# --- the picture -------------------------------------------------------------------------------
+def test_the_picture_draws_a_step_line_per_hypothesis_ending_at_the_newest_event():
+    rows = [{"seq": 3, "revision": 1, "hypothesis_id": "H1", "remaining_units": 40},
+            {"seq": 3, "revision": 1, "hypothesis_id": "H2", "remaining_units": 40},
+            {"seq": 5, "revision": 1, "hypothesis_id": "H1", "remaining_units": 35},
+            {"seq": 9, "revision": 1, "hypothesis_id": "H2", "remaining_units": 0}]
+    svg = remaining_units_svg(rows)
+    lines = re.findall(r'<polyline class="hypothesis" data-label="(\w+)"[^>]*points="([^"]+)"', svg)
+    assert [label for label, _ in lines] == ["H1", "H2"]
+    points = {label: [tuple(map(float, p.split(","))) for p in pts.split()] for label, pts in lines}
+    assert len(points["H1"]) == 4 and points["H1"][-1][0] == points["H2"][-1][0]  # both run to seq 9
+    assert points["H2"][-1][1] == 276.0  # 0 units sits on the axis
+    assert ">H1: 35<" in svg and ">H2: 0<" in svg and "remaining units" in svg
+
+
+def test_the_picture_labels_lines_with_the_revision_when_there_are_several():
+    rows = [{"seq": 1, "revision": 1, "hypothesis_id": "H1", "remaining_units": 5},
+            {"seq": 2, "revision": 2, "hypothesis_id": "H1", "remaining_units": 7}]
+    assert re.findall(r'data-label="([^"]+)"', remaining_units_svg(rows)) == ["1/H1", "2/H1"]
+    assert "no budget events yet" in remaining_units_svg([])
+
+
+# --- the site, through Datasette's test client -------------------------------------------------
+def test_each_case_page_has_its_title_the_views_first_and_the_picture(site):
+    page = get(site, "/BUG-20")
+    assert page.status_code == 200
+    text = page.text
+    assert "BUG-20 (EVALUATING)" in text
+    assert text.index('href="/BUG-20/balances"') < text.index('href="/BUG-20/events"')
+    assert '<img src="/BUG-20/remaining_units_history.svg?hypothesis_id="' in text
+    assert "raw history" in text
+    assert "SCOPED-1 (INVESTIGATING_HYPOTHESES)" in get(site, "/SCOPED-1").text
+    index = get(site, "/").text
+    assert "BUG-20" in index and "SCOPED-1" in index and "_memory" not in index
+
+
+def test_a_view_page_shows_every_column_description_with_its_unit(site):
+    page = get(site, "/BUG-20/balances").text
+    for name, column in view_columns("balances").items():
+        assert f"{column_description(column)}".replace("'", "&#39;") in page, name
+    assert "units the account started with [units]" in page
+    usage = get(site, "/SCOPED-1/scope_usage").text
+    assert "the warning threshold in basis points (8000 = 80 %) [basis points]" in usage
+
+
+def test_a_raw_table_page_says_it_is_append_only_history(site):
+    assert RAW_HISTORY.strip() in get(site, "/BUG-20/events").text
+
+
+def test_canned_queries_answer_with_named_parameters_as_json(site):
+    rows = get(site, "/BUG-20/evidence_by_novelty.json?hypothesis_id=H1&_shape=array").json()
+    assert [(r["record_id"], r["novelty_score"]) for r in rows] == [("E000001", 100), ("E000003", 100), ("E000002", 50)]
+    pending = get(site, "/BUG-20/pending_actions.json?_shape=array").json()
+    assert pending == []
+    refusals = get(site, "/SCOPED-1/refusals_and_reasons.json?hypothesis_id=&_shape=array").json()
+    assert [r["type"] for r in refusals] == ["limit.exceeded", "budget.rejected"]
+    page = get(site, "/BUG-20/abandoned_hypotheses").text
+    assert "Abandoned hypotheses and why" in page and "low_information_streak" in page
+
+
+def test_the_picture_is_served_as_svg_with_a_line_per_hypothesis(site):
+    picture = get(site, "/BUG-20/remaining_units_history.svg?hypothesis_id=")
+    assert picture.status_code == 200 and picture.headers["content-type"].startswith("image/svg+xml")
+    assert re.findall(r'data-label="(\w+)"', picture.text) == ["H1", "H2", "H3", "H4"]
+    assert ">H3: 4<" in picture.text
+    one = get(site, "/BUG-20/remaining_units_history.svg?hypothesis_id=H2").text
+    assert re.findall(r'data-label="(\w+)"', one) == ["H2"]
+    query_page = get(site, "/BUG-20/remaining_units_history").text
+    assert '<img src="/BUG-20/remaining_units_history.svg?hypothesis_id="' in query_page
+    assert get(site, "/BUG-20/pending_actions.svg").status_code >= 400  # only the history is drawn
+
+
+def test_no_http_request_can_write_the_ledger_and_its_bytes_stay_the_same(site, demo):
+    before = digest(demo)
+    attempts = [
+        ("get", "/BUG-20?sql=" + "INSERT INTO lifecycle (seq, revision, state) VALUES (999, 1, 'CLOSED')"),
+        ("get", "/BUG-20?sql=" + "DELETE FROM events"),
+        ("get", "/BUG-20?sql=" + "PRAGMA query_only = OFF"),
+        ("get", "/BUG-20?sql=" + "ATTACH DATABASE '/tmp/x.db' AS x"),
+        ("post", "/BUG-20/events/-/insert"),
+        ("post", "/BUG-20/-/create"),
+        ("post", "/BUG-20/events/-/drop"),
+        ("post", "/BUG-20/pending_actions"),
+    ]
+    for method, path in attempts:
+        extra = {"json": {"row": {"seq": 1}}} if method == "post" else {"follow_redirects": True}  # 1.0: /db/-/query
+        response = asyncio.run(getattr(site.client, method)(path, **extra))
+        assert response.status_code >= 300 or "Statement must be a SELECT" in response.text \
+            or "not allowed" in response.text, (path, response.status_code)
+    # even a statement that reached a connection Datasette opened is refused by SQLite itself
+    database = site.get_database("BUG-20")
+    with pytest.raises(Exception, match="readonly|read-only|attempt to write"):
+        asyncio.run(database.execute_write("DELETE FROM events"))
+    assert asyncio.run(database.execute("SELECT COUNT(*) FROM events")).rows[0][0] == 56
+    assert digest(demo) == before
+
+
+def test_metadata_only_prints_datasettes_metadata_with_the_canned_queries(demo, scoped):
+    done = run_cli("serve", str(demo), str(scoped), "--metadata-only")
+    assert done.returncode == 0, done.stderr.decode()
+    metadata = json.loads(done.stdout)
+    assert metadata == json.loads(json.dumps(serve_metadata([demo, scoped])))
+    assert list(metadata["databases"]) == ["BUG-20", "SCOPED-1"]
+    case = metadata["databases"]["BUG-20"]
+    assert case["title"] == "BUG-20 (EVALUATING)"
+    assert list(case["queries"]) == list(canned_queries())
+    assert case["queries"]["evidence_by_novelty"]["sql"].count(":hypothesis_id") == 2
+    assert case["tables"]["balances"]["columns"]["spent_units"] == "units debited by reservations [units]"
+    assert case["tables"]["events"]["description"].startswith(RAW_HISTORY)
+
+
+_NO_DATASETTE = ("import sys\nclass Block:\n    def find_spec(self, name, path=None, target=None):\n"
+                 "        if name == 'datasette' or name.startswith('datasette.') or name == 'uvicorn':\n"
+                 "            raise ImportError(name)\nsys.meta_path.insert(0, Block())\n"
+                 "from ledger_cli.main import main\nmain()\n")
+
+
+def test_without_the_web_extra_serve_names_what_to_install_and_metadata_only_still_works(demo):
+    done = subprocess.run([sys.executable, "-c", _NO_DATASETTE, "serve", str(demo)], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 1
+    assert done.stderr == "error: INVALID_ARGUMENT: ledger serve needs Datasette: pip install 'case-ledger[web]'\n"
+    meta = subprocess.run([sys.executable, "-c", _NO_DATASETTE, "serve", str(demo), "--metadata-only"],
+                          capture_output=True, text=True, timeout=120)
+    assert meta.returncode == 0 and "BUG-20" in json.loads(meta.stdout)["databases"], meta.stderr
+
+
+def test_serve_refuses_a_folder_without_a_case_the_same_case_twice_a_busy_port_and_a_bad_host(demo, tmp_path):
+    (tmp_path / "empty").mkdir()
+    missing = run_cli("serve", str(tmp_path / "empty"), "--metadata-only")
+    assert missing.returncode == 1 and missing.stderr.decode().startswith("error: LEDGER_MISSING: ")
+    twice = run_cli("serve", str(demo), str(demo), "--metadata-only")
+    assert twice.returncode == 1 and "the same case is given twice" in twice.stderr.decode()
+    none = run_cli("serve")
+    assert none.returncode == 2
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        busy = run_cli("serve", str(demo), "--port", str(taken.getsockname()[1]))
+    assert busy.returncode == 1 and busy.stderr.decode().startswith("error: INVALID_ARGUMENT: cannot listen on 127.0.0.1:")
+    bad_host = run_cli("serve", str(demo), "--host", "256.0.0.1", "--port", "0")
+    assert bad_host.returncode == 1
+    assert bad_host.stderr.decode().startswith("error: INVALID_ARGUMENT: cannot listen on 256.0.0.1:0: ")
+    with pytest.raises(LedgerError) as refused:
+        served_cases([])
+    assert refused.value.code == "INVALID_ARGUMENT"
+
+
+def test_two_cases_with_the_same_case_id_get_distinct_database_names(demo, tmp_path):
+    other, _, _ = run_demo(tmp_path / "again", echo=lambda text: None)
+    assert [case.name for case in served_cases([demo, other])] == ["BUG-20", "BUG-20-2"]
+
+
+def _start(case: Path, *extra: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
+    server = subprocess.Popen([sys.executable, "-m", "ledger_cli", "serve", str(case), "--port", "0", *extra],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, **(env or {})})
+    line = server.stdout.readline()
+    match = re.search(r"at (http://127\.0\.0\.1:\d+/)", line)
+    assert match, line + server.stderr.read()
+    return server, match.group(1)
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
+def test_a_served_case_answers_over_http_and_ctrl_c_or_sigterm_stops_it_cleanly(demo, stop):
+    before = digest(demo)
+    server, url = _start(demo)
+    try:
+        with urllib.request.urlopen(url + "BUG-20/case_status.json?_shape=array", timeout=30) as answer:
+            assert json.loads(answer.read())[0]["state"] == "EVALUATING"
+        started = time.monotonic()
+        server.send_signal(stop)
+        out, err = server.communicate(timeout=30)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.communicate()
+    assert server.returncode == 0, err
+    assert time.monotonic() - started < 10
+    assert out.strip().endswith("stopped") and "Traceback" not in err
+    assert digest(demo) == before
+
+
+def test_open_hands_the_address_to_the_web_browser_once_it_listens(demo):
+    server, url = _start(demo, "--open", env={"BROWSER": "echo opened %s"})
+    try:
+        assert server.stdout.readline().strip() == f"opened {url}"
+        with urllib.request.urlopen(url, timeout=30) as answer:
+            assert answer.status == 200
+    finally:
+        os.kill(server.pid, signal.SIGINT)
+        out, err = server.communicate(timeout=30)
+    assert server.returncode == 0 and out.strip() == "stopped", err
+
+
+def test_a_case_without_budget_events_is_served_and_its_picture_says_so(tmp_path):
+    path = make_package(tmp_path / "fresh")
+    Case.create(path, case_id="FRESH-1", at=T0).close()
+    datasette = case_datasette([path], sql_threads=0)
+    try:
+        assert "FRESH-1 (CREATED)" in get(datasette, "/FRESH-1").text
+        picture = get(datasette, "/FRESH-1/remaining_units_history.svg?hypothesis_id=")
+        assert picture.status_code == 200 and "no budget events yet" in picture.text
+        assert get(datasette, "/FRESH-1/balances.json?_shape=array").json() == []
+    finally:
+        for database in datasette.databases.values():
+            database.close()
