@@ -31,6 +31,9 @@ from .memory import MemoryCase
 from .operations import OPERATIONS, Operation
 from .package import LEDGER_FILE
 from .router import Router
+from .run_actions import ActionMap
+from .runs import FORMATS as RUN_FORMATS
+from .runs import ImportSummary, import_runs
 from .paths import os_error
 from .simulation import (Policy, RunResult, SimulationReport, example_policy, load_policy, parse_vary,
                        read_outcomes, simulate, vary)
@@ -48,6 +51,6 @@ __all__ = [
     "open_for_journal", "os_error", "parse_json", "read_manifest", "read_only_query", "run_demo", "verify_case",
     "example_policy", "load_policy", "parse_vary", "plot_tradeoff", "check_plot", "check_output_file", "read_outcomes", "simulate", "tradeoff_points", "vary",
     "JournalSummary", "clamp_warning", "journal_first_at", "read_only_rows",
-    "CheckpointWarning", "read_lines",
+    "CheckpointWarning", "read_lines", "ActionMap", "ImportSummary", "RUN_FORMATS", "import_runs",
 ]
 __version__ = "0.1.0"

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 from .canonical import canonical_bytes
+from .rules.budget import evidence_atom_ids
 from .rules.common import Draft
 from .rules.scopes import establishment_row
 from .storage import HelperRow
@@ -45,6 +46,11 @@ def _case_transitioned(body: Body, draft: Draft) -> list[HelperRow]:
     return [_lifecycle(body, body["from_state"])]
 
 
+def _outcome_recorded(body: Body, draft: Draft) -> list[HelperRow]:
+    return [("insert_outcome", {"seq": body["seq"], "revision": body["revision"], "outcome": body["outcome"],
+                                "source": body["source"]})]
+
+
 def _budget_initialized(body: Body, draft: Draft) -> list[HelperRow]:
     seq, revision = body["seq"], body["revision"]
     rows: list[HelperRow] = [("insert_policy", {"revision": revision, "seq": seq,
@@ -74,6 +80,10 @@ def _budget_result_recorded(body: Body, draft: Draft) -> list[HelperRow]:
     rows += [("insert_result_source", {"path": s["path"], "sha256": s["sha256"], **key}) for s in body["sources"]]
     if "cost_usd_millicents" in body:
         rows.append(("insert_result_cost", {"cost_usd_millicents": body["cost_usd_millicents"], **key}))
+    new_content = draft.contents.get(body["evidence_sha256"])
+    if new_content is not None:  # a content seen before brought its atoms then
+        rows += [("insert_result_atom", {"atom_id": atom, "seq": body["seq"]})
+                 for atom in evidence_atom_ids(new_content) or ()]
     return rows
 
 
@@ -166,6 +176,7 @@ PROJECTIONS: dict[str, Callable[[Body, Draft], list[HelperRow]]] = {
     "case.created": _case_created,
     "revision.opened": _revision_opened,
     "case.transitioned": _case_transitioned,
+    "case.outcome_recorded": _outcome_recorded,
     "budget.initialized": _budget_initialized,
     "budget.reserved": _budget_reserved,
     "budget.result_recorded": _budget_result_recorded,

@@ -45,7 +45,9 @@ from .rules.common import STATUS_ABANDONED, STATUS_EXHAUSTED, TERMINAL_STATUSES
 
 #: The figures of a policy (and of each outcome), in output order.
 FIGURES = ("runs", "steps", "steps_taken", "steps_refused", "units_spent", "units_rewarded",
-           "runs_abandoned", "runs_exhausted")
+           "runs_abandoned", "runs_exhausted", "units_per_run")
+#: Policy keys ``--vary`` takes words for, not integers.
+WORD_KEYS = ("novelty_mode",)
 UNITS_KEY = "units_per_hypothesis"
 NO_OUTCOME = "(no outcome)"
 _LIFECYCLE_OPS = frozenset({"open_revision", "transition", "initialize"})
@@ -101,10 +103,10 @@ def example_policy() -> Policy:
 def varied_keys() -> list[str]:
     """Keys ``--vary`` accepts: the integer budget keys, ``action_costs.NAME``,
     ``test_costs.NAME`` and ``units_per_hypothesis``."""
-    return sorted([k for k, v in DEFAULT_POLICY.items() if type(v) is int] + [UNITS_KEY])
+    return sorted([k for k, v in DEFAULT_POLICY.items() if type(v) is int] + [UNITS_KEY, *WORD_KEYS])
 
 
-def _with_value(settings: dict[str, Any], key: str, value: int) -> dict[str, Any]:
+def _with_value(settings: dict[str, Any], key: str, value: int | str) -> dict[str, Any]:
     out = {k: dict(v) if isinstance(v, dict) else v for k, v in settings.items()}
     table, dot, entry = key.partition(".")
     if dot and table in ("action_costs", "test_costs") and entry:
@@ -117,13 +119,16 @@ def _with_value(settings: dict[str, Any], key: str, value: int) -> dict[str, Any
     return out
 
 
-def parse_vary(spec: str) -> tuple[str, list[int]]:
-    """``KEY=V1,V2,…`` → ``(key, [values])``; ``INVALID_ARGUMENT`` unless every value is an integer."""
+def parse_vary(spec: str) -> tuple[str, list[int | str]]:
+    """``KEY=V1,V2,…`` → ``(key, [values])``; ``INVALID_ARGUMENT`` unless every value is an integer
+    (words for :data:`WORD_KEYS`)."""
     check_instance(spec, str, "the --vary spec", "a str like KEY=V1,V2")
     key, eq, values = spec.partition("=")
     if not eq or not key or not values:
         raise LedgerError(E.INVALID_ARGUMENT, f"--vary {spec!r}: expected KEY=V1,V2,…", key=key)
-    out = []
+    if key in WORD_KEYS:  # e.g. novelty_mode=evidence,atoms: the policy checks each word
+        return key, [value.strip() for value in values.split(",")]
+    out: list[int | str] = []
     for value in values.split(","):
         try:
             out.append(int(value.strip(), 10))
@@ -343,7 +348,11 @@ def simulate_journal(path: Path, policies: Sequence[Policy], *, analysis: Analys
     except LedgerError as exc:
         error = {"code": exc.code, "message": exc.message, "file": str(path), "line": exc.details.get("line")}
         return [RunResult(path.stem, policy.name, error=error) for policy in policies]
-    return [replay_run(path.stem, lines, policy, analysis=analysis, package=package) for policy in policies]
+    results = [replay_run(path.stem, lines, policy, analysis=analysis, package=package) for policy in policies]
+    recorded = [line["outcome"] for _, line in lines if line["op"] == "record_outcome"]
+    for result in results:  # the journal's own outcome (docs/runs.md); the newest one counts
+        result.outcome = recorded[-1] if recorded and isinstance(recorded[-1], str) else None
+    return results
 
 
 def _simulate_task(task: tuple[Path, Sequence[Policy], AnalysisConfig | None, Path | None]) -> list[RunResult]:
@@ -376,6 +385,22 @@ class SimulationReport:
         return {"policies": self.policies}
 
 
+def merge_outcomes(runs: Sequence[RunResult], table: Mapping[str, str] | None) -> dict[str, str] | None:
+    """Give each run its outcome: the one its journal records, else the table's. A run whose journal
+    and table disagree is ``INVALID_ARGUMENT`` naming both; returns run id → outcome (None: no outcome
+    anywhere)."""
+    merged = dict(table or {})
+    for run in runs:
+        listed = merged.get(run.run)
+        if run.outcome is not None and listed is not None and listed != run.outcome:
+            raise LedgerError(E.INVALID_ARGUMENT, f"run {run.run}: its journal records the outcome {run.outcome!r} "
+                              f"but the outcomes file says {listed!r}", run=run.run)
+        if run.outcome is not None:
+            merged[run.run] = run.outcome
+        run.outcome = merged.get(run.run)
+    return merged if table is not None or merged else None
+
+
 def _empty() -> dict[str, int]:
     return dict.fromkeys(FIGURES, 0)
 
@@ -403,6 +428,9 @@ def summarize(policies: Sequence[Policy], runs: Sequence[RunResult], outcomes: M
         _add(row, run)
         if outcomes is not None:
             _add(row["by_outcome"].setdefault(run.outcome or NO_OUTCOME, _empty()), run)
+    for row in table.values():
+        for figures in (row, *row["by_outcome"].values()):  # cost per run of that outcome, rounded down
+            figures["units_per_run"] = figures["units_spent"] // figures["runs"] if figures["runs"] else 0
     return list(table.values())
 
 
@@ -463,8 +491,7 @@ def simulate(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Poli
         with ProcessPoolExecutor(max_workers=workers) as pool:  # a few journals per message, one run at a time
             results = list(pool.map(_simulate_task, tasks, chunksize=max(1, len(files) // (workers * 16))))
     runs = [run for per_journal in results for run in per_journal]
-    for run in runs:
-        run.outcome = table.get(run.run) if table is not None else None
+    table = merge_outcomes(runs, table)
     stems = {path.stem for path in files}
     return SimulationReport(
         policies=summarize(chosen, runs, table),

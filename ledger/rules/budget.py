@@ -6,6 +6,7 @@ event; the event body carries it, so a reader never needs to replay.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
@@ -350,7 +351,9 @@ def reserve_priced(view: LedgerView, request: Mapping[str, Any], context: Contex
 
 
 def record_result(view: LedgerView, request: Mapping[str, Any], context: Context) -> Draft | Outcome | Reused:
-    """Store the evidence of a reserved action and compute novelty v1 (docs/concepts.md).
+    """Store the evidence of a reserved action and compute novelty v1 (docs/concepts.md); under
+    ``novelty_mode = "atoms"`` evidence carrying an ``atoms`` list scores the share of its atoms not
+    returned before anywhere in the case (capped by ``new_evidence_score``).
 
     ``evidence`` is the payload's canonical bytes; ``sources`` the resolved
     ``[{"path", "sha256"}]`` of ``source_refs``. Nothing is refunded yet.
@@ -372,6 +375,9 @@ def record_result(view: LedgerView, request: Mapping[str, Any], context: Context
             raise limit_reached("evidence_content_bytes_max", f"distinct evidence content would reach "
                                 f"{stored + len(evidence)} bytes; the limit is {limits['evidence_content_bytes_max']}")
     novelty = 0 if (evidence in EMPTY_EVIDENCE or seen) else ctx.policy["new_evidence_score"]
+    atoms = evidence_atom_ids(evidence) if ctx.policy.novelty_mode == "atoms" else None
+    if atoms is not None:
+        novelty = atom_novelty(len(atoms), len(atoms) - view.result_atoms_seen(atoms), ctx.policy["new_evidence_score"])
     action.update(status=ACTION_AWAITING, novelty_score=novelty)
     money = request.get("cost_usd_millicents")
     extra = {} if money is None else {"cost_usd_millicents": money}  # absent: the event's bytes as before
@@ -383,6 +389,26 @@ def record_result(view: LedgerView, request: Mapping[str, Any], context: Context
         return draft
     warnings = scope_rules.warnings_after(view, request, context.at, ctx.revision, h, {"cost_usd_millicents": money})
     return scope_rules.with_following(draft, warnings)
+
+
+def evidence_atom_ids(payload: bytes) -> list[str] | None:
+    """The sorted distinct atom ids of an evidence payload whose ``atoms`` is a list of strings, else None
+    (docs/concepts.md, novelty over atoms)."""
+    if b'"atoms"' not in payload:
+        return None
+    try:
+        data = json.loads(payload)
+    except ValueError:
+        return None
+    atoms = data.get("atoms") if isinstance(data, dict) else None
+    if not isinstance(atoms, list) or not all(isinstance(a, str) for a in atoms):
+        return None
+    return sorted(set(atoms))
+
+
+def atom_novelty(returned: int, unseen: int, new_evidence_score: int) -> int:
+    """``min(new_evidence_score, floor(100 × unseen / returned))``; 0 when no atom is returned."""
+    return min(new_evidence_score, 100 * unseen // returned) if returned else 0
 
 
 RECORD_ID_RE = re.compile(r"^E[0-9]{6,}$")
