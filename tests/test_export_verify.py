@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ledger import Case, LedgerError
+from ledger import BudgetConfig, Case, LedgerError
 from ledger.canonical import canonical_bytes, sha256_hex
 from ledger.errors import CASE_EXISTS, INTEGRITY_ERROR, INVALID_ARGUMENT, LEDGER_MISSING
 from ledger import export_case, import_tree, verify_case
@@ -304,3 +304,48 @@ def test_verify_does_not_write_into_the_package(exported):
     dump = logical_dump(exported / "ledger.sqlite")
     verify_case(exported)
     assert tree(exported) == before and logical_dump(exported / "ledger.sqlite") == dump
+
+
+def _tamper(path: Path, trigger: str, statement: str) -> None:
+    """Run ``statement`` past one dropped guard trigger of migration 007, then put the trigger back."""
+    from ledger._sql import migrations
+
+    conn = sqlite3.connect(path / "ledger.sqlite")
+    conn.execute(f"DROP TRIGGER {trigger}")
+    conn.execute(statement)
+    restore = [s for v, _, statements in migrations() if v == 7 for s in statements
+               if f"CREATE TRIGGER {trigger} " in s]
+    conn.execute(restore[0])
+    conn.commit()
+    conn.close()
+
+
+def test_an_outcome_is_a_case_event_exported_verified_imported_and_an_edited_outcome_is_caught(budget, case, tmp_path):
+    budget.reserve("H1", "a1", "source.read_context")
+    budget.record_result("H1", "a1", {"finding": "x"})
+    budget.settle("H1", "a1", 80, "good")
+    recorded = case.record_outcome("resolved", "swe-bench evaluation")
+    export_case(case)
+    path = case.path
+    case.close()
+    assert recorded.event_ref.startswith("analysis/case/events/")
+    body = json.loads((path / recorded.event_ref).read_bytes())
+    assert (body["type"], body["outcome"], body["source"], body["revision"]) == (
+        "case.outcome_recorded", "resolved", "swe-bench evaluation", 1)
+    assert verify_case(path).head_seq == recorded.seq
+    import_tree(path, tmp_path / "copy")
+    with Case.open(tmp_path / "copy") as copy:
+        assert (copy.status()["outcome"], copy.status()["outcome_source"]) == ("resolved", "swe-bench evaluation")
+    _tamper(path, "outcomes_no_update", "UPDATE outcomes SET outcome = 'failed'")
+    assert_verify_fails_at(path, recorded.seq)
+
+
+def test_an_edited_atom_row_of_a_result_is_caught(case, tmp_path):
+    budget = case.budget(BudgetConfig.from_mapping({"novelty_mode": "atoms"}))
+    budget.initialize()
+    budget.reserve("H1", "a1", "source.read_context")
+    result = budget.record_result("H1", "a1", {"atoms": ["aa", "bb"]})
+    case.close()
+    verify_case(case.path)
+    _tamper(case.path, "result_atoms_no_delete", "DELETE FROM result_atoms WHERE atom_id = 'bb'")
+    assert_verify_fails_at(case.path, result.seq)

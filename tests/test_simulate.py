@@ -226,7 +226,7 @@ def test_cli_json_has_exactly_the_keys_of_the_contract(tmp_path):
     assert [p["name"] for p in out["policies"]] == ["example", "max_low_information_steps=2",
                                                    "max_low_information_steps=4"]
     figures = ["runs", "steps", "steps_taken", "steps_refused", "units_spent", "units_rewarded",
-               "runs_abandoned", "runs_exhausted"]
+               "runs_abandoned", "runs_exhausted", "units_per_run"]
     for policy in out["policies"]:
         assert list(policy) == ["name", "policy_sha256", *figures, "by_outcome"]
         assert sorted(policy["by_outcome"]) == ["failed", "resolved"]
@@ -242,8 +242,9 @@ def test_cli_csv_and_table(tmp_path):
     done = _cli("simulate", journal, "--csv", "--jobs", "1")
     assert done.exit_code == 0
     assert done.stdout.splitlines() == [
-        "policy,outcome,runs,steps,steps_taken,steps_refused,units_spent,units_rewarded,runs_abandoned,runs_exhausted",
-        "example,(all),1,23,15,8,145,42,1,0"]
+        "policy,outcome,runs,steps,steps_taken,steps_refused,units_spent,units_rewarded,runs_abandoned,runs_exhausted,"
+        "units_per_run",
+        "example,(all),1,23,15,8,145,42,1,0,145"]
     table = _cli("simulate", journal, "--jobs", "1")
     assert table.exit_code == 0 and "policy example" in table.stdout and "145" in table.stdout
 
@@ -349,4 +350,4 @@ def test_the_readme_shows_the_real_output_of_its_choosing_a_policy_command():
                 "--csv")
     assert done.exit_code == 0, done.output
     assert done.stdout.splitlines() == block[2:]
-    assert "example,(all),100,3870,3325,545,29375,8930,22,0" in block  # the figures the prose quotes
+    assert "example,(all),100,3870,3325,545,29375,8930,22,0,293" in block  # the figures the prose quotes
