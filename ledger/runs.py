@@ -12,6 +12,7 @@ other files are still imported.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import gzip
 import hashlib
@@ -280,7 +281,8 @@ class _Journal:
 
     def abandon(self) -> None:
         self.handle.close()
-        os.unlink(self.temp)
+        with contextlib.suppress(FileNotFoundError):  # already renamed into place
+            os.unlink(self.temp)
 
 
 @dataclass
@@ -327,10 +329,10 @@ class _Importer:
         journal = self._begin(run)
         try:
             self._feed(journal, steps)
+            self._end(journal)
         except BaseException:
             journal.abandon()
             raise
-        self._end(journal)
 
     def generic(self, path: Path) -> None:
         journal: _Journal | None = None

@@ -290,3 +290,11 @@ def test_memory_does_not_hold_earlier_runs(tmp_path):
     import_runs(RAW_FILES[:3], tmp_path, progress=lambda done, total: seen.append(
         (done, total, len(list(tmp_path.glob("*.jsonl"))), len([p for p in os.listdir(tmp_path) if p.endswith(".tmp")]))))
     assert seen == [(1, 3, 1, 0), (2, 3, 2, 0), (3, 3, 3, 0)]
+
+
+def test_a_journal_that_cannot_be_put_in_place_is_named_and_leaves_no_temp_file(tmp_path):
+    out = tmp_path / "out"
+    (out / "toolcall-demo-1.jsonl").mkdir(parents=True)  # a folder where the journal belongs
+    summary = import_runs([RUNS / "toolcall.traj.json"], out)
+    assert summary.runs == 0 and summary.errors[0]["file"] == str(RUNS / "toolcall.traj.json")
+    assert sorted(p.name for p in out.iterdir()) == ["toolcall-demo-1.jsonl"]
