@@ -349,9 +349,10 @@ def simulate_journal(path: Path, policies: Sequence[Policy], *, analysis: Analys
         error = {"code": exc.code, "message": exc.message, "file": str(path), "line": exc.details.get("line")}
         return [RunResult(path.stem, policy.name, error=error) for policy in policies]
     results = [replay_run(path.stem, lines, policy, analysis=analysis, package=package) for policy in policies]
-    recorded = [line["outcome"] for _, line in lines if line["op"] == "record_outcome"]
+    recorded = [line.get("outcome") for _, line in lines if line["op"] == "record_outcome"]
+    recorded = [label for label in recorded if isinstance(label, str) and label.strip()]
     for result in results:  # the journal's own outcome (docs/runs.md); the newest one counts
-        result.outcome = recorded[-1] if recorded and isinstance(recorded[-1], str) else None
+        result.outcome = recorded[-1] if recorded else None
     return results
 
 

@@ -298,3 +298,20 @@ def test_a_journal_that_cannot_be_put_in_place_is_named_and_leaves_no_temp_file(
     summary = import_runs([RUNS / "toolcall.traj.json"], out)
     assert summary.runs == 0 and summary.errors[0]["file"] == str(RUNS / "toolcall.traj.json")
     assert sorted(p.name for p in out.iterdir()) == ["toolcall-demo-1.jsonl"]
+
+
+def test_import_memory_does_not_grow_with_the_number_of_runs(tmp_path):
+    """Peak memory of a real process importing 10 runs and 100 runs (docs/runs.md: streaming)."""
+    import subprocess
+    import sys
+
+    script = ("import resource, sys\nfrom ledger import import_runs\n"
+              "import_runs(sys.argv[2:], sys.argv[1])\n"
+              "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n")
+    peaks = []
+    for count in (10, 100):
+        done = subprocess.run([sys.executable, "-c", script, str(tmp_path / str(count)),
+                               *map(str, RAW_FILES[:count])], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        peaks.append(int(done.stdout))
+    assert peaks[1] <= peaks[0] * 1.25, peaks
