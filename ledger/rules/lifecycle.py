@@ -164,7 +164,11 @@ def record_outcome(view: LedgerView, request: Mapping[str, Any], context: Contex
         raise LedgerError(E.INVALID_TRANSITION, f"record_outcome needs an open revision; the case is {case['state']} "
                           "(open_revision first)", state=case["state"])
     key = operation_key(revision, "record_outcome")
-    found = replay_or_conflict(view, key, request)
+    try:
+        found = replay_or_conflict(view, key, request)
+    except LedgerError as exc:
+        raise LedgerError(E.OPERATION_CONFLICT, f"revision {revision} already has another outcome (seq "
+                          f"{exc.details['seq']}); an outcome is recorded once per revision", **exc.details) from None
     if found is not None:
         return found
     fields = case_fields(case, "case.outcome_recorded", revision)
