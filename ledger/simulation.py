@@ -102,7 +102,7 @@ def example_policy() -> Policy:
 
 def varied_keys() -> list[str]:
     """Keys ``--vary`` accepts: the integer budget keys, ``action_costs.NAME``,
-    ``test_costs.NAME`` and ``units_per_hypothesis``."""
+    ``test_costs.NAME``, ``units_per_hypothesis`` and ``novelty_mode`` (words)."""
     return sorted([k for k, v in DEFAULT_POLICY.items() if type(v) is int] + [UNITS_KEY, *WORD_KEYS])
 
 
@@ -454,7 +454,8 @@ def simulate(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Poli
     sorted by name), or a single ``str``/path-like naming one of them; the run id is the file's stem. ``policies``: :class:`Policy`
     objects or ``[NAME=]FILE.toml`` strings (default: the example policy; policy
     names must differ). ``outcomes``: run id → outcome, or the path of a CSV
-    (first column the run id, a column ``outcome``). ``jobs``: worker processes
+    (first column the run id, a column ``outcome``), for runs whose journal records no
+    ``record_outcome`` (a disagreement with the journal is ``INVALID_ARGUMENT``). ``jobs``: worker processes
     (1: in this process); each holds one run at a time. ``analysis``: default
     units, ``max_hypotheses`` and limits (as ``--analysis-config``). ``package``:
     the folder where ``source_refs`` resolve (none: a source reference is refused
