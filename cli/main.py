@@ -18,6 +18,7 @@ from . import evidence as evidence_commands
 from . import inspect as inspect_commands
 from . import journal as journal_commands
 from . import package as package_commands
+from . import runs as runs_commands
 from . import simulate as simulate_commands
 from . import scope as scope_commands
 from . import serve as serve_commands
@@ -52,7 +53,7 @@ for command in (case_commands.init, case_commands.revision, case_commands.state,
                 inspect_commands.balances, inspect_commands.actions, inspect_commands.events, inspect_commands.sql,
                 package_commands.export, package_commands.import_command, package_commands.verify,
                 journal_commands.apply, simulate_commands.simulate_command, journal_commands.demo,
-                serve_commands.serve):
+                serve_commands.serve, runs_commands.runs, runs_commands.outcome):
     main.add_command(command)
 
 

@@ -16,7 +16,7 @@ from ._common import Settings, pass_settings, table_options
 from ._output import OutputError, dumps, echo, emit_rows, one_line
 
 FIGURE_COLUMNS = ("runs", "steps", "steps_taken", "steps_refused", "units_spent", "units_rewarded",
-                  "runs_abandoned", "runs_exhausted")
+                  "runs_abandoned", "runs_exhausted", "units_per_run")
 
 
 def _base_policies(settings: Settings, specs: Sequence[str]) -> list[Policy]:

@@ -27,6 +27,7 @@ from .services.budget import BudgetManager, BudgetResult, GateReading
 from .services.case import Case, LifecycleResult, read_only_query
 from .services.evidence import EvidenceResult, EvidenceStore, FeedbackResult
 from .services.memory import MemoryCase
+from .runs.trajectories import ImportSummary, import_runs
 from .services.scopes import ScopeManager, ScopeResult
 from .simulation.plot import plot_tradeoff, tradeoff_points
 from .simulation.simulator import (Policy, RunResult, SimulationReport, example_policy, load_policy, read_outcomes,
@@ -49,5 +50,7 @@ __all__ = [
     # simulation
     "simulate", "vary", "Policy", "RunResult", "SimulationReport", "load_policy", "example_policy", "read_outcomes",
     "plot_tradeoff", "tradeoff_points",
+    # your own agent runs
+    "import_runs", "ImportSummary",
 ]
 __version__ = "0.1.0"

@@ -279,3 +279,12 @@ SELECT COUNT(*) FROM feedback_drafts;
 
 -- name: attachment_content
 SELECT body FROM contents WHERE sha256 = :sha256;
+
+-- name: insert_outcome
+INSERT INTO outcomes (seq, revision, outcome, source) VALUES (:seq, :revision, :outcome, :source);
+
+-- name: insert_result_atom
+INSERT INTO result_atoms (atom_id, seq) VALUES (:atom_id, :seq);
+
+-- name: result_atoms_seen
+SELECT COUNT(DISTINCT atom_id) FROM result_atoms WHERE atom_id IN (SELECT value FROM json_each(:atoms));

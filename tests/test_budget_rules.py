@@ -27,6 +27,13 @@ from ledger.ground.errors import (ACCOUNT_TERMINAL, ACTION_CLOSED, ACTION_PENDIN
     CASE_STATE, INVALID_ID, INVALID_JSON, INVALID_SCORE, LIMIT_REACHED, NOT_INITIALIZED, OPERATION_CONFLICT,
     REASON_REQUIRED, RESULT_MISSING, SOURCE_REF_INVALID, UNKNOWN_ACTION, UNKNOWN_HYPOTHESIS, INVALID_ARGUMENT,
     CONFIG_INVALID, INTEGRITY_ERROR, STORAGE_ERROR)
+
+
+from ledger import BudgetConfig, Case, LedgerError
+from ledger.ground.errors import (ACCOUNT_TERMINAL, ACTION_CLOSED, ACTION_PENDING, BUDGET_POLICY_CHANGED,
+                           CASE_STATE, CONFIG_INVALID, INVALID_ID, INVALID_JSON, INVALID_SCORE,
+                           LIMIT_REACHED, NOT_INITIALIZED, OPERATION_CONFLICT, REASON_REQUIRED,
+                           RESULT_MISSING, SOURCE_REF_INVALID, UNKNOWN_ACTION, UNKNOWN_HYPOTHESIS)
 from ledger.rules import reward_units
 from conftest import EXAMPLE_BUDGET, logical_dump, make_package, start_case, run_cli
 from ledger_cli.main import main as cli_main
@@ -570,3 +577,101 @@ def test_distinct_evidence_content_is_limited(package):
         assert budget.record_result("H1", "a2", {"k": "0123456789"}).action["novelty_score"] == 0  # seen: no new bytes
     finally:
         case.close()
+
+
+# --- novelty over atoms (policy key novelty_mode, docs/concepts.md) ---------------------------
+ATOMS = {"novelty_mode": "atoms"}
+
+
+def test_the_default_novelty_mode_is_not_frozen_so_policies_hash_as_before():
+    assert BudgetConfig().policy_sha256 == "cfd69d0c7e9063c5c30d26434d7ed2d37e4a93431cfbff98dab37c7de53c49e9"
+    explicit = BudgetConfig.from_mapping({"novelty_mode": "evidence"})
+    assert explicit.policy_sha256 == BudgetConfig().policy_sha256 and "novelty_mode" not in explicit.policy
+    atoms = BudgetConfig.from_mapping(ATOMS)
+    assert atoms.policy["novelty_mode"] == "atoms" and atoms.policy_sha256 != BudgetConfig().policy_sha256
+    assert (BudgetConfig().novelty_mode, atoms.novelty_mode) == ("evidence", "atoms")
+
+
+@pytest.mark.parametrize("value", ["lines", "", 1, True, ["atoms"]])
+def test_an_unknown_novelty_mode_is_config_invalid_naming_the_key(value):
+    with pytest.raises(LedgerError) as caught:
+        BudgetConfig.from_mapping({"novelty_mode": value})
+    assert caught.value.code == CONFIG_INVALID and caught.value.details["key"] == "novelty_mode"
+
+
+def _atoms_budget(case, **policy):
+    budget = case.budget(BudgetConfig.from_mapping({**ATOMS, **policy}))
+    budget.initialize()
+    return budget
+
+
+def _novelty(budget, hypothesis, action_id, evidence):
+    budget.reserve(hypothesis, action_id, "source.read_context")
+    return budget.record_result(hypothesis, action_id, evidence).action["novelty_score"]
+
+
+def test_atom_novelty_is_the_floor_of_the_unseen_share_of_distinct_atoms(case):
+    budget = _atoms_budget(case)
+    assert _novelty(budget, "H1", "a1", {"atoms": ["a", "b", "c"]}) == 100
+    budget.settle("H1", "a1", 50, "x")
+    # 1 unseen of 3 distinct (the repeated "d" counts once): floor(100 / 3)
+    assert _novelty(budget, "H2", "b1", {"atoms": ["a", "b", "d", "d"]}) == 33
+    budget.settle("H2", "b1", 50, "x")
+    # seen anywhere in the case: H1 and H2 both count
+    assert _novelty(budget, "H1", "a2", {"atoms": ["a", "d", "e", "f"], "n": 1}) == 50
+    budget.settle("H1", "a2", 50, "x")
+    assert _novelty(budget, "H1", "a3", {"atoms": [], "n": 2}) == 0
+
+
+def test_atom_novelty_is_capped_by_new_evidence_score_and_evidence_without_atoms_keeps_the_whole_evidence_rule(case):
+    budget = _atoms_budget(case, new_evidence_score=60)
+    assert _novelty(budget, "H1", "a1", {"atoms": ["a", "b"]}) == 60
+    budget.settle("H1", "a1", 50, "x")
+    assert _novelty(budget, "H1", "a2", {"finding": "new"}) == 60
+    budget.settle("H1", "a2", 50, "x")
+    assert _novelty(budget, "H1", "a3", {"finding": "new"}) == 0  # not an atoms list: seen content
+    budget.settle("H1", "a3", 50, "x")
+    assert _novelty(budget, "H2", "b1", {"atoms": "a b", "n": 3}) == 60  # a string is no atoms list
+
+
+def test_evidence_mode_ignores_atoms(budget):
+    assert _novelty(budget, "H1", "a1", {"atoms": ["a"], "n": 1}) == 100
+    budget.settle("H1", "a1", 50, "x")
+    assert _novelty(budget, "H1", "a2", {"atoms": ["a"], "n": 2}) == 100
+
+
+def test_atoms_seen_in_an_earlier_revision_are_not_new(case):
+    budget = _atoms_budget(case)
+    _novelty(budget, "H1", "a1", {"atoms": ["a", "b"]})
+    budget.settle("H1", "a1", 50, "x")
+    budget.reject("H2", "done")
+    case.transition("EVALUATING")
+    case.open_revision([{"statement": "again"}], 100)
+    case.transition("INVESTIGATING_HYPOTHESES")
+    second = case.budget()  # the frozen atoms policy carries over
+    second.initialize()
+    assert _novelty(second, "H1", "a1", {"atoms": ["a", "b", "c", "d"]}) == 50
+
+
+def test_the_atoms_mode_is_frozen_and_replayed_by_verify_and_memory(case, tmp_path):
+    from ledger import MemoryCase, verify_case
+
+    budget = _atoms_budget(case)
+    scores = []
+    for number, atoms in enumerate((["a", "b"], ["b", "c", "d"], ["a", "b", "c", "d"]), start=1):
+        scores.append(_novelty(budget, "H1", f"a{number}", {"atoms": atoms}))
+        budget.settle("H1", f"a{number}", 50, "x")
+    assert scores == [100, 66, 0]
+    assert case.query("SELECT policy FROM policies")[0]["policy"].count('"novelty_mode":"atoms"') == 1
+    case.close()
+    verify_case(case.path)
+    memory = MemoryCase.create("m")
+    memory.open_revision([{"statement": "s"}], 100)
+    memory.transition("INVESTIGATING_HYPOTHESES")
+    replayed = memory.budget(BudgetConfig.from_mapping(ATOMS))
+    replayed.initialize()
+    again = []
+    for number, atoms in enumerate((["a", "b"], ["b", "c", "d"], ["a", "b", "c", "d"]), start=1):
+        again.append(_novelty(replayed, "H1", f"a{number}", {"atoms": atoms}))
+        replayed.settle("H1", f"a{number}", 50, "x")
+    assert again == scores

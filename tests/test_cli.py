@@ -397,3 +397,28 @@ def test_help_into_a_full_stdout_and_a_closed_stdout_are_output_errors(case):
 def test_help_is_shown_even_when_a_named_config_is_bad(case):
     done = run_cli("--config", "/no/such.toml", "verify", "--help")
     assert done.returncode == 0 and done.stdout.startswith(b"Usage: ")
+
+
+def test_outcome_record_once_per_revision_through_the_cli(cli_case):
+    c = str(cli_case)
+    first = json.loads(ok("outcome", "record", c, "resolved", "--source", "swe-bench evaluation", "--json"))
+    assert (first["revision"], first["reused"], first["event_ref"][:21]) == (1, False, "analysis/case/events/")
+    assert "reused" in ok("outcome", "record", c, "resolved", "--source", "swe-bench evaluation")
+    refused("OPERATION_CONFLICT", "outcome", "record", c, "failed", "--source", "swe-bench evaluation")
+    refused("INVALID_ARGUMENT", "outcome", "record", c, " ", "--source", "ci")
+    refused("", "outcome", "record", c, "resolved", status=2)  # --source is required: a usage error
+    status = json.loads(ok("state", c, "--json"))
+    assert (status["outcome"], status["outcome_source"]) == ("resolved", "swe-bench evaluation")
+
+
+def test_runs_import_names_an_unreadable_file_and_exits_1_after_importing_the_rest(tmp_path):
+    good = tmp_path / "in" / "r1.jsonl"
+    good.parent.mkdir()
+    good.write_text(json.dumps({"run": "r1", "command": "ls", "output": "a\nb\n"}) + "\n", encoding="utf-8")
+    (tmp_path / "in" / "bad.traj.json").write_text("[", encoding="utf-8")
+    done = run_cli("runs", "import", str(tmp_path / "in"), "--out", str(tmp_path / "out"))
+    err = done.stderr.decode()
+    assert done.returncode == 1 and "Traceback" not in err
+    assert err.startswith(f"error: {tmp_path / 'in' / 'bad.traj.json'}: ")
+    assert done.stdout.decode().startswith("imported 1 runs, 1 steps")
+    assert (tmp_path / "out" / "r1.jsonl").is_file()

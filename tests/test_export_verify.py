@@ -35,6 +35,11 @@ from ledger.ground.errors import CASE_EXISTS, INTEGRITY_ERROR, INVALID_ARGUMENT,
 from ledger import Case, LedgerError, read_only_query
 from ledger.ground.canonical import canonical_bytes, sha256_hex
 from ledger.ground.errors import CASE_EXISTS, INTEGRITY_ERROR, INVALID_ARGUMENT, LEDGER_MISSING
+
+
+from ledger import BudgetConfig, Case, LedgerError
+from ledger.ground.canonical import canonical_bytes, sha256_hex
+from ledger.ground.errors import CASE_EXISTS, INTEGRITY_ERROR, INVALID_ARGUMENT, LEDGER_MISSING
 from ledger import export_case, import_tree, verify_case
 
 from conftest import logical_dump, run_cli
@@ -343,6 +348,20 @@ def _tamper(case, *statements: str) -> None:
     conn = sqlite3.connect(case.path / "ledger.sqlite")
     for sql in statements:
         conn.execute(sql)
+    conn.commit()
+    conn.close()
+
+
+def _tamper_past_trigger(path: Path, trigger: str, statement: str) -> None:
+    """Run ``statement`` past one dropped guard trigger of migration 008, then put the trigger back."""
+    from ledger.storage.sqlfiles import migrations
+
+    conn = sqlite3.connect(path / "ledger.sqlite")
+    conn.execute(f"DROP TRIGGER {trigger}")
+    conn.execute(statement)
+    restore = [s for v, _, statements in migrations() if v == 8 for s in statements
+               if f"CREATE TRIGGER {trigger} " in s]
+    conn.execute(restore[0])
     conn.commit()
     conn.close()
 
@@ -697,3 +716,34 @@ def test_verify_leaves_the_log_of_a_case_another_connection_holds_open(exported)
         assert opened.balances()[0]["granted_units"] == 5
     assert verify_case(exported).events > 0
     assert not (exported / "ledger.sqlite-wal").exists()
+
+
+def test_an_outcome_is_a_case_event_exported_verified_imported_and_an_edited_outcome_is_caught(budget, case, tmp_path):
+    budget.reserve("H1", "a1", "source.read_context")
+    budget.record_result("H1", "a1", {"finding": "x"})
+    budget.settle("H1", "a1", 80, "good")
+    recorded = case.record_outcome("resolved", "swe-bench evaluation")
+    export_case(case)
+    path = case.path
+    case.close()
+    assert recorded.event_ref.startswith("analysis/case/events/")
+    body = json.loads((path / recorded.event_ref).read_bytes())
+    assert (body["type"], body["outcome"], body["source"], body["revision"]) == (
+        "case.outcome_recorded", "resolved", "swe-bench evaluation", 1)
+    assert verify_case(path).head_seq == recorded.seq
+    import_tree(path, tmp_path / "copy")
+    with Case.open(tmp_path / "copy") as copy:
+        assert (copy.status()["outcome"], copy.status()["outcome_source"]) == ("resolved", "swe-bench evaluation")
+    _tamper_past_trigger(path, "outcomes_no_update", "UPDATE outcomes SET outcome = 'failed'")
+    assert_verify_fails_at(path, recorded.seq)
+
+
+def test_an_edited_atom_row_of_a_result_is_caught(case, tmp_path):
+    budget = case.budget(BudgetConfig.from_mapping({"novelty_mode": "atoms"}))
+    budget.initialize()
+    budget.reserve("H1", "a1", "source.read_context")
+    result = budget.record_result("H1", "a1", {"atoms": ["aa", "bb"]})
+    case.close()
+    verify_case(case.path)
+    _tamper_past_trigger(case.path, "result_atoms_no_delete", "DELETE FROM result_atoms WHERE atom_id = 'bb'")
+    assert_verify_fails_at(case.path, result.seq)

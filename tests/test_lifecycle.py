@@ -226,3 +226,67 @@ def test_a_refused_init_creates_nothing(tmp_path, extra):
         extra if extra[0] == "--at" else [])
     done = run_cli(*args)
     assert done.returncode == 1 and not target.exists()
+
+
+# --- record_outcome (docs/runs.md, docs/concepts.md) ------------------------------------------
+def test_record_outcome_is_once_per_revision_the_same_again_is_reused_a_different_one_conflicts(case):
+    first = case.record_outcome("resolved", "swe-bench evaluation")
+    assert (first.revision, first.case_state, first.reused) == (1, "INVESTIGATING_HYPOTHESES", False)
+    generation = case.status()["package_generation"]
+    again = case.record_outcome("resolved", "swe-bench evaluation")
+    assert again.reused is True and again.seq == first.seq
+    for outcome, source in (("failed", "swe-bench evaluation"), ("resolved", "a human")):
+        with pytest.raises(LedgerError) as caught:
+            case.record_outcome(outcome, source)
+        assert caught.value.code == "OPERATION_CONFLICT"
+    assert case.status()["package_generation"] == generation
+
+
+def test_record_outcome_changes_no_state_and_a_transition_to_the_same_state_is_still_reused(case):
+    state_seq = case.transition("INVESTIGATING_HYPOTHESES").seq
+    case.record_outcome("resolved", "ci")
+    assert case.status()["state"] == "INVESTIGATING_HYPOTHESES"
+    assert case.transition("INVESTIGATING_HYPOTHESES").seq == state_seq
+
+
+@pytest.mark.parametrize("final_state", ["EVALUATING", "CLOSED"])
+def test_record_outcome_is_allowed_after_the_work_ended(case, final_state):
+    case.transition("EVALUATING")
+    if final_state == "CLOSED":
+        case.transition("CLOSED")
+    result = case.record_outcome("failed", "swe-bench evaluation")
+    assert result.case_state == final_state and not result.reused
+    status = case.status()
+    assert (status["state"], status["outcome"], status["outcome_source"]) == (final_state, "failed",
+                                                                              "swe-bench evaluation")
+
+
+def test_record_outcome_needs_an_open_revision(package):
+    with Case.create(package, case_id="BUG-1") as created:
+        with pytest.raises(LedgerError) as caught:
+            created.record_outcome("resolved", "ci")
+        assert caught.value.code == INVALID_TRANSITION
+        assert created.status()["package_generation"] == 1
+
+
+def test_each_revision_has_its_own_outcome_and_case_status_shows_the_current_one(case):
+    case.record_outcome("failed", "ci run 1")
+    case.transition("EVALUATING")
+    case.open_revision([{"statement": "another idea"}], 10)
+    assert case.status()["outcome"] is None
+    case.record_outcome("resolved", "ci run 2")
+    assert (case.status()["outcome"], case.status()["outcome_source"]) == ("resolved", "ci run 2")
+    rows = case.query("SELECT revision, outcome, source FROM outcomes ORDER BY revision")
+    assert [(r["revision"], r["outcome"], r["source"]) for r in rows] == [(1, "failed", "ci run 1"),
+                                                                         (2, "resolved", "ci run 2")]
+
+
+@pytest.mark.parametrize("outcome, source", [("", "ci"), ("   ", "ci"), ("resolved", ""), ("x" * 65, "ci"),
+                                             ("resolved", "s" * 1001), (3, "ci"), ("resolved", None),
+                                             ("a\x00b", "ci")])
+def test_a_bad_outcome_or_source_is_invalid_argument_and_writes_nothing(case, outcome, source):
+    generation = case.status()["package_generation"]
+    with pytest.raises(LedgerError) as caught:
+        case.record_outcome(outcome, source)
+    assert caught.value.code == INVALID_ARGUMENT
+    assert case.status()["package_generation"] == generation

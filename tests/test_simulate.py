@@ -239,7 +239,7 @@ def test_cli_json_has_exactly_the_keys_of_the_contract(tmp_path):
     assert [p["name"] for p in out["policies"]] == ["example", "max_low_information_steps=2",
                                                    "max_low_information_steps=4"]
     figures = ["runs", "steps", "steps_taken", "steps_refused", "units_spent", "units_rewarded",
-               "runs_abandoned", "runs_exhausted"]
+               "runs_abandoned", "runs_exhausted", "units_per_run"]
     for policy in out["policies"]:
         assert list(policy) == ["name", "policy_sha256", *figures, "by_outcome"]
         assert sorted(policy["by_outcome"]) == ["failed", "resolved"]
@@ -255,8 +255,9 @@ def test_cli_csv_and_table(tmp_path):
     done = _cli("simulate", journal, "--csv", "--jobs", "1")
     assert done.exit_code == 0
     assert done.stdout.splitlines() == [
-        "policy,outcome,runs,steps,steps_taken,steps_refused,units_spent,units_rewarded,runs_abandoned,runs_exhausted",
-        "example,(all),1,23,15,8,145,42,1,0"]
+        "policy,outcome,runs,steps,steps_taken,steps_refused,units_spent,units_rewarded,runs_abandoned,runs_exhausted,"
+        "units_per_run",
+        "example,(all),1,23,15,8,145,42,1,0,145"]
     table = _cli("simulate", journal, "--jobs", "1")
     assert table.exit_code == 0 and "policy example" in table.stdout and "145" in table.stdout
 
@@ -363,7 +364,7 @@ def test_the_readme_shows_the_real_output_of_its_choosing_a_policy_command():
                 "--csv")
     assert done.exit_code == 0, done.output
     assert done.stdout.splitlines() == block[2:]
-    assert "example,(all),100,3870,3325,545,29375,8930,22,0" in block  # the figures the prose quotes
+    assert "example,(all),100,3870,3325,545,29375,8930,22,0,293" in block  # the figures the prose quotes
 
 
 TRAJECTORIES = Path(__file__).parent / "data" / "trajectories"
@@ -784,3 +785,64 @@ def test_simulate_help_describes_the_json_output_it_prints():
     assert 'Print one JSON object, {"policies": [...]}' in shown and "JSON array" not in shown.split("--nl")[0]
     done = CliRunner().invoke(main, ["simulate", str(DATA / "django__django-11206.jsonl"), "--json", "--jobs", "1"])
     assert done.exit_code == 0 and list(json.loads(done.stdout)) == ["policies"]
+
+
+
+
+# --- outcomes from journals, units per run per outcome (docs/simulate.md, docs/runs.md) ---------
+def _journal_with_outcome(tmp_path: Path, name: str, outcome: str | None) -> Path:
+    path = tmp_path / f"{name}.jsonl"
+    text = (DATA / "django__django-11206.jsonl").read_text(encoding="utf-8").rstrip("\n") + "\n"
+    if outcome is not None:
+        text += json.dumps({"op": "record_outcome", "outcome": outcome, "source": "swe-bench evaluation"}) + "\n"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_simulate_reads_each_runs_outcome_from_its_journal_and_the_csv_fills_the_rest(tmp_path):
+    _journal_with_outcome(tmp_path, "a", "resolved")
+    _journal_with_outcome(tmp_path, "b", None)
+    report = simulate([tmp_path], jobs=1)
+    assert {r.run: r.outcome for r in report.runs} == {"a": "resolved", "b": None}
+    assert sorted(report.policies[0]["by_outcome"]) == ["(no outcome)", "resolved"]
+    csv_file = tmp_path / "outcomes.csv"
+    csv_file.write_text("instance_id,outcome\na,resolved\nb,failed\n", encoding="utf-8")
+    report = simulate([tmp_path], outcomes=csv_file, jobs=1)
+    assert {r.run: r.outcome for r in report.runs} == {"a": "resolved", "b": "failed"}
+    assert report.runs_without_outcome == []
+
+
+def test_a_run_whose_journal_and_csv_disagree_is_an_error_naming_both(tmp_path):
+    _journal_with_outcome(tmp_path, "a", "resolved")
+    csv_file = tmp_path / "outcomes.csv"
+    csv_file.write_text("instance_id,outcome\na,failed\n", encoding="utf-8")
+    with pytest.raises(LedgerError) as caught:
+        simulate([tmp_path / "a.jsonl"], outcomes=csv_file, jobs=1)
+    assert caught.value.code == "INVALID_ARGUMENT"
+    assert "'resolved'" in caught.value.message and "'failed'" in caught.value.message and "a" in caught.value.message
+    done = CliRunner().invoke(main, ["simulate", str(tmp_path / "a.jsonl"), "--outcomes", str(csv_file), "--jobs", "1"])
+    assert done.exit_code == 1 and "error: INVALID_ARGUMENT: run a: its journal records" in done.stderr
+
+
+def test_units_per_run_is_units_spent_per_run_of_each_outcome_rounded_down(tmp_path):
+    journals = [str(DATA / f"{name}.jsonl") for name in JOURNALS]
+    report = simulate(journals, outcomes=OUTCOMES, jobs=1)
+    for policy in report.policies:
+        for figures in (policy, *policy["by_outcome"].values()):
+            assert figures["units_per_run"] == figures["units_spent"] // figures["runs"]
+        per_outcome = {}
+        for run in report.runs:
+            per_outcome.setdefault(run.outcome, []).append(run.units_spent)
+        for outcome, spent in per_outcome.items():
+            assert policy["by_outcome"][outcome]["units_per_run"] == sum(spent) // len(spent)
+
+
+def test_vary_takes_the_novelty_mode_words_and_refuses_an_unknown_one(tmp_path):
+    assert parse_vary("novelty_mode=evidence, atoms") == ("novelty_mode", ["evidence", "atoms"])
+    grid = vary(example_policy(), [("novelty_mode", ["evidence", "atoms"])])
+    assert [p.name for p in grid] == ["novelty_mode=evidence", "novelty_mode=atoms"]
+    assert grid[0].policy_sha256 == example_policy().policy_sha256
+    assert grid[1].config.novelty_mode == "atoms"
+    with pytest.raises(LedgerError) as caught:
+        vary(example_policy(), [("novelty_mode", ["lines"])])
+    assert caught.value.code == "CONFIG_INVALID" and "novelty_mode" in caught.value.message

@@ -447,8 +447,15 @@ def _downgrade_to_version_6(path: Path) -> None:
     """Make a ledger look like one made before scope_usage changed (schema version 6)."""
     conn = sqlite3.connect(path / "ledger.sqlite")
     guard = shipped_schema()["schema_migrations_no_delete"]
-    conn.execute("DROP VIEW scope_usage")
-    conn.execute(shipped_schema(6)["scope_usage"])
+    now, then = shipped_schema(), shipped_schema(6)
+    for name in [n for n in now if n not in then and n.endswith(("_no_update", "_no_delete", "_guard"))]:
+        conn.execute(f"DROP TRIGGER {name}")  # the later migrations' objects, guards first
+    for name in [n for n in now if n not in then and not n.endswith(("_no_update", "_no_delete", "_guard"))]:
+        kind = "VIEW" if now[name].lstrip().upper().startswith("CREATE VIEW") else "TABLE"
+        conn.execute(f"DROP {kind} {name}")
+    for name in [n for n in now if n in then and now[n] != then[n]]:  # views as version 6 made them
+        conn.execute(f"DROP VIEW {name}")
+        conn.execute(then[name])
     conn.execute("DROP TRIGGER schema_migrations_no_delete")
     conn.execute("DELETE FROM schema_migrations WHERE version > 6")
     conn.execute(guard)

@@ -35,6 +35,11 @@ DEFAULT_POLICY: dict[str, Any] = {
     "max_scarcity_bps": 40000,
 }
 
+#: ``novelty_mode`` values (docs/concepts.md). The default, ``"evidence"``, is not written into the
+#: frozen policy, so a policy that does not choose ``"atoms"`` hashes exactly as before the key existed.
+NOVELTY_MODES = ("evidence", "atoms")
+NOVELTY_DEFAULT = "evidence"
+
 DEFAULT_ANALYSIS: dict[str, Any] = {
     "units_per_hypothesis": 100,
     "max_hypotheses": 8,
@@ -168,7 +173,13 @@ class BudgetConfig:
                     raise LedgerError(CONFIG_INVALID, f"{table}: keys must be strings, got {key!r}", key=table)
         merged["action_costs"] = dict(merged["action_costs"])
         merged["test_costs"] = {**DEFAULT_POLICY["test_costs"], **dict(merged["test_costs"])}
-        _check_types(merged, "")
+        mode = merged.pop("novelty_mode", NOVELTY_DEFAULT)
+        if not isinstance(mode, str) or mode not in NOVELTY_MODES:
+            raise LedgerError(CONFIG_INVALID, f"novelty_mode: must be one of {', '.join(NOVELTY_MODES)}, "
+                              f"got {describe_value(mode)}", key="novelty_mode")
+        if mode != NOVELTY_DEFAULT:
+            merged["novelty_mode"] = mode
+        _check_types(merged, "", strings=frozenset({"novelty_mode"}))
         policy_sha256 = _validated_policy_sha256(merged)
         if merged["tier_shallow_below_pct"] < merged["tier_deferred_below_pct"]:
             raise LedgerError(
@@ -216,6 +227,11 @@ class BudgetConfig:
 
     def __getitem__(self, key: str) -> Any:
         return self.policy[key]
+
+    @property
+    def novelty_mode(self) -> str:
+        """``"evidence"`` (novelty of the whole evidence, the default) or ``"atoms"`` (docs/concepts.md)."""
+        return self.policy.get("novelty_mode", NOVELTY_DEFAULT)
 
 
 def default_analysis_data() -> dict[str, Any]:

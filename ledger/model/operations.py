@@ -115,6 +115,10 @@ def _replay_transition(request, body, source):
     return lifecycle.shape_transition(request.get("to")), {}, None
 
 
+def _replay_record_outcome(request, body, source):
+    return lifecycle.shape_record_outcome(*_get(request, "outcome", "source")), {}, None
+
+
 def _replay_initialize(request, body, source):
     return budget_rules.shape_initialize(), {}, BudgetConfig.from_mapping(body.get("policy") or {})
 
@@ -261,6 +265,8 @@ OPERATIONS: dict[str, Operation] = {op.name: op for op in (
               "evidence feedback confirm", feedback_rules.confirm_feedback, _replay_confirm_feedback),
     Operation("store_feedback", "evidence", (A("operation_id", "operation_id"), A("feedback_id", "feedback_id")),
               "evidence feedback store", feedback_rules.store_feedback, _replay_store_feedback),
+    Operation("record_outcome", "case", (A("outcome", "outcome"), A("source", "source")), "outcome record",
+              lifecycle.record_outcome, _replay_record_outcome),
 )}
 
 

@@ -16,6 +16,7 @@ from ..ground.canonical import canonical_bytes
 from ..rules.common import Draft
 from ..rules.scopes import establishment_row
 from ..storage.sqlite_file import HelperRow
+from ..rules.novelty import evidence_atom_ids
 
 Body = Mapping[str, Any]
 
@@ -43,6 +44,11 @@ def _revision_opened(body: Body, draft: Draft) -> list[HelperRow]:
 
 def _case_transitioned(body: Body, draft: Draft) -> list[HelperRow]:
     return [_lifecycle(body, body["from_state"])]
+
+
+def _outcome_recorded(body: Body, draft: Draft) -> list[HelperRow]:
+    return [("insert_outcome", {"seq": body["seq"], "revision": body["revision"], "outcome": body["outcome"],
+                                "source": body["source"]})]
 
 
 def _budget_initialized(body: Body, draft: Draft) -> list[HelperRow]:
@@ -74,6 +80,10 @@ def _budget_result_recorded(body: Body, draft: Draft) -> list[HelperRow]:
     rows += [("insert_result_source", {"path": s["path"], "sha256": s["sha256"], **key}) for s in body["sources"]]
     if "cost_usd_millicents" in body:
         rows.append(("insert_result_cost", {"cost_usd_millicents": body["cost_usd_millicents"], **key}))
+    new_content = draft.contents.get(body["evidence_sha256"])
+    if new_content is not None:  # a content seen before brought its atoms then
+        rows += [("insert_result_atom", {"atom_id": atom, "seq": body["seq"]})
+                 for atom in evidence_atom_ids(new_content) or ()]
     return rows
 
 
@@ -166,6 +176,7 @@ PROJECTIONS: dict[str, Callable[[Body, Draft], list[HelperRow]]] = {
     "case.created": _case_created,
     "revision.opened": _revision_opened,
     "case.transitioned": _case_transitioned,
+    "case.outcome_recorded": _outcome_recorded,
     "budget.initialized": _budget_initialized,
     "budget.reserved": _budget_reserved,
     "budget.result_recorded": _budget_result_recorded,

@@ -20,6 +20,7 @@ from ..ground.config import BudgetConfig
 from ..ground.errors import LedgerError
 from ..rules.scopes import establishment_row
 from ..storage.connection import Storage
+from ..rules.novelty import evidence_atom_ids
 
 
 @lru_cache(maxsize=64)
@@ -261,6 +262,11 @@ class SqlView:
     def atom_seen(self, atom_sha256: str) -> bool:
         return self.storage.one("evidence_atom_exists", atom_sha256=atom_sha256) is not None
 
+    def result_atoms_seen(self, atom_ids: list[str]) -> int:
+        if not atom_ids:
+            return 0
+        return self.storage.one("result_atoms_seen", atoms=json.dumps(atom_ids))[0]
+
     def evidence_record(self, record_id: str) -> dict[str, Any] | None:
         row = self.storage.one("evidence_record_body", record_id=record_id)
         return json.loads(row[0]) if row else None
@@ -343,6 +349,7 @@ class MemoryView:
         self._record_by_action: dict[tuple[int, str, str], tuple[str, str]] = {}
         self._record_by_content: dict[str, str] = {}
         self._atoms: set[str] = set()
+        self._result_atoms: set[str] = set()
         self._index: dict[str, Any] | None = None
         self._reservation_seqs: dict[tuple[int, str, str], int] = {}
         self._tests: dict[str, dict[str, Any]] = {}
@@ -435,6 +442,9 @@ class MemoryView:
     def atom_seen(self, atom_sha256: str) -> bool:
         return atom_sha256 in self._atoms
 
+    def result_atoms_seen(self, atom_ids: list[str]) -> int:
+        return sum(a in self._result_atoms for a in atom_ids)
+
     def evidence_record(self, record_id: str) -> dict[str, Any] | None:
         found = self._records.get(record_id)
         return json.loads(canonical_bytes(found)) if found else None
@@ -490,8 +500,10 @@ class MemoryView:
         for sha, data in contents.items():
             self._contents.add(sha)
             self._content_bytes += len(data)
-        if "state" in body:
+        if "state" in body and kind != "case.outcome_recorded":  # an outcome changes no state
             self._apply_lifecycle(body)
+        if kind == "budget.result_recorded" and body["evidence_sha256"] in contents:
+            self._result_atoms.update(evidence_atom_ids(contents[body["evidence_sha256"]]) or ())
         if kind == "revision.opened":
             self._revisions[revision] = {
                 "revision": revision, "seq": seq, "units_per_hypothesis": body["units_per_hypothesis"],

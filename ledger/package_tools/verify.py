@@ -40,7 +40,7 @@ Progress = Callable[[int], None]
 HELPER_TABLES = ("case_identity", "lifecycle", "revisions", "hypotheses", "policies", "accounts",
                  "grants", "reservations", "results", "result_sources", "closings", "terminations",
                  "evidence_records", "scope_establishments", "scope_limits", "limit_warnings",
-                 "limit_exceedances", "increase_requests", "result_costs", "evidence_atoms", "test_requests",
+                 "limit_exceedances", "increase_requests", "result_costs", "evidence_atoms", "outcomes", "result_atoms", "test_requests",
                  "feedback_drafts", "feedback_confirmations",
                  "evidence_indexes", "evidence_files")
 PUBLIC_VIEWS = ("balances", "balances_recomputed", "actions", "evidence", "case_status", "scope_usage")

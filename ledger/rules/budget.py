@@ -15,12 +15,13 @@ from ..ground.canonical import SAFE_INTEGER_MAX, canonical_bytes, canonical_sha2
 from ..ground.config import BudgetConfig
 from ..ground.errors import LedgerError, limit_reached
 from .common import (ACTION_AWAITING, ACTION_FAILED, ACTION_RESERVED, ACTION_SETTLED, CLOSED_ACTION_STATUSES,
-                     EMPTY_EVIDENCE, MUTABLE_STATES, SCORE_MAX, STATUS_ABANDONED, STATUS_EXHAUSTED,
+                     MUTABLE_STATES, SCORE_MAX, STATUS_ABANDONED, STATUS_EXHAUSTED,
                      STATUS_INVESTIGATING, STATUS_NEW, STATUS_REJECTED, TERMINAL_STATUSES, REASON_BELOW_FLOOR,
                      REASON_LOW_INFORMATION, Context, Draft, LedgerView, Reused, check_action_id,
                      check_action_name, check_hypothesis_id, check_reason, check_source_ref_list, operation_key,
                      hypothesis_number, replay_or_conflict, require_case, sorted_accounts, Outcome)
 from . import scopes as scope_rules
+from .novelty import result_novelty
 
 def shape_initialize() -> dict[str, Any]:
     return {"op": "initialize"}
@@ -362,7 +363,9 @@ def reserve_priced(view: LedgerView, request: Mapping[str, Any], context: Contex
 
 
 def record_result(view: LedgerView, request: Mapping[str, Any], context: Context) -> Draft | Outcome | Reused:
-    """Store the evidence of a reserved action and compute novelty v1 (docs/concepts.md).
+    """Store the evidence of a reserved action and compute novelty v1 (docs/concepts.md); under
+    ``novelty_mode = "atoms"`` evidence carrying an ``atoms`` list scores the share of its atoms not
+    returned before anywhere in the case (capped by ``new_evidence_score``).
 
     ``evidence`` is the payload's canonical bytes; ``sources`` the resolved
     ``[{"path", "sha256"}]`` of ``source_refs``. Nothing is refunded yet.
@@ -388,7 +391,7 @@ def record_result(view: LedgerView, request: Mapping[str, Any], context: Context
         if stored + len(evidence) > limits["evidence_content_bytes_max"]:
             raise limit_reached("evidence_content_bytes_max", f"distinct evidence content would reach "
                                 f"{stored + len(evidence)} bytes; the limit is {limits['evidence_content_bytes_max']}")
-    novelty = 0 if (evidence in EMPTY_EVIDENCE or seen) else ctx.policy["new_evidence_score"]
+    novelty = result_novelty(view, evidence, seen, ctx.policy)
     action.update(status=ACTION_AWAITING, novelty_score=novelty)
     money = request.get("cost_usd_millicents")
     extra = {} if money is None else {"cost_usd_millicents": money}  # absent: the event's bytes as before

@@ -10,7 +10,8 @@ from ..ground.canonical import canonical_sha256, check_int
 from ..ground.errors import LedgerError
 from .common import (is_blank, CASE_STATES, CREATED, EVALUATING, GENERATING, OPEN_REVISION_FROM, STATEMENT_CHARS_MAX, TRANSITIONS,
                      Context, Draft,
-                     LedgerView, Reused, check_case_id, check_text, require_case)
+                     LedgerView, Reused, check_case_id, check_text, operation_key, replay_or_conflict,
+                     require_case)
 
 
 def shape_create(case_id: Any, package_id: Any) -> dict[str, Any]:
@@ -134,3 +135,42 @@ def transition(view: LedgerView, request: Mapping[str, Any], context: Context) -
     return Draft("case.transitioned", "case", case["revision"], None, dict(request), fields)
 
 
+
+
+OUTCOME_CHARS_MAX = 64
+OUTCOME_SOURCE_CHARS_MAX = 1000
+
+
+def shape_record_outcome(outcome: Any, source: Any) -> dict[str, Any]:
+    """Request of ``record_outcome``: a short non-blank ``outcome`` label (at most 64 characters) and a
+    non-blank ``source`` saying where the verdict came from (at most 1000). ``INVALID_ARGUMENT`` otherwise."""
+    for value, what, limit in ((outcome, "outcome", OUTCOME_CHARS_MAX), (source, "source", OUTCOME_SOURCE_CHARS_MAX)):
+        if not isinstance(value, str) or is_blank(value):
+            raise LedgerError(E.INVALID_ARGUMENT, f"{what} must be a non-blank string, got {value!r:.80}")
+        if len(value) > limit:
+            raise LedgerError(E.INVALID_ARGUMENT, f"{what} is longer than {limit} characters")
+        check_text(value, what)
+    return {"op": "record_outcome", "outcome": outcome, "source": source}
+
+
+def record_outcome(view: LedgerView, request: Mapping[str, Any], context: Context) -> Draft | Reused:
+    """How the current revision's work ended (docs/runs.md): once per revision, in any state after
+    ``open_revision`` (EVALUATING and CLOSED included: the verdict often comes after the work).
+    The same outcome again is :class:`Reused`; a different one is ``OPERATION_CONFLICT``.
+    Errors: ``INVALID_TRANSITION`` (no revision is open yet), ``OPERATION_CONFLICT``."""
+    case = require_case(view)
+    revision = case["revision"]
+    if revision == 0:
+        raise LedgerError(E.INVALID_TRANSITION, f"record_outcome needs an open revision; the case is {case['state']} "
+                          "(open_revision first)", state=case["state"])
+    key = operation_key(revision, "record_outcome")
+    try:
+        found = replay_or_conflict(view, key, request)
+    except LedgerError as exc:
+        raise LedgerError(E.OPERATION_CONFLICT, f"revision {revision} already has another outcome (seq "
+                          f"{exc.details['seq']}); an outcome is recorded once per revision", **exc.details) from None
+    if found is not None:
+        return found
+    fields = case_fields(case, "case.outcome_recorded", revision)
+    fields.update({"state": case["state"], "outcome": request["outcome"], "source": request["source"]})
+    return Draft("case.outcome_recorded", "case", revision, key, dict(request), fields)

@@ -21,7 +21,7 @@ from .session import Ran
 
 @dataclass(frozen=True)
 class LifecycleResult:
-    """Result of ``open_revision`` and ``transition``.
+    """Result of ``open_revision``, ``transition`` and ``record_outcome``.
 
     ``case_state`` is the case state after the call, ``seq`` the event's (the original
     one when ``reused``), ``event_ref`` its export path, ``hypotheses`` the
@@ -107,6 +107,15 @@ class CaseFacade:
         ``INVALID_TRANSITION``, ``ACTION_PENDING`` (into ``EVALUATING``)."""
         request = lifecycle.shape_transition(to)
         return self._lifecycle_result(self.session.run("transition", request, at=at))
+
+    def record_outcome(self, outcome: str, source: str, *, at: str | None = None) -> LifecycleResult:
+        """Record how the current revision's work ended (docs/runs.md): ``outcome`` a short label
+        of your choosing (``"resolved"``), ``source`` where the verdict came from. Once per
+        revision, in any state after ``open_revision``; the same again is reused. Errors:
+        ``INVALID_ARGUMENT``, ``INVALID_TRANSITION`` (no revision yet), ``OPERATION_CONFLICT``
+        (a different outcome is already recorded)."""
+        request = lifecycle.shape_record_outcome(outcome, source)
+        return self._lifecycle_result(self.session.run("record_outcome", request, at=at))
 
     def budget(self, config: BudgetConfig | None = None) -> BudgetManager:
         """The budget manager of this case; ``config=None`` uses the frozen policy."""

@@ -278,6 +278,10 @@ def replay_run(run: str, lines: Iterable[Item], policy: Any, *, analysis: Analys
                 result.lines.append((number, line.code))
         else:
             replay.line(number, line, policy.units_per_hypothesis)
+            if line.get("op") == "record_outcome":  # the journal's own outcome (docs/runs.md): the newest counts
+                label = line.get("outcome")
+                if isinstance(label, str) and label.strip():
+                    result.outcome = label
         if result.error is not None and not trace:
             return result
     return replay.finish()

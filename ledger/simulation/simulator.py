@@ -37,7 +37,9 @@ from .replay import UNITS_KEY, RunResult, journal_lines, parse_journal, replay_r
 
 #: The figures of a policy (and of each outcome), in output order.
 FIGURES = ("runs", "steps", "steps_taken", "steps_refused", "units_spent", "units_rewarded",
-           "runs_abandoned", "runs_exhausted")
+           "runs_abandoned", "runs_exhausted", "units_per_run")
+#: Policy keys ``--vary`` takes words for, not integers.
+WORD_KEYS = ("novelty_mode",)
 NO_OUTCOME = "(no outcome)"
 #: Outcome names the report uses itself (``(all)`` is the CSV row of every run).
 RESERVED_OUTCOMES = frozenset({NO_OUTCOME, "(all)"})
@@ -95,11 +97,11 @@ def example_policy() -> Policy:
 
 def varied_keys() -> list[str]:
     """Keys ``--vary`` accepts: the integer budget keys, ``action_costs.NAME``,
-    ``test_costs.NAME`` and ``units_per_hypothesis``."""
-    return sorted([k for k, v in DEFAULT_POLICY.items() if type(v) is int] + [UNITS_KEY])
+    ``test_costs.NAME``, ``units_per_hypothesis`` and ``novelty_mode`` (words)."""
+    return sorted([k for k, v in DEFAULT_POLICY.items() if type(v) is int] + [UNITS_KEY, *WORD_KEYS])
 
 
-def _with_value(settings: dict[str, Any], key: str, value: int) -> dict[str, Any]:
+def _with_value(settings: dict[str, Any], key: str, value: int | str) -> dict[str, Any]:
     out = {k: dict(v) if isinstance(v, dict) else v for k, v in settings.items()}
     table, dot, entry = key.partition(".")
     if dot and table in ("action_costs", "test_costs") and entry:
@@ -112,14 +114,20 @@ def _with_value(settings: dict[str, Any], key: str, value: int) -> dict[str, Any
     return out
 
 
-def parse_vary(spec: str) -> tuple[str, list[int]]:
-    """``KEY=V1,V2,…`` → ``(key, [values])``; ``INVALID_ARGUMENT`` unless every value is an integer,
-    given once (``4,4`` or ``4,04`` would name two policies alike)."""
+def parse_vary(spec: str) -> tuple[str, list[int | str]]:
+    """``KEY=V1,V2,…`` → ``(key, [values])``; ``INVALID_ARGUMENT`` unless every value is an integer
+    (words for :data:`WORD_KEYS`), given once (``4,4`` or ``4,04`` would name two policies alike)."""
     check_instance(spec, str, "the --vary spec", "a str like KEY=V1,V2")
     key, eq, values = spec.partition("=")
     if not eq or not key or not values:
         raise LedgerError(E.INVALID_ARGUMENT, f"--vary {spec!r}: expected KEY=V1,V2,…", key=key)
-    out: list[int] = []
+    if key in WORD_KEYS:  # e.g. novelty_mode=evidence,atoms: the policy checks each word
+        words = [value.strip() for value in values.split(",")]
+        if len(set(words)) != len(words):
+            raise LedgerError(E.INVALID_ARGUMENT, f"--vary {key}: a value is given twice; give each value once",
+                              key=key)
+        return key, words
+    out: list[int | str] = []
     for value in values.split(","):
         try:
             number = int(value.strip(), 10)
@@ -287,6 +295,22 @@ class SimulationReport:
         return {"policies": self.policies}
 
 
+def merge_outcomes(runs: Sequence[RunResult], table: Mapping[str, str] | None) -> dict[str, str] | None:
+    """Give each run its outcome: the one its journal records, else the table's. A run whose journal
+    and table disagree is ``INVALID_ARGUMENT`` naming both; returns run id → outcome (None: no outcome
+    anywhere)."""
+    merged = dict(table or {})
+    for run in runs:
+        listed = merged.get(run.run)
+        if run.outcome is not None and listed is not None and listed != run.outcome:
+            raise LedgerError(E.INVALID_ARGUMENT, f"run {run.run}: its journal records the outcome {run.outcome!r} "
+                              f"but the outcomes file says {listed!r}", run=run.run)
+        if run.outcome is not None:
+            merged[run.run] = run.outcome
+        run.outcome = merged.get(run.run)
+    return merged if table is not None or merged else None
+
+
 def _empty() -> dict[str, int]:
     return dict.fromkeys(FIGURES, 0)
 
@@ -314,6 +338,9 @@ def summarize(policies: Sequence[Policy], runs: Sequence[RunResult], outcomes: M
         _add(row, run)
         if outcomes is not None:
             _add(row["by_outcome"].setdefault(run.outcome or NO_OUTCOME, _empty()), run)
+    for row in table.values():
+        for figures in (row, *row["by_outcome"].values()):  # cost per run of that outcome, rounded down
+            figures["units_per_run"] = figures["units_spent"] // figures["runs"] if figures["runs"] else 0
     return list(table.values())
 
 
@@ -337,7 +364,8 @@ def simulate(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Poli
     sorted by name), or a single ``str``/path-like naming one of them; the run id is the file's stem. ``policies``: :class:`Policy`
     objects or ``[NAME=]FILE.toml`` strings (default: the example policy; policy
     names must differ). ``outcomes``: run id → outcome, or the path of a CSV
-    (first column the run id, a column ``outcome``). ``jobs``: worker processes
+    (first column the run id, a column ``outcome``), for runs whose journal records no
+    ``record_outcome`` (a disagreement with the journal is ``INVALID_ARGUMENT``). ``jobs``: worker processes
     (1: in this process); each holds one run at a time. ``analysis``: default
     units, ``max_hypotheses`` and limits (as ``--analysis-config``). ``package``:
     the folder where ``source_refs`` resolve (none: a source reference is refused
@@ -379,8 +407,7 @@ def simulate(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Poli
         with ProcessPoolExecutor(max_workers=workers) as pool:  # a few journals per message, one run at a time
             results = list(pool.map(_simulate_task, tasks, chunksize=max(1, len(files) // (workers * 16))))
     runs = [run for per_journal in results for run in per_journal]
-    for run in runs:
-        run.outcome = table.get(run.run) if table is not None else None
+    table = merge_outcomes(runs, table)
     stems = {path.stem for path in files}
     return SimulationReport(
         policies=summarize(chosen, runs, table),

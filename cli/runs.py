@@ -1,0 +1,89 @@
+"""``ledger runs import`` and ``ledger outcome record``: your own agent runs (docs/runs.md)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from ledger import import_runs
+from ledger.runs.trajectories import FORMATS as RUN_FORMATS
+
+from ._common import AT, CASE, JSON, Settings, UsageGroup, pass_settings, progress_bar
+from ._output import dumps, echo, emit_result
+
+
+@click.group(cls=UsageGroup)
+def runs() -> None:
+    """Turn coding-agent trajectories into journals for 'apply' and 'simulate'."""
+
+
+class _Progress:
+    """A progress bar on standard error while it is a terminal, made when the file count is known."""
+
+    def __init__(self) -> None:
+        self.bar: Any = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.bar is None:
+            self.bar = progress_bar(total, "importing runs", stream=sys.stderr).__enter__()
+        self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(None, None, None)
+
+
+@runs.command("import")
+@click.argument("paths", nargs=-1, required=True, metavar="TRAJ_OR_FOLDER...")
+@click.option("--out", required=True, metavar="DIR", help="Folder the journals are written to (DIR/RUN_ID.jsonl).")
+@click.option("--format", "fmt", type=click.Choice(RUN_FORMATS), default="auto", show_default=True,
+              help="Trajectory format; auto tells them apart by name and content.")
+@click.option("--outcomes", metavar="CSV", help="CSV 'instance_id,outcome': a run named there gets record_outcome.")
+@click.option("--semantic-score", type=click.IntRange(0, 100), default=50, show_default=True,
+              help="The semantic score every settle carries.")
+@click.option("--actions", metavar="FILE", help="TOML mapping of programs to action names (default: built in).")
+@JSON
+def import_command(paths: tuple[str, ...], out: str, fmt: str, outcomes: str | None, semantic_score: int,
+                   actions: str | None, as_json: bool) -> None:
+    """Write one journal of derived facts per run found in TRAJ_OR_FOLDER (.gz too).
+
+    Exits 1 when a file could not be imported (named with the reason); the other runs are written.
+    """
+    progress = _Progress()
+    try:
+        summary = import_runs(paths, out, fmt=fmt, outcomes=outcomes, semantic_score=semantic_score,
+                              actions=actions, progress=progress)
+    finally:
+        progress.close()
+    result = summary.to_dict()
+    if as_json:
+        echo(dumps(result))
+    else:
+        skipped = ", ".join(f"{n} {why}" for why, n in result["skipped"].items()) or "none"
+        echo(f"imported {summary.runs} runs, {summary.steps} steps into {out}; turns skipped: {skipped}")
+    for error in summary.errors:
+        click.echo(f"error: {error['file']}: {error['reason']}", err=True)
+    if summary.errors:
+        sys.exit(1)
+
+
+@click.group(cls=UsageGroup)
+def outcome() -> None:
+    """Record how a revision's work ended."""
+
+
+@outcome.command("record")
+@CASE
+@click.argument("label", metavar="OUTCOME")
+@click.option("--source", required=True, help="Where the verdict came from (e.g. 'swe-bench evaluation').")
+@AT
+@JSON
+@pass_settings
+def outcome_record(settings: Settings, case: str, label: str, source: str, at: str | None, as_json: bool) -> None:
+    """Record OUTCOME (e.g. resolved) for the current revision; once per revision."""
+    with settings.open(case) as opened:
+        result = opened.record_outcome(label, source, at=at)
+    emit_result(result.to_dict(), as_json,
+                [f"revision {result.revision}: outcome {label} (seq {result.seq}{', reused' if result.reused else ''})"])

@@ -1,0 +1,171 @@
+"""What a coding agent's shell command does: its action name and target (docs/runs.md).
+
+``ledger runs import`` names each step's action after the programs its command
+runs. The command is split into words (shell quoting respected) and into
+simple commands at ``|``, ``&&``, ``||``, ``;`` and line ends. When every
+program is one of a rule's ``programs`` or a neutral filter (``head``, ``sort``,
+``wc``, …), nothing is written (no ``>`` redirection, no here-document, no
+``sed -i``), the action is the first rule, in order, one of the programs
+matches. Anything else (and ``find`` with ``-delete`` or ``-exec``) is the ``default`` action. The mapping is data: a TOML
+file (``--actions FILE``) replaces it.
+
+The target is the one file or folder the command reads or searches: the path
+arguments of its reading and searching programs (for ``grep`` and ``sed`` the
+first plain argument is the pattern or script, not a path; ``.`` is no target).
+When the command names exactly one distinct path, that is the target.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..ground.config import _read_toml
+from ..ground.errors import CONFIG_INVALID, LedgerError
+
+#: The mapping used without ``--actions`` (the bundled journals' three actions).
+DEFAULT_ACTIONS: dict[str, Any] = {
+    "default": "test.automated",
+    "rules": [
+        {"action": "source.find_text",
+         "programs": ["grep", "egrep", "fgrep", "rg", "ag", "ack", "find", "ls", "tree", "locate",
+                      "find_file", "search_dir", "search_file"]},
+        {"action": "source.read_context",
+         "programs": ["cat", "nl", "sed", "head", "tail", "less", "more", "bat", "open", "goto",
+                      "scroll_up", "scroll_down"]},
+    ],
+    "neutral": ["head", "tail", "sort", "uniq", "wc", "cut", "tr", "column", "xargs", "awk", "true"],
+}
+
+_ACTION_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
+_SEPARATORS = frozenset({"|", "||", "&&", ";", "&", "\n", "|&"})
+#: Options whose value is the next word, per program (``-n 20``, ``-A 3``, ``-name x``).
+_VALUE_OPTIONS = {
+    "grep": set("ABCmef"), "egrep": set("ABCmef"), "fgrep": set("ABCmef"), "rg": set("ABCmegtT"),
+    "head": set("nc"), "tail": set("nc"), "nl": set("bdfhilnpsvw"), "sed": set("ef"),
+    "ls": set("ITw"), "tree": set("LIP"),
+}
+#: Programs whose first plain argument is a pattern or script, not a path (unless given by ``-e``/``-f``).
+_PATTERN_FIRST = frozenset({"grep", "egrep", "fgrep", "rg", "ag", "ack", "sed", "search_dir", "find_file"})
+
+
+@dataclass(frozen=True)
+class ActionMap:
+    """The command → action mapping: ``rules`` (action, programs) in order, ``neutral`` filters, ``default``."""
+
+    rules: tuple[tuple[str, frozenset[str]], ...]
+    neutral: frozenset[str]
+    default: str
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> "ActionMap":
+        """Refuses (``CONFIG_INVALID`` naming the key) anything but ``default``, ``rules`` and ``neutral``."""
+        unknown = sorted(set(data) - {"default", "rules", "neutral"})
+        if unknown:
+            raise LedgerError(CONFIG_INVALID, f"actions: unknown key {unknown[0]!r}", key=unknown[0])
+        default = data.get("default", DEFAULT_ACTIONS["default"])
+        _check_action(default, "default")
+        rules = []
+        for number, rule in enumerate(data.get("rules", DEFAULT_ACTIONS["rules"]), start=1):
+            key = f"rules[{number}]"
+            if not isinstance(rule, Mapping) or set(rule) != {"action", "programs"}:
+                raise LedgerError(CONFIG_INVALID, f"{key}: needs exactly the keys action and programs", key=key)
+            _check_action(rule["action"], f"{key}.action")
+            rules.append((rule["action"], _names(rule["programs"], f"{key}.programs")))
+        return cls(tuple(rules), _names(data.get("neutral", DEFAULT_ACTIONS["neutral"]), "neutral"), default)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "ActionMap":
+        return cls.from_mapping(_read_toml(path))
+
+
+def _check_action(value: Any, key: str) -> None:
+    if not isinstance(value, str) or len(value) > 128 or not _ACTION_RE.fullmatch(value):
+        raise LedgerError(CONFIG_INVALID, f"{key}: an action name looks like 'source.read_context', got {value!r}",
+                          key=key)
+
+
+def _names(value: Any, key: str) -> frozenset[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise LedgerError(CONFIG_INVALID, f"{key}: must be a list of program names", key=key)
+    return frozenset(value)
+
+
+DEFAULT_ACTION_MAP = ActionMap.from_mapping(DEFAULT_ACTIONS)
+
+
+def _words(command: str) -> list[str] | None:
+    """The command's words with separators as their own words; None when it cannot be split."""
+    lexer = shlex.shlex(command.replace("\n", " ; "), posix=True, punctuation_chars="|&;<>()")
+    lexer.whitespace_split = True
+    lexer.commenters = ""
+    try:
+        return list(lexer)
+    except ValueError:
+        return None
+
+
+def _simple_commands(words: list[str]) -> list[list[str]]:
+    out: list[list[str]] = [[]]
+    for word in words:
+        if word in _SEPARATORS:
+            out.append([])
+        else:
+            out[-1].append(word)
+    return [c for c in out if c]
+
+
+def _paths(program: str, args: list[str]) -> list[str]:
+    """The path arguments of one reading or searching command."""
+    values = _VALUE_OPTIONS.get(program, set())
+    plain: list[str] = []
+    pattern_given = False
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+            continue
+        if program == "find" and arg.startswith("-"):
+            break  # find PATH… then its expression
+        if arg.startswith("-") and len(arg) > 1 and not arg.startswith("--"):
+            if arg[1] in "ef" and program in _PATTERN_FIRST:
+                pattern_given = True
+            skip = arg[-1] in values
+            continue
+        if arg.startswith("--"):
+            continue
+        plain.append(arg)
+    if program in _PATTERN_FIRST and not pattern_given:
+        plain = plain[1:]
+    return [p.rstrip("/") or "/" for p in plain if p not in (".", "./")]
+
+
+def classify(command: str, mapping: ActionMap = DEFAULT_ACTION_MAP) -> tuple[str, str | None]:
+    """``(action, target)`` of a shell ``command`` (see the module docstring)."""
+    words = _words(command)
+    if not words or any(w in ("<", ">", "(", ")") or w.startswith(("<", ">")) for w in words):
+        return mapping.default, None  # writes a file, reads a here-document or opens a subshell
+    commands = _simple_commands(words)
+    programs = [c[0].rsplit("/", 1)[-1] if c[0].startswith("/") else c[0] for c in commands]
+    if any((p == "sed" and any(a.startswith("-i") or a == "--in-place" for a in c[1:]))
+           or (p == "find" and any(a in ("-delete", "-exec", "-execdir", "-ok", "-fprint") for a in c[1:]))
+           for p, c in zip(programs, commands)):
+        return mapping.default, None
+    action = None
+    for name, members in mapping.rules:
+        if any(p in members for p in programs):
+            action = name
+            break
+    known = set().union(*(m for _, m in mapping.rules)) | mapping.neutral
+    if action is None or not all(p in known for p in programs):
+        return mapping.default, None
+    targets: list[str] = []
+    for index, (program, words_) in enumerate(zip(programs, commands)):
+        if program == "xargs" and len(words_) > 1:
+            continue  # the paths come from the pipe
+        if any(program in m for _, m in mapping.rules) and not (index and program in mapping.neutral):
+            targets += [p for p in _paths(program, words_[1:]) if p not in targets]
+    return action, targets[0] if len(targets) == 1 else None

@@ -1,0 +1,406 @@
+"""Import coding-agent runs as journals of derived facts (docs/runs.md).
+
+``import_runs`` reads trajectories one file at a time (``.gz`` too) and writes
+one journal per run, ``DIR/RUN_ID.jsonl``, ready for ``ledger apply`` and
+``ledger simulate``. A step becomes ``reserve`` → ``record_result`` → ``settle``
+on hypothesis ``H1`` with action ids ``s0001``, ``s0002``, …; its evidence holds
+only facts derived from the observation (hashes, sizes, atom ids, exit code,
+target), never a command, thought or output text. The same input gives the
+same bytes. A file that cannot be read is reported with the reason and the
+other files are still imported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import gzip
+import hashlib
+import json
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, IO, Iterable, Iterator, Mapping
+
+from ..ground import errors as E
+from ..ground.errors import LedgerError
+from ..ground.paths import fs_path
+from ..rules.lifecycle import shape_record_outcome
+from .actions import DEFAULT_ACTION_MAP, ActionMap, classify
+
+FORMATS = ("auto", "mini-swe-agent", "swe-agent", "steps")
+#: The allocation of the imported run's one hypothesis: large enough that no policy-free replay runs dry.
+UNITS_PER_RUN = 100000
+_FENCE = re.compile(r"```(?:bash|mswea_bash_command)\s*\n(.*?)\n```", re.S)
+_RETURNCODE = re.compile(r"\A\s*<returncode>(-?[0-9]+)</returncode>")
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_EXTENSIONS = (".gz", ".json", ".jsonl", ".traj")
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of a run: the command, the observation as the agent saw it, and its exit code if known."""
+
+    command: str
+    observation: str
+    exit_code: int | None = None
+
+
+@dataclass
+class ImportSummary:
+    """What :func:`import_runs` did: ``runs`` and ``steps`` written, ``skipped`` (reason → turns not
+    imported), ``errors`` (``{"file", "reason"}`` of every file or run not imported), ``journals``
+    (the paths written, in order)."""
+
+    runs: int = 0
+    steps: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+    errors: list[dict[str, str]] = field(default_factory=list)
+    journals: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"runs": self.runs, "steps": self.steps, "skipped": dict(sorted(self.skipped.items())),
+                "errors": list(self.errors), "journals": list(self.journals)}
+
+
+class _FormatError(Exception):
+    """A turn that is not a step (counted in the summary under its reason, then skipped)."""
+
+
+def normalized(text: str) -> str:
+    """The observation with trailing whitespace stripped from every line (lines split on ``\\n``)."""
+    return "\n".join(line.rstrip() for line in text.split("\n"))
+
+
+def atom_ids(text: str) -> list[str]:
+    """The sorted distinct atom ids of ``text``: an atom is a line left non-empty after ``rstrip()``,
+    its id the first 16 hex digits of the sha256 of the line's UTF-8."""
+    seen = {line.rstrip() for line in text.split("\n")}
+    seen.discard("")
+    return sorted({hashlib.sha256(a.encode("utf-8", "surrogatepass")).hexdigest()[:16] for a in seen})
+
+
+def evidence_of(step: Step, mapping: ActionMap = DEFAULT_ACTION_MAP) -> tuple[str, dict[str, Any]]:
+    """``(action name, evidence)`` of ``step``: derived facts only (docs/runs.md)."""
+    data = normalized(step.observation).encode("utf-8", "surrogatepass")
+    action, target = classify(step.command, mapping)
+    evidence: dict[str, Any] = {"observation_sha256": hashlib.sha256(data).hexdigest(),
+                                "observation_bytes": len(data), "atoms": atom_ids(step.observation)}
+    if step.exit_code is not None:
+        evidence["exit_code"] = step.exit_code
+    if target is not None:
+        evidence["target"] = target
+    return action, evidence
+
+
+# --- the formats ---------------------------------------------------------------------------
+def _text(content: Any) -> str:
+    """A message's content as text (a list of parts: their ``text`` joined)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(p.get("text", "") for p in content if isinstance(p, Mapping) and isinstance(p.get("text"), str))
+    return ""
+
+
+def _returncode(message: Mapping[str, Any], text: str) -> int | None:
+    extra = message.get("extra")
+    if isinstance(extra, Mapping) and type(extra.get("returncode")) is int:
+        return extra["returncode"]
+    found = _RETURNCODE.match(text)
+    return int(found.group(1)) if found else None
+
+
+def _tool_steps(messages: list[Any], index: int) -> Iterator[Step | _FormatError]:
+    """The steps of an assistant message in tool-call mode: each bash call answered by a ``tool`` message."""
+    answers = {}
+    for later in messages[index + 1:]:
+        if not isinstance(later, Mapping) or later.get("role") == "assistant":
+            break
+        if later.get("tool_call_id") is not None:
+            answers.setdefault(later["tool_call_id"], later)
+    for call in messages[index]["tool_calls"]:
+        function = call.get("function") if isinstance(call, Mapping) else None
+        try:
+            arguments = json.loads(function["arguments"]) if isinstance(function["arguments"], str) \
+                else function["arguments"]
+            command = arguments["command"]
+            assert function.get("name") == "bash" and isinstance(command, str)
+        except (TypeError, KeyError, ValueError, AssertionError):
+            yield _FormatError("tool call that is not a bash command")
+            continue
+        answer = answers.get(call.get("id"))
+        if answer is None:
+            yield _FormatError("tool call without a result")
+            continue
+        text = _text(answer.get("content"))
+        yield Step(command, text, _returncode(answer, text))
+
+
+def mini_swe_agent_steps(data: Any) -> Iterator[Step | _FormatError]:
+    """Steps of a mini-swe-agent trajectory (a ``{"messages": [...]}`` object or a bare message list)."""
+    messages = data.get("messages") if isinstance(data, Mapping) else data
+    if not isinstance(messages, list):
+        raise ValueError("no messages list")
+    for index, message in enumerate(messages):
+        if not isinstance(message, Mapping) or message.get("role") != "assistant":
+            continue
+        if message.get("tool_calls"):
+            yield from _tool_steps(messages, index)
+            continue
+        blocks = _FENCE.findall(_text(message.get("content")))
+        following = messages[index + 1] if index + 1 < len(messages) else None
+        if len(blocks) != 1:
+            yield _FormatError("no bash block" if not blocks else "several bash blocks")
+        elif not isinstance(following, Mapping) or following.get("role") == "assistant":
+            yield _FormatError("no observation")
+        else:
+            text = _text(following.get("content"))
+            yield Step(blocks[0], text, _returncode(following, text))
+
+
+def swe_agent_steps(data: Any) -> Iterator[Step | _FormatError]:
+    """Steps of a SWE-agent ``.traj``: each ``trajectory[]`` entry with its ``action`` and ``observation``."""
+    entries = data.get("trajectory") if isinstance(data, Mapping) else None
+    if not isinstance(entries, list):
+        raise ValueError("no trajectory list")
+    for entry in entries:
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("action"), str) \
+                or not isinstance(entry.get("observation"), str):
+            yield _FormatError("entry without action and observation")
+        else:
+            yield Step(entry["action"], entry["observation"])
+
+
+def _generic_step(line: bytes, number: int) -> tuple[str, Step]:
+    try:
+        item = json.loads(line)
+    except ValueError as exc:
+        raise ValueError(f"line {number}: not JSON ({exc.msg})") from None
+    if not isinstance(item, Mapping) or not isinstance(item.get("run"), str) \
+            or not isinstance(item.get("command"), str) or not isinstance(item.get("output"), str):
+        raise ValueError(f"line {number}: needs the string keys run, command and output")
+    code = item.get("exit_code")
+    if code is not None and type(code) is not int:
+        raise ValueError(f"line {number}: exit_code must be an integer")
+    return item["run"], Step(item["command"], item["output"], code)
+
+
+# --- reading files --------------------------------------------------------------------------
+def _open(path: Path) -> IO[bytes]:
+    return gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")
+
+
+def _stem(path: Path) -> str:
+    name = path.name
+    while name.endswith(_EXTENSIONS):
+        name = name[:name.rindex(".")]
+    return name
+
+
+def _format_of(path: Path, requested: str, data: Any = None) -> str:
+    if requested != "auto":
+        return requested
+    if _stem(path) != path.name and ".jsonl" in path.name:
+        return "steps"
+    if isinstance(data, Mapping) and isinstance(data.get("trajectory"), list) and "messages" not in data:
+        return "swe-agent"
+    return "mini-swe-agent"
+
+
+def input_files(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
+    """Files named by ``paths``: a file as is, a folder as every trajectory in it (``*.json``,
+    ``*.traj``, ``*.jsonl``, each maybe ``.gz``), sorted by name. ``INVALID_ARGUMENT`` for a path
+    that does not exist."""
+    found: list[Path] = []
+    for entry in paths:
+        path = fs_path(entry, "trajectory")
+        if path.is_dir():
+            found += sorted(p for p in path.iterdir() if p.is_file() and _stem(p) != p.name)
+        elif path.exists():
+            found.append(path)
+        else:
+            raise LedgerError(E.INVALID_ARGUMENT, f"{path}: no such trajectory file or folder")
+    return found
+
+
+def read_outcome_table(path: str | os.PathLike[str]) -> dict[str, str]:
+    """Run id → outcome of a CSV with a header row: first column the run id, a column ``outcome``
+    (the CSV ``ledger simulate --outcomes`` takes). ``INVALID_ARGUMENT`` for a bad file."""
+    path = fs_path(path, "outcomes file")
+    try:
+        with open(path, newline="", encoding="utf-8") as handle:
+            rows = [row for row in csv.reader(handle) if row]
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise LedgerError(E.INVALID_ARGUMENT, f"outcomes file {path}: cannot read: {exc}") from None
+    if not rows or "outcome" not in rows[0]:
+        raise LedgerError(E.INVALID_ARGUMENT, f"outcomes file {path}: needs a header row with an 'outcome' column")
+    column = rows[0].index("outcome")
+    table: dict[str, str] = {}
+    for number, row in enumerate(rows[1:], start=2):
+        if len(row) <= column or row[0] in table:
+            raise LedgerError(E.INVALID_ARGUMENT, f"outcomes file {path}: line {number} has no outcome or repeats a run")
+        table[row[0]] = row[column]
+    return table
+
+
+# --- writing journals ----------------------------------------------------------------------
+def _line(item: Mapping[str, Any]) -> bytes:
+    return json.dumps(item).encode("ascii") + b"\n"
+
+
+class _Journal:
+    """One run's journal, written to a temp file in ``DIR`` and renamed into place when complete."""
+
+    def __init__(self, out: Path, run: str) -> None:
+        self.run, self.final, self.steps = run, out / f"{run}.jsonl", 0
+        fd, self.temp = tempfile.mkstemp(prefix=f".{run}.", suffix=".tmp", dir=out)
+        self.handle = os.fdopen(fd, "wb")
+        for item in ({"op": "open_revision", "hypotheses": [{"statement": f"agent run {run}"}],
+                      "units_per_hypothesis": UNITS_PER_RUN},
+                     {"op": "transition", "to": "INVESTIGATING_HYPOTHESES"}, {"op": "initialize"}):
+            self.handle.write(_line(item))
+
+    def step(self, step: Step, mapping: ActionMap, score: int) -> None:
+        self.steps += 1
+        action_id = f"s{self.steps:04d}"
+        action, evidence = evidence_of(step, mapping)
+        base = {"op": "reserve", "hypothesis": "H1", "action_id": action_id}
+        self.handle.write(_line({**base, "action": action}))
+        self.handle.write(_line({**base, "op": "record_result", "evidence": evidence}))
+        self.handle.write(_line({**base, "op": "settle", "semantic_score": score, "reason": "replayed step"}))
+
+    def finish(self, outcome: tuple[str, str] | None) -> None:
+        if outcome is not None:
+            self.handle.write(_line({"op": "record_outcome", "outcome": outcome[0], "source": outcome[1]}))
+        self.handle.close()
+        os.chmod(self.temp, 0o644)
+        os.replace(self.temp, self.final)
+
+    def abandon(self) -> None:
+        self.handle.close()
+        with contextlib.suppress(FileNotFoundError):  # already renamed into place
+            os.unlink(self.temp)
+
+
+@dataclass
+class _Importer:
+    out: Path
+    fmt: str
+    mapping: ActionMap
+    score: int
+    outcomes: Mapping[str, str]
+    source: str
+    summary: ImportSummary = field(default_factory=ImportSummary)
+    seen: set[str] = field(default_factory=set)
+
+    def _begin(self, run: str) -> _Journal:
+        if not _RUN_ID.fullmatch(run):
+            raise ValueError(f"run id {run[:80]!r} is not a plain file name (letters, digits, '.', '_', '-')")
+        if run in self.seen:
+            raise ValueError(f"run id {run!r} was already imported from another input")
+        self.seen.add(run)
+        return _Journal(self.out, run)
+
+    def _end(self, journal: _Journal) -> None:
+        label = self.outcomes.get(journal.run)
+        journal.finish(None if label is None else (label, self.source))
+        self.summary.runs += 1
+        self.summary.steps += journal.steps
+        self.summary.journals.append(str(journal.final))
+
+    def _feed(self, journal: _Journal, items: Iterable[Step | _FormatError]) -> None:
+        for item in items:
+            if isinstance(item, _FormatError):
+                reason = str(item)
+                self.summary.skipped[reason] = self.summary.skipped.get(reason, 0) + 1
+            else:
+                journal.step(item, self.mapping, self.score)
+
+    def trajectory(self, path: Path) -> None:
+        with _open(path) as handle:
+            data = json.load(handle)  # one run at a time: a trajectory file is one JSON document
+        fmt = _format_of(path, self.fmt, data)
+        steps = (swe_agent_steps if fmt == "swe-agent" else mini_swe_agent_steps)(data)
+        run = data.get("instance_id") if isinstance(data, Mapping) and isinstance(data.get("instance_id"), str) \
+            else _stem(path)
+        journal = self._begin(run)
+        try:
+            self._feed(journal, steps)
+            self._end(journal)
+        except BaseException:
+            journal.abandon()
+            raise
+
+    def generic(self, path: Path) -> None:
+        journal: _Journal | None = None
+        try:
+            with _open(path) as handle:
+                for number, line in enumerate(handle, start=1):
+                    if not line.strip():
+                        continue
+                    run, step = _generic_step(line, number)
+                    if journal is None or journal.run != run:
+                        if journal is not None:
+                            self._end(journal)
+                            journal = None
+                        journal = self._begin(run)
+                    journal.step(step, self.mapping, self.score)
+        except BaseException:
+            if journal is not None:
+                journal.abandon()
+            raise
+        if journal is not None:
+            self._end(journal)
+
+    def file(self, path: Path) -> None:
+        try:
+            if _format_of(path, self.fmt) == "steps":
+                self.generic(path)
+            else:
+                self.trajectory(path)
+        except (OSError, EOFError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or type(exc).__name__
+            self.summary.errors.append({"file": str(path), "reason": reason})
+
+
+def import_runs(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str], *, fmt: str = "auto",
+                outcomes: Mapping[str, str] | str | os.PathLike[str] | None = None, semantic_score: int = 50,
+                actions: ActionMap | str | os.PathLike[str] | None = None,
+                progress: Callable[[int, int], None] | None = None) -> ImportSummary:
+    """Write one journal per run of the trajectories ``paths`` (files or folders) into ``out``.
+
+    ``fmt``: one of :data:`FORMATS`; ``outcomes``: run id → outcome label (or the path of the CSV
+    ``ledger simulate --outcomes`` takes), appended to the run's journal as ``record_outcome``;
+    ``semantic_score``: what every ``settle`` carries; ``actions``: the command → action mapping
+    (an :class:`ActionMap` or a TOML file); ``progress(done, total)`` is called after each file.
+
+    Returns an :class:`ImportSummary`; a file that cannot be read is in its ``errors`` and the
+    others are imported. Raises ``INVALID_ARGUMENT`` for a bad argument, ``CONFIG_INVALID`` for a
+    bad actions file; writes only ``out/RUN_ID.jsonl`` files (and their temp files) in ``out``.
+    """
+    if fmt not in FORMATS:
+        raise LedgerError(E.INVALID_ARGUMENT, f"unknown format {fmt!r}; formats: {', '.join(FORMATS)}")
+    if type(semantic_score) is not int or not 0 <= semantic_score <= 100:
+        raise LedgerError(E.INVALID_ARGUMENT, f"semantic_score must be an integer 0-100, got {semantic_score!r}")
+    mapping = actions if isinstance(actions, ActionMap) else \
+        DEFAULT_ACTION_MAP if actions is None else ActionMap.load(actions)
+    source = "outcomes table"
+    if isinstance(outcomes, (str, os.PathLike)):
+        source = f"outcomes file {Path(outcomes).name}"
+        outcomes = read_outcome_table(outcomes)
+    for label in (outcomes or {}).values():
+        shape_record_outcome(label, source)
+    files = input_files(paths)
+    target = fs_path(out, "output folder")
+    if target.exists() and not target.is_dir():
+        raise LedgerError(E.INVALID_ARGUMENT, f"{target}: exists and is not a folder")
+    target.mkdir(parents=True, exist_ok=True)
+    importer = _Importer(target, fmt, mapping, semantic_score, outcomes or {}, source)
+    for done, path in enumerate(files, start=1):
+        importer.file(path)
+        if progress is not None:
+            progress(done, len(files))
+    return importer.summary

@@ -1,0 +1,66 @@
+-- Outcomes of revisions and the atoms of budget results (docs/runs.md, docs/concepts.md).
+-- Older ledgers get the empty tables and the new case_status columns when opened; no row is touched.
+
+-- One row per recorded outcome: how the revision's work ended and where the verdict came from.
+CREATE TABLE outcomes (
+    seq INTEGER PRIMARY KEY REFERENCES events (seq),
+    revision INTEGER NOT NULL UNIQUE,
+    outcome TEXT NOT NULL,
+    source TEXT NOT NULL
+);
+
+-- The atom ids of each new evidence content a record_result stored (its "atoms" list); novelty
+-- over atoms (novelty_mode = "atoms") counts the atoms of a result not yet in this table.
+CREATE TABLE result_atoms (
+    atom_id TEXT NOT NULL,
+    seq INTEGER NOT NULL REFERENCES events (seq),
+    PRIMARY KEY (atom_id, seq)
+) WITHOUT ROWID;
+
+CREATE TRIGGER outcomes_no_update BEFORE UPDATE ON outcomes
+BEGIN
+    SELECT RAISE(ABORT, 'append-only: outcomes rows cannot be updated');
+END;
+CREATE TRIGGER outcomes_no_delete BEFORE DELETE ON outcomes
+BEGIN
+    SELECT RAISE(ABORT, 'append-only: outcomes rows cannot be deleted');
+END;
+CREATE TRIGGER outcomes_insert_guard BEFORE INSERT ON outcomes
+BEGIN
+    SELECT RAISE(ABORT, 'append-only: duplicate outcomes key')
+    WHERE EXISTS (SELECT 1 FROM outcomes WHERE seq = NEW.seq OR revision = NEW.revision);
+    SELECT RAISE(ABORT, 'append-only: outcomes rows must belong to the newest event')
+    WHERE NEW.seq IS NOT (SELECT MAX(seq) FROM events);
+END;
+CREATE TRIGGER result_atoms_no_update BEFORE UPDATE ON result_atoms
+BEGIN
+    SELECT RAISE(ABORT, 'append-only: result_atoms rows cannot be updated');
+END;
+CREATE TRIGGER result_atoms_no_delete BEFORE DELETE ON result_atoms
+BEGIN
+    SELECT RAISE(ABORT, 'append-only: result_atoms rows cannot be deleted');
+END;
+CREATE TRIGGER result_atoms_insert_guard BEFORE INSERT ON result_atoms
+BEGIN
+    SELECT RAISE(ABORT, 'append-only: duplicate result_atoms key')
+    WHERE EXISTS (SELECT 1 FROM result_atoms WHERE atom_id = NEW.atom_id AND seq = NEW.seq);
+    SELECT RAISE(ABORT, 'append-only: result_atoms rows must belong to the newest event')
+    WHERE NEW.seq IS NOT (SELECT MAX(seq) FROM events);
+END;
+
+DROP VIEW case_status;
+
+-- One row: the case, its lifecycle state, the head of the chain and the current revision's outcome.
+CREATE VIEW case_status AS
+SELECT
+    ci.case_id AS case_id,
+    ci.package_id AS package_id,
+    CAST((SELECT state FROM lifecycle ORDER BY seq DESC LIMIT 1) AS TEXT) AS state,
+    CAST((SELECT COALESCE(MAX(revision), 0) FROM revisions) AS BIGINT) AS analysis_revision,
+    CAST((SELECT MAX(seq) FROM events) AS BIGINT) AS package_generation,
+    CAST((SELECT sha256 FROM events ORDER BY seq DESC LIMIT 1) AS TEXT) AS head_sha256,
+    CAST((SELECT o.outcome FROM outcomes AS o
+          WHERE o.revision = (SELECT COALESCE(MAX(revision), 0) FROM revisions)) AS TEXT) AS outcome,
+    CAST((SELECT o.source FROM outcomes AS o
+          WHERE o.revision = (SELECT COALESCE(MAX(revision), 0) FROM revisions)) AS TEXT) AS outcome_source
+FROM case_identity AS ci;

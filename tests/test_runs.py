@@ -1,0 +1,318 @@
+"""``ledger runs import`` (docs/runs.md): real trajectories of each format become journals of derived
+facts; the expected steps, hashes and atoms are computed here from the raw files, independently of
+the importer."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ledger import Case, LedgerError, import_runs, simulate, verify_case
+from ledger.runs.actions import ActionMap
+from ledger.package_tools.journal import apply_journal
+from ledger_cli.main import main
+
+from conftest import TRAJECTORIES
+
+RUNS = Path(__file__).parent / "data" / "runs"
+RAW = RUNS / "mini-swe-agent-verified"
+PUBLIC = RUNS / "public"
+RAW_FILES = sorted(RAW.glob("*.traj.json.gz"))
+
+
+# --- an independent reading of the raw files -------------------------------------------------
+def expected_steps(messages: list[dict]) -> list[tuple[str, str]]:
+    """(command, observation) of each assistant message with exactly one fenced bash block that a
+    non-assistant message follows (docs/runs.md)."""
+    steps = []
+    for index, message in enumerate(messages):
+        if message["role"] != "assistant":
+            continue
+        blocks = re.findall(r"```(?:bash|mswea_bash_command)\s*\n(.*?)\n```", message["content"], re.S)
+        if len(blocks) == 1 and index + 1 < len(messages) and messages[index + 1]["role"] != "assistant":
+            steps.append((blocks[0], messages[index + 1]["content"]))
+    return steps
+
+
+def facts(observation: str) -> dict:
+    text = "\n".join(line.rstrip() for line in observation.split("\n")).encode()
+    lines = {line.rstrip() for line in observation.split("\n")} - {""}
+    return {"observation_sha256": hashlib.sha256(text).hexdigest(), "observation_bytes": len(text),
+            "atoms": sorted({hashlib.sha256(line.encode()).hexdigest()[:16] for line in lines})}
+
+
+def journal(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def evidence_of(lines: list[dict]) -> list[dict]:
+    return [line["evidence"] for line in lines if line["op"] == "record_result"]
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory) -> tuple[Path, object]:
+    out = tmp_path_factory.mktemp("runs")
+    return out, import_runs([RAW], out)
+
+
+# --- the bundled journals, reproduced -----------------------------------------------------------
+def test_importing_the_raw_runs_reproduces_every_bundled_journals_steps_and_observation_hashes(imported):
+    out, summary = imported
+    assert (summary.runs, summary.steps, summary.errors) == (100, 3870, [])
+    assert len(RAW_FILES) == 100
+    actions_differ = 0
+    for bundled_path in sorted(TRAJECTORIES.glob("*.jsonl")):
+        bundled, ours = journal(bundled_path), journal(out / bundled_path.name)
+        assert [(e["observation_sha256"], e["observation_bytes"]) for e in evidence_of(ours)] == \
+            [(e["observation_sha256"], e["observation_bytes"]) for e in evidence_of(bundled)], bundled_path.name
+        reserves = [(l["action_id"], l["action"]) for l in ours if l["op"] == "reserve"]
+        bundled_reserves = [(l["action_id"], l["action"]) for l in bundled if l["op"] == "reserve"]
+        assert [a for a, _ in reserves] == [a for a, _ in bundled_reserves]
+        actions_differ += sum(x != y for x, y in zip(reserves, bundled_reserves))
+    assert actions_differ == 2  # docs/runs.md: 3,868 of 3,870 actions as the bundled journals name them
+
+
+def test_each_step_holds_the_hash_size_and_atoms_computed_from_the_raw_observation(imported):
+    out, _ = imported
+    for raw in RAW_FILES[::10]:
+        data = json.loads(gzip.decompress(raw.read_bytes()))
+        expected = [facts(observation) for _, observation in expected_steps(data["messages"])]
+        got = evidence_of(journal(out / f"{data['instance_id']}.jsonl"))
+        assert [{k: e[k] for k in ("observation_sha256", "observation_bytes", "atoms")} for e in got] == expected
+        codes = [re.match(r"\s*<returncode>(-?\d+)</returncode>", o) for _, o in expected_steps(data["messages"])]
+        assert [e.get("exit_code") for e in got] == [int(c.group(1)) if c else None for c in codes]
+        assert sum(c is not None for c in codes) * 10 >= len(codes) * 9  # timeouts and the submission have none
+
+
+def test_a_journal_keeps_no_text_of_the_run(imported):
+    out, _ = imported
+    for raw in RAW_FILES[::7]:
+        data = json.loads(gzip.decompress(raw.read_bytes()))
+        text = (out / f"{data['instance_id']}.jsonl").read_text(encoding="utf-8")
+        for line in journal(out / f"{data['instance_id']}.jsonl"):
+            assert set(line) <= {"op", "hypotheses", "units_per_hypothesis", "to", "hypothesis", "action_id",
+                                 "action", "evidence", "semantic_score", "reason"}
+            assert set(line.get("evidence", {})) <= {"observation_sha256", "observation_bytes", "atoms",
+                                                     "exit_code", "target"}
+        targets = [e["target"] for e in evidence_of(journal(out / f"{data['instance_id']}.jsonl")) if "target" in e]
+        for message in data["messages"][1:]:
+            for piece in message["content"].split("\n"):
+                piece = piece.strip()
+                if len(piece) >= 12 and not any(piece in target for target in targets):
+                    assert json.dumps(piece)[1:-1] not in text, piece
+
+
+def test_the_same_input_gives_byte_identical_journals(imported, tmp_path):
+    out, _ = imported
+    again = tmp_path / "again"
+    import_runs(RAW_FILES[:5], again)
+    import_runs(RAW_FILES[:5], again)  # and an existing journal is replaced, not appended to
+    for path in sorted(again.iterdir()):
+        assert path.read_bytes() == (out / path.name).read_bytes()
+    assert sorted(p.name for p in again.iterdir()) == sorted(f"{p.name.split('.')[0]}.jsonl" for p in RAW_FILES[:5])
+
+
+def test_turns_that_are_not_steps_are_counted_by_reason_and_skipped(imported):
+    _, summary = imported
+    several = 0
+    for raw in RAW_FILES:
+        messages = json.loads(gzip.decompress(raw.read_bytes()))["messages"]
+        several += sum(len(re.findall(r"```bash\s*\n(.*?)\n```", m["content"], re.S)) > 1
+                       for m in messages if m["role"] == "assistant")
+    assert summary.skipped == {"several bash blocks": several} and several == 120
+
+
+def test_imported_journals_replay_as_the_bundled_ones_do_under_apply(imported, tmp_path):
+    out, _ = imported
+    report = simulate([out], jobs=1)
+    bundled = simulate([TRAJECTORIES], jobs=1)
+    assert report.policies[0]["steps_taken"] == bundled.policies[0]["steps_taken"]
+
+
+# --- the other formats ----------------------------------------------------------------------
+def test_public_mini_swe_agent_files_bare_message_lists_and_mswea_fences(tmp_path):
+    summary = import_runs([PUBLIC / "local.traj.json", PUBLIC / "github_issue.traj.json"], tmp_path)
+    assert (summary.runs, summary.steps, summary.skipped) == (2, 12, {})
+    for name in ("local", "github_issue"):
+        messages = json.loads((PUBLIC / f"{name}.traj.json").read_text(encoding="utf-8"))
+        expected = [facts(o) for _, o in expected_steps(messages)]
+        got = evidence_of(journal(tmp_path / f"{name}.jsonl"))
+        assert [{k: e[k] for k in ("observation_sha256", "observation_bytes", "atoms")} for e in got] == expected
+    local = evidence_of(journal(tmp_path / "local.jsonl"))
+    assert local[1] == {"observation_sha256": hashlib.sha256(b"").hexdigest(), "observation_bytes": 0, "atoms": []}
+    issue = journal(tmp_path / "github_issue.jsonl")
+    assert [l["action"] for l in issue if l["op"] == "reserve"][:3] == ["source.read_context", "source.find_text",
+                                                                        "source.find_text"]
+    assert evidence_of(issue)[2]["target"] == "tests"
+
+
+def test_a_gzipped_swe_agent_traj_makes_a_step_of_each_trajectory_entry(tmp_path):
+    path = PUBLIC / "swe-agent__test-repo-i1.traj.gz"
+    summary = import_runs([path], tmp_path)
+    entries = json.loads(gzip.decompress(path.read_bytes()))["trajectory"]
+    lines = journal(tmp_path / "swe-agent__test-repo-i1.jsonl")
+    assert summary.steps == len(entries) == 5
+    assert [{k: e[k] for k in ("observation_sha256", "observation_bytes", "atoms")} for e in evidence_of(lines)] == \
+        [facts(e["observation"]) for e in entries]
+    assert all("exit_code" not in e for e in evidence_of(lines))
+    assert [l["action"] for l in lines if l["op"] == "reserve"] == [
+        "source.find_text", "source.read_context", "test.automated", "test.automated", "test.automated"]
+
+
+def test_tool_call_mode_makes_a_step_of_each_answered_bash_call(tmp_path):
+    summary = import_runs([RUNS / "toolcall.traj.json"], tmp_path)
+    assert (summary.runs, summary.steps, summary.skipped) == (1, 4, {"no bash block": 1})
+    data = json.loads((RUNS / "toolcall.traj.json").read_text(encoding="utf-8"))
+    tools = [m for m in data["messages"] if m["role"] == "tool"]
+    lines = journal(tmp_path / "toolcall-demo-1.jsonl")
+    assert [e["exit_code"] for e in evidence_of(lines)] == [0, 0, 0, 1]
+    assert [{k: e[k] for k in ("observation_sha256", "observation_bytes", "atoms")} for e in evidence_of(lines)] == \
+        [facts(m["content"]) for m in tools]
+    assert [(l["action"]) for l in lines if l["op"] == "reserve"] == [
+        "source.find_text", "source.read_context", "source.read_context", "test.automated"]
+    assert [e.get("target") for e in evidence_of(lines)] == [None, "calc.py", "test_calc.py", None]
+
+
+def test_the_generic_steps_format_one_step_per_line_several_runs_per_file(tmp_path):
+    steps = tmp_path / "in" / "mine.jsonl"
+    steps.parent.mkdir()
+    rows = [{"run": "r1", "command": "grep -n add src/calc.py", "output": "1:def add(a, b):\n", "exit_code": 0},
+            {"run": "r1", "command": "pytest", "output": "1 failed  \n\n1 failed", "exit_code": 1},
+            {"run": "r2", "command": "cat README", "output": ""}]
+    steps.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    summary = import_runs([steps], tmp_path / "out")
+    assert (summary.runs, summary.steps) == (2, 3)
+    r1 = evidence_of(journal(tmp_path / "out" / "r1.jsonl"))
+    assert r1[0] == {**facts("1:def add(a, b):\n"), "exit_code": 0, "target": "src/calc.py"}
+    assert r1[1] == {**facts("1 failed  \n\n1 failed"), "exit_code": 1}
+    assert len(r1[1]["atoms"]) == 1  # "1 failed" twice, trailing spaces stripped: one atom
+    assert evidence_of(journal(tmp_path / "out" / "r2.jsonl")) == [{**facts(""), "target": "README"}]
+
+
+# --- errors, outcomes, safety ------------------------------------------------------------------
+def test_a_malformed_file_among_good_ones_is_named_with_its_reason_the_others_are_imported_exit_1(tmp_path):
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    (inputs / "a.traj.json").write_bytes(gzip.decompress(RAW_FILES[0].read_bytes()))
+    (inputs / "b.traj.json").write_text('{"messages": [', encoding="utf-8")
+    (inputs / "c.traj.json.gz").write_bytes(b"not gzip at all")
+    (inputs / "d.jsonl").write_text('{"run": "d", "command": "ls", "output": "x"}\n{"run": "d"}\n', encoding="utf-8")
+    (inputs / "e.traj.json").write_bytes(gzip.decompress(RAW_FILES[1].read_bytes()))
+    done = CliRunner().invoke(main, ["runs", "import", str(inputs), "--out", str(tmp_path / "out")])
+    assert done.exit_code == 1
+    assert "imported 2 runs" in done.stdout
+    for name, reason in (("b.traj.json", "Expecting"), ("c.traj.json.gz", "gzip"), ("d.jsonl", "line 2")):
+        assert re.search(rf"^error: {re.escape(str(inputs / name))}: .*{reason}", done.stderr, re.M), done.stderr
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(
+        f"{p.name.split('.')[0]}.jsonl" for p in RAW_FILES[:2])  # nothing half-written, no temp file
+
+
+def test_a_run_id_that_is_not_a_plain_file_name_is_refused_and_nothing_is_written_outside_dir(tmp_path):
+    data = json.loads(gzip.decompress(RAW_FILES[0].read_bytes()))
+    out = tmp_path / "deep" / "out"
+    for bad in ("../escaped", "/tmp/abs", "a/b", ".hidden", ""):
+        (tmp_path / "t.traj.json").write_text(json.dumps({**data, "instance_id": bad}), encoding="utf-8")
+        summary = import_runs([tmp_path / "t.traj.json"], out)
+        assert summary.runs == 0 and "plain file name" in summary.errors[0]["reason"]
+    assert list(out.iterdir()) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["deep", "t.traj.json"]
+    assert sorted(p.name for p in (tmp_path / "deep").iterdir()) == ["out"]
+
+
+def test_two_inputs_with_the_same_run_id_import_the_first_and_name_the_second(tmp_path):
+    summary = import_runs([RAW_FILES[0], RAW_FILES[0]], tmp_path / "out")
+    assert summary.runs == 1 and "already imported" in summary.errors[0]["reason"]
+
+
+def test_outcomes_append_record_outcome_and_the_journal_applies_and_verifies(tmp_path):
+    table = tmp_path / "outcomes.csv"
+    run = RAW_FILES[0].name.split(".")[0]
+    table.write_text(f"instance_id,outcome\n{run},resolved\n", encoding="utf-8")
+    import_runs([RAW_FILES[0]], tmp_path / "out", outcomes=table)
+    lines = journal(tmp_path / "out" / f"{run}.jsonl")
+    assert lines[-1] == {"op": "record_outcome", "outcome": "resolved", "source": "outcomes file outcomes.csv"}
+    with Case.create(tmp_path / "case", case_id="R1") as case:
+        results = list(apply_journal(case, (tmp_path / "out" / f"{run}.jsonl").read_text().splitlines(),
+                                     keep_going=True))
+        assert results[-1].ok
+        assert (case.status()["outcome"], case.status()["outcome_source"]) == ("resolved", "outcomes file outcomes.csv")
+    verify_case(tmp_path / "case")
+    report = simulate([tmp_path / "out"], jobs=1)
+    assert report.runs[0].outcome == "resolved"
+
+
+def test_an_outcome_label_the_operation_refuses_is_refused_before_anything_is_written(tmp_path):
+    table = tmp_path / "outcomes.csv"
+    table.write_text("instance_id,outcome\nx,\n", encoding="utf-8")
+    with pytest.raises(LedgerError) as caught:
+        import_runs([RAW_FILES[0]], tmp_path / "out", outcomes=table)
+    assert caught.value.code == "INVALID_ARGUMENT"
+    assert not (tmp_path / "out").exists()
+
+
+def test_semantic_score_and_an_actions_file_change_settle_and_action_names(tmp_path):
+    mapping = tmp_path / "actions.toml"
+    mapping.write_text('default = "shell.other"\n[[rules]]\naction = "shell.look"\nprograms = ["ls", "cat"]\n',
+                       encoding="utf-8")
+    import_runs([PUBLIC / "github_issue.traj.json"], tmp_path / "out", semantic_score=70, actions=mapping)
+    lines = journal(tmp_path / "out" / "github_issue.jsonl")
+    assert {l["semantic_score"] for l in lines if l["op"] == "settle"} == {70}
+    assert [l["action"] for l in lines if l["op"] == "reserve"][:4] == ["shell.look", "shell.look", "shell.look",
+                                                                        "shell.look"]
+    assert "shell.other" in {l["action"] for l in lines if l["op"] == "reserve"}
+    with pytest.raises(LedgerError) as caught:
+        ActionMap.from_mapping({"rules": [{"action": "Not An Action", "programs": ["ls"]}]})
+    assert caught.value.code == "CONFIG_INVALID" and caught.value.details["key"] == "rules[1].action"
+
+
+def test_cli_summary_json_and_no_progress_bar_off_a_terminal(tmp_path):
+    done = CliRunner().invoke(main, ["runs", "import", str(RUNS / "toolcall.traj.json"), "--out", str(tmp_path),
+                                     "--json"])
+    assert done.exit_code == 0 and done.stderr == ""
+    assert json.loads(done.stdout) == {"runs": 1, "steps": 4, "skipped": {"no bash block": 1}, "errors": [],
+                                       "journals": [str(tmp_path / "toolcall-demo-1.jsonl")]}
+    usage = CliRunner().invoke(main, ["runs", "import", str(RUNS), "--out", str(tmp_path), "--format", "nope"])
+    assert usage.exit_code == 2
+    missing = CliRunner().invoke(main, ["runs", "import", str(tmp_path / "nothing"), "--out", str(tmp_path)])
+    assert missing.exit_code == 1 and missing.stderr.startswith("error: INVALID_ARGUMENT:")
+
+
+def test_memory_does_not_hold_earlier_runs(tmp_path):
+    """Journals are written as each file is read: after a run is imported its journal is on disk and
+    complete (the importer keeps no list of runs besides the summary's paths)."""
+    seen = []
+    import_runs(RAW_FILES[:3], tmp_path, progress=lambda done, total: seen.append(
+        (done, total, len(list(tmp_path.glob("*.jsonl"))), len([p for p in os.listdir(tmp_path) if p.endswith(".tmp")]))))
+    assert seen == [(1, 3, 1, 0), (2, 3, 2, 0), (3, 3, 3, 0)]
+
+
+def test_a_journal_that_cannot_be_put_in_place_is_named_and_leaves_no_temp_file(tmp_path):
+    out = tmp_path / "out"
+    (out / "toolcall-demo-1.jsonl").mkdir(parents=True)  # a folder where the journal belongs
+    summary = import_runs([RUNS / "toolcall.traj.json"], out)
+    assert summary.runs == 0 and summary.errors[0]["file"] == str(RUNS / "toolcall.traj.json")
+    assert sorted(p.name for p in out.iterdir()) == ["toolcall-demo-1.jsonl"]
+
+
+def test_import_memory_does_not_grow_with_the_number_of_runs(tmp_path):
+    """Peak memory of a real process importing 10 runs and 100 runs (docs/runs.md: streaming)."""
+    import subprocess
+    import sys
+
+    script = ("import resource, sys\nfrom ledger import import_runs\n"
+              "import_runs(sys.argv[2:], sys.argv[1])\n"
+              "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n")
+    peaks = []
+    for count in (10, 100):
+        done = subprocess.run([sys.executable, "-c", script, str(tmp_path / str(count)),
+                               *map(str, RAW_FILES[:count])], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        peaks.append(int(done.stdout))
+    assert peaks[1] <= peaks[0] * 1.25, peaks
