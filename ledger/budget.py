@@ -271,6 +271,19 @@ class BudgetManager:
         with self._session.read() as view:
             return GateReading(scope_rules.remaining(view, hypothesis_id), view.head()[0])
 
+    def advice(self, hypothesis_id: str, *, at: str | None = None) -> "GateReading":
+        """Everything an agent's prompt needs about ``hypothesis_id`` in one read, at the same cost
+        whatever the length of the history: ``status``, ``pending_action_id``, ``investigable``,
+        ``remaining_units``, ``budget``, ``pct_remaining``, ``tier``, ``scarcity_bps``,
+        ``remaining_actions``, ``remaining_duration_ms``, ``remaining_cost_usd_millicents`` (the
+        tightest limit holding the account, None when there is none), ``limited_by`` (dimension →
+        scope) and ``ready_for_evaluation``. Writes nothing. Errors: ``INVALID_ID``,
+        ``NOT_INITIALIZED``, ``UNKNOWN_HYPOTHESIS``."""
+        check_hypothesis_id(hypothesis_id)
+        with self._session.read() as view:
+            moment = max(parse_at(at) if at is not None else self._session.clock(), view.head()[2])
+            return GateReading(scope_rules.advice(view, hypothesis_id, moment), view.head()[0])
+
     def snapshot(self) -> BudgetResult:
         """Replay and validate the current revision's budget history; write nothing.
 

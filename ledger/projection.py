@@ -211,3 +211,22 @@ def helper_rows(body: Body, draft: Draft) -> list[HelperRow]:
     event type the rules make is listed in :data:`PROJECTIONS`).
     """
     return _export_file(body, draft) + PROJECTIONS[body["type"]](body, draft) + _terminations(body, draft)
+
+
+def floor_rows(body: Body, floors: Mapping[str, int | None]) -> list[HelperRow]:
+    """The ``account_floors`` rows of budget event ``body``: one per account whose lowest
+    ``pct_remaining`` since its last grant moves (``floors``: each account's floor before the event,
+    None when it has none yet). A grant resets its account's floor to its pct at the grant;
+    ``floors`` is updated in place."""
+    granted = body["grant"]["hypothesis_id"] if body["type"] == "budget.granted" else None
+    rows: list[HelperRow] = []
+    for account in body["accounts"]:
+        h = account["hypothesis_id"]
+        pct = account["remaining_units"] * 100 // (account["initial_units"] + account["granted_units"])
+        before = floors.get(h)
+        after = pct if before is None or h == granted else min(before, pct)
+        if after != before:
+            rows.append(("insert_account_floor", {"revision": body["revision"], "hypothesis_id": h,
+                                                  "seq": body["seq"], "lowest_pct": after}))
+            floors[h] = after  # type: ignore[index]
+    return rows

@@ -26,7 +26,7 @@ from .errors import LedgerError
 from .errors import integrity_error as _bad
 from .operations import OPERATIONS
 from .package import resolve_source_refs, stored_stream
-from .projection import helper_rows
+from .projection import floor_rows, helper_rows
 from .clock import ms_ahead, parse_at, utc_now
 from .rules.common import Context, Draft, Outcome, Reused, check_action_id
 from .schemas import validator
@@ -127,6 +127,7 @@ class Replayer:
             detail = ", ".join(keys) if keys else "its byte form (not canonical JSON)"
             raise _bad(seq, f"event differs from its recomputation from the request in: {detail}", fields=keys)
         sha = sha256_hex(data)
+        floors = self.view.account_floors(body["revision"]) if draft.stream == "budget" else None
         stream_seq = self.view.apply(body, sha, draft.stream, draft.operation_key, draft.contents)
         if self.sink is not None:
             row = EventRow(seq=seq, type=draft.type, revision=draft.revision, stream=stored_stream(draft.stream),
@@ -134,7 +135,8 @@ class Replayer:
                            parent_sha256=self.previous_sha, operation_key=draft.operation_key,
                            request_sha256=sha256_hex(canonical_bytes(draft.request)) if draft.operation_key else None,
                            body=data)
-            self.sink(row, helper_rows(body, draft), draft.contents)
+            rows = helper_rows(body, draft) + (floor_rows(body, floors) if floors is not None else [])
+            self.sink(row, rows, draft.contents)
         self.previous_sha = sha
         self.previous_at = created_at
         if created_at > self.started_at:

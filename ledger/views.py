@@ -237,7 +237,13 @@ class SqlView:
         return row[0] if row else None
 
     def lowest_pct_since_grant(self, revision: int, hypothesis_id: str) -> int | None:
-        return self.storage.one("lowest_pct_since_grant", revision=revision, hypothesis_id=hypothesis_id)[0]
+        row = self.storage.one("lowest_pct_since_grant", revision=revision, hypothesis_id=hypothesis_id)
+        return row[0] if row else None
+
+    def account_floors(self, revision: int) -> dict[str, int | None]:
+        """Each account's floor before the next event (the writer keeps and advances it)."""
+        return self._kept(cache_key("account_floors", revision=revision),
+                          lambda: dict(self.storage.all("account_floors_of_revision", revision=revision)))
 
     # -- the evidence store ------------------------------------------------------------
     def evidence_operation(self, operation_id: str) -> str | None:
@@ -401,6 +407,9 @@ class MemoryView:
 
     def lowest_pct_since_grant(self, revision: int, hypothesis_id: str) -> int | None:
         return self._lowest_pct.get((revision, hypothesis_id))
+
+    def account_floors(self, revision: int) -> dict[str, int | None]:
+        return {h: pct for (r, h), pct in self._lowest_pct.items() if r == revision}
     def evidence_operation(self, operation_id: str) -> str | None:
         return self._record_by_operation.get(operation_id)
 

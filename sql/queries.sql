@@ -146,14 +146,20 @@ WHERE p.revision = :revision;
 
 -- name: lowest_pct_since_grant
 -- the soft gate: the lowest floor(100 * remaining / (initial + granted)) of one account after
--- every budget event of its revision since its last grant (the grant's own state included)
-SELECT MIN((json_extract(a.value, '$.remaining_units') * 100)
-           / (json_extract(a.value, '$.initial_units') + json_extract(a.value, '$.granted_units')))
-FROM events AS e, json_each(e.body, '$.accounts') AS a
-WHERE e.stream = 'budget' AND e.revision = :revision
-  AND e.seq >= COALESCE((SELECT MAX(g.seq) FROM grants AS g
-                         WHERE g.revision = :revision AND g.hypothesis_id = :hypothesis_id), 0)
-  AND json_extract(a.value, '$.hypothesis_id') = :hypothesis_id;
+-- every budget event of its revision since its last grant: the newest account_floors row
+SELECT lowest_pct FROM account_floors WHERE revision = :revision AND hypothesis_id = :hypothesis_id
+ORDER BY seq DESC LIMIT 1;
+
+-- name: account_floors_of_revision
+-- each account's floor (its newest account_floors row) or NULL, for the writer's next budget event
+SELECT a.hypothesis_id, (SELECT f.lowest_pct FROM account_floors AS f
+                         WHERE f.revision = a.revision AND f.hypothesis_id = a.hypothesis_id
+                         ORDER BY f.seq DESC LIMIT 1)
+FROM accounts AS a WHERE a.revision = :revision;
+
+-- name: insert_account_floor
+INSERT INTO account_floors (revision, hypothesis_id, seq, lowest_pct)
+VALUES (:revision, :hypothesis_id, :seq, :lowest_pct);
 
 -- name: insert_scope_establishment
 INSERT INTO scope_establishments (seq, scope, scope_type, scope_id, scope_revision, scope_hypothesis, establishment,
