@@ -6,7 +6,7 @@ Public API (docs/concepts.md and docs/files.md)::
     case = Case.create("cases/BUG-20", case_id="BUG-20")
     case.open_revision(hypotheses=[{"statement": "cache key ignores locale"}])
     case.transition("INVESTIGATING_HYPOTHESES")
-    budget = case.budget(BudgetConfig.load("config/budget.example.toml"))
+    budget = case.budget(BudgetConfig.example())
     budget.initialize()
     budget.reserve("H1", "q1", "source.read_context")
 
@@ -14,6 +14,7 @@ Everything the ``ledger`` command uses is importable from here; the modules
 below are organised in layers (see the README's architecture section).
 """
 
+from .actions import Action, CaseBudget, ToolRun
 from .budget import BudgetManager, BudgetResult, GateReading
 from .canonical import parse_json
 from .case import Case, LifecycleResult, read_only_query, read_only_rows
@@ -48,6 +49,6 @@ __all__ = [
     "open_for_journal", "os_error", "parse_json", "read_manifest", "read_only_query", "run_demo", "verify_case",
     "example_policy", "load_policy", "parse_vary", "plot_tradeoff", "check_plot", "check_output_file", "read_outcomes", "simulate", "tradeoff_points", "vary",
     "JournalSummary", "clamp_warning", "journal_first_at", "read_only_rows",
-    "CheckpointWarning", "read_lines",
+    "CheckpointWarning", "read_lines", "Action", "CaseBudget", "ToolRun",
 ]
 __version__ = "0.1.0"

@@ -20,7 +20,8 @@ from . import errors as E
 from ._sql import migration_record_problem, statement
 from .canonical import check_int
 from .clock import parse_at, utc_now
-from .config import AnalysisConfig
+from .actions import CaseBudget
+from .config import AnalysisConfig, BudgetConfig
 from .errors import LedgerError
 from .facade import CaseFacade, LifecycleResult  # noqa: F401 (re-exported)
 from .evidence import EvidenceStore
@@ -173,6 +174,11 @@ class Case(CaseFacade):
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+    def budget(self, config: BudgetConfig | None = None) -> CaseBudget:
+        """The budget manager of this case (``config=None`` uses the frozen policy), with
+        :meth:`~ledger.actions.CaseBudget.run_tool` and :meth:`~ledger.actions.CaseBudget.action`."""
+        return CaseBudget(self.session, self.path, config, self.evidence)
 
     def evidence(self, router: Router | None = None) -> EvidenceStore:
         """The evidence store of this case; ``router`` defaults to the reference router over the package."""

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 
 from .canonical import canonical_sha256
 from .errors import CONFIG_INVALID, LedgerError, describe_value
+from ._resources import resource_dir
 from .paths import fs_path
 from .schemas import validate
 
@@ -149,6 +150,11 @@ class BudgetConfig:
     def load(cls, path: str | Path) -> "BudgetConfig":
         """Read and validate a budget TOML file (raises ``CONFIG_INVALID``)."""
         return cls.from_mapping(_read_toml(path))
+
+    @classmethod
+    def example(cls) -> "BudgetConfig":
+        """The example policy shipped with the package (``config/budget.example.toml``), from any folder."""
+        return cls.load(resource_dir("config") / "budget.example.toml")
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> "BudgetConfig":
