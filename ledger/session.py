@@ -273,12 +273,16 @@ class Session(SessionBase):
             checked = _still_checked(storage, CHECKED.get(key), cookie)
             last_seq, stream_seq, sha, accounts = checked[1:] if checked else (None, 0, None, {})
             rows = storage.conn.execute(statement("budget_chain_after"), {"revision": revision, "after": stream_seq})
-            for seq, sha, body_text, parent_sha, stream_seq in rows:
-                body = json.loads(body_text)
-                if sha256_hex(body_text.encode("utf-8")) != sha or body.get("parent_sha256") != parent_sha:
-                    raise LedgerError(E.INTEGRITY_ERROR, f"budget event {seq} does not match its hash chain", seq=seq)
-                _check_balanced(seq, body)
-                last_seq, accounts = seq, {a["hypothesis_id"]: a for a in body["accounts"]}
+            try:
+                for seq, sha, body_text, parent_sha, stream_seq in rows:
+                    body = json.loads(body_text)
+                    if sha256_hex(body_text.encode("utf-8")) != sha or body.get("parent_sha256") != parent_sha:
+                        raise LedgerError(E.INTEGRITY_ERROR, f"budget event {seq} does not match its hash chain",
+                                          seq=seq)
+                    _check_balanced(seq, body)
+                    last_seq, accounts = seq, {a["hypothesis_id"]: a for a in body["accounts"]}
+            finally:
+                rows.close()  # a statement left open would keep the write-ahead log from being emptied
             _check_balances_view(storage, revision, last_seq, accounts)
             if last_seq is not None:
                 CHECKED[key] = (cookie, last_seq, stream_seq, sha, accounts)
