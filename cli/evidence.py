@@ -44,7 +44,7 @@ def _read_json(handle: Any, settings: Settings | None = None) -> Any:
 def _summary(result: EvidenceResult) -> list[str]:
     if not result.records:
         return ["nothing stored"]
-    lines = [f"seq {result.seq}{' (reused: nothing written)' if result.reused else ''} -> {result.index_ref}"]
+    lines = [f"seq {result.seq}{' (reused: nothing written)' if result.reused else ''} (index exports to {result.index_ref})"]
     for r in result.records:
         duplicate = f", duplicate of {r['duplicate_of']}" if r["duplicate_of"] else ""
         lines.append(f"{r['record_id']} {r['hypothesis_id']}/{r['action_id']} ({r['operation_id']}): "
@@ -107,7 +107,7 @@ def evidence_request_test(settings: Settings, case: str, hypothesis: str, action
             hypothesis, action_id, kind, operation_id, at=at)
     a = result.action or {}
     emit_result(result.to_dict(), as_json, [f"seq {result.seq}{' (reused: nothing written)' if result.reused else ''}"
-                                            f" -> {result.event_ref}",
+                                            f" (exports to {result.event_ref})",
                                             f"test {hypothesis}/{action_id} {a.get('action')}: {a.get('status')}, "
                                             f"cost {a.get('cost_units')}, operation {operation_id}"])
 
@@ -118,7 +118,7 @@ def feedback() -> None:
 
 
 def _feedback_summary(result: FeedbackResult) -> list[str]:
-    return [f"seq {result.seq}{' (reused: nothing written)' if result.reused else ''} -> {result.event_ref}",
+    return [f"seq {result.seq}{' (reused: nothing written)' if result.reused else ''} (exports to {result.event_ref})",
             f"{result.feedback_id} for {result.operation_id}: {'confirmed' if result.confirmed else 'draft'}; "
             f"case {result.state}"]
 

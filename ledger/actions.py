@@ -9,7 +9,9 @@
   after a crash repeats the same operations and comes back ``reused``;
 * :meth:`CaseBudget.action` — a context manager binding an action to the code that
   runs it: whatever leaves the block (an exception, ``KeyboardInterrupt``, a block
-  that records nothing) closes the action with ``fail``; nothing stays pending.
+  that records nothing) closes the action with ``fail``; nothing stays pending;
+* ``submit_feedback``, ``confirm_feedback`` and ``store_feedback`` beside ``request_test``,
+  so an asynchronous test is driven from one object.
 
 Each step stays its own durable operation: a crash between two steps leaves the
 state a retry continues from.
@@ -25,7 +27,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from .budget import BudgetManager, BudgetResult
 from .config import BudgetConfig
-from .evidence import EvidenceStore
+from .evidence import EvidenceResult, EvidenceStore, FeedbackResult
 from .rules.common import ACTION_ID_RE, REASON_CHARS_MAX, check_action_id, check_action_name, check_hypothesis_id
 from .session import Session
 
@@ -179,6 +181,21 @@ class CaseBudget(BudgetManager):
         assert stored.reply is not None
         return ToolRun(hypothesis_id, action_id, tool, record["record_id"], record["novelty_score"],
                        stored.reply["results"][0], fed, reserved.reused and stored.reused and fed.reused)
+
+    # -- an external test's reply, beside request_test (the evidence store's calls, docs/evidence.md) --
+    def submit_feedback(self, operation_id: str, reply: Mapping[str, Any], attachments: Mapping[str, Any] | None = None,
+                        *, at: str | None = None) -> FeedbackResult:
+        """:meth:`EvidenceStore.submit_feedback`: a draft reply to the test of ``operation_id``."""
+        return self._evidence().submit_feedback(operation_id, reply, attachments, at=at)
+
+    def confirm_feedback(self, feedback_id: str, *, at: str | None = None) -> FeedbackResult:
+        """:meth:`EvidenceStore.confirm_feedback`."""
+        return self._evidence().confirm_feedback(feedback_id, at=at)
+
+    def store_feedback(self, operation_id: str, feedback_id: str | None = None, *,
+                       at: str | None = None) -> EvidenceResult:
+        """:meth:`EvidenceStore.store_feedback` (without ``feedback_id``: the operation's confirmed draft)."""
+        return self._evidence().store_feedback(operation_id, feedback_id, at=at)
 
     def action(self, hypothesis_id: str, action_id: str, action: str, *, at: str | None = None) -> Action:
         """``with budget.action(h, a, "test.automated") as act: act.record(run_tests())``: reserve on

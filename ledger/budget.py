@@ -135,9 +135,22 @@ class BudgetManager:
         """Open one account per hypothesis of the current revision (docs/concepts.md).
 
         Errors: ``CASE_STATE``, ``LIMIT_REACHED``. Repeating returns ``reused=True``
-        and never refills anything, whatever the config.
+        and never refills anything, whatever the config: a repeat is a replay, and replays never
+        compare policies, so a manager whose config differs from the frozen policy is told so
+        by its first new operation (``BUDGET_POLICY_CHANGED``), not here; see
+        :meth:`policy_changed` to ask first.
         """
         return self._run("initialize", rules.shape_initialize(), at)
+
+    def policy_changed(self) -> bool:
+        """True when this manager's config differs from the policy frozen for the current revision
+        (its new operations would fail with ``BUDGET_POLICY_CHANGED``); False without a config or a
+        budget. Writes nothing."""
+        if self.config is None:
+            return False
+        with self._session.read() as view:
+            head = view.budget_head(view.case()["revision"])
+        return head is not None and head["policy_sha256"] != self.config.policy_sha256
 
     def reserve(self, hypothesis_id: str, action_id: str, action: str, *, at: str | None = None) -> BudgetResult:
         """Debit ``action``'s cost from ``hypothesis_id`` before the tool runs.

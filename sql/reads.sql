@@ -29,6 +29,12 @@ SELECT sha256, body FROM events WHERE seq = :seq;
 -- changes whenever the schema does (a dropped append-only guard among others)
 PRAGMA schema_version;
 
+-- name: feedback_draft_of_operation
+-- store_feedback without a feedback id: the operation's newest confirmed draft, else its newest draft
+SELECT d.feedback_id FROM feedback_drafts AS d WHERE d.operation_id = :operation_id
+ORDER BY EXISTS (SELECT 1 FROM feedback_confirmations AS c WHERE c.feedback_id = d.feedback_id) DESC, d.seq DESC
+LIMIT 1;
+
 -- name: event_count
 SELECT COUNT(*) FROM {schema}.events;
 

@@ -494,3 +494,12 @@ def test_a_reason_is_blank_exactly_when_every_character_is_whitespace_a_space_a_
 
     expected = all(ch.isspace() or unicodedata.category(ch) in ("Zs", "Cc", "Cf") for ch in text)
     assert is_blank(text) is expected
+
+
+def test_policy_changed_tells_a_manager_its_config_differs_from_the_frozen_policy(case, example_policy):
+    assert case.budget(example_policy).policy_changed() is False  # no budget yet
+    case.budget(example_policy).initialize()
+    other = case.budget(BudgetConfig.from_mapping({"default_action_cost": 7}))
+    assert other.initialize().reused is True  # a repeat is a replay: policies are not compared
+    assert other.policy_changed() is True
+    assert case.budget(example_policy).policy_changed() is False and case.budget().policy_changed() is False

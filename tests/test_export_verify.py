@@ -15,7 +15,7 @@ from ledger.canonical import canonical_bytes, sha256_hex
 from ledger.errors import CASE_EXISTS, INTEGRITY_ERROR, INVALID_ARGUMENT, LEDGER_MISSING
 from ledger import export_case, import_tree, verify_case
 
-from conftest import logical_dump
+from conftest import logical_dump, make_package, start_case
 
 
 @pytest.fixture
@@ -304,3 +304,14 @@ def test_verify_does_not_write_into_the_package(exported):
     dump = logical_dump(exported / "ledger.sqlite")
     verify_case(exported)
     assert tree(exported) == before and logical_dump(exported / "ledger.sqlite") == dump
+
+
+def test_export_case_takes_a_case_folder_path_like_verify_and_import(tmp_path):
+    path = make_package(tmp_path / "case")
+    start_case(path).close()
+    report = export_case(str(path))
+    assert report.files_written > 0 and verify_case(path).export_state == "current"
+    assert export_case(path).files_written == 0
+    with pytest.raises(LedgerError) as refused:
+        export_case(tmp_path / "nothing-here")
+    assert refused.value.code == LEDGER_MISSING

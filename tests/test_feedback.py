@@ -300,3 +300,32 @@ def test_a_tool_batch_cannot_reuse_a_test_operation_id(case):
     with pytest.raises(LedgerError) as conflict:
         case.evidence().query("i1", {"actions": [action]}, True)
     assert conflict.value.code == OPERATION_CONFLICT and ledger_rows(case) == before
+
+
+def test_store_feedback_without_a_feedback_id_publishes_the_operations_confirmed_draft(case):
+    budget = case.budget()
+    budget.request_test("H1", "t1", "automated", "test-1")
+    first = budget.submit_feedback("test-1", {"status": "failed", "details": "flaky"})
+    second = budget.submit_feedback("test-1", PASSED)
+    budget.confirm_feedback(second.feedback_id)
+    stored = budget.store_feedback("test-1")
+    assert first.feedback_id != second.feedback_id
+    record = case.query("SELECT * FROM evidence_records")[0]
+    assert stored.records[0]["record_id"] == record["record_id"] and stored.reused is False
+    assert budget.store_feedback("test-1").reused is True
+    assert budget.store_feedback("test-1", second.feedback_id).reused is True
+
+
+def test_store_feedback_without_a_feedback_id_names_what_is_missing(case):
+    budget = case.budget()
+    with pytest.raises(LedgerError) as no_test:
+        budget.store_feedback("test-9")
+    budget.request_test("H1", "t1", "automated", "test-1")
+    with pytest.raises(LedgerError) as no_draft:
+        budget.store_feedback("test-1")
+    budget.submit_feedback("test-1", PASSED)
+    with pytest.raises(LedgerError) as unconfirmed:
+        budget.store_feedback("test-1")
+    assert (no_test.value.code, no_draft.value.code, unconfirmed.value.code) == (
+        NO_RESERVATION, INVALID_ARGUMENT, FEEDBACK_NOT_CONFIRMED)
+    assert "submit_feedback first" in no_draft.value.message

@@ -655,3 +655,17 @@ def test_the_memory_view_answers_the_scope_questions_exactly_as_the_sql_view(pac
         for h in ("H1", "H2"):
             assert memory.lowest_pct_since_grant(1, h) == sql.lowest_pct_since_grant(1, h)
         assert sql.lowest_pct_since_grant(1, "H2") == 90 * 100 // 107  # 93 left + 7 granted, q9 pending
+
+
+def test_establish_warns_at_eighty_percent_by_default_given_as_a_number(package):
+    import inspect
+
+    from ledger import ScopeManager
+
+    assert inspect.signature(ScopeManager.establish).parameters["warning_ratio"].default == 0.8
+    case = start_case(package)
+    case.budget(BudgetConfig.from_mapping({})).initialize()
+    result = case.scopes().establish("case", {"units": 100}, "controller")
+    body = json.loads(case.events(result.seq - 1, with_body=True)[0]["body"])
+    assert body["warning_bps"] == 8000
+    case.close()
