@@ -190,13 +190,14 @@ def feedback_confirm(settings: Settings, case: str, feedback_id: str, at: str | 
 @feedback.command("store")
 @CASE
 @click.argument("operation_id")
-@click.argument("feedback_id")
+@click.argument("feedback_id", required=False)
 @AT
 @JSON
 @pass_settings
-def feedback_store(settings: Settings, case: str, operation_id: str, feedback_id: str, at: str | None,
+def feedback_store(settings: Settings, case: str, operation_id: str, feedback_id: str | None, at: str | None,
                    as_json: bool) -> None:
-    """Publish confirmed FEEDBACK_ID as an evidence record bound to the test of OPERATION_ID."""
+    """Publish confirmed FEEDBACK_ID (default: the test's confirmed draft) as an evidence record bound to
+    the test of OPERATION_ID."""
     with settings.open(case) as opened:
         result = opened.evidence().store_feedback(operation_id, feedback_id, at=at)
     emit_result(result.to_dict(), as_json, _summary(result))

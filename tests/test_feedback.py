@@ -262,9 +262,11 @@ def test_cli_feedback_commands(case, tmp_path):
     assert early.exit_code == 1 and "error: FEEDBACK_NOT_CONFIRMED" in early.output
     confirmed = runner.invoke(cli_main, ["evidence", "feedback", "confirm", path, "F000001", "--json"])
     assert confirmed.exit_code == 0 and json.loads(confirmed.output)["confirmed"] is True
-    stored = runner.invoke(cli_main, ["evidence", "feedback", "store", path, "test-1", "F000001", "--json"])
+    stored = runner.invoke(cli_main, ["evidence", "feedback", "store", path, "test-1", "--json"])  # its draft
     assert stored.exit_code == 0, stored.output
     assert json.loads(stored.output)["records"][0]["novelty_score"] == 100
+    again = runner.invoke(cli_main, ["evidence", "feedback", "store", path, "test-1", "F000001", "--json"])
+    assert again.exit_code == 0 and json.loads(again.output)["reused"] is True
     with Case.open(path) as reopened:
         draft = json.loads(reopened.query("SELECT body FROM events WHERE type = 'feedback.submitted'")[0]["body"])
     assert draft["feedback"]["attachments"][0]["sha256"] == hashlib.sha256(LOG.encode()).hexdigest()
