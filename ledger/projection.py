@@ -230,3 +230,15 @@ def floor_rows(body: Body, floors: Mapping[str, int | None]) -> list[HelperRow]:
                                                   "seq": body["seq"], "lowest_pct": after}))
             floors[h] = after  # type: ignore[index]
     return rows
+
+
+def money_rows(body: Body, consumed: Callable[[int | None, str | None], int]) -> list[HelperRow]:
+    """The ``money_totals`` row of a result that reported money (none otherwise): the running totals
+    of its account, its revision and the case, from ``consumed(revision, hypothesis_id)`` before it."""
+    if "cost_usd_millicents" not in body:
+        return []
+    revision, h, cost = body["revision"], body["action"]["hypothesis_id"], body["cost_usd_millicents"]
+    return [("insert_money_total", {"seq": body["seq"], "revision": revision, "hypothesis_id": h,
+                                    "hypothesis_total": consumed(revision, h) + cost,
+                                    "revision_total": consumed(revision, None) + cost,
+                                    "case_total": consumed(None, None) + cost})]

@@ -26,7 +26,7 @@ from .errors import LedgerError
 from .errors import integrity_error as _bad
 from .operations import OPERATIONS
 from .package import resolve_source_refs, stored_stream
-from .projection import floor_rows, helper_rows
+from .projection import floor_rows, helper_rows, money_rows
 from .clock import ms_ahead, parse_at, utc_now
 from .rules.common import Context, Draft, Outcome, Reused, check_action_id
 from .schemas import validator
@@ -128,6 +128,7 @@ class Replayer:
             raise _bad(seq, f"event differs from its recomputation from the request in: {detail}", fields=keys)
         sha = sha256_hex(data)
         floors = self.view.account_floors(body["revision"]) if draft.stream == "budget" else None
+        money = money_rows(body, self.view.money_consumed) if draft.stream == "budget" else []
         stream_seq = self.view.apply(body, sha, draft.stream, draft.operation_key, draft.contents)
         if self.sink is not None:
             row = EventRow(seq=seq, type=draft.type, revision=draft.revision, stream=stored_stream(draft.stream),
@@ -135,7 +136,7 @@ class Replayer:
                            parent_sha256=self.previous_sha, operation_key=draft.operation_key,
                            request_sha256=sha256_hex(canonical_bytes(draft.request)) if draft.operation_key else None,
                            body=data)
-            rows = helper_rows(body, draft) + (floor_rows(body, floors) if floors is not None else [])
+            rows = helper_rows(body, draft) + (floor_rows(body, floors) if floors is not None else []) + money
             self.sink(row, rows, draft.contents)
         self.previous_sha = sha
         self.previous_at = created_at

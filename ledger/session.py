@@ -28,7 +28,7 @@ from .config import DEFAULT_LIMITS, BudgetConfig
 from .errors import LedgerError, limit_reached
 from .operations import operation
 from .package import event_path, stored_stream
-from .projection import floor_rows, helper_rows
+from .projection import floor_rows, helper_rows, money_rows
 from .rules.common import Context, Draft, Outcome, Reused
 from .storage import EventRow, Storage
 from .views import SqlView, WriterCache
@@ -246,6 +246,7 @@ class Session(SessionBase):
         rows = helper_rows(body, draft)
         if draft.stream == "budget":
             rows += floor_rows(body, view.account_floors(draft.revision))  # advances the kept floors
+            rows += money_rows(body, view.money_consumed)
         self.storage.append(row, rows, draft.contents)
         view.cache.appended((row.seq, row.sha256, row.created_at), [name for name, _ in rows], body,
                             draft.stream, stream_seq)

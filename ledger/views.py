@@ -230,7 +230,13 @@ class SqlView:
                                                          establishment_seq=establishment_seq))
 
     def money_consumed(self, revision: int | None, hypothesis_id: str | None) -> int:
-        return self.storage.one("money_consumed", revision=revision, hypothesis_id=hypothesis_id)[0]
+        if revision is None:
+            row = self.storage.one("money_consumed_case")
+        elif hypothesis_id is None:
+            row = self.storage.one("money_consumed_revision", revision=revision)
+        else:
+            row = self.storage.one("money_consumed_account", revision=revision, hypothesis_id=hypothesis_id)
+        return row[0] if row else 0
 
     def revision_issuer(self, revision: int) -> str | None:
         row = self.storage.one("revision_issuer", revision=revision)

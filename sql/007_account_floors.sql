@@ -1,3 +1,5 @@
+-- Running state the agent's reads need in one indexed lookup, whatever the length of the history.
+--
 -- The soft gate's scarcity reads each account's lowest pct_remaining since its last grant
 -- (docs/scopes.md). This table keeps that floor as it moves, so the read is one indexed lookup
 -- whatever the length of the history: a row when a budget event moves an account's floor,
@@ -38,6 +40,41 @@ moves AS (
 SELECT revision, hypothesis_id, seq, lowest_pct FROM moves
 WHERE previous IS NULL OR previous <> lowest_pct;
 
+-- Money reported with results (result_costs), as running totals of its account, its revision and
+-- the case after each report: a cost_usd_millicents limit reads one row whatever the history.
+CREATE TABLE money_totals (
+    seq INTEGER PRIMARY KEY REFERENCES events (seq),
+    revision INTEGER NOT NULL,
+    hypothesis_id TEXT NOT NULL,
+    hypothesis_total INTEGER NOT NULL,
+    revision_total INTEGER NOT NULL,
+    case_total INTEGER NOT NULL
+);
+CREATE INDEX money_totals_by_account ON money_totals (revision, hypothesis_id, seq);
+CREATE INDEX money_totals_by_revision ON money_totals (revision, seq);
+
+INSERT INTO money_totals (seq, revision, hypothesis_id, hypothesis_total, revision_total, case_total)
+SELECT seq, revision, hypothesis_id,
+       SUM(cost_usd_millicents) OVER (PARTITION BY revision, hypothesis_id ORDER BY seq),
+       SUM(cost_usd_millicents) OVER (PARTITION BY revision ORDER BY seq),
+       SUM(cost_usd_millicents) OVER (ORDER BY seq)
+FROM result_costs;
+
+CREATE TRIGGER money_totals_no_update BEFORE UPDATE ON money_totals
+BEGIN
+    SELECT RAISE(ABORT, 'append-only: money_totals rows cannot be updated');
+END;
+CREATE TRIGGER money_totals_no_delete BEFORE DELETE ON money_totals
+BEGIN
+    SELECT RAISE(ABORT, 'append-only: money_totals rows cannot be deleted');
+END;
+CREATE TRIGGER money_totals_insert_guard BEFORE INSERT ON money_totals
+BEGIN
+    SELECT RAISE(ABORT, 'append-only: duplicate money_totals key')
+    WHERE EXISTS (SELECT 1 FROM money_totals WHERE seq = NEW.seq);
+    SELECT RAISE(ABORT, 'append-only: money_totals rows must belong to the newest event')
+    WHERE NEW.seq IS NOT (SELECT MAX(seq) FROM events);
+END;
 CREATE TRIGGER account_floors_no_update BEFORE UPDATE ON account_floors
 BEGIN
     SELECT RAISE(ABORT, 'append-only: account_floors rows cannot be updated');

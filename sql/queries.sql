@@ -136,9 +136,19 @@ SELECT dimension, declared FROM scope_limits WHERE seq = :seq;
 -- name: scope_warned
 SELECT dimension FROM limit_warnings WHERE scope = :scope AND establishment_seq = :establishment_seq;
 
--- name: money_consumed
-SELECT COALESCE(SUM(cost_usd_millicents), 0) FROM result_costs
-WHERE (:revision IS NULL OR revision = :revision) AND (:hypothesis_id IS NULL OR hypothesis_id = :hypothesis_id);
+-- name: money_consumed_case
+SELECT case_total FROM money_totals ORDER BY seq DESC LIMIT 1;
+
+-- name: money_consumed_revision
+SELECT revision_total FROM money_totals WHERE revision = :revision ORDER BY seq DESC LIMIT 1;
+
+-- name: money_consumed_account
+SELECT hypothesis_total FROM money_totals WHERE revision = :revision AND hypothesis_id = :hypothesis_id
+ORDER BY seq DESC LIMIT 1;
+
+-- name: insert_money_total
+INSERT INTO money_totals (seq, revision, hypothesis_id, hypothesis_total, revision_total, case_total)
+VALUES (:seq, :revision, :hypothesis_id, :hypothesis_total, :revision_total, :case_total);
 
 -- name: revision_issuer
 SELECT json_extract(e.body, '$.actor') FROM policies AS p JOIN events AS e ON e.seq = p.seq

@@ -21,10 +21,10 @@ from conftest import start_case
 T0 = "2026-01-01T00:00:00Z"
 
 
-def _spend(budget, hypothesis: str, actions: int, prefix: str, score: int = 0) -> None:
+def _spend(budget, hypothesis: str, actions: int, prefix: str, score: int = 0, money: int | None = None) -> None:
     for n in range(actions):
         budget.reserve(hypothesis, f"{prefix}{n}", "source.find_text", at=T0)
-        budget.record_result(hypothesis, f"{prefix}{n}", {"n": n, "p": prefix}, at=T0)
+        budget.record_result(hypothesis, f"{prefix}{n}", {"n": n, "p": prefix}, cost_usd_millicents=money, at=T0)
         budget.settle(hypothesis, f"{prefix}{n}", score, "assessed", at=T0)
 
 
@@ -34,8 +34,8 @@ def busy(package: Path) -> Case:
     case = start_case(package, hypotheses=3)
     budget = case.budget(BudgetConfig.example())
     budget.initialize(at=T0)
-    _spend(budget, "H1", 3, "a", score=90)
-    _spend(budget, "H2", 5, "b", score=30)
+    _spend(budget, "H1", 3, "a", score=90, money=250)
+    _spend(budget, "H2", 5, "b", score=30, money=40)
     budget.grant("H2", 40, "controller", "more room", "g1", at=T0)
     _spend(budget, "H2", 2, "c", score=50)
     _spend(budget, "H3", 1, "d", score=30)
@@ -90,9 +90,10 @@ def test_a_changed_account_floor_is_an_integrity_error_for_verify(busy):
 def _downgrade_to_version_6(path: Path) -> None:
     """Make the ledger look like one made before account_floors existed (schema version 6)."""
     conn = sqlite3.connect(path / "ledger.sqlite")
-    for kind, name in (("TRIGGER", "account_floors_no_update"), ("TRIGGER", "account_floors_no_delete"),
-                       ("TRIGGER", "account_floors_insert_guard"), ("TABLE", "account_floors")):
-        conn.execute(f"DROP {kind} {name}")
+    for table in ("account_floors", "money_totals"):
+        for trigger in ("no_update", "no_delete", "insert_guard"):
+            conn.execute(f"DROP TRIGGER {table}_{trigger}")
+        conn.execute(f"DROP TABLE {table}")  # its indexes go with it
     conn.execute("DROP TRIGGER schema_migrations_no_delete")
     conn.execute("DELETE FROM schema_migrations WHERE version > 6")
     conn.execute(shipped_schema()["schema_migrations_no_delete"])
@@ -100,13 +101,15 @@ def _downgrade_to_version_6(path: Path) -> None:
     conn.close()
 
 
-def test_opening_an_older_ledger_fills_account_floors_as_the_writer_would_have(busy):
-    written = busy.query("SELECT * FROM account_floors ORDER BY revision, hypothesis_id, seq")
+def test_opening_an_older_ledger_fills_account_floors_and_money_totals_as_the_writer_would_have(busy):
+    floors = busy.query("SELECT * FROM account_floors ORDER BY revision, hypothesis_id, seq")
+    money = busy.query("SELECT * FROM money_totals ORDER BY seq")
     busy.close()
     _downgrade_to_version_6(busy.path)
     assert verify_case(busy.path).events > 0  # checked against its own schema version
     with Case.open(busy.path) as opened:
-        assert opened.query("SELECT * FROM account_floors ORDER BY revision, hypothesis_id, seq") == written
+        assert opened.query("SELECT * FROM account_floors ORDER BY revision, hypothesis_id, seq") == floors
+        assert opened.query("SELECT * FROM money_totals ORDER BY seq") == money and len(money) == 8
         assert opened.budget().price_signal("H2", "source.read_context")["scarcity_bps"] == 22_000
     assert verify_case(busy.path).events > 0
 
@@ -186,3 +189,17 @@ def test_snapshot_detects_an_edited_event_appended_after_its_last_check(busy):
     with pytest.raises(LedgerError) as refused:
         budget.snapshot()
     assert refused.value.code == INTEGRITY_ERROR
+
+
+def test_money_limits_read_running_totals_of_the_account_the_revision_and_the_case(busy):
+    last = busy.query("SELECT hypothesis_total, revision_total, case_total FROM money_totals ORDER BY seq DESC")[0]
+    assert last == {"hypothesis_total": 200, "revision_total": 950, "case_total": 950}
+    scopes = busy.scopes()
+    scopes.establish("case", {"cost_usd_millicents": 1000}, "controller", at=T0)
+    scopes.establish("hypothesis:1/H1", {"cost_usd_millicents": 820}, "controller", at=T0)
+    usage = {(row["scope_type"], row["dimension"]): row["consumed"] for row in scopes.usage()}
+    assert usage == {("case", "cost_usd_millicents"): 950, ("hypothesis", "cost_usd_millicents"): 750}
+    advice = busy.budget().advice("H1")
+    assert (advice["remaining_cost_usd_millicents"], advice["limited_by"]["cost_usd_millicents"]) == (50, "case")
+    busy.close()
+    assert verify_case(busy.path).events > 0
