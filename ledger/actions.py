@@ -25,8 +25,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Callable, Iterable, Mapping
 
+from . import errors as E
 from .budget import BudgetManager, BudgetResult
 from .config import BudgetConfig
+from .errors import LedgerError
 from .evidence import EvidenceResult, EvidenceStore, FeedbackResult
 from .rules.common import ACTION_ID_RE, REASON_CHARS_MAX, check_action_id, check_action_name, check_hypothesis_id
 from .session import Session
@@ -102,12 +104,12 @@ class Action:
                cost_usd_millicents: int | None = None) -> BudgetResult:
         """:meth:`BudgetManager.record_result` for this action."""
         self.result = self._budget.record_result(self.hypothesis_id, self.action_id, evidence, source_refs,
-                                                 cost_usd_millicents=cost_usd_millicents)
+                                                 cost_usd_millicents=cost_usd_millicents, at=self._at)
         return self.result
 
     def record_evidence(self, record_id: str) -> BudgetResult:
         """:meth:`BudgetManager.record_evidence` for this action."""
-        self.result = self._budget.record_evidence(self.hypothesis_id, self.action_id, record_id)
+        self.result = self._budget.record_evidence(self.hypothesis_id, self.action_id, record_id, at=self._at)
         return self.result
 
     def settle(self, semantic_score: int, reason: str) -> BudgetResult:
@@ -119,7 +121,12 @@ class Action:
         if exc is None and self.result is not None:
             return False
         if exc is None:
-            self.failed = self._budget.fail(self.hypothesis_id, self.action_id, "no result was recorded", at=self._at)
+            try:
+                self.failed = self._budget.fail(self.hypothesis_id, self.action_id, "no result was recorded",
+                                                at=self._at)
+            except LedgerError as refused:
+                if refused.code not in (E.ACTION_CLOSED, E.OPERATION_CONFLICT):
+                    raise  # else it was closed inside the block (settle, or fail with its own reason)
         else:
             self.failed = close_failed(self._budget, self.hypothesis_id, self.action_id, exc, self._at)
         return False

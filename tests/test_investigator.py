@@ -201,3 +201,16 @@ def test_the_bundled_example_policy_loads_from_any_folder(tmp_path, monkeypatch)
     monkeypatch.chdir(tmp_path)
     policy = BudgetConfig.example()
     assert policy.cost_units("source.read_context") == 5 and policy["test_costs"]["automated"] == 15
+
+
+def test_an_action_closed_inside_its_block_is_left_as_closed(case, investigator):
+    with investigator.action("H1", "t1", "test.automated"):
+        investigator.fail("H1", "t1", "the tool was not installed")
+    assert case.actions()[0]["closing_reason"] == "the tool was not installed"
+
+
+def test_an_action_settled_inside_its_block_stays_settled(case, investigator):
+    with investigator.action("H1", "t1", "test.automated") as act:
+        act.record({"passed": True})
+        act.settle(40, "assessed at once")
+    assert act.failed is None and case.actions()[0]["status"] == "settled"
