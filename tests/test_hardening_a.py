@@ -130,6 +130,8 @@ PUBLIC_CALLS = {
     "check": lambda c, b: b.check("H1", "source.read_context"),
     "price_signal": lambda c, b: b.price_signal("H1", "source.read_context"),
     "remaining": lambda c, b: b.remaining("H1"),
+    "advice": lambda c, b: b.advice("H1"),
+    "policy_changed": lambda c, b: c.budget(BudgetConfig.from_mapping({})).policy_changed(),
     "record_evidence": lambda c, b: b.record_evidence("H1", "t1", "E000001"),
     "request_test": lambda c, b: b.request_test("H1", "t1", "human", "test-1"),
     "evidence_query": lambda c, b: c.evidence().query("i1", {"actions": [{
