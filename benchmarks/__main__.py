@@ -10,6 +10,9 @@ Every figure is measured in one run, on the same disk, at the same durability
 * ``eventsourcing_ops_per_s`` — the ``eventsourcing`` library's SQLite persistence, one event per operation;
 * ``apply_ops_per_s`` — ``ledger apply`` (a real process) on a journal of 10,000 operations with group commit;
 * ``latency_ratio_100k_vs_1k`` — median durable operation latency at 100,000 events over that at 1,000;
+* ``gate_latency_ratio_100k_vs_1k`` / ``snapshot_latency_ratio_100k_vs_1k`` — the same for the reads an
+  agent makes before each action, on the same ledger: the soft gate (the worse of ``check`` and
+  ``advice``) and ``snapshot`` (after the process's first, with one cycle appended before each read);
 * ``verify_events_per_s`` / ``verify_peak_rss_mib`` — ``ledger verify`` (a real process) at 100,000 events;
 * ``balances_query_ms`` — ``SELECT * FROM balances`` at 100,000 events (median);
 * ``export_files_per_s`` — ``ledger export`` of that case;
@@ -326,13 +329,42 @@ def median_latency_ms(case: Case, start: int, samples: int) -> float:
     return statistics.median(timings) * 1000
 
 
+def median_reads_ms(case: Case, start: int, samples: int) -> dict[str, float]:
+    """Median ms of the reads an agent makes before each action (``check``, ``advice``, ``snapshot``),
+    each timed after one reserve/record_result/settle cycle is appended (not timed), as in an
+    agent's loop. The process's first ``snapshot`` (a check of the whole history) comes first."""
+    budget = case.budget()
+    budget.snapshot()
+    timings: dict[str, list[float]] = {"check": [], "advice": [], "snapshot": []}
+    for n in range(start, start + samples):
+        _cycle(budget, n)
+        h = f"H{n % HYPOTHESES + 1}"
+        for name, call in (("check", lambda: budget.check(h, "source.read_context")),
+                           ("advice", lambda: budget.advice(h)), ("snapshot", budget.snapshot)):
+            began = time.perf_counter()
+            call()
+            timings[name].append(time.perf_counter() - began)
+    return {name: statistics.median(values) * 1000 for name, values in timings.items()}
+
+
+def read_figures(small: dict[str, float], large: dict[str, float]) -> dict[str, float]:
+    """The reads' figures and ratios: the gate is the worse of ``check`` and ``advice``."""
+    out = {f"{name}_ms_{size}": value for size, reads in (("small", small), ("large", large))
+           for name, value in reads.items()}
+    out["gate_latency_ratio_100k_vs_1k"] = max(large["check"] / small["check"], large["advice"] / small["advice"])
+    out["snapshot_latency_ratio_100k_vs_1k"] = large["snapshot"] / small["snapshot"]
+    return out
+
+
 def bench_growth(directory: Path, small: int, large: int, samples: int) -> dict[str, float]:
     """Latency at ``small`` and ``large`` events, then verify/balances/export at ``large``."""
     case = _new_case(directory / "big")
     fill(case, 0, small // 3)
     small_ms = median_latency_ms(case, 10**7, samples)
+    small_reads = median_reads_ms(case, 3 * 10**7, samples)
     fill(case, small // 3 + samples, large // 3)
     large_ms = median_latency_ms(case, 2 * 10**7, samples)
+    large_reads = median_reads_ms(case, 4 * 10**7, samples)
     events = case.status()["package_generation"]
     timings = []
     for _ in range(20):
@@ -358,6 +390,7 @@ def bench_growth(directory: Path, small: int, large: int, samples: int) -> dict[
         "verify_peak_rss_mib": verify_rss,
         "balances_query_ms": statistics.median(timings) * 1000,
         "export_files_per_s": files / export_s,
+        **read_figures(small_reads, large_reads),
     }
 
 

@@ -22,6 +22,10 @@ TARGETS: dict[str, tuple[str, float, str]] = {
     "export_vs_raw_files": (">=", 0.7, "export files/s ÷ bare atomic writes of the same bytes"),
     "apply_rss_ratio": ("<=", 1.5, "peak RSS applying the long journal ÷ the 1,000-line one"),
     "latency_ratio_100k_vs_1k": ("<=", 1.25, "median durable operation latency, large ledger ÷ 1,000 events"),
+    "gate_latency_ratio_100k_vs_1k": ("<=", 1.25, "median `check`/`advice` latency, large ledger ÷ 1,000 events "
+                                      "(the worse of the two)"),
+    "snapshot_latency_ratio_100k_vs_1k": ("<=", 1.5, "median `snapshot()` latency after the process's first, large "
+                                          "ledger ÷ 1,000 events"),
     "verify_peak_rss_mib": ("<=", 200, "peak RSS of `ledger verify` (MiB)"),
     "balances_query_ms": ("<=", 5, "`SELECT * FROM balances` on the large ledger (ms)"),
     "simulate_vs_apply": (">=", 30, ("`ledger simulate` journal lines/s ÷ `ledger apply --keep-going` journal "
@@ -35,7 +39,9 @@ CONTEXT = ("fsync_ms", "event_bytes", "events", "raw_tx_per_s", "ledger_ops_per_
            "apply_vs_ledger_ops", "verify_events_per_s", "scan_events_per_s", "export_files_per_s",
            "raw_files_per_s", "apply_rss_small_mib", "apply_rss_large_mib", "latency_ms_small", "latency_ms_large",
            "simulate_s", "apply_s", "simulate_lines", "simulate_steps", "simulate_lines_per_s",
-           "apply_journal_ops_per_s", "simulate_steps_per_s", "simulate_steps_vs_apply_lines")
+           "apply_journal_ops_per_s", "simulate_steps_per_s", "simulate_steps_vs_apply_lines",
+           "check_ms_small", "check_ms_large", "advice_ms_small", "advice_ms_large", "snapshot_ms_small",
+           "snapshot_ms_large")
 
 
 def normalized(run: dict[str, Any]) -> dict[str, Any]:

@@ -21,6 +21,7 @@ import click
 from ledger import AnalysisConfig, BudgetConfig, Case, CheckpointWarning, LedgerError
 from ledger.ground.errors import OUTPUT_ERROR
 from ledger.ground.paths import os_error
+from ledger.services.case import LEDGER_FILE
 
 from ._output import FORMATS, OutputError, escape_unencodable_output, one_line, warn
 
@@ -186,7 +187,24 @@ class FiniteFloatRange(click.FloatRange):
         if not math.isfinite(number):
             self.fail(f"{value!r} is not a finite number", param, ctx)
         return number
-CASE = click.argument("case", type=click.Path(file_okay=False, path_type=str))
+class CaseFolder(click.Path):
+    """A case folder (``click.Path(file_okay=False)``) whose refusal of a file says what to give
+    instead: the folder, not the ``ledger.sqlite`` or ``manifest.json`` inside it."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(file_okay=False, path_type=str, **kwargs)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and os.path.isfile(value):
+            parent = os.path.dirname(os.path.abspath(value))
+            inside = (f"; the case folder holding it is {parent}"
+                      if os.path.basename(value) in (LEDGER_FILE, "manifest.json") else "")
+            self.fail(f"{value!r} is a file: give the case folder (the one holding {LEDGER_FILE}){inside}",
+                      param, ctx)
+        return super().convert(value, param, ctx)
+
+
+CASE = click.argument("case", type=CaseFolder())
 AT = click.option("--at", metavar="RFC3339", help="Event time (UTC, e.g. 2026-01-05T10:00:00Z); default now.")
 JSON = click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
 

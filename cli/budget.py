@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any, Callable
 
 import click
@@ -19,9 +20,9 @@ def budget() -> None:
 
 def _budget_summary(result: BudgetResult, *, read: bool = False) -> list[str]:
     if read:
-        lines = [f"revision {result.revision} as of seq {result.seq} ({result.event_ref}); history checked"]
+        lines = [f"revision {result.revision} as of seq {result.seq} (exports to {result.event_ref}); history checked"]
     else:
-        lines = [f"seq {result.seq}{' (reused: nothing written)' if result.reused else ''} -> {result.event_ref}"]
+        lines = [f"seq {result.seq}{' (reused: nothing written)' if result.reused else ''} (exports to {result.event_ref})"]
     if result.action:
         a = result.action
         lines.append(f"action {a['hypothesis_id']}/{a['action_id']} {a['action']}: {a['status']}, cost {a['cost_units']}"
@@ -169,7 +170,12 @@ def budget_grant(settings: Settings, case: str, hypothesis: str, units: int, rea
 def _run_read(settings: Settings, case: str, as_json: bool, call: Callable[[Any], GateReading]) -> None:
     with settings.open(case) as opened:
         reading = call(opened.budget(settings.budget_config()))
-    emit_result(reading.to_dict(), as_json, [f"{key}: {value}" for key, value in reading.to_dict().items()])
+    emit_result(reading.to_dict(), as_json, [f"{key}: {_plain(value)}" for key, value in reading.to_dict().items()])
+
+
+def _plain(value: Any) -> str:
+    """A reading's value as people read it: text as it is, anything else as JSON (true, null, {...})."""
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 @budget.command("check")
@@ -182,6 +188,18 @@ def _run_read(settings: Settings, case: str, as_json: bool, call: Callable[[Any]
 def budget_check(settings: Settings, case: str, hypothesis: str, action: str, at: str | None, as_json: bool) -> None:
     """Would ACTION fit now? allowed, cost, remaining, pct_remaining, tier, scarcity_bps (writes nothing)."""
     _run_read(settings, case, as_json, lambda b: b.check(hypothesis, action, at=at))
+
+
+@budget.command("advice")
+@CASE
+@click.argument("hypothesis")
+@AT
+@JSON
+@pass_settings
+def budget_advice(settings: Settings, case: str, hypothesis: str, at: str | None, as_json: bool) -> None:
+    """What an agent needs before its next action on HYPOTHESIS: status, investigable, remaining units,
+    actions and time by the tightest limit, tier, scarcity_bps (writes nothing)."""
+    _run_read(settings, case, as_json, lambda b: b.advice(hypothesis, at=at))
 
 
 @budget.command("price")

@@ -51,7 +51,7 @@ def _read_json(handle: Any, settings: Settings | None, argument: str) -> Any:
 def _summary(result: EvidenceResult) -> list[str]:
     if not result.records:
         return ["nothing stored"]
-    lines = [f"seq {result.seq}{' (reused: nothing written)' if result.reused else ''} -> {result.index_ref}"]
+    lines = [f"seq {result.seq}{' (reused: nothing written)' if result.reused else ''} (index exports to {result.index_ref})"]
     for r in result.records:
         duplicate = f", duplicate of {r['duplicate_of']}" if r["duplicate_of"] else ""
         lines.append(f"{r['record_id']} {r['hypothesis_id']}/{r['action_id']} ({r['operation_id']}): "
@@ -117,7 +117,7 @@ def evidence_request_test(settings: Settings, case: str, hypothesis: str, action
             hypothesis, action_id, kind, operation_id, at=at)
     a = result.action or {}
     emit_result(result.to_dict(), as_json, [f"seq {result.seq}{' (reused: nothing written)' if result.reused else ''}"
-                                            f" -> {result.event_ref}",
+                                            f" (exports to {result.event_ref})",
                                             f"test {hypothesis}/{action_id} {a.get('action')}: {a.get('status')}, "
                                             f"cost {a.get('cost_units')}, operation {operation_id}"])
 
@@ -128,7 +128,7 @@ def feedback() -> None:
 
 
 def _feedback_summary(result: FeedbackResult) -> list[str]:
-    return [f"seq {result.seq}{' (reused: nothing written)' if result.reused else ''} -> {result.event_ref}",
+    return [f"seq {result.seq}{' (reused: nothing written)' if result.reused else ''} (exports to {result.event_ref})",
             f"{result.feedback_id} for {result.operation_id}: {'confirmed' if result.confirmed else 'draft'}; "
             f"case {result.state}"]
 
@@ -208,13 +208,14 @@ def feedback_confirm(settings: Settings, case: str, feedback_id: str, at: str | 
 @feedback.command("store")
 @CASE
 @click.argument("operation_id")
-@click.argument("feedback_id")
+@click.argument("feedback_id", required=False)
 @AT
 @JSON
 @pass_settings
-def feedback_store(settings: Settings, case: str, operation_id: str, feedback_id: str, at: str | None,
+def feedback_store(settings: Settings, case: str, operation_id: str, feedback_id: str | None, at: str | None,
                    as_json: bool) -> None:
-    """Publish confirmed FEEDBACK_ID as an evidence record bound to the test of OPERATION_ID."""
+    """Publish confirmed FEEDBACK_ID (default: the test's confirmed draft) as an evidence record bound to
+    the test of OPERATION_ID."""
     with settings.open(case) as opened:
         result = opened.evidence().store_feedback(operation_id, feedback_id, at=at)
     emit_result(result.to_dict(), as_json, _summary(result))

@@ -11,7 +11,7 @@ from ledger import Case, export_case, import_tree, verify_case
 from ledger.package_tools.export import export_count
 from ledger.package_tools.manifest import read_manifest
 
-from ._common import CASE, JSON, Settings, pass_settings, progress_bar, table_format
+from ._common import CASE, JSON, CaseFolder, Settings, pass_settings, progress_bar, table_format
 from ._output import emit_result, emit_rows, warn
 
 @click.command()
@@ -29,8 +29,8 @@ def export(settings: Settings, case: str, as_json: bool) -> None:
 
 
 @click.command("import")
-@click.argument("source", metavar="DIR", type=click.Path(file_okay=False, exists=True, path_type=str))
-@click.option("--to", "target", type=click.Path(file_okay=False, path_type=str),
+@click.argument("source", metavar="DIR", type=CaseFolder(exists=True))
+@click.option("--to", "target", type=CaseFolder(),
               help="New case folder (default: SOURCE itself, when its ledger.sqlite was lost).")
 @JSON
 def import_command(source: str, target: str | None, as_json: bool) -> None:

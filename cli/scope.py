@@ -36,7 +36,7 @@ def scope() -> None:
 
 
 def _summary(result: ScopeResult) -> list[str]:
-    lines = [f"seq {result.seq}{' (reused: nothing written)' if result.reused else ''} -> {result.event_ref}"
+    lines = [f"seq {result.seq}{' (reused: nothing written)' if result.reused else ''} (exports to {result.event_ref})"
              + (f" (+ {', '.join(result.events[1:])})" if len(result.events) > 1 else "")]
     for row in result.usage:
         lines.append(f"{result.scope} {row['dimension']}: {row['consumed']} of {row['declared']} used, "

@@ -18,7 +18,7 @@ from ledger.browse.server import serve_cases, serve_metadata
 @click.option("--metadata-only", is_flag=True,
               help="Print the Datasette metadata (descriptions, titles, canned queries) as JSON and exit.")
 def serve(cases: tuple[str, ...], host: str, port: int, open_browser: bool, metadata_only: bool) -> None:
-    """Browse cases in Datasette, read-only (needs: pip install 'case-ledger[web]').
+    """Browse cases in Datasette, read-only (needs: pip install '.[web]' in a clone of the repository).
 
     Each case is one database, titled with its case id and state; every view
     and column is described (with its unit), the append-only tables are marked

@@ -6,7 +6,7 @@ Public API (docs/concepts.md and docs/files.md)::
     case = Case.create("cases/BUG-20", case_id="BUG-20")
     case.open_revision(hypotheses=[{"statement": "cache key ignores locale"}])
     case.transition("INVESTIGATING_HYPOTHESES")
-    budget = case.budget(BudgetConfig.load("config/budget.example.toml"))
+    budget = case.budget(BudgetConfig.example())
     budget.initialize()
     budget.reserve("H1", "q1", "source.read_context")
 
@@ -23,6 +23,7 @@ from .package_tools.importer import import_tree
 from .package_tools.journal import JournalSummary, LineResult, apply_journal
 from .package_tools.verify import VerifyReport, verify_case
 from .router.reference import Router
+from .services.actions import Action, CaseBudget, ToolRun
 from .services.budget import BudgetManager, BudgetResult, GateReading
 from .services.case import Case, LifecycleResult, read_only_query
 from .services.evidence import EvidenceResult, EvidenceStore, FeedbackResult
@@ -38,7 +39,7 @@ from .storage.connection import CheckpointWarning
 __all__ = [
     # the case and its managers
     "Case", "LifecycleResult", "MemoryCase",
-    "BudgetManager", "BudgetResult", "GateReading",
+    "BudgetManager", "CaseBudget", "BudgetResult", "GateReading", "ToolRun", "Action",
     "ScopeManager", "ScopeResult",
     "EvidenceStore", "EvidenceResult", "FeedbackResult", "Router",
     # configuration and errors

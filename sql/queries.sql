@@ -136,9 +136,19 @@ SELECT dimension, declared FROM scope_limits WHERE seq = :seq;
 -- name: scope_warned
 SELECT dimension FROM limit_warnings WHERE scope = :scope AND establishment_seq = :establishment_seq;
 
--- name: money_consumed
-SELECT COALESCE(SUM(cost_usd_millicents), 0) FROM result_costs
-WHERE (:revision IS NULL OR revision = :revision) AND (:hypothesis_id IS NULL OR hypothesis_id = :hypothesis_id);
+-- name: money_consumed_case
+SELECT case_total FROM money_totals ORDER BY seq DESC LIMIT 1;
+
+-- name: money_consumed_revision
+SELECT revision_total FROM money_totals WHERE revision = :revision ORDER BY seq DESC LIMIT 1;
+
+-- name: money_consumed_account
+SELECT hypothesis_total FROM money_totals WHERE revision = :revision AND hypothesis_id = :hypothesis_id
+ORDER BY seq DESC LIMIT 1;
+
+-- name: insert_money_total
+INSERT INTO money_totals (seq, revision, hypothesis_id, hypothesis_total, revision_total, case_total)
+VALUES (:seq, :revision, :hypothesis_id, :hypothesis_total, :revision_total, :case_total);
 
 -- name: revision_issuer
 SELECT json_extract(e.body, '$.actor') FROM policies AS p JOIN events AS e ON e.seq = p.seq
@@ -146,14 +156,20 @@ WHERE p.revision = :revision;
 
 -- name: lowest_pct_since_grant
 -- the soft gate: the lowest floor(100 * remaining / (initial + granted)) of one account after
--- every budget event of its revision since its last grant (the grant's own state included)
-SELECT MIN((json_extract(a.value, '$.remaining_units') * 100)
-           / (json_extract(a.value, '$.initial_units') + json_extract(a.value, '$.granted_units')))
-FROM events AS e, json_each(e.body, '$.accounts') AS a
-WHERE e.stream = 'budget' AND e.revision = :revision
-  AND e.seq >= COALESCE((SELECT MAX(g.seq) FROM grants AS g
-                         WHERE g.revision = :revision AND g.hypothesis_id = :hypothesis_id), 0)
-  AND json_extract(a.value, '$.hypothesis_id') = :hypothesis_id;
+-- every budget event of its revision since its last grant: the newest account_floors row
+SELECT lowest_pct FROM account_floors WHERE revision = :revision AND hypothesis_id = :hypothesis_id
+ORDER BY seq DESC LIMIT 1;
+
+-- name: account_floors_of_revision
+-- each account's floor (its newest account_floors row) or NULL, for the writer's next budget event
+SELECT a.hypothesis_id, (SELECT f.lowest_pct FROM account_floors AS f
+                         WHERE f.revision = a.revision AND f.hypothesis_id = a.hypothesis_id
+                         ORDER BY f.seq DESC LIMIT 1)
+FROM accounts AS a WHERE a.revision = :revision;
+
+-- name: insert_account_floor
+INSERT INTO account_floors (revision, hypothesis_id, seq, lowest_pct)
+VALUES (:revision, :hypothesis_id, :seq, :lowest_pct);
 
 -- name: insert_scope_establishment
 INSERT INTO scope_establishments (seq, scope, scope_type, scope_id, scope_revision, scope_hypothesis, establishment,

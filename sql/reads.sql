@@ -16,11 +16,24 @@ SELECT * FROM balances WHERE revision = :revision;
 SELECT a.* FROM actions AS a JOIN reservations AS r USING (revision, hypothesis_id, action_id)
 ORDER BY r.seq;
 
--- name: budget_chain_of_revision
--- snapshot: every budget event of a revision with its parent's sha256
-SELECT e.seq, e.sha256, e.body, p.sha256 FROM events AS e
+-- name: budget_chain_after
+-- snapshot, incrementally: the budget events of a revision after a given stream_seq
+SELECT e.seq, e.sha256, e.body, p.sha256, e.stream_seq FROM events AS e
 LEFT JOIN events AS p ON p.seq = e.seq - 1
-WHERE e.stream = 'budget' AND e.revision = :revision ORDER BY e.stream_seq;
+WHERE e.stream = 'budget' AND e.revision = :revision AND e.stream_seq > :after ORDER BY e.stream_seq;
+
+-- name: event_hash_and_body
+SELECT sha256, body FROM events WHERE seq = :seq;
+
+-- name: schema_cookie
+-- changes whenever the schema does (a dropped append-only guard among others)
+PRAGMA schema_version;
+
+-- name: feedback_draft_of_operation
+-- store_feedback without a feedback id: the operation's newest confirmed draft, else its newest draft
+SELECT d.feedback_id FROM feedback_drafts AS d WHERE d.operation_id = :operation_id
+ORDER BY EXISTS (SELECT 1 FROM feedback_confirmations AS c WHERE c.feedback_id = d.feedback_id) DESC, d.seq DESC
+LIMIT 1;
 
 -- name: event_count
 SELECT COUNT(*) FROM {schema}.events;
@@ -68,6 +81,9 @@ WHERE stream = 'budget' AND seq <= :seq ORDER BY seq DESC LIMIT 1;
 SELECT f.path, e.revision, e.stream_seq, e.sha256 FROM {schema}.events AS e
 JOIN {schema}.evidence_files AS f ON f.seq = e.seq
 WHERE e.type = 'evidence.indexed' AND e.seq <= :seq ORDER BY e.seq DESC LIMIT 1;
+
+-- name: has_account_floors
+SELECT 1 FROM {schema}.sqlite_master WHERE type = 'table' AND name = 'account_floors';
 
 -- name: has_evidence_files
 SELECT 1 FROM {schema}.sqlite_master WHERE type = 'table' AND name = 'evidence_files';

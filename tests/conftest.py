@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import gc
+import re
 import os
+import sqlite3
 import signal
 import subprocess
 import sys
@@ -15,6 +17,7 @@ import pytest
 from hypothesis import settings
 
 from ledger import BudgetConfig, Case
+from ledger.storage.sqlfiles import shipped_schema
 
 # Property and fuzz tests draw the same examples on every run by default, so CI
 # cannot fail on a draw it has never seen; LEDGER_HYPOTHESIS_PROFILE=explore
@@ -300,3 +303,27 @@ def nothing_left_behind():
             found.append(f"file descriptor {fd} left open: {target}")
     if found:
         pytest.fail("the test left things behind:\n  " + "\n  ".join(found), pytrace=False)
+
+
+def downgrade_ledger(path: Path, version: int) -> None:
+    """Make the ledger at ``path`` look like one made by schema ``version``: the later migrations'
+    tables, indexes and guards dropped, their views put back as ``version`` made them, and their
+    ``schema_migrations`` rows deleted (rows of the dropped tables go with them)."""
+    now, then = shipped_schema(), shipped_schema(version)
+    later = [name for name in now if name not in then]
+    conn = sqlite3.connect(path / "ledger.sqlite")
+    for name in later:  # guards first: they name the tables
+        if now[name].lstrip().upper().startswith("CREATE TRIGGER"):
+            conn.execute(f"DROP TRIGGER IF EXISTS {name}")
+    for name in later:
+        kind = re.match(r"\s*CREATE\s+(?:UNIQUE\s+)?(TABLE|VIEW|INDEX)", now[name], re.I)
+        if kind:
+            conn.execute(f"DROP {kind.group(1).upper()} IF EXISTS {name}")
+    for name in [n for n in now if n in then and now[n] != then[n]]:
+        conn.execute(f"DROP VIEW {name}")
+        conn.execute(then[name])
+    conn.execute("DROP TRIGGER schema_migrations_no_delete")
+    conn.execute("DELETE FROM schema_migrations WHERE version > ?", (version,))
+    conn.execute(now["schema_migrations_no_delete"])
+    conn.commit()
+    conn.close()

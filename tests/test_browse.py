@@ -312,7 +312,7 @@ def test_without_the_web_extra_serve_names_what_to_install_and_metadata_only_sti
     done = subprocess.run([sys.executable, "-c", _NO_DATASETTE, "serve", str(demo)], capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 1
-    assert done.stderr == "error: INVALID_ARGUMENT: ledger serve needs Datasette: pip install 'case-ledger[web]'\n"
+    assert done.stderr == "error: INVALID_ARGUMENT: ledger serve needs Datasette: pip install '.[web]' (in a clone of the repository)\n"
     meta = subprocess.run([sys.executable, "-c", _NO_DATASETTE, "serve", str(demo), "--metadata-only"],
                           capture_output=True, text=True, timeout=120)
     assert meta.returncode == 0 and "BUG-20" in json.loads(meta.stdout)["databases"], meta.stderr

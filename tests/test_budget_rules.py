@@ -675,3 +675,10 @@ def test_the_atoms_mode_is_frozen_and_replayed_by_verify_and_memory(case, tmp_pa
         again.append(_novelty(replayed, "H1", f"a{number}", {"atoms": atoms}))
         replayed.settle("H1", f"a{number}", 50, "x")
     assert again == scores
+def test_policy_changed_tells_a_manager_its_config_differs_from_the_frozen_policy(case, example_policy):
+    assert case.budget(example_policy).policy_changed() is False  # no budget yet
+    case.budget(example_policy).initialize()
+    other = case.budget(BudgetConfig.from_mapping({"default_action_cost": 7}))
+    assert other.initialize().reused is True  # a repeat is a replay: policies are not compared
+    assert other.policy_changed() is True
+    assert case.budget(example_policy).policy_changed() is False and case.budget().policy_changed() is False

@@ -422,3 +422,21 @@ def test_runs_import_names_an_unreadable_file_and_exits_1_after_importing_the_re
     assert err.startswith(f"error: {tmp_path / 'in' / 'bad.traj.json'}: ")
     assert done.stdout.decode().startswith("imported 1 runs, 1 steps")
     assert (tmp_path / "out" / "r1.jsonl").is_file()
+@pytest.mark.parametrize("inside", ["ledger.sqlite", "manifest.json"])
+def test_a_case_argument_naming_a_file_inside_the_case_asks_for_the_case_folder(cli_case, inside):
+    (cli_case / "manifest.json").write_text("{}", encoding="utf-8")
+    err = refused("", "budget", "snapshot", str(cli_case / inside), status=2)
+    assert "is a file: give the case folder" in err and f"the case folder holding it is {cli_case}" in err
+
+
+def test_budget_readings_print_json_values_for_people(cli_case):
+    out = ok("budget", "check", str(cli_case), "H1", "source.read_context")
+    assert "allowed: true" in out and "tier: full" in out and "True" not in out
+    advice = ok("budget", "advice", str(cli_case), "H1")
+    assert "investigable: true" in advice and "remaining_actions: null" in advice
+    assert json.loads(ok("budget", "advice", str(cli_case), "H2", "--json"))["remaining_units"] == 50
+
+
+def test_write_commands_say_the_event_path_is_where_export_writes(cli_case):
+    out = ok("budget", "reserve", str(cli_case), "H1", "q1", "source.read_context")
+    assert out.startswith("seq 5 (exports to analysis/budgets/0001/events/00000002.json)\n")

@@ -547,7 +547,7 @@ INTERRUPTIONS = [
 def test_the_interruption_points_cover_every_row_each_operation_writes():
     """The parametrization above really reaches every table an operation writes, then COMMIT."""
     expected = {
-        "reserve": ["insert_event", "insert_reservation"],
+        "reserve": ["insert_event", "insert_reservation", "insert_account_floor"],  # its debit lowers the floor
         "record_result": ["insert_event", "insert_content", "insert_result", "insert_result_source",
                           "insert_result_source"],
         "settle": ["insert_event", "insert_closing", "insert_termination"],
@@ -732,6 +732,8 @@ PUBLIC_CALLS = {
     "check": lambda c, b: b.check("H1", "source.read_context"),
     "price_signal": lambda c, b: b.price_signal("H1", "source.read_context"),
     "remaining": lambda c, b: b.remaining("H1"),
+    "advice": lambda c, b: b.advice("H1"),
+    "policy_changed": lambda c, b: c.budget(BudgetConfig.from_mapping({})).policy_changed(),
     "record_evidence": lambda c, b: b.record_evidence("H1", "t1", "E000001"),
     "request_test": lambda c, b: b.request_test("H1", "t1", "human", "test-1"),
     "evidence_query": lambda c, b: c.evidence().query("i1", {"actions": [{

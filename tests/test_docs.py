@@ -71,21 +71,22 @@ def test_the_readme_quick_start_has_exactly_two_commands():
     assert "Quick start" in ci and 'bash -euo pipefail -c "$test_command"' in ci
 
 
-def test_the_readme_python_example_runs_and_prints_what_its_comments_say(tmp_path):
-    import shutil
+def test_the_readme_python_example_is_the_shipped_investigator_and_runs_from_any_folder(tmp_path):
     import subprocess
     import sys
 
-    code = re.search(r"Run from the repository root.*?```python\n(.*?)```", README, flags=re.DOTALL).group(1)
-    shutil.copytree(REPO / "config", tmp_path / "config")
-    (tmp_path / "example.py").write_text(code)
-    done = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    section = README.split("## Python example", 1)[1].split("\n## ", 1)[0]
+    code = re.search(r"```python\n(.*?)```", section, flags=re.DOTALL).group(1)
+    assert code == (REPO / "ledger" / "examples" / "investigator.py").read_text(encoding="utf-8")
+    assert "python -m ledger.examples.investigator" in section
+    done = subprocess.run([sys.executable, "-m", "ledger.examples.investigator", str(tmp_path)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    promised = [c.strip() for c in re.findall(r"print\(.*?\)\s+#\s*(.*)", code)]
     printed = done.stdout.splitlines()
-    assert len(printed) == len(promised) == 4
-    for line, comment in zip(printed, promised):
-        assert comment.startswith(line), (line, comment)
+    assert printed[-3:] == ["H1 abandoned_low_information_gain low_information_streak 5",
+                            "H2 rejected its test passes: sell() charges the right price 29",
+                            f"case folder: {tmp_path / 'BUG-20'}"]
+    assert printed[0] == "H1-0: 40 units left before, score 90, now investigating"
 
 
 def test_the_journal_docs_example_runs_as_is(tmp_path):
@@ -192,20 +193,22 @@ def test_the_readme_is_a_front_door_to_every_docs_page_and_every_link_resolves()
             assert (where / target).exists(), f"broken link {target} in {where}"
 
 
-def test_the_readme_evidence_example_runs_after_the_python_example(tmp_path):
-    """The evidence snippet continues the Python example (minus its closing line) and stores a record."""
-    import shutil
+def test_the_readme_evidence_example_runs_on_a_case_with_a_budget(tmp_path):
+    """The evidence snippet, on a case with a budget and the file it reads, stores a record."""
     import subprocess
     import sys
 
-    first = re.search(r"Run from the repository root.*?```python\n(.*?)```", README, flags=re.DOTALL).group(1)
     evidence = README.split("## Evidence store", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    setup = ("from pathlib import Path\nfrom ledger import BudgetConfig, Case\n"
+             "(Path('c') / 'sources').mkdir(parents=True)\n"
+             "(Path('c') / 'sources' / 'inventory.py').write_text('stock += qty\\nstock += qty\\n')\n"
+             "case = Case.create('c', case_id='BUG-20')\ncase.open_revision([{'statement': 'twice'}])\n"
+             "case.transition('INVESTIGATING_HYPOTHESES')\nbudget = case.budget(BudgetConfig.example())\n"
+             "budget.initialize()\n")
     check = ('\nprint(result.records[0]["record_id"], result.records[0]["novelty_score"])\n'
              'print(budget.snapshot().state["H1"]["pending_action_id"], '
-             'case.query("SELECT COUNT(*) AS n FROM evidence")[0]["n"])\n')
-    code = first.replace("case.close()", "") + evidence + check
-    shutil.copytree(REPO / "config", tmp_path / "config")
-    (tmp_path / "example.py").write_text(code)
+             'case.query("SELECT COUNT(*) AS n FROM evidence")[0]["n"])\ncase.close()\n')
+    (tmp_path / "example.py").write_text(setup + evidence + check)
     done = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-2:] == ["E000001 100", "q-0004 1"]
@@ -273,3 +276,9 @@ def test_the_api_page_lists_exactly_the_public_names():
     assert len(listed) == len(set(listed))
     assert sorted(listed) == sorted(ledger.__all__)
     assert all(hasattr(ledger, name) for name in ledger.__all__)
+
+
+def test_no_install_hint_names_a_package_the_index_does_not_have():
+    """case-ledger is installed from a clone (``pip install '.[EXTRA]'``): no README, docs page,
+    help text or message tells a user to ``pip install 'case-ledger[EXTRA]'``."""
+    assert [where for where, text in _user_facing_texts() if "case-ledger[" in text] == []

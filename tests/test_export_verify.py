@@ -43,6 +43,7 @@ from ledger.ground.errors import CASE_EXISTS, INTEGRITY_ERROR, INVALID_ARGUMENT,
 from ledger import export_case, import_tree, verify_case
 
 from conftest import logical_dump, run_cli
+from conftest import logical_dump, make_package, start_case
 
 
 @pytest.fixture
@@ -747,3 +748,12 @@ def test_an_edited_atom_row_of_a_result_is_caught(case, tmp_path):
     verify_case(case.path)
     _tamper_past_trigger(case.path, "result_atoms_no_delete", "DELETE FROM result_atoms WHERE atom_id = 'bb'")
     assert_verify_fails_at(case.path, result.seq)
+def test_export_case_takes_a_case_folder_path_like_verify_and_import(tmp_path):
+    path = make_package(tmp_path / "case")
+    start_case(path).close()
+    report = export_case(str(path))
+    assert report.files_written > 0 and verify_case(path).export_state == "current"
+    assert export_case(path).files_written == 0
+    with pytest.raises(LedgerError) as refused:
+        export_case(tmp_path / "nothing-here")
+    assert refused.value.code == LEDGER_MISSING

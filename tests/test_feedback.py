@@ -304,9 +304,11 @@ def test_cli_feedback_commands(case, tmp_path):
     assert early.exit_code == 1 and "error: FEEDBACK_NOT_CONFIRMED" in early.output
     confirmed = runner.invoke(cli_main, ["evidence", "feedback", "confirm", path, "F000001", "--json"])
     assert confirmed.exit_code == 0 and json.loads(confirmed.output)["confirmed"] is True
-    stored = runner.invoke(cli_main, ["evidence", "feedback", "store", path, "test-1", "F000001", "--json"])
+    stored = runner.invoke(cli_main, ["evidence", "feedback", "store", path, "test-1", "--json"])  # its draft
     assert stored.exit_code == 0, stored.output
     assert json.loads(stored.output)["records"][0]["novelty_score"] == 100
+    again = runner.invoke(cli_main, ["evidence", "feedback", "store", path, "test-1", "F000001", "--json"])
+    assert again.exit_code == 0 and json.loads(again.output)["reused"] is True
     with Case.open(path) as reopened:
         draft = json.loads(reopened.query("SELECT body FROM events WHERE type = 'feedback.submitted'")[0]["body"])
     assert draft["feedback"]["attachments"][0]["sha256"] == hashlib.sha256(LOG.encode()).hexdigest()
@@ -424,3 +426,30 @@ def test_cli_feedback_submit_refuses_devices_and_oversized_attachments_without_r
     # a device as the reply is refused as a usage error before anything is read
     assert endless.exit_code == 2 and "is not a regular file" in endless.output
     assert case.query("SELECT COUNT(*) AS n FROM feedback_drafts")[0]["n"] == 0
+def test_store_feedback_without_a_feedback_id_publishes_the_operations_confirmed_draft(case):
+    budget = case.budget()
+    budget.request_test("H1", "t1", "automated", "test-1")
+    first = budget.submit_feedback("test-1", {"status": "failed", "details": "flaky"})
+    second = budget.submit_feedback("test-1", PASSED)
+    budget.confirm_feedback(second.feedback_id)
+    stored = budget.store_feedback("test-1")
+    assert first.feedback_id != second.feedback_id
+    record = case.query("SELECT * FROM evidence_records")[0]
+    assert stored.records[0]["record_id"] == record["record_id"] and stored.reused is False
+    assert budget.store_feedback("test-1").reused is True
+    assert budget.store_feedback("test-1", second.feedback_id).reused is True
+
+
+def test_store_feedback_without_a_feedback_id_names_what_is_missing(case):
+    budget = case.budget()
+    with pytest.raises(LedgerError) as no_test:
+        budget.store_feedback("test-9")
+    budget.request_test("H1", "t1", "automated", "test-1")
+    with pytest.raises(LedgerError) as no_draft:
+        budget.store_feedback("test-1")
+    budget.submit_feedback("test-1", PASSED)
+    with pytest.raises(LedgerError) as unconfirmed:
+        budget.store_feedback("test-1")
+    assert (no_test.value.code, no_draft.value.code, unconfirmed.value.code) == (
+        NO_RESERVATION, INVALID_ARGUMENT, FEEDBACK_NOT_CONFIRMED)
+    assert "submit_feedback first" in no_draft.value.message

@@ -202,6 +202,8 @@ def assert_cache_matches_the_ledger(case, kept: bool = True) -> None:
                 assert answer + 1 == fresh.next_stream_seq("budget", args["revision"]), name
             elif name == "stream_count_case":
                 assert answer + 1 == fresh.next_stream_seq("case", 0), name
+            elif name == "account_floors":  # each account's floor, advanced by every budget event we append
+                assert answer == fresh.account_floors(args["revision"]), name
             elif name == "scope_limits_of":
                 assert answer == case.storage.all(name, **args), name
             else:

@@ -911,4 +911,15 @@ def test_the_advisory_price_is_clamped_at_2_53_minus_1(package):
     assert code == 0 and json.loads(out) == {"cost": HUGE - 1, "resource_cost": HUGE, "scarcity_bps": 40000}
     from ledger.rules.scopes import resource_cost
     assert (resource_cost(HUGE - 1, 40000), resource_cost(10, 13000)) == (HUGE, 13)
+def test_establish_warns_at_eighty_percent_by_default_given_as_a_number(package):
+    import inspect
+
+    from ledger import ScopeManager
+
+    assert inspect.signature(ScopeManager.establish).parameters["warning_ratio"].default == 0.8
+    case = start_case(package)
+    case.budget(BudgetConfig.from_mapping({})).initialize()
+    result = case.scopes().establish("case", {"units": 100}, "controller")
+    body = json.loads(case.events(result.seq - 1, with_body=True)[0]["body"])
+    assert body["warning_bps"] == 8000
     case.close()

@@ -11,7 +11,7 @@ import click
 import pytest
 
 from ledger import OPERATIONS, BudgetConfig, Case, LedgerError, export_case, import_tree, verify_case
-from ledger.model.views import MemoryView
+from ledger.model.memory_view import MemoryView
 from ledger.ground.errors import INTEGRITY_ERROR, INVALID_ARGUMENT, LIMIT_EXCEEDED, UNKNOWN_OPERATION
 from ledger.package_tools.journal import apply_journal, parse_line
 from ledger.model.operations import Argument, Operation, register, unregister

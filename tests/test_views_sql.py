@@ -26,7 +26,7 @@ from ledger.storage.sqlfiles import migrations, shipped_schema
 from ledger.ground.errors import (INVALID_ARGUMENT, NOT_INITIALIZED, CONFIG_INVALID, INTEGRITY_ERROR, INVALID_JSON,
     LIMIT_REACHED, SOURCE_REF_INVALID, STORAGE_ERROR)
 from ledger_cli.main import main as cli_main
-from conftest import EXAMPLE_BUDGET, make_package, run_cli, start_case
+from conftest import downgrade_ledger, EXAMPLE_BUDGET, make_package, run_cli, start_case
 from ledger.ground.canonical import canonical_bytes
 from ledger.package_tools.journal import apply_journal
 INTEGER_COLUMNS = {
@@ -443,30 +443,10 @@ def test_scope_usage_duration_is_whole_milliseconds_rounded_down_across_leap_day
     assert verify_case(tmp_path / "c").events == 2 + len(later)
 
 
-def _downgrade_to_version_6(path: Path) -> None:
-    """Make a ledger look like one made before scope_usage changed (schema version 6)."""
-    conn = sqlite3.connect(path / "ledger.sqlite")
-    guard = shipped_schema()["schema_migrations_no_delete"]
-    now, then = shipped_schema(), shipped_schema(6)
-    for name in [n for n in now if n not in then and n.endswith(("_no_update", "_no_delete", "_guard"))]:
-        conn.execute(f"DROP TRIGGER {name}")  # the later migrations' objects, guards first
-    for name in [n for n in now if n not in then and not n.endswith(("_no_update", "_no_delete", "_guard"))]:
-        kind = "VIEW" if now[name].lstrip().upper().startswith("CREATE VIEW") else "TABLE"
-        conn.execute(f"DROP {kind} {name}")
-    for name in [n for n in now if n in then and now[n] != then[n]]:  # views as version 6 made them
-        conn.execute(f"DROP VIEW {name}")
-        conn.execute(then[name])
-    conn.execute("DROP TRIGGER schema_migrations_no_delete")
-    conn.execute("DELETE FROM schema_migrations WHERE version > 6")
-    conn.execute(guard)
-    conn.commit()
-    conn.close()
-
-
 def test_a_ledger_with_the_old_scope_usage_verifies_and_opening_it_installs_the_typed_view(full, tmp_path):
     copy = tmp_path / "old"
     shutil.copytree(full, copy)
-    _downgrade_to_version_6(copy)
+    downgrade_ledger(copy, 6)
     assert "strftime" in sqlite3.connect(copy / "ledger.sqlite").execute(
         "SELECT sql FROM sqlite_master WHERE name = 'scope_usage'").fetchone()[0]
     assert verify_case(copy).events == 73

@@ -1,6 +1,6 @@
 """``ledger serve``: Datasette on one or more cases, read-only (docs/browse.md).
 
-Needs Datasette, the optional extra ``web`` (``pip install 'case-ledger[web]'``). Each
+Needs Datasette, the optional extra ``web`` (``pip install '.[web]'`` in a clone of the repository). Each
 ledger file is opened ``mode=ro`` (a live case's newest commits are read from its WAL, which
 Datasette's immutable mode would skip) and every connection Datasette makes to it gets
 ``PRAGMA query_only``, so no statement sent over HTTP can write. The metadata and canned
@@ -28,7 +28,7 @@ from ..storage.sqlite_file import log_files_exist, release_log
 
 #: The picture reads every row of its question: up to 30 s (Datasette's pages stop a query at 1 s).
 CHART_TIME_LIMIT_MS = 30_000
-INSTALL_HINT = "ledger serve needs Datasette: pip install 'case-ledger[web]'"
+INSTALL_HINT = "ledger serve needs Datasette: pip install '.[web]' (in a clone of the repository)"
 _PLUGIN_NAME = "case-ledger-serve"
 #: The Datasette instances this module made, and the case databases of each.
 _OURS: "weakref.WeakKeyDictionary[Any, frozenset[str]]" = weakref.WeakKeyDictionary()

@@ -16,6 +16,7 @@ from typing import Any, Callable, Mapping, TypeVar
 
 from .canonical import canonical_sha256
 from .errors import CONFIG_INVALID, LedgerError, describe_value
+from .resources import resource_dir
 from .paths import fs_path
 from .schemas import validate
 
@@ -194,6 +195,11 @@ class BudgetConfig:
     def load(cls, path: str | Path) -> "BudgetConfig":
         """Read and validate a budget TOML file (raises ``CONFIG_INVALID`` naming the file)."""
         return load_toml_config(path, cls.from_mapping)
+
+    @classmethod
+    def example(cls) -> "BudgetConfig":
+        """The example policy shipped with the package (``config/budget.example.toml``), from any folder."""
+        return cls.load(resource_dir("config") / "budget.example.toml")
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> "BudgetConfig":

@@ -81,7 +81,8 @@ TRANSIENT_CODES = frozenset({LEDGER_BUSY})
 class LedgerError(Exception):
     """A refusal with a stable ``code`` (one of :data:`ALL_CODES`).
 
-    ``message`` is for people; ``details`` is a JSON-ready dict for programs
+    ``str(err)`` is ``"CODE: message"`` already (print it as it is; ``err.message`` is the
+    message alone, so ``f"{err.code}: {err}"`` would show the code twice). ``message`` is for people; ``details`` is a JSON-ready dict for programs
     (for example ``{"seq": 12}`` on an ``INTEGRITY_ERROR``). Nothing was
     written when a ``LedgerError`` is raised, except the ``limit.exceeded``
     event of docs/scopes.md.

@@ -222,3 +222,34 @@ def helper_rows(body: Body, draft: Draft) -> list[HelperRow]:
     event type the rules make is listed in :data:`PROJECTIONS`).
     """
     return _export_file(body, draft) + PROJECTIONS[body["type"]](body, draft) + _terminations(body, draft)
+
+
+def floor_rows(body: Body, floors: Mapping[str, int | None]) -> list[HelperRow]:
+    """The ``account_floors`` rows of budget event ``body``: one per account whose lowest
+    ``pct_remaining`` since its last grant moves (``floors``: each account's floor before the event,
+    None when it has none yet). A grant resets its account's floor to its pct at the grant;
+    ``floors`` is updated in place."""
+    granted = body["grant"]["hypothesis_id"] if body["type"] == "budget.granted" else None
+    rows: list[HelperRow] = []
+    for account in body["accounts"]:
+        h = account["hypothesis_id"]
+        pct = account["remaining_units"] * 100 // (account["initial_units"] + account["granted_units"])
+        before = floors.get(h)
+        after = pct if before is None or h == granted else min(before, pct)
+        if after != before:
+            rows.append(("insert_account_floor", {"revision": body["revision"], "hypothesis_id": h,
+                                                  "seq": body["seq"], "lowest_pct": after}))
+            floors[h] = after  # type: ignore[index]
+    return rows
+
+
+def money_rows(body: Body, consumed: Callable[[int | None, str | None], int]) -> list[HelperRow]:
+    """The ``money_totals`` row of a result that reported money (none otherwise): the running totals
+    of its account, its revision and the case, from ``consumed(revision, hypothesis_id)`` before it."""
+    if "cost_usd_millicents" not in body:
+        return []
+    revision, h, cost = body["revision"], body["action"]["hypothesis_id"], body["cost_usd_millicents"]
+    return [("insert_money_total", {"seq": body["seq"], "revision": revision, "hypothesis_id": h,
+                                    "hypothesis_total": consumed(revision, h) + cost,
+                                    "revision_total": consumed(revision, None) + cost,
+                                    "case_total": consumed(None, None) + cost})]

@@ -66,7 +66,7 @@ def export_count(case: Case) -> int:
     return events + contents + 1
 
 
-def export_case(case: Case, progress: Progress | None = None) -> ExportReport:
+def export_case(case: "Case | str | os.PathLike[str]", progress: Progress | None = None) -> ExportReport:
     """Export ``case`` to ``<package>/analysis/`` and ``manifest.json`` (docs/files.md).
 
     Reads one consistent snapshot of the ledger; writes only files whose bytes
@@ -74,10 +74,15 @@ def export_case(case: Case, progress: Progress | None = None) -> ExportReport:
     replaced (an exception, ``KeyboardInterrupt`` included), the files this run
     created are removed again, so the tree is as it was. Raises
     ``STORAGE_ERROR`` if the folder cannot be written; ``INVALID_ARGUMENT`` when ``case``
-    is not a :class:`Case` or ``progress`` is neither None nor a function of the files done.
+    is neither a :class:`Case` nor a case folder's path (like ``verify_case`` and ``import_tree``
+    take; the case is opened and closed again) or ``progress`` is neither None nor a function of
+    the files done.
     """
-    check_instance(case, Case, "case", "an open Case")
+    check_instance(case, (Case, str, os.PathLike), "case", "an open Case or a case folder's path")
     check_callback(progress, "progress")
+    if not isinstance(case, Case):
+        with Case.open(case) as opened:
+            return export_case(opened, progress)
     root = case.path
     # one export at a time per package: a concurrent one would see our temp files as stale
     lock = WriterLock(root / (LEDGER_FILE + "-export-lock"))

@@ -33,7 +33,7 @@ from ..ground.paths import fs_path
 from .replay import PackageSource, Replayer
 from ..storage.connection import Storage
 from ..storage.sqlite_file import EventRow, HelperRow
-from ..model.views import MemoryView
+from ..model.memory_view import MemoryView
 from .verify import VerifyReport, verify_case
 
 Progress = Callable[[int], None]

@@ -22,16 +22,15 @@ from typing import Any, Callable, Mapping
 
 from ..ground import errors as E
 from ..ground.canonical import canonical_bytes, canonical_event_bytes, sha256_hex
-from ..ground.errors import LedgerError
-from ..ground.errors import integrity_error as _bad
+from ..ground.errors import LedgerError, integrity_error as _bad
 from ..model.operations import OPERATIONS
 from ..model.package import resolve_source_refs, stored_stream
-from ..model.projection import helper_rows
+from ..model.projection import helper_rows, floor_rows, money_rows
 from ..ground.clock import ms_ahead, parse_at, utc_now
 from ..rules.common import Context, Draft, Outcome, Reused, check_action_id
 from ..ground.schemas import validator
 from ..storage.sqlite_file import EventRow, HelperRow
-from ..model.views import MemoryView
+from ..model.memory_view import MemoryView
 
 EVENT_FORMATS = ("case-event-v1", "budget-event-v1", "scope-event-v1", "evidence-event-v1", "evidence-record-v1",
                  "evidence-index-v1", "evidence-index-v2", "feedback-event-v1")
@@ -137,6 +136,8 @@ class Replayer:
                 raise _edited_source(seq, body.get("sources"), rebuilt.get("sources"))
             raise _bad(seq, f"event differs from its recomputation from the request in: {detail}", fields=keys)
         sha = sha256_hex(data)
+        floors = self.view.account_floors(body["revision"]) if draft.stream == "budget" else None
+        money = money_rows(body, self.view.money_consumed) if draft.stream == "budget" else []
         stream_seq = self.view.apply(body, sha, draft.stream, draft.operation_key, draft.contents)
         if self.sink is not None:
             row = EventRow(seq=seq, type=draft.type, revision=draft.revision, stream=stored_stream(draft.stream),
@@ -144,7 +145,8 @@ class Replayer:
                            parent_sha256=self.previous_sha, operation_key=draft.operation_key,
                            request_sha256=sha256_hex(canonical_bytes(draft.request)) if draft.operation_key else None,
                            body=data)
-            self.sink(row, helper_rows(body, draft), draft.contents)
+            rows = helper_rows(body, draft) + (floor_rows(body, floors) if floors is not None else []) + money
+            self.sink(row, rows, draft.contents)
         self.previous_sha = sha
         self.previous_at = created_at
         if created_at > self.started_at:

@@ -41,7 +41,7 @@ HELPER_TABLES = ("case_identity", "lifecycle", "revisions", "hypotheses", "polic
                  "grants", "reservations", "results", "result_sources", "closings", "terminations",
                  "evidence_records", "scope_establishments", "scope_limits", "limit_warnings",
                  "limit_exceedances", "increase_requests", "result_costs", "evidence_atoms", "outcomes", "result_atoms", "test_requests",
-                 "feedback_drafts", "feedback_confirmations",
+                 "feedback_drafts", "feedback_confirmations", "account_floors", "money_totals",
                  "evidence_indexes", "evidence_files")
 PUBLIC_VIEWS = ("balances", "balances_recomputed", "actions", "evidence", "case_status", "scope_usage")
 EVENT_COLUMNS = ("seq", "type", "revision", "stream", "stream_seq", "created_at", "sha256",
@@ -285,6 +285,9 @@ def store_derived(scratch: Storage, items: list[tuple[EventRow, list[HelperRow],
     with translate_sqlite_errors():
         scratch.conn.executemany(queries()["insert_event"], events)
         scratch.conn.executemany(queries()["insert_content"], contents)
+        if not scratch.conn.execute(statement("has_account_floors")).fetchone():
+            for name in ("insert_account_floor", "insert_money_total"):  # tables of schema version 7
+                helpers.pop(name, None)
         for name, params in helpers.items():
             scratch.conn.executemany(queries()[name], params)
 

@@ -480,3 +480,52 @@ def remaining(view: LedgerView, hypothesis_id: str) -> dict[str, int]:
     budget = account["initial_units"] + account["granted_units"]
     left = account["remaining_units"]
     return {"budget": budget, "spent": budget - left, "remaining": left, "pct_remaining": _pct(left, budget)}
+
+
+def _tightest(view: LedgerView, revision: int, hypothesis_id: str, at: str) -> dict[str, tuple[int, str]]:
+    """Per dimension, ``(remaining, scope)`` of the tightest established limit holding the account."""
+    found: dict[str, tuple[int, str]] = {}
+    for name in containing(revision, hypothesis_id):
+        info = view.scope(name)
+        if info is None:
+            continue
+        used = consumption(view, info, at)
+        for dimension in DIMENSIONS:
+            declared = info["limits"].get(dimension)
+            if declared is not None:
+                left = max(0, declared - used[dimension])
+                if dimension not in found or left < found[dimension][0]:
+                    found[dimension] = (left, name)
+    return found
+
+
+def advice(view: LedgerView, hypothesis_id: str, at: str) -> dict[str, Any]:
+    """What an agent's prompt needs before choosing its next action on ``hypothesis_id``, in one read
+    (docs/scopes.md): the account's ``status``, ``pending_action_id`` and whether it is ``investigable``;
+    ``remaining_units`` (the least of the account's units and every ``units`` limit holding it),
+    ``budget``, ``pct_remaining``, ``tier`` and ``scarcity_bps``; ``remaining_actions``,
+    ``remaining_duration_ms`` and ``remaining_cost_usd_millicents`` (the tightest limit of that
+    dimension holding the account, None when none does) and ``limited_by`` (dimension → that scope,
+    ``account`` for units when the account's own balance is the tightest);
+    ``ready_for_evaluation`` of the whole revision. Errors: ``NOT_INITIALIZED``, ``UNKNOWN_HYPOTHESIS``."""
+    revision, account, policy = _gate_prelude(view, hypothesis_id)
+    tightest = _tightest(view, revision, hypothesis_id, at)
+    if "units" not in tightest or account["remaining_units"] <= tightest["units"][0]:
+        tightest["units"] = (account["remaining_units"], "account")
+    units = tightest["units"][0]
+    budget = account["initial_units"] + account["granted_units"]
+    terminal = account["status"] in TERMINAL_STATUSES
+    pct = _pct(units, budget)
+    lowest = view.lowest_pct_since_grant(revision, hypothesis_id)
+    accounts = view.accounts(revision).values()
+    return {
+        "hypothesis_id": hypothesis_id, "status": account["status"], "pending_action_id": account["pending_action_id"],
+        "investigable": not terminal and account["pending_action_id"] is None,
+        "remaining_units": units, "budget": budget, "pct_remaining": pct,
+        "tier": tier(pct, not terminal and units > 0, policy),
+        "scarcity_bps": scarcity(_pct(account["remaining_units"], budget) if lowest is None else lowest, policy),
+        **{f"remaining_{d}": tightest[d][0] if d in tightest else None for d in DIMENSIONS[1:]},
+        "limited_by": {d: name for d, (_, name) in tightest.items()},
+        "ready_for_evaluation": all(a["status"] in TERMINAL_STATUSES and a["pending_action_id"] is None
+                                    for a in accounts),
+    }

@@ -135,9 +135,22 @@ class BudgetManager:
         """Open one account per hypothesis of the current revision (docs/concepts.md).
 
         Errors: ``CASE_STATE``, ``LIMIT_REACHED``. Repeating returns ``reused=True``
-        and never refills anything, whatever the config.
+        and never refills anything, whatever the config: a repeat is a replay, and replays never
+        compare policies, so a manager whose config differs from the frozen policy is told so
+        by its first new operation (``BUDGET_POLICY_CHANGED``), not here; see
+        :meth:`policy_changed` to ask first.
         """
         return self._run("initialize", rules.shape_initialize(), at)
+
+    def policy_changed(self) -> bool:
+        """True when this manager's config differs from the policy frozen for the current revision
+        (its new operations would fail with ``BUDGET_POLICY_CHANGED``); False without a config or a
+        budget. Writes nothing."""
+        if self.config is None:
+            return False
+        with self._session.read() as view:
+            head = view.budget_head(view.case()["revision"])
+        return head is not None and head["policy_sha256"] != self.config.policy_sha256
 
     def reserve(self, hypothesis_id: str, action_id: str, action: str, *, at: str | None = None) -> BudgetResult:
         """Debit ``action``'s cost from ``hypothesis_id`` before the tool runs.
@@ -270,6 +283,19 @@ class BudgetManager:
         check_hypothesis_id(hypothesis_id)
         with self._session.read() as view:
             return GateReading(scope_rules.remaining(view, hypothesis_id), view.head()[0])
+
+    def advice(self, hypothesis_id: str, *, at: str | None = None) -> "GateReading":
+        """Everything an agent's prompt needs about ``hypothesis_id`` in one read, at the same cost
+        whatever the length of the history: ``status``, ``pending_action_id``, ``investigable``,
+        ``remaining_units``, ``budget``, ``pct_remaining``, ``tier``, ``scarcity_bps``,
+        ``remaining_actions``, ``remaining_duration_ms``, ``remaining_cost_usd_millicents`` (the
+        tightest limit holding the account, None when there is none), ``limited_by`` (dimension →
+        scope) and ``ready_for_evaluation``. Writes nothing. Errors: ``INVALID_ID``,
+        ``NOT_INITIALIZED``, ``UNKNOWN_HYPOTHESIS``."""
+        check_hypothesis_id(hypothesis_id)
+        with self._session.read() as view:
+            moment = max(parse_at(at) if at is not None else self._session.clock(), view.head()[2])
+            return GateReading(scope_rules.advice(view, hypothesis_id, moment), view.head()[0])
 
     def snapshot(self) -> BudgetResult:
         """Replay and validate the current revision's budget history; write nothing.

@@ -20,13 +20,14 @@ from ..ground import errors as E
 from ..storage.sqlfiles import migration_record_problem, statement
 from ..ground.canonical import check_int
 from ..ground.clock import parse_at, utc_now
-from ..ground.config import AnalysisConfig
+from ..ground.config import AnalysisConfig, BudgetConfig
 from ..ground.arguments import check_flag
 from ..ground.errors import LedgerError
-from .facade import CaseFacade, LifecycleResult  # noqa: F401 (re-exported)
+from .actions import CaseBudget
+from .facade import CaseFacade, LifecycleResult  # noqa: F401
 from .evidence import EvidenceStore
 from ..model.package import (ANALYSIS_DIR, LEDGER_FILE, MANIFEST_FILE, content_path, event_path, input_identity,
-                      refuse_own_links, resolve_source_refs)
+    refuse_own_links, resolve_source_refs)
 from ..ground.paths import fs_path, os_error
 from ..router.reference import Router
 from ..rules import lifecycle
@@ -175,6 +176,11 @@ class Case(CaseFacade):
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+    def budget(self, config: BudgetConfig | None = None) -> CaseBudget:
+        """The budget manager of this case (``config=None`` uses the frozen policy), with
+        :meth:`~ledger.services.actions.CaseBudget.run_tool` and :meth:`~ledger.services.actions.CaseBudget.action`."""
+        return CaseBudget(self.session, self.path, config, self.evidence)
 
     def evidence(self, router: Router | None = None) -> EvidenceStore:
         """The evidence store of this case; ``router`` defaults to the reference router over the package."""

@@ -26,6 +26,8 @@ from ..ground.errors import LedgerError
 from ..router.reference import Router
 from ..rules import evidence as rules, feedback as feedback_rules
 from ..ground.clock import parse_at
+from ..ground import errors as E
+from ..rules.common import check_action_id
 from .session import Ran, Session
 
 
@@ -186,15 +188,33 @@ class EvidenceStore:
         request = feedback_rules.shape_confirm_feedback(feedback_id)
         return self._feedback_result(self._session.run("confirm_feedback", request, at=at), feedback_id)
 
-    def store_feedback(self, operation_id: str, feedback_id: str, *, at: str | None = None) -> EvidenceResult:
+    def store_feedback(self, operation_id: str, feedback_id: str | None = None, *,
+                       at: str | None = None) -> EvidenceResult:
         """Publish confirmed draft ``feedback_id`` as an evidence record bound to the test of
         ``operation_id`` (its hypothesis, action and still-pending reservation), with a new index;
         feed it to the budget with ``record_evidence``. Reply and attachment hashes are checked.
+        Without ``feedback_id``, the operation's confirmed draft (the newest, if several) is
+        published; ``NO_RESERVATION`` when the operation has no test, ``INVALID_ARGUMENT`` when
+        no draft was submitted for it.
         Errors: ``INVALID_ID``, ``OPERATION_CONFLICT``, ``CASE_STATE``, ``INVALID_ARGUMENT`` (unknown
         draft), ``NO_RESERVATION``, ``FEEDBACK_NOT_CONFIRMED``, ``INTEGRITY_ERROR``, ``LIMIT_REACHED``.
         """
+        if feedback_id is None:
+            feedback_id = self._draft_of_operation(operation_id)
         request = feedback_rules.shape_store_feedback(operation_id, feedback_id)
         return self._result(self._session.run("store_feedback", request, at=at), operation_id)
+
+    def _draft_of_operation(self, operation_id: str) -> str:
+        check_action_id(operation_id, "operation_id")
+        with self._session.read() as view:
+            row = self._session.storage.one("feedback_draft_of_operation", operation_id=operation_id)
+            if row is None and view.test_request(operation_id) is None:
+                raise LedgerError(E.NO_RESERVATION, f"no test was requested under operation {operation_id}",
+                                  operation_id=operation_id)
+        if row is None:
+            raise LedgerError(E.INVALID_ARGUMENT, f"no feedback was submitted for operation {operation_id}; "
+                              "submit_feedback first", operation_id=operation_id)
+        return row[0]
 
     def _feedback_result(self, ran: Ran, feedback_id: str | None = None) -> FeedbackResult:
         with self._session.read() as view:

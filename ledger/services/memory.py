@@ -41,7 +41,7 @@ from ..model.package import event_path
 from ..rules import lifecycle
 from ..rules.common import Draft, check_action_id, check_case_id
 from .session import Sealed, SessionBase
-from ..model.views import MemoryView
+from ..model.memory_view import MemoryView
 
 DEFAULT_ACTOR = "controller"
 #: Every value's RFC 8785 form is at most this many times as long as its ``marshal`` (version 2) form.

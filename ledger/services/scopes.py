@@ -49,7 +49,7 @@ class ScopeManager:
         self.package_path = package_path
 
     def establish(self, scope: str, limits: Mapping[str, int], issuer: str, delegate_limits: Mapping[str, int] | None = None,
-                  warning_ratio: Any = "0.8", on_exhausted: str = "block_action", causation_seq: int | None = None,
+                  warning_ratio: Any = 0.8, on_exhausted: str = "block_action", causation_seq: int | None = None,
                   *, delegate: str | None = None, at: str | None = None) -> ScopeResult:
         """Set a scope's limits, or change them (by the original ``issuer``, with ``causation_seq`` = the
         ``seq`` of the previous establishment).

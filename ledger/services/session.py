@@ -28,7 +28,7 @@ from ..ground.config import DEFAULT_LIMITS, BudgetConfig
 from ..ground.errors import LedgerError, limit_reached
 from ..model.operations import operation
 from ..model.package import event_path, stored_stream
-from ..model.projection import helper_rows
+from ..model.projection import helper_rows, floor_rows, money_rows
 from ..rules.common import Context, Draft, Outcome, Reused
 from ..storage.connection import Storage
 from ..storage.sqlite_file import EventRow
@@ -245,6 +245,9 @@ class Session(SessionBase):
             body=sealed.data,
         )
         rows = helper_rows(body, draft)
+        if draft.stream == "budget":
+            rows += floor_rows(body, view.account_floors(draft.revision))  # advances the kept floors
+            rows += money_rows(body, view.money_consumed)
         self.storage.append(row, rows, draft.contents)
         view.cache.appended((row.seq, row.sha256, row.created_at), [name for name, _ in rows], body,
                             draft.stream, stream_seq)
@@ -257,29 +260,34 @@ class Session(SessionBase):
         link, ``remaining = initial + granted - spent + rewarded >= 0``,
         ``0 <= reward < cost``, and that the ``balances`` view equals the newest
         state. Raises ``INTEGRITY_ERROR`` naming the first bad ``seq``.
+
+        What this process already checked of the revision is not checked again: the
+        newest checked event must still hold the bytes and hash it had, the schema must
+        be unchanged (changing a checked row needs its append-only guard dropped), and
+        only the events appended since are checked (docs/concepts.md).
         """
         storage = self.storage
         with self.read() as view:
-            revision = view.case()["revision"]
-            rows = storage.conn.execute(statement("budget_chain_of_revision"), {"revision": revision})
-            last_seq, accounts = None, {}
-            for seq, sha, body_text, parent_sha in rows:
-                body = json.loads(body_text)
-                if sha256_hex(body_text.encode("utf-8")) != sha or body.get("parent_sha256") != parent_sha:
-                    raise LedgerError(E.INTEGRITY_ERROR, f"budget event {seq} does not match its hash chain", seq=seq)
-                _check_balanced(seq, body)
-                last_seq, accounts = seq, {a["hypothesis_id"]: a for a in body["accounts"]}
-            view_rows = storage.conn.execute(statement("balances_of_revision"), {"revision": revision})
-            names = [d[0] for d in view_rows.description]
-            for row in view_rows.fetchall():
-                record = dict(zip(names, row))
-                record.pop("revision")
-                record.pop("statement", None)  # the hypothesis text is not part of an account
-                if accounts.get(record["hypothesis_id"]) != record:
-                    raise LedgerError(
-                        E.INTEGRITY_ERROR, f"balances view disagrees with budget event {last_seq} on {record['hypothesis_id']}",
-                        seq=last_seq,
-                    )
+            case = view.case()
+            revision = case["revision"]
+            key = (str(storage.path), case["package_id"], revision)
+            cookie = storage.one("schema_cookie")[0]
+            checked = _still_checked(storage, CHECKED.get(key), cookie)
+            last_seq, stream_seq, sha, accounts = checked[1:] if checked else (None, 0, None, {})
+            rows = storage.conn.execute(statement("budget_chain_after"), {"revision": revision, "after": stream_seq})
+            try:
+                for seq, sha, body_text, parent_sha, stream_seq in rows:
+                    body = json.loads(body_text)
+                    if sha256_hex(body_text.encode("utf-8")) != sha or body.get("parent_sha256") != parent_sha:
+                        raise LedgerError(E.INTEGRITY_ERROR, f"budget event {seq} does not match its hash chain",
+                                          seq=seq)
+                    _check_balanced(seq, body)
+                    last_seq, accounts = seq, {a["hypothesis_id"]: a for a in body["accounts"]}
+            finally:
+                rows.close()  # a statement left open would keep the write-ahead log from being emptied
+            _check_balances_view(storage, revision, last_seq, accounts)
+            if last_seq is not None:
+                CHECKED[key] = (cookie, last_seq, stream_seq, sha, accounts)
             ref = self.event_ref(last_seq) if last_seq else None
         return revision, last_seq, accounts, ref
 
@@ -303,3 +311,35 @@ def _check_balanced(seq: int, body: Mapping[str, Any]) -> None:
     action = body.get("action") or {}
     if action.get("reward_units") is not None and not 0 <= action["reward_units"] < action["cost_units"]:
         raise LedgerError(E.INTEGRITY_ERROR, f"budget event {seq}: reward outside [0, cost)", seq=seq)
+
+
+#: What :meth:`Session.budget_snapshot` checked in this process, per (ledger file, package id,
+#: revision): ``(schema cookie, newest checked seq, its stream_seq, its sha256, accounts)``.
+CHECKED: dict[tuple[str, str, int], tuple[int, int, int, str, dict[str, dict[str, Any]]]] = {}
+
+
+def _still_checked(storage: Storage, checked: Any, cookie: int) -> Any:
+    """``checked`` when the history it covers is unchanged: the same schema, and its newest event
+    still stored with the bytes of its hash; None (check everything again) when the schema changed;
+    ``INTEGRITY_ERROR`` when that event changed or vanished underneath."""
+    if checked is None or checked[0] != cookie:
+        return None
+    seq, sha = checked[1], checked[3]
+    row = storage.one("event_hash_and_body", seq=seq)
+    if row is None or row[0] != sha or sha256_hex(str(row[1]).encode("utf-8")) != sha:
+        raise LedgerError(E.INTEGRITY_ERROR, f"budget event {seq}, checked before, was changed underneath", seq=seq)
+    return checked
+
+
+def _check_balances_view(storage: Storage, revision: int, last_seq: int | None,
+                         accounts: Mapping[str, Mapping[str, Any]]) -> None:
+    """``INTEGRITY_ERROR`` unless the ``balances`` view shows exactly ``accounts`` for ``revision``."""
+    view_rows = storage.conn.execute(statement("balances_of_revision"), {"revision": revision})
+    names = [d[0] for d in view_rows.description]
+    for row in view_rows.fetchall():
+        record = dict(zip(names, row))
+        record.pop("revision")
+        record.pop("statement", None)  # the hypothesis text is not part of an account
+        if accounts.get(record["hypothesis_id"]) != record:
+            raise LedgerError(E.INTEGRITY_ERROR, f"balances view disagrees with budget event {last_seq} on "
+                              f"{record['hypothesis_id']}", seq=last_seq)

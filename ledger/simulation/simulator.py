@@ -91,7 +91,8 @@ def load_policy(spec: str | os.PathLike[str]) -> Policy:
 
 
 def example_policy() -> Policy:
-    """The bundled example policy (``config/budget.example.toml``), named ``example``."""
+    """The bundled example policy (``config/budget.example.toml``) as a simulation :class:`Policy`
+    named ``example``; for a case's budget use ``BudgetConfig.example()``."""
     return policy_from_mapping("example", _read_toml(resource_dir("config") / "budget.example.toml"))
 
 

@@ -1,0 +1,71 @@
+"""An investigator loop over the bundled demo's sources (BUG-20: a restock adds the stock twice).
+
+Run it from anywhere: ``python -m ledger.examples.investigator [FOLDER]`` (default: a new
+temporary folder). Router actions go through ``run_tool``, the demo's tests through
+``budget.action``; ``assess`` stands in for a model's judgment. The loop stops when every
+hypothesis is settled one way or another (``ready_for_evaluation``).
+"""
+
+import shutil
+import subprocess
+import sys
+import tempfile
+from importlib.resources import files
+from pathlib import Path
+
+from ledger import BudgetConfig, Case
+
+HYPOTHESES = ["restock() adds the quantity twice", "sell() charges the wrong price"]
+READ = "source.read_context"
+PLAN = {"H1": [("source.find_text", {"text": "+= quantity"}),
+               (READ, {"path": "sources/inventory.py", "start_line": 18, "end_line": 23}), "tests"],
+        "H2": [(READ, {"path": "sources/inventory.py", "start_line": 25, "end_line": 29}), "tests"]}
+TESTS = "import test_inventory as t\nfor n in ['test_restock', 'test_sell_uses_decimal_prices']:\n" \
+        "    try: getattr(t, n)(); print(n, 'passed')\n    except AssertionError: print(n, 'failed')"
+
+
+def assess(hypothesis: str, text: str) -> int:
+    """A stand-in for the model: how much ``text`` tells about ``hypothesis``, 0-100."""
+    if hypothesis == "H1":
+        return 90 if "+= quantity" in text or "test_restock failed" in text else 10
+    return 60 if "test_sell_uses_decimal_prices passed" in text else 10
+
+
+def investigate(folder: Path) -> Case:
+    package = folder / "BUG-20"
+    shutil.copytree(Path(str(files("ledger.examples"))) / "demo" / "sources", package / "sources",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    case = Case.create(package, case_id="BUG-20")
+    case.open_revision([{"statement": s} for s in HYPOTHESES], units_per_hypothesis=40)
+    case.transition("INVESTIGATING_HYPOTHESES")
+    budget = case.budget(BudgetConfig.example())
+    budget.initialize()
+    step = 0
+    while not (state := budget.snapshot()).ready_for_evaluation:
+        for h in state.investigable:
+            advice = budget.advice(h)  # what the agent's prompt would show
+            call = PLAN[h][min(step, len(PLAN[h]) - 1)]  # past its plan, this agent repeats itself
+            action_id = f"{h}-{step}"
+            if call == "tests":
+                with budget.action(h, action_id, "test.automated") as act:
+                    text = subprocess.run([sys.executable, "-B", "-c", TESTS], cwd=package / "sources",
+                                          capture_output=True, text=True, timeout=60).stdout
+                    act.record({"output": text})
+            else:
+                run = budget.run_tool(h, action_id, *call)
+                text = "\n".join(item["text"] for item in run.result["items"])
+            score = assess(h, text)
+            settled = budget.settle(h, action_id, score, "stand-in assessment")
+            print(f"{action_id}: {advice['remaining_units']} units left before, score {score}, "
+                  f"now {settled.state[h]['status']}")
+            if h == "H2" and "sell_uses_decimal_prices passed" in text:
+                budget.reject(h, "its test passes: sell() charges the right price")
+        step += 1
+    return case
+
+
+if __name__ == "__main__":
+    with investigate(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp())) as done:
+        for row in done.balances():
+            print(row["hypothesis_id"], row["status"], row["terminal_reason"], row["remaining_units"])
+        print("case folder:", done.path)

@@ -1,0 +1,213 @@
+"""An investigator's actions in one call each (docs/investigator.md).
+
+:class:`CaseBudget` is the budget manager of an open :class:`~ledger.services.case.Case`
+(``case.budget()``): every :class:`~ledger.services.budget.BudgetManager` operation, plus
+
+* :meth:`CaseBudget.run_tool` — one router action: reserve, run the reference
+  router, publish the verified reply as evidence and feed its record to the action,
+  with operation and iteration ids derived from the action's identity, so a retry
+  after a crash repeats the same operations and comes back ``reused``;
+* :meth:`CaseBudget.action` — a context manager binding an action to the code that
+  runs it: whatever leaves the block (an exception, ``KeyboardInterrupt``, a block
+  that records nothing) closes the action with ``fail``; nothing stays pending;
+* ``submit_feedback``, ``confirm_feedback`` and ``store_feedback`` beside ``request_test``,
+  so an asynchronous test is driven from one object.
+
+Each step stays its own durable operation: a crash between two steps leaves the
+state a retry continues from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Callable, Iterable, Mapping
+
+from ..ground import errors as E
+from .budget import BudgetManager, BudgetResult
+from ..ground.config import BudgetConfig
+from ..ground.errors import LedgerError
+from .evidence import EvidenceResult, EvidenceStore, FeedbackResult
+from ..rules.common import ACTION_ID_RE, REASON_CHARS_MAX, check_action_id, check_action_name, check_hypothesis_id
+from .session import Session
+
+def derived_id(kind: str, revision: int, hypothesis_id: str, action_id: str) -> str:
+    """``KIND-r<revision>-<hypothesis>-<action_id>``: the operation (``op``) or iteration (``run``) id
+    :meth:`CaseBudget.run_tool` uses for an action; when longer than an id may be, the action id
+    part is replaced by the first 32 hex digits of its sha256."""
+    found = f"{kind}-r{revision}-{hypothesis_id}-{action_id}"
+    if ACTION_ID_RE.fullmatch(found):
+        return found
+    return f"{kind}-r{revision}-{hypothesis_id}-{hashlib.sha256(action_id.encode('utf-8')).hexdigest()[:32]}"
+
+
+def failure_reason(exc: BaseException) -> str:
+    """The ``fail`` reason for an exception: its type and message, made a valid reason."""
+    message = str(exc).strip()
+    text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    text = text.replace("\x00", "?").encode("utf-8", "replace").decode("utf-8")
+    return text[:REASON_CHARS_MAX]
+
+
+@dataclass(frozen=True)
+class ToolRun:
+    """What :meth:`CaseBudget.run_tool` returns: the action (``hypothesis_id``, ``action_id``,
+    ``tool``), its evidence ``record_id`` and ``novelty_score``, the router's ``result`` for the
+    action (what the agent assesses before ``settle``), the budget ``budget`` after the action's
+    evidence was fed (its ``action`` awaits assessment), and ``reused`` (True when every step had
+    already been done: nothing was written)."""
+
+    hypothesis_id: str
+    action_id: str
+    tool: str
+    record_id: str
+    novelty_score: int
+    result: dict[str, Any]
+    budget: BudgetResult
+    reused: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"hypothesis_id": self.hypothesis_id, "action_id": self.action_id, "tool": self.tool,
+                "record_id": self.record_id, "novelty_score": self.novelty_score, "result": self.result,
+                "budget": self.budget.to_dict(), "reused": self.reused}
+
+
+class Action:
+    """An action bound to the block that runs it (:meth:`CaseBudget.action`).
+
+    ``reservation`` is the reserve's result; :meth:`record` (or :meth:`record_evidence`) stores the
+    outcome, after which ``result`` holds the budget result (the action awaits ``settle``).
+    Leaving the block by an exception closes the action with ``fail`` (reason: the exception's type
+    and message) and lets the exception go on; leaving it normally without a recorded result fails
+    it too (reason ``no result was recorded``).
+    """
+
+    def __init__(self, budget: BudgetManager, hypothesis_id: str, action_id: str, action: str,
+                 at: str | None) -> None:
+        self._budget = budget
+        self.hypothesis_id, self.action_id, self.action = hypothesis_id, action_id, action
+        self._at = at
+        self.reservation: BudgetResult | None = None
+        self.result: BudgetResult | None = None
+        self.failed: BudgetResult | None = None
+
+    def __enter__(self) -> "Action":
+        self.reservation = self._budget.reserve(self.hypothesis_id, self.action_id, self.action, at=self._at)
+        state = self.reservation.action or {}
+        if state.get("status") not in (None, "reserved"):  # a retry of an action already past this block
+            self.result = self.reservation
+        return self
+
+    def record(self, evidence: Any, source_refs: Iterable[str] | None = None, *,
+               cost_usd_millicents: int | None = None) -> BudgetResult:
+        """:meth:`BudgetManager.record_result` for this action."""
+        self.result = self._budget.record_result(self.hypothesis_id, self.action_id, evidence, source_refs,
+                                                 cost_usd_millicents=cost_usd_millicents, at=self._at)
+        return self.result
+
+    def record_evidence(self, record_id: str) -> BudgetResult:
+        """:meth:`BudgetManager.record_evidence` for this action."""
+        self.result = self._budget.record_evidence(self.hypothesis_id, self.action_id, record_id, at=self._at)
+        return self.result
+
+    def settle(self, semantic_score: int, reason: str) -> BudgetResult:
+        """:meth:`BudgetManager.settle` for this action (after :meth:`record`)."""
+        return self._budget.settle(self.hypothesis_id, self.action_id, semantic_score, reason)
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> bool:
+        if exc is None and self.result is not None:
+            return False
+        if exc is None:
+            try:
+                self.failed = self._budget.fail(self.hypothesis_id, self.action_id, "no result was recorded",
+                                                at=self._at)
+            except LedgerError as refused:
+                if refused.code not in (E.ACTION_CLOSED, E.OPERATION_CONFLICT):
+                    raise  # else it was closed inside the block (settle, or fail with its own reason)
+        else:
+            self.failed = close_failed(self._budget, self.hypothesis_id, self.action_id, exc, self._at)
+        return False
+
+
+def close_failed(budget: BudgetManager, hypothesis_id: str, action_id: str, exc: BaseException,
+                 at: str | None) -> BudgetResult | None:
+    """Close the action with ``fail`` for ``exc``; if that is refused too (the action was closed
+    already, the ledger is busy), say so in a note on ``exc`` and return None."""
+    try:
+        return budget.fail(hypothesis_id, action_id, failure_reason(exc), at=at)
+    except Exception as problem:
+        exc.add_note(f"case-ledger: closing action {action_id} with fail was refused: {problem}")
+        return None
+
+
+class CaseBudget(BudgetManager):
+    """The budget manager of an open case: :class:`BudgetManager` plus :meth:`run_tool` and
+    :meth:`action` (docs/investigator.md)."""
+
+    def __init__(self, session: Session, package_path: Path | None, config: BudgetConfig | None,
+                 evidence: Callable[[], EvidenceStore]) -> None:
+        super().__init__(session, package_path, config)
+        self._evidence = evidence
+
+    def _revision(self) -> int:
+        with self._session.read() as view:
+            return view.case()["revision"]
+
+    def run_tool(self, hypothesis_id: str, action_id: str, tool: str, args: Mapping[str, Any], *,
+                 at: str | None = None) -> ToolRun:
+        """One router action: reserve ``tool`` on ``hypothesis_id`` as ``action_id``, run the reference
+        router on ``args`` (a refused call reserves nothing), publish the verified reply as an evidence record and feed it to the
+        action, which then awaits ``settle``. Operation and iteration ids come from the action's
+        identity (:func:`derived_id`), so calling again after a crash or with the same arguments
+        repeats the same operations (``reused`` when all were done). If a step after the
+        reservation raises (a refused tool call, ``KeyboardInterrupt``), the action is closed with
+        ``fail`` and the exception goes on. Errors: those of ``reserve``, ``store_tool_results`` and
+        ``record_evidence``; ``INVALID_ARGUMENT`` for ``args`` that are not an object.
+        """
+        check_hypothesis_id(hypothesis_id)
+        check_action_id(action_id)
+        check_action_name(tool)
+        revision = self._revision()
+        iteration_id = derived_id("run", revision, hypothesis_id, action_id)
+        request = {"actions": [{"operation_id": derived_id("op", revision, hypothesis_id, action_id),
+                                "hypothesis_id": hypothesis_id, "action_id": action_id, "tool": tool,
+                                "args": args}]}
+        store = self._evidence()
+        store.query(iteration_id, request)  # a read first: a refused tool call reserves nothing
+        reserved = self.reserve(hypothesis_id, action_id, tool, at=at)
+        try:  # the reply must read the ledger after the reservation
+            stored = store.query(iteration_id, request, store=True, at=at)
+            record = stored.records[0]
+            fed = self.record_evidence(hypothesis_id, action_id, record["record_id"], at=at)
+        except BaseException as exc:
+            close_failed(self, hypothesis_id, action_id, exc, at)
+            raise
+        assert stored.reply is not None
+        return ToolRun(hypothesis_id, action_id, tool, record["record_id"], record["novelty_score"],
+                       stored.reply["results"][0], fed, reserved.reused and stored.reused and fed.reused)
+
+    # -- an external test's reply, beside request_test (the evidence store's calls, docs/evidence.md) --
+    def submit_feedback(self, operation_id: str, reply: Mapping[str, Any], attachments: Mapping[str, Any] | None = None,
+                        *, at: str | None = None) -> FeedbackResult:
+        """:meth:`EvidenceStore.submit_feedback`: a draft reply to the test of ``operation_id``."""
+        return self._evidence().submit_feedback(operation_id, reply, attachments, at=at)
+
+    def confirm_feedback(self, feedback_id: str, *, at: str | None = None) -> FeedbackResult:
+        """:meth:`EvidenceStore.confirm_feedback`."""
+        return self._evidence().confirm_feedback(feedback_id, at=at)
+
+    def store_feedback(self, operation_id: str, feedback_id: str | None = None, *,
+                       at: str | None = None) -> EvidenceResult:
+        """:meth:`EvidenceStore.store_feedback` (without ``feedback_id``: the operation's confirmed draft)."""
+        return self._evidence().store_feedback(operation_id, feedback_id, at=at)
+
+    def action(self, hypothesis_id: str, action_id: str, action: str, *, at: str | None = None) -> Action:
+        """``with budget.action(h, a, "test.automated") as act: act.record(run_tests())``: reserve on
+        entering; record inside; any exception (``KeyboardInterrupt`` included) or a block that
+        records nothing closes the action with ``fail`` and the exception goes on. Settle after
+        the block (``budget.settle`` or ``act.settle``). Entering again after a crash reserves
+        nothing new (``reused``)."""
+        return Action(self, hypothesis_id, action_id, action, at)

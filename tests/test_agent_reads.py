@@ -1,0 +1,191 @@
+"""The reads an agent makes before each action (docs/scopes.md, docs/concepts.md): ``advice``,
+the soft gate's floor kept in ``account_floors`` (one indexed read whatever the history), and
+``snapshot`` checking only what this process has not checked yet. Their cost is measured by the
+benchmark (``gate_latency_ratio_100k_vs_1k``, ``snapshot_latency_ratio_100k_vs_1k``), not here."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from ledger import BudgetConfig, Case, LedgerError, verify_case
+from ledger.storage.sqlfiles import shipped_schema
+from ledger.ground.errors import INTEGRITY_ERROR, UNKNOWN_HYPOTHESIS
+
+from conftest import downgrade_ledger, start_case
+
+T0 = "2026-01-01T00:00:00Z"
+
+
+def _spend(budget, hypothesis: str, actions: int, prefix: str, score: int = 0, money: int | None = None) -> None:
+    for n in range(actions):
+        budget.reserve(hypothesis, f"{prefix}{n}", "source.find_text", at=T0)
+        budget.record_result(hypothesis, f"{prefix}{n}", {"n": n, "p": prefix}, cost_usd_millicents=money, at=T0)
+        budget.settle(hypothesis, f"{prefix}{n}", score, "assessed", at=T0)
+
+
+@pytest.fixture
+def busy(package: Path) -> Case:
+    """Three accounts of 100 units spent down, granted to, and spent again."""
+    case = start_case(package, hypotheses=3)
+    budget = case.budget(BudgetConfig.example())
+    budget.initialize(at=T0)
+    _spend(budget, "H1", 3, "a", score=90, money=250)
+    _spend(budget, "H2", 5, "b", score=30, money=40)
+    budget.grant("H2", 40, "controller", "more room", "g1", at=T0)
+    _spend(budget, "H2", 2, "c", score=50)
+    _spend(budget, "H3", 1, "d", score=30)
+    budget.grant("H3", 10, "controller", "a little more", "g2", at=T0)
+    yield case
+    case.close()
+
+
+def _floors_by_scanning(case: Case) -> dict[str, int]:
+    """Each account's lowest pct_remaining after every budget event since its last grant, from the bodies."""
+    floors: dict[str, int] = {}
+    for event in case.events(with_body=True):
+        body = json.loads(event["body"])
+        if not body["type"].startswith("budget."):
+            continue
+        granted = body["grant"]["hypothesis_id"] if body["type"] == "budget.granted" else None
+        for a in body["accounts"]:
+            pct = a["remaining_units"] * 100 // (a["initial_units"] + a["granted_units"])
+            h = a["hypothesis_id"]
+            floors[h] = pct if h not in floors or h == granted else min(floors[h], pct)
+    return floors
+
+
+def test_the_price_signal_reads_each_accounts_lowest_pct_since_its_last_grant(busy):
+    budget = busy.budget()
+    expected = _floors_by_scanning(busy)
+    assert expected == {"H1": 84, "H2": 60, "H3": 92}
+    for h, floor in expected.items():
+        assert budget.price_signal(h, "source.read_context")["scarcity_bps"] == 10_000 + 30_000 * (100 - floor) // 100
+
+
+def test_account_floors_hold_a_row_only_when_a_floor_moves_and_verify_checks_them(busy):
+    rows = busy.query("SELECT hypothesis_id, lowest_pct FROM account_floors ORDER BY seq, hypothesis_id")
+    assert [r["lowest_pct"] for r in rows if r["hypothesis_id"] == "H3"] == [100, 90, 92]
+    assert len(rows) < len(busy.events())
+    busy.close()
+    assert verify_case(busy.path).events > 0
+
+
+def test_a_changed_account_floor_is_an_integrity_error_for_verify(busy):
+    busy.close()
+    conn = sqlite3.connect(busy.path / "ledger.sqlite")
+    conn.execute("DROP TRIGGER account_floors_no_update")
+    conn.execute("UPDATE account_floors SET lowest_pct = 99 WHERE hypothesis_id = 'H2'")
+    conn.commit()
+    conn.close()
+    with pytest.raises(LedgerError) as refused:
+        verify_case(busy.path)
+    assert refused.value.code == INTEGRITY_ERROR and "account_floors" in refused.value.message
+
+
+def test_opening_an_older_ledger_fills_account_floors_and_money_totals_as_the_writer_would_have(busy):
+    floors = busy.query("SELECT * FROM account_floors ORDER BY revision, hypothesis_id, seq")
+    money = busy.query("SELECT * FROM money_totals ORDER BY seq")
+    busy.close()
+    downgrade_ledger(busy.path, 8)  # before account_floors and money_totals existed
+    assert verify_case(busy.path).events > 0  # checked against its own schema version
+    with Case.open(busy.path) as opened:
+        assert opened.query("SELECT * FROM account_floors ORDER BY revision, hypothesis_id, seq") == floors
+        assert opened.query("SELECT * FROM money_totals ORDER BY seq") == money and len(money) == 8
+        assert opened.budget().price_signal("H2", "source.read_context")["scarcity_bps"] == 22_000
+    assert verify_case(busy.path).events > 0
+
+
+# --- advice ----------------------------------------------------------------------------------------
+def test_advice_answers_remaining_units_actions_and_time_by_the_tightest_scope(busy):
+    scopes = busy.scopes()
+    scopes.establish("revision:1", {"actions": 30, "units": 500}, "controller", at=T0)
+    scopes.establish("hypothesis:1/H1", {"actions": 4, "duration_ms": 60_000}, "controller", at=T0)
+    origin = datetime.fromisoformat(busy.events()[-1]["created_at"].replace("Z", "+00:00"))
+    later = (origin + timedelta(seconds=10)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    advice = busy.budget().advice("H1", at=later)
+    assert advice.values == {
+        "hypothesis_id": "H1", "status": "investigating", "pending_action_id": None, "investigable": True,
+        "remaining_units": 91, "budget": 100, "pct_remaining": 91, "tier": "full", "scarcity_bps": 14_800,
+        "remaining_actions": 1, "remaining_duration_ms": 50_000, "remaining_cost_usd_millicents": None,
+        "limited_by": {"units": "account", "actions": "hypothesis:1/H1", "duration_ms": "hypothesis:1/H1"},
+        "ready_for_evaluation": False}
+
+
+def test_advice_names_a_scope_whose_units_are_tighter_than_the_account(busy):
+    busy.scopes().establish("case", {"units": 90}, "controller", at=T0)
+    advice = busy.budget().advice("H2")
+    used = sum(a["spent_units"] - a["rewarded_units"] for a in busy.balances())
+    assert advice["remaining_units"] == 90 - used and advice["limited_by"]["units"] == "case"
+
+
+def test_advice_on_a_pending_or_terminal_account_is_not_investigable(busy):
+    budget = busy.budget()
+    budget.reserve("H1", "p1", "source.read_context", at=T0)
+    pending = budget.advice("H1")
+    assert (pending["investigable"], pending["pending_action_id"]) == (False, "p1")
+    budget.reject("H3", "ruled out", at=T0)
+    rejected = budget.advice("H3")
+    assert (rejected["investigable"], rejected["status"], rejected["tier"]) == (False, "rejected", "deferred")
+
+
+def test_advice_of_an_unknown_hypothesis_is_refused(busy):
+    with pytest.raises(LedgerError) as refused:
+        busy.budget().advice("H9")
+    assert refused.value.code == UNKNOWN_HYPOTHESIS
+
+
+# --- snapshot ----------------------------------------------------------------------------------------
+def test_snapshot_includes_events_another_connection_appended_since_its_last_check(busy):
+    budget = busy.budget()
+    first = budget.snapshot()
+    with Case.open(busy.path) as other:
+        other.budget().reserve("H1", "x1", "source.read_context", at=T0)
+    second = budget.snapshot()
+    assert second.seq > first.seq and second.state["H1"]["pending_action_id"] == "x1"
+
+
+def test_snapshot_detects_a_checked_budget_event_changed_underneath(busy):
+    budget = busy.budget()
+    budget.snapshot()
+    conn = sqlite3.connect(busy.path / "ledger.sqlite")
+    conn.execute("DROP TRIGGER events_no_update")
+    seq = conn.execute("SELECT MIN(seq) FROM events WHERE type = 'budget.settled'").fetchone()[0]
+    conn.execute("UPDATE events SET body = replace(body, '\"assessed\"', '\"edited!!\"') WHERE seq = ?", (seq,))
+    conn.commit()
+    conn.close()
+    with pytest.raises(LedgerError) as refused:
+        budget.snapshot()
+    assert refused.value.code == INTEGRITY_ERROR and refused.value.details["seq"] == seq
+
+
+def test_snapshot_detects_an_edited_event_appended_after_its_last_check(busy):
+    budget = busy.budget()
+    budget.snapshot()
+    budget.reserve("H1", "x1", "source.read_context", at=T0)
+    conn = sqlite3.connect(busy.path / "ledger.sqlite")
+    conn.execute("DROP TRIGGER events_no_update")
+    conn.execute("UPDATE events SET sha256 = '0' || substr(sha256, 2) WHERE seq = (SELECT MAX(seq) FROM events)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(LedgerError) as refused:
+        budget.snapshot()
+    assert refused.value.code == INTEGRITY_ERROR
+
+
+def test_money_limits_read_running_totals_of_the_account_the_revision_and_the_case(busy):
+    last = busy.query("SELECT hypothesis_total, revision_total, case_total FROM money_totals ORDER BY seq DESC")[0]
+    assert last == {"hypothesis_total": 200, "revision_total": 950, "case_total": 950}
+    scopes = busy.scopes()
+    scopes.establish("case", {"cost_usd_millicents": 1000}, "controller", at=T0)
+    scopes.establish("hypothesis:1/H1", {"cost_usd_millicents": 820}, "controller", at=T0)
+    usage = {(row["scope_type"], row["dimension"]): row["consumed"] for row in scopes.usage()}
+    assert usage == {("case", "cost_usd_millicents"): 950, ("hypothesis", "cost_usd_millicents"): 750}
+    advice = busy.budget().advice("H1")
+    assert (advice["remaining_cost_usd_millicents"], advice["limited_by"]["cost_usd_millicents"]) == (50, "case")
+    busy.close()
+    assert verify_case(busy.path).events > 0

@@ -1,0 +1,216 @@
+"""The investigator's side (docs/investigator.md): one call per router action (``run_tool``),
+an action bound to the code that runs it (``budget.action``), the bundled example policy and
+the example investigator loop."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from ledger import BudgetConfig, Case, CaseBudget, LedgerError
+from ledger.services.actions import derived_id, failure_reason
+from ledger.ground.errors import INVALID_ID, ROUTER_REFUSED
+
+from conftest import REPO, start_case
+
+READ = {"path": "sources/app.py", "start_line": 1, "end_line": 2}
+
+
+@pytest.fixture
+def investigator(case: Case) -> CaseBudget:
+    budget = case.budget(BudgetConfig.example())
+    budget.initialize()
+    return budget
+
+
+def _event_count(case: Case) -> int:
+    return case.status()["package_generation"]
+
+
+# --- run_tool -----------------------------------------------------------------------------
+def test_run_tool_reserves_runs_publishes_and_feeds_the_record_in_one_call(case, investigator):
+    run = investigator.run_tool("H1", "q1", "source.read_context", READ)
+    assert (run.record_id, run.novelty_score, run.reused) == ("E000001", 100, False)
+    assert [item["text"] for item in run.result["items"]] == ["def add(a, b):", "    return a - b"]
+    assert run.budget.action["status"] == "awaiting_assessment" and run.budget.action["cost_units"] == 5
+    settled = investigator.settle("H1", "q1", 80, "the subtraction is the bug")
+    assert settled.action["status"] == "settled" and settled.action["reward_units"] == 3
+    record = case.query("SELECT operation_id FROM evidence_records")[0]
+    assert record["operation_id"] == "op-r1-H1-q1"
+
+
+def test_run_tool_called_again_is_reused_and_writes_nothing(case, investigator):
+    first = investigator.run_tool("H1", "q1", "source.read_context", READ)
+    events = _event_count(case)
+    again = investigator.run_tool("H1", "q1", "source.read_context", READ)
+    assert again.reused is True and again.record_id == first.record_id and again.result == first.result
+    assert _event_count(case) == events
+
+
+def test_run_tool_ids_come_from_the_action_identity_and_stay_valid_ids():
+    assert derived_id("run", 2, "H3", "q-7") == "run-r2-H3-q-7"
+    long = derived_id("op", 1, "H1", "a" * 128)
+    assert len(long) <= 128 and long.startswith("op-r1-H1-") and long == derived_id("op", 1, "H1", "a" * 128)
+
+
+def test_run_tool_refused_by_the_router_reserves_nothing(case, investigator):
+    events = _event_count(case)
+    with pytest.raises(LedgerError) as refused:
+        investigator.run_tool("H1", "q1", "source.read_context", {"path": "../outside", "start_line": 1,
+                                                                   "end_line": 1})
+    assert refused.value.code == ROUTER_REFUSED
+    assert _event_count(case) == events and case.actions() == []
+
+
+def test_run_tool_with_a_malformed_id_is_refused_before_anything_runs(case, investigator):
+    with pytest.raises(LedgerError) as refused:
+        investigator.run_tool("H1", "bad id", "source.read_context", READ)
+    assert refused.value.code == INVALID_ID and case.actions() == []
+
+
+def _child(script: str, package: Path) -> subprocess.Popen:
+    code = textwrap.dedent(script)
+    return subprocess.Popen([sys.executable, "-c", code, str(package)], stdout=subprocess.PIPE,
+                            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def _kill_after_line(child: subprocess.Popen, expected: bytes) -> None:
+    assert child.stdout is not None
+    assert child.stdout.readline().strip() == expected
+    child.send_signal(signal.SIGKILL)
+    child.wait(timeout=60)
+    child.stdout.close()
+    assert child.returncode == -signal.SIGKILL
+
+
+def test_run_tool_after_a_process_killed_between_its_steps_continues_then_comes_back_reused(case, investigator):
+    case.close()
+    child = _child("""
+        import sys, time
+        from ledger import BudgetConfig, Case
+        from ledger.services.actions import derived_id
+        case = Case.open(sys.argv[1])
+        budget = case.budget(BudgetConfig.example())
+        request = {"actions": [{"operation_id": derived_id("op", 1, "H1", "q1"), "hypothesis_id": "H1",
+                                "action_id": "q1", "tool": "source.read_context",
+                                "args": {"path": "sources/app.py", "start_line": 1, "end_line": 2}}]}
+        budget.reserve("H1", "q1", "source.read_context")          # step 1
+        case.evidence().query(derived_id("run", 1, "H1", "q1"), request, store=True)  # step 2
+        print("published", flush=True)
+        time.sleep(60)                                              # killed before step 3
+    """, case.path)
+    _kill_after_line(child, b"published")
+    with Case.open(case.path) as reopened:
+        budget = reopened.budget()
+        assert reopened.actions()[0]["status"] == "reserved"  # the crash left a recoverable state
+        resumed = budget.run_tool("H1", "q1", "source.read_context", READ)
+        assert resumed.reused is False and resumed.record_id == "E000001"
+        assert resumed.budget.action["status"] == "awaiting_assessment"
+        assert budget.run_tool("H1", "q1", "source.read_context", READ).reused is True
+        assert len(reopened.query("SELECT * FROM evidence_records")) == 1
+
+
+# --- budget.action ----------------------------------------------------------------------------
+def test_an_action_block_that_records_leaves_the_action_awaiting_settle(case, investigator):
+    with investigator.action("H1", "t1", "test.automated") as act:
+        act.record({"passed": 3, "failed": 1})
+    assert act.result.action["status"] == "awaiting_assessment" and act.failed is None
+    assert act.settle(60, "one test fails on the locale").action["status"] == "settled"
+
+
+def test_an_action_block_that_raises_fails_the_action_with_the_exception_and_reraises(case, investigator):
+    with pytest.raises(ValueError, match="tests could not start"):
+        with investigator.action("H1", "t1", "test.automated"):
+            raise ValueError("tests could not start")
+    action = case.actions()[0]
+    assert (action["status"], action["closing_reason"]) == ("failed", "ValueError: tests could not start")
+    assert investigator.remaining("H1")["remaining"] == 100 - 10  # fail refunds nothing
+    assert "H1" in investigator.snapshot().investigable
+
+
+def test_an_action_block_interrupted_by_keyboard_interrupt_fails_the_action_and_reraises(case, investigator):
+    with pytest.raises(KeyboardInterrupt):
+        with investigator.action("H2", "t1", "test.automated") as act:
+            act.record({"partial": True})  # even after a result: the interrupted action is closed
+            raise KeyboardInterrupt
+    action = case.actions()[0]
+    assert (action["status"], action["closing_reason"]) == ("failed", "KeyboardInterrupt")
+    assert act.failed is not None and act.failed.action["status"] == "failed"
+
+
+def test_an_action_block_that_records_nothing_fails_the_action(case, investigator):
+    with investigator.action("H1", "t1", "test.automated"):
+        pass
+    assert case.actions()[0]["closing_reason"] == "no result was recorded"
+
+
+def test_an_action_refused_on_entry_runs_no_block_and_leaves_nothing(case, investigator):
+    investigator.reject("H1", "ruled out")
+    ran = []
+    with pytest.raises(LedgerError) as refused:
+        with investigator.action("H1", "t1", "test.automated"):
+            ran.append(True)
+    assert refused.value.code == "ACCOUNT_TERMINAL" and ran == [] and case.actions() == []
+
+
+def test_a_failure_that_cannot_be_recorded_is_noted_on_the_original_exception(case, investigator):
+    with pytest.raises(RuntimeError) as raised:
+        with investigator.action("H1", "t1", "test.automated") as act:
+            act.record({"ok": True})
+            investigator.settle("H1", "t1", 50, "assessed inside the block")
+            raise RuntimeError("after settling")
+    assert any("closing action t1 with fail was refused" in note for note in raised.value.__notes__)
+    assert case.actions()[0]["status"] == "settled"
+
+
+def test_an_action_after_a_process_killed_inside_its_block_is_resumed_by_entering_again(case, investigator):
+    case.close()
+    child = _child("""
+        import sys, time
+        from ledger import Case
+        case = Case.open(sys.argv[1])
+        with case.budget().action("H1", "t1", "test.automated") as act:
+            print("reserved", flush=True)
+            time.sleep(60)  # killed while the tool runs
+    """, case.path)
+    _kill_after_line(child, b"reserved")
+    with Case.open(case.path) as reopened:
+        budget = reopened.budget()
+        assert reopened.actions()[0]["status"] == "reserved"  # pending, as after any crash
+        with budget.action("H1", "t1", "test.automated") as act:
+            assert act.reservation.reused is True
+            act.record({"passed": True})
+        assert act.settle(70, "retried after the crash").action["status"] == "settled"
+        assert [a["status"] for a in reopened.actions()] == ["settled"]
+
+
+def test_failure_reasons_are_valid_reasons_whatever_the_message():
+    assert failure_reason(ValueError("a\x00b")) == "ValueError: a?b"
+    assert failure_reason(RuntimeError("")) == "RuntimeError"
+    assert len(failure_reason(ValueError("x" * 10_000))) == 4000
+
+
+# --- the example policy -----------------------------------------------------------------------------
+def test_the_bundled_example_policy_loads_from_any_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    policy = BudgetConfig.example()
+    assert policy.cost_units("source.read_context") == 5 and policy["test_costs"]["automated"] == 15
+
+
+def test_an_action_closed_inside_its_block_is_left_as_closed(case, investigator):
+    with investigator.action("H1", "t1", "test.automated"):
+        investigator.fail("H1", "t1", "the tool was not installed")
+    assert case.actions()[0]["closing_reason"] == "the tool was not installed"
+
+
+def test_an_action_settled_inside_its_block_stays_settled(case, investigator):
+    with investigator.action("H1", "t1", "test.automated") as act:
+        act.record({"passed": True})
+        act.settle(40, "assessed at once")
+    assert act.failed is None and case.actions()[0]["status"] == "settled"
