@@ -16,6 +16,7 @@ import click
 from . import budget as budget_commands
 from . import case as case_commands
 from . import evidence as evidence_commands
+from . import fleet as fleet_commands
 from . import inspect as inspect_commands
 from . import journal as journal_commands
 from . import package as package_commands
@@ -51,7 +52,8 @@ for command in (case_commands.init, case_commands.revision, case_commands.state,
                 scope_commands.scope, evidence_commands.evidence,
                 inspect_commands.balances, inspect_commands.actions, inspect_commands.events, inspect_commands.sql,
                 package_commands.export, package_commands.import_command, package_commands.verify,
-                journal_commands.apply, simulate_commands.simulate_command, journal_commands.demo):
+                journal_commands.apply, simulate_commands.simulate_command, journal_commands.demo,
+                fleet_commands.fleet):
     main.add_command(command)
 
 

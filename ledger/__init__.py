@@ -22,6 +22,8 @@ from .demo import run_demo
 from .errors import ALL_CODES, CLI_ONLY_CODES, INVALID_ARGUMENT, OUTPUT_ERROR, LedgerError
 from .evidence import EvidenceResult, EvidenceStore, FeedbackResult
 from .export import ExportReport, export_case, export_count
+from .fleet import FleetReport, export_fleet, fleet_query, fleet_rows
+from .fleet import find_cases as fleet_cases
 from .importer import import_tree
 from .journal import JournalSummary, LineResult, apply_journal, clamp_warning, open_for_journal
 from .journal import first_at as journal_first_at
@@ -49,5 +51,6 @@ __all__ = [
     "example_policy", "load_policy", "parse_vary", "plot_tradeoff", "check_plot", "check_output_file", "read_outcomes", "simulate", "tradeoff_points", "vary",
     "JournalSummary", "clamp_warning", "journal_first_at", "read_only_rows",
     "CheckpointWarning", "read_lines",
+    "FleetReport", "export_fleet", "fleet_cases", "fleet_query", "fleet_rows",
 ]
 __version__ = "0.1.0"

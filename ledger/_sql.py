@@ -84,10 +84,10 @@ def schema_version() -> int:
 
 @cache
 def queries() -> dict[str, str]:
-    """Named statements of ``sql/queries.sql`` (write path) and ``sql/reads.sql`` (read side),
+    """Named statements of ``sql/queries.sql`` (write path), ``sql/reads.sql`` (read side) and ``sql/fleet.sql``,
     each block headed ``-- name: <name>``."""
     named: dict[str, str] = {}
-    for file in ("queries.sql", "reads.sql"):
+    for file in ("queries.sql", "reads.sql", "fleet.sql"):
         current = None
         for line in (resource_dir("sql") / file).read_text(encoding="utf-8").splitlines():
             match = re.match(r"^--\s*name:\s*(\w+)\s*$", line)
