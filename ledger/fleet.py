@@ -191,7 +191,8 @@ def _connection() -> Any:
 
 
 def _write_table(cursor: Any, out_file: Path) -> None:
-    """Write the rows of ``cursor`` (SQLite) as ``out_file`` (Parquet) with explicit column types.
+    """Write the rows of ``cursor`` (SQLite) as ``out_file`` (Parquet) with explicit column types
+    (every column but ``case_id``, which the partition folder carries).
 
     The rows go through a JSON-Lines file beside it, streamed, so memory holds no table."""
     names = [d[0] for d in cursor.description]
@@ -200,7 +201,8 @@ def _write_table(cursor: Any, out_file: Path) -> None:
         while chunk := cursor.fetchmany(512):
             for row in chunk:
                 lines.write(json.dumps(dict(zip(names, row)), ensure_ascii=False) + "\n")
-    types = {n: column_type(n) for n in names}
+    # case_id is the partition key (the folder name): a copy inside the file would clash in Spark
+    types = {n: column_type(n) for n in names if n != "case_id"}
     read_as = "{" + ", ".join(f"{_literal(n)}: {_literal('VARCHAR' if t == 'TIMESTAMPTZ' else t)}"
                               for n, t in types.items()) + "}"
     columns = ", ".join(f"CAST(NULLIF({_identifier(n)}, '') AS TIMESTAMPTZ) AS {_identifier(n)}"
