@@ -153,6 +153,8 @@ def find_cases(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
     """Every case package (a folder holding ``ledger.sqlite``) named in or found under ``paths``
     (folders are walked, links not followed, a case's own folder not entered), in order, once each.
     A path that is neither a case nor a folder holding one is ``LEDGER_MISSING``."""
+    if isinstance(paths, (str, bytes, os.PathLike)):
+        paths = [paths]  # one path, not its characters
     found: dict[Path, None] = {}
     for given in paths:
         root = fs_path(given, "case or folder")
