@@ -209,8 +209,14 @@ def _write_table(cursor: Any, out_file: Path) -> None:
                               for n, t in types.items()) + "}"
     columns = ", ".join(f"CAST(NULLIF({_identifier(n)}, '') AS TIMESTAMPTZ) AS {_identifier(n)}"
                         if t == "TIMESTAMPTZ" else _identifier(n) for n, t in types.items())
-    _connection().execute(statement("fleet_copy_parquet", columns=columns, source=_literal(str(source)),
-                                    types=read_as, target=_literal(str(out_file))))
+    duckdb = _duckdb()
+    try:
+        _connection().execute(statement("fleet_copy_parquet", columns=columns, source=_literal(str(source)),
+                                        types=read_as, target=_literal(str(out_file))))
+    except duckdb.IOException as exc:
+        raise LedgerError(E.STORAGE_ERROR, f"cannot write {out_file}: {exc}") from None
+    except duckdb.Error as exc:  # a value its column's type cannot hold
+        raise LedgerError(E.INVALID_ARGUMENT, f"cannot write table {out_file.stem} as Parquet: {exc}") from None
     source.unlink()
     with open(out_file, "rb") as written:
         os.fsync(written.fileno())

@@ -334,3 +334,18 @@ def test_a_case_is_replaced_atomically_under_a_concurrent_reader(fleet, tmp_path
     out_text, err = reader.communicate(timeout=120)
     assert reader.returncode == 0, err
     assert int(out_text) >= 2, "the reader saw only one head: no export ran while it read"
+
+
+def test_a_value_its_column_type_cannot_hold_fails_that_case_only(fleet, tmp_path, monkeypatch):
+    """A view column typed by its name that holds something else (a newer view, say) is reported
+    for the case with INVALID_ARGUMENT, never a traceback, and nothing of that case is written."""
+    import ledger.fleet as fleet_module
+
+    cases, _, _ = fleet
+    typed = fleet_module.column_type
+    monkeypatch.setattr(fleet_module, "column_type", lambda name: "BIGINT" if name == "action" else typed(name))
+    report = export_fleet([_case_paths(cases)["FLEET-00001"]], tmp_path / "out")
+    [failed] = report.failed
+    assert failed["error"]["code"] == "INVALID_ARGUMENT" and "table actions" in failed["error"]["message"]
+    assert not list((tmp_path / "out").glob("*/case_id=FLEET-00001"))
+    assert not list((tmp_path / "out" / "_fleet" / "tmp").iterdir())
