@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from . import errors as E
 from ._files import fsync_dir, remove_abandoned_builds, write_atomic
-from ._sql import statement
+from ._sql import queries, statement
 from .arguments import check_callback
 from .canonical import check_int
 from .case import Case
@@ -211,8 +211,9 @@ def _write_table(cursor: Any, out_file: Path) -> None:
                         if t == "TIMESTAMPTZ" else _identifier(n) for n, t in types.items())
     duckdb = _duckdb()
     try:
-        _connection().execute(statement("fleet_copy_parquet", columns=columns, source=_literal(str(source)),
-                                        types=read_as, target=_literal(str(out_file))))
+        # filled here, not by statement(), whose cache would keep every case's paths
+        _connection().execute(queries()["fleet_copy_parquet"].format(
+            columns=columns, source=_literal(str(source)), types=read_as, target=_literal(str(out_file))))
     except duckdb.IOException as exc:
         raise LedgerError(E.STORAGE_ERROR, f"cannot write {out_file}: {exc}") from None
     except duckdb.Error as exc:  # a value its column's type cannot hold
@@ -387,8 +388,8 @@ def _fleet_connection(out: Path) -> Any:
     for table in TABLES:
         if (out / table).is_dir() and any((out / table).iterdir()):
             files = _literal(str(out / table / "*" / DATA_FILE))
-            con.execute(statement("fleet_table_view", table=table, files=files,
-                                  hive_types="{'case_id': 'VARCHAR'}"))
+            con.execute(queries()["fleet_table_view"].format(table=table, files=files,
+                                                             hive_types="{'case_id': 'VARCHAR'}"))
     con.execute(f"SET allowed_directories = [{_literal(str(out) + os.sep)}]")
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
