@@ -349,3 +349,16 @@ def test_a_value_its_column_type_cannot_hold_fails_that_case_only(fleet, tmp_pat
     assert failed["error"]["code"] == "INVALID_ARGUMENT" and "table actions" in failed["error"]["message"]
     assert not list((tmp_path / "out").glob("*/case_id=FLEET-00001"))
     assert not list((tmp_path / "out" / "_fleet" / "tmp").iterdir())
+
+
+def test_export_keeps_no_statement_per_case(fleet, tmp_path):
+    """Memory is bounded by one case: the statement cache holds the fixed statements only, so
+    exporting the fleet again (to a new folder, every case written) adds nothing to it. (It once
+    kept each case's COPY statement with its paths: 16 MiB more per 1,000 cases.)"""
+    from ledger._sql import _statement
+
+    cases, _, ids = fleet
+    export_fleet([cases], tmp_path / "warm")
+    size = _statement.cache_info().currsize
+    assert export_fleet([cases], tmp_path / "out").exported == len(ids)
+    assert _statement.cache_info().currsize == size
