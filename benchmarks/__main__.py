@@ -34,7 +34,11 @@ Every figure is measured in one run, on the same disk, at the same durability
 * ``export_vs_raw_files`` — ``export_files_per_s`` over a bare loop writing the same bytes to the
   same layout atomically (temp file, fsync, rename, each folder fsynced once);
 * ``apply_rss_ratio`` — peak RSS of ``ledger apply`` on a 200,000-line journal over a 1,000-line one
-  (``--quick``: 10,000 lines; ``apply_rss_lines`` says which).
+  (``--quick``: 10,000 lines; ``apply_rss_lines`` says which);
+* ``fleet_export_cases_per_s`` — ``ledger fleet export --jobs <cpus>`` (a real process) over 10,000 small
+  real cases built from the bundled journals (``--quick``: 200); ``fleet_sql_ms`` — a cross-case aggregate
+  (spend per action type per day) with ``fleet_query`` (median of five); ``fleet_export_rss_ratio`` — the
+  peak RSS of that export (its largest process) over exporting one case (see ``benchmarks/fleet.py``).
 
 ``python -m benchmarks --table RUN_A.json RUN_B.json`` prints the README's table from saved
 ``--json`` runs, each ratio beside its target.
@@ -61,6 +65,7 @@ from pathlib import Path
 from ledger import AnalysisConfig, BudgetConfig, Case
 
 from . import baselines
+from .fleet import bench_fleet
 from .report import print_table
 
 HYPOTHESES = 4
@@ -450,33 +455,54 @@ def compile_sources() -> None:
             compileall.compile_dir(package, quiet=2, workers=1)
 
 
+def _bench_single_case(work: Path, quick: bool, results: dict[str, object]) -> None:
+    scale = 10 if quick else 1
+    results["fsync_ms"] = baselines.fsync_ms(work)
+    bench_durable(work, 3 if quick else 7, 300 // scale, results)
+    results["raw_batch_inserts_per_s"] = baselines.raw_batch_inserts_per_s(work, results["event_bytes"],
+                                                                           20_000 // scale)
+    results["apply_ops_per_s"], _ = bench_apply(work, 10_000 // scale)
+    results.update(bench_apply_rss(work, 1_000, 10_000 if quick else 200_000))
+    results.update(bench_simulate_vs_apply(work, 10 if quick else 100))
+    results.update(bench_growth(work, 1_000, 100_000 // scale, 60 // (3 if quick else 1)))
+
+
+def _fleet(directory: Path, cases: int) -> dict[str, object]:
+    try:
+        import duckdb  # noqa: F401 (the fleet commands need it)
+    except ImportError:
+        print("duckdb is not installed: the fleet figures are None (pip install '.[fleet]')", file=sys.stderr)
+        return {"fleet_export_cases_per_s": None, "fleet_sql_ms": None, "fleet_export_rss_ratio": None}
+    return bench_fleet(directory, cases, run_cli)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke check under two minutes")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--dir", type=Path, help="where to put the benchmark files (default: a temp folder)")
+    parser.add_argument("--only", choices=["fleet"], help="run only this part (its figures alone)")
     parser.add_argument("--table", type=Path, nargs="+", metavar="RUN.json",
                         help="print the README table from saved --json runs and exit")
     args = parser.parse_args(argv)
     if args.table:
         return print_table(args.table)
-    scale = 10 if args.quick else 1
     compile_sources()
     work = Path(tempfile.mkdtemp(prefix="ledger-bench-", dir=args.dir))
     results: dict[str, object] = {"quick": args.quick, "machine": machine()}
     try:
-        results["fsync_ms"] = baselines.fsync_ms(work)
-        bench_durable(work, 3 if args.quick else 7, 300 // scale, results)
-        results["raw_batch_inserts_per_s"] = baselines.raw_batch_inserts_per_s(work, results["event_bytes"],
-                                                                               20_000 // scale)
-        results["apply_ops_per_s"], _ = bench_apply(work, 10_000 // scale)
-        results.update(bench_apply_rss(work, 1_000, 10_000 if args.quick else 200_000))
-        results.update(bench_simulate_vs_apply(work, 10 if args.quick else 100))
-        results.update(bench_growth(work, 1_000, 100_000 // scale, 60 // (3 if args.quick else 1)))
+        if args.only is None:
+            _bench_single_case(work, args.quick, results)
+        results.update(_fleet(work / "fleet", 200 if args.quick else 10_000))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    ratios(results)
-    if args.json:
+    if args.only is None:
+        ratios(results)
+    return _print(results, args.json)
+
+
+def _print(results: dict[str, object], as_json: bool) -> int:
+    if as_json:
         print(json.dumps(results))
     else:
         for key, value in results.items():

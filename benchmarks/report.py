@@ -30,6 +30,7 @@ TARGETS: dict[str, tuple[str, float, str]] = {
     "balances_query_ms": ("<=", 5, "`SELECT * FROM balances` on the large ledger (ms)"),
     "simulate_vs_apply": (">=", 30, ("`ledger simulate` journal lines/s ÷ `ledger apply --keep-going` journal "
                                      "lines/s, the same 100 journals")),
+    "fleet_export_rss_ratio": ("<=", 1.5, "peak RSS of `ledger fleet export` over 10,000 cases ÷ over one case"),
 }
 
 #: Figures shown under the targets, for context (no target of their own).
@@ -41,7 +42,9 @@ CONTEXT = ("fsync_ms", "event_bytes", "events", "raw_tx_per_s", "ledger_ops_per_
            "simulate_s", "apply_s", "simulate_lines", "simulate_steps", "simulate_lines_per_s",
            "apply_journal_ops_per_s", "simulate_steps_per_s", "simulate_steps_vs_apply_lines",
            "check_ms_small", "check_ms_large", "advice_ms_small", "advice_ms_large", "snapshot_ms_small",
-           "snapshot_ms_large")
+           "snapshot_ms_large",
+           "fleet_cases", "fleet_jobs", "fleet_export_cases_per_s", "fleet_unchanged_cases_per_s", "fleet_sql_ms",
+           "fleet_export_one_case_rss_mib", "fleet_export_peak_rss_mib")
 
 
 def normalized(run: dict[str, Any]) -> dict[str, Any]:

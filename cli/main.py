@@ -15,6 +15,7 @@ import click
 from . import budget as budget_commands
 from . import case as case_commands
 from . import evidence as evidence_commands
+from . import fleet as fleet_commands
 from . import inspect as inspect_commands
 from . import journal as journal_commands
 from . import package as package_commands
@@ -53,7 +54,8 @@ for command in (case_commands.init, case_commands.revision, case_commands.state,
                 inspect_commands.balances, inspect_commands.actions, inspect_commands.events, inspect_commands.sql,
                 package_commands.export, package_commands.import_command, package_commands.verify,
                 journal_commands.apply, simulate_commands.simulate_command, journal_commands.demo,
-                serve_commands.serve, runs_commands.runs, runs_commands.outcome):
+                serve_commands.serve, runs_commands.runs, runs_commands.outcome,
+                fleet_commands.fleet):
     main.add_command(command)
 
 

@@ -19,6 +19,7 @@ from .ground.errors import ALL_CODES, LedgerError
 from .model.operations import OPERATIONS, Operation
 from .package_tools.demo import run_demo
 from .package_tools.export import ExportReport, export_case
+from .package_tools.fleet import FleetReport, export_fleet, fleet_query
 from .package_tools.importer import import_tree
 from .package_tools.journal import JournalSummary, LineResult, apply_journal
 from .package_tools.verify import VerifyReport, verify_case
@@ -46,6 +47,8 @@ __all__ = [
     "BudgetConfig", "AnalysisConfig", "LedgerError", "ALL_CODES", "CheckpointWarning",
     # whole packages
     "export_case", "ExportReport", "verify_case", "VerifyReport", "import_tree", "read_only_query", "run_demo",
+    # many cases
+    "export_fleet", "FleetReport", "fleet_query",
     # journals
     "apply_journal", "JournalSummary", "LineResult", "OPERATIONS", "Operation",
     # simulation

@@ -102,10 +102,10 @@ def schema_version() -> int:
 
 @cache
 def queries() -> dict[str, str]:
-    """Named statements of ``sql/queries.sql`` (write path) and ``sql/reads.sql`` (read side),
+    """Named statements of ``sql/queries.sql`` (write path), ``sql/reads.sql`` (read side) and ``sql/fleet.sql``,
     each block headed ``-- name: <name>``."""
     named: dict[str, str] = {}
-    for file in ("queries.sql", "reads.sql"):
+    for file in ("queries.sql", "reads.sql", "fleet.sql"):
         for name, sql in named_statements(file).items():
             if name in named:
                 raise ValueError(f"{file}: statement {name} is named twice")

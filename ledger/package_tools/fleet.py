@@ -1,0 +1,467 @@
+"""A fleet of cases as Hive-partitioned Parquet, and DuckDB SQL over it (docs/fleet.md).
+
+:func:`export_fleet` writes, for every case package found, its history and public
+views as ``OUT/TABLE/case_id=ID/data.parquet`` with explicit column types. It is
+incremental (the head of each case is recorded in ``OUT/_fleet/cases/``; an
+unchanged head is skipped), verifies a case before exporting it (a failure is
+reported, nothing of that case is written), replaces a case's files by rename
+(readers never see a half-written file) and runs over ``jobs`` processes, each
+holding one case at a time. :func:`fleet_rows` runs one DuckDB ``SELECT`` with
+each table a view across all cases. Both need DuckDB, the optional extra ``fleet``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import datetime
+import decimal
+import fcntl
+import importlib
+import json
+import multiprocessing
+import os
+import shutil
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+from ..ground import errors as E
+from .atomic_files import fsync_dir, remove_abandoned_builds, write_atomic
+from ..storage.sqlfiles import queries, statement
+from ..ground.arguments import check_callback
+from ..ground.canonical import check_int
+from ..services.case import Case
+from ..ground.errors import LedgerError
+from ..model.package import LEDGER_FILE
+from ..ground.paths import fs_path, os_error
+from ..storage.readonly import open_readonly
+from ..storage.sqlite_file import translate_sqlite_errors
+from .verify import verify_case
+
+FORMAT = "fleet-export-v1"
+#: The exported tables, in the order they are written: the chain, then the public views.
+TABLES = ("events", "actions", "balances", "evidence", "scope_usage", "case_status")
+DATA_FILE = "data.parquet"
+META_DIR = "_fleet"  # Spark, Trino and DuckDB readers of OUT/TABLE never look here
+
+#: Explicit Parquet types of the known columns (every other column is typed by :func:`column_type`).
+INTEGER_COLUMNS = frozenset({
+    "seq", "revision", "analysis_revision", "package_generation", "initial_units", "granted_units",
+    "spent_units", "rewarded_units", "remaining_units", "low_information_streak", "settled_actions",
+    "failed_actions", "cost_units", "novelty_score", "semantic_score", "information_score", "reward_units",
+    "declared", "consumed", "remaining", "warning_bps",
+})
+TIMESTAMP_COLUMNS = frozenset({"created_at", "reserved_at", "closed_at"})
+#: Name endings that type a column the map does not know yet (a view that gained a column).
+INTEGER_SUFFIXES = ("_units", "_score", "_count", "_seq", "_ms", "_bps", "_actions", "_revision")
+TIMESTAMP_SUFFIX = "_at"
+
+Progress = Callable[[int], None]
+
+
+def column_type(name: str) -> str:
+    """The DuckDB type a column is exported as: ``BIGINT``, ``TIMESTAMPTZ`` or ``VARCHAR``.
+
+    Known columns come from the explicit map; another column is typed by its name (``…_at`` a
+    UTC timestamp; ``…_units``, ``…_score``, ``…_count``, ``…_seq``, ``…_ms``, ``…_bps``,
+    ``…_actions``, ``…_revision`` a 64-bit integer; anything else text), so every case of a
+    fleet gives a column the same type."""
+    if name in INTEGER_COLUMNS:
+        return "BIGINT"
+    if name in TIMESTAMP_COLUMNS or name.endswith(TIMESTAMP_SUFFIX):
+        return "TIMESTAMPTZ"
+    if name.endswith(INTEGER_SUFFIXES):
+        return "BIGINT"
+    return "VARCHAR"
+
+
+def partition_name(case_id: str) -> str:
+    """``case_id=…`` with ``:`` escaped as ``%3A`` (Hadoop paths cannot hold a colon; Spark,
+    Trino and DuckDB read the value back as the case id)."""
+    return "case_id=" + case_id.replace("%", "%25").replace(":", "%3A")
+
+
+def _duckdb() -> Any:
+    try:
+        return importlib.import_module("duckdb")
+    except ImportError:
+        raise LedgerError(E.INVALID_ARGUMENT,
+                          "the fleet commands need DuckDB: pip install '.[fleet]' (in a clone of the repository)") from None
+
+
+def _literal(text: str) -> str:
+    """``text`` as a DuckDB string literal."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _identifier(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+# -- the export folder ------------------------------------------------------------------
+
+def _meta(out: Path) -> Path:
+    return out / META_DIR
+
+
+def check_out(out: Path, *, create: bool) -> Path:
+    """``out`` as a fleet export: absent or empty (made one when ``create``), or one already.
+    Anything else is ``INVALID_ARGUMENT`` (so a wrong path never fills a folder with files)."""
+    marker = _meta(out) / "format.json"
+    try:
+        if marker.is_file():
+            found = json.loads(marker.read_text(encoding="utf-8")).get("format")
+            if found != FORMAT:
+                raise LedgerError(E.INVALID_ARGUMENT, f"{out} holds a fleet export in format {found!r}, not {FORMAT}")
+            return out
+        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+            raise LedgerError(E.INVALID_ARGUMENT, f"{out} is not a fleet export (no {META_DIR}/format.json) "
+                                                  "and not an empty folder")
+        if not create:
+            raise LedgerError(E.INVALID_ARGUMENT, f"{out} holds no fleet export; run 'ledger fleet export'")
+        (_meta(out) / "cases").mkdir(parents=True, exist_ok=True)
+        (_meta(out) / "tmp").mkdir(exist_ok=True)
+        write_atomic(marker, json.dumps({"format": FORMAT, "tables": list(TABLES)}).encode() + b"\n")
+        fsync_dir(marker.parent)
+    except OSError as exc:
+        raise os_error(exc, f"cannot use {out} as a fleet export") from None
+    except ValueError:
+        raise LedgerError(E.INVALID_ARGUMENT, f"{marker} is not valid JSON") from None
+    return out
+
+
+@contextlib.contextmanager
+def _locked(path: Path, mode: int) -> Iterator[None]:
+    """Hold ``flock(mode)`` on ``path`` (made if missing and writable; no lock if it cannot be opened)."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666) if mode == fcntl.LOCK_EX else os.open(path, os.O_RDONLY)
+    except OSError:
+        yield  # a read-only copy of an export: nobody writes it, so nothing to wait for
+        return
+    try:
+        fcntl.flock(fd, mode)
+        yield
+    finally:
+        os.close(fd)
+
+
+# -- finding the cases ------------------------------------------------------------------
+
+def find_cases(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
+    """Every case package (a folder holding ``ledger.sqlite``) named in or found under ``paths``
+    (folders are walked, links not followed, a case's own folder not entered), in order, once each.
+    A path that is neither a case nor a folder holding one is ``LEDGER_MISSING``."""
+    if isinstance(paths, (str, bytes, os.PathLike)):
+        paths = [paths]  # one path, not its characters
+    found: dict[Path, None] = {}
+    for given in paths:
+        root = fs_path(given, "case or folder")
+        if (root / LEDGER_FILE).is_file():
+            found[root] = None
+            continue
+        if not root.is_dir():
+            Case.open(root)  # raises the LEDGER_MISSING explanation
+        before = len(found)
+        for folder, dirs, files in os.walk(root):
+            dirs.sort()
+            if LEDGER_FILE in files:
+                found[Path(folder)] = None
+                dirs[:] = []
+            else:
+                dirs[:] = [d for d in dirs if d != META_DIR]
+        if len(found) == before:
+            raise LedgerError(E.LEDGER_MISSING, f"no case package (a folder with {LEDGER_FILE}) under {root}")
+    return list(found)
+
+
+# -- exporting one case -----------------------------------------------------------------
+
+_CONNECTION: Any = None
+
+
+def _connection() -> Any:
+    """This process's DuckDB connection: one thread (``jobs`` sets the parallelism), UTC."""
+    global _CONNECTION
+    if _CONNECTION is None:
+        _CONNECTION = _duckdb().connect()
+        _CONNECTION.execute("SET threads = 1")
+        _CONNECTION.execute("SET TimeZone = 'UTC'")
+        _CONNECTION.execute("SET preserve_insertion_order = true")
+    return _CONNECTION
+
+
+def _write_table(cursor: Any, out_file: Path) -> None:
+    """Write the rows of ``cursor`` (SQLite) as ``out_file`` (Parquet) with explicit column types
+    (every column but ``case_id``, which the partition folder carries).
+
+    The rows go through a JSON-Lines file beside it, streamed, so memory holds no table."""
+    names = [d[0] for d in cursor.description]
+    source = out_file.with_suffix(".jsonl")
+    with open(source, "w", encoding="utf-8") as lines:
+        while chunk := cursor.fetchmany(512):
+            for row in chunk:
+                lines.write(json.dumps(dict(zip(names, row)), ensure_ascii=False) + "\n")
+    # case_id is the partition key (the folder name): a copy inside the file would clash in Spark
+    types = {n: column_type(n) for n in names if n != "case_id"}
+    read_as = "{" + ", ".join(f"{_literal(n)}: {_literal('VARCHAR' if t == 'TIMESTAMPTZ' else t)}"
+                              for n, t in types.items()) + "}"
+    columns = ", ".join(f"CAST(NULLIF({_identifier(n)}, '') AS TIMESTAMPTZ) AS {_identifier(n)}"
+                        if t == "TIMESTAMPTZ" else _identifier(n) for n, t in types.items())
+    duckdb = _duckdb()
+    try:
+        # filled here, not by statement(), whose cache would keep every case's paths
+        _connection().execute(queries()["fleet_copy_parquet"].format(
+            columns=columns, source=_literal(str(source)), types=read_as, target=_literal(str(out_file))))
+    except duckdb.IOException as exc:
+        raise LedgerError(E.STORAGE_ERROR, f"cannot write {out_file}: {exc}") from None
+    except duckdb.Error as exc:  # a value its column's type cannot hold
+        raise LedgerError(E.INVALID_ARGUMENT, f"cannot write table {out_file.stem} as Parquet: {exc}") from None
+    source.unlink()
+    with open(out_file, "rb") as written:
+        os.fsync(written.fileno())
+
+
+def _recorded(record: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(record.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return None  # unreadable: the case is exported again, which rewrites it
+
+
+def _export_case(case: Path, out: Path) -> dict[str, Any]:
+    """Export one case; the entry of the report (``status`` exported, unchanged or failed)."""
+    entry: dict[str, Any] = {"path": str(case)}
+    try:
+        conn = open_readonly(case / LEDGER_FILE)
+        try:
+            with translate_sqlite_errors():
+                conn.execute("BEGIN")  # one snapshot for the head and every table
+                head = dict(zip(("case_id", "package_id", "head_seq", "head_sha256"),
+                                conn.execute(statement("fleet_head")).fetchone()))
+            entry.update(head)
+            _export_snapshot(conn, case, out, head, entry)
+        finally:
+            conn.close()
+    except LedgerError as exc:
+        entry.update(status="failed", error={"code": exc.code, "message": str(exc.message)})
+    except OSError as exc:
+        error = os_error(exc, f"cannot export {case}")
+        entry.update(status="failed", error={"code": error.code, "message": str(error.message)})
+    return entry
+
+
+def _export_snapshot(conn: Any, case: Path, out: Path, head: dict[str, Any], entry: dict[str, Any]) -> None:
+    name = partition_name(head["case_id"])
+    record_path = _meta(out) / "cases" / f"{name}.json"
+    with _locked(_meta(out) / "cases" / f"{name}.lock", fcntl.LOCK_EX):
+        record = _recorded(record_path)
+        if record and record.get("package_id") != head["package_id"]:
+            raise LedgerError(E.INVALID_ARGUMENT, (
+                f"case id {head['case_id']} is already exported from another package ({record.get('path')}, "
+                f"package_id {record.get('package_id')}); a case id names one package in a fleet"))
+        if record and record.get("head_sha256") == head["head_sha256"]:
+            entry["status"] = "unchanged"
+            return
+        verified = verify_case(case)
+        if verified.head_seq < head["head_seq"]:  # the ledger only grows, so this cannot happen
+            raise LedgerError(E.INTEGRITY_ERROR, f"{case}: verify ended at seq {verified.head_seq}, "
+                                                 f"before the exported head {head['head_seq']}")
+        build = _meta(out) / "tmp" / f".build-{name}.{os.getpid()}"
+        shutil.rmtree(build, ignore_errors=True)
+        build.mkdir(parents=True)
+        try:
+            for table in TABLES:
+                query = statement("fleet_events" if table == "events" else "fleet_view", table=table)
+                with translate_sqlite_errors():
+                    _write_table(conn.execute(query), build / f"{table}.parquet")
+            _publish(build, out, name)
+        finally:
+            shutil.rmtree(build, ignore_errors=True)
+        record = {"format": FORMAT, "case_id": head["case_id"], "package_id": head["package_id"],
+                  "head_seq": head["head_seq"], "head_sha256": head["head_sha256"], "path": str(case)}
+        write_atomic(record_path, json.dumps(record, ensure_ascii=False).encode() + b"\n")
+        fsync_dir(record_path.parent)
+        entry["status"] = "exported"
+
+
+def _publish(build: Path, out: Path, name: str) -> None:
+    """Move the built files into place: each one a rename, all of them under the export lock,
+    which ``fleet sql`` holds shared while it reads (so it never sees two heads of a case)."""
+    targets = [out / table / name for table in TABLES]
+    for target in targets:
+        target.mkdir(parents=True, exist_ok=True)
+    with _locked(_meta(out) / "lock", fcntl.LOCK_EX):
+        for table, target in zip(TABLES, targets):
+            os.replace(build / f"{table}.parquet", target / DATA_FILE)
+    for target in targets:
+        fsync_dir(target)
+
+
+# -- exporting a fleet ------------------------------------------------------------------
+
+@dataclass
+class FleetReport:
+    """What :func:`export_fleet` did: counts, and every case that failed (path, case id, error)."""
+
+    out: str
+    cases: int = 0
+    exported: int = 0
+    unchanged: int = 0
+    failed: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, entry: dict[str, Any]) -> None:
+        self.cases += 1
+        if entry["status"] == "exported":
+            self.exported += 1
+        elif entry["status"] == "unchanged":
+            self.unchanged += 1
+        else:
+            self.failed.append(entry)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"out": self.out, "cases": self.cases, "exported": self.exported, "unchanged": self.unchanged,
+                "failed": self.failed}
+
+
+def _worker(args: tuple[str, str]) -> dict[str, Any]:
+    return _export_case(Path(args[0]), Path(args[1]))
+
+
+def export_fleet(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str], *, jobs: int = 1,
+                 progress: Progress | None = None) -> FleetReport:
+    """Export every case found in ``paths`` (cases or folders of cases) to ``out`` (docs/fleet.md).
+
+    A case whose head is the one recorded in ``out`` is skipped; a case that fails ``verify``
+    (or cannot be read) is reported in ``failed`` and nothing of it is written. ``jobs``
+    processes each export one case at a time. ``progress(1)`` is called per case.
+    """
+    check_int(jobs, "jobs", minimum=1, maximum=1024)
+    check_callback(progress, "progress")
+    _duckdb()
+    cases = find_cases(paths)
+    target = check_out(fs_path(out, "--to"), create=True).absolute()
+    remove_abandoned_builds(_meta(target) / "tmp", ".build-")
+    report = FleetReport(str(out))
+    work = [(str(case), str(target)) for case in cases]
+    if jobs == 1 or len(work) <= 1:
+        results: Iterable[dict[str, Any]] = map(_worker, work)
+        _collect(results, report, progress)
+    else:
+        context = multiprocessing.get_context("spawn")
+        with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+            _collect(pool.map(_worker, work, chunksize=4), report, progress)
+    return report
+
+
+def _collect(results: Iterable[dict[str, Any]], report: FleetReport, progress: Progress | None) -> None:
+    for entry in results:
+        report.add(entry)
+        if progress is not None:
+            progress(1)
+
+
+# -- querying a fleet -------------------------------------------------------------------
+
+def _plain(value: Any) -> Any:
+    """A DuckDB value as the other commands print values: times as RFC 3339 text, exact decimals
+    as text."""
+    if isinstance(value, datetime.datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(datetime.timezone.utc).replace(tzinfo=None)
+            return value.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        return value.isoformat()
+    if isinstance(value, (datetime.date, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, (decimal.Decimal, datetime.timedelta)):
+        return str(value)
+    return value
+
+
+def _fleet_connection(out: Path) -> Any:
+    """A DuckDB connection with a view per exported table that can read nothing but ``out``."""
+    con = _duckdb().connect()
+    con.execute("SET TimeZone = 'UTC'")
+    for table in TABLES:
+        if (out / table).is_dir() and any((out / table).iterdir()):
+            files = _literal(str(out / table / "*" / DATA_FILE))
+            con.execute(queries()["fleet_table_view"].format(table=table, files=files,
+                                                             hive_types="{'case_id': 'VARCHAR'}"))
+    con.execute(f"SET allowed_directories = [{_literal(str(out) + os.sep)}]")
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
+    return con
+
+
+def _one_select(con: Any, query: str) -> None:
+    duckdb = _duckdb()
+    try:
+        statements = con.extract_statements(query)
+    except duckdb.Error as exc:
+        raise LedgerError(E.INVALID_ARGUMENT, f"query refused: {exc}") from None
+    if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
+        raise LedgerError(E.INVALID_ARGUMENT, "only one SELECT statement is allowed (the export is read-only)")
+
+
+@contextlib.contextmanager
+def fleet_rows(out: str | os.PathLike[str], query: str, *,
+               timeout_ms: int = 30_000) -> Iterator[tuple[list[str], Iterator[tuple]]]:
+    """Run one DuckDB ``SELECT`` over the fleet export ``out``: ``with fleet_rows(out, q) as (names, rows)``.
+
+    Each exported table is a view across all cases with ``case_id`` first. Anything but one
+    ``SELECT``, a failing query or one still running after ``timeout_ms`` is ``INVALID_ARGUMENT``;
+    the query can read no file outside ``out``. Times come back as RFC 3339 UTC text.
+    """
+    check_int(timeout_ms, "timeout_ms", minimum=1, maximum=86_400_000)
+    if not isinstance(query, str):
+        raise LedgerError(E.INVALID_ARGUMENT, f"query must be a str, got {type(query).__name__}")
+    root = check_out(fs_path(out, "export folder"), create=False).absolute()
+    duckdb = _duckdb()
+    with _locked(_meta(root) / "lock", fcntl.LOCK_SH):
+        con = _fleet_connection(root)
+        timer = threading.Timer(timeout_ms / 1000, con.interrupt)
+        timer.start()
+        try:
+            _one_select(con, query)
+            try:
+                relation = con.sql(query)
+                zoned = [n for n, t in zip(relation.columns, relation.types) if str(t) == "TIMESTAMP WITH TIME ZONE"]
+                if zoned:  # as text here: DuckDB's own conversion needs pytz
+                    relation = relation.query("q", "SELECT * REPLACE (" + ", ".join(
+                        f"strftime({_identifier(n)}, '%Y-%m-%dT%H:%M:%S.%fZ') AS {_identifier(n)}"
+                        for n in dict.fromkeys(zoned)) + ") FROM q")
+                names = list(relation.columns)
+            except duckdb.Error as exc:
+                raise _query_error(exc, timeout_ms) from None
+            yield names, _fetch(relation, timeout_ms)
+        finally:
+            timer.cancel()
+            con.close()
+
+
+def _query_error(exc: Exception, timeout_ms: int) -> LedgerError:
+    if "INTERRUPT" in str(exc).upper():
+        return LedgerError(E.INVALID_ARGUMENT, f"query stopped after {timeout_ms} ms")
+    return LedgerError(E.INVALID_ARGUMENT, f"query refused: {exc}")
+
+
+def _fetch(relation: Any, timeout_ms: int) -> Iterator[tuple]:
+    duckdb = _duckdb()
+    while True:
+        try:
+            chunk = relation.fetchmany(512)
+        except duckdb.Error as exc:
+            raise _query_error(exc, timeout_ms) from None
+        if not chunk:
+            return
+        for row in chunk:
+            yield tuple(_plain(v) for v in row)
+
+
+def fleet_query(out: str | os.PathLike[str], query: str, *, timeout_ms: int = 30_000) -> tuple[list[str], list[tuple]]:
+    """:func:`fleet_rows` with every row read: ``(column names, rows)``."""
+    with fleet_rows(out, query, timeout_ms=timeout_ms) as (names, rows):
+        return names, list(rows)

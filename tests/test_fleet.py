@@ -1,0 +1,364 @@
+"""A fleet of cases as Hive-partitioned Parquet (`ledger fleet export`) and DuckDB SQL over it
+(`ledger fleet sql`): layout, explicit types, rows equal to each case's views (read back with
+DuckDB and with pandas through pyarrow), incremental skip, verify failures reported, atomic
+replacement under a concurrent reader, the documented fleet questions (docs/fleet.md)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from ledger import Case, LedgerError, apply_journal, export_fleet, fleet_query, read_only_query, run_demo
+from ledger.package_tools.fleet import TABLES, column_type, partition_name
+from ledger_cli.main import main
+
+REPO = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("benchmark_fleet", REPO / "benchmarks" / "fleet.py")
+bench_fleet = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench_fleet)
+
+#: Cases of the benchmark's mix: two hypotheses (0, 3), a case scope whose limit fires (1, 29),
+#: closed (0, 2, 20), a hypothesis abandoned for low information (20), a budget run out (29).
+NUMBERS = (0, 1, 2, 3, 20, 29)
+COLON_CASE = "TEAM:7"  # a case id whose partition folder escapes the colon
+
+
+def _colon_case(path: Path) -> None:
+    lines = (REPO / "tests/data/trajectories/django__django-11206.jsonl").read_text().splitlines()[:12]
+    case = Case.create(path, COLON_CASE)
+    try:
+        assert all(r.ok for r in apply_journal(case, lines))
+    finally:
+        case.close()
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    """``(folder of cases, export folder, case ids)``, exported once."""
+    root = tmp_path_factory.mktemp("fleet")
+    cases = root / "cases"
+    ids = [bench_fleet.make_case(cases / "batch" / f"case-{n}", n) for n in NUMBERS]
+    _colon_case(cases / "colon")
+    run_demo(cases / "demo", echo=lambda text: None)  # evidence records, a scope, a closed case
+    ids += [COLON_CASE, "BUG-20"]
+    report = export_fleet([cases], root / "out")
+    assert (report.cases, report.exported, report.unchanged, report.failed) == (len(ids), len(ids), 0, [])
+    return cases, root / "out", ids
+
+
+def _case_paths(cases: Path) -> dict[str, Path]:
+    found = {}
+    for ledger in cases.rglob("ledger.sqlite"):
+        found[read_only_query(ledger.parent, "SELECT case_id FROM case_status")[1][0][0]] = ledger.parent
+    return found
+
+
+def _view_rows(case: Path, table: str) -> tuple[list[str], list[tuple]]:
+    if table == "events":
+        return read_only_query(case, "SELECT seq, type, revision, stream, created_at, body ->> '$.actor' AS actor, "
+                                     "sha256, parent_sha256, body FROM events")
+    return read_only_query(case, f"SELECT * FROM {table}")
+
+
+def _normal(value):
+    return None if value == "" else value
+
+
+def test_the_export_has_one_partition_per_table_and_case(fleet):
+    cases, out, ids = fleet
+    for table in TABLES:
+        found = sorted(p.relative_to(out).as_posix() for p in (out / table).rglob("*") if p.is_file())
+        assert found == sorted(f"{table}/{partition_name(i)}/data.parquet" for i in ids)
+    assert (out / "actions" / "case_id=TEAM%3A7" / "data.parquet").is_file()
+    assert fleet_query(out, "SELECT case_id, COUNT(*) FROM evidence GROUP BY case_id")[1] == [("BUG-20", 3)]
+    assert json.loads((out / "_fleet" / "format.json").read_text())["format"] == "fleet-export-v1"
+    record = json.loads((out / "_fleet" / "cases" / "case_id=FLEET-00001.json").read_text())
+    head = read_only_query(_case_paths(cases)["FLEET-00001"], "SELECT package_generation, head_sha256 FROM case_status")
+    assert (record["head_seq"], record["head_sha256"]) == head[1][0]
+
+
+def test_columns_have_explicit_parquet_types(fleet):
+    _, out, _ = fleet
+    expected = {"BIGINT": "int64", "TIMESTAMPTZ": "timestamp[us, tz=UTC]", "VARCHAR": "string"}
+    for table in TABLES:
+        schema = pq.read_schema(out / table / partition_name("FLEET-00000") / "data.parquet")
+        assert schema.names, table
+        for name in schema.names:
+            assert str(schema.field(name).type) == expected[column_type(name)], (table, name)
+    actions = pq.read_schema(out / "actions" / partition_name("FLEET-00002") / "data.parquet")
+    assert [str(actions.field(n).type) for n in ("cost_units", "reserved_at", "closed_at", "action")] == [
+        "int64", "timestamp[us, tz=UTC]", "timestamp[us, tz=UTC]", "string"]
+    events = pq.read_schema(out / "events" / partition_name("FLEET-00002") / "data.parquet")
+    assert "case_id" not in pq.read_schema(out / "case_status" / partition_name("FLEET-00002") / "data.parquet").names
+    assert events.names == ["seq", "type", "revision", "stream", "created_at", "actor", "sha256", "parent_sha256",
+                            "body"]
+
+
+def test_a_column_the_map_does_not_know_is_typed_by_its_name():
+    assert column_type("outcome_at") == "TIMESTAMPTZ"
+    assert column_type("refund_units") == column_type("tests_count") == column_type("wait_ms") == "BIGINT"
+    assert column_type("outcome") == column_type("resolution_note") == "VARCHAR"
+    assert column_type("declared") == column_type("seq") == "BIGINT"
+
+
+def test_duckdb_rows_equal_each_case_views(fleet):
+    cases, out, _ = fleet
+    for case_id, path in _case_paths(cases).items():
+        for table in TABLES:
+            names, rows = _view_rows(path, table)
+            columns = "*" if "case_id" in names else "* EXCLUDE (case_id)"  # case_status has it first
+            got_names, got = fleet_query(out, f"SELECT {columns} FROM {table} WHERE case_id = '{case_id}'")
+            assert got_names == names, table
+            assert sorted(got, key=repr) == sorted((tuple(_normal(v) for v in r) for r in rows), key=repr), table
+
+
+def _from_pandas(value):
+    """A pandas cell as the SQLite view has it: times as RFC 3339 text, numbers as int (pandas
+    reads an integer column with nulls as float64), missing as None."""
+    if value is None or (not isinstance(value, str) and pd.isna(value)):
+        return None
+    if isinstance(value, pd.Timestamp):
+        return value.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    if isinstance(value, str):
+        return value
+    return int(value)
+
+
+def test_pandas_reads_the_same_rows_as_each_case_views(fleet):
+    cases, out, _ = fleet
+    for table in TABLES:
+        frame = pd.read_parquet(out / table, engine="pyarrow")
+        assert str(frame["case_id"].dtype) == "category" and set(frame["case_id"]) <= set(_case_paths(cases))
+        for case_id, path in _case_paths(cases).items():
+            names, rows = _view_rows(path, table)
+            part = frame[frame["case_id"] == case_id][names]
+            got = [tuple(_from_pandas(v) for v in record) for record in part.itertuples(index=False)]
+            assert sorted(got, key=repr) == sorted((tuple(_normal(v) for v in r) for r in rows), key=repr), \
+                (table, case_id)
+
+
+def test_an_unchanged_head_is_skipped_and_a_changed_case_replaced(fleet, tmp_path):
+    cases, _, ids = fleet
+    copy = tmp_path / "cases"
+    shutil.copytree(cases, copy)
+    out = tmp_path / "out"
+    assert export_fleet([copy], out).exported == len(ids)
+    files = {p: p.stat().st_ino for p in out.rglob("data.parquet")}
+    again = export_fleet([copy], out)
+    assert (again.exported, again.unchanged, again.failed) == (0, len(ids), [])
+    assert {p: p.stat().st_ino for p in out.rglob("data.parquet")} == files
+    path = _case_paths(copy)["FLEET-00003"]
+    with Case.open(path) as case:
+        case.transition("BLOCKED")
+    third = export_fleet([copy], out)
+    assert (third.exported, third.unchanged) == (1, len(ids) - 1)
+    changed = {p for p, inode in files.items() if p.stat().st_ino != inode}
+    assert changed == {out / t / "case_id=FLEET-00003" / "data.parquet" for t in TABLES}
+    assert fleet_query(out, "SELECT state FROM case_status WHERE case_id = 'FLEET-00003'")[1] == [("BLOCKED",)]
+
+
+def _tamper(path: Path) -> None:
+    conn = sqlite3.connect(path / "ledger.sqlite")
+    for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
+        conn.execute(f"DROP TRIGGER {name}")
+    conn.execute("UPDATE events SET body = replace(body, '\"replayed step\"', '\"edited step\"') WHERE seq = 6")
+    conn.commit()
+    conn.close()
+
+
+def test_a_package_failing_verify_is_reported_and_not_exported(fleet, tmp_path):
+    cases, _, ids = fleet
+    copy = tmp_path / "cases"
+    shutil.copytree(cases, copy)
+    bad = _case_paths(copy)["FLEET-00020"]
+    _tamper(bad)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["fleet", "export", str(copy), "--to", str(out), "--json"])
+    assert result.exit_code == 1
+    report = json.loads(result.stdout)
+    assert (report["cases"], report["exported"]) == (len(ids), len(ids) - 1)
+    [failed] = report["failed"]
+    assert (failed["case_id"], failed["status"], failed["error"]["code"]) == ("FLEET-00020", "failed", "INTEGRITY_ERROR")
+    assert f"error: INTEGRITY_ERROR: {bad}: " in result.stderr
+    assert not list(out.glob("*/case_id=FLEET-00020")) and not (out / "_fleet/cases/case_id=FLEET-00020.json").exists()
+    assert len(fleet_query(out, "SELECT * FROM case_status")[1]) == len(ids) - 1
+
+
+def test_jobs_processes_export_the_same_rows(fleet, tmp_path):
+    cases, out, ids = fleet
+    report = export_fleet([cases], tmp_path / "out", jobs=2)
+    assert (report.exported, report.failed) == (len(ids), [])
+    for table in TABLES:
+        query = f"SELECT * FROM {table} ORDER BY ALL"
+        assert fleet_query(tmp_path / "out", query) == fleet_query(out, query), table
+
+
+def test_a_case_id_exported_from_another_package_is_refused(fleet, tmp_path):
+    cases, out, _ = fleet
+    target = tmp_path / "out"
+    shutil.copytree(out, target)
+    other = tmp_path / "other"
+    Case.create(other, "FLEET-00002").close()
+    report = export_fleet([other], target)
+    [failed] = report.failed
+    assert failed["error"]["code"] == "INVALID_ARGUMENT" and "another package" in failed["error"]["message"]
+    assert fleet_query(target, "SELECT state FROM case_status WHERE case_id = 'FLEET-00002'")[1] == [("CLOSED",)]
+
+
+def test_an_export_folder_that_is_not_a_fleet_export_is_refused(fleet, tmp_path):
+    cases, _, _ = fleet
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep")
+    with pytest.raises(LedgerError) as caught:
+        export_fleet([cases], tmp_path / "mine")
+    assert caught.value.code == "INVALID_ARGUMENT" and "not a fleet export" in caught.value.message
+    assert [p.name for p in (tmp_path / "mine").iterdir()] == ["notes.txt"]
+    with pytest.raises(LedgerError) as missing:
+        export_fleet([tmp_path / "nothing-here"], tmp_path / "new")
+    assert missing.value.code == "LEDGER_MISSING" and not (tmp_path / "new").exists()
+
+
+def test_fleet_sql_prints_the_formats_of_the_other_commands(fleet):
+    _, out, ids = fleet
+    query = "SELECT case_id, package_generation, state FROM case_status ORDER BY case_id"
+    as_json = CliRunner().invoke(main, ["fleet", "sql", str(out), query, "--json"])
+    assert as_json.exit_code == 0, as_json.output
+    rows = json.loads(as_json.stdout)
+    assert [r["case_id"] for r in rows] == sorted(ids) and all(isinstance(r["package_generation"], int) for r in rows)
+    as_csv = CliRunner().invoke(main, ["fleet", "sql", str(out), query, "--csv"])
+    assert as_csv.stdout.splitlines()[0] == "case_id,package_generation,state"
+    assert len(as_csv.stdout.splitlines()) == len(ids) + 1
+    table = CliRunner().invoke(main, ["fleet", "sql", str(out), "SELECT min(created_at) AS first FROM events"])
+    assert re.search(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", table.stdout)
+
+
+def test_fleet_sql_only_reads_the_export(fleet, tmp_path):
+    _, out, _ = fleet
+    for query, why in [(f"COPY events TO '{tmp_path}/x.csv'", "only one SELECT"),
+                       ("SELECT 1; SELECT 2", "only one SELECT"),
+                       ("SELECT * FROM read_csv('/etc/passwd')", "query refused"),
+                       ("SELECT * FROM nothing", "query refused")]:
+        result = CliRunner().invoke(main, ["fleet", "sql", str(out), query])
+        assert result.exit_code == 1 and result.stderr.startswith("error: INVALID_ARGUMENT: ") and why in result.stderr
+    assert not (tmp_path / "x.csv").exists()
+    stopped = CliRunner().invoke(main, ["fleet", "sql", str(out), "SELECT count(*) FROM range(10000000000000)",
+                                        "--timeout", "0.2"])
+    assert stopped.exit_code == 1 and "query stopped after 200 ms" in stopped.stderr
+
+
+def test_fleet_commands_without_duckdb_say_which_extra_to_install(fleet, monkeypatch):
+    _, out, _ = fleet
+    monkeypatch.setitem(sys.modules, "duckdb", None)
+    with pytest.raises(LedgerError) as caught:
+        fleet_query(out, "SELECT 1")
+    assert caught.value.code == "INVALID_ARGUMENT" and "pip install '.[fleet]'" in caught.value.message
+
+
+def _questions() -> list[tuple[str, str]]:
+    text = (REPO / "docs" / "fleet.md").read_text(encoding="utf-8")
+    section = text.split("## Fleet questions", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"^### (.+?)\n.*?```sh\nledger fleet sql fleet-export \"(.*?)\"\n```", section,
+                      flags=re.MULTILINE | re.DOTALL)
+
+
+def test_the_documented_fleet_questions_run_as_is(fleet):
+    cases, out, _ = fleet
+    questions = dict(_questions())
+    assert len(questions) == 5
+    answers = {}
+    for title, query in questions.items():
+        result = CliRunner().invoke(main, ["fleet", "sql", str(out), query, "--json"])
+        assert result.exit_code == 0, (title, result.output)
+        answers[title] = json.loads(result.stdout)
+        assert answers[title], title
+    spend = answers["Spend per action type per day"]
+    total = sum(read_only_query(p, "SELECT COALESCE(SUM(cost_units), 0) FROM actions")[1][0][0]
+                for p in _case_paths(cases).values())
+    assert sum(row["spent_units"] for row in spend) == total
+    closed = [i for i, p in _case_paths(cases).items()
+              if read_only_query(p, "SELECT state FROM case_status")[1][0][0] == "CLOSED"]
+    assert sorted(r["case_id"] for r in answers["Cost per resolved case"]) == sorted(closed)
+    limits = answers["Limits that fired, by scope and dimension"]
+    assert {(r["scope_type"], r["dimension"]) for r in limits} == {("case", "actions")}
+
+
+READER = textwrap.dedent("""
+    import sys
+    import duckdb
+    from ledger import fleet_query
+    out, case_id, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    file = f"{out}/events/case_id={case_id}/data.parquet"
+    seen = set()
+    for _ in range(rounds):
+        _, [(events, generation, top)] = fleet_query(out, f"SELECT (SELECT count(*) FROM events WHERE case_id = "
+            f"'{case_id}'), (SELECT max(package_generation) FROM case_status WHERE case_id = '{case_id}'), "
+            f"(SELECT max(seq) FROM events WHERE case_id = '{case_id}')")
+        assert events == generation == top, (events, generation, top)
+        count, last = duckdb.sql(f"SELECT count(*), max(seq) FROM read_parquet('{file}')").fetchone()
+        assert count == last, (count, last)
+        seen.add(events)
+    print(len(seen))
+""")
+
+
+def test_a_case_is_replaced_atomically_under_a_concurrent_reader(fleet, tmp_path):
+    """A real reader process queries across tables while a case is appended to and exported again:
+    every answer is one whole head of the case (events, case_status and seq agree)."""
+    cases, _, _ = fleet
+    path = tmp_path / "case"
+    shutil.copytree(_case_paths(cases)["FLEET-00001"], path)
+    out = tmp_path / "out"
+    export_fleet([path], out)
+    reader = subprocess.Popen([sys.executable, "-c", READER, str(out), "FLEET-00001", "150"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    rounds = 0
+    with Case.open(path) as case:
+        while reader.poll() is None and rounds < 60:
+            rounds += 1
+            case.transition("BLOCKED" if rounds % 2 else "INVESTIGATING_HYPOTHESES")
+            assert export_fleet([path], out).exported == 1
+    out_text, err = reader.communicate(timeout=120)
+    assert reader.returncode == 0, err
+    assert int(out_text) >= 2, "the reader saw only one head: no export ran while it read"
+
+
+def test_a_value_its_column_type_cannot_hold_fails_that_case_only(fleet, tmp_path, monkeypatch):
+    """A view column typed by its name that holds something else (a newer view, say) is reported
+    for the case with INVALID_ARGUMENT, never a traceback, and nothing of that case is written."""
+    import ledger.package_tools.fleet as fleet_module
+
+    cases, _, _ = fleet
+    typed = fleet_module.column_type
+    monkeypatch.setattr(fleet_module, "column_type", lambda name: "BIGINT" if name == "action" else typed(name))
+    report = export_fleet([_case_paths(cases)["FLEET-00001"]], tmp_path / "out")
+    [failed] = report.failed
+    assert failed["error"]["code"] == "INVALID_ARGUMENT" and "table actions" in failed["error"]["message"]
+    assert not list((tmp_path / "out").glob("*/case_id=FLEET-00001"))
+    assert not list((tmp_path / "out" / "_fleet" / "tmp").iterdir())
+
+
+def test_export_keeps_no_statement_per_case(fleet, tmp_path):
+    """Memory is bounded by one case: the statement cache holds the fixed statements only, so
+    exporting the fleet again (to a new folder, every case written) adds nothing to it. (It once
+    kept each case's COPY statement with its paths: 16 MiB more per 1,000 cases.)"""
+    from ledger.storage.sqlfiles import _statement
+
+    cases, _, ids = fleet
+    export_fleet([cases], tmp_path / "warm")
+    size = _statement.cache_info().currsize
+    assert export_fleet([cases], tmp_path / "out").exported == len(ids)
+    assert _statement.cache_info().currsize == size
