@@ -296,6 +296,9 @@ def plausible(key: str) -> st.SearchStrategy[Any]:
         "feedback_id": st.sampled_from(["F000001", "F000002", "F1", "E000001"]),
         "attachments": st.one_of(st.just({"a.log": "ok\n"}), st.just({"b.bin": {"base64": "AAE="}}),
                                  st.just({"../x": "no"}), st.just({"c.bin": {"base64": "!!"}})),
+        # outcomes of a revision
+        "outcome": st.sampled_from(["resolved", "failed", "", " ", "resolved\n", LONG_TEXT]),
+        "source": st.sampled_from(["swe-bench evaluation", "", "\x00"]),
     }[key]
 
 
