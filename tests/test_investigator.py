@@ -53,6 +53,35 @@ def test_run_tool_called_again_is_reused_and_writes_nothing(case, investigator):
     assert _event_count(case) == events
 
 
+@pytest.mark.parametrize("change", ["another input added", "the file it read edited", "the file it read removed"])
+def test_run_tool_called_again_after_the_inputs_changed_answers_from_the_stored_batch(case, investigator, change):
+    first = investigator.run_tool("H1", "q1", "source.read_context", READ)
+    events = _event_count(case)
+    app = case.path / "sources" / "app.py"
+    if change == "another input added":
+        (case.path / "sources" / "other.txt").write_text("unrelated\n")
+    elif change == "the file it read edited":
+        app.write_text("def add(a, b):\n    return a + b\n")
+    else:
+        app.unlink()
+    again = investigator.run_tool("H1", "q1", "source.read_context", READ)
+    assert (again.reused, again.record_id, again.result) == (True, first.record_id, first.result)
+    assert again.budget.action["status"] == "awaiting_assessment" and _event_count(case) == events
+    assert investigator.settle("H1", "q1", 80, "the subtraction").action["status"] == "settled"
+    assert investigator.run_tool("H1", "q1", "source.read_context", READ).budget.action["status"] == "settled"
+
+
+def test_run_tool_resumed_after_a_crash_and_an_input_change_feeds_the_stored_batch(case, investigator):
+    request = {"actions": [{"operation_id": derived_id("op", 1, "H1", "q2"), "hypothesis_id": "H1",
+                            "action_id": "q2", "tool": "source.read_context", "args": READ}]}
+    investigator.reserve("H1", "q2", "source.read_context")
+    stored = case.evidence().query(derived_id("run", 1, "H1", "q2"), request, store=True)  # then a crash
+    (case.path / "sources" / "app.py").write_text("changed\n")
+    resumed = investigator.run_tool("H1", "q2", "source.read_context", READ)
+    assert resumed.record_id == stored.records[0]["record_id"] and resumed.result == stored.reply["results"][0]
+    assert resumed.budget.action["status"] == "awaiting_assessment"
+
+
 def test_run_tool_ids_come_from_the_action_identity_and_stay_valid_ids():
     assert derived_id("run", 2, "H3", "q-7") == "run-r2-H3-q-7"
     long = derived_id("op", 1, "H1", "a" * 128)

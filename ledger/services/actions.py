@@ -162,7 +162,9 @@ class CaseBudget(BudgetManager):
         router on ``args`` (a refused call reserves nothing), publish the verified reply as an evidence record and feed it to the
         action, which then awaits ``settle``. Operation and iteration ids come from the action's
         identity (:func:`derived_id`), so calling again after a crash or with the same arguments
-        repeats the same operations (``reused`` when all were done). If a step after the
+        repeats the same operations (``reused`` when all were done); once the batch is stored, a call
+        again answers from it without running the router, whatever changed in the inputs since
+        (docs/investigator.md). If a step after the
         reservation raises (a refused tool call, ``KeyboardInterrupt``), the action is closed with
         ``fail`` and the exception goes on. Errors: those of ``reserve``, ``store_tool_results`` and
         ``record_evidence``; ``INVALID_ARGUMENT`` for ``args`` that are not an object.
@@ -176,10 +178,14 @@ class CaseBudget(BudgetManager):
                                 "hypothesis_id": hypothesis_id, "action_id": action_id, "tool": tool,
                                 "args": args}]}
         store = self._evidence()
-        store.query(iteration_id, request)  # a read first: a refused tool call reserves nothing
+        # a retry after the batch was stored answers from it, whatever changed in the inputs since
+        stored = store.stored_batch(iteration_id, request)
+        if stored is None:
+            store.query(iteration_id, request)  # a read first: a refused tool call reserves nothing
         reserved = self.reserve(hypothesis_id, action_id, tool, at=at)
         try:  # the reply must read the ledger after the reservation
-            stored = store.query(iteration_id, request, store=True, at=at)
+            if stored is None:
+                stored = store.query(iteration_id, request, store=True, at=at)
             record = stored.records[0]
             fed = self.record_evidence(hypothesis_id, action_id, record["record_id"], at=at)
         except BaseException as exc:
