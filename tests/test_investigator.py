@@ -219,6 +219,35 @@ def test_an_action_after_a_process_killed_inside_its_block_is_resumed_by_enterin
         assert [a["status"] for a in reopened.actions()] == ["settled"]
 
 
+@pytest.mark.parametrize("retry", ["records other evidence", "raises"])
+def test_an_action_whose_result_was_recorded_before_a_crash_keeps_it_when_its_block_runs_again(
+        case, investigator, retry):
+    case.close()
+    child = _child("""
+        import sys, time
+        from ledger import Case
+        case = Case.open(sys.argv[1])
+        with case.budget().action("H1", "t1", "test.automated") as act:
+            act.record({"run": 1, "passed": 3})
+            print("recorded", flush=True)
+            time.sleep(60)  # killed before the block ends (and before settle)
+    """, case.path)
+    _kill_after_line(child, b"recorded")
+    with Case.open(case.path) as reopened:
+        budget = reopened.budget()
+        with pytest.raises((LedgerError, RuntimeError)) as raised:
+            with budget.action("H1", "t1", "test.automated") as act:
+                assert act.reservation.reused is True and act.result is not None
+                if retry == "raises":
+                    raise RuntimeError("the tool crashed this time")
+                act.record({"run": 2, "passed": 2})  # OPERATION_CONFLICT: the action has its result
+        assert any("already had its result" in note for note in raised.value.__notes__)
+        assert act.failed is None
+        action = reopened.actions()[0]
+        assert (action["status"], action["closing_reason"]) == ("awaiting_assessment", None)
+        assert budget.settle("H1", "t1", 70, "the first run's result").action["reward_units"] > 0
+
+
 def test_failure_reasons_are_valid_reasons_whatever_the_message():
     assert failure_reason(ValueError("a\x00b")) == "ValueError: a?b"
     assert failure_reason(RuntimeError("")) == "RuntimeError"

@@ -81,7 +81,8 @@ class Action:
     outcome, after which ``result`` holds the budget result (the action awaits ``settle``).
     Leaving the block by an exception closes the action with ``fail`` (reason: the exception's type
     and message) and lets the exception go on; leaving it normally without a recorded result fails
-    it too (reason ``no result was recorded``).
+    it too (reason ``no result was recorded``). An action whose result was recorded before the block
+    began (a retry after a crash) is never closed by the block: its result stays.
     """
 
     def __init__(self, budget: BudgetManager, hypothesis_id: str, action_id: str, action: str,
@@ -92,11 +93,13 @@ class Action:
         self.reservation: BudgetResult | None = None
         self.result: BudgetResult | None = None
         self.failed: BudgetResult | None = None
+        self._past = False
 
     def __enter__(self) -> "Action":
         self.reservation = self._budget.reserve(self.hypothesis_id, self.action_id, self.action, at=self._at)
         state = self.reservation.action or {}
-        if state.get("status") not in (None, "reserved"):  # a retry of an action already past this block
+        self._past = state.get("status") not in (None, "reserved")
+        if self._past:  # a retry of an action already past this block
             self.result = self.reservation
         return self
 
@@ -127,6 +130,9 @@ class Action:
             except LedgerError as refused:
                 if refused.code not in (E.ACTION_CLOSED, E.OPERATION_CONFLICT):
                     raise  # else it was closed inside the block (settle, or fail with its own reason)
+        elif self._past:  # its result was recorded before this block began: a retry never discards it
+            exc.add_note(f"case-ledger: action {self.action_id} already had its result when the block began; "
+                         "it was left as it was")
         else:
             self.failed = close_failed(self._budget, self.hypothesis_id, self.action_id, exc, self._at)
         return False
