@@ -63,8 +63,8 @@ def translate_sqlite_errors() -> Iterator[None]:
 def not_utf8(exc: UnicodeDecodeError) -> str:
     """What a ``UnicodeDecodeError`` from the sqlite3 module means: bytes of the file (a schema
     statement, a text value, or SQLite's message quoting them) are not UTF-8."""
-    return (f"the ledger file holds bytes that are not UTF-8 where text belongs ({exc.reason} at byte "
-            f"{exc.start}: the file is damaged)")
+    return (f"the ledger file holds bytes that are not UTF-8 where text belongs ({exc.reason} at position "
+            f"{exc.start} of that text: the file is damaged)")
 
 
 @dataclass(frozen=True)
