@@ -305,6 +305,8 @@ def _hash_resolved(root: str, real_relative: str, ref: str) -> tuple[os.stat_res
         return hash_below(root, real_relative)
     except LedgerError as exc:
         why = exc.message.split("' ", 1)[-1] if exc.message.startswith("'") else exc.message
+        if "symbolic link" in why:  # the real path held no link when resolved: one took a place since
+            why = "changed while it was read (a symbolic link took the place of a part of its path)"
         raise LedgerError(E.SOURCE_REF_INVALID, f"{ref!r} {why}") from None
 
 def _own_file_ids(package: Path) -> set[tuple[int, int]]:
