@@ -11,7 +11,7 @@ from ledger import import_runs
 from ledger.runs.trajectories import FORMATS as RUN_FORMATS
 
 from ._common import AT, CASE, JSON, Settings, UsageGroup, pass_settings, progress_bar
-from ._output import dumps, echo, emit_result
+from ._output import dumps, echo, emit_result, one_line, warn
 
 
 @click.group(cls=UsageGroup)
@@ -62,9 +62,9 @@ def import_command(paths: tuple[str, ...], out: str, fmt: str, outcomes: str | N
         echo(dumps(result))
     else:
         skipped = ", ".join(f"{n} {why}" for why, n in result["skipped"].items()) or "none"
-        echo(f"imported {summary.runs} runs, {summary.steps} steps into {out}; turns skipped: {skipped}")
-    for error in summary.errors:
-        click.echo(f"error: {error['file']}: {error['reason']}", err=True)
+        echo(one_line(f"imported {summary.runs} runs, {summary.steps} steps into {out}; turns skipped: {skipped}"))
+    for error in summary.errors:  # a file name or a reason may hold a terminal escape: shown escaped
+        warn(f"error: {error['file']}: {error['reason']}")
     if summary.errors:
         sys.exit(1)
 

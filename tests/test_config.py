@@ -245,3 +245,27 @@ def test_a_value_the_schema_refuses_names_the_file_and_the_key(tmp_path):
         AnalysisConfig.load(path)
     assert refused.value.message.startswith(f"{path}: ") and "budget_events_max" in refused.value.message
     assert refused.value.details["key"] == "limits.budget_events_max"
+
+
+@pytest.mark.parametrize("build, key", [
+    (lambda n: BudgetConfig.from_mapping({"default_action_cost": n}), "default_action_cost"),
+    (lambda n: BudgetConfig.from_mapping({"action_costs": {"source.find_text": -n}}), "action_costs.source.find_text"),
+    (lambda n: BudgetConfig.from_mapping({"test_costs": {"human": n}}), "test_costs.human"),
+    (lambda n: AnalysisConfig(units_per_hypothesis=n), "units_per_hypothesis"),
+    (lambda n: AnalysisConfig(limits={"budget_events_max": n}), "limits.budget_events_max"),
+])
+@pytest.mark.parametrize("number", [2 ** 53, 10 ** 30, 10 ** 5000], ids=["2**53", "10**30", "10**5000"])
+def test_a_config_integer_past_the_json_range_is_config_invalid_naming_the_key_whatever_its_size(build, key, number):
+    """A config built in Python skips the TOML parser's digit limit: an integer of 5,000 digits
+    is refused like one just past 2**53-1, naming the key, never a raw ValueError."""
+    with pytest.raises(LedgerError) as caught:
+        build(number)
+    assert caught.value.code == CONFIG_INVALID and caught.value.details["key"] == key
+    assert f"{key}: an integer of about" in caught.value.message and len(caught.value.message) < 200
+
+
+def test_a_vary_value_too_long_for_an_integer_is_a_short_usage_error():
+    done = CliRunner().invoke(cli_main, ["simulate", str(REPO / "tests" / "data" / "trajectories"),
+                                         "--vary", "default_action_cost=" + "9" * 5000])
+    assert done.exit_code == 2 and "(5000 characters) is not an integer (of at most 4300 digits)" in done.stderr
+    assert len(done.stderr) < 1000

@@ -306,3 +306,55 @@ def test_oversized_numbers_in_a_stored_result_are_refused_without_a_traceback(ca
     forge(case, act, result)
     change_an_unrelated_input(case)
     refused_by_verify_and_import(case, tmp_path, "is not a row of data/shop.sqlite")
+
+
+# --- one input identity is one set of files -------------------------------------------------------
+def _forge_under(case: Case, act: dict, result: dict, identity: str, iteration: str = "i2") -> None:
+    """``forge`` with a reply that claims the input identity ``identity`` (not the package's now)."""
+    case.budget().reserve(act["hypothesis_id"], act["action_id"], act["tool"])
+    with case.session.read() as view:
+        generation = view.head()[0]
+    reply = {"package_generation": generation, "input_identity": identity, "results": [result]}
+    shaped = rules.shape_store(iteration, {"actions": [act]}, reply)
+    case.session.run("store_tool_results", shaped, inputs={"recomputed": [result], "input_identity": identity})
+
+
+@pytest.mark.parametrize("tool", ["source.read_context", "source.find_text"])
+def test_a_made_up_hash_under_the_inputs_of_an_earlier_genuine_result_is_refused_after_inputs_changed(
+        case, tmp_path, tool):
+    case.budget().reserve("H1", "q0", "source.read_context")
+    genuine_act = {**action("source.read_context", path=APP, start_line=1, end_line=1), "action_id": "q0",
+                   "operation_id": "op-0"}
+    stored = case.evidence().query("i1", {"actions": [genuine_act]}, True)
+    identity = stored.reply["input_identity"]
+    if tool == "source.read_context":
+        act = {**action(tool, path=APP, start_line=2, end_line=2), "hypothesis_id": "H2"}
+        result = genuine(case, act)
+        result["items"] = [line(APP, 2, "    return a + b")]
+    else:
+        act = {**action(tool, text="add"), "hypothesis_id": "H2"}
+        result = genuine(case, act)
+        del result["items"][1]
+    result["sources"] = [[path, "0" * 64] for path, _digest in result["sources"]]
+    _forge_under(case, act, result, identity)
+    change_an_unrelated_input(case)  # the package's identity now differs from both replies'
+    refused_by_verify_and_import(case, tmp_path, "records sha256 000000000000… for sources/app.py",
+                                 "operation op-0 read sources/app.py from the same inputs")
+
+
+def test_genuine_results_of_the_same_inputs_and_of_changed_inputs_still_verify(case, tmp_path):
+    case.budget().reserve("H1", "q1", "source.read_context")
+    case.evidence().query("i1", {"actions": [action("source.read_context", path=APP, start_line=1, end_line=2)]},
+                          True)
+    case.budget().reserve("H2", "q2", "source.find_text")
+    act = {**action("source.find_text", text="add"), "hypothesis_id": "H2", "action_id": "q2", "operation_id": "op-2"}
+    case.evidence().query("i2", {"actions": [act]}, True)  # the same inputs: the same sha256 of app.py
+    (case.path / APP).write_text("def add(a, b):\n    return a + b\n")
+    case.budget().fail("H1", "q1", "read again below")
+    case.budget().reserve("H1", "q3", "source.read_context")  # new inputs: another identity, another sha256
+    again = {**action("source.read_context", path=APP, start_line=1, end_line=2), "action_id": "q3",
+             "operation_id": "op-3"}
+    case.evidence().query("i3", {"actions": [again]}, True)
+    assert verify_case(case.path).unchecked_inputs == [{"path": APP, "why": "changed"}]
+    export_case(case)
+    import_tree(case.path, tmp_path / "copy")

@@ -681,6 +681,27 @@ def test_a_flipped_bit_in_an_index_page_header_fails_verify_naming_the_page(expo
     assert len(caught.value.message) < 1000  # the first few problems, not hundreds of lines
 
 
+@pytest.mark.parametrize("text", [b"REFERENCES events (seq)", b'"reason":"timeout"'])
+def test_a_flipped_bit_that_leaves_text_not_utf8_is_integrity_error_never_a_traceback(exported, text):
+    """A high bit flipped in a schema statement or in an event's body: SQLite finds no damage to the
+    pages, and the text is no longer UTF-8 (the sqlite3 module cannot decode it, nor SQLite's
+    message quoting it)."""
+    ledger = exported / "ledger.sqlite"
+    data = bytearray(ledger.read_bytes())
+    at = data.index(text) + 1
+    data[at] ^= 0x80
+    ledger.write_bytes(bytes(data))
+    for strict in (False, True):
+        with pytest.raises(LedgerError) as caught:
+            verify_case(exported, strict=strict)
+        assert caught.value.code == INTEGRITY_ERROR, caught.value
+    ran = run_cli("verify", str(exported))
+    assert ran.returncode == 1 and ran.stderr.startswith(b"error: INTEGRITY_ERROR: ") and b"Traceback" not in ran.stderr
+    for command in (["balances"], ["state"], ["events"]):
+        ran = run_cli(*command, str(exported))
+        assert b"Traceback" not in ran.stderr and ran.returncode in (0, 1), (command, ran.stderr[-300:])
+
+
 def test_verify_strict_is_a_flag():
     with pytest.raises(LedgerError) as caught:
         verify_case(".", strict="yes")

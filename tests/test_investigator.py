@@ -53,6 +53,35 @@ def test_run_tool_called_again_is_reused_and_writes_nothing(case, investigator):
     assert _event_count(case) == events
 
 
+@pytest.mark.parametrize("change", ["another input added", "the file it read edited", "the file it read removed"])
+def test_run_tool_called_again_after_the_inputs_changed_answers_from_the_stored_batch(case, investigator, change):
+    first = investigator.run_tool("H1", "q1", "source.read_context", READ)
+    events = _event_count(case)
+    app = case.path / "sources" / "app.py"
+    if change == "another input added":
+        (case.path / "sources" / "other.txt").write_text("unrelated\n")
+    elif change == "the file it read edited":
+        app.write_text("def add(a, b):\n    return a + b\n")
+    else:
+        app.unlink()
+    again = investigator.run_tool("H1", "q1", "source.read_context", READ)
+    assert (again.reused, again.record_id, again.result) == (True, first.record_id, first.result)
+    assert again.budget.action["status"] == "awaiting_assessment" and _event_count(case) == events
+    assert investigator.settle("H1", "q1", 80, "the subtraction").action["status"] == "settled"
+    assert investigator.run_tool("H1", "q1", "source.read_context", READ).budget.action["status"] == "settled"
+
+
+def test_run_tool_resumed_after_a_crash_and_an_input_change_feeds_the_stored_batch(case, investigator):
+    request = {"actions": [{"operation_id": derived_id("op", 1, "H1", "q2"), "hypothesis_id": "H1",
+                            "action_id": "q2", "tool": "source.read_context", "args": READ}]}
+    investigator.reserve("H1", "q2", "source.read_context")
+    stored = case.evidence().query(derived_id("run", 1, "H1", "q2"), request, store=True)  # then a crash
+    (case.path / "sources" / "app.py").write_text("changed\n")
+    resumed = investigator.run_tool("H1", "q2", "source.read_context", READ)
+    assert resumed.record_id == stored.records[0]["record_id"] and resumed.result == stored.reply["results"][0]
+    assert resumed.budget.action["status"] == "awaiting_assessment"
+
+
 def test_run_tool_ids_come_from_the_action_identity_and_stay_valid_ids():
     assert derived_id("run", 2, "H3", "q-7") == "run-r2-H3-q-7"
     long = derived_id("op", 1, "H1", "a" * 128)
@@ -188,6 +217,35 @@ def test_an_action_after_a_process_killed_inside_its_block_is_resumed_by_enterin
             act.record({"passed": True})
         assert act.settle(70, "retried after the crash").action["status"] == "settled"
         assert [a["status"] for a in reopened.actions()] == ["settled"]
+
+
+@pytest.mark.parametrize("retry", ["records other evidence", "raises"])
+def test_an_action_whose_result_was_recorded_before_a_crash_keeps_it_when_its_block_runs_again(
+        case, investigator, retry):
+    case.close()
+    child = _child("""
+        import sys, time
+        from ledger import Case
+        case = Case.open(sys.argv[1])
+        with case.budget().action("H1", "t1", "test.automated") as act:
+            act.record({"run": 1, "passed": 3})
+            print("recorded", flush=True)
+            time.sleep(60)  # killed before the block ends (and before settle)
+    """, case.path)
+    _kill_after_line(child, b"recorded")
+    with Case.open(case.path) as reopened:
+        budget = reopened.budget()
+        with pytest.raises((LedgerError, RuntimeError)) as raised:
+            with budget.action("H1", "t1", "test.automated") as act:
+                assert act.reservation.reused is True and act.result is not None
+                if retry == "raises":
+                    raise RuntimeError("the tool crashed this time")
+                act.record({"run": 2, "passed": 2})  # OPERATION_CONFLICT: the action has its result
+        assert any("already had its result" in note for note in raised.value.__notes__)
+        assert act.failed is None
+        action = reopened.actions()[0]
+        assert (action["status"], action["closing_reason"]) == ("awaiting_assessment", None)
+        assert budget.settle("H1", "t1", 70, "the first run's result").action["reward_units"] > 0
 
 
 def test_failure_reasons_are_valid_reasons_whatever_the_message():

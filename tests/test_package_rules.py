@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import hashlib
 import json
 import sqlite3
 import subprocess
@@ -250,3 +251,88 @@ def test_bytes_paths_work_like_str_paths(tmp_path):
     with Case.create(folder, "BYTES-2") as case:
         case.open_revision([{"statement": "s"}])
     assert verify_case(folder).head_seq == 2 and Case.open(folder).status()["case_id"] == "BYTES-2"
+
+
+# --- a source ref is hashed from the one file it resolved to ----------------------------------------
+FIFO_SWAPPER = """
+import os, sys, time
+target, fifo, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+parked = target + ".parked"
+end = time.monotonic() + seconds
+while time.monotonic() < end:
+    os.rename(target, parked)
+    os.rename(fifo, target)         # a FIFO takes the file's place
+    os.rename(target, fifo)
+    os.rename(parked, target)       # the file is back
+"""
+
+RESOLVER = """
+import hashlib, sys, time
+from ledger import LedgerError
+from ledger.model.package import resolve_source_refs
+root, ref, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+seen, refused, end = set(), 0, time.monotonic() + seconds
+while time.monotonic() < end:
+    try:
+        seen.update(r["sha256"] for r in resolve_source_refs(root, [ref]))
+    except LedgerError as exc:
+        assert exc.code == "SOURCE_REF_INVALID", exc
+        refused += 1
+print(" ".join(sorted(seen)), refused, flush=True)
+"""
+
+
+@pytest.mark.parametrize("swap", ["a folder for a link to outside", "the file for a FIFO"])
+def test_a_source_ref_is_hashed_from_the_file_it_resolved_to_never_outside_or_waiting(tmp_path, swap):
+    from test_router import SWAPPER
+
+    root = make_package(tmp_path / "case")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "f.txt").write_text("OUTSIDE\n")
+    (root / "sources" / "d").mkdir()
+    (root / "sources" / "d" / "f.txt").write_text("inside\n")
+    inside = hashlib.sha256(b"inside\n").hexdigest()
+    if swap == "the file for a FIFO":
+        os.mkfifo(tmp_path / "fifo")
+        args = [FIFO_SWAPPER, str(root / "sources" / "d" / "f.txt"), str(tmp_path / "fifo"), "3"]
+    else:
+        args = [SWAPPER, str(root), str(root / "parked"), str(outside), "3"]
+    swapper = subprocess.Popen([sys.executable, "-c", *args])
+    try:  # a resolver that waited on the FIFO would never print: the timeout fails the test
+        done = subprocess.run([sys.executable, "-c", RESOLVER, str(root), "sources/d/f.txt", "2.5"],
+                              capture_output=True, text=True, timeout=60)
+    finally:
+        swapper.wait(timeout=60)
+    assert done.returncode == 0, done.stderr
+    hashes, refused = done.stdout.rsplit(" ", 1)
+    assert hashes.split() == [inside] and int(refused) > 0
+
+
+IDENTITY = """
+import sys, time
+from pathlib import Path
+from ledger.model.package import input_identity
+root, seconds = Path(sys.argv[1]), float(sys.argv[2])
+count, end = 0, time.monotonic() + seconds
+while time.monotonic() < end:
+    input_identity(root, set())
+    count += 1
+print(count, flush=True)
+"""
+
+
+def test_the_input_identity_never_waits_on_a_file_swapped_for_a_fifo_while_it_walks(tmp_path):
+    root = make_package(tmp_path / "case")
+    (root / "sources" / "d").mkdir()
+    (root / "sources" / "d" / "f.txt").write_text("inside\n")
+    os.mkfifo(tmp_path / "fifo")
+    swapper = subprocess.Popen([sys.executable, "-c", FIFO_SWAPPER, str(root / "sources" / "d" / "f.txt"),
+                                str(tmp_path / "fifo"), "3"])
+    try:  # a walk that waited on the FIFO would never print: the timeout fails the test
+        done = subprocess.run([sys.executable, "-c", IDENTITY, str(root), "2.5"], capture_output=True, text=True,
+                              timeout=60)
+    finally:
+        swapper.wait(timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) > 0

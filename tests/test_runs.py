@@ -316,3 +316,18 @@ def test_import_memory_does_not_grow_with_the_number_of_runs(tmp_path):
         assert done.returncode == 0, done.stderr
         peaks.append(int(done.stdout))
     assert peaks[1] <= peaks[0] * 1.25, peaks
+
+
+def test_runs_import_shows_terminal_escapes_in_file_names_escaped(tmp_path):
+    """A trajectory's file name is the user's data: an OSC title write or a screen clear in it is
+    printed escaped in the error lines and the summary, never sent to the terminal."""
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    (inputs / "x\x1b]0;pwn\x07y.traj.json").write_text("not json")
+    (inputs / "ok\x1b[2J.traj.json").write_text(json.dumps({"trajectory": [{"action": "ls", "observation": "x"}]}))
+    done = CliRunner().invoke(main, ["runs", "import", str(inputs), "--out", str(tmp_path / "out\x1b[31m")],
+                              color=True)  # as on a terminal: click strips nothing
+    assert done.exit_code == 1
+    assert "\x1b" not in done.stdout and "\x07" not in done.stdout
+    assert "\x1b" not in done.stderr and "\x07" not in done.stderr
+    assert "x\\x1b]0;pwn\\x07y.traj.json: " in done.stderr and "ok\\x1b[2J.traj.json: run id" in done.stderr

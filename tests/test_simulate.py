@@ -669,6 +669,13 @@ DECIDED_ALIKE = {
                                            + [line for n in range(1, 6) for line in _step(n)]), "controller"),
     "times raised to the previous event": (_timed(OPENING + _step(1)) + _timed(_step(2), start=-30)
                                            + _timed(_step(3), start=100), "controller"),
+    "a test priced by test_costs": ([{**OPENING[0], "units_per_hypothesis": 25}] + OPENING[1:]
+                                    + [{"op": "request_test", "hypothesis": "H1", "action_id": "t1", "kind": "human",
+                                        "operation_id": "op-t1"},
+                                       {"op": "request_test", "hypothesis": "H2", "action_id": "t2",
+                                        "kind": "automated", "operation_id": "op-t2"},
+                                       {"op": "fail", "hypothesis": "H2", "action_id": "t2", "reason": "no runner"}]
+                                    + _step(1), "controller"),
 }
 
 
@@ -681,13 +688,25 @@ def test_simulate_decides_every_line_as_apply_does_with_scopes_actors_and_times(
         traced = replay_run("run", parse_journal(journal), policy, trace=True, actor=actor)
         assert traced.lines == applied, policy.name
         fast = replay_run("run", parse_journal(journal), policy, actor=actor)
-        steps = {number for number, line in parse_journal(journal) if line["op"] == "reserve"}
+        steps = {number for number, line in parse_journal(journal) if line["op"] in ("reserve", "request_test")}
         refused = sum(1 for number, code in applied if code and number in steps)
         if fast.error is None:
             assert (fast.steps_refused, fast.units_spent) == (refused, sum(b["spent_units"] for b in balances))
         else:  # not the policy's doing: the line apply refuses is the one named
             assert (fast.error["line"], fast.error["code"]) in applied, fast.error
     assert any(code for _, code in applied) or name == "times raised to the previous event"
+
+
+def test_a_test_request_the_policy_cannot_afford_is_a_refused_step_not_a_run_error(tmp_path):
+    """request_test reserves a test action at its test_costs price: the policy decides whether it fits
+    (30 units for a human test, 25 in the account), as it decides a reserve."""
+    lines, _ = DECIDED_ALIKE["a test priced by test_costs"]
+    run = simulate([_write(tmp_path, "tests", lines)], None).runs[0]
+    assert run.error is None
+    # H1: the human test (30) is refused; H2: the automated test (15) is taken, then failed; H1's read (5) is taken
+    assert (run.steps, run.steps_taken, run.steps_refused, run.units_spent) == (3, 2, 1, 20)
+    cheap = policy_from_mapping("cheap tests", {"test_costs": {"human": 20}})
+    assert simulate([_write(tmp_path, "tests", lines)], [cheap]).runs[0].steps_refused == 0
 
 
 def test_the_global_actor_reaches_the_simulation(tmp_path):

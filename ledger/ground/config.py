@@ -110,8 +110,13 @@ def _parse_toml(text: str, path: str | Path) -> dict[str, Any]:
                           "than 4300 digits", key="(file)") from None
 
 
+#: The largest integer a config value may be (what JSON numbers carry exactly; the schemas' maximum).
+CONFIG_INT_MAX = 2 ** 53 - 1
+
+
 def _check_types(data: Mapping[str, Any], where: str, *, strings: frozenset[str] = frozenset()) -> None:
-    """Refuse floats and booleans anywhere an integer belongs (schema cannot tell 25.0 from 25)."""
+    """Refuse floats and booleans anywhere an integer belongs (schema cannot tell 25.0 from 25), and
+    integers past ±(2**53-1) (a number of thousands of digits cannot even be printed)."""
     for key, value in data.items():
         name = f"{where}{key}"
         if isinstance(value, Mapping):
@@ -124,6 +129,9 @@ def _check_types(data: Mapping[str, Any], where: str, *, strings: frozenset[str]
                 f"{name}: must be an integer, got {describe_value(value)}",
                 key=name,
             )
+        elif not -CONFIG_INT_MAX <= value <= CONFIG_INT_MAX:  # before anything prints or hashes it
+            raise LedgerError(CONFIG_INVALID, f"{name}: an integer of about {int(value.bit_length() * 0.30103) + 1} "
+                              f"digits is outside ±{CONFIG_INT_MAX}", key=name)
 
 
 #: Canonical sha256 of the policies the tests validate against ``budget-policy-v1`` (the

@@ -26,7 +26,7 @@ from ..rules import feedback as feedback_rules
 from ..rules import lifecycle
 from ..rules import scopes as scope_rules
 from ..router.reference import Router
-from ..router.check import recheck
+from ..router.check import recheck, same_digests
 from ..rules.common import Context, Draft, LedgerView, Outcome, Reused
 
 Rule = Callable[[LedgerView, Mapping[str, Any], Context], "Draft | Reused | Outcome"]
@@ -42,6 +42,7 @@ class ReplaySource(Protocol):
     def root(self) -> Any: ...  # the package folder (the router recomputes evidence there)
 
     # optional: ``input_identity() -> str | None``, the package's input identity now (None: unknown)
+    # optional: ``recorded_digests``, a dict the replay keeps the sha256 each result recorded in
 
 
 #: ``replay(stored request, stored body, source)`` → (normalized request, inputs, config) for the rule.
@@ -184,6 +185,9 @@ def _replay_store_tool_results(request, body, source):
     identity = getattr(source, "input_identity", None)
     same = identity is not None and identity() == shaped["reply"]["input_identity"]
     note = getattr(source, "note_unchecked", None)
+    recorded = getattr(source, "recorded_digests", None)
+    if recorded is not None:
+        same_digests(recorded, shaped["reply"]["input_identity"], actions, results)
     recomputed = [recheck(router, a, r, same, note) for a, r in zip(actions, results)] + results[len(actions):]
     return shaped, {"recomputed": recomputed[:len(results)], "input_identity": None}, None
 

@@ -23,6 +23,7 @@ from ..ground import errors as E
 from ..ground.canonical import canonical_sha256
 from ..ground.errors import LedgerError
 from ..ground.errors import integrity_error
+from ..router.reference import hash_below
 from ..rules.common import check_source_ref_list
 from ..storage.sqlite_file import LEDGER_FILE
 
@@ -232,12 +233,27 @@ def is_ledger_own(relative: PurePosixPath) -> bool:
     return parts[0] == ANALYSIS_DIR
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
+def _regular_file_digest(full: Path) -> str | None:
+    """sha256 of the file ``full`` names, read from one descriptor opened without following a link
+    or waiting on a FIFO; a link that took its place since it was listed gives the digest of its
+    target text, and anything else that is no longer a regular file None."""
+    try:
+        handle = os.open(full, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        return None
+    except OSError:
+        if os.path.islink(full):
+            return hashlib.sha256(b"symlink:" + os.fsencode(os.readlink(full))).hexdigest()
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(handle).st_mode):
+            return None
+        digest = hashlib.sha256()
+        while block := os.read(handle, 1 << 20):
             digest.update(block)
-    return digest.hexdigest()
+        return digest.hexdigest()
+    finally:
+        os.close(handle)
 
 
 def resolve_source_refs(package: Path, refs: Iterable[str]) -> list[dict[str, str]]:
@@ -260,7 +276,10 @@ def resolve_source_refs(package: Path, refs: Iterable[str]) -> list[dict[str, st
             raise LedgerError(E.SOURCE_REF_INVALID, f"source ref {exc.message}", **exc.details) from None
         if is_ledger_own(pure):
             raise LedgerError(E.SOURCE_REF_INVALID, f"{ref!r} is one of the ledger's own files")
-        real = os.path.realpath(os.path.join(root, ref))
+        try:
+            real = os.path.realpath(os.path.join(root, ref))
+        except OSError as exc:  # a link on the way removed while it was followed
+            raise LedgerError(E.SOURCE_REF_INVALID, f"{ref!r} cannot be resolved: {exc.strerror}") from None
         if not real.startswith(root + os.sep):
             raise LedgerError(E.SOURCE_REF_INVALID, f"{ref!r} leads outside the package")
         real_relative = os.path.relpath(real, root)
@@ -271,20 +290,24 @@ def resolve_source_refs(package: Path, refs: Iterable[str]) -> list[dict[str, st
         except LedgerError as exc:
             raise LedgerError(E.SOURCE_REF_INVALID, f"{ref!r} leads to a file whose {exc.message}",
                               **exc.details) from None
-        try:
-            info = os.stat(real)
-        except OSError:
-            raise LedgerError(E.SOURCE_REF_INVALID, f"{ref!r} does not exist") from None
-        if not stat.S_ISREG(info.st_mode):
-            raise LedgerError(E.SOURCE_REF_INVALID, f"{ref!r} is not a regular file")
+        info, digest = _hash_resolved(root, real_relative, ref)
         if info.st_nlink > 1 and (info.st_dev, info.st_ino) in _own_file_ids(package):
             raise LedgerError(E.SOURCE_REF_INVALID, f"{ref!r} is a hard link to one of the ledger's own files")
-        try:
-            digest = sha256_file(Path(real))
-        except OSError as exc:
-            raise LedgerError(E.SOURCE_REF_INVALID, f"{ref!r} cannot be read: {exc.strerror}") from None
         resolved.append({"path": ref, "sha256": digest})
     return resolved
+
+
+def _hash_resolved(root: str, real_relative: str, ref: str) -> tuple[os.stat_result, str]:
+    """Open the file a source ref resolved to once, walking its link-free real path from the package
+    folder without following any link, and hash that descriptor: a folder or file swapped for a link
+    (or a FIFO) after the path was resolved is refused, never read outside the package or waited on."""
+    try:
+        return hash_below(root, real_relative)
+    except LedgerError as exc:
+        why = exc.message.split("' ", 1)[-1] if exc.message.startswith("'") else exc.message
+        if "symbolic link" in why:  # the real path held no link when resolved: one took a place since
+            why = "changed while it was read (a symbolic link took the place of a part of its path)"
+        raise LedgerError(E.SOURCE_REF_INVALID, f"{ref!r} {why}") from None
 
 def _own_file_ids(package: Path) -> set[tuple[int, int]]:
     """(device, inode) of ``ledger.sqlite*``, ``manifest.json`` and the files under ``analysis/``:
@@ -339,7 +362,9 @@ def input_identity(root: Path, exported: set[str]) -> str:
                 own := _own_file_ids(root) if own is None else own):
             digest = OWN_FILE_LINK_DIGEST
         elif stat.S_ISREG(info.st_mode):
-            digest = sha256_file(full)
+            digest = _regular_file_digest(full)
+            if digest is None:  # no longer a regular file (swapped for a FIFO, removed) while walked
+                continue
         else:
             continue
         entries.append([relative, digest])

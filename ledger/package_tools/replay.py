@@ -47,6 +47,9 @@ class PackageSource:
         self.content_of = content_of
         self._identity = identity
         self._identity_now: str | None = None
+        #: ``{(input identity, path): (sha256, operation id)}`` every stored result recorded: inputs
+        #: with one identity are one set of files, so every result of them records the same sha256.
+        self.recorded_digests: dict[tuple[str, str], tuple[str, Any]] = {}
         #: ``{path: why}`` of the inputs stored tool results read that changed since (``"changed"``)
         #: or cannot be read now (``"unreadable"``): those results were checked against their requests only.
         self.unchecked: dict[str, str] = {}

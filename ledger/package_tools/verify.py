@@ -32,7 +32,7 @@ from ..model.package import (EVENT_FILE_RE, LEDGER_FILE, MANIFEST_FILE, check_ex
 from ..ground.paths import fs_path
 from .replay import PackageSource, Replayer
 from ..storage.connection import Storage
-from ..storage.sqlite_file import (EventRow, HelperRow, file_identity, translate_sqlite_errors, log_files_exist,
+from ..storage.sqlite_file import (EventRow, HelperRow, file_identity, translate_sqlite_errors, log_files_exist, not_utf8,
     release_log)
 
 Progress = Callable[[int], None]
@@ -145,8 +145,9 @@ def verify_case(path: str | os.PathLike[str], progress: Progress | None = None, 
         immutable = scratch.read_only_source
         before = file_identity(ledger) if immutable else None
         try:
-            _sqlite_check(scratch.conn, "integrity_check" if strict else "quick_check")
-            report = _verify_attached(root, scratch, progress)
+            with translate_sqlite_errors():  # a damaged file's undecodable text, wherever it is first read
+                _sqlite_check(scratch.conn, "integrity_check" if strict else "quick_check")
+                report = _verify_attached(root, scratch, progress)
         except LedgerError as exc:
             if immutable and exc.code == E.INTEGRITY_ERROR and file_identity(ledger) != before:
                 raise _changed_under_us(ledger) from None
@@ -167,6 +168,8 @@ def _sqlite_check(conn: sqlite3.Connection, check: str) -> None:
         found = [str(row[0]) for row in conn.execute(statement("sqlite_check", "orig", check=check)).fetchall()]
     except sqlite3.DatabaseError as exc:
         found = [str(exc)]
+    except UnicodeDecodeError as exc:
+        found = [not_utf8(exc)]
     if found != ["ok"]:
         found = [line for row in found for line in row.splitlines() if line and not line.startswith("*** in database")]
         shown = "; ".join(found[:5]) + (f"; … {len(found) - 5} more" if len(found) > 5 else "")
@@ -226,6 +229,8 @@ def _verify_attached(root: Path, scratch: Storage, progress: Progress | None) ->
         head = conn.execute(statement("newest_event", "orig")).fetchone()
     except sqlite3.DatabaseError as exc:
         raise _bad(expected, f"cannot read the ledger: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise _bad(expected, f"cannot read the ledger: {not_utf8(exc)}") from None
     if head is None:
         raise _bad(1, "the ledger holds no events")
     replayer.finish()

@@ -67,6 +67,26 @@ def recheck(router: Router, action: Mapping[str, Any], stored: Mapping[str, Any]
     return fresh
 
 
+def same_digests(recorded: dict[tuple[str, str], tuple[str, Any]], identity: Any, actions: list[Any],
+                 results: list[Any]) -> None:
+    """``INTEGRITY_ERROR`` when a result records, for a file, another sha256 than an earlier result
+    (of this batch or any before it) computed from inputs of the same input identity: one identity
+    is one set of files, so a made-up hash is found whenever the history holds a genuine one, even
+    after the inputs changed since. ``recorded`` keeps ``{(identity, path): (sha256, operation)}``."""
+    for action, result in zip(actions, results):
+        sources = result.get("sources") if isinstance(result, Mapping) else None
+        for entry in sources if isinstance(sources, list) else ():
+            if not (isinstance(entry, list) and len(entry) == 2 and all(isinstance(x, str) for x in entry)):
+                continue  # the shape checks of self_consistent name it
+            path, digest = entry
+            op = action.get("operation_id") if isinstance(action, Mapping) else None
+            first = recorded.setdefault((str(identity), path), (digest, op))
+            if first[0] != digest:
+                raise _bad(op, f"it records sha256 {digest[:12]}… for {path}, but operation {str(first[1])[:64]} "
+                           f"read {path} from the same inputs (input identity {str(identity)[:12]}…) and recorded "
+                           f"{first[0][:12]}…", path=path)
+
+
 def _ignore(path: str, why: str) -> None:
     """The default ``note``: nobody listens."""
 

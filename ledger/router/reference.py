@@ -391,8 +391,9 @@ def _is_link(name: str, dir_fd: int) -> bool:
         return False
 
 
-def _read_below(root_fd: int, relative: str, own: dict[str, Any]) -> bytes:
-    """Walk ``relative`` down from ``root_fd`` and read the file it names (see :meth:`Router.read_file`)."""
+def _open_below(root_fd: int, relative: str) -> int:
+    """Walk ``relative`` down from ``root_fd`` one name at a time, refusing a link at every step, and
+    return an open descriptor of what it names (a FIFO is opened without waiting for a writer)."""
     parts = relative.split("/")
     fd = root_fd
     try:
@@ -401,10 +402,38 @@ def _read_below(root_fd: int, relative: str, own: dict[str, Any]) -> bytes:
             if fd != root_fd:
                 os.close(fd)
             fd = step
-        handle = _open_step(parts[-1], fd, relative, False)
+        return _open_step(parts[-1], fd, relative, False)
     finally:
         if fd != root_fd:
             os.close(fd)
+
+
+def hash_below(root: str | os.PathLike[str], relative: str) -> tuple[os.stat_result, str]:
+    """``(fstat, sha256)`` of the regular file ``relative`` below the folder ``root``, hashed from the
+    one descriptor it was opened as (no link followed at any step, any size). ``ROUTER_REFUSED`` with
+    ``unreadable`` in its details when it cannot be (a link, not a regular file, a read error)."""
+    root_fd = _open_folder(Path(root), relative)
+    try:
+        handle = _open_below(root_fd, relative)
+    finally:
+        os.close(root_fd)
+    try:
+        info = os.fstat(handle)
+        if not stat.S_ISREG(info.st_mode):
+            raise _unreadable(relative, "is not a regular file")
+        digest = hashlib.sha256()
+        while block := os.read(handle, 1 << 20):
+            digest.update(block)
+        return info, digest.hexdigest()
+    except OSError as exc:
+        raise _unreadable(relative, f"cannot be read: {exc.strerror}") from None
+    finally:
+        os.close(handle)
+
+
+def _read_below(root_fd: int, relative: str, own: dict[str, Any]) -> bytes:
+    """Walk ``relative`` down from ``root_fd`` and read the file it names (see :meth:`Router.read_file`)."""
+    handle = _open_below(root_fd, relative)
     try:
         info = os.fstat(handle)
         if not stat.S_ISREG(info.st_mode):

@@ -81,7 +81,8 @@ class Action:
     outcome, after which ``result`` holds the budget result (the action awaits ``settle``).
     Leaving the block by an exception closes the action with ``fail`` (reason: the exception's type
     and message) and lets the exception go on; leaving it normally without a recorded result fails
-    it too (reason ``no result was recorded``).
+    it too (reason ``no result was recorded``). An action whose result was recorded before the block
+    began (a retry after a crash) is never closed by the block: its result stays.
     """
 
     def __init__(self, budget: BudgetManager, hypothesis_id: str, action_id: str, action: str,
@@ -92,11 +93,13 @@ class Action:
         self.reservation: BudgetResult | None = None
         self.result: BudgetResult | None = None
         self.failed: BudgetResult | None = None
+        self._past = False
 
     def __enter__(self) -> "Action":
         self.reservation = self._budget.reserve(self.hypothesis_id, self.action_id, self.action, at=self._at)
         state = self.reservation.action or {}
-        if state.get("status") not in (None, "reserved"):  # a retry of an action already past this block
+        self._past = state.get("status") not in (None, "reserved")
+        if self._past:  # a retry of an action already past this block
             self.result = self.reservation
         return self
 
@@ -127,6 +130,9 @@ class Action:
             except LedgerError as refused:
                 if refused.code not in (E.ACTION_CLOSED, E.OPERATION_CONFLICT):
                     raise  # else it was closed inside the block (settle, or fail with its own reason)
+        elif self._past:  # its result was recorded before this block began: a retry never discards it
+            exc.add_note(f"case-ledger: action {self.action_id} already had its result when the block began; "
+                         "it was left as it was")
         else:
             self.failed = close_failed(self._budget, self.hypothesis_id, self.action_id, exc, self._at)
         return False
@@ -162,7 +168,9 @@ class CaseBudget(BudgetManager):
         router on ``args`` (a refused call reserves nothing), publish the verified reply as an evidence record and feed it to the
         action, which then awaits ``settle``. Operation and iteration ids come from the action's
         identity (:func:`derived_id`), so calling again after a crash or with the same arguments
-        repeats the same operations (``reused`` when all were done). If a step after the
+        repeats the same operations (``reused`` when all were done); once the batch is stored, a call
+        again answers from it without running the router, whatever changed in the inputs since
+        (docs/investigator.md). If a step after the
         reservation raises (a refused tool call, ``KeyboardInterrupt``), the action is closed with
         ``fail`` and the exception goes on. Errors: those of ``reserve``, ``store_tool_results`` and
         ``record_evidence``; ``INVALID_ARGUMENT`` for ``args`` that are not an object.
@@ -176,10 +184,14 @@ class CaseBudget(BudgetManager):
                                 "hypothesis_id": hypothesis_id, "action_id": action_id, "tool": tool,
                                 "args": args}]}
         store = self._evidence()
-        store.query(iteration_id, request)  # a read first: a refused tool call reserves nothing
+        # a retry after the batch was stored answers from it, whatever changed in the inputs since
+        stored = store.stored_batch(iteration_id, request)
+        if stored is None:
+            store.query(iteration_id, request)  # a read first: a refused tool call reserves nothing
         reserved = self.reserve(hypothesis_id, action_id, tool, at=at)
         try:  # the reply must read the ledger after the reservation
-            stored = store.query(iteration_id, request, store=True, at=at)
+            if stored is None:
+                stored = store.query(iteration_id, request, store=True, at=at)
             record = stored.records[0]
             fed = self.record_evidence(hypothesis_id, action_id, record["record_id"], at=at)
         except BaseException as exc:

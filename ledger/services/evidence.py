@@ -147,6 +147,18 @@ class EvidenceStore:
         ran = self._session.run("store_tool_results", shaped, at=at, inputs=inputs)
         return self._result(ran, iteration_id)
 
+    def stored_batch(self, iteration_id: str, request: Mapping[str, Any]) -> EvidenceResult | None:
+        """The batch already stored under ``iteration_id`` for this very ``request`` (``reused``, with
+        its reply as stored), or None when there is none. The router is not run: what was stored
+        stays the answer even after the package's inputs changed (docs/investigator.md)."""
+        rules.shape_store(iteration_id, request, _EMPTY_REPLY)
+        reply = self._stored_reply(iteration_id, request)
+        if reply is None:
+            return None
+        stored = self.store_tool_results(iteration_id, request, reply)  # an identical replay: writes nothing
+        return EvidenceResult(stored.package_path, stored.seq, stored.reused, stored.records, stored.index_ref,
+                              reply)
+
     def _stored_reply(self, iteration_id: str, request: Mapping[str, Any]) -> dict[str, Any] | None:
         """The reply stored under ``iteration_id`` when that batch had this very ``request``, else None."""
         with self._session.read() as view:

@@ -42,6 +42,8 @@ from ..services.session import Ran
 
 #: Codes by which a policy refuses a reservation (plus ``ACCOUNT_TERMINAL`` on an account it ended).
 POLICY_CODES = frozenset({E.INSUFFICIENT_BUDGET, E.LIMIT_EXCEEDED})
+#: The lines that reserve an action, priced by the policy: a tool action, or a test (``test_costs``).
+STEP_OPS = frozenset({"reserve", "request_test"})
 #: Account statuses a run's budget (the policy or a scoped limit) decides; ``rejected`` is the journal's.
 ENDED_BY_POLICY = frozenset({STATUS_ABANDONED, STATUS_EXHAUSTED})
 #: Lines read ahead for the journal's first "at", as ``ledger apply --create`` does.
@@ -169,7 +171,7 @@ class _Replay:
     def line(self, number: int, line: dict[str, Any], units: int | None) -> None:
         """Run one parsed line and judge its refusal, if any."""
         op = line["op"]
-        is_step = op == "reserve"
+        is_step = op in STEP_OPS
         self.result.steps += is_step
         if "at" not in line and self.untimed is None and operation(op).accepts_at:
             self.untimed = number
@@ -198,7 +200,7 @@ class _Replay:
     def _judge(self, number: int, line: dict[str, Any], exc: LedgerError) -> None:
         identity = (line.get("hypothesis"), line.get("action_id"))
         code = exc.code
-        if line["op"] == "reserve":
+        if line["op"] in STEP_OPS:
             if code in POLICY_CODES or (code == E.ACCOUNT_TERMINAL and self._ended(line)):
                 self.refused.add(identity)
                 self.result.steps_refused += 1

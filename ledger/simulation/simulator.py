@@ -133,7 +133,9 @@ def parse_vary(spec: str) -> tuple[str, list[int | str]]:
         try:
             number = int(value.strip(), 10)
         except ValueError:
-            raise LedgerError(E.INVALID_ARGUMENT, f"--vary {key}: {value!r} is not an integer", key=key) from None
+            shown = repr(value) if len(value) <= 60 else f"{value[:40]!r}… ({len(value)} characters)"
+            raise LedgerError(E.INVALID_ARGUMENT, f"--vary {key}: {shown} is not an integer (of at most 4300 digits)",
+                              key=key) from None
         if number in out:
             raise LedgerError(E.INVALID_ARGUMENT, f"--vary {key}: the value {number} is given twice; give each "
                               "value once", key=key)

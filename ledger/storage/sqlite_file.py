@@ -56,6 +56,15 @@ def translate_sqlite_errors() -> Iterator[None]:
         raise
     except sqlite3.DatabaseError as exc:  # IntegrityError (triggers), corrupt files, …
         raise LedgerError(E.INTEGRITY_ERROR, f"SQLite refused: {exc}") from None
+    except UnicodeDecodeError as exc:  # SQLite's message or a stored text is not UTF-8: a damaged file
+        raise LedgerError(E.INTEGRITY_ERROR, f"SQLite refused: {not_utf8(exc)}") from None
+
+
+def not_utf8(exc: UnicodeDecodeError) -> str:
+    """What a ``UnicodeDecodeError`` from the sqlite3 module means: bytes of the file (a schema
+    statement, a text value, or SQLite's message quoting them) are not UTF-8."""
+    return (f"the ledger file holds bytes that are not UTF-8 where text belongs ({exc.reason} at position "
+            f"{exc.start} of that text: the file is damaged)")
 
 
 @dataclass(frozen=True)
