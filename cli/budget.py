@@ -47,7 +47,11 @@ def _run_budget(settings: Settings, case: str, as_json: bool, call: Callable[[An
 @JSON
 @pass_settings
 def budget_initialize(settings: Settings, case: str, at: str | None, as_json: bool) -> None:
-    """Open one account per hypothesis and freeze the policy (--config, else the previous one)."""
+    """Open one account per hypothesis and freeze the policy.
+
+    The policy is --config, else the previous revision's, else the built-in defaults (every
+    action costs 10 units; the example policy is config/budget.example.toml in the repository).
+    """
     _run_budget(settings, case, as_json, lambda b: b.initialize(at=at))
 
 

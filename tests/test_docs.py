@@ -282,3 +282,15 @@ def test_no_install_hint_names_a_package_the_index_does_not_have():
     """case-ledger is installed from a clone (``pip install '.[EXTRA]'``): no README, docs page,
     help text or message tells a user to ``pip install 'case-ledger[EXTRA]'``."""
     assert [where for where, text in _user_facing_texts() if "case-ledger[" in text] == []
+
+
+def test_the_cli_reference_is_every_commands_own_help_text(monkeypatch):
+    """docs/cli.md is what ``python tools/cli_reference.py`` writes from the commands' help (its
+    introduction kept): a command, option or help text changed without rewriting the page fails."""
+    import importlib.util
+
+    monkeypatch.setenv("COLUMNS", "80")  # click wraps help at the terminal's width, at most 80
+    spec = importlib.util.spec_from_file_location("cli_reference", REPO / "tools" / "cli_reference.py")
+    reference = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(reference)
+    assert reference.render() == doc("cli.md"), "docs/cli.md is stale: run python tools/cli_reference.py"
