@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 import click
 
-from ledger import BudgetResult, GateReading
+from ledger import BudgetResult, GateReading, LedgerError
 from ledger.ground.canonical import parse_json
 
 from ._common import UsageGroup, AT, CASE, JSON, RegularFile, Settings, pass_settings
@@ -83,13 +83,28 @@ def budget_reserve(settings: Settings, case: str, hypothesis: str, action_id: st
 def budget_record(settings: Settings, case: str, hypothesis: str, action_id: str, evidence_text: str | None,
                   evidence_file: Any, source_refs: tuple[str, ...], cost_usd_millicents: int | None,
                   at: str | None, as_json: bool) -> None:
-    """Store the evidence an action returned (novelty is computed now, refund at settle)."""
+    """Store the evidence an action returned (novelty is computed now, refund at settle).
+
+    Evidence that is not valid JSON is INVALID_JSON naming the option (and the file):
+    '--evidence-file (ev.json): not valid JSON: ...'.
+    """
     if (evidence_text is None) == (evidence_file is None):
         raise click.UsageError("give exactly one of --evidence and --evidence-file")
-    evidence = parse_json(evidence_text if evidence_text is not None else evidence_file.read())
+    evidence = _evidence_json(evidence_text, evidence_file)
     _run_budget(settings, case, as_json,
                 lambda b: b.record_result(hypothesis, action_id, evidence, list(source_refs),
                                           cost_usd_millicents=cost_usd_millicents, at=at))
+
+
+def _evidence_json(text: str | None, handle: Any) -> Any:
+    """--evidence or --evidence-file as JSON; ``INVALID_JSON`` names the option (and the file)."""
+    name = getattr(handle, "name", None)
+    where = "--evidence" if text is not None else \
+        f"--evidence-file ({'standard input' if name in (None, '<stdin>', 0) else name})"
+    try:
+        return parse_json(text if text is not None else handle.read())
+    except LedgerError as exc:
+        raise LedgerError(exc.code, f"{where}: {exc.message}", **exc.details) from None
 
 
 @budget.command("record-evidence")

@@ -429,6 +429,26 @@ def test_a_case_argument_naming_a_file_inside_the_case_asks_for_the_case_folder(
     assert "is a file: give the case folder" in err and f"the case folder holding it is {cli_case}" in err
 
 
+def test_budget_record_json_refusals_name_the_option_and_the_file(cli_case, tmp_path):
+    """Like REQUEST and REPLY of ``evidence store``, bad evidence JSON says where it came from."""
+    c = str(cli_case)
+    ok("budget", "reserve", c, "H1", "q1", "source.read_context")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{bad")
+    before = logical_dump(cli_case / "ledger.sqlite")
+    assert refused("INVALID_JSON", "budget", "record", c, "H1", "q1", "--evidence", '{"a":') == (
+        "error: INVALID_JSON: --evidence: not valid JSON: Expecting value: line 1 column 6 (char 5)\n")
+    assert refused("INVALID_JSON", "budget", "record", c, "H1", "q1", "--evidence-file", str(bad)) == (
+        f"error: INVALID_JSON: --evidence-file ({bad}): not valid JSON: Expecting property name enclosed in "
+        "double quotes: line 1 column 2 (char 1)\n")
+    assert refused("INVALID_JSON", "budget", "record", c, "H1", "q1", "--evidence-file", "-", stdin=b"[") == (
+        "error: INVALID_JSON: --evidence-file (standard input): not valid JSON: Expecting value: line 1 column 2 "
+        "(char 1)\n")
+    assert refused("INVALID_JSON", "budget", "record", c, "H1", "q1", "--evidence", '{"a": NaN}') == (
+        "error: INVALID_JSON: --evidence: NaN at $.a is not JSON\n")
+    assert logical_dump(cli_case / "ledger.sqlite") == before
+
+
 def test_budget_readings_print_json_values_for_people(cli_case):
     out = ok("budget", "check", str(cli_case), "H1", "source.read_context")
     assert "allowed: true" in out and "tier: full" in out and "True" not in out
