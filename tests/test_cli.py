@@ -449,6 +449,21 @@ def test_budget_record_json_refusals_name_the_option_and_the_file(cli_case, tmp_
     assert logical_dump(cli_case / "ledger.sqlite") == before
 
 
+def test_a_global_option_after_the_command_is_a_usage_error_that_says_where_it_goes(cli_case):
+    c = str(cli_case)
+    for args, option in [(("budget", "reserve", c, "H1", "q1", "source.read_context", "--config", "b.toml"), "--config"),
+                         (("balances", c, "--actor=me"), "--actor"),
+                         (("evidence", "feedback", "confirm", c, "F000001", "--analysis-config", "a.toml"),
+                          "--analysis-config")]:
+        err = refused("", *args, status=2)
+        assert err.endswith(f"Error: No such option '{option}' here: it is a global option, given before the "
+                            f"command (ledger {option} … COMMAND …).\n"), err
+    version = refused("", "balances", c, "--version", status=2)  # eager: only before a command anyway
+    assert "Error: No such option '--version'." in version and "global option" not in version
+    other = refused("", "balances", c, "--jsn", status=2)  # any other unknown option: click's own message
+    assert "Error: No such option '--jsn'." in other and "global option" not in other
+
+
 def test_budget_readings_print_json_values_for_people(cli_case):
     out = ok("budget", "check", str(cli_case), "H1", "source.read_context")
     assert "allowed: true" in out and "tier: full" in out and "True" not in out
