@@ -294,3 +294,21 @@ def test_the_cli_reference_is_every_commands_own_help_text(monkeypatch):
     reference = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(reference)
     assert reference.render() == doc("cli.md"), "docs/cli.md is stale: run python tools/cli_reference.py"
+
+
+def test_the_evidence_page_examples_run_as_printed(tmp_path):
+    """docs/evidence.md's two Python blocks, one after the other, on a case with a budget and the
+    file they read: a router result and a human test, both settled."""
+    package = tmp_path / "cases" / "BUG-20"
+    (package / "sources").mkdir(parents=True)
+    (package / "sources" / "app.py").write_text("def add(a, b):\n    return a - b\n", encoding="utf-8")
+    with Case.create(package, case_id="BUG-20") as case:
+        case.open_revision([{"statement": "add() subtracts"}, {"statement": "the test is wrong"}], 100)
+        case.transition("INVESTIGATING_HYPOTHESES")
+        case.budget().initialize()
+    code = "".join(re.findall(r"```python\n(.*?)```", doc("evidence.md"), flags=re.DOTALL))
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    with Case.open(package) as case:
+        actions = [(a["action_id"], a["action"], a["status"], a["novelty_score"]) for a in case.actions()]
+    assert actions == [("q1", "source.read_context", "settled", 100), ("t1", "test.human", "settled", 100)]
