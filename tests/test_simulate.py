@@ -281,6 +281,18 @@ def test_cli_bad_vary_is_a_usage_error_naming_it(vary_spec, named):
     assert done.exit_code == 2 and "--vary" in done.stderr and named in done.stderr
 
 
+def test_a_note_names_ten_runs_and_counts_the_rest():
+    """One journal simulated with the whole outcomes file: 99 runs have no journal; the note names
+    the first ten (in the file's order) and counts the others, on one line."""
+    done = CliRunner().invoke(main, ["simulate", str(DATA / "django__django-11206.jsonl"), "--outcomes",
+                                     str(OUTCOMES), "--csv", "--jobs", "1"])
+    assert done.exit_code == 0
+    listed = [row.split(",")[0] for row in OUTCOMES.read_text().splitlines()[1:]]
+    others = [run for run in listed if run != "django__django-11206"]
+    assert done.stderr.splitlines() == [
+        f"note: 99 run(s) in --outcomes have no journal: {', '.join(others[:10])} and 89 more"]
+
+
 def test_cli_reports_outcomes_without_journal_and_journals_without_outcome(tmp_path):
     outcomes = tmp_path / "o.csv"
     outcomes.write_text("instance_id,outcome\ndjango__django-11206,resolved\nghost-run,failed\n")
