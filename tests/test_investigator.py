@@ -238,3 +238,12 @@ def test_the_example_loop_names_a_folder_it_cannot_use_without_a_traceback(tmp_p
         done = _run_example(folder, tmp_path)
         assert done.returncode == 1 and done.stderr.startswith("error: ") and says in done.stderr
         assert "Traceback" not in done.stderr
+
+
+def test_the_example_loop_answers_help_with_its_usage_and_makes_no_folder(tmp_path):
+    for option in ("--help", "-h"):
+        done = subprocess.run([sys.executable, "-m", "ledger.examples.investigator", option], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0 and done.stderr == ""
+        assert "python -m ledger.examples.investigator [FOLDER]" in done.stdout
+    assert list(tmp_path.iterdir()) == []

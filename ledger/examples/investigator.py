@@ -67,6 +67,9 @@ def investigate(folder: Path) -> Case:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] and sys.argv[1].startswith("-"):  # --help and the like name no folder
+        print(__doc__)
+        sys.exit(0)
     try:
         done = investigate(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp()))
     except (OSError, LedgerError) as err:  # a folder that holds BUG-20 already, is a file, is read-only …
