@@ -200,8 +200,9 @@ def _replay_tree(replayer: Replayer, files: dict[str, Path], head_seq: int, acco
 
 
 def _building_prefix(dest: Path) -> str:
-    """The hidden sibling folders a new package is built in: ``.<name>.importing-<pid>-<ns>``."""
-    return f".{dest.name}.importing-"
+    """The hidden sibling folders a new package is built in: ``.<name>.importing-<pid>-<ns>``, with
+    at most the first 40 characters of the name (a long one would make a name too long to create)."""
+    return f".{dest.name[:40]}.importing-"
 
 
 def _move_into_place(build_dir: Path, dest: Path) -> None:
