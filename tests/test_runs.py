@@ -226,6 +226,19 @@ def test_a_run_id_that_is_not_a_plain_file_name_is_refused_and_nothing_is_writte
     assert sorted(p.name for p in (tmp_path / "deep").iterdir()) == ["out"]
 
 
+def test_a_run_id_over_128_characters_is_refused_with_its_length_and_the_rule(tmp_path):
+    data = json.loads(gzip.decompress(RAW_FILES[0].read_bytes()))
+    for run, ok in (("r" * 128, True), ("r" * 129, False)):
+        (tmp_path / "t.traj.json").write_text(json.dumps({**data, "instance_id": run}), encoding="utf-8")
+        summary = import_runs([tmp_path / "t.traj.json"], tmp_path / "out")
+        assert summary.runs == (1 if ok else 0)
+        if not ok:
+            assert summary.errors[0]["reason"] == (
+                f"run id {'r' * 80!r}… (129 characters) is not a plain file name: 1 to 128 letters, digits, "
+                "'.', '_', '-', the first a letter or digit")
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["r" * 128 + ".jsonl"]
+
+
 def test_two_inputs_with_the_same_run_id_import_the_first_and_name_the_second(tmp_path):
     summary = import_runs([RAW_FILES[0], RAW_FILES[0]], tmp_path / "out")
     assert summary.runs == 1 and "already imported" in summary.errors[0]["reason"]

@@ -298,7 +298,8 @@ class _Importer:
 
     def _begin(self, run: str) -> _Journal:
         if not _RUN_ID.fullmatch(run):
-            raise ValueError(f"run id {run[:80]!r} is not a plain file name (letters, digits, '.', '_', '-')")
+            raise ValueError(f"run id {run[:80]!r}{'…' if len(run) > 80 else ''} ({len(run)} characters) is not a "
+                             "plain file name: 1 to 128 letters, digits, '.', '_', '-', the first a letter or digit")
         if run in self.seen:
             raise ValueError(f"run id {run!r} was already imported from another input")
         self.seen.add(run)
