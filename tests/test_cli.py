@@ -464,6 +464,15 @@ def test_a_global_option_after_the_command_is_a_usage_error_that_says_where_it_g
     assert "Error: No such option '--jsn'." in other and "global option" not in other
 
 
+def test_apply_to_a_folder_without_a_case_names_create_and_makes_nothing(tmp_path):
+    journal = tmp_path / "j.jsonl"
+    journal.write_text('{"op": "initialize"}\n')
+    err = refused("LEDGER_MISSING", "apply", str(tmp_path / "new"), str(journal))
+    assert err == (f"error: LEDGER_MISSING: no case at {tmp_path / 'new'} (no ledger.sqlite); create one with "
+                   "'ledger init', or let the journal create it ('ledger apply CASE JOURNAL --create CASE_ID')\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["j.jsonl"]
+
+
 def test_budget_readings_print_json_values_for_people(cli_case):
     out = ok("budget", "check", str(cli_case), "H1", "source.read_context")
     assert "allowed: true" in out and "tier: full" in out and "True" not in out
