@@ -312,3 +312,13 @@ def test_the_evidence_page_examples_run_as_printed(tmp_path):
     with Case.open(package) as case:
         actions = [(a["action_id"], a["action"], a["status"], a["novelty_score"]) for a in case.actions()]
     assert actions == [("q1", "source.read_context", "settled", 100), ("t1", "test.human", "settled", 100)]
+
+
+def test_every_test_file_and_test_the_docs_name_exists():
+    """A page that says where a promise is tested names a file (and test) that is there."""
+    for where, text in [("README.md", README), *((f"docs/{p.name}", p.read_text(encoding="utf-8"))
+                                                 for p in sorted(DOCS.glob("*.md")))]:
+        for path, test in re.findall(r"\b(tests/[\w/]+\.py)(?:::(\w+))?", text):
+            assert (REPO / path).is_file(), f"{where} names {path}, which does not exist"
+            if test and not test.endswith("_"):
+                assert f"def {test}" in (REPO / path).read_text(encoding="utf-8"), f"{where} names {path}::{test}"
