@@ -88,7 +88,8 @@ def evidence_store(settings: Settings, case: str, request: Any, reply: Any, iter
 @CASE
 @click.argument("request", type=RegularFile())
 @click.option("--iteration", "iteration_id", default="query", show_default=True,
-              help="The batch's case-wide iteration id (needed with --store).")
+              help="The batch's case-wide iteration id: with --store, give each stored batch its own "
+                   "(the default serves one).")
 @click.option("--store", is_flag=True, help="Also store the reply as verified evidence.")
 @AT
 @JSON
