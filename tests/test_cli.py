@@ -473,6 +473,12 @@ def test_apply_to_a_folder_without_a_case_names_create_and_makes_nothing(tmp_pat
     assert sorted(p.name for p in tmp_path.iterdir()) == ["j.jsonl"]
 
 
+def test_the_case_status_prints_json_values_for_people(cli_case):
+    lines = ok("state", str(cli_case)).splitlines()
+    assert lines[2:5] == ["state: INVESTIGATING_HYPOTHESES", "analysis_revision: 1", "package_generation: 4"]
+    assert lines[-2:] == ["outcome: null", "outcome_source: null"]
+
+
 def test_budget_readings_print_json_values_for_people(cli_case):
     out = ok("budget", "check", str(cli_case), "H1", "source.read_context")
     assert "allowed: true" in out and "tier: full" in out and "True" not in out
