@@ -473,6 +473,13 @@ def test_apply_to_a_folder_without_a_case_names_create_and_makes_nothing(tmp_pat
     assert sorted(p.name for p in tmp_path.iterdir()) == ["j.jsonl"]
 
 
+def test_a_query_stopped_at_its_time_limit_says_the_limit_in_the_unit_it_was_given(cli_case):
+    endless = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c"
+    assert refused("INVALID_ARGUMENT", "sql", str(cli_case), endless, "--timeout", "0.25") == (
+        "error: INVALID_ARGUMENT: query stopped at its time limit, 0.25 s (ledger sql --timeout SECONDS; "
+        "timeout_ms=250 in Python)\n")
+
+
 def test_the_case_status_prints_json_values_for_people(cli_case):
     lines = ok("state", str(cli_case)).splitlines()
     assert lines[2:5] == ["state: INVESTIGATING_HYPOTHESES", "analysis_revision: 1", "package_generation: 4"]
