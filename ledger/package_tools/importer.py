@@ -64,7 +64,8 @@ def _check_target(src: Path, dest: Path) -> bool:
     in_place = dest.resolve() == src.resolve()
     if in_place:
         if (src / LEDGER_FILE).exists():
-            raise LedgerError(E.CASE_EXISTS, f"{src} already has a {LEDGER_FILE}; import into a new folder")
+            raise LedgerError(E.CASE_EXISTS, f"{src} already has a {LEDGER_FILE}; import into a new folder "
+                              "('ledger import DIR --to NEW_CASE', to= in Python)")
     elif dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise LedgerError(E.CASE_EXISTS, f"{dest} exists and is not empty")
     elif dest.resolve().is_relative_to(src.resolve()):
