@@ -63,6 +63,11 @@ def import_command(paths: tuple[str, ...], out: str, fmt: str, outcomes: str | N
     else:
         skipped = ", ".join(f"{n} {why}" for why, n in result["skipped"].items()) or "none"
         echo(f"imported {summary.runs} runs, {summary.steps} steps into {out}; turns skipped: {skipped}")
+    if summary.runs_without_outcome:  # an outcomes file whose run ids do not match, say
+        missing = summary.runs_without_outcome
+        click.echo(f"note: {len(missing)} run(s) have no outcome in --outcomes (their journals record none): "
+                   f"{', '.join(missing[:10])}{f' and {len(missing) - 10} more' if len(missing) > 10 else ''}",
+                   err=True)
     for error in summary.errors:
         click.echo(f"error: {error['file']}: {error['reason']}", err=True)
     if summary.errors:

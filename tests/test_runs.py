@@ -290,7 +290,8 @@ def test_cli_summary_json_and_no_progress_bar_off_a_terminal(tmp_path):
                                      "--json"])
     assert done.exit_code == 0 and done.stderr == ""
     assert json.loads(done.stdout) == {"runs": 1, "steps": 4, "skipped": {"no bash block": 1}, "errors": [],
-                                       "journals": [str(tmp_path / "toolcall-demo-1.jsonl")]}
+                                       "journals": [str(tmp_path / "toolcall-demo-1.jsonl")],
+                                       "runs_without_outcome": []}
     usage = CliRunner().invoke(main, ["runs", "import", str(RUNS), "--out", str(tmp_path), "--format", "nope"])
     assert usage.exit_code == 2
     missing = CliRunner().invoke(main, ["runs", "import", str(tmp_path / "nothing"), "--out", str(tmp_path)])
@@ -329,3 +330,20 @@ def test_import_memory_does_not_grow_with_the_number_of_runs(tmp_path):
         assert done.returncode == 0, done.stderr
         peaks.append(int(done.stdout))
     assert peaks[1] <= peaks[0] * 1.25, peaks
+
+
+def test_runs_the_outcomes_file_does_not_name_are_listed_and_noted(tmp_path):
+    """An outcomes file whose run ids do not match the runs (another benchmark's, say) is not
+    silent: the summary lists those runs and a note on stderr names them."""
+    outcomes = tmp_path / "o.csv"
+    outcomes.write_text("instance_id,outcome\nlocal,resolved\nelsewhere,failed\n")
+    summary = import_runs([RUNS / "public"], tmp_path / "out", outcomes=outcomes)
+    assert summary.runs_without_outcome == ["github_issue", "swe-agent__test-repo-i1"]
+    assert import_runs([RUNS / "public"], tmp_path / "out2").runs_without_outcome == []  # no outcomes given
+    done = CliRunner().invoke(main, ["runs", "import", str(RUNS / "public"), "--out", str(tmp_path / "out3"),
+                                     "--outcomes", str(outcomes)])
+    assert done.exit_code == 0 and done.stderr == (
+        "note: 2 run(s) have no outcome in --outcomes (their journals record none): github_issue, "
+        "swe-agent__test-repo-i1\n")
+    local = (tmp_path / "out3" / "local.jsonl").read_text().splitlines()[-1]
+    assert json.loads(local) == {"op": "record_outcome", "outcome": "resolved", "source": "outcomes file o.csv"}
