@@ -86,7 +86,9 @@ def test_the_readme_python_example_is_the_shipped_investigator_and_runs_from_any
     assert printed[-3:] == ["H1 abandoned_low_information_gain low_information_streak 5",
                             "H2 rejected its test passes: sell() charges the right price 29",
                             f"case folder: {tmp_path / 'BUG-20'}"]
-    assert printed[0] == "H1-0: 40 units left before, score 90, now investigating"
+    assert printed[0] == "H1-0: 40 units left before, score 90, information 90, now investigating"
+    # past its plan the agent repeats itself: the duplicate scores 90 but informs 0, so H1 is abandoned
+    assert printed[-4] == "H1-4: 15 units left before, score 90, information 0, now abandoned_low_information_gain"
 
 
 def test_the_journal_docs_example_runs_as_is(tmp_path):

@@ -58,8 +58,8 @@ def investigate(folder: Path) -> Case:
                 text = "\n".join(item["text"] for item in run.result["items"])
             score = assess(h, text)
             settled = budget.settle(h, action_id, score, "stand-in assessment")
-            print(f"{action_id}: {advice['remaining_units']} units left before, score {score}, "
-                  f"now {settled.state[h]['status']}")
+            print(f"{action_id}: {advice['remaining_units']} units left before, score {score}, information "
+                  f"{settled.action['information_score']}, now {settled.state[h]['status']}")
             if h == "H2" and "sell_uses_decimal_prices passed" in text:
                 budget.reject(h, "its test passes: sell() charges the right price")
         step += 1
