@@ -11,7 +11,7 @@ from ledger import BudgetResult, GateReading, LedgerError
 from ledger.ground.canonical import parse_json
 
 from ._common import UsageGroup, AT, CASE, JSON, RegularFile, Settings, pass_settings
-from ._output import emit_result
+from ._output import emit_result, warn
 
 @click.group(cls=UsageGroup)
 def budget() -> None:
@@ -37,8 +37,19 @@ def _budget_summary(result: BudgetResult, *, read: bool = False) -> list[str]:
 def _run_budget(settings: Settings, case: str, as_json: bool, call: Callable[[Any], BudgetResult], *,
                 read: bool = False) -> None:
     with settings.open(case) as opened:
-        result = call(opened.budget(settings.budget_config()))
+        manager = opened.budget(settings.budget_config())
+        result = call(manager)
+        changed = manager.policy_changed()
     emit_result(result.to_dict(), as_json, _budget_summary(result, read=read))
+    _warn_if_policy_changed(changed, result.revision)
+
+
+def _warn_if_policy_changed(changed: bool, revision: int) -> None:
+    """A read (or a repeated initialize) with a --config other than the frozen policy succeeds on
+    the frozen one: say so, as every change under that --config will be refused."""
+    if changed:
+        warn(f"warning: --config is not the policy frozen for revision {revision}: this used the frozen one, and "
+             "changes under this --config are refused (BUDGET_POLICY_CHANGED)")
 
 
 @budget.command("initialize")
@@ -188,8 +199,11 @@ def budget_grant(settings: Settings, case: str, hypothesis: str, units: int, rea
 
 def _run_read(settings: Settings, case: str, as_json: bool, call: Callable[[Any], GateReading]) -> None:
     with settings.open(case) as opened:
-        reading = call(opened.budget(settings.budget_config()))
+        manager = opened.budget(settings.budget_config())
+        reading = call(manager)
+        changed, revision = manager.policy_changed(), opened.status()["analysis_revision"]
     emit_result(reading.to_dict(), as_json, [f"{key}: {_plain(value)}" for key, value in reading.to_dict().items()])
+    _warn_if_policy_changed(changed, revision)
 
 
 def _plain(value: Any) -> str:

@@ -480,6 +480,25 @@ def test_a_query_stopped_at_its_time_limit_says_the_limit_in_the_unit_it_was_giv
         "timeout_ms=250 in Python)\n")
 
 
+def test_a_reading_under_a_config_other_than_the_frozen_policy_warns_which_policy_it_used(cli_case, tmp_path):
+    """cli_case froze the example policy (read_context costs 5); --config with another price still
+    reads at 5, and says so, where a change would be refused."""
+    c, other = str(cli_case), tmp_path / "other.toml"
+    other.write_text(EXAMPLE_BUDGET.read_text().replace('"source.read_context" = 5', '"source.read_context" = 7'))
+    assert '"source.read_context" = 7' in other.read_text()
+    warning = ("warning: --config is not the policy frozen for revision 1: this used the frozen one, and changes "
+               "under this --config are refused (BUDGET_POLICY_CHANGED)\n")
+    for args in (("budget", "check", c, "H1", "source.read_context"), ("budget", "price", c, "H1", "source.read_context"),
+                 ("budget", "advice", c, "H1"), ("budget", "remaining", c, "H1"), ("budget", "snapshot", c),
+                 ("budget", "initialize", c)):
+        done = run_cli("--config", str(other), *args)
+        assert (done.returncode, done.stderr.decode()) == (0, warning), args
+    assert "cost: 5" in ok("--config", str(other), "budget", "check", c, "H1", "source.read_context")
+    same = run_cli("--config", str(EXAMPLE_BUDGET), "budget", "check", c, "H1", "source.read_context")
+    assert (same.returncode, same.stderr) == (0, b"")
+    refused("BUDGET_POLICY_CHANGED", "--config", str(other), "budget", "reserve", c, "H1", "q1", "source.read_context")
+
+
 def test_the_case_status_prints_json_values_for_people(cli_case):
     lines = ok("state", str(cli_case)).splitlines()
     assert lines[2:5] == ["state: INVESTIGATING_HYPOTHESES", "analysis_revision: 1", "package_generation: 4"]
