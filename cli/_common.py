@@ -109,6 +109,11 @@ class LedgerGroup(UsageGroup):
         except LedgerError as exc:
             click.echo(f"error: {exc.code}: {one_line(exc.message)}", err=True)
             ctx.exit(exc.exit_code)
+        except click.NoSuchOption as exc:  # `ledger budget reserve … --config F`: say where it goes
+            if exc.option_name in {opt for param in ctx.command.params if not param.is_eager for opt in param.opts}:
+                exc.message = (f"{exc.message.rstrip('.')} here: it is a global option, given before the "
+                               f"command (ledger {exc.option_name} … COMMAND …).")
+            raise
         except OutputError as exc:
             _output_failed(exc.cause, exc.done)
             ctx.exit(1)

@@ -7,11 +7,11 @@ from typing import Any, Callable
 
 import click
 
-from ledger import BudgetResult, GateReading
+from ledger import BudgetResult, GateReading, LedgerError
 from ledger.ground.canonical import parse_json
 
 from ._common import UsageGroup, AT, CASE, JSON, RegularFile, Settings, pass_settings
-from ._output import emit_result
+from ._output import emit_result, warn
 
 @click.group(cls=UsageGroup)
 def budget() -> None:
@@ -37,8 +37,19 @@ def _budget_summary(result: BudgetResult, *, read: bool = False) -> list[str]:
 def _run_budget(settings: Settings, case: str, as_json: bool, call: Callable[[Any], BudgetResult], *,
                 read: bool = False) -> None:
     with settings.open(case) as opened:
-        result = call(opened.budget(settings.budget_config()))
+        manager = opened.budget(settings.budget_config())
+        result = call(manager)
+        changed = manager.policy_changed()
     emit_result(result.to_dict(), as_json, _budget_summary(result, read=read))
+    _warn_if_policy_changed(changed, result.revision)
+
+
+def _warn_if_policy_changed(changed: bool, revision: int) -> None:
+    """A read (or a repeated initialize) with a --config other than the frozen policy succeeds on
+    the frozen one: say so, as every change under that --config will be refused."""
+    if changed:
+        warn(f"warning: --config is not the policy frozen for revision {revision}: this used the frozen one, and "
+             "changes under this --config are refused (BUDGET_POLICY_CHANGED)")
 
 
 @budget.command("initialize")
@@ -47,7 +58,11 @@ def _run_budget(settings: Settings, case: str, as_json: bool, call: Callable[[An
 @JSON
 @pass_settings
 def budget_initialize(settings: Settings, case: str, at: str | None, as_json: bool) -> None:
-    """Open one account per hypothesis and freeze the policy (--config, else the previous one)."""
+    """Open one account per hypothesis and freeze the policy.
+
+    The policy is --config, else the previous revision's, else the built-in defaults (every
+    action costs 10 units; the example policy is config/budget.example.toml in the repository).
+    """
     _run_budget(settings, case, as_json, lambda b: b.initialize(at=at))
 
 
@@ -79,13 +94,28 @@ def budget_reserve(settings: Settings, case: str, hypothesis: str, action_id: st
 def budget_record(settings: Settings, case: str, hypothesis: str, action_id: str, evidence_text: str | None,
                   evidence_file: Any, source_refs: tuple[str, ...], cost_usd_millicents: int | None,
                   at: str | None, as_json: bool) -> None:
-    """Store the evidence an action returned (novelty is computed now, refund at settle)."""
+    """Store the evidence an action returned (novelty is computed now, refund at settle).
+
+    Evidence that is not valid JSON is INVALID_JSON naming the option (and the file):
+    '--evidence-file (ev.json): not valid JSON: ...'.
+    """
     if (evidence_text is None) == (evidence_file is None):
         raise click.UsageError("give exactly one of --evidence and --evidence-file")
-    evidence = parse_json(evidence_text if evidence_text is not None else evidence_file.read())
+    evidence = _evidence_json(evidence_text, evidence_file)
     _run_budget(settings, case, as_json,
                 lambda b: b.record_result(hypothesis, action_id, evidence, list(source_refs),
                                           cost_usd_millicents=cost_usd_millicents, at=at))
+
+
+def _evidence_json(text: str | None, handle: Any) -> Any:
+    """--evidence or --evidence-file as JSON; ``INVALID_JSON`` names the option (and the file)."""
+    name = getattr(handle, "name", None)
+    where = "--evidence" if text is not None else \
+        f"--evidence-file ({'standard input' if name in (None, '<stdin>', 0) else name})"
+    try:
+        return parse_json(text if text is not None else handle.read())
+    except LedgerError as exc:
+        raise LedgerError(exc.code, f"{where}: {exc.message}", **exc.details) from None
 
 
 @budget.command("record-evidence")
@@ -169,8 +199,11 @@ def budget_grant(settings: Settings, case: str, hypothesis: str, units: int, rea
 
 def _run_read(settings: Settings, case: str, as_json: bool, call: Callable[[Any], GateReading]) -> None:
     with settings.open(case) as opened:
-        reading = call(opened.budget(settings.budget_config()))
+        manager = opened.budget(settings.budget_config())
+        reading = call(manager)
+        changed, revision = manager.policy_changed(), opened.status()["analysis_revision"]
     emit_result(reading.to_dict(), as_json, [f"{key}: {_plain(value)}" for key, value in reading.to_dict().items()])
+    _warn_if_policy_changed(changed, revision)
 
 
 def _plain(value: Any) -> str:

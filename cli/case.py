@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import click
 
 from ledger import Case
@@ -66,4 +68,5 @@ def state(settings: Settings, case: str, to: str | None, at: str | None, as_json
         if at is not None:
             raise click.UsageError("--at sets the time of a transition; give NEW_STATE or leave --at out")
         status = opened.status()
-    emit_result(status, as_json, [f"{k}: {v}" for k, v in status.items()])
+    # text as it is, anything else as JSON (null, not Python's None), as the budget readings print
+    emit_result(status, as_json, [f"{k}: {v if isinstance(v, str) else json.dumps(v)}" for k, v in status.items()])

@@ -69,7 +69,12 @@ def _summary(result: EvidenceResult) -> list[str]:
 @pass_settings
 def evidence_store(settings: Settings, case: str, request: Any, reply: Any, iteration_id: str,
                    at: str | None, as_json: bool) -> None:
-    """Verify REPLY (JSON file, '-' for stdin) against a recomputation of REQUEST and publish it."""
+    """Verify REPLY (JSON file, '-' for stdin) against a recomputation of REQUEST and publish it.
+
+    Standard input can be read once: '-' for both REQUEST and REPLY is a usage error (exit 2). A
+    file that is not valid JSON is INVALID_JSON naming the argument and the file (REPLY
+    (reply.json): ...).
+    """
     if request is reply:  # click hands out one standard input for both '-'
         raise click.UsageError("REQUEST and REPLY cannot both be '-': standard input can be read only once; "
                                "give at least one of them as a file")
@@ -83,7 +88,8 @@ def evidence_store(settings: Settings, case: str, request: Any, reply: Any, iter
 @CASE
 @click.argument("request", type=RegularFile())
 @click.option("--iteration", "iteration_id", default="query", show_default=True,
-              help="The batch's case-wide iteration id (needed with --store).")
+              help="The batch's case-wide iteration id: with --store, give each stored batch its own "
+                   "(the default serves one).")
 @click.option("--store", is_flag=True, help="Also store the reply as verified evidence.")
 @AT
 @JSON
@@ -215,7 +221,11 @@ def feedback_confirm(settings: Settings, case: str, feedback_id: str, at: str | 
 def feedback_store(settings: Settings, case: str, operation_id: str, feedback_id: str | None, at: str | None,
                    as_json: bool) -> None:
     """Publish confirmed FEEDBACK_ID (default: the test's confirmed draft) as an evidence record bound to
-    the test of OPERATION_ID."""
+    the test of OPERATION_ID.
+
+    'ledger budget record-evidence' then feeds the record to the test's action, which can then be
+    settled.
+    """
     with settings.open(case) as opened:
         result = opened.evidence().store_feedback(operation_id, feedback_id, at=at)
     emit_result(result.to_dict(), as_json, _summary(result))

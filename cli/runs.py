@@ -63,6 +63,10 @@ def import_command(paths: tuple[str, ...], out: str, fmt: str, outcomes: str | N
     else:
         skipped = ", ".join(f"{n} {why}" for why, n in result["skipped"].items()) or "none"
         echo(one_line(f"imported {summary.runs} runs, {summary.steps} steps into {out}; turns skipped: {skipped}"))
+    if summary.runs_without_outcome:  # an outcomes file whose run ids do not match, say
+        missing = summary.runs_without_outcome
+        warn(f"note: {len(missing)} run(s) have no outcome in --outcomes (their journals record none): "
+             f"{', '.join(missing[:10])}{f' and {len(missing) - 10} more' if len(missing) > 10 else ''}")
     for error in summary.errors:  # a file name or a reason may hold a terminal escape: shown escaped
         warn(f"error: {error['file']}: {error['reason']}")
     if summary.errors:

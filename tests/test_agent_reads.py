@@ -133,6 +133,19 @@ def test_advice_on_a_pending_or_terminal_account_is_not_investigable(busy):
     assert (rejected["investigable"], rejected["status"], rejected["tier"]) == (False, "rejected", "deferred")
 
 
+def test_the_reads_describe_the_accounts_not_the_case_state_which_reserve_still_checks(busy):
+    """docs/investigator.md: in EVALUATING (as in BLOCKED or CLOSED) check and advice answer for the
+    account as it stands, and the reservation they allow is refused with CASE_STATE."""
+    budget = busy.budget()
+    busy.transition("EVALUATING", at=T0)
+    assert budget.check("H1", "source.read_context")["allowed"] is True
+    assert budget.advice("H1")["investigable"] is True
+    generation = busy.status()["package_generation"]
+    with pytest.raises(LedgerError) as refused:
+        budget.reserve("H1", "late", "source.read_context", at=T0)
+    assert refused.value.code == "CASE_STATE" and busy.status()["package_generation"] == generation
+
+
 def test_advice_of_an_unknown_hypothesis_is_refused(busy):
     with pytest.raises(LedgerError) as refused:
         busy.budget().advice("H9")

@@ -386,6 +386,21 @@ def test_open_hands_the_address_to_the_web_browser_once_it_listens(demo):
     assert server.returncode == 0 and out.strip() == "stopped", err
 
 
+def test_open_without_a_web_browser_says_so_and_serves_on(demo):
+    """A machine without a browser (a server, no display; here one that fails to start): the
+    address is still served and a line says to open it by hand."""
+    server, url = _start(demo, "--open", env={"BROWSER": "false"})
+    try:
+        said = server.stdout.readline().strip()
+        assert said == "no web browser could be opened here: open the address above yourself"
+        with urllib.request.urlopen(url, timeout=30) as answer:
+            assert answer.status == 200
+    finally:
+        os.kill(server.pid, signal.SIGINT)
+        out, err = server.communicate(timeout=30)
+    assert server.returncode == 0 and out.strip() == "stopped", err
+
+
 def test_a_case_without_budget_events_is_served_and_its_picture_says_so(tmp_path):
     path = make_package(tmp_path / "fresh")
     Case.create(path, case_id="FRESH-1", at=T0).close()

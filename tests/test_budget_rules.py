@@ -682,3 +682,19 @@ def test_policy_changed_tells_a_manager_its_config_differs_from_the_frozen_polic
     assert other.initialize().reused is True  # a repeat is a replay: policies are not compared
     assert other.policy_changed() is True
     assert case.budget(example_policy).policy_changed() is False and case.budget().policy_changed() is False
+
+
+def test_settling_a_plain_action_before_its_result_names_both_ways_to_record_one(tmp_path):
+    """RESULT_MISSING on a plain action names record_result and record_evidence (a router
+    result comes through record_evidence), and writes nothing."""
+    case = start_case(make_package(tmp_path / "pkg"))
+    budget = case.budget()
+    budget.initialize()
+    budget.reserve("H1", "a1", "source.read_context")
+    before = case.status()["package_generation"]
+    with pytest.raises(LedgerError) as early:
+        budget.settle("H1", "a1", 50, "too early")
+    assert (early.value.code, early.value.message) == (
+        RESULT_MISSING, "H1/a1 has no recorded result to assess; record_result or record_evidence first")
+    assert case.status()["package_generation"] == before
+    case.close()

@@ -429,6 +429,82 @@ def test_a_case_argument_naming_a_file_inside_the_case_asks_for_the_case_folder(
     assert "is a file: give the case folder" in err and f"the case folder holding it is {cli_case}" in err
 
 
+def test_budget_record_json_refusals_name_the_option_and_the_file(cli_case, tmp_path):
+    """Like REQUEST and REPLY of ``evidence store``, bad evidence JSON says where it came from."""
+    c = str(cli_case)
+    ok("budget", "reserve", c, "H1", "q1", "source.read_context")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{bad")
+    before = logical_dump(cli_case / "ledger.sqlite")
+    assert refused("INVALID_JSON", "budget", "record", c, "H1", "q1", "--evidence", '{"a":') == (
+        "error: INVALID_JSON: --evidence: not valid JSON: Expecting value: line 1 column 6 (char 5)\n")
+    assert refused("INVALID_JSON", "budget", "record", c, "H1", "q1", "--evidence-file", str(bad)) == (
+        f"error: INVALID_JSON: --evidence-file ({bad}): not valid JSON: Expecting property name enclosed in "
+        "double quotes: line 1 column 2 (char 1)\n")
+    assert refused("INVALID_JSON", "budget", "record", c, "H1", "q1", "--evidence-file", "-", stdin=b"[") == (
+        "error: INVALID_JSON: --evidence-file (standard input): not valid JSON: Expecting value: line 1 column 2 "
+        "(char 1)\n")
+    assert refused("INVALID_JSON", "budget", "record", c, "H1", "q1", "--evidence", '{"a": NaN}') == (
+        "error: INVALID_JSON: --evidence: NaN at $.a is not JSON\n")
+    assert logical_dump(cli_case / "ledger.sqlite") == before
+
+
+def test_a_global_option_after_the_command_is_a_usage_error_that_says_where_it_goes(cli_case):
+    c = str(cli_case)
+    for args, option in [(("budget", "reserve", c, "H1", "q1", "source.read_context", "--config", "b.toml"), "--config"),
+                         (("balances", c, "--actor=me"), "--actor"),
+                         (("evidence", "feedback", "confirm", c, "F000001", "--analysis-config", "a.toml"),
+                          "--analysis-config")]:
+        err = refused("", *args, status=2)
+        assert err.endswith(f"Error: No such option '{option}' here: it is a global option, given before the "
+                            f"command (ledger {option} … COMMAND …).\n"), err
+    version = refused("", "balances", c, "--version", status=2)  # eager: only before a command anyway
+    assert "Error: No such option '--version'." in version and "global option" not in version
+    other = refused("", "balances", c, "--jsn", status=2)  # any other unknown option: click's own message
+    assert "Error: No such option '--jsn'." in other and "global option" not in other
+
+
+def test_apply_to_a_folder_without_a_case_names_create_and_makes_nothing(tmp_path):
+    journal = tmp_path / "j.jsonl"
+    journal.write_text('{"op": "initialize"}\n')
+    err = refused("LEDGER_MISSING", "apply", str(tmp_path / "new"), str(journal))
+    assert err == (f"error: LEDGER_MISSING: no case at {tmp_path / 'new'} (no ledger.sqlite); create one with "
+                   "'ledger init', or let the journal create it ('ledger apply CASE JOURNAL --create CASE_ID')\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["j.jsonl"]
+
+
+def test_a_query_stopped_at_its_time_limit_says_the_limit_in_the_unit_it_was_given(cli_case):
+    endless = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c"
+    assert refused("INVALID_ARGUMENT", "sql", str(cli_case), endless, "--timeout", "0.25") == (
+        "error: INVALID_ARGUMENT: query stopped at its time limit, 0.25 s (ledger sql --timeout SECONDS; "
+        "timeout_ms=250 in Python)\n")
+
+
+def test_a_reading_under_a_config_other_than_the_frozen_policy_warns_which_policy_it_used(cli_case, tmp_path):
+    """cli_case froze the example policy (read_context costs 5); --config with another price still
+    reads at 5, and says so, where a change would be refused."""
+    c, other = str(cli_case), tmp_path / "other.toml"
+    other.write_text(EXAMPLE_BUDGET.read_text().replace('"source.read_context" = 5', '"source.read_context" = 7'))
+    assert '"source.read_context" = 7' in other.read_text()
+    warning = ("warning: --config is not the policy frozen for revision 1: this used the frozen one, and changes "
+               "under this --config are refused (BUDGET_POLICY_CHANGED)\n")
+    for args in (("budget", "check", c, "H1", "source.read_context"), ("budget", "price", c, "H1", "source.read_context"),
+                 ("budget", "advice", c, "H1"), ("budget", "remaining", c, "H1"), ("budget", "snapshot", c),
+                 ("budget", "initialize", c)):
+        done = run_cli("--config", str(other), *args)
+        assert (done.returncode, done.stderr.decode()) == (0, warning), args
+    assert "cost: 5" in ok("--config", str(other), "budget", "check", c, "H1", "source.read_context")
+    same = run_cli("--config", str(EXAMPLE_BUDGET), "budget", "check", c, "H1", "source.read_context")
+    assert (same.returncode, same.stderr) == (0, b"")
+    refused("BUDGET_POLICY_CHANGED", "--config", str(other), "budget", "reserve", c, "H1", "q1", "source.read_context")
+
+
+def test_the_case_status_prints_json_values_for_people(cli_case):
+    lines = ok("state", str(cli_case)).splitlines()
+    assert lines[2:5] == ["state: INVESTIGATING_HYPOTHESES", "analysis_revision: 1", "package_generation: 4"]
+    assert lines[-2:] == ["outcome: null", "outcome_source: null"]
+
+
 def test_budget_readings_print_json_values_for_people(cli_case):
     out = ok("budget", "check", str(cli_case), "H1", "source.read_context")
     assert "allowed: true" in out and "tier: full" in out and "True" not in out

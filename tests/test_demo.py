@@ -68,3 +68,25 @@ def test_demo_refuses_a_symlink_and_configs_records_the_actor_and_removes_builds
     with Case.open(tmp_path / "d1") as case:
         actors = {json.loads(row["body"])["actor"] for row in case.events(0, with_body=True)}
     assert actors == {"bob"}
+
+
+def test_a_demo_that_cannot_be_built_names_the_folder_given_not_its_hidden_build_folder(tmp_path):
+    from ledger import run_demo
+
+    (tmp_path / "a-file").write_text("not a folder")
+    target = tmp_path / "a-file" / "demo"
+    with pytest.raises(LedgerError) as refused:
+        run_demo(target, echo=lambda text: None)
+    assert (refused.value.code, refused.value.message) == (
+        INVALID_ARGUMENT, f"cannot create a case at {target}: Not a directory ({target})")
+
+
+def test_a_demo_goes_into_any_folder_name_the_file_system_takes(tmp_path):
+    """Its hidden build folder keeps 40 characters of the name, so a long name (here 240 bytes, 255
+    is the limit) does not become one too long to create."""
+    from ledger import run_demo
+
+    for name in ("d" * 240, "é" * 120):
+        path, _, verified = run_demo(tmp_path / name, echo=lambda text: None)
+        assert (path.name, verified.events) == (name, 56)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["d" * 240, "é" * 120])

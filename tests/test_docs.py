@@ -86,7 +86,9 @@ def test_the_readme_python_example_is_the_shipped_investigator_and_runs_from_any
     assert printed[-3:] == ["H1 abandoned_low_information_gain low_information_streak 5",
                             "H2 rejected its test passes: sell() charges the right price 29",
                             f"case folder: {tmp_path / 'BUG-20'}"]
-    assert printed[0] == "H1-0: 40 units left before, score 90, now investigating"
+    assert printed[0] == "H1-0: 40 units left before, score 90, information 90, now investigating"
+    # past its plan the agent repeats itself: the duplicate scores 90 but informs 0, so H1 is abandoned
+    assert printed[-4] == "H1-4: 15 units left before, score 90, information 0, now abandoned_low_information_gain"
 
 
 def test_the_journal_docs_example_runs_as_is(tmp_path):
@@ -282,3 +284,43 @@ def test_no_install_hint_names_a_package_the_index_does_not_have():
     """case-ledger is installed from a clone (``pip install '.[EXTRA]'``): no README, docs page,
     help text or message tells a user to ``pip install 'case-ledger[EXTRA]'``."""
     assert [where for where, text in _user_facing_texts() if "case-ledger[" in text] == []
+
+
+def test_the_cli_reference_is_every_commands_own_help_text(monkeypatch):
+    """docs/cli.md is what ``python tools/cli_reference.py`` writes from the commands' help (its
+    introduction kept): a command, option or help text changed without rewriting the page fails."""
+    import importlib.util
+
+    monkeypatch.setenv("COLUMNS", "80")  # click wraps help at the terminal's width, at most 80
+    spec = importlib.util.spec_from_file_location("cli_reference", REPO / "tools" / "cli_reference.py")
+    reference = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(reference)
+    assert reference.render() == doc("cli.md"), "docs/cli.md is stale: run python tools/cli_reference.py"
+
+
+def test_the_evidence_page_examples_run_as_printed(tmp_path):
+    """docs/evidence.md's two Python blocks, one after the other, on a case with a budget and the
+    file they read: a router result and a human test, both settled."""
+    package = tmp_path / "cases" / "BUG-20"
+    (package / "sources").mkdir(parents=True)
+    (package / "sources" / "app.py").write_text("def add(a, b):\n    return a - b\n", encoding="utf-8")
+    with Case.create(package, case_id="BUG-20") as case:
+        case.open_revision([{"statement": "add() subtracts"}, {"statement": "the test is wrong"}], 100)
+        case.transition("INVESTIGATING_HYPOTHESES")
+        case.budget().initialize()
+    code = "".join(re.findall(r"```python\n(.*?)```", doc("evidence.md"), flags=re.DOTALL))
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    with Case.open(package) as case:
+        actions = [(a["action_id"], a["action"], a["status"], a["novelty_score"]) for a in case.actions()]
+    assert actions == [("q1", "source.read_context", "settled", 100), ("t1", "test.human", "settled", 100)]
+
+
+def test_every_test_file_and_test_the_docs_name_exists():
+    """A page that says where a promise is tested names a file (and test) that is there."""
+    for where, text in [("README.md", README), *((f"docs/{p.name}", p.read_text(encoding="utf-8"))
+                                                 for p in sorted(DOCS.glob("*.md")))]:
+        for path, test in re.findall(r"\b(tests/[\w/]+\.py)(?:::(\w+))?", text):
+            assert (REPO / path).is_file(), f"{where} names {path}, which does not exist"
+            if test and not test.endswith("_"):
+                assert f"def {test}" in (REPO / path).read_text(encoding="utf-8"), f"{where} names {path}::{test}"

@@ -637,3 +637,17 @@ def test_every_at_is_checked_even_when_nothing_is_stored(case, tmp_path, at):
     file.write_text(json.dumps(request))
     done = CliRunner().invoke(cli_main, ["evidence", "query", path, str(file), "--at", at])
     assert done.exit_code == 1 and done.stderr.startswith("error: INVALID_ARGUMENT: 'at'")
+
+
+def test_a_second_batch_under_one_iteration_id_is_refused_saying_to_give_a_new_one(case):
+    """The CLI's `evidence query --store` uses the iteration id `query` unless told: a second batch
+    there conflicts, and the message says what to do; the batch under a new id is stored."""
+    store(case, "query", read("op-1", "H1", "q1", 1, 1))
+    generation = case.status()["package_generation"]
+    with pytest.raises(LedgerError) as refused:
+        store(case, "query", read("op-2", "H1", "q2", 2, 2), close=False)
+    assert (refused.value.code, refused.value.message.split(": ", 1)[1]) == (
+        OPERATION_CONFLICT, "iteration query holds another batch; give this one a new iteration id")
+    assert case.status()["package_generation"] == generation + 1  # only q2's reservation
+    assert case.evidence().query("query-2", {"actions": [read("op-2", "H1", "q2", 2, 2)]}, True).records[0][
+        "record_id"] == "E000002"

@@ -149,6 +149,23 @@ def test_export_import_export_is_byte_identical(exported, tmp_path):
     assert history(tmp_path / "copy") == history(exported)
 
 
+def test_import_onto_a_case_that_has_its_ledger_names_the_way_to_a_new_folder(exported):
+    with pytest.raises(LedgerError) as refused:
+        import_tree(exported)
+    assert (refused.value.code, refused.value.message) == ("CASE_EXISTS", (
+        f"{exported} already has a ledger.sqlite; import into a new folder ('ledger import DIR --to NEW_CASE', "
+        "to= in Python)"))
+
+
+def test_import_goes_into_any_folder_name_the_file_system_takes(exported, tmp_path):
+    """Its hidden build folder keeps 40 characters of the target's name, so a long name (240
+    bytes; 255 is the limit) does not become one too long to create."""
+    for name in ("c" * 240, "é" * 120):
+        assert import_tree(exported, tmp_path / name).head_seq == 13
+        assert tree(tmp_path / name) == tree(exported)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["case", "c" * 240, "é" * 120])  # no build left
+
+
 def test_import_restores_a_lost_ledger_in_place(exported):
     original = logical_dump(exported / "ledger.sqlite")
     (exported / "ledger.sqlite").unlink()

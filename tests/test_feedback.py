@@ -106,6 +106,26 @@ def test_drafts_are_not_evidence_and_confirmation_resumes_a_blocked_case(case):
     assert draft_only.value.code == FEEDBACK_NOT_CONFIRMED
 
 
+def test_settling_a_test_before_its_result_names_the_way_its_result_comes(case):
+    """A requested test takes its result only through its stored feedback: RESULT_MISSING says so
+    (record_result, the way of a plain action, is refused on it), before and after the store."""
+    submitted_and_blocked(case)
+    case.evidence().confirm_feedback("F000001")
+    budget = case.budget()
+    for step in ("before the store", "after the store"):
+        with pytest.raises(LedgerError) as early:
+            budget.settle("H1", "t1", 90, "too early")
+        assert (early.value.code, early.value.message) == ("RESULT_MISSING", (
+            "H1/t1 has no recorded result to assess; store the confirmed feedback of its test (operation "
+            "test-1), then record_evidence of that record first")), step
+        case.evidence().store_feedback("test-1", "F000001")
+    budget.request_test("H2", "t2", "automated", "test-2")
+    with pytest.raises(LedgerError, match="its test \\(operation test-2\\)"):
+        budget.settle("H2", "t2", 90, "too early")
+    budget.record_evidence("H1", "t1", "E000001")
+    assert budget.settle("H1", "t1", 90, "reproduced").action["status"] == "settled"
+
+
 def test_stored_feedback_is_one_atom_and_feeds_the_budget(case):
     submitted_and_blocked(case)
     case.evidence().confirm_feedback("F000001")

@@ -272,3 +272,36 @@ def test_an_action_settled_inside_its_block_stays_settled(case, investigator):
         act.record({"passed": True})
         act.settle(40, "assessed at once")
     assert act.failed is None and case.actions()[0]["status"] == "settled"
+
+
+# --- the example loop -----------------------------------------------------------------------------
+def _run_example(folder, cwd):
+    return subprocess.run([sys.executable, "-m", "ledger.examples.investigator", str(folder)], cwd=cwd,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_the_example_loop_refuses_a_folder_that_already_holds_its_case_and_changes_nothing(tmp_path):
+    assert _run_example(tmp_path, tmp_path).returncode == 0
+    ledger_bytes = (tmp_path / "BUG-20" / "ledger.sqlite").read_bytes()
+    again = _run_example(tmp_path, tmp_path)
+    assert (again.returncode, again.stdout) == (1, "")
+    assert again.stderr == f"error: {tmp_path / 'BUG-20'} already exists: name another folder\n"
+    assert (tmp_path / "BUG-20" / "ledger.sqlite").read_bytes() == ledger_bytes
+
+
+def test_the_example_loop_names_a_folder_it_cannot_use_without_a_traceback(tmp_path):
+    (tmp_path / "a-file").write_text("not a folder")
+    (tmp_path / "BUG-20").mkdir()  # an empty folder of that name is a case that exists too
+    for folder, says in [(tmp_path / "a-file", "Not a directory"), (tmp_path, "already exists")]:
+        done = _run_example(folder, tmp_path)
+        assert done.returncode == 1 and done.stderr.startswith("error: ") and says in done.stderr
+        assert "Traceback" not in done.stderr
+
+
+def test_the_example_loop_answers_help_with_its_usage_and_makes_no_folder(tmp_path):
+    for option in ("--help", "-h"):
+        done = subprocess.run([sys.executable, "-m", "ledger.examples.investigator", option], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0 and done.stderr == ""
+        assert "python -m ledger.examples.investigator [FOLDER]" in done.stdout
+    assert list(tmp_path.iterdir()) == []

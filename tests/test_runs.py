@@ -226,6 +226,19 @@ def test_a_run_id_that_is_not_a_plain_file_name_is_refused_and_nothing_is_writte
     assert sorted(p.name for p in (tmp_path / "deep").iterdir()) == ["out"]
 
 
+def test_a_run_id_over_128_characters_is_refused_with_its_length_and_the_rule(tmp_path):
+    data = json.loads(gzip.decompress(RAW_FILES[0].read_bytes()))
+    for run, ok in (("r" * 128, True), ("r" * 129, False)):
+        (tmp_path / "t.traj.json").write_text(json.dumps({**data, "instance_id": run}), encoding="utf-8")
+        summary = import_runs([tmp_path / "t.traj.json"], tmp_path / "out")
+        assert summary.runs == (1 if ok else 0)
+        if not ok:
+            assert summary.errors[0]["reason"] == (
+                f"run id {'r' * 80!r}… (129 characters) is not a plain file name: 1 to 128 letters, digits, "
+                "'.', '_', '-', the first a letter or digit")
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["r" * 128 + ".jsonl"]
+
+
 def test_two_inputs_with_the_same_run_id_import_the_first_and_name_the_second(tmp_path):
     summary = import_runs([RAW_FILES[0], RAW_FILES[0]], tmp_path / "out")
     assert summary.runs == 1 and "already imported" in summary.errors[0]["reason"]
@@ -277,7 +290,8 @@ def test_cli_summary_json_and_no_progress_bar_off_a_terminal(tmp_path):
                                      "--json"])
     assert done.exit_code == 0 and done.stderr == ""
     assert json.loads(done.stdout) == {"runs": 1, "steps": 4, "skipped": {"no bash block": 1}, "errors": [],
-                                       "journals": [str(tmp_path / "toolcall-demo-1.jsonl")]}
+                                       "journals": [str(tmp_path / "toolcall-demo-1.jsonl")],
+                                       "runs_without_outcome": []}
     usage = CliRunner().invoke(main, ["runs", "import", str(RUNS), "--out", str(tmp_path), "--format", "nope"])
     assert usage.exit_code == 2
     missing = CliRunner().invoke(main, ["runs", "import", str(tmp_path / "nothing"), "--out", str(tmp_path)])
@@ -331,3 +345,18 @@ def test_runs_import_shows_terminal_escapes_in_file_names_escaped(tmp_path):
     assert "\x1b" not in done.stdout and "\x07" not in done.stdout
     assert "\x1b" not in done.stderr and "\x07" not in done.stderr
     assert "x\\x1b]0;pwn\\x07y.traj.json: " in done.stderr and "ok\\x1b[2J.traj.json: run id" in done.stderr
+def test_runs_the_outcomes_file_does_not_name_are_listed_and_noted(tmp_path):
+    """An outcomes file whose run ids do not match the runs (another benchmark's, say) is not
+    silent: the summary lists those runs and a note on stderr names them."""
+    outcomes = tmp_path / "o.csv"
+    outcomes.write_text("instance_id,outcome\nlocal,resolved\nelsewhere,failed\n")
+    summary = import_runs([RUNS / "public"], tmp_path / "out", outcomes=outcomes)
+    assert summary.runs_without_outcome == ["github_issue", "swe-agent__test-repo-i1"]
+    assert import_runs([RUNS / "public"], tmp_path / "out2").runs_without_outcome == []  # no outcomes given
+    done = CliRunner().invoke(main, ["runs", "import", str(RUNS / "public"), "--out", str(tmp_path / "out3"),
+                                     "--outcomes", str(outcomes)])
+    assert done.exit_code == 0 and done.stderr == (
+        "note: 2 run(s) have no outcome in --outcomes (their journals record none): github_issue, "
+        "swe-agent__test-repo-i1\n")
+    local = (tmp_path / "out3" / "local.jsonl").read_text().splitlines()[-1]
+    assert json.loads(local) == {"op": "record_outcome", "outcome": "resolved", "source": "outcomes file o.csv"}

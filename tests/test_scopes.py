@@ -506,6 +506,23 @@ def test_a_delegate_raising_its_own_limit_or_granting_itself_units_is_denied_and
     assert logical_dump(package / "ledger.sqlite") == before
 
 
+def test_a_change_without_the_previous_establishment_seq_names_the_seq_to_give(package):
+    """The conflict of a re-establishment that leaves causation_seq out (or names an older one)
+    says which causation_seq changes the limits, and writes nothing."""
+    case = _ready(package)
+    scopes = case.scopes()
+    first = scopes.establish("case", {"units": 50}, "lead")
+    second = scopes.establish("case", {"units": 60}, "lead", causation_seq=first.seq)
+    generation = case.status()["package_generation"]
+    for causation, applied in ((None, first.seq), (first.seq, second.seq)):
+        refused = _refused(scopes.establish, "case", {"units": 70}, "lead", causation_seq=causation)
+        assert (refused.code, refused.message) == ("OPERATION_CONFLICT", (
+            f"operation 0:establish:case:{causation or 0} was already applied at seq {applied} with different "
+            f"inputs; to change case's limits, its issuer gives causation_seq {second.seq} (the seq of its newest "
+            "establishment)"))
+    assert case.status()["package_generation"] == generation
+
+
 def test_changes_need_the_previous_establishment_seq(package):
     case = _ready(package)
     scopes = case.scopes()

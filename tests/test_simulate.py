@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -280,6 +281,18 @@ def test_cli_bad_vary_is_a_usage_error_naming_it(vary_spec, named):
     assert done.exit_code == 2 and "--vary" in done.stderr and named in done.stderr
 
 
+def test_a_note_names_ten_runs_and_counts_the_rest():
+    """One journal simulated with the whole outcomes file: 99 runs have no journal; the note names
+    the first ten (in the file's order) and counts the others, on one line."""
+    done = CliRunner().invoke(main, ["simulate", str(DATA / "django__django-11206.jsonl"), "--outcomes",
+                                     str(OUTCOMES), "--csv", "--jobs", "1"])
+    assert done.exit_code == 0
+    listed = [row.split(",")[0] for row in OUTCOMES.read_text().splitlines()[1:]]
+    others = [run for run in listed if run != "django__django-11206"]
+    assert done.stderr.splitlines() == [
+        f"note: 99 run(s) in --outcomes have no journal: {', '.join(others[:10])} and 89 more"]
+
+
 def test_cli_reports_outcomes_without_journal_and_journals_without_outcome(tmp_path):
     outcomes = tmp_path / "o.csv"
     outcomes.write_text("instance_id,outcome\ndjango__django-11206,resolved\nghost-run,failed\n")
@@ -320,6 +333,25 @@ def test_cli_plot_draws_an_svg_labelled_by_policy(tmp_path):
     assert done.exit_code == 0
     svg = target.read_text()
     assert svg.startswith("<?xml") and "example (base)" in svg and "max_low_information_steps=4" in svg
+
+
+def test_policies_with_the_same_figures_share_one_point_with_every_name_readable(tmp_path):
+    """Two policies that refuse the same steps (the base and ``novelty_mode=evidence``, say) get one
+    marker whose label names both, one per line, instead of two labels printed over each other."""
+    pytest.importorskip("matplotlib")
+
+    def row(name, refused, stopped):
+        return {"name": name, "steps": 100, "steps_refused": refused, "runs": 10, "runs_abandoned": stopped,
+                "runs_exhausted": 0}
+
+    target = plot_tradeoff([row("example", 14, 2), row("novelty_mode=evidence", 14, 2),
+                            row("novelty_mode=atoms", 43, 7)], tmp_path / "same.svg")
+    svg = target.read_text()
+    assert re.findall(r'id="(PathCollection_\d+)"', svg) == ["PathCollection_1", "PathCollection_2"]
+    labels = [text for text in re.findall(r"<!-- (.*?) -->", svg) if "example" in text or "mode" in text]
+    assert labels == ["example (base)", "novelty_mode=evidence", "novelty_mode=atoms"]
+    # the shared point is the base's red star, drawn once; the other point is blue
+    assert [svg.count("style=\"fill: #d62728"), svg.count("style=\"fill: #1f77b4")] == [1, 1]
 
 
 def test_cli_missing_journal_and_bad_policy_file(tmp_path):

@@ -26,7 +26,7 @@ def render() -> str:
     intro = PAGE.read_text(encoding="utf-8").split("\n## ", 1)[0].rstrip() + "\n"
     parts = [intro]
     for path, command in commands(main):
-        with click.Context(command, info_name=path) as ctx:
+        with click.Context(command, info_name=path, terminal_width=78) as ctx:  # as on an 80-column terminal
             text = command.get_help(ctx)
         parts.append(f"\n## `{path}`\n\n```text\n{text}\n```\n")
     return "".join(parts)

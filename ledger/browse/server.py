@@ -143,8 +143,8 @@ def serve_cases(paths: Sequence[str | os.PathLike[str]], host: str = "127.0.0.1"
     server = uvicorn.Server(uvicorn.Config(datasette.app(), log_level="warning", lifespan="on"))
     names = ", ".join(name for name in datasette.databases if name in _OURS[datasette])
     echo(f"serving {names} read-only at {url} (Ctrl-C stops)")
-    if open_browser:
-        webbrowser.open(url)
+    if open_browser and not webbrowser.open(url):  # no browser here (a server without a display, say)
+        echo("no web browser could be opened here: open the address above yourself")
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _stop) if in_main else None
     try:  # uvicorn shuts down on SIGINT/SIGTERM, then raises the signal again: both end here

@@ -13,7 +13,7 @@ import tempfile
 from importlib.resources import files
 from pathlib import Path
 
-from ledger import BudgetConfig, Case
+from ledger import BudgetConfig, Case, LedgerError
 
 HYPOTHESES = ["restock() adds the quantity twice", "sell() charges the wrong price"]
 READ = "source.read_context"
@@ -33,6 +33,8 @@ def assess(hypothesis: str, text: str) -> int:
 
 def investigate(folder: Path) -> Case:
     package = folder / "BUG-20"
+    if package.exists():
+        raise FileExistsError(f"{package} already exists: name another folder")
     shutil.copytree(Path(str(files("ledger.examples"))) / "demo" / "sources", package / "sources",
                     ignore=shutil.ignore_patterns("__pycache__"))
     case = Case.create(package, case_id="BUG-20")
@@ -56,8 +58,8 @@ def investigate(folder: Path) -> Case:
                 text = "\n".join(item["text"] for item in run.result["items"])
             score = assess(h, text)
             settled = budget.settle(h, action_id, score, "stand-in assessment")
-            print(f"{action_id}: {advice['remaining_units']} units left before, score {score}, "
-                  f"now {settled.state[h]['status']}")
+            print(f"{action_id}: {advice['remaining_units']} units left before, score {score}, information "
+                  f"{settled.action['information_score']}, now {settled.state[h]['status']}")
             if h == "H2" and "sell_uses_decimal_prices passed" in text:
                 budget.reject(h, "its test passes: sell() charges the right price")
         step += 1
@@ -65,7 +67,14 @@ def investigate(folder: Path) -> Case:
 
 
 if __name__ == "__main__":
-    with investigate(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp())) as done:
+    if sys.argv[1:2] and sys.argv[1].startswith("-"):  # --help and the like name no folder
+        print(__doc__)
+        sys.exit(0)
+    try:
+        done = investigate(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp()))
+    except (OSError, LedgerError) as err:  # a folder that holds BUG-20 already, is a file, is read-only …
+        sys.exit(f"error: {err}")
+    with done:
         for row in done.balances():
             print(row["hypothesis_id"], row["status"], row["terminal_reason"], row["remaining_units"])
         print("case folder:", done.path)

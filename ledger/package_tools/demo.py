@@ -105,10 +105,13 @@ def run_demo(target: Path | None = None, echo: Callable[[str], None] = print,
     target = fs_path(target, "demo folder") if target is not None else default_demo_dir()
     _check_target(target)
     _remove_abandoned_builds(target)
-    building = target.parent / f"{BUILDING_PREFIX}{target.name}.{os.getpid()}"
+    building = target.parent / f"{BUILDING_PREFIX}{target.name[:NAME_KEPT]}.{os.getpid()}"
     shutil.rmtree(building, ignore_errors=True)
     try:
-        report = _build(example, building, echo, shown_as=target, actor=actor)
+        try:
+            report = _build(example, building, echo, shown_as=target, actor=actor)
+        except LedgerError as exc:  # name the folder the user gave, not the hidden one built first
+            raise LedgerError(exc.code, exc.message.replace(str(building), str(target)), **exc.details) from None
         while True:
             try:
                 if target.is_dir() and not target.is_symlink() and not any(target.iterdir()):
@@ -128,6 +131,9 @@ def run_demo(target: Path | None = None, echo: Callable[[str], None] = print,
 
 
 BUILDING_PREFIX = ".ledger-demo-building-"
+#: Characters of the target's name kept in the build folder's name: a name the file system
+#: takes must not become one it refuses once the prefix and the pid are added (255 bytes).
+NAME_KEPT = 40
 
 
 def _check_target(target: Path) -> None:

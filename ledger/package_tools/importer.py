@@ -64,7 +64,8 @@ def _check_target(src: Path, dest: Path) -> bool:
     in_place = dest.resolve() == src.resolve()
     if in_place:
         if (src / LEDGER_FILE).exists():
-            raise LedgerError(E.CASE_EXISTS, f"{src} already has a {LEDGER_FILE}; import into a new folder")
+            raise LedgerError(E.CASE_EXISTS, f"{src} already has a {LEDGER_FILE}; import into a new folder "
+                              "('ledger import DIR --to NEW_CASE', to= in Python)")
     elif dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise LedgerError(E.CASE_EXISTS, f"{dest} exists and is not empty")
     elif dest.resolve().is_relative_to(src.resolve()):
@@ -200,8 +201,9 @@ def _replay_tree(replayer: Replayer, files: dict[str, Path], head_seq: int, acco
 
 
 def _building_prefix(dest: Path) -> str:
-    """The hidden sibling folders a new package is built in: ``.<name>.importing-<pid>-<ns>``."""
-    return f".{dest.name}.importing-"
+    """The hidden sibling folders a new package is built in: ``.<name>.importing-<pid>-<ns>``, with
+    at most the first 40 characters of the name (a long one would make a name too long to create)."""
+    return f".{dest.name[:40]}.importing-"
 
 
 def _move_into_place(build_dir: Path, dest: Path) -> None:

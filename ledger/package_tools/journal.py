@@ -259,7 +259,13 @@ def open_for_journal(path: str, *, create_case_id: str | None = None, at: str | 
     ``CASE_EXISTS``.
     """
     if create_case_id is None:
-        return Case.open(path, **options)
+        try:
+            return Case.open(path, **options)
+        except LedgerError as exc:  # a journal usually starts a case: say how it can
+            if exc.code != E.LEDGER_MISSING:
+                raise
+            raise LedgerError(exc.code, f"{exc.message}, or let the journal create it ('ledger apply CASE "
+                              "JOURNAL --create CASE_ID')", **exc.details) from None
     try:
         return Case.create(path, create_case_id, at=at, **options)
     except LedgerError as exc:

@@ -451,11 +451,12 @@ def settle(view: LedgerView, request: Mapping[str, Any], context: Context) -> Dr
     if reused is not None:
         return reused
     action = dict(_require_action(view, ctx, h, action_id, verb="settle"))
-    if action["status"] != ACTION_AWAITING:
-        raise LedgerError(
-            E.RESULT_MISSING, f"{h}/{action_id} has no recorded result to assess; record_result first",
-            hypothesis_id=h, action_id=action_id,
-        )
+    if action["status"] != ACTION_AWAITING:  # a requested test's result comes from its feedback (docs/evidence.md)
+        test = view.test_of_action(ctx.revision, h, action_id)
+        how = (f"store the confirmed feedback of its test (operation {test}), then record_evidence of that record"
+               if test is not None else "record_result or record_evidence")
+        raise LedgerError(E.RESULT_MISSING, f"{h}/{action_id} has no recorded result to assess; {how} first",
+                          hypothesis_id=h, action_id=action_id)
     information = min(action["novelty_score"], request["semantic_score"])
     reward = reward_units(action["cost_units"], ctx.policy["max_reward_bps"], information)
     account = dict(ctx.accounts[h])

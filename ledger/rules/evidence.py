@@ -171,7 +171,11 @@ def store_tool_results(view: LedgerView, request: Mapping[str, Any], context: Co
     ``LIMIT_REACHED``, ``STALE_GENERATION``, ``REPLY_MISMATCH``.
     """
     case = require_case(view)
-    reused = replay_or_conflict(view, store_key(request["iteration_id"]), request)
+    try:
+        reused = replay_or_conflict(view, store_key(request["iteration_id"]), request)
+    except LedgerError as exc:  # an iteration id names one batch (the CLI's default one included)
+        raise LedgerError(exc.code, f"{exc.message}: iteration {request['iteration_id']} holds another batch; "
+                          "give this one a new iteration id", **exc.details) from None
     if reused is not None:
         return reused
     actions = request["request"]["actions"]

@@ -52,17 +52,20 @@ class Step:
 class ImportSummary:
     """What :func:`import_runs` did: ``runs`` and ``steps`` written, ``skipped`` (reason → turns not
     imported), ``errors`` (``{"file", "reason"}`` of every file or run not imported), ``journals``
-    (the paths written, in order)."""
+    (the paths written, in order), ``runs_without_outcome`` (with outcomes given, the runs they do
+    not name: their journals record none)."""
 
     runs: int = 0
     steps: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
     errors: list[dict[str, str]] = field(default_factory=list)
     journals: list[str] = field(default_factory=list)
+    runs_without_outcome: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"runs": self.runs, "steps": self.steps, "skipped": dict(sorted(self.skipped.items())),
-                "errors": list(self.errors), "journals": list(self.journals)}
+                "errors": list(self.errors), "journals": list(self.journals),
+                "runs_without_outcome": list(self.runs_without_outcome)}
 
 
 class _FormatError(Exception):
@@ -291,22 +294,25 @@ class _Importer:
     fmt: str
     mapping: ActionMap
     score: int
-    outcomes: Mapping[str, str]
+    outcomes: Mapping[str, str] | None
     source: str
     summary: ImportSummary = field(default_factory=ImportSummary)
     seen: set[str] = field(default_factory=set)
 
     def _begin(self, run: str) -> _Journal:
         if not _RUN_ID.fullmatch(run):
-            raise ValueError(f"run id {run[:80]!r} is not a plain file name (letters, digits, '.', '_', '-')")
+            raise ValueError(f"run id {run[:80]!r}{'…' if len(run) > 80 else ''} ({len(run)} characters) is not a "
+                             "plain file name: 1 to 128 letters, digits, '.', '_', '-', the first a letter or digit")
         if run in self.seen:
             raise ValueError(f"run id {run!r} was already imported from another input")
         self.seen.add(run)
         return _Journal(self.out, run)
 
     def _end(self, journal: _Journal) -> None:
-        label = self.outcomes.get(journal.run)
+        label = (self.outcomes or {}).get(journal.run)
         journal.finish(None if label is None else (label, self.source))
+        if label is None and self.outcomes is not None:
+            self.summary.runs_without_outcome.append(journal.run)
         self.summary.runs += 1
         self.summary.steps += journal.steps
         self.summary.journals.append(str(journal.final))
@@ -398,7 +404,7 @@ def import_runs(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[
     if target.exists() and not target.is_dir():
         raise LedgerError(E.INVALID_ARGUMENT, f"{target}: exists and is not a folder")
     target.mkdir(parents=True, exist_ok=True)
-    importer = _Importer(target, fmt, mapping, semantic_score, outcomes or {}, source)
+    importer = _Importer(target, fmt, mapping, semantic_score, outcomes, source)
     for done, path in enumerate(files, start=1):
         importer.file(path)
         if progress is not None:

@@ -109,12 +109,17 @@ def plot_tradeoff(policies: Sequence[Mapping[str, Any]], path: str | os.PathLike
 
 
 def _draw(axes: Any, points: Sequence[tuple[str, float, float]], base: str | None, xlabel: str) -> None:
+    """One marker per point; policies with the same figures share it, their names one per line
+    (printed over each other, they could not be read)."""
     right = max((stopped for _, _, stopped in points), default=0.0) / 2
+    names: dict[tuple[float, float], list[str]] = {}
     for name, saved, stopped in points:
-        marked = name == base
+        names.setdefault((stopped, saved), []).append(f"{name} (base)" if name == base else name)
+    for (stopped, saved), labels in names.items():
+        marked = base is not None and f"{base} (base)" in labels
         axes.scatter([stopped], [saved], s=80 if marked else 36, marker="*" if marked else "o",
                      color="tab:red" if marked else "tab:blue", zorder=3)
-        axes.annotate(f"{name} (base)" if marked else name, (stopped, saved), textcoords="offset points",
+        axes.annotate("\n".join(labels), (stopped, saved), textcoords="offset points",
                       xytext=(-6, 4) if stopped > right else (6, 4), ha="right" if stopped > right else "left",
                       fontsize=8)
     axes.set_xlabel(xlabel)

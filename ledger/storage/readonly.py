@@ -26,7 +26,8 @@ def _query_errors(timeout_ms: int) -> Iterator[None]:
         yield
     except (sqlite3.Error, ValueError, OverflowError) as exc:
         if "interrupted" in str(exc):
-            raise LedgerError(E.INVALID_ARGUMENT, f"query stopped after {timeout_ms} ms") from None
+            raise LedgerError(E.INVALID_ARGUMENT, f"query stopped at its time limit, {timeout_ms / 1000:g} s "
+                              f"(ledger sql --timeout SECONDS; timeout_ms={timeout_ms} in Python)") from None
         raise LedgerError(E.INVALID_ARGUMENT, f"query refused: {exc}") from None
 
 
