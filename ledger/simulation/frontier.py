@@ -16,6 +16,7 @@ import json
 import os
 import random
 from dataclasses import dataclass, field
+from pathlib import Path
 from fractions import Fraction
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -24,8 +25,11 @@ from ..ground.canonical import SAFE_INTEGER_MAX
 from ..ground.config import AnalysisConfig
 from ..ground.errors import LedgerError
 from ..services.memory import DEFAULT_ACTOR
-from .replay import UNITS_KEY, RunResult
-from .simulator import NO_OUTCOME, Policy, SimulationReport, policy_from_mapping, simulate, summarize
+from ..ground.arguments import check_iterable, path_list
+from .evaluator import StepTable, evaluate, step_table
+from .replay import UNITS_KEY, RunResult, journal_lines
+from .simulator import (CACHE_BYTES_MAX, NO_OUTCOME, Policy, SimulationReport, journal_files, merge_outcomes,
+                        policy_from_mapping, read_outcomes, simulate, summarize)
 
 NO_STOP = "no-stop"
 CAP_P75 = "cap-p75"
@@ -255,6 +259,82 @@ def _check_options(folds: int, samples: int, seed: int, runs: int) -> None:
         raise LedgerError(E.INVALID_ARGUMENT, f"--seed must be an integer, got {seed!r}")
 
 
+#: The figures of a run the evaluator must give exactly as the full replay does.
+RUN_FIGURES = ("steps", "steps_taken", "steps_refused", "units_spent", "units_rewarded", "abandoned", "exhausted",
+               "stopped_at_step", "outcome")
+
+
+@dataclass
+class _Search:
+    """The inputs of a search, shared by its steps."""
+
+    files: list[Path]
+    outcomes: Mapping[str, str] | None
+    options: dict[str, Any]
+    default_units: int
+
+
+def _plain(run: RunResult) -> bool:
+    return run.error is None and run.steps_refused == 0 and not run.abandoned and not run.exhausted
+
+
+def _tables(search: _Search, first: SimulationReport) -> dict[str, StepTable]:
+    """The step table of every run ``no-stop`` took whole whose shape the evaluator models."""
+    plain = {run.run for run in first.runs if _plain(run)}
+    tables = {}
+    for path in search.files:
+        if path.stem in plain and path.stat().st_size <= CACHE_BYTES_MAX:
+            table = step_table(path.stem, journal_lines(path))
+            if table is not None:
+                tables[path.stem] = table
+    return tables
+
+
+def _evaluated(search: _Search, tables: Mapping[str, StepTable], policies: Sequence[Policy]) -> list[RunResult]:
+    """Every policy on every run: by the evaluator on the runs with a table, in full on the others."""
+    runs = [evaluate(table, policy, search.default_units) for table in tables.values() for policy in policies]
+    merge_outcomes(runs, search.outcomes)
+    others = [path for path in search.files if path.stem not in tables]
+    if others:
+        runs += simulate(others, policies, search.outcomes, **search.options).runs
+    return runs
+
+
+def _confirmed(search: _Search, tables: Mapping[str, StepTable], names: set[str], policies: Sequence[Policy],
+               runs: list[RunResult]) -> bool:
+    """Whether the full replay of the policies ``names`` gives exactly the evaluator's runs."""
+    chosen = [p for p in policies if p.name in names]
+    files = [path for path in search.files if path.stem in tables]
+    if not chosen or not files:
+        return True
+    full = {(r.run, r.policy): r for r in simulate(files, chosen, search.outcomes, **search.options).runs}
+    for run in runs:
+        other = full.get((run.run, run.policy))
+        if other is not None and any(getattr(run, k) != getattr(other, k) for k in RUN_FIGURES):
+            return False
+    return True
+
+
+def _derive(policies: Sequence[Policy], runs: list[RunResult], outcomes: Mapping[str, str] | None, good: str,
+            constraint: Constraint | None, folds: int, seed: int,
+            samples: int) -> tuple[dict[str, dict[str, Any]], list[str], dict[str, Any]]:
+    """The rows, frontier and choice of ``runs`` (runs with an error are left out)."""
+    failed = {run.run for run in runs if run.error is not None}
+    runs = [run for run in runs if run.run not in failed]
+    rows = {row["name"]: row for row in summarize(policies, runs, outcomes)}
+    baseline = {run.run: run.units_spent for run in runs if run.policy == NO_STOP}
+    per_policy: dict[str, list[RunResult]] = {}
+    for run in runs:
+        per_policy.setdefault(run.policy, []).append(run)
+    for name, row in rows.items():
+        _stopped_and_saved(row, per_policy.get(name, []), baseline)
+    table = _Table(runs, [p.name for p in policies])
+    _check_labels(set(table.outcome.values()) - {NO_OUTCOME}, good, constraint)
+    _check_options(folds, samples, seed, len(table.run_ids))
+    points = [(name, *table.totals(name, table.run_ids, good)[:2]) for name in table.names]
+    return rows, pareto_front(points), _choice(table, rows, constraint, good, folds, seed, samples)
+
+
 def frontier(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Policy],
              outcomes: Mapping[str, str] | str | os.PathLike[str] | None = None, *, good: str = "resolved",
              constraint: Constraint | str | None = None, folds: int = DEFAULT_FOLDS, seed: int = 0,
@@ -265,41 +345,42 @@ def frontier(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Poli
     (``LABEL=PCT`` or a :class:`Constraint`) with ``folds`` held-out folds and ``samples``
     bootstrap resamplings, all seeded by ``seed`` (docs/simulate.md). Other arguments as
     :func:`~ledger.simulation.simulator.simulate`. ``INVALID_ARGUMENT`` for a policy named like a
-    baseline, a label no run has, or bad options."""
-    policies = list(policies)
+    baseline, a label no run has, or bad options.
+
+    ``no-stop`` is replayed in full; the other policies by :mod:`ledger.simulation.evaluator` on
+    the runs it models (in full on the others), and the policies on the frontier or chosen are
+    replayed in full again and compared: should any figure differ, every policy is replayed in full.
+    """
+    policies = list(check_iterable(policies, "policies", "a list of Policy objects"))
     if not policies or not all(isinstance(p, Policy) for p in policies):
         raise LedgerError(E.INVALID_ARGUMENT, "frontier needs at least one Policy (the first is the base)")
-    for policy in policies:
-        if policy.name in BASELINES:
-            raise LedgerError(E.INVALID_ARGUMENT, f"the policy name {policy.name!r} is a baseline's; name it apart")
+    names = [p.name for p in policies]
+    for name in names:
+        if name in BASELINES or names.count(name) > 1:
+            raise LedgerError(E.INVALID_ARGUMENT, f"the policy name {name!r} is a baseline's or given twice; "
+                              "name it apart")
     constraint = parse_max_stopped(constraint) if isinstance(constraint, str) else constraint
-    options = dict(outcomes=outcomes, jobs=jobs, analysis=analysis, package=package, actor=actor)
-    first = simulate(journals, [no_stop_policy(policies[0])], **options)
+    table = read_outcomes(outcomes) if isinstance(outcomes, (str, os.PathLike)) else outcomes
+    analysis = analysis or AnalysisConfig()
+    options = dict(jobs=jobs, analysis=analysis, package=package, actor=actor)
+    first = simulate(journals, [no_stop_policy(policies[0])], table, **options)
+    search = _Search(journal_files(path_list(journals, "journals")), table, options, analysis.units_per_hypothesis)
     spends = [run.units_spent for run in first.runs if run.error is None]
     chosen = [no_stop_policy(policies[0]), cap_p75_policy(policies[0], spends), *policies]
-    rest = simulate(journals, chosen[1:], **options)
-    failed = {run.run for run in (*first.runs, *rest.runs) if run.error is not None}
-    runs = [run for run in (*first.runs, *rest.runs) if run.run not in failed]
-    table_outcomes = {run.run: run.outcome for run in runs if run.outcome is not None}
-    merged = table_outcomes if table_outcomes or outcomes is not None else None
-    rows = {row["name"]: row for row in summarize(chosen, runs, merged)}
-    baseline = {run.run: run.units_spent for run in runs if run.policy == NO_STOP}
-    per_policy: dict[str, list[RunResult]] = {}
-    for run in runs:
-        per_policy.setdefault(run.policy, []).append(run)
-    for name, row in rows.items():
-        _stopped_and_saved(row, per_policy.get(name, []), baseline)
-    table = _Table(runs, [p.name for p in chosen])
-    _check_labels(set(table.outcome.values()) - {NO_OUTCOME}, good, constraint)
-    _check_options(folds, samples, seed, len(table.run_ids))
-    points = [(name, *table.totals(name, table.run_ids, good)[:2]) for name in table.names]
-    choice = _choice(table, rows, constraint, good, folds, seed, samples)
-    errors = [*first.errors, *[e for e in rest.errors if e["file"] not in {x["file"] for x in first.errors}]]
-    simulation = SimulationReport(list(rows.values()), runs, errors, rest.outcomes_without_journal,
-                                  rest.runs_without_outcome)
+    tables = _tables(search, first)
+    runs = first.runs + _evaluated(search, tables, chosen[1:])
+    merged = merge_outcomes(runs, table)
+    rows, front, choice = _derive(chosen, runs, merged, good, constraint, folds, seed, samples)
+    confirm = {*front, *([choice["policy"]] if choice["policy"] else []), *(choice.get("held_out") or {}).get("chosen", [])}
+    if not _confirmed(search, tables, confirm - {NO_STOP, None}, chosen[1:], runs):
+        runs = first.runs + simulate(search.files, chosen[1:], table, **options).runs
+        merged = merge_outcomes(runs, table)
+        rows, front, choice = _derive(chosen, runs, merged, good, constraint, folds, seed, samples)
+    failed = {run.run for run in runs if run.error is not None}
+    simulation = SimulationReport(list(rows.values()), [run for run in runs if run.run not in failed], first.errors,
+                                  first.outcomes_without_journal, first.runs_without_outcome)
     by_name = {p.name: p for p in chosen}
-    return FrontierReport(list(rows.values()), pareto_front(points), choice, simulation, chosen,
-                          by_name.get(choice["policy"]) if choice["policy"] else None)
+    return FrontierReport(list(rows.values()), front, choice, simulation, chosen, by_name.get(choice["policy"] or ""))
 
 
 def policy_toml(policy: Policy) -> str:
