@@ -24,6 +24,9 @@ Every figure is measured in one run, on the same disk, at the same durability
   ``simulate_steps_vs_apply_lines`` divides the simulator's *steps* (reserve lines, as its ``steps``
   figure counts them) per second by apply's lines per second instead; it is shown, with no target:
   it mixes two units, so it also moves with the journals' share of reserve lines (about a third);
+* ``frontier_vs_simulate`` — policy × run pairs per second of ``ledger simulate --frontier`` over those
+  of plain ``ledger simulate``, the same grid (1,000 policies; ``--quick``: 100) on the same real
+  journals, one process each with ``--jobs 1``, timed once (``benchmarks/frontier_speed.py``);
 * ``fsync_ms`` — the machine's fsync (median, 4 KiB write then fsync);
 * ``cpu_per_op_vs_raw`` — process CPU seconds per API operation over CPU seconds per raw commit,
   from the same interleaved rounds;
@@ -60,7 +63,7 @@ from pathlib import Path
 
 from ledger import AnalysisConfig, BudgetConfig, Case
 
-from . import baselines
+from . import baselines, frontier_speed
 from .report import print_table
 
 HYPOTHESES = 4
@@ -472,6 +475,9 @@ def main(argv: list[str] | None = None) -> int:
         results["apply_ops_per_s"], _ = bench_apply(work, 10_000 // scale)
         results.update(bench_apply_rss(work, 1_000, 10_000 if args.quick else 200_000))
         results.update(bench_simulate_vs_apply(work, 10 if args.quick else 100))
+        results.update(frontier_speed.bench_frontier_vs_simulate(work, 10 if args.quick else 100,
+                                                                 frontier_speed.QUICK_GRID if args.quick
+                                                                 else frontier_speed.GRID))
         results.update(bench_growth(work, 1_000, 100_000 // scale, 60 // (3 if args.quick else 1)))
     finally:
         shutil.rmtree(work, ignore_errors=True)

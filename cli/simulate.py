@@ -102,8 +102,9 @@ def _report_mismatches(report: SimulationReport) -> None:
 @click.option("--per-run", type=click.Path(dir_okay=False, path_type=str), metavar="FILE",
               help="Write one JSON line per run and policy.")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=str), metavar="FILE.svg|FILE.png",
-              help="Draw steps saved against resolved runs stopped (needs matplotlib: pip install '.[plot]' "
-                   "in a clone of the repository).")
+              help="Draw steps saved against resolved runs stopped; with --frontier, units saved against --good "
+                   "runs stopped, the frontier, the baselines and the choice marked, the other runs stopped as "
+                   "colours (needs matplotlib: pip install '.[plot]' in a clone of the repository).")
 @click.option("--frontier", "with_frontier", is_flag=True,
               help="Also evaluate the baselines no-stop and cap-p75, add runs_stopped and units_saved, and print "
                    "the policies no other beats in both units spent and good runs stopped.")
@@ -136,7 +137,7 @@ def simulate_command(settings: Settings, journals: tuple[str, ...], policy_specs
     stem. Each journal is replayed from an empty case with the same rules as
     'ledger apply --keep-going' (created at the journal's first "at", for
     --actor): a reservation the policy refuses is a step the run would not have
-    taken. Nothing is written except the --per-run and --plot files. A journal
+    taken. Nothing is written except the --per-run, --plot and --emit files. A journal
     with a malformed line, or a line refused for a reason the policy did not
     decide, is reported (file and line) and the others go on; the exit status
     is then 1. With --frontier, the --json object is {"policies": [...],

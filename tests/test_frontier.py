@@ -193,6 +193,26 @@ def test_held_out_scores_each_fold_with_the_choice_of_the_others():
         assert report.choice["held_out"]["chosen"][k] == best[2]
 
 
+def test_the_readme_shows_the_real_output_of_its_choosing_a_policy_command():
+    """The README's *Choosing a policy* block is what that command prints over the 100 real runs
+    (run here without ``--plot``, which needs the optional matplotlib), and its prose quotes it."""
+    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Choosing a policy", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```sh\n", 1)[1].split("```", 1)[0].splitlines()
+    command = " ".join(part.strip().rstrip("\\").strip() for part in block[:3])
+    assert command == ("$ ledger simulate tests/data/trajectories/ --outcomes tests/data/trajectories/outcomes.csv "
+                       "--vary max_low_information_steps=3,4,6 --vary units_per_hypothesis=300,500,100000 "
+                       "--frontier --max-stopped resolved=5% --bootstrap 1000 --plot frontier.svg")
+    done = _cli("simulate", DATA, "--outcomes", OUTCOMES, "--vary", "max_low_information_steps=3,4,6", "--vary",
+                "units_per_hypothesis=300,500,100000", "--frontier", "--max-stopped", "resolved=5%",
+                "--bootstrap", "1000")
+    assert done.exit_code == 0, done.output
+    assert done.stdout.splitlines() == block[3:]
+    assert "choice (at most 5 % of resolved runs stopped): max_low_information_steps=6 units_per_hypothesis=500" in block
+    assert "units saved 3.77 % (min 1.79, max 6.95), resolved runs stopped 3.75 % (min 0, max 6.25)" in section
+    assert "units saved 0.48 to 7.36 %" in section and "it saves\n3.8 % on average (1.8 to 7.0 %)" in section
+
+
 def test_the_json_has_policies_frontier_and_choice_with_the_new_figures_per_outcome():
     done = _cli("simulate", DATA, "--outcomes", OUTCOMES, "--frontier", "--json", "--jobs", "1")
     out = json.loads(done.stdout)

@@ -315,6 +315,21 @@ def _confirmed(search: _Search, tables: Mapping[str, StepTable], names: set[str]
     return True
 
 
+def _to_confirm(rows: Mapping[str, dict[str, Any]], front: Sequence[str], choice: Mapping[str, Any],
+                good: str) -> set[str]:
+    """The policies replayed again in full: the choice, the choice of each held-out fold, and one
+    policy per point of the frontier (the first of those with the same units and good runs stopped,
+    fewest units first; ``no-stop`` was replayed in full already)."""
+    names = {choice["policy"], *(choice.get("held_out") or {}).get("chosen", [])}
+    points = set()
+    for name in front:
+        point = (rows[name]["units_spent"], rows[name]["by_outcome"].get(good, {}).get("runs_stopped"))
+        if point not in points:
+            points.add(point)
+            names.add(name)
+    return names - {NO_STOP, None}
+
+
 def _derive(policies: Sequence[Policy], runs: list[RunResult], outcomes: Mapping[str, str] | None, good: str,
             constraint: Constraint | None, folds: int, seed: int,
             samples: int) -> tuple[dict[str, dict[str, Any]], list[str], dict[str, Any]]:
@@ -348,8 +363,9 @@ def frontier(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Poli
     baseline, a label no run has, or bad options.
 
     ``no-stop`` is replayed in full; the other policies by :mod:`ledger.simulation.evaluator` on
-    the runs it models (in full on the others), and the policies on the frontier or chosen are
-    replayed in full again and compared: should any figure differ, every policy is replayed in full.
+    the runs it models (in full on the others), and the chosen policies and one policy per point of
+    the frontier are replayed in full again and compared (:func:`_to_confirm`): should any figure
+    differ, every policy is replayed in full.
     """
     policies = list(check_iterable(policies, "policies", "a list of Policy objects"))
     if not policies or not all(isinstance(p, Policy) for p in policies):
@@ -371,8 +387,7 @@ def frontier(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Poli
     runs = first.runs + _evaluated(search, tables, chosen[1:])
     merged = merge_outcomes(runs, table)
     rows, front, choice = _derive(chosen, runs, merged, good, constraint, folds, seed, samples)
-    confirm = {*front, *([choice["policy"]] if choice["policy"] else []), *(choice.get("held_out") or {}).get("chosen", [])}
-    if not _confirmed(search, tables, confirm - {NO_STOP, None}, chosen[1:], runs):
+    if not _confirmed(search, tables, _to_confirm(rows, front, choice, good), chosen[1:], runs):
         runs = first.runs + simulate(search.files, chosen[1:], table, **options).runs
         merged = merge_outcomes(runs, table)
         rows, front, choice = _derive(chosen, runs, merged, good, constraint, folds, seed, samples)
