@@ -24,9 +24,10 @@ Every figure is measured in one run, on the same disk, at the same durability
   ``simulate_steps_vs_apply_lines`` divides the simulator's *steps* (reserve lines, as its ``steps``
   figure counts them) per second by apply's lines per second instead; it is shown, with no target:
   it mixes two units, so it also moves with the journals' share of reserve lines (about a third);
-* ``frontier_vs_simulate`` — policy × run pairs per second of ``ledger simulate --frontier`` over those
-  of plain ``ledger simulate``, the same grid (1,000 policies; ``--quick``: 100) on the same real
-  journals, one process each with ``--jobs 1``, timed once (``benchmarks/frontier_speed.py``);
+* ``frontier_vs_simulate`` — policy × run pairs per CPU second of ``ledger simulate --frontier`` over
+  those of plain ``ledger simulate``, the same grid (1,000 policies; ``--quick``: 100) on the same real
+  journals (100; ``--quick``: 10), one process each with ``--jobs 1``, run once
+  (``benchmarks/frontier_speed.py``);
 * ``fsync_ms`` — the machine's fsync (median, 4 KiB write then fsync);
 * ``cpu_per_op_vs_raw`` — process CPU seconds per API operation over CPU seconds per raw commit,
   from the same interleaved rounds;
