@@ -249,7 +249,7 @@ def test_a_label_no_run_has_and_bad_folds_are_refused_naming_them():
 def test_a_run_the_evaluator_does_not_model_is_replayed_in_full(tmp_path):
     """A journal with a scope line has no step table; its figures are the full replay's."""
     lines = (DATA / "astropy__astropy-13033.jsonl").read_text().splitlines()
-    scope = json.dumps({"op": "establish_scope", "name": "s", "hypotheses": ["H1"], "limits": {"actions": 5}})
+    scope = json.dumps({"op": "establish", "scope": "case", "limits": {"actions": 30}, "issuer": "controller"})
     (tmp_path / "scoped.jsonl").write_text("\n".join([*lines[:3], scope, *lines[3:]]) + "\n")
     assert step_table("scoped", journal_lines(tmp_path / "scoped.jsonl")) is None
     policies = [example_policy(), *vary(example_policy(), [("max_low_information_steps", [2])])]
