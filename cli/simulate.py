@@ -153,8 +153,8 @@ def simulate_command(settings: Settings, journals: tuple[str, ...], policy_specs
     if per_run is not None:
         check_output_file(per_run, "--per-run")
     if with_frontier:
-        _frontier(settings, journals, policies, outcomes, fmt, plot, good, max_stopped, emit, folds, seed, samples,
-                  jobs, package)
+        _frontier(settings, journals, policies, outcomes, fmt, (plot, per_run, emit), good, max_stopped, folds, seed,
+                  samples, jobs, package)
         return
     _no_frontier_options(good=good != "resolved", max_stopped=max_stopped, emit=emit, folds=folds != DEFAULT_FOLDS,
                          seed=seed != 0, bootstrap=samples != 0)
@@ -188,8 +188,10 @@ def _no_frontier_options(**given: Any) -> None:
 
 
 def _frontier(settings: Settings, journals: Sequence[str], policies: list[Policy], outcomes: str | None, fmt: str,
-              plot: str | None, good: str, max_stopped: str | None, emit: str | None, folds: int, seed: int,
-              samples: int, jobs: int, package: str | None) -> None:
+              files: tuple[str | None, str | None, str | None], good: str, max_stopped: str | None, folds: int,
+              seed: int, samples: int, jobs: int, package: str | None) -> None:
+    """--frontier: the search, its output, then the --per-run, --emit and --plot files."""
+    plot, per_run, emit = files
     try:
         constraint = parse_max_stopped(max_stopped) if max_stopped is not None else None
     except LedgerError as exc:
@@ -203,8 +205,10 @@ def _frontier(settings: Settings, journals: Sequence[str], policies: list[Policy
     try:
         emit_frontier(report, fmt, good)
     except OutputError as exc:
-        exc.done = "simulate wrote nothing (no --emit or --plot file yet): run it again"
+        exc.done = "simulate wrote nothing (no --per-run, --emit or --plot file yet): run it again"
         raise
+    if per_run is not None:
+        _write_per_run(report.simulation, per_run)
     if emit is not None and report.chosen is not None:
         emit_policy(report.chosen, emit)
     elif emit is not None:

@@ -133,8 +133,11 @@ def test_no_choice_when_nothing_meets_the_constraint_and_saves_exit_0(tmp_path):
 def test_the_emitted_policy_reproduces_the_choice(tmp_path):
     target = tmp_path / "chosen.toml"
     done = _cli("simulate", DATA, "--outcomes", OUTCOMES, "--vary", "max_low_information_steps=2,4,5", "--frontier",
-                "--max-stopped", "resolved=10%", "--json", "--jobs", "1", "--emit", target)
+                "--max-stopped", "resolved=10%", "--json", "--jobs", "1", "--emit", target,
+                "--per-run", tmp_path / "runs.jsonl")
     assert done.exit_code == 0, done.output
+    per_run = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
+    assert len(per_run) == 6 * 100 and {r["policy"] for r in per_run} >= {"no-stop", "cap-p75", "example"}
     choice = json.loads(done.stdout)["choice"]
     assert choice["policy"] == "max_low_information_steps=4"
     config = BudgetConfig.load(target)

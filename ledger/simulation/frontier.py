@@ -391,8 +391,7 @@ def frontier(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Poli
         runs = first.runs + simulate(search.files, chosen[1:], table, **options).runs
         merged = merge_outcomes(runs, table)
         rows, front, choice = _derive(chosen, runs, merged, good, constraint, folds, seed, samples)
-    failed = {run.run for run in runs if run.error is not None}
-    simulation = SimulationReport(list(rows.values()), [run for run in runs if run.run not in failed], first.errors,
+    simulation = SimulationReport(list(rows.values()), runs, first.errors,
                                   first.outcomes_without_journal, first.runs_without_outcome)
     by_name = {p.name: p for p in chosen}
     return FrontierReport(list(rows.values()), front, choice, simulation, chosen, by_name.get(choice["policy"] or ""))
