@@ -24,6 +24,10 @@ Every figure is measured in one run, on the same disk, at the same durability
   ``simulate_steps_vs_apply_lines`` divides the simulator's *steps* (reserve lines, as its ``steps``
   figure counts them) per second by apply's lines per second instead; it is shown, with no target:
   it mixes two units, so it also moves with the journals' share of reserve lines (about a third);
+* ``frontier_vs_simulate`` — policy × run pairs per CPU second of ``ledger simulate --frontier`` over
+  those of plain ``ledger simulate``, the same grid (1,000 policies; ``--quick``: 100) on the same real
+  journals (100; ``--quick``: 10), one process each with ``--jobs 1``, run once
+  (``benchmarks/frontier_speed.py``);
 * ``fsync_ms`` — the machine's fsync (median, 4 KiB write then fsync);
 * ``cpu_per_op_vs_raw`` — process CPU seconds per API operation over CPU seconds per raw commit,
   from the same interleaved rounds;
@@ -64,7 +68,7 @@ from pathlib import Path
 
 from ledger import AnalysisConfig, BudgetConfig, Case
 
-from . import baselines
+from . import baselines, frontier_speed
 from .fleet import bench_fleet
 from .report import print_table
 
@@ -464,6 +468,8 @@ def _bench_single_case(work: Path, quick: bool, results: dict[str, object]) -> N
     results["apply_ops_per_s"], _ = bench_apply(work, 10_000 // scale)
     results.update(bench_apply_rss(work, 1_000, 10_000 if quick else 200_000))
     results.update(bench_simulate_vs_apply(work, 10 if quick else 100))
+    results.update(frontier_speed.bench_frontier_vs_simulate(work, 10 if quick else 100,
+                                                             frontier_speed.QUICK_GRID if quick else frontier_speed.GRID))
     results.update(bench_growth(work, 1_000, 100_000 // scale, 60 // (3 if quick else 1)))
 
 

@@ -31,6 +31,8 @@ TARGETS: dict[str, tuple[str, float, str]] = {
     "simulate_vs_apply": (">=", 30, ("`ledger simulate` journal lines/s ÷ `ledger apply --keep-going` journal "
                                      "lines/s, the same 100 journals")),
     "fleet_export_rss_ratio": ("<=", 1.5, "peak RSS of `ledger fleet export` over 10,000 cases ÷ over one case"),
+    "frontier_vs_simulate": (">=", 10, ("`ledger simulate --frontier` policy × run pairs per CPU second ÷ plain "
+                                        "`ledger simulate`'s, the same 1,000-policy grid and 100 journals")),
 }
 
 #: Figures shown under the targets, for context (no target of their own).
@@ -44,7 +46,11 @@ CONTEXT = ("fsync_ms", "event_bytes", "events", "raw_tx_per_s", "ledger_ops_per_
            "check_ms_small", "check_ms_large", "advice_ms_small", "advice_ms_large", "snapshot_ms_small",
            "snapshot_ms_large",
            "fleet_cases", "fleet_jobs", "fleet_export_cases_per_s", "fleet_unchanged_cases_per_s", "fleet_sql_ms",
-           "fleet_export_one_case_rss_mib", "fleet_export_peak_rss_mib")
+           "fleet_export_one_case_rss_mib", "fleet_export_peak_rss_mib",
+           "frontier_policies", "frontier_runs", "frontier_s", "frontier_plain_simulate_s",
+           "frontier_cpu_s", "frontier_plain_simulate_cpu_s", "frontier_pairs_per_s", "frontier_plain_pairs_per_s",
+           "frontier_vs_simulate_wall")
+
 
 
 def normalized(run: dict[str, Any]) -> dict[str, Any]:

@@ -7,13 +7,16 @@ from typing import Any, Sequence
 
 import click
 
-from ledger import LedgerError, Policy, SimulationReport, example_policy, load_policy, plot_tradeoff, simulate, vary
+from ledger import (LedgerError, Policy, SimulationReport, example_policy, frontier, load_policy, plot_frontier,
+                    plot_tradeoff, simulate, vary)
+from ledger.simulation.frontier import DEFAULT_FOLDS, emit_policy, parse_max_stopped
 from ledger.simulation.plot import check_output_file, check_plot
 from ledger.simulation.simulator import parse_vary
 from ledger.ground.paths import os_error
 
 from ._common import Settings, pass_settings, table_options
 from ._output import OutputError, dumps, echo, emit_rows, one_line
+from .frontier import emit_frontier
 
 FIGURE_COLUMNS = ("runs", "steps", "steps_taken", "steps_refused", "units_spent", "units_rewarded",
                   "runs_abandoned", "runs_exhausted", "units_per_run")
@@ -109,8 +112,26 @@ def _first_names(names: list[str]) -> str:
 @click.option("--per-run", type=click.Path(dir_okay=False, path_type=str), metavar="FILE",
               help="Write one JSON line per run and policy.")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=str), metavar="FILE.svg|FILE.png",
-              help="Draw steps saved against resolved runs stopped (needs matplotlib: pip install '.[plot]' "
-                   "in a clone of the repository).")
+              help="Draw steps saved against resolved runs stopped; with --frontier, units saved against --good "
+                   "runs stopped, the frontier, the baselines and the choice marked, the other runs stopped as "
+                   "colours (needs matplotlib: pip install '.[plot]' in a clone of the repository).")
+@click.option("--frontier", "with_frontier", is_flag=True,
+              help="Also evaluate the baselines no-stop and cap-p75, add runs_stopped and units_saved, and print "
+                   "the policies no other beats in both units spent and good runs stopped.")
+@click.option("--good", default="resolved", show_default=True, metavar="LABEL",
+              help="With --frontier: the outcome of the runs a policy should not stop.")
+@click.option("--max-stopped", metavar="LABEL=PCT",
+              help="With --frontier: choose the policy spending the fewest units among those stopping at most "
+                   "PCT % of the LABEL runs (e.g. resolved=2%).")
+@click.option("--emit", type=click.Path(dir_okay=False, path_type=str), metavar="FILE.toml",
+              help="With --max-stopped: write the chosen policy as a budget TOML.")
+@click.option("--folds", type=click.IntRange(0, None), default=DEFAULT_FOLDS, show_default=True,
+              help="With --max-stopped: make the choice again on all folds but one and score it on that one "
+                   "(0: none).")
+@click.option("--seed", type=int, default=0, show_default=True, help="With --frontier: the seed of the folds "
+              "and the bootstrap.")
+@click.option("--bootstrap", "samples", type=click.IntRange(0, 1_000_000), default=0, show_default=True,
+              metavar="N", help="With --max-stopped: 95 % intervals of the choice's figures from N resamplings.")
 @click.option("--jobs", type=click.IntRange(1, 256), default=os.cpu_count() or 1, show_default="the machine's cores",
               help="Worker processes; each holds one run at a time.")
 @click.option("--package", type=click.Path(file_okay=False, exists=True, path_type=str), metavar="DIR",
@@ -118,17 +139,20 @@ def _first_names(names: list[str]) -> str:
 @pass_settings
 def simulate_command(settings: Settings, journals: tuple[str, ...], policy_specs: tuple[str, ...],
                      vary_specs: tuple[str, ...], outcomes: str | None, fmt: str,
-                     per_run: str | None, plot: str | None, jobs: int, package: str | None) -> None:
+                     per_run: str | None, plot: str | None, with_frontier: bool, good: str, max_stopped: str | None,
+                     emit: str | None, folds: int, seed: int, samples: int, jobs: int, package: str | None) -> None:
     """Replay recorded journals under one or more budget policies, in memory.
 
     A folder means every *.jsonl in it, sorted by name; the run id is the file's
     stem. Each journal is replayed from an empty case with the same rules as
     'ledger apply --keep-going' (created at the journal's first "at", for
     --actor): a reservation the policy refuses is a step the run would not have
-    taken. Nothing is written except the --per-run and --plot files. A journal
+    taken. Nothing is written except the --per-run, --plot and --emit files. A journal
     with a malformed line, or a line refused for a reason the policy did not
     decide, is reported (file and line) and the others go on; the exit status
-    is then 1.
+    is then 1. With --frontier, the --json object is {"policies": [...],
+    "frontier": [...], "choice": {...}}; a constraint nothing meets is
+    reported as no choice (exit status 0).
     """
     policies = _base_policies(settings, policy_specs)
     if vary_specs:
@@ -138,6 +162,12 @@ def simulate_command(settings: Settings, journals: tuple[str, ...], policy_specs
         check_plot(plot)
     if per_run is not None:
         check_output_file(per_run, "--per-run")
+    if with_frontier:
+        _frontier(settings, journals, policies, outcomes, fmt, (plot, per_run, emit), good, max_stopped, folds, seed,
+                  samples, jobs, package)
+        return
+    _no_frontier_options(good=good != "resolved", max_stopped=max_stopped, emit=emit, folds=folds != DEFAULT_FOLDS,
+                         seed=seed != 0, bootstrap=samples != 0)
     report = simulate(journals, policies, outcomes, jobs=jobs, analysis=settings.analysis(), package=package,
                       actor=settings.actor)
     try:
@@ -159,3 +189,44 @@ def simulate_command(settings: Settings, journals: tuple[str, ...], policy_specs
         first = report.errors[0]
         more = "".join(f"; {e['message']}" for e in report.errors[1:])
         raise LedgerError(first["code"], f"{len(report.errors)} journal(s) not simulated: {first['message']}{more}")
+
+
+def _no_frontier_options(**given: Any) -> None:
+    for name, present in given.items():
+        if present:
+            raise click.UsageError(f"--{name.replace('_', '-')} needs --frontier")
+
+
+def _frontier(settings: Settings, journals: Sequence[str], policies: list[Policy], outcomes: str | None, fmt: str,
+              files: tuple[str | None, str | None, str | None], good: str, max_stopped: str | None, folds: int,
+              seed: int, samples: int, jobs: int, package: str | None) -> None:
+    """--frontier: the search, its output, then the --per-run, --emit and --plot files."""
+    plot, per_run, emit = files
+    try:
+        constraint = parse_max_stopped(max_stopped) if max_stopped is not None else None
+    except LedgerError as exc:
+        raise click.BadParameter(exc.message, param_hint="--max-stopped") from None
+    if emit is not None:
+        if constraint is None:
+            raise click.UsageError("--emit needs --max-stopped (the constraint the choice meets)")
+        check_output_file(emit, "--emit")
+    report = frontier(journals, policies, outcomes, good=good, constraint=constraint, folds=folds, seed=seed,
+                      samples=samples, jobs=jobs, analysis=settings.analysis(), package=package, actor=settings.actor)
+    try:
+        emit_frontier(report, fmt, good)
+    except OutputError as exc:
+        exc.done = "simulate wrote nothing (no --per-run, --emit or --plot file yet): run it again"
+        raise
+    if per_run is not None:
+        _write_per_run(report.simulation, per_run)
+    if emit is not None and report.chosen is not None:
+        emit_policy(report.chosen, emit)
+    elif emit is not None:
+        click.echo(f"note: no choice, so --emit {emit} was not written", err=True)
+    if plot is not None:
+        plot_frontier(report, plot, good=good)
+    _report_mismatches(report.simulation)
+    if report.simulation.errors:
+        errors = report.simulation.errors
+        more = "".join(f"; {e['message']}" for e in errors[1:])
+        raise LedgerError(errors[0]["code"], f"{len(errors)} journal(s) not simulated: {errors[0]['message']}{more}")

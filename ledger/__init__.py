@@ -32,6 +32,8 @@ from .services.memory import MemoryCase
 from .runs.trajectories import ImportSummary, import_runs
 from .services.scopes import ScopeManager, ScopeResult
 from .simulation.plot import plot_tradeoff, tradeoff_points
+from .simulation.frontier import FrontierReport, frontier
+from .simulation.frontier_plot import plot_frontier
 from .simulation.simulator import (Policy, RunResult, SimulationReport, example_policy, load_policy, read_outcomes,
                                    simulate, vary)
 from .storage.connection import CheckpointWarning
@@ -53,7 +55,7 @@ __all__ = [
     "apply_journal", "JournalSummary", "LineResult", "OPERATIONS", "Operation",
     # simulation
     "simulate", "vary", "Policy", "RunResult", "SimulationReport", "load_policy", "example_policy", "read_outcomes",
-    "plot_tradeoff", "tradeoff_points",
+    "plot_tradeoff", "tradeoff_points", "frontier", "FrontierReport", "plot_frontier",
     # your own agent runs
     "import_runs", "ImportSummary",
 ]

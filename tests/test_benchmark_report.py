@@ -44,3 +44,9 @@ def test_the_table_of_saved_runs_marks_each_target(tmp_path, capsys):
     cpu = next(row for key, row in rows.items() if key.startswith("| `cpu_per_op_vs_raw`"))
     assert "| 4.20 ✗ | 3.90 ✓ | ≤ 4 |" in cpu
     assert rows["| `simulate_steps_vs_apply_lines`"].endswith("| 11.4 | 11.5 | — |")
+
+
+def test_frontier_vs_simulate_has_target_10_per_cpu_second():
+    comparison, bound, meaning = report.TARGETS["frontier_vs_simulate"]
+    assert (comparison, bound) == (">=", 10) and "CPU second" in meaning
+    assert report.met("frontier_vs_simulate", 15.2) is True and report.met("frontier_vs_simulate", 9.9) is False

@@ -383,22 +383,6 @@ def test_a_journal_with_scoped_limits_simulates_like_apply(tmp_path):
     assert figures["units_spent"] == 5
 
 
-def test_the_readme_shows_the_real_output_of_its_choosing_a_policy_command():
-    """The README's *Choosing a policy* block is what that command prints over the 100 real runs
-    (run here without ``--plot``, which needs the optional matplotlib)."""
-    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Choosing a policy", 1)[1].split("\n## ", 1)[0]
-    block = section.split("```sh\n", 1)[1].split("```", 1)[0].splitlines()
-    command = " ".join(part.strip().rstrip("\\").strip() for part in block[:2])
-    assert command == ("$ ledger simulate tests/data/trajectories/ --outcomes tests/data/trajectories/outcomes.csv "
-                       "--vary max_low_information_steps=2,4,5 --csv --plot tradeoff.svg")
-    done = _cli("simulate", str(DATA), "--outcomes", str(OUTCOMES), "--vary", "max_low_information_steps=2,4,5",
-                "--csv")
-    assert done.exit_code == 0, done.output
-    assert done.stdout.splitlines() == block[2:]
-    assert "example,(all),100,3870,3325,545,29375,8930,22,0,293" in block  # the figures the prose quotes
-
-
 TRAJECTORIES = Path(__file__).parent / "data" / "trajectories"
 
 

@@ -1,0 +1,425 @@
+"""The frontier of a policy search: units spent against good runs stopped (docs/simulate.md).
+
+Every policy of a grid, plus two baselines, is replayed through the full rules
+(:func:`ledger.simulation.simulator.simulate`), so every figure here is the one
+``ledger apply`` would give. From the per-run results this module derives, per
+policy and outcome, ``runs_stopped`` (runs with at least one refused step) and
+``units_saved`` (units spent under ``no-stop`` minus units spent), the
+policies not dominated in (units spent, good runs stopped), a choice under a
+constraint on the share of a label's runs stopped, that choice made again on
+``K`` folds and scored on the runs each left out, and bootstrap intervals.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from fractions import Fraction
+from typing import Any, Iterable, Mapping, Sequence
+
+from ..ground import errors as E
+from ..ground.canonical import SAFE_INTEGER_MAX
+from ..ground.config import AnalysisConfig
+from ..ground.errors import LedgerError
+from ..services.memory import DEFAULT_ACTOR
+from ..ground.arguments import check_iterable, path_list
+from .evaluator import StepTable, evaluate, step_table
+from .replay import UNITS_KEY, RunResult, journal_lines
+from .simulator import (CACHE_BYTES_MAX, NO_OUTCOME, Policy, SimulationReport, journal_files, merge_outcomes,
+                        policy_from_mapping, read_outcomes, simulate, summarize)
+
+NO_STOP = "no-stop"
+CAP_P75 = "cap-p75"
+BASELINES = (NO_STOP, CAP_P75)
+#: The streak limit and allocation of ``no-stop``: out of reach of any run the ledger accepts.
+OUT_OF_REACH = 2 ** 40
+DEFAULT_FOLDS = 5
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """At most ``pct`` % of the runs whose outcome is ``label`` stopped (``--max-stopped LABEL=PCT``)."""
+
+    label: str
+    pct: Fraction
+
+    def allows(self, stopped: int, runs: int) -> bool:
+        return stopped * 100 <= self.pct * runs
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"label": self.label, "max_stopped_pct": float(self.pct)}
+
+
+def parse_max_stopped(spec: str) -> Constraint:
+    """``LABEL=PCT`` (``resolved=2%``, ``resolved=2.5``) → a :class:`Constraint`; ``INVALID_ARGUMENT``
+    unless the label is not blank and the share a number from 0 to 100."""
+    if not isinstance(spec, str):
+        raise LedgerError(E.INVALID_ARGUMENT, f"--max-stopped must be LABEL=PCT, got {spec!r}")
+    label, eq, pct = spec.rpartition("=")
+    text = pct.strip().removesuffix("%").strip()
+    try:
+        share = Fraction(text) if eq and label.strip() and text and "/" not in text else None
+    except (ValueError, ZeroDivisionError):
+        share = None
+    if share is None or not 0 <= share <= 100:
+        raise LedgerError(E.INVALID_ARGUMENT, f"--max-stopped {spec!r}: expected LABEL=PCT with PCT from 0 to 100, "
+                          "e.g. resolved=2%")
+    return Constraint(label, share)
+
+
+def no_stop_policy(base: Policy) -> Policy:
+    """``base`` with the streak limit and the allocation out of reach: it never abandons or exhausts."""
+    settings = {**base.settings(), "max_low_information_steps": OUT_OF_REACH, UNITS_KEY: OUT_OF_REACH}
+    return policy_from_mapping(NO_STOP, settings)
+
+
+def percentile_75(values: Sequence[int]) -> int:
+    """The 75th percentile of ``values`` by nearest rank (the smallest value with at least 75 % of
+    the values at or below it), at least 1."""
+    ordered = sorted(values)
+    if not ordered:
+        return 1
+    rank = -(-3 * len(ordered) // 4)  # ceil(0.75 n)
+    return max(1, ordered[rank - 1])
+
+
+def cap_p75_policy(base: Policy, spends: Sequence[int]) -> Policy:
+    """``base`` with ``units_per_hypothesis`` set to the 75th percentile of ``spends``."""
+    return policy_from_mapping(CAP_P75, {**base.settings(), UNITS_KEY: percentile_75(spends)})
+
+
+@dataclass
+class FrontierReport:
+    """What :func:`frontier` returns: ``policies`` (each as ``simulate`` reports it, plus
+    ``runs_stopped`` and ``units_saved``, overall and per outcome), ``frontier`` (names, fewest
+    units first), ``choice`` (see docs/simulate.md), the ``simulation`` it was computed from and
+    the policies themselves (``chosen`` is the chosen :class:`Policy`, or None)."""
+
+    policies: list[dict[str, Any]]
+    frontier: list[str]
+    choice: dict[str, Any]
+    simulation: SimulationReport
+    evaluated: list[Policy] = field(default_factory=list)
+    chosen: Policy | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"policies", "frontier", "choice"}``: what ``ledger simulate --frontier --json`` prints."""
+        return {"policies": self.policies, "frontier": self.frontier, "choice": self.choice}
+
+
+class _Table:
+    """Per policy and run: units spent and whether the run was stopped, with each run's outcome."""
+
+    def __init__(self, runs: Iterable[RunResult], names: Sequence[str]) -> None:
+        self.names = list(names)
+        self.units: dict[str, dict[str, int]] = {name: {} for name in names}
+        self.stopped: dict[str, dict[str, bool]] = {name: {} for name in names}
+        self.outcome: dict[str, str] = {}
+        for run in runs:
+            if run.error is None:
+                self.units[run.policy][run.run] = run.units_spent
+                self.stopped[run.policy][run.run] = run.steps_refused > 0
+                self.outcome[run.run] = run.outcome or NO_OUTCOME
+        self.run_ids = sorted(self.outcome)
+
+    def totals(self, name: str, ids: Sequence[str], label: str) -> tuple[int, int, int]:
+        """``(units spent, runs of label stopped, runs of label)`` of policy ``name`` over ``ids``."""
+        units, stopped = self.units[name], self.stopped[name]
+        good = [run for run in ids if self.outcome[run] == label]
+        return sum(units[run] for run in ids), sum(stopped[run] for run in good), len(good)
+
+
+def _stopped_and_saved(row: dict[str, Any], runs: Sequence[RunResult], baseline: Mapping[str, int]) -> None:
+    groups: dict[str, dict[str, Any]] = {"(all)": row, **row["by_outcome"]}
+    for figures in groups.values():
+        figures["runs_stopped"] = 0
+        figures["units_saved"] = 0
+    for run in runs:
+        for key in ("(all)", run.outcome or NO_OUTCOME):
+            if key in groups:
+                groups[key]["runs_stopped"] += run.steps_refused > 0
+                groups[key]["units_saved"] += baseline[run.run] - run.units_spent
+
+
+def pareto_front(points: Sequence[tuple[str, int, int]]) -> list[str]:
+    """Names of the ``(name, units, stopped)`` points no other point dominates (no more units,
+    no more stopped, fewer of one), fewest units first (then fewer stopped, then the name)."""
+    front: list[str] = []
+    best: tuple[int, int] | None = None  # (units, stopped) of the last point kept
+    least = None
+    for name, units, stopped in sorted(points, key=lambda p: (p[1], p[2], p[0])):
+        if least is None or stopped < least or best == (units, stopped):
+            front.append(name)
+            best, least = (units, stopped), stopped
+    return front
+
+
+def choose(table: _Table, ids: Sequence[str], constraint: Constraint) -> str | None:
+    """The policy spending fewest units over ``ids`` among those stopping at most the constraint's
+    share of the label's runs (ties: fewer stopped, then the name); None when none does, or the
+    best saves nothing against ``no-stop``."""
+    candidates = []
+    for name in table.names:
+        units, stopped, runs = table.totals(name, ids, constraint.label)
+        if constraint.allows(stopped, runs):
+            candidates.append((units, stopped, name))
+    if not candidates:
+        return None
+    units, _, name = min(candidates)
+    baseline, _, _ = table.totals(NO_STOP, ids, constraint.label)
+    return name if units < baseline else None
+
+
+def _shares(table: _Table, name: str, ids: Sequence[str], good: str) -> tuple[float, float]:
+    """``(units saved %, good runs stopped %)`` of policy ``name`` over ``ids``."""
+    units, stopped, runs = table.totals(name, ids, good)
+    baseline, _, _ = table.totals(NO_STOP, ids, good)
+    return (100 * (baseline - units) / baseline if baseline else 0.0, 100 * stopped / runs if runs else 0.0)
+
+
+def _spread(values: Sequence[float]) -> dict[str, float]:
+    return {"mean": round(sum(values) / len(values), 2), "min": round(min(values), 2), "max": round(max(values), 2)}
+
+
+def held_out(table: _Table, constraint: Constraint, good: str, folds: int, seed: int) -> dict[str, Any]:
+    """The choice made on all folds but one and scored on that one, for each of ``folds`` folds
+    (runs shuffled with ``seed``); a fold whose training runs allow no choice scores as ``no-stop``."""
+    ids = list(table.run_ids)
+    random.Random(seed).shuffle(ids)
+    parts = [sorted(ids[k::folds]) for k in range(folds)]
+    saved, stopped, chosen = [], [], []
+    for k, part in enumerate(parts):
+        train = [run for j, other in enumerate(parts) if j != k for run in other]
+        name = choose(table, train, constraint)
+        chosen.append(name)
+        pair = _shares(table, name, part, good) if name is not None else (0.0, 0.0)
+        saved.append(pair[0])
+        stopped.append(pair[1])
+    return {"folds": folds, "seed": seed, "chosen": chosen, "units_saved_pct": _spread(saved),
+            "good_stopped_pct": _spread(stopped)}
+
+
+def bootstrap(table: _Table, name: str, good: str, samples: int, seed: int) -> dict[str, Any]:
+    """95 % intervals (2.5th and 97.5th percentiles of ``samples`` resamplings of the runs, with
+    replacement, seeded) of the units saved % and good runs stopped % of policy ``name``."""
+    rng = random.Random(seed)
+    ids = table.run_ids
+    saved, stopped = [], []
+    for _ in range(samples):
+        sample = rng.choices(ids, k=len(ids))
+        pair = _shares(table, name, sample, good)
+        saved.append(pair[0])
+        stopped.append(pair[1])
+    low, high = int(0.025 * samples), max(0, -(-975 * samples // 1000) - 1)
+
+    def interval(values: list[float]) -> list[float]:
+        values.sort()
+        return [round(values[low], 2), round(values[high], 2)]
+
+    return {"samples": samples, "seed": seed, "units_saved_pct": interval(saved),
+            "good_stopped_pct": interval(stopped)}
+
+
+def _check_labels(outcomes: set[str], good: str, constraint: Constraint | None) -> None:
+    for option, label in (("--good", good), ("--max-stopped", constraint.label if constraint else None)):
+        if label is not None and label not in outcomes:
+            known = ", ".join(sorted(outcomes)) or "none: give --outcomes or record_outcome lines"
+            raise LedgerError(E.INVALID_ARGUMENT, f"{option}: no run has the outcome {label!r} (outcomes: {known})")
+
+
+def _choice(table: _Table, rows: Mapping[str, dict[str, Any]], constraint: Constraint | None, good: str,
+            folds: int, seed: int, samples: int) -> dict[str, Any]:
+    if constraint is None:
+        return {"policy": None, "constraint": None, "reason": "no --max-stopped constraint given"}
+    name = choose(table, table.run_ids, constraint)
+    out: dict[str, Any] = {"policy": name, "constraint": constraint.to_dict()}
+    if name is None:
+        out["reason"] = (f"no policy stops at most {float(constraint.pct):g} % of the {constraint.label} runs "
+                         "and saves units against no-stop")
+        return out
+    in_sample = _shares(table, name, table.run_ids, good)
+    out.update(figures=rows[name], in_sample={"units_saved_pct": round(in_sample[0], 2),
+                                              "good_stopped_pct": round(in_sample[1], 2)})
+    out["held_out"] = held_out(table, constraint, good, folds, seed) if folds else None
+    if samples:
+        out["bootstrap"] = bootstrap(table, name, good, samples, seed)
+    return out
+
+
+def _check_options(folds: int, samples: int, seed: int, runs: int) -> None:
+    if type(folds) is not int or folds != 0 and not 2 <= folds <= runs:
+        raise LedgerError(E.INVALID_ARGUMENT, f"--folds must be 0 (none) or from 2 to the number of runs ({runs}), "
+                          f"got {folds!r}")
+    if type(samples) is not int or not 0 <= samples <= 1_000_000:
+        raise LedgerError(E.INVALID_ARGUMENT, f"--bootstrap must be from 0 to 1000000, got {samples!r}")
+    if type(seed) is not int:
+        raise LedgerError(E.INVALID_ARGUMENT, f"--seed must be an integer, got {seed!r}")
+
+
+#: The figures of a run the evaluator must give exactly as the full replay does.
+RUN_FIGURES = ("steps", "steps_taken", "steps_refused", "units_spent", "units_rewarded", "abandoned", "exhausted",
+               "stopped_at_step", "outcome")
+
+
+@dataclass
+class _Search:
+    """The inputs of a search, shared by its steps."""
+
+    files: list[Path]
+    outcomes: Mapping[str, str] | None
+    options: dict[str, Any]
+    default_units: int
+
+
+def _plain(run: RunResult) -> bool:
+    return run.error is None and run.steps_refused == 0 and not run.abandoned and not run.exhausted
+
+
+def _tables(search: _Search, first: SimulationReport) -> dict[str, StepTable]:
+    """The step table of every run ``no-stop`` took whole whose shape the evaluator models."""
+    plain = {run.run for run in first.runs if _plain(run)}
+    tables = {}
+    for path in search.files:
+        if path.stem in plain and path.stat().st_size <= CACHE_BYTES_MAX:
+            table = step_table(path.stem, journal_lines(path))
+            if table is not None:
+                tables[path.stem] = table
+    return tables
+
+
+def _evaluated(search: _Search, tables: Mapping[str, StepTable], policies: Sequence[Policy]) -> list[RunResult]:
+    """Every policy on every run: by the evaluator on the runs with a table, in full on the others."""
+    runs = [evaluate(table, policy, search.default_units) for table in tables.values() for policy in policies]
+    merge_outcomes(runs, search.outcomes)
+    others = [path for path in search.files if path.stem not in tables]
+    if others:
+        runs += simulate(others, policies, search.outcomes, **search.options).runs
+    return runs
+
+
+def _confirmed(search: _Search, tables: Mapping[str, StepTable], names: set[str], policies: Sequence[Policy],
+               runs: list[RunResult]) -> bool:
+    """Whether the full replay of the policies ``names`` gives exactly the evaluator's runs."""
+    chosen = [p for p in policies if p.name in names]
+    files = [path for path in search.files if path.stem in tables]
+    if not chosen or not files:
+        return True
+    full = {(r.run, r.policy): r for r in simulate(files, chosen, search.outcomes, **search.options).runs}
+    for run in runs:
+        other = full.get((run.run, run.policy))
+        if other is not None and any(getattr(run, k) != getattr(other, k) for k in RUN_FIGURES):
+            return False
+    return True
+
+
+def _to_confirm(rows: Mapping[str, dict[str, Any]], front: Sequence[str], choice: Mapping[str, Any],
+                good: str) -> set[str]:
+    """The policies replayed again in full: the choice, the choice of each held-out fold, and one
+    policy per point of the frontier (the first of those with the same units and good runs stopped,
+    fewest units first; ``no-stop`` was replayed in full already)."""
+    names = {choice["policy"], *(choice.get("held_out") or {}).get("chosen", [])}
+    points = set()
+    for name in front:
+        point = (rows[name]["units_spent"], rows[name]["by_outcome"].get(good, {}).get("runs_stopped"))
+        if point not in points:
+            points.add(point)
+            names.add(name)
+    return names - {NO_STOP, None}
+
+
+def _derive(policies: Sequence[Policy], runs: list[RunResult], outcomes: Mapping[str, str] | None, good: str,
+            constraint: Constraint | None, folds: int, seed: int,
+            samples: int) -> tuple[dict[str, dict[str, Any]], list[str], dict[str, Any]]:
+    """The rows, frontier and choice of ``runs`` (runs with an error are left out)."""
+    failed = {run.run for run in runs if run.error is not None}
+    runs = [run for run in runs if run.run not in failed]
+    rows = {row["name"]: row for row in summarize(policies, runs, outcomes)}
+    baseline = {run.run: run.units_spent for run in runs if run.policy == NO_STOP}
+    per_policy: dict[str, list[RunResult]] = {}
+    for run in runs:
+        per_policy.setdefault(run.policy, []).append(run)
+    for name, row in rows.items():
+        _stopped_and_saved(row, per_policy.get(name, []), baseline)
+    table = _Table(runs, [p.name for p in policies])
+    _check_labels(set(table.outcome.values()) - {NO_OUTCOME}, good, constraint)
+    _check_options(folds, samples, seed, len(table.run_ids))
+    points = [(name, *table.totals(name, table.run_ids, good)[:2]) for name in table.names]
+    return rows, pareto_front(points), _choice(table, rows, constraint, good, folds, seed, samples)
+
+
+def frontier(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Policy],
+             outcomes: Mapping[str, str] | str | os.PathLike[str] | None = None, *, good: str = "resolved",
+             constraint: Constraint | str | None = None, folds: int = DEFAULT_FOLDS, seed: int = 0,
+             samples: int = 0, jobs: int = 1, analysis: AnalysisConfig | None = None,
+             package: str | os.PathLike[str] | None = None, actor: str = DEFAULT_ACTOR) -> FrontierReport:
+    """Evaluate ``policies`` (the first is the base of the baselines) and the baselines ``no-stop``
+    and ``cap-p75`` on ``journals``; the frontier, and the choice under ``constraint``
+    (``LABEL=PCT`` or a :class:`Constraint`) with ``folds`` held-out folds and ``samples``
+    bootstrap resamplings, all seeded by ``seed`` (docs/simulate.md). Other arguments as
+    :func:`~ledger.simulation.simulator.simulate`. ``INVALID_ARGUMENT`` for a policy named like a
+    baseline, a label no run has, or bad options.
+
+    ``no-stop`` is replayed in full; the other policies by :mod:`ledger.simulation.evaluator` on
+    the runs it models (in full on the others), and the chosen policies and one policy per point of
+    the frontier are replayed in full again and compared (:func:`_to_confirm`): should any figure
+    differ, every policy is replayed in full.
+    """
+    policies = list(check_iterable(policies, "policies", "a list of Policy objects"))
+    if not policies or not all(isinstance(p, Policy) for p in policies):
+        raise LedgerError(E.INVALID_ARGUMENT, "frontier needs at least one Policy (the first is the base)")
+    names = [p.name for p in policies]
+    for name in names:
+        if name in BASELINES or names.count(name) > 1:
+            raise LedgerError(E.INVALID_ARGUMENT, f"the policy name {name!r} is a baseline's or given twice; "
+                              "name it apart")
+    constraint = parse_max_stopped(constraint) if isinstance(constraint, str) else constraint
+    table = read_outcomes(outcomes) if isinstance(outcomes, (str, os.PathLike)) else outcomes
+    analysis = analysis or AnalysisConfig()
+    options = dict(jobs=jobs, analysis=analysis, package=package, actor=actor)
+    first = simulate(journals, [no_stop_policy(policies[0])], table, **options)
+    search = _Search(journal_files(path_list(journals, "journals")), table, options, analysis.units_per_hypothesis)
+    spends = [run.units_spent for run in first.runs if run.error is None]
+    chosen = [no_stop_policy(policies[0]), cap_p75_policy(policies[0], spends), *policies]
+    tables = _tables(search, first)
+    runs = first.runs + _evaluated(search, tables, chosen[1:])
+    merged = merge_outcomes(runs, table)
+    rows, front, choice = _derive(chosen, runs, merged, good, constraint, folds, seed, samples)
+    if not _confirmed(search, tables, _to_confirm(rows, front, choice, good), chosen[1:], runs):
+        runs = first.runs + simulate(search.files, chosen[1:], table, **options).runs
+        merged = merge_outcomes(runs, table)
+        rows, front, choice = _derive(chosen, runs, merged, good, constraint, folds, seed, samples)
+    simulation = SimulationReport(list(rows.values()), runs, first.errors,
+                                  first.outcomes_without_journal, first.runs_without_outcome)
+    by_name = {p.name: p for p in chosen}
+    return FrontierReport(list(rows.values()), front, choice, simulation, chosen, by_name.get(choice["policy"] or ""))
+
+
+def policy_toml(policy: Policy) -> str:
+    """``policy`` as a budget TOML that ``BudgetConfig.load`` and ``ledger simulate --policy`` read.
+    ``units_per_hypothesis`` is not a budget key: when the policy sets it, a comment says so (the
+    allocation is given when a revision opens; ``--vary units_per_hypothesis=N`` simulates it)."""
+    settings = dict(policy.config.policy)
+    lines = [f"# The policy {policy.name!r} chosen by ledger simulate --frontier."]
+    if policy.units_per_hypothesis is not None:
+        lines.append(f"# It also gives each hypothesis {policy.units_per_hypothesis} units (units_per_hypothesis, "
+                     "set when a revision opens; simulate it with --vary units_per_hypothesis=N).")
+    tables = {key: value for key, value in settings.items() if isinstance(value, Mapping)}
+    for key, value in settings.items():
+        if key not in tables:
+            lines.append(f"{json.dumps(key)} = {json.dumps(value)}")
+    for table, values in tables.items():
+        lines.append(f"\n[{table}]")
+        lines.extend(f"{json.dumps(key)} = {json.dumps(value)}" for key, value in values.items())
+    return "\n".join(lines) + "\n"
+
+
+def emit_policy(policy: Policy, path: str | os.PathLike[str]) -> None:
+    """Write :func:`policy_toml` of ``policy`` to ``path`` (``STORAGE_ERROR`` when it cannot)."""
+    try:
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(policy_toml(policy))
+    except OSError as exc:
+        raise LedgerError(E.STORAGE_ERROR, f"--emit {os.fspath(path)}: cannot write: {exc.strerror or exc}") from None

@@ -1,0 +1,80 @@
+"""The frontier picture: units saved against good runs stopped, bad runs stopped as a colour scale.
+
+Drawn like :mod:`ledger.simulation.plot`'s picture, on an explicit ``Figure`` with its own
+canvas (no pyplot, no backend chosen), an SVG byte-reproducible (docs/simulate.md).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from ..ground import errors as E
+from ..ground.errors import LedgerError
+from .frontier import BASELINES
+from .plot import PLOT_SUFFIXES, SVG_HASH_SALT, _matplotlib
+
+
+def frontier_points(policies: Sequence[Mapping[str, Any]], good: str = "resolved") -> list[tuple[str, float, float, float]]:
+    """``(name, units saved %, good runs stopped %, other runs stopped %)`` per policy row of a
+    frontier report (``units_saved`` against ``no-stop``; shares of the runs of each group)."""
+    points = []
+    for row in policies:
+        spent = row["units_spent"] + row["units_saved"]
+        groups = row.get("by_outcome", {})
+        mine = groups.get(good, {"runs": 0, "runs_stopped": 0})
+        others_runs = row["runs"] - mine["runs"]
+        others_stopped = row["runs_stopped"] - mine["runs_stopped"]
+        points.append((row["name"], 100 * row["units_saved"] / spent if spent else 0.0,
+                       100 * mine["runs_stopped"] / mine["runs"] if mine["runs"] else 0.0,
+                       100 * others_stopped / others_runs if others_runs else 0.0))
+    return points
+
+
+def plot_frontier(report: Any, path: str | os.PathLike[str], *, good: str = "resolved") -> Path:
+    """Draw a :class:`~ledger.simulation.frontier.FrontierReport` to ``path`` (``.svg``/``.png``):
+    every policy a point (units saved % against ``good`` runs stopped %, coloured by the other runs
+    stopped %), the frontier as a line, the baselines and the choice marked. ``INVALID_ARGUMENT``
+    for another suffix or without matplotlib; ``STORAGE_ERROR`` when the file cannot be written."""
+    target = Path(path)
+    if target.suffix.lower() not in PLOT_SUFFIXES:
+        raise LedgerError(E.INVALID_ARGUMENT, f"--plot {target}: the file must end in .svg or .png")
+    matplotlib, figure_class, canvas_class = _matplotlib()
+    points = frontier_points(report.policies, good)
+    figure = figure_class(figsize=(7.5, 4.8))
+    canvas_class(figure)
+    axes = figure.subplots()
+    _draw(figure, axes, points, report.frontier, report.choice.get("policy"), good)
+    figure.tight_layout()
+    svg = target.suffix.lower() == ".svg"
+    try:
+        with matplotlib.rc_context({"svg.hashsalt": SVG_HASH_SALT} if svg else {}):
+            figure.savefig(target, metadata={"Date": None} if svg else {})
+    except OSError as exc:
+        raise LedgerError(E.STORAGE_ERROR, f"--plot {target}: cannot write: {exc.strerror or exc}") from None
+    return target
+
+
+def _draw(figure: Any, axes: Any, points: Sequence[tuple[str, float, float, float]], front: Sequence[str],
+          choice: str | None, good: str) -> None:
+    by_name = {name: (stopped, saved) for name, saved, stopped, _ in points}
+    line = [by_name[name] for name in reversed(front)]
+    axes.plot([x for x, _ in line], [y for _, y in line], color="0.4", linewidth=1, zorder=2, label="frontier")
+    top = max((bad for *_, bad in points), default=0.0) or 1.0
+    dots = axes.scatter([p[2] for p in points], [p[1] for p in points], c=[p[3] for p in points], cmap="viridis",
+                        vmin=0.0, vmax=top, s=30, zorder=3, edgecolors="0.2", linewidths=0.4)
+    figure.colorbar(dots, ax=axes, label=f"other (not {good}) runs stopped (%)")
+    for name, saved, stopped, _ in points:
+        if name in BASELINES or name == choice:
+            chosen = name == choice
+            axes.scatter([stopped], [saved], s=160 if chosen else 70, marker="*" if chosen else "s",
+                         facecolors="none", edgecolors="tab:red" if chosen else "black", linewidths=1.2, zorder=4)
+            axes.annotate(f"{name} (choice)" if chosen else name, (stopped, saved), textcoords="offset points",
+                          xytext=(6, -10 if chosen else 4), fontsize=8)
+    axes.set_xlabel(f"{good} runs stopped (%)")
+    axes.set_ylabel("units saved against no-stop (%)")
+    axes.set_title(f"Policy frontier: units saved against {good} runs stopped")
+    axes.grid(True, alpha=0.3)
+    axes.margins(0.08)
+    axes.legend(loc="lower right", fontsize=8)

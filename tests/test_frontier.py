@@ -1,0 +1,348 @@
+"""The frontier of a policy search (docs/simulate.md): baselines, frontier and choice against a brute-force
+computation, held-out folds and bootstrap, the emitted policy, the evaluator equal to the full rules."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings, strategies as st
+
+from ledger import BudgetConfig, example_policy, frontier, plot_frontier, simulate, vary
+from ledger.simulation import frontier as frontier_module
+from ledger.simulation.evaluator import evaluate, step_table
+from ledger.simulation.frontier import (OUT_OF_REACH, parse_max_stopped, pareto_front, percentile_75,
+                                        policy_toml)
+from ledger.simulation.replay import journal_lines
+from ledger.simulation.simulator import parse_journal, policy_from_mapping, replay_run
+from ledger.ground.errors import INVALID_ARGUMENT, LedgerError
+from ledger_cli.main import main
+
+DATA = Path(__file__).parent / "data" / "trajectories"
+OUTCOMES = DATA / "outcomes.csv"
+RAW = Path(__file__).parent / "data" / "runs" / "mini-swe-agent-verified"
+FILES = sorted(DATA.glob("*.jsonl"))
+RUN_FIGURES = ("steps", "steps_taken", "steps_refused", "units_spent", "units_rewarded", "abandoned", "exhausted",
+               "stopped_at_step", "outcome")
+GRID = [("max_low_information_steps", [2, 3, 5]), ("units_per_hypothesis", [250, 100000])]
+
+
+def _cli(*args: str):
+    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+
+def _brute_force(policies, good, label, pct):
+    """Every figure from plain simulate, the frontier by comparing every pair, the choice by filtering."""
+    base = policies[0]
+    no_stop = policy_from_mapping("no-stop", {**base.settings(), "max_low_information_steps": OUT_OF_REACH,
+                                              "units_per_hypothesis": OUT_OF_REACH})
+    spends = sorted(r.units_spent for r in simulate([DATA], [no_stop], OUTCOMES).runs)
+    p75 = spends[-(-len(spends) * 3 // 4) - 1]
+    cap = policy_from_mapping("cap-p75", {**base.settings(), "units_per_hypothesis": p75})
+    everything = [no_stop, cap, *policies]
+    runs = simulate([DATA], everything, OUTCOMES).runs
+    figures = {}
+    for policy in everything:
+        mine = [r for r in runs if r.policy == policy.name]
+        figures[policy.name] = (sum(r.units_spent for r in mine),
+                                sum(1 for r in mine if r.outcome == good and r.steps_refused),
+                                sum(1 for r in mine if r.outcome == label and r.steps_refused),
+                                sum(1 for r in mine if r.outcome == label))
+    front = [name for name, (u, s, _, _) in figures.items()
+             if not any(u2 <= u and s2 <= s and (u2, s2) != (u, s) for u2, s2, _, _ in figures.values())]
+    front.sort(key=lambda name: (figures[name][0], figures[name][1], name))
+    allowed = [(u, s, name) for name, (u, _, s, n) in figures.items() if s * 100 <= pct * n]
+    best = min(allowed)
+    choice = best[2] if best[0] < figures["no-stop"][0] else None
+    return figures, front, choice, p75
+
+
+@pytest.mark.parametrize("label, pct", [("resolved", 2), ("resolved", 10), ("failed", 50), ("resolved", 30)])
+def test_the_frontier_and_the_choice_equal_a_brute_force_computation(label, pct):
+    policies = [example_policy(), *vary(example_policy(), GRID)]
+    report = frontier([DATA], policies, OUTCOMES, constraint=f"{label}={pct}%", folds=0)
+    figures, front, choice, p75 = _brute_force(policies, "resolved", label, pct)
+    rows = {row["name"]: row for row in report.policies}
+    assert list(rows) == ["no-stop", "cap-p75", *[p.name for p in policies]]
+    for name, (units, good_stopped, label_stopped, _) in figures.items():
+        assert rows[name]["units_spent"] == units, name
+        assert rows[name]["by_outcome"]["resolved"]["runs_stopped"] == good_stopped, name
+        assert rows[name]["by_outcome"][label]["runs_stopped"] == label_stopped, name
+        assert rows[name]["units_saved"] == figures["no-stop"][0] - units
+    assert report.frontier == front
+    assert report.choice["policy"] == choice
+    assert report.evaluated[1].units_per_hypothesis == p75
+    if choice is not None:
+        assert report.choice["figures"] == rows[choice]
+        assert report.choice["constraint"] == {"label": label, "max_stopped_pct": float(pct)}
+
+
+def test_the_baselines_never_stop_and_cap_at_the_75th_percentile_of_spend():
+    report = frontier([DATA], [example_policy()], OUTCOMES, folds=0)
+    rows = {row["name"]: row for row in report.policies}
+    assert (rows["no-stop"]["runs_stopped"], rows["no-stop"]["units_saved"], rows["no-stop"]["runs_abandoned"],
+            rows["no-stop"]["runs_exhausted"]) == (0, 0, 0, 0)
+    assert rows["no-stop"]["units_spent"] == 34290 and rows["no-stop"]["units_per_run"] == 342
+    assert rows["example"]["units_saved"] == 34290 - 29375
+    assert rows["example"]["by_outcome"]["resolved"]["runs_stopped"] == 14
+    assert rows["cap-p75"]["runs_stopped"] == 25
+    assert report.choice == {"policy": None, "constraint": None, "reason": "no --max-stopped constraint given"}
+
+
+@pytest.mark.parametrize("values, expected", [([5], 5), ([1, 2, 3, 4], 3), ([4, 1, 3, 2, 5], 4), ([0, 0], 1),
+                                              (list(range(1, 101)), 75)])
+def test_percentile_75_is_the_nearest_rank(values, expected):
+    assert percentile_75(values) == expected
+
+
+def test_the_frontier_keeps_every_point_no_other_dominates_and_ties_both():
+    points = [("a", 10, 5), ("b", 10, 5), ("c", 12, 5), ("d", 8, 9), ("e", 20, 0), ("f", 9, 9)]
+    assert pareto_front(points) == ["d", "a", "b", "e"]
+
+
+@pytest.mark.parametrize("spec, label, pct", [("resolved=2%", "resolved", 2), ("resolved=2.5", "resolved", 2.5),
+                                              ("a=b=0 %", "a=b", 0), ("failed=100%", "failed", 100)])
+def test_max_stopped_reads_label_and_share(spec, label, pct):
+    constraint = parse_max_stopped(spec)
+    assert (constraint.label, float(constraint.pct)) == (label, pct)
+
+
+@pytest.mark.parametrize("spec", ["resolved", "=2%", "resolved=", "resolved=101%", "resolved=-1", "resolved=x",
+                                  "resolved=1/2", "resolved=nan"])
+def test_max_stopped_refuses_what_is_not_a_label_and_a_share(spec):
+    with pytest.raises(LedgerError) as caught:
+        parse_max_stopped(spec)
+    assert caught.value.code == INVALID_ARGUMENT
+
+
+def test_no_choice_when_nothing_meets_the_constraint_and_saves_exit_0(tmp_path):
+    done = _cli("simulate", DATA, "--outcomes", OUTCOMES, "--vary", "max_low_information_steps=4,6", "--frontier",
+                "--max-stopped", "resolved=0%", "--json", "--jobs", "1", "--emit", tmp_path / "p.toml")
+    assert done.exit_code == 0, done.output
+    choice = json.loads(done.stdout)["choice"]
+    assert choice["policy"] is None and "no policy stops at most 0 % of the resolved runs" in choice["reason"]
+    assert not (tmp_path / "p.toml").exists() and "no choice" in done.stderr
+    table = _cli("simulate", DATA, "--outcomes", OUTCOMES, "--vary", "max_low_information_steps=6", "--frontier",
+                 "--max-stopped", "resolved=0%", "--jobs", "1")
+    assert table.exit_code == 0 and "choice (at most 0 % of resolved runs stopped): none:" in table.stdout
+
+
+def test_the_emitted_policy_reproduces_the_choice(tmp_path):
+    target = tmp_path / "chosen.toml"
+    done = _cli("simulate", DATA, "--outcomes", OUTCOMES, "--vary", "max_low_information_steps=2,4,5", "--frontier",
+                "--max-stopped", "resolved=10%", "--json", "--jobs", "1", "--emit", target,
+                "--per-run", tmp_path / "runs.jsonl")
+    assert done.exit_code == 0, done.output
+    per_run = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
+    assert len(per_run) == 6 * 100 and {r["policy"] for r in per_run} >= {"no-stop", "cap-p75", "example"}
+    choice = json.loads(done.stdout)["choice"]
+    assert choice["policy"] == "max_low_information_steps=4"
+    config = BudgetConfig.load(target)
+    assert config.policy_sha256 == choice["figures"]["policy_sha256"]
+    again = _cli("simulate", DATA, "--outcomes", OUTCOMES, "--policy", target, "--json", "--jobs", "1")
+    replayed = json.loads(again.stdout)["policies"][0]
+    assert {k: v for k, v in replayed.items() if k != "name"} == {
+        k: (v if k != "by_outcome" else {o: {f: n for f, n in g.items() if f not in ("runs_stopped", "units_saved")}
+                                         for o, g in v.items()})
+        for k, v in choice["figures"].items() if k not in ("name", "runs_stopped", "units_saved")}
+
+
+def test_an_emitted_policy_with_an_allocation_says_so_and_still_loads(tmp_path):
+    policy = vary(example_policy(), [("units_per_hypothesis", [300])])[0]
+    text = policy_toml(policy)
+    assert "gives each hypothesis 300 units" in text and "\nunits_per_hypothesis" not in text
+    (tmp_path / "p.toml").write_text(text)
+    assert BudgetConfig.load(tmp_path / "p.toml").policy_sha256 == policy.policy_sha256
+
+
+def test_the_output_is_the_same_for_a_seed_and_the_folds_move_with_it():
+    args = ["simulate", DATA, "--outcomes", OUTCOMES, "--vary", "max_low_information_steps=2,4,5", "--frontier",
+            "--max-stopped", "resolved=10%", "--bootstrap", "50", "--json", "--jobs", "1"]
+    first, second = _cli(*args).stdout, _cli(*args).stdout
+    assert first == second
+    other = json.loads(_cli(*args, "--seed", "7").stdout)["choice"]
+    mine = json.loads(first)["choice"]
+    assert mine["held_out"]["seed"] == 0 and other["held_out"]["seed"] == 7
+    assert (mine["held_out"], mine["bootstrap"]) != (other["held_out"], other["bootstrap"])
+    held = mine["held_out"]
+    assert held["folds"] == 5 and len(held["chosen"]) == 5
+    for key in ("units_saved_pct", "good_stopped_pct"):
+        assert held[key]["min"] <= held[key]["mean"] <= held[key]["max"]
+        low, high = mine["bootstrap"][key]
+        assert low <= mine["in_sample"][key] <= high
+
+
+def test_held_out_scores_each_fold_with_the_choice_of_the_others():
+    """Recomputed here: the runs shuffled by the seed, K folds by stride, the choice on the rest."""
+    policies = [example_policy(), *vary(example_policy(), [("max_low_information_steps", [2, 4, 5])])]
+    report = frontier([DATA], policies, OUTCOMES, constraint="resolved=10%", folds=4, seed=3)
+    runs = report.simulation.runs
+    ids = sorted({r.run for r in runs})
+    random.Random(3).shuffle(ids)
+    names = [p.name for p in report.evaluated]
+    for k in range(4):
+        held = set(ids[k::4])
+        train = [r for r in runs if r.run not in held]
+        best = None
+        for name in names:
+            mine = [r for r in train if r.policy == name]
+            good = [r for r in mine if r.outcome == "resolved"]
+            stopped = sum(1 for r in good if r.steps_refused)
+            if stopped * 100 <= 10 * len(good):
+                best = min(best or (10 ** 9, 0, ""), (sum(r.units_spent for r in mine), stopped, name))
+        assert report.choice["held_out"]["chosen"][k] == best[2]
+
+
+def test_the_readme_shows_the_real_output_of_its_choosing_a_policy_command():
+    """The README's *Choosing a policy* block is what that command prints over the 100 real runs
+    (run here without ``--plot``, which needs the optional matplotlib), and its prose quotes it."""
+    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Choosing a policy", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```sh\n", 1)[1].split("```", 1)[0].splitlines()
+    command = " ".join(part.strip().rstrip("\\").strip() for part in block[:3])
+    assert command == ("$ ledger simulate tests/data/trajectories/ --outcomes tests/data/trajectories/outcomes.csv "
+                       "--vary max_low_information_steps=3,4,6 --vary units_per_hypothesis=300,500,100000 "
+                       "--frontier --max-stopped resolved=5% --bootstrap 1000 --plot frontier.svg")
+    done = _cli("simulate", DATA, "--outcomes", OUTCOMES, "--vary", "max_low_information_steps=3,4,6", "--vary",
+                "units_per_hypothesis=300,500,100000", "--frontier", "--max-stopped", "resolved=5%",
+                "--bootstrap", "1000")
+    assert done.exit_code == 0, done.output
+    assert done.stdout.splitlines() == block[3:]
+    assert "choice (at most 5 % of resolved runs stopped): max_low_information_steps=6 units_per_hypothesis=500" in block
+    assert "units saved 3.77 % (min 1.79, max 6.95), resolved runs stopped 3.75 % (min 0, max 6.25)" in section
+    assert "units saved 0.48 to 7.36 %" in section and "it saves\n3.8 % on average (1.8 to 7.0 %)" in section
+
+
+def test_the_json_has_policies_frontier_and_choice_with_the_new_figures_per_outcome():
+    done = _cli("simulate", DATA, "--outcomes", OUTCOMES, "--frontier", "--json", "--jobs", "1")
+    out = json.loads(done.stdout)
+    assert list(out) == ["policies", "frontier", "choice"]
+    row = out["policies"][0]
+    assert row["name"] == "no-stop" and {"runs_stopped", "units_saved", "units_per_run"} <= set(row)
+    assert {"runs_stopped", "units_saved", "units_per_run"} <= set(row["by_outcome"]["resolved"])
+    csv = _cli("simulate", DATA, "--outcomes", OUTCOMES, "--frontier", "--csv", "--jobs", "1").stdout.splitlines()
+    assert csv[0] == ("policy,frontier,outcome,runs,steps,steps_taken,steps_refused,units_spent,units_rewarded,"
+                      "runs_abandoned,runs_exhausted,units_per_run,runs_stopped,units_saved")
+    assert csv[1] == "no-stop,yes,(all),100,3870,3870,0,34290,10258,0,0,342,0,0"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--max-stopped", "resolved=2%"], "--max-stopped needs --frontier"),
+    (["--frontier", "--emit", "x.toml"], "--emit needs --max-stopped"),
+    (["--frontier", "--max-stopped", "resolved"], "expected LABEL=PCT"),
+])
+def test_frontier_options_are_usage_errors_without_what_they_need(args, message):
+    done = CliRunner().invoke(main, ["simulate", str(DATA / "astropy__astropy-13033.jsonl"), *args])
+    assert done.exit_code == 2 and message in done.stderr
+
+
+def test_a_label_no_run_has_and_bad_folds_are_refused_naming_them():
+    done = CliRunner().invoke(main, ["simulate", str(DATA), "--outcomes", str(OUTCOMES), "--frontier", "--good",
+                                     "fixed", "--jobs", "1"])
+    assert done.exit_code == 1 and "error: INVALID_ARGUMENT: --good: no run has the outcome 'fixed'" in done.stderr
+    with pytest.raises(LedgerError, match="--folds"):
+        frontier([DATA], [example_policy()], OUTCOMES, folds=1)
+    with pytest.raises(LedgerError, match="baseline"):
+        frontier([DATA], [policy_from_mapping("no-stop", {})], OUTCOMES)
+
+
+def test_a_run_the_evaluator_does_not_model_is_replayed_in_full(tmp_path):
+    """A journal with a scope line has no step table; its figures are the full replay's."""
+    lines = (DATA / "astropy__astropy-13033.jsonl").read_text().splitlines()
+    scope = json.dumps({"op": "establish", "scope": "case", "limits": {"actions": 30}, "issuer": "controller"})
+    (tmp_path / "scoped.jsonl").write_text("\n".join([*lines[:3], scope, *lines[3:]]) + "\n")
+    assert step_table("scoped", journal_lines(tmp_path / "scoped.jsonl")) is None
+    policies = [example_policy(), *vary(example_policy(), [("max_low_information_steps", [2])])]
+    report = frontier([tmp_path], policies, {"scoped": "resolved"}, folds=0)
+    full = simulate([tmp_path], report.evaluated, {"scoped": "resolved"})
+    assert [r["units_spent"] for r in report.policies] == [r["units_spent"] for r in full.policies]
+    assert report.policies[2]["steps_refused"] == full.policies[2]["steps_refused"] > 0
+
+
+def test_a_difference_from_the_full_rules_replays_every_policy_in_full(monkeypatch):
+    real = frontier_module.evaluate
+
+    def off_by_one(table, policy, units):
+        run = real(table, policy, units)
+        run.units_spent += 1
+        return run
+
+    policies = [example_policy(), *vary(example_policy(), [("max_low_information_steps", [2, 4])])]
+    exact = frontier([DATA], policies, OUTCOMES, constraint="resolved=10%", folds=0)
+    monkeypatch.setattr(frontier_module, "evaluate", off_by_one)
+    confirmed = frontier([DATA], policies, OUTCOMES, constraint="resolved=10%", folds=0)
+    assert confirmed.to_dict() == exact.to_dict()
+
+
+# --- the evaluator equals the full rules -----------------------------------------------------------
+def _policy(draw_settings):
+    return policy_from_mapping("generated", draw_settings)
+
+
+POLICIES = st.fixed_dictionaries({
+    "max_low_information_steps": st.integers(1, 9),
+    "low_information_threshold": st.integers(0, 100),
+    "new_evidence_score": st.integers(0, 100),
+    "max_reward_bps": st.integers(0, 9999),
+    "default_action_cost": st.integers(1, 60),
+    "action_costs": st.dictionaries(st.sampled_from(["source.find_text", "source.read_context", "test.automated",
+                                                     "shell.edit", "shell.run"]), st.integers(1, 60)),
+    "novelty_mode": st.sampled_from(["evidence", "atoms"]),
+}, optional={"units_per_hypothesis": st.integers(1, 3000)})
+
+
+@pytest.fixture(scope="module")
+def atom_journals(tmp_path_factory):
+    out = tmp_path_factory.mktemp("atoms")
+    done = CliRunner().invoke(main, ["runs", "import", str(RAW), "--out", str(out), "--outcomes", str(OUTCOMES)])
+    assert done.exit_code == 0, done.output
+    return sorted(out.glob("*.jsonl"))
+
+
+def _check_equal(files, settings_):
+    policy = _policy(settings_)
+    for path in files:
+        lines = parse_journal(path)
+        table = step_table(path.stem, lines)
+        assert table is not None, path.stem
+        full, fast = replay_run(path.stem, lines, policy), evaluate(table, policy, 100)
+        assert full.error is None
+        assert [getattr(fast, k) for k in RUN_FIGURES] == [getattr(full, k) for k in RUN_FIGURES], (path.stem, settings_)
+
+
+@pytest.mark.slow
+@settings(max_examples=12, deadline=None)
+@given(POLICIES)
+def test_the_evaluator_equals_the_full_rules_on_every_bundled_run(settings_):
+    _check_equal(FILES, settings_)
+
+
+@pytest.mark.slow
+def test_the_evaluator_equals_the_full_rules_on_every_imported_run_with_atoms(atom_journals):
+    rng = random.Random(5)
+    for _ in range(4):
+        _check_equal(atom_journals, {
+            "max_low_information_steps": rng.randint(1, 6), "low_information_threshold": rng.choice([0, 20, 60]),
+            "novelty_mode": "atoms", "default_action_cost": rng.randint(1, 30),
+            "units_per_hypothesis": rng.choice([50, 200, 800])})
+
+
+@settings(max_examples=25, deadline=None)
+@given(POLICIES)
+def test_the_evaluator_equals_the_full_rules_on_a_sample_of_runs(settings_):
+    _check_equal(FILES[::17], settings_)
+
+
+def test_the_frontier_picture_is_the_same_bytes_and_marks_baselines_and_choice(tmp_path):
+    pytest.importorskip("matplotlib")
+    report = frontier([DATA], [example_policy(), *vary(example_policy(), [("max_low_information_steps", [2, 4])])],
+                      OUTCOMES, constraint="resolved=10%", folds=0)
+    first = plot_frontier(report, tmp_path / "a.svg").read_bytes()
+    assert first == plot_frontier(report, tmp_path / "b.svg").read_bytes()
+    text = first.decode()
+    for label in ("no-stop", "cap-p75", "max_low_information_steps=4 (choice)", "not resolved) runs stopped"):
+        assert label in text
+    assert plot_frontier(report, tmp_path / "a.png").read_bytes()[:4] == b"\x89PNG"
