@@ -323,3 +323,16 @@ def test_evidence_from_code_that_has_no_json_form_is_refused_naming_the_field(ca
     with pytest.raises(LedgerError) as caught:
         budget.record_result("H1", "a1", value)
     assert caught.value.code == INVALID_JSON and f" at {where}" in caught.value.message, caught.value.message
+
+
+@pytest.mark.parametrize("key, shown", [("\ud800", '["\\ud800"]'), ("a\x1b]0;x\x07", '["a\\u001b]0;x\\u0007"]'),
+                                        ("two words", '["two words"]'), ("plain_key-1", ".plain_key-1")])
+def test_a_refusal_names_an_odd_key_in_its_json_path_escaped_so_the_message_always_prints(key, shown):
+    """The path of a refused value names its key JSON-escaped when it is not a plain name, so the
+    message encodes as UTF-8 and shows no control character (a journal's result line carries it)."""
+    with pytest.raises(LedgerError) as caught:
+        parse_json(json.dumps({"outer": {key: 9007199254740992.0}}))
+    assert caught.value.code == INVALID_JSON
+    assert f"at $.outer{shown} " in caught.value.message
+    caught.value.message.encode("utf-8")
+    assert not any(ord(c) < 32 for c in caught.value.message)

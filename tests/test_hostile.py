@@ -923,7 +923,7 @@ def check_analysis(config: AnalysisConfig, given_data: dict[str, Any]) -> None:
 def load_config(kind: str, path: Path) -> None:
     """Load ``path``: CONFIG_INVALID naming a key, or a config holding exactly what the TOML says."""
     try:
-        data = tomllib.loads(path.read_bytes().decode("utf-8"))
+        data = tomllib.loads(path.read_bytes().decode("utf-8").removeprefix("\ufeff"))  # a BOM is accepted
     except (UnicodeDecodeError, tomllib.TOMLDecodeError):
         data = None  # not TOML at all: must be refused
     loader = BudgetConfig.load if kind == "budget" else AnalysisConfig.load

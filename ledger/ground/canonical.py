@@ -100,6 +100,16 @@ def _rfc8785_bytes(value: Any, name: str) -> bytes:
         raise LedgerError(INVALID_JSON, "JSON nested too deeply") from None
 
 
+_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+
+
+def _member(key: Any) -> str:
+    """``.key`` for a plain key, else ``["…"]`` with the key JSON-escaped in ASCII, so that a path
+    naming a key of control characters, escapes or lone surrogates prints and encodes as it is."""
+    text = str(key)
+    return f".{text}" if _PLAIN_KEY.fullmatch(text) else f"[{json.dumps(text)}]"
+
+
 def _locate(value: Any, bad: Callable[[Any], bool], root: str = "$") -> str:
     """Where the first value for which ``bad`` holds sits inside ``value``: ``$``, ``$.x``, ``$.x[1]``."""
     stack: list[tuple[Any, str]] = [(value, root)]
@@ -108,7 +118,7 @@ def _locate(value: Any, bad: Callable[[Any], bool], root: str = "$") -> str:
         if bad(item):
             return path
         if isinstance(item, dict):
-            stack.extend((child, f"{path}.{key}") for key, child in item.items())
+            stack.extend((child, path + _member(key)) for key, child in item.items())
         elif isinstance(item, (list, tuple)):
             stack.extend((child, f"{path}[{index}]") for index, child in enumerate(item))
     return "$"
@@ -240,7 +250,7 @@ def _refusal_at(text: str | bytes) -> str:
         if isinstance(item, _Marker) and hasattr(item, "value"):
             item = item.value
         if isinstance(item, dict):
-            stack.extend((child, f"{path}.{key}") for key, child in item.items())
+            stack.extend((child, path + _member(key)) for key, child in item.items())
         elif isinstance(item, list):
             stack.extend((child, f"{path}[{index}]") for index, child in enumerate(item))
     return first.describe("$")
