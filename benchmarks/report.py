@@ -20,6 +20,7 @@ TARGETS: dict[str, tuple[str, float, str]] = {
     "apply_vs_raw_batch": (">=", 0.05, "journal apply operations/s ÷ raw inserts/s, 100 rows per commit"),
     "verify_vs_scan": (">=", 0.3, "verify events/s ÷ bare scan (fetch, json.loads, sha256)"),
     "export_vs_raw_files": (">=", 0.7, "export files/s ÷ bare atomic writes of the same bytes"),
+    "multi_verify_speedup": (">=", 1.6, "cases verified/s with `--jobs 2` ÷ with `--jobs 1`, 200 small cases"),
     "apply_rss_ratio": ("<=", 1.5, "peak RSS applying the long journal ÷ the 1,000-line one"),
     "latency_ratio_100k_vs_1k": ("<=", 1.25, "median durable operation latency, large ledger ÷ 1,000 events"),
     "gate_latency_ratio_100k_vs_1k": ("<=", 1.25, "median `check`/`advice` latency, large ledger ÷ 1,000 events "
@@ -41,7 +42,8 @@ CONTEXT = ("fsync_ms", "event_bytes", "events", "raw_tx_per_s", "ledger_ops_per_
            "simulate_s", "apply_s", "simulate_lines", "simulate_steps", "simulate_lines_per_s",
            "apply_journal_ops_per_s", "simulate_steps_per_s", "simulate_steps_vs_apply_lines",
            "check_ms_small", "check_ms_large", "advice_ms_small", "advice_ms_large", "snapshot_ms_small",
-           "snapshot_ms_large")
+           "snapshot_ms_large", "multi_verify_cases", "multi_verify_cases_per_s_jobs1",
+           "multi_verify_cases_per_s_jobs2")
 
 
 def normalized(run: dict[str, Any]) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from .model.operations import OPERATIONS, Operation
 from .package_tools.demo import run_demo
 from .package_tools.export import ExportReport, export_case
 from .package_tools.importer import import_tree
+from .package_tools.many import ManyReport, case_folders, export_many, verify_many
 from .package_tools.journal import JournalSummary, LineResult, apply_journal
 from .package_tools.verify import VerifyReport, verify_case
 from .router.reference import Router
@@ -46,6 +47,7 @@ __all__ = [
     "BudgetConfig", "AnalysisConfig", "LedgerError", "ALL_CODES", "CheckpointWarning",
     # whole packages
     "export_case", "ExportReport", "verify_case", "VerifyReport", "import_tree", "read_only_query", "run_demo",
+    "verify_many", "export_many", "ManyReport", "case_folders",
     # journals
     "apply_journal", "JournalSummary", "LineResult", "OPERATIONS", "Operation",
     # simulation
