@@ -106,6 +106,8 @@ def test_export_many_exports_every_case_and_a_second_run_writes_nothing(tmp_path
 def test_strict_fails_a_case_whose_export_is_not_current(four_cases):
     report = verify_many(four_cases[:2], jobs=1, strict=True)
     assert report.failed == 2 and report.cases[0]["error"]["code"] == INTEGRITY_ERROR
+    assert report.cases[0]["error"]["message"] == ("the case was never exported (no manifest.json) (--strict); "
+                                                   "run 'ledger export'")
 
 
 def test_cli_verify_prints_one_line_per_case_and_a_summary_and_exits_1_when_one_fails(tmp_path):

@@ -21,7 +21,7 @@ from ..ground.paths import fs_path, os_error
 from ..model.package import LEDGER_FILE
 from ..services.case import Case
 from .export import export_case
-from .verify import verify_case
+from .verify import VerifyReport, verify_case
 
 #: One case's outcome, as each worker sends it back (plain data, so it crosses processes).
 Outcome = dict[str, Any]
@@ -91,9 +91,17 @@ def _verify_one(task: tuple[Path, bool]) -> Outcome:
     except OSError as exc:
         return _failed(case, os_error(exc, f"cannot read {case}"))
     if strict and report.export_state != "current":
+        why = f"{stale_export(report)} (--strict); run 'ledger export'"
         return {"case": str(case), "ok": False, "report": report.to_dict(),
-                "error": {"code": E.INTEGRITY_ERROR, "message": f"the export is {report.export_state} (strict)"}}
+                "error": {"code": E.INTEGRITY_ERROR, "message": why}}
     return {"case": str(case), "ok": True, "report": report.to_dict()}
+
+
+def stale_export(report: VerifyReport) -> str:
+    """Why ``report``'s export is not current, in words (what ``--strict`` fails on)."""
+    return {"none": "the case was never exported (no manifest.json)",
+            "partial": "the export is partial: exported files but no manifest.json (an interrupted export?)",
+            }.get(report.export_state, f"the export is {report.export_behind} event(s) behind the ledger")
 
 
 def _export_one(task: tuple[Path, AnalysisConfig | None]) -> Outcome:
