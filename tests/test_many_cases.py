@@ -169,3 +169,19 @@ def test_cli_usage_errors_of_several_cases(four_cases, tmp_path):
     assert run_cli("verify", *map(str, four_cases[:2]), "--csv").returncode == 2
     assert run_cli("verify", str(four_cases[0]), "--jobs", "0").returncode == 2
     assert run_cli("verify").returncode == 2
+
+
+def test_arguments_of_several_cases_are_checked_before_anything_runs(four_cases):
+    for call in (lambda: verify_many(four_cases, each="print"), lambda: export_many(four_cases, each=1),
+                 lambda: export_many(four_cases, analysis_config={"storage": {}}),
+                 lambda: verify_many([1, 2]), lambda: verify_many(four_cases, strict="yes"),
+                 lambda: case_folders(None)):
+        with pytest.raises(LedgerError) as caught:
+            call()
+        assert caught.value.code == INVALID_ARGUMENT
+
+
+def test_one_path_is_one_case_not_its_characters(four_cases):
+    report = verify_many(str(four_cases[0]), jobs=1)
+    assert [outcome["case"] for outcome in report.cases] == [str(four_cases[0])]
+    assert case_folders(str(four_cases[0].parent)) == sorted(four_cases)

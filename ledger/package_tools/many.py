@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from ..ground import errors as E
-from ..ground.arguments import check_flag
+from ..ground.arguments import check_callback, check_flag, check_instance, path_list
 from ..ground.config import AnalysisConfig
 from ..ground.errors import LedgerError
 from ..ground.paths import fs_path, os_error
@@ -53,7 +53,7 @@ def case_folders(folders: Iterable[str | os.PathLike[str]]) -> list[Path]:
     """The case folders directly inside each of ``folders`` (those holding ``ledger.sqlite``), sorted
     by name within each; ``INVALID_ARGUMENT`` for a folder that holds none."""
     found: list[Path] = []
-    for folder in folders:
+    for folder in path_list(folders, "folders"):
         root = fs_path(folder, "folder of cases")
         try:
             names = sorted(entry.name for entry in os.scandir(root)
@@ -66,10 +66,10 @@ def case_folders(folders: Iterable[str | os.PathLike[str]]) -> list[Path]:
     return found
 
 
-def _unique(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
+def _unique(paths: Any) -> list[Path]:
     seen: set[Path] = set()
     unique = []
-    for path in paths:
+    for path in path_list(paths, "cases"):
         given = fs_path(path, "case path")
         key = given.resolve()
         if key not in seen:
@@ -143,6 +143,7 @@ def verify_many(cases: Iterable[str | os.PathLike[str]], *, jobs: int | None = N
     the machine's cores); ``each`` is called with each case's outcome, in order, as it is ready. With
     ``strict``, a case whose export is not current fails too. A path given twice is verified once."""
     check_flag(strict, "strict")
+    check_callback(each, "each")
     workers = _jobs(jobs)
     report = ManyReport()
     for outcome in _run(_verify_one, [(case, strict) for case in _unique(cases)], workers):
@@ -157,6 +158,9 @@ def export_many(cases: Iterable[str | os.PathLike[str]], *, jobs: int | None = N
                 each: Callable[[Outcome], None] | None = None) -> ManyReport:
     """Export every case of ``cases`` (each as :func:`export_case` does) over ``jobs`` processes (default:
     the machine's cores); ``each`` as in :func:`verify_many`. A path given twice is exported once."""
+    check_callback(each, "each")
+    if analysis_config is not None:
+        check_instance(analysis_config, AnalysisConfig, "analysis_config", "an AnalysisConfig or None")
     workers = _jobs(jobs)
     report = ManyReport()
     for outcome in _run(_export_one, [(case, analysis_config) for case in _unique(cases)], workers):
