@@ -37,6 +37,9 @@ Every figure is measured in one run, on the same disk, at the same durability
   event body, ``json.loads``, sha256);
 * ``export_vs_raw_files`` — ``export_files_per_s`` over a bare loop writing the same bytes to the
   same layout atomically (temp file, fsync, rename, each folder fsynced once);
+* ``multi_verify_speedup`` — cases verified per second by ``ledger verify --all`` with ``--jobs 2`` over
+  the same with ``--jobs 1``, 200 small cases (real processes; the median of three runs each, one with
+  ``--quick``);
 * ``apply_rss_ratio`` — peak RSS of ``ledger apply`` on a 200,000-line journal over a 1,000-line one
   (``--quick``: 10,000 lines; ``apply_rss_lines`` says which);
 * ``fleet_export_cases_per_s`` — ``ledger fleet export --jobs <cpus>`` (a real process) over 10,000 small
@@ -403,6 +406,25 @@ def bench_growth(directory: Path, small: int, large: int, samples: int) -> dict[
     }
 
 
+def bench_multi_verify(directory: Path, cases: int, repeats: int) -> dict[str, float]:
+    """Cases verified per second by ``ledger verify --all`` (a real process) with ``--jobs 2`` over the
+    same with ``--jobs 1``, on ``cases`` small cases (10 reserve/record_result/settle cycles each); the
+    median of ``repeats`` runs of each, taken alternately."""
+    folder = directory / "many"
+    for number in range(cases):
+        case = _new_case(folder / f"case-{number:03d}", synchronous="NORMAL")
+        fill(case, 0, 10)
+        case.close()
+    timings: dict[int, list[float]] = {1: [], 2: []}
+    for _ in range(repeats):
+        for jobs in (1, 2):
+            timings[jobs].append(run_cli("verify", "--all", str(folder), "--jobs", str(jobs))[0])
+    shutil.rmtree(folder, ignore_errors=True)
+    one, two = (cases / statistics.median(timings[jobs]) for jobs in (1, 2))
+    return {"multi_verify_cases": cases, "multi_verify_cases_per_s_jobs1": one,
+            "multi_verify_cases_per_s_jobs2": two, "multi_verify_speedup": two / one}
+
+
 def machine() -> dict[str, str]:
     return {"python": platform.python_version(), "sqlite": sqlite3.sqlite_version,
             "system": f"{platform.system()} {platform.machine()}", "cpus": str(os.cpu_count())}
@@ -468,6 +490,7 @@ def _bench_single_case(work: Path, quick: bool, results: dict[str, object]) -> N
     results["apply_ops_per_s"], _ = bench_apply(work, 10_000 // scale)
     results.update(bench_apply_rss(work, 1_000, 10_000 if quick else 200_000))
     results.update(bench_simulate_vs_apply(work, 10 if quick else 100))
+    results.update(bench_multi_verify(work, 200, 1 if quick else 3))
     results.update(frontier_speed.bench_frontier_vs_simulate(work, 10 if quick else 100,
                                                              frontier_speed.QUICK_GRID if quick else frontier_speed.GRID))
     results.update(bench_growth(work, 1_000, 100_000 // scale, 60 // (3 if quick else 1)))

@@ -2,24 +2,72 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
-from ledger import Case, export_case, import_tree, verify_case
+from ledger import Case, ManyReport, case_folders, export_case, export_many, import_tree, verify_case, verify_many
 from ledger.package_tools.export import export_count
 from ledger.package_tools.manifest import read_manifest
 
-from ._common import CASE, JSON, CaseFolder, Settings, pass_settings, progress_bar, table_format
-from ._output import emit_result, emit_rows, warn
+from ._common import JSON, CaseFolder, Settings, pass_settings, progress_bar, table_format
+from ._output import dumps, echo, emit_result, emit_rows, one_line, warn
+
+CASES = click.argument("cases", metavar="CASE...", nargs=-1, required=True, type=CaseFolder())
+ALL = click.option("--all", "all_in", is_flag=True,
+                   help="Each CASE is a folder of cases: take every case folder directly inside it.")
+JOBS = click.option("--jobs", type=click.IntRange(1, 256), default=None, metavar="N",
+                    help="Worker processes for several cases (default: the machine's cores).")
+
+
+def _single(cases: tuple[str, ...], all_in: bool, jobs: int | None) -> str | None:
+    """The one case of a plain single-case call (one CASE, no --all, no --jobs), else None."""
+    return cases[0] if len(cases) == 1 and not all_in and jobs is None else None
+
+
+def _case_line(outcome: dict[str, Any], done: str) -> str:
+    """One case's line: ``ok CASE: …`` or ``FAILED CASE: CODE: message``."""
+    if outcome["ok"]:
+        return f"ok {outcome['case']}: {done.format(**outcome['report'])}"
+    error = outcome["error"]
+    return f"FAILED {outcome['case']}: {error['code']}: {one_line(error['message'])}"
+
+
+def _many(run: Any, cases: tuple[str, ...], all_in: bool, jobs: int | None, as_json: bool, verb: str,
+          done: str, **options: Any) -> None:
+    """Run ``run`` (``verify_many`` or ``export_many``) over the cases, print one line per case as it
+    is ready and a summary (or one JSON object with --json); exit 1 when any case failed."""
+    folders = case_folders(cases) if all_in else list(cases)
+    each = None if as_json else (lambda outcome: echo(_case_line(outcome, done)))
+    report: ManyReport = run(folders, jobs=jobs or os.cpu_count() or 1, each=each, **options)
+    if as_json:
+        echo(dumps(report.to_dict()))
+    else:
+        echo(f"{verb} {len(report.cases)} case(s): {report.passed} ok, {report.failed} failed")
+    if report.failed:
+        sys.exit(1)
 
 @click.command()
-@CASE
+@CASES
 @JSON
+@ALL
+@JOBS
 @pass_settings
-def export(settings: Settings, case: str, as_json: bool) -> None:
-    """Write analysis/ and manifest.json as canonical JSON (incremental, idempotent)."""
+def export(settings: Settings, cases: tuple[str, ...], as_json: bool, all_in: bool, jobs: int | None) -> None:
+    """Write analysis/ and manifest.json as canonical JSON (incremental, idempotent).
+
+    Several CASEs (or, with --all, the case folders inside each CASE) are
+    exported over --jobs worker processes: one line per case (ok or FAILED
+    with its error) and a summary; exit 1 when any case failed.
+    """
+    case = _single(cases, all_in, jobs)
+    if case is None:
+        _many(export_many, cases, all_in, jobs, as_json, "exported",
+              "{files_written} files written, {files_unchanged} unchanged", analysis_config=settings.analysis())
+        return
     with settings.open(case) as opened:
         with progress_bar(export_count(opened), "exporting") as bar:
             report = export_case(opened, progress=bar.update)
@@ -46,8 +94,10 @@ FOREIGN_COLUMNS = ("type", "name", "table")
 
 
 @click.command()
-@CASE
+@CASES
 @JSON
+@ALL
+@JOBS
 @click.option("--strict", is_flag=True,
               help="Run SQLite's full integrity_check instead of quick_check, and fail (exit 1) unless the "
                    "export is complete and current (no manifest.json, a partial export or one behind the "
@@ -60,7 +110,8 @@ FOREIGN_COLUMNS = ("type", "name", "table")
               help="Print the foreign objects as CSV with a header row (the summary goes to stderr).")
 @click.option("--tsv", "as_tsv", is_flag=True,
               help="Print the foreign objects as tab-separated values (the summary goes to stderr).")
-def verify(case: str, as_json: bool, strict: bool, **formats: bool) -> None:
+def verify(cases: tuple[str, ...], as_json: bool, all_in: bool, jobs: int | None, strict: bool,
+           **formats: bool) -> None:
     """Recompute everything from the requests and check chain, rows, views and export.
 
     SQLite's own check of the file runs first (quick_check; the full
@@ -76,7 +127,19 @@ def verify(case: str, as_json: bool, strict: bool, **formats: bool) -> None:
     --json prints the whole report as one object; --table, --nl, --csv or --tsv
     print the foreign objects one row each (columns type, name, table) on
     stdout and the summary on stderr.
+
+    Several CASEs (or, with --all, the case folders inside each CASE) are
+    verified over --jobs worker processes: one line per case (ok or FAILED
+    with its error; with --strict a case whose export is not current fails)
+    and a summary; exit 1 when any case failed.
     """
+    case = _single(cases, all_in, jobs)
+    if case is None:
+        if any(formats.values()):
+            raise click.UsageError("--table, --nl, --csv and --tsv list one case's foreign objects: give one CASE")
+        _many(verify_many, cases, all_in, jobs, as_json, "verified",
+              "{events} events, {contents} contents, head seq {head_seq}", strict=strict)
+        return
     fmt = table_format(as_json=as_json, **formats) if any(formats.values()) or as_json else None
     with Case.open(case) as opened:
         total = opened.status()["package_generation"]

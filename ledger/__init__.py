@@ -21,6 +21,7 @@ from .package_tools.demo import run_demo
 from .package_tools.export import ExportReport, export_case
 from .package_tools.fleet import FleetReport, export_fleet, fleet_query
 from .package_tools.importer import import_tree
+from .package_tools.many import ManyReport, case_folders, export_many, verify_many
 from .package_tools.journal import JournalSummary, LineResult, apply_journal
 from .package_tools.verify import VerifyReport, verify_case
 from .router.reference import Router
@@ -51,6 +52,7 @@ __all__ = [
     "export_case", "ExportReport", "verify_case", "VerifyReport", "import_tree", "read_only_query", "run_demo",
     # many cases
     "export_fleet", "FleetReport", "fleet_query",
+    "verify_many", "export_many", "ManyReport", "case_folders",
     # journals
     "apply_journal", "JournalSummary", "LineResult", "OPERATIONS", "Operation",
     # simulation

@@ -1,0 +1,170 @@
+"""Verify or export many cases at once, over worker processes (docs/cli.md, docs/performance.md).
+
+Each case is verified (or exported) on its own by :func:`verify_case` (or
+:func:`export_case`), exactly as one case would be; cases share nothing, so
+running them in separate processes changes no result. A case that fails is
+reported with its error code and message and does not stop the others.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+from ..ground import errors as E
+from ..ground.arguments import check_callback, check_flag, check_instance, path_list
+from ..ground.config import AnalysisConfig
+from ..ground.errors import LedgerError
+from ..ground.paths import fs_path, os_error
+from ..model.package import LEDGER_FILE
+from ..services.case import Case
+from .export import export_case
+from .verify import VerifyReport, verify_case
+
+#: One case's outcome, as each worker sends it back (plain data, so it crosses processes).
+Outcome = dict[str, Any]
+
+
+@dataclass
+class ManyReport:
+    """The outcome of each case, in the order given, and how many passed and failed.
+
+    Each item of ``cases`` is ``{"case", "ok": True, "report": {…}}`` (the single-case report's
+    ``to_dict()``) or ``{"case", "ok": False, "error": {"code", "message"}}``.
+    """
+
+    cases: list[Outcome] = field(default_factory=list)
+
+    @property
+    def passed(self) -> int:
+        return sum(1 for outcome in self.cases if outcome["ok"])
+
+    @property
+    def failed(self) -> int:
+        return len(self.cases) - self.passed
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"cases": self.cases, "passed": self.passed, "failed": self.failed, "ok": self.failed == 0}
+
+
+def case_folders(folders: Iterable[str | os.PathLike[str]]) -> list[Path]:
+    """The case folders directly inside each of ``folders`` (those holding ``ledger.sqlite``), sorted
+    by name within each; ``INVALID_ARGUMENT`` for a folder that holds none."""
+    found: list[Path] = []
+    for folder in path_list(folders, "folders"):
+        root = fs_path(folder, "folder of cases")
+        try:
+            names = sorted(entry.name for entry in os.scandir(root)
+                           if entry.is_dir(follow_symlinks=False) and (Path(entry.path) / LEDGER_FILE).is_file())
+        except OSError as exc:
+            raise os_error(exc, f"cannot list the cases in {root}") from None
+        if not names:
+            raise LedgerError(E.INVALID_ARGUMENT, f"{root} holds no case folder (a folder with {LEDGER_FILE})")
+        found.extend(root / name for name in names)
+    return found
+
+
+def _unique(paths: Any) -> list[Path]:
+    seen: set[Path] = set()
+    unique = []
+    for path in path_list(paths, "cases"):
+        given = fs_path(path, "case path")
+        key = given.resolve()
+        if key not in seen:
+            seen.add(key)
+            unique.append(given)
+    return unique
+
+
+def _failed(case: Path, exc: LedgerError) -> Outcome:
+    return {"case": str(case), "ok": False, "error": {"code": exc.code, "message": exc.message}}
+
+
+def _verify_one(task: tuple[Path, bool]) -> Outcome:
+    case, strict = task
+    try:
+        report = verify_case(case, strict=strict)
+    except LedgerError as exc:
+        return _failed(case, exc)
+    except OSError as exc:
+        return _failed(case, os_error(exc, f"cannot read {case}"))
+    if strict and report.export_state != "current":
+        why = f"{stale_export(report)} (--strict); run 'ledger export'"
+        return {"case": str(case), "ok": False, "report": report.to_dict(),
+                "error": {"code": E.INTEGRITY_ERROR, "message": why}}
+    return {"case": str(case), "ok": True, "report": report.to_dict()}
+
+
+def stale_export(report: VerifyReport) -> str:
+    """Why ``report``'s export is not current, in words (what ``--strict`` fails on)."""
+    return {"none": "the case was never exported (no manifest.json)",
+            "partial": "the export is partial: exported files but no manifest.json (an interrupted export?)",
+            }.get(report.export_state, f"the export is {report.export_behind} event(s) behind the ledger")
+
+
+def _export_one(task: tuple[Path, AnalysisConfig | None]) -> Outcome:
+    case, analysis = task
+    try:
+        with Case.open(case, analysis_config=analysis) as opened:
+            report = export_case(opened)
+    except LedgerError as exc:
+        return _failed(case, exc)
+    except OSError as exc:
+        return _failed(case, os_error(exc, f"cannot write the export under {case}"))
+    return {"case": str(case), "ok": True, "report": report.to_dict()}
+
+
+def _jobs(jobs: int | None) -> int:
+    if jobs is None:
+        return os.cpu_count() or 1
+    if type(jobs) is not int or jobs < 1:
+        raise LedgerError(E.INVALID_ARGUMENT, f"jobs must be an integer >= 1, got {jobs!r}")
+    return jobs
+
+
+def _run(work: Callable[[Any], Outcome], tasks: list[Any], jobs: int) -> Iterator[Outcome]:
+    """Each task's outcome in order, as it is ready: in this process for one job or one case, else over
+    ``jobs`` worker processes."""
+    if jobs == 1 or len(tasks) <= 1:
+        yield from map(work, tasks)
+        return
+    from concurrent.futures import ProcessPoolExecutor  # on first use: ~25 ms at every CLI start
+
+    workers = min(jobs, len(tasks))
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        yield from pool.map(work, tasks, chunksize=max(1, len(tasks) // (workers * 8)))
+
+
+def verify_many(cases: Iterable[str | os.PathLike[str]], *, jobs: int | None = None, strict: bool = False,
+                each: Callable[[Outcome], None] | None = None) -> ManyReport:
+    """Verify every case of ``cases`` (each as :func:`verify_case` does) over ``jobs`` processes (default:
+    the machine's cores); ``each`` is called with each case's outcome, in order, as it is ready. With
+    ``strict``, a case whose export is not current fails too. A path given twice is verified once."""
+    check_flag(strict, "strict")
+    check_callback(each, "each")
+    workers = _jobs(jobs)
+    report = ManyReport()
+    for outcome in _run(_verify_one, [(case, strict) for case in _unique(cases)], workers):
+        report.cases.append(outcome)
+        if each is not None:
+            each(outcome)
+    return report
+
+
+def export_many(cases: Iterable[str | os.PathLike[str]], *, jobs: int | None = None,
+                analysis_config: AnalysisConfig | None = None,
+                each: Callable[[Outcome], None] | None = None) -> ManyReport:
+    """Export every case of ``cases`` (each as :func:`export_case` does) over ``jobs`` processes (default:
+    the machine's cores); ``each`` as in :func:`verify_many`. A path given twice is exported once."""
+    check_callback(each, "each")
+    if analysis_config is not None:
+        check_instance(analysis_config, AnalysisConfig, "analysis_config", "an AnalysisConfig or None")
+    workers = _jobs(jobs)
+    report = ManyReport()
+    for outcome in _run(_export_one, [(case, analysis_config) for case in _unique(cases)], workers):
+        report.cases.append(outcome)
+        if each is not None:
+            each(outcome)
+    return report

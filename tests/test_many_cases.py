@@ -1,0 +1,187 @@
+"""docs/cli.md: `ledger verify CASE…` and `ledger export CASE…` over several cases and worker processes."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from ledger import BudgetConfig, LedgerError, case_folders, export_many, verify_many
+from ledger.ground.errors import INTEGRITY_ERROR, INVALID_ARGUMENT, LEDGER_MISSING
+
+from conftest import run_cli, start_case
+
+
+def make_cases(root: Path, count: int) -> list[Path]:
+    """``count`` small honest cases (a revision, a budget, one settled action) under ``root``."""
+    paths = []
+    for number in range(1, count + 1):
+        path = root / f"case-{number:02d}"
+        case = start_case(path, case_id=f"BUG-{number}")
+        budget = case.budget(BudgetConfig.example())
+        budget.initialize()
+        budget.reserve("H1", "q1", "source.read_context")
+        budget.record_result("H1", "q1", {"finding": f"observation {number}"})
+        budget.settle("H1", "q1", 50, "relevant")
+        case.close()
+        paths.append(path)
+    return paths
+
+
+def tamper(path: Path) -> None:
+    """An edited event body with every trigger dropped (what a determined tamperer has)."""
+    conn = sqlite3.connect(path / "ledger.sqlite")
+    for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
+        conn.execute(f"DROP TRIGGER {name}")
+    conn.execute("UPDATE events SET body = replace(body, '\"semantic_score\":50', '\"semantic_score\":60') "
+                 "WHERE type = 'budget.settled'")
+    conn.commit()
+    conn.close()
+
+
+@pytest.fixture(scope="module")
+def four_cases(tmp_path_factory) -> list[Path]:
+    return make_cases(tmp_path_factory.mktemp("many"), 4)
+
+
+def test_verify_many_reports_each_case_in_order_and_counts_them(four_cases):
+    seen = []
+    report = verify_many(four_cases, jobs=2, each=seen.append)
+    assert [outcome["case"] for outcome in report.cases] == [str(p) for p in four_cases]
+    assert seen == report.cases
+    assert (report.passed, report.failed) == (4, 0)
+    assert all(outcome["report"]["events"] == 7 for outcome in report.cases)
+    assert report.to_dict()["ok"] is True
+
+
+def test_one_failing_case_fails_alone_and_the_others_are_still_checked(tmp_path):
+    cases = make_cases(tmp_path, 3)
+    tamper(cases[1])
+    for jobs in (1, 2):
+        report = verify_many(cases, jobs=jobs)
+        assert [outcome["ok"] for outcome in report.cases] == [True, False, True]
+        assert report.cases[1]["error"]["code"] == INTEGRITY_ERROR
+        assert (report.passed, report.failed) == (2, 1)
+
+
+def test_a_missing_case_is_a_failed_line_not_an_exception(four_cases, tmp_path):
+    report = verify_many([four_cases[0], tmp_path / "nowhere"], jobs=1)
+    assert report.cases[1]["ok"] is False and report.cases[1]["error"]["code"] == LEDGER_MISSING
+    assert report.passed == 1
+
+
+def test_a_case_given_twice_is_verified_once(four_cases):
+    report = verify_many([four_cases[0], four_cases[0], four_cases[1]], jobs=2)
+    assert [outcome["case"] for outcome in report.cases] == [str(four_cases[0]), str(four_cases[1])]
+
+
+def test_jobs_must_be_a_positive_integer(four_cases):
+    for bad in (0, -1, 1.5, "2", True):
+        with pytest.raises(LedgerError) as caught:
+            verify_many(four_cases, jobs=bad)
+        assert caught.value.code == INVALID_ARGUMENT
+
+
+def test_case_folders_lists_the_cases_inside_a_folder_sorted_and_refuses_a_folder_with_none(four_cases, tmp_path):
+    root = four_cases[0].parent
+    (root / "not-a-case").mkdir(exist_ok=True)
+    assert case_folders([root]) == sorted(four_cases)
+    with pytest.raises(LedgerError) as caught:
+        case_folders([tmp_path])
+    assert caught.value.code == INVALID_ARGUMENT
+
+
+def test_export_many_exports_every_case_and_a_second_run_writes_nothing(tmp_path):
+    cases = make_cases(tmp_path, 3)
+    first = export_many(cases, jobs=2)
+    assert first.failed == 0 and all(o["report"]["files_written"] > 0 for o in first.cases)
+    second = export_many(cases, jobs=2)
+    assert [o["report"]["files_written"] for o in second.cases] == [0, 0, 0]
+    assert all((case / "manifest.json").is_file() for case in cases)
+    assert verify_many(cases, jobs=2, strict=True).failed == 0
+
+
+def test_strict_fails_a_case_whose_export_is_not_current(four_cases):
+    report = verify_many(four_cases[:2], jobs=1, strict=True)
+    assert report.failed == 2 and report.cases[0]["error"]["code"] == INTEGRITY_ERROR
+    assert report.cases[0]["error"]["message"] == ("the case was never exported (no manifest.json) (--strict); "
+                                                   "run 'ledger export'")
+
+
+def test_cli_verify_prints_one_line_per_case_and_a_summary_and_exits_1_when_one_fails(tmp_path):
+    cases = make_cases(tmp_path, 3)
+    tamper(cases[2])
+    done = run_cli("verify", *map(str, cases), "--jobs", "2")
+    assert done.returncode == 1, done.stderr
+    lines = done.stdout.decode().splitlines()
+    assert lines[0] == f"ok {cases[0]}: 7 events, 1 contents, head seq 7"
+    assert lines[1] == f"ok {cases[1]}: 7 events, 1 contents, head seq 7"
+    assert lines[2].startswith(f"FAILED {cases[2]}: INTEGRITY_ERROR: ")
+    assert lines[3] == "verified 3 case(s): 2 ok, 1 failed"
+    assert len(lines) == 4 and done.stderr == b""
+
+
+def test_cli_verify_all_takes_every_case_in_the_folder_and_exits_0_when_all_pass(four_cases):
+    done = run_cli("verify", "--all", str(four_cases[0].parent), "--jobs", "1")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.decode().splitlines()
+    assert [line.split(":")[0] for line in lines[:-1]] == [f"ok {case}" for case in four_cases]
+    assert lines[-1] == "verified 4 case(s): 4 ok, 0 failed"
+
+
+def test_cli_verify_json_prints_one_object_for_several_cases(four_cases):
+    done = run_cli("verify", *map(str, four_cases[:2]), "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert (result["passed"], result["failed"], result["ok"]) == (2, 0, True)
+    assert [c["report"]["head_seq"] for c in result["cases"]] == [7, 7]
+
+
+def test_cli_single_case_output_is_unchanged(four_cases):
+    done = run_cli("verify", str(four_cases[0]))
+    assert done.returncode == 0
+    assert done.stdout.decode().startswith("ok: 7 events, 1 contents, head seq 7 sha256 ")
+
+
+def test_cli_jobs_with_one_case_prints_the_multi_case_lines(four_cases):
+    done = run_cli("verify", str(four_cases[0]), "--jobs", "1")
+    assert done.stdout.decode().splitlines() == [f"ok {four_cases[0]}: 7 events, 1 contents, head seq 7",
+                                                 "verified 1 case(s): 1 ok, 0 failed"]
+
+
+def test_cli_export_several_cases_and_a_missing_one(tmp_path):
+    cases = make_cases(tmp_path, 2)
+    missing = tmp_path / "empty"
+    missing.mkdir()
+    done = run_cli("export", *map(str, cases), str(missing), "--jobs", "2")
+    assert done.returncode == 1
+    lines = done.stdout.decode().splitlines()
+    assert lines[0].startswith(f"ok {cases[0]}: ") and "files written" in lines[0]
+    assert lines[2].startswith(f"FAILED {missing}: {LEDGER_MISSING}: ")
+    assert lines[3] == "exported 3 case(s): 2 ok, 1 failed"
+
+
+def test_cli_usage_errors_of_several_cases(four_cases, tmp_path):
+    assert run_cli("verify", "--all", str(tmp_path)).returncode == 1  # no case inside: INVALID_ARGUMENT
+    assert b"INVALID_ARGUMENT" in run_cli("verify", "--all", str(tmp_path)).stderr
+    assert run_cli("verify", *map(str, four_cases[:2]), "--csv").returncode == 2
+    assert run_cli("verify", str(four_cases[0]), "--jobs", "0").returncode == 2
+    assert run_cli("verify").returncode == 2
+
+
+def test_arguments_of_several_cases_are_checked_before_anything_runs(four_cases):
+    for call in (lambda: verify_many(four_cases, each="print"), lambda: export_many(four_cases, each=1),
+                 lambda: export_many(four_cases, analysis_config={"storage": {}}),
+                 lambda: verify_many([1, 2]), lambda: verify_many(four_cases, strict="yes"),
+                 lambda: case_folders(None)):
+        with pytest.raises(LedgerError) as caught:
+            call()
+        assert caught.value.code == INVALID_ARGUMENT
+
+
+def test_one_path_is_one_case_not_its_characters(four_cases):
+    report = verify_many(str(four_cases[0]), jobs=1)
+    assert [outcome["case"] for outcome in report.cases] == [str(four_cases[0])]
+    assert case_folders(str(four_cases[0].parent)) == sorted(four_cases)
