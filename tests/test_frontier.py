@@ -60,7 +60,10 @@ def _brute_force(policies, good, label, pct):
     return figures, front, choice, p75
 
 
-@pytest.mark.parametrize("label, pct", [("resolved", 2), ("resolved", 10), ("failed", 50), ("resolved", 30)])
+@pytest.mark.parametrize("label, pct", [("resolved", 2),  # the other constraints in the slow lane (a frontier each)
+                                        pytest.param("resolved", 10, marks=pytest.mark.slow),
+                                        pytest.param("failed", 50, marks=pytest.mark.slow),
+                                        pytest.param("resolved", 30, marks=pytest.mark.slow)])
 def test_the_frontier_and_the_choice_equal_a_brute_force_computation(label, pct):
     policies = [example_policy(), *vary(example_policy(), GRID)]
     report = frontier([DATA], policies, OUTCOMES, constraint=f"{label}={pct}%", folds=0)
@@ -158,6 +161,7 @@ def test_an_emitted_policy_with_an_allocation_says_so_and_still_loads(tmp_path):
     assert BudgetConfig.load(tmp_path / "p.toml").policy_sha256 == policy.policy_sha256
 
 
+@pytest.mark.slow
 def test_the_output_is_the_same_for_a_seed_and_the_folds_move_with_it():
     args = ["simulate", DATA, "--outcomes", OUTCOMES, "--vary", "max_low_information_steps=2,4,5", "--frontier",
             "--max-stopped", "resolved=10%", "--bootstrap", "50", "--json", "--jobs", "1"]
@@ -262,6 +266,7 @@ def test_a_run_the_evaluator_does_not_model_is_replayed_in_full(tmp_path):
     assert report.policies[2]["steps_refused"] == full.policies[2]["steps_refused"] > 0
 
 
+@pytest.mark.slow
 def test_a_difference_from_the_full_rules_replays_every_policy_in_full(monkeypatch):
     real = frontier_module.evaluate
 

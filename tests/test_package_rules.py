@@ -295,12 +295,12 @@ def test_a_source_ref_is_hashed_from_the_file_it_resolved_to_never_outside_or_wa
     inside = hashlib.sha256(b"inside\n").hexdigest()
     if swap == "the file for a FIFO":
         os.mkfifo(tmp_path / "fifo")
-        args = [FIFO_SWAPPER, str(root / "sources" / "d" / "f.txt"), str(tmp_path / "fifo"), "3"]
+        args = [FIFO_SWAPPER, str(root / "sources" / "d" / "f.txt"), str(tmp_path / "fifo"), "1.5"]
     else:
-        args = [SWAPPER, str(root), str(root / "parked"), str(outside), "3"]
+        args = [SWAPPER, str(root), str(root / "parked"), str(outside), "1.5"]
     swapper = subprocess.Popen([sys.executable, "-c", *args])
     try:  # a resolver that waited on the FIFO would never print: the timeout fails the test
-        done = subprocess.run([sys.executable, "-c", RESOLVER, str(root), "sources/d/f.txt", "2.5"],
+        done = subprocess.run([sys.executable, "-c", RESOLVER, str(root), "sources/d/f.txt", "1.2"],
                               capture_output=True, text=True, timeout=60)
     finally:
         swapper.wait(timeout=60)
@@ -328,9 +328,9 @@ def test_the_input_identity_never_waits_on_a_file_swapped_for_a_fifo_while_it_wa
     (root / "sources" / "d" / "f.txt").write_text("inside\n")
     os.mkfifo(tmp_path / "fifo")
     swapper = subprocess.Popen([sys.executable, "-c", FIFO_SWAPPER, str(root / "sources" / "d" / "f.txt"),
-                                str(tmp_path / "fifo"), "3"])
+                                str(tmp_path / "fifo"), "1.5"])
     try:  # a walk that waited on the FIFO would never print: the timeout fails the test
-        done = subprocess.run([sys.executable, "-c", IDENTITY, str(root), "2.5"], capture_output=True, text=True,
+        done = subprocess.run([sys.executable, "-c", IDENTITY, str(root), "1.2"], capture_output=True, text=True,
                               timeout=60)
     finally:
         swapper.wait(timeout=60)

@@ -182,10 +182,10 @@ def test_a_folder_swapped_for_a_link_to_outside_while_read_never_yields_outside_
     (outside / "f.txt").write_text("OUTSIDE\n" * 3)
     (root / "sources" / "d").mkdir()
     (root / "sources" / "d" / "f.txt").write_text("inside\n" * 3)
-    swapper = subprocess.Popen([sys.executable, "-c", SWAPPER, str(root), str(root / "parked"), str(outside), "3"])
+    swapper = subprocess.Popen([sys.executable, "-c", SWAPPER, str(root), str(root / "parked"), str(outside), "1.5"])
     router, answers, refusals = Router(root), 0, 0
     try:
-        deadline = time.monotonic() + 2.5
+        deadline = time.monotonic() + 1.2
         while time.monotonic() < deadline:
             try:
                 found = router.read_context({"path": "sources/d/f.txt", "start_line": 1, "end_line": 3})
@@ -226,11 +226,11 @@ def test_a_database_replaced_while_looked_up_is_hashed_and_queried_from_the_same
         versions[hashlib.sha256((spare / f"{name}.sqlite").read_bytes()).hexdigest()] = name
     target = root / "data" / "swapped.sqlite"
     swapper = subprocess.Popen([sys.executable, "-c", DB_SWAPPER, str(target), str(spare / "v1.sqlite"),
-                                str(spare / "v2.sqlite"), "3"])
+                                str(spare / "v2.sqlite"), "1.5"])
     router, seen = Router(root), set()
     try:
         time.sleep(0.2)
-        deadline = time.monotonic() + 2.5
+        deadline = time.monotonic() + 1.2
         while time.monotonic() < deadline:
             try:
                 found = router.lookup({"database": "data/swapped.sqlite", "table": "t"})
