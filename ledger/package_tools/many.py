@@ -8,6 +8,8 @@ reported with its error code and message and does not stop the others.
 
 from __future__ import annotations
 
+import multiprocessing
+
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -133,7 +135,8 @@ def _run(work: Callable[[Any], Outcome], tasks: list[Any], jobs: int) -> Iterato
     from concurrent.futures import ProcessPoolExecutor  # on first use: ~25 ms at every CLI start
 
     workers = min(jobs, len(tasks))
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    # workers start from a fresh interpreter, never a fork of this process and its threads
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         yield from pool.map(work, tasks, chunksize=max(1, len(tasks) // (workers * 8)))
 
 

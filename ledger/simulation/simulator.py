@@ -407,7 +407,9 @@ def simulate(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Poli
         workers = min(jobs, len(files))
         from concurrent.futures import ProcessPoolExecutor  # on first use: ~25 ms at every CLI start
 
-        with ProcessPoolExecutor(max_workers=workers) as pool:  # a few journals per message, one run at a time
+        # workers start from a fresh process, never a fork of this one: a caller's threads (a
+        # database client, a web server) could hold locks a forked child would wait on forever
+        with ProcessPoolExecutor(max_workers=workers, mp_context=worker_context()) as pool:
             results = list(pool.map(_simulate_task, tasks, chunksize=max(1, len(files) // (workers * 16))))
     runs = [run for per_journal in results for run in per_journal]
     table = merge_outcomes(runs, table)
@@ -419,3 +421,12 @@ def simulate(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Poli
         outcomes_without_journal=sorted(set(table) - stems) if table is not None else [],
         runs_without_outcome=sorted(stems - set(table)) if table is not None else [],
     )
+
+
+def worker_context() -> Any:
+    """The multiprocessing context worker pools use: ``spawn``, a fresh interpreter per worker.
+    Never ``fork``: forking a process that runs threads of its own (a database client, a web
+    server) can leave a child waiting on a lock no thread of it will release."""
+    import multiprocessing  # on first use, as the pool itself
+
+    return multiprocessing.get_context("spawn")
