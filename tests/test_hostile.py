@@ -71,6 +71,7 @@ SKIP_KNOWN = os.environ.get("LEDGER_FUZZ_SKIP_KNOWN") == "1"
 MIB = 1024 * 1024
 SAFE_INT = 2**53 - 1
 ERROR_LINE = re.compile(r"^error: ([A-Z_]+): ", re.MULTILINE)
+MANY_FAILED_LINE = re.compile(r"^FAILED .*?: ([A-Z_]+): ", re.MULTILINE)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -727,6 +728,11 @@ def check_cli_result(args: list[str], result, before: list, after: list) -> None
         # apply reports failed lines as JSON on stdout and exits 1, not with an error line
         applied_lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith('{"line"')]
         codes += [line["error"]["code"] for line in applied_lines if not line["ok"]]
+    if args and args[0] in ("verify", "export"):
+        # several cases (or --all/--jobs): a report line per case, `FAILED CASE: CODE: message`
+        codes += MANY_FAILED_LINE.findall(result.output)
+        if "--json" in args and result.output.startswith('{"cases"'):
+            codes += [case["error"]["code"] for case in json.loads(result.output)["cases"] if not case["ok"]]
     if result.exit_code == 1:
         assert codes, f"{args!r} exited 1 without 'error: CODE: ' or a failed journal line"
         assert all(code in ALL_CODES for code in codes), codes
