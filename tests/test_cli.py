@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -455,13 +456,13 @@ def test_a_global_option_after_the_command_is_a_usage_error_that_says_where_it_g
                          (("balances", c, "--actor=me"), "--actor"),
                          (("evidence", "feedback", "confirm", c, "F000001", "--analysis-config", "a.toml"),
                           "--analysis-config")]:
-        err = refused("", *args, status=2)
-        assert err.endswith(f"Error: No such option '{option}' here: it is a global option, given before the "
-                            f"command (ledger {option} … COMMAND …).\n"), err
+        err = refused("", *args, status=2)  # click quotes the option as '--x' (8.2+) or writes ": --x" (8.1)
+        assert re.search(rf"Error: No such option(:)? '?{option}'? here: it is a global option, given before the "
+                         rf"command \(ledger {option} … COMMAND …\)\.\n$", err), err
     version = refused("", "balances", c, "--version", status=2)  # eager: only before a command anyway
-    assert "Error: No such option '--version'." in version and "global option" not in version
+    assert re.search(r"Error: No such option(:)? '?--version'?", version) and "global option" not in version
     other = refused("", "balances", c, "--jsn", status=2)  # any other unknown option: click's own message
-    assert "Error: No such option '--jsn'." in other and "global option" not in other
+    assert re.search(r"Error: No such option(:)? '?--jsn'?", other) and "global option" not in other
 
 
 def test_apply_to_a_folder_without_a_case_names_create_and_makes_nothing(tmp_path):

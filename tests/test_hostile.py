@@ -728,7 +728,7 @@ def check_cli_result(args: list[str], result, before: list, after: list) -> None
         # apply reports failed lines as JSON on stdout and exits 1, not with an error line
         applied_lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith('{"line"')]
         codes += [line["error"]["code"] for line in applied_lines if not line["ok"]]
-    if args and args[0] in ("verify", "export"):
+    if "verify" in args or "export" in args:
         # several cases (or --all/--jobs): a report line per case, `FAILED CASE: CODE: message`
         codes += MANY_FAILED_LINE.findall(result.output)
         if "--json" in args and result.output.startswith('{"cases"'):
