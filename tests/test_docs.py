@@ -288,8 +288,14 @@ def test_no_install_hint_names_a_package_the_index_does_not_have():
 
 def test_the_cli_reference_is_every_commands_own_help_text(monkeypatch):
     """docs/cli.md is what ``python tools/cli_reference.py`` writes from the commands' help (its
-    introduction kept): a command, option or help text changed without rewriting the page fails."""
+    introduction kept): a command, option or help text changed without rewriting the page fails.
+    Click's own layout of help (where it wraps, how it shortens) changed between its releases, so
+    the page is compared byte for byte only under the click it was written with (8.5)."""
+    import importlib.metadata
     import importlib.util
+
+    if not importlib.metadata.version("click").startswith("8.5."):
+        pytest.skip("docs/cli.md is laid out by click 8.5; this click lays help out differently")
 
     monkeypatch.setenv("COLUMNS", "80")  # click wraps help at the terminal's width, at most 80
     spec = importlib.util.spec_from_file_location("cli_reference", REPO / "tools" / "cli_reference.py")
