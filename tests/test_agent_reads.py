@@ -182,7 +182,9 @@ def test_snapshot_detects_an_edited_event_appended_after_its_last_check(busy):
     budget.reserve("H1", "x1", "source.read_context", at=T0)
     conn = sqlite3.connect(busy.path / "ledger.sqlite")
     conn.execute("DROP TRIGGER events_no_update")
-    conn.execute("UPDATE events SET sha256 = '0' || substr(sha256, 2) WHERE seq = (SELECT MAX(seq) FROM events)")
+    # a different first hex digit, whatever the hash was (a fixed '0' left one hash in 16 unchanged)
+    conn.execute("UPDATE events SET sha256 = (CASE substr(sha256, 1, 1) WHEN '0' THEN '1' ELSE '0' END) || "
+                 "substr(sha256, 2) WHERE seq = (SELECT MAX(seq) FROM events)")
     conn.commit()
     conn.close()
     with pytest.raises(LedgerError) as refused:
