@@ -19,7 +19,6 @@ import decimal
 import fcntl
 import importlib
 import json
-import multiprocessing
 import os
 import shutil
 import threading
@@ -36,6 +35,7 @@ from ..services.case import Case
 from ..ground.errors import LedgerError
 from ..model.package import LEDGER_FILE
 from ..ground.paths import fs_path, os_error
+from ..ground.workers import worker_context
 from ..storage.readonly import open_readonly
 from ..storage.sqlite_file import translate_sqlite_errors
 from .verify import verify_case
@@ -351,7 +351,7 @@ def export_fleet(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike
         results: Iterable[dict[str, Any]] = map(_worker, work)
         _collect(results, report, progress)
     else:
-        context = multiprocessing.get_context("spawn")
+        context = worker_context()
         with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
             _collect(pool.map(_worker, work, chunksize=4), report, progress)
     return report

@@ -8,7 +8,6 @@ reported with its error code and message and does not stop the others.
 
 from __future__ import annotations
 
-import multiprocessing
 
 import os
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from ..ground.arguments import check_callback, check_flag, check_instance, path_
 from ..ground.config import AnalysisConfig
 from ..ground.errors import LedgerError
 from ..ground.paths import fs_path, os_error
+from ..ground.workers import worker_context
 from ..model.package import LEDGER_FILE
 from ..services.case import Case
 from .export import export_case
@@ -136,7 +136,7 @@ def _run(work: Callable[[Any], Outcome], tasks: list[Any], jobs: int) -> Iterato
 
     workers = min(jobs, len(tasks))
     # workers start from a fresh interpreter, never a fork of this process and its threads
-    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+    with ProcessPoolExecutor(max_workers=workers, mp_context=worker_context()) as pool:
         yield from pool.map(work, tasks, chunksize=max(1, len(tasks) // (workers * 8)))
 
 

@@ -32,6 +32,7 @@ from ..ground.arguments import check_instance, check_iterable, check_text_mappin
 from ..ground.errors import LedgerError
 from ..services.memory import DEFAULT_ACTOR
 from ..ground.paths import fs_path
+from ..ground.workers import worker_context
 from ..rules.common import check_action_id
 from .replay import UNITS_KEY, RunResult, journal_lines, parse_journal, replay_run, run_error
 
@@ -421,12 +422,3 @@ def simulate(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Poli
         outcomes_without_journal=sorted(set(table) - stems) if table is not None else [],
         runs_without_outcome=sorted(stems - set(table)) if table is not None else [],
     )
-
-
-def worker_context() -> Any:
-    """The multiprocessing context worker pools use: ``spawn``, a fresh interpreter per worker.
-    Never ``fork``: forking a process that runs threads of its own (a database client, a web
-    server) can leave a child waiting on a lock no thread of it will release."""
-    import multiprocessing  # on first use, as the pool itself
-
-    return multiprocessing.get_context("spawn")
