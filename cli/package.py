@@ -101,7 +101,8 @@ FOREIGN_COLUMNS = ("type", "name", "table")
 @click.option("--strict", is_flag=True,
               help="Run SQLite's full integrity_check instead of quick_check, and fail (exit 1) unless the "
                    "export is complete and current (no manifest.json, a partial export or one behind the "
-                   "ledger fail).")
+                   "ledger fail) and every stored tool result was recomputed from its input files "
+                   "(STALE_GENERATION naming the files that changed since or cannot be read).")
 @click.option("--table", "as_table", is_flag=True,
               help="Print the foreign objects as a table (the summary goes to stderr).")
 @click.option("--nl", "as_nl", is_flag=True,
@@ -120,7 +121,10 @@ def verify(cases: tuple[str, ...], as_json: bool, all_in: bool, jobs: int | None
 
     An export older than the ledger is reported as N events behind, a case
     never exported as not exported, exported files without manifest.json as a
-    partial export (each an error only with --strict). Event times ahead of
+    partial export (each an error only with --strict). Stored tool results
+    whose input files changed since (or cannot be read now) are checked
+    against their requests only and named in a note (STALE_GENERATION with
+    --strict). Event times ahead of
     this machine's clock are reported, never an error. Views, indexes, tables and full-text tables you added
     to ledger.sqlite are listed as foreign objects and left alone; a trigger on
     a ledger table or a changed ledger object fails with INTEGRITY_ERROR.
@@ -130,7 +134,8 @@ def verify(cases: tuple[str, ...], as_json: bool, all_in: bool, jobs: int | None
 
     Several CASEs (or, with --all, the case folders inside each CASE) are
     verified over --jobs worker processes: one line per case (ok or FAILED
-    with its error; with --strict a case whose export is not current fails)
+    with its error; with --strict a case whose export is not current, or
+    whose results could not all be recomputed from their files, fails)
     and a summary; exit 1 when any case failed.
     """
     case = _single(cases, all_in, jobs)
@@ -153,9 +158,7 @@ def verify(cases: tuple[str, ...], as_json: bool, all_in: bool, jobs: int | None
         emit_rows(report.foreign_objects, FOREIGN_COLUMNS, fmt)
         for line in summary:
             warn(line)
-    if strict and report.export_state != "current":
-        why = {"none": "the case was never exported (no manifest.json)",
-               "partial": "the export is partial: exported files but no manifest.json (an interrupted export?)",
-               }.get(report.export_state, f"the export is {report.export_behind} event(s) behind the ledger")
-        warn(f"error: INTEGRITY_ERROR: {why} (--strict); run 'ledger export'")
+    failure = report.strict_failure() if strict else None
+    if failure is not None:
+        warn(f"error: {failure.code}: {failure.message}")
         sys.exit(1)

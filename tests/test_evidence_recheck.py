@@ -17,13 +17,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ledger import BudgetConfig, Case, LedgerError, export_case, import_tree, verify_case
+from ledger import BudgetConfig, Case, LedgerError, export_case, import_tree, verify_case, verify_many
 from ledger.ground.errors import INTEGRITY_ERROR
 from ledger.router.reference import Router
 from ledger.router.check import could_equal, recheck, self_consistent
 from ledger.rules import evidence as rules
 
-from conftest import EXAMPLE_BUDGET, start_case
+from conftest import EXAMPLE_BUDGET, run_cli, start_case
 
 APP = "sources/app.py"
 APP_TEXT = "def add(a, b):\n    return a - b\n\nprint(add(1, 2))\n# add more\n\n# end\n"
@@ -358,3 +358,41 @@ def test_genuine_results_of_the_same_inputs_and_of_changed_inputs_still_verify(c
     assert verify_case(case.path).unchecked_inputs == [{"path": APP, "why": "changed"}]
     export_case(case)
     import_tree(case.path, tmp_path / "copy")
+
+
+# --- what a changed input leaves open, and how --strict closes it ----------------------------------
+def test_a_made_up_hash_under_a_made_up_input_identity_is_noted_and_fails_strict_verify(case, tmp_path):
+    """The file never changed, but the forged result claims it did (a fresh identity, a made-up hash):
+    a plain verify cannot tell it from a real edit and names the file; --strict refuses it."""
+    act = action("source.read_context", path=APP, start_line=2, end_line=2)
+    result = genuine(case, act)
+    result["items"] = [line(APP, 2, "    return a + b  # fabricated")]
+    result["sources"] = [[APP, "0" * 64]]
+    _forge_under(case, act, result, "f" * 64)
+    export_case(case)
+    report = verify_case(case.path)
+    assert report.unchecked_inputs == [{"path": APP, "why": "changed"}]
+    assert any("sources/app.py (changed)" in note for note in report.notes())
+    failure = report.strict_failure()
+    assert failure.code == "STALE_GENERATION"
+    assert failure.message.endswith("cannot be recomputed from them (--strict): sources/app.py (changed)")
+    plain = run_cli("verify", str(case.path))
+    assert plain.returncode == 0 and b"sources/app.py (changed)" in plain.stdout + plain.stderr
+    strict = run_cli("verify", str(case.path), "--strict")
+    assert strict.returncode == 1
+    assert b"error: STALE_GENERATION: 1 input file(s) that stored tool results read changed" in strict.stderr
+    many = verify_many([case.path], jobs=1, strict=True)
+    assert many.cases[0]["ok"] is False and many.cases[0]["error"]["code"] == "STALE_GENERATION"
+
+
+def test_strict_verify_passes_when_every_result_is_recomputed_from_unchanged_inputs(case):
+    case.budget().reserve("H1", "q1", "source.find_text")
+    case.evidence().query("i1", {"actions": [action("source.find_text", text="add")]}, True)
+    export_case(case)
+    report = verify_case(case.path, strict=True)
+    assert report.unchecked_inputs == [] and report.strict_failure() is None
+    assert run_cli("verify", str(case.path), "--strict").returncode == 0
+    change_an_unrelated_input(case)  # a file no result read: every result is still recomputed
+    assert verify_case(case.path).strict_failure() is None
+    (case.path / APP).write_text("def add(a, b):\n    return a + b\n")  # a genuine edit of a file read
+    assert verify_case(case.path).strict_failure().code == "STALE_GENERATION"

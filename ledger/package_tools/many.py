@@ -92,18 +92,11 @@ def _verify_one(task: tuple[Path, bool]) -> Outcome:
         return _failed(case, exc)
     except OSError as exc:
         return _failed(case, os_error(exc, f"cannot read {case}"))
-    if strict and report.export_state != "current":
-        why = f"{stale_export(report)} (--strict); run 'ledger export'"
+    failure = report.strict_failure() if strict else None
+    if failure is not None:
         return {"case": str(case), "ok": False, "report": report.to_dict(),
-                "error": {"code": E.INTEGRITY_ERROR, "message": why}}
+                "error": {"code": failure.code, "message": failure.message}}
     return {"case": str(case), "ok": True, "report": report.to_dict()}
-
-
-def stale_export(report: VerifyReport) -> str:
-    """Why ``report``'s export is not current, in words (what ``--strict`` fails on)."""
-    return {"none": "the case was never exported (no manifest.json)",
-            "partial": "the export is partial: exported files but no manifest.json (an interrupted export?)",
-            }.get(report.export_state, f"the export is {report.export_behind} event(s) behind the ledger")
 
 
 def _export_one(task: tuple[Path, AnalysisConfig | None]) -> Outcome:

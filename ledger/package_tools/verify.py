@@ -114,6 +114,28 @@ class VerifyReport:
             lines.append(f"foreign object (not the ledger's, left alone): {obj['type']} {obj['name']}{on}")
         return lines
 
+    def strict_failure(self) -> LedgerError | None:
+        """The error ``ledger verify --strict`` fails with, or None when the case passes it too.
+
+        First an export that is not current (``INTEGRITY_ERROR``: never exported, partial, or
+        behind the ledger), then stored tool results that could not be re-proved from their input
+        files as the package holds them now (``STALE_GENERATION`` naming the files of
+        ``unchecked_inputs``): a plain verify notes them, ``--strict`` demands that every result
+        be recomputed from its files (docs/evidence.md, "Checking stored results again").
+        """
+        if self.export_state != "current":
+            why = {"none": "the case was never exported (no manifest.json)",
+                   "partial": "the export is partial: exported files but no manifest.json (an interrupted export?)",
+                   }.get(self.export_state, f"the export is {self.export_behind} event(s) behind the ledger")
+            return LedgerError(E.INTEGRITY_ERROR, f"{why} (--strict); run 'ledger export'")
+        if self.unchecked_inputs:
+            shown = ", ".join(f"{u['path']} ({u['why']})" for u in self.unchecked_inputs)
+            return LedgerError(E.STALE_GENERATION,
+                               f"{len(self.unchecked_inputs)} input file(s) that stored tool results read changed "
+                               f"since or cannot be read now, so those results cannot be recomputed from them "
+                               f"(--strict): {shown}")
+        return None
+
 
 def _rows_differ(conn: sqlite3.Connection, table: str, order: str) -> tuple[Any, ...] | None:
     """First row (by ``order``) present in only one of main.<table> and orig.<table>."""
