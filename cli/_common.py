@@ -182,6 +182,15 @@ class RegularFile(click.File):
         return super().convert(value, param, ctx)
 
 
+def read_bounded(handle: Any, limit: int, setting: str, what: str) -> bytes:
+    """At most ``limit`` bytes of ``handle``; ``LIMIT_REACHED`` naming ``setting`` past that
+    (reading stops there: an endless device or pipe is never read whole)."""
+    data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise LedgerError("LIMIT_REACHED", f"{what} is larger than {setting} = {limit} bytes", limit=setting)
+    return data
+
+
 class FiniteFloatRange(click.FloatRange):
     """A ``FloatRange`` that also refuses ``nan`` and ``inf`` (which compare as in range)."""
 

@@ -10,7 +10,7 @@ import click
 from ledger import BudgetResult, GateReading, LedgerError
 from ledger.ground.canonical import parse_json
 
-from ._common import UsageGroup, AT, CASE, JSON, RegularFile, Settings, pass_settings
+from ._common import UsageGroup, AT, CASE, JSON, RegularFile, Settings, pass_settings, read_bounded
 from ._output import emit_result, warn
 
 @click.group(cls=UsageGroup)
@@ -101,19 +101,25 @@ def budget_record(settings: Settings, case: str, hypothesis: str, action_id: str
     """
     if (evidence_text is None) == (evidence_file is None):
         raise click.UsageError("give exactly one of --evidence and --evidence-file")
-    evidence = _evidence_json(evidence_text, evidence_file)
+    evidence = _evidence_json(evidence_text, evidence_file, settings)
     _run_budget(settings, case, as_json,
                 lambda b: b.record_result(hypothesis, action_id, evidence, list(source_refs),
                                           cost_usd_millicents=cost_usd_millicents, at=at))
 
 
-def _evidence_json(text: str | None, handle: Any) -> Any:
-    """--evidence or --evidence-file as JSON; ``INVALID_JSON`` names the option (and the file)."""
+def _evidence_json(text: str | None, handle: Any, settings: Settings) -> Any:
+    """--evidence or --evidence-file as JSON; ``INVALID_JSON`` names the option (and the file).
+    The file is read up to ``evidence_payload_bytes_max`` plus ``event_bytes_max`` (room for the
+    whitespace the canonical payload drops): ``LIMIT_REACHED`` past that, an endless pipe never read whole."""
     name = getattr(handle, "name", None)
     where = "--evidence" if text is not None else \
         f"--evidence-file ({'standard input' if name in (None, '<stdin>', 0) else name})"
+    if text is None:
+        limits = settings.analysis().limits
+        text = read_bounded(handle, limits["evidence_payload_bytes_max"] + limits["event_bytes_max"],
+                            "evidence_payload_bytes_max", where)
     try:
-        return parse_json(text if text is not None else handle.read())
+        return parse_json(text)
     except LedgerError as exc:
         raise LedgerError(exc.code, f"{where}: {exc.message}", **exc.details) from None
 

@@ -13,7 +13,7 @@ import click
 from ledger import AnalysisConfig, BudgetResult, EvidenceResult, FeedbackResult, LedgerError
 from ledger.ground.canonical import parse_json
 
-from ._common import AT, CASE, JSON, RegularFile, Settings, UsageGroup, pass_settings
+from ._common import AT, CASE, JSON, RegularFile, Settings, UsageGroup, pass_settings, read_bounded
 from ._output import echo, dumps, emit_result
 
 
@@ -25,15 +25,6 @@ def evidence() -> None:
 ATTACHMENTS_MAX = 64
 
 
-def _read_bounded(handle: Any, limit: int, setting: str, what: str) -> bytes:
-    """At most ``limit`` bytes of ``handle``; ``LIMIT_REACHED`` naming ``setting`` past that
-    (reading stops there: an endless device or pipe is never read whole)."""
-    data = handle.read(limit + 1)
-    if len(data) > limit:
-        raise LedgerError("LIMIT_REACHED", f"{what} is larger than {setting} = {limit} bytes", limit=setting)
-    return data
-
-
 def _read_json(handle: Any, settings: Settings | None, argument: str) -> Any:
     """The ``argument`` (REQUEST or REPLY) file, read up to ``evidence_content_bytes_max`` plus
     ``event_bytes_max``; ``INVALID_JSON`` names the argument and the file."""
@@ -41,7 +32,7 @@ def _read_json(handle: Any, settings: Settings | None, argument: str) -> Any:
     limit = limits["evidence_content_bytes_max"] + limits["event_bytes_max"]
     name = getattr(handle, "name", None)
     name = "standard input" if name in (None, "<stdin>", 0) else name
-    data = _read_bounded(handle, limit, "evidence_content_bytes_max", f"{argument} {name}")
+    data = read_bounded(handle, limit, "evidence_content_bytes_max", f"{argument} {name}")
     try:
         return parse_json(data)
     except LedgerError as exc:
@@ -168,7 +159,7 @@ def _attachments(paths: tuple[Path, ...], limit: int) -> dict[str, Any]:
 def _attachment(path: Path, limit: int) -> Any:
     try:
         with open(path, "rb") as handle:
-            data = _read_bounded(handle, limit, "evidence_artifact_bytes_max", f"attachment {path}")
+            data = read_bounded(handle, limit, "evidence_artifact_bytes_max", f"attachment {path}")
     except OSError as exc:
         raise LedgerError("INVALID_ARGUMENT", f"cannot read attachment {path}: {exc.strerror}") from None
     try:

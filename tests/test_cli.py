@@ -285,6 +285,27 @@ def test_an_evidence_file_that_is_a_fifo_or_folder_is_refused_without_blocking(b
     assert code == 2 and "is not a regular file" in err
 
 
+def test_evidence_from_standard_input_is_read_no_further_than_its_limit(budget, case):
+    """An endless pipe given as --evidence-file - is refused once past evidence_payload_bytes_max
+    (plus event_bytes_max of room for whitespace), never read whole; nothing is written."""
+    script = ("import subprocess, sys\n"
+              "p = subprocess.Popen([sys.executable, '-m', 'ledger_cli', 'budget', 'record', sys.argv[1], 'H1', 'q1',\n"
+              "                      '--evidence-file', '-'], stdin=subprocess.PIPE, stderr=subprocess.PIPE)\n"
+              "try:\n"
+              "    while p.poll() is None:\n"
+              "        p.stdin.write(b' ' * 65536)\n"
+              "except BrokenPipeError:\n"
+              "    pass\n"
+              "sys.stdout.write(p.stderr.read().decode())\n"
+              "sys.exit(p.wait())\n")
+    before = logical_dump(case.path / "ledger.sqlite")
+    done = subprocess.run([sys.executable, "-c", script, str(case.path)], capture_output=True, timeout=120)
+    assert done.returncode == 1
+    assert done.stdout.decode() == ("error: LIMIT_REACHED: --evidence-file (standard input) is larger than "
+                                    f"evidence_payload_bytes_max = {1024 * 1024 + 2 * 1024 * 1024} bytes\n")
+    assert logical_dump(case.path / "ledger.sqlite") == before
+
+
 # --- 10. usage exits on every allowed click version ---------------------------------------------
 @pytest.mark.parametrize("args", [[], ["budget"], ["revision"]])
 def test_a_bare_group_is_a_usage_error_with_its_help(args):
