@@ -457,6 +457,51 @@ def test_limit_terminated_events_count_against_budget_events_max(package, room, 
     verify_case(package)
 
 
+def _case_events(case: Case) -> int:
+    return case.query("SELECT COUNT(*) AS n FROM events WHERE stream = 'case'")[0]["n"]
+
+
+def test_recorded_refusals_with_new_action_ids_stop_at_case_events_max(package):
+    """docs/scopes.md "Limits on the history": every refused reservation with a new action id records a
+    limit.exceeded event; past case_events_max the refusal is LIMIT_REACHED quoting the LIMIT_EXCEEDED
+    it could not record, and nothing is written. The lifecycle is always written (it still counts)."""
+    case = Case.create(package, "BUG-1", analysis_config=AnalysisConfig(limits={"case_events_max": 8}))
+    case.open_revision([{"statement": "a"}], 100)
+    case.transition("INVESTIGATING_HYPOTHESES")
+    case.budget().initialize()
+    case.scopes().establish("case", {"actions": 0}, "controller")
+    assert _case_events(case) == 4  # created, opened, transitioned, established
+    codes = [_refused(case.budget().reserve, "H1", f"q{n}", "source.read_context").code for n in range(10)]
+    assert codes == [LIMIT_EXCEEDED] * 4 + [LIMIT_REACHED] * 6
+    assert _exceedances(case) == 4 and _case_events(case) == 8
+    refused = _refused(case.budget().reserve, "H1", "q-new", "source.read_context")
+    assert refused.details == {"limit": "case_events_max", "case_events": 8}
+    assert "this operation needs 1; the refusal it would record was not recorded: LIMIT_EXCEEDED: " in refused.message
+    head = case.status()["package_generation"]
+    for call in (lambda: case.scopes().request_increase("case", "actions", 5, "agent", "more please"),
+                 lambda: case.scopes().establish("hypothesis:1/H1", {"actions": 3}, "controller")):
+        assert _refused(call).code == LIMIT_REACHED
+    assert case.status()["package_generation"] == head  # nothing written
+    case.transition("EVALUATING")  # the lifecycle is never refused for room
+    assert _case_events(case) == 9
+    case.close()
+    verify_case(package)  # replay holds no operational limits: the history verifies
+
+
+def test_a_refusal_that_ends_an_account_is_recorded_past_case_events_max(package):
+    """Ending accounts happens once per account: its limit.exceeded is written even without case room."""
+    case = Case.create(package, "BUG-1", analysis_config=AnalysisConfig(limits={"case_events_max": 4}))
+    case.open_revision([{"statement": "a"}, {"statement": "b"}], 100)
+    case.transition("INVESTIGATING_HYPOTHESES")
+    case.budget().initialize()
+    case.scopes().establish("hypothesis:1/H1", {"actions": 0}, "controller", on_exhausted="task_failed")
+    assert _refused(case.budget().reserve, "H1", "q1", "source.read_context").code == LIMIT_EXCEEDED
+    assert case.budget().snapshot().state["H1"]["status"] == "budget_exhausted"
+    assert _exceedances(case) == 1 and _case_events(case) == 5
+    case.close()
+    verify_case(package)
+
+
 RETRY_SCRIPT = """
 import sys
 from ledger import Case, LedgerError

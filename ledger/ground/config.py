@@ -53,6 +53,8 @@ DEFAULT_LIMITS: dict[str, int] = {
     "event_bytes_max": 2 * 1024 * 1024,
     "evidence_payload_bytes_max": 1024 * 1024,
     "budget_events_max": 10_000,
+    #: case events a caller can repeat without bound (recorded refusals, scope and feedback events)
+    "case_events_max": 10_000,
     "evidence_artifact_bytes_max": 4 * 1024 * 1024,
     "evidence_records_max": 10_000,
     "evidence_content_bytes_max": 64 * 1024 * 1024,

@@ -20,7 +20,7 @@ from typing import Any, Mapping, Protocol
 from ..ground import errors as E
 from ..ground.canonical import canonical_sha256
 from ..ground.config import BudgetConfig
-from ..ground.errors import LedgerError, describe_value
+from ..ground.errors import LedgerError, describe_value, limit_reached
 
 # --- vocabulary -------------------------------------------------------------
 CREATED = "CREATED"
@@ -119,6 +119,38 @@ class Outcome:
 
     events: tuple[Draft, ...]
     refusal: LedgerError | None = None
+
+
+#: Case events never refused for room: the lifecycle (so a case can always move on and be
+#: closed) and ``limit.approaching`` (at most one per establishment and dimension).
+CASE_EVENTS_ALWAYS_WRITTEN = frozenset({"case.created", "revision.opened", "case.transitioned",
+                                        "case.outcome_recorded", "limit.approaching"})
+
+
+def check_case_room(view: "LedgerView", drafts: tuple[Draft, ...], limits: Mapping[str, int] | None,
+                    refusal: LedgerError | None = None) -> None:
+    """``LIMIT_REACHED`` (writing nothing) when ``drafts`` would take the case stream past
+    ``case_events_max`` with events a caller can repeat without bound: a refusal recorded as
+    ``limit.exceeded`` (one per new action id), ``scope.established``,
+    ``scope.increase_requested``, feedback drafts and confirmations (docs/scopes.md, "Limits
+    on the history"). A refusal that ends accounts (``budget.limit_terminated``, room for which
+    ``budget_events_max`` keeps) is always recorded: it happens once per account. ``refusal`` is
+    the refusal those events would have recorded, named in the message. No check on replay
+    (``limits`` None)."""
+    if limits is None or "case_events_max" not in limits:
+        return
+    ends_accounts = any(d.type == "budget.limit_terminated" for d in drafts)
+    counted = sum(1 for d in drafts if d.stream == "case" and d.type not in CASE_EVENTS_ALWAYS_WRITTEN
+                  and not (ends_accounts and d.type == "limit.exceeded"))
+    if not counted:
+        return
+    total = view.next_stream_seq("case", 0) - 1
+    limit = limits["case_events_max"]
+    if total + counted > limit:
+        what = f"; the refusal it would record was not recorded: {refusal.code}: {refusal.message}" \
+            if refusal is not None else ""
+        raise limit_reached("case_events_max", f"the ledger holds {total} case events of its limit of {limit}; "
+                            f"this operation needs {counted}{what}", case_events=total)
 
 
 @dataclass(frozen=True)

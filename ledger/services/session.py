@@ -29,7 +29,7 @@ from ..ground.errors import LedgerError, limit_reached
 from ..model.operations import operation
 from ..model.package import event_path, stored_stream
 from ..model.projection import helper_rows, floor_rows, money_rows
-from ..rules.common import Context, Draft, Outcome, Reused
+from ..rules.common import Context, Draft, Outcome, Reused, check_case_room
 from ..storage.connection import Storage
 from ..storage.sqlite_file import EventRow
 from ..model.views import SqlView, WriterCache
@@ -182,6 +182,7 @@ class SessionBase:
             if isinstance(outcome, Reused):
                 return Ran((), outcome.seq, view)
             drafts = outcome.events if isinstance(outcome, Outcome) else (outcome,)
+            check_case_room(view, drafts, self.limits, outcome.refusal if isinstance(outcome, Outcome) else None)
             appended = []
             for sealed in self._seal(drafts, head, context.at):
                 stream_seq = self._store(view, sealed)
