@@ -4,6 +4,7 @@ file it read that is unchanged on disk (docs/evidence.md, "Verifying stored resu
 from __future__ import annotations
 
 import copy
+from unittest import mock
 import hashlib
 import os
 import signal
@@ -396,3 +397,32 @@ def test_strict_verify_passes_when_every_result_is_recomputed_from_unchanged_inp
     assert verify_case(case.path).strict_failure() is None
     (case.path / APP).write_text("def add(a, b):\n    return a + b\n")  # a genuine edit of a file read
     assert verify_case(case.path).strict_failure().code == "STALE_GENERATION"
+
+
+# --- a reply holds one result per action, in request order ----------------------------------------
+def forge_batch(case: Case, acts: list[dict], results: list[dict]) -> None:
+    """Store a batch as a forger writing the events directly would: no rule check of the reply."""
+    for act in acts:
+        case.budget().reserve(act["hypothesis_id"], act["action_id"], act["tool"])
+    with case.session.read() as view:
+        generation = view.head()[0]
+    reply = {"package_generation": generation, "input_identity": case.input_identity(), "results": results}
+    shaped = rules.shape_store("i1", {"actions": acts}, reply)
+    with mock.patch.object(rules, "_check_reply", lambda *args: None):
+        case.session.run("store_tool_results", shaped, inputs={"recomputed": results,
+                                                                "input_identity": case.input_identity()})
+
+
+@pytest.mark.parametrize("shape", ["extra", "missing"])
+def test_a_reply_with_other_than_one_result_per_action_is_refused(case, tmp_path, shape):
+    first = action("source.read_context", path=APP, start_line=1, end_line=1)
+    second = dict(action("source.read_context", path=APP, start_line=2, end_line=2),
+                  operation_id="op-2", hypothesis_id="H2", action_id="q2")
+    result = genuine(case, first)
+    if shape == "extra":  # a result no action asked for, which nothing would ever recompute
+        ghost = dict(copy.deepcopy(result), operation_id="op-ghost")
+        ghost["items"][0]["text"] = "made up"
+        forge_batch(case, [first], [result, ghost])
+    else:  # the second action's result left out
+        forge_batch(case, [first, second], [result])
+    refused_by_verify_and_import(case, tmp_path, "result(s) for", "action(s)")
