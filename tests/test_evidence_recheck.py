@@ -251,6 +251,34 @@ def test_an_input_that_can_no_longer_be_read_is_a_changed_input_not_tampering(ca
     assert any("checked against their requests only" in note for note in report.notes())
 
 
+
+def make_unreadable(monkeypatch, path: Path) -> None:
+    """``path`` can no longer be read by this user: mode 000, and (root reads anyway) every open of
+    it refused as the system refuses one without permission."""
+    path.chmod(0)
+    real_open = os.open
+
+    def refusing_open(file, flags, *args, **kwargs):
+        if os.fsdecode(file).endswith(path.name):
+            raise PermissionError(13, "Permission denied", os.fsdecode(file))
+        return real_open(file, flags, *args, **kwargs)
+    monkeypatch.setattr(os, "open", refusing_open)
+
+
+@pytest.mark.parametrize("which", ["read", "unrelated"])
+def test_an_input_this_user_may_not_read_is_a_changed_input_not_a_failure(case, tmp_path, monkeypatch, which):
+    case.budget().reserve("H1", "q1", "source.read_context")
+    case.evidence().query("i1", {"actions": [action("source.read_context", path=APP, start_line=1, end_line=2)]},
+                          True)
+    export_case(case)
+    unrelated = case.path / "sources" / "secret.txt"
+    unrelated.write_text("not for everyone\n")
+    make_unreadable(monkeypatch, case.path / APP if which == "read" else unrelated)
+    report = verify_case(case.path)  # neither a raw PermissionError nor STORAGE_ERROR: the history is fine
+    assert report.unchecked_inputs == ([{"path": APP, "why": "unreadable"}] if which == "read" else [])
+    assert case.input_identity() != ""  # the live identity does not fail either
+
+
 # --- the re-check accepts every genuine result ------------------------------------------------------
 AFFINITIES = ["INTEGER", "TEXT", "REAL", "NUMERIC", "BLOB", ""]
 VALUES = st.one_of(st.none(), st.integers(-3, 3), st.sampled_from(["1", "2.0", " 3", "x", "", "1e0", "-0"]),

@@ -233,18 +233,27 @@ def is_ledger_own(relative: PurePosixPath) -> bool:
     return parts[0] == ANALYSIS_DIR
 
 
+#: What a regular file this user cannot read (no permission, an I/O error) contributes to the input
+#: identity: a fixed marker. The router cannot read it either, so no result depends on its bytes.
+UNREADABLE_FILE_DIGEST = hashlib.sha256(b"unreadable:input-file").hexdigest()
+
+
 def _regular_file_digest(full: Path) -> str | None:
     """sha256 of the file ``full`` names, read from one descriptor opened without following a link
     or waiting on a FIFO; a link that took its place since it was listed gives the digest of its
-    target text, and anything else that is no longer a regular file None."""
+    target text, a file that cannot be read :data:`UNREADABLE_FILE_DIGEST`, and anything else that
+    is no longer a regular file None."""
     try:
         handle = os.open(full, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError:
-        if os.path.islink(full):
-            return hashlib.sha256(b"symlink:" + os.fsencode(os.readlink(full))).hexdigest()
-        raise
+        try:
+            if os.path.islink(full):
+                return hashlib.sha256(b"symlink:" + os.fsencode(os.readlink(full))).hexdigest()
+        except OSError:
+            return None  # removed again while we looked
+        return UNREADABLE_FILE_DIGEST
     try:
         if not stat.S_ISREG(os.fstat(handle).st_mode):
             return None
@@ -252,6 +261,8 @@ def _regular_file_digest(full: Path) -> str | None:
         while block := os.read(handle, 1 << 20):
             digest.update(block)
         return digest.hexdigest()
+    except OSError:
+        return UNREADABLE_FILE_DIGEST
     finally:
         os.close(handle)
 
@@ -345,7 +356,8 @@ def input_identity(root: Path, exported: set[str]) -> str:
     ``analysis/`` that the ledger exports (plus an interrupted export's temp
     files). A symlink contributes the sha256 of its target text, never bytes
     from outside the package; a hard link to one of the ledger's own files
-    contributes a fixed marker (:data:`OWN_FILE_LINK_DIGEST`), never their bytes.
+    contributes a fixed marker (:data:`OWN_FILE_LINK_DIGEST`), never their bytes, and a file
+    this user cannot read another (:data:`UNREADABLE_FILE_DIGEST`): the identity never fails.
     """
     entries = []
     own: set[tuple[int, int]] | None = None
