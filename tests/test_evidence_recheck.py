@@ -24,7 +24,7 @@ from ledger.router.reference import Router
 from ledger.router.check import could_equal, recheck, self_consistent
 from ledger.rules import evidence as rules
 
-from conftest import EXAMPLE_BUDGET, run_cli, start_case
+from conftest import EXAMPLE_BUDGET, deny_reading, run_cli, start_case
 
 APP = "sources/app.py"
 APP_TEXT = "def add(a, b):\n    return a - b\n\nprint(add(1, 2))\n# add more\n\n# end\n"
@@ -252,19 +252,6 @@ def test_an_input_that_can_no_longer_be_read_is_a_changed_input_not_tampering(ca
 
 
 
-def make_unreadable(monkeypatch, path: Path) -> None:
-    """``path`` can no longer be read by this user: mode 000, and (root reads anyway) every open of
-    it refused as the system refuses one without permission."""
-    path.chmod(0)
-    real_open = os.open
-
-    def refusing_open(file, flags, *args, **kwargs):
-        if os.fsdecode(file).endswith(path.name):
-            raise PermissionError(13, "Permission denied", os.fsdecode(file))
-        return real_open(file, flags, *args, **kwargs)
-    monkeypatch.setattr(os, "open", refusing_open)
-
-
 @pytest.mark.parametrize("which", ["read", "unrelated"])
 def test_an_input_this_user_may_not_read_is_a_changed_input_not_a_failure(case, tmp_path, monkeypatch, which):
     case.budget().reserve("H1", "q1", "source.read_context")
@@ -273,7 +260,7 @@ def test_an_input_this_user_may_not_read_is_a_changed_input_not_a_failure(case, 
     export_case(case)
     unrelated = case.path / "sources" / "secret.txt"
     unrelated.write_text("not for everyone\n")
-    make_unreadable(monkeypatch, case.path / APP if which == "read" else unrelated)
+    deny_reading(monkeypatch, case.path / APP if which == "read" else unrelated)
     report = verify_case(case.path)  # neither a raw PermissionError nor STORAGE_ERROR: the history is fine
     assert report.unchecked_inputs == ([{"path": APP, "why": "unreadable"}] if which == "read" else [])
     assert case.input_identity() != ""  # the live identity does not fail either

@@ -23,6 +23,7 @@ from ..ground import errors as E
 from ..ground.canonical import canonical_sha256
 from ..ground.errors import LedgerError
 from ..ground.errors import integrity_error
+from ..ground.paths import STORAGE_ERRNOS, os_error
 from ..router.reference import hash_below
 from ..rules.common import check_source_ref_list
 from ..storage.sqlite_file import LEDGER_FILE
@@ -73,13 +74,15 @@ def check_package_name(relative: str) -> None:
                           "character or line break; rename it", path=printable_name(relative))
 
 
-def walk_package(root: Path, under: str = "") -> Iterator[tuple[str, os.stat_result]]:
+def walk_package(root: Path, under: str = "", *, complete: bool = False) -> Iterator[tuple[str, os.stat_result]]:
     """Every entry below ``root`` (or below ``root/under``) as ``(posix relative path, lstat)``,
     folders included, in sorted order; links are reported, never followed. Every name is
-    checked by :func:`check_package_name` first."""
+    checked by :func:`check_package_name` first. A folder this user may not list is left out
+    (as the router leaves it out), or with ``complete`` (a walk that must see every file: the
+    export tree, an import's copy) is ``STORAGE_ERROR`` naming it."""
     top = root / under if under else root
     prefix = os.path.join(os.fspath(root), "")
-    for directory, dirnames, filenames in os.walk(top):
+    for directory, dirnames, filenames in os.walk(top, onerror=_unlisted if complete else None):
         dirnames.sort()
         for name in sorted(dirnames + filenames):
             full = os.path.join(directory, name)
@@ -93,6 +96,13 @@ def walk_package(root: Path, under: str = "") -> Iterator[tuple[str, os.stat_res
             if stat.S_ISLNK(info.st_mode) and name in dirnames:
                 dirnames.remove(name)  # os.walk does not follow it anyway; keep that explicit
             yield relative, info
+
+
+def _unlisted(exc: OSError) -> None:
+    """``os.walk``'s error hook for a walk that must be complete: a folder removed meanwhile is
+    simply gone, one the system refuses to list is ``STORAGE_ERROR`` (never a missing file)."""
+    if not isinstance(exc, (FileNotFoundError, NotADirectoryError)):
+        raise os_error(exc, "cannot list a folder of the package", E.STORAGE_ERROR) from None
 
 
 def check_package_names(root: Path) -> None:
@@ -116,7 +126,7 @@ def export_tree_files(root: Path) -> list[str]:
         return []
     refuse_link(root, ANALYSIS_DIR, "export folder")
     files = []
-    for relative, info in walk_package(root, ANALYSIS_DIR):
+    for relative, info in walk_package(root, ANALYSIS_DIR, complete=True):
         if stat.S_ISLNK(info.st_mode):
             raise _link_error(relative, "export folder")
         if stat.S_ISREG(info.st_mode):
@@ -316,6 +326,8 @@ def _hash_resolved(root: str, real_relative: str, ref: str) -> tuple[os.stat_res
         return hash_below(root, real_relative)
     except LedgerError as exc:
         why = exc.message.split("' ", 1)[-1] if exc.message.startswith("'") else exc.message
+        if exc.details.get("errno") in STORAGE_ERRNOS:  # this user may not read it: not a bad reference
+            raise LedgerError(E.STORAGE_ERROR, f"source ref {ref!r} {why}", path=ref) from None
         if "symbolic link" in why:  # the real path held no link when resolved: one took a place since
             why = "changed while it was read (a symbolic link took the place of a part of its path)"
         raise LedgerError(E.SOURCE_REF_INVALID, f"{ref!r} {why}") from None

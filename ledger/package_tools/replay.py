@@ -70,6 +70,8 @@ class PackageSource:
         try:
             return resolve_source_refs(self.root, refs) if refs else []
         except LedgerError as exc:
+            if exc.code == E.STORAGE_ERROR:  # a file this user may not read is not a changed one
+                raise
             raise LedgerError(E.INTEGRITY_ERROR, f"source reference no longer resolves: {exc.message}") from None
 
 
@@ -206,6 +208,8 @@ class Replayer:
         try:
             normalized, inputs, config = op.replay(request, body, self.source)
         except LedgerError as exc:
+            if exc.code == E.STORAGE_ERROR:  # the system refused a read: nothing is known of the history
+                raise LedgerError(exc.code, f"seq {seq}: {exc.message}", **exc.details) from None
             if exc.code == E.INTEGRITY_ERROR:
                 raise _bad(seq, exc.message) from None
             raise _bad(seq, f"the stored request is refused on replay: {exc.code}: {exc.message}",

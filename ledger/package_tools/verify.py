@@ -29,7 +29,7 @@ from ..ground.errors import LedgerError, integrity_error as _bad
 from .manifest import check_manifest, export_statement, read_manifest
 from ..model.package import (EVENT_FILE_RE, LEDGER_FILE, MANIFEST_FILE, check_export_tree, check_package_names,
     content_path, event_path, export_tree_files, input_identity, refuse_own_links)
-from ..ground.paths import fs_path
+from ..ground.paths import fs_path, os_error
 from .replay import PackageSource, Replayer
 from ..storage.connection import Storage
 from ..storage.sqlite_file import (EventRow, HelperRow, file_identity, translate_sqlite_errors, log_files_exist, not_utf8,
@@ -151,8 +151,16 @@ def verify_case(path: str | os.PathLike[str], progress: Progress | None = None, 
     ``integrity_check`` with ``strict``), then re-applies every stored request into
     a scratch ledger and compares event bytes, helper rows, public views, exported
     files that exist, and the manifest head (a truncated or rolled-back ledger
-    fails). Writes nothing in the package.
+    fails). Writes nothing in the package. A file the system refuses to read (no permission,
+    an I/O error) is ``STORAGE_ERROR`` naming it: never taken for a missing or edited one.
     """
+    try:
+        return _verify_case(path, progress, strict)
+    except OSError as exc:
+        raise os_error(exc, "verify: the file system refused") from None
+
+
+def _verify_case(path: str | os.PathLike[str], progress: Progress | None, strict: bool) -> VerifyReport:
     root = fs_path(path, "case path")
     check_callback(progress, "progress")
     check_flag(strict, "strict")
@@ -444,7 +452,7 @@ def _check_export(root: Path, conn: sqlite3.Connection, head: tuple[int, str]) -
     for seq, stream, revision, stream_seq, body in conn.execute(export_statement(conn, "events_for_export")):
         relative = event_path(stream, revision, stream_seq)
         if relative in present:
-            if not same_bytes(root / relative, _as_bytes(body)):
+            if not same_bytes(root / relative, _as_bytes(body), refused=f"the exported file {relative}"):
                 raise _bad(seq, f"exported file {relative} differs from the ledger")
             checked += 1
         elif seq <= limit:
@@ -452,7 +460,7 @@ def _check_export(root: Path, conn: sqlite3.Connection, head: tuple[int, str]) -
     for sha, seq, body in conn.execute(statement("contents_for_export")):
         relative = content_path(sha)
         if relative in present:
-            if not same_bytes(root / relative, _as_bytes(body)):
+            if not same_bytes(root / relative, _as_bytes(body), refused=f"the exported file {relative}"):
                 raise _bad(seq, f"exported content {sha} differs from the ledger")
             checked += 1
         elif seq <= limit:
