@@ -363,6 +363,24 @@ def test_a_file_verify_or_import_may_not_read_is_storage_error_never_integrity_e
     assert not (tmp_path / "copy").exists() and not list(tmp_path.glob(".copy.importing-*"))
 
 
+
+def test_an_export_another_process_writes_while_verify_reads_is_not_taken_for_truncation(exported):
+    """verify replays a snapshot of the ledger; a writer that appends and exports meanwhile leaves
+    exported files and a manifest past that snapshot: the ledger moved on, it was not truncated."""
+    written = []
+
+    def write_and_export(_events: int) -> None:
+        if not written:  # once, after verify's read of the ledger began
+            written.append(run_cli("budget", "grant", str(exported), "H1", "5", "--reason", "more",
+                                   "--grant-id", "g-late"))
+            written.append(run_cli("export", str(exported)))
+    report = verify_case(exported, write_and_export)
+    assert [r.returncode for r in written] == [0, 0], [r.stderr for r in written]
+    assert report.export_state == "current" and report.export_behind == 0
+    assert verify_case(exported).head_seq == report.head_seq + 1  # the next verify sees the new event
+    assert run_cli("verify", str(exported), "--strict").returncode == 0
+
+
 def test_verify_does_not_write_into_the_package(exported):
     before = tree(exported)
     dump = logical_dump(exported / "ledger.sqlite")

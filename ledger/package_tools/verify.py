@@ -15,9 +15,10 @@ import os
 import re
 import sqlite3
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from ..ground import errors as E
 from .atomic_files import same_bytes
@@ -32,8 +33,8 @@ from ..model.package import (EVENT_FILE_RE, LEDGER_FILE, MANIFEST_FILE, check_ex
 from ..ground.paths import fs_path, os_error
 from .replay import PackageSource, Replayer
 from ..storage.connection import Storage
-from ..storage.sqlite_file import (EventRow, HelperRow, file_identity, translate_sqlite_errors, log_files_exist, not_utf8,
-    release_log)
+from ..storage.sqlite_file import (EventRow, HelperRow, _connect_uri, file_identity, translate_sqlite_errors,
+    log_files_exist, not_utf8, readable_uri, release_log)
 
 Progress = Callable[[int], None]
 #: Helper tables compared row by row against the replay.
@@ -266,12 +267,16 @@ def _verify_attached(root: Path, scratch: Storage, progress: Progress | None) ->
     replayer.finish()
     store_derived(scratch, derived)
     _compare_rows(conn)
-    exported, manifest_head = _check_export(root, conn, head)
+    # the export tree is read first, then compared with the ledger as it is now: a writer may have
+    # appended and exported past the verified snapshot meanwhile (never a truncation)
+    manifest, files = read_manifest(root), export_tree_files(root)
+    with _ledger_now(root / LEDGER_FILE, scratch, head) as (now, now_head):
+        exported, manifest_head = _check_export(root, now, now_head, manifest, files)
     foreign = _compare_schema(conn, version)
     return VerifyReport(str(root), replayer.count,
                         conn.execute(statement("content_count")).fetchone()[0],
-                        head[0], head[1], exported, (root / MANIFEST_FILE).exists(),
-                        None if manifest_head is None else head[0] - manifest_head, foreign,
+                        head[0], head[1], exported, manifest is not None,
+                        None if manifest_head is None else max(0, head[0] - manifest_head), foreign,
                         replayer.future_events, replayer.max_lead_ms,
                         _export_state(manifest_head, head[0], exported),
                         [{"path": p, "why": w} for p, w in sorted(package.unchecked.items())])
@@ -280,7 +285,32 @@ def _verify_attached(root: Path, scratch: Storage, progress: Progress | None) ->
 def _export_state(manifest_head: int | None, head_seq: int, exported_files: int) -> str:
     if manifest_head is None:
         return "partial" if exported_files else "none"
-    return "current" if manifest_head == head_seq else "behind"
+    return "current" if manifest_head >= head_seq else "behind"
+
+
+@contextmanager
+def _ledger_now(ledger: Path, scratch: Storage, head: tuple[int, str]) -> Iterator[tuple[sqlite3.Connection, int]]:
+    """``(connection, head seq)`` of the ledger as it is now, for the export check: the verified
+    snapshot while nothing was appended since (or on an immutable read), else a new read of the
+    file, which must continue the verified history (``LEDGER_BUSY`` when it does not: the file
+    was replaced or rewritten while verify read it; run it again)."""
+    if scratch.read_only_source:
+        yield scratch.conn, head[0]
+        return
+    live = _connect_uri(readable_uri(ledger)[0])
+    try:
+        with translate_sqlite_errors():
+            live.execute("BEGIN")
+            newest = live.execute(statement("newest_event")).fetchone()
+            at_head = live.execute(statement("manifest_head"), {"seq": head[0]}).fetchone()
+        if at_head is None or at_head[0] != head[1]:
+            raise _changed_under_us(ledger)
+        if newest[0] == head[0]:
+            yield scratch.conn, head[0]  # nothing appended since: the verified rows themselves
+        else:
+            yield live, newest[0]
+    finally:
+        live.close()
 
 
 def _check_own_tables(conn: sqlite3.Connection, version: int) -> None:
@@ -427,24 +457,24 @@ def _foreign_kind(kind: str, name: str, sql: str, fts: set[str]) -> str:
     return "virtual table" if re.match(r"CREATE\s+VIRTUAL\b", sql, re.I) else "table"
 
 
-def _check_export(root: Path, conn: sqlite3.Connection, head: tuple[int, str]) -> tuple[int, int | None]:
-    """Exported files that exist must hold the ledger's bytes; the manifest must be what an
-    export at its head writes; an exported event the ledger no longer has means truncation.
-    Returns (files checked, the manifest's head seq or None without a manifest)."""
-    manifest = read_manifest(root)
+def _check_export(root: Path, conn: sqlite3.Connection, head_seq: int, manifest: dict[str, Any] | None,
+                  files: list[str]) -> tuple[int, int | None]:
+    """Exported files that exist (``files``, listed before ``conn``'s read began) must hold the
+    ledger's bytes; the ``manifest`` must be what an export at its head writes; an exported event
+    the ledger no longer has means truncation. Returns (files checked, the manifest's head seq or
+    None without a manifest)."""
     checked = 0
     if manifest is not None:
-        check_manifest(manifest, conn, head[0])
+        check_manifest(manifest, conn, head_seq)
     known = {event_path(*row) for row in conn.execute(export_statement(conn, "event_addresses"))}
-    files = export_tree_files(root)
     for relative in files:
         if relative not in known and EVENT_FILE_RE.fullmatch(relative):
             try:
                 seq = json.loads((root / relative).read_bytes()).get("seq")
             except (ValueError, AttributeError, RecursionError, OSError):
                 continue  # not an event of ours: not evidence of truncation (check_export_tree names it)
-            if type(seq) is int and seq > head[0]:
-                raise _bad(head[0] + 1, f"{relative} holds event {seq} but the ledger ends at seq {head[0]} "
+            if type(seq) is int and seq > head_seq:
+                raise _bad(head_seq + 1, f"{relative} holds event {seq} but the ledger ends at seq {head_seq} "
                            "(truncated or rolled-back ledger)")
     check_export_tree(files, known | {content_path(sha) for (sha,) in conn.execute(statement("content_shas"))})
     limit = manifest["head"]["seq"] if manifest else 0
