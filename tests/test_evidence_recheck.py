@@ -177,6 +177,27 @@ def test_a_made_up_recorded_hash_of_an_unchanged_file_is_refused(case, tmp_path)
     refused_by_verify_and_import(case, tmp_path, "records sha256 000000000000… for sources/app.py")
 
 
+
+def test_an_in_place_import_rechecks_results_as_verify_does_and_keeps_nothing_it_refuses(case, tmp_path):
+    """Restoring a lost ledger in place: the export tree beside the inputs is no input, so the
+    replay knows the inputs are those the reply was computed from and refuses the made-up hash
+    itself, naming the file; and a refused import leaves no ledger behind."""
+    act = action("source.read_context", path=APP, start_line=2, end_line=2)
+    result = genuine(case, act)
+    result["items"] = [line(APP, 2, "    return a + b")]
+    result["sources"] = [[APP, "0" * 64]]
+    forge(case, act, result)
+    export_case(case)
+    case.close()
+    (case.path / "ledger.sqlite").unlink()
+    with pytest.raises(LedgerError) as caught:
+        import_tree(case.path)
+    assert caught.value.code == INTEGRITY_ERROR
+    assert caught.value.message.startswith("analysis/evidence/") and "000000000000" in caught.value.message
+    assert not [p.name for p in case.path.iterdir() if p.name in ("ledger.sqlite", "ledger.sqlite-wal",
+                                                                  "ledger.sqlite-shm")]
+
+
 def test_a_line_of_bytes_that_are_not_utf8_is_still_checked_against_the_unchanged_file(case, tmp_path):
     (case.path / "sources" / "latin.txt").write_bytes(b"caf\xe9 au lait\nsecond\n")
     act = action("source.read_context", path="sources/latin.txt", start_line=1, end_line=1)

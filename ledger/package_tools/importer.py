@@ -27,7 +27,7 @@ from ..ground.errors import LedgerError
 from ..ground.errors import integrity_error as _bad
 from .export import export_case
 from .manifest import check_manifest, read_manifest
-from ..model.package import (EVENT_FILE_RE, EVIDENCE_EVENT_FILE_RE, LEDGER_FILE, check_export_tree, content_path, event_path, is_ledger_own,
+from ..model.package import (ANALYSIS_DIR, EVENT_FILE_RE, EVIDENCE_EVENT_FILE_RE, LEDGER_FILE, check_export_tree, content_path, event_path, is_ledger_own,
                       input_identity, printable_name, walk_package)
 from ..ground.paths import fs_path, os_error, read_bytes
 from .replay import PackageSource, Replayer
@@ -151,7 +151,9 @@ def _rebuild(building: Path, build_dir: Path, files: dict[str, Path], manifest: 
     try:
         with storage.write():
             storage.apply_migrations()
-            replayer = Replayer(PackageSource(build_dir, content_of, lambda: input_identity(build_dir, set())), sink)
+            # the export tree is not an input: in place (build_dir is the source) it lies beside the inputs
+            exported = {r for r in files if PurePosixPath(r).parts[0] == ANALYSIS_DIR}
+            replayer = Replayer(PackageSource(build_dir, content_of, lambda: input_identity(build_dir, exported)), sink)
             _replay_tree(replayer, files, head_seq, accounted, progress)
             check_manifest(manifest, storage.conn, head_seq)
             check_export_tree(files, accounted)
@@ -281,9 +283,24 @@ def _import_tree(source: str | os.PathLike[str], to: str | os.PathLike[str] | No
         raise
     for leftover in scratch_files:
         leftover.unlink(missing_ok=True)
-    with Case.open(dest) as case:
-        export_case(case)
-    report = verify_case(dest)
-    with Case.open(dest):
-        pass  # the last connection to close checkpoints and removes the -wal and -shm files
+    try:
+        with Case.open(dest) as case:
+            export_case(case)
+        report = verify_case(dest)
+        with Case.open(dest):
+            pass  # the last connection to close checkpoints and removes the -wal and -shm files
+    except LedgerError as exc:
+        if exc.code == E.INTEGRITY_ERROR:  # what verify refuses is not kept: the import wrote nothing
+            _discard(dest, in_place)
+        raise
     return report
+
+
+def _discard(dest: Path, in_place: bool) -> None:
+    """Remove what an import that the final verify refused placed: the rebuilt ledger and its
+    sidecar files in place (the export tree it came from stays), else the whole new package."""
+    if not in_place:
+        shutil.rmtree(dest, ignore_errors=True)
+        return
+    for suffix in ("", "-wal", "-shm"):
+        (dest / (LEDGER_FILE + suffix)).unlink(missing_ok=True)
