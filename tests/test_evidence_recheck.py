@@ -9,6 +9,7 @@ import hashlib
 import os
 import signal
 import sqlite3
+import stat
 import subprocess
 import sys
 import time
@@ -285,6 +286,27 @@ def test_an_input_this_user_may_not_read_is_a_changed_input_not_a_failure(case, 
     report = verify_case(case.path)  # neither a raw PermissionError nor STORAGE_ERROR: the history is fine
     assert report.unchecked_inputs == ([{"path": APP, "why": "unreadable"}] if which == "read" else [])
     assert case.input_identity() != ""  # the live identity does not fail either
+
+
+
+@pytest.mark.parametrize("kind", ["fifo", "socket"])
+def test_a_special_file_made_among_the_inputs_after_a_search_is_a_changed_input_not_tampering(case, kind):
+    """A search lists every name its glob matches (a FIFO or socket as skipped), so one made since
+    changes the input identity: the stored search is then no longer compared with the listing."""
+    case.budget().reserve("H1", "q1", "source.find_text")
+    case.evidence().query("i1", {"actions": [action("source.find_text", text="add")]}, True)
+    export_case(case)
+    before = case.input_identity()
+    special = case.path / "sources" / "zz.special"
+    if kind == "fifo":
+        os.mkfifo(special)
+    else:
+        os.mknod(special, 0o600 | stat.S_IFSOCK)
+    report = verify_case(case.path, strict=True)  # never INTEGRITY_ERROR
+    assert report.strict_failure() is None  # every file the search read is unchanged: still recomputed
+    assert case.input_identity() != before
+    special.unlink()
+    assert case.input_identity() == before and verify_case(case.path).unchecked_inputs == []
 
 
 # --- the re-check accepts every genuine result ------------------------------------------------------

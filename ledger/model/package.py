@@ -243,6 +243,9 @@ def is_ledger_own(relative: PurePosixPath) -> bool:
     return parts[0] == ANALYSIS_DIR
 
 
+#: What a file that is neither regular, a folder nor a link (a FIFO, a socket, a device) contributes to the
+#: input identity: a fixed marker. The router never reads it, but a search lists it (as skipped).
+SPECIAL_FILE_DIGEST = hashlib.sha256(b"special:not-a-regular-file").hexdigest()
 #: What a regular file this user cannot read (no permission, an I/O error) contributes to the input
 #: identity: a fixed marker. The router cannot read it either, so no result depends on its bytes.
 UNREADABLE_FILE_DIGEST = hashlib.sha256(b"unreadable:input-file").hexdigest()
@@ -370,6 +373,8 @@ def input_identity(root: Path, exported: set[str]) -> str:
     from outside the package; a hard link to one of the ledger's own files
     contributes a fixed marker (:data:`OWN_FILE_LINK_DIGEST`), never their bytes, and a file
     this user cannot read another (:data:`UNREADABLE_FILE_DIGEST`): the identity never fails.
+    A FIFO, socket or device contributes :data:`SPECIAL_FILE_DIGEST`: a search lists every name a glob
+    matches, so a special file made or removed since changes the identity too.
     """
     entries = []
     own: set[tuple[int, int]] | None = None
@@ -389,8 +394,10 @@ def input_identity(root: Path, exported: set[str]) -> str:
             digest = _regular_file_digest(full)
             if digest is None:  # no longer a regular file (swapped for a FIFO, removed) while walked
                 continue
-        else:
+        elif stat.S_ISDIR(info.st_mode):
             continue
+        else:  # a FIFO, socket or device: a search lists it (as skipped), so it is an entry as well
+            digest = SPECIAL_FILE_DIGEST
         entries.append([relative, digest])
     entries.sort()
     return canonical_sha256(entries)
