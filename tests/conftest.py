@@ -173,6 +173,28 @@ def deny_reading(monkeypatch, path: Path) -> None:
     monkeypatch.setattr(os, "scandir", scandir)
 
 
+def deny_searching(monkeypatch, folder: Path) -> None:
+    """``folder`` can be listed but not searched (mode 0644: its names are known, what they name is
+    not): when running as root, which searches anyway, ``os.lstat`` and ``os.stat`` of anything in it
+    are refused as the system refuses them."""
+    import errno
+
+    folder.chmod(0o644)
+    if os.geteuid() != 0:
+        return
+    inside = os.path.join(os.path.abspath(folder), "")
+    real_lstat, real_stat = os.lstat, os.stat
+
+    def refusing(real):
+        def call(file, *args, **kwargs):
+            if not isinstance(file, int) and os.path.abspath(os.fsdecode(file)).startswith(inside):
+                raise PermissionError(errno.EACCES, "Permission denied", os.fsdecode(file))
+            return real(file, *args, **kwargs)
+        return call
+    monkeypatch.setattr(os, "lstat", refusing(real_lstat))
+    monkeypatch.setattr(os, "stat", refusing(real_stat))
+
+
 def logical_dump(path: Path) -> list:
     """Every row of every table of a ledger file, for before/after comparisons."""
     import sqlite3

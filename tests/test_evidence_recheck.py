@@ -25,7 +25,7 @@ from ledger.router.reference import Router
 from ledger.router.check import could_equal, recheck, self_consistent
 from ledger.rules import evidence as rules
 
-from conftest import EXAMPLE_BUDGET, deny_reading, run_cli, start_case
+from conftest import EXAMPLE_BUDGET, deny_reading, deny_searching, run_cli, start_case
 
 APP = "sources/app.py"
 APP_TEXT = "def add(a, b):\n    return a - b\n\nprint(add(1, 2))\n# add more\n\n# end\n"
@@ -274,15 +274,19 @@ def test_an_input_that_can_no_longer_be_read_is_a_changed_input_not_tampering(ca
 
 
 
-@pytest.mark.parametrize("which", ["read", "unrelated"])
+@pytest.mark.parametrize("which", ["read", "unrelated", "unsearchable folder"])
 def test_an_input_this_user_may_not_read_is_a_changed_input_not_a_failure(case, tmp_path, monkeypatch, which):
     case.budget().reserve("H1", "q1", "source.read_context")
     case.evidence().query("i1", {"actions": [action("source.read_context", path=APP, start_line=1, end_line=2)]},
                           True)
     export_case(case)
-    unrelated = case.path / "sources" / "secret.txt"
+    unrelated = case.path / "sources" / "private" / "secret.txt"
+    unrelated.parent.mkdir()
     unrelated.write_text("not for everyone\n")
-    deny_reading(monkeypatch, case.path / APP if which == "read" else unrelated)
+    if which == "unsearchable folder":
+        deny_searching(monkeypatch, unrelated.parent)
+    else:
+        deny_reading(monkeypatch, case.path / APP if which == "read" else unrelated)
     report = verify_case(case.path)  # neither a raw PermissionError nor STORAGE_ERROR: the history is fine
     assert report.unchecked_inputs == ([{"path": APP, "why": "unreadable"}] if which == "read" else [])
     assert case.input_identity() != ""  # the live identity does not fail either

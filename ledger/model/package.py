@@ -74,12 +74,14 @@ def check_package_name(relative: str) -> None:
                           "character or line break; rename it", path=printable_name(relative))
 
 
-def walk_package(root: Path, under: str = "", *, complete: bool = False) -> Iterator[tuple[str, os.stat_result]]:
+def walk_package(root: Path, under: str = "", *,
+                 complete: bool = False) -> Iterator[tuple[str, os.stat_result | None]]:
     """Every entry below ``root`` (or below ``root/under``) as ``(posix relative path, lstat)``,
     folders included, in sorted order; links are reported, never followed. Every name is
     checked by :func:`check_package_name` first. A folder this user may not list is left out
-    (as the router leaves it out), or with ``complete`` (a walk that must see every file: the
-    export tree, an import's copy) is ``STORAGE_ERROR`` naming it."""
+    (as the router leaves it out), and an entry the system refuses to examine (in a folder this
+    user may list but not search) comes with ``None`` for its lstat; with ``complete`` (a walk that
+    must see every file: the export tree, an import's copy) either is ``STORAGE_ERROR`` naming it."""
     top = root / under if under else root
     prefix = os.path.join(os.fspath(root), "")
     for directory, dirnames, filenames in os.walk(top, onerror=_unlisted if complete else None):
@@ -91,8 +93,13 @@ def walk_package(root: Path, under: str = "", *, complete: bool = False) -> Iter
             check_package_name(relative)
             try:
                 info = os.lstat(full)
-            except FileNotFoundError:
+            except (FileNotFoundError, NotADirectoryError):
                 continue  # removed while we walked
+            except OSError as exc:
+                if complete:
+                    raise os_error(exc, "cannot examine a file of the package", E.STORAGE_ERROR) from None
+                yield relative, None  # the system refuses to say what it is (no search permission)
+                continue
             if stat.S_ISLNK(info.st_mode) and name in dirnames:
                 dirnames.remove(name)  # os.walk does not follow it anyway; keep that explicit
             yield relative, info
@@ -385,8 +392,14 @@ def input_identity(root: Path, exported: set[str]) -> str:
         if pure.parts[0] == ANALYSIS_DIR and (relative in exported or is_export_temp(relative)):
             continue
         full = root / relative
-        if stat.S_ISLNK(info.st_mode):  # a link (to a file or a folder) is an entry of its own, not followed
-            digest = hashlib.sha256(b"symlink:" + os.fsencode(os.readlink(full))).hexdigest()
+        if info is None:  # an entry this user may not examine: the router cannot read it either
+            digest = UNREADABLE_FILE_DIGEST
+        elif stat.S_ISLNK(info.st_mode):  # a link (to a file or a folder) is an entry of its own, not followed
+            try:
+                digest = hashlib.sha256(b"symlink:" + os.fsencode(os.readlink(full))).hexdigest()
+            except OSError:
+                continue  # removed or replaced while we walked
+
         elif stat.S_ISREG(info.st_mode) and info.st_nlink > 1 and (info.st_dev, info.st_ino) in (
                 own := _own_file_ids(root) if own is None else own):
             digest = OWN_FILE_LINK_DIGEST
