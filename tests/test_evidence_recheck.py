@@ -23,6 +23,7 @@ from ledger import BudgetConfig, Case, LedgerError, export_case, import_tree, ve
 from ledger.ground.errors import INTEGRITY_ERROR
 from ledger.router.reference import Router
 from ledger.router.check import could_equal, recheck, self_consistent
+from ledger.ground.canonical import canonical_sha256
 from ledger.rules import evidence as rules
 
 from conftest import EXAMPLE_BUDGET, deny_reading, deny_searching, run_cli, start_case
@@ -156,6 +157,62 @@ def test_a_row_with_columns_other_than_those_asked_for_is_refused(case, tmp_path
     forge(case, act, result)
     change_an_unrelated_input(case)
     refused_by_verify_and_import(case, tmp_path, "with the columns asked for")
+
+
+
+def _value(value):
+    def edit(result):
+        item = result["items"][0]
+        item["values"]["name"] = value
+        item["sha256"] = canonical_sha256(item["values"])
+    return edit
+
+
+def _reversed_files(result):
+    result["coverage"]["files"].reverse()
+    result["sources"].reverse()
+    result["items"].sort(key=lambda i: (result["coverage"]["files"].index(i["path"]), i["line"]))
+
+
+def _line_with_a_newline(result):
+    text = "def add(a, b):\n    return a + b"
+    result["items"][0].update(text=text, sha256=hashlib.sha256(text.encode()).hexdigest())
+
+
+LOOKUP = {"database": "data/shop.sqlite", "table": "users"}
+NEVER_RETURNED = {
+    "a line holding a newline": (("source.read_context", {"path": APP, "start_line": 1, "end_line": 1}),
+                                 _line_with_a_newline),
+    "files out of walk order": (("source.find_text", {"text": "a"}), _reversed_files),
+    "a skip reason not the router's": (("source.find_text", {"text": "a"}), lambda r: r["coverage"].update(
+        skipped=[{"path": "sources/zz.py", "reason": "fine"}])),
+    "a plain real": (("database.lookup", LOOKUP), _value(2.5)),
+    "a boolean": (("database.lookup", LOOKUP), _value(True)),
+    "a small integer marked": (("database.lookup", LOOKUP), _value({"integer": "5"})),
+    "a real that is not a repr": (("database.lookup", LOOKUP), _value({"real": "1.50"})),
+    "a real NaN": (("database.lookup", LOOKUP), _value({"real": "nan"})),
+    "base64 not in standard form": (("database.lookup", LOOKUP), _value({"base64": "!!"})),
+    "an object of another form": (("database.lookup", LOOKUP), _value({"text": "ann"})),
+    "a column described otherwise": (("database.lookup", LOOKUP), lambda r: r["schema"]["columns"][0].update(pk="1")),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(NEVER_RETURNED))
+def test_a_result_holding_what_the_router_never_returns_is_refused_after_its_inputs_changed(case, tmp_path, shape):
+    """With its files changed since, a result is checked against its request only: then nothing the
+    reference router never writes may pass (a newline inside a line, files out of walk order, a
+    value or column in another form)."""
+    (tool, args), edit = NEVER_RETURNED[shape]
+    act = action(tool, **args)
+    result = genuine(case, act)
+    edit(result)
+    forge(case, act, result)
+    for changed in (case.path / APP, case.path / "sources" / "notes.txt"):
+        changed.write_text(changed.read_text() + "# changed since\n")
+    with sqlite3.connect(case.path / "data" / "shop.sqlite") as db:
+        db.execute("INSERT INTO users (name, role) VALUES ('dee', 'qa')")
+    db.close()
+    refused_by_verify_and_import(case, tmp_path, "stored result of operation op-1")
 
 
 def test_rows_of_an_unchanged_database_must_be_the_rows_it_holds(case, tmp_path):

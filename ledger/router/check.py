@@ -22,6 +22,7 @@ the stored result on trust:
 
 from __future__ import annotations
 
+import base64
 import fnmatch
 import hashlib
 from typing import Any, Callable, Mapping
@@ -29,8 +30,8 @@ from typing import Any, Callable, Mapping
 from ..ground import errors as E
 from ..ground.canonical import canonical_sha256
 from ..ground.errors import LedgerError
-from .reference import (DATA_DIR, DEFAULT_ROWS, SOURCES_DIR, Router, confined, find_text_args,
-                     lookup_args, marked_integer, matching_lines, span_args)
+from .reference import (DATA_DIR, DEFAULT_ROWS, INT64_MAX, INT64_MIN, JSON_INT_MAX, SOURCES_DIR, Router, confined,
+                        find_text_args, lookup_args, marked_integer, matching_lines, span_args)
 
 Note = Callable[[str, str], None]
 _RESULT_KEYS = {"operation_id", "tool", "status", "items", "coverage", "truncated", "sources"}
@@ -184,7 +185,8 @@ def self_consistent(action: Mapping[str, Any], stored: Mapping[str, Any]) -> Non
 
 def _check_line(op: Any, item: Mapping[str, Any], path: str) -> None:
     text = item.get("text")
-    if item.get("kind") != "source_line" or item.get("path") != path or not isinstance(text, str):
+    if (item.get("kind") != "source_line" or item.get("path") != path or not isinstance(text, str)
+            or "\n" in text):  # a line ends at a newline: its text never holds one
         raise _bad(op, f"item {str(item)[:80]} is not a line of {path}")
     raw = _line_bytes(text)
     if raw is not None and item.get("sha256") != hashlib.sha256(raw).hexdigest():
@@ -233,6 +235,13 @@ def _check_search(op: Any, args: Mapping[str, Any], stored: Mapping[str, Any]) -
             raise _bad(op, f"{path} does not match its path_glob {glob}")
     if len(set(listed)) != len(listed):
         raise _bad(op, "it lists a file twice")
+    for kind, paths in (("files", files), ("skipped files", [s["path"] for s in skipped or []])):
+        if paths != sorted(paths, key=walk_order):
+            raise _bad(op, f"its {kind} are not in the order a search walks sources/ (each folder's files by "
+                       "name, then its folders by name)")
+    for entry in skipped or []:  # the router's refusal of that file, which names it first
+        if not entry["reason"].startswith(f"{entry['path']!r} "):
+            raise _bad(op, f"the reason it gives for skipping {entry['path']} is not the router's")
     _check_sources(op, stored, files)
     order = {path: position for position, path in enumerate(files)}
     keys = []
@@ -244,6 +253,13 @@ def _check_search(op: Any, args: Mapping[str, Any], stored: Mapping[str, Any]) -
     if keys != sorted(set(keys)):
         raise _bad(op, "its lines are not in file order, each once")
     _check_count(op, stored, limit)
+
+
+def walk_order(path: str) -> list[tuple[int, str]]:
+    """The sort key of a path in the order a search lists files: a folder's own files (by name)
+    before its sub-folders (by name), depth first."""
+    *folders, name = path.split("/")
+    return [(1, folder) for folder in folders] + [(0, name)]
 
 
 def _check_count(op: Any, stored: Mapping[str, Any], limit: int) -> None:
@@ -266,7 +282,8 @@ def _check_rows(op: Any, args: Mapping[str, Any], stored: Mapping[str, Any]) -> 
     names = [c.get("name") for c in described] if isinstance(described, list) and all(
         isinstance(c, dict) for c in described) else None
     if (names is None or schema != {"database": database, "database_sha256": stored["sources"][0][1],
-                                    "table": table, "columns": described} or len(set(names)) != len(names)):
+                                    "table": table, "columns": described} or len(set(names)) != len(names)
+            or not all(_is_column(c) for c in described)):
         raise _bad(op, f"its schema {str(schema)[:120]} is not that of {database} table {table[:80]}")
     columns = args.get("columns", names)
     if coverage != {"database": database, "table": table, "where": args.get("where", {}), "columns": columns,
@@ -281,6 +298,10 @@ def _check_rows(op: Any, args: Mapping[str, Any], stored: Mapping[str, Any]) -> 
                 or item.get("sha256") != canonical_sha256(values)):
             raise _bad(op, f"row {pointer[:80]} is not a row of {database} table {table[:80]} with the "
                        "columns asked for")
+        for column, value in values.items():
+            if not is_column_value(value):
+                raise _bad(op, f"row {pointer[:80]} has {column} = {str(value)[:40]}, which is no value the router "
+                           "writes (null, text, an integer within ±(2^53-1), or {\"real\"|\"integer\"|\"base64\": …})")
         for column, wanted in where.items():
             if column in values and not could_equal(values[column], wanted):
                 raise _bad(op, f"row {pointer[:80]} has {column} = {str(values[column])[:40]}, which does not "
@@ -289,6 +310,41 @@ def _check_rows(op: Any, args: Mapping[str, Any], stored: Mapping[str, Any]) -> 
     if rowids != sorted(set(rowids)):
         raise _bad(op, "its rows are not in row id order, each once")
     _check_count(op, stored, limit)
+
+
+def _is_column(column: Mapping[str, Any]) -> bool:
+    """A column as the router describes one: ``{"name", "type": text, "notnull": bool, "pk": int >= 0}``."""
+    return (set(column) == {"name", "type", "notnull", "pk"} and isinstance(column["name"], str)
+            and isinstance(column["type"], str) and type(column["notnull"]) is bool
+            and type(column["pk"]) is int and column["pk"] >= 0)
+
+
+def is_column_value(value: Any) -> bool:
+    """Whether ``value`` is a column value as :func:`~ledger.router.reference.json_value` writes one: null,
+    text, an integer within ±(2^53−1), ``{"real": repr}`` of a number (never NaN, which SQLite stores as
+    null), ``{"integer": digits}`` beyond ±(2^53−1) within 64 bits, ``{"base64": …}`` in standard form."""
+    if value is None or isinstance(value, str):
+        return True
+    if type(value) is int:
+        return -JSON_INT_MAX <= value <= JSON_INT_MAX
+    if not isinstance(value, dict) or len(value) != 1 or not isinstance(next(iter(value.values())), str):
+        return False
+    (form, text), = value.items()
+    if form == "real":
+        try:
+            number = float(text)
+        except ValueError:
+            return False
+        return number == number and repr(number) == text
+    if form == "integer":
+        number = marked_integer(value)
+        return number is not None and JSON_INT_MAX < abs(number) and INT64_MIN <= number <= INT64_MAX
+    if form == "base64":
+        try:
+            return base64.b64encode(base64.b64decode(text, validate=True)).decode("ascii") == text
+        except ValueError:
+            return False
+    return False
 
 
 def _is_integer_text(text: str) -> bool:
