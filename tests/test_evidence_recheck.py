@@ -256,6 +256,28 @@ def test_an_in_place_import_rechecks_results_as_verify_does_and_keeps_nothing_it
                                                                   "ledger.sqlite-shm")]
 
 
+
+@pytest.mark.parametrize("ghost", ["missing", "a link", "a fifo", "over the size cap"])
+def test_a_result_of_a_file_the_router_cannot_read_under_the_inputs_it_names_is_refused(case, tmp_path, ghost):
+    """The reply's input identity is the package's now: a file a result claims to have read that is
+    missing, a link, a FIFO or over 16 MiB now was so then, and the router could not have read it."""
+    path = "sources/ghost.py"
+    if ghost == "a link":
+        os.symlink("app.py", case.path / path)
+    elif ghost == "a fifo":
+        os.mkfifo(case.path / path)
+    elif ghost == "over the size cap":
+        (case.path / path).write_bytes(b"x\n" * (8 * 1024 * 1024 + 1))
+    act = action("source.read_context", path=path, start_line=1, end_line=1)
+    result = genuine(case, action("source.read_context", path=APP, start_line=1, end_line=1))
+    result["items"][0]["path"] = result["coverage"]["path"] = path
+    result["sources"] = [[path, "1" * 64]]
+    forge(case, act, result)
+    with pytest.raises(LedgerError) as caught:
+        verify_case(case.path)
+    assert caught.value.code == INTEGRITY_ERROR and "the router cannot read that file" in caught.value.message
+
+
 def test_a_line_of_bytes_that_are_not_utf8_is_still_checked_against_the_unchanged_file(case, tmp_path):
     (case.path / "sources" / "latin.txt").write_bytes(b"caf\xe9 au lait\nsecond\n")
     act = action("source.read_context", path="sources/latin.txt", start_line=1, end_line=1)

@@ -48,7 +48,8 @@ def recheck(router: Router, action: Mapping[str, Any], stored: Mapping[str, Any]
         _recheck_search(router, action, stored, same_inputs, note)
         return stored
     path, digest = stored["sources"][0]
-    data = _read_now(router, path, DATA_DIR if action["tool"] == "database.lookup" else SOURCES_DIR)
+    data = _read_now(router, action, path, DATA_DIR if action["tool"] == "database.lookup" else SOURCES_DIR,
+                     same_inputs)
     if data is None:
         note(path, "unreadable")
         return stored
@@ -104,14 +105,20 @@ def _recompute(router: Router, action: Mapping[str, Any], path: str, data: bytes
                    f"{path}, is unchanged: {exc.message}", path=path) from None
 
 
-def _read_now(router: Router, path: str, top: str) -> bytes | None:
-    """The file's bytes now, or None when it cannot be read (a changed input, not a fault)."""
+def _read_now(router: Router, action: Mapping[str, Any], path: str, top: str, same_inputs: bool) -> bytes | None:
+    """The file's bytes now, or None when it cannot be read (a changed input, not a fault). With the
+    inputs unchanged, a file that is missing, a link, not a regular file or over the size cap now was so
+    when the result was computed, and the router could not have read it: ``INTEGRITY_ERROR``. A read the
+    system refuses (permission, I/O) says nothing of the inputs and stays a note."""
     try:
         return router.read_file(path, top)
     except LedgerError as exc:
-        if exc.details.get("unreadable"):
-            return None
-        raise
+        if not exc.details.get("unreadable"):
+            raise
+        if same_inputs and exc.details.get("errno") is None:
+            raise _bad(action.get("operation_id"), f"it read {path}, but the package's inputs are those the reply "
+                       f"was computed from and the router cannot read that file: {exc.message}", path=path) from None
+        return None
 
 
 def _recheck_search(router: Router, action: Mapping[str, Any], stored: Mapping[str, Any], same_inputs: bool,
@@ -123,7 +130,7 @@ def _recheck_search(router: Router, action: Mapping[str, Any], stored: Mapping[s
     for item in stored["items"]:
         by_file[item["path"]].append(item)
     for position, (path, digest) in enumerate(stored["sources"]):
-        data = _read_now(router, path, SOURCES_DIR)
+        data = _read_now(router, action, path, SOURCES_DIR, same_inputs)
         if data is None:
             note(path, "unreadable")
             continue
