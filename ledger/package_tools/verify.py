@@ -33,8 +33,8 @@ from ..model.package import (EVENT_FILE_RE, LEDGER_FILE, MANIFEST_FILE, check_ex
 from ..ground.paths import fs_path, os_error
 from .replay import PackageSource, Replayer
 from ..storage.connection import Storage
-from ..storage.sqlite_file import (EventRow, HelperRow, _connect_uri, file_identity, translate_sqlite_errors,
-    log_files_exist, not_utf8, readable_uri, release_log)
+from ..storage.sqlite_file import (EventRow, HelperRow, file_identity, translate_sqlite_errors, log_files_exist,
+    not_utf8, open_snapshot, release_log)
 
 Progress = Callable[[int], None]
 #: Helper tables compared row by row against the replay.
@@ -297,10 +297,9 @@ def _ledger_now(ledger: Path, scratch: Storage, head: tuple[int, str]) -> Iterat
     if scratch.read_only_source:
         yield scratch.conn, head[0]
         return
-    live = _connect_uri(readable_uri(ledger)[0])
+    live = open_snapshot(ledger)
     try:
         with translate_sqlite_errors():
-            live.execute("BEGIN")
             newest = live.execute(statement("newest_event")).fetchone()
             at_head = live.execute(statement("manifest_head"), {"seq": head[0]}).fetchone()
         if at_head is None or at_head[0] != head[1]:
