@@ -392,6 +392,35 @@ def test_a_special_file_made_among_the_inputs_after_a_search_is_a_changed_input_
     assert case.input_identity() == before and verify_case(case.path).unchecked_inputs == []
 
 
+
+@pytest.mark.parametrize("change", ["edited", "removed", "added"])
+def test_an_input_changed_while_verify_runs_is_a_changed_input_not_a_forgery(case, change):
+    """verify finds the inputs unchanged when it starts; a file edited, removed or added while it runs
+    changes them, which the first difference must not call a forged record (the identity is asked again)."""
+    budget = case.budget()
+    for h, action_id, tool, args in [("H1", "a1", "source.find_text", {"text": "add"}),
+                                     ("H2", "a2", "source.read_context", {"path": APP, "start_line": 2, "end_line": 2}),
+                                     ("H1", "a3", "source.find_text", {"text": "return"})]:
+        budget.run_tool(h, action_id, tool, args)
+        budget.settle(h, action_id, 50, "read")
+    export_case(case)
+    calls = []
+
+    def change_once_the_first_batch_is_replayed(_events):
+        calls.append(1)
+        if len(calls) == 12:  # past the first batch, before the second
+            if change == "edited":
+                (case.path / APP).write_text("def add(a, b):\n    return a + b\n")
+            elif change == "removed":
+                (case.path / APP).unlink()
+            else:
+                (case.path / "sources" / "more.py").write_text("return add\n")
+    report = verify_case(case.path, change_once_the_first_batch_is_replayed)
+    assert len(calls) > 12
+    assert report.unchecked_inputs == ([] if change == "added" else
+                                       [{"path": APP, "why": "changed" if change == "edited" else "unreadable"}])
+
+
 # --- the re-check accepts every genuine result ------------------------------------------------------
 AFFINITIES = ["INTEGER", "TEXT", "REAL", "NUMERIC", "BLOB", ""]
 VALUES = st.one_of(st.none(), st.integers(-3, 3), st.sampled_from(["1", "2.0", " 3", "x", "", "1e0", "-0"]),

@@ -66,6 +66,15 @@ class PackageSource:
             self._identity_now = self._identity()
         return self._identity_now
 
+    def confirm_identity(self, replied: str) -> bool:
+        """Whether the package's input identity, computed afresh, is still ``replied`` (a reply's): asked
+        before a difference from an unchanged input is called a forgery, since a file edited while the
+        replay runs changes the identity too. The fresh identity replaces the one kept."""
+        if self._identity is None:
+            return False
+        self._identity_now = self._identity()
+        return self._identity_now == replied
+
     def resolve_sources(self, refs: list[str]) -> list[dict[str, str]]:
         try:
             return resolve_source_refs(self.root, refs) if refs else []

@@ -37,25 +37,40 @@ Note = Callable[[str, str], None]
 _RESULT_KEYS = {"operation_id", "tool", "status", "items", "coverage", "truncated", "sources"}
 
 
-def recheck(router: Router, action: Mapping[str, Any], stored: Mapping[str, Any], same_inputs: bool,
+class Inputs:
+    """Whether the package's inputs are still those the reply was computed from: ``same`` as first
+    found, asked again through ``confirm`` (a fresh input identity) before a difference is called a
+    forgery, since a file edited while verify runs changes them too (then: changed since, a note)."""
+
+    def __init__(self, same: bool, confirm: Callable[[], bool] | None = None) -> None:
+        self.same, self._confirm = same, confirm
+
+    def unchanged(self) -> bool:
+        if self.same and self._confirm is not None and not self._confirm():
+            self.same = False
+        return self.same
+
+
+def recheck(router: Router, action: Mapping[str, Any], stored: Mapping[str, Any], same_inputs: "bool | Inputs",
             note: Note | None = None) -> Any:
     """What the replay compares ``stored`` with: the router's fresh result wherever a file it read
     is unchanged, else ``stored`` itself once it passed the checks above (``INTEGRITY_ERROR``).
     ``note(path, "changed" | "unreadable")`` hears of each file that could not be compared."""
     note = note or _ignore
+    inputs = same_inputs if isinstance(same_inputs, Inputs) else Inputs(same_inputs)
     self_consistent(action, stored)
     if action["tool"] == "source.find_text":
-        _recheck_search(router, action, stored, same_inputs, note)
+        _recheck_search(router, action, stored, inputs, note)
         return stored
     path, digest = stored["sources"][0]
     data = _read_now(router, action, path, DATA_DIR if action["tool"] == "database.lookup" else SOURCES_DIR,
-                     same_inputs)
+                     inputs)
     if data is None:
         note(path, "unreadable")
         return stored
     now = hashlib.sha256(data).hexdigest()
     if now != digest:
-        if same_inputs:
+        if inputs.unchanged():
             raise _forged_digest(action, path, digest, now)
         note(path, "changed")
         return stored  # the file changed since: the checks above are all that can be made
@@ -105,7 +120,7 @@ def _recompute(router: Router, action: Mapping[str, Any], path: str, data: bytes
                    f"{path}, is unchanged: {exc.message}", path=path) from None
 
 
-def _read_now(router: Router, action: Mapping[str, Any], path: str, top: str, same_inputs: bool) -> bytes | None:
+def _read_now(router: Router, action: Mapping[str, Any], path: str, top: str, inputs: Inputs) -> bytes | None:
     """The file's bytes now, or None when it cannot be read (a changed input, not a fault). With the
     inputs unchanged, a file that is missing, a link, not a regular file or over the size cap now was so
     when the result was computed, and the router could not have read it: ``INTEGRITY_ERROR``. A read the
@@ -115,13 +130,13 @@ def _read_now(router: Router, action: Mapping[str, Any], path: str, top: str, sa
     except LedgerError as exc:
         if not exc.details.get("unreadable"):
             raise
-        if same_inputs and exc.details.get("errno") is None:
+        if exc.details.get("errno") is None and inputs.unchanged():
             raise _bad(action.get("operation_id"), f"it read {path}, but the package's inputs are those the reply "
                        f"was computed from and the router cannot read that file: {exc.message}", path=path) from None
         return None
 
 
-def _recheck_search(router: Router, action: Mapping[str, Any], stored: Mapping[str, Any], same_inputs: bool,
+def _recheck_search(router: Router, action: Mapping[str, Any], stored: Mapping[str, Any], inputs: Inputs,
                     note: Note) -> None:
     op = action.get("operation_id")
     needle = action["args"]["text"].encode("utf-8")
@@ -130,13 +145,13 @@ def _recheck_search(router: Router, action: Mapping[str, Any], stored: Mapping[s
     for item in stored["items"]:
         by_file[item["path"]].append(item)
     for position, (path, digest) in enumerate(stored["sources"]):
-        data = _read_now(router, action, path, SOURCES_DIR, same_inputs)
+        data = _read_now(router, action, path, SOURCES_DIR, inputs)
         if data is None:
             note(path, "unreadable")
             continue
         now = hashlib.sha256(data).hexdigest()
         if now != digest:
-            if same_inputs:
+            if inputs.unchanged():
                 raise _forged_digest(action, path, digest, now)
             note(path, "changed")
             continue
@@ -145,11 +160,11 @@ def _recheck_search(router: Router, action: Mapping[str, Any], stored: Mapping[s
         if (found[:len(kept)] != kept) or (len(found) <= len(kept) if cut else len(found) != len(kept)):
             raise _bad(op, f"its lines of {path} are not those the unchanged file holds: the file has "
                        f"{len(found)} matching line(s), the result {len(kept)}", path=path)
-    if same_inputs:
-        _check_listing(router, action, stored)
+    if inputs.same:
+        _check_listing(router, action, stored, inputs)
 
 
-def _check_listing(router: Router, action: Mapping[str, Any], stored: Mapping[str, Any]) -> None:
+def _check_listing(router: Router, action: Mapping[str, Any], stored: Mapping[str, Any], inputs: Inputs) -> None:
     """With the inputs unchanged, the search saw the files the glob matches now, in order (up to
     where it stopped)."""
     op, coverage = action.get("operation_id"), stored["coverage"]
@@ -162,8 +177,8 @@ def _check_listing(router: Router, action: Mapping[str, Any], stored: Mapping[st
     skipped = [entry["path"] for entry in coverage.get("skipped", [])]
     seen = set(coverage["files"]) | set(skipped)
     visited = [path for path in listing if path in seen]
-    if visited != listing[:len(visited)] or len(visited) != len(seen) or (
-            not stored["truncated"] and len(visited) != len(listing)):
+    if (visited != listing[:len(visited)] or len(visited) != len(seen) or (
+            not stored["truncated"] and len(visited) != len(listing))) and inputs.unchanged():
         raise _bad(op, "the files it lists are not those its glob matches in the unchanged package")
     # a file listed as skipped may be readable now: permissions are not part of the input identity
 
