@@ -399,7 +399,6 @@ def input_identity(root: Path, exported: set[str]) -> str:
                 digest = hashlib.sha256(b"symlink:" + os.fsencode(os.readlink(full))).hexdigest()
             except OSError:
                 continue  # removed or replaced while we walked
-
         elif stat.S_ISREG(info.st_mode) and info.st_nlink > 1 and (info.st_dev, info.st_ino) in (
                 own := _own_file_ids(root) if own is None else own):
             digest = OWN_FILE_LINK_DIGEST

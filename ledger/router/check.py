@@ -14,10 +14,12 @@ the stored result on trust:
   reads). When its sha256 now is the one the result records, the file is unchanged and must
   yield exactly the stored items (``find_text``: the whole file is scanned again); when the
   package's input identity is still the one the reply carries, nothing changed, so a file
-  that hashes differently from what the result records is a forged record, and a search must
-  list exactly the files the glob matches;
-* a file that cannot be read now (removed, replaced by a link, unreadable) is a changed input,
-  never ``INTEGRITY_ERROR``: the history is not suspect because the disk changed.
+  that hashes differently from what the result records, or that the router cannot read (missing,
+  a link, not a regular file, over the size cap), is a forged record, and a search must list
+  exactly the files the glob matches (the identity is computed again before any of these is
+  called a forgery: an input changed while verify runs changes it too);
+* otherwise a file that cannot be read now (removed, replaced by a link, unreadable) is a changed
+  input, never ``INTEGRITY_ERROR``: the history is not suspect because the disk changed.
 """
 
 from __future__ import annotations
