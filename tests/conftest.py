@@ -127,6 +127,74 @@ def run_cli(*args: str, cwd: Path | None = None, stdin: bytes | None = None,
     )
 
 
+def deny_reading(monkeypatch, path: Path) -> None:
+    """``path`` (a file or a folder) can no longer be read or listed by this process: mode 000, and
+    when running as root, which reads anyway, every open or listing of it refused as the system
+    refuses one without permission (``os.open``, also through a folder descriptor; ``open``;
+    ``os.scandir``)."""
+    import builtins
+    import errno
+    import io
+
+    path.chmod(0)
+    if os.geteuid() != 0:
+        return
+    target = os.path.abspath(path)
+    real_open, real_io_open, real_scandir = os.open, io.open, os.scandir
+
+    def is_target(file, dir_fd=None) -> bool:
+        if isinstance(file, int):
+            return False
+        name = os.fsdecode(file)
+        if dir_fd is not None and not os.path.isabs(name):
+            name = os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), name)
+        return os.path.abspath(name) == target
+
+    def refused(file):
+        return PermissionError(errno.EACCES, "Permission denied", os.fsdecode(file))
+
+    def os_open(file, flags, mode=0o777, *, dir_fd=None):
+        if is_target(file, dir_fd):
+            raise refused(file)
+        return real_open(file, flags, mode, dir_fd=dir_fd)
+
+    def io_open(file, *args, **kwargs):
+        if is_target(file):
+            raise refused(file)
+        return real_io_open(file, *args, **kwargs)
+
+    def scandir(where="."):
+        if is_target(where):
+            raise refused(where)
+        return real_scandir(where)
+    monkeypatch.setattr(os, "open", os_open)
+    monkeypatch.setattr(io, "open", io_open)
+    monkeypatch.setattr(builtins, "open", io_open)
+    monkeypatch.setattr(os, "scandir", scandir)
+
+
+def deny_searching(monkeypatch, folder: Path) -> None:
+    """``folder`` can be listed but not searched (mode 0644: its names are known, what they name is
+    not): when running as root, which searches anyway, ``os.lstat`` and ``os.stat`` of anything in it
+    are refused as the system refuses them."""
+    import errno
+
+    folder.chmod(0o644)
+    if os.geteuid() != 0:
+        return
+    inside = os.path.join(os.path.abspath(folder), "")
+    real_lstat, real_stat = os.lstat, os.stat
+
+    def refusing(real):
+        def call(file, *args, **kwargs):
+            if not isinstance(file, int) and os.path.abspath(os.fsdecode(file)).startswith(inside):
+                raise PermissionError(errno.EACCES, "Permission denied", os.fsdecode(file))
+            return real(file, *args, **kwargs)
+        return call
+    monkeypatch.setattr(os, "lstat", refusing(real_lstat))
+    monkeypatch.setattr(os, "stat", refusing(real_stat))
+
+
 def logical_dump(path: Path) -> list:
     """Every row of every table of a ledger file, for before/after comparisons."""
     import sqlite3

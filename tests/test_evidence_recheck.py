@@ -4,10 +4,12 @@ file it read that is unchanged on disk (docs/evidence.md, "Verifying stored resu
 from __future__ import annotations
 
 import copy
+from unittest import mock
 import hashlib
 import os
 import signal
 import sqlite3
+import stat
 import subprocess
 import sys
 import time
@@ -21,9 +23,10 @@ from ledger import BudgetConfig, Case, LedgerError, export_case, import_tree, ve
 from ledger.ground.errors import INTEGRITY_ERROR
 from ledger.router.reference import Router
 from ledger.router.check import could_equal, recheck, self_consistent
+from ledger.ground.canonical import canonical_sha256
 from ledger.rules import evidence as rules
 
-from conftest import EXAMPLE_BUDGET, run_cli, start_case
+from conftest import EXAMPLE_BUDGET, deny_reading, deny_searching, run_cli, start_case
 
 APP = "sources/app.py"
 APP_TEXT = "def add(a, b):\n    return a - b\n\nprint(add(1, 2))\n# add more\n\n# end\n"
@@ -156,6 +159,62 @@ def test_a_row_with_columns_other_than_those_asked_for_is_refused(case, tmp_path
     refused_by_verify_and_import(case, tmp_path, "with the columns asked for")
 
 
+
+def _value(value):
+    def edit(result):
+        item = result["items"][0]
+        item["values"]["name"] = value
+        item["sha256"] = canonical_sha256(item["values"])
+    return edit
+
+
+def _reversed_files(result):
+    result["coverage"]["files"].reverse()
+    result["sources"].reverse()
+    result["items"].sort(key=lambda i: (result["coverage"]["files"].index(i["path"]), i["line"]))
+
+
+def _line_with_a_newline(result):
+    text = "def add(a, b):\n    return a + b"
+    result["items"][0].update(text=text, sha256=hashlib.sha256(text.encode()).hexdigest())
+
+
+LOOKUP = {"database": "data/shop.sqlite", "table": "users"}
+NEVER_RETURNED = {
+    "a line holding a newline": (("source.read_context", {"path": APP, "start_line": 1, "end_line": 1}),
+                                 _line_with_a_newline),
+    "files out of walk order": (("source.find_text", {"text": "a"}), _reversed_files),
+    "a skip reason not the router's": (("source.find_text", {"text": "a"}), lambda r: r["coverage"].update(
+        skipped=[{"path": "sources/zz.py", "reason": "fine"}])),
+    "a plain real": (("database.lookup", LOOKUP), _value(2.5)),
+    "a boolean": (("database.lookup", LOOKUP), _value(True)),
+    "a small integer marked": (("database.lookup", LOOKUP), _value({"integer": "5"})),
+    "a real that is not a repr": (("database.lookup", LOOKUP), _value({"real": "1.50"})),
+    "a real NaN": (("database.lookup", LOOKUP), _value({"real": "nan"})),
+    "base64 not in standard form": (("database.lookup", LOOKUP), _value({"base64": "!!"})),
+    "an object of another form": (("database.lookup", LOOKUP), _value({"text": "ann"})),
+    "a column described otherwise": (("database.lookup", LOOKUP), lambda r: r["schema"]["columns"][0].update(pk="1")),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(NEVER_RETURNED))
+def test_a_result_holding_what_the_router_never_returns_is_refused_after_its_inputs_changed(case, tmp_path, shape):
+    """With its files changed since, a result is checked against its request only: then nothing the
+    reference router never writes may pass (a newline inside a line, files out of walk order, a
+    value or column in another form)."""
+    (tool, args), edit = NEVER_RETURNED[shape]
+    act = action(tool, **args)
+    result = genuine(case, act)
+    edit(result)
+    forge(case, act, result)
+    for changed in (case.path / APP, case.path / "sources" / "notes.txt"):
+        changed.write_text(changed.read_text() + "# changed since\n")
+    with sqlite3.connect(case.path / "data" / "shop.sqlite") as db:
+        db.execute("INSERT INTO users (name, role) VALUES ('dee', 'qa')")
+    db.close()
+    refused_by_verify_and_import(case, tmp_path, "stored result of operation op-1")
+
+
 def test_rows_of_an_unchanged_database_must_be_the_rows_it_holds(case, tmp_path):
     act = action("database.lookup", database="data/shop.sqlite", table="users", where={"role": "dev"})
     result = genuine(case, act)
@@ -174,6 +233,49 @@ def test_a_made_up_recorded_hash_of_an_unchanged_file_is_refused(case, tmp_path)
     result["sources"] = [[APP, "0" * 64]]
     forge(case, act, result)
     refused_by_verify_and_import(case, tmp_path, "records sha256 000000000000… for sources/app.py")
+
+
+
+def test_an_in_place_import_rechecks_results_as_verify_does_and_keeps_nothing_it_refuses(case, tmp_path):
+    """Restoring a lost ledger in place: the export tree beside the inputs is no input, so the
+    replay knows the inputs are those the reply was computed from and refuses the made-up hash
+    itself, naming the file; and a refused import leaves no ledger behind."""
+    act = action("source.read_context", path=APP, start_line=2, end_line=2)
+    result = genuine(case, act)
+    result["items"] = [line(APP, 2, "    return a + b")]
+    result["sources"] = [[APP, "0" * 64]]
+    forge(case, act, result)
+    export_case(case)
+    case.close()
+    (case.path / "ledger.sqlite").unlink()
+    with pytest.raises(LedgerError) as caught:
+        import_tree(case.path)
+    assert caught.value.code == INTEGRITY_ERROR
+    assert caught.value.message.startswith("analysis/evidence/") and "000000000000" in caught.value.message
+    assert not [p.name for p in case.path.iterdir() if p.name in ("ledger.sqlite", "ledger.sqlite-wal",
+                                                                  "ledger.sqlite-shm")]
+
+
+
+@pytest.mark.parametrize("ghost", ["missing", "a link", "a fifo", "over the size cap"])
+def test_a_result_of_a_file_the_router_cannot_read_under_the_inputs_it_names_is_refused(case, tmp_path, ghost):
+    """The reply's input identity is the package's now: a file a result claims to have read that is
+    missing, a link, a FIFO or over 16 MiB now was so then, and the router could not have read it."""
+    path = "sources/ghost.py"
+    if ghost == "a link":
+        os.symlink("app.py", case.path / path)
+    elif ghost == "a fifo":
+        os.mkfifo(case.path / path)
+    elif ghost == "over the size cap":
+        (case.path / path).write_bytes(b"x\n" * (8 * 1024 * 1024 + 1))
+    act = action("source.read_context", path=path, start_line=1, end_line=1)
+    result = genuine(case, action("source.read_context", path=APP, start_line=1, end_line=1))
+    result["items"][0]["path"] = result["coverage"]["path"] = path
+    result["sources"] = [[path, "1" * 64]]
+    forge(case, act, result)
+    with pytest.raises(LedgerError) as caught:
+        verify_case(case.path)
+    assert caught.value.code == INTEGRITY_ERROR and "the router cannot read that file" in caught.value.message
 
 
 def test_a_line_of_bytes_that_are_not_utf8_is_still_checked_against_the_unchanged_file(case, tmp_path):
@@ -248,6 +350,75 @@ def test_an_input_that_can_no_longer_be_read_is_a_changed_input_not_tampering(ca
     report = verify_case(case.path)
     assert report.unchecked_inputs == [{"path": APP, "why": "unreadable"}]
     assert any("checked against their requests only" in note for note in report.notes())
+
+
+
+@pytest.mark.parametrize("which", ["read", "unrelated", "unsearchable folder"])
+def test_an_input_this_user_may_not_read_is_a_changed_input_not_a_failure(case, tmp_path, monkeypatch, which):
+    case.budget().reserve("H1", "q1", "source.read_context")
+    case.evidence().query("i1", {"actions": [action("source.read_context", path=APP, start_line=1, end_line=2)]},
+                          True)
+    export_case(case)
+    unrelated = case.path / "sources" / "private" / "secret.txt"
+    unrelated.parent.mkdir()
+    unrelated.write_text("not for everyone\n")
+    if which == "unsearchable folder":
+        deny_searching(monkeypatch, unrelated.parent)
+    else:
+        deny_reading(monkeypatch, case.path / APP if which == "read" else unrelated)
+    report = verify_case(case.path)  # neither a raw PermissionError nor STORAGE_ERROR: the history is fine
+    assert report.unchecked_inputs == ([{"path": APP, "why": "unreadable"}] if which == "read" else [])
+    assert case.input_identity() != ""  # the live identity does not fail either
+
+
+
+@pytest.mark.parametrize("kind", ["fifo", "socket"])
+def test_a_special_file_made_among_the_inputs_after_a_search_is_a_changed_input_not_tampering(case, kind):
+    """A search lists every name its glob matches (a FIFO or socket as skipped), so one made since
+    changes the input identity: the stored search is then no longer compared with the listing."""
+    case.budget().reserve("H1", "q1", "source.find_text")
+    case.evidence().query("i1", {"actions": [action("source.find_text", text="add")]}, True)
+    export_case(case)
+    before = case.input_identity()
+    special = case.path / "sources" / "zz.special"
+    if kind == "fifo":
+        os.mkfifo(special)
+    else:
+        os.mknod(special, 0o600 | stat.S_IFSOCK)
+    report = verify_case(case.path, strict=True)  # never INTEGRITY_ERROR
+    assert report.strict_failure() is None  # every file the search read is unchanged: still recomputed
+    assert case.input_identity() != before
+    special.unlink()
+    assert case.input_identity() == before and verify_case(case.path).unchecked_inputs == []
+
+
+
+@pytest.mark.parametrize("change", ["edited", "removed", "added"])
+def test_an_input_changed_while_verify_runs_is_a_changed_input_not_a_forgery(case, change):
+    """verify finds the inputs unchanged when it starts; a file edited, removed or added while it runs
+    changes them, which the first difference must not call a forged record (the identity is asked again)."""
+    budget = case.budget()
+    for h, action_id, tool, args in [("H1", "a1", "source.find_text", {"text": "add"}),
+                                     ("H2", "a2", "source.read_context", {"path": APP, "start_line": 2, "end_line": 2}),
+                                     ("H1", "a3", "source.find_text", {"text": "return"})]:
+        budget.run_tool(h, action_id, tool, args)
+        budget.settle(h, action_id, 50, "read")
+    export_case(case)
+    calls = []
+
+    def change_once_the_first_batch_is_replayed(_events):
+        calls.append(1)
+        if len(calls) == 12:  # past the first batch, before the second
+            if change == "edited":
+                (case.path / APP).write_text("def add(a, b):\n    return a + b\n")
+            elif change == "removed":
+                (case.path / APP).unlink()
+            else:
+                (case.path / "sources" / "more.py").write_text("return add\n")
+    report = verify_case(case.path, change_once_the_first_batch_is_replayed)
+    assert len(calls) > 12
+    assert report.unchecked_inputs == ([] if change == "added" else
+                                       [{"path": APP, "why": "changed" if change == "edited" else "unreadable"}])
 
 
 # --- the re-check accepts every genuine result ------------------------------------------------------
@@ -396,3 +567,32 @@ def test_strict_verify_passes_when_every_result_is_recomputed_from_unchanged_inp
     assert verify_case(case.path).strict_failure() is None
     (case.path / APP).write_text("def add(a, b):\n    return a + b\n")  # a genuine edit of a file read
     assert verify_case(case.path).strict_failure().code == "STALE_GENERATION"
+
+
+# --- a reply holds one result per action, in request order ----------------------------------------
+def forge_batch(case: Case, acts: list[dict], results: list[dict]) -> None:
+    """Store a batch as a forger writing the events directly would: no rule check of the reply."""
+    for act in acts:
+        case.budget().reserve(act["hypothesis_id"], act["action_id"], act["tool"])
+    with case.session.read() as view:
+        generation = view.head()[0]
+    reply = {"package_generation": generation, "input_identity": case.input_identity(), "results": results}
+    shaped = rules.shape_store("i1", {"actions": acts}, reply)
+    with mock.patch.object(rules, "_check_reply", lambda *args: None):
+        case.session.run("store_tool_results", shaped, inputs={"recomputed": results,
+                                                                "input_identity": case.input_identity()})
+
+
+@pytest.mark.parametrize("shape", ["extra", "missing"])
+def test_a_reply_with_other_than_one_result_per_action_is_refused(case, tmp_path, shape):
+    first = action("source.read_context", path=APP, start_line=1, end_line=1)
+    second = dict(action("source.read_context", path=APP, start_line=2, end_line=2),
+                  operation_id="op-2", hypothesis_id="H2", action_id="q2")
+    result = genuine(case, first)
+    if shape == "extra":  # a result no action asked for, which nothing would ever recompute
+        ghost = dict(copy.deepcopy(result), operation_id="op-ghost")
+        ghost["items"][0]["text"] = "made up"
+        forge_batch(case, [first], [result, ghost])
+    else:  # the second action's result left out
+        forge_batch(case, [first, second], [result])
+    refused_by_verify_and_import(case, tmp_path, "result(s) for", "action(s)")

@@ -20,7 +20,7 @@ from ledger import (Case, LedgerError, export_case, import_tree, verify_case, An
 from ledger.ground.canonical import canonical_bytes, sha256_hex
 from ledger.ground.errors import (CASE_EXISTS, INTEGRITY_ERROR, INVALID_ARGUMENT, LEDGER_MISSING, CONFIG_INVALID,
     INVALID_JSON, LIMIT_REACHED, SOURCE_REF_INVALID, STORAGE_ERROR)
-from conftest import logical_dump, run_cli, make_package, start_case
+from conftest import deny_reading, logical_dump, run_cli, make_package, start_case
 from ledger.package_tools import importer
 from ledger.ground.clock import format_utc
 from ledger.storage.readonly import readonly_query
@@ -342,6 +342,43 @@ def test_an_edited_exported_file_or_manifest_pointer_is_caught(exported):
 def test_a_changed_source_breaks_the_binding_of_the_event_that_cited_it(exported):
     (exported / "sources" / "app.py").write_text("changed\n")
     assert_verify_fails_at(exported, 6)
+
+
+
+@pytest.mark.parametrize("unreadable", ["manifest.json", "analysis/case/events/00000001.json", "content",
+                                        "analysis/case/events", "analysis", "sources/app.py", "sources"])
+def test_a_file_verify_or_import_may_not_read_is_storage_error_never_integrity_error(exported, tmp_path,
+                                                                                       monkeypatch, unreadable):
+    """A mode change is no tampering: a file or folder of the package this user may not read is
+    STORAGE_ERROR naming it, never a missing, edited or changed file (INTEGRITY_ERROR), nor a raw OSError."""
+    if unreadable == "content":
+        unreadable = next(p.relative_to(exported).as_posix()
+                          for p in (exported / "analysis" / "evidence" / "content").iterdir())
+    deny_reading(monkeypatch, exported / unreadable)
+    for attempt in ("verify", "import"):
+        with pytest.raises(LedgerError) as caught:
+            verify_case(exported) if attempt == "verify" else import_tree(exported, tmp_path / "copy")
+        assert caught.value.code == STORAGE_ERROR, (attempt, caught.value)
+        assert "Permission denied" in caught.value.message, (attempt, caught.value)
+    assert not (tmp_path / "copy").exists() and not list(tmp_path.glob(".copy.importing-*"))
+
+
+
+def test_an_export_another_process_writes_while_verify_reads_is_not_taken_for_truncation(exported):
+    """verify replays a snapshot of the ledger; a writer that appends and exports meanwhile leaves
+    exported files and a manifest past that snapshot: the ledger moved on, it was not truncated."""
+    written = []
+
+    def write_and_export(_events: int) -> None:
+        if not written:  # once, after verify's read of the ledger began
+            written.append(run_cli("budget", "grant", str(exported), "H1", "5", "--reason", "more",
+                                   "--grant-id", "g-late"))
+            written.append(run_cli("export", str(exported)))
+    report = verify_case(exported, write_and_export)
+    assert [r.returncode for r in written] == [0, 0], [r.stderr for r in written]
+    assert report.export_state == "current" and report.export_behind == 0
+    assert verify_case(exported).head_seq == report.head_seq + 1  # the next verify sees the new event
+    assert run_cli("verify", str(exported), "--strict").returncode == 0
 
 
 def test_verify_does_not_write_into_the_package(exported):

@@ -164,6 +164,17 @@ def test_lookup_pointers_use_the_real_row_id_when_a_column_is_named_rowid(case):
     assert caught.value.code == ROUTER_REFUSED and "row ids cannot be read" in caught.value.message
 
 
+def test_lookup_refuses_a_without_rowid_table_which_has_no_row_id_to_point_at(case):
+    conn = sqlite3.connect(case.path / "data" / "x.sqlite")
+    conn.execute("CREATE TABLE w (k TEXT PRIMARY KEY, v) WITHOUT ROWID")
+    conn.execute("INSERT INTO w VALUES ('k', 1)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(LedgerError) as caught:
+        case.evidence().query("x", {"actions": [lookup(database="data/x.sqlite", table="w")]})
+    assert caught.value.code == ROUTER_REFUSED and "cannot be read by rowid" in caught.value.message
+
+
 def test_lookup_writes_nothing_under_data_and_refuses_a_database_with_a_wal_file(case):
     path = case.path / "data" / "wal.sqlite"
     conn = sqlite3.connect(path)

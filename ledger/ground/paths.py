@@ -45,6 +45,16 @@ def fs_path(path: str | bytes | os.PathLike[str], what: str = "path") -> Path:
     return Path(text)
 
 
+def read_bytes(path: Path, what: str) -> bytes:
+    """The bytes of the file ``path`` (``what`` names it in a message); ``STORAGE_ERROR`` when the
+    file system refuses the read (no permission, I/O error): a file this user may not read is
+    not a file that differs, and never makes a history look edited."""
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise os_error(exc, f"cannot read {what}", STORAGE_ERROR) from None
+
+
 def os_error(exc: OSError, what: str, default_code: str = INVALID_ARGUMENT) -> LedgerError:
     """The ``LedgerError`` for an ``OSError`` met while doing ``what``: ``STORAGE_ERROR`` when the
     file system refused (read-only, permission, full, I/O), else ``default_code``."""

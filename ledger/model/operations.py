@@ -26,7 +26,7 @@ from ..rules import feedback as feedback_rules
 from ..rules import lifecycle
 from ..rules import scopes as scope_rules
 from ..router.reference import Router
-from ..router.check import recheck, same_digests
+from ..router.check import Inputs, recheck, same_digests
 from ..rules.common import Context, Draft, LedgerView, Outcome, Reused
 
 Rule = Callable[[LedgerView, Mapping[str, Any], Context], "Draft | Reused | Outcome"]
@@ -41,7 +41,8 @@ class ReplaySource(Protocol):
     @property
     def root(self) -> Any: ...  # the package folder (the router recomputes evidence there)
 
-    # optional: ``input_identity() -> str | None``, the package's input identity now (None: unknown)
+    # optional: ``input_identity() -> str | None``, the package's input identity now (None: unknown), and
+    # ``confirm_identity(identity) -> bool``, whether it is still ``identity`` when computed afresh
     # optional: ``recorded_digests``, a dict the replay keeps the sha256 each result recorded in
 
 
@@ -183,13 +184,16 @@ def _replay_store_tool_results(request, body, source):
     results = shaped["reply"]["results"]
     actions = shaped["request"]["actions"]
     identity = getattr(source, "input_identity", None)
-    same = identity is not None and identity() == shaped["reply"]["input_identity"]
+    replied = shaped["reply"]["input_identity"]
+    confirm = getattr(source, "confirm_identity", None)
+    same = Inputs(identity is not None and identity() == replied,
+                  (lambda: confirm(replied)) if confirm is not None else None)
     note = getattr(source, "note_unchecked", None)
     recorded = getattr(source, "recorded_digests", None)
     if recorded is not None:
         same_digests(recorded, shaped["reply"]["input_identity"], actions, results)
-    recomputed = [recheck(router, a, r, same, note) for a, r in zip(actions, results)] + results[len(actions):]
-    return shaped, {"recomputed": recomputed[:len(results)], "input_identity": None}, None
+    recomputed = [recheck(router, a, r, same, note) for a, r in zip(actions, results)]
+    return shaped, {"recomputed": recomputed, "input_identity": None}, None  # the rule refuses a count that differs
 
 
 def _replay_request_test(request, body, source):

@@ -23,6 +23,7 @@ from ..ground import errors as E
 from ..ground.canonical import canonical_sha256
 from ..ground.errors import LedgerError
 from ..ground.errors import integrity_error
+from ..ground.paths import STORAGE_ERRNOS, os_error
 from ..router.reference import hash_below
 from ..rules.common import check_source_ref_list
 from ..storage.sqlite_file import LEDGER_FILE
@@ -73,13 +74,17 @@ def check_package_name(relative: str) -> None:
                           "character or line break; rename it", path=printable_name(relative))
 
 
-def walk_package(root: Path, under: str = "") -> Iterator[tuple[str, os.stat_result]]:
+def walk_package(root: Path, under: str = "", *,
+                 complete: bool = False) -> Iterator[tuple[str, os.stat_result | None]]:
     """Every entry below ``root`` (or below ``root/under``) as ``(posix relative path, lstat)``,
     folders included, in sorted order; links are reported, never followed. Every name is
-    checked by :func:`check_package_name` first."""
+    checked by :func:`check_package_name` first. A folder this user may not list is left out
+    (as the router leaves it out), and an entry the system refuses to examine (in a folder this
+    user may list but not search) comes with ``None`` for its lstat; with ``complete`` (a walk that
+    must see every file: the export tree, an import's copy) either is ``STORAGE_ERROR`` naming it."""
     top = root / under if under else root
     prefix = os.path.join(os.fspath(root), "")
-    for directory, dirnames, filenames in os.walk(top):
+    for directory, dirnames, filenames in os.walk(top, onerror=_unlisted if complete else None):
         dirnames.sort()
         for name in sorted(dirnames + filenames):
             full = os.path.join(directory, name)
@@ -88,11 +93,23 @@ def walk_package(root: Path, under: str = "") -> Iterator[tuple[str, os.stat_res
             check_package_name(relative)
             try:
                 info = os.lstat(full)
-            except FileNotFoundError:
+            except (FileNotFoundError, NotADirectoryError):
                 continue  # removed while we walked
+            except OSError as exc:
+                if complete:
+                    raise os_error(exc, "cannot examine a file of the package", E.STORAGE_ERROR) from None
+                yield relative, None  # the system refuses to say what it is (no search permission)
+                continue
             if stat.S_ISLNK(info.st_mode) and name in dirnames:
                 dirnames.remove(name)  # os.walk does not follow it anyway; keep that explicit
             yield relative, info
+
+
+def _unlisted(exc: OSError) -> None:
+    """``os.walk``'s error hook for a walk that must be complete: a folder removed meanwhile is
+    simply gone, one the system refuses to list is ``STORAGE_ERROR`` (never a missing file)."""
+    if not isinstance(exc, (FileNotFoundError, NotADirectoryError)):
+        raise os_error(exc, "cannot list a folder of the package", E.STORAGE_ERROR) from None
 
 
 def check_package_names(root: Path) -> None:
@@ -116,7 +133,7 @@ def export_tree_files(root: Path) -> list[str]:
         return []
     refuse_link(root, ANALYSIS_DIR, "export folder")
     files = []
-    for relative, info in walk_package(root, ANALYSIS_DIR):
+    for relative, info in walk_package(root, ANALYSIS_DIR, complete=True):
         if stat.S_ISLNK(info.st_mode):
             raise _link_error(relative, "export folder")
         if stat.S_ISREG(info.st_mode):
@@ -233,18 +250,30 @@ def is_ledger_own(relative: PurePosixPath) -> bool:
     return parts[0] == ANALYSIS_DIR
 
 
+#: What a file that is neither regular, a folder nor a link (a FIFO, a socket, a device) contributes to the
+#: input identity: a fixed marker. The router never reads it, but a search lists it (as skipped).
+SPECIAL_FILE_DIGEST = hashlib.sha256(b"special:not-a-regular-file").hexdigest()
+#: What a regular file this user cannot read (no permission, an I/O error) contributes to the input
+#: identity: a fixed marker. The router cannot read it either, so no result depends on its bytes.
+UNREADABLE_FILE_DIGEST = hashlib.sha256(b"unreadable:input-file").hexdigest()
+
+
 def _regular_file_digest(full: Path) -> str | None:
     """sha256 of the file ``full`` names, read from one descriptor opened without following a link
     or waiting on a FIFO; a link that took its place since it was listed gives the digest of its
-    target text, and anything else that is no longer a regular file None."""
+    target text, a file that cannot be read :data:`UNREADABLE_FILE_DIGEST`, and anything else that
+    is no longer a regular file None."""
     try:
         handle = os.open(full, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError:
-        if os.path.islink(full):
-            return hashlib.sha256(b"symlink:" + os.fsencode(os.readlink(full))).hexdigest()
-        raise
+        try:
+            if os.path.islink(full):
+                return hashlib.sha256(b"symlink:" + os.fsencode(os.readlink(full))).hexdigest()
+        except OSError:
+            return None  # removed again while we looked
+        return UNREADABLE_FILE_DIGEST
     try:
         if not stat.S_ISREG(os.fstat(handle).st_mode):
             return None
@@ -252,6 +281,8 @@ def _regular_file_digest(full: Path) -> str | None:
         while block := os.read(handle, 1 << 20):
             digest.update(block)
         return digest.hexdigest()
+    except OSError:
+        return UNREADABLE_FILE_DIGEST
     finally:
         os.close(handle)
 
@@ -305,6 +336,8 @@ def _hash_resolved(root: str, real_relative: str, ref: str) -> tuple[os.stat_res
         return hash_below(root, real_relative)
     except LedgerError as exc:
         why = exc.message.split("' ", 1)[-1] if exc.message.startswith("'") else exc.message
+        if exc.details.get("errno") in STORAGE_ERRNOS:  # this user may not read it: not a bad reference
+            raise LedgerError(E.STORAGE_ERROR, f"source ref {ref!r} {why}", path=ref) from None
         if "symbolic link" in why:  # the real path held no link when resolved: one took a place since
             why = "changed while it was read (a symbolic link took the place of a part of its path)"
         raise LedgerError(E.SOURCE_REF_INVALID, f"{ref!r} {why}") from None
@@ -345,7 +378,10 @@ def input_identity(root: Path, exported: set[str]) -> str:
     ``analysis/`` that the ledger exports (plus an interrupted export's temp
     files). A symlink contributes the sha256 of its target text, never bytes
     from outside the package; a hard link to one of the ledger's own files
-    contributes a fixed marker (:data:`OWN_FILE_LINK_DIGEST`), never their bytes.
+    contributes a fixed marker (:data:`OWN_FILE_LINK_DIGEST`), never their bytes, and a file
+    this user cannot read another (:data:`UNREADABLE_FILE_DIGEST`): the identity never fails.
+    A FIFO, socket or device contributes :data:`SPECIAL_FILE_DIGEST`: a search lists every name a glob
+    matches, so a special file made or removed since changes the identity too.
     """
     entries = []
     own: set[tuple[int, int]] | None = None
@@ -356,8 +392,13 @@ def input_identity(root: Path, exported: set[str]) -> str:
         if pure.parts[0] == ANALYSIS_DIR and (relative in exported or is_export_temp(relative)):
             continue
         full = root / relative
-        if stat.S_ISLNK(info.st_mode):  # a link (to a file or a folder) is an entry of its own, not followed
-            digest = hashlib.sha256(b"symlink:" + os.fsencode(os.readlink(full))).hexdigest()
+        if info is None:  # an entry this user may not examine: the router cannot read it either
+            digest = UNREADABLE_FILE_DIGEST
+        elif stat.S_ISLNK(info.st_mode):  # a link (to a file or a folder) is an entry of its own, not followed
+            try:
+                digest = hashlib.sha256(b"symlink:" + os.fsencode(os.readlink(full))).hexdigest()
+            except OSError:
+                continue  # removed or replaced while we walked
         elif stat.S_ISREG(info.st_mode) and info.st_nlink > 1 and (info.st_dev, info.st_ino) in (
                 own := _own_file_ids(root) if own is None else own):
             digest = OWN_FILE_LINK_DIGEST
@@ -365,8 +406,10 @@ def input_identity(root: Path, exported: set[str]) -> str:
             digest = _regular_file_digest(full)
             if digest is None:  # no longer a regular file (swapped for a FIFO, removed) while walked
                 continue
-        else:
+        elif stat.S_ISDIR(info.st_mode):
             continue
+        else:  # a FIFO, socket or device: a search lists it (as skipped), so it is an entry as well
+            digest = SPECIAL_FILE_DIGEST
         entries.append([relative, digest])
     entries.sort()
     return canonical_sha256(entries)

@@ -12,6 +12,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from ..ground.paths import read_bytes
 from ..model.package import EXPORT_TEMP_PREFIX
 
 
@@ -67,10 +68,18 @@ def write_atomic(path: Path, data: bytes, mode: int | None = None) -> None:
         raise
 
 
-def same_bytes(path: Path, data: bytes) -> bool:
+def same_bytes(path: Path, data: bytes, *, refused: str | None = None) -> bool:
+    """Whether the regular file ``path`` holds exactly ``data`` (False when it is absent or a link).
+    A read the system refuses counts as False, or with ``refused`` (what to call the file) is
+    ``STORAGE_ERROR``: a checker must not report a file it may not read as one that differs."""
     try:
         if path.is_symlink() or path.stat().st_size != len(data):
             return False
+    except OSError:
+        return False
+    if refused is not None:
+        return read_bytes(path, refused) == data
+    try:
         return path.read_bytes() == data
     except OSError:
         return False

@@ -27,9 +27,9 @@ from ..ground.errors import LedgerError
 from ..ground.errors import integrity_error as _bad
 from .export import export_case
 from .manifest import check_manifest, read_manifest
-from ..model.package import (EVENT_FILE_RE, EVIDENCE_EVENT_FILE_RE, LEDGER_FILE, check_export_tree, content_path, event_path, is_ledger_own,
+from ..model.package import (ANALYSIS_DIR, EVENT_FILE_RE, EVIDENCE_EVENT_FILE_RE, LEDGER_FILE, check_export_tree, content_path, event_path, is_ledger_own,
                       input_identity, printable_name, walk_package)
-from ..ground.paths import fs_path
+from ..ground.paths import fs_path, os_error, read_bytes
 from .replay import PackageSource, Replayer
 from ..storage.connection import Storage
 from ..storage.sqlite_file import EventRow, HelperRow
@@ -42,7 +42,7 @@ Progress = Callable[[int], None]
 def _walk_regular(root: Path) -> Iterator[tuple[str, Path]]:
     """Every file below ``root`` as (posix relative path, path); links, specials and names
     outside the package's file-name rule refused (``INVALID_ARGUMENT`` naming them)."""
-    for relative, info in walk_package(root):
+    for relative, info in walk_package(root, complete=True):
         if stat.S_ISLNK(info.st_mode):
             raise LedgerError(E.INVALID_ARGUMENT, f"import accepts no links: {printable_name(relative)}",
                               path=printable_name(relative))
@@ -83,7 +83,7 @@ def _budget_revisions(files: dict[str, Path]) -> list[int]:
 def _claimed(files: dict[str, Path], relative: str) -> dict[str, Any] | None:
     """The event ``relative`` holds, if it parses as one (a JSON object with an integer seq)."""
     try:
-        body = json.loads(files[relative].read_bytes())
+        body = json.loads(read_bytes(files[relative], relative))
     except (ValueError, RecursionError):
         return None
     return body if type(body) is dict and type(body.get("seq")) is int else None
@@ -136,7 +136,7 @@ def _rebuild(building: Path, build_dir: Path, files: dict[str, Path], manifest: 
 
     def content_of(sha: str) -> bytes | None:
         relative = content_path(sha)
-        return files[relative].read_bytes() if relative in files else None
+        return read_bytes(files[relative], relative) if relative in files else None
 
     head_seq = manifest["head"]["seq"]
     accounted: set[str] = set()
@@ -151,7 +151,9 @@ def _rebuild(building: Path, build_dir: Path, files: dict[str, Path], manifest: 
     try:
         with storage.write():
             storage.apply_migrations()
-            replayer = Replayer(PackageSource(build_dir, content_of, lambda: input_identity(build_dir, set())), sink)
+            # the export tree is not an input: in place (build_dir is the source) it lies beside the inputs
+            exported = {r for r in files if PurePosixPath(r).parts[0] == ANALYSIS_DIR}
+            replayer = Replayer(PackageSource(build_dir, content_of, lambda: input_identity(build_dir, exported)), sink)
             _replay_tree(replayer, files, head_seq, accounted, progress)
             check_manifest(manifest, storage.conn, head_seq)
             check_export_tree(files, accounted)
@@ -166,7 +168,7 @@ def _check_content_files(files: dict[str, Path], contents: Mapping[str, bytes], 
         relative = content_path(sha)
         if relative not in files:
             raise _bad(seq, f"exported content {relative} is missing", file=relative)
-        if files[relative].read_bytes() != data:
+        if read_bytes(files[relative], relative) != data:
             raise _bad(seq, f"exported content {relative} differs from the replay (edited or swapped)",
                        file=relative)
 
@@ -185,7 +187,7 @@ def _replay_tree(replayer: Replayer, files: dict[str, Path], head_seq: int, acco
                 raise _bad(seq, f"the export has no event {seq} (its manifest names head seq {head_seq})")
             return
         try:
-            body, stream_seq = replayer.apply(seq, files[relative].read_bytes())
+            body, stream_seq = replayer.apply(seq, read_bytes(files[relative], relative))
         except LedgerError as exc:
             if seq <= head_seq:  # name the file as well as the seq
                 raise LedgerError(exc.code, f"{relative}: {exc.message}", **{**exc.details, "file": relative}) from None
@@ -232,8 +234,17 @@ def import_tree(source: str | os.PathLike[str], to: str | os.PathLike[str] | Non
     was lost. Inputs (``sources/``, ``data/``, other files) are copied. Only
     regular files inside the tree are accepted (``INVALID_ARGUMENT`` for links,
     devices, ``..``); every event is re-applied and compared byte for byte
-    (``INTEGRITY_ERROR`` naming the seq). Writes nothing if anything fails.
+    (``INTEGRITY_ERROR`` naming the seq). Writes nothing if anything fails; a file or
+    folder the system refuses to read or write is ``STORAGE_ERROR``, never a raw ``OSError``.
     """
+    try:
+        return _import_tree(source, to, progress)
+    except OSError as exc:
+        raise os_error(exc, "import: the file system refused") from None
+
+
+def _import_tree(source: str | os.PathLike[str], to: str | os.PathLike[str] | None,
+                 progress: Progress | None) -> VerifyReport:
     src = fs_path(source, "import source")
     dest = fs_path(to, "import target") if to is not None else src
     check_callback(progress, "progress")
@@ -272,9 +283,24 @@ def import_tree(source: str | os.PathLike[str], to: str | os.PathLike[str] | Non
         raise
     for leftover in scratch_files:
         leftover.unlink(missing_ok=True)
-    with Case.open(dest) as case:
-        export_case(case)
-    report = verify_case(dest)
-    with Case.open(dest):
-        pass  # the last connection to close checkpoints and removes the -wal and -shm files
+    try:
+        with Case.open(dest) as case:
+            export_case(case)
+        report = verify_case(dest)
+        with Case.open(dest):
+            pass  # the last connection to close checkpoints and removes the -wal and -shm files
+    except LedgerError as exc:
+        if exc.code == E.INTEGRITY_ERROR:  # what verify refuses is not kept: the import wrote nothing
+            _discard(dest, in_place)
+        raise
     return report
+
+
+def _discard(dest: Path, in_place: bool) -> None:
+    """Remove what an import that the final verify refused placed: the rebuilt ledger and its
+    sidecar files in place (the export tree it came from stays), else the whole new package."""
+    if not in_place:
+        shutil.rmtree(dest, ignore_errors=True)
+        return
+    for suffix in ("", "-wal", "-shm"):
+        (dest / (LEDGER_FILE + suffix)).unlink(missing_ok=True)

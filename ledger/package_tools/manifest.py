@@ -17,7 +17,7 @@ from ..ground.canonical import canonical_bytes, parse_json
 from ..ground.errors import LedgerError
 from ..ground.errors import integrity_error as _bad
 from ..model.package import MANIFEST_FILE, event_path
-from ..ground.paths import fs_path
+from ..ground.paths import fs_path, read_bytes
 from ..ground.schemas import validator
 
 MANIFEST_FORMAT = "case-manifest-v1"
@@ -73,7 +73,7 @@ def read_manifest(root: Path) -> dict[str, Any] | None:
         return None
     if path.is_symlink() or not path.is_file():
         raise _bad(None, "manifest.json is not a regular file")
-    data = path.read_bytes()
+    data = read_bytes(path, MANIFEST_FILE)
     try:
         manifest = parse_json(data)
     except LedgerError as exc:

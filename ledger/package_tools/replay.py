@@ -66,10 +66,21 @@ class PackageSource:
             self._identity_now = self._identity()
         return self._identity_now
 
+    def confirm_identity(self, replied: str) -> bool:
+        """Whether the package's input identity, computed afresh, is still ``replied`` (a reply's): asked
+        before a difference from an unchanged input is called a forgery, since a file edited while the
+        replay runs changes the identity too. The fresh identity replaces the one kept."""
+        if self._identity is None:
+            return False
+        self._identity_now = self._identity()
+        return self._identity_now == replied
+
     def resolve_sources(self, refs: list[str]) -> list[dict[str, str]]:
         try:
             return resolve_source_refs(self.root, refs) if refs else []
         except LedgerError as exc:
+            if exc.code == E.STORAGE_ERROR:  # a file this user may not read is not a changed one
+                raise
             raise LedgerError(E.INTEGRITY_ERROR, f"source reference no longer resolves: {exc.message}") from None
 
 
@@ -206,6 +217,8 @@ class Replayer:
         try:
             normalized, inputs, config = op.replay(request, body, self.source)
         except LedgerError as exc:
+            if exc.code == E.STORAGE_ERROR:  # the system refused a read: nothing is known of the history
+                raise LedgerError(exc.code, f"seq {seq}: {exc.message}", **exc.details) from None
             if exc.code == E.INTEGRITY_ERROR:
                 raise _bad(seq, exc.message) from None
             raise _bad(seq, f"the stored request is refused on replay: {exc.code}: {exc.message}",

@@ -15,9 +15,10 @@ import os
 import re
 import sqlite3
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from ..ground import errors as E
 from .atomic_files import same_bytes
@@ -29,11 +30,11 @@ from ..ground.errors import LedgerError, integrity_error as _bad
 from .manifest import check_manifest, export_statement, read_manifest
 from ..model.package import (EVENT_FILE_RE, LEDGER_FILE, MANIFEST_FILE, check_export_tree, check_package_names,
     content_path, event_path, export_tree_files, input_identity, refuse_own_links)
-from ..ground.paths import fs_path
+from ..ground.paths import fs_path, os_error
 from .replay import PackageSource, Replayer
 from ..storage.connection import Storage
-from ..storage.sqlite_file import (EventRow, HelperRow, file_identity, translate_sqlite_errors, log_files_exist, not_utf8,
-    release_log)
+from ..storage.sqlite_file import (EventRow, HelperRow, file_identity, translate_sqlite_errors, log_files_exist,
+    not_utf8, open_snapshot, release_log)
 
 Progress = Callable[[int], None]
 #: Helper tables compared row by row against the replay.
@@ -151,8 +152,16 @@ def verify_case(path: str | os.PathLike[str], progress: Progress | None = None, 
     ``integrity_check`` with ``strict``), then re-applies every stored request into
     a scratch ledger and compares event bytes, helper rows, public views, exported
     files that exist, and the manifest head (a truncated or rolled-back ledger
-    fails). Writes nothing in the package.
+    fails). Writes nothing in the package. A file the system refuses to read (no permission,
+    an I/O error) is ``STORAGE_ERROR`` naming it: never taken for a missing or edited one.
     """
+    try:
+        return _verify_case(path, progress, strict)
+    except OSError as exc:
+        raise os_error(exc, "verify: the file system refused") from None
+
+
+def _verify_case(path: str | os.PathLike[str], progress: Progress | None, strict: bool) -> VerifyReport:
     root = fs_path(path, "case path")
     check_callback(progress, "progress")
     check_flag(strict, "strict")
@@ -258,12 +267,16 @@ def _verify_attached(root: Path, scratch: Storage, progress: Progress | None) ->
     replayer.finish()
     store_derived(scratch, derived)
     _compare_rows(conn)
-    exported, manifest_head = _check_export(root, conn, head)
+    # the export tree is read first, then compared with the ledger as it is now: a writer may have
+    # appended and exported past the verified snapshot meanwhile (never a truncation)
+    manifest, files = read_manifest(root), export_tree_files(root)
+    with _ledger_now(root / LEDGER_FILE, scratch, head) as (now, now_head):
+        exported, manifest_head = _check_export(root, now, now_head, manifest, files)
     foreign = _compare_schema(conn, version)
     return VerifyReport(str(root), replayer.count,
                         conn.execute(statement("content_count")).fetchone()[0],
-                        head[0], head[1], exported, (root / MANIFEST_FILE).exists(),
-                        None if manifest_head is None else head[0] - manifest_head, foreign,
+                        head[0], head[1], exported, manifest is not None,
+                        None if manifest_head is None else max(0, head[0] - manifest_head), foreign,
                         replayer.future_events, replayer.max_lead_ms,
                         _export_state(manifest_head, head[0], exported),
                         [{"path": p, "why": w} for p, w in sorted(package.unchecked.items())])
@@ -272,7 +285,31 @@ def _verify_attached(root: Path, scratch: Storage, progress: Progress | None) ->
 def _export_state(manifest_head: int | None, head_seq: int, exported_files: int) -> str:
     if manifest_head is None:
         return "partial" if exported_files else "none"
-    return "current" if manifest_head == head_seq else "behind"
+    return "current" if manifest_head >= head_seq else "behind"
+
+
+@contextmanager
+def _ledger_now(ledger: Path, scratch: Storage, head: tuple[int, str]) -> Iterator[tuple[sqlite3.Connection, int]]:
+    """``(connection, head seq)`` of the ledger as it is now, for the export check: the verified
+    snapshot while nothing was appended since (or on an immutable read), else a new read of the
+    file, which must continue the verified history (``LEDGER_BUSY`` when it does not: the file
+    was replaced or rewritten while verify read it; run it again)."""
+    if scratch.read_only_source:
+        yield scratch.conn, head[0]
+        return
+    live = open_snapshot(ledger)
+    try:
+        with translate_sqlite_errors():
+            newest = live.execute(statement("newest_event")).fetchone()
+            at_head = live.execute(statement("manifest_head"), {"seq": head[0]}).fetchone()
+        if at_head is None or at_head[0] != head[1]:
+            raise _changed_under_us(ledger)
+        if newest[0] == head[0]:
+            yield scratch.conn, head[0]  # nothing appended since: the verified rows themselves
+        else:
+            yield live, newest[0]
+    finally:
+        live.close()
 
 
 def _check_own_tables(conn: sqlite3.Connection, version: int) -> None:
@@ -419,24 +456,24 @@ def _foreign_kind(kind: str, name: str, sql: str, fts: set[str]) -> str:
     return "virtual table" if re.match(r"CREATE\s+VIRTUAL\b", sql, re.I) else "table"
 
 
-def _check_export(root: Path, conn: sqlite3.Connection, head: tuple[int, str]) -> tuple[int, int | None]:
-    """Exported files that exist must hold the ledger's bytes; the manifest must be what an
-    export at its head writes; an exported event the ledger no longer has means truncation.
-    Returns (files checked, the manifest's head seq or None without a manifest)."""
-    manifest = read_manifest(root)
+def _check_export(root: Path, conn: sqlite3.Connection, head_seq: int, manifest: dict[str, Any] | None,
+                  files: list[str]) -> tuple[int, int | None]:
+    """Exported files that exist (``files``, listed before ``conn``'s read began) must hold the
+    ledger's bytes; the ``manifest`` must be what an export at its head writes; an exported event
+    the ledger no longer has means truncation. Returns (files checked, the manifest's head seq or
+    None without a manifest)."""
     checked = 0
     if manifest is not None:
-        check_manifest(manifest, conn, head[0])
+        check_manifest(manifest, conn, head_seq)
     known = {event_path(*row) for row in conn.execute(export_statement(conn, "event_addresses"))}
-    files = export_tree_files(root)
     for relative in files:
         if relative not in known and EVENT_FILE_RE.fullmatch(relative):
             try:
                 seq = json.loads((root / relative).read_bytes()).get("seq")
             except (ValueError, AttributeError, RecursionError, OSError):
                 continue  # not an event of ours: not evidence of truncation (check_export_tree names it)
-            if type(seq) is int and seq > head[0]:
-                raise _bad(head[0] + 1, f"{relative} holds event {seq} but the ledger ends at seq {head[0]} "
+            if type(seq) is int and seq > head_seq:
+                raise _bad(head_seq + 1, f"{relative} holds event {seq} but the ledger ends at seq {head_seq} "
                            "(truncated or rolled-back ledger)")
     check_export_tree(files, known | {content_path(sha) for (sha,) in conn.execute(statement("content_shas"))})
     limit = manifest["head"]["seq"] if manifest else 0
@@ -444,7 +481,7 @@ def _check_export(root: Path, conn: sqlite3.Connection, head: tuple[int, str]) -
     for seq, stream, revision, stream_seq, body in conn.execute(export_statement(conn, "events_for_export")):
         relative = event_path(stream, revision, stream_seq)
         if relative in present:
-            if not same_bytes(root / relative, _as_bytes(body)):
+            if not same_bytes(root / relative, _as_bytes(body), refused=f"the exported file {relative}"):
                 raise _bad(seq, f"exported file {relative} differs from the ledger")
             checked += 1
         elif seq <= limit:
@@ -452,7 +489,7 @@ def _check_export(root: Path, conn: sqlite3.Connection, head: tuple[int, str]) -
     for sha, seq, body in conn.execute(statement("contents_for_export")):
         relative = content_path(sha)
         if relative in present:
-            if not same_bytes(root / relative, _as_bytes(body)):
+            if not same_bytes(root / relative, _as_bytes(body), refused=f"the exported file {relative}"):
                 raise _bad(seq, f"exported content {sha} differs from the ledger")
             checked += 1
         elif seq <= limit:

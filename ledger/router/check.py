@@ -14,14 +14,17 @@ the stored result on trust:
   reads). When its sha256 now is the one the result records, the file is unchanged and must
   yield exactly the stored items (``find_text``: the whole file is scanned again); when the
   package's input identity is still the one the reply carries, nothing changed, so a file
-  that hashes differently from what the result records is a forged record, and a search must
-  list exactly the files the glob matches;
-* a file that cannot be read now (removed, replaced by a link, unreadable) is a changed input,
-  never ``INTEGRITY_ERROR``: the history is not suspect because the disk changed.
+  that hashes differently from what the result records, or that the router cannot read (missing,
+  a link, not a regular file, over the size cap), is a forged record, and a search must list
+  exactly the files the glob matches (the identity is computed again before any of these is
+  called a forgery: an input changed while verify runs changes it too);
+* otherwise a file that cannot be read now (removed, replaced by a link, unreadable) is a changed
+  input, never ``INTEGRITY_ERROR``: the history is not suspect because the disk changed.
 """
 
 from __future__ import annotations
 
+import base64
 import fnmatch
 import hashlib
 from typing import Any, Callable, Mapping
@@ -29,31 +32,47 @@ from typing import Any, Callable, Mapping
 from ..ground import errors as E
 from ..ground.canonical import canonical_sha256
 from ..ground.errors import LedgerError
-from .reference import (DATA_DIR, DEFAULT_ROWS, SOURCES_DIR, Router, confined, find_text_args,
-                     lookup_args, marked_integer, matching_lines, span_args)
+from .reference import (DATA_DIR, DEFAULT_ROWS, INT64_MAX, INT64_MIN, JSON_INT_MAX, SOURCES_DIR, Router, confined,
+                        find_text_args, lookup_args, marked_integer, matching_lines, span_args)
 
 Note = Callable[[str, str], None]
 _RESULT_KEYS = {"operation_id", "tool", "status", "items", "coverage", "truncated", "sources"}
 
 
-def recheck(router: Router, action: Mapping[str, Any], stored: Mapping[str, Any], same_inputs: bool,
+class Inputs:
+    """Whether the package's inputs are still those the reply was computed from: ``same`` as first
+    found, asked again through ``confirm`` (a fresh input identity) before a difference is called a
+    forgery, since a file edited while verify runs changes them too (then: changed since, a note)."""
+
+    def __init__(self, same: bool, confirm: Callable[[], bool] | None = None) -> None:
+        self.same, self._confirm = same, confirm
+
+    def unchanged(self) -> bool:
+        if self.same and self._confirm is not None and not self._confirm():
+            self.same = False
+        return self.same
+
+
+def recheck(router: Router, action: Mapping[str, Any], stored: Mapping[str, Any], same_inputs: "bool | Inputs",
             note: Note | None = None) -> Any:
     """What the replay compares ``stored`` with: the router's fresh result wherever a file it read
     is unchanged, else ``stored`` itself once it passed the checks above (``INTEGRITY_ERROR``).
     ``note(path, "changed" | "unreadable")`` hears of each file that could not be compared."""
     note = note or _ignore
+    inputs = same_inputs if isinstance(same_inputs, Inputs) else Inputs(same_inputs)
     self_consistent(action, stored)
     if action["tool"] == "source.find_text":
-        _recheck_search(router, action, stored, same_inputs, note)
+        _recheck_search(router, action, stored, inputs, note)
         return stored
     path, digest = stored["sources"][0]
-    data = _read_now(router, path, DATA_DIR if action["tool"] == "database.lookup" else SOURCES_DIR)
+    data = _read_now(router, action, path, DATA_DIR if action["tool"] == "database.lookup" else SOURCES_DIR,
+                     inputs)
     if data is None:
         note(path, "unreadable")
         return stored
     now = hashlib.sha256(data).hexdigest()
     if now != digest:
-        if same_inputs:
+        if inputs.unchanged():
             raise _forged_digest(action, path, digest, now)
         note(path, "changed")
         return stored  # the file changed since: the checks above are all that can be made
@@ -103,17 +122,23 @@ def _recompute(router: Router, action: Mapping[str, Any], path: str, data: bytes
                    f"{path}, is unchanged: {exc.message}", path=path) from None
 
 
-def _read_now(router: Router, path: str, top: str) -> bytes | None:
-    """The file's bytes now, or None when it cannot be read (a changed input, not a fault)."""
+def _read_now(router: Router, action: Mapping[str, Any], path: str, top: str, inputs: Inputs) -> bytes | None:
+    """The file's bytes now, or None when it cannot be read (a changed input, not a fault). With the
+    inputs unchanged, a file that is missing, a link, not a regular file or over the size cap now was so
+    when the result was computed, and the router could not have read it: ``INTEGRITY_ERROR``. A read the
+    system refuses (permission, I/O) says nothing of the inputs and stays a note."""
     try:
         return router.read_file(path, top)
     except LedgerError as exc:
-        if exc.details.get("unreadable"):
-            return None
-        raise
+        if not exc.details.get("unreadable"):
+            raise
+        if exc.details.get("errno") is None and inputs.unchanged():
+            raise _bad(action.get("operation_id"), f"it read {path}, but the package's inputs are those the reply "
+                       f"was computed from and the router cannot read that file: {exc.message}", path=path) from None
+        return None
 
 
-def _recheck_search(router: Router, action: Mapping[str, Any], stored: Mapping[str, Any], same_inputs: bool,
+def _recheck_search(router: Router, action: Mapping[str, Any], stored: Mapping[str, Any], inputs: Inputs,
                     note: Note) -> None:
     op = action.get("operation_id")
     needle = action["args"]["text"].encode("utf-8")
@@ -122,13 +147,13 @@ def _recheck_search(router: Router, action: Mapping[str, Any], stored: Mapping[s
     for item in stored["items"]:
         by_file[item["path"]].append(item)
     for position, (path, digest) in enumerate(stored["sources"]):
-        data = _read_now(router, path, SOURCES_DIR)
+        data = _read_now(router, action, path, SOURCES_DIR, inputs)
         if data is None:
             note(path, "unreadable")
             continue
         now = hashlib.sha256(data).hexdigest()
         if now != digest:
-            if same_inputs:
+            if inputs.unchanged():
                 raise _forged_digest(action, path, digest, now)
             note(path, "changed")
             continue
@@ -137,11 +162,11 @@ def _recheck_search(router: Router, action: Mapping[str, Any], stored: Mapping[s
         if (found[:len(kept)] != kept) or (len(found) <= len(kept) if cut else len(found) != len(kept)):
             raise _bad(op, f"its lines of {path} are not those the unchanged file holds: the file has "
                        f"{len(found)} matching line(s), the result {len(kept)}", path=path)
-    if same_inputs:
-        _check_listing(router, action, stored)
+    if inputs.same:
+        _check_listing(router, action, stored, inputs)
 
 
-def _check_listing(router: Router, action: Mapping[str, Any], stored: Mapping[str, Any]) -> None:
+def _check_listing(router: Router, action: Mapping[str, Any], stored: Mapping[str, Any], inputs: Inputs) -> None:
     """With the inputs unchanged, the search saw the files the glob matches now, in order (up to
     where it stopped)."""
     op, coverage = action.get("operation_id"), stored["coverage"]
@@ -154,8 +179,8 @@ def _check_listing(router: Router, action: Mapping[str, Any], stored: Mapping[st
     skipped = [entry["path"] for entry in coverage.get("skipped", [])]
     seen = set(coverage["files"]) | set(skipped)
     visited = [path for path in listing if path in seen]
-    if visited != listing[:len(visited)] or len(visited) != len(seen) or (
-            not stored["truncated"] and len(visited) != len(listing)):
+    if (visited != listing[:len(visited)] or len(visited) != len(seen) or (
+            not stored["truncated"] and len(visited) != len(listing))) and inputs.unchanged():
         raise _bad(op, "the files it lists are not those its glob matches in the unchanged package")
     # a file listed as skipped may be readable now: permissions are not part of the input identity
 
@@ -184,7 +209,8 @@ def self_consistent(action: Mapping[str, Any], stored: Mapping[str, Any]) -> Non
 
 def _check_line(op: Any, item: Mapping[str, Any], path: str) -> None:
     text = item.get("text")
-    if item.get("kind") != "source_line" or item.get("path") != path or not isinstance(text, str):
+    if (item.get("kind") != "source_line" or item.get("path") != path or not isinstance(text, str)
+            or "\n" in text):  # a line ends at a newline: its text never holds one
         raise _bad(op, f"item {str(item)[:80]} is not a line of {path}")
     raw = _line_bytes(text)
     if raw is not None and item.get("sha256") != hashlib.sha256(raw).hexdigest():
@@ -233,6 +259,13 @@ def _check_search(op: Any, args: Mapping[str, Any], stored: Mapping[str, Any]) -
             raise _bad(op, f"{path} does not match its path_glob {glob}")
     if len(set(listed)) != len(listed):
         raise _bad(op, "it lists a file twice")
+    for kind, paths in (("files", files), ("skipped files", [s["path"] for s in skipped or []])):
+        if paths != sorted(paths, key=walk_order):
+            raise _bad(op, f"its {kind} are not in the order a search walks sources/ (each folder's files by "
+                       "name, then its folders by name)")
+    for entry in skipped or []:  # the router's refusal of that file, which names it first
+        if not entry["reason"].startswith(f"{entry['path']!r} "):
+            raise _bad(op, f"the reason it gives for skipping {entry['path']} is not the router's")
     _check_sources(op, stored, files)
     order = {path: position for position, path in enumerate(files)}
     keys = []
@@ -244,6 +277,13 @@ def _check_search(op: Any, args: Mapping[str, Any], stored: Mapping[str, Any]) -
     if keys != sorted(set(keys)):
         raise _bad(op, "its lines are not in file order, each once")
     _check_count(op, stored, limit)
+
+
+def walk_order(path: str) -> list[tuple[int, str]]:
+    """The sort key of a path in the order a search lists files: a folder's own files (by name)
+    before its sub-folders (by name), depth first."""
+    *folders, name = path.split("/")
+    return [(1, folder) for folder in folders] + [(0, name)]
 
 
 def _check_count(op: Any, stored: Mapping[str, Any], limit: int) -> None:
@@ -266,7 +306,8 @@ def _check_rows(op: Any, args: Mapping[str, Any], stored: Mapping[str, Any]) -> 
     names = [c.get("name") for c in described] if isinstance(described, list) and all(
         isinstance(c, dict) for c in described) else None
     if (names is None or schema != {"database": database, "database_sha256": stored["sources"][0][1],
-                                    "table": table, "columns": described} or len(set(names)) != len(names)):
+                                    "table": table, "columns": described} or len(set(names)) != len(names)
+            or not all(_is_column(c) for c in described)):
         raise _bad(op, f"its schema {str(schema)[:120]} is not that of {database} table {table[:80]}")
     columns = args.get("columns", names)
     if coverage != {"database": database, "table": table, "where": args.get("where", {}), "columns": columns,
@@ -281,6 +322,10 @@ def _check_rows(op: Any, args: Mapping[str, Any], stored: Mapping[str, Any]) -> 
                 or item.get("sha256") != canonical_sha256(values)):
             raise _bad(op, f"row {pointer[:80]} is not a row of {database} table {table[:80]} with the "
                        "columns asked for")
+        for column, value in values.items():
+            if not is_column_value(value):
+                raise _bad(op, f"row {pointer[:80]} has {column} = {str(value)[:40]}, which is no value the router "
+                           "writes (null, text, an integer within ±(2^53-1), or {\"real\"|\"integer\"|\"base64\": …})")
         for column, wanted in where.items():
             if column in values and not could_equal(values[column], wanted):
                 raise _bad(op, f"row {pointer[:80]} has {column} = {str(values[column])[:40]}, which does not "
@@ -289,6 +334,41 @@ def _check_rows(op: Any, args: Mapping[str, Any], stored: Mapping[str, Any]) -> 
     if rowids != sorted(set(rowids)):
         raise _bad(op, "its rows are not in row id order, each once")
     _check_count(op, stored, limit)
+
+
+def _is_column(column: Mapping[str, Any]) -> bool:
+    """A column as the router describes one: ``{"name", "type": text, "notnull": bool, "pk": int >= 0}``."""
+    return (set(column) == {"name", "type", "notnull", "pk"} and isinstance(column["name"], str)
+            and isinstance(column["type"], str) and type(column["notnull"]) is bool
+            and type(column["pk"]) is int and column["pk"] >= 0)
+
+
+def is_column_value(value: Any) -> bool:
+    """Whether ``value`` is a column value as :func:`~ledger.router.reference.json_value` writes one: null,
+    text, an integer within ±(2^53−1), ``{"real": repr}`` of a number (never NaN, which SQLite stores as
+    null), ``{"integer": digits}`` beyond ±(2^53−1) within 64 bits, ``{"base64": …}`` in standard form."""
+    if value is None or isinstance(value, str):
+        return True
+    if type(value) is int:
+        return -JSON_INT_MAX <= value <= JSON_INT_MAX
+    if not isinstance(value, dict) or len(value) != 1 or not isinstance(next(iter(value.values())), str):
+        return False
+    (form, text), = value.items()
+    if form == "real":
+        try:
+            number = float(text)
+        except ValueError:
+            return False
+        return number == number and repr(number) == text
+    if form == "integer":
+        number = marked_integer(value)
+        return number is not None and JSON_INT_MAX < abs(number) and INT64_MIN <= number <= INT64_MAX
+    if form == "base64":
+        try:
+            return base64.b64encode(base64.b64decode(text, validate=True)).decode("ascii") == text
+        except ValueError:
+            return False
+    return False
 
 
 def _is_integer_text(text: str) -> bool:

@@ -357,15 +357,18 @@ def _given(files: Mapping[str, bytes], path: str) -> bytes:
 
 
 # -- reading below the package folder -------------------------------------------------------------
-def _unreadable(relative: str, why: str) -> LedgerError:
-    return _refuse(f"{relative!r} {why}", path=relative, unreadable=True)
+def _unreadable(relative: str, why: str, errno_: int | None = None) -> LedgerError:
+    """``ROUTER_REFUSED`` for a file that cannot be read; ``errno`` in the details when the system
+    refused the read itself (no permission, an I/O error), as opposed to a link or a missing file."""
+    return _refuse(f"{relative!r} {why}", path=relative, unreadable=True, errno=errno_)
 
 
 def _open_folder(root: Path, relative: str) -> int:
     try:
         return os.open(root, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
     except OSError as exc:
-        raise _unreadable(relative, f"cannot be read: the package folder cannot be opened ({exc.strerror})") from None
+        raise _unreadable(relative, f"cannot be read: the package folder cannot be opened ({exc.strerror})",
+                          exc.errno) from None
 
 
 def _open_step(name: str, dir_fd: int, relative: str, folder: bool) -> int:
@@ -381,7 +384,7 @@ def _open_step(name: str, dir_fd: int, relative: str, folder: bool) -> int:
                               "sources/ or data/ of the package") from None
         if exc.errno == errno.ENOTDIR:
             raise _unreadable(relative, "does not exist (a part of it is not a folder)") from None
-        raise _unreadable(relative, f"cannot be read: {exc.strerror}") from None
+        raise _unreadable(relative, f"cannot be read: {exc.strerror}", exc.errno) from None
 
 
 def _is_link(name: str, dir_fd: int) -> bool:
@@ -426,7 +429,7 @@ def hash_below(root: str | os.PathLike[str], relative: str) -> tuple[os.stat_res
             digest.update(block)
         return info, digest.hexdigest()
     except OSError as exc:
-        raise _unreadable(relative, f"cannot be read: {exc.strerror}") from None
+        raise _unreadable(relative, f"cannot be read: {exc.strerror}", exc.errno) from None
     finally:
         os.close(handle)
 
@@ -445,7 +448,7 @@ def _read_below(root_fd: int, relative: str, own: dict[str, Any]) -> bytes:
                               "reads them")
         return _read_capped(handle, relative)
     except OSError as exc:
-        raise _unreadable(relative, f"cannot be read: {exc.strerror}") from None
+        raise _unreadable(relative, f"cannot be read: {exc.strerror}", exc.errno) from None
     finally:
         os.close(handle)
 

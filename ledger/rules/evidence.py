@@ -152,7 +152,10 @@ def _check_reply(view: LedgerView, revision: int, request: Mapping[str, Any], co
             raise LedgerError(E.REPLY_MISMATCH, f"package_generation {generation} is older than the reservation "
                               f"of {action['hypothesis_id']}/{action['action_id']} (seq {reserved})")
     recomputed = list(context.inputs["recomputed"])
-    results = reply["results"]
+    results, actions = reply["results"], request["request"]["actions"]
+    if len(results) != len(actions):  # one result per action, in request order (evidence-reply-v1)
+        raise LedgerError(E.REPLY_MISMATCH, f"the reply has {len(results)} result(s) for {len(actions)} action(s); "
+                          "it needs one per action, in request order", results=len(results), actions=len(actions))
     if len(results) != len(recomputed):
         raise LedgerError(E.REPLY_MISMATCH, f"the reply has {len(results)} result(s); the batch yields {len(recomputed)}")
     for position, (given, expected) in enumerate(zip(results, recomputed)):

@@ -144,6 +144,19 @@ def release_log(path: Path) -> None:
         conn.close()
 
 
+def open_snapshot(path: Path) -> sqlite3.Connection:
+    """A read-only connection to the ledger ``path`` inside one read transaction, so that every read sees
+    the same snapshot (verify's second look at a ledger a writer may have moved on); close it when done."""
+    conn = _connect_uri(readable_uri(path)[0])
+    try:
+        with translate_sqlite_errors():
+            conn.execute("BEGIN")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
 def log_files_exist(path: Path) -> bool:
     """Whether ``-wal`` or ``-shm`` lies beside ``path`` (a reader that finds none made them)."""
     return any(os.path.exists(f"{path}{suffix}") for suffix in ("-wal", "-shm"))
