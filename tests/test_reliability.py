@@ -590,6 +590,8 @@ def test_an_interrupt_inside_the_uncontended_acquire_leaks_no_lock(budget_case, 
             raise KeyboardInterrupt  # the handle is dropped: closing it must release everything
         return handle
 
+    if point == "open":
+        case.storage._lock.close()  # a writer keeps its lock file open between operations: open it anew
     monkeypatch.setattr(lock_module.fcntl, "flock", flock)
     monkeypatch.setattr(lock_module, "open", opened, raising=False)
     with pytest.raises(KeyboardInterrupt):

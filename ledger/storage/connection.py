@@ -223,7 +223,7 @@ class Storage:
             return f"the write-ahead log of {self.path} was not emptied: {exc.message}"
         finally:
             self._closed = True
-            self._lock.release()
+            self._lock.close()
             self.conn.close()
 
     def _final_checkpoint(self) -> str | None:
