@@ -29,8 +29,16 @@ from ..ground.errors import LedgerError
 from .writer_lock import WriterLock
 from .sqlite_file import (LOCK_SUFFIX, TRANSACTION_CONTROL, WAL_RESTART_BYTES, EventRow, HelperRow, _connect,
                           _connect_uri, _immutable_snapshot, _probe, _wal_bytes, file_uri, readable_uri,
-                          translate_sqlite_errors)
+                          SQLITE_ERRORS, sqlite_error, translate_sqlite_errors)
 from ..ground.paths import os_error
+
+def _raise_translated(exc: BaseException) -> None:
+    """Raise what :func:`sqlite_error` makes of ``exc`` (``exc`` itself when it stays as it is)."""
+    translated = sqlite_error(exc)
+    if translated is exc:
+        raise exc
+    raise translated from None
+
 
 class CheckpointWarning(UserWarning):
     """Closing could not empty the write-ahead log (a reader elsewhere holds an old snapshot)."""
@@ -379,8 +387,10 @@ class Storage:
         write (``INTEGRITY_ERROR``) names the indexes and triggers a user added to ledger tables."""
         self._fault(statement)
         try:
-            with translate_sqlite_errors():
+            try:
                 return self.conn.execute(queries()[statement], params)
+            except SQLITE_ERRORS as error:
+                _raise_translated(error)
         except LedgerError as exc:
             foreign = foreign_write_blockers(self.conn) if exc.code == E.INTEGRITY_ERROR else []
             if not foreign:
@@ -391,13 +401,17 @@ class Storage:
 
     def one(self, statement: str, /, **params: Any) -> tuple | None:
         """First row of the named query, or None."""
-        with translate_sqlite_errors():
+        try:  # no context manager: the write path runs several of these per operation
             return self.conn.execute(queries()[statement], params).fetchone()
+        except SQLITE_ERRORS as exc:
+            _raise_translated(exc)
 
     def all(self, statement: str, /, **params: Any) -> list[tuple]:
         """All rows of the named query."""
-        with translate_sqlite_errors():
+        try:
             return self.conn.execute(queries()[statement], params).fetchall()
+        except SQLITE_ERRORS as exc:
+            _raise_translated(exc)
 
     # -- the chain ---------------------------------------------------------------------
     def head(self) -> tuple[int, str, str]:
