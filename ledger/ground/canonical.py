@@ -125,9 +125,43 @@ def _locate(value: Any, bad: Callable[[Any], bool], root: str = "$") -> str:
 
 
 def canonical_event_bytes(body: Mapping[str, Any]) -> bytes:
-    """Canonical bytes of an event body: :func:`canonical_bytes` (kept as the name the
-    write path, replay and tests use for event bodies)."""
-    return canonical_bytes(body)
+    """Canonical bytes of an event body: exactly :func:`canonical_bytes` of it.
+
+    A budget event carries every account of its revision, and an operation changes one of
+    them: the members of a leading ``accounts`` list (its key sorting before every other key)
+    are encoded once per process and reused while equal, value and type alike, so ``True`` and
+    ``1`` stay apart (:data:`_MEMBERS`). Anything else takes :func:`canonical_bytes`.
+    """
+    accounts = body.get("accounts") if type(body) is dict else None
+    if type(accounts) is not list or not accounts or len(body) < 2:
+        return canonical_bytes(body)
+    rest = dict(body)
+    del rest["accounts"]
+    try:
+        if min(rest) <= "accounts" or not _plain(rest):  # a non-str key: TypeError
+            return canonical_bytes(body)
+        members = []
+        for member in accounts:
+            if type(member) is not dict:
+                return canonical_bytes(body)
+            values = tuple(member.values())
+            key = (tuple(member), values, tuple(map(type, values)))
+            text = _MEMBERS.get(key)
+            if text is None:
+                if not _plain(member):
+                    return canonical_bytes(body)
+                if len(_MEMBERS) >= _MEMBERS_MAX:
+                    _MEMBERS.clear()
+                text = _MEMBERS[key] = _dumps(member)
+            members.append(text)
+        return ('{"accounts":[' + ",".join(members) + "]," + _dumps(rest)[1:]).encode("utf-8")
+    except (TypeError, UnicodeEncodeError, RecursionError):
+        return canonical_bytes(body)  # unhashable or unencodable members: the general path decides
+
+
+#: Canonical text of event-body list members by (keys, values, value types) (:func:`canonical_event_bytes`).
+_MEMBERS: dict[tuple, str] = {}
+_MEMBERS_MAX = 4096
 
 
 def sha256_hex(data: bytes) -> str:
