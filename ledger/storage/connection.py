@@ -40,6 +40,46 @@ def _raise_translated(exc: BaseException) -> None:
     raise translated from None
 
 
+class _Write:
+    """:meth:`Storage.write` (a ``SAVEPOINT`` inside a batch): a class rather than a generator, as it
+    runs once per operation. The body's ``sqlite3`` errors leave it translated (:func:`sqlite_error`)."""
+
+    __slots__ = ("storage", "savepoint")
+
+    def __init__(self, storage: "Storage") -> None:
+        self.storage = storage
+        self.savepoint = False
+
+    def __enter__(self) -> "Storage":
+        storage = self.storage
+        if storage._in_batch:
+            storage._open_savepoint()
+            self.savepoint = True
+        else:
+            storage._begin()
+        return storage
+
+    def __exit__(self, kind: Any, value: Any, traceback: Any) -> bool:
+        storage = self.storage
+        if self.savepoint:
+            if kind is None:
+                storage._release_savepoint()
+                return False
+            storage._settle_savepoint()
+        else:
+            try:
+                if kind is None:
+                    storage._commit()
+                    return False
+            finally:
+                storage._end()
+        if isinstance(value, SQLITE_ERRORS):
+            translated = sqlite_error(value)
+            if translated is not value:
+                raise translated from None
+        return False
+
+
 class CheckpointWarning(UserWarning):
     """Closing could not empty the write-ahead log (a reader elsewhere holds an old snapshot)."""
 
@@ -255,19 +295,18 @@ class Storage:
             return False
 
     # -- transactions ---------------------------------------------------------------
-    @contextmanager
-    def write(self) -> Iterator["Storage"]:
+    def write(self) -> "_Write":
         """One ``BEGIN IMMEDIATE … COMMIT``; any exception (``KeyboardInterrupt`` too) rolls back.
 
         Inside :meth:`batch` it is a ``SAVEPOINT`` instead, so a refused operation
         rolls back alone. Raises ``LEDGER_BUSY`` when the writer lock is not
         obtained within ``busy_timeout_ms``; the connection stays usable after
-        every failure.
+        every failure. ``sqlite3`` errors of the body are translated as every other.
         """
-        if self._in_batch:
-            with self._savepoint():
-                yield self
-            return
+        return _Write(self)
+
+    def _begin(self) -> None:
+        """:meth:`write`'s start: the writer lock, then ``BEGIN IMMEDIATE`` (everything undone on failure)."""
         if self._in_write or self._in_read:
             raise LedgerError(E.INVALID_ARGUMENT, "an operation was started while another one of the same case "
                               "was running (a nested call, or a callback that writes); run it after")
@@ -279,27 +318,37 @@ class Storage:
                 self._lock.acquire(int(self.settings["busy_timeout_ms"]))
             except OSError as exc:
                 raise os_error(exc, f"cannot take the writer lock of {self.path}") from None
-            with translate_sqlite_errors():
+            try:
                 if self.conn.in_transaction:  # left over from an interrupted rollback
                     self.conn.execute("ROLLBACK")
                 self.conn.execute("BEGIN IMMEDIATE")
-                yield self
-                self._settle_savepoint()
-                self._fault("COMMIT")
-                self.conn.execute("COMMIT")
-                self._bound_wal()
-        finally:
-            # every way out, a second interrupt during the first one's cleanup included: the
-            # next call (or close) finishes what an interrupted cleanup left
-            self._in_write = False
+            except SQLITE_ERRORS as exc:
+                _raise_translated(exc)
+        except BaseException:
+            self._end()
+            raise
+
+    def _commit(self) -> None:
+        try:
+            self._settle_savepoint()
+            self._fault("COMMIT")
+            self.conn.execute("COMMIT")
+            self._bound_wal()
+        except SQLITE_ERRORS as exc:
+            _raise_translated(exc)
+
+    def _end(self) -> None:
+        """Every way out of :meth:`write`, a second interrupt during the first one's cleanup included:
+        the next call (or close) finishes what an interrupted cleanup left."""
+        self._in_write = False
+        try:
             try:
-                try:
-                    self._rollback()
-                finally:
-                    if self.conn.in_transaction:  # a second interrupt cut the rollback short
-                        self._rollback()
+                self._rollback()
             finally:
-                self._lock.release()
+                if self.conn.in_transaction:  # a second interrupt cut the rollback short
+                    self._rollback()
+        finally:
+            self._lock.release()
 
     def _bound_wal(self) -> None:
         """Keep the WAL bounded, never waiting for readers: at the first and every 16th commit, past
@@ -326,19 +375,20 @@ class Storage:
             finally:
                 self._in_batch = False
 
-    @contextmanager
-    def _savepoint(self) -> Iterator[None]:
+    def _open_savepoint(self) -> None:
         self._settle_savepoint()
         self._savepoint_open = True  # before it exists: rolling back a missing savepoint is harmless
-        with translate_sqlite_errors():
+        try:
             self.conn.execute("SAVEPOINT operation")
-            try:
-                yield
-            except BaseException:
-                self._settle_savepoint()
-                raise
+        except SQLITE_ERRORS as exc:
+            _raise_translated(exc)
+
+    def _release_savepoint(self) -> None:
+        try:
             self.conn.execute("RELEASE operation")
-            self._savepoint_open = False
+        except SQLITE_ERRORS as exc:
+            _raise_translated(exc)
+        self._savepoint_open = False
 
     def _settle_savepoint(self) -> None:
         """Roll back an operation's savepoint whose own rollback was interrupted, so a batch never
