@@ -299,6 +299,8 @@ def check_json_value(value: Any, name: str = "$") -> None:
     ``10000000000000000``, which :func:`parse_json` must refuse; callers taking
     JSON values from code (evidence) call this so stored values always read back.
     """
+    if _json_value_ok(value):
+        return  # the usual case: no path is spelled out
     stack = [(value, 1, name)]
     while stack:
         item, depth, where = stack.pop()
@@ -312,6 +314,22 @@ def check_json_value(value: Any, name: str = "$") -> None:
                 stack.extend((child, depth + 1, f"{where}.{key}") for key, child in item.items())
             else:
                 stack.extend((child, depth + 1, f"{where}[{index}]") for index, child in enumerate(item))
+
+
+def _json_value_ok(value: Any) -> bool:
+    """True when :func:`check_json_value` finds nothing in ``value`` (the same walk, without paths)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, float):
+            if _integral_out_of_range(item):
+                return False
+        elif isinstance(item, (dict, list, tuple)):
+            if depth > JSON_DEPTH_MAX:
+                return False
+            depth += 1
+            stack.extend([(child, depth) for child in (item.values() if isinstance(item, dict) else item)])
+    return True
 
 
 class _StrictDecoder(json.JSONDecoder):

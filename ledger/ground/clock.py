@@ -25,8 +25,9 @@ def format_utc(moment: datetime) -> str:
 
 
 def utc_now() -> str:
-    """The current time in the ledger's timestamp form."""
-    return format_utc(datetime.now(timezone.utc))
+    """The current time in the ledger's timestamp form (``isoformat`` pads the year to four digits
+    and, with ``timespec="microseconds"``, always writes six fraction digits: :func:`format_utc`'s form)."""
+    return datetime.now(timezone.utc).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
 def parse_at(text: object) -> str:

@@ -159,7 +159,8 @@ class SqlView:
         """``compute()``, or the answer the writer's cache keeps for ``key`` while the head is ours."""
         if self.cache is None:
             return compute()
-        self.head()  # checks the cache against the chain head first
+        if self._head is None:
+            self.head()  # checks the cache against the chain head first
         answers = self.cache.answers
         if key not in answers:
             answers[key] = compute()
