@@ -25,9 +25,8 @@ def format_utc(moment: datetime) -> str:
 
 
 def utc_now() -> str:
-    """The current time in the ledger's timestamp form (``isoformat`` pads the year to four digits
-    and, with ``timespec="microseconds"``, always writes six fraction digits: :func:`format_utc`'s form)."""
-    return datetime.now(timezone.utc).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+    """The current time in the ledger's timestamp form."""
+    return format_utc(datetime.now(timezone.utc))
 
 
 def parse_at(text: object) -> str:
