@@ -16,6 +16,8 @@ uncontended acquire is one ``lstat`` and one ``flock`` instead of an open and a 
 operation; the kept file is used only while the path still names it (same device and inode, not
 a link), else it is dropped and the path opened again (so a link put in its place is refused as
 before). Every failure inside an acquire closes the kept file, which releases whatever it held.
+A forked child never uses (nor unlocks) a kept file it inherited: the open file, and so its
+lock, is the parent's; the child closes its copy and opens the path anew.
 """
 
 from __future__ import annotations
@@ -29,6 +31,18 @@ from typing import Any, BinaryIO
 
 from ..ground import errors as E
 from ..ground.errors import LedgerError
+
+
+#: Forks this process has come from: a kept lock file opened under another count is a parent's.
+_forks = 0
+
+
+def _forked() -> None:
+    global _forks
+    _forks += 1
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 class WriterLock:
@@ -50,6 +64,7 @@ class WriterLock:
         #: The lock file kept open (unlocked) between acquisitions, and its (device, inode).
         self._kept: BinaryIO | None = None
         self._kept_id: tuple[int, int] | None = None
+        self._kept_fork = _forks
 
     def _open(self) -> BinaryIO:
         """The lock file, never through a symbolic link (``INVALID_ARGUMENT`` naming it)."""
@@ -96,7 +111,9 @@ class WriterLock:
     def _reopened(self) -> BinaryIO:
         """The kept lock file while the path still names it, else the path opened (and kept) anew."""
         kept = self._kept
-        if kept is not None:
+        if kept is not None and self._kept_fork != _forks:
+            self.close()  # inherited across a fork: closing this copy leaves the parent's lock alone
+        elif kept is not None:
             try:
                 info = os.lstat(self.path)
                 if (info.st_dev, info.st_ino) == self._kept_id:
@@ -110,7 +127,7 @@ class WriterLock:
         except BaseException:
             handle.close()
             raise
-        self._kept, self._kept_id = handle, (info.st_dev, info.st_ino)
+        self._kept, self._kept_id, self._kept_fork = handle, (info.st_dev, info.st_ino), _forks
         return handle
 
     def close(self) -> None:
@@ -171,7 +188,7 @@ class WriterLock:
         for handle in (held, handed):
             if handle is None:
                 continue
-            if handle is self._kept:
+            if handle is self._kept and self._kept_fork == _forks:
                 try:
                     fcntl.flock(handle.fileno(), fcntl.LOCK_UN)  # kept open for the next acquire
                     continue
