@@ -111,6 +111,8 @@ def dumps(value: Any) -> str:
     same values.
     """
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    if text.isascii() and "\x7f" not in text:
+        return text  # the usual case, found without the slower pattern scan: nothing to escape
     # outside strings JSON has no such characters, so replacing them everywhere is safe
     return _LINE_BREAK.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 

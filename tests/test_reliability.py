@@ -590,6 +590,8 @@ def test_an_interrupt_inside_the_uncontended_acquire_leaks_no_lock(budget_case, 
             raise KeyboardInterrupt  # the handle is dropped: closing it must release everything
         return handle
 
+    if point == "open":
+        case.storage._lock.close()  # a writer keeps its lock file open between operations: open it anew
     monkeypatch.setattr(lock_module.fcntl, "flock", flock)
     monkeypatch.setattr(lock_module, "open", opened, raising=False)
     with pytest.raises(KeyboardInterrupt):
@@ -615,3 +617,30 @@ def test_a_wait_abandoned_by_an_interrupt_releases_what_the_helper_wins_later(tm
     mine.release()
     time.sleep(0.6)  # the other holder let go; the abandoned helper won and must have let go too
     assert WriterLock(path).try_acquire()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_neither_shares_nor_unlocks_the_lock_file_its_parent_keeps_open(budget_case):
+    """A writer keeps its lock file open between operations; a child forked while the parent holds
+    the lock must neither take it through the inherited open file nor unlock it for the parent."""
+    case, budget = budget_case
+    budget.reserve("H1", "f1", "source.read_context")  # the lock file is now kept open
+    lock = case.storage._lock
+    lock.acquire(1000)
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: the inherited object's lock is the parent's
+            code = 0
+            try:
+                code = 1 if lock.try_acquire() else 0  # must not get it through the parent's open file
+                lock.close()  # must not unlock the parent's lock
+            except BaseException:
+                code = 2
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert not lock_is_free(case)  # still the parent's
+    finally:
+        lock.release()
+    assert lock_is_free(case)
+    assert budget.record_result("H1", "f1", {"x": 1}).reused is False

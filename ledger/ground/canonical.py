@@ -125,9 +125,43 @@ def _locate(value: Any, bad: Callable[[Any], bool], root: str = "$") -> str:
 
 
 def canonical_event_bytes(body: Mapping[str, Any]) -> bytes:
-    """Canonical bytes of an event body: :func:`canonical_bytes` (kept as the name the
-    write path, replay and tests use for event bodies)."""
-    return canonical_bytes(body)
+    """Canonical bytes of an event body: exactly :func:`canonical_bytes` of it.
+
+    A budget event carries every account of its revision, and an operation changes one of
+    them: the members of a leading ``accounts`` list (its key sorting before every other key)
+    are encoded once per process and reused while equal, value and type alike, so ``True`` and
+    ``1`` stay apart (:data:`_MEMBERS`). Anything else takes :func:`canonical_bytes`.
+    """
+    accounts = body.get("accounts") if type(body) is dict else None
+    if type(accounts) is not list or not accounts or len(body) < 2:
+        return canonical_bytes(body)
+    rest = dict(body)
+    del rest["accounts"]
+    try:
+        if min(rest) <= "accounts" or not _plain(rest):  # a non-str key: TypeError
+            return canonical_bytes(body)
+        members = []
+        for member in accounts:
+            if type(member) is not dict:
+                return canonical_bytes(body)
+            values = tuple(member.values())
+            key = (tuple(member), values, tuple(map(type, values)))
+            text = _MEMBERS.get(key)
+            if text is None:
+                if not _plain(member):
+                    return canonical_bytes(body)
+                if len(_MEMBERS) >= _MEMBERS_MAX:
+                    _MEMBERS.clear()
+                text = _MEMBERS[key] = _dumps(member)
+            members.append(text)
+        return ('{"accounts":[' + ",".join(members) + "]," + _dumps(rest)[1:]).encode("utf-8")
+    except (TypeError, UnicodeEncodeError, RecursionError):
+        return canonical_bytes(body)  # unhashable or unencodable members: the general path decides
+
+
+#: Canonical text of event-body list members by (keys, values, value types) (:func:`canonical_event_bytes`).
+_MEMBERS: dict[tuple, str] = {}
+_MEMBERS_MAX = 4096
 
 
 def sha256_hex(data: bytes) -> str:
@@ -265,6 +299,8 @@ def check_json_value(value: Any, name: str = "$") -> None:
     ``10000000000000000``, which :func:`parse_json` must refuse; callers taking
     JSON values from code (evidence) call this so stored values always read back.
     """
+    if _json_value_ok(value):
+        return  # the usual case: no path is spelled out
     stack = [(value, 1, name)]
     while stack:
         item, depth, where = stack.pop()
@@ -278,6 +314,22 @@ def check_json_value(value: Any, name: str = "$") -> None:
                 stack.extend((child, depth + 1, f"{where}.{key}") for key, child in item.items())
             else:
                 stack.extend((child, depth + 1, f"{where}[{index}]") for index, child in enumerate(item))
+
+
+def _json_value_ok(value: Any) -> bool:
+    """True when :func:`check_json_value` finds nothing in ``value`` (the same walk, without paths)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, float):
+            if _integral_out_of_range(item):
+                return False
+        elif isinstance(item, (dict, list, tuple)):
+            if depth > JSON_DEPTH_MAX:
+                return False
+            depth += 1
+            stack.extend([(child, depth) for child in (item.values() if isinstance(item, dict) else item)])
+    return True
 
 
 class _StrictDecoder(json.JSONDecoder):

@@ -44,7 +44,14 @@ def refusal_key(identity: Mapping[str, Any]) -> str:
 
 def cache_key(statement: str, **params: Any) -> tuple[str, tuple]:
     """How :class:`WriterCache` files the answer of a named statement with its parameters."""
+    if len(params) < 2:  # nothing to order (the usual case)
+        return statement, tuple(params.items())
     return statement, tuple(sorted(params.items()))
+
+
+#: Keys of the kept answers of statements without parameters (:func:`cache_key`'s form).
+_BUDGET_TOTAL = cache_key("budget_events_total")
+_CASE_COUNT = cache_key("stream_count_case")
 
 
 def budget_head_of(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -90,12 +97,13 @@ class WriterCache:
             return
         answers = self.answers
         if stream == "case":
-            answers[cache_key("stream_count_case")] = stream_seq
+            answers[_CASE_COUNT] = stream_seq
             return
-        answers[cache_key("stream_count_budget", revision=body["revision"])] = stream_seq
-        answers[cache_key("latest_budget_body", revision=body["revision"])] = budget_head_of(body)
-        if cache_key("budget_events_total") in answers:
-            answers[cache_key("budget_events_total")] += 1
+        revision = (("revision", body["revision"]),)
+        answers[("stream_count_budget", revision)] = stream_seq
+        answers[("latest_budget_body", revision)] = budget_head_of(body)
+        if _BUDGET_TOTAL in answers:
+            answers[_BUDGET_TOTAL] += 1
 
     def forget(self) -> None:
         """A write ended without committing: trust nothing until the next :meth:`check`."""
@@ -116,7 +124,8 @@ class SqlView:
         self._head: tuple[int, str, str] | None = None
 
     def _one(self, name: str, **params: Any) -> tuple | None:
-        return self._kept(cache_key(name, **params), lambda: self.storage.one(name, **params))
+        key = (name, tuple(params.items())) if len(params) < 2 else cache_key(name, **params)
+        return self._kept(key, lambda: self.storage.one(name, **params))
 
     def case(self) -> dict[str, Any] | None:
         row = self._one("case_head")
@@ -150,14 +159,15 @@ class SqlView:
         """``compute()``, or the answer the writer's cache keeps for ``key`` while the head is ours."""
         if self.cache is None:
             return compute()
-        self.head()  # checks the cache against the chain head first
+        if self._head is None:
+            self.head()  # checks the cache against the chain head first
         answers = self.cache.answers
         if key not in answers:
             answers[key] = compute()
         return answers[key]
 
     def budget_head(self, revision: int) -> dict[str, Any] | None:
-        return self._kept(cache_key("latest_budget_body", revision=revision), lambda: self._read_budget_head(revision))
+        return self._kept(("latest_budget_body", (("revision", revision),)), lambda: self._read_budget_head(revision))
 
     def _read_budget_head(self, revision: int) -> dict[str, Any] | None:
         row = self.storage.one("latest_budget_body", revision=revision)
@@ -196,7 +206,7 @@ class SqlView:
         return self.storage.one("content_bytes_total")[0]
 
     def budget_events_total(self) -> int:
-        return self._kept(cache_key("budget_events_total"), lambda: self.storage.one("budget_events_total")[0])
+        return self._kept(_BUDGET_TOTAL, lambda: self.storage.one("budget_events_total")[0])
 
     def head(self) -> tuple[int, str, str]:
         if self.cache is None:
@@ -210,9 +220,9 @@ class SqlView:
         if stream not in ("budget", "case"):
             return 0  # an evidence event's stream is its own export path: not numbered
         if stream == "budget":
-            return self._kept(cache_key("stream_count_budget", revision=revision),
+            return self._kept(("stream_count_budget", (("revision", revision),)),
                               lambda: self.storage.one("stream_count_budget", revision=revision)[0]) + 1
-        return self._kept(cache_key("stream_count_case"), lambda: self.storage.one("stream_count_case")[0]) + 1
+        return self._kept(_CASE_COUNT, lambda: self.storage.one("stream_count_case")[0]) + 1
 
     # -- scoped limits ---------------------------------------------------------------
     def scope(self, name: str) -> dict[str, Any] | None:
@@ -223,7 +233,7 @@ class SqlView:
         if self.cache is None:
             info["limits"] = dict(self.storage.all("scope_limits_of", seq=info["seq"]))
         else:
-            key = cache_key("scope_limits_of", seq=info["seq"])
+            key = ("scope_limits_of", (("seq", info["seq"]),))
             if key not in self.cache.answers:
                 self.cache.answers[key] = self.storage.all("scope_limits_of", seq=info["seq"])
             info["limits"] = dict(self.cache.answers[key])
@@ -252,7 +262,7 @@ class SqlView:
 
     def account_floors(self, revision: int) -> dict[str, int | None]:
         """Each account's floor before the next event (the writer keeps and advances it)."""
-        return self._kept(cache_key("account_floors", revision=revision),
+        return self._kept(("account_floors", (("revision", revision),)),
                           lambda: dict(self.storage.all("account_floors_of_revision", revision=revision)))
 
     # -- the evidence store ------------------------------------------------------------

@@ -93,7 +93,7 @@ def export_case(case: "Case | str | os.PathLike[str]", progress: Progress | None
             raise os_error(exc, f"cannot write the export under {root}", E.STORAGE_ERROR) from None
         return _export_locked(case, root, progress)
     finally:
-        lock.release()
+        lock.close()
 
 
 def _export_locked(case: Case, root: Path, progress: Progress | None) -> ExportReport:

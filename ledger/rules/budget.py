@@ -19,7 +19,7 @@ from .common import (ACTION_AWAITING, ACTION_FAILED, ACTION_RESERVED, ACTION_SET
                      STATUS_INVESTIGATING, STATUS_NEW, STATUS_REJECTED, TERMINAL_STATUSES, REASON_BELOW_FLOOR,
                      REASON_LOW_INFORMATION, Context, Draft, LedgerView, Reused, check_action_id,
                      check_action_name, check_hypothesis_id, check_reason, check_source_ref_list, operation_key,
-                     hypothesis_number, replay_or_conflict, require_case, sorted_accounts, Outcome)
+                     hypothesis_order, replay_or_conflict, require_case, sorted_accounts, Outcome)
 from . import scopes as scope_rules
 from .novelty import result_novelty
 
@@ -205,7 +205,7 @@ def _budget_draft(ctx: _BudgetContext, event_type: str, key: str, request: Mappi
                   **extra: Any) -> Draft:
     """The budget event: every account after it, and the accounts it makes terminal."""
     terminated = tuple(
-        h for h in sorted(accounts, key=hypothesis_number)
+        h for h in hypothesis_order(accounts)
         if accounts[h]["status"] in TERMINAL_STATUSES
         and (h not in ctx.accounts or ctx.accounts[h]["status"] not in TERMINAL_STATUSES)
     )
@@ -588,7 +588,7 @@ def _limit_outcome(view: LedgerView, ctx: _BudgetContext, exceeded: "scope_rules
 
 def investigable(accounts: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """Non-terminal accounts with no pending action, in hypothesis order."""
-    return [h for h in sorted(accounts, key=hypothesis_number)
+    return [h for h in hypothesis_order(accounts)
             if accounts[h]["status"] not in TERMINAL_STATUSES and accounts[h]["pending_action_id"] is None]
 
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 import re
 import unicodedata
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol
+from functools import lru_cache
+from typing import Any, Iterable, Mapping, Protocol
 
 from ..ground import errors as E
 from ..ground.canonical import canonical_sha256
@@ -288,9 +289,19 @@ def hypothesis_number(hypothesis_id: str) -> int:
     return int(hypothesis_id[1:])
 
 
+@lru_cache(maxsize=256)
+def _ordered(ids: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(sorted(ids, key=hypothesis_number))
+
+
+def hypothesis_order(ids: Iterable[str]) -> tuple[str, ...]:
+    """``ids`` in hypothesis order (H2 before H10); a revision's set of IDs is ordered once per process."""
+    return _ordered(tuple(ids))
+
+
 def sorted_accounts(accounts: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Accounts in hypothesis order (H2 before H10)."""
-    return [dict(accounts[h]) for h in sorted(accounts, key=hypothesis_number)]
+    return [dict(accounts[h]) for h in hypothesis_order(accounts)]
 
 
 def operation_key(revision: int, op: str, hypothesis_id: str | None = None,

@@ -9,6 +9,7 @@ current state with ``reused=True`` and writes nothing.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -21,7 +22,7 @@ from ..rules import budget as rules
 from ..rules import feedback as feedback_rules
 from ..rules import scopes as scope_rules
 from ..rules.common import check_action_name, check_hypothesis_id
-from ..rules.common import hypothesis_number
+from ..rules.common import hypothesis_order
 from .session import Ran, SessionBase
 
 
@@ -85,9 +86,12 @@ ACCOUNT_FIELDS = ("hypothesis_id", "initial_units", "granted_units", "spent_unit
                   "low_information_streak", "settled_actions", "failed_actions")
 
 
+_account_values = itemgetter(*ACCOUNT_FIELDS)
+
+
 def _state(accounts: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Accounts by hypothesis id, in hypothesis order, each with the ``balances`` columns in order."""
-    return {h: {k: accounts[h][k] for k in ACCOUNT_FIELDS} for h in sorted(accounts, key=hypothesis_number)}
+    return {h: dict(zip(ACCOUNT_FIELDS, _account_values(accounts[h]))) for h in hypothesis_order(accounts)}
 
 
 class BudgetManager:

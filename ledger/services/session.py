@@ -226,14 +226,8 @@ class Session(SessionBase):
         with self.storage.batch():
             yield
 
-    @contextmanager
-    def _write(self) -> Iterator[SqlView]:
-        try:
-            with self.storage.write():
-                yield SqlView(self.storage, self.cache)
-        except BaseException:
-            self.cache.forget()
-            raise
+    def _write(self) -> "_Writing":
+        return _Writing(self)
 
     def _store(self, view: SqlView, sealed: Sealed) -> int:
         draft, body = sealed.draft, sealed.body
@@ -299,6 +293,37 @@ class Session(SessionBase):
         if row is None:
             raise LedgerError(E.INVALID_ARGUMENT, f"no event with seq {seq}")
         return event_path(row[3], row[2], row[4])
+
+
+class _Writing:
+    """:meth:`Session._write`: the storage's write transaction, yielding the view the rule reads; the
+    writer's cache is forgotten whenever the transaction ends without committing (a class rather
+    than a generator, as it runs once per operation)."""
+
+    __slots__ = ("session", "write")
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.write = session.storage.write()
+
+    def __enter__(self) -> SqlView:
+        session = self.session
+        try:
+            self.write.__enter__()
+        except BaseException:
+            session.cache.forget()
+            raise
+        return SqlView(session.storage, session.cache)
+
+    def __exit__(self, kind: Any, value: Any, traceback: Any) -> bool:
+        try:
+            self.write.__exit__(kind, value, traceback)
+        except BaseException:
+            self.session.cache.forget()
+            raise
+        if kind is not None:
+            self.session.cache.forget()
+        return False
 
 
 def _check_balanced(seq: int, body: Mapping[str, Any]) -> None:

@@ -29,8 +29,56 @@ from ..ground.errors import LedgerError
 from .writer_lock import WriterLock
 from .sqlite_file import (LOCK_SUFFIX, TRANSACTION_CONTROL, WAL_RESTART_BYTES, EventRow, HelperRow, _connect,
                           _connect_uri, _immutable_snapshot, _probe, _wal_bytes, file_uri, readable_uri,
-                          translate_sqlite_errors)
+                          SQLITE_ERRORS, sqlite_error, translate_sqlite_errors)
 from ..ground.paths import os_error
+
+def _raise_translated(exc: BaseException) -> None:
+    """Raise what :func:`sqlite_error` makes of ``exc`` (``exc`` itself when it stays as it is)."""
+    translated = sqlite_error(exc)
+    if translated is exc:
+        raise exc
+    raise translated from None
+
+
+class _Write:
+    """:meth:`Storage.write` (a ``SAVEPOINT`` inside a batch): a class rather than a generator, as it
+    runs once per operation. The body's ``sqlite3`` errors leave it translated (:func:`sqlite_error`)."""
+
+    __slots__ = ("storage", "savepoint")
+
+    def __init__(self, storage: "Storage") -> None:
+        self.storage = storage
+        self.savepoint = False
+
+    def __enter__(self) -> "Storage":
+        storage = self.storage
+        if storage._in_batch:
+            storage._open_savepoint()
+            self.savepoint = True
+        else:
+            storage._begin()
+        return storage
+
+    def __exit__(self, kind: Any, value: Any, traceback: Any) -> bool:
+        storage = self.storage
+        if self.savepoint:
+            if kind is None:
+                storage._release_savepoint()
+                return False
+            storage._settle_savepoint()
+        else:
+            try:
+                if kind is None:
+                    storage._commit()
+                    return False
+            finally:
+                storage._end()
+        if isinstance(value, SQLITE_ERRORS):
+            translated = sqlite_error(value)
+            if translated is not value:
+                raise translated from None
+        return False
+
 
 class CheckpointWarning(UserWarning):
     """Closing could not empty the write-ahead log (a reader elsewhere holds an old snapshot)."""
@@ -223,7 +271,7 @@ class Storage:
             return f"the write-ahead log of {self.path} was not emptied: {exc.message}"
         finally:
             self._closed = True
-            self._lock.release()
+            self._lock.close()
             self.conn.close()
 
     def _final_checkpoint(self) -> str | None:
@@ -247,19 +295,18 @@ class Storage:
             return False
 
     # -- transactions ---------------------------------------------------------------
-    @contextmanager
-    def write(self) -> Iterator["Storage"]:
+    def write(self) -> "_Write":
         """One ``BEGIN IMMEDIATE … COMMIT``; any exception (``KeyboardInterrupt`` too) rolls back.
 
         Inside :meth:`batch` it is a ``SAVEPOINT`` instead, so a refused operation
         rolls back alone. Raises ``LEDGER_BUSY`` when the writer lock is not
         obtained within ``busy_timeout_ms``; the connection stays usable after
-        every failure.
+        every failure. ``sqlite3`` errors of the body are translated as every other.
         """
-        if self._in_batch:
-            with self._savepoint():
-                yield self
-            return
+        return _Write(self)
+
+    def _begin(self) -> None:
+        """:meth:`write`'s start: the writer lock, then ``BEGIN IMMEDIATE`` (everything undone on failure)."""
         if self._in_write or self._in_read:
             raise LedgerError(E.INVALID_ARGUMENT, "an operation was started while another one of the same case "
                               "was running (a nested call, or a callback that writes); run it after")
@@ -271,27 +318,37 @@ class Storage:
                 self._lock.acquire(int(self.settings["busy_timeout_ms"]))
             except OSError as exc:
                 raise os_error(exc, f"cannot take the writer lock of {self.path}") from None
-            with translate_sqlite_errors():
+            try:
                 if self.conn.in_transaction:  # left over from an interrupted rollback
                     self.conn.execute("ROLLBACK")
                 self.conn.execute("BEGIN IMMEDIATE")
-                yield self
-                self._settle_savepoint()
-                self._fault("COMMIT")
-                self.conn.execute("COMMIT")
-                self._bound_wal()
-        finally:
-            # every way out, a second interrupt during the first one's cleanup included: the
-            # next call (or close) finishes what an interrupted cleanup left
-            self._in_write = False
+            except SQLITE_ERRORS as exc:
+                _raise_translated(exc)
+        except BaseException:
+            self._end()
+            raise
+
+    def _commit(self) -> None:
+        try:
+            self._settle_savepoint()
+            self._fault("COMMIT")
+            self.conn.execute("COMMIT")
+            self._bound_wal()
+        except SQLITE_ERRORS as exc:
+            _raise_translated(exc)
+
+    def _end(self) -> None:
+        """Every way out of :meth:`write`, a second interrupt during the first one's cleanup included:
+        the next call (or close) finishes what an interrupted cleanup left."""
+        self._in_write = False
+        try:
             try:
-                try:
-                    self._rollback()
-                finally:
-                    if self.conn.in_transaction:  # a second interrupt cut the rollback short
-                        self._rollback()
+                self._rollback()
             finally:
-                self._lock.release()
+                if self.conn.in_transaction:  # a second interrupt cut the rollback short
+                    self._rollback()
+        finally:
+            self._lock.release()
 
     def _bound_wal(self) -> None:
         """Keep the WAL bounded, never waiting for readers: at the first and every 16th commit, past
@@ -318,19 +375,20 @@ class Storage:
             finally:
                 self._in_batch = False
 
-    @contextmanager
-    def _savepoint(self) -> Iterator[None]:
+    def _open_savepoint(self) -> None:
         self._settle_savepoint()
         self._savepoint_open = True  # before it exists: rolling back a missing savepoint is harmless
-        with translate_sqlite_errors():
+        try:
             self.conn.execute("SAVEPOINT operation")
-            try:
-                yield
-            except BaseException:
-                self._settle_savepoint()
-                raise
+        except SQLITE_ERRORS as exc:
+            _raise_translated(exc)
+
+    def _release_savepoint(self) -> None:
+        try:
             self.conn.execute("RELEASE operation")
-            self._savepoint_open = False
+        except SQLITE_ERRORS as exc:
+            _raise_translated(exc)
+        self._savepoint_open = False
 
     def _settle_savepoint(self) -> None:
         """Roll back an operation's savepoint whose own rollback was interrupted, so a batch never
@@ -379,8 +437,10 @@ class Storage:
         write (``INTEGRITY_ERROR``) names the indexes and triggers a user added to ledger tables."""
         self._fault(statement)
         try:
-            with translate_sqlite_errors():
+            try:
                 return self.conn.execute(queries()[statement], params)
+            except SQLITE_ERRORS as error:
+                _raise_translated(error)
         except LedgerError as exc:
             foreign = foreign_write_blockers(self.conn) if exc.code == E.INTEGRITY_ERROR else []
             if not foreign:
@@ -391,13 +451,17 @@ class Storage:
 
     def one(self, statement: str, /, **params: Any) -> tuple | None:
         """First row of the named query, or None."""
-        with translate_sqlite_errors():
+        try:  # no context manager: the write path runs several of these per operation
             return self.conn.execute(queries()[statement], params).fetchone()
+        except SQLITE_ERRORS as exc:
+            _raise_translated(exc)
 
     def all(self, statement: str, /, **params: Any) -> list[tuple]:
         """All rows of the named query."""
-        with translate_sqlite_errors():
+        try:
             return self.conn.execute(queries()[statement], params).fetchall()
+        except SQLITE_ERRORS as exc:
+            _raise_translated(exc)
 
     # -- the chain ---------------------------------------------------------------------
     def head(self) -> tuple[int, str, str]:

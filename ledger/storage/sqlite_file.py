@@ -29,35 +29,49 @@ _STORAGE_CODES = frozenset({3, 8, 10, 13, 14})
 
 @contextmanager
 def translate_sqlite_errors() -> Iterator[None]:
-    """The one place where ``sqlite3`` errors become ``LedgerError``.
+    """The one place where ``sqlite3`` errors become ``LedgerError`` (:func:`sqlite_error`)."""
+    try:
+        yield
+    except SQLITE_ERRORS as exc:
+        translated = sqlite_error(exc)
+        if translated is exc:
+            raise
+        raise translated from None
+
+
+#: What :func:`sqlite_error` translates (a hot path catches these and calls it, without a context manager).
+SQLITE_ERRORS = (sqlite3.Error, UnicodeDecodeError)
+
+
+def sqlite_error(exc: BaseException) -> BaseException:
+    """The ``LedgerError`` a ``sqlite3`` error becomes; ``exc`` itself when it stays as it is.
 
     busy/locked → ``LEDGER_BUSY`` (retryable); the file system refusing the
     file (cannot open, read-only, I/O error, disk full, permission) →
     ``STORAGE_ERROR``; constraint and trigger aborts, corruption and every other
     database error → ``INTEGRITY_ERROR``.
     """
-    try:
-        yield
-    except sqlite3.OperationalError as exc:
+    if isinstance(exc, sqlite3.OperationalError):
         text = str(exc)
         if "locked" in text or "busy" in text:
-            raise LedgerError(E.LEDGER_BUSY, f"the case is busy: {text}; retry") from None
+            return LedgerError(E.LEDGER_BUSY, f"the case is busy: {text}; retry")
         primary = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
         if primary in _STORAGE_CODES:
-            raise LedgerError(E.STORAGE_ERROR, f"the file system refused the ledger: {text} "
-                              "(read-only location, missing permission, full disk or a closed case?); "
-                              "nothing was written") from None
-        raise LedgerError(E.INTEGRITY_ERROR, f"SQLite refused: {text}") from None
-    except sqlite3.ProgrammingError as exc:
+            return LedgerError(E.STORAGE_ERROR, f"the file system refused the ledger: {text} "
+                               "(read-only location, missing permission, full disk or a closed case?); "
+                               "nothing was written")
+        return LedgerError(E.INTEGRITY_ERROR, f"SQLite refused: {text}")
+    if isinstance(exc, sqlite3.ProgrammingError):
         if "closed database" in str(exc):
-            raise LedgerError(E.INVALID_ARGUMENT, "this case was closed; open it again to use it") from None
+            return LedgerError(E.INVALID_ARGUMENT, "this case was closed; open it again to use it")
         if "binding" in str(exc).lower() or "parameters" in str(exc):  # Case.query's caller gave wrong params
-            raise LedgerError(E.INVALID_ARGUMENT, f"query parameters do not fit the statement: {exc}") from None
-        raise
-    except sqlite3.DatabaseError as exc:  # IntegrityError (triggers), corrupt files, …
-        raise LedgerError(E.INTEGRITY_ERROR, f"SQLite refused: {exc}") from None
-    except UnicodeDecodeError as exc:  # SQLite's message or a stored text is not UTF-8: a damaged file
-        raise LedgerError(E.INTEGRITY_ERROR, f"SQLite refused: {not_utf8(exc)}") from None
+            return LedgerError(E.INVALID_ARGUMENT, f"query parameters do not fit the statement: {exc}")
+        return exc
+    if isinstance(exc, sqlite3.DatabaseError):  # IntegrityError (triggers), corrupt files, …
+        return LedgerError(E.INTEGRITY_ERROR, f"SQLite refused: {exc}")
+    if isinstance(exc, UnicodeDecodeError):  # SQLite's message or a stored text is not UTF-8: a damaged file
+        return LedgerError(E.INTEGRITY_ERROR, f"SQLite refused: {not_utf8(exc)}")
+    return exc
 
 
 def not_utf8(exc: UnicodeDecodeError) -> str:

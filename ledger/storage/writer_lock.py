@@ -10,6 +10,14 @@ whatever is held or being handed over, so an exception at any point of an
 acquisition (``KeyboardInterrupt`` included) leaves no lock behind once the
 caller's ``finally`` ran; a file object nobody references any more is closed
 (and so unlocked) by the interpreter as a last resort.
+
+Between its operations a writer keeps the lock file open, unlocked (``LOCK_UN``), so that an
+uncontended acquire is one ``lstat`` and one ``flock`` instead of an open and a close per
+operation; the kept file is used only while the path still names it (same device and inode, not
+a link), else it is dropped and the path opened again (so a link put in its place is refused as
+before). Every failure inside an acquire closes the kept file, which releases whatever it held.
+A forked child never uses (nor unlocks) a kept file it inherited: the open file, and so its
+lock, is the parent's; the child closes its copy and opens the path anew.
 """
 
 from __future__ import annotations
@@ -23,6 +31,18 @@ from typing import Any, BinaryIO
 
 from ..ground import errors as E
 from ..ground.errors import LedgerError
+
+
+#: Forks this process has come from: a kept lock file opened under another count is a parent's.
+_forks = 0
+
+
+def _forked() -> None:
+    global _forks
+    _forks += 1
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 class WriterLock:
@@ -41,6 +61,10 @@ class WriterLock:
         self.held: BinaryIO | None = None
         self._guard = threading.Lock()  # the hand-over from the helper thread
         self._pending: dict[str, Any] | None = None
+        #: The lock file kept open (unlocked) between acquisitions, and its (device, inode).
+        self._kept: BinaryIO | None = None
+        self._kept_id: tuple[int, int] | None = None
+        self._kept_fork = _forks
 
     def _open(self) -> BinaryIO:
         """The lock file, never through a symbolic link (``INVALID_ARGUMENT`` naming it)."""
@@ -72,18 +96,46 @@ class WriterLock:
     def try_acquire(self) -> bool:
         """Take the lock only if it is free right now; True when taken (then ``release()`` it)."""
         self.release()
-        handle = self._open()
+        handle = self._reopened()
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
             self.held = handle
             return True
         except BlockingIOError:
-            handle.close()
-            return False
+            return False  # the file stays kept (unlocked) for the next try
         except BaseException:
             self.held = None
+            self.close()
+            raise
+
+    def _reopened(self) -> BinaryIO:
+        """The kept lock file while the path still names it, else the path opened (and kept) anew."""
+        kept = self._kept
+        if kept is not None and self._kept_fork != _forks:
+            self.close()  # inherited across a fork: closing this copy leaves the parent's lock alone
+        elif kept is not None:
+            try:
+                info = os.lstat(self.path)
+                if (info.st_dev, info.st_ino) == self._kept_id:
+                    return kept
+            except OSError:
+                pass  # gone or unreadable: open the path again, which says why it cannot
+            self.close()
+        handle = self._open()
+        try:
+            info = os.fstat(handle.fileno())
+        except BaseException:
             handle.close()
             raise
+        self._kept, self._kept_id, self._kept_fork = handle, (info.st_dev, info.st_ino), _forks
+        return handle
+
+    def close(self) -> None:
+        """Release the lock and close the kept lock file (the owner is closing)."""
+        self.release()
+        kept, self._kept, self._kept_id = self._kept, None, None
+        if kept is not None:
+            kept.close()
 
     def _wait(self, timeout_ms: int) -> None:
         cond = threading.Condition()
@@ -134,5 +186,14 @@ class WriterLock:
                 handed, pending["file"] = pending["file"], None
             held, self.held = self.held, None
         for handle in (held, handed):
-            if handle is not None:
-                handle.close()  # closing the last descriptor of the open file drops the flock
+            if handle is None:
+                continue
+            if handle is self._kept and self._kept_fork == _forks:
+                try:
+                    fcntl.flock(handle.fileno(), fcntl.LOCK_UN)  # kept open for the next acquire
+                    continue
+                except BaseException:
+                    self._kept = self._kept_id = None
+                    handle.close()  # closing the last descriptor of the open file drops the flock
+                    raise
+            handle.close()  # closing the last descriptor of the open file drops the flock
