@@ -1307,7 +1307,7 @@ def test_sql_json_output_of_an_infinite_real_is_valid_json(template, work):
 
 def test_a_case_path_that_is_not_utf8_is_a_documented_error_not_a_traceback(tmp_path):
     # Fixed by d85be0f. Linux paths may hold any bytes; argv decodes them as lone surrogates (PEP 383). Case.create
-    # makes the folder, then storage._connect's pathname2url() raises UnicodeEncodeError; the
+    # makes the folder, then sqlite_file.connect_path's pathname2url() raises UnicodeEncodeError; the
     # empty folder stays behind.
     target = os.path.join(os.fsencode(tmp_path), b"case-\xff")
     created = subprocess.run([sys.executable, "-m", "ledger_cli", "init", target, "--case-id", "A1"],

@@ -63,7 +63,7 @@ DEFAULT_LIMITS: dict[str, int] = {
 }
 
 
-def _read_toml(path: str | Path) -> dict[str, Any]:
+def read_toml(path: str | Path) -> dict[str, Any]:
     """The TOML table of the file at ``path``; every problem is ``CONFIG_INVALID`` naming the file (and the
     line, where the parser gives one). A UTF-8 byte-order mark at the start is accepted."""
     try:
@@ -84,7 +84,7 @@ def _read_toml(path: str | Path) -> dict[str, Any]:
 
 def load_toml_config(path: str | Path, build: Callable[[dict[str, Any]], T]) -> T:
     """``build`` of the TOML table at ``path``; a ``CONFIG_INVALID`` it raises names the file too."""
-    data = _read_toml(path)
+    data = read_toml(path)
     try:
         return build(data)
     except LedgerError as exc:

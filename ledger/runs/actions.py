@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..ground.config import _read_toml
+from ..ground.config import read_toml
 from ..ground.errors import CONFIG_INVALID, LedgerError
 
 #: The mapping used without ``--actions`` (the bundled journals' three actions).
@@ -79,7 +79,7 @@ class ActionMap:
 
     @classmethod
     def load(cls, path: str | Path) -> "ActionMap":
-        return cls.from_mapping(_read_toml(path))
+        return cls.from_mapping(read_toml(path))
 
 
 def _check_action(value: Any, key: str) -> None:

@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 from ..ground import errors as E
 from ..ground.errors import LedgerError
 from .frontier import BASELINES
-from .plot import PLOT_SUFFIXES, SVG_HASH_SALT, _matplotlib
+from .plot import PLOT_SUFFIXES, SVG_HASH_SALT, load_matplotlib
 
 
 def frontier_points(policies: Sequence[Mapping[str, Any]], good: str = "resolved") -> list[tuple[str, float, float, float]]:
@@ -40,7 +40,7 @@ def plot_frontier(report: Any, path: str | os.PathLike[str], *, good: str = "res
     target = Path(path)
     if target.suffix.lower() not in PLOT_SUFFIXES:
         raise LedgerError(E.INVALID_ARGUMENT, f"--plot {target}: the file must end in .svg or .png")
-    matplotlib, figure_class, canvas_class = _matplotlib()
+    matplotlib, figure_class, canvas_class = load_matplotlib()
     points = frontier_points(report.policies, good)
     figure = figure_class(figsize=(7.5, 4.8))
     canvas_class(figure)

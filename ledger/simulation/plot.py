@@ -44,7 +44,7 @@ def tradeoff_points(policies: Sequence[Mapping[str, Any]], good: str = "resolved
     return points
 
 
-def _matplotlib() -> tuple[Any, Any, Any]:
+def load_matplotlib() -> tuple[Any, Any, Any]:
     """``(matplotlib, Figure, FigureCanvasAgg)``, imported without choosing a backend (pyplot
     is not imported, so a caller's backend and figures stay as they were)."""
     try:
@@ -76,7 +76,7 @@ def check_plot(path: str | os.PathLike[str]) -> Path:
     target = check_output_file(path, "--plot")
     if target.suffix.lower() not in PLOT_SUFFIXES:
         raise LedgerError(E.INVALID_ARGUMENT, f"--plot {target}: the file must end in .svg or .png")
-    _matplotlib()
+    load_matplotlib()
     return target
 
 
@@ -91,7 +91,7 @@ def plot_tradeoff(policies: Sequence[Mapping[str, Any]], path: str | os.PathLike
     target = Path(path)
     if target.suffix.lower() not in PLOT_SUFFIXES:
         raise LedgerError(E.INVALID_ARGUMENT, f"--plot {target}: the file must end in .svg or .png")
-    matplotlib, figure_class, canvas_class = _matplotlib()
+    matplotlib, figure_class, canvas_class = load_matplotlib()
     points = tradeoff_points(policies, good)
     base = base if base is not None else (points[0][0] if points else None)
     has_good = any(good in row.get("by_outcome", {}) for row in policies)

@@ -26,7 +26,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from ..ground import errors as E
 from ..ground.resources import resource_dir
-from ..ground.config import DEFAULT_POLICY, AnalysisConfig, BudgetConfig, _read_toml, load_toml_config
+from ..ground.config import DEFAULT_POLICY, AnalysisConfig, BudgetConfig, read_toml, load_toml_config
 from ..ground.canonical import SAFE_INTEGER_MAX
 from ..ground.arguments import check_instance, check_iterable, check_text_mapping, path_list
 from ..ground.errors import LedgerError
@@ -94,7 +94,7 @@ def load_policy(spec: str | os.PathLike[str]) -> Policy:
 def example_policy() -> Policy:
     """The bundled example policy (``config/budget.example.toml``) as a simulation :class:`Policy`
     named ``example``; for a case's budget use ``BudgetConfig.example()``."""
-    return policy_from_mapping("example", _read_toml(resource_dir("config") / "budget.example.toml"))
+    return policy_from_mapping("example", read_toml(resource_dir("config") / "budget.example.toml"))
 
 
 def varied_keys() -> list[str]:

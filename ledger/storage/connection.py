@@ -27,8 +27,8 @@ from ..ground.canonical import ZERO_SHA256
 from ..ground.clock import utc_now
 from ..ground.errors import LedgerError
 from .writer_lock import WriterLock
-from .sqlite_file import (LOCK_SUFFIX, TRANSACTION_CONTROL, WAL_RESTART_BYTES, EventRow, HelperRow, _connect,
-                          _connect_uri, _immutable_snapshot, _probe, _wal_bytes, file_uri, readable_uri,
+from .sqlite_file import (LOCK_SUFFIX, TRANSACTION_CONTROL, WAL_RESTART_BYTES, EventRow, HelperRow, connect_path,
+                          connect_uri, immutable_snapshot, probe_file, wal_bytes, file_uri, readable_uri,
                           SQLITE_ERRORS, sqlite_error, translate_sqlite_errors)
 from ..ground.paths import os_error
 
@@ -124,7 +124,7 @@ class Storage:
         The caller runs :meth:`apply_migrations` and its first append in one
         :meth:`write`, so an interrupted ``init`` leaves no half-made case.
         """
-        conn = _connect(path, "rwc")
+        conn = connect_path(path, "rwc")
         with translate_sqlite_errors():
             conn.execute("PRAGMA journal_mode = WAL").fetchall()
         return cls(conn, path, settings)
@@ -136,11 +136,11 @@ class Storage:
         On a read-only location the ledger opens as an immutable snapshot
         (:func:`readable_uri`): reads work, writes are ``STORAGE_ERROR``.
         """
-        conn = _connect(path, "rw")
+        conn = connect_path(path, "rw")
         try:
-            if _immutable_snapshot(path):
+            if immutable_snapshot(path):
                 raise LedgerError(E.STORAGE_ERROR, f"{path} is on a read-only location")
-            _probe(conn)
+            probe_file(conn)
         except LedgerError as exc:
             conn.close()
             if exc.code != E.STORAGE_ERROR:
@@ -148,7 +148,7 @@ class Storage:
             uri, immutable = readable_uri(path)
             if not immutable:
                 raise
-            conn = _connect_uri(uri)
+            conn = connect_uri(uri)
             storage = cls(conn, path, settings)
             storage.read_only = True
             try:
@@ -281,7 +281,7 @@ class Storage:
         busy, log_frames, done = self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
         if not busy and log_frames <= 0:
             return None
-        return (f"the write-ahead log {self.path}-wal was not emptied ({_wal_bytes(self.path)} bytes, "
+        return (f"the write-ahead log {self.path}-wal was not emptied ({wal_bytes(self.path)} bytes, "
                 f"{max(done, 0)} of {max(log_frames, 0)} pages copied): another connection is reading an older "
                 "snapshot; it stays until a later close after that reader ends")
 
@@ -356,7 +356,7 @@ class Storage:
         returns at once); once all is copied and no reader holds an old snapshot, the next write
         starts the log over and ``journal_size_limit`` shrinks the file back."""
         self._commits = (self._commits + 1) % 16
-        if self._commits == 1 and _wal_bytes(self.path) > WAL_RESTART_BYTES:
+        if self._commits == 1 and wal_bytes(self.path) > WAL_RESTART_BYTES:
             self._fault("checkpoint")
             self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
 

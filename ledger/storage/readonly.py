@@ -16,7 +16,7 @@ from typing import Any, Iterator
 from ..ground import errors as E
 from .sqlfiles import statement
 from ..ground.errors import LedgerError
-from .sqlite_file import _connect_uri, log_files_exist, readable_uri, release_log, translate_sqlite_errors
+from .sqlite_file import connect_uri, log_files_exist, readable_uri, release_log, translate_sqlite_errors
 
 
 @contextmanager
@@ -54,7 +54,7 @@ def open_readonly(path: Path) -> sqlite3.Connection:
     Of the pragmas only the schema-reading ones of :data:`READ_ONLY_PRAGMAS` are allowed
     (as ``SELECT * FROM pragma_table_info('events')`` or ``PRAGMA table_info(events)``).
     """
-    conn = _connect_uri(readable_uri(path)[0])
+    conn = connect_uri(readable_uri(path)[0])
     with translate_sqlite_errors():
         conn.execute("PRAGMA query_only = ON")
 

@@ -131,14 +131,14 @@ TRANSACTION_CONTROL: dict[str, Any] = (
     {"autocommit": sqlite3.LEGACY_TRANSACTION_CONTROL} if hasattr(sqlite3, "LEGACY_TRANSACTION_CONTROL") else {})
 
 
-def _connect_uri(uri: str) -> sqlite3.Connection:
+def connect_uri(uri: str) -> sqlite3.Connection:
     with translate_sqlite_errors():
         return sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False, **TRANSACTION_CONTROL)
 
 
-def _connect(path: Path, mode: str) -> sqlite3.Connection:
+def connect_path(path: Path, mode: str) -> sqlite3.Connection:
     check_ledger_path(path)
-    return _connect_uri(file_uri(path, mode))
+    return connect_uri(file_uri(path, mode))
 
 
 def release_log(path: Path) -> None:
@@ -147,7 +147,7 @@ def release_log(path: Path) -> None:
     log into the file and removes both (docs/files.md). With another connection still open they are
     left to it; a ledger that cannot be opened for writing keeps them (nothing is reported)."""
     try:
-        conn = _connect(path, "rw")
+        conn = connect_path(path, "rw")
     except LedgerError:
         return
     try:
@@ -161,7 +161,7 @@ def release_log(path: Path) -> None:
 def open_snapshot(path: Path) -> sqlite3.Connection:
     """A read-only connection to the ledger ``path`` inside one read transaction, so that every read sees
     the same snapshot (verify's second look at a ledger a writer may have moved on); close it when done."""
-    conn = _connect_uri(readable_uri(path)[0])
+    conn = connect_uri(readable_uri(path)[0])
     try:
         with translate_sqlite_errors():
             conn.execute("BEGIN")
@@ -176,13 +176,13 @@ def log_files_exist(path: Path) -> bool:
     return any(os.path.exists(f"{path}{suffix}") for suffix in ("-wal", "-shm"))
 
 
-def _probe(conn: sqlite3.Connection) -> None:
+def probe_file(conn: sqlite3.Connection) -> None:
     """One read, so that a file SQLite cannot open or map fails here (``STORAGE_ERROR``)."""
     with translate_sqlite_errors():
         conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
 
 
-def _wal_bytes(path: Path) -> int:
+def wal_bytes(path: Path) -> int:
     """Size of the ledger's ``-wal`` file (0 when there is none)."""
     try:
         return os.stat(str(path) + "-wal").st_size
@@ -205,7 +205,7 @@ def _on_read_only_mount(path: Path) -> bool:
         return False
 
 
-def _immutable_snapshot(path: Path) -> bool:
+def immutable_snapshot(path: Path) -> bool:
     """True for a ledger file on a read-only mount with no ``-wal`` content: read it with
     ``immutable=1`` whatever ``-shm`` or lock files lie beside it (nothing is written there)."""
     return _on_read_only_mount(path) and path.is_file() and _wal_is_empty(path)
@@ -230,11 +230,11 @@ def readable_uri(path: Path) -> tuple[str, bool]:
     immutable read of a changing file would look like tampering.
     """
     uri = file_uri(path, "ro")
-    if _immutable_snapshot(path):
+    if immutable_snapshot(path):
         return uri + "&immutable=1", True
-    probe = _connect(path, "ro")
+    probe = connect_path(path, "ro")
     try:
-        _probe(probe)
+        probe_file(probe)
         return uri, False
     except LedgerError as exc:
         if exc.code != E.STORAGE_ERROR or not path.is_file() or not _wal_is_empty(path):
