@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from ledger import BudgetConfig, Case, LedgerError, verify_case
-from ledger.storage.sqlfiles import shipped_schema
 from ledger.ground.errors import INTEGRITY_ERROR, UNKNOWN_HYPOTHESIS
 
 from conftest import downgrade_ledger, start_case

@@ -8,37 +8,21 @@ step names another) must have afterwards. Cases use the example policy
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import os
-import shutil
-import sqlite3
-import threading
-from pathlib import Path
 
 import pytest
 from hypothesis import given, strategies as st
 from click.testing import CliRunner
 
-from ledger import BudgetConfig, Case, LedgerError, read_only_query, AnalysisConfig, export_case, import_tree, verify_case
-from ledger.services.case import read_only_rows
+from ledger import BudgetConfig, Case, LedgerError, AnalysisConfig
 from ledger.ground.errors import (ACCOUNT_TERMINAL, ACTION_CLOSED, ACTION_PENDING, BUDGET_POLICY_CHANGED,
     CASE_STATE, INVALID_ID, INVALID_JSON, INVALID_SCORE, LIMIT_REACHED, NOT_INITIALIZED, OPERATION_CONFLICT,
     REASON_REQUIRED, RESULT_MISSING, SOURCE_REF_INVALID, UNKNOWN_ACTION, UNKNOWN_HYPOTHESIS, INVALID_ARGUMENT,
-    CONFIG_INVALID, INTEGRITY_ERROR, STORAGE_ERROR)
+    CONFIG_INVALID)
 
 
-from ledger import BudgetConfig, Case, LedgerError
-from ledger.ground.errors import (ACCOUNT_TERMINAL, ACTION_CLOSED, ACTION_PENDING, BUDGET_POLICY_CHANGED,
-                           CASE_STATE, CONFIG_INVALID, INVALID_ID, INVALID_JSON, INVALID_SCORE,
-                           LIMIT_REACHED, NOT_INITIALIZED, OPERATION_CONFLICT, REASON_REQUIRED,
-                           RESULT_MISSING, SOURCE_REF_INVALID, UNKNOWN_ACTION, UNKNOWN_HYPOTHESIS)
 from ledger.rules import reward_units
-from conftest import EXAMPLE_BUDGET, logical_dump, make_package, start_case, run_cli
+from conftest import EXAMPLE_BUDGET, logical_dump, make_package, start_case
 from ledger_cli.main import main as cli_main
-from ledger.ground.canonical import canonical_bytes
-from ledger.package_tools.journal import apply_journal
 R, D, F, X = "source.read_context", "database.lookup", "source.find_text", "research.lookup"
 
 

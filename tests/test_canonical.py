@@ -144,26 +144,6 @@ import rfc8785  # noqa: E402
 
 from ledger.ground.canonical import _plain  # noqa: E402
 import json
-import subprocess
-import sys
-from pathlib import Path
-from click.testing import CliRunner
-from ledger import Case, LedgerError, read_only_query
-from ledger.services.case import read_only_rows
-from ledger.ground.errors import INVALID_ARGUMENT, NOT_INITIALIZED
-from ledger_cli.main import main as cli_main
-from conftest import EXAMPLE_BUDGET
-import os
-import shutil
-import sqlite3
-import threading
-from ledger import AnalysisConfig, BudgetConfig, Case, LedgerError
-from ledger.ground.canonical import canonical_bytes
-from ledger.ground.errors import (CONFIG_INVALID, INTEGRITY_ERROR, INVALID_ARGUMENT, INVALID_JSON, LIMIT_REACHED,
-                           SOURCE_REF_INVALID, STORAGE_ERROR)
-from ledger import export_case, import_tree, verify_case
-from ledger.package_tools.journal import apply_journal
-from conftest import make_package, run_cli, start_case
 #: Strings that exercise RFC 8785's string rules: every control character, quote, backslash,
 #: DEL, the line separators, characters outside the BMP and lone surrogates.
 EDGE_TEXT = st.text(alphabet=st.one_of(

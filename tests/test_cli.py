@@ -9,11 +9,6 @@ import re
 import shutil
 import subprocess
 import sys
-import builtins
-import sqlite3
-import threading
-import time
-import warnings
 import os
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -21,19 +16,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import ledger.storage.writer_lock as lock_module
-import ledger.storage.connection as storage_module
 from ledger.ground.clock import format_utc
 from conftest import EXAMPLE_BUDGET, logical_dump, make_package, run_cli, REPO, start_case
-from ledger import Case, LedgerError, read_only_query, BudgetConfig, CheckpointWarning, export_case, verify_case, AnalysisConfig, import_tree
-from ledger.services.case import read_only_rows
-from ledger.ground.errors import (INVALID_ARGUMENT, NOT_INITIALIZED, CONFIG_INVALID, INTEGRITY_ERROR, INVALID_JSON,
-    LIMIT_REACHED, SOURCE_REF_INVALID, STORAGE_ERROR)
 from ledger_cli.main import main as cli_main
-from ledger.storage.writer_lock import WriterLock
-from ledger.ground.config import AnalysisConfig
-from ledger.ground.canonical import canonical_bytes
-from ledger.package_tools.journal import apply_journal
 
 def ok(*args: str, **kwargs) -> str:
     done = run_cli(*args, **kwargs)

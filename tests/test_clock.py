@@ -2,33 +2,17 @@
 
 from __future__ import annotations
 
-import builtins
 import json
-import sqlite3
-import subprocess
-import sys
-import threading
-import time
-import warnings
-import os
-import shutil
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
 import pytest
 
-import ledger.storage.writer_lock as lock_module
-import ledger.storage.connection as storage_module
-from ledger import (BudgetConfig, Case, CheckpointWarning, LedgerError, export_case, verify_case, AnalysisConfig,
+from ledger import (BudgetConfig, Case, LedgerError, export_case, AnalysisConfig,
     import_tree)
-from ledger.storage.writer_lock import WriterLock
 from ledger.ground.clock import format_utc
-from ledger.ground.config import AnalysisConfig
-from ledger.ground.errors import (CONFIG_INVALID, INVALID_ARGUMENT, INTEGRITY_ERROR, INVALID_JSON, LIMIT_REACHED,
-    SOURCE_REF_INVALID, STORAGE_ERROR)
-from conftest import EXAMPLE_BUDGET, REPO, make_package, run_cli, start_case
-from ledger.ground.canonical import canonical_bytes
-from ledger.package_tools.journal import apply_journal
+
+from ledger.ground.errors import (CONFIG_INVALID, INVALID_ARGUMENT)
+from conftest import EXAMPLE_BUDGET, run_cli, start_case
 
 
 def generation(case: Case) -> int:

@@ -17,30 +17,15 @@ import sqlite3
 import tempfile
 import time
 import traceback
-import builtins
-import json
-import subprocess
-import sys
 import threading
-import warnings
-import shutil
 from pathlib import Path
-from datetime import datetime, timedelta, timezone
 
 import pytest
 
-import ledger.storage.writer_lock as lock_module
-import ledger.storage.connection as storage_module
-from conftest import EXAMPLE_BUDGET, logical_dump, make_package, run_cli, start_case, REPO
-from ledger import (AnalysisConfig, BudgetConfig, Case, LedgerError, verify_case, CheckpointWarning, export_case,
-    import_tree)
-from ledger.storage.writer_lock import WriterLock
-from ledger.ground.clock import format_utc
+from conftest import EXAMPLE_BUDGET, logical_dump, make_package, run_cli, start_case
+from ledger import (AnalysisConfig, BudgetConfig, Case, LedgerError, verify_case, export_case)
 from ledger.ground.config import AnalysisConfig
-from ledger.ground.errors import (CONFIG_INVALID, INVALID_ARGUMENT, INTEGRITY_ERROR, INVALID_JSON, LIMIT_REACHED,
-    SOURCE_REF_INVALID, STORAGE_ERROR)
-from ledger.ground.canonical import canonical_bytes
-from ledger.package_tools.journal import apply_journal
+from ledger.ground.errors import (INVALID_ARGUMENT)
 LEDGER = "ledger.sqlite"
 SPAWN = multiprocessing.get_context("spawn")
 #: Upper bound for anything a child process does, so a hang fails instead of blocking CI.

@@ -2,27 +2,16 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import os
-import shutil
-import sqlite3
-import threading
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from ledger import AnalysisConfig, BudgetConfig, Case, LedgerError, read_only_query, export_case, import_tree, verify_case
-from ledger.services.case import read_only_rows
+from ledger import AnalysisConfig, BudgetConfig, LedgerError
 from ledger.ground.config import DEFAULT_POLICY
-from ledger.ground.errors import (CONFIG_INVALID, LedgerError, INVALID_ARGUMENT, NOT_INITIALIZED, INTEGRITY_ERROR,
-    INVALID_JSON, LIMIT_REACHED, SOURCE_REF_INVALID, STORAGE_ERROR)
-from conftest import EXAMPLE_BUDGET, REPO, make_package, run_cli, start_case
+from ledger.ground.errors import (CONFIG_INVALID, INVALID_ARGUMENT)
+from conftest import EXAMPLE_BUDGET, REPO, run_cli
 from ledger_cli.main import main as cli_main
-from ledger.ground.canonical import canonical_bytes
-from ledger.package_tools.journal import apply_journal
 
 def write(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "budget.local.toml"

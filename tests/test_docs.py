@@ -11,13 +11,11 @@ from pathlib import Path
 import click
 import sqlite_utils
 import pytest
-from click.testing import CliRunner
 
-from ledger.ground.errors import ALL_CODES, CLI_ONLY_CODES, INVALID_ARGUMENT, NOT_INITIALIZED
-from ledger_cli.main import main, main as cli_main
-from conftest import REPO, EXAMPLE_BUDGET
-from ledger import Case, LedgerError, read_only_query
-from ledger.services.case import read_only_rows
+from ledger.ground.errors import ALL_CODES, CLI_ONLY_CODES
+from ledger_cli.main import main
+from conftest import REPO
+from ledger import Case, read_only_query
 README = (REPO / "README.md").read_text(encoding="utf-8")
 DOCS = REPO / "docs"
 

@@ -17,30 +17,19 @@ from pathlib import Path
 
 import click
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
-from click.testing import CliRunner
 
 from ledger import AnalysisConfig, BudgetConfig, Case, LedgerError, export_case, import_tree, verify_case
 from ledger.storage.sqlfiles import migrations
 from ledger.ground.errors import (INTEGRITY_ERROR, INVALID_ARGUMENT, LIMIT_REACHED, NO_RESERVATION,
     OPERATION_CONFLICT, REPLY_MISMATCH, ROUTER_REFUSED, STALE_GENERATION)
 from ledger.package_tools.journal import apply_journal
-from ledger.router.reference import split_lines, Router
-
-
-from ledger import (AnalysisConfig, BudgetConfig, BudgetManager, Case, EvidenceStore, LedgerError, ScopeManager,
-                    export_case, import_tree, verify_case)
-from ledger.storage.sqlfiles import migrations
-from ledger.ground.errors import (INTEGRITY_ERROR, INVALID_ARGUMENT, LIMIT_REACHED, NO_RESERVATION, OPERATION_CONFLICT,
-                           REPLY_MISMATCH, ROUTER_REFUSED, STALE_GENERATION)
-from ledger.package_tools.journal import apply_journal
-from ledger.model.operations import OPERATIONS
 from ledger.router.reference import split_lines
+
+
+from ledger import BudgetManager, EvidenceStore, ScopeManager
+from ledger.model.operations import OPERATIONS
 from ledger_cli.main import main as cli_main
 from conftest import EXAMPLE_BUDGET, REPO, start_case
-from ledger.router import reference as router_module
-from ledger.router.check import recheck, self_consistent
-from ledger.rules import evidence as rules
 APP = "sources/app.py"
 
 

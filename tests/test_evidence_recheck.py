@@ -7,12 +7,10 @@ import copy
 from unittest import mock
 import hashlib
 import os
-import signal
 import sqlite3
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest

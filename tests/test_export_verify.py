@@ -6,44 +6,22 @@ import json
 import os
 import shutil
 import sqlite3
-import subprocess
-import sys
-import tempfile
-import threading
 from pathlib import Path
-from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from ledger import (Case, LedgerError, export_case, import_tree, verify_case, AnalysisConfig, read_only_query,
+from ledger import (Case, LedgerError, export_case, import_tree, verify_case, read_only_query,
     BudgetConfig)
 from ledger.ground.canonical import canonical_bytes, sha256_hex
-from ledger.ground.errors import (CASE_EXISTS, INTEGRITY_ERROR, INVALID_ARGUMENT, LEDGER_MISSING, CONFIG_INVALID,
-    INVALID_JSON, LIMIT_REACHED, SOURCE_REF_INVALID, STORAGE_ERROR)
+from ledger.ground.errors import (CASE_EXISTS, INTEGRITY_ERROR, INVALID_ARGUMENT, LEDGER_MISSING, STORAGE_ERROR)
 from conftest import deny_reading, logical_dump, run_cli, make_package, start_case
-from ledger.package_tools import importer
-from ledger.ground.clock import format_utc
-from ledger.storage.readonly import readonly_query
-from ledger.package_tools.journal import apply_journal
 
 
-from ledger import Case, LedgerError
-from ledger.ground.canonical import canonical_bytes, sha256_hex
-from ledger.ground.errors import CASE_EXISTS, INTEGRITY_ERROR, INVALID_ARGUMENT, LEDGER_MISSING
 
 
-from ledger import Case, LedgerError, read_only_query
-from ledger.ground.canonical import canonical_bytes, sha256_hex
-from ledger.ground.errors import CASE_EXISTS, INTEGRITY_ERROR, INVALID_ARGUMENT, LEDGER_MISSING
 
 
-from ledger import BudgetConfig, Case, LedgerError
-from ledger.ground.canonical import canonical_bytes, sha256_hex
-from ledger.ground.errors import CASE_EXISTS, INTEGRITY_ERROR, INVALID_ARGUMENT, LEDGER_MISSING
-from ledger import export_case, import_tree, verify_case
 
-from conftest import logical_dump, run_cli
-from conftest import logical_dump, make_package, start_case
 
 
 @pytest.fixture

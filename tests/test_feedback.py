@@ -10,21 +10,16 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
 from click.testing import CliRunner
 
 from ledger import AnalysisConfig, BudgetConfig, Case, LedgerError, export_case, import_tree, verify_case
 from ledger.ground.errors import (CASE_STATE, FEEDBACK_NOT_CONFIRMED, INTEGRITY_ERROR, INVALID_ARGUMENT,
-    INVALID_ID, LIMIT_REACHED, NO_RESERVATION, OPERATION_CONFLICT, REPLY_MISMATCH, ROUTER_REFUSED)
+    INVALID_ID, LIMIT_REACHED, NO_RESERVATION, OPERATION_CONFLICT)
 from ledger.storage.sqlfiles import migrations
 from ledger.package_tools.journal import apply_journal
 from ledger_cli.main import main as cli_main
 from conftest import EXAMPLE_BUDGET, start_case
-from ledger.router import reference as router_module
-from ledger.router.reference import Router
-from ledger.router.check import recheck, self_consistent
-from ledger.rules import evidence as rules
-from test_evidence import APP, case, read  # noqa: F401
+from test_evidence import APP, read
 PASSED = {"status": "passed", "details": {"log": "2 tests passed"}}
 LOG = "collected 2 items\n2 passed\n"
 PNG = bytes(range(256))

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import re
 import shutil
 import sqlite3
@@ -16,7 +15,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import duckdb
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest

@@ -56,14 +56,13 @@ from ledger.package_tools.export import export_count
 from ledger.package_tools.journal import first_at, open_for_journal, read_lines
 from ledger.package_tools.manifest import read_manifest
 from ledger.simulation.simulator import parse_vary
-from ledger import ALL_CODES, AnalysisConfig, BudgetConfig, Case, LedgerError, export_case, import_tree, verify_case, read_only_query
-from ledger.services.case import read_only_rows
+from ledger import ALL_CODES, AnalysisConfig, BudgetConfig, Case, LedgerError, export_case, import_tree, verify_case
 from ledger.ground.config import DEFAULT_LIMITS, DEFAULT_POLICY
 from ledger.package_tools.journal import OPERATIONS, apply_journal
 from ledger_cli.main import main as cli_main
 from conftest import (FUZZ_SUMMARY, EXAMPLE_BUDGET, TORTURE_SCALE, logical_dump, make_package, run_cli, start_case,
     torture_run)
-from ledger.ground.errors import INVALID_ARGUMENT, NOT_INITIALIZED
+from ledger.ground.errors import INVALID_ARGUMENT
 # --- bookkeeping: examples tried per category ---------------------------------------------
 
 COUNTS: collections.Counter[str] = collections.Counter()

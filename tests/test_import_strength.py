@@ -13,32 +13,20 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import threading
-import hashlib
 from pathlib import Path
 from typing import Any, Callable
 from datetime import datetime, timedelta, timezone
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
-from click.testing import CliRunner
 
-from ledger import (AnalysisConfig, BudgetConfig, Case, LedgerError, export_case, import_tree, verify_case,
-    read_only_query)
+from ledger import (AnalysisConfig, BudgetConfig, Case, LedgerError, export_case, import_tree, verify_case)
 from ledger.ground.canonical import canonical_bytes, canonical_event_bytes, sha256_hex
-from ledger.ground.errors import (INTEGRITY_ERROR, REPLY_MISMATCH, ROUTER_REFUSED, CONFIG_INVALID,
-    INVALID_ARGUMENT, INVALID_JSON, LIMIT_REACHED, SOURCE_REF_INVALID, STORAGE_ERROR)
+from ledger.ground.errors import (INTEGRITY_ERROR, INVALID_ARGUMENT)
 from conftest import EXAMPLE_BUDGET, make_package, run_cli, start_case
 from ledger.package_tools import importer
 from ledger.ground.clock import format_utc
-from ledger.storage.readonly import readonly_query
-from ledger.package_tools.journal import apply_journal
-from ledger.router import reference as router_module
-from ledger.router.reference import Router
-from ledger.router.check import recheck, self_consistent
-from ledger.rules import evidence as rules
-from ledger_cli.main import main as cli_main
 from test_evidence import APP, case, read  # noqa: F401
 SETTLE_REASON = "points at the bug"
 

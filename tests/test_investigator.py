@@ -17,7 +17,7 @@ from ledger import BudgetConfig, Case, CaseBudget, LedgerError
 from ledger.services.actions import derived_id, failure_reason
 from ledger.ground.errors import INVALID_ID, ROUTER_REFUSED
 
-from conftest import REPO, start_case
+from conftest import REPO
 
 READ = {"path": "sources/app.py", "start_line": 1, "end_line": 2}
 

@@ -5,31 +5,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import builtins
-import sqlite3
-import threading
-import time
-import warnings
-import os
-import shutil
 from pathlib import Path
-from datetime import datetime, timedelta, timezone
 
 import pytest
 from click.testing import CliRunner
 
-import ledger.storage.writer_lock as lock_module
-import ledger.storage.connection as storage_module
-from ledger import Case, LedgerError, read_only_query, BudgetConfig, CheckpointWarning, export_case, verify_case, AnalysisConfig, import_tree
-from ledger.services.case import read_only_rows
-from ledger.ground.errors import (INVALID_ARGUMENT, NOT_INITIALIZED, CONFIG_INVALID, INTEGRITY_ERROR, INVALID_JSON,
-    LIMIT_REACHED, SOURCE_REF_INVALID, STORAGE_ERROR)
+from ledger import Case, LedgerError
+from ledger.ground.errors import (INVALID_ARGUMENT)
 from ledger_cli.main import main as cli_main
-from conftest import EXAMPLE_BUDGET, REPO, make_package, run_cli, start_case
-from ledger.storage.writer_lock import WriterLock
-from ledger.ground.clock import format_utc
-from ledger.ground.config import AnalysisConfig
-from ledger.ground.canonical import canonical_bytes
+from conftest import make_package, run_cli, start_case
 from ledger.package_tools.journal import apply_journal
 
 

@@ -2,29 +2,15 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import os
-import shutil
-import sqlite3
-import threading
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from ledger import AnalysisConfig, Case, LedgerError, read_only_query, BudgetConfig, export_case, import_tree, verify_case
-from ledger.services.case import read_only_rows
+from ledger import AnalysisConfig, Case, LedgerError
 from ledger.ground.clock import format_utc
 from ledger.ground.errors import (ACTION_PENDING, CASE_EXISTS, INVALID_ARGUMENT, INVALID_ID, INVALID_TRANSITION,
-    LEDGER_MISSING, NOT_INITIALIZED, CONFIG_INVALID, INTEGRITY_ERROR, INVALID_JSON, LIMIT_REACHED,
-    SOURCE_REF_INVALID, STORAGE_ERROR)
-from conftest import start_case, EXAMPLE_BUDGET, make_package, run_cli
-from ledger_cli.main import main as cli_main
-from ledger.ground.canonical import canonical_bytes
-from ledger.package_tools.journal import apply_journal
+    LEDGER_MISSING)
+from conftest import start_case, run_cli
 
 def test_create_records_the_genesis_event_and_a_uuid4_package_id(package):
     with Case.create(package, "BUG-20") as case:

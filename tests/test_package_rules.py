@@ -6,22 +6,16 @@ from __future__ import annotations
 import os
 import shutil
 import hashlib
-import json
-import sqlite3
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 
-from ledger import Case, LedgerError, export_case, import_tree, verify_case, AnalysisConfig, BudgetConfig
-from ledger.ground.errors import (INTEGRITY_ERROR, INVALID_ARGUMENT, SOURCE_REF_INVALID, CONFIG_INVALID,
-    INVALID_JSON, LIMIT_REACHED, STORAGE_ERROR)
+from ledger import Case, LedgerError, export_case, import_tree, verify_case, BudgetConfig
+from ledger.ground.errors import (INTEGRITY_ERROR, INVALID_ARGUMENT, SOURCE_REF_INVALID, CONFIG_INVALID)
 from ledger.model.package import printable_name
-from conftest import make_package, run_cli, start_case
-from ledger.ground.canonical import canonical_bytes
-from ledger.package_tools.journal import apply_journal
+from conftest import make_package, run_cli
 CONTENT = "analysis/evidence/content"
 
 

@@ -18,27 +18,20 @@ import shutil
 import sqlite3
 import tempfile
 import builtins
-import subprocess
-import sys
 import threading
 import time
-import warnings
 from pathlib import Path
-from datetime import datetime, timedelta, timezone
 
 import pytest
 
 import ledger.package_tools.atomic_files as files_module
 import ledger.package_tools.export as export_module
 import ledger.storage.writer_lock as lock_module
-import ledger.storage.connection as storage_module
-from ledger import AnalysisConfig, BudgetConfig, Case, LedgerError, export_case, verify_case, CheckpointWarning
-from ledger.ground.errors import (ALL_CODES, INTEGRITY_ERROR, LEDGER_BUSY, STORAGE_ERROR, CONFIG_INVALID,
-    INVALID_ARGUMENT)
+from ledger import AnalysisConfig, BudgetConfig, Case, LedgerError, export_case, verify_case
+from ledger.ground.errors import (ALL_CODES, INTEGRITY_ERROR, LEDGER_BUSY, STORAGE_ERROR)
 from ledger.storage.connection import Storage
-from conftest import EXAMPLE_BUDGET, logical_dump, make_package, REPO, run_cli, start_case
+from conftest import EXAMPLE_BUDGET, logical_dump, make_package, start_case
 from ledger.storage.writer_lock import WriterLock
-from ledger.ground.clock import format_utc
 from ledger.ground.config import AnalysisConfig
 SPAWN = multiprocessing.get_context("spawn")
 AT = "2022-01-01T00:00:00Z"

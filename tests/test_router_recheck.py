@@ -3,22 +3,17 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import sqlite3
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
-from click.testing import CliRunner
 
 from ledger import Case, LedgerError, export_case, import_tree, verify_case
 from ledger.ground.errors import INTEGRITY_ERROR, REPLY_MISMATCH, ROUTER_REFUSED
-from ledger.package_tools.journal import apply_journal
 from ledger.router import reference as router_module
 from ledger.router.reference import Router
 from ledger.router.check import recheck, self_consistent
 from ledger.rules import evidence as rules
-from ledger_cli.main import main as cli_main
 from test_evidence import APP, case, read  # noqa: F401
 
 

@@ -15,24 +15,17 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from ledger import BudgetConfig, Case, LedgerError, apply_journal, export_case, import_tree, verify_case, read_only_query
-from ledger.services.case import read_only_rows
+from ledger import BudgetConfig, Case, LedgerError, apply_journal, export_case, import_tree, verify_case
 from ledger.ground.errors import (ACCOUNT_TERMINAL, AUTHORITY_DENIED, INVALID_ARGUMENT, INVALID_CAPABILITY,
     LIMIT_EXCEEDED, NOT_INITIALIZED)
 from ledger.package_tools.replay import PackageSource, Replayer
 
 
-from ledger import AnalysisConfig, BudgetConfig, Case, LedgerError, apply_journal, export_case, import_tree, verify_case
-from ledger.ground.errors import (ACCOUNT_TERMINAL, AUTHORITY_DENIED, INVALID_ARGUMENT, INVALID_CAPABILITY,
-                           INSUFFICIENT_BUDGET, LIMIT_EXCEEDED, LIMIT_REACHED,
-                           NOT_INITIALIZED)
-from ledger.package_tools.replay import PackageSource, Replayer
+from ledger import AnalysisConfig
+from ledger.ground.errors import INSUFFICIENT_BUDGET, LIMIT_REACHED
 
 
-from ledger import BudgetConfig, Case, LedgerError, apply_journal, export_case, import_tree, verify_case
-from ledger.ground.errors import (ACCOUNT_TERMINAL, AUTHORITY_DENIED, INVALID_ARGUMENT, INVALID_CAPABILITY, INVALID_ID,
-                           LIMIT_EXCEEDED, NOT_INITIALIZED)
-from ledger.package_tools.replay import PackageSource, Replayer
+from ledger.ground.errors import INVALID_ID
 from ledger.rules import scopes as scope_rules
 from ledger_cli.main import main as cli_main
 from conftest import REPO, logical_dump, make_package, start_case, EXAMPLE_BUDGET

@@ -11,20 +11,16 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ledger import AnalysisConfig, Case, LedgerError, MemoryCase, apply_journal, example_policy, simulate, vary, read_only_query
+from ledger import AnalysisConfig, Case, LedgerError, MemoryCase, apply_journal, example_policy, simulate, vary
 from ledger.simulation.simulator import parse_vary
-from ledger.services.case import read_only_rows
 from ledger.simulation.simulator import Policy, parse_journal, policy_from_mapping, replay_run
 from ledger_cli.main import main, main as cli_main
-from ledger.ground.errors import INVALID_ARGUMENT, NOT_INITIALIZED
+from ledger.ground.errors import INVALID_ARGUMENT
 from conftest import EXAMPLE_BUDGET
 
 
-from ledger import AnalysisConfig, Case, LedgerError, MemoryCase, apply_journal, example_policy, plot_tradeoff, simulate, vary
+from ledger import plot_tradeoff
 from ledger.package_tools.journal import first_at as journal_first_at
-from ledger.simulation.simulator import parse_vary
-from ledger.simulation.simulator import Policy, parse_journal, policy_from_mapping, replay_run
-from ledger_cli.main import main
 
 DATA = Path(__file__).parent / "data" / "trajectories"
 OUTCOMES = DATA / "outcomes.csv"

@@ -9,30 +9,19 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
-import builtins
 import time
 import warnings
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
-import ledger.storage.writer_lock as lock_module
 import ledger.storage.connection as storage_module
-from ledger import (Case, LedgerError, AnalysisConfig, export_case, import_tree, read_only_query, verify_case,
+from ledger import (Case, LedgerError, export_case, read_only_query, verify_case,
     BudgetConfig, CheckpointWarning)
-from ledger.ground.errors import (INTEGRITY_ERROR, SCHEMA_VERSION, CONFIG_INVALID, INVALID_ARGUMENT, INVALID_JSON,
-    LIMIT_REACHED, SOURCE_REF_INVALID, STORAGE_ERROR)
+from ledger.ground.errors import (INTEGRITY_ERROR, SCHEMA_VERSION, INVALID_ARGUMENT, STORAGE_ERROR)
 from ledger.storage.sqlfiles import schema_version, split_statements
-from conftest import logical_dump, run_cli, EXAMPLE_BUDGET, REPO, make_package, start_case
-from ledger.package_tools import importer
-from ledger.ground.clock import format_utc
+from conftest import logical_dump, run_cli, EXAMPLE_BUDGET, start_case
 from ledger.storage.readonly import readonly_query
-from ledger.storage.writer_lock import WriterLock
-from ledger.ground.config import AnalysisConfig
-from ledger.ground.canonical import canonical_bytes
-from ledger.package_tools.journal import apply_journal
 LEDGER_TABLES = ("events", "contents", "evidence_records", "case_identity", "lifecycle", "revisions",
                  "hypotheses", "policies", "accounts", "grants", "reservations", "results",
                  "result_sources", "closings", "terminations", "schema_migrations")

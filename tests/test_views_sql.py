@@ -11,24 +11,17 @@ import re
 import shutil
 import sqlite3
 import json
-import subprocess
-import sys
-import os
-import threading
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from ledger import Case, LedgerError, read_only_query, verify_case, AnalysisConfig, BudgetConfig, export_case, import_tree
+from ledger import Case, LedgerError, read_only_query, verify_case
 from ledger.services.case import read_only_rows
 from ledger.storage.sqlfiles import migrations, shipped_schema
-from ledger.ground.errors import (INVALID_ARGUMENT, NOT_INITIALIZED, CONFIG_INVALID, INTEGRITY_ERROR, INVALID_JSON,
-    LIMIT_REACHED, SOURCE_REF_INVALID, STORAGE_ERROR)
+from ledger.ground.errors import (INVALID_ARGUMENT)
 from ledger_cli.main import main as cli_main
-from conftest import downgrade_ledger, EXAMPLE_BUDGET, make_package, run_cli, start_case
-from ledger.ground.canonical import canonical_bytes
-from ledger.package_tools.journal import apply_journal
+from conftest import downgrade_ledger, run_cli
 INTEGER_COLUMNS = {
     "balances": {"revision", "initial_units", "granted_units", "spent_units", "rewarded_units", "remaining_units",
                  "low_information_streak", "settled_actions", "failed_actions"},

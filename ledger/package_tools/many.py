@@ -23,7 +23,7 @@ from ..ground.workers import worker_context
 from ..model.package import LEDGER_FILE
 from ..services.case import Case
 from .export import export_case
-from .verify import VerifyReport, verify_case
+from .verify import verify_case
 
 #: One case's outcome, as each worker sends it back (plain data, so it crosses processes).
 Outcome = dict[str, Any]
