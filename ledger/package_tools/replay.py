@@ -141,13 +141,14 @@ class Replayer:
         sha = sha256_hex(data)
         floors = self.view.account_floors(body["revision"]) if draft.stream == "budget" else None
         money = money_rows(body, self.view.money_consumed) if draft.stream == "budget" else []
-        stream_seq = self.view.apply(body, sha, draft.stream, draft.operation_key, draft.contents)
+        request_sha = sha256_hex(canonical_bytes(draft.request)) if draft.operation_key else None
+        stream_seq = self.view.apply(body, sha, draft.stream, draft.operation_key, draft.contents,
+                                     request_sha256=request_sha)
         if self.sink is not None:
             row = EventRow(seq=seq, type=draft.type, revision=draft.revision, stream=stored_stream(draft.stream),
                            stream_seq=stream_seq, created_at=created_at, sha256=sha,
                            parent_sha256=self.previous_sha, operation_key=draft.operation_key,
-                           request_sha256=sha256_hex(canonical_bytes(draft.request)) if draft.operation_key else None,
-                           body=data)
+                           request_sha256=request_sha, body=data)
             rows = helper_rows(body, draft) + (floor_rows(body, floors) if floors is not None else []) + money
             self.sink(row, rows, draft.contents)
         self.previous_sha = sha

@@ -405,8 +405,10 @@ def _check_export(root: Path, conn: sqlite3.Connection, head: tuple[int, str]) -
     checked = 0
     if manifest is not None:
         check_manifest(manifest, conn, head[0])
-    known = {event_path(*row) for row in conn.execute(export_statement(conn, "event_addresses"))}
     files = export_tree_files(root)
+    if manifest is None and not files:
+        return 0, None  # never exported: no file to compare, none can be missing (the loops below find nothing)
+    known = {event_path(*row) for row in conn.execute(export_statement(conn, "event_addresses"))}
     for relative in files:
         if relative not in known and EVENT_FILE_RE.fullmatch(relative):
             try:
