@@ -144,7 +144,7 @@ def verify(cases: tuple[str, ...], as_json: bool, all_in: bool, jobs: int | None
     with Case.open(case) as opened:
         total = opened.status()["package_generation"]
     with progress_bar(total, "verifying", stream=sys.stderr if fmt else None) as bar:
-        report = verify_case(case, progress=bar.update, strict=strict)
+        report = verify_case(case, progress=bar.update, strict=strict, jobs=None)  # a large case: two cores
     summary = [f"ok: {report.events} events, {report.contents} contents, head seq {report.head_seq} "
                f"sha256 {report.head_sha256}", *report.notes()]
     if fmt in (None, "json"):

@@ -61,6 +61,26 @@ SELECT body FROM {schema}.contents WHERE sha256 = :sha256;
 -- name: events_for_verify
 SELECT {columns} FROM {schema}.events ORDER BY seq;
 
+-- name: events_in_range
+-- verify: the stored events with after < seq <= last, what the replay reads of each
+SELECT seq, sha256, body FROM {schema}.events WHERE seq > :after AND seq <= :last ORDER BY seq;
+
+-- name: events_to_fast_forward
+-- verify's second process: what advances the in-memory view over events it does not replay
+-- (seq <= last): each body with its stream (an evidence event's is its export path) and operation key
+SELECT e.seq, e.body, COALESCE(f.path, e.stream), e.operation_key FROM {schema}.events AS e
+LEFT JOIN {schema}.evidence_files AS f ON f.seq = e.seq WHERE e.seq <= :last ORDER BY e.seq;
+
+-- name: events_to_fast_forward_before_evidence
+SELECT seq, body, stream, operation_key FROM {schema}.events WHERE seq <= :last ORDER BY seq;
+
+-- name: contents_to_fast_forward
+SELECT seq, sha256, body FROM {schema}.contents WHERE seq <= :last ORDER BY seq, rowid;
+
+-- name: copy_rows
+-- verify: the second process's replay of the later events, into the scratch ledger after the first's
+INSERT INTO main.{table} SELECT * FROM part.{table};
+
 -- name: newest_event
 SELECT seq, sha256 FROM {schema}.events ORDER BY seq DESC LIMIT 1;
 

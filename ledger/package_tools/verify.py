@@ -17,22 +17,23 @@ import sqlite3
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 from ..ground import errors as E
 from .atomic_files import same_bytes
-from ..storage.sqlfiles import migration_record_problem, queries, schema_version, shipped_schema, statement
+from ..storage.sqlfiles import migration_record_problem, schema_version, shipped_schema, statement
 from ..ground.arguments import check_callback, check_flag
-from ..ground.canonical import sha256_hex
 from ..services.case import Case
 from ..ground.errors import LedgerError, integrity_error as _bad
 from .manifest import check_manifest, export_statement, read_manifest
 from ..model.package import (EVENT_FILE_RE, LEDGER_FILE, MANIFEST_FILE, check_export_tree, check_package_names,
-    content_path, event_path, export_tree_files, input_identity, refuse_own_links)
+    content_path, event_path, export_tree_files, refuse_own_links)
 from ..ground.paths import fs_path
 from .replay import PackageSource, Replayer
+from .verify_range import (ALL_AFTER, ALL_LAST, SecondHalf, _as_bytes, content_reader, copy_second_half,
+    input_identity_of, job_count, merge, plan_split, replay_events, store_derived)
 from ..storage.connection import Storage
-from ..storage.sqlite_file import (EventRow, HelperRow, file_identity, translate_sqlite_errors, log_files_exist, not_utf8,
+from ..storage.sqlite_file import (file_identity, translate_sqlite_errors, log_files_exist, not_utf8,
     release_log)
 
 Progress = Callable[[int], None]
@@ -122,7 +123,7 @@ def _rows_differ(conn: sqlite3.Connection, table: str, order: str) -> tuple[Any,
 
 
 def verify_case(path: str | os.PathLike[str], progress: Progress | None = None, *,
-                strict: bool = False) -> VerifyReport:
+                strict: bool = False, jobs: int | None = 1) -> VerifyReport:
     """Verify the case at ``path`` (docs/files.md); raise ``INTEGRITY_ERROR`` naming the first bad ``seq``.
 
     First SQLite's own check of the file (``PRAGMA quick_check``; the full
@@ -130,10 +131,17 @@ def verify_case(path: str | os.PathLike[str], progress: Progress | None = None, 
     a scratch ledger and compares event bytes, helper rows, public views, exported
     files that exist, and the manifest head (a truncated or rolled-back ledger
     fails). Writes nothing in the package.
+
+    ``jobs``: processes for this one case (an integer >= 1, else ``INVALID_ARGUMENT``; None: the
+    machine's cores). With 2 or more, a ledger of at least 20,000 events has its later events
+    replayed by a second process at the same time (docs/performance.md); the result is the same.
+    That process is started with ``spawn``, which imports the calling script's main module again:
+    a script passing ``jobs`` other than 1 keeps its own work under ``if __name__ == "__main__":``.
     """
     root = fs_path(path, "case path")
     check_callback(progress, "progress")
     check_flag(strict, "strict")
+    jobs = job_count(jobs)
     ledger = root / LEDGER_FILE
     refuse_own_links(root)
     if not ledger.is_file():
@@ -146,8 +154,9 @@ def verify_case(path: str | os.PathLike[str], progress: Progress | None = None, 
         before = file_identity(ledger) if immutable else None
         try:
             with translate_sqlite_errors():  # a damaged file's undecodable text, wherever it is first read
+                split = plan_split(scratch, Path(scratch_dir), jobs)  # before the first read of the ledger's snapshot
                 _sqlite_check(scratch.conn, "integrity_check" if strict else "quick_check")
-                report = _verify_attached(root, scratch, progress)
+                report = _verify_attached(root, scratch, progress, split)
         except LedgerError as exc:
             if immutable and exc.code == E.INTEGRITY_ERROR and file_identity(ledger) != before:
                 raise _changed_under_us(ledger) from None
@@ -188,7 +197,8 @@ def _orig_schema_version(conn: sqlite3.Connection) -> int:
         return conn.execute(statement("schema_version_of", "orig")).fetchone()[0] if has else 0
 
 
-def _verify_attached(root: Path, scratch: Storage, progress: Progress | None) -> VerifyReport:
+def _verify_attached(root: Path, scratch: Storage, progress: Progress | None,
+                     split: tuple[int, int, Path] | None) -> VerifyReport:
     conn = scratch.conn
     version = _orig_schema_version(conn)
     if version > schema_version():
@@ -199,42 +209,37 @@ def _verify_attached(root: Path, scratch: Storage, progress: Progress | None) ->
     if version == 0:
         raise LedgerError(E.LEDGER_MISSING, "the ledger holds no schema (an interrupted init?)")
     _check_own_tables(conn, version)
-
-    def content_of(sha: str) -> bytes | None:
-        row = conn.execute(statement("content_body", "orig"), {"sha256": sha}).fetchone()
-        return None if row is None else _as_bytes(row[0])
-
     derived: list[Any] = []  # what the replay derives, stored into the scratch ledger in bulk
-    package = PackageSource(root, content_of, lambda: _input_identity(root, conn))
-    replayer = Replayer(package,
-                        lambda *item: derived.append(item),
-                        schema_every_event=False)
-    expected = 1
+    package = PackageSource(root, content_reader(conn), lambda: input_identity_of(root, conn))
+    replayer = Replayer(package, lambda *item: derived.append(item), schema_every_event=False)
+    second = None if split is None else SecondHalf(root, root / LEDGER_FILE, split[2], split[0], split[1],
+                                                   replayer.started_at)
     try:
-        cursor = conn.execute(statement("events_for_verify", "orig", columns=", ".join(EVENT_COLUMNS)))
-        while rows := cursor.fetchmany(512):
-            store_derived(scratch, derived)
-            derived.clear()
-            for row in rows:
-                stored = dict(zip(EVENT_COLUMNS, row))
-                if stored["seq"] != expected:
-                    raise _bad(expected, f"event {expected} is missing (next stored seq is {stored['seq']})")
-                data = _as_bytes(stored["body"])
-                if stored["sha256"] != sha256_hex(data):
-                    raise _bad(expected, "stored sha256 does not match the event's bytes (edited event)")
-                replayer.apply(expected, data)
+        expected = replay_events(scratch, replayer, derived, ALL_AFTER, ALL_LAST if second is None else second.after,
+                                 progress)
+        if second is not None:  # the later events: checked by the second process, or else here
+            outcome = second.join(replayer)
+            after = second.after
+            if outcome is not None:
+                merge(replayer, outcome)
+                copy_second_half(conn, [t for t in ("events", "contents", *HELPER_TABLES) if t in _present(conn)])
                 if progress:
-                    progress(1)
+                    progress(outcome["count"])
+                after = expected = second.last
                 expected += 1
+            replay_events(scratch, replayer, derived, after, ALL_LAST, progress, expected=expected)
+    finally:
+        if second is not None:
+            second.close()
+    try:
         head = conn.execute(statement("newest_event", "orig")).fetchone()
     except sqlite3.DatabaseError as exc:
-        raise _bad(expected, f"cannot read the ledger: {exc}") from None
+        raise _bad(replayer.count + 1, f"cannot read the ledger: {exc}") from None
     except UnicodeDecodeError as exc:
-        raise _bad(expected, f"cannot read the ledger: {not_utf8(exc)}") from None
+        raise _bad(replayer.count + 1, f"cannot read the ledger: {not_utf8(exc)}") from None
     if head is None:
         raise _bad(1, "the ledger holds no events")
     replayer.finish()
-    store_derived(scratch, derived)
     _compare_rows(conn)
     exported, manifest_head = _check_export(root, conn, head)
     foreign = _compare_schema(conn, version)
@@ -245,6 +250,11 @@ def _verify_attached(root: Path, scratch: Storage, progress: Progress | None) ->
                         replayer.future_events, replayer.max_lead_ms,
                         _export_state(manifest_head, head[0], exported),
                         [{"path": p, "why": w} for p, w in sorted(package.unchecked.items())])
+
+
+def _present(conn: sqlite3.Connection) -> set[str]:
+    """The tables and views of the scratch ledger (of the ledger's own schema version)."""
+    return {name for name, _sql in conn.execute(statement("schema_objects", "main"))}
 
 
 def _export_state(manifest_head: int | None, head_seq: int, exported_files: int) -> str:
@@ -262,43 +272,6 @@ def _check_own_tables(conn: sqlite3.Connection, version: int) -> None:
         if name in shipped and present.get(name) != shipped[name]:
             raise _bad(None, f"the ledger's {name} is missing or altered (its definition differs from the "
                        "schema's, e.g. an added column)", object=name)
-
-
-def _input_identity(root: Path, conn: sqlite3.Connection) -> str:
-    """The package's input identity now, leaving out what the ledger under check exports."""
-    exported = {event_path(*row) for row in conn.execute(export_statement(conn, "event_addresses", "orig"))}
-    exported |= {content_path(sha) for (sha,) in conn.execute(statement("content_shas", "orig"))}
-    return input_identity(root, exported)
-
-
-def store_derived(scratch: Storage, items: list[tuple[EventRow, list[HelperRow], Mapping[str, bytes]]]) -> None:
-    """What :meth:`Storage.append` stores for each item, in bulk: every events row, then every
-    content row, then the helper rows, each named statement run once with ``executemany`` (in
-    order within a table). Only for the private scratch ledger, which has no triggers."""
-    if not items:
-        return
-    total = scratch.one("content_bytes_total")[0]
-    contents, helpers = [], {}
-    for event, rows, blobs in items:
-        for sha, data in (blobs or {}).items():
-            total += len(data)
-            contents.append({"sha256": sha, "seq": event.seq, "size_bytes": len(data),
-                             "cumulative_bytes": total, "body": data.decode("utf-8")})
-        for name, params in rows:
-            helpers.setdefault(name, []).append(params)
-    events = [{**event.__dict__, "body": event.body.decode("utf-8")} for event, _, _ in items]
-    with translate_sqlite_errors():
-        scratch.conn.executemany(queries()["insert_event"], events)
-        scratch.conn.executemany(queries()["insert_content"], contents)
-        if not scratch.conn.execute(statement("has_account_floors")).fetchone():
-            for name in ("insert_account_floor", "insert_money_total"):  # tables of schema version 7
-                helpers.pop(name, None)
-        for name, params in helpers.items():
-            scratch.conn.executemany(queries()[name], params)
-
-
-def _as_bytes(value: Any) -> bytes:
-    return value if isinstance(value, bytes) else str(value).encode("utf-8", "surrogatepass")
 
 
 def _compare_rows(conn: sqlite3.Connection) -> None:
