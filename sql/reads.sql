@@ -147,6 +147,13 @@ SELECT * FROM (SELECT * FROM orig.{table} EXCEPT SELECT * FROM main.{table})
 UNION ALL SELECT * FROM (SELECT * FROM main.{table} EXCEPT SELECT * FROM orig.{table})
 ORDER BY {order} LIMIT 1;
 
+-- name: view_rows_differ
+-- verify: rows_differ for a view, each side computed once (MATERIALIZED) instead of once per EXCEPT
+WITH o AS MATERIALIZED (SELECT * FROM orig.{table}), m AS MATERIALIZED (SELECT * FROM main.{table})
+SELECT * FROM (SELECT * FROM o EXCEPT SELECT * FROM m)
+UNION ALL SELECT * FROM (SELECT * FROM m EXCEPT SELECT * FROM o)
+ORDER BY {order} LIMIT 1;
+
 -- name: events_since
 -- ledger events: the hash chain after a given seq
 SELECT seq, type, revision, created_at, sha256, parent_sha256{body} FROM events WHERE seq > :since ORDER BY seq;

@@ -116,10 +116,11 @@ class VerifyReport:
         return lines
 
 
-def _rows_differ(conn: sqlite3.Connection, table: str, order: str) -> tuple[Any, ...] | None:
-    """First row (by ``order``) present in only one of main.<table> and orig.<table>."""
+def _rows_differ(conn: sqlite3.Connection, table: str, order: str, query: str = "rows_differ") -> tuple[Any, ...] | None:
+    """First row (by ``order``) present in only one of main.<table> and orig.<table> (``query``:
+    ``view_rows_differ`` for a view, computed once per side)."""
     with translate_sqlite_errors():
-        return conn.execute(statement("rows_differ", table=table, order=order)).fetchone()
+        return conn.execute(statement(query, table=table, order=order)).fetchone()
 
 
 def verify_case(path: str | os.PathLike[str], progress: Progress | None = None, *,
@@ -300,7 +301,7 @@ def _compare_rows(conn: sqlite3.Connection) -> None:
         raise _bad(seq if type(seq) is int else None, message)
     for view in (v for v in PUBLIC_VIEWS if v in present):
         try:
-            differing = _rows_differ(conn, view, "1")
+            differing = _rows_differ(conn, view, "1", "view_rows_differ")
         except LedgerError as exc:
             raise _bad(None, f"view {view} cannot be read: {exc.message}", view=view) from None
         if differing is not None:
