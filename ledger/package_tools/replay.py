@@ -116,8 +116,9 @@ class Replayer:
         self.future_events = 0
         self.max_lead_ms = 0
 
-    def apply(self, seq: int, data: bytes) -> tuple[dict[str, Any], int]:
-        """Check and re-apply the event expected at ``seq`` whose stored bytes are ``data``.
+    def apply(self, seq: int, data: bytes, sha256: str | None = None) -> tuple[dict[str, Any], int]:
+        """Check and re-apply the event expected at ``seq`` whose stored bytes are ``data``
+        (``sha256``: their sha256 when the caller has computed it already).
 
         Returns ``(body, stream_seq)``; raises ``INTEGRITY_ERROR`` naming ``seq``.
         """
@@ -138,7 +139,7 @@ class Replayer:
             if keys == ["sources"]:
                 raise _edited_source(seq, body.get("sources"), rebuilt.get("sources"))
             raise _bad(seq, f"event differs from its recomputation from the request in: {detail}", fields=keys)
-        sha = sha256_hex(data)
+        sha = sha256 or sha256_hex(data)
         floors = self.view.account_floors(body["revision"]) if draft.stream == "budget" else None
         money = money_rows(body, self.view.money_consumed) if draft.stream == "budget" else []
         request_sha = sha256_hex(canonical_bytes(draft.request)) if draft.operation_key else None

@@ -95,7 +95,7 @@ def replay_events(scratch: Storage, replayer: Replayer, derived: list[Any], afte
                 data = _as_bytes(body)
                 if sha != sha256_hex(data):
                     raise _bad(expected, "stored sha256 does not match the event's bytes (edited event)")
-                replayer.apply(expected, data)
+                replayer.apply(expected, data, sha)
                 if progress:
                     progress(1)
                 expected += 1
