@@ -31,7 +31,7 @@ from ..model.package import (EVENT_FILE_RE, LEDGER_FILE, MANIFEST_FILE, check_ex
 from ..ground.paths import fs_path
 from .replay import PackageSource, Replayer
 from .verify_range import (ALL_AFTER, ALL_LAST, SecondHalf, _as_bytes, content_reader, copy_second_half,
-    input_identity_of, job_count, merge, plan_split, replay_events, store_derived)
+    input_identity_of, job_count, merge, plan_split, range_agrees, replay_events, store_derived)
 from ..storage.connection import Storage
 from ..storage.sqlite_file import (file_identity, translate_sqlite_errors, log_files_exist, not_utf8,
     release_log)
@@ -215,20 +215,27 @@ def _verify_attached(root: Path, scratch: Storage, progress: Progress | None,
     replayer = Replayer(package, lambda *item: derived.append(item), schema_every_event=False)
     second = None if split is None else SecondHalf(root, root / LEDGER_FILE, split[2], split[0], split[1],
                                                    replayer.started_at)
+    tables_agree = False  # True: every table was compared in two ranges, and both agreed
     try:
         expected = replay_events(scratch, replayer, derived, ALL_AFTER, ALL_LAST if second is None else second.after,
                                  progress)
         if second is not None:  # the later events: checked by the second process, or else here
+            tables = [t for t in ("events", "contents", *HELPER_TABLES) if t in _present(conn, "main")]
+            compared = ["events", "contents", *(t for t in HELPER_TABLES if t in _present(conn, "orig"))]
+            tables_agree = range_agrees(conn, compared, second.after, later=False)  # while the second one runs
             outcome = second.join(replayer)
             after = second.after
-            if outcome is not None:
+            if outcome is None:
+                tables_agree = False
+            else:
                 merge(replayer, outcome)
-                copy_second_half(conn, [t for t in ("events", "contents", *HELPER_TABLES) if t in _present(conn)])
+                tables_agree = copy_second_half(conn, tables, after) and tables_agree
                 if progress:
                     progress(outcome["count"])
                 after = expected = second.last
                 expected += 1
             replay_events(scratch, replayer, derived, after, ALL_LAST, progress, expected=expected)
+            tables_agree = tables_agree and range_agrees(conn, compared, second.after, later=True)
     finally:
         if second is not None:
             second.close()
@@ -241,7 +248,7 @@ def _verify_attached(root: Path, scratch: Storage, progress: Progress | None,
     if head is None:
         raise _bad(1, "the ledger holds no events")
     replayer.finish()
-    _compare_rows(conn)
+    _compare_rows(conn, tables_agree)
     exported, manifest_head = _check_export(root, conn, head)
     foreign = _compare_schema(conn, version)
     return VerifyReport(str(root), replayer.count,
@@ -253,9 +260,10 @@ def _verify_attached(root: Path, scratch: Storage, progress: Progress | None,
                         [{"path": p, "why": w} for p, w in sorted(package.unchecked.items())])
 
 
-def _present(conn: sqlite3.Connection) -> set[str]:
-    """The tables and views of the scratch ledger (of the ledger's own schema version)."""
-    return {name for name, _sql in conn.execute(statement("schema_objects", "main"))}
+def _present(conn: sqlite3.Connection, schema: str) -> set[str]:
+    """The tables and views of the scratch ledger (``main``) or of the ledger (``orig``)."""
+    with translate_sqlite_errors():
+        return {name for name, _sql in conn.execute(statement("schema_objects", schema))}
 
 
 def _export_state(manifest_head: int | None, head_seq: int, exported_files: int) -> str:
@@ -275,8 +283,9 @@ def _check_own_tables(conn: sqlite3.Connection, version: int) -> None:
                        "schema's, e.g. an added column)", object=name)
 
 
-def _compare_rows(conn: sqlite3.Connection) -> None:
-    """Events columns, contents, helper rows and views of the ledger against the replay.
+def _compare_rows(conn: sqlite3.Connection, tables_agree: bool = False) -> None:
+    """Events columns, contents, helper rows and views of the ledger against the replay
+    (``tables_agree``: the tables were compared already, in two ranges of seq, and agree).
 
     Every table is compared before anything is reported, so the error names the
     smallest differing ``seq`` whichever table it is in.
@@ -284,6 +293,22 @@ def _compare_rows(conn: sqlite3.Connection) -> None:
     found: list[tuple[int, str]] = []
     # a ledger made by an older schema version has not every table and view yet (its scratch neither)
     present = {name for name, _sql in conn.execute(statement("schema_objects", "orig"))}
+    if not tables_agree:
+        _compare_tables(conn, present, found)
+    if found:
+        seq, message = min(found, key=lambda item: (item[0] if type(item[0]) is int else 2**63, item[1]))
+        raise _bad(seq if type(seq) is int else None, message)
+    for view in (v for v in PUBLIC_VIEWS if v in present):
+        try:
+            differing = _rows_differ(conn, view, "1", "view_rows_differ")
+        except LedgerError as exc:
+            raise _bad(None, f"view {view} cannot be read: {exc.message}", view=view) from None
+        if differing is not None:
+            raise _bad(None, f"view {view} disagrees with the replay: {differing}", view=view)
+
+
+def _compare_tables(conn: sqlite3.Connection, present: set[str], found: list[tuple[int, str]]) -> None:
+    """Add ``(seq, message)`` to ``found`` for each table whose rows differ from the replay's."""
     with translate_sqlite_errors():
         differing = conn.execute(statement("events_differ")).fetchone()
     if differing is not None:
@@ -296,16 +321,6 @@ def _compare_rows(conn: sqlite3.Connection) -> None:
         if differing is not None:
             columns = [d[1] for d in conn.execute(statement("table_columns", table=table))]
             found.append((differing[columns.index("seq")], f"helper table {table} disagrees with the replay"))
-    if found:
-        seq, message = min(found, key=lambda item: (item[0] if type(item[0]) is int else 2**63, item[1]))
-        raise _bad(seq if type(seq) is int else None, message)
-    for view in (v for v in PUBLIC_VIEWS if v in present):
-        try:
-            differing = _rows_differ(conn, view, "1", "view_rows_differ")
-        except LedgerError as exc:
-            raise _bad(None, f"view {view} cannot be read: {exc.message}", view=view) from None
-        if differing is not None:
-            raise _bad(None, f"view {view} disagrees with the replay: {differing}", view=view)
 
 
 #: Tables SQLite creates on its own (``sqlite_autoindex_*`` indexes have no SQL text and never show up).

@@ -218,11 +218,35 @@ def merge(replayer: Replayer, outcome: Mapping[str, Any]) -> None:
             recorded.setdefault(key, value)
 
 
-def copy_second_half(conn: sqlite3.Connection, tables: list[str]) -> None:
-    """Append the second process's scratch rows (``part``) to the first's, table by table."""
+def copy_second_half(conn: sqlite3.Connection, tables: list[str], after: int) -> bool:
+    """Append the second process's scratch rows (``part``) to the first's, table by table; return
+    whether every one of them is of an event after seq ``after`` (a row of an earlier seq would
+    make the first half's :func:`range_agrees` stale: the caller then compares whole tables)."""
     with translate_sqlite_errors():
+        later = not any(conn.execute(statement("events_before_range") if table == "events" else
+                                     statement("rows_before_range", table=table), {"after": after}).fetchone()
+                        for table in tables)
         for table in tables:
             conn.execute(statement("copy_rows", table=table))
+    return later
+
+
+def range_agrees(conn: sqlite3.Connection, tables: list[str], after: int, later: bool) -> bool:
+    """Whether the ledger's rows of ``tables`` (``events`` first) and the scratch ledger's agree on
+    the rows of the events after seq ``after`` (``later``) or up to it (not ``later``): the
+    events columns as ``events_differ`` compares them, every other table as ``rows_differ``
+    does. Both ranges agreeing is both whole tables agreeing; on any difference the caller
+    compares whole tables, which names the first differing seq."""
+    truth = "TRUE" if later else "NOT TRUE"
+    try:
+        for table in tables:
+            query = (statement("events_differ_in_range", truth=truth) if table == "events" else
+                     statement("rows_differ_in_range", table=table, truth=truth))
+            if conn.execute(query, {"after": after}).fetchone():
+                return False
+    except (sqlite3.Error, UnicodeDecodeError):
+        return False  # a table that cannot be compared: the whole-table comparison names the error
+    return True
 
 
 def _fast_forward(conn: sqlite3.Connection, last: int) -> tuple[MemoryView, tuple[str, str]]:
@@ -234,12 +258,10 @@ def _fast_forward(conn: sqlite3.Connection, last: int) -> tuple[MemoryView, tupl
     for seq, sha, body in conn.execute(statement("contents_to_fast_forward", "orig"), {"last": last}):
         contents.setdefault(seq, {})[sha] = _as_bytes(body)
     previous = ("0" * 64, "")
-    for seq, text, stream, operation_key in conn.execute(export_statement(conn, "events_to_fast_forward", "orig"),
-                                                         {"last": last}):
-        data = _as_bytes(text)
-        body = json.loads(data)
-        sha = sha256_hex(data)
-        view.apply(body, sha, stream, operation_key, contents.get(seq, {}))
+    for seq, sha, text, stream, operation_key in conn.execute(
+            export_statement(conn, "events_to_fast_forward", "orig"), {"last": last}):
+        body = json.loads(_as_bytes(text))
+        view.apply(body, sha, stream, operation_key, contents.get(seq, {}))  # the stored sha256, unchecked here
         previous = (sha, body["created_at"])
     return view, previous
 
