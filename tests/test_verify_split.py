@@ -100,3 +100,22 @@ def test_jobs_must_be_a_positive_integer(ledger_case):
         with pytest.raises(LedgerError) as caught:
             verify_case(ledger_case, jobs=bad)
         assert caught.value.code == INVALID_ARGUMENT
+
+
+@pytest.mark.parametrize("seq", [7, 25])  # a settle event of each half
+@pytest.mark.parametrize("change", [
+    "UPDATE closings SET information_score = information_score + 1 WHERE seq = :seq",
+    "INSERT INTO closings SELECT revision, hypothesis_id, 'x' || action_id, seq, outcome, semantic_score, "
+    "information_score, reward_units FROM closings WHERE seq = :seq",
+    "UPDATE events SET created_at = created_at || ' ' WHERE seq = :seq",
+])
+def test_an_edited_or_added_row_fails_alike_in_either_half(ledger_case, split_used, seq, change):
+    conn = sqlite3.connect(ledger_case / "ledger.sqlite")
+    for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
+        conn.execute(f"DROP TRIGGER {name}")
+    assert conn.execute(change, {"seq": seq}).rowcount == 1
+    conn.commit()
+    conn.close()
+    one = _outcome(ledger_case, 1)
+    assert one[0] == INTEGRITY_ERROR and one[2] == seq
+    assert _outcome(ledger_case, 2) == one
