@@ -28,6 +28,7 @@ from ..ground.errors import LedgerError, integrity_error as _bad
 from .manifest import check_manifest, export_statement, read_manifest
 from ..model.package import (EVENT_FILE_RE, LEDGER_FILE, MANIFEST_FILE, check_export_tree, check_package_names,
     content_path, event_path, export_tree_files, refuse_own_links)
+from ..ground.clock import utc_now
 from ..ground.paths import fs_path
 from .replay import PackageSource, Replayer
 from .verify_range import (ALL_AFTER, ALL_LAST, SecondHalf, _as_bytes, content_reader, copy_second_half,
@@ -153,16 +154,22 @@ def verify_case(path: str | os.PathLike[str], progress: Progress | None = None, 
         scratch = Storage.scratch(Path(scratch_dir) / "replay.sqlite", ledger)
         immutable = scratch.read_only_source
         before = file_identity(ledger) if immutable else None
+        second = None
         try:
             with translate_sqlite_errors():  # a damaged file's undecodable text, wherever it is first read
                 split = plan_split(scratch, Path(scratch_dir), jobs)  # before the first read of the ledger's snapshot
+                started_at = utc_now()
+                if split is not None:  # started first: its start-up runs beside SQLite's check of the file
+                    second = SecondHalf(root, ledger, split[2], split[0], split[1], started_at)
                 _sqlite_check(scratch.conn, "integrity_check" if strict else "quick_check")
-                report = _verify_attached(root, scratch, progress, split)
+                report = _verify_attached(root, scratch, progress, second, started_at)
         except LedgerError as exc:
             if immutable and exc.code == E.INTEGRITY_ERROR and file_identity(ledger) != before:
                 raise _changed_under_us(ledger) from None
             raise
         finally:
+            if second is not None:
+                second.close()  # before the scratch folder goes and the ledger's -wal is folded
             scratch.conn.close()
             if not immutable and not log_was_there:
                 release_log(ledger)  # the read-only attach left -wal and -shm: fold them as a writer's close would
@@ -198,8 +205,8 @@ def _orig_schema_version(conn: sqlite3.Connection) -> int:
         return conn.execute(statement("schema_version_of", "orig")).fetchone()[0] if has else 0
 
 
-def _verify_attached(root: Path, scratch: Storage, progress: Progress | None,
-                     split: tuple[int, int, Path] | None) -> VerifyReport:
+def _verify_attached(root: Path, scratch: Storage, progress: Progress | None, second: SecondHalf | None,
+                     started_at: str) -> VerifyReport:
     conn = scratch.conn
     version = _orig_schema_version(conn)
     if version > schema_version():
@@ -213,8 +220,7 @@ def _verify_attached(root: Path, scratch: Storage, progress: Progress | None,
     derived: list[Any] = []  # what the replay derives, stored into the scratch ledger in bulk
     package = PackageSource(root, content_reader(conn), lambda: input_identity_of(root, conn))
     replayer = Replayer(package, lambda *item: derived.append(item), schema_every_event=False)
-    second = None if split is None else SecondHalf(root, root / LEDGER_FILE, split[2], split[0], split[1],
-                                                   replayer.started_at)
+    replayer.started_at = started_at  # the clock both processes count future events against
     tables_agree = False  # True: every table was compared in two ranges, and both agreed
     try:
         expected = replay_events(scratch, replayer, derived, ALL_AFTER, ALL_LAST if second is None else second.after,
@@ -238,7 +244,7 @@ def _verify_attached(root: Path, scratch: Storage, progress: Progress | None,
             tables_agree = tables_agree and range_agrees(conn, compared, second.after, later=True)
     finally:
         if second is not None:
-            second.close()
+            second.close()  # at once when the first half failed
     try:
         head = conn.execute(statement("newest_event", "orig")).fetchone()
     except sqlite3.DatabaseError as exc:
