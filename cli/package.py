@@ -128,6 +128,10 @@ def verify(cases: tuple[str, ...], as_json: bool, all_in: bool, jobs: int | None
     print the foreign objects one row each (columns type, name, table) on
     stdout and the summary on stderr.
 
+    One CASE of 20,000 events or more is verified by two processes at once on a
+    machine with two or more cores (the second replays the later events); the
+    outcome is the same as with one.
+
     Several CASEs (or, with --all, the case folders inside each CASE) are
     verified over --jobs worker processes: one line per case (ok or FAILED
     with its error; with --strict a case whose export is not current fails)
