@@ -108,6 +108,21 @@ SELECT 1 FROM part.{table} WHERE (seq > :after) IS NOT TRUE LIMIT 1;
 -- the same for events, whose seq is the rowid (never NULL): a lookup, not a scan
 SELECT 1 FROM part.events WHERE seq <= :after LIMIT 1;
 
+-- name: save_view
+-- verify with two processes: a public view of the ledger, computed while the second process still
+-- replays; columns without a declared type, so every value is kept as the view gives it
+CREATE TEMP TABLE verify_orig_{table} ({columns});
+
+-- name: fill_saved_view
+INSERT INTO temp.verify_orig_{table} SELECT * FROM orig.{table};
+
+-- name: saved_view_rows_differ
+-- view_rows_differ with the ledger's side saved before (save_view)
+WITH m AS MATERIALIZED (SELECT * FROM main.{table})
+SELECT * FROM (SELECT * FROM temp.verify_orig_{table} EXCEPT SELECT * FROM m)
+UNION ALL SELECT * FROM (SELECT * FROM m EXCEPT SELECT * FROM temp.verify_orig_{table})
+ORDER BY {order} LIMIT 1;
+
 -- name: copy_rows
 -- verify: the second process's replay of the later events, into the scratch ledger after the first's
 INSERT INTO main.{table} SELECT * FROM part.{table};

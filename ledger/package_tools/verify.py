@@ -32,7 +32,7 @@ from ..ground.clock import utc_now
 from ..ground.paths import fs_path
 from .replay import PackageSource, Replayer
 from .verify_range import (ALL_AFTER, ALL_LAST, SecondHalf, _as_bytes, content_reader, copy_second_half,
-    input_identity_of, job_count, merge, plan_split, range_agrees, replay_events, store_derived)
+    input_identity_of, job_count, merge, plan_split, range_agrees, save_views, replay_events, store_derived)
 from ..storage.connection import Storage
 from ..storage.sqlite_file import (file_identity, translate_sqlite_errors, log_files_exist, not_utf8,
     release_log)
@@ -222,6 +222,7 @@ def _verify_attached(root: Path, scratch: Storage, progress: Progress | None, se
     replayer = Replayer(package, lambda *item: derived.append(item), schema_every_event=False)
     replayer.started_at = started_at  # the clock both processes count future events against
     tables_agree = False  # True: every table was compared in two ranges, and both agreed
+    saved: set[str] = set()  # the ledger's views computed already (save_views)
     try:
         expected = replay_events(scratch, replayer, derived, ALL_AFTER, ALL_LAST if second is None else second.after,
                                  progress)
@@ -229,6 +230,7 @@ def _verify_attached(root: Path, scratch: Storage, progress: Progress | None, se
             tables = [t for t in ("events", "contents", *HELPER_TABLES) if t in _present(conn, "main")]
             compared = ["events", "contents", *(t for t in HELPER_TABLES if t in _present(conn, "orig"))]
             tables_agree = range_agrees(conn, compared, second.after, later=False)  # while the second one runs
+            saved = save_views(conn, [v for v in PUBLIC_VIEWS if v in _present(conn, "orig")])
             outcome = second.join(replayer)
             after = second.after
             if outcome is None:
@@ -254,7 +256,7 @@ def _verify_attached(root: Path, scratch: Storage, progress: Progress | None, se
     if head is None:
         raise _bad(1, "the ledger holds no events")
     replayer.finish()
-    _compare_rows(conn, tables_agree)
+    _compare_rows(conn, tables_agree, saved)
     exported, manifest_head = _check_export(root, conn, head)
     foreign = _compare_schema(conn, version)
     return VerifyReport(str(root), replayer.count,
@@ -289,9 +291,10 @@ def _check_own_tables(conn: sqlite3.Connection, version: int) -> None:
                        "schema's, e.g. an added column)", object=name)
 
 
-def _compare_rows(conn: sqlite3.Connection, tables_agree: bool = False) -> None:
+def _compare_rows(conn: sqlite3.Connection, tables_agree: bool = False, saved: set[str] = frozenset()) -> None:
     """Events columns, contents, helper rows and views of the ledger against the replay
-    (``tables_agree``: the tables were compared already, in two ranges of seq, and agree).
+    (``tables_agree``: the tables were compared already, in two ranges of seq, and agree;
+    ``saved``: the views whose ledger side was computed already).
 
     Every table is compared before anything is reported, so the error names the
     smallest differing ``seq`` whichever table it is in.
@@ -306,7 +309,7 @@ def _compare_rows(conn: sqlite3.Connection, tables_agree: bool = False) -> None:
         raise _bad(seq if type(seq) is int else None, message)
     for view in (v for v in PUBLIC_VIEWS if v in present):
         try:
-            differing = _rows_differ(conn, view, "1", "view_rows_differ")
+            differing = _rows_differ(conn, view, "1", "saved_view_rows_differ" if view in saved else "view_rows_differ")
         except LedgerError as exc:
             raise _bad(None, f"view {view} cannot be read: {exc.message}", view=view) from None
         if differing is not None:
