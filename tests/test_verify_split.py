@@ -119,3 +119,17 @@ def test_an_edited_or_added_row_fails_alike_in_either_half(ledger_case, split_us
     one = _outcome(ledger_case, 1)
     assert one[0] == INTEGRITY_ERROR and one[2] == seq
     assert _outcome(ledger_case, 2) == one
+
+
+def test_no_second_process_to_start_means_one_process(ledger_case, split_used, monkeypatch):
+    def refused(*args, **kwargs):
+        raise OSError(11, "Resource temporarily unavailable")
+    monkeypatch.setattr(verify_range.SecondHalf, "__init__", refused)
+    assert _outcome(ledger_case, 2) == _outcome(ledger_case, 1)
+    assert not split_used
+
+
+def test_a_second_process_that_dies_means_one_process(ledger_case, split_used, monkeypatch):
+    monkeypatch.setattr(verify_range.SecondHalf, "join", lambda self, replayer: self.close())
+    assert _outcome(ledger_case, 2) == _outcome(ledger_case, 1)
+    assert not split_used

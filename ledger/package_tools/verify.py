@@ -160,7 +160,7 @@ def verify_case(path: str | os.PathLike[str], progress: Progress | None = None, 
                 split = plan_split(scratch, Path(scratch_dir), jobs)  # before the first read of the ledger's snapshot
                 started_at = utc_now()
                 if split is not None:  # started first: its start-up runs beside SQLite's check of the file
-                    second = SecondHalf(root, ledger, split[2], split[0], split[1], started_at)
+                    second = SecondHalf.start(root, ledger, split[2], split[0], split[1], started_at)
                 _sqlite_check(scratch.conn, "integrity_check" if strict else "quick_check")
                 report = _verify_attached(root, scratch, progress, second, started_at)
         except LedgerError as exc:

@@ -173,6 +173,16 @@ class SecondHalf:
         send.close()
         self.after, self.last = after, last
 
+    @classmethod
+    def start(cls, root: Path, ledger: Path, part: Path, after: int, last: int,
+              started_at: str) -> "SecondHalf | None":
+        """A started second process, or None when none can be started (no process or file left to
+        this user): then one process verifies everything."""
+        try:
+            return cls(root, ledger, part, after, last, started_at)
+        except OSError:
+            return None
+
     def join(self, replayer: Replayer) -> dict[str, Any] | None:
         """Wait for the second process; return its outcome when it passed and started from the state
         ``replayer`` (the first process's, after event ``after``) has, else None (the caller then
