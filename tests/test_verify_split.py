@@ -130,6 +130,24 @@ def test_no_second_process_to_start_means_one_process(ledger_case, split_used, m
 
 
 def test_a_second_process_that_dies_means_one_process(ledger_case, split_used, monkeypatch):
-    monkeypatch.setattr(verify_range.SecondHalf, "join", lambda self, replayer: self.close())
+    monkeypatch.setattr(verify_range.SecondHalf, "join", lambda self, replayer, head: self.close())
     assert _outcome(ledger_case, 2) == _outcome(ledger_case, 1)
     assert not split_used
+
+
+def test_events_appended_after_the_split_was_planned_are_replayed_by_the_first_process(ledger_case, split_used,
+                                                                                     monkeypatch, example_policy):
+    from ledger import Case
+
+    plan = verify_range.plan_split
+
+    def plan_then_append(scratch, folder, jobs):
+        planned = plan(scratch, folder, jobs)  # the second process takes the events up to this head
+        with Case.open(ledger_case) as case:
+            budget = case.budget(example_policy)
+            budget.reserve("H1", "late", "source.read_context")
+        return planned
+    monkeypatch.setattr(verify_module, "plan_split", plan_then_append)
+    report = verify_case(ledger_case, jobs=2)
+    assert report.events == report.head_seq == 29
+    assert not split_used  # its events end before the head the first process reads: not used

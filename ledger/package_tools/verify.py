@@ -231,7 +231,7 @@ def _verify_attached(root: Path, scratch: Storage, progress: Progress | None, se
             compared = ["events", "contents", *(t for t in HELPER_TABLES if t in _present(conn, "orig"))]
             tables_agree = range_agrees(conn, compared, second.after, later=False)  # while the second one runs
             saved = save_views(conn, [v for v in PUBLIC_VIEWS if v in _present(conn, "orig")])
-            outcome = second.join(replayer)
+            outcome = second.join(replayer, _newest_seq(conn))
             after = second.after
             if outcome is None:
                 tables_agree = False
@@ -266,6 +266,15 @@ def _verify_attached(root: Path, scratch: Storage, progress: Progress | None, se
                         replayer.future_events, replayer.max_lead_ms,
                         _export_state(manifest_head, head[0], exported),
                         [{"path": p, "why": w} for p, w in sorted(package.unchecked.items())])
+
+
+def _newest_seq(conn: sqlite3.Connection) -> int | None:
+    """The ledger's head seq in this snapshot, or None (unreadable: read again, and named, later)."""
+    try:
+        head = conn.execute(statement("newest_event", "orig")).fetchone()
+    except (sqlite3.Error, UnicodeDecodeError):
+        return None
+    return None if head is None else head[0]
 
 
 def _present(conn: sqlite3.Connection, schema: str) -> set[str]:

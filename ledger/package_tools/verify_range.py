@@ -183,18 +183,19 @@ class SecondHalf:
         except OSError:
             return None
 
-    def join(self, replayer: Replayer) -> dict[str, Any] | None:
-        """Wait for the second process; return its outcome when it passed and started from the state
-        ``replayer`` (the first process's, after event ``after``) has, else None (the caller then
-        replays the events itself): on a failure the one-process replay names the first bad event
-        exactly as it always does."""
+    def join(self, replayer: Replayer, head_seq: int | None) -> dict[str, Any] | None:
+        """Wait for the second process; return its outcome when it passed, started from the state
+        ``replayer`` (the first process's, after event ``after``) has and ended at the first
+        process's head ``head_seq``, else None (the caller then replays the events itself): on a
+        failure the one-process replay names the first bad event exactly as it always does."""
         try:
             outcome = self._receive.recv()
         except (EOFError, OSError):
             outcome = None
         finally:
             self.close()
-        if not outcome or not outcome["ok"] or replayer._following or replayer.count != self.after:
+        if (not outcome or not outcome["ok"] or replayer._following or replayer.count != self.after
+                or head_seq != self.last):  # a writer appended between the two snapshots: not its events
             return None
         source = replayer.source
         if (outcome["previous"] != (replayer.previous_sha, replayer.previous_at)
