@@ -68,11 +68,12 @@ SELECT seq, sha256, body FROM {schema}.events WHERE seq > :after AND seq <= :las
 -- name: events_to_fast_forward
 -- verify's second process: what advances the in-memory view over events it does not replay
 -- (seq <= last): each body with its stream (an evidence event's is its export path) and operation key
-SELECT e.seq, e.sha256, e.body, COALESCE(f.path, e.stream), e.operation_key FROM {schema}.events AS e
-LEFT JOIN {schema}.evidence_files AS f ON f.seq = e.seq WHERE e.seq <= :last ORDER BY e.seq;
+SELECT e.seq, e.sha256, e.body, COALESCE(f.path, e.stream), e.operation_key, e.request_sha256
+FROM {schema}.events AS e LEFT JOIN {schema}.evidence_files AS f ON f.seq = e.seq
+WHERE e.seq <= :last ORDER BY e.seq;
 
 -- name: events_to_fast_forward_before_evidence
-SELECT seq, sha256, body, stream, operation_key FROM {schema}.events WHERE seq <= :last ORDER BY seq;
+SELECT seq, sha256, body, stream, operation_key, request_sha256 FROM {schema}.events WHERE seq <= :last ORDER BY seq;
 
 -- name: contents_to_fast_forward
 SELECT seq, sha256, body FROM {schema}.contents WHERE seq <= :last ORDER BY seq, rowid;

@@ -285,10 +285,12 @@ def _fast_forward(conn: sqlite3.Connection, last: int) -> tuple[MemoryView, tupl
     for seq, sha, body in conn.execute(statement("contents_to_fast_forward", "orig"), {"last": last}):
         contents.setdefault(seq, {})[sha] = _as_bytes(body)
     previous = ("0" * 64, "")
-    for seq, sha, text, stream, operation_key in conn.execute(
+    for seq, sha, text, stream, operation_key, request_sha in conn.execute(
             export_statement(conn, "events_to_fast_forward", "orig"), {"last": last}):
         body = json.loads(_as_bytes(text))
-        view.apply(body, sha, stream, operation_key, contents.get(seq, {}))  # the stored sha256, unchecked here
+        # the stored hashes, unchecked here: the state reached is compared with the checked replay's
+        view.apply(body, sha, stream, operation_key, contents.get(seq, {}),
+                   request_sha256=request_sha if type(request_sha) is str else None)
         previous = (sha, body["created_at"])
     return view, previous
 
