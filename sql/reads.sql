@@ -65,6 +65,10 @@ SELECT {columns} FROM {schema}.events ORDER BY seq;
 -- verify: the stored events with after < seq <= last, what the replay reads of each
 SELECT seq, sha256, body FROM {schema}.events WHERE seq > :after AND seq <= :last ORDER BY seq;
 
+-- name: events_up_to
+-- the same from the first stored event on, whatever its seq
+SELECT seq, sha256, body FROM {schema}.events WHERE seq <= :last ORDER BY seq;
+
 -- name: events_to_fast_forward
 -- verify's second process: what advances the in-memory view over events it does not replay
 -- (seq <= last): each body with its stream (an evidence event's is its export path) and operation key

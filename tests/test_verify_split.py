@@ -151,3 +151,17 @@ def test_events_appended_after_the_split_was_planned_are_replayed_by_the_first_p
     report = verify_case(ledger_case, jobs=2)
     assert report.events == report.head_seq == 29
     assert not split_used  # its events end before the head the first process reads: not used
+
+
+@pytest.mark.parametrize("seq", [-(2**63), -5, 0])
+def test_an_event_before_the_first_fails_alike(ledger_case, split_used, seq):
+    conn = sqlite3.connect(ledger_case / "ledger.sqlite")
+    for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
+        conn.execute(f"DROP TRIGGER {name}")
+    conn.execute("INSERT INTO events SELECT ?, type, revision, stream, stream_seq, created_at, sha256, parent_sha256, "
+                 "NULL, request_sha256, body FROM events WHERE seq = 1", (seq,))
+    conn.commit()
+    conn.close()
+    one = _outcome(ledger_case, 1)
+    assert one[0] == INTEGRITY_ERROR and one[2] == 1 and str(seq) in one[1]
+    assert _outcome(ledger_case, 2) == one

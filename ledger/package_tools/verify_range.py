@@ -37,8 +37,9 @@ Progress = Callable[[int], None]
 #: Fewest events for which one case's verify uses a second process: below it, starting the
 #: process and its scratch ledger costs more than the half of the replay it takes over.
 SPLIT_MIN_EVENTS = 20_000
-#: Seq bounds that take in every stored event (seq is SQLite's 64-bit rowid).
-ALL_AFTER, ALL_LAST = -(2**63), 2**63 - 1
+#: ``after`` for the events from the first stored one on, and ``last`` for every event up to the
+#: newest (seq is SQLite's 64-bit rowid).
+ALL_AFTER, ALL_LAST = None, 2**63 - 1
 #: The second process's share of the events: its fast-forward over the first share costs about a
 #: fifth of a full replay of the same events (docs/performance.md).
 SECOND_SHARE = 0.45
@@ -77,15 +78,17 @@ def store_derived(scratch: Storage, items: list[tuple[EventRow, list[HelperRow],
             scratch.conn.executemany(queries()[name], params)
 
 
-def replay_events(scratch: Storage, replayer: Replayer, derived: list[Any], after: int, last: int,
+def replay_events(scratch: Storage, replayer: Replayer, derived: list[Any], after: int | None, last: int,
                   progress: Progress | None, *, expected: int | None = None, content_bytes_before: int = 0) -> int:
-    """Replay the stored events with ``after < seq <= last`` in order, the first expected to be
-    ``expected`` (default ``after + 1``, at least 1); ``derived`` collects what the replayer's sink
-    receives, stored in bulk as it fills. Returns the next seq expected.
-    ``INTEGRITY_ERROR`` naming the first missing, edited or unreadable event."""
-    expected = max(after, 0) + 1 if expected is None else expected
+    """Replay the stored events with ``after < seq <= last`` (``after`` None: from the first stored
+    event on) in order, the first expected to be ``expected`` (default ``after + 1``, or 1);
+    ``derived`` collects what the replayer's sink receives, stored in bulk as it fills. Returns
+    the next seq expected. ``INTEGRITY_ERROR`` naming the first missing, edited or unreadable event."""
+    if expected is None:
+        expected = 1 if after is None else after + 1
+    query = statement("events_up_to" if after is None else "events_in_range", "orig")
     try:
-        cursor = scratch.conn.execute(statement("events_in_range", "orig"), {"after": after, "last": last})
+        cursor = scratch.conn.execute(query, {"after": after, "last": last})
         while rows := cursor.fetchmany(512):
             store_derived(scratch, derived, content_bytes_before=content_bytes_before)
             derived.clear()
