@@ -130,7 +130,7 @@ def test_no_second_process_to_start_means_one_process(ledger_case, split_used, m
 
 
 def test_a_second_process_that_dies_means_one_process(ledger_case, split_used, monkeypatch):
-    monkeypatch.setattr(verify_range.SecondHalf, "join", lambda self, replayer, head: self.close())
+    monkeypatch.setattr(verify_range.SecondHalf, "receive", lambda self: self.close())
     assert _outcome(ledger_case, 2) == _outcome(ledger_case, 1)
     assert not split_used
 
@@ -165,3 +165,24 @@ def test_an_event_before_the_first_fails_alike(ledger_case, split_used, seq):
     one = _outcome(ledger_case, 1)
     assert one[0] == INTEGRITY_ERROR and one[2] == 1 and str(seq) in one[1]
     assert _outcome(ledger_case, 2) == one
+
+
+@pytest.mark.parametrize("after", [36, 37, 38])  # an evidence batch: seq 36 starts it, 37-39 follow
+def test_a_split_inside_an_operation_of_several_events_moves_past_it(tmp_path, split_used, monkeypatch, after):
+    from ledger import run_demo
+
+    path, _, _ = run_demo(tmp_path / "demo", echo=lambda line: None)
+    plan = verify_range.plan_split
+
+    def split_at(scratch, folder, jobs):
+        planned = plan(scratch, folder, jobs)
+        return None if planned is None else (after, *planned[1:])
+    monkeypatch.setattr(verify_module, "plan_split", split_at)
+    types = [row[0] for row in sqlite3.connect(path / "ledger.sqlite").execute(
+        "SELECT type FROM events WHERE seq BETWEEN 36 AND 40 ORDER BY seq")]
+    assert types == ["evidence.requested", "evidence.result", "evidence.recorded", "evidence.indexed",
+                     "budget.evidence_recorded"]
+    one = _outcome(path, 1)
+    assert one[0] == "ok"
+    assert _outcome(path, 2) == one
+    assert split_used == [one[1]["events"] - 39]  # the second process replayed from seq 40, the next operation

@@ -43,6 +43,9 @@ ALL_AFTER, ALL_LAST = None, 2**63 - 1
 #: The second process's share of the events: its fast-forward over the first share costs about a
 #: fifth of a full replay of the same events (docs/performance.md).
 SECOND_SHARE = 0.45
+#: How many events the second process may move the split on when it falls inside an operation of
+#: several events (an evidence batch, a reservation that meets a limit).
+SPLIT_MOVES = 64
 
 
 def _as_bytes(value: Any) -> bytes:
@@ -186,29 +189,34 @@ class SecondHalf:
         except OSError:
             return None
 
-    def join(self, replayer: Replayer, head_seq: int | None) -> dict[str, Any] | None:
-        """Wait for the second process; return its outcome when it passed, started from the state
-        ``replayer`` (the first process's, after event ``after``) has and ended at the first
-        process's head ``head_seq``, else None (the caller then replays the events itself): on a
-        failure the one-process replay names the first bad event exactly as it always does."""
+    def receive(self) -> dict[str, Any] | None:
+        """Wait for the second process's outcome (None when it failed or went away)."""
         try:
             outcome = self._receive.recv()
         except (EOFError, OSError):
             outcome = None
         finally:
             self.close()
-        if (not outcome or not outcome["ok"] or replayer._following or replayer.count != self.after
-                or head_seq != self.last):  # a writer appended between the two snapshots: not its events
+        if not outcome or not outcome["ok"] or not self.after <= outcome["after"] <= self.after + SPLIT_MOVES:
             return None
+        return outcome
+
+    def accepts(self, replayer: Replayer, outcome: Mapping[str, Any], head_seq: int | None) -> bool:
+        """Whether ``outcome`` can stand for the replay of its events: it started from the state
+        ``replayer`` (the first process's, replayed up to the outcome's ``after``) has and ended at
+        the first process's head ``head_seq``. If not, the caller replays the events itself: on a
+        failure the one-process replay names the first bad event exactly as it always does."""
+        if (replayer._following or replayer.count != outcome["after"]
+                or head_seq != self.last):  # a writer appended between the two snapshots: not its events
+            return False
         source = replayer.source
         if (outcome["previous"] != (replayer.previous_sha, replayer.previous_at)
                 or pickle.loads(outcome["view"]) != vars(replayer.view)
                 or outcome["identity"] not in (None, source.input_identity())):
-            return None
+            return False
         recorded = getattr(source, "recorded_digests", {})
-        if any(recorded.get(key, value)[0] != value[0] for key, value in outcome["recorded_digests"].items()):
-            return None  # a hash one half records contradicts the other's: the one-process replay names it
-        return outcome
+        # a hash one half records contradicting the other's: the one-process replay names it
+        return not any(recorded.get(key, value)[0] != value[0] for key, value in outcome["recorded_digests"].items())
 
     def close(self) -> None:
         """Stop the second process if it still runs (the first process failed first) and wait for it."""
@@ -279,23 +287,37 @@ def range_agrees(conn: sqlite3.Connection, tables: list[str], after: int, later:
     return True
 
 
-def _fast_forward(conn: sqlite3.Connection, last: int) -> tuple[MemoryView, tuple[str, str]]:
-    """A view advanced over the stored events ``seq <= last`` as the replay advances it, but without
+class _FastForward:
+    """A view advanced over the stored events in seq order as the replay advances it, but without
     re-running their rules: the first process checks those events, and the state reached here is
-    used only if it equals the state its checked replay reached."""
-    view = MemoryView()
-    contents: dict[int, dict[str, bytes]] = {}
-    for seq, sha, body in conn.execute(statement("contents_to_fast_forward", "orig"), {"last": last}):
-        contents.setdefault(seq, {})[sha] = _as_bytes(body)
-    previous = ("0" * 64, "")
-    for seq, sha, text, stream, operation_key, request_sha in conn.execute(
-            export_statement(conn, "events_to_fast_forward", "orig"), {"last": last}):
-        body = json.loads(_as_bytes(text))
-        # the stored hashes, unchecked here: the state reached is compared with the checked replay's
-        view.apply(body, sha, stream, operation_key, contents.get(seq, {}),
-                   request_sha256=request_sha if type(request_sha) is str else None)
-        previous = (sha, body["created_at"])
-    return view, previous
+    used only if it equals the state its checked replay reached. Contents are read alongside, one
+    event's at a time."""
+
+    def __init__(self, conn: sqlite3.Connection, last: int) -> None:
+        self.view = MemoryView()
+        self.previous = ("0" * 64, "")
+        self.seq = 0
+        self._events = conn.execute(export_statement(conn, "events_to_fast_forward", "orig"), {"last": last})
+        self._contents = conn.cursor().execute(statement("contents_to_fast_forward", "orig"), {"last": last})
+        self._content = self._contents.fetchone()
+
+    def to(self, seq: int) -> None:
+        """Advance over every stored event up to ``seq``; ``INTEGRITY_ERROR`` if the events end first."""
+        while self.seq < seq:
+            row = self._events.fetchone()
+            if row is None:
+                raise _bad(seq, "the ledger ends before the split")
+            self.seq, sha, text, stream, operation_key, request_sha = row
+            contents = {}
+            while self._content is not None and self._content[0] <= self.seq:
+                if self._content[0] == self.seq:
+                    contents[self._content[1]] = _as_bytes(self._content[2])
+                self._content = self._contents.fetchone()
+            body = json.loads(_as_bytes(text))
+            # the stored hashes, unchecked here: the state reached is compared with the checked replay's
+            self.view.apply(body, sha, stream, operation_key, contents,
+                            request_sha256=request_sha if type(request_sha) is str else None)
+            self.previous = (sha, body["created_at"])
 
 
 def _second_half(job: Mapping[str, Any], send: Any) -> None:
@@ -310,24 +332,45 @@ def _second_half(job: Mapping[str, Any], send: Any) -> None:
 
 
 def _replay_second_half(job: Mapping[str, Any]) -> dict[str, Any]:
+    """Fast-forward to ``after``, then replay from there; when the first event does not replay (the
+    split fell inside an operation of several events, whose later events are recomputed only at
+    its first), move the split one event on, up to :data:`SPLIT_MOVES` times. The outcome names the
+    split used (``after``): the first process replays the events up to it before comparing."""
     root, after, last = Path(job["root"]), job["after"], job["last"]
     scratch = Storage.scratch(Path(job["part"]), Path(job["ledger"]))
     try:
         with translate_sqlite_errors():
-            view, previous = _fast_forward(scratch.conn, after)
-        state = pickle.dumps(vars(view), protocol=pickle.HIGHEST_PROTOCOL)
-        package = PackageSource(root, content_reader(scratch.conn), lambda: input_identity_of(root, scratch.conn))
-        derived: list[Any] = []
-        replayer = Replayer(package, lambda *item: derived.append(item), schema_every_event=False, view=view)
-        replayer.previous_sha, replayer.previous_at = previous
-        replayer.started_at = job["started_at"]
-        replay_events(scratch, replayer, derived, after, last, None, content_bytes_before=view.content_bytes_total())
-        replayer.finish()
-        with translate_sqlite_errors():
+            # its rows may refer to rows of the earlier events, which the first process holds: the
+            # references are checked when the first process appends these rows to its own
+            for sql in ("COMMIT", "PRAGMA foreign_keys = OFF", "BEGIN"):
+                scratch.conn.execute(sql)
+            forward = _FastForward(scratch.conn, last)
+            forward.to(after)
+            for _ in range(SPLIT_MOVES + 1):
+                state = pickle.dumps(vars(forward.view), protocol=pickle.HIGHEST_PROTOCOL)
+                base = forward.view.content_bytes_total()
+                package = PackageSource(root, content_reader(scratch.conn),
+                                        lambda: input_identity_of(root, scratch.conn))
+                derived: list[Any] = []
+                replayer = Replayer(package, lambda *item: derived.append(item), schema_every_event=False,
+                                    view=forward.view)
+                replayer.previous_sha, replayer.previous_at = forward.previous
+                replayer.started_at = job["started_at"]
+                try:
+                    replay_events(scratch, replayer, derived, after, after + 1, None, content_bytes_before=base)
+                    break
+                except LedgerError:  # the view is as before: a replay changes it only once an event passed
+                    forward.to(after + 1)
+                    after = forward.seq
+            else:
+                raise _bad(after, "no operation starts near the split")
+            replay_events(scratch, replayer, derived, after + 1, last, None, content_bytes_before=base)
+            replayer.finish()
             scratch.conn.execute("COMMIT")
     finally:
         scratch.conn.close()
-    return {"ok": True, "view": state, "previous": previous, "count": replayer.count,
-            "end": (replayer.previous_sha, replayer.previous_at), "future_events": replayer.future_events,
-            "max_lead_ms": replayer.max_lead_ms, "unchecked": package.unchecked,
-            "recorded_digests": package.recorded_digests, "identity": package._identity_now}
+    return {"ok": True, "after": after, "view": state, "previous": forward.previous,
+            "count": replayer.count, "end": (replayer.previous_sha, replayer.previous_at),
+            "future_events": replayer.future_events, "max_lead_ms": replayer.max_lead_ms,
+            "unchecked": package.unchecked, "recorded_digests": package.recorded_digests,
+            "identity": package._identity_now}
