@@ -61,6 +61,77 @@ SELECT body FROM {schema}.contents WHERE sha256 = :sha256;
 -- name: events_for_verify
 SELECT {columns} FROM {schema}.events ORDER BY seq;
 
+-- name: events_in_range
+-- verify: the stored events with after < seq <= last, what the replay reads of each
+SELECT seq, sha256, body FROM {schema}.events WHERE seq > :after AND seq <= :last ORDER BY seq;
+
+-- name: events_up_to
+-- the same from the first stored event on, whatever its seq
+SELECT seq, sha256, body FROM {schema}.events WHERE seq <= :last ORDER BY seq;
+
+-- name: events_to_fast_forward
+-- verify's second process: what advances the in-memory view over events it does not replay
+-- (seq <= last): each body with its stream (an evidence event's is its export path) and operation key
+SELECT e.seq, e.sha256, e.body, COALESCE(f.path, e.stream), e.operation_key, e.request_sha256
+FROM {schema}.events AS e LEFT JOIN {schema}.evidence_files AS f ON f.seq = e.seq
+WHERE e.seq <= :last ORDER BY e.seq;
+
+-- name: events_to_fast_forward_before_evidence
+SELECT seq, sha256, body, stream, operation_key, request_sha256 FROM {schema}.events WHERE seq <= :last ORDER BY seq;
+
+-- name: contents_to_fast_forward
+SELECT seq, sha256, body FROM {schema}.contents WHERE seq <= :last ORDER BY seq, rowid;
+
+-- name: rows_differ_in_range
+-- verify with two processes: is a row of orig.{table} or main.{table} whose seq lies in the range
+-- ((seq > :after) IS TRUE, the later events, or IS NOT TRUE, the earlier) in only one of them
+SELECT 1 FROM (SELECT * FROM orig.{table} WHERE (seq > :after) IS {truth}
+               EXCEPT SELECT * FROM main.{table} WHERE (seq > :after) IS {truth})
+UNION ALL
+SELECT 1 FROM (SELECT * FROM main.{table} WHERE (seq > :after) IS {truth}
+               EXCEPT SELECT * FROM orig.{table} WHERE (seq > :after) IS {truth})
+LIMIT 1;
+
+-- name: events_differ_in_range
+-- verify with two processes: events_differ, for the events whose seq lies in the range
+SELECT 1 FROM orig.events AS o LEFT JOIN main.events AS m ON m.seq = o.seq
+WHERE (o.seq > :after) IS {truth} AND (
+      m.seq IS NULL OR o.type IS NOT m.type OR o.revision IS NOT m.revision OR o.stream IS NOT m.stream
+   OR o.stream_seq IS NOT m.stream_seq OR o.created_at IS NOT m.created_at OR o.sha256 IS NOT m.sha256
+   OR o.parent_sha256 IS NOT m.parent_sha256 OR o.operation_key IS NOT m.operation_key
+   OR o.request_sha256 IS NOT m.request_sha256 OR o.body IS NOT m.body)
+UNION ALL
+SELECT 1 FROM main.events AS m LEFT JOIN orig.events AS o ON o.seq = m.seq
+WHERE (m.seq > :after) IS {truth} AND o.seq IS NULL
+LIMIT 1;
+
+-- name: rows_before_range
+-- verify with two processes: a row of the second process's scratch ledger that is not of its events
+SELECT 1 FROM part.{table} WHERE (seq > :after) IS NOT TRUE LIMIT 1;
+
+-- name: events_before_range
+-- the same for events, whose seq is the rowid (never NULL): a lookup, not a scan
+SELECT 1 FROM part.events WHERE seq <= :after LIMIT 1;
+
+-- name: save_view
+-- verify with two processes: a public view of the ledger, computed while the second process still
+-- replays; columns without a declared type, so every value is kept as the view gives it
+CREATE TEMP TABLE verify_orig_{table} ({columns});
+
+-- name: fill_saved_view
+INSERT INTO temp.verify_orig_{table} SELECT * FROM orig.{table};
+
+-- name: saved_view_rows_differ
+-- view_rows_differ with the ledger's side saved before (save_view)
+WITH m AS MATERIALIZED (SELECT * FROM main.{table})
+SELECT * FROM (SELECT * FROM temp.verify_orig_{table} EXCEPT SELECT * FROM m)
+UNION ALL SELECT * FROM (SELECT * FROM m EXCEPT SELECT * FROM temp.verify_orig_{table})
+ORDER BY {order} LIMIT 1;
+
+-- name: copy_rows
+-- verify: the second process's replay of the later events, into the scratch ledger after the first's
+INSERT INTO main.{table} SELECT * FROM part.{table};
+
 -- name: newest_event
 SELECT seq, sha256 FROM {schema}.events ORDER BY seq DESC LIMIT 1;
 
@@ -125,6 +196,13 @@ PRAGMA {schema}.table_info({table});
 -- verify: the first row (by {order}) present in only one of orig.{table} and main.{table}
 SELECT * FROM (SELECT * FROM orig.{table} EXCEPT SELECT * FROM main.{table})
 UNION ALL SELECT * FROM (SELECT * FROM main.{table} EXCEPT SELECT * FROM orig.{table})
+ORDER BY {order} LIMIT 1;
+
+-- name: view_rows_differ
+-- verify: rows_differ for a view, each side computed once (MATERIALIZED) instead of once per EXCEPT
+WITH o AS MATERIALIZED (SELECT * FROM orig.{table}), m AS MATERIALIZED (SELECT * FROM main.{table})
+SELECT * FROM (SELECT * FROM o EXCEPT SELECT * FROM m)
+UNION ALL SELECT * FROM (SELECT * FROM m EXCEPT SELECT * FROM o)
 ORDER BY {order} LIMIT 1;
 
 -- name: events_since

@@ -188,8 +188,11 @@ class MemoryView:
 
     # -- advancing -------------------------------------------------------------------
     def apply(self, body: Mapping[str, Any], sha256: str, stream: str, operation_key: str | None,
-              contents: Mapping[str, bytes]) -> int:
-        """Advance by one event (``body`` as stored, ``sha256`` of its bytes); return its ``stream_seq``."""
+              contents: Mapping[str, bytes], *, request_sha256: str | None = None) -> int:
+        """Advance by one event (``body`` as stored, ``sha256`` of its bytes); return its ``stream_seq``.
+
+        ``request_sha256``: the sha256 of the canonical bytes of ``body["request"]`` when the caller
+        has it already (the replay does), else it is computed here for an event with an operation key."""
         seq, revision, kind = body["seq"], body["revision"], body["type"]
         stream_seq = 0  # an evidence event (its stream is its export path) is not numbered
         if stream in ("budget", "case"):
@@ -198,7 +201,10 @@ class MemoryView:
             self._stream_counts[scope] = stream_seq
         self._head = (seq, sha256, body["created_at"])
         if operation_key is not None:
-            self._remember_operation(operation_key, seq, body["request"])
+            if request_sha256 is None:
+                self._remember_operation(operation_key, seq, body["request"])
+            else:
+                self._operations[operation_key] = (seq, request_sha256)
         for sha, data in contents.items():
             self._contents.add(sha)
             self._content_bytes += len(data)

@@ -127,8 +127,9 @@ class Replayer:
         self.future_events = 0
         self.max_lead_ms = 0
 
-    def apply(self, seq: int, data: bytes) -> tuple[dict[str, Any], int]:
-        """Check and re-apply the event expected at ``seq`` whose stored bytes are ``data``.
+    def apply(self, seq: int, data: bytes, sha256: str | None = None) -> tuple[dict[str, Any], int]:
+        """Check and re-apply the event expected at ``seq`` whose stored bytes are ``data``
+        (``sha256``: their sha256 when the caller has computed it already).
 
         Returns ``(body, stream_seq)``; raises ``INTEGRITY_ERROR`` naming ``seq``.
         """
@@ -149,16 +150,17 @@ class Replayer:
             if keys == ["sources"]:
                 raise _edited_source(seq, body.get("sources"), rebuilt.get("sources"))
             raise _bad(seq, f"event differs from its recomputation from the request in: {detail}", fields=keys)
-        sha = sha256_hex(data)
+        sha = sha256 or sha256_hex(data)
         floors = self.view.account_floors(body["revision"]) if draft.stream == "budget" else None
         money = money_rows(body, self.view.money_consumed) if draft.stream == "budget" else []
-        stream_seq = self.view.apply(body, sha, draft.stream, draft.operation_key, draft.contents)
+        request_sha = sha256_hex(canonical_bytes(draft.request)) if draft.operation_key else None
+        stream_seq = self.view.apply(body, sha, draft.stream, draft.operation_key, draft.contents,
+                                     request_sha256=request_sha)
         if self.sink is not None:
             row = EventRow(seq=seq, type=draft.type, revision=draft.revision, stream=stored_stream(draft.stream),
                            stream_seq=stream_seq, created_at=created_at, sha256=sha,
                            parent_sha256=self.previous_sha, operation_key=draft.operation_key,
-                           request_sha256=sha256_hex(canonical_bytes(draft.request)) if draft.operation_key else None,
-                           body=data)
+                           request_sha256=request_sha, body=data)
             rows = helper_rows(body, draft) + (floor_rows(body, floors) if floors is not None else []) + money
             self.sink(row, rows, draft.contents)
         self.previous_sha = sha

@@ -18,23 +18,25 @@ import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator
 
 from ..ground import errors as E
 from .atomic_files import same_bytes
-from ..storage.sqlfiles import migration_record_problem, queries, schema_version, shipped_schema, statement
+from ..storage.sqlfiles import migration_record_problem, schema_version, shipped_schema, statement
 from ..ground.arguments import check_callback, check_flag
-from ..ground.canonical import sha256_hex
 from ..services.case import Case
 from ..ground.errors import LedgerError, integrity_error as _bad
 from .manifest import check_manifest, export_statement, read_manifest
-from ..model.package import (EVENT_FILE_RE, LEDGER_FILE, MANIFEST_FILE, check_export_tree, check_package_names,
-    content_path, event_path, export_tree_files, input_identity, refuse_own_links)
+from ..model.package import (EVENT_FILE_RE, LEDGER_FILE, check_export_tree, check_package_names,
+    content_path, event_path, export_tree_files, refuse_own_links)
+from ..ground.clock import utc_now
 from ..ground.paths import fs_path, os_error
 from .replay import PackageSource, Replayer
+from .verify_range import (ALL_AFTER, ALL_LAST, SecondHalf, _as_bytes, content_reader, copy_second_half,
+    input_identity_of, job_count, merge, plan_split, range_agrees, save_views, replay_events)
 from ..storage.connection import Storage
-from ..storage.sqlite_file import (EventRow, HelperRow, file_identity, translate_sqlite_errors, log_files_exist,
-    not_utf8, open_snapshot, release_log)
+from ..storage.sqlite_file import (file_identity, translate_sqlite_errors, log_files_exist, not_utf8,
+    open_snapshot, release_log)
 
 Progress = Callable[[int], None]
 #: Helper tables compared row by row against the replay.
@@ -138,14 +140,15 @@ class VerifyReport:
         return None
 
 
-def _rows_differ(conn: sqlite3.Connection, table: str, order: str) -> tuple[Any, ...] | None:
-    """First row (by ``order``) present in only one of main.<table> and orig.<table>."""
+def _rows_differ(conn: sqlite3.Connection, table: str, order: str, query: str = "rows_differ") -> tuple[Any, ...] | None:
+    """First row (by ``order``) present in only one of main.<table> and orig.<table> (``query``:
+    ``view_rows_differ`` for a view, computed once per side)."""
     with translate_sqlite_errors():
-        return conn.execute(statement("rows_differ", table=table, order=order)).fetchone()
+        return conn.execute(statement(query, table=table, order=order)).fetchone()
 
 
 def verify_case(path: str | os.PathLike[str], progress: Progress | None = None, *,
-                strict: bool = False) -> VerifyReport:
+                strict: bool = False, jobs: int | None = 1) -> VerifyReport:
     """Verify the case at ``path`` (docs/files.md); raise ``INTEGRITY_ERROR`` naming the first bad ``seq``.
 
     First SQLite's own check of the file (``PRAGMA quick_check``; the full
@@ -154,17 +157,25 @@ def verify_case(path: str | os.PathLike[str], progress: Progress | None = None, 
     files that exist, and the manifest head (a truncated or rolled-back ledger
     fails). Writes nothing in the package. A file the system refuses to read (no permission,
     an I/O error) is ``STORAGE_ERROR`` naming it: never taken for a missing or edited one.
+
+    ``jobs``: processes for this one case (an integer >= 1, else ``INVALID_ARGUMENT``; None: the
+    machine's cores). With 2 or more, a ledger of at least 20,000 events has its later events
+    replayed by a second process at the same time (docs/performance.md); the result is the same.
+    That process is started with ``spawn``, which imports the calling script's main module again:
+    a script passing ``jobs`` other than 1 keeps its own work under ``if __name__ == "__main__":``.
     """
     try:
-        return _verify_case(path, progress, strict)
+        return _verify_case(path, progress, strict, jobs)
     except OSError as exc:
         raise os_error(exc, "verify: the file system refused") from None
 
 
-def _verify_case(path: str | os.PathLike[str], progress: Progress | None, strict: bool) -> VerifyReport:
+def _verify_case(path: str | os.PathLike[str], progress: Progress | None, strict: bool,
+                 jobs: int | None) -> VerifyReport:
     root = fs_path(path, "case path")
     check_callback(progress, "progress")
     check_flag(strict, "strict")
+    jobs = job_count(jobs)
     ledger = root / LEDGER_FILE
     refuse_own_links(root)
     if not ledger.is_file():
@@ -175,15 +186,22 @@ def _verify_case(path: str | os.PathLike[str], progress: Progress | None, strict
         scratch = Storage.scratch(Path(scratch_dir) / "replay.sqlite", ledger)
         immutable = scratch.read_only_source
         before = file_identity(ledger) if immutable else None
+        second = None
         try:
             with translate_sqlite_errors():  # a damaged file's undecodable text, wherever it is first read
+                split = plan_split(scratch, Path(scratch_dir), jobs)  # before the first read of the ledger's snapshot
+                started_at = utc_now()
+                if split is not None:  # started first: its start-up runs beside SQLite's check of the file
+                    second = SecondHalf.start(root, ledger, split[2], split[0], split[1], started_at)
                 _sqlite_check(scratch.conn, "integrity_check" if strict else "quick_check")
-                report = _verify_attached(root, scratch, progress)
+                report = _verify_attached(root, scratch, progress, second, started_at)
         except LedgerError as exc:
             if immutable and exc.code == E.INTEGRITY_ERROR and file_identity(ledger) != before:
                 raise _changed_under_us(ledger) from None
             raise
         finally:
+            if second is not None:
+                second.close()  # before the scratch folder goes and the ledger's -wal is folded
             scratch.conn.close()
             if not immutable and not log_was_there:
                 release_log(ledger)  # the read-only attach left -wal and -shm: fold them as a writer's close would
@@ -219,7 +237,8 @@ def _orig_schema_version(conn: sqlite3.Connection) -> int:
         return conn.execute(statement("schema_version_of", "orig")).fetchone()[0] if has else 0
 
 
-def _verify_attached(root: Path, scratch: Storage, progress: Progress | None) -> VerifyReport:
+def _verify_attached(root: Path, scratch: Storage, progress: Progress | None, second: SecondHalf | None,
+                     started_at: str) -> VerifyReport:
     conn = scratch.conn
     version = _orig_schema_version(conn)
     if version > schema_version():
@@ -230,43 +249,50 @@ def _verify_attached(root: Path, scratch: Storage, progress: Progress | None) ->
     if version == 0:
         raise LedgerError(E.LEDGER_MISSING, "the ledger holds no schema (an interrupted init?)")
     _check_own_tables(conn, version)
-
-    def content_of(sha: str) -> bytes | None:
-        row = conn.execute(statement("content_body", "orig"), {"sha256": sha}).fetchone()
-        return None if row is None else _as_bytes(row[0])
-
     derived: list[Any] = []  # what the replay derives, stored into the scratch ledger in bulk
-    package = PackageSource(root, content_of, lambda: _input_identity(root, conn))
-    replayer = Replayer(package,
-                        lambda *item: derived.append(item),
-                        schema_every_event=False)
-    expected = 1
+    package = PackageSource(root, content_reader(conn), lambda: input_identity_of(root, conn))
+    replayer = Replayer(package, lambda *item: derived.append(item), schema_every_event=False)
+    replayer.started_at = started_at  # the clock both processes count future events against
+    tables_agree = False  # True: every table was compared in two ranges, and both agreed
+    saved: set[str] = set()  # the ledger's views computed already (save_views)
     try:
-        cursor = conn.execute(statement("events_for_verify", "orig", columns=", ".join(EVENT_COLUMNS)))
-        while rows := cursor.fetchmany(512):
-            store_derived(scratch, derived)
-            derived.clear()
-            for row in rows:
-                stored = dict(zip(EVENT_COLUMNS, row))
-                if stored["seq"] != expected:
-                    raise _bad(expected, f"event {expected} is missing (next stored seq is {stored['seq']})")
-                data = _as_bytes(stored["body"])
-                if stored["sha256"] != sha256_hex(data):
-                    raise _bad(expected, "stored sha256 does not match the event's bytes (edited event)")
-                replayer.apply(expected, data)
+        expected = replay_events(scratch, replayer, derived, ALL_AFTER, ALL_LAST if second is None else second.after,
+                                 progress)
+        if second is not None:  # the later events: checked by the second process, or else here
+            tables = [t for t in ("events", "contents", *HELPER_TABLES) if t in _present(conn, "main")]
+            compared = ["events", "contents", *(t for t in HELPER_TABLES if t in _present(conn, "orig"))]
+            tables_agree = range_agrees(conn, compared, second.after, later=False)  # while the second one runs
+            saved = save_views(conn, [v for v in PUBLIC_VIEWS if v in _present(conn, "orig")])
+            outcome = second.receive()
+            after = second.after
+            if outcome is not None and outcome["after"] > after:  # it moved the split past an operation's events
+                expected = replay_events(scratch, replayer, derived, after, outcome["after"], progress,
+                                         expected=expected)
+                after = outcome["after"]
+            if outcome is None or not second.accepts(replayer, outcome, _newest_seq(conn)):
+                tables_agree = False
+            else:
+                merge(replayer, outcome)
+                tables_agree = copy_second_half(conn, tables, second.after) and tables_agree
                 if progress:
-                    progress(1)
+                    progress(outcome["count"])
+                after = expected = second.last
                 expected += 1
+            replay_events(scratch, replayer, derived, after, ALL_LAST, progress, expected=expected)
+            tables_agree = tables_agree and range_agrees(conn, compared, second.after, later=True)
+    finally:
+        if second is not None:
+            second.close()  # at once when the first half failed
+    try:
         head = conn.execute(statement("newest_event", "orig")).fetchone()
     except sqlite3.DatabaseError as exc:
-        raise _bad(expected, f"cannot read the ledger: {exc}") from None
+        raise _bad(replayer.count + 1, f"cannot read the ledger: {exc}") from None
     except UnicodeDecodeError as exc:
-        raise _bad(expected, f"cannot read the ledger: {not_utf8(exc)}") from None
+        raise _bad(replayer.count + 1, f"cannot read the ledger: {not_utf8(exc)}") from None
     if head is None:
         raise _bad(1, "the ledger holds no events")
     replayer.finish()
-    store_derived(scratch, derived)
-    _compare_rows(conn)
+    _compare_rows(conn, tables_agree, saved)
     # the export tree is read first, then compared with the ledger as it is now: a writer may have
     # appended and exported past the verified snapshot meanwhile (never a truncation)
     manifest, files = read_manifest(root), export_tree_files(root)
@@ -280,6 +306,21 @@ def _verify_attached(root: Path, scratch: Storage, progress: Progress | None) ->
                         replayer.future_events, replayer.max_lead_ms,
                         _export_state(manifest_head, head[0], exported),
                         [{"path": p, "why": w} for p, w in sorted(package.unchecked.items())])
+
+
+def _newest_seq(conn: sqlite3.Connection) -> int | None:
+    """The ledger's head seq in this snapshot, or None (unreadable: read again, and named, later)."""
+    try:
+        head = conn.execute(statement("newest_event", "orig")).fetchone()
+    except (sqlite3.Error, UnicodeDecodeError):
+        return None
+    return None if head is None else head[0]
+
+
+def _present(conn: sqlite3.Connection, schema: str) -> set[str]:
+    """The tables and views of the scratch ledger (``main``) or of the ledger (``orig``)."""
+    with translate_sqlite_errors():
+        return {name for name, _sql in conn.execute(statement("schema_objects", schema))}
 
 
 def _export_state(manifest_head: int | None, head_seq: int, exported_files: int) -> str:
@@ -323,45 +364,10 @@ def _check_own_tables(conn: sqlite3.Connection, version: int) -> None:
                        "schema's, e.g. an added column)", object=name)
 
 
-def _input_identity(root: Path, conn: sqlite3.Connection) -> str:
-    """The package's input identity now, leaving out what the ledger under check exports."""
-    exported = {event_path(*row) for row in conn.execute(export_statement(conn, "event_addresses", "orig"))}
-    exported |= {content_path(sha) for (sha,) in conn.execute(statement("content_shas", "orig"))}
-    return input_identity(root, exported)
-
-
-def store_derived(scratch: Storage, items: list[tuple[EventRow, list[HelperRow], Mapping[str, bytes]]]) -> None:
-    """What :meth:`Storage.append` stores for each item, in bulk: every events row, then every
-    content row, then the helper rows, each named statement run once with ``executemany`` (in
-    order within a table). Only for the private scratch ledger, which has no triggers."""
-    if not items:
-        return
-    total = scratch.one("content_bytes_total")[0]
-    contents, helpers = [], {}
-    for event, rows, blobs in items:
-        for sha, data in (blobs or {}).items():
-            total += len(data)
-            contents.append({"sha256": sha, "seq": event.seq, "size_bytes": len(data),
-                             "cumulative_bytes": total, "body": data.decode("utf-8")})
-        for name, params in rows:
-            helpers.setdefault(name, []).append(params)
-    events = [{**event.__dict__, "body": event.body.decode("utf-8")} for event, _, _ in items]
-    with translate_sqlite_errors():
-        scratch.conn.executemany(queries()["insert_event"], events)
-        scratch.conn.executemany(queries()["insert_content"], contents)
-        if not scratch.conn.execute(statement("has_account_floors")).fetchone():
-            for name in ("insert_account_floor", "insert_money_total"):  # tables of schema version 7
-                helpers.pop(name, None)
-        for name, params in helpers.items():
-            scratch.conn.executemany(queries()[name], params)
-
-
-def _as_bytes(value: Any) -> bytes:
-    return value if isinstance(value, bytes) else str(value).encode("utf-8", "surrogatepass")
-
-
-def _compare_rows(conn: sqlite3.Connection) -> None:
-    """Events columns, contents, helper rows and views of the ledger against the replay.
+def _compare_rows(conn: sqlite3.Connection, tables_agree: bool = False, saved: set[str] = frozenset()) -> None:
+    """Events columns, contents, helper rows and views of the ledger against the replay
+    (``tables_agree``: the tables were compared already, in two ranges of seq, and agree;
+    ``saved``: the views whose ledger side was computed already).
 
     Every table is compared before anything is reported, so the error names the
     smallest differing ``seq`` whichever table it is in.
@@ -369,6 +375,22 @@ def _compare_rows(conn: sqlite3.Connection) -> None:
     found: list[tuple[int, str]] = []
     # a ledger made by an older schema version has not every table and view yet (its scratch neither)
     present = {name for name, _sql in conn.execute(statement("schema_objects", "orig"))}
+    if not tables_agree:
+        _compare_tables(conn, present, found)
+    if found:
+        seq, message = min(found, key=lambda item: (item[0] if type(item[0]) is int else 2**63, item[1]))
+        raise _bad(seq if type(seq) is int else None, message)
+    for view in (v for v in PUBLIC_VIEWS if v in present):
+        try:
+            differing = _rows_differ(conn, view, "1", "saved_view_rows_differ" if view in saved else "view_rows_differ")
+        except LedgerError as exc:
+            raise _bad(None, f"view {view} cannot be read: {exc.message}", view=view) from None
+        if differing is not None:
+            raise _bad(None, f"view {view} disagrees with the replay: {differing}", view=view)
+
+
+def _compare_tables(conn: sqlite3.Connection, present: set[str], found: list[tuple[int, str]]) -> None:
+    """Add ``(seq, message)`` to ``found`` for each table whose rows differ from the replay's."""
     with translate_sqlite_errors():
         differing = conn.execute(statement("events_differ")).fetchone()
     if differing is not None:
@@ -381,16 +403,6 @@ def _compare_rows(conn: sqlite3.Connection) -> None:
         if differing is not None:
             columns = [d[1] for d in conn.execute(statement("table_columns", table=table))]
             found.append((differing[columns.index("seq")], f"helper table {table} disagrees with the replay"))
-    if found:
-        seq, message = min(found, key=lambda item: (item[0] if type(item[0]) is int else 2**63, item[1]))
-        raise _bad(seq if type(seq) is int else None, message)
-    for view in (v for v in PUBLIC_VIEWS if v in present):
-        try:
-            differing = _rows_differ(conn, view, "1")
-        except LedgerError as exc:
-            raise _bad(None, f"view {view} cannot be read: {exc.message}", view=view) from None
-        if differing is not None:
-            raise _bad(None, f"view {view} disagrees with the replay: {differing}", view=view)
 
 
 #: Tables SQLite creates on its own (``sqlite_autoindex_*`` indexes have no SQL text and never show up).
@@ -465,6 +477,8 @@ def _check_export(root: Path, conn: sqlite3.Connection, head_seq: int, manifest:
     checked = 0
     if manifest is not None:
         check_manifest(manifest, conn, head_seq)
+    if manifest is None and not files:
+        return 0, None  # never exported: no file to compare, none can be missing (the loops below find nothing)
     known = {event_path(*row) for row in conn.execute(export_statement(conn, "event_addresses"))}
     for relative in files:
         if relative not in known and EVENT_FILE_RE.fullmatch(relative):

@@ -1,0 +1,188 @@
+"""One case's verify over two processes (``verify_case(jobs=2)``, docs/performance.md).
+
+The second process's replay of the later events is used only when it passed and started from the
+state the first process reached; otherwise the first process replays those events itself. So a
+verify with two processes passes, fails and names the same seq and message as with one.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from ledger import LedgerError, verify_case
+from ledger.ground.canonical import sha256_hex
+from ledger.ground.errors import INTEGRITY_ERROR, INVALID_ARGUMENT
+from ledger.package_tools import verify as verify_module, verify_range
+
+from conftest import start_case
+
+
+@pytest.fixture
+def split_used(monkeypatch) -> list[int]:
+    """Split any ledger of 2+ events; the list records the events each merged second process checked."""
+    monkeypatch.setattr(verify_range, "SPLIT_MIN_EVENTS", 2)
+    used: list[int] = []
+    merge = verify_module.merge
+
+    def counting(replayer, outcome):
+        used.append(outcome["count"])
+        merge(replayer, outcome)
+    monkeypatch.setattr(verify_module, "merge", counting)
+    return used
+
+
+@pytest.fixture
+def ledger_case(package: Path, example_policy) -> Path:
+    case = start_case(package)
+    budget = case.budget(example_policy)
+    budget.initialize()
+    for n in range(8):
+        h, a = f"H{n % 2 + 1}", f"a{n}"
+        budget.reserve(h, a, "source.read_context")
+        budget.record_result(h, a, {"finding": f"x{n}"}, ["sources/app.py"] if n % 3 == 0 else [])
+        budget.settle(h, a, 40 + n, "ok")
+    case.close()
+    return package
+
+
+def _outcome(path: Path, jobs: int) -> tuple:
+    try:
+        report = verify_case(path, jobs=jobs).to_dict()
+    except LedgerError as exc:
+        return exc.code, exc.message, exc.details.get("seq")
+    return "ok", report
+
+
+def test_two_processes_report_what_one_reports(ledger_case, split_used):
+    one = _outcome(ledger_case, 1)
+    assert not split_used
+    two = _outcome(ledger_case, 2)
+    assert one == two and one[0] == "ok"
+    assert split_used and 0 < split_used[0] < one[1]["events"]
+
+
+@pytest.mark.parametrize("rehash", [False, True])
+@pytest.mark.parametrize("seq", [6, 20, 28])  # early (first process), late (second), the last event
+def test_an_edited_event_fails_alike_in_either_half(ledger_case, split_used, seq, rehash):
+    conn = sqlite3.connect(ledger_case / "ledger.sqlite")
+    for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
+        conn.execute(f"DROP TRIGGER {name}")
+    body, sha = conn.execute("SELECT body, sha256 FROM events WHERE seq = ?", (seq,)).fetchone()
+    forged = body.replace('"remaining_units":', '"remaining_units":1', 1)
+    assert forged != body
+    conn.execute("UPDATE events SET body = ?, sha256 = ? WHERE seq = ?",
+                 (forged, sha256_hex(forged.encode()) if rehash else sha, seq))
+    conn.commit()
+    conn.close()
+    one = _outcome(ledger_case, 1)
+    assert one[0] == INTEGRITY_ERROR and one[2] == seq
+    assert _outcome(ledger_case, 2) == one
+
+
+@pytest.mark.parametrize("table, seq", [("events", 18), ("reservations", 23), ("closings", 7)])
+def test_a_deleted_row_fails_alike_in_either_half(ledger_case, split_used, table, seq):
+    conn = sqlite3.connect(ledger_case / "ledger.sqlite")
+    for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
+        conn.execute(f"DROP TRIGGER {name}")
+    assert conn.execute(f"DELETE FROM {table} WHERE seq = ?", (seq,)).rowcount == 1
+    conn.commit()
+    conn.close()
+    one = _outcome(ledger_case, 1)
+    assert one[0] == INTEGRITY_ERROR
+    assert _outcome(ledger_case, 2) == one
+
+
+def test_jobs_must_be_a_positive_integer(ledger_case):
+    for bad in (0, -1, 1.5, "2", True):
+        with pytest.raises(LedgerError) as caught:
+            verify_case(ledger_case, jobs=bad)
+        assert caught.value.code == INVALID_ARGUMENT
+
+
+@pytest.mark.parametrize("seq", [7, 25])  # a settle event of each half
+@pytest.mark.parametrize("change", [
+    "UPDATE closings SET information_score = information_score + 1 WHERE seq = :seq",
+    "INSERT INTO closings SELECT revision, hypothesis_id, 'x' || action_id, seq, outcome, semantic_score, "
+    "information_score, reward_units FROM closings WHERE seq = :seq",
+    "UPDATE events SET created_at = created_at || ' ' WHERE seq = :seq",
+])
+def test_an_edited_or_added_row_fails_alike_in_either_half(ledger_case, split_used, seq, change):
+    conn = sqlite3.connect(ledger_case / "ledger.sqlite")
+    for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
+        conn.execute(f"DROP TRIGGER {name}")
+    assert conn.execute(change, {"seq": seq}).rowcount == 1
+    conn.commit()
+    conn.close()
+    one = _outcome(ledger_case, 1)
+    assert one[0] == INTEGRITY_ERROR and one[2] == seq
+    assert _outcome(ledger_case, 2) == one
+
+
+def test_no_second_process_to_start_means_one_process(ledger_case, split_used, monkeypatch):
+    def refused(*args, **kwargs):
+        raise OSError(11, "Resource temporarily unavailable")
+    monkeypatch.setattr(verify_range.SecondHalf, "__init__", refused)
+    assert _outcome(ledger_case, 2) == _outcome(ledger_case, 1)
+    assert not split_used
+
+
+def test_a_second_process_that_dies_means_one_process(ledger_case, split_used, monkeypatch):
+    monkeypatch.setattr(verify_range.SecondHalf, "receive", lambda self: self.close())
+    assert _outcome(ledger_case, 2) == _outcome(ledger_case, 1)
+    assert not split_used
+
+
+def test_events_appended_after_the_split_was_planned_are_replayed_by_the_first_process(ledger_case, split_used,
+                                                                                     monkeypatch, example_policy):
+    from ledger import Case
+
+    plan = verify_range.plan_split
+
+    def plan_then_append(scratch, folder, jobs):
+        planned = plan(scratch, folder, jobs)  # the second process takes the events up to this head
+        with Case.open(ledger_case) as case:
+            budget = case.budget(example_policy)
+            budget.reserve("H1", "late", "source.read_context")
+        return planned
+    monkeypatch.setattr(verify_module, "plan_split", plan_then_append)
+    report = verify_case(ledger_case, jobs=2)
+    assert report.events == report.head_seq == 29
+    assert not split_used  # its events end before the head the first process reads: not used
+
+
+@pytest.mark.parametrize("seq", [-(2**63), -5, 0])
+def test_an_event_before_the_first_fails_alike(ledger_case, split_used, seq):
+    conn = sqlite3.connect(ledger_case / "ledger.sqlite")
+    for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
+        conn.execute(f"DROP TRIGGER {name}")
+    conn.execute("INSERT INTO events SELECT ?, type, revision, stream, stream_seq, created_at, sha256, parent_sha256, "
+                 "NULL, request_sha256, body FROM events WHERE seq = 1", (seq,))
+    conn.commit()
+    conn.close()
+    one = _outcome(ledger_case, 1)
+    assert one[0] == INTEGRITY_ERROR and one[2] == 1 and str(seq) in one[1]
+    assert _outcome(ledger_case, 2) == one
+
+
+@pytest.mark.parametrize("after", [36, 37, 38])  # an evidence batch: seq 36 starts it, 37-39 follow
+def test_a_split_inside_an_operation_of_several_events_moves_past_it(tmp_path, split_used, monkeypatch, after):
+    from ledger import run_demo
+
+    path, _, _ = run_demo(tmp_path / "demo", echo=lambda line: None)
+    plan = verify_range.plan_split
+
+    def split_at(scratch, folder, jobs):
+        planned = plan(scratch, folder, jobs)
+        return None if planned is None else (after, *planned[1:])
+    monkeypatch.setattr(verify_module, "plan_split", split_at)
+    types = [row[0] for row in sqlite3.connect(path / "ledger.sqlite").execute(
+        "SELECT type FROM events WHERE seq BETWEEN 36 AND 40 ORDER BY seq")]
+    assert types == ["evidence.requested", "evidence.result", "evidence.recorded", "evidence.indexed",
+                     "budget.evidence_recorded"]
+    one = _outcome(path, 1)
+    assert one[0] == "ok"
+    assert _outcome(path, 2) == one
+    assert split_used == [one[1]["events"] - 39]  # the second process replayed from seq 40, the next operation
