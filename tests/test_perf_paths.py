@@ -1,6 +1,6 @@
 """The fast paths added for speed answer exactly as the slow ones they stand in for.
 
-* ``verify.store_derived`` (verify's bulk load of the replay) stores the same rows as
+* ``verify_range.store_derived`` (verify's bulk load of the replay) stores the same rows as
   ``Storage.append`` one event at a time;
 * stored-form times are read without ``strptime`` and give the same differences;
 * the package file-name rule's printable-ASCII shortcut refuses and accepts the same names.
@@ -22,7 +22,8 @@ from ledger.ground.errors import LedgerError
 from ledger.model.package import _is_control, check_package_name
 from ledger.package_tools.replay import PackageSource, Replayer
 from ledger.storage.connection import Storage
-from ledger.package_tools.verify import HELPER_TABLES, store_derived, verify_case
+from ledger.package_tools.verify import HELPER_TABLES, verify_case
+from ledger.package_tools.verify_range import store_derived
 from ledger.model.views import WriterCache
 
 TABLES = ("events", "contents") + HELPER_TABLES
