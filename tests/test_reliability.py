@@ -637,3 +637,33 @@ def test_a_forked_child_neither_shares_nor_unlocks_the_lock_file_its_parent_keep
         lock.release()
     assert lock_is_free(case)
     assert budget.record_result("H1", "f1", {"x": 1}).reused is False
+
+
+def lock_file_descriptors(path: Path) -> int:
+    """How many descriptors of this process name the file at ``path``."""
+    found = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            found += os.readlink(f"/proc/self/fd/{fd}") == str(path)
+        except OSError:
+            pass  # the listing's own descriptor, gone by now
+    return found
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+def test_a_closed_case_refuses_every_write_as_a_ledger_error_and_keeps_no_lock_file_open(budget_case):
+    """A budget manager, evidence store or batch kept past ``Case.close()`` is refused with
+    INVALID_ARGUMENT (not a raw ``sqlite3.ProgrammingError``), and the refused write does not open
+    the writer lock file again and keep it."""
+    case, budget = budget_case
+    budget.reserve("H1", "k1", "source.read_context")
+    lock_path = case.storage._lock.path
+    case.close()
+    assert lock_file_descriptors(lock_path) == 0
+    for call in (lambda: budget.reserve("H1", "k2", "source.read_context"), lambda: case.transition("BLOCKED"),
+                 lambda: case.batch().__enter__(), lambda: case.evidence().confirm_feedback("F000001")):
+        with pytest.raises(LedgerError) as refused:
+            call()
+        assert refused.value.code == "INVALID_ARGUMENT" and "closed" in refused.value.message
+    assert lock_file_descriptors(lock_path) == 0
+    assert lock_is_free(case)
