@@ -822,3 +822,79 @@ def test_concurrent_exports_of_one_package_all_succeed(budget, case):
         thread.join()
     assert errors == []
     assert verify_case(case.path).exported_files_checked == 124 + 40
+
+
+# --- a Case belongs to the process that opened it ----------------------------------------------
+def forked(child) -> int:
+    """Run ``child()`` in a forked process (no unwinding past it); its exit code: 0 when it returned
+    True, 1 when False, 2 when it raised."""
+    pid = os.fork()
+    if pid == 0:
+        code = 2
+        try:
+            code = 0 if child() else 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+def refused_as_invalid(call) -> bool:
+    try:
+        call()
+    except LedgerError as exc:
+        return exc.code == INVALID_ARGUMENT and "fork" in exc.message
+    return False
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_cannot_overwrite_a_write_its_parent_committed_by_leaving_an_inherited_batch(budget_case):
+    """SQLite connections do not survive a fork: a child that inherits a case inside a batch and
+    leaves the batch (as a plain fork does, running the parent's code on) must not commit its copy
+    of the transaction, which overwrote what the parent committed meanwhile."""
+    case, budget = budget_case
+    pid, code = -1, 3  # the child's exit code: 0 when refused all along, leaving the batch included
+    try:
+        with case.batch():
+            budget.reserve("H1", "parent", "source.read_context")
+            pid = os.fork()
+            if pid == 0:
+                time.sleep(0.5)  # the parent has committed by now
+                code = 0 if refused_as_invalid(lambda: budget.reserve("H2", "child", "source.read_context")) else 1
+            else:
+                budget.reserve("H2", "parent2", "source.read_context")
+        # leaving the batch (the parent's code, run on by the child) must not commit in the child
+    except LedgerError as exc:
+        if pid != 0:
+            raise
+        os._exit(code if exc.code == INVALID_ARGUMENT else 4)
+    except BaseException:
+        if pid == 0:
+            os._exit(2)
+        raise
+    if pid == 0:
+        os._exit(3)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    reopened = Case.open(case.path)
+    try:
+        assert [a["action_id"] for a in reopened.actions()] == ["parent", "parent2"]
+    finally:
+        reopened.close()
+    assert_single_unforked_chain(case.path)
+    verify_case(case.path)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_is_refused_every_use_of_an_inherited_case_and_may_close_it(budget_case):
+    case, budget = budget_case
+    budget.reserve("H1", "k1", "source.read_context")  # the lock file is kept open, the cache warm
+    head = ledger_rows(case.path, "SELECT MAX(seq) FROM events")[0][0]
+    calls = [lambda: case.status(), lambda: budget.record_result("H1", "k1", {"x": 1}),
+             lambda: case.batch().__enter__(), lambda: export_case(case), lambda: list(case.iter_events())]
+    assert forked(lambda: all(refused_as_invalid(call) for call in calls) and case.close() is None) == 0
+    opened_here = forked(lambda: Case.open(case.path).transition("BLOCKED").case_state == "BLOCKED")
+    assert opened_here == 0  # a case opened again in the child works
+    assert case.transition("INVESTIGATING_HYPOTHESES").seq == head + 2  # the parent's case still works
+    assert budget.record_result("H1", "k1", {"x": 1}).seq == head + 3
+    assert_single_unforked_chain(case.path)

@@ -26,7 +26,7 @@ from .sqlfiles import foreign_write_blockers, migration_record_problem, migratio
 from ..ground.canonical import ZERO_SHA256
 from ..ground.clock import utc_now
 from ..ground.errors import LedgerError
-from .writer_lock import WriterLock
+from .writer_lock import WriterLock, fork_count
 from .sqlite_file import (LOCK_SUFFIX, TRANSACTION_CONTROL, WAL_RESTART_BYTES, EventRow, HelperRow, connect_path,
                           connect_uri, immutable_snapshot, probe_file, wal_bytes, file_uri, readable_uri,
                           SQLITE_ERRORS, sqlite_error, translate_sqlite_errors)
@@ -52,6 +52,7 @@ class _Write:
 
     def __enter__(self) -> "Storage":
         storage = self.storage
+        storage.check_process()
         if storage._in_batch:
             storage._open_savepoint()
             self.savepoint = True
@@ -61,6 +62,9 @@ class _Write:
 
     def __exit__(self, kind: Any, value: Any, traceback: Any) -> bool:
         storage = self.storage
+        if storage.forked:  # a child leaving a write its parent began: neither commit nor roll back
+            storage._abandon()
+            storage.check_process()
         if self.savepoint:
             if kind is None:
                 storage._release_savepoint()
@@ -78,6 +82,10 @@ class _Write:
             if translated is not value:
                 raise translated from None
         return False
+
+
+#: Connections a forked child inherited: kept referenced, never closed or rolled back there.
+_ABANDONED: list[sqlite3.Connection] = []
 
 
 class CheckpointWarning(UserWarning):
@@ -104,6 +112,7 @@ class Storage:
         self._commits = 0  # commits since the WAL size was last looked at (:meth:`_bound_wal`)
         self._in_read = False
         self._closed = False
+        self._fork = fork_count()  # the connection belongs to this process (:meth:`check_process`)
         #: Opened as an immutable snapshot on a read-only location (:meth:`open`).
         self.read_only = False
         #: verify only: the ATTACHed original is read as an immutable snapshot.
@@ -262,6 +271,9 @@ class Storage:
         """
         if self._closed:
             return None  # closing twice is harmless
+        if self.forked:
+            self._abandon()
+            return None
         try:
             with translate_sqlite_errors():
                 self._rollback()
@@ -294,6 +306,28 @@ class Storage:
         except OSError:
             return False
 
+    # -- the process ----------------------------------------------------------------
+    @property
+    def forked(self) -> bool:
+        """True in a process forked after this connection was opened (it is the parent's)."""
+        return self._fork != fork_count()
+
+    def check_process(self) -> None:
+        """``INVALID_ARGUMENT`` in a forked child: SQLite forbids using a connection across a fork
+        (the child holds none of the parent's file locks, so its writes would overwrite the parent's)."""
+        if self.forked:
+            raise LedgerError(E.INVALID_ARGUMENT, "this case was opened by the process this one was forked "
+                              "from; a ledger connection does not survive a fork: open the case again here")
+
+    def _abandon(self) -> None:
+        """A forked child's way out: the parent's transaction, connection and lock are left alone
+        (this process's copy of the lock file is closed); the connection is kept, never closed,
+        as closing it would roll back through the parent's shared memory."""
+        self._in_write = self._in_batch = self._savepoint_open = self._in_read = False
+        self._closed = True
+        self._lock.close()
+        _ABANDONED.append(self.conn)
+
     # -- transactions ---------------------------------------------------------------
     def write(self) -> "_Write":
         """One ``BEGIN IMMEDIATE … COMMIT``; any exception (``KeyboardInterrupt`` too) rolls back.
@@ -309,6 +343,7 @@ class Storage:
         """:meth:`write`'s start: the writer lock, then ``BEGIN IMMEDIATE`` (everything undone on failure)."""
         if self._closed:  # before the lock: a closed case neither opens its lock file again nor keeps it
             raise LedgerError(E.INVALID_ARGUMENT, "this case was closed; open it again to use it")
+        self.check_process()
         if self._in_write or self._in_read:
             raise LedgerError(E.INVALID_ARGUMENT, "an operation was started while another one of the same case "
                               "was running (a nested call, or a callback that writes); run it after")
@@ -415,6 +450,7 @@ class Storage:
     @contextmanager
     def read(self) -> Iterator["Storage"]:
         """A consistent read snapshot, ended before returning (no transaction is left open)."""
+        self.check_process()
         if self._in_write or self._in_read:  # inside a write or another read: the same snapshot
             yield self
             return

@@ -45,6 +45,11 @@ def _forked() -> None:
 os.register_at_fork(after_in_child=_forked)
 
 
+def fork_count() -> int:
+    """Forks this process has come from: an object that noted another count was made by an ancestor."""
+    return _forks
+
+
 class WriterLock:
     """Exclusive ``flock`` on ``ledger.sqlite-lock``, waited for in the kernel with a deadline.
 
