@@ -898,3 +898,44 @@ def test_a_forked_child_is_refused_every_use_of_an_inherited_case_and_may_close_
     assert case.transition("INVESTIGATING_HYPOTHESES").seq == head + 2  # the parent's case still works
     assert budget.record_result("H1", "k1", {"x": 1}).seq == head + 3
     assert_single_unforked_chain(case.path)
+
+
+# --- the writer lock is the file the path names --------------------------------------------
+def test_a_lock_file_replaced_between_a_writers_check_and_its_flock_still_excludes_the_next_writer(
+        budget_case, monkeypatch):
+    """A writer keeps its lock file open between operations. If the path is given a new file while
+    nobody holds the lock, and another process locks the new one just before this writer's
+    ``flock`` lands on the old one, this writer must not count the old file's lock as the writer
+    lock: it waits for the other process (here past its timeout: LEDGER_BUSY, nothing written)."""
+    import ledger.storage.writer_lock as lock_module
+
+    case, budget = budget_case
+    budget.reserve("H1", "k1", "source.read_context")  # the lock file is now kept open
+    lock_path = case.storage._lock.path
+    case.storage.settings["busy_timeout_ms"] = 400
+    before = generation(case)
+    real_flock = lock_module.fcntl.flock
+    other = {}
+
+    def flock(fd, operation):
+        if operation & fcntl.LOCK_EX and not other:  # the first try, right before it lands
+            replacement = lock_path.with_name("replacement")
+            replacement.write_bytes(b"")
+            os.replace(replacement, lock_path)
+            other["process"] = _start_single(_worker_hold_writer_lock, str(case.path), "flock on the sidecar")
+            assert other["process"][1].wait(CHILD_TIMEOUT_S)  # the other process holds the new file
+        real_flock(fd, operation)
+
+    monkeypatch.setattr(lock_module.fcntl, "flock", flock)
+    try:
+        with pytest.raises(LedgerError) as refused:
+            budget.record_result("H1", "k1", {"x": 1})
+        assert refused.value.code == "LEDGER_BUSY"
+        assert generation(case) == before
+    finally:
+        monkeypatch.undo()
+        if other:
+            process, _ready, release, queue = other["process"]
+            assert _finish_single(process, release, queue)["kind"] == "ok"
+    assert budget.record_result("H1", "k1", {"x": 1}).reused is False
+    assert_single_unforked_chain(case.path)
