@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from conftest import EXAMPLE_BUDGET, logical_dump, make_package, run_cli, start_case
-from ledger import (AnalysisConfig, BudgetConfig, Case, LedgerError, verify_case, export_case)
+from ledger import (AnalysisConfig, BudgetConfig, Case, LedgerError, verify_case, export_case, import_tree)
 from ledger.ground.config import AnalysisConfig
 from ledger.ground.errors import (INVALID_ARGUMENT)
 LEDGER = "ledger.sqlite"
@@ -939,3 +939,57 @@ def test_a_lock_file_replaced_between_a_writers_check_and_its_flock_still_exclud
             assert _finish_single(process, release, queue)["kind"] == "ok"
     assert budget.record_result("H1", "k1", {"x": 1}).reused is False
     assert_single_unforked_chain(case.path)
+
+
+def _worker_import_in_place_paused(path: str, started, release, queue) -> None:
+    """Import ``path`` in place, pausing at the first progress call until ``release`` is set."""
+    def progress(_done: int) -> None:
+        if not started.is_set():
+            started.set()
+            release.wait(CHILD_TIMEOUT_S)
+
+    try:
+        report = import_tree(path, progress=progress)
+        queue.put({"kind": "ok", "events": report.events})
+    except LedgerError as exc:
+        queue.put({"kind": "refused", "code": exc.code, "message": exc.message})
+    except BaseException as exc:
+        queue.put(_failure(exc))
+
+
+def test_an_in_place_import_holds_the_writer_lock_so_no_other_import_undoes_a_committed_write(budget_case):
+    """Two imports restoring one lost ledger at once, the second placing its ledger while the first
+    one, paused in its rebuild, still runs: a write committed on the second's ledger must survive the
+    first one ending (it used to set the -wal aside and replace ledger.sqlite, losing the write)."""
+    case, budget = budget_case
+    budget.reserve("H1", "k1", "source.read_context")
+    export_case(case)
+    path = case.path
+    case.close()
+    for name in os.listdir(path):
+        if name.startswith(LEDGER + "-") or name == LEDGER:
+            os.unlink(path / name)
+    process, started, release, queue = _start_single(_worker_import_in_place_paused, str(path))
+    committed = None
+    try:
+        assert started.wait(CHILD_TIMEOUT_S)  # the first import is rebuilding
+        try:
+            import_tree(path)  # the second one
+        except LedgerError as exc:
+            assert exc.code == "LEDGER_BUSY"  # refused while the first one runs: fine
+        else:
+            writer = Case.open(path)  # a write committed on the placed ledger, its writer still open
+            committed = writer.budget().record_result("H1", "k1", {"x": 1})
+            assert committed.reused is False
+    finally:
+        first = _finish_single(process, release, queue)
+    assert first["kind"] in ("ok", "refused"), first
+    if committed is not None:  # another connection sees it while its writer is still open
+        assert ledger_rows(path, "SELECT COUNT(*) FROM events WHERE seq = ?", (committed.seq,)) == [(1,)], first
+        writer.close()
+    with Case.open(path) as reopened:
+        again = reopened.budget().record_result("H1", "k1", {"x": 1})
+        if committed is not None:  # what was reported committed is still there
+            assert again.reused is True and again.seq == committed.seq, first
+    assert_single_unforked_chain(path)
+    verify_case(path)
