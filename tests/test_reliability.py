@@ -667,3 +667,28 @@ def test_a_closed_case_refuses_every_write_as_a_ledger_error_and_keeps_no_lock_f
         assert refused.value.code == "INVALID_ARGUMENT" and "closed" in refused.value.message
     assert lock_file_descriptors(lock_path) == 0
     assert lock_is_free(case)
+
+
+def test_a_lock_file_that_cannot_be_opened_is_the_same_refusal_whether_the_writer_waits_or_not(budget_case):
+    """A folder put where the lock file was, while another holder still locks the old file: the
+    writer that kept the old file open (so it waits, then opens the path) and a fresh writer are
+    refused alike, with the code of the cause, not a retryable LEDGER_BUSY."""
+    case, budget = budget_case
+    budget.reserve("H1", "k1", "source.read_context")  # the lock file is now kept open
+    lock_path = case.storage._lock.path
+    holder = WriterLock(lock_path)
+    assert holder.try_acquire()  # the old file stays locked by another open file
+    try:
+        lock_path.unlink()
+        lock_path.mkdir()
+        codes = []
+        for call in (lambda: budget.record_result("H1", "k1", {"x": 1}),
+                     lambda: Case.open(case.path).transition("BLOCKED")):
+            with pytest.raises(LedgerError) as refused:
+                call()
+            codes.append(refused.value.code)
+        assert codes[0] == codes[1] != LEDGER_BUSY, codes
+    finally:
+        holder.close()
+        lock_path.rmdir()
+    assert budget.record_result("H1", "k1", {"x": 1}).reused is False

@@ -105,7 +105,8 @@ class WriterLock:
         return self.held is not None
 
     def acquire(self, timeout_ms: int) -> None:
-        """Take the lock (``held``), or raise ``LEDGER_BUSY`` after ``timeout_ms``.
+        """Take the lock (``held``), or raise ``LEDGER_BUSY`` after ``timeout_ms``; a path that cannot
+        be opened raises what opening it raised (``OSError``; a link: ``INVALID_ARGUMENT``).
 
         Anything left held by an interrupted earlier call is released first.
         """
@@ -189,10 +190,8 @@ class WriterLock:
             self._pending = None
         if self.held is not None:
             return
-        if isinstance(box["error"], LedgerError):
+        if box["error"] is not None:  # the path could not be opened: the caller's refusal, as uncontended
             raise box["error"]
-        if box["error"] is not None:
-            raise LedgerError(E.LEDGER_BUSY, f"cannot lock {self.path}: {box['error']}")
         raise LedgerError(
             E.LEDGER_BUSY, f"another writer held the case for more than {timeout_ms} ms; retry",
             busy_timeout_ms=timeout_ms,
