@@ -993,3 +993,45 @@ def test_an_in_place_import_holds_the_writer_lock_so_no_other_import_undoes_a_co
             assert again.reused is True and again.seq == committed.seq, first
     assert_single_unforked_chain(path)
     verify_case(path)
+
+
+FORK_EXIT_SCRIPT = """
+import os, sys
+from ledger import BudgetConfig, Case
+case = Case.create(sys.argv[1], "BUG-1")
+case.open_revision([{"statement": "a"}, {"statement": "b"}], 100_000)
+case.transition("INVESTIGATING_HYPOTHESES")
+budget = case.budget(BudgetConfig.load(sys.argv[2]))
+budget.initialize()
+with case.batch():
+    for i in range(200):  # more than the page cache holds: the open transaction spills into the log
+        budget.reserve("H1", f"p{i}", "source.read_context")
+        budget.record_result("H1", f"p{i}", {"i": i, "pad": "x" * 4000})
+        budget.settle("H1", f"p{i}", 50, "assessed")
+    pid = os.fork()
+    if pid == 0:
+        sys.exit(0)  # the child just ends: the exception leaves the batch, the interpreter exits
+    os.waitpid(pid, 0)
+    for i in range(200, 260):
+        budget.reserve("H1", f"p{i}", "source.read_context")
+        budget.record_result("H1", f"p{i}", {"i": i})
+        budget.settle("H1", f"p{i}", 50, "assessed")
+case.close()
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_that_just_exits_during_its_parents_batch_leaves_the_ledger_intact(package):
+    """The child's exit (the batch left by SystemExit, then the interpreter's cleanup) must neither
+    roll back nor close the inherited connection: either rolls the parent's open transaction back
+    through the shared WAL index, and the parent then commits a malformed database."""
+    path = package
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-c", FORK_EXIT_SCRIPT, str(path), str(EXAMPLE_BUDGET)],
+                          capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert ledger_rows(path, "PRAGMA integrity_check") == [("ok",)]
+    assert ledger_rows(path, "SELECT COUNT(*) FROM reservations") == [(260,)]
+    assert_single_unforked_chain(path)
+    verify_case(path)

@@ -15,8 +15,10 @@ type, rule or configuration.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import sqlite3
+import weakref
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
@@ -64,7 +66,9 @@ class _Write:
         storage = self.storage
         if storage.forked:  # a child leaving a write its parent began: neither commit nor roll back
             storage._abandon()
-            storage.check_process()
+            if kind is None:  # refused instead of committed; an exception on its way goes on
+                storage.check_process()
+            return False
         if self.savepoint:
             if kind is None:
                 storage._release_savepoint()
@@ -84,8 +88,27 @@ class _Write:
         return False
 
 
-#: Connections a forked child inherited: kept referenced, never closed or rolled back there.
-_ABANDONED: list[sqlite3.Connection] = []
+#: Every open :class:`Storage` of this process, so that a forked child can keep their connections.
+_LIVE: "weakref.WeakSet[Storage]" = weakref.WeakSet()
+
+
+def _keep_inherited_connections() -> None:
+    """In a forked child: every inherited connection gets a reference that is never dropped, so that
+    neither garbage collection nor the interpreter's exit closes it there. Closing it would roll
+    back a transaction the parent has open, through the shared WAL index, and corrupt the ledger."""
+    for storage in list(_LIVE):
+        _never_freed(storage.conn)
+
+
+def _never_freed(conn: sqlite3.Connection) -> None:
+    try:
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(conn))
+    except (AttributeError, OSError):  # no C API at hand: a module reference, cleared only at exit
+        _KEPT.append(conn)
+
+
+_KEPT: list[sqlite3.Connection] = []
+os.register_at_fork(after_in_child=_keep_inherited_connections)
 
 
 class CheckpointWarning(UserWarning):
@@ -113,6 +136,7 @@ class Storage:
         self._in_read = False
         self._closed = False
         self._fork = fork_count()  # the connection belongs to this process (:meth:`check_process`)
+        _LIVE.add(self)
         #: Opened as an immutable snapshot on a read-only location (:meth:`open`).
         self.read_only = False
         #: verify only: the ATTACHed original is read as an immutable snapshot.
@@ -321,12 +345,11 @@ class Storage:
 
     def _abandon(self) -> None:
         """A forked child's way out: the parent's transaction, connection and lock are left alone
-        (this process's copy of the lock file is closed); the connection is kept, never closed,
-        as closing it would roll back through the parent's shared memory."""
+        (this process's copy of the lock file is closed); the connection is never closed here
+        (:func:`_keep_inherited_connections`)."""
         self._in_write = self._in_batch = self._savepoint_open = self._in_read = False
         self._closed = True
         self._lock.close()
-        _ABANDONED.append(self.conn)
 
     # -- transactions ---------------------------------------------------------------
     def write(self) -> "_Write":
