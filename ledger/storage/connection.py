@@ -366,7 +366,6 @@ class Storage:
         """:meth:`write`'s start: the writer lock, then ``BEGIN IMMEDIATE`` (everything undone on failure)."""
         if self._closed:  # before the lock: a closed case neither opens its lock file again nor keeps it
             raise LedgerError(E.INVALID_ARGUMENT, "this case was closed; open it again to use it")
-        self.check_process()
         if self._in_write or self._in_read:
             raise LedgerError(E.INVALID_ARGUMENT, "an operation was started while another one of the same case "
                               "was running (a nested call, or a callback that writes); run it after")
