@@ -692,3 +692,29 @@ def test_a_lock_file_that_cannot_be_opened_is_the_same_refusal_whether_the_write
         holder.close()
         lock_path.rmdir()
     assert budget.record_result("H1", "k1", {"x": 1}).reused is False
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_child_forked_while_the_writer_locks_hand_over_guard_is_held_can_still_close_the_case(budget_case):
+    """The writer lock's hand-over guard is taken for an instant by its helper thread (or a release);
+    a fork at that instant copies it taken, with no thread left in the child to let it go: closing
+    the inherited case in the child must not wait on it forever."""
+    case, budget = budget_case
+    budget.reserve("H1", "k1", "source.read_context")
+    guard = case.storage._lock._guard
+    guard.acquire()  # as the helper thread holds it during a hand-over
+    try:
+        pid = os.fork()
+        if pid == 0:
+            code = 2
+            try:
+                signal_module = __import__("signal")
+                signal_module.alarm(5)  # a hang ends the child (killed by SIGALRM)
+                code = 0 if case.close() is None else 1
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        guard.release()
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert budget.record_result("H1", "k1", {"x": 1}).reused is False

@@ -78,7 +78,8 @@ class WriterLock:
         self.path = path
         #: The locked file while this object holds the lock, else None.
         self.held: BinaryIO | None = None
-        self._guard = threading.Lock()  # the hand-over from the helper thread
+        self._guard = threading.Lock()  # the hand-over from the helper thread (:meth:`_guarded`)
+        self._guard_fork = _forks
         self._pending: dict[str, Any] | None = None
         #: The lock file kept open (unlocked) between acquisitions, and its (device, inode).
         self._kept: BinaryIO | None = None
@@ -156,7 +157,15 @@ class WriterLock:
         if kept is not None:
             kept.close()
 
+    def _guarded(self) -> threading.Lock:
+        """The hand-over guard; in a forked child a new one, as a thread of the parent may have held
+        it at the fork (no thread is left in the child to let it go)."""
+        if self._guard_fork != _forks:
+            self._guard, self._guard_fork = threading.Lock(), _forks
+        return self._guard
+
     def _wait(self, timeout_ms: int) -> None:
+        guard = self._guarded()
         cond = threading.Condition()
         box: dict[str, Any] = {"file": None, "abandoned": False, "error": None}
         self._pending = box
@@ -173,7 +182,7 @@ class WriterLock:
             except (OSError, LedgerError) as exc:  # a link put in its place meanwhile is refused, not waited on
                 box["error"] = exc
             else:
-                with self._guard:
+                with guard:
                     if not box["abandoned"]:
                         box["file"], handle = handle, None
                 if handle is not None:
@@ -184,7 +193,7 @@ class WriterLock:
         threading.Thread(target=waiter, name="ledger-writer-lock", daemon=True).start()
         with cond:
             cond.wait_for(lambda: box["file"] is not None or box["error"] is not None, timeout_ms / 1000)
-        with self._guard:  # the hand-over: from here on release() finds the lock in ``held``
+        with guard:  # the hand-over: from here on release() finds the lock in ``held``
             self.held, box["file"] = box["file"], None
             box["abandoned"] = True
             self._pending = None
@@ -200,7 +209,7 @@ class WriterLock:
     def release(self) -> None:
         """Release the lock if held, and abandon a wait in progress (its helper releases what it
         wins). Safe to call at any time, any number of times."""
-        with self._guard:
+        with self._guarded():
             pending, self._pending = self._pending, None
             handed = None
             if pending is not None:
