@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from conftest import EXAMPLE_BUDGET, logical_dump, make_package, run_cli, start_case
-from ledger import (AnalysisConfig, BudgetConfig, Case, LedgerError, verify_case, export_case)
+from ledger import (AnalysisConfig, BudgetConfig, Case, LedgerError, verify_case, export_case, import_tree)
 from ledger.ground.config import AnalysisConfig
 from ledger.ground.errors import (INVALID_ARGUMENT)
 LEDGER = "ledger.sqlite"
@@ -822,3 +822,216 @@ def test_concurrent_exports_of_one_package_all_succeed(budget, case):
         thread.join()
     assert errors == []
     assert verify_case(case.path).exported_files_checked == 124 + 40
+
+
+# --- a Case belongs to the process that opened it ----------------------------------------------
+def forked(child) -> int:
+    """Run ``child()`` in a forked process (no unwinding past it); its exit code: 0 when it returned
+    True, 1 when False, 2 when it raised."""
+    pid = os.fork()
+    if pid == 0:
+        code = 2
+        try:
+            code = 0 if child() else 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+def refused_as_invalid(call) -> bool:
+    try:
+        call()
+    except LedgerError as exc:
+        return exc.code == INVALID_ARGUMENT and "fork" in exc.message
+    return False
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_cannot_overwrite_a_write_its_parent_committed_by_leaving_an_inherited_batch(budget_case):
+    """SQLite connections do not survive a fork: a child that inherits a case inside a batch and
+    leaves the batch (as a plain fork does, running the parent's code on) must not commit its copy
+    of the transaction, which overwrote what the parent committed meanwhile."""
+    case, budget = budget_case
+    pid, code = -1, 3  # the child's exit code: 0 when refused all along, leaving the batch included
+    try:
+        with case.batch():
+            budget.reserve("H1", "parent", "source.read_context")
+            pid = os.fork()
+            if pid == 0:
+                time.sleep(0.5)  # the parent has committed by now
+                code = 0 if refused_as_invalid(lambda: budget.reserve("H2", "child", "source.read_context")) else 1
+            else:
+                budget.reserve("H2", "parent2", "source.read_context")
+        # leaving the batch (the parent's code, run on by the child) must not commit in the child
+    except LedgerError as exc:
+        if pid != 0:
+            raise
+        os._exit(code if exc.code == INVALID_ARGUMENT else 4)
+    except BaseException:
+        if pid == 0:
+            os._exit(2)
+        raise
+    if pid == 0:
+        os._exit(3)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    reopened = Case.open(case.path)
+    try:
+        assert [a["action_id"] for a in reopened.actions()] == ["parent", "parent2"]
+    finally:
+        reopened.close()
+    assert_single_unforked_chain(case.path)
+    verify_case(case.path)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_is_refused_every_use_of_an_inherited_case_and_may_close_it(budget_case):
+    case, budget = budget_case
+    budget.reserve("H1", "k1", "source.read_context")  # the lock file is kept open, the cache warm
+    head = ledger_rows(case.path, "SELECT MAX(seq) FROM events")[0][0]
+    calls = [lambda: case.status(), lambda: budget.record_result("H1", "k1", {"x": 1}),
+             lambda: case.batch().__enter__(), lambda: export_case(case), lambda: list(case.iter_events())]
+    assert forked(lambda: all(refused_as_invalid(call) for call in calls) and case.close() is None) == 0
+    opened_here = forked(lambda: Case.open(case.path).transition("BLOCKED").case_state == "BLOCKED")
+    assert opened_here == 0  # a case opened again in the child works
+    assert case.transition("INVESTIGATING_HYPOTHESES").seq == head + 2  # the parent's case still works
+    assert budget.record_result("H1", "k1", {"x": 1}).seq == head + 3
+    assert_single_unforked_chain(case.path)
+
+
+# --- the writer lock is the file the path names --------------------------------------------
+def test_a_lock_file_replaced_between_a_writers_check_and_its_flock_still_excludes_the_next_writer(
+        budget_case, monkeypatch):
+    """A writer keeps its lock file open between operations. If the path is given a new file while
+    nobody holds the lock, and another process locks the new one just before this writer's
+    ``flock`` lands on the old one, this writer must not count the old file's lock as the writer
+    lock: it waits for the other process (here past its timeout: LEDGER_BUSY, nothing written)."""
+    import ledger.storage.writer_lock as lock_module
+
+    case, budget = budget_case
+    budget.reserve("H1", "k1", "source.read_context")  # the lock file is now kept open
+    lock_path = case.storage._lock.path
+    case.storage.settings["busy_timeout_ms"] = 400
+    before = generation(case)
+    real_flock = lock_module.fcntl.flock
+    other = {}
+
+    def flock(fd, operation):
+        if operation & fcntl.LOCK_EX and not other:  # the first try, right before it lands
+            replacement = lock_path.with_name("replacement")
+            replacement.write_bytes(b"")
+            os.replace(replacement, lock_path)
+            other["process"] = _start_single(_worker_hold_writer_lock, str(case.path), "flock on the sidecar")
+            assert other["process"][1].wait(CHILD_TIMEOUT_S)  # the other process holds the new file
+        real_flock(fd, operation)
+
+    monkeypatch.setattr(lock_module.fcntl, "flock", flock)
+    try:
+        with pytest.raises(LedgerError) as refused:
+            budget.record_result("H1", "k1", {"x": 1})
+        assert refused.value.code == "LEDGER_BUSY"
+        assert generation(case) == before
+    finally:
+        monkeypatch.undo()
+        if other:
+            process, _ready, release, queue = other["process"]
+            assert _finish_single(process, release, queue)["kind"] == "ok"
+    assert budget.record_result("H1", "k1", {"x": 1}).reused is False
+    assert_single_unforked_chain(case.path)
+
+
+def _worker_import_in_place_paused(path: str, started, release, queue) -> None:
+    """Import ``path`` in place, pausing at the first progress call until ``release`` is set."""
+    def progress(_done: int) -> None:
+        if not started.is_set():
+            started.set()
+            release.wait(CHILD_TIMEOUT_S)
+
+    try:
+        report = import_tree(path, progress=progress)
+        queue.put({"kind": "ok", "events": report.events})
+    except LedgerError as exc:
+        queue.put({"kind": "refused", "code": exc.code, "message": exc.message})
+    except BaseException as exc:
+        queue.put(_failure(exc))
+
+
+def test_an_in_place_import_holds_the_writer_lock_so_no_other_import_undoes_a_committed_write(budget_case):
+    """Two imports restoring one lost ledger at once, the second placing its ledger while the first
+    one, paused in its rebuild, still runs: a write committed on the second's ledger must survive the
+    first one ending (it used to set the -wal aside and replace ledger.sqlite, losing the write)."""
+    case, budget = budget_case
+    budget.reserve("H1", "k1", "source.read_context")
+    export_case(case)
+    path = case.path
+    case.close()
+    for name in os.listdir(path):
+        if name.startswith(LEDGER + "-") or name == LEDGER:
+            os.unlink(path / name)
+    process, started, release, queue = _start_single(_worker_import_in_place_paused, str(path))
+    committed = None
+    try:
+        assert started.wait(CHILD_TIMEOUT_S)  # the first import is rebuilding
+        try:
+            import_tree(path)  # the second one
+        except LedgerError as exc:
+            assert exc.code == "LEDGER_BUSY"  # refused while the first one runs: fine
+        else:
+            writer = Case.open(path)  # a write committed on the placed ledger, its writer still open
+            committed = writer.budget().record_result("H1", "k1", {"x": 1})
+            assert committed.reused is False
+    finally:
+        first = _finish_single(process, release, queue)
+    assert first["kind"] in ("ok", "refused"), first
+    if committed is not None:  # another connection sees it while its writer is still open
+        assert ledger_rows(path, "SELECT COUNT(*) FROM events WHERE seq = ?", (committed.seq,)) == [(1,)], first
+        writer.close()
+    with Case.open(path) as reopened:
+        again = reopened.budget().record_result("H1", "k1", {"x": 1})
+        if committed is not None:  # what was reported committed is still there
+            assert again.reused is True and again.seq == committed.seq, first
+    assert_single_unforked_chain(path)
+    verify_case(path)
+
+
+FORK_EXIT_SCRIPT = """
+import os, sys
+from ledger import BudgetConfig, Case
+case = Case.create(sys.argv[1], "BUG-1")
+case.open_revision([{"statement": "a"}, {"statement": "b"}], 100_000)
+case.transition("INVESTIGATING_HYPOTHESES")
+budget = case.budget(BudgetConfig.load(sys.argv[2]))
+budget.initialize()
+with case.batch():
+    for i in range(200):  # more than the page cache holds: the open transaction spills into the log
+        budget.reserve("H1", f"p{i}", "source.read_context")
+        budget.record_result("H1", f"p{i}", {"i": i, "pad": "x" * 4000})
+        budget.settle("H1", f"p{i}", 50, "assessed")
+    pid = os.fork()
+    if pid == 0:
+        sys.exit(0)  # the child just ends: the exception leaves the batch, the interpreter exits
+    os.waitpid(pid, 0)
+    for i in range(200, 260):
+        budget.reserve("H1", f"p{i}", "source.read_context")
+        budget.record_result("H1", f"p{i}", {"i": i})
+        budget.settle("H1", f"p{i}", 50, "assessed")
+case.close()
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_that_just_exits_during_its_parents_batch_leaves_the_ledger_intact(package):
+    """The child's exit (the batch left by SystemExit, then the interpreter's cleanup) must neither
+    roll back nor close the inherited connection: either rolls the parent's open transaction back
+    through the shared WAL index, and the parent then commits a malformed database."""
+    path = package
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-c", FORK_EXIT_SCRIPT, str(path), str(EXAMPLE_BUDGET)],
+                          capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert ledger_rows(path, "PRAGMA integrity_check") == [("ok",)]
+    assert ledger_rows(path, "SELECT COUNT(*) FROM reservations") == [(260,)]
+    assert_single_unforked_chain(path)
+    verify_case(path)

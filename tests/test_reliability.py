@@ -637,3 +637,84 @@ def test_a_forked_child_neither_shares_nor_unlocks_the_lock_file_its_parent_keep
         lock.release()
     assert lock_is_free(case)
     assert budget.record_result("H1", "f1", {"x": 1}).reused is False
+
+
+def lock_file_descriptors(path: Path) -> int:
+    """How many descriptors of this process name the file at ``path``."""
+    found = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            found += os.readlink(f"/proc/self/fd/{fd}") == str(path)
+        except OSError:
+            pass  # the listing's own descriptor, gone by now
+    return found
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+def test_a_closed_case_refuses_every_write_as_a_ledger_error_and_keeps_no_lock_file_open(budget_case):
+    """A budget manager, evidence store or batch kept past ``Case.close()`` is refused with
+    INVALID_ARGUMENT (not a raw ``sqlite3.ProgrammingError``), and the refused write does not open
+    the writer lock file again and keep it."""
+    case, budget = budget_case
+    budget.reserve("H1", "k1", "source.read_context")
+    lock_path = case.storage._lock.path
+    case.close()
+    assert lock_file_descriptors(lock_path) == 0
+    for call in (lambda: budget.reserve("H1", "k2", "source.read_context"), lambda: case.transition("BLOCKED"),
+                 lambda: case.batch().__enter__(), lambda: case.evidence().confirm_feedback("F000001")):
+        with pytest.raises(LedgerError) as refused:
+            call()
+        assert refused.value.code == "INVALID_ARGUMENT" and "closed" in refused.value.message
+    assert lock_file_descriptors(lock_path) == 0
+    assert lock_is_free(case)
+
+
+def test_a_lock_file_that_cannot_be_opened_is_the_same_refusal_whether_the_writer_waits_or_not(budget_case):
+    """A folder put where the lock file was, while another holder still locks the old file: the
+    writer that kept the old file open (so it waits, then opens the path) and a fresh writer are
+    refused alike, with the code of the cause, not a retryable LEDGER_BUSY."""
+    case, budget = budget_case
+    budget.reserve("H1", "k1", "source.read_context")  # the lock file is now kept open
+    lock_path = case.storage._lock.path
+    holder = WriterLock(lock_path)
+    assert holder.try_acquire()  # the old file stays locked by another open file
+    try:
+        lock_path.unlink()
+        lock_path.mkdir()
+        codes = []
+        for call in (lambda: budget.record_result("H1", "k1", {"x": 1}),
+                     lambda: Case.open(case.path).transition("BLOCKED")):
+            with pytest.raises(LedgerError) as refused:
+                call()
+            codes.append(refused.value.code)
+        assert codes[0] == codes[1] != LEDGER_BUSY, codes
+    finally:
+        holder.close()
+        lock_path.rmdir()
+    assert budget.record_result("H1", "k1", {"x": 1}).reused is False
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_child_forked_while_the_writer_locks_hand_over_guard_is_held_can_still_close_the_case(budget_case):
+    """The writer lock's hand-over guard is taken for an instant by its helper thread (or a release);
+    a fork at that instant copies it taken, with no thread left in the child to let it go: closing
+    the inherited case in the child must not wait on it forever."""
+    case, budget = budget_case
+    budget.reserve("H1", "k1", "source.read_context")
+    guard = case.storage._lock._guard
+    guard.acquire()  # as the helper thread holds it during a hand-over
+    try:
+        pid = os.fork()
+        if pid == 0:
+            code = 2
+            try:
+                signal_module = __import__("signal")
+                signal_module.alarm(5)  # a hang ends the child (killed by SIGALRM)
+                code = 0 if case.close() is None else 1
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        guard.release()
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert budget.record_result("H1", "k1", {"x": 1}).reused is False

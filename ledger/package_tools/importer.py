@@ -32,7 +32,8 @@ from ..model.package import (ANALYSIS_DIR, EVENT_FILE_RE, EVIDENCE_EVENT_FILE_RE
 from ..ground.paths import fs_path, os_error, read_bytes
 from .replay import PackageSource, Replayer
 from ..storage.connection import Storage
-from ..storage.sqlite_file import EventRow, HelperRow
+from ..storage.sqlite_file import LOCK_SUFFIX, EventRow, HelperRow
+from ..storage.writer_lock import WriterLock
 from ..model.memory_view import MemoryView
 from .verify import VerifyReport, verify_case
 
@@ -249,6 +250,34 @@ def _import_tree(source: str | os.PathLike[str], to: str | os.PathLike[str] | No
     dest = fs_path(to, "import target") if to is not None else src
     check_callback(progress, "progress")
     in_place = _check_target(src, dest)
+    # in place, the case's writer lock is held until the ledger is placed: another import of the same
+    # folder would delete this one's scratch files and set aside the log of the ledger it placed
+    lock = WriterLock(src / (LEDGER_FILE + LOCK_SUFFIX)) if in_place else None
+    try:
+        if lock is not None:
+            if not lock.try_acquire():
+                raise LedgerError(E.LEDGER_BUSY, f"{src}: another import (or a writer) holds the case; retry once "
+                                  "it ended", path=str(src))
+            _check_target(src, dest)  # again under the lock: nobody placed a ledger meanwhile
+        _build(src, dest, in_place, progress)
+    finally:
+        if lock is not None:
+            lock.close()
+    try:
+        with Case.open(dest) as case:
+            export_case(case)
+        report = verify_case(dest)
+        with Case.open(dest):
+            pass  # the last connection to close checkpoints and removes the -wal and -shm files
+    except LedgerError as exc:
+        if exc.code == E.INTEGRITY_ERROR:  # what verify refuses is not kept: the import wrote nothing
+            _discard(dest, in_place)
+        raise
+    return report
+
+
+def _build(src: Path, dest: Path, in_place: bool, progress: Progress | None) -> None:
+    """Rebuild the ledger from the tree of ``src`` and place it (with the inputs, unless in place)."""
     manifest = read_manifest(src)
     if manifest is None:
         raise LedgerError(E.INVALID_ARGUMENT, f"{src} has no manifest.json: not an exported case")
@@ -283,17 +312,6 @@ def _import_tree(source: str | os.PathLike[str], to: str | os.PathLike[str] | No
         raise
     for leftover in scratch_files:
         leftover.unlink(missing_ok=True)
-    try:
-        with Case.open(dest) as case:
-            export_case(case)
-        report = verify_case(dest)
-        with Case.open(dest):
-            pass  # the last connection to close checkpoints and removes the -wal and -shm files
-    except LedgerError as exc:
-        if exc.code == E.INTEGRITY_ERROR:  # what verify refuses is not kept: the import wrote nothing
-            _discard(dest, in_place)
-        raise
-    return report
 
 
 def _discard(dest: Path, in_place: bool) -> None:

@@ -15,8 +15,10 @@ type, rule or configuration.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import sqlite3
+import weakref
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
@@ -26,7 +28,7 @@ from .sqlfiles import foreign_write_blockers, migration_record_problem, migratio
 from ..ground.canonical import ZERO_SHA256
 from ..ground.clock import utc_now
 from ..ground.errors import LedgerError
-from .writer_lock import WriterLock
+from .writer_lock import WriterLock, fork_count
 from .sqlite_file import (LOCK_SUFFIX, TRANSACTION_CONTROL, WAL_RESTART_BYTES, EventRow, HelperRow, connect_path,
                           connect_uri, immutable_snapshot, probe_file, wal_bytes, file_uri, readable_uri,
                           SQLITE_ERRORS, sqlite_error, translate_sqlite_errors)
@@ -52,6 +54,7 @@ class _Write:
 
     def __enter__(self) -> "Storage":
         storage = self.storage
+        storage.check_process()
         if storage._in_batch:
             storage._open_savepoint()
             self.savepoint = True
@@ -61,6 +64,11 @@ class _Write:
 
     def __exit__(self, kind: Any, value: Any, traceback: Any) -> bool:
         storage = self.storage
+        if storage.forked:  # a child leaving a write its parent began: neither commit nor roll back
+            storage._abandon()
+            if kind is None:  # refused instead of committed; an exception on its way goes on
+                storage.check_process()
+            return False
         if self.savepoint:
             if kind is None:
                 storage._release_savepoint()
@@ -78,6 +86,29 @@ class _Write:
             if translated is not value:
                 raise translated from None
         return False
+
+
+#: Every open :class:`Storage` of this process, so that a forked child can keep their connections.
+_LIVE: "weakref.WeakSet[Storage]" = weakref.WeakSet()
+
+
+def _keep_inherited_connections() -> None:
+    """In a forked child: every inherited connection gets a reference that is never dropped, so that
+    neither garbage collection nor the interpreter's exit closes it there. Closing it would roll
+    back a transaction the parent has open, through the shared WAL index, and corrupt the ledger."""
+    for storage in list(_LIVE):
+        _never_freed(storage.conn)
+
+
+def _never_freed(conn: sqlite3.Connection) -> None:
+    try:
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(conn))
+    except (AttributeError, OSError):  # no C API at hand: a module reference, cleared only at exit
+        _KEPT.append(conn)
+
+
+_KEPT: list[sqlite3.Connection] = []
+os.register_at_fork(after_in_child=_keep_inherited_connections)
 
 
 class CheckpointWarning(UserWarning):
@@ -104,6 +135,8 @@ class Storage:
         self._commits = 0  # commits since the WAL size was last looked at (:meth:`_bound_wal`)
         self._in_read = False
         self._closed = False
+        self._fork = fork_count()  # the connection belongs to this process (:meth:`check_process`)
+        _LIVE.add(self)
         #: Opened as an immutable snapshot on a read-only location (:meth:`open`).
         self.read_only = False
         #: verify only: the ATTACHed original is read as an immutable snapshot.
@@ -262,6 +295,9 @@ class Storage:
         """
         if self._closed:
             return None  # closing twice is harmless
+        if self.forked:
+            self._abandon()
+            return None
         try:
             with translate_sqlite_errors():
                 self._rollback()
@@ -294,6 +330,27 @@ class Storage:
         except OSError:
             return False
 
+    # -- the process ----------------------------------------------------------------
+    @property
+    def forked(self) -> bool:
+        """True in a process forked after this connection was opened (it is the parent's)."""
+        return self._fork != fork_count()
+
+    def check_process(self) -> None:
+        """``INVALID_ARGUMENT`` in a forked child: SQLite forbids using a connection across a fork
+        (the child holds none of the parent's file locks, so its writes would overwrite the parent's)."""
+        if self.forked:
+            raise LedgerError(E.INVALID_ARGUMENT, "this case was opened by the process this one was forked "
+                              "from; a ledger connection does not survive a fork: open the case again here")
+
+    def _abandon(self) -> None:
+        """A forked child's way out: the parent's transaction, connection and lock are left alone
+        (this process's copy of the lock file is closed); the connection is never closed here
+        (:func:`_keep_inherited_connections`)."""
+        self._in_write = self._in_batch = self._savepoint_open = self._in_read = False
+        self._closed = True
+        self._lock.close()
+
     # -- transactions ---------------------------------------------------------------
     def write(self) -> "_Write":
         """One ``BEGIN IMMEDIATE … COMMIT``; any exception (``KeyboardInterrupt`` too) rolls back.
@@ -307,6 +364,8 @@ class Storage:
 
     def _begin(self) -> None:
         """:meth:`write`'s start: the writer lock, then ``BEGIN IMMEDIATE`` (everything undone on failure)."""
+        if self._closed:  # before the lock: a closed case neither opens its lock file again nor keeps it
+            raise LedgerError(E.INVALID_ARGUMENT, "this case was closed; open it again to use it")
         if self._in_write or self._in_read:
             raise LedgerError(E.INVALID_ARGUMENT, "an operation was started while another one of the same case "
                               "was running (a nested call, or a callback that writes); run it after")
@@ -413,6 +472,7 @@ class Storage:
     @contextmanager
     def read(self) -> Iterator["Storage"]:
         """A consistent read snapshot, ended before returning (no transaction is left open)."""
+        self.check_process()
         if self._in_write or self._in_read:  # inside a write or another read: the same snapshot
             yield self
             return

@@ -12,10 +12,11 @@ caller's ``finally`` ran; a file object nobody references any more is closed
 (and so unlocked) by the interpreter as a last resort.
 
 Between its operations a writer keeps the lock file open, unlocked (``LOCK_UN``), so that an
-uncontended acquire is one ``lstat`` and one ``flock`` instead of an open and a close per
-operation; the kept file is used only while the path still names it (same device and inode, not
-a link), else it is dropped and the path opened again (so a link put in its place is refused as
-before). Every failure inside an acquire closes the kept file, which releases whatever it held.
+uncontended acquire is one ``flock`` and one ``lstat`` instead of an open and a close per
+operation. A lock counts as held only once the path is seen to name the locked file (same device
+and inode, not a link) *after* the ``flock``: a file replaced or removed before that is dropped
+(unlocked) and the path opened again (so a link put in its place is refused as before), and no
+replacement can slip between the check and the lock. Every failure inside an acquire closes the kept file, which releases whatever it held.
 A forked child never uses (nor unlocks) a kept file it inherited: the open file, and so its
 lock, is the parent's; the child closes its copy and opens the path anew.
 """
@@ -45,6 +46,24 @@ def _forked() -> None:
 os.register_at_fork(after_in_child=_forked)
 
 
+def fork_count() -> int:
+    """Forks this process has come from: an object that noted another count was made by an ancestor."""
+    return _forks
+
+
+#: Locks taken of files the path no longer named before a non-blocking try gives up and waits.
+_RETRIES = 8
+
+
+def _names(path: Path, identity: tuple[int, int] | None) -> bool:
+    """True when ``path`` itself (not a link) is the file of ``identity`` (device, inode)."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False  # gone or unreadable: open the path again, which says why it cannot
+    return (info.st_dev, info.st_ino) == identity
+
+
 class WriterLock:
     """Exclusive ``flock`` on ``ledger.sqlite-lock``, waited for in the kernel with a deadline.
 
@@ -59,7 +78,8 @@ class WriterLock:
         self.path = path
         #: The locked file while this object holds the lock, else None.
         self.held: BinaryIO | None = None
-        self._guard = threading.Lock()  # the hand-over from the helper thread
+        self._guard = threading.Lock()  # the hand-over from the helper thread (:meth:`_guarded`)
+        self._guard_fork = _forks
         self._pending: dict[str, Any] | None = None
         #: The lock file kept open (unlocked) between acquisitions, and its (device, inode).
         self._kept: BinaryIO | None = None
@@ -86,7 +106,8 @@ class WriterLock:
         return self.held is not None
 
     def acquire(self, timeout_ms: int) -> None:
-        """Take the lock (``held``), or raise ``LEDGER_BUSY`` after ``timeout_ms``.
+        """Take the lock (``held``), or raise ``LEDGER_BUSY`` after ``timeout_ms``; a path that cannot
+        be opened raises what opening it raised (``OSError``; a link: ``INVALID_ARGUMENT``).
 
         Anything left held by an interrupted earlier call is released first.
         """
@@ -96,31 +117,30 @@ class WriterLock:
     def try_acquire(self) -> bool:
         """Take the lock only if it is free right now; True when taken (then ``release()`` it)."""
         self.release()
-        handle = self._reopened()
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        for _ in range(_RETRIES):
+            handle = self._reopened()
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False  # the file stays kept (unlocked) for the next try
+            except BaseException:
+                self.held = None
+                self.close()
+                raise
             self.held = handle
-            return True
-        except BlockingIOError:
-            return False  # the file stays kept (unlocked) for the next try
-        except BaseException:
-            self.held = None
-            self.close()
-            raise
+            if _names(self.path, self._kept_id):
+                return True
+            self.close()  # locked a file the path no longer names: drop it, lock what it names
+        return False  # the path keeps being replaced: wait in the kernel like any contended writer
 
     def _reopened(self) -> BinaryIO:
-        """The kept lock file while the path still names it, else the path opened (and kept) anew."""
+        """The kept lock file, else the path opened (and kept) anew; whether the path still names
+        it is checked once it is locked (:func:`_names`), so no replacement can fall in between."""
         kept = self._kept
-        if kept is not None and self._kept_fork != _forks:
+        if kept is not None and self._kept_fork == _forks:
+            return kept
+        if kept is not None:
             self.close()  # inherited across a fork: closing this copy leaves the parent's lock alone
-        elif kept is not None:
-            try:
-                info = os.lstat(self.path)
-                if (info.st_dev, info.st_ino) == self._kept_id:
-                    return kept
-            except OSError:
-                pass  # gone or unreadable: open the path again, which says why it cannot
-            self.close()
         handle = self._open()
         try:
             info = os.fstat(handle.fileno())
@@ -137,19 +157,32 @@ class WriterLock:
         if kept is not None:
             kept.close()
 
+    def _guarded(self) -> threading.Lock:
+        """The hand-over guard; in a forked child a new one, as a thread of the parent may have held
+        it at the fork (no thread is left in the child to let it go)."""
+        if self._guard_fork != _forks:
+            self._guard, self._guard_fork = threading.Lock(), _forks
+        return self._guard
+
     def _wait(self, timeout_ms: int) -> None:
+        guard = self._guarded()
         cond = threading.Condition()
         box: dict[str, Any] = {"file": None, "abandoned": False, "error": None}
         self._pending = box
 
         def waiter() -> None:
             try:
-                handle = self._open()
-                fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+                while True:  # until the file locked is the one the path names
+                    handle = self._open()
+                    fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+                    info = os.fstat(handle.fileno())
+                    if box["abandoned"] or _names(self.path, (info.st_dev, info.st_ino)):
+                        break
+                    handle.close()
             except (OSError, LedgerError) as exc:  # a link put in its place meanwhile is refused, not waited on
                 box["error"] = exc
             else:
-                with self._guard:
+                with guard:
                     if not box["abandoned"]:
                         box["file"], handle = handle, None
                 if handle is not None:
@@ -160,16 +193,14 @@ class WriterLock:
         threading.Thread(target=waiter, name="ledger-writer-lock", daemon=True).start()
         with cond:
             cond.wait_for(lambda: box["file"] is not None or box["error"] is not None, timeout_ms / 1000)
-        with self._guard:  # the hand-over: from here on release() finds the lock in ``held``
+        with guard:  # the hand-over: from here on release() finds the lock in ``held``
             self.held, box["file"] = box["file"], None
             box["abandoned"] = True
             self._pending = None
         if self.held is not None:
             return
-        if isinstance(box["error"], LedgerError):
+        if box["error"] is not None:  # the path could not be opened: the caller's refusal, as uncontended
             raise box["error"]
-        if box["error"] is not None:
-            raise LedgerError(E.LEDGER_BUSY, f"cannot lock {self.path}: {box['error']}")
         raise LedgerError(
             E.LEDGER_BUSY, f"another writer held the case for more than {timeout_ms} ms; retry",
             busy_timeout_ms=timeout_ms,
@@ -178,7 +209,7 @@ class WriterLock:
     def release(self) -> None:
         """Release the lock if held, and abandon a wait in progress (its helper releases what it
         wins). Safe to call at any time, any number of times."""
-        with self._guard:
+        with self._guarded():
             pending, self._pending = self._pending, None
             handed = None
             if pending is not None:
