@@ -481,6 +481,27 @@ def test_recorded_refusals_with_new_action_ids_stop_at_case_events_max(package):
     verify_case(package)  # replay holds no operational limits: the history verifies
 
 
+def test_blocking_and_new_revisions_count_against_case_events_max_but_the_way_out_is_always_open(package):
+    """Moving into BLOCKED and opening revisions can be repeated at will: they stop at case_events_max.
+    Leaving BLOCKED, evaluating and closing are always written, so a case at the limit can still end."""
+    case = Case.create(package, "BUG-1", analysis_config=AnalysisConfig(limits={"case_events_max": 6}))
+    case.open_revision([{"statement": "a"}], 100)
+    case.transition("INVESTIGATING_HYPOTHESES")
+    for _ in range(2):
+        case.transition("BLOCKED")
+        case.transition("INVESTIGATING_HYPOTHESES")
+    assert _case_events(case) == 7  # created 1, opened 2, investigating 3, 2 x (blocked, investigating)
+    refused = _refused(case.transition, "BLOCKED")
+    assert (refused.code, refused.details["limit"]) == (LIMIT_REACHED, "case_events_max")
+    assert case.status()["state"] == "INVESTIGATING_HYPOTHESES" and _case_events(case) == 7
+    case.transition("EVALUATING")
+    case.transition("CLOSED")
+    assert _refused(case.open_revision, [{"statement": "b"}], 100).code == LIMIT_REACHED
+    assert case.status()["state"] == "CLOSED" and _case_events(case) == 9
+    case.close()
+    verify_case(package)
+
+
 def test_a_refusal_that_ends_an_account_is_recorded_past_case_events_max(package):
     """Ending accounts happens once per account: its limit.exceeded is written even without case room."""
     case = Case.create(package, "BUG-1", analysis_config=AnalysisConfig(limits={"case_events_max": 4}))

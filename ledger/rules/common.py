@@ -122,10 +122,17 @@ class Outcome:
     refusal: LedgerError | None = None
 
 
-#: Case events never refused for room: the lifecycle (so a case can always move on and be
-#: closed) and ``limit.approaching`` (at most one per establishment and dimension).
-CASE_EVENTS_ALWAYS_WRITTEN = frozenset({"case.created", "revision.opened", "case.transitioned",
-                                        "case.outcome_recorded", "limit.approaching"})
+#: Case events never refused for room: the case's creation, its outcomes, ``limit.approaching``
+#: (at most one per establishment and dimension) and every transition but the one into BLOCKED
+#: (so a case can always move on, leave BLOCKED, be evaluated and be closed). Opening a revision
+#: and blocking the case count: repeated at will, they could grow the history without bound.
+CASE_EVENTS_ALWAYS_WRITTEN = frozenset({"case.created", "case.outcome_recorded", "limit.approaching"})
+
+
+def _counts_against_case_room(draft: Draft) -> bool:
+    if draft.stream != "case" or draft.type in CASE_EVENTS_ALWAYS_WRITTEN:
+        return False
+    return draft.type != "case.transitioned" or draft.fields.get("state") == BLOCKED
 
 
 def check_case_room(view: "LedgerView", drafts: tuple[Draft, ...], limits: Mapping[str, int] | None,
@@ -133,15 +140,15 @@ def check_case_room(view: "LedgerView", drafts: tuple[Draft, ...], limits: Mappi
     """``LIMIT_REACHED`` (writing nothing) when ``drafts`` would take the case stream past
     ``case_events_max`` with events a caller can repeat without bound: a refusal recorded as
     ``limit.exceeded`` (one per new action id), ``scope.established``,
-    ``scope.increase_requested``, feedback drafts and confirmations (docs/scopes.md, "Limits
-    on the history"). A refusal that ends accounts (``budget.limit_terminated``, room for which
+    ``scope.increase_requested``, feedback drafts and confirmations, ``revision.opened`` and a
+    transition into BLOCKED (docs/scopes.md, "Limits on the history"). A refusal that ends accounts (``budget.limit_terminated``, room for which
     ``budget_events_max`` keeps) is always recorded: it happens once per account. ``refusal`` is
     the refusal those events would have recorded, named in the message. No check on replay
     (``limits`` None)."""
     if limits is None or "case_events_max" not in limits:
         return
     ends_accounts = any(d.type == "budget.limit_terminated" for d in drafts)
-    counted = sum(1 for d in drafts if d.stream == "case" and d.type not in CASE_EVENTS_ALWAYS_WRITTEN
+    counted = sum(1 for d in drafts if _counts_against_case_room(d)
                   and not (ends_accounts and d.type == "limit.exceeded"))
     if not counted:
         return
