@@ -318,6 +318,7 @@ def test_without_the_web_extra_serve_names_what_to_install_and_metadata_only_sti
     assert meta.returncode == 0 and "BUG-20" in json.loads(meta.stdout)["databases"], meta.stderr
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_serve_refuses_a_folder_without_a_case_the_same_case_twice_a_busy_port_and_a_bad_host(demo, tmp_path):
     (tmp_path / "empty").mkdir()
     missing = run_cli("serve", str(tmp_path / "empty"), "--metadata-only")
@@ -355,6 +356,7 @@ def _start(case: Path, *extra: str, env: dict[str, str] | None = None) -> tuple[
 
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_a_served_case_answers_over_http_and_ctrl_c_or_sigterm_stops_it_cleanly(demo, stop):
     before = digest(demo)
     server, url = _start(demo)
@@ -374,6 +376,7 @@ def test_a_served_case_answers_over_http_and_ctrl_c_or_sigterm_stops_it_cleanly(
     assert digest(demo) == before
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_open_hands_the_address_to_the_web_browser_once_it_listens(demo):
     server, url = _start(demo, "--open", env={"BROWSER": "echo opened %s"})
     try:
@@ -386,6 +389,7 @@ def test_open_hands_the_address_to_the_web_browser_once_it_listens(demo):
     assert server.returncode == 0 and out.strip() == "stopped", err
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_open_without_a_web_browser_says_so_and_serves_on(demo):
     """A machine without a browser (a server, no display; here one that fails to start): the
     address is still served and a line says to open it by hand."""

@@ -125,6 +125,7 @@ def test_usage_errors_exit_2(cli_case, args):
     assert b"Traceback" not in done.stderr
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_sql_runs_read_only_queries_in_three_formats(cli_case):
     c = str(cli_case)
     assert json.loads(ok("sql", c, "SELECT state FROM case_status", "--json")) == [{"state": "INVESTIGATING_HYPOTHESES"}]
@@ -203,6 +204,7 @@ def test_apply_reads_stdin_and_refuses_a_case_with_another_id(tmp_path):
     refused("CASE_EXISTS", "apply", str(case), "-", "--create", "OTHER", stdin=journal_bytes(JOURNAL[:2]))
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_import_and_missing_ledger_through_the_cli(cli_case, tmp_path):
     c = str(cli_case)
     ok("export", c)
@@ -226,6 +228,7 @@ def test_verify_reports_integrity_errors_with_exit_1(cli_case):
     assert "seq 2" in err
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_demo_runs_exports_verifies_and_says_where_the_case_is(tmp_path):
     out = ok("demo", str(tmp_path / "d"))
     for word in ("INSUFFICIENT_BUDGET", "budget_exhausted", "abandoned_low_information_gain", "rejected",
@@ -487,6 +490,7 @@ def test_a_query_stopped_at_its_time_limit_says_the_limit_in_the_unit_it_was_giv
         "timeout_ms=250 in Python)\n")
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_a_reading_under_a_config_other_than_the_frozen_policy_warns_which_policy_it_used(cli_case, tmp_path):
     """cli_case froze the example policy (read_context costs 5); --config with another price still
     reads at 5, and says so, where a change would be refused."""

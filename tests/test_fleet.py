@@ -313,6 +313,7 @@ READER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_a_case_is_replaced_atomically_under_a_concurrent_reader(fleet, tmp_path):
     """A real reader process queries across tables while a case is appended to and exported again:
     every answer is one whole head of the case (events, case_status and seq agree)."""

@@ -64,6 +64,7 @@ def _brute_force(policies, good, label, pct):
                                         pytest.param("resolved", 10, marks=pytest.mark.slow),
                                         pytest.param("failed", 50, marks=pytest.mark.slow),
                                         pytest.param("resolved", 30, marks=pytest.mark.slow)])
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_the_frontier_and_the_choice_equal_a_brute_force_computation(label, pct):
     policies = [example_policy(), *vary(example_policy(), GRID)]
     report = frontier([DATA], policies, OUTCOMES, constraint=f"{label}={pct}%", folds=0)
@@ -121,6 +122,7 @@ def test_max_stopped_refuses_what_is_not_a_label_and_a_share(spec):
     assert caught.value.code == INVALID_ARGUMENT
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_no_choice_when_nothing_meets_the_constraint_and_saves_exit_0(tmp_path):
     done = _cli("simulate", DATA, "--outcomes", OUTCOMES, "--vary", "max_low_information_steps=4,6", "--frontier",
                 "--max-stopped", "resolved=0%", "--json", "--jobs", "1", "--emit", tmp_path / "p.toml")
@@ -133,6 +135,7 @@ def test_no_choice_when_nothing_meets_the_constraint_and_saves_exit_0(tmp_path):
     assert table.exit_code == 0 and "choice (at most 0 % of resolved runs stopped): none:" in table.stdout
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_the_emitted_policy_reproduces_the_choice(tmp_path):
     target = tmp_path / "chosen.toml"
     done = _cli("simulate", DATA, "--outcomes", OUTCOMES, "--vary", "max_low_information_steps=2,4,5", "--frontier",
@@ -179,6 +182,7 @@ def test_the_output_is_the_same_for_a_seed_and_the_folds_move_with_it():
         assert low <= mine["in_sample"][key] <= high
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_held_out_scores_each_fold_with_the_choice_of_the_others():
     """Recomputed here: the runs shuffled by the seed, K folds by stride, the choice on the rest."""
     policies = [example_policy(), *vary(example_policy(), [("max_low_information_steps", [2, 4, 5])])]
@@ -200,6 +204,7 @@ def test_held_out_scores_each_fold_with_the_choice_of_the_others():
         assert report.choice["held_out"]["chosen"][k] == best[2]
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_the_readme_shows_the_real_output_of_its_choosing_a_policy_command():
     """The README's *Choosing a policy* block is what that command prints over the 100 real runs
     (run here without ``--plot``, which needs the optional matplotlib), and its prose quotes it."""
@@ -220,6 +225,7 @@ def test_the_readme_shows_the_real_output_of_its_choosing_a_policy_command():
     assert "units saved 0.48 to 7.36 %" in section and "it saves\n3.8 % on average (1.8 to 7.0 %)" in section
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_the_json_has_policies_frontier_and_choice_with_the_new_figures_per_outcome():
     done = _cli("simulate", DATA, "--outcomes", OUTCOMES, "--frontier", "--json", "--jobs", "1")
     out = json.loads(done.stdout)
@@ -341,6 +347,7 @@ def test_the_evaluator_equals_the_full_rules_on_a_sample_of_runs(settings_):
     _check_equal(FILES[::17], settings_)
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_the_frontier_picture_is_the_same_bytes_and_marks_baselines_and_choice(tmp_path):
     pytest.importorskip("matplotlib")
     report = frontier([DATA], [example_policy(), *vary(example_policy(), [("max_low_information_steps", [2, 4])])],

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import shutil
 from pathlib import Path
+import pytest
 
 pytest_plugins = ["pytester"]
 
@@ -47,6 +48,7 @@ def test_after_the_leaks_everything_was_restored():
 '''
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_the_leak_check_fails_each_leaking_test_and_passes_the_clean_ones(pytester, monkeypatch):
     shutil.copy(Path(__file__).with_name("conftest.py"), pytester.path / "conftest.py")
     pytester.makepyfile(test_leaks=LEAKS)

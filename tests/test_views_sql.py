@@ -233,6 +233,7 @@ def test_case_query_with_a_wrong_statement_type_or_parameters_is_invalid_argumen
     assert case.query("select :a AS a", {"a": 2}) == [{"a": 2}]
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_sql_output_carries_blobs_and_non_finite_numbers_as_valid_json(case):
     case.close()
     done = run_cli("sql", str(case.path), "SELECT x'00ff' AS b, 1e999 AS inf, -1e999 AS ninf", "--json")
