@@ -164,6 +164,12 @@ _MEMBERS: dict[tuple, str] = {}
 _MEMBERS_MAX = 4096
 
 
+def stored_bytes(value: Any) -> bytes:
+    """A stored TEXT or BLOB value (or a journal line) as its bytes: bytes as they are, text as
+    UTF-8 with lone surrogates kept (``surrogatepass``), so the bytes hashed are those stored."""
+    return value if isinstance(value, bytes) else str(value).encode("utf-8", "surrogatepass")
+
+
 def sha256_hex(data: bytes) -> str:
     """Lowercase hex sha256 of ``data``."""
     return hashlib.sha256(data).hexdigest()

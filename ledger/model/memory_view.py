@@ -15,7 +15,7 @@ from ..ground.config import BudgetConfig
 from ..ground.errors import LedgerError
 from ..rules.novelty import evidence_atom_ids
 from ..rules.scopes import establishment_row
-from .views import _policy_config, budget_head_of, feedback_state, refusal_key
+from .views import policy_config_of, budget_head_of, feedback_state, refusal_key
 
 
 class MemoryView:
@@ -70,7 +70,7 @@ class MemoryView:
                 "hypotheses_request": [{"statement": h["statement"]} for h in info["hypotheses"]]}
 
     def policy_config(self, revision: int) -> BudgetConfig:
-        return _policy_config(self._policies[revision][0])
+        return policy_config_of(self._policies[revision][0])
 
     def previous_policy(self, revision: int) -> tuple[dict[str, Any], str] | None:
         earlier = [r for r in self._policies if r < revision]

@@ -15,14 +15,14 @@ from functools import lru_cache
 from typing import Any, Callable, Mapping
 
 from ..ground import errors as E
-from ..ground.canonical import canonical_sha256
+from ..ground.canonical import canonical_sha256, stored_bytes
 from ..ground.config import BudgetConfig
 from ..ground.errors import LedgerError
 from ..storage.connection import Storage
 
 
 @lru_cache(maxsize=64)
-def _policy_config(policy_json: str) -> BudgetConfig:
+def policy_config_of(policy_json: str) -> BudgetConfig:
     """Frozen policies are validated once per process, not on every operation."""
     return BudgetConfig.from_mapping(json.loads(policy_json))
 
@@ -149,7 +149,7 @@ class SqlView:
 
     def policy_config(self, revision: int) -> BudgetConfig:
         row = self._one("policy", revision=revision)
-        return _policy_config(row[0])
+        return policy_config_of(row[0])
 
     def previous_policy(self, revision: int) -> tuple[dict[str, Any], str] | None:
         row = self.storage.one("latest_policy_before", revision=revision)
@@ -336,4 +336,4 @@ class SqlView:
         row = self.storage.one("attachment_content", sha256=sha256)
         if row is None:
             return None
-        return row[0] if isinstance(row[0], bytes) else str(row[0]).encode("utf-8", "surrogatepass")
+        return stored_bytes(row[0])

@@ -23,7 +23,7 @@ from typing import Any, BinaryIO, Callable, Iterable, Iterator
 from ..ground import errors as E
 from ..services.budget import BudgetManager
 from ..ground.arguments import check_callback, check_flag, check_instance, check_iterable
-from ..ground.canonical import parse_json
+from ..ground.canonical import parse_json, stored_bytes
 from ..services.case import Case
 from ..ground.clock import describe_micros, microseconds_between, parse_at
 from ..ground.errors import LedgerError
@@ -286,7 +286,7 @@ def first_at(lines: Iterable[str | bytes]) -> str | None:
     check_iterable(lines, "lines", "an iterable of journal lines (str or bytes each)")
     for number, text in enumerate(lines):
         text = without_bom(text) if number == 0 else text
-        if not isinstance(text, (str, bytes)) or not text.strip() or b'"at"' not in _as_bytes(text):
+        if not isinstance(text, (str, bytes)) or not text.strip() or b'"at"' not in stored_bytes(text):
             continue
         try:
             line = parse_json(text)
@@ -305,10 +305,6 @@ def without_bom(text: Any) -> Any:
     if isinstance(text, str) and text.startswith("\ufeff"):
         return text[1:]
     return text
-
-
-def _as_bytes(text: str | bytes) -> bytes:
-    return text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
 
 
 @dataclass

@@ -24,6 +24,7 @@ from ..ground import errors as E
 from .atomic_files import same_bytes
 from ..storage.sqlfiles import migration_record_problem, schema_version, shipped_schema, statement
 from ..ground.arguments import check_callback, check_flag
+from ..ground.canonical import stored_bytes
 from ..services.case import Case
 from ..ground.errors import LedgerError, integrity_error as _bad
 from .manifest import check_manifest, export_statement, read_manifest
@@ -32,7 +33,7 @@ from ..model.package import (EVENT_FILE_RE, LEDGER_FILE, check_export_tree, chec
 from ..ground.clock import utc_now
 from ..ground.paths import fs_path, os_error
 from .replay import PackageSource, Replayer
-from .verify_range import (ALL_AFTER, ALL_LAST, SecondHalf, _as_bytes, content_reader, copy_second_half,
+from .verify_range import (ALL_AFTER, ALL_LAST, SecondHalf, content_reader, copy_second_half,
     input_identity_of, job_count, merge, plan_split, range_agrees, save_views, replay_events)
 from ..storage.connection import Storage
 from ..storage.sqlite_file import (file_identity, translate_sqlite_errors, log_files_exist, not_utf8,
@@ -495,7 +496,7 @@ def _check_export(root: Path, conn: sqlite3.Connection, head_seq: int, manifest:
     for seq, stream, revision, stream_seq, body in conn.execute(export_statement(conn, "events_for_export")):
         relative = event_path(stream, revision, stream_seq)
         if relative in present:
-            if not same_bytes(root / relative, _as_bytes(body), refused=f"the exported file {relative}"):
+            if not same_bytes(root / relative, stored_bytes(body), refused=f"the exported file {relative}"):
                 raise _bad(seq, f"exported file {relative} differs from the ledger")
             checked += 1
         elif seq <= limit:
@@ -503,7 +504,7 @@ def _check_export(root: Path, conn: sqlite3.Connection, head_seq: int, manifest:
     for sha, seq, body in conn.execute(statement("contents_for_export")):
         relative = content_path(sha)
         if relative in present:
-            if not same_bytes(root / relative, _as_bytes(body), refused=f"the exported file {relative}"):
+            if not same_bytes(root / relative, stored_bytes(body), refused=f"the exported file {relative}"):
                 raise _bad(seq, f"exported content {sha} differs from the ledger")
             checked += 1
         elif seq <= limit:

@@ -21,7 +21,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from ..ground.canonical import sha256_hex
+from ..ground.canonical import sha256_hex, stored_bytes
 from ..ground import errors as E
 from ..ground.errors import LedgerError, integrity_error as _bad
 from ..ground.workers import worker_context
@@ -46,10 +46,6 @@ SECOND_SHARE = 0.45
 #: How many events the second process may move the split on when it falls inside an operation of
 #: several events (an evidence batch, a reservation that meets a limit).
 SPLIT_MOVES = 64
-
-
-def _as_bytes(value: Any) -> bytes:
-    return value if isinstance(value, bytes) else str(value).encode("utf-8", "surrogatepass")
 
 
 def store_derived(scratch: Storage, items: list[tuple[EventRow, list[HelperRow], Mapping[str, bytes]]], *,
@@ -98,7 +94,7 @@ def replay_events(scratch: Storage, replayer: Replayer, derived: list[Any], afte
             for seq, sha, body in rows:
                 if seq != expected:
                     raise _bad(expected, f"event {expected} is missing (next stored seq is {seq})")
-                data = _as_bytes(body)
+                data = stored_bytes(body)
                 if sha != sha256_hex(data):
                     raise _bad(expected, "stored sha256 does not match the event's bytes (edited event)")
                 replayer.apply(expected, data, sha)
@@ -157,7 +153,7 @@ def content_reader(conn: sqlite3.Connection) -> Callable[[str], bytes | None]:
     """``content_of(sha256)``: the stored content's bytes from the attached ledger, or None."""
     def content_of(sha: str) -> bytes | None:
         row = conn.execute(statement("content_body", "orig"), {"sha256": sha}).fetchone()
-        return None if row is None else _as_bytes(row[0])
+        return None if row is None else stored_bytes(row[0])
     return content_of
 
 
@@ -311,9 +307,9 @@ class _FastForward:
             contents = {}
             while self._content is not None and self._content[0] <= self.seq:
                 if self._content[0] == self.seq:
-                    contents[self._content[1]] = _as_bytes(self._content[2])
+                    contents[self._content[1]] = stored_bytes(self._content[2])
                 self._content = self._contents.fetchone()
-            body = json.loads(_as_bytes(text))
+            body = json.loads(stored_bytes(text))
             # the stored hashes, unchecked here: the state reached is compared with the checked replay's
             self.view.apply(body, sha, stream, operation_key, contents,
                             request_sha256=request_sha if type(request_sha) is str else None)
