@@ -308,6 +308,7 @@ _NO_DATASETTE = ("import sys\nclass Block:\n    def find_spec(self, name, path=N
                  "from ledger_cli.main import main\nmain()\n")
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_without_the_web_extra_serve_names_what_to_install_and_metadata_only_still_works(demo):
     done = subprocess.run([sys.executable, "-c", _NO_DATASETTE, "serve", str(demo)], capture_output=True,
                           text=True, timeout=120)

@@ -153,6 +153,7 @@ def journal_bytes(lines) -> bytes:
     return "".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines).encode()
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_apply_prints_one_result_line_per_line_and_a_rerun_is_all_reused(tmp_path):
     case = make_package(tmp_path / "j")
     journal = tmp_path / "j.jsonl"
@@ -309,6 +310,7 @@ def test_the_lowest_deps_script_exists_and_is_executable():
     assert "--resolution lowest-direct" in text and 'not slow and not torture' in text
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_every_json_output_escapes_line_breaks(package):
     start_case(package).close()
     done = run_cli("sql", str(package), "SELECT char(8232) AS a, char(8233) AS b, char(133) AS c", "--json")
@@ -409,6 +411,7 @@ def test_help_is_shown_even_when_a_named_config_is_bad(case):
     assert done.returncode == 0 and done.stdout.startswith(b"Usage: ")
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_outcome_record_once_per_revision_through_the_cli(cli_case):
     c = str(cli_case)
     first = json.loads(ok("outcome", "record", c, "resolved", "--source", "swe-bench evaluation", "--json"))

@@ -464,6 +464,7 @@ def test_a_writer_refused_after_its_busy_timeout_gets_a_transient_ledger_busy_an
     verify_case(path)
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_the_cli_reports_ledger_busy_with_exit_status_1_and_succeeds_when_rerun(tmp_path):
     path = make_package(tmp_path / "case")
     case = start_case(path)
@@ -584,6 +585,7 @@ def test_an_operation_interrupted_between_its_writes_leaves_nothing_and_the_conn
 
 
 # --- 5. readers and the WAL ----------------------------------------------------------
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_a_long_lived_reader_does_not_block_writers_and_closing_truncates_the_wal(tmp_path):
     path = make_package(tmp_path / "case")
     case = start_case(path, hypotheses=2, units=10_000)
@@ -632,6 +634,7 @@ def test_a_long_lived_reader_does_not_block_writers_and_closing_truncates_the_wa
     verify_case(path)
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_closing_while_another_process_holds_a_read_snapshot_succeeds_within_the_busy_timeout(tmp_path):
     path = make_package(tmp_path / "case")
     case = start_case(path, hypotheses=2, units=10_000)

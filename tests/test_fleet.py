@@ -196,6 +196,7 @@ def test_a_package_failing_verify_is_reported_and_not_exported(fleet, tmp_path):
     assert len(fleet_query(out, "SELECT * FROM case_status")[1]) == len(ids) - 1
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_jobs_processes_export_the_same_rows(fleet, tmp_path):
     cases, out, ids = fleet
     report = export_fleet([cases], tmp_path / "out", jobs=2)

@@ -84,6 +84,7 @@ def test_the_frontier_and_the_choice_equal_a_brute_force_computation(label, pct)
         assert report.choice["constraint"] == {"label": label, "max_stopped_pct": float(pct)}
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_the_baselines_never_stop_and_cap_at_the_75th_percentile_of_spend():
     report = frontier([DATA], [example_policy()], OUTCOMES, folds=0)
     rows = {row["name"]: row for row in report.policies}

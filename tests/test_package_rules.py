@@ -277,6 +277,7 @@ print(" ".join(sorted(seen)), refused, flush=True)
 
 
 @pytest.mark.parametrize("swap", ["a folder for a link to outside", "the file for a FIFO"])
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_a_source_ref_is_hashed_from_the_file_it_resolved_to_never_outside_or_waiting(tmp_path, swap):
     from test_router import SWAPPER
 
@@ -316,6 +317,7 @@ print(count, flush=True)
 """
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_the_input_identity_never_waits_on_a_file_swapped_for_a_fifo_while_it_walks(tmp_path):
     root = make_package(tmp_path / "case")
     (root / "sources" / "d").mkdir()

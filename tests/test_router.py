@@ -177,6 +177,7 @@ while time.monotonic() < end:
 """
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_a_folder_swapped_for_a_link_to_outside_while_read_never_yields_outside_bytes(root, tmp_path_factory):
     outside = tmp_path_factory.mktemp("outside")
     (outside / "f.txt").write_text("OUTSIDE\n" * 3)
@@ -214,6 +215,7 @@ while time.monotonic() < end:
 """
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_a_database_replaced_while_looked_up_is_hashed_and_queried_from_the_same_bytes(root, tmp_path_factory):
     versions = {}
     spare = tmp_path_factory.mktemp("versions")

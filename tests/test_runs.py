@@ -129,6 +129,7 @@ def test_turns_that_are_not_steps_are_counted_by_reason_and_skipped(imported):
     assert summary.skipped == {"several bash blocks": several} and several == 120
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_imported_journals_replay_as_the_bundled_ones_do_under_apply(imported, tmp_path):
     out, _ = imported
     report = simulate([out], jobs=1)

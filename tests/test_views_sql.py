@@ -246,6 +246,7 @@ def test_sql_output_carries_blobs_and_non_finite_numbers_as_valid_json(case):
     assert run_cli("events", str(case.path), "--since", "99999999999999999999").returncode == 2
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_sql_keeps_every_column_when_names_repeat(case):
     case.close()
     result = run_cli("sql", str(case.path), "SELECT e1.seq, e2.seq FROM events e1 JOIN events e2 "
