@@ -13,7 +13,8 @@ from typing import Any, Iterator
 
 import click
 
-from ledger import Case, JournalSummary, LineResult, apply_journal, run_demo
+import ledger
+from ledger import Case, JournalSummary, LineResult, apply_journal
 from ledger.package_tools.journal import clamp_warning, first_at as journal_first_at, open_for_journal, read_lines
 
 from ._common import _NoBar, BALANCE_COLUMNS, CASE, Settings, pass_settings, progress_bar
@@ -136,7 +137,8 @@ def demo(settings: Settings, directory: Path | None) -> None:
         raise click.UsageError("demo always runs the bundled example policy; leave out --config and --analysis-config")
     printer = _TolerantPrinter()
     # finishes even if nobody reads the output
-    path, report, verified = run_demo(directory, echo=printer, actor=settings.actor)
+    # ledger.run_demo loads the demo (and verify) when called: the other commands start without them
+    path, report, verified = ledger.run_demo(directory, echo=printer, actor=settings.actor)
     with Case.open(path) as opened:
         rows = opened.balances()
     printer.check()

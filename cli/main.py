@@ -10,24 +10,42 @@ errors).
 from __future__ import annotations
 
 
+import importlib
+
 import click
 
-from . import budget as budget_commands
-from . import case as case_commands
-from . import evidence as evidence_commands
-from . import fleet as fleet_commands
-from . import inspect as inspect_commands
-from . import journal as journal_commands
-from . import package as package_commands
-from . import runs as runs_commands
-from . import simulate as simulate_commands
-from . import scope as scope_commands
-from . import serve as serve_commands
 from ._common import LedgerGroup, Settings
 from ._output import escape_unencodable_output
 
+#: Each command and where it is defined (module of this package, attribute). A command's module is
+#: imported when the command is called (or help lists it), so ``ledger apply`` loads only what
+#: applying a journal uses and starts faster than if every command were loaded first.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "init": ("case", "init"), "revision": ("case", "revision"), "state": ("case", "state"),
+    "budget": ("budget", "budget"), "scope": ("scope", "scope"), "evidence": ("evidence", "evidence"),
+    "balances": ("inspect", "balances"), "actions": ("inspect", "actions"), "events": ("inspect", "events"),
+    "sql": ("inspect", "sql"),
+    "export": ("package", "export"), "import": ("package", "import_command"), "verify": ("package", "verify"),
+    "apply": ("journal", "apply"), "simulate": ("simulate", "simulate_command"), "demo": ("journal", "demo"),
+    "serve": ("serve", "serve"), "runs": ("runs", "runs"), "outcome": ("runs", "outcome"),
+    "fleet": ("fleet", "fleet"),
+}
 
-@click.group(cls=LedgerGroup)
+
+class _Main(LedgerGroup):
+    """The ``ledger`` group: its commands (:data:`COMMANDS`) are loaded when first asked for."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS.keys() | self.commands.keys())
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            module, name = COMMANDS[cmd_name]
+            self.add_command(getattr(importlib.import_module(f".{module}", __package__), name), cmd_name)
+        return self.commands.get(cmd_name)
+
+
+@click.group(cls=_Main)
 @click.option("--config", type=click.Path(), metavar="FILE", help="Budget policy TOML (default: the policy frozen in the case).")
 @click.option("--analysis-config", type=click.Path(), metavar="FILE", help="Analysis TOML: units, max hypotheses, storage, limits.")
 @click.option("--actor", default="controller", show_default=True, help="Asserted identity recorded in every event.")
@@ -45,18 +63,6 @@ def main(ctx: click.Context, config: str | None, analysis_config: str | None, ac
     if ctx.meta.get("ledger.help_requested"):  # `ledger --config bad.toml verify --help`: help, nothing loaded
         config = analysis_config = None
     ctx.obj = Settings(config, analysis_config, actor)
-
-
-
-
-for command in (case_commands.init, case_commands.revision, case_commands.state, budget_commands.budget,
-                scope_commands.scope, evidence_commands.evidence,
-                inspect_commands.balances, inspect_commands.actions, inspect_commands.events, inspect_commands.sql,
-                package_commands.export, package_commands.import_command, package_commands.verify,
-                journal_commands.apply, simulate_commands.simulate_command, journal_commands.demo,
-                serve_commands.serve, runs_commands.runs, runs_commands.outcome,
-                fleet_commands.fleet):
-    main.add_command(command)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -25,7 +25,9 @@ def doc(name: str) -> str:
 
 
 def commands(group: click.Group, prefix: str = "ledger"):
-    for name, command in group.commands.items():
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):  # the public way: the top group loads its commands on demand
+        command = group.get_command(ctx, name)
         path = f"{prefix} {name}"
         yield path, command
         if isinstance(command, click.Group):

@@ -32,7 +32,7 @@ def _cli_command(path: str) -> click.Command | None:
     for word in path.split():
         if not isinstance(command, click.Group):
             return None
-        command = command.commands.get(word)
+        command = command.get_command(click.Context(command), word)
     return command
 
 
