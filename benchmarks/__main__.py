@@ -9,6 +9,8 @@ Every figure is measured in one run, on the same disk, at the same durability
   then the manifest pointer rewritten the same way;
 * ``eventsourcing_ops_per_s`` — the ``eventsourcing`` library's SQLite persistence, one event per operation;
 * ``apply_ops_per_s`` — ``ledger apply`` (a real process) on a journal of 10,000 operations with group commit;
+* ``cli_check_ms`` — one ``ledger budget check`` as a fresh process, start-up included (median of nine;
+  shown with no target);
 * ``latency_ratio_100k_vs_1k`` — median durable operation latency at 100,000 events over that at 1,000;
 * ``gate_latency_ratio_100k_vs_1k`` / ``snapshot_latency_ratio_100k_vs_1k`` — the same for the reads an
   agent makes before each action, on the same ledger: the soft gate (the worse of ``check`` and
@@ -263,6 +265,15 @@ def bench_apply(directory: Path, operations: int, name: str = "applied") -> tupl
     return operations / elapsed, rss
 
 
+def bench_cli_call(directory: Path, samples: int = 9) -> dict[str, float]:
+    """Wall time of one ``ledger budget check`` (a fresh process, start-up included; the median of
+    ``samples``) on the case :func:`bench_apply` left: what an agent calling the command line
+    before each action pays per call."""
+    timings = [run_cli("budget", "check", str(directory / "applied"), "H1", "source.read_context")[0]
+               for _ in range(samples)]
+    return {"cli_check_ms": statistics.median(timings) * 1000}
+
+
 def bench_apply_rss(directory: Path, small: int, large: int) -> dict[str, object]:
     """Peak RSS of applying a ``large``-line journal over a ``small``-line one (real processes)."""
     _, small_rss = bench_apply(directory, small, "rss-small")
@@ -505,6 +516,7 @@ def _bench_single_case(work: Path, quick: bool, results: dict[str, object]) -> N
     results["raw_batch_inserts_per_s"] = baselines.raw_batch_inserts_per_s(work, results["event_bytes"],
                                                                            20_000 // scale)
     results["apply_ops_per_s"], _ = bench_apply(work, 10_000 // scale)
+    results.update(bench_cli_call(work))
     results.update(bench_apply_rss(work, 1_000, 10_000 if quick else 200_000))
     results.update(bench_simulate_vs_apply(work, 10 if quick else 100))
     results.update(bench_multi_verify(work, 200, 1 if quick else 3))
