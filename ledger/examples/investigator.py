@@ -3,7 +3,8 @@
 Run it from anywhere: ``python -m ledger.examples.investigator [FOLDER]`` (default: a new
 temporary folder). Router actions go through ``run_tool``, the demo's tests through
 ``budget.action``; ``assess`` stands in for a model's judgment. The loop stops when every
-hypothesis is settled one way or another (``ready_for_evaluation``).
+hypothesis is settled one way or another (``ready_for_evaluation``), or when none may reserve
+(``investigable`` empty: a scoped limit is used up).
 """
 
 import shutil
@@ -44,6 +45,8 @@ def investigate(folder: Path) -> Case:
     budget.initialize()
     step = 0
     while not (state := budget.snapshot()).ready_for_evaluation:
+        if not state.investigable:  # a scoped limit holds every account left: ask for more, or evaluate
+            break
         for h in state.investigable:
             advice = budget.advice(h)  # what the agent's prompt would show
             call = PLAN[h][min(step, len(PLAN[h]) - 1)]  # past its plan, this agent repeats itself

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from operator import itemgetter
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from ..ground import errors as E
 from ..ground.clock import parse_at
@@ -20,7 +20,7 @@ from ..ground.errors import LedgerError
 from ..model.package import resolve_source_refs
 from ..rules import budget as rules
 from ..rules import feedback as feedback_rules
-from ..rules import scopes as scope_rules
+from ..rules import gate as gate_rules
 from ..rules.common import check_action_name, check_hypothesis_id
 from ..rules.common import hypothesis_order
 from .session import Ran, SessionBase
@@ -36,7 +36,8 @@ class BudgetResult:
     * ``state`` — every account of the revision, keyed by hypothesis id, each with
       the ``balances`` view's columns (units are integers);
     * ``reused`` — True for an identical replay (nothing written);
-    * ``investigable`` — non-terminal accounts with no pending action;
+    * ``investigable`` — the accounts that may reserve now: not terminal, no pending action,
+      and the policy's cheapest action inside every scoped limit holding them (docs/scopes.md);
     * ``ready_for_evaluation`` — every account terminal and nothing pending;
     * ``action`` — the touched action's state (reserve/record/settle/fail).
     """
@@ -66,13 +67,18 @@ class BudgetResult:
 
 @dataclass(frozen=True)
 class GateReading:
-    """The answer of a soft-gate read (``check``, ``price_signal``, ``remaining``): ``values`` (also
-    reachable as ``reading["key"]``) and ``seq``, the newest event it saw; ``reused`` is always True
-    (nothing was written)."""
+    """The answer of a soft-gate read (``check``, ``price_signal``, ``remaining``, ``advice``): ``values``
+    (also reachable as ``reading["key"]``) and ``seq``, the newest event it saw; ``reused`` is always
+    True (nothing was written). ``refusal``: for ``check`` when ``allowed`` is false, the
+    ``LedgerError`` reserving the action would meet now (for a used-up limit ``LIMIT_EXCEEDED``, its
+    details naming ``scope``, ``dimension``, ``declared`` and ``consumed_after``); for ``advice`` when
+    ``investigable`` is false, the one a reservation of the policy's cheapest action would meet;
+    None otherwise. It is not one of the ``values`` (docs/scopes.md)."""
 
     values: dict[str, Any]
     seq: int
     reused: bool = True
+    refusal: LedgerError | None = None
 
     def __getitem__(self, key: str) -> Any:
         return self.values[key]
@@ -110,9 +116,14 @@ class BudgetManager:
         self.package_path = package_path
         self.config = config
 
+    #: Read inside each operation's transaction for its result: the accounts that may reserve now
+    #: (None where no result is built).
+    _observe: Callable[[Any, str], list[str]] | None = staticmethod(gate_rules.investigable)
+
     def _run(self, name: str, request: dict[str, Any], at: str | None, action: tuple[str, str] | None = None,
              inputs: dict[str, Any] | None = None) -> BudgetResult:
-        return self._result(self._session.run(name, request, at=at, config=self.config, inputs=inputs), action)
+        return self._result(self._session.run(name, request, at=at, config=self.config, inputs=inputs,
+                                              observe=self._observe), action)
 
     def _result(self, ran: Ran, action: tuple[str, str] | None = None) -> BudgetResult:
         seq = ran.seq
@@ -131,7 +142,7 @@ class BudgetManager:
         return BudgetResult(
             package_path=str(self.package_path), revision=revision, seq=seq, event_ref=ref,
             state=_state(accounts), reused=ran.reused,
-            investigable=rules.investigable(accounts), ready_for_evaluation=rules.ready_for_evaluation(accounts),
+            investigable=ran.observed, ready_for_evaluation=rules.ready_for_evaluation(accounts),
             action=action_state,
         )
 
@@ -260,13 +271,16 @@ class BudgetManager:
         """The soft gate: ``allowed``, ``cost``, ``remaining`` (the tightest of the account and every
         ``units`` limit holding it), ``pct_remaining``, ``tier`` (``full``/``shallow``/``deferred``) and
         ``scarcity_bps`` for reserving ``action`` now (``at``: the time ``duration_ms`` limits are judged
-        at). Writes nothing and never raises for lack of budget. Errors: ``INVALID_ID``,
-        ``NOT_INITIALIZED``, ``UNKNOWN_HYPOTHESIS``."""
+        at). When not ``allowed``, the reading's ``refusal`` is the ``LedgerError`` reserving ``action``
+        would meet now (``LIMIT_EXCEEDED`` naming the limit's scope, dimension and figures, …). Writes
+        nothing and never raises for lack of budget. Errors: ``INVALID_ID``, ``NOT_INITIALIZED``,
+        ``UNKNOWN_HYPOTHESIS``."""
         check_hypothesis_id(hypothesis_id)
         check_action_name(action)
         with self._session.read() as view:
             moment = max(parse_at(at) if at is not None else self._session.clock(), view.head()[2])
-            return GateReading(scope_rules.check(view, hypothesis_id, action, moment), view.head()[0])
+            values, refusal = gate_rules.check(view, hypothesis_id, action, moment)
+            return GateReading(values, view.head()[0], refusal=refusal)
 
     def price_signal(self, hypothesis_id: str, action: str, *, at: str | None = None) -> "GateReading":
         """``{cost, resource_cost, scarcity_bps}``: ``scarcity_bps = 10000 + (max_scarcity_bps - 10000) *
@@ -278,7 +292,7 @@ class BudgetManager:
         if at is not None:
             parse_at(at)
         with self._session.read() as view:
-            return GateReading(scope_rules.price_signal(view, hypothesis_id, action), view.head()[0])
+            return GateReading(gate_rules.price_signal(view, hypothesis_id, action), view.head()[0])
 
     def remaining(self, hypothesis_id: str) -> "GateReading":
         """``{budget, spent, remaining, pct_remaining}`` of an account (``budget = initial + granted``,
@@ -286,7 +300,7 @@ class BudgetManager:
         ``NOT_INITIALIZED``, ``UNKNOWN_HYPOTHESIS``."""
         check_hypothesis_id(hypothesis_id)
         with self._session.read() as view:
-            return GateReading(scope_rules.remaining(view, hypothesis_id), view.head()[0])
+            return GateReading(gate_rules.remaining(view, hypothesis_id), view.head()[0])
 
     def advice(self, hypothesis_id: str, *, at: str | None = None) -> "GateReading":
         """Everything an agent's prompt needs about ``hypothesis_id`` in one read, at the same cost
@@ -294,12 +308,15 @@ class BudgetManager:
         ``remaining_units``, ``budget``, ``pct_remaining``, ``tier``, ``scarcity_bps``,
         ``remaining_actions``, ``remaining_duration_ms``, ``remaining_cost_usd_millicents`` (the
         tightest limit holding the account, None when there is none), ``limited_by`` (dimension →
-        scope) and ``ready_for_evaluation``. Writes nothing. Errors: ``INVALID_ID``,
+        scope) and ``ready_for_evaluation``. ``investigable`` and ``tier`` agree with ``check`` of the
+        policy's cheapest action: a used-up limit makes the account not investigable and ``deferred``,
+        and the reading's ``refusal`` says why. Writes nothing. Errors: ``INVALID_ID``,
         ``NOT_INITIALIZED``, ``UNKNOWN_HYPOTHESIS``."""
         check_hypothesis_id(hypothesis_id)
         with self._session.read() as view:
             moment = max(parse_at(at) if at is not None else self._session.clock(), view.head()[2])
-            return GateReading(scope_rules.advice(view, hypothesis_id, moment), view.head()[0])
+            values, refusal = gate_rules.advice(view, hypothesis_id, moment)
+            return GateReading(values, view.head()[0], refusal=refusal)
 
     def snapshot(self) -> BudgetResult:
         """Replay and validate the current revision's budget history; write nothing.
@@ -310,12 +327,12 @@ class BudgetManager:
         state. Raises ``INTEGRITY_ERROR`` naming the first bad ``seq``, and
         ``NOT_INITIALIZED`` when the current revision has no budget yet.
         """
-        revision, last_seq, accounts, ref = self._session.budget_snapshot()
+        revision, last_seq, accounts, ref, investigable = self._session.budget_snapshot(gate_rules.investigable)
         if last_seq is None:
             raise LedgerError(E.NOT_INITIALIZED, f"revision {revision} has no budget yet; run initialize first"
                               if revision else "no revision is open yet; open one, then run initialize")
         return BudgetResult(
             package_path=str(self.package_path), revision=revision, seq=last_seq, event_ref=ref,
             state=_state(accounts), reused=True,
-            investigable=rules.investigable(accounts), ready_for_evaluation=rules.ready_for_evaluation(accounts),
+            investigable=investigable, ready_for_evaluation=rules.ready_for_evaluation(accounts),
         )
