@@ -900,6 +900,29 @@ def test_the_in_memory_case_gates_a_used_up_limit_as_the_case_on_disk(package):
     on_disk.close()
 
 
+def test_command_line_check_and_advice_say_why_a_used_up_limit_holds_the_account(package):
+    _used_up(package, "case", "actions").close()
+    why = ("LIMIT_EXCEEDED: reserving on H1 would take actions of scope case to 2, over its limit of 1 "
+           "(on_exhausted: block_action)")
+    code, out, err = _cli("budget", "check", str(package), "H1", "source.read_context")
+    assert (code, err) == (0, "")
+    assert out.splitlines()[0] == "allowed: false" and "tier: deferred" in out.splitlines()
+    assert out.splitlines()[-1] == f"not allowed: {why}"
+    code, out, err = _cli("budget", "check", str(package), "H1", "source.read_context", "--json")
+    assert code == 0 and json.loads(out)["allowed"] is False and set(json.loads(out)) == {
+        "allowed", "cost", "remaining", "pct_remaining", "tier", "scarcity_bps"}
+    assert err == f"note: not allowed: {why}\n"
+    code, out, err = _cli("budget", "advice", str(package), "H1")
+    lines = out.splitlines()
+    assert code == 0 and {"investigable: false", "tier: deferred", "remaining_actions: 0"} <= set(lines)
+    assert lines[-1] == f"not investigable: {why}"
+    code, out, err = _cli("budget", "advice", str(package), "H2", "--json")
+    assert (json.loads(out)["investigable"], json.loads(out)["tier"]) == (False, "deferred")
+    assert err == f"note: not investigable: {why.replace('on H1', 'on H2')}\n"
+    code, out, err = _cli("budget", "snapshot", str(package), "--json")
+    assert json.loads(out)["investigable"] == []
+
+
 # --- concurrency, replay, journal, command line -----------------------------------------------------
 RESERVE_SCRIPT = """
 import sys, json
