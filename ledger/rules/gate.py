@@ -21,13 +21,10 @@ from ..ground.config import BudgetConfig
 from ..ground.errors import LedgerError
 from .common import (TERMINAL_STATUSES, LedgerView, account_terminal_error, action_pending_error, hypothesis_order,
                      insufficient_budget_error, require_case)
-from .scopes import BPS, DIMENSIONS, consumption, containing, enforce, exceeded_error
+from .scopes import BPS, DIMENSIONS, ScopeMemo, containing, enforce, exceeded_error, scope_state
 
 #: How a refusal names the action :func:`investigable` and ``advice`` ask about.
 CHEAPEST_ACTION = "the cheapest action"
-
-Memo = dict[str, dict[str, int]]
-
 
 def tier(pct_remaining: int, allowed: bool, policy: BudgetConfig) -> str:
     """``full`` while pct ≥ ``tier_shallow_below_pct``, ``shallow`` while ≥ ``tier_deferred_below_pct``,
@@ -51,7 +48,8 @@ def resource_cost(cost: int, scarcity_bps: int) -> int:
 
 
 def reservation_refusal(view: LedgerView, revision: int, hypothesis_id: str, account: dict[str, Any], cost: int,
-                        action: str, at: str, *, pending_counts: bool, memo: Memo | None = None) -> LedgerError | None:
+                        action: str, at: str, *, pending_counts: bool,
+                        memo: ScopeMemo | None = None) -> LedgerError | None:
     """The refusal a reservation of ``action`` at ``cost`` units on this account would meet at ``at``,
     in reserve's order (docs/errors.md), or None when it would be accepted: ``ACCOUNT_TERMINAL``;
     ``ACTION_PENDING`` only if ``pending_counts`` (the gate's ``allowed`` ignores a pending action);
@@ -86,7 +84,7 @@ def investigable(view: LedgerView, at: str) -> list[str]:
     if not accounts:
         return []
     floor = view.policy_config(revision).affordability_floor_units
-    memo: Memo = {}
+    memo: ScopeMemo = {}
     return [h for h in hypothesis_order(accounts)
             if reservation_refusal(view, revision, h, accounts[h], floor, CHEAPEST_ACTION, at, pending_counts=True,
                                    memo=memo) is None]
@@ -127,14 +125,13 @@ def _scarcity_of(view: LedgerView, revision: int, hypothesis_id: str, account: d
 
 
 def _tightest(view: LedgerView, revision: int, hypothesis_id: str, at: str,
-              memo: Memo) -> dict[str, tuple[int, str]]:
+              memo: ScopeMemo) -> dict[str, tuple[int, str]]:
     """Per dimension, ``(remaining, scope)`` of the tightest established limit holding the account."""
     found: dict[str, tuple[int, str]] = {}
     for name in containing(revision, hypothesis_id):
-        info = view.scope(name)
-        if info is None:
+        info, used = scope_state(view, name, at, memo)
+        if info is None or used is None:
             continue
-        used = memo[name] if name in memo else memo.setdefault(name, consumption(view, info, at))
         for dimension in DIMENSIONS:
             declared = info["limits"].get(dimension)
             if declared is not None:
@@ -155,7 +152,7 @@ def check(view: LedgerView, hypothesis_id: str, action: str, at: str) -> tuple[d
     """
     revision, account, policy = _gate_prelude(view, hypothesis_id)
     cost = policy.price_units(action)
-    memo: Memo = {}
+    memo: ScopeMemo = {}
     tightest = _tightest(view, revision, hypothesis_id, at, memo)
     remaining = min(account["remaining_units"], tightest["units"][0]) if "units" in tightest \
         else account["remaining_units"]
@@ -189,7 +186,7 @@ def advice(view: LedgerView, hypothesis_id: str, at: str) -> tuple[dict[str, Any
     account's own balance is the tightest); ``ready_for_evaluation`` of the whole revision.
     Errors: ``NOT_INITIALIZED``, ``UNKNOWN_HYPOTHESIS``."""
     revision, account, policy = _gate_prelude(view, hypothesis_id)
-    memo: Memo = {}
+    memo: ScopeMemo = {}
     tightest = _tightest(view, revision, hypothesis_id, at, memo)
     if "units" not in tightest or account["remaining_units"] <= tightest["units"][0]:
         tightest["units"] = (account["remaining_units"], "account")

@@ -211,23 +211,34 @@ class Exceeded:
         return f"limit:{self.scope}:{self.dimension}"
 
 
+#: Scope name → its newest establishment and consumption at one moment (None, None: not established),
+#: so one read asking about several accounts looks each scope up once.
+ScopeMemo = dict[str, "tuple[dict[str, Any] | None, dict[str, int] | None]"]
+
+
+def scope_state(view: LedgerView, name: str, at: str,
+                memo: ScopeMemo | None = None) -> tuple[dict[str, Any] | None, dict[str, int] | None]:
+    """``(establishment, consumption at at)`` of scope ``name``, or ``(None, None)`` if it has none."""
+    if memo is not None and name in memo:
+        return memo[name]
+    info = view.scope(name)
+    state = (info, consumption(view, info, at) if info is not None else None)
+    if memo is not None:
+        memo[name] = state
+    return state
+
+
 def enforce(view: LedgerView, revision: int, hypothesis_id: str, cost: int, at: str,
-            memo: dict[str, dict[str, int]] | None = None) -> Exceeded | None:
+            memo: ScopeMemo | None = None) -> Exceeded | None:
     """docs/scopes.md: the limit a reservation of ``cost`` units on ``hypothesis_id`` would exceed
     (``consumed_after > declared``) in any scope holding it, or None. When several would be,
     the one with the least remaining wins (then the innermost scope, then dimension order).
-    ``memo`` (scope name → consumption at ``at``) lets one read ask for several accounts."""
+    ``memo`` (:data:`ScopeMemo`) lets one read ask about several accounts."""
     found: list[tuple[int, int, int, Exceeded]] = []
     for depth, name in enumerate(containing(revision, hypothesis_id)):
-        info = view.scope(name)
-        if info is None:
+        info, used = scope_state(view, name, at, memo)
+        if info is None or used is None:
             continue
-        if memo is None:
-            used = consumption(view, info, at)
-        elif name in memo:
-            used = memo[name]
-        else:
-            used = memo[name] = consumption(view, info, at)
         after = {**used, "units": used["units"] + cost, "actions": used["actions"] + 1}
         for order, dimension in enumerate(DIMENSIONS):
             declared = info["limits"].get(dimension)
