@@ -773,10 +773,11 @@ USED_UP = {"actions": (1, 2), "units": (10, 20), "cost_usd_millicents": (100, 15
 
 @pytest.mark.parametrize("dimension", list(USED_UP))
 @pytest.mark.parametrize("scope", ["case", "revision:1", "hypothesis:1/H1"])
-def test_a_used_up_limit_makes_check_advice_snapshot_and_reserve_agree_in_every_scope_and_dimension(
+def test_a_used_up_limit_makes_check_advice_and_reserve_agree_in_every_scope_and_dimension(
         package, scope, dimension):
-    """Each read answers from the refusal reserve meets: not allowed, not investigable, tier deferred,
-    the refusal naming the limit's scope, dimension and figures, and the account out of investigable."""
+    """check and advice answer from the refusal reserve meets: not allowed, not investigable, tier
+    deferred, the refusal naming the limit's scope, dimension and figures. A budget result's
+    investigable stays what it is defined as (not terminal, nothing pending): both accounts."""
     case = _used_up(package, scope, dimension)
     budget = case.budget()
     declared, after = USED_UP[dimension]
@@ -795,7 +796,8 @@ def test_a_used_up_limit_makes_check_advice_snapshot_and_reserve_agree_in_every_
                                                                 else "remaining_units"] == 0
     assert (advice.refusal.code, advice.refusal.details) == (LIMIT_EXCEEDED, expected)
     whole_case = scope != "hypothesis:1/H1"
-    assert budget.snapshot().investigable == ([] if whole_case else ["H2"])
+    snapshot = budget.snapshot()
+    assert (snapshot.investigable, snapshot.ready_for_evaluation) == (["H1", "H2"], False)
     assert budget.advice("H2")["investigable"] is not whole_case
     assert budget.check("H2", "source.read_context")["allowed"] is not whole_case
     generation = case.status()["package_generation"]
@@ -804,12 +806,14 @@ def test_a_used_up_limit_makes_check_advice_snapshot_and_reserve_agree_in_every_
             refused.details["declared"], refused.details["consumed_after"]) == (LIMIT_EXCEEDED, scope, dimension,
                                                                                 declared, after)
     assert case.status()["package_generation"] == generation + 1  # the limit.exceeded event only
+    assert budget.snapshot().investigable == ["H1", "H2"]  # a refused reservation leaves nothing pending
     case.close()
 
 
-def test_a_units_limit_with_less_left_than_the_cheapest_action_is_not_investigable_though_units_remain(package):
+def test_advice_says_not_investigable_when_a_units_limit_has_less_left_than_the_cheapest_action(package):
     """advice asks about the policy's cheapest action (its affordability floor), as the account's own
-    exhaustion does: 5 units left under a scope is not enough for any action costing 10."""
+    exhaustion does: 5 units left under a scope is not enough for any action costing 10. The budget
+    result's investigable does not look at limits: H1 is not terminal and has nothing pending."""
     case = _ready(package)
     budget = case.budget()
     case.scopes().establish("revision:1", {"units": 15}, "controller", at=T0)
@@ -820,6 +824,8 @@ def test_a_units_limit_with_less_left_than_the_cheapest_action_is_not_investigab
         (5, "revision:1", False, "deferred")
     assert (advice.refusal.code, advice.refusal.details["consumed_after"]) == (LIMIT_EXCEEDED, 20)
     assert advice.refusal.message.startswith("reserving on H1 would take units of scope revision:1 to 20")
+    assert budget.check("H1", "source.read_context")["allowed"] is False
+    assert budget.snapshot().investigable == ["H1", "H2"]
     case.close()
 
 
@@ -854,21 +860,31 @@ def test_check_carries_the_refusal_reserve_would_meet_and_none_when_allowed(pack
     case.close()
 
 
-def test_every_budget_result_lists_as_investigable_only_the_accounts_that_may_reserve(package):
-    """investigable in operation results and snapshot follows the limits: empty once the case's last action
-    is spent (though no account is terminal, so not ready for evaluation), both again after a raise."""
+def test_budget_results_list_the_accounts_not_terminal_and_not_pending_while_advice_follows_the_limits(package):
+    """investigable in operation results and snapshot is the accounts that are not terminal and have
+    nothing pending, whatever the limits; once the case's last action is spent, advice and check say
+    no to both accounts (naming the limit) while they stay listed, and yes again after a raise."""
     case = _ready(package)
     budget, scopes = case.budget(), case.scopes()
     first = scopes.establish("case", {"actions": 2}, "controller", at=T0)
     assert budget.reserve("H1", "q1", "source.read_context", at=T0).investigable == ["H2"]  # H1 pending
     assert budget.fail("H1", "q1", "x", at=T0).investigable == ["H1", "H2"]
     reserved = budget.reserve("H2", "q2", "source.read_context", at=T0)
-    assert reserved.investigable == []  # H2 pending, H1 held by the case's 2 actions
+    assert reserved.investigable == ["H1"]  # H2 pending; H1 is listed though the case's 2 actions are spent
+    held = budget.advice("H1", at=T0)
+    assert (held["investigable"], held["tier"], held.refusal.code, held.refusal.details["scope"]) == \
+        (False, "deferred", LIMIT_EXCEEDED, "case")
     failed = budget.fail("H2", "q2", "x", at=T0)
-    assert (failed.investigable, failed.ready_for_evaluation) == ([], False)
-    assert (budget.snapshot().investigable, budget.fail("H2", "q2", "x", at=T0).investigable) == ([], [])  # replay
+    assert (failed.investigable, failed.ready_for_evaluation) == (["H1", "H2"], False)
+    replayed = budget.fail("H2", "q2", "x", at=T0)
+    assert (replayed.reused, replayed.investigable, budget.snapshot().investigable) == \
+        (True, ["H1", "H2"], ["H1", "H2"])
+    assert [budget.advice(h, at=T0)["investigable"] for h in ("H1", "H2")] == [False, False]
+    assert [budget.check(h, "source.read_context", at=T0)["allowed"] for h in ("H1", "H2")] == [False, False]
     scopes.establish("case", {"actions": 3}, "controller", causation_seq=first.seq, at=T0)
     assert budget.snapshot().investigable == ["H1", "H2"]
+    assert [budget.advice(h, at=T0)["investigable"] for h in ("H1", "H2")] == [True, True]
+    assert budget.check("H1", "source.read_context", at=T0).refusal is None
     case.close()
 
 
@@ -890,7 +906,7 @@ def test_the_in_memory_case_gates_a_used_up_limit_as_the_case_on_disk(package):
     for case in (on_disk, in_memory):
         budget = case.budget()
         results = list(apply_journal(case, [json.dumps({**line, "at": T0}) for line in lines], budget=budget))
-        assert all(r.ok for r in results) and results[-1].result["investigable"] == []
+        assert all(r.ok for r in results) and results[-1].result["investigable"] == ["H1", "H2"]
         check, advice = budget.check("H2", "source.read_context"), budget.advice("H2")
         answers.append((check.to_dict(), check.refusal.to_dict(), advice.to_dict(), advice.refusal.to_dict(),
                         budget.snapshot().investigable))
@@ -920,7 +936,7 @@ def test_command_line_check_and_advice_say_why_a_used_up_limit_holds_the_account
     assert (json.loads(out)["investigable"], json.loads(out)["tier"]) == (False, "deferred")
     assert err == f"note: not investigable: {why.replace('on H1', 'on H2')}\n"
     code, out, err = _cli("budget", "snapshot", str(package), "--json")
-    assert json.loads(out)["investigable"] == []
+    assert json.loads(out)["investigable"] == ["H1", "H2"]  # not terminal, nothing pending
 
 
 # --- concurrency, replay, journal, command line -----------------------------------------------------

@@ -8,10 +8,9 @@ that reads the current state through a view and returns what to append
 the replay of verify, import and simulation.
 """
 
-from .budget import ready_for_evaluation, reward_units
+from .budget import investigable, ready_for_evaluation, reward_units
 from .common import (CASE_STATES, TERMINAL_STATUSES, Context, Draft, LedgerView, Outcome, Reused, check_action_id,
                      check_case_id, sorted_accounts)
-from .gate import investigable
 
 __all__ = ["CASE_STATES", "TERMINAL_STATUSES", "Context", "Draft", "LedgerView", "Outcome", "Reused",
            "check_action_id", "check_case_id", "investigable", "ready_for_evaluation", "reward_units",

@@ -577,9 +577,14 @@ def _limit_outcome(view: LedgerView, ctx: _BudgetContext, exceeded: "scope_rules
     return Outcome(tuple(drafts), refusal=scope_rules.exceeded_error(exceeded, h))
 
 
+def investigable(accounts: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Non-terminal accounts with no pending action, in hypothesis order."""
+    return [h for h in hypothesis_order(accounts)
+            if accounts[h]["status"] not in TERMINAL_STATUSES and accounts[h]["pending_action_id"] is None]
+
+
 def ready_for_evaluation(accounts: Mapping[str, Mapping[str, Any]]) -> bool:
-    """Every account terminal and nothing pending (an empty ``investigable`` is not enough: a limit may
-    hold every account that is left, :func:`ledger.rules.gate.investigable`)."""
+    """Every account terminal and nothing pending (an empty ``investigable`` is not enough)."""
     return bool(accounts) and all(
         a["status"] in TERMINAL_STATUSES and a["pending_action_id"] is None for a in accounts.values()
     )

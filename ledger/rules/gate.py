@@ -5,10 +5,11 @@ They write nothing and never refuse for lack of budget. One question decides the
 order of docs/errors.md, the case's state aside (``ACCOUNT_TERMINAL``, ``ACTION_PENDING``,
 ``LIMIT_EXCEEDED`` naming the scope, dimension and figures, ``INSUFFICIENT_BUDGET``), or None.
 ``check``'s ``allowed`` is that question for one action (the refusal goes with the reading);
-``advice``'s ``investigable`` and ``tier``, and the ``investigable`` list of every budget
-result and snapshot, ask it for the cheapest action of the policy (its affordability floor),
-so a scope limit that is used up (any scope, any dimension) is seen the same way by all of
-them and by ``reserve``.
+``advice``'s ``investigable`` and ``tier`` ask it for the cheapest action of the policy (its
+affordability floor), so a scope limit that is used up (any scope, any dimension) is seen the
+same way by both and by ``reserve``. The ``investigable`` list of a budget result is not one of
+these reads: it is the accounts that are not terminal and have nothing pending
+(:func:`ledger.rules.budget.investigable`), whatever the limits say.
 """
 
 from __future__ import annotations
@@ -19,12 +20,13 @@ from ..ground import errors as E
 from ..ground.canonical import SAFE_INTEGER_MAX
 from ..ground.config import BudgetConfig
 from ..ground.errors import LedgerError
-from .common import (TERMINAL_STATUSES, LedgerView, account_terminal_error, action_pending_error, hypothesis_order,
+from .common import (TERMINAL_STATUSES, LedgerView, account_terminal_error, action_pending_error,
                      insufficient_budget_error, require_case)
 from .scopes import BPS, DIMENSIONS, ScopeMemo, containing, enforce, exceeded_error, scope_state
 
-#: How a refusal names the action :func:`investigable` and ``advice`` ask about.
+#: How a refusal names the action ``advice`` asks about.
 CHEAPEST_ACTION = "the cheapest action"
+
 
 def tier(pct_remaining: int, allowed: bool, policy: BudgetConfig) -> str:
     """``full`` while pct ≥ ``tier_shallow_below_pct``, ``shallow`` while ≥ ``tier_deferred_below_pct``,
@@ -73,21 +75,6 @@ def reservation_refusal(view: LedgerView, revision: int, hypothesis_id: str, acc
     if cost > account["remaining_units"]:
         return insufficient_budget_error(action, cost, hypothesis_id, account["remaining_units"])
     return None
-
-
-def investigable(view: LedgerView, at: str) -> list[str]:
-    """The hypotheses of the current revision that may reserve at ``at``, in hypothesis order: not
-    terminal, nothing pending, and the policy's cheapest action inside every limit holding them
-    (:func:`reservation_refusal`). What ``BudgetResult.investigable`` lists."""
-    revision = require_case(view)["revision"]
-    accounts = view.accounts(revision)
-    if not accounts:
-        return []
-    floor = view.policy_config(revision).affordability_floor_units
-    memo: ScopeMemo = {}
-    return [h for h in hypothesis_order(accounts)
-            if reservation_refusal(view, revision, h, accounts[h], floor, CHEAPEST_ACTION, at, pending_counts=True,
-                                   memo=memo) is None]
 
 
 def _gate_prelude(view: LedgerView, hypothesis_id: str) -> tuple[int, dict[str, Any], BudgetConfig]:
@@ -177,7 +164,8 @@ def advice(view: LedgerView, hypothesis_id: str, at: str) -> tuple[dict[str, Any
     """What an agent's prompt needs before choosing its next action on ``hypothesis_id``, in one read
     (docs/scopes.md), and the refusal a reservation of the policy's cheapest action would meet now
     (None when ``investigable``): the account's ``status``, ``pending_action_id`` and whether it is
-    ``investigable`` (not terminal, nothing pending, and that action inside every limit);
+    ``investigable`` (not terminal, nothing pending, and that action inside every limit: narrower
+    than a budget result's ``investigable``, which does not look at limits);
     ``remaining_units`` (the least of the account's units and every ``units`` limit holding it),
     ``budget``, ``pct_remaining``, ``tier`` (``deferred`` when even that action is not allowed, as
     ``check`` would say) and ``scarcity_bps``; ``remaining_actions``, ``remaining_duration_ms`` and

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from operator import itemgetter
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 from ..ground import errors as E
 from ..ground.clock import parse_at
@@ -36,8 +36,9 @@ class BudgetResult:
     * ``state`` — every account of the revision, keyed by hypothesis id, each with
       the ``balances`` view's columns (units are integers);
     * ``reused`` — True for an identical replay (nothing written);
-    * ``investigable`` — the accounts that may reserve now: not terminal, no pending action,
-      and the policy's cheapest action inside every scoped limit holding them (docs/scopes.md);
+    * ``investigable`` — non-terminal accounts with no pending action (scoped limits are not
+      looked at: ``advice`` and ``check`` say whether a reservation would be accepted now,
+      docs/scopes.md);
     * ``ready_for_evaluation`` — every account terminal and nothing pending;
     * ``action`` — the touched action's state (reserve/record/settle/fail).
     """
@@ -116,14 +117,9 @@ class BudgetManager:
         self.package_path = package_path
         self.config = config
 
-    #: Read inside each operation's transaction for its result: the accounts that may reserve now
-    #: (None where no result is built).
-    _observe: Callable[[Any, str], list[str]] | None = staticmethod(gate_rules.investigable)
-
     def _run(self, name: str, request: dict[str, Any], at: str | None, action: tuple[str, str] | None = None,
              inputs: dict[str, Any] | None = None) -> BudgetResult:
-        return self._result(self._session.run(name, request, at=at, config=self.config, inputs=inputs,
-                                              observe=self._observe), action)
+        return self._result(self._session.run(name, request, at=at, config=self.config, inputs=inputs), action)
 
     def _result(self, ran: Ran, action: tuple[str, str] | None = None) -> BudgetResult:
         seq = ran.seq
@@ -142,7 +138,7 @@ class BudgetManager:
         return BudgetResult(
             package_path=str(self.package_path), revision=revision, seq=seq, event_ref=ref,
             state=_state(accounts), reused=ran.reused,
-            investigable=ran.observed, ready_for_evaluation=rules.ready_for_evaluation(accounts),
+            investigable=rules.investigable(accounts), ready_for_evaluation=rules.ready_for_evaluation(accounts),
             action=action_state,
         )
 
@@ -310,8 +306,9 @@ class BudgetManager:
         tightest limit holding the account, None when there is none), ``limited_by`` (dimension →
         scope) and ``ready_for_evaluation``. ``investigable`` and ``tier`` agree with ``check`` of the
         policy's cheapest action: a used-up limit makes the account not investigable and ``deferred``,
-        and the reading's ``refusal`` says why. Writes nothing. Errors: ``INVALID_ID``,
-        ``NOT_INITIALIZED``, ``UNKNOWN_HYPOTHESIS``."""
+        and the reading's ``refusal`` says why (so this ``investigable`` can be false for an account
+        that ``BudgetResult.investigable`` lists: that list does not look at limits). Writes nothing.
+        Errors: ``INVALID_ID``, ``NOT_INITIALIZED``, ``UNKNOWN_HYPOTHESIS``."""
         check_hypothesis_id(hypothesis_id)
         with self._session.read() as view:
             moment = max(parse_at(at) if at is not None else self._session.clock(), view.head()[2])
@@ -327,12 +324,12 @@ class BudgetManager:
         state. Raises ``INTEGRITY_ERROR`` naming the first bad ``seq``, and
         ``NOT_INITIALIZED`` when the current revision has no budget yet.
         """
-        revision, last_seq, accounts, ref, investigable = self._session.budget_snapshot(gate_rules.investigable)
+        revision, last_seq, accounts, ref = self._session.budget_snapshot()
         if last_seq is None:
             raise LedgerError(E.NOT_INITIALIZED, f"revision {revision} has no budget yet; run initialize first"
                               if revision else "no revision is open yet; open one, then run initialize")
         return BudgetResult(
             package_path=str(self.package_path), revision=revision, seq=last_seq, event_ref=ref,
             state=_state(accounts), reused=True,
-            investigable=investigable, ready_for_evaluation=rules.ready_for_evaluation(accounts),
+            investigable=rules.investigable(accounts), ready_for_evaluation=rules.ready_for_evaluation(accounts),
         )

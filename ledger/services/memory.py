@@ -151,10 +151,8 @@ class MemorySession(SessionBase):
             raise LedgerError(E.INVALID_ARGUMENT, f"no event with seq {seq}")
         return event_path(*self._addresses[seq])
 
-    def budget_snapshot(self, observe: Callable[[Any, str], Any] | None = None
-                        ) -> tuple[int, int | None, dict[str, dict[str, Any]], str | None, Any]:
-        """``(revision, newest budget seq, accounts, event_ref, observed)`` of the current revision, as
-        :meth:`Session.budget_snapshot <ledger.services.session.Session.budget_snapshot>` answers.
+    def budget_snapshot(self) -> tuple[int, int | None, dict[str, dict[str, Any]], str | None]:
+        """``(revision, newest budget seq, accounts, event_ref)`` of the current revision.
 
         Every event here was computed by the rules a moment ago, so there is no
         stored history to re-check.
@@ -162,9 +160,7 @@ class MemorySession(SessionBase):
         with self.read() as view:
             revision = view.case()["revision"]
             last_seq = self._budget_heads.get(revision)
-            observed = observe(view, max(self.clock(), view.head()[2])) if observe is not None else None
-            return (revision, last_seq, view.accounts(revision), self.event_ref(last_seq) if last_seq else None,
-                    observed)
+            return revision, last_seq, view.accounts(revision), self.event_ref(last_seq) if last_seq else None
 
 
 class MemoryCase(CaseFacade):

@@ -49,13 +49,11 @@ class Appended:
 @dataclass(frozen=True)
 class Ran:
     """What :meth:`Session.run` did: the events it appended (none when ``reused``), the ``seq``
-    that answers the call (the original event's when reused), the view it read and what the
-    run's ``observe`` read of the state it left (None without one)."""
+    that answers the call (the original event's when reused) and the view it read."""
 
     appended: tuple[Appended, ...]
     seq: int
     view: Any  # the LedgerView the rule read (SqlView or MemoryView)
-    observed: Any = None
 
     @property
     def reused(self) -> bool:
@@ -159,14 +157,13 @@ class SessionBase:
 
     def run(self, name: str, request: Mapping[str, Any], *, at: str | None = None,
             config: BudgetConfig | None = None, inputs: Mapping[str, Any] | None = None,
-            prepare: Callable[[Any], None] | None = None, observe: Callable[[Any, str], Any] | None = None) -> Ran:
+            prepare: Callable[[Any], None] | None = None) -> Ran:
         """Evaluate operation ``name``'s rule on ``request`` and append its events, in one transaction.
 
         ``at`` is an RFC 3339 UTC time (``INVALID_ARGUMENT`` otherwise, and for a time more
         than the ``at_future_tolerance_ms`` limit ahead of ``clock``); an ``at`` earlier
         than the previous event's time is raised to it and noted in :attr:`last_clamp`. ``prepare``
-        runs first inside the transaction (creating the schema of a new ledger); ``observe(view, at)``
-        last, in the same transaction, on the state the operation leaves (:attr:`Ran.observed`).
+        runs first inside the transaction (creating the schema of a new ledger).
         Raises the rule's ``LedgerError``; ``LIMIT_REACHED`` for an event over
         ``event_bytes_max``; ``LEDGER_BUSY`` when the writer lock is not obtained in time.
         """
@@ -183,7 +180,7 @@ class SessionBase:
                               inputs=inputs or {})
             outcome = rule(view, request, context)
             if isinstance(outcome, Reused):
-                return Ran((), outcome.seq, view, observe(view, context.at) if observe is not None else None)
+                return Ran((), outcome.seq, view)
             drafts = outcome.events if isinstance(outcome, Outcome) else (outcome,)
             check_case_room(view, drafts, self.limits, outcome.refusal if isinstance(outcome, Outcome) else None)
             appended = []
@@ -194,12 +191,11 @@ class SessionBase:
                                          event_path(draft.stream, draft.revision, stream_seq), sealed.body))
             if isinstance(outcome, Outcome):
                 refusal = outcome.refusal
-            observed = observe(view, context.at) if observe is not None and refusal is None else None
         if moment is not None and context.at != moment:
             self.last_clamp = (moment, context.at)  # only once committed: a rolled-back run raised nothing
         if refusal is not None:
             raise refusal  # after the commit: the events stay, the operation is refused
-        return Ran(tuple(appended), appended[-1].seq, view, observed)
+        return Ran(tuple(appended), appended[-1].seq, view)
 
 
 class Session(SessionBase):
@@ -252,11 +248,8 @@ class Session(SessionBase):
                             draft.stream, stream_seq)
         return stream_seq
 
-    def budget_snapshot(self, observe: Callable[[Any, str], Any] | None = None
-                        ) -> tuple[int, int | None, dict[str, dict[str, Any]], str | None, Any]:
-        """``(revision, newest budget seq, accounts, event_ref, observed)`` of the current revision,
-        validated; ``observed`` is what ``observe(view, now)`` read in the same read transaction
-        (now: the clock, never before the newest event), None without one.
+    def budget_snapshot(self) -> tuple[int, int | None, dict[str, dict[str, Any]], str | None]:
+        """``(revision, newest budget seq, accounts, event_ref)`` of the current revision, validated.
 
         Checks every budget event of the revision: hash of its stored bytes, parent
         link, ``remaining = initial + granted - spent + rewarded >= 0``,
@@ -291,8 +284,7 @@ class Session(SessionBase):
             if last_seq is not None:
                 CHECKED[key] = (cookie, last_seq, stream_seq, sha, accounts)
             ref = self.event_ref(last_seq) if last_seq else None
-            observed = observe(view, max(self.clock(), view.head()[2])) if observe is not None else None
-        return revision, last_seq, accounts, ref, observed
+        return revision, last_seq, accounts, ref
 
     def event_ref(self, seq: int) -> str:
         """Export path of event ``seq``; ``INVALID_ARGUMENT`` if there is none."""

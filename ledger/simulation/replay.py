@@ -123,10 +123,7 @@ def run_error(where: str, number: int | None, exc: LedgerError, why: str = "") -
 
 class _FiguresOnly(BudgetManager):
     """The budget manager the simulator runs lines through: the same checks and rules, but no
-    result object is built for each line (only the figures at the end are read), so nothing is
-    read for one either."""
-
-    _observe = None
+    result object is built for each line (only the figures at the end are read)."""
 
     def _result(self, ran: Ran, action: tuple[str, str] | None = None) -> Ran:  # type: ignore[override]
         return ran
