@@ -218,6 +218,14 @@ class CaseFolder(click.Path):
         return super().convert(value, param, ctx)
 
 
+def input_path(*, dir_okay: bool = True) -> click.Path:
+    """A file (or, with ``dir_okay``, a folder) the command reads — a journal, trajectories, an outcomes
+    CSV: one that is missing or unreadable is a usage error (exit 2) before anything runs, as for
+    ``apply``'s JOURNAL and every other input file (docs/cli.md). TOML configurations are not given
+    this way: the library's loaders refuse them with ``CONFIG_INVALID``."""
+    return click.Path(exists=True, dir_okay=dir_okay, readable=True, path_type=str)
+
+
 CASE = click.argument("case", type=CaseFolder())
 AT = click.option("--at", metavar="RFC3339", help="Event time (UTC, e.g. 2026-01-05T10:00:00Z); default now.")
 JSON = click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")

@@ -203,12 +203,20 @@ def budget_grant(settings: Settings, case: str, hypothesis: str, units: int, rea
     _run_budget(settings, case, as_json, lambda b: b.grant(hypothesis, units, settings.actor, reason, grant_id, at=at))
 
 
-def _run_read(settings: Settings, case: str, as_json: bool, call: Callable[[Any], GateReading]) -> None:
+def _run_read(settings: Settings, case: str, as_json: bool, call: Callable[[Any], GateReading],
+              refused: str = "") -> None:
+    """Print a reading; its ``refusal`` (check: not allowed; advice: not investigable) as a last line
+    ``<refused>: CODE: message`` for people, and on stderr as a note with --json (whose object keeps
+    the reading's keys only)."""
     with settings.open(case) as opened:
         manager = opened.budget(settings.budget_config())
         reading = call(manager)
         changed, revision = manager.policy_changed(), opened.status()["analysis_revision"]
-    emit_result(reading.to_dict(), as_json, [f"{key}: {_plain(value)}" for key, value in reading.to_dict().items()])
+    why = [f"{refused}: {reading.refusal}"] if refused and reading.refusal is not None else []
+    emit_result(reading.to_dict(), as_json,
+                [f"{key}: {_plain(value)}" for key, value in reading.to_dict().items()] + why)
+    if as_json and why:
+        warn(f"note: {why[0]}")
     _warn_if_policy_changed(changed, revision)
 
 
@@ -225,8 +233,12 @@ def _plain(value: Any) -> str:
 @JSON
 @pass_settings
 def budget_check(settings: Settings, case: str, hypothesis: str, action: str, at: str | None, as_json: bool) -> None:
-    """Would ACTION fit now? allowed, cost, remaining, pct_remaining, tier, scarcity_bps (writes nothing)."""
-    _run_read(settings, case, as_json, lambda b: b.check(hypothesis, action, at=at))
+    """Would ACTION fit now? allowed, cost, remaining, pct_remaining, tier, scarcity_bps (writes nothing).
+
+    When it would not, a last line (on stderr with --json) says why: the refusal reserving it would
+    meet now, e.g. LIMIT_EXCEEDED naming the limit's scope, dimension and figures.
+    """
+    _run_read(settings, case, as_json, lambda b: b.check(hypothesis, action, at=at), "not allowed")
 
 
 @budget.command("advice")
@@ -237,8 +249,12 @@ def budget_check(settings: Settings, case: str, hypothesis: str, action: str, at
 @pass_settings
 def budget_advice(settings: Settings, case: str, hypothesis: str, at: str | None, as_json: bool) -> None:
     """What an agent needs before its next action on HYPOTHESIS: status, investigable, remaining units,
-    actions and time by the tightest limit, tier, scarcity_bps (writes nothing)."""
-    _run_read(settings, case, as_json, lambda b: b.advice(hypothesis, at=at))
+    actions and time by the tightest limit, tier, scarcity_bps (writes nothing).
+
+    When the account is not investigable, a last line (on stderr with --json) says why: what
+    reserving the policy's cheapest action would meet now (a pending action, a used-up limit, ...).
+    """
+    _run_read(settings, case, as_json, lambda b: b.advice(hypothesis, at=at), "not investigable")
 
 
 @budget.command("price")

@@ -14,7 +14,7 @@ from ledger.simulation.plot import check_output_file, check_plot
 from ledger.simulation.simulator import parse_vary
 from ledger.ground.paths import os_error
 
-from ._common import Settings, pass_settings, table_options
+from ._common import Settings, input_path, pass_settings, table_options
 from ._output import OutputError, dumps, echo, emit_rows, one_line
 from .frontier import emit_frontier
 
@@ -100,13 +100,13 @@ def _first_names(names: list[str]) -> str:
 
 
 @click.command("simulate")
-@click.argument("journals", nargs=-1, required=True, type=click.Path(path_type=str), metavar="JOURNAL_OR_FOLDER...")
+@click.argument("journals", nargs=-1, required=True, type=input_path(), metavar="JOURNAL_OR_FOLDER...")
 @click.option("--policy", "policy_specs", multiple=True, metavar="[NAME=]FILE.toml",
               help="A budget policy to simulate (repeatable; default: --config, else the example policy). "
                    "It may also set units_per_hypothesis, which replaces the journals' allocation.")
 @click.option("--vary", "vary_specs", multiple=True, metavar="KEY=V1,V2,...",
               help="Add a grid of policies derived from the first policy (repeatable: every combination).")
-@click.option("--outcomes", type=click.Path(path_type=str), metavar="CSV",
+@click.option("--outcomes", type=input_path(dir_okay=False), metavar="CSV",
               help="Run outcomes: first column the run id (journal file stem), a column 'outcome'.")
 @table_options(json='Print one JSON object, {"policies": [...]}: each policy with its figures per outcome.')
 @click.option("--per-run", type=click.Path(dir_okay=False, path_type=str), metavar="FILE",

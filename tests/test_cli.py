@@ -530,3 +530,72 @@ def test_budget_readings_print_json_values_for_people(cli_case):
 def test_write_commands_say_the_event_path_is_where_export_writes(cli_case):
     out = ok("budget", "reserve", str(cli_case), "H1", "q1", "source.read_context")
     assert out.startswith("seq 5 (exports to analysis/budgets/0001/events/00000002.json)\n")
+
+
+# --- a file or folder a command reads: missing or unreadable is a usage error (docs/cli.md) -----------
+INPUT_ARGUMENTS = [
+    (["apply", "{case}", "{path}"], "JOURNAL"),
+    (["simulate", "{path}"], "JOURNAL_OR_FOLDER..."),
+    (["simulate", "{journal}", "--outcomes", "{path}"], "--outcomes"),
+    (["simulate", "{journal}", "--frontier", "--outcomes", "{path}"], "--outcomes"),
+    (["runs", "import", "{path}", "--out", "{out}"], "TRAJ_OR_FOLDER..."),
+    (["runs", "import", "{journal}", "--out", "{out}", "--outcomes", "{path}"], "--outcomes"),
+    (["evidence", "store", "{case}", "{path}", "{journal}", "--iteration", "i1"], "REQUEST"),
+    (["evidence", "feedback", "submit", "{case}", "op-1", "{path}"], "REPLY"),
+    (["budget", "record", "{case}", "H1", "q1", "--evidence-file", "{path}"], "--evidence-file"),
+]
+INPUT_IDS = ["apply", "simulate", "simulate-outcomes", "frontier-outcomes", "runs-import", "runs-import-outcomes",
+             "evidence-store", "feedback-submit", "budget-record"]
+
+
+def _input_call(args: list[str], cli_case: Path, tmp_path: Path, path: Path) -> tuple[list[str], Path]:
+    journal = tmp_path / "j.jsonl"
+    journal.write_text('{"op": "initialize"}\n', encoding="utf-8")
+    values = {"case": str(cli_case), "path": str(path), "journal": str(journal), "out": str(tmp_path / "out")}
+    return [a.format(**values) for a in args], tmp_path / "out"
+
+
+@pytest.mark.parametrize("args,argument", INPUT_ARGUMENTS, ids=INPUT_IDS)
+def test_a_missing_input_file_is_a_usage_error_in_every_command_that_reads_one(cli_case, tmp_path, args, argument):
+    """simulate and runs import said INVALID_ARGUMENT (exit 1) where apply said usage (exit 2): every
+    command now refuses a missing journal, trajectory, outcomes CSV, request or reply before running."""
+    before = logical_dump(cli_case / "ledger.sqlite")
+    missing = tmp_path / "missing.jsonl"
+    call, out = _input_call(args, cli_case, tmp_path, missing)
+    result = CliRunner().invoke(cli_main, call, prog_name="ledger")
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert isinstance(result.exception, SystemExit) and "Traceback" not in result.stderr
+    last = result.stderr.splitlines()[-1]
+    assert last.startswith(f"Error: Invalid value for '{argument}': ") and str(missing) in last
+    assert re.search(r"does not exist|No such file or directory", last)
+    assert result.stderr.startswith("Usage: ledger ")
+    assert logical_dump(cli_case / "ledger.sqlite") == before and not out.exists()
+
+
+@pytest.mark.parametrize("args,argument", INPUT_ARGUMENTS, ids=INPUT_IDS)
+def test_an_unreadable_input_file_is_a_usage_error_in_every_command_that_reads_one(cli_case, tmp_path, monkeypatch,
+                                                                                     args, argument):
+    """As a missing one (this user may not read it: checked before opening, or refused by the open)."""
+    import click.types
+
+    locked = tmp_path / "locked.jsonl"
+    locked.write_text('{"op": "initialize"}\n', encoding="utf-8")
+    access, open_stream = os.access, click.types.open_stream
+
+    def no_access(path, mode, *rest, **kwargs):
+        return False if os.fspath(path) == str(locked) else access(path, mode, *rest, **kwargs)
+
+    def no_open(path, *rest, **kwargs):
+        if os.fspath(path) == str(locked):
+            raise PermissionError(13, "Permission denied", str(locked))
+        return open_stream(path, *rest, **kwargs)
+
+    monkeypatch.setattr(os, "access", no_access)
+    monkeypatch.setattr(click.types, "open_stream", no_open)
+    call, out = _input_call(args, cli_case, tmp_path, locked)
+    result = CliRunner().invoke(cli_main, call, prog_name="ledger")
+    assert (result.exit_code, result.stdout) == (2, "")
+    last = result.stderr.splitlines()[-1]
+    assert last.startswith(f"Error: Invalid value for '{argument}': ") and str(locked) in last
+    assert re.search(r"is not readable|Permission denied", last)
+    assert not out.exists()

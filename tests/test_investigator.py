@@ -305,3 +305,43 @@ def test_the_example_loop_answers_help_with_its_usage_and_makes_no_folder(tmp_pa
         assert done.returncode == 0 and done.stderr == ""
         assert "python -m ledger.examples.investigator [FOLDER]" in done.stdout
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_example_loop_skips_what_a_used_up_limit_holds_and_stops_when_nothing_may_reserve(tmp_path, capsys):
+    """docs/investigator.md: a budget result keeps listing the accounts a limit holds (not terminal, nothing
+    pending), so the loop asks check before each action: with the case's one action spent it skips both
+    hypotheses and returns instead of going round again."""
+    import shutil
+    from importlib.resources import files
+
+    from ledger.examples import investigator as example
+    from ledger.ground.errors import LIMIT_EXCEEDED
+
+    package = tmp_path / "BUG-20"
+    shutil.copytree(Path(str(files("ledger.examples"))) / "demo" / "sources", package / "sources",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    case = Case.create(package, case_id="BUG-20")
+    case.open_revision([{"statement": s} for s in example.HYPOTHESES], units_per_hypothesis=40)
+    case.transition("INVESTIGATING_HYPOTHESES")
+    budget = case.budget(BudgetConfig.example())
+    budget.initialize()
+    case.scopes().establish("case", {"actions": 1}, "controller")
+    snapshots = []
+    snapshot = budget.snapshot
+
+    def counted():
+        assert len(snapshots) < 5, "the loop goes round without acting"
+        snapshots.append(snapshot())
+        return snapshots[-1]
+
+    budget.snapshot = counted
+    example.work(budget, package)
+    assert capsys.readouterr().out.splitlines() == [
+        "H1-0: 40 units left before, score 90, information 90, now investigating"]
+    assert [(s.investigable, s.ready_for_evaluation) for s in snapshots] == [(["H1", "H2"], False)] * 2
+    held = [budget.check(h, "source.read_context") for h in ("H1", "H2")]
+    assert [(r["allowed"], r.refusal.code, r.refusal.details["scope"]) for r in held] == \
+        [(False, LIMIT_EXCEEDED, "case")] * 2
+    assert [budget.advice(h)["investigable"] for h in ("H1", "H2")] == [False, False]
+    assert [a["status"] for a in case.actions()] == ["settled"]
+    case.close()

@@ -296,7 +296,9 @@ def test_cli_summary_json_and_no_progress_bar_off_a_terminal(tmp_path):
     usage = CliRunner().invoke(main, ["runs", "import", str(RUNS), "--out", str(tmp_path), "--format", "nope"])
     assert usage.exit_code == 2
     missing = CliRunner().invoke(main, ["runs", "import", str(tmp_path / "nothing"), "--out", str(tmp_path)])
-    assert missing.exit_code == 1 and missing.stderr.startswith("error: INVALID_ARGUMENT:")
+    assert missing.exit_code == 2  # a usage error, as apply's missing JOURNAL
+    assert f"Error: Invalid value for 'TRAJ_OR_FOLDER...': Path '{tmp_path / 'nothing'}' does not exist." \
+        in missing.stderr
 
 
 def test_memory_does_not_hold_earlier_runs(tmp_path):

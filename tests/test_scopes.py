@@ -26,6 +26,7 @@ from ledger.ground.errors import INSUFFICIENT_BUDGET, LIMIT_REACHED
 
 
 from ledger.ground.errors import INVALID_ID
+from ledger.rules import gate as gate_rules
 from ledger.rules import scopes as scope_rules
 from ledger_cli.main import main as cli_main
 from conftest import REPO, logical_dump, make_package, start_case, EXAMPLE_BUDGET
@@ -677,16 +678,16 @@ def test_the_gate_quotes_a_test_at_the_price_request_test_charges(package, kind,
     assert refused.value.code == INSUFFICIENT_BUDGET
     assert budget.check("H2", "test.other")["cost"] == 7  # not a test kind: an ordinary action name
     out = CliRunner().invoke(cli_main, ["budget", "check", str(package), "H1", f"test.{kind}", "--json"])
-    assert out.exit_code == 0 and json.loads(out.output)["cost"] == price
+    assert out.exit_code == 0 and json.loads(out.stdout)["cost"] == price
     case.close()
 
 
 def test_tiers_follow_the_thresholds():
     policy = BudgetConfig()
-    assert [scope_rules.tier(p, True, policy) for p in (100, 50, 49, 20, 19, 0)] == \
+    assert [gate_rules.tier(p, True, policy) for p in (100, 50, 49, 20, 19, 0)] == \
         ["full", "full", "shallow", "shallow", "deferred", "deferred"]
-    assert scope_rules.tier(100, False, policy) == "deferred"
-    assert scope_rules.resource_cost(10, 16600) == 17 and scope_rules.resource_cost(10, 10000) == 10
+    assert gate_rules.tier(100, False, policy) == "deferred"
+    assert gate_rules.resource_cost(10, 16600) == 17 and gate_rules.resource_cost(10, 10000) == 10
 
 
 OPS = st.lists(st.tuples(st.sampled_from(["reserve", "settle", "fail", "grant", "check"]),
@@ -739,6 +740,203 @@ def test_properties_scarcity_never_falls_between_grants_tiers_follow_check_never
             assert books["budget"] == account["initial_units"] + account["granted_units"]
             assert books["remaining"] == account["remaining_units"]
     case.close()
+
+
+# --- the soft gate sees a used-up limit as reserve does (docs/scopes.md) -------------------------------
+LATER = "2026-01-01T00:02:00.000000Z"  # two minutes after T0: the clock of the cases below
+
+
+def _used_up(package: Path, scope: str, dimension: str) -> Case:
+    """A case whose ``scope`` has a ``dimension`` limit that H1 has used up (block_action): 1 action,
+    10 units (one reservation, failed: no refund), 100 millicents (150 reported), or 60 s (2 minutes
+    ago). Every event at T0; the case's clock (snapshot, reads without ``at``) says LATER."""
+    case = Case.create(package, case_id="BUG-1", at=T0, clock=lambda: LATER)
+    case.open_revision([{"statement": "h1"}, {"statement": "h2"}], 100, at=T0)
+    case.transition("INVESTIGATING_HYPOTHESES", at=T0)
+    budget = case.budget(BudgetConfig.from_mapping({"max_low_information_steps": 1000}))
+    budget.initialize(at=T0)
+    limit = {"actions": 1, "units": 10, "cost_usd_millicents": 100, "duration_ms": 60_000}[dimension]
+    case.scopes().establish(scope, {dimension: limit}, "controller", at=T0)
+    if dimension != "duration_ms":
+        budget.reserve("H1", "q1", "source.read_context", at=T0)
+        if dimension == "cost_usd_millicents":
+            budget.record_result("H1", "q1", {"found": 1}, cost_usd_millicents=150, at=T0)
+            budget.settle("H1", "q1", 0, "nothing new", at=T0)
+        else:
+            budget.fail("H1", "q1", "done", at=T0)
+    return case
+
+
+#: (dimension, declared, consumed_after) of the refusal once the limit above is used up.
+USED_UP = {"actions": (1, 2), "units": (10, 20), "cost_usd_millicents": (100, 150), "duration_ms": (60_000, 120_000)}
+
+
+@pytest.mark.parametrize("dimension", list(USED_UP))
+@pytest.mark.parametrize("scope", ["case", "revision:1", "hypothesis:1/H1"])
+def test_a_used_up_limit_makes_check_advice_and_reserve_agree_in_every_scope_and_dimension(
+        package, scope, dimension):
+    """check and advice answer from the refusal reserve meets: not allowed, not investigable, tier
+    deferred, the refusal naming the limit's scope, dimension and figures. A budget result's
+    investigable stays what it is defined as (not terminal, nothing pending): both accounts."""
+    case = _used_up(package, scope, dimension)
+    budget = case.budget()
+    declared, after = USED_UP[dimension]
+    expected = {"scope": scope, "dimension": dimension, "declared": declared, "consumed_after": after,
+                "on_exhausted": "block_action"}
+    reading = budget.check("H1", "source.read_context")
+    assert (reading["allowed"], reading["tier"]) == (False, "deferred")
+    assert set(reading.to_dict()) == {"allowed", "cost", "remaining", "pct_remaining", "tier", "scarcity_bps"}
+    assert (reading.refusal.code, reading.refusal.details) == (LIMIT_EXCEEDED, expected)
+    assert reading.refusal.message == (f"reserving on H1 would take {dimension} of scope {scope} to {after}, over "
+                                       f"its limit of {declared} (on_exhausted: block_action)")
+    advice = budget.advice("H1")
+    assert (advice["investigable"], advice["tier"], advice["status"]) == \
+        (False, "deferred", "new" if dimension == "duration_ms" else "investigating")
+    assert advice["limited_by"][dimension] == scope and advice[f"remaining_{dimension}" if dimension != "units"
+                                                                else "remaining_units"] == 0
+    assert (advice.refusal.code, advice.refusal.details) == (LIMIT_EXCEEDED, expected)
+    whole_case = scope != "hypothesis:1/H1"
+    snapshot = budget.snapshot()
+    assert (snapshot.investigable, snapshot.ready_for_evaluation) == (["H1", "H2"], False)
+    assert budget.advice("H2")["investigable"] is not whole_case
+    assert budget.check("H2", "source.read_context")["allowed"] is not whole_case
+    generation = case.status()["package_generation"]
+    refused = _refused(budget.reserve, "H1", "q2", "source.read_context", at=LATER)
+    assert (refused.code, refused.details["scope"], refused.details["dimension"],
+            refused.details["declared"], refused.details["consumed_after"]) == (LIMIT_EXCEEDED, scope, dimension,
+                                                                                declared, after)
+    assert case.status()["package_generation"] == generation + 1  # the limit.exceeded event only
+    assert budget.snapshot().investigable == ["H1", "H2"]  # a refused reservation leaves nothing pending
+    case.close()
+
+
+def test_advice_says_not_investigable_when_a_units_limit_has_less_left_than_the_cheapest_action(package):
+    """advice asks about the policy's cheapest action (its affordability floor), as the account's own
+    exhaustion does: 5 units left under a scope is not enough for any action costing 10. The budget
+    result's investigable does not look at limits: H1 is not terminal and has nothing pending."""
+    case = _ready(package)
+    budget = case.budget()
+    case.scopes().establish("revision:1", {"units": 15}, "controller", at=T0)
+    budget.reserve("H2", "q1", "source.read_context", at=T0)
+    budget.fail("H2", "q1", "done", at=T0)
+    advice = budget.advice("H1")
+    assert (advice["remaining_units"], advice["limited_by"]["units"], advice["investigable"], advice["tier"]) == \
+        (5, "revision:1", False, "deferred")
+    assert (advice.refusal.code, advice.refusal.details["consumed_after"]) == (LIMIT_EXCEEDED, 20)
+    assert advice.refusal.message.startswith("reserving on H1 would take units of scope revision:1 to 20")
+    assert budget.check("H1", "source.read_context")["allowed"] is False
+    assert budget.snapshot().investigable == ["H1", "H2"]
+    case.close()
+
+
+def test_check_carries_the_refusal_reserve_would_meet_and_none_when_allowed(package, example_policy):
+    case = _ready(package, config=example_policy)
+    budget = case.budget()
+    assert budget.check("H1", "source.read_context").refusal is None
+    assert budget.advice("H1").refusal is None and budget.advice("H1")["investigable"] is True
+    budget.reserve("H1", "q1", "research.lookup")  # 20 of 100: pending
+    pending = budget.advice("H1")
+    assert (pending["investigable"], pending["tier"], pending.refusal.code) == (False, "full", "ACTION_PENDING")
+    assert budget.check("H1", "source.read_context").refusal is None  # check ignores a pending action
+    budget.fail("H1", "q1", "x")
+    budget.grant("H1", 0 + 1, "controller", "a unit", "g1")
+    for n in range(8):  # 81 - 8 × 10 = 1 unit left: exhausted below the floor of 5
+        budget.reserve("H1", f"r{n}", "source.find_text")
+        budget.fail("H1", f"r{n}", "x")
+    reading = budget.check("H1", "source.read_context")
+    assert (reading["allowed"], reading.refusal.code, reading.refusal.details["status"]) == \
+        (False, ACCOUNT_TERMINAL, "budget_exhausted")
+    budget.reserve("H2", "big", "research.lookup")
+    budget.fail("H2", "big", "x")
+    for n in range(7):  # H2: 80 - 70 = 10 left
+        budget.reserve("H2", f"s{n}", "source.find_text")
+        budget.fail("H2", f"s{n}", "x")
+    short = budget.check("H2", "research.lookup")
+    assert (short["allowed"], short["tier"], short.refusal.code) == (False, "deferred", INSUFFICIENT_BUDGET)
+    assert (short.refusal.details, short.refusal.message) == (
+        {"hypothesis_id": "H2", "cost_units": 20, "remaining_units": 10}, "research.lookup costs 20 units; H2 has 10 "
+        "remaining")
+    assert budget.check("H2", "source.find_text").refusal is None
+    case.close()
+
+
+def test_budget_results_list_the_accounts_not_terminal_and_not_pending_while_advice_follows_the_limits(package):
+    """investigable in operation results and snapshot is the accounts that are not terminal and have
+    nothing pending, whatever the limits; once the case's last action is spent, advice and check say
+    no to both accounts (naming the limit) while they stay listed, and yes again after a raise."""
+    case = _ready(package)
+    budget, scopes = case.budget(), case.scopes()
+    first = scopes.establish("case", {"actions": 2}, "controller", at=T0)
+    assert budget.reserve("H1", "q1", "source.read_context", at=T0).investigable == ["H2"]  # H1 pending
+    assert budget.fail("H1", "q1", "x", at=T0).investigable == ["H1", "H2"]
+    reserved = budget.reserve("H2", "q2", "source.read_context", at=T0)
+    assert reserved.investigable == ["H1"]  # H2 pending; H1 is listed though the case's 2 actions are spent
+    held = budget.advice("H1", at=T0)
+    assert (held["investigable"], held["tier"], held.refusal.code, held.refusal.details["scope"]) == \
+        (False, "deferred", LIMIT_EXCEEDED, "case")
+    failed = budget.fail("H2", "q2", "x", at=T0)
+    assert (failed.investigable, failed.ready_for_evaluation) == (["H1", "H2"], False)
+    replayed = budget.fail("H2", "q2", "x", at=T0)
+    assert (replayed.reused, replayed.investigable, budget.snapshot().investigable) == \
+        (True, ["H1", "H2"], ["H1", "H2"])
+    assert [budget.advice(h, at=T0)["investigable"] for h in ("H1", "H2")] == [False, False]
+    assert [budget.check(h, "source.read_context", at=T0)["allowed"] for h in ("H1", "H2")] == [False, False]
+    scopes.establish("case", {"actions": 3}, "controller", causation_seq=first.seq, at=T0)
+    assert budget.snapshot().investigable == ["H1", "H2"]
+    assert [budget.advice(h, at=T0)["investigable"] for h in ("H1", "H2")] == [True, True]
+    assert budget.check("H1", "source.read_context", at=T0).refusal is None
+    case.close()
+
+
+def test_the_in_memory_case_gates_a_used_up_limit_as_the_case_on_disk(package):
+    """The simulator's in-memory session runs the same gate: the same readings and refusals."""
+    from ledger.services.memory import MemoryCase
+
+    lines = [
+        {"op": "open_revision", "hypotheses": [{"statement": "a"}, {"statement": "b"}], "units_per_hypothesis": 100},
+        {"op": "transition", "to": "INVESTIGATING_HYPOTHESES"},
+        {"op": "initialize"},
+        {"op": "establish", "scope": "revision:1", "limits": {"actions": 1}, "issuer": "controller"},
+        {"op": "reserve", "hypothesis": "H1", "action_id": "q1", "action": "source.read_context"},
+        {"op": "fail", "hypothesis": "H1", "action_id": "q1", "reason": "x"},
+    ]
+    on_disk = Case.create(package, case_id="BUG-1", at=T0, clock=lambda: LATER)
+    in_memory = MemoryCase.create("BUG-1", at=T0, clock=lambda: LATER)
+    answers = []
+    for case in (on_disk, in_memory):
+        budget = case.budget()
+        results = list(apply_journal(case, [json.dumps({**line, "at": T0}) for line in lines], budget=budget))
+        assert all(r.ok for r in results) and results[-1].result["investigable"] == ["H1", "H2"]
+        check, advice = budget.check("H2", "source.read_context"), budget.advice("H2")
+        answers.append((check.to_dict(), check.refusal.to_dict(), advice.to_dict(), advice.refusal.to_dict(),
+                        budget.snapshot().investigable))
+    assert answers[0] == answers[1]
+    assert answers[0][1]["details"] == {"scope": "revision:1", "dimension": "actions", "declared": 1,
+                                        "consumed_after": 2, "on_exhausted": "block_action"}
+    on_disk.close()
+
+
+def test_command_line_check_and_advice_say_why_a_used_up_limit_holds_the_account(package):
+    _used_up(package, "case", "actions").close()
+    why = ("LIMIT_EXCEEDED: reserving on H1 would take actions of scope case to 2, over its limit of 1 "
+           "(on_exhausted: block_action)")
+    code, out, err = _cli("budget", "check", str(package), "H1", "source.read_context")
+    assert (code, err) == (0, "")
+    assert out.splitlines()[0] == "allowed: false" and "tier: deferred" in out.splitlines()
+    assert out.splitlines()[-1] == f"not allowed: {why}"
+    code, out, err = _cli("budget", "check", str(package), "H1", "source.read_context", "--json")
+    assert code == 0 and json.loads(out)["allowed"] is False and set(json.loads(out)) == {
+        "allowed", "cost", "remaining", "pct_remaining", "tier", "scarcity_bps"}
+    assert err == f"note: not allowed: {why}\n"
+    code, out, err = _cli("budget", "advice", str(package), "H1")
+    lines = out.splitlines()
+    assert code == 0 and {"investigable: false", "tier: deferred", "remaining_actions: 0"} <= set(lines)
+    assert lines[-1] == f"not investigable: {why}"
+    code, out, err = _cli("budget", "advice", str(package), "H2", "--json")
+    assert (json.loads(out)["investigable"], json.loads(out)["tier"]) == (False, "deferred")
+    assert err == f"note: not investigable: {why.replace('on H1', 'on H2')}\n"
+    code, out, err = _cli("budget", "snapshot", str(package), "--json")
+    assert json.loads(out)["investigable"] == ["H1", "H2"]  # not terminal, nothing pending
 
 
 # --- concurrency, replay, journal, command line -----------------------------------------------------
@@ -985,7 +1183,7 @@ def test_the_advisory_price_is_clamped_at_2_53_minus_1(package):
     case = _huge_case(package)
     code, out, _ = cli("budget", "price", case.path, "H1", "x.y", "--json")
     assert code == 0 and json.loads(out) == {"cost": HUGE - 1, "resource_cost": HUGE, "scarcity_bps": 40000}
-    from ledger.rules.scopes import resource_cost
+    from ledger.rules.gate import resource_cost
     assert (resource_cost(HUGE - 1, 40000), resource_cost(10, 13000)) == (HUGE, 13)
 def test_establish_warns_at_eighty_percent_by_default_given_as_a_number(package):
     import inspect

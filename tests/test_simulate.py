@@ -352,7 +352,9 @@ def test_policies_with_the_same_figures_share_one_point_with_every_name_readable
 
 def test_cli_missing_journal_and_bad_policy_file(tmp_path):
     missing = CliRunner().invoke(main, ["simulate", str(tmp_path / "nope.jsonl")])
-    assert missing.exit_code == 1 and "error: INVALID_ARGUMENT:" in missing.stderr
+    assert missing.exit_code == 2  # a usage error, as apply's missing JOURNAL
+    assert f"Error: Invalid value for 'JOURNAL_OR_FOLDER...': Path '{tmp_path / 'nope.jsonl'}' does not exist." \
+        in missing.stderr
     policy = tmp_path / "p.toml"
     policy.write_text("max_reward_bps = 2.5\n")
     bad = CliRunner().invoke(main, ["simulate", str(DATA / "django__django-11206.jsonl"), "--policy", f"mine={policy}"])

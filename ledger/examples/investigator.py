@@ -3,7 +3,9 @@
 Run it from anywhere: ``python -m ledger.examples.investigator [FOLDER]`` (default: a new
 temporary folder). Router actions go through ``run_tool``, the demo's tests through
 ``budget.action``; ``assess`` stands in for a model's judgment. The loop stops when every
-hypothesis is settled one way or another (``ready_for_evaluation``).
+hypothesis is settled one way or another (``ready_for_evaluation``), or when ``check`` says
+that no open hypothesis may reserve its next action now (a scoped limit is used up, or its
+units are: the reading's ``refusal`` says which).
 """
 
 import shutil
@@ -13,7 +15,7 @@ import tempfile
 from importlib.resources import files
 from pathlib import Path
 
-from ledger import BudgetConfig, Case, LedgerError
+from ledger import BudgetConfig, Case, CaseBudget, LedgerError
 
 HYPOTHESES = ["restock() adds the quantity twice", "sell() charges the wrong price"]
 READ = "source.read_context"
@@ -42,11 +44,21 @@ def investigate(folder: Path) -> Case:
     case.transition("INVESTIGATING_HYPOTHESES")
     budget = case.budget(BudgetConfig.example())
     budget.initialize()
+    work(budget, package)
+    return case
+
+
+def work(budget: CaseBudget, package: Path) -> None:
+    """Act on the open hypotheses in turn until they are all settled, or none may act now."""
     step = 0
     while not (state := budget.snapshot()).ready_for_evaluation:
-        for h in state.investigable:
+        acted = False
+        for h in state.investigable:  # not terminal, nothing pending
             advice = budget.advice(h)  # what the agent's prompt would show
             call = PLAN[h][min(step, len(PLAN[h]) - 1)]  # past its plan, this agent repeats itself
+            if not budget.check(h, "test.automated" if call == "tests" else call[0])["allowed"]:
+                continue  # reserve would refuse it now (the reading's refusal says why): next hypothesis
+            acted = True
             action_id = f"{h}-{step}"
             if call == "tests":
                 with budget.action(h, action_id, "test.automated") as act:
@@ -62,8 +74,9 @@ def investigate(folder: Path) -> Case:
                   f"{settled.action['information_score']}, now {settled.state[h]['status']}")
             if h == "H2" and "sell_uses_decimal_prices passed" in text:
                 budget.reject(h, "its test passes: sell() charges the right price")
+        if not acted:  # nothing left may reserve: ask the issuer for more (request_increase), or evaluate
+            return
         step += 1
-    return case
 
 
 if __name__ == "__main__":

@@ -17,9 +17,10 @@ from ..ground.errors import LedgerError, limit_reached
 from .common import (ACTION_AWAITING, ACTION_FAILED, ACTION_RESERVED, ACTION_SETTLED, CLOSED_ACTION_STATUSES,
                      MUTABLE_STATES, SCORE_MAX, STATUS_ABANDONED, STATUS_EXHAUSTED,
                      STATUS_INVESTIGATING, STATUS_NEW, STATUS_REJECTED, TERMINAL_STATUSES, REASON_BELOW_FLOOR,
-                     REASON_LOW_INFORMATION, Context, Draft, LedgerView, Reused, check_action_id,
-                     check_action_name, check_hypothesis_id, check_reason, check_source_ref_list, operation_key,
-                     hypothesis_order, replay_or_conflict, require_case, sorted_accounts, Outcome)
+                     REASON_LOW_INFORMATION, Context, Draft, LedgerView, Reused, account_terminal_error,
+                     action_pending_error, check_action_id, check_action_name, check_hypothesis_id, check_reason,
+                     check_source_ref_list, insufficient_budget_error, operation_key, hypothesis_order,
+                     replay_or_conflict, require_case, sorted_accounts, Outcome)
 from . import scopes as scope_rules
 from .novelty import result_novelty
 
@@ -246,15 +247,9 @@ def _open_account(ctx: _BudgetContext, h: str) -> dict[str, Any]:
     ``ACTION_PENDING`` (docs/errors.md order; reserve and reject only)."""
     account = dict(ctx.accounts[h])
     if account["status"] in TERMINAL_STATUSES:
-        raise LedgerError(
-            E.ACCOUNT_TERMINAL, f"{h} is {account['status']} ({account['terminal_reason']})",
-            hypothesis_id=h, status=account["status"],
-        )
+        raise account_terminal_error(h, account)
     if account["pending_action_id"] is not None:
-        raise LedgerError(
-            E.ACTION_PENDING, f"{h} has pending action {account['pending_action_id']}; settle or fail it first",
-            hypothesis_id=h, pending_action_id=account["pending_action_id"],
-        )
+        raise action_pending_error(h, account)
     return account
 
 
@@ -336,11 +331,7 @@ def reserve_priced(view: LedgerView, request: Mapping[str, Any], context: Contex
     if exceeded is not None:
         return _limit_outcome(view, ctx, exceeded, request, h, action_name, context.limits)
     if cost > account["remaining_units"]:
-        raise LedgerError(
-            E.INSUFFICIENT_BUDGET,
-            f"{action_name} costs {cost} units; {h} has {account['remaining_units']} remaining",
-            hypothesis_id=h, cost_units=cost, remaining_units=account["remaining_units"],
-        )
+        raise insufficient_budget_error(action_name, cost, h, account["remaining_units"])
     _check_budget_room(view, context.limits, ctx.accounts, opens_action=True)
     if account["spent_units"] + cost > SAFE_INTEGER_MAX:
         # every number in an event must stay an exact JSON integer (docs/concepts.md)

@@ -343,6 +343,23 @@ def require_case(view: LedgerView) -> dict[str, Any]:
     return case
 
 
+# --- the refusals a new reservation meets (reserve, and the soft gate that foresees them) -----------
+def account_terminal_error(hypothesis_id: str, account: Mapping[str, Any]) -> LedgerError:
+    return LedgerError(E.ACCOUNT_TERMINAL, f"{hypothesis_id} is {account['status']} ({account['terminal_reason']})",
+                       hypothesis_id=hypothesis_id, status=account["status"])
+
+
+def action_pending_error(hypothesis_id: str, account: Mapping[str, Any]) -> LedgerError:
+    pending = account["pending_action_id"]
+    return LedgerError(E.ACTION_PENDING, f"{hypothesis_id} has pending action {pending}; settle or fail it first",
+                       hypothesis_id=hypothesis_id, pending_action_id=pending)
+
+
+def insufficient_budget_error(action: str, cost: int, hypothesis_id: str, remaining: int) -> LedgerError:
+    return LedgerError(E.INSUFFICIENT_BUDGET, f"{action} costs {cost} units; {hypothesis_id} has {remaining} remaining",
+                       hypothesis_id=hypothesis_id, cost_units=cost, remaining_units=remaining)
+
+
 def check_source_ref_list(source_refs: Any) -> list[str]:
     """A list of distinct relative path strings (``SOURCE_REF_INVALID`` otherwise)."""
     if source_refs is None:

@@ -1,4 +1,4 @@
-"""Scoped limits, authority and the soft gate (docs/scopes.md): pure rules over a :class:`LedgerView`.
+"""Scoped limits and authority (docs/scopes.md): pure rules over a :class:`LedgerView`.
 
 Scopes are named ``case``, ``revision:<n>`` and ``hypothesis:<n>/<Hk>``. A scope's
 limits are *established* by an issuer (optionally with a delegate's proposal;
@@ -13,8 +13,9 @@ change them, naming the previous establishment's ``seq``. Dimensions:
 * ``cost_usd_millicents`` — money tools reported with ``record_result``.
 
 The budget rules call :func:`enforce` before every reservation and
-:func:`approaching` after each event that consumes. Every ratio is integer
-basis points and every comparison an integer cross-multiplication.
+:func:`approaching` after each event that consumes; the soft gate's reads
+(:mod:`ledger.rules.gate`) ask :func:`enforce` the same question without reserving.
+Every ratio is integer basis points and every comparison an integer cross-multiplication.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from typing import Any, Mapping
 
 from ..ground import errors as E
 from ..ground.canonical import SAFE_INTEGER_MAX, canonical_sha256, check_int
-from ..ground.config import BudgetConfig
 from ..ground.errors import LedgerError
 from .common import (TERMINAL_STATUSES, Context, Draft, LedgerView, Outcome, Reused, check_action_id, check_reason,
                      operation_key, replay_or_conflict, require_case)
@@ -37,7 +37,6 @@ ON_EXHAUSTED = ("block_action", "task_failed", "scope_cancelled")
 BPS = 10_000
 DEFAULT_WARNING_BPS = 8_000
 SCOPE_RE = re.compile(r"^(?:case|revision:([1-9][0-9]{0,8})|hypothesis:([1-9][0-9]{0,8})/(H[1-9][0-9]{0,8}))$")
-TIERS = ("full", "shallow", "deferred")
 
 
 # --- shapes ----------------------------------------------------------------------------
@@ -212,16 +211,40 @@ class Exceeded:
         return f"limit:{self.scope}:{self.dimension}"
 
 
-def enforce(view: LedgerView, revision: int, hypothesis_id: str, cost: int, at: str) -> Exceeded | None:
+#: Scope name → its newest establishment and consumption at one moment (None, None: not established),
+#: so one read asking about several accounts looks each scope up once.
+ScopeMemo = dict[str, "tuple[dict[str, Any] | None, dict[str, int] | None]"]
+
+
+def scope_state(view: LedgerView, name: str, at: str,
+                memo: ScopeMemo | None = None) -> tuple[dict[str, Any] | None, dict[str, int] | None]:
+    """``(establishment, consumption at at)`` of scope ``name``, or ``(None, None)`` if it has none."""
+    if memo is not None and name in memo:
+        return memo[name]
+    info = view.scope(name)
+    state = (info, consumption(view, info, at) if info is not None else None)
+    if memo is not None:
+        memo[name] = state
+    return state
+
+
+def enforce(view: LedgerView, revision: int, hypothesis_id: str, cost: int, at: str,
+            memo: ScopeMemo | None = None) -> Exceeded | None:
     """docs/scopes.md: the limit a reservation of ``cost`` units on ``hypothesis_id`` would exceed
     (``consumed_after > declared``) in any scope holding it, or None. When several would be,
-    the one with the least remaining wins (then the innermost scope, then dimension order)."""
+    the one with the least remaining wins (then the innermost scope, then dimension order).
+    ``memo`` (:data:`ScopeMemo`) lets one read ask about several accounts."""
     found: list[tuple[int, int, int, Exceeded]] = []
     for depth, name in enumerate(containing(revision, hypothesis_id)):
-        info = view.scope(name)
-        if info is None:
-            continue
-        used = consumption(view, info, at)
+        if memo is None:  # reserve's path: one account, nothing to share (no call through scope_state)
+            info = view.scope(name)
+            if info is None:
+                continue
+            used = consumption(view, info, at)
+        else:
+            info, used = scope_state(view, name, at, memo)
+            if info is None or used is None:
+                continue
         after = {**used, "units": used["units"] + cost, "actions": used["actions"] + 1}
         for order, dimension in enumerate(DIMENSIONS):
             declared = info["limits"].get(dimension)
@@ -403,133 +426,3 @@ def request_increase(view: LedgerView, request: Mapping[str, Any], context: Cont
                            amount=request["amount"], requester=request["requester"], reason=request["reason"])
     return Draft("scope.increase_requested", "case", case["revision"], key, dict(request), fields)
 
-
-# --- the soft gate (docs/scopes.md): reads, never a refusal for lack of budget ---------------------
-def tier(pct_remaining: int, allowed: bool, policy: BudgetConfig) -> str:
-    """``full`` while pct ≥ ``tier_shallow_below_pct``, ``shallow`` while ≥ ``tier_deferred_below_pct``,
-    else ``deferred``; a call that is not allowed is always ``deferred``."""
-    if not allowed:
-        return "deferred"
-    if pct_remaining >= policy["tier_shallow_below_pct"]:
-        return "full"
-    return "shallow" if pct_remaining >= policy["tier_deferred_below_pct"] else "deferred"
-
-
-def scarcity(lowest_pct: int, policy: BudgetConfig) -> int:
-    """``10000 + (max_scarcity_bps - 10000) * (100 - lowest_pct) // 100`` basis points."""
-    return BPS + (policy["max_scarcity_bps"] - BPS) * (100 - lowest_pct) // 100
-
-
-def resource_cost(cost: int, scarcity_bps: int) -> int:
-    """``ceil(cost * scarcity_bps / 10000)`` in integers, at most 2**53 − 1 (the advisory price of a
-    huge cost is clamped there, so it stays an exact JSON number; the debited cost is ``cost``)."""
-    return min(-(-cost * scarcity_bps // BPS), SAFE_INTEGER_MAX)
-
-
-def _gate_prelude(view: LedgerView, hypothesis_id: str) -> tuple[int, dict[str, Any], BudgetConfig]:
-    case = require_case(view)
-    revision = case["revision"]
-    accounts = view.accounts(revision)
-    if not accounts:
-        raise LedgerError(E.NOT_INITIALIZED, f"revision {revision} has no budget yet; run initialize first")
-    if hypothesis_id not in accounts:
-        raise LedgerError(E.UNKNOWN_HYPOTHESIS, f"revision {revision} has no hypothesis {hypothesis_id}",
-                          hypothesis_id=hypothesis_id)
-    return revision, accounts[hypothesis_id], view.policy_config(revision)
-
-
-def _pct(remaining: int, budget: int) -> int:
-    return remaining * 100 // budget
-
-
-def price_signal(view: LedgerView, hypothesis_id: str, action: str) -> dict[str, int]:
-    """``{cost, resource_cost, scarcity_bps}``: scarcity from the lowest ``pct_remaining`` the account
-    showed after any event since its last grant, so it never falls between grants (advisory only:
-    the debited cost is always ``cost``). Errors: ``NOT_INITIALIZED``, ``UNKNOWN_HYPOTHESIS``."""
-    revision, account, policy = _gate_prelude(view, hypothesis_id)
-    cost = policy.price_units(action)
-    lowest = view.lowest_pct_since_grant(revision, hypothesis_id)
-    if lowest is None:
-        lowest = _pct(account["remaining_units"], account["initial_units"] + account["granted_units"])
-    signal = scarcity(lowest, policy)
-    return {"cost": cost, "resource_cost": resource_cost(cost, signal), "scarcity_bps": signal}
-
-
-def check(view: LedgerView, hypothesis_id: str, action: str, at: str) -> dict[str, Any]:
-    """``{allowed, cost, remaining, pct_remaining, tier, scarcity_bps}`` for reserving ``action`` now.
-
-    ``remaining`` is the least of the account's remaining units and every ``units`` limit that
-    holds it; ``allowed`` means affordable, not terminal and inside every limit (a pending action
-    is ignored). Never raises for lack of budget; ``NOT_INITIALIZED``/``UNKNOWN_HYPOTHESIS`` as reads do.
-    """
-    revision, account, policy = _gate_prelude(view, hypothesis_id)
-    cost = policy.price_units(action)
-    remaining = account["remaining_units"]
-    for name in containing(revision, hypothesis_id):
-        info = view.scope(name)
-        if info is not None and "units" in info["limits"]:
-            remaining = min(remaining, max(0, info["limits"]["units"] - consumption(view, info, at)["units"]))
-    allowed = (account["status"] not in TERMINAL_STATUSES and cost <= account["remaining_units"]
-               and enforce(view, revision, hypothesis_id, cost, at) is None)
-    pct = _pct(remaining, account["initial_units"] + account["granted_units"])
-    return {"allowed": allowed, "cost": cost, "remaining": remaining, "pct_remaining": pct,
-            "tier": tier(pct, allowed, policy),
-            "scarcity_bps": price_signal(view, hypothesis_id, action)["scarcity_bps"]}
-
-
-def remaining(view: LedgerView, hypothesis_id: str) -> dict[str, int]:
-    """``{budget, spent, remaining, pct_remaining}`` of the account: ``budget = initial + granted``,
-    ``spent`` the net units used (reserved minus refunded), so ``spent + remaining = budget``."""
-    _, account, _ = _gate_prelude(view, hypothesis_id)
-    budget = account["initial_units"] + account["granted_units"]
-    left = account["remaining_units"]
-    return {"budget": budget, "spent": budget - left, "remaining": left, "pct_remaining": _pct(left, budget)}
-
-
-def _tightest(view: LedgerView, revision: int, hypothesis_id: str, at: str) -> dict[str, tuple[int, str]]:
-    """Per dimension, ``(remaining, scope)`` of the tightest established limit holding the account."""
-    found: dict[str, tuple[int, str]] = {}
-    for name in containing(revision, hypothesis_id):
-        info = view.scope(name)
-        if info is None:
-            continue
-        used = consumption(view, info, at)
-        for dimension in DIMENSIONS:
-            declared = info["limits"].get(dimension)
-            if declared is not None:
-                left = max(0, declared - used[dimension])
-                if dimension not in found or left < found[dimension][0]:
-                    found[dimension] = (left, name)
-    return found
-
-
-def advice(view: LedgerView, hypothesis_id: str, at: str) -> dict[str, Any]:
-    """What an agent's prompt needs before choosing its next action on ``hypothesis_id``, in one read
-    (docs/scopes.md): the account's ``status``, ``pending_action_id`` and whether it is ``investigable``;
-    ``remaining_units`` (the least of the account's units and every ``units`` limit holding it),
-    ``budget``, ``pct_remaining``, ``tier`` and ``scarcity_bps``; ``remaining_actions``,
-    ``remaining_duration_ms`` and ``remaining_cost_usd_millicents`` (the tightest limit of that
-    dimension holding the account, None when none does) and ``limited_by`` (dimension → that scope,
-    ``account`` for units when the account's own balance is the tightest);
-    ``ready_for_evaluation`` of the whole revision. Errors: ``NOT_INITIALIZED``, ``UNKNOWN_HYPOTHESIS``."""
-    revision, account, policy = _gate_prelude(view, hypothesis_id)
-    tightest = _tightest(view, revision, hypothesis_id, at)
-    if "units" not in tightest or account["remaining_units"] <= tightest["units"][0]:
-        tightest["units"] = (account["remaining_units"], "account")
-    units = tightest["units"][0]
-    budget = account["initial_units"] + account["granted_units"]
-    terminal = account["status"] in TERMINAL_STATUSES
-    pct = _pct(units, budget)
-    lowest = view.lowest_pct_since_grant(revision, hypothesis_id)
-    accounts = view.accounts(revision).values()
-    return {
-        "hypothesis_id": hypothesis_id, "status": account["status"], "pending_action_id": account["pending_action_id"],
-        "investigable": not terminal and account["pending_action_id"] is None,
-        "remaining_units": units, "budget": budget, "pct_remaining": pct,
-        "tier": tier(pct, not terminal and units > 0, policy),
-        "scarcity_bps": scarcity(_pct(account["remaining_units"], budget) if lowest is None else lowest, policy),
-        **{f"remaining_{d}": tightest[d][0] if d in tightest else None for d in DIMENSIONS[1:]},
-        "limited_by": {d: name for d, (_, name) in tightest.items()},
-        "ready_for_evaluation": all(a["status"] in TERMINAL_STATUSES and a["pending_action_id"] is None
-                                    for a in accounts),
-    }

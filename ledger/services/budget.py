@@ -20,7 +20,7 @@ from ..ground.errors import LedgerError
 from ..model.package import resolve_source_refs
 from ..rules import budget as rules
 from ..rules import feedback as feedback_rules
-from ..rules import scopes as scope_rules
+from ..rules import gate as gate_rules
 from ..rules.common import check_action_name, check_hypothesis_id
 from ..rules.common import hypothesis_order
 from .session import Ran, SessionBase
@@ -36,7 +36,9 @@ class BudgetResult:
     * ``state`` — every account of the revision, keyed by hypothesis id, each with
       the ``balances`` view's columns (units are integers);
     * ``reused`` — True for an identical replay (nothing written);
-    * ``investigable`` — non-terminal accounts with no pending action;
+    * ``investigable`` — non-terminal accounts with no pending action (scoped limits are not
+      looked at: ``advice`` and ``check`` say whether a reservation would be accepted now,
+      docs/scopes.md);
     * ``ready_for_evaluation`` — every account terminal and nothing pending;
     * ``action`` — the touched action's state (reserve/record/settle/fail).
     """
@@ -66,13 +68,18 @@ class BudgetResult:
 
 @dataclass(frozen=True)
 class GateReading:
-    """The answer of a soft-gate read (``check``, ``price_signal``, ``remaining``): ``values`` (also
-    reachable as ``reading["key"]``) and ``seq``, the newest event it saw; ``reused`` is always True
-    (nothing was written)."""
+    """The answer of a soft-gate read (``check``, ``price_signal``, ``remaining``, ``advice``): ``values``
+    (also reachable as ``reading["key"]``) and ``seq``, the newest event it saw; ``reused`` is always
+    True (nothing was written). ``refusal``: for ``check`` when ``allowed`` is false, the
+    ``LedgerError`` reserving the action would meet now (for a used-up limit ``LIMIT_EXCEEDED``, its
+    details naming ``scope``, ``dimension``, ``declared`` and ``consumed_after``); for ``advice`` when
+    ``investigable`` is false, the one a reservation of the policy's cheapest action would meet;
+    None otherwise. It is not one of the ``values`` (docs/scopes.md)."""
 
     values: dict[str, Any]
     seq: int
     reused: bool = True
+    refusal: LedgerError | None = None
 
     def __getitem__(self, key: str) -> Any:
         return self.values[key]
@@ -260,13 +267,16 @@ class BudgetManager:
         """The soft gate: ``allowed``, ``cost``, ``remaining`` (the tightest of the account and every
         ``units`` limit holding it), ``pct_remaining``, ``tier`` (``full``/``shallow``/``deferred``) and
         ``scarcity_bps`` for reserving ``action`` now (``at``: the time ``duration_ms`` limits are judged
-        at). Writes nothing and never raises for lack of budget. Errors: ``INVALID_ID``,
-        ``NOT_INITIALIZED``, ``UNKNOWN_HYPOTHESIS``."""
+        at). When not ``allowed``, the reading's ``refusal`` is the ``LedgerError`` reserving ``action``
+        would meet now (``LIMIT_EXCEEDED`` naming the limit's scope, dimension and figures, …). Writes
+        nothing and never raises for lack of budget. Errors: ``INVALID_ID``, ``NOT_INITIALIZED``,
+        ``UNKNOWN_HYPOTHESIS``."""
         check_hypothesis_id(hypothesis_id)
         check_action_name(action)
         with self._session.read() as view:
             moment = max(parse_at(at) if at is not None else self._session.clock(), view.head()[2])
-            return GateReading(scope_rules.check(view, hypothesis_id, action, moment), view.head()[0])
+            values, refusal = gate_rules.check(view, hypothesis_id, action, moment)
+            return GateReading(values, view.head()[0], refusal=refusal)
 
     def price_signal(self, hypothesis_id: str, action: str, *, at: str | None = None) -> "GateReading":
         """``{cost, resource_cost, scarcity_bps}``: ``scarcity_bps = 10000 + (max_scarcity_bps - 10000) *
@@ -278,7 +288,7 @@ class BudgetManager:
         if at is not None:
             parse_at(at)
         with self._session.read() as view:
-            return GateReading(scope_rules.price_signal(view, hypothesis_id, action), view.head()[0])
+            return GateReading(gate_rules.price_signal(view, hypothesis_id, action), view.head()[0])
 
     def remaining(self, hypothesis_id: str) -> "GateReading":
         """``{budget, spent, remaining, pct_remaining}`` of an account (``budget = initial + granted``,
@@ -286,7 +296,7 @@ class BudgetManager:
         ``NOT_INITIALIZED``, ``UNKNOWN_HYPOTHESIS``."""
         check_hypothesis_id(hypothesis_id)
         with self._session.read() as view:
-            return GateReading(scope_rules.remaining(view, hypothesis_id), view.head()[0])
+            return GateReading(gate_rules.remaining(view, hypothesis_id), view.head()[0])
 
     def advice(self, hypothesis_id: str, *, at: str | None = None) -> "GateReading":
         """Everything an agent's prompt needs about ``hypothesis_id`` in one read, at the same cost
@@ -294,12 +304,16 @@ class BudgetManager:
         ``remaining_units``, ``budget``, ``pct_remaining``, ``tier``, ``scarcity_bps``,
         ``remaining_actions``, ``remaining_duration_ms``, ``remaining_cost_usd_millicents`` (the
         tightest limit holding the account, None when there is none), ``limited_by`` (dimension →
-        scope) and ``ready_for_evaluation``. Writes nothing. Errors: ``INVALID_ID``,
-        ``NOT_INITIALIZED``, ``UNKNOWN_HYPOTHESIS``."""
+        scope) and ``ready_for_evaluation``. ``investigable`` and ``tier`` agree with ``check`` of the
+        policy's cheapest action: a used-up limit makes the account not investigable and ``deferred``,
+        and the reading's ``refusal`` says why (so this ``investigable`` can be false for an account
+        that ``BudgetResult.investigable`` lists: that list does not look at limits). Writes nothing.
+        Errors: ``INVALID_ID``, ``NOT_INITIALIZED``, ``UNKNOWN_HYPOTHESIS``."""
         check_hypothesis_id(hypothesis_id)
         with self._session.read() as view:
             moment = max(parse_at(at) if at is not None else self._session.clock(), view.head()[2])
-            return GateReading(scope_rules.advice(view, hypothesis_id, moment), view.head()[0])
+            values, refusal = gate_rules.advice(view, hypothesis_id, moment)
+            return GateReading(values, view.head()[0], refusal=refusal)
 
     def snapshot(self) -> BudgetResult:
         """Replay and validate the current revision's budget history; write nothing.
