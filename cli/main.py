@@ -38,6 +38,13 @@ class _Main(LedgerGroup):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS.keys() | self.commands.keys())
 
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+        name = args[0] if args else ""
+        if name not in COMMANDS and name not in self.commands and not name.startswith("-"):
+            for known in COMMANDS:  # a mistyped name: click suggests the close ones among the loaded commands
+                self.get_command(ctx, known)
+        return super().resolve_command(ctx, args)
+
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in self.commands and cmd_name in COMMANDS:
             module, name = COMMANDS[cmd_name]

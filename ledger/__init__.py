@@ -14,10 +14,10 @@ The names below are the supported API (docs/api.md); the folders beneath are the
 of docs/architecture.md.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+import importlib as _importlib
+from typing import TYPE_CHECKING as _TYPE_CHECKING, Any as _Any
 
-if TYPE_CHECKING:  # the same names, for type checkers and readers
+if _TYPE_CHECKING:  # the same names, for type checkers and readers
     from .ground.config import AnalysisConfig, BudgetConfig
     from .ground.errors import ALL_CODES, LedgerError
     from .model.operations import OPERATIONS, Operation
@@ -127,14 +127,14 @@ __all__ = [
 __version__ = "0.1.0"
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'ledger' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
+    value = getattr(_importlib.import_module(module, __name__), name)
     globals()[name] = value  # later uses find it without this function
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+    return sorted({name for name in globals() if not name.startswith("_") or name.startswith("__")} | set(__all__))

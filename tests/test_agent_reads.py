@@ -203,3 +203,39 @@ def test_money_limits_read_running_totals_of_the_account_the_revision_and_the_ca
     assert (advice["remaining_cost_usd_millicents"], advice["limited_by"]["cost_usd_millicents"]) == (50, "case")
     busy.close()
     assert verify_case(busy.path).events > 0
+
+
+def test_a_gate_reading_is_a_read_only_mapping_of_its_values(busy):
+    reading = busy.budget().check("H1", "source.read_context")
+    assert dict(reading) == reading.to_dict()
+    assert list(reading) == list(reading.to_dict()) == ["allowed", "cost", "remaining", "pct_remaining", "tier",
+                                                          "scarcity_bps"]
+    assert len(reading) == 6 and "tier" in reading and "refusal" not in reading
+    assert reading["cost"] == 5
+    with pytest.raises(KeyError):
+        reading["refusal"]
+
+
+def _raise_missing(path: str) -> None:
+    Case.open(path)  # LEDGER_MISSING, raised in the worker
+
+
+def test_a_refused_reading_and_its_refusal_cross_to_another_process_intact_and_compare_by_value(tmp_path):
+    import pickle
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    case = start_case(tmp_path / "c", hypotheses=1, units=10)
+    budget = case.budget(BudgetConfig.example())
+    budget.initialize()
+    reading = budget.check("H1", "research.lookup")  # costs 20, 10 left
+    assert reading["allowed"] is False and reading.refusal.code == "INSUFFICIENT_BUDGET"
+    copy = pickle.loads(pickle.dumps(reading))
+    assert copy == reading == budget.check("H1", "research.lookup")
+    assert (copy.refusal.code, copy.refusal.message, copy.refusal.details) == (
+        reading.refusal.code, reading.refusal.message, reading.refusal.details)
+    case.close()
+    with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:
+        with pytest.raises(LedgerError) as caught:
+            pool.submit(_raise_missing, str(tmp_path / "nowhere")).result()
+    assert caught.value.code == "LEDGER_MISSING" and str(tmp_path / "nowhere") in caught.value.message

@@ -78,3 +78,21 @@ def test_the_shared_structure_check_finds_nothing():
     done = subprocess.run([sys.executable, str(STRUCTURE_CHECK)], cwd=REPO, capture_output=True, text=True,
                           timeout=120)
     assert done.stdout.strip().splitlines()[-1].startswith("structure: 0 findings"), done.stdout
+
+
+def test_a_command_loads_only_the_layers_it_uses_and_the_public_names_resolve_on_first_use():
+    """``ledger`` resolves its public names on first use and the CLI imports a command's module when
+    it runs (docs/architecture.md): reading a budget starts without verify, the demo, the simulator,
+    the browse server or the fleet tools, and every public name still resolves."""
+    probe = ("import sys, ledger, ledger_cli.main\n"
+             "from ledger import Case, BudgetConfig\n"
+             "import ledger_cli.budget, ledger_cli.journal\n"
+             "heavy = ('ledger.package_tools.verify', 'ledger.package_tools.demo', 'ledger.simulation',\n"
+             "         'ledger.browse', 'ledger.package_tools.fleet', 'ledger_cli.simulate', 'ledger_cli.serve')\n"
+             "print(sorted(m for m in sys.modules if m.startswith(heavy)))\n"
+             "print(all(getattr(ledger, name) is not None for name in ledger.__all__))\n"
+             "print(sorted(n for n in dir(ledger) if not n.startswith('__') and n not in ledger.__all__"
+             " and not isinstance(getattr(ledger, n), type(sys))))\n")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["[]", "True", "[]"]

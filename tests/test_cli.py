@@ -14,6 +14,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from click import exceptions as click_exceptions
 from click.testing import CliRunner
 
 from ledger.ground.clock import format_utc
@@ -599,3 +600,13 @@ def test_an_unreadable_input_file_is_a_usage_error_in_every_command_that_reads_o
     assert last.startswith(f"Error: Invalid value for '{argument}': ") and str(locked) in last
     assert re.search(r"is not readable|Permission denied", last)
     assert not out.exists()
+
+
+def test_a_mistyped_command_is_a_usage_error_naming_the_close_ones_at_every_level():
+    for args, typo, close in ((["verfy", "x"], "verfy", "verify"), (["simulte"], "simulte", "simulate"),
+                              (["budget", "chek"], "chek", "check")):
+        code, out, err = cli(*args)
+        assert code == 2 and out == ""
+        assert f"No such command '{typo}'" in err
+        if hasattr(click_exceptions, "NoSuchCommand"):  # click 8.2+ suggests; 8.1 names the typo only
+            assert f"Did you mean '{close}'?" in err

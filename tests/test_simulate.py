@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -879,3 +880,12 @@ def test_vary_takes_the_novelty_mode_words_and_refuses_an_unknown_one(tmp_path):
     with pytest.raises(LedgerError) as caught:
         vary(example_policy(), [("novelty_mode", ["lines"])])
     assert caught.value.code == "CONFIG_INVALID" and "novelty_mode" in caught.value.message
+
+
+def test_a_journal_path_that_is_a_pipe_is_refused_as_not_a_file_never_as_missing(tmp_path):
+    fifo = tmp_path / "run.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(LedgerError) as caught:
+        simulate([fifo])
+    assert caught.value.code == "INVALID_ARGUMENT"
+    assert "not a regular file or folder" in caught.value.message and "no such" not in caught.value.message

@@ -19,6 +19,9 @@ from ledger import BudgetConfig, Case, CaseBudget, LedgerError
 
 HYPOTHESES = ["restock() adds the quantity twice", "sell() charges the wrong price"]
 READ = "source.read_context"
+#: Running the tests here, priced like any action ("test.human"/"test.automated" name the tests
+#: request_test asks others to run, which check prices at test_costs).
+RUN_TESTS = "tests.run"
 PLAN = {"H1": [("source.find_text", {"text": "+= quantity"}),
                (READ, {"path": "sources/inventory.py", "start_line": 18, "end_line": 23}), "tests"],
         "H2": [(READ, {"path": "sources/inventory.py", "start_line": 25, "end_line": 29}), "tests"]}
@@ -56,12 +59,12 @@ def work(budget: CaseBudget, package: Path) -> None:
         for h in state.investigable:  # not terminal, nothing pending
             advice = budget.advice(h)  # what the agent's prompt would show
             call = PLAN[h][min(step, len(PLAN[h]) - 1)]  # past its plan, this agent repeats itself
-            if not budget.check(h, "test.automated" if call == "tests" else call[0])["allowed"]:
+            if not budget.check(h, RUN_TESTS if call == "tests" else call[0])["allowed"]:
                 continue  # reserve would refuse it now (the reading's refusal says why): next hypothesis
             acted = True
             action_id = f"{h}-{step}"
             if call == "tests":
-                with budget.action(h, action_id, "test.automated") as act:
+                with budget.action(h, action_id, RUN_TESTS) as act:
                     text = subprocess.run([sys.executable, "-B", "-c", TESTS], cwd=package / "sources",
                                           capture_output=True, text=True, timeout=60).stdout
                     act.record({"output": text})

@@ -99,6 +99,21 @@ class LedgerError(Exception):
     #: The exit status of the ``ledger`` command that this refusal ends (usage errors exit 2 in click).
     exit_code = 1
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as ``(code, message, details)``, so a refusal crosses to another process intact
+        (a worker pool's result, a pickled reading's ``refusal``)."""
+        return _rebuild, (type(self), self.code, self.message, self.details)
+
+    def __eq__(self, other: object) -> bool:
+        """Equal refusals have the same type, code, message and details."""
+        if not isinstance(other, LedgerError):
+            return NotImplemented
+        return (type(self), self.code, self.message, self.details) == (type(other), other.code, other.message,
+                                                                         other.details)
+
+    def __hash__(self) -> int:
+        return hash((type(self), self.code, self.message))
+
     @property
     def transient(self) -> bool:
         """True when retrying the identical call may succeed (``LEDGER_BUSY``)."""
@@ -145,3 +160,10 @@ def describe_value(value: Any) -> str:
     if isinstance(value, dict):
         return "an object"
     return f"a value with no JSON form ({type(value).__name__})"
+
+
+def _rebuild(kind: type, code: str, message: str, details: dict[str, Any]) -> LedgerError:
+    """Unpickle a :class:`LedgerError` (or a subclass) from its code, message and details."""
+    error = LedgerError.__new__(kind)
+    LedgerError.__init__(error, code, message, **details)
+    return error

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from operator import itemgetter
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator, KeysView
 
 from ..ground import errors as E
 from ..ground.clock import parse_at
@@ -81,8 +81,22 @@ class GateReading:
     reused: bool = True
     refusal: LedgerError | None = None
 
+    # A read-only mapping of its values: ``reading["tier"]``, ``"tier" in reading``, ``dict(reading)``
+    # and iteration (the keys) all behave as on ``to_dict()``.
     def __getitem__(self, key: str) -> Any:
         return self.values[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.values)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.values
+
+    def keys(self) -> KeysView[str]:
+        return self.values.keys()
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.values)

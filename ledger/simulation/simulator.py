@@ -234,6 +234,9 @@ def journal_files(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
             found.extend(sorted(p for p in path.glob("*.jsonl") if p.is_file()))
         elif path.is_file():
             found.append(path)
+        elif path.exists():  # a pipe, a socket, a device: replay reads a journal file twice at most
+            raise LedgerError(E.INVALID_ARGUMENT, f"{path}: not a regular file or folder (a pipe or a device); "
+                              "save the journal to a file first")
         else:
             raise LedgerError(E.INVALID_ARGUMENT, f"{path}: no such journal file or folder")
     stems: dict[str, Path] = {}
