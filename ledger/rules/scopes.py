@@ -236,15 +236,9 @@ def enforce(view: LedgerView, revision: int, hypothesis_id: str, cost: int, at: 
     ``memo`` (:data:`ScopeMemo`) lets one read ask about several accounts."""
     found: list[tuple[int, int, int, Exceeded]] = []
     for depth, name in enumerate(containing(revision, hypothesis_id)):
-        if memo is None:  # reserve's path: one account, nothing to share (no call through scope_state)
-            info = view.scope(name)
-            if info is None:
-                continue
-            used = consumption(view, info, at)
-        else:
-            info, used = scope_state(view, name, at, memo)
-            if info is None or used is None:
-                continue
+        info, used = scope_state(view, name, at, memo)
+        if info is None or used is None:
+            continue
         after = {**used, "units": used["units"] + cost, "actions": used["actions"] + 1}
         for order, dimension in enumerate(DIMENSIONS):
             declared = info["limits"].get(dimension)

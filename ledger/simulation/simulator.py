@@ -234,7 +234,7 @@ def journal_files(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
             found.extend(sorted(p for p in path.glob("*.jsonl") if p.is_file()))
         elif path.is_file():
             found.append(path)
-        elif path.exists():  # a pipe, a socket, a device: replay reads a journal file twice at most
+        elif path.exists():  # a pipe, a socket, a device: not a journal file
             raise LedgerError(E.INVALID_ARGUMENT, f"{path}: not a regular file or folder (a pipe or a device); "
                               "save the journal to a file first")
         else:
