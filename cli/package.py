@@ -20,7 +20,7 @@ CASES = click.argument("cases", metavar="CASE...", nargs=-1, required=True, type
 ALL = click.option("--all", "all_in", is_flag=True,
                    help="Each CASE is a folder of cases: take every case folder directly inside it.")
 JOBS = click.option("--jobs", type=click.IntRange(1, 256), default=None, metavar="N",
-                    help="Worker processes for several cases (default: the machine's cores).")
+                    help="Processes for several cases, this one included (default: the machine's cores).")
 
 
 def _single(cases: tuple[str, ...], all_in: bool, jobs: int | None) -> str | None:
@@ -60,7 +60,7 @@ def export(settings: Settings, cases: tuple[str, ...], as_json: bool, all_in: bo
     """Write analysis/ and manifest.json as canonical JSON (incremental, idempotent).
 
     Several CASEs (or, with --all, the case folders inside each CASE) are
-    exported over --jobs worker processes: one line per case (ok or FAILED
+    exported over --jobs processes: one line per case (ok or FAILED
     with its error) and a summary; exit 1 when any case failed.
     """
     case = _single(cases, all_in, jobs)
@@ -137,7 +137,7 @@ def verify(cases: tuple[str, ...], as_json: bool, all_in: bool, jobs: int | None
     outcome is the same as with one.
 
     Several CASEs (or, with --all, the case folders inside each CASE) are
-    verified over --jobs worker processes: one line per case (ok or FAILED
+    verified over --jobs processes: one line per case (ok or FAILED
     with its error; with --strict a case whose export is not current, or
     whose results could not all be recomputed from their files, fails)
     and a summary; exit 1 when any case failed.

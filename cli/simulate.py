@@ -133,7 +133,7 @@ def _first_names(names: list[str]) -> str:
 @click.option("--bootstrap", "samples", type=click.IntRange(0, 1_000_000), default=0, show_default=True,
               metavar="N", help="With --max-stopped: 95 % intervals of the choice's figures from N resamplings.")
 @click.option("--jobs", type=click.IntRange(1, 256), default=os.cpu_count() or 1, show_default="the machine's cores",
-              help="Worker processes; each holds one run at a time.")
+              help="Processes replaying journals, this one included; each holds one run at a time.")
 @click.option("--package", type=click.Path(file_okay=False, exists=True, path_type=str), metavar="DIR",
               help="Folder where the journals' source_refs resolve (default: none, so they are refused).")
 @pass_settings

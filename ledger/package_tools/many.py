@@ -1,4 +1,4 @@
-"""Verify or export many cases at once, over worker processes (docs/cli.md, docs/performance.md).
+"""Verify or export many cases at once, over several processes (docs/cli.md, docs/performance.md).
 
 Each case is verified (or exported) on its own by :func:`verify_case` (or
 :func:`export_case`), exactly as one case would be; cases share nothing, so
@@ -12,14 +12,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable
 
 from ..ground import errors as E
 from ..ground.arguments import check_callback, check_flag, check_instance, path_list
 from ..ground.config import AnalysisConfig
 from ..ground.errors import LedgerError
 from ..ground.paths import fs_path, os_error
-from ..ground.workers import worker_context
+from ..ground.workers import shared_map
 from ..model.package import LEDGER_FILE
 from ..services.case import Case
 from .export import export_case
@@ -119,30 +119,16 @@ def _jobs(jobs: int | None) -> int:
     return jobs
 
 
-def _run(work: Callable[[Any], Outcome], tasks: list[Any], jobs: int) -> Iterator[Outcome]:
-    """Each task's outcome in order, as it is ready: in this process for one job or one case, else over
-    ``jobs`` worker processes."""
-    if jobs == 1 or len(tasks) <= 1:
-        yield from map(work, tasks)
-        return
-    from concurrent.futures import ProcessPoolExecutor  # on first use: ~25 ms at every CLI start
-
-    workers = min(jobs, len(tasks))
-    # workers start from a fresh interpreter, never a fork of this process and its threads
-    with ProcessPoolExecutor(max_workers=workers, mp_context=worker_context()) as pool:
-        yield from pool.map(work, tasks, chunksize=max(1, len(tasks) // (workers * 8)))
-
-
 def verify_many(cases: Iterable[str | os.PathLike[str]], *, jobs: int | None = None, strict: bool = False,
                 each: Callable[[Outcome], None] | None = None) -> ManyReport:
-    """Verify every case of ``cases`` (each as :func:`verify_case` does) over ``jobs`` processes (default:
-    the machine's cores); ``each`` is called with each case's outcome, in order, as it is ready. With
+    """Verify every case of ``cases`` (each as :func:`verify_case` does) over ``jobs`` processes, this one
+    included (default: the machine's cores; :func:`~ledger.ground.workers.shared_map`); ``each`` is called with each case's outcome, in order, as it is ready. With
     ``strict``, a case whose export is not current fails too. A path given twice is verified once."""
     check_flag(strict, "strict")
     check_callback(each, "each")
     workers = _jobs(jobs)
     report = ManyReport()
-    for outcome in _run(_verify_one, [(case, strict) for case in _unique(cases)], workers):
+    for outcome in shared_map(_verify_one, [(case, strict) for case in _unique(cases)], workers):
         report.cases.append(outcome)
         if each is not None:
             each(outcome)
@@ -152,14 +138,14 @@ def verify_many(cases: Iterable[str | os.PathLike[str]], *, jobs: int | None = N
 def export_many(cases: Iterable[str | os.PathLike[str]], *, jobs: int | None = None,
                 analysis_config: AnalysisConfig | None = None,
                 each: Callable[[Outcome], None] | None = None) -> ManyReport:
-    """Export every case of ``cases`` (each as :func:`export_case` does) over ``jobs`` processes (default:
-    the machine's cores); ``each`` as in :func:`verify_many`. A path given twice is exported once."""
+    """Export every case of ``cases`` (each as :func:`export_case` does) over ``jobs`` processes, this one
+    included (default: the machine's cores; :func:`~ledger.ground.workers.shared_map`); ``each`` as in :func:`verify_many`. A path given twice is exported once."""
     check_callback(each, "each")
     if analysis_config is not None:
         check_instance(analysis_config, AnalysisConfig, "analysis_config", "an AnalysisConfig or None")
     workers = _jobs(jobs)
     report = ManyReport()
-    for outcome in _run(_export_one, [(case, analysis_config) for case in _unique(cases)], workers):
+    for outcome in shared_map(_export_one, [(case, analysis_config) for case in _unique(cases)], workers):
         report.cases.append(outcome)
         if each is not None:
             each(outcome)

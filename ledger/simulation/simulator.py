@@ -32,7 +32,7 @@ from ..ground.arguments import check_instance, check_iterable, check_text_mappin
 from ..ground.errors import LedgerError
 from ..services.memory import DEFAULT_ACTOR
 from ..ground.paths import fs_path
-from ..ground.workers import worker_context
+from ..ground.workers import shared_map
 from ..rules.common import check_action_id
 from .replay import UNITS_KEY, RunResult, journal_lines, parse_journal, replay_run, run_error
 
@@ -372,8 +372,8 @@ def simulate(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Poli
     objects or ``[NAME=]FILE.toml`` strings (default: the example policy; policy
     names must differ). ``outcomes``: run id → outcome, or the path of a CSV
     (first column the run id, a column ``outcome``), for runs whose journal records no
-    ``record_outcome`` (a disagreement with the journal is ``INVALID_ARGUMENT``). ``jobs``: worker processes
-    (1: in this process); each holds one run at a time. ``analysis``: default
+    ``record_outcome`` (a disagreement with the journal is ``INVALID_ARGUMENT``). ``jobs``: processes, this
+    one included (1: this one alone; :func:`~ledger.ground.workers.shared_map`); each holds one run at a time. ``analysis``: default
     units, ``max_hypotheses`` and limits (as ``--analysis-config``). ``package``:
     the folder where ``source_refs`` resolve (none: a source reference is refused
     like on a case without that file). ``actor``: the identity the replayed events
@@ -405,16 +405,7 @@ def simulate(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Poli
     analysis = analysis or AnalysisConfig()  # validated once, not once per run
     root = Path(package) if package is not None else None
     tasks = [(path, chosen, analysis, root, actor) for path in files]
-    if jobs == 1 or len(files) == 1:
-        results = [_simulate_task(task) for task in tasks]
-    else:
-        workers = min(jobs, len(files))
-        from concurrent.futures import ProcessPoolExecutor  # on first use: ~25 ms at every CLI start
-
-        # workers start from a fresh process, never a fork of this one: a caller's threads (a
-        # database client, a web server) could hold locks a forked child would wait on forever
-        with ProcessPoolExecutor(max_workers=workers, mp_context=worker_context()) as pool:
-            results = list(pool.map(_simulate_task, tasks, chunksize=max(1, len(files) // (workers * 16))))
+    results = list(shared_map(_simulate_task, tasks, jobs))  # this process works too (docs/performance.md)
     runs = [run for per_journal in results for run in per_journal]
     table = merge_outcomes(runs, table)
     stems = {path.stem for path in files}
