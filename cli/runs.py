@@ -69,7 +69,7 @@ def import_command(paths: tuple[str, ...], out: str, fmt: str, outcomes: str | N
         warn(f"note: {len(missing)} run(s) have no outcome in --outcomes (their journals record none): "
              f"{', '.join(missing[:10])}{f' and {len(missing) - 10} more' if len(missing) > 10 else ''}")
     for error in summary.errors:  # a file name or a reason may hold a terminal escape: shown escaped
-        warn(f"error: {error['file']}: {error['reason']}")
+        warn(f"error: {error['code']}: {error['file']}: {error['reason']}")
     if summary.errors:
         sys.exit(1)
 

@@ -4,6 +4,7 @@ the importer."""
 
 from __future__ import annotations
 
+import errno
 import gzip
 import hashlib
 import json
@@ -15,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from ledger import Case, LedgerError, import_runs, simulate, verify_case
+from ledger.runs import trajectories
 from ledger.runs.actions import ActionMap
 from ledger.package_tools.journal import apply_journal
 from ledger_cli.main import main
@@ -210,9 +212,32 @@ def test_a_malformed_file_among_good_ones_is_named_with_its_reason_the_others_ar
     assert done.exit_code == 1
     assert "imported 2 runs" in done.stdout
     for name, reason in (("b.traj.json", "Expecting"), ("c.traj.json.gz", "gzip"), ("d.jsonl", "line 2")):
-        assert re.search(rf"^error: {re.escape(str(inputs / name))}: .*{reason}", done.stderr, re.M), done.stderr
+        assert re.search(rf"^error: INVALID_ARGUMENT: {re.escape(str(inputs / name))}: .*{reason}", done.stderr,
+                         re.M), done.stderr
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(
         f"{p.name.split('.')[0]}.jsonl" for p in RAW_FILES[:2])  # nothing half-written, no temp file
+
+
+def test_each_file_not_imported_carries_its_code_storage_error_when_the_file_system_refused(tmp_path, monkeypatch):
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    (inputs / "bad.traj.json").write_text('{"messages": [', encoding="utf-8")
+    (inputs / "locked.traj.json").write_bytes(gzip.decompress(RAW_FILES[0].read_bytes()))
+    real_open = trajectories._open
+
+    def refusing(path):  # what a file this user may not read gives (a mode alone does not stop root)
+        if path.name == "locked.traj.json":
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real_open(path)
+
+    monkeypatch.setattr(trajectories, "_open", refusing)
+    summary = import_runs([inputs], tmp_path / "out")
+    assert [(Path(e["file"]).name, e["code"]) for e in summary.to_dict()["errors"]] == [
+        ("bad.traj.json", "INVALID_ARGUMENT"), ("locked.traj.json", "STORAGE_ERROR")]
+    assert summary.errors[1]["reason"] == "Permission denied"
+    done = CliRunner().invoke(main, ["runs", "import", str(inputs / "locked.traj.json"), "--out", str(tmp_path / "o")])
+    assert done.exit_code == 1
+    assert f"error: STORAGE_ERROR: {inputs / 'locked.traj.json'}: Permission denied" in done.stderr
 
 
 def test_a_run_id_that_is_not_a_plain_file_name_is_refused_and_nothing_is_written_outside_dir(tmp_path):

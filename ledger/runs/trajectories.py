@@ -26,7 +26,7 @@ from typing import Any, Callable, IO, Iterable, Iterator, Mapping
 
 from ..ground import errors as E
 from ..ground.errors import LedgerError
-from ..ground.paths import fs_path
+from ..ground.paths import STORAGE_ERRNOS, fs_path
 from ..rules.lifecycle import shape_record_outcome
 from .actions import DEFAULT_ACTION_MAP, ActionMap, classify
 
@@ -51,7 +51,8 @@ class Step:
 @dataclass
 class ImportSummary:
     """What :func:`import_runs` did: ``runs`` and ``steps`` written, ``skipped`` (reason → turns not
-    imported), ``errors`` (``{"file", "reason"}`` of every file or run not imported), ``journals``
+    imported), ``errors`` (``{"file", "code", "reason"}`` of every file or run not imported: ``code`` is
+    ``STORAGE_ERROR`` when the file system refused, else ``INVALID_ARGUMENT``), ``journals``
     (the paths written, in order), ``runs_without_outcome`` (with outcomes given, the runs they do
     not name: their journals record none)."""
 
@@ -369,7 +370,8 @@ class _Importer:
                 self.trajectory(path)
         except (OSError, EOFError, UnicodeDecodeError, ValueError, RecursionError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or type(exc).__name__
-            self.summary.errors.append({"file": str(path), "reason": reason})
+            code = E.STORAGE_ERROR if isinstance(exc, OSError) and exc.errno in STORAGE_ERRNOS else E.INVALID_ARGUMENT
+            self.summary.errors.append({"file": str(path), "code": code, "reason": reason})
 
 
 def import_runs(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str], *, fmt: str = "auto",
