@@ -433,7 +433,7 @@ def test_runs_import_names_an_unreadable_file_and_exits_1_after_importing_the_re
     done = run_cli("runs", "import", str(tmp_path / "in"), "--out", str(tmp_path / "out"))
     err = done.stderr.decode()
     assert done.returncode == 1 and "Traceback" not in err
-    assert err.startswith(f"error: {tmp_path / 'in' / 'bad.traj.json'}: ")
+    assert err.startswith(f"error: INVALID_ARGUMENT: {tmp_path / 'in' / 'bad.traj.json'}: ")
     assert done.stdout.decode().startswith("imported 1 runs, 1 steps")
     assert (tmp_path / "out" / "r1.jsonl").is_file()
 @pytest.mark.parametrize("inside", ["ledger.sqlite", "manifest.json"])
