@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
+from concurrent import futures
 from pathlib import Path
 
 import pytest
@@ -26,6 +28,36 @@ def square_waiting_for_a_worker(task: tuple[int, int, str]) -> tuple[int, int]:
     else:
         Path(flag).touch()
     return n * n, os.getpid()
+
+
+def _wait_for_a_worker(n: int, parent: int, flag: str) -> None:
+    if n == 0 and os.getpid() == parent:  # the caller's first task: until a worker has run one
+        deadline = time.monotonic() + 60
+        while not Path(flag).exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+
+def dies_in_a_worker(task: tuple[int, int, str]) -> tuple[int, int]:
+    """``(n, pid)`` in the calling process; a worker marks ``flag`` and dies on the spot."""
+    n, parent, flag = task
+    _wait_for_a_worker(n, parent, flag)
+    if os.getpid() != parent:
+        Path(flag).touch()
+        os._exit(3)
+    return n, os.getpid()
+
+
+def warns_in_a_worker(task: tuple[int, int, str]) -> int:
+    n, parent, flag = task
+    _wait_for_a_worker(n, parent, flag)
+    if os.getpid() != parent:
+        Path(flag).touch()
+        warnings.warn(f"task {n} ran in a worker", UserWarning)
+    return n
+
+
+def stops(n: int) -> int:
+    raise StopIteration
 
 
 def fails_at_seven(n: int) -> int:
@@ -56,6 +88,51 @@ def test_a_task_exception_is_raised_in_its_turn_after_the_results_before_it(jobs
         for value in shared_map(fails_at_seven, list(range(20)), jobs):
             seen.append(value)
     assert seen == list(range(7))
+
+
+def test_workers_start_while_the_caller_is_still_on_its_first_task(tmp_path):
+    """Two tasks: the caller's first does not end until a worker has run the other, so the workers
+    must start on time, not once the caller is free again (and one task waiting is enough)."""
+    flag = str(tmp_path / "a-worker-ran")
+    out = list(shared_map(square_waiting_for_a_worker, [(n, os.getpid(), flag) for n in range(2)], 2))
+    assert [square for square, _ in out] == [0, 1]
+    assert out[0][1] == os.getpid() and out[1][1] != os.getpid()
+
+
+def test_no_more_workers_start_than_tasks_are_waiting(tmp_path, monkeypatch):
+    started = []
+    real = futures.ProcessPoolExecutor
+
+    class Counting(real):
+        def __init__(self, max_workers=None, **options):
+            started.append(max_workers)
+            super().__init__(max_workers=max_workers, **options)
+
+    monkeypatch.setattr(futures, "ProcessPoolExecutor", Counting)
+    flag = str(tmp_path / "a-worker-ran")
+    out = list(shared_map(square_waiting_for_a_worker, [(n, os.getpid(), flag) for n in range(3)], 64))
+    assert [square for square, _ in out] == [0, 1, 4]
+    assert len(started) == 1 and 1 <= started[0] <= 2  # 63 asked for; at most the 2 tasks not the caller's
+
+
+def test_the_tasks_of_a_worker_that_died_are_run_by_the_caller(tmp_path, monkeypatch):
+    monkeypatch.setattr(workers, "START_WORKERS_AFTER_S", 0.0)
+    flag = str(tmp_path / "a-worker-ran")
+    out = list(shared_map(dies_in_a_worker, [(n, os.getpid(), flag) for n in range(12)], 3))
+    assert out == [(n, os.getpid()) for n in range(12)]  # every task, in order, all by the caller in the end
+    assert Path(flag).exists()  # a worker did take one and died with it
+
+
+def test_a_warning_a_task_gives_in_a_worker_is_given_again_in_the_caller(tmp_path):
+    flag = str(tmp_path / "a-worker-ran")
+    with pytest.warns(UserWarning, match=r"task 1 ran in a worker"):
+        assert list(shared_map(warns_in_a_worker, [(n, os.getpid(), flag) for n in range(2)], 2)) == [0, 1]
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_task_raising_stopiteration_fails_the_same_way_with_one_job_or_several(jobs):
+    with pytest.raises(RuntimeError, match="StopIteration"):
+        list(shared_map(stops, [1, 2, 3], jobs))
 
 
 def test_work_that_ends_before_the_start_delay_starts_no_worker(monkeypatch):
