@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ CASES = click.argument("cases", metavar="CASE...", nargs=-1, required=True, type
 ALL = click.option("--all", "all_in", is_flag=True,
                    help="Each CASE is a folder of cases: take every case folder directly inside it.")
 JOBS = click.option("--jobs", type=click.IntRange(1, 256), default=None, metavar="N",
-                    help="Processes for several cases, this one included (default: the machine's cores).")
+                    help="Processes for several cases, this one included (default: the cores this process may use).")
 
 
 def _single(cases: tuple[str, ...], all_in: bool, jobs: int | None) -> str | None:
@@ -42,7 +41,7 @@ def _many(run: Any, cases: tuple[str, ...], all_in: bool, jobs: int | None, as_j
     is ready and a summary (or one JSON object with --json); exit 1 when any case failed."""
     folders = case_folders(cases) if all_in else list(cases)
     each = None if as_json else (lambda outcome: echo(_case_line(outcome, done)))
-    report: ManyReport = run(folders, jobs=jobs or os.cpu_count() or 1, each=each, **options)
+    report: ManyReport = run(folders, jobs=jobs, each=each, **options)
     if as_json:
         echo(dumps(report.to_dict()))
     else:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any, Sequence
 
 import click
@@ -13,6 +12,7 @@ from ledger.simulation.frontier import DEFAULT_FOLDS, emit_policy, parse_max_sto
 from ledger.simulation.plot import check_output_file, check_plot
 from ledger.simulation.simulator import parse_vary
 from ledger.ground.paths import os_error
+from ledger.ground.workers import usable_cores
 
 from ._common import Settings, input_path, pass_settings, table_options
 from ._output import OutputError, dumps, echo, emit_rows, one_line
@@ -132,7 +132,7 @@ def _first_names(names: list[str]) -> str:
               "and the bootstrap.")
 @click.option("--bootstrap", "samples", type=click.IntRange(0, 1_000_000), default=0, show_default=True,
               metavar="N", help="With --max-stopped: 95 % intervals of the choice's figures from N resamplings.")
-@click.option("--jobs", type=click.IntRange(1, 256), default=os.cpu_count() or 1, show_default="the machine's cores",
+@click.option("--jobs", type=click.IntRange(1, 256), default=None, show_default="the cores this process may use",
               help="Processes replaying journals, this one included; each holds one run at a time.")
 @click.option("--package", type=click.Path(file_okay=False, exists=True, path_type=str), metavar="DIR",
               help="Folder where the journals' source_refs resolve (default: none, so they are refused).")
@@ -140,7 +140,8 @@ def _first_names(names: list[str]) -> str:
 def simulate_command(settings: Settings, journals: tuple[str, ...], policy_specs: tuple[str, ...],
                      vary_specs: tuple[str, ...], outcomes: str | None, fmt: str,
                      per_run: str | None, plot: str | None, with_frontier: bool, good: str, max_stopped: str | None,
-                     emit: str | None, folds: int, seed: int, samples: int, jobs: int, package: str | None) -> None:
+                     emit: str | None, folds: int, seed: int, samples: int, jobs: int | None,
+                     package: str | None) -> None:
     """Replay recorded journals under one or more budget policies, in memory.
 
     A folder means every *.jsonl in it, sorted by name; the run id is the file's
@@ -154,6 +155,7 @@ def simulate_command(settings: Settings, journals: tuple[str, ...], policy_specs
     "frontier": [...], "choice": {...}}; a constraint nothing meets is
     reported as no choice (exit status 0).
     """
+    jobs = jobs or usable_cores()
     policies = _base_policies(settings, policy_specs)
     if vary_specs:
         policies += _grid(policies[0], vary_specs)

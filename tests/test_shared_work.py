@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from ledger.ground import workers
+from ledger import LedgerError
+from ledger.ground.errors import INVALID_ARGUMENT
 from ledger.ground.workers import shared_map
 
 
@@ -148,3 +150,15 @@ def test_one_job_or_one_task_runs_in_this_process_alone(monkeypatch):
     monkeypatch.setattr(workers, "worker_context", lambda: pytest.fail("no worker may start"))
     assert list(shared_map(abs, [-3, -2, -1], 1)) == [3, 2, 1]
     assert list(shared_map(abs, [-3], 8)) == [3]
+
+
+def test_the_default_jobs_are_the_cores_this_process_may_use_not_every_core_of_the_machine(monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {2, 5}, raising=False)  # taskset -c 2,5
+    assert workers.usable_cores() == 2 and workers.job_count(None) == 2 and workers.job_count(3) == 3
+    monkeypatch.delattr(os, "sched_getaffinity", raising=False)  # a system without affinity
+    assert workers.job_count(None) == 64
+    for bad in (0, -1, 1.5, True, "2"):
+        with pytest.raises(LedgerError) as caught:
+            workers.job_count(bad)
+        assert caught.value.code == INVALID_ARGUMENT

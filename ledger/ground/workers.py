@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
 import threading
 import time
 import warnings
 from multiprocessing.context import BaseContext
 from typing import Any, Callable, Iterator, Sequence
+
+from .errors import INVALID_ARGUMENT, LedgerError
 
 #: How long the calling process works alone before it starts worker processes: a worker's start
 #: (a fresh interpreter importing the package) costs about this much, so work that ends sooner
@@ -17,6 +20,21 @@ START_WORKERS_AFTER_S = 0.05
 #: once: a result's way back and the next hand-out pass through the pool's own threads, which wait
 #: for the interpreter while the calling process is busy, so one-by-one short tasks starve a worker.
 CHUNK_S = 0.05
+
+
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity where the system has one (a container or
+    ``taskset`` limits it), else every core the machine has."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def job_count(jobs: int | None) -> int:
+    """``jobs`` checked (an integer >= 1, else ``INVALID_ARGUMENT``); None: :func:`usable_cores`."""
+    if jobs is None:
+        return usable_cores()
+    if type(jobs) is not int or jobs < 1:
+        raise LedgerError(INVALID_ARGUMENT, f"jobs must be an integer >= 1, got {jobs!r}")
+    return jobs
 
 
 def worker_context() -> BaseContext:

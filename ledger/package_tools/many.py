@@ -19,7 +19,7 @@ from ..ground.arguments import check_callback, check_flag, check_instance, path_
 from ..ground.config import AnalysisConfig
 from ..ground.errors import LedgerError
 from ..ground.paths import fs_path, os_error
-from ..ground.workers import shared_map
+from ..ground.workers import job_count, shared_map
 from ..model.package import LEDGER_FILE
 from ..services.case import Case
 from .export import export_case
@@ -111,22 +111,14 @@ def _export_one(task: tuple[Path, AnalysisConfig | None]) -> Outcome:
     return {"case": str(case), "ok": True, "report": report.to_dict()}
 
 
-def _jobs(jobs: int | None) -> int:
-    if jobs is None:
-        return os.cpu_count() or 1
-    if type(jobs) is not int or jobs < 1:
-        raise LedgerError(E.INVALID_ARGUMENT, f"jobs must be an integer >= 1, got {jobs!r}")
-    return jobs
-
-
 def verify_many(cases: Iterable[str | os.PathLike[str]], *, jobs: int | None = None, strict: bool = False,
                 each: Callable[[Outcome], None] | None = None) -> ManyReport:
     """Verify every case of ``cases`` (each as :func:`verify_case` does) over ``jobs`` processes, this one
-    included (default: the machine's cores; :func:`~ledger.ground.workers.shared_map`); ``each`` is called with each case's outcome, in order, as it is ready. With
+    included (default: the cores this process may use; :func:`~ledger.ground.workers.shared_map`); ``each`` is called with each case's outcome, in order, as it is ready. With
     ``strict``, a case whose export is not current fails too. A path given twice is verified once."""
     check_flag(strict, "strict")
     check_callback(each, "each")
-    workers = _jobs(jobs)
+    workers = job_count(jobs)
     report = ManyReport()
     for outcome in shared_map(_verify_one, [(case, strict) for case in _unique(cases)], workers):
         report.cases.append(outcome)
@@ -139,11 +131,11 @@ def export_many(cases: Iterable[str | os.PathLike[str]], *, jobs: int | None = N
                 analysis_config: AnalysisConfig | None = None,
                 each: Callable[[Outcome], None] | None = None) -> ManyReport:
     """Export every case of ``cases`` (each as :func:`export_case` does) over ``jobs`` processes, this one
-    included (default: the machine's cores; :func:`~ledger.ground.workers.shared_map`); ``each`` as in :func:`verify_many`. A path given twice is exported once."""
+    included (default: the cores this process may use; :func:`~ledger.ground.workers.shared_map`); ``each`` as in :func:`verify_many`. A path given twice is exported once."""
     check_callback(each, "each")
     if analysis_config is not None:
         check_instance(analysis_config, AnalysisConfig, "analysis_config", "an AnalysisConfig or None")
-    workers = _jobs(jobs)
+    workers = job_count(jobs)
     report = ManyReport()
     for outcome in shared_map(_export_one, [(case, analysis_config) for case in _unique(cases)], workers):
         report.cases.append(outcome)

@@ -24,6 +24,7 @@ from ..ground import errors as E
 from .atomic_files import same_bytes
 from ..storage.sqlfiles import migration_record_problem, schema_version, shipped_schema, statement
 from ..ground.arguments import check_callback, check_flag
+from ..ground.workers import job_count
 from ..ground.canonical import stored_bytes
 from ..services.case import Case
 from ..ground.errors import LedgerError, integrity_error as _bad
@@ -34,7 +35,7 @@ from ..ground.clock import utc_now
 from ..ground.paths import fs_path, os_error
 from .replay import PackageSource, Replayer
 from .verify_range import (ALL_AFTER, ALL_LAST, SecondHalf, content_reader, copy_second_half,
-    input_identity_of, job_count, merge, plan_split, range_agrees, save_views, replay_events)
+    input_identity_of, merge, plan_split, range_agrees, save_views, replay_events)
 from ..storage.connection import Storage
 from ..storage.sqlite_file import (file_identity, translate_sqlite_errors, log_files_exist, not_utf8,
     open_snapshot, release_log)
@@ -160,7 +161,7 @@ def verify_case(path: str | os.PathLike[str], progress: Progress | None = None, 
     an I/O error) is ``STORAGE_ERROR`` naming it: never taken for a missing or edited one.
 
     ``jobs``: processes for this one case (an integer >= 1, else ``INVALID_ARGUMENT``; None: the
-    machine's cores). With 2 or more, a ledger of at least 20,000 events has its later events
+    cores this process may use). With 2 or more, a ledger of at least 20,000 events has its later events
     replayed by a second process at the same time (docs/performance.md); the result is the same.
     That process is started with ``spawn``, which imports the calling script's main module again:
     a script passing ``jobs`` other than 1 keeps its own work under ``if __name__ == "__main__":``.

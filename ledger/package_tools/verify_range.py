@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-import os
 import pickle
 import sqlite3
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from ..ground.canonical import sha256_hex, stored_bytes
-from ..ground import errors as E
 from ..ground.errors import LedgerError, integrity_error as _bad
 from ..ground.workers import worker_context
 from ..model.memory_view import MemoryView
@@ -131,15 +129,6 @@ def plan_split(scratch: Storage, folder: Path, jobs: int) -> tuple[int, int, Pat
         scratch.conn.execute("ATTACH DATABASE ? AS part", (file_uri(part, "rwc"),))
         scratch.conn.execute("BEGIN")
     return head[0] - int(head[0] * SECOND_SHARE), head[0], part
-
-
-def job_count(jobs: int | None) -> int:
-    """``jobs`` checked (an integer >= 1, else ``INVALID_ARGUMENT``); None: the cores this process may use."""
-    if jobs is None:
-        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    if type(jobs) is not int or jobs < 1:
-        raise LedgerError(E.INVALID_ARGUMENT, f"jobs must be an integer >= 1, got {jobs!r}")
-    return jobs
 
 
 def input_identity_of(root: Path, conn: sqlite3.Connection) -> str:
