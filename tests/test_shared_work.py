@@ -4,6 +4,10 @@ cases hand tasks to worker processes while the calling process works through the
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+import threading
 import time
 import warnings
 from concurrent import futures
@@ -55,6 +59,32 @@ def warns_in_a_worker(task: tuple[int, int, str]) -> int:
     if os.getpid() != parent:
         Path(flag).touch()
         warnings.warn(f"task {n} ran in a worker", UserWarning)
+    return n
+
+
+def unpicklable_in_a_worker(task: tuple[int, int, str]) -> tuple[int, int, object]:
+    """``(n, pid, a lock)``: a lock cannot travel back from a worker, so the caller runs it again."""
+    n, parent, flag = task
+    _wait_for_a_worker(n, parent, flag)
+    if os.getpid() != parent:
+        Path(flag).touch()
+    return n, os.getpid(), threading.Lock()
+
+
+def exits_in_a_worker(task: tuple[int, int, str]) -> int:
+    n, parent, flag = task
+    _wait_for_a_worker(n, parent, flag)
+    if os.getpid() != parent:
+        Path(flag).touch()
+        if n == 5:
+            raise SystemExit(f"task {n} exits")
+    return n
+
+
+def writes_its_pid_then_sleeps(task: tuple[int, str]) -> int:
+    n, folder = task
+    (Path(folder) / f"{n}-{os.getpid()}").touch()
+    time.sleep(60)
     return n
 
 
@@ -129,6 +159,79 @@ def test_a_warning_a_task_gives_in_a_worker_is_given_again_in_the_caller(tmp_pat
     flag = str(tmp_path / "a-worker-ran")
     with pytest.warns(UserWarning, match=r"task 1 ran in a worker"):
         assert list(shared_map(warns_in_a_worker, [(n, os.getpid(), flag) for n in range(2)], 2)) == [0, 1]
+
+
+def test_a_result_that_cannot_come_back_from_a_worker_is_made_again_by_the_caller(tmp_path):
+    flag = str(tmp_path / "a-worker-ran")
+    out = list(shared_map(unpicklable_in_a_worker, [(n, os.getpid(), flag) for n in range(4)], 2))
+    assert [n for n, _, _ in out] == [0, 1, 2, 3] and Path(flag).exists()
+    assert {pid for _, pid, _ in out} == {os.getpid()}
+
+
+def test_a_systemexit_in_a_worker_task_is_raised_in_that_tasks_turn(tmp_path):
+    flag = str(tmp_path / "a-worker-ran")
+    seen = []
+    with pytest.raises(SystemExit, match="task 5 exits"):
+        for n in shared_map(exits_in_a_worker, [(n, os.getpid(), flag) for n in range(6)], 2):
+            seen.append(n)
+    assert seen == [0, 1, 2, 3, 4]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/status").read_text().split("State:")[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def test_workers_end_when_the_process_that_started_them_is_killed(tmp_path):
+    script = tmp_path / "caller.py"
+    script.write_text(
+        "import sys\n"
+        f"sys.path[:0] = [{str(Path(__file__).parent)!r}]\n"
+        "from test_shared_work import writes_its_pid_then_sleeps\n"
+        "from ledger.ground import workers\n"
+        "workers.START_WORKERS_AFTER_S = 0.0\n"
+        "if __name__ == '__main__':\n"
+        f"    list(workers.shared_map(writes_its_pid_then_sleeps, [(n, {str(tmp_path)!r}) for n in range(6)], 3))\n",
+        encoding="utf-8")
+    caller = subprocess.Popen([sys.executable, str(script)])
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            pids = {int(p.name.split("-")[1]) for p in tmp_path.iterdir() if "-" in p.name} - {caller.pid}
+            if len(pids) >= 2:
+                break
+            time.sleep(0.05)
+        assert len(pids) >= 2, "the workers did not start"
+    finally:
+        caller.kill()
+        caller.wait()
+    deadline = time.monotonic() + 10
+    while any(map(_alive, pids)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(map(_alive, pids)), f"workers {sorted(pids)} outlived the process that started them"
+
+
+def test_ctrl_c_stops_shared_work_with_no_traceback_and_no_process_left(tmp_path):
+    """SIGINT to the whole process group, as a terminal's Ctrl-C sends it, while workers run."""
+    journals = sorted((Path(__file__).parent / "data" / "trajectories").glob("*.jsonl"))
+    command = [sys.executable, "-m", "ledger_cli", "simulate", *map(str, journals), "--json", "--jobs", "2",
+               "--vary", "max_low_information_steps=1,2,3,4,5,6,7,8"]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    time.sleep(1.0)  # past start-up, the workers started
+    children = [int(pid) for pid in Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()]
+    os.killpg(process.pid, signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    err = err.decode()
+    assert process.returncode in (130, 0) and "Traceback" not in err and "Fatal Python error" not in err, err
+    if process.returncode == 130:
+        assert err.strip().endswith("run the command again")
+    deadline = time.monotonic() + 10
+    while any(map(_alive, children)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(map(_alive, children))
 
 
 @pytest.mark.parametrize("jobs", [1, 2])

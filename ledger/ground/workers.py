@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import heapq
 import multiprocessing
 import os
+import signal
 import threading
 import time
 import warnings
 from multiprocessing.context import BaseContext
+from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Sequence
 
 from .errors import INVALID_ARGUMENT, LedgerError
 
 #: How long the calling process works alone before it starts worker processes: a worker's start
 #: (a fresh interpreter importing the package) costs about this much, so work that ends sooner
-#: never pays for one (docs/performance.md, "Work shared with the calling process").
+#: never starts one (docs/performance.md, "Work shared with the calling process").
 START_WORKERS_AFTER_S = 0.05
 #: About how much work (by the calling process's own mean time per task) a worker is handed at
 #: once: a result's way back and the next hand-out pass through the pool's own threads, which wait
@@ -55,8 +58,11 @@ def shared_map(work: Callable[[Any], Any], tasks: Sequence[Any], jobs: int) -> I
     :data:`CHUNK_S` of work by the calling process's mean time per task, and shrinks as the
     tasks run out, so no task waits behind a worker that is still starting and the calling
     process waits at the end for little more than the chunks the workers hold. A worker that dies
-    (killed, out of memory) gives its tasks back to the calling process, which runs them itself
-    with every task after them. ``work`` and the tasks must pickle. A task's exception (in any
+    (killed, out of memory), or whose results do not pickle, gives its tasks back to the calling
+    process, which runs them itself with every task after them; a worker whose caller died ends.
+    Workers start with SIGINT blocked: a Ctrl-C interrupts the caller alone, which stops handing
+    out tasks and waits (deferring a second Ctrl-C) for the chunks the workers hold. ``work`` and
+    the tasks must pickle. A task's exception (in any
     process) is raised when its turn to be yielded comes, after the tasks before it; the warnings
     a worker's task gives are given again here when its result is yielded, so the caller's
     warning filters and handlers see them (docs/performance.md).
@@ -74,6 +80,52 @@ def shared_map(work: Callable[[Any], Any], tasks: Sequence[Any], jobs: int) -> I
         shared.close()
 
 
+def _watch_parent(parent: int) -> None:
+    """In a worker, first: end it if the process that started it ends (killed, say) and it is
+    left waiting for tasks that never come."""
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="watch-parent", daemon=True).start()
+
+
+@contextmanager
+def _interrupts_blocked() -> Iterator[None]:
+    """SIGINT blocked in this thread (and so in the processes it starts) where the system can."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+@contextmanager
+def _interrupts_deferred() -> Iterator[None]:
+    """In the main thread: a SIGINT arriving inside is handled (as it would have been) at the end."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[Any] = []
+    if signal.getsignal(signal.SIGINT) is None:  # a handler not set from Python: left alone
+        yield
+        return
+    handler = signal.signal(signal.SIGINT, lambda number, frame: caught.append(frame))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, handler)
+        if caught:
+            if callable(handler):
+                handler(signal.SIGINT, caught[0])
+            elif handler == signal.SIG_DFL:
+                os.kill(os.getpid(), signal.SIGINT)
+
+
 #: One task's outcome: (ok, result or exception, the warnings it gave as (message, category, file, line)).
 Outcome = tuple[bool, Any, list[tuple[str, type, str, int]]]
 
@@ -85,7 +137,7 @@ def _run_chunk(work: Callable[[Any], Any], chunk: list[Any]) -> list[Outcome]:
         with warnings.catch_warnings(record=True) as caught:
             try:
                 result: tuple[bool, Any] = (True, work(task))
-            except Exception as exc:
+            except BaseException as exc:  # SystemExit too: in its own turn, not at the chunk's start
                 result = (False, exc)
         outcomes.append((*result, [(str(w.message), w.category, w.filename, w.lineno) for w in caught]))
     return outcomes
@@ -100,7 +152,7 @@ class _SharedWork:
         self.work, self.tasks, self.jobs = work, tasks, jobs
         self.done = threading.Condition()
         self.front, self.back = 0, len(tasks)  # tasks[front:back] are not taken yet
-        self.returned: list[int] = []  # tasks a dead worker gave back, for this process to run
+        self.returned: list[int] = []  # heap of tasks a worker gave back, for this process to run
         self.results: dict[int, Outcome] = {}
         self.turn, self.closing, self.pool, self.starting = 0, False, None, False
         self.own_s, self.own_tasks = 0.0, 0  # this process's time on its tasks, for the chunk size
@@ -117,7 +169,7 @@ class _SharedWork:
         take = None
         with self.done:
             if self.returned:
-                take = self.returned.pop()
+                take = heapq.heappop(self.returned)
             elif self.front < self.back:
                 take, self.front = self.front, self.front + 1
             elif self.turn not in self.results:
@@ -147,12 +199,16 @@ class _SharedWork:
             self.turn += 1
 
     def close(self) -> None:
+        """No task is handed out any more; the chunks workers are running finish, the workers stop.
+        A Ctrl-C meanwhile takes effect once they have (an interrupted wait would leave them
+        waiting forever for a stop message, and the process with them)."""
         with self.done:
             self.closing = True
-        self.starter.cancel()
-        self.starter.join()  # a start under way ends first: no half-started pool is left behind
-        if self.pool is not None:
-            self.pool.shutdown(wait=True, cancel_futures=True)  # what workers still run finishes first
+        with _interrupts_deferred():
+            self.starter.cancel()
+            self.starter.join()  # a start under way ends first: no half-started pool is left behind
+            if self.pool is not None:
+                self.pool.shutdown(wait=True, cancel_futures=True)
 
     def _start_from_timer(self) -> None:
         import concurrent.futures.process  # noqa: F401 - slow beside a busy caller: before claiming the start
@@ -169,13 +225,15 @@ class _SharedWork:
             if self.starting or self.closing or count < 1:
                 return
             self.starting = True
-            self.pool = pool = ProcessPoolExecutor(max_workers=count, mp_context=worker_context())
-        for _ in range(count):
-            try:
-                ping = pool.submit(int)
-            except Exception:  # a worker died while the others started: this process goes on alone
-                return
-            ping.add_done_callback(lambda ready: (self._hand_out(ready), self._hand_out(ready)))
+            self.pool = pool = ProcessPoolExecutor(max_workers=count, mp_context=worker_context(),
+                                                   initializer=_watch_parent, initargs=(os.getpid(),))
+        with _interrupts_blocked():  # the workers inherit it: Ctrl-C stops the caller, which stops them
+            for _ in range(count):
+                try:
+                    ping = pool.submit(int)  # starts a worker
+                except Exception:  # a worker died while the others started: this process goes on alone
+                    return
+                ping.add_done_callback(lambda ready: (self._hand_out(ready), self._hand_out(ready)))
 
     def _hand_out(self, ready: Any = None) -> None:
         """Give a started worker a chunk of the last tasks not taken (called in the pool's threads)."""
@@ -196,16 +254,13 @@ class _SharedWork:
             future.add_done_callback(lambda f: self._finished(indices, f))
 
     def _finished(self, indices: list[int], future: Any) -> None:
-        from concurrent.futures.process import BrokenProcessPool
-
         with self.done:
             if future.cancelled():
                 return
             error = future.exception()
-            if isinstance(error, BrokenProcessPool):  # the worker died, not the tasks: run them here
-                self.returned.extend(indices)
-            elif error is not None:  # the chunk's results did not come back (one would not pickle)
-                self.results.update((index, (False, error, [])) for index in indices)
+            if error is not None:  # the worker died, or a result would not pickle: run them here
+                for index in indices:
+                    heapq.heappush(self.returned, index)
             else:
                 self.results.update(zip(indices, future.result()))
             self.done.notify()
