@@ -1,5 +1,5 @@
 """``python -m ledger_cli``: the same as the ``ledger`` command."""
 
-from .main import main
+from .entry import run
 
-main(prog_name="ledger")
+run()

@@ -23,6 +23,7 @@ from ledger.ground.errors import OUTPUT_ERROR
 from ledger.ground.paths import os_error
 from ledger.services.case import LEDGER_FILE
 
+from .entry import INTERRUPTED
 from ._output import FORMATS, OutputError, escape_unencodable_output, one_line, warn
 
 BALANCE_COLUMNS = ("revision", "hypothesis_id", "initial_units", "granted_units", "spent_units",
@@ -134,7 +135,7 @@ class LedgerGroup(UsageGroup):
             click.echo("error: INVALID_ARGUMENT: '-' reads standard input, but standard input is closed", err=True)
             ctx.exit(1)
         except KeyboardInterrupt:
-            click.echo("error: interrupted; nothing half-written remains, run the command again", err=True)
+            click.echo(INTERRUPTED, err=True)
             ctx.exit(130)
 
 

@@ -610,3 +610,17 @@ def test_a_mistyped_command_is_a_usage_error_naming_the_close_ones_at_every_leve
         assert f"No such command '{typo}'" in err
         if hasattr(click_exceptions, "NoSuchCommand"):  # click 8.2+ suggests; 8.1 names the typo only
             assert f"Did you mean '{close}'?" in err
+
+
+def test_a_ctrl_c_while_the_command_line_is_still_loading_ends_with_the_message_and_status_130(monkeypatch, capsys):
+    from ledger_cli import entry
+
+    class Loading:
+        def __getattr__(self, name):
+            raise KeyboardInterrupt  # what Ctrl-C raises inside an import
+
+    monkeypatch.setitem(sys.modules, "ledger_cli.main", Loading())
+    with pytest.raises(SystemExit) as ended:
+        entry.run()
+    assert ended.value.code == 130
+    assert capsys.readouterr().err == "error: interrupted; nothing half-written remains, run the command again\n"
