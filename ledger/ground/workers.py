@@ -144,9 +144,12 @@ def _run_chunk(work: Callable[[Any], Any], chunk: list[Any]) -> list[Outcome]:
 
 
 class _SharedWork:
-    """The state of one :func:`shared_map`. Workers start from this thread or from a timer thread,
-    and their results arrive in the pool's own thread (:meth:`_finished`); ``self.done`` guards
-    what the threads share (its lock is re-entrant)."""
+    """The state of one :func:`shared_map`. Three threads share it under ``self.done`` (a condition
+    whose lock is re-entrant): the caller's, which runs tasks and yields results; the dispatcher
+    (:meth:`_dispatch`), which starts the workers when the caller has not and hands them chunks;
+    and the pool's own thread, whose callbacks (:meth:`_worker_ready`, :meth:`_finished`) only
+    record and notify. Nothing is submitted to the pool from a callback: a pool may run its
+    callbacks holding its own lock, which ``submit`` takes too."""
 
     def __init__(self, work: Callable[[Any], Any], tasks: Sequence[Any], jobs: int) -> None:
         self.work, self.tasks, self.jobs = work, tasks, jobs
@@ -155,23 +158,23 @@ class _SharedWork:
         self.returned: list[int] = []  # heap of tasks a worker gave back, for this process to run
         self.results: dict[int, Outcome] = {}
         self.turn, self.closing, self.pool, self.starting = 0, False, None, False
+        self.free = 0  # chunks the started workers may be handed now
         self.own_s, self.own_tasks = 0.0, 0  # this process's time on its tasks, for the chunk size
         self.began = time.perf_counter()
-        # for a first task longer than the delay: the workers start while it runs
-        self.starter = threading.Timer(START_WORKERS_AFTER_S, self._start_from_timer)
-        self.starter.daemon = True
-        self.starter.start()
+        self.dispatcher = threading.Thread(target=self._dispatch, name="shared-work", daemon=True)
+        self.dispatcher.start()
 
     def step(self) -> None:
         """Run the next task here (one a dead worker gave back first), or wait for a worker's."""
         if not self.starting and time.perf_counter() - self.began >= START_WORKERS_AFTER_S:
-            self._start_workers(keep=1)  # between tasks, from this thread: no wait for the timer's
+            self._start_workers(keep=1)  # between tasks, from this thread: no wait for the dispatcher
         take = None
         with self.done:
             if self.returned:
                 take = heapq.heappop(self.returned)
             elif self.front < self.back:
                 take, self.front = self.front, self.front + 1
+                self.done.notify_all()  # the dispatcher may be waiting for the last tasks to go
             elif self.turn not in self.results:
                 self.done.wait()  # a worker is running the task whose turn it is
         if take is not None:
@@ -204,20 +207,52 @@ class _SharedWork:
         waiting forever for a stop message, and the process with them)."""
         with self.done:
             self.closing = True
+            self.done.notify_all()
         with _interrupts_deferred():
-            self.starter.cancel()
-            self.starter.join()  # a start under way ends first: no half-started pool is left behind
+            self.dispatcher.join()  # a start under way ends first: no half-started pool is left behind
             if self.pool is not None:
                 self.pool.shutdown(wait=True, cancel_futures=True)
 
-    def _start_from_timer(self) -> None:
-        import concurrent.futures.process  # noqa: F401 - slow beside a busy caller: before claiming the start
+    def _dispatch(self) -> None:
+        """The dispatcher thread: after the delay, start the workers if the caller has not (it may be
+        on a long first task), then hand each started worker a chunk whenever it may take one."""
+        with self.done:
+            self.done.wait_for(lambda: self.closing or self.starting, timeout=START_WORKERS_AFTER_S)
+        if not self.starting:
+            import concurrent.futures.process  # noqa: F401 - slow beside a busy caller: before claiming the start
 
-        self._start_workers(keep=0)
+            self._start_workers(keep=0)
+        while True:
+            with self.done:
+                self.done.wait_for(lambda: self.closing or self.pool is None or self.front >= self.back
+                                   or self.free > 0)
+                if self.closing or self.pool is None or self.front >= self.back:
+                    return
+                self.free -= 1
+                indices = self._take_chunk()
+            try:
+                future = self.pool.submit(_run_chunk, self.work, [self.tasks[i] for i in indices])
+            except Exception:  # a broken or closed pool: this process takes the tasks back
+                self._give_back(indices)
+                return
+            future.add_done_callback(lambda f, indices=indices: self._finished(indices, f))
+
+    def _take_chunk(self) -> list[int]:
+        """The last tasks not taken, about :data:`CHUNK_S` of the caller's work (``self.done`` held)."""
+        size = int(CHUNK_S * self.own_tasks / self.own_s) if self.own_s > 0 else 1
+        size = max(1, min(size, (self.back - self.front) // (2 * self.jobs)))
+        self.back -= size
+        return list(range(self.back, self.back + size))
+
+    def _give_back(self, indices: list[int]) -> None:
+        with self.done:
+            for index in indices:
+                heapq.heappush(self.returned, index)
+            self.done.notify_all()
 
     def _start_workers(self, keep: int) -> None:
         """Start the workers the waiting tasks can use (``keep``: tasks this process is about to
-        take itself), then a no-op each: done once a worker has started, which is then handed work."""
+        take itself), then a no-op each: done once a worker has started, which may then take work."""
         from concurrent.futures import ProcessPoolExecutor
 
         with self.done:
@@ -227,41 +262,32 @@ class _SharedWork:
             self.starting = True
             self.pool = pool = ProcessPoolExecutor(max_workers=count, mp_context=worker_context(),
                                                    initializer=_watch_parent, initargs=(os.getpid(),))
+            self.done.notify_all()
         with _interrupts_blocked():  # the workers inherit it: Ctrl-C stops the caller, which stops them
             for _ in range(count):
                 try:
                     ping = pool.submit(int)  # starts a worker
                 except Exception:  # a worker died while the others started: this process goes on alone
                     return
-                ping.add_done_callback(lambda ready: (self._hand_out(ready), self._hand_out(ready)))
+                ping.add_done_callback(self._worker_ready)
 
-    def _hand_out(self, ready: Any = None) -> None:
-        """Give a started worker a chunk of the last tasks not taken (called in the pool's threads)."""
+    def _worker_ready(self, ping: Any) -> None:
+        """A worker has started (in the pool's thread): it may take two chunks."""
         with self.done:
-            if self.closing or self.front >= self.back or (
-                    ready is not None and (ready.cancelled() or ready.exception() is not None)):
-                return
-            waiting = self.back - self.front
-            size = int(CHUNK_S * self.own_tasks / self.own_s) if self.own_s > 0 else 1
-            size = max(1, min(size, waiting // (2 * self.jobs)))
-            self.back -= size
-            indices = list(range(self.back, self.back + size))
-            try:
-                future = self.pool.submit(_run_chunk, self.work, [self.tasks[i] for i in indices])
-            except Exception:  # a broken or closed pool: this process takes the tasks back
-                self.back += size
-                return
-            future.add_done_callback(lambda f: self._finished(indices, f))
+            if not ping.cancelled() and ping.exception() is None:
+                self.free += 2
+                self.done.notify_all()
 
     def _finished(self, indices: list[int], future: Any) -> None:
+        """A chunk came back (in the pool's thread): its outcomes, or its tasks for this process to
+        run again when the worker died or a result would not pickle."""
         with self.done:
             if future.cancelled():
                 return
-            error = future.exception()
-            if error is not None:  # the worker died, or a result would not pickle: run them here
+            if future.exception() is not None:
                 for index in indices:
                     heapq.heappush(self.returned, index)
             else:
                 self.results.update(zip(indices, future.result()))
-            self.done.notify()
-        self._hand_out()
+            self.free += 1
+            self.done.notify_all()
