@@ -131,9 +131,10 @@ def verify(cases: tuple[str, ...], as_json: bool, all_in: bool, jobs: int | None
     print the foreign objects one row each (columns type, name, table) on
     stdout and the summary on stderr.
 
-    One CASE of 20,000 events or more is verified by two processes at once on a
-    machine with two or more cores (the second replays the later events); the
-    outcome is the same as with one.
+    One CASE of 20,000 events or more is verified by two processes at once
+    when this process may use two or more cores, or with --jobs 2 or more (the
+    second replays the later events; --jobs 1 keeps it to one); the outcome is
+    the same as with one.
 
     Several CASEs (or, with --all, the case folders inside each CASE) are
     verified over --jobs processes: one line per case (ok or FAILED

@@ -186,3 +186,14 @@ def test_a_split_inside_an_operation_of_several_events_moves_past_it(tmp_path, s
     assert one[0] == "ok"
     assert _outcome(path, 2) == one
     assert split_used == [one[1]["events"] - 39]  # the second process replayed from seq 40, the next operation
+
+
+def test_one_case_given_jobs_uses_them_itself(ledger_case, split_used):
+    """``verify_many`` (``ledger verify CASE --jobs N``) of one case splits it as ``verify_case(jobs=N)``
+    does; of several cases each is verified by one process."""
+    from ledger import verify_many
+
+    report = verify_many([ledger_case], jobs=2)
+    assert report.passed == 1 and len(split_used) == 1 and split_used[0] > 0
+    verify_many([ledger_case], jobs=1)
+    assert len(split_used) == 1  # one job: no second process

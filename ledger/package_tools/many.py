@@ -84,10 +84,10 @@ def _failed(case: Path, exc: LedgerError) -> Outcome:
     return {"case": str(case), "ok": False, "error": {"code": exc.code, "message": exc.message}}
 
 
-def _verify_one(task: tuple[Path, bool]) -> Outcome:
-    case, strict = task
+def _verify_one(task: tuple[Path, bool, int]) -> Outcome:
+    case, strict, jobs = task
     try:
-        report = verify_case(case, strict=strict)
+        report = verify_case(case, strict=strict, jobs=jobs)
     except LedgerError as exc:
         return _failed(case, exc)
     except OSError as exc:
@@ -114,13 +114,18 @@ def _export_one(task: tuple[Path, AnalysisConfig | None]) -> Outcome:
 def verify_many(cases: Iterable[str | os.PathLike[str]], *, jobs: int | None = None, strict: bool = False,
                 each: Callable[[Outcome], None] | None = None) -> ManyReport:
     """Verify every case of ``cases`` (each as :func:`verify_case` does) over ``jobs`` processes, this one
-    included (default: the cores this process may use; :func:`~ledger.ground.workers.shared_map`); ``each`` is called with each case's outcome, in order, as it is ready. With
-    ``strict``, a case whose export is not current fails too. A path given twice is verified once."""
+    included (default: the cores this process may use; :func:`~ledger.ground.workers.shared_map`); ``each`` is called with each case's outcome, in order, as it is ready. One case alone
+    gets every job itself (:func:`verify_case` with ``jobs``: a large case is replayed by two processes
+    at once). With ``strict``, a case whose export is not current fails too. A path given twice is verified once."""
     check_flag(strict, "strict")
     check_callback(each, "each")
     workers = job_count(jobs)
     report = ManyReport()
-    for outcome in shared_map(_verify_one, [(case, strict) for case in _unique(cases)], workers):
+    unique = _unique(cases)
+    # one case alone may use every job itself (a large one is replayed by two processes at once);
+    # several cases use the jobs one case each
+    per_case = workers if len(unique) == 1 else 1
+    for outcome in shared_map(_verify_one, [(case, strict, per_case) for case in unique], workers):
         report.cases.append(outcome)
         if each is not None:
             each(outcome)
