@@ -8,6 +8,11 @@ Every figure is measured in one run, on the same disk, at the same durability
 * ``file_per_event_ops_per_s`` — a JSON file per event: temp file, fsync, rename, fsync dir,
   then the manifest pointer rewritten the same way;
 * ``eventsourcing_ops_per_s`` — the ``eventsourcing`` library's SQLite persistence, one event per operation;
+* ``sql_floor_ops_per_s`` — the ledger's own statements for the same operations (recorded from the API,
+  with their parameters) run again, one durable transaction each, on a copy of that ledger: its SQL
+  without its Python (``benchmarks/sql_floor.py``). ``sql_floor_vs_raw`` and ``sql_floor_vs_eventsourcing``
+  (shown, no target) bound ``durable_op_vs_raw`` and ``vs_eventsourcing`` from above for this storage
+  layout; ``ledger_vs_sql_floor`` is the share of that floor the API reaches;
 * ``apply_ops_per_s`` — ``ledger apply`` (a real process) on a journal of 10,000 operations with group commit;
 * ``cli_check_ms`` — one ``ledger budget check`` as a fresh process, start-up included (median of nine;
   shown with no target);
@@ -76,6 +81,7 @@ from ledger import AnalysisConfig, BudgetConfig, Case
 from . import baselines, frontier_speed
 from .fleet import bench_fleet
 from .report import print_table
+from .sql_floor import SqlFloorStore
 
 HYPOTHESES = 4
 UNITS = 10**15
@@ -453,6 +459,7 @@ def bench_durable(work: Path, rounds: int, operations: int, results: dict[str, o
         "ledger_ops_per_s": LedgerStore(work),
         "ledger_ops_per_s_synchronous_normal": LedgerStore(work, "NORMAL"),
         "file_per_event_ops_per_s": FilePerEventStore(work, size),
+        "sql_floor_ops_per_s": SqlFloorStore(work, rounds * operations, _new_case, _cycle),
     }
     try:
         stores["eventsourcing_ops_per_s"] = EventsourcingStore(work)
@@ -463,6 +470,9 @@ def bench_durable(work: Path, rounds: int, operations: int, results: dict[str, o
     raw, ledger = stores["raw_tx_per_s"], stores["ledger_ops_per_s"]
     results["raw_cpu_ms_per_op"] = 1000 * raw.cpu / raw.ops
     results["ledger_cpu_ms_per_op"] = 1000 * ledger.cpu / ledger.ops
+    floor = stores["sql_floor_ops_per_s"]
+    results["sql_floor_cpu_ms_per_op"] = 1000 * floor.cpu / floor.ops
+    floor.conn.close()
     for store in stores.values():
         if isinstance(store, LedgerStore):
             store.case.close()
@@ -474,6 +484,10 @@ def ratios(results: dict[str, object]) -> None:
     results["vs_eventsourcing"] = (results["ledger_ops_per_s"] / results["eventsourcing_ops_per_s"]
                                    if results["eventsourcing_ops_per_s"] else None)
     results["cpu_per_op_vs_raw"] = results["ledger_cpu_ms_per_op"] / results["raw_cpu_ms_per_op"]
+    results["sql_floor_vs_raw"] = results["sql_floor_ops_per_s"] / results["raw_tx_per_s"]
+    results["sql_floor_vs_eventsourcing"] = (results["sql_floor_ops_per_s"] / results["eventsourcing_ops_per_s"]
+                                             if results["eventsourcing_ops_per_s"] else None)
+    results["ledger_vs_sql_floor"] = results["ledger_ops_per_s"] / results["sql_floor_ops_per_s"]
     results["apply_vs_ledger_ops"] = results["apply_ops_per_s"] / results["ledger_ops_per_s"]
     results["apply_vs_raw_batch"] = results["apply_ops_per_s"] / results["raw_batch_inserts_per_s"]
 

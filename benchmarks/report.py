@@ -42,7 +42,8 @@ PLAIN_VALUES = ("verify_peak_rss_mib", "balances_query_ms")
 #: Figures shown under the targets, for context (no target of their own).
 CONTEXT = ("fsync_ms", "event_bytes", "events", "raw_tx_per_s", "ledger_ops_per_s",
            "ledger_ops_per_s_synchronous_normal", "ledger_cpu_ms_per_op", "raw_cpu_ms_per_op",
-           "file_per_event_ops_per_s", "eventsourcing_ops_per_s", "apply_ops_per_s", "raw_batch_inserts_per_s",
+           "file_per_event_ops_per_s", "eventsourcing_ops_per_s", "sql_floor_ops_per_s", "sql_floor_cpu_ms_per_op",
+           "sql_floor_vs_raw", "sql_floor_vs_eventsourcing", "ledger_vs_sql_floor", "apply_ops_per_s", "raw_batch_inserts_per_s",
            "apply_vs_ledger_ops", "cli_check_ms", "verify_events_per_s", "scan_events_per_s", "export_files_per_s",
            "raw_files_per_s", "apply_rss_small_mib", "apply_rss_large_mib", "latency_ms_small", "latency_ms_large",
            "simulate_s", "apply_s", "simulate_lines", "simulate_steps", "simulate_lines_per_s",
