@@ -16,10 +16,12 @@ Every figure is measured in one run, on the same disk, at the same durability
 * ``apply_ops_per_s`` — ``ledger apply`` (a real process) on a journal of 10,000 operations with group commit;
 * ``cli_check_ms`` — one ``ledger budget check`` as a fresh process, start-up included (median of nine;
   shown with no target);
-* ``latency_ratio_100k_vs_1k`` — median durable operation latency at 100,000 events over that at 1,000;
+* ``latency_ratio_100k_vs_1k`` — median durable operation latency on a ledger of 100,000 events over
+  that on one of 1,000, the two measured in turns (six rounds), so drift in the machine's speed hits both;
 * ``gate_latency_ratio_100k_vs_1k`` / ``snapshot_latency_ratio_100k_vs_1k`` — the same for the reads an
-  agent makes before each action, on the same ledger: the soft gate (the worse of ``check`` and
-  ``advice``) and ``snapshot`` (after the process's first, with one cycle appended before each read);
+  agent makes before each action, on the same two ledgers in the same rounds: the soft gate (the worse
+  of ``check`` and ``advice``) and ``snapshot`` (after the process's first, with one cycle appended
+  before each read);
 * ``verify_events_per_s`` / ``verify_peak_rss_mib`` — ``ledger verify`` (a real process) at 100,000 events;
 * ``balances_query_ms`` — ``SELECT * FROM balances`` at 100,000 events (median);
 * ``export_files_per_s`` — ``ledger export`` of that case;
@@ -343,8 +345,8 @@ def settle_disk(case: Case) -> None:
     os.sync()
 
 
-def median_latency_ms(case: Case, start: int, samples: int) -> float:
-    settle_disk(case)
+def latency_samples_ms(case: Case, start: int, samples: int) -> list[float]:
+    """Milliseconds of each durable operation of ``samples`` reserve/record_result/settle cycles."""
     budget = case.budget()
     timings = []
     for n in range(start, start + samples):
@@ -354,16 +356,15 @@ def median_latency_ms(case: Case, start: int, samples: int) -> float:
                      lambda: budget.settle(h, a, 60, "relevant")):
             began = time.perf_counter()
             call()
-            timings.append(time.perf_counter() - began)
-    return statistics.median(timings) * 1000
+            timings.append((time.perf_counter() - began) * 1000)
+    return timings
 
 
-def median_reads_ms(case: Case, start: int, samples: int) -> dict[str, float]:
-    """Median ms of the reads an agent makes before each action (``check``, ``advice``, ``snapshot``),
+def read_samples_ms(case: Case, start: int, samples: int) -> dict[str, list[float]]:
+    """Milliseconds of the reads an agent makes before each action (``check``, ``advice``, ``snapshot``),
     each timed after one reserve/record_result/settle cycle is appended (not timed), as in an
-    agent's loop. The process's first ``snapshot`` (a check of the whole history) comes first."""
+    agent's loop."""
     budget = case.budget()
-    budget.snapshot()
     timings: dict[str, list[float]] = {"check": [], "advice": [], "snapshot": []}
     for n in range(start, start + samples):
         _cycle(budget, n)
@@ -372,8 +373,32 @@ def median_reads_ms(case: Case, start: int, samples: int) -> dict[str, float]:
                            ("advice", lambda: budget.advice(h)), ("snapshot", budget.snapshot)):
             began = time.perf_counter()
             call()
-            timings[name].append(time.perf_counter() - began)
-    return {name: statistics.median(values) * 1000 for name, values in timings.items()}
+            timings[name].append((time.perf_counter() - began) * 1000)
+    return timings
+
+
+#: Rounds the small and the large ledger take turns in (:func:`alternating_samples`).
+GROWTH_ROUNDS = 6
+
+
+def alternating_samples(cases: dict[str, Case], samples: int) -> dict[str, dict[str, list[float]]]:
+    """Every sample of :func:`latency_samples_ms` and :func:`read_samples_ms` for each of ``cases``,
+    taken in :data:`GROWTH_ROUNDS` rounds in which the cases take turns, so that drift in the
+    machine's speed (other load, write-back) hits them alike. Each case's first ``snapshot`` (the
+    process's check of its whole history) comes before the rounds and is not timed."""
+    out: dict[str, dict[str, list[float]]] = {name: {"latency": [], "check": [], "advice": [], "snapshot": []}
+                                              for name in cases}
+    for case in cases.values():
+        settle_disk(case)
+        case.budget().snapshot()
+    per_round = max(1, samples // GROWTH_ROUNDS)
+    for number in range(GROWTH_ROUNDS):
+        for index, (name, case) in enumerate(cases.items()):
+            base = (index + 1) * 10**7 + number * per_round
+            out[name]["latency"] += latency_samples_ms(case, base, per_round)
+            for read, values in read_samples_ms(case, base + 5 * 10**6, per_round).items():
+                out[name][read] += values
+    return out
 
 
 def read_figures(small: dict[str, float], large: dict[str, float]) -> dict[str, float]:
@@ -386,14 +411,17 @@ def read_figures(small: dict[str, float], large: dict[str, float]) -> dict[str, 
 
 
 def bench_growth(directory: Path, small: int, large: int, samples: int) -> dict[str, float]:
-    """Latency at ``small`` and ``large`` events, then verify/balances/export at ``large``."""
+    """Latency and reads on a ledger of ``small`` and one of ``large`` events, measured in turns; then
+    verify/balances/export of the large one."""
+    small_case = _new_case(directory / "small")
+    fill(small_case, 0, small // 3)
     case = _new_case(directory / "big")
-    fill(case, 0, small // 3)
-    small_ms = median_latency_ms(case, 10**7, samples)
-    small_reads = median_reads_ms(case, 3 * 10**7, samples)
-    fill(case, small // 3 + samples, large // 3)
-    large_ms = median_latency_ms(case, 2 * 10**7, samples)
-    large_reads = median_reads_ms(case, 4 * 10**7, samples)
+    fill(case, 0, large // 3)
+    taken = alternating_samples({"small": small_case, "large": case}, samples)
+    small_case.close()
+    medians = {name: {key: statistics.median(values) for key, values in figures.items()}
+               for name, figures in taken.items()}
+    small_ms, large_ms = medians["small"].pop("latency"), medians["large"].pop("latency")
     events = case.status()["package_generation"]
     timings = []
     for _ in range(20):
@@ -419,7 +447,7 @@ def bench_growth(directory: Path, small: int, large: int, samples: int) -> dict[
         "verify_peak_rss_mib": verify_rss,
         "balances_query_ms": statistics.median(timings) * 1000,
         "export_files_per_s": files / export_s,
-        **read_figures(small_reads, large_reads),
+        **read_figures(medians["small"], medians["large"]),
     }
 
 

@@ -12,7 +12,6 @@ from ledger.simulation.frontier import DEFAULT_FOLDS, emit_policy, parse_max_sto
 from ledger.simulation.plot import check_output_file, check_plot
 from ledger.simulation.simulator import parse_vary
 from ledger.ground.paths import os_error
-from ledger.ground.workers import usable_cores
 
 from ._common import Settings, input_path, pass_settings, table_options
 from ._output import OutputError, dumps, echo, emit_rows, one_line
@@ -155,7 +154,6 @@ def simulate_command(settings: Settings, journals: tuple[str, ...], policy_specs
     "frontier": [...], "choice": {...}}; a constraint nothing meets is
     reported as no choice (exit status 0).
     """
-    jobs = jobs or usable_cores()
     policies = _base_policies(settings, policy_specs)
     if vary_specs:
         policies += _grid(policies[0], vary_specs)
@@ -201,7 +199,7 @@ def _no_frontier_options(**given: Any) -> None:
 
 def _frontier(settings: Settings, journals: Sequence[str], policies: list[Policy], outcomes: str | None, fmt: str,
               files: tuple[str | None, str | None, str | None], good: str, max_stopped: str | None, folds: int,
-              seed: int, samples: int, jobs: int, package: str | None) -> None:
+              seed: int, samples: int, jobs: int | None, package: str | None) -> None:
     """--frontier: the search, its output, then the --per-run, --emit and --plot files."""
     plot, per_run, emit = files
     try:

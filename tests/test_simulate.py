@@ -206,6 +206,22 @@ def test_jobs_in_processes_give_the_same_figures_as_one_process():
     assert [r.to_dict() for r in one.runs] == [r.to_dict() for r in two.runs]
 
 
+def test_jobs_none_means_the_usable_cores_and_other_jobs_are_refused(monkeypatch):
+    from ledger.ground import workers
+    from ledger.simulation import simulator
+
+    journals = [DATA / f"{name}.jsonl" for name in JOURNALS]
+    asked = []
+    monkeypatch.setattr(simulator, "shared_map", lambda work, tasks, jobs: asked.append(jobs) or map(work, tasks))
+    monkeypatch.setattr(workers, "usable_cores", lambda: 3)
+    default = simulate(journals, None, OUTCOMES, jobs=None)
+    assert asked == [3] and default.to_dict() == simulate(journals, None, OUTCOMES, jobs=1).to_dict()
+    for bad in (0, -1, 2.0, "2", True):
+        with pytest.raises(LedgerError) as refused:
+            simulate(journals, None, OUTCOMES, jobs=bad)
+        assert refused.value.code == "INVALID_ARGUMENT" and "jobs must be an integer >= 1" in refused.value.message
+
+
 def test_the_memory_case_writes_nothing_and_refuses_source_refs_without_a_package(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     case = MemoryCase.create("M1")

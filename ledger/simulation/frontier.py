@@ -353,7 +353,7 @@ def _derive(policies: Sequence[Policy], runs: list[RunResult], outcomes: Mapping
 def frontier(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Policy],
              outcomes: Mapping[str, str] | str | os.PathLike[str] | None = None, *, good: str = "resolved",
              constraint: Constraint | str | None = None, folds: int = DEFAULT_FOLDS, seed: int = 0,
-             samples: int = 0, jobs: int = 1, analysis: AnalysisConfig | None = None,
+             samples: int = 0, jobs: int | None = 1, analysis: AnalysisConfig | None = None,
              package: str | os.PathLike[str] | None = None, actor: str = DEFAULT_ACTOR) -> FrontierReport:
     """Evaluate ``policies`` (the first is the base of the baselines) and the baselines ``no-stop``
     and ``cap-p75`` on ``journals``; the frontier, and the choice under ``constraint``

@@ -32,7 +32,7 @@ from ..ground.arguments import check_instance, check_iterable, check_text_mappin
 from ..ground.errors import LedgerError
 from ..services.memory import DEFAULT_ACTOR
 from ..ground.paths import fs_path
-from ..ground.workers import shared_map
+from ..ground.workers import job_count, shared_map
 from ..rules.common import check_action_id
 from .replay import UNITS_KEY, RunResult, journal_lines, parse_journal, replay_run, run_error
 
@@ -362,7 +362,7 @@ def _policy_list(policies: Any) -> list[Any] | None:
 
 
 def simulate(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Policy | str | os.PathLike[str]] | None = None,
-             outcomes: Mapping[str, str] | str | os.PathLike[str] | None = None, *, jobs: int = 1,
+             outcomes: Mapping[str, str] | str | os.PathLike[str] | None = None, *, jobs: int | None = 1,
              analysis: AnalysisConfig | None = None, package: str | os.PathLike[str] | None = None,
              actor: str = DEFAULT_ACTOR) -> SimulationReport:
     """Replay every journal under every policy in memory and report the figures per policy.
@@ -373,7 +373,8 @@ def simulate(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Poli
     names must differ). ``outcomes``: run id → outcome, or the path of a CSV
     (first column the run id, a column ``outcome``), for runs whose journal records no
     ``record_outcome`` (a disagreement with the journal is ``INVALID_ARGUMENT``). ``jobs``: processes, this
-    one included (1: this one alone; :func:`~ledger.ground.workers.shared_map`); each holds one run at a time. ``analysis``: default
+    one included (1: this one alone; None: the cores this process may use;
+    :func:`~ledger.ground.workers.shared_map`); each holds one run at a time. ``analysis``: default
     units, ``max_hypotheses`` and limits (as ``--analysis-config``). ``package``:
     the folder where ``source_refs`` resolve (none: a source reference is refused
     like on a case without that file). ``actor``: the identity the replayed events
@@ -397,8 +398,7 @@ def simulate(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Poli
     names = [p.name for p in chosen]
     if len(set(names)) != len(names):
         raise LedgerError(E.INVALID_ARGUMENT, f"policy names must differ: {', '.join(names)}")
-    if type(jobs) is not int or jobs < 1:
-        raise LedgerError(E.INVALID_ARGUMENT, f"jobs must be an integer >= 1, got {jobs!r}")
+    jobs = job_count(jobs)
     check_action_id(actor, "actor")
     table = read_outcomes(outcomes) if isinstance(outcomes, (str, os.PathLike)) else outcomes
     files = journal_files(journals)
