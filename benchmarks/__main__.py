@@ -3,6 +3,10 @@
 Every figure is measured in one run, on the same disk, at the same durability
 (WAL, ``synchronous=FULL``, one fsync per commit), and printed with its ratios:
 
+The first five below (the durable stores) take turns in seven rounds of 300 operations (three of 30 with
+``--quick``), the median rate of each; ``durable_op_vs_raw``, ``vs_eventsourcing`` and
+``vs_file_per_event`` divide the ledger's rate by the raw commit's, the peer's and the file store's:
+
 * ``raw_tx_per_s`` — raw SQLite: ``BEGIN IMMEDIATE``; insert one row the size of a ledger event; ``COMMIT``;
 * ``ledger_ops_per_s`` — ``reserve``/``record_result``/``settle`` through the Python API, each durable;
 * ``file_per_event_ops_per_s`` — a JSON file per event: temp file, fsync, rename, fsync dir,
@@ -58,11 +62,16 @@ Every figure is measured in one run, on the same disk, at the same durability
   (spend per action type per day) with ``fleet_query`` (median of five); ``fleet_export_rss_ratio`` — the
   peak RSS of that export (its largest process) over exporting one case (see ``benchmarks/fleet.py``).
 
-``python -m benchmarks --table RUN_A.json RUN_B.json`` prints the README's table from saved
-``--json`` runs, each ratio beside its target.
+``apply_vs_ledger_ops`` (``apply_ops_per_s`` over ``ledger_ops_per_s``) and
+``frontier_vs_simulate_wall`` (the frontier's ratio in wall time) are shown with no target.
 
-``--quick`` shrinks every size (10x fewer events) so the run ends in under two
-minutes; its figures are for smoke-checking, not for the README.
+``python -m benchmarks --table RUN_A.json RUN_B.json`` prints the README's table from saved
+``--json`` runs, each ratio beside its target, then the figures behind them.
+
+``--quick`` shrinks most sizes (10x fewer events and operations, 10 journals, 100 policies, 200
+fleet cases; the 200 cases of ``multi_verify_speedup`` stay, run once) so the run ends in about two
+minutes; its figures are for smoke-checking, not for the README, and the table's labels still
+name the full run's sizes.
 """
 
 from __future__ import annotations

@@ -8,7 +8,9 @@ from typing import Any
 
 import click
 
-from ledger import Case, ManyReport, case_folders, export_case, export_many, import_tree, verify_case, verify_many
+from ledger import (Case, ManyReport, VerifyReport, case_folders, export_case, export_many, import_tree, verify_case,
+                    verify_many)
+
 from ledger.package_tools.export import export_count
 from ledger.package_tools.manifest import read_manifest
 
@@ -20,6 +22,9 @@ ALL = click.option("--all", "all_in", is_flag=True,
                    help="Each CASE is a folder of cases: take every case folder directly inside it.")
 JOBS = click.option("--jobs", type=click.IntRange(1, 256), default=None, metavar="N",
                     help="Processes for several cases, this one included (default: the cores this process may use).")
+VERIFY_JOBS = click.option("--jobs", type=click.IntRange(1, 256), default=None, metavar="N",
+                           help="Processes, this one included (default: the cores this process may use): cases "
+                                "side by side, or one case's later events replayed by a second one.")
 
 
 def _single(cases: tuple[str, ...], all_in: bool, jobs: int | None) -> str | None:
@@ -35,12 +40,24 @@ def _case_line(outcome: dict[str, Any], done: str) -> str:
     return f"FAILED {outcome['case']}: {error['code']}: {one_line(error['message'])}"
 
 
+def _verify_notes(outcome: dict[str, Any]) -> list[str]:
+    """What a verified case's report notes (a stale export, foreign objects…), as one case's verify prints it."""
+    fields = {key: value for key, value in (outcome.get("report") or {}).items() if key != "ok"}
+    return VerifyReport(**fields).notes() if fields else []
+
+
 def _many(run: Any, cases: tuple[str, ...], all_in: bool, jobs: int | None, as_json: bool, verb: str,
-          done: str, **options: Any) -> None:
+          done: str, notes: Any = None, **options: Any) -> None:
     """Run ``run`` (``verify_many`` or ``export_many``) over the cases, print one line per case as it
-    is ready and a summary (or one JSON object with --json); exit 1 when any case failed."""
+    is ready and a summary (or one JSON object with --json); exit 1 when any case failed. ``notes``:
+    a case's outcome → lines printed on stderr as ``note: CASE: …`` after its line."""
     folders = case_folders(cases) if all_in else list(cases)
-    each = None if as_json else (lambda outcome: echo(_case_line(outcome, done)))
+
+    def each(outcome: dict[str, Any]) -> None:
+        echo(_case_line(outcome, done))
+        for line in notes(outcome) if notes is not None else ():
+            warn(f"note: {outcome['case']}: {line}")
+    each = None if as_json else each
     report: ManyReport = run(folders, jobs=jobs, each=each, **options)
     if as_json:
         echo(dumps(report.to_dict()))
@@ -96,7 +113,7 @@ FOREIGN_COLUMNS = ("type", "name", "table")
 @CASES
 @JSON
 @ALL
-@JOBS
+@VERIFY_JOBS
 @click.option("--strict", is_flag=True,
               help="Run SQLite's full integrity_check instead of quick_check, and fail (exit 1) unless the "
                    "export is complete and current (no manifest.json, a partial export or one behind the "
@@ -140,14 +157,16 @@ def verify(cases: tuple[str, ...], as_json: bool, all_in: bool, jobs: int | None
     verified over --jobs processes: one line per case (ok or FAILED
     with its error; with --strict a case whose export is not current, or
     whose results could not all be recomputed from their files, fails)
-    and a summary; exit 1 when any case failed.
+    and a summary, each case's notes on stderr; exit 1 when any case failed.
+    One CASE given with --jobs is reported in that form too, so a script
+    passing --jobs gets the same output for one case as for several.
     """
     case = _single(cases, all_in, jobs)
     if case is None:
         if any(formats.values()):
             raise click.UsageError("--table, --nl, --csv and --tsv list one case's foreign objects: give one CASE")
         _many(verify_many, cases, all_in, jobs, as_json, "verified",
-              "{events} events, {contents} contents, head seq {head_seq}", strict=strict)
+              "{events} events, {contents} contents, head seq {head_seq}", _verify_notes, strict=strict)
         return
     fmt = table_format(as_json=as_json, **formats) if any(formats.values()) or as_json else None
     with Case.open(case) as opened:

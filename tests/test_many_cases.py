@@ -120,7 +120,9 @@ def test_cli_verify_prints_one_line_per_case_and_a_summary_and_exits_1_when_one_
     assert lines[1] == f"ok {cases[1]}: 7 events, 1 contents, head seq 7"
     assert lines[2].startswith(f"FAILED {cases[2]}: INTEGRITY_ERROR: ")
     assert lines[3] == "verified 3 case(s): 2 ok, 1 failed"
-    assert len(lines) == 4 and done.stderr == b""
+    assert len(lines) == 4
+    assert done.stderr.decode().splitlines() == [f"note: {case}: not exported: there is no manifest.json; run "
+                                                 "'ledger export'" for case in cases[:2]]
 
 
 def test_cli_verify_all_takes_every_case_in_the_folder_and_exits_0_when_all_pass(four_cases):
@@ -149,6 +151,17 @@ def test_cli_jobs_with_one_case_prints_the_multi_case_lines(four_cases):
     done = run_cli("verify", str(four_cases[0]), "--jobs", "1")
     assert done.stdout.decode().splitlines() == [f"ok {four_cases[0]}: 7 events, 1 contents, head seq 7",
                                                  "verified 1 case(s): 1 ok, 0 failed"]
+
+
+def test_cli_several_cases_print_each_cases_notes_on_stderr(four_cases, tmp_path):
+    """What one case's verify notes (here: never exported) is printed for each case of several too."""
+    exported = tmp_path / "exported"
+    make_cases(exported, 1)
+    assert run_cli("export", str(exported / "case-01")).returncode == 0
+    done = run_cli("verify", str(four_cases[0]), str(exported / "case-01"), "--jobs", "1")
+    assert done.returncode == 0 and len(done.stdout.decode().splitlines()) == 3
+    notes = [line for line in done.stderr.decode().splitlines() if line.startswith("note:")]
+    assert notes == [f"note: {four_cases[0]}: not exported: there is no manifest.json; run 'ledger export'"]
 
 
 def test_cli_export_several_cases_and_a_missing_one(tmp_path):
