@@ -197,3 +197,44 @@ def test_one_case_given_jobs_uses_them_itself(ledger_case, split_used):
     assert report.passed == 1 and len(split_used) == 1 and split_used[0] > 0
     verify_many([ledger_case], jobs=1)
     assert len(split_used) == 1  # one job: no second process
+
+
+def test_the_second_process_ends_when_the_first_is_killed(ledger_case, tmp_path):
+    """A verify killed outright (SIGKILL) leaves no second process replaying for nobody."""
+    import subprocess
+    import sys
+    import time
+
+    marker = tmp_path / "second.pid"
+    script = tmp_path / "first.py"
+    script.write_text(  # the top level runs in the second process too (spawn imports this script)
+        "import os, time\n"
+        "from ledger.package_tools import verify_range\n"
+        "verify_range.SPLIT_MIN_EVENTS = 2\n"
+        "def stalled(job):\n"
+        f"    open({str(marker)!r}, 'w').write(str(os.getpid()))\n"
+        "    time.sleep(60)\n"
+        "verify_range._replay_second_half = stalled\n"
+        "if __name__ == '__main__':\n"
+        "    from ledger import verify_case\n"
+        f"    verify_case({str(ledger_case)!r}, jobs=2)\n", encoding="utf-8")
+    first = subprocess.Popen([sys.executable, str(script)])
+    try:
+        deadline = time.monotonic() + 60
+        while not (marker.exists() and marker.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        second = int(marker.read_text())
+    finally:
+        first.kill()
+        first.wait()
+    deadline = time.monotonic() + 10
+    while _alive(second) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(second), f"the second process {second} outlived the verify that started it"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/status").read_text().split("State:")[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False

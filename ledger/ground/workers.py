@@ -31,12 +31,17 @@ def usable_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
+#: Most processes a ``jobs`` argument may ask for (the command line's ``--jobs`` has the same bound).
+JOBS_MAX = 256
+
+
 def job_count(jobs: int | None) -> int:
-    """``jobs`` checked (an integer >= 1, else ``INVALID_ARGUMENT``); None: :func:`usable_cores`."""
+    """``jobs`` checked (an integer from 1 to :data:`JOBS_MAX`, else ``INVALID_ARGUMENT``); None:
+    :func:`usable_cores`. More jobs than cores start that many processes when the tasks are there."""
     if jobs is None:
         return usable_cores()
-    if type(jobs) is not int or jobs < 1:
-        raise LedgerError(INVALID_ARGUMENT, f"jobs must be an integer >= 1, got {jobs!r}")
+    if type(jobs) is not int or not 1 <= jobs <= JOBS_MAX:
+        raise LedgerError(INVALID_ARGUMENT, f"jobs must be an integer from 1 to {JOBS_MAX}, got {jobs!r}")
     return jobs
 
 
@@ -80,7 +85,7 @@ def shared_map(work: Callable[[Any], Any], tasks: Sequence[Any], jobs: int) -> I
         shared.close()
 
 
-def _watch_parent(parent: int) -> None:
+def watch_parent(parent: int) -> None:
     """In a worker, first: end it if the process that started it ends (killed, say) and it is
     left waiting for tasks that never come."""
     def watch() -> None:
@@ -261,7 +266,7 @@ class _SharedWork:
                 return
             self.starting = True
             self.pool = pool = ProcessPoolExecutor(max_workers=count, mp_context=worker_context(),
-                                                   initializer=_watch_parent, initargs=(os.getpid(),))
+                                                   initializer=watch_parent, initargs=(os.getpid(),))
             self.done.notify_all()
         with _interrupts_blocked():  # the workers inherit it: Ctrl-C stops the caller, which stops them
             for _ in range(count):

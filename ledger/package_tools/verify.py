@@ -160,7 +160,7 @@ def verify_case(path: str | os.PathLike[str], progress: Progress | None = None, 
     fails). Writes nothing in the package. A file the system refuses to read (no permission,
     an I/O error) is ``STORAGE_ERROR`` naming it: never taken for a missing or edited one.
 
-    ``jobs``: processes for this one case (an integer >= 1, else ``INVALID_ARGUMENT``; None: the
+    ``jobs``: processes for this one case (an integer from 1 to 256, else ``INVALID_ARGUMENT``; None: the
     cores this process may use). With 2 or more, a ledger of at least 20,000 events has its later events
     replayed by a second process at the same time (docs/performance.md); the result is the same.
     That process is started with ``spawn``, which imports the calling script's main module again:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import pickle
 import sqlite3
 from pathlib import Path
@@ -22,7 +23,7 @@ from typing import Any, Callable, Mapping
 
 from ..ground.canonical import sha256_hex, stored_bytes
 from ..ground.errors import LedgerError, integrity_error as _bad
-from ..ground.workers import worker_context
+from ..ground.workers import watch_parent, worker_context
 from ..model.memory_view import MemoryView
 from ..storage.connection import Storage
 from ..storage.sqlfiles import queries, statement
@@ -158,7 +159,7 @@ class SecondHalf:
         context = worker_context()
         self._receive, send = context.Pipe(duplex=False)
         job = {"root": str(root), "ledger": str(ledger), "part": str(part), "after": after, "last": last,
-               "started_at": started_at}
+               "started_at": started_at, "parent": os.getpid()}
         self._process = context.Process(target=_second_half, args=(job, send), daemon=True)
         self._process.start()
         send.close()
@@ -307,7 +308,9 @@ class _FastForward:
 
 def _second_half(job: Mapping[str, Any], send: Any) -> None:
     """The second process: fast-forward to ``after``, replay ``after < seq <= last`` into the scratch
-    ledger ``part``, commit it and send the outcome (``{"ok": False}`` on any failure)."""
+    ledger ``part``, commit it and send the outcome (``{"ok": False}`` on any failure). It ends as
+    soon as the first process has ended (killed, say): nobody would read its work."""
+    watch_parent(job["parent"])
     try:
         outcome = _replay_second_half(job)
     except Exception:  # whatever it was, the first process replays these events itself and names it
