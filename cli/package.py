@@ -10,7 +10,6 @@ import click
 
 from ledger import (Case, ManyReport, VerifyReport, case_folders, export_case, export_many, import_tree, verify_case,
                     verify_many)
-
 from ledger.package_tools.export import export_count
 from ledger.package_tools.manifest import read_manifest
 
