@@ -238,3 +238,25 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/status").read_text().split("State:")[1].split()[0] != "Z"
     except (OSError, IndexError):
         return False
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_an_event_written_as_verify_starts_is_never_counted_ahead_of_the_clock(ledger_case, split_used, monkeypatch,
+                                                                              example_policy, jobs):
+    """Verify's clock is read once its snapshot of the ledger is taken: an event a writer appends
+    meanwhile is either outside the snapshot or older than that clock, never "dated ahead"."""
+    from ledger import Case
+
+    check = verify_module._sqlite_check
+
+    def append_then_check(conn, kind):
+        from ledger.storage.connection import CheckpointWarning
+
+        with pytest.warns(CheckpointWarning, match="reading an older snapshot"):  # verify's, taken already
+            with Case.open(ledger_case) as case:
+                case.budget(example_policy).reserve("H1", "late", "source.read_context")
+        check(conn, kind)
+    monkeypatch.setattr(verify_module, "_sqlite_check", append_then_check)
+    report = verify_case(ledger_case, jobs=jobs)
+    assert (report.events, report.future_events, report.future_max_lead_ms) == (28, 0, 0)
+    assert len(split_used) == (1 if jobs == 2 else 0)

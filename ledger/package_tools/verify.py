@@ -192,6 +192,7 @@ def _verify_case(path: str | os.PathLike[str], progress: Progress | None, strict
         try:
             with translate_sqlite_errors():  # a damaged file's undecodable text, wherever it is first read
                 split = plan_split(scratch, Path(scratch_dir), jobs)  # before the first read of the ledger's snapshot
+                _newest_seq(scratch.conn)  # that first read: every event in the snapshot was written before now
                 started_at = utc_now()
                 if split is not None:  # started first: its start-up runs beside SQLite's check of the file
                     second = SecondHalf.start(root, ledger, split[2], split[0], split[1], started_at)
