@@ -12,6 +12,7 @@ from ledger import (Case, ManyReport, VerifyReport, case_folders, export_case, e
                     verify_many)
 from ledger.package_tools.export import export_count
 from ledger.package_tools.manifest import read_manifest
+from ledger.ground.workers import JOBS_MAX
 
 from ._common import JSON, CaseFolder, Settings, pass_settings, progress_bar, table_format
 from ._output import dumps, echo, emit_result, emit_rows, one_line, warn
@@ -19,11 +20,16 @@ from ._output import dumps, echo, emit_result, emit_rows, one_line, warn
 CASES = click.argument("cases", metavar="CASE...", nargs=-1, required=True, type=CaseFolder())
 ALL = click.option("--all", "all_in", is_flag=True,
                    help="Each CASE is a folder of cases: take every case folder directly inside it.")
-JOBS = click.option("--jobs", type=click.IntRange(1, 256), default=None, metavar="N",
-                    help="Processes for several cases, this one included (default: the cores this process may use).")
-VERIFY_JOBS = click.option("--jobs", type=click.IntRange(1, 256), default=None, metavar="N",
-                           help="Processes, this one included (default: the cores this process may use): cases "
-                                "side by side, or one case's later events replayed by a second one.")
+
+
+def _jobs(help_text: str) -> Any:
+    """The ``--jobs N`` option (1 to ``JOBS_MAX``; default: the cores this process may use)."""
+    return click.option("--jobs", type=click.IntRange(1, JOBS_MAX), default=None, metavar="N", help=help_text)
+
+
+JOBS = _jobs("Processes for several cases, this one included (default: the cores this process may use).")
+VERIFY_JOBS = _jobs("Processes, this one included (default: the cores this process may use): cases side by side, "
+                    "or one case's later events replayed by a second one.")
 
 
 def _single(cases: tuple[str, ...], all_in: bool, jobs: int | None) -> str | None:
@@ -52,12 +58,11 @@ def _many(run: Any, cases: tuple[str, ...], all_in: bool, jobs: int | None, as_j
     a case's outcome → lines printed on stderr as ``note: CASE: …`` after its line."""
     folders = case_folders(cases) if all_in else list(cases)
 
-    def each(outcome: dict[str, Any]) -> None:
+    def print_case(outcome: dict[str, Any]) -> None:
         echo(_case_line(outcome, done))
         for line in notes(outcome) if notes is not None else ():
             warn(f"note: {outcome['case']}: {line}")
-    each = None if as_json else each
-    report: ManyReport = run(folders, jobs=jobs, each=each, **options)
+    report: ManyReport = run(folders, jobs=jobs, each=None if as_json else print_case, **options)
     if as_json:
         echo(dumps(report.to_dict()))
     else:

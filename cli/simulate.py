@@ -12,6 +12,7 @@ from ledger.simulation.frontier import DEFAULT_FOLDS, emit_policy, parse_max_sto
 from ledger.simulation.plot import check_output_file, check_plot
 from ledger.simulation.simulator import parse_vary
 from ledger.ground.paths import os_error
+from ledger.ground.workers import JOBS_MAX
 
 from ._common import Settings, input_path, pass_settings, table_options
 from ._output import OutputError, dumps, echo, emit_rows, one_line
@@ -131,7 +132,7 @@ def _first_names(names: list[str]) -> str:
               "and the bootstrap.")
 @click.option("--bootstrap", "samples", type=click.IntRange(0, 1_000_000), default=0, show_default=True,
               metavar="N", help="With --max-stopped: 95 % intervals of the choice's figures from N resamplings.")
-@click.option("--jobs", type=click.IntRange(1, 256), default=None, show_default="the cores this process may use",
+@click.option("--jobs", type=click.IntRange(1, JOBS_MAX), default=None, show_default="the cores this process may use",
               help="Processes replaying journals, this one included; each holds one run at a time.")
 @click.option("--package", type=click.Path(file_okay=False, exists=True, path_type=str), metavar="DIR",
               help="Folder where the journals' source_refs resolve (default: none, so they are refused).")
