@@ -30,7 +30,9 @@ The first five below (the durable stores) take turns in seven rounds of 300 oper
 * ``verify_events_per_s`` / ``verify_peak_rss_mib`` — ``ledger verify`` (a real process) at 100,000 events
   (three rounds taken in turns with the bare scan of ``verify_vs_scan``; the median time, the largest RSS);
 * ``balances_query_ms`` — ``SELECT * FROM balances`` at 100,000 events (median);
-* ``export_files_per_s`` — ``ledger export`` of that case;
+* ``export_files_per_s`` — ``ledger export`` of that case into an empty package folder (two exports
+  taken in turns with two of ``export_vs_raw_files``'s bare loop, in the order export, loop, loop,
+  export, so that a steady drift in the disk's speed hits both alike; the mean of each);
 * ``simulate_vs_apply`` — how many times faster ``ledger simulate`` (one process, default ``--jobs``)
   replays the 100 real journals (``tests/data/trajectories``) than ``ledger apply --keep-going``
   applies them (one process per journal), both under the example policy: journal lines per second
@@ -452,6 +454,27 @@ def verify_and_scan(case: Path, rounds: int) -> tuple[float, int, float]:
     return statistics.median(verify), max(peaks), statistics.median(scans)
 
 
+def export_and_raw_files(case: Path, target: Path) -> tuple[float, int, float]:
+    """``(export seconds, files, raw files/s)``: ``ledger export`` of ``case`` into an empty package folder
+    (a real process) and the bare loop (:func:`baselines.raw_files_per_s`, writing the same files under
+    ``target``) in the order export, loop, loop, export; the mean of each."""
+    exports, raws = [], []
+
+    def export() -> None:
+        shutil.rmtree(case / "analysis", ignore_errors=True)
+        (case / "manifest.json").unlink(missing_ok=True)
+        exports.append(run_cli("export", str(case))[0])
+
+    def raw() -> None:
+        shutil.rmtree(target, ignore_errors=True)
+        raws.append(baselines.raw_files_per_s(case / "analysis", target))
+
+    for step in (export, raw, raw, export):
+        step()
+    files = sum(len(names) for _, _, names in os.walk(case / "analysis")) + 1
+    return statistics.mean(exports), files, statistics.mean(raws)
+
+
 def bench_growth(directory: Path, small: int, large: int, samples: int) -> dict[str, float]:
     """Latency and reads on a ledger of ``small`` and one of ``large`` events, measured in turns; then
     verify/balances/export of the large one."""
@@ -472,9 +495,7 @@ def bench_growth(directory: Path, small: int, large: int, samples: int) -> dict[
         timings.append(time.perf_counter() - began)
     case.close()
     verify_s, verify_rss, scan = verify_and_scan(directory / "big", VERIFY_ROUNDS)
-    export_s, _ = run_cli("export", str(directory / "big"))
-    files = sum(len(names) for _, _, names in os.walk(directory / "big" / "analysis")) + 1
-    raw_files = baselines.raw_files_per_s(directory / "big" / "analysis", directory / "raw-files")
+    export_s, files, raw_files = export_and_raw_files(directory / "big", directory / "raw-files")
     return {
         "scan_events_per_s": scan,
         "verify_vs_scan": events / verify_s / scan,

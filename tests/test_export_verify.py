@@ -14,6 +14,7 @@ from ledger import (Case, LedgerError, export_case, import_tree, verify_case, re
     BudgetConfig)
 from ledger.ground.canonical import canonical_bytes, sha256_hex
 from ledger.ground.errors import (CASE_EXISTS, INTEGRITY_ERROR, INVALID_ARGUMENT, LEDGER_MISSING, STORAGE_ERROR)
+import ledger.package_tools.export as export_module
 from conftest import deny_reading, logical_dump, run_cli, make_package, start_case
 
 
@@ -107,6 +108,78 @@ def test_export_is_idempotent_and_incremental(exported):
         report = export_case(case)
     assert report.files_written == 2  # the new event and the manifest
     assert not [p for p in tree(exported) if ".ledger-tmp-" in p]
+
+
+def test_a_re_export_rewrites_exactly_the_files_that_differ_or_are_missing(exported):
+    events = exported / "analysis" / "case" / "events"
+    edited, removed = events / "00000002.json", events / "00000001.json"
+    edited_bytes, removed_bytes = edited.read_bytes(), removed.read_bytes()
+    edited.write_bytes(edited_bytes + b" ")
+    removed.unlink()
+    with Case.open(exported) as case:
+        report = export_case(case)
+        files = export_module.export_count(case)
+    assert (report.files_written, report.files_unchanged) == (2, files - 2)
+    assert (edited.read_bytes(), removed.read_bytes()) == (edited_bytes, removed_bytes)
+    assert verify_case(exported).export_state == "current"
+
+
+def test_a_temp_name_another_process_left_is_left_alone_and_the_file_still_written(tmp_path, monkeypatch):
+    import itertools
+    import ledger.package_tools.atomic_files as files_module
+
+    monkeypatch.setattr(files_module, "_TEMP_NUMBERS", itertools.count(7))
+    target = tmp_path / "out.json"
+    taken = tmp_path / f".ledger-tmp-out.json.{os.getpid()}{files_module._TAG}7"
+    taken.write_bytes(b"someone else's")
+    files_module.write_atomic(target, b"{}", 0o640)
+    assert target.read_bytes() == b"{}" and target.stat().st_mode & 0o777 == 0o640
+    assert taken.read_bytes() == b"someone else's"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".ledger-tmp-")] == [taken.name]
+
+
+def test_a_file_is_the_same_as_bytes_only_when_it_is_a_regular_file_holding_exactly_them(tmp_path, monkeypatch):
+    import errno
+    from ledger.package_tools.atomic_files import same_bytes
+
+    data = b'{"seq":1}'
+    (tmp_path / "equal").write_bytes(data)
+    (tmp_path / "edited").write_bytes(b'{"seq":2}')
+    (tmp_path / "longer").write_bytes(data + b"\n")
+    (tmp_path / "shorter").write_bytes(data[:-1])
+    (tmp_path / "link").symlink_to(tmp_path / "equal")
+    (tmp_path / "folder").mkdir()
+    os.mkfifo(tmp_path / "fifo")  # opened without waiting for a writer
+    found = {name: same_bytes(tmp_path / name, data)
+             for name in ("equal", "edited", "longer", "shorter", "link", "folder", "fifo", "missing")}
+    assert found == {"equal": True, "edited": False, "longer": False, "shorter": False, "link": False,
+                     "folder": False, "fifo": False, "missing": False}
+    assert same_bytes(str(tmp_path / "equal"), data, refused="it") is True
+
+    def failing_read(fd, size):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "read", failing_read)
+    assert same_bytes(tmp_path / "equal", data) is False  # a file that cannot be read is not the same
+    with pytest.raises(LedgerError) as caught:
+        same_bytes(tmp_path / "equal", data, refused="the exported file x")
+    assert caught.value.code == STORAGE_ERROR and "cannot read the exported file x" in caught.value.message
+
+
+def test_an_exported_file_the_system_fails_to_read_is_storage_error_for_verify(exported, monkeypatch):
+    import errno
+
+    real_read = os.read
+
+    def failing_read(fd, size):
+        if os.readlink(f"/proc/self/fd/{fd}").endswith("00000002.json"):
+            raise OSError(errno.EIO, "Input/output error")
+        return real_read(fd, size)
+
+    monkeypatch.setattr(os, "read", failing_read)
+    with pytest.raises(LedgerError) as caught:
+        verify_case(exported)
+    assert caught.value.code == STORAGE_ERROR and "00000002.json" in caught.value.message
 
 
 def test_verify_passes_on_an_honest_case_and_names_the_head(exported):

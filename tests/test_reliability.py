@@ -214,7 +214,7 @@ def test_a_fault_during_case_creation_leaves_no_case_and_init_can_run_again(tmp_
             assert case.status()["package_generation"] == 1
 
 
-EXPORT_STEPS = ("mkstemp", "fdopen", "fsync", "replace", "fsync_dir")
+EXPORT_STEPS = ("open", "fchmod", "write", "fsync", "replace", "fsync_dir")
 
 
 def export_tree(root: Path) -> dict[str, bytes]:
@@ -226,6 +226,9 @@ def export_tree(root: Path) -> dict[str, bytes]:
             if relative == "manifest.json" or relative.startswith("analysis/"):
                 files[relative] = path.read_bytes()
     return files
+
+
+real_open = os.open
 
 
 @pytest.fixture
@@ -242,7 +245,11 @@ def export_faults(monkeypatch):
         return wrapper
 
     monkeypatch.setattr(files_module.tempfile, "mkstemp", wrap("mkstemp", tempfile.mkstemp))
-    monkeypatch.setattr(files_module.os, "fdopen", wrap("fdopen", os.fdopen))
+    created = wrap("open", os.open)
+    monkeypatch.setattr(files_module.os, "open", lambda path, flags, *rest, **named: (
+        created if flags & os.O_EXCL else real_open)(path, flags, *rest, **named))  # a new temp file
+    monkeypatch.setattr(files_module.os, "fchmod", wrap("fchmod", os.fchmod))
+    monkeypatch.setattr(files_module.os, "write", wrap("write", os.write))
     monkeypatch.setattr(files_module.os, "fsync", wrap("fsync", os.fsync))
     monkeypatch.setattr(files_module.os, "replace", wrap("replace", os.replace))
     monkeypatch.setattr(export_module, "fsync_dir", wrap("fsync_dir", export_module.fsync_dir))

@@ -6,13 +6,17 @@ A crash leaves either the old file or the new one, plus at most a
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
+import secrets
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 
-from ..ground.paths import read_bytes
+from ..ground.errors import STORAGE_ERROR
+from ..ground.paths import os_error, read_bytes
 from ..model.package import EXPORT_TEMP_PREFIX
 
 
@@ -38,27 +42,32 @@ def new_file_mode() -> int:
     return 0o666 & ~mask
 
 
-def write_atomic(path: Path, data: bytes, mode: int | None = None) -> None:
+def write_atomic(path: Path, data: bytes, mode: int | None = None, *, folder_exists: bool = False) -> None:
     """Write ``data`` to ``path`` via a temp file in the same folder, fsync, rename.
 
     The caller fsyncs the folder (once per batch of files). A crash leaves either
     the old file or the new one, plus at most a ``.ledger-tmp-*`` leftover. The
     file gets ``mode`` (default :func:`new_file_mode`; pass it when writing many).
+    ``folder_exists``: the caller knows ``path``'s folder exists, so it is not made again.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(prefix=EXPORT_TEMP_PREFIX + path.name + ".", dir=path.parent)
+    if not folder_exists:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.with_name(f"{EXPORT_TEMP_PREFIX}{path.name}.{os.getpid()}{_TAG}{next(_TEMP_NUMBERS)}")
+    try:
+        fd = os.open(temp, _CREATE, 0o600)
+    except FileExistsError:  # a leftover of an earlier process that had this pid and tag
+        fd, name = tempfile.mkstemp(prefix=EXPORT_TEMP_PREFIX + path.name + ".", dir=path.parent)
+        temp = Path(name)
     try:
         try:
-            # mkstemp's 0600 would hide the export from other readers
+            # 0600 until written: others see the file only whole, then with the mode asked
             os.fchmod(fd, new_file_mode() if mode is None else mode)
-            handle = os.fdopen(fd, "wb")
-        except BaseException:
-            os.close(fd)  # not yet owned by a file object: nothing else would close it
-            raise
-        with handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(temp, path)
     except BaseException:
         try:
@@ -68,14 +77,58 @@ def write_atomic(path: Path, data: bytes, mode: int | None = None) -> None:
         raise
 
 
-def same_bytes(path: Path, data: bytes, *, refused: str | None = None) -> bool:
-    """Whether the regular file ``path`` holds exactly ``data`` (False when it is absent or a link).
-    A read the system refuses counts as False, or with ``refused`` (what to call the file) is
-    ``STORAGE_ERROR``: a checker must not report a file it may not read as one that differs."""
+#: Flags of a temp file :func:`write_atomic` creates: a new file only, never one that exists.
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+#: Temp names: ``<prefix><name>.<pid><tag><number>``, unique in this process and, with the tag,
+#: across processes that reuse a pid.
+_TAG = "-" + secrets.token_hex(3) + "-"
+_TEMP_NUMBERS = itertools.count()
+
+
+def same_bytes(path: "str | os.PathLike[str]", data: bytes, *, refused: str | None = None) -> bool:
+    """Whether the regular file ``path`` holds exactly ``data`` (False when it is absent, a link or
+    not a regular file). A read the system refuses counts as False, or with ``refused`` (what to
+    call the file) is ``STORAGE_ERROR``: a checker must not report a file it may not read as one
+    that differs.
+
+    The file is opened once, never through a link and without waiting on a pipe, and examined
+    through what was opened; anything that cannot be opened so takes the slower way by its name."""
+    if not _NOFOLLOW:  # a system that would open through a link: by name alone
+        return _same_bytes_by_name(Path(path), data, refused)
     try:
-        if path.is_symlink() or path.stat().st_size != len(data):
-            return False
+        fd = os.open(path, _READ)
     except OSError:
+        return _same_bytes_by_name(Path(path), data, refused)
+    try:
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode) or status.st_size != len(data):
+            return False
+        held = os.read(fd, len(data) + 1)
+        while len(held) < len(data):  # a short read before the end (a signal): read on
+            more = os.read(fd, len(data) + 1 - len(held))
+            if not more:
+                break
+            held += more
+        return held == data
+    except OSError as exc:
+        if refused is None:
+            return False
+        raise os_error(exc, f"cannot read {refused}", STORAGE_ERROR) from None
+    finally:
+        os.close(fd)
+
+
+#: How :func:`same_bytes` opens a file: reading, never through a link, never waiting (a pipe).
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_READ = os.O_RDONLY | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def _same_bytes_by_name(path: Path, data: bytes, refused: str | None) -> bool:
+    try:
+        status = os.lstat(path)
+    except OSError:
+        return False
+    if not stat.S_ISREG(status.st_mode) or status.st_size != len(data):
         return False
     if refused is not None:
         return read_bytes(path, refused) == data

@@ -57,6 +57,15 @@ def _stale_temp_files(root: Path) -> Iterator[Path]:
             yield root / name
 
 
+def _make_folder(folder: Path) -> bool:
+    """Make ``folder`` (and its parents); True when it did not exist before."""
+    try:
+        folder.mkdir(parents=True)
+    except FileExistsError:
+        return False
+    return True
+
+
 def export_count(case: Case) -> int:
     """Number of files an export of ``case`` consists of (events + contents + manifest)."""
     check_instance(case, Case, "case", "an open Case")
@@ -108,16 +117,22 @@ def _export_locked(case: Case, root: Path, progress: Progress | None) -> ExportR
     committed = False
     mode = new_file_mode()  # once per export, not once per file
 
+    made: dict[Path, bool] = {}  # folder → made by this export (so it held no file before)
+
     def put(relative: str, data: bytes) -> None:
         target = root / relative
-        if same_bytes(target, data):
+        folder = target.parent
+        new = made.get(folder)
+        if new is None:
+            new = made[folder] = _make_folder(folder)
+        if not new and same_bytes(target, data):
             report.files_unchanged += 1
         else:
-            if not target.exists():
+            if new or not target.exists():
                 created.append(target)
-            write_atomic(target, data, mode)
+            write_atomic(target, data, mode, folder_exists=True)
             report.files_written += 1
-            touched.add(target.parent)
+            touched.add(folder)
         if progress:
             progress(1)
 

@@ -495,10 +495,11 @@ def _check_export(root: Path, conn: sqlite3.Connection, head_seq: int, manifest:
     check_export_tree(files, known | {content_path(sha) for (sha,) in conn.execute(statement("content_shas"))})
     limit = manifest["head"]["seq"] if manifest else 0
     present = set(files)  # every regular file under analysis/ (a link there was refused above)
+    top = os.fspath(root)
     for seq, stream, revision, stream_seq, body in conn.execute(export_statement(conn, "events_for_export")):
         relative = event_path(stream, revision, stream_seq)
         if relative in present:
-            if not same_bytes(root / relative, stored_bytes(body), refused=f"the exported file {relative}"):
+            if not same_bytes(os.path.join(top, relative), stored_bytes(body), refused=f"the exported file {relative}"):
                 raise _bad(seq, f"exported file {relative} differs from the ledger")
             checked += 1
         elif seq <= limit:
@@ -506,7 +507,7 @@ def _check_export(root: Path, conn: sqlite3.Connection, head_seq: int, manifest:
     for sha, seq, body in conn.execute(statement("contents_for_export")):
         relative = content_path(sha)
         if relative in present:
-            if not same_bytes(root / relative, stored_bytes(body), refused=f"the exported file {relative}"):
+            if not same_bytes(os.path.join(top, relative), stored_bytes(body), refused=f"the exported file {relative}"):
                 raise _bad(seq, f"exported content {sha} differs from the ledger")
             checked += 1
         elif seq <= limit:
