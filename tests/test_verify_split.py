@@ -7,6 +7,7 @@ verify with two processes passes, fails and names the same seq and message as wi
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 
@@ -231,6 +232,55 @@ def test_the_second_process_ends_when_the_first_is_killed(ledger_case, tmp_path)
     while _alive(second) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _alive(second), f"the second process {second} outlived the verify that started it"
+
+
+def test_a_scratch_folder_a_killed_verify_left_is_removed_by_the_next_verify(ledger_case, tmp_path, monkeypatch):
+    """SIGKILL leaves verify's scratch folder behind; the next verify removes it once that process is
+    gone, and leaves alone a live process's folder, one named from another pid namespace, a link
+    and a folder named otherwise."""
+    import subprocess
+    import sys
+    import tempfile
+    import time
+
+    from ledger.package_tools.atomic_files import process_tag
+
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    marker = tmp_path / "second.pid"
+    script = tmp_path / "first.py"
+    script.write_text(
+        "import os, time\n"
+        "from ledger.package_tools import verify_range\n"
+        "verify_range.SPLIT_MIN_EVENTS = 2\n"
+        "def stalled(job):\n"
+        f"    open({str(marker)!r}, 'w').write(str(os.getpid()))\n"
+        "    time.sleep(60)\n"
+        "verify_range._replay_second_half = stalled\n"
+        "if __name__ == '__main__':\n"
+        "    from ledger import verify_case\n"
+        f"    verify_case({str(ledger_case)!r}, jobs=2)\n", encoding="utf-8")
+    first = subprocess.Popen([sys.executable, str(script)], env={**os.environ, "TMPDIR": str(temp)})
+    try:
+        deadline = time.monotonic() + 60
+        while not (marker.exists() and marker.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert marker.read_text()
+    finally:
+        first.kill()
+        first.wait()
+    left = [p.name for p in temp.iterdir()]
+    assert len(left) == 1 and left[0].startswith("ledger-verify-") and left[0].endswith(f".{first.pid}")
+    namespace = os.stat("/proc/self/ns/pid").st_ino
+    kept = [f"ledger-verify-live{process_tag()}", f"ledger-verify-other.{namespace + 1}.{first.pid}",
+            "ledger-verify-untagged"]
+    for name in kept:
+        (temp / name).mkdir()
+    kept.append(f"ledger-verify-link.{namespace}.{first.pid}")
+    (temp / kept[-1]).symlink_to(temp / kept[0])
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    verify_case(ledger_case)  # passes (it raises otherwise)
+    assert sorted(p.name for p in temp.iterdir()) == sorted(kept)
 
 
 def _alive(pid: int) -> bool:

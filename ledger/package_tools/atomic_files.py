@@ -172,3 +172,40 @@ def remove_abandoned_builds(parent: Path, prefix: str) -> None:
         named = re.fullmatch(r"(?:.*\.)?(\d{1,10})(?:-\d+)?", leftover.name[len(prefix):], re.S)
         if named and not pid_alive(int(named.group(1))) and not leftover.is_symlink():
             shutil.rmtree(leftover, ignore_errors=True)
+
+
+def process_tag() -> str:
+    """``.<pid namespace>.<pid>``: the end of a temporary folder's name that says which process made
+    it, so that :func:`remove_abandoned_temp_folders` can tell when that process is gone. The
+    namespace (``0`` where the system has none) keeps a container sharing the temp folder from
+    taking another's live process for a dead one of its own."""
+    return f".{_pid_namespace()}.{os.getpid()}"
+
+
+def _pid_namespace() -> int:
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
+def remove_abandoned_temp_folders(parent: Path, prefix: str) -> None:
+    """Remove this user's folders ``<prefix>…<process tag>`` in ``parent`` (named with :func:`process_tag`)
+    whose process, in this pid namespace, is gone: what a killed process could not clean up
+    (SIGKILL, the out-of-memory killer). Never a link, another user's folder or a live process's.
+    Best effort: a folder that cannot be listed or removed is left."""
+    namespace = _pid_namespace()
+    try:
+        entries = [entry for entry in os.scandir(parent) if entry.name.startswith(prefix)]
+    except OSError:
+        return
+    for entry in entries:
+        named = re.fullmatch(r".*\.(\d{1,20})\.(\d{1,10})", entry.name[len(prefix):], re.S)
+        if named is None or int(named.group(1)) != namespace or pid_alive(int(named.group(2))):
+            continue
+        try:
+            if not entry.is_dir(follow_symlinks=False) or entry.stat(follow_symlinks=False).st_uid != os.geteuid():
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(entry.path, ignore_errors=True)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from ..ground import errors as E
-from .atomic_files import same_bytes
+from .atomic_files import process_tag, remove_abandoned_temp_folders, same_bytes
 from ..storage.sqlfiles import migration_record_problem, schema_version, shipped_schema, statement
 from ..ground.arguments import check_callback, check_flag
 from ..ground.workers import job_count
@@ -149,6 +149,11 @@ def _rows_differ(conn: sqlite3.Connection, table: str, order: str, query: str = 
         return conn.execute(statement(query, table=table, order=order)).fetchone()
 
 
+#: Verify's scratch folder in the system's temp folder: ``ledger-verify-<random>.<pid namespace>.<pid>``.
+#: One a killed verify left is removed by the next verify on this machine, once its process is gone.
+SCRATCH_PREFIX = "ledger-verify-"
+
+
 def verify_case(path: str | os.PathLike[str], progress: Progress | None = None, *,
                 strict: bool = False, jobs: int | None = 1) -> VerifyReport:
     """Verify the case at ``path`` (docs/files.md); raise ``INTEGRITY_ERROR`` naming the first bad ``seq``.
@@ -184,7 +189,8 @@ def _verify_case(path: str | os.PathLike[str], progress: Progress | None, strict
         Case.open(root)  # raises the right LEDGER_MISSING
     check_package_names(root)
     log_was_there = log_files_exist(ledger)
-    with tempfile.TemporaryDirectory(prefix="ledger-verify-") as scratch_dir:
+    remove_abandoned_temp_folders(Path(tempfile.gettempdir()), SCRATCH_PREFIX)
+    with tempfile.TemporaryDirectory(prefix=SCRATCH_PREFIX, suffix=process_tag()) as scratch_dir:
         scratch = Storage.scratch(Path(scratch_dir) / "replay.sqlite", ledger)
         immutable = scratch.read_only_source
         before = file_identity(ledger) if immutable else None
