@@ -21,6 +21,7 @@ import pytest
 from click.testing import CliRunner
 
 from ledger import Case, LedgerError, apply_journal, export_fleet, fleet_query, read_only_query, run_demo
+from ledger.ground.errors import INVALID_ARGUMENT
 from ledger.package_tools.fleet import TABLES, column_type, partition_name
 from ledger_cli.main import main
 
@@ -362,3 +363,25 @@ def test_export_keeps_no_statement_per_case(fleet, tmp_path):
     size = _statement.cache_info().currsize
     assert export_fleet([cases], tmp_path / "out").exported == len(ids)
     assert _statement.cache_info().currsize == size
+
+
+@pytest.mark.parametrize("jobs", [0, 257, 2.0, True, "2"])
+def test_jobs_is_checked_like_every_other_jobs_argument(fleet, tmp_path, jobs):
+    cases, _, _ = fleet
+    with pytest.raises(LedgerError) as caught:
+        export_fleet([cases], tmp_path / "out", jobs=jobs)
+    assert caught.value.code == INVALID_ARGUMENT and "1 to 256" in caught.value.message
+    assert not (tmp_path / "out").exists()
+
+
+def test_jobs_none_uses_the_cores_this_process_may_use(fleet, tmp_path, monkeypatch):
+    from ledger.ground import workers
+
+    cases, out, ids = fleet
+    asked = []
+    monkeypatch.setattr(workers, "usable_cores", lambda: asked.append(1) or 1)
+    report = export_fleet([cases], tmp_path / "out", jobs=None)
+    assert asked == [1] and (report.exported, report.failed) == (len(ids), [])
+    for table in TABLES:
+        query = f"SELECT * FROM {table} ORDER BY ALL"
+        assert fleet_query(tmp_path / "out", query) == fleet_query(out, query), table

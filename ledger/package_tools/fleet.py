@@ -35,7 +35,7 @@ from ..services.case import Case
 from ..ground.errors import LedgerError
 from ..model.package import LEDGER_FILE
 from ..ground.paths import fs_path, os_error
-from ..ground.workers import worker_context
+from ..ground.workers import job_count, worker_context
 from ..storage.readonly import open_readonly
 from ..storage.sqlite_file import translate_sqlite_errors
 from .verify import verify_case
@@ -331,15 +331,16 @@ def _worker(args: tuple[str, str]) -> dict[str, Any]:
     return _export_case(Path(args[0]), Path(args[1]))
 
 
-def export_fleet(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str], *, jobs: int = 1,
+def export_fleet(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str], *, jobs: int | None = 1,
                  progress: Progress | None = None) -> FleetReport:
     """Export every case found in ``paths`` (cases or folders of cases) to ``out`` (docs/fleet.md).
 
     A case whose head is the one recorded in ``out`` is skipped; a case that fails ``verify``
     (or cannot be read) is reported in ``failed`` and nothing of it is written. ``jobs``
-    processes each export one case at a time. ``progress(1)`` is called per case.
+    processes (an integer from 1 to 256, else ``INVALID_ARGUMENT``; None: the cores this process may
+    use) each export one case at a time. ``progress(1)`` is called per case.
     """
-    check_int(jobs, "jobs", minimum=1, maximum=1024)
+    jobs = job_count(jobs)
     check_callback(progress, "progress")
     _duckdb()
     cases = find_cases(paths)
