@@ -36,8 +36,8 @@ The first five below (the durable stores) take turns in seven rounds of 300 oper
 * ``simulate_vs_apply`` — how many times faster ``ledger simulate`` (one process, default ``--jobs``)
   replays the 100 real journals (``tests/data/trajectories``) than ``ledger apply --keep-going``
   applies them (one process per journal), both under the example policy: journal lines per second
-  on both sides, start-up included on both; ``simulate`` is timed three times and its median
-  taken, ``apply`` once per journal.
+  on both sides, start-up included on both; the two take turns (simulate, apply, simulate, apply,
+  simulate): the median of the three simulates, the mean of the two applies (each every journal).
   ``simulate_steps_vs_apply_lines`` divides the simulator's *steps* (reserve lines, as its ``steps``
   figure counts them) per second by apply's lines per second instead; it is shown, with no target:
   it mixes two units, so it also moves with the journals' share of reserve lines (about a third);
@@ -327,10 +327,12 @@ def bench_simulate_vs_apply(directory: Path, journals: int, repeats: int = 3) ->
     both under the example policy (``--config``).
 
     Both sides answer for the same lines under the same rules, so the ratio is one of wall
-    times: apply's (one process per journal, one after another, summed) over simulate's (one
-    process for all, its default ``--jobs``, the median of ``repeats`` runs). ``simulate`` does
-    not evaluate the lines of a run after it stopped (every account terminal: ``apply`` refuses
-    each of them), and uses every core.
+    times: apply's (one process per journal, one after another, summed; into new cases each time)
+    over simulate's (one process for all, its default ``--jobs``). They take turns, simulate,
+    apply, simulate, apply, simulate, so that drift in the machine's speed hits both: the mean of
+    the two applies over the median of the three simulates. ``simulate`` does not evaluate the
+    lines of a run after it stopped (every account terminal: ``apply`` refuses each of them), and
+    uses every core.
     """
     folder = directory / "trajectories"
     folder.mkdir()
@@ -338,15 +340,25 @@ def bench_simulate_vs_apply(directory: Path, journals: int, repeats: int = 3) ->
     for path in sorted(TRAJECTORIES.glob("*.jsonl"))[:journals]:
         shutil.copy(path, folder / path.name)
     lines = steps = 0
-    applied = 0.0
     for path in sorted(folder.glob("*.jsonl")):
         parsed = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         lines += len(parsed)
         steps += sum(1 for line in parsed if line.get("op") == "reserve")
-        elapsed, _ = run_cli(*policy, "apply", str(directory / "applied" / path.stem), str(path), "--create", "SIM",
-                             "--keep-going", ok=(0, 1))  # a run stopped by its policy exits 1
-        applied += elapsed
-    simulated = statistics.median(run_cli(*policy, "simulate", str(folder), "--json")[0] for _ in range(repeats))
+
+    def apply_all() -> float:
+        shutil.rmtree(directory / "applied", ignore_errors=True)
+        total = 0.0
+        for path in sorted(folder.glob("*.jsonl")):
+            total += run_cli(*policy, "apply", str(directory / "applied" / path.stem), str(path), "--create", "SIM",
+                             "--keep-going", ok=(0, 1))[0]  # a run stopped by its policy exits 1
+        return total
+
+    simulates, applies = [], []
+    for _ in range(repeats - 1):
+        simulates.append(run_cli(*policy, "simulate", str(folder), "--json")[0])
+        applies.append(apply_all())
+    simulates.append(run_cli(*policy, "simulate", str(folder), "--json")[0])
+    applied, simulated = statistics.mean(applies), statistics.median(simulates)
     return {"simulate_vs_apply": applied / simulated, "simulate_vs_apply_unit": "journal lines",
             "simulate_policy": EXAMPLE_POLICY.name,
             "simulate_s": simulated, "apply_s": applied, "simulate_lines": lines, "simulate_steps": steps,
