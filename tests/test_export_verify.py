@@ -15,6 +15,7 @@ from ledger import (Case, LedgerError, export_case, import_tree, verify_case, re
 from ledger.ground.canonical import canonical_bytes, sha256_hex
 from ledger.ground.errors import (CASE_EXISTS, INTEGRITY_ERROR, INVALID_ARGUMENT, LEDGER_MISSING, STORAGE_ERROR)
 import ledger.package_tools.export as export_module
+from ledger.model.package import event_path
 from conftest import deny_reading, logical_dump, run_cli, make_package, start_case
 
 
@@ -180,6 +181,100 @@ def test_an_exported_file_the_system_fails_to_read_is_storage_error_for_verify(e
     with pytest.raises(LedgerError) as caught:
         verify_case(exported)
     assert caught.value.code == STORAGE_ERROR and "00000002.json" in caught.value.message
+
+
+def _newest_event_file(path: Path) -> tuple[str, bytes]:
+    conn = sqlite3.connect(path / "ledger.sqlite")
+    stream, revision, stream_seq, body = conn.execute(
+        "SELECT stream, revision, stream_seq, body FROM events ORDER BY seq DESC LIMIT 1").fetchone()
+    conn.close()
+    return event_path(stream, revision, stream_seq), body.encode()
+
+
+@pytest.mark.parametrize("covered", [False, True])
+def test_an_exported_file_removed_while_verify_reads_is_absent_never_edited(exported, monkeypatch, covered):
+    """An interrupted export removes the files it wrote: one verify listed before that is absent
+    when compared. Past the manifest's head it is simply not exported yet; at or below it, missing."""
+    import ledger.package_tools.verify as verify_module
+
+    if covered:
+        relative, _ = _newest_event_file(exported)  # the manifest's head
+    else:
+        with Case.open(exported) as case:  # an export that wrote the next event's file, then was stopped
+            case.budget().reserve("H1", "a3", "source.read_context")
+        relative, data = _newest_event_file(exported)
+        (exported / relative).write_bytes(data)
+    listed = verify_module.check_export_tree
+
+    def removed_after_the_listing(files, known):
+        (exported / relative).unlink()
+        return listed(files, known)
+
+    monkeypatch.setattr(verify_module, "check_export_tree", removed_after_the_listing)
+    if covered:
+        assert "is missing" in assert_verify_fails_at(exported, _head_seq(exported)).message
+    else:
+        assert verify_case(exported).export_behind == 1
+
+
+def _head_seq(path: Path) -> int:
+    conn = sqlite3.connect(path / "ledger.sqlite")
+    seq = conn.execute("SELECT max(seq) FROM events").fetchone()[0]
+    conn.close()
+    return seq
+
+
+def test_an_interrupt_right_after_the_temp_file_is_made_leaves_no_temp_file(tmp_path, monkeypatch):
+    import ledger.package_tools.atomic_files as files_module
+
+    real_open = os.open
+
+    def interrupted(path, flags, *rest):
+        fd = real_open(path, flags, *rest)
+        if flags & os.O_EXCL:
+            os.close(fd)
+            raise KeyboardInterrupt
+        return fd
+
+    monkeypatch.setattr(os, "open", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        files_module.write_atomic(tmp_path / "out.json", b"{}")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_export_that_cannot_write_a_folder_it_needs_leaves_the_tree_as_it_was(exported):
+    """A file where a folder of the export belongs: the export fails with STORAGE_ERROR and removes
+    every file it had written (here the budget events before it), whatever fails on the way."""
+    shutil.rmtree(exported / "analysis" / "budgets")
+    shutil.rmtree(exported / "analysis" / "evidence" / "content")
+    (exported / "analysis" / "evidence" / "content").write_text("x\n")
+    before = tree(exported)
+    with Case.open(exported) as case, pytest.raises(LedgerError) as caught:
+        export_case(case)
+    assert caught.value.code == STORAGE_ERROR and "Not a directory" in caught.value.message
+    assert tree(exported) == before
+    assert not (exported / "analysis" / "budgets").exists()
+
+
+@pytest.mark.parametrize("where", ["", "analysis", "analysis/case/events"])
+def test_a_temp_folder_inside_the_package_is_refused_and_nothing_is_written(exported, monkeypatch, where):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(exported / where))
+    before = tree(exported)
+    with pytest.raises(LedgerError) as caught:
+        verify_case(exported)
+    assert caught.value.code == INVALID_ARGUMENT and "TMPDIR" in caught.value.message
+    assert tree(exported) == before
+
+
+def test_a_folder_named_like_an_export_temp_file_neither_stops_export_nor_is_removed(exported):
+    folder = exported / ".ledger-tmp-manifest.json.123"
+    folder.mkdir()
+    with Case.open(exported) as case:
+        case.budget().reserve("H1", "a3", "source.read_context")
+        assert export_case(case).files_written == 2
+    assert folder.is_dir() and verify_case(exported).export_state == "current"
 
 
 def test_verify_passes_on_an_honest_case_and_names_the_head(exported):

@@ -236,7 +236,7 @@ def test_the_second_process_ends_when_the_first_is_killed(ledger_case, tmp_path)
 
 def test_a_scratch_folder_a_killed_verify_left_is_removed_by_the_next_verify(ledger_case, tmp_path, monkeypatch):
     """SIGKILL leaves verify's scratch folder behind; the next verify removes it once that process is
-    gone, and leaves alone a live process's folder, one named from another pid namespace, a link
+    gone, and leaves alone a live process's folder, one another machine (or container) made, a link
     and a folder named otherwise."""
     import subprocess
     import sys
@@ -271,12 +271,12 @@ def test_a_scratch_folder_a_killed_verify_left_is_removed_by_the_next_verify(led
         first.wait()
     left = [p.name for p in temp.iterdir()]
     assert len(left) == 1 and left[0].startswith("ledger-verify-") and left[0].endswith(f".{first.pid}")
-    namespace = os.stat("/proc/self/ns/pid").st_ino
-    kept = [f"ledger-verify-live{process_tag()}", f"ledger-verify-other.{namespace + 1}.{first.pid}",
+    machine = process_tag().split(".")[1]
+    kept = [f"ledger-verify-live{process_tag()}", f"ledger-verify-other.{'0' * 12}.{first.pid}",
             "ledger-verify-untagged"]
     for name in kept:
         (temp / name).mkdir()
-    kept.append(f"ledger-verify-link.{namespace}.{first.pid}")
+    kept.append(f"ledger-verify-link.{machine}.{first.pid}")
     (temp / kept[-1]).symlink_to(temp / kept[0])
     monkeypatch.setattr(tempfile, "tempdir", str(temp))
     verify_case(ledger_case)  # passes (it raises otherwise)

@@ -6,11 +6,13 @@ A crash leaves either the old file or the new one, plus at most a
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import os
 import re
 import secrets
 import shutil
+import socket
 import stat
 import tempfile
 from pathlib import Path
@@ -53,12 +55,14 @@ def write_atomic(path: Path, data: bytes, mode: int | None = None, *, folder_exi
     if not folder_exists:
         path.parent.mkdir(parents=True, exist_ok=True)
     temp = path.with_name(f"{EXPORT_TEMP_PREFIX}{path.name}.{os.getpid()}{_TAG}{next(_TEMP_NUMBERS)}")
+    owned: Path | None = temp  # ours before the create returns: an interrupt right after it still removes it
     try:
-        fd = os.open(temp, _CREATE, 0o600)
-    except FileExistsError:  # a leftover of an earlier process that had this pid and tag
-        fd, name = tempfile.mkstemp(prefix=EXPORT_TEMP_PREFIX + path.name + ".", dir=path.parent)
-        temp = Path(name)
-    try:
+        try:
+            fd = os.open(temp, _CREATE, 0o600)
+        except FileExistsError:  # a leftover of an earlier process that had this pid and tag: not ours
+            owned = None
+            fd, name = tempfile.mkstemp(prefix=EXPORT_TEMP_PREFIX + path.name + ".", dir=path.parent)
+            owned = temp = Path(name)
         try:
             # 0600 until written: others see the file only whole, then with the mode asked
             os.fchmod(fd, new_file_mode() if mode is None else mode)
@@ -70,10 +74,8 @@ def write_atomic(path: Path, data: bytes, mode: int | None = None, *, folder_exi
             os.close(fd)
         os.replace(temp, path)
     except BaseException:
-        try:
-            os.unlink(temp)
-        except OSError:
-            pass
+        if owned is not None:
+            discard(owned)
         raise
 
 
@@ -138,6 +140,16 @@ def _same_bytes_by_name(path: Path, data: bytes, refused: str | None) -> bool:
         return False
 
 
+def discard(path: "str | os.PathLike[str]") -> None:
+    """Remove the file ``path`` if it is there, as cleanup after a failure or of a leftover: best
+    effort, never raising, so that an error here neither hides the failure being cleaned up after
+    nor stops the cleanup of the next file (a folder or a file this user may not remove stays)."""
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
 def remove_empty_parents(directory: Path, root: Path) -> None:
     """Remove folders an interrupted export created, up to (not including) ``root``."""
     while directory != root and root in directory.parents:
@@ -175,33 +187,37 @@ def remove_abandoned_builds(parent: Path, prefix: str) -> None:
 
 
 def process_tag() -> str:
-    """``.<pid namespace>.<pid>``: the end of a temporary folder's name that says which process made
-    it, so that :func:`remove_abandoned_temp_folders` can tell when that process is gone. The
-    namespace (``0`` where the system has none) keeps a container sharing the temp folder from
-    taking another's live process for a dead one of its own."""
-    return f".{_pid_namespace()}.{os.getpid()}"
+    """``.<machine>.<pid>``: the end of a temporary folder's name that says which process made it, so
+    that :func:`remove_abandoned_temp_folders` can tell when that process is gone. ``<machine>``
+    (12 hex digits) stands for this host, its boot and its pid namespace: a temp folder shared with
+    another machine (a network home) or with a container names their processes apart, and a live
+    process of theirs is never taken for a dead one of ours."""
+    return f".{_machine()}.{os.getpid()}"
 
 
-def _pid_namespace() -> int:
-    try:
-        return os.stat("/proc/self/ns/pid").st_ino
-    except OSError:
-        return 0
+def _machine() -> str:
+    parts = [socket.gethostname()]
+    for name in ("/proc/sys/kernel/random/boot_id", "/proc/self/ns/pid"):
+        try:
+            parts.append(str(os.stat(name).st_ino) if name.endswith("/pid") else Path(name).read_text().strip())
+        except OSError:
+            parts.append("")
+    return hashlib.sha256("\0".join(parts).encode("utf-8", "surrogatepass")).hexdigest()[:12]
 
 
 def remove_abandoned_temp_folders(parent: Path, prefix: str) -> None:
     """Remove this user's folders ``<prefix>…<process tag>`` in ``parent`` (named with :func:`process_tag`)
-    whose process, in this pid namespace, is gone: what a killed process could not clean up
-    (SIGKILL, the out-of-memory killer). Never a link, another user's folder or a live process's.
-    Best effort: a folder that cannot be listed or removed is left."""
-    namespace = _pid_namespace()
+    made on this machine by a process that is gone: what a killed process could not clean up
+    (SIGKILL, the out-of-memory killer). Never a link, another user's folder, another machine's or
+    a live process's. Best effort: a folder that cannot be listed or removed is left."""
+    machine = _machine()
     try:
         entries = [entry for entry in os.scandir(parent) if entry.name.startswith(prefix)]
     except OSError:
         return
     for entry in entries:
-        named = re.fullmatch(r".*\.(\d{1,20})\.(\d{1,10})", entry.name[len(prefix):], re.S)
-        if named is None or int(named.group(1)) != namespace or pid_alive(int(named.group(2))):
+        named = re.fullmatch(r".*\.([0-9a-f]{12})\.(\d{1,10})", entry.name[len(prefix):], re.S)
+        if named is None or named.group(1) != machine or pid_alive(int(named.group(2))):
             continue
         try:
             if not entry.is_dir(follow_symlinks=False) or entry.stat(follow_symlinks=False).st_uid != os.geteuid():

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from ..ground import errors as E
-from .atomic_files import fsync_dir, new_file_mode, remove_empty_parents, same_bytes, write_atomic
+from .atomic_files import discard, fsync_dir, new_file_mode, remove_empty_parents, same_bytes, write_atomic
 from ..storage.writer_lock import WriterLock
 from ..storage.sqlfiles import statement
 from ..ground.arguments import check_callback, check_instance
@@ -58,10 +58,11 @@ def _stale_temp_files(root: Path) -> Iterator[Path]:
 
 
 def _make_folder(folder: Path) -> bool:
-    """Make ``folder`` (and its parents); True when it did not exist before."""
+    """Make ``folder`` (and its parents); True when it did not exist before (so it holds no file).
+    Something else of that name makes the writes into it fail, and they say why."""
     try:
         folder.mkdir(parents=True)
-    except FileExistsError:
+    except (FileExistsError, NotADirectoryError):
         return False
     return True
 
@@ -111,7 +112,7 @@ def _export_locked(case: Case, root: Path, progress: Progress | None) -> ExportR
     check_package_names(root)  # a package verify and import would refuse is not exported either
     export_tree_files(root)  # no link or special file in analysis/
     for leftover in _stale_temp_files(root):
-        leftover.unlink(missing_ok=True)
+        discard(leftover)  # a folder of that name, or a file this user may not remove, stays: it is never read
     touched: set[Path] = set()
     created: list[Path] = []
     committed = False
@@ -166,8 +167,8 @@ def _export_locked(case: Case, root: Path, progress: Progress | None) -> ExportR
             progress(1)
     except BaseException as exc:
         if not committed:
-            for path in reversed(created):
-                path.unlink(missing_ok=True)
+            for path in reversed(created):  # every one, whatever fails: nothing of this export stays
+                discard(path)
                 remove_empty_parents(path.parent, root)
         if isinstance(exc, OSError):
             raise os_error(exc, f"cannot write the export under {root}", E.STORAGE_ERROR) from None

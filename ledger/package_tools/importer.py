@@ -19,7 +19,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Iterator, Mapping
 
 from ..ground import errors as E
-from .atomic_files import fsync_dir, remove_abandoned_builds
+from .atomic_files import discard, fsync_dir, remove_abandoned_builds
 from ..ground.arguments import check_callback
 from ..services.case import Case
 from ..ground.config import AnalysisConfig
@@ -306,12 +306,12 @@ def _build(src: Path, dest: Path, in_place: bool, progress: Progress | None) -> 
             _move_into_place(build_dir, dest)
     except BaseException:
         for leftover in scratch_files:
-            leftover.unlink(missing_ok=True)
+            discard(leftover)
         if not in_place:
             shutil.rmtree(build_dir, ignore_errors=True)
         raise
     for leftover in scratch_files:
-        leftover.unlink(missing_ok=True)
+        discard(leftover)
 
 
 def _discard(dest: Path, in_place: bool) -> None:
@@ -321,4 +321,4 @@ def _discard(dest: Path, in_place: bool) -> None:
         shutil.rmtree(dest, ignore_errors=True)
         return
     for suffix in ("", "-wal", "-shm"):
-        (dest / (LEDGER_FILE + suffix)).unlink(missing_ok=True)
+        discard(dest / (LEDGER_FILE + suffix))

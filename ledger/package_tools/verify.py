@@ -149,9 +149,18 @@ def _rows_differ(conn: sqlite3.Connection, table: str, order: str, query: str = 
         return conn.execute(statement(query, table=table, order=order)).fetchone()
 
 
-#: Verify's scratch folder in the system's temp folder: ``ledger-verify-<random>.<pid namespace>.<pid>``.
+#: Verify's scratch folder in the system's temp folder: ``ledger-verify-<random>.<machine>.<pid>``.
 #: One a killed verify left is removed by the next verify on this machine, once its process is gone.
 SCRATCH_PREFIX = "ledger-verify-"
+
+
+def _refuse_temp_inside(root: Path, temp: Path) -> None:
+    """``INVALID_ARGUMENT`` when the temp folder is the package or inside it: verify writes nothing
+    in the package, and its scratch ledger there would be taken for a file of the package."""
+    package, folder = Path(os.path.realpath(root)), Path(os.path.realpath(temp))
+    if folder == package or package in folder.parents:
+        raise LedgerError(E.INVALID_ARGUMENT, f"the temp folder {temp} is inside the case package {root}, and "
+                          "verify writes nothing in a package: set TMPDIR to a folder outside it", temp=str(temp))
 
 
 def verify_case(path: str | os.PathLike[str], progress: Progress | None = None, *,
@@ -189,7 +198,9 @@ def _verify_case(path: str | os.PathLike[str], progress: Progress | None, strict
         Case.open(root)  # raises the right LEDGER_MISSING
     check_package_names(root)
     log_was_there = log_files_exist(ledger)
-    remove_abandoned_temp_folders(Path(tempfile.gettempdir()), SCRATCH_PREFIX)
+    temp = Path(tempfile.gettempdir())
+    _refuse_temp_inside(root, temp)
+    remove_abandoned_temp_folders(temp, SCRATCH_PREFIX)
     with tempfile.TemporaryDirectory(prefix=SCRATCH_PREFIX, suffix=process_tag()) as scratch_dir:
         scratch = Storage.scratch(Path(scratch_dir) / "replay.sqlite", ledger)
         immutable = scratch.read_only_source
@@ -504,20 +515,29 @@ def _check_export(root: Path, conn: sqlite3.Connection, head_seq: int, manifest:
     top = os.fspath(root)
     for seq, stream, revision, stream_seq, body in conn.execute(export_statement(conn, "events_for_export")):
         relative = event_path(stream, revision, stream_seq)
-        if relative in present:
-            if not same_bytes(os.path.join(top, relative), stored_bytes(body), refused=f"the exported file {relative}"):
-                raise _bad(seq, f"exported file {relative} differs from the ledger")
+        if relative in present and _still_there(top, relative, stored_bytes(body), seq, f"exported file {relative}"):
             checked += 1
         elif seq <= limit:
             raise _bad(seq, f"exported file {relative} is missing")
     for sha, seq, body in conn.execute(statement("contents_for_export")):
         relative = content_path(sha)
-        if relative in present:
-            if not same_bytes(os.path.join(top, relative), stored_bytes(body), refused=f"the exported file {relative}"):
-                raise _bad(seq, f"exported content {sha} differs from the ledger")
+        if relative in present and _still_there(top, relative, stored_bytes(body), seq, f"exported content {sha}"):
             checked += 1
         elif seq <= limit:
             raise _bad(seq, f"exported content {sha} is missing")
     return checked, manifest["head"]["seq"] if manifest else None
+
+
+def _still_there(top: str, relative: str, data: bytes, seq: int, what: str) -> bool:
+    """Whether the exported file ``relative`` (listed before the ledger's snapshot was read) is still
+    there holding ``data``: True when it is; False when it is gone since (an interrupted export
+    removed what it had written), so it counts as absent; ``INTEGRITY_ERROR`` at ``seq`` naming
+    ``what`` when it holds other bytes (``STORAGE_ERROR`` when it cannot be read)."""
+    path = os.path.join(top, relative)
+    if same_bytes(path, data, refused=f"the exported file {relative}"):
+        return True
+    if not os.path.lexists(path):
+        return False
+    raise _bad(seq, f"{what} differs from the ledger")
 
 
