@@ -117,7 +117,6 @@ def _export_locked(case: Case, root: Path, progress: Progress | None) -> ExportR
     created: list[Path] = []
     committed = False
     mode = new_file_mode()  # once per export, not once per file
-
     made: dict[Path, bool] = {}  # folder → made by this export (so it held no file before)
 
     def put(relative: str, data: bytes) -> None:

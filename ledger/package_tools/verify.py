@@ -171,8 +171,10 @@ def verify_case(path: str | os.PathLike[str], progress: Progress | None = None, 
     ``integrity_check`` with ``strict``), then re-applies every stored request into
     a scratch ledger and compares event bytes, helper rows, public views, exported
     files that exist, and the manifest head (a truncated or rolled-back ledger
-    fails). Writes nothing in the package. A file the system refuses to read (no permission,
-    an I/O error) is ``STORAGE_ERROR`` naming it: never taken for a missing or edited one.
+    fails). Writes nothing in the package: its scratch ledger goes to the system's temp folder
+    (``INVALID_ARGUMENT`` when that folder is inside the package; docs/files.md). A file the
+    system refuses to read (no permission, an I/O error) is ``STORAGE_ERROR`` naming it: never
+    taken for a missing or edited one.
 
     ``jobs``: processes for this one case (an integer from 1 to 256, else ``INVALID_ARGUMENT``; None: the
     cores this process may use). With 2 or more, a ledger of at least 20,000 events has its later events
