@@ -650,7 +650,7 @@ def _fleet(directory: Path, cases: int) -> dict[str, object]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke check under two minutes")
+    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke check of a few minutes, not comparable with a full run")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--dir", type=Path, help="where to put the benchmark files (default: a temp folder)")
     parser.add_argument("--only", choices=["fleet"], help="run only this part (its figures alone)")

@@ -8,6 +8,7 @@ whether each run meets it.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -112,9 +113,15 @@ def table(runs: dict[str, dict[str, Any]]) -> str:
 
 def print_table(paths: list[Path]) -> int:
     """Print the table of the runs saved in ``paths`` (``python -m benchmarks --json > FILE``)."""
-    runs = {path.stem: normalized(json.loads(path.read_text())) for path in paths}
+    runs = {}
+    for path in paths:
+        try:
+            runs[path.stem] = normalized(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError, AttributeError) as exc:  # missing, unreadable or not a saved run
+            print(f"error: {path}: not a saved run ({exc})", file=sys.stderr)
+            return 2
     quick = [name for name, run in runs.items() if run.get("quick")]
     print(table(runs))
     if quick:
-        print(f"\n(--quick runs, smaller sizes: {', '.join(quick)})")
+        print(f"\n(--quick runs, smaller sizes, not comparable with full runs: {', '.join(quick)})")
     return 0

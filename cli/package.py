@@ -144,7 +144,8 @@ def verify(cases: tuple[str, ...], as_json: bool, all_in: bool, jobs: int | None
     partial export (each an error only with --strict). Stored tool results
     whose input files changed since (or cannot be read now) are checked
     against their requests only and named in a note (STALE_GENERATION with
-    --strict). Event times ahead of
+    --strict). A case that fails --strict is printed as "FAILED --strict"
+    (with --json, "ok" false and its "error"), never as ok. Event times ahead of
     this machine's clock are reported, never an error. Views, indexes, tables and full-text tables you added
     to ledger.sqlite are listed as foreign objects and left alone; a trigger on
     a ledger table or a changed ledger object fails with INTEGRITY_ERROR.
@@ -177,15 +178,19 @@ def verify(cases: tuple[str, ...], as_json: bool, all_in: bool, jobs: int | None
         total = opened.status()["package_generation"]
     with progress_bar(total, "verifying", stream=sys.stderr if fmt else None) as bar:
         report = verify_case(case, progress=bar.update, strict=strict, jobs=None)  # a large case: two cores
-    summary = [f"ok: {report.events} events, {report.contents} contents, head seq {report.head_seq} "
-               f"sha256 {report.head_sha256}", *report.notes()]
+    failure = report.strict_failure() if strict else None
+    # a case that fails --strict is never printed as ok, in either form
+    summary = [f"{'FAILED --strict' if failure else 'ok'}: {report.events} events, {report.contents} contents, "
+               f"head seq {report.head_seq} sha256 {report.head_sha256}", *report.notes()]
+    result = report.to_dict()
+    if failure is not None:
+        result.update(ok=False, error={"code": failure.code, "message": failure.message})
     if fmt in (None, "json"):
-        emit_result(report.to_dict(), as_json, summary)
+        emit_result(result, as_json, summary)
     else:
         emit_rows(report.foreign_objects, FOREIGN_COLUMNS, fmt)
         for line in summary:
             warn(line)
-    failure = report.strict_failure() if strict else None
     if failure is not None:
         warn(f"error: {failure.code}: {failure.message}")
         sys.exit(1)

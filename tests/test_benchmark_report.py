@@ -72,3 +72,11 @@ def test_the_readme_table_lists_every_target_with_its_bound():
         row = next((line for line in rows if line.startswith(f"| `{key}`")), None)
         assert row is not None, key
         assert row.endswith(f"| {'≥' if comparison == '>=' else '≤'} {bound:g} |"), row
+
+
+def test_a_table_of_a_missing_or_broken_run_file_is_a_one_line_error(tmp_path, capsys):
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    for path in (tmp_path / "missing.json", broken):
+        assert report.print_table([path]) == 2
+        assert capsys.readouterr().err.startswith(f"error: {path}: not a saved run (")

@@ -79,3 +79,18 @@ def test_a_demo_goes_into_any_folder_name_the_file_system_takes(tmp_path):
         path, _, verified = run_demo(tmp_path / name, echo=lambda text: None)
         assert (path.name, verified.events) == (name, 56)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["d" * 240, "é" * 120])
+
+
+def test_a_temp_folder_inside_the_demo_folder_is_refused_before_anything_is_written(tmp_path, monkeypatch):
+    import tempfile
+
+    from ledger import run_demo
+
+    target = tmp_path / "demo"
+    target.mkdir()  # an empty folder made for the demo, and the temp folder too
+    monkeypatch.setattr(tempfile, "tempdir", str(target))
+    with pytest.raises(LedgerError) as caught:
+        run_demo(target, echo=lambda line: None)
+    assert caught.value.code == INVALID_ARGUMENT and "TMPDIR" in caught.value.message
+    assert "the demo" in caught.value.message
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == ["demo"]

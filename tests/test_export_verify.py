@@ -268,6 +268,27 @@ def test_a_temp_folder_inside_the_package_is_refused_and_nothing_is_written(expo
     assert tree(exported) == before
 
 
+@pytest.mark.parametrize("in_place", [True, False])
+def test_an_import_whose_temp_folder_is_inside_its_target_is_refused_before_anything_is_written(
+        exported, tmp_path, monkeypatch, in_place):
+    import tempfile
+
+    source = tmp_path / "tree"
+    shutil.copytree(exported, source)
+    for name in os.listdir(source):
+        if name.startswith("ledger.sqlite"):
+            os.unlink(source / name)
+    target = source if in_place else tmp_path / "copy"  # a new target must be empty: the temp folder itself
+    temp = source / "tmp" if in_place else target
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    before = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*"))
+    with pytest.raises(LedgerError) as caught:
+        import_tree(source, None if in_place else target)
+    assert caught.value.code == INVALID_ARGUMENT and "import" in caught.value.message
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == before
+
+
 def test_a_folder_named_like_an_export_temp_file_neither_stops_export_nor_is_removed(exported):
     folder = exported / ".ledger-tmp-manifest.json.123"
     folder.mkdir()
@@ -626,6 +647,11 @@ def test_strict_verify_fails_without_an_export_and_plain_verify_says_not_exporte
     strict = run_cli("verify", str(case.path), "--strict")
     assert strict.returncode == 1
     assert b"error: INTEGRITY_ERROR: the case was never exported (no manifest.json) (--strict)" in strict.stderr
+    assert strict.stdout.startswith(b"FAILED --strict: 4 events") and b"ok" not in strict.stdout.split(b"\n")[0]
+    as_json = run_cli("verify", str(case.path), "--strict", "--json")
+    result = json.loads(as_json.stdout)
+    assert as_json.returncode == 1 and result["ok"] is False and result["export_state"] == "none"
+    assert result["error"]["code"] == "INTEGRITY_ERROR" and "never exported" in result["error"]["message"]
 
 
 def test_strict_verify_fails_on_an_export_interrupted_before_its_manifest(budget, case):

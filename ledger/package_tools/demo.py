@@ -28,7 +28,7 @@ from ..services.case import Case
 from ..ground.config import BudgetConfig
 from ..ground.errors import LedgerError
 from .export import ExportReport, export_case
-from .verify import VerifyReport, verify_case
+from .verify import VerifyReport, refuse_temp_inside, verify_case
 from .journal import LineResult, apply_journal
 from ..ground.paths import fs_path, os_error
 
@@ -104,6 +104,7 @@ def run_demo(target: Path | None = None, echo: Callable[[str], None] = print,
     automatic = target is None
     target = fs_path(target, "demo folder") if target is not None else default_demo_dir()
     _check_target(target)
+    refuse_temp_inside(target, "the demo")  # before anything is written: the demo ends with a verify
     _remove_abandoned_builds(target)
     building = target.parent / f"{BUILDING_PREFIX}{target.name[:NAME_KEPT]}.{os.getpid()}"
     shutil.rmtree(building, ignore_errors=True)

@@ -35,7 +35,7 @@ from ..storage.connection import Storage
 from ..storage.sqlite_file import LOCK_SUFFIX, EventRow, HelperRow
 from ..storage.writer_lock import WriterLock
 from ..model.memory_view import MemoryView
-from .verify import VerifyReport, verify_case
+from .verify import VerifyReport, refuse_temp_inside, verify_case
 
 Progress = Callable[[int], None]
 
@@ -250,6 +250,7 @@ def _import_tree(source: str | os.PathLike[str], to: str | os.PathLike[str] | No
     dest = fs_path(to, "import target") if to is not None else src
     check_callback(progress, "progress")
     in_place = _check_target(src, dest)
+    refuse_temp_inside(dest, "import")  # before anything is written: the import ends with a verify
     # in place, the case's writer lock is held until the ledger is placed: another import of the same
     # folder would delete this one's scratch files and set aside the log of the ledger it placed
     lock = WriterLock(src / (LEDGER_FILE + LOCK_SUFFIX)) if in_place else None

@@ -154,13 +154,18 @@ def _rows_differ(conn: sqlite3.Connection, table: str, order: str, query: str = 
 SCRATCH_PREFIX = "ledger-verify-"
 
 
-def _refuse_temp_inside(root: Path, temp: Path) -> None:
-    """``INVALID_ARGUMENT`` when the temp folder is the package or inside it: verify writes nothing
-    in the package, and its scratch ledger there would be taken for a file of the package."""
+def refuse_temp_inside(root: Path, doing: str = "verify") -> Path:
+    """The system's temp folder, where verify puts its scratch ledger; ``INVALID_ARGUMENT`` when it is
+    the package ``root`` or inside it: verify writes nothing in a package, and its scratch ledger
+    there would be taken for a file of the package. ``doing`` names the command for the message
+    (import and the demo check before they write anything, as they verify what they built)."""
+    temp = Path(tempfile.gettempdir())
     package, folder = Path(os.path.realpath(root)), Path(os.path.realpath(temp))
     if folder == package or package in folder.parents:
-        raise LedgerError(E.INVALID_ARGUMENT, f"the temp folder {temp} is inside the case package {root}, and "
-                          "verify writes nothing in a package: set TMPDIR to a folder outside it", temp=str(temp))
+        raise LedgerError(E.INVALID_ARGUMENT, f"the temp folder {temp} is inside {root}, where {doing} would put the "
+                          "scratch ledger it verifies with, and verify writes nothing in a case package: set TMPDIR "
+                          "to a folder outside it", temp=str(temp))
+    return temp
 
 
 def verify_case(path: str | os.PathLike[str], progress: Progress | None = None, *,
@@ -200,8 +205,7 @@ def _verify_case(path: str | os.PathLike[str], progress: Progress | None, strict
         Case.open(root)  # raises the right LEDGER_MISSING
     check_package_names(root)
     log_was_there = log_files_exist(ledger)
-    temp = Path(tempfile.gettempdir())
-    _refuse_temp_inside(root, temp)
+    temp = refuse_temp_inside(root)
     remove_abandoned_temp_folders(temp, SCRATCH_PREFIX)
     with tempfile.TemporaryDirectory(prefix=SCRATCH_PREFIX, suffix=process_tag()) as scratch_dir:
         scratch = Storage.scratch(Path(scratch_dir) / "replay.sqlite", ledger)
@@ -540,6 +544,6 @@ def _still_there(top: str, relative: str, data: bytes, seq: int, what: str) -> b
         return True
     if not os.path.lexists(path):
         return False
-    raise _bad(seq, f"{what} differs from the ledger")
+    raise _bad(seq, f"{what} differs from the ledger ('ledger export' writes it again from the ledger)")
 
 
