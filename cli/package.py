@@ -184,7 +184,7 @@ def verify(cases: tuple[str, ...], as_json: bool, all_in: bool, jobs: int | None
                f"head seq {report.head_seq} sha256 {report.head_sha256}", *report.notes()]
     result = report.to_dict()
     if failure is not None:
-        result.update(ok=False, error={"code": failure.code, "message": failure.message})
+        result.update(ok=False, error=failure.to_dict())  # {code, message}: a --strict failure has no details
     if fmt in (None, "json"):
         emit_result(result, as_json, summary)
     else:
