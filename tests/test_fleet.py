@@ -197,6 +197,24 @@ def test_a_package_failing_verify_is_reported_and_not_exported(fleet, tmp_path):
     assert len(fleet_query(out, "SELECT * FROM case_status")[1]) == len(ids) - 1
 
 
+def test_a_package_that_lost_its_ledger_is_reported_not_left_out(fleet, tmp_path):
+    cases, _, ids = fleet
+    copy = tmp_path / "cases"
+    shutil.copytree(cases, copy)
+    lost = _case_paths(copy)["FLEET-00020"]
+    (lost / "ledger.sqlite").unlink()
+    (lost / "manifest.json").write_text("{}")  # the marks of an exported package stay
+    (lost / "analysis").mkdir(exist_ok=True)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["fleet", "export", str(copy), "--to", str(out), "--json"])
+    assert result.exit_code == 1
+    report = json.loads(result.stdout)
+    assert (report["cases"], report["exported"]) == (len(ids), len(ids) - 1)
+    [failed] = report["failed"]
+    assert (failed["path"], failed["error"]["code"]) == (str(lost), "LEDGER_MISSING")
+    assert "ledger import" in failed["error"]["message"]
+
+
 @pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_jobs_processes_export_the_same_rows(fleet, tmp_path):
     cases, out, ids = fleet

@@ -93,6 +93,29 @@ def test_case_folders_lists_the_cases_inside_a_folder_sorted_and_refuses_a_folde
     assert caught.value.code == INVALID_ARGUMENT
 
 
+@pytest.mark.parametrize("left", ["manifest.json and analysis/", "ledger.sqlite-wal", "ledger.sqlite-lock"])
+def test_a_case_folder_that_lost_its_ledger_fails_and_is_never_left_out(tmp_path, left):
+    """A package whose ``ledger.sqlite`` is gone but which still shows a case's marks (its export,
+    or the ledger's side files) is one of the cases ``--all`` finds, and it fails with
+    ``LEDGER_MISSING``: leaving it out would report every case verified while one cannot be."""
+    cases = make_cases(tmp_path, 2)
+    if left == "manifest.json and analysis/":
+        assert export_many(cases).failed == 0
+    else:
+        (cases[1] / left).write_bytes(b"")
+    (cases[1] / "ledger.sqlite").unlink()
+    (tmp_path / "notes").mkdir()  # a folder with no mark of a case is no case
+    (tmp_path / "notes" / "manifest.json").write_text("{}")
+    assert case_folders([tmp_path]) == cases
+    for run in (verify_many, export_many):
+        report = run(case_folders([tmp_path]), jobs=1)
+        assert [outcome["ok"] for outcome in report.cases] == [True, False]
+        assert report.cases[1]["error"]["code"] == LEDGER_MISSING
+    done = run_cli("verify", "--all", str(tmp_path))
+    assert done.returncode == 1
+    assert f"FAILED {cases[1]}: LEDGER_MISSING: ".encode() in done.stdout and b"1 ok, 1 failed" in done.stdout
+
+
 def test_export_many_exports_every_case_and_a_second_run_writes_nothing(tmp_path):
     cases = make_cases(tmp_path, 3)
     first = export_many(cases, jobs=2)

@@ -194,8 +194,25 @@ def refuse_link(root: Path, relative: str, what: str) -> Path:
 
 #: The ledger's own files and folders at the package root that may never be links. ``ledger.sqlite``
 #: itself may be one once it exists (its sidecar files then live beside the real file).
-OWN_LINKLESS = tuple(LEDGER_FILE + suffix for suffix in ("-wal", "-shm", "-journal", "-lock", "-export-lock")) + (
-    MANIFEST_FILE, ANALYSIS_DIR)
+#: The files SQLite and the ledger keep beside ``ledger.sqlite``.
+LEDGER_SIDE_FILES = tuple(LEDGER_FILE + suffix for suffix in ("-wal", "-shm", "-journal", "-lock", "-export-lock"))
+OWN_LINKLESS = LEDGER_SIDE_FILES + (MANIFEST_FILE, ANALYSIS_DIR)
+
+
+def is_case_package(folder: Path) -> bool:
+    """True when ``folder`` holds ``ledger.sqlite``, or shows a case package's other marks without
+    it: ``ledger.sqlite``'s side files (``-wal``, ``-shm``, ``-journal``, ``-lock``,
+    ``-export-lock``) or an export (``manifest.json`` beside ``analysis/``). Finding many cases
+    takes such a damaged package too, so that opening it fails (``LEDGER_MISSING``) instead of the
+    case being left out without a word (docs/cli.md)."""
+    if (folder / LEDGER_FILE).is_file():
+        return True
+    try:
+        names = set(os.listdir(folder))
+    except OSError:
+        return False
+    return (not names.isdisjoint(LEDGER_SIDE_FILES)
+            or (MANIFEST_FILE in names and ANALYSIS_DIR in names))
 
 
 def refuse_own_links(root: Path, *, creating: bool = False) -> None:

@@ -31,9 +31,9 @@ from .atomic_files import fsync_dir, remove_abandoned_builds, write_atomic
 from ..storage.sqlfiles import queries, statement
 from ..ground.arguments import check_callback
 from ..ground.canonical import check_int
-from ..services.case import Case
+from ..services.case import missing_ledger
 from ..ground.errors import LedgerError
-from ..model.package import LEDGER_FILE
+from ..model.package import LEDGER_FILE, is_case_package
 from ..ground.paths import fs_path, os_error
 from ..ground.workers import job_count, worker_context
 from ..storage.readonly import open_readonly
@@ -150,8 +150,9 @@ def _locked(path: Path, mode: int) -> Iterator[None]:
 # -- finding the cases ------------------------------------------------------------------
 
 def find_cases(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
-    """Every case package (a folder holding ``ledger.sqlite``) named in or found under ``paths``
-    (folders are walked, links not followed, a case's own folder not entered), in order, once each.
+    """Every case package (a folder holding ``ledger.sqlite``, or a damaged one that lost it:
+    :func:`is_case_package`) named in or found under ``paths`` (folders are walked, links not
+    followed, a case's own folder not entered), in order, once each.
     A path that is neither a case nor a folder holding one is ``LEDGER_MISSING``."""
     if isinstance(paths, (str, bytes, os.PathLike)):
         paths = [paths]  # one path, not its characters
@@ -162,11 +163,11 @@ def find_cases(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
             found[root] = None
             continue
         if not root.is_dir():
-            Case.open(root)  # raises the LEDGER_MISSING explanation
+            raise missing_ledger(root)
         before = len(found)
         for folder, dirs, files in os.walk(root):
             dirs.sort()
-            if LEDGER_FILE in files:
+            if LEDGER_FILE in files or is_case_package(Path(folder)):
                 found[Path(folder)] = None
                 dirs[:] = []
             else:
@@ -236,6 +237,8 @@ def _export_case(case: Path, out: Path) -> dict[str, Any]:
     """Export one case; the entry of the report (``status`` exported, unchanged or failed)."""
     entry: dict[str, Any] = {"path": str(case)}
     try:
+        if not (case / LEDGER_FILE).is_file():
+            raise missing_ledger(case)  # a damaged package find_cases took: say what it lacks
         conn = open_readonly(case / LEDGER_FILE)
         try:
             with translate_sqlite_errors():

@@ -20,7 +20,7 @@ from ..ground.config import AnalysisConfig
 from ..ground.errors import LedgerError
 from ..ground.paths import fs_path, os_error
 from ..ground.workers import job_count, shared_map
-from ..model.package import LEDGER_FILE
+from ..model.package import LEDGER_FILE, is_case_package
 from ..services.case import Case
 from .export import export_case
 from .verify import verify_case
@@ -52,14 +52,16 @@ class ManyReport:
 
 
 def case_folders(folders: Iterable[str | os.PathLike[str]]) -> list[Path]:
-    """The case folders directly inside each of ``folders`` (those holding ``ledger.sqlite``), sorted
-    by name within each; ``INVALID_ARGUMENT`` for a folder that holds none."""
+    """The case folders directly inside each of ``folders``, sorted by name within each:
+    those holding ``ledger.sqlite``, and damaged packages that lost it (:func:`is_case_package`),
+    which then fail with ``LEDGER_MISSING`` instead of being left out. ``INVALID_ARGUMENT`` for a
+    folder that holds none."""
     found: list[Path] = []
     for folder in path_list(folders, "folders"):
         root = fs_path(folder, "folder of cases")
         try:
             names = sorted(entry.name for entry in os.scandir(root)
-                           if entry.is_dir(follow_symlinks=False) and (Path(entry.path) / LEDGER_FILE).is_file())
+                           if entry.is_dir(follow_symlinks=False) and is_case_package(Path(entry.path)))
         except OSError as exc:
             raise os_error(exc, f"cannot list the cases in {root}") from None
         if not names:

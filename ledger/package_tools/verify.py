@@ -26,7 +26,7 @@ from ..storage.sqlfiles import migration_record_problem, schema_version, shipped
 from ..ground.arguments import check_callback, check_flag
 from ..ground.workers import job_count
 from ..ground.canonical import stored_bytes
-from ..services.case import Case
+from ..services.case import missing_ledger
 from ..ground.errors import LedgerError, integrity_error as _bad
 from .manifest import check_manifest, export_statement, read_manifest
 from ..model.package import (EVENT_FILE_RE, LEDGER_FILE, check_export_tree, check_package_names,
@@ -202,7 +202,7 @@ def _verify_case(path: str | os.PathLike[str], progress: Progress | None, strict
     ledger = root / LEDGER_FILE
     refuse_own_links(root)
     if not ledger.is_file():
-        Case.open(root)  # raises the right LEDGER_MISSING
+        raise missing_ledger(root)
     check_package_names(root)
     log_was_there = log_files_exist(ledger)
     temp = refuse_temp_inside(root)

@@ -41,6 +41,26 @@ from ..model.views import SqlView
 DEFAULT_ACTOR = "controller"
 
 
+
+def missing_ledger(root: Path) -> LedgerError:
+    """The ``LEDGER_MISSING`` error for a package ``root`` without ``ledger.sqlite``, saying what
+    can be done: restore it from the export, or nothing to restore from, or create a case."""
+    ledger = root / LEDGER_FILE
+    if (root / MANIFEST_FILE).exists():
+        return LedgerError(
+            E.LEDGER_MISSING,
+            f"{ledger} is missing but the package has an export; restore it with "
+            f"'ledger import {root} --to {root}' instead of starting a new ledger",
+        )
+    if (root / ANALYSIS_DIR).exists():
+        return LedgerError(
+            E.LEDGER_MISSING,
+            f"{ledger} and manifest.json are missing but {root / ANALYSIS_DIR} exists: the export cannot be "
+            "trusted without its manifest, so there is nothing to restore from here (move analysis/ aside to "
+            "start a new case with 'ledger init')",
+        )
+    return LedgerError(E.LEDGER_MISSING, f"no case at {root} (no {LEDGER_FILE}); create one with 'ledger init'")
+
 class Case(CaseFacade):
     """An open case package. Use :meth:`create` or :meth:`open`; close with :meth:`close`.
 
@@ -128,20 +148,7 @@ class Case(CaseFacade):
         refuse_own_links(root)
         ledger = root / LEDGER_FILE
         if not ledger.is_file():
-            if (root / MANIFEST_FILE).exists():
-                raise LedgerError(
-                    E.LEDGER_MISSING,
-                    f"{ledger} is missing but the package has an export; restore it with "
-                    f"'ledger import {root} --to {root}' instead of starting a new ledger",
-                )
-            if (root / ANALYSIS_DIR).exists():
-                raise LedgerError(
-                    E.LEDGER_MISSING,
-                    f"{ledger} and manifest.json are missing but {root / ANALYSIS_DIR} exists: the export cannot be "
-                    "trusted without its manifest, so there is nothing to restore from here (move analysis/ aside to "
-                    "start a new case with 'ledger init')",
-                )
-            raise LedgerError(E.LEDGER_MISSING, f"no case at {root} (no {LEDGER_FILE}); create one with 'ledger init'")
+            raise missing_ledger(root)
         storage = Storage.open(ledger, analysis.storage)
         case = cls(root, storage, analysis, actor=actor, clock=clock)
         try:
