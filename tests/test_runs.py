@@ -199,6 +199,54 @@ def test_the_generic_steps_format_one_step_per_line_several_runs_per_file(tmp_pa
     assert evidence_of(journal(tmp_path / "out" / "r2.jsonl")) == [{**facts(""), "target": "README"}]
 
 
+def test_a_steps_run_is_all_its_lines_wherever_they_are_and_a_bad_line_imports_none_of_the_file(tmp_path):
+    """Parallel agents appending to one log interleave their runs' lines: each run is all of its
+    lines in file order. The file is one unit: a bad line anywhere writes none of its runs."""
+    runs = [f"r{n:02d}" for n in range(trajectories.OPEN_JOURNALS_MAX + 8)]  # more than are kept open
+    rows = [{"run": run, "command": f"cat f{step}.py", "output": f"{run} step {step}\n"}
+            for step in range(3) for run in runs]  # round robin: every run interleaved with all others
+    steps = tmp_path / "log.jsonl"
+    steps.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    summary = import_runs([steps], tmp_path / "out")
+    assert (summary.runs, summary.steps, summary.errors) == (len(runs), 3 * len(runs), [])
+    for run in runs:
+        assert evidence_of(journal(tmp_path / "out" / f"{run}.jsonl")) == [
+            {**facts(f"{run} step {step}\n"), "target": f"f{step}.py"} for step in range(3)]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(f"{run}.jsonl" for run in runs)
+
+    steps.write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"run": "r00"}\n', encoding="utf-8")
+    summary = import_runs([steps], tmp_path / "again")
+    assert summary.runs == 0 and "line 121" in summary.errors[0]["reason"]
+    assert list((tmp_path / "again").iterdir()) == []  # no journal, no temp file
+
+
+@pytest.mark.parametrize("name, text, reason", [
+    ("list.traj.json", "[1, 2]", "no message with a role"),
+    ("empty.traj.json", '{"messages": []}', "no message with a role"),
+    ("blank.traj.json", "\n", "not JSON: Expecting value"),
+    ("journal.jsonl", '{"op": "initialize"}\n', 'has "op": the file is already a ledger journal'),
+])
+def test_an_input_that_is_no_run_is_refused_with_what_it_is_instead_of_a_run_of_no_steps(tmp_path, name, text, reason):
+    (tmp_path / name).write_text(text, encoding="utf-8")
+    summary = import_runs([tmp_path / name], tmp_path / "out")
+    assert summary.runs == 0 and reason in summary.errors[0]["reason"]
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_a_format_given_that_does_not_fit_says_auto_tells_them_apart(tmp_path):
+    summary = import_runs([RAW_FILES[0]], tmp_path / "out", fmt="swe-agent")
+    assert summary.errors[0]["reason"] == "no trajectory list: not a SWE-agent .traj (--format auto tells the formats apart)"
+
+
+def test_a_run_of_an_input_that_failed_may_come_from_a_later_input(tmp_path):
+    (tmp_path / "a.jsonl").write_text('{"run": "r", "command": "ls", "output": "x"}\n{"run": "r"}\n', encoding="utf-8")
+    (tmp_path / "b.jsonl").write_text('{"run": "r", "command": "ls", "output": "y"}\n', encoding="utf-8")
+    summary = import_runs([tmp_path / "a.jsonl", tmp_path / "b.jsonl"], tmp_path / "out")
+    assert summary.runs == 1 and len(summary.errors) == 1 and "line 2" in summary.errors[0]["reason"]
+    assert [e["observation_sha256"] for e in evidence_of(journal(tmp_path / "out" / "r.jsonl"))] == [
+        facts("y")["observation_sha256"]]
+
+
 # --- errors, outcomes, safety ------------------------------------------------------------------
 def test_a_malformed_file_among_good_ones_is_named_with_its_reason_the_others_are_imported_exit_1(tmp_path):
     inputs = tmp_path / "in"

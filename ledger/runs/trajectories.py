@@ -147,7 +147,9 @@ def mini_swe_agent_steps(data: Any) -> Iterator[Step | _FormatError]:
     """Steps of a mini-swe-agent trajectory (a ``{"messages": [...]}`` object or a bare message list)."""
     messages = data.get("messages") if isinstance(data, Mapping) else data
     if not isinstance(messages, list):
-        raise ValueError("no messages list")
+        raise ValueError("no messages list: not a mini-swe-agent trajectory")
+    if not any(isinstance(message, Mapping) and "role" in message for message in messages):
+        raise ValueError("no message with a role: an empty or foreign list, not a mini-swe-agent trajectory")
     for index, message in enumerate(messages):
         if not isinstance(message, Mapping) or message.get("role") != "assistant":
             continue
@@ -169,7 +171,7 @@ def swe_agent_steps(data: Any) -> Iterator[Step | _FormatError]:
     """Steps of a SWE-agent ``.traj``: each ``trajectory[]`` entry with its ``action`` and ``observation``."""
     entries = data.get("trajectory") if isinstance(data, Mapping) else None
     if not isinstance(entries, list):
-        raise ValueError("no trajectory list")
+        raise ValueError("no trajectory list: not a SWE-agent .traj (--format auto tells the formats apart)")
     for entry in entries:
         if not isinstance(entry, Mapping) or not isinstance(entry.get("action"), str) \
                 or not isinstance(entry.get("observation"), str):
@@ -185,7 +187,9 @@ def _generic_step(line: bytes, number: int) -> tuple[str, Step]:
         raise ValueError(f"line {number}: not JSON ({exc.msg})") from None
     if not isinstance(item, Mapping) or not isinstance(item.get("run"), str) \
             or not isinstance(item.get("command"), str) or not isinstance(item.get("output"), str):
-        raise ValueError(f"line {number}: needs the string keys run, command and output")
+        hint = (" (this line has \"op\": the file is already a ledger journal; give it to 'ledger apply' "
+                "or 'ledger simulate')" if isinstance(item, Mapping) and "op" in item else "")
+        raise ValueError(f"line {number}: needs the string keys run, command and output{hint}")
     code = item.get("exit_code")
     if code is not None and type(code) is not int:
         raise ValueError(f"line {number}: exit_code must be an integer")
@@ -256,18 +260,23 @@ def _line(item: Mapping[str, Any]) -> bytes:
 
 
 class _Journal:
-    """One run's journal, written to a temp file in ``DIR`` and renamed into place when complete."""
+    """One run's journal, written to a temp file in ``DIR`` and renamed into place when complete.
+
+    Its file may be closed between steps (:meth:`suspend`) and is opened again, to append, by the
+    next step, so that a file of many interleaved runs holds few open at once."""
 
     def __init__(self, out: Path, run: str) -> None:
         self.run, self.final, self.steps = run, out / f"{run}.jsonl", 0
         fd, self.temp = tempfile.mkstemp(prefix=f".{run}.", suffix=".tmp", dir=out)
-        self.handle = os.fdopen(fd, "wb")
+        self.handle: Any = os.fdopen(fd, "wb")
         for item in ({"op": "open_revision", "hypotheses": [{"statement": f"agent run {run}"}],
                       "units_per_hypothesis": UNITS_PER_RUN},
                      {"op": "transition", "to": "INVESTIGATING_HYPOTHESES"}, {"op": "initialize"}):
             self.handle.write(_line(item))
 
     def step(self, step: Step, mapping: ActionMap, score: int) -> None:
+        if self.handle is None:
+            self.handle = open(self.temp, "ab")
         self.steps += 1
         action_id = f"s{self.steps:04d}"
         action, evidence = evidence_of(step, mapping)
@@ -276,17 +285,31 @@ class _Journal:
         self.handle.write(_line({**base, "op": "record_result", "evidence": evidence}))
         self.handle.write(_line({**base, "op": "settle", "semantic_score": score, "reason": "replayed step"}))
 
+    def suspend(self) -> None:
+        """Close the file until the next step."""
+        if self.handle is not None:
+            self.handle.close()
+            self.handle = None
+
     def finish(self, outcome: tuple[str, str] | None) -> None:
         if outcome is not None:
+            if self.handle is None:
+                self.handle = open(self.temp, "ab")
             self.handle.write(_line({"op": "record_outcome", "outcome": outcome[0], "source": outcome[1]}))
-        self.handle.close()
+        self.suspend()
         os.chmod(self.temp, 0o644)
         os.replace(self.temp, self.final)
 
     def abandon(self) -> None:
-        self.handle.close()
+        with contextlib.suppress(OSError):
+            self.suspend()
         with contextlib.suppress(FileNotFoundError):  # already renamed into place
             os.unlink(self.temp)
+
+
+#: At most this many runs of one ``steps`` file have their journal open at once (the others are
+#: closed and opened again to append when their next line comes).
+OPEN_JOURNALS_MAX = 32
 
 
 @dataclass
@@ -328,7 +351,10 @@ class _Importer:
 
     def trajectory(self, path: Path) -> None:
         with _open(path) as handle:
-            data = json.load(handle)  # one run at a time: a trajectory file is one JSON document
+            try:
+                data = json.load(handle)  # one run at a time: a trajectory file is one JSON document
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"not JSON: {exc}") from None
         fmt = _format_of(path, self.fmt, data)
         steps = (swe_agent_steps if fmt == "swe-agent" else mini_swe_agent_steps)(data)
         run = data.get("instance_id") if isinstance(data, Mapping) and isinstance(data.get("instance_id"), str) \
@@ -339,28 +365,39 @@ class _Importer:
             self._end(journal)
         except BaseException:
             journal.abandon()
+            self.seen.discard(run)  # not imported: another input may still bring it
             raise
 
     def generic(self, path: Path) -> None:
-        journal: _Journal | None = None
+        """A ``steps`` file: all of its lines with the same ``run``, in file order, form that run,
+        wherever they are (parallel agents appending to one log interleave them). The file is one
+        unit: its runs are written only once every line has been read, so a bad line imports none
+        of them and leaves nothing behind."""
+        journals: dict[str, _Journal] = {}
+        open_runs: dict[str, None] = {}  # runs whose journal is open, least recently stepped first
         try:
             with _open(path) as handle:
                 for number, line in enumerate(handle, start=1):
                     if not line.strip():
                         continue
                     run, step = _generic_step(line, number)
-                    if journal is None or journal.run != run:
-                        if journal is not None:
-                            self._end(journal)
-                            journal = None
-                        journal = self._begin(run)
+                    journal = journals.get(run)
+                    if journal is None:
+                        journal = journals[run] = self._begin(run)
                     journal.step(step, self.mapping, self.score)
+                    open_runs.pop(run, None)
+                    open_runs[run] = None
+                    if len(open_runs) > OPEN_JOURNALS_MAX:
+                        oldest = next(iter(open_runs))
+                        del open_runs[oldest]
+                        journals[oldest].suspend()
+            for run in list(journals):
+                self._end(journals.pop(run))
         except BaseException:
-            if journal is not None:
+            for journal in journals.values():
                 journal.abandon()
+                self.seen.discard(journal.run)  # not imported: another input may still bring it
             raise
-        if journal is not None:
-            self._end(journal)
 
     def file(self, path: Path) -> None:
         try:
