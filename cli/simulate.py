@@ -125,7 +125,8 @@ def _first_names(names: list[str]) -> str:
                    "PCT % of the LABEL runs (e.g. resolved=2%).")
 @click.option("--emit", type=click.Path(dir_okay=False, path_type=str), metavar="FILE.toml",
               help="With --max-stopped: write the chosen policy as a budget TOML.")
-@click.option("--folds", type=click.IntRange(0, None), default=DEFAULT_FOLDS, show_default=True,
+@click.option("--folds", type=click.IntRange(0, None), default=None,
+              show_default=f"{DEFAULT_FOLDS}, or one per run when there are fewer runs",
               help="With --max-stopped: make the choice again on all folds but one and score it on that one "
                    "(0: none).")
 @click.option("--seed", type=int, default=0, show_default=True, help="With --frontier: the seed of the folds "
@@ -140,7 +141,7 @@ def _first_names(names: list[str]) -> str:
 def simulate_command(settings: Settings, journals: tuple[str, ...], policy_specs: tuple[str, ...],
                      vary_specs: tuple[str, ...], outcomes: str | None, fmt: str,
                      per_run: str | None, plot: str | None, with_frontier: bool, good: str, max_stopped: str | None,
-                     emit: str | None, folds: int, seed: int, samples: int, jobs: int | None,
+                     emit: str | None, folds: int | None, seed: int, samples: int, jobs: int | None,
                      package: str | None) -> None:
     """Replay recorded journals under one or more budget policies, in memory.
 
@@ -167,7 +168,7 @@ def simulate_command(settings: Settings, journals: tuple[str, ...], policy_specs
         _frontier(settings, journals, policies, outcomes, fmt, (plot, per_run, emit), good, max_stopped, folds, seed,
                   samples, jobs, package)
         return
-    _no_frontier_options(good=good != "resolved", max_stopped=max_stopped, emit=emit, folds=folds != DEFAULT_FOLDS,
+    _no_frontier_options(good=good != "resolved", max_stopped=max_stopped, emit=emit, folds=folds is not None,
                          seed=seed != 0, bootstrap=samples != 0)
     report = simulate(journals, policies, outcomes, jobs=jobs, analysis=settings.analysis(), package=package,
                       actor=settings.actor)
@@ -199,7 +200,7 @@ def _no_frontier_options(**given: Any) -> None:
 
 
 def _frontier(settings: Settings, journals: Sequence[str], policies: list[Policy], outcomes: str | None, fmt: str,
-              files: tuple[str | None, str | None, str | None], good: str, max_stopped: str | None, folds: int,
+              files: tuple[str | None, str | None, str | None], good: str, max_stopped: str | None, folds: int | None,
               seed: int, samples: int, jobs: int | None, package: str | None) -> None:
     """--frontier: the search, its output, then the --per-run, --emit and --plot files."""
     plot, per_run, emit = files

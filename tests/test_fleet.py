@@ -38,6 +38,7 @@ COLON_CASE = "TEAM:7"  # a case id whose partition folder escapes the colon
 
 def _colon_case(path: Path) -> None:
     lines = (REPO / "tests/data/trajectories/django__django-11206.jsonl").read_text().splitlines()[:12]
+    lines.append(json.dumps({"op": "record_outcome", "outcome": "resolved", "source": "fleet test"}))
     case = Case.create(path, COLON_CASE)
     try:
         assert all(r.ok for r in apply_journal(case, lines))
@@ -307,9 +308,10 @@ def test_the_documented_fleet_questions_run_as_is(fleet):
     total = sum(read_only_query(p, "SELECT COALESCE(SUM(cost_units), 0) FROM actions")[1][0][0]
                 for p in _case_paths(cases).values())
     assert sum(row["spent_units"] for row in spend) == total
-    closed = [i for i, p in _case_paths(cases).items()
-              if read_only_query(p, "SELECT state FROM case_status")[1][0][0] == "CLOSED"]
-    assert sorted(r["case_id"] for r in answers["Cost per resolved case"]) == sorted(closed)
+    resolved = [i for i, p in _case_paths(cases).items()
+                if read_only_query(p, "SELECT outcome FROM case_status")[1][0][0] == "resolved"]
+    assert resolved == [COLON_CASE]
+    assert [r["case_id"] for r in answers["Cost per resolved case"]] == resolved
     limits = answers["Limits that fired, by scope and dimension"]
     assert {(r["scope_type"], r["dimension"]) for r in limits} == {("case", "actions")}
 

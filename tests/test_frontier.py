@@ -260,6 +260,28 @@ def test_a_label_no_run_has_and_bad_folds_are_refused_naming_them():
         frontier([DATA], [policy_from_mapping("no-stop", {})], OUTCOMES)
 
 
+def test_the_default_folds_are_five_or_one_per_run_when_there_are_fewer_runs(tmp_path):
+    rows = [line.split(",") for line in OUTCOMES.read_text().splitlines()[1:]]
+    resolved = [DATA / f"{row[0]}.jsonl" for row in rows if row[1] == "resolved"]
+    others = [DATA / f"{row[0]}.jsonl" for row in rows if row[1] != "resolved"]
+    for count, folds in ((4, 4), (1, 0), (6, 5)):
+        folder = tmp_path / f"runs-{count}"
+        folder.mkdir()
+        for path in (resolved[:1] + others[:count - 1]):  # a resolved run among them: --good has one
+            (folder / path.name).write_bytes(path.read_bytes())
+        report = frontier([folder], [example_policy(), *vary(example_policy(), GRID)], OUTCOMES,
+                          constraint="resolved=100%")
+        if folds:  # one run: no folds, and no error for the default (a choice may be made or not)
+            assert report.choice["held_out"]["folds"] == folds
+    done = CliRunner().invoke(main, ["simulate", str(tmp_path / "runs-4"), "--outcomes", str(OUTCOMES), "--frontier",
+                                     "--max-stopped", "resolved=100%", "--vary", "max_low_information_steps=2,3,5",
+                                     "--jobs", "1", "--json"])
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.stdout)["choice"]["held_out"]["folds"] == 4
+    with pytest.raises(LedgerError, match="--folds"):  # given, it is taken as given
+        frontier([tmp_path / "runs-4"], [example_policy()], OUTCOMES, constraint="resolved=100%", folds=5)
+
+
 def test_a_run_the_evaluator_does_not_model_is_replayed_in_full(tmp_path):
     """A journal with a scope line has no step table; its figures are the full replay's."""
     lines = (DATA / "astropy__astropy-13033.jsonl").read_text().splitlines()

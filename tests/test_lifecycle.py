@@ -64,6 +64,19 @@ def test_opening_a_folder_without_a_case_is_ledger_missing(tmp_path):
     assert not (tmp_path / "ledger.sqlite").exists()
 
 
+def test_opening_a_folder_of_cases_says_to_name_one_of_them(tmp_path):
+    for name in ("case-b", "case-a"):
+        start_case(tmp_path / name).close()
+    (tmp_path / "notes").mkdir()
+    with pytest.raises(LedgerError) as caught:
+        Case.open(tmp_path)
+    assert caught.value.code == LEDGER_MISSING
+    assert caught.value.message == (f"no case at {tmp_path} (no ledger.sqlite), but it holds case folders "
+                                    "(case-a, case-b): name one of them ('ledger verify' and 'ledger export' take "
+                                    "the folder with --all)")
+    assert not (tmp_path / "ledger.sqlite").exists()
+
+
 def test_the_state_graph(package):
     case = Case.create(package, "BUG-1")
     try:

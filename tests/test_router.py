@@ -46,6 +46,16 @@ def test_a_line_is_the_text_between_newlines_with_one_trailing_cr_removed_and_ha
     assert found["sources"] == [["sources/app.py", hashlib.sha256(b"one\r\ntwo\nthree").hexdigest()]]
 
 
+def test_a_path_outside_its_folder_is_refused_and_a_bare_name_is_shown_where_it_belongs(root):
+    bare = _refused(lambda: Router(root).lookup({"database": "db.sqlite", "table": "users"}))
+    assert bare.message == ("'db.sqlite' is outside data/ (paths start at the package folder: did you mean "
+                            "'data/db.sqlite'?)")
+    other = _refused(lambda: Router(root).read_context({"path": "data/db.sqlite", "start_line": 1, "end_line": 1}))
+    assert other.message == "'data/db.sqlite' is outside sources/"  # another folder: no guess
+    folder = _refused(lambda: Router(root).read_context({"path": "sources", "start_line": 1, "end_line": 1}))
+    assert folder.message == "'sources' is outside sources/"
+
+
 def test_find_text_scans_the_glob_in_order_and_marks_truncation(root):
     found = Router(root).find_text({"text": "two"})
     assert [(i["path"], i["line"]) for i in found["items"]] == [("sources/app.py", 2), ("sources/pkg/mod.py", 1)]

@@ -357,6 +357,11 @@ def test_semantic_score_and_an_actions_file_change_settle_and_action_names(tmp_p
     with pytest.raises(LedgerError) as caught:
         ActionMap.from_mapping({"rules": [{"action": "Not An Action", "programs": ["ls"]}]})
     assert caught.value.code == "CONFIG_INVALID" and caught.value.details["key"] == "rules[1].action"
+    mapping.write_text('default = "Not An Action"\n', encoding="utf-8")
+    with pytest.raises(LedgerError) as caught:
+        ActionMap.load(mapping)
+    assert caught.value.message.startswith(f"{mapping}: default: an action name looks like")  # the file is named
+    assert caught.value.details["key"] == "default"
 
 
 def test_cli_summary_json_and_no_progress_bar_off_a_terminal(tmp_path):

@@ -6,6 +6,12 @@ temporary folder). Router actions go through ``run_tool``, the demo's tests thro
 hypothesis is settled one way or another (``ready_for_evaluation``), or when ``check`` says
 that no open hypothesis may reserve its next action now (a scoped limit is used up, or its
 units are: the reading's ``refusal`` says which).
+
+H1 is the real bug, yet its account ends ``abandoned_low_information_gain``: once its plan is
+done the agent repeats itself, learns nothing new, and the ledger stops paying for that. How an
+account ended says how its spending stopped, not whether its hypothesis holds: the ledger has
+no "confirmed" status, and which hypothesis the evidence supports is decided at evaluation, from
+the evidence it stored (H2, whose test passes, is rejected).
 """
 
 import shutil

@@ -121,7 +121,9 @@ def confined(relative: Any, top: str) -> str:
             or any(part in ("..", ".", "") for part in relative.split("/"))):
         raise _refuse(f"{relative!r} is not a normalized relative path", path=relative)
     if len(pure.parts) < 2 or pure.parts[0] != top:
-        raise _refuse(f"{relative!r} is outside {top}/", path=relative)
+        hint = f" (paths start at the package folder: did you mean '{top}/{relative}'?)" \
+            if len(pure.parts) == 1 and relative != top else ""
+        raise _refuse(f"{relative!r} is outside {top}/{hint}", path=relative)
     return relative
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..ground.config import read_toml
+from ..ground.config import load_toml_config
 from ..ground.errors import CONFIG_INVALID, LedgerError
 
 #: The mapping used without ``--actions`` (the bundled journals' three actions).
@@ -79,7 +79,8 @@ class ActionMap:
 
     @classmethod
     def load(cls, path: str | Path) -> "ActionMap":
-        return cls.from_mapping(read_toml(path))
+        """Read and validate an actions TOML file (raises ``CONFIG_INVALID`` naming the file)."""
+        return load_toml_config(path, cls.from_mapping)
 
 
 def _check_action(value: Any, key: str) -> None:

@@ -59,7 +59,29 @@ def missing_ledger(root: Path) -> LedgerError:
             "trusted without its manifest, so there is nothing to restore from here (move analysis/ aside to "
             "start a new case with 'ledger init')",
         )
+    inside = _cases_inside(root)
+    if inside:
+        more = ", …" if len(inside) > 2 else ""
+        return LedgerError(E.LEDGER_MISSING, f"no case at {root} (no {LEDGER_FILE}), but it holds case folders "
+                           f"({', '.join(inside[:2])}{more}): name one of them ('ledger verify' and 'ledger export' "
+                           "take the folder with --all)")
     return LedgerError(E.LEDGER_MISSING, f"no case at {root} (no {LEDGER_FILE}); create one with 'ledger init'")
+
+
+def _cases_inside(root: Path, looked_at_max: int = 1000) -> list[str]:
+    """Names of up to three folders directly inside ``root`` that hold ``ledger.sqlite`` (the first
+    ``looked_at_max`` entries only: this only words an error)."""
+    found: list[str] = []
+    try:
+        with os.scandir(root) as entries:
+            for number, entry in enumerate(entries):
+                if number >= looked_at_max or len(found) == 3:
+                    break
+                if entry.is_dir(follow_symlinks=False) and os.path.isfile(os.path.join(entry.path, LEDGER_FILE)):
+                    found.append(entry.name)
+    except OSError:
+        return []
+    return sorted(found)
 
 class Case(CaseFacade):
     """An open case package. Use :meth:`create` or :meth:`open`; close with :meth:`close`.

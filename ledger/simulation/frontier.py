@@ -331,7 +331,7 @@ def _to_confirm(rows: Mapping[str, dict[str, Any]], front: Sequence[str], choice
 
 
 def _derive(policies: Sequence[Policy], runs: list[RunResult], outcomes: Mapping[str, str] | None, good: str,
-            constraint: Constraint | None, folds: int, seed: int,
+            constraint: Constraint | None, folds: int | None, seed: int,
             samples: int) -> tuple[dict[str, dict[str, Any]], list[str], dict[str, Any]]:
     """The rows, frontier and choice of ``runs`` (runs with an error are left out)."""
     failed = {run.run for run in runs if run.error is not None}
@@ -345,6 +345,8 @@ def _derive(policies: Sequence[Policy], runs: list[RunResult], outcomes: Mapping
         _stopped_and_saved(row, per_policy.get(name, []), baseline)
     table = _Table(runs, [p.name for p in policies])
     _check_labels(set(table.outcome.values()) - {NO_OUTCOME}, good, constraint)
+    if folds is None:  # the default: DEFAULT_FOLDS, or as many as there are runs when fewer
+        folds = min(DEFAULT_FOLDS, len(table.run_ids)) if len(table.run_ids) >= 2 else 0
     _check_options(folds, samples, seed, len(table.run_ids))
     points = [(name, *table.totals(name, table.run_ids, good)[:2]) for name in table.names]
     return rows, pareto_front(points), _choice(table, rows, constraint, good, folds, seed, samples)
@@ -352,12 +354,13 @@ def _derive(policies: Sequence[Policy], runs: list[RunResult], outcomes: Mapping
 
 def frontier(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Policy],
              outcomes: Mapping[str, str] | str | os.PathLike[str] | None = None, *, good: str = "resolved",
-             constraint: Constraint | str | None = None, folds: int = DEFAULT_FOLDS, seed: int = 0,
+             constraint: Constraint | str | None = None, folds: int | None = None, seed: int = 0,
              samples: int = 0, jobs: int | None = 1, analysis: AnalysisConfig | None = None,
              package: str | os.PathLike[str] | None = None, actor: str = DEFAULT_ACTOR) -> FrontierReport:
     """Evaluate ``policies`` (the first is the base of the baselines) and the baselines ``no-stop``
     and ``cap-p75`` on ``journals``; the frontier, and the choice under ``constraint``
-    (``LABEL=PCT`` or a :class:`Constraint`) with ``folds`` held-out folds and ``samples``
+    (``LABEL=PCT`` or a :class:`Constraint`) with ``folds`` held-out folds (None:
+    :data:`DEFAULT_FOLDS`, or one per run when there are fewer runs, none for one run) and ``samples``
     bootstrap resamplings, all seeded by ``seed`` (docs/simulate.md). Other arguments as
     :func:`~ledger.simulation.simulator.simulate`. ``INVALID_ARGUMENT`` for a policy named like a
     baseline, a label no run has, or bad options.
