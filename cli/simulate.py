@@ -15,7 +15,7 @@ from ledger.ground.paths import os_error
 from ledger.ground.workers import JOBS_MAX
 
 from ._common import Settings, input_path, pass_settings, table_options
-from ._output import OutputError, dumps, echo, emit_rows, one_line
+from ._output import OutputError, dumps, echo, emit_rows, one_line, warn
 from .frontier import emit_frontier
 
 FIGURE_COLUMNS = ("runs", "steps", "steps_taken", "steps_refused", "units_spent", "units_rewarded",
@@ -199,6 +199,19 @@ def _no_frontier_options(**given: Any) -> None:
             raise click.UsageError(f"--{name.replace('_', '-')} needs --frontier")
 
 
+def _warn_held_out(choice: dict, good: str) -> None:
+    """Warn when the choice, made again without each fold and scored on it, stops more of the
+    constraint's runs on average than the constraint allows: it may not hold on new runs."""
+    held, constraint = choice.get("held_out"), choice.get("constraint")
+    if not held or not constraint or constraint["label"] != good:
+        return
+    stopped, limit = held["good_stopped_pct"], constraint["max_stopped_pct"]
+    if stopped["mean"] > limit:
+        warn(f"warning: on the runs each fold left out, the choice stops {stopped['mean']:g} % of the {good} runs "
+             f"on average (up to {stopped['max']:g} %), above the {limit:g} % allowed: expect it to stop more on "
+             "new runs than on these; check it on runs it did not see (simulate them with --policy FILE --frontier)")
+
+
 def _frontier(settings: Settings, journals: Sequence[str], policies: list[Policy], outcomes: str | None, fmt: str,
               files: tuple[str | None, str | None, str | None], good: str, max_stopped: str | None, folds: int | None,
               seed: int, samples: int, jobs: int | None, package: str | None) -> None:
@@ -219,6 +232,7 @@ def _frontier(settings: Settings, journals: Sequence[str], policies: list[Policy
     except OutputError as exc:
         exc.done = "simulate wrote nothing (no --per-run, --emit or --plot file yet): run it again"
         raise
+    _warn_held_out(report.choice, good)
     if per_run is not None:
         _write_per_run(report.simulation, per_run)
     if emit is not None and report.chosen is not None:

@@ -268,6 +268,35 @@ def test_a_temp_folder_inside_the_package_is_refused_and_nothing_is_written(expo
     assert tree(exported) == before
 
 
+def test_a_temp_folder_too_long_for_the_scratch_ledger_is_refused_by_verify_import_and_the_demo(
+        exported, tmp_path, monkeypatch):
+    """SQLite opens paths of at most 507 bytes: a temp folder whose scratch ledger would pass that is
+    refused before anything is written, in one process as in two, never a traceback."""
+    import tempfile
+
+    from ledger import run_demo
+
+    long = tmp_path / "t"
+    while len(os.fsencode(long)) < 470:
+        long = long / ("x" * 50)
+    long.mkdir(parents=True)
+    monkeypatch.setattr(tempfile, "tempdir", str(long))
+    before = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*"))
+    calls = [lambda: verify_case(exported), lambda: verify_case(exported, jobs=2),
+             lambda: import_tree(exported, tmp_path / "copy"), lambda: run_demo(tmp_path / "demo", echo=lambda _: None)]
+    for call in calls:
+        with pytest.raises(LedgerError) as caught:
+            call()
+        assert caught.value.code == INVALID_ARGUMENT
+        assert caught.value.message.startswith(f"the temp folder {long} is too long a path for ")
+        assert "'s scratch ledger: its path would be " in caught.value.message
+        assert "set TMPDIR to a shorter folder" in caught.value.message
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == before
+    done = run_cli("verify", str(exported), env={"TMPDIR": str(long)})
+    assert done.returncode == 1 and done.stderr.startswith(b"error: INVALID_ARGUMENT: the temp folder ")
+    assert b"Traceback" not in done.stderr
+
+
 @pytest.mark.parametrize("in_place", [True, False])
 def test_an_import_whose_temp_folder_is_inside_its_target_is_refused_before_anything_is_written(
         exported, tmp_path, monkeypatch, in_place):

@@ -10,11 +10,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import json
+
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from ledger import Case, LedgerError, export_case, import_tree, verify_case, BudgetConfig
 from ledger.ground.errors import (INTEGRITY_ERROR, INVALID_ARGUMENT, SOURCE_REF_INVALID, CONFIG_INVALID)
-from ledger.model.package import printable_name
+from ledger.model.package import (EVENT_FILE_RE, EVIDENCE_EVENT_FILE_RE, event_path, evidence_path,
+                                   printable_name)
 from conftest import make_package, run_cli
 CONTENT = "analysis/evidence/content"
 
@@ -117,6 +121,40 @@ def test_events_an_interrupted_export_wrote_past_the_manifest_head_are_accepted_
 # --- item 9: file names ---------------------------------------------------------------------
 BAD_NAMES = [b"sources/\xff.py", b"sources/a\nb.py", b"sources/tab\there.txt", b"sources/\x1b[31mred",
              b"sources/\xfe\xfd/inner.py", b"top\x7f.txt", "sources/line\u2028break.py".encode()]
+
+
+@settings(max_examples=300, deadline=None)
+@given(revision=st.integers(1, 2**53 - 1), counter=st.integers(1, 2**53 - 1),
+       stream=st.sampled_from(["case", "budget"]))
+def test_every_path_an_event_exports_to_is_an_event_file_of_the_export_rule(revision, counter, stream):
+    """Revisions past 9999 and counters past 99,999,999 widen their folder and file names: verify
+    and import must still know them as event files (import found events only through this rule)."""
+    assert EVENT_FILE_RE.fullmatch(event_path(stream, revision, counter))
+    for name in ("E000001.json", "result.json", "index.json"):
+        assert EVIDENCE_EVENT_FILE_RE.fullmatch(evidence_path(revision, "op", name))
+        assert EVENT_FILE_RE.fullmatch(evidence_path(revision, "op", name))
+
+
+@pytest.mark.slow  # about 35 s (30,000 exported files): the slow lane (.ci/run) runs it
+def test_a_case_of_ten_thousand_revisions_exports_verifies_and_imports(tmp_path):
+    lines = []
+    for revision in range(1, 10_002):
+        lines += [{"op": "open_revision", "hypotheses": [{"statement": f"h {revision}"}], "units_per_hypothesis": 10},
+                  {"op": "transition", "to": "INVESTIGATING_HYPOTHESES"},
+                  {"op": "transition", "to": "EVALUATING"}]
+    lines[-1:] = [{"op": "initialize"}, {"op": "reserve", "hypothesis": "H1", "action_id": "q", "action": "x.y"},
+                  {"op": "record_result", "hypothesis": "H1", "action_id": "q", "evidence": {"n": 1}}]  # revision 10001
+    journal = tmp_path / "revisions.jsonl"
+    journal.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    (tmp_path / "analysis.toml").write_text("[limits]\ncase_events_max = 1000000\n", encoding="utf-8")
+    done = run_cli("--analysis-config", str(tmp_path / "analysis.toml"), "apply", str(tmp_path / "case"),
+                   str(journal), "--create", "REVS-1", "--quiet", "--batch-size", "500")
+    assert done.returncode == 0, done.stderr
+    export_case(tmp_path / "case")
+    assert (tmp_path / "case" / "analysis" / "budgets" / "10001" / "events" / "00000003.json").is_file()
+    verify_case(tmp_path / "case", strict=True)
+    imported = import_tree(tmp_path / "case", tmp_path / "again")
+    assert imported.head_seq == verify_case(tmp_path / "case").head_seq
 
 
 def test_printable_name_shows_undecodable_bytes_and_control_characters():

@@ -1179,6 +1179,31 @@ def test_a_scope_whose_summed_consumption_passes_2_53_is_limit_reached_naming_it
     case.close()
 
 
+def test_reported_money_whose_case_total_would_pass_2_53_is_limit_reached_and_writes_nothing(package):
+    """Each cost_usd_millicents may be up to 2**53 - 1, and money_totals keeps running totals of them:
+    the result that would take the case's total past 2**53 - 1 is refused, limits or not."""
+    top = 2**53 - 1
+    case = _ready(package, units=100)
+    budget = case.budget()
+    budget.reserve("H1", "q1", "source.read_context")
+    budget.record_result("H1", "q1", {"n": 1}, cost_usd_millicents=top - 5)
+    budget.settle("H1", "q1", 50, "x")
+    budget.reserve("H2", "q2", "source.read_context")  # another account and revision total: the case's counts
+    before = len(case.events())
+    with pytest.raises(LedgerError) as caught:
+        budget.record_result("H2", "q2", {"n": 2}, cost_usd_millicents=6)
+    assert caught.value.code == "LIMIT_REACHED"
+    assert caught.value.details == {"hypothesis_id": "H2", "limit": "cost_usd_millicents_total"}
+    assert caught.value.message.startswith(f"the case has reported {top - 5} millicents; 6 more would pass 2**53-1")
+    code, _, err = cli("budget", "record", case.path, "H2", "q2", "--evidence", '{"n": 2}', "--cost-usd-millicents", "6")
+    assert (code, err.splitlines()[0]) == (1, f"error: LIMIT_REACHED: {caught.value.message}")
+    assert len(case.events()) == before
+    done = budget.record_result("H2", "q2", {"n": 2}, cost_usd_millicents=5)  # exactly 2**53 - 1 in all
+    assert case.query("SELECT MAX(case_total) AS t FROM money_totals")[0]["t"] == top
+    assert done.seq == before + 1
+    case.close()
+
+
 def test_the_advisory_price_is_clamped_at_2_53_minus_1(package):
     case = _huge_case(package)
     code, out, _ = cli("budget", "price", case.path, "H1", "x.y", "--json")

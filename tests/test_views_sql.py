@@ -225,7 +225,7 @@ def test_read_only_query_sql_must_be_a_string(case):
     assert read_only_query(case.path, "select 2 AS y", timeout_ms=1000) == (["y"], [(2,)])
 
 
-@pytest.mark.parametrize("args", [(5,), ("select 1", 5), ("select ?", {"a": 1}), ("select ?, ?", [1])])
+@pytest.mark.parametrize("args", [(5,), ("select 1", 5), ("select ?", {"a": 1}), ("select ?, ?", [1]), ("select ?", [2**63])])
 def test_case_query_with_a_wrong_statement_type_or_parameters_is_invalid_argument(case, args):
     with pytest.raises(LedgerError) as caught:
         case.query(*args)

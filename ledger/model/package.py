@@ -36,8 +36,10 @@ EXPORT_TEMP_PREFIX = ".ledger-tmp-"
 
 #: Where the export puts events and content rows (relative to the package root).
 #: Evidence events export under their operation's folder: ``analysis/evidence/<revision>/<op>/<name>.json``.
-EVIDENCE_EVENT_FILE_RE = re.compile(r"analysis/evidence/[0-9]{4}/[0-9a-f]{32}/[A-Za-z0-9_-]+\.json")
-EVENT_FILE_RE = re.compile(r"analysis/case/events/[0-9]{8}\.json|analysis/budgets/[0-9]{4}/events/[0-9]{8}\.json|"
+#: Numbers are zero-padded to 4 (revisions) and 8 (counters) digits and grow past them when they
+#: must (revision 10000 is ``10000``): each event's path is checked against the one it must have.
+EVIDENCE_EVENT_FILE_RE = re.compile(r"analysis/evidence/[0-9]{4,}/[0-9a-f]{32}/[A-Za-z0-9_-]+\.json")
+EVENT_FILE_RE = re.compile(r"analysis/case/events/[0-9]{8,}\.json|analysis/budgets/[0-9]{4,}/events/[0-9]{8,}\.json|"
                            + EVIDENCE_EVENT_FILE_RE.pattern)
 CONTENT_FILE_RE = re.compile(r"analysis/evidence/content/[0-9a-f]{64}\.json")
 

@@ -34,10 +34,10 @@ from ..model.package import (EVENT_FILE_RE, LEDGER_FILE, check_export_tree, chec
 from ..ground.clock import utc_now
 from ..ground.paths import fs_path, os_error
 from .replay import PackageSource, Replayer
-from .verify_range import (ALL_AFTER, ALL_LAST, SecondHalf, content_reader, copy_second_half,
+from .verify_range import (ALL_AFTER, ALL_LAST, SECOND_HALF_FILE, SecondHalf, content_reader, copy_second_half,
     input_identity_of, merge, plan_split, range_agrees, save_views, replay_events)
 from ..storage.connection import Storage
-from ..storage.sqlite_file import (file_identity, translate_sqlite_errors, log_files_exist, not_utf8,
+from ..storage.sqlite_file import (SQLITE_MAX_PATH_BYTES, file_identity, translate_sqlite_errors, log_files_exist, not_utf8,
     open_snapshot, release_log)
 
 Progress = Callable[[int], None]
@@ -152,6 +152,8 @@ def _rows_differ(conn: sqlite3.Connection, table: str, order: str, query: str = 
 #: Verify's scratch folder in the system's temp folder: ``ledger-verify-<random>.<machine>.<pid>``.
 #: One a killed verify left is removed by the next verify on this machine, once its process is gone.
 SCRATCH_PREFIX = "ledger-verify-"
+#: The scratch ledgers verify makes in its scratch folder (the second for a replay over two processes).
+SCRATCH_FILES = ("replay.sqlite", SECOND_HALF_FILE)
 
 
 def refuse_temp_inside(root: Path, doing: str = "verify") -> Path:
@@ -165,6 +167,12 @@ def refuse_temp_inside(root: Path, doing: str = "verify") -> Path:
         raise LedgerError(E.INVALID_ARGUMENT, f"the temp folder {temp} is inside {root}, where {doing} would put the "
                           "scratch ledger it verifies with, and verify writes nothing in a case package: set TMPDIR "
                           "to a folder outside it", temp=str(temp))
+    longest = max(SCRATCH_FILES, key=len)  # in a folder named like the one verify makes (mkdtemp adds 8 characters)
+    length = len(os.fsencode(os.path.abspath(temp / f"{SCRATCH_PREFIX}{'x' * 8}{process_tag()}" / longest)))
+    if length > SQLITE_MAX_PATH_BYTES:
+        raise LedgerError(E.INVALID_ARGUMENT, f"the temp folder {temp} is too long a path for {doing}'s scratch ledger: its "
+                          f"path would be {length} bytes, and SQLite opens at most "
+                          f"{SQLITE_MAX_PATH_BYTES}; set TMPDIR to a shorter folder", temp=str(temp))
     return temp
 
 
@@ -208,7 +216,7 @@ def _verify_case(path: str | os.PathLike[str], progress: Progress | None, strict
     temp = refuse_temp_inside(root)
     remove_abandoned_temp_folders(temp, SCRATCH_PREFIX)
     with tempfile.TemporaryDirectory(prefix=SCRATCH_PREFIX, suffix=process_tag()) as scratch_dir:
-        scratch = Storage.scratch(Path(scratch_dir) / "replay.sqlite", ledger)
+        scratch = Storage.scratch(Path(scratch_dir) / SCRATCH_FILES[0], ledger)
         immutable = scratch.read_only_source
         before = file_identity(ledger) if immutable else None
         second = None

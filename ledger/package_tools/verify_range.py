@@ -33,6 +33,8 @@ from .manifest import export_statement
 from .replay import PackageSource, Replayer
 
 Progress = Callable[[int], None]
+#: The second process's scratch ledger, in verify's scratch folder beside ``replay.sqlite``.
+SECOND_HALF_FILE = "second-half.sqlite"
 #: Fewest events for which one case's verify uses a second process: below it, starting the
 #: process and its scratch ledger costs more than the half of the replay it takes over.
 SPLIT_MIN_EVENTS = 20_000
@@ -124,7 +126,7 @@ def plan_split(scratch: Storage, folder: Path, jobs: int) -> tuple[int, int, Pat
         return None  # verify names what is wrong with the file, in one process
     if head is None or type(head[0]) is not int or head[0] < SPLIT_MIN_EVENTS:
         return None
-    part = folder / "second-half.sqlite"
+    part = folder / SECOND_HALF_FILE
     with translate_sqlite_errors():
         scratch.conn.execute("COMMIT")
         scratch.conn.execute("ATTACH DATABASE ? AS part", (file_uri(part, "rwc"),))

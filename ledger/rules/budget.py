@@ -382,9 +382,16 @@ def record_result(view: LedgerView, request: Mapping[str, Any], context: Context
         if stored + len(evidence) > limits["evidence_content_bytes_max"]:
             raise limit_reached("evidence_content_bytes_max", f"distinct evidence content would reach "
                                 f"{stored + len(evidence)} bytes; the limit is {limits['evidence_content_bytes_max']}")
+    money = request.get("cost_usd_millicents")
+    if money:
+        reported = view.money_consumed(None, None)  # the case's total bounds its revision's and account's
+        if reported + money > SAFE_INTEGER_MAX:
+            # its running totals are stored (money_totals) and must stay exact integers (docs/concepts.md)
+            raise LedgerError(E.LIMIT_REACHED, f"the case has reported {reported} millicents; {money} more would pass "
+                              "2**53-1, the largest exact JSON integer (a fixed limit, no setting changes it)",
+                              hypothesis_id=h, limit="cost_usd_millicents_total")
     novelty = result_novelty(view, evidence, seen, ctx.policy)
     action.update(status=ACTION_AWAITING, novelty_score=novelty)
-    money = request.get("cost_usd_millicents")
     extra = {} if money is None else {"cost_usd_millicents": money}  # absent: the event's bytes as before
     draft = _budget_draft(ctx, "budget.result_recorded", key, request, ctx.accounts,
                           contents={} if seen else {content_sha256: evidence}, action=action,

@@ -214,9 +214,9 @@ class Storage:
         the file) and no durability is asked for. ``read_only_source`` says
         whether ``orig`` is read as an immutable snapshot. Close ``conn`` when done.
         """
-        conn = sqlite3.connect(file_uri(path, "rwc"), uri=True, isolation_level=None, check_same_thread=False,
-                               **TRANSACTION_CONTROL)
         with translate_sqlite_errors():
+            conn = sqlite3.connect(file_uri(path, "rwc"), uri=True, isolation_level=None, check_same_thread=False,
+                                   **TRANSACTION_CONTROL)
             conn.execute("PRAGMA journal_mode = OFF")  # no durability needed for a scratch copy
             source, immutable = readable_uri(original)
             conn.execute("ATTACH DATABASE ? AS orig", (source,))

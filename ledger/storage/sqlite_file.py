@@ -40,7 +40,7 @@ def translate_sqlite_errors() -> Iterator[None]:
 
 
 #: What :func:`sqlite_error` translates (a hot path catches these and calls it, without a context manager).
-SQLITE_ERRORS = (sqlite3.Error, UnicodeDecodeError)
+SQLITE_ERRORS = (sqlite3.Error, UnicodeDecodeError, OverflowError)
 
 
 def sqlite_error(exc: BaseException) -> BaseException:
@@ -49,8 +49,11 @@ def sqlite_error(exc: BaseException) -> BaseException:
     busy/locked → ``LEDGER_BUSY`` (retryable); the file system refusing the
     file (cannot open, read-only, I/O error, disk full, permission) →
     ``STORAGE_ERROR``; constraint and trigger aborts, corruption and every other
-    database error → ``INTEGRITY_ERROR``.
+    database error → ``INTEGRITY_ERROR``; a Python int too large to bind → ``INVALID_ARGUMENT``.
     """
+    if isinstance(exc, OverflowError):  # a Python int bound to a statement that SQLite cannot hold
+        return LedgerError(E.INVALID_ARGUMENT, f"a number does not fit SQLite's 64-bit integers: {exc}; nothing was "
+                           "written")
     if isinstance(exc, sqlite3.OperationalError):
         text = str(exc)
         if "locked" in text or "busy" in text:
