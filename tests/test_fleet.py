@@ -273,6 +273,13 @@ def test_fleet_sql_only_reads_the_export(fleet, tmp_path):
                        ("SELECT * FROM nothing", "query refused")]:
         result = CliRunner().invoke(main, ["fleet", "sql", str(out), query])
         assert result.exit_code == 1 and result.stderr.startswith("error: INVALID_ARGUMENT: ") and why in result.stderr
+    unknown = CliRunner().invoke(main, ["fleet", "sql", str(out), "SELECT * FROM nothing"])
+    assert unknown.stderr.endswith("does not exist! (the fleet's tables: events, actions, balances, evidence, "
+                                   "scope_usage, case_status)\n")  # not DuckDB's guess at one of its own tables
+    (tmp_path / "notes.txt").write_text("mine")
+    elsewhere = CliRunner().invoke(main, ["fleet", "sql", str(tmp_path), "SELECT 1"])
+    assert elsewhere.stderr == (f"error: INVALID_ARGUMENT: {tmp_path} is not a fleet export (no _fleet/format.json); "
+                                "run 'ledger fleet export' into an empty folder first\n")
     assert not (tmp_path / "x.csv").exists()
     stopped = CliRunner().invoke(main, ["fleet", "sql", str(out), "SELECT count(*) FROM range(10000000000000)",
                                         "--timeout", "0.2"])

@@ -117,8 +117,9 @@ def check_out(out: Path, *, create: bool) -> Path:
                 raise LedgerError(E.INVALID_ARGUMENT, f"{out} holds a fleet export in format {found!r}, not {FORMAT}")
             return out
         if out.exists() and (not out.is_dir() or any(out.iterdir())):
-            raise LedgerError(E.INVALID_ARGUMENT, f"{out} is not a fleet export (no {META_DIR}/format.json) "
-                                                  "and not an empty folder")
+            raise LedgerError(E.INVALID_ARGUMENT, f"{out} is not a fleet export (no {META_DIR}/format.json)" + (
+                " and not an empty folder, so nothing is exported into it" if create else
+                "; run 'ledger fleet export' into an empty folder first"))
         if not create:
             raise LedgerError(E.INVALID_ARGUMENT, f"{out} holds no fleet export; run 'ledger fleet export'")
         (_meta(out) / "cases").mkdir(parents=True, exist_ok=True)
@@ -449,7 +450,10 @@ def fleet_rows(out: str | os.PathLike[str], query: str, *,
 def _query_error(exc: Exception, timeout_ms: int) -> LedgerError:
     if "INTERRUPT" in str(exc).upper():
         return LedgerError(E.INVALID_ARGUMENT, f"query stopped after {timeout_ms} ms")
-    return LedgerError(E.INVALID_ARGUMENT, f"query refused: {exc}")
+    text = str(exc)
+    if isinstance(exc, _duckdb().CatalogException):  # an unknown table: DuckDB may suggest one of its own
+        text = text.split("\n", 1)[0] + f" (the fleet's tables: {', '.join(TABLES)})"
+    return LedgerError(E.INVALID_ARGUMENT, f"query refused: {text}")
 
 
 def _fetch(relation: Any, timeout_ms: int) -> Iterator[tuple]:
