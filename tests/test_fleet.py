@@ -238,6 +238,29 @@ def test_a_case_id_exported_from_another_package_is_refused(fleet, tmp_path):
     assert fleet_query(target, "SELECT state FROM case_status WHERE case_id = 'FLEET-00002'")[1] == [("CLOSED",)]
 
 
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_one_case_id_in_two_folders_fails_in_both_whatever_the_order_or_jobs(fleet, tmp_path, jobs):
+    """Two copies of one package whose histories went apart (or two packages of one id): which the
+    fleet should hold is not for the order of the folders to decide, so neither is exported."""
+    cases, _, ids = fleet
+    first = _case_paths(cases)[COLON_CASE]  # a case still investigating
+    copy = tmp_path / "copy"
+    shutil.copytree(first, copy)
+    with Case.open(copy) as case:
+        case.budget().grant("H1", 5, "controller", "more", "g-copy")  # the copy's history goes on
+    out = tmp_path / "out"
+    for order in ([copy, cases], [cases, copy]):
+        report = export_fleet([*order, first], out, jobs=jobs)  # the first folder named twice counts once
+        assert report.cases == len(ids) + 1
+        failed = {Path(e["path"]).resolve(): e["error"] for e in report.failed}
+        assert set(failed) == {first.resolve(), copy.resolve()}
+        assert failed[copy.resolve()] == {"code": "INVALID_ARGUMENT", "message": (
+            f"case id {COLON_CASE} is also in {first}; a case id names one package in a fleet, so none of them is "
+            "exported: give one folder per case id")}
+        assert not list(out.glob(f"*/{partition_name(COLON_CASE)}"))
+    assert len(fleet_query(out, "SELECT * FROM case_status")[1]) == len(ids) - 1
+
+
 def test_an_export_folder_that_is_not_a_fleet_export_is_refused(fleet, tmp_path):
     cases, _, _ = fleet
     (tmp_path / "mine").mkdir()

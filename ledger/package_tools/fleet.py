@@ -153,29 +153,29 @@ def _locked(path: Path, mode: int) -> Iterator[None]:
 def find_cases(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
     """Every case package (a folder holding ``ledger.sqlite``, or a damaged one that lost it:
     :func:`is_case_package`) named in or found under ``paths`` (folders are walked, links not
-    followed, a case's own folder not entered), in order, once each.
-    A path that is neither a case nor a folder holding one is ``LEDGER_MISSING``."""
+    followed, a case's own folder not entered), in order, once each (a folder reached by two paths
+    is the first of them). A path that is neither a case nor a folder holding one is ``LEDGER_MISSING``."""
     if isinstance(paths, (str, bytes, os.PathLike)):
         paths = [paths]  # one path, not its characters
-    found: dict[Path, None] = {}
+    found: dict[Path, Path] = {}  # the real folder → the path it was found by first
     for given in paths:
         root = fs_path(given, "case or folder")
         if (root / LEDGER_FILE).is_file():
-            found[root] = None
+            found.setdefault(root.resolve(), root)
             continue
         if not root.is_dir():
             raise missing_ledger(root)
-        before = len(found)
+        any_case = False
         for folder, dirs, files in os.walk(root):
             dirs.sort()
             if LEDGER_FILE in files or is_case_package(Path(folder)):
-                found[Path(folder)] = None
-                dirs[:] = []
+                found.setdefault(Path(folder).resolve(), Path(folder))
+                any_case, dirs[:] = True, []
             else:
                 dirs[:] = [d for d in dirs if d != META_DIR]
-        if len(found) == before:
+        if not any_case:
             raise LedgerError(E.LEDGER_MISSING, f"no case package (a folder with {LEDGER_FILE}) under {root}")
-    return list(found)
+    return list(found.values())
 
 
 # -- exporting one case -----------------------------------------------------------------
@@ -234,8 +234,10 @@ def _recorded(record: Path) -> dict[str, Any] | None:
         return None  # unreadable: the case is exported again, which rewrites it
 
 
-def _export_case(case: Path, out: Path) -> dict[str, Any]:
-    """Export one case; the entry of the report (``status`` exported, unchanged or failed)."""
+def _export_case(case: Path, out: Path, only_head: bool = False) -> dict[str, Any]:
+    """Export one case; the entry of the report (``status`` exported, unchanged or failed). With
+    ``only_head``, read its head alone: ``status`` unchanged when ``out`` holds that head, else
+    None (to be exported), or failed."""
     entry: dict[str, Any] = {"path": str(case)}
     try:
         if not (case / LEDGER_FILE).is_file():
@@ -247,7 +249,13 @@ def _export_case(case: Path, out: Path) -> dict[str, Any]:
                 head = dict(zip(("case_id", "package_id", "head_seq", "head_sha256"),
                                 conn.execute(statement("fleet_head")).fetchone()))
             entry.update(head)
-            _export_snapshot(conn, case, out, head, entry)
+            if only_head:
+                record = _recorded(_meta(out) / "cases" / f"{partition_name(head['case_id'])}.json")
+                unchanged = record is not None and (record.get("package_id"), record.get("head_sha256")) == (
+                    head["package_id"], head["head_sha256"])
+                entry["status"] = "unchanged" if unchanged else None
+            else:
+                _export_snapshot(conn, case, out, head, entry)
         finally:
             conn.close()
     except LedgerError as exc:
@@ -331,8 +339,8 @@ class FleetReport:
                 "failed": self.failed}
 
 
-def _worker(args: tuple[str, str]) -> dict[str, Any]:
-    return _export_case(Path(args[0]), Path(args[1]))
+def _worker(args: tuple[str, str, bool]) -> dict[str, Any]:
+    return _export_case(Path(args[0]), Path(args[1]), args[2])
 
 
 def export_fleet(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str], *, jobs: int | None = 1,
@@ -340,9 +348,11 @@ def export_fleet(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike
     """Export every case found in ``paths`` (cases or folders of cases) to ``out`` (docs/fleet.md).
 
     A case whose head is the one recorded in ``out`` is skipped; a case that fails ``verify``
-    (or cannot be read) is reported in ``failed`` and nothing of it is written. ``jobs``
-    processes (an integer from 1 to 256, else ``INVALID_ARGUMENT``; None: the cores this process may
-    use) each export one case at a time. ``progress(1)`` is called per case.
+    (or cannot be read) is reported in ``failed`` and nothing of it is written. Cases of one case
+    id in several folders (copies of one package, or two packages) all fail, each naming the
+    others: which of them the fleet should hold is not for the order of the folders to decide.
+    ``jobs`` processes (an integer from 1 to 256, else ``INVALID_ARGUMENT``; None: the cores this
+    process may use) each export one case at a time. ``progress(1)`` is called per case.
     """
     jobs = job_count(jobs)
     check_callback(progress, "progress")
@@ -351,15 +361,35 @@ def export_fleet(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike
     target = check_out(fs_path(out, "--to"), create=True).absolute()
     remove_abandoned_builds(_meta(target) / "tmp", ".build-")
     report = FleetReport(str(out))
-    work = [(str(case), str(target)) for case in cases]
-    if jobs == 1 or len(work) <= 1:
-        results: Iterable[dict[str, Any]] = map(_worker, work)
-        _collect(results, report, progress)
-    else:
-        context = worker_context()
-        with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-            _collect(pool.map(_worker, work, chunksize=4), report, progress)
+    with contextlib.ExitStack() as stack:
+        if jobs == 1 or len(cases) <= 1:
+            run: Callable[[list[tuple[str, str, bool]], int], Iterable[dict[str, Any]]] = \
+                lambda work, chunk: map(_worker, work)
+        else:
+            pool = stack.enter_context(concurrent.futures.ProcessPoolExecutor(max_workers=jobs,
+                                                                              mp_context=worker_context()))
+            run = lambda work, chunk: pool.map(_worker, work, chunksize=chunk)  # noqa: E731
+        heads = list(run([(str(case), str(target), True) for case in cases], 64))
+        _refuse_shared_case_ids(heads)
+        entries = iter(run([(e["path"], str(target), False) for e in heads if e["status"] is None], 4))
+        for head in heads:
+            _collect([head if head["status"] is not None else next(entries)], report, progress)
     return report
+
+
+def _refuse_shared_case_ids(heads: list[dict[str, Any]]) -> None:
+    """Fail every entry whose case id another entry of this export has too, naming the others."""
+    folders: dict[str, list[str]] = {}
+    for entry in heads:
+        if entry["status"] != "failed":
+            folders.setdefault(entry["case_id"], []).append(entry["path"])
+    for entry in heads:
+        shared = folders.get(entry.get("case_id"), []) if entry["status"] != "failed" else []
+        if len(shared) > 1:
+            others = ", ".join(path for path in shared if path != entry["path"])
+            entry.update(status="failed", error={"code": E.INVALID_ARGUMENT, "message": (
+                f"case id {entry['case_id']} is also in {others}; a case id names one package in a fleet, so none "
+                "of them is exported: give one folder per case id")})
 
 
 def _collect(results: Iterable[dict[str, Any]], report: FleetReport, progress: Progress | None) -> None:
