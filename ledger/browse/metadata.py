@@ -81,6 +81,16 @@ def sql_reference() -> str:
     return "".join(parts)
 
 
+def tables_reference() -> str:
+    """The list of every ledger table in docs/sql.md's ``## Tables``, generated from
+    ``sql/descriptions.toml`` (the events table with its columns)."""
+    texts = descriptions()
+    rows = [f"| `{table}` | {text} |\n" for table, text in texts["tables"].items()]
+    columns = [f"| `{name}` | {meaning} |\n" for name, meaning in texts["tables_columns"]["events"].items()]
+    return ("| table | what it holds |\n| --- | --- |\n" + "".join(rows)
+            + "\nThe columns of `events`:\n\n| column | meaning |\n| --- | --- |\n" + "".join(columns))
+
+
 class ServedCase(NamedTuple):
     """A case as it is served: its database name in Datasette, ledger file, case id and state."""
 
