@@ -8,8 +8,8 @@ from typing import Any
 
 import click
 
-from ledger import (Case, ManyReport, VerifyReport, case_folders, export_case, export_many, import_tree, verify_case,
-                    verify_many)
+from ledger import (Case, LedgerError, ManyReport, VerifyReport, case_folders, export_case, export_many, import_tree,
+                    verify_case, verify_many)
 from ledger.package_tools.export import export_count
 from ledger.package_tools.manifest import read_manifest
 from ledger.ground.workers import JOBS_MAX
@@ -150,7 +150,8 @@ def verify(cases: tuple[str, ...], as_json: bool, all_in: bool, jobs: int | None
     this machine's clock are reported, never an error. Views, indexes, tables and full-text tables you added
     to ledger.sqlite are listed as foreign objects and left alone; a trigger on
     a ledger table or a changed ledger object fails with INTEGRITY_ERROR.
-    --json prints the whole report as one object; --table, --nl, --csv or --tsv
+    --json prints the whole report as one object (a case that fails to verify:
+    {"ok": false, "error": {...}}, and the error on stderr); --table, --nl, --csv or --tsv
     print the foreign objects one row each (columns type, name, table) on
     stdout and the summary on stderr.
 
@@ -175,10 +176,15 @@ def verify(cases: tuple[str, ...], as_json: bool, all_in: bool, jobs: int | None
               "{events} events, {contents} contents, head seq {head_seq}", _verify_notes, strict=strict)
         return
     fmt = table_format(as_json=as_json, **formats) if any(formats.values()) or as_json else None
-    with Case.open(case) as opened:
-        total = opened.status()["package_generation"]
-    with progress_bar(total, "verifying", stream=sys.stderr if fmt else None) as bar:
-        report = verify_case(case, progress=bar.update, strict=strict, jobs=None)  # a large case: two cores
+    try:
+        with Case.open(case) as opened:
+            total = opened.status()["package_generation"]
+        with progress_bar(total, "verifying", stream=sys.stderr if fmt else None) as bar:
+            report = verify_case(case, progress=bar.update, strict=strict, jobs=None)  # a large case: two cores
+    except LedgerError as exc:
+        if as_json:  # a script reading stdout learns of the failure as of a --strict one
+            echo(dumps({"ok": False, "error": exc.to_dict()}))
+        raise
     failure = report.strict_failure() if strict else None
     # a case that fails --strict is never printed as ok, in either form
     summary = [f"{'FAILED --strict' if failure else 'ok'}: {report.events} events, {report.contents} contents, "

@@ -683,6 +683,24 @@ def test_strict_verify_fails_without_an_export_and_plain_verify_says_not_exporte
     assert result["error"]["code"] == "INTEGRITY_ERROR" and "never exported" in result["error"]["message"]
 
 
+def test_verify_json_prints_ok_false_and_the_error_when_the_case_fails(budget, case):
+    """With --json, stdout says the case failed whatever failed it (tampering as a --strict export
+    state), and stderr has the error line every command prints."""
+    budget.reserve("H1", "q1", "source.read_context")
+    case.close()
+    conn = unguarded(case.path)
+    conn.execute("UPDATE reservations SET cost_units = 1")
+    conn.commit()
+    conn.close()
+    done = run_cli("verify", str(case.path), "--json")
+    assert done.returncode == 1
+    result = json.loads(done.stdout)
+    assert result["ok"] is False and result["error"]["code"] == "INTEGRITY_ERROR"
+    assert done.stderr.decode().splitlines()[-1] == f"error: INTEGRITY_ERROR: {result['error']['message']}"
+    missing = run_cli("verify", str(case.path / "nowhere"), "--json")
+    assert missing.returncode == 1 and json.loads(missing.stdout)["error"]["code"] == "LEDGER_MISSING"
+
+
 def test_strict_verify_fails_on_an_export_interrupted_before_its_manifest(budget, case):
     export_case(case)
     case.close()

@@ -64,6 +64,13 @@ def test_opening_a_folder_without_a_case_is_ledger_missing(tmp_path):
     assert not (tmp_path / "ledger.sqlite").exists()
 
 
+def test_opening_a_folder_that_does_not_exist_says_so(tmp_path):
+    with pytest.raises(LedgerError) as caught:
+        Case.open(tmp_path / "typo")
+    assert caught.value.message == f"no case at {tmp_path / 'typo'} (no such folder); create one with 'ledger init'"
+    assert not (tmp_path / "typo").exists()
+
+
 def test_opening_a_folder_of_cases_says_to_name_one_of_them(tmp_path):
     for name in ("case-b", "case-a"):
         start_case(tmp_path / name).close()

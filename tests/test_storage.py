@@ -462,7 +462,8 @@ def test_a_case_in_a_folder_this_user_may_not_write_is_a_storage_error_not_an_im
             done = subprocess.run([*prefix, sys.executable, "-m", "ledger_cli", *args], capture_output=True,
                                   env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
             assert done.returncode == 1 and b"error: STORAGE_ERROR: " in done.stderr, done.stderr
-            assert b"may not write that folder" in done.stderr
+            assert b"may not write that folder; let this user write the folder (chmod u+w " in done.stderr
+            assert b"(cp keeps the read-only modes)" in done.stderr
     finally:
         folder.chmod(0o755)
         shutil.rmtree(shared)

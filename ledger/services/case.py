@@ -59,6 +59,8 @@ def missing_ledger(root: Path) -> LedgerError:
             "trusted without its manifest, so there is nothing to restore from here (move analysis/ aside to "
             "start a new case with 'ledger init')",
         )
+    if not os.path.lexists(root):
+        return LedgerError(E.LEDGER_MISSING, f"no case at {root} (no such folder); create one with 'ledger init'")
     inside = _cases_inside(root)
     if inside:
         more = ", …" if len(inside) > 2 else ""

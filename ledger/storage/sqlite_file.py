@@ -244,8 +244,9 @@ def readable_uri(path: Path) -> tuple[str, bool]:
             raise
         if not _on_read_only_mount(path):
             raise LedgerError(E.STORAGE_ERROR, f"cannot read {path}: SQLite needs to create {path.name}-shm beside "
-                              "it and this user may not write that folder; read it as its owner, or copy the "
-                              "case") from None
+                              "it and this user may not write that folder; let this user write the folder "
+                              f"(chmod u+w {path.parent}, as its owner), or copy the case somewhere this user may "
+                              "write and make the copy writable (cp keeps the read-only modes)") from None
         return uri + "&immutable=1", True
     finally:
         probe.close()
