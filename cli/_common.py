@@ -237,7 +237,8 @@ _FORMAT_HELP = {
     "json": "Print one JSON array of rows.",
     "nl": "Print newline-delimited JSON: one object per row.",
     "csv": "Print CSV with a header row (values verbatim: import into a spreadsheet as text).",
-    "tsv": "Print tab-separated values with a header row (values verbatim).",
+    "tsv": "Print tab-separated values with a header row (values verbatim, quoted as in CSV when they hold a "
+           "tab, a quote or a line break).",
 }
 
 

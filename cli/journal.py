@@ -62,6 +62,8 @@ def apply(settings: Settings, case: str, journal: Any, create_case_id: str | Non
                                      on_commit=lambda n: committed.__setitem__(0, committed[0] + n))
             for outcome in outcomes:
                 summary.add(outcome)
+                if not outcome.ok and not keep_going:
+                    summary.stopped_at = outcome.line
                 committed[0] -= 1
                 try:
                     _report_line(outcome, summary, quiet, results)

@@ -191,12 +191,16 @@ def test_apply_stops_at_the_first_error_unless_keep_going(tmp_path):
     out = [json.loads(line) for line in stopped.stdout.decode().splitlines()]
     assert [r["ok"] for r in out] == [True, True, False]
     assert out[2]["error"]["code"] == "INVALID_ARGUMENT"
+    assert stopped.stderr.decode().splitlines()[-1].endswith(
+        "; stopped at line 3, its first failure: any lines after it were not applied (--keep-going applies each "
+        "line on its own)")
     kept = run_cli("apply", str(tmp_path / "b"), str(journal), "--create", "B", "--keep-going")
     assert kept.returncode == 1
     out = [json.loads(line) for line in kept.stdout.decode().splitlines()]
     assert [(r["line"], r["ok"] or r["error"]["code"]) for r in out] == [
         (1, True), (2, True), (3, "INVALID_ARGUMENT"), (4, "UNKNOWN_OPERATION"), (5, "INVALID_JSON"),
         (7, "INVALID_ARGUMENT"), (8, "INVALID_ARGUMENT"), (9, "INVALID_ARGUMENT"), (10, True), (11, "INVALID_JSON")]
+    assert "stopped at line" not in kept.stderr.decode()
 
 
 def test_apply_reads_stdin_and_refuses_a_case_with_another_id(tmp_path):

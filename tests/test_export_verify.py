@@ -683,6 +683,16 @@ def test_strict_verify_fails_without_an_export_and_plain_verify_says_not_exporte
     assert result["error"]["code"] == "INTEGRITY_ERROR" and "never exported" in result["error"]["message"]
 
 
+def test_importing_a_case_never_exported_says_to_export_it_first(budget, case, tmp_path):
+    case.close()
+    with pytest.raises(LedgerError) as caught:
+        import_tree(case.path, tmp_path / "copy")
+    assert caught.value.code == INVALID_ARGUMENT
+    assert caught.value.message == (f"{case.path} has no manifest.json: not an exported case (a case with its ledger "
+                                    "is exported with 'ledger export CASE'; import rebuilds a ledger from that export)")
+    assert not (tmp_path / "copy").exists()
+
+
 def test_verify_json_prints_ok_false_and_the_error_when_the_case_fails(budget, case):
     """With --json, stdout says the case failed whatever failed it (tampering as a --strict export
     state), and stderr has the error line every command prints."""

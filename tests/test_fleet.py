@@ -299,6 +299,9 @@ def test_fleet_sql_only_reads_the_export(fleet, tmp_path):
     unknown = CliRunner().invoke(main, ["fleet", "sql", str(out), "SELECT * FROM nothing"])
     assert unknown.stderr.endswith("does not exist! (the fleet's tables: events, actions, balances, evidence, "
                                    "scope_usage, case_status)\n")  # not DuckDB's guess at one of its own tables
+    binder = CliRunner().invoke(main, ["fleet", "sql", str(out), "SELECT stream_seqq FROM events"])
+    assert binder.stderr.count("\n") == 1 and "\\n" not in binder.stderr  # one line, no escaped line breaks
+    assert 'Candidate bindings: "stream"' in binder.stderr
     (tmp_path / "notes.txt").write_text("mine")
     elsewhere = CliRunner().invoke(main, ["fleet", "sql", str(tmp_path), "SELECT 1"])
     assert elsewhere.stderr == (f"error: INVALID_ARGUMENT: {tmp_path} is not a fleet export (no _fleet/format.json); "

@@ -93,6 +93,8 @@ def test_ledger_sql_still_refuses_writing_pragmas_and_attach(demo, query):
     with pytest.raises(LedgerError) as caught:
         read_only_query(demo, query)
     assert caught.value.code == INVALID_ARGUMENT
+    assert caught.value.message.startswith("query refused: not authorized; a read-only query may not ATTACH, "
+                                           "DETACH or run a PRAGMA but the schema-reading ones (collation_list, ")
 
 
 def test_shipped_schema_follows_drop_and_recreate_per_version():

@@ -480,10 +480,10 @@ def fleet_rows(out: str | os.PathLike[str], query: str, *,
 def _query_error(exc: Exception, timeout_ms: int) -> LedgerError:
     if "INTERRUPT" in str(exc).upper():
         return LedgerError(E.INVALID_ARGUMENT, f"query stopped after {timeout_ms} ms")
-    text = str(exc)
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip(" ^")]  # no caret under the query
     if isinstance(exc, _duckdb().CatalogException):  # an unknown table: DuckDB may suggest one of its own
-        text = text.split("\n", 1)[0] + f" (the fleet's tables: {', '.join(TABLES)})"
-    return LedgerError(E.INVALID_ARGUMENT, f"query refused: {text}")
+        lines = [lines[0], f"(the fleet's tables: {', '.join(TABLES)})"]
+    return LedgerError(E.INVALID_ARGUMENT, f"query refused: {' '.join(lines)}")  # one line, not escaped ones
 
 
 def _fetch(relation: Any, timeout_ms: int) -> Iterator[tuple]:

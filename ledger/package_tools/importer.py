@@ -281,7 +281,8 @@ def _build(src: Path, dest: Path, in_place: bool, progress: Progress | None) -> 
     """Rebuild the ledger from the tree of ``src`` and place it (with the inputs, unless in place)."""
     manifest = read_manifest(src)
     if manifest is None:
-        raise LedgerError(E.INVALID_ARGUMENT, f"{src} has no manifest.json: not an exported case")
+        raise LedgerError(E.INVALID_ARGUMENT, f"{src} has no manifest.json: not an exported case (a case with its "
+                          "ledger is exported with 'ledger export CASE'; import rebuilds a ledger from that export)")
     files = dict(_walk_regular(src))
     # a new package is built in a hidden sibling folder and renamed into place at the end,
     # so an interrupted import leaves the target absent and can simply be run again

@@ -312,7 +312,8 @@ class JournalSummary:
     """Counts of an applied journal: lines ``ok`` (of which ``reused``), ``failed``, ``clamped``
     (lines whose ``at`` was raised to the previous event's time, by ``clamped_micros_max`` at most
     and ``clamped_micros_total`` in all) and the ``elapsed_s`` seconds since it was made.
-    ``unprinted``: committed lines whose result line the caller could not print (its output failed)."""
+    ``unprinted``: committed lines whose result line the caller could not print (its output failed).
+    ``stopped_at``: the line a run without ``keep_going`` stopped at (its first failure), else None."""
 
     ok: int = 0
     failed: int = 0
@@ -321,6 +322,7 @@ class JournalSummary:
     clamped_micros_max: int = 0
     clamped_micros_total: int = 0
     unprinted: int = 0
+    stopped_at: int | None = None
     started: float = field(default_factory=time.monotonic, repr=False)
 
     def add(self, result: LineResult) -> None:
@@ -352,8 +354,10 @@ class JournalSummary:
                    if self.clamped else "no time raised")
         unprinted = (f", {self.unprinted} of them not printed (standard output failed; no further line "
                      "was applied)" if self.unprinted else "")
+        stopped = (f"; stopped at line {self.stopped_at}, its first failure: any lines after it were not applied "
+                   "(--keep-going applies each line on its own)" if self.stopped_at is not None else "")
         return (f"applied: {self.ok} ok ({self.reused} reused), {self.failed} failed, {clamped}, "
-                f"{self.elapsed_s:.2f} s{unprinted}")
+                f"{self.elapsed_s:.2f} s{unprinted}{stopped}")
 
 
 def clamp_warning(result: LineResult) -> str:

@@ -28,7 +28,9 @@ def _query_errors(timeout_ms: int) -> Iterator[None]:
         if "interrupted" in str(exc):
             raise LedgerError(E.INVALID_ARGUMENT, f"query stopped at its time limit, {timeout_ms / 1000:g} s "
                               f"(ledger sql --timeout SECONDS; timeout_ms={timeout_ms} in Python)") from None
-        raise LedgerError(E.INVALID_ARGUMENT, f"query refused: {exc}") from None
+        why = ("; a read-only query may not ATTACH, DETACH or run a PRAGMA but the schema-reading ones "
+               f"({', '.join(sorted(READ_ONLY_PRAGMAS))})" if str(exc) == "not authorized" else "")
+        raise LedgerError(E.INVALID_ARGUMENT, f"query refused: {exc}{why}") from None
 
 
 def _fetch(cursor: sqlite3.Cursor, timeout_ms: int, size: int = 512) -> Iterator[tuple]:
