@@ -93,8 +93,9 @@ def test_ledger_sql_still_refuses_writing_pragmas_and_attach(demo, query):
     with pytest.raises(LedgerError) as caught:
         read_only_query(demo, query)
     assert caught.value.code == INVALID_ARGUMENT
-    assert caught.value.message.startswith("query refused: not authorized; a read-only query may not ATTACH, "
-                                           "DETACH or run a PRAGMA but the schema-reading ones (collation_list, ")
+    assert caught.value.message.startswith("query refused: not authorized; a read-only query may not write, change "
+                                           "the schema, ATTACH, DETACH or run a PRAGMA but the schema-reading ones "
+                                           "(collation_list, ")
 
 
 def test_shipped_schema_follows_drop_and_recreate_per_version():
@@ -233,6 +234,24 @@ def test_case_query_with_a_wrong_statement_type_or_parameters_is_invalid_argumen
         case.query(*args)
     assert caught.value.code == INVALID_ARGUMENT
     assert case.query("select :a AS a", {"a": 2}) == [{"a": 2}]
+
+
+@pytest.mark.parametrize("statement", [
+    "select 1; select 2", "attach ':memory:' as other", "pragma locking_mode = EXCLUSIVE", "pragma query_only = 1",
+    "create table mine (x)", "drop view balances", "pragma user_version = 5", "delete from events",
+    "insert into events (seq) values (99)", "begin", "commit", "savepoint s", "vacuum", "selec 1"])
+def test_case_query_reads_only_and_refuses_everything_else_as_ledger_sql_does(case, budget, statement):
+    """Case.query runs on the case's own connection: a statement that would do anything but read is
+    INVALID_ARGUMENT, writes nothing and leaves the case as usable as before."""
+    before = case.query("SELECT COUNT(*) AS n FROM events")
+    with pytest.raises(LedgerError) as caught:
+        case.query(statement)
+    assert caught.value.code == INVALID_ARGUMENT and caught.value.message.startswith("query refused: ")
+    assert case.query("SELECT COUNT(*) AS n FROM events") == before
+    assert case.query("SELECT name FROM pragma_table_info('events') LIMIT 1") == [{"name": "seq"}]
+    assert budget.reserve("H1", "after", "source.read_context").seq == before[0]["n"] + 1  # still writes
+    with Case.open(case.path) as other:  # and nobody else is locked out
+        assert other.status()["package_generation"] == before[0]["n"] + 1
 
 
 @pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it

@@ -32,7 +32,7 @@ from ..ground.paths import fs_path, os_error
 from ..router.reference import Router
 from ..rules import lifecycle
 from ..rules.common import check_action_id, check_case_id
-from ..storage.readonly import readonly_rows
+from ..storage.readonly import readonly_rows, reading_only
 from .session import Session, check_future_at
 from ..storage.connection import CheckpointWarning, Storage
 from ..storage.sqlite_file import check_ledger_path, translate_sqlite_errors
@@ -220,7 +220,7 @@ class Case(CaseFacade):
     # -- reads ---------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
         """The ``case_status`` view's row."""
-        return self.query(statement("case_status_row"))[0]
+        return self._rows(statement("case_status_row"))[0]
 
     def iter_query(self, sql: str, params: Iterable[Any] | dict[str, Any] = ()) -> Iterator[dict[str, Any]]:
         """Rows of a read-only query as dicts, read from the cursor as they are consumed (one read
@@ -233,22 +233,33 @@ class Case(CaseFacade):
                     yield dict(zip(names, row))
 
     def query(self, sql: str, params: Iterable[Any] | dict[str, Any] = ()) -> list[dict[str, Any]]:
-        """Rows of a read-only query as dicts, in one short read transaction
-        (``INVALID_ARGUMENT`` when ``sql`` is not a str)."""
+        """Rows of one read-only statement as dicts, in one short read transaction (docs/sql.md).
+
+        ``INVALID_ARGUMENT`` when ``sql`` is not a str, is several statements, fails, or would do
+        anything but read (write, change the schema, ATTACH, control the transaction, or run a
+        pragma but the schema-reading ones): the same statements ``ledger sql`` refuses."""
         if not isinstance(sql, str):
             raise LedgerError(E.INVALID_ARGUMENT, f"sql must be a str, got {type(sql).__name__}")
+        with self.session.read(), reading_only(self.storage.conn):
+            return self._dicts(sql, params)
+
+    def _rows(self, sql: str, params: Iterable[Any] | dict[str, Any] = ()) -> list[dict[str, Any]]:
+        """Rows of one of the ledger's own named reads, as dicts (no guard: the statement is ours)."""
         with self.session.read(), translate_sqlite_errors():
-            cursor = self.storage.conn.execute(sql, params)
-            names = [d[0] for d in cursor.description or ()]
-            return [dict(zip(names, row)) for row in cursor.fetchall()]
+            return self._dicts(sql, params)
+
+    def _dicts(self, sql: str, params: Iterable[Any] | dict[str, Any]) -> list[dict[str, Any]]:
+        cursor = self.storage.conn.execute(sql, params)
+        names = [d[0] for d in cursor.description or ()]
+        return [dict(zip(names, row)) for row in cursor.fetchall()]
 
     def balances(self) -> list[dict[str, Any]]:
         """Rows of the ``balances`` view, by revision and hypothesis number."""
-        return self.query(statement("balances_in_order"))
+        return self._rows(statement("balances_in_order"))
 
     def actions(self) -> list[dict[str, Any]]:
         """Rows of the ``actions`` view in the order the actions were reserved."""
-        return self.query(statement("actions_in_reservation_order"))
+        return self._rows(statement("actions_in_reservation_order"))
 
     def events(self, since_seq: int = 0, *, with_body: bool = False) -> list[dict[str, Any]]:
         """The hash chain after ``since_seq``: ``seq``, ``type``, ``revision``, ``created_at``,

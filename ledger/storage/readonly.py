@@ -1,8 +1,10 @@
 """Read-only connections for people's own SQL (``ledger sql``, ``read_only_query``).
 
 The connection cannot write: ``mode=ro``, ``query_only`` and an authorizer that
-denies ATTACH, DETACH and every pragma but the schema-reading ones. A query
-still running after its deadline is stopped; every refusal is ``INVALID_ARGUMENT``.
+lets a statement read and nothing else (no ATTACH, DETACH or pragma but the
+schema-reading ones). :func:`reading_only` puts a writer's connection under the same
+authorizer for ``Case.query``. A query still running after its deadline is stopped;
+every refusal is ``INVALID_ARGUMENT``.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from typing import Any, Iterator
 from ..ground import errors as E
 from .sqlfiles import statement
 from ..ground.errors import LedgerError
-from .sqlite_file import connect_uri, log_files_exist, readable_uri, release_log, translate_sqlite_errors
+from .sqlite_file import (SQLITE_ERRORS, connect_uri, log_files_exist, readable_uri, release_log, sqlite_error,
+                          translate_sqlite_errors)
 
 
 @contextmanager
@@ -28,9 +31,7 @@ def _query_errors(timeout_ms: int) -> Iterator[None]:
         if "interrupted" in str(exc):
             raise LedgerError(E.INVALID_ARGUMENT, f"query stopped at its time limit, {timeout_ms / 1000:g} s "
                               f"(ledger sql --timeout SECONDS; timeout_ms={timeout_ms} in Python)") from None
-        why = ("; a read-only query may not ATTACH, DETACH or run a PRAGMA but the schema-reading ones "
-               f"({', '.join(sorted(READ_ONLY_PRAGMAS))})" if str(exc) == "not authorized" else "")
-        raise LedgerError(E.INVALID_ARGUMENT, f"query refused: {exc}{why}") from None
+        raise _refused(exc) from None
 
 
 def _fetch(cursor: sqlite3.Cursor, timeout_ms: int, size: int = 512) -> Iterator[tuple]:
@@ -50,25 +51,68 @@ READ_ONLY_PRAGMAS = frozenset({
 })
 
 
-def open_readonly(path: Path) -> sqlite3.Connection:
-    """A connection that cannot write: ``mode=ro`` plus an authorizer denying ATTACH and writes.
+#: What a read may do: select, read columns, call functions, recurse; and the pragmas above.
+_READ_ACTIONS = frozenset({sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION,
+                           getattr(sqlite3, "SQLITE_RECURSIVE", 33)})
 
-    Of the pragmas only the schema-reading ones of :data:`READ_ONLY_PRAGMAS` are allowed
-    (as ``SELECT * FROM pragma_table_info('events')`` or ``PRAGMA table_info(events)``).
-    """
+
+def reads_only(action: int, name: str | None = None, *_: Any) -> int:
+    """An SQLite authorizer that lets a statement read and nothing else: no write, no schema
+    change, no transaction control, no ATTACH, no pragma but the schema-reading ones of
+    :data:`READ_ONLY_PRAGMAS` (as ``SELECT * FROM pragma_table_info('events')`` or
+    ``PRAGMA table_info(events)``)."""
+    if action == sqlite3.SQLITE_PRAGMA:
+        return sqlite3.SQLITE_OK if (name or "").lower() in READ_ONLY_PRAGMAS else sqlite3.SQLITE_DENY
+    if action == sqlite3.SQLITE_UPDATE and (name or "").lower() in _SCHEMA_TABLES:
+        # asked while a pragma table function such as pragma_table_info() reads the schema; a real
+        # update of the schema table needs writable_schema, a pragma refused above
+        return sqlite3.SQLITE_OK
+    return sqlite3.SQLITE_OK if action in _READ_ACTIONS else sqlite3.SQLITE_DENY
+
+
+_SCHEMA_TABLES = frozenset({"sqlite_master", "sqlite_schema", "sqlite_temp_master", "sqlite_temp_schema"})
+
+
+def _reads_in_transactions(action: int, name: str | None = None, *rest: Any) -> int:
+    """:func:`reads_only`, and ``BEGIN``/``COMMIT`` too: on a connection that cannot write, a read
+    transaction holds one snapshot for several reads."""
+    return sqlite3.SQLITE_OK if action == sqlite3.SQLITE_TRANSACTION else reads_only(action, name, *rest)
+
+
+def open_readonly(path: Path) -> sqlite3.Connection:
+    """A connection that cannot write: ``mode=ro``, ``query_only`` and the :func:`reads_only`
+    authorizer (read transactions allowed)."""
     conn = connect_uri(readable_uri(path)[0])
     with translate_sqlite_errors():
         conn.execute("PRAGMA query_only = ON")
-
-        def authorizer(action: int, name: str | None = None, *_: Any) -> int:
-            if action == sqlite3.SQLITE_PRAGMA and (name or "").lower() in READ_ONLY_PRAGMAS:
-                return sqlite3.SQLITE_OK  # pragma_table_info('events') and the like only read
-            if action in (sqlite3.SQLITE_ATTACH, sqlite3.SQLITE_DETACH, sqlite3.SQLITE_PRAGMA):
-                return sqlite3.SQLITE_DENY
-            return sqlite3.SQLITE_OK
-
-        conn.set_authorizer(authorizer)
+        conn.set_authorizer(_reads_in_transactions)
     return conn
+
+
+@contextmanager
+def reading_only(conn: sqlite3.Connection) -> Iterator[None]:
+    """Run the block's statements on ``conn`` (a writer's connection, say) under :func:`reads_only`,
+    each a user's read: a refused or failing statement is ``INVALID_ARGUMENT`` (``LEDGER_BUSY``,
+    ``STORAGE_ERROR`` and damage keep their codes). Setting an authorizer makes SQLite prepare
+    every statement again, so none prepared before escapes it."""
+    conn.set_authorizer(reads_only)
+    try:
+        yield
+    except SQLITE_ERRORS as exc:
+        translated = sqlite_error(exc)
+        damaged = "malformed" in str(exc) or "corrupt" in str(exc)
+        if isinstance(translated, LedgerError) and translated.code in (E.LEDGER_BUSY, E.STORAGE_ERROR) or damaged:
+            raise translated from None
+        raise _refused(exc) from None
+    finally:
+        conn.set_authorizer(None)
+
+
+def _refused(exc: BaseException) -> LedgerError:
+    """``INVALID_ARGUMENT`` for a user's statement SQLite refused, saying what a read may not do."""
+    why = ("; a read-only query may not write, change the schema, ATTACH, DETACH or run a PRAGMA but the "
+           f"schema-reading ones ({', '.join(sorted(READ_ONLY_PRAGMAS))})" if str(exc) == "not authorized" else "")
+    return LedgerError(E.INVALID_ARGUMENT, f"query refused: {exc}{why}")
 
 def readonly_query(path: Path, sql: str, timeout_ms: int = 30_000) -> tuple[list[str], list[tuple]]:
     """Run one statement on a read-only connection; ``(column names, rows)``.
