@@ -55,6 +55,15 @@ def _output_failed(cause: OSError, done: str | None = None) -> None:
         click.echo(f"error: {OUTPUT_ERROR}: cannot print the result ({cause.strerror or cause}); {done}", err=True)
 
 
+def _flush_stdout() -> None:
+    """Flush standard output; an ``OSError`` there is :class:`OutputError` (a reader that went away
+    after a command's last write would otherwise go unnoticed, the interpreter ignoring it at exit)."""
+    try:
+        sys.stdout.flush()
+    except OSError as exc:
+        raise OutputError(exc) from exc
+
+
 def _report_warnings(caught: list[warnings.WarningMessage]) -> None:
     """``warning: …`` on stderr for what closing a case could not finish; other warnings as usual."""
     for item in caught:
@@ -106,7 +115,9 @@ class LedgerGroup(UsageGroup):
 
     def _invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
+            result = super().invoke(ctx)
+            _flush_stdout()  # what is still buffered fails here, as a streamed line would, not at exit
+            return result
         except LedgerError as exc:
             click.echo(f"error: {exc.code}: {one_line(exc.message)}", err=True)
             ctx.exit(exc.exit_code)

@@ -38,6 +38,11 @@ def echo(text: str = "", nl: bool = True) -> None:
     """``click.echo`` to standard output; an ``OSError`` there becomes :class:`OutputError`, so it
     is never mistaken for a refusal of the command's input. A character the output's encoding
     cannot carry (an emoji on a Latin-1 terminal) is printed escaped (``\\ud83d\\ude00``)."""
+    if len(text) > ECHO_CHUNK_CHARS:  # one large write to a pipe its reader closed can lose its tail
+        for start in range(0, len(text), ECHO_CHUNK_CHARS):  # without an error: a later chunk reports it
+            echo(text[start:start + ECHO_CHUNK_CHARS], nl=False)
+        echo("", nl=nl)
+        return
     try:
         try:
             click.echo(text, nl=nl)
@@ -45,6 +50,10 @@ def echo(text: str = "", nl: bool = True) -> None:
             click.echo(encodable(text, click.get_text_stream("stdout")), nl=nl)
     except OSError as exc:
         raise OutputError(exc) from exc
+
+
+#: The most :func:`echo` hands to one write.
+ECHO_CHUNK_CHARS = 1 << 16
 
 
 def _escape_unencodable(error: UnicodeError) -> tuple[str | bytes, int]:

@@ -336,6 +336,10 @@ def test_serve_refuses_a_folder_without_a_case_the_same_case_twice_a_busy_port_a
     bad_host = run_cli("serve", str(demo), "--host", "256.0.0.1", "--port", "0")
     assert bad_host.returncode == 1
     assert bad_host.stderr.decode().startswith("error: INVALID_ARGUMENT: cannot listen on 256.0.0.1:0: ")
+    for empty in ("", " "):  # an unset variable must not mean every address
+        no_host = run_cli("serve", str(demo), "--host", empty, "--port", "0")
+        assert no_host.returncode == 1
+        assert no_host.stderr.decode().startswith("error: INVALID_ARGUMENT: the address to listen on is empty")
     with pytest.raises(LedgerError) as refused:
         served_cases([])
     assert refused.value.code == "INVALID_ARGUMENT"

@@ -728,7 +728,6 @@ PUBLIC_CALLS = {
     "evidence_query": lambda c, b: c.evidence().query("i1", {"actions": [{
         "operation_id": "op-1", "hypothesis_id": "H1", "action_id": "t1", "tool": "source.read_context",
         "args": {"path": "sources/app.py", "start_line": 1, "end_line": 1}}]}),
-    "iter_query": lambda c, b: list(c.iter_query("SELECT 1")),
     "iter_events": lambda c, b: list(c.iter_events()),
 }
 

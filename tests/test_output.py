@@ -136,3 +136,31 @@ def latin1_case(tmp_path) -> Path:
         budget.fail("H1", "a1", EMOJI, at=T0)
         case.transition("EVALUATING", at=T0)
     return tmp_path / "c"
+
+
+@pytest.mark.parametrize("fmt", ["--table", "--csv", "--nl"])
+def test_a_reader_that_goes_away_ends_every_format_quietly_with_status_1(tmp_path, fmt):
+    """``ledger events CASE | head -1``: whatever the format, the command stops with status 1 and
+    says nothing (no false 'busy' warning from the read still open), as docs/errors.md says."""
+    import subprocess
+    import sys
+
+    lines = [json.dumps({"op": "open_revision", "hypotheses": [{"statement": "h"}]}),
+             json.dumps({"op": "transition", "to": "INVESTIGATING_HYPOTHESES"}), json.dumps({"op": "initialize"})]
+    for n in range(400):
+        base = {"hypothesis": "H1", "action_id": f"a{n}"}
+        lines += [json.dumps({"op": "reserve", **base, "action": "x.y"}),
+                  json.dumps({"op": "record_result", **base, "evidence": {"n": n}}),
+                  json.dumps({"op": "settle", **base, "semantic_score": 100, "reason": "r"})]
+    journal = tmp_path / "j.jsonl"
+    journal.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (tmp_path / "a.toml").write_text("units_per_hypothesis = 100000\n", encoding="utf-8")
+    done = run_cli("--analysis-config", str(tmp_path / "a.toml"), "apply", str(tmp_path / "c"), str(journal),
+                   "--create", "PIPE-1", "--quiet")
+    assert done.returncode == 0, done.stderr
+    reader = subprocess.Popen([sys.executable, "-m", "ledger_cli", "events", str(tmp_path / "c"), fmt],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert reader.stdout.read(100)  # the first bytes, then the reader goes away (about 300 KB are left)
+    reader.stdout.close()
+    assert reader.wait(timeout=60) == 1
+    assert reader.stderr.read() == b""

@@ -233,6 +233,25 @@ def test_an_input_that_is_no_run_is_refused_with_what_it_is_instead_of_a_run_of_
     assert list((tmp_path / "out").iterdir()) == []
 
 
+def test_an_exit_code_no_journal_can_hold_is_refused_in_steps_and_left_out_of_a_trajectory(tmp_path):
+    """Journal integers stop at ±(2**53 - 1): a step line giving a larger exit code is refused with
+    its file; an observation's <returncode> that large keeps the step, without the code."""
+    (tmp_path / "big.jsonl").write_text(json.dumps({"run": "a", "command": "ls", "output": "b",
+                                                    "exit_code": 2**53}) + "\n", encoding="utf-8")
+    summary = import_runs([tmp_path / "big.jsonl"], tmp_path / "out")
+    assert summary.runs == 0 and summary.errors[0]["reason"] == "line 1: exit_code must be an integer within ±(2**53-1)"
+    huge = "<returncode>-99999999999999999999999</returncode>\n<output>x</output>"
+    messages = [{"role": "system", "content": "s"}, {"role": "assistant", "content": "```bash\nls\n```"},
+                {"role": "user", "content": huge}]
+    (tmp_path / "t.traj.json").write_text(json.dumps({"messages": messages}), encoding="utf-8")
+    summary = import_runs([tmp_path / "t.traj.json"], tmp_path / "out")
+    assert (summary.runs, summary.steps, summary.errors) == (1, 1, [])
+    [evidence] = evidence_of(journal(tmp_path / "out" / "t.jsonl"))
+    assert "exit_code" not in evidence
+    with Case.create(tmp_path / "case", case_id="R1") as case:  # the journal applies
+        assert all(r.ok for r in apply_journal(case, (tmp_path / "out" / "t.jsonl").read_text().splitlines()))
+
+
 def test_a_format_given_that_does_not_fit_says_auto_tells_them_apart(tmp_path):
     summary = import_runs([RAW_FILES[0]], tmp_path / "out", fmt="swe-agent")
     assert summary.errors[0]["reason"] == "no trajectory list: not a SWE-agent .traj (--format auto tells the formats apart)"
@@ -342,6 +361,33 @@ def test_an_outcome_label_the_operation_refuses_is_refused_before_anything_is_wr
         import_runs([RAW_FILES[0]], tmp_path / "out", outcomes=table)
     assert caught.value.code == "INVALID_ARGUMENT"
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("name", ["(all)", "(no outcome)"])
+def test_an_outcome_named_like_a_row_of_the_reports_is_refused_wherever_it_is_recorded(tmp_path, name):
+    """simulate's reports name their rows (all) and (no outcome): an outcome of that name would be
+    counted as one of them, so it is refused where simulate --outcomes refuses it."""
+    with Case.create(tmp_path / "case", case_id="R1") as case:
+        case.open_revision([{"statement": "a"}])
+        before = len(case.events())
+        with pytest.raises(LedgerError) as caught:
+            case.record_outcome(name, "ci")
+        assert caught.value.code == "INVALID_ARGUMENT" and "a name simulate's reports use themselves" in caught.value.message
+        assert len(case.events()) == before
+    table = tmp_path / "outcomes.csv"
+    table.write_text(f"instance_id,outcome\nx,{name}\n", encoding="utf-8")
+    with pytest.raises(LedgerError) as caught:
+        import_runs([RAW_FILES[0]], tmp_path / "out", outcomes=table)
+    assert caught.value.message.startswith(f"outcomes file outcomes.csv: outcome {name!r} is a name")
+    assert not (tmp_path / "out").exists()
+    journal = tmp_path / "runs" / "r.jsonl"  # a journal recording one anyway (written by hand, or before)
+    journal.parent.mkdir()
+    journal.write_text(json.dumps({"op": "open_revision", "hypotheses": [{"statement": "a"}]}) + "\n"
+                       + json.dumps({"op": "record_outcome", "outcome": name, "source": "x"}) + "\n", encoding="utf-8")
+    report = simulate([journal.parent], jobs=1)  # replayed as apply would: that line is refused
+    assert [(e["file"], e["line"], e["code"]) for e in report.errors] == [(str(journal), 2, "INVALID_ARGUMENT")]
+    assert "a name simulate's reports use themselves" in report.errors[0]["message"]
+    assert report.policies[0]["runs"] == 0
 
 
 def test_semantic_score_and_an_actions_file_change_settle_and_action_names(tmp_path):

@@ -117,7 +117,11 @@ def case_datasette(paths: Sequence[str | os.PathLike[str]], sql_threads: int = 3
 
 
 def _listen(host: str, port: int) -> socket.socket:
-    """A socket listening on ``host``:``port`` (``INVALID_ARGUMENT`` when it cannot)."""
+    """A socket listening on ``host``:``port`` (``INVALID_ARGUMENT`` when it cannot, or for an empty
+    or blank ``host``, which would listen on every address: say ``0.0.0.0`` to mean that)."""
+    if not isinstance(host, str) or not host.strip():
+        raise LedgerError(E.INVALID_ARGUMENT, f"the address to listen on is empty ({host!r}); give one, such as "
+                          "127.0.0.1 (this machine only) or 0.0.0.0 (every address, on a network you trust)")
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -141,6 +141,19 @@ OUTCOME_CHARS_MAX = 64
 OUTCOME_SOURCE_CHARS_MAX = 1000
 
 
+#: Outcome names simulate's reports use themselves: ``(all)`` is the row of every run,
+#: ``(no outcome)`` the runs that recorded none.
+REPORT_OUTCOMES = frozenset({"(all)", "(no outcome)"})
+
+
+def check_new_outcome(outcome: str, where: str = "outcome") -> None:
+    """``INVALID_ARGUMENT`` for an outcome named like a row of simulate's reports (:data:`REPORT_OUTCOMES`),
+    refused when an outcome is recorded (not when one already recorded is replayed)."""
+    if outcome in REPORT_OUTCOMES:
+        raise LedgerError(E.INVALID_ARGUMENT, f"{where} {outcome!r} is a name simulate's reports use themselves "
+                          f"({', '.join(sorted(REPORT_OUTCOMES))}); call it something else")
+
+
 def shape_record_outcome(outcome: Any, source: Any) -> dict[str, Any]:
     """Request of ``record_outcome``: a short non-blank ``outcome`` label (at most 64 characters) and a
     non-blank ``source`` saying where the verdict came from (at most 1000). ``INVALID_ARGUMENT`` otherwise."""

@@ -26,8 +26,9 @@ from typing import Any, Callable, IO, Iterable, Iterator, Mapping
 
 from ..ground import errors as E
 from ..ground.errors import LedgerError
+from ..ground.canonical import SAFE_INTEGER_MAX
 from ..ground.paths import STORAGE_ERRNOS, fs_path
-from ..rules.lifecycle import shape_record_outcome
+from ..rules.lifecycle import check_new_outcome, shape_record_outcome
 from .actions import DEFAULT_ACTION_MAP, ActionMap, classify
 
 FORMATS = ("auto", "mini-swe-agent", "swe-agent", "steps")
@@ -110,11 +111,15 @@ def _text(content: Any) -> str:
 
 
 def _returncode(message: Mapping[str, Any], text: str) -> int | None:
+    """The exit code a mini-swe-agent observation carries, or None: none given, or one no journal
+    can hold (past ±(2**53 - 1), the largest exact JSON integer; the observation keeps it)."""
     extra = message.get("extra")
     if isinstance(extra, Mapping) and type(extra.get("returncode")) is int:
-        return extra["returncode"]
-    found = _RETURNCODE.match(text)
-    return int(found.group(1)) if found else None
+        code = extra["returncode"]
+    else:
+        found = _RETURNCODE.match(text)
+        code = int(found.group(1)) if found else None
+    return code if code is None or abs(code) <= SAFE_INTEGER_MAX else None
 
 
 def _tool_steps(messages: list[Any], index: int) -> Iterator[Step | _FormatError]:
@@ -191,8 +196,8 @@ def _generic_step(line: bytes, number: int) -> tuple[str, Step]:
                 "or 'ledger simulate')" if isinstance(item, Mapping) and "op" in item else "")
         raise ValueError(f"line {number}: needs the string keys run, command and output{hint}")
     code = item.get("exit_code")
-    if code is not None and type(code) is not int:
-        raise ValueError(f"line {number}: exit_code must be an integer")
+    if code is not None and (type(code) is not int or abs(code) > SAFE_INTEGER_MAX):
+        raise ValueError(f"line {number}: exit_code must be an integer within ±(2**53-1)")
     return item["run"], Step(item["command"], item["output"], code)
 
 
@@ -438,6 +443,7 @@ def import_runs(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[
         outcomes = read_outcome_table(outcomes)
     for label in (outcomes or {}).values():
         shape_record_outcome(label, source)
+        check_new_outcome(label, f"{source}: outcome")
     files = input_files(paths)
     target = fs_path(out, "output folder")
     if target.exists() and not target.is_dir():

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import uuid
+import weakref
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
@@ -101,6 +102,7 @@ class Case(CaseFacade):
         self.actor = check_action_id(actor, "actor")
         self.clock = clock
         self.session = Session(storage, actor=self.actor, clock=clock, limits=analysis.limits)
+        self._readers: weakref.WeakSet[Any] = weakref.WeakSet()  # rows still being read (:meth:`_iter_rows`)
 
     # -- opening -----------------------------------------------------------------------
     @classmethod
@@ -197,6 +199,8 @@ class Case(CaseFacade):
         ``INVALID_ARGUMENT`` from a thread other than the one that opened the case.
         """
         self.session.check_thread()
+        for reader in list(self._readers):  # one stopped part-way (a closed pipe) ends its read first
+            reader.close()
         incomplete = self.storage.close()
         if incomplete is not None:
             warnings.warn(incomplete, CheckpointWarning, stacklevel=2)
@@ -222,9 +226,16 @@ class Case(CaseFacade):
         """The ``case_status`` view's row."""
         return self._rows(statement("case_status_row"))[0]
 
-    def iter_query(self, sql: str, params: Iterable[Any] | dict[str, Any] = ()) -> Iterator[dict[str, Any]]:
-        """Rows of a read-only query as dicts, read from the cursor as they are consumed (one read
-        transaction, ended when the iterator is exhausted or closed): for outputs too big to hold."""
+    def _iter_rows(self, sql: str, params: Iterable[Any] | dict[str, Any] = ()) -> Iterator[dict[str, Any]]:
+        """Rows of one of the ledger's own named reads as dicts, read from the cursor as they are
+        consumed (one read transaction, ended when the iterator is exhausted or closed, or when the
+        case closes: a reader stopped part-way, by a closed pipe say, must not keep its statement
+        open while the log is emptied): for outputs too big to hold."""
+        reader = self._rows_read(sql, params)
+        self._readers.add(reader)
+        return reader
+
+    def _rows_read(self, sql: str, params: Iterable[Any] | dict[str, Any]) -> Iterator[dict[str, Any]]:
         with self.session.read(), translate_sqlite_errors():
             cursor = self.storage.conn.execute(sql, params)
             names = [d[0] for d in cursor.description or ()]
@@ -271,7 +282,7 @@ class Case(CaseFacade):
         is raised at the call, before iterating)."""
         check_int(since_seq, "since_seq", minimum=0)
         check_flag(with_body, "with_body")
-        return self.iter_query(statement("events_since", body=", body" if with_body else ""), {"since": since_seq})
+        return self._iter_rows(statement("events_since", body=", body" if with_body else ""), {"since": since_seq})
 
     # -- package files -----------------------------------------------------------------
     def resolve_source_refs(self, refs: Iterable[str]) -> list[dict[str, str]]:

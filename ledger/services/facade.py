@@ -112,9 +112,11 @@ class CaseFacade:
         """Record how the current revision's work ended (docs/runs.md): ``outcome`` a short label
         of your choosing (``"resolved"``), ``source`` where the verdict came from. Once per
         revision, in any state after ``open_revision``; the same again is reused. Errors:
-        ``INVALID_ARGUMENT``, ``INVALID_TRANSITION`` (no revision yet), ``OPERATION_CONFLICT``
+        ``INVALID_ARGUMENT`` (also for ``(all)`` and ``(no outcome)``, the names simulate's reports
+        use), ``INVALID_TRANSITION`` (no revision yet), ``OPERATION_CONFLICT``
         (a different outcome is already recorded)."""
         request = lifecycle.shape_record_outcome(outcome, source)
+        lifecycle.check_new_outcome(outcome)
         return self._lifecycle_result(self.session.run("record_outcome", request, at=at))
 
     def budget(self, config: BudgetConfig | None = None) -> BudgetManager:

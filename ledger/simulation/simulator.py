@@ -34,6 +34,7 @@ from ..services.memory import DEFAULT_ACTOR
 from ..ground.paths import fs_path
 from ..ground.workers import job_count, shared_map
 from ..rules.common import check_action_id
+from ..rules.lifecycle import REPORT_OUTCOMES
 from .replay import UNITS_KEY, RunResult, journal_lines, parse_journal, replay_run, run_error
 
 #: The figures of a policy (and of each outcome), in output order.
@@ -43,7 +44,7 @@ FIGURES = ("runs", "steps", "steps_taken", "steps_refused", "units_spent", "unit
 WORD_KEYS = ("novelty_mode",)
 NO_OUTCOME = "(no outcome)"
 #: Outcome names the report uses itself (``(all)`` is the CSV row of every run).
-RESERVED_OUTCOMES = frozenset({NO_OUTCOME, "(all)"})
+RESERVED_OUTCOMES = REPORT_OUTCOMES
 #: Journals up to this size are parsed once for every policy; longer ones are streamed per policy.
 CACHE_BYTES_MAX = 1024 * 1024
 
