@@ -209,7 +209,8 @@ def _warn_held_out(choice: dict, good: str) -> None:
     if stopped["mean"] > limit:
         warn(f"warning: on the runs each fold left out, the choice stops {stopped['mean']:g} % of the {good} runs "
              f"on average (up to {stopped['max']:g} %), above the {limit:g} % allowed: expect it to stop more on "
-             "new runs than on these; check it on runs it did not see (simulate them with --policy FILE --frontier)")
+             "new runs than on these; check it on runs it did not see (simulate them with --policy FILE --frontier, "
+             "and --vary units_per_hypothesis=N when the choice sets it)")
 
 
 def _frontier(settings: Settings, journals: Sequence[str], policies: list[Policy], outcomes: str | None, fmt: str,

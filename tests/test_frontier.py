@@ -295,7 +295,8 @@ def test_a_choice_whose_held_out_stops_break_the_constraint_is_warned_about(tmp_
     assert held == {"mean": 13.0, "min": 0.0, "max": 25.0}
     assert done.stderr.splitlines()[0] == ("warning: on the runs each fold left out, the choice stops 13 % of the resolved runs on "
                            "average (up to 25 %), above the 10 % allowed: expect it to stop more on new runs than on "
-                           "these; check it on runs it did not see (simulate them with --policy FILE --frontier)")
+                           "these; check it on runs it did not see (simulate them with --policy FILE --frontier, and --vary "
+                           "units_per_hypothesis=N when the choice sets it)")
     within = CliRunner().invoke(main, [*args, "--max-stopped", "resolved=20%", "--json"])
     assert within.exit_code == 0 and "warning:" not in within.stderr
 

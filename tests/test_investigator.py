@@ -53,6 +53,19 @@ def test_run_tool_called_again_is_reused_and_writes_nothing(case, investigator):
     assert _event_count(case) == events
 
 
+def test_run_tool_repeated_with_other_arguments_is_refused_and_keeps_the_recorded_result(case, investigator):
+    """A changed repeat is OPERATION_CONFLICT and writes nothing: the action keeps its result, and
+    settles as before (the refused repeat used to close it with fail and lose its refund)."""
+    investigator.run_tool("H1", "q1", "source.read_context", READ)
+    events = _event_count(case)
+    with pytest.raises(LedgerError) as caught:
+        investigator.run_tool("H1", "q1", "source.read_context", {**READ, "end_line": 3})
+    assert caught.value.code == "OPERATION_CONFLICT"
+    assert "already had its result; it was left as it was" in "".join(getattr(caught.value, "__notes__", []))
+    assert _event_count(case) == events
+    assert investigator.settle("H1", "q1", 80, "x").action["status"] == "settled"
+
+
 @pytest.mark.parametrize("change", ["another input added", "the file it read edited", "the file it read removed"])
 def test_run_tool_called_again_after_the_inputs_changed_answers_from_the_stored_batch(case, investigator, change):
     first = investigator.run_tool("H1", "q1", "source.read_context", READ)

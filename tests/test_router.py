@@ -136,6 +136,16 @@ def test_the_sources_folder_itself_as_a_link_is_never_followed(root, tmp_path_fa
     assert "sources' is a symbolic link" in _refused(lambda: router.find_text({"text": "two"})).message
 
 
+def test_a_source_with_a_hard_link_elsewhere_is_read_before_the_case_was_ever_exported(root, tmp_path_factory):
+    """Only links to the ledger's own files are refused: a source hard-linked from outside the
+    package (a `cp -al` backup) is read whether or not analysis/ exists yet."""
+    os.link(root / "sources" / "app.py", tmp_path_factory.mktemp("backup") / "app.py")
+    assert not (root / "analysis").exists()
+    found = Router(root).read_context({"path": "sources/app.py", "start_line": 1, "end_line": 1})
+    assert [i["text"] for i in found["items"]] == ["one"]
+    assert "skipped" not in Router(root).find_text({"text": "two"})["coverage"]
+
+
 def test_a_hard_link_to_the_ledgers_own_files_is_never_read(package):
     from conftest import start_case
     case = start_case(package)

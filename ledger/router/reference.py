@@ -484,6 +484,10 @@ def _own_file_ids(root_fd: int) -> set[tuple[int, int]]:
                     except OSError:
                         continue
                     ids.add((info.st_dev, info.st_ino))
+    try:
+        os.stat(ANALYSIS_DIR, dir_fd=root_fd, follow_symlinks=False)
+    except FileNotFoundError:  # never exported: no file of the export to link to
+        return ids
     for _directory, _dirs, filenames, dir_fd in os.fwalk(ANALYSIS_DIR, dir_fd=root_fd):
         for name in filenames:
             try:

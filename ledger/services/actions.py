@@ -171,8 +171,9 @@ class CaseBudget(BudgetManager):
         repeats the same operations (``reused`` when all were done); once the batch is stored, a call
         again answers from it without running the router, whatever changed in the inputs since
         (docs/investigator.md). If a step after the
-        reservation raises (a refused tool call, ``KeyboardInterrupt``), the action is closed with
-        ``fail`` and the exception goes on. Errors: those of ``reserve``, ``store_tool_results`` and
+        reservation raises (a refused tool call, ``KeyboardInterrupt``) while the action has no
+        result yet, the action is closed with ``fail``; an action that already had its result (a
+        repeat with other arguments is ``OPERATION_CONFLICT``) is left as it was. The exception goes on. Errors: those of ``reserve``, ``store_tool_results`` and
         ``record_evidence``; ``INVALID_ARGUMENT`` for ``args`` that are not an object.
         """
         check_hypothesis_id(hypothesis_id)
@@ -195,7 +196,10 @@ class CaseBudget(BudgetManager):
             record = stored.records[0]
             fed = self.record_evidence(hypothesis_id, action_id, record["record_id"], at=at)
         except BaseException as exc:
-            close_failed(self, hypothesis_id, action_id, exc, at)
+            if (reserved.action or {}).get("status") in (None, "reserved"):  # no result yet: close it
+                close_failed(self, hypothesis_id, action_id, exc, at)
+            else:  # a repeat (changed arguments, say) never discards a result already recorded
+                exc.add_note(f"case-ledger: action {action_id} already had its result; it was left as it was")
             raise
         assert stored.reply is not None
         return ToolRun(hypothesis_id, action_id, tool, record["record_id"], record["novelty_score"],
