@@ -475,8 +475,10 @@ def _own_file_ids(root_fd: int) -> set[tuple[int, int]]:
     """(device, inode) of the ledger's own files: ``ledger.sqlite*`` (and what a linked
     ``ledger.sqlite`` leads to), ``manifest.json`` and every file under ``analysis/``."""
     ids: set[tuple[int, int]] = set()
+    exported = False  # never exported: no analysis/ to walk (fwalk would raise)
     with os.scandir(root_fd) as entries:
         for entry in entries:
+            exported = exported or entry.name == ANALYSIS_DIR
             if entry.name.startswith(LEDGER_FILE) or entry.name == MANIFEST_FILE:
                 for follow in (False, True):
                     try:
@@ -484,11 +486,7 @@ def _own_file_ids(root_fd: int) -> set[tuple[int, int]]:
                     except OSError:
                         continue
                     ids.add((info.st_dev, info.st_ino))
-    try:
-        os.stat(ANALYSIS_DIR, dir_fd=root_fd, follow_symlinks=False)
-    except FileNotFoundError:  # never exported: no file of the export to link to
-        return ids
-    for _directory, _dirs, filenames, dir_fd in os.fwalk(ANALYSIS_DIR, dir_fd=root_fd):
+    for _directory, _dirs, filenames, dir_fd in os.fwalk(ANALYSIS_DIR, dir_fd=root_fd) if exported else ():
         for name in filenames:
             try:
                 info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
