@@ -383,7 +383,7 @@ def record_result(view: LedgerView, request: Mapping[str, Any], context: Context
             raise limit_reached("evidence_content_bytes_max", f"distinct evidence content would reach "
                                 f"{stored + len(evidence)} bytes; the limit is {limits['evidence_content_bytes_max']}")
     money = request.get("cost_usd_millicents")
-    if money:
+    if money and limits is not None:  # not on replay: an older ledger's totals were accepted in their day
         reported = view.money_consumed(None, None)  # the case's total bounds its revision's and account's
         if reported + money > SAFE_INTEGER_MAX:
             # its running totals are stored (money_totals) and must stay exact integers (docs/concepts.md)
