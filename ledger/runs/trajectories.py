@@ -279,16 +279,20 @@ class _Journal:
                      {"op": "transition", "to": "INVESTIGATING_HYPOTHESES"}, {"op": "initialize"}):
             self.handle.write(_line(item))
 
-    def step(self, step: Step, mapping: ActionMap, score: int) -> None:
+    def _write(self, *items: Mapping[str, Any]) -> None:
+        """Append journal lines, opening the file again if it was suspended."""
         if self.handle is None:
             self.handle = open(self.temp, "ab")
+        for item in items:
+            self.handle.write(_line(item))
+
+    def step(self, step: Step, mapping: ActionMap, score: int) -> None:
         self.steps += 1
         action_id = f"s{self.steps:04d}"
         action, evidence = evidence_of(step, mapping)
         base = {"op": "reserve", "hypothesis": "H1", "action_id": action_id}
-        self.handle.write(_line({**base, "action": action}))
-        self.handle.write(_line({**base, "op": "record_result", "evidence": evidence}))
-        self.handle.write(_line({**base, "op": "settle", "semantic_score": score, "reason": "replayed step"}))
+        self._write({**base, "action": action}, {**base, "op": "record_result", "evidence": evidence},
+                    {**base, "op": "settle", "semantic_score": score, "reason": "replayed step"})
 
     def suspend(self) -> None:
         """Close the file until the next step."""
@@ -298,9 +302,7 @@ class _Journal:
 
     def finish(self, outcome: tuple[str, str] | None) -> None:
         if outcome is not None:
-            if self.handle is None:
-                self.handle = open(self.temp, "ab")
-            self.handle.write(_line({"op": "record_outcome", "outcome": outcome[0], "source": outcome[1]}))
+            self._write({"op": "record_outcome", "outcome": outcome[0], "source": outcome[1]})
         self.suspend()
         os.chmod(self.temp, 0o644)
         os.replace(self.temp, self.final)
