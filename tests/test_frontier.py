@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -14,8 +15,8 @@ from hypothesis import given, settings, strategies as st
 from ledger import BudgetConfig, example_policy, frontier, plot_frontier, simulate, vary
 from ledger.simulation import frontier as frontier_module
 from ledger.simulation.evaluator import evaluate, step_table
-from ledger.simulation.frontier import (OUT_OF_REACH, parse_max_stopped, pareto_front, percentile_75,
-                                        policy_toml)
+from ledger.simulation.frontier import (OUT_OF_REACH, choose, name_order, parse_max_stopped, pareto_front,
+                                        percentile_75, policy_toml)
 from ledger.simulation.replay import journal_lines
 from ledger.simulation.simulator import parse_journal, policy_from_mapping, replay_run
 from ledger.ground.errors import INVALID_ARGUMENT, LedgerError
@@ -32,6 +33,10 @@ GRID = [("max_low_information_steps", [2, 3, 5]), ("units_per_hypothesis", [250,
 
 def _cli(*args: str):
     return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+
+def _numbers_as_numbers(name):
+    return [int(part) if part.isdigit() else part for part in re.split("([0-9]+)", name)]
 
 
 def _brute_force(policies, good, label, pct):
@@ -53,10 +58,10 @@ def _brute_force(policies, good, label, pct):
                                 sum(1 for r in mine if r.outcome == label))
     front = [name for name, (u, s, _, _) in figures.items()
              if not any(u2 <= u and s2 <= s and (u2, s2) != (u, s) for u2, s2, _, _ in figures.values())]
-    front.sort(key=lambda name: (figures[name][0], figures[name][1], name))
-    allowed = [(u, s, name) for name, (u, _, s, n) in figures.items() if s * 100 <= pct * n]
+    front.sort(key=lambda name: (figures[name][0], figures[name][1], _numbers_as_numbers(name)))
+    allowed = [(u, s, _numbers_as_numbers(name), name) for name, (u, _, s, n) in figures.items() if s * 100 <= pct * n]
     best = min(allowed)
-    choice = best[2] if best[0] < figures["no-stop"][0] else None
+    choice = best[3] if best[0] < figures["no-stop"][0] else None
     return figures, front, choice, p75
 
 
@@ -106,6 +111,29 @@ def test_percentile_75_is_the_nearest_rank(values, expected):
 def test_the_frontier_keeps_every_point_no_other_dominates_and_ties_both():
     points = [("a", 10, 5), ("b", 10, 5), ("c", 12, 5), ("d", 8, 9), ("e", 20, 0), ("f", 9, 9)]
     assert pareto_front(points) == ["d", "a", "b", "e"]
+
+
+def test_ties_order_policy_names_with_their_numbers_compared_as_numbers():
+    points = [("steps=10", 10, 5), ("steps=6", 10, 5), ("steps=06", 10, 5), ("steps=6b", 10, 5), ("a", 10, 5)]
+    assert pareto_front(points) == ["a", "steps=06", "steps=6", "steps=6b", "steps=10"]
+    assert name_order("x=6") < name_order("x=10") and name_order("x=10") < name_order("y=1")
+
+
+class _Totals:
+    """Per-policy (units, stopped, runs) of a choice, whatever runs are asked about."""
+
+    def __init__(self, totals):
+        self.names, self._totals = list(totals), totals
+
+    def totals(self, name, ids, label):
+        return self._totals[name]
+
+
+def test_the_choice_among_equal_policies_takes_the_name_with_the_smaller_number():
+    table = _Totals({"no-stop": (100, 0, 10), "steps=10": (60, 1, 10), "steps=6": (60, 1, 10),
+                     "steps=3": (40, 5, 10)})
+    assert choose(table, [], parse_max_stopped("resolved=10%")) == "steps=6"
+    assert choose(table, [], parse_max_stopped("resolved=50%")) == "steps=3"
 
 
 @pytest.mark.parametrize("spec, label, pct", [("resolved=2%", "resolved", 2), ("resolved=2.5", "resolved", 2.5),

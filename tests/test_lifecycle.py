@@ -75,11 +75,13 @@ def test_opening_a_folder_of_cases_says_to_name_one_of_them(tmp_path):
     for name in ("case-b", "case-a"):
         start_case(tmp_path / name).close()
     (tmp_path / "notes").mkdir()
+    (tmp_path / "case-c").mkdir()  # a damaged case (its ledger deleted, its lock file left) is one too,
+    (tmp_path / "case-c" / "ledger.sqlite-lock").touch()  # as verify --all takes it
     with pytest.raises(LedgerError) as caught:
         Case.open(tmp_path)
     assert caught.value.code == LEDGER_MISSING
     assert caught.value.message == (f"no case at {tmp_path} (no ledger.sqlite), but it holds case folders "
-                                    "(case-a, case-b): name one of them ('ledger verify' and 'ledger export' take "
+                                    "(case-a, case-b, …): name one of them ('ledger verify' and 'ledger export' take "
                                     "the folder with --all)")
     assert not (tmp_path / "ledger.sqlite").exists()
 

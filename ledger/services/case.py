@@ -28,7 +28,7 @@ from .actions import CaseBudget
 from .facade import CaseFacade, LifecycleResult  # noqa: F401
 from .evidence import EvidenceStore
 from ..model.package import (ANALYSIS_DIR, LEDGER_FILE, MANIFEST_FILE, content_path, event_path, input_identity,
-    refuse_own_links, resolve_source_refs)
+    is_case_package, refuse_own_links, resolve_source_refs)
 from ..ground.paths import fs_path, os_error
 from ..router.reference import Router
 from ..rules import lifecycle
@@ -72,15 +72,16 @@ def missing_ledger(root: Path) -> LedgerError:
 
 
 def _cases_inside(root: Path, looked_at_max: int = 1000) -> list[str]:
-    """Names of up to three folders directly inside ``root`` that hold ``ledger.sqlite`` (the first
-    ``looked_at_max`` entries only: this only words an error)."""
+    """Names of up to three folders directly inside ``root`` that ``ledger verify --all`` would take
+    (:func:`~ledger.model.package.is_case_package`; the first ``looked_at_max`` entries only: this
+    only words an error)."""
     found: list[str] = []
     try:
         with os.scandir(root) as entries:
             for number, entry in enumerate(entries):
                 if number >= looked_at_max or len(found) == 3:
                     break
-                if entry.is_dir(follow_symlinks=False) and os.path.isfile(os.path.join(entry.path, LEDGER_FILE)):
+                if entry.is_dir(follow_symlinks=False) and is_case_package(Path(entry.path)):
                     found.append(entry.name)
     except OSError:
         return []

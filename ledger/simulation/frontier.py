@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from fractions import Fraction
@@ -144,13 +145,25 @@ def _stopped_and_saved(row: dict[str, Any], runs: Sequence[RunResult], baseline:
                 groups[key]["units_saved"] += baseline[run.run] - run.units_spent
 
 
+def name_order(name: str) -> tuple[list[Any], str]:
+    """Sort key of a policy name for ties: its runs of ASCII digits compared as numbers, so that
+    ``max_low_information_steps=6`` comes before ``max_low_information_steps=10``; then the text."""
+    parts: list[Any] = _DIGITS.split(name)
+    parts[1::2] = [int(part) for part in parts[1::2]]
+    return parts, name
+
+
+_DIGITS = re.compile("([0-9]+)")
+
+
 def pareto_front(points: Sequence[tuple[str, int, int]]) -> list[str]:
     """Names of the ``(name, units, stopped)`` points no other point dominates (no more units,
-    no more stopped, fewer of one), fewest units first (then fewer stopped, then the name)."""
+    no more stopped, fewer of one), fewest units first (then fewer stopped, then the name in
+    :func:`name_order`)."""
     front: list[str] = []
     best: tuple[int, int] | None = None  # (units, stopped) of the last point kept
     least = None
-    for name, units, stopped in sorted(points, key=lambda p: (p[1], p[2], p[0])):
+    for name, units, stopped in sorted(points, key=lambda p: (p[1], p[2], name_order(p[0]))):
         if least is None or stopped < least or best == (units, stopped):
             front.append(name)
             best, least = (units, stopped), stopped
@@ -159,16 +172,16 @@ def pareto_front(points: Sequence[tuple[str, int, int]]) -> list[str]:
 
 def choose(table: _Table, ids: Sequence[str], constraint: Constraint) -> str | None:
     """The policy spending fewest units over ``ids`` among those stopping at most the constraint's
-    share of the label's runs (ties: fewer stopped, then the name); None when none does, or the
-    best saves nothing against ``no-stop``."""
+    share of the label's runs (ties: fewer stopped, then the name in :func:`name_order`); None when
+    none does, or the best saves nothing against ``no-stop``."""
     candidates = []
     for name in table.names:
         units, stopped, runs = table.totals(name, ids, constraint.label)
         if constraint.allows(stopped, runs):
-            candidates.append((units, stopped, name))
+            candidates.append((units, stopped, name_order(name)))
     if not candidates:
         return None
-    units, _, name = min(candidates)
+    units, _, (_, name) = min(candidates)
     baseline, _, _ = table.totals(NO_STOP, ids, constraint.label)
     return name if units < baseline else None
 
