@@ -17,6 +17,7 @@ import pytest
 from click import exceptions as click_exceptions
 from click.testing import CliRunner
 
+from ledger import Case
 from ledger.ground.clock import format_utc
 from conftest import EXAMPLE_BUDGET, logical_dump, make_package, run_cli, REPO, start_case
 from ledger_cli.main import main as cli_main
@@ -395,6 +396,9 @@ def test_snapshot_output_says_it_is_a_read(budget, case):
     result = run_cli("budget", "snapshot", str(case.path))
     first = result.stdout.decode().splitlines()[0]
     assert result.returncode == 0 and "history checked" in first and "reused" not in first
+    with Case.open(case.path) as again:
+        seq = again.budget().snapshot().seq
+    assert first.startswith(f"revision 1 as of its newest budget event, seq {seq} (exports to ")
 
 
 def test_help_into_a_full_stdout_and_a_closed_stdout_are_output_errors(case):

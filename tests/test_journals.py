@@ -14,7 +14,7 @@ from ledger import Case, LedgerError
 from ledger.ground.errors import (INVALID_ARGUMENT)
 from ledger_cli.main import main as cli_main
 from conftest import make_package, run_cli, start_case
-from ledger.package_tools.journal import apply_journal
+from ledger.package_tools.journal import apply_journal, is_read
 
 
 def cli(*args: str, stdin: str | None = None) -> tuple[int, str, str]:
@@ -27,6 +27,31 @@ def _snapshot_journal(path: Path, snapshots: int) -> Path:
              {"op": "transition", "to": "INVESTIGATING_HYPOTHESES"}, {"op": "initialize"}]
     path.write_text("".join(json.dumps(line) + "\n" for line in lines + [{"op": "snapshot"}] * snapshots))
     return path
+
+
+def test_the_summary_counts_reads_apart_from_writes_found_already_applied(tmp_path):
+    journal = tmp_path / "j.jsonl"
+    lines = [{"op": "open_revision", "hypotheses": [{"statement": "a"}], "units_per_hypothesis": 40},
+             {"op": "transition", "to": "INVESTIGATING_HYPOTHESES"}, {"op": "initialize"},
+             {"op": "check", "hypothesis": "H1", "action": "source.find_text"}, {"op": "snapshot"},
+             {"op": "reserve", "hypothesis": "H1", "action_id": "a1", "action": "source.find_text"}]
+    journal.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    command = [sys.executable, "-m", "ledger_cli", "apply", str(tmp_path / "c"), str(journal), "--create", "C"]
+    first = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    again = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert first.returncode == again.returncode == 0
+    assert first.stderr.startswith("applied: 6 ok (0 reused, 2 read(s)), 0 failed")
+    assert again.stderr.startswith("applied: 6 ok (4 reused, 2 read(s)), 0 failed")
+    reads = [json.loads(line) for line in first.stdout.splitlines()][3:5]
+    assert [line["reused"] for line in reads] == [True, True]  # a read's result line still says it wrote nothing
+
+
+@pytest.mark.parametrize("line, read", [({"op": "check"}, True), ({"op": "snapshot"}, True),
+                                        ({"op": "query", "store": False}, True), ({"op": "query"}, True),
+                                        ({"op": "query", "store": True}, False), ({"op": "reserve"}, False),
+                                        ({"op": "store_tool_results"}, False)])
+def test_a_line_is_a_read_when_it_can_write_nothing(line, read):
+    assert is_read(line) is read
 
 
 # --- 8. apply streams the journal ------------------------------------------------------------
@@ -67,7 +92,7 @@ def test_apply_into_a_full_output_counts_what_committed(tmp_path, batch_size, ok
                               stdout=full, stderr=subprocess.PIPE, timeout=120)
     err = done.stderr.decode()
     assert done.returncode == 1
-    assert f"applied: {ok} ok ({ok - 3} reused), 0 failed" in err
+    assert f"applied: {ok} ok (0 reused, {ok - 3} read(s)), 0 failed" in err
     assert f"{ok} of them not printed (standard output failed; no further line was applied)" in err
     assert "error: OUTPUT_ERROR: cannot print the result" in err
     with Case.open(tmp_path / "c") as case:
@@ -84,8 +109,8 @@ def test_apply_into_a_pipe_closed_early_counts_what_committed(tmp_path):
     reader.wait()
     err = done.stderr.decode()
     assert done.returncode == 1 and "Traceback" not in err
-    assert "applied: 5003 ok (5000 reused), 0 failed" in err
-    printed = 5003 - int(err.split("applied: 5003 ok (5000 reused), 0 failed, no time raised, ")[1].split(", ")[1].split()[0])
+    assert "applied: 5003 ok (0 reused, 5000 read(s)), 0 failed" in err
+    printed = 5003 - int(err.split("applied: 5003 ok (0 reused, 5000 read(s)), 0 failed, no time raised, ")[1].split(", ")[1].split()[0])
     assert 0 < printed < 5003
 
 

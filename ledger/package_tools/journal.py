@@ -59,6 +59,8 @@ class LineResult:
     clamped: tuple[str, str] | None = None
     #: The hypothesis id the line named (its ``"hypothesis"`` key), if any.
     touched: str | None = None
+    #: True for a read (``check``, ``advice``, …): it writes nothing and its result says ``reused``.
+    read: bool = False
 
     @property
     def clamped_micros(self) -> int:
@@ -151,6 +153,12 @@ def parse_line(text: str | bytes) -> dict[str, Any]:
     return line
 
 
+def is_read(line: dict[str, Any]) -> bool:
+    """True for a parsed journal line that writes nothing: a read (``check``, ``snapshot``, …), and
+    ``query`` unless its ``store`` is true."""
+    return operation(line["op"]).rule is None and line.get("store") is not True
+
+
 def run_operation(case: Case, budget: BudgetManager, line: dict[str, Any]) -> tuple[int | None, bool, dict[str, Any]]:
     """Apply one parsed line through the operation registry; return ``(seq, reused, result dict)``.
 
@@ -221,7 +229,8 @@ def apply_journal(case: Case, lines: Iterable[str | bytes], *, budget: BudgetMan
                         break
                     continue
                 done.append(LineResult(number, True, seq, reused, result, clamped=case.session.last_clamp,
-                                        touched=parsed.get("hypothesis")))
+                                        touched=parsed.get("hypothesis"),
+                                        read=is_read(parsed)))
         return done
 
     pending_bytes = 0
@@ -309,7 +318,8 @@ def without_bom(text: Any) -> Any:
 
 @dataclass
 class JournalSummary:
-    """Counts of an applied journal: lines ``ok`` (of which ``reused``), ``failed``, ``clamped``
+    """Counts of an applied journal: lines ``ok`` (of which ``reused``: writes found already applied,
+    and ``reads``: reads, which write nothing), ``failed``, ``clamped``
     (lines whose ``at`` was raised to the previous event's time, by ``clamped_micros_max`` at most
     and ``clamped_micros_total`` in all) and the ``elapsed_s`` seconds since it was made.
     ``unprinted``: committed lines whose result line the caller could not print (its output failed).
@@ -318,6 +328,7 @@ class JournalSummary:
     ok: int = 0
     failed: int = 0
     reused: int = 0
+    reads: int = 0
     clamped: int = 0
     clamped_micros_max: int = 0
     clamped_micros_total: int = 0
@@ -331,7 +342,10 @@ class JournalSummary:
             self.failed += 1
             return
         self.ok += 1
-        self.reused += 1 if result.reused else 0
+        if result.read:
+            self.reads += 1
+        elif result.reused:
+            self.reused += 1
         if result.clamped:
             micros = result.clamped_micros
             self.clamped += 1
@@ -343,7 +357,7 @@ class JournalSummary:
         return round(time.monotonic() - self.started, 3)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"lines_ok": self.ok, "lines_failed": self.failed, "lines_reused": self.reused,
+        return {"lines_ok": self.ok, "lines_failed": self.failed, "lines_reused": self.reused, "lines_read": self.reads,
                 "times_clamped": self.clamped, "clamped_micros_max": self.clamped_micros_max,
                 "clamped_micros_total": self.clamped_micros_total, "elapsed_s": self.elapsed_s}
 
@@ -356,7 +370,8 @@ class JournalSummary:
                      "was applied)" if self.unprinted else "")
         stopped = (f"; stopped at line {self.stopped_at}, its first failure: any lines after it were not applied "
                    "(--keep-going applies each line on its own)" if self.stopped_at is not None else "")
-        return (f"applied: {self.ok} ok ({self.reused} reused), {self.failed} failed, {clamped}, "
+        reads = f", {self.reads} read(s)" if self.reads else ""
+        return (f"applied: {self.ok} ok ({self.reused} reused{reads}), {self.failed} failed, {clamped}, "
                 f"{self.elapsed_s:.2f} s{unprinted}{stopped}")
 
 

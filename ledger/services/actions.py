@@ -138,6 +138,20 @@ class Action:
         return False
 
 
+def _stored_query(store: EvidenceStore, iteration_id: str, request: Mapping[str, Any], at: str | None,
+                  action_id: str) -> EvidenceResult:
+    """``run_tool``'s stored tool call; a batch stored before under the action's iteration id (the
+    same action run with another tool call) is ``OPERATION_CONFLICT`` worded for the action."""
+    try:
+        return store.query(iteration_id, request, store=True, at=at)
+    except LedgerError as exc:
+        if exc.code != E.OPERATION_CONFLICT:
+            raise
+        raise LedgerError(E.OPERATION_CONFLICT, f"action {action_id} already ran its tool with other args; "
+                          "give this call a new action id",
+                          **exc.details) from None
+
+
 def close_failed(budget: BudgetManager, hypothesis_id: str, action_id: str, exc: BaseException,
                  at: str | None) -> BudgetResult | None:
     """Close the action with ``fail`` for ``exc``; if that is refused too (the action was closed
@@ -192,7 +206,7 @@ class CaseBudget(BudgetManager):
         reserved = self.reserve(hypothesis_id, action_id, tool, at=at)
         try:  # the reply must read the ledger after the reservation
             if stored is None:
-                stored = store.query(iteration_id, request, store=True, at=at)
+                stored = _stored_query(store, iteration_id, request, at, action_id)
             record = stored.records[0]
             fed = self.record_evidence(hypothesis_id, action_id, record["record_id"], at=at)
         except BaseException as exc:
