@@ -234,10 +234,10 @@ def _recorded(record: Path) -> dict[str, Any] | None:
         return None  # unreadable: the case is exported again, which rewrites it
 
 
-def _export_case(case: Path, out: Path, only_head: bool = False) -> dict[str, Any]:
-    """Export one case; the entry of the report (``status`` exported, unchanged or failed). With
-    ``only_head``, read its head alone: ``status`` unchanged when ``out`` holds that head, else
-    None (to be exported), or failed."""
+def _with_head(case: Path, out: Path, step: Callable[..., None]) -> dict[str, Any]:
+    """The report's entry of one case: its head read in one read snapshot of its ledger, then
+    ``step(conn, case, out, head, entry)`` in that snapshot (:func:`_head_step` or
+    :func:`_export_snapshot`), which sets ``status``; a refusal makes it failed."""
     entry: dict[str, Any] = {"path": str(case)}
     try:
         if not (case / LEDGER_FILE).is_file():
@@ -249,13 +249,7 @@ def _export_case(case: Path, out: Path, only_head: bool = False) -> dict[str, An
                 head = dict(zip(("case_id", "package_id", "head_seq", "head_sha256"),
                                 conn.execute(statement("fleet_head")).fetchone()))
             entry.update(head)
-            if only_head:
-                record = _recorded(_meta(out) / "cases" / f"{partition_name(head['case_id'])}.json")
-                unchanged = record is not None and (record.get("package_id"), record.get("head_sha256")) == (
-                    head["package_id"], head["head_sha256"])
-                entry["status"] = "unchanged" if unchanged else None
-            else:
-                _export_snapshot(conn, case, out, head, entry)
+            step(conn, case, out, head, entry)
         finally:
             conn.close()
     except LedgerError as exc:
@@ -266,7 +260,17 @@ def _export_case(case: Path, out: Path, only_head: bool = False) -> dict[str, An
     return entry
 
 
+def _head_step(conn: Any, case: Path, out: Path, head: dict[str, Any], entry: dict[str, Any]) -> None:
+    """``status`` unchanged when ``out`` holds this head of the case, else None (to be exported)."""
+    record = _recorded(_meta(out) / "cases" / f"{partition_name(head['case_id'])}.json")
+    unchanged = record is not None and (record.get("package_id"), record.get("head_sha256")) == (
+        head["package_id"], head["head_sha256"])
+    entry["status"] = "unchanged" if unchanged else None
+
+
 def _export_snapshot(conn: Any, case: Path, out: Path, head: dict[str, Any], entry: dict[str, Any]) -> None:
+    """Verify the case and write its tables (``status`` exported), unless ``out`` already holds
+    this head (unchanged)."""
     name = partition_name(head["case_id"])
     record_path = _meta(out) / "cases" / f"{name}.json"
     with _locked(_meta(out) / "cases" / f"{name}.lock", fcntl.LOCK_EX):
@@ -339,8 +343,16 @@ class FleetReport:
                 "failed": self.failed}
 
 
-def _worker(args: tuple[str, str, bool]) -> dict[str, Any]:
-    return _export_case(Path(args[0]), Path(args[1]), args[2])
+#: A pool's task: ``(case folder, out)`` to the report's entry of the case.
+_Worker = Callable[[tuple[str, str]], dict[str, Any]]
+
+
+def _head_worker(args: tuple[str, str]) -> dict[str, Any]:
+    return _with_head(Path(args[0]), Path(args[1]), _head_step)
+
+
+def _export_worker(args: tuple[str, str]) -> dict[str, Any]:
+    return _with_head(Path(args[0]), Path(args[1]), _export_snapshot)
 
 
 def export_fleet(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str], *, jobs: int | None = 1,
@@ -363,15 +375,15 @@ def export_fleet(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike
     report = FleetReport(str(out))
     with contextlib.ExitStack() as stack:
         if jobs == 1 or len(cases) <= 1:
-            run: Callable[[list[tuple[str, str, bool]], int], Iterable[dict[str, Any]]] = \
-                lambda work, chunk: map(_worker, work)
+            run: Callable[[_Worker, list[tuple[str, str]], int], Iterable[dict[str, Any]]] = \
+                lambda worker, work, chunk: map(worker, work)
         else:
             pool = stack.enter_context(concurrent.futures.ProcessPoolExecutor(max_workers=jobs,
                                                                               mp_context=worker_context()))
-            run = lambda work, chunk: pool.map(_worker, work, chunksize=chunk)  # noqa: E731
-        heads = list(run([(str(case), str(target), True) for case in cases], 64))
+            run = lambda worker, work, chunk: pool.map(worker, work, chunksize=chunk)  # noqa: E731
+        heads = list(run(_head_worker, [(str(case), str(target)) for case in cases], 64))
         _refuse_shared_case_ids(heads)
-        entries = iter(run([(e["path"], str(target), False) for e in heads if e["status"] is None], 4))
+        entries = iter(run(_export_worker, [(e["path"], str(target)) for e in heads if e["status"] is None], 4))
         for head in heads:
             _collect([head if head["status"] is not None else next(entries)], report, progress)
     return report
