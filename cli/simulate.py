@@ -9,9 +9,9 @@ import click
 from ledger import (LedgerError, Policy, SimulationReport, example_policy, frontier, load_policy, plot_frontier,
                     plot_tradeoff, simulate, vary)
 from ledger.simulation.frontier import DEFAULT_FOLDS, emit_policy, parse_max_stopped
-from ledger.simulation.plot import check_output_file, check_plot
+from ledger.simulation.output_files import check_output_file, write_output_file
+from ledger.simulation.plot import check_plot
 from ledger.simulation.simulator import parse_vary
-from ledger.ground.paths import os_error
 from ledger.ground.workers import JOBS_MAX
 
 from ._common import Settings, input_path, pass_settings, table_options
@@ -71,13 +71,7 @@ def _emit_tables(report: SimulationReport) -> None:
 
 
 def _write_per_run(report: SimulationReport, path: str) -> None:
-    try:
-        with open(path, "w", encoding="utf-8") as handle:
-            for run in report.runs:
-                handle.write(dumps(run.to_dict()) + "\n")
-    except OSError as exc:  # simulate writes no ledger: say which file failed, and that it is incomplete
-        refusal = os_error(exc, f"--per-run {path}: cannot write (the file is incomplete)")
-        raise LedgerError(refusal.code, refusal.message) from None
+    write_output_file(path, "".join(dumps(run.to_dict()) + "\n" for run in report.runs).encode("utf-8"), "--per-run")
 
 
 def _report_mismatches(report: SimulationReport) -> None:

@@ -233,6 +233,15 @@ def test_an_input_that_is_no_run_is_refused_with_what_it_is_instead_of_a_run_of_
     assert list((tmp_path / "out").iterdir()) == []
 
 
+def test_a_steps_line_that_is_not_utf8_refuses_its_file_saying_where(tmp_path):
+    (tmp_path / "log.jsonl").write_bytes(b'{"run":"a","command":"ls","output":"ok"}\n'
+                                         b'{"run":"a","command":"ls","output":"x\xff"}\n')
+    summary = import_runs([tmp_path / "log.jsonl"], tmp_path / "out")
+    assert summary.runs == 0
+    assert summary.errors[0]["reason"] == "line 2: not UTF-8 (byte 38: invalid start byte)"
+    assert list((tmp_path / "out").iterdir()) == []
+
+
 def test_an_exit_code_no_journal_can_hold_is_refused_in_steps_and_left_out_of_a_trajectory(tmp_path):
     """Journal integers stop at ±(2**53 - 1): a step line giving a larger exit code is refused with
     its file; an observation's <returncode> that large keeps the step, without the code."""
@@ -388,6 +397,17 @@ def test_an_outcome_named_like_a_row_of_the_reports_is_refused_wherever_it_is_re
     assert [(e["file"], e["line"], e["code"]) for e in report.errors] == [(str(journal), 2, "INVALID_ARGUMENT")]
     assert "a name simulate's reports use themselves" in report.errors[0]["message"]
     assert report.policies[0]["runs"] == 0
+
+
+@pytest.mark.parametrize("rules, kind", [("5", "int"), ('"ab"', "str"), ("{}", "dict"), ('{action = "a.b"}', "dict")])
+def test_actions_rules_must_be_a_list_of_rules(tmp_path, rules, kind):
+    mapping = tmp_path / "actions.toml"
+    mapping.write_text(f"rules = {rules}\n", encoding="utf-8")
+    with pytest.raises(LedgerError) as caught:
+        ActionMap.load(mapping)
+    assert caught.value.code == "CONFIG_INVALID" and caught.value.details["key"] == "rules"
+    assert caught.value.message == (f"{mapping}: rules: must be a list of rules ([[rules]] tables with action and "
+                                    f"programs), got {kind}")
 
 
 def test_semantic_score_and_an_actions_file_change_settle_and_action_names(tmp_path):

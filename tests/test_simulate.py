@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -551,9 +552,45 @@ def test_a_per_run_file_that_cannot_be_written_is_named_and_no_ledger_is_mention
     done = CliRunner().invoke(main, ["simulate", str(DATA / "django__django-11206.jsonl"), "--jobs", "1", "--csv",
                                      "--per-run", str(full)])
     assert done.exit_code == 1
-    assert done.stderr.startswith(f"error: STORAGE_ERROR: --per-run {full}: cannot write (the file is incomplete): ")
+    assert done.stderr == f"error: STORAGE_ERROR: --per-run {full}: cannot write: No space left on device\n"
+    assert full.is_symlink()  # a link to a device is written through, never replaced
     assert "ledger" not in done.stderr.lower().replace("error:", "") and "committed" not in done.stderr
     assert done.stdout.startswith("policy,outcome")  # the figures were printed first
+
+
+def _small_files_only() -> None:
+    resource.setrlimit(resource.RLIMIT_FSIZE, (100, 100))  # a longer write fails (EFBIG), as on a full disk
+
+
+@pytest.mark.parametrize("option", ["--per-run", "--emit", "--plot"])
+def test_an_output_file_that_cannot_be_written_whole_is_left_as_it_was(tmp_path, option):
+    suffix = {"--per-run": ".jsonl", "--emit": ".toml", "--plot": ".svg"}[option]
+    if option == "--plot":
+        pytest.importorskip("matplotlib")
+    kept = tmp_path / f"kept{suffix}"
+    kept.write_bytes(b"what the user had\n")
+    kept.chmod(0o640)
+    frontier_args = ["--frontier", "--folds", "0", "--max-stopped", "resolved=100%"] if option == "--emit" else []
+    command = [sys.executable, "-m", "ledger_cli", "simulate", str(DATA / "django__django-11206.jsonl"), "--jobs", "1",
+               "--outcomes", str(DATA / "outcomes.csv"), "--vary", "max_low_information_steps=2,3", *frontier_args,
+               option, str(kept)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, preexec_fn=_small_files_only)
+    assert done.returncode == 1
+    assert done.stderr.endswith(f"error: STORAGE_ERROR: {option} {kept}: cannot write: File too large (the file was "
+                                "left as it was)\n")
+    assert kept.read_bytes() == b"what the user had\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [kept.name]  # no temporary file left
+    written = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert written.returncode == 0 and kept.read_bytes() != b"what the user had\n"
+    assert oct(kept.stat().st_mode & 0o777) == oct(0o640)  # the file keeps its mode
+
+
+def test_an_output_file_that_is_a_pipe_is_written_through(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "ledger_cli", "simulate", str(DATA / "django__django-11206.jsonl"),
+                           "--jobs", "1", "--json", "--per-run", "/dev/stderr"], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0
+    assert [json.loads(line)["run"] for line in done.stderr.splitlines()] == ["django__django-11206"]
 
 
 @pytest.mark.parametrize("rows, message", [

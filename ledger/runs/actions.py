@@ -69,7 +69,11 @@ class ActionMap:
         default = data.get("default", DEFAULT_ACTIONS["default"])
         _check_action(default, "default")
         rules = []
-        for number, rule in enumerate(data.get("rules", DEFAULT_ACTIONS["rules"]), start=1):
+        given = data.get("rules", DEFAULT_ACTIONS["rules"])
+        if not isinstance(given, list):
+            raise LedgerError(CONFIG_INVALID, "rules: must be a list of rules ([[rules]] tables with action "
+                              f"and programs), got {type(given).__name__}", key="rules")
+        for number, rule in enumerate(given, start=1):
             key = f"rules[{number}]"
             if not isinstance(rule, Mapping) or set(rule) != {"action", "programs"}:
                 raise LedgerError(CONFIG_INVALID, f"{key}: needs exactly the keys action and programs", key=key)

@@ -188,6 +188,8 @@ def swe_agent_steps(data: Any) -> Iterator[Step | _FormatError]:
 def _generic_step(line: bytes, number: int) -> tuple[str, Step]:
     try:
         item = json.loads(line)
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"line {number}: not UTF-8 (byte {exc.start + 1}: {exc.reason})") from None
     except ValueError as exc:
         raise ValueError(f"line {number}: not JSON ({exc.msg})") from None
     if not isinstance(item, Mapping) or not isinstance(item.get("run"), str) \

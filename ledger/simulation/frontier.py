@@ -28,6 +28,7 @@ from ..ground.errors import LedgerError
 from ..services.memory import DEFAULT_ACTOR
 from ..ground.arguments import check_iterable, path_list
 from .evaluator import StepTable, evaluate, step_table
+from .output_files import write_output_file
 from .replay import UNITS_KEY, RunResult, journal_lines
 from .simulator import (CACHE_BYTES_MAX, NO_OUTCOME, Policy, SimulationReport, journal_files, merge_outcomes,
                         policy_from_mapping, read_outcomes, simulate, summarize)
@@ -433,9 +434,6 @@ def policy_toml(policy: Policy) -> str:
 
 
 def emit_policy(policy: Policy, path: str | os.PathLike[str]) -> None:
-    """Write :func:`policy_toml` of ``policy`` to ``path`` (``STORAGE_ERROR`` when it cannot)."""
-    try:
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write(policy_toml(policy))
-    except OSError as exc:
-        raise LedgerError(E.STORAGE_ERROR, f"--emit {os.fspath(path)}: cannot write: {exc.strerror or exc}") from None
+    """Write :func:`policy_toml` of ``policy`` to ``path``, whole or not at all (``STORAGE_ERROR``
+    when it cannot; the file is then left as it was)."""
+    write_output_file(path, policy_toml(policy).encode("utf-8"), "--emit")

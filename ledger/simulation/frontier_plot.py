@@ -13,7 +13,8 @@ from typing import Any, Mapping, Sequence
 from ..ground import errors as E
 from ..ground.errors import LedgerError
 from .frontier import BASELINES
-from .plot import PLOT_SUFFIXES, SVG_HASH_SALT, load_matplotlib
+from .output_files import write_output_file
+from .plot import PLOT_SUFFIXES, figure_bytes, load_matplotlib
 
 
 def frontier_points(policies: Sequence[Mapping[str, Any]], good: str = "resolved") -> list[tuple[str, float, float, float]]:
@@ -48,12 +49,7 @@ def plot_frontier(report: Any, path: str | os.PathLike[str], *, good: str = "res
     _draw(figure, axes, points, report.frontier, report.choice.get("policy"), good)
     figure.tight_layout()
     svg = target.suffix.lower() == ".svg"
-    try:
-        with matplotlib.rc_context({"svg.hashsalt": SVG_HASH_SALT} if svg else {}):
-            figure.savefig(target, metadata={"Date": None} if svg else {})
-    except OSError as exc:
-        raise LedgerError(E.STORAGE_ERROR, f"--plot {target}: cannot write: {exc.strerror or exc}") from None
-    return target
+    return write_output_file(target, figure_bytes(matplotlib, figure, svg), "--plot")
 
 
 def _draw(figure: Any, axes: Any, points: Sequence[tuple[str, float, float, float]], front: Sequence[str],

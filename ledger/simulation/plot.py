@@ -9,6 +9,7 @@ An SVG is byte-reproducible: fixed element ids and no date.
 from __future__ import annotations
 
 import importlib
+import io
 import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -16,7 +17,7 @@ from typing import Any, Mapping, Sequence
 from ..ground import errors as E
 from ..ground.arguments import check_instance, check_iterable
 from ..ground.errors import LedgerError
-from ..ground.paths import fs_path
+from .output_files import check_output_file, write_output_file
 
 PLOT_SUFFIXES = (".svg", ".png")
 #: What to run for the ``plot`` extra until the package is on the package index.
@@ -56,20 +57,6 @@ def load_matplotlib() -> tuple[Any, Any, Any]:
     return matplotlib, figure.Figure, agg.FigureCanvasAgg
 
 
-def check_output_file(path: str | os.PathLike[str], option: str) -> Path:
-    """Refuse, before any work, an output file that cannot be written: its folder missing or not
-    writable, or the path a folder or a read-only file (``INVALID_ARGUMENT`` naming ``option``)."""
-    target = fs_path(path, option)
-    folder = target.parent if str(target.parent) else Path(".")
-    if target.is_dir():
-        raise LedgerError(E.INVALID_ARGUMENT, f"{option} {target}: is a folder; give a file name")
-    if not folder.is_dir():
-        raise LedgerError(E.INVALID_ARGUMENT, f"{option} {target}: the folder {folder} does not exist")
-    if not os.access(folder, os.W_OK | os.X_OK) or (target.exists() and not os.access(target, os.W_OK)):
-        raise LedgerError(E.INVALID_ARGUMENT, f"{option} {target}: cannot write there (permission denied)")
-    return target
-
-
 def check_plot(path: str | os.PathLike[str]) -> Path:
     """What :func:`plot_tradeoff` would refuse, checked before a simulation runs: the suffix
     (``.svg``/``.png``), matplotlib being installed, and a writable target (``INVALID_ARGUMENT``)."""
@@ -100,12 +87,15 @@ def plot_tradeoff(policies: Sequence[Mapping[str, Any]], path: str | os.PathLike
     _draw(figure.subplots(), points, base, f"{good} runs stopped (%)" if has_good else "runs stopped (%)")
     figure.tight_layout()
     svg = target.suffix.lower() == ".svg"
-    try:  # the salt only for this drawing: rc_context restores the caller's settings
-        with matplotlib.rc_context({"svg.hashsalt": SVG_HASH_SALT} if svg else {}):
-            figure.savefig(target, metadata={"Date": None} if svg else {})
-    except OSError as exc:
-        raise LedgerError(E.STORAGE_ERROR, f"--plot {target}: cannot write: {exc.strerror or exc}") from None
-    return target
+    return write_output_file(target, figure_bytes(matplotlib, figure, svg), "--plot")
+
+
+def figure_bytes(matplotlib: Any, figure: Any, svg: bool) -> bytes:
+    """The drawn ``figure`` as SVG (byte-reproducible: fixed element ids, no date) or PNG bytes."""
+    buffer = io.BytesIO()
+    with matplotlib.rc_context({"svg.hashsalt": SVG_HASH_SALT} if svg else {}):  # restores the caller's settings
+        figure.savefig(buffer, format="svg" if svg else "png", metadata={"Date": None} if svg else {})
+    return buffer.getvalue()
 
 
 def _draw(axes: Any, points: Sequence[tuple[str, float, float]], base: str | None, xlabel: str) -> None:

@@ -1,0 +1,60 @@
+"""The files ``ledger simulate`` writes where its user says (``--per-run``, ``--emit``, ``--plot``):
+checked before any work, then each written whole or not at all (docs/simulate.md)."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from ..ground import errors as E
+from ..ground.errors import LedgerError
+from ..ground.paths import fs_path
+from ..package_tools.atomic_files import fsync_dir, write_atomic
+
+
+def check_output_file(path: str | os.PathLike[str], option: str) -> Path:
+    """Refuse, before any work, an output file that cannot be written: its folder missing or not
+    writable, or the path a folder or a read-only file (``INVALID_ARGUMENT`` naming ``option``)."""
+    target = fs_path(path, option)
+    folder = target.parent if str(target.parent) else Path(".")
+    if target.is_dir():
+        raise LedgerError(E.INVALID_ARGUMENT, f"{option} {target}: is a folder; give a file name")
+    if not folder.is_dir():
+        raise LedgerError(E.INVALID_ARGUMENT, f"{option} {target}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        raise LedgerError(E.INVALID_ARGUMENT, f"{option} {target}: cannot write there (permission denied)")
+    return target
+
+
+def write_output_file(path: str | os.PathLike[str], data: bytes, option: str) -> Path:
+    """Write ``data`` to ``path`` (a link: to the file it names), whole: a temporary file beside it,
+    flushed to disk, then renamed over it (keeping an existing file's mode) and the folder flushed,
+    so a full disk, a signal or a crash leaves the file as it was, never empty or cut short. The
+    folder must exist. A path that names no regular file but a device or a pipe (``/dev/stdout``)
+    is written as it is. ``STORAGE_ERROR`` naming ``option`` when it cannot be written."""
+    target = Path(path)
+    try:
+        status = os.stat(target)  # through links, /dev/stdout's too
+    except FileNotFoundError:
+        status = None
+    except OSError as exc:
+        raise _refused(option, target, exc) from None
+    if status is not None and not stat.S_ISREG(status.st_mode):
+        try:
+            with open(target, "wb") as handle:
+                handle.write(data)
+        except OSError as exc:
+            raise _refused(option, target, exc) from None
+        return target
+    real = Path(os.path.realpath(target))
+    try:
+        write_atomic(real, data, None if status is None else stat.S_IMODE(status.st_mode), folder_exists=True)
+        fsync_dir(real.parent)
+    except OSError as exc:
+        raise _refused(option, target, exc, " (the file was left as it was)") from None
+    return target
+
+
+def _refused(option: str, target: Path, exc: OSError, outcome: str = "") -> LedgerError:
+    return LedgerError(E.STORAGE_ERROR, f"{option} {target}: cannot write: {exc.strerror or exc}{outcome}")
