@@ -47,21 +47,34 @@ def choice_lines(choice: dict[str, Any], good: str) -> list[str]:
     limit = f"at most {constraint['max_stopped_pct']:g} % of {constraint['label']} runs stopped"
     if choice["policy"] is None:
         return [f"choice ({limit}): none: {choice['reason']}"]
-    ins = choice["in_sample"]
+    ins, label = choice["in_sample"], constraint["label"]
+    other = label != good  # the constraint's own share too, when it is on another label than --good
     lines = [f"choice ({limit}): {choice['policy']}",
-             f"  in sample: units saved {ins['units_saved_pct']:g} %, {good} runs stopped {ins['good_stopped_pct']:g} %"]
+             f"  in sample: units saved {ins['units_saved_pct']:g} %, {good} runs stopped {ins['good_stopped_pct']:g} %"
+             + (f", {label} runs stopped {ins['constraint_stopped_pct']:g} %" if other else "")]
     held = choice.get("held_out")
     if held:
-        saved, stopped = held["units_saved_pct"], held["good_stopped_pct"]
+        saved = held["units_saved_pct"]
         lines.append(f"  held out ({held['folds']} folds, seed {held['seed']}): units saved {saved['mean']:g} % "
-                     f"(min {saved['min']:g}, max {saved['max']:g}), {good} runs stopped {stopped['mean']:g} % "
-                     f"(min {stopped['min']:g}, max {stopped['max']:g})")
+                     f"(min {saved['min']:g}, max {saved['max']:g}), "
+                     + _spread_text(good, held["good_stopped_pct"], held["folds_without_good_runs"])
+                     + (", " + _spread_text(label, held["constraint_stopped_pct"], None) if other else ""))
     boot = choice.get("bootstrap")
     if boot:
         saved, stopped = boot["units_saved_pct"], boot["good_stopped_pct"]
+        without = boot["samples_without_good_runs"]
         lines.append(f"  bootstrap 95 % ({boot['samples']} samples): units saved {saved[0]:g} to {saved[1]:g} %, "
-                     f"{good} runs stopped {stopped[0]:g} to {stopped[1]:g} %")
+                     + (f"{good} runs stopped {stopped[0]:g} to {stopped[1]:g} %" if stopped else f"no {good} run")
+                     + (f" ({without} samples without a {good} run left out)" if without and stopped else ""))
     return lines
+
+
+def _spread_text(label: str, spread: dict[str, Any], folds_without: int | None) -> str:
+    """``resolved runs stopped 5 % (min 0, max 10)``, saying how many folds had no such run."""
+    if spread["mean"] is None:
+        return f"no fold held a {label} run"
+    left_out = f"; {folds_without} fold(s) without a {label} run left out" if folds_without else ""
+    return f"{label} runs stopped {spread['mean']:g} % (min {spread['min']:g}, max {spread['max']:g}{left_out})"
 
 
 def emit_frontier(report: FrontierReport, fmt: str, good: str) -> None:

@@ -193,15 +193,15 @@ def _no_frontier_options(**given: Any) -> None:
             raise click.UsageError(f"--{name.replace('_', '-')} needs --frontier")
 
 
-def _warn_held_out(choice: dict, good: str) -> None:
+def _warn_held_out(choice: dict) -> None:
     """Warn when the choice, made again without each fold and scored on it, stops more of the
     constraint's runs on average than the constraint allows: it may not hold on new runs."""
     held, constraint = choice.get("held_out"), choice.get("constraint")
-    if not held or not constraint or constraint["label"] != good:
+    if not held or not constraint:
         return
-    stopped, limit = held["good_stopped_pct"], constraint["max_stopped_pct"]
-    if stopped["mean"] > limit:
-        warn(f"warning: on the runs each fold left out, the choice stops {stopped['mean']:g} % of the {good} runs "
+    stopped, limit, label = held["constraint_stopped_pct"], constraint["max_stopped_pct"], constraint["label"]
+    if stopped["mean"] is not None and stopped["mean"] > limit:
+        warn(f"warning: on the runs each fold left out, the choice stops {stopped['mean']:g} % of the {label} runs "
              f"on average (up to {stopped['max']:g} %), above the {limit:g} % allowed: expect it to stop more on "
              "new runs than on these; check it on runs it did not see (simulate them with --policy FILE --frontier, "
              "and --vary units_per_hypothesis=N when the choice sets it)")
@@ -227,7 +227,7 @@ def _frontier(settings: Settings, journals: Sequence[str], policies: list[Policy
     except OutputError as exc:
         exc.done = "simulate wrote nothing (no --per-run, --emit or --plot file yet): run it again"
         raise
-    _warn_held_out(report.choice, good)
+    _warn_held_out(report.choice)
     if per_run is not None:
         _write_per_run(report.simulation, per_run)
     if emit is not None and report.chosen is not None:

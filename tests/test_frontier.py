@@ -119,6 +119,60 @@ def test_ties_order_policy_names_with_their_numbers_compared_as_numbers():
     assert name_order("x=6") < name_order("x=10") and name_order("x=10") < name_order("y=1")
 
 
+def _leave_one_out(tmp_path, resolved: int, failed: int):
+    """A frontier over ``resolved`` + ``failed`` bundled runs with one fold per run, and each run's outcome."""
+    table = dict(line.split(",") for line in OUTCOMES.read_text().splitlines()[1:])
+    picked = ([r for r, o in table.items() if o == "resolved"][:resolved]
+              + [r for r, o in table.items() if o == "failed"][:failed])
+    for run in picked:
+        (tmp_path / f"{run}.jsonl").write_bytes((DATA / f"{run}.jsonl").read_bytes())
+    policies = [example_policy(), *vary(example_policy(), [("max_low_information_steps", [2, 4, 8])])]
+    report = frontier([tmp_path], policies, {run: table[run] for run in picked}, constraint="failed=100%",
+                      folds=len(picked), seed=3, samples=200)
+    return report, {run: table[run] for run in picked}
+
+
+def test_held_out_shares_leave_out_the_folds_without_such_runs(tmp_path):
+    """With one run per fold, a failed run's fold has no resolved run: it gives no share of
+    resolved runs stopped (it used to count as 0 %, lowering the mean), and the constraint's own
+    label (failed, not --good) gets its share too."""
+    report, outcome = _leave_one_out(tmp_path, resolved=3, failed=2)
+    held = report.choice["held_out"]
+    ids = sorted(outcome)
+    random.Random(3).shuffle(ids)
+    stopped = {(r.policy, r.run): r.steps_refused > 0 for r in report.simulation.runs}
+    shares = {"resolved": [], "failed": []}
+    for run, name in zip(ids, held["chosen"]):  # fold k holds the k-th shuffled run alone
+        shares[outcome[run]].append(100.0 * stopped[(name or "no-stop", run)])
+    assert held["folds_without_good_runs"] == 2
+    for key, label in (("good_stopped_pct", "resolved"), ("constraint_stopped_pct", "failed")):
+        values = shares[label]
+        assert held[key] == {"mean": round(sum(values) / len(values), 2), "min": min(values), "max": max(values)}
+    assert set(report.choice["in_sample"]) == {"units_saved_pct", "good_stopped_pct", "constraint_stopped_pct"}
+    boot = report.choice["bootstrap"]
+    assert boot["samples_without_good_runs"] > 0 and len(boot["good_stopped_pct"]) == 2
+
+
+def test_the_choice_lines_give_the_constraints_own_label_and_the_folds_left_out(tmp_path):
+    report, _ = _leave_one_out(tmp_path, resolved=3, failed=2)
+    table = tmp_path / "outcomes.csv"
+    table.write_text("instance_id,outcome\n" + "".join(f"{p.stem},{o}\n" for p, o in _outcome_rows(tmp_path)))
+    done = _cli("simulate", tmp_path, "--outcomes", table, "--frontier", "--vary", "max_low_information_steps=2,4,8",
+                "--max-stopped", "failed=100%", "--folds", "5", "--seed", "3", "--jobs", "1")
+    assert done.exit_code == 0, done.output
+    held = report.choice["held_out"]
+    line = next(line for line in done.stdout.splitlines() if line.startswith("  held out"))
+    assert (f"resolved runs stopped {held['good_stopped_pct']['mean']:g} %" in line
+            and "; 2 fold(s) without a resolved run left out)" in line
+            and f", failed runs stopped {held['constraint_stopped_pct']['mean']:g} %" in line), line
+    assert ", failed runs stopped " in next(line for line in done.stdout.splitlines() if line.startswith("  in sample"))
+
+
+def _outcome_rows(folder):
+    table = dict(line.split(",") for line in OUTCOMES.read_text().splitlines()[1:])
+    return [(path, table[path.stem]) for path in sorted(folder.glob("*.jsonl"))]
+
+
 class _Totals:
     """Per-policy (units, stopped, runs) of a choice, whatever runs are asked about."""
 

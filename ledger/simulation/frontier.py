@@ -187,38 +187,56 @@ def choose(table: _Table, ids: Sequence[str], constraint: Constraint) -> str | N
     return name if units < baseline else None
 
 
-def _shares(table: _Table, name: str, ids: Sequence[str], good: str) -> tuple[float, float]:
-    """``(units saved %, good runs stopped %)`` of policy ``name`` over ``ids``."""
-    units, stopped, runs = table.totals(name, ids, good)
+def _shares(table: _Table, name: str, ids: Sequence[str], good: str) -> tuple[float, float | None]:
+    """``(units saved %, good runs stopped %)`` of policy ``name`` over ``ids``; the second is None
+    when ``ids`` hold no good run (no share to give, rather than a 0 % that would lower a mean)."""
+    units, _, _ = table.totals(name, ids, good)
     baseline, _, _ = table.totals(NO_STOP, ids, good)
-    return (100 * (baseline - units) / baseline if baseline else 0.0, 100 * stopped / runs if runs else 0.0)
+    return (100 * (baseline - units) / baseline if baseline else 0.0, _stopped_pct(table, name, ids, good))
 
 
-def _spread(values: Sequence[float]) -> dict[str, float]:
-    return {"mean": round(sum(values) / len(values), 2), "min": round(min(values), 2), "max": round(max(values), 2)}
+def _stopped_pct(table: _Table, name: str, ids: Sequence[str], label: str) -> float | None:
+    """% of the ``label`` runs among ``ids`` that policy ``name`` stopped; None when there is none."""
+    _, stopped, runs = table.totals(name, ids, label)
+    return 100 * stopped / runs if runs else None
+
+
+def _spread(values: Sequence[float | None]) -> dict[str, float | None]:
+    """Mean, min and max of the values that are not None (all None when none is)."""
+    known = [value for value in values if value is not None]
+    if not known:
+        return {"mean": None, "min": None, "max": None}
+    return {"mean": round(sum(known) / len(known), 2), "min": round(min(known), 2), "max": round(max(known), 2)}
 
 
 def held_out(table: _Table, constraint: Constraint, good: str, folds: int, seed: int) -> dict[str, Any]:
     """The choice made on all folds but one and scored on that one, for each of ``folds`` folds
-    (runs shuffled with ``seed``); a fold whose training runs allow no choice scores as ``no-stop``."""
+    (runs shuffled with ``seed``); a fold whose training runs allow no choice scores as ``no-stop``.
+    A fold with no good run (or no run of the constraint's label) gives no share of them stopped
+    and is left out of that spread; ``folds_without_good_runs`` counts them."""
     ids = list(table.run_ids)
     random.Random(seed).shuffle(ids)
     parts = [sorted(ids[k::folds]) for k in range(folds)]
-    saved, stopped, chosen = [], [], []
+    saved, stopped, limited, chosen = [], [], [], []
     for k, part in enumerate(parts):
         train = [run for j, other in enumerate(parts) if j != k for run in other]
         name = choose(table, train, constraint)
         chosen.append(name)
-        pair = _shares(table, name, part, good) if name is not None else (0.0, 0.0)
+        scored = name if name is not None else NO_STOP  # no choice: the fold runs as no-stop
+        pair = _shares(table, scored, part, good)
         saved.append(pair[0])
         stopped.append(pair[1])
+        limited.append(_stopped_pct(table, scored, part, constraint.label))
     return {"folds": folds, "seed": seed, "chosen": chosen, "units_saved_pct": _spread(saved),
-            "good_stopped_pct": _spread(stopped)}
+            "good_stopped_pct": _spread(stopped), "folds_without_good_runs": stopped.count(None),
+            "constraint_stopped_pct": _spread(limited)}
 
 
 def bootstrap(table: _Table, name: str, good: str, samples: int, seed: int) -> dict[str, Any]:
     """95 % intervals (2.5th and 97.5th percentiles of ``samples`` resamplings of the runs, with
-    replacement, seeded) of the units saved % and good runs stopped % of policy ``name``."""
+    replacement, seeded) of the units saved % and good runs stopped % of policy ``name``; a
+    resample with no good run gives no share of them and is left out of that interval
+    (``samples_without_good_runs`` counts them)."""
     rng = random.Random(seed)
     ids = table.run_ids
     saved, stopped = [], []
@@ -227,14 +245,16 @@ def bootstrap(table: _Table, name: str, good: str, samples: int, seed: int) -> d
         pair = _shares(table, name, sample, good)
         saved.append(pair[0])
         stopped.append(pair[1])
-    low, high = int(0.025 * samples), max(0, -(-975 * samples // 1000) - 1)
 
-    def interval(values: list[float]) -> list[float]:
-        values.sort()
-        return [round(values[low], 2), round(values[high], 2)]
+    def interval(values: list[float | None]) -> list[float] | None:
+        known = sorted(value for value in values if value is not None)
+        if not known:
+            return None
+        low, high = int(0.025 * len(known)), max(0, -(-975 * len(known) // 1000) - 1)
+        return [round(known[low], 2), round(known[high], 2)]
 
     return {"samples": samples, "seed": seed, "units_saved_pct": interval(saved),
-            "good_stopped_pct": interval(stopped)}
+            "good_stopped_pct": interval(stopped), "samples_without_good_runs": stopped.count(None)}
 
 
 def _check_labels(outcomes: set[str], good: str, constraint: Constraint | None) -> None:
@@ -254,9 +274,10 @@ def _choice(table: _Table, rows: Mapping[str, dict[str, Any]], constraint: Const
         out["reason"] = (f"no policy stops at most {float(constraint.pct):g} % of the {constraint.label} runs "
                          "and saves units against no-stop")
         return out
-    in_sample = _shares(table, name, table.run_ids, good)
-    out.update(figures=rows[name], in_sample={"units_saved_pct": round(in_sample[0], 2),
-                                              "good_stopped_pct": round(in_sample[1], 2)})
+    in_sample = _shares(table, name, table.run_ids, good)  # every label is one some run has
+    out.update(figures=rows[name], in_sample={
+        "units_saved_pct": round(in_sample[0], 2), "good_stopped_pct": round(in_sample[1] or 0.0, 2),
+        "constraint_stopped_pct": round(_stopped_pct(table, name, table.run_ids, constraint.label) or 0.0, 2)})
     out["held_out"] = held_out(table, constraint, good, folds, seed) if folds else None
     if samples:
         out["bootstrap"] = bootstrap(table, name, good, samples, seed)
