@@ -21,7 +21,7 @@ from ledger.ground.errors import INVALID_ARGUMENT
 from conftest import EXAMPLE_BUDGET
 
 
-from ledger import plot_tradeoff
+from ledger import frontier, load_policy, plot_frontier, plot_tradeoff
 from ledger.package_tools.journal import first_at as journal_first_at
 
 DATA = Path(__file__).parent / "data" / "trajectories"
@@ -366,6 +366,23 @@ def test_policies_with_the_same_figures_share_one_point_with_every_name_readable
     assert labels == ["example (base)", "novelty_mode=evidence", "novelty_mode=atoms"]
     # the shared point is the base's red star, drawn once; the other point is blue
     assert [svg.count("style=\"fill: #d62728"), svg.count("style=\"fill: #1f77b4")] == [1, 1]
+
+
+def test_policy_names_and_labels_are_drawn_as_they_are_never_as_math(tmp_path):
+    """Text between two ``$`` is math to matplotlib: a policy named ``$\\undefinedcmd$`` failed the
+    whole picture. Names and labels are drawn literally, in both pictures."""
+    pytest.importorskip("matplotlib")
+    name = "$\\undefinedcmd$ cost$5"
+    row = {"name": name, "steps": 100, "steps_refused": 43, "runs": 10, "runs_abandoned": 7, "runs_exhausted": 0}
+    svg = plot_tradeoff([{**row, "name": "example", "steps_refused": 14}, row], tmp_path / "t.svg").read_text()
+    assert name in re.findall(r"<!-- (.*?) -->", svg)
+    (tmp_path / "run.jsonl").write_bytes((DATA / "django__django-11206.jsonl").read_bytes())
+    (tmp_path / "policy.toml").write_text("max_low_information_steps = 2\n")
+    label = "ok $\\bad$"
+    report = frontier([tmp_path / "run.jsonl"], [example_policy(), load_policy(f"{name}={tmp_path / 'policy.toml'}")],
+                      {"run": label}, good=label, constraint=f"{label}=100%", folds=0)
+    svg = plot_frontier(report, tmp_path / "f.svg", good=label).read_text()
+    assert f"{label} runs stopped (%)" in re.findall(r"<!-- (.*?) -->", svg)
 
 
 def test_cli_missing_journal_and_bad_policy_file(tmp_path):

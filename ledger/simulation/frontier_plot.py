@@ -14,7 +14,7 @@ from ..ground import errors as E
 from ..ground.errors import LedgerError
 from .frontier import BASELINES
 from .output_files import write_output_file
-from .plot import PLOT_SUFFIXES, figure_bytes, load_matplotlib
+from .plot import PLOT_SUFFIXES, figure_bytes, literal, load_matplotlib
 
 
 def frontier_points(policies: Sequence[Mapping[str, Any]], good: str = "resolved") -> list[tuple[str, float, float, float]]:
@@ -60,17 +60,17 @@ def _draw(figure: Any, axes: Any, points: Sequence[tuple[str, float, float, floa
     top = max((bad for *_, bad in points), default=0.0) or 1.0
     dots = axes.scatter([p[2] for p in points], [p[1] for p in points], c=[p[3] for p in points], cmap="viridis",
                         vmin=0.0, vmax=top, s=30, zorder=3, edgecolors="0.2", linewidths=0.4)
-    figure.colorbar(dots, ax=axes, label=f"other (not {good}) runs stopped (%)")
+    figure.colorbar(dots, ax=axes, label=literal(f"other (not {good}) runs stopped (%)"))
     for name, saved, stopped, _ in points:
         if name in BASELINES or name == choice:
             chosen = name == choice
             axes.scatter([stopped], [saved], s=160 if chosen else 70, marker="*" if chosen else "s",
                          facecolors="none", edgecolors="tab:red" if chosen else "black", linewidths=1.2, zorder=4)
-            axes.annotate(f"{name} (choice)" if chosen else name, (stopped, saved), textcoords="offset points",
+            axes.annotate(literal(f"{name} (choice)" if chosen else name), (stopped, saved), textcoords="offset points",
                           xytext=(6, -10 if chosen else 4), fontsize=8)
-    axes.set_xlabel(f"{good} runs stopped (%)")
+    axes.set_xlabel(literal(f"{good} runs stopped (%)"))
     axes.set_ylabel("units saved against no-stop (%)")
-    axes.set_title(f"Policy frontier: units saved against {good} runs stopped")
+    axes.set_title(literal(f"Policy frontier: units saved against {good} runs stopped"))
     axes.grid(True, alpha=0.3)
     axes.margins(0.08)
     axes.legend(loc="lower right", fontsize=8)

@@ -57,6 +57,12 @@ def load_matplotlib() -> tuple[Any, Any, Any]:
     return matplotlib, figure.Figure, agg.FigureCanvasAgg
 
 
+def literal(text: str) -> str:
+    """``text`` (a policy name, an outcome label) drawn as it is: matplotlib reads text between two
+    ``$`` as math (``$\\undefined$`` fails the whole picture), so each ``$`` is escaped."""
+    return text.replace("$", "\\$")
+
+
 def check_plot(path: str | os.PathLike[str]) -> Path:
     """What :func:`plot_tradeoff` would refuse, checked before a simulation runs: the suffix
     (``.svg``/``.png``), matplotlib being installed, and a writable target (``INVALID_ARGUMENT``)."""
@@ -84,7 +90,7 @@ def plot_tradeoff(policies: Sequence[Mapping[str, Any]], path: str | os.PathLike
     has_good = any(good in row.get("by_outcome", {}) for row in policies)
     figure = figure_class(figsize=(7, 4.5))
     canvas_class(figure)  # the figure's own canvas: no pyplot, no global backend
-    _draw(figure.subplots(), points, base, f"{good} runs stopped (%)" if has_good else "runs stopped (%)")
+    _draw(figure.subplots(), points, base, literal(f"{good} runs stopped (%)") if has_good else "runs stopped (%)")
     figure.tight_layout()
     svg = target.suffix.lower() == ".svg"
     return write_output_file(target, figure_bytes(matplotlib, figure, svg), "--plot")
@@ -109,7 +115,7 @@ def _draw(axes: Any, points: Sequence[tuple[str, float, float]], base: str | Non
         marked = base is not None and f"{base} (base)" in labels
         axes.scatter([stopped], [saved], s=80 if marked else 36, marker="*" if marked else "o",
                      color="tab:red" if marked else "tab:blue", zorder=3)
-        axes.annotate("\n".join(labels), (stopped, saved), textcoords="offset points",
+        axes.annotate(literal("\n".join(labels)), (stopped, saved), textcoords="offset points",
                       xytext=(-6, 4) if stopped > right else (6, 4), ha="right" if stopped > right else "left",
                       fontsize=8)
     axes.set_xlabel(xlabel)
