@@ -256,5 +256,5 @@ def test_a_config_integer_past_the_json_range_is_config_invalid_naming_the_key_w
 def test_a_vary_value_too_long_for_an_integer_is_a_short_usage_error():
     done = CliRunner().invoke(cli_main, ["simulate", str(REPO / "tests" / "data" / "trajectories"),
                                          "--vary", "default_action_cost=" + "9" * 5000])
-    assert done.exit_code == 2 and "(5000 characters) is not an integer (of at most 4300 digits)" in done.stderr
+    assert done.exit_code == 2 and "(5000 characters) is not an integer (ASCII digits, an optional leading -, at most 4300 digits)" in done.stderr
     assert len(done.stderr) < 1000

@@ -173,6 +173,27 @@ def _outcome_rows(folder):
     return [(path, table[path.stem]) for path in sorted(folder.glob("*.jsonl"))]
 
 
+@pytest.mark.parametrize("options, message", [
+    ({"constraint": 5}, "constraint must be None, a LABEL=PCT string (\"resolved=2%\") or a Constraint, got int"),
+    ({"good": None}, "good must be an outcome label (a non-empty str), got None"),
+    ({"good": ""}, "good must be an outcome label (a non-empty str), got ''"),
+])
+def test_frontier_refuses_options_of_the_wrong_kind(options, message):
+    with pytest.raises(LedgerError) as caught:
+        frontier([FILES[0]], [example_policy()], OUTCOMES, **options)
+    assert (caught.value.code, caught.value.message) == (INVALID_ARGUMENT, message)
+
+
+def test_frontier_takes_policies_as_simulate_does_files_too(tmp_path):
+    policy = tmp_path / "streak2.toml"
+    policy.write_text("max_low_information_steps = 2\n")
+    report = frontier([FILES[0]], [example_policy(), str(policy), f"two={policy}"], OUTCOMES, good="failed", folds=0)
+    assert [row["name"] for row in report.policies] == ["no-stop", "cap-p75", "example", "streak2", "two"]
+    with pytest.raises(LedgerError) as caught:
+        frontier([FILES[0]], [], OUTCOMES)
+    assert caught.value.message == "frontier needs at least one policy (the first is the base)"
+
+
 class _Totals:
     """Per-policy (units, stopped, runs) of a choice, whatever runs are asked about."""
 

@@ -431,6 +431,30 @@ def test_a_repeated_vary_key_is_a_usage_error_naming_it(tmp_path):
     assert "max_low_information_steps is given twice" in err
 
 
+@pytest.mark.parametrize("values, message", [([2, 2], "--vary max_low_information_steps: the value 2 is given twice; "
+                                                        "give each value once"),
+                                             ([], "--vary max_low_information_steps: no value given; give at least one")])
+def test_vary_in_the_api_refuses_what_the_command_line_refuses(values, message):
+    with pytest.raises(LedgerError) as caught:
+        vary(example_policy(), [("max_low_information_steps", values)])
+    assert (caught.value.code, caught.value.message) == (INVALID_ARGUMENT, message)
+
+
+@pytest.mark.parametrize("value", ["1_000", "+5", "\u0663", " 5x"])
+def test_vary_integers_are_ascii_digits_only(value):
+    with pytest.raises(LedgerError) as caught:
+        parse_vary(f"max_low_information_steps=4,{value}")
+    assert caught.value.message.startswith(f"--vary max_low_information_steps: {value!r} is not an integer (ASCII digits")
+    assert parse_vary("max_low_information_steps=4, -3 ,05") == ("max_low_information_steps", [4, -3, 5])
+
+
+def test_simulate_with_an_empty_list_of_policies_is_refused_not_the_example_policy():
+    with pytest.raises(LedgerError) as caught:
+        simulate([DATA / "django__django-11206.jsonl"], [])
+    assert caught.value.code == INVALID_ARGUMENT and caught.value.message.startswith("policies is empty")
+    assert simulate([DATA / "django__django-11206.jsonl"]).policies[0]["name"] == "example"
+
+
 def test_vary_refuses_a_key_given_twice_in_the_api():
     from ledger import example_policy, vary
     with pytest.raises(LedgerError) as caught:

@@ -30,8 +30,8 @@ from ..ground.arguments import check_iterable, path_list
 from .evaluator import StepTable, evaluate, step_table
 from .output_files import write_output_file
 from .replay import UNITS_KEY, RunResult, journal_lines
-from .simulator import (CACHE_BYTES_MAX, NO_OUTCOME, Policy, SimulationReport, journal_files, merge_outcomes,
-                        policy_from_mapping, read_outcomes, simulate, summarize)
+from .simulator import (CACHE_BYTES_MAX, NO_OUTCOME, Policy, SimulationReport, journal_files, load_policy,
+                        merge_outcomes, policy_from_mapping, policy_list, read_outcomes, simulate, summarize)
 
 NO_STOP = "no-stop"
 CAP_P75 = "cap-p75"
@@ -397,7 +397,8 @@ def frontier(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Poli
     (``LABEL=PCT`` or a :class:`Constraint`) with ``folds`` held-out folds (None:
     :data:`DEFAULT_FOLDS`, or one per run when there are fewer runs, none for one run) and ``samples``
     bootstrap resamplings, all seeded by ``seed`` (docs/simulate.md). Other arguments as
-    :func:`~ledger.simulation.simulator.simulate`. ``INVALID_ARGUMENT`` for a policy named like a
+    :func:`~ledger.simulation.simulator.simulate` (``policies`` as there: :class:`Policy` objects or
+    ``[NAME=]FILE.toml`` paths, but at least one). ``INVALID_ARGUMENT`` for a policy named like a
     baseline, a label no run has, or bad options.
 
     ``no-stop`` is replayed in full; the other policies by :mod:`ledger.simulation.evaluator` on
@@ -405,9 +406,15 @@ def frontier(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Poli
     the frontier are replayed in full again and compared (:func:`_to_confirm`): should any figure
     differ, every policy is replayed in full.
     """
-    policies = list(check_iterable(policies, "policies", "a list of Policy objects"))
-    if not policies or not all(isinstance(p, Policy) for p in policies):
-        raise LedgerError(E.INVALID_ARGUMENT, "frontier needs at least one Policy (the first is the base)")
+    given = policy_list(policies)
+    if not given:
+        raise LedgerError(E.INVALID_ARGUMENT, "frontier needs at least one policy (the first is the base)")
+    policies = [p if isinstance(p, Policy) else load_policy(p) for p in given]
+    if not isinstance(good, str) or not good:
+        raise LedgerError(E.INVALID_ARGUMENT, f"good must be an outcome label (a non-empty str), got {good!r}")
+    if constraint is not None and not isinstance(constraint, (str, Constraint)):
+        raise LedgerError(E.INVALID_ARGUMENT, "constraint must be None, a LABEL=PCT string (\"resolved=2%\") or a "
+                          f"Constraint, got {type(constraint).__name__}")
     names = [p.name for p in policies]
     for name in names:
         if name in BASELINES or names.count(name) > 1:

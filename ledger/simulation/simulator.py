@@ -20,6 +20,7 @@ from __future__ import annotations
 import csv
 import itertools
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -117,6 +118,10 @@ def _with_value(settings: dict[str, Any], key: str, value: int | str) -> dict[st
     return out
 
 
+#: An integer as ``--vary`` takes it: ASCII digits with an optional leading minus.
+_DECIMAL = re.compile(r"-?[0-9]+")
+
+
 def parse_vary(spec: str) -> tuple[str, list[int | str]]:
     """``KEY=V1,V2,…`` → ``(key, [values])``; ``INVALID_ARGUMENT`` unless every value is an integer
     (words for :data:`WORD_KEYS`), given once (``4,4`` or ``4,04`` would name two policies alike)."""
@@ -133,11 +138,13 @@ def parse_vary(spec: str) -> tuple[str, list[int | str]]:
     out: list[int | str] = []
     for value in values.split(","):
         try:
+            if not _DECIMAL.fullmatch(value.strip()):  # int() would also take 1_000, +5 and non-ASCII digits
+                raise ValueError(value)
             number = int(value.strip(), 10)
         except ValueError:
             shown = repr(value) if len(value) <= 60 else f"{value[:40]!r}… ({len(value)} characters)"
-            raise LedgerError(E.INVALID_ARGUMENT, f"--vary {key}: {shown} is not an integer (of at most 4300 digits)",
-                              key=key) from None
+            raise LedgerError(E.INVALID_ARGUMENT, f"--vary {key}: {shown} is not an integer (ASCII digits, an "
+                              "optional leading -, at most 4300 digits)", key=key) from None
         if number in out:
             raise LedgerError(E.INVALID_ARGUMENT, f"--vary {key}: the value {number} is given twice; give each "
                               "value once", key=key)
@@ -159,10 +166,17 @@ def vary(base: Policy, grid: Sequence[tuple[str, Sequence[int]]]) -> list[Policy
             raise LedgerError(E.INVALID_ARGUMENT, f"grid must be a list of (key, values) pairs, got {pair!r}")
         check_iterable(pair[1], f"the values of {pair[0]}", "a list of integers")
     keys = [key for key, _ in grid]
-    for key in keys:
+    for key, values in grid:
         if keys.count(key) > 1:
             raise LedgerError(E.INVALID_ARGUMENT, f"--vary {key} is given twice; give each key once, with all "
                               f"its values (KEY=V1,V2,…)", key=key)
+        shown = [str(value) for value in values]  # as the policies' names show them
+        if not shown:
+            raise LedgerError(E.INVALID_ARGUMENT, f"--vary {key}: no value given; give at least one", key=key)
+        for value in shown:
+            if shown.count(value) > 1:
+                raise LedgerError(E.INVALID_ARGUMENT, f"--vary {key}: the value {value} is given twice; give "
+                                  "each value once", key=key)
     policies = []
     for combination in itertools.product(*[[(key, v) for v in values] for key, values in grid]):
         settings = base.settings()
@@ -352,7 +366,7 @@ def summarize(policies: Sequence[Policy], runs: Sequence[RunResult], outcomes: M
     return list(table.values())
 
 
-def _policy_list(policies: Any) -> list[Any] | None:
+def policy_list(policies: Any) -> list[Any] | None:
     """``policies`` of :func:`simulate` as a list (one Policy or path becomes a list of one)."""
     if policies is None or isinstance(policies, (Policy, str, os.PathLike)):
         return None if policies is None else [policies]
@@ -388,7 +402,10 @@ def simulate(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Poli
     not raise: that journal's results carry the ``error``.
     """
     journals = path_list(journals, "journals")
-    policies = _policy_list(policies)
+    policies = policy_list(policies)
+    if policies == []:
+        raise LedgerError(E.INVALID_ARGUMENT, "policies is empty: give at least one Policy or [NAME=]FILE.toml path "
+                          "(None simulates the example policy)")
     check_instance(analysis, (AnalysisConfig, type(None)), "analysis", "an AnalysisConfig or None")
     if package is not None:
         fs_path(package, "package")
