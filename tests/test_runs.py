@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ledger import Case, LedgerError, import_runs, simulate, verify_case
+from ledger import Case, LedgerError, import_runs, read_outcomes, simulate, verify_case
 from ledger.runs import trajectories
 from ledger.runs.actions import ActionMap
 from ledger.package_tools.journal import apply_journal
@@ -372,6 +372,39 @@ def test_an_outcome_label_the_operation_refuses_is_refused_before_anything_is_wr
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("text, message", [
+    ("outcome,run\nresolved,a\n", "needs a header row with one 'outcome' column, after the first (the run ids); "
+                                   "got 'outcome', 'run'"),
+    ("run,outcome,outcome\na,resolved,failed\n", "needs a header row with one 'outcome' column, after the first"),
+    ("run,outcome\na,resolved,extra\n", "line 2 has 3 field(s), the header 2"),
+    ("run,outcome,notes\na,resolved\n", "line 2 has 2 field(s), the header 3"),
+    ("run,outcome\na, resolved\n", "line 2: run 'a': the outcome ' resolved' has spaces around it"),
+    ("run,outcome\na,resolved\na,failed\n", "line 3: run 'a' is listed twice"),
+    ("run,outcome\na," + "x" * 65 + "\n", "line 2: run 'a': the outcome is longer than 64 characters"),
+    ("run,outcome\n,resolved\n", "line 2: the run id (first column) is empty"),
+    ("run,outcome\na,\n", "line 2: run 'a' has an empty outcome"),
+])
+def test_simulate_and_runs_import_read_an_outcomes_file_one_way(tmp_path, text, message):
+    """One reader for both commands: what one refuses, the other refuses with the same words."""
+    table = tmp_path / "outcomes.csv"
+    table.write_text(text, encoding="utf-8")
+    refusals = []
+    for call in (lambda: import_runs([RAW_FILES[0]], tmp_path / "out", outcomes=table),
+                 lambda: simulate([tmp_path / "none"], outcomes=table)):
+        with pytest.raises(LedgerError) as caught:
+            call()
+        refusals.append((caught.value.code, caught.value.message))
+    assert refusals[0] == refusals[1]
+    assert refusals[0][0] == "INVALID_ARGUMENT" and refusals[0][1].startswith(f"outcomes file {table}: {message}")
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_outcomes_file_may_start_with_a_byte_order_mark(tmp_path):
+    table = tmp_path / "outcomes.csv"
+    table.write_bytes(b"\xef\xbb\xbfrun,outcome\r\na,resolved\r\n\r\nb,failed\r\n")
+    assert read_outcomes(table) == {"a": "resolved", "b": "failed"}
+
+
 @pytest.mark.parametrize("name", ["(all)", "(no outcome)"])
 def test_an_outcome_named_like_a_row_of_the_reports_is_refused_wherever_it_is_recorded(tmp_path, name):
     """simulate's reports name their rows (all) and (no outcome): an outcome of that name would be
@@ -387,7 +420,8 @@ def test_an_outcome_named_like_a_row_of_the_reports_is_refused_wherever_it_is_re
     table.write_text(f"instance_id,outcome\nx,{name}\n", encoding="utf-8")
     with pytest.raises(LedgerError) as caught:
         import_runs([RAW_FILES[0]], tmp_path / "out", outcomes=table)
-    assert caught.value.message.startswith(f"outcomes file outcomes.csv: outcome {name!r} is a name")
+    assert caught.value.message == (f"outcomes file {table}: line 2: run 'x': the outcome {name!r} is a name the "
+                                    "report uses itself; call it something else")
     assert not (tmp_path / "out").exists()
     journal = tmp_path / "runs" / "r.jsonl"  # a journal recording one anyway (written by hand, or before)
     journal.parent.mkdir()

@@ -13,7 +13,6 @@ other files are still imported.
 from __future__ import annotations
 
 import contextlib
-import csv
 import gzip
 import hashlib
 import json
@@ -28,7 +27,8 @@ from ..ground import errors as E
 from ..ground.errors import LedgerError
 from ..ground.canonical import SAFE_INTEGER_MAX
 from ..ground.paths import STORAGE_ERRNOS, fs_path
-from ..rules.lifecycle import check_new_outcome, shape_record_outcome
+from ..ground.arguments import check_text_mapping
+from ..model.outcomes import check_outcomes, read_outcomes
 from .actions import DEFAULT_ACTION_MAP, ActionMap, classify
 
 FORMATS = ("auto", "mini-swe-agent", "swe-agent", "steps")
@@ -241,26 +241,6 @@ def input_files(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
     return found
 
 
-def read_outcome_table(path: str | os.PathLike[str]) -> dict[str, str]:
-    """Run id → outcome of a CSV with a header row: first column the run id, a column ``outcome``
-    (the CSV ``ledger simulate --outcomes`` takes). ``INVALID_ARGUMENT`` for a bad file."""
-    path = fs_path(path, "outcomes file")
-    try:
-        with open(path, newline="", encoding="utf-8") as handle:
-            rows = [row for row in csv.reader(handle) if row]
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise LedgerError(E.INVALID_ARGUMENT, f"outcomes file {path}: cannot read: {exc}") from None
-    if not rows or "outcome" not in rows[0]:
-        raise LedgerError(E.INVALID_ARGUMENT, f"outcomes file {path}: needs a header row with an 'outcome' column")
-    column = rows[0].index("outcome")
-    table: dict[str, str] = {}
-    for number, row in enumerate(rows[1:], start=2):
-        if len(row) <= column or row[0] in table:
-            raise LedgerError(E.INVALID_ARGUMENT, f"outcomes file {path}: line {number} has no outcome or repeats a run")
-        table[row[0]] = row[column]
-    return table
-
-
 # --- writing journals ----------------------------------------------------------------------
 def _line(item: Mapping[str, Any]) -> bytes:
     return json.dumps(item).encode("ascii") + b"\n"
@@ -443,11 +423,10 @@ def import_runs(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[
         DEFAULT_ACTION_MAP if actions is None else ActionMap.load(actions)
     source = "outcomes table"
     if isinstance(outcomes, (str, os.PathLike)):
-        source = f"outcomes file {Path(outcomes).name}"
-        outcomes = read_outcome_table(outcomes)
-    for label in (outcomes or {}).values():
-        shape_record_outcome(label, source)
-        check_new_outcome(label, f"{source}: outcome")
+        source = f"outcomes file {Path(outcomes).name}"  # the record_outcome lines' source
+        outcomes = read_outcomes(outcomes)
+    elif outcomes is not None:
+        check_outcomes(check_text_mapping(outcomes, "outcomes"), source)
     files = input_files(paths)
     target = fs_path(out, "output folder")
     if target.exists() and not target.is_dir():

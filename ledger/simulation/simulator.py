@@ -17,7 +17,6 @@ budget policy's hash, the one a real ledger records in its budget events.
 
 from __future__ import annotations
 
-import csv
 import itertools
 import os
 import re
@@ -35,7 +34,7 @@ from ..services.memory import DEFAULT_ACTOR
 from ..ground.paths import fs_path
 from ..ground.workers import job_count, shared_map
 from ..rules.common import check_action_id
-from ..rules.lifecycle import REPORT_OUTCOMES
+from ..model.outcomes import check_outcomes, read_outcomes  # noqa: F401 (read_outcomes: the public API's)
 from .replay import UNITS_KEY, RunResult, journal_lines, parse_journal, replay_run, run_error
 
 #: The figures of a policy (and of each outcome), in output order.
@@ -44,8 +43,6 @@ FIGURES = ("runs", "steps", "steps_taken", "steps_refused", "units_spent", "unit
 #: Policy keys ``--vary`` takes words for, not integers.
 WORD_KEYS = ("novelty_mode",)
 NO_OUTCOME = "(no outcome)"
-#: Outcome names the report uses itself (``(all)`` is the CSV row of every run).
-RESERVED_OUTCOMES = REPORT_OUTCOMES
 #: Journals up to this size are parsed once for every policy; longer ones are streamed per policy.
 CACHE_BYTES_MAX = 1024 * 1024
 
@@ -188,52 +185,6 @@ def vary(base: Policy, grid: Sequence[tuple[str, Sequence[int]]]) -> list[Policy
         except LedgerError as exc:
             raise LedgerError(exc.code, f"--vary {name}: {exc.message}", **exc.details) from None
     return policies
-
-
-def read_outcomes(path: str | os.PathLike[str]) -> dict[str, str]:
-    """Run id (first column) → outcome (column ``outcome``) of a CSV file with a header row.
-
-    ``INVALID_ARGUMENT`` for a missing or unreadable file, no ``outcome`` column, a run listed
-    twice, or a row without a run id or outcome (see :func:`check_outcome`), naming the line.
-    """
-    path = fs_path(path, "outcomes file")
-    if path.exists() and not path.is_file():  # a fifo would block, a folder cannot be read
-        raise LedgerError(E.INVALID_ARGUMENT, f"outcomes file {path}: not a regular file")
-    where = f"outcomes file {os.fspath(path)}"
-    outcomes: dict[str, str] = {}
-    try:
-        with open(path, newline="", encoding="utf-8") as handle:
-            reader = csv.reader(handle)
-            header = next(reader, [])
-            if "outcome" not in header:
-                raise LedgerError(E.INVALID_ARGUMENT, f"{where}: needs a header row with an 'outcome' column")
-            column = header.index("outcome")
-            for row in reader:
-                if not row:
-                    continue
-                line = f"{where}: line {reader.line_num}"
-                if len(row) <= column:
-                    raise LedgerError(E.INVALID_ARGUMENT, f"{line} has no outcome")
-                if row[0] in outcomes:
-                    raise LedgerError(E.INVALID_ARGUMENT, f"{line}: run {row[0]!r} is listed twice")
-                outcomes[row[0]] = check_outcome(row[0], row[column], line)
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise LedgerError(E.INVALID_ARGUMENT, f"{where}: cannot read: {exc}") from None
-    return outcomes
-
-
-def check_outcome(run: str, outcome: str, where: str) -> str:
-    """``outcome`` of ``run`` unless either is blank or the outcome is a name the report uses itself
-    (``(all)``, ``(no outcome)``): ``INVALID_ARGUMENT`` naming ``where``."""
-    if not run.strip():
-        raise LedgerError(E.INVALID_ARGUMENT, f"{where}: the run id (first column) is empty")
-    if not outcome.strip():
-        raise LedgerError(E.INVALID_ARGUMENT, f"{where}: run {run!r} has an empty outcome; give one, or leave "
-                          f"the run out (then it is counted under {NO_OUTCOME!r})")
-    if outcome in RESERVED_OUTCOMES:
-        raise LedgerError(E.INVALID_ARGUMENT, f"{where}: run {run!r}: the outcome {outcome!r} is a name the "
-                          "report uses itself; call it something else")
-    return outcome
 
 
 def journal_files(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
@@ -410,8 +361,7 @@ def simulate(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Poli
     if package is not None:
         fs_path(package, "package")
     if outcomes is not None and not isinstance(outcomes, (str, os.PathLike)):
-        for run, outcome in check_text_mapping(outcomes, "outcomes").items():
-            check_outcome(run, outcome, "outcomes")
+        check_outcomes(check_text_mapping(outcomes, "outcomes"), "outcomes")
     chosen = [p if isinstance(p, Policy) else load_policy(p) for p in (policies or [example_policy()])]
     names = [p.name for p in chosen]
     if len(set(names)) != len(names):

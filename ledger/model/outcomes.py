@@ -1,0 +1,89 @@
+"""The outcomes table: which runs resolved their task, as a CSV file (run id, outcome) that
+``ledger simulate --outcomes`` and ``ledger runs import --outcomes`` both read, one way
+(docs/simulate.md, "Outcomes")."""
+
+from __future__ import annotations
+
+import csv
+import os
+from typing import Mapping
+
+from ..ground import errors as E
+from ..ground.errors import LedgerError
+from ..ground.paths import fs_path
+from ..rules.common import is_blank
+from ..rules.lifecycle import OUTCOME_CHARS_MAX, REPORT_OUTCOMES
+
+
+def read_outcomes(path: str | os.PathLike[str]) -> dict[str, str]:
+    """Run id (first column) → outcome (the column named ``outcome``, another one) of a UTF-8 CSV
+    file with a header row; blank lines are skipped.
+
+    ``INVALID_ARGUMENT``, naming the file and line, for a missing or unreadable file, a header
+    without exactly one ``outcome`` column besides the first, a row with another number of fields
+    than the header, a run listed twice, or a run id or outcome :func:`check_outcome` refuses.
+    """
+    path = fs_path(path, "outcomes file")
+    if path.exists() and not path.is_file():  # a fifo would block, a folder cannot be read
+        raise LedgerError(E.INVALID_ARGUMENT, f"outcomes file {path}: not a regular file")
+    where = f"outcomes file {os.fspath(path)}"
+    outcomes: dict[str, str] = {}
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as handle:
+            reader = csv.reader(handle)
+            header = next(reader, [])
+            if header.count("outcome") != 1 or header[0] == "outcome":
+                raise LedgerError(E.INVALID_ARGUMENT, f"{where}: needs a header row with one 'outcome' column, "
+                                  f"after the first (the run ids); got {', '.join(map(repr, header[:8])) or 'none'}")
+            column = header.index("outcome")
+            for row in reader:
+                if not row:
+                    continue
+                line = f"{where}: line {reader.line_num}"
+                if len(row) != len(header):
+                    raise LedgerError(E.INVALID_ARGUMENT, f"{line} has {len(row)} field(s), the header {len(header)}")
+                if row[0] in outcomes:
+                    raise LedgerError(E.INVALID_ARGUMENT, f"{line}: run {row[0]!r} is listed twice")
+                outcomes[row[0]] = check_outcome(row[0], row[column], line)
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise LedgerError(E.INVALID_ARGUMENT, f"{where}: cannot read: {exc}") from None
+    return outcomes
+
+
+def check_outcomes(outcomes: Mapping[str, str], where: str) -> Mapping[str, str]:
+    """Every ``(run, outcome)`` of a table given as a mapping, checked by :func:`check_outcome`."""
+    for run, outcome in outcomes.items():
+        check_outcome(run, outcome, where)
+    return outcomes
+
+
+def check_outcome(run: str, outcome: str, where: str) -> str:
+    """``outcome`` of ``run``, a label a journal's ``record_outcome`` could record: ``INVALID_ARGUMENT``
+    naming ``where`` for a blank run id, a blank outcome, one with spaces around it (`` resolved``
+    would be a label apart from ``resolved``), one longer than 64 characters, one holding NUL or a
+    lone surrogate, or one named like a row of simulate's reports (``(all)``, ``(no outcome)``)."""
+    if is_blank(run):
+        raise LedgerError(E.INVALID_ARGUMENT, f"{where}: the run id (first column) is empty")
+    if is_blank(outcome):
+        raise LedgerError(E.INVALID_ARGUMENT, f"{where}: run {run!r} has an empty outcome; give one, or leave "
+                          "the run out (then it is counted under '(no outcome)')")
+    if outcome != outcome.strip():
+        raise LedgerError(E.INVALID_ARGUMENT, f"{where}: run {run!r}: the outcome {outcome!r} has spaces around "
+                          "it; write it without them")
+    if len(outcome) > OUTCOME_CHARS_MAX:
+        raise LedgerError(E.INVALID_ARGUMENT, f"{where}: run {run!r}: the outcome is longer than "
+                          f"{OUTCOME_CHARS_MAX} characters")
+    if "\x00" in outcome or not _encodable(outcome):
+        raise LedgerError(E.INVALID_ARGUMENT, f"{where}: run {run!r}: the outcome holds NUL or a lone surrogate")
+    if outcome in REPORT_OUTCOMES:
+        raise LedgerError(E.INVALID_ARGUMENT, f"{where}: run {run!r}: the outcome {outcome!r} is a name the "
+                          "report uses itself; call it something else")
+    return outcome
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
