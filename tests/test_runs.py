@@ -242,6 +242,41 @@ def test_a_steps_line_that_is_not_utf8_refuses_its_file_saying_where(tmp_path):
     assert list((tmp_path / "out").iterdir()) == []
 
 
+@pytest.mark.parametrize("odd", ["a link to nothing", "a pipe", "a folder"])
+def test_a_folder_entry_named_like_an_input_but_no_file_is_refused_by_import_and_simulate(tmp_path, odd):
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    (folder / "a.jsonl").write_text(json.dumps({"run": "a", "command": "ls", "output": "x"}) + "\n")
+    entry = folder / "b.jsonl"
+    if odd == "a link to nothing":
+        entry.symlink_to(tmp_path / "missing.jsonl")
+    elif odd == "a pipe":
+        os.mkfifo(entry)  # opening it would wait for a writer forever
+    else:
+        entry.mkdir()
+    for call in (lambda: import_runs([folder], tmp_path / "out"), lambda: simulate([folder])):
+        with pytest.raises(LedgerError) as caught:
+            call()
+        assert caught.value.code == "INVALID_ARGUMENT"
+        assert caught.value.message.startswith(f"{entry}: named like a ")
+    assert not (tmp_path / "out").exists()
+
+
+def test_inputs_named_in_capitals_are_taken_and_an_empty_folder_or_file_is_refused(tmp_path):
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    with pytest.raises(LedgerError) as caught:
+        import_runs([folder], tmp_path / "out")
+    assert caught.value.message == "no trajectory to import (*.json, *.traj, *.jsonl, each maybe .gz)"
+    (folder / "LOUD.JSONL").write_text(json.dumps({"run": "loud", "command": "ls", "output": "x"}) + "\n")
+    (folder / "quiet.jsonl").write_text("\n \n")
+    summary = import_runs([folder], tmp_path / "out")
+    assert (summary.runs, [(Path(e["file"]).name, e["reason"]) for e in summary.errors]) == (
+        1, [("quiet.jsonl", "no step line: the file is empty")])
+    (tmp_path / "out" / "SHOUT.JSONL").write_bytes((tmp_path / "out" / "loud.jsonl").read_bytes())
+    assert sorted(r.run for r in simulate([tmp_path / "out"]).runs) == ["SHOUT", "loud"]
+
+
 def test_an_exit_code_no_journal_can_hold_is_refused_in_steps_and_left_out_of_a_trajectory(tmp_path):
     """Journal integers stop at ±(2**53 - 1): a step line giving a larger exit code is refused with
     its file; an observation's <returncode> that large keeps the step, without the code."""

@@ -61,3 +61,28 @@ def os_error(exc: OSError, what: str, default_code: str = INVALID_ARGUMENT) -> L
     code = STORAGE_ERROR if exc.errno in STORAGE_ERRNOS else default_code
     where = f" ({exc.filename})" if exc.filename else ""
     return LedgerError(code, f"{what}: {exc.strerror or exc}{where}")
+
+
+def folder_inputs(folder: Path, suffixes: tuple[str, ...], what: str) -> list[Path]:
+    """The files of ``folder`` (not its subfolders) whose names end in one of ``suffixes``, in any
+    letter case (``RUN.JSONL`` too), sorted by name: what ``ledger simulate`` and ``ledger runs
+    import`` take from a folder. An entry so named that is no regular file (a link to nothing, a
+    pipe, a folder) is ``INVALID_ARGUMENT`` naming it (``what``: the kind of input), never left
+    out without a word; a link to a regular file is taken."""
+    found = []
+    try:
+        entries = sorted(os.scandir(folder), key=lambda entry: entry.name)
+    except OSError as exc:
+        raise os_error(exc, f"cannot list the folder {folder}") from None
+    for entry in entries:
+        if not entry.name.lower().endswith(suffixes):
+            continue
+        try:
+            regular = entry.is_file()  # through a link
+        except OSError:
+            regular = False
+        if not regular:
+            raise LedgerError(INVALID_ARGUMENT, f"{entry.path}: named like a {what} but not a regular file (a link "
+                              "to nothing, a pipe or a folder); move it out of the folder or give the files one by one")
+        found.append(Path(entry.path))
+    return found

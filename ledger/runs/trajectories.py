@@ -26,7 +26,7 @@ from typing import Any, Callable, IO, Iterable, Iterator, Mapping
 from ..ground import errors as E
 from ..ground.errors import LedgerError
 from ..ground.canonical import SAFE_INTEGER_MAX
-from ..ground.paths import STORAGE_ERRNOS, fs_path
+from ..ground.paths import STORAGE_ERRNOS, folder_inputs, fs_path
 from ..ground.arguments import check_text_mapping
 from ..model.outcomes import check_outcomes, read_outcomes
 from .actions import DEFAULT_ACTION_MAP, ActionMap, classify
@@ -210,7 +210,7 @@ def _open(path: Path) -> IO[bytes]:
 
 def _stem(path: Path) -> str:
     name = path.name
-    while name.endswith(_EXTENSIONS):
+    while name.lower().endswith(_EXTENSIONS):
         name = name[:name.rindex(".")]
     return name
 
@@ -218,7 +218,7 @@ def _stem(path: Path) -> str:
 def _format_of(path: Path, requested: str, data: Any = None) -> str:
     if requested != "auto":
         return requested
-    if _stem(path) != path.name and ".jsonl" in path.name:
+    if _stem(path) != path.name and ".jsonl" in path.name.lower():
         return "steps"
     if isinstance(data, Mapping) and isinstance(data.get("trajectory"), list) and "messages" not in data:
         return "swe-agent"
@@ -227,17 +227,20 @@ def _format_of(path: Path, requested: str, data: Any = None) -> str:
 
 def input_files(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
     """Files named by ``paths``: a file as is, a folder as every trajectory in it (``*.json``,
-    ``*.traj``, ``*.jsonl``, each maybe ``.gz``), sorted by name. ``INVALID_ARGUMENT`` for a path
-    that does not exist."""
+    ``*.traj``, ``*.jsonl``, each maybe ``.gz``, in any letter case), sorted by name.
+    ``INVALID_ARGUMENT`` for a path that does not exist, an entry so named that is no regular file
+    (:func:`~ledger.ground.paths.folder_inputs`), or no trajectory at all."""
     found: list[Path] = []
     for entry in paths:
         path = fs_path(entry, "trajectory")
         if path.is_dir():
-            found += sorted(p for p in path.iterdir() if p.is_file() and _stem(p) != p.name)
+            found += folder_inputs(path, _EXTENSIONS, "trajectory")
         elif path.exists():
             found.append(path)
         else:
             raise LedgerError(E.INVALID_ARGUMENT, f"{path}: no such trajectory file or folder")
+    if not found:
+        raise LedgerError(E.INVALID_ARGUMENT, "no trajectory to import (*.json, *.traj, *.jsonl, each maybe .gz)")
     return found
 
 
@@ -380,6 +383,8 @@ class _Importer:
                         oldest = next(iter(open_runs))
                         del open_runs[oldest]
                         journals[oldest].suspend()
+            if not journals:
+                raise ValueError("no step line: the file is empty")
             for run in list(journals):
                 self._end(journals.pop(run))
         except BaseException:

@@ -31,7 +31,7 @@ from ..ground.canonical import SAFE_INTEGER_MAX
 from ..ground.arguments import check_instance, check_iterable, check_text_mapping, path_list
 from ..ground.errors import LedgerError
 from ..services.memory import DEFAULT_ACTOR
-from ..ground.paths import fs_path
+from ..ground.paths import folder_inputs, fs_path
 from ..ground.workers import job_count, shared_map
 from ..rules.common import check_action_id
 from ..model.outcomes import check_outcomes, read_outcomes  # noqa: F401 (read_outcomes: the public API's)
@@ -188,16 +188,18 @@ def vary(base: Policy, grid: Sequence[tuple[str, Sequence[int]]]) -> list[Policy
 
 
 def journal_files(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
-    """Journals named by ``paths``: a file as is, a folder as every ``*.jsonl`` in it, sorted by name.
+    """Journals named by ``paths``: a file as is, a folder as every ``*.jsonl`` in it (any letter
+    case), sorted by name.
 
-    ``INVALID_ARGUMENT`` for a path that does not exist, two journals with the same run id
+    ``INVALID_ARGUMENT`` for a path that does not exist, an entry of a folder so named that is no
+    regular file (:func:`~ledger.ground.paths.folder_inputs`), two journals with the same run id
     (file stem), or no journal at all.
     """
     found: list[Path] = []
     for entry in paths:
         path = Path(entry)
         if path.is_dir():
-            found.extend(sorted(p for p in path.glob("*.jsonl") if p.is_file()))
+            found.extend(folder_inputs(path, (".jsonl",), "journal"))
         elif path.is_file():
             found.append(path)
         elif path.exists():  # a pipe, a socket, a device: not a journal file
