@@ -194,6 +194,19 @@ def test_frontier_takes_policies_as_simulate_does_files_too(tmp_path):
     assert caught.value.message == "frontier needs at least one policy (the first is the base)"
 
 
+def test_a_label_no_run_has_says_which_journals_were_left_out_for_an_error(tmp_path):
+    lines = [{"op": "open_revision", "hypotheses": [{"statement": "a"}]},
+             {"op": "record_outcome", "outcome": "failed", "source": "x"},
+             {"op": "record_outcome", "outcome": "resolved", "source": "x"}]  # a second outcome: an error
+    (tmp_path / "two.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with pytest.raises(LedgerError) as caught:
+        frontier([tmp_path], [example_policy()], good="failed")
+    assert caught.value.message.startswith(
+        "--good: no run has the outcome 'failed' (outcomes: none: give --outcomes or record_outcome lines); 1 "
+        "journal(s) were not simulated for an error, and their outcomes are not counted (the first: "
+        f"OPERATION_CONFLICT: {tmp_path / 'two.jsonl'}:3: ")
+
+
 class _Totals:
     """Per-policy (units, stopped, runs) of a choice, whatever runs are asked about."""
 

@@ -257,11 +257,17 @@ def bootstrap(table: _Table, name: str, good: str, samples: int, seed: int) -> d
             "good_stopped_pct": interval(stopped), "samples_without_good_runs": stopped.count(None)}
 
 
-def _check_labels(outcomes: set[str], good: str, constraint: Constraint | None) -> None:
+def _check_labels(outcomes: set[str], good: str, constraint: Constraint | None,
+                  errors: Sequence[dict[str, Any]] = ()) -> None:
+    """``INVALID_ARGUMENT`` for a ``--good`` or ``--max-stopped`` label no simulated run has; when
+    journals were left out for an error (``errors``), the message says so and gives the first."""
     for option, label in (("--good", good), ("--max-stopped", constraint.label if constraint else None)):
         if label is not None and label not in outcomes:
             known = ", ".join(sorted(outcomes)) or "none: give --outcomes or record_outcome lines"
-            raise LedgerError(E.INVALID_ARGUMENT, f"{option}: no run has the outcome {label!r} (outcomes: {known})")
+            left = (f"; {len(errors)} journal(s) were not simulated for an error, and their outcomes are not "
+                    f"counted (the first: {errors[0]['code']}: {errors[0]['message']})" if errors else "")
+            raise LedgerError(E.INVALID_ARGUMENT, f"{option}: no run has the outcome {label!r} "
+                              f"(outcomes: {known}){left}")
 
 
 def _choice(table: _Table, rows: Mapping[str, dict[str, Any]], constraint: Constraint | None, good: str,
@@ -369,6 +375,7 @@ def _derive(policies: Sequence[Policy], runs: list[RunResult], outcomes: Mapping
             constraint: Constraint | None, folds: int | None, seed: int,
             samples: int) -> tuple[dict[str, dict[str, Any]], list[str], dict[str, Any]]:
     """The rows, frontier and choice of ``runs`` (runs with an error are left out)."""
+    all_runs = runs
     failed = {run.run for run in runs if run.error is not None}
     runs = [run for run in runs if run.run not in failed]
     rows = {row["name"]: row for row in summarize(policies, runs, outcomes)}
@@ -379,7 +386,8 @@ def _derive(policies: Sequence[Policy], runs: list[RunResult], outcomes: Mapping
     for name, row in rows.items():
         _stopped_and_saved(row, per_policy.get(name, []), baseline)
     table = _Table(runs, [p.name for p in policies])
-    _check_labels(set(table.outcome.values()) - {NO_OUTCOME}, good, constraint)
+    errors = list({run.run: run.error for run in sorted(all_runs, key=lambda r: r.run) if run.error}.values())
+    _check_labels(set(table.outcome.values()) - {NO_OUTCOME}, good, constraint, errors)
     if folds is None:  # the default: DEFAULT_FOLDS, or as many as there are runs when fewer
         folds = min(DEFAULT_FOLDS, len(table.run_ids)) if len(table.run_ids) >= 2 else 0
     _check_options(folds, samples, seed, len(table.run_ids))
