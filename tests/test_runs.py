@@ -277,6 +277,18 @@ def test_inputs_named_in_capitals_are_taken_and_an_empty_folder_or_file_is_refus
     assert sorted(r.run for r in simulate([tmp_path / "out"]).runs) == ["SHOUT", "loud"]
 
 
+def test_a_steps_line_with_a_key_given_twice_and_a_run_id_that_is_no_string_are_refused(tmp_path):
+    (tmp_path / "dk.jsonl").write_text('{"run": "a", "run": "b", "command": "ls", "output": "x"}\n')
+    messages = [{"role": "system", "content": "s"}, {"role": "assistant", "content": "```bash\nls\n```"},
+                {"role": "user", "content": "x"}]
+    (tmp_path / "t.traj.json").write_text(json.dumps({"instance_id": 12345, "messages": messages}))
+    summary = import_runs([tmp_path / "dk.jsonl", tmp_path / "t.traj.json"], tmp_path / "out")
+    assert summary.runs == 0
+    assert [e["reason"] for e in summary.errors] == ["line 1: the key 'run' is given twice",
+                                                     "instance_id must be a string (the run id), got int"]
+    assert list((tmp_path / "out").iterdir()) == []
+
+
 def test_an_exit_code_no_journal_can_hold_is_refused_in_steps_and_left_out_of_a_trajectory(tmp_path):
     """Journal integers stop at ±(2**53 - 1): a step line giving a larger exit code is refused with
     its file; an observation's <returncode> that large keeps the step, without the code."""

@@ -185,13 +185,24 @@ def swe_agent_steps(data: Any) -> Iterator[Step | _FormatError]:
             yield Step(entry["action"], entry["observation"])
 
 
+def _no_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object of a steps line; a key given twice (which of its values would count?) is refused."""
+    item = dict(pairs)
+    if len(item) != len(pairs):
+        keys = [key for key, _ in pairs]
+        raise ValueError(f"the key {next(k for k in keys if keys.count(k) > 1)!r} is given twice")
+    return item
+
+
 def _generic_step(line: bytes, number: int) -> tuple[str, Step]:
     try:
-        item = json.loads(line)
+        item = json.loads(line, object_pairs_hook=_no_repeated_keys)
     except UnicodeDecodeError as exc:
         raise ValueError(f"line {number}: not UTF-8 (byte {exc.start + 1}: {exc.reason})") from None
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         raise ValueError(f"line {number}: not JSON ({exc.msg})") from None
+    except ValueError as exc:  # a key given twice (_no_repeated_keys)
+        raise ValueError(f"line {number}: {exc}") from None
     if not isinstance(item, Mapping) or not isinstance(item.get("run"), str) \
             or not isinstance(item.get("command"), str) or not isinstance(item.get("output"), str):
         hint = (" (this line has \"op\": the file is already a ledger journal; give it to 'ledger apply' "
@@ -349,8 +360,10 @@ class _Importer:
                 raise ValueError(f"not JSON: {exc}") from None
         fmt = _format_of(path, self.fmt, data)
         steps = (swe_agent_steps if fmt == "swe-agent" else mini_swe_agent_steps)(data)
-        run = data.get("instance_id") if isinstance(data, Mapping) and isinstance(data.get("instance_id"), str) \
-            else _stem(path)
+        given = data.get("instance_id") if isinstance(data, Mapping) else None
+        if given is not None and not isinstance(given, str):
+            raise ValueError(f"instance_id must be a string (the run id), got {type(given).__name__}")
+        run = given if given is not None else _stem(path)
         journal = self._begin(run)
         try:
             self._feed(journal, steps)
