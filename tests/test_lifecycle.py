@@ -57,6 +57,31 @@ def test_a_missing_ledger_beside_an_export_is_ledger_missing_never_a_fresh_ledge
     assert not (package / "ledger.sqlite").exists()
 
 
+@pytest.mark.parametrize("kind", ["a folder", "a link to nothing"])
+def test_a_ledger_file_that_is_no_file_is_a_storage_error_saying_to_move_it_aside(package, tmp_path, kind):
+    """Calling it missing sent the user to an import that refused (the name is taken)."""
+    from ledger import export_case, verify_case
+
+    with start_case(package) as case:
+        export_case(case)
+    for name in ("ledger.sqlite", "ledger.sqlite-wal", "ledger.sqlite-shm"):
+        (package / name).unlink(missing_ok=True)
+    if kind == "a folder":
+        (package / "ledger.sqlite").mkdir()
+    else:
+        (package / "ledger.sqlite").symlink_to(tmp_path / "gone.sqlite")
+    expected = (f"{package / 'ledger.sqlite'} is {kind}, not a ledger file: move it aside; then 'ledger import "
+                f"{package} --to {package}' restores it from the package's export")
+    for call in (lambda: Case.open(package), lambda: verify_case(package)):
+        with pytest.raises(LedgerError) as caught:
+            call()
+        assert (caught.value.code, caught.value.message) == ("STORAGE_ERROR", expected)
+    from ledger.package_tools.many import case_folders
+    bare = package.parent / "zz-bare"  # no export beside it: its ledger.sqlite alone marks it
+    (bare / "ledger.sqlite").mkdir(parents=True)
+    assert case_folders([package.parent]) == [package, bare]  # verify --all takes them (and fails them)
+
+
 def test_opening_a_folder_without_a_case_is_ledger_missing(tmp_path):
     with pytest.raises(LedgerError) as caught:
         Case.open(tmp_path)

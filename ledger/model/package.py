@@ -205,9 +205,10 @@ def is_case_package(folder: Path) -> bool:
     """True when ``folder`` holds ``ledger.sqlite``, or shows a case package's other marks without
     it: ``ledger.sqlite``'s side files (``-wal``, ``-shm``, ``-journal``, ``-lock``,
     ``-export-lock``) or an export (``manifest.json`` beside ``analysis/``). Finding many cases
-    takes such a damaged package too, so that opening it fails (``LEDGER_MISSING``) instead of the
-    case being left out without a word (docs/cli.md)."""
-    if (folder / LEDGER_FILE).is_file():
+    takes such a damaged package too, so that opening it fails (``LEDGER_MISSING``; a
+    ``ledger.sqlite`` that is no file, ``STORAGE_ERROR``) instead of the case being left out
+    without a word (docs/cli.md)."""
+    if os.path.lexists(folder / LEDGER_FILE):
         return True
     try:
         names = set(os.listdir(folder))

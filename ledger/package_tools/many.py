@@ -54,7 +54,7 @@ class ManyReport:
 def case_folders(folders: Iterable[str | os.PathLike[str]]) -> list[Path]:
     """The case folders directly inside each of ``folders``, sorted by name within each:
     those holding ``ledger.sqlite``, and damaged packages that lost it (:func:`is_case_package`),
-    which then fail with ``LEDGER_MISSING`` instead of being left out. ``INVALID_ARGUMENT`` for a
+    which then fail (``LEDGER_MISSING``, ``STORAGE_ERROR``) instead of being left out. ``INVALID_ARGUMENT`` for a
     folder that holds none."""
     found: list[Path] = []
     for folder in path_list(folders, "folders"):

@@ -45,8 +45,15 @@ DEFAULT_ACTOR = "controller"
 
 def missing_ledger(root: Path) -> LedgerError:
     """The ``LEDGER_MISSING`` error for a package ``root`` without ``ledger.sqlite``, saying what
-    can be done: restore it from the export, or nothing to restore from, or create a case."""
+    can be done: restore it from the export, or nothing to restore from, or create a case. A
+    ``ledger.sqlite`` that is there but no file (a folder, a link to nothing) is ``STORAGE_ERROR``:
+    it must be moved aside first."""
     ledger = root / LEDGER_FILE
+    if os.path.lexists(ledger):
+        kind = "a folder" if ledger.is_dir() else "a link to nothing" if not ledger.exists() else "not a regular file"
+        restore = (f"; then 'ledger import {root} --to {root}' restores it from the package's export"
+                   if (root / MANIFEST_FILE).exists() else "")
+        return LedgerError(E.STORAGE_ERROR, f"{ledger} is {kind}, not a ledger file: move it aside{restore}")
     if (root / MANIFEST_FILE).exists():
         return LedgerError(
             E.LEDGER_MISSING,
