@@ -964,6 +964,23 @@ def test_a_flipped_bit_in_an_index_page_header_fails_verify_naming_the_page(expo
     assert len(caught.value.message) < 1000  # the first few problems, not hundreds of lines
 
 
+def test_a_read_of_a_damaged_ledger_says_damage_not_a_refused_query(exported):
+    """``ledger sql`` and ``Case.query`` read a page SQLite finds malformed: the ledger is damaged
+    (INTEGRITY_ERROR), which is not the user's statement's fault (INVALID_ARGUMENT)."""
+    from ledger.storage.readonly import readonly_query
+
+    _flip_bit(exported, "sqlite_autoindex_reservations_1", 0)  # the page type: no kind of page at all
+    query = "SELECT count(*) FROM reservations INDEXED BY sqlite_autoindex_reservations_1"
+    with pytest.raises(LedgerError) as caught:
+        readonly_query(exported / "ledger.sqlite", query)
+    assert caught.value.code == INTEGRITY_ERROR and "malformed" in caught.value.message
+    with Case.open(exported) as case, pytest.raises(LedgerError) as caught:
+        case.query(query)
+    assert caught.value.code == INTEGRITY_ERROR and "malformed" in caught.value.message
+    ran = run_cli("sql", str(exported), query)
+    assert ran.returncode == 1 and ran.stderr.startswith(b"error: INTEGRITY_ERROR: ")
+
+
 @pytest.mark.parametrize("text", [b"REFERENCES events (seq)", b'"reason":"timeout"'])
 def test_a_flipped_bit_that_leaves_text_not_utf8_is_integrity_error_never_a_traceback(exported, text):
     """A high bit flipped in a schema statement or in an event's body: SQLite finds no damage to the

@@ -24,14 +24,26 @@ from .sqlite_file import (SQLITE_ERRORS, connect_uri, log_files_exist, readable_
 
 @contextmanager
 def _query_errors(timeout_ms: int) -> Iterator[None]:
-    """A user's query failing (or stopped at its deadline) becomes ``INVALID_ARGUMENT``."""
+    """A user's query failing (:func:`_query_error`), or stopped at its deadline (``INVALID_ARGUMENT``)."""
     try:
         yield
     except (sqlite3.Error, ValueError, OverflowError) as exc:
         if "interrupted" in str(exc):
             raise LedgerError(E.INVALID_ARGUMENT, f"query stopped at its time limit, {timeout_ms / 1000:g} s "
                               f"(ledger sql --timeout SECONDS; timeout_ms={timeout_ms} in Python)") from None
-        raise _refused(exc) from None
+        raise _query_error(exc) from None
+
+
+def _query_error(exc: BaseException) -> LedgerError:
+    """What a user's failing statement means, for ``ledger sql`` and ``Case.query`` alike: a busy
+    or failing file (``LEDGER_BUSY``, ``STORAGE_ERROR``) and a damaged one keep their codes; any
+    other failure is the statement's own (``INVALID_ARGUMENT``, :func:`_refused`)."""
+    if isinstance(exc, sqlite3.Error):
+        translated = sqlite_error(exc)
+        damaged = "malformed" in str(exc) or "corrupt" in str(exc)
+        if isinstance(translated, LedgerError) and (translated.code in (E.LEDGER_BUSY, E.STORAGE_ERROR) or damaged):
+            return translated
+    return _refused(exc)
 
 
 def _fetch(cursor: sqlite3.Cursor, timeout_ms: int, size: int = 512) -> Iterator[tuple]:
@@ -99,11 +111,7 @@ def reading_only(conn: sqlite3.Connection) -> Iterator[None]:
     try:
         yield
     except SQLITE_ERRORS as exc:
-        translated = sqlite_error(exc)
-        damaged = "malformed" in str(exc) or "corrupt" in str(exc)
-        if isinstance(translated, LedgerError) and translated.code in (E.LEDGER_BUSY, E.STORAGE_ERROR) or damaged:
-            raise translated from None
-        raise _refused(exc) from None
+        raise _query_error(exc) from None
     finally:
         conn.set_authorizer(None)
 
