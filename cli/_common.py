@@ -11,6 +11,7 @@ import errno
 import functools
 import math
 import os
+import re
 import stat
 import sys
 import warnings
@@ -213,6 +214,36 @@ class FiniteFloatRange(click.FloatRange):
         if not math.isfinite(number):
             self.fail(f"{value!r} is not a finite number", param, ctx)
         return number
+#: An integer as the command line takes it: ASCII digits with an optional leading minus (``int()``
+#: would also take ``1_000``, ``+5`` and other scripts' digits).
+DECIMAL = re.compile(r"-?[0-9]+")
+
+
+def decimal(value: Any) -> bool:
+    """True for text :data:`DECIMAL` takes (surrounding spaces aside), and for a value that is no text."""
+    return not isinstance(value, str) or DECIMAL.fullmatch(value.strip()) is not None
+
+
+class Integer(click.ParamType):
+    """``click.INT`` taking only :data:`DECIMAL` text."""
+
+    name = "integer"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if not decimal(value):
+            self.fail(f"{value!r} is not an integer (ASCII digits, an optional leading -)", param, ctx)
+        return click.INT.convert(value, param, ctx)
+
+
+class IntegerRange(click.IntRange):
+    """``click.IntRange`` taking only :data:`DECIMAL` text."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if not decimal(value):
+            self.fail(f"{value!r} is not an integer (ASCII digits, an optional leading -)", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 class CaseFolder(click.Path):
     """A case folder (``click.Path(file_okay=False)``) whose refusal of a file says what to give
     instead: the folder, not the ``ledger.sqlite`` or ``manifest.json`` inside it."""

@@ -10,7 +10,7 @@ import click
 from ledger import BudgetResult, GateReading, LedgerError
 from ledger.ground.canonical import parse_json
 
-from ._common import UsageGroup, AT, CASE, JSON, RegularFile, Settings, pass_settings, read_bounded
+from ._common import UsageGroup, AT, CASE, JSON, Integer, RegularFile, Settings, pass_settings, read_bounded
 from ._output import emit_result, warn
 
 @click.group(cls=UsageGroup)
@@ -88,7 +88,7 @@ def budget_reserve(settings: Settings, case: str, hypothesis: str, action_id: st
 @click.option("--evidence", "evidence_text", metavar="JSON", help="The evidence as JSON text.")
 @click.option("--evidence-file", type=RegularFile(), help="Read the evidence JSON from a file ('-' for stdin).")
 @click.option("--source-ref", "source_refs", multiple=True, metavar="PATH", help="A package file the evidence cites; repeatable.")
-@click.option("--cost-usd-millicents", type=int, help="External money the tool reported (1/1000 US cent).")
+@click.option("--cost-usd-millicents", type=Integer(), help="External money the tool reported (1/1000 US cent).")
 @AT
 @JSON
 @pass_settings
@@ -143,7 +143,7 @@ def budget_record_evidence(settings: Settings, case: str, hypothesis: str, actio
 @CASE
 @click.argument("hypothesis")
 @click.argument("action_id")
-@click.option("--score", "semantic_score", type=int, required=True, help="Semantic score, an integer 0-100.")
+@click.option("--score", "semantic_score", type=Integer(), required=True, help="Semantic score, an integer 0-100.")
 @click.option("--reason", required=True, help="Why the score (non-blank).")
 @AT
 @JSON
@@ -192,7 +192,7 @@ def budget_snapshot(settings: Settings, case: str, as_json: bool) -> None:
 @budget.command("grant")
 @CASE
 @click.argument("hypothesis")
-@click.argument("units", type=int)
+@click.argument("units", type=Integer())
 @click.option("--reason", required=True, help="Why the units are granted (non-blank).")
 @click.option("--grant-id", required=True, help="Names this grant; repeating it with the same inputs writes nothing.")
 @AT

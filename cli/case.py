@@ -8,7 +8,7 @@ import click
 
 from ledger import Case
 
-from ._common import UsageGroup, AT, CASE, JSON, Settings, pass_settings
+from ._common import UsageGroup, AT, CASE, JSON, Integer, Settings, pass_settings
 from ._output import emit_result
 
 @click.command()
@@ -33,7 +33,7 @@ def revision() -> None:
 @CASE
 @click.option("--hypothesis", "statements", multiple=True, required=True, metavar="STATEMENT",
               help="A hypothesis statement; repeat for each (ids H1, H2, … follow this order).")
-@click.option("--units", type=int, help="Units per hypothesis (default: the analysis config's).")
+@click.option("--units", type=Integer(), help="Units per hypothesis (default: the analysis config's).")
 @AT
 @JSON
 @pass_settings

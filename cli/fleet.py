@@ -10,7 +10,7 @@ from ledger import export_fleet
 from ledger.ground.workers import JOBS_MAX
 from ledger.package_tools.fleet import find_cases as fleet_cases, fleet_rows
 
-from ._common import JSON, FiniteFloatRange, UsageGroup, progress_bar, table_options
+from ._common import JSON, FiniteFloatRange, IntegerRange, UsageGroup, progress_bar, table_options
 from ._output import emit_result, emit_rows, one_line, unique_names
 
 
@@ -27,7 +27,7 @@ def fleet() -> None:
                 type=click.Path(path_type=str))
 @click.option("--to", "out", required=True, metavar="OUT", type=click.Path(path_type=str),
               help="Export folder (made if missing; must be empty or an earlier fleet export).")
-@click.option("--jobs", type=click.IntRange(1, JOBS_MAX), default=1, show_default=True,
+@click.option("--jobs", type=IntegerRange(1, JOBS_MAX), default=1, show_default=True,
               help="Processes exporting cases side by side (each holds one case at a time).")
 @JSON
 def export_command(paths: tuple[str, ...], out: str, jobs: int, as_json: bool) -> None:

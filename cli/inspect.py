@@ -6,14 +6,14 @@ import click
 
 from ledger.services.case import read_only_rows
 
-from ._common import BALANCE_COLUMNS, CASE, FiniteFloatRange, Settings, pass_settings, table_options
+from ._common import BALANCE_COLUMNS, CASE, FiniteFloatRange, Integer, IntegerRange, Settings, pass_settings, table_options
 from ._output import emit_rows, unique_names
 
 EVENT_COLUMNS = ("seq", "type", "revision", "created_at", "sha256", "parent_sha256")
 
 @click.command()
 @CASE
-@click.option("--revision", "revision_number", type=int, help="Only this revision.")
+@click.option("--revision", "revision_number", type=Integer(), help="Only this revision.")
 @table_options
 @pass_settings
 def balances(settings: Settings, case: str, revision_number: int | None, fmt: str) -> None:
@@ -36,7 +36,7 @@ def actions(settings: Settings, case: str, fmt: str) -> None:
 
 @click.command()
 @CASE
-@click.option("--since", type=click.IntRange(0, 2**53 - 1), default=0, help="Only events with seq greater than this.")
+@click.option("--since", type=IntegerRange(0, 2**53 - 1), default=0, help="Only events with seq greater than this.")
 @click.option("--body", "with_body", is_flag=True, help="Include each event's canonical JSON body.")
 @table_options
 @pass_settings

@@ -17,7 +17,7 @@ import ledger
 from ledger import Case, JournalSummary, LineResult, apply_journal
 from ledger.package_tools.journal import clamp_warning, first_at as journal_first_at, open_for_journal, read_lines
 
-from ._common import _NoBar, BALANCE_COLUMNS, CASE, Settings, pass_settings, progress_bar
+from ._common import _NoBar, BALANCE_COLUMNS, CASE, IntegerRange, Settings, pass_settings, progress_bar
 from ._output import OutputError, dumps, echo, emit_rows, one_line, warn
 
 @click.command()
@@ -27,7 +27,7 @@ from ._output import OutputError, dumps, echo, emit_rows, one_line, warn
 @click.option("--at", metavar="RFC3339", help="With --create: time of the case-created event "
               "(default: the journal's first \"at\", else now).")
 @click.option("--keep-going", is_flag=True, help="Continue after a failed line (exit status is still 1).")
-@click.option("--batch-size", type=click.IntRange(1, 10_000), default=100, show_default=True,
+@click.option("--batch-size", type=IntegerRange(1, 10_000), default=100, show_default=True,
               help="Lines per transaction (group commit); a result line prints once its batch committed.")
 @click.option("--quiet", "-q", is_flag=True, help="Print no result lines, only the summary on stderr.")
 @click.option("--results", type=click.Choice(["all", "changed"]), default="all", show_default=True,

@@ -14,7 +14,7 @@ from ledger.package_tools.export import export_count
 from ledger.package_tools.manifest import read_manifest
 from ledger.ground.workers import JOBS_MAX
 
-from ._common import JSON, CaseFolder, Settings, pass_settings, progress_bar, table_format
+from ._common import JSON, CaseFolder, IntegerRange, Settings, pass_settings, progress_bar, table_format
 from ._output import dumps, echo, emit_result, emit_rows, one_line, warn
 
 CASES = click.argument("cases", metavar="CASE...", nargs=-1, required=True, type=CaseFolder())
@@ -25,7 +25,7 @@ ALL = click.option("--all", "all_in", is_flag=True,
 
 def _jobs(help_text: str) -> Any:
     """The ``--jobs N`` option (1 to ``JOBS_MAX``; default: the cores this process may use)."""
-    return click.option("--jobs", type=click.IntRange(1, JOBS_MAX), default=None, metavar="N", help=help_text)
+    return click.option("--jobs", type=IntegerRange(1, JOBS_MAX), default=None, metavar="N", help=help_text)
 
 
 JOBS = _jobs("Processes for several cases, this one included (default: the cores this process may use).")

@@ -10,7 +10,7 @@ import click
 from ledger import import_runs
 from ledger.runs.trajectories import FORMATS as RUN_FORMATS
 
-from ._common import AT, CASE, JSON, Settings, UsageGroup, input_path, pass_settings, progress_bar
+from ._common import AT, CASE, JSON, IntegerRange, Settings, UsageGroup, input_path, pass_settings, progress_bar
 from ._output import dumps, echo, emit_result, one_line, warn
 
 
@@ -42,7 +42,7 @@ class _Progress:
               help="Trajectory format; auto tells them apart by name and content.")
 @click.option("--outcomes", type=input_path(dir_okay=False), metavar="CSV",
               help="CSV 'instance_id,outcome': a run named there gets record_outcome.")
-@click.option("--semantic-score", type=click.IntRange(0, 100), default=50, show_default=True,
+@click.option("--semantic-score", type=IntegerRange(0, 100), default=50, show_default=True,
               help="The semantic score every settle carries.")
 @click.option("--actions", metavar="FILE", help="TOML mapping of programs to action names (default: built in).")
 @JSON

@@ -6,7 +6,7 @@ import click
 
 from ledger import ScopeResult
 
-from ._common import AT, CASE, JSON, Settings, pass_settings
+from ._common import AT, CASE, JSON, Integer, Settings, decimal, pass_settings
 from ._output import emit_result
 
 
@@ -17,12 +17,10 @@ def _limits(ctx: click.Context, param: click.Parameter, values: tuple[str, ...])
     limits: dict[str, int] = {}
     for value in values:
         name, sep, number = value.partition("=")
-        try:
-            amount = int(number.strip(), 10)
-        except ValueError:
-            raise click.BadParameter(f"{value!r} is not DIMENSION=INTEGER (e.g. units=100)") from None
-        if not sep:
-            raise click.BadParameter(f"{value!r} is not DIMENSION=INTEGER (e.g. units=100)")
+        if not sep or not name.strip() or not number.strip() or not decimal(number):
+            raise click.BadParameter(f"{value!r} is not DIMENSION=INTEGER (e.g. units=100; ASCII digits, an "
+                                     "optional leading -)")
+        amount = int(number.strip(), 10)
         if name.strip() in limits:
             raise click.BadParameter(f"{name.strip()!r} is given twice; give each dimension once")
         limits[name.strip()] = amount
@@ -56,7 +54,7 @@ def _summary(result: ScopeResult) -> list[str]:
               help="Warn once when this share of a limit is used (0-1, at most 4 decimals; 1 never warns).")
 @click.option("--on-exhausted", default="block_action", show_default=True,
               help="block_action, task_failed or scope_cancelled.")
-@click.option("--causation-seq", type=int, help="To change limits: the seq of the previous establishment.")
+@click.option("--causation-seq", type=Integer(), help="To change limits: the seq of the previous establishment.")
 @AT
 @JSON
 @pass_settings
@@ -74,7 +72,7 @@ def scope_establish(settings: Settings, case: str, scope_name: str, limits: dict
 @CASE
 @click.argument("scope_name", metavar="SCOPE")
 @click.argument("dimension")
-@click.argument("amount", type=int)
+@click.argument("amount", type=Integer())
 @click.option("--reason", required=True, help="Why more is needed (non-blank).")
 @AT
 @JSON

@@ -8,11 +8,13 @@ import click
 
 from ledger.browse.server import serve_cases, serve_metadata
 
+from ._common import IntegerRange
+
 
 @click.command()
 @click.argument("cases", nargs=-1, required=True, type=click.Path(file_okay=False, path_type=str), metavar="CASE...")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", type=click.IntRange(0, 65535), default=8001, show_default=True,
+@click.option("--port", type=IntegerRange(0, 65535), default=8001, show_default=True,
               help="Port to listen on (0: a free one, printed at start).")
 @click.option("--open", "open_browser", is_flag=True, help="Open the address in a web browser once it listens.")
 @click.option("--metadata-only", is_flag=True,

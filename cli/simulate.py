@@ -14,7 +14,7 @@ from ledger.simulation.plot import check_plot
 from ledger.simulation.simulator import parse_vary
 from ledger.ground.workers import JOBS_MAX
 
-from ._common import Settings, input_path, pass_settings, table_options
+from ._common import Integer, IntegerRange, Settings, input_path, pass_settings, table_options
 from ._output import OutputError, dumps, echo, emit_rows, one_line, warn
 from .frontier import emit_frontier
 
@@ -119,15 +119,15 @@ def _first_names(names: list[str]) -> str:
                    "PCT % of the LABEL runs (e.g. resolved=2%).")
 @click.option("--emit", type=click.Path(dir_okay=False, path_type=str), metavar="FILE.toml",
               help="With --max-stopped: write the chosen policy as a budget TOML.")
-@click.option("--folds", type=click.IntRange(0, None), default=None,
+@click.option("--folds", type=IntegerRange(0, None), default=None,
               show_default=f"{DEFAULT_FOLDS}, or one per run when there are fewer runs",
               help="With --max-stopped: make the choice again on all folds but one and score it on that one "
                    "(0: none).")
-@click.option("--seed", type=int, default=0, show_default=True, help="With --frontier: the seed of the folds "
+@click.option("--seed", type=Integer(), default=0, show_default=True, help="With --frontier: the seed of the folds "
               "and the bootstrap.")
-@click.option("--bootstrap", "samples", type=click.IntRange(0, 1_000_000), default=0, show_default=True,
+@click.option("--bootstrap", "samples", type=IntegerRange(0, 1_000_000), default=0, show_default=True,
               metavar="N", help="With --max-stopped: 95 % intervals of the choice's figures from N resamplings.")
-@click.option("--jobs", type=click.IntRange(1, JOBS_MAX), default=None, show_default="the cores this process may use",
+@click.option("--jobs", type=IntegerRange(1, JOBS_MAX), default=None, show_default="the cores this process may use",
               help="Processes replaying journals, this one included; each holds one run at a time.")
 @click.option("--package", type=click.Path(file_okay=False, exists=True, path_type=str), metavar="DIR",
               help="Folder where the journals' source_refs resolve (default: none, so they are refused).")

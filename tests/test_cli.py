@@ -391,6 +391,19 @@ def test_state_with_at_but_no_new_state_is_a_usage_error_and_an_empty_config_is_
     assert empty.returncode == 1 and b"error: INVALID_ARGUMENT: case path is empty" in empty.stderr
 
 
+@pytest.mark.parametrize("value", ["1_000", "+5", "\u0663", "0x10", "5.0"])
+@pytest.mark.parametrize("args", [("events", "{case}", "--since"), ("balances", "{case}", "--revision"),
+                                  ("apply", "{case}", "-", "--batch-size"), ("verify", "{case}", "--jobs"),
+                                  ("simulate", "{case}", "--seed"), ("scope", "establish", "{case}", "case", "--limit")])
+def test_integer_options_take_ascii_digits_only(case, args, value):
+    """int() would read 1_000, +5 and other scripts' digits; an accounting tool's numbers are plain."""
+    case.close()
+    given = f"units={value}" if args[-1] == "--limit" else value
+    done = CliRunner().invoke(cli_main, [a.format(case=case.path) for a in args] + [given])
+    assert done.exit_code == 2, done.output
+    assert "is not" in done.stderr and "ASCII digits, an optional leading -" in done.stderr
+
+
 def test_snapshot_output_says_it_is_a_read(budget, case):
     case.close()
     result = run_cli("budget", "snapshot", str(case.path))
