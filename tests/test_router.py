@@ -284,6 +284,14 @@ def test_integers_beyond_2_53_are_carried_as_marked_decimal_strings(root):
     assert len(by_id["items"]) == 1 and by_id["coverage"]["where"] == {"snowflake": {"integer": "1541815603606036480"}}
     for bad in ({"integer": "12x"}, {"integer": 5}, {"integer": "1", "x": 1}, {"integer": str(2 ** 64)}):
         _refused(lambda: router.lookup({"database": "data/big.sqlite", "table": "events", "where": {"small": bad}}))
+    # a plain integer past ±(2^53-1) has no exact JSON form: refused when asked, not when the reply is stored
+    for plain in (2 ** 53, -(2 ** 53), 1541815603606036480):
+        refusal = _refused(lambda: router.lookup({"database": "data/big.sqlite", "table": "events",
+                                                  "where": {"snowflake": plain}}))
+        assert "within ±(2^53-1), or within SQLite's 64-bit range as {\"integer\": \"<digits>\"}" in refusal.message
+    at_least = router.lookup({"database": "data/big.sqlite", "table": "events",
+                              "where": {"at_ns": {"integer": str(-(2 ** 63))}}})
+    assert len(at_least["items"]) == 1
 
 
 def test_every_user_table_is_reachable_but_sqlite_internals(root):

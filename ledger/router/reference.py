@@ -55,10 +55,8 @@ from ..storage.sqlite_file import LEDGER_FILE
 
 TOOLS = ("source.read_context", "source.find_text", "database.lookup")
 SPAN_LINES_MAX = 2000
-RESULTS_MAX = 1000
-DEFAULT_RESULTS = 100
-ROWS_MAX = 1000
-DEFAULT_ROWS = 100
+RESULTS_MAX, DEFAULT_RESULTS = 1000, 100
+ROWS_MAX, DEFAULT_ROWS = 1000, 100
 FILE_BYTES_MAX = 16 * 1024 * 1024
 FILES_SCANNED_MAX = 5000
 TEXT_CHARS_MAX = 1000
@@ -332,13 +330,15 @@ def lookup_args(args: Any) -> tuple[str, str, dict[str, Any], int]:
     if columns is not None and (not isinstance(columns, list) or not all(isinstance(c, str) for c in columns)):
         raise _refuse("columns must be a non-empty list of distinct column names")
     bound = {}
-    for column, value in where.items():
-        value = marked_integer(value) if isinstance(value, dict) else value
-        if (value is None and where[column] is not None) or (value is not None and type(value) not in (str, int)):
+    for column, given in where.items():
+        value = marked_integer(given) if isinstance(given, dict) else given
+        if (value is None and given is not None) or (value is not None and type(value) not in (str, int)):
             raise _refuse(f"where values must be strings, integers ({{\"integer\": \"<digits>\"}} for one "
-                          f"beyond ±(2^53-1)) or null; {str(column)[:80]!r} is {str(where[column])[:80]}")
-        if type(value) is int and not INT64_MIN <= value <= INT64_MAX:
-            raise _refuse(f"where integers must fit SQLite's 64-bit range, got {value}")
+                          f"beyond ±(2^53-1)) or null; {str(column)[:80]!r} is {str(given)[:80]}")
+        low, high = (INT64_MIN, INT64_MAX) if isinstance(given, dict) else (-JSON_INT_MAX, JSON_INT_MAX)
+        if type(value) is int and not low <= value <= high:  # a plain JSON integer stops at ±(2^53-1)
+            raise _refuse(f"where integers must be within ±(2^53-1), or within SQLite's 64-bit range as "
+                          f"{{\"integer\": \"<digits>\"}}; got {value}")
         bound[column] = value
     return database, table, bound, limit
 
