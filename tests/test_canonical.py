@@ -316,3 +316,16 @@ def test_a_refusal_names_an_odd_key_in_its_json_path_escaped_so_the_message_alwa
     assert f"at $.outer{shown} " in caught.value.message
     caught.value.message.encode("utf-8")
     assert not any(ord(c) < 32 for c in caught.value.message)
+
+
+@pytest.mark.parametrize("value, message", [
+    ({"a": ["x", "\ud800"]}, "no canonical JSON form at evidence.a[1]: text holding a lone surrogate (no UTF-8 form)"),
+    ({"a": {1: 2}}, "no canonical JSON form at evidence.a: an object key that is not a string (int '1')"),
+    ({"\ud800": 1}, "no canonical JSON form at evidence: an object key holding a lone surrogate (no UTF-8 form)"),
+    ({"k": b"x"}, "no canonical JSON form at evidence.k: a value of type bytes, which JSON does not have"),
+    ([1, {2, 3}], "no canonical JSON form at evidence[1]: a value of type set, which JSON does not have"),
+])
+def test_a_value_with_no_json_form_is_refused_naming_where_and_what_it_is(value, message):
+    with pytest.raises(LedgerError) as caught:
+        canonical_bytes(value, "evidence")
+    assert (caught.value.code, caught.value.message) == (INVALID_JSON, message)

@@ -62,7 +62,8 @@ def test_run_tool_repeated_with_other_arguments_is_refused_and_keeps_the_recorde
         investigator.run_tool("H1", "q1", "source.read_context", {**READ, "end_line": 3})
     assert caught.value.code == "OPERATION_CONFLICT"
     assert caught.value.message == "action q1 already ran its tool with other args; give this call a new action id"
-    assert "already had its result; it was left as it was" in "".join(getattr(caught.value, "__notes__", []))
+    assert caught.value.__notes__ == ["case-ledger: action q1 already had its result (awaiting_assessment); it was "
+                                      "left as it was"]
     assert _event_count(case) == events
     assert investigator.settle("H1", "q1", 80, "x").action["status"] == "settled"
 
@@ -185,6 +186,74 @@ def test_an_action_block_interrupted_by_keyboard_interrupt_fails_the_action_and_
     action = case.actions()[0]
     assert (action["status"], action["closing_reason"]) == ("failed", "KeyboardInterrupt")
     assert act.failed is not None and act.failed.action["status"] == "failed"
+
+
+@pytest.mark.parametrize("how", ["a nested block", "a direct call"])
+def test_a_block_leaves_a_result_it_did_not_record_itself(case, investigator, how):
+    """The result came from elsewhere (a nested block with the same ids, record_result called
+    directly): leaving the block neither fails the action nor says no result was recorded."""
+    with investigator.action("H1", "a1", "tests.run") as outer:
+        if how == "a nested block":
+            with investigator.action("H1", "a1", "tests.run") as inner:
+                inner.record({"x": 1})
+        else:
+            investigator.record_result("H1", "a1", {"x": 1})
+    assert outer.failed is None and investigator.action_status("H1", "a1") == "awaiting_assessment"
+    assert investigator.settle("H1", "a1", 70, "assessed").action["status"] == "settled"
+
+
+def test_a_block_failing_after_another_recorded_the_result_leaves_that_result(case, investigator):
+    """Two runs of one action id (another process, say): the one whose record is refused
+    (OPERATION_CONFLICT) must not fail the action the other one recorded."""
+    investigator.reserve("H1", "a1", "tests.run")
+    investigator.record_result("H1", "a1", {"first": True})  # the other run, done first
+    with pytest.raises(LedgerError) as caught:
+        with investigator.action("H1", "a1", "tests.run") as act:
+            act.record({"second": True})
+    assert caught.value.code == "OPERATION_CONFLICT" and act.failed is None
+    assert caught.value.__notes__ == ["case-ledger: action a1 already had its result when the block began; it "
+                                      "was left as it was"]
+    investigator.reserve("H2", "b1", "tests.run")
+    with pytest.raises(LedgerError):
+        with investigator.action("H2", "b1", "tests.run") as act:
+            investigator.record_result("H2", "b1", {"first": True})  # recorded meanwhile, not by this block
+            act.record({"second": True})
+    assert act.failed is None and investigator.action_status("H2", "b1") == "awaiting_assessment"
+
+
+def test_run_tool_interrupted_once_its_result_is_recorded_keeps_it(case, investigator, monkeypatch):
+    recorded = CaseBudget.record_evidence
+
+    def then_interrupted(self, *args, **kwargs):
+        result = recorded(self, *args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(CaseBudget, "record_evidence", then_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        investigator.run_tool("H1", "r1", "source.read_context", READ)
+    monkeypatch.undo()
+    assert investigator.action_status("H1", "r1") == "awaiting_assessment"
+    again = investigator.run_tool("H1", "r1", "source.read_context", READ)
+    assert again.reused and again.budget.action["status"] == "awaiting_assessment"
+    assert investigator.settle("H1", "r1", 80, "x").action["status"] == "settled"
+
+
+class _Unprintable(Exception):
+    def __str__(self):
+        raise RuntimeError("no message")
+
+
+@pytest.mark.parametrize("exc, reason", [(_Unprintable(), "_Unprintable"),
+                                         (type("\u200b", (Exception,), {})(), "an exception with no readable type "
+                                                                             "or message"),
+                                         (type(" ", (Exception,), {})("  "), "an exception with no readable type "
+                                                                            "or message")])
+def test_a_block_fails_its_action_even_for_an_exception_with_no_readable_message(case, investigator, exc, reason):
+    assert failure_reason(exc) == reason
+    with pytest.raises(type(exc)):
+        with investigator.action("H2", "a1", "tests.run"):
+            raise exc
+    assert investigator.action_status("H2", "a1") == "failed"
 
 
 def test_an_action_block_that_records_nothing_fails_the_action(case, investigator):

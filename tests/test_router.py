@@ -56,6 +56,17 @@ def test_a_path_outside_its_folder_is_refused_and_a_bare_name_is_shown_where_it_
     assert folder.message == "'sources' is outside sources/"
 
 
+@pytest.mark.parametrize("path", ["sources/\ud800.py", "sources/\udcff.py", "data/\ud800.sqlite"])
+def test_a_path_that_is_no_utf8_text_is_refused_by_every_tool(root, path):
+    """A lone surrogate has no UTF-8 form (and no place in a canonical reply): opening such a
+    path raised UnicodeEncodeError."""
+    router = Router(root)
+    calls = [lambda: router.read_context({"path": path, "start_line": 1, "end_line": 1}),
+             lambda: router.lookup({"database": path, "table": "users"})]
+    refusal = _refused(calls[0] if path.startswith("sources/") else calls[1])
+    assert refusal.message == f"{path!r} is not a normalized relative path of UTF-8 text"
+
+
 def test_find_text_scans_the_glob_in_order_and_marks_truncation(root):
     found = Router(root).find_text({"text": "two"})
     assert [(i["path"], i["line"]) for i in found["items"]] == [("sources/app.py", 2), ("sources/pkg/mod.py", 1)]

@@ -7,11 +7,12 @@ package. Values with no canonical form are refused with ``INVALID_JSON``.
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import json
 import math
 import re
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import rfc8785
 
@@ -95,9 +96,41 @@ def _rfc8785_bytes(value: Any, name: str) -> bytes:
                           "use a finite number, null, or a string such as \"Infinity\"") from None
     except (rfc8785.CanonicalizationError, UnicodeError) as exc:
         # lone surrogates surface as UnicodeEncodeError from the UTF-16 key sort
-        raise LedgerError(INVALID_JSON, f"no canonical JSON form: {exc}") from None
+        where = _locate(value, lambda v: _why_not_json(v) is not None, name)
+        why = _why_not_json(_find(value, where, name))  # None when nothing was found: rfc8785's words
+        raise LedgerError(INVALID_JSON, f"no canonical JSON form at {where}: {why or exc}") from None
     except RecursionError:
         raise LedgerError(INVALID_JSON, "JSON nested too deeply") from None
+
+
+def _why_not_json(value: Any) -> str | None:
+    """Why ``value`` itself (not what it holds) has no JSON form, or None: text with a lone
+    surrogate, an object key that is no text (or holds one), a value of a type JSON does not have."""
+    if isinstance(value, str):
+        return None if _encodable(value) else "text holding a lone surrogate (no UTF-8 form)"
+    if isinstance(value, Mapping):
+        for key in value:
+            if not isinstance(key, str):
+                return f"an object key that is not a string ({type(key).__name__} {str(key)[:40]!r})"
+            if not _encodable(key):
+                return "an object key holding a lone surrogate (no UTF-8 form)"
+        return None
+    if value is None or isinstance(value, (bool, int, float, list, tuple)):
+        return None
+    return f"a value of type {type(value).__name__}, which JSON does not have"
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _find(value: Any, where: str, root: str) -> Any:
+    """The item of ``value`` that :func:`_locate` named ``where`` (``value`` itself when none is)."""
+    return next((item for item, path in _walk(value, root) if path == where), value)
 
 
 _PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
@@ -112,16 +145,19 @@ def _member(key: Any) -> str:
 
 def _locate(value: Any, bad: Callable[[Any], bool], root: str = "$") -> str:
     """Where the first value for which ``bad`` holds sits inside ``value``: ``$``, ``$.x``, ``$.x[1]``."""
-    stack: list[tuple[Any, str]] = [(value, root)]
-    while stack:
-        item, path = stack.pop(0)
-        if bad(item):
-            return path
+    return next((path for item, path in _walk(value, root) if bad(item)), root)
+
+
+def _walk(value: Any, root: str) -> Iterator[tuple[Any, str]]:
+    """Every item of ``value`` with its path, breadth first (``value`` itself first, as ``root``)."""
+    queue: collections.deque[tuple[Any, str]] = collections.deque([(value, root)])
+    while queue:
+        item, path = queue.popleft()
+        yield item, path
         if isinstance(item, dict):
-            stack.extend((child, path + _member(key)) for key, child in item.items())
+            queue.extend((child, path + _member(key)) for key, child in item.items())
         elif isinstance(item, (list, tuple)):
-            stack.extend((child, f"{path}[{index}]") for index, child in enumerate(item))
-    return "$"
+            queue.extend((child, f"{path}[{index}]") for index, child in enumerate(item))
 
 
 def canonical_event_bytes(body: Mapping[str, Any]) -> bytes:

@@ -115,9 +115,9 @@ def confined(relative: Any, top: str) -> str:
     if not isinstance(relative, str) or not relative or len(relative) > 1024:
         raise _refuse(f"path must be a non-empty string, got {str(relative)[:80]!r}")
     pure = PurePosixPath(relative)
-    if (pure.is_absolute() or "\\" in relative or "\x00" in relative or str(pure) != relative
+    if (pure.is_absolute() or "\\" in relative or "\x00" in relative or str(pure) != relative or not _utf8(relative)
             or any(part in ("..", ".", "") for part in relative.split("/"))):
-        raise _refuse(f"{relative!r} is not a normalized relative path", path=relative)
+        raise _refuse(f"{relative!r} is not a normalized relative path of UTF-8 text", path=relative)
     if len(pure.parts) < 2 or pure.parts[0] != top:
         hint = f" (paths start at the package folder: did you mean '{top}/{relative}'?)" \
             if len(pure.parts) == 1 and relative != top else ""

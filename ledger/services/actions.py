@@ -30,7 +30,8 @@ from .budget import BudgetManager, BudgetResult
 from ..ground.config import BudgetConfig
 from ..ground.errors import LedgerError
 from .evidence import EvidenceResult, EvidenceStore, FeedbackResult
-from ..rules.common import ACTION_ID_RE, REASON_CHARS_MAX, check_action_id, check_action_name, check_hypothesis_id
+from ..rules.common import (ACTION_ID_RE, REASON_CHARS_MAX, check_action_id, check_action_name, check_hypothesis_id,
+                            is_blank)
 from .session import Session
 
 def derived_id(kind: str, revision: int, hypothesis_id: str, action_id: str) -> str:
@@ -44,11 +45,16 @@ def derived_id(kind: str, revision: int, hypothesis_id: str, action_id: str) -> 
 
 
 def failure_reason(exc: BaseException) -> str:
-    """The ``fail`` reason for an exception: its type and message, made a valid reason."""
-    message = str(exc).strip()
-    text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
-    text = text.replace("\x00", "?").encode("utf-8", "replace").decode("utf-8")
-    return text[:REASON_CHARS_MAX]
+    """The ``fail`` reason for an exception: its type and message, made a valid reason (never blank,
+    even for an exception whose message cannot be had or whose type name shows nothing)."""
+    try:
+        message = str(exc).strip()
+    except Exception:  # a __str__ that raises: the type still says what happened
+        message = ""
+    name = type(exc).__name__
+    text = f"{name}: {message}" if message else name
+    text = text.replace("\x00", "?").encode("utf-8", "replace").decode("utf-8")[:REASON_CHARS_MAX]
+    return text if not is_blank(text) else "an exception with no readable type or message"
 
 
 @dataclass(frozen=True)
@@ -85,7 +91,7 @@ class Action:
     began (a retry after a crash) is never closed by the block: its result stays.
     """
 
-    def __init__(self, budget: BudgetManager, hypothesis_id: str, action_id: str, action: str,
+    def __init__(self, budget: "CaseBudget", hypothesis_id: str, action_id: str, action: str,
                  at: str | None) -> None:
         self._budget = budget
         self.hypothesis_id, self.action_id, self.action = hypothesis_id, action_id, action
@@ -117,24 +123,26 @@ class Action:
 
     def settle(self, semantic_score: int, reason: str) -> BudgetResult:
         """:meth:`BudgetManager.settle` for this action (after :meth:`record`)."""
-        return self._budget.settle(self.hypothesis_id, self.action_id, semantic_score, reason)
+        return self._budget.settle(self.hypothesis_id, self.action_id, semantic_score, reason, at=self._at)
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> bool:
         if exc is None and self.result is not None:
             return False
-        if exc is None:
-            try:
-                self.failed = self._budget.fail(self.hypothesis_id, self.action_id, "no result was recorded",
-                                                at=self._at)
-            except LedgerError as refused:
-                if refused.code not in (E.ACTION_CLOSED, E.OPERATION_CONFLICT):
-                    raise  # else it was closed inside the block (settle, or fail with its own reason)
+        if exc is None:  # no result through this block: fail it, unless it got one otherwise or was closed
+            if self._budget.action_status(self.hypothesis_id, self.action_id) == "reserved":
+                try:
+                    self.failed = self._budget.fail(self.hypothesis_id, self.action_id, "no result was recorded",
+                                                    at=self._at)
+                except LedgerError as refused:
+                    if refused.code not in (E.ACTION_CLOSED, E.OPERATION_CONFLICT):
+                        raise  # else it was closed meanwhile (by another process)
         elif self._past:  # its result was recorded before this block began: a retry never discards it
             exc.add_note(f"case-ledger: action {self.action_id} already had its result when the block began; "
                          "it was left as it was")
-        else:
-            self.failed = close_failed(self._budget, self.hypothesis_id, self.action_id, exc, self._at)
+        else:  # a result this block recorded is failed too (docs/investigator.md); one it did not record stays
+            self.failed = close_failed(self._budget, self.hypothesis_id, self.action_id, exc, self._at,
+                                       recorded_here=self.result is not None)
         return False
 
 
@@ -152,11 +160,17 @@ def _stored_query(store: EvidenceStore, iteration_id: str, request: Mapping[str,
                           **exc.details) from None
 
 
-def close_failed(budget: BudgetManager, hypothesis_id: str, action_id: str, exc: BaseException,
-                 at: str | None) -> BudgetResult | None:
-    """Close the action with ``fail`` for ``exc``; if that is refused too (the action was closed
-    already, the ledger is busy), say so in a note on ``exc`` and return None."""
+def close_failed(budget: "CaseBudget", hypothesis_id: str, action_id: str, exc: BaseException,
+                 at: str | None, *, recorded_here: bool = False) -> BudgetResult | None:
+    """Close the action with ``fail`` for ``exc`` if it still awaits its result (read just before: a
+    result the caller did not record itself, ``recorded_here``, but a nested block, a direct call
+    or another process did meanwhile, is never discarded); else, or if ``fail`` is refused too
+    (the ledger is busy), say so in a note on ``exc`` and return None."""
     try:
+        status = "reserved" if recorded_here else budget.action_status(hypothesis_id, action_id)
+        if status != "reserved":
+            exc.add_note(f"case-ledger: action {action_id} already had its result ({status}); it was left as it was")
+            return None
         return budget.fail(hypothesis_id, action_id, failure_reason(exc), at=at)
     except Exception as problem:
         exc.add_note(f"case-ledger: closing action {action_id} with fail was refused: {problem}")
@@ -175,6 +189,13 @@ class CaseBudget(BudgetManager):
     def _revision(self) -> int:
         with self._session.read() as view:
             return view.case()["revision"]
+
+    def action_status(self, hypothesis_id: str, action_id: str) -> str | None:
+        """The action's status now (``reserved``, ``awaiting_assessment``, ``settled``, ``failed``, …),
+        None when the current revision has no such action. Writes nothing."""
+        with self._session.read() as view:
+            state = view.action(view.case()["revision"], hypothesis_id, action_id)
+        return None if state is None else state["status"]
 
     def run_tool(self, hypothesis_id: str, action_id: str, tool: str, args: Mapping[str, Any], *,
                  at: str | None = None) -> ToolRun:
@@ -210,10 +231,7 @@ class CaseBudget(BudgetManager):
             record = stored.records[0]
             fed = self.record_evidence(hypothesis_id, action_id, record["record_id"], at=at)
         except BaseException as exc:
-            if (reserved.action or {}).get("status") in (None, "reserved"):  # no result yet: close it
-                close_failed(self, hypothesis_id, action_id, exc, at)
-            else:  # a repeat (changed arguments, say) never discards a result already recorded
-                exc.add_note(f"case-ledger: action {action_id} already had its result; it was left as it was")
+            close_failed(self, hypothesis_id, action_id, exc, at)  # only while it has no result yet
             raise
         assert stored.reply is not None
         return ToolRun(hypothesis_id, action_id, tool, record["record_id"], record["novelty_score"],
