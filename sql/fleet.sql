@@ -18,5 +18,10 @@ COPY (SELECT {columns} FROM read_json({source}, format = 'newline_delimited', co
 TO {target} (FORMAT PARQUET, COMPRESSION ZSTD);
 
 -- name: fleet_table_view
-CREATE VIEW {table} AS SELECT case_id, * EXCLUDE (case_id)
-FROM read_parquet({files}, hive_partitioning = true, hive_types = {hive_types});
+-- The case id is the folder's name after "case_id=", with %3A and %25 turned back into ":" and "%"
+-- (partition_name's escapes), read as text: DuckDB's own Hive reading would take an id "NULL" for
+-- SQL NULL and type ids that look like numbers.
+CREATE VIEW {table} AS
+SELECT replace(replace(regexp_extract(filename, 'case_id=([^/]*)/[^/]*$', 1), '%3A', ':'), '%25', '%') AS case_id,
+       * EXCLUDE (filename)
+FROM read_parquet({files}, hive_partitioning = false, filename = true);

@@ -438,3 +438,66 @@ def test_jobs_none_uses_the_cores_this_process_may_use(fleet, tmp_path, monkeypa
     for table in TABLES:
         query = f"SELECT * FROM {table} ORDER BY ALL"
         assert fleet_query(tmp_path / "out", query) == fleet_query(out, query), table
+
+
+@pytest.mark.parametrize("case_id", ["NULL", "null", "nULl", "00012", "1e5", "true"])
+def test_a_case_id_is_text_in_every_table_whatever_it_looks_like(tmp_path, case_id):
+    """DuckDB's own Hive reading took the folder ``case_id=NULL`` for SQL NULL (and types ids that
+    look like numbers): the case id is read back from the folder name, as text."""
+    lines = (REPO / "tests/data/trajectories/django__django-11206.jsonl").read_text().splitlines()[:12]
+    with Case.create(tmp_path / "c", case_id) as case:
+        assert all(r.ok for r in apply_journal(case, lines))
+    export_fleet([tmp_path / "c"], tmp_path / "out")
+    for table in ("events", "case_status", "balances"):
+        names, rows = fleet_query(tmp_path / "out", f"SELECT DISTINCT case_id, typeof(case_id) FROM {table}")
+        assert rows == [(case_id, "VARCHAR")], table
+    assert fleet_query(tmp_path / "out", f"SELECT count(*) FROM case_status WHERE case_id = '{case_id}'")[1] == [(1,)]
+
+
+def test_fleet_sql_reads_nothing_outside_the_export_not_even_duckdbs_temp_folder(fleet, tmp_path, monkeypatch):
+    _, out, _ = fleet
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".tmp").mkdir()
+    (tmp_path / ".tmp" / "secret.txt").write_text("SECRET")
+    for query in ("SELECT * FROM read_text('.tmp/secret.txt')", "SELECT * FROM glob('.tmp/*')"):
+        with pytest.raises(LedgerError) as caught:
+            fleet_query(out, query)
+        assert caught.value.code == INVALID_ARGUMENT and "Permission Error" in caught.value.message
+
+
+def test_a_damaged_or_stray_file_in_an_export_is_said_plainly(fleet, tmp_path):
+    _, out, ids = fleet
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    (copy / "actions" / "junk").mkdir()
+    (copy / "actions" / "junk" / "data.parquet").write_bytes(b"not a case's folder: not read")
+    assert fleet_query(copy, "SELECT count(DISTINCT case_id) FROM actions")[1][0][0] <= len(ids)
+    first = next(p for p in sorted((copy / "actions").iterdir()) if p.name.startswith("case_id="))
+    (first / "data.parquet").write_bytes(b"garbage")
+    with pytest.raises(LedgerError) as caught:
+        fleet_query(copy, "SELECT count(*) FROM events")
+    assert caught.value.code == "INTEGRITY_ERROR" and caught.value.message.startswith(
+        f"{copy / 'actions'}: a file of the export cannot be read (")
+    (copy / "_fleet" / "format.json").write_text("[]")
+    with pytest.raises(LedgerError) as caught:
+        fleet_query(copy, "SELECT 1")
+    assert caught.value.message == f"{copy} holds a fleet export in format [], not fleet-export-v1"
+
+
+@pytest.mark.parametrize("name", ["o[2]", "o*", "o{a,b}", "o?"])
+def test_an_export_path_with_a_glob_character_is_refused(fleet, tmp_path, name):
+    cases, _, _ = fleet
+    with pytest.raises(LedgerError) as caught:
+        export_fleet([cases], tmp_path / name)
+    assert caught.value.code == INVALID_ARGUMENT and "may not hold *, ?, [, ], { or }" in caught.value.message
+    assert not (tmp_path / name).exists()
+
+
+def test_export_leaves_no_log_files_beside_the_cases_it_reads(tmp_path):
+    lines = (REPO / "tests/data/trajectories/django__django-11206.jsonl").read_text().splitlines()[:12]
+    with Case.create(tmp_path / "c", "LOGS-1") as case:
+        assert all(r.ok for r in apply_journal(case, lines))
+    before = sorted(p.name for p in (tmp_path / "c").iterdir())
+    for _ in range(2):  # exported, then unchanged
+        export_fleet([tmp_path / "c"], tmp_path / "out")
+        assert sorted(p.name for p in (tmp_path / "c").iterdir()) == before

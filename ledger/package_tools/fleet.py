@@ -20,6 +20,7 @@ import fcntl
 import importlib
 import json
 import os
+import re
 import shutil
 import threading
 from dataclasses import dataclass, field
@@ -37,7 +38,7 @@ from ..model.package import LEDGER_FILE, is_case_package
 from ..ground.paths import fs_path, os_error
 from ..ground.workers import job_count, worker_context
 from ..storage.readonly import open_readonly
-from ..storage.sqlite_file import translate_sqlite_errors
+from ..storage.sqlite_file import log_files_exist, release_log, translate_sqlite_errors
 from .verify import verify_case
 
 FORMAT = "fleet-export-v1"
@@ -102,17 +103,26 @@ def _identifier(name: str) -> str:
 
 # -- the export folder ------------------------------------------------------------------
 
+#: Characters DuckDB's file patterns give a meaning to.
+_GLOB = re.compile(r"[*?\[\]{}]")
+
+
 def _meta(out: Path) -> Path:
     return out / META_DIR
 
 
 def check_out(out: Path, *, create: bool) -> Path:
     """``out`` as a fleet export: absent or empty (made one when ``create``), or one already.
-    Anything else is ``INVALID_ARGUMENT`` (so a wrong path never fills a folder with files)."""
+    Anything else is ``INVALID_ARGUMENT`` (so a wrong path never fills a folder with files), as is
+    a path holding a glob character (``*?[]{}``: the tables are read with a pattern under it)."""
+    if _GLOB.search(str(out.absolute())):
+        raise LedgerError(E.INVALID_ARGUMENT, f"{out}: a fleet export's path may not hold *, ?, [, ], {{ or }} (its "
+                          "tables are read with a file pattern under it); choose another folder")
     marker = _meta(out) / "format.json"
     try:
         if marker.is_file():
-            found = json.loads(marker.read_text(encoding="utf-8")).get("format")
+            recorded = json.loads(marker.read_text(encoding="utf-8"))
+            found = recorded.get("format") if isinstance(recorded, dict) else recorded
             if found != FORMAT:
                 raise LedgerError(E.INVALID_ARGUMENT, f"{out} holds a fleet export in format {found!r}, not {FORMAT}")
             return out
@@ -242,6 +252,7 @@ def _with_head(case: Path, out: Path, step: Callable[..., None]) -> dict[str, An
     try:
         if not (case / LEDGER_FILE).is_file():
             raise missing_ledger(case)  # a damaged package find_cases took: say what it lacks
+        log_was_there = log_files_exist(case / LEDGER_FILE)
         conn = open_readonly(case / LEDGER_FILE)
         try:
             with translate_sqlite_errors():
@@ -252,6 +263,8 @@ def _with_head(case: Path, out: Path, step: Callable[..., None]) -> dict[str, An
             step(conn, case, out, head, entry)
         finally:
             conn.close()
+            if not log_was_there:  # the reader made -wal and -shm: leave the case as it was found
+                release_log(case / LEDGER_FILE)
     except LedgerError as exc:
         entry.update(status="failed", error={"code": exc.code, "message": str(exc.message)})
     except OSError as exc:
@@ -430,13 +443,21 @@ def _plain(value: Any) -> Any:
 
 def _fleet_connection(out: Path) -> Any:
     """A DuckDB connection with a view per exported table that can read nothing but ``out``."""
-    con = _duckdb().connect()
+    duckdb = _duckdb()
+    con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
+    # DuckDB adds its temp folder (./.tmp by default) to the readable ones: keep it inside the export
+    con.execute(f"SET temp_directory = {_literal(str(_meta(out) / 'tmp'))}")
     for table in TABLES:
         if (out / table).is_dir() and any((out / table).iterdir()):
-            files = _literal(str(out / table / "*" / DATA_FILE))
-            con.execute(queries()["fleet_table_view"].format(table=table, files=files,
-                                                             hive_types="{'case_id': 'VARCHAR'}"))
+            files = _literal(str(out / table / "case_id=*" / DATA_FILE))
+            try:
+                con.execute(queries()["fleet_table_view"].format(table=table, files=files))
+            except duckdb.Error as exc:
+                con.close()
+                raise LedgerError(E.INTEGRITY_ERROR, f"{out / table}: a file of the export cannot be read ("
+                                  f"{str(exc).splitlines()[0][:300]}); export the fleet again into a new "
+                                  "folder") from None
     con.execute(f"SET allowed_directories = [{_literal(str(out) + os.sep)}]")
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
