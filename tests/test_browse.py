@@ -288,6 +288,13 @@ def test_no_http_request_can_write_the_ledger_and_its_bytes_stay_the_same(site, 
     assert digest(demo) == before
 
 
+def test_a_served_query_cannot_build_a_value_past_the_length_limit(site):
+    """zeroblob(100 MB) took 3 GB of the server's memory and 15 s, starving every other request."""
+    response = get(site, "/BUG-20.json?sql=select+length(zeroblob(100000000))+as+n")
+    assert response.status_code == 400 and "string or blob too big" in response.text
+    assert get(site, "/BUG-20.json?sql=select+length(zeroblob(1000000))+as+n").json()["rows"] == [[1000000]]
+
+
 def test_metadata_only_prints_datasettes_metadata_with_the_canned_queries(demo, scoped):
     done = run_cli("serve", str(demo), str(scoped), "--metadata-only")
     assert done.returncode == 0, done.stderr.decode()

@@ -15,6 +15,7 @@ import inspect
 import os
 import signal
 import socket
+import sqlite3
 import threading
 import types
 import webbrowser
@@ -26,6 +27,9 @@ from .metadata import CHART_FORMAT, CHART_QUERY, browse_config, browse_metadata,
 from ..ground.errors import LedgerError
 from ..storage.sqlite_file import log_files_exist, release_log
 
+#: The longest text or blob a served query may read or make (SQLite's value-length limit on each
+#: connection; an event is at most 2 MiB unless the analysis config raises event_bytes_max).
+VALUE_BYTES_MAX = 64 * 1024 * 1024
 #: The picture reads every row of its question: up to 30 s (Datasette's pages stop a query at 1 s).
 CHART_TIME_LIMIT_MS = 30_000
 INSTALL_HINT = "ledger serve needs Datasette: pip install '.[web]' (in a clone of the repository)"
@@ -76,6 +80,8 @@ def _plugin() -> Any:
     def prepare_connection(conn: Any, database: str, datasette: Any) -> None:
         if database in _OURS.get(datasette, ()):
             conn.execute("PRAGMA query_only = ON")
+            # one request must not build a value of gigabytes (zeroblob, repeat) that starves the others
+            conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, VALUE_BYTES_MAX)
 
     @hookimpl
     def register_output_renderer(datasette: Any) -> dict[str, Any]:
