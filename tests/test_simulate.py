@@ -603,7 +603,8 @@ def _small_files_only() -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (100, 100))  # a longer write fails (EFBIG), as on a full disk
 
 
-@pytest.mark.parametrize("option", ["--per-run", "--emit", "--plot"])
+@pytest.mark.parametrize("option", ["--emit", pytest.param("--per-run", marks=pytest.mark.slow),
+                                    pytest.param("--plot", marks=pytest.mark.slow)])  # the slow lane: 4 processes each
 def test_an_output_file_that_cannot_be_written_whole_is_left_as_it_was(tmp_path, option):
     suffix = {"--per-run": ".jsonl", "--emit": ".toml", "--plot": ".svg"}[option]
     if option == "--plot":
