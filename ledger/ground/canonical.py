@@ -107,12 +107,12 @@ def _why_not_json(value: Any) -> str | None:
     """Why ``value`` itself (not what it holds) has no JSON form, or None: text with a lone
     surrogate, an object key that is no text (or holds one), a value of a type JSON does not have."""
     if isinstance(value, str):
-        return None if _encodable(value) else "text holding a lone surrogate (no UTF-8 form)"
+        return None if is_utf8_text(value) else "text holding a lone surrogate (no UTF-8 form)"
     if isinstance(value, Mapping):
         for key in value:
             if not isinstance(key, str):
                 return f"an object key that is not a string ({type(key).__name__} {str(key)[:40]!r})"
-            if not _encodable(key):
+            if not is_utf8_text(key):
                 return "an object key holding a lone surrogate (no UTF-8 form)"
         return None
     if value is None or isinstance(value, (bool, int, float, list, tuple)):
@@ -120,7 +120,8 @@ def _why_not_json(value: Any) -> str | None:
     return f"a value of type {type(value).__name__}, which JSON does not have"
 
 
-def _encodable(text: str) -> bool:
+def is_utf8_text(text: str) -> bool:
+    """True when ``text`` has a UTF-8 form (no lone surrogate)."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:

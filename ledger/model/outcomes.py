@@ -9,6 +9,7 @@ import os
 from typing import Mapping
 
 from ..ground import errors as E
+from ..ground.canonical import is_utf8_text
 from ..ground.errors import LedgerError
 from ..ground.paths import fs_path
 from ..rules.common import is_blank
@@ -73,17 +74,10 @@ def check_outcome(run: str, outcome: str, where: str) -> str:
     if len(outcome) > OUTCOME_CHARS_MAX:
         raise LedgerError(E.INVALID_ARGUMENT, f"{where}: run {run!r}: the outcome is longer than "
                           f"{OUTCOME_CHARS_MAX} characters")
-    if "\x00" in outcome or not _encodable(outcome):
+    if "\x00" in outcome or not is_utf8_text(outcome):
         raise LedgerError(E.INVALID_ARGUMENT, f"{where}: run {run!r}: the outcome holds NUL or a lone surrogate")
     if outcome in REPORT_OUTCOMES:
         raise LedgerError(E.INVALID_ARGUMENT, f"{where}: run {run!r}: the outcome {outcome!r} is a name the "
                           "report uses itself; call it something else")
     return outcome
 
-
-def _encodable(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True

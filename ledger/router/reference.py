@@ -49,7 +49,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Mapping
 
 from ..ground import errors as E
-from ..ground.canonical import canonical_sha256
+from ..ground.canonical import canonical_sha256, is_utf8_text
 from ..ground.errors import LedgerError
 from ..storage.sqlite_file import LEDGER_FILE
 
@@ -115,8 +115,8 @@ def confined(relative: Any, top: str) -> str:
     if not isinstance(relative, str) or not relative or len(relative) > 1024:
         raise _refuse(f"path must be a non-empty string, got {str(relative)[:80]!r}")
     pure = PurePosixPath(relative)
-    if (pure.is_absolute() or "\\" in relative or "\x00" in relative or str(pure) != relative or not _utf8(relative)
-            or any(part in ("..", ".", "") for part in relative.split("/"))):
+    if (pure.is_absolute() or "\\" in relative or "\x00" in relative or str(pure) != relative
+            or not is_utf8_text(relative) or any(part in ("..", ".", "") for part in relative.split("/"))):
         raise _refuse(f"{relative!r} is not a normalized relative path of UTF-8 text", path=relative)
     if len(pure.parts) < 2 or pure.parts[0] != top:
         hint = f" (paths start at the package folder: did you mean '{top}/{relative}'?)" \
@@ -306,7 +306,7 @@ def find_text_args(args: Any) -> tuple[str, str, int]:
             or "\\" in glob or len(glob) > 1024):
         raise _refuse(f"path_glob must name files under {SOURCES_DIR}/, got {str(glob)[:80]!r}")
     limit = _int_arg(args, "max_results", DEFAULT_RESULTS, 1, RESULTS_MAX)
-    if not _utf8(text):
+    if not is_utf8_text(text):
         raise _refuse("text is not valid UTF-8")
     return text, glob, limit
 
@@ -494,14 +494,6 @@ def _own_file_ids(root_fd: int) -> set[tuple[int, int]]:
                 continue
             ids.add((info.st_dev, info.st_ino))
     return ids
-
-
-def _utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-        return True
-    except UnicodeEncodeError:
-        return False
 
 
 def _quote(identifier: str) -> str:
