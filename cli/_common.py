@@ -11,7 +11,6 @@ import errno
 import functools
 import math
 import os
-import re
 import stat
 import sys
 import warnings
@@ -20,6 +19,7 @@ from typing import Any, Callable
 import click
 
 from ledger import AnalysisConfig, BudgetConfig, Case, CheckpointWarning, LedgerError
+from ledger.ground.arguments import is_decimal
 from ledger.ground.errors import OUTPUT_ERROR
 from ledger.ground.paths import os_error
 from ledger.services.case import LEDGER_FILE
@@ -214,18 +214,13 @@ class FiniteFloatRange(click.FloatRange):
         if not math.isfinite(number):
             self.fail(f"{value!r} is not a finite number", param, ctx)
         return number
-#: An integer as the command line takes it: ASCII digits with an optional leading minus (``int()``
-#: would also take ``1_000``, ``+5`` and other scripts' digits).
-DECIMAL = re.compile(r"-?[0-9]+")
-
-
 def decimal(value: Any) -> bool:
-    """True for text :data:`DECIMAL` takes (surrounding spaces aside), and for a value that is no text."""
-    return not isinstance(value, str) or DECIMAL.fullmatch(value.strip()) is not None
+    """True for text :func:`~ledger.ground.arguments.is_decimal` takes, and for a value that is no text."""
+    return not isinstance(value, str) or is_decimal(value)
 
 
 class Integer(click.ParamType):
-    """``click.INT`` taking only :data:`DECIMAL` text."""
+    """``click.INT`` taking only :func:`decimal` text."""
 
     name = "integer"
 
@@ -236,7 +231,7 @@ class Integer(click.ParamType):
 
 
 class IntegerRange(click.IntRange):
-    """``click.IntRange`` taking only :data:`DECIMAL` text."""
+    """``click.IntRange`` taking only :func:`decimal` text."""
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if not decimal(value):

@@ -4,10 +4,21 @@ never an ``AttributeError`` or ``TypeError`` from deep inside (nor a string iter
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .errors import INVALID_ARGUMENT, LedgerError
+
+
+#: An integer written as text, as the command line and ``--vary`` take it: ASCII digits with an
+#: optional leading minus (``int()`` would also take ``1_000``, ``+5`` and other scripts' digits).
+DECIMAL = re.compile(r"-?[0-9]+")
+
+
+def is_decimal(text: str) -> bool:
+    """True when ``text`` (surrounding spaces aside) is :data:`DECIMAL`."""
+    return DECIMAL.fullmatch(text.strip()) is not None
 
 
 def _kind(value: Any) -> str:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -28,7 +27,7 @@ from ..ground import errors as E
 from ..ground.resources import resource_dir
 from ..ground.config import DEFAULT_POLICY, AnalysisConfig, BudgetConfig, read_toml, load_toml_config
 from ..ground.canonical import SAFE_INTEGER_MAX
-from ..ground.arguments import check_instance, check_iterable, check_text_mapping, path_list
+from ..ground.arguments import check_instance, check_iterable, check_text_mapping, is_decimal, path_list
 from ..ground.errors import LedgerError
 from ..services.memory import DEFAULT_ACTOR
 from ..ground.paths import folder_inputs, fs_path
@@ -115,10 +114,6 @@ def _with_value(settings: dict[str, Any], key: str, value: int | str) -> dict[st
     return out
 
 
-#: An integer as ``--vary`` takes it: ASCII digits with an optional leading minus.
-_DECIMAL = re.compile(r"-?[0-9]+")
-
-
 def parse_vary(spec: str) -> tuple[str, list[int | str]]:
     """``KEY=V1,V2,…`` → ``(key, [values])``; ``INVALID_ARGUMENT`` unless every value is an integer
     (words for :data:`WORD_KEYS`), given once (``4,4`` or ``4,04`` would name two policies alike)."""
@@ -135,7 +130,7 @@ def parse_vary(spec: str) -> tuple[str, list[int | str]]:
     out: list[int | str] = []
     for value in values.split(","):
         try:
-            if not _DECIMAL.fullmatch(value.strip()):  # int() would also take 1_000, +5 and non-ASCII digits
+            if not is_decimal(value):
                 raise ValueError(value)
             number = int(value.strip(), 10)
         except ValueError:
