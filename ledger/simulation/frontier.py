@@ -375,8 +375,10 @@ def _derive(policies: Sequence[Policy], runs: list[RunResult], outcomes: Mapping
             constraint: Constraint | None, folds: int | None, seed: int,
             samples: int) -> tuple[dict[str, dict[str, Any]], list[str], dict[str, Any]]:
     """The rows, frontier and choice of ``runs`` (runs with an error are left out)."""
-    all_runs = runs
-    failed = {run.run for run in runs if run.error is not None}
+    failed: dict[str, dict[str, Any]] = {}  # run id → its first error
+    for run in runs:
+        if run.error is not None:
+            failed.setdefault(run.run, run.error)
     runs = [run for run in runs if run.run not in failed]
     rows = {row["name"]: row for row in summarize(policies, runs, outcomes)}
     baseline = {run.run: run.units_spent for run in runs if run.policy == NO_STOP}
@@ -386,8 +388,7 @@ def _derive(policies: Sequence[Policy], runs: list[RunResult], outcomes: Mapping
     for name, row in rows.items():
         _stopped_and_saved(row, per_policy.get(name, []), baseline)
     table = _Table(runs, [p.name for p in policies])
-    errors = list({run.run: run.error for run in sorted(all_runs, key=lambda r: r.run) if run.error}.values())
-    _check_labels(set(table.outcome.values()) - {NO_OUTCOME}, good, constraint, errors)
+    _check_labels(set(table.outcome.values()) - {NO_OUTCOME}, good, constraint, [failed[r] for r in sorted(failed)])
     if folds is None:  # the default: DEFAULT_FOLDS, or as many as there are runs when fewer
         folds = min(DEFAULT_FOLDS, len(table.run_ids)) if len(table.run_ids) >= 2 else 0
     _check_options(folds, samples, seed, len(table.run_ids))
