@@ -154,3 +154,89 @@ def test_demo_refuses_a_linked_folder(tmp_path):
     (tmp_path / "demo").symlink_to(real)
     assert_refused_naming(lambda: run_demo(tmp_path / "demo", echo=lambda line: None), "demo")
     assert list(real.iterdir()) == []
+
+
+# --- nothing but a case's own commands writes inside its package -------------------------------
+# A file written in another command's output folder inside a package would replace the ledger
+# or its log, stand among the exported files (so verify fails), or hide a new case inside this
+# one from --all: every path a command writes to is refused there, before any work.
+
+def _exported(case_path: Path) -> Path:
+    with Case.open(case_path) as case:
+        export_case(case)
+    return case_path
+
+
+RUNS = Path(__file__).resolve().parent / "data" / "trajectories"
+WRITERS_INTO = {
+    "simulate --per-run over the ledger": lambda c, t: ["simulate", str(RUNS), "--outcomes", str(RUNS / "outcomes.csv"),
+                                                          "--per-run", str(c / "ledger.sqlite")],
+    "simulate --per-run as its log": lambda c, t: ["simulate", str(RUNS), "--outcomes", str(RUNS / "outcomes.csv"),
+                                                     "--per-run", str(c / "ledger.sqlite-wal")],
+    "simulate --emit in the export": lambda c, t: ["simulate", str(RUNS), "--outcomes", str(RUNS / "outcomes.csv"),
+                                                     "--frontier", "--vary", "max_low_information_steps=2,4",
+                                                     "--max-stopped", "failed=100", "--emit",
+                                                     str(c / "analysis" / "policy.toml")],
+    "runs import --out in the export": lambda c, t: ["runs", "import", str(RUNS), "--out", str(c / "analysis" / "runs")],
+    "fleet export --to in the export": lambda c, t: ["fleet", "export", str(t / "other"), "--to", str(c / "analysis" / "f")],
+    "fleet export --to in the package": lambda c, t: ["fleet", "export", str(t / "other"), "--to", str(c / "fleet")],
+    "init inside the package": lambda c, t: ["init", str(c / "data" / "nested"), "--case-id", "BUG-7"],
+    "demo inside the package": lambda c, t: ["demo", str(c / "demo")],
+    "apply --create in the export": lambda c, t: ["apply", str(c / "analysis" / "n"), "-", "--create", "BUG-7"],
+    "import --to inside another package": lambda c, t: ["import", str(t / "other"), "--to", str(c / "sources" / "x")],
+}
+
+
+@pytest.mark.parametrize("writer", WRITERS_INTO, ids=list(WRITERS_INTO))
+def test_no_command_writes_its_output_inside_a_case_package(case_path, tmp_path, writer):
+    _exported(case_path)
+    other = tmp_path / "other"
+    with Case.create(other, "BUG-8") as case:
+        export_case(case)
+    before = snapshot(case_path)
+    done = run_cli(*WRITERS_INTO[writer](case_path, tmp_path), stdin=b'{"op": "check"}\n')
+    assert done.returncode == 1, done.stderr
+    error = done.stderr.decode()
+    assert error.startswith("error: INVALID_ARGUMENT: ") and f"the case package {case_path}" in error, error
+    assert snapshot(case_path) == before
+    assert verify_case(case_path).head_seq > 0
+
+
+def test_a_link_into_a_package_is_followed_before_the_path_is_judged(case_path, tmp_path):
+    _exported(case_path)
+    (tmp_path / "looks-outside").symlink_to(case_path / "analysis")
+    before = snapshot(case_path)
+    done = run_cli("simulate", str(RUNS), "--outcomes", str(RUNS / "outcomes.csv"),
+                   "--per-run", str(tmp_path / "looks-outside" / "runs.jsonl"))
+    assert done.returncode == 1 and b"is inside the case package" in done.stderr, done.stderr
+    assert snapshot(case_path) == before
+
+
+def test_the_library_refuses_new_cases_and_outputs_inside_a_package(case_path, tmp_path):
+    from ledger import export_fleet, import_runs
+
+    _exported(case_path)
+    import_tree(case_path, tmp_path / "copy")
+    before = snapshot(case_path)
+    attempts = {
+        "Case.create": lambda: Case.create(case_path / "data" / "nested", "BUG-7"),
+        "import_tree": lambda: import_tree(tmp_path / "copy", case_path / "sources" / "x"),
+        "import_runs": lambda: import_runs([RUNS], case_path / "runs"),
+        "export_fleet": lambda: export_fleet([case_path], case_path / "fleet"),
+    }
+    for name, attempt in attempts.items():
+        with pytest.raises(LedgerError) as caught:
+            attempt()
+        assert caught.value.code == INVALID_ARGUMENT and "is inside the case package" in caught.value.message, name
+    assert snapshot(case_path) == before
+
+
+def test_a_folder_beside_a_package_or_holding_packages_is_not_inside_one(case_path, tmp_path):
+    from ledger import export_fleet
+
+    _exported(case_path)
+    (tmp_path / "notes").mkdir()
+    report = export_fleet([tmp_path], tmp_path / "notes" / "fleet")  # a folder of cases holds the export
+    assert report.to_dict()["exported"] == 1
+    done = run_cli("init", str(tmp_path / "beside"), "--case-id", "BUG-7")
+    assert done.returncode == 0, done.stderr

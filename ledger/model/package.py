@@ -218,6 +218,30 @@ def is_case_package(folder: Path) -> bool:
             or (MANIFEST_FILE in names and ANALYSIS_DIR in names))
 
 
+def ledger_folder_holding(path: str | os.PathLike[str], *, itself: bool = True) -> Path | None:
+    """The nearest case package that ``path`` lies in (or, with ``itself``, is), links followed:
+    the first folder of its real path and its parents holding ``ledger.sqlite`` or one of its side
+    files (a damaged package's marks; a ``manifest.json`` beside ``analysis/`` alone is too common
+    a pair elsewhere to refuse a path for). None when no such folder holds it."""
+    real = Path(os.path.realpath(path))
+    for folder in ([real] if itself else []) + list(real.parents):
+        if any(os.path.lexists(folder / name) for name in (LEDGER_FILE,) + LEDGER_SIDE_FILES):
+            return folder
+    return None
+
+
+def refuse_output_in_package(path: str | os.PathLike[str], what: str, *, itself: bool = True) -> None:
+    """``INVALID_ARGUMENT`` when ``path``, where a command would write (``what`` names it: an option or
+    "case path"), is a case package or lies inside one (:func:`ledger_folder_holding`): a file there
+    would replace the ledger or its log, stand in the export (so verify fails) or hide a case inside
+    another one from ``--all`` (docs/files.md, "What writes in a package")."""
+    holder = ledger_folder_holding(path, itself=itself)
+    if holder is not None:
+        where = "is" if holder == Path(os.path.realpath(path)) else "is inside"
+        raise LedgerError(E.INVALID_ARGUMENT, f"{what} {path}: {where} the case package {holder}, and only that case's "
+                          "own commands write in a case package; choose a path outside it", path=str(path))
+
+
 def refuse_own_links(root: Path, *, creating: bool = False) -> None:
     """``INVALID_ARGUMENT`` naming the first of the ledger's own files or folders
     (``ledger.sqlite``'s ``-wal``, ``-shm``, ``-journal``, ``-lock``, ``-export-lock``,

@@ -34,7 +34,7 @@ from ..ground.arguments import check_callback
 from ..ground.canonical import check_int
 from ..services.case import missing_ledger
 from ..ground.errors import LedgerError
-from ..model.package import LEDGER_FILE, is_case_package
+from ..model.package import LEDGER_FILE, is_case_package, refuse_output_in_package
 from ..ground.paths import fs_path, os_error
 from ..ground.workers import job_count, worker_context
 from ..storage.readonly import open_readonly
@@ -118,6 +118,8 @@ def check_out(out: Path, *, create: bool) -> Path:
     if _GLOB.search(str(out.absolute())):
         raise LedgerError(E.INVALID_ARGUMENT, f"{out}: a fleet export's path may not hold *, ?, [, ], {{ or }} (its "
                           "tables are read with a file pattern under it); choose another folder")
+    if create:
+        refuse_output_in_package(out, "--to")
     marker = _meta(out) / "format.json"
     try:
         if marker.is_file():

@@ -28,7 +28,7 @@ from ..ground.errors import integrity_error as _bad
 from .export import export_case
 from .manifest import check_manifest, read_manifest
 from ..model.package import (ANALYSIS_DIR, EVENT_FILE_RE, EVIDENCE_EVENT_FILE_RE, LEDGER_FILE, check_export_tree, content_path, event_path, is_ledger_own,
-                      input_identity, printable_name, walk_package)
+                      input_identity, printable_name, refuse_output_in_package, walk_package)
 from ..ground.paths import fs_path, os_error, read_bytes
 from .replay import PackageSource, Replayer
 from ..storage.connection import Storage
@@ -72,6 +72,8 @@ def _check_target(src: Path, dest: Path) -> bool:
     elif dest.resolve().is_relative_to(src.resolve()):
         raise LedgerError(E.INVALID_ARGUMENT, f"{dest} is inside {src}: the new case would become one of "
                           "the source package's inputs; import to a folder outside it")
+    else:
+        refuse_output_in_package(dest, "--to", itself=False)
     return in_place
 
 

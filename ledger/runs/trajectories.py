@@ -29,6 +29,7 @@ from ..ground.canonical import SAFE_INTEGER_MAX
 from ..ground.paths import STORAGE_ERRNOS, folder_inputs, fs_path
 from ..ground.arguments import check_text_mapping
 from ..model.outcomes import check_outcomes, read_outcomes
+from ..model.package import refuse_output_in_package
 from .actions import DEFAULT_ACTION_MAP, ActionMap, classify
 
 FORMATS = ("auto", "mini-swe-agent", "swe-agent", "steps")
@@ -447,6 +448,7 @@ def import_runs(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[
         check_outcomes(check_text_mapping(outcomes, "outcomes"), source)
     files = input_files(paths)
     target = fs_path(out, "output folder")
+    refuse_output_in_package(target, "output folder")
     if target.exists() and not target.is_dir():
         raise LedgerError(E.INVALID_ARGUMENT, f"{target}: exists and is not a folder")
     target.mkdir(parents=True, exist_ok=True)

@@ -10,6 +10,7 @@ from pathlib import Path
 from ..ground import errors as E
 from ..ground.errors import LedgerError
 from ..ground.paths import fs_path
+from ..model.package import refuse_output_in_package
 from ..package_tools.atomic_files import fsync_dir, write_atomic
 
 
@@ -17,6 +18,7 @@ def check_output_file(path: str | os.PathLike[str], option: str) -> Path:
     """Refuse, before any work, an output file that cannot be written: its folder missing or not
     writable, or the path a folder or a read-only file (``INVALID_ARGUMENT`` naming ``option``)."""
     target = fs_path(path, option)
+    refuse_output_in_package(target, option)
     folder = target.parent if str(target.parent) else Path(".")
     if target.is_dir():
         raise LedgerError(E.INVALID_ARGUMENT, f"{option} {target}: is a folder; give a file name")
