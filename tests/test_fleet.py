@@ -216,6 +216,17 @@ def test_a_package_that_lost_its_ledger_is_reported_not_left_out(fleet, tmp_path
     assert "ledger import" in failed["error"]["message"]
 
 
+def test_a_query_of_an_export_holding_no_case_says_so(tmp_path):
+    lost = tmp_path / "cases" / "lost"
+    lost.mkdir(parents=True)
+    (lost / "ledger.sqlite-lock").write_text("")  # a package that lost its ledger: found, and it fails
+    out = tmp_path / "out"
+    assert CliRunner().invoke(main, ["fleet", "export", str(tmp_path / "cases"), "--to", str(out)]).exit_code == 1
+    result = CliRunner().invoke(main, ["fleet", "sql", str(out), "SELECT count(*) FROM events"])
+    assert result.exit_code == 1 and result.stderr.startswith("error: INVALID_ARGUMENT: ")
+    assert "this export holds no case yet" in result.stderr and "events, actions" in result.stderr
+
+
 @pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_jobs_processes_export_the_same_rows(fleet, tmp_path):
     cases, out, ids = fleet

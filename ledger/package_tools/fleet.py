@@ -451,7 +451,7 @@ def _fleet_connection(out: Path) -> Any:
     # DuckDB adds its temp folder (./.tmp by default) to the readable ones: keep it inside the export
     con.execute(f"SET temp_directory = {_literal(str(_meta(out) / 'tmp'))}")
     for table in TABLES:
-        if (out / table).is_dir() and any((out / table).iterdir()):
+        if (out / table).is_dir() and any((out / table).iterdir()):  # no view of a table no case is in yet
             files = _literal(str(out / table / "case_id=*" / DATA_FILE))
             try:
                 con.execute(queries()["fleet_table_view"].format(table=table, files=files))
@@ -505,19 +505,26 @@ def fleet_rows(out: str | os.PathLike[str], query: str, *,
                         for n in dict.fromkeys(zoned)) + ") FROM q")
                 names = list(relation.columns)
             except duckdb.Error as exc:
-                raise _query_error(exc, timeout_ms) from None
+                raise _query_error(exc, timeout_ms, holds_cases=_holds_cases(root)) from None
             yield names, _fetch(relation, timeout_ms)
         finally:
             timer.cancel()
             con.close()
 
 
-def _query_error(exc: Exception, timeout_ms: int) -> LedgerError:
+def _holds_cases(out: Path) -> bool:
+    """True when some table of the export ``out`` holds a case's partition."""
+    return any((out / table).is_dir() and any((out / table).iterdir()) for table in TABLES)
+
+
+def _query_error(exc: Exception, timeout_ms: int, holds_cases: bool = True) -> LedgerError:
     if "INTERRUPT" in str(exc).upper():
         return LedgerError(E.INVALID_ARGUMENT, f"query stopped after {timeout_ms} ms")
     lines = [line.strip() for line in str(exc).splitlines() if line.strip(" ^")]  # no caret under the query
     if isinstance(exc, _duckdb().CatalogException):  # an unknown table: DuckDB may suggest one of its own
-        lines = [lines[0], f"(the fleet's tables: {', '.join(TABLES)})"]
+        lines = [lines[0], f"(the fleet's tables: {', '.join(TABLES)}" + (
+            ")" if holds_cases else "; this export holds no case yet, so none is there: every case given to "
+            "'ledger fleet export' failed or none was given)")]
     return LedgerError(E.INVALID_ARGUMENT, f"query refused: {' '.join(lines)}")  # one line, not escaped ones
 
 
