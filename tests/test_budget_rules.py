@@ -296,6 +296,30 @@ def test_a_different_policy_refuses_new_operations_but_replays_and_snapshots_wor
     assert case.budget().record_result("H1", "a1", {"x": 1}).action["novelty_score"] == 100
 
 
+def test_a_conflicting_repeat_says_what_to_do_instead(budget, case):
+    budget.reserve("H1", "a1", "source.read_context")
+    budget.record_result("H1", "a1", {"v": 1})
+    budget.grant("H2", 5, "controller", "more", "g1")
+    budget.reserve("H2", "b1", "source.read_context")
+    budget.fail("H2", "b1", "timeout")
+    budget.reject("H2", "contradicted")
+    before = logical_dump(case.path / "ledger.sqlite")
+    advice = {
+        "a new action needs a new action id": [lambda: budget.reserve("H1", "a1", "source.find_text"),
+                                               lambda: budget.record_result("H1", "a1", {"v": 2}),
+                                               lambda: budget.fail("H2", "b1", "other")],
+        "a new grant needs a new grant_id": [lambda: budget.grant("H2", 6, "controller", "more", "g1")],
+        "a hypothesis is rejected once": [lambda: budget.reject("H2", "other words")],
+    }
+    for words, calls in advice.items():
+        for call in calls:
+            with pytest.raises(LedgerError) as refused:
+                call()
+            assert refused.value.code == OPERATION_CONFLICT
+            assert refused.value.message.endswith(f"with different inputs; {words}"), refused.value.message
+    assert logical_dump(case.path / "ledger.sqlite") == before
+
+
 def test_operations_before_initialize_are_not_initialized(case):
     with pytest.raises(LedgerError) as caught:
         case.budget().reserve("H1", "a1", "source.read_context")

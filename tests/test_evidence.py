@@ -635,7 +635,7 @@ def test_a_second_batch_under_one_iteration_id_is_refused_saying_to_give_a_new_o
     generation = case.status()["package_generation"]
     with pytest.raises(LedgerError) as refused:
         store(case, "query", read("op-2", "H1", "q2", 2, 2), close=False)
-    assert (refused.value.code, refused.value.message.split(": ", 1)[1]) == (
+    assert (refused.value.code, refused.value.message.split("with different inputs; ", 1)[1]) == (
         OPERATION_CONFLICT, "iteration query holds another batch; give this one a new iteration id")
     assert case.status()["package_generation"] == generation + 1  # only q2's reservation
     assert case.evidence().query("query-2", {"actions": [read("op-2", "H1", "q2", 2, 2)]}, True).records[0][

@@ -16,7 +16,7 @@ import re
 import unicodedata
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Iterable, Mapping, Protocol
+from typing import Any, Callable, Iterable, Mapping, Protocol
 
 from ..ground import errors as E
 from ..ground.canonical import canonical_sha256
@@ -322,15 +322,36 @@ def operation_key(revision: int, op: str, hypothesis_id: str | None = None,
     return ":".join(parts)
 
 
-def replay_or_conflict(view: LedgerView, key: str, request: Mapping[str, Any]) -> Reused | None:
+#: What to do instead of an operation that conflicts, by its operation name (the key's second part).
+_CONFLICT_ADVICE = {
+    "initialize": "a revision's budget is initialized once (its policy and units are then frozen); open a new "
+                  "revision for another",
+    "reject": "a hypothesis is rejected once",
+    "grant": "a new grant needs a new grant_id",
+    "record_outcome": "a revision's outcome is recorded once",
+    "store_feedback": "a requested test's feedback is stored once, from one draft",
+}
+#: Budget operations whose identity ends in the action id.
+_ACTION_OPERATIONS = frozenset({"reserve", "record_result", "settle", "fail", "record_evidence", "request_test"})
+
+
+def replay_or_conflict(view: LedgerView, key: str, request: Mapping[str, Any],
+                       advice: Callable[[], str] | None = None) -> Reused | None:
+    """:class:`Reused` when the operation ``key`` was applied with this very ``request``, None when it
+    never was; ``OPERATION_CONFLICT`` when it was applied with other inputs, saying what to do
+    instead: ``advice()``, else the advice for the key's operation (docs/concepts.md, "Using the
+    Python API")."""
     found = view.operation(key)
     if found is None:
         return None
     seq, request_sha256 = found
     if request_sha256 != canonical_sha256(request):
+        op = key.split(":")[1]
+        then = advice() if advice is not None else _CONFLICT_ADVICE.get(op, (
+            "a new action needs a new action id" if op in _ACTION_OPERATIONS else
+            "sent again unchanged it returns its first result; a different request needs an id of its own"))
         raise LedgerError(
-            E.OPERATION_CONFLICT,
-            f"operation {key} was already applied at seq {seq} with different inputs",
+            E.OPERATION_CONFLICT, f"operation {key} was already applied at seq {seq} with different inputs; {then}",
             seq=seq, operation=key,
         )
     return Reused(seq)

@@ -174,11 +174,8 @@ def store_tool_results(view: LedgerView, request: Mapping[str, Any], context: Co
     ``LIMIT_REACHED``, ``STALE_GENERATION``, ``REPLY_MISMATCH``.
     """
     case = require_case(view)
-    try:
-        reused = replay_or_conflict(view, store_key(request["iteration_id"]), request)
-    except LedgerError as exc:  # an iteration id names one batch (the CLI's default one included)
-        raise LedgerError(exc.code, f"{exc.message}: iteration {request['iteration_id']} holds another batch; "
-                          "give this one a new iteration id", **exc.details) from None
+    reused = replay_or_conflict(view, store_key(request["iteration_id"]), request, lambda: (  # one batch per id
+        f"iteration {request['iteration_id']} holds another batch; give this one a new iteration id"))
     if reused is not None:
         return reused
     actions = request["request"]["actions"]

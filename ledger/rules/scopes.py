@@ -374,11 +374,9 @@ def establish(view: LedgerView, request: Mapping[str, Any], context: Context) ->
     case = require_case(view)
     scope = parse_scope(request["scope"])
     key = operation_key(0, "establish", scope.name, str(request["causation_seq"] or 0))
-    try:
-        reused = replay_or_conflict(view, key, request)
-    except LedgerError as exc:  # a change of limits that does not name the establishment it follows
-        raise LedgerError(exc.code, f"{exc.message}; to change {scope.name}'s limits, its issuer gives causation_seq "
-                          f"{view.scope(scope.name)['seq']} (the seq of its newest establishment)", **exc.details) from None
+    reused = replay_or_conflict(view, key, request, lambda: (  # a change of limits not naming the one it follows
+        f"to change {scope.name}'s limits, its issuer gives causation_seq {view.scope(scope.name)['seq']} (the seq "
+        "of its newest establishment)"))
     if reused is not None:
         return reused
     revision_issuer = _check_scope_exists(view, scope)
