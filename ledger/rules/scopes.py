@@ -67,21 +67,32 @@ def parse_scope(value: Any) -> ScopeName:
     return ScopeName(value, "hypothesis", int(match.group(2)), match.group(3))
 
 
+_DECIMAL_TEXT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
 def ratio_to_bps(ratio: Any) -> int:
     """``warning_ratio`` (0–1, at most four decimals; an int, float, Decimal or decimal string)
     as integer basis points: 0.8 → 8000. ``INVALID_ARGUMENT`` otherwise."""
     if isinstance(ratio, bool) or not isinstance(ratio, (int, float, str, Decimal)):
         raise LedgerError(E.INVALID_ARGUMENT, f"warning_ratio must be a number from 0 to 1, got {ratio!r}")
+    text = repr(ratio) if isinstance(ratio, float) else str(ratio).strip()
+    if isinstance(ratio, str) and not _DECIMAL_TEXT.fullmatch(text):  # ASCII digits only, as every number option
+        raise LedgerError(E.INVALID_ARGUMENT, f"warning_ratio must be a number from 0 to 1, got {ratio!r}"[:200])
     try:
-        exact = Decimal(repr(ratio) if isinstance(ratio, float) else str(ratio).strip())
+        exact = Decimal(text)
     except InvalidOperation:
         raise LedgerError(E.INVALID_ARGUMENT, f"warning_ratio must be a number from 0 to 1, got {ratio!r}") from None
     if not exact.is_finite() or not 0 <= exact <= 1:
-        raise LedgerError(E.INVALID_ARGUMENT, f"warning_ratio must be from 0 to 1, got {ratio!r}")
-    scaled = exact * BPS
-    if scaled != scaled.to_integral_value():
-        raise LedgerError(E.INVALID_ARGUMENT, f"warning_ratio accepts at most four decimals, got {ratio!r}")
-    return int(scaled)
+        raise LedgerError(E.INVALID_ARGUMENT, f"warning_ratio must be from 0 to 1, got {ratio!r}"[:200])
+    # exactly, in integers: Decimal arithmetic would round to its 28 digits (0.99…9 with 32 nines → 1)
+    if not exact:
+        return 0
+    _, digits, exponent = exact.as_tuple()
+    significant = "".join(map(str, digits)).rstrip("0")  # not empty: the ratio is not 0
+    shift = exponent + len(digits) - len(significant) + 4  # basis points = int(significant) * 10**shift
+    if shift < 0:
+        raise LedgerError(E.INVALID_ARGUMENT, f"warning_ratio accepts at most four decimals, got {ratio!r}"[:200])
+    return int(significant) * 10 ** shift
 
 
 def _check_limits(value: Any, what: str) -> dict[str, int]:
