@@ -52,6 +52,17 @@ def _verify_notes(outcome: dict[str, Any]) -> list[str]:
     return VerifyReport(**fields).notes() if fields else []
 
 
+def _events_to_verify(case: Case) -> int:
+    """The progress bar's length: the head's seq, or 0 when the case's status row was changed (verify
+    then fails, saying what changed, as it checks the ledger's own views before any row)."""
+    try:
+        return case.status()["package_generation"]
+    except LedgerError as exc:
+        if exc.code != "INTEGRITY_ERROR":
+            raise
+        return 0
+
+
 def _many(run: Any, cases: tuple[str, ...], all_in: bool, jobs: int | None, as_json: bool, verb: str,
           done: str, notes: Any = None, **options: Any) -> None:
     """Run ``run`` (``verify_many`` or ``export_many``) over the cases, print one line per case as it
@@ -178,7 +189,7 @@ def verify(cases: tuple[str, ...], as_json: bool, all_in: bool, jobs: int | None
     fmt = table_format(as_json=as_json, **formats) if any(formats.values()) or as_json else None
     try:
         with Case.open(case) as opened:
-            total = opened.status()["package_generation"]
+            total = _events_to_verify(opened)
         with progress_bar(total, "verifying", stream=sys.stderr if fmt else None) as bar:
             report = verify_case(case, progress=bar.update, strict=strict, jobs=None)  # a large case: two cores
     except LedgerError as exc:

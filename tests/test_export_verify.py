@@ -1078,3 +1078,31 @@ def test_export_case_takes_a_case_folder_path_like_verify_and_import(tmp_path):
     with pytest.raises(LedgerError) as refused:
         export_case(tmp_path / "nothing-here")
     assert refused.value.code == LEDGER_MISSING
+
+
+# --- the case's own status rows changed: every command says INTEGRITY_ERROR ----------------------
+STATUS_EDITS = {
+    "case_status replaced by another view": ["DROP VIEW case_status", "CREATE VIEW case_status AS SELECT 1 AS x"],
+    "case_status made empty": ["DROP VIEW case_status",
+                               "CREATE VIEW case_status AS SELECT * FROM case_identity WHERE 0"],
+    "the case identity row deleted": ["DROP TRIGGER case_identity_no_delete", "DELETE FROM case_identity"],
+}
+
+
+@pytest.mark.parametrize("edit", STATUS_EDITS, ids=list(STATUS_EDITS))
+def test_a_changed_status_row_is_integrity_error_in_every_command_never_a_traceback(exported, edit):
+    conn = sqlite3.connect(exported / "ledger.sqlite")
+    guard = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'case_identity_no_delete'").fetchone()[0]
+    for statement in STATUS_EDITS[edit]:
+        conn.execute(statement)
+    conn.execute("DROP TRIGGER IF EXISTS case_identity_no_delete")
+    conn.execute(guard)  # put back as it was: only the rows or the view differ
+    conn.commit()
+    conn.close()
+    # export writes from the events and the tables, not the view: it fails only when the rows are gone
+    export_fails = edit == "the case identity row deleted"
+    for command, fails in ((["verify", "C"], True), (["state", "C"], True), (["export", "C"], export_fails),
+                           (["apply", "C", "-", "--create", "BUG-1"], True)):
+        done = run_cli(*[str(exported) if part == "C" else part for part in command], stdin=b'{"op": "snapshot"}\n')
+        assert b"Traceback" not in done.stderr and done.returncode == (1 if fails else 0), (command, done.stderr)
+        assert not fails or done.stderr.startswith(b"error: INTEGRITY_ERROR: "), (command, done.stderr)

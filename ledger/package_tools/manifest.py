@@ -36,8 +36,13 @@ def manifest_for(conn: sqlite3.Connection, head_seq: int, schema: str = "main") 
     head = conn.execute(statement("manifest_head", schema), {"seq": head_seq}).fetchone()
     if head is None:
         return None
-    case_id, package_id = conn.execute(statement("manifest_identity", schema)).fetchone()
-    state, revision = conn.execute(statement("manifest_lifecycle", schema), {"seq": head_seq}).fetchone()
+    identity = conn.execute(statement("manifest_identity", schema)).fetchall()
+    lifecycle = conn.execute(statement("manifest_lifecycle", schema), {"seq": head_seq}).fetchone()
+    if len(identity) != 1 or lifecycle is None:  # rows the first event makes: only an edit removes them
+        raise _bad(None, f"the ledger's {'case_identity' if len(identity) != 1 else 'lifecycle'} rows were changed "
+                   "(the case's identity and state are not there as its first events wrote them); run "
+                   "'ledger verify'")
+    (case_id, package_id), (state, revision) = identity[0], lifecycle
     budget = conn.execute(statement("manifest_budget_artifact", schema), {"seq": head_seq}).fetchone()
     index = conn.execute(export_statement(conn, "manifest_evidence_artifact", schema), {"seq": head_seq}).fetchone()
     return {

@@ -94,6 +94,11 @@ def _cases_inside(root: Path, looked_at_max: int = 1000) -> list[str]:
         return []
     return sorted(found)
 
+#: The columns of the ``case_status`` view's one row.
+STATUS_COLUMNS = frozenset({"case_id", "package_id", "state", "analysis_revision", "package_generation",
+                            "head_sha256", "outcome", "outcome_source"})
+
+
 class Case(CaseFacade):
     """An open case package. Use :meth:`create` or :meth:`open`; close with :meth:`close`.
 
@@ -232,8 +237,15 @@ class Case(CaseFacade):
 
     # -- reads ---------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
-        """The ``case_status`` view's row."""
-        return self._rows(statement("case_status_row"))[0]
+        """The ``case_status`` view's row (``case_id``, ``package_id``, ``state``, ``analysis_revision``,
+        ``package_generation``, ``head_sha256``, ``outcome``, ``outcome_source``). ``INTEGRITY_ERROR``
+        when the view gives no such row: the ledger was changed (``ledger verify`` says where)."""
+        rows = self._rows(statement("case_status_row"))
+        if len(rows) != 1 or not STATUS_COLUMNS.issubset(rows[0]):
+            raise LedgerError(E.INTEGRITY_ERROR, f"the ledger's case_status view gives {len(rows)} row(s)" + (
+                "" if len(rows) != 1 else f" without its columns {', '.join(sorted(STATUS_COLUMNS - set(rows[0])))}")
+                + ", not the case's one: the ledger was changed; run 'ledger verify'")
+        return rows[0]
 
     def _iter_rows(self, sql: str, params: Iterable[Any] | dict[str, Any] = ()) -> Iterator[dict[str, Any]]:
         """Rows of one of the ledger's own named reads as dicts, read from the cursor as they are
