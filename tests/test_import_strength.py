@@ -346,6 +346,49 @@ def test_an_import_whose_target_is_taken_meanwhile_is_case_exists_and_leaves_not
     assert not [p for p in tmp_path.iterdir() if ".importing-" in p.name]
 
 
+KILL_AT = {  # a step of import after the rebuild, and the call the child is killed (SIGKILL) in
+    "exporting the new package": "export_case",
+    "verifying it": "verify_case",
+}
+
+
+@pytest.mark.parametrize("step", KILL_AT, ids=list(KILL_AT))
+def test_an_import_killed_after_its_rebuild_leaves_no_case_and_runs_again(exported, tmp_path, step):
+    """The new package is exported and verified where it was built, then renamed into place: a real
+    process killed in either step leaves the target absent, and the next import succeeds."""
+    target = tmp_path / "copy"
+    script = (f"import os, signal\nfrom ledger.package_tools import importer\n"
+              f"importer.{KILL_AT[step]} = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)\n"
+              f"importer.import_tree({str(exported)!r}, {str(target)!r})\n")
+    child = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120)
+    assert child.returncode == -9, child.stderr
+    assert not target.exists()
+    assert [p.name for p in tmp_path.iterdir() if ".importing-" in p.name]  # the killed one's build folder
+    assert import_tree(exported, target).head_seq == verify_case(exported).head_seq
+    assert verify_case(target, strict=True).export_state == "current"
+    assert not [p for p in tmp_path.iterdir() if ".importing-" in p.name]
+
+
+def test_an_in_place_import_refuses_event_files_past_the_manifest_head_and_writes_nothing(exported, tmp_path):
+    """A lost ledger whose export was interrupted before its manifest: in place, the rebuilt ledger would
+    end before those files (verify's rolled-back ledger), so it is refused naming them; --to works."""
+    manifest = (exported / "manifest.json").read_bytes()
+    with Case.open(exported) as case:
+        case.budget().reserve("H2", "late", "source.find_text")
+        export_case(case)
+    (exported / "manifest.json").write_bytes(manifest)  # as if killed before the manifest was replaced
+    for name in os.listdir(exported):
+        if name.startswith("ledger.sqlite") and not name.endswith("lock"):
+            os.unlink(exported / name)
+    before = {p: p.read_bytes() for p in exported.rglob("*") if p.is_file()}
+    with pytest.raises(LedgerError) as refused:
+        import_tree(exported)
+    assert refused.value.code == INVALID_ARGUMENT and "past the manifest's head seq" in refused.value.message
+    assert "--to" in refused.value.message
+    assert {p: p.read_bytes() for p in exported.rglob("*") if p.is_file()} == before
+    assert import_tree(exported, tmp_path / "copy").head_seq == json.loads(manifest)["head"]["seq"]
+
+
 # a case closed while another thread's connection still reads cannot empty its log: it warns, rightly
 @pytest.mark.filterwarnings("ignore::ledger.storage.connection.CheckpointWarning")
 def test_concurrent_imports_to_one_target_one_wins_the_others_are_case_exists(exported, tmp_path):

@@ -9,6 +9,7 @@ then exported and verified.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import os
@@ -133,9 +134,11 @@ def _copy_inputs(files: dict[str, Path], build_dir: Path) -> None:
 
 
 def _rebuild(building: Path, build_dir: Path, files: dict[str, Path], manifest: dict[str, Any],
-             progress: Progress | None) -> None:
+             progress: Progress | None, in_place: bool) -> None:
     """Replay every event up to the manifest's head into a new ledger at ``building``, in one
-    transaction; then check that the tree holds nothing but that history's files."""
+    transaction; then check that the tree holds nothing but that history's files. In place, event
+    files an interrupted export left past the head are refused (``INVALID_ARGUMENT``): the ledger
+    rebuilt beside them would end before them, which verify rightly takes for a rolled-back one."""
 
     def content_of(sha: str) -> bytes | None:
         relative = content_path(sha)
@@ -157,9 +160,15 @@ def _rebuild(building: Path, build_dir: Path, files: dict[str, Path], manifest: 
             # the export tree is not an input: in place (build_dir is the source) it lies beside the inputs
             exported = {r for r in files if PurePosixPath(r).parts[0] == ANALYSIS_DIR}
             replayer = Replayer(PackageSource(build_dir, content_of, lambda: input_identity(build_dir, exported)), sink)
-            _replay_tree(replayer, files, head_seq, accounted, progress)
+            past_head = _replay_tree(replayer, files, head_seq, accounted, progress)
             check_manifest(manifest, storage.conn, head_seq)
             check_export_tree(files, accounted)
+            if in_place and past_head:
+                raise LedgerError(E.INVALID_ARGUMENT, f"{past_head[0]} and {len(past_head) - 1} other event file(s) "
+                                  f"lie past the manifest's head seq {head_seq} (an export interrupted before its "
+                                  "manifest): a ledger rebuilt here would end before them. Import into a new folder "
+                                  "with --to (to= in Python), which leaves them out; nothing was written",
+                                  path=past_head[0])
     finally:
         storage.close()
 
@@ -177,9 +186,11 @@ def _check_content_files(files: dict[str, Path], contents: Mapping[str, bytes], 
 
 
 def _replay_tree(replayer: Replayer, files: dict[str, Path], head_seq: int, accounted: set[str],
-                 progress: Progress | None) -> None:
+                 progress: Progress | None) -> list[str]:
     """Events 1..head must all be there and replay; events an interrupted export wrote past the
-    head are replayed too (so they count as part of the export) but not imported."""
+    head are replayed too (so they count as part of the export) but not imported: their files
+    are returned."""
+    past_head: list[str] = []
     revisions = _budget_revisions(files)
     evidence = _evidence_files(files)
     seq = 1
@@ -188,16 +199,18 @@ def _replay_tree(replayer: Replayer, files: dict[str, Path], head_seq: int, acco
         if relative is None:
             if seq <= head_seq:
                 raise _bad(seq, f"the export has no event {seq} (its manifest names head seq {head_seq})")
-            return
+            return past_head
         try:
             body, stream_seq = replayer.apply(seq, read_bytes(files[relative], relative))
         except LedgerError as exc:
             if seq <= head_seq:  # name the file as well as the seq
                 raise LedgerError(exc.code, f"{relative}: {exc.message}", **{**exc.details, "file": relative}) from None
-            return  # not a continuation of the history: check_export_tree names the file
+            return past_head  # not a continuation of the history: check_export_tree names the file
         if event_path(replayer.last_stream, body["revision"], stream_seq) != relative:
             raise _bad(seq, f"{relative} is not where event {seq} belongs")
         accounted.add(relative)
+        if seq > head_seq:
+            past_head.append(relative)
         if seq == head_seq:
             replayer.finish()
         if progress and seq <= head_seq:
@@ -262,32 +275,42 @@ def _import_tree(source: str | os.PathLike[str], to: str | os.PathLike[str] | No
                 raise LedgerError(E.LEDGER_BUSY, f"{src}: another import (or a writer) holds the case; retry once "
                                   "it ended", path=str(src))
             _check_target(src, dest)  # again under the lock: nobody placed a ledger meanwhile
-        _build(src, dest, in_place, progress)
+        built = _build(src, dest, in_place, progress)
     finally:
         if lock is not None:
             lock.close()
+    # a new package is exported and verified where it was built, then renamed into place: an import
+    # killed at any point leaves no half-made case (in place, the export is the source's own files)
     try:
-        with Case.open(dest) as case:
-            export_case(case)
-        report = verify_case(dest)
-        with Case.open(dest):
-            pass  # the last connection to close checkpoints and removes the -wal and -shm files
-    except LedgerError as exc:
-        if exc.code == E.INTEGRITY_ERROR:  # what verify refuses is not kept: the import wrote nothing
-            _discard(dest, in_place)
+        try:
+            with Case.open(built) as case:
+                export_case(case)
+            report = verify_case(built)
+            with Case.open(built):
+                pass  # the last connection to close checkpoints and removes the -wal and -shm files
+        except LedgerError as exc:
+            if exc.code == E.INTEGRITY_ERROR and in_place:  # what verify refuses is not kept
+                _discard(dest)
+            raise
+        if not in_place:
+            _move_into_place(built, dest)
+    except BaseException:
+        if not in_place:
+            shutil.rmtree(built, ignore_errors=True)
         raise
-    return report
+    return dataclasses.replace(report, package_path=str(dest))
 
 
-def _build(src: Path, dest: Path, in_place: bool, progress: Progress | None) -> None:
-    """Rebuild the ledger from the tree of ``src`` and place it (with the inputs, unless in place)."""
+def _build(src: Path, dest: Path, in_place: bool, progress: Progress | None) -> Path:
+    """Rebuild the ledger from the tree of ``src``: in place, placed in ``src``; else with the inputs
+    in a hidden sibling folder of ``dest``, returned (the caller exports, verifies and renames it)."""
     manifest = read_manifest(src)
     if manifest is None:
         raise LedgerError(E.INVALID_ARGUMENT, f"{src} has no manifest.json: not an exported case (a case with its "
                           "ledger is exported with 'ledger export CASE'; import rebuilds a ledger from that export)")
     files = dict(_walk_regular(src))
-    # a new package is built in a hidden sibling folder and renamed into place at the end,
-    # so an interrupted import leaves the target absent and can simply be run again
+    # a new package is built in a hidden sibling folder and renamed into place at the end (by the
+    # caller), so an interrupted import leaves the target absent and can simply be run again
     if not in_place:
         remove_abandoned_builds(dest.parent, _building_prefix(dest))
     build_dir = src if in_place else dest.parent / f"{_building_prefix(dest)}{os.getpid()}-{time.time_ns()}"
@@ -298,7 +321,7 @@ def _build(src: Path, dest: Path, in_place: bool, progress: Progress | None) -> 
             _copy_inputs(files, build_dir)
         for leftover in scratch_files:
             leftover.unlink(missing_ok=True)
-        _rebuild(building, build_dir, files, manifest, progress)
+        _rebuild(building, build_dir, files, manifest, progress, in_place)
         for suffix in ("-wal", "-shm"):
             # a lost ledger's log must never be replayed onto the rebuilt file: keep it aside
             stale = build_dir / (LEDGER_FILE + suffix)
@@ -306,8 +329,6 @@ def _build(src: Path, dest: Path, in_place: bool, progress: Progress | None) -> 
                 os.replace(stale, build_dir / f"{LEDGER_FILE}{suffix}.orphaned-{time.time_ns()}")
         os.replace(building, build_dir / LEDGER_FILE)
         fsync_dir(build_dir)
-        if not in_place:
-            _move_into_place(build_dir, dest)
     except BaseException:
         for leftover in scratch_files:
             discard(leftover)
@@ -316,13 +337,11 @@ def _build(src: Path, dest: Path, in_place: bool, progress: Progress | None) -> 
         raise
     for leftover in scratch_files:
         discard(leftover)
+    return build_dir
 
 
-def _discard(dest: Path, in_place: bool) -> None:
-    """Remove what an import that the final verify refused placed: the rebuilt ledger and its
-    sidecar files in place (the export tree it came from stays), else the whole new package."""
-    if not in_place:
-        shutil.rmtree(dest, ignore_errors=True)
-        return
+def _discard(dest: Path) -> None:
+    """Remove what an in-place import that the final verify refused placed: the rebuilt ledger and
+    its sidecar files (the export tree it came from stays)."""
     for suffix in ("", "-wal", "-shm"):
         discard(dest / (LEDGER_FILE + suffix))
