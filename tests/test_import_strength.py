@@ -412,6 +412,40 @@ def test_concurrent_imports_to_one_target_one_wins_the_others_are_case_exists(ex
 
 
 # --- finding 2: import checks the exported content files ----------------------------------------------
+EVENT_FILE_DAMAGE = {
+    "cut short": lambda path, other: path.write_bytes(path.read_bytes()[:50]),
+    "emptied": lambda path, other: path.write_bytes(b""),
+    "nested too deep to parse": lambda path, other: path.write_bytes(b"[" * 50_000),
+    "swapped with the next one": lambda path, other: (lambda a, b: (path.write_bytes(b), other.write_bytes(a)))(
+        path.read_bytes(), other.read_bytes()),
+}
+
+
+@pytest.mark.parametrize("damage", EVENT_FILE_DAMAGE, ids=list(EVENT_FILE_DAMAGE))
+def test_import_names_an_event_file_that_is_there_but_holds_no_event_in_its_place(tmp_path, damage):
+    with start_case(tmp_path / "case") as case:
+        budget = case.budget(BudgetConfig.load(EXAMPLE_BUDGET))
+        budget.initialize()
+        for n in range(3):
+            budget.reserve("H1", f"a{n}", "source.read_context")
+            budget.fail("H1", f"a{n}", "timeout")
+        export_case(case)
+    exported = case.path
+    events = exported / "analysis" / "budgets" / "0001" / "events"
+    first, second = events / "00000002.json", events / "00000003.json"
+    EVENT_FILE_DAMAGE[damage](first, second)
+    for name in os.listdir(exported):
+        if name.startswith("ledger.sqlite"):
+            os.unlink(exported / name)
+    with pytest.raises(LedgerError) as refused:
+        import_tree(exported, tmp_path / "copy")
+    assert refused.value.code == INTEGRITY_ERROR
+    named = "analysis/budgets/0001/events/0000000" + ("3.json claims to hold it" if "swapped" in damage else
+                                                      "2.json is there but holds no event")
+    assert named in refused.value.message, refused.value.message
+    assert not (tmp_path / "copy").exists()
+
+
 @pytest.mark.parametrize("mutation", ["edit", "delete", "swap"])
 def test_import_refuses_edited_deleted_or_swapped_content_files(case, tmp_path, mutation):
     for n, (h, span) in enumerate([("H1", (1, 1)), ("H2", (2, 3))], start=1):

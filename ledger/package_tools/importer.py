@@ -111,15 +111,34 @@ def _next_event(files: dict[str, Path], view: MemoryView, revisions: list[int], 
     stream or of a revision's budget stream whose event claims ``seq`` and whose format belongs
     to that stream, else the one evidence file claiming ``seq``. A copy elsewhere is never taken
     for it (``check_export_tree`` names it)."""
-    candidates = [("case", event_path("case", 0, view.next_stream_seq("case", 0)))]
-    candidates += [("budget", event_path("budget", r, view.next_stream_seq("budget", r))) for r in revisions]
-    for stream, relative in candidates:
+    for stream, relative in _next_stream_files(view, revisions):
         body = _claimed(files, relative) if relative in files else None
         if (body is not None and body["seq"] == seq
                 and (body.get("format") == "budget-event-v1") == (stream == "budget")):
             return relative
     claims = evidence.get(seq, [])
     return claims[0] if len(claims) == 1 else None
+
+
+def _next_stream_files(view: MemoryView, revisions: list[int]) -> list[tuple[str, str]]:
+    """(stream, file) of the next event of the case stream and of each revision's budget stream."""
+    return [("case", event_path("case", 0, view.next_stream_seq("case", 0)))] + [
+        ("budget", event_path("budget", r, view.next_stream_seq("budget", r))) for r in revisions]
+
+
+def _no_event(files: dict[str, Path], view: MemoryView, revisions: list[int], seq: int, head_seq: int) -> LedgerError:
+    """``INTEGRITY_ERROR`` for an event 1..head no file holds, naming the files where the next event of a
+    stream belongs when they are there but do not hold it (unreadable, cut short, another event)."""
+    there = [relative for _, relative in _next_stream_files(view, revisions) if relative in files
+             and ((body := _claimed(files, relative)) is None or body["seq"] <= seq)]  # a later event is in its place
+    held = f"; {', '.join(there)} {'is' if len(there) == 1 else 'are'} there but hold{'s' if len(there) == 1 else ''} " \
+           "no event that continues the history (not an event's JSON, cut short, or another event)" if there else ""
+    elsewhere = [r for r in sorted(files) if EVENT_FILE_RE.fullmatch(r) and (_claimed(files, r) or {}).get("seq") == seq]
+    if elsewhere:  # the error's path only: every event file read once more
+        held += f"; {', '.join(elsewhere)} claim{'s' if len(elsewhere) == 1 else ''} to hold it but " \
+                f"lie{'s' if len(elsewhere) == 1 else ''} where it does not belong"
+    return _bad(seq, f"the export has no event {seq} (its manifest names head seq {head_seq}){held}",
+                **({"file": (there + elsewhere)[0]} if there or elsewhere else {}))
 
 
 def _copy_inputs(files: dict[str, Path], build_dir: Path) -> None:
@@ -198,7 +217,7 @@ def _replay_tree(replayer: Replayer, files: dict[str, Path], head_seq: int, acco
         relative = _next_event(files, replayer.view, revisions, seq, evidence)
         if relative is None:
             if seq <= head_seq:
-                raise _bad(seq, f"the export has no event {seq} (its manifest names head seq {head_seq})")
+                raise _no_event(files, replayer.view, revisions, seq, head_seq)
             return past_head
         try:
             body, stream_seq = replayer.apply(seq, read_bytes(files[relative], relative))
