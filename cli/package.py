@@ -119,7 +119,8 @@ def import_command(source: str, target: str | None, as_json: bool) -> None:
     with progress_bar(manifest["head"]["seq"] if manifest else 0, "importing") as bar:
         report = import_tree(source, target, progress=bar.update)
     emit_result(report.to_dict(), as_json,
-                [f"imported {report.events} events into {report.package_path}; verified, head seq {report.head_seq}"])
+                [f"imported {report.events} events into {report.package_path}; verified, head seq {report.head_seq}",
+                 *report.notes()])  # what verify notes: inputs it could not check again, times ahead
 
 
 FOREIGN_COLUMNS = ("type", "name", "table")

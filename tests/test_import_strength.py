@@ -507,3 +507,19 @@ def test_without_ledger_and_manifest_the_message_does_not_suggest_an_import_that
         Case.open(case.path)
     assert caught.value.code == "LEDGER_MISSING" and "ledger import" not in caught.value.message
     assert "move analysis/ aside" in caught.value.message
+
+
+def test_import_prints_the_notes_verify_prints(tmp_path):
+    """An import ends with verify: what verify notes (here an input file a stored tool result read,
+    now gone, so that result was checked against its request only) is printed by import too."""
+    from ledger import run_demo
+
+    run_demo(tmp_path / "demo", echo=lambda line: None)
+    package = tmp_path / "package"
+    shutil.copytree(tmp_path / "demo", package, ignore=shutil.ignore_patterns("ledger.sqlite*", "data"))
+    done = run_cli("import", str(package), "--to", str(tmp_path / "copy"))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.decode().splitlines()
+    assert lines[0].startswith("imported ") and "verified" in lines[0]
+    assert lines[1].startswith("1 input file(s) that stored tool results read changed since or cannot be read now")
+    assert "data/stock.sqlite (unreadable)" in lines[1]
