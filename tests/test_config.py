@@ -58,6 +58,32 @@ def test_a_bad_budget_config_is_refused_naming_the_key(tmp_path, text, key):
     assert key in caught.value.message
 
 
+def test_a_refusal_quoting_a_huge_value_keeps_its_start_and_its_reason(tmp_path):
+    """A message quotes what it refuses; a huge value is cut in the middle, so the message stays short
+    and still ends with why (here a table of 300 action costs, over the schema's limit)."""
+    config = tmp_path / "big.toml"
+    config.write_text("[action_costs]\n" + "".join(f'"a.b{i}" = 5\n' for i in range(300)))
+    with pytest.raises(LedgerError) as refused:
+        BudgetConfig.load(config)
+    message = refused.value.message
+    assert refused.value.code == CONFIG_INVALID and len(message) < 600
+    assert message.startswith(f"{config}: budget config: action_costs: {{'a.b0': 5,")
+    assert "characters left out" in message and message.endswith("'a.b299': 5} has too many properties"), message
+
+
+def test_every_refusal_message_is_at_most_two_thousand_characters():
+    from ledger.ground.errors import MESSAGE_CHARS_MAX, shortened
+
+    text = "start " + "x" * 100_000 + " end"
+    refusal = LedgerError(INVALID_ARGUMENT, text)
+    assert len(refusal.message) <= MESSAGE_CHARS_MAX == 2_000
+    assert refusal.message.startswith("start x") and refusal.message.endswith("x end")
+    left_out = int(refusal.message.split(" … (")[1].split(" characters")[0])
+    assert len(refusal.message) - len(f" … ({left_out} characters left out) … ") + left_out == len(text)
+    assert str(refusal) == f"INVALID_ARGUMENT: {refusal.message}"
+    assert shortened("short", 10) == "short" and LedgerError(INVALID_ARGUMENT, "y" * 2_000).message == "y" * 2_000
+
+
 def test_unparseable_or_missing_toml_is_config_invalid(tmp_path):
     for path in (write(tmp_path, "max_reward_bps = = 1\n"), tmp_path / "absent.toml"):
         with pytest.raises(LedgerError) as caught:

@@ -78,6 +78,21 @@ CLI_ONLY_CODES: tuple[str, ...] = (OUTPUT_ERROR,)
 TRANSIENT_CODES = frozenset({LEDGER_BUSY})
 
 
+#: A refusal's message is for people: one quoting a huge value (a 40 MB manifest that is a list)
+#: keeps its start and its end, which says what is wrong, and drops the middle.
+MESSAGE_CHARS_MAX = 2_000
+
+
+def shortened(text: str, limit: int) -> str:
+    """``text`` when it has at most ``limit`` characters, else its start and end with the middle left
+    out and counted (``… (N characters left out) …``), ``limit`` characters or fewer in all."""
+    if len(text) <= limit:
+        return text
+    keep = limit - 40
+    head, tail = text[:keep * 2 // 3], text[len(text) - keep // 3:]
+    return f"{head} … ({len(text) - len(head) - len(tail)} characters left out) … {tail}"
+
+
 class LedgerError(Exception):
     """A refusal with a stable ``code`` (one of :data:`ALL_CODES`).
 
@@ -91,6 +106,7 @@ class LedgerError(Exception):
     def __init__(self, code: str, message: str, **details: Any) -> None:
         if code not in ALL_CODES:  # a typo here would break the public contract
             raise ValueError(f"unknown error code {code!r}")
+        message = shortened(message, MESSAGE_CHARS_MAX)
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message

@@ -12,7 +12,7 @@ from functools import cache
 from typing import TYPE_CHECKING, Any, Iterator
 
 from .resources import resource_dir
-from .errors import LedgerError
+from .errors import LedgerError, shortened
 
 if TYPE_CHECKING:  # jsonschema is imported on first use: it costs about 80 ms at start-up
     from jsonschema import Draft202012Validator, ValidationError
@@ -103,10 +103,20 @@ def error_path(error: Any) -> str:
     return ".".join(parts) or "(top level)"
 
 
+#: jsonschema's messages quote the value they judge: at most this many characters of one are shown.
+SCHEMA_MESSAGE_CHARS_MAX = 400
+
+
+def schema_message(error: Any) -> str:
+    """The message of a jsonschema error, at most :data:`SCHEMA_MESSAGE_CHARS_MAX` characters: a
+    huge value it quotes keeps its start and the reason that ends the message."""
+    return shortened(error.message, SCHEMA_MESSAGE_CHARS_MAX)
+
+
 def validate(name: str, instance: Any, code: str, what: str) -> None:
     """Raise ``LedgerError(code)`` naming the first bad key if ``instance`` fails schema ``name``."""
     errors = sorted(validator(name).iter_errors(instance), key=lambda e: list(e.absolute_path))
     if errors:
         first = errors[0]
         where = error_path(first)
-        raise LedgerError(code, f"{what}: {where}: {first.message}", key=where, schema=name)
+        raise LedgerError(code, f"{what}: {where}: {schema_message(first)}", key=where, schema=name)

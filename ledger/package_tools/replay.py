@@ -28,7 +28,7 @@ from ..model.package import resolve_source_refs, stored_stream
 from ..model.projection import helper_rows, floor_rows, money_rows
 from ..ground.clock import ms_ahead, parse_at, utc_now
 from ..rules.common import Context, Draft, Outcome, Reused, check_action_id
-from ..ground.schemas import validator
+from ..ground.schemas import schema_message, validator
 from ..storage.sqlite_file import EventRow, HelperRow
 from ..model.memory_view import MemoryView
 
@@ -195,7 +195,7 @@ class Replayer:
         errors = self._schema_errors(fmt, body)
         if errors:
             where = ".".join(str(p) for p in errors[0].absolute_path) or "(top level)"
-            raise _bad(seq, f"event does not match schema {fmt}: {where}: {errors[0].message}")
+            raise _bad(seq, f"event does not match schema {fmt}: {where}: {schema_message(errors[0])}")
         created_at, actor = body.get("created_at"), body.get("actor")
         if type(created_at) is not str or type(actor) is not str or type(body.get("request")) is not dict:
             raise _bad(seq, "event lacks a created_at, actor or request")
