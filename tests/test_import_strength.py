@@ -523,3 +523,15 @@ def test_import_prints_the_notes_verify_prints(tmp_path):
     assert lines[0].startswith("imported ") and "verified" in lines[0]
     assert lines[1].startswith("1 input file(s) that stored tool results read changed since or cannot be read now")
     assert "data/stock.sqlite (unreadable)" in lines[1]
+
+
+def test_an_import_target_that_is_a_file_or_a_full_folder_is_case_exists_saying_which(exported, tmp_path):
+    (tmp_path / "a-file").write_text("mine")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "note.txt").write_text("mine")
+    for target, says in ((tmp_path / "a-file", "is not a folder"), (Path("/dev/null"), "is not a folder"),
+                         (tmp_path / "full", "is not empty")):
+        with pytest.raises(LedgerError) as refused:
+            import_tree(exported, target)
+        assert refused.value.code == "CASE_EXISTS" and says in refused.value.message, refused.value.message
+    assert (tmp_path / "a-file").read_text() == "mine" and os.listdir(tmp_path / "full") == ["note.txt"]

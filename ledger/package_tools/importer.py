@@ -68,7 +68,9 @@ def _check_target(src: Path, dest: Path) -> bool:
         if (src / LEDGER_FILE).exists():
             raise LedgerError(E.CASE_EXISTS, f"{src} already has a {LEDGER_FILE}; import into a new folder "
                               "('ledger import DIR --to NEW_CASE', to= in Python)")
-    elif dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+    elif dest.exists() and not dest.is_dir():
+        raise LedgerError(E.CASE_EXISTS, f"{dest} exists and is not a folder; import into a new folder")
+    elif dest.exists() and any(dest.iterdir()):
         raise LedgerError(E.CASE_EXISTS, f"{dest} exists and is not empty")
     elif dest.resolve().is_relative_to(src.resolve()):
         raise LedgerError(E.INVALID_ARGUMENT, f"{dest} is inside {src}: the new case would become one of "
