@@ -645,3 +645,18 @@ def test_a_ctrl_c_while_the_command_line_is_still_loading_ends_with_the_message_
         entry.run()
     assert ended.value.code == 130
     assert capsys.readouterr().err == "error: interrupted; nothing half-written remains, run the command again\n"
+
+
+def test_ledger_sql_starts_without_importing_pandas_even_when_it_is_installed(package, tmp_path):
+    """sqlite-utils imports pandas and numpy when they are installed (half a second of start-up);
+    `ledger sql` hides them while importing it, and they stay importable afterwards."""
+    pytest.importorskip("pandas")
+    start_case(package).close()
+    script = ("import sys\nfrom click.testing import CliRunner\nfrom ledger_cli.main import main\n"
+              f"done = CliRunner().invoke(main, ['sql', {str(package)!r}, 'SELECT COUNT(*) AS n FROM events', '--csv'])\n"
+              "assert done.exit_code == 0 and done.stdout == 'n\\n3\\n', done.output\n"
+              "print('pandas' in sys.modules, 'numpy' in sys.modules)\n"
+              "import pandas, sqlite_utils.db\nprint(sqlite_utils.db.pd is None)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["False False", "True"]
