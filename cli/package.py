@@ -111,7 +111,7 @@ def export(settings: Settings, cases: tuple[str, ...], as_json: bool, all_in: bo
 @click.command("import")
 @click.argument("source", metavar="DIR", type=CaseFolder(exists=True))
 @click.option("--to", "target", type=CaseFolder(),
-              help="New case folder (default: SOURCE itself, when its ledger.sqlite was lost).")
+              help="New case folder (default: DIR itself, when its ledger.sqlite was lost).")
 @JSON
 def import_command(source: str, target: str | None, as_json: bool) -> None:
     """Rebuild a case's ledger.sqlite from the exported package DIR and verify it."""

@@ -217,7 +217,7 @@ def test_a_steps_run_is_all_its_lines_wherever_they_are_and_a_bad_line_imports_n
     steps.write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"run": "r00"}\n', encoding="utf-8")
     summary = import_runs([steps], tmp_path / "again")
     assert summary.runs == 0 and "line 121" in summary.errors[0]["reason"]
-    assert list((tmp_path / "again").iterdir()) == []  # no journal, no temp file
+    assert not (tmp_path / "again").exists()  # no journal, no temp file, not even the folder
 
 
 @pytest.mark.parametrize("name, text, reason", [
@@ -230,7 +230,7 @@ def test_an_input_that_is_no_run_is_refused_with_what_it_is_instead_of_a_run_of_
     (tmp_path / name).write_text(text, encoding="utf-8")
     summary = import_runs([tmp_path / name], tmp_path / "out")
     assert summary.runs == 0 and reason in summary.errors[0]["reason"]
-    assert list((tmp_path / "out").iterdir()) == []
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_steps_line_that_is_not_utf8_refuses_its_file_saying_where(tmp_path):
@@ -239,7 +239,7 @@ def test_a_steps_line_that_is_not_utf8_refuses_its_file_saying_where(tmp_path):
     summary = import_runs([tmp_path / "log.jsonl"], tmp_path / "out")
     assert summary.runs == 0
     assert summary.errors[0]["reason"] == "line 2: not UTF-8 (byte 38: invalid start byte)"
-    assert list((tmp_path / "out").iterdir()) == []
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("odd", ["a link to nothing", "a pipe", "a folder"])
@@ -286,7 +286,7 @@ def test_a_steps_line_with_a_key_given_twice_and_a_run_id_that_is_no_string_are_
     assert summary.runs == 0
     assert [e["reason"] for e in summary.errors] == ["line 1: the key 'run' is given twice",
                                                      "instance_id must be a string (the run id), got int"]
-    assert list((tmp_path / "out").iterdir()) == []
+    assert not (tmp_path / "out").exists()
 
 
 def test_an_exit_code_no_journal_can_hold_is_refused_in_steps_and_left_out_of_a_trajectory(tmp_path):
@@ -370,9 +370,7 @@ def test_a_run_id_that_is_not_a_plain_file_name_is_refused_and_nothing_is_writte
         (tmp_path / "t.traj.json").write_text(json.dumps({**data, "instance_id": bad}), encoding="utf-8")
         summary = import_runs([tmp_path / "t.traj.json"], out)
         assert summary.runs == 0 and "plain file name" in summary.errors[0]["reason"]
-    assert list(out.iterdir()) == []
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["deep", "t.traj.json"]
-    assert sorted(p.name for p in (tmp_path / "deep").iterdir()) == ["out"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.traj.json"]  # nor the folders it would have made
 
 
 def test_a_run_id_over_128_characters_is_refused_with_its_length_and_the_rule(tmp_path):
@@ -588,3 +586,26 @@ def test_runs_the_outcomes_file_does_not_name_are_listed_and_noted(tmp_path):
         "swe-agent__test-repo-i1\n")
     local = (tmp_path / "out3" / "local.jsonl").read_text().splitlines()[-1]
     assert json.loads(local) == {"op": "record_outcome", "outcome": "resolved", "source": "outcomes file o.csv"}
+
+
+def test_an_import_whose_every_file_fails_says_so_and_leaves_no_new_folder(tmp_path):
+    """Journals given to `runs import` all fail (each named); the summary counts the failures and the
+    output folder it would have made is not left behind, empty. A folder that was there stays."""
+    journals = tmp_path / "journals"
+    journals.mkdir()
+    for name in ("a.jsonl", "b.jsonl"):
+        (journals / name).write_text('{"op": "initialize"}\n')
+    result = CliRunner().invoke(main, ["runs", "import", str(journals), "--out", str(tmp_path / "new")])
+    assert result.exit_code == 1
+    assert result.stdout.startswith("imported 0 runs (2 file(s) failed: named below), 0 steps into ")
+    assert result.stderr.count("error: INVALID_ARGUMENT: ") == 2 and "already a ledger journal" in result.stderr
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "kept").mkdir()
+    assert CliRunner().invoke(main, ["runs", "import", str(journals), "--out", str(tmp_path / "kept")]).exit_code == 1
+    assert (tmp_path / "kept").is_dir()
+
+
+def test_simulate_of_a_folder_without_journals_names_runs_import():
+    result = CliRunner().invoke(main, ["simulate", str(RUNS / "mini-swe-agent-verified")])
+    assert result.exit_code == 1
+    assert "no journal (*.jsonl) to simulate" in result.stderr and "ledger runs import" in result.stderr

@@ -451,10 +451,17 @@ def import_runs(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[
     refuse_output_in_package(target, "output folder")
     if target.exists() and not target.is_dir():
         raise LedgerError(E.INVALID_ARGUMENT, f"{target}: exists and is not a folder")
+    made = [target, *target.parents]  # the folders this import makes, the deepest first
+    made = made[:next(n for n, folder in enumerate(made) if folder.exists())]
     target.mkdir(parents=True, exist_ok=True)
     importer = _Importer(target, fmt, mapping, semantic_score, outcomes, source)
-    for done, path in enumerate(files, start=1):
-        importer.file(path)
-        if progress is not None:
-            progress(done, len(files))
+    try:
+        for done, path in enumerate(files, start=1):
+            importer.file(path)
+            if progress is not None:
+                progress(done, len(files))
+    finally:
+        if made and not any(target.iterdir()):  # every file failed: no folder it made is left behind, empty
+            for folder in made:
+                folder.rmdir()
     return importer.summary

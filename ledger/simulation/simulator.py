@@ -208,7 +208,8 @@ def journal_files(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
             raise LedgerError(E.INVALID_ARGUMENT, f"run id {path.stem!r} names two journals: {stems[path.stem]} and {path}")
         stems[path.stem] = path
     if not found:
-        raise LedgerError(E.INVALID_ARGUMENT, "no journal (*.jsonl) to simulate")
+        raise LedgerError(E.INVALID_ARGUMENT, "no journal (*.jsonl) to simulate; agent runs as they were recorded "
+                          "(*.traj, *.json, *.gz) become journals with 'ledger runs import RUNS --out DIR'")
     return found
 
 
