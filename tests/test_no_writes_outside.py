@@ -240,3 +240,71 @@ def test_a_folder_beside_a_package_or_holding_packages_is_not_inside_one(case_pa
     assert report.to_dict()["exported"] == 1
     done = run_cli("init", str(tmp_path / "beside"), "--case-id", "BUG-7")
     assert done.returncode == 0, done.stderr
+
+
+def test_a_fleet_export_writes_through_no_link_inside_its_folder(case_path, tmp_path):
+    """A table folder or a case's partition folder of an export that is a link (to a package's
+    analysis/, say) is refused, naming it, and the package is left as it was."""
+    from ledger import export_fleet
+
+    _exported(case_path)
+    out = tmp_path / "fleet"
+    export_fleet([case_path], out)
+    other = tmp_path / "other"
+    with Case.create(other, "BUG-9") as case:
+        export_case(case)
+    before = snapshot(other)
+    shutil.rmtree(out / "actions")
+    (out / "actions").symlink_to(other / "analysis")
+    for links in ("the table folder", "a partition folder"):
+        with Case.open(case_path) as case:
+            case.budget().grant("H1", 1, "controller", "more", f"g-{len(links)}")
+        with pytest.raises(LedgerError) as refused:
+            export_fleet([case_path], out)
+        assert refused.value.code == INVALID_ARGUMENT and "is a symbolic link" in refused.value.message
+        if links == "the table folder":
+            (out / "actions").unlink()
+            (out / "actions").mkdir()
+            (out / "actions" / "case_id=BUG-6").symlink_to(other / "analysis")
+    assert snapshot(other) == before and verify_case(other).head_seq == 1
+
+
+def test_init_refuses_a_folder_holding_a_lost_ledgers_log_and_keeps_it(tmp_path):
+    """A write-ahead log without its ledger holds committed writes: a new ledger there would have
+    SQLite delete it, so init and apply --create refuse (CASE_EXISTS, LEDGER_MISSING) and keep it."""
+    folder = tmp_path / "lost"
+    folder.mkdir()
+    (folder / "ledger.sqlite-wal").write_bytes(b"committed writes")
+    with pytest.raises(LedgerError) as refused:
+        Case.create(folder, "NEW-1")
+    assert refused.value.code == "CASE_EXISTS" and "ledger.sqlite-wal but no ledger.sqlite" in refused.value.message
+    done = run_cli("apply", str(folder), "-", "--create", "NEW-1", stdin=b'{"op": "snapshot"}\n')
+    assert done.returncode == 1 and b"LEDGER_MISSING" in done.stderr and b"ledger.sqlite-wal" in done.stderr
+    assert sorted(os.listdir(folder)) == ["ledger.sqlite-wal"]
+    assert (folder / "ledger.sqlite-wal").read_bytes() == b"committed writes"
+
+
+def test_build_folders_of_killed_imports_and_demos_are_not_cases(case_path, tmp_path):
+    """verify --all and fleet export find the cases of a folder, not the hidden folders where an
+    import or a demo builds a package (one a killed run left holds a whole ledger)."""
+    from ledger import export_fleet
+    from ledger.package_tools.many import case_folders
+
+    cases = tmp_path / "cases"
+    cases.mkdir()
+    shutil.copytree(case_path, cases / "one")
+    for hidden in (".one.importing-4242-17", ".ledger-demo-building-x.4242"):
+        shutil.copytree(case_path, cases / hidden)
+    assert case_folders([cases]) == [cases / "one"]
+    assert export_fleet([cases], tmp_path / "fleet").to_dict()["exported"] == 1
+
+
+def test_a_link_loop_in_a_path_is_an_error_line_never_a_traceback(case_path, tmp_path):
+    _exported(case_path)
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    for args in (["import", str(case_path), "--to", str(tmp_path / "loop" / "q")],
+                 ["verify", str(tmp_path / "loop" / "x"), str(case_path)],
+                 ["export", str(tmp_path / "loop" / "x"), str(case_path)]):
+        done = run_cli(*args)  # one case: an error line; several: a line per case, the loop's failed
+        assert done.returncode == 1 and b"Traceback" not in done.stderr + done.stdout, (args, done.stderr)
+        assert done.stderr.startswith(b"error: ") or b"1 ok, 1 failed" in done.stdout, (args, done.stdout)

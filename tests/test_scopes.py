@@ -168,9 +168,11 @@ def test_warning_ratio_is_held_in_basis_points_with_at_most_four_decimals():
     assert scope_rules.ratio_to_bps(0.3) == 3000  # not 2999: no float arithmetic
     assert [scope_rules.ratio_to_bps(text) for text in ("1000e-3", ".5", "0.00010000000000000000000000000000", "0E+99999")] \
         == [10000, 5000, 1, 0]
+    numpy = pytest.importorskip("numpy")
+    assert scope_rules.ratio_to_bps(numpy.float64(0.5)) == 5000  # a float subclass is a float
     # exactly, past Decimal's 28 digits: none of these rounds to four decimals, and no other digits than ASCII
     for bad in (0.12345, "1.5", -0.1, True, "x", float("nan"), None, "0." + "9" * 32, "0.5" + "0" * 27 + "1",
-                "1e-999999999", "\u0660.\u0665", "0.\uff15"):
+                "1e-999999999", "\u0660.\u0665", "0.\uff15", 10**5000, -1, 2):
         with pytest.raises(LedgerError) as refused:
             scope_rules.ratio_to_bps(bad)
         assert refused.value.code == INVALID_ARGUMENT

@@ -111,7 +111,7 @@ def served_cases(paths: Sequence[str | os.PathLike[str]]) -> list[ServedCase]:
     for path in paths:
         root = fs_path(path, "case path")
         _, rows = read_only_query(root, "SELECT case_id, state FROM case_status")
-        ledger = (root / LEDGER_FILE).resolve()
+        ledger = Path(os.path.realpath(root / LEDGER_FILE))
         if ledger in seen:
             raise LedgerError(E.INVALID_ARGUMENT, f"{path}: the same case is given twice")
         seen.add(ledger)

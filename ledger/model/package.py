@@ -201,13 +201,26 @@ LEDGER_SIDE_FILES = tuple(LEDGER_FILE + suffix for suffix in ("-wal", "-shm", "-
 OWN_LINKLESS = LEDGER_SIDE_FILES + (MANIFEST_FILE, ANALYSIS_DIR)
 
 
+#: The hidden folders where ``import --to`` and ``demo`` build a new package before renaming it into
+#: place (``.NAME.importing-PID-N``, ``.ledger-demo-building-NAME.PID``): their scratch, never a case
+#: of its own, though a killed run leaves one holding a ledger until the next run removes it.
+BUILD_FOLDER_RE = re.compile(r"\..*\.importing-[0-9]+-[0-9]+|\.ledger-demo-building-.*", re.DOTALL)
+
+
+def is_build_folder(name: str) -> bool:
+    """True when a folder of this ``name`` is an import's or a demo's build folder (:data:`BUILD_FOLDER_RE`)."""
+    return BUILD_FOLDER_RE.fullmatch(name) is not None
+
+
 def is_case_package(folder: Path) -> bool:
     """True when ``folder`` holds ``ledger.sqlite``, or shows a case package's other marks without
     it: ``ledger.sqlite``'s side files (``-wal``, ``-shm``, ``-journal``, ``-lock``,
     ``-export-lock``) or an export (``manifest.json`` beside ``analysis/``). Finding many cases
     takes such a damaged package too, so that opening it fails (``LEDGER_MISSING``; a
     ``ledger.sqlite`` that is no file, ``STORAGE_ERROR``) instead of the case being left out
-    without a word (docs/cli.md)."""
+    without a word (docs/cli.md). An import's or a demo's build folder (:func:`is_build_folder`) is none."""
+    if is_build_folder(folder.name):
+        return False
     if os.path.lexists(folder / LEDGER_FILE):
         return True
     try:

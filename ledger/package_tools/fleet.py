@@ -34,7 +34,7 @@ from ..ground.arguments import check_callback
 from ..ground.canonical import check_int
 from ..services.case import missing_ledger
 from ..ground.errors import LedgerError
-from ..model.package import LEDGER_FILE, is_case_package, refuse_output_in_package
+from ..model.package import LEDGER_FILE, is_build_folder, is_case_package, refuse_output_in_package
 from ..ground.paths import fs_path, os_error
 from ..ground.workers import job_count, worker_context
 from ..storage.readonly import open_readonly
@@ -173,18 +173,18 @@ def find_cases(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
     for given in paths:
         root = fs_path(given, "case or folder")
         if (root / LEDGER_FILE).is_file():
-            found.setdefault(root.resolve(), root)
+            found.setdefault(Path(os.path.realpath(root)), root)
             continue
         if not root.is_dir():
             raise missing_ledger(root)
         any_case = False
         for folder, dirs, files in os.walk(root):
             dirs.sort()
-            if LEDGER_FILE in files or is_case_package(Path(folder)):
-                found.setdefault(Path(folder).resolve(), Path(folder))
+            if is_case_package(Path(folder)):
+                found.setdefault(Path(os.path.realpath(folder)), Path(folder))
                 any_case, dirs[:] = True, []
             else:
-                dirs[:] = [d for d in dirs if d != META_DIR]
+                dirs[:] = [d for d in dirs if d != META_DIR and not is_build_folder(d)]
         if not any_case:
             raise LedgerError(E.LEDGER_MISSING, f"no case package (a folder with {LEDGER_FILE}) under {root}")
     return list(found.values())
@@ -325,11 +325,33 @@ def _publish(build: Path, out: Path, name: str) -> None:
     targets = [out / table / name for table in TABLES]
     for target in targets:
         target.mkdir(parents=True, exist_ok=True)
+        _refuse_link(out, target.parent, target)
     with _locked(_meta(out) / "lock", fcntl.LOCK_EX):
         for table, target in zip(TABLES, targets):
             os.replace(build / f"{table}.parquet", target / DATA_FILE)
     for target in targets:
         fsync_dir(target)
+
+
+def _refuse_link(out: Path, *folders: Path) -> None:
+    """``INVALID_ARGUMENT`` naming the first of ``folders`` (inside the export ``out``) that is a
+    symbolic link: the export writes only its own folders, never through a link to elsewhere
+    (a case package's ``analysis/``, say)."""
+    for folder in folders:
+        if os.path.islink(folder):
+            raise LedgerError(E.INVALID_ARGUMENT, f"{folder} is a symbolic link: a fleet export writes only in its own "
+                              f"folders, never through a link; export into a new folder", path=str(folder))
+
+
+def _refuse_links_inside(out: Path) -> None:
+    """:func:`_refuse_link` for every folder of the export ``out`` that it writes in: ``_fleet`` and its
+    ``cases`` and ``tmp``, each table's folder and each case's partition folder in it."""
+    _refuse_link(out, _meta(out), _meta(out) / "cases", _meta(out) / "tmp")
+    for table in TABLES:
+        _refuse_link(out, out / table)
+        if (out / table).is_dir():
+            with os.scandir(out / table) as entries:
+                _refuse_link(out, *(Path(entry.path) for entry in entries if entry.is_symlink()))
 
 
 # -- exporting a fleet ------------------------------------------------------------------
@@ -386,6 +408,7 @@ def export_fleet(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike
     _duckdb()
     cases = find_cases(paths)
     target = check_out(fs_path(out, "--to"), create=True).absolute()
+    _refuse_links_inside(target)
     remove_abandoned_builds(_meta(target) / "tmp", ".build-")
     report = FleetReport(str(out))
     with contextlib.ExitStack() as stack:

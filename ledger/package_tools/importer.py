@@ -63,7 +63,8 @@ def _check_target(src: Path, dest: Path) -> bool:
     if dest != src and dest.is_symlink():
         raise LedgerError(E.INVALID_ARGUMENT, f"{dest} is a symbolic link; import into a real folder (the new "
                           "package would be written through the link)", path=str(dest))
-    in_place = dest.resolve() == src.resolve()
+    real_src, real_dest = Path(os.path.realpath(src)), Path(os.path.realpath(dest))  # no error on a link loop
+    in_place = real_dest == real_src
     if in_place:
         if (src / LEDGER_FILE).exists():
             raise LedgerError(E.CASE_EXISTS, f"{src} already has a {LEDGER_FILE}; import into a new folder "
@@ -72,7 +73,7 @@ def _check_target(src: Path, dest: Path) -> bool:
         raise LedgerError(E.CASE_EXISTS, f"{dest} exists and is not a folder; import into a new folder")
     elif dest.exists() and any(dest.iterdir()):
         raise LedgerError(E.CASE_EXISTS, f"{dest} exists and is not empty")
-    elif dest.resolve().is_relative_to(src.resolve()):
+    elif real_dest.is_relative_to(real_src):
         raise LedgerError(E.INVALID_ARGUMENT, f"{dest} is inside {src}: the new case would become one of "
                           "the source package's inputs; import to a folder outside it")
     else:

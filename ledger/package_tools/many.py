@@ -75,7 +75,7 @@ def _unique(paths: Any) -> list[Path]:
     unique = []
     for path in path_list(paths, "cases"):
         given = fs_path(path, "case path")
-        key = given.resolve()
+        key = Path(os.path.realpath(given))  # a link loop stays as it is: opening it is then refused
         if key not in seen:
             seen.add(key)
             unique.append(given)

@@ -75,7 +75,12 @@ def ratio_to_bps(ratio: Any) -> int:
     as integer basis points: 0.8 → 8000. ``INVALID_ARGUMENT`` otherwise."""
     if isinstance(ratio, bool) or not isinstance(ratio, (int, float, str, Decimal)):
         raise LedgerError(E.INVALID_ARGUMENT, f"warning_ratio must be a number from 0 to 1, got {ratio!r}")
-    text = repr(ratio) if isinstance(ratio, float) else str(ratio).strip()
+    if isinstance(ratio, int):  # exactly, and without turning a huge one into text
+        if ratio not in (0, 1):
+            raise LedgerError(E.INVALID_ARGUMENT, "warning_ratio must be from 0 to 1, got an integer "
+                              f"{'above 1' if ratio > 1 else 'below 0'}")
+        return ratio * BPS
+    text = repr(float(ratio)) if isinstance(ratio, float) else str(ratio).strip()  # numpy's float64 too
     if isinstance(ratio, str) and not _DECIMAL_TEXT.fullmatch(text):  # ASCII digits only, as every number option
         raise LedgerError(E.INVALID_ARGUMENT, f"warning_ratio must be a number from 0 to 1, got {ratio!r}"[:200])
     try:

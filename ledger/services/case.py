@@ -43,6 +43,14 @@ DEFAULT_ACTOR = "controller"
 
 
 
+def _logs_without_ledger(root: Path) -> list[str]:
+    """The names of ``ledger.sqlite``'s logs (``-wal``, ``-journal``: committed writes not yet in the
+    ledger file) in ``root`` when ``ledger.sqlite`` itself is not there."""
+    if os.path.lexists(root / LEDGER_FILE):
+        return []
+    return [name for name in (LEDGER_FILE + "-wal", LEDGER_FILE + "-journal") if os.path.lexists(root / name)]
+
+
 def missing_ledger(root: Path) -> LedgerError:
     """The ``LEDGER_MISSING`` error for a package ``root`` without ``ledger.sqlite``, saying what
     can be done: restore it from the export, or nothing to restore from, or create a case. A
@@ -67,6 +75,11 @@ def missing_ledger(root: Path) -> LedgerError:
             "trusted without its manifest, so there is nothing to restore from here (move analysis/ aside to "
             "start a new case with 'ledger init')",
         )
+    logs = _logs_without_ledger(root)
+    if logs:
+        return LedgerError(E.LEDGER_MISSING, f"{ledger} is missing but {' and '.join(logs)} beside it "
+                           f"{'is' if len(logs) == 1 else 'are'} there: the log of a ledger that was lost or moved; "
+                           "put it back (a new case here would delete that log)")
     if not os.path.lexists(root):
         return LedgerError(E.LEDGER_MISSING, f"no case at {root} (no such folder); create one with 'ledger init'")
     inside = _cases_inside(root)
@@ -147,6 +160,11 @@ class Case(CaseFacade):
             raise LedgerError(E.CASE_EXISTS, f"{root} already holds a case package (manifest or analysis/)")
         if root.exists() and not root.is_dir():
             raise LedgerError(E.INVALID_ARGUMENT, f"{root} is not a directory")
+        logs = _logs_without_ledger(root)
+        if logs:  # SQLite would delete them as a new ledger's
+            raise LedgerError(E.CASE_EXISTS, f"{root} holds {' and '.join(logs)} but no {LEDGER_FILE}: the log of a "
+                              "case whose ledger was lost or moved, which a new ledger here would delete; put the "
+                              f"case's {LEDGER_FILE} back (or 'ledger import' its export), or move the log aside first")
         check_ledger_path(root / LEDGER_FILE)  # before any folder is made
         root.mkdir(parents=True, exist_ok=True)
         storage = Storage.create(root / LEDGER_FILE, analysis.storage)

@@ -34,7 +34,8 @@ def write_output_file(path: str | os.PathLike[str], data: bytes, option: str) ->
     flushed to disk, then renamed over it (keeping an existing file's mode) and the folder flushed,
     so a full disk, a signal or a crash leaves the file as it was, never empty or cut short. The
     folder must exist. A path that names no regular file but a device or a pipe (``/dev/stdout``)
-    is written as it is. ``STORAGE_ERROR`` naming ``option`` when it cannot be written."""
+    is written as it is. ``STORAGE_ERROR`` naming ``option`` when it cannot be written; ``INVALID_ARGUMENT``
+    when the file it names now lies in a case package (a link swapped in since the check)."""
     target = Path(path)
     try:
         status = os.stat(target)  # through links, /dev/stdout's too
@@ -50,6 +51,7 @@ def write_output_file(path: str | os.PathLike[str], data: bytes, option: str) ->
             raise _refused(option, target, exc) from None
         return target
     real = Path(os.path.realpath(target))
+    refuse_output_in_package(real, option)  # again, as written: a link swapped in since the first check
     try:
         write_atomic(real, data, None if status is None else stat.S_IMODE(status.st_mode), folder_exists=True)
         fsync_dir(real.parent)
