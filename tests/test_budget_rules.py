@@ -305,9 +305,11 @@ def test_a_conflicting_repeat_says_what_to_do_instead(budget, case):
     budget.reject("H2", "contradicted")
     before = logical_dump(case.path / "ledger.sqlite")
     advice = {
-        "a new action needs a new action id": [lambda: budget.reserve("H1", "a1", "source.find_text"),
-                                               lambda: budget.record_result("H1", "a1", {"v": 2}),
-                                               lambda: budget.fail("H2", "b1", "other")],
+        "a new action needs a new action id": [lambda: budget.reserve("H1", "a1", "source.find_text")],
+        "an action's result is recorded once; a new action needs a new action id": [
+            lambda: budget.record_result("H1", "a1", {"v": 2})],
+        "an action is closed once (settled or failed); a new action needs a new action id": [
+            lambda: budget.fail("H2", "b1", "other")],
         "a new grant needs a new grant_id": [lambda: budget.grant("H2", 6, "controller", "more", "g1")],
         "a hypothesis is rejected once": [lambda: budget.reject("H2", "other words")],
     }

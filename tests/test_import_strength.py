@@ -535,3 +535,13 @@ def test_an_import_target_that_is_a_file_or_a_full_folder_is_case_exists_saying_
             import_tree(exported, target)
         assert refused.value.code == "CASE_EXISTS" and says in refused.value.message, refused.value.message
     assert (tmp_path / "a-file").read_text() == "mine" and os.listdir(tmp_path / "full") == ["note.txt"]
+
+
+def test_a_manifest_refused_by_its_schema_names_the_key(exported, tmp_path):
+    manifest = json.loads((exported / "manifest.json").read_bytes())
+    manifest["case_id"] = "not an id!"
+    (exported / "manifest.json").write_bytes(canonical_bytes(manifest))
+    with pytest.raises(LedgerError) as refused:
+        verify_case(exported)
+    assert refused.value.code == INTEGRITY_ERROR
+    assert refused.value.message.startswith("manifest.json does not match case-manifest-v1: case_id: 'not an id!'")

@@ -18,7 +18,7 @@ from ..ground.errors import LedgerError
 from ..ground.errors import integrity_error as _bad
 from ..model.package import MANIFEST_FILE, event_path
 from ..ground.paths import fs_path, read_bytes
-from ..ground.schemas import schema_message, validator
+from ..ground.schemas import error_path, schema_message, validator
 
 MANIFEST_FORMAT = "case-manifest-v1"
 
@@ -85,7 +85,8 @@ def read_manifest(root: Path) -> dict[str, Any] | None:
         raise _bad(None, f"manifest.json is not valid JSON: {exc.message}") from None
     errors = list(validator(MANIFEST_FORMAT).iter_errors(manifest))
     if errors:
-        raise _bad(None, f"manifest.json does not match {MANIFEST_FORMAT}: {schema_message(errors[0])}")
+        raise _bad(None, f"manifest.json does not match {MANIFEST_FORMAT}: {error_path(errors[0])}: "
+                   f"{schema_message(errors[0])}")
     # JSON Schema's "integer" accepts 10.0: integers must really be ints
     for value in (manifest["head"]["seq"], manifest["analysis_revision"], manifest["package_generation"]):
         if type(value) is not int:

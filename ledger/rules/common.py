@@ -330,6 +330,10 @@ _CONFLICT_ADVICE = {
     "grant": "a new grant needs a new grant_id",
     "record_outcome": "a revision's outcome is recorded once",
     "store_feedback": "a requested test's feedback is stored once, from one draft",
+    "record_result": "an action's result is recorded once; a new action needs a new action id",
+    "settle": "an action is closed once (settled or failed); a new action needs a new action id",
+    "fail": "an action is closed once (settled or failed); a new action needs a new action id",
+    "record_evidence": "an action's evidence record is linked once; a new action needs a new action id",
 }
 #: Budget operations whose identity ends in the action id.
 _ACTION_OPERATIONS = frozenset({"reserve", "record_result", "settle", "fail", "record_evidence", "request_test"})
