@@ -324,8 +324,6 @@ def operation_key(revision: int, op: str, hypothesis_id: str | None = None,
 
 #: What to do instead of an operation that conflicts, by its operation name (the key's second part).
 _CONFLICT_ADVICE = {
-    "initialize": "a revision's budget is initialized once (its policy and units are then frozen); open a new "
-                  "revision for another",
     "reject": "a hypothesis is rejected once",
     "grant": "a new grant needs a new grant_id",
     "record_outcome": "a revision's outcome is recorded once",
