@@ -545,3 +545,13 @@ def test_a_manifest_refused_by_its_schema_names_the_key(exported, tmp_path):
         verify_case(exported)
     assert refused.value.code == INTEGRITY_ERROR
     assert refused.value.message.startswith("manifest.json does not match case-manifest-v1: case_id: 'not an id!'")
+
+
+def test_an_import_into_the_current_folder_is_refused_before_any_work(exported, tmp_path, monkeypatch):
+    empty = tmp_path / "here"
+    empty.mkdir()
+    monkeypatch.chdir(empty)
+    with pytest.raises(LedgerError) as refused:
+        import_tree(exported, ".")
+    assert refused.value.code == INVALID_ARGUMENT and "is the current folder" in refused.value.message
+    assert os.listdir(empty) == [] and not [p for p in tmp_path.iterdir() if ".importing-" in p.name]

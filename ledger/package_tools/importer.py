@@ -73,6 +73,9 @@ def _check_target(src: Path, dest: Path) -> bool:
         raise LedgerError(E.CASE_EXISTS, f"{dest} exists and is not a folder; import into a new folder")
     elif dest.exists() and any(dest.iterdir()):
         raise LedgerError(E.CASE_EXISTS, f"{dest} exists and is not empty")
+    elif real_dest == Path(os.path.realpath(os.getcwd())):  # it is made elsewhere and renamed onto the path
+        raise LedgerError(E.INVALID_ARGUMENT, f"{dest} is the current folder, which import cannot replace with the "
+                          "new package; run it from the parent folder (--to NAME)", path=str(dest))
     elif real_dest.is_relative_to(real_src):
         raise LedgerError(E.INVALID_ARGUMENT, f"{dest} is inside {src}: the new case would become one of "
                           "the source package's inputs; import to a folder outside it")
