@@ -555,3 +555,16 @@ def test_an_import_into_the_current_folder_is_refused_before_any_work(exported, 
         import_tree(exported, ".")
     assert refused.value.code == INVALID_ARGUMENT and "is the current folder" in refused.value.message
     assert os.listdir(empty) == [] and not [p for p in tmp_path.iterdir() if ".importing-" in p.name]
+
+
+@pytest.mark.parametrize("log", ["ledger.sqlite-wal", "ledger.sqlite-journal"])
+def test_an_in_place_import_sets_a_lost_ledgers_log_aside_unchanged(exported, log):
+    """A log the lost ledger left is neither replayed onto the rebuilt one nor deleted (SQLite
+    would delete a journal it takes for a stale one as it opens the ledger): it is renamed beside it."""
+    for name in os.listdir(exported):
+        if name.startswith("ledger.sqlite") and not name.endswith("lock"):
+            os.unlink(exported / name)
+    (exported / log).write_bytes(b"committed writes of the lost ledger")
+    assert import_tree(exported).head_seq == verify_case(exported).head_seq
+    [kept] = [p for p in exported.iterdir() if p.name.startswith(f"{log}.orphaned-")]
+    assert kept.read_bytes() == b"committed writes of the lost ledger"

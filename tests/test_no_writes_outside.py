@@ -308,3 +308,51 @@ def test_a_link_loop_in_a_path_is_an_error_line_never_a_traceback(case_path, tmp
         done = run_cli(*args)  # one case: an error line; several: a line per case, the loop's failed
         assert done.returncode == 1 and b"Traceback" not in done.stderr + done.stdout, (args, done.stderr)
         assert done.stderr.startswith(b"error: ") or b"1 ok, 1 failed" in done.stdout, (args, done.stdout)
+
+
+def test_a_new_case_named_like_a_build_folder_is_refused(tmp_path):
+    """import --to and demo remove a killed run's hidden build folder by its name, and verify --all
+    passes such folders by: a case may not be made under such a name (this process's own build
+    folders, named with its pid, excepted)."""
+    for name in (".mine.importing-99999-1", ".ledger-demo-building-mine.99999"):
+        for attempt in (lambda: Case.create(tmp_path / name, "MINE-1"),
+                        lambda: run_demo(tmp_path / name, echo=lambda line: None)):
+            with pytest.raises(LedgerError) as refused:
+                attempt()
+            assert refused.value.code == INVALID_ARGUMENT and "the ledger's own build folder" in refused.value.message
+        assert not (tmp_path / name).exists()
+
+
+def test_an_output_named_like_a_ledgers_own_file_is_refused(tmp_path):
+    """A file or folder named ledger.sqlite or like its side files makes the folder holding it look
+    like a (damaged) case package, hiding that folder's cases from --all and fleet export."""
+    for name in ("ledger.sqlite", "ledger.sqlite-wal", "ledger.sqlite-journal", "ledger.sqlite-lock"):
+        done = run_cli("simulate", str(RUNS), "--per-run", str(tmp_path / name))
+        assert done.returncode == 1 and b"is the name of a ledger's own file" in done.stderr, done.stderr
+        with pytest.raises(LedgerError) as refused:
+            Case.create(tmp_path / name, "MINE-2")
+        assert refused.value.code == INVALID_ARGUMENT
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_fleet_export_locks_through_no_link_and_no_pipe(case_path, tmp_path):
+    from ledger import export_fleet, fleet_query
+
+    _exported(case_path)
+    out = tmp_path / "fleet"
+    export_fleet([case_path], out)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    lock = out / "_fleet" / "cases" / "case_id=BUG-6.lock"
+    lock.unlink()
+    lock.symlink_to(victim / "STRAY")
+    with Case.open(case_path) as case:
+        case.budget().grant("H1", 1, "controller", "more", "g-lock")
+    [failed] = export_fleet([case_path], out).to_dict()["failed"]  # the case fails; the others would go on
+    assert failed["error"]["code"] == INVALID_ARGUMENT and "is a symbolic link" in failed["error"]["message"]
+    assert list(victim.iterdir()) == []
+    (out / "_fleet" / "lock").unlink(missing_ok=True)
+    os.mkfifo(out / "_fleet" / "lock")
+    with pytest.raises(LedgerError) as refused:  # at once: a pipe is never waited on
+        fleet_query(out, "SELECT 1", timeout_ms=2000)
+    assert refused.value.code == INVALID_ARGUMENT and "no regular file" in refused.value.message

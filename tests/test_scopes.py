@@ -168,8 +168,18 @@ def test_warning_ratio_is_held_in_basis_points_with_at_most_four_decimals():
     assert scope_rules.ratio_to_bps(0.3) == 3000  # not 2999: no float arithmetic
     assert [scope_rules.ratio_to_bps(text) for text in ("1000e-3", ".5", "0.00010000000000000000000000000000", "0E+99999")] \
         == [10000, 5000, 1, 0]
+    from fractions import Fraction
+
+    assert [scope_rules.ratio_to_bps(r) for r in (Fraction(1, 2), Decimal("0.1234"))] == [5000, 1234]
     numpy = pytest.importorskip("numpy")
-    assert scope_rules.ratio_to_bps(numpy.float64(0.5)) == 5000  # a float subclass is a float
+    # every real number type, numpy's too, each judged by its own shortest text
+    assert [scope_rules.ratio_to_bps(r) for r in (numpy.float64(0.5), numpy.float32(0.1), numpy.float16(0.25),
+                                                   numpy.int64(1), numpy.uint8(1), numpy.int32(0))] \
+        == [5000, 1000, 2500, 10000, 10000, 0]
+    for bad in (Fraction(1, 3), numpy.float64(0.12345), numpy.uint8(2), 1 + 0j):
+        with pytest.raises(LedgerError) as refused:
+            scope_rules.ratio_to_bps(bad)
+        assert refused.value.code == INVALID_ARGUMENT
     # exactly, past Decimal's 28 digits: none of these rounds to four decimals, and no other digits than ASCII
     for bad in (0.12345, "1.5", -0.1, True, "x", float("nan"), None, "0." + "9" * 32, "0.5" + "0" * 27 + "1",
                 "1e-999999999", "\u0660.\u0665", "0.\uff15", 10**5000, -1, 2):

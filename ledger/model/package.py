@@ -212,6 +212,18 @@ def is_build_folder(name: str) -> bool:
     return BUILD_FOLDER_RE.fullmatch(name) is not None
 
 
+def refuse_build_folder_name(path: str | os.PathLike[str], what: str) -> None:
+    """``INVALID_ARGUMENT`` when a new case's folder ``path`` (``what`` names it) is named like another
+    process's build folder (:func:`is_build_folder`): ``verify --all`` and ``fleet export`` would pass
+    it by, and a later import or demo would remove it as a killed run's scratch once that pid is gone.
+    This process's own build folders (its pid in the name) are allowed: they are what it builds in."""
+    name = Path(path).name
+    if is_build_folder(name) and str(os.getpid()) not in name:
+        raise LedgerError(E.INVALID_ARGUMENT, f"{what} {path}: a name like this is the ledger's own build folder "
+                          "(an import's .NAME.importing-PID-N, a demo's .ledger-demo-building-NAME.PID), which a later "
+                          "import or demo removes once that process is gone; choose another name", path=str(path))
+
+
 def is_case_package(folder: Path) -> bool:
     """True when ``folder`` holds ``ledger.sqlite``, or shows a case package's other marks without
     it: ``ledger.sqlite``'s side files (``-wal``, ``-shm``, ``-journal``, ``-lock``,
@@ -247,12 +259,17 @@ def refuse_output_in_package(path: str | os.PathLike[str], what: str, *, itself:
     """``INVALID_ARGUMENT`` when ``path``, where a command would write (``what`` names it: an option or
     "case path"), is a case package or lies inside one (:func:`ledger_folder_holding`): a file there
     would replace the ledger or its log, stand in the export (so verify fails) or hide a case inside
-    another one from ``--all`` (docs/files.md, "What writes in a package")."""
+    another one from ``--all`` (docs/files.md, "What writes in a package"). So is a ``path`` named
+    like ``ledger.sqlite`` or one of its side files: the folder holding it would look like a case."""
     holder = ledger_folder_holding(path, itself=itself)
     if holder is not None:
         where = "is" if holder == Path(os.path.realpath(path)) else "is inside"
         raise LedgerError(E.INVALID_ARGUMENT, f"{what} {path}: {where} the case package {holder}, and only that case's "
                           "own commands write in a case package; choose a path outside it", path=str(path))
+    if Path(path).name in (LEDGER_FILE,) + LEDGER_SIDE_FILES:  # it would make its folder look like a case
+        raise LedgerError(E.INVALID_ARGUMENT, f"{what} {path}: {Path(path).name} is the name of a ledger's own file, "
+                          "which makes the folder holding it a case package (a damaged one); choose another name",
+                          path=str(path))
 
 
 def refuse_own_links(root: Path, *, creating: bool = False) -> None:

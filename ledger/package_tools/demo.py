@@ -25,6 +25,7 @@ from ..ground.resources import resource_dir
 from ..ground.arguments import check_callback, check_instance
 from ..ground.canonical import parse_json
 from ..services.case import Case
+from ..model.package import refuse_build_folder_name
 from ..ground.config import BudgetConfig
 from ..ground.errors import LedgerError
 from .export import ExportReport, export_case
@@ -138,6 +139,7 @@ NAME_KEPT = 40
 
 
 def _check_target(target: Path) -> None:
+    refuse_build_folder_name(target, "demo folder")
     if target.is_symlink():
         raise LedgerError(E.INVALID_ARGUMENT, f"{target} is a symbolic link; give the demo a real folder")
     if target.exists():

@@ -16,12 +16,14 @@ import concurrent.futures
 import contextlib
 import datetime
 import decimal
+import errno
 import fcntl
 import importlib
 import json
 import os
 import re
 import shutil
+import stat
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -147,12 +149,25 @@ def check_out(out: Path, *, create: bool) -> Path:
 
 @contextlib.contextmanager
 def _locked(path: Path, mode: int) -> Iterator[None]:
-    """Hold ``flock(mode)`` on ``path`` (made if missing and writable; no lock if it cannot be opened)."""
+    """Hold ``flock(mode)`` on ``path``, a regular file of the export (made if missing and writable). A
+    shared lock on a read-only copy of an export that cannot hold one is not taken (nobody writes it,
+    so nothing to wait for); a lock file that is a link or no regular file is ``INVALID_ARGUMENT``:
+    locking through it would write elsewhere, or hang on a pipe."""
+    flags = (os.O_RDWR | os.O_CREAT if mode == fcntl.LOCK_EX else os.O_RDONLY) | os.O_NOFOLLOW | os.O_NONBLOCK
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666) if mode == fcntl.LOCK_EX else os.open(path, os.O_RDONLY)
-    except OSError:
-        yield  # a read-only copy of an export: nobody writes it, so nothing to wait for
-        return
+        fd = os.open(path, flags, 0o666)
+    except OSError as exc:
+        if mode == fcntl.LOCK_SH and exc.errno in (errno.ENOENT, errno.EACCES, errno.EROFS):
+            yield
+            return
+        if exc.errno == errno.ELOOP:
+            raise LedgerError(E.INVALID_ARGUMENT, f"{path} is a symbolic link: a fleet export locks only its own "
+                              "files, never through a link; export into a new folder", path=str(path)) from None
+        raise os_error(exc, f"cannot lock {path}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise LedgerError(E.INVALID_ARGUMENT, f"{path} is no regular file: a fleet export's lock files are its own; "
+                          "export into a new folder", path=str(path))
     try:
         fcntl.flock(fd, mode)
         yield
@@ -326,6 +341,7 @@ def _publish(build: Path, out: Path, name: str) -> None:
     for target in targets:
         target.mkdir(parents=True, exist_ok=True)
         _refuse_link(out, target.parent, target)
+        refuse_output_in_package(target, "--to")  # a case package someone put in the export's place
     with _locked(_meta(out) / "lock", fcntl.LOCK_EX):
         for table, target in zip(TABLES, targets):
             os.replace(build / f"{table}.parquet", target / DATA_FILE)

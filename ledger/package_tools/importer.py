@@ -29,7 +29,7 @@ from ..ground.errors import integrity_error as _bad
 from .export import export_case
 from .manifest import check_manifest, read_manifest
 from ..model.package import (ANALYSIS_DIR, EVENT_FILE_RE, EVIDENCE_EVENT_FILE_RE, LEDGER_FILE, check_export_tree, content_path, event_path, is_ledger_own,
-                      input_identity, printable_name, refuse_output_in_package, walk_package)
+                      input_identity, printable_name, refuse_build_folder_name, refuse_output_in_package, walk_package)
 from ..ground.paths import fs_path, os_error, read_bytes
 from .replay import PackageSource, Replayer
 from ..storage.connection import Storage
@@ -81,6 +81,7 @@ def _check_target(src: Path, dest: Path) -> bool:
                           "the source package's inputs; import to a folder outside it")
     else:
         refuse_output_in_package(dest, "--to", itself=False)
+        refuse_build_folder_name(dest, "--to")
     return in_place
 
 
@@ -347,8 +348,9 @@ def _build(src: Path, dest: Path, in_place: bool, progress: Progress | None) -> 
         for leftover in scratch_files:
             leftover.unlink(missing_ok=True)
         _rebuild(building, build_dir, files, manifest, progress, in_place)
-        for suffix in ("-wal", "-shm"):
-            # a lost ledger's log must never be replayed onto the rebuilt file: keep it aside
+        for suffix in ("-wal", "-shm", "-journal"):
+            # a lost ledger's log must never be replayed onto the rebuilt file (nor deleted by SQLite as
+            # it opens it): keep it aside as ledger.sqlite-wal.orphaned-N
             stale = build_dir / (LEDGER_FILE + suffix)
             if stale.exists():
                 os.replace(stale, build_dir / f"{LEDGER_FILE}{suffix}.orphaned-{time.time_ns()}")

@@ -20,15 +20,17 @@ Every ratio is integer basis points and every comparison an integer cross-multip
 
 from __future__ import annotations
 
+import numbers
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
+from fractions import Fraction
 from typing import Any, Mapping
 
 from ..ground import errors as E
 from ..ground.canonical import SAFE_INTEGER_MAX, canonical_sha256, check_int
-from ..ground.errors import LedgerError
+from ..ground.errors import LedgerError, shortened
 from .common import (TERMINAL_STATUSES, Context, Draft, LedgerView, Outcome, Reused, check_action_id, check_reason,
                      operation_key, replay_or_conflict, require_case)
 
@@ -71,24 +73,44 @@ _DECIMAL_TEXT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0
 
 
 def ratio_to_bps(ratio: Any) -> int:
-    """``warning_ratio`` (0–1, at most four decimals; an int, float, Decimal or decimal string)
-    as integer basis points: 0.8 → 8000. ``INVALID_ARGUMENT`` otherwise."""
-    if isinstance(ratio, bool) or not isinstance(ratio, (int, float, str, Decimal)):
-        raise LedgerError(E.INVALID_ARGUMENT, f"warning_ratio must be a number from 0 to 1, got {ratio!r}")
-    if isinstance(ratio, int):  # exactly, and without turning a huge one into text
-        if ratio not in (0, 1):
-            raise LedgerError(E.INVALID_ARGUMENT, "warning_ratio must be from 0 to 1, got an integer "
-                              f"{'above 1' if ratio > 1 else 'below 0'}")
-        return ratio * BPS
-    text = repr(float(ratio)) if isinstance(ratio, float) else str(ratio).strip()  # numpy's float64 too
-    if isinstance(ratio, str) and not _DECIMAL_TEXT.fullmatch(text):  # ASCII digits only, as every number option
-        raise LedgerError(E.INVALID_ARGUMENT, f"warning_ratio must be a number from 0 to 1, got {ratio!r}"[:200])
+    """``warning_ratio`` (0–1, at most four decimals; any real number type: int, float, Decimal,
+    Fraction, numpy's; or a decimal string in ASCII digits) as integer basis points, exactly: 0.8 →
+    8000. ``INVALID_ARGUMENT`` otherwise."""
+    def refused(why: str = "must be a number from 0 to 1") -> LedgerError:
+        try:
+            shown = shortened(repr(ratio), 100)
+        except ValueError:  # an integer of more digits than Python turns into text
+            shown = f"an integer of about {ratio.bit_length() * 3 // 10} digits"
+        return LedgerError(E.INVALID_ARGUMENT, f"warning_ratio {why}, got {shown}")
+
+    if isinstance(ratio, bool) or not isinstance(ratio, (str, Decimal, numbers.Real)):
+        raise refused()
+    if isinstance(ratio, numbers.Rational):  # int, Fraction, numpy's integers: exactly, never as text
+        if not 0 <= ratio <= 1:
+            raise refused("must be from 0 to 1")
+        scaled = Fraction(int(ratio.numerator), int(ratio.denominator)) * BPS  # numpy integers as Python ones
+        if scaled.denominator != 1:
+            raise refused("accepts at most four decimals")
+        return int(scaled)
+    if isinstance(ratio, str):
+        text = ratio.strip()
+        if not _DECIMAL_TEXT.fullmatch(text):  # ASCII digits only, as every number option
+            raise refused()
+    elif isinstance(ratio, Decimal):
+        text = str(ratio)
+    else:  # a float of any width (numpy's too): its own shortest text, which reads back as it
+        text = str(ratio)
+        if not _DECIMAL_TEXT.fullmatch(text):
+            try:
+                text = repr(float(ratio))
+            except (OverflowError, ValueError):
+                raise refused() from None
     try:
         exact = Decimal(text)
     except InvalidOperation:
-        raise LedgerError(E.INVALID_ARGUMENT, f"warning_ratio must be a number from 0 to 1, got {ratio!r}") from None
+        raise refused() from None
     if not exact.is_finite() or not 0 <= exact <= 1:
-        raise LedgerError(E.INVALID_ARGUMENT, f"warning_ratio must be from 0 to 1, got {ratio!r}"[:200])
+        raise refused("must be from 0 to 1")
     # exactly, in integers: Decimal arithmetic would round to its 28 digits (0.99…9 with 32 nines → 1)
     if not exact:
         return 0
@@ -96,7 +118,7 @@ def ratio_to_bps(ratio: Any) -> int:
     significant = "".join(map(str, digits)).rstrip("0")  # not empty: the ratio is not 0
     shift = exponent + len(digits) - len(significant) + 4  # basis points = int(significant) * 10**shift
     if shift < 0:
-        raise LedgerError(E.INVALID_ARGUMENT, f"warning_ratio accepts at most four decimals, got {ratio!r}"[:200])
+        raise refused("accepts at most four decimals")
     return int(significant) * 10 ** shift
 
 

@@ -302,6 +302,7 @@ class _Journal:
             self._write({"op": "record_outcome", "outcome": outcome[0], "source": outcome[1]})
         self.suspend()
         os.chmod(self.temp, 0o644)
+        refuse_output_in_package(os.path.realpath(self.final), "output folder")  # a link swapped in meanwhile
         os.replace(self.temp, self.final)
 
     def abandon(self) -> None:

@@ -28,7 +28,7 @@ from .actions import CaseBudget
 from .facade import CaseFacade, LifecycleResult  # noqa: F401
 from .evidence import EvidenceStore
 from ..model.package import (ANALYSIS_DIR, LEDGER_FILE, MANIFEST_FILE, content_path, event_path, input_identity,
-    is_case_package, refuse_output_in_package, refuse_own_links, resolve_source_refs)
+    is_case_package, refuse_build_folder_name, refuse_output_in_package, refuse_own_links, resolve_source_refs)
 from ..ground.paths import fs_path, os_error
 from ..router.reference import Router
 from ..rules import lifecycle
@@ -156,6 +156,7 @@ class Case(CaseFacade):
                 clock: Callable[[], str], moment: str | None) -> "Case":
         refuse_own_links(root, creating=True)  # a new ledger is never created through a link
         refuse_output_in_package(root, "case path", itself=False)  # nor inside another case
+        refuse_build_folder_name(root, "case path")
         if (root / MANIFEST_FILE).exists() or (root / ANALYSIS_DIR).exists():
             raise LedgerError(E.CASE_EXISTS, f"{root} already holds a case package (manifest or analysis/)")
         if root.exists() and not root.is_dir():
