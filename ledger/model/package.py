@@ -218,7 +218,8 @@ def refuse_build_folder_name(path: str | os.PathLike[str], what: str) -> None:
     it by, and a later import or demo would remove it as a killed run's scratch once that pid is gone.
     This process's own build folders (its pid in the name) are allowed: they are what it builds in."""
     name = Path(path).name
-    if is_build_folder(name) and str(os.getpid()) not in name:
+    own = re.fullmatch(r"\..*\.importing-([0-9]+)-[0-9]+|\.ledger-demo-building-.*\.([0-9]+)", name, re.DOTALL)
+    if is_build_folder(name) and not (own and int(own.group(1) or own.group(2)) == os.getpid()):
         raise LedgerError(E.INVALID_ARGUMENT, f"{what} {path}: a name like this is the ledger's own build folder "
                           "(an import's .NAME.importing-PID-N, a demo's .ledger-demo-building-NAME.PID), which a later "
                           "import or demo removes once that process is gone; choose another name", path=str(path))
