@@ -115,6 +115,7 @@ bodies = st.dictionaries(
 
 
 @given(bodies)
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_event_bodies_assembled_from_members_equal_rfc8785_output(body):
     import rfc8785
 

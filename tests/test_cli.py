@@ -414,6 +414,7 @@ def test_snapshot_output_says_it_is_a_read(budget, case):
     assert first.startswith(f"revision 1 as of its newest budget event, seq {seq} (exports to ")
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_help_into_a_full_stdout_and_a_closed_stdout_are_output_errors(case):
     case.close()
     with open("/dev/full", "wb") as full:
@@ -464,6 +465,7 @@ def test_a_case_argument_naming_a_file_inside_the_case_asks_for_the_case_folder(
     assert "is a file: give the case folder" in err and f"the case folder holding it is {cli_case}" in err
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_budget_record_json_refusals_name_the_option_and_the_file(cli_case, tmp_path):
     """Like REQUEST and REPLY of ``evidence store``, bad evidence JSON says where it came from."""
     c = str(cli_case)
@@ -484,6 +486,7 @@ def test_budget_record_json_refusals_name_the_option_and_the_file(cli_case, tmp_
     assert logical_dump(cli_case / "ledger.sqlite") == before
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_a_global_option_after_the_command_is_a_usage_error_that_says_where_it_goes(cli_case):
     c = str(cli_case)
     for args, option in [(("budget", "reserve", c, "H1", "q1", "source.read_context", "--config", "b.toml"), "--config"),

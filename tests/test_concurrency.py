@@ -424,6 +424,7 @@ def test_a_writer_is_not_starved_by_other_processes_writing_flat_out(tmp_path):
 
 # --- 3. LEDGER_BUSY ------------------------------------------------------------------------
 @pytest.mark.parametrize("how", ["storage.write", "flock on the sidecar", "plain SQLite BEGIN IMMEDIATE"])
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_a_writer_refused_after_its_busy_timeout_gets_a_transient_ledger_busy_and_writes_nothing(tmp_path, how):
     path = make_package(tmp_path / "case")
     case = start_case(path)
@@ -906,6 +907,7 @@ def test_a_forked_child_is_refused_every_use_of_an_inherited_case_and_may_close_
 
 
 # --- the writer lock is the file the path names --------------------------------------------
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_a_lock_file_replaced_between_a_writers_check_and_its_flock_still_excludes_the_next_writer(
         budget_case, monkeypatch):
     """A writer keeps its lock file open between operations. If the path is given a new file while
@@ -962,6 +964,7 @@ def _worker_import_in_place_paused(path: str, started, release, queue) -> None:
         queue.put(_failure(exc))
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_an_in_place_import_holds_the_writer_lock_so_no_other_import_undoes_a_committed_write(budget_case):
     """Two imports restoring one lost ledger at once, the second placing its ledger while the first
     one, paused in its rebuild, still runs: a write committed on the second's ledger must survive the

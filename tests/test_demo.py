@@ -26,6 +26,7 @@ def test_a_demo_removes_dead_build_folders_of_any_name_and_keeps_live_ones(tmp_p
 
 
 # --- found by the new-user walkthrough ---------------------------------------------------------
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_a_demo_whose_reader_goes_away_still_completes_and_a_taken_folder_is_refused(tmp_path):
     target = tmp_path / "demo"
     reader = subprocess.Popen([sys.executable, "-m", "ledger_cli", "demo", str(target)],
@@ -41,6 +42,7 @@ def test_a_demo_whose_reader_goes_away_still_completes_and_a_taken_folder_is_ref
 
 
 # --- found by the fourth break-it round ------------------------------------------------------
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_demo_refuses_a_symlink_and_configs_records_the_actor_and_removes_builds_of_killed_demos(tmp_path):
     (tmp_path / "real").mkdir()
     (tmp_path / "link").symlink_to("real")

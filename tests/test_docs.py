@@ -280,6 +280,7 @@ def test_the_api_page_lists_exactly_the_public_names():
     assert all(hasattr(ledger, name) for name in ledger.__all__)
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_no_install_hint_names_a_package_the_index_does_not_have():
     """case-ledger is installed from a clone (``pip install '.[EXTRA]'``): no README, docs page,
     help text or message tells a user to ``pip install 'case-ledger[EXTRA]'``."""

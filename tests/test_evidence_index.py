@@ -125,6 +125,7 @@ def test_a_v2_index_lists_only_the_records_it_adds(package):
     verify_case(package)
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_an_index_stays_the_same_size_however_many_publications_came_before(package):
     case = start_case(package, units=10_000)
     case.budget(BudgetConfig.from_mapping({"max_low_information_steps": 1000})).initialize()

@@ -530,6 +530,7 @@ def test_genuine_results_of_the_same_inputs_and_of_changed_inputs_still_verify(c
 
 
 # --- what a changed input leaves open, and how --strict closes it ----------------------------------
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_a_made_up_hash_under_a_made_up_input_identity_is_noted_and_fails_strict_verify(case, tmp_path):
     """The file never changed, but the forged result claims it did (a fresh identity, a made-up hash):
     a plain verify cannot tell it from a real edit and names the file; --strict refuses it."""

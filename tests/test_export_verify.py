@@ -560,6 +560,7 @@ def test_a_file_verify_or_import_may_not_read_is_storage_error_never_integrity_e
 
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_an_export_another_process_writes_while_verify_reads_is_not_taken_for_truncation(exported):
     """verify replays a snapshot of the ledger; a writer that appends and exports meanwhile leaves
     exported files and a manifest past that snapshot: the ledger moved on, it was not truncated."""
@@ -665,6 +666,7 @@ def test_a_plain_foreign_index_on_columns_is_left_alone(budget, case):
 
 
 # --- verify --strict without a (complete) export -------------------------------------------------
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_strict_verify_fails_without_an_export_and_plain_verify_says_not_exported(budget, case):
     """verify --strict: no manifest.json is not a current export."""
     case.close()
@@ -711,6 +713,7 @@ def test_verify_json_prints_ok_false_and_the_error_when_the_case_fails(budget, c
     assert missing.returncode == 1 and json.loads(missing.stdout)["error"]["code"] == "LEDGER_MISSING"
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_strict_verify_fails_on_an_export_interrupted_before_its_manifest(budget, case):
     export_case(case)
     case.close()
@@ -982,6 +985,7 @@ def test_a_read_of_a_damaged_ledger_says_damage_not_a_refused_query(exported):
 
 
 @pytest.mark.parametrize("text", [b"REFERENCES events (seq)", b'"reason":"timeout"'])
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_a_flipped_bit_that_leaves_text_not_utf8_is_integrity_error_never_a_traceback(exported, text):
     """A high bit flipped in a schema statement or in an event's body: SQLite finds no damage to the
     pages, and the text is no longer UTF-8 (the sqlite3 module cannot decode it, nor SQLite's

@@ -78,6 +78,7 @@ def _normal(value):
     return None if value == "" else value
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_the_export_has_one_partition_per_table_and_case(fleet):
     cases, out, ids = fleet
     for table in TABLES:
@@ -115,6 +116,7 @@ def test_a_column_the_map_does_not_know_is_typed_by_its_name():
     assert column_type("declared") == column_type("seq") == "BIGINT"
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_duckdb_rows_equal_each_case_views(fleet):
     cases, out, _ = fleet
     for case_id, path in _case_paths(cases).items():
@@ -138,6 +140,7 @@ def _from_pandas(value):
     return int(value)
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_pandas_reads_the_same_rows_as_each_case_views(fleet):
     cases, out, _ = fleet
     for table in TABLES:
@@ -151,6 +154,7 @@ def test_pandas_reads_the_same_rows_as_each_case_views(fleet):
                 (table, case_id)
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_an_unchanged_head_is_skipped_and_a_changed_case_replaced(fleet, tmp_path):
     cases, _, ids = fleet
     copy = tmp_path / "cases"
@@ -180,6 +184,7 @@ def _tamper(path: Path) -> None:
     conn.close()
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_a_package_failing_verify_is_reported_and_not_exported(fleet, tmp_path):
     cases, _, ids = fleet
     copy = tmp_path / "cases"
@@ -198,6 +203,7 @@ def test_a_package_failing_verify_is_reported_and_not_exported(fleet, tmp_path):
     assert len(fleet_query(out, "SELECT * FROM case_status")[1]) == len(ids) - 1
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_a_package_that_lost_its_ledger_is_reported_not_left_out(fleet, tmp_path):
     cases, _, ids = fleet
     copy = tmp_path / "cases"
@@ -250,6 +256,7 @@ def test_a_case_id_exported_from_another_package_is_refused(fleet, tmp_path):
 
 
 @pytest.mark.parametrize("jobs", [1, 2])
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_one_case_id_in_two_folders_fails_in_both_whatever_the_order_or_jobs(fleet, tmp_path, jobs):
     """Two copies of one package whose histories went apart (or two packages of one id): which the
     fleet should hold is not for the order of the folders to decide, so neither is exported."""
@@ -416,6 +423,7 @@ def test_a_value_its_column_type_cannot_hold_fails_that_case_only(fleet, tmp_pat
     assert not list((tmp_path / "out" / "_fleet" / "tmp").iterdir())
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_export_keeps_no_statement_per_case(fleet, tmp_path):
     """Memory is bounded by one case: the statement cache holds the fixed statements only, so
     exporting the fleet again (to a new folder, every case written) adds nothing to it. (It once
@@ -438,6 +446,7 @@ def test_jobs_is_checked_like_every_other_jobs_argument(fleet, tmp_path, jobs):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_jobs_none_uses_the_cores_this_process_may_use(fleet, tmp_path, monkeypatch):
     from ledger.ground import workers
 

@@ -366,6 +366,7 @@ def test_frontier_options_are_usage_errors_without_what_they_need(args, message)
     assert done.exit_code == 2 and message in done.stderr
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_a_label_no_run_has_and_bad_folds_are_refused_naming_them():
     done = CliRunner().invoke(main, ["simulate", str(DATA), "--outcomes", str(OUTCOMES), "--frontier", "--good",
                                      "fixed", "--jobs", "1"])
@@ -398,6 +399,7 @@ def test_the_default_folds_are_five_or_one_per_run_when_there_are_fewer_runs(tmp
         frontier([tmp_path / "runs-4"], [example_policy()], OUTCOMES, constraint="resolved=100%", folds=5)
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_a_choice_whose_held_out_stops_break_the_constraint_is_warned_about(tmp_path):
     """On the first 30 bundled runs, the choice at 10 % of resolved runs stops 13 % of them on
     average on the runs each fold left out: the command says so on stderr, the output is unchanged."""
@@ -501,6 +503,7 @@ def test_the_evaluator_equals_the_full_rules_on_every_imported_run_with_atoms(at
 
 @settings(max_examples=25, deadline=None)
 @given(POLICIES)
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_the_evaluator_equals_the_full_rules_on_a_sample_of_runs(settings_):
     _check_equal(FILES[::17], settings_)
 

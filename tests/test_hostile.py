@@ -1220,6 +1220,7 @@ def test_a_non_ascii_digit_timestamp_is_refused_as_a_bad_at(template, work):
     assert codes == ["INVALID_ARGUMENT"] * 3
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_evidence_accepted_by_record_result_still_verifies_from_the_command_line(tmp_path):
     # Fixed in d85be0f (nesting limit 64). Found with evidence nesting unlimited: record_result accepted whatever depth the current
     # Python stack left room for (994 from a top-level script), and `ledger verify`/`import`

@@ -263,6 +263,7 @@ def check_import_never_exceeds_the_api(field, exported_tree, live_pending, tmp, 
 
 
 @pytest.mark.parametrize("field", sorted(VALUES))
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_anything_import_accepts_the_live_api_would_have_accepted(exported_tree, live_pending, tmp_path, field):
     """Mutate one field of every event (or the settle request's reason) of a valid export,
     re-link chain and manifest: if import accepts, the live API accepts and stores that value;
@@ -509,6 +510,7 @@ def test_without_ledger_and_manifest_the_message_does_not_suggest_an_import_that
     assert "move analysis/ aside" in caught.value.message
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_import_prints_the_notes_verify_prints(tmp_path):
     """An import ends with verify: what verify notes (here an input file a stored tool result read,
     now gone, so that result was checked against its request only) is printed by import too."""

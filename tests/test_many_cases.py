@@ -133,6 +133,7 @@ def test_strict_fails_a_case_whose_export_is_not_current(four_cases):
                                                    "run 'ledger export'")
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_cli_verify_prints_one_line_per_case_and_a_summary_and_exits_1_when_one_fails(tmp_path):
     cases = make_cases(tmp_path, 3)
     tamper(cases[2])
@@ -199,6 +200,7 @@ def test_cli_export_several_cases_and_a_missing_one(tmp_path):
     assert lines[3] == "exported 3 case(s): 2 ok, 1 failed"
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_cli_usage_errors_of_several_cases(four_cases, tmp_path):
     assert run_cli("verify", "--all", str(tmp_path)).returncode == 1  # no case inside: INVALID_ARGUMENT
     assert b"INVALID_ARGUMENT" in run_cli("verify", "--all", str(tmp_path)).stderr

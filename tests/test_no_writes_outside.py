@@ -89,6 +89,7 @@ def test_a_link_inside_the_export_folder_is_refused_by_export_and_verify(case_pa
 
 @pytest.mark.parametrize("name", ["manifest.json", "ledger.sqlite-lock", "ledger.sqlite-export-lock",
                                   "ledger.sqlite-wal", "ledger.sqlite-shm"])
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_a_link_in_place_of_an_own_file_is_refused_by_every_command(case_path, tmp_path, name):
     outside = tmp_path / "outside.file"
     (case_path / name).unlink(missing_ok=True)
@@ -299,6 +300,7 @@ def test_build_folders_of_killed_imports_and_demos_are_not_cases(case_path, tmp_
     assert export_fleet([cases], tmp_path / "fleet").to_dict()["exported"] == 1
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_a_link_loop_in_a_path_is_an_error_line_never_a_traceback(case_path, tmp_path):
     _exported(case_path)
     (tmp_path / "loop").symlink_to(tmp_path / "loop")

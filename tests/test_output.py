@@ -139,6 +139,7 @@ def latin1_case(tmp_path) -> Path:
 
 
 @pytest.mark.parametrize("fmt", ["--table", "--csv", "--nl"])
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_a_reader_that_goes_away_ends_every_format_quietly_with_status_1(tmp_path, fmt):
     """``ledger events CASE | head -1``: whatever the format, the command stops with status 1 and
     says nothing (no false 'busy' warning from the read still open), as docs/errors.md says."""

@@ -48,6 +48,7 @@ def _replay_into(path: Path, scratch: Path, many: bool) -> dict[str, list[tuple]
     return rows
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_store_derived_stores_exactly_the_rows_append_stores_one_event_at_a_time(tmp_path):
     path, _, _ = run_demo(tmp_path / "demo", echo=lambda _text: None)
     one = _replay_into(path, tmp_path / "one.sqlite", many=False)

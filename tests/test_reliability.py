@@ -157,6 +157,7 @@ def fresh_copy(base: Path, tmp_path: Path, name: str) -> Path:
 
 
 @pytest.mark.parametrize("name", list(OPERATIONS))
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_every_write_step_of_every_operation_can_fail_without_leaving_anything(
         name, base_package, tmp_path, fault_hook):
     # the fault-free run: its labels are the interruption points, its events the target
@@ -195,6 +196,7 @@ def test_every_write_step_of_every_operation_can_fail_without_leaving_anything(
     print(f"faults injected into {name}: {tried}")
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_a_fault_during_case_creation_leaves_no_case_and_init_can_run_again(tmp_path, fault_hook):
     recorder = Fault()
     fault_hook["hook"] = recorder
@@ -256,6 +258,7 @@ def export_faults(monkeypatch):
     return state
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_every_file_step_of_export_can_fail_and_the_tree_stays_as_it_was(base_package, tmp_path, export_faults):
     # an older export exists; the ledger then grew, so the next export writes new files and a new manifest
     old = fresh_copy(base_package, tmp_path, "old")

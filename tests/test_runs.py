@@ -65,6 +65,7 @@ def imported(tmp_path_factory) -> tuple[Path, object]:
 
 
 # --- the bundled journals, reproduced -----------------------------------------------------------
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_importing_the_raw_runs_reproduces_every_bundled_journals_steps_and_observation_hashes(imported):
     out, summary = imported
     assert (summary.runs, summary.steps, summary.errors) == (100, 3870, [])
@@ -81,6 +82,7 @@ def test_importing_the_raw_runs_reproduces_every_bundled_journals_steps_and_obse
     assert actions_differ == 2  # docs/runs.md: 3,868 of 3,870 actions as the bundled journals name them
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_each_step_holds_the_hash_size_and_atoms_computed_from_the_raw_observation(imported):
     out, _ = imported
     for raw in RAW_FILES[::10]:
@@ -541,6 +543,7 @@ def test_a_journal_that_cannot_be_put_in_place_is_named_and_leaves_no_temp_file(
     assert sorted(p.name for p in out.iterdir()) == ["toolcall-demo-1.jsonl"]
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_import_memory_does_not_grow_with_the_number_of_runs(tmp_path):
     """Peak memory of a real process importing 10 runs and 100 runs (docs/runs.md: streaming)."""
     import subprocess

@@ -185,6 +185,7 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_workers_end_when_the_process_that_started_them_is_killed(tmp_path):
     script = tmp_path / "caller.py"
     script.write_text(
@@ -214,6 +215,7 @@ def test_workers_end_when_the_process_that_started_them_is_killed(tmp_path):
     assert not any(map(_alive, pids)), f"workers {sorted(pids)} outlived the process that started them"
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_ctrl_c_stops_shared_work_with_no_traceback_and_no_process_left(tmp_path):
     """SIGINT to the whole process group, as a terminal's Ctrl-C sends it, while workers run."""
     journals = sorted((Path(__file__).parent / "data" / "trajectories").glob("*.jsonl"))

@@ -339,6 +339,7 @@ def test_cli_plot_without_matplotlib_is_a_clear_error(tmp_path, monkeypatch):
     assert wrong.exit_code == 1 and "must end in .svg or .png" in wrong.stderr
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_cli_plot_draws_an_svg_labelled_by_policy(tmp_path):
     pytest.importorskip("matplotlib")
     target = tmp_path / "tradeoff.svg"
@@ -536,6 +537,7 @@ print(matplotlib.get_backend(), "matplotlib.pyplot" in sys.modules, matplotlib.r
 """
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_plotting_leaves_the_callers_backend_pyplot_and_settings_as_they_were(tmp_path):
     pytest.importorskip("matplotlib")
     done = subprocess.run([sys.executable, "-c", PLOT_KEEPS_THE_CALLERS_MATPLOTLIB, str(tmp_path / "p.svg")],

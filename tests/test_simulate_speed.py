@@ -83,6 +83,7 @@ _values = st.recursive(
 
 @settings(max_examples=120, deadline=None)
 @given(st.dictionaries(_keys, _values, max_size=6))
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_the_canonical_length_of_any_event_like_body_is_at_most_six_times_its_marshal_length(body):
     """Property: for any body of strings (any Unicode, control characters and quotes included),
     safe integers, booleans, null, lists and objects, RFC 8785 bytes <= 6 x marshal (version 2)."""

@@ -169,6 +169,7 @@ def test_an_event_before_the_first_fails_alike(ledger_case, split_used, seq):
 
 
 @pytest.mark.parametrize("after", [36, 37, 38])  # an evidence batch: seq 36 starts it, 37-39 follow
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_a_split_inside_an_operation_of_several_events_moves_past_it(tmp_path, split_used, monkeypatch, after):
     from ledger import run_demo
 
@@ -200,6 +201,7 @@ def test_one_case_given_jobs_uses_them_itself(ledger_case, split_used):
     assert len(split_used) == 1  # one job: no second process
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_the_second_process_ends_when_the_first_is_killed(ledger_case, tmp_path):
     """A verify killed outright (SIGKILL) leaves no second process replaying for nobody."""
     import subprocess
@@ -234,6 +236,7 @@ def test_the_second_process_ends_when_the_first_is_killed(ledger_case, tmp_path)
     assert not _alive(second), f"the second process {second} outlived the verify that started it"
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_a_scratch_folder_a_killed_verify_left_is_removed_by_the_next_verify(ledger_case, tmp_path, monkeypatch):
     """SIGKILL leaves verify's scratch folder behind; the next verify removes it once that process is
     gone, and leaves alone a live process's folder, one another machine (or container) made, a link

@@ -432,6 +432,7 @@ def test_every_view_column_has_its_documented_type_in_sqlite_utils(full):
     db.close()
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_scope_usage_duration_is_whole_milliseconds_rounded_down_across_leap_days_and_years(tmp_path):
     """The view's integer date arithmetic agrees with the rules (and with DuckDB) on awkward instants."""
     from ledger.rules.scopes import elapsed_ms
