@@ -358,3 +358,21 @@ def test_a_fleet_export_locks_through_no_link_and_no_pipe(case_path, tmp_path):
     with pytest.raises(LedgerError) as refused:  # at once: a pipe is never waited on
         fleet_query(out, "SELECT 1", timeout_ms=2000)
     assert refused.value.code == INVALID_ARGUMENT and "no regular file" in refused.value.message
+
+
+def test_a_case_package_in_a_partitions_place_is_refused_and_left_alone(case_path, tmp_path):
+    from ledger import export_fleet
+
+    _exported(case_path)
+    out = tmp_path / "fleet"
+    export_fleet([case_path], out)
+    partition = out / "events" / "case_id=BUG-6"
+    shutil.rmtree(partition)
+    with Case.create(partition, "BUG-10") as case:  # made before the rule: a package where one belongs
+        export_case(case)
+    before = snapshot(partition)
+    with Case.open(case_path) as case:
+        case.budget().grant("H1", 1, "controller", "more", "g-partition")
+    [failed] = export_fleet([case_path], out).to_dict()["failed"]
+    assert failed["error"]["code"] == INVALID_ARGUMENT and "is the case package" in failed["error"]["message"]
+    assert snapshot(partition) == before
