@@ -204,7 +204,9 @@ OWN_LINKLESS = LEDGER_SIDE_FILES + (MANIFEST_FILE, ANALYSIS_DIR)
 #: The hidden folders where ``import --to`` and ``demo`` build a new package before renaming it into
 #: place (``.NAME.importing-PID-N``, ``.ledger-demo-building-NAME.PID``): their scratch, never a case
 #: of its own, though a killed run leaves one holding a ledger until the next run removes it.
-BUILD_FOLDER_RE = re.compile(r"\..*\.importing-[0-9]+-[0-9]+|\.ledger-demo-building-.*", re.DOTALL)
+#: The pid of the process building is group ``pid`` (an import's) or ``demo_pid`` (a demo's, when named).
+BUILD_FOLDER_RE = re.compile(r"\..*\.importing-(?P<pid>[0-9]+)-[0-9]+|\.ledger-demo-building-.*?(?:\.(?P<demo_pid>[0-9]+))?",
+                             re.DOTALL)
 
 
 def is_build_folder(name: str) -> bool:
@@ -217,9 +219,8 @@ def refuse_build_folder_name(path: str | os.PathLike[str], what: str) -> None:
     process's build folder (:func:`is_build_folder`): ``verify --all`` and ``fleet export`` would pass
     it by, and a later import or demo would remove it as a killed run's scratch once that pid is gone.
     This process's own build folders (its pid in the name) are allowed: they are what it builds in."""
-    name = Path(path).name
-    own = re.fullmatch(r"\..*\.importing-([0-9]+)-[0-9]+|\.ledger-demo-building-.*\.([0-9]+)", name, re.DOTALL)
-    if is_build_folder(name) and not (own and int(own.group(1) or own.group(2)) == os.getpid()):
+    build = BUILD_FOLDER_RE.fullmatch(Path(path).name)
+    if build and int(build.group("pid") or build.group("demo_pid") or -1) != os.getpid():
         raise LedgerError(E.INVALID_ARGUMENT, f"{what} {path}: a name like this is the ledger's own build folder "
                           "(an import's .NAME.importing-PID-N, a demo's .ledger-demo-building-NAME.PID), which a later "
                           "import or demo removes once that process is gone; choose another name", path=str(path))
