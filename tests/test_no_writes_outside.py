@@ -285,6 +285,49 @@ def test_init_refuses_a_folder_holding_a_lost_ledgers_log_and_keeps_it(tmp_path)
     assert (folder / "ledger.sqlite-wal").read_bytes() == b"committed writes"
 
 
+def test_an_emptied_ledger_beside_its_log_is_refused_by_every_command_and_the_log_kept(case_path, tmp_path):
+    """An empty (zero-byte) ledger.sqlite beside a log holding writes: SQLite, opening the empty file,
+    would delete the log, so every reader and writer refuses (LEDGER_MISSING, init CASE_EXISTS) before
+    opening it, and the log stays byte for byte."""
+    from ledger import read_only_query
+
+    with Case.open(case_path) as case:
+        case.storage.conn.execute("PRAGMA wal_autocheckpoint = 0")
+        case.budget().grant("H1", 1, "controller", "more", "g-1")
+        wal = (case_path / "ledger.sqlite-wal").read_bytes()  # committed, not yet folded in
+    journal = bytes.fromhex("d9d505f920a163d7") + (0).to_bytes(4, "big") + b"salt" + (76).to_bytes(4, "big")
+    for log, data in (("ledger.sqlite-wal", wal), ("ledger.sqlite-journal", journal + b"\0" * 492)):
+        folder = tmp_path / log.rsplit("-", 1)[1]
+        folder.mkdir()
+        (folder / "ledger.sqlite").write_bytes(b"")
+        (folder / log).write_bytes(data)
+        for code, attempt in (("LEDGER_MISSING", lambda: Case.open(folder)),
+                              ("LEDGER_MISSING", lambda: verify_case(folder)),
+                              ("LEDGER_MISSING", lambda: export_case(folder)),
+                              ("LEDGER_MISSING", lambda: read_only_query(folder, "SELECT 1")),
+                              ("CASE_EXISTS", lambda: Case.create(folder, "NEW-1"))):
+            with pytest.raises(LedgerError) as refused:
+                attempt()
+            assert refused.value.code == code and log in refused.value.message
+        done = run_cli("state", str(folder))
+        assert done.returncode == 1 and done.stderr.startswith(b"error: LEDGER_MISSING: ") and log.encode() in done.stderr
+        assert sorted(os.listdir(folder)) == ["ledger.sqlite", log]
+        assert (folder / log).read_bytes() == data and (folder / "ledger.sqlite").read_bytes() == b""
+
+
+def test_init_runs_again_where_an_interrupted_init_left_an_empty_ledger_and_its_journal(tmp_path):
+    """What an init killed while SQLite switched the new file to its log left: an empty ledger.sqlite
+    and a -journal recording an empty file. Nothing of a ledger is in it, so init runs again."""
+    folder = tmp_path / "half"
+    folder.mkdir()
+    (folder / "ledger.sqlite").write_bytes(b"")
+    header = bytes.fromhex("d9d505f920a163d7") + (0).to_bytes(4, "big") + b"salt" + (0).to_bytes(4, "big")
+    (folder / "ledger.sqlite-journal").write_bytes(header + b"\0" * 492)
+    with Case.create(folder, "BUG-7") as case:
+        assert case.status()["case_id"] == "BUG-7"
+    assert verify_case(folder).head_seq == 1
+
+
 def test_build_folders_of_killed_imports_and_demos_are_not_cases(case_path, tmp_path):
     """verify --all and fleet export find the cases of a folder, not the hidden folders where an
     import or a demo builds a package (one a killed run left holds a whole ledger)."""

@@ -36,7 +36,7 @@ from ..rules.common import check_action_id, check_case_id
 from ..storage.readonly import readonly_rows, reading_only
 from .session import Session, check_future_at
 from ..storage.connection import CheckpointWarning, Storage
-from ..storage.sqlite_file import check_ledger_path, translate_sqlite_errors
+from ..storage.sqlite_file import check_ledger_path, orphaned_logs, translate_sqlite_errors
 from ..model.views import SqlView
 
 DEFAULT_ACTOR = "controller"
@@ -45,9 +45,10 @@ DEFAULT_ACTOR = "controller"
 
 def _logs_without_ledger(root: Path) -> list[str]:
     """The names of ``ledger.sqlite``'s logs (``-wal``, ``-journal``: committed writes not yet in the
-    ledger file) in ``root`` when ``ledger.sqlite`` itself is not there."""
+    ledger file) in ``root`` when ``ledger.sqlite`` itself is not there, or is empty and they hold a
+    ledger's writes (:func:`~ledger.storage.sqlite_file.orphaned_logs`)."""
     if os.path.lexists(root / LEDGER_FILE):
-        return []
+        return orphaned_logs(root / LEDGER_FILE)
     return [name for name in (LEDGER_FILE + "-wal", LEDGER_FILE + "-journal") if os.path.lexists(root / name)]
 
 
@@ -163,7 +164,8 @@ class Case(CaseFacade):
             raise LedgerError(E.INVALID_ARGUMENT, f"{root} is not a directory")
         logs = _logs_without_ledger(root)
         if logs:  # SQLite would delete them as a new ledger's
-            raise LedgerError(E.CASE_EXISTS, f"{root} holds {' and '.join(logs)} but no {LEDGER_FILE}: the log of a "
+            ledger = f"an empty {LEDGER_FILE}" if os.path.lexists(root / LEDGER_FILE) else f"no {LEDGER_FILE}"
+            raise LedgerError(E.CASE_EXISTS, f"{root} holds {' and '.join(logs)} but {ledger}: the log of a "
                               "case whose ledger was lost or moved, which a new ledger here would delete; put the "
                               f"case's {LEDGER_FILE} back (or 'ledger import' its export), or move the log aside first")
         check_ledger_path(root / LEDGER_FILE)  # before any folder is made

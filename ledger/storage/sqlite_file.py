@@ -140,8 +140,52 @@ def connect_uri(uri: str) -> sqlite3.Connection:
 
 
 def connect_path(path: Path, mode: str) -> sqlite3.Connection:
+    """A connection to the ledger file ``path`` in ``mode`` (``ro``, ``rw``, ``rwc``); ``LEDGER_MISSING``
+    (and nothing opened) when ``path`` is empty but a log beside it holds a ledger's writes
+    (:func:`orphaned_logs`), which SQLite would delete."""
     check_ledger_path(path)
+    logs = orphaned_logs(path)
+    if logs:
+        raise LedgerError(E.LEDGER_MISSING, f"{path} is empty but {' and '.join(logs)} beside it "
+                          f"{'holds' if len(logs) == 1 else 'hold'} a ledger's writes: the ledger file was emptied or "
+                          "replaced; put it back (or 'ledger import' the case's export to a new folder), and keep "
+                          "the log: opening the empty file would delete it")
     return connect_uri(file_uri(path, mode))
+
+
+#: The first bytes of a rollback journal (SQLite's file format, section "The rollback journal").
+_JOURNAL_MAGIC = bytes.fromhex("d9d505f920a163d7")
+
+
+def orphaned_logs(path: Path) -> list[str]:
+    """Names of the logs beside an empty (zero-byte) ledger file ``path`` that hold a ledger's writes,
+    which SQLite deletes when it opens the empty file (docs/files.md):
+
+    * a ``-wal`` of any length: SQLite writes the ledger file's first page before its log exists,
+      so no ``init`` leaves an empty ledger file with a log beside it;
+    * a ``-journal`` that records a ledger of one page or more before its transaction (an
+      interrupted ``init`` leaves one that records none, which may go).
+
+    Empty when ``path`` is missing or not empty, or the logs cannot be read."""
+    try:
+        if os.stat(path).st_size != 0:
+            return []
+    except OSError:
+        return []
+    found = []
+    try:
+        if os.stat(f"{path}-wal").st_size > 0:
+            found.append(f"{os.path.basename(path)}-wal")
+    except OSError:
+        pass
+    try:
+        with open(f"{path}-journal", "rb") as journal:
+            header = journal.read(20)
+        if header[:8] == _JOURNAL_MAGIC and int.from_bytes(header[16:20], "big") > 0:
+            found.append(f"{os.path.basename(path)}-journal")
+    except OSError:
+        pass
+    return found
 
 
 def release_log(path: Path) -> None:
