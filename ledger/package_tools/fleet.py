@@ -121,7 +121,7 @@ def check_out(out: Path, *, create: bool) -> Path:
         raise LedgerError(E.INVALID_ARGUMENT, f"{out}: a fleet export's path may not hold *, ?, [, ], {{ or }} (its "
                           "tables are read with a file pattern under it); choose another folder")
     if create:
-        refuse_output_in_package(out, "--to")
+        refuse_output_in_package(out, "the fleet folder (--to, out= in Python)")
     marker = _meta(out) / "format.json"
     try:
         if marker.is_file():
@@ -341,7 +341,7 @@ def _publish(build: Path, out: Path, name: str) -> None:
     for target in targets:
         target.mkdir(parents=True, exist_ok=True)
         _refuse_link(out, target.parent, target)
-        refuse_output_in_package(target, "--to")  # a case package someone put in the export's place
+        refuse_output_in_package(target, "the fleet folder (--to, out= in Python)")  # a case package someone put in the export's place
     with _locked(_meta(out) / "lock", fcntl.LOCK_EX):
         for table, target in zip(TABLES, targets):
             os.replace(build / f"{table}.parquet", target / DATA_FILE)
@@ -423,7 +423,7 @@ def export_fleet(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike
     check_callback(progress, "progress")
     _duckdb()
     cases = find_cases(paths)
-    target = check_out(fs_path(out, "--to"), create=True).absolute()
+    target = check_out(fs_path(out, "the fleet folder (--to, out= in Python)"), create=True).absolute()
     _refuse_links_inside(target)
     remove_abandoned_builds(_meta(target) / "tmp", ".build-")
     report = FleetReport(str(out))

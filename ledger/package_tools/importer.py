@@ -80,8 +80,8 @@ def _check_target(src: Path, dest: Path) -> bool:
         raise LedgerError(E.INVALID_ARGUMENT, f"{dest} is inside {src}: the new case would become one of "
                           "the source package's inputs; import to a folder outside it")
     else:
-        refuse_output_in_package(dest, "--to", itself=False)
-        refuse_build_folder_name(dest, "--to")
+        refuse_output_in_package(dest, "the new case (--to, to= in Python)", itself=False)
+        refuse_build_folder_name(dest, "the new case (--to, to= in Python)")
     return in_place
 
 
