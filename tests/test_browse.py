@@ -429,3 +429,29 @@ def test_a_case_without_budget_events_is_served_and_its_picture_says_so(tmp_path
     finally:
         for database in datasette.databases.values():
             database.close()
+
+
+def test_a_served_case_answers_only_get_and_head_every_other_method_is_405_without_a_traceback(site, demo):
+    """Nothing a served case offers writes: POST, PUT, PATCH and DELETE anywhere (a table page, a
+    query, Datasette's own pages) are 405 with a line saying why, before Datasette sees them (its
+    POST to a table page was an error 500 with a traceback on the server's terminal)."""
+    import httpx
+
+    from ledger.browse.server import read_only_methods
+
+    async def ask(method: str, path: str) -> httpx.Response:
+        transport = httpx.ASGITransport(app=read_only_methods(site.app()))
+        async with httpx.AsyncClient(transport=transport, base_url="http://case") as client:
+            return await client.request(method, path, data={"sql": "DELETE FROM events"})
+
+    before = digest(demo)["ledger.sqlite"]
+    for method in ("POST", "PUT", "PATCH", "DELETE"):
+        for path in ("/BUG-20/events", "/BUG-20", "/BUG-20/-/query", "/-/permissions", "/BUG-20/events/1"):
+            answer = asyncio.run(ask(method, path))
+            assert answer.status_code == 405 and answer.headers["allow"] == "GET, HEAD", (method, path)
+            assert answer.text == "this server is read-only: it answers GET and HEAD requests only\n"
+    for method in ("GET", "HEAD"):
+        answer = asyncio.run(ask(method, "/BUG-20/case_status.json?_shape=array"))
+        assert answer.status_code == 200
+    assert json.loads(asyncio.run(ask("GET", "/BUG-20/case_status.json?_shape=array")).text)[0]["case_id"] == "BUG-20"
+    assert digest(demo)["ledger.sqlite"] == before

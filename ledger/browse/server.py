@@ -122,6 +122,29 @@ def case_datasette(paths: Sequence[str | os.PathLike[str]], sql_threads: int = 3
     return datasette
 
 
+#: The HTTP methods a served case answers; any other is 405 (:func:`read_only_methods`).
+READ_METHODS = ("GET", "HEAD")
+
+
+def read_only_methods(app: Callable[..., Any]) -> Callable[..., Any]:
+    """The ASGI application ``app`` answering only ``GET`` and ``HEAD``: any other HTTP method is
+    ``405 Method Not Allowed`` with a line saying why, before ``app`` sees it. Nothing a served case
+    offers writes, and Datasette 0.65 answered a ``POST`` to a table page with an error 500 and a
+    traceback on the server's terminal."""
+    body = b"this server is read-only: it answers GET and HEAD requests only\n"
+    headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"allow", ", ".join(READ_METHODS).encode()),
+               (b"content-length", str(len(body)).encode())]
+
+    async def guarded(scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
+        if scope["type"] == "http" and scope["method"] not in READ_METHODS:
+            await send({"type": "http.response.start", "status": 405, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+            return
+        await app(scope, receive, send)
+
+    return guarded
+
+
 def _listen(host: str, port: int) -> socket.socket:
     """A socket listening on ``host``:``port`` (``INVALID_ARGUMENT`` when it cannot, or for an empty
     or blank ``host``, which would listen on every address: say ``0.0.0.0`` to mean that)."""
@@ -150,7 +173,7 @@ def serve_cases(paths: Sequence[str | os.PathLike[str]], host: str = "127.0.0.1"
     sock = _listen(host, port)
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{sock.getsockname()[1]}/"
-    server = uvicorn.Server(uvicorn.Config(datasette.app(), log_level="warning", lifespan="on"))
+    server = uvicorn.Server(uvicorn.Config(read_only_methods(datasette.app()), log_level="warning", lifespan="on"))
     names = ", ".join(name for name in datasette.databases if name in _OURS[datasette])
     echo(f"serving {names} read-only at {url} (Ctrl-C stops)")
     if open_browser and not webbrowser.open(url):  # no browser here (a server without a display, say)
