@@ -224,6 +224,18 @@ def test_the_choice_among_equal_policies_takes_the_name_with_the_smaller_number(
     assert choose(table, [], parse_max_stopped("resolved=50%")) == "steps=3"
 
 
+def test_when_no_policy_meets_the_limit_the_nearest_is_the_saving_policy_stopping_the_fewest():
+    """No policy saving units stops at most 5 %: the nearest is the one of those stopping the fewest
+    (ties: fewer units, then the smaller number); no-stop, which saves nothing, is never it."""
+    from ledger.simulation.frontier import nearest
+
+    table = _Totals({"no-stop": (100, 0, 10), "steps=10": (90, 2, 10), "steps=8": (80, 2, 10),
+                     "steps=6": (80, 2, 10), "steps=3": (40, 5, 10), "wide": (100, 1, 10)})
+    limit = parse_max_stopped("resolved=5%")
+    assert choose(table, [], limit) is None and nearest(table, [], limit) == "steps=6"
+    assert nearest(_Totals({"no-stop": (100, 0, 10), "wide": (100, 1, 10)}), [], limit) is None
+
+
 @pytest.mark.parametrize("spec, label, pct", [("resolved=2%", "resolved", 2), ("resolved=2.5", "resolved", 2.5),
                                               ("a=b=0 %", "a=b", 0), ("failed=100%", "failed", 100)])
 def test_max_stopped_reads_label_and_share(spec, label, pct):
@@ -246,6 +258,9 @@ def test_no_choice_when_nothing_meets_the_constraint_and_saves_exit_0(tmp_path):
     assert done.exit_code == 0, done.output
     choice = json.loads(done.stdout)["choice"]
     assert choice["policy"] is None and "no policy stops at most 0 % of the resolved runs" in choice["reason"]
+    near = choice["nearest"]
+    assert near["policy"].startswith("max_low_information_steps=") and near["constraint_stopped_pct"] > 0
+    assert choice["reason"].endswith(f"{near['policy']} stops the fewest: {near['constraint_stopped_pct']:g} % of them")
     assert not (tmp_path / "p.toml").exists() and "no choice" in done.stderr
     table = _cli("simulate", DATA, "--outcomes", OUTCOMES, "--vary", "max_low_information_steps=6", "--frontier",
                  "--max-stopped", "resolved=0%", "--jobs", "1")

@@ -187,6 +187,19 @@ def choose(table: _Table, ids: Sequence[str], constraint: Constraint) -> str | N
     return name if units < baseline else None
 
 
+def nearest(table: _Table, ids: Sequence[str], constraint: Constraint) -> str | None:
+    """Of the policies spending fewer units than ``no-stop`` over ``ids``, the one stopping the
+    fewest of the constraint label's runs (ties: fewer units, then :func:`name_order`): what a
+    ``--max-stopped`` no policy meets would have to allow. None when no policy saves units."""
+    baseline, _, _ = table.totals(NO_STOP, ids, constraint.label)
+    saving = []
+    for name in table.names:
+        units, stopped, _ = table.totals(name, ids, constraint.label)
+        if units < baseline:
+            saving.append((stopped, units, name_order(name)))
+    return min(saving)[2][1] if saving else None
+
+
 def _shares(table: _Table, name: str, ids: Sequence[str], good: str) -> tuple[float, float | None]:
     """``(units saved %, good runs stopped %)`` of policy ``name`` over ``ids``; the second is None
     when ``ids`` hold no good run (no share to give, rather than a 0 % that would lower a mean)."""
@@ -279,6 +292,12 @@ def _choice(table: _Table, rows: Mapping[str, dict[str, Any]], constraint: Const
     if name is None:
         out["reason"] = (f"no policy stops at most {float(constraint.pct):g} % of the {constraint.label} runs "
                          "and saves units against no-stop")
+        near = nearest(table, table.run_ids, constraint)
+        if near is not None:
+            out["nearest"] = {"policy": near, "constraint_stopped_pct":
+                              round(_stopped_pct(table, near, table.run_ids, constraint.label) or 0.0, 2)}
+            out["reason"] += (f"; of those that save units, {near} stops the fewest: "
+                              f"{out['nearest']['constraint_stopped_pct']:g} % of them")
         return out
     in_sample = _shares(table, name, table.run_ids, good)  # every label is one some run has
     out.update(figures=rows[name], in_sample={
