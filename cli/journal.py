@@ -15,6 +15,7 @@ import click
 
 import ledger
 from ledger import Case, JournalSummary, LineResult, apply_journal
+from ledger.ground.canonical import SAFE_INTEGER_MAX
 from ledger.package_tools.journal import clamp_warning, first_at as journal_first_at, open_for_journal, read_lines
 
 from ._common import _NoBar, BALANCE_COLUMNS, CASE, IntegerRange, Settings, pass_settings, progress_bar
@@ -32,9 +33,12 @@ from ._output import OutputError, dumps, echo, emit_rows, one_line, warn
 @click.option("--quiet", "-q", is_flag=True, help="Print no result lines, only the summary on stderr.")
 @click.option("--results", type=click.Choice(["all", "changed"]), default="all", show_default=True,
               help="'changed': each result line's state holds only the account the line touched.")
+@click.option("--units-per-hypothesis", type=IntegerRange(1, SAFE_INTEGER_MAX), metavar="N",
+              help="Give each hypothesis N units, replacing the allocation of every open_revision line "
+              "(as a simulation policy that sets units_per_hypothesis does).")
 @pass_settings
 def apply(settings: Settings, case: str, journal: Any, create_case_id: str | None, at: str | None,
-          keep_going: bool, batch_size: int, quiet: bool, results: str) -> None:
+          keep_going: bool, batch_size: int, quiet: bool, results: str, units_per_hypothesis: int | None) -> None:
     """Apply a JSON-Lines JOURNAL ('-' for stdin), printing one JSON result line per line.
 
     Each line succeeds or fails alone; up to --batch-size lines share one durable
@@ -59,7 +63,8 @@ def apply(settings: Settings, case: str, journal: Any, create_case_id: str | Non
             bar.update(head_bytes)
             committed = [0]  # results of committed batches not yet counted
             outcomes = apply_journal(opened, lines, budget=manager, keep_going=keep_going, batch_size=batch_size,
-                                     on_commit=lambda n: committed.__setitem__(0, committed[0] + n))
+                                     on_commit=lambda n: committed.__setitem__(0, committed[0] + n),
+                                     units_per_hypothesis=units_per_hypothesis)
             for outcome in outcomes:
                 summary.add(outcome)
                 if not outcome.ok and not keep_going:

@@ -40,13 +40,10 @@ def _policies() -> list[Policy]:
 
 def _apply(tmp_path: Path, journal: Path, policy: Policy) -> tuple[list[tuple[int, str | None]], list[dict]]:
     lines = journal.read_bytes().split(b"\n")
-    if policy.units_per_hypothesis is not None:  # what the simulation does to open_revision lines
-        lines = [json.dumps({**json.loads(t), "units_per_hypothesis": policy.units_per_hypothesis}).encode()
-                 if b'"open_revision"' in t else t for t in lines]
     case = Case.create(tmp_path / f"{journal.stem}-{abs(hash(policy.name))}", "C1")
-    try:
+    try:  # a policy's allocation replaces the journal's, in apply as in the simulation
         results = list(apply_journal(case, lines, budget=case.budget(policy.config), keep_going=True,
-                                     batch_size=100))
+                                     batch_size=100, units_per_hypothesis=policy.units_per_hypothesis))
         return [(r.line, None if r.ok else r.error.code) for r in results], case.balances()
     finally:
         case.close()
@@ -70,6 +67,38 @@ def test_simulated_lines_and_balances_equal_apply_keep_going_under_four_policies
         assert fast.abandoned == (statuses == {"abandoned_low_information_gain"}), policy.name
         assert fast.exhausted == (statuses == {"budget_exhausted"}), policy.name
         assert fast.stopped_at_step == traced.stopped_at_step
+
+
+def test_apply_units_per_hypothesis_replaces_every_open_revisions_allocation_as_simulate_does(tmp_path):
+    """`ledger apply --units-per-hypothesis N` gives each hypothesis N units whatever the journal's
+    open_revision lines say (or leave out), so a run applied under a chosen policy's allocation
+    has the figures simulate gave it; anything but an integer >= 1 is refused and writes nothing."""
+    journal = tmp_path / "two.jsonl"
+    text = _journal(tmp_path, ["a", "b", "a"], units=100000).read_text()
+    again = [{"op": "transition", "to": "EVALUATING"}, {"op": "open_revision", "hypotheses": [{"statement": "t"}]},
+             {"op": "transition", "to": "INVESTIGATING_HYPOTHESES"}, {"op": "initialize"}]
+    journal.write_text(text + "".join(json.dumps(line) + "\n" for line in again))
+    policy = vary(example_policy(), [("units_per_hypothesis", [25])])[0]
+    simulated = simulate([journal], [policy]).runs[0]
+    done = CliRunner().invoke(main, ["--config", str(EXAMPLE_BUDGET), "apply", str(tmp_path / "case"), str(journal),
+                                     "--create", "C1", "--keep-going", "-q", "--units-per-hypothesis", "25"])
+    assert done.exit_code == 0, done.output
+    with Case.open(tmp_path / "case") as case:
+        balances = case.balances()
+    assert [(b["revision"], b["initial_units"]) for b in balances] == [(1, 25), (2, 25)]
+    assert sum(b["spent_units"] for b in balances) == simulated.units_spent == 30
+    assert sum(b["rewarded_units"] for b in balances) == simulated.units_rewarded
+    for bad in ("0", "-1", "x", "9007199254740992"):
+        refused = CliRunner().invoke(main, ["apply", str(tmp_path / f"bad{bad}"), str(journal), "--create", "C2",
+                                            "--units-per-hypothesis", bad])
+        assert refused.exit_code == 2 and "--units-per-hypothesis" in refused.output
+        assert not (tmp_path / f"bad{bad}").exists()
+    with Case.create(tmp_path / "api", "C3") as case:
+        for bad in (0, True, 2.0, "5"):
+            with pytest.raises(LedgerError) as caught:
+                list(apply_journal(case, [text], units_per_hypothesis=bad))
+            assert caught.value.code == "INVALID_ARGUMENT" and "units_per_hypothesis" in caught.value.message
+        assert case.status()["analysis_revision"] == 0
 
 
 def test_the_tiny_allocation_policy_exhausts_and_the_grid_changes_outcomes():

@@ -40,6 +40,8 @@ def journal_operations() -> dict[str, tuple[frozenset[str], frozenset[str]]]:
 #: The journal forms of the registered operations (see :func:`journal_operations`).
 OPERATIONS = journal_operations()
 LINE_BYTES_MAX = 4 * 1024 * 1024
+#: The ``open_revision`` key a run's allocation may be replaced in (``apply_journal``, simulation policies).
+UNITS_KEY = "units_per_hypothesis"
 #: A batch of journal lines is applied early once its lines add up to this many bytes.
 BATCH_BYTES_MAX = 8 * 1024 * 1024
 
@@ -190,7 +192,8 @@ def call_operation(case: Case, budget: BudgetManager, line: dict[str, Any]) -> A
 
 def apply_journal(case: Case, lines: Iterable[str | bytes], *, budget: BudgetManager | None = None,
                   keep_going: bool = False, batch_size: int = 1,
-                  on_commit: Callable[[int], None] | None = None) -> Iterator[LineResult]:
+                  on_commit: Callable[[int], None] | None = None,
+                  units_per_hypothesis: int | None = None) -> Iterator[LineResult]:
     """Apply journal ``lines`` to ``case``, yielding one :class:`LineResult` per non-blank line.
 
     ``budget`` defaults to ``case.budget()`` (the frozen policy). Stops after the
@@ -202,6 +205,9 @@ def apply_journal(case: Case, lines: Iterable[str | bytes], *, budget: BudgetMan
     batch committed, so every yielded result is durable. ``on_commit(n)``, if
     given, is called after each batch committed, before its ``n`` results are
     yielded (a caller that stops early knows how many committed results remain).
+    ``units_per_hypothesis`` (an integer >= 1), if given, replaces the allocation of every
+    ``open_revision`` line, exactly as a simulation policy that sets it does (docs/simulate.md);
+    ``INVALID_ARGUMENT`` for anything else.
     """
     check_instance(case, CaseFacade, "case", "an open Case")
     check_iterable(lines, "lines", "an iterable of journal lines (str or bytes each), e.g. a list or read_lines(file)")
@@ -211,6 +217,9 @@ def apply_journal(case: Case, lines: Iterable[str | bytes], *, budget: BudgetMan
     budget = budget or case.budget()
     if type(batch_size) is not int or batch_size < 1:
         raise LedgerError(E.INVALID_ARGUMENT, f"batch_size must be an integer >= 1, got {batch_size!r}")
+    if units_per_hypothesis is not None and (type(units_per_hypothesis) is not int or units_per_hypothesis < 1):
+        raise LedgerError(E.INVALID_ARGUMENT, f"units_per_hypothesis must be an integer >= 1 or None, "
+                          f"got {units_per_hypothesis!r}")
     pending: list[tuple[int, str | bytes]] = []
     stopped = False
 
@@ -221,6 +230,8 @@ def apply_journal(case: Case, lines: Iterable[str | bytes], *, budget: BudgetMan
             for number, text in chunk:
                 try:
                     parsed = parse_line(text)
+                    if units_per_hypothesis is not None and parsed["op"] == "open_revision":
+                        parsed[UNITS_KEY] = units_per_hypothesis
                     seq, reused, result = run_operation(case, budget, parsed)
                 except LedgerError as exc:
                     done.append(LineResult(number, False, error=exc))

@@ -473,12 +473,15 @@ def frontier(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Poli
 def policy_toml(policy: Policy) -> str:
     """``policy`` as a budget TOML that ``BudgetConfig.load`` and ``ledger simulate --policy`` read.
     ``units_per_hypothesis`` is not a budget key: when the policy sets it, a comment says so (the
-    allocation is given when a revision opens; ``--vary units_per_hypothesis=N`` simulates it)."""
+    allocation is given when a revision opens; ``--vary units_per_hypothesis=N`` simulates it and
+    ``ledger apply --units-per-hypothesis N`` applies it)."""
     settings = dict(policy.config.policy)
     lines = [f"# The policy {policy.name!r} chosen by ledger simulate --frontier."]
     if policy.units_per_hypothesis is not None:
-        lines.append(f"# It also gives each hypothesis {policy.units_per_hypothesis} units (units_per_hypothesis, "
-                     "set when a revision opens; simulate it with --vary units_per_hypothesis=N).")
+        units = policy.units_per_hypothesis
+        lines.append(f"# It also gives each hypothesis {units} units (units_per_hypothesis, set when a revision "
+                     f"opens, not here): simulate it with --vary units_per_hypothesis={units}, apply it with "
+                     f"ledger apply --units-per-hypothesis {units}.")
     tables = {key: value for key, value in settings.items() if isinstance(value, Mapping)}
     for key, value in settings.items():
         if key not in tables:

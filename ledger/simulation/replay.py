@@ -33,7 +33,7 @@ from ..services.budget import BudgetManager
 from ..ground.clock import parse_at, utc_now
 from ..ground.config import AnalysisConfig
 from ..ground.errors import LedgerError
-from ..package_tools.journal import call_operation, parse_line, read_lines, without_bom
+from ..package_tools.journal import UNITS_KEY, call_operation, parse_line, read_lines, without_bom
 from ..services.memory import DEFAULT_ACTOR, MemoryCase
 from ..model.operations import operation
 from ..rules.common import STATUS_ABANDONED, STATUS_EXHAUSTED, TERMINAL_STATUSES
@@ -48,7 +48,6 @@ STEP_OPS = frozenset({"reserve", "request_test"})
 ENDED_BY_POLICY = frozenset({STATUS_ABANDONED, STATUS_EXHAUSTED})
 #: Lines read ahead for the journal's first "at", as ``ledger apply --create`` does.
 FIRST_AT_LINES = 1000
-UNITS_KEY = "units_per_hypothesis"
 _LIFECYCLE_OPS = frozenset({"open_revision", "transition", "initialize"})
 
 #: A journal line: its number and the parsed object, or the ``LedgerError`` that refused it.
