@@ -30,7 +30,7 @@ from ._output import OutputError, dumps, echo, emit_rows, one_line, warn
 @click.option("--keep-going", is_flag=True, help="Continue after a failed line (exit status is still 1).")
 @click.option("--batch-size", type=IntegerRange(1, 10_000), default=100, show_default=True,
               help="Lines per transaction (group commit); a result line prints once its batch committed.")
-@click.option("--quiet", "-q", is_flag=True, help="Print no result lines, only the summary on stderr.")
+@click.option("--quiet", "-q", is_flag=True, help="Print no result lines: on stderr, only the first failed line and the summary.")
 @click.option("--results", type=click.Choice(["all", "changed"]), default="all", show_default=True,
               help="'changed': each result line's state holds only the account the line touched.")
 @click.option("--units-per-hypothesis", type=IntegerRange(1, SAFE_INTEGER_MAX), metavar="N",

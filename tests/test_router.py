@@ -46,6 +46,16 @@ def test_a_line_is_the_text_between_newlines_with_one_trailing_cr_removed_and_ha
     assert found["sources"] == [["sources/app.py", hashlib.sha256(b"one\r\ntwo\nthree").hexdigest()]]
 
 
+def test_arguments_missing_or_unexpected_are_named_with_what_the_tool_takes(root):
+    router = Router(root)
+    missing = _refused(lambda: router.read_context({"path": "sources/app.py"}))
+    assert missing.message.endswith("source.read_context: missing argument(s) 'end_line', 'start_line' (it takes "
+                                    "end_line, path, start_line)")
+    both = _refused(lambda: router.read_context({"path": "sources/app.py", "start_line": 1, "lines": 2}))
+    assert both.message.endswith("missing argument(s) 'end_line'; unexpected argument(s) 'lines' (it takes end_line, "
+                                 "path, start_line)")
+
+
 def test_a_path_outside_its_folder_is_refused_and_a_bare_name_is_shown_where_it_belongs(root):
     bare = _refused(lambda: Router(root).lookup({"database": "db.sqlite", "table": "users"}))
     assert bare.message == ("'db.sqlite' is outside data/ (paths start at the package folder: did you mean "

@@ -89,7 +89,10 @@ def _check_keys(args: Any, required: set[str], optional: set[str], tool: str) ->
         raise _refuse(f"{tool}: args must be an object")
     missing, extra = required - set(args), set(args) - required - optional
     if missing or extra:
-        raise _refuse(f"{tool}: missing {sorted(missing)} / unexpected {sorted(extra)} argument(s)")
+        problems = [f"{what} argument(s) {', '.join(map(repr, sorted(keys)))}"
+                    for what, keys in (("missing", missing), ("unexpected", extra)) if keys]
+        takes = ", ".join(sorted(required) + [f"{key} (optional)" for key in sorted(optional)])
+        raise _refuse(f"{tool}: {'; '.join(problems)} (it takes {takes})")
     return args
 
 
