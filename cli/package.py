@@ -8,8 +8,8 @@ from typing import Any
 
 import click
 
-from ledger import (Case, LedgerError, ManyReport, VerifyReport, case_folders, export_case, export_many, import_tree,
-                    verify_case, verify_many)
+from ledger import (LedgerError, ManyReport, VerifyReport, case_folders, export_case, export_many, import_tree,
+                    read_only_query, verify_case, verify_many)
 from ledger.package_tools.export import export_count
 from ledger.package_tools.manifest import read_manifest
 from ledger.ground.workers import JOBS_MAX
@@ -52,15 +52,15 @@ def _verify_notes(outcome: dict[str, Any]) -> list[str]:
     return VerifyReport(**fields).notes() if fields else []
 
 
-def _events_to_verify(case: Case) -> int:
-    """The progress bar's length: the head's seq, or 0 when the case's status row was changed (verify
-    then fails, saying what changed, as it checks the ledger's own views before any row)."""
+def _events_to_verify(case: str) -> int:
+    """The progress bar's length: the newest event's seq, read without writing (verify writes nothing:
+    no writer's open, which would migrate the schema or fold the log), or 0 when it cannot be read
+    (verify then says why)."""
     try:
-        return case.status()["package_generation"]
-    except LedgerError as exc:
-        if exc.code != "INTEGRITY_ERROR":
-            raise
+        _, rows = read_only_query(case, "SELECT COALESCE(MAX(seq), 0) FROM events")
+    except LedgerError:
         return 0
+    return rows[0][0] if rows and type(rows[0][0]) is int else 0
 
 
 def _many(run: Any, cases: tuple[str, ...], all_in: bool, jobs: int | None, as_json: bool, verb: str,
@@ -189,8 +189,7 @@ def verify(cases: tuple[str, ...], as_json: bool, all_in: bool, jobs: int | None
         return
     fmt = table_format(as_json=as_json, **formats) if any(formats.values()) or as_json else None
     try:
-        with Case.open(case) as opened:
-            total = _events_to_verify(opened)
+        total = _events_to_verify(case)
         with progress_bar(total, "verifying", stream=sys.stderr if fmt else None) as bar:
             report = verify_case(case, progress=bar.update, strict=strict, jobs=None)  # a large case: two cores
     except LedgerError as exc:

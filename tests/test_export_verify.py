@@ -1110,3 +1110,62 @@ def test_a_changed_status_row_is_integrity_error_in_every_command_never_a_traceb
         done = run_cli(*[str(exported) if part == "C" else part for part in command], stdin=b'{"op": "snapshot"}\n')
         assert b"Traceback" not in done.stderr and done.returncode == (1 if fails else 0), (command, done.stderr)
         assert not fails or done.stderr.startswith(b"error: INTEGRITY_ERROR: "), (command, done.stderr)
+
+
+# --- the verify command writes nothing ---------------------------------------------------------
+def _ledger_files(path: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(path.iterdir()) if p.name in ("ledger.sqlite", "ledger.sqlite-wal")}
+
+
+def test_the_verify_command_writes_nothing_whatever_the_ledgers_schema_journal_mode_or_log(tmp_path):
+    """`ledger verify CASE` reads through read-only connections only: an older schema is not
+    migrated (and a lie in its views is still found), a rollback-journal ledger stays one, and a
+    crash's -wal is neither folded in nor deleted. (It opened the case as a writer for its
+    progress bar, which migrated, rewrote or folded all three.)"""
+    from click.testing import CliRunner
+
+    from conftest import downgrade_ledger
+    from ledger_cli.main import main
+
+    def verify(path: Path) -> tuple[int, str]:
+        done = CliRunner().invoke(main, ["verify", str(path)])
+        return done.exit_code, done.output
+
+    old = tmp_path / "old"
+    start_case(make_package(old)).close()
+    downgrade_ledger(old, 6)
+    lying = tmp_path / "lying"
+    shutil.copytree(old, lying)
+    conn = sqlite3.connect(lying / "ledger.sqlite")
+    conn.execute("DROP VIEW case_status")
+    conn.execute("CREATE VIEW case_status AS SELECT 'BUG-1' AS case_id, 'CLOSED' AS state")
+    conn.commit()
+    conn.close()
+    for path, status in ((old, 0), (lying, 1)):
+        before = _ledger_files(path)
+        code, output = verify(path)
+        assert code == status, output
+        assert _ledger_files(path) == before
+        assert read_only_query(path, "SELECT MAX(version) FROM schema_migrations")[1] == [(6,)]
+    assert "INTEGRITY_ERROR: the ledger's case_status is missing or altered" in verify(lying)[1]
+
+    rollback = tmp_path / "rollback"
+    start_case(make_package(rollback)).close()
+    sqlite3.connect(rollback / "ledger.sqlite").execute("PRAGMA journal_mode = DELETE").fetchall()
+    before = _ledger_files(rollback)
+    assert verify(rollback)[0] == 0 and _ledger_files(rollback) == before
+    assert read_only_query(rollback, "SELECT 1")[1] == [(1,)]
+    assert sqlite3.connect(rollback / "ledger.sqlite").execute("PRAGMA journal_mode").fetchone() == ("delete",)
+
+    crashed, copy = tmp_path / "crashed", tmp_path / "copy"
+    with start_case(make_package(crashed)) as case:
+        case.storage.conn.execute("PRAGMA wal_autocheckpoint = 0")
+        case.budget().initialize()
+        copy.mkdir()
+        for name in ("ledger.sqlite", "ledger.sqlite-wal"):  # what a crash leaves: committed writes in the log
+            shutil.copyfile(crashed / name, copy / name)
+    before = _ledger_files(copy)
+    assert len(before["ledger.sqlite-wal"]) > 0
+    code, output = verify(copy)
+    assert code == 0 and "head seq 4 " in output, output
+    assert _ledger_files(copy) == before
