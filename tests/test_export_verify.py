@@ -832,16 +832,23 @@ def test_a_malformed_newest_budget_event_is_an_integrity_error_not_a_crash(budge
     assert caught.value.code == INTEGRITY_ERROR
 
 
-def test_verify_refuses_a_foreign_trigger_on_a_ledger_table(case):
+@pytest.mark.parametrize("name", ["zz", "sqlite_stat1", "sqlite_sequence"])
+def test_verify_refuses_a_foreign_trigger_on_a_ledger_table(case, name):
+    """Whatever its name: one of SQLite's own tables' names (set with writable_schema) hid it."""
     case.close()
     conn = sqlite3.connect(case.path / "ledger.sqlite")
     conn.execute("CREATE TRIGGER zz AFTER INSERT ON events WHEN NEW.type = 'budget.rejected' "
                  "BEGIN SELECT RAISE(ABORT, 'busy, try later'); END")
+    if name != "zz":
+        conn.execute("PRAGMA writable_schema = ON")
+        conn.execute("UPDATE sqlite_master SET name = ?, sql = replace(sql, 'TRIGGER zz', 'TRIGGER ' || ?) "
+                     "WHERE name = 'zz'", (name, name))
     conn.commit()
     conn.close()
     with pytest.raises(LedgerError) as caught:
         verify_case(case.path)
-    assert caught.value.code == INTEGRITY_ERROR and "is not the ledger's own" in caught.value.message
+    assert caught.value.code == INTEGRITY_ERROR
+    assert f"schema object {name} is not the ledger's own: a trigger on the ledger's events" in caught.value.message
 
 
 @pytest.mark.parametrize("ddl, kind", [
