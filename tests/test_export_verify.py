@@ -764,6 +764,16 @@ def test_deleting_the_last_schema_migrations_row_fails_verify_and_the_next_open_
     conn.close()
 
 
+def test_an_edited_schema_migrations_name_is_named_with_the_migration_it_should_be(budget, case):
+    _tamper(case, "DROP TRIGGER schema_migrations_no_update", "UPDATE schema_migrations SET name = 'x' WHERE version = 2",
+            "CREATE TRIGGER schema_migrations_no_update BEFORE UPDATE ON schema_migrations\nBEGIN\n    SELECT "
+            "RAISE(ABORT, 'append-only: schema_migrations rows cannot be updated');\nEND")
+    with pytest.raises(LedgerError) as caught:
+        verify_case(case.path)
+    assert caught.value.code == INTEGRITY_ERROR
+    assert "schema_migrations names version 2 'x', but that migration is 'views' (an edited row)" in caught.value.message
+
+
 def test_a_manifest_that_disagrees_with_the_ledger_is_refused_by_verify_and_import(budget, case, tmp_path):
     budget.reserve("H1", "a1", "source.read_context")
     export_case(case)

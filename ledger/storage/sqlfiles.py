@@ -165,8 +165,12 @@ def migration_record_problem(conn: sqlite3.Connection, schema: str = "main") -> 
     version = max((v for v, _ in rows), default=0)
     expected = [(v, name) for v, name, _ in migrations() if v <= version]
     if rows != expected:
-        return (f"schema_migrations holds versions {[v for v, _ in rows]} but the migrations up to {version} are "
-                f"{[v for v, _ in expected]} (an edited or deleted row)")
+        if [v for v, _ in rows] != [v for v, _ in expected]:
+            return (f"schema_migrations holds versions {[v for v, _ in rows]} but the migrations up to {version} are "
+                    f"{[v for v, _ in expected]} (an edited or deleted row)")
+        held, shipped = next((r, e) for r, e in zip(rows, expected) if r != e)
+        return (f"schema_migrations names version {held[0]} {held[1]!r}, but that migration is {shipped[1]!r} "
+                "(an edited row)")
     known = shipped_schema(version) if version else {}
     for later, name, _ in migrations():
         made = _made_by(later) if later > version else {}
