@@ -41,9 +41,9 @@ def _single(cases: tuple[str, ...], all_in: bool, jobs: int | None) -> str | Non
 def _case_line(outcome: dict[str, Any], done: str) -> str:
     """One case's line: ``ok CASE: …`` or ``FAILED CASE: CODE: message``."""
     if outcome["ok"]:
-        return f"ok {outcome['case']}: {done.format(**outcome['report'])}"
+        return one_line(f"ok {outcome['case']}: {done.format(**outcome['report'])}")
     error = outcome["error"]
-    return f"FAILED {outcome['case']}: {error['code']}: {one_line(error['message'])}"
+    return one_line(f"FAILED {outcome['case']}: {error['code']}: {error['message']}")
 
 
 def _verify_notes(outcome: dict[str, Any]) -> list[str]:

@@ -233,7 +233,7 @@ def _frontier(settings: Settings, journals: Sequence[str], policies: list[Policy
     if emit is not None and report.chosen is not None:
         emit_policy(report.chosen, emit)
     elif emit is not None:
-        click.echo(f"note: no choice, so --emit {emit} was not written", err=True)
+        warn(f"note: no choice, so --emit {emit} was not written")
     if plot is not None:
         plot_frontier(report, plot, good=good)
     _report_mismatches(report.simulation)

@@ -76,6 +76,27 @@ def test_an_operation_summary_shows_a_hostile_statement_escaped(tmp_path):
     assert done.exit_code == 0 and _raw_controls(done.stdout) == [] and "\\x1b]0;owned\\x07" in done.stdout
 
 
+@pytest.mark.parametrize("verb", ["verify", "export"])
+def test_case_folder_names_are_shown_escaped_in_the_lines_of_several_cases(hostile_case, tmp_path, verb):
+    """A folder named with a terminal escape, or with a line break followed by a line of its own
+    making, prints as one escaped line per case: no raw control character, no forged "ok" line."""
+    import shutil
+
+    cases = tmp_path / "cases"
+    cases.mkdir()
+    forged = cases / "x: 7 events\nok bad"
+    shutil.copytree(hostile_case, cases / "t\x1b]0;TITLE\x07x")
+    shutil.copytree(hostile_case, forged)
+    (forged / "manifest.json").write_bytes(b"not a manifest")
+    done = CliRunner().invoke(cli_main, [verb, "--all", str(cases), "--jobs", "1"])
+    failed = verb == "verify"  # export writes the manifest again
+    assert done.exit_code == failed and _raw_controls(done.stdout) == [] and _raw_controls(done.stderr) == []
+    lines = done.stdout.splitlines()
+    assert len(lines) == 3 and lines[-1].endswith(f"case(s): {2 - failed} ok, {int(failed)} failed")
+    assert any(line.startswith(f"{'FAILED' if failed else 'ok'} {cases}/x: 7 events\\nok bad: ") for line in lines)
+    assert any(line.startswith(f"ok {cases}/t\\x1b]0;TITLE\\x07x: ") for line in lines)
+
+
 # --- standard output that is not UTF-8 ----------------------------------------------------------
 LATIN1 = {"PYTHONIOENCODING": "latin-1"}
 EMOJI = "caf\u00e9 \U0001f600 \u2603"
