@@ -1186,3 +1186,35 @@ def test_the_verify_command_writes_nothing_whatever_the_ledgers_schema_journal_m
     code, output = verify(copy)
     assert code == 0 and "head seq 4 " in output, output
     assert _ledger_files(copy) == before
+
+
+def test_a_ledger_reloaded_in_utf16_verifies_as_it_did_and_its_tampering_is_still_found(budget, case):
+    """A dump read back into a file whose text is UTF-16 (PRAGMA encoding) is the same ledger: verify
+    compares it in its own encoding (SQLite attaches only files of one encoding), and still finds a
+    changed body there."""
+    budget.reserve("H1", "q1", "source.read_context")
+    budget.record_result("H1", "q1", {"finding": "line 2 subtracts"})
+    case.close()
+    ledger = case.path / "ledger.sqlite"
+    dump = list(sqlite3.connect(ledger).iterdump())
+    ledger.unlink()
+    conn = sqlite3.connect(ledger)
+    conn.execute("PRAGMA encoding = 'UTF-16le'")
+    conn.executescript("\n".join(dump))
+    conn.close()
+    assert sqlite3.connect(ledger).execute("PRAGMA encoding").fetchone() == ("UTF-16le",)
+    assert verify_case(case.path).head_seq == len([line for line in dump if line.startswith('INSERT INTO "events"')])
+    from ledger.storage.sqlfiles import shipped_schema
+
+    conn = sqlite3.connect(ledger)
+    conn.execute("DROP TRIGGER events_no_update")
+    seq, body = conn.execute("SELECT seq, body FROM events WHERE type = 'budget.reserved'").fetchone()
+    forged = body.replace(b'"q1"', b'"q9"') if isinstance(body, bytes) else body.replace('"q1"', '"q9"')
+    assert forged != body
+    conn.execute("UPDATE events SET body = ? WHERE seq = ?", (forged, seq))
+    conn.execute(shipped_schema()["events_no_update"])
+    conn.commit()
+    conn.close()
+    with pytest.raises(LedgerError) as caught:
+        verify_case(case.path)
+    assert caught.value.code == INTEGRITY_ERROR and "schema object" not in caught.value.message

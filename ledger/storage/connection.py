@@ -111,6 +111,20 @@ _KEPT: list[sqlite3.Connection] = []
 os.register_at_fork(after_in_child=_keep_inherited_connections)
 
 
+#: The text encodings a SQLite file may have (``PRAGMA encoding``).
+_ENCODINGS = frozenset({"UTF-8", "UTF-16le", "UTF-16be"})
+
+
+def _text_encoding(uri: str) -> str:
+    """The text encoding of the SQLite file at ``uri`` (opened read-only as given)."""
+    probe = connect_uri(uri)
+    try:
+        encoding = probe.execute("PRAGMA encoding").fetchone()[0]
+    finally:
+        probe.close()
+    return encoding if encoding in _ENCODINGS else "UTF-8"
+
+
 class CheckpointWarning(UserWarning):
     """Closing could not empty the write-ahead log (a reader elsewhere holds an old snapshot)."""
 
@@ -215,11 +229,18 @@ class Storage:
         whether ``orig`` is read as an immutable snapshot. Close ``conn`` when done.
         """
         with translate_sqlite_errors():
+            source, immutable = readable_uri(original)
             conn = sqlite3.connect(file_uri(path, "rwc"), uri=True, isolation_level=None, check_same_thread=False,
                                    **TRANSACTION_CONTROL)
-            conn.execute("PRAGMA journal_mode = OFF")  # no durability needed for a scratch copy
-            source, immutable = readable_uri(original)
-            conn.execute("ATTACH DATABASE ? AS orig", (source,))
+            try:
+                # SQLite attaches only a file of the main one's text encoding: a ledger reloaded as
+                # UTF-16 (a dump read back under PRAGMA encoding) is compared in its own encoding
+                conn.execute(f"PRAGMA encoding = '{_text_encoding(source)}'")
+                conn.execute("PRAGMA journal_mode = OFF")  # no durability needed for a scratch copy
+                conn.execute("ATTACH DATABASE ? AS orig", (source,))
+            except BaseException:
+                conn.close()
+                raise
         storage = cls(conn, path, {"synchronous": "OFF", "busy_timeout_ms": 5000})
         storage.read_only_source = immutable
         with translate_sqlite_errors():
