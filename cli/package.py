@@ -126,6 +126,21 @@ def import_command(source: str, target: str | None, as_json: bool) -> None:
 FOREIGN_COLUMNS = ("type", "name", "table")
 
 
+def _anchor_option(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[int, str]:
+    """``--anchor SEQ:SHA256`` (given any number of times) as ``{seq: sha256}``; a usage error when one
+    is malformed or two name one seq with different hashes."""
+    anchors: dict[int, str] = {}
+    for value in values:
+        seq, _, sha = value.partition(":")
+        if not (seq.isascii() and seq.isdigit() and int(seq) >= 1 and len(sha) == 64
+                and all(c in "0123456789abcdef" for c in sha)):
+            raise click.BadParameter(f"expected SEQ:SHA256 (a seq from 1, a colon, 64 lowercase hex digits, as "
+                                     f"'ledger verify' prints a head), got {one_line(value)[:100]!r}")
+        if anchors.setdefault(int(seq), sha) != sha:
+            raise click.BadParameter(f"two anchors name seq {int(seq)} with different hashes")
+    return anchors
+
+
 @click.command()
 @CASES
 @JSON
@@ -136,6 +151,10 @@ FOREIGN_COLUMNS = ("type", "name", "table")
                    "export is complete and current (no manifest.json, a partial export or one behind the "
                    "ledger fail) and every stored tool result was recomputed from its input files "
                    "(STALE_GENERATION naming the files that changed since or cannot be read).")
+@click.option("--anchor", "anchors", multiple=True, metavar="SEQ:SHA256", callback=_anchor_option,
+              help="An event recorded elsewhere earlier (a head this command printed): fail unless the case "
+                   "holds event SEQ with that sha256, so a history rewritten up to it with every hash "
+                   "recomputed is caught. One CASE only; may be given more than once.")
 @click.option("--table", "as_table", is_flag=True,
               help="Print the foreign objects as a table (the summary goes to stderr).")
 @click.option("--nl", "as_nl", is_flag=True,
@@ -145,7 +164,7 @@ FOREIGN_COLUMNS = ("type", "name", "table")
 @click.option("--tsv", "as_tsv", is_flag=True,
               help="Print the foreign objects as tab-separated values (the summary goes to stderr).")
 def verify(cases: tuple[str, ...], as_json: bool, all_in: bool, jobs: int | None, strict: bool,
-           **formats: bool) -> None:
+           anchors: dict[int, str], **formats: bool) -> None:
     """Recompute everything from the requests and check chain, rows, views and export.
 
     SQLite's own check of the file runs first (quick_check; the full
@@ -184,6 +203,8 @@ def verify(cases: tuple[str, ...], as_json: bool, all_in: bool, jobs: int | None
     if case is None:
         if any(formats.values()):
             raise click.UsageError("--table, --nl, --csv and --tsv list one case's foreign objects: give one CASE")
+        if anchors:
+            raise click.UsageError("--anchor names an event of one case: give one CASE (and no --all or --jobs)")
         _many(verify_many, cases, all_in, jobs, as_json, "verified",
               "{events} events, {contents} contents, head seq {head_seq}", _verify_notes, strict=strict)
         return
@@ -191,7 +212,8 @@ def verify(cases: tuple[str, ...], as_json: bool, all_in: bool, jobs: int | None
     try:
         total = _events_to_verify(case)
         with progress_bar(total, "verifying", stream=sys.stderr if fmt else None) as bar:
-            report = verify_case(case, progress=bar.update, strict=strict, jobs=None)  # a large case: two cores
+            report = verify_case(case, progress=bar.update, strict=strict, jobs=None,  # a large case: two cores
+                                 anchors=anchors)
     except LedgerError as exc:
         if as_json:  # a script reading stdout learns of the failure as of a --strict one
             echo(dumps({"ok": False, "error": exc.to_dict()}))

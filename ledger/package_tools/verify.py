@@ -18,7 +18,7 @@ import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 from ..ground import errors as E
 from .atomic_files import process_tag, remove_abandoned_temp_folders, same_bytes
@@ -33,6 +33,7 @@ from ..model.package import (EVENT_FILE_RE, LEDGER_FILE, check_export_tree, chec
     content_path, event_path, export_tree_files, refuse_own_links)
 from ..ground.clock import utc_now
 from ..ground.paths import fs_path, os_error
+from .anchors import check_anchored_events, check_anchors
 from .replay import PackageSource, Replayer
 from .verify_range import (ALL_AFTER, ALL_LAST, SECOND_HALF_FILE, SecondHalf, content_reader, copy_second_half,
     input_identity_of, merge, plan_split, range_agrees, save_views, replay_events)
@@ -177,7 +178,8 @@ def refuse_temp_inside(root: Path, doing: str = "verify") -> Path:
 
 
 def verify_case(path: str | os.PathLike[str], progress: Progress | None = None, *,
-                strict: bool = False, jobs: int | None = 1) -> VerifyReport:
+                strict: bool = False, jobs: int | None = 1,
+                anchors: Mapping[int, str] | None = None) -> VerifyReport:
     """Verify the case at ``path`` (docs/files.md); raise ``INTEGRITY_ERROR`` naming the first bad ``seq``.
 
     First SQLite's own check of the file (``PRAGMA quick_check``; the full
@@ -194,15 +196,22 @@ def verify_case(path: str | os.PathLike[str], progress: Progress | None = None, 
     replayed by a second process at the same time (docs/performance.md); the result is the same.
     That process is started with ``spawn``, which imports the calling script's main module again:
     a script passing ``jobs`` other than 1 keeps its own work under ``if __name__ == "__main__":``.
+
+    ``anchors``: ``{seq: sha256}`` of events recorded elsewhere earlier (a head ``ledger verify``
+    printed, kept in a ticket or a commit). Hashes show a history that disagrees with itself, not one
+    rewritten whole with every hash recomputed; an anchor does: the ledger must hold event ``seq``
+    with that sha256, which fixes every event up to it (``INTEGRITY_ERROR`` otherwise, and for a
+    ledger that ends before ``seq``; ``INVALID_ARGUMENT`` for a malformed anchor). docs/files.md.
     """
+    anchors = check_anchors(anchors)
     try:
-        return _verify_case(path, progress, strict, jobs)
+        return _verify_case(path, progress, strict, jobs, anchors)
     except OSError as exc:
         raise os_error(exc, "verify: the file system refused") from None
 
 
 def _verify_case(path: str | os.PathLike[str], progress: Progress | None, strict: bool,
-                 jobs: int | None) -> VerifyReport:
+                 jobs: int | None, anchors: dict[int, str]) -> VerifyReport:
     root = fs_path(path, "case path")
     check_callback(progress, "progress")
     check_flag(strict, "strict")
@@ -228,7 +237,7 @@ def _verify_case(path: str | os.PathLike[str], progress: Progress | None, strict
                 if split is not None:  # started first: its start-up runs beside SQLite's check of the file
                     second = SecondHalf.start(root, ledger, split[2], split[0], split[1], started_at)
                 _sqlite_check(scratch.conn, "integrity_check" if strict else "quick_check")
-                report = _verify_attached(root, scratch, progress, second, started_at)
+                report = _verify_attached(root, scratch, progress, second, started_at, anchors)
         except LedgerError as exc:
             if immutable and exc.code == E.INTEGRITY_ERROR and file_identity(ledger) != before:
                 raise _changed_under_us(ledger) from None
@@ -272,7 +281,7 @@ def _orig_schema_version(conn: sqlite3.Connection) -> int:
 
 
 def _verify_attached(root: Path, scratch: Storage, progress: Progress | None, second: SecondHalf | None,
-                     started_at: str) -> VerifyReport:
+                     started_at: str, anchors: dict[int, str]) -> VerifyReport:
     conn = scratch.conn
     version = _orig_schema_version(conn)
     if version > schema_version():
@@ -325,6 +334,7 @@ def _verify_attached(root: Path, scratch: Storage, progress: Progress | None, se
         raise _bad(replayer.count + 1, f"cannot read the ledger: {not_utf8(exc)}") from None
     if head is None:
         raise _bad(1, "the ledger holds no events")
+    check_anchored_events(conn, anchors, head[0])
     replayer.finish()
     _compare_rows(conn, tables_agree, saved)
     # the export tree is read first, then compared with the ledger as it is now: a writer may have

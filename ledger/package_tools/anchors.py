@@ -1,0 +1,49 @@
+"""Anchors: events of a case's history recorded outside it, which ``verify`` checks (docs/files.md).
+
+A hash chain shows a history that disagrees with itself; one rewritten whole, every hash
+recomputed, agrees with itself. An anchor, ``{seq: sha256}`` of an event kept elsewhere when it was
+written (a head ``ledger verify`` printed, saved in a ticket or a commit), fixes every event up to
+``seq``: a rewrite of any of them changes that event's sha256.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from typing import Any, Mapping
+
+from ..ground import errors as E
+from ..ground.errors import LedgerError, integrity_error as _bad
+from ..storage.sqlfiles import statement
+
+_SHA256_RE = re.compile(r"[0-9a-f]{64}")
+
+
+def check_anchors(anchors: Any) -> dict[int, str]:
+    """``anchors`` (``{seq: sha256}`` or None) checked: each ``seq`` an integer >= 1, each sha256 64
+    lowercase hex digits (``INVALID_ARGUMENT`` otherwise)."""
+    if anchors is None:
+        return {}
+    if not isinstance(anchors, Mapping):
+        raise LedgerError(E.INVALID_ARGUMENT, f"anchors must be a mapping of seq to sha256, got {type(anchors).__name__}")
+    for seq, sha in anchors.items():
+        if type(seq) is not int or seq < 1:
+            raise LedgerError(E.INVALID_ARGUMENT, f"an anchor's seq must be an integer >= 1, got {seq!r}")
+        if not isinstance(sha, str) or not _SHA256_RE.fullmatch(sha):
+            raise LedgerError(E.INVALID_ARGUMENT, f"the anchor of seq {seq} must be a sha256 (64 lowercase hex "
+                              f"digits), got {sha!r}"[:300])
+    return dict(anchors)
+
+
+def check_anchored_events(conn: sqlite3.Connection, anchors: dict[int, str], head_seq: int) -> None:
+    """Each anchored event is in the ledger (attached to ``conn`` as ``orig``, which ends at ``head_seq``)
+    with its anchored sha256 (``verify_case(..., anchors=)``)."""
+    for seq, sha in sorted(anchors.items()):
+        if seq > head_seq:
+            raise _bad(None, f"the ledger ends at seq {head_seq}, before the anchored event {seq}: it was truncated "
+                       "or rolled back since that anchor was taken", anchored_seq=seq)
+        found = conn.execute(statement("manifest_head", "orig"), {"seq": seq}).fetchone()
+        if found is None or found[0] != sha:
+            raise _bad(seq, f"event {seq} has sha256 {found[0] if found else None}, not the anchored {sha}: the "
+                       "history up to it was rewritten since that anchor was taken (its hashes recomputed)",
+                       anchored_seq=seq)
