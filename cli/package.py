@@ -209,11 +209,9 @@ def verify(cases: tuple[str, ...], as_json: bool, all_in: bool, jobs: int | None
               "{events} events, {contents} contents, head seq {head_seq}", _verify_notes, strict=strict)
         return
     fmt = table_format(as_json=as_json, **formats) if any(formats.values()) or as_json else None
-    try:
-        total = _events_to_verify(case)
-        with progress_bar(total, "verifying", stream=sys.stderr if fmt else None) as bar:
-            report = verify_case(case, progress=bar.update, strict=strict, jobs=None,  # a large case: two cores
-                                 anchors=anchors)
+    try:  # a large case: two cores (jobs=None)
+        with progress_bar(_events_to_verify(case), "verifying", stream=sys.stderr if fmt else None) as bar:
+            report = verify_case(case, progress=bar.update, strict=strict, jobs=None, anchors=anchors)
     except LedgerError as exc:
         if as_json:  # a script reading stdout learns of the failure as of a --strict one
             echo(dumps({"ok": False, "error": exc.to_dict()}))
