@@ -96,6 +96,16 @@ def test_opening_a_folder_that_does_not_exist_says_so(tmp_path):
     assert not (tmp_path / "typo").exists()
 
 
+def test_opening_a_path_through_a_link_loop_or_a_file_says_which(tmp_path):
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    (tmp_path / "file").write_text("x")
+    for path, why in ((tmp_path / "loop" / "c", "a link loop on the way: too many levels of symbolic links"),
+                      (tmp_path / "file" / "c", "a file stands where the path needs a folder")):
+        with pytest.raises(LedgerError) as caught:
+            Case.open(path)
+        assert caught.value.code == LEDGER_MISSING and caught.value.message == f"no case at {path} ({why}); check the path"
+
+
 def test_opening_a_folder_of_cases_says_to_name_one_of_them(tmp_path):
     for name in ("case-b", "case-a"):
         start_case(tmp_path / name).close()

@@ -9,6 +9,7 @@ computes the input identity.
 
 from __future__ import annotations
 
+import errno
 import os
 import uuid
 import weakref
@@ -82,7 +83,9 @@ def missing_ledger(root: Path) -> LedgerError:
                            f"{'is' if len(logs) == 1 else 'are'} there: the log of a ledger that was lost or moved; "
                            "put it back (a new case here would delete that log)")
     if not os.path.lexists(root):
-        return LedgerError(E.LEDGER_MISSING, f"no case at {root} (no such folder); create one with 'ledger init'")
+        why = _unreachable(root)
+        advice = "create one with 'ledger init'" if why == "no such folder" else "check the path"
+        return LedgerError(E.LEDGER_MISSING, f"no case at {root} ({why}); {advice}")
     inside = _cases_inside(root)
     if inside:
         more = ", …" if len(inside) > 2 else ""
@@ -90,6 +93,19 @@ def missing_ledger(root: Path) -> LedgerError:
                            f"({', '.join(inside[:2])}{more}): name one of them ('ledger verify' and 'ledger export' "
                            "take the folder with --all)")
     return LedgerError(E.LEDGER_MISSING, f"no case at {root} (no {LEDGER_FILE}); create one with 'ledger init'")
+
+
+def _unreachable(root: Path) -> str:
+    """Why ``root`` is not there: no such folder, or a path the system cannot follow (a link loop, a
+    file where a folder should be)."""
+    try:
+        os.lstat(root)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "a link loop on the way: too many levels of symbolic links"
+        if exc.errno == errno.ENOTDIR:
+            return "a file stands where the path needs a folder"
+    return "no such folder"
 
 
 def _cases_inside(root: Path, looked_at_max: int = 1000) -> list[str]:
