@@ -132,7 +132,7 @@ def _anchor_option(ctx: click.Context, param: click.Parameter, values: tuple[str
     anchors: dict[int, str] = {}
     for value in values:
         seq, _, sha = value.partition(":")
-        if not (seq.isascii() and seq.isdigit() and int(seq) >= 1 and len(sha) == 64
+        if not (seq.isascii() and seq.isdigit() and len(seq) <= 18 and int(seq) >= 1 and len(sha) == 64
                 and all(c in "0123456789abcdef" for c in sha)):
             raise click.BadParameter(f"expected SEQ:SHA256 (a seq from 1, a colon, 64 lowercase hex digits, as "
                                      f"'ledger verify' prints a head), got {one_line(value)[:100]!r}")

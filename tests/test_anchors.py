@@ -104,7 +104,7 @@ def test_the_verify_command_takes_anchors_for_one_case(original, tmp_path):
     assert ok.exit_code == 0, ok.output
     caught = CliRunner().invoke(main, ["verify", str(forged), "--anchor", f"{seq}:{sha}"])
     assert caught.exit_code == 1 and f"error: INTEGRITY_ERROR: seq {seq}: event {seq} has sha256" in caught.output
-    for bad in ("1", f"0:{sha}", f"1:{sha.upper()}", f"x:{sha}", f"1:{sha}0", f"١:{sha}"):
+    for bad in ("1", f"0:{sha}", f"1:{sha.upper()}", f"x:{sha}", f"1:{sha}0", f"١:{sha}", f"{'9' * 5000}:{sha}"):
         done = CliRunner().invoke(main, ["verify", str(original), "--anchor", bad])
         assert done.exit_code == 2 and "expected SEQ:SHA256" in done.output, bad
     twice = CliRunner().invoke(main, ["verify", str(original), "--anchor", f"1:{sha}", "--anchor", f"1:{'b' * 64}"])
