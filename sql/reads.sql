@@ -52,6 +52,10 @@ SELECT sha256 FROM {schema}.contents;
 SELECT e.seq, COALESCE(f.path, e.stream), e.revision, e.stream_seq, e.body FROM {schema}.events AS e
 LEFT JOIN {schema}.evidence_files AS f ON f.seq = e.seq ORDER BY e.seq;
 
+-- name: events_to_export
+SELECT e.seq, COALESCE(f.path, e.stream), e.revision, e.stream_seq, e.body, e.sha256, e.parent_sha256
+FROM events AS e LEFT JOIN evidence_files AS f ON f.seq = e.seq ORDER BY e.seq;
+
 -- name: contents_for_export
 SELECT sha256, seq, body FROM {schema}.contents ORDER BY seq, sha256;
 

@@ -428,6 +428,77 @@ def test_an_edited_body_with_a_recomputed_hash_is_caught_by_the_chain(exported):
     assert_verify_fails_at(exported, 7)
 
 
+def _edited_past_every_trigger(path: Path, *statements: tuple[str, tuple]) -> None:
+    """Run ``statements`` with every trigger dropped, then put every trigger back as it was."""
+    conn = sqlite3.connect(path / "ledger.sqlite")
+    triggers = conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'").fetchall()
+    for name, _ in triggers:
+        conn.execute(f"DROP TRIGGER {name}")
+    for sql, params in statements:
+        assert conn.execute(sql, params).rowcount == 1
+    for _, sql in triggers:
+        conn.execute(sql)
+    conn.commit()
+    conn.close()
+
+
+def _rechained_from(path: Path, seq: int, forged: str) -> list[tuple[str, tuple]]:
+    """Statements giving event ``seq`` the body ``forged`` and every event from it on a recomputed
+    hash and parent: a history rewritten whole, consistent with itself."""
+    conn = sqlite3.connect(path / "ledger.sqlite")
+    rows = conn.execute("SELECT seq, body, sha256 FROM events WHERE seq >= ? ORDER BY seq", (seq,)).fetchall()
+    previous = conn.execute("SELECT sha256 FROM events WHERE seq = ?", (seq - 1,)).fetchone()[0]
+    conn.close()
+    statements = []
+    for number, body, sha in rows:
+        body = json.loads(forged if number == seq else body)
+        body["parent_sha256"] = previous
+        data = canonical_bytes(body).decode()
+        previous = sha256_hex(data.encode())
+        statements.append(("UPDATE events SET body = ?, sha256 = ?, parent_sha256 = ? WHERE seq = ?",
+                           (data, previous, body["parent_sha256"], number)))
+    return statements
+
+
+@pytest.mark.parametrize("edit", ["body", "body and hash", "content", "history rewritten whole"])
+def test_export_never_writes_an_edited_event_or_content_over_its_file(exported, edit):
+    """An exported file may be the one copy of the original bytes: export checks every file it is to
+    write before writing any, and refuses (INTEGRITY_ERROR, nothing written) an event that does not
+    hash to its sha256 or follow the event before it, a content that does not hash to its name, and
+    a ledger whose event at the exported manifest's head is another one."""
+    conn = sqlite3.connect(exported / "ledger.sqlite")
+    body = conn.execute("SELECT body FROM events WHERE seq = 7").fetchone()[0]
+    sha, content = conn.execute("SELECT sha256, body FROM contents ORDER BY seq LIMIT 1").fetchone()
+    conn.close()
+    forged = body.replace('"semantic_score":80', '"semantic_score":90')
+    assert forged != body
+    edits = {"body": [("UPDATE events SET body = ? WHERE seq = 7", (forged,))],
+             "body and hash": [("UPDATE events SET body = ?, sha256 = ? WHERE seq = 7",
+                                (forged, sha256_hex(forged.encode())))],
+             "content": [("UPDATE contents SET body = ? WHERE sha256 = ?", (content.replace("x", "z"), sha))],
+             "history rewritten whole": _rechained_from(exported, 7, forged)}[edit]
+    _edited_past_every_trigger(exported, *edits)
+    if edit in ("body", "content"):
+        shutil.rmtree(exported / "analysis" / "budgets")  # files to make again: none is made
+    before = tree(exported)
+    with pytest.raises(LedgerError) as caught:
+        export_case(exported)
+    assert caught.value.code == INTEGRITY_ERROR
+    assert caught.value.message.startswith({
+        "body": "seq 7: the ledger's event does not hash to its sha256",
+        "body and hash": "seq 8: the ledger's event does not follow event 7",
+        "content": f"the ledger's content {sha} does not hash to its name",
+        "history rewritten whole": f"seq {verify_head(exported)}: the ledger's event is not the one the exported "
+                                   "manifest.json names as its head"}[edit])
+    assert tree(exported) == before
+    done = run_cli("export", str(exported))
+    assert done.returncode == 1 and done.stderr.startswith(b"error: INTEGRITY_ERROR: ") and tree(exported) == before
+
+
+def verify_head(path: Path) -> int:
+    return read_only_query(path, "SELECT MAX(seq) FROM events")[1][0][0]
+
+
 def test_a_deleted_event_is_caught_at_the_gap(exported):
     conn = unguarded(exported)
     conn.execute("DELETE FROM events WHERE seq = 9")

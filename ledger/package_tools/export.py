@@ -10,6 +10,7 @@ and incremental: files already holding the right bytes are left alone.
 from __future__ import annotations
 
 import os
+import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -19,9 +20,10 @@ from .atomic_files import discard, fsync_dir, new_file_mode, remove_empty_parent
 from ..storage.writer_lock import WriterLock
 from ..storage.sqlfiles import statement
 from ..ground.arguments import check_callback, check_instance
-from ..ground.canonical import canonical_bytes
+from ..ground.canonical import ZERO_SHA256, canonical_bytes, sha256_hex
+from ..ground.errors import LedgerError
 from ..services.case import Case
-from .manifest import manifest_for
+from .manifest import manifest_for, read_manifest
 from ..model.package import (ANALYSIS_DIR, EXPORT_TEMP_PREFIX, LEDGER_FILE, MANIFEST_FILE, check_package_names, content_path,
                       event_path, export_tree_files, refuse_own_links)
 from ..ground.paths import os_error
@@ -65,6 +67,85 @@ def _make_folder(folder: Path) -> bool:
     except (FileExistsError, NotADirectoryError):
         return False
     return True
+
+
+def read_manifest_if_readable(root: Path) -> dict[str, Any] | None:
+    """The package's ``manifest.json`` as :func:`read_manifest` reads it, or None when there is none or
+    it cannot be read (an export repairs that)."""
+    try:
+        return read_manifest(root)
+    except LedgerError:
+        return None
+
+
+def _export_files(conn: sqlite3.Connection) -> Iterator[tuple[int | None, str, bytes]]:
+    """``(seq, relative path, bytes)`` of every file an export holds but the manifest: the events in
+    order, then the contents (``seq`` None)."""
+    for seq, stream, revision, stream_seq, body, _sha, _parent in conn.execute(statement("events_to_export")):
+        yield seq, event_path(stream, revision, stream_seq), body.encode("utf-8")
+    for sha, _seq, body in conn.execute(statement("contents_for_export")):
+        yield None, content_path(sha), body.encode("utf-8")
+
+
+def _files_to_write(root: Path, conn: sqlite3.Connection, manifest: dict[str, Any] | None, report: ExportReport,
+                    progress: Progress | None) -> tuple[set[str], int]:
+    """The files whose bytes differ from the ledger's (or are missing), each checked, and the head seq.
+
+    ``INTEGRITY_ERROR``, before anything is written, when the ledger's events do not follow one
+    another (a removed or re-chained event), when an event or content to be written does not hash to
+    its sha256, or when the exported ``manifest.json`` names a head the ledger does not hold
+    (a history rewritten or truncated since it was exported, or another case's export)."""
+    to_write: set[str] = set()
+    head_seq, previous = 0, ZERO_SHA256
+    folders: dict[Path, bool] = {}
+    for seq, stream, revision, stream_seq, body, sha, parent in conn.execute(statement("events_to_export")):
+        if seq != head_seq + 1 or parent != previous:
+            raise _refused(f"seq {seq}: the ledger's event does not follow event {head_seq} (a removed or "
+                           "re-chained event)")
+        data = body.encode("utf-8")
+        if _differs(root, event_path(stream, revision, stream_seq), data, folders, to_write):
+            if sha256_hex(data) != sha:
+                raise _refused(f"seq {seq}: the ledger's event does not hash to its sha256 (an edited event)")
+        else:
+            _unchanged(report, progress)
+        if manifest is not None and seq == manifest["head"]["seq"] and sha != manifest["head"]["sha256"]:
+            raise _refused(f"seq {seq}: the ledger's event is not the one the exported manifest.json names as its "
+                           "head (a history rewritten since it was exported, or another case's export)")
+        head_seq, previous = seq, sha
+    if manifest is not None and manifest["head"]["seq"] > head_seq:
+        raise _refused(f"the exported manifest.json names event {manifest['head']['seq']} as its head, but the "
+                       f"ledger ends at seq {head_seq} (truncated or rolled back since it was exported)")
+    for sha, _seq, body in conn.execute(statement("contents_for_export")):
+        data = body.encode("utf-8")
+        if _differs(root, content_path(sha), data, folders, to_write):
+            if sha256_hex(data) != sha:
+                raise _refused(f"the ledger's content {sha} does not hash to its name (an edited content)")
+        else:
+            _unchanged(report, progress)
+    return to_write, head_seq
+
+
+def _differs(root: Path, relative: str, data: bytes, folders: dict[Path, bool], to_write: set[str]) -> bool:
+    """Whether the file ``relative`` must be written (missing, or other bytes); added to ``to_write``."""
+    target = root / relative
+    exists = folders.get(target.parent)
+    if exists is None:
+        exists = folders[target.parent] = target.parent.is_dir()
+    if exists and same_bytes(target, data):
+        return False
+    to_write.add(relative)
+    return True
+
+
+def _unchanged(report: ExportReport, progress: Progress | None) -> None:
+    report.files_unchanged += 1
+    if progress:
+        progress(1)
+
+
+def _refused(problem: str) -> LedgerError:
+    return LedgerError(E.INTEGRITY_ERROR, f"{problem}; nothing was exported: run 'ledger verify' (a manifest.json "
+                       "that is itself what was edited can be moved aside, and the case exported again)")
 
 
 def export_count(case: Case) -> int:
@@ -119,32 +200,30 @@ def _export_locked(case: Case, root: Path, progress: Progress | None) -> ExportR
     mode = new_file_mode()  # once per export, not once per file
     made: dict[Path, bool] = {}  # folder → made by this export (so it held no file before)
 
-    def put(relative: str, data: bytes) -> None:
+    def write(relative: str, data: bytes) -> None:
         target = root / relative
         folder = target.parent
         new = made.get(folder)
         if new is None:
             new = made[folder] = _make_folder(folder)
-        if not new and same_bytes(target, data):
-            report.files_unchanged += 1
-        else:
-            if new or not target.exists():
-                created.append(target)
-            write_atomic(target, data, mode, folder_exists=True)
-            report.files_written += 1
-            touched.add(folder)
+        if new or not target.exists():
+            created.append(target)
+        write_atomic(target, data, mode, folder_exists=True)
+        report.files_written += 1
+        touched.add(folder)
         if progress:
             progress(1)
 
     try:
         with case.session.read():
             conn = case.storage.conn
-            head_seq = 0
-            for seq, stream, revision, stream_seq, body in conn.execute(statement("events_for_export")):
-                put(event_path(stream, revision, stream_seq), body.encode("utf-8"))
-                head_seq = seq
-            for sha, _seq, body in conn.execute(statement("contents_for_export")):
-                put(content_path(sha), body.encode("utf-8"))
+            # first every file is compared and every one to write is checked, then they are written:
+            # an exported file may be the one copy of an event's original bytes
+            to_write, head_seq = _files_to_write(root, conn, read_manifest_if_readable(root), report, progress)
+            if to_write:
+                for _seq, relative, data in _export_files(conn):
+                    if relative in to_write:
+                        write(relative, data)
             manifest = manifest_for(conn, head_seq)
         # each touched folder once, deepest first, and the folders above it (a new folder must
         # survive too: its parent gained an entry), each of those once as well
