@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ledger import LedgerError, export_case, import_tree, read_only_query, verify_case
+from ledger import Case, LedgerError, export_case, import_tree, read_only_query, verify_case
 from ledger.ground.canonical import canonical_bytes
 from ledger_cli.main import main
 
@@ -115,3 +115,26 @@ def test_the_verify_command_takes_anchors_for_one_case(original, tmp_path):
 
 def _first(path: Path) -> str:
     return read_only_query(path, "SELECT sha256 FROM events WHERE seq = 1")[1][0][0]
+
+
+def test_a_fleet_export_fails_a_case_rewritten_since_the_head_it_recorded(original, tmp_path):
+    """The fleet records each case's head as it exports it, and takes that head as the case's anchor
+    at the next export: the rewritten case (same case and package id) fails and its partition stays."""
+    pytest.importorskip("duckdb")
+    from ledger import export_fleet
+
+    out = tmp_path / "fleet"
+    assert export_fleet([original], out).exported == 1
+    seq, sha = _head(original)
+    forged = tmp_path / "forged"
+    _forge(original, forged, "shows nothing")
+    parquet = {p: p.read_bytes() for p in out.rglob("data.parquet")}
+    report = export_fleet([forged], out)
+    assert (report.exported, len(report.failed)) == (0, 1)
+    error = report.failed[0]["error"]
+    assert error["code"] == "INTEGRITY_ERROR"
+    assert error["message"].startswith(f"seq {seq}: event {seq} has sha256 {_head(forged)[1]}, not the anchored {sha}")
+    assert {p: p.read_bytes() for p in out.rglob("data.parquet")} == parquet
+    with Case.open(original) as case:  # the case itself, grown since, still exports
+        case.budget().grant("H1", 1, "controller", "more", "g-1")
+    assert export_fleet([original], out).exported == 1

@@ -41,6 +41,7 @@ from ..ground.paths import fs_path, os_error
 from ..ground.workers import job_count, worker_context
 from ..storage.readonly import open_readonly
 from ..storage.sqlite_file import log_files_exist, release_log, translate_sqlite_errors
+from .anchors import anchor_or_none
 from .verify import verify_case
 
 FORMAT = "fleet-export-v1"
@@ -312,7 +313,8 @@ def _export_snapshot(conn: Any, case: Path, out: Path, head: dict[str, Any], ent
         if record and record.get("head_sha256") == head["head_sha256"]:
             entry["status"] = "unchanged"
             return
-        verified = verify_case(case)
+        last = record or {}  # the head recorded at the last export anchors the case: a rewrite since fails
+        verified = verify_case(case, anchors=anchor_or_none(last.get("head_seq"), last.get("head_sha256")))
         if verified.head_seq < head["head_seq"]:  # the ledger only grows, so this cannot happen
             raise LedgerError(E.INTEGRITY_ERROR, f"{case}: verify ended at seq {verified.head_seq}, "
                                                  f"before the exported head {head['head_seq']}")
