@@ -206,7 +206,8 @@ def verify(cases: tuple[str, ...], as_json: bool, all_in: bool, jobs: int | None
         if anchors:
             raise click.UsageError("--anchor names an event of one case: give one CASE (and no --all or --jobs)")
         _many(verify_many, cases, all_in, jobs, as_json, "verified",
-              "{events} events, {contents} contents, head seq {head_seq}", _verify_notes, strict=strict)
+              "{events} events, {contents} contents, head seq {head_seq} sha256 {head_sha256}", _verify_notes,
+              strict=strict)
         return
     fmt = table_format(as_json=as_json, **formats) if any(formats.values()) or as_json else None
     try:  # a large case: two cores (jobs=None)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ledger import BudgetConfig, LedgerError, case_folders, export_many, verify_many
+from ledger import BudgetConfig, LedgerError, case_folders, export_many, verify_case, verify_many
 from ledger.ground.errors import INTEGRITY_ERROR, INVALID_ARGUMENT, LEDGER_MISSING
 
 from conftest import run_cli, start_case
@@ -140,8 +140,8 @@ def test_cli_verify_prints_one_line_per_case_and_a_summary_and_exits_1_when_one_
     done = run_cli("verify", *map(str, cases), "--jobs", "2")
     assert done.returncode == 1, done.stderr
     lines = done.stdout.decode().splitlines()
-    assert lines[0] == f"ok {cases[0]}: 7 events, 1 contents, head seq 7"
-    assert lines[1] == f"ok {cases[1]}: 7 events, 1 contents, head seq 7"
+    for case, line in zip(cases[:2], lines):  # the head's sha256 too: what --anchor takes
+        assert line == f"ok {case}: 7 events, 1 contents, head seq 7 sha256 {verify_case(case).head_sha256}"
     assert lines[2].startswith(f"FAILED {cases[2]}: INTEGRITY_ERROR: ")
     assert lines[3] == "verified 3 case(s): 2 ok, 1 failed"
     assert len(lines) == 4
@@ -173,7 +173,8 @@ def test_cli_single_case_output_is_unchanged(four_cases):
 
 def test_cli_jobs_with_one_case_prints_the_multi_case_lines(four_cases):
     done = run_cli("verify", str(four_cases[0]), "--jobs", "1")
-    assert done.stdout.decode().splitlines() == [f"ok {four_cases[0]}: 7 events, 1 contents, head seq 7",
+    head = verify_case(four_cases[0]).head_sha256
+    assert done.stdout.decode().splitlines() == [f"ok {four_cases[0]}: 7 events, 1 contents, head seq 7 sha256 {head}",
                                                  "verified 1 case(s): 1 ok, 0 failed"]
 
 
