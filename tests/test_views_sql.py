@@ -554,3 +554,25 @@ def test_ledger_sql_help_names_every_public_view(full):
     shown = " ".join(CliRunner().invoke(cli_main, ["sql", "--help"]).output.split())
     listed = shown.split("Public views: ", 1)[1].split(".", 1)[0]
     assert sorted(listed.split(", ")) == public_views(full)
+
+
+def test_the_docs_query_for_repeated_evidence_lists_each_repeating_action_once(case):
+    """docs/sql.md: every recorded result, plain or the evidence store's (run_tool), has a row in
+    results; the documented query lists each action whose evidence repeats earlier evidence once."""
+    from ledger import BudgetConfig
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "sql.md").read_text(encoding="utf-8")
+    query = page.split("either kind, each once:\n\n```sql\n", 1)[1].split("\n```", 1)[0]
+    budget = case.budget(BudgetConfig.example())
+    budget.initialize()
+    read = {"path": "sources/app.py", "start_line": 1, "end_line": 2}
+    for action in ("t1", "t2"):  # the second reads the same lines: a duplicate record
+        budget.run_tool("H1", action, "source.read_context", read)
+        budget.settle("H1", action, 50, "relevant")
+    for action in ("p1", "p2"):
+        budget.reserve("H2", action, "source.read_context")
+        budget.record_result("H2", action, {"finding": "same"})
+        budget.settle("H2", action, 50, "relevant")
+    assert read_only_query(case.path, "SELECT COUNT(*) FROM evidence WHERE duplicate_of IS NOT NULL")[1] == [(1,)]
+    _, rows = read_only_query(case.path, query)
+    assert sorted((h, a) for _, h, a, _ in rows) == [("H1", "t2"), ("H2", "p2")]

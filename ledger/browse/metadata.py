@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import os
 import re
+import sqlite3
 import tomllib
 from functools import cache
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 from ..ground import errors as E
 from ..ground.resources import resource_dir
-from ..storage.sqlfiles import named_statements
+from ..storage.sqlfiles import named_statements, shipped_schema
 from ..services.case import read_only_query
 from ..ground.errors import LedgerError
 from ..model.package import LEDGER_FILE
@@ -83,12 +84,26 @@ def sql_reference() -> str:
 
 def tables_reference() -> str:
     """The list of every ledger table in docs/sql.md's ``## Tables``, generated from
-    ``sql/descriptions.toml`` (the events table with its columns)."""
+    ``sql/descriptions.toml`` and the schema (each table's columns; the events table's explained)."""
     texts = descriptions()
-    rows = [f"| `{table}` | {text} |\n" for table, text in texts["tables"].items()]
+    names = table_columns()
+    rows = [f"| `{table}` | {text} | {', '.join(f'`{c}`' for c in names[table])} |\n"
+            for table, text in texts["tables"].items()]
     columns = [f"| `{name}` | {meaning} |\n" for name, meaning in texts["tables_columns"]["events"].items()]
-    return ("| table | what it holds |\n| --- | --- |\n" + "".join(rows)
+    return ("| table | what it holds | columns |\n| --- | --- | --- |\n" + "".join(rows)
             + "\nThe columns of `events`:\n\n| column | meaning |\n| --- | --- |\n" + "".join(columns))
+
+
+def table_columns() -> dict[str, list[str]]:
+    """Every table of the shipped schema → its column names, in order."""
+    conn = sqlite3.connect(":memory:")
+    try:
+        tables = [(name, sql) for name, sql in shipped_schema().items() if re.match(r"\s*CREATE\s+TABLE\b", sql, re.I)]
+        for _, sql in tables:
+            conn.execute(sql)
+        return {name: [row[1] for row in conn.execute(f"PRAGMA table_info({name})")] for name, _ in tables}
+    finally:
+        conn.close()
 
 
 class ServedCase(NamedTuple):
