@@ -90,7 +90,11 @@ def test_case_folders_lists_the_cases_inside_a_folder_sorted_and_refuses_a_folde
     assert case_folders([root]) == sorted(four_cases)
     with pytest.raises(LedgerError) as caught:
         case_folders([tmp_path])
-    assert caught.value.code == INVALID_ARGUMENT
+    assert caught.value.code == INVALID_ARGUMENT and "a case itself" not in caught.value.message
+    with pytest.raises(LedgerError) as caught:
+        case_folders([four_cases[0]])
+    assert caught.value.message.endswith("holds no case folder (a folder with ledger.sqlite) (it is a case itself: "
+                                         "leave out --all)")
 
 
 @pytest.mark.parametrize("left", ["manifest.json and analysis/", "ledger.sqlite-wal", "ledger.sqlite-lock"])

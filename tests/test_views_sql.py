@@ -576,3 +576,11 @@ def test_the_docs_query_for_repeated_evidence_lists_each_repeating_action_once(c
     assert read_only_query(case.path, "SELECT COUNT(*) FROM evidence WHERE duplicate_of IS NOT NULL")[1] == [(1,)]
     _, rows = read_only_query(case.path, query)
     assert sorted((h, a) for _, h, a, _ in rows) == [("H1", "t2"), ("H2", "p2")]
+
+
+def test_a_query_naming_no_such_table_lists_the_ledgers_views(case):
+    with pytest.raises(LedgerError) as caught:
+        read_only_query(case.path, "SELECT * FROM balance")
+    assert caught.value.code == INVALID_ARGUMENT
+    assert caught.value.message.startswith("query refused: no such table: balance; the ledger's views are balances, "
+                                           "balances_recomputed, actions, evidence, case_status, scope_usage")

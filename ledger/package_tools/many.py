@@ -65,7 +65,8 @@ def case_folders(folders: Iterable[str | os.PathLike[str]]) -> list[Path]:
         except OSError as exc:
             raise os_error(exc, f"cannot list the cases in {root}") from None
         if not names:
-            raise LedgerError(E.INVALID_ARGUMENT, f"{root} holds no case folder (a folder with {LEDGER_FILE})")
+            itself = " (it is a case itself: leave out --all)" if is_case_package(root) else ""
+            raise LedgerError(E.INVALID_ARGUMENT, f"{root} holds no case folder (a folder with {LEDGER_FILE}){itself}")
         found.extend(root / name for name in names)
     return found
 

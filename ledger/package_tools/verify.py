@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 from ..ground import errors as E
 from .atomic_files import process_tag, remove_abandoned_temp_folders, same_bytes
-from ..storage.sqlfiles import migration_record_problem, schema_version, shipped_schema, statement
+from ..storage.sqlfiles import PUBLIC_VIEWS, migration_record_problem, schema_version, shipped_schema, statement
 from ..ground.arguments import check_callback, check_flag
 from ..ground.workers import job_count
 from ..ground.canonical import stored_bytes
@@ -49,7 +49,6 @@ HELPER_TABLES = ("case_identity", "lifecycle", "revisions", "hypotheses", "polic
                  "limit_exceedances", "increase_requests", "result_costs", "evidence_atoms", "outcomes", "result_atoms", "test_requests",
                  "feedback_drafts", "feedback_confirmations", "account_floors", "money_totals",
                  "evidence_indexes", "evidence_files")
-PUBLIC_VIEWS = ("balances", "balances_recomputed", "actions", "evidence", "case_status", "scope_usage")
 EVENT_COLUMNS = ("seq", "type", "revision", "stream", "stream_seq", "created_at", "sha256",
                  "parent_sha256", "operation_key", "request_sha256", "body")
 

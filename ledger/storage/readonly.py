@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..ground import errors as E
-from .sqlfiles import statement
+from .sqlfiles import PUBLIC_VIEWS, statement
 from ..ground.errors import LedgerError
 from .sqlite_file import (SQLITE_ERRORS, connect_uri, log_files_exist, readable_uri, release_log, sqlite_error,
                           translate_sqlite_errors)
@@ -120,6 +120,9 @@ def _refused(exc: BaseException) -> LedgerError:
     """``INVALID_ARGUMENT`` for a user's statement SQLite refused, saying what a read may not do."""
     why = ("; a read-only query may not write, change the schema, ATTACH, DETACH or run a PRAGMA but the "
            f"schema-reading ones ({', '.join(sorted(READ_ONLY_PRAGMAS))})" if str(exc) == "not authorized" else "")
+    if str(exc).startswith("no such table:"):
+        why = ("; the ledger's views are " + ", ".join(PUBLIC_VIEWS) + " (docs/sql.md lists them and its tables; "
+               "SELECT name, type FROM sqlite_master lists what this file holds)")
     return LedgerError(E.INVALID_ARGUMENT, f"query refused: {exc}{why}")
 
 def readonly_query(path: Path, sql: str, timeout_ms: int = 30_000) -> tuple[list[str], list[tuple]]:

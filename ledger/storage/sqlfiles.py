@@ -17,6 +17,8 @@ from ..ground.errors import SQLITE_UNSUPPORTED, LedgerError
 #: The oldest SQLite the views work with: they read JSON with ``->>``, which SQLite 3.38.0 added
 #: (docs/sql.md).
 SQLITE_MIN_VERSION = (3, 38, 0)
+#: The ledger's public views (docs/sql.md): what people read; ``verify`` compares each with a replay's.
+PUBLIC_VIEWS = ("balances", "balances_recomputed", "actions", "evidence", "case_status", "scope_usage")
 
 _MIGRATION_RE = re.compile(r"^(\d{3})_([a-z0-9_]+)\.sql$")
 
