@@ -259,8 +259,13 @@ def test_no_choice_when_nothing_meets_the_constraint_and_saves_exit_0(tmp_path):
     choice = json.loads(done.stdout)["choice"]
     assert choice["policy"] is None and "no policy stops at most 0 % of the resolved runs" in choice["reason"]
     near = choice["nearest"]
-    assert near["policy"].startswith("max_low_information_steps=") and near["constraint_stopped_pct"] > 0
-    assert choice["reason"].endswith(f"{near['policy']} stops the fewest: {near['constraint_stopped_pct']:g} % of them")
+    assert near["policy"].startswith("max_low_information_steps=") and near["constraint_stopped"] > 0
+    assert near["constraint_stopped_pct"] == -(-10000 * near["constraint_stopped"] // near["constraint_runs"]) / 100
+    assert choice["reason"].endswith(f"{near['policy']} stops the fewest: {near['constraint_stopped']} of "
+                                     f"{near['constraint_runs']} ({near['constraint_stopped_pct']:g} %, rounded up)")
+    admitted = _cli("simulate", DATA, "--outcomes", OUTCOMES, "--vary", "max_low_information_steps=4,6", "--frontier",
+                    "--max-stopped", f"resolved={near['constraint_stopped_pct']}%", "--json", "--jobs", "1")
+    assert json.loads(admitted.stdout)["choice"]["policy"] is not None  # the share shown admits a choice
     assert not (tmp_path / "p.toml").exists() and "no choice" in done.stderr
     table = _cli("simulate", DATA, "--outcomes", OUTCOMES, "--vary", "max_low_information_steps=6", "--frontier",
                  "--max-stopped", "resolved=0%", "--jobs", "1")

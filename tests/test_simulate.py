@@ -94,7 +94,7 @@ def test_apply_units_per_hypothesis_replaces_every_open_revisions_allocation_as_
         assert refused.exit_code == 2 and "--units-per-hypothesis" in refused.output
         assert not (tmp_path / f"bad{bad}").exists()
     with Case.create(tmp_path / "api", "C3") as case:
-        for bad in (0, True, 2.0, "5"):
+        for bad in (0, True, 2.0, "5", 2**53):
             with pytest.raises(LedgerError) as caught:
                 list(apply_journal(case, [text], units_per_hypothesis=bad))
             assert caught.value.code == "INVALID_ARGUMENT" and "units_per_hypothesis" in caught.value.message

@@ -23,7 +23,7 @@ from typing import Any, BinaryIO, Callable, Iterable, Iterator
 from ..ground import errors as E
 from ..services.budget import BudgetManager
 from ..ground.arguments import check_callback, check_flag, check_instance, check_iterable
-from ..ground.canonical import parse_json, stored_bytes
+from ..ground.canonical import SAFE_INTEGER_MAX, parse_json, stored_bytes
 from ..services.case import Case
 from ..ground.clock import describe_micros, microseconds_between, parse_at
 from ..ground.errors import LedgerError
@@ -205,7 +205,7 @@ def apply_journal(case: Case, lines: Iterable[str | bytes], *, budget: BudgetMan
     batch committed, so every yielded result is durable. ``on_commit(n)``, if
     given, is called after each batch committed, before its ``n`` results are
     yielded (a caller that stops early knows how many committed results remain).
-    ``units_per_hypothesis`` (an integer >= 1), if given, replaces the allocation of every
+    ``units_per_hypothesis`` (an integer from 1 to 2**53 - 1), if given, replaces the allocation of every
     ``open_revision`` line, exactly as a simulation policy that sets it does (docs/simulate.md);
     ``INVALID_ARGUMENT`` for anything else.
     """
@@ -217,9 +217,10 @@ def apply_journal(case: Case, lines: Iterable[str | bytes], *, budget: BudgetMan
     budget = budget or case.budget()
     if type(batch_size) is not int or batch_size < 1:
         raise LedgerError(E.INVALID_ARGUMENT, f"batch_size must be an integer >= 1, got {batch_size!r}")
-    if units_per_hypothesis is not None and (type(units_per_hypothesis) is not int or units_per_hypothesis < 1):
-        raise LedgerError(E.INVALID_ARGUMENT, f"units_per_hypothesis must be an integer >= 1 or None, "
-                          f"got {units_per_hypothesis!r}")
+    if units_per_hypothesis is not None and (type(units_per_hypothesis) is not int
+                                             or not 1 <= units_per_hypothesis <= SAFE_INTEGER_MAX):
+        raise LedgerError(E.INVALID_ARGUMENT, f"units_per_hypothesis must be an integer from 1 to {SAFE_INTEGER_MAX} "
+                          f"or None, got {units_per_hypothesis!r}")
     pending: list[tuple[int, str | bytes]] = []
     stopped = False
 

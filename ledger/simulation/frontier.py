@@ -293,11 +293,15 @@ def _choice(table: _Table, rows: Mapping[str, dict[str, Any]], constraint: Const
         out["reason"] = (f"no policy stops at most {float(constraint.pct):g} % of the {constraint.label} runs "
                          "and saves units against no-stop")
         near = nearest(table, table.run_ids, constraint)
+        out["nearest"] = None
         if near is not None:
-            out["nearest"] = {"policy": near, "constraint_stopped_pct":
-                              round(_stopped_pct(table, near, table.run_ids, constraint.label) or 0.0, 2)}
-            out["reason"] += (f"; of those that save units, {near} stops the fewest: "
-                              f"{out['nearest']['constraint_stopped_pct']:g} % of them")
+            _, stopped, runs = table.totals(near, table.run_ids, constraint.label)
+            # rounded up: a --max-stopped of the share shown admits the policy
+            pct = -(-10000 * stopped // runs) / 100 if runs else 0.0
+            out["nearest"] = {"policy": near, "constraint_stopped_pct": pct, "constraint_stopped": stopped,
+                              "constraint_runs": runs}
+            out["reason"] += (f"; of those that save units, {near} stops the fewest: {stopped} of {runs} "
+                              f"({pct:g} %, rounded up)")
         return out
     in_sample = _shares(table, name, table.run_ids, good)  # every label is one some run has
     out.update(figures=rows[name], in_sample={
