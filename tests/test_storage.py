@@ -475,3 +475,30 @@ def test_file_system_refusals_are_storage_errors_and_bad_paths_invalid_arguments
     from ledger.ground.paths import os_error
 
     assert os_error(OSError(number, os.strerror(number), "/x"), "doing it").code == code
+
+
+def test_a_transaction_cut_short_in_a_rollback_journal_is_storage_error_for_readers_until_a_writer_rolls_it_back(
+        tmp_path):
+    """A ledger a user switched to a rollback journal, whose writer was killed mid-transaction: readers
+    (verify, sql) cannot roll the journal back and say so (never a permission problem, never damaged
+    history); the next writer's open rolls it back and verify passes on the history as it was."""
+    case = start_case(tmp_path / "case")
+    head = case.status()["head_sha256"]
+    case.close()
+    sqlite3.connect(tmp_path / "case" / "ledger.sqlite").execute("PRAGMA journal_mode = DELETE").fetchall()
+    killed = subprocess.run([sys.executable, "-c", (
+        "import os, signal, sqlite3\n"
+        f"c = sqlite3.connect({str(tmp_path / 'case' / 'ledger.sqlite')!r}, isolation_level=None)\n"
+        "c.execute('PRAGMA cache_size = 1'); c.execute('BEGIN IMMEDIATE'); c.execute('CREATE TABLE zz (x)')\n"
+        "c.execute('INSERT INTO zz SELECT randomblob(3000) FROM (WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL "
+        "SELECT i + 1 FROM r WHERE i < 200) SELECT i FROM r)')\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n")])
+    assert killed.returncode == -9 and (tmp_path / "case" / "ledger.sqlite-journal").stat().st_size > 0
+    for read in (lambda: verify_case(tmp_path / "case"), lambda: read_only_query(tmp_path / "case", "SELECT 1")):
+        with pytest.raises(LedgerError) as caught:
+            read()
+        assert caught.value.code == STORAGE_ERROR
+        assert "ledger.sqlite-journal beside it holds a transaction cut short" in caught.value.message
+    with Case.open(tmp_path / "case") as opened:  # a writer's open rolls it back
+        assert opened.status()["head_sha256"] == head
+    assert verify_case(tmp_path / "case").head_sha256 == head

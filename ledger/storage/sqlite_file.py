@@ -157,6 +157,19 @@ def connect_path(path: Path, mode: str) -> sqlite3.Connection:
 _JOURNAL_MAGIC = bytes.fromhex("d9d505f920a163d7")
 
 
+def holds_hot_journal(path: Path) -> bool:
+    """Whether a non-empty ``ledger.sqlite`` has a rollback journal beside it holding a transaction
+    (SQLite's header at its start): one a writer left when it stopped mid-way, to be rolled back by the
+    next writer. A reader cannot roll it back, and an immutable read would see the half-written file."""
+    try:
+        if os.stat(path).st_size == 0:
+            return False
+        with open(f"{path}-journal", "rb") as journal:
+            return journal.read(8) == _JOURNAL_MAGIC
+    except OSError:
+        return False
+
+
 def orphaned_logs(path: Path) -> list[str]:
     """Names of the logs beside an empty (zero-byte) ledger file ``path`` that hold a ledger's writes,
     which SQLite deletes when it opens the empty file (docs/files.md):
@@ -277,6 +290,11 @@ def readable_uri(path: Path) -> tuple[str, bool]:
     immutable read of a changing file would look like tampering.
     """
     uri = file_uri(path, "ro")
+    if holds_hot_journal(path):
+        raise LedgerError(E.STORAGE_ERROR, f"cannot read {path}: {path.name}-journal beside it holds a transaction "
+                          "cut short (a writer stopped mid-way), which SQLite must roll back before the file can be "
+                          "read; run a command that writes the case once (such as 'ledger export') where this user "
+                          "may write its folder, then this one again (if a writer is at work on it now, wait for it)")
     if immutable_snapshot(path):
         return uri + "&immutable=1", True
     probe = connect_path(path, "ro")
