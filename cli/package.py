@@ -154,7 +154,7 @@ def _anchor_option(ctx: click.Context, param: click.Parameter, values: tuple[str
 @click.option("--anchor", "anchors", multiple=True, metavar="SEQ:SHA256", callback=_anchor_option,
               help="An event recorded elsewhere earlier (a head this command printed): fail unless the case "
                    "holds event SEQ with that sha256, so a history rewritten up to it with every hash "
-                   "recomputed is caught. One CASE only; may be given more than once.")
+                   "recomputed is caught. One CASE, without --all or --jobs; may be given more than once.")
 @click.option("--table", "as_table", is_flag=True,
               help="Print the foreign objects as a table (the summary goes to stderr).")
 @click.option("--nl", "as_nl", is_flag=True,
