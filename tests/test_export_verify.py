@@ -1289,3 +1289,18 @@ def test_a_ledger_reloaded_in_utf16_verifies_as_it_did_and_its_tampering_is_stil
     with pytest.raises(LedgerError) as caught:
         verify_case(case.path)
     assert caught.value.code == INTEGRITY_ERROR and "schema object" not in caught.value.message
+
+
+def test_export_refuses_a_ledger_older_than_its_export_and_names_the_way_back(exported, tmp_path):
+    """A ledger put back from an older copy under a newer export: export would replace the newer
+    manifest with an older head; it refuses, writing nothing, and says to import the export."""
+    shutil.copyfile(exported / "ledger.sqlite", tmp_path / "older.sqlite")
+    with Case.open(exported) as case:
+        case.budget().grant("H1", 1, "controller", "more", "g-1")
+        export_case(case)
+    (exported / "ledger.sqlite").write_bytes((tmp_path / "older.sqlite").read_bytes())
+    before = tree(exported)
+    with pytest.raises(LedgerError) as caught:
+        export_case(exported)
+    assert caught.value.code == INTEGRITY_ERROR and "'ledger import' it into a new folder" in caught.value.message
+    assert "but the ledger ends at seq" in caught.value.message and tree(exported) == before
