@@ -460,7 +460,8 @@ def _rechained_from(path: Path, seq: int, forged: str) -> list[tuple[str, tuple]
     return statements
 
 
-@pytest.mark.parametrize("edit", ["body", "body and hash", "content", "history rewritten whole"])
+@pytest.mark.parametrize("edit", ["body", "body and hash", "content", "history rewritten whole",
+                                  "body, hash and next parent column", "placed on another", "placed outside"])
 def test_export_never_writes_an_edited_event_or_content_over_its_file(exported, edit):
     """An exported file may be the one copy of the original bytes: export checks every file it is to
     write before writing any, and refuses (INTEGRITY_ERROR, nothing written) an event that does not
@@ -476,7 +477,14 @@ def test_export_never_writes_an_edited_event_or_content_over_its_file(exported, 
              "body and hash": [("UPDATE events SET body = ?, sha256 = ? WHERE seq = 7",
                                 (forged, sha256_hex(forged.encode())))],
              "content": [("UPDATE contents SET body = ? WHERE sha256 = ?", (content.replace("x", "z"), sha))],
-             "history rewritten whole": _rechained_from(exported, 7, forged)}[edit]
+             "history rewritten whole": _rechained_from(exported, 7, forged),
+             "body, hash and next parent column": [  # the columns patched to chain, the next body left
+                 ("UPDATE events SET body = ?, sha256 = ? WHERE seq = 7", (forged, sha256_hex(forged.encode()))),
+                 ("UPDATE events SET parent_sha256 = ? WHERE seq = 8", (sha256_hex(forged.encode()),))],
+             "placed on another": [("UPDATE events SET stream_seq = (SELECT stream_seq FROM events WHERE seq = 7) "
+                                    "WHERE seq = (SELECT MAX(seq) FROM events WHERE stream = 'budget')", ())],
+             "placed outside": [("INSERT INTO evidence_files (seq, path) VALUES (7, ?)",
+                                 ("analysis/evidence/../../../outside.json",))]}[edit]
     _edited_past_every_trigger(exported, *edits)
     if edit in ("body", "content"):
         shutil.rmtree(exported / "analysis" / "budgets")  # files to make again: none is made
@@ -489,7 +497,11 @@ def test_export_never_writes_an_edited_event_or_content_over_its_file(exported, 
         "body and hash": "seq 8: the ledger's event does not follow event 7",
         "content": f"the ledger's content {sha} does not hash to its name",
         "history rewritten whole": f"seq {verify_head(exported)}: the ledger's event is not the one the exported "
-                                   "manifest.json names as its head"}[edit])
+                                   "manifest.json names as its head",
+        "body, hash and next parent column": "seq 8: the ledger's event does not follow event 7",
+        "placed on another": f"seq {verify_head(exported)}: the ledger places the event at 'analysis/budgets/",
+        "placed outside": "seq 7: the ledger places the event at 'analysis/evidence/../../../outside.json', which is "
+                          "no plain path under analysis/"}[edit])
     assert tree(exported) == before
     done = run_cli("export", str(exported))
     assert done.returncode == 1 and done.stderr.startswith(b"error: INTEGRITY_ERROR: ") and tree(exported) == before

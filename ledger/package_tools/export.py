@@ -9,6 +9,7 @@ and incremental: files already holding the right bytes are left alone.
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 from dataclasses import dataclass, field
@@ -98,15 +99,23 @@ def _files_to_write(root: Path, conn: sqlite3.Connection, manifest: dict[str, An
     to_write: set[str] = set()
     head_seq, previous = 0, ZERO_SHA256
     folders: dict[Path, bool] = {}
+    paths: set[str] = set()
     for seq, stream, revision, stream_seq, body, sha, parent in conn.execute(statement("events_to_export")):
-        if seq != head_seq + 1 or parent != previous:
+        data = body.encode("utf-8")
+        # every event, written or not: its bytes hash to its sha256 and name the seq and parent the
+        # chain gives it (its columns alone could be patched to fit), and it has a file of its own
+        if seq != head_seq + 1 or parent != previous or not _names(data, seq, previous):
             raise _refused(f"seq {seq}: the ledger's event does not follow event {head_seq} (a removed or "
                            "re-chained event)")
-        data = body.encode("utf-8")
-        if _differs(root, event_path(stream, revision, stream_seq), data, folders, to_write):
-            if sha256_hex(data) != sha:
-                raise _refused(f"seq {seq}: the ledger's event does not hash to its sha256 (an edited event)")
-        else:
+        if sha256_hex(data) != sha:
+            raise _refused(f"seq {seq}: the ledger's event does not hash to its sha256 (an edited event)")
+        relative = event_path(stream, revision, stream_seq)
+        if relative in paths or not _plain_path(relative):
+            raise _refused(f"seq {seq}: the ledger places the event at {relative!r}, "
+                           f"{'where another event goes' if relative in paths else 'which is no plain path under analysis/'} "
+                           "(an edited column)")
+        paths.add(relative)
+        if not _differs(root, relative, data, folders, to_write):
             _unchanged(report, progress)
         if manifest is not None and seq == manifest["head"]["seq"] and sha != manifest["head"]["sha256"]:
             raise _refused(f"seq {seq}: the ledger's event is not the one the exported manifest.json names as its "
@@ -124,6 +133,23 @@ def _files_to_write(root: Path, conn: sqlite3.Connection, manifest: dict[str, An
         else:
             _unchanged(report, progress)
     return to_write, head_seq
+
+
+def _names(data: bytes, seq: int, parent: str) -> bool:
+    """Whether the event body ``data`` names ``seq`` and ``parent`` as its own."""
+    try:
+        body = json.loads(data)
+    except ValueError:
+        return False
+    return type(body) is dict and body.get("seq") == seq and type(body.get("seq")) is int \
+        and body.get("parent_sha256") == parent
+
+
+def _plain_path(relative: str) -> bool:
+    """Whether ``relative`` is a plain path under ``analysis/``: no ``.``, ``..`` or empty part."""
+    parts = relative.split("/")
+    return parts[0] == ANALYSIS_DIR and len(parts) > 1 and all(part not in ("", ".", "..") for part in parts) \
+        and "\\" not in relative and "\0" not in relative
 
 
 def _differs(root: Path, relative: str, data: bytes, folders: dict[Path, bool], to_write: set[str]) -> bool:
