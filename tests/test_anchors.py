@@ -134,6 +134,7 @@ def test_a_fleet_export_fails_a_case_rewritten_since_the_head_it_recorded(origin
     error = report.failed[0]["error"]
     assert error["code"] == "INTEGRITY_ERROR"
     assert error["message"].startswith(f"seq {seq}: event {seq} has sha256 {_head(forged)[1]}, not the anchored {sha}")
+    assert error["message"].endswith(f"(this fleet last exported the case from {original}: is this a copy of it?)")
     assert {p: p.read_bytes() for p in out.rglob("data.parquet")} == parquet
     with Case.open(original) as case:  # the case itself, grown since, still exports
         case.budget().grant("H1", 1, "controller", "more", "g-1")

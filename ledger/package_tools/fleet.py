@@ -314,7 +314,13 @@ def _export_snapshot(conn: Any, case: Path, out: Path, head: dict[str, Any], ent
             entry["status"] = "unchanged"
             return
         last = record or {}  # the head recorded at the last export anchors the case: a rewrite since fails
-        verified = verify_case(case, anchors=anchor_or_none(last.get("head_seq"), last.get("head_sha256")))
+        try:
+            verified = verify_case(case, anchors=anchor_or_none(last.get("head_seq"), last.get("head_sha256")))
+        except LedgerError as exc:
+            if "anchored_seq" not in exc.details or last.get("path") == str(case):
+                raise
+            raise LedgerError(exc.code, f"{exc.message} (this fleet last exported the case from {last.get('path')}: "
+                              "is this a copy of it?)", **exc.details) from None
         if verified.head_seq < head["head_seq"]:  # the ledger only grows, so this cannot happen
             raise LedgerError(E.INTEGRITY_ERROR, f"{case}: verify ended at seq {verified.head_seq}, "
                                                  f"before the exported head {head['head_seq']}")
