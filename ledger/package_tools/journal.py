@@ -217,10 +217,7 @@ def apply_journal(case: Case, lines: Iterable[str | bytes], *, budget: BudgetMan
     budget = budget or case.budget()
     if type(batch_size) is not int or batch_size < 1:
         raise LedgerError(E.INVALID_ARGUMENT, f"batch_size must be an integer >= 1, got {batch_size!r}")
-    if units_per_hypothesis is not None and (type(units_per_hypothesis) is not int
-                                             or not 1 <= units_per_hypothesis <= SAFE_INTEGER_MAX):
-        raise LedgerError(E.INVALID_ARGUMENT, f"units_per_hypothesis must be an integer from 1 to {SAFE_INTEGER_MAX} "
-                          f"or None, got {units_per_hypothesis!r}")
+    _check_units(units_per_hypothesis)
     pending: list[tuple[int, str | bytes]] = []
     stopped = False
 
@@ -261,6 +258,12 @@ def apply_journal(case: Case, lines: Iterable[str | bytes], *, budget: BudgetMan
                 return
     if pending:
         yield from _committed(run_batch(pending), on_commit)
+
+
+def _check_units(units: Any) -> None:
+    if units is not None and (type(units) is not int or not 1 <= units <= SAFE_INTEGER_MAX):
+        raise LedgerError(E.INVALID_ARGUMENT, f"units_per_hypothesis must be an integer from 1 to {SAFE_INTEGER_MAX} "
+                          f"or None, got {units!r}")
 
 
 def _committed(results: list[LineResult], on_commit: Callable[[int], None] | None) -> list[LineResult]:
