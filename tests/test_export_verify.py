@@ -461,7 +461,8 @@ def _rechained_from(path: Path, seq: int, forged: str) -> list[tuple[str, tuple]
 
 
 @pytest.mark.parametrize("edit", ["body", "body and hash", "content", "history rewritten whole",
-                                  "body, hash and next parent column", "placed on another", "placed outside"])
+                                  "body, hash and next parent column", "placed on another", "placed outside",
+                                  "two swap files"])
 def test_export_never_writes_an_edited_event_or_content_over_its_file(exported, edit):
     """An exported file may be the one copy of the original bytes: export checks every file it is to
     write before writing any, and refuses (INTEGRITY_ERROR, nothing written) an event that does not
@@ -470,7 +471,9 @@ def test_export_never_writes_an_edited_event_or_content_over_its_file(exported, 
     conn = sqlite3.connect(exported / "ledger.sqlite")
     body = conn.execute("SELECT body FROM events WHERE seq = 7").fetchone()[0]
     sha, content = conn.execute("SELECT sha256, body FROM contents ORDER BY seq LIMIT 1").fetchone()
+    placed = dict(conn.execute("SELECT seq, stream_seq FROM events WHERE seq IN (7, 8) AND stream = 'budget'"))
     conn.close()
+    assert placed[8] == placed[7] + 1
     forged = body.replace('"semantic_score":80', '"semantic_score":90')
     assert forged != body
     edits = {"body": [("UPDATE events SET body = ? WHERE seq = 7", (forged,))],
@@ -484,7 +487,10 @@ def test_export_never_writes_an_edited_event_or_content_over_its_file(exported, 
              "placed on another": [("UPDATE events SET stream_seq = (SELECT stream_seq FROM events WHERE seq = 7) "
                                     "WHERE seq = (SELECT MAX(seq) FROM events WHERE stream = 'budget')", ())],
              "placed outside": [("INSERT INTO evidence_files (seq, path) VALUES (7, ?)",
-                                 ("analysis/evidence/../../../outside.json",))]}[edit]
+                                 ("analysis/evidence/../../../outside.json",))],
+             "two swap files": [("UPDATE events SET stream_seq = -1 WHERE seq = 7", ()),  # 7 and 8 trade files
+                                ("UPDATE events SET stream_seq = stream_seq - 1 WHERE seq = 8", ()),
+                                ("UPDATE events SET stream_seq = ? WHERE seq = 7", (placed[8],))]}[edit]
     _edited_past_every_trigger(exported, *edits)
     if edit in ("body", "content"):
         shutil.rmtree(exported / "analysis" / "budgets")  # files to make again: none is made
@@ -501,7 +507,10 @@ def test_export_never_writes_an_edited_event_or_content_over_its_file(exported, 
         "body, hash and next parent column": "seq 8: the ledger's event does not follow event 7",
         "placed on another": f"seq {verify_head(exported)}: the ledger places the event at 'analysis/budgets/",
         "placed outside": "seq 7: the ledger places the event at 'analysis/evidence/../../../outside.json', which is "
-                          "no plain path under analysis/"}[edit])
+                          "no plain path under analysis/",
+        "two swap files": "analysis/budgets/0001/events/"}[edit])
+    if edit == "two swap files":
+        assert "holds an event of this case that the ledger would replace with other bytes" in caught.value.message
     assert tree(exported) == before
     done = run_cli("export", str(exported))
     assert done.returncode == 1 and done.stderr.startswith(b"error: INTEGRITY_ERROR: ") and tree(exported) == before

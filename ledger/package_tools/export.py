@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import stat
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Iterator
 
 from ..ground import errors as E
@@ -25,7 +26,7 @@ from ..ground.canonical import ZERO_SHA256, canonical_bytes, sha256_hex
 from ..ground.errors import LedgerError
 from ..services.case import Case
 from .manifest import manifest_for, read_manifest
-from ..model.package import (ANALYSIS_DIR, EXPORT_TEMP_PREFIX, LEDGER_FILE, MANIFEST_FILE, check_package_names, content_path,
+from ..model.package import (ANALYSIS_DIR, CONTENT_FILE_RE, EXPORT_TEMP_PREFIX, LEDGER_FILE, MANIFEST_FILE, check_package_names, content_path,
                       event_path, export_tree_files, refuse_own_links)
 from ..ground.paths import os_error
 
@@ -100,6 +101,7 @@ def _files_to_write(root: Path, conn: sqlite3.Connection, manifest: dict[str, An
     head_seq, previous = 0, ZERO_SHA256
     folders: dict[Path, bool] = {}
     paths: set[str] = set()
+    shas: set[str] = set()
     for seq, stream, revision, stream_seq, body, sha, parent in conn.execute(statement("events_to_export")):
         data = body.encode("utf-8")
         # every event, written or not: its bytes hash to its sha256 and name the seq and parent the
@@ -115,6 +117,7 @@ def _files_to_write(root: Path, conn: sqlite3.Connection, manifest: dict[str, An
                            f"{'where another event goes' if relative in paths else 'which is no plain path under analysis/'} "
                            "(an edited column)")
         paths.add(relative)
+        shas.add(sha)
         if not _differs(root, relative, data, folders, to_write):
             _unchanged(report, progress)
         if manifest is not None and seq == manifest["head"]["seq"] and sha != manifest["head"]["sha256"]:
@@ -132,7 +135,28 @@ def _files_to_write(root: Path, conn: sqlite3.Connection, manifest: dict[str, An
                 raise _refused(f"the ledger's content {sha} does not hash to its name (an edited content)")
         else:
             _unchanged(report, progress)
+    for relative in sorted(to_write):
+        _refuse_replacing_a_sound_file(root, relative, shas)
     return to_write, head_seq
+
+
+def _refuse_replacing_a_sound_file(root: Path, relative: str, shas: set[str]) -> None:
+    """``INTEGRITY_ERROR`` when the exported file ``relative``, which the ledger's bytes would replace,
+    holds an event of this case (its bytes hash to an event's sha256) or a content (they hash to the
+    name it has): an export of a sound ledger never finds one where another file belongs, so either
+    the ledger's columns were edited to place an event there, or exported files were moved by hand."""
+    target = root / relative
+    try:
+        if not stat.S_ISREG(os.lstat(target).st_mode):
+            return
+        held = sha256_hex(target.read_bytes())
+    except OSError:
+        return  # missing or unreadable: writing it says why, if it must
+    name = PurePosixPath(relative)
+    if held in shas or (CONTENT_FILE_RE.fullmatch(relative) and name.stem == held):
+        raise _refused(f"{relative} holds {'an event' if held in shas else 'a content'} of this case that the ledger "
+                       "would replace with other bytes (an edited column placing an event there, or exported files "
+                       "moved by hand: then move that file aside and export again)")
 
 
 def _names(data: bytes, seq: int, parent: str) -> bool:
