@@ -38,9 +38,10 @@ def check_anchors(anchors: Any) -> dict[int, str]:
 def anchor_or_none(seq: Any, sha: Any) -> dict[int, str] | None:
     """``{seq: sha}`` when the two make an anchor (:func:`check_anchors`), else None: for heads a tool
     recorded itself in a file anyone may have edited (a fleet export's record of a case)."""
-    if type(seq) is int and seq >= 1 and isinstance(sha, str) and _SHA256_RE.fullmatch(sha):
-        return {seq: sha}
-    return None
+    try:
+        return check_anchors({seq: sha})
+    except (LedgerError, TypeError):  # TypeError: a seq that cannot be a key
+        return None
 
 
 def check_anchored_events(conn: sqlite3.Connection, anchors: dict[int, str], head_seq: int) -> None:

@@ -80,23 +80,25 @@ def read_manifest_if_readable(root: Path) -> dict[str, Any] | None:
         return None
 
 
-def _export_files(conn: sqlite3.Connection) -> Iterator[tuple[int | None, str, bytes]]:
-    """``(seq, relative path, bytes)`` of every file an export holds but the manifest: the events in
-    order, then the contents (``seq`` None)."""
-    for seq, stream, revision, stream_seq, body, _sha, _parent in conn.execute(statement("events_to_export")):
-        yield seq, event_path(stream, revision, stream_seq), body.encode("utf-8")
+def _export_files(conn: sqlite3.Connection) -> Iterator[tuple[str, bytes]]:
+    """``(relative path, bytes)`` of every file an export holds but the manifest: the events in
+    order, then the contents."""
+    for _seq, stream, revision, stream_seq, body, _sha, _parent in conn.execute(statement("events_to_export")):
+        yield event_path(stream, revision, stream_seq), body.encode("utf-8")
     for sha, _seq, body in conn.execute(statement("contents_for_export")):
-        yield None, content_path(sha), body.encode("utf-8")
+        yield content_path(sha), body.encode("utf-8")
 
 
 def _files_to_write(root: Path, conn: sqlite3.Connection, manifest: dict[str, Any] | None, report: ExportReport,
                     progress: Progress | None) -> tuple[set[str], int]:
     """The files whose bytes differ from the ledger's (or are missing), each checked, and the head seq.
 
-    ``INTEGRITY_ERROR``, before anything is written, when the ledger's events do not follow one
-    another (a removed or re-chained event), when an event or content to be written does not hash to
-    its sha256, or when the exported ``manifest.json`` names a head the ledger does not hold
-    (a history rewritten or truncated since it was exported, or another case's export)."""
+    ``INTEGRITY_ERROR``, before anything is written (docs/files.md, "Exported files"), when an event
+    does not hash to its sha256, does not name the seq and parent the chain gives it, or goes to
+    another event's file or to no plain path under ``analysis/``; when a content to be written does
+    not hash to its name; when a file to be replaced holds an event or content of this case; or
+    when the exported ``manifest.json`` names a head the ledger does not hold (a history rewritten
+    or truncated since it was exported, or another case's export)."""
     to_write: set[str] = set()
     head_seq, previous = 0, ZERO_SHA256
     folders: dict[Path, bool] = {}
@@ -272,7 +274,7 @@ def _export_locked(case: Case, root: Path, progress: Progress | None) -> ExportR
             # an exported file may be the one copy of an event's original bytes
             to_write, head_seq = _files_to_write(root, conn, read_manifest_if_readable(root), report, progress)
             if to_write:
-                for _seq, relative, data in _export_files(conn):
+                for relative, data in _export_files(conn):
                     if relative in to_write:
                         write(relative, data)
             manifest = manifest_for(conn, head_seq)

@@ -164,10 +164,19 @@ def holds_hot_journal(path: Path) -> bool:
     try:
         if os.stat(path).st_size == 0:
             return False
-        with open(f"{path}-journal", "rb") as journal:
-            return journal.read(8) == _JOURNAL_MAGIC
     except OSError:
         return False
+    return _journal_header(path)[:8] == _JOURNAL_MAGIC
+
+
+def _journal_header(path: Path) -> bytes:
+    """The first 20 bytes of ``path``'s rollback journal (b"" when there is none or it cannot be read):
+    its magic, then the page count, a nonce and the ledger's size in pages before the transaction."""
+    try:
+        with open(f"{path}-journal", "rb") as journal:
+            return journal.read(20)
+    except OSError:
+        return b""
 
 
 def orphaned_logs(path: Path) -> list[str]:
@@ -191,13 +200,9 @@ def orphaned_logs(path: Path) -> list[str]:
             found.append(f"{os.path.basename(path)}-wal")
     except OSError:
         pass
-    try:
-        with open(f"{path}-journal", "rb") as journal:
-            header = journal.read(20)
-        if header[:8] == _JOURNAL_MAGIC and int.from_bytes(header[16:20], "big") > 0:
-            found.append(f"{os.path.basename(path)}-journal")
-    except OSError:
-        pass
+    header = _journal_header(path)
+    if header[:8] == _JOURNAL_MAGIC and int.from_bytes(header[16:20], "big") > 0:
+        found.append(f"{os.path.basename(path)}-journal")
     return found
 
 
