@@ -126,6 +126,13 @@ def import_command(source: str, target: str | None, as_json: bool) -> None:
 FOREIGN_COLUMNS = ("type", "name", "table")
 
 
+def _verify_summary(report: VerifyReport, failed_strict: bool, anchors: dict[int, str]) -> list[str]:
+    """One case's verify lines: the counts and head, each anchor that held, then the report's notes."""
+    return [f"{'FAILED --strict' if failed_strict else 'ok'}: {report.events} events, {report.contents} contents, "
+            f"head seq {report.head_seq} sha256 {report.head_sha256}",
+            *(f"anchor held: event {seq} sha256 {sha}" for seq, sha in sorted(anchors.items())), *report.notes()]
+
+
 def _anchor_option(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[int, str]:
     """``--anchor SEQ:SHA256`` (given any number of times) as ``{seq: sha256}``; a usage error when one
     is malformed or two name one seq with different hashes."""
@@ -219,8 +226,7 @@ def verify(cases: tuple[str, ...], as_json: bool, all_in: bool, jobs: int | None
         raise
     failure = report.strict_failure() if strict else None
     # a case that fails --strict is never printed as ok, in either form
-    summary = [f"{'FAILED --strict' if failure else 'ok'}: {report.events} events, {report.contents} contents, "
-               f"head seq {report.head_seq} sha256 {report.head_sha256}", *report.notes()]
+    summary = _verify_summary(report, failure is not None, anchors)
     result = report.to_dict()
     if failure is not None:
         result.update(ok=False, error=failure.to_dict())  # {code, message}: a --strict failure has no details

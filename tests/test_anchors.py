@@ -72,6 +72,7 @@ def test_a_rewrite_with_every_hash_recomputed_passes_alone_and_fails_against_an_
     assert caught.value.code == "INTEGRITY_ERROR" and caught.value.details["anchored_seq"] == seq
     assert caught.value.message.startswith(f"seq {seq}: event {seq} has sha256 {_head(forged)[1]}, not the "
                                            f"anchored {sha}: the history up to it was rewritten")
+    assert caught.value.message.endswith("unless the anchor itself was copied wrong (check its seq and hash)")
     assert verify_case(original, anchors={seq: sha}).head_seq == seq
 
 
@@ -102,6 +103,8 @@ def test_the_verify_command_takes_anchors_for_one_case(original, tmp_path):
     _forge(original, forged, "shows nothing")
     ok = CliRunner().invoke(main, ["verify", str(original), "--anchor", f"{seq}:{sha}", "--anchor", f"1:{_first(original)}"])
     assert ok.exit_code == 0, ok.output
+    assert ok.output.splitlines()[1:3] == [f"anchor held: event 1 sha256 {_first(original)}",
+                                           f"anchor held: event {seq} sha256 {sha}"]
     caught = CliRunner().invoke(main, ["verify", str(forged), "--anchor", f"{seq}:{sha}"])
     assert caught.exit_code == 1 and f"error: INTEGRITY_ERROR: seq {seq}: event {seq} has sha256" in caught.output
     for bad in ("1", f"0:{sha}", f"1:{sha.upper()}", f"x:{sha}", f"1:{sha}0", f"١:{sha}", f"{'9' * 5000}:{sha}"):

@@ -54,5 +54,5 @@ def check_anchored_events(conn: sqlite3.Connection, anchors: dict[int, str], hea
         found = conn.execute(statement("manifest_head", "orig"), {"seq": seq}).fetchone()
         if found is None or found[0] != sha:
             raise _bad(seq, f"event {seq} has sha256 {found[0] if found else None}, not the anchored {sha}: the "
-                       "history up to it was rewritten since that anchor was taken (its hashes recomputed)",
-                       anchored_seq=seq)
+                       "history up to it was rewritten since that anchor was taken (its hashes recomputed), unless "
+                       "the anchor itself was copied wrong (check its seq and hash)", anchored_seq=seq)
