@@ -237,14 +237,16 @@ def test_when_no_policy_meets_the_limit_the_nearest_is_the_saving_policy_stoppin
 
 
 @pytest.mark.parametrize("spec, label, pct", [("resolved=2%", "resolved", 2), ("resolved=2.5", "resolved", 2.5),
-                                              ("a=b=0 %", "a=b", 0), ("failed=100%", "failed", 100)])
+                                              ("a=b=0 %", "a=b", 0), ("failed=100%", "failed", 100),
+                                              ("resolved=.5", "resolved", 0.5), ("resolved= 7. %", "resolved", 7)])
 def test_max_stopped_reads_label_and_share(spec, label, pct):
     constraint = parse_max_stopped(spec)
     assert (constraint.label, float(constraint.pct)) == (label, pct)
 
 
 @pytest.mark.parametrize("spec", ["resolved", "=2%", "resolved=", "resolved=101%", "resolved=-1", "resolved=x",
-                                  "resolved=1/2", "resolved=nan"])
+                                  "resolved=1/2", "resolved=nan", "resolved=1_0", "resolved=1e1",
+                                  "resolved=\u0665", "resolved=+5", "resolved=inf", "resolved=."])
 def test_max_stopped_refuses_what_is_not_a_label_and_a_share(spec):
     with pytest.raises(LedgerError) as caught:
         parse_max_stopped(spec)
