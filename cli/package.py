@@ -12,6 +12,7 @@ from ledger import (LedgerError, ManyReport, VerifyReport, case_folders, export_
                     read_only_query, verify_case, verify_many)
 from ledger.package_tools.export import export_count
 from ledger.package_tools.manifest import read_manifest
+from ledger.package_tools.anchors import parse_anchor
 from ledger.ground.workers import JOBS_MAX
 
 from ._common import JSON, CaseFolder, IntegerRange, Settings, pass_settings, progress_bar, table_format
@@ -138,13 +139,12 @@ def _anchor_option(ctx: click.Context, param: click.Parameter, values: tuple[str
     is malformed or two name one seq with different hashes."""
     anchors: dict[int, str] = {}
     for value in values:
-        seq, _, sha = value.partition(":")
-        if not (seq.isascii() and seq.isdigit() and len(seq) <= 18 and int(seq) >= 1 and len(sha) == 64
-                and all(c in "0123456789abcdef" for c in sha)):
-            raise click.BadParameter(f"expected SEQ:SHA256 (a seq from 1, a colon, 64 lowercase hex digits, as "
-                                     f"'ledger verify' prints a head), got {one_line(value)[:100]!r}")
-        if anchors.setdefault(int(seq), sha) != sha:
-            raise click.BadParameter(f"two anchors name seq {int(seq)} with different hashes")
+        try:
+            seq, sha = parse_anchor(value)
+        except LedgerError as exc:
+            raise click.BadParameter(f"{exc.message}, got {one_line(value)[:100]!r}") from None
+        if anchors.setdefault(seq, sha) != sha:
+            raise click.BadParameter(f"two anchors name seq {seq} with different hashes")
     return anchors
 
 

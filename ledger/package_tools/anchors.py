@@ -35,6 +35,16 @@ def check_anchors(anchors: Any) -> dict[int, str]:
     return dict(anchors)
 
 
+def parse_anchor(text: str) -> tuple[int, str]:
+    """``"SEQ:SHA256"`` (as ``ledger verify`` prints a head; ``--anchor``) → ``(seq, sha256)``: a seq
+    from 1 in ASCII digits, 64 lowercase hex digits (``INVALID_ARGUMENT`` otherwise)."""
+    seq, _, sha = text.partition(":")
+    if not (seq.isascii() and seq.isdigit() and len(seq) <= 18 and int(seq) >= 1 and _SHA256_RE.fullmatch(sha)):
+        raise LedgerError(E.INVALID_ARGUMENT, "expected SEQ:SHA256 (a seq from 1, a colon, 64 lowercase hex "
+                          "digits, as 'ledger verify' prints a head)")
+    return int(seq), sha
+
+
 def anchor_or_none(seq: Any, sha: Any) -> dict[int, str] | None:
     """``{seq: sha}`` when the two make an anchor (:func:`check_anchors`), else None: for heads a tool
     recorded itself in a file anyone may have edited (a fleet export's record of a case)."""
