@@ -279,6 +279,18 @@ def test_inputs_named_in_capitals_are_taken_and_an_empty_folder_or_file_is_refus
     assert sorted(r.run for r in simulate([tmp_path / "out"]).runs) == ["SHOUT", "loud"]
 
 
+@pytest.mark.parametrize("name", ["B.JSONL.GZ", "b.jsonl.GZ", "B.JSONL.gz", "b.Jsonl.Gz"])
+def test_a_gzipped_input_is_read_whatever_the_letter_case_of_its_gz(tmp_path, name):
+    line = json.dumps({"run": "r1", "command": "ls", "output": "a"}) + "\n"
+    (tmp_path / name).write_bytes(gzip.compress(line.encode()))
+    summary = import_runs([tmp_path / name], tmp_path / "out")
+    assert (summary.runs, summary.errors) == (1, [])
+    plain = tmp_path / "plain.jsonl"
+    plain.write_text(line)
+    import_runs([plain], tmp_path / "plain-out")
+    assert (tmp_path / "out" / "r1.jsonl").read_bytes() == (tmp_path / "plain-out" / "r1.jsonl").read_bytes()
+
+
 def test_a_steps_line_with_a_key_given_twice_and_a_run_id_that_is_no_string_are_refused(tmp_path):
     (tmp_path / "dk.jsonl").write_text('{"run": "a", "run": "b", "command": "ls", "output": "x"}\n')
     messages = [{"role": "system", "content": "s"}, {"role": "assistant", "content": "```bash\nls\n```"},

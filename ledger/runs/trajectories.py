@@ -217,7 +217,7 @@ def _generic_step(line: bytes, number: int) -> tuple[str, Step]:
 
 # --- reading files --------------------------------------------------------------------------
 def _open(path: Path) -> IO[bytes]:
-    return gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")
+    return gzip.open(path, "rb") if path.name.lower().endswith(".gz") else open(path, "rb")
 
 
 def _stem(path: Path) -> str:
