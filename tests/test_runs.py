@@ -185,6 +185,27 @@ def test_tool_call_mode_makes_a_step_of_each_answered_bash_call(tmp_path):
     assert [e.get("target") for e in evidence_of(lines)] == [None, "calc.py", "test_calc.py", None]
 
 
+def _tool_call(call_id, command):
+    return {"id": call_id, "type": "function", "function": {"name": "bash", "arguments": json.dumps({"command": command})}}
+
+
+@pytest.mark.parametrize("calls, replies, steps", [
+    ([("c1", "ls"), ("c1", "cat a")], [("c1", "A"), ("c1", "L")], []),  # two calls, one id
+    ([("c1", "ls"), ("c2", "cat a")], [("c1", "A"), ("c1", "L"), ("c2", "B")], ["B"]),  # c1 answered twice
+    ([(["x"], "ls"), ("c2", "cat a")], [(["x"], "A"), ("c2", "B")], ["A", "B"]),  # an id that is a list
+])
+def test_a_tool_call_whose_id_is_shared_is_skipped_and_counted_not_given_another_calls_answer(tmp_path, calls,
+                                                                                             replies, steps):
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "t"},
+                {"role": "assistant", "content": None, "tool_calls": [_tool_call(i, c) for i, c in calls]},
+                *[{"role": "tool", "tool_call_id": i, "content": text} for i, text in replies]]
+    (tmp_path / "dup.traj.json").write_text(json.dumps({"instance_id": "dup", "messages": messages}))
+    summary = import_runs([tmp_path / "dup.traj.json"], tmp_path / "out")
+    assert summary.skipped == ({"tool call sharing its id": len(calls) - len(steps)} if len(steps) < len(calls) else {})
+    lines = journal(tmp_path / "out" / "dup.jsonl")
+    assert [e["observation_sha256"] for e in evidence_of(lines)] == [facts(t)["observation_sha256"] for t in steps]
+
+
 def test_the_generic_steps_format_one_step_per_line_several_runs_per_file(tmp_path):
     steps = tmp_path / "in" / "mine.jsonl"
     steps.parent.mkdir()

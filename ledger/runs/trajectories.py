@@ -123,15 +123,24 @@ def _returncode(message: Mapping[str, Any], text: str) -> int | None:
     return code if code is None or abs(code) <= SAFE_INTEGER_MAX else None
 
 
+def _hashable(value: Any) -> Any:
+    """A tool call id as a dict key (an id that is a list or object, as JSON gives it, by its text)."""
+    return json.dumps(value, sort_keys=True) if isinstance(value, (list, dict)) else value
+
+
 def _tool_steps(messages: list[Any], index: int) -> Iterator[Step | _FormatError]:
-    """The steps of an assistant message in tool-call mode: each bash call answered by a ``tool`` message."""
-    answers = {}
+    """The steps of an assistant message in tool-call mode: each bash call answered by a ``tool`` message.
+    A call whose id another call of the message shares, or that several messages answer, is a format
+    error: which answer is whose cannot be told."""
+    answers: dict[Any, list[Any]] = {}
     for later in messages[index + 1:]:
         if not isinstance(later, Mapping) or later.get("role") == "assistant":
             break
         if later.get("tool_call_id") is not None:
-            answers.setdefault(later["tool_call_id"], later)
-    for call in messages[index]["tool_calls"]:
+            answers.setdefault(_hashable(later["tool_call_id"]), []).append(later)
+    calls = messages[index]["tool_calls"]
+    ids = [_hashable(call.get("id")) if isinstance(call, Mapping) else None for call in calls]
+    for call, call_id in zip(calls, ids):
         function = call.get("function") if isinstance(call, Mapping) else None
         try:
             arguments = json.loads(function["arguments"]) if isinstance(function["arguments"], str) \
@@ -141,10 +150,14 @@ def _tool_steps(messages: list[Any], index: int) -> Iterator[Step | _FormatError
         except (TypeError, KeyError, ValueError, AssertionError):
             yield _FormatError("tool call that is not a bash command")
             continue
-        answer = answers.get(call.get("id"))
-        if answer is None:
+        found = answers.get(call_id, [])
+        if call_id is not None and (ids.count(call_id) > 1 or len(found) > 1):
+            yield _FormatError("tool call sharing its id")
+            continue
+        if not found:
             yield _FormatError("tool call without a result")
             continue
+        answer = found[0]
         text = _text(answer.get("content"))
         yield Step(command, text, _returncode(answer, text))
 
