@@ -9,6 +9,7 @@ import click
 
 from ledger import import_runs
 from ledger.runs.trajectories import FORMATS as RUN_FORMATS
+from ledger.ground.config import DEFAULT_LIMITS
 
 from ._common import AT, CASE, JSON, IntegerRange, Settings, UsageGroup, input_path, pass_settings, progress_bar
 from ._output import dumps, echo, emit_result, one_line, warn
@@ -69,6 +70,10 @@ def import_command(paths: tuple[str, ...], out: str, fmt: str, outcomes: str | N
         missing = summary.runs_without_outcome
         warn(f"note: {len(missing)} run(s) have no outcome in --outcomes (their journals record none): "
              f"{', '.join(missing[:10])}{f' and {len(missing) - 10} more' if len(missing) > 10 else ''}")
+    for limit, runs in summary.over_default_limits.items():
+        warn(f"note: {len(runs)} run(s) pass the analysis config's default {limit} "
+             f"({DEFAULT_LIMITS[limit]}): simulate and apply refuse them unless the analysis config "
+             f"(--analysis-config FILE) raises [limits] {limit}: {', '.join(runs[:10])}{f' and {len(runs) - 10} more' if len(runs) > 10 else ''}")
     for error in summary.errors:  # a file name or a reason may hold a terminal escape: shown escaped
         warn(f"error: {error['code']}: {error['file']}: {error['reason']}")
     if summary.errors:

@@ -550,7 +550,7 @@ def test_cli_summary_json_and_no_progress_bar_off_a_terminal(tmp_path):
     assert done.exit_code == 0 and done.stderr == ""
     assert json.loads(done.stdout) == {"runs": 1, "steps": 4, "skipped": {"no bash block": 1}, "errors": [],
                                        "journals": [str(tmp_path / "toolcall-demo-1.jsonl")],
-                                       "runs_without_outcome": []}
+                                       "runs_without_outcome": [], "over_default_limits": {}}
     usage = CliRunner().invoke(main, ["runs", "import", str(RUNS), "--out", str(tmp_path), "--format", "nope"])
     assert usage.exit_code == 2
     missing = CliRunner().invoke(main, ["runs", "import", str(tmp_path / "nothing"), "--out", str(tmp_path)])
@@ -622,6 +622,64 @@ def test_runs_the_outcomes_file_does_not_name_are_listed_and_noted(tmp_path):
         "swe-agent__test-repo-i1\n")
     local = (tmp_path / "out3" / "local.jsonl").read_text().splitlines()[-1]
     assert json.loads(local) == {"op": "record_outcome", "outcome": "resolved", "source": "outcomes file o.csv"}
+
+
+def _canonical_size(evidence: dict) -> int:
+    return len(json.dumps(evidence, sort_keys=True, separators=(",", ":")).encode())
+
+
+def _lines_filling(limit: int) -> int:
+    """The most distinct lines one observation may have for its step's evidence to stay within ``limit``
+    canonical bytes (counted here from the format's own definition, :func:`facts`)."""
+    lines = limit // 19
+    while _canonical_size(facts(_numbered(lines + 1))) <= limit:
+        lines += 1
+    while _canonical_size(facts(_numbered(lines))) > limit:
+        lines -= 1
+    return lines
+
+
+def _numbered(lines: int) -> str:
+    return "\n".join(f"line {n}" for n in range(lines))
+
+
+@pytest.mark.slow  # two observations of about 55,000 lines
+def test_a_run_over_a_default_limit_is_written_and_named_and_simulate_refuses_exactly_those(tmp_path):
+    limit = 1024 * 1024  # the analysis config's default evidence_payload_bytes_max
+    fits = _lines_filling(limit)
+    steps = tmp_path / "steps.jsonl"
+    with steps.open("w") as out:
+        for run, lines in (("fits", fits), ("over", fits + 1)):
+            out.write(json.dumps({"run": run, "command": "ls", "output": _numbered(lines)}) + "\n")
+        for n in range(3334):  # 3 budget events a step, and the initialize: 3,333 steps fill 10,000
+            out.write(json.dumps({"run": "long", "command": "ls", "output": f"x{n}"}) + "\n")
+            if n < 3333:
+                out.write(json.dumps({"run": "filled", "command": "ls", "output": f"x{n}"}) + "\n")
+    summary = import_runs([steps], tmp_path / "out")
+    assert (summary.runs, summary.errors) == (4, [])
+    assert summary.over_default_limits == {"evidence_payload_bytes_max": ["over"], "budget_events_max": ["long"]}
+    assert evidence_of(journal(tmp_path / "out" / "over.jsonl")) == [facts(_numbered(fits + 1))]
+    refused = {run.run: run.error and run.error["code"] for run in simulate([tmp_path / "out"]).runs}
+    assert refused == {"filled": None, "fits": None, "long": "LIMIT_REACHED", "over": "LIMIT_REACHED"}
+    done = CliRunner().invoke(main, ["runs", "import", str(steps), "--out", str(tmp_path / "again")])
+    assert done.exit_code == 0
+    assert "note: 1 run(s) pass the analysis config's default budget_events_max (10000): simulate and apply " \
+           "refuse them unless the analysis config (--analysis-config FILE) raises [limits] budget_events_max: long" \
+           in done.output
+
+
+def test_a_step_no_journal_line_could_hold_refuses_its_file_saying_why(tmp_path):
+    steps = tmp_path / "steps.jsonl"
+    steps.write_text(json.dumps({"run": "huge", "command": "ls", "output": _numbered(250_000)}) + "\n"
+                     + json.dumps({"run": "small", "command": "ls", "output": "x"}) + "\n")
+    summary = import_runs([steps], tmp_path / "out")
+    assert summary.runs == 0
+    [error] = summary.errors
+    assert error["code"] == "INVALID_ARGUMENT"
+    assert re.fullmatch(r"run huge: step 1's observation has 250000 distinct lines, which make a journal line of "
+                        r"\d+ bytes, over the 4194304 a journal line may hold: no journal could replay it",
+                        error["reason"])
+    assert not (tmp_path / "out").exists()
 
 
 def test_an_import_whose_every_file_fails_says_so_and_leaves_no_new_folder(tmp_path):

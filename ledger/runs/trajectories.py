@@ -25,11 +25,13 @@ from typing import Any, Callable, IO, Iterable, Iterator, Mapping
 
 from ..ground import errors as E
 from ..ground.errors import LedgerError
-from ..ground.canonical import SAFE_INTEGER_MAX
+from ..ground.canonical import SAFE_INTEGER_MAX, canonical_bytes
+from ..ground.config import DEFAULT_LIMITS
 from ..ground.paths import STORAGE_ERRNOS, folder_inputs, fs_path
 from ..ground.arguments import check_text_mapping
 from ..model.outcomes import check_outcomes, read_outcomes
 from ..model.package import refuse_output_in_package
+from ..package_tools.journal import LINE_BYTES_MAX
 from .actions import DEFAULT_ACTION_MAP, ActionMap, classify
 
 FORMATS = ("auto", "mini-swe-agent", "swe-agent", "steps")
@@ -56,7 +58,9 @@ class ImportSummary:
     imported), ``errors`` (``{"file", "code", "reason"}`` of every file or run not imported: ``code`` is
     ``STORAGE_ERROR`` when the file system refused, else ``INVALID_ARGUMENT``), ``journals``
     (the paths written, in order), ``runs_without_outcome`` (with outcomes given, the runs they do
-    not name: their journals record none)."""
+    not name: their journals record none), ``over_default_limits`` (a limit of the analysis config →
+    the runs written whose journal passes its default value: ``simulate`` and ``apply`` refuse them
+    unless the config raises it)."""
 
     runs: int = 0
     steps: int = 0
@@ -64,11 +68,13 @@ class ImportSummary:
     errors: list[dict[str, str]] = field(default_factory=list)
     journals: list[str] = field(default_factory=list)
     runs_without_outcome: list[str] = field(default_factory=list)
+    over_default_limits: dict[str, list[str]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"runs": self.runs, "steps": self.steps, "skipped": dict(sorted(self.skipped.items())),
                 "errors": list(self.errors), "journals": list(self.journals),
-                "runs_without_outcome": list(self.runs_without_outcome)}
+                "runs_without_outcome": list(self.runs_without_outcome),
+                "over_default_limits": {k: list(v) for k, v in sorted(self.over_default_limits.items())}}
 
 
 class _FormatError(Exception):
@@ -282,6 +288,7 @@ class _Journal:
 
     def __init__(self, out: Path, run: str) -> None:
         self.run, self.final, self.steps = run, out / f"{run}.jsonl", 0
+        self.evidence_bytes_max = 0  # the largest evidence payload of a step, canonical bytes
         fd, self.temp = tempfile.mkstemp(prefix=f".{run}.", suffix=".tmp", dir=out)
         self.handle: Any = os.fdopen(fd, "wb")
         for item in ({"op": "open_revision", "hypotheses": [{"statement": f"agent run {run}"}],
@@ -301,8 +308,24 @@ class _Journal:
         action_id = f"s{self.steps:04d}"
         action, evidence = evidence_of(step, mapping)
         base = {"op": "reserve", "hypothesis": "H1", "action_id": action_id}
-        self._write({**base, "action": action}, {**base, "op": "record_result", "evidence": evidence},
-                    {**base, "op": "settle", "semantic_score": score, "reason": "replayed step"})
+        result = _line({**base, "op": "record_result", "evidence": evidence})
+        if len(result) > LINE_BYTES_MAX:
+            raise ValueError(f"run {self.run}: step {self.steps}'s observation has {len(evidence['atoms'])} distinct "
+                             f"lines, which make a journal line of {len(result)} bytes, over the {LINE_BYTES_MAX} a "
+                             "journal line may hold: no journal could replay it")
+        self.evidence_bytes_max = max(self.evidence_bytes_max, len(canonical_bytes(evidence)))
+        self._write({**base, "action": action})
+        self.handle.write(result)
+        self._write({**base, "op": "settle", "semantic_score": score, "reason": "replayed step"})
+
+    def over_default_limits(self) -> list[str]:
+        """The analysis config's limits whose default values this journal passes."""
+        over = []
+        if self.evidence_bytes_max > DEFAULT_LIMITS["evidence_payload_bytes_max"]:
+            over.append("evidence_payload_bytes_max")
+        if BUDGET_EVENTS_PER_STEP * self.steps + 1 > DEFAULT_LIMITS["budget_events_max"]:  # 1: the initialize
+            over.append("budget_events_max")
+        return over
 
     def suspend(self) -> None:
         """Close the file until the next step."""
@@ -324,6 +347,9 @@ class _Journal:
         with contextlib.suppress(FileNotFoundError):  # already renamed into place
             os.unlink(self.temp)
 
+
+#: Budget events a step writes: its reserve, record_result and settle.
+BUDGET_EVENTS_PER_STEP = 3
 
 #: At most this many runs of one ``steps`` file have their journal open at once (the others are
 #: closed and opened again to append when their next line comes).
@@ -357,6 +383,8 @@ class _Importer:
             self.summary.runs_without_outcome.append(journal.run)
         self.summary.runs += 1
         self.summary.steps += journal.steps
+        for limit in journal.over_default_limits():
+            self.summary.over_default_limits.setdefault(limit, []).append(journal.run)
         self.summary.journals.append(str(journal.final))
 
     def _feed(self, journal: _Journal, items: Iterable[Step | _FormatError]) -> None:
