@@ -21,7 +21,7 @@ import click
 from ledger import AnalysisConfig, BudgetConfig, Case, CheckpointWarning, LedgerError
 from ledger.ground.arguments import is_decimal
 from ledger.ground.errors import OUTPUT_ERROR
-from ledger.ground.paths import os_error
+from ledger.ground.paths import STORAGE_ERRNOS, os_error
 from ledger.services.case import LEDGER_FILE
 
 from .entry import INTERRUPTED
@@ -134,7 +134,8 @@ class LedgerGroup(UsageGroup):
             if exc.filename is None and exc.errno in OUTPUT_ERRNOS:  # click writing help or a prompt
                 _output_failed(exc)
             else:  # a path the file system refuses (too long, under a file, no permission, read-only)
-                refusal = os_error(exc, "the file system refused")
+                refusal = os_error(exc, "the file system refused" if exc.errno in STORAGE_ERRNOS
+                                   else "the path cannot be used")
                 click.echo(f"error: {refusal.code}: {one_line(refusal.message)}", err=True)
             ctx.exit(1)
         except UnicodeError as exc:  # a path argument with no file-system name (a lone surrogate)

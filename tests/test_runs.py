@@ -682,6 +682,15 @@ def test_a_step_no_journal_line_could_hold_refuses_its_file_saying_why(tmp_path)
     assert not (tmp_path / "out").exists()
 
 
+def test_an_out_folder_under_a_file_is_a_path_that_cannot_be_used_not_a_file_system_refusal(tmp_path):
+    (tmp_path / "a-file").write_text("")
+    steps = tmp_path / "steps.jsonl"
+    steps.write_text(json.dumps({"run": "r1", "command": "ls", "output": "x"}) + "\n")
+    done = CliRunner().invoke(main, ["runs", "import", str(steps), "--out", str(tmp_path / "a-file" / "sub")])
+    assert (done.exit_code, done.output) == (1, f"error: INVALID_ARGUMENT: the path cannot be used: Not a directory "
+                                                f"({tmp_path / 'a-file' / 'sub'})\n")
+
+
 def test_an_import_whose_every_file_fails_says_so_and_leaves_no_new_folder(tmp_path):
     """Journals given to `runs import` all fail (each named); the summary counts the failures and the
     output folder it would have made is not left behind, empty. A folder that was there stays."""
