@@ -533,6 +533,32 @@ def test_simulate_refuses_a_bad_per_run_or_plot_target_before_running(tmp_path, 
     assert ran == []  # nothing was simulated
 
 
+def test_an_output_file_given_twice_or_naming_an_input_is_refused_before_running(tmp_path):
+    journals = tmp_path / "journals"
+    journals.mkdir()
+    journal = journals / "django__django-11206.jsonl"
+    journal.write_bytes((DATA / journal.name).read_bytes())
+    outcomes = tmp_path / "outcomes.csv"
+    outcomes.write_text("run,outcome\ndjango__django-11206,resolved\n")
+    (tmp_path / "link.jsonl").symlink_to(journal)
+    for args, message in [
+        (["--per-run", tmp_path / "x.toml", "--emit", tmp_path / "x.toml", "--frontier", "--max-stopped",
+          "resolved=5"], f"--emit {tmp_path}/x.toml: is also the file of --per-run; give each output its own file"),
+        (["--per-run", journal], f"--per-run {journal}: is an input of this command; writing it would replace it; "
+                                 "give another file"),
+        (["--per-run", tmp_path / "link.jsonl"], f"--per-run {tmp_path}/link.jsonl: is an input of this command"),
+        (["--outcomes", outcomes, "--per-run", outcomes], f"--per-run {outcomes}: is an input of this command"),
+    ]:
+        before = {p: p.read_bytes() for p in (journal, outcomes)}
+        code, _, err = cli("simulate", journals, *args)
+        assert code == 1 and err.startswith(f"error: INVALID_ARGUMENT: {message}"), err
+        assert {p: p.read_bytes() for p in (journal, outcomes)} == before
+        assert not (tmp_path / "x.toml").exists()
+    code, _, err = cli("simulate", journals, "--outcomes", outcomes, "--per-run", "/dev/null", "--emit", "/dev/null",
+                       "--frontier", "--max-stopped", "resolved=100")  # no regular file: two outputs may share it
+    assert code == 0, err
+
+
 def test_simulate_without_matplotlib_refuses_plot_before_running(tmp_path, monkeypatch):
     import importlib
     import ledger.simulation.simulator as simulation

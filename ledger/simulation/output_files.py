@@ -6,10 +6,11 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+from typing import Iterable, Mapping
 
 from ..ground import errors as E
 from ..ground.errors import LedgerError
-from ..ground.paths import fs_path
+from ..ground.paths import folder_inputs, fs_path
 from ..model.package import refuse_output_in_package
 from ..package_tools.atomic_files import fsync_dir, write_atomic
 
@@ -27,6 +28,35 @@ def check_output_file(path: str | os.PathLike[str], option: str) -> Path:
     if not os.access(folder, os.W_OK | os.X_OK) or (target.exists() and not os.access(target, os.W_OK)):
         raise LedgerError(E.INVALID_ARGUMENT, f"{option} {target}: cannot write there (permission denied)")
     return target
+
+
+def check_distinct_outputs(outputs: Mapping[str, str | os.PathLike[str] | None],
+                           inputs: Iterable[str | os.PathLike[str] | None]) -> None:
+    """Refuse, before any work, two of ``outputs`` (option → path) naming one file, or an output naming
+    one of ``inputs`` (files, or folders: their ``*.jsonl``), which writing it would replace
+    (``INVALID_ARGUMENT`` naming both). Outputs that are no regular file (``/dev/stdout``) may be shared."""
+    read = set()
+    for entry in inputs:
+        if entry is None:
+            continue
+        path = fs_path(entry, "input")
+        for file in folder_inputs(path, (".jsonl",), "journal") if path.is_dir() else [path]:
+            read.add(os.path.realpath(file))
+    seen: dict[str, str] = {}
+    for option, path in outputs.items():
+        if path is None:
+            continue
+        given = fs_path(path, option)
+        if given.exists() and not stat.S_ISREG(given.stat().st_mode):
+            continue
+        target = os.path.realpath(given)
+        if target in read:
+            raise LedgerError(E.INVALID_ARGUMENT, f"{option} {path}: is an input of this command; writing it would "
+                              "replace it; give another file")
+        if target in seen:
+            raise LedgerError(E.INVALID_ARGUMENT, f"{option} {path}: is also the file of {seen[target]}; give each "
+                              "output its own file")
+        seen[target] = option
 
 
 def write_output_file(path: str | os.PathLike[str], data: bytes, option: str) -> Path:
