@@ -70,6 +70,10 @@ def import_command(paths: tuple[str, ...], out: str, fmt: str, outcomes: str | N
         missing = summary.runs_without_outcome
         warn(f"note: {len(missing)} run(s) have no outcome in --outcomes (their journals record none): "
              f"{', '.join(missing[:10])}{f' and {len(missing) - 10} more' if len(missing) > 10 else ''}")
+    if summary.outcomes_without_run:  # a run that failed to import, or an outcomes file of more runs
+        extra = summary.outcomes_without_run
+        warn(f"note: {len(extra)} run(s) in --outcomes were not imported: "
+             f"{', '.join(extra[:10])}{f' and {len(extra) - 10} more' if len(extra) > 10 else ''}")
     for limit, runs in summary.over_default_limits.items():
         warn(f"note: {len(runs)} run(s) pass the analysis config's default {limit} "
              f"({DEFAULT_LIMITS[limit]}): simulate and apply refuse them unless the analysis config "

@@ -550,7 +550,8 @@ def test_cli_summary_json_and_no_progress_bar_off_a_terminal(tmp_path):
     assert done.exit_code == 0 and done.stderr == ""
     assert json.loads(done.stdout) == {"runs": 1, "steps": 4, "skipped": {"no bash block": 1}, "errors": [],
                                        "journals": [str(tmp_path / "toolcall-demo-1.jsonl")],
-                                       "runs_without_outcome": [], "over_default_limits": {}}
+                                       "runs_without_outcome": [], "outcomes_without_run": [],
+                                       "over_default_limits": {}}
     usage = CliRunner().invoke(main, ["runs", "import", str(RUNS), "--out", str(tmp_path), "--format", "nope"])
     assert usage.exit_code == 2
     missing = CliRunner().invoke(main, ["runs", "import", str(tmp_path / "nothing"), "--out", str(tmp_path)])
@@ -607,19 +608,22 @@ def test_runs_import_shows_terminal_escapes_in_file_names_escaped(tmp_path):
     assert "\x1b" not in done.stdout and "\x07" not in done.stdout
     assert "\x1b" not in done.stderr and "\x07" not in done.stderr
     assert "x\\x1b]0;pwn\\x07y.traj.json: " in done.stderr and "ok\\x1b[2J.traj.json: run id" in done.stderr
-def test_runs_the_outcomes_file_does_not_name_are_listed_and_noted(tmp_path):
+def test_runs_the_outcomes_file_does_not_name_and_outcomes_of_no_run_imported_are_listed_and_noted(tmp_path):
     """An outcomes file whose run ids do not match the runs (another benchmark's, say) is not
-    silent: the summary lists those runs and a note on stderr names them."""
+    silent: the summary lists the runs it does not name and the rows that name no run imported,
+    and a note on stderr names each."""
     outcomes = tmp_path / "o.csv"
     outcomes.write_text("instance_id,outcome\nlocal,resolved\nelsewhere,failed\n")
     summary = import_runs([RUNS / "public"], tmp_path / "out", outcomes=outcomes)
     assert summary.runs_without_outcome == ["github_issue", "swe-agent__test-repo-i1"]
-    assert import_runs([RUNS / "public"], tmp_path / "out2").runs_without_outcome == []  # no outcomes given
+    assert summary.outcomes_without_run == ["elsewhere"]
+    plain = import_runs([RUNS / "public"], tmp_path / "out2")  # no outcomes given
+    assert (plain.runs_without_outcome, plain.outcomes_without_run) == ([], [])
     done = CliRunner().invoke(main, ["runs", "import", str(RUNS / "public"), "--out", str(tmp_path / "out3"),
                                      "--outcomes", str(outcomes)])
     assert done.exit_code == 0 and done.stderr == (
         "note: 2 run(s) have no outcome in --outcomes (their journals record none): github_issue, "
-        "swe-agent__test-repo-i1\n")
+        "swe-agent__test-repo-i1\nnote: 1 run(s) in --outcomes were not imported: elsewhere\n")
     local = (tmp_path / "out3" / "local.jsonl").read_text().splitlines()[-1]
     assert json.loads(local) == {"op": "record_outcome", "outcome": "resolved", "source": "outcomes file o.csv"}
 

@@ -58,7 +58,8 @@ class ImportSummary:
     imported), ``errors`` (``{"file", "code", "reason"}`` of every file or run not imported: ``code`` is
     ``STORAGE_ERROR`` when the file system refused, else ``INVALID_ARGUMENT``), ``journals``
     (the paths written, in order), ``runs_without_outcome`` (with outcomes given, the runs they do
-    not name: their journals record none), ``over_default_limits`` (a limit of the analysis config →
+    not name: their journals record none), ``outcomes_without_run`` (the run ids of the outcomes no run
+    imported has, in their order), ``over_default_limits`` (a limit of the analysis config →
     the runs written whose journal passes its default value: ``simulate`` and ``apply`` refuse them
     unless the config raises it)."""
 
@@ -68,12 +69,14 @@ class ImportSummary:
     errors: list[dict[str, str]] = field(default_factory=list)
     journals: list[str] = field(default_factory=list)
     runs_without_outcome: list[str] = field(default_factory=list)
+    outcomes_without_run: list[str] = field(default_factory=list)
     over_default_limits: dict[str, list[str]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"runs": self.runs, "steps": self.steps, "skipped": dict(sorted(self.skipped.items())),
                 "errors": list(self.errors), "journals": list(self.journals),
                 "runs_without_outcome": list(self.runs_without_outcome),
+                "outcomes_without_run": list(self.outcomes_without_run),
                 "over_default_limits": {k: list(v) for k, v in sorted(self.over_default_limits.items())}}
 
 
@@ -506,4 +509,6 @@ def import_runs(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[
         if made and not any(target.iterdir()):  # every file failed: no folder it made is left behind, empty
             for folder in made:
                 folder.rmdir()
+    if outcomes is not None:
+        importer.summary.outcomes_without_run = [run for run in outcomes if run not in importer.seen]
     return importer.summary
