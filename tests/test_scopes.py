@@ -436,6 +436,84 @@ def test_refusals_recorded_before_the_retry_rule_still_verify_and_export_byte_id
             assert (tmp_path / "case" / path.relative_to(source)).read_bytes() == path.read_bytes(), path
 
 
+_STEP = {"hypothesis": "H1", "action_id": "q1"}
+#: (lines before the one that passes the warning point, that line): each kind of event checks the warning
+_AFTER_EACH_EVENT = {
+    "record_result": ([{"op": "reserve", **_STEP, "action": "source.read_context"}],
+                      {"op": "record_result", **_STEP, "evidence": {"x": 1}}),
+    "settle": ([{"op": "reserve", **_STEP, "action": "source.read_context"},
+                {"op": "record_result", **_STEP, "evidence": {"x": 1}}],
+               {"op": "settle", **_STEP, "semantic_score": 50, "reason": "r"}),
+    "fail": ([{"op": "reserve", **_STEP, "action": "source.read_context"}],
+             {"op": "fail", **_STEP, "reason": "timed out"}),
+    "grant": ([], {"op": "grant", "hypothesis": "H1", "units": 5, "issuer": "controller", "reason": "r",
+                   "grant_id": "g1"}),
+    "reject": ([], {"op": "reject", "hypothesis": "H1", "reason": "contradicted"}),
+    "request_increase": ([], {"op": "request_increase", "scope": "case", "dimension": "units", "amount": 5,
+                              "requester": "agent", "reason": "r"}),
+    "transition": ([], {"op": "transition", "to": "BLOCKED"}),
+}
+
+
+@pytest.mark.parametrize("scope", ["case", "revision:1", "hypothesis:1/H1"])
+@pytest.mark.parametrize("kind", list(_AFTER_EACH_EVENT))
+def test_a_duration_warning_is_checked_after_each_event_of_a_scope_not_only_after_a_reservation(package, kind,
+                                                                                               scope):
+    """A duration grows with time alone: the event that first finds it at the warning point is followed
+    by limit.approaching (once), whatever the event; a hypothesis's scope holds only that hypothesis's
+    events, so a case event (a transition, a request) does not check it."""
+    case = _ready(package)
+    before, passing = _AFTER_EACH_EVENT[kind]
+    at = lambda second: f"2026-03-01T10:00:{second:02d}Z"  # noqa: E731
+    lines = [{"op": "establish", "scope": scope, "limits": {"duration_ms": 10_000}, "issuer": "controller",
+              "warning_ratio": 0.5, "at": at(0)}]
+    lines += [{**line, "at": at(1)} for line in before] + [{**passing, "at": at(5)}, {**passing, "at": at(6)}]
+    results = list(apply_journal(case, [json.dumps(line) for line in lines], keep_going=True))
+    assert results[-2].ok, results[-2].error
+    holds = scope != "hypothesis:1/H1" or "hypothesis" in passing
+    warned = case.query("SELECT seq, body FROM events WHERE type = 'limit.approaching'")
+    if not holds:
+        assert warned == []
+    else:
+        [row] = warned  # once, though the last line comes later still
+        body = json.loads(row["body"])
+        assert (body["scope"], body["dimension"], body["declared"], body["consumed"]) == (scope, "duration_ms",
+                                                                                          10_000, 5_000)
+        assert body["request"]["op"] == passing["op"]
+        assert row["seq"] == results[-2].seq + 1  # right after the passing line's own event
+    # the line's result names its own event, not the warning after it
+    own = case.query("SELECT type FROM events WHERE seq = ?", (results[-2].seq,))[0]["type"]
+    assert own != "limit.approaching" and own.split(".")[0] in ("budget", "case", "scope")
+    case.close()
+    verify_case(package)
+
+
+def test_a_lifecycle_result_names_its_own_event_when_a_warning_follows_it_as_its_repeat_does(package):
+    case = _ready(package)
+    case.scopes().establish("case", {"duration_ms": 10_000}, "controller", warning_ratio=0.5,
+                            at="2026-03-01T10:00:00Z")
+    moved = case.transition("BLOCKED", at="2026-03-01T10:00:06Z")
+    assert _types(case, moved.seq - 1) == ["case.transitioned", "limit.approaching"]
+    assert moved.event_ref == case.event_ref(moved.seq)
+    case.close()
+    verify_case(package)
+
+
+def test_a_duration_warning_at_a_reservation_is_written_once_with_the_others(package):
+    """A reservation checks every dimension, the duration among them: the event after each event adds
+    no second warning."""
+    case = _ready(package)
+    lines = [{"op": "establish", "scope": "case", "limits": {"duration_ms": 10_000, "actions": 2},
+              "issuer": "controller", "warning_ratio": 0.5, "at": "2026-03-01T10:00:00Z"},
+             {"op": "reserve", **_STEP, "action": "source.read_context", "at": "2026-03-01T10:00:06Z"}]
+    list(apply_journal(case, [json.dumps(line) for line in lines]))
+    warned = [json.loads(r["body"])["dimension"] for r in
+              case.query("SELECT body FROM events WHERE type = 'limit.approaching' ORDER BY seq")]
+    assert warned == ["actions", "duration_ms"]
+    case.close()
+    verify_case(package)
+
+
 def test_a_duration_limit_refusal_is_recorded_once_while_the_clock_runs_on(package):
     case = _ready(package)
     lines = [{"op": "establish", "scope": "case", "limits": {"duration_ms": 1000}, "issuer": "controller",
@@ -821,7 +899,9 @@ def test_a_used_up_limit_makes_check_advice_and_reserve_agree_in_every_scope_and
     assert (refused.code, refused.details["scope"], refused.details["dimension"],
             refused.details["declared"], refused.details["consumed_after"]) == (LIMIT_EXCEEDED, scope, dimension,
                                                                                 declared, after)
-    assert case.status()["package_generation"] == generation + 1  # the limit.exceeded event only
+    # the limit.exceeded event; a duration not warned of yet is, after it (warnings are checked after each event)
+    written = [e["type"] for e in case.events(generation)]
+    assert written == ["limit.exceeded"] + (["limit.approaching"] if dimension == "duration_ms" else [])
     assert budget.snapshot().investigable == ["H1", "H2"]  # a refused reservation leaves nothing pending
     case.close()
 

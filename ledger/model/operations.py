@@ -12,6 +12,7 @@ README row.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol
@@ -276,6 +277,9 @@ OPERATIONS: dict[str, Operation] = {op.name: op for op in (
     Operation("record_outcome", "case", (A("outcome", "outcome"), A("source", "source")), "outcome record",
               lifecycle.record_outcome, _replay_record_outcome),
 )}
+# Every rule is followed by the duration warnings its operation's time makes due (docs/scopes.md).
+OPERATIONS = {name: dataclasses.replace(op, rule=scope_rules.with_duration_warnings(op.rule)) if op.rule else op
+              for name, op in OPERATIONS.items()}
 
 
 def operation(name: str, *, journal: bool = False) -> Operation:

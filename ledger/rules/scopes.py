@@ -20,6 +20,7 @@ Every ratio is integer basis points and every comparison an integer cross-multip
 
 from __future__ import annotations
 
+import functools
 import numbers
 import re
 from dataclasses import dataclass
@@ -345,6 +346,61 @@ def approaching(view: LedgerView, request: Mapping[str, Any], at: str,
                                    establishment_seq=info["seq"])
             drafts.append(Draft("limit.approaching", "case", case["revision"], None, dict(request), fields))
     return drafts
+
+
+def with_duration_warnings(rule: Any) -> Any:
+    """``rule`` with the ``limit.approaching`` events its operation's time makes due appended after
+    its events (:func:`duration_warnings`): every operation's rule is wrapped (the registry,
+    ``ledger.model.operations``), so the API, verify's replay and the simulator agree."""
+    @functools.wraps(rule)
+    def checked(view: LedgerView, request: Mapping[str, Any], context: Context) -> Draft | Outcome | Reused:
+        outcome = rule(view, request, context)
+        if isinstance(outcome, Reused):
+            return outcome
+        drafts = outcome.events if isinstance(outcome, Outcome) else (outcome,)
+        due = duration_warnings(view, request, context.at, drafts)
+        if not due:
+            return outcome
+        return Outcome((*drafts, *due), outcome.refusal if isinstance(outcome, Outcome) else None)
+    return checked
+
+
+def duration_warnings(view: LedgerView, request: Mapping[str, Any], at: str, drafts: tuple[Draft, ...]) -> list[Draft]:
+    """``limit.approaching`` for each ``duration_ms`` limit of a scope holding the operation's events
+    that ``at`` reaches for the first time: a warning is checked after each event (docs/scopes.md),
+    and time moves a duration at every event, where the other dimensions move only at the
+    reservations, results and establishments that check them. The scopes holding an event: the
+    case, its revision and, for an event about one hypothesis, that hypothesis's; innermost first.
+    Scopes the operation establishes, and warnings it already writes, are left to it."""
+    case = view.case()
+    if case is None:
+        return []
+    hypotheses = {request["hypothesis_id"]} if isinstance(request.get("hypothesis_id"), str) else set()
+    hypotheses.update(d.fields["action"]["hypothesis_id"] for d in drafts if isinstance(d.fields.get("action"), dict))
+    names: dict[str, None] = {}
+    for draft in drafts:
+        for hypothesis in sorted(hypotheses):
+            names[f"hypothesis:{draft.revision}/{hypothesis}"] = None
+    for draft in drafts:
+        names[f"revision:{draft.revision}"] = None
+    names["case"] = None
+    established = {d.fields["scope"] for d in drafts if d.type == "scope.established"}
+    written = {d.fields["establishment_seq"] for d in drafts
+               if d.type == "limit.approaching" and d.fields["dimension"] == "duration_ms"}
+    due = []
+    for name in names:
+        info = view.scope(name) if name not in established else None
+        if (info is None or "duration_ms" not in info["limits"] or info["warning_bps"] >= BPS
+                or info["seq"] in written or "duration_ms" in view.warned(name, info["seq"])):
+            continue
+        declared, consumed = info["limits"]["duration_ms"], elapsed_ms(info["origin_at"], at)
+        if consumed <= 0 or consumed * BPS < info["warning_bps"] * declared:
+            continue
+        fields = _scope_fields(case, "limit.approaching", parse_scope(name), dimension="duration_ms",
+                               declared=declared, consumed=within_safe_range(consumed, name, "duration_ms"),
+                               warning_bps=info["warning_bps"], establishment_seq=info["seq"])
+        due.append(Draft("limit.approaching", "case", case["revision"], None, dict(request), fields))
+    return due
 
 
 def warnings_after(view: LedgerView, request: Mapping[str, Any], at: str, revision: int, hypothesis_id: str,

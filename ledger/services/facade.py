@@ -78,7 +78,7 @@ class CaseFacade:
     def _lifecycle_result(self, ran: Ran, with_hypotheses: bool = False) -> LifecycleResult:
         with self.session.read() as view:
             case = view.case()
-            ref = ran.last.event_ref if ran.last else self.event_ref(ran.seq)
+            ref = ran.appended[0].event_ref if ran.appended else self.event_ref(ran.seq)
             hypotheses = None
             if with_hypotheses:
                 info = view.revision(case["revision"])

@@ -49,7 +49,8 @@ class Appended:
 @dataclass(frozen=True)
 class Ran:
     """What :meth:`Session.run` did: the events it appended (none when ``reused``), the ``seq``
-    that answers the call (the original event's when reused) and the view it read."""
+    that answers the call (the operation's own event, the first it appended; the original one's when
+    reused; ``limit.approaching`` may follow it) and the view it read."""
 
     appended: tuple[Appended, ...]
     seq: int
@@ -58,10 +59,6 @@ class Ran:
     @property
     def reused(self) -> bool:
         return not self.appended
-
-    @property
-    def last(self) -> Appended | None:
-        return self.appended[-1] if self.appended else None
 
 
 def check_future_at(moment: str, now: str, limits: Mapping[str, int]) -> str:
@@ -195,7 +192,7 @@ class SessionBase:
             self.last_clamp = (moment, context.at)  # only once committed: a rolled-back run raised nothing
         if refusal is not None:
             raise refusal  # after the commit: the events stay, the operation is refused
-        return Ran(tuple(appended), appended[-1].seq, view)
+        return Ran(tuple(appended), appended[0].seq, view)  # the operation's own event, as when reused
 
 
 class Session(SessionBase):
