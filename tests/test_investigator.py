@@ -160,6 +160,127 @@ def test_run_tool_after_a_process_killed_between_its_steps_continues_then_comes_
         assert len(reopened.query("SELECT * FROM evidence_records")) == 1
 
 
+def test_run_tool_with_other_arguments_after_a_crash_leaves_the_crashed_calls_action_for_its_retry(case,
+                                                                                                  investigator):
+    """The batch of the first call is stored, its process killed before it fed the record: a call of
+    the same action with other arguments is OPERATION_CONFLICT and writes nothing (it used to close
+    the action with fail), and the first call's retry completes it."""
+    case.close()
+    child = _child("""
+        import sys, time
+        from ledger import BudgetConfig, Case
+        from ledger.services.actions import CaseBudget
+        def killed_here(*args, **kwargs):
+            print("published", flush=True)
+            time.sleep(60)
+        CaseBudget.record_evidence = killed_here                    # killed after the batch is stored
+        Case.open(sys.argv[1]).budget(BudgetConfig.example()).run_tool(
+            "H1", "q1", "source.read_context", {"path": "sources/app.py", "start_line": 1, "end_line": 2})
+    """, case.path)
+    _kill_after_line(child, b"published")
+    with Case.open(case.path) as reopened:
+        budget = reopened.budget()
+        events = _event_count(reopened)
+        with pytest.raises(LedgerError) as caught:
+            budget.run_tool("H1", "q1", "source.read_context", {**READ, "end_line": 3})
+        assert caught.value.code == "OPERATION_CONFLICT"
+        assert caught.value.__notes__ == ["case-ledger: action q1 was left as it was: the call that stored its tool "
+                                          "call, run again, completes it"]
+        assert (_event_count(reopened), budget.action_status("H1", "q1")) == (events, "reserved")
+        resumed = budget.run_tool("H1", "q1", "source.read_context", READ)
+        assert (resumed.record_id, resumed.budget.action["status"]) == ("E000001", "awaiting_assessment")
+
+
+def test_run_tool_whose_batch_another_identical_call_stored_meanwhile_answers_from_it(case, investigator,
+                                                                                        monkeypatch):
+    """Two calls of one action with the same arguments race: both found no batch, the other stored
+    its own at another generation of the ledger (a write in between). This call answers from the
+    stored batch, as a retry does, rather than calling the arguments other and failing the action."""
+    other = Case.open(case.path)
+    from ledger.services import evidence
+    real = evidence.EvidenceStore._stored_reply
+    calls = []
+
+    def not_yet(store, iteration_id, request):
+        calls.append(iteration_id)
+        if len(calls) == 2:  # storing: this call read no batch just before the other one stored its own
+            other.budget().grant("H2", 1, "controller", "a write in between", "g1")
+            other.budget().run_tool("H1", "q1", "source.read_context", READ)
+            return None
+        return real(store, iteration_id, request)
+    monkeypatch.setattr(evidence.EvidenceStore, "_stored_reply", not_yet)
+    run = investigator.run_tool("H1", "q1", "source.read_context", READ)
+    assert (run.record_id, run.budget.action["status"]) == ("E000001", "awaiting_assessment")
+    assert len(case.query("SELECT * FROM evidence_records")) == 1
+    other.close()
+
+
+@pytest.mark.slow  # real processes, 12 races
+def test_run_tool_called_twice_at_once_with_the_same_arguments_succeeds_twice_while_others_write(case,
+                                                                                                   investigator):
+    case.close()
+    (case.path / "sources" / "lines.py").write_text("".join(f"x{n} = {n}\n" for n in range(12)), encoding="utf-8")
+    script = """
+        import sys, time
+        from ledger import BudgetConfig, Case, LedgerError
+        case = Case.open(sys.argv[1])
+        budget = case.budget(BudgetConfig.example())
+        print("ready", flush=True)
+        race = int(sys.stdin.readline())
+        try:  # a line of its own each race: new information, so the account is not abandoned
+            run = budget.run_tool("H1", f"q{race}", "source.read_context",
+                                  {"path": "sources/lines.py", "start_line": race + 1, "end_line": race + 1})
+            print("ok", run.budget.action["status"], flush=True)
+        except LedgerError as exc:
+            print("refused", exc.code, flush=True)
+    """
+    noise = _child("""
+        import sys, time
+        from ledger import BudgetConfig, Case
+        budget = Case.open(sys.argv[1]).budget(BudgetConfig.example())
+        for n in range(100000):
+            budget.grant("H2", 1, "controller", "others write", f"g{n}")
+            time.sleep(0.002)
+    """, case.path)
+    try:
+        for race in range(12):
+            children = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(script), str(case.path)],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO,
+                                         env={**os.environ, "PYTHONPATH": str(REPO)}) for _ in range(2)]
+            assert [child.stdout.readline().strip() for child in children] == ["ready", "ready"]
+            for child in children:
+                child.stdin.write(f"{race}\n")
+                child.stdin.flush()
+            answers = [child.communicate(timeout=120)[0].strip() for child in children]
+            assert answers == ["ok awaiting_assessment"] * 2, (race, answers)
+            with Case.open(case.path) as settling:
+                settling.budget().settle("H1", f"q{race}", 50, "read")
+    finally:
+        noise.kill()
+        noise.wait(timeout=60)
+        noise.stdout.close()
+    with Case.open(case.path) as reopened:
+        assert [a["status"] for a in reopened.actions() if a["hypothesis_id"] == "H1"] == ["settled"] * 12
+    verify = __import__("ledger").verify_case(case.path)
+    assert verify.head_seq > 0
+
+
+def _nested(depth: int) -> list:
+    value: list = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("args", [{**READ, "end_line": 2 ** 53 + 1}, {**READ, "nested": _nested(3000)}, _nested(3000)])
+def test_run_tool_with_arguments_json_cannot_hold_is_invalid_json_and_reserves_nothing(case, investigator, args):
+    events = _event_count(case)
+    with pytest.raises(LedgerError) as caught:
+        investigator.run_tool("H1", "q1", "source.read_context", args)
+    assert caught.value.code == "INVALID_JSON"
+    assert (_event_count(case), investigator.action_status("H1", "q1")) == (events, None)
+
+
 # --- budget.action ----------------------------------------------------------------------------
 def test_an_action_block_that_records_leaves_the_action_awaiting_settle(case, investigator):
     with investigator.action("H1", "t1", "test.automated") as act:

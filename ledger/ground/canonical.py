@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 import rfc8785
 
-from .errors import INVALID_ARGUMENT, INVALID_JSON, LedgerError, describe_value
+from .errors import INVALID_ARGUMENT, INVALID_JSON, LedgerError, describe_value, shown
 
 #: Largest magnitude an integer may have in canonical JSON: 2**53 - 1.
 SAFE_INTEGER_MAX = 2**53 - 1
@@ -111,7 +111,7 @@ def _why_not_json(value: Any) -> str | None:
     if isinstance(value, Mapping):
         for key in value:
             if not isinstance(key, str):
-                return f"an object key that is not a string ({type(key).__name__} {str(key)[:40]!r})"
+                return f"an object key that is not a string ({type(key).__name__} {shown(key, 40)!r})"
             if not is_utf8_text(key):
                 return "an object key holding a lone surrogate (no UTF-8 form)"
         return None

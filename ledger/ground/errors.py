@@ -9,6 +9,7 @@ refusals that may succeed when simply retried.
 
 from __future__ import annotations
 
+import reprlib
 from typing import Any
 
 # --- shape of the call (checked first) -------------------------------------
@@ -81,6 +82,22 @@ TRANSIENT_CODES = frozenset({LEDGER_BUSY})
 #: A refusal's message is for people: one quoting a huge value (a 40 MB manifest that is a list)
 #: keeps its start and its end, which says what is wrong, and drops the middle.
 MESSAGE_CHARS_MAX = 2_000
+
+
+_SHOWN = reprlib.Repr()
+_SHOWN.maxlevel, _SHOWN.maxstring, _SHOWN.maxother = 3, 80, 80
+
+
+def shown(value: Any, limit: int) -> str:
+    """``value`` as text for a message, at most ``limit`` characters: a string's start, anything else's
+    ``repr`` cut short at three levels of nesting, so a value nested thousands deep or whose ``repr``
+    raises still gets its refusal rather than a ``RecursionError``."""
+    if isinstance(value, str):
+        return value[:limit]
+    try:
+        return _SHOWN.repr(value)[:limit]
+    except Exception:  # a __repr__ that raises
+        return f"<{type(value).__name__}>"[:limit]
 
 
 def shortened(text: str, limit: int) -> str:
@@ -169,8 +186,8 @@ def describe_value(value: Any) -> str:
     if isinstance(value, float):
         return f"the number {value!r}" if value == value and abs(value) != float("inf") else "a non-finite number"
     if isinstance(value, str):
-        shown = value if len(value) <= 80 else value[:80] + "…"
-        return 'the string "' + shown.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        text = value if len(value) <= 80 else value[:80] + "…"
+        return 'the string "' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
     if isinstance(value, (list, tuple)):
         return "an array"
     if isinstance(value, dict):

@@ -31,7 +31,7 @@ from typing import Any, Callable, Mapping
 
 from ..ground import errors as E
 from ..ground.canonical import canonical_sha256
-from ..ground.errors import LedgerError
+from ..ground.errors import LedgerError, shown
 from .reference import (DATA_DIR, DEFAULT_ROWS, INT64_MAX, INT64_MIN, JSON_INT_MAX, SOURCES_DIR, Router, confined,
                         find_text_args, lookup_args, marked_integer, matching_lines, span_args)
 
@@ -102,7 +102,7 @@ def same_digests(recorded: dict[tuple[str, str], tuple[str, Any]], identity: Any
             first = recorded.setdefault((str(identity), path), (digest, op))
             if first[0] != digest:
                 raise _bad(op, f"it records sha256 {digest[:12]}… for {path}, but operation {str(first[1])[:64]} "
-                           f"read {path} from the same inputs (input identity {str(identity)[:12]}…) and recorded "
+                           f"read {path} from the same inputs (input identity {shown(identity, 12)}…) and recorded "
                            f"{first[0][:12]}…", path=path)
 
 
@@ -200,7 +200,7 @@ def self_consistent(action: Mapping[str, Any], stored: Mapping[str, Any]) -> Non
         elif tool == "database.lookup":
             _check_rows(op, args, stored)
         else:
-            raise _bad(op, f"unknown tool {str(tool)[:60]!r}")
+            raise _bad(op, f"unknown tool {shown(tool, 60)!r}")
     except LedgerError as exc:
         if exc.code == E.INTEGRITY_ERROR:
             raise
@@ -211,7 +211,7 @@ def _check_line(op: Any, item: Mapping[str, Any], path: str) -> None:
     text = item.get("text")
     if (item.get("kind") != "source_line" or item.get("path") != path or not isinstance(text, str)
             or "\n" in text):  # a line ends at a newline: its text never holds one
-        raise _bad(op, f"item {str(item)[:80]} is not a line of {path}")
+        raise _bad(op, f"item {shown(item, 80)} is not a line of {path}")
     raw = _line_bytes(text)
     if raw is not None and item.get("sha256") != hashlib.sha256(raw).hexdigest():
         raise _bad(op, f"line {item.get('line')} of {path}: its sha256 is not that of its text")
@@ -231,7 +231,7 @@ def _check_span(op: Any, args: Mapping[str, Any], stored: Mapping[str, Any]) -> 
     lines = coverage.get("file_lines") if isinstance(coverage, dict) else None
     if (coverage != {"path": path, "start_line": start, "end_line": end, "file_lines": lines}
             or type(lines) is not int or lines < 0):
-        raise _bad(op, f"its coverage {str(coverage)[:120]} is not that of the span it asked for")
+        raise _bad(op, f"its coverage {shown(coverage, 120)} is not that of the span it asked for")
     numbers = [item.get("line") for item in stored["items"]]
     if numbers != list(range(start, min(end, lines) + 1)):
         raise _bad(op, f"its line numbers are not lines {start}..{min(end, lines)} of {path}, each once")
@@ -252,7 +252,7 @@ def _check_search(op: Any, args: Mapping[str, Any], stored: Mapping[str, Any]) -
     if coverage != expected or not isinstance(files, list) or (skipped is not None and not (
             isinstance(skipped, list) and skipped and all(isinstance(s, dict) and set(s) == {"path", "reason"}
                                                         and isinstance(s["reason"], str) for s in skipped))):
-        raise _bad(op, f"its coverage {str(coverage)[:120]} is not that of the search it asked for")
+        raise _bad(op, f"its coverage {shown(coverage, 120)} is not that of the search it asked for")
     listed = files + [s["path"] for s in skipped or []]
     for path in listed:
         if not fnmatch.fnmatchcase(confined(path, SOURCES_DIR), glob):
@@ -295,7 +295,7 @@ def _check_count(op: Any, stored: Mapping[str, Any], limit: int) -> None:
 def _check_sources(op: Any, stored: Mapping[str, Any], paths: list[str]) -> None:
     sources = stored["sources"]
     if [entry[0] if isinstance(entry, list) and entry else None for entry in sources] != paths:
-        raise _bad(op, f"its sources {str(sources)[:120]} are not the files it read ({', '.join(paths)})")
+        raise _bad(op, f"its sources {shown(sources, 120)} are not the files it read ({', '.join(paths)})")
 
 
 def _check_rows(op: Any, args: Mapping[str, Any], stored: Mapping[str, Any]) -> None:
@@ -308,11 +308,11 @@ def _check_rows(op: Any, args: Mapping[str, Any], stored: Mapping[str, Any]) -> 
     if (names is None or schema != {"database": database, "database_sha256": stored["sources"][0][1],
                                     "table": table, "columns": described} or len(set(names)) != len(names)
             or not all(_is_column(c) for c in described)):
-        raise _bad(op, f"its schema {str(schema)[:120]} is not that of {database} table {table[:80]}")
+        raise _bad(op, f"its schema {shown(schema, 120)} is not that of {database} table {table[:80]}")
     columns = args.get("columns", names)
     if coverage != {"database": database, "table": table, "where": args.get("where", {}), "columns": columns,
                     "limit": args.get("limit", DEFAULT_ROWS)} or not set(columns) | set(where) <= set(names):
-        raise _bad(op, f"its coverage {str(coverage)[:120]} is not that of the lookup it asked for")
+        raise _bad(op, f"its coverage {shown(coverage, 120)} is not that of the lookup it asked for")
     rowids = []
     for item in stored["items"]:
         pointer, values = str(item.get("pointer")), item.get("values")
@@ -324,12 +324,12 @@ def _check_rows(op: Any, args: Mapping[str, Any], stored: Mapping[str, Any]) -> 
                        "columns asked for")
         for column, value in values.items():
             if not is_column_value(value):
-                raise _bad(op, f"row {pointer[:80]} has {column} = {str(value)[:40]}, which is no value the router "
+                raise _bad(op, f"row {pointer[:80]} has {column} = {shown(value, 40)}, which is no value the router "
                            "writes (null, text, an integer within ±(2^53-1), or {\"real\"|\"integer\"|\"base64\": …})")
         for column, wanted in where.items():
             if column in values and not could_equal(values[column], wanted):
                 raise _bad(op, f"row {pointer[:80]} has {column} = {str(values[column])[:40]}, which does not "
-                           f"satisfy where {column} = {str(wanted)[:40]}")
+                           f"satisfy where {column} = {shown(wanted, 40)}")
         rowids.append(int(rowid))
     if rowids != sorted(set(rowids)):
         raise _bad(op, "its rows are not in row id order, each once")
@@ -423,5 +423,5 @@ def _forged_digest(action: Mapping[str, Any], path: str, recorded: str, now: str
 
 
 def _bad(op: Any, message: str, **details: Any) -> LedgerError:
-    return LedgerError(E.INTEGRITY_ERROR, f"stored result of operation {str(op)[:64]}: {message}", **details)
+    return LedgerError(E.INTEGRITY_ERROR, f"stored result of operation {shown(op, 64)}: {message}", **details)
 

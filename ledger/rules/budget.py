@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping, Sequence
 from ..ground import errors as E
 from ..ground.canonical import SAFE_INTEGER_MAX, canonical_bytes, canonical_sha256, check_int, check_json_value, sha256_hex
 from ..ground.config import BudgetConfig
-from ..ground.errors import LedgerError, limit_reached
+from ..ground.errors import LedgerError, limit_reached, shown
 from .common import (ACTION_AWAITING, ACTION_FAILED, ACTION_RESERVED, ACTION_SETTLED, CLOSED_ACTION_STATUSES,
                      MUTABLE_STATES, SCORE_MAX, STATUS_ABANDONED, STATUS_EXHAUSTED,
                      STATUS_INVESTIGATING, STATUS_NEW, STATUS_REJECTED, TERMINAL_STATUSES, REASON_BELOW_FLOOR,
@@ -62,7 +62,7 @@ def shape_record_evidence(hypothesis_id: Any, action_id: Any, record_id: Any) ->
     check_hypothesis_id(hypothesis_id)
     check_action_id(action_id)
     if not isinstance(record_id, str) or not RECORD_ID_RE.fullmatch(record_id):
-        raise LedgerError(E.INVALID_ID, f"record id must look like E000001, got {str(record_id)[:40]!r}")
+        raise LedgerError(E.INVALID_ID, f"record id must look like E000001, got {shown(record_id, 40)!r}")
     return {"op": "record_evidence", "hypothesis_id": hypothesis_id, "action_id": action_id, "record_id": record_id}
 
 

@@ -22,7 +22,7 @@ from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
 from ..ground import errors as E
-from ..ground.canonical import ZERO_SHA256, canonical_bytes, canonical_sha256, sha256_hex
+from ..ground.canonical import ZERO_SHA256, canonical_bytes, canonical_sha256, check_json_value, sha256_hex
 from ..ground.errors import LedgerError
 from ..ground.schemas import validate
 from .common import (MUTABLE_STATES, Context, Draft, LedgerView, Outcome, Reused, check_action_id,
@@ -51,6 +51,10 @@ def shape_store(iteration_id: Any, request: Any, reply: Any) -> dict[str, Any]:
     operation ids and (hypothesis, action) pairs are distinct inside the batch.
     """
     check_action_id(iteration_id, "iteration_id")
+    # INVALID_JSON first, before the schema (nesting past the JSON depth, an integer past 2**53 - 1 in
+    # a tool's args): a call run_tool refuses here reserves nothing
+    check_json_value(request, "request")
+    canonical_bytes(request, "request")
     validate("evidence-request-v1", request, E.INVALID_ARGUMENT, "request")
     validate("evidence-reply-v1", reply, E.INVALID_ARGUMENT, "reply")
     operations, actions = set(), set()

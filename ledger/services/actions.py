@@ -148,16 +148,34 @@ class Action:
 
 def _stored_query(store: EvidenceStore, iteration_id: str, request: Mapping[str, Any], at: str | None,
                   action_id: str) -> EvidenceResult:
-    """``run_tool``'s stored tool call; a batch stored before under the action's iteration id (the
-    same action run with another tool call) is ``OPERATION_CONFLICT`` worded for the action."""
+    """``run_tool``'s stored tool call. A batch another call of this very request stored meanwhile
+    (under another generation of the ledger: its reply is then not this one's) is the answer, as
+    for a retry; a batch of another tool call under the action's iteration id is
+    ``OPERATION_CONFLICT`` worded for the action."""
     try:
         return store.query(iteration_id, request, store=True, at=at)
     except LedgerError as exc:
         if exc.code != E.OPERATION_CONFLICT:
             raise
+        stored = store.stored_batch(iteration_id, request)
+        if stored is not None:
+            return stored
         raise LedgerError(E.OPERATION_CONFLICT, f"action {action_id} already ran its tool with other args; "
                           "give this call a new action id",
                           **exc.details) from None
+
+
+def _leave_to_its_owner(budget: "CaseBudget", hypothesis_id: str, action_id: str, exc: LedgerError) -> None:
+    """Note on ``exc`` (``OPERATION_CONFLICT``: a batch of another tool call is stored under the action)
+    that the action was left as it was: the call that stored that batch, or its retry, completes it."""
+    try:
+        status = budget.action_status(hypothesis_id, action_id)
+    except LedgerError:
+        status = None
+    exc.add_note(f"case-ledger: action {action_id} already had its result ({status}); it was left as it was"
+                 if status not in ("reserved", None) else
+                 f"case-ledger: action {action_id} was left as it was: the call that stored its tool call, run "
+                 "again, completes it")
 
 
 def close_failed(budget: "CaseBudget", hypothesis_id: str, action_id: str, exc: BaseException,
@@ -231,7 +249,10 @@ class CaseBudget(BudgetManager):
             record = stored.records[0]
             fed = self.record_evidence(hypothesis_id, action_id, record["record_id"], at=at)
         except BaseException as exc:
-            close_failed(self, hypothesis_id, action_id, exc, at)  # only while it has no result yet
+            if isinstance(exc, LedgerError) and exc.code == E.OPERATION_CONFLICT:
+                _leave_to_its_owner(self, hypothesis_id, action_id, exc)
+            else:
+                close_failed(self, hypothesis_id, action_id, exc, at)  # only while it has no result yet
             raise
         assert stored.reply is not None
         return ToolRun(hypothesis_id, action_id, tool, record["record_id"], record["novelty_score"],
