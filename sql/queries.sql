@@ -304,3 +304,7 @@ INSERT INTO result_atoms (atom_id, seq) VALUES (:atom_id, :seq);
 
 -- name: result_atoms_seen
 SELECT COUNT(DISTINCT atom_id) FROM result_atoms WHERE atom_id IN (SELECT value FROM json_each(:atoms));
+
+-- name: scope_names
+-- every scope that has an establishment (one row per establishment: a small table)
+SELECT DISTINCT scope FROM scope_establishments;

@@ -213,12 +213,6 @@ ORDER BY {order} LIMIT 1;
 -- ledger events: the hash chain after a given seq
 SELECT seq, type, revision, created_at, sha256, parent_sha256{body} FROM events WHERE seq > :since ORDER BY seq;
 
--- name: scope_usage_of
-SELECT * FROM scope_usage WHERE (:scope_type IS NULL OR scope_type = :scope_type)
-  AND (:scope_id IS NULL OR scope_id = :scope_id)
-ORDER BY scope_type, scope_id,
-         CASE dimension WHEN 'units' THEN 1 WHEN 'actions' THEN 2 WHEN 'duration_ms' THEN 3 ELSE 4 END;
-
 -- name: index_shape
 -- verify: how a foreign index on a ledger table is built: UNIQUE, partial (WHERE), expression
 -- columns (cid -2) and collations that are not SQLite's own

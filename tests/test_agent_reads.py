@@ -239,3 +239,44 @@ def test_a_refused_reading_and_its_refusal_cross_to_another_process_intact_and_c
         with pytest.raises(LedgerError) as caught:
             pool.submit(_raise_missing, str(tmp_path / "nowhere")).result()
     assert caught.value.code == "LEDGER_MISSING" and str(tmp_path / "nowhere") in caught.value.message
+
+
+def _sqlite_steps(case: Case, call) -> int:
+    """SQLite virtual-machine instructions ``call`` runs on the case's connection: a count that grows
+    with the rows a read scans, never with the machine's speed."""
+    steps = [0]
+
+    def count() -> int:
+        steps[0] += 1
+        return 0
+    case.storage.conn.set_progress_handler(count, 1)
+    try:
+        call()
+    finally:
+        case.storage.conn.set_progress_handler(None, 1)
+    return steps[0]
+
+
+@pytest.mark.slow  # two histories of 300 and 1,200 actions
+def test_the_agents_per_action_reads_and_run_tool_scan_no_more_of_a_longer_history(package):
+    """input_identity (which every run_tool computes), scopes().usage() and one run_tool + settle
+    read the same rows whether the case holds 300 actions or 1,200: none of them reads the history."""
+    case = start_case(package, hypotheses=2, units=10 ** 9)
+    (package / "sources").mkdir(exist_ok=True)
+    (package / "sources" / "lines.py").write_text("".join(f"x{n} = {n}\n" for n in range(10)), encoding="utf-8")
+    budget = case.budget(BudgetConfig.from_mapping({"max_low_information_steps": 10 ** 6}))
+    budget.initialize(at=T0)
+    case.scopes().establish("case", {"units": 10 ** 12, "duration_ms": 10 ** 12}, "controller", at=T0)
+    measured = []
+    for total in (300, 1200):
+        with case.batch():
+            _spend(budget, "H1", total - len(case.actions()), f"n{total}-", score=50)
+        tool = len(measured)
+        reads = {"input_identity": case.input_identity, "usage": case.scopes().usage,
+                 "run_tool": lambda: (budget.run_tool("H2", f"t{tool}", "source.read_context",
+                                                      {"path": "sources/lines.py", "start_line": tool + 1,
+                                                       "end_line": tool + 1}),
+                                      budget.settle("H2", f"t{tool}", 50, "read"))}
+        measured.append({name: _sqlite_steps(case, call) for name, call in reads.items()})
+    small, large = measured
+    assert {name: large[name] <= small[name] * 1.1 + 50 for name in small} == {name: True for name in small}, measured

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ledger import Case, LedgerError, export_case, import_tree, verify_case
-from ledger.ground.errors import INTEGRITY_ERROR, REPLY_MISMATCH, ROUTER_REFUSED
+from ledger.ground.errors import INTEGRITY_ERROR, INVALID_JSON, REPLY_MISMATCH, ROUTER_REFUSED
 from ledger.router import reference as router_module
 from ledger.router.reference import Router
 from ledger.router.check import recheck, self_consistent
@@ -133,11 +133,15 @@ def test_a_genuine_result_over_since_changed_inputs_still_verifies(case):
 
 
 def test_lookup_refuses_integers_outside_sqlite_range_without_a_traceback(case):
-    for value in (2 ** 70, -(2 ** 63) - 1):
+    for value in (2 ** 70, -(2 ** 63) - 1):  # as a JSON number: no exact JSON form, refused before the router
         with pytest.raises(LedgerError) as caught:
             case.evidence().query("x", {"actions": [lookup(database="data/app.sqlite", table="users",
                                                              where={"id": value})]})
-        assert caught.value.code == ROUTER_REFUSED and "64-bit" in caught.value.message
+        assert caught.value.code == INVALID_JSON and "outside ±(2**53-1)" in caught.value.message
+        with pytest.raises(LedgerError) as caught:  # as the router's marked integer: past SQLite's range
+            case.evidence().query("x", {"actions": [lookup(database="data/app.sqlite", table="users",
+                                                             where={"id": {"integer": str(value)}})]})
+        assert caught.value.code == ROUTER_REFUSED and '{"integer": "<digits>"}' in caught.value.message
     found = case.evidence().query("x", {"actions": [lookup(database="data/app.sqlite", table="users",
                                                              where={"id": {"integer": str(2 ** 63 - 1)}})]})
     assert found.reply["results"][0]["items"] == []  # the largest, given as JSON can carry it exactly

@@ -1318,3 +1318,60 @@ def test_establish_warns_at_eighty_percent_by_default_given_as_a_number(package)
     body = json.loads(case.events(result.seq - 1, with_body=True)[0]["body"])
     assert body["warning_bps"] == 8000
     case.close()
+
+
+_SCOPES = st.sampled_from(["case", "revision:1", "hypothesis:1/H1", "hypothesis:1/H2"])
+_LIMITS = st.dictionaries(st.sampled_from(scope_rules.DIMENSIONS), st.integers(0, 60_000), min_size=1)
+_JOURNAL_STEP = st.one_of(
+    st.tuples(st.just("establish"), _SCOPES, _LIMITS),
+    st.tuples(st.just("reserve"), st.sampled_from(["H1", "H2"]), st.integers(0, 3)),
+    st.tuples(st.just("record_result"), st.sampled_from(["H1", "H2"]), st.integers(0, 500)),
+    st.tuples(st.just("settle"), st.sampled_from(["H1", "H2"]), st.integers(0, 100)),
+    st.tuples(st.just("fail"), st.sampled_from(["H1", "H2"]), st.just(0)),
+    st.tuples(st.just("grant"), st.sampled_from(["H1", "H2"]), st.integers(1, 30)),
+)
+
+
+def _view_rows(case: Case) -> list[dict]:
+    order = {dimension: n for n, dimension in enumerate(scope_rules.DIMENSIONS)}
+    return sorted(case.query("SELECT * FROM scope_usage"),
+                  key=lambda row: (row["scope_type"], row["scope_id"], order[row["dimension"]]))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(st.tuples(_JOURNAL_STEP, st.integers(0, 20_000)), max_size=14))
+def test_scope_usage_read_through_the_api_equals_the_scope_usage_view_after_every_operation(tmp_path_factory,
+                                                                                           steps):
+    """ScopeManager.usage() measures each scope as reserve does (accounts, money totals); the
+    scope_usage view sums the history: the two agree after every operation, refused ones too."""
+    case = _ready(tmp_path_factory.mktemp("usage") / "case")
+    clock, actions, established = 0, {}, {}
+    for (kind, target, value), elapsed in steps:
+        clock += elapsed
+        at = f"2026-03-01T{clock // 3_600_000:02d}:{clock // 60_000 % 60:02d}:{clock // 1000 % 60:02d}." \
+             f"{clock % 1000:03d}Z"
+        if kind == "establish":
+            line = {"op": "establish", "scope": target, "limits": value, "issuer": "controller", "at": at}
+            if target in established:
+                line["causation_seq"] = established[target]
+        elif kind == "grant":
+            line = {"op": "grant", "hypothesis": target, "units": value, "issuer": "controller", "reason": "r",
+                    "grant_id": f"g{clock}", "at": at}
+        else:
+            action = actions[target] = actions.get(target, 0) + (kind == "reserve")
+            line = {"op": kind, "hypothesis": target, "action_id": f"a{action}", "at": at}
+            line.update({"reserve": {"action": "source.read_context"},
+                         "record_result": {"evidence": {"n": clock}, "cost_usd_millicents": value},
+                         "settle": {"semantic_score": value, "reason": "r"},
+                         "fail": {"reason": "r"}}[kind])
+        [result] = apply_journal(case, [json.dumps(line)], keep_going=True)
+        if kind == "establish":
+            assert result.ok, result.error  # every scope can be established at any time here
+            established[target] = result.seq
+        assert case.scopes().usage() == _view_rows(case), line
+        for name in ("case", "revision:1", "hypothesis:1/H1"):
+            scope_type, _, _ = name.partition(":")
+            assert case.scopes().usage(name) == [r for r in _view_rows(case) if r["scope_type"] == scope_type
+                                                 and r["scope_id"] == ("BUG-1" if name == "case" else
+                                                                       name.partition(":")[2])]
+    case.close()

@@ -445,7 +445,7 @@ def _own_file_ids(package: Path) -> set[tuple[int, int]]:
 OWN_FILE_LINK_DIGEST = hashlib.sha256(b"hardlink:ledger-own-file").hexdigest()
 
 
-def input_identity(root: Path, exported: set[str]) -> str:
+def input_identity(root: Path, exported: Container[str]) -> str:
     """sha256 over the sorted ``[relative path, sha256]`` of the package's inputs (docs/concepts.md).
 
     ``exported`` are the paths under ``analysis/`` that the ledger exported (they are not inputs).

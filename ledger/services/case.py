@@ -363,7 +363,22 @@ class Case(CaseFacade):
         files). A symlink contributes the sha256 of its target text, never bytes
         from outside the package.
         """
-        return input_identity(self.path, self.exported_paths())
+        self.session.check_thread()  # a case never exported reads nothing of the ledger here
+        return input_identity(self.path, _OnFirstUse(self.exported_paths))
+
+
+class _OnFirstUse:
+    """The exported paths, read from the ledger only when the walk meets a file under ``analysis/``:
+    a case never exported (an investigator's loop) computes its identity without reading its
+    history, so the time does not grow with it."""
+
+    def __init__(self, load: Callable[[], set[str]]) -> None:
+        self._load, self._paths = load, None
+
+    def __contains__(self, relative: object) -> bool:
+        if self._paths is None:
+            self._paths = self._load()
+        return relative in self._paths
 
 
 #: The longest a read-only query may run: one day, in milliseconds.

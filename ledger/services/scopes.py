@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..storage.sqlfiles import statement
 from ..rules import scopes as rules
 from .session import Ran, Session
 from ..storage.sqlite_file import translate_sqlite_errors
@@ -78,18 +77,31 @@ class ScopeManager:
 
     def usage(self, scope: str | None = None) -> list[dict[str, Any]]:
         """Rows of the ``scope_usage`` view (of one scope, or all), in scope and dimension order;
-        empty for an in-memory case (a simulation has no SQL views)."""
+        empty for an in-memory case (a simulation has no SQL views). Computed as ``reserve`` measures
+        a scope, from the accounts and the running money totals, so the time does not grow with the
+        history as the view's sums over every reservation do (verify checks the two agree)."""
         storage = getattr(self._session, "storage", None)
         if storage is None:
             return []
         parsed = rules.parse_scope(scope) if scope is not None else None
+        rows = []
         with self._session.read() as view, translate_sqlite_errors():
-            case_id = view.case()["case_id"]
-            params = {"scope_type": parsed.scope_type if parsed else None,
-                      "scope_id": parsed.scope_id(case_id) if parsed else None}
-            cursor = storage.conn.execute(statement("scope_usage_of"), params)
-            names = [d[0] for d in cursor.description]
-            return [dict(zip(names, row)) for row in cursor.fetchall()]
+            case_id, at = view.case()["case_id"], view.head()[2]
+            names = [parsed.name] if parsed else [name for (name,) in storage.all("scope_names")]
+            for name in names:
+                info = view.scope(name)
+                if info is None:
+                    continue
+                used, where = rules.consumption(view, info, at), rules.parse_scope(name)
+                for order, dimension in enumerate(rules.DIMENSIONS):
+                    declared = info["limits"].get(dimension)
+                    if declared is not None:
+                        rows.append((where.scope_type, where.scope_id(case_id), order, {
+                            "scope_type": where.scope_type, "scope_id": where.scope_id(case_id),
+                            "dimension": dimension, "declared": declared, "consumed": used[dimension],
+                            "remaining": max(0, declared - used[dimension]), "warning_bps": info["warning_bps"],
+                            "on_exhausted": info["on_exhausted"]}))
+        return [row for *_, row in sorted(rows, key=lambda row: row[:3])]
 
     def _result(self, scope: str, ran: Ran) -> ScopeResult:
         ref = ran.appended[0].event_ref if ran.appended else self._session.event_ref(ran.seq)
