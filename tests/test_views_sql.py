@@ -82,6 +82,27 @@ def test_balances_carry_the_hypothesis_statement(demo):
     assert rows[1]["statement"] == "sell() computes prices with binary floats"
 
 
+@pytest.mark.parametrize("query, says", [
+    ("SELECT json('x')", "malformed JSON"),  # a word SQLite also uses of a damaged file
+    ("SELECT * FROM busy_table", "no such table: busy_table"),  # words of a busy file
+    ("SELECT * FROM locked", "no such table: locked"),
+    ("SELECT * FROM corrupt_x", "no such table: corrupt_x"),
+    ("SELECT * FROM pragma_busy_timeout(1)", "too many arguments"),
+    ("BEGIN IMMEDIATE", "a read-only query may not write"),  # refused by the read-only file, not the authorizer
+])
+def test_a_failing_query_is_the_statements_fault_whatever_words_sqlites_message_holds(demo, query, says):
+    """The code of a failing query comes from SQLite's result code, never from words of its message,
+    which may quote the query: a healthy, idle ledger answers INVALID_ARGUMENT, in ledger sql and
+    Case.query alike (a busy or damaged file keeps LEDGER_BUSY or INTEGRITY_ERROR)."""
+    with pytest.raises(LedgerError) as caught:
+        read_only_query(demo, query)
+    assert caught.value.code == INVALID_ARGUMENT and says in caught.value.message
+    with Case.open(demo) as case:
+        with pytest.raises(LedgerError) as again:
+            case.query(query)
+        assert again.value.code == INVALID_ARGUMENT
+
+
 def test_ledger_sql_allows_read_only_pragma_table_functions(demo):
     columns, rows = read_only_query(demo, "SELECT name, type FROM pragma_table_info('events') ORDER BY cid")
     assert columns == ["name", "type"] and rows[:2] == [("seq", "INTEGER"), ("type", "TEXT")]

@@ -18,7 +18,8 @@ from typing import Any, Iterator
 from ..ground import errors as E
 from .sqlfiles import PUBLIC_VIEWS, statement
 from ..ground.errors import LedgerError
-from .sqlite_file import (SQLITE_ERRORS, connect_uri, log_files_exist, readable_uri, release_log, sqlite_error,
+from .sqlite_file import (BUSY_CODES, DAMAGED_CODES, SQLITE_ERRORS, SQLITE_READONLY, STORAGE_CODES, connect_uri,
+                          log_files_exist, primary_code, readable_uri, release_log, sqlite_error,
                           translate_sqlite_errors)
 
 
@@ -35,13 +36,16 @@ def _query_errors(timeout_ms: int) -> Iterator[None]:
 
 
 def _query_error(exc: BaseException) -> LedgerError:
-    """What a user's failing statement means, for ``ledger sql`` and ``Case.query`` alike: a busy
-    or failing file (``LEDGER_BUSY``, ``STORAGE_ERROR``) and a damaged one keep their codes; any
-    other failure is the statement's own (``INVALID_ARGUMENT``, :func:`_refused`)."""
-    if isinstance(exc, sqlite3.Error):
+    """What a user's failing statement means, for ``ledger sql`` and ``Case.query`` alike, told by
+    SQLite's result code (never by words in its message, which may quote the user's SQL): a busy
+    file (``LEDGER_BUSY``), a failing one (``STORAGE_ERROR``) and a damaged one (``INTEGRITY_ERROR``)
+    keep their codes; any other failure, a write refused on the read-only connection among them, is
+    the statement's own (``INVALID_ARGUMENT``, :func:`_refused`)."""
+    primary = primary_code(exc) if isinstance(exc, sqlite3.Error) else None
+    if primary is not None and primary != SQLITE_READONLY and (
+            primary in BUSY_CODES or primary in DAMAGED_CODES or primary in STORAGE_CODES):
         translated = sqlite_error(exc)
-        damaged = "malformed" in str(exc) or "corrupt" in str(exc)
-        if isinstance(translated, LedgerError) and (translated.code in (E.LEDGER_BUSY, E.STORAGE_ERROR) or damaged):
+        if isinstance(translated, LedgerError):
             return translated
     return _refused(exc)
 
@@ -119,7 +123,8 @@ def reading_only(conn: sqlite3.Connection) -> Iterator[None]:
 def _refused(exc: BaseException) -> LedgerError:
     """``INVALID_ARGUMENT`` for a user's statement SQLite refused, saying what a read may not do."""
     why = ("; a read-only query may not write, change the schema, ATTACH, DETACH or run a PRAGMA but the "
-           f"schema-reading ones ({', '.join(sorted(READ_ONLY_PRAGMAS))})" if str(exc) == "not authorized" else "")
+           f"schema-reading ones ({', '.join(sorted(READ_ONLY_PRAGMAS))})"
+           if str(exc) == "not authorized" or primary_code(exc) == SQLITE_READONLY else "")
     if str(exc).startswith("no such table:"):
         why = ("; the ledger's views are " + ", ".join(PUBLIC_VIEWS) + " (docs/sql.md lists them and its tables; "
                "SELECT name, type FROM sqlite_master lists what this file holds)")

@@ -25,7 +25,18 @@ WAL_RESTART_BYTES = 8 * 1024 * 1024
 
 # --- errors ------------------------------------------------------------------------
 #: SQLITE_PERM, SQLITE_READONLY, SQLITE_IOERR, SQLITE_FULL, SQLITE_CANTOPEN (primary result codes).
-_STORAGE_CODES = frozenset({3, 8, 10, 13, 14})
+STORAGE_CODES = frozenset({3, 8, 10, 13, 14})
+#: SQLITE_BUSY, SQLITE_LOCKED: another connection holds the file; a retry may succeed.
+BUSY_CODES = frozenset({5, 6})
+#: SQLITE_CORRUPT, SQLITE_NOTADB: the file itself is damaged.
+DAMAGED_CODES = frozenset({11, 26})
+SQLITE_READONLY = 8
+
+
+def primary_code(exc: BaseException) -> int | None:
+    """SQLite's primary result code of a ``sqlite3`` error (None when the module gives none)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return None if code is None else code & 0xFF
 
 @contextmanager
 def translate_sqlite_errors() -> Iterator[None]:
@@ -55,11 +66,11 @@ def sqlite_error(exc: BaseException) -> BaseException:
         return LedgerError(E.INVALID_ARGUMENT, f"a number does not fit SQLite's 64-bit integers: {exc}; nothing was "
                            "written")
     if isinstance(exc, sqlite3.OperationalError):
-        text = str(exc)
-        if "locked" in text or "busy" in text:
+        text, primary = str(exc), primary_code(exc)
+        # by SQLite's result code: a message may quote a user's table named busy_table
+        if primary in BUSY_CODES or (primary is None and ("locked" in text or "busy" in text)):
             return LedgerError(E.LEDGER_BUSY, f"the case is busy: {text}; retry")
-        primary = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
-        if primary in _STORAGE_CODES:
+        if primary in STORAGE_CODES:
             return LedgerError(E.STORAGE_ERROR, f"the file system refused the ledger: {text} "
                                "(read-only location, missing permission, full disk or a closed case?); "
                                "nothing was written")
