@@ -281,6 +281,33 @@ def test_run_tool_with_arguments_json_cannot_hold_is_invalid_json_and_reserves_n
     assert (_event_count(case), investigator.action_status("H1", "q1")) == (events, None)
 
 
+@pytest.mark.parametrize("ids", [("\ud800", "a1"), ("H1", "\ud800"), (None, 5), (b"H1", "a1"), ("H1", "")])
+def test_action_status_refuses_an_id_no_action_can_have(case, investigator, ids):
+    with pytest.raises(LedgerError) as caught:
+        investigator.action_status(*ids)
+    assert caught.value.code == INVALID_ID
+
+
+class _Unprintable:
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+    __repr__ = __str__
+
+
+@pytest.mark.parametrize("value", [_nested(3000), _Unprintable()])
+def test_a_refusal_names_a_value_nested_thousands_deep_or_unprintable_without_failing_itself(case, investigator,
+                                                                                             value):
+    investigator.reserve("H1", "q1", "source.read_context")
+    events = _event_count(case)
+    for call, code in [(lambda: investigator.record_evidence("H1", "q1", value), INVALID_ID),
+                       (lambda: investigator.request_test("H2", "t1", value, "op-1"), "INVALID_ARGUMENT")]:
+        with pytest.raises(LedgerError) as caught:
+            call()
+        assert caught.value.code == code and len(caught.value.message) < 300
+    assert _event_count(case) == events
+
+
 # --- budget.action ----------------------------------------------------------------------------
 def test_an_action_block_that_records_leaves_the_action_awaiting_settle(case, investigator):
     with investigator.action("H1", "t1", "test.automated") as act:

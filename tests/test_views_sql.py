@@ -103,6 +103,30 @@ def test_a_failing_query_is_the_statements_fault_whatever_words_sqlites_message_
         assert again.value.code == INVALID_ARGUMENT
 
 
+@pytest.mark.parametrize("query, params", [("SELECT '\ud800'", ()), ("SELECT ?", ("\ud800",)),
+                                           ("SELECT :x", {"x": "a\udcffb"})])
+def test_a_query_or_parameter_that_is_not_unicode_is_refused_as_a_ledger_error(demo, query, params):
+    with Case.open(demo) as case:
+        with pytest.raises(LedgerError) as caught:
+            case.query(query, params)
+        assert caught.value.code == INVALID_ARGUMENT and "not valid Unicode" in caught.value.message
+        assert case.query("SELECT 1 AS one") == [{"one": 1}]
+    if not params:
+        with pytest.raises(LedgerError) as caught:
+            read_only_query(demo, query)
+        assert caught.value.code == INVALID_ARGUMENT and "not valid Unicode" in caught.value.message
+
+
+def test_a_case_path_the_file_system_cannot_name_is_the_same_refusal_for_every_reader(tmp_path):
+    too_long = tmp_path / ("a" * 5000)
+    codes = set()
+    for call in (lambda: Case.open(too_long), lambda: read_only_query(too_long, "SELECT 1")):
+        with pytest.raises(LedgerError) as caught:
+            call()
+        codes.add(caught.value.code)
+    assert codes == {"LEDGER_MISSING"}
+
+
 def test_ledger_sql_allows_read_only_pragma_table_functions(demo):
     columns, rows = read_only_query(demo, "SELECT name, type FROM pragma_table_info('events') ORDER BY cid")
     assert columns == ["name", "type"] and rows[:2] == [("seq", "INTEGER"), ("type", "TEXT")]

@@ -210,7 +210,10 @@ class CaseBudget(BudgetManager):
 
     def action_status(self, hypothesis_id: str, action_id: str) -> str | None:
         """The action's status now (``reserved``, ``awaiting_assessment``, ``settled``, ``failed``, …),
-        None when the current revision has no such action. Writes nothing."""
+        None when the current revision has no such action. Writes nothing. ``INVALID_ID`` for an id
+        no action can have."""
+        check_hypothesis_id(hypothesis_id)
+        check_action_id(action_id)
         with self._session.read() as view:
             state = view.action(view.case()["revision"], hypothesis_id, action_id)
         return None if state is None else state["status"]

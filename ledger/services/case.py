@@ -395,7 +395,11 @@ def read_only_rows(path: str | os.PathLike[str], sql: str, *,
         raise LedgerError(E.INVALID_ARGUMENT, f"sql must be a str, got {type(sql).__name__}")
     root = fs_path(path, "case path")
     ledger = root / LEDGER_FILE
-    if not ledger.is_file():
+    try:
+        found = ledger.is_file()
+    except OSError:  # a name too long, say: Case.open says what it says of that path
+        found = False
+    if not found:
         Case.open(root)  # raises the LEDGER_MISSING explanation
     refuse_own_links(root)  # a reader maps -shm and may create -wal: never through a link
     with readonly_rows(ledger, sql, timeout_ms=timeout_ms) as found:

@@ -28,6 +28,8 @@ def _query_errors(timeout_ms: int) -> Iterator[None]:
     """A user's query failing (:func:`_query_error`), or stopped at its deadline (``INVALID_ARGUMENT``)."""
     try:
         yield
+    except UnicodeEncodeError as exc:
+        raise _not_unicode(exc) from None
     except (sqlite3.Error, ValueError, OverflowError) as exc:
         if "interrupted" in str(exc):
             raise LedgerError(E.INVALID_ARGUMENT, f"query stopped at its time limit, {timeout_ms / 1000:g} s "
@@ -116,8 +118,16 @@ def reading_only(conn: sqlite3.Connection) -> Iterator[None]:
         yield
     except SQLITE_ERRORS as exc:
         raise _query_error(exc) from None
+    except UnicodeEncodeError as exc:
+        raise _not_unicode(exc) from None
     finally:
         conn.set_authorizer(None)
+
+
+def _not_unicode(exc: UnicodeEncodeError) -> LedgerError:
+    """``INVALID_ARGUMENT`` for a statement or parameter SQLite cannot be given: text with a lone surrogate."""
+    return LedgerError(E.INVALID_ARGUMENT, f"query refused: the statement or a parameter holds text that is not "
+                       f"valid Unicode ({exc.reason} at position {exc.start}), which SQLite cannot be given")
 
 
 def _refused(exc: BaseException) -> LedgerError:
