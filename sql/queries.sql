@@ -308,3 +308,9 @@ SELECT COUNT(DISTINCT atom_id) FROM result_atoms WHERE atom_id IN (SELECT value 
 -- name: scope_names
 -- every scope that has an establishment (one row per establishment: a small table)
 SELECT DISTINCT scope FROM scope_establishments;
+
+-- name: duration_limited_scopes
+-- the scopes whose newest establishment limits duration_ms (a warning may come due after any event)
+SELECT s.scope FROM scope_establishments AS s
+JOIN scope_limits AS l ON l.seq = s.seq AND l.dimension = 'duration_ms'
+WHERE s.seq = (SELECT MAX(s2.seq) FROM scope_establishments AS s2 WHERE s2.scope = s.scope);

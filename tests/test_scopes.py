@@ -488,6 +488,21 @@ def test_a_duration_warning_is_checked_after_each_event_of_a_scope_not_only_afte
     verify_case(package)
 
 
+def test_a_duration_limit_dropped_by_a_new_establishment_warns_no_more_and_the_case_verifies(package):
+    case = _ready(package)
+    lines = [{"op": "establish", "scope": "case", "limits": {"duration_ms": 10_000}, "issuer": "controller",
+              "warning_ratio": 0.5, "at": "2026-03-01T10:00:00Z"},
+             {"op": "establish", "scope": "case", "limits": {"units": 1000}, "issuer": "controller",
+              "causation_seq": None, "at": "2026-03-01T10:00:01Z"},
+             {"op": "reject", "hypothesis": "H1", "reason": "contradicted", "at": "2026-03-01T10:00:09Z"}]
+    first = list(apply_journal(case, [json.dumps(lines[0])]))[0]
+    lines[1]["causation_seq"] = first.seq
+    assert all(r.ok for r in apply_journal(case, [json.dumps(line) for line in lines[1:]]))
+    assert "limit.approaching" not in _types(case)
+    case.close()
+    verify_case(package)
+
+
 def test_a_lifecycle_result_names_its_own_event_when_a_warning_follows_it_as_its_repeat_does(package):
     case = _ready(package)
     case.scopes().establish("case", {"duration_ms": 10_000}, "controller", warning_ratio=0.5,

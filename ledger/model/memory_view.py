@@ -7,7 +7,7 @@ question identically for the same history (``tests/test_seams.py`` checks it on 
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from typing import AbstractSet, Any, Mapping
 
 from ..ground import errors as E
 from ..ground.canonical import ZERO_SHA256, canonical_bytes, canonical_sha256
@@ -39,6 +39,7 @@ class MemoryView:
         self._budget_events = 0
         self._head: tuple[int, str, str] = (0, ZERO_SHA256, "")
         self._scopes: dict[str, dict[str, Any]] = {}
+        self._duration_scopes: set[str] = set()
         self._warned: dict[tuple[str, int], set[str]] = {}
         self._money: dict[tuple[int, str], int] = {}
         self._issuers: dict[int, str] = {}
@@ -119,6 +120,9 @@ class MemoryView:
 
     def warned(self, name: str, establishment_seq: int) -> frozenset[str]:
         return frozenset(self._warned.get((name, establishment_seq), ()))
+
+    def duration_scopes(self) -> AbstractSet[str]:
+        return self._duration_scopes
 
     def money_consumed(self, revision: int | None, hypothesis_id: str | None) -> int:
         return sum(m for (r, h), m in self._money.items()
@@ -251,6 +255,10 @@ class MemoryView:
     def _apply_scope(self, body: Mapping[str, Any]) -> None:
         if body["type"] == "scope.established":
             self._scopes[body["scope"]] = {**establishment_row(body), "limits": dict(body["effective_limits"])}
+            if "duration_ms" in body["effective_limits"]:
+                self._duration_scopes.add(body["scope"])
+            else:
+                self._duration_scopes.discard(body["scope"])
         elif body["type"] == "limit.exceeded":
             identity = {k: body[k] for k in ("scope", "dimension", "declared", "on_exhausted", "establishment_seq",
                                              "revision", "request")}

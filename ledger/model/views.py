@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
-from typing import Any, Callable, Mapping
+from typing import AbstractSet, Any, Callable, Mapping
 
 from ..ground import errors as E
 from ..ground.canonical import canonical_sha256, stored_bytes
@@ -71,7 +71,7 @@ class WriterCache:
     """
 
     #: Statements whose answers are kept, and the inserts that change them.
-    CACHED = frozenset({"case_head", "policy", "scope_latest", "scope_limits_of"})
+    CACHED = frozenset({"case_head", "policy", "scope_latest", "scope_limits_of", "duration_scopes"})
     FEEDS = frozenset({"insert_case_identity", "insert_lifecycle", "insert_policy",
                        "insert_scope_establishment", "insert_scope_limit"})
 
@@ -238,6 +238,10 @@ class SqlView:
                 self.cache.answers[key] = self.storage.all("scope_limits_of", seq=info["seq"])
             info["limits"] = dict(self.cache.answers[key])
         return info
+
+    def duration_scopes(self) -> AbstractSet[str]:
+        return self._kept(("duration_scopes", ()),
+                          lambda: frozenset(name for (name,) in self.storage.all("duration_limited_scopes")))
 
     def warned(self, name: str, establishment_seq: int) -> frozenset[str]:
         return frozenset(r[0] for r in self.storage.all("scope_warned", scope=name,

@@ -16,7 +16,7 @@ import re
 import unicodedata
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Callable, Iterable, Mapping, Protocol
+from typing import AbstractSet, Any, Callable, Iterable, Mapping, Protocol
 
 from ..ground import errors as E
 from ..ground.canonical import canonical_sha256
@@ -197,6 +197,7 @@ class LedgerView(Protocol):
     # scoped limits (docs/scopes.md)
     def scope(self, name: str) -> dict[str, Any] | None: ...  # newest establishment: seq, scope, issuer, limits, …
     def warned(self, name: str, establishment_seq: int) -> frozenset[str]: ...  # dimensions already warned
+    def duration_scopes(self) -> AbstractSet[str]: ...  # scopes whose newest establishment limits duration_ms
     def money_consumed(self, revision: int | None, hypothesis_id: str | None) -> int: ...
     def revision_issuer(self, revision: int) -> str | None: ...  # the actor that initialized its budget
     def lowest_pct_since_grant(self, revision: int, hypothesis_id: str) -> int | None: ...

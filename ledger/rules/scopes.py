@@ -372,6 +372,9 @@ def duration_warnings(view: LedgerView, request: Mapping[str, Any], at: str, dra
     reservations, results and establishments that check them. The scopes holding an event: the
     case, its revision and, for an event about one hypothesis, that hypothesis's; innermost first.
     Scopes the operation establishes, and warnings it already writes, are left to it."""
+    limited = view.duration_scopes()
+    if not limited:  # the usual case: no duration limit anywhere
+        return []
     case = view.case()
     if case is None:
         return []
@@ -389,7 +392,7 @@ def duration_warnings(view: LedgerView, request: Mapping[str, Any], at: str, dra
                if d.type == "limit.approaching" and d.fields["dimension"] == "duration_ms"}
     due = []
     for name in names:
-        info = view.scope(name) if name not in established else None
+        info = view.scope(name) if name in limited and name not in established else None
         if (info is None or "duration_ms" not in info["limits"] or info["warning_bps"] >= BPS
                 or info["seq"] in written or "duration_ms" in view.warned(name, info["seq"])):
             continue
