@@ -14,7 +14,7 @@ import pytest
 
 from ledger.ground.errors import ALL_CODES, CLI_ONLY_CODES
 from ledger_cli.main import main
-from conftest import REPO
+from conftest import REPO, start_case
 from ledger import Case, read_only_query
 README = (REPO / "README.md").read_text(encoding="utf-8")
 DOCS = REPO / "docs"
@@ -109,16 +109,28 @@ def test_the_journal_docs_example_runs_as_is(tmp_path):
     assert lines[-1]["result"]["state"]["H2"]["status"] == "rejected"
 
 
-def test_the_readmes_five_example_questions_run_and_answer_on_the_demo(tmp_path):
+def test_the_readmes_example_questions_run_and_answer_on_the_demo_one_at_least_for_each_view(tmp_path):
     """Each example query of the README's SQL section runs through `ledger sql`'s read-only path."""
     from ledger import read_only_query, run_demo
+    from ledger.storage.sqlfiles import PUBLIC_VIEWS
 
-    block = README.split("Five questions people ask first", 1)[1].split("```sql", 1)[1].split("```", 1)[0]
+    block = README.split("Questions people ask first", 1)[1].split("```sql", 1)[1].split("```", 1)[0]
     queries = [q.strip() for q in re.split(r"^-- \d\. .*$", block, flags=re.MULTILINE) if q.strip()]
-    assert len(queries) == 5
+    assert len(queries) == 8
+    assert {view for view in PUBLIC_VIEWS if view != "balances_recomputed"} <= {
+        word for q in queries for word in re.findall(r"FROM (\w+)", q)}
     path, _, _ = run_demo(tmp_path / "d", echo=lambda text: None)
     answers = [read_only_query(path, q.rstrip(";")) for q in queries]
-    spend, refunds, last_ten, abandoned, pending = (rows for _, rows in answers)
+    spend, refunds, last_ten, abandoned, pending, evidence, _, status = (rows for _, rows in answers)
+    assert [row[0] for row in evidence] == ["E000001", "E000002", "E000003"]
+    assert status == [(answers[7][1][0][0], "EVALUATING", 1, 56, None)]  # the demo ends evaluating
+    limited = start_case(tmp_path / "limited")
+    limited.budget().initialize()
+    limited.scopes().establish("case", {"units": 100, "actions": 4}, "controller")
+    limited.budget().reserve("H1", "a1", "source.read_context")
+    limited.close()
+    _, tightest = read_only_query(tmp_path / "limited", queries[6].rstrip(";"))
+    assert [(row[2], row[3], row[4]) for row in tightest] == [("actions", 1, 4), ("units", 10, 100)]
     from ledger import Case
 
     with Case.open(path) as opened:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..ground import errors as E
-from .sqlfiles import PUBLIC_VIEWS, statement
+from .sqlfiles import PUBLIC_VIEWS, schema_version, statement
 from ..ground.errors import LedgerError
 from .sqlite_file import (BUSY_CODES, DAMAGED_CODES, SQLITE_ERRORS, SQLITE_READONLY, STORAGE_CODES, connect_uri,
                           log_files_exist, primary_code, readable_uri, release_log, sqlite_error,
@@ -161,12 +161,18 @@ def readonly_rows(path: Path, sql: str, timeout_ms: int = 30_000) -> Iterator[tu
     try:
         with translate_sqlite_errors():
             has_schema = conn.execute(statement("has_migrations_table")).fetchone() is not None
+            version = conn.execute(statement("schema_version_of", "main")).fetchone()[0] if has_schema else 0
     except BaseException:
         conn.close()
         raise
     if not has_schema:
         conn.close()
         raise LedgerError(E.LEDGER_MISSING, f"{path} holds no case (an interrupted init?); run init again")
+    if version > schema_version():  # its views may mean what this code does not know: as every command does
+        conn.close()
+        raise LedgerError(E.SCHEMA_VERSION, f"{path} has schema version {version}; this case-ledger knows up to "
+                          f"{schema_version()}; upgrade case-ledger", file_version=version,
+                          known_version=schema_version())
     deadline = time.monotonic() + timeout_ms / 1000
     conn.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, 10_000)
     try:
