@@ -503,6 +503,33 @@ def test_a_duration_limit_dropped_by_a_new_establishment_warns_no_more_and_the_c
     verify_case(package)
 
 
+@pytest.mark.parametrize("field, value", [("created_at", "2026-03-01T10:59:00.000000Z"), ("actor", "someone-else")])
+def test_a_later_event_of_an_operation_rewritten_to_another_time_or_actor_is_caught_by_verify(package, field, value):
+    """An operation's events are written in one transaction, with one time and one actor: a history
+    rewritten whole (every hash recomputed) that moves the warning after a settle later, which would
+    change the duration it and every later limit measure, is INTEGRITY_ERROR at that event."""
+    from test_export_verify import _edited_past_every_trigger, _rechained_from
+    case = _ready(package)
+    case.scopes().establish("case", {"duration_ms": 10_000}, "controller", warning_ratio=0.5,
+                            at="2026-03-01T10:00:00Z")
+    budget = case.budget()
+    budget.reserve("H1", "q1", "source.read_context", at="2026-03-01T10:00:01Z")
+    budget.record_result("H1", "q1", {"x": 1}, at="2026-03-01T10:00:02Z")
+    settled = budget.settle("H1", "q1", 50, "r", at="2026-03-01T10:00:06Z")
+    [warning] = case.query("SELECT seq, body FROM events WHERE type = 'limit.approaching'")
+    assert warning["seq"] == settled.seq + 1
+    case.close()
+    forged = json.loads(warning["body"])
+    forged[field] = value
+    _edited_past_every_trigger(package, *_rechained_from(package, warning["seq"], json.dumps(forged)),
+                               ("UPDATE events SET created_at = ? WHERE seq = ?",
+                                (forged["created_at"], warning["seq"])))
+    with pytest.raises(LedgerError) as caught:
+        verify_case(package)
+    assert caught.value.code == "INTEGRITY_ERROR" and caught.value.details["seq"] == warning["seq"]
+    assert "not those of its operation's first event" in caught.value.message
+
+
 def test_a_lifecycle_result_names_its_own_event_when_a_warning_follows_it_as_its_repeat_does(package):
     case = _ready(package)
     case.scopes().establish("case", {"duration_ms": 10_000}, "controller", warning_ratio=0.5,

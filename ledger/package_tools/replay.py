@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping
 
 from ..ground import errors as E
 from ..ground.canonical import canonical_bytes, canonical_event_bytes, sha256_hex
-from ..ground.errors import LedgerError, integrity_error as _bad
+from ..ground.errors import LedgerError, integrity_error as _bad, shown
 from ..model.operations import OPERATIONS
 from ..model.package import resolve_source_refs, stored_stream
 from ..model.projection import helper_rows, floor_rows, money_rows
@@ -117,6 +117,7 @@ class Replayer:
         self.schema_every_event = schema_every_event
         self._schema_checked: set[tuple[str, str]] = set()
         self._following: deque[Draft] = deque()  # later events of a multi-event operation
+        self._operation_stamp: tuple[str, str] = ("", "")  # created_at and actor of its first event
         self.previous_sha = "0" * 64
         self.previous_at = ""
         self.count = 0
@@ -135,7 +136,16 @@ class Replayer:
         """
         body = self._parse(seq, data)
         created_at = body["created_at"]
-        draft = self._following.popleft() if self._following else self._recompute(seq, body)
+        if self._following:  # a later event of the operation: written with its first event's time and actor
+            draft = self._following.popleft()
+            if (created_at, body["actor"]) != self._operation_stamp:
+                raise _bad(seq, f"the event carries created_at {created_at} and actor {shown(body['actor'], 80)!r}, "
+                           f"not those of its operation's first event ({self._operation_stamp[0]}, "
+                           f"{shown(self._operation_stamp[1], 80)!r}), written with it in one transaction",
+                           fields=["created_at", "actor"])
+        else:
+            draft = self._recompute(seq, body)
+            self._operation_stamp = (created_at, body["actor"])
         legacy = draft.legacy_fields
         rebuilt = dict(legacy if legacy is not None and body.get("format") == legacy["format"] else draft.fields)
         rebuilt.update(seq=seq, parent_sha256=self.previous_sha, created_at=created_at,
