@@ -530,6 +530,27 @@ def test_a_later_event_of_an_operation_rewritten_to_another_time_or_actor_is_cau
     assert "not those of its operation's first event" in caught.value.message
 
 
+@pytest.mark.slow  # a tool reply of 2 MB, stored three times
+def test_a_warning_after_an_operation_as_large_as_its_allowance_is_written_with_it(package):
+    """A warning carries the request of the operation it follows: after a tool call whose reply passes
+    event_bytes_max (as the evidence it carries may), it is held to the operation's own allowance,
+    so the warning never turns a call that fits into LIMIT_REACHED."""
+    (package / "sources").mkdir(exist_ok=True)
+    (package / "sources" / "big.py").write_text("".join(f"v{n} = '{'x' * 1000}'\n" for n in range(2000)))
+    case = _ready(package, hypotheses=1, units=1000)
+    case.scopes().establish("case", {"duration_ms": 100_000}, "controller", warning_ratio=0.5,
+                            at="2026-03-01T10:00:00Z")
+    case.budget().reserve("H1", "a1", "source.read_context", at="2026-03-01T10:00:10Z")
+    run = case.budget().run_tool("H1", "a1", "source.read_context",
+                                 {"path": "sources/big.py", "start_line": 1, "end_line": 2000},
+                                 at="2026-03-01T10:01:20Z")
+    assert run.budget.action["status"] == "awaiting_assessment"
+    [warning] = case.query("SELECT length(body) AS n FROM events WHERE type = 'limit.approaching'")
+    assert warning["n"] > 2 * 1024 * 1024  # past event_bytes_max, as the reply it follows
+    case.close()
+    verify_case(package)
+
+
 def test_a_lifecycle_result_names_its_own_event_when_a_warning_follows_it_as_its_repeat_does(package):
     case = _ready(package)
     case.scopes().establish("case", {"duration_ms": 10_000}, "controller", warning_ratio=0.5,

@@ -402,7 +402,9 @@ def duration_warnings(view: LedgerView, request: Mapping[str, Any], at: str, dra
         fields = _scope_fields(case, "limit.approaching", parse_scope(name), dimension="duration_ms",
                                declared=declared, consumed=within_safe_range(consumed, name, "duration_ms"),
                                warning_bps=info["warning_bps"], establishment_seq=info["seq"])
-        due.append(Draft("limit.approaching", "case", case["revision"], None, dict(request), fields))
+        # it carries the operation's request, so it may be as large: a feedback's attachments, a tool's reply
+        due.append(Draft("limit.approaching", "case", case["revision"], None, dict(request), fields,
+                         size_allowance=max(d.size_allowance for d in drafts)))
     return due
 
 
