@@ -686,6 +686,20 @@ def test_a_step_no_journal_line_could_hold_refuses_its_file_saying_why(tmp_path)
     assert not (tmp_path / "out").exists()
 
 
+def test_a_step_whose_line_is_exactly_as_long_as_a_journal_line_may_be_is_imported(tmp_path, monkeypatch):
+    """The limit is the line's length without its newline, as apply reads it."""
+    steps = tmp_path / "steps.jsonl"
+    steps.write_text(json.dumps({"run": "edge", "command": "ls", "output": _numbered(40)}) + "\n")
+    import_runs([steps], tmp_path / "measured")
+    [line] = [raw for raw in (tmp_path / "measured" / "edge.jsonl").read_bytes().splitlines()
+              if b'"record_result"' in raw]
+    monkeypatch.setattr(trajectories, "LINE_BYTES_MAX", len(line))
+    assert import_runs([steps], tmp_path / "fits").runs == 1
+    monkeypatch.setattr(trajectories, "LINE_BYTES_MAX", len(line) - 1)
+    refused = import_runs([steps], tmp_path / "over")
+    assert refused.runs == 0 and f"a journal line of {len(line)} bytes" in refused.errors[0]["reason"]
+
+
 def test_an_out_folder_under_a_file_is_a_path_that_cannot_be_used_not_a_file_system_refusal(tmp_path):
     (tmp_path / "a-file").write_text("")
     steps = tmp_path / "steps.jsonl"

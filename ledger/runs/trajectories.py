@@ -312,10 +312,10 @@ class _Journal:
         action, evidence = evidence_of(step, mapping)
         base = {"op": "reserve", "hypothesis": "H1", "action_id": action_id}
         result = _line({**base, "op": "record_result", "evidence": evidence})
-        if len(result) > LINE_BYTES_MAX:
+        if len(result) - 1 > LINE_BYTES_MAX:  # as apply reads it: without its newline
             raise ValueError(f"run {self.run}: step {self.steps}'s observation has {len(evidence['atoms'])} distinct "
-                             f"lines, which make a journal line of {len(result)} bytes, over the {LINE_BYTES_MAX} a "
-                             "journal line may hold: no journal could replay it")
+                             f"lines, which make a journal line of {len(result) - 1} bytes, over the {LINE_BYTES_MAX} "
+                             "a journal line may hold: no journal could replay it")
         self.evidence_bytes_max = max(self.evidence_bytes_max, len(canonical_bytes(evidence)))
         self._write({**base, "action": action})
         self.handle.write(result)
