@@ -159,6 +159,8 @@ class Settings:
     def __init__(self, config: str | None, analysis_config: str | None, actor: str) -> None:
         self.actor = actor
         self.configs_given = config is not None or analysis_config is not None
+        #: The config files the command reads (its outputs may not replace them).
+        self.config_files = tuple(path for path in (config, analysis_config) if path is not None)
         self._budget = BudgetConfig.load(config) if config is not None else None
         self._analysis = AnalysisConfig.load(analysis_config) if analysis_config is not None else AnalysisConfig()
 

@@ -11,7 +11,7 @@ from ledger import (LedgerError, Policy, SimulationReport, example_policy, front
 from ledger.simulation.frontier import DEFAULT_FOLDS, emit_policy, parse_max_stopped
 from ledger.simulation.output_files import check_distinct_outputs, check_output_file, write_output_file
 from ledger.simulation.plot import check_plot
-from ledger.simulation.simulator import parse_vary
+from ledger.simulation.simulator import parse_vary, policy_file
 from ledger.ground.workers import JOBS_MAX
 
 from ._common import Integer, IntegerRange, Settings, input_path, pass_settings, table_options
@@ -154,7 +154,8 @@ def simulate_command(settings: Settings, journals: tuple[str, ...], policy_specs
     if vary_specs:
         policies += _grid(policies[0], vary_specs)
         _check_names(policies)
-    check_distinct_outputs({"--plot": plot, "--per-run": per_run, "--emit": emit}, [*journals, outcomes])
+    check_distinct_outputs({"--plot": plot, "--per-run": per_run, "--emit": emit},
+                           [*journals, outcomes, *map(policy_file, policy_specs), *settings.config_files])
     if plot is not None:  # refused now rather than after a long run
         check_plot(plot)
     if per_run is not None:

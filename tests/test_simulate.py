@@ -18,7 +18,7 @@ from ledger.simulation.simulator import parse_vary
 from ledger.simulation.simulator import Policy, parse_journal, policy_from_mapping, replay_run
 from ledger_cli.main import main, main as cli_main
 from ledger.ground.errors import INVALID_ARGUMENT
-from conftest import EXAMPLE_BUDGET
+from conftest import EXAMPLE_BUDGET, REPO
 
 
 from ledger import frontier, load_policy, plot_frontier, plot_tradeoff
@@ -541,6 +541,8 @@ def test_an_output_file_given_twice_or_naming_an_input_is_refused_before_running
     outcomes = tmp_path / "outcomes.csv"
     outcomes.write_text("run,outcome\ndjango__django-11206,resolved\n")
     (tmp_path / "link.jsonl").symlink_to(journal)
+    policy = tmp_path / "policy.toml"
+    policy.write_bytes((REPO / "config" / "budget.example.toml").read_bytes())
     for args, message in [
         (["--per-run", tmp_path / "x.toml", "--emit", tmp_path / "x.toml", "--frontier", "--max-stopped",
           "resolved=5"], f"--emit {tmp_path}/x.toml: is also the file of --per-run; give each output its own file"),
@@ -548,11 +550,18 @@ def test_an_output_file_given_twice_or_naming_an_input_is_refused_before_running
                                  "give another file"),
         (["--per-run", tmp_path / "link.jsonl"], f"--per-run {tmp_path}/link.jsonl: is an input of this command"),
         (["--outcomes", outcomes, "--per-run", outcomes], f"--per-run {outcomes}: is an input of this command"),
+        (["--policy", policy, "--per-run", policy], f"--per-run {policy}: is an input of this command"),
+        (["--policy", f"mine={policy}", "--per-run", policy], f"--per-run {policy}: is an input of this command"),
     ]:
-        before = {p: p.read_bytes() for p in (journal, outcomes)}
+        before = {p: p.read_bytes() for p in (journal, outcomes, policy)}
         code, _, err = cli("simulate", journals, *args)
         assert code == 1 and err.startswith(f"error: INVALID_ARGUMENT: {message}"), err
-        assert {p: p.read_bytes() for p in (journal, outcomes)} == before
+        assert {p: p.read_bytes() for p in (journal, outcomes, policy)} == before
+    for option in ("--config", "--analysis-config"):  # the global options' files are read too
+        kept = policy.read_bytes() if option == "--config" else b"[limits]\n"
+        policy.write_bytes(kept)
+        code, _, err = cli(option, policy, "simulate", journals, "--per-run", policy)
+        assert code == 1 and "is an input of this command" in err and policy.read_bytes() == kept
         assert not (tmp_path / "x.toml").exists()
     code, _, err = cli("simulate", journals, "--outcomes", outcomes, "--per-run", "/dev/null", "--emit", "/dev/null",
                        "--frontier", "--max-stopped", "resolved=100")  # no regular file: two outputs may share it

@@ -83,10 +83,20 @@ def policy_from_mapping(name: str, data: Mapping[str, Any]) -> Policy:
 def load_policy(spec: str | os.PathLike[str]) -> Policy:
     """``[NAME=]FILE.toml`` → a :class:`Policy` named ``NAME`` (default: the file's stem).
     Raises ``CONFIG_INVALID`` for an unreadable or invalid file."""
+    name, path = _policy_spec(spec)
+    return load_toml_config(path, lambda data: policy_from_mapping(name or Path(path).stem, data))
+
+
+def policy_file(spec: str | os.PathLike[str]) -> str:
+    """The file a ``[NAME=]FILE.toml`` policy spec reads (the command's outputs may not replace it)."""
+    return _policy_spec(spec)[1]
+
+
+def _policy_spec(spec: str | os.PathLike[str]) -> tuple[str, str]:
     text = os.fspath(fs_path(spec, "policy")) if not isinstance(spec, str) else spec
     fs_path(text, "policy")
     name, _, path = text.partition("=") if "=" in text and not Path(text).exists() else ("", "", text)
-    return load_toml_config(path, lambda data: policy_from_mapping(name or Path(path).stem, data))
+    return name, path
 
 
 def example_policy() -> Policy:
