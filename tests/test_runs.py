@@ -189,19 +189,24 @@ def _tool_call(call_id, command):
     return {"id": call_id, "type": "function", "function": {"name": "bash", "arguments": json.dumps({"command": command})}}
 
 
-@pytest.mark.parametrize("calls, replies, steps", [
-    ([("c1", "ls"), ("c1", "cat a")], [("c1", "A"), ("c1", "L")], []),  # two calls, one id
-    ([("c1", "ls"), ("c2", "cat a")], [("c1", "A"), ("c1", "L"), ("c2", "B")], ["B"]),  # c1 answered twice
-    ([(["x"], "ls"), ("c2", "cat a")], [(["x"], "A"), ("c2", "B")], ["A", "B"]),  # an id that is a list
+SHARED, UNANSWERED = "tool call sharing its id", "tool call without a result"
+
+
+@pytest.mark.parametrize("calls, replies, steps, skipped", [
+    ([("c1", "ls"), ("c1", "cat a")], [("c1", "A"), ("c1", "L")], [], {SHARED: 2}),  # two calls, one id
+    ([("c1", "ls"), ("c2", "cat a")], [("c1", "A"), ("c1", "L"), ("c2", "B")], ["B"], {SHARED: 1}),  # c1 twice
+    ([(["x"], "ls"), ("c2", "cat a")], [(["x"], "A"), ("c2", "B")], ["A", "B"], {}),  # an id that is a list
+    ([(1, "ls"), (True, "cat a")], [(1, "A"), (True, "B")], ["A", "B"], {}),  # equal in Python, not in JSON
+    ([(2, "ls")], [(2.0, "A")], [], {UNANSWERED: 1}),  # 2.0 answers no call 2
 ])
 def test_a_tool_call_whose_id_is_shared_is_skipped_and_counted_not_given_another_calls_answer(tmp_path, calls,
-                                                                                             replies, steps):
+                                                                                             replies, steps, skipped):
     messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "t"},
                 {"role": "assistant", "content": None, "tool_calls": [_tool_call(i, c) for i, c in calls]},
                 *[{"role": "tool", "tool_call_id": i, "content": text} for i, text in replies]]
     (tmp_path / "dup.traj.json").write_text(json.dumps({"instance_id": "dup", "messages": messages}))
     summary = import_runs([tmp_path / "dup.traj.json"], tmp_path / "out")
-    assert summary.skipped == ({"tool call sharing its id": len(calls) - len(steps)} if len(steps) < len(calls) else {})
+    assert summary.skipped == skipped
     lines = journal(tmp_path / "out" / "dup.jsonl")
     assert [e["observation_sha256"] for e in evidence_of(lines)] == [facts(t)["observation_sha256"] for t in steps]
 

@@ -87,6 +87,7 @@ def test_balances_carry_the_hypothesis_statement(demo):
     ("SELECT * FROM busy_table", "no such table: busy_table"),  # words of a busy file
     ("SELECT * FROM locked", "no such table: locked"),
     ("SELECT * FROM corrupt_x", "no such table: corrupt_x"),
+    ("SELECT * FROM interrupted", "no such table: interrupted"),  # a word of a query stopped at its limit
     ("SELECT * FROM pragma_busy_timeout(1)", "too many arguments"),
     ("BEGIN IMMEDIATE", "a read-only query may not write"),  # refused by the read-only file, not the authorizer
 ])

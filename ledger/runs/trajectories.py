@@ -133,8 +133,9 @@ def _returncode(message: Mapping[str, Any], text: str) -> int | None:
 
 
 def _hashable(value: Any) -> Any:
-    """A tool call id as a dict key (an id that is a list or object, as JSON gives it, by its text)."""
-    return json.dumps(value, sort_keys=True) if isinstance(value, (list, dict)) else value
+    """A tool call id as a dict key: its JSON text, so ids are equal only when they are the same JSON
+    (``1``, ``true``, ``1.0`` and ``"1"`` are four ids; a list or object is one too). None stays None."""
+    return None if value is None else json.dumps(value, sort_keys=True)
 
 
 def _tool_steps(messages: list[Any], index: int) -> Iterator[Step | _FormatError]:

@@ -18,8 +18,8 @@ from typing import Any, Iterator
 from ..ground import errors as E
 from .sqlfiles import PUBLIC_VIEWS, schema_version, statement
 from ..ground.errors import LedgerError
-from .sqlite_file import (BUSY_CODES, DAMAGED_CODES, SQLITE_ERRORS, SQLITE_READONLY, STORAGE_CODES, connect_uri,
-                          log_files_exist, primary_code, readable_uri, release_log, sqlite_error,
+from .sqlite_file import (BUSY_CODES, DAMAGED_CODES, SQLITE_ERRORS, SQLITE_INTERRUPT, SQLITE_READONLY, STORAGE_CODES,
+                          connect_uri, log_files_exist, primary_code, readable_uri, release_log, sqlite_error,
                           translate_sqlite_errors)
 
 
@@ -31,7 +31,7 @@ def _query_errors(timeout_ms: int) -> Iterator[None]:
     except UnicodeEncodeError as exc:
         raise _not_unicode(exc) from None
     except (sqlite3.Error, ValueError, OverflowError) as exc:
-        if "interrupted" in str(exc):
+        if primary_code(exc) == SQLITE_INTERRUPT:  # the progress handler stopped it at its deadline
             raise LedgerError(E.INVALID_ARGUMENT, f"query stopped at its time limit, {timeout_ms / 1000:g} s "
                               f"(ledger sql --timeout SECONDS; timeout_ms={timeout_ms} in Python)") from None
         raise _query_error(exc) from None

@@ -31,6 +31,7 @@ BUSY_CODES = frozenset({5, 6})
 #: SQLITE_CORRUPT, SQLITE_NOTADB: the file itself is damaged.
 DAMAGED_CODES = frozenset({11, 26})
 SQLITE_READONLY = 8
+SQLITE_INTERRUPT = 9
 
 
 def primary_code(exc: BaseException) -> int | None:
