@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from ..ground import errors as E
 from ..ground.canonical import SAFE_INTEGER_MAX, canonical_sha256, check_int
@@ -348,7 +348,10 @@ def approaching(view: LedgerView, request: Mapping[str, Any], at: str,
     return drafts
 
 
-def with_duration_warnings(rule: Any) -> Any:
+Rule = Callable[[LedgerView, Mapping[str, Any], Context], "Draft | Outcome | Reused"]
+
+
+def with_duration_warnings(rule: Rule) -> Rule:
     """``rule`` with the ``limit.approaching`` events its operation's time makes due appended after
     its events (:func:`duration_warnings`): every operation's rule is wrapped (the registry,
     ``ledger.model.operations``), so the API, verify's replay and the simulator agree."""

@@ -79,7 +79,7 @@ class ScopeManager:
         """Rows of the ``scope_usage`` view (of one scope, or all), in scope and dimension order;
         empty for an in-memory case (a simulation has no SQL views). Computed as ``reserve`` measures
         a scope, from the accounts and the running money totals, so the time does not grow with the
-        history as the view's sums over every reservation do (verify checks the two agree)."""
+        history as the view's sums over every reservation do; on a sound ledger the two are equal."""
         storage = getattr(self._session, "storage", None)
         if storage is None:
             return []
