@@ -212,3 +212,13 @@ def emit_result(result: Mapping[str, Any], as_json: bool, summary: Iterable[str]
     else:
         for line in summary:
             echo(one_line(line))
+
+
+#: A note names at most this many runs, then says how many more.
+NOTE_NAMES_MAX = 10
+
+
+def first_names(names: list[str]) -> str:
+    """``a, b, c`` — the first :data:`NOTE_NAMES_MAX` of ``names``, then ``and N more``."""
+    shown = ", ".join(names[:NOTE_NAMES_MAX])
+    return shown if len(names) <= NOTE_NAMES_MAX else f"{shown} and {len(names) - NOTE_NAMES_MAX} more"

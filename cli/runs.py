@@ -12,7 +12,7 @@ from ledger.runs.trajectories import FORMATS as RUN_FORMATS
 from ledger.ground.config import DEFAULT_LIMITS
 
 from ._common import AT, CASE, JSON, IntegerRange, Settings, UsageGroup, input_path, pass_settings, progress_bar
-from ._output import dumps, echo, emit_result, one_line, warn
+from ._output import dumps, echo, emit_result, first_names, one_line, warn
 
 
 @click.group(cls=UsageGroup)
@@ -69,15 +69,15 @@ def import_command(paths: tuple[str, ...], out: str, fmt: str, outcomes: str | N
     if summary.runs_without_outcome:  # an outcomes file whose run ids do not match, say
         missing = summary.runs_without_outcome
         warn(f"note: {len(missing)} run(s) have no outcome in --outcomes (their journals record none): "
-             f"{', '.join(missing[:10])}{f' and {len(missing) - 10} more' if len(missing) > 10 else ''}")
+             f"{first_names(missing)}")
     if summary.outcomes_without_run:  # a run that failed to import, or an outcomes file of more runs
         extra = summary.outcomes_without_run
         warn(f"note: {len(extra)} run(s) in --outcomes were not imported: "
-             f"{', '.join(extra[:10])}{f' and {len(extra) - 10} more' if len(extra) > 10 else ''}")
+             f"{first_names(extra)}")
     for limit, runs in summary.over_default_limits.items():
         warn(f"note: {len(runs)} run(s) pass the analysis config's default {limit} "
              f"({DEFAULT_LIMITS[limit]}): simulate and apply refuse them unless the analysis config "
-             f"(--analysis-config FILE) raises [limits] {limit}: {', '.join(runs[:10])}{f' and {len(runs) - 10} more' if len(runs) > 10 else ''}")
+             f"(--analysis-config FILE) raises [limits] {limit}: {first_names(runs)}")
     for error in summary.errors:  # a file name or a reason may hold a terminal escape: shown escaped
         warn(f"error: {error['code']}: {error['file']}: {error['reason']}")
     if summary.errors:

@@ -15,7 +15,7 @@ from ledger.simulation.simulator import parse_vary, policy_file
 from ledger.ground.workers import JOBS_MAX
 
 from ._common import Integer, IntegerRange, Settings, input_path, pass_settings, table_options
-from ._output import OutputError, dumps, echo, emit_rows, one_line, warn
+from ._output import OutputError, dumps, echo, emit_rows, first_names, one_line, warn
 from .frontier import emit_frontier
 
 FIGURE_COLUMNS = ("runs", "steps", "steps_taken", "steps_refused", "units_spent", "units_rewarded",
@@ -77,20 +77,14 @@ def _write_per_run(report: SimulationReport, path: str) -> None:
 def _report_mismatches(report: SimulationReport) -> None:
     if report.outcomes_without_journal:
         click.echo(one_line(f"note: {len(report.outcomes_without_journal)} run(s) in --outcomes have no journal: "
-                            f"{_first_names(report.outcomes_without_journal)}"), err=True)
+                            f"{first_names(report.outcomes_without_journal)}"), err=True)
     if report.runs_without_outcome:
         click.echo(one_line(f"note: {len(report.runs_without_outcome)} journal(s) have no outcome (counted as "
-                            f"'(no outcome)'): {_first_names(report.runs_without_outcome)}"), err=True)
+                            f"'(no outcome)'): {first_names(report.runs_without_outcome)}"), err=True)
 
 
 #: Run ids a note names before it only counts the rest (a subset of runs simulated with the
 #: whole outcomes file would otherwise print every other run id).
-NOTE_NAMES_MAX = 10
-
-
-def _first_names(names: list[str]) -> str:
-    shown = ", ".join(names[:NOTE_NAMES_MAX])
-    return shown if len(names) <= NOTE_NAMES_MAX else f"{shown} and {len(names) - NOTE_NAMES_MAX} more"
 
 
 @click.command("simulate")
