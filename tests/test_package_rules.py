@@ -85,6 +85,13 @@ STRAYS = {
     "note in analysis": _note,
     "event in the wrong folder": lambda t: _copy(t, "analysis/case/events/00000002.json",
                                                  "analysis/case/old/00000002.json"),
+    # a temp file's name is accepted only beside the event or content file it was to become
+    "temp-file name in a folder the export does not use": lambda t: _copy(
+        t, "analysis/case/events/00000001.json", "analysis/smuggled/deep/.ledger-tmp-00000057.json.abc"),
+    "temp-file name of no event file": lambda t: _copy(
+        t, "analysis/budgets/0001/events/00000001.json", "analysis/budgets/0001/events/.ledger-tmp-forged.json"),
+    "temp-file name without its suffix": lambda t: _copy(
+        t, "analysis/case/events/00000001.json", "analysis/case/events/.ledger-tmp-00000001.json"),
 }
 
 
@@ -100,11 +107,36 @@ def test_verify_and_import_refuse_the_same_stray_file_and_name_it(exported, tmp_
     assert stray in by_verify.message and by_verify.details["path"] == stray
 
 
-def test_an_export_temp_file_is_accepted_by_both(exported, tmp_path):
+EXPORT_TEMPS = ["analysis/case/events/.ledger-tmp-00000001.json.abc",  # beside an event it would replace
+                "analysis/case/events/.ledger-tmp-00000009.json.4242-a1b2c3-7",  # an event not exported yet
+                "analysis/budgets/0001/events/.ledger-tmp-00000002.json.k_9x-Q2",
+                f"{CONTENT}/.ledger-tmp-{'ab' * 32}.json.x1"]
+
+
+@pytest.mark.parametrize("temp", EXPORT_TEMPS)
+def test_an_export_temp_file_is_accepted_by_both_and_removed_by_the_next_export(exported, tmp_path, temp):
     tree = tmp_path / "tree"
     shutil.copytree(exported, tree)
-    (tree / "analysis/case/events/.ledger-tmp-00000001.json.abc").write_bytes(b"half")
+    (tree / temp).write_bytes(b"half")
     assert verdicts(tree, tmp_path) == (None, None)
+    with Case.open(tree) as case:
+        export_case(case)
+    assert not (tree / temp).exists()
+
+
+def test_export_leaves_a_temp_like_name_no_export_makes_and_verify_names_it(exported, tmp_path):
+    tree = tmp_path / "tree"
+    shutil.copytree(exported, tree)
+    stray = tree / "analysis/smuggled/.ledger-tmp-00000001.json.abc"
+    stray.parent.mkdir()
+    stray.write_bytes(b"mine")
+    with Case.open(tree) as case:
+        export_case(case)
+    assert stray.read_bytes() == b"mine"
+    with pytest.raises(LedgerError) as caught:
+        verify_case(tree)
+    assert caught.value.code == INTEGRITY_ERROR
+    assert "named like an export's temp file" in caught.value.message
 
 
 def test_events_an_interrupted_export_wrote_past_the_manifest_head_are_accepted_by_both(exported, tmp_path):
@@ -116,6 +148,26 @@ def test_events_an_interrupted_export_wrote_past_the_manifest_head_are_accepted_
         export_case(case)
     (tree / "manifest.json").write_bytes(manifest)  # as if killed before the manifest was replaced
     assert verdicts(tree, tmp_path) == (None, None)
+
+
+def test_import_to_a_new_folder_says_how_many_events_past_the_manifest_head_it_left_out(exported, tmp_path):
+    tree = tmp_path / "tree"
+    shutil.copytree(exported, tree)
+    with Case.open(tree) as case:
+        manifest = (tree / "manifest.json").read_bytes()
+        head = case.query("SELECT MAX(seq) AS n FROM events")[0]["n"]
+        budget = case.budget()
+        budget.reserve("H2", "q2", "source.find_text")
+        budget.fail("H2", "q2", "tool crashed")
+        export_case(case)
+    (tree / "manifest.json").write_bytes(manifest)  # an older manifest than the files
+    report = import_tree(tree, tmp_path / "copy")
+    assert (report.head_seq, report.events_left_out) == (head, 2)
+    assert report.to_dict()["events_left_out"] == 2
+    assert any("left out 2 event(s)" in line and f"head seq {head}" in line for line in report.notes())
+    result = run_cli("import", str(tree), "--to", str(tmp_path / "copy-cli"))
+    assert result.returncode == 0 and b"left out 2 event(s)" in result.stdout + result.stderr
+    assert import_tree(exported, tmp_path / "whole").events_left_out == 0
 
 
 # --- item 9: file names ---------------------------------------------------------------------

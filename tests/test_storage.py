@@ -480,6 +480,35 @@ def test_file_system_refusals_are_storage_errors_and_bad_paths_invalid_arguments
     assert os_error(OSError(number, os.strerror(number), "/x"), "doing it").code == code
 
 
+@pytest.mark.parametrize("junk", [b"not a journal at all", b"\xd9\xd5\x05\xf9", b"\x01" + bytes(600)])
+def test_a_journal_sqlite_did_not_write_is_named_for_readers_and_a_writer_deletes_it(tmp_path, junk):
+    """A ``-journal`` whose first byte is not zero is *hot* to SQLite, so a reader cannot open the ledger
+    past it: readers say the journal is not SQLite's (never a permission problem); a writer deletes it."""
+    case = start_case(tmp_path / "case")
+    head = case.status()["head_sha256"]
+    case.close()
+    journal = tmp_path / "case" / "ledger.sqlite-journal"
+    journal.write_bytes(junk)
+    for read in (lambda: verify_case(tmp_path / "case"), lambda: read_only_query(tmp_path / "case", "SELECT 1")):
+        with pytest.raises(LedgerError) as caught:
+            read()
+        assert caught.value.code == STORAGE_ERROR
+        assert "ledger.sqlite-journal beside it does not start as a journal SQLite wrote" in caught.value.message
+    result = run_cli("verify", str(tmp_path / "case"))
+    assert result.returncode == 1 and b"does not start as a journal SQLite wrote" in result.stderr
+    with Case.open(tmp_path / "case") as opened:
+        assert opened.status()["head_sha256"] == head
+    assert not journal.exists() and verify_case(tmp_path / "case").head_sha256 == head
+
+
+def test_a_journal_starting_with_a_zero_byte_is_not_hot_and_readers_pass_it(tmp_path):
+    case = start_case(tmp_path / "case")
+    head = case.status()["head_sha256"]
+    case.close()
+    (tmp_path / "case" / "ledger.sqlite-journal").write_bytes(bytes(64) + b"junk")
+    assert verify_case(tmp_path / "case").head_sha256 == head
+
+
 def test_a_transaction_cut_short_in_a_rollback_journal_is_storage_error_for_readers_until_a_writer_rolls_it_back(
         tmp_path):
     """A ledger a user switched to a rollback journal, whose writer was killed mid-transaction: readers

@@ -122,9 +122,21 @@ def check_package_names(root: Path) -> None:
 
 
 # --- what belongs in an exported tree -----------------------------------------------------------
+#: A temp file's name as an export makes it: the prefix, the name of the file it becomes, a dot and a
+#: suffix of letters, digits, ``-`` and ``_`` (the process's own tag and number, or ``mkstemp``'s).
+_EXPORT_TEMP_RE = re.compile(re.escape(EXPORT_TEMP_PREFIX) + r"(.+)\.[A-Za-z0-9_-]+")
+
+
 def is_export_temp(relative: str) -> bool:
-    """True for a temp file of an interrupted export (``.ledger-tmp-*``)."""
-    return PurePosixPath(relative).name.startswith(EXPORT_TEMP_PREFIX)
+    """True for a temp file an interrupted export may have left under ``analysis/``: named as
+    :func:`~ledger.package_tools.atomic_files.write_atomic` names them, beside the event or content
+    file it was to become (a ``.ledger-tmp-*`` name anywhere else is no export's)."""
+    pure = PurePosixPath(relative)
+    match = _EXPORT_TEMP_RE.fullmatch(pure.name)
+    if match is None:
+        return False
+    target = f"{pure.parent.as_posix()}/{match.group(1)}"
+    return EVENT_FILE_RE.fullmatch(target) is not None or CONTENT_FILE_RE.fullmatch(target) is not None
 
 
 def export_tree_files(root: Path) -> list[str]:
@@ -161,6 +173,8 @@ def check_export_tree(files: Iterable[str], accounted: Container[str]) -> None:
             why = "no event of the history exports there (a duplicated or misplaced event file?)"
         elif CONTENT_FILE_RE.fullmatch(relative):
             why = "no content row of the history exports there"
+        elif PurePosixPath(relative).name.startswith(EXPORT_TEMP_PREFIX):
+            why = "named like an export's temp file, but an export makes none of that name there"
         else:
             why = "the export writes no such file; move it out of analysis/"
         raise integrity_error(None, f"{printable_name(relative)} is not part of the export: {why}",

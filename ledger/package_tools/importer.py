@@ -160,11 +160,12 @@ def _copy_inputs(files: dict[str, Path], build_dir: Path) -> None:
 
 
 def _rebuild(building: Path, build_dir: Path, files: dict[str, Path], manifest: dict[str, Any],
-             progress: Progress | None, in_place: bool) -> None:
+             progress: Progress | None, in_place: bool) -> int:
     """Replay every event up to the manifest's head into a new ledger at ``building``, in one
     transaction; then check that the tree holds nothing but that history's files. In place, event
     files an interrupted export left past the head are refused (``INVALID_ARGUMENT``): the ledger
-    rebuilt beside them would end before them, which verify rightly takes for a rolled-back one."""
+    rebuilt beside them would end before them, which verify rightly takes for a rolled-back one.
+    Returns how many such events a new folder's ledger leaves out."""
 
     def content_of(sha: str) -> bytes | None:
         relative = content_path(sha)
@@ -197,6 +198,7 @@ def _rebuild(building: Path, build_dir: Path, files: dict[str, Path], manifest: 
                                   path=past_head[0])
     finally:
         storage.close()
+    return len(past_head)
 
 
 def _check_content_files(files: dict[str, Path], contents: Mapping[str, bytes], seq: int) -> None:
@@ -278,6 +280,8 @@ def import_tree(source: str | os.PathLike[str], to: str | os.PathLike[str] | Non
     devices, ``..``); every event is re-applied and compared byte for byte
     (``INTEGRITY_ERROR`` naming the seq). Writes nothing if anything fails; a file or
     folder the system refuses to read or write is ``STORAGE_ERROR``, never a raw ``OSError``.
+    The new case ends at the manifest's head: event files past it are left out, and counted in
+    the report's ``events_left_out`` (in place they are refused, ``INVALID_ARGUMENT``).
     """
     try:
         return _import_tree(source, to, progress)
@@ -301,7 +305,7 @@ def _import_tree(source: str | os.PathLike[str], to: str | os.PathLike[str] | No
                 raise LedgerError(E.LEDGER_BUSY, f"{src}: another import (or a writer) holds the case; retry once "
                                   "it ended", path=str(src))
             _check_target(src, dest)  # again under the lock: nobody placed a ledger meanwhile
-        built = _build(src, dest, in_place, progress)
+        built, left_out = _build(src, dest, in_place, progress)
     finally:
         if lock is not None:
             lock.close()
@@ -324,12 +328,13 @@ def _import_tree(source: str | os.PathLike[str], to: str | os.PathLike[str] | No
         if not in_place:
             shutil.rmtree(built, ignore_errors=True)
         raise
-    return dataclasses.replace(report, package_path=str(dest))
+    return dataclasses.replace(report, package_path=str(dest), events_left_out=left_out)
 
 
-def _build(src: Path, dest: Path, in_place: bool, progress: Progress | None) -> Path:
+def _build(src: Path, dest: Path, in_place: bool, progress: Progress | None) -> tuple[Path, int]:
     """Rebuild the ledger from the tree of ``src``: in place, placed in ``src``; else with the inputs
-    in a hidden sibling folder of ``dest``, returned (the caller exports, verifies and renames it)."""
+    in a hidden sibling folder of ``dest``, returned (the caller exports, verifies and renames it),
+    with the number of events past the manifest's head the new ledger leaves out."""
     manifest = read_manifest(src)
     if manifest is None:
         raise LedgerError(E.INVALID_ARGUMENT, f"{src} has no manifest.json: not an exported case (a case with its "
@@ -347,7 +352,7 @@ def _build(src: Path, dest: Path, in_place: bool, progress: Progress | None) -> 
             _copy_inputs(files, build_dir)
         for leftover in scratch_files:
             leftover.unlink(missing_ok=True)
-        _rebuild(building, build_dir, files, manifest, progress, in_place)
+        left_out = _rebuild(building, build_dir, files, manifest, progress, in_place)
         for suffix in ("-wal", "-shm", "-journal"):
             # a lost ledger's log must never be replayed onto the rebuilt file (nor deleted by SQLite as
             # it opens it): keep it aside as ledger.sqlite-wal.orphaned-N
@@ -364,7 +369,7 @@ def _build(src: Path, dest: Path, in_place: bool, progress: Progress | None) -> 
         raise
     for leftover in scratch_files:
         discard(leftover)
-    return build_dir
+    return build_dir, left_out
 
 
 def _discard(dest: Path) -> None:

@@ -71,7 +71,9 @@ class VerifyReport:
     or its configured tolerance may be ahead of the auditor's). ``unchecked_inputs`` lists
     ``{"path", "why"}`` for each input a stored tool result read that has ``"changed"`` since or
     is ``"unreadable"`` now (a link, removed, refused): those results were checked against their
-    requests only (docs/evidence.md), a note, never a failure.
+    requests only (docs/evidence.md), a note, never a failure. ``events_left_out`` (import only)
+    counts the event files past the export manifest's head that the new case does not hold: an
+    export interrupted before its manifest, or a manifest older than the files (docs/files.md).
     """
 
     package_path: str
@@ -87,6 +89,7 @@ class VerifyReport:
     future_max_lead_ms: int = 0
     export_state: str = "current"
     unchecked_inputs: list[dict[str, str]] = field(default_factory=list)
+    events_left_out: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__, foreign_objects=[dict(o) for o in self.foreign_objects],
@@ -104,6 +107,10 @@ class VerifyReport:
             lines.append(f"export is {self.export_behind} event(s) behind the ledger (manifest head seq "
                          f"{self.head_seq - self.export_behind}, ledger head seq {self.head_seq}); "
                          "run 'ledger export' to bring it up to date")
+        if self.events_left_out:
+            lines.append(f"left out {self.events_left_out} event(s) whose files lie past the export's manifest "
+                         f"(head seq {self.head_seq}): an export interrupted before its manifest, or a manifest "
+                         "older than the files; the new case ends at the manifest's head")
         if self.future_events:
             lines.append(f"{self.future_events} event(s) are dated ahead of this machine's clock, by up to "
                          f"{self.future_max_lead_ms} ms (the writer's clock or its at_future_tolerance_ms; not "

@@ -169,16 +169,22 @@ def connect_path(path: Path, mode: str) -> sqlite3.Connection:
 _JOURNAL_MAGIC = bytes.fromhex("d9d505f920a163d7")
 
 
-def holds_hot_journal(path: Path) -> bool:
-    """Whether a non-empty ``ledger.sqlite`` has a rollback journal beside it holding a transaction
-    (SQLite's header at its start): one a writer left when it stopped mid-way, to be rolled back by the
-    next writer. A reader cannot roll it back, and an immutable read would see the half-written file."""
+def hot_journal(path: Path) -> str | None:
+    """What the rollback journal beside a non-empty ``ledger.sqlite`` holds when SQLite takes it for
+    *hot* (there, not empty, its first byte not zero), which a reader cannot open the file past
+    (``SQLITE_READONLY_ROLLBACK``) and the next writer deals with: ``"transaction"`` with SQLite's
+    header at its start (a writer stopped mid-way; the next writer rolls it back), ``"unknown"``
+    without one (damaged or not SQLite's; the next writer deletes it, restoring nothing); None when
+    there is no hot journal. An immutable read would ignore it and see a half-written file."""
     try:
         if os.stat(path).st_size == 0:
-            return False
+            return None
     except OSError:
-        return False
-    return _journal_header(path)[:8] == _JOURNAL_MAGIC
+        return None
+    header = _journal_header(path)
+    if not header or header[0] == 0:
+        return None
+    return "transaction" if header[:8] == _JOURNAL_MAGIC else "unknown"
 
 
 def _journal_header(path: Path) -> bytes:
@@ -307,11 +313,18 @@ def readable_uri(path: Path) -> tuple[str, bool]:
     immutable read of a changing file would look like tampering.
     """
     uri = file_uri(path, "ro")
-    if holds_hot_journal(path):
+    journal = hot_journal(path)
+    if journal == "transaction":
         raise LedgerError(E.STORAGE_ERROR, f"cannot read {path}: {path.name}-journal beside it holds a transaction "
                           "cut short (a writer stopped mid-way), which SQLite must roll back before the file can be "
                           "read; run a command that writes the case once (such as 'ledger export') where this user "
                           "may write its folder, then this one again (if a writer is at work on it now, wait for it)")
+    if journal == "unknown":
+        raise LedgerError(E.STORAGE_ERROR, f"cannot read {path}: {path.name}-journal beside it does not start as a "
+                          "journal SQLite wrote (damaged, or another file of that name), and SQLite will not read the "
+                          "ledger past it; a command that writes the case (such as 'ledger export') deletes it, as "
+                          "SQLite does with such a journal, restoring nothing from it: move it aside first to keep it, "
+                          "then run 'ledger verify'")
     if immutable_snapshot(path):
         return uri + "&immutable=1", True
     probe = connect_path(path, "ro")
