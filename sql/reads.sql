@@ -48,6 +48,14 @@ LEFT JOIN {schema}.evidence_files AS f ON f.seq = e.seq;
 -- name: content_shas
 SELECT sha256 FROM {schema}.contents;
 
+-- name: event_addresses_after
+-- what a case's kept set of exported paths lacks: the events after the seq it was read at
+SELECT COALESCE(f.path, e.stream), e.revision, e.stream_seq FROM {schema}.events AS e
+LEFT JOIN {schema}.evidence_files AS f ON f.seq = e.seq WHERE e.seq > :after;
+
+-- name: content_shas_after
+SELECT sha256 FROM {schema}.contents WHERE seq > :after;
+
 -- name: events_for_export
 SELECT e.seq, COALESCE(f.path, e.stream), e.revision, e.stream_seq, e.body FROM {schema}.events AS e
 LEFT JOIN {schema}.evidence_files AS f ON f.seq = e.seq ORDER BY e.seq;

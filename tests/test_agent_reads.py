@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ledger import BudgetConfig, Case, LedgerError, verify_case
+from ledger import BudgetConfig, Case, LedgerError, export_case, verify_case
 from ledger.ground.errors import INTEGRITY_ERROR, UNKNOWN_HYPOTHESIS
 
 from conftest import downgrade_ledger, start_case
@@ -280,3 +280,31 @@ def test_the_agents_per_action_reads_and_run_tool_scan_no_more_of_a_longer_histo
         measured.append({name: _sqlite_steps(case, call) for name, call in reads.items()})
     small, large = measured
     assert {name: large[name] <= small[name] * 1.1 + 50 for name in small} == {name: True for name in small}, measured
+
+
+def test_an_exported_case_reads_only_the_events_since_its_last_identity_and_keeps_its_identity(package, tmp_path):
+    """A case exported mid-run: its input identity reads the exported paths of the events appended since
+    the previous call only (the SQLite work does not grow with the history), exporting never changes the
+    identity, and a second Case on the same package, writing and exporting, does not mislead the first."""
+    case = start_case(package, hypotheses=2, units=10 ** 9)
+    budget = case.budget(BudgetConfig.from_mapping({"max_low_information_steps": 10 ** 6}))
+    budget.initialize(at=T0)
+    export_case(case)
+    identity = case.input_identity()
+    measured = []
+    for total in (40, 160):
+        with case.batch():
+            _spend(budget, "H1", total - len(case.actions()), f"n{total}-", score=50)
+        export_case(case)
+        assert case.input_identity() == identity  # catches up with the events since the last call
+        measured.append(_sqlite_steps(case, case.input_identity))
+    small, large = measured
+    assert large <= small * 1.1 + 50, measured
+    with Case.open(package) as other:  # another writer appends and exports behind the first's back
+        _spend(other.budget(), "H2", 3, "o", score=50)
+        export_case(other)
+    with Case.open(package) as fresh:
+        assert case.input_identity() == identity == fresh.input_identity()
+    (package / "analysis" / "case" / "events" / "mine.txt").write_text("a note")  # not exported: an input
+    assert case.input_identity() != identity
+    case.close()

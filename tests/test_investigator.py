@@ -576,3 +576,28 @@ def test_the_example_loop_skips_what_a_used_up_limit_holds_and_stops_when_nothin
     assert [budget.advice(h)["investigable"] for h in ("H1", "H2")] == [False, False]
     assert [a["status"] for a in case.actions()] == ["settled"]
     case.close()
+
+
+def _start_from_the_docs():
+    """The ``start`` function docs/investigator.md gives for starting or resuming a case."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "investigator.md").read_text(encoding="utf-8")
+    section = text.split("## Starting or resuming a case", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict = {}
+    exec(code, namespace)
+    return namespace["start"]
+
+
+def test_the_documented_start_resumes_a_case_at_any_point_of_its_setup(tmp_path):
+    start = _start_from_the_docs()
+    case, budget = start(tmp_path / "new")  # a new case
+    budget.reserve("H1", "a1", "source.read_context")
+    generation = case.status()["package_generation"]
+    case.close()
+    case, budget = start(tmp_path / "new")  # resumed: every setup step reused, nothing written
+    assert case.status()["package_generation"] == generation and budget.action_status("H1", "a1") == "reserved"
+    case.close()
+    Case.create(tmp_path / "created-only", "BUG-7").close()  # a crash right after create
+    case, budget = start(tmp_path / "created-only")
+    assert [b["hypothesis_id"] for b in case.balances()] == ["H1", "H2"]
+    case.close()

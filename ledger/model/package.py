@@ -76,23 +76,34 @@ def check_package_name(relative: str) -> None:
                           "character or line break; rename it", path=printable_name(relative))
 
 
-def walk_package(root: Path, under: str = "", *,
-                 complete: bool = False) -> Iterator[tuple[str, os.stat_result | None]]:
+def walk_package(root: Path, under: str = "", *, complete: bool = False,
+                 skip: Container[str] = ()) -> Iterator[tuple[str, os.stat_result | None]]:
     """Every entry below ``root`` (or below ``root/under``) as ``(posix relative path, lstat)``,
     folders included, in sorted order; links are reported, never followed. Every name is
     checked by :func:`check_package_name` first. A folder this user may not list is left out
     (as the router leaves it out), and an entry the system refuses to examine (in a folder this
     user may list but not search) comes with ``None`` for its lstat; with ``complete`` (a walk that
-    must see every file: the export tree, an import's copy) either is ``STORAGE_ERROR`` naming it."""
+    must see every file: the export tree, an import's copy) either is ``STORAGE_ERROR`` naming it.
+    A non-folder entry whose relative path is in ``skip`` is passed over unexamined (no lstat)."""
     top = root / under if under else root
     prefix = os.path.join(os.fspath(root), "")
     for directory, dirnames, filenames in os.walk(top, onerror=_unlisted if complete else None):
         dirnames.sort()
+        # the folder's relative path once, not each entry's from its full path (a folder of an
+        # exported case holds thousands)
+        base = None
+        if os.sep == "/" and (directory + "/").startswith(prefix):
+            base = directory[len(prefix):]
+            base = base + "/" if base else ""
         for name in sorted(dirnames + filenames):
-            full = os.path.join(directory, name)
-            relative = (full[len(prefix):] if os.sep == "/" and full.startswith(prefix)
-                        else Path(full).relative_to(root).as_posix())
+            if base is not None:
+                relative = base + name
+            else:
+                relative = Path(directory, name).relative_to(root).as_posix()
             check_package_name(relative)
+            if relative in skip and name not in dirnames:
+                continue
+            full = os.path.join(directory, name)
             try:
                 info = os.lstat(full)
             except (FileNotFoundError, NotADirectoryError):
@@ -459,6 +470,22 @@ def _own_file_ids(package: Path) -> set[tuple[int, int]]:
 OWN_FILE_LINK_DIGEST = hashlib.sha256(b"hardlink:ledger-own-file").hexdigest()
 
 
+ANALYSIS_PREFIX = ANALYSIS_DIR + "/"
+
+
+class _Under:
+    """The paths of ``paths`` that start with ``prefix``; any other is not asked of ``paths`` (which
+    may read the ledger on first use: a walk of a package's inputs never makes it)."""
+
+    __slots__ = ("prefix", "paths")
+
+    def __init__(self, prefix: str, paths: Container[str]) -> None:
+        self.prefix, self.paths = prefix, paths
+
+    def __contains__(self, relative: object) -> bool:
+        return isinstance(relative, str) and relative.startswith(self.prefix) and relative in self.paths
+
+
 def input_identity(root: Path, exported: Container[str]) -> str:
     """sha256 over the sorted ``[relative path, sha256]`` of the package's inputs (docs/concepts.md).
 
@@ -475,11 +502,12 @@ def input_identity(root: Path, exported: Container[str]) -> str:
     """
     entries = []
     own: set[tuple[int, int]] | None = None
-    for relative, info in walk_package(root):
-        pure = PurePosixPath(relative)
-        if len(pure.parts) == 1 and (relative.startswith(LEDGER_FILE) or relative == MANIFEST_FILE):
+    for relative, info in walk_package(root, skip=_Under(ANALYSIS_PREFIX, exported)):  # not examined at all
+        if "/" not in relative and (relative.startswith(LEDGER_FILE) or relative == MANIFEST_FILE):
             continue
-        if pure.parts[0] == ANALYSIS_DIR and (relative in exported or is_export_temp(relative)):
+        if relative.startswith(ANALYSIS_PREFIX) and is_export_temp(relative):
+            continue
+        if info is not None and stat.S_ISDIR(info.st_mode):
             continue
         full = root / relative
         if info is None:  # an entry this user may not examine: the router cannot read it either

@@ -146,6 +146,8 @@ class Case(CaseFacade):
         self.clock = clock
         self.session = Session(storage, actor=self.actor, clock=clock, limits=analysis.limits)
         self._readers: weakref.WeakSet[Any] = weakref.WeakSet()  # rows still being read (:meth:`_iter_rows`)
+        #: ``(seq, sha256, paths)``: the exported paths of the history up to that event (:meth:`_exported_now`).
+        self._exported: tuple[int, str, set[str]] | None = None
 
     # -- opening -----------------------------------------------------------------------
     @classmethod
@@ -349,11 +351,28 @@ class Case(CaseFacade):
         return resolve_source_refs(self.path, refs)
 
     def exported_paths(self) -> set[str]:
-        """Every path under ``analysis/`` that an export of this ledger writes."""
+        """Every path under ``analysis/`` that an export of this ledger writes (a new set)."""
+        return set(self._exported_now())
+
+    def _exported_now(self) -> set[str]:
+        """:meth:`exported_paths`, kept between calls: the history only grows, so what was read stays
+        and only the events (and contents) after the newest seq read are added, while the event at that
+        seq still holds the sha256 it had (else, a ledger replaced meanwhile, everything is read again).
+        An investigator's case exported mid-run reads a few rows per call, not its whole history."""
+        conn = self.storage.conn
         with self.session.read():
-            rows = self.storage.conn.execute(statement("event_addresses")).fetchall()
-            shas = self.storage.conn.execute(statement("content_shas")).fetchall()
-        return {event_path(*row) for row in rows} | {content_path(sha) for (sha,) in shas}
+            kept = self._exported
+            head = conn.execute(statement("newest_event")).fetchone()
+            if kept is None or head is None or head[0] < kept[0] or conn.execute(
+                    statement("manifest_head"), {"seq": kept[0]}).fetchone() != (kept[1],):
+                kept = (0, "", set())
+            after, _, paths = kept
+            if head is not None and head[0] > after:
+                paths.update(event_path(*row) for row in conn.execute(statement("event_addresses_after"), {"after": after}))
+                paths.update(content_path(sha) for (sha,) in conn.execute(statement("content_shas_after"), {"after": after}))
+                kept = (head[0], head[1], paths)
+        self._exported = kept
+        return kept[2]
 
     def input_identity(self) -> str:
         """sha256 over the sorted ``[relative path, sha256]`` of the package's inputs (docs/concepts.md).
@@ -364,7 +383,7 @@ class Case(CaseFacade):
         from outside the package.
         """
         self.session.check_thread()  # a case never exported reads nothing of the ledger here
-        return input_identity(self.path, _OnFirstUse(self.exported_paths))
+        return input_identity(self.path, _OnFirstUse(self._exported_now))
 
 
 class _OnFirstUse:
