@@ -67,6 +67,9 @@ def apply(settings: Settings, case: str, journal: Any, create_case_id: str | Non
                                      units_per_hypothesis=units_per_hypothesis)
             for outcome in outcomes:
                 summary.add(outcome)
+                if (outcome.op == "initialize" and outcome.ok and not outcome.reused and manager.config is None
+                        and not quiet):  # --quiet: the summary only, as for the clamp warnings
+                    warn(DEFAULT_POLICY_NOTE.format(line=outcome.line))
                 if not outcome.ok and not keep_going:
                     summary.stopped_at = outcome.line
                 committed[0] -= 1
@@ -103,6 +106,11 @@ def _count_unprinted(outcomes: Iterator[LineResult], remaining: int, summary: Jo
     outcomes.close()
 
 
+#: Said when a journal's ``initialize`` froze the built-in policy (no --config): a journal replayed to
+#: check a simulation runs under that policy only when its file is given.
+DEFAULT_POLICY_NOTE = ("line {line}: initialize froze the built-in default policy (no action prices: every "
+                       "action costs default_action_cost, 10 units); to apply the policy your budget file or a "
+                       "simulation names, give that file with --config FILE")
 #: Clamp warnings printed one by one; the summary counts the rest.
 CLAMP_WARNINGS_MAX = 20
 #: Lines read ahead to find the journal's first "at" for --create (memory stays bounded).

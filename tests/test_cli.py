@@ -663,3 +663,16 @@ def test_ledger_sql_starts_without_importing_pandas_even_when_it_is_installed(pa
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["False False", "True"]
+
+
+def test_apply_says_when_initialize_froze_the_built_in_policy_and_only_then(tmp_path):
+    journal = tmp_path / "j.jsonl"
+    journal.write_bytes(journal_bytes(JOURNAL[:4]))
+    plain = run_cli("apply", str(make_package(tmp_path / "plain")), str(journal), "--create", "BUG-9")
+    assert plain.returncode == 0
+    assert b"line 3: initialize froze the built-in default policy" in plain.stderr and b"--config FILE" in plain.stderr
+    again = run_cli("apply", str(tmp_path / "plain"), str(journal))  # reused: nothing frozen now
+    assert again.returncode == 0 and b"built-in default policy" not in again.stderr
+    priced = run_cli("--config", str(EXAMPLE_BUDGET), "apply", str(make_package(tmp_path / "priced")), str(journal),
+                     "--create", "BUG-9")
+    assert priced.returncode == 0 and b"built-in default policy" not in priced.stderr

@@ -63,6 +63,8 @@ class LineResult:
     touched: str | None = None
     #: True for a read (``check``, ``advice``, …): it writes nothing and its result says ``reused``.
     read: bool = False
+    #: The line's operation (its ``"op"``), for a line that parsed.
+    op: str | None = None
 
     @property
     def clamped_micros(self) -> int:
@@ -239,7 +241,7 @@ def apply_journal(case: Case, lines: Iterable[str | bytes], *, budget: BudgetMan
                     continue
                 done.append(LineResult(number, True, seq, reused, result, clamped=case.session.last_clamp,
                                         touched=parsed.get("hypothesis"),
-                                        read=is_read(parsed)))
+                                        read=is_read(parsed), op=parsed["op"]))
         return done
 
     pending_bytes = 0
