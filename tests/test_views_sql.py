@@ -282,6 +282,22 @@ def test_case_query_with_a_wrong_statement_type_or_parameters_is_invalid_argumen
     assert case.query("select :a AS a", {"a": 2}) == [{"a": 2}]
 
 
+ENDLESS = "WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r) SELECT COUNT(*) FROM r"
+
+
+def test_case_query_stops_a_statement_at_its_time_limit_and_the_case_stays_usable(case, budget):
+    with pytest.raises(LedgerError) as caught:
+        case.query(ENDLESS, timeout_ms=50)
+    assert caught.value.code == INVALID_ARGUMENT and "time limit" in caught.value.message
+    assert case.query("SELECT 3 AS x", timeout_ms=1000) == [{"x": 3}]
+    count = case.query("SELECT COUNT(*) AS n FROM events")[0]["n"]
+    assert budget.reserve("H1", "after-limit", "source.read_context").seq == count + 1  # writes run unhindered
+    for timeout in (0, -1, 1.5, True, "30", 86_400_001):
+        with pytest.raises(LedgerError) as refused:
+            case.query("SELECT 1", timeout_ms=timeout)
+        assert refused.value.code == INVALID_ARGUMENT and "timeout_ms" in refused.value.message
+
+
 @pytest.mark.parametrize("statement", [
     "select 1; select 2", "attach ':memory:' as other", "pragma locking_mode = EXCLUSIVE", "pragma query_only = 1",
     "create table mine (x)", "drop view balances", "pragma user_version = 5", "delete from events",

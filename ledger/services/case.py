@@ -303,15 +303,21 @@ class Case(CaseFacade):
                 for row in chunk:
                     yield dict(zip(names, row))
 
-    def query(self, sql: str, params: Iterable[Any] | dict[str, Any] = ()) -> list[dict[str, Any]]:
-        """Rows of one read-only statement as dicts, in one short read transaction (docs/sql.md).
+    def query(self, sql: str, params: Iterable[Any] | dict[str, Any] = (), *,
+              timeout_ms: int | None = None) -> list[dict[str, Any]]:
+        """Rows of one read-only statement as dicts keyed by column name, in one short read
+        transaction (docs/sql.md); ``params`` bind its ``?`` (a sequence) or ``:name`` (a dict).
 
         ``INVALID_ARGUMENT`` when ``sql`` is not a str, is several statements, fails, or would do
         anything but read (write, change the schema, ATTACH, control the transaction, or run a
-        pragma but the schema-reading ones): the same statements ``ledger sql`` refuses."""
+        pragma but the schema-reading ones): the same statements ``ledger sql`` refuses; and for a
+        statement still running after ``timeout_ms`` (an integer of milliseconds, 1 to 86 400 000;
+        None, the default: no limit)."""
         if not isinstance(sql, str):
             raise LedgerError(E.INVALID_ARGUMENT, f"sql must be a str, got {type(sql).__name__}")
-        with self.session.read(), reading_only(self.storage.conn):
+        if timeout_ms is not None:
+            check_int(timeout_ms, "timeout_ms", minimum=1, maximum=MAX_TIMEOUT_MS)
+        with self.session.read(), reading_only(self.storage.conn, timeout_ms):
             return self._dicts(sql, params)
 
     def _rows(self, sql: str, params: Iterable[Any] | dict[str, Any] = ()) -> list[dict[str, Any]]:

@@ -108,20 +108,30 @@ def open_readonly(path: Path) -> sqlite3.Connection:
 
 
 @contextmanager
-def reading_only(conn: sqlite3.Connection) -> Iterator[None]:
+def reading_only(conn: sqlite3.Connection, timeout_ms: int | None = None) -> Iterator[None]:
     """Run the block's statements on ``conn`` (a writer's connection, say) under :func:`reads_only`,
     each a user's read: a refused or failing statement is ``INVALID_ARGUMENT`` (``LEDGER_BUSY``,
-    ``STORAGE_ERROR`` and damage keep their codes). Setting an authorizer makes SQLite prepare
-    every statement again, so none prepared before escapes it."""
+    ``STORAGE_ERROR`` and damage keep their codes), and so is one still running after ``timeout_ms``
+    milliseconds (None: no limit). Setting an authorizer makes SQLite prepare every statement again,
+    so none prepared before escapes it."""
     conn.set_authorizer(reads_only)
+    if timeout_ms is not None:
+        deadline = time.monotonic() + timeout_ms / 1000
+        conn.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, 10_000)
     try:
-        yield
+        if timeout_ms is None:
+            yield
+        else:
+            with _query_errors(timeout_ms):
+                yield
     except SQLITE_ERRORS as exc:
         raise _query_error(exc) from None
     except UnicodeEncodeError as exc:
         raise _not_unicode(exc) from None
     finally:
         conn.set_authorizer(None)
+        if timeout_ms is not None:
+            conn.set_progress_handler(None, 10_000)
 
 
 def _not_unicode(exc: UnicodeEncodeError) -> LedgerError:
