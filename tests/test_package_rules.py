@@ -422,3 +422,38 @@ def test_the_input_identity_never_waits_on_a_file_swapped_for_a_fifo_while_it_wa
         swapper.wait(timeout=60)
     assert done.returncode == 0, done.stderr
     assert int(done.stdout) > 0
+
+
+def test_a_manifest_temp_file_is_no_input_and_export_removes_only_the_names_it_makes(exported, tmp_path):
+    """An interrupted export's ``.ledger-tmp-manifest.json.<suffix>`` is not an input (exporting again
+    never changes the identity) and the next export removes it; a user's file merely starting with
+    that name is an input and stays."""
+    tree = tmp_path / "tree"
+    shutil.copytree(exported, tree)
+    with Case.open(tree) as case:
+        identity = case.input_identity()
+        temp = tree / ".ledger-tmp-manifest.json.4242-abcdef-0"
+        temp.write_bytes(b"half a manifest")
+        assert case.input_identity() == identity
+        mine = tree / ".ledger-tmp-manifest.json.my notes.txt"
+        mine.write_text("user data")
+        with_mine = case.input_identity()
+        assert with_mine != identity
+        export_case(case)
+        assert not temp.exists() and mine.read_text() == "user data"
+        assert case.input_identity() == with_mine
+
+
+def test_what_lies_at_an_exported_path_never_counts_in_the_identity(exported, tmp_path):
+    """A link to a folder, a link to a file, a pipe or an empty folder where an exported event belongs
+    leaves the identity as it was (verify and export name them; the identity only excludes the path)."""
+    tree = tmp_path / "tree"
+    shutil.copytree(exported, tree)
+    event = tree / "analysis/case/events/00000001.json"
+    with Case.open(tree) as case:
+        identity = case.input_identity()
+        for make in (lambda: event.symlink_to(tree / "sources"), lambda: event.symlink_to(tree / "sources/app.py"),
+                     lambda: os.mkfifo(event), lambda: event.mkdir()):
+            event.unlink() if event.is_symlink() or event.exists() and not event.is_dir() else event.rmdir()
+            make()
+            assert case.input_identity() == identity

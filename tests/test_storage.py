@@ -534,3 +534,35 @@ def test_a_transaction_cut_short_in_a_rollback_journal_is_storage_error_for_read
     with Case.open(tmp_path / "case") as opened:  # a writer's open rolls it back
         assert opened.status()["head_sha256"] == head
     assert verify_case(tmp_path / "case").head_sha256 == head
+
+
+@pytest.mark.parametrize("kind", ["folder", "pipe"])
+def test_a_journal_that_is_no_regular_file_is_named_for_readers_never_a_permission_problem(tmp_path, kind):
+    """SQLite must read a rollback journal before it reads the ledger: a folder there fails its read, a
+    pipe would block it; readers say so at once (never a hang, never "this user may not write")."""
+    case = start_case(tmp_path / "case")
+    case.close()
+    journal = tmp_path / "case" / "ledger.sqlite-journal"
+    if kind == "folder":
+        journal.mkdir()
+        (journal / "inside").write_text("x")
+    else:
+        os.mkfifo(journal)
+    for read in (lambda: verify_case(tmp_path / "case"), lambda: read_only_query(tmp_path / "case", "SELECT 1")):
+        with pytest.raises(LedgerError) as caught:
+            read()
+        assert caught.value.code == STORAGE_ERROR
+        assert "ledger.sqlite-journal beside it is not a regular file" in caught.value.message
+
+
+def test_a_case_path_starting_with_two_slashes_opens_as_the_same_folder(tmp_path):
+    """POSIX keeps a leading "//"; after "file:" it would read as a URI's host."""
+    case = start_case(tmp_path / "case")
+    head = case.status()["head_sha256"]
+    case.close()
+    doubled = "/" + str(tmp_path / "case")
+    assert doubled.startswith("//")
+    with Case.open(doubled) as opened:
+        assert opened.status()["head_sha256"] == head
+    assert verify_case(doubled).head_sha256 == head
+    assert read_only_query(doubled, "SELECT COUNT(*) FROM events")[1][0][0] >= 1

@@ -101,8 +101,8 @@ def walk_package(root: Path, under: str = "", *, complete: bool = False,
             else:
                 relative = Path(directory, name).relative_to(root).as_posix()
             check_package_name(relative)
-            if relative in skip and name not in dirnames:
-                continue
+            if relative in skip and (name not in dirnames or os.path.islink(os.path.join(directory, name))):
+                continue  # a folder os.walk lists may be a link to one: passed over like a file
             full = os.path.join(directory, name)
             try:
                 info = os.lstat(full)
@@ -139,14 +139,17 @@ _EXPORT_TEMP_RE = re.compile(re.escape(EXPORT_TEMP_PREFIX) + r"(.+)\.[A-Za-z0-9_
 
 
 def is_export_temp(relative: str) -> bool:
-    """True for a temp file an interrupted export may have left under ``analysis/``: named as
-    :func:`~ledger.package_tools.atomic_files.write_atomic` names them, beside the event or content
-    file it was to become (a ``.ledger-tmp-*`` name anywhere else is no export's)."""
-    pure = PurePosixPath(relative)
-    match = _EXPORT_TEMP_RE.fullmatch(pure.name)
+    """True for a temp file an interrupted export may have left: named as
+    :func:`~ledger.package_tools.atomic_files.write_atomic` names them, beside the file it was to
+    become: an event or content file under ``analysis/``, or the top-level ``manifest.json`` (a
+    ``.ledger-tmp-*`` name anywhere else, or of any other file, is no export's)."""
+    folder, _, name = relative.rpartition("/")
+    match = _EXPORT_TEMP_RE.fullmatch(name)
     if match is None:
         return False
-    target = f"{pure.parent.as_posix()}/{match.group(1)}"
+    if not folder:
+        return match.group(1) == MANIFEST_FILE
+    target = f"{folder}/{match.group(1)}"
     return EVENT_FILE_RE.fullmatch(target) is not None or CONTENT_FILE_RE.fullmatch(target) is not None
 
 
@@ -505,7 +508,7 @@ def input_identity(root: Path, exported: Container[str]) -> str:
     for relative, info in walk_package(root, skip=_Under(ANALYSIS_PREFIX, exported)):  # not examined at all
         if "/" not in relative and (relative.startswith(LEDGER_FILE) or relative == MANIFEST_FILE):
             continue
-        if relative.startswith(ANALYSIS_PREFIX) and is_export_temp(relative):
+        if is_export_temp(relative):  # under analysis/, or the manifest's at the top
             continue
         if info is not None and stat.S_ISDIR(info.st_mode):
             continue

@@ -26,7 +26,7 @@ from ..ground.canonical import ZERO_SHA256, canonical_bytes, sha256_hex
 from ..ground.errors import LedgerError
 from ..services.case import Case
 from .manifest import manifest_for, read_manifest
-from ..model.package import (ANALYSIS_DIR, CONTENT_FILE_RE, EXPORT_TEMP_PREFIX, LEDGER_FILE, MANIFEST_FILE, check_package_names, content_path, is_export_temp,
+from ..model.package import (ANALYSIS_DIR, CONTENT_FILE_RE, LEDGER_FILE, MANIFEST_FILE, check_package_names, content_path, is_export_temp,
                       event_path, export_tree_files, refuse_own_links)
 from ..ground.paths import os_error
 
@@ -58,7 +58,7 @@ def _stale_temp_files(root: Path) -> Iterator[Path]:
                 if is_export_temp(path.relative_to(root).as_posix()):  # only what an export names so
                     yield path
     for name in os.listdir(root):
-        if name.startswith(EXPORT_TEMP_PREFIX + MANIFEST_FILE + "."):  # only what write_atomic names
+        if is_export_temp(name):  # only what write_atomic names for manifest.json
             yield root / name
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import stat
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,8 +122,13 @@ HelperRow = tuple[str, Mapping[str, Any]]
 
 
 def file_uri(path: Path, mode: str) -> str:
-    """A SQLite ``file:`` URI for ``path`` (any bytes, percent-encoded) opened in ``mode``."""
-    return f"file:{quote(os.fsencode(os.path.abspath(path)))}?mode={mode}"
+    """A SQLite ``file:`` URI for ``path`` (any bytes, percent-encoded) opened in ``mode``. A path
+    starting with two slashes (``//tmp/case``, which POSIX keeps) is given one: after ``file:`` they
+    would start an authority (a host) that SQLite refuses."""
+    absolute = os.fsencode(os.path.abspath(path))
+    if absolute.startswith(b"//"):
+        absolute = b"/" + absolute.lstrip(b"/")
+    return f"file:{quote(absolute)}?mode={mode}"
 
 
 #: SQLite's unix VFS refuses file names of 512 bytes or more; ``-wal``/``-shm`` add 4.
@@ -174,17 +180,31 @@ def hot_journal(path: Path) -> str | None:
     *hot* (there, not empty, its first byte not zero), which a reader cannot open the file past
     (``SQLITE_READONLY_ROLLBACK``) and the next writer deals with: ``"transaction"`` with SQLite's
     header at its start (a writer stopped mid-way; the next writer rolls it back), ``"unknown"``
-    without one (damaged or not SQLite's; the next writer deletes it, restoring nothing); None when
-    there is no hot journal. An immutable read would ignore it and see a half-written file."""
+    without one (damaged or not SQLite's; the next writer deletes it, restoring nothing),
+    ``"unreadable"`` for a folder, pipe or other non-regular file, or a file this user may not read
+    there (SQLite cannot read the ledger past it either); None when there is no hot journal. An immutable read would ignore it
+    and see a half-written file."""
     try:
         if os.stat(path).st_size == 0:
             return None
     except OSError:
         return None
-    header = _journal_header(path)
-    if not header or header[0] == 0:
+    journal = f"{path}-journal"
+    try:
+        info = os.stat(journal)
+        if not stat.S_ISREG(info.st_mode):  # a folder; a pipe would block the read (SQLite's too)
+            return "unreadable"
+        if info.st_size == 0:
+            return None
+        with open(journal, "rb") as opened:
+            first = opened.read(8)
+    except (FileNotFoundError, NotADirectoryError):
         return None
-    return "transaction" if header[:8] == _JOURNAL_MAGIC else "unknown"
+    except OSError:
+        return "unreadable"
+    if not first or first[0] == 0:
+        return None
+    return "transaction" if first == _JOURNAL_MAGIC else "unknown"
 
 
 def _journal_header(path: Path) -> bytes:
@@ -319,6 +339,10 @@ def readable_uri(path: Path) -> tuple[str, bool]:
                           "cut short (a writer stopped mid-way), which SQLite must roll back before the file can be "
                           "read; run a command that writes the case once (such as 'ledger export') where this user "
                           "may write its folder, then this one again (if a writer is at work on it now, wait for it)")
+    if journal == "unreadable":
+        raise LedgerError(E.STORAGE_ERROR, f"cannot read {path}: {path.name}-journal beside it is not a regular file "
+                          "(a folder, a pipe) or is one this user may not read, and SQLite must read a rollback journal there before it reads the "
+                          "ledger; move it aside (or let this user read it), then run this again")
     if journal == "unknown":
         raise LedgerError(E.STORAGE_ERROR, f"cannot read {path}: {path.name}-journal beside it does not start as a "
                           "journal SQLite wrote (damaged, or another file of that name), and SQLite will not read the "
