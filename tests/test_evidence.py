@@ -290,12 +290,9 @@ def test_an_action_with_its_result_refuses_a_second_result_as_a_caller_mistake(c
     budget = case.budget()
     store(case, "i1", read("op-1", "H1", "q1", 1, 2), close=False)
     budget.record_evidence("H1", "q1", "E000001")
-    store(case, "i2", read("op-2", "H2", "q2", 3, 4), close=False)
-    budget.record_result("H2", "q2", {"finding": "subtracts"})
     before = ledger_bytes(case)
     for call in (lambda: budget.record_result("H1", "q1", {"finding": "x"}),
-                 lambda: budget.record_result("H1", "q1", {"finding": "x"}, source_refs=[APP], cost_usd_millicents=3),
-                 lambda: budget.record_evidence("H2", "q2", "E000002")):
+                 lambda: budget.record_result("H1", "q1", {"finding": "x"}, source_refs=[APP], cost_usd_millicents=3)):
         with pytest.raises(LedgerError) as refused:
             call()
         assert refused.value.code == NO_RESERVATION and "already has its result" in refused.value.message
@@ -305,6 +302,27 @@ def test_an_action_with_its_result_refuses_a_second_result_as_a_caller_mistake(c
     assert cli.exit_code == 1 and "error: NO_RESERVATION: H1/q1 already has its result" in cli.output
     assert verify_case(case.path).events == case.status()["package_generation"]
     assert budget.record_evidence("H1", "q1", "E000001").reused  # the identical call still replays
+
+
+def test_an_action_a_stored_batch_is_bound_to_takes_its_result_only_through_record_evidence(case):
+    """A plain record_result on a reservation a stored batch is bound to would replace the verified,
+    atom-scored result with any payload (novelty v1): NO_RESERVATION naming the batch, nothing written;
+    record_evidence of the bound record still feeds it."""
+    budget = case.budget()
+    store(case, "i1", read("op-1", "H1", "q1", 1, 2), close=False)
+    budget.record_evidence("H1", "q1", "E000001")
+    budget.settle("H1", "q1", 100, "read it")
+    store(case, "i2", read("op-2", "H1", "q2", 1, 2), close=False)  # the same lines: no novel atom
+    before = ledger_bytes(case)
+    with pytest.raises(LedgerError) as refused:
+        budget.record_result("H1", "q2", {"finding": "fresh-looking payload"})
+    assert refused.value.code == NO_RESERVATION
+    assert "bound to the stored batch of operation op-2" in refused.value.message
+    assert refused.value.details["operation_id"] == "op-2"
+    assert ledger_bytes(case) == before
+    assert budget.record_evidence("H1", "q2", "E000002").action["novelty_score"] == 0
+    assert budget.settle("H1", "q2", 100, "nothing new").action["reward_units"] == 0
+    assert verify_case(case.path).events == case.status()["package_generation"]
 
 
 _KILLED = """
@@ -640,3 +658,26 @@ def test_a_second_batch_under_one_iteration_id_is_refused_saying_to_give_a_new_o
     assert case.status()["package_generation"] == generation + 1  # only q2's reservation
     assert case.evidence().query("query-2", {"actions": [read("op-2", "H1", "q2", 2, 2)]}, True).records[0][
         "record_id"] == "E000002"
+
+
+@pytest.mark.parametrize("key, value", [("operation_id", "o 1"), ("hypothesis_id", "h1"), ("action_id", "a/1"),
+                                        ("tool", "Source.read"), ("action_id", 7)])
+def test_a_malformed_id_in_an_evidence_request_is_invalid_id_for_query_and_store(case, key, value):
+    action = dict(read("op-1", "H1", "q1", 1, 2), **{key: value})
+    for call in (lambda: case.evidence().query("i1", {"actions": [action]}),
+                 lambda: case.evidence().query("i1", {"actions": [action]}, True)):
+        with pytest.raises(LedgerError) as refused:
+            call()
+        assert refused.value.code == "INVALID_ID", refused.value
+    with pytest.raises(LedgerError) as refused:
+        case.evidence().query("i1", {"actions": [{"operation_id": "op-1"}]})  # a missing key: the schema's
+    assert refused.value.code == INVALID_ARGUMENT
+
+
+def test_a_batch_naming_an_unknown_hypothesis_is_refused_so_whatever_the_order_of_its_actions(case):
+    unreserved, unknown = read("op-1", "H1", "q1", 1, 2), read("op-2", "H9", "q2", 1, 2)
+    reply = case.evidence().query("i0", {"actions": [read("op-0", "H1", "q0", 1, 2)]})
+    for actions in ([unreserved, unknown], [unknown, unreserved]):
+        with pytest.raises(LedgerError) as refused:
+            case.evidence().store_tool_results("i1", {"actions": actions}, dict(reply.reply, results=[]))
+        assert refused.value.code == "UNKNOWN_HYPOTHESIS", refused.value

@@ -22,6 +22,7 @@ from ..ground.canonical import parse_json, sha256_hex
 from ..ground.config import BudgetConfig
 from ..ground.errors import LedgerError, shown
 from ..rules import budget as budget_rules
+from ..rules import budget_requests
 from ..rules import evidence as evidence_rules
 from ..rules import feedback as feedback_rules
 from ..rules import lifecycle
@@ -123,11 +124,11 @@ def _replay_record_outcome(request, body, source):
 
 
 def _replay_initialize(request, body, source):
-    return budget_rules.shape_initialize(), {}, BudgetConfig.from_mapping(body.get("policy") or {})
+    return budget_requests.shape_initialize(), {}, BudgetConfig.from_mapping(body.get("policy") or {})
 
 
 def _replay_reserve(request, body, source):
-    return budget_rules.shape_reserve(*_get(request, "hypothesis_id", "action_id", "action")), {}, None
+    return budget_requests.shape_reserve(*_get(request, "hypothesis_id", "action_id", "action")), {}, None
 
 
 def _replay_record_result(request, body, source):
@@ -137,7 +138,7 @@ def _replay_record_result(request, body, source):
         raise LedgerError(E.INTEGRITY_ERROR, f"evidence content {sha} is missing")
     if sha256_hex(payload) != sha:
         raise LedgerError(E.INTEGRITY_ERROR, f"evidence content {sha} does not match its hash (swapped or edited)")
-    shaped, canonical = budget_rules.shape_record_result(
+    shaped, canonical = budget_requests.shape_record_result(
         request.get("hypothesis_id"), request.get("action_id"), parse_json(payload),
         request.get("source_refs"), evidence_bytes_max=None, cost_usd_millicents=request.get("cost_usd_millicents"))
     if canonical != payload:
@@ -146,19 +147,19 @@ def _replay_record_result(request, body, source):
 
 
 def _replay_settle(request, body, source):
-    return budget_rules.shape_settle(*_get(request, "hypothesis_id", "action_id", "semantic_score", "reason")), {}, None
+    return budget_requests.shape_settle(*_get(request, "hypothesis_id", "action_id", "semantic_score", "reason")), {}, None
 
 
 def _replay_fail(request, body, source):
-    return budget_rules.shape_fail(*_get(request, "hypothesis_id", "action_id", "reason")), {}, None
+    return budget_requests.shape_fail(*_get(request, "hypothesis_id", "action_id", "reason")), {}, None
 
 
 def _replay_reject(request, body, source):
-    return budget_rules.shape_reject(*_get(request, "hypothesis_id", "reason")), {}, None
+    return budget_requests.shape_reject(*_get(request, "hypothesis_id", "reason")), {}, None
 
 
 def _replay_grant(request, body, source):
-    return budget_rules.shape_grant(*_get(request, "hypothesis_id", "units", "issuer", "reason", "grant_id")), {}, None
+    return budget_requests.shape_grant(*_get(request, "hypothesis_id", "units", "issuer", "reason", "grant_id")), {}, None
 
 
 def _replay_establish(request, body, source):
@@ -172,7 +173,7 @@ def _replay_request_increase(request, body, source):
 
 
 def _replay_record_evidence(request, body, source):
-    shaped = budget_rules.shape_record_evidence(*_get(request, "hypothesis_id", "action_id", "record_id"))
+    shaped = budget_requests.shape_record_evidence(*_get(request, "hypothesis_id", "action_id", "record_id"))
     return shaped, {}, None
 
 

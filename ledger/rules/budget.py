@@ -1,4 +1,5 @@
-"""Budget accounting rules (docs/concepts.md): initialize, reserve, record_result, settle, fail, reject.
+"""Budget accounting rules (docs/concepts.md): initialize, reserve, record_result, settle, fail, reject
+(their requests are shaped in :mod:`ledger.rules.budget_requests`).
 
 Every rule re-derives the full state of every account of the revision after its
 event; the event body carries it, so a reader never needs to replay.
@@ -6,91 +7,20 @@ event; the event body carries it, so a reader never needs to replay.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from ..ground import errors as E
-from ..ground.canonical import SAFE_INTEGER_MAX, canonical_bytes, canonical_sha256, check_int, check_json_value, sha256_hex
+from ..ground.canonical import SAFE_INTEGER_MAX, canonical_sha256
 from ..ground.config import BudgetConfig
-from ..ground.errors import LedgerError, limit_reached, shown
+from ..ground.errors import LedgerError, limit_reached
 from .common import (ACTION_AWAITING, ACTION_FAILED, ACTION_RESERVED, ACTION_SETTLED, CLOSED_ACTION_STATUSES,
-                     MUTABLE_STATES, SCORE_MAX, STATUS_ABANDONED, STATUS_EXHAUSTED,
-                     STATUS_INVESTIGATING, STATUS_NEW, STATUS_REJECTED, TERMINAL_STATUSES, REASON_BELOW_FLOOR,
-                     REASON_LOW_INFORMATION, Context, Draft, LedgerView, Reused, account_terminal_error,
-                     action_pending_error, check_action_id, check_action_name, check_hypothesis_id, check_reason,
-                     check_source_ref_list, insufficient_budget_error, operation_key, hypothesis_order,
-                     replay_or_conflict, require_case, sorted_accounts, Outcome)
+                     MUTABLE_STATES, STATUS_ABANDONED, STATUS_EXHAUSTED, STATUS_INVESTIGATING, STATUS_NEW,
+                     STATUS_REJECTED, TERMINAL_STATUSES, REASON_BELOW_FLOOR, REASON_LOW_INFORMATION, Context, Draft,
+                     LedgerView, Reused, account_terminal_error, action_pending_error, insufficient_budget_error,
+                     operation_key, hypothesis_order, replay_or_conflict, require_case, sorted_accounts, Outcome)
 from . import scopes as scope_rules
 from .novelty import result_novelty
-
-def shape_initialize() -> dict[str, Any]:
-    return {"op": "initialize"}
-
-
-def shape_reserve(hypothesis_id: Any, action_id: Any, action: Any) -> dict[str, Any]:
-    return {"op": "reserve", "hypothesis_id": check_hypothesis_id(hypothesis_id),
-            "action_id": check_action_id(action_id), "action": check_action_name(action)}
-
-
-def shape_record_result(hypothesis_id: Any, action_id: Any, evidence: Any, source_refs: Any,
-                        *, evidence_bytes_max: int | None,
-                        cost_usd_millicents: Any = None) -> tuple[dict[str, Any], bytes]:
-    """Request of ``record_result`` and the evidence's canonical bytes.
-
-    Only the syntax of ``source_refs`` is checked here; the package checks that
-    each names a regular file inside it (``SOURCE_REF_INVALID``). ``cost_usd_millicents``
-    (money the tool reported, an integer ≥ 0) is part of the request only when given.
-    """
-    check_hypothesis_id(hypothesis_id)
-    check_action_id(action_id)
-    payload = canonical_bytes(evidence, "evidence")
-    check_json_value(evidence, "evidence")
-    if evidence_bytes_max is not None and len(payload) > evidence_bytes_max:
-        raise limit_reached("evidence_payload_bytes_max",
-                            f"evidence payload is {len(payload)} bytes; the limit is {evidence_bytes_max}")
-    refs = check_source_ref_list(source_refs)
-    request = {"op": "record_result", "hypothesis_id": hypothesis_id, "action_id": action_id,
-               "evidence_sha256": sha256_hex(payload), "source_refs": refs}
-    if cost_usd_millicents is not None:
-        request["cost_usd_millicents"] = check_int(cost_usd_millicents, "cost_usd_millicents", minimum=0)
-    return request, payload
-
-
-def shape_record_evidence(hypothesis_id: Any, action_id: Any, record_id: Any) -> dict[str, Any]:
-    """Request of ``record_evidence`` (``INVALID_ID`` for a malformed id)."""
-    check_hypothesis_id(hypothesis_id)
-    check_action_id(action_id)
-    if not isinstance(record_id, str) or not RECORD_ID_RE.fullmatch(record_id):
-        raise LedgerError(E.INVALID_ID, f"record id must look like E000001, got {shown(record_id, 40)!r}")
-    return {"op": "record_evidence", "hypothesis_id": hypothesis_id, "action_id": action_id, "record_id": record_id}
-
-
-def shape_settle(hypothesis_id: Any, action_id: Any, semantic_score: Any, reason: Any) -> dict[str, Any]:
-    check_hypothesis_id(hypothesis_id)
-    check_action_id(action_id)
-    check_int(semantic_score, "semantic_score", minimum=0, maximum=SCORE_MAX, code=E.INVALID_SCORE)
-    return {"op": "settle", "hypothesis_id": hypothesis_id, "action_id": action_id,
-            "semantic_score": semantic_score, "reason": check_reason(reason)}
-
-
-def shape_fail(hypothesis_id: Any, action_id: Any, reason: Any) -> dict[str, Any]:
-    check_hypothesis_id(hypothesis_id)
-    check_action_id(action_id)
-    return {"op": "fail", "hypothesis_id": hypothesis_id, "action_id": action_id,
-            "reason": check_reason(reason)}
-
-
-def shape_grant(hypothesis_id: Any, units: Any, issuer: Any, reason: Any, grant_id: Any) -> dict[str, Any]:
-    """Request of ``grant``: ``units`` an integer ≥ 1, ``issuer`` and ``grant_id`` ids, a non-blank reason."""
-    return {"op": "grant", "hypothesis_id": check_hypothesis_id(hypothesis_id),
-            "units": check_int(units, "units", minimum=1), "issuer": check_action_id(issuer, "issuer"),
-            "reason": check_reason(reason), "grant_id": check_action_id(grant_id, "grant_id")}
-
-
-def shape_reject(hypothesis_id: Any, reason: Any) -> dict[str, Any]:
-    return {"op": "reject", "hypothesis_id": check_hypothesis_id(hypothesis_id),
-            "reason": check_reason(reason)}
 
 
 def reward_units(cost_units: int, max_reward_bps: int, information_score: int) -> int:
@@ -360,7 +290,7 @@ def record_result(view: LedgerView, request: Mapping[str, Any], context: Context
 
     ``evidence`` is the payload's canonical bytes; ``sources`` the resolved
     ``[{"path", "sha256"}]`` of ``source_refs``. Nothing is refunded yet.
-    Errors: the prelude's, ``UNKNOWN_ACTION``, ``ACTION_CLOSED``, ``LIMIT_REACHED``.
+    Errors: the prelude's, ``UNKNOWN_ACTION``, ``ACTION_CLOSED``, ``LIMIT_REACHED``, ``NO_RESERVATION`` (docs/errors.md).
     """
     h, action_id = request["hypothesis_id"], request["action_id"]
     reused, ctx, key = _budget_prelude(view, request, context.config, (h, action_id))
@@ -368,10 +298,13 @@ def record_result(view: LedgerView, request: Mapping[str, Any], context: Context
         return reused
     action = dict(_require_action(view, ctx, h, action_id, verb="record a result for"))
     test_operation = _require_unanswered(view, ctx, action)
-    if test_operation is not None:
-        raise LedgerError(E.NO_RESERVATION, f"{h}/{action_id} is the test requested under operation {test_operation}: "
-                          "its result comes only through its confirmed feedback (store_feedback, then "
-                          "record_evidence)", hypothesis_id=h, action_id=action_id, operation_id=test_operation)
+    bound = view.evidence_binding(ctx.revision, h, action_id)  # a stored batch's result is never replaced
+    if test_operation is not None or bound is not None:
+        why = (f"the test requested under operation {test_operation}: its result comes only through its confirmed "
+               "feedback (store_feedback, then record_evidence)" if test_operation is not None else f"bound to the "
+               f"stored batch of operation {bound[1]}: its result comes only through record_evidence of {bound[0]}")
+        raise LedgerError(E.NO_RESERVATION, f"{h}/{action_id} is {why}", hypothesis_id=h, action_id=action_id,
+                          operation_id=test_operation if test_operation is not None else bound[1])
     # no room check: the reserve kept room for this event and the settle (_check_budget_room)
     content_sha256 = request["evidence_sha256"]
     seen = view.content_seen(content_sha256)
@@ -401,9 +334,6 @@ def record_result(view: LedgerView, request: Mapping[str, Any], context: Context
         return draft
     warnings = scope_rules.warnings_after(view, request, context.at, ctx.revision, h, {"cost_usd_millicents": money})
     return scope_rules.with_following(draft, warnings)
-
-
-RECORD_ID_RE = re.compile(r"^E[0-9]{6,}$")
 
 
 def record_evidence(view: LedgerView, request: Mapping[str, Any], context: Context) -> Draft | Reused:

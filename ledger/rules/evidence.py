@@ -55,14 +55,11 @@ def shape_store(iteration_id: Any, request: Any, reply: Any) -> dict[str, Any]:
     # a tool's args): a call run_tool refuses here reserves nothing
     check_json_value(request, "request")
     canonical_bytes(request, "request")
+    _check_ids(request)  # a malformed id is INVALID_ID, as everywhere, not the schema's INVALID_ARGUMENT
     validate("evidence-request-v1", request, E.INVALID_ARGUMENT, "request")
     validate("evidence-reply-v1", reply, E.INVALID_ARGUMENT, "reply")
     operations, actions = set(), set()
     for action in request["actions"]:
-        check_hypothesis_id(action["hypothesis_id"])
-        check_action_id(action["action_id"])
-        check_action_id(action["operation_id"], "operation_id")
-        check_action_name(action["tool"])
         pair = (action["hypothesis_id"], action["action_id"])
         if action["operation_id"] in operations or pair in actions:
             raise LedgerError(E.INVALID_ARGUMENT, f"operation {action['operation_id']} or action "
@@ -71,6 +68,28 @@ def shape_store(iteration_id: Any, request: Any, reply: Any) -> dict[str, Any]:
         actions.add(pair)
     canonical_bytes(reply)  # INVALID_JSON for what has no canonical form
     return {"op": OP, "iteration_id": iteration_id, "request": request, "reply": reply}
+
+
+#: The ids of a request's action and how each is checked (``INVALID_ID`` for a malformed one).
+_ACTION_IDS = (("hypothesis_id", check_hypothesis_id), ("action_id", check_action_id),
+               ("operation_id", lambda value: check_action_id(value, "operation_id")), ("tool", check_action_name))
+
+
+def _check_ids(request: Any) -> None:
+    """``INVALID_ID`` for the first malformed id an action of ``request`` holds; what is missing or
+    not an action at all is left to the request's schema (``INVALID_ARGUMENT``)."""
+    actions = request.get("actions") if isinstance(request, dict) else None
+    for action in actions if isinstance(actions, list) else ():
+        for key, check in _ACTION_IDS if isinstance(action, dict) else ():
+            if key in action:
+                check(action[key])
+
+
+def _refuse_unknown_hypotheses(revision: int, head: Mapping[str, Any], actions: Sequence[Mapping[str, Any]]) -> None:
+    for action in actions:
+        if action["hypothesis_id"] not in head["accounts"]:
+            raise LedgerError(E.UNKNOWN_HYPOTHESIS, f"revision {revision} has no hypothesis {action['hypothesis_id']}",
+                              hypothesis_id=action["hypothesis_id"])
 
 
 def content_of(result: Mapping[str, Any]) -> dict[str, Any]:
@@ -100,10 +119,9 @@ def _refuse_reservations(view: LedgerView, revision: int, actions: Sequence[Mapp
     head = view.budget_head(revision)
     if head is None:
         raise LedgerError(E.NOT_INITIALIZED, f"revision {revision} has no budget yet; run initialize first")
+    _refuse_unknown_hypotheses(revision, head, actions)  # every action's first: docs/errors.md, the first code in its list
     for action in actions:
         h, action_id, op_id = action["hypothesis_id"], action["action_id"], action["operation_id"]
-        if h not in head["accounts"]:
-            raise LedgerError(E.UNKNOWN_HYPOTHESIS, f"revision {revision} has no hypothesis {h}", hypothesis_id=h)
         found = view.action(revision, h, action_id)
         bound = view.evidence_binding(revision, h, action_id)
         if (found is None or found["status"] != "reserved" or found["action"] != action["tool"]

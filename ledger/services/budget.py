@@ -19,6 +19,7 @@ from ..ground.config import BudgetConfig
 from ..ground.errors import LedgerError
 from ..model.package import resolve_source_refs
 from ..rules import budget as rules
+from ..rules import budget_requests as requests
 from ..rules import feedback as feedback_rules
 from ..rules import gate as gate_rules
 from ..rules.common import check_action_name, check_hypothesis_id
@@ -165,7 +166,7 @@ class BudgetManager:
         by its first new operation (``BUDGET_POLICY_CHANGED``), not here; see
         :meth:`policy_changed` to ask first.
         """
-        return self._run("initialize", rules.shape_initialize(), at)
+        return self._run("initialize", requests.shape_initialize(), at)
 
     def policy_changed(self) -> bool:
         """True when this manager's config differs from the policy frozen for the current revision
@@ -186,7 +187,7 @@ class BudgetManager:
         ``UNKNOWN_HYPOTHESIS``, ``BUDGET_POLICY_CHANGED``, ``ACCOUNT_TERMINAL``,
         ``ACTION_PENDING``, ``INSUFFICIENT_BUDGET``, ``LIMIT_REACHED``.
         """
-        request = rules.shape_reserve(hypothesis_id, action_id, action)
+        request = requests.shape_reserve(hypothesis_id, action_id, action)
         return self._run("reserve", request, at, (hypothesis_id, action_id))
 
     def record_result(self, hypothesis_id: str, action_id: str, evidence: Any,
@@ -203,7 +204,7 @@ class BudgetManager:
         ``SOURCE_REF_INVALID``, then the order of docs/concepts.md up to ``ACTION_CLOSED``.
         """
         refs = [] if source_refs is None else source_refs
-        request, payload = rules.shape_record_result(
+        request, payload = requests.shape_record_result(
             hypothesis_id, action_id, evidence, refs,
             evidence_bytes_max=self._session.limits["evidence_payload_bytes_max"],
             cost_usd_millicents=cost_usd_millicents)
@@ -221,7 +222,7 @@ class BudgetManager:
         Errors: ``INVALID_ID``, the order of docs/concepts.md, ``INVALID_ARGUMENT`` (unknown record),
         ``NO_RESERVATION`` (a record of another reservation, or a result already recorded).
         """
-        request = rules.shape_record_evidence(hypothesis_id, action_id, record_id)
+        request = requests.shape_record_evidence(hypothesis_id, action_id, record_id)
         return self._run("record_evidence", request, at, (hypothesis_id, action_id))
 
     def request_test(self, hypothesis_id: str, action_id: str, kind: str, operation_id: str, *,
@@ -247,7 +248,7 @@ class BudgetManager:
         ``reward = min(cost * max_reward_bps * information // 1_000_000, cost - 1)``.
         Errors: ``INVALID_SCORE``, ``REASON_REQUIRED``, …, ``RESULT_MISSING``.
         """
-        request = rules.shape_settle(hypothesis_id, action_id, semantic_score, reason)
+        request = requests.shape_settle(hypothesis_id, action_id, semantic_score, reason)
         return self._run("settle", request, at, (hypothesis_id, action_id))
 
     def fail(self, hypothesis_id: str, action_id: str, reason: str, *, at: str | None = None) -> BudgetResult:
@@ -255,7 +256,7 @@ class BudgetManager:
 
         Errors: ``REASON_REQUIRED``, …, ``UNKNOWN_ACTION``, ``ACTION_CLOSED``.
         """
-        request = rules.shape_fail(hypothesis_id, action_id, reason)
+        request = requests.shape_fail(hypothesis_id, action_id, reason)
         return self._run("fail", request, at, (hypothesis_id, action_id))
 
     def reject(self, hypothesis_id: str, reason: str, *, at: str | None = None) -> BudgetResult:
@@ -263,7 +264,7 @@ class BudgetManager:
 
         Errors: ``REASON_REQUIRED``, …, ``ACCOUNT_TERMINAL``, ``ACTION_PENDING``.
         """
-        return self._run("reject", rules.shape_reject(hypothesis_id, reason), at)
+        return self._run("reject", requests.shape_reject(hypothesis_id, reason), at)
 
     def grant(self, hypothesis_id: str, units: int, issuer: str, reason: str, grant_id: str,
               *, at: str | None = None) -> BudgetResult:
@@ -274,7 +275,7 @@ class BudgetManager:
         ``CASE_STATE``, ``NOT_INITIALIZED``, ``UNKNOWN_HYPOTHESIS``, ``BUDGET_POLICY_CHANGED``,
         ``AUTHORITY_DENIED``, ``LIMIT_REACHED``.
         """
-        request = rules.shape_grant(hypothesis_id, units, issuer, reason, grant_id)
+        request = requests.shape_grant(hypothesis_id, units, issuer, reason, grant_id)
         return self._run("grant", request, at)
 
     def check(self, hypothesis_id: str, action: str, *, at: str | None = None) -> "GateReading":
