@@ -723,29 +723,32 @@ def test_a_delegate_raising_its_own_limit_or_granting_itself_units_is_denied_and
     assert logical_dump(package / "ledger.sqlite") == before
 
 
-def test_a_change_without_the_previous_establishment_seq_names_the_seq_to_give(package):
-    """The conflict of a re-establishment that leaves causation_seq out (or names an older one)
-    says which causation_seq changes the limits, and writes nothing."""
+def test_a_change_not_naming_the_newest_establishment_is_a_wrong_causation_seq_or_denied(package):
+    """A re-establishment that leaves causation_seq out, or names an older establishment, reuses an earlier
+    establishment's identity with other inputs: from its issuer it is a wrong causation_seq
+    (INVALID_ARGUMENT naming the seq to give), from anyone else AUTHORITY_DENIED; nothing is written, and
+    the identical request is still that establishment again."""
     case = _ready(package)
     scopes = case.scopes()
     first = scopes.establish("case", {"units": 50}, "lead")
     second = scopes.establish("case", {"units": 60}, "lead", causation_seq=first.seq)
     generation = case.status()["package_generation"]
-    for causation, applied in ((None, first.seq), (first.seq, second.seq)):
+    for causation in (None, first.seq):
         refused = _refused(scopes.establish, "case", {"units": 70}, "lead", causation_seq=causation)
-        assert (refused.code, refused.message) == ("OPERATION_CONFLICT", (
-            f"operation 0:establish:case:{causation or 0} was already applied at seq {applied} with different "
-            f"inputs; to change case's limits, its issuer gives causation_seq {second.seq} (the seq of its newest "
-            "establishment)"))
+        assert (refused.code, refused.details["expected"]) == (INVALID_ARGUMENT, second.seq)
+        assert f"causation_seq must be {second.seq}" in refused.message
+        assert _refused(scopes.establish, "case", {"units": 70}, "mallory", causation_seq=causation).code == AUTHORITY_DENIED
     assert case.status()["package_generation"] == generation
+    assert scopes.establish("case", {"units": 50}, "lead").reused
+    assert scopes.establish("case", {"units": 60}, "lead", causation_seq=first.seq).reused
 
 
 def test_changes_need_the_previous_establishment_seq(package):
     case = _ready(package)
     scopes = case.scopes()
     first = scopes.establish("case", {"units": 50}, "lead")  # the case scope: its first issuer owns it
-    # without causation_seq it is the first establishment's identity, with other inputs
-    assert _refused(scopes.establish, "case", {"units": 60}, "lead").code == "OPERATION_CONFLICT"
+    # without causation_seq it is the first establishment's identity, with other inputs: a wrong causation_seq
+    assert _refused(scopes.establish, "case", {"units": 60}, "lead").code == INVALID_ARGUMENT
     assert _refused(scopes.establish, "case", {"units": 60}, "lead", causation_seq=first.seq - 1).code == INVALID_ARGUMENT
     assert _refused(scopes.establish, "case", {"units": 60}, "controller", causation_seq=first.seq).code == AUTHORITY_DENIED
     second = scopes.establish("case", {"units": 60}, "lead", causation_seq=first.seq)

@@ -469,16 +469,22 @@ def effective_limits(limits: Mapping[str, int], delegate_limits: Mapping[str, in
 def establish(view: LedgerView, request: Mapping[str, Any], context: Context) -> Draft | Outcome | Reused:
     """Set or change a scope's limits (docs/scopes.md), followed by any ``limit.approaching`` now due.
 
-    Errors in order: ``OPERATION_CONFLICT``, ``INVALID_ARGUMENT`` (a revision not open),
-    ``NOT_INITIALIZED``, ``UNKNOWN_HYPOTHESIS``, ``AUTHORITY_DENIED``, ``INVALID_ARGUMENT`` (a wrong
-    ``causation_seq``).
+    Errors in order: ``INVALID_ARGUMENT`` (a revision not open), ``NOT_INITIALIZED``,
+    ``UNKNOWN_HYPOTHESIS``, ``AUTHORITY_DENIED``, ``INVALID_ARGUMENT`` (a wrong ``causation_seq``). A
+    request under the identity of an earlier establishment with other inputs (a change of limits that
+    leaves ``causation_seq`` out or names an older establishment) is one of the last two: only the
+    identical request is that establishment again (``reused``).
     """
     case = require_case(view)
     scope = parse_scope(request["scope"])
     key = operation_key(0, "establish", scope.name, str(request["causation_seq"] or 0))
-    reused = replay_or_conflict(view, key, request, lambda: (  # a change of limits not naming the one it follows
-        f"to change {scope.name}'s limits, its issuer gives causation_seq {view.scope(scope.name)['seq']} (the seq "
-        "of its newest establishment)"))
+    try:
+        reused = replay_or_conflict(view, key, request)
+    except LedgerError as exc:
+        previous = view.scope(scope.name) if exc.code == E.OPERATION_CONFLICT else None
+        if previous is not None:  # anyone but its issuer, or a causation_seq not naming the newest establishment
+            _check_authority(previous, None, request)
+        raise
     if reused is not None:
         return reused
     revision_issuer = _check_scope_exists(view, scope)
