@@ -182,8 +182,8 @@ def hot_journal(path: Path) -> str | None:
     header at its start (a writer stopped mid-way; the next writer rolls it back), ``"unknown"``
     without one (damaged or not SQLite's; the next writer deletes it, restoring nothing),
     ``"unreadable"`` for a folder, pipe or other non-regular file, or a file this user may not read
-    there (SQLite cannot read the ledger past it either); None when there is no hot journal. An immutable read would ignore it
-    and see a half-written file."""
+    there (SQLite cannot read the ledger past it either); None when there is no hot journal. An
+    immutable read would ignore it and see a half-written file."""
     try:
         if os.stat(path).st_size == 0:
             return None
@@ -341,8 +341,9 @@ def readable_uri(path: Path) -> tuple[str, bool]:
                           "may write its folder, then this one again (if a writer is at work on it now, wait for it)")
     if journal == "unreadable":
         raise LedgerError(E.STORAGE_ERROR, f"cannot read {path}: {path.name}-journal beside it is not a regular file "
-                          "(a folder, a pipe) or is one this user may not read, and SQLite must read a rollback journal there before it reads the "
-                          "ledger; move it aside (or let this user read it), then run this again")
+                          "(a folder, a pipe) or is one this user may not read, and SQLite must read a rollback "
+                          "journal there before it reads the ledger; move it aside (or let this user read it), then "
+                          "run this again")
     if journal == "unknown":
         raise LedgerError(E.STORAGE_ERROR, f"cannot read {path}: {path.name}-journal beside it does not start as a "
                           "journal SQLite wrote (damaged, or another file of that name), and SQLite will not read the "
