@@ -65,7 +65,8 @@ def import_command(paths: tuple[str, ...], out: str, fmt: str, outcomes: str | N
     else:
         skipped = ", ".join(f"{n} {why}" for why, n in result["skipped"].items()) or "none"
         failed = f" ({len(summary.errors)} file(s) failed: named below)" if summary.errors else ""
-        echo(one_line(f"imported {summary.runs} runs{failed}, {summary.steps} steps into {out}; turns skipped: {skipped}"))
+        runs, steps = (f"{n} {word}{'' if n == 1 else 's'}" for n, word in ((summary.runs, "run"), (summary.steps, "step")))
+        echo(one_line(f"imported {runs}{failed}, {steps} into {out}; turns skipped: {skipped}"))
     if summary.runs_without_outcome:  # an outcomes file whose run ids do not match, say
         missing = summary.runs_without_outcome
         warn(f"note: {len(missing)} run(s) have no outcome in --outcomes (their journals record none): "

@@ -456,7 +456,7 @@ def test_runs_import_names_an_unreadable_file_and_exits_1_after_importing_the_re
     err = done.stderr.decode()
     assert done.returncode == 1 and "Traceback" not in err
     assert err.startswith(f"error: INVALID_ARGUMENT: {tmp_path / 'in' / 'bad.traj.json'}: ")
-    assert done.stdout.decode().startswith("imported 1 runs (1 file(s) failed: named below), 1 steps")
+    assert done.stdout.decode().startswith("imported 1 run (1 file(s) failed: named below), 1 step into")
     assert (tmp_path / "out" / "r1.jsonl").is_file()
 @pytest.mark.parametrize("inside", ["ledger.sqlite", "manifest.json"])
 def test_a_case_argument_naming_a_file_inside_the_case_asks_for_the_case_folder(cli_case, inside):
