@@ -681,3 +681,35 @@ def test_a_batch_naming_an_unknown_hypothesis_is_refused_so_whatever_the_order_o
         with pytest.raises(LedgerError) as refused:
             case.evidence().store_tool_results("i1", {"actions": actions}, dict(reply.reply, results=[]))
         assert refused.value.code == "UNKNOWN_HYPOTHESIS", refused.value
+
+
+def test_a_ledger_recorded_before_the_binding_rule_still_verifies(case, monkeypatch):
+    """A ledger whose record_result replaced a bound batch's result (accepted before the rule existed)
+    replays as it was accepted in its day: verify and export -> import pass; new calls are refused."""
+    from ledger.model.views import SqlView
+
+    budget = case.budget()
+    store(case, "i1", read("op-1", "H1", "q1", 1, 2), close=False)
+    with monkeypatch.context() as patched:  # the writer as it was: no binding seen
+        patched.setattr(SqlView, "evidence_binding", lambda self, *args: None)
+        budget.record_result("H1", "q1", {"finding": "x"})
+    budget.settle("H1", "q1", 50, "assessed")
+    assert verify_case(case.path).events == case.status()["package_generation"]
+    export_case(case)
+    assert import_tree(case.path, case.path.parent / "copy").events == case.status()["package_generation"]
+    store(case, "i2", read("op-2", "H1", "q2", 3, 4), close=False)
+    with pytest.raises(LedgerError) as refused:
+        budget.record_result("H1", "q2", {"finding": "y"})
+    assert refused.value.code == NO_RESERVATION
+
+
+def test_a_hypothesis_id_longer_than_twelve_characters_is_invalid_id_everywhere(case):
+    long_id = "H1234567890123"
+    for call in (lambda: case.evidence().query("i1", {"actions": [read("op-1", long_id, "q1", 1, 2)]}),
+                 lambda: case.budget().reserve(long_id, "q1", "source.read_context")):
+        with pytest.raises(LedgerError) as refused:
+            call()
+        assert refused.value.code == "INVALID_ID", refused.value
+    with pytest.raises(LedgerError) as refused:
+        case.budget().record_evidence("H1", "q1", {"a": 1})
+    assert refused.value.code == "INVALID_ID" and "got an object" in refused.value.message

@@ -737,6 +737,7 @@ def test_a_change_not_naming_the_newest_establishment_is_a_wrong_causation_seq_o
         refused = _refused(scopes.establish, "case", {"units": 70}, "lead", causation_seq=causation)
         assert (refused.code, refused.details["expected"]) == (INVALID_ARGUMENT, second.seq)
         assert f"causation_seq must be {second.seq}" in refused.message
+        assert f"--causation-seq {second.seq}" in refused.message and "None" not in refused.message
         assert _refused(scopes.establish, "case", {"units": 70}, "mallory", causation_seq=causation).code == AUTHORITY_DENIED
     assert case.status()["package_generation"] == generation
     assert scopes.establish("case", {"units": 50}, "lead").reused

@@ -298,7 +298,8 @@ def record_result(view: LedgerView, request: Mapping[str, Any], context: Context
         return reused
     action = dict(_require_action(view, ctx, h, action_id, verb="record a result for"))
     test_operation = _require_unanswered(view, ctx, action)
-    bound = view.evidence_binding(ctx.revision, h, action_id)  # a stored batch's result is never replaced
+    # a stored batch's result is never replaced; not on replay: an older ledger's swap was accepted in its day
+    bound = view.evidence_binding(ctx.revision, h, action_id) if context.limits is not None else None
     if test_operation is not None or bound is not None:
         why = (f"the test requested under operation {test_operation}: its result comes only through its confirmed "
                "feedback (store_feedback, then record_evidence)" if test_operation is not None else f"bound to the "

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..ground import errors as E
 from ..ground.canonical import canonical_bytes, check_int, check_json_value, sha256_hex
-from ..ground.errors import LedgerError, limit_reached, shown
+from ..ground.errors import LedgerError, describe_value, limit_reached
 from .common import SCORE_MAX, check_action_id, check_action_name, check_hypothesis_id, check_reason, check_source_ref_list
 
 #: An evidence record id: ``E`` and at least six digits.
@@ -55,7 +55,7 @@ def shape_record_evidence(hypothesis_id: Any, action_id: Any, record_id: Any) ->
     check_hypothesis_id(hypothesis_id)
     check_action_id(action_id)
     if not isinstance(record_id, str) or not RECORD_ID_RE.fullmatch(record_id):
-        raise LedgerError(E.INVALID_ID, f"record id must look like E000001, got {shown(record_id, 40)!r}")
+        raise LedgerError(E.INVALID_ID, f"record id must look like E000001, got {describe_value(record_id)}")
     return {"op": "record_evidence", "hypothesis_id": hypothesis_id, "action_id": action_id, "record_id": record_id}
 
 

@@ -57,7 +57,7 @@ ACTION_SETTLED = "settled"
 ACTION_FAILED = "failed"
 CLOSED_ACTION_STATUSES = frozenset({ACTION_SETTLED, ACTION_FAILED})
 
-HYPOTHESIS_ID_RE = re.compile(r"^H[1-9][0-9]*$")
+HYPOTHESIS_ID_RE = re.compile(r"^H[1-9][0-9]{0,10}$")  # at most 12 characters, as the request schemas say
 ACTION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 ACTION_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
 CASE_ID_RE = ACTION_ID_RE

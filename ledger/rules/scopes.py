@@ -31,7 +31,7 @@ from typing import Any, Callable, Mapping
 
 from ..ground import errors as E
 from ..ground.canonical import SAFE_INTEGER_MAX, canonical_sha256, check_int
-from ..ground.errors import LedgerError, shortened, shown
+from ..ground.errors import LedgerError, describe_value, shortened, shown
 from .common import (TERMINAL_STATUSES, Context, Draft, LedgerView, Outcome, Reused, check_action_id, check_reason,
                      operation_key, replay_or_conflict, require_case)
 
@@ -455,7 +455,8 @@ def _check_authority(previous: Mapping[str, Any] | None, revision_issuer: str | 
                           f"change its limits; {issuer} may not (ask with request_increase)", issuer=issuer)
     if causation != previous["seq"]:
         raise LedgerError(E.INVALID_ARGUMENT, f"causation_seq must be {previous['seq']}, the seq of the previous "
-                          f"establishment of {request['scope']}; got {causation}", expected=previous["seq"])
+                          f"establishment of {request['scope']} (--causation-seq {previous['seq']} on the command "
+                          f"line); got {describe_value(causation)}", expected=previous["seq"])
 
 
 def effective_limits(limits: Mapping[str, int], delegate_limits: Mapping[str, int] | None) -> dict[str, int]:
