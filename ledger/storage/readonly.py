@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -21,6 +21,13 @@ from ..ground.errors import LedgerError
 from .sqlite_file import (BUSY_CODES, DAMAGED_CODES, SQLITE_ERRORS, SQLITE_INTERRUPT, SQLITE_READONLY, STORAGE_CODES,
                           connect_uri, log_files_exist, primary_code, readable_uri, release_log, sqlite_error,
                           translate_sqlite_errors)
+
+
+def _stop_at_deadline(conn: sqlite3.Connection, timeout_ms: int) -> None:
+    """Make SQLite stop ``conn``'s statements (``SQLITE_INTERRUPT``) once ``timeout_ms`` have passed
+    from now; ``conn.set_progress_handler(None, 10_000)`` lifts it."""
+    deadline = time.monotonic() + timeout_ms / 1000
+    conn.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, 10_000)
 
 
 @contextmanager
@@ -116,14 +123,10 @@ def reading_only(conn: sqlite3.Connection, timeout_ms: int | None = None) -> Ite
     so none prepared before escapes it."""
     conn.set_authorizer(reads_only)
     if timeout_ms is not None:
-        deadline = time.monotonic() + timeout_ms / 1000
-        conn.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, 10_000)
+        _stop_at_deadline(conn, timeout_ms)
     try:
-        if timeout_ms is None:
+        with _query_errors(timeout_ms) if timeout_ms is not None else nullcontext():
             yield
-        else:
-            with _query_errors(timeout_ms):
-                yield
     except SQLITE_ERRORS as exc:
         raise _query_error(exc) from None
     except UnicodeEncodeError as exc:
@@ -183,8 +186,7 @@ def readonly_rows(path: Path, sql: str, timeout_ms: int = 30_000) -> Iterator[tu
         raise LedgerError(E.SCHEMA_VERSION, f"{path} has schema version {version}; this case-ledger knows up to "
                           f"{schema_version()}; upgrade case-ledger", file_version=version,
                           known_version=schema_version())
-    deadline = time.monotonic() + timeout_ms / 1000
-    conn.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, 10_000)
+    _stop_at_deadline(conn, timeout_ms)
     try:
         with _query_errors(timeout_ms):
             import sqlite_utils  # imported on first use: it costs about 80 ms at start-up
