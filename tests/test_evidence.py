@@ -703,13 +703,37 @@ def test_a_ledger_recorded_before_the_binding_rule_still_verifies(case, monkeypa
     assert refused.value.code == NO_RESERVATION
 
 
-def test_a_hypothesis_id_longer_than_twelve_characters_is_invalid_id_everywhere(case):
-    long_id = "H1234567890123"
-    for call in (lambda: case.evidence().query("i1", {"actions": [read("op-1", long_id, "q1", 1, 2)]}),
-                 lambda: case.budget().reserve(long_id, "q1", "source.read_context")):
+def test_a_well_formed_hypothesis_id_of_any_length_is_unknown_hypothesis_not_invalid_id(case):
+    """``^H[1-9][0-9]*$`` has no length cap: a well-formed id the revision lacks is UNKNOWN_HYPOTHESIS
+    from every operation that names one (no int conversion of thousands of digits on the way), and
+    the message shortens it."""
+    before = case.status()["package_generation"]
+    for long_id in ("H123456789012", "H1234567890123", "H" + "9" * 5000):
+        budget, scopes = case.budget(), case.scopes()
+        calls = {
+            "query": lambda: case.evidence().query("i1", {"actions": [read("op-1", long_id, "q1", 1, 2)]}, True),
+            "reserve": lambda: budget.reserve(long_id, "q1", "source.read_context"),
+            "record_result": lambda: budget.record_result(long_id, "q1", {"a": 1}),
+            "record_evidence": lambda: budget.record_evidence(long_id, "q1", "E000001"),
+            "settle": lambda: budget.settle(long_id, "q1", 50, "x"),
+            "fail": lambda: budget.fail(long_id, "q1", "x"),
+            "reject": lambda: budget.reject(long_id, "x"),
+            "grant": lambda: budget.grant(long_id, 5, "lead", "x", "g1"),
+            "check": lambda: budget.check(long_id, "source.read_context"),
+            "advice": lambda: budget.advice(long_id),
+            "establish": lambda: scopes.establish(f"hypothesis:1/{long_id}", {"units": 5}, "lead"),
+            "request_increase": lambda: scopes.request_increase(f"hypothesis:1/{long_id}", "units", 5, "a", "x"),
+        }
+        for name, call in calls.items():
+            with pytest.raises(LedgerError) as refused:
+                call()
+            assert refused.value.code == "UNKNOWN_HYPOTHESIS", (name, len(long_id), refused.value)
+            assert len(refused.value.message) < 200 and refused.value.details["hypothesis_id"] == long_id
+    assert case.status()["package_generation"] == before
+    for malformed in ("H0", "H01", "h1", "H1 ", "H1\n", "H-1"):
         with pytest.raises(LedgerError) as refused:
-            call()
-        assert refused.value.code == "INVALID_ID", refused.value
+            case.budget().reserve(malformed, "q1", "source.read_context")
+        assert refused.value.code == "INVALID_ID", malformed
     with pytest.raises(LedgerError) as refused:
         case.budget().record_evidence("H1", "q1", {"a": 1})
     assert refused.value.code == "INVALID_ID" and "got an object" in refused.value.message

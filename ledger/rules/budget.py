@@ -18,7 +18,7 @@ from .common import (ACTION_AWAITING, ACTION_FAILED, ACTION_RESERVED, ACTION_SET
                      MUTABLE_STATES, STATUS_ABANDONED, STATUS_EXHAUSTED, STATUS_INVESTIGATING, STATUS_NEW,
                      STATUS_REJECTED, TERMINAL_STATUSES, REASON_BELOW_FLOOR, REASON_LOW_INFORMATION, Context, Draft,
                      LedgerView, Reused, account_terminal_error, action_pending_error, insufficient_budget_error,
-                     operation_key, hypothesis_order, replay_or_conflict, require_case, sorted_accounts, Outcome)
+                     operation_key, hypothesis_order, replay_or_conflict, require_case, sorted_accounts, unknown_hypothesis_error, Outcome)
 from . import scopes as scope_rules
 from .novelty import result_novelty
 
@@ -102,10 +102,7 @@ def _budget_prelude(view: LedgerView, request: Mapping[str, Any], config: Budget
     accounts = head["accounts"]
     hypothesis_id = request.get("hypothesis_id")
     if hypothesis_id is not None and hypothesis_id not in accounts:
-        raise LedgerError(
-            E.UNKNOWN_HYPOTHESIS, f"revision {revision} has no hypothesis {hypothesis_id}",
-            hypothesis_id=hypothesis_id,
-        )
+        raise unknown_hypothesis_error(revision, hypothesis_id)
     policy_sha256 = head["policy_sha256"]
     if config is not None and config.policy_sha256 != policy_sha256:
         raise LedgerError(

@@ -21,7 +21,7 @@ from typing import AbstractSet, Any, Callable, Iterable, Mapping, Protocol
 from ..ground import errors as E
 from ..ground.canonical import canonical_sha256
 from ..ground.config import BudgetConfig
-from ..ground.errors import LedgerError, describe_value, limit_reached
+from ..ground.errors import LedgerError, describe_value, limit_reached, shortened
 
 # --- vocabulary -------------------------------------------------------------
 CREATED = "CREATED"
@@ -57,7 +57,7 @@ ACTION_SETTLED = "settled"
 ACTION_FAILED = "failed"
 CLOSED_ACTION_STATUSES = frozenset({ACTION_SETTLED, ACTION_FAILED})
 
-HYPOTHESIS_ID_RE = re.compile(r"^H[1-9][0-9]{0,10}$")  # at most 12 characters, as the request schemas say
+HYPOTHESIS_ID_RE = re.compile(r"^H[1-9][0-9]*$")
 ACTION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 ACTION_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
 CASE_ID_RE = ACTION_ID_RE
@@ -368,6 +368,12 @@ def require_case(view: LedgerView) -> dict[str, Any]:
 
 
 # --- the refusals a new reservation meets (reserve, and the soft gate that foresees them) -----------
+def unknown_hypothesis_error(revision: int, hypothesis_id: str) -> LedgerError:
+    """``UNKNOWN_HYPOTHESIS``: a well-formed id (of any length) that ``revision`` does not have."""
+    return LedgerError(E.UNKNOWN_HYPOTHESIS, f"revision {revision} has no hypothesis {shortened(hypothesis_id, 80)}",
+                       hypothesis_id=hypothesis_id)
+
+
 def account_terminal_error(hypothesis_id: str, account: Mapping[str, Any]) -> LedgerError:
     return LedgerError(E.ACCOUNT_TERMINAL, f"{hypothesis_id} is {account['status']} ({account['terminal_reason']})",
                        hypothesis_id=hypothesis_id, status=account["status"])

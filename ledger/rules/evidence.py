@@ -26,7 +26,8 @@ from ..ground.canonical import ZERO_SHA256, canonical_bytes, canonical_sha256, c
 from ..ground.errors import LedgerError
 from ..ground.schemas import validate
 from .common import (MUTABLE_STATES, Context, Draft, LedgerView, Outcome, Reused, check_action_id,
-                     check_action_name, check_hypothesis_id, replay_or_conflict, require_case)
+                     check_action_name, check_hypothesis_id, replay_or_conflict, require_case,
+                     unknown_hypothesis_error)
 
 OP = "store_tool_results"
 #: Index formats: v1 listed every record so far in every index; v2 lists the records it adds.
@@ -88,8 +89,7 @@ def _check_ids(request: Any) -> None:
 def _refuse_unknown_hypotheses(revision: int, head: Mapping[str, Any], actions: Sequence[Mapping[str, Any]]) -> None:
     for action in actions:
         if action["hypothesis_id"] not in head["accounts"]:
-            raise LedgerError(E.UNKNOWN_HYPOTHESIS, f"revision {revision} has no hypothesis {action['hypothesis_id']}",
-                              hypothesis_id=action["hypothesis_id"])
+            raise unknown_hypothesis_error(revision, action["hypothesis_id"])
 
 
 def content_of(result: Mapping[str, Any]) -> dict[str, Any]:

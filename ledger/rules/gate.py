@@ -21,7 +21,7 @@ from ..ground.canonical import SAFE_INTEGER_MAX
 from ..ground.config import BudgetConfig
 from ..ground.errors import LedgerError
 from .common import (TERMINAL_STATUSES, LedgerView, account_terminal_error, action_pending_error,
-                     insufficient_budget_error, require_case)
+                     insufficient_budget_error, require_case, unknown_hypothesis_error)
 from .scopes import BPS, DIMENSIONS, ScopeMemo, containing, enforce, exceeded_error, scope_state
 
 #: How a refusal names the action ``advice`` asks about.
@@ -84,8 +84,7 @@ def _gate_prelude(view: LedgerView, hypothesis_id: str) -> tuple[int, dict[str, 
     if not accounts:
         raise LedgerError(E.NOT_INITIALIZED, f"revision {revision} has no budget yet; run initialize first")
     if hypothesis_id not in accounts:
-        raise LedgerError(E.UNKNOWN_HYPOTHESIS, f"revision {revision} has no hypothesis {hypothesis_id}",
-                          hypothesis_id=hypothesis_id)
+        raise unknown_hypothesis_error(revision, hypothesis_id)
     return revision, accounts[hypothesis_id], view.policy_config(revision)
 
 

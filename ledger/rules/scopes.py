@@ -33,13 +33,13 @@ from ..ground import errors as E
 from ..ground.canonical import SAFE_INTEGER_MAX, canonical_sha256, check_int
 from ..ground.errors import LedgerError, describe_value, shortened, shown
 from .common import (TERMINAL_STATUSES, Context, Draft, LedgerView, Outcome, Reused, check_action_id, check_reason,
-                     operation_key, replay_or_conflict, require_case)
+                     operation_key, replay_or_conflict, require_case, unknown_hypothesis_error)
 
 DIMENSIONS = ("units", "actions", "duration_ms", "cost_usd_millicents")
 ON_EXHAUSTED = ("block_action", "task_failed", "scope_cancelled")
 BPS = 10_000
 DEFAULT_WARNING_BPS = 8_000
-SCOPE_RE = re.compile(r"^(?:case|revision:([1-9][0-9]{0,8})|hypothesis:([1-9][0-9]{0,8})/(H[1-9][0-9]{0,8}))$")
+SCOPE_RE = re.compile(r"^(?:case|revision:([1-9][0-9]{0,8})|hypothesis:([1-9][0-9]{0,8})/(H[1-9][0-9]*))$")
 
 
 # --- shapes ----------------------------------------------------------------------------
@@ -435,8 +435,7 @@ def _check_scope_exists(view: LedgerView, scope: ScopeName) -> str | None:
     if issuer is None:
         raise LedgerError(E.NOT_INITIALIZED, f"revision {scope.revision} has no budget yet; run initialize first")
     if scope.hypothesis_id is not None and scope.hypothesis_id not in view.accounts(scope.revision):
-        raise LedgerError(E.UNKNOWN_HYPOTHESIS, f"revision {scope.revision} has no hypothesis {scope.hypothesis_id}",
-                          hypothesis_id=scope.hypothesis_id)
+        raise unknown_hypothesis_error(scope.revision, scope.hypothesis_id)
     return issuer
 
 
