@@ -78,9 +78,16 @@ def _report_mismatches(report: SimulationReport) -> None:
     if report.outcomes_without_journal:
         click.echo(one_line(f"note: {len(report.outcomes_without_journal)} run(s) in --outcomes have no journal: "
                             f"{first_names(report.outcomes_without_journal)}"), err=True)
-    if report.runs_without_outcome:
-        click.echo(one_line(f"note: {len(report.runs_without_outcome)} journal(s) have no outcome (counted as "
-                            f"'(no outcome)'): {first_names(report.runs_without_outcome)}"), err=True)
+    counts = {run.run for run in report.runs if run.error is None}  # under some policy
+    failed = {run.run for run in report.runs} - counts
+    counted = [run for run in report.runs_without_outcome if run not in failed]
+    if counted:
+        click.echo(one_line(f"note: {len(counted)} journal(s) have no outcome (counted as "
+                            f"'(no outcome)'): {first_names(counted)}"), err=True)
+    if len(counted) < len(report.runs_without_outcome):
+        erred = [run for run in report.runs_without_outcome if run in failed]
+        click.echo(one_line(f"note: {len(erred)} journal(s) with an error have no outcome either (a run with an "
+                            f"error counts nowhere): {first_names(erred)}"), err=True)
 
 
 #: Run ids a note names before it only counts the rest (a subset of runs simulated with the

@@ -157,6 +157,26 @@ def test_a_tiny_units_per_hypothesis_exhausts_the_account(tmp_path):
     assert (unchanged.steps_refused, unchanged.units_spent, unchanged.exhausted) == (0, 40, False)
 
 
+def test_stopped_at_step_is_the_first_step_not_taken_whatever_lifecycle_lines_follow(tmp_path):
+    """The streak limit of 1 abandons H1 at step 2 (a repeat); step 3 is the first not taken. A
+    repeated ``initialize`` (a replay, writing nothing) after it, or a new revision that runs on,
+    leaves the first stop as it was."""
+    path = _journal(tmp_path, ["a", "a", "b", "c", "d"], units=100)
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:3 + 3 * 3]) + '{"op": "initialize"}\n' + "".join(lines[3 + 3 * 3:]))
+    strict = policy_from_mapping("strict", {"max_low_information_steps": 1})
+    run = simulate([path], [strict]).runs[0]
+    assert (run.steps, run.steps_refused, run.abandoned, run.stopped_at_step) == (5, 3, True, 3)
+    reopened = tmp_path / "reopened.jsonl"
+    reopened.write_text("".join(lines[:3 + 3 * 3]) + "".join(json.dumps(line) + "\n" for line in [
+        {"op": "transition", "to": "EVALUATING"},
+        {"op": "open_revision", "hypotheses": [{"statement": "another"}], "units_per_hypothesis": 100},
+        {"op": "transition", "to": "INVESTIGATING_HYPOTHESES"}, {"op": "initialize"},
+        {"op": "reserve", "hypothesis": "H1", "action_id": "r2", "action": "source.find_text"}]))
+    run = simulate([reopened], [strict]).runs[0]
+    assert (run.steps, run.steps_taken, run.stopped_at_step) == (4, 3, 3)
+
+
 def test_without_units_in_the_journal_the_analysis_config_allocates(tmp_path):
     path = _journal(tmp_path, ["a", "b", "c", "d"])
     run = simulate([path], [policy_from_mapping("plain", {})],
@@ -346,6 +366,33 @@ def test_cli_reports_outcomes_without_journal_and_journals_without_outcome(tmp_p
     assert "1 journal(s) have no outcome (counted as '(no outcome)'): astropy__astropy-13033" in done.stderr
     by_outcome = json.loads(done.stdout)["policies"][0]["by_outcome"]
     assert {k: v["runs"] for k, v in by_outcome.items()} == {"failed": 0, "resolved": 1, "(no outcome)": 1}
+
+
+def test_a_run_with_an_error_keeps_the_outcome_its_journal_records(tmp_path):
+    """A malformed line before the journal's record_outcome: the run counts nowhere, but its outcome
+    is still the journal's (checked against --outcomes), and no note says it is counted under
+    '(no outcome)'."""
+    lines = (DATA / "django__django-11206.jsonl").read_text().splitlines(keepends=True)
+    lines.append(json.dumps({"op": "record_outcome", "outcome": "resolved", "source": "test"}) + "\n")
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "bad.jsonl").write_text("".join(lines[:4]) + "{not json\n" + "".join(lines[5:]))
+    (tmp_path / "runs" / "bare.jsonl").write_text("".join(lines[:4]) + "{not json\n")
+    report = simulate([tmp_path / "runs"], jobs=1)
+    assert [(run.run, run.outcome, run.error["line"]) for run in report.runs] == [
+        ("bad", "resolved", 5), ("bare", None, 5)]
+    done = CliRunner().invoke(main, ["simulate", str(tmp_path / "runs"), "--json", "--jobs", "1"])
+    assert done.exit_code == 1
+    assert "(no outcome)" not in done.stderr and "(counted as" not in done.stderr
+    outcomes = tmp_path / "o.csv"
+    outcomes.write_text("instance_id,outcome\nbad,failed\n")
+    with pytest.raises(LedgerError) as refused:
+        simulate([tmp_path / "runs"], outcomes=outcomes, jobs=1)
+    assert "bad" in refused.value.message and "'resolved'" in refused.value.message
+    outcomes.write_text("instance_id,outcome\nbad,resolved\n")
+    done = CliRunner().invoke(main, ["simulate", str(tmp_path / "runs"), "--outcomes", str(outcomes), "--jobs", "1"])
+    assert "1 journal(s) with an error have no outcome either (a run with an error counts nowhere): bare" in (
+        done.stderr)
+    assert "counted as '(no outcome)'" not in done.stderr
 
 
 def test_cli_plot_without_matplotlib_is_a_clear_error(tmp_path, monkeypatch):

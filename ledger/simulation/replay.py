@@ -48,7 +48,6 @@ STEP_OPS = frozenset({"reserve", "request_test"})
 ENDED_BY_POLICY = frozenset({STATUS_ABANDONED, STATUS_EXHAUSTED})
 #: Lines read ahead for the journal's first "at", as ``ledger apply --create`` does.
 FIRST_AT_LINES = 1000
-_LIFECYCLE_OPS = frozenset({"open_revision", "transition", "initialize"})
 
 #: A journal line: its number and the parsed object, or the ``LedgerError`` that refused it.
 Item = tuple[int, "dict[str, Any] | LedgerError"]
@@ -175,8 +174,6 @@ class _Replay:
         if "at" not in line and self.untimed is None and operation(op).accepts_at:
             self.untimed = number
         self.scoped = self.scoped or operation(op).service == "scope"
-        if op in _LIFECYCLE_OPS:
-            self.result.stopped_at_step = None  # a new revision or state: the run goes on
         if is_step and self.untimed is not None and self.scoped and self._duration_limited(line):
             self.fail(number, LedgerError(E.INVALID_ARGUMENT, f"this reservation is held by a duration_ms limit, "
                                           f"and line {self.untimed} has no \"at\": apply judges it by this "
@@ -270,19 +267,35 @@ def replay_run(run: str, lines: Iterable[Item], policy: Any, *, analysis: Analys
                                  actor=actor, at=first[0] if first else None)
     except LedgerError as exc:  # the journal's first "at" (far ahead of this machine's clock)
         result.error = run_error(where, first[1] if first else None, exc)
-        return result
+        return _read_outcome(chain(_drained(head), items), result)
     replay = _Replay(case, _FiguresOnly(case.session, package, policy.config), result, where, trace)
-    for number, line in chain(_drained(head), items):
+    lines = chain(_drained(head), items)
+    for number, line in lines:
         if isinstance(line, LedgerError):
             replay.fail(number, line)
             if trace:
                 result.lines.append((number, line.code))
         else:
             replay.line(number, line, policy.units_per_hypothesis)
-            if line.get("op") == "record_outcome":  # the journal's own outcome (docs/runs.md): the newest counts
-                label = line.get("outcome")
-                if isinstance(label, str) and label.strip():
-                    result.outcome = label
+            _note_outcome(line, result)
         if result.error is not None and not trace:
-            return result
+            return _read_outcome(lines, result)
     return replay.finish()
+
+
+def _note_outcome(line: dict[str, Any], result: RunResult) -> None:
+    """A ``record_outcome`` line gives the run its outcome (docs/runs.md): the newest counts."""
+    if line.get("op") == "record_outcome":
+        label = line.get("outcome")
+        if isinstance(label, str) and label.strip():
+            result.outcome = label
+
+
+def _read_outcome(rest: Iterable[Item], result: RunResult) -> RunResult:
+    """``result`` of a run that has an error, with the outcome its journal records on the lines
+    left: no figure of it counts, but its outcome is still the journal's, checked against
+    ``--outcomes`` like any other run's."""
+    for _, line in rest:
+        if isinstance(line, dict):
+            _note_outcome(line, result)
+    return result

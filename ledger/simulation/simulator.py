@@ -240,9 +240,9 @@ def simulate_journal(path: Path, policies: Sequence[Policy], *, analysis: Analys
                                       analysis=analysis, package=package, actor=actor, source=str(path)))
         except LedgerError as exc:  # the file could not be read
             results.append(RunResult(path.stem, policy.name, error=run_error(str(path), None, exc)))
-        error = results[-1].error
+        error, outcome = results[-1].error, results[-1].outcome
         if error is not None:
-            return [RunResult(path.stem, p.name, error=error) for p in policies]
+            return [RunResult(path.stem, p.name, outcome=outcome, error=error) for p in policies]
     return results
 
 
