@@ -343,6 +343,38 @@ def test_held_out_scores_each_fold_with_the_choice_of_the_others():
         assert report.choice["held_out"]["chosen"][k] == best[2]
 
 
+def test_in_each_held_out_fold_cap_p75_is_capped_by_the_other_folds_runs_alone(tmp_path):
+    """The cap-p75 baseline a fold chooses from and is scored by takes its cap (the 75th percentile of
+    no-stop's spending) from the other folds' runs only, never from the runs it is scored on."""
+    names = ["django__django-11206", "django__django-11239", "django__django-11299"]
+    for name in names:
+        (tmp_path / f"{name}.jsonl").write_bytes((DATA / f"{name}.jsonl").read_bytes())
+    report = frontier([tmp_path], [example_policy()], OUTCOMES, constraint="resolved=70%", folds=3, seed=0)
+    held = report.choice["held_out"]
+    assert "cap-p75" in held["chosen"]
+    assert {r.policy for r in report.simulation.runs} == {"no-stop", "cap-p75", example_policy().name}
+    spent = {r.run: r.units_spent for r in report.simulation.runs if r.policy == "no-stop"}
+    ids = sorted(spent)
+    random.Random(0).shuffle(ids)
+    saved = []
+    for k, chosen in enumerate(held["chosen"]):
+        part = sorted(ids[k::3])
+        baseline = sum(spent[run] for run in part)
+        if chosen is None:  # no choice: the fold runs as no-stop
+            saved.append(0.0)
+            continue
+        cap = percentile_75([spent[run] for run in spent if run not in part])
+        own = policy_from_mapping("own", {**example_policy().settings(), "units_per_hypothesis": cap})
+        scored = own if chosen == "cap-p75" else example_policy()
+        runs = simulate([tmp_path / f"{run}.jsonl" for run in part], [scored], OUTCOMES, jobs=1).runs
+        saved.append(100 * (baseline - sum(r.units_spent for r in runs)) / baseline)
+    assert held["units_saved_pct"] == {"mean": round(sum(saved) / 3, 2), "min": round(min(saved), 2),
+                                       "max": round(max(saved), 2)}
+    everyone = percentile_75(list(spent.values()))
+    assert any(percentile_75([spent[run] for run in spent if run not in sorted(ids[k::3])]) != everyone
+               for k in range(3))
+
+
 @pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_the_readme_shows_the_real_output_of_its_choosing_a_policy_command():
     """The README's *Choosing a policy* block is what that command prints over the 100 real runs

@@ -12,6 +12,7 @@ constraint on the share of a label's runs stopped, that choice made again on
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import random
@@ -92,9 +93,9 @@ def percentile_75(values: Sequence[int]) -> int:
     return max(1, ordered[rank - 1])
 
 
-def cap_p75_policy(base: Policy, spends: Sequence[int]) -> Policy:
+def cap_p75_policy(base: Policy, spends: Sequence[int], name: str = CAP_P75) -> Policy:
     """``base`` with ``units_per_hypothesis`` set to the 75th percentile of ``spends``."""
-    return policy_from_mapping(CAP_P75, {**base.settings(), UNITS_KEY: percentile_75(spends)})
+    return policy_from_mapping(name, {**base.settings(), UNITS_KEY: percentile_75(spends)})
 
 
 @dataclass
@@ -119,10 +120,13 @@ class FrontierReport:
 class _Table:
     """Per policy and run: units spent and whether the run was stopped, with each run's outcome."""
 
-    def __init__(self, runs: Iterable[RunResult], names: Sequence[str]) -> None:
-        self.names = list(names)
-        self.units: dict[str, dict[str, int]] = {name: {} for name in names}
-        self.stopped: dict[str, dict[str, bool]] = {name: {} for name in names}
+    def __init__(self, runs: Iterable[RunResult], names: Sequence[str], fold_caps: Mapping[tuple[str, ...], str]
+                 | None = None) -> None:
+        self.names = list(names)  # the candidates; a fold's own cap-p75 is a column, not a candidate
+        self.fold_caps = dict(fold_caps or {})
+        columns = [*names, *self.fold_caps.values()]
+        self.units: dict[str, dict[str, int]] = {name: {} for name in columns}
+        self.stopped: dict[str, dict[str, bool]] = {name: {} for name in columns}
         self.outcome: dict[str, str] = {}
         for run in runs:
             if run.error is None:
@@ -130,6 +134,16 @@ class _Table:
                 self.stopped[run.policy][run.run] = run.steps_refused > 0
                 self.outcome[run.run] = run.outcome or NO_OUTCOME
         self.run_ids = sorted(self.outcome)
+
+    def for_fold(self, part: Sequence[str]) -> "_Table":
+        """This table as the fold that holds out ``part`` sees it: ``cap-p75`` with the cap computed
+        from the other folds' runs alone (:func:`fold_cap_policies`), when there is one."""
+        own = self.fold_caps.get(tuple(part))
+        if own is None:
+            return self
+        view = copy.copy(self)
+        view.units, view.stopped = {**self.units, CAP_P75: self.units[own]}, {**self.stopped, CAP_P75: self.stopped[own]}
+        return view
 
     def totals(self, name: str, ids: Sequence[str], label: str) -> tuple[int, int, int]:
         """``(units spent, runs of label stopped, runs of label)`` of policy ``name`` over ``ids``."""
@@ -226,24 +240,50 @@ def _spread(values: Sequence[float | None]) -> dict[str, float | None]:
     return {"mean": round(sum(known) / len(known), 2), "min": round(min(known), 2), "max": round(max(known), 2)}
 
 
+def fold_parts(run_ids: Sequence[str], folds: int, seed: int) -> list[list[str]]:
+    """``run_ids`` shuffled with ``seed`` and dealt into ``folds`` folds, each sorted."""
+    ids = list(run_ids)
+    random.Random(seed).shuffle(ids)
+    return [sorted(ids[k::folds]) for k in range(folds)]
+
+
+def fold_cap_policies(base: Policy, spends: Mapping[str, int], folds: int | None, seed: int
+                      ) -> dict[tuple[str, ...], Policy]:
+    """For each held-out fold (``folds`` as :func:`frontier` takes it; none when it is 0 or not
+    a count the runs allow), ``cap-p75`` with its cap computed from the ``no-stop`` spending
+    (``spends``: run id → units) of the other folds' runs only, keyed by the fold's run ids: the
+    baseline a fold chooses from must not have seen the runs it is scored on."""
+    ids = sorted(spends)
+    if folds is None:
+        folds = min(DEFAULT_FOLDS, len(ids)) if len(ids) >= 2 else 0
+    if type(folds) is not int or not 2 <= folds <= len(ids):
+        return {}
+    parts = fold_parts(ids, folds, seed)
+    caps = {}
+    for k, part in enumerate(parts):
+        held = set(part)
+        caps[tuple(part)] = cap_p75_policy(base, [spends[run] for run in ids if run not in held],
+                                           f"{CAP_P75} (fold {k + 1})")
+    return caps
+
+
 def held_out(table: _Table, constraint: Constraint, good: str, folds: int, seed: int) -> dict[str, Any]:
     """The choice made on all folds but one and scored on that one, for each of ``folds`` folds
     (runs shuffled with ``seed``); a fold whose training runs allow no choice scores as ``no-stop``.
     A fold with no good run (or no run of the constraint's label) gives no share of them stopped
     and is left out of that spread; ``folds_without_good_runs`` counts them."""
-    ids = list(table.run_ids)
-    random.Random(seed).shuffle(ids)
-    parts = [sorted(ids[k::folds]) for k in range(folds)]
+    parts = fold_parts(table.run_ids, folds, seed)
     saved, stopped, limited, chosen = [], [], [], []
     for k, part in enumerate(parts):
         train = [run for j, other in enumerate(parts) if j != k for run in other]
-        name = choose(table, train, constraint)
+        table_k = table.for_fold(part)
+        name = choose(table_k, train, constraint)
         chosen.append(name)
         scored = name if name is not None else NO_STOP  # no choice: the fold runs as no-stop
-        pair = _shares(table, scored, part, good)
+        pair = _shares(table_k, scored, part, good)
         saved.append(pair[0])
         stopped.append(pair[1])
-        limited.append(_stopped_pct(table, scored, part, constraint.label))
+        limited.append(_stopped_pct(table_k, scored, part, constraint.label))
     return {"folds": folds, "seed": seed, "chosen": chosen, "units_saved_pct": _spread(saved),
             "good_stopped_pct": _spread(stopped), "folds_without_good_runs": stopped.count(None),
             "constraint_stopped_pct": _spread(limited)}
@@ -384,11 +424,13 @@ def _confirmed(search: _Search, tables: Mapping[str, StepTable], names: set[str]
 
 
 def _to_confirm(rows: Mapping[str, dict[str, Any]], front: Sequence[str], choice: Mapping[str, Any],
-                good: str) -> set[str]:
-    """The policies replayed again in full: the choice, the choice of each held-out fold, and one
-    policy per point of the frontier (the first of those with the same units and good runs stopped,
-    fewest units first; ``no-stop`` was replayed in full already)."""
+                good: str, fold_caps: Mapping[tuple[str, ...], Policy]) -> set[str]:
+    """The policies replayed again in full: the choice, the choice of each held-out fold (a fold's
+    ``cap-p75`` is its own), and one policy per point of the frontier (the first of those with the
+    same units and good runs stopped, fewest units first; ``no-stop`` was replayed in full already)."""
     names = {choice["policy"], *(choice.get("held_out") or {}).get("chosen", [])}
+    if CAP_P75 in (choice.get("held_out") or {}).get("chosen", []):
+        names.update(policy.name for policy in fold_caps.values())
     points = set()
     for name in front:
         point = (rows[name]["units_spent"], rows[name]["by_outcome"].get(good, {}).get("runs_stopped"))
@@ -399,22 +441,23 @@ def _to_confirm(rows: Mapping[str, dict[str, Any]], front: Sequence[str], choice
 
 
 def _derive(policies: Sequence[Policy], runs: list[RunResult], outcomes: Mapping[str, str] | None, good: str,
-            constraint: Constraint | None, folds: int | None, seed: int,
-            samples: int) -> tuple[dict[str, dict[str, Any]], list[str], dict[str, Any]]:
+            constraint: Constraint | None, folds: int | None, seed: int, samples: int,
+            fold_caps: Mapping[tuple[str, ...], Policy]) -> tuple[dict[str, dict[str, Any]], list[str], dict[str, Any]]:
     """The rows, frontier and choice of ``runs`` (runs with an error are left out)."""
     failed: dict[str, dict[str, Any]] = {}  # run id → its first error
     for run in runs:
         if run.error is not None:
             failed.setdefault(run.run, run.error)
     runs = [run for run in runs if run.run not in failed]
-    rows = {row["name"]: row for row in summarize(policies, runs, outcomes)}
+    shown = {p.name for p in policies}  # not a fold's own cap-p75
+    rows = {row["name"]: row for row in summarize(policies, [r for r in runs if r.policy in shown], outcomes)}
     baseline = {run.run: run.units_spent for run in runs if run.policy == NO_STOP}
     per_policy: dict[str, list[RunResult]] = {}
     for run in runs:
         per_policy.setdefault(run.policy, []).append(run)
     for name, row in rows.items():
         _stopped_and_saved(row, per_policy.get(name, []), baseline)
-    table = _Table(runs, [p.name for p in policies])
+    table = _Table(runs, [p.name for p in policies], {part: p.name for part, p in fold_caps.items()})
     _check_labels(set(table.outcome.values()) - {NO_OUTCOME}, good, constraint, [failed[r] for r in sorted(failed)])
     if folds is None:  # the default: DEFAULT_FOLDS, or as many as there are runs when fewer
         folds = min(DEFAULT_FOLDS, len(table.run_ids)) if len(table.run_ids) >= 2 else 0
@@ -453,7 +496,7 @@ def frontier(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Poli
                           f"Constraint, got {type(constraint).__name__}")
     names = [p.name for p in policies]
     for name in names:
-        if name in BASELINES or names.count(name) > 1:
+        if name in BASELINES or name.startswith(f"{CAP_P75} (fold ") or names.count(name) > 1:
             raise LedgerError(E.INVALID_ARGUMENT, f"the policy name {name!r} is a baseline's or given twice; "
                               "name it apart")
     constraint = parse_max_stopped(constraint) if isinstance(constraint, str) else constraint
@@ -462,18 +505,21 @@ def frontier(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Poli
     options = dict(jobs=jobs, analysis=analysis, package=package, actor=actor)
     first = simulate(journals, [no_stop_policy(policies[0])], table, **options)
     search = _Search(journal_files(path_list(journals, "journals")), table, options, analysis.units_per_hypothesis)
-    spends = [run.units_spent for run in first.runs if run.error is None]
-    chosen = [no_stop_policy(policies[0]), cap_p75_policy(policies[0], spends), *policies]
+    spends = {run.run: run.units_spent for run in first.runs if run.error is None}
+    chosen = [no_stop_policy(policies[0]), cap_p75_policy(policies[0], list(spends.values())), *policies]
+    fold_caps = fold_cap_policies(policies[0], spends, folds, seed)
+    replayed = [*chosen[1:], *fold_caps.values()]  # each fold's own cap-p75 too, for the held-out folds
     tables = _tables(search, first)
-    runs = first.runs + _evaluated(search, tables, chosen[1:])
+    runs = first.runs + _evaluated(search, tables, replayed)
     merged = merge_outcomes(runs, table)
-    rows, front, choice = _derive(chosen, runs, merged, good, constraint, folds, seed, samples)
-    if not _confirmed(search, tables, _to_confirm(rows, front, choice, good), chosen[1:], runs):
-        runs = first.runs + simulate(search.files, chosen[1:], table, **options).runs
+    rows, front, choice = _derive(chosen, runs, merged, good, constraint, folds, seed, samples, fold_caps)
+    if not _confirmed(search, tables, _to_confirm(rows, front, choice, good, fold_caps), replayed, runs):
+        runs = first.runs + simulate(search.files, replayed, table, **options).runs
         merged = merge_outcomes(runs, table)
-        rows, front, choice = _derive(chosen, runs, merged, good, constraint, folds, seed, samples)
-    simulation = SimulationReport(list(rows.values()), runs, first.errors,
-                                  first.outcomes_without_journal, first.runs_without_outcome)
+        rows, front, choice = _derive(chosen, runs, merged, good, constraint, folds, seed, samples, fold_caps)
+    hidden = {policy.name for policy in fold_caps.values()}
+    simulation = SimulationReport(list(rows.values()), [run for run in runs if run.policy not in hidden],
+                                  first.errors, first.outcomes_without_journal, first.runs_without_outcome)
     by_name = {p.name: p for p in chosen}
     return FrontierReport(list(rows.values()), front, choice, simulation, chosen, by_name.get(choice["policy"] or ""))
 
