@@ -17,7 +17,7 @@ from hypothesis import given, settings, strategies as st
 
 from ledger import Case, LedgerError, export_case, import_tree, verify_case, BudgetConfig
 from ledger.ground.errors import (INTEGRITY_ERROR, INVALID_ARGUMENT, SOURCE_REF_INVALID, CONFIG_INVALID)
-from ledger.model.package import (EVENT_FILE_RE, EVIDENCE_EVENT_FILE_RE, event_path, evidence_path,
+from ledger.model.package import (EVENT_FILE_RE, content_path, EVIDENCE_EVENT_FILE_RE, event_path, evidence_path,
                                    printable_name)
 from conftest import make_package, run_cli
 CONTENT = "analysis/evidence/content"
@@ -168,6 +168,38 @@ def test_import_to_a_new_folder_says_how_many_events_past_the_manifest_head_it_l
     result = run_cli("import", str(tree), "--to", str(tmp_path / "copy-cli"))
     assert result.returncode == 0 and b"left out 2 event(s)" in result.stdout + result.stderr
     assert import_tree(exported, tmp_path / "whole").events_left_out == 0
+
+
+def test_an_export_killed_before_the_content_of_an_event_past_the_head_still_imports(exported, tmp_path):
+    """Export writes every new event file, then the new content files, then the manifest: killed
+    between the two, an event past the manifest's head lacks its content. Verify accepts that tree
+    and import into a new folder leaves those events out (with any content true to its name an
+    event past the head had), while a content file that does not hash to its name is still named."""
+    tree = tmp_path / "tree"
+    shutil.copytree(exported, tree)
+    with Case.open(tree) as case:
+        manifest = (tree / "manifest.json").read_bytes()
+        head = case.query("SELECT MAX(seq) AS n FROM events")[0]["n"]
+        budget = case.budget()
+        budget.reserve("H2", "q2", "source.find_text")
+        budget.record_result("H2", "q2", {"finding": "only past the head"})
+        budget.reserve("H1", "q3", "source.find_text")
+        budget.record_result("H1", "q3", {"finding": "also past the head"})
+        new = [content_path(row["sha256"]) for row in case.query(f"SELECT sha256 FROM contents WHERE seq > {head}")]
+        export_case(case)
+    (tree / "manifest.json").write_bytes(manifest)  # killed before the manifest was replaced
+    (tree / new[0]).unlink()  # ... and before the first new content was written
+    assert len(new) == 2 and (tree / new[1]).exists()
+    assert verdicts(tree, tmp_path) == (None, None)
+    report = import_tree(tree, tmp_path / "copy")
+    assert (report.head_seq, report.events_left_out) == (head, 4)
+    assert verify_case(tmp_path / "copy").head_seq == head
+    assert not (tmp_path / "copy" / new[1]).exists()
+    (tree / new[1]).write_bytes(b'{"finding":"edited"}')
+    with pytest.raises(LedgerError) as caught:
+        import_tree(tree, tmp_path / "again")
+    assert caught.value.code == INTEGRITY_ERROR and caught.value.details["path"] == new[1]
+    assert not (tmp_path / "again").exists()
 
 
 # --- item 9: file names ---------------------------------------------------------------------

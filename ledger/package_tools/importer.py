@@ -20,6 +20,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Iterator, Mapping
 
 from ..ground import errors as E
+from ..ground.canonical import sha256_hex
 from .atomic_files import discard, fsync_dir, remove_abandoned_builds
 from ..ground.arguments import check_callback
 from ..services.case import Case
@@ -28,8 +29,9 @@ from ..ground.errors import LedgerError
 from ..ground.errors import integrity_error as _bad
 from .export import export_case
 from .manifest import check_manifest, read_manifest
-from ..model.package import (ANALYSIS_DIR, EVENT_FILE_RE, EVIDENCE_EVENT_FILE_RE, LEDGER_FILE, check_export_tree, content_path, event_path, is_ledger_own,
-                      input_identity, printable_name, refuse_build_folder_name, refuse_output_in_package, walk_package)
+from ..model.package import (ANALYSIS_DIR, CONTENT_FILE_RE, EVENT_FILE_RE, EVIDENCE_EVENT_FILE_RE, LEDGER_FILE,
+                             check_export_tree, content_path, event_path, is_ledger_own, input_identity,
+                             printable_name, refuse_build_folder_name, refuse_output_in_package, walk_package)
 from ..ground.paths import fs_path, os_error, read_bytes
 from .replay import PackageSource, Replayer
 from ..storage.connection import Storage
@@ -188,6 +190,7 @@ def _rebuild(building: Path, build_dir: Path, files: dict[str, Path], manifest: 
             exported = {r for r in files if PurePosixPath(r).parts[0] == ANALYSIS_DIR}
             replayer = Replayer(PackageSource(build_dir, content_of, lambda: input_identity(build_dir, exported)), sink)
             past_head = _replay_tree(replayer, files, head_seq, accounted, progress)
+            past_head += _unreplayed_past_head(files, accounted, head_seq, bool(past_head))
             check_manifest(manifest, storage.conn, head_seq)
             check_export_tree(files, accounted)
             if in_place and past_head:
@@ -199,6 +202,26 @@ def _rebuild(building: Path, build_dir: Path, files: dict[str, Path], manifest: 
     finally:
         storage.close()
     return len(past_head)
+
+
+def _unreplayed_past_head(files: dict[str, Path], accounted: set[str], head_seq: int, replayed: bool) -> list[str]:
+    """The files an export killed before its manifest left past the head that the replay could not
+    take: the export writes every new event file, then the new content files, then the manifest,
+    so an event past the head may lack its content (and every later event is unreplayable too).
+    These are event files claiming a seq past the head and, when there is any event past the head,
+    content files true to their names (their bytes hash to it) that no event up to the head needs.
+    They are added to ``accounted`` (none is imported); the event files are returned. Any other
+    file is left for ``check_export_tree`` to name."""
+    events = [relative for relative in sorted(files) if relative not in accounted and EVENT_FILE_RE.fullmatch(relative)
+              and ((body := _claimed(files, relative)) is not None and body["seq"] > head_seq)]
+    accounted.update(events)
+    if events or replayed:
+        for relative in sorted(files):
+            if relative not in accounted and CONTENT_FILE_RE.fullmatch(relative):
+                name = PurePosixPath(relative).stem
+                if sha256_hex(read_bytes(files[relative], relative)) == name:
+                    accounted.add(relative)
+    return events
 
 
 def _check_content_files(files: dict[str, Path], contents: Mapping[str, bytes], seq: int) -> None:
