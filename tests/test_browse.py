@@ -353,6 +353,20 @@ def test_serve_refuses_a_folder_without_a_case_the_same_case_twice_a_busy_port_a
     assert refused.value.code == "INVALID_ARGUMENT"
 
 
+def test_a_case_whose_path_is_not_utf8_is_refused_before_serving(tmp_path):
+    """Datasette keeps each database's path as text: a path of bytes that are not UTF-8 would make
+    every page of every case fail, so it is refused, naming the path readably, and nothing is served."""
+    odd = make_package(tmp_path / os.fsdecode(b"case-\xff"))
+    Case.create(odd, case_id="ODD-1", at=T0).close()
+    with pytest.raises(LedgerError) as refused:
+        served_cases([odd])
+    assert refused.value.code == "INVALID_ARGUMENT" and "case-\\xff" in refused.value.message
+    assert "not UTF-8" in refused.value.message
+    result = run_cli("serve", os.fsencode(odd), "--port", "0")
+    assert result.returncode == 1 and b"Traceback" not in result.stderr
+    assert result.stderr.startswith(b"error: INVALID_ARGUMENT: ")
+
+
 def test_two_cases_with_the_same_case_id_get_distinct_database_names(demo, tmp_path):
     other, _, _ = run_demo(tmp_path / "again", echo=lambda text: None)
     assert [case.name for case in served_cases([demo, other])] == ["BUG-20", "BUG-20-2"]
@@ -423,7 +437,9 @@ def test_a_case_without_budget_events_is_served_and_its_picture_says_so(tmp_path
     Case.create(path, case_id="FRESH-1", at=T0).close()
     datasette = case_datasette([path], sql_threads=0)
     try:
-        assert "FRESH-1 (CREATED)" in get(datasette, "/FRESH-1").text
+        page = get(datasette, "/FRESH-1").text
+        assert "FRESH-1 (CREATED)" in page and "when this server started" in page
+        assert 'href="/FRESH-1/case_status"' in page
         picture = get(datasette, "/FRESH-1/remaining_units_history.svg?hypothesis_id=")
         assert picture.status_code == 200 and "no budget events yet" in picture.text
         assert get(datasette, "/FRESH-1/balances.json?_shape=array").json() == []

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import shutil
 import sqlite3
@@ -24,6 +25,7 @@ from ledger import Case, LedgerError, apply_journal, export_fleet, fleet_query, 
 from ledger.ground.errors import INVALID_ARGUMENT
 from ledger.package_tools.fleet import TABLES, column_type, partition_name
 from ledger_cli.main import main
+from conftest import make_package
 
 REPO = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("benchmark_fleet", REPO / "benchmarks" / "fleet.py")
@@ -220,6 +222,38 @@ def test_a_package_that_lost_its_ledger_is_reported_not_left_out(fleet, tmp_path
     [failed] = report["failed"]
     assert (failed["path"], failed["error"]["code"]) == (str(lost), "LEDGER_MISSING")
     assert "ledger import" in failed["error"]["message"]
+
+
+def test_a_case_folder_whose_name_is_not_utf8_is_exported_and_its_record_read_back(tmp_path):
+    """A folder name of bytes that are not UTF-8 (legal on POSIX) is a case like any other: its
+    record keeps the path, the next export finds the case unchanged, the other cases are exported."""
+    cases = tmp_path / "cases"
+    odd = cases / os.fsdecode(b"a\xff")
+    Case.create(make_package(odd), "ODD-1").close()
+    Case.create(make_package(cases / "zz"), "ZZ-1").close()
+    out = tmp_path / "out"
+    first = export_fleet([cases], out)
+    assert (first.exported, first.failed) == (2, [])
+    record = json.loads((out / "_fleet/cases/case_id=ODD-1.json").read_bytes())
+    assert record["path"] == str(odd)
+    assert export_fleet([cases], out).unchanged == 2
+
+
+def test_a_ledger_that_holds_no_case_fails_that_case_and_the_others_are_exported(tmp_path):
+    cases = tmp_path / "cases"
+    Case.create(make_package(cases / "good"), "GOOD-1").close()
+    empty = make_package(cases / "empty")
+    Case.create(empty, "EMPTY-1").close()  # the schema, then every row of its case gone
+    conn = sqlite3.connect(empty / "ledger.sqlite")
+    conn.executescript("".join(f"DROP TRIGGER {name};" for (name,) in conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'trigger'")) + "DELETE FROM case_identity;")
+    conn.close()
+    result = CliRunner().invoke(main, ["fleet", "export", str(cases), "--to", str(tmp_path / "out"), "--json"])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    report = json.loads(result.stdout)
+    [failed] = report["failed"]
+    assert (report["exported"], failed["path"], failed["error"]["code"]) == (1, str(empty), "LEDGER_MISSING")
+    assert "holds no case" in failed["error"]["message"]
 
 
 def test_a_query_of_an_export_holding_no_case_says_so(tmp_path):

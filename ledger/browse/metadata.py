@@ -22,7 +22,7 @@ from ..ground.resources import resource_dir
 from ..storage.sqlfiles import named_statements, shipped_schema
 from ..services.case import read_only_query
 from ..ground.errors import LedgerError
-from ..model.package import LEDGER_FILE
+from ..model.package import LEDGER_FILE, printable_name
 from ..ground.paths import fs_path
 
 #: The canned query drawn as the picture, and the suffix of its picture's address.
@@ -127,6 +127,11 @@ def served_cases(paths: Sequence[str | os.PathLike[str]]) -> list[ServedCase]:
         root = fs_path(path, "case path")
         _, rows = read_only_query(root, "SELECT case_id, state FROM case_status")
         ledger = Path(os.path.realpath(root / LEDGER_FILE))
+        try:
+            str(ledger).encode("utf-8")
+        except UnicodeEncodeError:  # Datasette keeps every database's path as text
+            raise LedgerError(E.INVALID_ARGUMENT, f"{printable_name(str(ledger))}: the path is not UTF-8 text, "
+                              "which the browser server cannot serve; rename the folder", path=str(path)) from None
         if ledger in seen:
             raise LedgerError(E.INVALID_ARGUMENT, f"{path}: the same case is given twice")
         seen.add(ledger)
@@ -150,7 +155,8 @@ def _case_page(case: ServedCase) -> str:
                     f"{html.escape(entry['description'])}</li>"
                     for view, entry in descriptions()["views"].items())
     return (f"<p>Case <strong>{html.escape(case.case_id)}</strong>, state <strong>{html.escape(case.state)}"
-            f"</strong>. Read the views first:</p><ul>{items}</ul>"
+            f'</strong> when this server started (<a href="/{case.name}/case_status">case_status</a> shows it '
+            f"now). Read the views first:</p><ul>{items}</ul>"
             f'<p><img src="{_chart_address(case.name)}" alt="remaining units of each hypothesis across the '
             f'history" width="720" height="320"></p>'
             "<p>The tables listed below are the raw history the views are derived from: append-only, "
@@ -183,7 +189,7 @@ def _queries(case: ServedCase) -> dict[str, dict[str, Any]]:
 
 
 def browse_metadata(cases: Iterable[ServedCase], with_queries: bool = True) -> dict[str, Any]:
-    """Datasette metadata for ``cases``: a title per case (case id and state), descriptions of
+    """Datasette metadata for ``cases``: a title per case (case id and state when served), descriptions of
     every view, column and table, and (``with_queries``) the canned queries under each database's
     ``queries`` key, as ``datasette --metadata`` takes them."""
     cases = list(cases)

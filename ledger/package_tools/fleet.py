@@ -275,8 +275,11 @@ def _with_head(case: Path, out: Path, step: Callable[..., None]) -> dict[str, An
         try:
             with translate_sqlite_errors():
                 conn.execute("BEGIN")  # one snapshot for the head and every table
-                head = dict(zip(("case_id", "package_id", "head_seq", "head_sha256"),
-                                conn.execute(statement("fleet_head")).fetchone()))
+                row = conn.execute(statement("fleet_head")).fetchone()
+            if row is None:
+                raise LedgerError(E.LEDGER_MISSING, f"{case / LEDGER_FILE} holds no case (an interrupted init?)",
+                                  path=str(case))
+            head = dict(zip(("case_id", "package_id", "head_seq", "head_sha256"), row))
             entry.update(head)
             step(conn, case, out, head, entry)
         finally:
@@ -337,7 +340,8 @@ def _export_snapshot(conn: Any, case: Path, out: Path, head: dict[str, Any], ent
             shutil.rmtree(build, ignore_errors=True)
         record = {"format": FORMAT, "case_id": head["case_id"], "package_id": head["package_id"],
                   "head_seq": head["head_seq"], "head_sha256": head["head_sha256"], "path": str(case)}
-        write_atomic(record_path, json.dumps(record, ensure_ascii=False).encode() + b"\n")
+        # ASCII JSON: a path that is not UTF-8 (a surrogate escape) is written as \udcXX and read back the same
+        write_atomic(record_path, json.dumps(record).encode("ascii") + b"\n")
         fsync_dir(record_path.parent)
         entry["status"] = "exported"
 
