@@ -71,7 +71,9 @@ def _emit_tables(report: SimulationReport) -> None:
 
 
 def _write_per_run(report: SimulationReport, path: str) -> None:
-    write_output_file(path, "".join(dumps(run.to_dict()) + "\n" for run in report.runs).encode("utf-8"), "--per-run")
+    # a journal path that is not UTF-8 (a surrogate escape) becomes the JSON escape \udcXX, read back the same
+    text = "".join(dumps(run.to_dict()) + "\n" for run in report.runs)
+    write_output_file(path, text.encode("utf-8", "backslashreplace"), "--per-run")
 
 
 def _report_mismatches(report: SimulationReport) -> None:

@@ -395,6 +395,17 @@ def test_a_run_with_an_error_keeps_the_outcome_its_journal_records(tmp_path):
     assert "counted as '(no outcome)'" not in done.stderr
 
 
+def test_per_run_names_a_journal_whose_path_is_not_utf8_and_reads_back_to_it(tmp_path):
+    folder = tmp_path / os.fsdecode(b"runs-\xff")
+    folder.mkdir()
+    (folder / "r.jsonl").write_text("{not json\n")
+    per_run = tmp_path / "per-run.jsonl"
+    done = CliRunner().invoke(main, ["simulate", str(folder), "--per-run", str(per_run), "--jobs", "1"])
+    assert done.exit_code == 1 and "INVALID_JSON" in done.stderr
+    [line] = per_run.read_text(encoding="utf-8").splitlines()
+    assert json.loads(line)["error"]["file"] == str(folder / "r.jsonl")
+
+
 def test_cli_plot_without_matplotlib_is_a_clear_error(tmp_path, monkeypatch):
     import ledger.simulation.plot as plot_module
 
