@@ -96,7 +96,12 @@ def warn(text: str) -> None:
 
 
 def _plain(value: Any) -> Any:
-    """SQL values JSON cannot carry: blobs as ``{"$base64": …}``, non-finite floats as strings."""
+    """SQL values JSON cannot carry: blobs as ``{"$base64": …}``, non-finite floats as strings, also
+    inside lists and structs (DuckDB's nested values)."""
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    if isinstance(value, dict):
+        return {str(key): _plain(item) for key, item in value.items()}
     if isinstance(value, bytes):
         return {"$base64": base64.b64encode(value).decode("ascii")}
     if isinstance(value, float) and not math.isfinite(value):
@@ -150,7 +155,14 @@ FORMATS = ("table", "json", "nl", "csv", "tsv")
 
 
 def _cell(value: Any) -> Any:
-    return "" if value is None else value.hex() if isinstance(value, bytes) else value
+    """A value in a CSV or table cell: a blob as hex, a list or struct as its JSON text."""
+    if value is None:
+        return ""
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, (list, tuple, dict)):
+        return dumps(_plain(value))
+    return value
 
 
 def emit_rows(rows: Iterable[Mapping[str, Any]], columns: Sequence[str] | None, fmt: str) -> None:
@@ -181,7 +193,7 @@ def emit_rows(rows: Iterable[Mapping[str, Any]], columns: Sequence[str] | None, 
         echo(buffer.getvalue(), nl=False)
     else:
         # a cell or name never carries a control character (a terminal escape, a newline) raw
-        table = [["" if row[n] is None else one_line(row[n]) if isinstance(row[n], str) else row[n] for n in names]
+        table = [[one_line(cell) if isinstance(cell, str) else cell for cell in (_cell(row[n]) for n in names)]
                  for row in stream]
         if not table:
             echo("(no rows)")

@@ -23,7 +23,8 @@ if _TYPE_CHECKING:  # the same names, for type checkers and readers
     from .model.operations import OPERATIONS, Operation
     from .package_tools.demo import run_demo
     from .package_tools.export import ExportReport, export_case
-    from .package_tools.fleet import FleetReport, export_fleet, fleet_query
+    from .package_tools.fleet import FleetReport, export_fleet
+    from .package_tools.fleet_query import fleet_query
     from .package_tools.importer import import_tree
     from .package_tools.many import ManyReport, case_folders, export_many, verify_many
     from .package_tools.journal import JournalSummary, LineResult, apply_journal
@@ -57,7 +58,7 @@ _EXPORTS: dict[str, str] = {
     "export_case": ".package_tools.export",
     "FleetReport": ".package_tools.fleet",
     "export_fleet": ".package_tools.fleet",
-    "fleet_query": ".package_tools.fleet",
+    "fleet_query": ".package_tools.fleet_query",
     "import_tree": ".package_tools.importer",
     "ManyReport": ".package_tools.many",
     "case_folders": ".package_tools.many",

@@ -527,16 +527,41 @@ def test_a_damaged_or_stray_file_in_an_export_is_said_plainly(fleet, tmp_path):
     (copy / "actions" / "junk").mkdir()
     (copy / "actions" / "junk" / "data.parquet").write_bytes(b"not a case's folder: not read")
     assert fleet_query(copy, "SELECT count(DISTINCT case_id) FROM actions")[1][0][0] <= len(ids)
-    first = next(p for p in sorted((copy / "actions").iterdir()) if p.name.startswith("case_id="))
-    (first / "data.parquet").write_bytes(b"garbage")
+    partitions = [p for p in sorted((copy / "actions").iterdir()) if p.name.startswith("case_id=")]
+    (partitions[-1] / "data.parquet").write_bytes(b"garbage")  # a file DuckDB reads only when queried
     with pytest.raises(LedgerError) as caught:
-        fleet_query(copy, "SELECT count(*) FROM events")
+        fleet_query(copy, "SELECT count(*) FROM actions")
     assert caught.value.code == "INTEGRITY_ERROR" and caught.value.message.startswith(
         f"{copy / 'actions'}: a file of the export cannot be read (")
+    (partitions[0] / "data.parquet").write_bytes(b"garbage")  # the file DuckDB reads to make the view
+    for query in ("SELECT count(*) FROM actions", "SELECT a.case_id FROM events AS e JOIN actions AS a USING (case_id)"):
+        with pytest.raises(LedgerError) as caught:
+            fleet_query(copy, query)
+        assert caught.value.code == "INTEGRITY_ERROR" and caught.value.message.startswith(
+            f"{copy / 'actions'}: a file of the export cannot be read (")
+    assert fleet_query(copy, "SELECT count(DISTINCT case_id) FROM events")[1] == [(len(ids),)]  # the others read
     (copy / "_fleet" / "format.json").write_text("[]")
     with pytest.raises(LedgerError) as caught:
         fleet_query(copy, "SELECT 1")
     assert caught.value.message == f"{copy} holds a fleet export in format [], not fleet-export-v1"
+
+
+def test_lists_structs_and_maps_come_back_with_their_values_converted(fleet):
+    _, out, _ = fleet
+    query = ("SELECT list(DISTINCT CAST(reserved_at AS DATE)) AS d, [1.5::DECIMAL(4, 2)] AS n, "
+             "{'b': 'ab'::BLOB, 't': TIMESTAMPTZ '2026-12-03 10:00:00+00', 'i': INTERVAL 3 DAY} AS s, "
+             "[uuid()] IS NOT NULL AS u, [NULL::UUID, '4f1c2b8e-0000-4000-8000-000000000000'::UUID] AS ids, "
+             "MAP {'k': 1} AS m FROM actions WHERE case_id = 'FLEET-00001'")
+    names, [row] = fleet_query(out, query)
+    values = dict(zip(names, row))
+    assert values["d"] and all(re.fullmatch(r"\d{4}-\d\d-\d\d", day) for day in values["d"])
+    assert values["n"] == ["1.50"] and values["u"] is True and values["m"] == {"k": 1}
+    assert values["ids"] == [None, "4f1c2b8e-0000-4000-8000-000000000000"]
+    assert values["s"] == {"b": b"ab", "t": "2026-12-03T10:00:00", "i": "3 days, 0:00:00"}
+    for fmt, expected in (("--json", '"s":{"b":{"$base64":"YWI="},"t":"2026-12-03T10:00:00"'),
+                          ("--csv", '"{""b"":{""$base64"":""YWI=""}'), ("--table", '{"b":{"$base64":"YWI="}')):
+        result = CliRunner().invoke(main, ["fleet", "sql", str(out), query, fmt])
+        assert result.exit_code == 0 and expected in result.stdout, (fmt, result.output)
 
 
 @pytest.mark.parametrize("name", ["o[2]", "o*", "o{a,b}", "o?"])

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import datetime
-import decimal
 import errno
 import fcntl
 import importlib
@@ -24,7 +22,6 @@ import os
 import re
 import shutil
 import stat
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -33,7 +30,6 @@ from ..ground import errors as E
 from .atomic_files import fsync_dir, remove_abandoned_builds, write_atomic
 from ..storage.sqlfiles import queries, statement
 from ..ground.arguments import check_callback
-from ..ground.canonical import check_int
 from ..services.case import missing_ledger
 from ..ground.errors import LedgerError
 from ..model.package import LEDGER_FILE, is_build_folder, is_case_package, refuse_output_in_package
@@ -87,7 +83,7 @@ def partition_name(case_id: str) -> str:
     return "case_id=" + case_id.replace("%", "%25").replace(":", "%3A")
 
 
-def _duckdb() -> Any:
+def duckdb_module() -> Any:
     try:
         return importlib.import_module("duckdb")
     except ImportError:
@@ -95,12 +91,12 @@ def _duckdb() -> Any:
                           "the fleet commands need DuckDB: pip install '.[fleet]' (in a clone of the repository)") from None
 
 
-def _literal(text: str) -> str:
+def sql_literal(text: str) -> str:
     """``text`` as a DuckDB string literal."""
     return "'" + text.replace("'", "''") + "'"
 
 
-def _identifier(name: str) -> str:
+def sql_identifier(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
@@ -110,7 +106,7 @@ def _identifier(name: str) -> str:
 _GLOB = re.compile(r"[*?\[\]{}]")
 
 
-def _meta(out: Path) -> Path:
+def meta_dir(out: Path) -> Path:
     return out / META_DIR
 
 
@@ -123,7 +119,7 @@ def check_out(out: Path, *, create: bool) -> Path:
                           "tables are read with a file pattern under it); choose another folder")
     if create:
         refuse_output_in_package(out, "the fleet folder (--to, out= in Python)")
-    marker = _meta(out) / "format.json"
+    marker = meta_dir(out) / "format.json"
     try:
         if marker.is_file():
             recorded = json.loads(marker.read_text(encoding="utf-8"))
@@ -137,8 +133,8 @@ def check_out(out: Path, *, create: bool) -> Path:
                 "; run 'ledger fleet export' into an empty folder first"))
         if not create:
             raise LedgerError(E.INVALID_ARGUMENT, f"{out} holds no fleet export; run 'ledger fleet export'")
-        (_meta(out) / "cases").mkdir(parents=True, exist_ok=True)
-        (_meta(out) / "tmp").mkdir(exist_ok=True)
+        (meta_dir(out) / "cases").mkdir(parents=True, exist_ok=True)
+        (meta_dir(out) / "tmp").mkdir(exist_ok=True)
         write_atomic(marker, json.dumps({"format": FORMAT, "tables": list(TABLES)}).encode() + b"\n")
         fsync_dir(marker.parent)
     except OSError as exc:
@@ -149,7 +145,7 @@ def check_out(out: Path, *, create: bool) -> Path:
 
 
 @contextlib.contextmanager
-def _locked(path: Path, mode: int) -> Iterator[None]:
+def locked_file(path: Path, mode: int) -> Iterator[None]:
     """Hold ``flock(mode)`` on ``path``, a regular file of the export (made if missing and writable). A
     shared lock on a read-only copy of an export that cannot hold one is not taken (nobody writes it,
     so nothing to wait for); a lock file that is a link or no regular file is ``INVALID_ARGUMENT``:
@@ -215,7 +211,7 @@ def _connection() -> Any:
     """This process's DuckDB connection: one thread (``jobs`` sets the parallelism), UTC."""
     global _CONNECTION
     if _CONNECTION is None:
-        _CONNECTION = _duckdb().connect()
+        _CONNECTION = duckdb_module().connect()
         _CONNECTION.execute("SET threads = 1")
         _CONNECTION.execute("SET TimeZone = 'UTC'")
         _CONNECTION.execute("SET preserve_insertion_order = true")
@@ -235,15 +231,15 @@ def _write_table(cursor: Any, out_file: Path) -> None:
                 lines.write(json.dumps(dict(zip(names, row)), ensure_ascii=False) + "\n")
     # case_id is the partition key (the folder name): a copy inside the file would clash in Spark
     types = {n: column_type(n) for n in names if n != "case_id"}
-    read_as = "{" + ", ".join(f"{_literal(n)}: {_literal('VARCHAR' if t == 'TIMESTAMPTZ' else t)}"
+    read_as = "{" + ", ".join(f"{sql_literal(n)}: {sql_literal('VARCHAR' if t == 'TIMESTAMPTZ' else t)}"
                               for n, t in types.items()) + "}"
-    columns = ", ".join(f"CAST(NULLIF({_identifier(n)}, '') AS TIMESTAMPTZ) AS {_identifier(n)}"
-                        if t == "TIMESTAMPTZ" else _identifier(n) for n, t in types.items())
-    duckdb = _duckdb()
+    columns = ", ".join(f"CAST(NULLIF({sql_identifier(n)}, '') AS TIMESTAMPTZ) AS {sql_identifier(n)}"
+                        if t == "TIMESTAMPTZ" else sql_identifier(n) for n, t in types.items())
+    duckdb = duckdb_module()
     try:
         # filled here, not by statement(), whose cache would keep every case's paths
         _connection().execute(queries()["fleet_copy_parquet"].format(
-            columns=columns, source=_literal(str(source)), types=read_as, target=_literal(str(out_file))))
+            columns=columns, source=sql_literal(str(source)), types=read_as, target=sql_literal(str(out_file))))
     except duckdb.IOException as exc:
         raise LedgerError(E.STORAGE_ERROR, f"cannot write {out_file}: {exc}") from None
     except duckdb.Error as exc:  # a value its column's type cannot hold
@@ -296,7 +292,7 @@ def _with_head(case: Path, out: Path, step: Callable[..., None]) -> dict[str, An
 
 def _head_step(conn: Any, case: Path, out: Path, head: dict[str, Any], entry: dict[str, Any]) -> None:
     """``status`` unchanged when ``out`` holds this head of the case, else None (to be exported)."""
-    record = _recorded(_meta(out) / "cases" / f"{partition_name(head['case_id'])}.json")
+    record = _recorded(meta_dir(out) / "cases" / f"{partition_name(head['case_id'])}.json")
     unchanged = record is not None and (record.get("package_id"), record.get("head_sha256")) == (
         head["package_id"], head["head_sha256"])
     entry["status"] = "unchanged" if unchanged else None
@@ -306,8 +302,8 @@ def _export_snapshot(conn: Any, case: Path, out: Path, head: dict[str, Any], ent
     """Verify the case and write its tables (``status`` exported), unless ``out`` already holds
     this head (unchanged)."""
     name = partition_name(head["case_id"])
-    record_path = _meta(out) / "cases" / f"{name}.json"
-    with _locked(_meta(out) / "cases" / f"{name}.lock", fcntl.LOCK_EX):
+    record_path = meta_dir(out) / "cases" / f"{name}.json"
+    with locked_file(meta_dir(out) / "cases" / f"{name}.lock", fcntl.LOCK_EX):
         record = _recorded(record_path)
         if record and record.get("package_id") != head["package_id"]:
             raise LedgerError(E.INVALID_ARGUMENT, (
@@ -327,7 +323,7 @@ def _export_snapshot(conn: Any, case: Path, out: Path, head: dict[str, Any], ent
         if verified.head_seq < head["head_seq"]:  # the ledger only grows, so this cannot happen
             raise LedgerError(E.INTEGRITY_ERROR, f"{case}: verify ended at seq {verified.head_seq}, "
                                                  f"before the exported head {head['head_seq']}")
-        build = _meta(out) / "tmp" / f".build-{name}.{os.getpid()}"
+        build = meta_dir(out) / "tmp" / f".build-{name}.{os.getpid()}"
         shutil.rmtree(build, ignore_errors=True)
         build.mkdir(parents=True)
         try:
@@ -354,7 +350,7 @@ def _publish(build: Path, out: Path, name: str) -> None:
         target.mkdir(parents=True, exist_ok=True)
         _refuse_link(out, target.parent, target)
         refuse_output_in_package(target, "the fleet folder (--to, out= in Python)")  # a case package someone put in the export's place
-    with _locked(_meta(out) / "lock", fcntl.LOCK_EX):
+    with locked_file(meta_dir(out) / "lock", fcntl.LOCK_EX):
         for table, target in zip(TABLES, targets):
             os.replace(build / f"{table}.parquet", target / DATA_FILE)
     for target in targets:
@@ -374,7 +370,7 @@ def _refuse_link(out: Path, *folders: Path) -> None:
 def _refuse_links_inside(out: Path) -> None:
     """:func:`_refuse_link` for every folder of the export ``out`` that it writes in: ``_fleet`` and its
     ``cases`` and ``tmp``, each table's folder and each case's partition folder in it."""
-    _refuse_link(out, _meta(out), _meta(out) / "cases", _meta(out) / "tmp")
+    _refuse_link(out, meta_dir(out), meta_dir(out) / "cases", meta_dir(out) / "tmp")
     for table in TABLES:
         _refuse_link(out, out / table)
         if (out / table).is_dir():
@@ -433,11 +429,11 @@ def export_fleet(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike
     """
     jobs = job_count(jobs)
     check_callback(progress, "progress")
-    _duckdb()
+    duckdb_module()
     cases = find_cases(paths)
     target = check_out(fs_path(out, "the fleet folder (--to, out= in Python)"), create=True).absolute()
     _refuse_links_inside(target)
-    remove_abandoned_builds(_meta(target) / "tmp", ".build-")
+    remove_abandoned_builds(meta_dir(target) / "tmp", ".build-")
     report = FleetReport(str(out))
     with contextlib.ExitStack() as stack:
         if jobs == 1 or len(cases) <= 1:
@@ -475,124 +471,3 @@ def _collect(results: Iterable[dict[str, Any]], report: FleetReport, progress: P
         report.add(entry)
         if progress is not None:
             progress(1)
-
-
-# -- querying a fleet -------------------------------------------------------------------
-
-def _plain(value: Any) -> Any:
-    """A DuckDB value as the other commands print values: times as RFC 3339 text, exact decimals
-    as text."""
-    if isinstance(value, datetime.datetime):
-        if value.tzinfo is not None:
-            value = value.astimezone(datetime.timezone.utc).replace(tzinfo=None)
-            return value.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        return value.isoformat()
-    if isinstance(value, (datetime.date, datetime.time)):
-        return value.isoformat()
-    if isinstance(value, (decimal.Decimal, datetime.timedelta)):
-        return str(value)
-    return value
-
-
-def _fleet_connection(out: Path) -> Any:
-    """A DuckDB connection with a view per exported table that can read nothing but ``out``."""
-    duckdb = _duckdb()
-    con = duckdb.connect()
-    con.execute("SET TimeZone = 'UTC'")
-    # DuckDB adds its temp folder (./.tmp by default) to the readable ones: keep it inside the export
-    con.execute(f"SET temp_directory = {_literal(str(_meta(out) / 'tmp'))}")
-    for table in TABLES:
-        if (out / table).is_dir() and any((out / table).iterdir()):  # no view of a table no case is in yet
-            files = _literal(str(out / table / "case_id=*" / DATA_FILE))
-            try:
-                con.execute(queries()["fleet_table_view"].format(table=table, files=files))
-            except duckdb.Error as exc:
-                con.close()
-                raise LedgerError(E.INTEGRITY_ERROR, f"{out / table}: a file of the export cannot be read ("
-                                  f"{str(exc).splitlines()[0][:300]}); export the fleet again into a new "
-                                  "folder") from None
-    con.execute(f"SET allowed_directories = [{_literal(str(out) + os.sep)}]")
-    con.execute("SET enable_external_access = false")
-    con.execute("SET lock_configuration = true")
-    return con
-
-
-def _one_select(con: Any, query: str) -> None:
-    duckdb = _duckdb()
-    try:
-        statements = con.extract_statements(query)
-    except duckdb.Error as exc:
-        raise LedgerError(E.INVALID_ARGUMENT, f"query refused: {exc}") from None
-    if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
-        raise LedgerError(E.INVALID_ARGUMENT, "only one SELECT statement is allowed (the export is read-only)")
-
-
-@contextlib.contextmanager
-def fleet_rows(out: str | os.PathLike[str], query: str, *,
-               timeout_ms: int = 30_000) -> Iterator[tuple[list[str], Iterator[tuple]]]:
-    """Run one DuckDB ``SELECT`` over the fleet export ``out``: ``with fleet_rows(out, q) as (names, rows)``.
-
-    Each exported table is a view across all cases with ``case_id`` first. Anything but one
-    ``SELECT``, a failing query or one still running after ``timeout_ms`` is ``INVALID_ARGUMENT``;
-    the query can read no file outside ``out``. Times come back as RFC 3339 UTC text.
-    """
-    check_int(timeout_ms, "timeout_ms", minimum=1, maximum=86_400_000)
-    if not isinstance(query, str):
-        raise LedgerError(E.INVALID_ARGUMENT, f"query must be a str, got {type(query).__name__}")
-    root = check_out(fs_path(out, "export folder"), create=False).absolute()
-    duckdb = _duckdb()
-    with _locked(_meta(root) / "lock", fcntl.LOCK_SH):
-        con = _fleet_connection(root)
-        timer = threading.Timer(timeout_ms / 1000, con.interrupt)
-        timer.start()
-        try:
-            _one_select(con, query)
-            try:
-                relation = con.sql(query)
-                zoned = [n for n, t in zip(relation.columns, relation.types) if str(t) == "TIMESTAMP WITH TIME ZONE"]
-                if zoned:  # as text here: DuckDB's own conversion needs pytz
-                    relation = relation.query("q", "SELECT * REPLACE (" + ", ".join(
-                        f"strftime({_identifier(n)}, '%Y-%m-%dT%H:%M:%S.%fZ') AS {_identifier(n)}"
-                        for n in dict.fromkeys(zoned)) + ") FROM q")
-                names = list(relation.columns)
-            except duckdb.Error as exc:
-                raise _query_error(exc, timeout_ms, holds_cases=_holds_cases(root)) from None
-            yield names, _fetch(relation, timeout_ms)
-        finally:
-            timer.cancel()
-            con.close()
-
-
-def _holds_cases(out: Path) -> bool:
-    """True when some table of the export ``out`` holds a case's partition."""
-    return any((out / table).is_dir() and any((out / table).iterdir()) for table in TABLES)
-
-
-def _query_error(exc: Exception, timeout_ms: int, holds_cases: bool = True) -> LedgerError:
-    if "INTERRUPT" in str(exc).upper():
-        return LedgerError(E.INVALID_ARGUMENT, f"query stopped after {timeout_ms} ms")
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip(" ^")]  # no caret under the query
-    if isinstance(exc, _duckdb().CatalogException):  # an unknown table: DuckDB may suggest one of its own
-        lines = [lines[0], f"(the fleet's tables: {', '.join(TABLES)}" + (
-            ")" if holds_cases else "; this export holds no case yet, so none is there: every case given to "
-            "'ledger fleet export' failed or none was given)")]
-    return LedgerError(E.INVALID_ARGUMENT, f"query refused: {' '.join(lines)}")  # one line, not escaped ones
-
-
-def _fetch(relation: Any, timeout_ms: int) -> Iterator[tuple]:
-    duckdb = _duckdb()
-    while True:
-        try:
-            chunk = relation.fetchmany(512)
-        except duckdb.Error as exc:
-            raise _query_error(exc, timeout_ms) from None
-        if not chunk:
-            return
-        for row in chunk:
-            yield tuple(_plain(v) for v in row)
-
-
-def fleet_query(out: str | os.PathLike[str], query: str, *, timeout_ms: int = 30_000) -> tuple[list[str], list[tuple]]:
-    """:func:`fleet_rows` with every row read: ``(column names, rows)``."""
-    with fleet_rows(out, query, timeout_ms=timeout_ms) as (names, rows):
-        return names, list(rows)

@@ -1,0 +1,183 @@
+"""Querying a fleet export with DuckDB (docs/fleet.md): one read-only ``SELECT`` over every
+exported table, seen as a view across all cases, that can read nothing outside the export;
+values as the other commands print them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import decimal
+import fcntl
+import os
+import threading
+import uuid
+from pathlib import Path
+from typing import Any, Iterator
+
+from ..ground import errors as E
+from ..ground.canonical import check_int
+from ..ground.errors import LedgerError
+from ..ground.paths import fs_path
+from ..storage.sqlfiles import queries
+from .fleet import DATA_FILE, TABLES, check_out, duckdb_module, locked_file, meta_dir, sql_identifier, sql_literal
+
+def _plain(value: Any) -> Any:
+    """A DuckDB value as the other commands print values: times as RFC 3339 text, exact decimals,
+    intervals and UUIDs as text; lists and structs (maps: lists of key/value pairs) with their
+    values converted the same way."""
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    if isinstance(value, dict):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, datetime.datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(datetime.timezone.utc).replace(tzinfo=None)
+            return value.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        return value.isoformat()
+    if isinstance(value, (datetime.date, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, (decimal.Decimal, datetime.timedelta)):
+        return str(value)
+    return value
+
+
+def _damaged(out: Path, exc: Exception, where: Path) -> LedgerError:
+    """``INTEGRITY_ERROR``: a file of the export at or under ``where`` DuckDB cannot read."""
+    return LedgerError(E.INTEGRITY_ERROR, f"{where}: a file of the export cannot be read ("
+                       f"{str(exc).splitlines()[0][:300]}); export the fleet again into a new folder", path=str(where))
+
+
+def _fleet_connection(out: Path) -> tuple[Any, dict[str, LedgerError]]:
+    """A DuckDB connection with a view per exported table that can read nothing but ``out``, and
+    the refusal of each table whose view DuckDB could not make (a damaged file: no view)."""
+    duckdb = duckdb_module()
+    con = duckdb.connect()
+    broken: dict[str, LedgerError] = {}
+    con.execute("SET TimeZone = 'UTC'")
+    # DuckDB adds its temp folder (./.tmp by default) to the readable ones: keep it inside the export
+    con.execute(f"SET temp_directory = {sql_literal(str(meta_dir(out) / 'tmp'))}")
+    for table in TABLES:
+        if (out / table).is_dir() and any((out / table).iterdir()):  # no view of a table no case is in yet
+            files = sql_literal(str(out / table / "case_id=*" / DATA_FILE))
+            try:
+                con.execute(queries()["fleet_table_view"].format(table=table, files=files))
+            except duckdb.Error as exc:
+                broken[table] = _damaged(out, exc, out / table)
+    con.execute(f"SET allowed_directories = [{sql_literal(str(out) + os.sep)}]")
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
+    return con, broken
+
+
+def _one_select(con: Any, query: str) -> None:
+    duckdb = duckdb_module()
+    try:
+        statements = con.extract_statements(query)
+    except duckdb.Error as exc:
+        raise LedgerError(E.INVALID_ARGUMENT, f"query refused: {exc}") from None
+    if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
+        raise LedgerError(E.INVALID_ARGUMENT, "only one SELECT statement is allowed (the export is read-only)")
+
+
+@contextlib.contextmanager
+def fleet_rows(out: str | os.PathLike[str], query: str, *,
+               timeout_ms: int = 30_000) -> Iterator[tuple[list[str], Iterator[tuple]]]:
+    """Run one DuckDB ``SELECT`` over the fleet export ``out``: ``with fleet_rows(out, q) as (names, rows)``.
+
+    Each exported table is a view across all cases with ``case_id`` first. Anything but one
+    ``SELECT``, a failing query or one still running after ``timeout_ms`` is ``INVALID_ARGUMENT``;
+    the query can read no file outside ``out``. Times come back as RFC 3339 UTC text.
+    """
+    check_int(timeout_ms, "timeout_ms", minimum=1, maximum=86_400_000)
+    if not isinstance(query, str):
+        raise LedgerError(E.INVALID_ARGUMENT, f"query must be a str, got {type(query).__name__}")
+    root = check_out(fs_path(out, "export folder"), create=False).absolute()
+    duckdb = duckdb_module()
+    with locked_file(meta_dir(root) / "lock", fcntl.LOCK_SH):
+        con, broken = _fleet_connection(root)
+        timer = threading.Timer(timeout_ms / 1000, con.interrupt)
+        timer.start()
+        try:
+            _one_select(con, query)
+            try:
+                relation = con.sql(query)
+                relation = _without_zoned_times(relation)
+                names = list(relation.columns)
+            except duckdb.Error as exc:
+                raise _unreadable(root, exc, broken) or _query_error(exc, timeout_ms, _holds_cases(root)) from None
+            yield names, _fetch(relation, timeout_ms, root)
+        finally:
+            timer.cancel()
+            con.close()
+
+
+#: DuckDB's name of a time with a zone, which its Python conversion turns into values only with pytz.
+ZONED = "TIMESTAMP WITH TIME ZONE"
+
+
+def _without_zoned_times(relation: Any) -> Any:
+    """``relation`` with each column holding times with a zone (the session's zone is UTC) made
+    convertible without pytz: such a column as RFC 3339 UTC text; a list or struct of them with
+    the times as UTC times without a zone."""
+    replaced = {}
+    for name, kind in zip(relation.columns, relation.types):
+        kind = str(kind)
+        if kind == ZONED:
+            replaced[name] = f"strftime({sql_identifier(name)}, '%Y-%m-%dT%H:%M:%S.%fZ')"
+        elif ZONED in kind:
+            replaced[name] = f"CAST({sql_identifier(name)} AS {kind.replace(ZONED, 'TIMESTAMP')})"
+    if not replaced:
+        return relation
+    return relation.query("q", "SELECT * REPLACE (" + ", ".join(
+        f"{expression} AS {sql_identifier(name)}" for name, expression in replaced.items()) + ") FROM q")
+
+
+def _holds_cases(out: Path) -> bool:
+    """True when some table of the export ``out`` holds a case's partition."""
+    return any((out / table).is_dir() and any((out / table).iterdir()) for table in TABLES)
+
+
+def _unreadable(out: Path, exc: Exception, broken: dict[str, LedgerError]) -> LedgerError | None:
+    """The ``INTEGRITY_ERROR`` behind a failing query, if a damaged file of the export is: a table
+    whose view could not be made (the query names it), or a file DuckDB could not read."""
+    text = str(exc)
+    if isinstance(exc, duckdb_module().CatalogException):
+        for table, refusal in broken.items():
+            if f"name {table} does not exist" in text:
+                return refusal
+    if isinstance(exc, duckdb_module().InvalidInputException) and str(out) in text and DATA_FILE in text:
+        return _damaged(out, exc, next((out / t for t in TABLES if f"{out / t}{os.sep}" in text), out))
+    return None
+
+
+def _query_error(exc: Exception, timeout_ms: int, holds_cases: bool = True) -> LedgerError:
+    if "INTERRUPT" in str(exc).upper():
+        return LedgerError(E.INVALID_ARGUMENT, f"query stopped after {timeout_ms} ms")
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip(" ^")]  # no caret under the query
+    if isinstance(exc, duckdb_module().CatalogException):  # an unknown table: DuckDB may suggest one of its own
+        lines = [lines[0], f"(the fleet's tables: {', '.join(TABLES)}" + (
+            ")" if holds_cases else "; this export holds no case yet, so none is there: every case given to "
+            "'ledger fleet export' failed or none was given)")]
+    return LedgerError(E.INVALID_ARGUMENT, f"query refused: {' '.join(lines)}")  # one line, not escaped ones
+
+
+def _fetch(relation: Any, timeout_ms: int, out: Path) -> Iterator[tuple]:
+    duckdb = duckdb_module()
+    while True:
+        try:
+            chunk = relation.fetchmany(512)
+        except duckdb.Error as exc:
+            raise _unreadable(out, exc, {}) or _query_error(exc, timeout_ms) from None
+        if not chunk:
+            return
+        for row in chunk:
+            yield tuple(_plain(v) for v in row)
+
+
+def fleet_query(out: str | os.PathLike[str], query: str, *, timeout_ms: int = 30_000) -> tuple[list[str], list[tuple]]:
+    """:func:`fleet_rows` with every row read: ``(column names, rows)``."""
+    with fleet_rows(out, query, timeout_ms=timeout_ms) as (names, rows):
+        return names, list(rows)
