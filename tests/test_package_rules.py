@@ -202,6 +202,65 @@ def test_an_export_killed_before_the_content_of_an_event_past_the_head_still_imp
     assert not (tmp_path / "again").exists()
 
 
+def _interrupted(exported: Path, tree: Path) -> tuple[int, list[str], list[str]]:
+    """``tree``: a copy of ``exported`` with four events past the manifest's head whose export was
+    killed before its first new content file; ``(head, new event files, new content files)``."""
+    shutil.copytree(exported, tree)
+    with Case.open(tree) as case:
+        manifest = (tree / "manifest.json").read_bytes()
+        head = case.query("SELECT MAX(seq) AS n FROM events")[0]["n"]
+        budget = case.budget()
+        budget.reserve("H2", "q2", "source.find_text")
+        budget.record_result("H2", "q2", {"finding": "only past the head"})
+        budget.reserve("H1", "q3", "source.find_text")
+        budget.record_result("H1", "q3", {"finding": "also past the head"})
+        contents = [content_path(r["sha256"]) for r in case.query(f"SELECT sha256 FROM contents WHERE seq > {head}")]
+        events = [event_path(r["stream"], r["revision"], r["stream_seq"])
+                  for r in case.query(f"SELECT stream, revision, stream_seq FROM events WHERE seq > {head} ORDER BY seq")]
+        export_case(case)
+    (tree / "manifest.json").write_bytes(manifest)
+    (tree / contents[0]).unlink()
+    return head, events, contents
+
+
+FORGERIES = {
+    # a file claiming a seq past the head that does not continue the hash chain
+    "forged event at a new revision's address": lambda tree, events: (
+        "analysis/budgets/0005/events/00000001.json", b'{"seq": 99}'),
+    "forged event at the next case address": lambda tree, events: (
+        "analysis/case/events/00000077.json", b'{"seq": 1000000, "parent_sha256": "' + b"0" * 64 + b'"}'),
+    # bytes true to their name that no event past the head names
+    "planted content": lambda tree, events: (
+        f"{CONTENT}/{hashlib.sha256(b'{}').hexdigest()}.json", b"{}"),
+    # the event the replay stops at, edited: refused for its bytes, not for a missing content
+    "edited first event past the head": lambda tree, events: (
+        events[0], (tree / events[0]).read_bytes().replace(b'"revision":1', b'"revision":1,"x":1', 1)),
+    # a later one, edited: it no longer continues the chain from the one before
+    "edited later event past the head": lambda tree, events: (
+        events[2], (tree / events[2]).read_bytes().replace(b'"revision":1', b'"revision":1,"x":1', 1)),
+}
+
+
+@pytest.mark.parametrize("kind", FORGERIES)
+def test_import_leaves_out_only_a_real_continuation_past_the_head(exported, tmp_path, kind):
+    """What an interrupted export left is taken only when it continues the hash chain from the last
+    event replayed and the event the replay stopped at lacks its content; a forged or edited file
+    past the head, or a content file no event past the head names, is INTEGRITY_ERROR naming it."""
+    tree = tmp_path / "tree"
+    head, events, _ = _interrupted(exported, tree)
+    assert import_tree(tree, tmp_path / "genuine").events_left_out == 4
+    relative, data = FORGERIES[kind](tree, events)
+    assert (tree / relative).exists() == relative.startswith("analysis/budgets/0001/")
+    (tree / relative).parent.mkdir(parents=True, exist_ok=True)
+    (tree / relative).write_bytes(data)
+    with pytest.raises(LedgerError) as caught:
+        import_tree(tree, tmp_path / "copy")
+    assert caught.value.code == INTEGRITY_ERROR, caught.value
+    named = caught.value.details.get("path") or caught.value.details.get("file")
+    assert named == relative or relative in events and named in events[events.index(relative):], caught.value
+    assert not (tmp_path / "copy").exists()
+
+
 # --- item 9: file names ---------------------------------------------------------------------
 BAD_NAMES = [b"sources/\xff.py", b"sources/a\nb.py", b"sources/tab\there.txt", b"sources/\x1b[31mred",
              b"sources/\xfe\xfd/inner.py", b"top\x7f.txt", "sources/line\u2028break.py".encode()]

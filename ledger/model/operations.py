@@ -135,7 +135,7 @@ def _replay_record_result(request, body, source):
     sha = request.get("evidence_sha256")
     payload = source.content_of(sha) if isinstance(sha, str) else None
     if payload is None:
-        raise LedgerError(E.INTEGRITY_ERROR, f"evidence content {sha} is missing")
+        raise LedgerError(E.INTEGRITY_ERROR, f"evidence content {sha} is missing", missing_content=sha)
     if sha256_hex(payload) != sha:
         raise LedgerError(E.INTEGRITY_ERROR, f"evidence content {sha} does not match its hash (swapped or edited)")
     shaped, canonical = budget_requests.shape_record_result(

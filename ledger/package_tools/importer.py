@@ -13,6 +13,7 @@ import dataclasses
 import errno
 import json
 import os
+import re
 import shutil
 import stat
 import time
@@ -29,7 +30,7 @@ from ..ground.errors import LedgerError
 from ..ground.errors import integrity_error as _bad
 from .export import export_case
 from .manifest import check_manifest, read_manifest
-from ..model.package import (ANALYSIS_DIR, CONTENT_FILE_RE, EVENT_FILE_RE, EVIDENCE_EVENT_FILE_RE, LEDGER_FILE,
+from ..model.package import (ANALYSIS_DIR, EVENT_FILE_RE, EVIDENCE_EVENT_FILE_RE, LEDGER_FILE,
                              check_export_tree, content_path, event_path, is_ledger_own, input_identity,
                              printable_name, refuse_build_folder_name, refuse_output_in_package, walk_package)
 from ..ground.paths import fs_path, os_error, read_bytes
@@ -189,8 +190,8 @@ def _rebuild(building: Path, build_dir: Path, files: dict[str, Path], manifest: 
             # the export tree is not an input: in place (build_dir is the source) it lies beside the inputs
             exported = {r for r in files if PurePosixPath(r).parts[0] == ANALYSIS_DIR}
             replayer = Replayer(PackageSource(build_dir, content_of, lambda: input_identity(build_dir, exported)), sink)
-            past_head = _replay_tree(replayer, files, head_seq, accounted, progress)
-            past_head += _unreplayed_past_head(files, accounted, head_seq, bool(past_head))
+            past_head, last, stop = _replay_tree(replayer, files, head_seq, accounted, progress)
+            past_head += _unreplayed_past_head(files, accounted, head_seq, last, stop)
             check_manifest(manifest, storage.conn, head_seq)
             check_export_tree(files, accounted)
             if in_place and past_head:
@@ -204,24 +205,44 @@ def _rebuild(building: Path, build_dir: Path, files: dict[str, Path], manifest: 
     return len(past_head)
 
 
-def _unreplayed_past_head(files: dict[str, Path], accounted: set[str], head_seq: int, replayed: bool) -> list[str]:
-    """The files an export killed before its manifest left past the head that the replay could not
-    take: the export writes every new event file, then the new content files, then the manifest,
-    so an event past the head may lack its content (and every later event is unreplayable too).
-    These are event files claiming a seq past the head and, when there is any event past the head,
-    content files true to their names (their bytes hash to it) that no event up to the head needs.
-    They are added to ``accounted`` (none is imported); the event files are returned. Any other
-    file is left for ``check_export_tree`` to name."""
-    events = [relative for relative in sorted(files) if relative not in accounted and EVENT_FILE_RE.fullmatch(relative)
-              and ((body := _claimed(files, relative)) is not None and body["seq"] > head_seq)]
-    accounted.update(events)
-    if events or replayed:
-        for relative in sorted(files):
-            if relative not in accounted and CONTENT_FILE_RE.fullmatch(relative):
-                name = PurePosixPath(relative).stem
-                if sha256_hex(read_bytes(files[relative], relative)) == name:
-                    accounted.add(relative)
-    return events
+def _unreplayed_past_head(files: dict[str, Path], accounted: set[str], head_seq: int, last: str,
+                          stop: LedgerError | None) -> list[str]:
+    """The event files an export killed before its manifest left past the head that the replay
+    could not take, and the content files they name. Export writes every new event file, then
+    the new content files, then the manifest, so the first event past the head the replay could
+    not take may lack its evidence content (``stop``, the replay's refusal of it, says which; only
+    then is anything taken here). From it on, the files taken are those continuing the hash chain
+    from ``last`` (the file of the last event replayed): one file per seq, each naming the
+    ``sha256`` of the one before as its ``parent_sha256``. Their content files are taken when
+    their bytes hash to their names. All are added to ``accounted`` (none is imported); the event
+    files are returned. Any other file is left for ``check_export_tree`` to name."""
+    missing = (stop.details.get("missing_content") if stop is not None else None)
+    if not isinstance(missing, str) or content_path(missing) in files:
+        return []
+    claims: dict[int, list[tuple[str, dict[str, Any]]]] = {}
+    for relative in sorted(files):
+        if relative not in accounted and EVENT_FILE_RE.fullmatch(relative):
+            body = _claimed(files, relative)
+            if body is not None and body["seq"] > head_seq:
+                claims.setdefault(body["seq"], []).append((relative, body))
+    taken: list[str] = []
+    parent = sha256_hex(read_bytes(files[last], last))
+    seq = max(head_seq, _claimed(files, last)["seq"]) + 1
+    while len(claims.get(seq, [])) == 1 and claims[seq][0][1].get("parent_sha256") == parent:
+        relative = claims[seq][0][0]
+        data = read_bytes(files[relative], relative)
+        taken.append(relative)
+        parent, seq = sha256_hex(data), seq + 1
+        for sha in set(_SHA256.findall(data.decode("utf-8", "replace"))):
+            named = content_path(sha)
+            if named in files and named not in accounted and sha256_hex(read_bytes(files[named], named)) == sha:
+                accounted.add(named)
+    accounted.update(taken)
+    return taken
+
+
+#: A sha256 in an event's bytes: the content files an unreplayed event names.
+_SHA256 = re.compile(r"(?<![0-9a-f])[0-9a-f]{64}(?![0-9a-f])")
 
 
 def _check_content_files(files: dict[str, Path], contents: Mapping[str, bytes], seq: int) -> None:
@@ -237,11 +258,13 @@ def _check_content_files(files: dict[str, Path], contents: Mapping[str, bytes], 
 
 
 def _replay_tree(replayer: Replayer, files: dict[str, Path], head_seq: int, accounted: set[str],
-                 progress: Progress | None) -> list[str]:
+                 progress: Progress | None) -> tuple[list[str], str, LedgerError | None]:
     """Events 1..head must all be there and replay; events an interrupted export wrote past the
-    head are replayed too (so they count as part of the export) but not imported: their files
-    are returned."""
+    head are replayed too (so they count as part of the export) but not imported. Returns their
+    files, the file of the last event replayed, and the refusal of the event past the head the
+    replay stopped at (None: no file continued the history there)."""
     past_head: list[str] = []
+    last = ""
     revisions = _budget_revisions(files)
     evidence = _evidence_files(files)
     seq = 1
@@ -250,16 +273,17 @@ def _replay_tree(replayer: Replayer, files: dict[str, Path], head_seq: int, acco
         if relative is None:
             if seq <= head_seq:
                 raise _no_event(files, replayer.view, revisions, seq, head_seq)
-            return past_head
+            return past_head, last, None
         try:
             body, stream_seq = replayer.apply(seq, read_bytes(files[relative], relative))
         except LedgerError as exc:
             if seq <= head_seq:  # name the file as well as the seq
                 raise LedgerError(exc.code, f"{relative}: {exc.message}", **{**exc.details, "file": relative}) from None
-            return past_head  # not a continuation of the history: check_export_tree names the file
+            return past_head, last, exc  # not replayable: _unreplayed_past_head or check_export_tree judge
         if event_path(replayer.last_stream, body["revision"], stream_seq) != relative:
             raise _bad(seq, f"{relative} is not where event {seq} belongs")
         accounted.add(relative)
+        last = relative
         if seq > head_seq:
             past_head.append(relative)
         if seq == head_seq:

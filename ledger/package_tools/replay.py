@@ -232,7 +232,7 @@ class Replayer:
             if exc.code == E.STORAGE_ERROR:  # the system refused a read: nothing is known of the history
                 raise LedgerError(exc.code, f"seq {seq}: {exc.message}", **exc.details) from None
             if exc.code == E.INTEGRITY_ERROR:
-                raise _bad(seq, exc.message) from None
+                raise _bad(seq, exc.message, **{k: v for k, v in exc.details.items() if k != "seq"}) from None
             raise _bad(seq, f"the stored request is refused on replay: {exc.code}: {exc.message}",
                        replay_code=exc.code) from None
         try:
