@@ -375,6 +375,40 @@ def test_in_each_held_out_fold_cap_p75_is_capped_by_the_other_folds_runs_alone(t
                for k in range(3))
 
 
+def _scoped_journal(steps: int) -> str:
+    """A run that re-establishes a scope naming the seq its first establishment has when every step
+    runs: a policy that refuses a step moves that seq, and the run fails for a reason it did not decide."""
+    lines = [{"op": "open_revision", "hypotheses": [{"statement": "a"}], "units_per_hypothesis": 100000},
+             {"op": "transition", "to": "INVESTIGATING_HYPOTHESES"}, {"op": "initialize"}]
+    for n in range(steps):
+        lines += [{"op": "reserve", "hypothesis": "H1", "action_id": f"s{n}", "action": "source.find_text"},
+                  {"op": "record_result", "hypothesis": "H1", "action_id": f"s{n}", "evidence": {"x": n}},
+                  {"op": "settle", "hypothesis": "H1", "action_id": f"s{n}", "semantic_score": 50, "reason": "r"}]
+    lines += [{"op": "establish", "scope": "revision:1", "limits": {"actions": 100000}, "issuer": "controller"},
+              {"op": "establish", "scope": "revision:1", "limits": {"actions": 200000}, "issuer": "controller",
+               "causation_seq": 3 + 3 * steps + 2},
+              {"op": "record_outcome", "outcome": "resolved", "source": "test"}]
+    return "".join(json.dumps(line) + "\n" for line in lines)
+
+
+def test_a_run_only_a_folds_own_cap_fails_is_left_out_of_nothing(tmp_path):
+    """A fold's own cap-p75 is evaluated like any policy, but a run that fails under it alone (and
+    under no shown policy) stays in every row with no error, and that fold offers no cap-p75."""
+    for path in FILES[:13]:
+        (tmp_path / path.name).write_bytes(path.read_bytes())
+    (tmp_path / "zz-scoped.jsonl").write_text(_scoped_journal(50))
+    report = frontier([tmp_path], [example_policy()], OUTCOMES, constraint="resolved=60%", seed=0)
+    assert {row["name"]: row["runs"] for row in report.policies} == {"no-stop": 14, "cap-p75": 14, "example": 14}
+    assert all(run.error is None for run in report.simulation.runs)
+    spent = {r.run: r.units_spent for r in report.simulation.runs if r.policy == "no-stop"}
+    caps = frontier_module.fold_cap_policies(example_policy(), spent, None, 0)
+    assert len(caps) == 5
+    failing = [part for part, cap in caps.items()
+               if simulate([tmp_path / "zz-scoped.jsonl"], [cap], OUTCOMES, jobs=1).runs[0].error is not None]
+    assert failing, "the premise: some fold's own cap fails the scoped run"
+    assert report.choice["held_out"]["folds"] == 5
+
+
 @pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_the_readme_shows_the_real_output_of_its_choosing_a_policy_command():
     """The README's *Choosing a policy* block is what that command prints over the 100 real runs

@@ -137,12 +137,19 @@ class _Table:
 
     def for_fold(self, part: Sequence[str]) -> "_Table":
         """This table as the fold that holds out ``part`` sees it: ``cap-p75`` with the cap computed
-        from the other folds' runs alone (:func:`fold_cap_policies`), when there is one."""
-        own = self.fold_caps.get(tuple(part))
-        if own is None:
+        from the other folds' runs alone (:func:`fold_cap_policies`). When there is no such cap for
+        this fold, or it gave no figures for some run (a journal refused under it for a reason the
+        policy did not decide), the fold has no ``cap-p75`` to choose: the cap computed over every
+        run has seen the runs the fold is scored on."""
+        if not self.fold_caps:
             return self
         view = copy.copy(self)
-        view.units, view.stopped = {**self.units, CAP_P75: self.units[own]}, {**self.stopped, CAP_P75: self.stopped[own]}
+        own = self.fold_caps.get(tuple(part))
+        if own is None or any(run not in self.units[own] for run in self.run_ids):
+            view.names = [name for name in self.names if name != CAP_P75]
+        else:
+            view.units = {**self.units, CAP_P75: self.units[own]}
+            view.stopped = {**self.stopped, CAP_P75: self.stopped[own]}
         return view
 
     def totals(self, name: str, ids: Sequence[str], label: str) -> tuple[int, int, int]:
@@ -444,12 +451,12 @@ def _derive(policies: Sequence[Policy], runs: list[RunResult], outcomes: Mapping
             constraint: Constraint | None, folds: int | None, seed: int, samples: int,
             fold_caps: Mapping[tuple[str, ...], Policy]) -> tuple[dict[str, dict[str, Any]], list[str], dict[str, Any]]:
     """The rows, frontier and choice of ``runs`` (runs with an error are left out)."""
+    shown = {p.name for p in policies}  # not a fold's own cap-p75 (its errors leave no run out)
     failed: dict[str, dict[str, Any]] = {}  # run id → its first error
     for run in runs:
-        if run.error is not None:
+        if run.error is not None and run.policy in shown:
             failed.setdefault(run.run, run.error)
-    runs = [run for run in runs if run.run not in failed]
-    shown = {p.name for p in policies}  # not a fold's own cap-p75
+    runs = [run for run in runs if run.run not in failed and run.error is None]
     rows = {row["name"]: row for row in summarize(policies, [r for r in runs if r.policy in shown], outcomes)}
     baseline = {run.run: run.units_spent for run in runs if run.policy == NO_STOP}
     per_policy: dict[str, list[RunResult]] = {}
@@ -507,10 +514,13 @@ def frontier(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Poli
     search = _Search(journal_files(path_list(journals, "journals")), table, options, analysis.units_per_hypothesis)
     spends = {run.run: run.units_spent for run in first.runs if run.error is None}
     chosen = [no_stop_policy(policies[0]), cap_p75_policy(policies[0], list(spends.values())), *policies]
-    fold_caps = fold_cap_policies(policies[0], spends, folds, seed)
-    replayed = [*chosen[1:], *fold_caps.values()]  # each fold's own cap-p75 too, for the held-out folds
     tables = _tables(search, first)
-    runs = first.runs + _evaluated(search, tables, replayed)
+    runs = first.runs + _evaluated(search, tables, chosen[1:])
+    # each fold's own cap-p75, over the runs the folds are dealt from (those no shown policy failed)
+    kept = spends.keys() - {run.run for run in runs if run.error is not None}
+    fold_caps = fold_cap_policies(policies[0], {run: spends[run] for run in kept}, folds, seed)
+    replayed = [*chosen[1:], *fold_caps.values()]
+    runs += _evaluated(search, tables, list(fold_caps.values())) if fold_caps else []
     merged = merge_outcomes(runs, table)
     rows, front, choice = _derive(chosen, runs, merged, good, constraint, folds, seed, samples, fold_caps)
     if not _confirmed(search, tables, _to_confirm(rows, front, choice, good, fold_caps), replayed, runs):
