@@ -534,7 +534,8 @@ def test_a_damaged_or_stray_file_in_an_export_is_said_plainly(fleet, tmp_path):
     assert caught.value.code == "INTEGRITY_ERROR" and caught.value.message.startswith(
         f"{copy / 'actions'}: a file of the export cannot be read (")
     (partitions[0] / "data.parquet").write_bytes(b"garbage")  # the file DuckDB reads to make the view
-    for query in ("SELECT count(*) FROM actions", "SELECT a.case_id FROM events AS e JOIN actions AS a USING (case_id)"):
+    for query in ("SELECT count(*) FROM actions", "SELECT count(*) FROM ACTIONS",
+                  "SELECT a.case_id FROM events AS e JOIN actions AS a USING (case_id)"):
         with pytest.raises(LedgerError) as caught:
             fleet_query(copy, query)
         assert caught.value.code == "INTEGRITY_ERROR" and caught.value.message.startswith(
@@ -544,6 +545,25 @@ def test_a_damaged_or_stray_file_in_an_export_is_said_plainly(fleet, tmp_path):
     with pytest.raises(LedgerError) as caught:
         fleet_query(copy, "SELECT 1")
     assert caught.value.message == f"{copy} holds a fleet export in format [], not fleet-export-v1"
+
+
+def test_a_missing_or_unreadable_file_of_a_recorded_case_is_integrity_error_in_any_spelling(fleet, tmp_path):
+    """A table whose file of a recorded case is gone (a folder in its place, deleted) would read as
+    fewer rows: it is INTEGRITY_ERROR naming the table, for a query naming the table in any case."""
+    _, out, ids = fleet
+    for damage in ("deleted", "folder"):
+        copy = tmp_path / damage
+        shutil.copytree(out, copy)
+        target = next(p for p in sorted((copy / "events").iterdir()) if p.name.startswith("case_id=")) / "data.parquet"
+        target.unlink()
+        if damage == "folder":
+            target.mkdir()
+        for query in ("SELECT count(*) FROM events", "SELECT count(*) FROM Events", "select * from EVENTS"):
+            with pytest.raises(LedgerError) as caught:
+                fleet_query(copy, query)
+            assert caught.value.code == "INTEGRITY_ERROR" and caught.value.message.startswith(
+                f"{copy / 'events'}: {target} is missing"), (damage, query, caught.value)
+        assert fleet_query(copy, "SELECT count(DISTINCT case_id) FROM actions")[1] == [(len(ids),)]
 
 
 def test_lists_structs_and_maps_come_back_with_their_values_converted(fleet):

@@ -59,8 +59,14 @@ def _fleet_connection(out: Path) -> tuple[Any, dict[str, LedgerError]]:
     con.execute("SET TimeZone = 'UTC'")
     # DuckDB adds its temp folder (./.tmp by default) to the readable ones: keep it inside the export
     con.execute(f"SET temp_directory = {sql_literal(str(meta_dir(out) / 'tmp'))}")
+    recorded = _recorded_partitions(out)
     for table in TABLES:
-        if (out / table).is_dir() and any((out / table).iterdir()):  # no view of a table no case is in yet
+        lost = next((name for name in recorded if not (out / table / name / DATA_FILE).is_file()), None)
+        if lost is not None:  # the record is written after the files: a file removed since (no view)
+            broken[table] = LedgerError(E.INTEGRITY_ERROR, f"{out / table}: {out / table / lost / DATA_FILE} is missing, "
+                                        "though the export records that case; export the fleet again into a new "
+                                        "folder", path=str(out / table))
+        elif (out / table).is_dir() and any((out / table).iterdir()):  # no view of a table no case is in yet
             files = sql_literal(str(out / table / "case_id=*" / DATA_FILE))
             try:
                 con.execute(queries()["fleet_table_view"].format(table=table, files=files))
@@ -70,6 +76,15 @@ def _fleet_connection(out: Path) -> tuple[Any, dict[str, LedgerError]]:
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
     return con, broken
+
+
+def _recorded_partitions(out: Path) -> list[str]:
+    """The partition folder names of the cases the export records (``_fleet/cases/<name>.json``)."""
+    try:
+        names = os.listdir(meta_dir(out) / "cases")
+    except FileNotFoundError:
+        return []
+    return sorted(name[:-len(".json")] for name in names if name.endswith(".json"))
 
 
 def _one_select(con: Any, query: str) -> None:
@@ -144,11 +159,12 @@ def _unreadable(out: Path, exc: Exception, broken: dict[str, LedgerError]) -> Le
     """The ``INTEGRITY_ERROR`` behind a failing query, if a damaged file of the export is: a table
     whose view could not be made (the query names it), or a file DuckDB could not read."""
     text = str(exc)
-    if isinstance(exc, duckdb_module().CatalogException):
-        for table, refusal in broken.items():
-            if f"name {table} does not exist" in text:
+    duckdb = duckdb_module()
+    if isinstance(exc, duckdb.CatalogException):
+        for table, refusal in broken.items():  # SQL names are not case-sensitive
+            if f"name {table} does not exist" in text.lower():
                 return refusal
-    if isinstance(exc, duckdb_module().InvalidInputException) and str(out) in text and DATA_FILE in text:
+    if isinstance(exc, (duckdb.InvalidInputException, duckdb.IOException)) and f"{out}{os.sep}" in text:
         return _damaged(out, exc, next((out / t for t in TABLES if f"{out / t}{os.sep}" in text), out))
     return None
 
