@@ -239,6 +239,17 @@ def test_a_case_folder_whose_name_is_not_utf8_is_exported_and_its_record_read_ba
     assert export_fleet([cases], out).unchanged == 2
 
 
+def test_an_export_folder_whose_path_is_not_utf8_is_refused_before_anything_is_written(tmp_path):
+    Case.create(make_package(tmp_path / "cases" / "c"), "C-1").close()
+    out = tmp_path / os.fsdecode(b"out-\xff")
+    for call in (lambda: export_fleet([tmp_path / "cases"], out), lambda: fleet_query(out, "SELECT 1")):
+        with pytest.raises(LedgerError) as caught:
+            call()
+        assert caught.value.code == INVALID_ARGUMENT and "out-\\xff" in caught.value.message
+        assert "must be UTF-8 text" in caught.value.message
+    assert not out.exists()
+
+
 def test_a_ledger_that_holds_no_case_fails_that_case_and_the_others_are_exported(tmp_path):
     cases = tmp_path / "cases"
     Case.create(make_package(cases / "good"), "GOOD-1").close()

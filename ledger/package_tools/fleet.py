@@ -32,7 +32,7 @@ from ..storage.sqlfiles import queries, statement
 from ..ground.arguments import check_callback
 from ..services.case import missing_ledger
 from ..ground.errors import LedgerError
-from ..model.package import LEDGER_FILE, is_build_folder, is_case_package, refuse_output_in_package
+from ..model.package import LEDGER_FILE, is_build_folder, is_case_package, printable_name, refuse_output_in_package
 from ..ground.paths import fs_path, os_error
 from ..ground.workers import job_count, worker_context
 from ..storage.readonly import open_readonly
@@ -113,7 +113,13 @@ def meta_dir(out: Path) -> Path:
 def check_out(out: Path, *, create: bool) -> Path:
     """``out`` as a fleet export: absent or empty (made one when ``create``), or one already.
     Anything else is ``INVALID_ARGUMENT`` (so a wrong path never fills a folder with files), as is
-    a path holding a glob character (``*?[]{}``: the tables are read with a pattern under it)."""
+    a path holding a glob character (``*?[]{}``: the tables are read with a pattern under it) or
+    one that is not UTF-8 text (DuckDB takes paths as text)."""
+    try:
+        str(out.absolute()).encode("utf-8")
+    except UnicodeEncodeError:
+        raise LedgerError(E.INVALID_ARGUMENT, f"{printable_name(str(out))}: a fleet export's path must be UTF-8 "
+                          "text (DuckDB reads its tables by a path given as text); choose another folder") from None
     if _GLOB.search(str(out.absolute())):
         raise LedgerError(E.INVALID_ARGUMENT, f"{out}: a fleet export's path may not hold *, ?, [, ], {{ or }} (its "
                           "tables are read with a file pattern under it); choose another folder")
