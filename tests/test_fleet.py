@@ -259,12 +259,15 @@ def test_a_ledger_that_holds_no_case_fails_that_case_and_the_others_are_exported
     conn.executescript("".join(f"DROP TRIGGER {name};" for (name,) in conn.execute(
         "SELECT name FROM sqlite_master WHERE type = 'trigger'")) + "DELETE FROM case_identity;")
     conn.close()
+    zero = make_package(cases / "zero")
+    (zero / "ledger.sqlite").write_bytes(b"")  # an empty file: no schema at all
     result = CliRunner().invoke(main, ["fleet", "export", str(cases), "--to", str(tmp_path / "out"), "--json"])
     assert result.exit_code == 1 and "Traceback" not in result.output
     report = json.loads(result.stdout)
-    [failed] = report["failed"]
-    assert (report["exported"], failed["path"], failed["error"]["code"]) == (1, str(empty), "LEDGER_MISSING")
-    assert "holds no case" in failed["error"]["message"]
+    assert report["exported"] == 1
+    assert [(f["path"], f["error"]["code"]) for f in report["failed"]] == [
+        (str(empty), "LEDGER_MISSING"), (str(zero), "LEDGER_MISSING")]
+    assert all("holds no case" in f["error"]["message"] for f in report["failed"])
 
 
 def test_a_query_of_an_export_holding_no_case_says_so(tmp_path):

@@ -277,7 +277,8 @@ def _with_head(case: Path, out: Path, step: Callable[..., None]) -> dict[str, An
         try:
             with translate_sqlite_errors():
                 conn.execute("BEGIN")  # one snapshot for the head and every table
-                row = conn.execute(statement("fleet_head")).fetchone()
+                has_schema = conn.execute(statement("has_migrations_table")).fetchone() is not None  # an empty file?
+                row = conn.execute(statement("fleet_head")).fetchone() if has_schema else None
             if row is None:
                 raise LedgerError(E.LEDGER_MISSING, f"{case / LEDGER_FILE} holds no case (an interrupted init?)",
                                   path=str(case))
