@@ -22,8 +22,8 @@ from ..ground.resources import resource_dir
 from ..storage.sqlfiles import named_statements, shipped_schema
 from ..services.case import read_only_query
 from ..ground.errors import LedgerError
-from ..model.package import LEDGER_FILE, printable_name
-from ..ground.paths import fs_path
+from ..model.package import LEDGER_FILE
+from ..ground.paths import fs_path, require_utf8
 
 #: The canned query drawn as the picture, and the suffix of its picture's address.
 CHART_QUERY = "remaining_units_history"
@@ -127,11 +127,8 @@ def served_cases(paths: Sequence[str | os.PathLike[str]]) -> list[ServedCase]:
         root = fs_path(path, "case path")
         _, rows = read_only_query(root, "SELECT case_id, state FROM case_status")
         ledger = Path(os.path.realpath(root / LEDGER_FILE))
-        try:
-            str(ledger).encode("utf-8")
-        except UnicodeEncodeError:  # Datasette keeps every database's path as text
-            raise LedgerError(E.INVALID_ARGUMENT, f"{printable_name(str(ledger))}: the path is not UTF-8 text, "
-                              "which the browser server cannot serve; rename the folder", path=str(path)) from None
+        # Datasette keeps every database's path as text
+        require_utf8(ledger, "the path is not UTF-8 text, which the browser server cannot serve; rename the folder")
         if ledger in seen:
             raise LedgerError(E.INVALID_ARGUMENT, f"{path}: the same case is given twice")
         seen.add(ledger)

@@ -45,6 +45,18 @@ def fs_path(path: str | bytes | os.PathLike[str], what: str = "path") -> Path:
     return Path(text)
 
 
+def require_utf8(path: Path, refusal: str) -> None:
+    """``INVALID_ARGUMENT`` ``"<path>: <refusal>"`` when ``path`` is not UTF-8 text (a name of bytes
+    that are not UTF-8, held as surrogate escapes), for what takes paths as text (DuckDB,
+    Datasette); the path is shown with such bytes as ``\\xNN``."""
+    text = str(path)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = os.fsencode(text).decode("utf-8", "backslashreplace")
+        raise LedgerError(INVALID_ARGUMENT, f"{shown}: {refusal}") from None
+
+
 def read_bytes(path: Path, what: str) -> bytes:
     """The bytes of the file ``path`` (``what`` names it in a message); ``STORAGE_ERROR`` when the
     file system refuses the read (no permission, I/O error): a file this user may not read is

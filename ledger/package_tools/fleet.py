@@ -32,8 +32,8 @@ from ..storage.sqlfiles import queries, statement
 from ..ground.arguments import check_callback
 from ..services.case import missing_ledger
 from ..ground.errors import LedgerError
-from ..model.package import LEDGER_FILE, is_build_folder, is_case_package, printable_name, refuse_output_in_package
-from ..ground.paths import fs_path, os_error
+from ..model.package import LEDGER_FILE, is_build_folder, is_case_package, refuse_output_in_package
+from ..ground.paths import fs_path, os_error, require_utf8
 from ..ground.workers import job_count, worker_context
 from ..storage.readonly import open_readonly
 from ..storage.sqlite_file import log_files_exist, release_log, translate_sqlite_errors
@@ -115,11 +115,8 @@ def check_out(out: Path, *, create: bool) -> Path:
     Anything else is ``INVALID_ARGUMENT`` (so a wrong path never fills a folder with files), as is
     a path holding a glob character (``*?[]{}``: the tables are read with a pattern under it) or
     one that is not UTF-8 text (DuckDB takes paths as text)."""
-    try:
-        str(out.absolute()).encode("utf-8")
-    except UnicodeEncodeError:
-        raise LedgerError(E.INVALID_ARGUMENT, f"{printable_name(str(out))}: a fleet export's path must be UTF-8 "
-                          "text (DuckDB reads its tables by a path given as text); choose another folder") from None
+    require_utf8(out, "a fleet export's path must be UTF-8 text (DuckDB reads its tables by a path given as "
+                      "text); choose another folder")
     if _GLOB.search(str(out.absolute())):
         raise LedgerError(E.INVALID_ARGUMENT, f"{out}: a fleet export's path may not hold *, ?, [, ], {{ or }} (its "
                           "tables are read with a file pattern under it); choose another folder")

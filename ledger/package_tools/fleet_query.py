@@ -44,7 +44,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _damaged(out: Path, exc: Exception, where: Path) -> LedgerError:
+def _damaged(exc: Exception, where: Path) -> LedgerError:
     """``INTEGRITY_ERROR``: a file of the export at or under ``where`` DuckDB cannot read."""
     return LedgerError(E.INTEGRITY_ERROR, f"{where}: a file of the export cannot be read ("
                        f"{str(exc).splitlines()[0][:300]}); export the fleet again into a new folder", path=str(where))
@@ -71,7 +71,7 @@ def _fleet_connection(out: Path) -> tuple[Any, dict[str, LedgerError]]:
             try:
                 con.execute(queries()["fleet_table_view"].format(table=table, files=files))
             except duckdb.Error as exc:
-                broken[table] = _damaged(out, exc, out / table)
+                broken[table] = _damaged(exc, out / table)
     con.execute(f"SET allowed_directories = [{sql_literal(str(out) + os.sep)}]")
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
@@ -165,7 +165,7 @@ def _unreadable(out: Path, exc: Exception, broken: dict[str, LedgerError]) -> Le
             if f"name {table} does not exist" in text.lower():
                 return refusal
     if isinstance(exc, (duckdb.InvalidInputException, duckdb.IOException)) and f"{out}{os.sep}" in text:
-        return _damaged(out, exc, next((out / t for t in TABLES if f"{out / t}{os.sep}" in text), out))
+        return _damaged(exc, next((out / t for t in TABLES if f"{out / t}{os.sep}" in text), out))
     return None
 
 

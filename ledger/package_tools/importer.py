@@ -191,7 +191,7 @@ def _rebuild(building: Path, build_dir: Path, files: dict[str, Path], manifest: 
             exported = {r for r in files if PurePosixPath(r).parts[0] == ANALYSIS_DIR}
             replayer = Replayer(PackageSource(build_dir, content_of, lambda: input_identity(build_dir, exported)), sink)
             past_head, last, stop = _replay_tree(replayer, files, head_seq, accounted, progress)
-            past_head += _unreplayed_past_head(files, accounted, head_seq, last, stop)
+            past_head += _unreplayed_past_head(files, accounted, head_seq + len(past_head) + 1, last, stop)
             check_manifest(manifest, storage.conn, head_seq)
             check_export_tree(files, accounted)
             if in_place and past_head:
@@ -205,13 +205,13 @@ def _rebuild(building: Path, build_dir: Path, files: dict[str, Path], manifest: 
     return len(past_head)
 
 
-def _unreplayed_past_head(files: dict[str, Path], accounted: set[str], head_seq: int, last: str,
+def _unreplayed_past_head(files: dict[str, Path], accounted: set[str], seq: int, last: str,
                           stop: LedgerError | None) -> list[str]:
     """The event files an export killed before its manifest left past the head that the replay
     could not take, and the content files they name. Export writes every new event file, then
     the new content files, then the manifest, so the first event past the head the replay could
-    not take may lack its evidence content (``stop``, the replay's refusal of it, says which; only
-    then is anything taken here). From it on, the files taken are those continuing the hash chain
+    not take (``seq``) may lack its evidence content (``stop``, the replay's refusal of it, says
+    which; only then is anything taken here). From it on, the files taken are those continuing the hash chain
     from ``last`` (the file of the last event replayed): one file per seq, each naming the
     ``sha256`` of the one before as its ``parent_sha256``. Their content files are taken when
     their bytes hash to their names. All are added to ``accounted`` (none is imported); the event
@@ -223,11 +223,10 @@ def _unreplayed_past_head(files: dict[str, Path], accounted: set[str], head_seq:
     for relative in sorted(files):
         if relative not in accounted and EVENT_FILE_RE.fullmatch(relative):
             body = _claimed(files, relative)
-            if body is not None and body["seq"] > head_seq:
+            if body is not None and body["seq"] >= seq:
                 claims.setdefault(body["seq"], []).append((relative, body))
     taken: list[str] = []
     parent = sha256_hex(read_bytes(files[last], last))
-    seq = max(head_seq, _claimed(files, last)["seq"]) + 1
     while len(claims.get(seq, [])) == 1 and claims[seq][0][1].get("parent_sha256") == parent:
         relative = claims[seq][0][0]
         data = read_bytes(files[relative], relative)
