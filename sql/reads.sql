@@ -96,12 +96,17 @@ SELECT seq, sha256, body FROM {schema}.contents WHERE seq <= :last ORDER BY seq,
 
 -- name: rows_differ_in_range
 -- verify with two processes: is a row of orig.{table} or main.{table} whose seq lies in the range
--- ((seq > :after) IS TRUE, the later events, or IS NOT TRUE, the earlier) in only one of them
-SELECT 1 FROM (SELECT * FROM orig.{table} WHERE (seq > :after) IS {truth}
-               EXCEPT SELECT * FROM main.{table} WHERE (seq > :after) IS {truth})
+-- ((seq > :after) IS TRUE, the later events, or IS NOT TRUE, the earlier) in only one of them, or in
+-- both as often but with other storage classes ({types}: typeof() of every column; 10.0 = 10 in SQL),
+-- or in one of them more often (EXCEPT compares sets: the counts tell a row stored twice)
+SELECT 1 FROM (SELECT *, {types} FROM orig.{table} WHERE (seq > :after) IS {truth}
+               EXCEPT SELECT *, {types} FROM main.{table} WHERE (seq > :after) IS {truth})
 UNION ALL
-SELECT 1 FROM (SELECT * FROM main.{table} WHERE (seq > :after) IS {truth}
-               EXCEPT SELECT * FROM orig.{table} WHERE (seq > :after) IS {truth})
+SELECT 1 FROM (SELECT *, {types} FROM main.{table} WHERE (seq > :after) IS {truth}
+               EXCEPT SELECT *, {types} FROM orig.{table} WHERE (seq > :after) IS {truth})
+UNION ALL
+SELECT 1 WHERE (SELECT COUNT(*) FROM orig.{table} WHERE (seq > :after) IS {truth})
+            IS NOT (SELECT COUNT(*) FROM main.{table} WHERE (seq > :after) IS {truth})
 LIMIT 1;
 
 -- name: events_differ_in_range
@@ -111,7 +116,8 @@ WHERE (o.seq > :after) IS {truth} AND (
       m.seq IS NULL OR o.type IS NOT m.type OR o.revision IS NOT m.revision OR o.stream IS NOT m.stream
    OR o.stream_seq IS NOT m.stream_seq OR o.created_at IS NOT m.created_at OR o.sha256 IS NOT m.sha256
    OR o.parent_sha256 IS NOT m.parent_sha256 OR o.operation_key IS NOT m.operation_key
-   OR o.request_sha256 IS NOT m.request_sha256 OR o.body IS NOT m.body)
+   OR o.request_sha256 IS NOT m.request_sha256 OR o.body IS NOT m.body
+   OR typeof(o.revision) IS NOT typeof(m.revision) OR typeof(o.stream_seq) IS NOT typeof(m.stream_seq))
 UNION ALL
 SELECT 1 FROM main.events AS m LEFT JOIN orig.events AS o ON o.seq = m.seq
 WHERE (m.seq > :after) IS {truth} AND o.seq IS NULL
@@ -136,8 +142,8 @@ INSERT INTO temp.verify_orig_{table} SELECT * FROM orig.{table};
 -- name: saved_view_rows_differ
 -- view_rows_differ with the ledger's side saved before (save_view)
 WITH m AS MATERIALIZED (SELECT * FROM main.{table})
-SELECT * FROM (SELECT * FROM temp.verify_orig_{table} EXCEPT SELECT * FROM m)
-UNION ALL SELECT * FROM (SELECT * FROM m EXCEPT SELECT * FROM temp.verify_orig_{table})
+SELECT * FROM (SELECT *, {types} FROM temp.verify_orig_{table} EXCEPT SELECT *, {types} FROM m)
+UNION ALL SELECT * FROM (SELECT *, {types} FROM m EXCEPT SELECT *, {types} FROM temp.verify_orig_{table})
 ORDER BY {order} LIMIT 1;
 
 -- name: copy_rows
@@ -205,16 +211,25 @@ ORDER BY name;
 PRAGMA {schema}.table_info({table});
 
 -- name: rows_differ
--- verify: the first row (by {order}) present in only one of orig.{table} and main.{table}
-SELECT * FROM (SELECT * FROM orig.{table} EXCEPT SELECT * FROM main.{table})
-UNION ALL SELECT * FROM (SELECT * FROM main.{table} EXCEPT SELECT * FROM orig.{table})
+-- verify: the first row (by {order}) present in only one of orig.{table} and main.{table}, its values
+-- compared with their storage classes ({types}: typeof() of every column, after them; 10.0 = 10 in SQL)
+SELECT * FROM (SELECT *, {types} FROM orig.{table} EXCEPT SELECT *, {types} FROM main.{table})
+UNION ALL SELECT * FROM (SELECT *, {types} FROM main.{table} EXCEPT SELECT *, {types} FROM orig.{table})
 ORDER BY {order} LIMIT 1;
+
+-- name: row_counts
+-- verify: how many rows orig.{table} and main.{table} hold (rows_differ compares sets)
+SELECT (SELECT COUNT(*) FROM orig.{table}), (SELECT COUNT(*) FROM main.{table});
+
+-- name: repeated_row
+-- verify: the first row (by seq) orig.{table} holds more than once ({columns}: all of its columns)
+SELECT seq FROM orig.{table} GROUP BY {columns} HAVING COUNT(*) > 1 ORDER BY seq LIMIT 1;
 
 -- name: view_rows_differ
 -- verify: rows_differ for a view, each side computed once (MATERIALIZED) instead of once per EXCEPT
 WITH o AS MATERIALIZED (SELECT * FROM orig.{table}), m AS MATERIALIZED (SELECT * FROM main.{table})
-SELECT * FROM (SELECT * FROM o EXCEPT SELECT * FROM m)
-UNION ALL SELECT * FROM (SELECT * FROM m EXCEPT SELECT * FROM o)
+SELECT * FROM (SELECT *, {types} FROM o EXCEPT SELECT *, {types} FROM m)
+UNION ALL SELECT * FROM (SELECT *, {types} FROM m EXCEPT SELECT *, {types} FROM o)
 ORDER BY {order} LIMIT 1;
 
 -- name: events_since
@@ -241,6 +256,7 @@ WHERE m.seq IS NULL OR o.type IS NOT m.type OR o.revision IS NOT m.revision OR o
    OR o.stream_seq IS NOT m.stream_seq OR o.created_at IS NOT m.created_at OR o.sha256 IS NOT m.sha256
    OR o.parent_sha256 IS NOT m.parent_sha256 OR o.operation_key IS NOT m.operation_key
    OR o.request_sha256 IS NOT m.request_sha256 OR o.body IS NOT m.body
+   OR typeof(o.revision) IS NOT typeof(m.revision) OR typeof(o.stream_seq) IS NOT typeof(m.stream_seq)
 UNION ALL
 SELECT m.seq FROM main.events AS m LEFT JOIN orig.events AS o ON o.seq = m.seq WHERE o.seq IS NULL
 ORDER BY 1 LIMIT 1;

@@ -1325,3 +1325,22 @@ def test_export_refuses_a_ledger_older_than_its_export_and_names_the_way_back(ex
         export_case(exported)
     assert caught.value.code == INTEGRITY_ERROR and "'ledger import' it into a new folder" in caught.value.message
     assert "but the ledger ends at seq" in caught.value.message and tree(exported) == before
+
+
+def test_export_refuses_an_events_row_edited_out_of_its_types_naming_the_seq(package, example_policy):
+    """An events row whose revision is stored as 1.0 (equal to 1 in SQL) places no file: export
+    refuses with INTEGRITY_ERROR naming the seq and writes nothing; verify names it too."""
+    from test_verify_split import _unguarded_change
+    case = start_case(package)
+    case.budget(example_policy).initialize()
+    case.close()
+    _unguarded_change(package, "events", "revision INTEGER NOT NULL", "revision BLOB NOT NULL",
+                      "UPDATE events SET revision = CAST(revision AS REAL) WHERE seq = :seq", 4)
+    with Case.open(package) as reopened, pytest.raises(LedgerError) as caught:
+        export_case(reopened)
+    assert caught.value.code == INTEGRITY_ERROR and caught.value.message.startswith(
+        "seq 4: the ledger's events row places the event by stream 'budget', revision 1.0, stream_seq 1")
+    assert not (package / "analysis").exists() and not (package / "manifest.json").exists()
+    with pytest.raises(LedgerError) as verified:
+        verify_case(package)
+    assert (verified.value.code, verified.value.details.get("seq")) == (INTEGRITY_ERROR, 4)

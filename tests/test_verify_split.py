@@ -313,3 +313,102 @@ def test_an_event_written_as_verify_starts_is_never_counted_ahead_of_the_clock(l
     report = verify_case(ledger_case, jobs=jobs)
     assert (report.events, report.future_events, report.future_max_lead_ms) == (28, 0, 0)
     assert len(split_used) == (1 if jobs == 2 else 0)
+
+
+def _unguarded_change(path: Path, table: str, declared: str, stored_as: str, change: str, seq: int) -> None:
+    """Run ``change`` on ``table`` with its column declaration ``declared`` read as ``stored_as`` for
+    the moment (writable_schema) and its triggers dropped, then put back the shipped SQL and
+    triggers exactly: the schema compares equal to the shipped one afterwards."""
+    conn = sqlite3.connect(path / "ledger.sqlite", isolation_level=None)
+    shipped = conn.execute("SELECT sql FROM sqlite_master WHERE name = ?", (table,)).fetchone()[0]
+    triggers = conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'").fetchall()
+    for name, _ in triggers:
+        conn.execute(f"DROP TRIGGER {name}")
+    assert declared in shipped
+    conn.execute("PRAGMA writable_schema = ON")
+    conn.execute("UPDATE sqlite_master SET sql = ? WHERE name = ?", (shipped.replace(declared, stored_as), table))
+    conn.close()
+    conn = sqlite3.connect(path / "ledger.sqlite", isolation_level=None)
+    assert conn.execute(change, {"seq": seq}).rowcount == 1
+    conn.execute("PRAGMA writable_schema = ON")
+    conn.execute("UPDATE sqlite_master SET sql = ? WHERE name = ?", (shipped, table))
+    conn.close()
+    conn = sqlite3.connect(path / "ledger.sqlite", isolation_level=None)
+    for _, sql in triggers:
+        conn.execute(sql)
+    conn.close()
+
+
+@pytest.mark.parametrize("table, column, seq", [("reservations", "cost_units", 5), ("reservations", "cost_units", 23),
+                                                ("events", "revision", 6), ("events", "stream_seq", 26)])
+def test_an_integer_stored_as_an_equal_real_fails_alike_in_either_half(ledger_case, split_used, table, column, seq):
+    """10.0 = 10 in SQL: rows are compared with their storage classes too (a view would show 10.0)."""
+    _unguarded_change(ledger_case, table, f"{column} INTEGER NOT NULL", f"{column} BLOB NOT NULL",
+                      f"UPDATE {table} SET {column} = CAST({column} AS REAL) WHERE seq = :seq", seq)
+    conn = sqlite3.connect(ledger_case / "ledger.sqlite")
+    assert conn.execute(f"SELECT typeof({column}) FROM {table} WHERE seq = ?", (seq,)).fetchone() == ("real",)
+    assert conn.execute("PRAGMA quick_check").fetchone() == ("ok",)
+    conn.close()
+    one = _outcome(ledger_case, 1)
+    assert one[0] == INTEGRITY_ERROR and one[2] == seq
+    assert _outcome(ledger_case, 2) == one
+
+
+@pytest.mark.parametrize("seq", [5, 23])  # a reserve event of each half
+def test_a_row_stored_twice_behind_a_rebuilt_unique_index_fails_alike_in_either_half(ledger_case, split_used, seq):
+    """Rows are compared as sets and counted: an exact copy of a row fails as well as a changed one."""
+    _store_twice(ledger_case / "ledger.sqlite", "reservations", seq)
+    conn = sqlite3.connect(ledger_case / "ledger.sqlite")
+    assert conn.execute("SELECT COUNT(*) FROM reservations WHERE seq = ?", (seq,)).fetchone() == (2,)
+    assert conn.execute("PRAGMA quick_check").fetchone() == ("ok",)
+    conn.close()
+    one = _outcome(ledger_case, 1)
+    assert one[0] == INTEGRITY_ERROR and one[2] == seq
+    assert "reservations holds 9 rows where the replay has 8 (a row of seq" in one[1]
+    assert _outcome(ledger_case, 2) == one
+
+
+@pytest.mark.parametrize("spelled", ['"EVENTS"', "Events", '"Reservations"', "BALANCES"])
+def test_a_trigger_on_a_ledger_table_or_view_is_refused_however_its_name_is_spelled(ledger_case, spelled):
+    """SQLite matches names without regard to ASCII case and keeps a trigger's table name as typed."""
+    timing = "INSTEAD OF INSERT" if spelled == "BALANCES" else "BEFORE INSERT"
+    conn = sqlite3.connect(ledger_case / "ledger.sqlite")
+    conn.execute(f"CREATE TRIGGER hide_it {timing} ON {spelled} BEGIN SELECT RAISE(IGNORE); END")
+    conn.commit()
+    assert conn.execute("SELECT tbl_name FROM sqlite_master WHERE name = 'hide_it'").fetchone()[0] == spelled.strip('"')
+    conn.close()
+    with pytest.raises(LedgerError) as caught:
+        verify_case(ledger_case)
+    assert caught.value.code == INTEGRITY_ERROR and caught.value.message.startswith(
+        "schema object hide_it is not the ledger's own: a trigger on the ledger's " + spelled.strip('"').lower())
+    from ledger.storage.sqlfiles import foreign_write_blockers
+    with sqlite3.connect(ledger_case / "ledger.sqlite") as conn:
+        assert foreign_write_blockers(conn) == [f"trigger hide_it on {spelled.strip(chr(34))}"]
+
+
+def _store_twice(ledger: Path, table: str, seq: int) -> None:
+    """Copy ``table``'s row of ``seq`` behind its primary key: the key's index is dropped from the
+    schema, the copy inserted, and a plain index put back under the key index's name, so the
+    schema reads as shipped and SQLite's quick_check passes."""
+    conn = sqlite3.connect(ledger, isolation_level=None)
+    shipped = conn.execute("SELECT sql FROM sqlite_master WHERE name = ?", (table,)).fetchone()[0]
+    key = ",\n    PRIMARY KEY (revision, hypothesis_id, action_id)"
+    auto = conn.execute("SELECT name FROM sqlite_master WHERE tbl_name = ? AND type = 'index' AND sql IS NULL",
+                        (table,)).fetchone()[0]
+    conn.execute("PRAGMA writable_schema = ON")
+    conn.execute("UPDATE sqlite_master SET sql = ? WHERE name = ?", (shipped.replace(key, ""), table))
+    conn.execute("DELETE FROM sqlite_master WHERE name = ?", (auto,))
+    conn.close()
+    conn = sqlite3.connect(ledger, isolation_level=None)
+    triggers = conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ?",
+                            (table,)).fetchall()
+    for name, _ in triggers:
+        conn.execute(f"DROP TRIGGER {name}")
+    conn.execute(f"INSERT INTO {table} SELECT * FROM {table} WHERE seq = ?", (seq,))
+    conn.execute(f"CREATE INDEX copy_key ON {table} (revision, hypothesis_id, action_id)")
+    for _, sql in triggers:
+        conn.execute(sql)
+    conn.execute("PRAGMA writable_schema = ON")
+    conn.execute("UPDATE sqlite_master SET name = ?, sql = NULL WHERE name = 'copy_key'", (auto,))
+    conn.execute("UPDATE sqlite_master SET sql = ? WHERE name = ?", (shipped, table))
+    conn.close()

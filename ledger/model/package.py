@@ -312,10 +312,21 @@ def refuse_own_links(root: Path, *, creating: bool = False) -> None:
         refuse_link(root, name, "own files" if name != ANALYSIS_DIR else "export folder")
 
 
+def well_placed(stream: object, revision: object, stream_seq: object) -> bool:
+    """Whether an events row's ``stream``, ``revision`` and ``stream_seq`` are text and integers, as
+    the ledger writes them (an edited column may hold ``1.0``, which SQL takes for ``1``)."""
+    return type(stream) is str and type(revision) is int and type(stream_seq) is int
+
+
 def event_path(stream: str, revision: int, stream_seq: int) -> str:
     """Where an event exports to, relative to the package root: budget events per revision,
     every other event under ``analysis/case/events/``. An evidence event's stream is its own
-    export path (``analysis/evidence/<revision>/<op>/…``, see :func:`evidence_path`)."""
+    export path (``analysis/evidence/<revision>/<op>/…``, see :func:`evidence_path`).
+    ``INTEGRITY_ERROR`` unless :func:`well_placed`."""
+    if not well_placed(stream, revision, stream_seq):
+        raise LedgerError(E.INTEGRITY_ERROR, f"an events row places its event by stream {stream!r}, revision "
+                          f"{revision!r}, stream_seq {stream_seq!r}: text and integers belong there (an edited "
+                          "column); run 'ledger verify'")
     if stream.startswith(EVIDENCE_DIR):
         return stream
     if stream == "budget":

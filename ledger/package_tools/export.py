@@ -27,7 +27,7 @@ from ..ground.errors import LedgerError
 from ..services.case import Case
 from .manifest import manifest_for, read_manifest
 from ..model.package import (ANALYSIS_DIR, CONTENT_FILE_RE, LEDGER_FILE, MANIFEST_FILE, check_package_names, content_path, is_export_temp,
-                      event_path, export_tree_files, refuse_own_links)
+                      event_path, export_tree_files, refuse_own_links, well_placed)
 from ..ground.paths import os_error
 
 Progress = Callable[[int], None]
@@ -114,6 +114,9 @@ def _files_to_write(root: Path, conn: sqlite3.Connection, manifest: dict[str, An
                            "re-chained event)")
         if sha256_hex(data) != sha:
             raise _refused(f"seq {seq}: the ledger's event does not hash to its sha256 (an edited event)")
+        if not well_placed(stream, revision, stream_seq):
+            raise _refused(f"seq {seq}: the ledger's events row places the event by stream {stream!r}, revision "
+                           f"{revision!r}, stream_seq {stream_seq!r}, where text and integers belong (an edited column)")
         relative = event_path(stream, revision, stream_seq)
         if relative in paths or not _plain_path(relative):
             raise _refused(f"seq {seq}: the ledger places the event at {relative!r}, "

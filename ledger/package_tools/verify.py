@@ -22,7 +22,8 @@ from typing import Any, Callable, Iterator, Mapping
 
 from ..ground import errors as E
 from .atomic_files import process_tag, remove_abandoned_temp_folders, same_bytes
-from ..storage.sqlfiles import PUBLIC_VIEWS, migration_record_problem, schema_version, shipped_schema, statement
+from ..storage.sqlfiles import (PUBLIC_VIEWS, column_list, folded_name, migration_record_problem, schema_version, shipped_schema,
+                                statement)
 from ..ground.arguments import check_callback, check_flag
 from ..ground.workers import job_count
 from ..ground.canonical import stored_bytes
@@ -30,7 +31,7 @@ from ..services.case import missing_ledger
 from ..ground.errors import LedgerError, integrity_error as _bad
 from .manifest import check_manifest, export_statement, read_manifest
 from ..model.package import (EVENT_FILE_RE, LEDGER_FILE, check_export_tree, check_package_names,
-    content_path, event_path, export_tree_files, refuse_own_links)
+    content_path, event_path, export_tree_files, refuse_own_links, well_placed)
 from ..ground.clock import utc_now
 from ..ground.paths import fs_path, os_error
 from .anchors import check_anchored_events, check_anchors
@@ -153,7 +154,8 @@ def _rows_differ(conn: sqlite3.Connection, table: str, order: str, query: str = 
     """First row (by ``order``) present in only one of main.<table> and orig.<table> (``query``:
     ``view_rows_differ`` for a view, computed once per side)."""
     with translate_sqlite_errors():
-        return conn.execute(statement(query, table=table, order=order)).fetchone()
+        types = column_list(conn, table, types=True)
+        return conn.execute(statement(query, table=table, order=order, types=types)).fetchone()
 
 
 #: Verify's scratch folder in the system's temp folder: ``ledger-verify-<random>.<machine>.<pid>``.
@@ -453,6 +455,25 @@ def _compare_tables(conn: sqlite3.Connection, present: set[str], found: list[tup
         if differing is not None:
             columns = [d[1] for d in conn.execute(statement("table_columns", table=table))]
             found.append((differing[columns.index("seq")], f"helper table {table} disagrees with the replay"))
+    for table in ("contents", *(t for t in HELPER_TABLES if t in present)):
+        repeated = _repeated_row(conn, table)
+        if repeated is not None:
+            found.append(repeated)
+
+
+def _repeated_row(conn: sqlite3.Connection, table: str) -> tuple[int | None, str] | None:
+    """``(seq, message)`` when the ledger's ``table`` holds as many distinct rows as the replay but
+    not as many rows: a row stored twice (a unique index rebuilt around it), which a comparison of
+    row sets cannot see."""
+    with translate_sqlite_errors():
+        held, replayed = conn.execute(statement("row_counts", table=table)).fetchone()
+        if held == replayed:
+            return None
+        row = conn.execute(statement("repeated_row", table=table, columns=column_list(conn, table))).fetchone()
+    where = f"a row of seq {row[0]} stored twice" if row is not None else "rows added or missing"
+    return (row[0] if row is not None else None,
+            f"{'content' if table == 'contents' else 'helper'} table {table} holds {held} rows where the replay "
+            f"has {replayed} ({where})")
 
 
 #: Tables SQLite creates on its own (``sqlite_autoindex_*`` indexes have no SQL text and never show up).
@@ -480,10 +501,10 @@ def _compare_schema(conn: sqlite3.Connection, version: int) -> list[dict[str, st
     for kind, name, table, sql in objects:
         if name in shipped or kind == "table" and name in SQLITE_OWN_TABLES:
             continue  # only SQLite's own tables: a trigger, view or index may not hide behind their names
-        if kind == "trigger" and table in shipped:
-            raise _bad(None, f"schema object {name} is not the ledger's own: a trigger on the ledger's {table} "
-                       "can block or alter its writes; drop it", object=name)
-        if kind == "index" and table in shipped:
+        if kind == "trigger" and folded_name(table) in shipped:
+            raise _bad(None, f"schema object {name} is not the ledger's own: a trigger on the ledger's "
+                       f"{folded_name(table)} can block or alter its writes; drop it", object=name)
+        if kind == "index" and folded_name(table) in shipped:
             _refuse_index_that_can_block_writes(conn, name, table)
         foreign.append({"type": _foreign_kind(kind, name, sql, fts), "name": name, "table": table})
     return foreign
@@ -529,7 +550,8 @@ def _check_export(root: Path, conn: sqlite3.Connection, head_seq: int, manifest:
         check_manifest(manifest, conn, head_seq)
     if manifest is None and not files:
         return 0, None  # never exported: no file to compare, none can be missing (the loops below find nothing)
-    known = {event_path(*row) for row in conn.execute(export_statement(conn, "event_addresses"))}
+    # a row whose columns are edited out of their types has no path: the row comparison names it
+    known = {event_path(*row) for row in conn.execute(export_statement(conn, "event_addresses")) if well_placed(*row)}
     for relative in files:
         if relative not in known and EVENT_FILE_RE.fullmatch(relative):
             try:
@@ -544,6 +566,8 @@ def _check_export(root: Path, conn: sqlite3.Connection, head_seq: int, manifest:
     present = set(files)  # every regular file under analysis/ (a link there was refused above)
     top = os.fspath(root)
     for seq, stream, revision, stream_seq, body in conn.execute(export_statement(conn, "events_for_export")):
+        if not well_placed(stream, revision, stream_seq):
+            continue
         relative = event_path(stream, revision, stream_seq)
         if relative in present and _still_there(top, relative, stored_bytes(body), seq, f"exported file {relative}"):
             checked += 1

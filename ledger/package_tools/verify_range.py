@@ -26,8 +26,8 @@ from ..ground.errors import LedgerError, integrity_error as _bad
 from ..ground.workers import watch_parent, worker_context
 from ..model.memory_view import MemoryView
 from ..storage.connection import Storage
-from ..storage.sqlfiles import queries, statement
-from ..model.package import content_path, event_path, input_identity
+from ..storage.sqlfiles import column_list, queries, statement
+from ..model.package import content_path, event_path, input_identity, well_placed
 from ..storage.sqlite_file import EventRow, HelperRow, file_uri, not_utf8, translate_sqlite_errors
 from .manifest import export_statement
 from .replay import PackageSource, Replayer
@@ -136,7 +136,8 @@ def plan_split(scratch: Storage, folder: Path, jobs: int) -> tuple[int, int, Pat
 
 def input_identity_of(root: Path, conn: sqlite3.Connection) -> str:
     """The package's input identity now, leaving out what the ledger under check exports."""
-    exported = {event_path(*row) for row in conn.execute(export_statement(conn, "event_addresses", "orig"))}
+    exported = {event_path(*row) for row in conn.execute(export_statement(conn, "event_addresses", "orig"))
+                if well_placed(*row)}  # a row edited out of its types: the row comparison names it
     exported |= {content_path(sha) for (sha,) in conn.execute(statement("content_shas", "orig"))}
     return input_identity(root, exported)
 
@@ -267,7 +268,8 @@ def range_agrees(conn: sqlite3.Connection, tables: list[str], after: int, later:
     try:
         for table in tables:
             query = (statement("events_differ_in_range", truth=truth) if table == "events" else
-                     statement("rows_differ_in_range", table=table, truth=truth))
+                     statement("rows_differ_in_range", table=table, truth=truth,
+                               types=column_list(conn, table, types=True)))
             if conn.execute(query, {"after": after}).fetchone():
                 return False
     except (sqlite3.Error, UnicodeDecodeError):

@@ -147,6 +147,24 @@ def _statement(name: str, schema: str, identifiers: tuple[tuple[str, str], ...])
     return text.format(schema=schema, **dict(identifiers)) if "{" in text else text
 
 
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def folded_name(name: str) -> str:
+    """``name`` as SQLite matches identifiers: ASCII letters case-insensitively (``"EVENTS"`` is the
+    table ``events``; ``sqlite_master`` keeps a trigger's table name as it was typed), nothing else."""
+    return name.translate(_ASCII_LOWER)
+
+
+def column_list(conn: sqlite3.Connection, table: str, schema: str = "main", *, types: bool = False) -> str:
+    """The columns of ``schema.table`` (one of the ledger's own tables or views: names from its
+    schema), comma-separated; with ``types``, their storage classes (``typeof("col"), …``), which
+    verify compares besides the values, as ``10.0 = 10`` in SQL."""
+    names = [row[1] for row in conn.execute(statement("table_columns", schema, table=table))]
+    each = 'typeof("{}")' if types else '"{}"'
+    return ", ".join(each.format(name.replace('"', '""')) for name in names)
+
+
 
 
 @cache
@@ -195,4 +213,4 @@ def foreign_write_blockers(conn: sqlite3.Connection) -> list[str]:
     except sqlite3.Error:
         return []
     return [f"{kind} {name} on {table}" for kind, name, table, _ in rows
-            if kind in ("index", "trigger") and table in shipped and name not in shipped]
+            if kind in ("index", "trigger") and folded_name(table) in shipped and name not in shipped]
