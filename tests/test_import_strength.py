@@ -134,6 +134,57 @@ def test_import_refuses_an_actor_with_a_trailing_newline_that_the_api_refuses(ex
     assert not (tmp_path / "import" / "ledger.sqlite").exists()
 
 
+def _edit_seq(seq: int, field: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    def edit(body: dict[str, Any]) -> None:
+        if body["seq"] == seq:
+            body[field] = value
+    return edit
+
+
+@pytest.mark.parametrize("field, value, where", [("actor", 7, "actor: 7 is not of type 'string'"),
+                                                 ("accounts", "none", "accounts: 'none' is not of type 'array'")])
+def test_a_malformed_event_of_a_kind_seen_before_is_named_by_its_schema(exported_tree, tmp_path, field, value,
+                                                                         where):
+    """Import holds every event to its schema: a later budget event (its kind validated already at an
+    earlier one) that breaks the schema is named by what the schema says, not by the check it trips."""
+    tree = tmp_path / "tree"
+    shutil.copytree(exported_tree, tree)
+    budget_seqs = sorted(json.loads(p.read_bytes())["seq"] for p in (tree / "analysis").rglob("budgets/*/events/*.json"))
+    forge(tree, _edit_seq(budget_seqs[-1], field, value))
+    error = import_verdict(tree, tmp_path)
+    assert error is not None and (error.code, error.details["seq"]) == (INTEGRITY_ERROR, budget_seqs[-1])
+    assert error.message.endswith(f"event does not match schema budget-event-v1: {where}")
+    assert not (tmp_path / "import" / "ledger.sqlite").exists()
+
+
+def test_import_validates_each_kind_of_event_up_front_and_the_others_only_when_they_fail(tmp_path, monkeypatch):
+    """An event whose bytes equal its recomputation is what the rules write: import validates the
+    first event of each format and type against its schema, not every event."""
+    from ledger.package_tools import replay
+    validated: list[str] = []
+    real = replay.validator
+    monkeypatch.setattr(replay, "validator", lambda fmt: validated.append(fmt) or real(fmt))
+    tree = tmp_path / "tree"
+    case = build_case(tree)
+    budget = case.budget()
+    budget.settle("H1", "q1", 50, SETTLE_REASON)
+    for n in range(2, 5):  # the same kinds again
+        budget.reserve("H1", f"q{n}", "source.read_context")
+        budget.record_result("H1", f"q{n}", {"finding": f"line {n}"}, ["sources/app.py"])
+        budget.settle("H1", f"q{n}", 50, SETTLE_REASON)
+    export_case(case)
+    case.close()
+    for name in os.listdir(tree):
+        if name.startswith("ledger.sqlite"):
+            os.unlink(tree / name)
+    assert import_verdict(tree, tmp_path) is None
+    kinds = {(json.loads(p.read_bytes())["format"], json.loads(p.read_bytes())["type"])
+             for p in (tree / "analysis").rglob("events/*.json")}
+    events = len(list((tree / "analysis").rglob("events/*.json")))
+    # the import's replay, the verify ending the import, and import_verdict's own verify: each kind once
+    assert len(kinds) < events and len(validated) == 3 * len(kinds)
+
+
 def test_an_unforged_tree_still_imports(exported_tree, tmp_path):
     tree = tmp_path / "tree"
     shutil.copytree(exported_tree, tree)

@@ -101,12 +101,27 @@ def _check_stored_fields(seq: int, created_at: str, actor: str) -> None:
                    field="created_at")
 
 
+def _check_header(seq: int, body: Mapping[str, Any], previous_at: str) -> None:
+    """``INTEGRITY_ERROR`` unless event ``seq`` has a ``created_at`` and ``actor`` in their stored
+    forms, no earlier than ``previous_at``, and a ``request`` object."""
+    created_at, actor = body.get("created_at"), body.get("actor")
+    if type(created_at) is not str or type(actor) is not str or type(body.get("request")) is not dict:
+        raise _bad(seq, "event lacks a created_at, actor or request")
+    _check_stored_fields(seq, created_at, actor)
+    if created_at < previous_at:
+        raise _bad(seq, "created_at goes back in time")
+
+
 class Replayer:
     """Re-applies stored events in chain order onto an in-memory view.
 
-    ``schema_every_event``: validate every event against its JSON Schema
-    (import: external input) or only the first of each type (verify of the
-    ledger's own events, where the byte equality covers the rest).
+    The first event of each format and type is validated against its JSON Schema up front; an
+    event whose bytes equal its recomputation is what the rules write, which the schemas describe.
+    ``schema_every_event`` (import: external input) also holds every other event that fails its
+    checks or its recomputation to its schema first, so a malformed event is named by what the
+    schema says of it, exactly as if every event were validated up front, at the cost of
+    validating only the events that fail; without it (verify of the ledger's own events) such an
+    event is named by the check it failed.
     """
 
     def __init__(self, source: PackageSource, sink: Sink | None = None, *, schema_every_event: bool = True,
@@ -135,6 +150,19 @@ class Replayer:
         Returns ``(body, stream_seq)``; raises ``INTEGRITY_ERROR`` naming ``seq``.
         """
         body = self._parse(seq, data)
+        try:
+            draft = self._recomputed(seq, body, data)
+        except Exception:
+            if self.schema_every_event:
+                self._refuse_by_schema(seq, body)  # what an up-front validation would have named first
+            raise
+        sha = sha256 or sha256_hex(data)
+        return self._applied(seq, data, body, draft, sha)
+
+    def _recomputed(self, seq: int, body: dict[str, Any], data: bytes) -> Draft:
+        """The draft event ``seq`` recomputes to; ``INTEGRITY_ERROR`` unless the body rebuilt from it
+        has the canonical bytes ``data``."""
+        _check_header(seq, body, self.previous_at)
         created_at = body["created_at"]
         if self._following:  # a later event of the operation: written with its first event's time and actor
             draft = self._following.popleft()
@@ -160,7 +188,11 @@ class Replayer:
             if keys == ["sources"]:
                 raise _edited_source(seq, body.get("sources"), rebuilt.get("sources"))
             raise _bad(seq, f"event differs from its recomputation from the request in: {detail}", fields=keys)
-        sha = sha256 or sha256_hex(data)
+        return draft
+
+    def _applied(self, seq: int, data: bytes, body: dict[str, Any], draft: Draft, sha: str) -> tuple[dict[str, Any], int]:
+        """Apply checked event ``seq`` to the view (and the sink); ``(body, stream_seq)``."""
+        created_at = body["created_at"]
         floors = self.view.account_floors(body["revision"]) if draft.stream == "budget" else None
         money = money_rows(body, self.view.money_consumed) if draft.stream == "budget" else []
         request_sha = sha256_hex(canonical_bytes(draft.request)) if draft.operation_key else None
@@ -202,24 +234,19 @@ class Replayer:
         fmt = body.get("format")
         if fmt not in EVENT_FORMATS:
             raise _bad(seq, f"unknown event format {fmt!r}")
-        errors = self._schema_errors(fmt, body)
+        kind = (fmt, str(body.get("type")))
+        if kind not in self._schema_checked:
+            self._schema_checked.add(kind)
+            self._refuse_by_schema(seq, body)
+        return body
+
+    def _refuse_by_schema(self, seq: int, body: dict[str, Any]) -> None:
+        """``INTEGRITY_ERROR`` naming the first place where ``body`` breaks its format's JSON Schema."""
+        fmt = body["format"]
+        errors = sorted(validator(fmt).iter_errors(body), key=lambda e: list(e.absolute_path))
         if errors:
             where = ".".join(str(p) for p in errors[0].absolute_path) or "(top level)"
             raise _bad(seq, f"event does not match schema {fmt}: {where}: {schema_message(errors[0])}")
-        created_at, actor = body.get("created_at"), body.get("actor")
-        if type(created_at) is not str or type(actor) is not str or type(body.get("request")) is not dict:
-            raise _bad(seq, "event lacks a created_at, actor or request")
-        _check_stored_fields(seq, created_at, actor)
-        if created_at < self.previous_at:
-            raise _bad(seq, "created_at goes back in time")
-        return body
-
-    def _schema_errors(self, fmt: str, body: dict[str, Any]) -> list[Any]:
-        kind = (fmt, str(body.get("type")))
-        if self.schema_every_event or kind not in self._schema_checked:
-            self._schema_checked.add(kind)
-            return sorted(validator(fmt).iter_errors(body), key=lambda e: list(e.absolute_path))
-        return []
 
     def _recompute(self, seq: int, body: Mapping[str, Any]) -> Draft:
         request = body["request"]
