@@ -660,6 +660,34 @@ def test_a_second_batch_under_one_iteration_id_is_refused_saying_to_give_a_new_o
         "record_id"] == "E000002"
 
 
+def test_a_stored_batch_read_again_at_a_later_generation_is_a_conflict_that_says_how_to_get_it_back(case):
+    """Re-running query-then-store by hand (a resumed loop): the reply read again names a later
+    package_generation, so it is not the stored reply (OPERATION_CONFLICT, nothing written); the
+    message says the results are the same and how to get the stored batch, and that way answers."""
+    request = {"actions": [read("op-1", "H1", "q1", 1, 2)]}
+    case.budget().reserve("H1", "q1", "source.read_context")
+    store_ = case.evidence()
+    first = store_.store_tool_results("it-1", request, store_.query("it-1", request).reply)
+    assert case.budget().reserve("H1", "q1", "source.read_context").reused
+    again = store_.query("it-1", request).reply
+    head = case.status()["package_generation"]
+    with pytest.raises(LedgerError) as refused:
+        store_.store_tool_results("it-1", request, again)
+    message = refused.value.message
+    assert refused.value.code == OPERATION_CONFLICT and f"read again at {again['package_generation']}" in message
+    assert "query(..., store=True)" in message and "new iteration id" not in message
+    assert refused.value.details["package_generation"] < again["package_generation"]
+    assert case.status()["package_generation"] == head  # nothing written
+    back = store_.query("it-1", request, True)
+    assert (back.reused, back.records[0]["record_id"]) == (True, first.records[0]["record_id"])
+    assert store_.stored_batch("it-1", request).reused
+    # other results under the same id still get the rule's own advice
+    changed = {**again, "results": [{**again["results"][0], "truncated": True}]}
+    with pytest.raises(LedgerError) as other:
+        store_.store_tool_results("it-1", request, changed)
+    assert other.value.message.endswith("holds another batch; give this one a new iteration id")
+
+
 @pytest.mark.parametrize("key, value", [("operation_id", "o 1"), ("hypothesis_id", "h1"), ("action_id", "a/1"),
                                         ("tool", "Source.read"), ("action_id", 7)])
 def test_a_malformed_id_in_an_evidence_request_is_invalid_id_for_query_and_store(case, key, value):

@@ -142,6 +142,8 @@ class EvidenceStore:
         if found is not None and found[1] == canonical_sha256(shaped):
             inputs: dict[str, Any] = {"recomputed": [], "input_identity": None}  # an identical replay
         else:
+            if found is not None:
+                self._refuse_requeried(iteration_id, request, reply, key, found[0])
             inputs = {"recomputed": [self.reference.result(a) for a in request["actions"]],
                       "input_identity": self.case.input_identity()}
         ran = self._session.run("store_tool_results", shaped, at=at, inputs=inputs)
@@ -158,6 +160,23 @@ class EvidenceStore:
         stored = self.store_tool_results(iteration_id, request, reply)  # an identical replay: writes nothing
         return EvidenceResult(stored.package_path, stored.seq, stored.reused, stored.records, stored.index_ref,
                               reply)
+
+    def _refuse_requeried(self, iteration_id: str, request: Mapping[str, Any], reply: Mapping[str, Any],
+                          key: str, seq: int) -> None:
+        """``OPERATION_CONFLICT`` saying how to get the stored batch back when ``reply`` is the stored one
+        read again (same request, inputs and results; only ``package_generation`` moved on, as every
+        event moves it). Anything else is left to the rule's own conflict."""
+        stored = self._stored_reply(iteration_id, request)
+        if (stored is None or stored["input_identity"] != reply.get("input_identity")
+                or canonical_bytes(stored["results"]) != canonical_bytes(reply["results"])):
+            return
+        raise LedgerError(E.OPERATION_CONFLICT, (
+            f"operation {key} was already applied at seq {seq}: iteration {iteration_id} stored this request "
+            f"with these results, read at package_generation {stored['package_generation']}, and this reply was "
+            f"read again at {reply['package_generation']} (the ledger moved on; the inputs did not); to get the "
+            f"stored batch back, send its reply: query(..., store=True) or stored_batch(...) answer with it "
+            f"('ledger evidence query --store' on the command line)"), seq=seq, operation=key,
+            package_generation=stored["package_generation"])
 
     def _stored_reply(self, iteration_id: str, request: Mapping[str, Any]) -> dict[str, Any] | None:
         """The reply stored under ``iteration_id`` when that batch had this very ``request``, else None."""
