@@ -190,6 +190,19 @@ def test_open_revision_replays_while_the_case_is_still_in_that_revision(case):
     with pytest.raises(LedgerError) as caught:
         case.open_revision([{"statement": "different"}], 100)
     assert caught.value.code == INVALID_TRANSITION
+    assert caught.value.message.endswith("; revision 1 is open with other hypotheses (2 of them): a re-run is "
+                                         "reused only with the same hypotheses and units per hypothesis")
+
+
+def test_open_revision_mid_revision_with_other_units_says_the_units_differ(case):
+    """A journal re-run without the units its first run had (apply's --units-per-hypothesis) is not a
+    re-run: INVALID_TRANSITION, and the message names both allocations."""
+    with pytest.raises(LedgerError) as caught:
+        case.open_revision([{"statement": "hypothesis 1"}, {"statement": "hypothesis 2"}], 500)
+    assert (caught.value.code, caught.value.message) == (INVALID_TRANSITION, (
+        "open_revision is allowed from CREATED, EVALUATING or CLOSED, not INVESTIGATING_HYPOTHESES; revision 1 "
+        "is open with the same hypotheses at 100 units each, and this call asks for 500: a re-run is reused "
+        "only with the same units per hypothesis"))
 
 
 @pytest.mark.parametrize("hypotheses, units", [

@@ -82,15 +82,15 @@ def open_revision(view: LedgerView, request: Mapping[str, Any], context: Context
     """
     case = require_case(view)
     current = case["revision"]
-    if current > 0:
-        info = view.revision(current)
-        if (info is not None and info["hypotheses_request"] == request["hypotheses"]
-                and info["units_per_hypothesis"] == request["units_per_hypothesis"]):
-            return Reused(info["seq"])
+    info = view.revision(current) if current > 0 else None
+    if (info is not None and info["hypotheses_request"] == request["hypotheses"]
+            and info["units_per_hypothesis"] == request["units_per_hypothesis"]):
+        return Reused(info["seq"])
     if case["state"] not in OPEN_REVISION_FROM:
         raise LedgerError(
             E.INVALID_TRANSITION,
-            f"open_revision is allowed from CREATED, EVALUATING or CLOSED, not {case['state']}",
+            f"open_revision is allowed from CREATED, EVALUATING or CLOSED, not {case['state']}"
+            + (_not_a_rerun(current, info, request) if info is not None else ""),
             state=case["state"],
         )
     revision = current + 1
@@ -106,6 +106,18 @@ def open_revision(view: LedgerView, request: Mapping[str, Any], context: Context
         "units_per_hypothesis": units, "max_hypotheses": request["max_hypotheses"],
     })
     return Draft("revision.opened", "case", revision, None, dict(request), fields)
+
+
+def _not_a_rerun(current: int, info: Mapping[str, Any], request: Mapping[str, Any]) -> str:
+    """Why an ``open_revision`` refused mid-revision was not the re-run it may look like (only the
+    same hypotheses and units are ``reused``): what differs from revision ``current``'s."""
+    if info["hypotheses_request"] != request["hypotheses"]:
+        count = len(info["hypotheses_request"])
+        return (f"; revision {current} is open with other hypotheses ({count} of them): a re-run is reused only "
+                "with the same hypotheses and units per hypothesis")
+    return (f"; revision {current} is open with the same hypotheses at {info['units_per_hypothesis']} units each, "
+            f"and this call asks for {request['units_per_hypothesis']}: a re-run is reused only with the same "
+            "units per hypothesis")
 
 
 def transition(view: LedgerView, request: Mapping[str, Any], context: Context) -> Draft | Reused:
