@@ -214,6 +214,8 @@ def test_a_gate_reading_is_a_read_only_mapping_of_its_values(busy):
     assert reading["cost"] == 5
     with pytest.raises(KeyError):
         reading["refusal"]
+    assert (reading.get("tier"), reading.get("refusal"), reading.get("refusal", "none")) == (reading["tier"], None, "none")
+    assert list(reading.items()) == list(reading.to_dict().items())
 
 
 def _raise_missing(path: str) -> None:

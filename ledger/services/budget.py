@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from operator import itemgetter
 from pathlib import Path
-from typing import Any, Iterable, Iterator, KeysView
+from typing import Any, ItemsView, Iterable, Iterator, KeysView
 
 from ..ground import errors as E
 from ..ground.clock import parse_at
@@ -82,10 +82,17 @@ class GateReading:
     reused: bool = True
     refusal: LedgerError | None = None
 
-    # A read-only mapping of its values: ``reading["tier"]``, ``"tier" in reading``, ``dict(reading)``
-    # and iteration (the keys) all behave as on ``to_dict()``.
+    # A read-only mapping of its values: ``reading["tier"]``, ``reading.get("tier")``, ``"tier" in reading``,
+    # ``dict(reading)``, ``reading.items()`` and iteration (the keys) all behave as on ``to_dict()``
+    # (``values`` is the dict itself, not a method).
     def __getitem__(self, key: str) -> Any:
         return self.values[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.values.get(key, default)
+
+    def items(self) -> ItemsView[str, Any]:
+        return self.values.items()
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.values)
