@@ -655,10 +655,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, help="where to put the benchmark files (default: a temp folder)")
     parser.add_argument("--only", choices=["fleet"], help="run only this part (its figures alone)")
     parser.add_argument("--table", type=Path, nargs="+", metavar="RUN.json",
-                        help="print the README table from saved --json runs and exit")
+                        help="print the README table from saved --json runs (a column each, named by its file), then the figures behind it, and exit")
     args = parser.parse_args(argv)
     if args.table:
         return print_table(args.table)
+    if args.dir is not None and not args.dir.is_dir():
+        parser.error(f"--dir {args.dir}: no such folder")
     compile_sources()
     work = Path(tempfile.mkdtemp(prefix="ledger-bench-", dir=args.dir))
     results: dict[str, object] = {"quick": args.quick, "machine": machine()}

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,3 +82,11 @@ def test_a_table_of_a_missing_or_broken_run_file_is_a_one_line_error(tmp_path, c
     for path in (tmp_path / "missing.json", broken):
         assert report.print_table([path]) == 2
         assert capsys.readouterr().err.startswith(f"error: {path}: not a saved run (")
+
+
+def test_a_missing_dir_folder_is_a_usage_error_before_anything_runs(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--dir", str(tmp_path / "absent")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines()[-1] == f"python -m benchmarks: error: --dir {tmp_path / 'absent'}: no such folder"
+    assert not (tmp_path / "absent").exists()
