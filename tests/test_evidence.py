@@ -681,11 +681,13 @@ def test_a_stored_batch_read_again_at_a_later_generation_is_a_conflict_that_says
     back = store_.query("it-1", request, True)
     assert (back.reused, back.records[0]["record_id"]) == (True, first.records[0]["record_id"])
     assert store_.stored_batch("it-1", request).reused
-    # other results under the same id still get the rule's own advice
+    # other results, or a generation not after the stored one, still get the rule's own advice
     changed = {**again, "results": [{**again["results"][0], "truncated": True}]}
-    with pytest.raises(LedgerError) as other:
-        store_.store_tool_results("it-1", request, changed)
-    assert other.value.message.endswith("holds another batch; give this one a new iteration id")
+    older = {**again, "package_generation": refused.value.details["package_generation"] - 1}
+    for other_reply in (changed, older):
+        with pytest.raises(LedgerError) as other:
+            store_.store_tool_results("it-1", request, other_reply)
+        assert other.value.message.endswith("holds another batch; give this one a new iteration id")
 
 
 @pytest.mark.parametrize("key, value", [("operation_id", "o 1"), ("hypothesis_id", "h1"), ("action_id", "a/1"),

@@ -164,11 +164,12 @@ class EvidenceStore:
     def _refuse_requeried(self, iteration_id: str, request: Mapping[str, Any], reply: Mapping[str, Any],
                           key: str, seq: int) -> None:
         """``OPERATION_CONFLICT`` saying how to get the stored batch back when ``reply`` is the stored one
-        read again (same request, inputs and results; only ``package_generation`` moved on, as every
-        event moves it). Anything else is left to the rule's own conflict."""
+        read again (same request, inputs and results; only ``package_generation`` moved on, later, as
+        every event moves it). Anything else is left to the rule's own conflict."""
         stored = self._stored_reply(iteration_id, request)
         if (stored is None or stored["input_identity"] != reply.get("input_identity")
-                or canonical_bytes(stored["results"]) != canonical_bytes(reply["results"])):
+                or canonical_bytes(stored["results"]) != canonical_bytes(reply["results"])
+                or not reply["package_generation"] > stored["package_generation"]):
             return
         raise LedgerError(E.OPERATION_CONFLICT, (
             f"operation {key} was already applied at seq {seq}: iteration {iteration_id} stored this request "
