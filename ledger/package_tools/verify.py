@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 from ..ground import errors as E
 from .atomic_files import process_tag, remove_abandoned_temp_folders, same_bytes
-from ..storage.sqlfiles import (PUBLIC_VIEWS, column_list, folded_name, migration_record_problem, schema_version, shipped_schema,
+from ..storage.sqlfiles import (PUBLIC_VIEWS, folded_name, migration_record_problem, schema_version, shipped_schema,
                                 statement)
 from ..ground.arguments import check_callback, check_flag
 from ..ground.workers import job_count
@@ -35,6 +35,7 @@ from ..model.package import (EVENT_FILE_RE, LEDGER_FILE, check_export_tree, chec
 from ..ground.clock import utc_now
 from ..ground.paths import fs_path, os_error
 from .anchors import check_anchored_events, check_anchors
+from .verify_rows import HELPER_TABLES, compare_rows
 from .replay import PackageSource, Replayer
 from .verify_range import (ALL_AFTER, ALL_LAST, SECOND_HALF_FILE, SecondHalf, content_reader, copy_second_half,
     input_identity_of, merge, plan_split, range_agrees, save_views, replay_events)
@@ -43,13 +44,6 @@ from ..storage.sqlite_file import (SQLITE_MAX_PATH_BYTES, file_identity, transla
     open_snapshot, release_log)
 
 Progress = Callable[[int], None]
-#: Helper tables compared row by row against the replay.
-HELPER_TABLES = ("case_identity", "lifecycle", "revisions", "hypotheses", "policies", "accounts",
-                 "grants", "reservations", "results", "result_sources", "closings", "terminations",
-                 "evidence_records", "scope_establishments", "scope_limits", "limit_warnings",
-                 "limit_exceedances", "increase_requests", "result_costs", "evidence_atoms", "outcomes", "result_atoms", "test_requests",
-                 "feedback_drafts", "feedback_confirmations", "account_floors", "money_totals",
-                 "evidence_indexes", "evidence_files")
 EVENT_COLUMNS = ("seq", "type", "revision", "stream", "stream_seq", "created_at", "sha256",
                  "parent_sha256", "operation_key", "request_sha256", "body")
 
@@ -148,14 +142,6 @@ class VerifyReport:
                                f"since or cannot be read now, so those results cannot be recomputed from them "
                                f"(--strict): {shown}")
         return None
-
-
-def _rows_differ(conn: sqlite3.Connection, table: str, order: str, query: str = "rows_differ") -> tuple[Any, ...] | None:
-    """First row (by ``order``) present in only one of main.<table> and orig.<table> (``query``:
-    ``view_rows_differ`` for a view, computed once per side)."""
-    with translate_sqlite_errors():
-        types = column_list(conn, table, types=True)
-        return conn.execute(statement(query, table=table, order=order, types=types)).fetchone()
 
 
 #: Verify's scratch folder in the system's temp folder: ``ledger-verify-<random>.<machine>.<pid>``.
@@ -344,7 +330,7 @@ def _verify_attached(root: Path, scratch: Storage, progress: Progress | None, se
         raise _bad(1, "the ledger holds no events")
     check_anchored_events(conn, anchors, head[0])
     replayer.finish()
-    _compare_rows(conn, tables_agree, saved)
+    compare_rows(conn, tables_agree, saved)
     # the export tree is read first, then compared with the ledger as it is now: a writer may have
     # appended and exported past the verified snapshot meanwhile (never a truncation)
     manifest, files = read_manifest(root), export_tree_files(root)
@@ -414,66 +400,6 @@ def _check_own_tables(conn: sqlite3.Connection, version: int) -> None:
         if name in shipped and present.get(name) != shipped[name]:
             raise _bad(None, f"the ledger's {name} is missing or altered (its definition differs from the "
                        "schema's, e.g. an added column)", object=name)
-
-
-def _compare_rows(conn: sqlite3.Connection, tables_agree: bool = False, saved: set[str] = frozenset()) -> None:
-    """Events columns, contents, helper rows and views of the ledger against the replay
-    (``tables_agree``: the tables were compared already, in two ranges of seq, and agree;
-    ``saved``: the views whose ledger side was computed already).
-
-    Every table is compared before anything is reported, so the error names the
-    smallest differing ``seq`` whichever table it is in.
-    """
-    found: list[tuple[int, str]] = []
-    # a ledger made by an older schema version has not every table and view yet (its scratch neither)
-    present = {name for name, _sql in conn.execute(statement("schema_objects", "orig"))}
-    if not tables_agree:
-        _compare_tables(conn, present, found)
-    if found:
-        seq, message = min(found, key=lambda item: (item[0] if type(item[0]) is int else 2**63, item[1]))
-        raise _bad(seq if type(seq) is int else None, message)
-    for view in (v for v in PUBLIC_VIEWS if v in present):
-        try:
-            differing = _rows_differ(conn, view, "1", "saved_view_rows_differ" if view in saved else "view_rows_differ")
-        except LedgerError as exc:
-            raise _bad(None, f"view {view} cannot be read: {exc.message}", view=view) from None
-        if differing is not None:
-            raise _bad(None, f"view {view} disagrees with the replay: {differing}", view=view)
-
-
-def _compare_tables(conn: sqlite3.Connection, present: set[str], found: list[tuple[int, str]]) -> None:
-    """Add ``(seq, message)`` to ``found`` for each table whose rows differ from the replay's."""
-    with translate_sqlite_errors():
-        differing = conn.execute(statement("events_differ")).fetchone()
-    if differing is not None:
-        found.append((differing[0], "an events column disagrees with the event's body"))
-    differing = _rows_differ(conn, "contents", "seq")
-    if differing is not None:
-        found.append((differing[1], f"content row {differing[0]} disagrees with the replay (edited, extra or swapped)"))
-    for table in (t for t in HELPER_TABLES if t in present):
-        differing = _rows_differ(conn, table, "seq")
-        if differing is not None:
-            columns = [d[1] for d in conn.execute(statement("table_columns", table=table))]
-            found.append((differing[columns.index("seq")], f"helper table {table} disagrees with the replay"))
-    for table in ("contents", *(t for t in HELPER_TABLES if t in present)):
-        repeated = _repeated_row(conn, table)
-        if repeated is not None:
-            found.append(repeated)
-
-
-def _repeated_row(conn: sqlite3.Connection, table: str) -> tuple[int | None, str] | None:
-    """``(seq, message)`` when the ledger's ``table`` holds as many distinct rows as the replay but
-    not as many rows: a row stored twice (a unique index rebuilt around it), which a comparison of
-    row sets cannot see."""
-    with translate_sqlite_errors():
-        held, replayed = conn.execute(statement("row_counts", table=table)).fetchone()
-        if held == replayed:
-            return None
-        row = conn.execute(statement("repeated_row", table=table, columns=column_list(conn, table))).fetchone()
-    where = f"a row of seq {row[0]} stored twice" if row is not None else "rows added or missing"
-    return (row[0] if row is not None else None,
-            f"{'content' if table == 'contents' else 'helper'} table {table} holds {held} rows where the replay "
-            f"has {replayed} ({where})")
 
 
 #: Tables SQLite creates on its own (``sqlite_autoindex_*`` indexes have no SQL text and never show up).
