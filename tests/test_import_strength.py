@@ -398,6 +398,42 @@ def test_an_import_whose_target_is_taken_meanwhile_is_case_exists_and_leaves_not
     assert not [p for p in tmp_path.iterdir() if ".importing-" in p.name]
 
 
+def test_every_file_and_folder_of_a_new_package_is_fsynced_before_it_is_renamed_into_place(exported, tmp_path,
+                                                                                          monkeypatch):
+    """Inputs (sources/, other files) are copied, the ledger rebuilt and exported in a hidden folder;
+    each file and folder there is durable before the rename, so a crash after the import reported
+    never leaves an input empty."""
+    (exported / "notes").mkdir()
+    (exported / "notes" / "deep").mkdir()
+    (exported / "notes" / "deep" / "readme.txt").write_text("kept\n")
+    synced: set[tuple[int, int]] = set()
+    renamed: list[Path] = []
+    real_fsync, real_rename = os.fsync, os.rename
+
+    def fsync(fd):
+        status = os.fstat(fd)
+        synced.add((status.st_dev, status.st_ino))
+        return real_fsync(fd)
+
+    def rename(source, target):
+        renamed.append(Path(target))
+        for directory, folders, names in os.walk(source):
+            for name in [*folders, *names, "."]:
+                if name == "ledger.sqlite" or name.endswith("-lock"):
+                    continue  # SQLite syncs its own file (synchronous=FULL); a lock file holds nothing
+                status = os.stat(Path(directory, name))
+                assert (status.st_dev, status.st_ino) in synced, Path(directory, name).relative_to(source)
+        return real_rename(source, target)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "rename", rename)
+    target = tmp_path / "copy"
+    assert import_tree(exported, target).head_seq == 4
+    assert renamed == [target]
+    assert (target / "sources" / "app.py").read_bytes() == (exported / "sources" / "app.py").read_bytes()
+    assert (target / "notes" / "deep" / "readme.txt").read_text() == "kept\n"
+
+
 KILL_AT = {  # a step of import after the rebuild, and the call the child is killed (SIGKILL) in
     "exporting the new package": "export_case",
     "verifying it": "verify_case",

@@ -260,17 +260,22 @@ def export_faults(monkeypatch):
 
 @pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_every_file_step_of_export_can_fail_and_the_tree_stays_as_it_was(base_package, tmp_path, export_faults):
-    # an older export exists; the ledger then grew, so the next export writes new files and a new manifest
+    # an older export exists; the ledger then grew by three events, so the next export writes three
+    # new files (written, fsynced and renamed as one batch) and a new manifest
     old = fresh_copy(base_package, tmp_path, "old")
     with Case.open(old) as case:
         export_case(case)
         case.budget().fail("H1", "p4", "late", at=AT)
+        case.budget().reserve("H4", "x1", "source.read_context", at=AT)
+        case.budget().fail("H4", "x1", "late", at=AT)
     probe = fresh_copy(old, tmp_path, "probe")
     export_faults["calls"].clear()
     with Case.open(probe) as case:
         export_case(case)
     steps = list(export_faults["calls"])
-    assert set(steps) == set(EXPORT_STEPS) and steps.count("replace") == 2  # the new event and the manifest
+    assert set(steps) == set(EXPORT_STEPS) and steps.count("replace") == 4  # the new events and the manifest
+    # each file is renamed into place only after its temp file was fsynced: all three before the first rename
+    assert steps.index("replace") > [i for i, step in enumerate(steps) if step == "fsync"][2]
     for index in range(len(steps)):
         for exception in (KeyboardInterrupt(), OSError(28, "No space left on device")):
             package = fresh_copy(old, tmp_path, "trial")

@@ -16,6 +16,7 @@ import socket
 import stat
 import tempfile
 from pathlib import Path
+from typing import Iterable, Sequence
 
 from ..ground.errors import STORAGE_ERROR
 from ..ground.paths import os_error, read_bytes
@@ -54,29 +55,86 @@ def write_atomic(path: Path, data: bytes, mode: int | None = None, *, folder_exi
     """
     if not folder_exists:
         path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(f"{EXPORT_TEMP_PREFIX}{path.name}.{os.getpid()}{_TAG}{next(_TEMP_NUMBERS)}")
-    owned: Path | None = temp  # ours before the create returns: an interrupt right after it still removes it
+    write_atomic_many([(path, data)], new_file_mode() if mode is None else mode)
+
+
+def write_atomic_many(files: Sequence[tuple[Path, bytes]], mode: int) -> None:
+    """:func:`write_atomic` for several files whose folders exist, each given ``mode``.
+
+    Every temp file is written first, then each is fsynced, then each renamed into place: the
+    first fsync commits the file system's journal for all of them, so the others return at once
+    (one commit for the batch instead of one per file). As with one file, a file is renamed only
+    once its bytes are durable, and a crash leaves each file old or new, plus at most one
+    ``.ledger-tmp-*`` leftover per file of the batch. A failure removes the temp files not yet
+    renamed; the files already renamed stay (the caller knows which it created)."""
+    temps: list[_Temp] = []
+    renamed = 0
     try:
-        try:
-            fd = os.open(temp, _CREATE, 0o600)
-        except FileExistsError:  # a leftover of an earlier process that had this pid and tag: not ours
-            owned = None
-            fd, name = tempfile.mkstemp(prefix=EXPORT_TEMP_PREFIX + path.name + ".", dir=path.parent)
-            owned = temp = Path(name)
-        try:
+        for path, data in files:
+            temp = _Temp(path)
+            temps.append(temp)
+            temp.create()
             # 0600 until written: others see the file only whole, then with the mode asked
-            os.fchmod(fd, new_file_mode() if mode is None else mode)
+            os.fchmod(temp.fd, mode)
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(temp.fd, view):]
+        for temp in temps:
+            os.fsync(temp.fd)
+            fd, temp.fd = temp.fd, -1
+            os.close(fd)
+        for temp in temps:
+            os.replace(temp.name, temp.target)
+            renamed += 1
+    except BaseException:
+        for temp in temps[renamed:]:
+            temp.close_quietly()
+            if temp.name is not None:
+                discard(temp.name)
+        raise
+
+
+class _Temp:
+    """The temp file a target is written to: its name (None while it is not ours) and open descriptor."""
+
+    __slots__ = ("target", "name", "fd")
+
+    def __init__(self, target: Path) -> None:
+        self.target = target
+        self.name: Path | None = None
+        self.fd = -1
+
+    def create(self) -> None:
+        """Create the temp file (``0600``), named before the create returns: an interrupt right after
+        the create still removes it."""
+        target = self.target
+        self.name = target.with_name(f"{EXPORT_TEMP_PREFIX}{target.name}.{os.getpid()}{_TAG}{next(_TEMP_NUMBERS)}")
+        try:
+            self.fd = os.open(self.name, _CREATE, 0o600)
+        except FileExistsError:  # a leftover of an earlier process that had this pid and tag: not ours
+            self.name = None
+            self.fd, name = tempfile.mkstemp(prefix=EXPORT_TEMP_PREFIX + target.name + ".", dir=target.parent)
+            self.name = Path(name)
+
+    def close_quietly(self) -> None:
+        """Close the descriptor if it is open, as cleanup after a failure: never raising."""
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def fsync_files(paths: Iterable[Path]) -> None:
+    """fsync each file of ``paths`` (written, not yet synced), in that order: the first commits the
+    file system's journal for all of them."""
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        try:
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(temp, path)
-    except BaseException:
-        if owned is not None:
-            discard(owned)
-        raise
 
 
 #: Flags of a temp file :func:`write_atomic` creates: a new file only, never one that exists.

@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 from ..ground import errors as E
 from ..ground.canonical import sha256_hex
-from .atomic_files import discard, fsync_dir, remove_abandoned_builds
+from .atomic_files import discard, fsync_dir, fsync_files, remove_abandoned_builds
 from ..ground.arguments import check_callback
 from ..services.case import Case
 from ..ground.config import AnalysisConfig
@@ -152,7 +152,11 @@ def _no_event(files: dict[str, Path], view: MemoryView, revisions: list[int], se
 
 
 def _copy_inputs(files: dict[str, Path], build_dir: Path) -> None:
+    """Copy the package's inputs into ``build_dir``, each file and folder durable (fsynced) before the
+    new package is renamed into place: a crash after the import reported never leaves an input empty."""
     build_dir.mkdir(parents=True)
+    copied: list[Path] = []
+    folders = {build_dir}
     for relative, full in files.items():
         if is_ledger_own(PurePosixPath(relative)):
             continue
@@ -160,6 +164,11 @@ def _copy_inputs(files: dict[str, Path], build_dir: Path) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(full, target)
         shutil.copymode(full, target)  # an executable or read-only input stays so
+        copied.append(target)
+        folders.update(parent for parent in target.parents if build_dir in parent.parents)
+    fsync_files(copied)  # after every copy: the first fsync commits the file system's journal for all
+    for folder in sorted(folders, key=lambda p: len(p.parts), reverse=True):
+        fsync_dir(folder)
 
 
 def _rebuild(building: Path, build_dir: Path, files: dict[str, Path], manifest: dict[str, Any],
