@@ -16,7 +16,7 @@ import socket
 import stat
 import tempfile
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
 from ..ground.errors import STORAGE_ERROR
 from ..ground.paths import os_error, read_bytes
@@ -268,18 +268,35 @@ def remove_abandoned_temp_folders(parent: Path, prefix: str) -> None:
     made on this machine by a process that is gone: what a killed process could not clean up
     (SIGKILL, the out-of-memory killer). Never a link, another user's folder, another machine's or
     a live process's. Best effort: a folder that cannot be listed or removed is left."""
+    for entry in _abandoned(parent, prefix, "", folders=True):
+        shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def remove_abandoned_temp_files(parent: Path, prefix: str, suffix: str) -> None:
+    """Remove this user's regular files ``<prefix>…<process tag><suffix>`` in ``parent`` left by a process
+    of this machine that is gone, as :func:`remove_abandoned_temp_folders` does folders."""
+    for entry in _abandoned(parent, prefix, suffix, folders=False):
+        discard(entry.path)
+
+
+def _abandoned(parent: Path, prefix: str, suffix: str, *, folders: bool) -> Iterator[os.DirEntry[str]]:
+    """This user's folders (or regular files) ``<prefix>…<process tag><suffix>`` in ``parent`` whose process
+    was on this machine and is gone; never a link."""
     machine = _machine()
     try:
-        entries = [entry for entry in os.scandir(parent) if entry.name.startswith(prefix)]
+        entries = [entry for entry in os.scandir(parent) if entry.name.startswith(prefix)
+                   and entry.name.endswith(suffix) and len(entry.name) > len(prefix) + len(suffix)]
     except OSError:
         return
     for entry in entries:
-        named = re.fullmatch(r".*\.([0-9a-f]{12})\.(\d{1,10})", entry.name[len(prefix):], re.S)
+        tagged = entry.name[len(prefix):len(entry.name) - len(suffix)]
+        named = re.fullmatch(r".*\.([0-9a-f]{12})\.(\d{1,10})", tagged, re.S)
         if named is None or named.group(1) != machine or pid_alive(int(named.group(2))):
             continue
         try:
-            if not entry.is_dir(follow_symlinks=False) or entry.stat(follow_symlinks=False).st_uid != os.geteuid():
+            kind = entry.is_dir(follow_symlinks=False) if folders else entry.is_file(follow_symlinks=False)
+            if not kind or entry.stat(follow_symlinks=False).st_uid != os.geteuid():
                 continue
         except OSError:
             continue
-        shutil.rmtree(entry.path, ignore_errors=True)
+        yield entry

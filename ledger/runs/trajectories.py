@@ -19,37 +19,33 @@ import json
 import os
 import re
 import tempfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, IO, Iterable, Iterator, Mapping
+from typing import Any, Callable, IO, Iterable, Mapping
 
 from ..ground import errors as E
 from ..ground.errors import LedgerError
-from ..ground.canonical import SAFE_INTEGER_MAX, canonical_bytes
+from ..ground.canonical import canonical_bytes
 from ..ground.config import DEFAULT_LIMITS
 from ..ground.paths import STORAGE_ERRNOS, folder_inputs, fs_path
 from ..ground.arguments import check_text_mapping
 from ..model.outcomes import check_outcomes, read_outcomes
 from ..model.package import refuse_output_in_package
+from ..package_tools.atomic_files import process_tag, remove_abandoned_temp_files
 from ..package_tools.journal import LINE_BYTES_MAX
 from .actions import DEFAULT_ACTION_MAP, ActionMap, classify
+from .formats import FormatError, Step, mini_swe_agent_steps, steps_line, swe_agent_steps, too_many_digits
 
 FORMATS = ("auto", "mini-swe-agent", "swe-agent", "steps")
 #: The allocation of the imported run's one hypothesis: large enough that no policy-free replay runs dry.
 UNITS_PER_RUN = 100000
-_FENCE = re.compile(r"```(?:bash|mswea_bash_command)\s*\n(.*?)\n```", re.S)
-_RETURNCODE = re.compile(r"\A\s*<returncode>(-?[0-9]+)</returncode>")
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _EXTENSIONS = (".gz", ".json", ".jsonl", ".traj")
-
-
-@dataclass(frozen=True)
-class Step:
-    """One step of a run: the command, the observation as the agent saw it, and its exit code if known."""
-
-    command: str
-    observation: str
-    exit_code: int | None = None
+#: The names a folder's trajectories have: each of these, maybe gzipped.
+_TRAJECTORY_NAMES = (".json", ".jsonl", ".traj", ".json.gz", ".jsonl.gz", ".traj.gz")
+#: A lone surrogate (text decoded with ``surrogateescape``): no UTF-8, so no canonical JSON, form.
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass
@@ -80,10 +76,6 @@ class ImportSummary:
                 "over_default_limits": {k: list(v) for k, v in sorted(self.over_default_limits.items())}}
 
 
-class _FormatError(Exception):
-    """A turn that is not a step (counted in the summary under its reason, then skipped)."""
-
-
 def normalized(text: str) -> str:
     """The observation with trailing whitespace stripped from every line (lines split on ``\\n``)."""
     return "\n".join(line.rstrip() for line in text.split("\n"))
@@ -105,137 +97,9 @@ def evidence_of(step: Step, mapping: ActionMap = DEFAULT_ACTION_MAP) -> tuple[st
                                 "observation_bytes": len(data), "atoms": atom_ids(step.observation)}
     if step.exit_code is not None:
         evidence["exit_code"] = step.exit_code
-    if target is not None:
-        evidence["target"] = target
+    if target is not None:  # a path decoded with surrogateescape keeps a U+FFFD for each byte not UTF-8
+        evidence["target"] = _LONE_SURROGATE.sub("\ufffd", target)
     return action, evidence
-
-
-# --- the formats ---------------------------------------------------------------------------
-def _text(content: Any) -> str:
-    """A message's content as text (a list of parts: their ``text`` joined)."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(p.get("text", "") for p in content if isinstance(p, Mapping) and isinstance(p.get("text"), str))
-    return ""
-
-
-def _returncode(message: Mapping[str, Any], text: str) -> int | None:
-    """The exit code a mini-swe-agent observation carries, or None: none given, or one no journal
-    can hold (past ±(2**53 - 1), the largest exact JSON integer; the observation keeps it)."""
-    extra = message.get("extra")
-    if isinstance(extra, Mapping) and type(extra.get("returncode")) is int:
-        code = extra["returncode"]
-    else:
-        found = _RETURNCODE.match(text)
-        code = int(found.group(1)) if found else None
-    return code if code is None or abs(code) <= SAFE_INTEGER_MAX else None
-
-
-def _hashable(value: Any) -> Any:
-    """A tool call id as a dict key: its JSON text, so ids are equal only when they are the same JSON
-    (``1``, ``true``, ``1.0`` and ``"1"`` are four ids; a list or object is one too). None stays None."""
-    return None if value is None else json.dumps(value, sort_keys=True)
-
-
-def _tool_steps(messages: list[Any], index: int) -> Iterator[Step | _FormatError]:
-    """The steps of an assistant message in tool-call mode: each bash call answered by a ``tool`` message.
-    A call whose id another call of the message shares, or that several messages answer, is a format
-    error: which answer is whose cannot be told."""
-    answers: dict[Any, list[Any]] = {}
-    for later in messages[index + 1:]:
-        if not isinstance(later, Mapping) or later.get("role") == "assistant":
-            break
-        if later.get("tool_call_id") is not None:
-            answers.setdefault(_hashable(later["tool_call_id"]), []).append(later)
-    calls = messages[index]["tool_calls"]
-    ids = [_hashable(call.get("id")) if isinstance(call, Mapping) else None for call in calls]
-    for call, call_id in zip(calls, ids):
-        function = call.get("function") if isinstance(call, Mapping) else None
-        try:
-            arguments = json.loads(function["arguments"]) if isinstance(function["arguments"], str) \
-                else function["arguments"]
-            command = arguments["command"]
-            assert function.get("name") == "bash" and isinstance(command, str)
-        except (TypeError, KeyError, ValueError, AssertionError):
-            yield _FormatError("tool call that is not a bash command")
-            continue
-        found = answers.get(call_id, [])
-        if call_id is not None and (ids.count(call_id) > 1 or len(found) > 1):
-            yield _FormatError("tool call sharing its id")
-            continue
-        if not found:
-            yield _FormatError("tool call without a result")
-            continue
-        answer = found[0]
-        text = _text(answer.get("content"))
-        yield Step(command, text, _returncode(answer, text))
-
-
-def mini_swe_agent_steps(data: Any) -> Iterator[Step | _FormatError]:
-    """Steps of a mini-swe-agent trajectory (a ``{"messages": [...]}`` object or a bare message list)."""
-    messages = data.get("messages") if isinstance(data, Mapping) else data
-    if not isinstance(messages, list):
-        raise ValueError("no messages list: not a mini-swe-agent trajectory")
-    if not any(isinstance(message, Mapping) and "role" in message for message in messages):
-        raise ValueError("no message with a role: an empty or foreign list, not a mini-swe-agent trajectory")
-    for index, message in enumerate(messages):
-        if not isinstance(message, Mapping) or message.get("role") != "assistant":
-            continue
-        if message.get("tool_calls"):
-            yield from _tool_steps(messages, index)
-            continue
-        blocks = _FENCE.findall(_text(message.get("content")))
-        following = messages[index + 1] if index + 1 < len(messages) else None
-        if len(blocks) != 1:
-            yield _FormatError("no bash block" if not blocks else "several bash blocks")
-        elif not isinstance(following, Mapping) or following.get("role") == "assistant":
-            yield _FormatError("no observation")
-        else:
-            text = _text(following.get("content"))
-            yield Step(blocks[0], text, _returncode(following, text))
-
-
-def swe_agent_steps(data: Any) -> Iterator[Step | _FormatError]:
-    """Steps of a SWE-agent ``.traj``: each ``trajectory[]`` entry with its ``action`` and ``observation``."""
-    entries = data.get("trajectory") if isinstance(data, Mapping) else None
-    if not isinstance(entries, list):
-        raise ValueError("no trajectory list: not a SWE-agent .traj (--format auto tells the formats apart)")
-    for entry in entries:
-        if not isinstance(entry, Mapping) or not isinstance(entry.get("action"), str) \
-                or not isinstance(entry.get("observation"), str):
-            yield _FormatError("entry without action and observation")
-        else:
-            yield Step(entry["action"], entry["observation"])
-
-
-def _no_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object of a steps line; a key given twice (which of its values would count?) is refused."""
-    item = dict(pairs)
-    if len(item) != len(pairs):
-        keys = [key for key, _ in pairs]
-        raise ValueError(f"the key {next(k for k in keys if keys.count(k) > 1)!r} is given twice")
-    return item
-
-
-def _generic_step(line: bytes, number: int) -> tuple[str, Step]:
-    try:
-        item = json.loads(line, object_pairs_hook=_no_repeated_keys)
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"line {number}: not UTF-8 (byte {exc.start + 1}: {exc.reason})") from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"line {number}: not JSON ({exc.msg})") from None
-    except ValueError as exc:  # a key given twice (_no_repeated_keys)
-        raise ValueError(f"line {number}: {exc}") from None
-    if not isinstance(item, Mapping) or not isinstance(item.get("run"), str) \
-            or not isinstance(item.get("command"), str) or not isinstance(item.get("output"), str):
-        hint = (" (this line has \"op\": the file is already a ledger journal; give it to 'ledger apply' "
-                "or 'ledger simulate')" if isinstance(item, Mapping) and "op" in item else "")
-        raise ValueError(f"line {number}: needs the string keys run, command and output{hint}")
-    code = item.get("exit_code")
-    if code is not None and (type(code) is not int or abs(code) > SAFE_INTEGER_MAX):
-        raise ValueError(f"line {number}: exit_code must be an integer within ±(2**53-1)")
-    return item["run"], Step(item["command"], item["output"], code)
 
 
 # --- reading files --------------------------------------------------------------------------
@@ -253,9 +117,10 @@ def _stem(path: Path) -> str:
 def _format_of(path: Path, requested: str, data: Any = None) -> str:
     if requested != "auto":
         return requested
-    if _stem(path) != path.name and ".jsonl" in path.name.lower():
+    name = path.name.lower()
+    if name.removesuffix(".gz").endswith(".jsonl"):
         return "steps"
-    if isinstance(data, Mapping) and isinstance(data.get("trajectory"), list) and "messages" not in data:
+    if isinstance(data, Mapping) and isinstance(data.get("trajectory"), list):
         return "swe-agent"
     return "mini-swe-agent"
 
@@ -269,7 +134,7 @@ def input_files(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
     for entry in paths:
         path = fs_path(entry, "trajectory")
         if path.is_dir():
-            found += folder_inputs(path, _EXTENSIONS, "trajectory")
+            found += folder_inputs(path, _TRAJECTORY_NAMES, "trajectory")
         elif path.exists():
             found.append(path)
         else:
@@ -293,7 +158,8 @@ class _Journal:
     def __init__(self, out: Path, run: str) -> None:
         self.run, self.final, self.steps = run, out / f"{run}.jsonl", 0
         self.evidence_bytes_max = 0  # the largest evidence payload of a step, canonical bytes
-        fd, self.temp = tempfile.mkstemp(prefix=f".{run}.", suffix=".tmp", dir=out)
+        # named for this process, so that an import killed meanwhile has it removed by the next one
+        fd, self.temp = tempfile.mkstemp(prefix=f".{run}.", suffix=f"{process_tag()}{_TEMP_SUFFIX}", dir=out)
         self.handle: Any = os.fdopen(fd, "wb")
         for item in ({"op": "open_revision", "hypotheses": [{"statement": f"agent run {run}"}],
                       "units_per_hypothesis": UNITS_PER_RUN},
@@ -352,6 +218,9 @@ class _Journal:
             os.unlink(self.temp)
 
 
+#: How a journal's temp file name ends (after its process tag).
+_TEMP_SUFFIX = ".tmp"
+
 #: Budget events a step writes: its reserve, record_result and settle.
 BUDGET_EVENTS_PER_STEP = 3
 
@@ -373,7 +242,8 @@ class _Importer:
 
     def _begin(self, run: str) -> _Journal:
         if not _RUN_ID.fullmatch(run):
-            raise ValueError(f"run id {run[:80]!r}{'…' if len(run) > 80 else ''} ({len(run)} characters) is not a "
+            raise ValueError(f"run id {run[:80]!r}{'…' if len(run) > 80 else ''} ({len(run)} character"
+                             f"{'' if len(run) == 1 else 's'}) is not a "
                              "plain file name: 1 to 128 letters, digits, '.', '_', '-', the first a letter or digit")
         if run in self.seen:
             raise ValueError(f"run id {run!r} was already imported from another input")
@@ -391,9 +261,9 @@ class _Importer:
             self.summary.over_default_limits.setdefault(limit, []).append(journal.run)
         self.summary.journals.append(str(journal.final))
 
-    def _feed(self, journal: _Journal, items: Iterable[Step | _FormatError]) -> None:
+    def _feed(self, journal: _Journal, items: Iterable[Step | FormatError]) -> None:
         for item in items:
-            if isinstance(item, _FormatError):
+            if isinstance(item, FormatError):
                 reason = str(item)
                 self.summary.skipped[reason] = self.summary.skipped.get(reason, 0) + 1
             else:
@@ -405,6 +275,8 @@ class _Importer:
                 data = json.load(handle)  # one run at a time: a trajectory file is one JSON document
             except json.JSONDecodeError as exc:
                 raise ValueError(f"not JSON: {exc}") from None
+            except ValueError as exc:
+                raise ValueError(too_many_digits(exc) or str(exc)) from None
         fmt = _format_of(path, self.fmt, data)
         steps = (swe_agent_steps if fmt == "swe-agent" else mini_swe_agent_steps)(data)
         given = data.get("instance_id") if isinstance(data, Mapping) else None
@@ -432,7 +304,7 @@ class _Importer:
                 for number, line in enumerate(handle, start=1):
                     if not line.strip():
                         continue
-                    run, step = _generic_step(line, number)
+                    run, step = steps_line(line, number)
                     journal = journals.get(run)
                     if journal is None:
                         journal = journals[run] = self._begin(run)
@@ -459,10 +331,30 @@ class _Importer:
                 self.generic(path)
             else:
                 self.trajectory(path)
-        except (OSError, EOFError, UnicodeDecodeError, ValueError, RecursionError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or type(exc).__name__
+        except (OSError, EOFError, UnicodeDecodeError, ValueError, RecursionError, zlib.error, LedgerError) as exc:
+            if isinstance(exc, zlib.error):
+                reason = f"not gzip this import can read: {exc}"
+            elif isinstance(exc, LedgerError):
+                reason = exc.message
+            elif isinstance(exc, OSError) and exc.strerror:
+                other = isinstance(exc.filename, (str, bytes)) and os.fsdecode(exc.filename) != str(path)
+                reason = f"{os.fsdecode(exc.filename)}: {exc.strerror}" if other else exc.strerror  # a journal written
+            else:
+                reason = str(exc) or type(exc).__name__
             code = E.STORAGE_ERROR if isinstance(exc, OSError) and exc.errno in STORAGE_ERRNOS else E.INVALID_ARGUMENT
             self.summary.errors.append({"file": str(path), "code": code, "reason": reason})
+
+
+def _check_writable(folder: Path) -> None:
+    """``STORAGE_ERROR`` naming ``folder`` when no journal can be written there (read-only, another
+    user's): said once, before any input is read, rather than once for each input."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".ledger-probe.", suffix=f"{process_tag()}{_TEMP_SUFFIX}", dir=folder)
+    except OSError as exc:
+        code = E.STORAGE_ERROR if exc.errno in STORAGE_ERRNOS else E.INVALID_ARGUMENT
+        raise LedgerError(code, f"cannot write journals in the output folder {folder}: {exc.strerror or exc}") from None
+    os.close(fd)
+    os.unlink(probe)
 
 
 def import_runs(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str], *, fmt: str = "auto",
@@ -502,6 +394,8 @@ def import_runs(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[
     target.mkdir(parents=True, exist_ok=True)
     importer = _Importer(target, fmt, mapping, semantic_score, outcomes, source)
     try:
+        _check_writable(target)
+        remove_abandoned_temp_files(target, ".", _TEMP_SUFFIX)  # what an import killed meanwhile left
         for done, path in enumerate(files, start=1):
             importer.file(path)
             if progress is not None:

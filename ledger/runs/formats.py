@@ -1,0 +1,214 @@
+"""The trajectory formats ``ledger runs import`` reads (docs/runs.md, "Formats"): what a step is in
+a mini-swe-agent trajectory (text, tool-call and Responses API modes), a SWE-agent ``.traj`` and a
+line of the ``steps`` format. A turn that is not a step is a :class:`FormatError`, counted by its
+reason; a document that is not the format raises ``ValueError`` with the reason."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Iterator, Mapping
+
+from ..ground.canonical import SAFE_INTEGER_MAX
+
+_FENCE = re.compile(r"```(?:bash|mswea_bash_command)\s*\n(.*?)\n```", re.S)
+#: A mini-swe-agent observation's exit code: longer runs of digits are past any exact JSON integer
+#: (and Python would refuse to read one of thousands of digits), so they give none.
+_RETURNCODE = re.compile(r"\A\s*<returncode>(-?[0-9]{1,20})</returncode>")
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of a run: the command, the observation as the agent saw it, and its exit code if known."""
+
+    command: str
+    observation: str
+    exit_code: int | None = None
+
+
+class FormatError(Exception):
+    """A turn that is not a step (counted in the summary under its reason, then skipped)."""
+
+
+def _text(content: Any) -> str:
+    """A message's content as text (a list of parts: their ``text`` joined)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(p.get("text", "") for p in content if isinstance(p, Mapping) and isinstance(p.get("text"), str))
+    return ""
+
+
+def _returncode(message: Mapping[str, Any], text: str) -> int | None:
+    """The exit code a mini-swe-agent observation carries, or None: none given, or one no journal
+    can hold (past ±(2**53 - 1), the largest exact JSON integer; the observation keeps it)."""
+    extra = message.get("extra")
+    if isinstance(extra, Mapping) and type(extra.get("returncode")) is int:
+        code = extra["returncode"]
+    else:
+        found = _RETURNCODE.match(text)
+        code = int(found.group(1)) if found else None
+    return code if code is None or abs(code) <= SAFE_INTEGER_MAX else None
+
+
+def _hashable(value: Any) -> Any:
+    """A tool call id as a dict key: its JSON text, so ids are equal only when they are the same JSON
+    (``1``, ``true``, ``1.0`` and ``"1"`` are four ids; a list or object is one too). None stays None."""
+    return None if value is None else json.dumps(value, sort_keys=True)
+
+
+def _is_model_turn(message: Any) -> bool:
+    """An assistant message (chat format) or a Responses API response object."""
+    return isinstance(message, Mapping) and (message.get("role") == "assistant" or message.get("object") == "response")
+
+
+def _calls(message: Mapping[str, Any]) -> list[tuple[Any, Any, Any]] | None:
+    """``(id, name, arguments)`` of each tool call of a model turn: a chat message's ``tool_calls``, or
+    a response's ``function_call`` output items; None when the turn has no tool call (a text reply)."""
+    if message.get("object") == "response":
+        output = message.get("output")
+        items = [item for item in output if isinstance(item, Mapping) and item.get("type") == "function_call"] \
+            if isinstance(output, list) else []
+        return [(item.get("call_id", item.get("id")), item.get("name"), item.get("arguments")) for item in items] or None
+    calls = message.get("tool_calls")
+    if not calls:
+        return None
+    if not isinstance(calls, list):
+        return [(None, None, None)]  # one turn that holds no call list: one call that is no bash command
+    calls_: list[tuple[Any, Any, Any]] = []
+    for call in calls:
+        function = call.get("function") if isinstance(call, Mapping) else None
+        if isinstance(function, Mapping):
+            calls_.append((call.get("id"), function.get("name"), function.get("arguments")))
+        else:
+            calls_.append((call.get("id") if isinstance(call, Mapping) else None, None, None))
+    return calls_
+
+
+def _bash_command(name: Any, arguments: Any) -> str | None:
+    """The command of a ``bash`` tool call (its arguments a JSON object, or its text), else None."""
+    if name != "bash":
+        return None
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            return None
+    command = arguments.get("command") if isinstance(arguments, Mapping) else None
+    return command if isinstance(command, str) else None
+
+
+def _tool_steps(messages: list[Any], index: int, calls: list[tuple[Any, Any, Any]]) -> Iterator[Step | FormatError]:
+    """The steps of a model turn in tool-call mode: each bash call answered by a later message with its
+    id (a ``tool`` message's ``tool_call_id``, a ``function_call_output``'s ``call_id``) before the next
+    model turn; a turn's only bash call left unanswered by the ``exit`` message that ends the run (its
+    submission) has that message as its observation, as in text mode. A call whose id another call of
+    the turn shares, or that several messages answer, is a format error: which answer is whose cannot
+    be told."""
+    answers: dict[Any, list[Any]] = {}
+    ending = None
+    for later in messages[index + 1:]:
+        if not isinstance(later, Mapping) or _is_model_turn(later):
+            break
+        answer_id = later.get("call_id") if later.get("type") == "function_call_output" else later.get("tool_call_id")
+        if answer_id is not None:
+            answers.setdefault(_hashable(answer_id), []).append(later)
+        elif later.get("role") == "exit" and ending is None:
+            ending = later
+    ids = [_hashable(call_id) for call_id, _, _ in calls]
+    commands = [_bash_command(name, arguments) for _, name, arguments in calls]
+    for call_id, command in zip(ids, commands):
+        if command is None:
+            yield FormatError("tool call that is not a bash command")
+            continue
+        found = answers.get(call_id, []) if call_id is not None else []
+        if call_id is not None and (ids.count(call_id) > 1 or len(found) > 1):
+            yield FormatError("tool call sharing its id")
+            continue
+        if not found and ending is not None and len(calls) == 1:
+            found = [ending]
+        if not found:
+            yield FormatError("tool call without a result")
+            continue
+        answer = found[0]
+        text = _text(answer.get("output") if answer.get("type") == "function_call_output" else answer.get("content"))
+        yield Step(command, text, _returncode(answer, text))
+
+
+def mini_swe_agent_steps(data: Any) -> Iterator[Step | FormatError]:
+    """Steps of a mini-swe-agent trajectory (a ``{"messages": [...]}`` object or a bare message list):
+    text mode, tool-call mode and Responses API mode (docs/runs.md)."""
+    messages = data.get("messages") if isinstance(data, Mapping) else data
+    if not isinstance(messages, list):
+        raise ValueError("no messages list: not a mini-swe-agent trajectory" + (
+            " (nor a SWE-agent .traj: no trajectory list)" if isinstance(data, Mapping) else ""))
+    if not any(isinstance(message, Mapping) and "role" in message for message in messages):
+        raise ValueError("no message with a role: an empty or foreign list, not a mini-swe-agent trajectory")
+    for index, message in enumerate(messages):
+        if not _is_model_turn(message):
+            continue
+        calls = _calls(message)
+        if calls is not None:
+            yield from _tool_steps(messages, index, calls)
+            continue
+        if message.get("object") == "response":
+            yield FormatError("no bash block")  # a response without a tool call
+            continue
+        blocks = _FENCE.findall(_text(message.get("content")))
+        following = messages[index + 1] if index + 1 < len(messages) else None
+        if len(blocks) != 1:
+            yield FormatError("no bash block" if not blocks else "several bash blocks")
+        elif not isinstance(following, Mapping) or _is_model_turn(following):
+            yield FormatError("no observation")
+        else:
+            text = _text(following.get("content"))
+            yield Step(blocks[0], text, _returncode(following, text))
+
+
+def swe_agent_steps(data: Any) -> Iterator[Step | FormatError]:
+    """Steps of a SWE-agent ``.traj``: each ``trajectory[]`` entry with its ``action`` and ``observation``."""
+    entries = data.get("trajectory") if isinstance(data, Mapping) else None
+    if not isinstance(entries, list):
+        raise ValueError("no trajectory list: not a SWE-agent .traj (--format auto tells the formats apart)")
+    for entry in entries:
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("action"), str) \
+                or not isinstance(entry.get("observation"), str):
+            yield FormatError("entry without action and observation")
+        else:
+            yield Step(entry["action"], entry["observation"])
+
+
+def _no_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object of a steps line; a key given twice (which of its values would count?) is refused."""
+    item = dict(pairs)
+    if len(item) != len(pairs):
+        keys = [key for key, _ in pairs]
+        raise ValueError(f"the key {next(k for k in keys if keys.count(k) > 1)!r} is given twice")
+    return item
+
+
+def too_many_digits(exc: ValueError) -> str | None:
+    """The reason to give when ``exc`` is Python refusing to read an integer of thousands of digits."""
+    return "not JSON this import reads: a number of more than 4,300 digits" \
+        if "int_max_str_digits" in str(exc) else None
+
+
+def steps_line(line: bytes, number: int) -> tuple[str, Step]:
+    try:
+        item = json.loads(line, object_pairs_hook=_no_repeated_keys)
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"line {number}: not UTF-8 (byte {exc.start + 1}: {exc.reason})") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"line {number}: not JSON ({exc.msg})") from None
+    except ValueError as exc:  # a key given twice (_no_repeated_keys), or a number too long to read
+        raise ValueError(f"line {number}: {too_many_digits(exc) or exc}") from None
+    if not isinstance(item, Mapping) or not isinstance(item.get("run"), str) \
+            or not isinstance(item.get("command"), str) or not isinstance(item.get("output"), str):
+        hint = (" (this line has \"op\": the file is already a ledger journal; give it to 'ledger apply' "
+                "or 'ledger simulate')" if isinstance(item, Mapping) and "op" in item else "")
+        raise ValueError(f"line {number}: needs the string keys run, command and output{hint}")
+    code = item.get("exit_code")
+    if code is not None and (type(code) is not int or abs(code) > SAFE_INTEGER_MAX):
+        raise ValueError(f"line {number}: exit_code must be an integer within ±(2**53-1)")
+    return item["run"], Step(item["command"], item["output"], code)

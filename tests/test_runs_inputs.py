@@ -1,0 +1,232 @@
+"""``ledger runs import``: which inputs it reads and how (docs/runs.md, "Formats"): the Responses API
+mode of mini-swe-agent, a run's ending submission, tool calls of any shape, names, damaged or
+odd files. Each file that cannot be read is named with its reason and the others are imported."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ledger import LedgerError, import_runs, simulate
+from ledger.package_tools.atomic_files import process_tag
+from ledger_cli.main import main
+
+from test_runs import evidence_of, facts, journal
+
+GOOD = {"messages": [{"role": "system", "content": "s"},
+                     {"role": "assistant", "content": "```bash\nls src\n```"},
+                     {"role": "user", "content": "<returncode>0</returncode>\na.py"}]}
+
+
+def _write(path: Path, data) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+def _response(calls, text=None):
+    """A Responses API model turn as mini-swe-agent stores it (the response object, dumped)."""
+    output = [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}] \
+        if text else []
+    output += [{"type": "function_call", "call_id": call_id, "name": name, "arguments": json.dumps(arguments)}
+               for call_id, name, arguments in calls]
+    return {"id": "resp_1", "object": "response", "status": "completed", "output": output, "extra": {"cost": 0.1}}
+
+
+def _output(call_id, text, code):
+    return {"type": "function_call_output", "call_id": call_id,
+            "output": f"<returncode>{code}</returncode>\n<output>\n{text}\n</output>",
+            "extra": {"raw_output": text, "returncode": code}}
+
+
+def test_a_responses_api_trajectory_makes_a_step_of_each_answered_bash_function_call(tmp_path):
+    exit_message = {"role": "exit", "content": "diff --git a/src/a.py", "extra": {"exit_status": "Submitted"}}
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "fix it"},
+                _response([("c1", "bash", {"command": "ls src"})], "Let me look"), _output("c1", "a.py\nb.py", 0),
+                _response([("c2", "bash", {"command": "cat src/a.py"}),
+                           ("c3", "str_replace_editor", {"command": "view"})]), _output("c2", "x = 1", 0),
+                _output("c3", "viewed", 0),
+                _response([]),  # a response without a tool call
+                {"role": "user", "content": [{"type": "input_text", "text": "format error"}]},
+                _response([("c4", "bash", {"command": "python -m pytest"})]), _output("c4", "1 failed", 1),
+                _response([("c5", "bash", {"command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"})]), exit_message]
+    source = _write(tmp_path / "r.traj.json", {"messages": messages, "trajectory_format": "mini-swe-agent-1.1",
+                                               "instance_id": "resp-1"})
+    summary = import_runs([source], tmp_path / "out")
+    assert (summary.runs, summary.steps) == (1, 4)
+    assert summary.skipped == {"tool call that is not a bash command": 1, "no bash block": 1}
+    lines = journal(tmp_path / "out" / "resp-1.jsonl")
+    evidence = evidence_of(lines)
+    outputs = [m["output"] for m in messages if isinstance(m, dict) and m.get("type") == "function_call_output"]
+    assert [{k: e[k] for k in ("observation_sha256", "observation_bytes", "atoms")} for e in evidence] == \
+        [facts(outputs[0]), facts(outputs[1]), facts(outputs[3]), facts(exit_message["content"])]
+    assert [e.get("exit_code") for e in evidence] == [0, 0, 1, None]
+    assert [e.get("target") for e in evidence] == ["src", "src/a.py", None, None]
+
+
+def test_the_submission_that_ends_a_run_is_the_last_steps_observation_in_text_and_tool_call_mode(tmp_path):
+    """The final command (mini-swe-agent's submit) is answered by the ``exit`` message, not a tool message."""
+    exit_message = {"role": "exit", "content": "the patch", "extra": {"exit_status": "Submitted"}}
+    text_mode = [{"role": "system", "content": "s"},
+                 {"role": "assistant", "content": "```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```"},
+                 exit_message]
+    call = {"id": "c9", "type": "function", "function": {
+        "name": "bash", "arguments": json.dumps({"command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"})}}
+    tool_mode = [{"role": "system", "content": "s"}, {"role": "assistant", "content": None, "tool_calls": [call]},
+                 exit_message]
+    two_calls = [{"role": "system", "content": "s"},
+                 {"role": "assistant", "content": None, "tool_calls": [call, {**call, "id": "c10"}]}, exit_message]
+    for name, messages in (("text", text_mode), ("tool", tool_mode), ("two", two_calls)):
+        _write(tmp_path / "in" / f"{name}.traj.json", {"messages": messages})
+    summary = import_runs([tmp_path / "in"], tmp_path / "out")
+    assert summary.steps == 2 and summary.skipped == {"tool call without a result": 2}  # whose answer is it?
+    for name in ("text", "tool"):
+        (evidence,) = evidence_of(journal(tmp_path / "out" / f"{name}.jsonl"))
+        assert evidence["observation_sha256"] == facts("the patch")["observation_sha256"]
+
+
+@pytest.mark.parametrize("calls", [1, 1.5, True, "abc", {"id": "c1"}, [1, "x", None]])
+def test_tool_calls_of_any_other_shape_are_turns_skipped_never_a_crash(tmp_path, calls):
+    messages = [{"role": "assistant", "content": "", "tool_calls": calls},
+                {"role": "tool", "tool_call_id": "c1", "content": "o"}]
+    _write(tmp_path / "in" / "m.traj.json", {"messages": messages})
+    _write(tmp_path / "in" / "z.traj.json", GOOD)
+    summary = import_runs([tmp_path / "in"], tmp_path / "out")
+    assert (summary.runs, summary.steps, summary.errors) == (2, 1, [])
+    assert summary.skipped == {"tool call that is not a bash command": len(calls) if isinstance(calls, list) else 1}
+
+
+def test_a_tool_call_that_is_not_bash_is_never_a_step_under_python_optimizations(tmp_path):
+    call = {"id": "1", "function": {"name": "str_replace_editor", "arguments": json.dumps({"command": "view"})}}
+    source = _write(tmp_path / "e.traj.json", {"messages": [{"role": "assistant", "content": "", "tool_calls": [call]},
+                                                            {"role": "tool", "tool_call_id": "1", "content": "f"}]})
+    done = subprocess.run([sys.executable, "-O", "-m", "ledger_cli", "runs", "import", str(source), "--out",
+                           str(tmp_path / "out"), "--json"], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert (report["steps"], report["skipped"]) == (0, {"tool call that is not a bash command": 1})
+
+
+def test_a_command_naming_a_path_that_is_not_utf8_keeps_its_step_with_a_replacement_character(tmp_path):
+    """A log decoded with surrogateescape: the target has U+FFFD for each byte, the observation its hash."""
+    messages = [{"role": "assistant", "content": "```bash\ncat src/\udc80x.py\n```"},
+                {"role": "user", "content": "caf\udce9"}]
+    _write(tmp_path / "in" / "s.traj.json", {"messages": messages})
+    (tmp_path / "in" / "t.jsonl").write_text(json.dumps(
+        {"run": "t", "command": "cat src/\udc80x.py", "output": "ok"}) + "\n", encoding="utf-8")
+    summary = import_runs([tmp_path / "in"], tmp_path / "out")
+    assert (summary.runs, summary.steps, summary.errors) == (2, 2, [])
+    for run in ("s", "t"):
+        (evidence,) = evidence_of(journal(tmp_path / "out" / f"{run}.jsonl"))
+        assert evidence["target"] == "src/\ufffdx.py"
+    (evidence,) = evidence_of(journal(tmp_path / "out" / "s.jsonl"))
+    assert evidence["observation_sha256"] == hashlib.sha256("caf\udce9".encode("utf-8", "surrogatepass")).hexdigest()
+    report = simulate([tmp_path / "out"])
+    assert [(r.run, r.steps_taken, r.error) for r in report.runs] == [("s", 1, None), ("t", 1, None)]
+
+
+def test_a_gzip_file_whose_data_is_damaged_is_named_and_the_other_files_are_imported(tmp_path):
+    damaged = bytearray(gzip.compress(json.dumps(GOOD).encode() * 20))
+    for index in range(20, 40):
+        damaged[index] ^= 0xFF
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "m.traj.json.gz").write_bytes(bytes(damaged))
+    _write(tmp_path / "in" / "a.traj.json", GOOD)
+    _write(tmp_path / "in" / "z.traj.json", GOOD)
+    done = CliRunner().invoke(main, ["runs", "import", str(tmp_path / "in"), "--out", str(tmp_path / "out")])
+    assert done.exit_code == 1
+    assert "imported 2 runs (1 file(s) failed" in done.stdout
+    assert f"error: INVALID_ARGUMENT: {tmp_path / 'in' / 'm.traj.json.gz'}: not gzip this import can read: " \
+        in done.stderr
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a.jsonl", "z.jsonl"]
+
+
+def test_a_folder_gives_only_trajectory_names_and_only_a_jsonl_name_is_the_steps_format(tmp_path):
+    inputs = tmp_path / "in"
+    _write(inputs / "a.traj.json", GOOD)
+    (inputs / "notes.txt.gz").write_bytes(gzip.compress(b"hi"))
+    (inputs / "backup.tar.gz").write_bytes(gzip.compress(b"tar"))
+    (inputs / "old.gz").mkdir()
+    _write(inputs / "b.jsonl.json", GOOD)  # a trajectory whose name merely holds .jsonl
+    summary = import_runs([inputs], tmp_path / "out")
+    assert (summary.runs, summary.steps, summary.errors) == (2, 2, [])
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a.jsonl", "b.jsonl"]
+
+
+def test_an_object_with_a_trajectory_list_is_swe_agent_and_one_with_neither_list_says_both(tmp_path):
+    swe = _write(tmp_path / "s.traj", {"trajectory": [{"action": "ls", "observation": "a.py"}], "messages": []})
+    neither = _write(tmp_path / "n.traj", {"history": [{"role": "system", "content": "s"}]})
+    summary = import_runs([swe, neither], tmp_path / "out")
+    assert (summary.runs, summary.steps) == (1, 1)
+    assert summary.errors[0]["reason"] == ("no messages list: not a mini-swe-agent trajectory "
+                                           "(nor a SWE-agent .traj: no trajectory list)")
+
+
+def test_a_number_of_thousands_of_digits_is_named_as_such(tmp_path):
+    digits = "9" * 5000
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "big.traj.json").write_text('{"messages": [], "n": %s}' % digits, encoding="utf-8")
+    (tmp_path / "in" / "big.jsonl").write_text('{"run": "r", "command": "ls", "output": "", "exit_code": %s}\n'
+                                               % digits, encoding="utf-8")
+    code = {"messages": [{"role": "assistant", "content": "```bash\nls\n```"},
+                         {"role": "user", "content": f"<returncode>{digits}</returncode>\nx"}]}
+    _write(tmp_path / "in" / "code.traj.json", code)
+    summary = import_runs([tmp_path / "in"], tmp_path / "out")
+    assert [(Path(e["file"]).name, e["reason"]) for e in summary.errors] == [
+        ("big.jsonl", "line 1: not JSON this import reads: a number of more than 4,300 digits"),
+        ("big.traj.json", "not JSON this import reads: a number of more than 4,300 digits")]
+    (evidence,) = evidence_of(journal(tmp_path / "out" / "code.jsonl"))
+    assert "exit_code" not in evidence  # past any exact JSON integer: left out, as the docs say
+
+
+def test_journal_temp_files_of_a_killed_import_are_removed_by_the_next_one(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    tag = process_tag()
+    dead = out / f".r1.abcd1234{tag.rsplit('.', 1)[0]}.{child.pid}.tmp"
+    alive = out / f".r2.abcd1234{tag}.tmp"  # this very process: still running, kept
+    foreign = out / ".r3.abcd1234.ffffffffffff.1.tmp"  # another machine's: kept
+    for path in (dead, alive, foreign):
+        path.write_text("half a journal")
+    summary = import_runs([_write(tmp_path / "a.traj.json", GOOD)], out)
+    assert summary.runs == 1
+    assert sorted(p.name for p in out.iterdir()) == sorted(["a.jsonl", alive.name, foreign.name])
+
+
+def test_an_output_folder_no_journal_can_be_written_in_is_one_storage_error_before_any_input_is_read(
+        tmp_path, monkeypatch):
+    import tempfile
+
+    from ledger.runs import trajectories
+
+    source = _write(tmp_path / "a.traj.json", GOOD)
+    real = tempfile.mkstemp
+
+    def refusing(*args, **kwargs):  # what a read-only folder gives (a mode alone does not stop root)
+        raise PermissionError(13, "Permission denied", str(Path(kwargs["dir"]) / "x"))
+
+    monkeypatch.setattr(trajectories.tempfile, "mkstemp", refusing)
+    opened = []
+    monkeypatch.setattr(trajectories, "_open", lambda path: opened.append(path))
+    with pytest.raises(LedgerError) as caught:
+        import_runs([source], tmp_path / "out")
+    assert caught.value.code == "STORAGE_ERROR"
+    assert caught.value.message == f"cannot write journals in the output folder {tmp_path / 'out'}: Permission denied"
+    assert opened == [] and not (tmp_path / "out").exists()
+    monkeypatch.setattr(trajectories.tempfile, "mkstemp", real)
+
+
+def test_a_run_id_of_one_character_says_one_character(tmp_path):
+    summary = import_runs([_write(tmp_path / "t.traj.json", {**GOOD, "instance_id": "-"})], tmp_path / "out")
+    assert summary.errors[0]["reason"].startswith("run id '-' (1 character) is not a plain file name")
