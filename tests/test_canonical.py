@@ -62,6 +62,19 @@ def test_floats_that_would_read_back_as_huge_integers_are_invalid_json(text):
         check_json_value([float(text.strip("[]"))])
 
 
+@pytest.mark.parametrize("digits", [17, 4300, 4301, 100_000])
+@pytest.mark.parametrize("as_bytes", [False, True])
+def test_an_integer_of_any_number_of_digits_past_the_safe_range_is_refused_naming_its_place(digits, as_bytes):
+    """Python refuses to read an integer of more than 4,300 digits; the refusal is still ours."""
+    for sign in ("", "-"):
+        text = '{"a": [1, {"units": %s%s}]}' % (sign, "9" * digits)
+        with pytest.raises(LedgerError) as caught:
+            parse_json(text.encode() if as_bytes else text)
+        assert caught.value.code == INVALID_JSON
+        assert caught.value.message == (f"integer {(sign + '9' * digits)[:40]} at $.a[1].units is outside "
+                                        "±(2**53-1); send a larger number as a string")
+
+
 def test_deep_nesting_is_invalid_json_not_a_crash():
     deep = "[" * 100_000 + "]" * 100_000
     with pytest.raises(LedgerError) as caught:

@@ -256,7 +256,9 @@ _SURROGATE_ESCAPE = re.compile(r"\\[uU][dD][89a-fA-F]")
 
 
 def _int_problem(text: str) -> Callable[[str], str] | None:
-    if -SAFE_INTEGER_MAX <= int(text) <= SAFE_INTEGER_MAX:
+    # more than 16 digits is past 2**53 - 1 (JSON has no leading zeros); Python would not even read
+    # one of thousands of digits
+    if len(text) - text.startswith("-") <= 16 and -SAFE_INTEGER_MAX <= int(text) <= SAFE_INTEGER_MAX:
         return None
     return lambda where: f"integer {text[:40]} at {where} is outside ±(2**53-1); send a larger number as a string"
 
@@ -316,7 +318,7 @@ def _refusal_at(text: str | bytes) -> str:
 
     value = json.loads(text, object_pairs_hook=pairs_hook,
                        parse_constant=lambda name: mark(lambda where: f"{name} at {where} is not JSON", None),
-                       parse_int=lambda t: mark(_int_problem(t), int(t)),
+                       parse_int=lambda t: mark(_int_problem(t), 0),  # only the problem's place matters
                        parse_float=lambda t: mark(_float_problem(t), float(t)))
     first = markers[0]
     stack: list[tuple[Any, str]] = [(value, "$")]
