@@ -292,6 +292,34 @@ def test_the_api_page_lists_exactly_the_public_names():
     assert all(hasattr(ledger, name) for name in ledger.__all__)
 
 
+def _signature_text(function) -> str:
+    """``function``'s parameters as docs/api.md writes them: names, defaults, a ``*`` before the first
+    keyword-only one."""
+    import inspect
+
+    shown, starred = [], False
+    for parameter in inspect.signature(function).parameters.values():
+        if parameter.kind is parameter.KEYWORD_ONLY and not starred:
+            shown.append("*")
+            starred = True
+        default = "" if parameter.default is parameter.empty else "=" + repr(parameter.default).replace("'", '"')
+        shown.append(parameter.name + default)
+    return ", ".join(shown)
+
+
+def test_every_signature_the_api_page_gives_is_the_functions_own():
+    """Names, defaults and which arguments are keyword-only, for the signatures table and ``Case.query``."""
+    import ledger
+
+    page = (REPO / "docs" / "api.md").read_text(encoding="utf-8")
+    given = dict(re.findall(r"^\| `(\w+)\(([^`]*)\)` \|", page, flags=re.M))
+    assert len(given) >= 9
+    for name, parameters in given.items():
+        assert parameters == _signature_text(getattr(ledger, name)), name
+    (query,) = re.findall(r"`query\(([^`]*)\)`", page)
+    assert query == _signature_text(ledger.Case.query).removeprefix("self, ")
+
+
 @pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_no_install_hint_names_a_package_the_index_does_not_have():
     """case-ledger is installed from a clone (``pip install '.[EXTRA]'``): no README, docs page,

@@ -157,6 +157,28 @@ def test_the_sources_folder_itself_as_a_link_is_never_followed(root, tmp_path_fa
     assert "sources' is a symbolic link" in _refused(lambda: router.find_text({"text": "two"})).message
 
 
+def test_a_package_without_a_sources_folder_is_router_refused_by_every_tool_that_reads_it(root, tmp_path):
+    import shutil
+
+    from ledger import Case
+
+    shutil.rmtree(root / "sources")
+    router = Router(root)
+    assert _refused(lambda: router.find_text({"text": "two"})).message == \
+        "'sources' does not exist: the package has no sources to search"
+    assert "does not exist" in _refused(lambda: router.read_context(
+        {"path": "sources/app.py", "start_line": 1, "end_line": 1})).message
+    with Case.create(tmp_path / "case", "C-1") as case:  # through the budget: refused, nothing reserved
+        case.open_revision([{"statement": "a"}], 100)
+        case.transition("INVESTIGATING_HYPOTHESES")
+        budget = case.budget()
+        budget.initialize()
+        generation = case.status()["package_generation"]
+        refused = _refused(lambda: budget.run_tool("H1", "q1", "source.find_text", {"text": "x"}))
+        assert refused.message == "'sources' does not exist: the package has no sources to search"
+        assert case.status()["package_generation"] == generation
+
+
 def test_a_source_with_a_hard_link_elsewhere_is_read_before_the_case_was_ever_exported(root, tmp_path_factory):
     """Only links to the ledger's own files are refused: a source hard-linked from outside the
     package (a `cp -al` backup) is read whether or not analysis/ exists yet."""

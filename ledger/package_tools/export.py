@@ -229,7 +229,7 @@ def export_case(case: "Case | str | os.PathLike[str]", progress: Progress | None
     ``STORAGE_ERROR`` if the folder cannot be written; ``INVALID_ARGUMENT`` when ``case``
     is neither a :class:`Case` nor a case folder's path (like ``verify_case`` and ``import_tree``
     take; the case is opened and closed again) or ``progress`` is neither None nor a function of
-    the files done.
+    the files done; ``LEDGER_MISSING`` when a path given holds no ``ledger.sqlite``.
     """
     check_instance(case, (Case, str, os.PathLike), "case", "an open Case or a case folder's path")
     check_callback(progress, "progress")

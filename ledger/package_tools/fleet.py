@@ -430,6 +430,8 @@ def export_fleet(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike
     others: which of them the fleet should hold is not for the order of the folders to decide.
     ``jobs`` processes (an integer from 1 to 256, else ``INVALID_ARGUMENT``; None: the cores this
     process may use) each export one case at a time. ``progress(1)`` is called per case.
+    A path given that does not exist is ``LEDGER_MISSING`` before anything is written (a folder that
+    lost its ledger is a case that fails, in ``failed``).
     """
     jobs = job_count(jobs)
     check_callback(progress, "progress")

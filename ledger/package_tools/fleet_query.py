@@ -194,6 +194,8 @@ def _fetch(relation: Any, timeout_ms: int, out: Path) -> Iterator[tuple]:
 
 
 def fleet_query(out: str | os.PathLike[str], query: str, *, timeout_ms: int = 30_000) -> tuple[list[str], list[tuple]]:
-    """:func:`fleet_rows` with every row read: ``(column names, rows)``."""
+    """:func:`fleet_rows` with every row read: ``(column names, rows)``. Errors as :func:`fleet_rows`:
+    ``INVALID_ARGUMENT`` (not a fleet export, a refused or failing query), ``INTEGRITY_ERROR`` (a
+    file the export lists is missing or damaged)."""
     with fleet_rows(out, query, timeout_ms=timeout_ms) as (names, rows):
         return names, list(rows)

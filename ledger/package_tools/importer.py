@@ -337,6 +337,7 @@ def import_tree(source: str | os.PathLike[str], to: str | os.PathLike[str] | Non
     folder the system refuses to read or write is ``STORAGE_ERROR``, never a raw ``OSError``.
     The new case ends at the manifest's head: event files past it are left out, and counted in
     the report's ``events_left_out`` (in place they are refused, ``INVALID_ARGUMENT``).
+    ``CASE_EXISTS`` when ``to`` (or, in place, ``source``) already holds a case or other files.
     """
     try:
         return _import_tree(source, to, progress)

@@ -119,7 +119,9 @@ def verify_many(cases: Iterable[str | os.PathLike[str]], *, jobs: int | None = N
     """Verify every case of ``cases`` (each as :func:`verify_case` does) over ``jobs`` processes, this one
     included (default: the cores this process may use; :func:`~ledger.ground.workers.shared_map`); ``each`` is called with each case's outcome, in order, as it is ready. One case alone
     gets every job itself (:func:`verify_case` with ``jobs``: a large case is replayed by two processes
-    at once). With ``strict``, a case whose export is not current fails too. A path given twice is verified once."""
+    at once). With ``strict``, a case whose export is not current fails too. A path given twice is verified once.
+    A failing case is in the report, never raised; ``INVALID_ARGUMENT`` for ``jobs`` outside 1–256 or an
+    ``each`` that is not a function."""
     check_flag(strict, "strict")
     check_callback(each, "each")
     workers = job_count(jobs)
@@ -139,7 +141,8 @@ def export_many(cases: Iterable[str | os.PathLike[str]], *, jobs: int | None = N
                 analysis_config: AnalysisConfig | None = None,
                 each: Callable[[Outcome], None] | None = None) -> ManyReport:
     """Export every case of ``cases`` (each as :func:`export_case` does) over ``jobs`` processes, this one
-    included (default: the cores this process may use; :func:`~ledger.ground.workers.shared_map`); ``each`` as in :func:`verify_many`. A path given twice is exported once."""
+    included (default: the cores this process may use; :func:`~ledger.ground.workers.shared_map`); ``each`` as in :func:`verify_many`. A path given twice is exported once.
+    Errors as :func:`verify_many`."""
     check_callback(each, "each")
     if analysis_config is not None:
         check_instance(analysis_config, AnalysisConfig, "analysis_config", "an AnalysisConfig or None")

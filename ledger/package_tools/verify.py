@@ -183,7 +183,7 @@ def verify_case(path: str | os.PathLike[str], progress: Progress | None = None, 
     fails). Writes nothing in the package: its scratch ledger goes to the system's temp folder
     (``INVALID_ARGUMENT`` when that folder is inside the package; docs/files.md). A file the
     system refuses to read (no permission, an I/O error) is ``STORAGE_ERROR`` naming it: never
-    taken for a missing or edited one.
+    taken for a missing or edited one. ``LEDGER_MISSING`` when ``path`` holds no ``ledger.sqlite``.
 
     ``jobs``: processes for this one case (an integer from 1 to 256, else ``INVALID_ARGUMENT``; None: the
     cores this process may use). With 2 or more, a ledger of at least 20,000 events has its later events

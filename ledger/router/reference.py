@@ -194,12 +194,17 @@ class Router:
             if _is_link(SOURCES_DIR, root_fd):
                 raise _unreadable(SOURCES_DIR, "is a symbolic link; the router follows no link, so it never "
                                   "reads outside sources/ of the package")
-            for directory, dirnames, filenames, _fd in os.fwalk(SOURCES_DIR, dir_fd=root_fd):
-                dirnames.sort()
-                for name in sorted(filenames):
-                    relative = f"{directory}/{name}"
-                    if fnmatch.fnmatchcase(relative, glob):
-                        found.append(relative)
+            try:
+                for directory, dirnames, filenames, _fd in os.fwalk(SOURCES_DIR, dir_fd=root_fd):
+                    dirnames.sort()
+                    for name in sorted(filenames):
+                        relative = f"{directory}/{name}"
+                        if fnmatch.fnmatchcase(relative, glob):
+                            found.append(relative)
+            except FileNotFoundError:
+                raise _unreadable(SOURCES_DIR, "does not exist: the package has no sources to search") from None
+            except OSError as exc:  # sources/ itself may not be read (a subfolder's error is skipped)
+                raise _unreadable(SOURCES_DIR, f"cannot be read: {exc.strerror or exc}", exc.errno) from None
         finally:
             os.close(root_fd)
         if len(found) > FILES_SCANNED_MAX:

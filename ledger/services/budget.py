@@ -192,7 +192,8 @@ class BudgetManager:
         ``action_costs[action]`` or ``default_action_cost``. Errors (in order):
         ``INVALID_ID``, ``OPERATION_CONFLICT``, ``CASE_STATE``, ``NOT_INITIALIZED``,
         ``UNKNOWN_HYPOTHESIS``, ``BUDGET_POLICY_CHANGED``, ``ACCOUNT_TERMINAL``,
-        ``ACTION_PENDING``, ``INSUFFICIENT_BUDGET``, ``LIMIT_REACHED``.
+        ``ACTION_PENDING``, ``INSUFFICIENT_BUDGET``, ``LIMIT_REACHED``, ``LIMIT_EXCEEDED`` (a scope's
+        limit, docs/scopes.md).
         """
         request = requests.shape_reserve(hypothesis_id, action_id, action)
         return self._run("reserve", request, at, (hypothesis_id, action_id))
@@ -207,8 +208,8 @@ class BudgetManager:
         ``new_evidence_score``, else 0); nothing is refunded until ``settle``.
         ``cost_usd_millicents`` is external money the tool reported (an integer ≥ 0,
         1/1000 of a US cent); it counts against ``cost_usd_millicents`` limits from now on.
-        Errors: ``INVALID_ID``, ``INVALID_JSON``, ``LIMIT_REACHED``,
-        ``SOURCE_REF_INVALID``, then the order of docs/concepts.md up to ``ACTION_CLOSED``.
+        Errors: ``INVALID_ID``, ``INVALID_JSON``, ``INVALID_ARGUMENT`` (a ``cost_usd_millicents`` that
+        is not an integer ≥ 0), ``LIMIT_REACHED``, ``SOURCE_REF_INVALID``, then the order of docs/concepts.md up to ``ACTION_CLOSED``.
         """
         refs = [] if source_refs is None else source_refs
         request, payload = requests.shape_record_result(

@@ -216,7 +216,7 @@ class EvidenceStore:
     def confirm_feedback(self, feedback_id: str, *, at: str | None = None) -> FeedbackResult:
         """Confirm draft ``feedback_id`` (``F000001``…); a ``BLOCKED`` case moves back to
         ``INVESTIGATING_HYPOTHESES``. Errors: ``INVALID_ID``, ``CASE_STATE``, ``INVALID_ARGUMENT``
-        (unknown draft)."""
+        (unknown draft), ``NO_RESERVATION`` (the draft's test is no longer pending: docs/evidence.md)."""
         request = feedback_rules.shape_confirm_feedback(feedback_id)
         return self._feedback_result(self._session.run("confirm_feedback", request, at=at), feedback_id)
 
