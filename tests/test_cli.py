@@ -518,6 +518,27 @@ def test_a_query_stopped_at_its_time_limit_says_the_limit_in_the_unit_it_was_giv
         "timeout_ms=250 in Python)\n")
 
 
+def interrupted_after(seconds: float, *args: str) -> subprocess.CompletedProcess:
+    """Run ``ledger ARGS`` in a real process and send it Ctrl-C (SIGINT) after ``seconds``."""
+    import signal
+    import time
+
+    process = subprocess.Popen([sys.executable, "-m", "ledger_cli", *args], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    time.sleep(seconds)
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=60)
+    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+
+
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
+def test_a_query_stopped_by_ctrl_c_is_an_interrupt_not_its_time_limit(cli_case):
+    endless = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c"
+    done = interrupted_after(1.5, "sql", str(cli_case), endless, "--timeout", "60")
+    assert (done.returncode, done.stderr) == (130, "error: interrupted; nothing half-written remains, run the "
+                                              "command again\n")
+
+
 @pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_a_reading_under_a_config_other_than_the_frozen_policy_warns_which_policy_it_used(cli_case, tmp_path):
     """cli_case froze the example policy (read_context costs 5); --config with another price still

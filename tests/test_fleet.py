@@ -380,6 +380,17 @@ def test_fleet_sql_only_reads_the_export(fleet, tmp_path):
     assert stopped.exit_code == 1 and "query stopped after 200 ms" in stopped.stderr
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
+def test_a_fleet_query_stopped_by_ctrl_c_is_an_interrupt_not_its_time_limit(fleet):
+    from test_cli import interrupted_after
+
+    _, out, _ = fleet
+    endless = "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT count(*) FROM r"
+    done = interrupted_after(2.5, "fleet", "sql", str(out), endless, "--timeout", "60")
+    assert (done.returncode, done.stderr) == (130, "error: interrupted; nothing half-written remains, run the "
+                                              "command again\n")
+
+
 def test_fleet_commands_without_duckdb_say_which_extra_to_install(fleet, monkeypatch):
     _, out, _ = fleet
     monkeypatch.setitem(sys.modules, "duckdb", None)

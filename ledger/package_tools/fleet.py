@@ -17,6 +17,7 @@ import contextlib
 import errno
 import fcntl
 import importlib
+import importlib.util
 import json
 import os
 import re
@@ -86,7 +87,11 @@ def partition_name(case_id: str) -> str:
 def duckdb_module() -> Any:
     try:
         return importlib.import_module("duckdb")
-    except ImportError:
+    except ImportError as exc:
+        if isinstance(exc.__context__, KeyboardInterrupt) or isinstance(exc.__cause__, KeyboardInterrupt):
+            raise KeyboardInterrupt from None  # Ctrl-C while DuckDB was loading
+        if importlib.util.find_spec("duckdb") is not None:  # installed, but it failed to load
+            raise LedgerError(E.INVALID_ARGUMENT, f"DuckDB, which the fleet commands use, failed to load: {exc}") from None
         raise LedgerError(E.INVALID_ARGUMENT,
                           "the fleet commands need DuckDB: pip install '.[fleet]' (in a clone of the repository)") from None
 

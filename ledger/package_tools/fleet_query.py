@@ -113,7 +113,13 @@ def fleet_rows(out: str | os.PathLike[str], query: str, *,
     duckdb = duckdb_module()
     with locked_file(meta_dir(root) / "lock", fcntl.LOCK_SH):
         con, broken = _fleet_connection(root)
-        timer = threading.Timer(timeout_ms / 1000, con.interrupt)
+        timed_out = threading.Event()
+
+        def stop() -> None:
+            timed_out.set()
+            con.interrupt()
+
+        timer = threading.Timer(timeout_ms / 1000, stop)
         timer.start()
         try:
             _one_select(con, query)
@@ -122,8 +128,13 @@ def fleet_rows(out: str | os.PathLike[str], query: str, *,
                 relation = _without_zoned_times(relation)
                 names = list(relation.columns)
             except duckdb.Error as exc:
-                raise _unreadable(root, exc, broken) or _query_error(exc, timeout_ms, _holds_cases(root)) from None
-            yield names, _fetch(relation, timeout_ms, root)
+                raise _unreadable(root, exc, broken) or _query_error(exc, timeout_ms, timed_out,
+                                                                     _holds_cases(root)) from None
+            except RuntimeError as exc:  # DuckDB's own report of a Ctrl-C while it ran
+                if _ctrl_c(exc):
+                    raise KeyboardInterrupt from None
+                raise
+            yield names, _fetch(relation, timeout_ms, timed_out, root)
         finally:
             timer.cancel()
             con.close()
@@ -169,8 +180,13 @@ def _unreadable(out: Path, exc: Exception, broken: dict[str, LedgerError]) -> Le
     return None
 
 
-def _query_error(exc: Exception, timeout_ms: int, holds_cases: bool = True) -> LedgerError:
+def _query_error(exc: Exception, timeout_ms: int, timed_out: threading.Event,
+                 holds_cases: bool = True) -> BaseException:
+    """What a failing query means: its own error (``INVALID_ARGUMENT``), stopped at its time limit, or
+    stopped by Ctrl-C (``KeyboardInterrupt`` again: DuckDB reports both as an interrupt)."""
     if "INTERRUPT" in str(exc).upper():
+        if not timed_out.is_set():
+            return KeyboardInterrupt()
         return LedgerError(E.INVALID_ARGUMENT, f"query stopped after {timeout_ms} ms")
     lines = [line.strip() for line in str(exc).splitlines() if line.strip(" ^")]  # no caret under the query
     if isinstance(exc, duckdb_module().CatalogException):  # an unknown table: DuckDB may suggest one of its own
@@ -180,13 +196,22 @@ def _query_error(exc: Exception, timeout_ms: int, holds_cases: bool = True) -> L
     return LedgerError(E.INVALID_ARGUMENT, f"query refused: {' '.join(lines)}")  # one line, not escaped ones
 
 
-def _fetch(relation: Any, timeout_ms: int, out: Path) -> Iterator[tuple]:
+def _ctrl_c(exc: RuntimeError) -> bool:
+    """Whether DuckDB raised ``exc`` because a Ctrl-C (``KeyboardInterrupt``) stopped it."""
+    return isinstance(exc.__cause__, KeyboardInterrupt) or isinstance(exc.__context__, KeyboardInterrupt)
+
+
+def _fetch(relation: Any, timeout_ms: int, timed_out: threading.Event, out: Path) -> Iterator[tuple]:
     duckdb = duckdb_module()
     while True:
         try:
             chunk = relation.fetchmany(512)
         except duckdb.Error as exc:
-            raise _unreadable(out, exc, {}) or _query_error(exc, timeout_ms) from None
+            raise _unreadable(out, exc, {}) or _query_error(exc, timeout_ms, timed_out) from None
+        except RuntimeError as exc:  # DuckDB's own report of a Ctrl-C while it ran
+            if _ctrl_c(exc):
+                raise KeyboardInterrupt from None
+            raise
         if not chunk:
             return
         for row in chunk:

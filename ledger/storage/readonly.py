@@ -23,22 +23,28 @@ from .sqlite_file import (BUSY_CODES, DAMAGED_CODES, SQLITE_ERRORS, SQLITE_INTER
                           translate_sqlite_errors)
 
 
-def _stop_at_deadline(conn: sqlite3.Connection, timeout_ms: int) -> None:
+def _stop_at_deadline(conn: sqlite3.Connection, timeout_ms: int) -> float:
     """Make SQLite stop ``conn``'s statements (``SQLITE_INTERRUPT``) once ``timeout_ms`` have passed
-    from now; ``conn.set_progress_handler(None, 10_000)`` lifts it."""
+    from now, and return that deadline (``time.monotonic()``); ``conn.set_progress_handler(None,
+    10_000)`` lifts it. Ctrl-C stops a statement too (its ``KeyboardInterrupt`` is raised inside the
+    handler, which SQLite takes for a stop): :func:`_query_errors` tells the two apart by the clock."""
     deadline = time.monotonic() + timeout_ms / 1000
     conn.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, 10_000)
+    return deadline
 
 
 @contextmanager
-def _query_errors(timeout_ms: int) -> Iterator[None]:
-    """A user's query failing (:func:`_query_error`), or stopped at its deadline (``INVALID_ARGUMENT``)."""
+def _query_errors(timeout_ms: int, deadline: float) -> Iterator[None]:
+    """A user's query failing (:func:`_query_error`), stopped at its deadline (``INVALID_ARGUMENT``)
+    or, before it, by Ctrl-C (``KeyboardInterrupt`` again)."""
     try:
         yield
     except UnicodeEncodeError as exc:
         raise _not_unicode(exc) from None
     except (sqlite3.Error, ValueError, OverflowError) as exc:
-        if primary_code(exc) == SQLITE_INTERRUPT:  # the progress handler stopped it at its deadline
+        if primary_code(exc) == SQLITE_INTERRUPT:
+            if time.monotonic() <= deadline:
+                raise KeyboardInterrupt from None  # the user stopped it, not its time limit
             raise LedgerError(E.INVALID_ARGUMENT, f"query stopped at its time limit, {timeout_ms / 1000:g} s "
                               f"(ledger sql --timeout SECONDS; timeout_ms={timeout_ms} in Python)") from None
         raise _query_error(exc) from None
@@ -59,10 +65,10 @@ def _query_error(exc: BaseException) -> LedgerError:
     return _refused(exc)
 
 
-def _fetch(cursor: sqlite3.Cursor, timeout_ms: int, size: int = 512) -> Iterator[tuple]:
+def _fetch(cursor: sqlite3.Cursor, timeout_ms: int, deadline: float, size: int = 512) -> Iterator[tuple]:
     """The cursor's rows, ``size`` at a time (nothing holds the whole result)."""
     while True:
-        with _query_errors(timeout_ms):
+        with _query_errors(timeout_ms, deadline):
             chunk = cursor.fetchmany(size)
         if not chunk:
             return
@@ -122,10 +128,9 @@ def reading_only(conn: sqlite3.Connection, timeout_ms: int | None = None) -> Ite
     milliseconds (None: no limit). Setting an authorizer makes SQLite prepare every statement again,
     so none prepared before escapes it."""
     conn.set_authorizer(reads_only)
-    if timeout_ms is not None:
-        _stop_at_deadline(conn, timeout_ms)
+    deadline = _stop_at_deadline(conn, timeout_ms) if timeout_ms is not None else None
     try:
-        with _query_errors(timeout_ms) if timeout_ms is not None else nullcontext():
+        with _query_errors(timeout_ms, deadline) if timeout_ms is not None and deadline is not None else nullcontext():
             yield
     except SQLITE_ERRORS as exc:
         raise _query_error(exc) from None
@@ -186,16 +191,16 @@ def readonly_rows(path: Path, sql: str, timeout_ms: int = 30_000) -> Iterator[tu
         raise LedgerError(E.SCHEMA_VERSION, f"{path} has schema version {version}; this case-ledger knows up to "
                           f"{schema_version()}; upgrade case-ledger", file_version=version,
                           known_version=schema_version())
-    _stop_at_deadline(conn, timeout_ms)
+    deadline = _stop_at_deadline(conn, timeout_ms)
     try:
-        with _query_errors(timeout_ms):
+        with _query_errors(timeout_ms, deadline):
             import sqlite_utils  # imported on first use: it costs about 80 ms at start-up
 
             db = sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
             cursor = db.execute(sql)
             if cursor.description is None:
                 raise LedgerError(E.INVALID_ARGUMENT, "the statement returns no rows; only reads are allowed")
-        yield [d[0] for d in cursor.description], _fetch(cursor, timeout_ms)
+        yield [d[0] for d in cursor.description], _fetch(cursor, timeout_ms, deadline)
     finally:
         conn.close()
         if not log_was_there:
