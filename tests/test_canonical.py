@@ -75,6 +75,21 @@ def test_an_integer_of_any_number_of_digits_past_the_safe_range_is_refused_namin
                                         "±(2**53-1); send a larger number as a string")
 
 
+def test_json_bytes_are_utf8_only_never_utf16_or_utf32_guessed_from_the_bytes():
+    assert parse_json('{"a": "\u00e9"}'.encode("utf-8")) == {"a": "\u00e9"}
+    assert parse_json(b"\xef\xbb\xbf[1]") == [1]  # a byte-order mark is skipped
+    for encoding in ("utf-16", "utf-32"):  # with their byte-order marks, which are no UTF-8
+        with pytest.raises(LedgerError) as caught:
+            parse_json('{"a": 1}'.encode(encoding))
+        assert caught.value.code == INVALID_JSON and caught.value.message == "not UTF-8 (byte 1: invalid start byte)"
+    with pytest.raises(LedgerError) as caught:  # without one: UTF-8 text of NULs, which is no JSON
+        parse_json('{"a": 1}'.encode("utf-16-le"))
+    assert caught.value.code == INVALID_JSON
+    with pytest.raises(LedgerError) as caught:
+        parse_json(b'{"a": "\xff"}')
+    assert caught.value.message == "not UTF-8 (byte 8: invalid start byte)"
+
+
 def test_deep_nesting_is_invalid_json_not_a_crash():
     deep = "[" * 100_000 + "]" * 100_000
     with pytest.raises(LedgerError) as caught:

@@ -393,7 +393,8 @@ _LONG_DIGIT_RUN = re.compile(r"[0-9]{16}")
 
 
 def parse_json(text: str | bytes) -> Any:
-    """Parse JSON text strictly: duplicate keys, NaN and ±Infinity are ``INVALID_JSON``.
+    """Parse JSON text strictly: duplicate keys, NaN and ±Infinity are ``INVALID_JSON``; bytes must be
+    UTF-8 (``INVALID_JSON`` naming the first byte that is not; a leading byte-order mark is skipped).
 
     Integers beyond ±(2**53 − 1) (and floats that would read back as such) are
     refused while parsing; text that escapes a surrogate (``"\\ud800"``) is
@@ -404,20 +405,22 @@ def parse_json(text: str | bytes) -> Any:
             text.encode("utf-8")
         except UnicodeEncodeError:
             raise LedgerError(INVALID_JSON, "JSON text contains a lone surrogate") from None
+    else:  # UTF-8 only (a byte-order mark allowed), never UTF-16 or UTF-32 guessed from the bytes
+        try:
+            text = bytes(text).decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise LedgerError(INVALID_JSON, f"not UTF-8 (byte {exc.start + 1}: {exc.reason})") from None
     try:
-        if isinstance(text, str):
-            value = (_STRICT if _LONG_DIGIT_RUN.search(text) else _STRICT_SHORT_INTS).decode(text)
-        else:
-            value = json.loads(text, cls=_StrictDecoder)
+        value = (_STRICT if _LONG_DIGIT_RUN.search(text) else _STRICT_SHORT_INTS).decode(text)
     except _Refused:
         raise LedgerError(INVALID_JSON, _refusal_at(text)) from None
     except LedgerError:
         raise
     except RecursionError:
         raise LedgerError(INVALID_JSON, "JSON nested too deeply") from None
-    except (ValueError, TypeError) as exc:  # JSONDecodeError, bad UTF-8
+    except (ValueError, TypeError) as exc:  # JSONDecodeError
         raise LedgerError(INVALID_JSON, f"not valid JSON: {exc}") from None
-    if _SURROGATE_ESCAPE.search(text if isinstance(text, str) else text.decode("utf-8", "replace")):
+    if _SURROGATE_ESCAPE.search(text):
         canonical_bytes(value)  # a lone surrogate has no canonical form
     return value
 
