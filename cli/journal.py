@@ -16,7 +16,8 @@ import click
 import ledger
 from ledger import Case, JournalSummary, LineResult, apply_journal
 from ledger.ground.canonical import SAFE_INTEGER_MAX
-from ledger.package_tools.journal import clamp_warning, first_at as journal_first_at, open_for_journal, read_lines
+from ledger.package_tools.journal import (LINE_BYTES_MAX, clamp_warning, first_at as journal_first_at, open_for_journal,
+                                          read_lines)
 
 from ._common import _NoBar, BALANCE_COLUMNS, CASE, IntegerRange, Settings, pass_settings, progress_bar
 from ._output import OutputError, dumps, echo, emit_rows, one_line, warn
@@ -124,8 +125,8 @@ def _peek_first_at(journal: Any) -> tuple[list[bytes], int]:
     read = [0]
     for line in read_lines(journal, on_bytes=lambda n: read.__setitem__(0, read[0] + n)):
         head.append(line)
-        if len(head) >= PEEK_LINES_MAX or journal_first_at([line]) is not None:
-            break
+        if len(head) >= PEEK_LINES_MAX or len(line) > LINE_BYTES_MAX or journal_first_at([line]) is not None:
+            break  # an over-long line fails where it is: its endless rest (/dev/zero) is never read
     return head, read[0]
 
 

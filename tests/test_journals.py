@@ -176,6 +176,14 @@ def test_a_long_first_line_fails_alone_and_stops_the_run(package, tmp_path):
     assert [(x["line"], x["ok"]) for x in map(json.loads, done.stdout.splitlines())] == [(1, False), (2, True)]
 
 
+def test_an_endless_first_line_fails_without_being_read_to_its_end(package, tmp_path):
+    """/dev/zero has no line end: the line is refused at 4 MiB and nothing more is read."""
+    done = run_cli("apply", str(tmp_path / "z"), "/dev/zero", "--create", "Z")
+    assert done.returncode == 1
+    (line,) = map(json.loads, done.stdout.splitlines())
+    assert (line["line"], line["ok"], line["error"]["code"]) == (1, False, "LIMIT_REACHED")
+
+
 def test_issue_example_apply_result_lines_split_into_one_line_each(package, tmp_path):
     Case.create(package, "C1").close()
     journal = tmp_path / "j.jsonl"

@@ -91,8 +91,8 @@ def read_lines(stream: BinaryIO, on_bytes: Callable[[int], None] | None = None) 
     does not grow with the journal.
 
     A line longer than ``LINE_BYTES_MAX`` is read no further than one byte past the limit
-    (:func:`parse_line` refuses it with ``LIMIT_REACHED``) and the rest of it is skipped, so
-    it still counts as one line. ``on_bytes`` is called with the bytes consumed (progress).
+    (:func:`parse_line` refuses it with ``LIMIT_REACHED``) and yielded; the rest of it is skipped
+    when the next line is asked for, so it still counts as one line. ``on_bytes`` is called with the bytes consumed (progress).
     ``INVALID_ARGUMENT`` when ``stream`` is not a binary file object (open it with ``"rb"``).
     """
     if not callable(getattr(stream, "readline", None)):
@@ -106,16 +106,18 @@ def read_lines(stream: BinaryIO, on_bytes: Callable[[int], None] | None = None) 
                               f"it gave {type(line).__name__}")
         if not line:
             return
-        consumed = len(line)
-        if not line.endswith(b"\n") and len(line) > LINE_BYTES_MAX:
-            while True:  # skip the rest of an over-long line, in small pieces (memory stays flat)
-                rest = stream.readline(SKIP_CHUNK_BYTES)
-                consumed += len(rest)
-                if not rest or rest.endswith(b"\n"):
-                    break
         if on_bytes is not None:
-            on_bytes(consumed)
-        yield line[:-1] if line.endswith(b"\n") else line
+            on_bytes(len(line))
+        if line.endswith(b"\n") or len(line) <= LINE_BYTES_MAX:
+            yield line[:-1] if line.endswith(b"\n") else line
+            continue
+        yield line  # refused as over-long; its rest is skipped only if a next line is asked for, so a
+        while True:  # caller stopping at this failure never reads an endless one (/dev/zero) to its end
+            rest = stream.readline(SKIP_CHUNK_BYTES)  # in small pieces: memory stays flat
+            if on_bytes is not None and rest:
+                on_bytes(len(rest))
+            if not rest or rest.endswith(b"\n"):
+                break
 
 
 def parse_line(text: str | bytes) -> dict[str, Any]:
