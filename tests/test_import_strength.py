@@ -141,8 +141,10 @@ def _edit_seq(seq: int, field: str, value: Any) -> Callable[[dict[str, Any]], No
     return edit
 
 
-@pytest.mark.parametrize("field, value, where", [("actor", 7, "actor: 7 is not of type 'string'"),
-                                                 ("accounts", "none", "accounts: 'none' is not of type 'array'")])
+@pytest.mark.parametrize("field, value, where", [
+    ("actor", 7, "actor: the integer 7 is not of type 'string'"),
+    ("accounts", "none", "accounts: the string \"none\" is not of type 'array'"),
+    ("actor", None, "actor: null is not of type 'string'")])
 def test_a_malformed_event_of_a_kind_seen_before_is_named_by_its_schema(exported_tree, tmp_path, field, value,
                                                                          where):
     """Import holds every event to its schema: a later budget event (its kind validated already at an

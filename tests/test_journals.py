@@ -176,6 +176,24 @@ def test_a_long_first_line_fails_alone_and_stops_the_run(package, tmp_path):
     assert [(x["line"], x["ok"]) for x in map(json.loads, done.stdout.splitlines())] == [(1, False), (2, True)]
 
 
+@pytest.mark.parametrize("line, shown", [
+    ({"op": "transition", "to": None}, "unknown case state null;"),
+    ({"op": "transition", "to": {"a": 1}}, "unknown case state an object;"),
+    ({"op": "transition", "to": "LOST"}, "unknown case state 'LOST';"),
+    ({"op": "establish", "scope": True, "limits": {"units": 5}, "issuer": "lead"}, "got true"),
+    ({"op": "request_test", "hypothesis": "H1", "action_id": "t1", "operation_id": "op-t1", "kind": False},
+     "got false"),
+])
+def test_a_refused_value_of_a_journal_is_shown_as_json_never_as_python(package, tmp_path, line, shown):
+    start_case(package).close()
+    journal = tmp_path / "j.jsonl"
+    journal.write_text(json.dumps(line) + "\n", encoding="utf-8")
+    done = run_cli("apply", str(package), str(journal))
+    (result,) = map(json.loads, done.stdout.splitlines())
+    assert shown in result["error"]["message"], result
+    assert "None" not in result["error"]["message"] and "True" not in result["error"]["message"]
+
+
 def test_an_endless_first_line_fails_without_being_read_to_its_end(package, tmp_path):
     """/dev/zero has no line end: the line is refused at 4 MiB and nothing more is read."""
     done = run_cli("apply", str(tmp_path / "z"), "/dev/zero", "--create", "Z")

@@ -100,6 +100,13 @@ def shown(value: Any, limit: int) -> str:
         return f"<{type(value).__name__}>"[:limit]
 
 
+def given(value: Any, limit: int) -> str:
+    """What a caller gave, for a refusal: a string quoted (its start, at most ``limit`` characters),
+    anything else as a JSON reader sees it (:func:`describe_value`: ``true``, ``null``, ``an object``),
+    so a journal's ``true`` is never shown as Python's ``'True'``."""
+    return repr(shown(value, limit)) if isinstance(value, str) else describe_value(value)
+
+
 def shortened(text: str, limit: int) -> str:
     """``text`` when it has at most ``limit`` characters, else its start and end with the middle left
     out and counted (``… (N characters left out) …``), ``limit`` characters or fewer in all."""

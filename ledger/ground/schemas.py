@@ -12,7 +12,7 @@ from functools import cache
 from typing import TYPE_CHECKING, Any, Iterator
 
 from .resources import resource_dir
-from .errors import LedgerError, shortened
+from .errors import LedgerError, describe_value, shortened
 
 if TYPE_CHECKING:  # jsonschema is imported on first use: it costs about 80 ms at start-up
     from jsonschema import Draft202012Validator, ValidationError
@@ -109,8 +109,16 @@ SCHEMA_MESSAGE_CHARS_MAX = 400
 
 def schema_message(error: Any) -> str:
     """The message of a jsonschema error, at most :data:`SCHEMA_MESSAGE_CHARS_MAX` characters: a
-    huge value it quotes keeps its start and the reason that ends the message."""
-    return shortened(error.message, SCHEMA_MESSAGE_CHARS_MAX)
+    huge value it quotes keeps its start and the reason that ends the message. A wrong type or a
+    value outside an enum names the value as JSON (``null``, ``true``), not as Python (``None``)."""
+    message = error.message
+    if error.validator == "type":
+        expected = error.validator_value
+        types = " or ".join(map(repr, expected)) if isinstance(expected, list) else repr(expected)
+        message = f"{describe_value(error.instance)} is not of type {types}"
+    elif error.validator == "enum":
+        message = f"{describe_value(error.instance)} is not one of {json.dumps(error.validator_value)}"
+    return shortened(message, SCHEMA_MESSAGE_CHARS_MAX)
 
 
 def validate(name: str, instance: Any, code: str, what: str) -> None:

@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping, Protocol
 from ..ground import errors as E
 from ..ground.canonical import parse_json, sha256_hex
 from ..ground.config import BudgetConfig
-from ..ground.errors import LedgerError, shown
+from ..ground.errors import LedgerError, given
 from ..rules import budget as budget_rules
 from ..rules import budget_requests
 from ..rules import evidence as evidence_rules
@@ -289,7 +289,7 @@ def operation(name: str, *, journal: bool = False) -> Operation:
     found = OPERATIONS.get(name) if isinstance(name, str) else None
     if found is None or (journal and not found.journal):
         known = ", ".join(n for n, op in OPERATIONS.items() if op.journal)
-        raise LedgerError(E.UNKNOWN_OPERATION, f"unknown operation {shown(name, 60)!r}; known: {known}")
+        raise LedgerError(E.UNKNOWN_OPERATION, f"unknown operation {given(name, 60)}; known: {known}")
     return found
 
 

@@ -50,7 +50,7 @@ from typing import Any, Callable, Mapping
 
 from ..ground import errors as E
 from ..ground.canonical import canonical_sha256, is_utf8_text
-from ..ground.errors import LedgerError, shown
+from ..ground.errors import LedgerError, given, shown
 from ..storage.sqlite_file import LEDGER_FILE
 
 TOOLS = ("source.read_context", "source.find_text", "database.lookup")
@@ -116,7 +116,7 @@ def confined(relative: Any, top: str) -> str:
     """``relative`` when it is a normalized relative path under ``top/`` (``ROUTER_REFUSED``
     otherwise); a check of the text alone, the file system is not consulted."""
     if not isinstance(relative, str) or not relative or len(relative) > 1024:
-        raise _refuse(f"path must be a non-empty string, got {shown(relative, 80)!r}")
+        raise _refuse(f"path must be a non-empty string, got {given(relative, 80)}")
     pure = PurePosixPath(relative)
     if (pure.is_absolute() or "\\" in relative or "\x00" in relative or str(pure) != relative
             or not is_utf8_text(relative) or any(part in ("..", ".", "") for part in relative.split("/"))):
@@ -158,7 +158,7 @@ class Router:
         runner = {"source.read_context": self.read_context, "source.find_text": self.find_text,
                   "database.lookup": self.lookup}.get(tool)
         if runner is None:
-            raise _refuse(f"unknown tool {shown(tool, 60)!r}; the router offers {', '.join(TOOLS)}")
+            raise _refuse(f"unknown tool {given(tool, 60)}; the router offers {', '.join(TOOLS)}")
         if files is None:
             found = runner(action.get("args"))
         elif tool == "source.find_text":  # a search lists the folder: it is re-checked file by file
@@ -312,7 +312,7 @@ def find_text_args(args: Any) -> tuple[str, str, int]:
     glob = args.get("path_glob", SOURCES_DIR + "/*")
     if (not isinstance(glob, str) or not glob.startswith(SOURCES_DIR + "/") or ".." in glob.split("/")
             or "\\" in glob or len(glob) > 1024):
-        raise _refuse(f"path_glob must name files under {SOURCES_DIR}/, got {shown(glob, 80)!r}")
+        raise _refuse(f"path_glob must name files under {SOURCES_DIR}/, got {given(glob, 80)}")
     limit = _int_arg(args, "max_results", DEFAULT_RESULTS, 1, RESULTS_MAX)
     if not is_utf8_text(text):
         raise _refuse("text is not valid UTF-8")
@@ -338,12 +338,12 @@ def lookup_args(args: Any) -> tuple[str, str, dict[str, Any], int]:
     if columns is not None and (not isinstance(columns, list) or not all(isinstance(c, str) for c in columns)):
         raise _refuse("columns must be a non-empty list of distinct column names")
     bound = {}
-    for column, given in where.items():
-        value = marked_integer(given) if isinstance(given, dict) else given
-        if (value is None and given is not None) or (value is not None and type(value) not in (str, int)):
+    for column, supplied in where.items():
+        value = marked_integer(supplied) if isinstance(supplied, dict) else supplied
+        if (value is None and supplied is not None) or (value is not None and type(value) not in (str, int)):
             raise _refuse(f"where values must be strings, integers ({{\"integer\": \"<digits>\"}} for one "
-                          f"beyond ±(2^53-1)) or null; {shown(column, 80)!r} is {shown(given, 80)}")
-        low, high = (INT64_MIN, INT64_MAX) if isinstance(given, dict) else (-JSON_INT_MAX, JSON_INT_MAX)
+                          f"beyond ±(2^53-1)) or null; {shown(column, 80)!r} is {given(supplied, 80)}")
+        low, high = (INT64_MIN, INT64_MAX) if isinstance(supplied, dict) else (-JSON_INT_MAX, JSON_INT_MAX)
         if type(value) is int and not low <= value <= high:  # a plain JSON integer stops at ±(2^53-1)
             raise _refuse(f"where integers must be within ±(2^53-1), or within SQLite's 64-bit range as "
                           f"{{\"integer\": \"<digits>\"}}; got {value}")

@@ -25,7 +25,7 @@ from typing import Any, Mapping
 from ..ground import errors as E
 from ..ground.canonical import canonical_bytes, canonical_sha256, sha256_hex
 from ..ground.config import BudgetConfig
-from ..ground.errors import LedgerError, integrity_error, shown
+from ..ground.errors import LedgerError, given, integrity_error, shown
 from . import budget as budget_rules
 from . import evidence as evidence_rules
 from .common import (ACTION_RESERVED, BLOCKED, INVESTIGATING, MUTABLE_STATES, Context, Draft, LedgerView, Outcome,
@@ -54,7 +54,7 @@ def shape_request_test(hypothesis_id: Any, action_id: Any, kind: Any, operation_
     check_action_id(action_id)
     check_action_id(operation_id, "operation_id")
     if not isinstance(kind, str) or kind not in TEST_KINDS:
-        raise LedgerError(E.INVALID_ARGUMENT, f"test kind must be one of {', '.join(TEST_KINDS)}, got {shown(kind, 40)!r}")
+        raise LedgerError(E.INVALID_ARGUMENT, f"test kind must be one of {', '.join(TEST_KINDS)}, got {given(kind, 40)}")
     return {"op": "request_test", "hypothesis_id": hypothesis_id, "action_id": action_id, "kind": kind,
             "operation_id": operation_id}
 
@@ -107,7 +107,7 @@ def shape_store_feedback(operation_id: Any, feedback: Any) -> dict[str, Any]:
 
 def _check_feedback_id(value: Any) -> str:
     if not isinstance(value, str) or not FEEDBACK_ID_RE.fullmatch(value):
-        raise LedgerError(E.INVALID_ID, f"feedback id must look like F000001, got {shown(value, 40)!r}")
+        raise LedgerError(E.INVALID_ID, f"feedback id must look like F000001, got {given(value, 40)}")
     return value
 
 

@@ -7,7 +7,7 @@ from typing import Any, Mapping
 
 from ..ground import errors as E
 from ..ground.canonical import canonical_sha256, check_int
-from ..ground.errors import LedgerError
+from ..ground.errors import LedgerError, given
 from .common import (is_blank, CASE_STATES, CREATED, EVALUATING, GENERATING, OPEN_REVISION_FROM, STATEMENT_CHARS_MAX, TRANSITIONS,
                      Context, Draft,
                      LedgerView, Reused, check_case_id, check_text, operation_key, replay_or_conflict,
@@ -56,7 +56,7 @@ def shape_open_revision(hypotheses: Any, units_per_hypothesis: Any, *,
 def shape_transition(to: Any) -> dict[str, Any]:
     """Request of ``transition``: ``to`` must be one of :data:`CASE_STATES`."""
     if to not in CASE_STATES or not isinstance(to, str):
-        raise LedgerError(E.INVALID_ARGUMENT, f"unknown case state {to!r}; states: {', '.join(CASE_STATES)}")
+        raise LedgerError(E.INVALID_ARGUMENT, f"unknown case state {given(to, 40)}; states: {', '.join(CASE_STATES)}")
     return {"op": "transition", "to": to}
 
 

@@ -31,7 +31,7 @@ from typing import Any, Callable, Mapping
 
 from ..ground import errors as E
 from ..ground.canonical import SAFE_INTEGER_MAX, canonical_sha256, check_int
-from ..ground.errors import LedgerError, describe_value, shortened, shown
+from ..ground.errors import LedgerError, describe_value, given, shortened, shown
 from .common import (TERMINAL_STATUSES, Context, Draft, LedgerView, Outcome, Reused, check_action_id, check_reason,
                      operation_key, replay_or_conflict, require_case, unknown_hypothesis_error)
 
@@ -62,7 +62,7 @@ def parse_scope(value: Any) -> ScopeName:
     match = SCOPE_RE.fullmatch(value) if isinstance(value, str) else None
     if match is None:
         raise LedgerError(E.INVALID_ARGUMENT, f"scope must be 'case', 'revision:<n>' or 'hypothesis:<n>/<Hk>', "
-                          f"got {shown(value, 80)!r}")
+                          f"got {given(value, 80)}")
     if value == "case":
         return ScopeName(value, "case", None, None)
     if match.group(1):
@@ -148,7 +148,7 @@ def shape_establish(scope: Any, limits: Any, issuer: Any, delegate: Any = None, 
     checked_delegate = None if delegate is None else check_action_id(delegate, "delegate")
     if on_exhausted not in ON_EXHAUSTED or not isinstance(on_exhausted, str):
         raise LedgerError(E.INVALID_CAPABILITY, f"on_exhausted must be one of {', '.join(ON_EXHAUSTED)}, "
-                          f"got {shown(on_exhausted, 40)!r}", on_exhausted=shown(on_exhausted, 40))
+                          f"got {given(on_exhausted, 40)}", on_exhausted=shown(on_exhausted, 40))
     return {"op": "establish", "scope": parsed.name, "limits": checked_limits, "issuer": checked_issuer,
             "delegate": checked_delegate, "delegate_limits": checked_delegate_limits, "warning_bps": bps,
             "on_exhausted": on_exhausted, "causation_seq": causation}
@@ -158,7 +158,7 @@ def shape_request_increase(scope: Any, dimension: Any, amount: Any, requester: A
     """Request of ``request_increase`` (an event that changes nothing)."""
     parsed = parse_scope(scope)
     if dimension not in DIMENSIONS or not isinstance(dimension, str):
-        raise LedgerError(E.INVALID_ARGUMENT, f"dimension must be one of {', '.join(DIMENSIONS)}, got {shown(dimension, 40)!r}")
+        raise LedgerError(E.INVALID_ARGUMENT, f"dimension must be one of {', '.join(DIMENSIONS)}, got {given(dimension, 40)}")
     return {"op": "request_increase", "scope": parsed.name, "dimension": dimension,
             "amount": check_int(amount, "amount", minimum=1), "requester": check_action_id(requester, "requester"),
             "reason": check_reason(reason)}
