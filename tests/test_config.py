@@ -58,17 +58,34 @@ def test_a_bad_budget_config_is_refused_naming_the_key(tmp_path, text, key):
     assert key in caught.value.message
 
 
+def test_a_schema_refusal_says_the_bound_and_shows_the_value_as_json_shows_it(tmp_path):
+    from ledger.ground.schemas import validate
+
+    with pytest.raises(LedgerError) as caught:
+        BudgetConfig.load(write(tmp_path, "[action_costs]\n" + "".join(f'"a.b{i}" = 1\n' for i in range(257))))
+    assert caught.value.code == CONFIG_INVALID
+    assert caught.value.message.endswith("action_costs: 257 entries, more than the 256 allowed")
+    for instance, message in (({"max_hypotheses": None}, "max_hypotheses: null is not of type 'integer'"),
+                              ({"max_hypotheses": True}, "max_hypotheses: true is not of type 'integer'"),
+                              ({"storage": {"synchronous": "OFF"}},
+                               'storage.synchronous: the string "OFF" is not one of ["FULL", "NORMAL"]')):
+        with pytest.raises(LedgerError) as caught:
+            validate("analysis-config-v1", instance, CONFIG_INVALID, "analysis config")
+        assert caught.value.message == f"analysis config: {message}"
+
+
 def test_a_refusal_quoting_a_huge_value_keeps_its_start_and_its_reason(tmp_path):
     """A message quotes what it refuses; a huge value is cut in the middle, so the message stays short
-    and still ends with why (here a table of 300 action costs, over the schema's limit)."""
+    and still ends with why (here an action name of 3,000 characters that is no dotted name)."""
     config = tmp_path / "big.toml"
-    config.write_text("[action_costs]\n" + "".join(f'"a.b{i}" = 5\n' for i in range(300)))
+    config.write_text('[action_costs]\n"' + "B" * 3000 + '" = 5\n')
     with pytest.raises(LedgerError) as refused:
         BudgetConfig.load(config)
     message = refused.value.message
     assert refused.value.code == CONFIG_INVALID and len(message) < 600
-    assert message.startswith(f"{config}: budget config: action_costs: {{'a.b0': 5,")
-    assert "characters left out" in message and message.endswith("'a.b299': 5} has too many properties"), message
+    assert message.startswith(f"{config}: budget config: action_costs: 'BBBB")
+    assert "characters left out" in message and message.endswith(
+        "BBB' does not match '^[a-z][a-z0-9_]*(\\\\.[a-z][a-z0-9_]*)+$'"), message
 
 
 def test_every_refusal_message_is_at_most_two_thousand_characters():

@@ -118,6 +118,8 @@ def schema_message(error: Any) -> str:
         message = f"{describe_value(error.instance)} is not of type {types}"
     elif error.validator == "enum":
         message = f"{describe_value(error.instance)} is not one of {json.dumps(error.validator_value)}"
+    elif error.validator == "maxProperties" and isinstance(error.instance, dict):
+        message = f"{len(error.instance)} entries, more than the {error.validator_value} allowed"
     return shortened(message, SCHEMA_MESSAGE_CHARS_MAX)
 
 
