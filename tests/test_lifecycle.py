@@ -284,6 +284,24 @@ def test_a_refused_init_creates_nothing(tmp_path, extra):
     assert done.returncode == 1 and not target.exists()
 
 
+def test_an_init_whose_ledger_cannot_be_made_leaves_no_folder_it_made(tmp_path, monkeypatch):
+    """A folder nobody may write in (umask 777, say) fails the ledger's creation: STORAGE_ERROR, and the
+    folders init made for it are gone again; a folder that was there before stays."""
+    from ledger.storage import connection
+
+    def refused(path, mode):
+        raise LedgerError("STORAGE_ERROR", f"the file system refused the ledger at {path}; nothing was written")
+
+    monkeypatch.setattr(connection, "connect_path", refused)
+    with pytest.raises(LedgerError) as caught:
+        Case.create(tmp_path / "a" / "b" / "new", "A")
+    assert caught.value.code == "STORAGE_ERROR" and list(tmp_path.iterdir()) == []
+    (tmp_path / "there").mkdir()
+    with pytest.raises(LedgerError) as caught:
+        Case.create(tmp_path / "there", "A")
+    assert caught.value.code == "STORAGE_ERROR" and list(tmp_path.iterdir()) == [tmp_path / "there"]
+
+
 # --- record_outcome (docs/runs.md, docs/concepts.md) ------------------------------------------
 def test_record_outcome_is_once_per_revision_the_same_again_is_reused_a_different_one_conflicts(case):
     first = case.record_outcome("resolved", "swe-bench evaluation")

@@ -230,3 +230,25 @@ def test_an_output_folder_no_journal_can_be_written_in_is_one_storage_error_befo
 def test_a_run_id_of_one_character_says_one_character(tmp_path):
     summary = import_runs([_write(tmp_path / "t.traj.json", {**GOOD, "instance_id": "-"})], tmp_path / "out")
     assert summary.errors[0]["reason"].startswith("run id '-' (1 character) is not a plain file name")
+
+
+def test_an_output_folder_this_user_may_not_even_list_still_gives_the_storage_error(tmp_path, monkeypatch):
+    """A folder made under umask 777 cannot be listed: the refusal is still STORAGE_ERROR, not the
+    listing's own error on the way out."""
+    from ledger.runs import trajectories
+
+    def refusing(folder):
+        raise LedgerError("STORAGE_ERROR", f"cannot write journals in the output folder {folder}: Permission denied")
+
+    real_iterdir = Path.iterdir
+
+    def unlistable(self):
+        if self.name == "out":
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_iterdir(self)
+
+    monkeypatch.setattr(trajectories, "_check_writable", refusing)
+    monkeypatch.setattr(Path, "iterdir", unlistable)
+    with pytest.raises(LedgerError) as caught:
+        import_runs([_write(tmp_path / "a.traj.json", GOOD)], tmp_path / "out")
+    assert caught.value.code == "STORAGE_ERROR"

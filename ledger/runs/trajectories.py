@@ -345,6 +345,17 @@ class _Importer:
             self.summary.errors.append({"file": str(path), "code": code, "reason": reason})
 
 
+def _remove_if_empty(made: list[Path]) -> None:
+    """Remove the folders ``made`` (the deepest first) while they are empty; best effort: a folder that
+    cannot be listed or removed (one this user may not enter) stays."""
+    try:
+        if made and not any(made[0].iterdir()):
+            for folder in made:
+                folder.rmdir()
+    except OSError:
+        pass
+
+
 def _check_writable(folder: Path) -> None:
     """``STORAGE_ERROR`` naming ``folder`` when no journal can be written there (read-only, another
     user's): said once, before any input is read, rather than once for each input."""
@@ -401,9 +412,7 @@ def import_runs(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[
             if progress is not None:
                 progress(done, len(files))
     finally:
-        if made and not any(target.iterdir()):  # every file failed: no folder it made is left behind, empty
-            for folder in made:
-                folder.rmdir()
+        _remove_if_empty(made)  # every file failed: no folder it made is left behind, empty
     if outcomes is not None:
         importer.summary.outcomes_without_run = [run for run in outcomes if run not in importer.seen]
     return importer.summary

@@ -187,8 +187,17 @@ class Case(CaseFacade):
                               "case whose ledger was lost or moved, which a new ledger here would delete; put the "
                               f"case's {LEDGER_FILE} back (or 'ledger import' its export), or move the log aside first")
         check_ledger_path(root / LEDGER_FILE)  # before any folder is made
+        made = [folder for folder in (root, *root.parents) if not os.path.lexists(folder)]  # deepest first
         root.mkdir(parents=True, exist_ok=True)
-        storage = Storage.create(root / LEDGER_FILE, analysis.storage)
+        try:
+            storage = Storage.create(root / LEDGER_FILE, analysis.storage)
+        except BaseException:  # no ledger could be made (an unwritable folder): nor are the folders left
+            for folder in made:
+                try:
+                    folder.rmdir()
+                except OSError:
+                    break
+            raise
         case = cls(root, storage, analysis, actor=actor, clock=clock)
         try:
             request = lifecycle.shape_create(case_id, str(uuid.uuid4()))
