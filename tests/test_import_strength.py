@@ -659,3 +659,34 @@ def test_an_in_place_import_sets_a_lost_ledgers_log_aside_unchanged(exported, lo
     assert import_tree(exported).head_seq == verify_case(exported).head_seq
     [kept] = [p for p in exported.iterdir() if p.name.startswith(f"{log}.orphaned-")]
     assert kept.read_bytes() == b"committed writes of the lost ledger"
+
+
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
+def test_an_input_its_importer_may_read_only_as_another_user_is_copied_with_its_mode(exported):
+    """An input owned by root with mode 004 (anyone else may read it): the importer, another user, copies
+    it and the copy keeps that mode; the copy is synced before its mode is set."""
+    import shutil
+    import tempfile
+
+    from test_storage import _as_other_user
+
+    shared = Path(tempfile.mkdtemp(prefix="ledger-shared-"))
+    try:
+        shared.chmod(0o777)
+        source = shared / "case"
+        shutil.copytree(exported, source)
+        for path in [source, *source.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        (source / "data").mkdir(exist_ok=True)
+        (source / "data" / "other.txt").write_text("for others\n")
+        (source / "data" / "other.txt").chmod(0o004)
+        prefix = _as_other_user(shared)
+        if not prefix:
+            pytest.skip("needs root, to own an input the importer reads only as another user")
+        done = subprocess.run([*prefix, sys.executable, "-m", "ledger_cli", "import", str(source), "--to",
+                               str(shared / "copy")], capture_output=True, text=True,
+                              env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+        assert done.returncode == 0, done.stderr
+        assert (shared / "copy" / "data" / "other.txt").stat().st_mode & 0o777 == 0o004
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)

@@ -252,3 +252,23 @@ def test_an_output_folder_this_user_may_not_even_list_still_gives_the_storage_er
     with pytest.raises(LedgerError) as caught:
         import_runs([_write(tmp_path / "a.traj.json", GOOD)], tmp_path / "out")
     assert caught.value.code == "STORAGE_ERROR"
+
+
+def test_a_steps_file_whose_journal_name_is_taken_by_a_folder_writes_none_of_its_runs(tmp_path):
+    (tmp_path / "out" / "r2.jsonl").mkdir(parents=True)
+    steps = tmp_path / "log.jsonl"
+    steps.write_text("".join(json.dumps({"run": run, "command": "ls", "output": "x"}) + "\n"
+                             for run in ("r1", "r2", "r3")), encoding="utf-8")
+    summary = import_runs([steps], tmp_path / "out")
+    assert (summary.runs, summary.errors[0]["reason"]) == (
+        0, "r2.jsonl in the output folder is a folder, not a journal: move it aside")
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["r2.jsonl"]  # no journal, no temp file
+
+
+def test_a_tool_call_whose_arguments_nest_past_what_python_reads_is_a_turn_skipped(tmp_path):
+    deep = {"id": "c1", "function": {"name": "bash", "arguments": "[" * 5000 + "]" * 5000}}
+    good = {"id": "c2", "function": {"name": "bash", "arguments": json.dumps({"command": "ls"})}}
+    messages = [{"role": "assistant", "content": "", "tool_calls": [deep, good]},
+                {"role": "tool", "tool_call_id": "c1", "content": "?"}, {"role": "tool", "tool_call_id": "c2", "content": "a"}]
+    summary = import_runs([_write(tmp_path / "r.traj.json", {"messages": messages})], tmp_path / "out")
+    assert (summary.runs, summary.steps, summary.skipped) == (1, 1, {"tool call that is not a bash command": 1})

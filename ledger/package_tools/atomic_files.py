@@ -61,12 +61,13 @@ def write_atomic(path: Path, data: bytes, mode: int | None = None, *, folder_exi
 def write_atomic_many(files: Sequence[tuple[Path, bytes]], mode: int) -> None:
     """:func:`write_atomic` for several files whose folders exist, each given ``mode``.
 
-    Every temp file is written first, then each is fsynced, then each renamed into place: the
-    first fsync commits the file system's journal for all of them, so the others return at once
-    (one commit for the batch instead of one per file). As with one file, a file is renamed only
-    once its bytes are durable, and a crash leaves each file old or new, plus at most one
-    ``.ledger-tmp-*`` leftover per file of the batch. A failure removes the temp files not yet
-    renamed; the files already renamed stay (the caller knows which it created)."""
+    Every temp file is written and closed first, then each is opened again to be fsynced and given
+    ``mode``, then each is renamed into place: the first fsync commits the file system's journal for
+    all of them, so the others return at once (one commit for the batch instead of one per file),
+    and one descriptor is open at a time. As with one file, a file is renamed only once its bytes
+    are durable, and a crash leaves each file old or new, plus at most one ``.ledger-tmp-*``
+    leftover per file of the batch. A failure removes the temp files not yet renamed; the files
+    already renamed stay (the caller knows which it created)."""
     temps: list[_Temp] = []
     renamed = 0
     try:
@@ -74,15 +75,18 @@ def write_atomic_many(files: Sequence[tuple[Path, bytes]], mode: int) -> None:
             temp = _Temp(path)
             temps.append(temp)
             temp.create()
-            # 0600 until written: others see the file only whole, then with the mode asked
-            os.fchmod(temp.fd, mode)
+            # 0600 until synced (whatever the umask: it is opened again to be synced), so others see
+            # the file only whole, then with the mode asked
+            os.fchmod(temp.fd, 0o600)
             view = memoryview(data)
             while view:
                 view = view[os.write(temp.fd, view):]
+            temp.close()
         for temp in temps:
+            temp.fd = os.open(temp.name, os.O_RDONLY | _CLOEXEC)  # 0600: its owner may read it
             os.fsync(temp.fd)
-            fd, temp.fd = temp.fd, -1
-            os.close(fd)
+            os.fchmod(temp.fd, mode)
+            temp.close()
         for temp in temps:
             os.replace(temp.name, temp.target)
             renamed += 1
@@ -116,6 +120,10 @@ class _Temp:
             self.fd, name = tempfile.mkstemp(prefix=EXPORT_TEMP_PREFIX + target.name + ".", dir=target.parent)
             self.name = Path(name)
 
+    def close(self) -> None:
+        fd, self.fd = self.fd, -1
+        os.close(fd)
+
     def close_quietly(self) -> None:
         """Close the descriptor if it is open, as cleanup after a failure: never raising."""
         fd, self.fd = self.fd, -1
@@ -130,15 +138,16 @@ def fsync_files(paths: Iterable[Path]) -> None:
     """fsync each file of ``paths`` (written, not yet synced), in that order: the first commits the
     file system's journal for all of them."""
     for path in paths:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(path, os.O_RDONLY | _CLOEXEC)
         try:
             os.fsync(fd)
         finally:
             os.close(fd)
 
 
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 #: Flags of a temp file :func:`write_atomic` creates: a new file only, never one that exists.
-_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _CLOEXEC
 #: Temp names: ``<prefix><name>.<pid><tag><number>``, unique in this process and, with the tag,
 #: across processes that reuse a pid.
 _TAG = "-" + secrets.token_hex(3) + "-"

@@ -155,18 +155,21 @@ def _copy_inputs(files: dict[str, Path], build_dir: Path) -> None:
     """Copy the package's inputs into ``build_dir``, each file and folder durable (fsynced) before the
     new package is renamed into place: a crash after the import reported never leaves an input empty."""
     build_dir.mkdir(parents=True)
-    copied: list[Path] = []
+    copied: list[tuple[Path, Path]] = []
     folders = {build_dir}
     for relative, full in files.items():
         if is_ledger_own(PurePosixPath(relative)):
             continue
         target = build_dir / relative
         target.parent.mkdir(parents=True, exist_ok=True)
+        os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        os.chmod(target, 0o600)  # whatever the umask: it is opened again to be synced
         shutil.copyfile(full, target)
-        shutil.copymode(full, target)  # an executable or read-only input stays so
-        copied.append(target)
+        copied.append((full, target))
         folders.update(parent for parent in target.parents if build_dir in parent.parents)
-    fsync_files(copied)  # after every copy: the first fsync commits the file system's journal for all
+    fsync_files(target for _, target in copied)  # after every copy: the first fsync commits for all
+    for full, target in copied:
+        shutil.copymode(full, target)  # an executable or read-only input stays so (once synced)
     for folder in sorted(folders, key=lambda p: len(p.parts), reverse=True):
         fsync_dir(folder)
 

@@ -93,7 +93,7 @@ def _bash_command(name: Any, arguments: Any) -> str | None:
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past what Python reads
             return None
     command = arguments.get("command") if isinstance(arguments, Mapping) else None
     return command if isinstance(command, str) else None

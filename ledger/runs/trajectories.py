@@ -203,7 +203,14 @@ class _Journal:
             self.handle.close()
             self.handle = None
 
+    def check_final(self) -> None:
+        """``ValueError`` when the journal's name in the output folder is taken by something no journal
+        can replace (a folder), said before any journal of its input is renamed into place."""
+        if self.final.is_dir() and not self.final.is_symlink():
+            raise ValueError(f"{self.final.name} in the output folder is a folder, not a journal: move it aside")
+
     def finish(self, outcome: tuple[str, str] | None) -> None:
+        self.check_final()
         if outcome is not None:
             self._write({"op": "record_outcome", "outcome": outcome[0], "source": outcome[1]})
         self.suspend()
@@ -317,8 +324,11 @@ class _Importer:
                         journals[oldest].suspend()
             if not journals:
                 raise ValueError("no step line: the file is empty")
+            for journal in journals.values():
+                journal.check_final()  # every run of the file can be placed, or none is
             for run in list(journals):
-                self._end(journals.pop(run))
+                self._end(journals[run])
+                del journals[run]
         except BaseException:
             for journal in journals.values():
                 journal.abandon()
