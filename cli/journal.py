@@ -9,7 +9,7 @@ import shutil
 import stat
 import sys
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import click
 
@@ -51,7 +51,10 @@ def apply(settings: Settings, case: str, journal: Any, create_case_id: str | Non
     """
     if at is not None and create_case_id is None:
         raise click.UsageError("--at sets the time of the case that --create makes; give --create too")
-    head, head_bytes = _peek_first_at(journal) if create_case_id is not None and at is None else ([], 0)
+    read = [0]  # bytes read before the progress bar exists; then the bar counts them
+    count: list[Callable[[int], None]] = [lambda n: read.__setitem__(0, read[0] + n)]
+    reader = read_lines(journal, on_bytes=lambda n: count[0](n))  # one reader: a peek never splits a line
+    head = _peek_first_at(reader) if create_case_id is not None and at is None else []
     opened = open_for_journal(case, create_case_id=create_case_id, at=at or journal_first_at(head),
                               analysis_config=settings.analysis(), actor=settings.actor)
     summary = JournalSummary()
@@ -60,8 +63,9 @@ def apply(settings: Settings, case: str, journal: Any, create_case_id: str | Non
         size = _file_size(journal)
         # the bar counts bytes read and goes to stderr (stdout carries the result lines)
         with progress_bar(size or 0, "applying", stream=sys.stderr) if size else _NoBar() as bar:
-            lines = itertools.chain(head, read_lines(journal, on_bytes=bar.update))
-            bar.update(head_bytes)
+            lines = itertools.chain(head, reader)
+            bar.update(read[0])
+            count[0] = bar.update
             committed = [0]  # results of committed batches not yet counted
             outcomes = apply_journal(opened, lines, budget=manager, keep_going=keep_going, batch_size=batch_size,
                                      on_commit=lambda n: committed.__setitem__(0, committed[0] + n),
@@ -118,16 +122,15 @@ CLAMP_WARNINGS_MAX = 20
 PEEK_LINES_MAX = 1000
 
 
-def _peek_first_at(journal: Any) -> tuple[list[bytes], int]:
-    """Read lines until one carries an "at" (at most ``PEEK_LINES_MAX``): ``(lines read, bytes read)``.
-    The lines are applied first, then the rest of the journal is streamed."""
+def _peek_first_at(reader: Iterator[bytes]) -> list[bytes]:
+    """Read lines from ``reader`` until one carries an "at" (at most ``PEEK_LINES_MAX``): the lines read.
+    They are applied first, then the rest of the same reader is streamed."""
     head: list[bytes] = []
-    read = [0]
-    for line in read_lines(journal, on_bytes=lambda n: read.__setitem__(0, read[0] + n)):
+    for line in reader:
         head.append(line)
         if len(head) >= PEEK_LINES_MAX or len(line) > LINE_BYTES_MAX or journal_first_at([line]) is not None:
             break  # an over-long line fails where it is: its endless rest (/dev/zero) is never read
-    return head, read[0]
+    return head
 
 
 def _file_size(stream: Any) -> int | None:

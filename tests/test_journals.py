@@ -194,12 +194,25 @@ def test_a_refused_value_of_a_journal_is_shown_as_json_never_as_python(package, 
     assert "None" not in result["error"]["message"] and "True" not in result["error"]["message"]
 
 
-def test_an_endless_first_line_fails_without_being_read_to_its_end(package, tmp_path):
-    """/dev/zero has no line end: the line is refused at 4 MiB and nothing more is read."""
-    done = run_cli("apply", str(tmp_path / "z"), "/dev/zero", "--create", "Z")
+@pytest.mark.parametrize("create", [True, False])
+@pytest.mark.parametrize("batch_size", ["1", "100"])
+def test_an_endless_first_line_fails_without_being_read_to_its_end(package, tmp_path, create, batch_size):
+    """/dev/zero has no line end: the line is refused at 4 MiB and nothing more is read, whether the
+    case is made by the journal or exists, whatever the batch."""
+    if not create:
+        start_case(package).close()
+    target = str(tmp_path / "z") if create else str(package)
+    done = run_cli("apply", target, "/dev/zero", "--batch-size", batch_size, *(["--create", "Z"] if create else []))
     assert done.returncode == 1
     (line,) = map(json.loads, done.stdout.splitlines())
     assert (line["line"], line["ok"], line["error"]["code"]) == (1, False, "LIMIT_REACHED")
+
+
+def test_an_over_long_first_line_of_a_journal_that_creates_its_case_is_one_line(tmp_path):
+    journal = tmp_path / "j.jsonl"
+    journal.write_bytes(b"x" * (5 * 1024 * 1024) + b"\n" + b'{"op": "open_revision", "hypotheses": [{"statement": "a"}]}\n')
+    done = run_cli("apply", str(tmp_path / "c"), str(journal), "--create", "C", "--keep-going")
+    assert [(x["line"], x["ok"]) for x in map(json.loads, done.stdout.splitlines())] == [(1, False), (2, True)]
 
 
 def test_issue_example_apply_result_lines_split_into_one_line_each(package, tmp_path):
