@@ -10,6 +10,7 @@ import datetime
 import decimal
 import fcntl
 import os
+import signal
 import threading
 import uuid
 from pathlib import Path
@@ -111,7 +112,7 @@ def fleet_rows(out: str | os.PathLike[str], query: str, *,
         raise LedgerError(E.INVALID_ARGUMENT, f"query must be a str, got {type(query).__name__}")
     root = check_out(fs_path(out, "export folder"), create=False).absolute()
     duckdb = duckdb_module()
-    with locked_file(meta_dir(root) / "lock", fcntl.LOCK_SH):
+    with locked_file(meta_dir(root) / "lock", fcntl.LOCK_SH), _ctrl_c_is_an_interrupt():
         con, broken = _fleet_connection(root)
         timed_out = threading.Event()
 
@@ -122,22 +123,66 @@ def fleet_rows(out: str | os.PathLike[str], query: str, *,
         timer = threading.Timer(timeout_ms / 1000, stop)
         timer.start()
         try:
-            _one_select(con, query)
-            try:
-                relation = con.sql(query)
-                relation = _without_zoned_times(relation)
-                names = list(relation.columns)
-            except duckdb.Error as exc:
-                raise _unreadable(root, exc, broken) or _query_error(exc, timeout_ms, timed_out,
-                                                                     _holds_cases(root)) from None
-            except RuntimeError as exc:  # DuckDB's own report of a Ctrl-C while it ran
-                if _ctrl_c(exc):
-                    raise KeyboardInterrupt from None
-                raise
-            yield names, _fetch(relation, timeout_ms, timed_out, root)
+            with _interrupt_on_ctrl_c(con):
+                _one_select(con, query)
+                try:
+                    relation = con.sql(query)
+                    relation = _without_zoned_times(relation)
+                    names = list(relation.columns)
+                except duckdb.Error as exc:
+                    raise _unreadable(root, exc, broken) or _query_error(exc, timeout_ms, timed_out,
+                                                                         _holds_cases(root)) from None
+                yield names, _fetch(relation, timeout_ms, timed_out, root)
         finally:
             timer.cancel()
             con.close()
+
+
+@contextlib.contextmanager
+def _interrupt_on_ctrl_c(con: Any) -> Iterator[None]:
+    """Make a Ctrl-C stop ``con``'s query at once. DuckDB may hold the main thread without looking for
+    signals, so Python's own handler would run only when it returns; but Python's C-level handler
+    writes the signal's number to the wakeup file at once, and a thread watching that file
+    interrupts the query (which then ends as a ``KeyboardInterrupt``). In the main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    reading, writing = os.pipe()
+    os.set_blocking(writing, False)
+    try:
+        previous = signal.set_wakeup_fd(writing, warn_on_full_buffer=False)
+    except ValueError:  # no signal handling here
+        os.close(reading)
+        os.close(writing)
+        yield
+        return
+
+    def watch() -> None:
+        while data := os.read(reading, 64):
+            if signal.SIGINT in data:
+                con.interrupt()
+
+    watcher = threading.Thread(target=watch, name="ledger-ctrl-c", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        signal.set_wakeup_fd(previous)
+        os.close(writing)  # the watcher reads the end of the file and stops
+        watcher.join()
+        os.close(reading)
+
+
+@contextlib.contextmanager
+def _ctrl_c_is_an_interrupt() -> Iterator[None]:
+    """DuckDB reports a Ctrl-C that stopped it (setting up the views, running or fetching the query)
+    as a plain ``RuntimeError`` "Query interrupted": it is the ``KeyboardInterrupt`` again."""
+    try:
+        yield
+    except RuntimeError as exc:
+        if isinstance(exc.__cause__, KeyboardInterrupt) or isinstance(exc.__context__, KeyboardInterrupt):
+            raise KeyboardInterrupt from None
+        raise
 
 
 #: DuckDB's name of a time with a zone, which its Python conversion turns into values only with pytz.
@@ -196,11 +241,6 @@ def _query_error(exc: Exception, timeout_ms: int, timed_out: threading.Event,
     return LedgerError(E.INVALID_ARGUMENT, f"query refused: {' '.join(lines)}")  # one line, not escaped ones
 
 
-def _ctrl_c(exc: RuntimeError) -> bool:
-    """Whether DuckDB raised ``exc`` because a Ctrl-C (``KeyboardInterrupt``) stopped it."""
-    return isinstance(exc.__cause__, KeyboardInterrupt) or isinstance(exc.__context__, KeyboardInterrupt)
-
-
 def _fetch(relation: Any, timeout_ms: int, timed_out: threading.Event, out: Path) -> Iterator[tuple]:
     duckdb = duckdb_module()
     while True:
@@ -208,10 +248,6 @@ def _fetch(relation: Any, timeout_ms: int, timed_out: threading.Event, out: Path
             chunk = relation.fetchmany(512)
         except duckdb.Error as exc:
             raise _unreadable(out, exc, {}) or _query_error(exc, timeout_ms, timed_out) from None
-        except RuntimeError as exc:  # DuckDB's own report of a Ctrl-C while it ran
-            if _ctrl_c(exc):
-                raise KeyboardInterrupt from None
-            raise
         if not chunk:
             return
         for row in chunk:
