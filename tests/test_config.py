@@ -301,3 +301,15 @@ def test_a_vary_value_too_long_for_an_integer_is_a_short_usage_error():
                                          "--vary", "default_action_cost=" + "9" * 5000])
     assert done.exit_code == 2 and "(5000 characters) is not an integer (ASCII digits, an optional leading -, at most 4300 digits)" in done.stderr
     assert len(done.stderr) < 1000
+
+
+def test_a_schema_message_starting_with_the_value_names_it_as_json_whatever_the_rule():
+    from jsonschema import Draft202012Validator
+
+    from ledger.ground.schemas import schema_message
+
+    for schema, instance, message in (({"minItems": 2}, [None], "an array is too short"),
+                                      ({"const": 1}, None, "1 was expected"),
+                                      ({"not": {}}, True, "true should not be valid under {}")):
+        (error,) = Draft202012Validator(schema).iter_errors(instance)
+        assert schema_message(error) == message

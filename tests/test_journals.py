@@ -183,6 +183,8 @@ def test_a_long_first_line_fails_alone_and_stops_the_run(package, tmp_path):
     ({"op": "establish", "scope": True, "limits": {"units": 5}, "issuer": "lead"}, "got true"),
     ({"op": "request_test", "hypothesis": "H1", "action_id": "t1", "operation_id": "op-t1", "kind": False},
      "got false"),
+    ({"op": "record_outcome", "outcome": {"a": None}, "source": "x"}, "got an object"),
+    ({"op": "record_outcome", "outcome": "resolved", "source": True}, "got true"),
 ])
 def test_a_refused_value_of_a_journal_is_shown_as_json_never_as_python(package, tmp_path, line, shown):
     start_case(package).close()

@@ -377,3 +377,11 @@ def test_side_files_of_an_input_database(root):
     (root / "data" / "db.sqlite-wal").write_bytes(b"\0" * 32)
     refused = _refused(lambda: router.lookup({"database": "data/db.sqlite", "table": "users"}))
     assert "non-empty -wal" in refused.message
+
+
+def test_a_refused_argument_is_shown_as_json_never_as_python(root):
+    router = Router(root)
+    for value, shown in ((True, "got true"), (None, "got null"), ({"a": 1}, "got an object")):
+        message = _refused(lambda: router.read_context({"path": "sources/app.py", "start_line": value,
+                                                        "end_line": 2})).message
+        assert message.endswith(f"start_line must be an integer of at least 1, {shown}"), message

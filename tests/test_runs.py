@@ -325,7 +325,7 @@ def test_a_steps_line_with_a_key_given_twice_and_a_run_id_that_is_no_string_are_
     summary = import_runs([tmp_path / "dk.jsonl", tmp_path / "t.traj.json"], tmp_path / "out")
     assert summary.runs == 0
     assert [e["reason"] for e in summary.errors] == ["line 1: the key 'run' is given twice",
-                                                     "instance_id must be a string (the run id), got int"]
+                                                     "instance_id must be a string (the run id), got the integer 12345"]
     assert not (tmp_path / "out").exists()
 
 

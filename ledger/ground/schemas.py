@@ -120,6 +120,9 @@ def schema_message(error: Any) -> str:
         message = f"{describe_value(error.instance)} is not one of {json.dumps(error.validator_value)}"
     elif error.validator == "maxProperties" and isinstance(error.instance, dict):
         message = f"{len(error.instance)} entries, more than the {error.validator_value} allowed"
+    elif (error.instance is None or isinstance(error.instance, (bool, dict, list))) \
+            and message.startswith(repr(error.instance)):
+        message = describe_value(error.instance) + message[len(repr(error.instance)):]  # not Python's repr
     return shortened(message, SCHEMA_MESSAGE_CHARS_MAX)
 
 

@@ -253,12 +253,11 @@ def apply_journal(case: Case, lines: Iterable[str | bytes], *, budget: BudgetMan
             continue
         pending.append((number, text))
         pending_bytes += len(text) if isinstance(text, (str, bytes)) else 0
-        # a batch ends at batch_size lines or BATCH_BYTES_MAX bytes: memory stays bounded by the
-        # batch in hand, whatever the journal's length (a smaller batch gives the same results)
+        # a batch ends at batch_size lines or BATCH_BYTES_MAX bytes: memory stays bounded by the batch in
+        # hand (a smaller batch gives the same results); and at a line that will fail and stop the run,
+        # so that the next line (maybe an endless line's rest) is never read
         over_long = not keep_going and isinstance(text, (str, bytes)) and len(text) > LINE_BYTES_MAX
         if len(pending) >= batch_size or pending_bytes >= BATCH_BYTES_MAX or over_long:
-            # (a line that will fail and stop the run ends its batch: the next line, maybe an endless
-            # one's rest, is never read)
             yield from _committed(run_batch(pending), on_commit)
             pending, pending_bytes = [], 0
             if stopped:

@@ -80,7 +80,7 @@ def _int_arg(args: Mapping[str, Any], key: str, default: int | None, low: int, h
     value = args.get(key, default)
     if type(value) is not int or value < low or (high is not None and value > high):
         bound = f" and at most {high}" if high is not None else ""
-        raise _refuse(f"{key} must be an integer of at least {low}{bound}, got {value!r}")
+        raise _refuse(f"{key} must be an integer of at least {low}{bound}, got {given(value, 80)}")
     return value
 
 

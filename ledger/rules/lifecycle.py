@@ -171,7 +171,7 @@ def shape_record_outcome(outcome: Any, source: Any) -> dict[str, Any]:
     non-blank ``source`` saying where the verdict came from (at most 1000). ``INVALID_ARGUMENT`` otherwise."""
     for value, what, limit in ((outcome, "outcome", OUTCOME_CHARS_MAX), (source, "source", OUTCOME_SOURCE_CHARS_MAX)):
         if not isinstance(value, str) or is_blank(value):
-            raise LedgerError(E.INVALID_ARGUMENT, f"{what} must be a non-blank string, got {value!r:.80}")
+            raise LedgerError(E.INVALID_ARGUMENT, f"{what} must be a non-blank string, got {given(value, 80)}")
         if len(value) > limit:
             raise LedgerError(E.INVALID_ARGUMENT, f"{what} is longer than {limit} characters")
         check_text(value, what)

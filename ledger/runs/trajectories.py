@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable, IO, Iterable, Mapping
 
 from ..ground import errors as E
-from ..ground.errors import LedgerError
+from ..ground.errors import LedgerError, describe_value
 from ..ground.canonical import canonical_bytes
 from ..ground.config import DEFAULT_LIMITS
 from ..ground.paths import STORAGE_ERRNOS, folder_inputs, fs_path
@@ -288,7 +288,7 @@ class _Importer:
         steps = (swe_agent_steps if fmt == "swe-agent" else mini_swe_agent_steps)(data)
         given = data.get("instance_id") if isinstance(data, Mapping) else None
         if given is not None and not isinstance(given, str):
-            raise ValueError(f"instance_id must be a string (the run id), got {type(given).__name__}")
+            raise ValueError(f"instance_id must be a string (the run id), got {describe_value(given)}")
         run = given if given is not None else _stem(path)
         journal = self._begin(run)
         try:
