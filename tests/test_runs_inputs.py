@@ -272,3 +272,19 @@ def test_a_tool_call_whose_arguments_nest_past_what_python_reads_is_a_turn_skipp
                 {"role": "tool", "tool_call_id": "c1", "content": "?"}, {"role": "tool", "tool_call_id": "c2", "content": "a"}]
     summary = import_runs([_write(tmp_path / "r.traj.json", {"messages": messages})], tmp_path / "out")
     assert (summary.runs, summary.steps, summary.skipped) == (1, 1, {"tool call that is not a bash command": 1})
+
+
+def test_a_trajectory_or_steps_file_in_utf16_or_utf32_is_refused_as_not_utf8(tmp_path):
+    text = json.dumps(GOOD)
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "u16.traj.json").write_bytes(text.encode("utf-16"))
+    (tmp_path / "in" / "u32.traj.json").write_bytes(text.encode("utf-32"))
+    (tmp_path / "in" / "s16.jsonl").write_bytes(json.dumps({"run": "s", "command": "ls", "output": "x"}).encode("utf-16"))
+    (tmp_path / "in" / "bom.traj.json").write_bytes(b"\xef\xbb\xbf" + text.encode())  # UTF-8 with a mark: read
+    (tmp_path / "in" / "bom.jsonl").write_bytes(b"\xef\xbb\xbf" + json.dumps({"run": "b", "command": "ls",
+                                                                            "output": "x"}).encode() + b"\n")
+    summary = import_runs([tmp_path / "in"], tmp_path / "out")
+    assert summary.runs == 2 and sorted((Path(e["file"]).name, e["reason"]) for e in summary.errors) == [
+        ("s16.jsonl", "line 1: not UTF-8 (byte 1: invalid start byte)"),
+        ("u16.traj.json", "not UTF-8 (byte 1: invalid start byte)"),
+        ("u32.traj.json", "not UTF-8 (byte 1: invalid start byte)")]

@@ -196,7 +196,8 @@ def too_many_digits(exc: ValueError) -> str | None:
 
 def steps_line(line: bytes, number: int) -> tuple[str, Step]:
     try:
-        item = json.loads(line, object_pairs_hook=_no_repeated_keys)
+        # UTF-8, the first line maybe with a byte-order mark; never UTF-16 guessed from the bytes
+        item = json.loads(line.decode("utf-8-sig" if number == 1 else "utf-8"), object_pairs_hook=_no_repeated_keys)
     except UnicodeDecodeError as exc:
         raise ValueError(f"line {number}: not UTF-8 (byte {exc.start + 1}: {exc.reason})") from None
     except json.JSONDecodeError as exc:

@@ -279,7 +279,11 @@ class _Importer:
     def trajectory(self, path: Path) -> None:
         with _open(path) as handle:
             try:
-                data = json.load(handle)  # one run at a time: a trajectory file is one JSON document
+                # one run at a time: a trajectory file is one JSON document, UTF-8 (maybe with a
+                # byte-order mark), never UTF-16 or UTF-32 guessed from its bytes
+                data = json.loads(handle.read().decode("utf-8-sig"))
+            except UnicodeDecodeError as exc:
+                raise ValueError(f"not UTF-8 (byte {exc.start + 1}: {exc.reason})") from None
             except json.JSONDecodeError as exc:
                 raise ValueError(f"not JSON: {exc}") from None
             except ValueError as exc:
