@@ -302,6 +302,25 @@ def test_an_init_whose_ledger_cannot_be_made_leaves_no_folder_it_made(tmp_path, 
     assert caught.value.code == "STORAGE_ERROR" and list(tmp_path.iterdir()) == [tmp_path / "there"]
 
 
+def test_an_init_whose_folder_cannot_be_made_leaves_none_of_the_folders_above_it(tmp_path, monkeypatch):
+    """A folder made under umask 777 cannot hold the next one: the mkdir fails part way, and the
+    folders it did make are removed."""
+    from pathlib import Path
+
+    real_mkdir = Path.mkdir
+
+    def part_way(self, mode=0o777, parents=False, exist_ok=False):
+        if self.name == "c":
+            real_mkdir(self.parent, parents=True, exist_ok=True)
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_mkdir(self, mode, parents, exist_ok)
+
+    monkeypatch.setattr(Path, "mkdir", part_way)
+    with pytest.raises(LedgerError) as caught:
+        Case.create(tmp_path / "a" / "b" / "c", "A")
+    assert caught.value.code == "STORAGE_ERROR" and list(tmp_path.iterdir()) == []
+
+
 # --- record_outcome (docs/runs.md, docs/concepts.md) ------------------------------------------
 def test_record_outcome_is_once_per_revision_the_same_again_is_reused_a_different_one_conflicts(case):
     first = case.record_outcome("resolved", "swe-bench evaluation")

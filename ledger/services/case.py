@@ -188,13 +188,15 @@ class Case(CaseFacade):
                               f"case's {LEDGER_FILE} back (or 'ledger import' its export), or move the log aside first")
         check_ledger_path(root / LEDGER_FILE)  # before any folder is made
         made = [folder for folder in (root, *root.parents) if not os.path.lexists(folder)]  # deepest first
-        root.mkdir(parents=True, exist_ok=True)
         try:
+            root.mkdir(parents=True, exist_ok=True)
             storage = Storage.create(root / LEDGER_FILE, analysis.storage)
         except BaseException:  # no ledger could be made (an unwritable folder): nor are the folders left
             for folder in made:
                 try:
                     folder.rmdir()
+                except FileNotFoundError:
+                    continue  # not made: the mkdir failed below it
                 except OSError:
                     break
             raise
