@@ -51,9 +51,8 @@ def apply(settings: Settings, case: str, journal: Any, create_case_id: str | Non
     """
     if at is not None and create_case_id is None:
         raise click.UsageError("--at sets the time of the case that --create makes; give --create too")
-    read = [0]  # bytes read before the progress bar exists; then the bar counts them
-    count: list[Callable[[int], None]] = [lambda n: read.__setitem__(0, read[0] + n)]
-    reader = read_lines(journal, on_bytes=lambda n: count[0](n))  # one reader: a peek never splits a line
+    counted = _BytesRead()
+    reader = read_lines(journal, on_bytes=counted)  # one reader: a peek never splits a line
     head = _peek_first_at(reader) if create_case_id is not None and at is None else []
     opened = open_for_journal(case, create_case_id=create_case_id, at=at or journal_first_at(head),
                               analysis_config=settings.analysis(), actor=settings.actor)
@@ -64,8 +63,7 @@ def apply(settings: Settings, case: str, journal: Any, create_case_id: str | Non
         # the bar counts bytes read and goes to stderr (stdout carries the result lines)
         with progress_bar(size or 0, "applying", stream=sys.stderr) if size else _NoBar() as bar:
             lines = itertools.chain(head, reader)
-            bar.update(read[0])
-            count[0] = bar.update
+            counted.hand_to(bar.update)
             committed = [0]  # results of committed batches not yet counted
             outcomes = apply_journal(opened, lines, budget=manager, keep_going=keep_going, batch_size=batch_size,
                                      on_commit=lambda n: committed.__setitem__(0, committed[0] + n),
@@ -120,6 +118,25 @@ DEFAULT_POLICY_NOTE = ("line {line}: initialize froze the built-in default polic
 CLAMP_WARNINGS_MAX = 20
 #: Lines read ahead to find the journal's first "at" for --create (memory stays bounded).
 PEEK_LINES_MAX = 1000
+
+
+class _BytesRead:
+    """Counts the journal's bytes read until the progress bar exists, then hands them and every later
+    count to it."""
+
+    def __init__(self) -> None:
+        self.total = 0
+        self.sink: Callable[[int], None] | None = None
+
+    def __call__(self, count: int) -> None:
+        if self.sink is None:
+            self.total += count
+        else:
+            self.sink(count)
+
+    def hand_to(self, sink: Callable[[int], None]) -> None:
+        sink(self.total)
+        self.sink = sink
 
 
 def _peek_first_at(reader: Iterator[bytes]) -> list[bytes]:

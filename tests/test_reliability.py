@@ -255,6 +255,7 @@ def export_faults(monkeypatch):
     monkeypatch.setattr(files_module.os, "fsync", wrap("fsync", os.fsync))
     monkeypatch.setattr(files_module.os, "replace", wrap("replace", os.replace))
     monkeypatch.setattr(export_module, "fsync_dir", wrap("fsync_dir", export_module.fsync_dir))
+    monkeypatch.setattr(files_module, "fsync_dir", wrap("fsync_dir", files_module.fsync_dir))  # fsync_folders
     return state
 
 

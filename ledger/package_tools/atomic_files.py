@@ -134,6 +134,16 @@ class _Temp:
                 pass
 
 
+def fsync_folders(root: Path, touched: Iterable[Path]) -> None:
+    """fsync each touched folder (inside ``root``) once, deepest first, and the folders above it up to
+    ``root`` (a new folder must survive too: its parent gained an entry), each of those once as well."""
+    folders = set(touched)
+    for directory in list(folders):
+        folders.update(root / parent for parent in directory.relative_to(root).parents)
+    for directory in sorted(folders, key=lambda p: len(p.parts), reverse=True):
+        fsync_dir(directory)
+
+
 def fsync_files(paths: Iterable[Path]) -> None:
     """fsync each file of ``paths`` (written, not yet synced), in that order: the first commits the
     file system's journal for all of them."""

@@ -19,8 +19,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Iterator
 
 from ..ground import errors as E
-from .atomic_files import (discard, fsync_dir, new_file_mode, remove_empty_parents, same_bytes, write_atomic,
-                           write_atomic_many)
+from .atomic_files import (discard, fsync_dir, fsync_folders, new_file_mode, remove_empty_parents, same_bytes,
+                           write_atomic, write_atomic_many)
 from ..storage.writer_lock import WriterLock
 from ..storage.sqlfiles import statement
 from ..ground.arguments import check_callback, check_instance
@@ -249,16 +249,6 @@ def export_case(case: "Case | str | os.PathLike[str]", progress: Progress | None
         lock.close()
 
 
-def _fsync_folders(root: Path, touched: set[Path]) -> None:
-    """fsync each touched folder once, deepest first, and the folders above it up to ``root`` (a new
-    folder must survive too: its parent gained an entry), each of those once as well."""
-    folders = set(touched)
-    for directory in touched:
-        folders.update(root / parent for parent in directory.relative_to(root).parents)
-    for directory in sorted(folders, key=lambda p: len(p.parts), reverse=True):
-        fsync_dir(directory)
-
-
 def _export_locked(case: Case, root: Path, progress: Progress | None) -> ExportReport:
     report = ExportReport(str(root))
     refuse_own_links(root)  # nothing is written, renamed or deleted through a link
@@ -306,7 +296,7 @@ def _export_locked(case: Case, root: Path, progress: Progress | None) -> ExportR
                         write(relative, data)
                 flush()
             manifest = manifest_for(conn, head_seq)
-        _fsync_folders(root, touched)
+        fsync_folders(root, touched)
         data = canonical_bytes(manifest)
         if same_bytes(root / MANIFEST_FILE, data):
             report.files_unchanged += 1

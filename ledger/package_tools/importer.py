@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 from ..ground import errors as E
 from ..ground.canonical import sha256_hex
-from .atomic_files import discard, fsync_dir, fsync_files, remove_abandoned_builds
+from .atomic_files import discard, fsync_dir, fsync_files, fsync_folders, remove_abandoned_builds
 from ..ground.arguments import check_callback
 from ..services.case import Case
 from ..ground.config import AnalysisConfig
@@ -156,7 +156,6 @@ def _copy_inputs(files: dict[str, Path], build_dir: Path) -> None:
     new package is renamed into place: a crash after the import reported never leaves an input empty."""
     build_dir.mkdir(parents=True)
     copied: list[tuple[Path, Path]] = []
-    folders = {build_dir}
     for relative, full in files.items():
         if is_ledger_own(PurePosixPath(relative)):
             continue
@@ -166,12 +165,10 @@ def _copy_inputs(files: dict[str, Path], build_dir: Path) -> None:
         os.chmod(target, 0o600)  # whatever the umask: it is opened again to be synced
         shutil.copyfile(full, target)
         copied.append((full, target))
-        folders.update(parent for parent in target.parents if build_dir in parent.parents)
     fsync_files(target for _, target in copied)  # after every copy: the first fsync commits for all
     for full, target in copied:
         shutil.copymode(full, target)  # an executable or read-only input stays so (once synced)
-    for folder in sorted(folders, key=lambda p: len(p.parts), reverse=True):
-        fsync_dir(folder)
+    fsync_folders(build_dir, {build_dir, *(target.parent for _, target in copied)})
 
 
 def _rebuild(building: Path, build_dir: Path, files: dict[str, Path], manifest: dict[str, Any],

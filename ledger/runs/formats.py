@@ -76,14 +76,17 @@ def _calls(message: Mapping[str, Any]) -> list[tuple[Any, Any, Any]] | None:
         return None
     if not isinstance(calls, list):
         return [(None, None, None)]  # one turn that holds no call list: one call that is no bash command
-    calls_: list[tuple[Any, Any, Any]] = []
-    for call in calls:
-        function = call.get("function") if isinstance(call, Mapping) else None
-        if isinstance(function, Mapping):
-            calls_.append((call.get("id"), function.get("name"), function.get("arguments")))
-        else:
-            calls_.append((call.get("id") if isinstance(call, Mapping) else None, None, None))
-    return calls_
+    return [_chat_call(call) for call in calls]
+
+
+def _chat_call(call: Any) -> tuple[Any, Any, Any]:
+    """``(id, name, arguments)`` of a chat message's tool call; None for what it does not hold."""
+    if not isinstance(call, Mapping):
+        return None, None, None
+    function = call.get("function")
+    if not isinstance(function, Mapping):
+        return call.get("id"), None, None
+    return call.get("id"), function.get("name"), function.get("arguments")
 
 
 def _bash_command(name: Any, arguments: Any) -> str | None:

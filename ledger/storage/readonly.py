@@ -128,9 +128,9 @@ def reading_only(conn: sqlite3.Connection, timeout_ms: int | None = None) -> Ite
     milliseconds (None: no limit). Setting an authorizer makes SQLite prepare every statement again,
     so none prepared before escapes it."""
     conn.set_authorizer(reads_only)
-    deadline = _stop_at_deadline(conn, timeout_ms) if timeout_ms is not None else None
+    errors = nullcontext() if timeout_ms is None else _query_errors(timeout_ms, _stop_at_deadline(conn, timeout_ms))
     try:
-        with _query_errors(timeout_ms, deadline) if timeout_ms is not None and deadline is not None else nullcontext():
+        with errors:
             yield
     except SQLITE_ERRORS as exc:
         raise _query_error(exc) from None
