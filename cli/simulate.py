@@ -36,11 +36,12 @@ def _base_policies(settings: Settings, specs: Sequence[str]) -> list[Policy]:
 
 
 def _grid(base: Policy, specs: Sequence[str]) -> list[Policy]:
-    """The --vary grid; any refusal is a usage error naming the key or value."""
+    """The --vary grid; any refusal is a usage error naming the key or value (its message starts
+    with ``--vary``, so click's form is not put around it)."""
     try:
         return vary(base, [parse_vary(spec) for spec in specs])
     except LedgerError as exc:
-        raise click.BadParameter(f"{exc.code}: {exc.message}", param_hint="--vary") from None
+        raise click.UsageError(exc.message) from None
 
 
 def _check_names(policies: Sequence[Policy]) -> None:

@@ -342,6 +342,8 @@ def test_cli_a_malformed_line_fails_that_run_only_naming_file_and_line(tmp_path)
 def test_cli_bad_vary_is_a_usage_error_naming_it(vary_spec, named):
     done = CliRunner().invoke(main, ["simulate", str(DATA / "django__django-11206.jsonl"), "--vary", vary_spec])
     assert done.exit_code == 2 and "--vary" in done.stderr and named in done.stderr
+    error_line = done.stderr.strip().splitlines()[-1]
+    assert error_line.startswith("Error: --vary") and "INVALID" not in error_line  # a usage error, not a code
 
 
 def test_a_note_names_ten_runs_and_counts_the_rest():
