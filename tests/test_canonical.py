@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
 
@@ -73,6 +74,20 @@ def test_an_integer_of_any_number_of_digits_past_the_safe_range_is_refused_namin
         assert caught.value.code == INVALID_JSON
         assert caught.value.message == (f"integer {(sign + '9' * digits)[:40]} at $.a[1].units is outside "
                                         "±(2**53-1); send a larger number as a string")
+
+
+def test_a_large_integer_in_a_where_value_is_pointed_to_the_integer_form_the_lookup_takes():
+    """Elsewhere a string is the way to send it; a lookup's where value compares {"integer": digits}
+    with the stored integer, where a string would match nothing."""
+    request = {"actions": [{"args": {"where": {"snowflake": 2 ** 60}}}]}
+    for call in (lambda: canonical_bytes(request, "request"), lambda: parse_json(json.dumps(request))):
+        with pytest.raises(LedgerError) as caught:
+            call()
+        assert caught.value.code == INVALID_JSON and "actions[0].args.where.snowflake" in caught.value.message
+        assert caught.value.message.endswith('send a larger number in a where value as {"integer": "<decimal digits>"}')
+    with pytest.raises(LedgerError) as caught:
+        canonical_bytes({"whereabouts": {"x": 2 ** 60}}, "request")
+    assert caught.value.message.endswith("send a larger number as a string")
 
 
 def test_json_bytes_are_utf8_only_never_utf16_or_utf32_guessed_from_the_bytes():
@@ -172,7 +187,6 @@ def test_cached_members_keep_true_and_one_apart():
 import rfc8785  # noqa: E402
 
 from ledger.ground.canonical import _plain  # noqa: E402
-import json
 #: Strings that exercise RFC 8785's string rules: every control character, quote, backslash,
 #: DEL, the line separators, characters outside the BMP and lone surrogates.
 EDGE_TEXT = st.text(alphabet=st.one_of(

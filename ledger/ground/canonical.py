@@ -89,7 +89,7 @@ def _rfc8785_bytes(value: Any, name: str) -> bytes:
     except rfc8785.IntegerDomainError as exc:
         where = _locate(value, lambda v: type(v) is int and abs(v) > SAFE_INTEGER_MAX, name)
         raise LedgerError(INVALID_JSON, f"integer outside ±(2**53-1) at {where}: {exc}; exact JSON integers "
-                          "stop there, so send a larger number as a string") from None
+                          f"stop there, so {_larger_integer_hint(where)}") from None
     except rfc8785.FloatDomainError:
         where = _locate(value, lambda v: isinstance(v, float) and not math.isfinite(v), name)
         raise LedgerError(INVALID_JSON, f"number at {where} has no JSON form (NaN and ±Infinity are not JSON); "
@@ -260,7 +260,15 @@ def _int_problem(text: str) -> Callable[[str], str] | None:
     # one of thousands of digits
     if len(text) - text.startswith("-") <= 16 and -SAFE_INTEGER_MAX <= int(text) <= SAFE_INTEGER_MAX:
         return None
-    return lambda where: f"integer {text[:40]} at {where} is outside ±(2**53-1); send a larger number as a string"
+    return lambda where: f"integer {text[:40]} at {where} is outside ±(2**53-1); {_larger_integer_hint(where)}"
+
+
+def _larger_integer_hint(where: str) -> str:
+    """How to send an integer past ±(2**53-1) instead: as a string, or in an evidence lookup's ``where``
+    as ``{"integer": "<digits>"}`` (docs/evidence.md), which compares equal to the stored integer."""
+    if ".where." in where or where.startswith("where."):
+        return 'send a larger number in a where value as {"integer": "<decimal digits>"}'
+    return "send a larger number as a string"
 
 
 def _float_problem(text: str) -> Callable[[str], str] | None:
