@@ -56,6 +56,16 @@ def _output_failed(cause: OSError, done: str | None = None) -> None:
         click.echo(f"error: {OUTPUT_ERROR}: cannot print the result ({cause.strerror or cause}); {done}", err=True)
 
 
+def _locale_hint(message: str) -> str:
+    """Why an argument holds a lone surrogate when the locale is not UTF-8 (``LC_ALL=C`` with
+    ``PYTHONUTF8=0``): Python then keeps each non-ASCII byte of an argument as a lone surrogate."""
+    encoding = sys.getfilesystemencoding().lower().replace("-", "").replace("_", "")
+    if "lone surrogate" not in message or encoding == "utf8":
+        return ""
+    return (f" (this locale's encoding is {sys.getfilesystemencoding()}, not UTF-8, so a non-ASCII "
+            "argument cannot be read: use a UTF-8 locale such as LC_ALL=C.UTF-8, or PYTHONUTF8=1)")
+
+
 def _flush_stdout() -> None:
     """Flush standard output; an ``OSError`` there is :class:`OutputError` (a reader that went away
     after a command's last write would otherwise go unnoticed, the interpreter ignoring it at exit)."""
@@ -120,7 +130,7 @@ class LedgerGroup(UsageGroup):
             _flush_stdout()  # what is still buffered fails here, as a streamed line would, not at exit
             return result
         except LedgerError as exc:
-            click.echo(f"error: {exc.code}: {one_line(exc.message)}", err=True)
+            click.echo(f"error: {exc.code}: {one_line(exc.message)}{_locale_hint(exc.message)}", err=True)
             ctx.exit(exc.exit_code)
         except click.NoSuchOption as exc:  # `ledger budget reserve … --config F`: say where it goes
             if exc.option_name in {opt for param in ctx.command.params if not param.is_eager for opt in param.opts}:

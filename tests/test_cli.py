@@ -361,6 +361,24 @@ def test_cli_path_arguments_with_a_lone_surrogate_are_error_lines_not_tracebacks
     assert case.storage.conn.execute("SELECT count(*) FROM events").fetchone()[0] == before
 
 
+def test_a_non_ascii_argument_under_an_ascii_locale_is_refused_naming_the_locale(tmp_path):
+    """With LC_ALL=C and PYTHONUTF8=0 Python keeps each non-ASCII byte of an argument as a lone
+    surrogate; the refusal says the locale is the cause, and a non-UTF-8 byte under a UTF-8 locale
+    is refused without that hint."""
+    assert run_cli("init", str(tmp_path / "c"), "--case-id", "C1").returncode == 0
+    events = Case.open(tmp_path / "c").query("SELECT count(*) AS n FROM events")
+    args = ("outcome", "record", str(tmp_path / "c"), "resolved", "--source")
+    ascii_locale = run_cli(*args, "\u00e9valuation", env={"LC_ALL": "C", "PYTHONUTF8": "0", "LANG": "C"})
+    assert ascii_locale.returncode == 1
+    assert ascii_locale.stderr.decode().endswith(
+        "error: INVALID_JSON: source contains a lone surrogate (this locale's encoding is ascii, not UTF-8, so a "
+        "non-ASCII argument cannot be read: use a UTF-8 locale such as LC_ALL=C.UTF-8, or PYTHONUTF8=1)\n")
+    not_utf8 = run_cli(*args, os.fsdecode(b"\xe9valuation"), env={"LC_ALL": "C.UTF-8", "PYTHONUTF8": "1"})
+    assert not_utf8.returncode == 1
+    assert not_utf8.stderr.decode().endswith("error: INVALID_JSON: source contains a lone surrogate\n")
+    assert Case.open(tmp_path / "c").query("SELECT count(*) AS n FROM events") == events
+
+
 def test_reading_from_a_closed_standard_input_is_an_error_line(case):
     case.close()
     for args in (["apply", str(case.path), "-"], ["budget", "record", str(case.path), "H1", "q1", "--evidence-file", "-"]):
