@@ -4,11 +4,13 @@ the example investigator loop."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+from contextlib import nullcontext
 from pathlib import Path
 
 import pytest
@@ -101,6 +103,27 @@ def test_run_tool_ids_come_from_the_action_identity_and_stay_valid_ids():
     assert derived_id("run", 2, "H3", "q-7") == "run-r2-H3-q-7"
     long = derived_id("op", 1, "H1", "a" * 128)
     assert len(long) <= 128 and long.startswith("op-r1-H1-") and long == derived_id("op", 1, "H1", "a" * 128)
+
+
+def test_run_tool_whose_derived_ids_are_another_actions_is_refused_before_reserving(case, investigator):
+    """An action id too long for the derived ids is replaced by 32 hex digits of its sha256; that
+    same text given as an action id of its own derives the same ids. It is refused before anything
+    is reserved (it used to reserve, then fail to store, leaving a debit no retry could clear)."""
+    long_id = "step-" + "x" * 120
+    investigator.run_tool("H1", long_id, "source.read_context", READ)
+    investigator.settle("H1", long_id, 50, "read")
+    short_id = hashlib.sha256(long_id.encode()).hexdigest()[:32]
+    assert derived_id("run", 1, "H1", short_id) == derived_id("run", 1, "H1", long_id)
+    events = _event_count(case)
+    for args in (READ, {**READ, "end_line": 1}):
+        with pytest.raises(LedgerError) as caught:
+            investigator.run_tool("H1", short_id, "source.read_context", args)
+        assert caught.value.code == "OPERATION_CONFLICT"
+        assert caught.value.message == (
+            f"action {short_id} of H1 would store its tool call as iteration {derived_id('run', 1, 'H1', short_id)}, "
+            "which already holds another action's (their derived ids coincide); give this call a new action id")
+    assert _event_count(case) == events and investigator.action_status("H1", short_id) is None
+    assert investigator.run_tool("H1", "next", "source.read_context", READ).budget.action["status"] == "awaiting_assessment"
 
 
 def test_run_tool_refused_by_the_router_reserves_nothing(case, investigator):
@@ -477,6 +500,44 @@ def test_an_action_whose_result_was_recorded_before_a_crash_keeps_it_when_its_bl
         action = reopened.actions()[0]
         assert (action["status"], action["closing_reason"]) == ("awaiting_assessment", None)
         assert budget.settle("H1", "t1", 70, "the first run's result").action["reward_units"] > 0
+
+
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
+@pytest.mark.parametrize("ending", ["records nothing", "raises"])
+def test_a_block_never_fails_a_result_another_process_records_while_it_ends(case, investigator, ending):
+    """The block's fail is checked in the transaction that writes it: another process's result that
+    commits while the block ends (both waiting on a busy writer) is kept, or refused; never recorded
+    and then failed."""
+    import fcntl
+    import threading
+    import time
+
+    for round_ in range(3):
+        action_id = f"t{round_}"
+        with pytest.raises(RuntimeError) if ending == "raises" else nullcontext():
+            with investigator.action("H1", action_id, "test.automated") as act:
+                busy = os.open(case.path / "ledger.sqlite-lock", os.O_RDWR)
+                fcntl.flock(busy, fcntl.LOCK_EX)  # a writer holding the ledger while both queue
+                other = _child(f"""
+                    import sys
+                    from ledger import Case, LedgerError
+                    with Case.open(sys.argv[1]) as case:
+                        try:
+                            print(case.budget().record_result("H1", "{action_id}", {{"from": "other"}}).reused)
+                        except LedgerError as refused:
+                            print(refused.code)
+                """, case.path)
+                time.sleep(0.5)  # the other process now waits for the writer
+                threading.Timer(0.3, lambda: (fcntl.flock(busy, fcntl.LOCK_UN), os.close(busy))).start()
+                if ending == "raises":
+                    raise RuntimeError("the tool crashed")
+        answer = other.communicate(timeout=60)[0].decode().strip()
+        action = next(a for a in case.actions() if a["action_id"] == action_id)
+        if answer == "False":  # the other process's result was recorded: it stays
+            assert (action["status"], act.failed) == ("awaiting_assessment", None)
+            investigator.settle("H1", action_id, 50, "the other process's result")
+        else:  # the block failed it first: the other process was refused
+            assert answer == "ACTION_CLOSED" and action["status"] == "failed" and act.failed is not None
 
 
 def test_failure_reasons_are_valid_reasons_whatever_the_message():

@@ -32,6 +32,7 @@ from ..ground.errors import LedgerError
 from .evidence import EvidenceResult, EvidenceStore, FeedbackResult
 from ..rules.common import (ACTION_ID_RE, REASON_CHARS_MAX, check_action_id, check_action_name, check_hypothesis_id,
                             is_blank)
+from ..rules import budget_requests as requests
 from .session import Session
 
 def derived_id(kind: str, revision: int, hypothesis_id: str, action_id: str) -> str:
@@ -130,13 +131,9 @@ class Action:
         if exc is None and self.result is not None:
             return False
         if exc is None:  # no result through this block: fail it, unless it got one otherwise or was closed
-            if self._budget.action_status(self.hypothesis_id, self.action_id) == "reserved":
-                try:
-                    self.failed = self._budget.fail(self.hypothesis_id, self.action_id, "no result was recorded",
-                                                    at=self._at)
-                except LedgerError as refused:
-                    if refused.code not in (E.ACTION_CLOSED, E.OPERATION_CONFLICT):
-                        raise  # else it was closed meanwhile (by another process)
+            closed = self._budget._fail_if_reserved(self.hypothesis_id, self.action_id, "no result was recorded",
+                                                   at=self._at)
+            self.failed = closed if isinstance(closed, BudgetResult) else None
         elif self._past:  # its result was recorded before this block began: a retry never discards it
             exc.add_note(f"case-ledger: action {self.action_id} already had its result when the block began; "
                          "it was left as it was")
@@ -165,6 +162,31 @@ def _stored_query(store: EvidenceStore, iteration_id: str, request: Mapping[str,
                           **exc.details) from None
 
 
+class _NotReserved(Exception):
+    """Raised inside :meth:`CaseBudget._fail_if_reserved`'s transaction (rolling it back) when the
+    action no longer awaits its result; carries the action's ``status``."""
+
+    def __init__(self, status: str | None) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+def _taken(budget: "CaseBudget", hypothesis_id: str, action_id: str, iteration_id: str) -> LedgerError:
+    """``OPERATION_CONFLICT`` for a ``run_tool`` whose iteration id already holds a batch of another
+    tool call: this action's with other args (noted as left as it was), or, when the revision has no
+    such action, another action's whose derived ids coincide with these (an action id too long for
+    them and the 32 hex digits of its sha256 that replace it, given as an action id of its own)."""
+    if budget.action_status(hypothesis_id, action_id) is None:
+        return LedgerError(E.OPERATION_CONFLICT, (
+            f"action {action_id} of {hypothesis_id} would store its tool call as iteration {iteration_id}, which "
+            "already holds another action's (their derived ids coincide); give this call a new action id"),
+            iteration_id=iteration_id)
+    exc = LedgerError(E.OPERATION_CONFLICT, f"action {action_id} already ran its tool with other args; give "
+                      "this call a new action id", iteration_id=iteration_id)
+    _leave_to_its_owner(budget, hypothesis_id, action_id, exc)
+    return exc
+
+
 def _leave_to_its_owner(budget: "CaseBudget", hypothesis_id: str, action_id: str, exc: LedgerError) -> None:
     """Note on ``exc`` (``OPERATION_CONFLICT``: a batch of another tool call is stored under the action)
     that the action was left as it was: the call that stored that batch, or its retry, completes it."""
@@ -180,16 +202,18 @@ def _leave_to_its_owner(budget: "CaseBudget", hypothesis_id: str, action_id: str
 
 def close_failed(budget: "CaseBudget", hypothesis_id: str, action_id: str, exc: BaseException,
                  at: str | None, *, recorded_here: bool = False) -> BudgetResult | None:
-    """Close the action with ``fail`` for ``exc`` if it still awaits its result (read just before: a
-    result the caller did not record itself, ``recorded_here``, but a nested block, a direct call
-    or another process did meanwhile, is never discarded); else, or if ``fail`` is refused too
-    (the ledger is busy), say so in a note on ``exc`` and return None."""
+    """Close the action with ``fail`` for ``exc`` if it still awaits its result (checked in the
+    transaction that fails it: a result the caller did not record itself, ``recorded_here``, but a
+    nested block, a direct call or another process did, even a moment before, is never discarded);
+    else, or if ``fail`` is refused too (the ledger is busy), say so in a note on ``exc`` and return None."""
     try:
-        status = "reserved" if recorded_here else budget.action_status(hypothesis_id, action_id)
-        if status != "reserved":
-            exc.add_note(f"case-ledger: action {action_id} already had its result ({status}); it was left as it was")
+        if recorded_here:
+            return budget.fail(hypothesis_id, action_id, failure_reason(exc), at=at)
+        closed = budget._fail_if_reserved(hypothesis_id, action_id, failure_reason(exc), at=at)
+        if not isinstance(closed, BudgetResult):
+            exc.add_note(f"case-ledger: action {action_id} already had its result ({closed}); it was left as it was")
             return None
-        return budget.fail(hypothesis_id, action_id, failure_reason(exc), at=at)
+        return closed
     except Exception as problem:
         exc.add_note(f"case-ledger: closing action {action_id} with fail was refused: {problem}")
         return None
@@ -218,6 +242,25 @@ class CaseBudget(BudgetManager):
             state = view.action(view.case()["revision"], hypothesis_id, action_id)
         return None if state is None else state["status"]
 
+    def _fail_if_reserved(self, hypothesis_id: str, action_id: str, reason: str, *,
+                         at: str | None = None) -> BudgetResult | str | None:
+        """:meth:`fail` the action only if it still awaits its result, checked inside the transaction
+        that would fail it, so a result recorded by anyone up to that moment is never discarded.
+        Returns the ``fail``'s result, or the action's status when it was not ``reserved`` (None
+        when the revision has no such action: nothing written). Errors: those of :meth:`fail`."""
+        request = requests.shape_fail(hypothesis_id, action_id, reason)
+
+        def still_reserved(view: Any) -> None:
+            state = view.action(view.case()["revision"], hypothesis_id, action_id)
+            if state is None or state["status"] != "reserved":
+                raise _NotReserved(None if state is None else state["status"])
+
+        try:
+            return self._result(self._session.run("fail", request, at=at, config=self.config,
+                                                  prepare=still_reserved), (hypothesis_id, action_id))
+        except _NotReserved as not_reserved:
+            return not_reserved.status
+
     def run_tool(self, hypothesis_id: str, action_id: str, tool: str, args: Mapping[str, Any], *,
                  at: str | None = None) -> ToolRun:
         """One router action: reserve ``tool`` on ``hypothesis_id`` as ``action_id``, run the reference
@@ -244,6 +287,8 @@ class CaseBudget(BudgetManager):
         # a retry after the batch was stored answers from it, whatever changed in the inputs since
         stored = store.stored_batch(iteration_id, request)
         if stored is None:
+            if store.iteration_taken(iteration_id):  # another tool call's batch: refused before reserving
+                raise _taken(self, hypothesis_id, action_id, iteration_id)
             store.query(iteration_id, request)  # a read first: a refused tool call reserves nothing
         reserved = self.reserve(hypothesis_id, action_id, tool, at=at)
         try:  # the reply must read the ledger after the reservation

@@ -161,6 +161,11 @@ class EvidenceStore:
         return EvidenceResult(stored.package_path, stored.seq, stored.reused, stored.records, stored.index_ref,
                               reply)
 
+    def iteration_taken(self, iteration_id: str) -> bool:
+        """Whether a batch is stored under ``iteration_id`` (for any request). Writes nothing."""
+        with self._session.read() as view:
+            return view.operation(rules.store_key(iteration_id)) is not None
+
     def _refuse_requeried(self, iteration_id: str, request: Mapping[str, Any], reply: Mapping[str, Any],
                           key: str, seq: int) -> None:
         """``OPERATION_CONFLICT`` saying how to get the stored batch back when ``reply`` is the stored one
