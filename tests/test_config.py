@@ -101,6 +101,22 @@ def test_every_refusal_message_is_at_most_two_thousand_characters():
     assert shortened("short", 10) == "short" and LedgerError(INVALID_ARGUMENT, "y" * 2_000).message == "y" * 2_000
 
 
+@pytest.mark.parametrize("action_id, shown", [("step-\ud800", "step-\\ud800"), ("x1\n", "x1\\n"),
+                                              ("a\x1b[2J", "a\\x1b[2J"), ("b\u2028c", "b\\u2028c")])
+def test_a_refusal_quoting_what_a_caller_gave_prints_on_one_line_on_any_utf8_stream(budget, action_id, shown):
+    """A lone surrogate in a message made print(err) raise UnicodeEncodeError; a line break split it."""
+    import io
+
+    with pytest.raises(LedgerError) as caught:
+        budget.reserve("H1", action_id, "source.read_context")
+    assert caught.value.code == "INVALID_ID" and shown in caught.value.message
+    stream = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+    print(caught.value, file=stream)
+    stream.flush()
+    assert stream.buffer.getvalue().decode("utf-8").count("\n") == 1
+    assert LedgerError(INVALID_ARGUMENT, "plain é ✓ text").message == "plain é ✓ text"
+
+
 def test_unparseable_or_missing_toml_is_config_invalid(tmp_path):
     for path in (write(tmp_path, "max_reward_bps = = 1\n"), tmp_path / "absent.toml"):
         with pytest.raises(LedgerError) as caught:

@@ -10,6 +10,7 @@ refusals that may succeed when simply retried.
 from __future__ import annotations
 
 import reprlib
+import unicodedata
 from typing import Any
 
 # --- shape of the call (checked first) -------------------------------------
@@ -107,6 +108,19 @@ def given(value: Any, limit: int) -> str:
     return repr(shown(value, limit)) if isinstance(value, str) else describe_value(value)
 
 
+def printable(text: str) -> str:
+    """``text`` with control characters, line separators and lone surrogates escaped as Python writes
+    them (``\\n``, ``\\x1b``, ``\\ud800``): a refusal quoting what a caller gave stays one line and
+    prints on any UTF-8 stream (``print(err)`` never raises ``UnicodeEncodeError``)."""
+    if text.isascii() and text.isprintable():
+        return text
+    return "".join(ch.encode("unicode_escape").decode("ascii") if unicodedata.category(ch) in _ESCAPED else ch
+                   for ch in text)
+
+
+_ESCAPED = frozenset({"Cc", "Zl", "Zp", "Cs"})
+
+
 def shortened(text: str, limit: int) -> str:
     """``text`` when it has at most ``limit`` characters, else its start and end with the middle left
     out and counted (``… (N characters left out) …``), ``limit`` characters or fewer in all."""
@@ -130,7 +144,7 @@ class LedgerError(Exception):
     def __init__(self, code: str, message: str, **details: Any) -> None:
         if code not in ALL_CODES:  # a typo here would break the public contract
             raise ValueError(f"unknown error code {code!r}")
-        message = shortened(message, MESSAGE_CHARS_MAX)
+        message = shortened(printable(message), MESSAGE_CHARS_MAX)
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
