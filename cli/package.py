@@ -154,8 +154,7 @@ def _anchor_option(ctx: click.Context, param: click.Parameter, values: tuple[str
 @ALL
 @VERIFY_JOBS
 @click.option("--strict", is_flag=True,
-              help="Run SQLite's full integrity_check instead of quick_check, and fail (exit 1) unless the "
-                   "export is complete and current (no manifest.json, a partial export or one behind the "
+              help="Fail (exit 1) unless the export is complete and current (no manifest.json, a partial export or one behind the "
                    "ledger fail) and every stored tool result was recomputed from its input files "
                    "(STALE_GENERATION naming the files that changed since or cannot be read).")
 @click.option("--anchor", "anchors", multiple=True, metavar="SEQ:SHA256", callback=_anchor_option,
@@ -174,8 +173,8 @@ def verify(cases: tuple[str, ...], as_json: bool, all_in: bool, jobs: int | None
            anchors: dict[int, str], **formats: bool) -> None:
     """Recompute everything from the requests and check chain, rows, views and export.
 
-    SQLite's own check of the file runs first (quick_check; the full
-    integrity_check with --strict): damaged pages, rows or indexes fail with
+    SQLite's own check of the file runs first (integrity_check): damaged
+    pages, rows, or an index that disagrees with its table fail with
     INTEGRITY_ERROR naming what SQLite names.
 
     An export older than the ledger is reported as N events behind, a case

@@ -176,8 +176,8 @@ def verify_case(path: str | os.PathLike[str], progress: Progress | None = None, 
                 anchors: Mapping[int, str] | None = None) -> VerifyReport:
     """Verify the case at ``path`` (docs/files.md); raise ``INTEGRITY_ERROR`` naming the first bad ``seq``.
 
-    First SQLite's own check of the file (``PRAGMA quick_check``; the full
-    ``integrity_check`` with ``strict``), then re-applies every stored request into
+    First SQLite's own check of the file (``PRAGMA integrity_check``: every page, and every index
+    compared with its table, so an index that answers queries wrongly fails), then re-applies every stored request into
     a scratch ledger and compares event bytes, helper rows, public views, exported
     files that exist, and the manifest head (a truncated or rolled-back ledger
     fails). Writes nothing in the package: its scratch ledger goes to the system's temp folder
@@ -230,7 +230,7 @@ def _verify_case(path: str | os.PathLike[str], progress: Progress | None, strict
                 started_at = utc_now()
                 if split is not None:  # started first: its start-up runs beside SQLite's check of the file
                     second = SecondHalf.start(root, ledger, split[2], split[0], split[1], started_at)
-                _sqlite_check(scratch.conn, "integrity_check" if strict else "quick_check")
+                _sqlite_check(scratch.conn, "integrity_check")  # every index compared with its table
                 report = _verify_attached(root, scratch, progress, second, started_at, anchors)
         except LedgerError as exc:
             if immutable and exc.code == E.INTEGRITY_ERROR and file_identity(ledger) != before:
