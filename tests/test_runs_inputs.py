@@ -288,3 +288,24 @@ def test_a_trajectory_or_steps_file_in_utf16_or_utf32_is_refused_as_not_utf8(tmp
         ("s16.jsonl", "line 1: not UTF-8 (byte 1: invalid start byte)"),
         ("u16.traj.json", "not UTF-8 (byte 1: invalid start byte)"),
         ("u32.traj.json", "not UTF-8 (byte 1: invalid start byte)")]
+
+
+@pytest.mark.parametrize("named", ["the folder", "the file"])
+def test_an_import_whose_output_folder_holds_an_input_is_refused_before_writing(tmp_path, named):
+    """A journal is written as RUN.jsonl in the output folder: there it could replace an input not
+    read yet (run b's journal over the steps file b.jsonl, losing run c)."""
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    first = folder / "a.jsonl"
+    first.write_text('{"run": "b", "command": "ls", "output": "x"}\n')
+    (folder / "b.jsonl").write_text('{"run": "c", "command": "ls", "output": "y"}\n')
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    for out in (folder, tmp_path / "link"):
+        if out.name == "link":
+            out.symlink_to(folder)
+        with pytest.raises(LedgerError) as refused:
+            import_runs([folder if named == "the folder" else first], out)
+        assert refused.value.code == "INVALID_ARGUMENT" and refused.value.details["path"] == str(first)
+        assert "lies in the output folder" in refused.value.message
+        assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+    assert import_runs([first], folder / "journals").runs == 1  # a folder inside it is another folder

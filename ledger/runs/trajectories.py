@@ -370,6 +370,23 @@ def _remove_if_empty(made: list[Path]) -> None:
         pass
 
 
+def _refuse_inputs_in(target: Path, files: Iterable[Path]) -> None:
+    """``INVALID_ARGUMENT`` when an input lies in the output folder itself: a journal written there
+    (``RUN.jsonl``) could replace an input not read yet, and a later import of the folder would
+    read the journals as inputs. Checked before anything is written."""
+    if not target.is_dir():
+        return
+    for path in files:
+        try:
+            inside = os.path.samefile(path.parent, target)
+        except OSError:
+            continue
+        if inside:
+            raise LedgerError(E.INVALID_ARGUMENT, f"{path} is an input of this import and lies in the output folder "
+                              f"{target}, where the journals are written (RUN.jsonl, replacing a file of that "
+                              "name): give the journals another folder", path=str(path))
+
+
 def _check_writable(folder: Path) -> None:
     """``STORAGE_ERROR`` naming ``folder`` when no journal can be written there (read-only, another
     user's): said once, before any input is read, rather than once for each input."""
@@ -414,6 +431,7 @@ def import_runs(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[
     refuse_output_in_package(target, "output folder")
     if target.exists() and not target.is_dir():
         raise LedgerError(E.INVALID_ARGUMENT, f"{target}: exists and is not a folder")
+    _refuse_inputs_in(target, files)
     made = [target, *target.parents]  # the folders this import makes, the deepest first
     made = made[:next(n for n, folder in enumerate(made) if folder.exists())]
     target.mkdir(parents=True, exist_ok=True)
