@@ -309,3 +309,34 @@ def test_an_import_whose_output_folder_holds_an_input_is_refused_before_writing(
         assert "lies in the output folder" in refused.value.message
         assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
     assert import_runs([first], folder / "journals").runs == 1  # a folder inside it is another folder
+
+
+@pytest.mark.parametrize("source", ["trajectory", "steps"])
+def test_an_interrupt_while_a_journal_is_begun_leaves_no_temp_file(tmp_path, monkeypatch, source):
+    """Ctrl-C while a run's journal file was being started (its first lines) left that temp file."""
+    from ledger.runs import trajectories
+
+    if source == "steps":
+        given = tmp_path / "log.jsonl"
+        given.write_text('{"run": "r1", "command": "ls", "output": "x"}\n')
+    else:
+        given = _write(tmp_path / "r1.traj.json", {"instance_id": "r1", "trajectory_format": "mini-swe-agent-1.1",
+                                                   "messages": [{"role": "user", "content": "fix it"},
+                                                                _response([("c1", "bash", {"command": "ls"})]),
+                                                                _output("c1", "a.py", 0)]})
+    written = []
+
+    def interrupted(item):
+        written.append(item)
+        if len(written) == 2:
+            raise KeyboardInterrupt
+        return json.dumps(item).encode("ascii") + b"\n"
+
+    monkeypatch.setattr(trajectories, "_line", interrupted)
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(KeyboardInterrupt):
+        import_runs([given], out)
+    assert len(written) == 2 and list(out.iterdir()) == []
+    monkeypatch.undo()
+    assert import_runs([given], out).runs == 1  # the run id was not taken by the interrupted attempt

@@ -160,11 +160,18 @@ class _Journal:
         self.evidence_bytes_max = 0  # the largest evidence payload of a step, canonical bytes
         # named for this process, so that an import killed meanwhile has it removed by the next one
         fd, self.temp = tempfile.mkstemp(prefix=f".{run}.", suffix=f"{process_tag()}{_TEMP_SUFFIX}", dir=out)
-        self.handle: Any = os.fdopen(fd, "wb")
-        for item in ({"op": "open_revision", "hypotheses": [{"statement": f"agent run {run}"}],
-                      "units_per_hypothesis": UNITS_PER_RUN},
-                     {"op": "transition", "to": "INVESTIGATING_HYPOTHESES"}, {"op": "initialize"}):
-            self.handle.write(_line(item))
+        self.handle: Any = None
+        try:  # an interrupt before the caller holds this journal still removes its file
+            self.handle = os.fdopen(fd, "wb")
+            for item in ({"op": "open_revision", "hypotheses": [{"statement": f"agent run {run}"}],
+                          "units_per_hypothesis": UNITS_PER_RUN},
+                         {"op": "transition", "to": "INVESTIGATING_HYPOTHESES"}, {"op": "initialize"}):
+                self.handle.write(_line(item))
+        except BaseException:
+            if self.handle is None:
+                os.close(fd)
+            self.abandon()
+            raise
 
     def _write(self, *items: Mapping[str, Any]) -> None:
         """Append journal lines, opening the file again if it was suspended."""
@@ -254,8 +261,9 @@ class _Importer:
                              "plain file name: 1 to 128 letters, digits, '.', '_', '-', the first a letter or digit")
         if run in self.seen:
             raise ValueError(f"run id {run!r} was already imported from another input")
+        journal = _Journal(self.out, run)
         self.seen.add(run)
-        return _Journal(self.out, run)
+        return journal
 
     def _end(self, journal: _Journal) -> None:
         label = (self.outcomes or {}).get(journal.run)
@@ -294,13 +302,15 @@ class _Importer:
         if given is not None and not isinstance(given, str):
             raise ValueError(f"instance_id must be a string (the run id), got {describe_value(given)}")
         run = given if given is not None else _stem(path)
-        journal = self._begin(run)
+        journal = None
         try:
+            journal = self._begin(run)
             self._feed(journal, steps)
             self._end(journal)
         except BaseException:
-            journal.abandon()
-            self.seen.discard(run)  # not imported: another input may still bring it
+            if journal is not None:
+                journal.abandon()
+                self.seen.discard(run)  # not imported: another input may still bring it
             raise
 
     def generic(self, path: Path) -> None:
