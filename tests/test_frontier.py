@@ -607,3 +607,19 @@ def test_the_frontier_picture_is_the_same_bytes_and_marks_baselines_and_choice(t
     for label in ("no-stop", "cap-p75", "max_low_information_steps=4 (choice)", "not resolved) runs stopped"):
         assert label in text
     assert plot_frontier(report, tmp_path / "a.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("key, values", [("default_action_cost", "1,10"), ("action_costs.source.read_context", "1"),
+                                         ("test_costs.automated", "1")])
+def test_the_frontier_refuses_policies_priced_unlike_the_first(key, values):
+    """Units spent under two price tables do not compare: a policy charging 1 where the first charges
+    10 "saved" units by its prices alone and was chosen for it, stopping nothing more."""
+    done = _cli("simulate", FILES[0], "--outcomes", OUTCOMES, "--frontier", "--vary", f"{key}={values}",
+                "--max-stopped", "resolved=0", "--jobs", "1")
+    assert done.exit_code == 1 and done.stdout == ""
+    name = f"{key}={values.split(',')[0]}"
+    assert done.stderr == (f"error: INVALID_ARGUMENT: policy '{name}' prices actions unlike the first policy "
+                           f"'example' ({key.split('.')[0]} differs): the frontier compares units spent, which "
+                           "compare only under one price table; compare prices with simulate without --frontier\n")
+    same = policy_from_mapping("same prices", {**example_policy().settings(), "max_low_information_steps": 2})
+    assert frontier([FILES[0]], [example_policy(), same], OUTCOMES, good="failed", jobs=1).policies  # prices alike

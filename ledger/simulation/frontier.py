@@ -473,6 +473,24 @@ def _derive(policies: Sequence[Policy], runs: list[RunResult], outcomes: Mapping
     return rows, pareto_front(points), _choice(table, rows, constraint, good, folds, seed, samples)
 
 
+#: The budget keys that price actions: units spent under two different tables do not compare.
+PRICE_KEYS = ("default_action_cost", "action_costs", "test_costs")
+
+
+def _check_one_price_table(policies: Sequence[Policy]) -> None:
+    """``INVALID_ARGUMENT`` naming the first policy that prices actions unlike the first one: a policy
+    charging 1 unit where the first charges 10 would "save" units by its prices alone, stopping
+    nothing more, and be chosen for it."""
+    base = policies[0].config.policy
+    for policy in policies[1:]:
+        for key in PRICE_KEYS:
+            if policy.config.policy[key] != base[key]:
+                raise LedgerError(E.INVALID_ARGUMENT, (
+                    f"policy {policy.name!r} prices actions unlike the first policy {policies[0].name!r} ({key} "
+                    "differs): the frontier compares units spent, which compare only under one price table; "
+                    "compare prices with simulate without --frontier"), policy=policy.name, key=key)
+
+
 def frontier(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Policy],
              outcomes: Mapping[str, str] | str | os.PathLike[str] | None = None, *, good: str = "resolved",
              constraint: Constraint | str | None = None, folds: int | None = None, seed: int = 0,
@@ -485,7 +503,7 @@ def frontier(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Poli
     bootstrap resamplings, all seeded by ``seed`` (docs/simulate.md). Other arguments as
     :func:`~ledger.simulation.simulator.simulate` (``policies`` as there: :class:`Policy` objects or
     ``[NAME=]FILE.toml`` paths, but at least one). ``INVALID_ARGUMENT`` for a policy named like a
-    baseline, a label no run has, or bad options.
+    baseline, one pricing actions unlike the first (:data:`PRICE_KEYS`), a label no run has, or bad options.
 
     ``no-stop`` is replayed in full; the other policies by :mod:`ledger.simulation.evaluator` on
     the runs it models (in full on the others), and the chosen policies and one policy per point of
@@ -506,6 +524,7 @@ def frontier(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Poli
         if name in BASELINES or name.startswith(f"{CAP_P75} (fold ") or names.count(name) > 1:
             raise LedgerError(E.INVALID_ARGUMENT, f"the policy name {name!r} is a baseline's or given twice; "
                               "name it apart")
+    _check_one_price_table(policies)
     constraint = parse_max_stopped(constraint) if isinstance(constraint, str) else constraint
     table = read_outcomes(outcomes) if isinstance(outcomes, (str, os.PathLike)) else outcomes
     analysis = analysis or AnalysisConfig()
