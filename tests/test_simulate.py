@@ -1110,3 +1110,17 @@ def test_a_journal_path_that_is_a_pipe_is_refused_as_not_a_file_never_as_missing
         simulate([fifo])
     assert caught.value.code == "INVALID_ARGUMENT"
     assert "not a regular file or folder" in caught.value.message and "no such" not in caught.value.message
+
+
+def test_a_vary_grid_of_more_policies_than_one_grid_may_have_is_refused_before_any_is_made():
+    """A 5000 × 5000 grid grew to 19 GB before printing anything; it is refused at once, naming its size."""
+    from ledger.simulation.simulator import GRID_POLICIES_MAX
+
+    values = ",".join(str(n) for n in range(1, 5001))
+    done = CliRunner().invoke(main, ["simulate", str(DATA / "django__django-11206.jsonl"), "--vary",
+                                     f"max_low_information_steps={values}", "--vary", f"units_per_hypothesis={values}"])
+    assert done.exit_code == 2 and done.stdout == ""
+    assert done.stderr.strip().splitlines()[-1] == ("Error: --vary makes 5000 × 5000 = 25000000 policies, more than "
+                                                    f"the {GRID_POLICIES_MAX} one grid may have; vary fewer values")
+    assert len(vary(example_policy(), [("max_low_information_steps", range(1, 101)),
+                                       ("units_per_hypothesis", range(1, 101))])) == GRID_POLICIES_MAX

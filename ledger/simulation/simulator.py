@@ -18,6 +18,7 @@ budget policy's hash, the one a real ledger records in its budget events.
 from __future__ import annotations
 
 import itertools
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -138,6 +139,7 @@ def parse_vary(spec: str) -> tuple[str, list[int | str]]:
                               key=key)
         return key, words
     out: list[int | str] = []
+    seen: set[int] = set()
     for value in values.split(","):
         try:
             if not is_decimal(value):
@@ -147,18 +149,25 @@ def parse_vary(spec: str) -> tuple[str, list[int | str]]:
             shown = repr(value) if len(value) <= 60 else f"{value[:40]!r}… ({len(value)} characters)"
             raise LedgerError(E.INVALID_ARGUMENT, f"--vary {key}: {shown} is not an integer (ASCII digits, an "
                               "optional leading -, at most 4300 digits)", key=key) from None
-        if number in out:
+        if number in seen:
             raise LedgerError(E.INVALID_ARGUMENT, f"--vary {key}: the value {number} is given twice; give each "
                               "value once", key=key)
+        seen.add(number)
         out.append(number)
     return key, out
+
+
+#: The most policies one :func:`vary` grid may make (each is kept in memory and simulated; 10,000
+#: policies over the 100 bundled runs take about a minute with ``--frontier``).
+GRID_POLICIES_MAX = 10_000
 
 
 def vary(base: Policy, grid: Sequence[tuple[str, Sequence[int]]]) -> list[Policy]:
     """Every combination of the ``(key, values)`` of ``grid`` applied to ``base`` (the first key
     varies slowest), each named ``key=value`` (joined by spaces for several keys).
 
-    Raises ``INVALID_ARGUMENT`` for an unknown key or a key given twice, and
+    Raises ``INVALID_ARGUMENT`` for an unknown key or a key given twice, a grid of more than
+    :data:`GRID_POLICIES_MAX` policies, and
     ``CONFIG_INVALID`` (naming the key and value) for a value the policy refuses.
     """
     check_instance(base, Policy, "base", "a Policy")
@@ -175,10 +184,15 @@ def vary(base: Policy, grid: Sequence[tuple[str, Sequence[int]]]) -> list[Policy
         shown = [str(value) for value in values]  # as the policies' names show them
         if not shown:
             raise LedgerError(E.INVALID_ARGUMENT, f"--vary {key}: no value given; give at least one", key=key)
-        for value in shown:
-            if shown.count(value) > 1:
-                raise LedgerError(E.INVALID_ARGUMENT, f"--vary {key}: the value {value} is given twice; give "
-                                  "each value once", key=key)
+        if len(set(shown)) != len(shown):
+            value = next(value for n, value in enumerate(shown) if value in shown[:n])
+            raise LedgerError(E.INVALID_ARGUMENT, f"--vary {key}: the value {value} is given twice; give "
+                              "each value once", key=key)
+    count = math.prod(len(values) for _, values in grid)
+    if count > GRID_POLICIES_MAX:
+        sizes = " × ".join(str(len(values)) for _, values in grid)
+        raise LedgerError(E.INVALID_ARGUMENT, f"--vary makes {sizes} = {count} policies, more than the "
+                          f"{GRID_POLICIES_MAX} one grid may have; vary fewer values", policies=count)
     policies = []
     for combination in itertools.product(*[[(key, v) for v in values] for key, values in grid]):
         settings = base.settings()
