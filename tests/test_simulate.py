@@ -1124,3 +1124,18 @@ def test_a_vary_grid_of_more_policies_than_one_grid_may_have_is_refused_before_a
                                                     f"the {GRID_POLICIES_MAX} one grid may have; vary fewer values")
     assert len(vary(example_policy(), [("max_low_information_steps", range(1, 101)),
                                        ("units_per_hypothesis", range(1, 101))])) == GRID_POLICIES_MAX
+
+
+@pytest.mark.parametrize("named", ["/dev/stdout", "the file itself"])
+def test_per_run_lines_to_standard_output_redirected_to_a_file_follow_the_table(tmp_path, named):
+    """The file was replaced whole by the per-run lines, losing the table printed before them."""
+    target = tmp_path / "out.txt"
+    journal = DATA / "django__django-11206.jsonl"
+    with open(target, "wb") as stdout:
+        done = subprocess.run([sys.executable, "-m", "ledger_cli", "simulate", str(journal), "--per-run",
+                               "/dev/stdout" if named == "/dev/stdout" else str(target)],
+                              stdout=stdout, stderr=subprocess.PIPE, cwd=REPO, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = target.read_text().splitlines()
+    assert lines[0].startswith("policy example  (policy_sha256 ") and lines[1].startswith("outcome ")
+    assert json.loads(lines[-1])["run"] == "django__django-11206" and len(lines) == 5

@@ -3,10 +3,12 @@ checked before any work, then each written whole or not at all (docs/simulate.md
 
 from __future__ import annotations
 
+import io
 import os
 import stat
+import sys
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from ..ground import errors as E
 from ..ground.errors import LedgerError
@@ -64,7 +66,8 @@ def write_output_file(path: str | os.PathLike[str], data: bytes, option: str) ->
     flushed to disk, then renamed over it (keeping an existing file's mode) and the folder flushed,
     so a full disk, a signal or a crash leaves the file as it was, never empty or cut short. The
     folder must exist. A path that names no regular file but a device or a pipe (``/dev/stdout``)
-    is written as it is. ``STORAGE_ERROR`` naming ``option`` when it cannot be written; ``INVALID_ARGUMENT``
+    is written as it is, and the file this process's standard output or error is redirected to is
+    written through that stream, after what was printed. ``STORAGE_ERROR`` naming ``option`` when it cannot be written; ``INVALID_ARGUMENT``
     when the file it names now lies in a case package (a link swapped in since the check)."""
     target = Path(path)
     try:
@@ -73,6 +76,15 @@ def write_output_file(path: str | os.PathLike[str], data: bytes, option: str) ->
         status = None
     except OSError as exc:
         raise _refused(option, target, exc) from None
+    stream = _own_stream(status)
+    if stream is not None:  # /dev/stdout redirected to a file: after what was printed, never over it
+        try:
+            stream.flush()
+            stream.buffer.write(data)
+            stream.flush()
+        except OSError as exc:
+            raise _refused(option, target, exc) from None
+        return target
     if status is not None and not stat.S_ISREG(status.st_mode):
         try:
             with open(target, "wb") as handle:
@@ -88,6 +100,23 @@ def write_output_file(path: str | os.PathLike[str], data: bytes, option: str) ->
     except OSError as exc:
         raise _refused(option, target, exc, " (the file was left as it was)") from None
     return target
+
+
+def _own_stream(status: os.stat_result | None) -> Any:
+    """``sys.stdout`` or ``sys.stderr`` when ``status`` is the regular file this process's standard
+    output or error is (``--per-run /dev/stdout`` with the output redirected to a file, or that
+    file's own name): it is written through the stream, as a file replaced whole would lose what
+    the command printed before. None otherwise (a terminal or a pipe is written as it is)."""
+    if status is None or not stat.S_ISREG(status.st_mode):
+        return None
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            own = os.fstat(stream.fileno())
+        except (AttributeError, ValueError, OSError, io.UnsupportedOperation):
+            continue
+        if (own.st_dev, own.st_ino) == (status.st_dev, status.st_ino) and hasattr(stream, "buffer"):
+            return stream
+    return None
 
 
 def _refused(option: str, target: Path, exc: OSError, outcome: str = "") -> LedgerError:
