@@ -20,8 +20,9 @@ from ._output import dumps, echo, emit_result, emit_rows, one_line, warn
 
 CASES = click.argument("cases", metavar="CASE...", nargs=-1, required=True, type=CaseFolder())
 ALL = click.option("--all", "all_in", is_flag=True,
-                   help="Each CASE is a folder of cases: take every case folder directly inside it "
-                        "(one that lost its ledger.sqlite but keeps its export or side files is taken, and fails).")
+                   help="Each CASE is a folder of cases: take every case folder directly inside it, or linked "
+                        "there (one that lost its ledger.sqlite but keeps its export or side files is taken, and "
+                        "fails).")
 
 
 def _jobs(help_text: str) -> Any:

@@ -226,6 +226,21 @@ def test_a_package_that_lost_its_ledger_is_reported_not_left_out(fleet, tmp_path
     assert "ledger import" in failed["error"]["message"]
 
 
+def test_a_link_to_a_case_folder_is_found_and_a_link_to_another_folder_is_not_walked(fleet, tmp_path):
+    """A folder of links to cases kept elsewhere: each linked case is exported (links were passed by);
+    a link to a folder that is no case is not walked, so a link to an ancestor cannot loop."""
+    from ledger.package_tools.fleet import find_cases
+
+    cases, _, _ = fleet
+    root = tmp_path / "links"
+    (root / "deeper").mkdir(parents=True)
+    (root / "deeper" / "demo").symlink_to(cases / "demo", target_is_directory=True)
+    (root / "loop").symlink_to(tmp_path, target_is_directory=True)
+    (root / "batch").symlink_to(cases / "batch", target_is_directory=True)  # holds cases, is no case
+    assert find_cases([root]) == [root / "deeper" / "demo"]
+    assert find_cases([root, cases / "demo"]) == [root / "deeper" / "demo"]  # one case reached twice: once
+
+
 def test_a_case_folder_whose_name_is_not_utf8_is_exported_and_its_record_read_back(tmp_path):
     """A folder name of bytes that are not UTF-8 (legal on POSIX) is a case like any other: its
     record keeps the path, the next export finds the case unchanged, the other cases are exported."""

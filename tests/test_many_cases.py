@@ -97,6 +97,19 @@ def test_case_folders_lists_the_cases_inside_a_folder_sorted_and_refuses_a_folde
                                          "leave out --all)")
 
 
+def test_a_link_to_a_case_folder_is_one_of_the_cases_of_its_folder(four_cases, tmp_path):
+    """A folder of links to cases kept elsewhere: each link is verified as its case (it was passed by
+    silently, and the summary counted only the others)."""
+    (tmp_path / "linked").symlink_to(four_cases[1], target_is_directory=True)
+    (tmp_path / "broken").symlink_to(tmp_path / "nowhere")
+    (tmp_path / "own").symlink_to(four_cases[0].parent, target_is_directory=True)  # a folder of cases, no case
+    make_cases(tmp_path / "here", 1)
+    (tmp_path / "here" / "linked").symlink_to(four_cases[2], target_is_directory=True)
+    assert case_folders([tmp_path / "here"]) == [tmp_path / "here" / "case-01", tmp_path / "here" / "linked"]
+    report = verify_many(case_folders([tmp_path / "here"]), jobs=1)
+    assert [(Path(o["case"]).name, o["ok"]) for o in report.cases] == [("case-01", True), ("linked", True)]
+
+
 @pytest.mark.parametrize("left", ["manifest.json and analysis/", "ledger.sqlite-wal", "ledger.sqlite-lock"])
 def test_a_case_folder_that_lost_its_ledger_fails_and_is_never_left_out(tmp_path, left):
     """A package whose ``ledger.sqlite`` is gone but which still shows a case's marks (its export,

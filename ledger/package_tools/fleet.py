@@ -184,8 +184,8 @@ def locked_file(path: Path, mode: int) -> Iterator[None]:
 
 def find_cases(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
     """Every case package (a folder holding ``ledger.sqlite``, or a damaged one that lost it:
-    :func:`is_case_package`) named in or found under ``paths`` (folders are walked, links not
-    followed, a case's own folder not entered), in order, once each (a folder reached by two paths
+    :func:`is_case_package`) named in or found under ``paths`` (folders are walked, a link to a
+    case folder taken but no link walked, a case's own folder not entered), in order, once each (a folder reached by two paths
     is the first of them). A path that is neither a case nor a folder holding one is ``LEDGER_MISSING``."""
     if isinstance(paths, (str, bytes, os.PathLike)):
         paths = [paths]  # one path, not its characters
@@ -205,6 +205,11 @@ def find_cases(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
                 any_case, dirs[:] = True, []
             else:
                 dirs[:] = [d for d in dirs if d != META_DIR and not is_build_folder(d)]
+                for name in dirs:  # os.walk does not enter links: a link to a case is taken, never walked
+                    linked = Path(folder) / name
+                    if linked.is_symlink() and linked.is_dir() and is_case_package(linked):
+                        found.setdefault(Path(os.path.realpath(linked)), linked)
+                        any_case = True
         if not any_case:
             raise LedgerError(E.LEDGER_MISSING, f"no case package (a folder with {LEDGER_FILE}) under {root}")
     return list(found.values())

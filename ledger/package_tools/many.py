@@ -52,8 +52,8 @@ class ManyReport:
 
 
 def case_folders(folders: Iterable[str | os.PathLike[str]]) -> list[Path]:
-    """The case folders directly inside each of ``folders``, sorted by name within each:
-    those holding ``ledger.sqlite``, and damaged packages that lost it (:func:`is_case_package`),
+    """The case folders directly inside each of ``folders``, sorted by name within each (a link to
+    a case folder counts: it is listed by its own name): those holding ``ledger.sqlite``, and damaged packages that lost it (:func:`is_case_package`),
     which then fail (``LEDGER_MISSING``, ``STORAGE_ERROR``) instead of being left out. ``INVALID_ARGUMENT`` for a
     folder that holds none."""
     found: list[Path] = []
@@ -61,7 +61,7 @@ def case_folders(folders: Iterable[str | os.PathLike[str]]) -> list[Path]:
         root = fs_path(folder, "folder of cases")
         try:
             names = sorted(entry.name for entry in os.scandir(root)
-                           if entry.is_dir(follow_symlinks=False) and is_case_package(Path(entry.path)))
+                           if entry.is_dir() and is_case_package(Path(entry.path)))  # a link to a case too
         except OSError as exc:
             raise os_error(exc, f"cannot list the cases in {root}") from None
         if not names:
