@@ -734,3 +734,32 @@ def test_a_child_forked_while_the_writer_locks_hand_over_guard_is_held_can_still
         guard.release()
     assert os.waitstatus_to_exitcode(status) == 0
     assert budget.record_result("H1", "k1", {"x": 1}).reused is False
+
+
+def test_a_newer_ledger_copied_over_an_older_copy_that_kept_its_log_fails_verify(tmp_path):
+    """A -wal belongs to the ledger.sqlite it was written beside; SQLite applies whatever log lies beside
+    the file it opens. Copying a case's files over an older copy that still holds its own log (cp -a
+    CASE/. OLD/) pairs the old log's pages with the new file: verify fails that pair, never passes it."""
+    path = tmp_path / "case"
+    case = start_case(path)
+    budget = case.budget(BudgetConfig.example())
+    budget.initialize()
+    case.storage.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()  # the log holds what follows only
+    budget.reserve("H1", "k1", "source.read_context")
+    budget.record_result("H1", "k1", {"x": 1})
+    backup = tmp_path / "backup"
+    backup.mkdir()
+    for name in ("ledger.sqlite", "ledger.sqlite-wal", "ledger.sqlite-shm"):  # taken while the case is open
+        shutil.copy2(path / name, backup / name)
+    assert verify_case(backup).events == case.status()["package_generation"]
+    case.storage.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    for n in range(3):
+        budget.reserve("H2", f"m{n}", "source.read_context")
+        budget.record_result("H2", f"m{n}", {"m": n, "pad": "y" * 3000})
+        budget.settle("H2", f"m{n}", 80, "r")
+    case.close()
+    assert not (path / "ledger.sqlite-wal").exists() and verify_case(path).events == 15
+    shutil.copy2(path / "ledger.sqlite", backup / "ledger.sqlite")  # over the old copy, its log left beside it
+    with pytest.raises(LedgerError) as caught:
+        verify_case(backup)
+    assert caught.value.code == INTEGRITY_ERROR and "disagrees with the replay" in caught.value.message

@@ -137,8 +137,8 @@ def _files_to_write(root: Path, conn: sqlite3.Connection, manifest: dict[str, An
         head_seq, previous = seq, sha
     if manifest is not None and manifest["head"]["seq"] > head_seq:
         raise _refused(f"the exported manifest.json names event {manifest['head']['seq']} as its head, but the "
-                       f"ledger ends at seq {head_seq} (truncated or rolled back since it was exported: if the export "
-                       "is the newer copy, 'ledger import' it into a new folder)")
+                       f"ledger ends at seq {head_seq} (truncated or rolled back since it was exported, or copied without "
+                       "its ledger.sqlite-wal: if the export is the newer copy, 'ledger import' it into a new folder)")
     for sha, _seq, body in conn.execute(statement("contents_for_export")):
         data = body.encode("utf-8")
         if _differs(root, content_path(sha), data, folders, to_write):

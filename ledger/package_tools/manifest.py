@@ -61,7 +61,7 @@ def check_manifest(manifest: Mapping[str, Any], conn: sqlite3.Connection, ledger
     expected = manifest_for(conn, head_seq, schema)
     if expected is None:
         raise _bad(ledger_head + 1, f"the ledger ends at seq {ledger_head} but its export reached seq {head_seq} "
-                   "(truncated or rolled-back ledger)", manifest_head_seq=head_seq)
+                   "(truncated or rolled-back ledger, or one copied without its ledger.sqlite-wal)", manifest_head_seq=head_seq)
     if expected["head"] != manifest["head"]:
         raise _bad(head_seq, "the event at the exported head differs from the manifest's sha256")
     wrong = sorted(key for key in set(expected) | set(manifest) if expected.get(key) != manifest.get(key))

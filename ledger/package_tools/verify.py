@@ -486,7 +486,7 @@ def _check_export(root: Path, conn: sqlite3.Connection, head_seq: int, manifest:
                 continue  # not an event of ours: not evidence of truncation (check_export_tree names it)
             if type(seq) is int and seq > head_seq:
                 raise _bad(head_seq + 1, f"{relative} holds event {seq} but the ledger ends at seq {head_seq} "
-                           "(truncated or rolled-back ledger)")
+                           "(truncated or rolled-back ledger, or one copied without its ledger.sqlite-wal)")
     check_export_tree(files, known | {content_path(sha) for (sha,) in conn.execute(statement("content_shas"))})
     limit = manifest["head"]["seq"] if manifest else 0
     present = set(files)  # every regular file under analysis/ (a link there was refused above)
