@@ -1067,6 +1067,26 @@ def test_verify_names_a_cited_source_file_edited_since_it_was_cited(budget, case
     assert "sources/cited.py" in caught.value.message
 
 
+@pytest.mark.parametrize("cited, checked_out", [(b"x = 1\ny = 2\n", b"x = 1\r\ny = 2\r\n"),
+                                                (b"x = 1\r\ny = 2\r\n", b"x = 1\ny = 2\n")])
+def test_a_cited_source_whose_line_endings_alone_changed_is_named_as_such(budget, case, cited, checked_out):
+    """git's core.autocrlf rewrites line endings on checkout: the binding still fails, and says why."""
+    (case.path / "sources" / "cited.py").write_bytes(cited)
+    budget.reserve("H1", "q1", "source.read_context")
+    budget.record_result("H1", "q1", {"finding": "x is 1"}, source_refs=["sources/cited.py"])
+    (case.path / "sources" / "cited.py").write_bytes(checked_out)
+    with pytest.raises(LedgerError) as caught:
+        verify_case(case.path)
+    assert caught.value.code == INTEGRITY_ERROR and caught.value.message.endswith(
+        "the cited source file(s) sources/cited.py differ from the sha256 the event recorded (only the line "
+        "endings of sources/cited.py changed (CRLF for LF or the reverse, as git's core.autocrlf does on "
+        "checkout): restore the bytes as cited)")
+    (case.path / "sources" / "cited.py").write_bytes(checked_out.replace(b"2", b"3"))
+    with pytest.raises(LedgerError) as caught:
+        verify_case(case.path)
+    assert caught.value.message.endswith("recorded (edited since it was cited?)")
+
+
 # --- physical damage: SQLite's own check --------------------------------------------------------
 def _flip_bit(path: Path, index: str, offset_in_page: int) -> int:
     """Flip the lowest bit of one byte of ``index``'s root page (offsets past 4095 count from the

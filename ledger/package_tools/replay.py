@@ -186,7 +186,7 @@ class Replayer:
             keys = sorted(k for k in set(rebuilt) | set(body) if rebuilt.get(k) != body.get(k))
             detail = ", ".join(keys) if keys else "its byte form (not canonical JSON)"
             if keys == ["sources"]:
-                raise _edited_source(seq, body.get("sources"), rebuilt.get("sources"))
+                raise _edited_source(seq, body.get("sources"), rebuilt.get("sources"), self.source.root)
             raise _bad(seq, f"event differs from its recomputation from the request in: {detail}", fields=keys)
         return draft
 
@@ -276,11 +276,28 @@ class Replayer:
         return drafts[0]
 
 
-def _edited_source(seq: int, recorded: Any, now: Any) -> LedgerError:
-    """``INTEGRITY_ERROR`` naming the cited source files whose sha256 differs from the one recorded."""
+def _edited_source(seq: int, recorded: Any, now: Any, root: Path) -> LedgerError:
+    """``INTEGRITY_ERROR`` naming the cited source files whose sha256 differs from the one recorded (and
+    saying so when only their line endings changed, as git's ``core.autocrlf`` does on checkout)."""
     def by_path(entries: Any) -> dict[str, Any]:
         return {e.get("path"): e.get("sha256") for e in entries or [] if isinstance(e, dict)}
     before, after = by_path(recorded), by_path(now)
     changed = [path for path in after if before.get(path) != after[path]] or sorted(map(str, before))
+    endings = [path for path in changed if path in after and _only_line_endings_differ(root, path, before.get(path))]
+    why = (f"only the line endings of {', '.join(endings)} changed (CRLF for LF or the reverse, as git's "
+           "core.autocrlf does on checkout): restore the bytes as cited" if endings else "edited since it was cited?")
     return _bad(seq, f"the cited source file(s) {', '.join(map(str, changed))} differ from the sha256 the event "
-                "recorded (edited since it was cited?)", fields=["sources"], paths=changed)
+                f"recorded ({why})", fields=["sources"], paths=changed)
+
+
+def _only_line_endings_differ(root: Path, path: Any, recorded: Any) -> bool:
+    """Whether the file at ``path`` (relative to ``root``), its CRLF line endings made LF or its LF made
+    CRLF, has the ``recorded`` sha256. Only a hint for a message: False whenever it cannot be read."""
+    if not isinstance(path, str) or not isinstance(recorded, str):
+        return False
+    try:
+        data = (root / path).read_bytes()
+    except (OSError, ValueError):
+        return False
+    as_lf = data.replace(b"\r\n", b"\n")
+    return recorded in (sha256_hex(as_lf), sha256_hex(as_lf.replace(b"\n", b"\r\n")))
