@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import shutil
 import json
 import os
 import re
@@ -294,6 +295,39 @@ def test_a_served_query_cannot_build_a_value_past_the_length_limit(site):
     response = get(site, "/BUG-20.json?sql=select+length(zeroblob(100000000))+as+n")
     assert response.status_code == 400 and "string or blob too big" in response.text
     assert get(site, "/BUG-20.json?sql=select+length(zeroblob(1000000))+as+n").json()["rows"] == [[1000000]]
+
+
+def test_a_served_query_cannot_return_more_than_its_bytes_in_all(site):
+    """Each value under the limit, eight of 50 MB took 12 GB of the server's memory (a 2.4 GB reply)."""
+    response = get(site, "/BUG-20.json?sql=select+zeroblob(20000000)+as+b+from+events+limit+8")
+    assert response.status_code == 400
+    assert "the query's rows pass 64 MiB of text and blobs; ask for fewer rows" in response.text
+    assert len(get(site, "/BUG-20.json?sql=select+zeroblob(5000000)+as+b+from+events+limit+3").content) > 15_000_000
+    assert len(get(site, "/BUG-20/events.json?_size=max").json()["rows"]) == 56
+
+
+@pytest.mark.parametrize("name", ["p%41", "c#x", "q?mode=rwc", "r%2523"])
+def test_a_case_whose_folder_name_reads_as_a_uri_part_is_served_as_itself(demo, tmp_path, name):
+    """Datasette opens file:PATH?mode=ro with the path as it is: 'p%41' opened 'pA' (another case,
+    under this one's title), 'c#x' opened 'c' read-write (made it when missing), '?' broke every page."""
+    folder = tmp_path / name
+    shutil.copytree(demo, folder)
+    decoy = make_package(tmp_path / "decoys" / "pA")
+    Case.create(decoy, case_id="OTHER-1").close()
+    for other in ("pA", "c", "q", "r%23"):
+        if not (tmp_path / other).exists():
+            shutil.copytree(decoy, tmp_path / other)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    datasette = case_datasette([folder], sql_threads=0)
+    try:
+        assert get(datasette, "/BUG-20/case_status.json?_shape=array").json()[0]["case_id"] == "BUG-20"
+        files = get(datasette, "/BUG-20.json?sql=select+file+from+pragma_database_list&_shape=array").json()
+        assert files == [{"file": str(folder / "ledger.sqlite")}]
+    finally:
+        for database in datasette.databases.values():
+            database.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    assert not any(p.name.endswith(("-wal", "-shm")) for other in ("pA", "c", "q") for p in (tmp_path / other).iterdir())
 
 
 def test_metadata_only_prints_datasettes_metadata_with_the_canned_queries(demo, scoped):

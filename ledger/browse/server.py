@@ -18,6 +18,7 @@ import socket
 import sqlite3
 import threading
 import types
+import urllib.parse
 import webbrowser
 import weakref
 from typing import Any, Callable, Sequence
@@ -30,6 +31,9 @@ from ..storage.sqlite_file import log_files_exist, release_log
 #: The longest text or blob a served query may read or make (SQLite's value-length limit on each
 #: connection; an event is at most 2 MiB unless the analysis config raises event_bytes_max).
 VALUE_BYTES_MAX = 64 * 1024 * 1024
+#: The most text and blob bytes one served query may return, all its rows together (Datasette's
+#: pages read at most 1,001 rows; the picture reads every row of its question).
+RESULT_BYTES_MAX = 64 * 1024 * 1024
 #: The picture reads every row of its question: up to 30 s (Datasette's pages stop a query at 1 s).
 CHART_TIME_LIMIT_MS = 30_000
 INSTALL_HINT = "ledger serve needs Datasette: pip install '.[web]' (in a clone of the repository)"
@@ -68,6 +72,74 @@ async def _render_chart(datasette: Any, database: str, query_name: str | None, s
 
 def _can_render_chart(datasette: Any, query_name: str | None) -> bool:
     return query_name == CHART_QUERY and datasette in _OURS
+
+
+class _BoundedCursor(sqlite3.Cursor):
+    """A cursor refusing, as SQLite refuses a value past its length limit, to return more than
+    :data:`RESULT_BYTES_MAX` bytes of text and blobs in all: 1,000 rows of 50 MB each took 12 GB of
+    the server's memory while one value stayed under the limit."""
+
+    returned = 0
+
+    def fetchone(self) -> Any:
+        row = super().fetchone()
+        if row is not None:
+            self.returned += sum(len(value) for value in row if isinstance(value, (str, bytes)))
+            if self.returned > RESULT_BYTES_MAX:
+                raise sqlite3.OperationalError(
+                    f"the query's rows pass {RESULT_BYTES_MAX // 2 ** 20} MiB of text and blobs; ask for fewer "
+                    "rows (?_size=10) or shorter values (substr), or read them with ledger sql")
+        return row
+
+    def fetchmany(self, size: int | None = None) -> list[Any]:
+        rows = []
+        for _ in range(self.arraysize if size is None else size):
+            row = self.fetchone()
+            if row is None:
+                break
+            rows.append(row)
+        return rows
+
+    def fetchall(self) -> list[Any]:
+        rows = []
+        while (row := self.fetchone()) is not None:
+            rows.append(row)
+        return rows
+
+    def __next__(self) -> Any:
+        row = self.fetchone()
+        if row is None:
+            raise StopIteration
+        return row
+
+
+class _BoundedConnection(sqlite3.Connection):
+    """A connection whose cursors are :class:`_BoundedCursor` (Datasette reads through ``cursor()``)."""
+
+    def cursor(self, factory: Any = None) -> Any:  # type: ignore[override]
+        return super().cursor(factory or _BoundedCursor)
+
+
+def case_connection(path: str) -> sqlite3.Connection:
+    """A read-only connection to the ledger file at ``path``, opened by a URI whose path is
+    escaped: Datasette puts the path into ``file:PATH?mode=ro`` as it is, so a folder named with
+    ``#``, ``?`` or ``%`` opened another file, read-write (``c#x`` opened ``c``, ``p%41`` opened
+    ``pA``). Every cursor returns at most :data:`RESULT_BYTES_MAX` bytes."""
+    return sqlite3.connect(f"file:{urllib.parse.quote(path)}?mode=ro", uri=True, check_same_thread=False,
+                           factory=_BoundedConnection)
+
+
+def _case_database(database_module: Any) -> Any:
+    """Datasette's ``Database`` for a served case: every connection (reads, and the write connection
+    a write attempt would open, which SQLite then refuses) is :func:`case_connection`."""
+
+    class CaseDatabase(database_module.Database):  # type: ignore[misc,name-defined]
+        def connect(self, write: bool = False) -> sqlite3.Connection:
+            conn = case_connection(self.path)
+            getattr(self, "_all_file_connections", []).append(conn)  # closed by close(), as Datasette's own
+            return conn
+
+    return CaseDatabase
 
 
 def _plugin() -> Any:
@@ -114,9 +186,9 @@ def case_datasette(paths: Sequence[str | os.PathLike[str]], sql_threads: int = 3
         options.update(metadata=browse_metadata(cases))
     datasette = app.Datasette(files=[], **options)
     _OURS[datasette] = frozenset(case.name for case in cases)
+    database_class = _case_database(database_module)
     for case in cases:
-        datasette.add_database(database_module.Database(datasette, path=str(case.ledger), is_mutable=True),
-                               name=case.name)
+        datasette.add_database(database_class(datasette, path=str(case.ledger), is_mutable=True), name=case.name)
     if "_memory" in datasette.databases:
         datasette.remove_database("_memory")
     return datasette
