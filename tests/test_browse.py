@@ -416,7 +416,7 @@ def _start(case: Path, *extra: str, env: dict[str, str] | None = None) -> tuple[
     return server, match.group(1)
 
 
-@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 @pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_a_served_case_answers_over_http_and_ctrl_c_or_sigterm_stops_it_cleanly(demo, stop):
     before = digest(demo)
@@ -435,6 +435,33 @@ def test_a_served_case_answers_over_http_and_ctrl_c_or_sigterm_stops_it_cleanly(
     assert time.monotonic() - started < 10
     assert out.strip().endswith("stopped") and "Traceback" not in err
     assert digest(demo) == before
+
+
+@pytest.mark.parametrize("stops", [(signal.SIGTERM,), (signal.SIGINT,), (signal.SIGINT, signal.SIGINT)])
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
+def test_a_stop_ends_a_download_under_way_within_its_grace_and_quietly(demo, stops):
+    """A client reading slowly kept the server running after SIGTERM for as long as it read; a second
+    Ctrl-C then ended it with two tracebacks on the terminal."""
+    from ledger.browse.server import GRACE_S
+
+    server, url = _start(demo)
+    port = int(url.rsplit(":", 1)[1].strip("/"))
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as client:
+            client.sendall(b"GET /BUG-20.csv?sql=select+hex(zeroblob(10000000))+as+h HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert client.recv(1000).startswith(b"HTTP/1.1 200")  # the reply has begun; the rest is not read
+            started = time.monotonic()
+            for stop in stops:
+                server.send_signal(stop)
+                time.sleep(0.5)
+            out, err = server.communicate(timeout=30)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.communicate()
+    assert server.returncode == 0 and out.strip().endswith("stopped"), err
+    assert time.monotonic() - started < GRACE_S + 5
+    assert "Traceback" not in err and "ERROR" not in err, err
 
 
 @pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it

@@ -10,8 +10,10 @@ renderer registered here (a chart drawn on the server: no JavaScript, nothing fe
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import inspect
+import logging
 import os
 import signal
 import socket
@@ -36,6 +38,8 @@ VALUE_BYTES_MAX = 64 * 1024 * 1024
 RESULT_BYTES_MAX = 64 * 1024 * 1024
 #: The picture reads every row of its question: up to 30 s (Datasette's pages stop a query at 1 s).
 CHART_TIME_LIMIT_MS = 30_000
+#: How long a stop (Ctrl-C, SIGTERM) waits for downloads under way before it ends them.
+GRACE_S = 3
 INSTALL_HINT = "ledger serve needs Datasette: pip install '.[web]' (in a clone of the repository)"
 _PLUGIN_NAME = "case-ledger-serve"
 #: The Datasette instances this module made, and the case databases of each.
@@ -245,26 +249,43 @@ def serve_cases(paths: Sequence[str | os.PathLike[str]], host: str = "127.0.0.1"
     sock = _listen(host, port)
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{sock.getsockname()[1]}/"
-    server = uvicorn.Server(uvicorn.Config(read_only_methods(datasette.app()), log_level="warning", lifespan="on"))
+    server = uvicorn.Server(uvicorn.Config(read_only_methods(datasette.app()), log_level="warning", lifespan="on",
+                                           timeout_graceful_shutdown=GRACE_S))
+    quiet = _QuietStop()
+    logging.getLogger("uvicorn.error").addFilter(quiet)  # after Config, which configures uvicorn's logging
     names = ", ".join(name for name in datasette.databases if name in _OURS[datasette])
     echo(f"serving {names} read-only at {url} (Ctrl-C stops)")
     if open_browser and not webbrowser.open(url):  # no browser here (a server without a display, say)
         echo("no web browser could be opened here: open the address above yourself")
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _stop) if in_main else None
+    # the terminal closing (SIGHUP) stops it as SIGTERM does, instead of killing it mid-request
+    previous_hup = signal.signal(signal.SIGHUP, server.handle_exit) if in_main else None
     try:  # uvicorn shuts down on SIGINT/SIGTERM, then raises the signal again: both end here
         server.run(sockets=[sock])
     except (KeyboardInterrupt, _Stopped):
         pass
     finally:
+        logging.getLogger("uvicorn.error").removeFilter(quiet)
         if in_main:
             signal.signal(signal.SIGTERM, previous)
+            signal.signal(signal.SIGHUP, previous_hup)
         sock.close()
         for database in datasette.databases.values():
             database.close()
         for ledger in logless:
             release_log(ledger)
     echo("stopped")
+
+
+class _QuietStop(logging.Filter):
+    """Keeps a stop quiet: the requests a stop ends after :data:`GRACE_S` (a download under way, or
+    all at once on a second Ctrl-C) are cancelled, which uvicorn logged as errors with tracebacks."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], asyncio.CancelledError):
+            return False
+        return not record.getMessage().endswith("timeout graceful shutdown exceeded")
 
 
 class _Stopped(Exception):
