@@ -9,11 +9,14 @@ import click
 from ledger.browse.server import serve_cases, serve_metadata
 
 from ._common import IntegerRange
+from ._output import warn
 
 
 @click.command()
 @click.argument("cases", nargs=-1, required=True, type=click.Path(file_okay=False, path_type=str), metavar="CASE...")
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on (another than this machine's own lets anyone who can reach it read the "
+                   "cases: there is no login).")
 @click.option("--port", type=IntegerRange(0, 65535), default=8001, show_default=True,
               help="Port to listen on (0: a free one, printed at start).")
 @click.option("--open", "open_browser", is_flag=True, help="Open the address in a web browser once it listens.")
@@ -33,4 +36,4 @@ def serve(cases: tuple[str, ...], host: str, port: int, open_browser: bool, meta
     if metadata_only:
         click.echo(json.dumps(serve_metadata(list(cases)), indent=2, ensure_ascii=False))
         return
-    serve_cases(list(cases), host=host, port=port, open_browser=open_browser, echo=click.echo)
+    serve_cases(list(cases), host=host, port=port, open_browser=open_browser, echo=click.echo, warn=warn)

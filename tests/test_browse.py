@@ -437,6 +437,25 @@ def test_a_served_case_answers_over_http_and_ctrl_c_or_sigterm_stops_it_cleanly(
     assert digest(demo) == before
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
+@pytest.mark.parametrize("host, warned", [("0.0.0.0", True), ("127.0.0.1", False), ("::1", False)])
+def test_listening_beyond_this_machine_warns_that_there_is_no_login(demo, host, warned):
+    server = subprocess.Popen([sys.executable, "-m", "ledger_cli", "serve", str(demo), "--host", host, "--port", "0"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout.readline().startswith("serving BUG-20 read-only at ")
+        time.sleep(0.3)
+        server.send_signal(signal.SIGINT)
+        out, err = server.communicate(timeout=30)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.communicate()
+    assert server.returncode == 0 and out.strip() == "stopped"
+    assert err == ("warning: listening on 0.0.0.0, not only on this machine: anyone who can reach it may read every "
+                   "served case and run SQL on it (there is no login)\n" if warned else "")
+
+
 @pytest.mark.parametrize("stops", [(signal.SIGTERM,), (signal.SIGINT,), (signal.SIGINT, signal.SIGINT)])
 @pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_a_stop_ends_a_download_under_way_within_its_grace_and_quietly(demo, stops):

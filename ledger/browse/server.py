@@ -13,11 +13,13 @@ from __future__ import annotations
 import asyncio
 import importlib
 import inspect
+import ipaddress
 import logging
 import os
 import signal
 import socket
 import sqlite3
+import sys
 import threading
 import types
 import urllib.parse
@@ -239,9 +241,12 @@ def _listen(host: str, port: int) -> socket.socket:
 
 
 def serve_cases(paths: Sequence[str | os.PathLike[str]], host: str = "127.0.0.1", port: int = 8001,
-                open_browser: bool = False, echo: Callable[[str], None] = print) -> None:
+                open_browser: bool = False, echo: Callable[[str], None] = print,
+                warn: Callable[[str], None] | None = None) -> None:
     """Serve the cases at ``paths`` until Ctrl-C (or SIGTERM): ``port`` 0 takes a free one; the
-    address is echoed (and opened in a browser with ``open_browser``) once it listens."""
+    address is echoed (and opened in a browser with ``open_browser``) once it listens. Listening on
+    an address other than this machine's own (``0.0.0.0``) is said through ``warn`` (default: a
+    line on standard error): there is no login."""
     # like every read path, serving leaves no -wal/-shm it made (docs/files.md)
     logless = [case.ledger for case in served_cases(paths) if not log_files_exist(case.ledger)]
     datasette = case_datasette(paths)
@@ -255,6 +260,9 @@ def serve_cases(paths: Sequence[str | os.PathLike[str]], host: str = "127.0.0.1"
     logging.getLogger("uvicorn.error").addFilter(quiet)  # after Config, which configures uvicorn's logging
     names = ", ".join(name for name in datasette.databases if name in _OURS[datasette])
     echo(f"serving {names} read-only at {url} (Ctrl-C stops)")
+    if not _loopback(sock.getsockname()[0]):
+        (warn or _stderr)(f"warning: listening on {host}, not only on this machine: anyone who can reach it may "
+                          "read every served case and run SQL on it (there is no login)")
     if open_browser and not webbrowser.open(url):  # no browser here (a server without a display, say)
         echo("no web browser could be opened here: open the address above yourself")
     in_main = threading.current_thread() is threading.main_thread()
@@ -276,6 +284,17 @@ def serve_cases(paths: Sequence[str | os.PathLike[str]], host: str = "127.0.0.1"
         for ledger in logless:
             release_log(ledger)
     echo("stopped")
+
+
+def _loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address.split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def _stderr(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
 
 
 class _QuietStop(logging.Filter):
