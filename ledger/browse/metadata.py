@@ -156,8 +156,9 @@ def _case_page(case: ServedCase) -> str:
             f"now). Read the views first:</p><ul>{items}</ul>"
             f'<p><img src="{_chart_address(case.name)}" alt="remaining units of each hypothesis across the '
             f'history" width="720" height="320"></p>'
-            "<p>The tables listed below are the raw history the views are derived from: append-only, "
-            "hash-chained, checked by ledger verify.</p>")
+            "<p>The tables listed below are the raw history the views are derived from: append-only and "
+            "hash-chained. This server shows the file as it is and checks nothing: <code>ledger verify</code> "
+            "checks the history and every view against it.</p>")
 
 
 def _tables() -> dict[str, dict[str, Any]]:
@@ -199,7 +200,8 @@ def browse_metadata(cases: Iterable[ServedCase], with_queries: bool = True) -> d
         if with_queries:
             databases[case.name]["queries"] = _queries(case)
     return {"title": title, "description": "Append-only, hash-chained budget and evidence ledgers: read the "
-            "views first; every number in them is derived from the raw history and checked by ledger verify.",
+            "views first; every number in them is derived from the raw history. Shown as the files are: "
+            "ledger verify checks them, this server does not.",
             "databases": databases}
 
 
