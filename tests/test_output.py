@@ -186,3 +186,16 @@ def test_a_reader_that_goes_away_ends_every_format_quietly_with_status_1(tmp_pat
     reader.stdout.close()
     assert reader.wait(timeout=60) == 1
     assert reader.stderr.read() == b""
+
+
+def test_table_columns_line_up_around_text_two_cells_wide(capsys):
+    """Padding counted characters: a row holding 解決 (four terminal cells) was shifted by two."""
+    from wcwidth import wcswidth
+
+    from ledger_cli._output import emit_rows
+
+    emit_rows([{"outcome": "解決", "runs": 2}, {"outcome": "resolved", "runs": 10}], None, "table")
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 4
+    starts = {wcswidth(line[:line.rindex(" ") + 1]) for line in lines}  # where the last column begins
+    assert len(starts) == 1, lines
