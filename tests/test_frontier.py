@@ -604,9 +604,35 @@ def test_the_frontier_picture_is_the_same_bytes_and_marks_baselines_and_choice(t
     first = plot_frontier(report, tmp_path / "a.svg").read_bytes()
     assert first == plot_frontier(report, tmp_path / "b.svg").read_bytes()
     text = first.decode()
-    for label in ("no-stop", "cap-p75", "max_low_information_steps=4 (choice)", "not resolved) runs stopped"):
+    for label in ("no-stop", "cap-p75", "max_low_information_steps=4", "(choice)", "not resolved) runs stopped"):
         assert label in text
     assert plot_frontier(report, tmp_path / "a.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_frontier_pictures_labels_stay_inside_the_figure_wherever_the_points_lie():
+    """A choice at the right edge had its long name run under the colour bar and off the picture,
+    and the squeezed axes cut the title; each setting is now a line, written away from the edge."""
+    pytest.importorskip("matplotlib")
+    from ledger.simulation.frontier_plot import _draw
+    from ledger.simulation.plot import load_matplotlib
+
+    _, figure_class, canvas_class = load_matplotlib()
+    long = "max_low_information_steps=1 units_per_hypothesis=30"
+    for choice_at in (0.0, 50.0):
+        points = [("no-stop", 0.0, 0.0, 0.0), ("cap-p75", 17.0, 50.0 - choice_at, 50.0),
+                  (long, 35.0, choice_at, 50.0), ("other", 9.0, 25.0, 0.0)]
+        figure = figure_class(figsize=(7.5, 4.8))
+        canvas = canvas_class(figure)
+        axes = figure.subplots()
+        _draw(figure, axes, points, ["no-stop", long], long, "resolved")
+        figure.tight_layout()
+        renderer = canvas.get_renderer()
+        inside = figure.bbox
+        for text in [axes.title, *axes.texts]:
+            box = text.get_window_extent(renderer)
+            assert inside.x0 <= box.x0 and box.x1 <= inside.x1 and inside.y0 <= box.y0 and box.y1 <= inside.y1, \
+                text.get_text()
+        assert any(t.get_text() == long.replace(" ", "\n") + "\n(choice)" for t in axes.texts)
 
 
 @pytest.mark.parametrize("key, values", [("default_action_cost", "1,10"), ("action_costs.source.read_context", "1"),

@@ -61,13 +61,17 @@ def _draw(figure: Any, axes: Any, points: Sequence[tuple[str, float, float, floa
     dots = axes.scatter([p[2] for p in points], [p[1] for p in points], c=[p[3] for p in points], cmap="viridis",
                         vmin=0.0, vmax=top, s=30, zorder=3, edgecolors="0.2", linewidths=0.4)
     figure.colorbar(dots, ax=axes, label=literal(f"other (not {good}) runs stopped (%)"))
+    lowest, highest = min((p[2] for p in points), default=0.0), max((p[2] for p in points), default=0.0)
     for name, saved, stopped, _ in points:
         if name in BASELINES or name == choice:
             chosen = name == choice
             axes.scatter([stopped], [saved], s=160 if chosen else 70, marker="*" if chosen else "s",
                          facecolors="none", edgecolors="tab:red" if chosen else "black", linewidths=1.2, zorder=4)
-            axes.annotate(literal(f"{name} (choice)" if chosen else name), (stopped, saved), textcoords="offset points",
-                          xytext=(6, -10 if chosen else 4), fontsize=8)
+            # one setting per line, written away from the nearer side, so no label runs off the axes
+            left = highest > lowest and stopped > (lowest + highest) / 2
+            text = "\n".join(name.split(" ")) + ("\n(choice)" if chosen else "")
+            axes.annotate(literal(text), (stopped, saved), textcoords="offset points", ha="right" if left else "left",
+                          va="top" if chosen else "bottom", xytext=(-6 if left else 6, -8 if chosen else 4), fontsize=8)
     axes.set_xlabel(literal(f"{good} runs stopped (%)"))
     axes.set_ylabel("units saved against no-stop (%)")
     axes.set_title(literal(f"Policy frontier: units saved against {good} runs stopped"))
