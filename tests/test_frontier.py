@@ -22,6 +22,8 @@ from ledger.simulation.simulator import parse_journal, policy_from_mapping, repl
 from ledger.ground.errors import INVALID_ARGUMENT, LedgerError
 from ledger_cli.main import main
 
+from conftest import REPO
+
 DATA = Path(__file__).parent / "data" / "trajectories"
 OUTCOMES = DATA / "outcomes.csv"
 RAW = Path(__file__).parent / "data" / "runs" / "mini-swe-agent-verified"
@@ -185,8 +187,9 @@ def test_frontier_refuses_options_of_the_wrong_kind(options, message):
 
 
 def test_frontier_takes_policies_as_simulate_does_files_too(tmp_path):
-    policy = tmp_path / "streak2.toml"
-    policy.write_text("max_low_information_steps = 2\n")
+    policy = tmp_path / "streak2.toml"  # the example's prices, another streak limit
+    policy.write_text(re.sub(r"(?m)^max_low_information_steps = 3", "max_low_information_steps = 2",
+                             (REPO / "config" / "budget.example.toml").read_text()))
     report = frontier([FILES[0]], [example_policy(), str(policy), f"two={policy}"], OUTCOMES, good="failed", folds=0)
     assert [row["name"] for row in report.policies] == ["no-stop", "cap-p75", "example", "streak2", "two"]
     with pytest.raises(LedgerError) as caught:
@@ -646,6 +649,8 @@ def test_the_frontier_refuses_policies_priced_unlike_the_first(key, values):
     name = f"{key}={values.split(',')[0]}"
     assert done.stderr == (f"error: INVALID_ARGUMENT: policy '{name}' prices actions unlike the first policy "
                            f"'example' ({key.split('.')[0]} differs): the frontier compares units spent, which "
-                           "compare only under one price table; compare prices with simulate without --frontier\n")
+                           "compare only under one price table; give every policy the first one's "
+                           "default_action_cost, action_costs and test_costs (a policy file leaving them out has "
+                           "the built-in prices), or compare prices with simulate without --frontier\n")
     same = policy_from_mapping("same prices", {**example_policy().settings(), "max_low_information_steps": 2})
     assert frontier([FILES[0]], [example_policy(), same], OUTCOMES, good="failed", jobs=1).policies  # prices alike

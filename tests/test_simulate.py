@@ -467,7 +467,8 @@ def test_policy_names_and_labels_are_drawn_as_they_are_never_as_math(tmp_path):
     svg = plot_tradeoff([{**row, "name": "example", "steps_refused": 14}, row], tmp_path / "t.svg").read_text()
     assert name in re.findall(r"<!-- (.*?) -->", svg)
     (tmp_path / "run.jsonl").write_bytes((DATA / "django__django-11206.jsonl").read_bytes())
-    (tmp_path / "policy.toml").write_text("max_low_information_steps = 2\n")
+    (tmp_path / "policy.toml").write_text(re.sub(r"(?m)^max_low_information_steps = 3", "max_low_information_steps = 2",
+                                                 EXAMPLE_BUDGET.read_text()))  # the example's prices
     label = "ok $\\bad$"
     report = frontier([tmp_path / "run.jsonl"], [example_policy(), load_policy(f"{name}={tmp_path / 'policy.toml'}")],
                       {"run": label}, good=label, constraint=f"{label}=100%", folds=0)

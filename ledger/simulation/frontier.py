@@ -487,8 +487,10 @@ def _check_one_price_table(policies: Sequence[Policy]) -> None:
             if policy.config.policy[key] != base[key]:
                 raise LedgerError(E.INVALID_ARGUMENT, (
                     f"policy {policy.name!r} prices actions unlike the first policy {policies[0].name!r} ({key} "
-                    "differs): the frontier compares units spent, which compare only under one price table; "
-                    "compare prices with simulate without --frontier"), policy=policy.name, key=key)
+                    "differs): the frontier compares units spent, which compare only under one price table; give "
+                    "every policy the first one's default_action_cost, action_costs and test_costs (a policy file "
+                    "leaving them out has the built-in prices), or compare prices with simulate without --frontier"),
+                    policy=policy.name, key=key)
 
 
 def frontier(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Policy],
