@@ -107,6 +107,26 @@ def test_verify_and_import_refuse_the_same_stray_file_and_name_it(exported, tmp_
     assert stray in by_verify.message and by_verify.details["path"] == stray
 
 
+SYSTEM_CLUTTER = ["analysis/.DS_Store", "analysis/case/events/.DS_Store", "analysis/case/events/._00000001.json",
+                  "analysis/budgets/Thumbs.db", "analysis/case/desktop.ini", "analysis/evidence/ehthumbs.db"]
+
+
+@pytest.mark.parametrize("clutter", SYSTEM_CLUTTER)
+def test_a_file_a_file_browser_makes_in_analysis_is_left_alone_by_verify_and_import(exported, tmp_path, clutter):
+    """Finder makes .DS_Store in every folder it shows, and ._NAME beside each file on some volumes:
+    opening a package on a Mac made verify fail it as tampered (INTEGRITY_ERROR). An editor's backup
+    (a user's own file) is still named."""
+    tree = tmp_path / "tree"
+    shutil.copytree(exported, tree)
+    (tree / clutter).write_bytes(b"\x00\x00\x00\x01Bud1")
+    assert verdicts(tree, tmp_path) == (None, None)
+    assert not (tmp_path / "imported" / clutter).exists()
+    (tree / "analysis/case/events/00000001.json~").write_bytes(b"{}")
+    (tmp_path / "again").mkdir()
+    by_verify, by_import = verdicts(tree, tmp_path / "again")
+    assert by_verify.code == by_import.code == INTEGRITY_ERROR and "00000001.json~" in by_verify.message
+
+
 EXPORT_TEMPS = ["analysis/case/events/.ledger-tmp-00000001.json.abc",  # beside an event it would replace
                 "analysis/case/events/.ledger-tmp-00000009.json.4242-a1b2c3-7",  # an event not exported yet
                 "analysis/budgets/0001/events/.ledger-tmp-00000002.json.k_9x-Q2",

@@ -138,6 +138,20 @@ def check_package_names(root: Path) -> None:
 _EXPORT_TEMP_RE = re.compile(re.escape(EXPORT_TEMP_PREFIX) + r"(.+)\.[A-Za-z0-9_-]+")
 
 
+#: Files a file browser makes in a folder it shows, without its user doing anything: macOS Finder's
+#: ``.DS_Store`` (and ``._NAME``, its metadata beside a file on a volume that cannot hold it, also made
+#: by its ``tar`` and ``cp``), Windows Explorer's ``Thumbs.db``, ``ehthumbs.db`` and ``desktop.ini``.
+SYSTEM_CLUTTER = frozenset({".DS_Store", "Thumbs.db", "ehthumbs.db", "desktop.ini"})
+
+
+def is_system_clutter(relative: str) -> bool:
+    """True for a file named as a file browser names the files it makes (:data:`SYSTEM_CLUTTER`,
+    ``._NAME``): under ``analysis/`` such a file is left alone by verify and import, as no export
+    writes one and it cannot stand for an event or content."""
+    name = relative.rpartition("/")[2]
+    return name in SYSTEM_CLUTTER or (name.startswith("._") and len(name) > 2)
+
+
 def is_export_temp(relative: str) -> bool:
     """True for a temp file an interrupted export may have left: named as
     :func:`~ledger.package_tools.atomic_files.write_atomic` names them, beside the file it was to
@@ -176,12 +190,14 @@ def check_export_tree(files: Iterable[str], accounted: Container[str]) -> None:
     """The one rule for what belongs in an exported tree, used by verify and import alike.
 
     Every file under ``analysis/`` must be an event or content file of the history being
-    checked (``accounted``: the export paths of its events and content rows) or a temp file
-    of an interrupted export. The first other file (in sorted order) is ``INTEGRITY_ERROR``
-    naming it: a stray, duplicated or misplaced file is never silently ignored.
+    checked (``accounted``: the export paths of its events and content rows), a temp file
+    of an interrupted export, or a file an operating system's file browser makes in the folders
+    it shows (:func:`is_system_clutter`). The first other file (in sorted order) is
+    ``INTEGRITY_ERROR`` naming it: a stray, duplicated or misplaced file is never silently ignored.
     """
     for relative in sorted(files):
-        if PurePosixPath(relative).parts[0] != ANALYSIS_DIR or is_export_temp(relative) or relative in accounted:
+        if (PurePosixPath(relative).parts[0] != ANALYSIS_DIR or is_export_temp(relative) or relative in accounted
+                or is_system_clutter(relative)):
             continue
         if EVENT_FILE_RE.fullmatch(relative):
             why = "no event of the history exports there (a duplicated or misplaced event file?)"
