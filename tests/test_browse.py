@@ -297,6 +297,14 @@ def test_a_served_query_cannot_build_a_value_past_the_length_limit(site):
     assert get(site, "/BUG-20.json?sql=select+length(zeroblob(1000000))+as+n").json()["rows"] == [[1000000]]
 
 
+def test_a_served_query_cannot_ask_for_an_address_inside_the_server(site):
+    """fts3_tokenizer('simple') answered with a pointer into the server process."""
+    for sql in ("select+fts3_tokenizer('simple')", "select+FTS3_TOKENIZER('porter')+as+p"):
+        response = get(site, f"/BUG-20.json?sql={sql}")
+        assert response.status_code == 400 and "not authorized" in response.text
+    assert get(site, "/BUG-20.json?sql=select+count(*)+as+n+from+events").json()["rows"] == [[56]]
+
+
 def test_a_served_query_cannot_return_more_than_its_bytes_in_all(site):
     """Each value under the limit, eight of 50 MB took 12 GB of the server's memory (a 2.4 GB reply)."""
     response = get(site, "/BUG-20.json?sql=select+zeroblob(20000000)+as+b+from+events+limit+8")

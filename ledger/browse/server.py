@@ -148,6 +148,18 @@ def _case_database(database_module: Any) -> Any:
     return CaseDatabase
 
 
+#: SQL functions a served query may not call: ``fts3_tokenizer(name)`` answers with the address of
+#: code inside the server process, which no visitor needs.
+REFUSED_FUNCTIONS = frozenset({"fts3_tokenizer"})
+
+
+def _no_address_functions(action: int, first: str | None, second: str | None, *_: Any) -> int:
+    """The authorizer of every served connection: :data:`REFUSED_FUNCTIONS` denied, all else as before."""
+    if action == sqlite3.SQLITE_FUNCTION and (second or "").lower() in REFUSED_FUNCTIONS:
+        return sqlite3.SQLITE_DENY
+    return sqlite3.SQLITE_OK
+
+
 def _plugin() -> Any:
     """The Datasette plugin: ``query_only`` on every connection to a served case, and the
     picture's ``.svg`` renderer. Registered once per process; it acts only on this module's
@@ -160,6 +172,7 @@ def _plugin() -> Any:
             conn.execute("PRAGMA query_only = ON")
             # one request must not build a value of gigabytes (zeroblob, repeat) that starves the others
             conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, VALUE_BYTES_MAX)
+            conn.set_authorizer(_no_address_functions)
 
     @hookimpl
     def register_output_renderer(datasette: Any) -> dict[str, Any]:
