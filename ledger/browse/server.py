@@ -139,11 +139,20 @@ def _case_database(database_module: Any) -> Any:
     """Datasette's ``Database`` for a served case: every connection (reads, and the write connection
     a write attempt would open, which SQLite then refuses) is :func:`case_connection`."""
 
+    quiet = "log_sql_errors" in inspect.signature(database_module.Database.execute).parameters
+
     class CaseDatabase(database_module.Database):  # type: ignore[misc,name-defined]
         def connect(self, write: bool = False) -> sqlite3.Connection:
             conn = case_connection(self.path)
             getattr(self, "_all_file_connections", []).append(conn)  # closed by close(), as Datasette's own
             return conn
+
+        async def execute(self, *args: Any, **kwargs: Any) -> Any:
+            # a refused query is answered to its visitor; printing each on the server's terminal too
+            # let any visitor fill it (and put their text there)
+            if quiet:
+                kwargs["log_sql_errors"] = False
+            return await super().execute(*args, **kwargs)
 
     return CaseDatabase
 
