@@ -44,7 +44,8 @@ def apply(settings: Settings, case: str, journal: Any, create_case_id: str | Non
 
     Each line succeeds or fails alone; up to --batch-size lines share one durable
     transaction. Re-running a journal after a crash returns the applied lines
-    as reused. A line whose "at" is earlier than the previous event is recorded
+    as reused, up to a transition line the case has since moved past (resume
+    such a journal after its last applied line). A line whose "at" is earlier than the previous event is recorded
     at the previous event's time; apply warns about each such line on stderr.
     A summary line (lines ok, failed, reused, raised times, elapsed) ends the
     run on stderr.
