@@ -455,6 +455,21 @@ def test_store_feedback_without_a_feedback_id_publishes_the_operations_confirmed
     assert budget.store_feedback("test-1", second.feedback_id).reused is True
 
 
+def test_store_feedback_without_a_feedback_id_refuses_in_the_documented_order(case):
+    """The case's state comes before an unknown test or a missing draft, with a feedback id or without."""
+    budget = case.budget()
+    budget.request_test("H1", "t1", "human", "test-1")
+    case.transition("BLOCKED")
+    events = case.status()["package_generation"]
+    for call in (lambda: budget.store_feedback("test-9"), lambda: budget.store_feedback("test-1"),
+                 lambda: budget.store_feedback("test-9", "F000001")):
+        with pytest.raises(LedgerError) as refused:
+            call()
+        assert refused.value.code == CASE_STATE and refused.value.message == (
+            "storing feedback needs GENERATING_HYPOTHESES or INVESTIGATING_HYPOTHESES; the case is BLOCKED")
+    assert case.status()["package_generation"] == events
+
+
 def test_store_feedback_without_a_feedback_id_names_what_is_missing(case):
     budget = case.budget()
     with pytest.raises(LedgerError) as no_test:

@@ -263,6 +263,15 @@ def _feedback_result(test: Mapping[str, Any], found: Mapping[str, Any]) -> dict[
             "coverage": {"test": test["kind"]}, "truncated": False, "schema": None}
 
 
+def require_storing_state(view: LedgerView) -> Mapping[str, Any]:
+    """The case, or ``CASE_STATE`` unless it is in a state where feedback may be stored."""
+    case = require_case(view)
+    if case["state"] not in MUTABLE_STATES:
+        raise LedgerError(E.CASE_STATE, f"storing feedback needs GENERATING_HYPOTHESES or INVESTIGATING_HYPOTHESES; "
+                          f"the case is {case['state']}", state=case["state"])
+    return case
+
+
 def store_feedback(view: LedgerView, request: Mapping[str, Any], context: Context) -> Outcome | Reused:
     """Publish a confirmed draft as an evidence record bound to its test's reservation (docs/evidence.md).
 
@@ -277,10 +286,7 @@ def store_feedback(view: LedgerView, request: Mapping[str, Any], context: Contex
     reused = replay_or_conflict(view, key, request)
     if reused is not None:
         return reused
-    case = require_case(view)
-    if case["state"] not in MUTABLE_STATES:
-        raise LedgerError(E.CASE_STATE, f"storing feedback needs GENERATING_HYPOTHESES or INVESTIGATING_HYPOTHESES; "
-                          f"the case is {case['state']}", state=case["state"])
+    case = require_storing_state(view)
     found = view.feedback(fid)
     if found is None:
         raise LedgerError(E.INVALID_ARGUMENT, f"there is no feedback {fid}", feedback_id=fid)

@@ -245,6 +245,8 @@ class EvidenceStore:
         check_action_id(operation_id, "operation_id")
         with self._session.read() as view:
             row = self._session.storage.one("feedback_draft_of_operation", operation_id=operation_id)
+            if row is None:  # refused as store_feedback refuses, in its order: the case's state first
+                feedback_rules.require_storing_state(view)
             if row is None and view.test_request(operation_id) is None:
                 raise LedgerError(E.NO_RESERVATION, f"no test was requested under operation {operation_id}",
                                   operation_id=operation_id)
