@@ -654,3 +654,22 @@ def test_the_frontier_refuses_policies_priced_unlike_the_first(key, values):
                            "the built-in prices), or compare prices with simulate without --frontier\n")
     same = policy_from_mapping("same prices", {**example_policy().settings(), "max_low_information_steps": 2})
     assert frontier([FILES[0]], [example_policy(), same], OUTCOMES, good="failed", jobs=1).policies  # prices alike
+
+
+def test_a_fold_whose_training_runs_hold_no_run_of_the_constraints_label_makes_no_choice(tmp_path):
+    """Every policy meets "at most 50 % of the resolved runs stopped" on runs with none resolved: such a
+    fold chose the policy stopping every run. It now makes no choice and scores as no-stop."""
+    from ledger import import_runs
+
+    steps = tmp_path / "steps.jsonl"
+    lines = [("a", "cat f.py", "line1\nline2", 0), ("a", "grep x f.py", "hit1", 0), ("a", "python t.py", "ok", 0),
+             *[("b", "cat f.py", "same", 0)] * 4, ("b", "python t.py", "ok2", 1),
+             ("c", "python t.py", "r1", 1), ("c", "python t.py", "r2", 1), *[("d", "ls", "", 0)] * 3, ("d", "ls", "x", 0)]
+    steps.write_text("".join(json.dumps({"run": r, "command": c, "output": o, "exit_code": e}) + "\n"
+                             for r, c, o, e in lines))
+    import_runs([steps], tmp_path / "j", outcomes={"a": "resolved", "b": "resolved", "c": "failed", "d": "failed"})
+    policies = [example_policy(), *vary(example_policy(), [("units_per_hypothesis", [1, 100000])])]
+    report = frontier([tmp_path / "j"], policies, constraint="resolved=50", folds=2, seed=1, jobs=1)
+    held_out = report.choice["held_out"]
+    assert held_out["chosen"] == ["cap-p75", None]  # fold 2 trained on c and d, both failed
+    assert held_out["good_stopped_pct"]["max"] == 0.0

@@ -199,7 +199,10 @@ def pareto_front(points: Sequence[tuple[str, int, int]]) -> list[str]:
 def choose(table: _Table, ids: Sequence[str], constraint: Constraint) -> str | None:
     """The policy spending fewest units over ``ids`` among those stopping at most the constraint's
     share of the label's runs (ties: fewer stopped, then the name in :func:`name_order`); None when
-    none does, or the best saves nothing against ``no-stop``."""
+    none does, when ``ids`` hold no run of the label (the constraint cannot be judged: every policy,
+    stopping every run, would meet it), or the best saves nothing against ``no-stop``."""
+    if table.totals(NO_STOP, ids, constraint.label)[2] == 0:
+        return None
     candidates = []
     for name in table.names:
         units, stopped, runs = table.totals(name, ids, constraint.label)
