@@ -448,6 +448,26 @@ def test_a_served_case_answers_over_http_and_ctrl_c_or_sigterm_stops_it_cleanly(
 
 
 @pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
+def test_a_server_started_with_sighup_ignored_keeps_ignoring_it(demo):
+    """Under nohup (SIGHUP ignored) the server must outlive the terminal, as it did before SIGHUP stopped it."""
+    server = subprocess.Popen([sys.executable, "-m", "ledger_cli", "serve", str(demo), "--port", "0"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    try:
+        assert server.stdout.readline().startswith("serving BUG-20 read-only at ")
+        server.send_signal(signal.SIGHUP)
+        time.sleep(1.5)
+        assert server.poll() is None
+        server.send_signal(signal.SIGTERM)
+        out, err = server.communicate(timeout=30)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.communicate()
+    assert server.returncode == 0 and out.strip() == "stopped", err
+
+
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 @pytest.mark.parametrize("host, warned", [("0.0.0.0", True), ("127.0.0.1", False), ("::1", False)])
 def test_listening_beyond_this_machine_warns_that_there_is_no_login(demo, host, warned):
     server = subprocess.Popen([sys.executable, "-m", "ledger_cli", "serve", str(demo), "--host", host, "--port", "0"],

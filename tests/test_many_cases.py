@@ -105,6 +105,9 @@ def test_a_link_to_a_case_folder_is_one_of_the_cases_of_its_folder(four_cases, t
     (tmp_path / "own").symlink_to(four_cases[0].parent, target_is_directory=True)  # a folder of cases, no case
     make_cases(tmp_path / "here", 1)
     (tmp_path / "here" / "linked").symlink_to(four_cases[2], target_is_directory=True)
+    (tmp_path / "here" / "loopA").symlink_to("loopB")  # links that loop or lead through a file: no folders
+    (tmp_path / "here" / "loopB").symlink_to("loopA")
+    (tmp_path / "here" / "through").symlink_to(tmp_path / "here" / "case-01" / "ledger.sqlite" / "x")
     assert case_folders([tmp_path / "here"]) == [tmp_path / "here" / "case-01", tmp_path / "here" / "linked"]
     report = verify_many(case_folders([tmp_path / "here"]), jobs=1)
     assert [(Path(o["case"]).name, o["ok"]) for o in report.cases] == [("case-01", True), ("linked", True)]

@@ -300,9 +300,14 @@ def test_an_import_whose_output_folder_holds_an_input_is_refused_before_writing(
     first.write_text('{"run": "b", "command": "ls", "output": "x"}\n')
     (folder / "b.jsonl").write_text('{"run": "c", "command": "ls", "output": "y"}\n')
     before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "a.jsonl").symlink_to(first)  # a link to an input inside the output folder
     for out in (folder, tmp_path / "link"):
         if out.name == "link":
             out.symlink_to(folder)
+        with pytest.raises(LedgerError) as through_link:
+            import_runs([tmp_path / "elsewhere" / "a.jsonl"], out)
+        assert "lies in the output folder" in through_link.value.message
         with pytest.raises(LedgerError) as refused:
             import_runs([folder if named == "the folder" else first], out)
         assert refused.value.code == "INVALID_ARGUMENT" and refused.value.details["path"] == str(first)

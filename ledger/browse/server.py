@@ -290,7 +290,9 @@ def serve_cases(paths: Sequence[str | os.PathLike[str]], host: str = "127.0.0.1"
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _stop) if in_main else None
     # the terminal closing (SIGHUP) stops it as SIGTERM does, instead of killing it mid-request
-    previous_hup = signal.signal(signal.SIGHUP, server.handle_exit) if in_main else None
+    # (unless SIGHUP is ignored, as under nohup: then it stays ignored)
+    keep_hup = not in_main or signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+    previous_hup = None if keep_hup else signal.signal(signal.SIGHUP, server.handle_exit)
     try:  # uvicorn shuts down on SIGINT/SIGTERM, then raises the signal again: both end here
         server.run(sockets=[sock])
     except (KeyboardInterrupt, _Stopped):
@@ -299,7 +301,8 @@ def serve_cases(paths: Sequence[str | os.PathLike[str]], host: str = "127.0.0.1"
         logging.getLogger("uvicorn.error").removeFilter(quiet)
         if in_main:
             signal.signal(signal.SIGTERM, previous)
-            signal.signal(signal.SIGHUP, previous_hup)
+            if previous_hup is not None:
+                signal.signal(signal.SIGHUP, previous_hup)
         sock.close()
         for database in datasette.databases.values():
             database.close()

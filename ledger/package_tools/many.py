@@ -61,7 +61,7 @@ def case_folders(folders: Iterable[str | os.PathLike[str]]) -> list[Path]:
         root = fs_path(folder, "folder of cases")
         try:
             names = sorted(entry.name for entry in os.scandir(root)
-                           if entry.is_dir() and is_case_package(Path(entry.path)))  # a link to a case too
+                           if _is_folder(entry) and is_case_package(Path(entry.path)))  # a link to a case too
         except OSError as exc:
             raise os_error(exc, f"cannot list the cases in {root}") from None
         if not names:
@@ -69,6 +69,14 @@ def case_folders(folders: Iterable[str | os.PathLike[str]]) -> list[Path]:
             raise LedgerError(E.INVALID_ARGUMENT, f"{root} holds no case folder (a folder with {LEDGER_FILE}){itself}")
         found.extend(root / name for name in names)
     return found
+
+
+def _is_folder(entry: os.DirEntry[str]) -> bool:
+    """Whether ``entry`` is a folder, through a link: a link that loops or leads nowhere is not one."""
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
 
 
 def _unique(paths: Any) -> list[Path]:

@@ -387,8 +387,9 @@ def _refuse_inputs_in(target: Path, files: Iterable[Path]) -> None:
     if not target.is_dir():
         return
     for path in files:
-        try:
-            inside = os.path.samefile(path.parent, target)
+        try:  # the file as named, and the file a link names
+            inside = any(os.path.samefile(parent, target)
+                         for parent in (path.parent, Path(os.path.realpath(path)).parent))
         except OSError:
             continue
         if inside:
