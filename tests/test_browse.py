@@ -6,7 +6,9 @@ are read through Datasette's own test client; tests/test_browser.py loads them i
 from __future__ import annotations
 
 import asyncio
+import csv
 import hashlib
+import io
 import shutil
 import json
 import os
@@ -309,11 +311,48 @@ def test_a_served_query_cannot_ask_for_an_address_inside_the_server(site, capfd)
 
 def test_a_served_query_cannot_return_more_than_its_bytes_in_all(site):
     """Each value under the limit, eight of 50 MB took 12 GB of the server's memory (a 2.4 GB reply)."""
-    response = get(site, "/BUG-20.json?sql=select+zeroblob(20000000)+as+b+from+events+limit+8")
+    response = get(site, "/BUG-20.json?sql=select+zeroblob(50000000)+as+b+from+events+limit+8")
     assert response.status_code == 400
-    assert "the query's rows pass 64 MiB of text and blobs; ask for fewer rows" in response.text
+    assert "the query's rows pass 256 MiB of text and blobs; ask for fewer rows" in response.text
     assert len(get(site, "/BUG-20.json?sql=select+zeroblob(5000000)+as+b+from+events+limit+3").content) > 15_000_000
     assert len(get(site, "/BUG-20/events.json?_size=max").json()["rows"]) == 56
+
+
+@pytest.fixture(scope="module")
+def full_contents(tmp_path_factory) -> Path:
+    """A case holding its default limit of distinct evidence content: 64 payloads of nearly 1 MiB."""
+    path = make_package(tmp_path_factory.mktemp("browse") / "full")
+    case = Case.create(path, case_id="FULL-1", at=T0)
+    case.open_revision([{"statement": "first"}], 5000, at=T0)
+    case.transition("INVESTIGATING_HYPOTHESES", at=T0)
+    budget = case.budget(BudgetConfig.load(EXAMPLE_BUDGET))
+    budget.initialize(at=T0)
+    for i in range(64):
+        budget.reserve("H1", f"a{i}", "source.read_context", at=T0)
+        budget.record_result("H1", f"a{i}", {"text": f"{i:08d}".ljust(2 ** 20 - 32, "x")}, at=T0)
+        budget.settle("H1", f"a{i}", semantic_score=100, reason="new", at=T0)
+    case.close()
+    return path
+
+
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
+def test_every_page_and_download_of_a_case_within_its_default_limits_is_served_whole(full_contents):
+    """Its contents table (64 MiB of text) was refused by a 64 MiB bound on one query's rows, and its
+    streamed CSV download ended in that error after a 200."""
+    datasette = case_datasette([full_contents], sql_threads=0)
+    try:
+        page = get(datasette, "/FULL-1/contents.json?_shape=array&_col=size_bytes&_size=max")
+        assert page.status_code == 200 and len(page.json()) == 64
+        assert get(datasette, "/FULL-1/contents").status_code == 200
+        download = get(datasette, "/FULL-1/contents.csv?_stream=on&_size=max")
+        limit = csv.field_size_limit(2 ** 21)
+        rows = list(csv.reader(io.StringIO(download.text)))
+        csv.field_size_limit(limit)
+        assert download.status_code == 200 and rows[0] == ["sha256", "seq", "size_bytes", "cumulative_bytes", "body"]
+        assert sorted(json.loads(row[4])["text"][:8] for row in rows[1:]) == [f"{i:08d}" for i in range(64)]
+    finally:
+        for database in datasette.databases.values():
+            database.close()
 
 
 @pytest.mark.parametrize("name", ["p%41", "c#x", "q?mode=rwc", "r%2523"])

@@ -36,8 +36,11 @@ from ..storage.sqlite_file import log_files_exist, release_log
 #: connection; an event is at most 2 MiB unless the analysis config raises event_bytes_max).
 VALUE_BYTES_MAX = 64 * 1024 * 1024
 #: The most text and blob bytes one served query may return, all its rows together (Datasette's
-#: pages read at most 1,001 rows; the picture reads every row of its question).
-RESULT_BYTES_MAX = 64 * 1024 * 1024
+#: pages read at most 1,001 rows; the picture reads every row of its question). Room for a page of
+#: any table of a case within the default limits: 100 events of 2 MiB (``event_bytes_max``), or all
+#: 64 MiB of distinct evidence content; and more than Datasette's CSV download holds (100 MiB,
+#: ``max_csv_mb``), so a streamed download ends at Datasette's own limit first.
+RESULT_BYTES_MAX = 256 * 1024 * 1024
 #: The picture reads every row of its question: up to 30 s (Datasette's pages stop a query at 1 s).
 CHART_TIME_LIMIT_MS = 30_000
 #: How long a stop (Ctrl-C, SIGTERM) waits for downloads under way before it ends them.
