@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import sqlite3
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,7 @@ from ledger import (Case, LedgerError, export_case, import_tree, verify_case, re
 from ledger.ground.canonical import canonical_bytes, sha256_hex
 from ledger.ground.errors import (CASE_EXISTS, INTEGRITY_ERROR, INVALID_ARGUMENT, LEDGER_MISSING, STORAGE_ERROR)
 import ledger.package_tools.export as export_module
-from ledger.model.package import event_path
+from ledger.model.package import event_path, line_ending_digests
 from conftest import deny_reading, logical_dump, run_cli, make_package, start_case
 
 
@@ -1085,6 +1087,36 @@ def test_a_cited_source_whose_line_endings_alone_changed_is_named_as_such(budget
     with pytest.raises(LedgerError) as caught:
         verify_case(case.path)
     assert caught.value.message.endswith("recorded (edited since it was cited?)")
+
+
+@pytest.mark.parametrize("data", [b"a\r\nb\n", b"\r", b"x\r\r\n\n", b"", b"z" * (2 ** 20 - 1) + b"\r\n" + b"y\r",
+                                  b"z" * (2 ** 20 - 1) + b"\r" + b"q\n", b"\r\n" * (2 ** 19 + 7)])
+def test_the_line_endings_hint_streams_the_cited_file_with_the_same_digests_as_reading_it_whole(tmp_path, data):
+    """Read whole, a large cited file took its size in memory three times over (and a link or a FIFO
+    swapped in was followed or waited on): now streamed in blocks, a CRLF split between two blocks
+    included."""
+    (tmp_path / "sources").mkdir()
+    (tmp_path / "sources" / "f.txt").write_bytes(data)
+    as_lf = data.replace(b"\r\n", b"\n")
+    assert line_ending_digests(tmp_path, "sources/f.txt") == (
+        hashlib.sha256(as_lf).hexdigest(), hashlib.sha256(as_lf.replace(b"\n", b"\r\n")).hexdigest())
+
+
+def test_the_line_endings_hint_holds_no_more_than_a_block_of_the_file_and_reads_only_a_regular_file_inside(tmp_path):
+    (tmp_path / "sources").mkdir()
+    (tmp_path / "sources" / "big.txt").write_bytes(b"line\r\n" * (8 * 2 ** 20 // 6))
+    tracemalloc.start()
+    try:
+        assert line_ending_digests(tmp_path, "sources/big.txt") is not None
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 6 * 2 ** 20
+    os.mkfifo(tmp_path / "sources" / "fifo")  # opened without waiting for a writer, then refused
+    (tmp_path.parent / "outside.txt").write_bytes(b"x\n")
+    (tmp_path / "sources" / "out").symlink_to(tmp_path.parent / "outside.txt")
+    assert [line_ending_digests(tmp_path, ref) for ref in ("sources/fifo", "sources/out", "sources/none", "a\0b")] == [
+        None] * 4
 
 
 # --- physical damage: SQLite's own check --------------------------------------------------------

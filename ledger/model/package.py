@@ -473,6 +473,35 @@ def _hash_resolved(root: str, real_relative: str, ref: str) -> tuple[os.stat_res
             why = "changed while it was read (a symbolic link took the place of a part of its path)"
         raise LedgerError(E.SOURCE_REF_INVALID, f"{ref!r} {why}") from None
 
+def line_ending_digests(package: Path, ref: str) -> tuple[str, str] | None:
+    """``(sha256 with CRLF made LF, sha256 with every line ending CRLF)`` of the cited source ``ref``,
+    read as :func:`resolve_source_refs` reads it (its real path inside the package, opened without
+    following a link, streamed at any size); ``None`` when it cannot be read. Only for a message."""
+    root = os.path.realpath(package)
+    try:
+        real = os.path.realpath(os.path.join(root, ref))
+    except (OSError, ValueError):
+        return None
+    if not real.startswith(root + os.sep):
+        return None
+    as_lf, as_crlf, held = hashlib.sha256(), hashlib.sha256(), b""
+
+    def feed(block: bytes) -> None:
+        nonlocal held
+        data = held + block
+        held = b"\r" if data.endswith(b"\r") else b""  # its \n may begin the next block
+        lf = data[:len(data) - len(held)].replace(b"\r\n", b"\n")
+        as_lf.update(lf)
+        as_crlf.update(lf.replace(b"\n", b"\r\n"))
+    try:
+        hash_below(root, os.path.relpath(real, root), feed)
+    except LedgerError:
+        return None
+    as_lf.update(held)  # a last \r ends no line
+    as_crlf.update(held)
+    return as_lf.hexdigest(), as_crlf.hexdigest()
+
+
 def _own_file_ids(package: Path) -> set[tuple[int, int]]:
     """(device, inode) of ``ledger.sqlite*``, ``manifest.json`` and the files under ``analysis/``:
     hard links to them are not inputs (the router refuses them the same way)."""

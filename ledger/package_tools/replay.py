@@ -24,7 +24,7 @@ from ..ground import errors as E
 from ..ground.canonical import canonical_bytes, canonical_event_bytes, sha256_hex
 from ..ground.errors import LedgerError, integrity_error as _bad, shown
 from ..model.operations import OPERATIONS
-from ..model.package import resolve_source_refs, stored_stream
+from ..model.package import line_ending_digests, resolve_source_refs, stored_stream
 from ..model.projection import helper_rows, floor_rows, money_rows
 from ..ground.clock import ms_ahead, parse_at, utc_now
 from ..rules.common import Context, Draft, Outcome, Reused, check_action_id
@@ -295,9 +295,4 @@ def _only_line_endings_differ(root: Path, path: Any, recorded: Any) -> bool:
     CRLF, has the ``recorded`` sha256. Only a hint for a message: False whenever it cannot be read."""
     if not isinstance(path, str) or not isinstance(recorded, str):
         return False
-    try:
-        data = (root / path).read_bytes()
-    except (OSError, ValueError):
-        return False
-    as_lf = data.replace(b"\r\n", b"\n")
-    return recorded in (sha256_hex(as_lf), sha256_hex(as_lf.replace(b"\n", b"\r\n")))
+    return recorded in (line_ending_digests(root, path) or ())

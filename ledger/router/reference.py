@@ -421,10 +421,12 @@ def _open_below(root_fd: int, relative: str) -> int:
             os.close(fd)
 
 
-def hash_below(root: str | os.PathLike[str], relative: str) -> tuple[os.stat_result, str]:
+def hash_below(root: str | os.PathLike[str], relative: str,
+               feed: Callable[[bytes], None] | None = None) -> tuple[os.stat_result, str]:
     """``(fstat, sha256)`` of the regular file ``relative`` below the folder ``root``, hashed from the
-    one descriptor it was opened as (no link followed at any step, any size). ``ROUTER_REFUSED`` with
-    ``unreadable`` in its details when it cannot be (a link, not a regular file, a read error)."""
+    one descriptor it was opened as (no link followed at any step, any size; each block read is also
+    given to ``feed``). ``ROUTER_REFUSED`` with ``unreadable`` in its details when it cannot be (a
+    link, not a regular file, a read error)."""
     root_fd = _open_folder(Path(root), relative)
     try:
         handle = _open_below(root_fd, relative)
@@ -437,6 +439,8 @@ def hash_below(root: str | os.PathLike[str], relative: str) -> tuple[os.stat_res
         digest = hashlib.sha256()
         while block := os.read(handle, 1 << 20):
             digest.update(block)
+            if feed is not None:
+                feed(block)
         return info, digest.hexdigest()
     except OSError as exc:
         raise _unreadable(relative, f"cannot be read: {exc.strerror}", exc.errno) from None
