@@ -16,7 +16,6 @@ import os
 import random
 import shutil
 import sqlite3
-import tempfile
 import builtins
 import threading
 import time
@@ -32,7 +31,6 @@ from ledger.ground.errors import (ALL_CODES, INTEGRITY_ERROR, LEDGER_BUSY, STORA
 from ledger.storage.connection import Storage
 from conftest import EXAMPLE_BUDGET, logical_dump, make_package, start_case
 from ledger.storage.writer_lock import WriterLock
-from ledger.ground.config import AnalysisConfig
 SPAWN = multiprocessing.get_context("spawn")
 AT = "2022-01-01T00:00:00Z"
 
@@ -246,7 +244,6 @@ def export_faults(monkeypatch):
             return function(*args, **kwargs)
         return wrapper
 
-    monkeypatch.setattr(files_module.tempfile, "mkstemp", wrap("mkstemp", tempfile.mkstemp))
     created = wrap("open", os.open)
     monkeypatch.setattr(files_module.os, "open", lambda path, flags, *rest, **named: (
         created if flags & os.O_EXCL else real_open)(path, flags, *rest, **named))  # a new temp file
@@ -535,7 +532,7 @@ def test_an_interrupt_after_the_commit_keeps_the_durable_write_and_the_lock_free
     with pytest.raises(KeyboardInterrupt):
         budget.reserve("H1", "k1", "source.read_context")
     case.storage.conn = real
-    assert lock_is_free(case) and not real.in_transaction
+    assert lock_is_free(case) and not real.in_transaction and generation(case) == before + 1
     assert budget.reserve("H1", "k1", "source.read_context").reused  # it was committed
 
 

@@ -206,25 +206,25 @@ def test_journal_temp_files_of_a_killed_import_are_removed_by_the_next_one(tmp_p
 
 def test_an_output_folder_no_journal_can_be_written_in_is_one_storage_error_before_any_input_is_read(
         tmp_path, monkeypatch):
-    import tempfile
-
     from ledger.runs import trajectories
 
     source = _write(tmp_path / "a.traj.json", GOOD)
-    real = tempfile.mkstemp
+    real_open = os.open
 
-    def refusing(*args, **kwargs):  # what a read-only folder gives (a mode alone does not stop root)
-        raise PermissionError(13, "Permission denied", str(Path(kwargs["dir"]) / "x"))
+    def refusing(path, *args, **kwargs):  # what a read-only folder gives (a mode alone does not stop root)
+        if os.path.basename(str(path)).startswith(".ledger-probe."):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *args, **kwargs)
 
-    monkeypatch.setattr(trajectories.tempfile, "mkstemp", refusing)
     opened = []
     monkeypatch.setattr(trajectories, "_open", lambda path: opened.append(path))
+    monkeypatch.setattr(os, "open", refusing)
     with pytest.raises(LedgerError) as caught:
         import_runs([source], tmp_path / "out")
+    monkeypatch.undo()
     assert caught.value.code == "STORAGE_ERROR"
     assert caught.value.message == f"cannot write journals in the output folder {tmp_path / 'out'}: Permission denied"
     assert opened == [] and not (tmp_path / "out").exists()
-    monkeypatch.setattr(trajectories.tempfile, "mkstemp", real)
 
 
 def test_a_run_id_of_one_character_says_one_character(tmp_path):
@@ -345,3 +345,45 @@ def test_an_interrupt_while_a_journal_is_begun_leaves_no_temp_file(tmp_path, mon
     assert len(written) == 2 and list(out.iterdir()) == []
     monkeypatch.undo()
     assert import_runs([given], out).runs == 1  # the run id was not taken by the interrupted attempt
+
+
+@pytest.mark.parametrize("which", [".ledger-probe.", ".r1."])
+def test_an_interrupt_the_moment_a_temp_file_is_created_leaves_no_file(tmp_path, monkeypatch, which):
+    """Ctrl-C inside the create of a journal's temp file (or of the probe saying the output folder is
+    writable), after the file existed but before its name was returned, left it behind."""
+    given = tmp_path / "log.jsonl"
+    given.write_text('{"run": "r1", "command": "ls", "output": "x"}\n')
+    real_open = os.open
+
+    def interrupted(path, *args, **kwargs):
+        fd = real_open(path, *args, **kwargs)
+        if os.path.basename(str(path)).startswith(which):
+            os.close(fd)
+            raise KeyboardInterrupt
+        return fd
+
+    out = tmp_path / "out"
+    out.mkdir()
+    monkeypatch.setattr(os, "open", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        import_runs([given], out)
+    monkeypatch.undo()
+    assert list(out.iterdir()) == []
+    assert import_runs([given], out).runs == 1 and [p.name for p in out.iterdir()] == ["r1.jsonl"]
+
+
+def test_a_temp_name_already_taken_is_left_alone_and_the_journal_still_written(tmp_path, monkeypatch):
+    import itertools
+    import ledger.package_tools.atomic_files as files_module
+
+    given = tmp_path / "log.jsonl"
+    given.write_text('{"run": "r1", "command": "ls", "output": "x"}\n')
+    out = tmp_path / "out"
+    out.mkdir()
+    taken = [out / f".ledger-probe.7{process_tag()}.tmp", out / f".r1.9{process_tag()}.tmp"]  # the probe took 8
+    for path in taken:
+        path.write_bytes(b"not this import's")
+    monkeypatch.setattr(files_module, "_TEMP_NUMBERS", itertools.count(7))
+    assert import_runs([given], out).runs == 1
+    assert sorted(p.name for p in out.iterdir()) == sorted([taken[0].name, taken[1].name, "r1.jsonl"])
+    assert all(path.read_bytes() == b"not this import's" for path in taken)

@@ -14,9 +14,8 @@ import secrets
 import shutil
 import socket
 import stat
-import tempfile
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 from ..ground.errors import STORAGE_ERROR
 from ..ground.paths import os_error, read_bytes
@@ -112,13 +111,13 @@ class _Temp:
         """Create the temp file (``0600``), named before the create returns: an interrupt right after
         the create still removes it."""
         target = self.target
-        self.name = target.with_name(f"{EXPORT_TEMP_PREFIX}{target.name}.{os.getpid()}{_TAG}{next(_TEMP_NUMBERS)}")
-        try:
-            self.fd = os.open(self.name, _CREATE, 0o600)
-        except FileExistsError:  # a leftover of an earlier process that had this pid and tag: not ours
-            self.name = None
-            self.fd, name = tempfile.mkstemp(prefix=EXPORT_TEMP_PREFIX + target.name + ".", dir=target.parent)
-            self.name = Path(name)
+        while True:
+            self.name = target.with_name(f"{EXPORT_TEMP_PREFIX}{target.name}.{os.getpid()}{_TAG}{next(_TEMP_NUMBERS)}")
+            try:
+                self.fd = os.open(self.name, _CREATE, 0o600)
+                return
+            except FileExistsError:  # a leftover of an earlier process that had this pid and tag: not ours
+                self.name = None
 
     def close(self) -> None:
         fd, self.fd = self.fd, -1
@@ -261,6 +260,22 @@ def remove_abandoned_builds(parent: Path, prefix: str) -> None:
         named = re.fullmatch(r"(?:.*\.)?(\d{1,10})(?:-\d+)?", leftover.name[len(prefix):], re.S)
         if named and not pid_alive(int(named.group(1))) and not leftover.is_symlink():
             shutil.rmtree(leftover, ignore_errors=True)
+
+
+def create_tagged_temp(folder: Path, prefix: str, suffix: str, named: Callable[[Path | None], None]) -> int:
+    """Create a new file ``folder/<prefix><number><process tag><suffix>`` (``0600``) and return its open
+    descriptor; ``named(path)`` is told each name before it is created (and ``named(None)`` when the
+    name was taken), so a caller interrupted right after the create, before this returns, still
+    knows what to remove. The process tag lets
+    :func:`remove_abandoned_temp_files` remove it once this process is gone. ``OSError`` when the
+    folder refuses it."""
+    while True:
+        path = folder / f"{prefix}{next(_TEMP_NUMBERS)}{process_tag()}{suffix}"
+        named(path)
+        try:
+            return os.open(path, _CREATE, 0o600)
+        except FileExistsError:  # an earlier process's, of this pid: never ours to remove
+            named(None)
 
 
 def process_tag() -> str:

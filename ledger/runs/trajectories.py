@@ -18,7 +18,6 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +31,7 @@ from ..ground.paths import STORAGE_ERRNOS, folder_inputs, fs_path
 from ..ground.arguments import check_text_mapping
 from ..model.outcomes import check_outcomes, read_outcomes
 from ..model.package import refuse_output_in_package
-from ..package_tools.atomic_files import process_tag, remove_abandoned_temp_files
+from ..package_tools.atomic_files import create_tagged_temp, remove_abandoned_temp_files
 from ..package_tools.journal import LINE_BYTES_MAX
 from .actions import DEFAULT_ACTION_MAP, ActionMap, classify
 from .formats import FormatError, Step, mini_swe_agent_steps, steps_line, swe_agent_steps, too_many_digits
@@ -158,20 +157,25 @@ class _Journal:
     def __init__(self, out: Path, run: str) -> None:
         self.run, self.final, self.steps = run, out / f"{run}.jsonl", 0
         self.evidence_bytes_max = 0  # the largest evidence payload of a step, canonical bytes
-        # named for this process, so that an import killed meanwhile has it removed by the next one
-        fd, self.temp = tempfile.mkstemp(prefix=f".{run}.", suffix=f"{process_tag()}{_TEMP_SUFFIX}", dir=out)
+        self.temp: Path | None = None
         self.handle: Any = None
-        try:  # an interrupt before the caller holds this journal still removes its file
+        fd = -1
+        try:  # an interrupt before the caller holds this journal (even inside the create) removes its file
+            # named for this process, so that an import killed meanwhile has it removed by the next one
+            fd = create_tagged_temp(out, f".{run}.", _TEMP_SUFFIX, self._named)
             self.handle = os.fdopen(fd, "wb")
             for item in ({"op": "open_revision", "hypotheses": [{"statement": f"agent run {run}"}],
                           "units_per_hypothesis": UNITS_PER_RUN},
                          {"op": "transition", "to": "INVESTIGATING_HYPOTHESES"}, {"op": "initialize"}):
                 self.handle.write(_line(item))
         except BaseException:
-            if self.handle is None:
+            if self.handle is None and fd >= 0:
                 os.close(fd)
             self.abandon()
             raise
+
+    def _named(self, temp: Path | None) -> None:
+        self.temp = temp
 
     def _write(self, *items: Mapping[str, Any]) -> None:
         """Append journal lines, opening the file again if it was suspended."""
@@ -228,8 +232,9 @@ class _Journal:
     def abandon(self) -> None:
         with contextlib.suppress(OSError):
             self.suspend()
-        with contextlib.suppress(FileNotFoundError):  # already renamed into place
-            os.unlink(self.temp)
+        if self.temp is not None:
+            with contextlib.suppress(FileNotFoundError):  # already renamed into place
+                os.unlink(self.temp)
 
 
 #: How a journal's temp file name ends (after its process tag).
@@ -401,13 +406,19 @@ def _refuse_inputs_in(target: Path, files: Iterable[Path]) -> None:
 def _check_writable(folder: Path) -> None:
     """``STORAGE_ERROR`` naming ``folder`` when no journal can be written there (read-only, another
     user's): said once, before any input is read, rather than once for each input."""
+    probe: list[Path | None] = [None]
+
+    def named(path: Path | None) -> None:
+        probe[0] = path
     try:
-        fd, probe = tempfile.mkstemp(prefix=".ledger-probe.", suffix=f"{process_tag()}{_TEMP_SUFFIX}", dir=folder)
+        os.close(create_tagged_temp(folder, ".ledger-probe.", _TEMP_SUFFIX, named))
     except OSError as exc:
         code = E.STORAGE_ERROR if exc.errno in STORAGE_ERRNOS else E.INVALID_ARGUMENT
         raise LedgerError(code, f"cannot write journals in the output folder {folder}: {exc.strerror or exc}") from None
-    os.close(fd)
-    os.unlink(probe)
+    finally:
+        if probe[0] is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(probe[0])
 
 
 def import_runs(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str], *, fmt: str = "auto",
