@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ledger import Case, LedgerError, export_case, import_tree, verify_case
 from ledger.ground.errors import INTEGRITY_ERROR, INVALID_JSON, REPLY_MISMATCH, ROUTER_REFUSED
-from ledger.router import reference as router_module
+from ledger.router import files as router_files
 from ledger.router.reference import Router
 from ledger.router.check import recheck, self_consistent
 from ledger.rules import evidence as rules
@@ -196,7 +196,7 @@ def test_lookup_writes_nothing_under_data_and_refuses_a_database_with_a_wal_file
 
 # --- finding 10: find_text skips unreadable files with a coverage note -----------------------------------
 def test_find_text_skips_oversized_broken_and_special_files_and_lists_them(case, monkeypatch):
-    monkeypatch.setattr(router_module, "FILE_BYTES_MAX", 1000)  # the 16 MiB cap, scaled down
+    monkeypatch.setattr(router_files, "FILE_BYTES_MAX", 1000)  # the 16 MiB cap, scaled down
     sources = case.path / "sources"
     (sources / "huge.bin").write_bytes(b"add\n" * 300)
     (sources / "gone").symlink_to("nowhere")

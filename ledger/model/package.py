@@ -24,7 +24,7 @@ from ..ground.canonical import canonical_sha256
 from ..ground.errors import LedgerError
 from ..ground.errors import integrity_error
 from ..ground.paths import STORAGE_ERRNOS, os_error
-from ..router.reference import hash_below
+from ..router.files import hash_below
 from ..rules.common import check_source_ref_list
 from ..storage.sqlite_file import LEDGER_FILE
 

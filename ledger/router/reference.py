@@ -8,7 +8,7 @@ Three tools, each a pure read of files under ``sources/`` or ``data/``:
   ``coverage.file_lines`` says how many there are.
 * ``source.find_text`` — ``{"text", "path_glob"?, "max_results"?}`` → matching lines
   as above, ``coverage.files`` lists the files scanned, ``truncated`` says whether
-  more matches existed. A matching file that cannot be read (over :data:`FILE_BYTES_MAX`,
+  more matches existed. A matching file that cannot be read (over :data:`~ledger.router.files.FILE_BYTES_MAX`,
   a symbolic link, a hard link to the ledger's files, not a regular file) is not
   scanned: ``coverage.skipped`` lists ``{"path", "reason"}`` for each (absent when none).
   A glob matching more than :data:`FILES_SCANNED_MAX` files is refused.
@@ -38,26 +38,23 @@ unchanged.
 from __future__ import annotations
 
 import base64
-import errno
 import fnmatch
 import hashlib
 import os
 import sqlite3
 import re
-import stat
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Mapping
 
 from ..ground import errors as E
 from ..ground.canonical import canonical_sha256, is_utf8_text
 from ..ground.errors import LedgerError, given, shown
-from ..storage.sqlite_file import LEDGER_FILE
+from .files import is_link, open_folder, read_below, unreadable
 
 TOOLS = ("source.read_context", "source.find_text", "database.lookup")
 SPAN_LINES_MAX = 2000
 RESULTS_MAX, DEFAULT_RESULTS = 1000, 100
 ROWS_MAX, DEFAULT_ROWS = 1000, 100
-FILE_BYTES_MAX = 16 * 1024 * 1024
 FILES_SCANNED_MAX = 5000
 TEXT_CHARS_MAX = 1000
 WHERE_KEYS_MAX = 16
@@ -66,10 +63,7 @@ INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 ROWID_ALIASES = ("rowid", "_rowid_", "oid")
 DATA_DIR = "data"
 JSON_INT_MAX = 2 ** 53 - 1
-#: The ledger's own names at the package root (besides ``ledger.sqlite*``): never read as inputs.
-MANIFEST_FILE, ANALYSIS_DIR = "manifest.json", "analysis"
 _INTEGER = re.compile(r"-?(0|[1-9][0-9]{0,19})")  # at most 20 digits: past SQLite's range, never past int()'s
-_NOFOLLOW, _CLOEXEC, _NOCTTY = (getattr(os, name, 0) for name in ("O_NOFOLLOW", "O_CLOEXEC", "O_NOCTTY"))
 
 
 def _refuse(message: str, **details: Any) -> LedgerError:
@@ -174,14 +168,14 @@ class Router:
         The path is walked from the package folder one name at a time (``O_NOFOLLOW`` at every
         step), so a symbolic link anywhere below the package folder is refused, and so is a
         hard link to one of the ledger's own files (same device and inode), a file that is not
-        regular, and one over :data:`FILE_BYTES_MAX`. ``ROUTER_REFUSED`` in every case, also
+        regular, and one over :data:`~ledger.router.files.FILE_BYTES_MAX`. ``ROUTER_REFUSED`` in every case, also
         when the system refuses the read (``unreadable`` in its details). ``own`` keeps the
         ledger's own file ids between the reads of one search (found once, when first needed).
         """
         confined(relative, top)
-        root_fd = _open_folder(self.root, relative)
+        root_fd = open_folder(self.root, relative)
         try:
-            return _read_below(root_fd, relative, {} if own is None else own)
+            return read_below(root_fd, relative, {} if own is None else own)
         finally:
             os.close(root_fd)
 
@@ -189,10 +183,10 @@ class Router:
         """Names under ``sources/`` matching ``glob``, in walk order (sorted per folder); links are
         listed, never followed."""
         found: list[str] = []
-        root_fd = _open_folder(self.root, SOURCES_DIR)
+        root_fd = open_folder(self.root, SOURCES_DIR)
         try:
-            if _is_link(SOURCES_DIR, root_fd):
-                raise _unreadable(SOURCES_DIR, "is a symbolic link; the router follows no link, so it never "
+            if is_link(SOURCES_DIR, root_fd):
+                raise unreadable(SOURCES_DIR, "is a symbolic link; the router follows no link, so it never "
                                   "reads outside sources/ of the package")
             try:
                 for directory, dirnames, filenames, _fd in os.fwalk(SOURCES_DIR, dir_fd=root_fd):
@@ -202,9 +196,9 @@ class Router:
                         if fnmatch.fnmatchcase(relative, glob):
                             found.append(relative)
             except FileNotFoundError:
-                raise _unreadable(SOURCES_DIR, "does not exist: the package has no sources to search") from None
+                raise unreadable(SOURCES_DIR, "does not exist: the package has no sources to search") from None
             except OSError as exc:  # sources/ itself may not be read (a subfolder's error is skipped)
-                raise _unreadable(SOURCES_DIR, f"cannot be read: {exc.strerror or exc}", exc.errno) from None
+                raise unreadable(SOURCES_DIR, f"cannot be read: {exc.strerror or exc}", exc.errno) from None
         finally:
             os.close(root_fd)
         if len(found) > FILES_SCANNED_MAX:
@@ -367,147 +361,6 @@ def _given(files: Mapping[str, bytes], path: str) -> bytes:
 
 
 # -- reading below the package folder -------------------------------------------------------------
-def _unreadable(relative: str, why: str, errno_: int | None = None) -> LedgerError:
-    """``ROUTER_REFUSED`` for a file that cannot be read; ``errno`` in the details when the system
-    refused the read itself (no permission, an I/O error), as opposed to a link or a missing file."""
-    return _refuse(f"{relative!r} {why}", path=relative, unreadable=True, errno=errno_)
-
-
-def _open_folder(root: Path, relative: str) -> int:
-    try:
-        return os.open(root, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
-    except OSError as exc:
-        raise _unreadable(relative, f"cannot be read: the package folder cannot be opened ({exc.strerror})",
-                          exc.errno) from None
-
-
-def _open_step(name: str, dir_fd: int, relative: str, folder: bool) -> int:
-    flags = os.O_RDONLY | _NOFOLLOW | _CLOEXEC | (os.O_DIRECTORY if folder else os.O_NONBLOCK | _NOCTTY)
-    try:
-        return os.open(name, flags, dir_fd=dir_fd)
-    except OSError as exc:
-        if exc.errno == errno.ENOENT:
-            raise _unreadable(relative, "does not exist") from None
-        if exc.errno in (errno.ELOOP, errno.EMLINK) or (folder and exc.errno == errno.ENOTDIR and _is_link(name, dir_fd)):
-            where = f"passes through a symbolic link ({name})" if folder else "is a symbolic link"
-            raise _unreadable(relative, f"{where}; the router follows no link, so it never reads outside "
-                              "sources/ or data/ of the package") from None
-        if exc.errno == errno.ENOTDIR:
-            raise _unreadable(relative, "does not exist (a part of it is not a folder)") from None
-        raise _unreadable(relative, f"cannot be read: {exc.strerror}", exc.errno) from None
-
-
-def _is_link(name: str, dir_fd: int) -> bool:
-    try:
-        return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
-    except OSError:
-        return False
-
-
-def _open_below(root_fd: int, relative: str) -> int:
-    """Walk ``relative`` down from ``root_fd`` one name at a time, refusing a link at every step, and
-    return an open descriptor of what it names (a FIFO is opened without waiting for a writer)."""
-    parts = relative.split("/")
-    fd = root_fd
-    try:
-        for part in parts[:-1]:
-            step = _open_step(part, fd, relative, True)
-            if fd != root_fd:
-                os.close(fd)
-            fd = step
-        return _open_step(parts[-1], fd, relative, False)
-    finally:
-        if fd != root_fd:
-            os.close(fd)
-
-
-def hash_below(root: str | os.PathLike[str], relative: str,
-               feed: Callable[[bytes], None] | None = None) -> tuple[os.stat_result, str]:
-    """``(fstat, sha256)`` of the regular file ``relative`` below the folder ``root``, hashed from the
-    one descriptor it was opened as (no link followed at any step, any size; each block read is also
-    given to ``feed``). ``ROUTER_REFUSED`` with ``unreadable`` in its details when it cannot be (a
-    link, not a regular file, a read error)."""
-    root_fd = _open_folder(Path(root), relative)
-    try:
-        handle = _open_below(root_fd, relative)
-    finally:
-        os.close(root_fd)
-    try:
-        info = os.fstat(handle)
-        if not stat.S_ISREG(info.st_mode):
-            raise _unreadable(relative, "is not a regular file")
-        digest = hashlib.sha256()
-        while block := os.read(handle, 1 << 20):
-            digest.update(block)
-            if feed is not None:
-                feed(block)
-        return info, digest.hexdigest()
-    except OSError as exc:
-        raise _unreadable(relative, f"cannot be read: {exc.strerror}", exc.errno) from None
-    finally:
-        os.close(handle)
-
-
-def _read_below(root_fd: int, relative: str, own: dict[str, Any]) -> bytes:
-    """Walk ``relative`` down from ``root_fd`` and read the file it names (see :meth:`Router.read_file`)."""
-    handle = _open_below(root_fd, relative)
-    try:
-        info = os.fstat(handle)
-        if not stat.S_ISREG(info.st_mode):
-            raise _unreadable(relative, "is not a regular file")
-        if info.st_size > FILE_BYTES_MAX:
-            raise _unreadable(relative, f"is larger than {FILE_BYTES_MAX} bytes")
-        if info.st_nlink > 1 and (info.st_dev, info.st_ino) in _own_ids(own, root_fd):
-            raise _unreadable(relative, "is a hard link to one of the ledger's own files; the router never "
-                              "reads them")
-        return _read_capped(handle, relative)
-    except OSError as exc:
-        raise _unreadable(relative, f"cannot be read: {exc.strerror}", exc.errno) from None
-    finally:
-        os.close(handle)
-
-
-def _read_capped(handle: int, relative: str) -> bytes:
-    chunks, size = [], 0
-    while block := os.read(handle, 1 << 20):
-        size += len(block)
-        if size > FILE_BYTES_MAX:
-            raise _unreadable(relative, f"is larger than {FILE_BYTES_MAX} bytes")
-        chunks.append(block)
-    return b"".join(chunks)
-
-
-def _own_ids(own: dict[str, Any], root_fd: int) -> set[tuple[int, int]]:
-    if "ids" not in own:
-        own["ids"] = _own_file_ids(root_fd)
-    return own["ids"]
-
-
-def _own_file_ids(root_fd: int) -> set[tuple[int, int]]:
-    """(device, inode) of the ledger's own files: ``ledger.sqlite*`` (and what a linked
-    ``ledger.sqlite`` leads to), ``manifest.json`` and every file under ``analysis/``."""
-    ids: set[tuple[int, int]] = set()
-    exported = False  # never exported: no analysis/ to walk (fwalk would raise)
-    with os.scandir(root_fd) as entries:
-        for entry in entries:
-            exported = exported or entry.name == ANALYSIS_DIR
-            if entry.name.startswith(LEDGER_FILE) or entry.name == MANIFEST_FILE:
-                for follow in (False, True):
-                    try:
-                        info = entry.stat(follow_symlinks=follow)
-                    except OSError:
-                        continue
-                    ids.add((info.st_dev, info.st_ino))
-    for _directory, _dirs, filenames, dir_fd in os.fwalk(ANALYSIS_DIR, dir_fd=root_fd) if exported else ():
-        for name in filenames:
-            try:
-                info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-            except OSError:
-                continue
-            ids.add((info.st_dev, info.st_ino))
-    return ids
-
-
 def _quote(identifier: str) -> str:
     """An SQL identifier in double quotes (embedded quotes doubled); only ever used for names that
     were first found in the database's own schema."""

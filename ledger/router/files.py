@@ -1,0 +1,167 @@
+"""A package's files, read below its folder one name at a time without following a link.
+
+What the router reads (docs/evidence.md) and what a cited source is hashed from: every path is
+walked from an open descriptor of the package folder with ``O_NOFOLLOW`` at each step, a FIFO is
+opened without waiting for a writer, and only a regular file is read, from the one descriptor it
+was opened as. Every refusal is ``ROUTER_REFUSED`` with ``unreadable`` in its details.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import stat
+from pathlib import Path
+from typing import Any, Callable
+
+from ..ground import errors as E
+from ..ground.errors import LedgerError
+from ..storage.sqlite_file import LEDGER_FILE
+
+#: The largest file the router reads, in bytes.
+FILE_BYTES_MAX = 16 * 1024 * 1024
+#: The ledger's own names at the package root (besides ``ledger.sqlite*``): never read as inputs.
+MANIFEST_FILE, ANALYSIS_DIR = "manifest.json", "analysis"
+_NOFOLLOW, _CLOEXEC, _NOCTTY = (getattr(os, name, 0) for name in ("O_NOFOLLOW", "O_CLOEXEC", "O_NOCTTY"))
+
+
+def unreadable(relative: str, why: str, errno_: int | None = None) -> LedgerError:
+    """``ROUTER_REFUSED`` for a file that cannot be read; ``errno`` in the details when the system
+    refused the read itself (no permission, an I/O error), as opposed to a link or a missing file."""
+    return LedgerError(E.ROUTER_REFUSED, f"{relative!r} {why}", path=relative, unreadable=True, errno=errno_)
+
+
+def open_folder(root: Path, relative: str) -> int:
+    try:
+        return os.open(root, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
+    except OSError as exc:
+        raise unreadable(relative, f"cannot be read: the package folder cannot be opened ({exc.strerror})",
+                          exc.errno) from None
+
+
+def _open_step(name: str, dir_fd: int, relative: str, folder: bool) -> int:
+    flags = os.O_RDONLY | _NOFOLLOW | _CLOEXEC | (os.O_DIRECTORY if folder else os.O_NONBLOCK | _NOCTTY)
+    try:
+        return os.open(name, flags, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            raise unreadable(relative, "does not exist") from None
+        if exc.errno in (errno.ELOOP, errno.EMLINK) or (folder and exc.errno == errno.ENOTDIR and is_link(name, dir_fd)):
+            where = f"passes through a symbolic link ({name})" if folder else "is a symbolic link"
+            raise unreadable(relative, f"{where}; the router follows no link, so it never reads outside "
+                              "sources/ or data/ of the package") from None
+        if exc.errno == errno.ENOTDIR:
+            raise unreadable(relative, "does not exist (a part of it is not a folder)") from None
+        raise unreadable(relative, f"cannot be read: {exc.strerror}", exc.errno) from None
+
+
+def is_link(name: str, dir_fd: int) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def _open_below(root_fd: int, relative: str) -> int:
+    """Walk ``relative`` down from ``root_fd`` one name at a time, refusing a link at every step, and
+    return an open descriptor of what it names (a FIFO is opened without waiting for a writer)."""
+    parts = relative.split("/")
+    fd = root_fd
+    try:
+        for part in parts[:-1]:
+            step = _open_step(part, fd, relative, True)
+            if fd != root_fd:
+                os.close(fd)
+            fd = step
+        return _open_step(parts[-1], fd, relative, False)
+    finally:
+        if fd != root_fd:
+            os.close(fd)
+
+
+def hash_below(root: str | os.PathLike[str], relative: str,
+               feed: Callable[[bytes], None] | None = None) -> tuple[os.stat_result, str]:
+    """``(fstat, sha256)`` of the regular file ``relative`` below the folder ``root``, hashed from the
+    one descriptor it was opened as (no link followed at any step, any size; each block read is also
+    given to ``feed``). ``ROUTER_REFUSED`` with ``unreadable`` in its details when it cannot be (a
+    link, not a regular file, a read error)."""
+    root_fd = open_folder(Path(root), relative)
+    try:
+        handle = _open_below(root_fd, relative)
+    finally:
+        os.close(root_fd)
+    try:
+        info = os.fstat(handle)
+        if not stat.S_ISREG(info.st_mode):
+            raise unreadable(relative, "is not a regular file")
+        digest = hashlib.sha256()
+        while block := os.read(handle, 1 << 20):
+            digest.update(block)
+            if feed is not None:
+                feed(block)
+        return info, digest.hexdigest()
+    except OSError as exc:
+        raise unreadable(relative, f"cannot be read: {exc.strerror}", exc.errno) from None
+    finally:
+        os.close(handle)
+
+
+def read_below(root_fd: int, relative: str, own: dict[str, Any]) -> bytes:
+    """Walk ``relative`` down from ``root_fd`` and read the file it names (see :meth:`Router.read_file`)."""
+    handle = _open_below(root_fd, relative)
+    try:
+        info = os.fstat(handle)
+        if not stat.S_ISREG(info.st_mode):
+            raise unreadable(relative, "is not a regular file")
+        if info.st_size > FILE_BYTES_MAX:
+            raise unreadable(relative, f"is larger than {FILE_BYTES_MAX} bytes")
+        if info.st_nlink > 1 and (info.st_dev, info.st_ino) in _own_ids(own, root_fd):
+            raise unreadable(relative, "is a hard link to one of the ledger's own files; the router never "
+                              "reads them")
+        return _read_capped(handle, relative)
+    except OSError as exc:
+        raise unreadable(relative, f"cannot be read: {exc.strerror}", exc.errno) from None
+    finally:
+        os.close(handle)
+
+
+def _read_capped(handle: int, relative: str) -> bytes:
+    chunks, size = [], 0
+    while block := os.read(handle, 1 << 20):
+        size += len(block)
+        if size > FILE_BYTES_MAX:
+            raise unreadable(relative, f"is larger than {FILE_BYTES_MAX} bytes")
+        chunks.append(block)
+    return b"".join(chunks)
+
+
+def _own_ids(own: dict[str, Any], root_fd: int) -> set[tuple[int, int]]:
+    if "ids" not in own:
+        own["ids"] = _own_file_ids(root_fd)
+    return own["ids"]
+
+
+def _own_file_ids(root_fd: int) -> set[tuple[int, int]]:
+    """(device, inode) of the ledger's own files: ``ledger.sqlite*`` (and what a linked
+    ``ledger.sqlite`` leads to), ``manifest.json`` and every file under ``analysis/``."""
+    ids: set[tuple[int, int]] = set()
+    exported = False  # never exported: no analysis/ to walk (fwalk would raise)
+    with os.scandir(root_fd) as entries:
+        for entry in entries:
+            exported = exported or entry.name == ANALYSIS_DIR
+            if entry.name.startswith(LEDGER_FILE) or entry.name == MANIFEST_FILE:
+                for follow in (False, True):
+                    try:
+                        info = entry.stat(follow_symlinks=follow)
+                    except OSError:
+                        continue
+                    ids.add((info.st_dev, info.st_ino))
+    for _directory, _dirs, filenames, dir_fd in os.fwalk(ANALYSIS_DIR, dir_fd=root_fd) if exported else ():
+        for name in filenames:
+            try:
+                info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            except OSError:
+                continue
+            ids.add((info.st_dev, info.st_ino))
+    return ids
