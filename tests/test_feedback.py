@@ -19,7 +19,6 @@ from ledger.storage.sqlfiles import migrations
 from ledger.package_tools.journal import apply_journal
 from ledger_cli.main import main as cli_main
 from conftest import EXAMPLE_BUDGET, start_case
-from test_evidence import APP, read
 PASSED = {"status": "passed", "details": {"log": "2 tests passed"}}
 LOG = "collected 2 items\n2 passed\n"
 PNG = bytes(range(256))

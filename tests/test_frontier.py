@@ -18,7 +18,8 @@ from ledger.simulation.evaluator import evaluate, step_table
 from ledger.simulation.frontier import (OUT_OF_REACH, choose, name_order, parse_max_stopped, pareto_front,
                                         percentile_75, policy_toml)
 from ledger.simulation.replay import journal_lines
-from ledger.simulation.simulator import parse_journal, policy_from_mapping, replay_run
+from ledger.simulation.replay import parse_journal, replay_run
+from ledger.simulation.simulator import policy_from_mapping
 from ledger.ground.errors import INVALID_ARGUMENT, LedgerError
 from ledger_cli.main import main
 

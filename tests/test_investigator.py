@@ -396,7 +396,7 @@ def test_run_tool_interrupted_once_its_result_is_recorded_keeps_it(case, investi
     recorded = CaseBudget.record_evidence
 
     def then_interrupted(self, *args, **kwargs):
-        result = recorded(self, *args, **kwargs)
+        recorded(self, *args, **kwargs)
         raise KeyboardInterrupt
 
     monkeypatch.setattr(CaseBudget, "record_evidence", then_interrupted)

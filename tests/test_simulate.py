@@ -15,7 +15,8 @@ from click.testing import CliRunner
 
 from ledger import AnalysisConfig, Case, LedgerError, MemoryCase, apply_journal, example_policy, simulate, vary
 from ledger.simulation.simulator import parse_vary
-from ledger.simulation.simulator import Policy, parse_journal, policy_from_mapping, replay_run
+from ledger.simulation.replay import parse_journal, replay_run
+from ledger.simulation.simulator import Policy, policy_from_mapping
 from ledger_cli.main import main, main as cli_main
 from ledger.ground.errors import INVALID_ARGUMENT
 from conftest import EXAMPLE_BUDGET, REPO

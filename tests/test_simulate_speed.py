@@ -17,7 +17,8 @@ import pytest
 
 from ledger import LedgerError
 from ledger.services.memory import MARSHAL_BOUND, MemorySession, check_event_size
-from ledger.simulation.simulator import Policy, parse_journal, policy_from_mapping, replay_run, simulate, vary
+from ledger.simulation.replay import parse_journal, replay_run
+from ledger.simulation.simulator import Policy, policy_from_mapping, simulate, vary
 
 DATA = Path(__file__).parent / "data" / "trajectories"
 SOME = sorted(DATA.glob("*.jsonl"))[::20]  # 5 real journals

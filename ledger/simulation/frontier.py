@@ -23,11 +23,10 @@ from fractions import Fraction
 from typing import Any, Iterable, Mapping, Sequence
 
 from ..ground import errors as E
-from ..ground.canonical import SAFE_INTEGER_MAX
 from ..ground.config import AnalysisConfig
 from ..ground.errors import LedgerError
 from ..services.memory import DEFAULT_ACTOR
-from ..ground.arguments import check_iterable, path_list
+from ..ground.arguments import path_list
 from .evaluator import StepTable, evaluate, step_table
 from .output_files import write_output_file
 from .replay import UNITS_KEY, RunResult, journal_lines

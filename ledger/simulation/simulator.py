@@ -35,7 +35,7 @@ from ..ground.paths import folder_inputs, fs_path
 from ..ground.workers import job_count, shared_map
 from ..rules.common import check_action_id
 from ..model.outcomes import check_outcomes, read_outcomes  # noqa: F401 (read_outcomes: the public API's)
-from .replay import UNITS_KEY, RunResult, journal_lines, parse_journal, replay_run, run_error
+from .replay import UNITS_KEY, RunResult, journal_lines, replay_run, run_error
 
 #: The figures of a policy (and of each outcome), in output order.
 FIGURES = ("runs", "steps", "steps_taken", "steps_refused", "units_spent", "units_rewarded",
