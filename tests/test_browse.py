@@ -507,7 +507,8 @@ def test_a_server_started_with_sighup_ignored_keeps_ignoring_it(demo):
 
 
 @pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
-@pytest.mark.parametrize("host, warned", [("0.0.0.0", True), ("127.0.0.1", False), ("::1", False)])
+@pytest.mark.parametrize("host, warned", [("0.0.0.0", True), ("127.0.0.1", False), ("::1", False),
+                                         ("::ffff:127.0.0.1", False), ("::ffff:0.0.0.0", True)])
 def test_listening_beyond_this_machine_warns_that_there_is_no_login(demo, host, warned):
     server = subprocess.Popen([sys.executable, "-m", "ledger_cli", "serve", str(demo), "--host", host, "--port", "0"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -521,7 +522,7 @@ def test_listening_beyond_this_machine_warns_that_there_is_no_login(demo, host, 
             server.kill()
             server.communicate()
     assert server.returncode == 0 and out.strip() == "stopped"
-    assert err == ("warning: listening on 0.0.0.0, not only on this machine: anyone who can reach it may read every "
+    assert err == (f"warning: listening on {host}, not only on this machine: anyone who can reach it may read every "
                    "served case and run SQL on it (there is no login)\n" if warned else "")
 
 

@@ -315,10 +315,13 @@ def serve_cases(paths: Sequence[str | os.PathLike[str]], host: str = "127.0.0.1"
 
 
 def _loopback(address: str) -> bool:
+    """Whether the socket address ``address`` is this machine's only (``127.0.0.0/8``, ``::1``, and
+    ``::ffff:127.x.x.x``, an IPv4 loopback address on an IPv6 socket)."""
     try:
-        return ipaddress.ip_address(address.split("%")[0]).is_loopback
+        ip = ipaddress.ip_address(address.split("%")[0])
     except ValueError:
         return False
+    return ip.is_loopback or bool(getattr(ip, "ipv4_mapped", None) and ip.ipv4_mapped.is_loopback)
 
 
 def _stderr(text: str) -> None:
