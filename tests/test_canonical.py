@@ -85,9 +85,11 @@ def test_a_large_integer_in_a_where_value_is_pointed_to_the_integer_form_the_loo
             call()
         assert caught.value.code == INVALID_JSON and "actions[0].args.where.snowflake" in caught.value.message
         assert caught.value.message.endswith('send a larger number in a where value as {"integer": "<decimal digits>"}')
-    with pytest.raises(LedgerError) as caught:
-        canonical_bytes({"whereabouts": {"x": 2 ** 60}}, "request")
-    assert caught.value.message.endswith("send a larger number as a string")
+    for elsewhere in ({"whereabouts": {"x": 2 ** 60}}, {"evidence": {"where": {"x": 2 ** 60}}},
+                      {"evidence": {"args": {"where": 2 ** 60}}}, {"myargs": {"where": {"x": 2 ** 60}}}):
+        with pytest.raises(LedgerError) as caught:
+            canonical_bytes(elsewhere, "request")
+        assert caught.value.message.endswith("send a larger number as a string"), elsewhere
 
 
 def test_json_bytes_are_utf8_only_never_utf16_or_utf32_guessed_from_the_bytes():

@@ -263,10 +263,15 @@ def _int_problem(text: str) -> Callable[[str], str] | None:
     return lambda where: f"integer {text[:40]} at {where} is outside ±(2**53-1); {_larger_integer_hint(where)}"
 
 
+#: A path into a lookup's ``where``: the tool arguments' own (``args.where.COLUMN``), or the arguments
+#: checked alone (``where.COLUMN``); a key named ``where`` anywhere else (evidence, a payload) is not one.
+_WHERE_VALUE = re.compile(r"^(\$\.)?where\.|(^|[.\]])args\.where\.")
+
+
 def _larger_integer_hint(where: str) -> str:
     """How to send an integer past ±(2**53-1) instead: as a string, or in an evidence lookup's ``where``
     as ``{"integer": "<digits>"}`` (docs/evidence.md), which compares equal to the stored integer."""
-    if ".where." in where or where.startswith("where."):
+    if _WHERE_VALUE.search(where):
         return 'send a larger number in a where value as {"integer": "<decimal digits>"}'
     return "send a larger number as a string"
 
