@@ -238,7 +238,14 @@ def test_a_link_to_a_case_folder_is_found_and_a_link_to_another_folder_is_not_wa
     (root / "loop").symlink_to(tmp_path, target_is_directory=True)
     (root / "batch").symlink_to(cases / "batch", target_is_directory=True)  # holds cases, is no case
     assert find_cases([root]) == [root / "deeper" / "demo"]
-    assert find_cases([root, cases / "demo"]) == [root / "deeper" / "demo"]  # one case reached twice: once
+    # one case reached twice: once, by its own folder's path rather than the link's
+    assert find_cases([root, cases / "demo"]) == [cases / "demo"]
+    (cases / "a-link").symlink_to("demo")  # in the case's own folder, sorting before it
+    try:
+        found = find_cases([cases])
+        assert cases / "demo" in found and cases / "a-link" not in found
+    finally:
+        (cases / "a-link").unlink()
 
 
 def test_a_case_folder_whose_name_is_not_utf8_is_exported_and_its_record_read_back(tmp_path):

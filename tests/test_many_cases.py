@@ -111,6 +111,9 @@ def test_a_link_to_a_case_folder_is_one_of_the_cases_of_its_folder(four_cases, t
     assert case_folders([tmp_path / "here"]) == [tmp_path / "here" / "case-01", tmp_path / "here" / "linked"]
     report = verify_many(case_folders([tmp_path / "here"]), jobs=1)
     assert [(Path(o["case"]).name, o["ok"]) for o in report.cases] == [("case-01", True), ("linked", True)]
+    (tmp_path / "here" / "a-link").symlink_to("case-01")  # the case and a link to it: once, by its own name
+    assert [Path(o["case"]).name for o in verify_many(case_folders([tmp_path / "here"]), jobs=1).cases] == [
+        "case-01", "linked"]
 
 
 @pytest.mark.parametrize("left", ["manifest.json and analysis/", "ledger.sqlite-wal", "ledger.sqlite-lock"])

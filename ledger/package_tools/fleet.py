@@ -186,14 +186,20 @@ def find_cases(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
     """Every case package (a folder holding ``ledger.sqlite``, or a damaged one that lost it:
     :func:`is_case_package`) named in or found under ``paths`` (folders are walked, a link to a
     case folder taken but no link walked, a case's own folder not entered), in order, once each (a folder reached by two paths
-    is the first of them). A path that is neither a case nor a folder holding one is ``LEDGER_MISSING``."""
+    is the first of them, named by its own path rather than a link's when it is reached both ways).
+    A path that is neither a case nor a folder holding one is ``LEDGER_MISSING``."""
     if isinstance(paths, (str, bytes, os.PathLike)):
         paths = [paths]  # one path, not its characters
     found: dict[Path, Path] = {}  # the real folder → the path it was found by first
+
+    def add(path: Path) -> None:
+        real = Path(os.path.realpath(path))
+        if real not in found or (found[real].is_symlink() and not path.is_symlink()):
+            found[real] = path  # a case's own folder rather than a link to it; its first place kept
     for given in paths:
         root = fs_path(given, "case or folder")
         if (root / LEDGER_FILE).is_file():
-            found.setdefault(Path(os.path.realpath(root)), root)
+            add(root)
             continue
         if not root.is_dir():
             raise missing_ledger(root)
@@ -201,14 +207,14 @@ def find_cases(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
         for folder, dirs, files in os.walk(root):
             dirs.sort()
             if is_case_package(Path(folder)):
-                found.setdefault(Path(os.path.realpath(folder)), Path(folder))
+                add(Path(folder))
                 any_case, dirs[:] = True, []
             else:
                 dirs[:] = [d for d in dirs if d != META_DIR and not is_build_folder(d)]
                 for name in dirs:  # os.walk does not enter links: a link to a case is taken, never walked
                     linked = Path(folder) / name
                     if linked.is_symlink() and linked.is_dir() and is_case_package(linked):
-                        found.setdefault(Path(os.path.realpath(linked)), linked)
+                        add(linked)
                         any_case = True
         if not any_case:
             raise LedgerError(E.LEDGER_MISSING, f"no case package (a folder with {LEDGER_FILE}) under {root}")

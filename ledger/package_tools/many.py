@@ -80,14 +80,18 @@ def _is_folder(entry: os.DirEntry[str]) -> bool:
 
 
 def _unique(paths: Any) -> list[Path]:
-    seen: set[Path] = set()
-    unique = []
+    """``paths`` with each case once, where it first appears; named by the case's own folder rather
+    than by a link to it when both are given (``--all`` on a folder holding a case and a link to it)."""
+    at: dict[Path, int] = {}
+    unique: list[Path] = []
     for path in path_list(paths, "cases"):
         given = fs_path(path, "case path")
         key = Path(os.path.realpath(given))  # a link loop stays as it is: opening it is then refused
-        if key not in seen:
-            seen.add(key)
+        if key not in at:
+            at[key] = len(unique)
             unique.append(given)
+        elif os.path.islink(unique[at[key]]) and not os.path.islink(given):
+            unique[at[key]] = given
     return unique
 
 
