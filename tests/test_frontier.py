@@ -655,6 +655,11 @@ def test_the_frontier_refuses_policies_priced_unlike_the_first(key, values):
                            "the built-in prices), or compare prices with simulate without --frontier\n")
     same = policy_from_mapping("same prices", {**example_policy().settings(), "max_low_information_steps": 2})
     assert frontier([FILES[0]], [example_policy(), same], OUTCOMES, good="failed", jobs=1).policies  # prices alike
+    settings = example_policy().settings()
+    listed = {**settings, "action_costs": {**settings["action_costs"], "tests.run": settings["default_action_cost"]}}
+    alike = policy_from_mapping("listed at the default", listed)  # an action listed at the default cost
+    report = frontier([FILES[0]], [example_policy(), alike], OUTCOMES, good="failed", jobs=1)
+    assert "listed at the default" in [row["name"] for row in report.policies]
 
 
 def test_a_fold_whose_training_runs_hold_no_run_of_the_constraints_label_makes_no_choice(tmp_path):

@@ -482,11 +482,18 @@ PRICE_KEYS = ("default_action_cost", "action_costs", "test_costs")
 def _check_one_price_table(policies: Sequence[Policy]) -> None:
     """``INVALID_ARGUMENT`` naming the first policy that prices actions unlike the first one: a policy
     charging 1 unit where the first charges 10 would "save" units by its prices alone, stopping
-    nothing more, and be chosen for it."""
-    base = policies[0].config.policy
+    nothing more, and be chosen for it. Prices compare as charged: an action listed at the default
+    cost is priced like one left out."""
+    named = {action for policy in policies for action in policy.config.policy["action_costs"]}
+
+    def charged(policy: Policy, key: str) -> Any:
+        table = policy.config.policy
+        if key == "action_costs":
+            return {action: table[key].get(action, table["default_action_cost"]) for action in named}
+        return table[key]
     for policy in policies[1:]:
         for key in PRICE_KEYS:
-            if policy.config.policy[key] != base[key]:
+            if charged(policy, key) != charged(policies[0], key):
                 raise LedgerError(E.INVALID_ARGUMENT, (
                     f"policy {policy.name!r} prices actions unlike the first policy {policies[0].name!r} ({key} "
                     "differs): the frontier compares units spent, which compare only under one price table; give "
