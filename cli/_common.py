@@ -60,10 +60,16 @@ def _locale_hint(message: str) -> str:
     """Why an argument holds a lone surrogate when the locale is not UTF-8 (``LC_ALL=C`` with
     ``PYTHONUTF8=0``): Python then keeps each non-ASCII byte of an argument as a lone surrogate."""
     encoding = sys.getfilesystemencoding().lower().replace("-", "").replace("_", "")
-    if "lone surrogate" not in message or encoding == "utf8":
+    if "lone surrogate" not in message or encoding == "utf8" or not _escaped_argument():
         return ""
     return (f" (this locale's encoding is {sys.getfilesystemencoding()}, not UTF-8, so a non-ASCII "
             "argument cannot be read: use a UTF-8 locale such as LC_ALL=C.UTF-8, or PYTHONUTF8=1)")
+
+
+def _escaped_argument() -> bool:
+    """Whether a command-line argument holds a byte the locale could not decode (kept as a lone
+    surrogate U+DC80-U+DCFF); a lone surrogate read from a file is not the locale's doing."""
+    return any(any("\udc80" <= char <= "\udcff" for char in arg) for arg in sys.argv[1:])
 
 
 def _flush_stdout() -> None:

@@ -379,6 +379,21 @@ def test_a_non_ascii_argument_under_an_ascii_locale_is_refused_naming_the_locale
     assert Case.open(tmp_path / "c").query("SELECT count(*) AS n FROM events") == events
 
 
+def test_a_lone_surrogate_read_from_a_file_is_refused_without_blaming_the_locale(tmp_path):
+    """Only an argument's bytes depend on the locale: an evidence file's "\\udce9" is refused as it is."""
+    journal = tmp_path / "j.jsonl"
+    journal.write_text("".join(json.dumps(line) + "\n" for line in (
+        {"op": "open_revision", "hypotheses": [{"statement": "a"}], "units_per_hypothesis": 100},
+        {"op": "transition", "to": "INVESTIGATING_HYPOTHESES"}, {"op": "initialize"},
+        {"op": "reserve", "hypothesis": "H1", "action_id": "q1", "action": "source.read_context"})))
+    assert run_cli("apply", str(tmp_path / "c"), str(journal), "--create", "C1").returncode == 0
+    (tmp_path / "ev.json").write_text('{"x": "\\udce9"}')
+    done = run_cli("budget", "record", str(tmp_path / "c"), "H1", "q1", "--evidence-file", str(tmp_path / "ev.json"),
+                   env={"LC_ALL": "C", "PYTHONUTF8": "0", "LANG": "C"})
+    assert done.returncode == 1 and done.stderr.decode().endswith(
+        "no canonical JSON form at $.x: text holding a lone surrogate (no UTF-8 form)\n")
+
+
 def test_reading_from_a_closed_standard_input_is_an_error_line(case):
     case.close()
     for args in (["apply", str(case.path), "-"], ["budget", "record", str(case.path), "H1", "q1", "--evidence-file", "-"]):
