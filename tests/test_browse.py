@@ -355,6 +355,44 @@ def test_every_page_and_download_of_a_case_within_its_default_limits_is_served_w
             database.close()
 
 
+def test_listing_the_cases_does_not_copy_the_metadata_once_per_table(site, monkeypatch):
+    """Datasette 0.65.5 copied the whole metadata (every served case's descriptions) to find each
+    listed table's permission rules: the home page took time growing with the square of the cases."""
+    import copy
+
+    copies = []
+    real = copy.deepcopy
+    monkeypatch.setattr(copy, "deepcopy", lambda value, *rest: copies.append(1) or real(value, *rest))
+    page = get(site, "/")
+    assert page.status_code == 200 and "BUG-20" in page.text and "SCOPED-1" in page.text
+    assert copies == []
+
+
+def test_a_table_rule_a_plugin_adds_still_applies(demo):
+    """Rules are worked out once per table, not dropped: a plugin's metadata denying a table is obeyed."""
+    import types
+
+    from datasette import hookimpl
+    from datasette.plugins import pm
+
+    @hookimpl
+    def get_metadata(datasette, key, database, table):
+        return {"databases": {"BUG-20": {"tables": {"events": {"allow": False}}}}}
+
+    plugin = types.ModuleType("deny_events")
+    plugin.get_metadata = get_metadata
+    pm.register(plugin, name="deny-events")
+    datasette = case_datasette([demo], sql_threads=0)
+    try:
+        assert get(datasette, "/BUG-20/events.json").status_code == 403
+        assert get(datasette, "/BUG-20/events.json").status_code == 403  # the second answer is the first's
+        assert get(datasette, "/BUG-20/balances.json").status_code == 200
+    finally:
+        pm.unregister(name="deny-events")
+        for database in datasette.databases.values():
+            database.close()
+
+
 @pytest.mark.parametrize("name", ["p%41", "c#x", "q?mode=rwc", "r%2523"])
 def test_a_case_whose_folder_name_reads_as_a_uri_part_is_served_as_itself(demo, tmp_path, name):
     """Datasette opens file:PATH?mode=ro with the path as it is: 'p%41' opened 'pA' (another case,
