@@ -199,8 +199,10 @@ SELECT 1 FROM {schema}.sqlite_master WHERE type = 'table' AND name = 'schema_mig
 SELECT COALESCE(MAX(version), 0) FROM {schema}.schema_migrations;
 
 -- name: schema_objects
+-- tables, views and indexes, whose names are one namespace (a trigger's name is of its own:
+-- a trigger may be named like a view; schema_objects_typed has both)
 SELECT name, sql FROM {schema}.sqlite_master
-WHERE type IN ('trigger', 'view', 'index', 'table') AND sql IS NOT NULL;
+WHERE type IN ('view', 'index', 'table') AND sql IS NOT NULL;
 
 -- name: schema_objects_typed
 SELECT type, name, tbl_name, sql FROM {schema}.sqlite_master

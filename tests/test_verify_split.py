@@ -404,6 +404,47 @@ def test_a_trigger_on_a_ledger_table_or_view_is_refused_however_its_name_is_spel
         assert foreign_write_blockers(conn) == [f"trigger hide_it on {spelled.strip(chr(34))}"]
 
 
+@pytest.mark.parametrize("forged", ["a trigger named like a view", "a unique index named like a trigger"])
+def test_an_object_named_like_one_of_the_ledgers_own_of_another_type_is_refused(ledger_case, forged):
+    """SQLite keeps triggers' names apart from tables', views' and indexes': a trigger named
+    ``balances`` (the view dropped and made again after it) or a UNIQUE index named like the
+    shipped trigger ``events_no_update`` passed verify --strict, listed nowhere, and could refuse
+    every later write of one kind."""
+    conn = sqlite3.connect(ledger_case / "ledger.sqlite", isolation_level=None)
+    if forged == "a trigger named like a view":
+        view = conn.execute("SELECT sql FROM sqlite_master WHERE type = 'view' AND name = 'balances'").fetchone()[0]
+        conn.executescript("CREATE TRIGGER balances BEFORE INSERT ON events WHEN NEW.type = 'budget.rejected' "
+                           f"BEGIN SELECT RAISE(ABORT, 'disk I/O error'); END; DROP VIEW balances; {view};")
+        name, kind = "balances", "trigger"
+    else:
+        trigger = conn.execute("SELECT sql FROM sqlite_master WHERE type = 'trigger' AND name = 'events_no_update'"
+                               ).fetchone()[0]
+        conn.executescript("CREATE UNIQUE INDEX events_no_update ON events (type) WHERE type = 'budget.rejected'; "
+                           f"DROP TRIGGER events_no_update; {trigger};")
+        name, kind = "events_no_update", "index"
+    kinds = sorted(row[0] for row in conn.execute("SELECT type FROM sqlite_master WHERE name = ?", (name,)))
+    conn.close()
+    assert kinds == sorted([kind, "view" if kind == "trigger" else "trigger"])
+    for strict in (False, True):
+        with pytest.raises(LedgerError) as caught:
+            verify_case(ledger_case, strict=strict)
+        assert caught.value.code == INTEGRITY_ERROR and caught.value.message.startswith(
+            f"schema object {name} is not the ledger's own: "), caught.value.message
+    from ledger.storage.sqlfiles import foreign_write_blockers
+    with sqlite3.connect(ledger_case / "ledger.sqlite") as conn:
+        assert foreign_write_blockers(conn) == [f"{kind} {name} on events"]
+
+
+def test_a_dropped_index_of_the_ledger_is_named_as_an_index(ledger_case):
+    with sqlite3.connect(ledger_case / "ledger.sqlite") as conn:
+        conn.execute("DROP INDEX events_by_stream")
+    conn.close()
+    with pytest.raises(LedgerError) as caught:
+        verify_case(ledger_case)
+    assert caught.value.message == ("schema index events_by_stream is missing or altered (the ledger's rows or "
+                                    "reads depend on it)")
+
+
 def _store_twice(ledger: Path, table: str, seq: int) -> None:
     """Copy ``table``'s row of ``seq`` behind its primary key: the key's index is dropped from the
     schema, the copy inserted, and a plain index put back under the key index's name, so the

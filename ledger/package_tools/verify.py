@@ -22,8 +22,8 @@ from typing import Any, Callable, Iterator, Mapping
 
 from ..ground import errors as E
 from .atomic_files import process_tag, remove_abandoned_temp_folders, same_bytes
-from ..storage.sqlfiles import (PUBLIC_VIEWS, folded_name, migration_record_problem, schema_version, shipped_schema,
-                                statement)
+from ..storage.sqlfiles import (PUBLIC_VIEWS, folded_name, migration_record_problem, schema_version, shipped_objects,
+                                shipped_schema, statement)
 from ..ground.arguments import check_callback, check_flag
 from ..ground.workers import job_count
 from ..ground.canonical import stored_bytes
@@ -415,22 +415,23 @@ def _compare_schema(conn: sqlite3.Connection, version: int) -> list[dict[str, st
     not a plain column list (UNIQUE, partial, on an expression: it can refuse the ledger's own
     appends), are ``INTEGRITY_ERROR``.
     """
-    shipped = shipped_schema(version)
+    shipped = shipped_objects(version)
+    tables = {name for kind, name in shipped if kind in ("table", "view")}  # what a trigger or index is on
     objects = conn.execute(statement("schema_objects_typed", "orig")).fetchall()
-    present = {name: sql for _, name, _, sql in objects}
-    for name, sql in sorted(shipped.items()):
-        if present.get(name) != sql:
-            raise _bad(None, f"schema object {name} is missing or altered (a dropped trigger leaves the ledger unguarded)",
-                       object=name)
+    present = {(kind, name): sql for kind, name, _, sql in objects}
+    for (kind, name), sql in sorted(shipped.items()):
+        if present.get((kind, name)) != sql:
+            why = "a dropped trigger leaves the ledger unguarded" if kind == "trigger" else "the ledger's rows or reads depend on it"
+            raise _bad(None, f"schema {kind} {name} is missing or altered ({why})", object=name)
     fts = {name for kind, name, _, sql in objects if kind == "table" and _FTS_RE.match(sql)}
     foreign = []
     for kind, name, table, sql in objects:
-        if name in shipped or kind == "table" and name in SQLITE_OWN_TABLES:
+        if (kind, name) in shipped or kind == "table" and name in SQLITE_OWN_TABLES:
             continue  # only SQLite's own tables: a trigger, view or index may not hide behind their names
-        if kind == "trigger" and folded_name(table) in shipped:
+        if kind == "trigger" and folded_name(table) in tables:
             raise _bad(None, f"schema object {name} is not the ledger's own: a trigger on the ledger's "
                        f"{folded_name(table)} can block or alter its writes; drop it", object=name)
-        if kind == "index" and folded_name(table) in shipped:
+        if kind == "index" and folded_name(table) in tables:
             _refuse_index_that_can_block_writes(conn, name, table)
         foreign.append({"type": _foreign_kind(kind, name, sql, fts), "name": name, "table": table})
     return foreign

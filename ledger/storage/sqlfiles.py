@@ -97,6 +97,18 @@ def shipped_schema(version: int | None = None) -> dict[str, str]:
     return objects
 
 
+def shipped_objects(version: int | None = None) -> dict[tuple[str, str], str]:
+    """:func:`shipped_schema` keyed by ``(type, name)``, as ``sqlite_master`` holds them: a trigger's
+    name is not a table's, view's or index's (SQLite keeps triggers' names apart), so a trigger
+    named like a shipped view is a different object, never the view."""
+    return {(schema_object(sql)[0], name): sql for name, sql in shipped_schema(version).items()}
+
+
+def typed_objects(conn: sqlite3.Connection, schema: str = "main") -> dict[tuple[str, str], str]:
+    """``(type, name)`` → SQL of the tables, views, indexes and triggers of ``schema``."""
+    return {(kind, name): sql for kind, name, _table, sql in conn.execute(statement("schema_objects_typed", schema))}
+
+
 def schema_version() -> int:
     """The newest schema version this code knows."""
     return migrations()[-1][0]
@@ -168,9 +180,9 @@ def column_list(conn: sqlite3.Connection, table: str, schema: str = "main", *, t
 
 
 @cache
-def _made_by(version: int) -> dict[str, str]:
-    """Name → SQL of the tables, triggers, views and indexes migration ``version`` creates."""
-    return {name: sql for v, _, statements in migrations() if v == version
+def _made_by(version: int) -> dict[tuple[str, str], str]:
+    """``(type, name)`` → SQL of the tables, triggers, views and indexes migration ``version`` creates."""
+    return {(kind, name): sql for v, _, statements in migrations() if v == version
             for kind, name, sql in map(schema_object, statements) if kind}
 
 
@@ -180,8 +192,9 @@ def migration_record_problem(conn: sqlite3.Connection, schema: str = "main") -> 
     no object a later migration makes (or remakes, as a view-only migration does) may be there
     already (a deleted row would have the next writer run that migration again). A file with no
     schema at all has no problem."""
-    present = dict(conn.execute(statement("schema_objects", schema)).fetchall())
-    rows = [tuple(r) for r in conn.execute(statement("migration_rows", schema))] if "schema_migrations" in present else []
+    present = typed_objects(conn, schema)
+    rows = ([tuple(r) for r in conn.execute(statement("migration_rows", schema))]
+            if ("table", "schema_migrations") in present else [])
     version = max((v for v, _ in rows), default=0)
     expected = [(v, name) for v, name, _ in migrations() if v <= version]
     if rows != expected:
@@ -191,13 +204,13 @@ def migration_record_problem(conn: sqlite3.Connection, schema: str = "main") -> 
         held, shipped = next((r, e) for r, e in zip(rows, expected) if r != e)
         return (f"schema_migrations names version {held[0]} {held[1]!r}, but that migration is {shipped[1]!r} "
                 "(an edited row)")
-    known = shipped_schema(version) if version else {}
+    known = shipped_objects(version) if version else {}
     for later, name, _ in migrations():
         made = _made_by(later) if later > version else {}
         extra = sorted(n for n, sql in made.items()
                        if n in present and (n not in known or (present[n] == sql and sql != known[n])))
         if extra:
-            return (f"the ledger holds {extra[0]}, made by migration {later:03d}_{name}, but schema_migrations has "
+            return (f"the ledger holds {extra[0][1]}, made by migration {later:03d}_{name}, but schema_migrations has "
                     f"no row for version {later} (a deleted row; the next write would run it again)")
     return None
 
@@ -208,9 +221,11 @@ def foreign_write_blockers(conn: sqlite3.Connection) -> list[str]:
     that cannot be read)."""
     try:
         has = conn.execute(statement("has_migrations_table")).fetchone()
-        shipped = shipped_schema(conn.execute(statement("schema_version_of")).fetchone()[0] if has else 0)
+        version = conn.execute(statement("schema_version_of")).fetchone()[0] if has else 0
+        shipped = shipped_objects(version)
+        tables = {name for kind, name in shipped if kind in ("table", "view")}
         rows = conn.execute(statement("schema_objects_typed")).fetchall()
     except sqlite3.Error:
         return []
     return [f"{kind} {name} on {table}" for kind, name, table, _ in rows
-            if kind in ("index", "trigger") and folded_name(table) in shipped and name not in shipped]
+            if kind in ("index", "trigger") and folded_name(table) in tables and (kind, name) not in shipped]
