@@ -17,7 +17,7 @@ import ledger
 from ledger import Case, JournalSummary, LineResult, apply_journal
 from ledger.ground.canonical import SAFE_INTEGER_MAX
 from ledger.package_tools.journal import (LINE_BYTES_MAX, clamp_warning, first_at as journal_first_at, open_for_journal,
-                                          read_lines)
+                                          read_lines, recorded_run_hint)
 
 from ._common import _NoBar, BALANCE_COLUMNS, CASE, IntegerRange, Settings, pass_settings, progress_bar
 from ._output import OutputError, dumps, echo, emit_rows, one_line, warn
@@ -79,6 +79,8 @@ def apply(settings: Settings, case: str, journal: Any, create_case_id: str | Non
                 committed[0] -= 1
                 try:
                     _report_line(outcome, summary, quiet, results)
+                    if outcome.line == 1 and not outcome.ok and recorded_run_hint(journal.name):
+                        warn(f"hint:{recorded_run_hint(journal.name)[1:]}")
                 except OutputError:
                     _count_unprinted(outcomes, committed[0], summary)
                     raise

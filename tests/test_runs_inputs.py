@@ -387,3 +387,20 @@ def test_a_temp_name_already_taken_is_left_alone_and_the_journal_still_written(t
     assert import_runs([given], out).runs == 1
     assert sorted(p.name for p in out.iterdir()) == sorted([taken[0].name, taken[1].name, "r1.jsonl"])
     assert all(path.read_bytes() == b"not this import's" for path in taken)
+
+
+@pytest.mark.parametrize("name, compress", [("r1.traj.json", False), ("r1.traj", False), ("r1.json.gz", True)])
+def test_a_recorded_run_given_where_a_journal_is_expected_is_pointed_to_runs_import(tmp_path, name, compress):
+    """simulate and apply read journals; a trajectory file given to them was only "not valid JSON"
+    (a folder of them already said how to make journals)."""
+    data = json.dumps(GOOD, indent=2).encode()
+    given = tmp_path / name
+    given.write_bytes(gzip.compress(data) if compress else data)
+    hint = ("this file looks like an agent run as it was recorded (*.traj, *.json, *.gz), not a journal: "
+            "'ledger runs import FILE --out DIR' makes it one")
+    assert simulate([given]).errors[0]["message"].endswith(f"; {hint}")
+    applied = CliRunner().invoke(main, ["apply", str(tmp_path / "case"), str(given), "--create", "C1"])
+    assert applied.exit_code == 1 and f"hint: {hint}\n" in applied.stderr
+    journal = tmp_path / "bad.jsonl"  # a journal's own bad first line gets no such hint
+    journal.write_text("{\n")
+    assert "runs import" not in simulate([journal]).errors[0]["message"]

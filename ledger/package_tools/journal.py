@@ -86,6 +86,19 @@ class LineResult:
 SKIP_CHUNK_BYTES = 64 * 1024
 
 
+#: How the files of agent runs as they were recorded are named (``ledger runs import`` reads them).
+RECORDED_RUN_SUFFIXES = (".traj", ".json", ".gz")
+
+
+def recorded_run_hint(name: str) -> str:
+    """What to add when line 1 of the file ``name`` is no journal line and the file is named like an
+    agent run as it was recorded (:data:`RECORDED_RUN_SUFFIXES`): how to make it a journal. Else ""."""
+    if not str(name).lower().endswith(RECORDED_RUN_SUFFIXES):
+        return ""
+    return ("; this file looks like an agent run as it was recorded (*.traj, *.json, *.gz), not a journal: "
+            "'ledger runs import FILE --out DIR' makes it one")
+
+
 def read_lines(stream: BinaryIO, on_bytes: Callable[[int], None] | None = None) -> Iterator[bytes]:
     """The lines of a binary ``stream`` (without their ``\\n``), read one at a time, so memory
     does not grow with the journal.

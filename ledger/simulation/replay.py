@@ -33,7 +33,7 @@ from ..services.budget import BudgetManager
 from ..ground.clock import parse_at, utc_now
 from ..ground.config import AnalysisConfig
 from ..ground.errors import LedgerError
-from ..package_tools.journal import UNITS_KEY, call_operation, parse_line, read_lines, without_bom
+from ..package_tools.journal import UNITS_KEY, call_operation, parse_line, read_lines, recorded_run_hint, without_bom
 from ..services.memory import DEFAULT_ACTOR, MemoryCase
 from ..model.operations import operation
 from ..rules.common import STATUS_ABANDONED, STATUS_EXHAUSTED, TERMINAL_STATUSES
@@ -116,6 +116,7 @@ def parse_journal(path: Path) -> list[tuple[int, dict[str, Any]]]:
 def run_error(where: str, number: int | None, exc: LedgerError, why: str = "") -> dict[str, Any]:
     """The ``error`` of a run: ``{"code", "message", "file", "line"}``, the message naming file and line."""
     at = f"{where}:{number}" if number is not None else where
+    why += recorded_run_hint(where) if number == 1 else ""
     return {"code": exc.code, "message": f"{at}: {exc.message}{why}", "file": where, "line": number}
 
 
