@@ -116,8 +116,8 @@ def test_opening_a_folder_of_cases_says_to_name_one_of_them(tmp_path):
         Case.open(tmp_path)
     assert caught.value.code == LEDGER_MISSING
     assert caught.value.message == (f"no case at {tmp_path} (no ledger.sqlite), but it holds case folders "
-                                    "(case-a, case-b, …): name one of them ('ledger verify' and 'ledger export' take "
-                                    "the folder with --all)")
+                                    f"(case-a, case-b, …): name one of them, or several ('ledger serve {tmp_path}/*'; "
+                                    "'ledger verify' and 'ledger export' take the folder with --all)")
     assert not (tmp_path / "ledger.sqlite").exists()
 
 

@@ -90,8 +90,8 @@ def missing_ledger(root: Path) -> LedgerError:
     if inside:
         more = ", …" if len(inside) > 2 else ""
         return LedgerError(E.LEDGER_MISSING, f"no case at {root} (no {LEDGER_FILE}), but it holds case folders "
-                           f"({', '.join(inside[:2])}{more}): name one of them ('ledger verify' and 'ledger export' "
-                           "take the folder with --all)")
+                           f"({', '.join(inside[:2])}{more}): name one of them, or several ('ledger serve {root}/*'; "
+                           "'ledger verify' and 'ledger export' take the folder with --all)")
     return LedgerError(E.LEDGER_MISSING, f"no case at {root} (no {LEDGER_FILE}); create one with 'ledger init'")
 
 
