@@ -1119,6 +1119,36 @@ def test_the_line_endings_hint_holds_no_more_than_a_block_of_the_file_and_reads_
         None] * 4
 
 
+@pytest.mark.parametrize("log", ["ledger.sqlite-wal", "ledger.sqlite-journal"])
+def test_a_log_beside_a_linked_ledger_where_sqlite_never_reads_it_fails_verify(case, tmp_path, log):
+    """A ledger kept elsewhere through a link: a log left beside the link (here an edit of the
+    hypotheses, written with the guards dropped) passed verify, SQLite reading the file's own log
+    only, and was applied by the first copy that followed the link."""
+    case.close()
+    real = tmp_path / "kept" / "real.sqlite"
+    real.parent.mkdir()
+    shutil.move(case.path / "ledger.sqlite", real)
+    (case.path / "ledger.sqlite").symlink_to(real)
+    assert verify_case(case.path).events > 0  # the link alone is fine
+    forged = tmp_path / "forged"
+    forged.mkdir()
+    shutil.copy(real, forged / "ledger.sqlite")
+    conn = sqlite3.connect(forged / "ledger.sqlite", isolation_level=None)
+    conn.execute("PRAGMA wal_autocheckpoint = 0")
+    for name, in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
+        conn.execute(f'DROP TRIGGER "{name}"')
+    conn.execute("UPDATE hypotheses SET statement = 'forged'")
+    held = forged / "ledger.sqlite-wal"
+    shutil.copy(held, case.path / log)  # the log, before the connection closes and checkpoints it
+    conn.close()
+    with pytest.raises(LedgerError) as caught:
+        verify_case(case.path)
+    assert caught.value.code == INTEGRITY_ERROR and caught.value.message.startswith(
+        f"{log} lies beside the link ledger.sqlite (to {real}), where SQLite never reads it")
+    (case.path / log).unlink()
+    assert verify_case(case.path).events > 0
+
+
 # --- physical damage: SQLite's own check --------------------------------------------------------
 def _flip_bit(path: Path, index: str, offset_in_page: int) -> int:
     """Flip the lowest bit of one byte of ``index``'s root page (offsets past 4095 count from the

@@ -328,6 +328,24 @@ def refuse_own_links(root: Path, *, creating: bool = False) -> None:
         refuse_link(root, name, "own files" if name != ANALYSIS_DIR else "export folder")
 
 
+def refuse_stray_logs(root: Path) -> None:
+    """``INTEGRITY_ERROR`` when ``ledger.sqlite`` is a link and a ``ledger.sqlite-wal`` or
+    ``-journal`` lies beside the link: SQLite reads the log beside the file the link leads to, never
+    this one, so the package's ledger reads one way through the link and another once copied by a
+    tool that follows links (``cp -L``, ``zip``), which puts the stray log beside the file."""
+    ledger = root / LEDGER_FILE
+    if not ledger.is_symlink():
+        return
+    real = os.path.realpath(ledger)
+    for suffix in ("-wal", "-journal"):
+        stray = root / (LEDGER_FILE + suffix)
+        if os.path.lexists(stray) and os.path.realpath(stray) != real + suffix:
+            raise integrity_error(None, f"{stray.name} lies beside the link {LEDGER_FILE} (to {real}), where SQLite "
+                                  f"never reads it: the ledger's log is {real}{suffix}. A copy that follows links "
+                                  "would apply it to the ledger; move it beside the file if it is that ledger's log, "
+                                  "else remove it", path=stray.name)
+
+
 def well_placed(stream: object, revision: object, stream_seq: object) -> bool:
     """Whether an events row's ``stream``, ``revision`` and ``stream_seq`` are text and integers, as
     the ledger writes them (an edited column may hold ``1.0``, which SQL takes for ``1``)."""

@@ -31,7 +31,7 @@ from ..services.case import missing_ledger
 from ..ground.errors import LedgerError, integrity_error as _bad
 from .manifest import check_manifest, export_statement, read_manifest
 from ..model.package import (EVENT_FILE_RE, LEDGER_FILE, check_export_tree, check_package_names,
-    content_path, event_path, export_tree_files, refuse_own_links, well_placed)
+    content_path, event_path, export_tree_files, refuse_own_links, refuse_stray_logs, well_placed)
 from ..ground.clock import utc_now
 from ..ground.paths import fs_path, os_error
 from .anchors import check_anchored_events, check_anchors
@@ -214,6 +214,7 @@ def _verify_case(path: str | os.PathLike[str], progress: Progress | None, strict
     refuse_own_links(root)
     if not ledger.is_file():
         raise missing_ledger(root)
+    refuse_stray_logs(root)
     check_package_names(root)
     log_was_there = log_files_exist(ledger)
     temp = refuse_temp_inside(root)
