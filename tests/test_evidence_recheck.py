@@ -299,6 +299,24 @@ def test_a_genuine_result_verifies_after_its_file_and_others_changed(case, tmp_p
     import_tree(case.path, tmp_path / "copy")
 
 
+@pytest.mark.parametrize("added, noted", [("sources/zz.py", True), ("sources/a/deeper.py", True),
+                                          ("notes/zz.py", False)])
+def test_a_file_added_where_a_stored_search_would_have_read_it_is_noted_and_fails_strict(case, added, noted):
+    """The search over sources/* cannot be recomputed with a matching file it never saw: --strict
+    passed it, only the files the search had read being checked."""
+    case.budget().reserve("H1", "q1", "source.find_text")
+    case.evidence().query("i1", {"actions": [action("source.find_text", text="add", path_glob="sources/**")]}, True)
+    export_case(case)
+    (case.path / added).parent.mkdir(parents=True, exist_ok=True)
+    (case.path / added).write_text("x = add(1, 2)\n")
+    report = verify_case(case.path)
+    assert report.unchecked_inputs == ([{"path": added, "why": "added since a search that matches it"}] if noted
+                                       else [])
+    failure = report.strict_failure()  # what ledger verify --strict fails with
+    assert (failure.code, f"{added} (added since a search that matches it)" in failure.message) == (
+        "STALE_GENERATION", True) if noted else failure is None
+
+
 # --- side files beside an input database are not tampering ----------------------------------------
 def _store_lookup(case: Case) -> None:
     case.budget().reserve("H1", "q1", "database.lookup")

@@ -191,6 +191,9 @@ def verify_case(path: str | os.PathLike[str], progress: Progress | None = None, 
     That process is started with ``spawn``, which imports the calling script's main module again:
     a script passing ``jobs`` other than 1 keeps its own work under ``if __name__ == "__main__":``.
 
+    ``strict`` has no effect (verify always runs the full check; calls passing it still work): what
+    ``ledger verify --strict`` adds is :meth:`VerifyReport.strict_failure` of the report returned.
+
     ``anchors``: ``{seq: sha256}`` of events recorded elsewhere earlier (a head ``ledger verify``
     printed, kept in a ticket or a commit). Hashes show a history that disagrees with itself, not one
     rewritten whole with every hash recomputed; an anchor does: the ledger must hold event ``seq``

@@ -162,13 +162,14 @@ def _recheck_search(router: Router, action: Mapping[str, Any], stored: Mapping[s
         if (found[:len(kept)] != kept) or (len(found) <= len(kept) if cut else len(found) != len(kept)):
             raise _bad(op, f"its lines of {path} are not those the unchanged file holds: the file has "
                        f"{len(found)} matching line(s), the result {len(kept)}", path=path)
-    if inputs.same:
-        _check_listing(router, action, stored, inputs)
+    _check_listing(router, action, stored, inputs, note)
 
 
-def _check_listing(router: Router, action: Mapping[str, Any], stored: Mapping[str, Any], inputs: Inputs) -> None:
+def _check_listing(router: Router, action: Mapping[str, Any], stored: Mapping[str, Any], inputs: Inputs,
+                   note: Note) -> None:
     """With the inputs unchanged, the search saw the files the glob matches now, in order (up to
-    where it stopped)."""
+    where it stopped). With them changed, a file the glob matches now that the search would have
+    read (it was not there then) is noted as added: the search cannot be recomputed with it."""
     op, coverage = action.get("operation_id"), stored["coverage"]
     try:
         listing = router._source_files(coverage["path_glob"])
@@ -182,6 +183,10 @@ def _check_listing(router: Router, action: Mapping[str, Any], stored: Mapping[st
     if (visited != listing[:len(visited)] or len(visited) != len(seen) or (
             not stored["truncated"] and len(visited) != len(listing))) and inputs.unchanged():
         raise _bad(op, "the files it lists are not those its glob matches in the unchanged package")
+    last = walk_order(coverage["files"][-1]) if stored["truncated"] and coverage["files"] else None
+    for path in listing:
+        if path not in seen and (last is None or walk_order(path) < last):
+            note(path, "added since a search that matches it")
     # a file listed as skipped may be readable now: permissions are not part of the input identity
 
 
