@@ -299,16 +299,19 @@ def test_a_genuine_result_verifies_after_its_file_and_others_changed(case, tmp_p
     import_tree(case.path, tmp_path / "copy")
 
 
-@pytest.mark.parametrize("added, noted", [("sources/zz.py", True), ("sources/a/deeper.py", True),
-                                          ("notes/zz.py", False)])
-def test_a_file_added_where_a_stored_search_would_have_read_it_is_noted_and_fails_strict(case, added, noted):
-    """The search over sources/* cannot be recomputed with a matching file it never saw: --strict
-    passed it, only the files the search had read being checked."""
+@pytest.mark.parametrize("added, text, noted", [("sources/zz.py", "x = add(1, 2)", True),
+                                                ("sources/a/deeper.py", "x = add(1, 2)", True),
+                                                ("sources/zz.txt", "nothing to find", False),
+                                                ("notes/zz.py", "x = add(1, 2)", False)])
+def test_a_file_added_where_a_stored_search_would_have_read_it_is_noted_and_fails_strict(case, added, text, noted):
+    """The search's lines cannot be recomputed with a file holding its text that it never saw:
+    --strict passed it, only the files the search had read being checked. A file without the text,
+    or outside the glob, leaves the lines as they were."""
     case.budget().reserve("H1", "q1", "source.find_text")
     case.evidence().query("i1", {"actions": [action("source.find_text", text="add", path_glob="sources/**")]}, True)
     export_case(case)
     (case.path / added).parent.mkdir(parents=True, exist_ok=True)
-    (case.path / added).write_text("x = add(1, 2)\n")
+    (case.path / added).write_text(text + "\n")
     report = verify_case(case.path)
     assert report.unchecked_inputs == ([{"path": added, "why": "added since a search that matches it"}] if noted
                                        else [])
@@ -433,8 +436,9 @@ def test_an_input_changed_while_verify_runs_is_a_changed_input_not_a_forgery(cas
                 (case.path / "sources" / "more.py").write_text("return add\n")
     report = verify_case(case.path, change_once_the_first_batch_is_replayed)
     assert len(calls) > 12
-    assert report.unchecked_inputs == ([] if change == "added" else
-                                       [{"path": APP, "why": "changed" if change == "edited" else "unreadable"}])
+    assert report.unchecked_inputs == (  # the second search ("return") would have read the file added
+        [{"path": "sources/more.py", "why": "added since a search that matches it"}] if change == "added" else
+        [{"path": APP, "why": "changed" if change == "edited" else "unreadable"}])
 
 
 # --- the re-check accepts every genuine result ------------------------------------------------------

@@ -168,8 +168,10 @@ def _recheck_search(router: Router, action: Mapping[str, Any], stored: Mapping[s
 def _check_listing(router: Router, action: Mapping[str, Any], stored: Mapping[str, Any], inputs: Inputs,
                    note: Note) -> None:
     """With the inputs unchanged, the search saw the files the glob matches now, in order (up to
-    where it stopped). With them changed, a file the glob matches now that the search would have
-    read (it was not there then) is noted as added: the search cannot be recomputed with it."""
+    where it stopped). With them changed, a file the glob matches now, that the search would have
+    read (it was not there then) and that holds the searched text, is noted as added: the search's
+    lines cannot be recomputed with it (one without the text, or one the router cannot read,
+    leaves its lines as they were)."""
     op, coverage = action.get("operation_id"), stored["coverage"]
     try:
         listing = router._source_files(coverage["path_glob"])
@@ -184,9 +186,15 @@ def _check_listing(router: Router, action: Mapping[str, Any], stored: Mapping[st
             not stored["truncated"] and len(visited) != len(listing))) and inputs.unchanged():
         raise _bad(op, "the files it lists are not those its glob matches in the unchanged package")
     last = walk_order(coverage["files"][-1]) if stored["truncated"] and coverage["files"] else None
+    needle = coverage["text"].encode("utf-8")
     for path in listing:
         if path not in seen and (last is None or walk_order(path) < last):
-            note(path, "added since a search that matches it")
+            try:
+                found = matching_lines(path, router.read_file(path, SOURCES_DIR), needle)
+            except LedgerError:
+                continue
+            if found:
+                note(path, "added since a search that matches it")
     # a file listed as skipped may be readable now: permissions are not part of the input identity
 
 
