@@ -17,7 +17,8 @@ from ledger import (Case, LedgerError, export_case, import_tree, verify_case, re
 from ledger.ground.canonical import canonical_bytes, sha256_hex
 from ledger.ground.errors import (CASE_EXISTS, INTEGRITY_ERROR, INVALID_ARGUMENT, LEDGER_MISSING, STORAGE_ERROR)
 import ledger.package_tools.export as export_module
-from ledger.model.package import event_path, line_ending_digests
+from ledger.model.package import event_path
+from ledger.model.source_refs import line_ending_digests
 from conftest import deny_reading, logical_dump, run_cli, make_package, start_case
 
 

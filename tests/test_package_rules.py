@@ -464,7 +464,7 @@ while time.monotonic() < end:
 RESOLVER = """
 import hashlib, sys, time
 from ledger import LedgerError
-from ledger.model.package import resolve_source_refs
+from ledger.model.source_refs import resolve_source_refs
 root, ref, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
 seen, refused, end = set(), 0, time.monotonic() + seconds
 while time.monotonic() < end:

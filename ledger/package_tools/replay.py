@@ -24,7 +24,8 @@ from ..ground import errors as E
 from ..ground.canonical import canonical_bytes, canonical_event_bytes, sha256_hex
 from ..ground.errors import LedgerError, integrity_error as _bad, shown
 from ..model.operations import OPERATIONS
-from ..model.package import line_ending_digests, resolve_source_refs, stored_stream
+from ..model.package import stored_stream
+from ..model.source_refs import line_ending_digests, resolve_source_refs
 from ..model.projection import helper_rows, floor_rows, money_rows
 from ..ground.clock import ms_ahead, parse_at, utc_now
 from ..rules.common import Context, Draft, Outcome, Reused, check_action_id

@@ -17,7 +17,7 @@ from ..ground import errors as E
 from ..ground.clock import parse_at
 from ..ground.config import BudgetConfig
 from ..ground.errors import LedgerError
-from ..model.package import resolve_source_refs
+from ..model.source_refs import resolve_source_refs
 from ..rules import budget as rules
 from ..rules import budget_requests as requests
 from ..rules import feedback as feedback_rules

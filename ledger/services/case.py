@@ -29,7 +29,8 @@ from .actions import CaseBudget
 from .facade import CaseFacade, LifecycleResult  # noqa: F401
 from .evidence import EvidenceStore
 from ..model.package import (ANALYSIS_DIR, LEDGER_FILE, MANIFEST_FILE, content_path, event_path, input_identity,
-    is_case_package, refuse_build_folder_name, refuse_output_in_package, refuse_own_links, resolve_source_refs)
+    is_case_package, refuse_build_folder_name, refuse_output_in_package, refuse_own_links)
+from ..model.source_refs import resolve_source_refs
 from ..ground.paths import fs_path, os_error
 from ..router.reference import Router
 from ..rules import lifecycle
