@@ -19,6 +19,7 @@ from typing import Any, Callable
 import click
 
 from ledger import AnalysisConfig, BudgetConfig, Case, CheckpointWarning, LedgerError
+from ledger.ground import interrupts
 from ledger.ground.arguments import is_decimal
 from ledger.ground.errors import OUTPUT_ERROR
 from ledger.ground.paths import STORAGE_ERRNOS, os_error
@@ -131,11 +132,18 @@ class LedgerGroup(UsageGroup):
                 _report_warnings(caught)
 
     def _invoke(self, ctx: click.Context) -> Any:
+        with interrupts.recorded():
+            return self._invoke_recorded(ctx)
+
+    def _invoke_recorded(self, ctx: click.Context) -> Any:
         try:
             result = super().invoke(ctx)
             _flush_stdout()  # what is still buffered fails here, as a streamed line would, not at exit
             return result
         except LedgerError as exc:
+            if interrupts.pending():  # the refusal of a query Ctrl-C broke off inside a callback
+                click.echo(INTERRUPTED, err=True)
+                ctx.exit(130)
             click.echo(f"error: {exc.code}: {one_line(exc.message)}{_locale_hint(exc.message)}", err=True)
             ctx.exit(exc.exit_code)
         except click.NoSuchOption as exc:  # `ledger budget reserve … --config F`: say where it goes

@@ -650,3 +650,52 @@ def test_export_leaves_no_log_files_beside_the_cases_it_reads(tmp_path):
     for _ in range(2):  # exported, then unchanged
         export_fleet([tmp_path / "c"], tmp_path / "out")
         assert sorted(p.name for p in (tmp_path / "c").iterdir()) == before
+
+
+@pytest.mark.parametrize("call", [3, 40])
+def test_ctrl_c_inside_a_sqlite_callback_ends_the_fleet_export_as_an_interrupt(fleet, tmp_path, call):
+    """Ctrl-C landing in the read-only authorizer SQLite calls was swallowed by sqlite3 and turned
+    into a denial: the case was reported damaged ("not authorized") and the export went on."""
+    cases, _, _ = fleet
+    script = (
+        "import os, signal, sys\n"
+        "import ledger.storage.readonly as readonly\n"
+        "real, calls = readonly._reads_in_transactions, []\n"
+        "def interrupted(*args):\n"
+        "    calls.append(1)\n"
+        f"    if len(calls) == {call}:\n"
+        "        os.kill(os.getpid(), signal.SIGINT)  # its handler runs here, inside the callback\n"
+        "    return real(*args)\n"
+        "readonly._reads_in_transactions = interrupted\n"
+        "from ledger_cli.main import main\n"
+        "main(sys.argv[1:], prog_name='ledger')\n")
+    done = subprocess.run([sys.executable, "-c", script, "fleet", "export", str(cases), "--to", str(tmp_path / "o")],
+                          capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stderr) == (
+        130, "error: interrupted; nothing half-written remains, run the command again\n")
+
+
+def test_only_the_cases_the_export_records_are_queried_and_no_progress_bar_is_drawn(fleet, tmp_path):
+    """A partition folder the export did not write (a copy of another's) was read as a case of its
+    own; DuckDB's progress bar, drawn on stdout after two seconds, broke --csv and --json rows."""
+    _, out, ids = fleet
+    copy = tmp_path / "out"
+    shutil.copytree(out, copy)
+    for table in ("case_status", "actions"):
+        shutil.copytree(copy / table / "case_id=BUG-20", copy / table / "case_id=FAKE-1")
+    assert sorted(row[0] for row in fleet_query(copy, "SELECT case_id FROM case_status")[1]) == sorted(ids)
+    assert fleet_query(copy, "SELECT COUNT(*) FROM actions WHERE case_id = 'FAKE-1'")[1] == [(0,)]
+    assert fleet_query(copy, "SELECT current_setting('enable_progress_bar')")[1] == [(False,)]
+
+
+def test_pandas_reads_ids_that_look_like_numbers_as_text_given_the_partitioning_fleet_md_shows(tmp_path):
+    import pandas as pd
+    import pyarrow
+    import pyarrow.dataset
+
+    for case_id in ("00012", "12"):
+        Case.create(make_package(tmp_path / "cases" / case_id), case_id).close()
+    assert export_fleet([tmp_path / "cases"], tmp_path / "out").exported == 2
+    text = pyarrow.dataset.partitioning(pyarrow.schema([("case_id", pyarrow.string())]), flavor="hive")
+    frame = pd.read_parquet(tmp_path / "out" / "case_status", partitioning=text)
+    assert sorted(frame["case_id"]) == ["00012", "12"]

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from ..ground import errors as E
+from ..ground import errors as E, interrupts
 from .atomic_files import fsync_dir, remove_abandoned_builds, write_atomic
 from ..storage.sqlfiles import queries, statement
 from ..ground.arguments import check_callback
@@ -232,6 +232,7 @@ def _connection() -> Any:
     if _CONNECTION is None:
         _CONNECTION = duckdb_module().connect()
         _CONNECTION.execute("SET threads = 1")
+        _CONNECTION.execute("SET enable_progress_bar = false")
         _CONNECTION.execute("SET TimeZone = 'UTC'")
         _CONNECTION.execute("SET preserve_insertion_order = true")
     return _CONNECTION
@@ -259,10 +260,14 @@ def _write_table(cursor: Any, out_file: Path) -> None:
         # filled here, not by statement(), whose cache would keep every case's paths
         _connection().execute(queries()["fleet_copy_parquet"].format(
             columns=columns, source=sql_literal(str(source)), types=read_as, target=sql_literal(str(out_file))))
-    except duckdb.IOException as exc:
-        raise LedgerError(E.STORAGE_ERROR, f"cannot write {out_file}: {exc}") from None
-    except duckdb.Error as exc:  # a value its column's type cannot hold
-        raise LedgerError(E.INVALID_ARGUMENT, f"cannot write table {out_file.stem} as Parquet: {exc}") from None
+    except BaseException as exc:
+        if interrupts.pending():  # DuckDB broke the copy off for a Ctrl-C ("Query interrupted")
+            raise KeyboardInterrupt from None
+        if isinstance(exc, duckdb.IOException):
+            raise LedgerError(E.STORAGE_ERROR, f"cannot write {out_file}: {exc}") from None
+        if isinstance(exc, duckdb.Error):  # a value its column's type cannot hold
+            raise LedgerError(E.INVALID_ARGUMENT, f"cannot write table {out_file.stem} as Parquet: {exc}") from None
+        raise
     source.unlink()
     with open(out_file, "rb") as written:
         os.fsync(written.fileno())
@@ -303,6 +308,8 @@ def _with_head(case: Path, out: Path, step: Callable[..., None]) -> dict[str, An
             if not log_was_there:  # the reader made -wal and -shm: leave the case as it was found
                 release_log(case / LEDGER_FILE)
     except LedgerError as exc:
+        if interrupts.pending():  # a refusal Ctrl-C caused inside a callback: the command ends, not the case
+            raise KeyboardInterrupt from None
         entry.update(status="failed", error={"code": exc.code, "message": str(exc.message)})
     except OSError as exc:
         error = os_error(exc, f"cannot export {case}")

@@ -58,6 +58,7 @@ def _fleet_connection(out: Path) -> tuple[Any, dict[str, LedgerError]]:
     con = duckdb.connect()
     broken: dict[str, LedgerError] = {}
     con.execute("SET TimeZone = 'UTC'")
+    con.execute("SET enable_progress_bar = false")  # it drew on stdout, in the middle of --csv or --json rows
     # DuckDB adds its temp folder (./.tmp by default) to the readable ones: keep it inside the export
     con.execute(f"SET temp_directory = {sql_literal(str(meta_dir(out) / 'tmp'))}")
     recorded = _recorded_partitions(out)
@@ -67,8 +68,9 @@ def _fleet_connection(out: Path) -> tuple[Any, dict[str, LedgerError]]:
             broken[table] = LedgerError(E.INTEGRITY_ERROR, f"{out / table}: {out / table / lost / DATA_FILE} is missing, "
                                         "though the export records that case; export the fleet again into a new "
                                         "folder", path=str(out / table))
-        elif (out / table).is_dir() and any((out / table).iterdir()):  # no view of a table no case is in yet
-            files = sql_literal(str(out / table / "case_id=*" / DATA_FILE))
+        elif recorded:  # no view of a table no case is in yet
+            # the recorded cases' files only: a partition folder the export did not write is not read
+            files = "[" + ", ".join(sql_literal(str(out / table / name / DATA_FILE)) for name in recorded) + "]"
             try:
                 con.execute(queries()["fleet_table_view"].format(table=table, files=files))
             except duckdb.Error as exc:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from ..ground import errors as E
+from ..ground import errors as E, interrupts
 from ..ground.arguments import check_callback, check_flag, check_instance, path_list
 from ..ground.config import AnalysisConfig
 from ..ground.errors import LedgerError
@@ -96,6 +96,8 @@ def _unique(paths: Any) -> list[Path]:
 
 
 def _failed(case: Path, exc: LedgerError) -> Outcome:
+    if interrupts.pending():  # a refusal Ctrl-C caused inside a callback: the command ends, not the case
+        raise KeyboardInterrupt from None
     return {"case": str(case), "ok": False, "error": {"code": exc.code, "message": exc.message}}
 
 

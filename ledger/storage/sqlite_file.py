@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 from urllib.parse import quote
 
-from ..ground import errors as E
+from ..ground import errors as E, interrupts
 from ..ground.errors import LedgerError
 from .sqlfiles import check_sqlite_version
 
@@ -62,8 +62,11 @@ def sqlite_error(exc: BaseException) -> BaseException:
     busy/locked → ``LEDGER_BUSY`` (retryable); the file system refusing the
     file (cannot open, read-only, I/O error, disk full, permission) →
     ``STORAGE_ERROR``; constraint and trigger aborts, corruption and every other
-    database error → ``INTEGRITY_ERROR``; a Python int too large to bind → ``INVALID_ARGUMENT``.
+    database error → ``INTEGRITY_ERROR``; a Python int too large to bind → ``INVALID_ARGUMENT``;
+    any error once a Ctrl-C arrived (:mod:`ledger.ground.interrupts`) → ``KeyboardInterrupt``.
     """
+    if interrupts.pending():  # Ctrl-C inside a callback, which sqlite3 turned into this error
+        return KeyboardInterrupt()
     if isinstance(exc, OverflowError):  # a Python int bound to a statement that SQLite cannot hold
         return LedgerError(E.INVALID_ARGUMENT, f"a number does not fit SQLite's 64-bit integers: {exc}; nothing was "
                            "written")
