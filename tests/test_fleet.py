@@ -699,3 +699,48 @@ def test_pandas_reads_ids_that_look_like_numbers_as_text_given_the_partitioning_
     text = pyarrow.dataset.partitioning(pyarrow.schema([("case_id", pyarrow.string())]), flavor="hive")
     frame = pd.read_parquet(tmp_path / "out" / "case_status", partitioning=text)
     assert sorted(frame["case_id"]) == ["00012", "12"]
+
+
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
+def test_the_workers_of_a_fleet_export_end_when_it_is_killed(fleet, tmp_path):
+    """SIGKILL of `ledger fleet export --jobs 2` left its workers waiting for tasks for ever."""
+    import time
+
+    cases, _, _ = fleet
+    marker = tmp_path / "workers"
+    marker.mkdir()
+    script = tmp_path / "export.py"
+    script.write_text(  # the top level runs in every worker too (spawn imports this script)
+        "import os, time\n"
+        "from ledger.package_tools import fleet\n"
+        "def stalled(args):\n"
+        "    time.sleep(120)\n"
+        "fleet._head_worker = stalled\n"
+        "if __name__ != '__main__':  # a worker, started\n"
+        f"    open(os.path.join({str(marker)!r}, str(os.getpid())), 'w').close()\n"
+        "if __name__ == '__main__':\n"
+        f"    fleet.export_fleet([{str(cases)!r}], {str(tmp_path / 'out')!r}, jobs=2)\n", encoding="utf-8")
+    parent = subprocess.Popen([sys.executable, str(script)])
+    try:
+        deadline = time.monotonic() + 60
+        while not os.listdir(marker) and time.monotonic() < deadline:  # the pool starts a worker per task
+            time.sleep(0.05)
+        time.sleep(1)
+        workers = [int(name) for name in os.listdir(marker)]
+    finally:
+        parent.kill()
+        parent.wait()
+    assert workers
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(pid) for pid in workers), "a worker outlived the export that started it"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as stat:  # a zombie is gone but for its exit status
+        return stat.read().split(") ")[-1][0] != "Z"

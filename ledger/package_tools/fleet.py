@@ -35,7 +35,7 @@ from ..services.case import missing_ledger
 from ..ground.errors import LedgerError
 from ..model.package import LEDGER_FILE, is_build_folder, is_case_package, refuse_output_in_package
 from ..ground.paths import fs_path, os_error, require_utf8
-from ..ground.workers import job_count, worker_context
+from ..ground.workers import job_count, watch_parent, worker_context
 from ..storage.readonly import open_readonly
 from ..storage.sqlite_file import log_files_exist, release_log, translate_sqlite_errors
 from .anchors import anchor_or_none
@@ -469,8 +469,8 @@ def export_fleet(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike
             run: Callable[[_Worker, list[tuple[str, str]], int], Iterable[dict[str, Any]]] = \
                 lambda worker, work, chunk: map(worker, work)
         else:
-            pool = stack.enter_context(concurrent.futures.ProcessPoolExecutor(max_workers=jobs,
-                                                                              mp_context=worker_context()))
+            pool = stack.enter_context(concurrent.futures.ProcessPoolExecutor(  # a worker ends with this process
+                max_workers=jobs, mp_context=worker_context(), initializer=watch_parent, initargs=(os.getpid(),)))
             run = lambda worker, work, chunk: pool.map(worker, work, chunksize=chunk)  # noqa: E731
         heads = list(run(_head_worker, [(str(case), str(target)) for case in cases], 64))
         _refuse_shared_case_ids(heads)
