@@ -176,6 +176,10 @@ class LedgerGroup(UsageGroup):
             ctx.exit(130)
 
 
+#: Why ``ledger demo`` refuses ``--config`` and ``--analysis-config`` (a usage error, whatever the files hold).
+DEMO_TAKES_NO_CONFIG = "demo always runs the bundled example policy; leave out --config and --analysis-config"
+
+
 class Settings:
     """Global options, loaded once per command: a named config file must be readable and
     valid for every command, reads included (``CONFIG_INVALID`` otherwise)."""

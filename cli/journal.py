@@ -19,7 +19,8 @@ from ledger.ground.canonical import SAFE_INTEGER_MAX
 from ledger.package_tools.journal import (LINE_BYTES_MAX, clamp_warning, first_at as journal_first_at, open_for_journal,
                                           read_lines, recorded_run_hint)
 
-from ._common import _NoBar, BALANCE_COLUMNS, CASE, IntegerRange, Settings, pass_settings, progress_bar
+from ._common import (_NoBar, BALANCE_COLUMNS, CASE, DEMO_TAKES_NO_CONFIG, IntegerRange, Settings, pass_settings,
+                      progress_bar)
 from ._output import OutputError, dumps, echo, emit_rows, one_line, warn
 
 @click.command()
@@ -173,7 +174,7 @@ def demo(settings: Settings, directory: Path | None) -> None:
     low-information abandonment and a rejection, then exports and verifies.
     """
     if settings.configs_given:
-        raise click.UsageError("demo always runs the bundled example policy; leave out --config and --analysis-config")
+        raise click.UsageError(DEMO_TAKES_NO_CONFIG)
     printer = _TolerantPrinter()
     # finishes even if nobody reads the output
     # ledger.run_demo loads the demo (and verify) when called: the other commands start without them

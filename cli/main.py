@@ -14,7 +14,7 @@ import importlib
 
 import click
 
-from ._common import LedgerGroup, Settings
+from ._common import DEMO_TAKES_NO_CONFIG, LedgerGroup, Settings
 from ._output import escape_unencodable_output
 
 #: Each command and where it is defined (module of this package, attribute). A command's module is
@@ -69,6 +69,8 @@ def main(ctx: click.Context, config: str | None, analysis_config: str | None, ac
     escape_unencodable_output()
     if ctx.meta.get("ledger.help_requested"):  # `ledger --config bad.toml verify --help`: help, nothing loaded
         config = analysis_config = None
+    if ctx.invoked_subcommand == "demo" and (config is not None or analysis_config is not None):
+        raise click.UsageError(DEMO_TAKES_NO_CONFIG)  # whatever the files hold: the usage is refused first
     ctx.obj = Settings(config, analysis_config, actor)
 
 

@@ -51,6 +51,12 @@ def test_demo_refuses_a_symlink_and_configs_records_the_actor_and_removes_builds
     cheap = tmp_path / "cheap.toml"
     cheap.write_text("default_action_cost = 1\n", encoding="utf-8")
     assert run_cli("--config", str(cheap), "demo", str(tmp_path / "d0")).returncode == 2
+    (tmp_path / "bad.toml").write_text("x = 1\n", encoding="utf-8")  # the usage is refused whatever the file holds
+    for option in ("--config", "--analysis-config"):
+        refused = run_cli(option, str(tmp_path / "bad.toml"), "demo", str(tmp_path / "d0"))
+        assert refused.returncode == 2 and refused.stderr.decode().endswith(
+            "Error: demo always runs the bundled example policy; leave out --config and --analysis-config\n")
+    assert not (tmp_path / "d0").exists()
     abandoned = tmp_path / ".ledger-demo-building-d1.999999999"  # a pid that cannot exist
     abandoned.mkdir()
     done = run_cli("--actor", "bob", "demo", str(tmp_path / "d1"))

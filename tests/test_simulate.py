@@ -486,6 +486,9 @@ def test_cli_missing_journal_and_bad_policy_file(tmp_path):
     policy.write_text("max_reward_bps = 2.5\n")
     bad = CliRunner().invoke(main, ["simulate", str(DATA / "django__django-11206.jsonl"), "--policy", f"mine={policy}"])
     assert bad.exit_code == 1 and f"error: CONFIG_INVALID: {policy}: max_reward_bps" in bad.stderr
+    empty = CliRunner().invoke(main, ["simulate", str(DATA / "django__django-11206.jsonl"), "--policy", ""])
+    assert (empty.exit_code, empty.stderr) == (
+        1, "error: CONFIG_INVALID: policy is empty (give a path; '.' is the current folder)\n")  # as --config ""
 
 
 def test_a_journal_with_scoped_limits_simulates_like_apply(tmp_path):

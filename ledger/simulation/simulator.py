@@ -94,8 +94,11 @@ def policy_file(spec: str | os.PathLike[str]) -> str:
 
 
 def _policy_spec(spec: str | os.PathLike[str]) -> tuple[str, str]:
-    text = os.fspath(fs_path(spec, "policy")) if not isinstance(spec, str) else spec
-    fs_path(text, "policy")
+    try:
+        text = os.fspath(fs_path(spec, "policy")) if not isinstance(spec, str) else spec
+        fs_path(text, "policy")
+    except LedgerError as exc:  # an empty or unusable path: a configuration's refusal, as for --config
+        raise LedgerError(E.CONFIG_INVALID, exc.message, **exc.details) from None
     name, _, path = text.partition("=") if "=" in text and not Path(text).exists() else ("", "", text)
     return name, path
 
