@@ -117,7 +117,10 @@ def export(settings: Settings, cases: tuple[str, ...], as_json: bool, all_in: bo
 @JSON
 def import_command(source: str, target: str | None, as_json: bool) -> None:
     """Rebuild a case's ledger.sqlite from the exported package DIR and verify it."""
-    manifest = read_manifest(Path(source))
+    try:  # only the progress bar's length: import_tree itself refuses what is wrong with the package
+        manifest = read_manifest(Path(source))
+    except LedgerError:
+        manifest = None
     with progress_bar(manifest["head"]["seq"] if manifest else 0, "importing") as bar:
         report = import_tree(source, target, progress=bar.update)
     emit_result(report.to_dict(), as_json,

@@ -353,7 +353,29 @@ def test_import_onto_a_case_that_has_its_ledger_names_the_way_to_a_new_folder(ex
         import_tree(exported)
     assert (refused.value.code, refused.value.message) == ("CASE_EXISTS", (
         f"{exported} already has a ledger.sqlite; import into a new folder ('ledger import DIR --to NEW_CASE', "
-        "to= in Python)"))
+        "to= in Python), or, if an import of this folder placed it (one interrupted after placing it too), check "
+        "it with 'ledger verify'"))
+
+
+@pytest.mark.parametrize("swapped", ["link", "fifo"])
+def test_import_refuses_a_manifest_swapped_for_a_link_or_pipe_as_verify_does_not_as_tampering(exported, tmp_path,
+                                                                                             swapped):
+    """A file swapped for a link is not an edited history: the CLI's first read of the manifest (for its
+    progress bar) called it INTEGRITY_ERROR, where verify says INVALID_ARGUMENT naming the link."""
+    source = tmp_path / "source"
+    shutil.copytree(exported, source, symlinks=True)
+    for name in ("ledger.sqlite", "ledger.sqlite-wal", "ledger.sqlite-shm"):
+        (source / name).unlink(missing_ok=True)
+    (source / "manifest.json").rename(source / "kept.json")
+    if swapped == "link":
+        (source / "manifest.json").symlink_to("kept.json")
+    else:
+        os.mkfifo(source / "manifest.json")
+    done = run_cli("import", str(source), "--to", str(tmp_path / "new"))
+    assert done.returncode == 1 and done.stderr.decode().startswith(
+        "error: INVALID_ARGUMENT: manifest.json is a symbolic link where the case package keeps its own files"
+        if swapped == "link" else "error: INVALID_ARGUMENT: import accepts only regular files: manifest.json")
+    assert not (tmp_path / "new").exists()
 
 
 def test_import_goes_into_any_folder_name_the_file_system_takes(exported, tmp_path):

@@ -32,7 +32,8 @@ from .export import export_case
 from .manifest import check_manifest, read_manifest
 from ..model.package import (ANALYSIS_DIR, EVENT_FILE_RE, EVIDENCE_EVENT_FILE_RE, LEDGER_FILE,
                              check_export_tree, content_path, event_path, is_ledger_own, input_identity,
-                             printable_name, refuse_build_folder_name, refuse_output_in_package, walk_package)
+                             printable_name, refuse_build_folder_name, refuse_output_in_package, refuse_own_links,
+                             walk_package)
 from ..ground.paths import fs_path, os_error, read_bytes
 from .replay import PackageSource, Replayer
 from ..storage.connection import Storage
@@ -71,7 +72,9 @@ def _check_target(src: Path, dest: Path) -> bool:
     if in_place:
         if (src / LEDGER_FILE).exists():
             raise LedgerError(E.CASE_EXISTS, f"{src} already has a {LEDGER_FILE}; import into a new folder "
-                              "('ledger import DIR --to NEW_CASE', to= in Python)")
+                              "('ledger import DIR --to NEW_CASE', to= in Python), or, if an import of this "
+                              "folder placed it (one interrupted after placing it too), check it with 'ledger "
+                              "verify'")
     elif dest.exists() and not dest.is_dir():
         raise LedgerError(E.CASE_EXISTS, f"{dest} exists and is not a folder; import into a new folder")
     elif dest.exists() and any(dest.iterdir()):
@@ -391,11 +394,12 @@ def _build(src: Path, dest: Path, in_place: bool, progress: Progress | None) -> 
     """Rebuild the ledger from the tree of ``src``: in place, placed in ``src``; else with the inputs
     in a hidden sibling folder of ``dest``, returned (the caller exports, verifies and renames it),
     with the number of events past the manifest's head the new ledger leaves out."""
+    refuse_own_links(src)  # a link in place of manifest.json or analysis/ is refused as verify refuses it
+    files = dict(_walk_regular(src))  # and any other link, pipe or device: before anything is read
     manifest = read_manifest(src)
     if manifest is None:
         raise LedgerError(E.INVALID_ARGUMENT, f"{src} has no manifest.json: not an exported case (a case with its "
                           "ledger is exported with 'ledger export CASE'; import rebuilds a ledger from that export)")
-    files = dict(_walk_regular(src))
     # a new package is built in a hidden sibling folder and renamed into place at the end (by the
     # caller), so an interrupted import leaves the target absent and can simply be run again
     if not in_place:
