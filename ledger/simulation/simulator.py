@@ -98,6 +98,8 @@ def _policy_spec(spec: str | os.PathLike[str]) -> tuple[str, str]:
         text = os.fspath(fs_path(spec, "policy")) if not isinstance(spec, str) else spec
         fs_path(text, "policy")
     except LedgerError as exc:  # an empty or unusable path: a configuration's refusal, as for --config
+        if not isinstance(spec, (str, os.PathLike)):
+            raise  # not a path at all: the caller's mistake, INVALID_ARGUMENT
         raise LedgerError(E.CONFIG_INVALID, exc.message, **exc.details) from None
     name, _, path = text.partition("=") if "=" in text and not Path(text).exists() else ("", "", text)
     return name, path
