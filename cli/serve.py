@@ -7,6 +7,7 @@ import json
 import click
 
 from ledger.browse.server import serve_cases, serve_metadata
+from ledger.ground import interrupts
 
 from ._common import IntegerRange
 from ._output import warn
@@ -36,4 +37,5 @@ def serve(cases: tuple[str, ...], host: str, port: int, open_browser: bool, meta
     if metadata_only:
         click.echo(json.dumps(serve_metadata(list(cases)), indent=2, ensure_ascii=False))
         return
-    serve_cases(list(cases), host=host, port=port, open_browser=open_browser, echo=click.echo, warn=warn)
+    with interrupts.python_handler():  # asyncio's own Ctrl-C handling, which it takes only over Python's
+        serve_cases(list(cases), host=host, port=port, open_browser=open_browser, echo=click.echo, warn=warn)

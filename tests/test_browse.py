@@ -660,3 +660,20 @@ def test_a_served_case_answers_only_get_and_head_every_other_method_is_405_witho
         assert answer.status_code == 200
     assert json.loads(asyncio.run(ask("GET", "/BUG-20/case_status.json?_shape=array")).text)[0]["case_id"] == "BUG-20"
     assert digest(demo)["ledger.sqlite"] == before
+
+
+def test_serve_runs_under_pythons_own_ctrl_c_handler_which_asyncio_replaces_with_a_cancel():
+    """The ledger command records Ctrl-C with a handler of its own; asyncio takes over SIGINT (to
+    cancel its task) only from Python's, and under another met KeyboardInterrupt anywhere in its
+    loop: serve hung on a stop now and then. serve runs with Python's handler, put back after."""
+    import signal as signals
+
+    from ledger.ground import interrupts
+
+    with interrupts.recorded():
+        ours = signals.getsignal(signals.SIGINT)
+        assert ours is not signals.default_int_handler
+        with interrupts.python_handler():
+            assert signals.getsignal(signals.SIGINT) is signals.default_int_handler
+        assert signals.getsignal(signals.SIGINT) is ours
+    assert signals.getsignal(signals.SIGINT) is signals.default_int_handler

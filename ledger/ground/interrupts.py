@@ -42,6 +42,22 @@ def recorded() -> Iterator[None]:
         _received.clear()
 
 
+@contextlib.contextmanager
+def python_handler() -> Iterator[None]:
+    """Within the block, Python's own SIGINT handler again (where :func:`recorded` put its own): an
+    ``asyncio`` loop (``ledger serve``) stops on Ctrl-C by cancelling its task only under that one,
+    and otherwise meets ``KeyboardInterrupt`` wherever it happens to run, which can leave it hung."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not _on_interrupt:
+        yield
+        return
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, _on_interrupt)
+
+
 def pending() -> bool:
     """Whether a SIGINT arrived within :func:`recorded`."""
     return _received.is_set()
