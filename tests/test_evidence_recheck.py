@@ -320,6 +320,19 @@ def test_a_file_added_where_a_stored_search_would_have_read_it_is_noted_and_fail
         "STALE_GENERATION", True) if noted else failure is None
 
 
+def test_a_glob_matching_too_many_files_since_a_search_is_a_changed_input_not_tampering(case, monkeypatch):
+    """sources/ grown past the router's file limit (5,000, here 3) made verify call a healthy search
+    damaged: "the reference router refuses it over unchanged inputs", though they had changed."""
+    import ledger.router.reference as reference
+
+    case.budget().reserve("H1", "q1", "source.find_text")
+    case.evidence().query("i1", {"actions": [action("source.find_text", text="add")]}, True)
+    monkeypatch.setattr(reference, "FILES_SCANNED_MAX", 3)
+    for n in range(3):
+        (case.path / "sources" / f"more{n}.txt").write_text("nothing\n")
+    assert verify_case(case.path).unchecked_inputs == []
+
+
 # --- side files beside an input database are not tampering ----------------------------------------
 def _store_lookup(case: Case) -> None:
     case.budget().reserve("H1", "q1", "database.lookup")

@@ -237,6 +237,52 @@ def test_the_second_process_ends_when_the_first_is_killed(ledger_case, tmp_path)
 
 
 @pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
+def test_ctrl_c_at_the_terminal_ends_verify_without_a_traceback_from_its_second_process(ledger_case, tmp_path):
+    """The terminal sends Ctrl-C to both processes: the second printed a KeyboardInterrupt traceback
+    of its own before the first said "interrupted"."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    marker = tmp_path / "second.pid"
+    script = tmp_path / "first.py"
+    script.write_text(  # the top level runs in the second process too (spawn imports this script)
+        "import os, time\n"
+        "from ledger.package_tools import verify_range\n"
+        "verify_range.SPLIT_MIN_EVENTS = 2\n"
+        "def stalled(job):\n"
+        f"    open({str(marker)!r}, 'w').write(str(os.getpid()))\n"
+        "    time.sleep(60)\n"
+        "verify_range._replay_second_half = stalled\n"
+        "if __name__ == '__main__':\n"
+        "    from ledger import verify_case\n"
+        "    try:\n"
+        f"        verify_case({str(ledger_case)!r}, jobs=2)\n"
+        "    except KeyboardInterrupt:\n"
+        "        print('interrupted', flush=True)\n", encoding="utf-8")
+    first = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (marker.exists() and marker.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        second = int(marker.read_text())
+        os.killpg(first.pid, signal.SIGINT)  # as the terminal does: the whole group
+        out, err = first.communicate(timeout=60)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.communicate()
+    assert out == "interrupted\n" and "Traceback" not in err, err
+    deadline = time.monotonic() + 10
+    while _alive(second) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(second)
+
+
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_a_scratch_folder_a_killed_verify_left_is_removed_by_the_next_verify(ledger_case, tmp_path, monkeypatch):
     """SIGKILL leaves verify's scratch folder behind; the next verify removes it once that process is
     gone, and leaves alone a live process's folder, one another machine (or container) made, a link

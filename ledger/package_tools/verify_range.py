@@ -17,6 +17,7 @@ import json
 import multiprocessing
 import os
 import pickle
+import signal
 import sqlite3
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -313,7 +314,9 @@ class _FastForward:
 def _second_half(job: Mapping[str, Any], send: Any) -> None:
     """The second process: fast-forward to ``after``, replay ``after < seq <= last`` into the scratch
     ledger ``part``, commit it and send the outcome (``{"ok": False}`` on any failure). It ends as
-    soon as the first process has ended (killed, say): nobody would read its work."""
+    soon as the first process has ended (killed, say): nobody would read its work. Ctrl-C is the
+    first process's to handle (the terminal sends it to both): this one ignores it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     watch_parent(job["parent"])
     try:
         outcome = _replay_second_half(job)
