@@ -494,9 +494,12 @@ def test_two_cases_with_the_same_case_id_get_distinct_database_names(demo, tmp_p
 
 
 def _start(case: Path, *extra: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
+    # started as from a terminal, SIGHUP not ignored even when the tests run under nohup (a server
+    # started so keeps ignoring it, by design: test_a_server_started_with_sighup_ignored_keeps_ignoring_it)
     server = subprocess.Popen([sys.executable, "-m", "ledger_cli", "serve", str(case), "--port", "0", *extra],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env={**os.environ, **(env or {})})
+                              env={**os.environ, **(env or {})},
+                              preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
     line = server.stdout.readline()
     match = re.search(r"at (http://127\.0\.0\.1:\d+/)", line)
     assert match, line + server.stderr.read()
