@@ -80,8 +80,8 @@ def apply(settings: Settings, case: str, journal: Any, create_case_id: str | Non
                 committed[0] -= 1
                 try:
                     _report_line(outcome, summary, quiet, results)
-                    if outcome.line == 1 and not outcome.ok and recorded_run_hint(journal.name):
-                        warn(f"hint:{recorded_run_hint(journal.name)[1:]}")
+                    if outcome.line == 1 and not outcome.ok and recorded_run_hint(_journal_name(journal)):
+                        warn(f"hint:{recorded_run_hint(_journal_name(journal))[1:]}")
                 except OutputError:
                     _count_unprinted(outcomes, committed[0], summary)
                     raise
@@ -91,6 +91,12 @@ def apply(settings: Settings, case: str, journal: Any, create_case_id: str | Non
         click.echo(summary.text(), err=True)
     if summary.failed:
         sys.exit(1)
+
+
+def _journal_name(stream: Any) -> str:
+    """The journal file's name ("" for a stream without one: standard input under a test runner)."""
+    name = getattr(stream, "name", "")
+    return name if isinstance(name, str) else ""
 
 
 def _report_line(outcome: LineResult, summary: JournalSummary, quiet: bool, results: str) -> None:

@@ -404,3 +404,10 @@ def test_a_recorded_run_given_where_a_journal_is_expected_is_pointed_to_runs_imp
     journal = tmp_path / "bad.jsonl"  # a journal's own bad first line gets no such hint
     journal.write_text("{\n")
     assert "runs import" not in simulate([journal]).errors[0]["message"]
+
+
+def test_a_journal_from_a_stream_without_a_name_gets_no_hint_and_no_error(tmp_path):
+    """The recorded-run hint reads the journal's file name: standard input under a test runner has none."""
+    done = CliRunner().invoke(main, ["apply", str(tmp_path / "case"), "-", "--create", "C1"], input=b'{"finding": 1}\n')
+    assert done.exit_code == 1 and isinstance(done.exception, SystemExit)  # no AttributeError
+    assert 'a journal line needs an \\"op\\" key' in done.stdout and "hint:" not in done.stderr
