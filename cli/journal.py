@@ -80,8 +80,9 @@ def apply(settings: Settings, case: str, journal: Any, create_case_id: str | Non
                 committed[0] -= 1
                 try:
                     _report_line(outcome, summary, quiet, results)
-                    if outcome.line == 1 and not outcome.ok and recorded_run_hint(_journal_name(journal)):
-                        warn(f"hint:{recorded_run_hint(_journal_name(journal))[1:]}")
+                    hint = recorded_run_hint(_journal_name(journal)) if outcome.line == 1 and not outcome.ok else ""
+                    if hint:
+                        warn(f"hint:{hint[1:]}")
                 except OutputError:
                     _count_unprinted(outcomes, committed[0], summary)
                     raise
