@@ -633,6 +633,28 @@ def test_lists_structs_and_maps_come_back_with_their_values_converted(fleet):
         assert result.exit_code == 0 and expected in result.stdout, (fmt, result.output)
 
 
+def test_times_dates_and_intervals_print_as_duckdb_holds_them_nothing_lost(fleet):
+    """Python's conversion would make an infinite time its largest or smallest one, drop
+    nanoseconds, count a month as 30 days and a date before year 1 as text with "(BC)"."""
+    _, out, _ = fleet
+    query = ("SELECT '-infinity'::TIMESTAMP AS t, 'infinity'::DATE AS d, 'infinity'::TIMESTAMPTZ AS z, "
+             "CAST(DATE '0044-03-15' - INTERVAL 2000 YEAR AS DATE) AS bc, INTERVAL 1 MONTH + INTERVAL 3 DAY AS i, "
+             "TIMESTAMP_NS '2020-01-01 00:00:00.123456789' AS ns, TIMESTAMP_S '2020-01-01 00:00:01' AS s, "
+             "[[DATE '2020-01-01', 'infinity'::DATE, NULL]] AS days, NULL::DATE AS nothing, "
+             "max(closed_at - reserved_at) AS longest, list(reserved_at ORDER BY reserved_at)[1] AS first "
+             "FROM actions WHERE case_id = 'FLEET-00001'")
+    names, [row] = fleet_query(out, query)
+    values = dict(zip(names, row))
+    assert {k: v for k, v in values.items() if k not in ("longest", "first")} == {
+        "t": "-infinity", "d": "infinity", "z": "infinity", "bc": "-1956-03-15", "i": "1 month 3 days",
+        "ns": "2020-01-01T00:00:00.123456789", "s": "2020-01-01T00:00:01.000000",
+        "days": [["2020-01-01", "infinity", None]], "nothing": None}
+    assert re.fullmatch(r"\d\d:\d\d:\d\d(\.\d+)?", values["longest"]), values["longest"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", values["first"]), values["first"]
+    listed = fleet_query(out, "SELECT list(reserved_at) AS l FROM actions WHERE case_id = 'FLEET-00001'")[1][0][0]
+    assert listed and all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", t) for t in listed)
+
+
 @pytest.mark.parametrize("name", ["o[2]", "o*", "o{a,b}", "o?"])
 def test_an_export_path_with_a_glob_character_is_refused(fleet, tmp_path, name):
     cases, _, _ = fleet

@@ -129,7 +129,7 @@ def fleet_rows(out: str | os.PathLike[str], query: str, *,
                 _one_select(con, query)
                 try:
                     relation = con.sql(query)
-                    relation = _without_zoned_times(relation)
+                    relation = _times_as_text(relation)
                     names = list(relation.columns)
                 except duckdb.Error as exc:
                     raise _unreadable(root, exc, broken) or _query_error(exc, timeout_ms, timed_out,
@@ -189,19 +189,44 @@ def _ctrl_c_is_an_interrupt() -> Iterator[None]:
 
 #: DuckDB's name of a time with a zone, which its Python conversion turns into values only with pytz.
 ZONED = "TIMESTAMP WITH TIME ZONE"
+#: How DuckDB writes each time type as text (``{}``: the value), so that nothing is lost on the
+#: way to Python: infinite times and dates (Python would give its largest or smallest one),
+#: nanoseconds, dates before year 1 and intervals of months (Python would count 30 days).
+TEXT_OF = {
+    ZONED: "strftime({}, '%Y-%m-%dT%H:%M:%S.%fZ')",  # the session's zone is UTC
+    "TIMESTAMP": "strftime({}, '%Y-%m-%dT%H:%M:%S.%f')",
+    "TIMESTAMP_S": "strftime(CAST({} AS TIMESTAMP), '%Y-%m-%dT%H:%M:%S.%f')",
+    "TIMESTAMP_MS": "strftime(CAST({} AS TIMESTAMP), '%Y-%m-%dT%H:%M:%S.%f')",
+    "TIMESTAMP_NS": "strftime({}, '%Y-%m-%dT%H:%M:%S.%n')",
+    "DATE": "strftime({}, '%Y-%m-%d')",
+    "INTERVAL": "CAST({} AS VARCHAR)",
+}
 
 
-def _without_zoned_times(relation: Any) -> Any:
-    """``relation`` with each column holding times with a zone (the session's zone is UTC) made
-    convertible without pytz: such a column as RFC 3339 UTC text; a list or struct of them with
-    the times as UTC times without a zone."""
+def _as_text(value: str, kind: str, depth: int = 0) -> str | None:
+    """The SQL that writes ``value`` (an expression of DuckDB type ``kind``) as :data:`TEXT_OF`
+    says, a list of such values too (element by element); None when ``kind`` needs no such care."""
+    if kind in TEXT_OF:
+        return TEXT_OF[kind].format(value)
+    if kind.endswith("[]"):
+        item = _as_text(f"x{depth}", kind[:-2], depth + 1)
+        return f"list_transform({value}, lambda x{depth}: {item})" if item else None
+    return None
+
+
+def _times_as_text(relation: Any) -> Any:
+    """``relation`` with its time, date and interval columns (and lists of them) as text written by
+    DuckDB (:data:`TEXT_OF`); a struct or map holding times with a zone gets them as UTC times
+    without a zone (Python converts those only with pytz)."""
     replaced = {}
     for name, kind in zip(relation.columns, relation.types):
         kind = str(kind)
-        if kind == ZONED:
-            replaced[name] = f"strftime({sql_identifier(name)}, '%Y-%m-%dT%H:%M:%S.%fZ')"
+        column = sql_identifier(name)
+        text = _as_text(column, kind)
+        if text is not None:
+            replaced[name] = text
         elif ZONED in kind:
-            replaced[name] = f"CAST({sql_identifier(name)} AS {kind.replace(ZONED, 'TIMESTAMP')})"
+            replaced[name] = f"CAST({column} AS {kind.replace(ZONED, 'TIMESTAMP')})"
     if not replaced:
         return relation
     return relation.query("q", "SELECT * REPLACE (" + ", ".join(
