@@ -271,19 +271,20 @@ class IntegerRange(click.IntRange):
 
 
 class CaseFolder(click.Path):
-    """A case folder (``click.Path(file_okay=False)``) whose refusal of a file says what to give
-    instead: the folder, not the ``ledger.sqlite`` or ``manifest.json`` inside it."""
+    """A folder (``click.Path(file_okay=False)``) whose refusal of a file says what to give instead:
+    by default a case folder, not the ``ledger.sqlite`` or ``manifest.json`` inside it; ``give``
+    names another kind of folder (a fleet export's)."""
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, give: str = f"the case folder (the one holding {LEDGER_FILE})", **kwargs: Any) -> None:
         super().__init__(file_okay=False, path_type=str, **kwargs)
+        self.give = give
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, str) and os.path.isfile(value):
             parent = os.path.dirname(os.path.abspath(value))
             inside = (f"; the case folder holding it is {parent}"
                       if os.path.basename(value) in (LEDGER_FILE, "manifest.json") else "")
-            self.fail(f"{value!r} is a file: give the case folder (the one holding {LEDGER_FILE}){inside}",
-                      param, ctx)
+            self.fail(f"{value!r} is a file: give {self.give}{inside}", param, ctx)
         return super().convert(value, param, ctx)
 
 

@@ -11,7 +11,7 @@ from ledger.ground.workers import JOBS_MAX
 from ledger.package_tools.fleet import find_cases as fleet_cases
 from ledger.package_tools.fleet_query import fleet_rows
 
-from ._common import JSON, FiniteFloatRange, IntegerRange, UsageGroup, progress_bar, table_options
+from ._common import JSON, CaseFolder, FiniteFloatRange, IntegerRange, UsageGroup, progress_bar, table_options
 from ._output import emit_result, emit_rows, one_line, unique_names
 
 
@@ -53,7 +53,7 @@ def export_command(paths: tuple[str, ...], out: str, jobs: int, as_json: bool) -
 
 
 @fleet.command("sql")
-@click.argument("out", metavar="OUT", type=click.Path(file_okay=False, path_type=str))
+@click.argument("out", metavar="OUT", type=CaseFolder(give="the fleet export's folder (the one 'ledger fleet export --to' wrote)"))
 @click.argument("query")
 @click.option("--timeout", "timeout_s", type=FiniteFloatRange(0.001, 86_400), default=30, show_default=True,
               help="Seconds after which the query is stopped.")

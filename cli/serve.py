@@ -9,12 +9,12 @@ import click
 from ledger.browse.server import serve_cases, serve_metadata
 from ledger.ground import interrupts
 
-from ._common import IntegerRange
+from ._common import CaseFolder, IntegerRange
 from ._output import warn
 
 
 @click.command()
-@click.argument("cases", nargs=-1, required=True, type=click.Path(file_okay=False, path_type=str), metavar="CASE...")
+@click.argument("cases", nargs=-1, required=True, type=CaseFolder(), metavar="CASE...")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to listen on (another than this machine's own lets anyone who can reach it read the "
                    "cases: there is no login).")

@@ -498,6 +498,16 @@ def test_a_case_argument_naming_a_file_inside_the_case_asks_for_the_case_folder(
     assert "is a file: give the case folder" in err and f"the case folder holding it is {cli_case}" in err
 
 
+@pytest.mark.parametrize("args, give", [
+    (("serve",), "give the case folder (the one holding ledger.sqlite)"),
+    (("fleet", "sql"), "give the fleet export's folder (the one 'ledger fleet export --to' wrote)")])
+def test_a_folder_argument_naming_a_file_says_which_folder_to_give(tmp_path, args, give):
+    (tmp_path / "f").write_text("x", encoding="utf-8")
+    tail = ("SELECT 1",) if args[0] == "fleet" else ()
+    err = refused("", *args, str(tmp_path / "f"), *tail, status=2)
+    assert f"'{tmp_path / 'f'}' is a file: {give}" in err, err
+
+
 @pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_budget_record_json_refusals_name_the_option_and_the_file(cli_case, tmp_path):
     """Like REQUEST and REPLY of ``evidence store``, bad evidence JSON says where it came from."""
