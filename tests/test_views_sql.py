@@ -646,3 +646,30 @@ def test_a_query_naming_no_such_table_lists_the_ledgers_views(case):
     assert caught.value.code == INVALID_ARGUMENT
     assert caught.value.message.startswith("query refused: no such table: balance; the ledger's views are balances, "
                                            "balances_recomputed, actions, evidence, case_status, scope_usage")
+
+
+@pytest.mark.parametrize("expression", ["zeroblob(900000000)", "hex(zeroblob(40000000))",
+                                        "replace(hex(zeroblob(20000000)), '0', 'ab')"])
+def test_a_query_may_not_build_a_value_past_the_value_length_limit(case, expression):
+    """The time limit stops a statement only between its steps; one function call building a value of
+    gigabytes is one step (seconds, and its memory), so a read may build no value over 64 MiB."""
+    sql = f"SELECT length({expression}) AS n"
+    for run in (lambda: read_only_query(case.path, sql), lambda: case.query(sql)):
+        with pytest.raises(LedgerError) as caught:
+            run()
+        assert caught.value.code == INVALID_ARGUMENT and "longer than 64 MiB" in caught.value.message
+    assert case.query("SELECT length(zeroblob(1000)) AS n") == [{"n": 1000}]
+    assert case.storage.conn.getlimit(sqlite3.SQLITE_LIMIT_LENGTH) == 1_000_000_000  # the writer's is back
+
+
+def test_a_stored_value_longer_than_the_value_length_limit_stays_readable(tmp_path):
+    path = tmp_path / "big"
+    Case.create(path, "BIG-1").close()
+    raw = sqlite3.connect(path / "ledger.sqlite")
+    raw.execute("CREATE TABLE extra (b BLOB)")
+    raw.execute("INSERT INTO extra VALUES (zeroblob(65 * 1024 * 1024 + 1))")
+    raw.commit()
+    raw.close()
+    assert read_only_query(path, "SELECT length(b) AS n FROM extra") == (["n"], [(65 * 1024 * 1024 + 1,)])
+    with Case.open(path) as opened:
+        assert opened.query("SELECT length(b) AS n FROM extra") == [{"n": 65 * 1024 * 1024 + 1}]

@@ -9,6 +9,7 @@ every refusal is ``INVALID_ARGUMENT``.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from contextlib import contextmanager, nullcontext
@@ -18,7 +19,8 @@ from typing import Any, Iterator
 from ..ground import errors as E
 from .sqlfiles import PUBLIC_VIEWS, schema_version, statement
 from ..ground.errors import LedgerError
-from .sqlite_file import (BUSY_CODES, DAMAGED_CODES, SQLITE_ERRORS, SQLITE_INTERRUPT, SQLITE_READONLY, STORAGE_CODES,
+from .sqlite_file import (BUSY_CODES, DAMAGED_CODES, SQLITE_ERRORS, SQLITE_INTERRUPT, SQLITE_READONLY, SQLITE_TOOBIG,
+                          STORAGE_CODES,
                           connect_uri, log_files_exist, primary_code, readable_uri, release_log, sqlite_error,
                           translate_sqlite_errors)
 
@@ -31,6 +33,30 @@ def _stop_at_deadline(conn: sqlite3.Connection, timeout_ms: int) -> float:
     deadline = time.monotonic() + timeout_ms / 1000
     conn.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, 10_000)
     return deadline
+
+
+#: The longest text or blob a user's query may make when the case's file is smaller: SQLite stops
+#: a statement at its deadline only between steps, and one function call (``printf``, ``replace``,
+#: ``zeroblob``) building a value of gigabytes is one step that may run for seconds.
+VALUE_BYTES_MIN = 64 * 1024 * 1024
+
+
+def _bound_values(conn: sqlite3.Connection, stored_bytes: int) -> int:
+    """Set SQLite's value-length limit on ``conn`` to the larger of :data:`VALUE_BYTES_MIN` and
+    ``stored_bytes`` (the size of the case's files: no value stored in them is longer, so every
+    stored value stays readable); return the limit it had."""
+    return conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max(VALUE_BYTES_MIN, stored_bytes))
+
+
+def _stored_bytes(path: Path) -> int:
+    """The size of the case file ``path`` and its ``-wal``: an upper bound on any value stored in it."""
+    total = 0
+    for suffix in ("", "-wal"):
+        try:
+            total += os.stat(f"{path}{suffix}").st_size
+        except OSError:
+            pass
+    return total
 
 
 @contextmanager
@@ -127,6 +153,9 @@ def reading_only(conn: sqlite3.Connection, timeout_ms: int | None = None) -> Ite
     ``STORAGE_ERROR`` and damage keep their codes), and so is one still running after ``timeout_ms``
     milliseconds (None: no limit). Setting an authorizer makes SQLite prepare every statement again,
     so none prepared before escapes it."""
+    with translate_sqlite_errors():
+        pages, page_bytes = (conn.execute(f"PRAGMA {name}").fetchone()[0] for name in ("page_count", "page_size"))
+    length_was = _bound_values(conn, pages * page_bytes)
     conn.set_authorizer(reads_only)
     errors = nullcontext() if timeout_ms is None else _query_errors(timeout_ms, _stop_at_deadline(conn, timeout_ms))
     try:
@@ -138,6 +167,7 @@ def reading_only(conn: sqlite3.Connection, timeout_ms: int | None = None) -> Ite
         raise _not_unicode(exc) from None
     finally:
         conn.set_authorizer(None)
+        conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, length_was)
         if timeout_ms is not None:
             conn.set_progress_handler(None, 10_000)
 
@@ -153,6 +183,9 @@ def _refused(exc: BaseException) -> LedgerError:
     why = ("; a read-only query may not write, change the schema, ATTACH, DETACH or run a PRAGMA but the "
            f"schema-reading ones ({', '.join(sorted(READ_ONLY_PRAGMAS))})"
            if str(exc) == "not authorized" or primary_code(exc) == SQLITE_READONLY else "")
+    if isinstance(exc, sqlite3.Error) and primary_code(exc) == SQLITE_TOOBIG:
+        why = (f"; a query may make no text or blob longer than {VALUE_BYTES_MIN // (1024 * 1024)} MiB (or the case "
+               "file's size, when larger), so that one function call cannot run long past the time limit")
     if str(exc).startswith("no such table:"):
         why = ("; the ledger's views are " + ", ".join(PUBLIC_VIEWS) + " (docs/sql.md lists them and its tables; "
                "SELECT name, type FROM sqlite_master lists what this file holds)")
@@ -191,6 +224,7 @@ def readonly_rows(path: Path, sql: str, timeout_ms: int = 30_000) -> Iterator[tu
         raise LedgerError(E.SCHEMA_VERSION, f"{path} has schema version {version}; this case-ledger knows up to "
                           f"{schema_version()}; upgrade case-ledger", file_version=version,
                           known_version=schema_version())
+    _bound_values(conn, _stored_bytes(path))
     deadline = _stop_at_deadline(conn, timeout_ms)
     try:
         with _query_errors(timeout_ms, deadline):

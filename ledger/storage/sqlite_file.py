@@ -33,6 +33,7 @@ BUSY_CODES = frozenset({5, 6})
 DAMAGED_CODES = frozenset({11, 26})
 SQLITE_READONLY = 8
 SQLITE_INTERRUPT = 9
+SQLITE_TOOBIG = 18
 
 
 def primary_code(exc: BaseException) -> int | None:
