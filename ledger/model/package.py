@@ -268,6 +268,18 @@ def refuse_build_folder_name(path: str | os.PathLike[str], what: str) -> None:
                           "import or demo removes once that process is gone; choose another name", path=str(path))
 
 
+def once_each(paths: Iterable[Path]) -> list[Path]:
+    """``paths`` with each folder once, at the place it first appears, named by its own path rather
+    than by a link to it when it is reached both ways (a folder of cases holding a case and a link
+    to it). A link that loops stays as it is: opening it is then refused."""
+    found: dict[Path, Path] = {}  # the real folder → the path it goes by (its place: where first found)
+    for path in paths:
+        real = Path(os.path.realpath(path))
+        if real not in found or (os.path.islink(found[real]) and not os.path.islink(path)):
+            found[real] = path
+    return list(found.values())
+
+
 def is_case_package(folder: Path) -> bool:
     """True when ``folder`` holds ``ledger.sqlite``, or shows a case package's other marks without
     it: ``ledger.sqlite``'s side files (``-wal``, ``-shm``, ``-journal``, ``-lock``,

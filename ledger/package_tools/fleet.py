@@ -33,7 +33,7 @@ from ..storage.sqlfiles import queries, statement
 from ..ground.arguments import check_callback
 from ..services.case import missing_ledger
 from ..ground.errors import LedgerError
-from ..model.package import LEDGER_FILE, is_build_folder, is_case_package, refuse_output_in_package
+from ..model.package import LEDGER_FILE, is_build_folder, is_case_package, once_each, refuse_output_in_package
 from ..ground.paths import fs_path, os_error, require_utf8
 from ..ground.workers import job_count, watch_parent, worker_context
 from ..storage.readonly import open_readonly
@@ -190,12 +190,8 @@ def find_cases(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
     A path that is neither a case nor a folder holding one is ``LEDGER_MISSING``."""
     if isinstance(paths, (str, bytes, os.PathLike)):
         paths = [paths]  # one path, not its characters
-    found: dict[Path, Path] = {}  # the real folder → the path it was found by first
-
-    def add(path: Path) -> None:
-        real = Path(os.path.realpath(path))
-        if real not in found or (found[real].is_symlink() and not path.is_symlink()):
-            found[real] = path  # a case's own folder rather than a link to it; its first place kept
+    found: list[Path] = []
+    add = found.append
     for given in paths:
         root = fs_path(given, "case or folder")
         if (root / LEDGER_FILE).is_file():
@@ -218,7 +214,7 @@ def find_cases(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
                         any_case = True
         if not any_case:
             raise LedgerError(E.LEDGER_MISSING, f"no case package (a folder with {LEDGER_FILE}) under {root}")
-    return list(found.values())
+    return once_each(found)
 
 
 # -- exporting one case -----------------------------------------------------------------

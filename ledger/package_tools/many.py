@@ -20,7 +20,7 @@ from ..ground.config import AnalysisConfig
 from ..ground.errors import LedgerError
 from ..ground.paths import fs_path, os_error
 from ..ground.workers import job_count, shared_map
-from ..model.package import LEDGER_FILE, is_case_package
+from ..model.package import LEDGER_FILE, is_case_package, once_each
 from ..services.case import Case
 from .export import export_case
 from .verify import verify_case
@@ -80,19 +80,8 @@ def _is_folder(entry: os.DirEntry[str]) -> bool:
 
 
 def _unique(paths: Any) -> list[Path]:
-    """``paths`` with each case once, where it first appears; named by the case's own folder rather
-    than by a link to it when both are given (``--all`` on a folder holding a case and a link to it)."""
-    at: dict[Path, int] = {}
-    unique: list[Path] = []
-    for path in path_list(paths, "cases"):
-        given = fs_path(path, "case path")
-        key = Path(os.path.realpath(given))  # a link loop stays as it is: opening it is then refused
-        if key not in at:
-            at[key] = len(unique)
-            unique.append(given)
-        elif os.path.islink(unique[at[key]]) and not os.path.islink(given):
-            unique[at[key]] = given
-    return unique
+    """``paths`` with each case once (:func:`~ledger.model.package.once_each`)."""
+    return once_each(fs_path(path, "case path") for path in path_list(paths, "cases"))
 
 
 def _failed(case: Path, exc: LedgerError) -> Outcome:
