@@ -327,6 +327,20 @@ def test_a_case_id_exported_from_another_package_is_refused(fleet, tmp_path):
     assert fleet_query(target, "SELECT state FROM case_status WHERE case_id = 'FLEET-00002'")[1] == [("CLOSED",)]
 
 
+def test_the_fleet_records_where_a_case_was_exported_from_as_an_absolute_path(tmp_path, monkeypatch):
+    """A relative path in the record read as another folder once the next export ran elsewhere,
+    and the refusal of another package with the same case id named it so."""
+    Case.create(tmp_path / "here" / "c", "REL-1").close()
+    monkeypatch.chdir(tmp_path / "here")
+    export_fleet(["c"], tmp_path / "out")
+    record = json.loads((tmp_path / "out" / "_fleet" / "cases" / "case_id=REL-1.json").read_text())
+    assert record["path"] == str(tmp_path / "here" / "c")
+    monkeypatch.chdir(tmp_path)
+    Case.create(tmp_path / "c", "REL-1").close()
+    [failed] = export_fleet(["c"], tmp_path / "out").failed
+    assert f"already exported from another package ({tmp_path / 'here' / 'c'}," in failed["error"]["message"]
+
+
 @pytest.mark.parametrize("jobs", [1, 2])
 @pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_one_case_id_in_two_folders_fails_in_both_whatever_the_order_or_jobs(fleet, tmp_path, jobs):

@@ -339,7 +339,7 @@ def _export_snapshot(conn: Any, case: Path, out: Path, head: dict[str, Any], ent
         try:
             verified = verify_case(case, anchors=anchor_or_none(last.get("head_seq"), last.get("head_sha256")))
         except LedgerError as exc:
-            if "anchored_seq" not in exc.details or last.get("path") == str(case):
+            if "anchored_seq" not in exc.details or last.get("path") in (str(case), os.path.abspath(case)):
                 raise
             raise LedgerError(exc.code, f"{exc.message} (this fleet last exported the case from {last.get('path')}: "
                               "is this a copy of it?)", **exc.details) from None
@@ -358,7 +358,8 @@ def _export_snapshot(conn: Any, case: Path, out: Path, head: dict[str, Any], ent
         finally:
             shutil.rmtree(build, ignore_errors=True)
         record = {"format": FORMAT, "case_id": head["case_id"], "package_id": head["package_id"],
-                  "head_seq": head["head_seq"], "head_sha256": head["head_sha256"], "path": str(case)}
+                  "head_seq": head["head_seq"], "head_sha256": head["head_sha256"],
+                  "path": os.path.abspath(case)}  # where it was, whatever folder the next export runs in
         # ASCII JSON: a path that is not UTF-8 (a surrogate escape) is written as \udcXX and read back the same
         write_atomic(record_path, json.dumps(record).encode("ascii") + b"\n")
         fsync_dir(record_path.parent)
