@@ -15,6 +15,7 @@ import os
 import re
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -297,6 +298,23 @@ def test_a_served_query_cannot_build_a_value_past_the_length_limit(site):
     response = get(site, "/BUG-20.json?sql=select+length(zeroblob(100000000))+as+n")
     assert response.status_code == 400 and "string or blob too big" in response.text
     assert get(site, "/BUG-20.json?sql=select+length(zeroblob(1000000))+as+n").json()["rows"] == [[1000000]]
+
+
+def test_a_served_stored_value_longer_than_the_length_limit_stays_readable(tmp_path):
+    path = make_package(tmp_path / "big")
+    Case.create(path, case_id="BIG-1", at=T0).close()
+    raw = sqlite3.connect(path / "ledger.sqlite")
+    raw.execute("CREATE TABLE extra (b BLOB)")
+    raw.execute("INSERT INTO extra VALUES (zeroblob(65 * 1024 * 1024 + 1))")
+    raw.commit()
+    raw.close()
+    datasette = case_datasette([path], sql_threads=0)
+    try:
+        response = get(datasette, "/BIG-1.json?sql=select+hex(substr(b,+-2))+as+tail+from+extra")  # reads it all
+        assert response.status_code == 200 and response.json()["rows"] == [["0000"]], response.text
+    finally:
+        for database in datasette.databases.values():
+            database.close()
 
 
 def test_a_served_query_cannot_ask_for_an_address_inside_the_server(site, capfd):

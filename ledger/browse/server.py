@@ -31,11 +31,9 @@ from typing import Any, Callable, Sequence
 from ..ground import errors as E
 from .metadata import CHART_FORMAT, CHART_QUERY, browse_config, browse_metadata, remaining_units_svg, served_cases
 from ..ground.errors import LedgerError
+from ..storage.readonly import bound_values
 from ..storage.sqlite_file import log_files_exist, release_log
 
-#: The longest text or blob a served query may read or make (SQLite's value-length limit on each
-#: connection; an event is at most 2 MiB unless the analysis config raises event_bytes_max).
-VALUE_BYTES_MAX = 64 * 1024 * 1024
 #: The most text and blob bytes one served query may return, all its rows together (Datasette's
 #: pages read at most 1,001 rows; the picture reads every row of its question). Room for a page of
 #: any table of a case within the default limits: 100 events of 2 MiB (``event_bytes_max``), or all
@@ -184,7 +182,7 @@ def _plugin() -> Any:
         if database in _OURS.get(datasette, ()):
             conn.execute("PRAGMA query_only = ON")
             # one request must not build a value of gigabytes (zeroblob, repeat) that starves the others
-            conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, VALUE_BYTES_MAX)
+            bound_values(conn)
             conn.set_authorizer(_no_address_functions)
 
     @hookimpl

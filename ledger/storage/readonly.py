@@ -41,10 +41,15 @@ def _stop_at_deadline(conn: sqlite3.Connection, timeout_ms: int) -> float:
 VALUE_BYTES_MIN = 64 * 1024 * 1024
 
 
-def _bound_values(conn: sqlite3.Connection, stored_bytes: int) -> int:
+def bound_values(conn: sqlite3.Connection, stored_bytes: int | None = None) -> int:
     """Set SQLite's value-length limit on ``conn`` to the larger of :data:`VALUE_BYTES_MIN` and
-    ``stored_bytes`` (the size of the case's files: no value stored in them is longer, so every
-    stored value stays readable); return the limit it had."""
+    ``stored_bytes`` (the size of the case's files, by default the pages of ``conn``'s database:
+    no value stored in them is longer, so every stored value stays readable); return the limit it
+    had. ``STORAGE_ERROR`` or ``INTEGRITY_ERROR`` when the file cannot be read."""
+    if stored_bytes is None:
+        with translate_sqlite_errors():
+            pages, page_bytes = (conn.execute(f"PRAGMA {name}").fetchone()[0] for name in ("page_count", "page_size"))
+        stored_bytes = pages * page_bytes
     return conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max(VALUE_BYTES_MIN, stored_bytes))
 
 
@@ -153,9 +158,7 @@ def reading_only(conn: sqlite3.Connection, timeout_ms: int | None = None) -> Ite
     ``STORAGE_ERROR`` and damage keep their codes), and so is one still running after ``timeout_ms``
     milliseconds (None: no limit). Setting an authorizer makes SQLite prepare every statement again,
     so none prepared before escapes it."""
-    with translate_sqlite_errors():
-        pages, page_bytes = (conn.execute(f"PRAGMA {name}").fetchone()[0] for name in ("page_count", "page_size"))
-    length_was = _bound_values(conn, pages * page_bytes)
+    length_was = bound_values(conn)
     conn.set_authorizer(reads_only)
     errors = nullcontext() if timeout_ms is None else _query_errors(timeout_ms, _stop_at_deadline(conn, timeout_ms))
     try:
@@ -224,7 +227,7 @@ def readonly_rows(path: Path, sql: str, timeout_ms: int = 30_000) -> Iterator[tu
         raise LedgerError(E.SCHEMA_VERSION, f"{path} has schema version {version}; this case-ledger knows up to "
                           f"{schema_version()}; upgrade case-ledger", file_version=version,
                           known_version=schema_version())
-    _bound_values(conn, _stored_bytes(path))
+    bound_values(conn, _stored_bytes(path))
     deadline = _stop_at_deadline(conn, timeout_ms)
     try:
         with _query_errors(timeout_ms, deadline):
