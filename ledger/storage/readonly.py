@@ -20,9 +20,8 @@ from ..ground import errors as E
 from .sqlfiles import PUBLIC_VIEWS, schema_version, statement
 from ..ground.errors import LedgerError
 from .sqlite_file import (BUSY_CODES, DAMAGED_CODES, SQLITE_ERRORS, SQLITE_INTERRUPT, SQLITE_READONLY, SQLITE_TOOBIG,
-                          STORAGE_CODES,
-                          connect_uri, log_files_exist, primary_code, readable_uri, release_log, sqlite_error,
-                          translate_sqlite_errors)
+                          STORAGE_CODES, connect_uri, log_files_exist, primary_code, readable_uri, release_log,
+                          sqlite_error, translate_sqlite_errors)
 
 
 def _stop_at_deadline(conn: sqlite3.Connection, timeout_ms: int) -> float:
@@ -36,8 +35,8 @@ def _stop_at_deadline(conn: sqlite3.Connection, timeout_ms: int) -> float:
 
 
 #: The longest text or blob a user's query may make when the case's file is smaller: SQLite stops
-#: a statement at its deadline only between steps, and one function call (``printf``, ``replace``,
-#: ``zeroblob``) building a value of gigabytes is one step that may run for seconds.
+#: a statement at its deadline only between steps, and one function call (``replace``, ``hex``,
+#: ``zeroblob``) building a value of gigabytes is one step that may run for seconds (docs/concepts.md).
 VALUE_BYTES_MIN = 64 * 1024 * 1024
 
 
