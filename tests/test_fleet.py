@@ -655,6 +655,7 @@ def test_times_dates_and_intervals_print_as_duckdb_holds_them_nothing_lost(fleet
              "CAST(DATE '0044-03-15' - INTERVAL 2000 YEAR AS DATE) AS bc, INTERVAL 1 MONTH + INTERVAL 3 DAY AS i, "
              "TIMESTAMP_NS '2020-01-01 00:00:00.123456789' AS ns, TIMESTAMP_S '2020-01-01 00:00:01' AS s, "
              "[[DATE '2020-01-01', 'infinity'::DATE, NULL]] AS days, NULL::DATE AS nothing, "
+             "['-infinity'::DATE]::DATE[1] AS fixed, "
              "max(closed_at - reserved_at) AS longest, list(reserved_at ORDER BY reserved_at)[1] AS first "
              "FROM actions WHERE case_id = 'FLEET-00001'")
     names, [row] = fleet_query(out, query)
@@ -662,7 +663,7 @@ def test_times_dates_and_intervals_print_as_duckdb_holds_them_nothing_lost(fleet
     assert {k: v for k, v in values.items() if k not in ("longest", "first")} == {
         "t": "-infinity", "d": "infinity", "z": "infinity", "bc": "-1956-03-15", "i": "1 month 3 days",
         "ns": "2020-01-01T00:00:00.123456789", "s": "2020-01-01T00:00:01.000000",
-        "days": [["2020-01-01", "infinity", None]], "nothing": None}
+        "days": [["2020-01-01", "infinity", None]], "nothing": None, "fixed": ["-infinity"]}
     assert re.fullmatch(r"\d\d:\d\d:\d\d(\.\d+)?", values["longest"]), values["longest"]
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", values["first"]), values["first"]
     listed = fleet_query(out, "SELECT list(reserved_at) AS l FROM actions WHERE case_id = 'FLEET-00001'")[1][0][0]

@@ -10,6 +10,7 @@ import datetime
 import decimal
 import fcntl
 import os
+import re
 import signal
 import threading
 import uuid
@@ -208,10 +209,14 @@ def _as_text(value: str, kind: str, depth: int = 0) -> str | None:
     says, a list of such values too (element by element); None when ``kind`` needs no such care."""
     if kind in TEXT_OF:
         return TEXT_OF[kind].format(value)
-    if kind.endswith("[]"):
-        item = _as_text(f"x{depth}", kind[:-2], depth + 1)
+    listed = _LIST_TYPE.fullmatch(kind)  # a list (``DATE[]``) or an array of fixed size (``DATE[2]``)
+    if listed:
+        item = _as_text(f"x{depth}", listed.group(1), depth + 1)
         return f"list_transform({value}, lambda x{depth}: {item})" if item else None
     return None
+
+
+_LIST_TYPE = re.compile(r"(.+)\[\d*\]")
 
 
 def _times_as_text(relation: Any) -> Any:
