@@ -960,6 +960,50 @@ def test_truncation_is_caught_from_exported_events_even_without_a_manifest(budge
     assert caught.value.details["seq"] == 6
 
 
+def test_an_event_file_past_the_head_that_does_not_continue_the_history_is_no_truncation(budget, case):
+    """A file claiming the ledger's next seq with another parent was added or copied in (here: an
+    earlier event with its seq edited): verify names it as no part of the export, never accusing
+    the ledger of a rollback."""
+    budget.reserve("H1", "a1", "source.read_context")
+    export_case(case)
+    head = case.query("SELECT seq, stream, revision, stream_seq FROM events ORDER BY seq DESC LIMIT 1")[0]
+    case.close()
+    folder = case.path / "analysis" / "budgets" / f"{head['revision']:04d}" / "events"
+    body = json.loads((folder / f"{head['stream_seq']:08d}.json").read_bytes())
+    stray = folder / f"{head['stream_seq'] + 1:08d}.json"
+    stray.write_text(json.dumps({**body, "seq": head["seq"] + 1}), encoding="utf-8")
+    with pytest.raises(LedgerError) as caught:
+        verify_case(case.path)
+    assert caught.value.code == INTEGRITY_ERROR and "is not part of the export" in caught.value.message, caught.value
+    assert "rolled-back" not in caught.value.message and str(stray.relative_to(case.path)) in caught.value.message
+
+
+@pytest.mark.parametrize("keep_next", [True, False])
+def test_a_ledger_that_lost_its_last_events_is_truncation_with_or_without_the_next_file(budget, case, tmp_path,
+                                                                                        keep_next):
+    """A ledger put back from an older copy under a newer export (no manifest): the exported file of
+    its next event names its last event as its parent; when that file is gone too, the later files
+    still show the ledger ended early."""
+    budget.reserve("H1", "a0", "source.read_context")
+    head = case.query("SELECT max(seq) AS seq FROM events")[0]["seq"]
+    case.close()
+    shutil.copyfile(case.path / "ledger.sqlite", tmp_path / "older.sqlite")
+    with Case.open(case.path) as opened:
+        later = opened.budget()
+        later.fail("H1", "a0", "x")
+        later.reserve("H1", "a1", "source.read_context")
+        export_case(opened)
+    (case.path / "ledger.sqlite").write_bytes((tmp_path / "older.sqlite").read_bytes())
+    (case.path / "manifest.json").unlink()
+    if not keep_next:
+        next(p for p in (case.path / "analysis").rglob("*.json")
+             if json.loads(p.read_bytes()).get("seq") == head + 1).unlink()
+    with pytest.raises(LedgerError) as caught:
+        verify_case(case.path)
+    assert caught.value.details["seq"] == head + 1, caught.value
+    assert f"but the ledger ends at seq {head}" in caught.value.message, caught.value
+
+
 def test_verify_names_the_smallest_bad_seq_across_tables(budget, case):
     for n in range(3):
         budget.reserve("H1", f"a{n}", "source.read_context")

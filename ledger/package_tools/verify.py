@@ -470,6 +470,36 @@ def _foreign_kind(kind: str, name: str, sql: str, fts: set[str]) -> str:
     return "virtual table" if re.match(r"CREATE\s+VIRTUAL\b", sql, re.I) else "table"
 
 
+def _past_head(root: Path, files: list[str], head_seq: int) -> dict[str, tuple[int, Any]]:
+    """``{file: (seq, parent_sha256)}`` of the event files among ``files`` (none the ledger exports)
+    that hold an event past ``head_seq``, in the order of ``files``. A file that is no event of ours
+    is left out: it is no evidence of truncation (``check_export_tree`` names it)."""
+    past = {}
+    for relative in files:
+        if EVENT_FILE_RE.fullmatch(relative):
+            try:
+                body = json.loads((root / relative).read_bytes())
+            except (ValueError, RecursionError, OSError):
+                continue
+            seq = body.get("seq") if isinstance(body, dict) else None
+            if type(seq) is int and seq > head_seq:
+                past[relative] = (seq, body.get("parent_sha256"))
+    return past
+
+
+def _continues(past: dict[str, tuple[int, Any]], conn: sqlite3.Connection, head_seq: int) -> bool:
+    """Whether event files past the ledger's head read as its lost continuation: the first of them
+    (the lowest seq) names the ledger's last event as its parent, or is missing (a gap from the head:
+    the files that would show otherwise are gone too). A file claiming the next seq with another
+    parent continues some other history: it was added or copied in, not left by a longer ledger,
+    and ``check_export_tree`` names it as no part of the export."""
+    first = min(seq for seq, _ in past.values())
+    if first != head_seq + 1:
+        return True
+    head = conn.execute(statement("head")).fetchone()
+    return head is None or head[0] != head_seq or any(parent == head[1] for seq, parent in past.values() if seq == first)
+
+
 def _check_export(root: Path, conn: sqlite3.Connection, head_seq: int, manifest: dict[str, Any] | None,
                   files: list[str]) -> tuple[int, int | None]:
     """Exported files that exist (``files``, listed before ``conn``'s read began) must hold the
@@ -483,15 +513,11 @@ def _check_export(root: Path, conn: sqlite3.Connection, head_seq: int, manifest:
         return 0, None  # never exported: no file to compare, none can be missing (the loops below find nothing)
     # a row whose columns are edited out of their types has no path: the row comparison names it
     known = {event_path(*row) for row in conn.execute(export_statement(conn, "event_addresses")) if well_placed(*row)}
-    for relative in files:
-        if relative not in known and EVENT_FILE_RE.fullmatch(relative):
-            try:
-                seq = json.loads((root / relative).read_bytes()).get("seq")
-            except (ValueError, AttributeError, RecursionError, OSError):
-                continue  # not an event of ours: not evidence of truncation (check_export_tree names it)
-            if type(seq) is int and seq > head_seq:
-                raise _bad(head_seq + 1, f"{relative} holds event {seq} but the ledger ends at seq {head_seq} "
-                           "(truncated or rolled-back ledger, or one copied without its ledger.sqlite-wal)")
+    past = _past_head(root, [relative for relative in files if relative not in known], head_seq)
+    if past and _continues(past, conn, head_seq):
+        relative, seq = next((relative, seq) for relative, (seq, _) in past.items())
+        raise _bad(head_seq + 1, f"{relative} holds event {seq} but the ledger ends at seq {head_seq} "
+                   "(truncated or rolled-back ledger, or one copied without its ledger.sqlite-wal)")
     check_export_tree(files, known | {content_path(sha) for (sha,) in conn.execute(statement("content_shas"))})
     limit = manifest["head"]["seq"] if manifest else 0
     present = set(files)  # every regular file under analysis/ (a link there was refused above)
