@@ -10,7 +10,6 @@ import datetime
 import decimal
 import fcntl
 import os
-import re
 import signal
 import threading
 import uuid
@@ -204,34 +203,51 @@ TEXT_OF = {
 }
 
 
-def _as_text(value: str, kind: str, depth: int = 0) -> str | None:
+def _as_text(value: str, kind: Any, depth: int = 0) -> str | None:
     """The SQL that writes ``value`` (an expression of DuckDB type ``kind``) as :data:`TEXT_OF`
-    says, a list of such values too (element by element); None when ``kind`` needs no such care."""
-    if kind in TEXT_OF:
-        return TEXT_OF[kind].format(value)
-    listed = _LIST_TYPE.fullmatch(kind)  # a list (``DATE[]``) or an array of fixed size (``DATE[2]``)
-    if listed:
-        item = _as_text(f"x{depth}", listed.group(1), depth + 1)
+    says, and the same inside lists, arrays, structs and maps (element by element, field by field);
+    None when ``kind`` holds nothing that needs such care."""
+    if str(kind) in TEXT_OF:
+        return TEXT_OF[str(kind)].format(value)
+    if kind.id not in ("list", "array", "struct", "map"):
+        return None
+    children = list(kind.children)  # asked of another type, DuckDB raises
+    if kind.id in ("list", "array"):  # children: the element's type (an array's size after it)
+        item = _as_text(f"x{depth}", children[0][1], depth + 1)
         return f"list_transform({value}, lambda x{depth}: {item})" if item else None
+    if kind.id == "struct":
+        fields = [(name, f"struct_extract({value}, {sql_literal(name)})", child) for name, child in children]
+        return _rebuilt(value, "struct_pack", fields, depth)
+    if kind.id == "map":  # children: the key's and the value's types
+        entry = f"e{depth}"
+        fields = [(name, f"{entry}.{name}", child) for name, child in children]
+        pairs = _rebuilt(entry, "struct_pack", fields, depth + 1)
+        return f"map_from_entries(list_transform(map_entries({value}), lambda {entry}: {pairs}))" if pairs else None
     return None
 
 
-_LIST_TYPE = re.compile(r"(.+)\[\d*\]")
+def _rebuilt(value: str, pack: str, fields: list[tuple[str, str, Any]], depth: int) -> str | None:
+    """``pack(name := field, …)`` with each field written by :func:`_as_text` where it needs it
+    (None when no field does); a null ``value`` stays null."""
+    texts = [(name, _as_text(field, child, depth + 1), field) for name, field, child in fields]
+    if all(text is None for _, text, _ in texts):
+        return None
+    packed = ", ".join(f"{sql_identifier(name)} := {text if text is not None else field}" for name, text, field in texts)
+    return f"CASE WHEN {value} IS NULL THEN NULL ELSE {pack}({packed}) END"
 
 
 def _times_as_text(relation: Any) -> Any:
-    """``relation`` with its time, date and interval columns (and lists of them) as text written by
-    DuckDB (:data:`TEXT_OF`); a struct or map holding times with a zone gets them as UTC times
-    without a zone (Python converts those only with pytz)."""
+    """``relation`` with its time, date and interval values, at any depth of lists, structs and
+    maps, as text written by DuckDB (:data:`TEXT_OF`); anything else holding times with a zone (a
+    union) gets them as UTC times without a zone (Python converts those only with pytz)."""
     replaced = {}
     for name, kind in zip(relation.columns, relation.types):
-        kind = str(kind)
         column = sql_identifier(name)
         text = _as_text(column, kind)
         if text is not None:
             replaced[name] = text
-        elif ZONED in kind:
-            replaced[name] = f"CAST({column} AS {kind.replace(ZONED, 'TIMESTAMP')})"
+        elif ZONED in str(kind):
+            replaced[name] = f"CAST({column} AS {str(kind).replace(ZONED, 'TIMESTAMP')})"
     if not replaced:
         return relation
     return relation.query("q", "SELECT * REPLACE (" + ", ".join(
