@@ -662,3 +662,32 @@ def test_the_documented_start_resumes_a_case_at_any_point_of_its_setup(tmp_path)
     case, budget = start(tmp_path / "created-only")
     assert [b["hypothesis_id"] for b in case.balances()] == ["H1", "H2"]
     case.close()
+
+
+@pytest.mark.parametrize("before", ["nothing", "recorded, not settled"])
+def test_the_documented_resumable_action_block_runs_the_tool_once_and_writes_nothing_when_run_again(case, before):
+    """docs/investigator.md's loop body for an action taken again (resumed, or simply started
+    again): the tool runs only while the action has no result, settle only while it awaits it."""
+    text = (REPO / "docs" / "investigator.md").read_text(encoding="utf-8")
+    block = next(code for code in text.split("```python\n")[1:] if "if act.result is None" in code).split("```")[0]
+    budget = case.budget(BudgetConfig.example())
+    budget.initialize()
+    runs: list[int] = []
+
+    def run_tests() -> str:
+        runs.append(len(runs) + 1)
+        return f"run {len(runs)}: test_restock failed"  # another output each time, as a real test run's
+
+    def assess(body: str) -> int:
+        assert "run 1: test_restock failed" in body  # the recorded output, not a new run's
+        return 80
+
+    names = {"budget": budget, "case": case, "run_tests": run_tests, "assess": assess}
+    if before == "recorded, not settled":  # a run stopped between the block and settle
+        with budget.action("H1", "t-1", "tests.run") as act:
+            act.record({"output": run_tests()})
+    exec(block, dict(names))
+    after_first = _event_count(case)
+    assert runs == [1] and [a["status"] for a in case.actions()] == ["settled"]
+    exec(block, dict(names))
+    assert runs == [1] and _event_count(case) == after_first
