@@ -1212,8 +1212,12 @@ def test_a_log_beside_a_linked_ledger_where_sqlite_never_reads_it_fails_verify(c
         verify_case(case.path)
     assert caught.value.code == INTEGRITY_ERROR and caught.value.message.startswith(
         f"{log} lies beside the link ledger.sqlite (to {real}), where SQLite never reads it")
+    # the reads took SQLite's log files for the real file's: none is left beside it
+    assert read_only_query(case.path, "SELECT count(*) FROM events")[1][0][0] > 0
+    assert sorted(p.name for p in real.parent.iterdir()) == ["real.sqlite"]
     (case.path / log).unlink()
     assert verify_case(case.path).events > 0
+    assert sorted(p.name for p in real.parent.iterdir()) == ["real.sqlite"]
 
 
 # --- physical damage: SQLite's own check --------------------------------------------------------

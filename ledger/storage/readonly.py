@@ -20,7 +20,7 @@ from ..ground import errors as E
 from .sqlfiles import PUBLIC_VIEWS, schema_version, statement
 from ..ground.errors import LedgerError
 from .sqlite_file import (BUSY_CODES, DAMAGED_CODES, SQLITE_ERRORS, SQLITE_INTERRUPT, SQLITE_READONLY, SQLITE_TOOBIG,
-                          STORAGE_CODES, connect_uri, log_files_exist, primary_code, readable_uri, release_log,
+                          STORAGE_CODES, connect_uri, log_files_exist, log_path, primary_code, readable_uri, release_log,
                           sqlite_error, translate_sqlite_errors)
 
 
@@ -55,9 +55,9 @@ def bound_values(conn: sqlite3.Connection, stored_bytes: int | None = None) -> i
 def _stored_bytes(path: Path) -> int:
     """The size of the case file ``path`` and its ``-wal``: an upper bound on any value stored in it."""
     total = 0
-    for suffix in ("", "-wal"):
+    for name in (path, log_path(path, "-wal")):
         try:
-            total += os.stat(f"{path}{suffix}").st_size
+            total += os.stat(name).st_size
         except OSError:
             pass
     return total

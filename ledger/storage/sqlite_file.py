@@ -193,7 +193,7 @@ def hot_journal(path: Path) -> str | None:
             return None
     except OSError:
         return None
-    journal = f"{path}-journal"
+    journal = log_path(path, "-journal")
     try:
         info = os.stat(journal)
         if not stat.S_ISREG(info.st_mode):  # a folder; a pipe would block the read (SQLite's too)
@@ -215,7 +215,7 @@ def _journal_header(path: Path) -> bytes:
     """The first 20 bytes of ``path``'s rollback journal (b"" when there is none or it cannot be read):
     its magic, then the page count, a nonce and the ledger's size in pages before the transaction."""
     try:
-        with open(f"{path}-journal", "rb") as journal:
+        with open(log_path(path, "-journal"), "rb") as journal:
             return journal.read(20)
     except OSError:
         return b""
@@ -238,7 +238,7 @@ def orphaned_logs(path: Path) -> list[str]:
         return []
     found = []
     try:
-        if os.stat(f"{path}-wal").st_size > 0:
+        if os.stat(log_path(path, "-wal")).st_size > 0:
             found.append(f"{os.path.basename(path)}-wal")
     except OSError:
         pass
@@ -278,9 +278,16 @@ def open_snapshot(path: Path) -> sqlite3.Connection:
     return conn
 
 
+def log_path(path: Path | str, suffix: str) -> str:
+    """Where SQLite keeps the ``suffix`` file (``-wal``, ``-shm``, ``-journal``) of the database
+    ``path``: beside the file a link at ``path`` leads to, not beside the link."""
+    return f"{os.path.realpath(path)}{suffix}"
+
+
 def log_files_exist(path: Path) -> bool:
-    """Whether ``-wal`` or ``-shm`` lies beside ``path`` (a reader that finds none made them)."""
-    return any(os.path.exists(f"{path}{suffix}") for suffix in ("-wal", "-shm"))
+    """Whether ``-wal`` or ``-shm`` lies where SQLite keeps them for ``path`` (:func:`log_path`; a
+    reader that finds none made them)."""
+    return any(os.path.exists(log_path(path, suffix)) for suffix in ("-wal", "-shm"))
 
 
 def probe_file(conn: sqlite3.Connection) -> None:
@@ -292,15 +299,14 @@ def probe_file(conn: sqlite3.Connection) -> None:
 def wal_bytes(path: Path) -> int:
     """Size of the ledger's ``-wal`` file (0 when there is none)."""
     try:
-        return os.stat(str(path) + "-wal").st_size
+        return os.stat(log_path(path, "-wal")).st_size
     except OSError:
         return 0
 
 
 def _wal_is_empty(path: Path) -> bool:
-    wal = path.with_name(path.name + "-wal")
     try:
-        return wal.stat().st_size == 0
+        return os.stat(log_path(path, "-wal")).st_size == 0
     except FileNotFoundError:
         return True
 
