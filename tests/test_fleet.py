@@ -676,6 +676,11 @@ def test_times_dates_and_intervals_print_as_duckdb_holds_them_nothing_lost(fleet
         "s": {"DATE": 1, "x y": "infinity", "i": "1 month"}, "ns": None,
         "m": {"2020-01-01T00:00:00.123456789": ["-infinity"]}, "nm": None,
         "deep": [{"a": {"b": "-infinity"}}], "null_field": {"a": None}}
+    unions = ("SELECT union_value(a := 'infinity'::DATE)::UNION(a DATE, b INT) AS d, "
+              "union_value(b := 3)::UNION(a INTERVAL, b INT) AS n, [union_value(a := INTERVAL 1 MONTH)::UNION(a INTERVAL, "
+              "b INT)] AS l, NULL::UNION(a DATE, b INT) AS nothing, union_value(k := 1) AS plain")
+    names, [row] = fleet_query(out, unions)
+    assert dict(zip(names, row)) == {"d": "infinity", "n": "3", "l": ["1 month"], "nothing": None, "plain": 1}
 
 
 @pytest.mark.parametrize("name", ["o[2]", "o*", "o{a,b}", "o?"])

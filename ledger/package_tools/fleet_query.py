@@ -209,9 +209,11 @@ def _as_text(value: str, kind: Any, depth: int = 0) -> str | None:
     None when ``kind`` holds nothing that needs such care."""
     if str(kind) in TEXT_OF:
         return TEXT_OF[str(kind)].format(value)
-    if kind.id not in ("list", "array", "struct", "map"):
+    if kind.id not in _NESTED:
         return None
     children = list(kind.children)  # asked of another type, DuckDB raises
+    if kind.id == "union":  # no union of text members to build: its member as DuckDB writes it
+        return f"CAST({value} AS VARCHAR)" if any(_holds_times(child) for _, child in children[1:]) else None
     if kind.id in ("list", "array"):  # children: the element's type (an array's size after it)
         item = _as_text(f"x{depth}", children[0][1], depth + 1)
         return f"list_transform({value}, lambda x{depth}: {item})" if item else None
@@ -226,6 +228,17 @@ def _as_text(value: str, kind: Any, depth: int = 0) -> str | None:
     return None
 
 
+_NESTED = ("list", "array", "struct", "map", "union")
+
+
+def _holds_times(kind: Any) -> bool:
+    """Whether DuckDB type ``kind`` is, or holds at any depth, a type of :data:`TEXT_OF`."""
+    if str(kind) in TEXT_OF:
+        return True
+    return kind.id in _NESTED and any(_holds_times(child) for _, child in kind.children
+                                      if not isinstance(child, int))  # an array's size
+
+
 def _rebuilt(value: str, pack: str, fields: list[tuple[str, str, Any]], depth: int) -> str | None:
     """``pack(name := field, …)`` with each field written by :func:`_as_text` where it needs it
     (None when no field does); a null ``value`` stays null."""
@@ -238,8 +251,9 @@ def _rebuilt(value: str, pack: str, fields: list[tuple[str, str, Any]], depth: i
 
 def _times_as_text(relation: Any) -> Any:
     """``relation`` with its time, date and interval values, at any depth of lists, structs and
-    maps, as text written by DuckDB (:data:`TEXT_OF`); anything else holding times with a zone (a
-    union) gets them as UTC times without a zone (Python converts those only with pytz)."""
+    maps, as text written by DuckDB (:data:`TEXT_OF`); a union holding such a value as DuckDB's
+    text of its member. Anything else holding times with a zone gets them as UTC times without a
+    zone (Python converts those only with pytz)."""
     replaced = {}
     for name, kind in zip(relation.columns, relation.types):
         column = sql_identifier(name)
