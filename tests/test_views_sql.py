@@ -658,6 +658,9 @@ def test_a_query_may_not_build_a_value_past_the_value_length_limit(case, express
         with pytest.raises(LedgerError) as caught:
             run()
         assert caught.value.code == INVALID_ARGUMENT and "longer than 64 MiB" in caught.value.message
+    with pytest.raises(LedgerError) as caught:
+        case.query("SELECT length(?) AS n", ["x" * (64 * 1024 * 1024 + 1)])
+    assert caught.value.code == INVALID_ARGUMENT and "or be given as a parameter" in caught.value.message
     assert case.query("SELECT length(zeroblob(1000)) AS n") == [{"n": 1000}]
     assert case.storage.conn.getlimit(sqlite3.SQLITE_LIMIT_LENGTH) == 1_000_000_000  # the writer's is back
 

@@ -186,8 +186,9 @@ def _refused(exc: BaseException) -> LedgerError:
            f"schema-reading ones ({', '.join(sorted(READ_ONLY_PRAGMAS))})"
            if str(exc) == "not authorized" or primary_code(exc) == SQLITE_READONLY else "")
     if isinstance(exc, sqlite3.Error) and primary_code(exc) == SQLITE_TOOBIG:
-        why = (f"; a query may make no text or blob longer than {VALUE_BYTES_MIN // (1024 * 1024)} MiB (or the case "
-               "file's size, when larger), so that one function call cannot run long past the time limit")
+        why = (f"; a query may make, or be given as a parameter, no text or blob longer than "
+               f"{VALUE_BYTES_MIN // (1024 * 1024)} MiB (or the case file's size, when larger), so that one function "
+               "call cannot run long past the time limit")
     if str(exc).startswith("no such table:"):
         why = ("; the ledger's views are " + ", ".join(PUBLIC_VIEWS) + " (docs/sql.md lists them and its tables; "
                "SELECT name, type FROM sqlite_master lists what this file holds)")
