@@ -331,9 +331,20 @@ def test_a_served_query_cannot_return_more_than_its_bytes_in_all(site):
     """Each value under the limit, eight of 50 MB took 12 GB of the server's memory (a 2.4 GB reply)."""
     response = get(site, "/BUG-20.json?sql=select+zeroblob(50000000)+as+b+from+events+limit+8")
     assert response.status_code == 400
-    assert "the query's rows pass 256 MiB of text and blobs; ask for fewer rows" in response.text
+    assert "the query's rows pass 256 MiB of text and blobs (as JSON writes them" in response.text
     assert len(get(site, "/BUG-20.json?sql=select+zeroblob(5000000)+as+b+from+events+limit+3").content) > 15_000_000
     assert len(get(site, "/BUG-20/events.json?_size=max").json()["rows"]) == 56
+
+
+@pytest.mark.parametrize("value, rows, refused", [
+    ("zeroblob(9000000)", 5, True),  # 45 MB of zero bytes: 270 MB of \u0000 (took 7.6 GB at 250 MB)
+    ("printf('%.*c', 9000000, char(233))", 5, True),  # é, written \u00e9: six bytes each
+    ("printf('%.*c', 9000000, 'x')", 5, False)])  # plain text: its size
+def test_a_served_query_s_bytes_are_counted_as_json_writes_them(site, value, rows, refused):
+    response = get(site, f"/BUG-20.json?sql=select+{value}+as+v+from+events+limit+{rows}")
+    assert (response.status_code == 400) is refused, response.status_code
+    if refused:
+        assert "pass 256 MiB of text and blobs (as JSON writes them" in response.text
 
 
 @pytest.fixture(scope="module")

@@ -82,20 +82,41 @@ def _can_render_chart(datasette: Any, query_name: str | None) -> bool:
     return query_name == CHART_QUERY and datasette in _OURS
 
 
+#: Bytes that JSON writes as ``\\u00XX`` (six bytes; a few as two, counted six all the same).
+_CONTROL_BYTES = bytes(range(32))
+_HIGH_BYTES = bytes(range(128, 256))
+#: What Datasette's JSON puts around the base64 of a blob that is not UTF-8.
+_BASE64_WRAPPER = '{"$base64": true, "encoded": ""}'
+
+
+def rendered_bytes(value: str | bytes) -> int:
+    """At least the bytes Datasette's JSON takes to write the text or blob ``value`` (Python's
+    ``json.dumps``, non-ASCII escaped): a control character as six bytes, a quote or backslash as
+    two, a character of two to four UTF-8 bytes as six or twelve (three per byte at most); a blob
+    as that text when it is UTF-8, else as base64 (four bytes per three) in a small object."""
+    data = value.encode("utf-8", "surrogatepass") if isinstance(value, str) else value
+    controls = len(data) - len(data.translate(None, _CONTROL_BYTES))
+    high = len(data) - len(data.translate(None, _HIGH_BYTES))
+    text = len(data) + 5 * controls + 2 * high + data.count(b'"') + data.count(b"\\")
+    return text if isinstance(value, str) else max(text, -(-len(data) // 3) * 4 + len(_BASE64_WRAPPER))
+
+
 class _BoundedCursor(sqlite3.Cursor):
     """A cursor refusing, as SQLite refuses a value past its length limit, to return more than
-    :data:`RESULT_BYTES_MAX` bytes of text and blobs in all: 1,000 rows of 50 MB each took 12 GB of
-    the server's memory while one value stayed under the limit."""
+    :data:`RESULT_BYTES_MAX` bytes of text and blobs in all, counted as JSON writes them
+    (:func:`rendered_bytes`): 1,000 rows of 50 MB each took 12 GB of the server's memory while one
+    value stayed under the limit, and 250 MB of zero bytes, written as ``\\u0000``, 7.6 GB."""
 
     returned = 0
 
     def fetchone(self) -> Any:
         row = super().fetchone()
         if row is not None:
-            self.returned += sum(len(value) for value in row if isinstance(value, (str, bytes)))
+            self.returned += sum(rendered_bytes(value) for value in row if isinstance(value, (str, bytes)))
             if self.returned > RESULT_BYTES_MAX:
                 raise sqlite3.OperationalError(
-                    f"the query's rows pass {RESULT_BYTES_MAX // 2 ** 20} MiB of text and blobs; ask for fewer "
+                    f"the query's rows pass {RESULT_BYTES_MAX // 2 ** 20} MiB of text and blobs (as JSON writes "
+                    "them: a zero byte or other control character counts six); ask for fewer "
                     "rows (?_size=10) or shorter values (substr), or read them with ledger sql")
         return row
 
