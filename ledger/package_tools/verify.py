@@ -113,9 +113,9 @@ class VerifyReport:
         if self.unchecked_inputs:
             shown = ", ".join(f"{u['path']} ({u['why']})" for u in self.unchecked_inputs[:5])
             more = f" and {len(self.unchecked_inputs) - 5} more" if len(self.unchecked_inputs) > 5 else ""
-            lines.append(f"{len(self.unchecked_inputs)} input file(s) that stored tool results read changed since "
-                         f"or cannot be read now, so those results were checked against their requests only: "
-                         f"{shown}{more}")
+            lines.append(f"{len(self.unchecked_inputs)} input file(s) changed since stored tool results read or "
+                         f"searched them (edited, added, removed or unreadable now), so those results were checked "
+                         f"against their requests only: {shown}{more}")
         for obj in self.foreign_objects:
             on = f" on {obj['table']}" if obj["table"] != obj["name"] else ""
             lines.append(f"foreign object (not the ledger's, left alone): {obj['type']} {obj['name']}{on}")
@@ -138,9 +138,9 @@ class VerifyReport:
         if self.unchecked_inputs:
             shown = ", ".join(f"{u['path']} ({u['why']})" for u in self.unchecked_inputs)
             return LedgerError(E.STALE_GENERATION,
-                               f"{len(self.unchecked_inputs)} input file(s) that stored tool results read changed "
-                               f"since or cannot be read now, so those results cannot be recomputed from them "
-                               f"(--strict): {shown}")
+                               f"{len(self.unchecked_inputs)} input file(s) changed since stored tool results read "
+                               f"or searched them (edited, added, removed or unreadable now), so those results cannot "
+                               f"be recomputed from them (--strict): {shown}")
         return None
 
 
