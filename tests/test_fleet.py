@@ -683,6 +683,15 @@ def test_times_dates_and_intervals_print_as_duckdb_holds_them_nothing_lost(fleet
     assert dict(zip(names, row)) == {"d": "infinity", "n": "3", "l": ["1 month"], "nothing": None, "plain": 1}
 
 
+def test_a_fleet_folder_that_is_a_link_to_nothing_is_refused_naming_the_link(fleet, tmp_path):
+    cases, _, _ = fleet
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(LedgerError) as caught:
+        export_fleet([cases / "demo"], tmp_path / "dangling")
+    assert caught.value.code == INVALID_ARGUMENT and "(the fleet folder, --to) is a link to nothing" in caught.value.message
+    assert not (tmp_path / "nowhere").exists()
+
+
 @pytest.mark.parametrize("name", ["o[2]", "o*", "o{a,b}", "o?"])
 def test_an_export_path_with_a_glob_character_is_refused(fleet, tmp_path, name):
     cases, _, _ = fleet

@@ -411,3 +411,15 @@ def test_a_journal_from_a_stream_without_a_name_gets_no_hint_and_no_error(tmp_pa
     done = CliRunner().invoke(main, ["apply", str(tmp_path / "case"), "-", "--create", "C1"], input=b'{"finding": 1}\n')
     assert done.exit_code == 1 and isinstance(done.exception, SystemExit)  # no AttributeError
     assert 'a journal line needs an \\"op\\" key' in done.stdout and "hint:" not in done.stderr
+
+
+def test_an_output_folder_that_is_a_link_to_nothing_is_refused_naming_the_link(tmp_path):
+    """The system's answer when a folder is made there, "File exists", named no cause."""
+    source = _write(tmp_path / "in" / "r1.traj.json", GOOD)
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(LedgerError) as caught:
+        import_runs([source], tmp_path / "dangling")
+    assert caught.value.code == "INVALID_ARGUMENT" and caught.value.message == (
+        f"{tmp_path / 'dangling'} (the output folder, --out) is a link to nothing ({tmp_path / 'nowhere'}); give a "
+        "folder, or remove the link")
+    assert not (tmp_path / "nowhere").exists()

@@ -57,6 +57,18 @@ def require_utf8(path: Path, refusal: str) -> None:
         raise LedgerError(INVALID_ARGUMENT, f"{shown}: {refusal}") from None
 
 
+def refuse_link_to_nothing(path: Path, what: str) -> None:
+    """``INVALID_ARGUMENT`` when ``path`` (``what`` names it) is a symbolic link that leads nowhere:
+    a folder cannot be made there (the system's answer, "File exists", names no cause)."""
+    if os.path.islink(path) and not os.path.exists(path):
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = "?"
+        raise LedgerError(INVALID_ARGUMENT, f"{path} ({what}) is a link to nothing ({target}); give a folder, or "
+                          "remove the link", path=str(path))
+
+
 def read_bytes(path: Path, what: str) -> bytes:
     """The bytes of the file ``path`` (``what`` names it in a message); ``STORAGE_ERROR`` when the
     file system refuses the read (no permission, I/O error): a file this user may not read is

@@ -34,7 +34,7 @@ from ..ground.arguments import check_callback
 from ..services.case import missing_ledger
 from ..ground.errors import LedgerError
 from ..model.package import LEDGER_FILE, is_build_folder, is_case_package, once_each, refuse_output_in_package
-from ..ground.paths import fs_path, os_error, require_utf8
+from ..ground.paths import fs_path, os_error, refuse_link_to_nothing, require_utf8
 from ..ground.workers import job_count, watch_parent, worker_context
 from ..storage.readonly import open_readonly
 from ..storage.sqlite_file import log_files_exist, release_log, translate_sqlite_errors
@@ -127,6 +127,7 @@ def check_out(out: Path, *, create: bool) -> Path:
                           "tables are read with a file pattern under it); choose another folder")
     if create:
         refuse_output_in_package(out, "the fleet folder (--to, out= in Python)")
+        refuse_link_to_nothing(out, "the fleet folder, --to")
     marker = meta_dir(out) / "format.json"
     try:
         if marker.is_file():

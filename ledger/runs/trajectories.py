@@ -27,7 +27,7 @@ from ..ground import errors as E
 from ..ground.errors import LedgerError, describe_value
 from ..ground.canonical import canonical_bytes
 from ..ground.config import DEFAULT_LIMITS
-from ..ground.paths import STORAGE_ERRNOS, folder_inputs, fs_path
+from ..ground.paths import STORAGE_ERRNOS, folder_inputs, fs_path, refuse_link_to_nothing
 from ..ground.arguments import check_text_mapping
 from ..model.outcomes import check_outcomes, read_outcomes
 from ..model.package import refuse_output_in_package
@@ -451,6 +451,7 @@ def import_runs(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[
     files = input_files(paths)
     target = fs_path(out, "output folder")
     refuse_output_in_package(target, "output folder")
+    refuse_link_to_nothing(target, "the output folder, --out")
     if target.exists() and not target.is_dir():
         raise LedgerError(E.INVALID_ARGUMENT, f"{target}: exists and is not a folder")
     _refuse_inputs_in(target, files)
