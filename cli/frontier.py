@@ -34,7 +34,8 @@ def _summary_rows(report: FrontierReport) -> list[dict[str, Any]]:
                **{k: policy[k] for k in ("units_spent", "units_saved", "units_per_run", "runs_stopped")}}
         for outcome in outcomes:
             group = policy["by_outcome"][outcome]
-            row[f"{outcome} stopped"] = f"{group['runs_stopped']}/{group['runs']}"
+            stopped, runs = group["runs_stopped"], group["runs"]
+            row[f"{outcome} stopped"] = f"{stopped}/{runs} ({round(100 * stopped / runs, 2) if runs else 0:g} %)"
         rows.append(row)
     return rows
 

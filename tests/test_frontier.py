@@ -429,6 +429,8 @@ def test_the_readme_shows_the_real_output_of_its_choosing_a_policy_command():
                 "--bootstrap", "1000")
     assert done.exit_code == 0, done.output
     assert done.stdout.splitlines() == block[3:]
+    chosen = next(line for line in block if line.startswith("max_low_information_steps=6 units_per_hypothesis=500 "))
+    assert " ".join(chosen.split()[-6:]) == "2/26 (7.69 %) 3/74 (4.05 %)"  # runs stopped, with their share
     assert "choice (at most 5 % of resolved runs stopped): max_low_information_steps=6 units_per_hypothesis=500" in block
     assert "units saved 3.77 % (min 1.79, max 6.95), resolved runs stopped 3.75 % (min 0, max 6.25)" in section
     assert "units saved 0.48 to 7.36 %" in section and "it saves\n3.8 % on average (1.8 to 7.0 %)" in section
