@@ -422,4 +422,9 @@ def test_an_output_folder_that_is_a_link_to_nothing_is_refused_naming_the_link(t
     assert caught.value.code == "INVALID_ARGUMENT" and caught.value.message == (
         f"{tmp_path / 'dangling'} (the output folder, --out) is a link to nothing ({tmp_path / 'nowhere'}); give a "
         "folder, or remove the link")
+    (tmp_path / "up").symlink_to("dangling")  # a folder above it, through two links
+    with pytest.raises(LedgerError) as caught:
+        import_runs([source], tmp_path / "up" / "sub")
+    assert caught.value.message.startswith(
+        f"{tmp_path / 'up'}, a folder above {tmp_path / 'up' / 'sub'} (the output folder, --out), is a link to nothing")
     assert not (tmp_path / "nowhere").exists()

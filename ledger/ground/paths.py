@@ -58,15 +58,20 @@ def require_utf8(path: Path, refusal: str) -> None:
 
 
 def refuse_link_to_nothing(path: Path, what: str) -> None:
-    """``INVALID_ARGUMENT`` when ``path`` (``what`` names it) is a symbolic link that leads nowhere:
-    a folder cannot be made there (the system's answer, "File exists", names no cause)."""
-    if os.path.islink(path) and not os.path.exists(path):
-        try:
-            target = os.readlink(path)
-        except OSError:
-            target = "?"
-        raise LedgerError(INVALID_ARGUMENT, f"{path} ({what}) is a link to nothing ({target}); give a folder, or "
-                          "remove the link", path=str(path))
+    """``INVALID_ARGUMENT`` when ``path`` (``what`` names it), or the nearest of its folders that is
+    not there, is a symbolic link that leads nowhere: a folder cannot be made there (the system's
+    answer, "File exists", names no cause)."""
+    for at in (path, *path.parents):
+        if os.path.exists(at):
+            return
+        if os.path.islink(at):
+            try:
+                target = os.readlink(at)
+            except OSError:
+                target = "?"
+            named = f"{path} ({what})" if at == path else f"{at}, a folder above {path} ({what}),"
+            raise LedgerError(INVALID_ARGUMENT, f"{named} is a link to nothing ({target}); give a folder, or remove "
+                              "the link", path=str(at))
 
 
 def read_bytes(path: Path, what: str) -> bytes:
