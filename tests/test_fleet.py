@@ -14,6 +14,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -681,6 +682,27 @@ def test_times_dates_and_intervals_print_as_duckdb_holds_them_nothing_lost(fleet
               "b INT)] AS l, NULL::UNION(a DATE, b INT) AS nothing, union_value(k := 1) AS plain")
     names, [row] = fleet_query(out, unions)
     assert dict(zip(names, row)) == {"d": "infinity", "n": "3", "l": ["1 month"], "nothing": None, "plain": 1}
+    odd = ("SELECT MAP {TIMESTAMP '2020-01-01': 1} AS m, {'key': TIMESTAMP '1999-01-01', 'value': 9} AS e0, "
+           "row(TIMESTAMP '2020-01-01', 1) AS r, '12:00:00.123456789'::TIME_NS AS t")
+    names, [row] = fleet_query(out, odd)  # a column named like the rewrite's own names changes nothing
+    assert dict(zip(names, row)) == {"m": {"2020-01-01T00:00:00.000000": 1},
+                                     "e0": {"key": "1999-01-01T00:00:00.000000", "value": 9},
+                                     "r": ["2020-01-01T00:00:00.000000", 1], "t": "12:00:00.123456789"}
+
+
+def test_times_in_lists_nested_deeper_than_the_lambda_bound_print_whole_as_duckdb_text(fleet):
+    """Each level of lists is a lambda, which doubled DuckDB's time to prepare the query (24 levels:
+    37 s, past any time limit): from the fifth level on, the value is DuckDB's text of it."""
+    _, out, _ = fleet
+    deep = "TIMESTAMP '2020-01-01'"
+    for _ in range(24):
+        deep = f"[{deep}]"
+    started = time.monotonic()
+    [[value]] = fleet_query(out, f"SELECT {deep} AS s", timeout_ms=5000)[1]
+    assert time.monotonic() - started < 5
+    for _ in range(4):
+        [value] = value
+    assert value == "[" * 20 + "'2020-01-01 00:00:00'" + "]" * 20
 
 
 def test_a_fleet_folder_that_is_a_link_to_nothing_is_refused_naming_the_link(fleet, tmp_path):

@@ -200,32 +200,33 @@ TEXT_OF = {
     "TIMESTAMP_NS": "strftime({}, '%Y-%m-%dT%H:%M:%S.%n')",
     "DATE": "strftime({}, '%Y-%m-%d')",
     "INTERVAL": "CAST({} AS VARCHAR)",
+    "TIME_NS": "CAST({} AS VARCHAR)",
 }
 
 
-def _as_text(value: str, kind: Any, depth: int = 0) -> str | None:
+#: Lists and maps nested deeper than this (each a DuckDB lambda, which roughly doubles the time
+#: DuckDB takes to prepare the query, where no time limit reaches) are written whole as DuckDB's text.
+LAMBDAS_MAX = 4
+
+
+def _as_text(value: str, kind: Any, lambdas: int = 0) -> str | None:
     """The SQL that writes ``value`` (an expression of DuckDB type ``kind``) as :data:`TEXT_OF`
-    says, and the same inside lists, arrays, structs and maps (element by element, field by field);
-    None when ``kind`` holds nothing that needs such care."""
+    says, and the same inside lists, arrays, structs and maps (element by element, field by field;
+    ``lambdas``: the lambdas around ``value``); None when ``kind`` holds nothing that needs such care."""
     if str(kind) in TEXT_OF:
         return TEXT_OF[str(kind)].format(value)
-    if kind.id not in _NESTED:
+    if kind.id not in _NESTED or not _holds_times(kind):
         return None
-    children = list(kind.children)  # asked of another type, DuckDB raises
-    if kind.id == "union":  # no union of text members to build: its member as DuckDB writes it
-        return f"CAST({value} AS VARCHAR)" if any(_holds_times(child) for _, child in children[1:]) else None
+    children = list(kind.children)
+    if kind.id == "union" or (kind.id in ("list", "array", "map") and lambdas >= LAMBDAS_MAX):
+        return f"CAST({value} AS VARCHAR)"  # a union of text members cannot be built: its member as DuckDB writes it
+    item = f"_ledger_item_{lambdas}"  # a lambda's parameter, named bare: no column of the query can hide it
     if kind.id in ("list", "array"):  # children: the element's type (an array's size after it)
-        item = _as_text(f"x{depth}", children[0][1], depth + 1)
-        return f"list_transform({value}, lambda x{depth}: {item})" if item else None
+        return f"list_transform({value}, lambda {item}: {_as_text(item, children[0][1], lambdas + 1) or item})"
     if kind.id == "struct":
-        fields = [(name, f"struct_extract({value}, {sql_literal(name)})", child) for name, child in children]
-        return _rebuilt(value, "struct_pack", fields, depth)
-    if kind.id == "map":  # children: the key's and the value's types
-        entry = f"e{depth}"
-        fields = [(name, f"{entry}.{name}", child) for name, child in children]
-        pairs = _rebuilt(entry, "struct_pack", fields, depth + 1)
-        return f"map_from_entries(list_transform(map_entries({value}), lambda {entry}: {pairs}))" if pairs else None
-    return None
+        return _rebuilt(value, children, lambdas)
+    pairs = _rebuilt(item, children, lambdas + 1)  # a map: a list of key/value structs
+    return f"map_from_entries(list_transform(map_entries({value}), lambda {item}: {pairs}))"
 
 
 _NESTED = ("list", "array", "struct", "map", "union")
@@ -239,14 +240,20 @@ def _holds_times(kind: Any) -> bool:
                                       if not isinstance(child, int))  # an array's size
 
 
-def _rebuilt(value: str, pack: str, fields: list[tuple[str, str, Any]], depth: int) -> str | None:
-    """``pack(name := field, …)`` with each field written by :func:`_as_text` where it needs it
-    (None when no field does); a null ``value`` stays null."""
-    texts = [(name, _as_text(field, child, depth + 1), field) for name, field, child in fields]
-    if all(text is None for _, text, _ in texts):
-        return None
-    packed = ", ".join(f"{sql_identifier(name)} := {text if text is not None else field}" for name, text, field in texts)
-    return f"CASE WHEN {value} IS NULL THEN NULL ELSE {pack}({packed}) END"
+def _rebuilt(value: str, fields: list[tuple[str, Any]], lambdas: int) -> str:
+    """The struct ``value`` (its ``fields``: name and type, in order) built again with each field
+    written by :func:`_as_text` where it needs it; unnamed fields (``row(…)``) stay unnamed, and a
+    null ``value`` stays null."""
+    texts = []
+    for number, (_, child) in enumerate(fields, start=1):
+        field = f"struct_extract_at({value}, {number})"
+        texts.append(_as_text(field, child, lambdas) or field)
+    if all(name == "" for name, _ in fields):
+        packed = f"row({', '.join(texts)})"
+    else:
+        packed = "struct_pack(" + ", ".join(f"{sql_identifier(name)} := {text}"
+                                            for (name, _), text in zip(fields, texts)) + ")"
+    return f"CASE WHEN {value} IS NULL THEN NULL ELSE {packed} END"
 
 
 def _times_as_text(relation: Any) -> Any:
