@@ -339,6 +339,7 @@ def test_a_served_query_cannot_return_more_than_its_bytes_in_all(site):
 @pytest.mark.parametrize("value, rows, refused", [
     ("zeroblob(9000000)", 5, True),  # 45 MB of zero bytes: 270 MB of \u0000 (took 7.6 GB at 250 MB)
     ("printf('%.*c', 9000000, char(233))", 5, True),  # é, written \u00e9: six bytes each
+    ("printf('%.*c', 9000000, char(127))", 5, True),  # DEL, written \u007f
     ("printf('%.*c', 9000000, 'x')", 5, False)])  # plain text: its size
 def test_a_served_query_s_bytes_are_counted_as_json_writes_them(site, value, rows, refused):
     response = get(site, f"/BUG-20.json?sql=select+{value}+as+v+from+events+limit+{rows}")

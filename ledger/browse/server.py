@@ -82,8 +82,9 @@ def _can_render_chart(datasette: Any, query_name: str | None) -> bool:
     return query_name == CHART_QUERY and datasette in _OURS
 
 
-#: Bytes that JSON writes as ``\\u00XX`` (six bytes; a few as two, counted six all the same).
-_CONTROL_BYTES = bytes(range(32))
+#: Bytes that JSON writes as ``\\u00XX`` (six bytes; a few as two, counted six all the same):
+#: the control characters and DEL (Python's JSON escapes all but space to tilde).
+_CONTROL_BYTES = bytes([*range(32), 127])
 _HIGH_BYTES = bytes(range(128, 256))
 #: What Datasette's JSON puts around the base64 of a blob that is not UTF-8.
 _BASE64_WRAPPER = '{"$base64": true, "encoded": ""}'
