@@ -48,6 +48,11 @@ LEFT JOIN {schema}.evidence_files AS f ON f.seq = e.seq;
 -- name: content_shas
 SELECT sha256 FROM {schema}.contents;
 
+-- name: head_address
+-- where the ledger's last event is exported
+SELECT COALESCE(f.path, e.stream), e.revision, e.stream_seq FROM {schema}.events AS e
+LEFT JOIN {schema}.evidence_files AS f ON f.seq = e.seq ORDER BY e.seq DESC LIMIT 1;
+
 -- name: event_addresses_after
 -- what a case's kept set of exported paths lacks: the events after the seq it was read at
 SELECT COALESCE(f.path, e.stream), e.revision, e.stream_seq FROM {schema}.events AS e
@@ -180,6 +185,9 @@ SELECT 1 FROM {schema}.sqlite_master WHERE type = 'table' AND name = 'evidence_f
 -- name: event_addresses_before_evidence
 -- a ledger older than the evidence store (schema version < 6) has no evidence_files table
 SELECT stream, revision, stream_seq FROM {schema}.events;
+
+-- name: head_address_before_evidence
+SELECT stream, revision, stream_seq FROM {schema}.events ORDER BY seq DESC LIMIT 1;
 
 -- name: events_for_export_before_evidence
 SELECT seq, stream, revision, stream_seq, body FROM {schema}.events ORDER BY seq;

@@ -1004,6 +1004,31 @@ def test_a_ledger_that_lost_its_last_events_is_truncation_with_or_without_the_ne
     assert f"but the ledger ends at seq {head}" in caught.value.message, caught.value
 
 
+def test_a_ledger_rolled_back_and_continued_otherwise_is_named_rolled_back(budget, case, tmp_path):
+    """The ledger and its manifest put back from older copies, then one other event appended: the
+    exported file of the old next-but-one event names the old next event, exported where the new
+    one belongs, as its parent; verify names the rollback (it said "not part of the export")."""
+    budget.reserve("H1", "a0", "source.read_context")
+    export_case(case)
+    head = case.query("SELECT max(seq) AS seq FROM events")[0]["seq"]
+    case.close()
+    shutil.copyfile(case.path / "ledger.sqlite", tmp_path / "older.sqlite")
+    shutil.copyfile(case.path / "manifest.json", tmp_path / "older.json")
+    with Case.open(case.path) as opened:
+        later = opened.budget()
+        later.fail("H1", "a0", "x")
+        later.reserve("H1", "a1", "source.read_context")
+        export_case(opened)
+    (case.path / "ledger.sqlite").write_bytes((tmp_path / "older.sqlite").read_bytes())
+    (case.path / "manifest.json").write_bytes((tmp_path / "older.json").read_bytes())
+    with Case.open(case.path) as opened:
+        opened.budget().fail("H1", "a0", "another ending")  # seq head + 1, unlike the exported one
+    with pytest.raises(LedgerError) as caught:
+        verify_case(case.path)
+    assert caught.value.code == INTEGRITY_ERROR and f"holds event {head + 2} but the ledger ends at seq {head + 1} " \
+        "(truncated or rolled-back ledger" in caught.value.message, caught.value
+
+
 def test_verify_names_the_smallest_bad_seq_across_tables(budget, case):
     for n in range(3):
         budget.reserve("H1", f"a{n}", "source.read_context")

@@ -26,7 +26,7 @@ from ..storage.sqlfiles import (PUBLIC_VIEWS, folded_name, migration_record_prob
                                 shipped_schema, statement)
 from ..ground.arguments import check_callback, check_flag
 from ..ground.workers import job_count
-from ..ground.canonical import stored_bytes
+from ..ground.canonical import sha256_hex, stored_bytes
 from ..services.case import missing_ledger
 from ..ground.errors import LedgerError, integrity_error as _bad
 from .manifest import check_manifest, export_statement, read_manifest
@@ -487,17 +487,28 @@ def _past_head(root: Path, files: list[str], head_seq: int) -> dict[str, tuple[i
     return past
 
 
-def _continues(past: dict[str, tuple[int, Any]], conn: sqlite3.Connection, head_seq: int) -> bool:
+def _continues(root: Path, past: dict[str, tuple[int, Any]], conn: sqlite3.Connection, head_seq: int) -> bool:
     """Whether event files past the ledger's head read as its lost continuation: the first of them
-    (the lowest seq) names the ledger's last event as its parent, or is missing (a gap from the head:
-    the files that would show otherwise are gone too). A file claiming the next seq with another
-    parent continues some other history: it was added or copied in, not left by a longer ledger,
-    and ``check_export_tree`` names it as no part of the export."""
+    (the lowest seq) names as its parent the ledger's last event, or the event exported where that
+    event belongs (a ledger rolled back, then continued otherwise: the export holds the longer
+    history's event there), or is missing (a gap from the head: the files that would show otherwise
+    are gone too). A file claiming the next seq with another parent continues no history of this
+    case: it was added or copied in, and ``check_export_tree`` names it as no part of the export."""
     first = min(seq for seq, _ in past.values())
     if first != head_seq + 1:
         return True
     head = conn.execute(statement("head")).fetchone()
-    return head is None or head[0] != head_seq or any(parent == head[1] for seq, parent in past.values() if seq == first)
+    if head is None or head[0] != head_seq:
+        return True
+    parents = {parent for seq, parent in past.values() if seq == first}
+    if head[1] in parents:
+        return True
+    address = conn.execute(export_statement(conn, "head_address")).fetchone()
+    exported = root / event_path(*address) if address is not None and well_placed(*address) else None
+    try:
+        return exported is not None and sha256_hex(exported.read_bytes()) in parents
+    except OSError:
+        return False
 
 
 def _check_export(root: Path, conn: sqlite3.Connection, head_seq: int, manifest: dict[str, Any] | None,
@@ -514,7 +525,7 @@ def _check_export(root: Path, conn: sqlite3.Connection, head_seq: int, manifest:
     # a row whose columns are edited out of their types has no path: the row comparison names it
     known = {event_path(*row) for row in conn.execute(export_statement(conn, "event_addresses")) if well_placed(*row)}
     past = _past_head(root, [relative for relative in files if relative not in known], head_seq)
-    if past and _continues(past, conn, head_seq):
+    if past and _continues(root, past, conn, head_seq):
         relative, seq = next((relative, seq) for relative, (seq, _) in past.items())
         raise _bad(head_seq + 1, f"{relative} holds event {seq} but the ledger ends at seq {head_seq} "
                    "(truncated or rolled-back ledger, or one copied without its ledger.sqlite-wal)")
