@@ -703,6 +703,20 @@ def test_times_in_lists_nested_deeper_than_the_lambda_bound_print_whole_as_duckd
     for _ in range(4):
         [value] = value
     assert value == "[" * 20 + "'2020-01-01 00:00:00'" + "]" * 20
+    wide = "SELECT DATE '2020-01-01' AS x"
+    for _ in range(12):  # 4,096 dates in structs of structs: a rewrite of megabytes ran past any time limit
+        wide = f"SELECT {{'a': x, 'b': x}} AS x FROM ({wide})"
+    started = time.monotonic()
+    [[value]] = fleet_query(out, wide, timeout_ms=5000)[1]
+    assert time.monotonic() - started < 5
+    assert value["a"]["a"]["a"]["b"].startswith("{'a': {'a': {'a': {'a': {'a': {'a': {'a': {'a': 2020-01-01, ")
+
+
+def test_two_columns_of_one_name_are_both_converted(fleet):
+    """The rewrite named columns, so two of one name were one (a refusal, or the wrong column)."""
+    _, out, _ = fleet
+    names, rows = fleet_query(out, "SELECT 1 AS a, DATE 'infinity' AS a, TIMESTAMP '2020-01-01' AS A")
+    assert names == ["a", "a", "A"] and rows == [(1, "infinity", "2020-01-01T00:00:00.000000")]
 
 
 def test_a_fleet_folder_that_is_a_link_to_nothing_is_refused_naming_the_link(fleet, tmp_path):

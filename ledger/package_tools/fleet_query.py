@@ -204,28 +204,32 @@ TEXT_OF = {
 }
 
 
-#: Lists and maps nested deeper than this (each a DuckDB lambda, which roughly doubles the time
-#: DuckDB takes to prepare the query, where no time limit reaches) are written whole as DuckDB's text.
-LAMBDAS_MAX = 4
+#: Lists, arrays, structs and maps nested deeper than this are written whole as DuckDB's text: the
+#: time DuckDB takes to prepare the rewritten query grows fast with depth (a list is a lambda,
+#: each doubling it), and no time limit reaches that preparation.
+NESTING_MAX = 4
+#: A column whose rewrite would be longer than this (a wide struct of structs holding times) is
+#: written whole as DuckDB's text, for the same reason.
+REWRITE_CHARS_MAX = 20_000
 
 
-def _as_text(value: str, kind: Any, lambdas: int = 0) -> str | None:
+def _as_text(value: str, kind: Any, levels: int = 0) -> str | None:
     """The SQL that writes ``value`` (an expression of DuckDB type ``kind``) as :data:`TEXT_OF`
     says, and the same inside lists, arrays, structs and maps (element by element, field by field;
-    ``lambdas``: the lambdas around ``value``); None when ``kind`` holds nothing that needs such care."""
+    ``levels``: the nesting around ``value``); None when ``kind`` holds nothing that needs such care."""
     if str(kind) in TEXT_OF:
         return TEXT_OF[str(kind)].format(value)
     if kind.id not in _NESTED or not _holds_times(kind):
         return None
     children = list(kind.children)
-    if kind.id == "union" or (kind.id in ("list", "array", "map") and lambdas >= LAMBDAS_MAX):
+    if kind.id == "union" or levels >= NESTING_MAX:
         return f"CAST({value} AS VARCHAR)"  # a union of text members cannot be built: its member as DuckDB writes it
-    item = f"_ledger_item_{lambdas}"  # a lambda's parameter, named bare: no column of the query can hide it
+    item = f"_ledger_item_{levels}"  # a lambda's parameter, named bare: no column of the query can hide it
     if kind.id in ("list", "array"):  # children: the element's type (an array's size after it)
-        return f"list_transform({value}, lambda {item}: {_as_text(item, children[0][1], lambdas + 1) or item})"
+        return f"list_transform({value}, lambda {item}: {_as_text(item, children[0][1], levels + 1) or item})"
     if kind.id == "struct":
-        return _rebuilt(value, children, lambdas)
-    pairs = _rebuilt(item, children, lambdas + 1)  # a map: a list of key/value structs
+        return _rebuilt(value, children, levels + 1)
+    pairs = _rebuilt(item, children, levels + 1)  # a map: a list of key/value structs
     return f"map_from_entries(list_transform(map_entries({value}), lambda {item}: {pairs}))"
 
 
@@ -261,18 +265,17 @@ def _times_as_text(relation: Any) -> Any:
     maps, as text written by DuckDB (:data:`TEXT_OF`); a union holding such a value as DuckDB's
     text of its member. Anything else holding times with a zone gets them as UTC times without a
     zone (Python converts those only with pytz)."""
-    replaced = {}
-    for name, kind in zip(relation.columns, relation.types):
-        column = sql_identifier(name)
+    columns, rewritten = [], False
+    for number, (name, kind) in enumerate(zip(relation.columns, relation.types), start=1):
+        column = f"#{number}"  # by position: two columns of one name are two columns
         text = _as_text(column, kind)
-        if text is not None:
-            replaced[name] = text
-        elif ZONED in str(kind):
-            replaced[name] = f"CAST({column} AS {str(kind).replace(ZONED, 'TIMESTAMP')})"
-    if not replaced:
-        return relation
-    return relation.query("q", "SELECT * REPLACE (" + ", ".join(
-        f"{expression} AS {sql_identifier(name)}" for name, expression in replaced.items()) + ") FROM q")
+        if text is not None and len(text) > REWRITE_CHARS_MAX:
+            text = f"CAST({column} AS VARCHAR)"
+        elif text is None and ZONED in str(kind):
+            text = f"CAST({column} AS {str(kind).replace(ZONED, 'TIMESTAMP')})"
+        rewritten = rewritten or text is not None
+        columns.append(f"{text or column} AS {sql_identifier(name)}")
+    return relation.query("q", f"SELECT {', '.join(columns)} FROM q") if rewritten else relation
 
 
 def _holds_cases(out: Path) -> bool:
