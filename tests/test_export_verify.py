@@ -1029,6 +1029,29 @@ def test_a_ledger_rolled_back_and_continued_otherwise_is_named_rolled_back(budge
         "(truncated or rolled-back ledger" in caught.value.message, caught.value
 
 
+def test_a_ledger_rolled_back_and_continued_as_far_otherwise_is_named_another_history(budget, case, tmp_path):
+    """Put back from an older copy and continued by as many other events: the exported file of the
+    next event differs with the same parent; verify says it may be another history and how to keep
+    it, not only that 'ledger export' writes over it."""
+    budget.reserve("H1", "a0", "source.read_context")
+    export_case(case)
+    head = case.query("SELECT max(seq) AS seq FROM events")[0]["seq"]
+    case.close()
+    shutil.copyfile(case.path / "ledger.sqlite", tmp_path / "older.sqlite")
+    shutil.copyfile(case.path / "manifest.json", tmp_path / "older.json")
+    with Case.open(case.path) as opened:
+        opened.budget().fail("H1", "a0", "x")
+        export_case(opened)
+    (case.path / "ledger.sqlite").write_bytes((tmp_path / "older.sqlite").read_bytes())
+    (case.path / "manifest.json").write_bytes((tmp_path / "older.json").read_bytes())
+    with Case.open(case.path) as opened:
+        opened.budget().fail("H1", "a0", "another ending")
+    with pytest.raises(LedgerError) as caught:
+        verify_case(case.path)
+    assert caught.value.details["seq"] == head + 1 and f"differs from the ledger: it holds another event {head + 1} " \
+        f"after the same event {head} (edited, or another history exported from there" in caught.value.message, caught.value
+
+
 def test_verify_names_the_smallest_bad_seq_across_tables(budget, case):
     for n in range(3):
         budget.reserve("H1", f"a{n}", "source.read_context")
