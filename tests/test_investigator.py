@@ -55,6 +55,28 @@ def test_run_tool_called_again_is_reused_and_writes_nothing(case, investigator):
     assert _event_count(case) == events
 
 
+def test_run_tool_whose_batch_another_call_of_it_stores_between_its_two_looks_answers_from_that_batch(
+        case, investigator, monkeypatch):
+    """The window real processes hit (1 race in 12 under a busy writer): this call looked for its
+    batch before the other call stored it, and asked whether the iteration was taken after; it
+    took the other call's batch for another tool call's and refused with OPERATION_CONFLICT."""
+    from ledger.services.evidence import EvidenceStore
+
+    first = investigator.run_tool("H1", "q1", "source.read_context", READ)  # the other call, done
+    events = _event_count(case)
+    looks = []
+    real = EvidenceStore.stored_batch
+
+    def first_look_before_the_other_call_stored(self, iteration_id, request):
+        looks.append(iteration_id)
+        return None if len(looks) == 1 else real(self, iteration_id, request)
+
+    monkeypatch.setattr(EvidenceStore, "stored_batch", first_look_before_the_other_call_stored)
+    again = investigator.run_tool("H1", "q1", "source.read_context", READ)
+    assert len(looks) == 2 and again.reused is True and again.record_id == first.record_id
+    assert _event_count(case) == events
+
+
 def test_run_tool_repeated_with_other_arguments_is_refused_and_keeps_the_recorded_result(case, investigator):
     """A changed repeat is OPERATION_CONFLICT and writes nothing: the action keeps its result, and
     settles as before (the refused repeat used to close it with fail and lose its refund)."""

@@ -286,9 +286,13 @@ class CaseBudget(BudgetManager):
         store = self._evidence()
         # a retry after the batch was stored answers from it, whatever changed in the inputs since
         stored = store.stored_batch(iteration_id, request)
-        if stored is None:
-            if store.iteration_taken(iteration_id):  # another tool call's batch: refused before reserving
+        if stored is None and store.iteration_taken(iteration_id):
+            # taken since the first look: by another call of this very request (its batch is the
+            # answer), or by another tool call's batch (refused before reserving)
+            stored = store.stored_batch(iteration_id, request)
+            if stored is None:
                 raise _taken(self, hypothesis_id, action_id, iteration_id)
+        if stored is None:
             store.query(iteration_id, request)  # a read first: a refused tool call reserves nothing
         reserved = self.reserve(hypothesis_id, action_id, tool, at=at)
         try:  # the reply must read the ledger after the reservation
