@@ -191,12 +191,11 @@ def find_cases(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
     A path that is neither a case nor a folder holding one is ``LEDGER_MISSING``."""
     if isinstance(paths, (str, bytes, os.PathLike)):
         paths = [paths]  # one path, not its characters
-    found: list[Path] = []
-    add = found.append
+    found: list[Path] = []  # in order; once_each keeps each case once
     for given in paths:
         root = fs_path(given, "case or folder")
         if (root / LEDGER_FILE).is_file():
-            add(root)
+            found.append(root)
             continue
         if not root.is_dir():
             raise missing_ledger(root)
@@ -204,14 +203,14 @@ def find_cases(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
         for folder, dirs, files in os.walk(root):
             dirs.sort()
             if is_case_package(Path(folder)):
-                add(Path(folder))
+                found.append(Path(folder))
                 any_case, dirs[:] = True, []
             else:
                 dirs[:] = [d for d in dirs if d != META_DIR and not is_build_folder(d)]
                 for name in dirs:  # os.walk does not enter links: a link to a case is taken, never walked
                     linked = Path(folder) / name
                     if linked.is_symlink() and linked.is_dir() and is_case_package(linked):
-                        add(linked)
+                        found.append(linked)
                         any_case = True
         if not any_case:
             raise LedgerError(E.LEDGER_MISSING, f"no case package (a folder with {LEDGER_FILE}) under {root}")

@@ -244,14 +244,14 @@ def _holds_times(kind: Any) -> bool:
                                       if not isinstance(child, int))  # an array's size
 
 
-def _rebuilt(value: str, fields: list[tuple[str, Any]], lambdas: int) -> str:
+def _rebuilt(value: str, fields: list[tuple[str, Any]], levels: int) -> str:
     """The struct ``value`` (its ``fields``: name and type, in order) built again with each field
-    written by :func:`_as_text` where it needs it; unnamed fields (``row(…)``) stay unnamed, and a
-    null ``value`` stays null."""
+    written by :func:`_as_text` where it needs it (``levels``: the nesting around the fields);
+    unnamed fields (``row(…)``) stay unnamed, and a null ``value`` stays null."""
     texts = []
     for number, (_, child) in enumerate(fields, start=1):
         field = f"struct_extract_at({value}, {number})"
-        texts.append(_as_text(field, child, lambdas) or field)
+        texts.append(_as_text(field, child, levels) or field)
     if all(name == "" for name, _ in fields):
         packed = f"row({', '.join(texts)})"
     else:
