@@ -8,7 +8,8 @@ import click
 
 from ledger import (LedgerError, Policy, SimulationReport, example_policy, frontier, load_policy, plot_frontier,
                     plot_tradeoff, simulate, vary)
-from ledger.simulation.frontier import DEFAULT_FOLDS, emit_policy, parse_max_stopped
+from ledger.simulation.emit import emit_policy
+from ledger.simulation.frontier import DEFAULT_FOLDS, parse_max_stopped
 from ledger.simulation.output_files import check_distinct_outputs, check_output_file, write_output_file
 from ledger.simulation.plot import check_plot
 from ledger.simulation.simulator import parse_vary, policy_file
@@ -237,7 +238,7 @@ def _frontier(settings: Settings, journals: Sequence[str], policies: list[Policy
     if per_run is not None:
         _write_per_run(report.simulation, per_run)
     if emit is not None and report.chosen is not None:
-        emit_policy(report.chosen, emit)
+        emit_policy(report, emit)
     elif emit is not None:
         warn(f"note: no choice, so --emit {emit} was not written")
     if plot is not None:

@@ -15,8 +15,9 @@ from hypothesis import given, settings, strategies as st
 from ledger import BudgetConfig, example_policy, frontier, plot_frontier, simulate, vary
 from ledger.simulation import frontier as frontier_module
 from ledger.simulation.evaluator import evaluate, step_table
+from ledger.simulation.emit import policy_toml
 from ledger.simulation.frontier import (OUT_OF_REACH, choose, name_order, parse_max_stopped, pareto_front,
-                                        percentile_75, policy_toml)
+                                        percentile_75)
 from ledger.simulation.replay import journal_lines
 from ledger.simulation.replay import parse_journal, replay_run
 from ledger.simulation.simulator import policy_from_mapping
@@ -291,6 +292,8 @@ def test_the_emitted_policy_reproduces_the_choice(tmp_path):
     assert choice["policy"] == "max_low_information_steps=4"
     config = BudgetConfig.load(target)
     assert config.policy_sha256 == choice["figures"]["policy_sha256"]
+    spends = [r["units_spent"] for r in per_run if r["policy"] == "no-stop" and r.get("error") is None]
+    assert f"baseline cap-p75 gave each hypothesis {percentile_75(spends)} units" in target.read_text()
     again = _cli("simulate", DATA, "--outcomes", OUTCOMES, "--policy", target, "--json", "--jobs", "1")
     replayed = json.loads(again.stdout)["policies"][0]
     assert {k: v for k, v in replayed.items() if k != "name"} == {
@@ -303,6 +306,16 @@ def test_an_emitted_policy_with_an_allocation_says_so_and_still_loads(tmp_path):
     policy = vary(example_policy(), [("units_per_hypothesis", [300])])[0]
     text = policy_toml(policy)
     assert "gives each hypothesis 300 units" in text and "\nunits_per_hypothesis" not in text
+    (tmp_path / "p.toml").write_text(text)
+    assert BudgetConfig.load(tmp_path / "p.toml").policy_sha256 == policy.policy_sha256
+
+
+def test_an_emitted_policy_names_the_searchs_cap_so_held_back_runs_meet_a_cap_that_has_not_seen_them(tmp_path):
+    """On runs held back from the search, the row cap-p75 takes its cap from those runs themselves."""
+    policy = example_policy()
+    text = policy_toml(policy, baseline_cap=1234)
+    assert "The search's baseline cap-p75 gave each hypothesis 1234 units" in text
+    assert "add 1234 to --vary units_per_hypothesis" in text and "cap-p75" not in policy_toml(policy)
     (tmp_path / "p.toml").write_text(text)
     assert BudgetConfig.load(tmp_path / "p.toml").policy_sha256 == policy.policy_sha256
 

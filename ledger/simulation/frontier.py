@@ -13,7 +13,6 @@ constraint on the share of a label's runs stopped, that choice made again on
 from __future__ import annotations
 
 import copy
-import json
 import os
 import random
 import re
@@ -28,7 +27,6 @@ from ..ground.errors import LedgerError
 from ..services.memory import DEFAULT_ACTOR
 from ..ground.arguments import path_list
 from .evaluator import StepTable, evaluate, step_table
-from .output_files import write_output_file
 from .replay import UNITS_KEY, RunResult, journal_lines
 from .simulator import (CACHE_BYTES_MAX, NO_OUTCOME, Policy, SimulationReport, journal_files, load_policy,
                         merge_outcomes, policy_from_mapping, policy_list, read_outcomes, simulate, summarize)
@@ -562,31 +560,3 @@ def frontier(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Poli
                                   first.errors, first.outcomes_without_journal, first.runs_without_outcome)
     by_name = {p.name: p for p in chosen}
     return FrontierReport(list(rows.values()), front, choice, simulation, chosen, by_name.get(choice["policy"] or ""))
-
-
-def policy_toml(policy: Policy) -> str:
-    """``policy`` as a budget TOML that ``BudgetConfig.load`` and ``ledger simulate --policy`` read.
-    ``units_per_hypothesis`` is not a budget key: when the policy sets it, a comment says so (the
-    allocation is given when a revision opens; ``--vary units_per_hypothesis=N`` simulates it and
-    ``ledger apply --units-per-hypothesis N`` applies it)."""
-    settings = dict(policy.config.policy)
-    lines = [f"# The policy {policy.name!r} chosen by ledger simulate --frontier."]
-    if policy.units_per_hypothesis is not None:
-        units = policy.units_per_hypothesis
-        lines.append(f"# It also gives each hypothesis {units} units (units_per_hypothesis, set when a revision "
-                     f"opens, not here): simulate it with --vary units_per_hypothesis={units}, apply it with "
-                     f"ledger apply --units-per-hypothesis {units}.")
-    tables = {key: value for key, value in settings.items() if isinstance(value, Mapping)}
-    for key, value in settings.items():
-        if key not in tables:
-            lines.append(f"{json.dumps(key)} = {json.dumps(value)}")
-    for table, values in tables.items():
-        lines.append(f"\n[{table}]")
-        lines.extend(f"{json.dumps(key)} = {json.dumps(value)}" for key, value in values.items())
-    return "\n".join(lines) + "\n"
-
-
-def emit_policy(policy: Policy, path: str | os.PathLike[str]) -> None:
-    """Write :func:`policy_toml` of ``policy`` to ``path``, whole or not at all (``STORAGE_ERROR``
-    when it cannot; the file is then left as it was)."""
-    write_output_file(path, policy_toml(policy).encode("utf-8"), "--emit")
