@@ -212,10 +212,20 @@ def test_a_gate_reading_is_a_read_only_mapping_of_its_values(busy):
                                                           "scarcity_bps"]
     assert len(reading) == 6 and "tier" in reading and "refusal" not in reading
     assert reading["cost"] == 5
-    with pytest.raises(KeyError):
-        reading["refusal"]
-    assert (reading.get("tier"), reading.get("refusal"), reading.get("refusal", "none")) == (reading["tier"], None, "none")
+    assert (reading.get("tier"), reading.get("nothing"), reading.get("nothing", "none")) == (reading["tier"], None, "none")
     assert list(reading.items()) == list(reading.to_dict().items())
+
+
+def test_a_gate_readings_refusal_is_an_attribute_and_asking_for_it_as_a_key_says_so(busy):
+    """``reading.get("refusal")`` answering None would read as "nothing refused" on a refused reading."""
+    budget = busy.budget()
+    budget.reserve("H2", "pending-1", "source.read_context")
+    refused = budget.advice("H2")
+    assert refused["investigable"] is False and refused.refusal.code == "ACTION_PENDING"
+    for ask in (lambda: refused["refusal"], lambda: refused.get("refusal"), lambda: refused.get("refusal", None)):
+        with pytest.raises(KeyError, match=r"attribute reading\.refusal"):
+            ask()
+    assert "refusal" not in refused and "refusal" not in dict(refused)
 
 
 def _raise_missing(path: str) -> None:

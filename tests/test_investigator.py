@@ -713,3 +713,62 @@ def test_the_documented_resumable_action_block_runs_the_tool_once_and_writes_not
     assert runs == [1] and [a["status"] for a in case.actions()] == ["settled"]
     exec(block, dict(names))
     assert runs == [1] and _event_count(case) == after_first
+
+
+def test_pending_actions_lists_the_current_revisions_open_actions_in_hypothesis_order_and_writes_nothing(case):
+    budget = case.budget(BudgetConfig.example())
+    assert budget.pending_actions() == []  # before initialize
+    budget.initialize()
+    budget.reserve("H2", "b-1", "tests.run")
+    budget.reserve("H1", "a-1", "source.read_context")
+    budget.record_result("H1", "a-1", {"lines": [1, 2]})
+    events = _event_count(case)
+    pending = budget.pending_actions()
+    assert [(p["hypothesis_id"], p["action_id"], p["action"], p["status"], p["cost_units"]) for p in pending] == [
+        ("H1", "a-1", "source.read_context", "awaiting_assessment", 5), ("H2", "b-1", "tests.run", "reserved", 10)]
+    assert pending[0] == budget.settle("H1", "a-1", 0, "nothing new").action | {
+        "status": "awaiting_assessment", "semantic_score": None, "information_score": None, "reward_units": None}
+    assert [p["action_id"] for p in budget.pending_actions()] == ["b-1"]
+    budget.fail("H2", "b-1", "given up")
+    assert budget.pending_actions() == [] and _event_count(case) == events + 2
+
+
+def test_pending_actions_of_a_reopened_case_are_the_new_revisions_own(case):
+    budget = case.budget(BudgetConfig.example())
+    budget.initialize()
+    budget.reserve("H1", "a-1", "source.read_context")
+    budget.fail("H1", "a-1", "given up")
+    case.transition("EVALUATING")
+    case.open_revision([{"statement": "another reading"}], 100)
+    case.transition("INVESTIGATING_HYPOTHESES")
+    budget.initialize()
+    assert budget.pending_actions() == []
+    budget.reserve("H1", "a-1", "tests.run")  # revision 2's own action of that id
+    assert [(p["action_id"], p["action"], p["status"]) for p in budget.pending_actions()] == [
+        ("a-1", "tests.run", "reserved")]
+
+
+def test_the_documented_restart_recipe_takes_up_or_gives_up_what_a_crash_left_open(case):
+    """docs/investigator.md, "After a restart": each open action is taken up under the name it was
+    reserved with (the tool runs only while it has no result) or given up with ``fail``."""
+    text = (REPO / "docs" / "investigator.md").read_text(encoding="utf-8")
+    block = next(code for code in text.split("```python\n")[1:] if "in budget.pending_actions():" in code).split("```")[0]
+    budget = case.budget(BudgetConfig.example())
+    budget.initialize()
+    budget.reserve("H1", "a-1", "tests.run")  # a crash before the tool ran
+    budget.reserve("H2", "b-1", "source.read_context")  # a crash after its result was recorded
+    budget.record_result("H2", "b-1", {"output": "recorded before the crash"})
+    ran: list[str] = []
+    names = {"budget": budget, "worth_running_again": lambda action: action == "tests.run",
+             "run_tool": lambda action: ran.append(action) or {"output": f"{action} run again"},
+             "assess": lambda result: 80}
+    exec(block, dict(names))
+    actions = {(a["hypothesis_id"], a["action_id"]): a for a in case.actions()}
+    assert ran == ["tests.run"] and budget.pending_actions() == []
+    assert [actions[k]["status"] for k in (("H1", "a-1"), ("H2", "b-1"))] == ["settled", "settled"]
+    assert [a["action"] for a in case.actions()] == ["tests.run", "source.read_context"]  # nothing new reserved
+    budget.reserve("H1", "a-2", "tests.run")  # given up instead: the hypothesis may act again
+    events = _event_count(case)
+    exec(block, dict(names, worth_running_again=lambda action: False))
+    assert ran == ["tests.run"] and budget.pending_actions() == [] and _event_count(case) == events + 1
+    assert case.actions()[-1]["status"] == "failed"

@@ -5,7 +5,7 @@ temporary folder). Router actions go through ``run_tool``, the demo's tests thro
 ``budget.action``; ``assess`` stands in for a model's judgment. The loop stops when every
 hypothesis is settled one way or another (``ready_for_evaluation``), or when ``check`` says
 that no open hypothesis may reserve its next action now (a scoped limit is used up, or its
-units are: the reading's ``refusal`` says which).
+units are: the reading's attribute ``refusal`` says which).
 
 H1 is the real bug, yet its account ends ``abandoned_low_information_gain``: once its plan is
 done the agent repeats itself, learns nothing new, and the ledger stops paying for that. How an
@@ -66,7 +66,7 @@ def work(budget: CaseBudget, package: Path) -> None:
             advice = budget.advice(h)  # what the agent's prompt would show
             call = PLAN[h][min(step, len(PLAN[h]) - 1)]  # past its plan, this agent repeats itself
             if not budget.check(h, RUN_TESTS if call == "tests" else call[0])["allowed"]:
-                continue  # reserve would refuse it now (the reading's refusal says why): next hypothesis
+                continue  # reserve would refuse it now (its .refusal says why): next hypothesis
             acted = True
             action_id = f"{h}-{step}"
             if call == "tests":

@@ -67,6 +67,11 @@ class BudgetResult:
         return out
 
 
+#: The ``KeyError`` of ``reading["refusal"]`` and ``reading.get("refusal")``: the refusal is an attribute.
+REFUSAL_IS_AN_ATTRIBUTE = ("'refusal' is not one of the reading's values: it is the attribute reading.refusal "
+                           "(a LedgerError, or None)")
+
+
 @dataclass(frozen=True)
 class GateReading:
     """The answer of a soft-gate read (``check``, ``price_signal``, ``remaining``, ``advice``): ``values``
@@ -86,9 +91,13 @@ class GateReading:
     # ``dict(reading)``, ``reading.items()`` and iteration (the keys) all behave as on ``to_dict()``
     # (``values`` is the dict itself, not a method).
     def __getitem__(self, key: str) -> Any:
+        if key == "refusal" and key not in self.values:
+            raise KeyError(REFUSAL_IS_AN_ATTRIBUTE)
         return self.values[key]
 
     def get(self, key: str, default: Any = None) -> Any:
+        if key == "refusal" and key not in self.values:  # None here would read as "nothing refused"
+            raise KeyError(REFUSAL_IS_AN_ATTRIBUTE)
         return self.values.get(key, default)
 
     def items(self) -> ItemsView[str, Any]:
@@ -337,6 +346,20 @@ class BudgetManager:
             moment = max(parse_at(at) if at is not None else self._session.clock(), view.head()[2])
             values, refusal = gate_rules.advice(view, hypothesis_id, moment)
             return GateReading(values, view.head()[0], refusal=refusal)
+
+    def pending_actions(self) -> list[dict[str, Any]]:
+        """The current revision's actions still open, in hypothesis order: one per account with a
+        ``pending_action_id`` (an account has at most one), each the action's state as a budget
+        result's ``action`` gives it (``hypothesis_id``, ``action_id``, ``action``, ``cost_units``,
+        ``status`` ``reserved`` or ``awaiting_assessment``, ``novelty_score``, …). What a loop started
+        again after a crash takes up (the same ids and action name reserve nothing new) or gives up
+        with :meth:`fail` (docs/investigator.md, "After a restart"). ``[]`` before ``initialize``.
+        Writes nothing; costs the same at any history length."""
+        with self._session.read() as view:
+            revision = view.case()["revision"]
+            accounts = view.accounts(revision)
+            return [view.action(revision, h, accounts[h]["pending_action_id"]) for h in hypothesis_order(accounts)
+                    if accounts[h]["pending_action_id"] is not None]
 
     def snapshot(self) -> BudgetResult:
         """Replay and validate the current revision's budget history; write nothing.
