@@ -1117,6 +1117,28 @@ def test_verify_reports_a_users_own_table_view_or_index_as_foreign(case, ddl, ki
     assert [o["type"] for o in verify_case(case.path).foreign_objects] == [kind]
 
 
+@pytest.mark.parametrize("ddl, function", [
+    ("CREATE TABLE json_each (x)", "json_each"),
+    ("CREATE VIEW json_each AS SELECT 1 AS value", "json_each"),
+    ("CREATE TABLE pragma_index_list (x); CREATE INDEX mine ON events (type)", "pragma_index_list"),  # verify's
+], ids=["table-json_each", "view-json_each", "table-pragma_index_list"])
+def test_a_users_table_hiding_a_function_the_ledgers_sql_calls_is_named_with_what_to_do(case, ddl, function):
+    """SQLite resolves such a name to the user's object, so the ledger's own views cannot run: every
+    read names the object and says to rename or drop it (it was a bare "'json_each' is not a function")."""
+    case.close()
+    conn = sqlite3.connect(case.path / "ledger.sqlite")
+    conn.executescript(ddl)  # (verify reads the shape of a user's index on a ledger table with pragma_index_list)
+    conn.commit()
+    conn.close()
+    reads = [lambda: verify_case(case.path)] + ([lambda: Case.open(case.path).balances()] if "json" in function else [])
+    for read in reads:
+        with pytest.raises(LedgerError) as caught:
+            read()
+        assert caught.value.code == INTEGRITY_ERROR and caught.value.details["object"] == function
+        assert (f"a table or view named {function} in the ledger file hides SQLite's table-valued function "
+                f"{function}") in caught.value.message and "rename or drop it" in caught.value.message
+
+
 def test_verify_accepts_sqlites_own_statistics_tables(case):
     case.close()
     conn = sqlite3.connect(case.path / "ledger.sqlite")

@@ -5,6 +5,7 @@ snapshots, and the one translation of ``sqlite3`` errors into ``LedgerError`` (d
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import stat
 from contextlib import contextmanager
@@ -57,6 +58,11 @@ def translate_sqlite_errors() -> Iterator[None]:
 SQLITE_ERRORS = (sqlite3.Error, UnicodeDecodeError, OverflowError)
 
 
+#: SQLite's message when a user's table or view named like a table-valued function the ledger's SQL
+#: calls (``json_each``, ``pragma_index_list``, …) hides that function.
+HIDDEN_FUNCTION_RE = re.compile(r"'([^']+)' is not a function")
+
+
 def sqlite_error(exc: BaseException) -> BaseException:
     """The ``LedgerError`` a ``sqlite3`` error becomes; ``exc`` itself when it stays as it is.
 
@@ -80,6 +86,11 @@ def sqlite_error(exc: BaseException) -> BaseException:
             return LedgerError(E.STORAGE_ERROR, f"the file system refused the ledger: {text} "
                                "(read-only location, missing permission, full disk or a closed case?); "
                                "nothing was written")
+        hidden = HIDDEN_FUNCTION_RE.fullmatch(text)
+        if hidden:
+            return LedgerError(E.INTEGRITY_ERROR, f"SQLite refused: {text}: a table or view named {hidden[1]} in the "
+                               f"ledger file hides SQLite's table-valued function {hidden[1]}, which the ledger's "
+                               "own views and queries call; rename or drop it (docs/sql.md)", object=hidden[1])
         return LedgerError(E.INTEGRITY_ERROR, f"SQLite refused: {text}")
     if isinstance(exc, sqlite3.ProgrammingError):
         if "closed database" in str(exc):
