@@ -23,6 +23,9 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import click
 
+from ledger.ground import errors as E
+from ledger.ground.errors import LedgerError
+
 
 class OutputError(Exception):
     """Standard output refused the result (closed pipe, full disk); carries the ``OSError``."""
@@ -119,7 +122,15 @@ _LINE_BREAK = re.compile("[\x7f-\x9f\u2028\u2029]")
 
 #: ``json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)``, made once:
 #: ``json.dumps`` with options builds a new encoder per call, a third of a short line's cost.
-_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+def not_stored_by_the_ledger(value: Any) -> Any:
+    """A value of a type JSON has no form for reached the output: the ledger stores its values as
+    text and numbers, so a blob here (say a case_id patched to ``x'ff'``) is an edited ledger."""
+    raise LedgerError(E.INTEGRITY_ERROR, f"the ledger holds a {type(value).__name__} value where it writes text or a "
+                      "number (an edited ledger); run 'ledger verify'")
+
+
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False,
+                           default=not_stored_by_the_ledger).encode
 
 
 def dumps(value: Any) -> str:

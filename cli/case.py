@@ -9,7 +9,7 @@ import click
 from ledger import Case
 
 from ._common import UsageGroup, AT, CASE, JSON, Integer, Settings, pass_settings
-from ._output import emit_result
+from ._output import emit_result, not_stored_by_the_ledger
 
 @click.command()
 @CASE
@@ -69,4 +69,5 @@ def state(settings: Settings, case: str, to: str | None, at: str | None, as_json
             raise click.UsageError("--at sets the time of a transition; give NEW_STATE or leave --at out")
         status = opened.status()
     # text as it is, anything else as JSON (null, not Python's None), as the budget readings print
-    emit_result(status, as_json, [f"{k}: {v if isinstance(v, str) else json.dumps(v)}" for k, v in status.items()])
+    emit_result(status, as_json, [f"{k}: {v if isinstance(v, str) else json.dumps(v, default=not_stored_by_the_ledger)}"
+                                  for k, v in status.items()])

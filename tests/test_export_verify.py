@@ -1628,3 +1628,50 @@ def test_export_and_import_need_few_open_files_whatever_the_batch(tmp_path):
         assert done.returncode == 0, (args, done.stderr)
     assert len(list((package / "analysis").rglob("*.json"))) > 260
     assert not [p for p in package.rglob(".ledger-tmp-*")]
+
+
+def _past_the_guards(path: Path, table: str, statement: str) -> None:
+    """Run ``statement`` with ``table``'s guard triggers dropped, then put them back."""
+    conn = sqlite3.connect(path / "ledger.sqlite", isolation_level=None)
+    triggers = conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ?",
+                            (table,)).fetchall()
+    conn.execute("BEGIN")
+    for name, _ in triggers:
+        conn.execute(f'DROP TRIGGER "{name}"')
+    conn.execute(statement)
+    for _, sql in triggers:
+        conn.execute(sql)
+    conn.execute("COMMIT")
+    conn.close()
+
+
+@pytest.mark.parametrize("table, statement, command", [
+    ("events", "UPDATE events SET body = CAST(body AS BLOB) WHERE seq = (SELECT MAX(seq) FROM events)", ["export"]),
+    ("contents", "UPDATE contents SET body = CAST(body AS BLOB)", ["export"]),
+    ("events", "UPDATE events SET created_at = CAST(created_at AS BLOB) WHERE seq = (SELECT MAX(seq) FROM events)",
+     ["budget", "advice", "CASE", "H1"]),
+    ("case_identity", "UPDATE case_identity SET case_id = x'ff'", ["state"]),
+    ("case_identity", "UPDATE case_identity SET case_id = x'ff'", ["state", "--json"]),
+    ("policies", "UPDATE policies SET policy = 'not json'", ["budget", "advice", "CASE", "H1"]),
+], ids=["event-body-blob", "content-body-blob", "created_at-blob", "case_id-blob", "case_id-blob-json",
+        "policy-not-json"])
+def test_a_value_of_a_type_the_ledger_never_writes_is_an_integrity_error_for_every_command(
+        exported, case, table, statement, command):
+    """Past its guards, a stored text made a blob (or a policy made not JSON) is an edited ledger:
+    `INTEGRITY_ERROR` pointing to verify, and nothing exported, never a Python error."""
+    from click.testing import CliRunner
+
+    from ledger_cli.main import main
+
+    case.close()
+    shutil.rmtree(case.path / "analysis", ignore_errors=True)
+    (case.path / "manifest.json").unlink(missing_ok=True)
+    _past_the_guards(case.path, table, statement)
+    args = [str(case.path) if part == "CASE" else part for part in command]
+    done = CliRunner().invoke(main, args if "CASE" in command else [*args, str(case.path)])
+    assert isinstance(done.exception, SystemExit) and done.exit_code == 1, done.output
+    assert done.output.startswith("error: INTEGRITY_ERROR: ") and "ledger verify" in done.output
+    assert not (case.path / "analysis").exists() and not (case.path / "manifest.json").exists()
+    with pytest.raises(LedgerError) as caught:
+        verify_case(case.path)
+    assert caught.value.code == INTEGRITY_ERROR

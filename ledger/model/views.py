@@ -24,7 +24,12 @@ from ..storage.connection import Storage
 @lru_cache(maxsize=64)
 def policy_config_of(policy_json: str) -> BudgetConfig:
     """Frozen policies are validated once per process, not on every operation."""
-    return BudgetConfig.from_mapping(json.loads(policy_json))
+    try:
+        settings = json.loads(policy_json)
+    except (ValueError, TypeError, RecursionError):
+        raise LedgerError(E.INTEGRITY_ERROR, "the policy frozen for the revision is not the JSON the ledger wrote "
+                          "(an edited ledger); run 'ledger verify'") from None
+    return BudgetConfig.from_mapping(settings)
 
 
 #: Columns of the ``scope_latest`` statement, the keys of :meth:`SqlView.scope` (plus ``limits``).

@@ -90,9 +90,9 @@ def _export_files(conn: sqlite3.Connection) -> Iterator[tuple[str, bytes]]:
     """``(relative path, bytes)`` of every file an export holds but the manifest: the events in
     order, then the contents."""
     for _seq, stream, revision, stream_seq, body, _sha, _parent in conn.execute(statement("events_to_export")):
-        yield event_path(stream, revision, stream_seq), body.encode("utf-8")
+        yield event_path(stream, revision, stream_seq), _stored_text(body, f"event {_seq}")
     for sha, _seq, body in conn.execute(statement("contents_for_export")):
-        yield content_path(sha), body.encode("utf-8")
+        yield content_path(sha), _stored_text(body, f"content {sha}")
 
 
 def _files_to_write(root: Path, conn: sqlite3.Connection, manifest: dict[str, Any] | None, report: ExportReport,
@@ -111,7 +111,7 @@ def _files_to_write(root: Path, conn: sqlite3.Connection, manifest: dict[str, An
     paths: set[str] = set()
     shas: set[str] = set()
     for seq, stream, revision, stream_seq, body, sha, parent in conn.execute(statement("events_to_export")):
-        data = body.encode("utf-8")
+        data = _stored_text(body, f"event {seq}")
         # every event, written or not: its bytes hash to its sha256 and name the seq and parent the
         # chain gives it (its columns alone could be patched to fit), and it has a file of its own
         if seq != head_seq + 1 or parent != previous or not _names(data, seq, previous):
@@ -140,7 +140,7 @@ def _files_to_write(root: Path, conn: sqlite3.Connection, manifest: dict[str, An
                        f"ledger ends at seq {head_seq} (truncated or rolled back since it was exported, or copied without "
                        "its ledger.sqlite-wal: if the export is the newer copy, 'ledger import' it into a new folder)")
     for sha, _seq, body in conn.execute(statement("contents_for_export")):
-        data = body.encode("utf-8")
+        data = _stored_text(body, f"content {sha}")
         if _differs(root, content_path(sha), data, folders, to_write):
             if sha256_hex(data) != sha:
                 raise _refused(f"the ledger's content {sha} does not hash to its name (an edited content)")
@@ -203,6 +203,15 @@ def _unchanged(report: ExportReport, progress: Progress | None) -> None:
     report.files_unchanged += 1
     if progress:
         progress(1)
+
+
+def _stored_text(body: Any, what: str) -> bytes:
+    """The UTF-8 bytes of a stored body, which the ledger always writes as text: a blob or number
+    there is an edited ledger (``INTEGRITY_ERROR``, nothing exported)."""
+    if type(body) is not str:
+        raise _refused(f"the ledger's {what} is stored as {type(body).__name__}, not as the text the ledger writes "
+                       "(an edited ledger)")
+    return body.encode("utf-8")
 
 
 def _refused(problem: str) -> LedgerError:

@@ -548,7 +548,12 @@ class Storage:
     def head(self) -> tuple[int, str, str]:
         """``(seq, sha256, created_at)`` of the newest event, or ``(0, 64 zeros, "")``."""
         row = self.one("head")
-        return (row[0], row[1], row[2]) if row else (0, ZERO_SHA256, "")
+        if row is None:
+            return (0, ZERO_SHA256, "")
+        if type(row[0]) is not int or type(row[1]) is not str or type(row[2]) is not str:
+            raise LedgerError(E.INTEGRITY_ERROR, f"the newest event (seq {row[0]!r}) has a seq, sha256 or created_at "
+                              "of a type the ledger never writes (an edited ledger); run 'ledger verify'")
+        return (row[0], row[1], row[2])
 
     def append(self, event: EventRow, rows: list[HelperRow] = (), contents: Mapping[str, bytes] | None = None) -> None:
         """Insert ``event`` onto the hash chain, then its ``contents`` (sha256 → canonical bytes)
