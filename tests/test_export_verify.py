@@ -1052,6 +1052,20 @@ def test_a_ledger_rolled_back_and_continued_as_far_otherwise_is_named_another_hi
         f"after the same event {head} (edited, or another history exported from there" in caught.value.message, caught.value
 
 
+def test_an_exported_event_reformatted_is_named_other_bytes_not_another_history(budget, case):
+    """The same event re-indented holds the same value in other bytes: no other history after the
+    event before it (it was named one)."""
+    export_case(case)
+    case.close()
+    path = case.path / "analysis" / "case" / "events" / "00000001.json"
+    path.write_text(json.dumps(json.loads(path.read_bytes()), indent=2))
+    with pytest.raises(LedgerError) as caught:
+        verify_case(case.path)
+    assert caught.value.details["seq"] == 1 and "another event" not in caught.value.message
+    assert "analysis/case/events/00000001.json differs from the ledger: other bytes, edited or reformatted" \
+        in caught.value.message
+
+
 def test_verify_names_the_smallest_bad_seq_across_tables(budget, case):
     for n in range(3):
         budget.reserve("H1", f"a{n}", "source.read_context")

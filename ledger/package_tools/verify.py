@@ -565,19 +565,21 @@ def _still_there(top: str, relative: str, data: bytes, seq: int, what: str) -> b
                    f"{seq - 1} (edited, or another history exported from there: a ledger put back from an older copy "
                    "and continued otherwise?); to keep that history, 'ledger import' the export into a new folder "
                    "before 'ledger export' writes it again from the ledger")
-    raise _bad(seq, f"{what} differs from the ledger ('ledger export' writes it again from the ledger)")
+    raise _bad(seq, f"{what} differs from the ledger: other bytes, edited or reformatted ('ledger export' writes "
+               "it again from the ledger)")
 
 
 def _forks(path: str, data: bytes, seq: int) -> bool:
     """Whether the file ``path``, which differs from the ledger's event ``seq`` (``data``), holds
-    another event ``seq`` with the same parent: the same history up to ``seq - 1``, another after."""
+    another event ``seq`` with the same parent: the same history up to ``seq - 1``, another after
+    (the same event in other bytes, reformatted, is no other history)."""
     try:
         with open(path, "rb") as opened:
             exported = json.loads(opened.read(len(data) * 4 + 65_536))
         ours = json.loads(data)
     except (OSError, ValueError, RecursionError):
         return False
-    return (isinstance(exported, dict) and isinstance(ours, dict) and exported.get("seq") == seq
+    return (isinstance(exported, dict) and isinstance(ours, dict) and exported != ours and exported.get("seq") == seq
             and exported.get("parent_sha256") is not None and exported.get("parent_sha256") == ours.get("parent_sha256"))
 
 
