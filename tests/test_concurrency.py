@@ -723,6 +723,7 @@ PUBLIC_CALLS = {
     "price_signal": lambda c, b: b.price_signal("H1", "source.read_context"),
     "remaining": lambda c, b: b.remaining("H1"),
     "advice": lambda c, b: b.advice("H1"),
+    "pending_actions": lambda c, b: b.pending_actions(),
     "policy_changed": lambda c, b: c.budget(BudgetConfig.from_mapping({})).policy_changed(),
     "record_evidence": lambda c, b: b.record_evidence("H1", "t1", "E000001"),
     "request_test": lambda c, b: b.request_test("H1", "t1", "human", "test-1"),
