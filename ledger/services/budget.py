@@ -96,9 +96,8 @@ class GateReading:
         return self.values[key]
 
     def get(self, key: str, default: Any = None) -> Any:
-        if key == "refusal" and key not in self.values:  # None here would read as "nothing refused"
-            raise KeyError(REFUSAL_IS_AN_ATTRIBUTE)
-        return self.values.get(key, default)
+        # "refusal" goes through __getitem__'s KeyError: None here would read as "nothing refused"
+        return self[key] if key in self.values or key == "refusal" else default
 
     def items(self) -> ItemsView[str, Any]:
         return self.values.items()
