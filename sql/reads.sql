@@ -162,10 +162,15 @@ SELECT seq, sha256 FROM {schema}.events ORDER BY seq DESC LIMIT 1;
 SELECT sha256 FROM {schema}.events WHERE seq = :seq;
 
 -- name: manifest_identity
-SELECT case_id, package_id FROM {schema}.case_identity;
+-- the manifest is taken from the events it publishes, never from the helper rows beside them
+SELECT body FROM {schema}.events WHERE stream = 'case' AND type = 'case.created' ORDER BY seq LIMIT 2;
 
 -- name: manifest_lifecycle
-SELECT state, revision FROM {schema}.lifecycle WHERE seq <= :seq ORDER BY seq DESC LIMIT 1;
+-- the newest event that set the case's state, at or before the exported head (all are in the case
+-- stream: its index keeps this read short on a ledger of many budget events)
+SELECT body FROM {schema}.events
+WHERE stream = 'case' AND type IN ('case.created', 'revision.opened', 'case.transitioned') AND seq <= :seq
+ORDER BY seq DESC LIMIT 1;
 
 -- name: manifest_budget_artifact
 SELECT stream, revision, stream_seq, sha256 FROM {schema}.events

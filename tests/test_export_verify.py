@@ -606,6 +606,44 @@ def test_an_edited_helper_row_is_caught_at_its_seq(exported, table, statement, s
     assert_verify_fails_at(exported, seq)
 
 
+@pytest.mark.parametrize("table, statement", [
+    ("lifecycle", "UPDATE lifecycle SET state = 'CLOSED', revision = 7 WHERE seq = (SELECT max(seq) FROM lifecycle)"),
+    ("case_identity", "UPDATE case_identity SET case_id = 'OTHER', package_id = 'other'"),
+])
+def test_the_manifest_names_the_case_and_its_state_from_the_events_never_from_helper_rows(exported, table,
+                                                                                        statement):
+    """Export publishes the events; the manifest beside them says what those events say, so an edited
+    helper row is not published (verify still names it)."""
+    published = json.loads((exported / "manifest.json").read_bytes())
+    seq = sqlite3.connect(exported / "ledger.sqlite").execute(f"SELECT max(seq) FROM {table}").fetchone()[0]
+    conn = unguarded(exported)
+    conn.execute(statement)
+    conn.commit()
+    restore_triggers(conn)
+    (exported / "manifest.json").unlink()
+    export_case(exported)
+    assert json.loads((exported / "manifest.json").read_bytes()) == published
+    assert_verify_fails_at(exported, seq)
+
+
+def test_a_rewritten_history_whose_state_event_lacks_a_state_is_integrity_error_and_writes_no_manifest(exported):
+    """A history rewritten whole (every hash recomputed) whose newest state-setting event holds a state
+    of another type: export refuses it without a traceback, and no manifest.json is written."""
+    conn = sqlite3.connect(exported / "ledger.sqlite")
+    seq, body = conn.execute("SELECT e.seq, e.body FROM events AS e JOIN lifecycle AS l ON l.seq = e.seq "
+                             "ORDER BY e.seq DESC LIMIT 1").fetchone()
+    conn.close()
+    _edited_past_every_trigger(exported, *_rechained_from(exported, seq, json.dumps({**json.loads(body),
+                                                                                      "state": 5})))
+    shutil.rmtree(exported / "analysis")
+    (exported / "manifest.json").unlink()
+    with pytest.raises(LedgerError) as caught:
+        export_case(exported)
+    assert caught.value.code == INTEGRITY_ERROR
+    assert "does not hold state, revision as the ledger writes them" in caught.value.message
+    assert not (exported / "manifest.json").exists()
+
+
 def test_a_changed_byte_in_stored_content_is_caught(exported):
     conn = unguarded(exported)
     conn.execute("UPDATE contents SET body = replace(body, 'x', 'z')")
@@ -1480,9 +1518,9 @@ def test_a_changed_status_row_is_integrity_error_in_every_command_never_a_traceb
     conn.execute(guard)  # put back as it was: only the rows or the view differ
     conn.commit()
     conn.close()
-    # export writes from the events and the tables, not the view: it fails only when the rows are gone
-    export_fails = edit == "the case identity row deleted"
-    for command, fails in ((["verify", "C"], True), (["state", "C"], True), (["export", "C"], export_fails),
+    # export publishes the events and a manifest read from them, never these rows or the view: it
+    # writes the package as it was (verify, run on it, names the edit)
+    for command, fails in ((["verify", "C"], True), (["state", "C"], True), (["export", "C"], False),
                            (["apply", "C", "-", "--create", "BUG-1"], True)):
         done = run_cli(*[str(exported) if part == "C" else part for part in command], stdin=b'{"op": "snapshot"}\n')
         assert b"Traceback" not in done.stderr and done.returncode == (1 if fails else 0), (command, done.stderr)

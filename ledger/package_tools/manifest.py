@@ -32,17 +32,18 @@ def export_statement(conn: sqlite3.Connection, name: str, schema: str = "main") 
 
 
 def manifest_for(conn: sqlite3.Connection, head_seq: int, schema: str = "main") -> dict[str, Any] | None:
-    """The manifest an export at ``head_seq`` writes, from the ledger tables in ``schema``."""
+    """The manifest an export at ``head_seq`` writes, from the ledger's events in ``schema`` (never from
+    the helper rows a hand edit can change without touching the events)."""
     head = conn.execute(statement("manifest_head", schema), {"seq": head_seq}).fetchone()
     if head is None:
         return None
-    identity = conn.execute(statement("manifest_identity", schema)).fetchall()
+    created = conn.execute(statement("manifest_identity", schema)).fetchall()
     lifecycle = conn.execute(statement("manifest_lifecycle", schema), {"seq": head_seq}).fetchone()
-    if len(identity) != 1 or lifecycle is None:  # rows the first event makes: only an edit removes them
-        raise _bad(None, f"the ledger's {'case_identity' if len(identity) != 1 else 'lifecycle'} rows were changed "
-                   "(the case's identity and state are not there as its first events wrote them); run "
-                   "'ledger verify'")
-    (case_id, package_id), (state, revision) = identity[0], lifecycle
+    if len(created) != 1 or lifecycle is None:  # the first event makes both: only an edit removes them
+        raise _bad(None, "the ledger does not hold exactly one case.created event "
+                   "(its first event was changed); run 'ledger verify'")
+    case_id, package_id = _fields(created[0][0], {"case_id": str, "package_id": str})
+    state, revision = _fields(lifecycle[0], {"state": str, "revision": int})
     budget = conn.execute(statement("manifest_budget_artifact", schema), {"seq": head_seq}).fetchone()
     index = conn.execute(export_statement(conn, "manifest_evidence_artifact", schema), {"seq": head_seq}).fetchone()
     return {
@@ -52,6 +53,20 @@ def manifest_for(conn: sqlite3.Connection, head_seq: int, schema: str = "main") 
         "artifacts": {"budget_ledger": {"path": event_path(*budget[:3]), "sha256": budget[3]} if budget else None,
                       "evidence_index": {"path": event_path(*index[:3]), "sha256": index[3]} if index else None},
     }
+
+
+def _fields(body: Any, wanted: Mapping[str, type]) -> list[Any]:
+    """The values of ``wanted`` in an event's stored ``body``, each of its type (``INTEGRITY_ERROR``
+    when the body is not JSON or lacks one: only an edit of the ledger does that)."""
+    try:
+        parsed = parse_json(body) if isinstance(body, str) else None
+    except LedgerError:
+        parsed = None
+    values = [parsed.get(key) if isinstance(parsed, dict) else None for key in wanted]
+    if any(type(value) is not kind for value, kind in zip(values, wanted.values())):
+        raise _bad(None, f"an event the manifest names the case by does not hold {', '.join(wanted)} as the "
+                   "ledger writes them (the ledger was edited); run 'ledger verify'")
+    return values
 
 
 def check_manifest(manifest: Mapping[str, Any], conn: sqlite3.Connection, ledger_head: int,
