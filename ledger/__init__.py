@@ -26,7 +26,7 @@ if _TYPE_CHECKING:  # the same names, for type checkers and readers
     from .package_tools.fleet import FleetReport, export_fleet
     from .package_tools.fleet_query import fleet_query
     from .package_tools.importer import import_tree
-    from .package_tools.many import ManyReport, case_folders, export_many, verify_many
+    from .package_tools.many import ManyReport, build_folders, case_folders, export_many, verify_many
     from .package_tools.journal import JournalSummary, LineResult, apply_journal
     from .package_tools.verify import VerifyReport, verify_case
     from .router.reference import Router
@@ -62,6 +62,7 @@ _EXPORTS: dict[str, str] = {
     "import_tree": ".package_tools.importer",
     "ManyReport": ".package_tools.many",
     "case_folders": ".package_tools.many",
+    "build_folders": ".package_tools.many",
     "export_many": ".package_tools.many",
     "verify_many": ".package_tools.many",
     "JournalSummary": ".package_tools.journal",
@@ -116,7 +117,7 @@ __all__ = [
     "export_case", "ExportReport", "verify_case", "VerifyReport", "import_tree", "read_only_query", "run_demo",
     # many cases
     "export_fleet", "FleetReport", "fleet_query",
-    "verify_many", "export_many", "ManyReport", "case_folders",
+    "verify_many", "export_many", "ManyReport", "case_folders", "build_folders",
     # journals
     "apply_journal", "JournalSummary", "LineResult", "OPERATIONS", "Operation",
     # simulation

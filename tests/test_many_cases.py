@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ledger import BudgetConfig, LedgerError, case_folders, export_many, verify_case, verify_many
+from ledger import BudgetConfig, LedgerError, build_folders, case_folders, export_many, verify_case, verify_many
 from ledger.ground.errors import INTEGRITY_ERROR, INVALID_ARGUMENT, LEDGER_MISSING
 
 from conftest import run_cli, start_case
@@ -247,3 +247,23 @@ def test_one_path_is_one_case_not_its_characters(four_cases):
     report = verify_many(str(four_cases[0]), jobs=1)
     assert [outcome["case"] for outcome in report.cases] == [str(four_cases[0])]
     assert case_folders(str(four_cases[0].parent)) == sorted(four_cases)
+
+
+def test_all_leaves_out_build_folders_and_says_so_on_stderr(four_cases):
+    """A folder named like an import's or a demo's build folder is a run's scratch: `--all` leaves it
+    out of the cases (it is neither verified nor failed) and notes it on stderr, stdout unchanged."""
+    import shutil
+
+    root = four_cases[0].parent
+    scratch = [root / ".case-02.importing-999999-1", root / ".ledger-demo-building-demo.999999"]
+    for folder in scratch:
+        shutil.copytree(four_cases[1], folder)
+    assert case_folders([root]) == four_cases
+    assert build_folders([root]) == scratch
+    done = run_cli("verify", "--all", str(root), "--jobs", "1")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.decode().splitlines()[-1] == "verified 4 case(s): 4 ok, 0 failed"
+    assert done.stderr.decode().splitlines()[:2] == [
+        f"note: {folder}: left out: named like an import's or a demo's build folder (a run's scratch, which a "
+        "killed run leaves and the next import or demo there removes)" for folder in scratch]
+    assert json.loads(run_cli("export", "--all", str(root), "--json").stdout)["passed"] == 4

@@ -20,7 +20,7 @@ from ..ground.config import AnalysisConfig
 from ..ground.errors import LedgerError
 from ..ground.paths import fs_path, os_error
 from ..ground.workers import job_count, shared_map
-from ..model.package import LEDGER_FILE, is_case_package, once_each
+from ..model.package import LEDGER_FILE, is_build_folder, is_case_package, once_each
 from ..services.case import Case
 from .export import export_case
 from .verify import verify_case
@@ -68,6 +68,23 @@ def case_folders(folders: Iterable[str | os.PathLike[str]]) -> list[Path]:
             itself = " (it is a case itself: leave out --all)" if is_case_package(root) else ""
             raise LedgerError(E.INVALID_ARGUMENT, f"{root} holds no case folder (a folder with {LEDGER_FILE}){itself}")
         found.extend(root / name for name in names)
+    return found
+
+
+def build_folders(folders: Iterable[str | os.PathLike[str]]) -> list[Path]:
+    """The folders directly inside each of ``folders`` that :func:`case_folders` leaves out because
+    they are named like an import's or a demo's build folder (``.NAME.importing-PID-N``,
+    ``.ledger-demo-building-NAME.PID``: a run's scratch, which a killed run leaves and the next
+    import or demo there removes; docs/files.md), sorted by name within each. A folder that cannot be
+    listed has none (:func:`case_folders` reports it)."""
+    found: list[Path] = []
+    for folder in path_list(folders, "folders"):
+        root = fs_path(folder, "folder of cases")
+        try:
+            found.extend(root / name for name in sorted(entry.name for entry in os.scandir(root)
+                                                        if is_build_folder(entry.name) and _is_folder(entry)))
+        except OSError:
+            continue
     return found
 
 
