@@ -1727,3 +1727,27 @@ def test_a_value_of_a_type_the_ledger_never_writes_is_an_integrity_error_for_eve
     with pytest.raises(LedgerError) as caught:
         verify_case(case.path)
     assert caught.value.code == INTEGRITY_ERROR
+
+
+def test_a_manifest_far_larger_than_an_export_writes_is_refused_before_it_is_read_whole(exported):
+    """An export's manifest.json stays under 1 KiB: one over 64 KiB is INTEGRITY_ERROR from verify and
+    import, read no further than that bound; export writes the right one over it."""
+    from ledger.package_tools.manifest import MANIFEST_MAX_BYTES
+
+    honest = (exported / "manifest.json").read_bytes()
+    (exported / "manifest.json").write_bytes(honest[:-1] + b" " * (16 * 2 ** 20) + b"}")
+    tracemalloc.start()
+    try:
+        with pytest.raises(LedgerError) as caught:
+            verify_case(exported)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert caught.value.code == INTEGRITY_ERROR
+    assert caught.value.message.startswith(f"manifest.json is over {MANIFEST_MAX_BYTES} bytes")
+    assert peak < 4 * 2 ** 20
+    with pytest.raises(LedgerError) as refused:
+        import_tree(exported, exported.parent / "copy")
+    assert refused.value.code == INTEGRITY_ERROR and not (exported.parent / "copy").exists()
+    export_case(exported)
+    assert (exported / "manifest.json").read_bytes() == honest

@@ -74,11 +74,15 @@ def refuse_link_to_nothing(path: Path, what: str) -> None:
                               "the link", path=str(at))
 
 
-def read_bytes(path: Path, what: str) -> bytes:
-    """The bytes of the file ``path`` (``what`` names it in a message); ``STORAGE_ERROR`` when the
-    file system refuses the read (no permission, I/O error): a file this user may not read is
-    not a file that differs, and never makes a history look edited."""
+def read_bytes(path: Path, what: str, limit: int | None = None) -> bytes:
+    """The bytes of the file ``path`` (``what`` names it in a message), or with ``limit`` its first
+    ``limit`` bytes at most (a caller that bounds a file reads ``bound + 1`` and compares);
+    ``STORAGE_ERROR`` when the file system refuses the read (no permission, I/O error): a file
+    this user may not read is not a file that differs, and never makes a history look edited."""
     try:
+        if limit is not None:
+            with open(path, "rb") as file:
+                return file.read(limit)
         return Path(path).read_bytes()
     except OSError as exc:
         raise os_error(exc, f"cannot read {what}", STORAGE_ERROR) from None

@@ -21,6 +21,9 @@ from ..ground.paths import fs_path, read_bytes
 from ..ground.schemas import error_path, schema_message, validator
 
 MANIFEST_FORMAT = "case-manifest-v1"
+#: The most ``manifest.json`` bytes read: every field of an export's manifest is bounded (a case id of
+#: at most 128 characters, hashes, numbers, two paths the ledger names), so it stays under 1 KiB.
+MANIFEST_MAX_BYTES = 64 * 1024
 
 
 def export_statement(conn: sqlite3.Connection, name: str, schema: str = "main") -> str:
@@ -93,7 +96,10 @@ def read_manifest(root: Path) -> dict[str, Any] | None:
         return None
     if path.is_symlink() or not path.is_file():
         raise _bad(None, "manifest.json is not a regular file")
-    data = read_bytes(path, MANIFEST_FILE)
+    data = read_bytes(path, MANIFEST_FILE, MANIFEST_MAX_BYTES + 1)
+    if len(data) > MANIFEST_MAX_BYTES:  # read no further: an export writes well under 1 KiB
+        raise _bad(None, f"manifest.json is over {MANIFEST_MAX_BYTES} bytes, far more than an export writes "
+                   "(under 1 KiB): it was replaced or edited after export")
     try:
         manifest = parse_json(data)
     except LedgerError as exc:
