@@ -21,7 +21,8 @@ def budget() -> None:
 def _budget_summary(result: BudgetResult, *, read: bool = False) -> list[str]:
     if read:
         lines = [f"revision {result.revision} as of its newest budget event, seq {result.seq} "
-                 f"(exports to {result.event_ref}); history checked"]
+                 f"(exports to {result.event_ref}); its budget events and the balances view checked "
+                 "('ledger verify' checks everything)"]
     else:
         lines = [f"seq {result.seq}{' (reused: nothing written)' if result.reused else ''} (exports to {result.event_ref})"]
     if result.action:

@@ -189,6 +189,9 @@ def test_snapshot_detects_an_edited_event_appended_after_its_last_check(busy):
     with pytest.raises(LedgerError) as refused:
         budget.snapshot()
     assert refused.value.code == INTEGRITY_ERROR
+    seq = refused.value.details["seq"]
+    # named by its seq, as verify names it: a budget event's export file is numbered within its stream
+    assert refused.value.message.startswith(f"seq {seq}: the budget event ")
 
 
 def test_money_limits_read_running_totals_of_the_account_the_revision_and_the_case(busy):
