@@ -549,8 +549,8 @@ def test_apply_to_a_folder_without_a_case_names_create_and_makes_nothing(tmp_pat
     journal = tmp_path / "j.jsonl"
     journal.write_text('{"op": "initialize"}\n')
     err = refused("LEDGER_MISSING", "apply", str(tmp_path / "new"), str(journal))
-    assert err == (f"error: LEDGER_MISSING: no case at {tmp_path / 'new'} (no such folder); create one with "
-                   "'ledger init', or let the journal create it ('ledger apply CASE JOURNAL --create CASE_ID')\n")
+    assert err == (f"error: LEDGER_MISSING: no case at {tmp_path / 'new'} (no such folder); check the path, or "
+                   "create a case there with 'ledger init', or let the journal create it ('ledger apply CASE JOURNAL --create CASE_ID')\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["j.jsonl"]
 
 

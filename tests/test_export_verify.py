@@ -1100,8 +1100,17 @@ def test_an_exported_event_reformatted_is_named_other_bytes_not_another_history(
     with pytest.raises(LedgerError) as caught:
         verify_case(case.path)
     assert caught.value.details["seq"] == 1 and "another event" not in caught.value.message
-    assert "analysis/case/events/00000001.json differs from the ledger: other bytes, edited or reformatted" \
+    assert "analysis/case/events/00000001.json differs from the ledger: other bytes, edited or reformatted " \
+        "('ledger export' writes it again from the ledger: keep the differing file first if it is evidence)" \
         in caught.value.message
+
+
+def test_an_edited_exported_content_is_named_by_its_path_in_the_package(exported):
+    content = next((exported / "analysis" / "evidence" / "content").iterdir())
+    content.write_bytes(content.read_bytes().replace(b"x", b"z"))
+    error = assert_verify_fails_at(exported, 6)
+    assert error.message.startswith(f"seq 6: exported content analysis/evidence/content/{content.name} differs from the "
+                                    "ledger: other bytes"), error.message
 
 
 def test_verify_names_the_smallest_bad_seq_across_tables(budget, case):

@@ -92,7 +92,8 @@ def test_opening_a_folder_without_a_case_is_ledger_missing(tmp_path):
 def test_opening_a_folder_that_does_not_exist_says_so(tmp_path):
     with pytest.raises(LedgerError) as caught:
         Case.open(tmp_path / "typo")
-    assert caught.value.message == f"no case at {tmp_path / 'typo'} (no such folder); create one with 'ledger init'"
+    assert caught.value.message == (f"no case at {tmp_path / 'typo'} (no such folder); check the path, or create a "
+                                    "case there with 'ledger init'")
     assert not (tmp_path / "typo").exists()
 
 

@@ -60,9 +60,11 @@ def check_anchored_events(conn: sqlite3.Connection, anchors: dict[int, str], hea
     for seq, sha in sorted(anchors.items()):
         if seq > head_seq:
             raise _bad(None, f"the ledger ends at seq {head_seq}, before the anchored event {seq}: it was truncated "
-                       "or rolled back since that anchor was taken", anchored_seq=seq)
+                       "or rolled back since that anchor was taken, unless the anchor was taken of another case or "
+                       "copied wrong (check its seq)", anchored_seq=seq)
         found = conn.execute(statement("manifest_head", "orig"), {"seq": seq}).fetchone()
         if found is None or found[0] != sha:
             raise _bad(seq, f"event {seq} has sha256 {found[0] if found else None}, not the anchored {sha}: the "
                        "history up to it was rewritten since that anchor was taken (its hashes recomputed), unless "
-                       "the anchor itself was copied wrong (check its seq and hash)", anchored_seq=seq)
+                       "the anchor itself was taken of another case or copied wrong (check its seq and hash)",
+                       anchored_seq=seq)

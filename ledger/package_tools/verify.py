@@ -543,10 +543,10 @@ def _check_export(root: Path, conn: sqlite3.Connection, head_seq: int, manifest:
             raise _bad(seq, f"exported file {relative} is missing")
     for sha, seq, body in conn.execute(statement("contents_for_export")):
         relative = content_path(sha)
-        if relative in present and _still_there(top, relative, stored_bytes(body), seq, f"exported content {sha}"):
+        if relative in present and _still_there(top, relative, stored_bytes(body), seq, f"exported content {relative}"):
             checked += 1
         elif seq <= limit:
-            raise _bad(seq, f"exported content {sha} is missing")
+            raise _bad(seq, f"exported content {relative} is missing")
     return checked, manifest["head"]["seq"] if manifest else None
 
 
@@ -563,10 +563,11 @@ def _still_there(top: str, relative: str, data: bytes, seq: int, what: str) -> b
     if _forks(path, data, seq):
         raise _bad(seq, f"{what} differs from the ledger: it holds another event {seq} after the same event "
                    f"{seq - 1} (edited, or another history exported from there: a ledger put back from an older copy "
-                   "and continued otherwise?); to keep that history, 'ledger import' the export into a new folder "
-                   "before 'ledger export' writes it again from the ledger")
+                   "and continued otherwise?); if it is another history, 'ledger import' the export into a new folder "
+                   "to keep it (import refuses an edited one, naming what differs) before 'ledger export' writes the "
+                   "ledger's event over it")
     raise _bad(seq, f"{what} differs from the ledger: other bytes, edited or reformatted ('ledger export' writes "
-               "it again from the ledger)")
+               "it again from the ledger: keep the differing file first if it is evidence)")
 
 
 def _forks(path: str, data: bytes, seq: int) -> bool:

@@ -85,7 +85,8 @@ def missing_ledger(root: Path) -> LedgerError:
                            "put it back (a new case here would delete that log)")
     if not os.path.lexists(root):
         why = _unreachable(root)
-        advice = "create one with 'ledger init'" if why == "no such folder" else "check the path"
+        advice = ("check the path, or create a case there with 'ledger init'" if why == "no such folder"
+                  else "check the path")
         return LedgerError(E.LEDGER_MISSING, f"no case at {root} ({why}); {advice}")
     inside = _cases_inside(root)
     if inside:
@@ -93,7 +94,8 @@ def missing_ledger(root: Path) -> LedgerError:
         return LedgerError(E.LEDGER_MISSING, f"no case at {root} (no {LEDGER_FILE}), but it holds case folders "
                            f"({', '.join(inside[:2])}{more}): name one of them, or several ('ledger serve {root}/*'; "
                            "'ledger verify' and 'ledger export' take the folder with --all)")
-    return LedgerError(E.LEDGER_MISSING, f"no case at {root} (no {LEDGER_FILE}); create one with 'ledger init'")
+    return LedgerError(E.LEDGER_MISSING, f"no case at {root} (no {LEDGER_FILE}); check the path, or create a case there "
+                       "with 'ledger init'")
 
 
 def _unreachable(root: Path) -> str:
