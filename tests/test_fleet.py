@@ -131,6 +131,27 @@ def test_duckdb_rows_equal_each_case_views(fleet):
             assert sorted(got, key=repr) == sorted((tuple(_normal(v) for v in r) for r in rows), key=repr), table
 
 
+def test_the_times_read_with_duckdb_s_own_python_api_are_utc_datetimes_equal_to_the_views(fleet):
+    """What a user's own `duckdb` query returns for the time columns: timezone-aware datetimes (DuckDB
+    needs pytz for them, which the fleet extra installs), the same instants as the views'."""
+    import datetime
+
+    import duckdb
+
+    cases, out, _ = fleet
+    path = _case_paths(cases)["BUG-20"]
+    got = duckdb.connect().execute(
+        f"SELECT action_id, reserved_at, closed_at FROM read_parquet('{out}/actions/*/data.parquet', "
+        "hive_partitioning = true) WHERE case_id = 'BUG-20' ORDER BY action_id").fetchall()
+    _, rows = read_only_query(path, "SELECT action_id, reserved_at, closed_at FROM actions ORDER BY action_id")
+
+    def instant(text):
+        return None if text is None else datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+    assert got and all(row[1].tzinfo is not None for row in got)  # in the session's zone: the same instants
+    assert got == [(action, instant(reserved), instant(closed)) for action, reserved, closed in rows]
+
+
 def _from_pandas(value):
     """A pandas cell as the SQLite view has it: times as RFC 3339 text, numbers as int (pandas
     reads an integer column with nulls as float64), missing as None."""
