@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from ledger import BudgetConfig, Case, LedgerError, read_only_query, run_demo
-from ledger.browse.metadata import (RAW_HISTORY, canned_queries, column_description, descriptions, remaining_units_svg,
+from ledger.browse.metadata import (RAW_HISTORY, browse_metadata, canned_queries, column_description, descriptions, remaining_units_svg,
                            served_cases, view_columns)
 from ledger.browse.server import case_datasette, serve_metadata
 
@@ -521,6 +521,12 @@ def test_a_case_whose_path_is_not_utf8_is_refused_before_serving(tmp_path):
 def test_two_cases_with_the_same_case_id_get_distinct_database_names(demo, tmp_path):
     other, _, _ = run_demo(tmp_path / "again", echo=lambda text: None)
     assert [case.name for case in served_cases([demo, other])] == ["BUG-20", "BUG-20-2"]
+    # the titles and pages name each one's folder: a copy is told apart from its original
+    metadata = browse_metadata(served_cases([demo, other]))["databases"]
+    assert [metadata[name]["title"] for name in ("BUG-20", "BUG-20-2")] == [
+        f"BUG-20 (EVALUATING, {demo.resolve()})", f"BUG-20 (EVALUATING, {other.resolve()})"]
+    assert f"from the folder <code>{other.resolve()}</code>" in metadata["BUG-20-2"]["description_html"]
+    assert browse_metadata(served_cases([demo]))["databases"]["BUG-20"]["title"] == "BUG-20 (EVALUATING)"
 
 
 def _start(case: Path, *extra: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:

@@ -153,7 +153,8 @@ def _case_page(case: ServedCase) -> str:
                     for view, entry in descriptions()["views"].items())
     return (f"<p>Case <strong>{html.escape(case.case_id)}</strong>, state <strong>{html.escape(case.state)}"
             f'</strong> when this server started (<a href="/{case.name}/case_status">case_status</a> shows it '
-            f"now). Read the views first:</p><ul>{items}</ul>"
+            f"now), from the folder <code>{html.escape(str(case.ledger.parent))}</code>. Read the views first:"
+            f"</p><ul>{items}</ul>"
             f'<p><img src="{_chart_address(case.name)}" alt="remaining units of each hypothesis across the '
             f'history" width="720" height="320"></p>'
             "<p>The tables listed below are the raw history the views are derived from: append-only and "
@@ -194,8 +195,11 @@ def browse_metadata(cases: Iterable[ServedCase], with_queries: bool = True) -> d
     title = (f"case-ledger: {cases[0].case_id} ({cases[0].state})" if len(cases) == 1
              else f"case-ledger: {len(cases)} cases")
     databases = {}
+    shared = {case.case_id for case in cases if sum(other.case_id == case.case_id for other in cases) > 1}
     for case in cases:
-        databases[case.name] = {"title": f"{case.case_id} ({case.state})", "description_html": _case_page(case),
+        # packages of one case id (copies of a case, say) are told apart by their folders
+        where = f", {case.ledger.parent}" if case.case_id in shared else ""
+        databases[case.name] = {"title": f"{case.case_id} ({case.state}{where})", "description_html": _case_page(case),
                                 "tables": _tables()}
         if with_queries:
             databases[case.name]["queries"] = _queries(case)
