@@ -253,7 +253,7 @@ def test_canned_queries_answer_with_named_parameters_as_json(site):
     refusals = get(site, "/SCOPED-1/refusals_and_reasons.json?hypothesis_id=&_shape=array").json()
     assert [r["type"] for r in refusals] == ["limit.exceeded", "budget.rejected"]
     page = get(site, "/BUG-20/abandoned_hypotheses").text
-    assert "Abandoned hypotheses and why" in page and "low_information_streak" in page
+    assert "Hypotheses stopped (exhausted, abandoned, rejected) and why" in page and "low_information_streak" in page
 
 
 def test_the_picture_is_served_as_svg_with_a_line_per_hypothesis(site):
