@@ -44,7 +44,7 @@ def export_command(paths: tuple[str, ...], out: str, jobs: int, as_json: bool) -
         report = export_fleet(cases, out, jobs=jobs, progress=bar.update)
     emit_result(report.to_dict(), as_json,
                 [f"fleet export {out}: {report.cases} cases, {report.exported} exported, "
-                 f"{report.unchanged} unchanged, {len(report.failed)} failed"])
+                 f"{report.unchanged} unchanged (head as exported: not read again), {len(report.failed)} failed"])
     for entry in report.failed:
         click.echo(one_line(f"error: {entry['error']['code']}: {entry['path']}: {entry['error']['message']}"),
                    err=True)

@@ -191,6 +191,11 @@ def test_an_unchanged_head_is_skipped_and_a_changed_case_replaced(fleet, tmp_pat
     again = export_fleet([copy], out)
     assert (again.exported, again.unchanged, again.failed) == (0, len(ids), [])
     assert {p: p.stat().st_ino for p in out.rglob("data.parquet")} == files
+    # the summary says an unchanged case was not read again (so not verified again either)
+    done = CliRunner().invoke(main, ["fleet", "export", str(copy), "--to", str(out)])
+    assert done.exit_code == 0 and done.stdout.splitlines()[-1] == (
+        f"fleet export {out}: {len(ids)} cases, 0 exported, {len(ids)} unchanged (head as exported: not read "
+        "again), 0 failed")
     path = _case_paths(copy)["FLEET-00003"]
     with Case.open(path) as case:
         case.transition("BLOCKED")
