@@ -8,6 +8,7 @@ no Datasette: ``ledger.browse.server`` wires it into one.
 
 from __future__ import annotations
 
+import collections
 import html
 import os
 import re
@@ -195,10 +196,10 @@ def browse_metadata(cases: Iterable[ServedCase], with_queries: bool = True) -> d
     title = (f"case-ledger: {cases[0].case_id} ({cases[0].state})" if len(cases) == 1
              else f"case-ledger: {len(cases)} cases")
     databases = {}
-    shared = {case.case_id for case in cases if sum(other.case_id == case.case_id for other in cases) > 1}
+    counts = collections.Counter(case.case_id for case in cases)
     for case in cases:
         # packages of one case id (copies of a case, say) are told apart by their folders
-        where = f", {case.ledger.parent}" if case.case_id in shared else ""
+        where = f", {case.ledger.parent}" if counts[case.case_id] > 1 else ""
         databases[case.name] = {"title": f"{case.case_id} ({case.state}{where})", "description_html": _case_page(case),
                                 "tables": _tables()}
         if with_queries:
