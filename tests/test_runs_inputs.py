@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings, strategies as st
 from click.testing import CliRunner
 
 from ledger import LedgerError, import_runs, simulate
@@ -428,3 +429,24 @@ def test_an_output_folder_that_is_a_link_to_nothing_is_refused_naming_the_link(t
     assert caught.value.message.startswith(
         f"{tmp_path / 'up'}, a folder above {tmp_path / 'up' / 'sub'} (the output folder, --out), is a link to nothing")
     assert not (tmp_path / "nowhere").exists()
+
+
+FENCE_PIECES = ["```bash", "```mswea_bash_command", "\n", " ", "\t", "x", "```", "\n```"]
+
+
+@given(st.lists(st.sampled_from(FENCE_PIECES), max_size=40).map("".join))
+@settings(max_examples=400, deadline=None)
+def test_bash_blocks_are_the_fence_pattern_s_matches_searched_no_further_than_the_last_closing_fence(text):
+    """mini-swe-agent's fence pattern, searched only up to the last closing fence (so that a reply of
+    many unclosed openings takes linear time), finds exactly the blocks the pattern finds in the whole text."""
+    from ledger.runs.formats import _FENCE, _bash_blocks
+
+    assert _bash_blocks(text) == _FENCE.findall(text)
+
+
+def test_a_reply_of_many_unclosed_fences_is_a_turn_without_a_bash_block(tmp_path):
+    from ledger.runs.formats import mini_swe_agent_steps
+
+    messages = [{"role": "user", "content": "fix it"}, {"role": "assistant", "content": "```bash\nx" * 20_000},
+                {"role": "user", "content": "no command"}]
+    assert [str(item) for item in mini_swe_agent_steps({"messages": messages})] == ["no bash block"]

@@ -5,6 +5,7 @@ reason; a document that is not the format raises ``ValueError`` with the reason.
 
 from __future__ import annotations
 
+import collections
 import json
 import re
 from dataclasses import dataclass
@@ -111,7 +112,8 @@ def _tool_steps(messages: list[Any], index: int, calls: list[tuple[Any, Any, Any
     be told."""
     answers: dict[Any, list[Any]] = {}
     ending = None
-    for later in messages[index + 1:]:
+    for position in range(index + 1, len(messages)):  # no copy of the rest: a run of many turns stays linear
+        later = messages[position]
         if not isinstance(later, Mapping) or _is_model_turn(later):
             break
         answer_id = later.get("call_id") if later.get("type") == "function_call_output" else later.get("tool_call_id")
@@ -120,13 +122,14 @@ def _tool_steps(messages: list[Any], index: int, calls: list[tuple[Any, Any, Any
         elif later.get("role") == "exit" and ending is None:
             ending = later
     ids = [_hashable(call_id) for call_id, _, _ in calls]
+    shared = collections.Counter(ids)
     commands = [_bash_command(name, arguments) for _, name, arguments in calls]
     for call_id, command in zip(ids, commands):
         if command is None:
             yield FormatError("tool call that is not a bash command")
             continue
         found = answers.get(call_id, []) if call_id is not None else []
-        if call_id is not None and (ids.count(call_id) > 1 or len(found) > 1):
+        if call_id is not None and (shared[call_id] > 1 or len(found) > 1):
             yield FormatError("tool call sharing its id")
             continue
         if not found and ending is not None and len(calls) == 1:
@@ -158,7 +161,7 @@ def mini_swe_agent_steps(data: Any) -> Iterator[Step | FormatError]:
         if message.get("object") == "response":
             yield FormatError("no bash block")  # a response without a tool call
             continue
-        blocks = _FENCE.findall(_text(message.get("content")))
+        blocks = _bash_blocks(_text(message.get("content")))
         following = messages[index + 1] if index + 1 < len(messages) else None
         if len(blocks) != 1:
             yield FormatError("no bash block" if not blocks else "several bash blocks")
@@ -167,6 +170,14 @@ def mini_swe_agent_steps(data: Any) -> Iterator[Step | FormatError]:
         else:
             text = _text(following.get("content"))
             yield Step(blocks[0], text, _returncode(following, text))
+
+
+def _bash_blocks(text: str) -> list[str]:
+    """The bash blocks of a model reply, as mini-swe-agent finds them (:data:`_FENCE`), in time linear in
+    the text: every block ends at a closing fence, so the search stops at the last one (an opening
+    with none after it would be scanned to the end of the text, once per such opening)."""
+    last = text.rfind("\n```")
+    return _FENCE.findall(text, 0, last + 4) if last >= 0 else []
 
 
 def swe_agent_steps(data: Any) -> Iterator[Step | FormatError]:
