@@ -329,6 +329,21 @@ def test_a_steps_line_with_a_key_given_twice_and_a_run_id_that_is_no_string_are_
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("document, key", [
+    ('{"instance_id": "first", "messages": MESSAGES, "instance_id": "second"}', "instance_id"),
+    ('{"messages": [{"role": "user", "content": "a", "content": "b"}]}', "content"),  # deep inside a message
+    ('{"trajectory": [], "trajectory": [{"action": "ls", "observation": "x"}]}', "trajectory"),
+])
+def test_a_trajectory_with_a_key_given_twice_is_refused_as_a_steps_line_is(tmp_path, document, key):
+    """Which of the two values would count? A trajectory file whose JSON gives a key twice is refused
+    with its reason, never read as its last value (which dropped the first run's steps)."""
+    messages = [{"role": "assistant", "content": "```bash\nls\n```"}, {"role": "user", "content": "x"}]
+    (tmp_path / "t.traj.json").write_text(document.replace("MESSAGES", json.dumps(messages)))
+    summary = import_runs([tmp_path / "t.traj.json"], tmp_path / "out")
+    assert summary.runs == 0 and not (tmp_path / "out").exists()
+    assert [e["reason"] for e in summary.errors] == [f"the key '{key}' is given twice"]
+
+
 def test_an_exit_code_no_journal_can_hold_is_refused_in_steps_and_left_out_of_a_trajectory(tmp_path):
     """Journal integers stop at ±(2**53 - 1): a step line giving a larger exit code is refused with
     its file; an observation's <returncode> that large keeps the step, without the code."""
@@ -556,7 +571,7 @@ def test_cli_summary_json_and_no_progress_bar_off_a_terminal(tmp_path):
     assert json.loads(done.stdout) == {"runs": 1, "steps": 4, "skipped": {"no bash block": 1}, "errors": [],
                                        "journals": [str(tmp_path / "toolcall-demo-1.jsonl")],
                                        "runs_without_outcome": [], "outcomes_without_run": [],
-                                       "over_default_limits": {}}
+                                       "runs_without_steps": [], "over_default_limits": {}}
     usage = CliRunner().invoke(main, ["runs", "import", str(RUNS), "--out", str(tmp_path), "--format", "nope"])
     assert usage.exit_code == 2
     missing = CliRunner().invoke(main, ["runs", "import", str(tmp_path / "nothing"), "--out", str(tmp_path)])
@@ -735,3 +750,28 @@ def test_simulate_of_a_folder_without_journals_names_runs_import():
     result = CliRunner().invoke(main, ["simulate", str(RUNS / "mini-swe-agent-verified")])
     assert result.exit_code == 1
     assert "no journal (*.jsonl) to simulate" in result.stderr and "ledger runs import" in result.stderr
+
+
+def test_a_run_whose_every_turn_is_skipped_is_written_and_named_as_a_run_without_steps(tmp_path):
+    """A run with no step (no bash block, only other tools, an empty .traj) is still a run, with its
+    journal, but never a silent one: the summary names it and the command notes it on stderr."""
+    (tmp_path / "text.traj.json").write_text(json.dumps({"messages": [
+        {"role": "user", "content": "fix"}, {"role": "assistant", "content": "thinking, no command"},
+        {"role": "user", "content": "go on"}]}))
+    (tmp_path / "tools.traj.json").write_text(json.dumps({"messages": [
+        {"role": "user", "content": "fix"},
+        {"role": "assistant", "tool_calls": [{"id": "c1", "function": {"name": "str_replace_editor",
+                                                                       "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "edited"}]}))
+    (tmp_path / "empty.traj").write_text(json.dumps({"trajectory": []}))
+    (tmp_path / "one.traj").write_text(json.dumps({"trajectory": [{"action": "ls", "observation": "a"}]}))
+    out = tmp_path / "out"
+    summary = import_runs([tmp_path / name for name in ("text.traj.json", "tools.traj.json", "empty.traj",
+                                                         "one.traj")], out)
+    assert (summary.runs, summary.steps, summary.runs_without_steps) == (4, 1, ["text", "tools", "empty"])
+    assert len((out / "empty.jsonl").read_text().splitlines()) == 3  # open_revision, transition, initialize
+    done = CliRunner().invoke(main, ["runs", "import", str(tmp_path / "empty.traj"), str(tmp_path / "one.traj"),
+                                     "--out", str(tmp_path / "cli")])
+    assert done.exit_code == 0
+    assert done.stderr == ("note: 1 run(s) have no step (every turn was skipped: the summary line says why): their "
+                           "journals hold no action, and simulate counts them as runs that spent nothing: empty\n")

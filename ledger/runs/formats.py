@@ -193,8 +193,9 @@ def swe_agent_steps(data: Any) -> Iterator[Step | FormatError]:
             yield Step(entry["action"], entry["observation"])
 
 
-def _no_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object of a steps line; a key given twice (which of its values would count?) is refused."""
+def no_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object of a steps line or a trajectory (``object_pairs_hook``); a key given twice (which
+    of its values would count?) is refused, as journals refuse it."""
     item = dict(pairs)
     if len(item) != len(pairs):
         keys = [key for key, _ in pairs]
@@ -211,12 +212,12 @@ def too_many_digits(exc: ValueError) -> str | None:
 def steps_line(line: bytes, number: int) -> tuple[str, Step]:
     try:
         # UTF-8, the first line maybe with a byte-order mark; never UTF-16 guessed from the bytes
-        item = json.loads(line.decode("utf-8-sig" if number == 1 else "utf-8"), object_pairs_hook=_no_repeated_keys)
+        item = json.loads(line.decode("utf-8-sig" if number == 1 else "utf-8"), object_pairs_hook=no_repeated_keys)
     except UnicodeDecodeError as exc:
         raise ValueError(f"line {number}: not UTF-8 (byte {exc.start + 1}: {exc.reason})") from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"line {number}: not JSON ({exc.msg})") from None
-    except ValueError as exc:  # a key given twice (_no_repeated_keys), or a number too long to read
+    except ValueError as exc:  # a key given twice (no_repeated_keys), or a number too long to read
         raise ValueError(f"line {number}: {too_many_digits(exc) or exc}") from None
     if not isinstance(item, Mapping) or not isinstance(item.get("run"), str) \
             or not isinstance(item.get("command"), str) or not isinstance(item.get("output"), str):

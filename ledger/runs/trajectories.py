@@ -34,7 +34,8 @@ from ..model.package import refuse_output_in_package
 from ..package_tools.atomic_files import create_tagged_temp, remove_abandoned_temp_files
 from ..package_tools.journal import LINE_BYTES_MAX
 from .actions import DEFAULT_ACTION_MAP, ActionMap, classify
-from .formats import FormatError, Step, mini_swe_agent_steps, steps_line, swe_agent_steps, too_many_digits
+from .formats import (FormatError, Step, mini_swe_agent_steps, no_repeated_keys, steps_line, swe_agent_steps,
+                      too_many_digits)
 
 FORMATS = ("auto", "mini-swe-agent", "swe-agent", "steps")
 #: The allocation of the imported run's one hypothesis: large enough that no policy-free replay runs dry.
@@ -54,7 +55,8 @@ class ImportSummary:
     ``STORAGE_ERROR`` when the file system refused, else ``INVALID_ARGUMENT``), ``journals``
     (the paths written, in order), ``runs_without_outcome`` (with outcomes given, the runs they do
     not name: their journals record none), ``outcomes_without_run`` (the run ids of the outcomes no run
-    imported has, in their order), ``over_default_limits`` (a limit of the analysis config →
+    imported has, in their order), ``runs_without_steps`` (the runs written with no step: every turn
+    skipped, so their journals hold no action), ``over_default_limits`` (a limit of the analysis config →
     the runs written whose journal passes its default value: ``simulate`` and ``apply`` refuse them
     unless the config raises it)."""
 
@@ -65,6 +67,7 @@ class ImportSummary:
     journals: list[str] = field(default_factory=list)
     runs_without_outcome: list[str] = field(default_factory=list)
     outcomes_without_run: list[str] = field(default_factory=list)
+    runs_without_steps: list[str] = field(default_factory=list)
     over_default_limits: dict[str, list[str]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -72,6 +75,7 @@ class ImportSummary:
                 "errors": list(self.errors), "journals": list(self.journals),
                 "runs_without_outcome": list(self.runs_without_outcome),
                 "outcomes_without_run": list(self.outcomes_without_run),
+                "runs_without_steps": list(self.runs_without_steps),
                 "over_default_limits": {k: list(v) for k, v in sorted(self.over_default_limits.items())}}
 
 
@@ -277,6 +281,8 @@ class _Importer:
             self.summary.runs_without_outcome.append(journal.run)
         self.summary.runs += 1
         self.summary.steps += journal.steps
+        if journal.steps == 0:
+            self.summary.runs_without_steps.append(journal.run)
         for limit in journal.over_default_limits():
             self.summary.over_default_limits.setdefault(limit, []).append(journal.run)
         self.summary.journals.append(str(journal.final))
@@ -294,7 +300,7 @@ class _Importer:
             try:
                 # one run at a time: a trajectory file is one JSON document, UTF-8 (maybe with a
                 # byte-order mark), never UTF-16 or UTF-32 guessed from its bytes
-                data = json.loads(handle.read().decode("utf-8-sig"))
+                data = json.loads(handle.read().decode("utf-8-sig"), object_pairs_hook=no_repeated_keys)
             except UnicodeDecodeError as exc:
                 raise ValueError(f"not UTF-8 (byte {exc.start + 1}: {exc.reason})") from None
             except json.JSONDecodeError as exc:
