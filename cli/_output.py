@@ -115,9 +115,10 @@ def _plain(value: Any) -> Any:
 #: What ``json.dumps`` leaves raw although some reader takes it for a line break or a control (it
 #: already escapes every control character below U+0020): DEL and the C1 controls U+007F–U+009F (NEL
 #: among them; a terminal may take U+009B for the start of an escape sequence) and the Unicode line
-#: and paragraph separators, which ``str.splitlines`` and JavaScript split on. JSON's ``\uXXXX`` form
-#: keeps the value identical.
-_LINE_BREAK = re.compile("[\x7f-\x9f\u2028\u2029]")
+#: and paragraph separators, which ``str.splitlines`` and JavaScript split on; and a lone surrogate (a
+#: file name byte that is not UTF-8, as Python reads it), which would reach the output as that raw byte
+#: and leave it no UTF-8. JSON's ``\uXXXX`` form keeps the value identical.
+_LINE_BREAK = re.compile("[\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 
 
 #: ``json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)``, made once:

@@ -336,8 +336,11 @@ def test_dumps_keeps_values_and_one_line_for_any_text():
     def check(values):
         text = dumps(values)
         assert len(text.splitlines()) == 1 and json.loads(text) == values
+        # a lone surrogate (a file name byte that is not UTF-8) is escaped: the output is always UTF-8
+        text.encode("utf-8")
 
     check()
+    assert dumps({"file": "out\udcffcomes.csv"}) == '{"file":"out\\udcffcomes.csv"}'
 
 
 @pytest.mark.parametrize("args", [

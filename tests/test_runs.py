@@ -505,6 +505,22 @@ def test_an_outcomes_file_may_start_with_a_byte_order_mark(tmp_path):
     assert read_outcomes(table) == {"a": "resolved", "b": "failed"}
 
 
+def test_an_outcomes_file_named_with_a_byte_that_is_not_utf8_gives_journals_simulate_and_apply_take(tmp_path):
+    """The record_outcome line names its outcomes file: a byte of the name that is not UTF-8 is
+    written as U+FFFD (a lone surrogate has no canonical JSON form, so every journal was refused)."""
+    (tmp_path / "a.traj").write_text(json.dumps({"trajectory": [{"action": "ls", "observation": "x"}]}))
+    table = Path(os.fsdecode(os.path.join(os.fsencode(tmp_path), b"out\xffcomes.csv")))
+    table.write_text("run,outcome\na,resolved\n")
+    summary = import_runs([tmp_path / "a.traj"], tmp_path / "out", outcomes=table)
+    last = json.loads((tmp_path / "out" / "a.jsonl").read_text().splitlines()[-1])
+    assert summary.errors == [] and last == {"op": "record_outcome", "outcome": "resolved",
+                                             "source": "outcomes file out\ufffdcomes.csv"}
+    report = simulate([tmp_path / "out"])
+    assert report.errors == [] and [(run.run, run.outcome) for run in report.runs] == [("a", "resolved")]
+    with Case.create(tmp_path / "case", case_id="A") as case:
+        assert all(result.ok for result in apply_journal(case, (tmp_path / "out" / "a.jsonl").read_text().splitlines()))
+
+
 @pytest.mark.parametrize("name", ["(all)", "(no outcome)"])
 def test_an_outcome_named_like_a_row_of_the_reports_is_refused_wherever_it_is_recorded(tmp_path, name):
     """simulate's reports name their rows (all) and (no outcome): an outcome of that name would be

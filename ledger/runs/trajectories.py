@@ -450,7 +450,9 @@ def import_runs(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[
         DEFAULT_ACTION_MAP if actions is None else ActionMap.load(actions)
     source = "outcomes table"
     if isinstance(outcomes, (str, os.PathLike)):
-        source = f"outcomes file {Path(outcomes).name}"  # the record_outcome lines' source
+        # the record_outcome lines' source: a name byte that is not UTF-8 becomes U+FFFD, as in a target,
+        # so the line has a canonical JSON form (a lone surrogate has none)
+        source = f"outcomes file {_LONE_SURROGATE.sub(chr(0xFFFD), Path(os.fsdecode(outcomes)).name)}"
         outcomes = read_outcomes(outcomes)
     elif outcomes is not None:
         check_outcomes(check_text_mapping(outcomes, "outcomes"), source)
