@@ -722,6 +722,15 @@ def test_a_step_no_journal_line_could_hold_refuses_its_file_saying_why(tmp_path)
     assert not (tmp_path / "out").exists()
 
 
+def test_a_command_longer_than_is_split_takes_the_default_action_and_no_target():
+    """Splitting a command into words takes time growing with the square of its longest word: a
+    command past COMMAND_CHARS_MAX is not split (a megabyte path took minutes) and is the default."""
+    from ledger.runs.actions import COMMAND_CHARS_MAX, classify
+
+    assert classify("cat " + "a" * (COMMAND_CHARS_MAX - 4)) == ("source.read_context", "a" * (COMMAND_CHARS_MAX - 4))
+    assert classify("cat " + "a" * (COMMAND_CHARS_MAX - 3)) == ("test.automated", None)
+
+
 def test_a_step_whose_line_is_exactly_as_long_as_a_journal_line_may_be_is_imported(tmp_path, monkeypatch):
     """The limit is the line's length without its newline, as apply reads it."""
     steps = tmp_path / "steps.jsonl"

@@ -102,8 +102,17 @@ def _names(value: Any, key: str) -> frozenset[str]:
 DEFAULT_ACTION_MAP = ActionMap.from_mapping(DEFAULT_ACTIONS)
 
 
+#: The longest command split into words: longer ones take the default action. The standard library's
+#: splitter builds each word a character at a time, so its time grows with the square of the longest
+#: word (a megabyte path took minutes); a command this long is a script or a file's text, not a read.
+COMMAND_CHARS_MAX = 65_536
+
+
 def _words(command: str) -> list[str] | None:
-    """The command's words with separators as their own words; None when it cannot be split."""
+    """The command's words with separators as their own words; None when it cannot be split or is
+    longer than :data:`COMMAND_CHARS_MAX`."""
+    if len(command) > COMMAND_CHARS_MAX:
+        return None
     lexer = shlex.shlex(command.replace("\n", " ; "), posix=True, punctuation_chars="|&;<>()")
     lexer.whitespace_split = True
     lexer.commenters = ""
