@@ -708,3 +708,92 @@ def test_settling_a_plain_action_before_its_result_names_both_ways_to_record_one
         RESULT_MISSING, "H1/a1 has no recorded result to assess; record_result or record_evidence first")
     assert case.status()["package_generation"] == before
     case.close()
+
+
+# --- the checks read the values stored ----------------------------------------------------------
+class _ShortStr(str):
+    """Text that says it is one character long."""
+
+    def __len__(self):
+        return 1
+
+
+class _NoNulStr(str):
+    """Text that says it holds no NUL."""
+
+    def __contains__(self, item):
+        return False
+
+
+class _InRangeInt(int):
+    """A number that says it lies within every range."""
+
+    def __lt__(self, other):
+        return False
+
+    __gt__ = __lt__
+
+    def __le__(self, other):
+        return True
+
+    __ge__ = __le__
+
+
+class _EmptyItems(dict):
+    """A mapping whose items() hides its members."""
+
+    def items(self):
+        return iter(())
+
+
+def _events(case: Case) -> int:
+    return case.query("SELECT COUNT(*) AS n FROM events")[0]["n"]
+
+
+@pytest.mark.parametrize("call, plain, code", [
+    (lambda b: b.fail("H1", "a1", _ShortStr("x" * 5000)), lambda b: b.fail("H1", "a1", "x" * 5000), INVALID_ARGUMENT),
+    (lambda b: b.fail("H1", "a1", _NoNulStr("a\x00b")), lambda b: b.fail("H1", "a1", "a\x00b"), INVALID_ARGUMENT),
+    (lambda b: b.reject("H2", _ShortStr("x" * 5000)), lambda b: b.reject("H2", "x" * 5000), INVALID_ARGUMENT),
+    (lambda b: b.grant("H2", _InRangeInt(-5), "controller", "more", "g1"),
+     lambda b: b.grant("H2", -5, "controller", "more", "g1"), INVALID_ARGUMENT),
+], ids=["fail reason too long", "fail reason with NUL", "reject reason too long", "negative grant"])
+def test_a_subclass_s_own_answers_about_its_value_are_never_taken_for_the_value_stored(budget, case, call, plain,
+                                                                                         code):
+    """A str or int subclass may say it is short, holds no NUL or lies in range while the value
+    stored (and read back by verify's replay) does not: every check reads the value itself, so the
+    call is refused exactly as the plain value is, and nothing is written."""
+    budget.reserve("H1", "a1", "source.read_context")
+    before = _events(case)
+    for attempt in (plain, call):
+        with pytest.raises(LedgerError) as refused:
+            attempt(budget)
+        assert refused.value.code == code
+    assert _events(case) == before
+
+
+def test_a_lying_score_and_a_mapping_hiding_its_members_are_checked_by_what_they_hold(budget, case):
+    from ledger import verify_case
+
+    budget.reserve("H1", "a1", "source.read_context")
+    budget.record_result("H1", "a1", _EmptyItems({"finding": "x"}))
+    assert [row["body"] for row in case.query("SELECT body FROM contents")] == ['{"finding":"x"}']
+    with pytest.raises(LedgerError) as refused:
+        budget.settle("H1", "a1", _InRangeInt(500), "relevant")
+    assert refused.value.code == INVALID_SCORE
+    budget.settle("H1", "a1", 50, "relevant")
+    case.close()
+    assert verify_case(case.path).events == 7
+
+
+def test_every_request_shape_checks_plain_values():
+    """Every rule's shape_* function (what checks a call's arguments and builds the stored request)
+    is wrapped to make its arguments plain first: none can be added without it."""
+    import inspect
+
+    from ledger.rules import budget_requests, evidence, feedback, lifecycle, scopes
+
+    shapes = [(module.__name__, name, function) for module in (budget_requests, evidence, feedback, lifecycle, scopes)
+              for name, function in inspect.getmembers(module, inspect.isfunction) if name.startswith("shape_")
+              and function.__module__ == module.__name__]
+    assert len(shapes) == 19
+    assert [f"{module}.{name}" for module, name, function in shapes if not getattr(function, "plain_arguments", False)] == []

@@ -3,10 +3,11 @@ never an ``AttributeError`` or ``TypeError`` from deep inside (nor a string iter
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Callable
 
 from .errors import INVALID_ARGUMENT, LedgerError
 
@@ -73,3 +74,51 @@ def check_text_mapping(value: Any, name: str) -> Mapping[str, str]:
             raise LedgerError(INVALID_ARGUMENT, f"{name} must map run ids (str) to outcomes (str), "
                               f"got {key!r}: {_kind(item)}")
     return value
+
+
+def plain_data(value: Any, depth: int = 0) -> Any:
+    """``value`` with every ``str``, ``int``, ``float``, ``dict``, ``list`` and ``tuple`` of a subclass
+    replaced, at any depth, by the plain value it holds (``bool`` and ``None`` stay; other types are
+    left for the checks to refuse). A subclass may answer ``len``, ``in``, ``<`` or ``items()`` other
+    than by its data, which is what is stored: the checks must read the same values the ledger writes
+    and its replay reads back. Unchanged containers are returned as they are; past
+    :data:`PLAIN_DEPTH_MAX` levels nothing is changed (the depth check refuses such a value)."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or kind is float or value is None:
+        return value
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return int.__int__(value)
+    if isinstance(value, float):
+        return float.__float__(value)
+    if depth > PLAIN_DEPTH_MAX:
+        return value
+    if isinstance(value, dict):
+        items = [(plain_data(key, depth + 1), plain_data(item, depth + 1)) for key, item in dict.items(value)]
+        if kind is dict and all(new_key is key and new is item
+                                for (new_key, new), (key, item) in zip(items, dict.items(value))):
+            return value
+        return dict(items)
+    if isinstance(value, (list, tuple)):
+        base = list if isinstance(value, list) else tuple
+        members = [plain_data(item, depth + 1) for item in base.__iter__(value)]
+        if kind is base and all(new is item for new, item in zip(members, base.__iter__(value))):
+            return value
+        return base(members)
+    return value
+
+
+#: How deep :func:`plain_data` looks: past the deepest JSON any check accepts (64 levels).
+PLAIN_DEPTH_MAX = 66
+
+
+def plain_arguments(shape: Callable[..., Any]) -> Callable[..., Any]:
+    """``shape`` (a rule's ``shape_*`` function, which checks a call's arguments and builds the request
+    that is stored) called with every argument made :func:`plain_data` first: the checks then read
+    the values stored, which verify's replay reads back, never a subclass's own answers about them."""
+    @functools.wraps(shape)
+    def shaped(*args: Any, **kwargs: Any) -> Any:
+        return shape(*(plain_data(arg) for arg in args), **{key: plain_data(arg) for key, arg in kwargs.items()})
+    shaped.plain_arguments = True  # type: ignore[attr-defined]
+    return shaped

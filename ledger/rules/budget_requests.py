@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ..ground.arguments import plain_arguments
 from ..ground import errors as E
 from ..ground.canonical import canonical_bytes, check_int, check_json_value, sha256_hex
 from ..ground.errors import LedgerError, describe_value, limit_reached
@@ -17,15 +18,18 @@ from .common import SCORE_MAX, check_action_id, check_action_name, check_hypothe
 RECORD_ID_RE = re.compile(r"^E[0-9]{6,}$")
 
 
+@plain_arguments
 def shape_initialize() -> dict[str, Any]:
     return {"op": "initialize"}
 
 
+@plain_arguments
 def shape_reserve(hypothesis_id: Any, action_id: Any, action: Any) -> dict[str, Any]:
     return {"op": "reserve", "hypothesis_id": check_hypothesis_id(hypothesis_id),
             "action_id": check_action_id(action_id), "action": check_action_name(action)}
 
 
+@plain_arguments
 def shape_record_result(hypothesis_id: Any, action_id: Any, evidence: Any, source_refs: Any,
                         *, evidence_bytes_max: int | None,
                         cost_usd_millicents: Any = None) -> tuple[dict[str, Any], bytes]:
@@ -50,6 +54,7 @@ def shape_record_result(hypothesis_id: Any, action_id: Any, evidence: Any, sourc
     return request, payload
 
 
+@plain_arguments
 def shape_record_evidence(hypothesis_id: Any, action_id: Any, record_id: Any) -> dict[str, Any]:
     """Request of ``record_evidence`` (``INVALID_ID`` for a malformed id)."""
     check_hypothesis_id(hypothesis_id)
@@ -59,6 +64,7 @@ def shape_record_evidence(hypothesis_id: Any, action_id: Any, record_id: Any) ->
     return {"op": "record_evidence", "hypothesis_id": hypothesis_id, "action_id": action_id, "record_id": record_id}
 
 
+@plain_arguments
 def shape_settle(hypothesis_id: Any, action_id: Any, semantic_score: Any, reason: Any) -> dict[str, Any]:
     check_hypothesis_id(hypothesis_id)
     check_action_id(action_id)
@@ -67,6 +73,7 @@ def shape_settle(hypothesis_id: Any, action_id: Any, semantic_score: Any, reason
             "semantic_score": semantic_score, "reason": check_reason(reason)}
 
 
+@plain_arguments
 def shape_fail(hypothesis_id: Any, action_id: Any, reason: Any) -> dict[str, Any]:
     check_hypothesis_id(hypothesis_id)
     check_action_id(action_id)
@@ -74,6 +81,7 @@ def shape_fail(hypothesis_id: Any, action_id: Any, reason: Any) -> dict[str, Any
             "reason": check_reason(reason)}
 
 
+@plain_arguments
 def shape_grant(hypothesis_id: Any, units: Any, issuer: Any, reason: Any, grant_id: Any) -> dict[str, Any]:
     """Request of ``grant``: ``units`` an integer ≥ 1, ``issuer`` and ``grant_id`` ids, a non-blank reason."""
     return {"op": "grant", "hypothesis_id": check_hypothesis_id(hypothesis_id),
@@ -81,6 +89,7 @@ def shape_grant(hypothesis_id: Any, units: Any, issuer: Any, reason: Any, grant_
             "reason": check_reason(reason), "grant_id": check_action_id(grant_id, "grant_id")}
 
 
+@plain_arguments
 def shape_reject(hypothesis_id: Any, reason: Any) -> dict[str, Any]:
     return {"op": "reject", "hypothesis_id": check_hypothesis_id(hypothesis_id),
             "reason": check_reason(reason)}

@@ -21,6 +21,7 @@ import hashlib
 from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
+from ..ground.arguments import plain_arguments
 from ..ground import errors as E
 from ..ground.canonical import ZERO_SHA256, canonical_bytes, canonical_sha256, check_json_value, sha256_hex
 from ..ground.errors import LedgerError
@@ -45,6 +46,7 @@ def store_key(iteration_id: str) -> str:
     return f"0:{OP}:{iteration_id}"
 
 
+@plain_arguments
 def shape_store(iteration_id: Any, request: Any, reply: Any) -> dict[str, Any]:
     """The stored request of ``store_tool_results``; ``INVALID_ID``/``INVALID_ARGUMENT`` on a bad shape.
 

@@ -22,6 +22,7 @@ import json
 import re
 from typing import Any, Mapping
 
+from ..ground.arguments import plain_arguments
 from ..ground import errors as E
 from ..ground.canonical import canonical_bytes, canonical_sha256, sha256_hex
 from ..ground.config import BudgetConfig
@@ -47,6 +48,7 @@ def feedback_id(number: int) -> str:
 
 
 # --- shapes ------------------------------------------------------------------------------------
+@plain_arguments
 def shape_request_test(hypothesis_id: Any, action_id: Any, kind: Any, operation_id: Any) -> dict[str, Any]:
     """Request of ``request_test``: ``INVALID_ID`` for a malformed id, ``INVALID_ARGUMENT`` for a
     kind other than ``human`` or ``automated``."""
@@ -71,6 +73,7 @@ def _attachment_bytes(name: str, value: Any) -> bytes:
                       "base64 alphabet, padded)", attachment=name)
 
 
+@plain_arguments
 def shape_submit_feedback(operation_id: Any, reply: Any, attachments: Any) -> dict[str, Any]:
     """Request of ``submit_feedback``: ``reply`` is ``{"status": "passed" | "failed" |
     "unable_to_test", "details": any JSON}``; ``attachments`` maps a file name to its text or to
@@ -94,11 +97,13 @@ def shape_submit_feedback(operation_id: Any, reply: Any, attachments: Any) -> di
     return request
 
 
+@plain_arguments
 def shape_confirm_feedback(feedback: Any) -> dict[str, Any]:
     """Request of ``confirm_feedback`` (``INVALID_ID`` unless ``F000001``…)."""
     return {"op": "confirm_feedback", "feedback_id": _check_feedback_id(feedback)}
 
 
+@plain_arguments
 def shape_store_feedback(operation_id: Any, feedback: Any) -> dict[str, Any]:
     """Request of ``store_feedback`` (``INVALID_ID`` for malformed ids)."""
     check_action_id(operation_id, "operation_id")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
+from ..ground.arguments import plain_arguments
 from ..ground import errors as E
 from ..ground.canonical import canonical_sha256, check_int
 from ..ground.errors import LedgerError, given
@@ -14,6 +15,7 @@ from .common import (is_blank, CASE_STATES, CREATED, EVALUATING, GENERATING, OPE
                      require_case)
 
 
+@plain_arguments
 def shape_create(case_id: Any, package_id: Any) -> dict[str, Any]:
     """Request of the genesis event ``case.created``."""
     check_case_id(case_id)
@@ -22,6 +24,7 @@ def shape_create(case_id: Any, package_id: Any) -> dict[str, Any]:
     return {"op": "create", "case_id": case_id, "package_id": package_id}
 
 
+@plain_arguments
 def shape_open_revision(hypotheses: Any, units_per_hypothesis: Any, *,
                         default_units: int, max_hypotheses: int) -> dict[str, Any]:
     """Request of ``open_revision``: a non-empty list of ``{"statement": str}`` (docs/concepts.md)."""
@@ -53,6 +56,7 @@ def shape_open_revision(hypotheses: Any, units_per_hypothesis: Any, *,
             "max_hypotheses": max_hypotheses}
 
 
+@plain_arguments
 def shape_transition(to: Any) -> dict[str, Any]:
     """Request of ``transition``: ``to`` must be one of :data:`CASE_STATES`."""
     if to not in CASE_STATES or not isinstance(to, str):
@@ -166,6 +170,7 @@ def check_new_outcome(outcome: str, where: str = "outcome") -> None:
                           f"({', '.join(sorted(REPORT_OUTCOMES))}); call it something else")
 
 
+@plain_arguments
 def shape_record_outcome(outcome: Any, source: Any) -> dict[str, Any]:
     """Request of ``record_outcome``: a short non-blank ``outcome`` label (at most 64 characters) and a
     non-blank ``source`` saying where the verdict came from (at most 1000). ``INVALID_ARGUMENT`` otherwise."""

@@ -29,6 +29,7 @@ from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from typing import Any, Callable, Mapping
 
+from ..ground.arguments import plain_arguments
 from ..ground import errors as E
 from ..ground.canonical import SAFE_INTEGER_MAX, canonical_sha256, check_int
 from ..ground.errors import LedgerError, describe_value, given, shortened, shown
@@ -133,6 +134,7 @@ def _check_limits(value: Any, what: str) -> dict[str, int]:
     return {key: check_int(value[key], f"{what}.{key}", minimum=0) for key in DIMENSIONS if key in value}
 
 
+@plain_arguments
 def shape_establish(scope: Any, limits: Any, issuer: Any, delegate: Any = None, delegate_limits: Any = None,
                     warning_bps: Any = DEFAULT_WARNING_BPS, on_exhausted: Any = "block_action",
                     causation_seq: Any = None) -> dict[str, Any]:
@@ -154,6 +156,7 @@ def shape_establish(scope: Any, limits: Any, issuer: Any, delegate: Any = None, 
             "on_exhausted": on_exhausted, "causation_seq": causation}
 
 
+@plain_arguments
 def shape_request_increase(scope: Any, dimension: Any, amount: Any, requester: Any, reason: Any) -> dict[str, Any]:
     """Request of ``request_increase`` (an event that changes nothing)."""
     parsed = parse_scope(scope)
