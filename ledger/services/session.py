@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping
 
 from ..ground import errors as E
-from ..ground.arguments import plain_data
 from ..storage.sqlfiles import statement
 from ..ground.canonical import canonical_bytes, canonical_event_bytes, sha256_hex
 from ..ground.clock import ms_ahead, parse_at, utc_now
@@ -167,9 +166,6 @@ class SessionBase:
         """
         self.check_thread()
         rule = operation(name).rule
-        # the rule checks the very values stored (and read back by verify's replay), never a subclass's
-        # own answers about them
-        request, inputs = plain_data(request), plain_data(inputs or {})
         moment = check_future_at(parse_at(at), self.clock(), self.limits) if at is not None else None
         refusal: LedgerError | None = None
         self.last_clamp = None
