@@ -113,3 +113,52 @@ def test_years_before_1000_keep_four_digits_and_survive_export_and_import(packag
         assert case.query("SELECT created_at FROM events ORDER BY seq")[-1]["created_at"] == "0999-06-01T00:00:00.000000Z"
         export_case(case)
     assert import_tree(package, tmp_path / "copy").head_seq == 2
+
+
+def test_a_case_s_clock_is_read_as_at_is_its_time_stored_in_the_one_form(tmp_path):
+    """The clock a case is given returns times as `at` takes them: stored in the ledger's form, so
+    the events verify (a time stored as the clock gave it failed verify)."""
+    from ledger import verify_case
+
+    case = Case.create(tmp_path / "c", "C-1", clock=lambda: "2030-01-05T10:00:00Z")
+    case.open_revision([{"statement": "a"}])
+    assert [event["created_at"] for event in case.events()] == ["2030-01-05T10:00:00.000000Z"] * 2
+    case.close()
+    assert verify_case(tmp_path / "c").head_seq == 2
+    with Case.open(tmp_path / "c", clock=lambda: "2030-01-05T11:00:00+00:00") as again:
+        again.transition("INVESTIGATING_HYPOTHESES")
+        assert again.events()[-1]["created_at"] == "2030-01-05T11:00:00.000000Z"
+
+
+@pytest.mark.parametrize("clock, said", [
+    (lambda: "garbage", 'the case\'s clock returned the string "garbage", not an RFC 3339 UTC time'),
+    (lambda: "2030-01-05T10:00:00+01:00", "the case's clock returned the string"),
+    (lambda: "2030-06-30T23:59:60Z", "the case's clock returned the string"),
+    (lambda: None, "the case's clock returned null, not an RFC 3339 UTC time"),
+    ("not callable", "clock must be a callable returning an RFC 3339 UTC time"),
+])
+def test_a_clock_that_gives_no_utc_time_is_refused_before_anything_is_made_or_written(tmp_path, clock, said):
+    with pytest.raises(LedgerError) as refused:
+        Case.create(tmp_path / "new", "C-1", clock=clock)
+    assert refused.value.code == INVALID_ARGUMENT and refused.value.message.startswith(said)
+    assert not (tmp_path / "new").exists()
+    Case.create(tmp_path / "c", "C-1").close()
+    if callable(clock):
+        with Case.open(tmp_path / "c", clock=clock) as opened:
+            with pytest.raises(LedgerError) as refused:
+                opened.open_revision([{"statement": "a"}])
+            assert refused.value.code == INVALID_ARGUMENT and len(opened.events()) == 1
+    else:
+        with pytest.raises(LedgerError):
+            Case.open(tmp_path / "c", clock=clock)
+
+
+@pytest.mark.parametrize("config", [{"limits": {}}, "analysis.toml"])
+def test_an_analysis_config_that_is_not_one_is_invalid_argument(tmp_path, config):
+    for attempt in (lambda: Case.create(tmp_path / "new", "C-1", analysis_config=config),
+                    lambda: Case.open(tmp_path / "new", analysis_config=config)):
+        with pytest.raises(LedgerError) as refused:
+            attempt()
+        assert refused.value.code == INVALID_ARGUMENT and "analysis_config must be an AnalysisConfig" \
+            in refused.value.message
+    assert not (tmp_path / "new").exists()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timezone
+from typing import Callable
 
 from .errors import INVALID_ARGUMENT, LedgerError, describe_value
 
@@ -87,3 +88,24 @@ def ms_ahead(moment: str, now: str) -> int:
     (negative when earlier); both in the form :func:`format_utc` gives."""
     delta = _stored(moment) - _stored(now)
     return (delta.days * 86_400_000_000 + delta.seconds * 1_000_000 + delta.microseconds) // 1000
+
+
+def checked_clock(clock: object) -> Callable[[], str]:
+    """``clock`` (a callable returning an RFC 3339 UTC time, as ``Case.create``/``Case.open`` take it)
+    made to return the stored form (``…T10:00:00.000000Z``), as ``at`` is: a time it returns in any
+    other form is ``INVALID_ARGUMENT`` when it is read, before anything is written (never stored as
+    given, which verify would refuse). ``INVALID_ARGUMENT`` now when ``clock`` is not callable."""
+    if clock is utc_now:
+        return utc_now
+    if not callable(clock):
+        raise LedgerError(INVALID_ARGUMENT, f"clock must be a callable returning an RFC 3339 UTC time, got "
+                          f"{describe_value(clock)}")
+
+    def now() -> str:
+        given = clock()
+        try:
+            return parse_at(given)
+        except LedgerError as exc:
+            raise LedgerError(INVALID_ARGUMENT, f"the case's clock returned {describe_value(given)}, not an RFC 3339 "
+                              f"UTC time ({exc.message})") from None
+    return now

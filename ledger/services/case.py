@@ -21,9 +21,9 @@ from typing import Any, Callable, Iterable, Iterator
 from ..ground import errors as E
 from ..storage.sqlfiles import migration_record_problem, statement
 from ..ground.canonical import check_int
-from ..ground.clock import parse_at, utc_now
+from ..ground.clock import checked_clock, parse_at, utc_now
 from ..ground.config import AnalysisConfig, BudgetConfig
-from ..ground.arguments import check_flag
+from ..ground.arguments import check_flag, check_instance
 from ..ground.errors import LedgerError
 from .actions import CaseBudget
 from .facade import CaseFacade, LifecycleResult  # noqa: F401
@@ -52,6 +52,15 @@ def _logs_without_ledger(root: Path) -> list[str]:
     if os.path.lexists(root / LEDGER_FILE):
         return orphaned_logs(root / LEDGER_FILE)
     return [name for name in (LEDGER_FILE + "-wal", LEDGER_FILE + "-journal") if os.path.lexists(root / name)]
+
+
+def _analysis(config: Any) -> AnalysisConfig:
+    """``config``, or the default analysis config for None (``INVALID_ARGUMENT`` for anything else:
+    a mapping is loaded with ``AnalysisConfig.from_mapping``)."""
+    if config is None:
+        return AnalysisConfig()
+    return check_instance(config, AnalysisConfig, "analysis_config",
+                          "an AnalysisConfig (AnalysisConfig.load(path) or AnalysisConfig.from_mapping(dict)) or None")
 
 
 def missing_ledger(root: Path) -> LedgerError:
@@ -164,9 +173,11 @@ class Case(CaseFacade):
         """
         check_case_id(case_id)
         check_action_id(actor, "actor")
-        analysis = analysis_config or AnalysisConfig()
-        # a far-future time is refused before any folder or file is made
-        moment = check_future_at(parse_at(at), clock(), analysis.limits) if at is not None else None
+        analysis = _analysis(analysis_config)
+        clock = checked_clock(clock)
+        now = clock()  # a clock that gives no time is refused before any folder or file is made
+        # and so is a far-future time
+        moment = check_future_at(parse_at(at), now, analysis.limits) if at is not None else None
         root = fs_path(path, "case path")
         try:
             return cls._create(root, case_id, analysis, actor, clock, moment)
@@ -229,10 +240,10 @@ class Case(CaseFacade):
         Raises ``LEDGER_MISSING`` when ``ledger.sqlite`` is absent (``import`` restores
         it from an export) or holds no case, ``SCHEMA_VERSION`` for a newer schema.
         """
-        analysis = analysis_config or AnalysisConfig()
+        analysis = _analysis(analysis_config)
         root = fs_path(path, "case path")
         try:
-            return cls._open(root, analysis, actor, clock)
+            return cls._open(root, analysis, actor, checked_clock(clock))
         except OSError as exc:
             raise os_error(exc, f"cannot open a case at {root}", E.LEDGER_MISSING) from None
 
