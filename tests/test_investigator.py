@@ -148,6 +148,32 @@ def test_run_tool_whose_derived_ids_are_another_actions_is_refused_before_reserv
     assert investigator.run_tool("H1", "next", "source.read_context", READ).budget.action["status"] == "awaiting_assessment"
 
 
+@pytest.mark.parametrize("user", ["a requested test", "a stored query"])
+def test_run_tool_whose_derived_operation_id_another_call_used_is_refused_before_reserving(case, investigator, user):
+    """The operation id run_tool derives may already name a requested test or another stored result
+    (given by hand): storing the tool call would be refused after the reservation, leaving a debit no
+    later call completes. It is refused before anything is reserved, and the action is free to use."""
+    taken = derived_id("op", 1, "H1", "x1")
+    if user == "a requested test":
+        investigator.request_test("H2", "t1", "automated", taken)
+        used = "a requested test"
+    else:
+        request = {"actions": [{"operation_id": taken, "hypothesis_id": "H2", "action_id": "t1",
+                                "tool": "source.read_context", "args": READ}]}
+        investigator.reserve("H2", "t1", "source.read_context")
+        stored = case.evidence().query("manual-1", request, store=True)
+        used = f"record {stored.records[0]['record_id']}"
+    events = _event_count(case)
+    with pytest.raises(LedgerError) as caught:
+        investigator.run_tool("H1", "x1", "source.read_context", READ)
+    assert caught.value.code == "OPERATION_CONFLICT" and caught.value.details["operation_id"] == taken
+    assert caught.value.message == (f"action x1 of H1 would store its tool call as operation {taken}, which {used} "
+                                    "already uses; give this call a new action id")
+    assert _event_count(case) == events and investigator.action_status("H1", "x1") is None
+    assert investigator.advice("H1")["investigable"]
+    assert investigator.run_tool("H1", "x2", "source.read_context", READ).budget.action["status"] == "awaiting_assessment"
+
+
 def test_run_tool_refused_by_the_router_reserves_nothing(case, investigator):
     events = _event_count(case)
     with pytest.raises(LedgerError) as refused:

@@ -159,6 +159,15 @@ def check_content_limits(view: LedgerView, contents: Mapping[str, bytes], record
                           limit="evidence_content_bytes_max")
 
 
+def operation_use(view: LedgerView, operation_id: str) -> str | None:
+    """What already uses ``operation_id`` in the case (``record E000001`` or ``a requested test``), or
+    None: an operation id names one stored result or one requested test."""
+    stored = view.evidence_operation(operation_id)
+    if stored is not None:
+        return f"record {stored}"
+    return "a requested test" if view.test_request(operation_id) is not None else None
+
+
 def _check_reply(view: LedgerView, revision: int, request: Mapping[str, Any], context: Context) -> None:
     """``STALE_GENERATION`` then ``REPLY_MISMATCH`` (docs/evidence.md)."""
     reply = request["reply"]
@@ -204,9 +213,8 @@ def store_tool_results(view: LedgerView, request: Mapping[str, Any], context: Co
         return reused
     actions = request["request"]["actions"]
     for action in actions:
-        stored = view.evidence_operation(action["operation_id"])
-        if stored is not None or view.test_request(action["operation_id"]) is not None:
-            used = f"record {stored}" if stored else "a requested test"
+        used = operation_use(view, action["operation_id"])
+        if used is not None:
             raise LedgerError(E.OPERATION_CONFLICT, f"operation {action['operation_id']} was used before "
                               f"({used}); give each operation its own id", operation_id=action["operation_id"])
     if case["state"] not in MUTABLE_STATES:

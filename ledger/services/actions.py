@@ -187,6 +187,17 @@ def _taken(budget: "CaseBudget", hypothesis_id: str, action_id: str, iteration_i
     return exc
 
 
+def _refuse_used_operation(store: Any, hypothesis_id: str, action_id: str, operation_id: str) -> None:
+    """``OPERATION_CONFLICT`` before anything is reserved when the operation id ``run_tool`` derives for
+    this action already names another stored result or a requested test: storing its tool call would be
+    refused after the reservation, which no later call could complete."""
+    used = store.operation_use(operation_id)
+    if used is not None:
+        raise LedgerError(E.OPERATION_CONFLICT, (
+            f"action {action_id} of {hypothesis_id} would store its tool call as operation {operation_id}, which "
+            f"{used} already uses; give this call a new action id"), operation_id=operation_id)
+
+
 def _leave_to_its_owner(budget: "CaseBudget", hypothesis_id: str, action_id: str, exc: LedgerError) -> None:
     """Note on ``exc`` (``OPERATION_CONFLICT``: a batch of another tool call is stored under the action)
     that the action was left as it was: the call that stored that batch, or its retry, completes it."""
@@ -293,6 +304,7 @@ class CaseBudget(BudgetManager):
             if stored is None:
                 raise _taken(self, hypothesis_id, action_id, iteration_id)
         if stored is None:
+            _refuse_used_operation(store, hypothesis_id, action_id, request["actions"][0]["operation_id"])
             store.query(iteration_id, request)  # a read first: a refused tool call reserves nothing
         reserved = self.reserve(hypothesis_id, action_id, tool, at=at)
         try:  # the reply must read the ledger after the reservation
@@ -301,8 +313,8 @@ class CaseBudget(BudgetManager):
             record = stored.records[0]
             fed = self.record_evidence(hypothesis_id, action_id, record["record_id"], at=at)
         except BaseException as exc:
-            if isinstance(exc, LedgerError) and exc.code == E.OPERATION_CONFLICT:
-                _leave_to_its_owner(self, hypothesis_id, action_id, exc)
+            if isinstance(exc, LedgerError) and exc.code == E.OPERATION_CONFLICT and "operation_id" not in exc.details:
+                _leave_to_its_owner(self, hypothesis_id, action_id, exc)  # this action's own batch, other args
             else:
                 close_failed(self, hypothesis_id, action_id, exc, at)  # only while it has no result yet
             raise

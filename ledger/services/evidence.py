@@ -161,6 +161,11 @@ class EvidenceStore:
         return EvidenceResult(stored.package_path, stored.seq, stored.reused, stored.records, stored.index_ref,
                               reply)
 
+    def operation_use(self, operation_id: str) -> str | None:
+        """What already uses ``operation_id`` (``record E000001``, ``a requested test``), or None. Writes nothing."""
+        with self._session.read() as view:
+            return rules.operation_use(view, operation_id)
+
     def iteration_taken(self, iteration_id: str) -> bool:
         """Whether a batch is stored under ``iteration_id`` (for any request). Writes nothing."""
         with self._session.read() as view:
