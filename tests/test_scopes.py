@@ -1023,6 +1023,48 @@ def test_check_carries_the_refusal_reserve_would_meet_and_none_when_allowed(pack
     case.close()
 
 
+def test_check_and_advice_meet_the_limit_reached_reserve_meets_for_the_events_a_ledger_may_hold(package):
+    """Reserve refuses with LIMIT_REACHED when budget_events_max leaves no room for the reservation and
+    the events that close it; check and advice answer as reserve would (they said allowed)."""
+    case = Case.create(package, case_id="BUG-1", at=T0,
+                       analysis_config=AnalysisConfig.from_mapping({"limits": {"budget_events_max": 5}}))
+    case.open_revision([{"statement": "h"}], 100, at=T0)
+    case.transition("INVESTIGATING_HYPOTHESES", at=T0)
+    budget = case.budget(BudgetConfig.example())
+    budget.initialize(at=T0)
+    budget.reserve("H1", "a1", "source.read_context", at=T0)
+    budget.fail("H1", "a1", "x", at=T0)
+    reading, advice = budget.check("H1", "source.read_context", at=T0), budget.advice("H1", at=T0)
+    with pytest.raises(LedgerError) as refused:
+        budget.reserve("H1", "a2", "source.read_context", at=T0)
+    assert refused.value.code == LIMIT_REACHED
+    assert (reading["allowed"], reading["tier"], reading.refusal.message) == (False, "deferred", refused.value.message)
+    assert (advice["investigable"], advice["tier"], advice.refusal.message) == (False, "deferred", refused.value.message)
+    case.close()
+
+
+def test_check_and_advice_meet_the_limit_reached_of_spent_units_past_the_largest_exact_integer(package):
+    """An account whose spent_units would pass 2**53 - 1 is refused by reserve (LIMIT_REACHED); check
+    and advice say so rather than allowed (the account is never terminal and was stuck unseen)."""
+    top = 2**53 - 1
+    case = Case.create(package, case_id="BUG-1", at=T0)
+    case.open_revision([{"statement": "h"}], top, at=T0)
+    case.transition("INVESTIGATING_HYPOTHESES", at=T0)
+    budget = case.budget(BudgetConfig.from_mapping({"action_costs": {"huge.action": top, "tiny.action": 1},
+                                                    "max_reward_bps": 9999}))
+    budget.initialize(at=T0)
+    budget.reserve("H1", "big", "huge.action", at=T0)
+    budget.record_result("H1", "big", {"x": 1}, at=T0)
+    budget.settle("H1", "big", 100, "new", at=T0)  # refunds most of it: units left, spent at the top
+    reading, advice = budget.check("H1", "tiny.action", at=T0), budget.advice("H1", at=T0)
+    with pytest.raises(LedgerError) as refused:
+        budget.reserve("H1", "small", "tiny.action", at=T0)
+    assert refused.value.code == LIMIT_REACHED and refused.value.details["limit"] == "spent_units"
+    assert (reading["allowed"], reading.refusal.message) == (False, refused.value.message)
+    assert (advice["investigable"], advice.refusal.code) == (False, LIMIT_REACHED)
+    case.close()
+
+
 def test_budget_results_list_the_accounts_not_terminal_and_not_pending_while_advice_follows_the_limits(package):
     """investigable in operation results and snapshot is the accounts that are not terminal and have
     nothing pending, whatever the limits; once the case's last action is spent, advice and check say

@@ -14,7 +14,7 @@ from ..ground import errors as E
 from ..ground.canonical import SAFE_INTEGER_MAX, canonical_sha256
 from ..ground.config import BudgetConfig
 from ..ground.errors import LedgerError, limit_reached
-from .common import (ACTION_AWAITING, ACTION_FAILED, ACTION_RESERVED, ACTION_SETTLED, CLOSED_ACTION_STATUSES,
+from .common import (check_budget_room, spent_limit_error, ACTION_AWAITING, ACTION_FAILED, ACTION_RESERVED, ACTION_SETTLED, CLOSED_ACTION_STATUSES,
                      MUTABLE_STATES, STATUS_ABANDONED, STATUS_EXHAUSTED, STATUS_INVESTIGATING, STATUS_NEW,
                      STATUS_REJECTED, TERMINAL_STATUSES, REASON_BELOW_FLOOR, REASON_LOW_INFORMATION, Context, Draft,
                      LedgerView, Reused, account_terminal_error, action_pending_error, insufficient_budget_error,
@@ -53,32 +53,6 @@ class _BudgetContext:
     policy_sha256: str
     accounts: dict[str, dict[str, Any]]
     batch_sha256: str
-
-
-#: Events a reserved action may still need to close: ``record_result`` and ``settle``.
-CLOSING_EVENTS_PER_ACTION = 2
-
-
-def _check_budget_room(view: LedgerView, limits: Mapping[str, int] | None,
-                       accounts: Mapping[str, Mapping[str, Any]] | None = None, *,
-                       opens_action: bool = False, events: int = 1) -> None:
-    """``LIMIT_REACHED`` unless ``budget_events_max`` leaves room for this event and for closing
-    every pending action (docs/errors.md: "so nothing is stranded").
-
-    Each pending action, and the one a reserve opens, keeps room for
-    :data:`CLOSING_EVENTS_PER_ACTION` events, so ``record_result``, ``settle``
-    and ``fail`` are never refused for room and a debit is never stranded.
-    """
-    if limits is None:
-        return
-    limit = limits["budget_events_max"]
-    pending = sum(1 for account in (accounts or {}).values() if account["pending_action_id"] is not None)
-    pending += 1 if opens_action else 0
-    total = view.budget_events_total()
-    if total + events + CLOSING_EVENTS_PER_ACTION * pending > limit:
-        kept = f" and {CLOSING_EVENTS_PER_ACTION * pending} kept to close {pending} pending action(s)" if pending else ""
-        raise limit_reached("budget_events_max", f"the ledger holds {total} budget events of its limit "
-                            f"of {limit}; this operation needs {events}{kept}", budget_events=total)
 
 
 def _budget_prelude(view: LedgerView, request: Mapping[str, Any], config: BudgetConfig | None,
@@ -209,7 +183,7 @@ def initialize(view: LedgerView, request: Mapping[str, Any], context: Context) -
     if config is None:
         previous = view.previous_policy(revision)
         config = BudgetConfig.from_mapping(previous[0]) if previous else BudgetConfig()
-    _check_budget_room(view, context.limits)
+    check_budget_room(view, context.limits)
     accounts: dict[str, dict[str, Any]] = {}
     for h in hypotheses:
         account = {
@@ -259,13 +233,10 @@ def reserve_priced(view: LedgerView, request: Mapping[str, Any], context: Contex
         return _limit_outcome(view, ctx, exceeded, request, h, action_name, context.limits)
     if cost > account["remaining_units"]:
         raise insufficient_budget_error(action_name, cost, h, account["remaining_units"])
-    _check_budget_room(view, context.limits, ctx.accounts, opens_action=True)
-    if account["spent_units"] + cost > SAFE_INTEGER_MAX:
-        # every number in an event must stay an exact JSON integer (docs/concepts.md)
-        raise LedgerError(
-            E.LIMIT_REACHED, f"{h} has spent {account['spent_units']} units; {cost} more would pass 2**53-1, "
-            "the largest exact JSON integer (a fixed limit, no setting changes it)", hypothesis_id=h, limit="spent_units",
-        )
+    check_budget_room(view, context.limits, ctx.accounts, opens_action=True)
+    over = spent_limit_error(h, account, cost)
+    if over is not None:
+        raise over
     account["spent_units"] += cost
     account["remaining_units"] = _remaining(account)
     account["pending_action_id"] = action_id
@@ -303,7 +274,7 @@ def record_result(view: LedgerView, request: Mapping[str, Any], context: Context
                f"stored batch of operation {bound[1]}: its result comes only through record_evidence of {bound[0]}")
         raise LedgerError(E.NO_RESERVATION, f"{h}/{action_id} is {why}", hypothesis_id=h, action_id=action_id,
                           operation_id=test_operation if test_operation is not None else bound[1])
-    # no room check: the reserve kept room for this event and the settle (_check_budget_room)
+    # no room check: the reserve kept room for this event and the settle (check_budget_room)
     content_sha256 = request["evidence_sha256"]
     seen = view.content_seen(content_sha256)
     evidence = context.inputs["evidence"]
@@ -430,7 +401,7 @@ def reject(view: LedgerView, request: Mapping[str, Any], context: Context) -> Dr
     if reused is not None:
         return reused
     account = _open_account(ctx, h)
-    _check_budget_room(view, context.limits, ctx.accounts)
+    check_budget_room(view, context.limits, ctx.accounts)
     account["status"] = STATUS_REJECTED
     account["terminal_reason"] = request["reason"]
     return _budget_draft(ctx, "budget.rejected", key, request, {**ctx.accounts, h: account})
@@ -451,7 +422,7 @@ def grant(view: LedgerView, request: Mapping[str, Any], context: Context) -> Dra
         raise LedgerError(E.AUTHORITY_DENIED, f"only {issuer}, who initialized revision {ctx.revision}'s budget, may "
                           f"grant units; {request['issuer']} may not (ask with request_increase)",
                           issuer=request["issuer"])
-    _check_budget_room(view, context.limits, ctx.accounts)
+    check_budget_room(view, context.limits, ctx.accounts)
     account = dict(ctx.accounts[h])
     if account["granted_units"] + account["initial_units"] + request["units"] > SAFE_INTEGER_MAX:
         raise LedgerError(E.LIMIT_REACHED, f"{h} would hold more than 2**53-1 units", hypothesis_id=h,
@@ -499,7 +470,7 @@ def _limit_outcome(view: LedgerView, ctx: _BudgetContext, exceeded: "scope_rules
             refusal.details["recorded_seq"] = recorded
             raise refusal
     if ending_by_revision:
-        _check_budget_room(view, limits, ctx.accounts, events=len(ending_by_revision))
+        check_budget_room(view, limits, ctx.accounts, events=len(ending_by_revision))
     drafts = [scope_rules.exceeded_draft(view, exceeded, request, action_name)]
     for revision, ending in sorted(ending_by_revision.items()):
         rctx = _revision_context(view, ctx, revision)

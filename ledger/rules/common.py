@@ -19,7 +19,7 @@ from functools import lru_cache
 from typing import AbstractSet, Any, Callable, Iterable, Mapping, Protocol
 
 from ..ground import errors as E
-from ..ground.canonical import canonical_sha256
+from ..ground.canonical import SAFE_INTEGER_MAX, canonical_sha256
 from ..ground.config import BudgetConfig
 from ..ground.errors import LedgerError, describe_value, limit_reached, shortened
 
@@ -383,6 +383,43 @@ def action_pending_error(hypothesis_id: str, account: Mapping[str, Any]) -> Ledg
     pending = account["pending_action_id"]
     return LedgerError(E.ACTION_PENDING, f"{hypothesis_id} has pending action {pending}; settle or fail it first",
                        hypothesis_id=hypothesis_id, pending_action_id=pending)
+
+
+#: Events a reserved action may still need to close: ``record_result`` and ``settle``.
+CLOSING_EVENTS_PER_ACTION = 2
+
+
+def check_budget_room(view: LedgerView, limits: Mapping[str, int] | None,
+                       accounts: Mapping[str, Mapping[str, Any]] | None = None, *,
+                       opens_action: bool = False, events: int = 1) -> None:
+    """``LIMIT_REACHED`` unless ``budget_events_max`` leaves room for this event and for closing
+    every pending action (docs/errors.md: "so nothing is stranded").
+
+    Each pending action, and the one a reserve opens, keeps room for
+    :data:`CLOSING_EVENTS_PER_ACTION` events, so ``record_result``, ``settle``
+    and ``fail`` are never refused for room and a debit is never stranded.
+    """
+    if limits is None:
+        return
+    limit = limits["budget_events_max"]
+    pending = sum(1 for account in (accounts or {}).values() if account["pending_action_id"] is not None)
+    pending += 1 if opens_action else 0
+    total = view.budget_events_total()
+    if total + events + CLOSING_EVENTS_PER_ACTION * pending > limit:
+        kept = f" and {CLOSING_EVENTS_PER_ACTION * pending} kept to close {pending} pending action(s)" if pending else ""
+        raise limit_reached("budget_events_max", f"the ledger holds {total} budget events of its limit "
+                            f"of {limit}; this operation needs {events}{kept}", budget_events=total)
+
+
+def spent_limit_error(hypothesis_id: str, account: Mapping[str, Any], cost: int) -> LedgerError | None:
+    """``LIMIT_REACHED`` when reserving ``cost`` more would take the account's ``spent_units`` past
+    2**53 − 1 (every number in an event stays an exact JSON integer, docs/concepts.md), else None."""
+    if account["spent_units"] + cost <= SAFE_INTEGER_MAX:
+        return None
+    return LedgerError(
+        E.LIMIT_REACHED, f"{hypothesis_id} has spent {account['spent_units']} units; {cost} more would pass 2**53-1, "
+        "the largest exact JSON integer (a fixed limit, no setting changes it)", hypothesis_id=hypothesis_id,
+        limit="spent_units")
 
 
 def insufficient_budget_error(action: str, cost: int, hypothesis_id: str, remaining: int) -> LedgerError:

@@ -14,14 +14,14 @@ these reads: it is the accounts that are not terminal and have nothing pending
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from ..ground import errors as E
 from ..ground.canonical import SAFE_INTEGER_MAX
 from ..ground.config import BudgetConfig
 from ..ground.errors import LedgerError
-from .common import (TERMINAL_STATUSES, LedgerView, account_terminal_error, action_pending_error,
-                     insufficient_budget_error, require_case, unknown_hypothesis_error)
+from .common import (TERMINAL_STATUSES, LedgerView, account_terminal_error, action_pending_error, check_budget_room,
+                     insufficient_budget_error, require_case, spent_limit_error, unknown_hypothesis_error)
 from .scopes import BPS, DIMENSIONS, ScopeMemo, containing, enforce, exceeded_error, scope_state
 
 #: How a refusal names the action ``advice`` asks about.
@@ -51,15 +51,16 @@ def resource_cost(cost: int, scarcity_bps: int) -> int:
 
 def reservation_refusal(view: LedgerView, revision: int, hypothesis_id: str, account: dict[str, Any], cost: int,
                         action: str, at: str, *, pending_counts: bool,
-                        memo: ScopeMemo | None = None) -> LedgerError | None:
+                        memo: ScopeMemo | None = None, limits: Mapping[str, int] | None = None) -> LedgerError | None:
     """The refusal a reservation of ``action`` at ``cost`` units on this account would meet at ``at``,
     in reserve's order (docs/errors.md), or None when it would be accepted: ``ACCOUNT_TERMINAL``;
     ``ACTION_PENDING`` only if ``pending_counts`` (the gate's ``allowed`` ignores a pending action);
     ``LIMIT_EXCEEDED`` as reserve words it (the tightest limit of any scope holding the account, in any
     dimension: scope, dimension, declared, consumed_after, on_exhausted); ``INSUFFICIENT_BUDGET``.
-    The case's state is not looked at (reserve refuses with ``CASE_STATE`` first), nor are the
-    operational limits of the analysis config. A limit whose consumption would pass 2**53 − 1 is
-    the ``LIMIT_REACHED`` reserve would meet."""
+    Then the ``LIMIT_REACHED`` reserve would meet: the analysis config's ``budget_events_max`` (given
+    ``limits``: no room for the reservation and the events that close it) and the account's
+    ``spent_units`` passing 2**53 − 1 (as does a limit whose consumption would). The case's state is
+    not looked at (reserve refuses with ``CASE_STATE`` first)."""
     if account["status"] in TERMINAL_STATUSES:
         return account_terminal_error(hypothesis_id, account)
     if pending_counts and account["pending_action_id"] is not None:
@@ -74,7 +75,11 @@ def reservation_refusal(view: LedgerView, revision: int, hypothesis_id: str, acc
         return exceeded_error(exceeded, hypothesis_id)
     if cost > account["remaining_units"]:
         return insufficient_budget_error(action, cost, hypothesis_id, account["remaining_units"])
-    return None
+    try:
+        check_budget_room(view, limits, view.accounts(revision), opens_action=True)
+    except LedgerError as exc:
+        return exc
+    return spent_limit_error(hypothesis_id, account, cost)
 
 
 def _gate_prelude(view: LedgerView, hypothesis_id: str) -> tuple[int, dict[str, Any], BudgetConfig]:
@@ -127,7 +132,8 @@ def _tightest(view: LedgerView, revision: int, hypothesis_id: str, at: str,
     return found
 
 
-def check(view: LedgerView, hypothesis_id: str, action: str, at: str) -> tuple[dict[str, Any], LedgerError | None]:
+def check(view: LedgerView, hypothesis_id: str, action: str, at: str,
+          limits: Mapping[str, int] | None = None) -> tuple[dict[str, Any], LedgerError | None]:
     """``{allowed, cost, remaining, pct_remaining, tier, scarcity_bps}`` for reserving ``action`` now,
     and the refusal that reservation would meet (None when ``allowed``).
 
@@ -143,7 +149,7 @@ def check(view: LedgerView, hypothesis_id: str, action: str, at: str) -> tuple[d
     remaining = min(account["remaining_units"], tightest["units"][0]) if "units" in tightest \
         else account["remaining_units"]
     refusal = reservation_refusal(view, revision, hypothesis_id, account, cost, action, at, pending_counts=False,
-                                  memo=memo)
+                                  memo=memo, limits=limits)
     pct = _pct(remaining, account["initial_units"] + account["granted_units"])
     return {"allowed": refusal is None, "cost": cost, "remaining": remaining, "pct_remaining": pct,
             "tier": tier(pct, refusal is None, policy),
@@ -159,7 +165,8 @@ def remaining(view: LedgerView, hypothesis_id: str) -> dict[str, int]:
     return {"budget": budget, "spent": budget - left, "remaining": left, "pct_remaining": _pct(left, budget)}
 
 
-def advice(view: LedgerView, hypothesis_id: str, at: str) -> tuple[dict[str, Any], LedgerError | None]:
+def advice(view: LedgerView, hypothesis_id: str, at: str,
+           limits: Mapping[str, int] | None = None) -> tuple[dict[str, Any], LedgerError | None]:
     """What an agent's prompt needs before choosing its next action on ``hypothesis_id``, in one read
     (docs/scopes.md), and the refusal a reservation of the policy's cheapest action would meet now
     (None when ``investigable``): the account's ``status``, ``pending_action_id`` and whether it is
@@ -180,7 +187,7 @@ def advice(view: LedgerView, hypothesis_id: str, at: str) -> tuple[dict[str, Any
     units = tightest["units"][0]
     budget = account["initial_units"] + account["granted_units"]
     blocked = reservation_refusal(view, revision, hypothesis_id, account, policy.affordability_floor_units,
-                                  CHEAPEST_ACTION, at, pending_counts=False, memo=memo)
+                                  CHEAPEST_ACTION, at, pending_counts=False, memo=memo, limits=limits)
     pending = account["pending_action_id"] is not None and account["status"] not in TERMINAL_STATUSES
     refusal = action_pending_error(hypothesis_id, account) if pending else blocked
     pct = _pct(units, budget)

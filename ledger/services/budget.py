@@ -306,7 +306,7 @@ class BudgetManager:
         check_action_name(action)
         with self._session.read() as view:
             moment = max(parse_at(at) if at is not None else self._session.clock(), view.head()[2])
-            values, refusal = gate_rules.check(view, hypothesis_id, action, moment)
+            values, refusal = gate_rules.check(view, hypothesis_id, action, moment, self._session.limits)
             return GateReading(values, view.head()[0], refusal=refusal)
 
     def price_signal(self, hypothesis_id: str, action: str, *, at: str | None = None) -> "GateReading":
@@ -343,7 +343,7 @@ class BudgetManager:
         check_hypothesis_id(hypothesis_id)
         with self._session.read() as view:
             moment = max(parse_at(at) if at is not None else self._session.clock(), view.head()[2])
-            values, refusal = gate_rules.advice(view, hypothesis_id, moment)
+            values, refusal = gate_rules.advice(view, hypothesis_id, moment, self._session.limits)
             return GateReading(values, view.head()[0], refusal=refusal)
 
     def pending_actions(self) -> list[dict[str, Any]]:
