@@ -9,6 +9,8 @@ step names another) must have afterwards. Cases use the example policy
 from __future__ import annotations
 
 
+import os
+
 import pytest
 from hypothesis import given, strategies as st
 from click.testing import CliRunner
@@ -797,3 +799,60 @@ def test_every_request_shape_checks_plain_values():
               and function.__module__ == module.__name__]
     assert len(shapes) == 19
     assert [f"{module}.{name}" for module, name, function in shapes if not getattr(function, "plain_arguments", False)] == []
+
+
+class _Hostile:
+    """An argument whose comparisons and repr raise."""
+
+    def __eq__(self, other):
+        raise RuntimeError("eq")
+
+    __hash__ = object.__hash__
+
+    def __repr__(self):
+        raise RuntimeError("repr")
+
+
+class _ReprRaisingFloat(float):
+    def __repr__(self):
+        raise RuntimeError("repr")
+
+
+class _ReprRaisingStr(str):
+    def __repr__(self):
+        raise RuntimeError("repr")
+
+
+@pytest.mark.parametrize("call, code", [
+    (lambda case, b: case.transition(_Hostile()), INVALID_ARGUMENT),
+    (lambda case, b: case.scopes().establish("case", {"actions": 5}, "controller", on_exhausted=_Hostile()),
+     "INVALID_CAPABILITY"),
+    (lambda case, b: case.scopes().establish("case", {_Hostile(): 5}, "controller"), INVALID_ARGUMENT),
+    (lambda case, b: case.scopes().establish("case", {"actions": 5}, "controller", warning_ratio=_Hostile()),
+     INVALID_ARGUMENT),
+    (lambda case, b: b.settle("H1", "a1", _ReprRaisingFloat(50.0), "r"), INVALID_SCORE),
+    (lambda case, b: b.advice(_ReprRaisingStr("h 1")), INVALID_ID),
+    (lambda case, b: b.fail("H1", "a1", 10 ** 5000), INVALID_ARGUMENT),
+], ids=["transition", "on_exhausted", "limit key", "warning_ratio", "float score", "hypothesis id", "huge reason"])
+def test_an_argument_whose_own_methods_raise_is_refused_with_the_documented_code(budget, case, call, code):
+    """Whatever a caller's object does when compared or printed, the call ends in a LedgerError with
+    its documented code (never that object's exception), and nothing is written."""
+    budget.reserve("H1", "a1", "source.read_context")
+    budget.record_result("H1", "a1", {"finding": "x"})
+    before = _events(case)
+    with pytest.raises(LedgerError) as refused:
+        call(case, budget)
+    assert refused.value.code == code
+    assert _events(case) == before
+
+
+def test_a_config_file_named_by_bytes_is_read_as_a_str_name_is(tmp_path):
+    (tmp_path / "budget.toml").write_text("max_reward_bps = 5000\n")
+    assert BudgetConfig.load(os.fsencode(tmp_path / "budget.toml")) == BudgetConfig.load(tmp_path / "budget.toml")
+    (tmp_path / "bad.toml").write_text("max_reward_bps = true\n")
+    with pytest.raises(LedgerError) as wrong:
+        BudgetConfig.load(os.fsencode(tmp_path / "bad.toml"))
+    assert wrong.value.code == "CONFIG_INVALID" and wrong.value.message.startswith(f"{tmp_path / 'bad.toml'}: ")
+    with pytest.raises(LedgerError) as refused:
+        BudgetConfig.load(os.fsencode(tmp_path / "none.toml"))
+    assert refused.value.code == "CONFIG_INVALID" and refused.value.message == f"{tmp_path / 'none.toml'}: no such file"

@@ -8,6 +8,7 @@ for ``1``. Every refusal is ``CONFIG_INVALID`` and names the key.
 
 from __future__ import annotations
 
+import os
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -67,11 +68,11 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     """The TOML table of the file at ``path``; every problem is ``CONFIG_INVALID`` naming the file (and the
     line, where the parser gives one). A UTF-8 byte-order mark at the start is accepted."""
     try:
-        fs_path(path, "config file")
+        path = fs_path(path, "config file")  # a str, bytes or path-like name, as a Path
     except LedgerError as exc:
         raise LedgerError(CONFIG_INVALID, exc.message, key="(file)") from None
     try:
-        if Path(path).exists() and not Path(path).is_file():  # a fifo would block, a folder cannot be read
+        if path.exists() and not path.is_file():  # a fifo would block, a folder cannot be read
             raise LedgerError(CONFIG_INVALID, f"{path}: not a regular file", key="(file)")
         with open(path, "rb") as handle:
             text = handle.read().decode("utf-8")
@@ -90,7 +91,7 @@ def load_toml_config(path: str | Path, build: Callable[[dict[str, Any]], T]) -> 
     except LedgerError as exc:
         if exc.code != CONFIG_INVALID:
             raise
-        raise LedgerError(CONFIG_INVALID, f"{path}: {exc.message}", **exc.details) from None
+        raise LedgerError(CONFIG_INVALID, f"{os.fsdecode(path)}: {exc.message}", **exc.details) from None
 
 
 #: A run of digits (``_`` separators allowed) longer than Python converts to an int by default.

@@ -198,16 +198,22 @@ def limit_reached(setting: str, message: str, **details: Any) -> LedgerError:
 def describe_value(value: Any) -> str:
     """A value as a JSON (or TOML) reader sees it, for messages: ``the string "ten"``,
     ``true``, ``the number 2.5``, ``null``, ``an array``; never a Python type name."""
+    # a subclass's own repr, len or comparisons may raise or lie: its plain value is described
     if value is None:
         return "null"
     if isinstance(value, bool):
-        return "true" if value else "false"
+        return "true" if value is True else "false"
     if isinstance(value, int):
-        return f"the integer {value}"
+        try:
+            return f"the integer {int.__repr__(value)}"
+        except ValueError:  # past the digits Python writes out (4,300 by default)
+            return "an integer of thousands of digits"
     if isinstance(value, float):
-        return f"the number {value!r}" if value == value and abs(value) != float("inf") else "a non-finite number"
+        number = float.__float__(value)
+        return f"the number {number!r}" if number == number and abs(number) != float("inf") else "a non-finite number"
     if isinstance(value, str):
-        text = value if len(value) <= 80 else value[:80] + "…"
+        plain = str.__str__(value)
+        text = plain if len(plain) <= 80 else plain[:80] + "…"
         return 'the string "' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
     if isinstance(value, (list, tuple)):
         return "an array"

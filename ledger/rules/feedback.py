@@ -80,7 +80,7 @@ def shape_submit_feedback(operation_id: Any, reply: Any, attachments: Any) -> di
     ``{"base64": …}``. ``INVALID_ID``, ``INVALID_ARGUMENT``, ``INVALID_JSON``."""
     check_action_id(operation_id, "operation_id")
     if (not isinstance(reply, Mapping) or set(reply) - {"status", "details"} or "status" not in reply
-            or reply["status"] not in FEEDBACK_STATUSES):
+            or not isinstance(reply["status"], str) or reply["status"] not in FEEDBACK_STATUSES):
         raise LedgerError(E.INVALID_ARGUMENT, "reply must be {\"status\": \"passed\" | \"failed\" | "
                           "\"unable_to_test\", \"details\": …}")
     attachments = {} if attachments is None else attachments

@@ -59,7 +59,7 @@ def shape_open_revision(hypotheses: Any, units_per_hypothesis: Any, *,
 @plain_arguments
 def shape_transition(to: Any) -> dict[str, Any]:
     """Request of ``transition``: ``to`` must be one of :data:`CASE_STATES`."""
-    if to not in CASE_STATES or not isinstance(to, str):
+    if not isinstance(to, str) or to not in CASE_STATES:
         raise LedgerError(E.INVALID_ARGUMENT, f"unknown case state {given(to, 40)}; states: {', '.join(CASE_STATES)}")
     return {"op": "transition", "to": to}
 

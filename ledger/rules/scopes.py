@@ -83,6 +83,8 @@ def ratio_to_bps(ratio: Any) -> int:
             shown = shortened(repr(ratio), 100)
         except ValueError:  # an integer of more digits than Python turns into text
             shown = f"an integer of about {ratio.bit_length() * 3 // 10} digits"
+        except Exception:  # a caller's object whose repr raises
+            shown = f"a {type(ratio).__name__} that cannot be shown"
         return LedgerError(E.INVALID_ARGUMENT, f"warning_ratio {why}, got {shown}")
 
     if isinstance(ratio, bool) or not isinstance(ratio, (str, Decimal, numbers.Real)):
@@ -128,7 +130,7 @@ def _check_limits(value: Any, what: str) -> dict[str, int]:
     if not isinstance(value, Mapping) or not value:
         raise LedgerError(E.INVALID_ARGUMENT, f"{what} must map dimensions ({', '.join(DIMENSIONS)}) to integers")
     for key in value:
-        if key not in DIMENSIONS:
+        if not isinstance(key, str) or key not in DIMENSIONS:
             raise LedgerError(E.INVALID_ARGUMENT, f"{what}: unknown dimension {shown(key, 40)!r}; "
                               f"dimensions: {', '.join(DIMENSIONS)}")
     return {key: check_int(value[key], f"{what}.{key}", minimum=0) for key in DIMENSIONS if key in value}
@@ -148,7 +150,7 @@ def shape_establish(scope: Any, limits: Any, issuer: Any, delegate: Any = None, 
     causation = None if causation_seq is None else check_int(causation_seq, "causation_seq", minimum=1)
     checked_issuer = check_action_id(issuer, "issuer")
     checked_delegate = None if delegate is None else check_action_id(delegate, "delegate")
-    if on_exhausted not in ON_EXHAUSTED or not isinstance(on_exhausted, str):
+    if not isinstance(on_exhausted, str) or on_exhausted not in ON_EXHAUSTED:
         raise LedgerError(E.INVALID_CAPABILITY, f"on_exhausted must be one of {', '.join(ON_EXHAUSTED)}, "
                           f"got {given(on_exhausted, 40)}", on_exhausted=shown(on_exhausted, 40))
     return {"op": "establish", "scope": parsed.name, "limits": checked_limits, "issuer": checked_issuer,
@@ -160,7 +162,7 @@ def shape_establish(scope: Any, limits: Any, issuer: Any, delegate: Any = None, 
 def shape_request_increase(scope: Any, dimension: Any, amount: Any, requester: Any, reason: Any) -> dict[str, Any]:
     """Request of ``request_increase`` (an event that changes nothing)."""
     parsed = parse_scope(scope)
-    if dimension not in DIMENSIONS or not isinstance(dimension, str):
+    if not isinstance(dimension, str) or dimension not in DIMENSIONS:
         raise LedgerError(E.INVALID_ARGUMENT, f"dimension must be one of {', '.join(DIMENSIONS)}, got {given(dimension, 40)}")
     return {"op": "request_increase", "scope": parsed.name, "dimension": dimension,
             "amount": check_int(amount, "amount", minimum=1), "requester": check_action_id(requester, "requester"),
