@@ -752,8 +752,10 @@ def test_pending_actions_lists_the_current_revisions_open_actions_in_hypothesis_
     pending = budget.pending_actions()
     assert [(p["hypothesis_id"], p["action_id"], p["action"], p["status"], p["cost_units"]) for p in pending] == [
         ("H1", "a-1", "source.read_context", "awaiting_assessment", 5), ("H2", "b-1", "tests.run", "reserved", 10)]
-    assert pending[0] == budget.settle("H1", "a-1", 0, "nothing new").action | {
-        "status": "awaiting_assessment", "semantic_score": None, "information_score": None, "reward_units": None}
+    assert [p["test_operation_id"] for p in pending] == [None, None]
+    assert {k: v for k, v in pending[0].items() if k != "test_operation_id"} == budget.settle(
+        "H1", "a-1", 0, "nothing new").action | {"status": "awaiting_assessment", "semantic_score": None,
+                                                 "information_score": None, "reward_units": None}
     assert [p["action_id"] for p in budget.pending_actions()] == ["b-1"]
     budget.fail("H2", "b-1", "given up")
     assert budget.pending_actions() == [] and _event_count(case) == events + 2
@@ -798,3 +800,8 @@ def test_the_documented_restart_recipe_takes_up_or_gives_up_what_a_crash_left_op
     exec(block, dict(names, worth_running_again=lambda action: False))
     assert ran == ["tests.run"] and budget.pending_actions() == [] and _event_count(case) == events + 1
     assert case.actions()[-1]["status"] == "failed"
+    budget.request_test("H2", "t-1", "automated", "op-t-1")  # a requested test: its reply takes it up
+    events = _event_count(case)
+    exec(block, dict(names))
+    assert [(p["action_id"], p["test_operation_id"]) for p in budget.pending_actions()] == [("t-1", "op-t-1")]
+    assert ran == ["tests.run"] and _event_count(case) == events

@@ -350,15 +350,20 @@ class BudgetManager:
         """The current revision's actions still open, in hypothesis order: one per account with a
         ``pending_action_id`` (an account has at most one), each the action's state as a budget
         result's ``action`` gives it (``hypothesis_id``, ``action_id``, ``action``, ``cost_units``,
-        ``status`` ``reserved`` or ``awaiting_assessment``, ``novelty_score``, …). What a loop started
-        again after a crash takes up (the same ids and action name reserve nothing new) or gives up
-        with :meth:`fail` (docs/investigator.md, "After a restart"). ``[]`` before ``initialize``.
-        Writes nothing; costs the same at any history length."""
+        ``status`` ``reserved`` or ``awaiting_assessment``, ``novelty_score``, …) and
+        ``test_operation_id``: the operation a test reserved by :meth:`request_test` is bound to (its
+        reply comes through the evidence store's feedback calls), None for any other action. What a
+        loop started again after a crash takes up (the same ids and action name reserve nothing new;
+        a requested test, through its reply) or gives up with :meth:`fail` (docs/investigator.md,
+        "After a restart"). ``[]`` before ``initialize``. Writes nothing; costs the same at any
+        history length."""
         with self._session.read() as view:
             revision = view.case()["revision"]
             accounts = view.accounts(revision)
-            return [view.action(revision, h, accounts[h]["pending_action_id"]) for h in hypothesis_order(accounts)
-                    if accounts[h]["pending_action_id"] is not None]
+            pending = [(h, accounts[h]["pending_action_id"]) for h in hypothesis_order(accounts)
+                       if accounts[h]["pending_action_id"] is not None]
+            return [{**view.action(revision, h, action_id),
+                     "test_operation_id": view.test_of_action(revision, h, action_id)} for h, action_id in pending]
 
     def snapshot(self) -> BudgetResult:
         """Replay and validate the current revision's budget history; write nothing.
