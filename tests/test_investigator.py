@@ -125,6 +125,20 @@ def test_run_tool_ids_come_from_the_action_identity_and_stay_valid_ids():
     assert derived_id("run", 2, "H3", "q-7") == "run-r2-H3-q-7"
     long = derived_id("op", 1, "H1", "a" * 128)
     assert len(long) <= 128 and long.startswith("op-r1-H1-") and long == derived_id("op", 1, "H1", "a" * 128)
+    both = derived_id("op", 1, "H" + "1" * 130, "a")  # a hypothesis id longer than any revision's
+    assert len(both) <= 128 and both.startswith("op-r1-") and both != derived_id("op", 1, "H" + "1" * 131, "a")
+
+
+def test_run_tool_on_a_well_formed_hypothesis_id_no_revision_has_is_unknown_hypothesis_as_reserve_says(
+        case, investigator):
+    """However long the hypothesis id, run_tool answers as reserve does (it named an iteration id
+    the caller never gave, INVALID_ID), and nothing is written."""
+    events = _event_count(case)
+    for hypothesis_id in ("H9", "H" + "1" * 130):
+        with pytest.raises(LedgerError) as caught:
+            investigator.run_tool(hypothesis_id, "x1", "source.read_context", READ)
+        assert caught.value.code == "UNKNOWN_HYPOTHESIS", caught.value
+    assert _event_count(case) == events
 
 
 def test_run_tool_whose_derived_ids_are_another_actions_is_refused_before_reserving(case, investigator):

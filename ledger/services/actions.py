@@ -38,11 +38,16 @@ from .session import Session
 def derived_id(kind: str, revision: int, hypothesis_id: str, action_id: str) -> str:
     """``KIND-r<revision>-<hypothesis>-<action_id>``: the operation (``op``) or iteration (``run``) id
     :meth:`CaseBudget.run_tool` uses for an action; when longer than an id may be, the action id
-    part is replaced by the first 32 hex digits of its sha256."""
+    part is replaced by the first 32 hex digits of its sha256, and when that is still too long (a
+    hypothesis id longer than any revision's, which ``reserve`` then refuses as unknown), both parts
+    by those of ``HYPOTHESIS/ACTION_ID``'s."""
     found = f"{kind}-r{revision}-{hypothesis_id}-{action_id}"
     if ACTION_ID_RE.fullmatch(found):
         return found
-    return f"{kind}-r{revision}-{hypothesis_id}-{hashlib.sha256(action_id.encode('utf-8')).hexdigest()[:32]}"
+    found = f"{kind}-r{revision}-{hypothesis_id}-{hashlib.sha256(action_id.encode('utf-8')).hexdigest()[:32]}"
+    if ACTION_ID_RE.fullmatch(found):
+        return found
+    return f"{kind}-r{revision}-{hashlib.sha256(f'{hypothesis_id}/{action_id}'.encode('utf-8')).hexdigest()[:32]}"
 
 
 def failure_reason(exc: BaseException) -> str:
