@@ -856,3 +856,13 @@ def test_a_config_file_named_by_bytes_is_read_as_a_str_name_is(tmp_path):
     with pytest.raises(LedgerError) as refused:
         BudgetConfig.load(os.fsencode(tmp_path / "none.toml"))
     assert refused.value.code == "CONFIG_INVALID" and refused.value.message == f"{tmp_path / 'none.toml'}: no such file"
+
+
+@pytest.mark.parametrize("ref", [" sources/app.py", "sources/none.py", "sources/' x.py", 'sources/" y.py'])
+def test_a_source_ref_that_does_not_exist_is_named_once_as_given(budget, case, ref):
+    """The refusal quotes the ref as given, once, whatever quotes or spaces it holds (a leading space
+    garbled it into "' sources/app.py' sources/app.py' does not exist")."""
+    budget.reserve("H1", "a1", "source.read_context")
+    with pytest.raises(LedgerError) as refused:
+        budget.record_result("H1", "a1", {"x": 1}, [ref])
+    assert (refused.value.code, refused.value.message) == (SOURCE_REF_INVALID, f"{ref!r} does not exist")

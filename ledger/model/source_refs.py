@@ -68,7 +68,8 @@ def _hash_resolved(root: str, real_relative: str, ref: str) -> tuple[os.stat_res
     try:
         return hash_below(root, real_relative)
     except LedgerError as exc:
-        why = exc.message.split("' ", 1)[-1] if exc.message.startswith("'") else exc.message
+        named = f"{exc.details.get('path')!r} "  # the router's message names the path first: said here as ref
+        why = exc.message[len(named):] if exc.message.startswith(named) else exc.message
         if exc.details.get("errno") in STORAGE_ERRNOS:  # this user may not read it: not a bad reference
             raise LedgerError(E.STORAGE_ERROR, f"source ref {ref!r} {why}", path=ref) from None
         if "symbolic link" in why:  # the real path held no link when resolved: one took a place since
