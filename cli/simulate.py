@@ -188,10 +188,19 @@ def simulate_command(settings: Settings, journals: tuple[str, ...], policy_specs
     if plot is not None:
         plot_tradeoff(report.policies, plot, base=policies[0].name)
     _report_mismatches(report)
-    if report.errors:
-        first = report.errors[0]
-        more = "".join(f"; {e['message']}" for e in report.errors[1:])
-        raise LedgerError(first["code"], f"{len(report.errors)} journal(s) not simulated: {first['message']}{more}")
+    _refuse_errors(report.errors)
+
+
+def _refuse_errors(errors: list[dict[str, Any]]) -> None:
+    """The journals not simulated, each named: every one after the first on a ``note:`` line of its
+    own, then the error the command ends with, naming the first (one message holding them all was
+    cut short, leaving some journals unnamed)."""
+    if not errors:
+        return
+    for error in errors[1:]:
+        warn(f"note: not simulated: {error['code']}: {error['message']}")
+    others = f" (the other {len(errors) - 1} named above)" if len(errors) > 1 else ""
+    raise LedgerError(errors[0]["code"], f"{len(errors)} journal(s) not simulated{others}: {errors[0]['message']}")
 
 
 def _no_frontier_options(**given: Any) -> None:
@@ -244,7 +253,4 @@ def _frontier(settings: Settings, journals: Sequence[str], policies: list[Policy
     if plot is not None:
         plot_frontier(report, plot, good=good)
     _report_mismatches(report.simulation)
-    if report.simulation.errors:
-        errors = report.simulation.errors
-        more = "".join(f"; {e['message']}" for e in errors[1:])
-        raise LedgerError(errors[0]["code"], f"{len(errors)} journal(s) not simulated: {errors[0]['message']}{more}")
+    _refuse_errors(report.simulation.errors)

@@ -338,6 +338,22 @@ def test_cli_a_malformed_line_fails_that_run_only_naming_file_and_line(tmp_path)
     assert f"error: INVALID_JSON: 1 journal(s) not simulated: {bad}:3:" in done.stderr
 
 
+def test_cli_every_journal_not_simulated_is_named_on_a_line_of_its_own(tmp_path):
+    """However many journals fail, each is named: one message holding them all was cut short in the
+    middle, and some were never named."""
+    (tmp_path / "good.jsonl").write_bytes((DATA / "django__django-11206.jsonl").read_bytes())
+    names = [f"bad-{n:02d}-{'x' * 150}.jsonl" for n in range(16)]
+    for name in names:
+        (tmp_path / name).write_text('{"op": "open_revision", "hypotheses": [{"statement": "s"}]}\n{"op": 1}\n')
+    done = CliRunner().invoke(main, ["simulate", str(tmp_path), "--csv", "--jobs", "1"])
+    assert done.exit_code == 1
+    lines = done.stderr.splitlines()
+    assert [line.split(": ", 3)[:2] for line in lines[:-1]] == [["note", "not simulated"]] * 15
+    assert lines[-1].startswith(f"error: UNKNOWN_OPERATION: 16 journal(s) not simulated (the other 15 named above): "
+                                f"{tmp_path / names[0]}:2: ")
+    assert all(any(f"{tmp_path / name}:2: " in line for line in lines) for name in names)
+
+
 @pytest.mark.parametrize("vary_spec, named", [("nope=1,2", "nope"), ("max_low_information_steps=0", "max_low_information_steps=0"),
                                               ("max_low_information_steps=two", "two")])
 def test_cli_bad_vary_is_a_usage_error_naming_it(vary_spec, named):
