@@ -81,7 +81,8 @@ def import_command(paths: tuple[str, ...], out: str, fmt: str, outcomes: str | N
              f"no action, and simulate counts them as runs that spent nothing: {first_names(empty)}")
     for limit, runs in summary.over_default_limits.items():
         warn(f"note: {len(runs)} run(s) pass the analysis config's default {limit} "
-             f"({DEFAULT_LIMITS[limit]}): simulate and apply refuse them unless the analysis config "
+             f"({DEFAULT_LIMITS[limit]}): apply refuses them, and so does simulate under any policy that lets "
+             f"them reach it (the run then counts under no policy), unless the analysis config "
              f"(--analysis-config FILE) raises [limits] {limit}: {first_names(runs)}")
     for error in summary.errors:  # a file name or a reason may hold a terminal escape: shown escaped
         warn(f"error: {error['code']}: {error['file']}: {error['reason']}")

@@ -703,8 +703,9 @@ def test_a_run_over_a_default_limit_is_written_and_named_and_simulate_refuses_ex
     assert refused == {"filled": None, "fits": None, "long": "LIMIT_REACHED", "over": "LIMIT_REACHED"}
     done = CliRunner().invoke(main, ["runs", "import", str(steps), "--out", str(tmp_path / "again")])
     assert done.exit_code == 0
-    assert "note: 1 run(s) pass the analysis config's default budget_events_max (10000): simulate and apply " \
-           "refuse them unless the analysis config (--analysis-config FILE) raises [limits] budget_events_max: long" \
+    assert "note: 1 run(s) pass the analysis config's default budget_events_max (10000): apply refuses them, and " \
+           "so does simulate under any policy that lets them reach it (the run then counts under no policy), " \
+           "unless the analysis config (--analysis-config FILE) raises [limits] budget_events_max: long" \
            in done.output
 
 

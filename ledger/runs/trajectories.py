@@ -57,8 +57,8 @@ class ImportSummary:
     not name: their journals record none), ``outcomes_without_run`` (the run ids of the outcomes no run
     imported has, in their order), ``runs_without_steps`` (the runs written with no step: every turn
     skipped, so their journals hold no action), ``over_default_limits`` (a limit of the analysis config →
-    the runs written whose journal passes its default value: ``simulate`` and ``apply`` refuse them
-    unless the config raises it)."""
+    the runs written whose journal passes its default value: ``apply`` refuses them, and ``simulate``
+    under a policy that lets them reach it, unless the config raises it)."""
 
     runs: int = 0
     steps: int = 0
