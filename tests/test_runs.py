@@ -479,6 +479,8 @@ def test_an_outcome_label_the_operation_refuses_is_refused_before_anything_is_wr
     ("run,outcome\na,resolved,extra\n", "line 2 has 3 field(s), the header 2"),
     ("run,outcome,notes\na,resolved\n", "line 2 has 2 field(s), the header 3"),
     ("run,outcome\na, resolved\n", "line 2: run 'a': the outcome ' resolved' has spaces around it"),
+    ("run,outcome\nr1 ,resolved\n", "line 2: the run id 'r1 ' has spaces around it"),
+    ('run,outcome\n"r2\t",failed\n', "line 2: the run id 'r2\\t' has spaces around it"),
     ("run,outcome\na,resolved\na,failed\n", "line 3: run 'a' is listed twice"),
     ("run,outcome\na," + "x" * 65 + "\n", "line 2: run 'a': the outcome is longer than 64 characters"),
     ("run,outcome\n,resolved\n", "line 2: the run id (first column) is empty"),
