@@ -15,7 +15,7 @@ from ledger.simulation.plot import check_plot
 from ledger.simulation.simulator import parse_vary, policy_file
 from ledger.ground.workers import JOBS_MAX
 
-from ._common import Integer, IntegerRange, Settings, input_path, pass_settings, table_options
+from ._common import IntegerRange, Settings, input_path, pass_settings, table_options
 from ._output import OutputError, dumps, echo, emit_rows, first_names, one_line, warn
 from .frontier import emit_frontier
 
@@ -128,8 +128,8 @@ def _report_mismatches(report: SimulationReport) -> None:
               show_default=f"{DEFAULT_FOLDS}, or one per run when there are fewer runs",
               help="With --max-stopped: make the choice again on all folds but one and score it on that one "
                    "(0: none).")
-@click.option("--seed", type=Integer(), default=0, show_default=True, help="With --frontier: the seed of the folds "
-              "and the bootstrap.")
+@click.option("--seed", type=IntegerRange(0, None), default=0, show_default=True, help="With --frontier: the seed of "
+              "the folds and the bootstrap (0 or more).")
 @click.option("--bootstrap", "samples", type=IntegerRange(0, 1_000_000), default=0, show_default=True,
               metavar="N", help="With --max-stopped: 95 % intervals of the choice's figures from N resamplings.")
 @click.option("--jobs", type=IntegerRange(1, JOBS_MAX), default=None, show_default="the cores this process may use",
@@ -232,9 +232,10 @@ def _frontier(settings: Settings, journals: Sequence[str], policies: list[Policy
         constraint = parse_max_stopped(max_stopped) if max_stopped is not None else None
     except LedgerError as exc:
         raise click.BadParameter(exc.message, param_hint="--max-stopped") from None
+    for option, given in (("--emit", emit is not None), ("--folds", folds is not None), ("--bootstrap", samples != 0)):
+        if given and constraint is None:
+            raise click.UsageError(f"{option} needs --max-stopped (the constraint the choice meets)")
     if emit is not None:
-        if constraint is None:
-            raise click.UsageError("--emit needs --max-stopped (the constraint the choice meets)")
         check_output_file(emit, "--emit")
     report = frontier(journals, policies, outcomes, good=good, constraint=constraint, folds=folds, seed=seed,
                       samples=samples, jobs=jobs, analysis=settings.analysis(), package=package, actor=settings.actor)

@@ -467,10 +467,24 @@ def test_the_json_has_policies_frontier_and_choice_with_the_new_figures_per_outc
     (["--max-stopped", "resolved=2%"], "--max-stopped needs --frontier"),
     (["--frontier", "--emit", "x.toml"], "--emit needs --max-stopped"),
     (["--frontier", "--max-stopped", "resolved"], "expected LABEL=PCT"),
+    (["--frontier", "--bootstrap", "100"], "--bootstrap needs --max-stopped"),  # it was ignored, exit 0
+    (["--frontier", "--folds", "3"], "--folds needs --max-stopped"),
+    (["--frontier", "--seed", "-7"], "--seed"),  # Python's random takes -7 as 7
 ])
 def test_frontier_options_are_usage_errors_without_what_they_need(args, message):
     done = CliRunner().invoke(main, ["simulate", str(DATA / "astropy__astropy-13033.jsonl"), *args])
     assert done.exit_code == 2 and message in done.stderr
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"samples": 100}, "folds and bootstrap samples score the choice a constraint makes"),
+    ({"folds": 3}, "folds and bootstrap samples score the choice a constraint makes"),
+    ({"seed": -7, "constraint": "resolved=2%"}, "--seed must be an integer of 0 or more, got -7"),
+])
+def test_frontier_refuses_scoring_options_with_nothing_to_score_and_a_negative_seed(options, message):
+    with pytest.raises(LedgerError) as refused:
+        frontier([DATA / "astropy__astropy-13033.jsonl"], [example_policy()], OUTCOMES, **options)
+    assert refused.value.code == "INVALID_ARGUMENT" and message in refused.value.message
 
 
 @pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it

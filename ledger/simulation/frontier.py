@@ -364,14 +364,12 @@ def _choice(table: _Table, rows: Mapping[str, dict[str, Any]], constraint: Const
     return out
 
 
-def _check_options(folds: int, samples: int, seed: int, runs: int) -> None:
+def _check_options(folds: int, samples: int, runs: int) -> None:
     if type(folds) is not int or folds != 0 and not 2 <= folds <= runs:
         raise LedgerError(E.INVALID_ARGUMENT, f"--folds must be 0 (none) or from 2 to the number of runs ({runs}), "
                           f"got {folds!r}")
     if type(samples) is not int or not 0 <= samples <= 1_000_000:
         raise LedgerError(E.INVALID_ARGUMENT, f"--bootstrap must be from 0 to 1000000, got {samples!r}")
-    if type(seed) is not int:
-        raise LedgerError(E.INVALID_ARGUMENT, f"--seed must be an integer, got {seed!r}")
 
 
 #: The figures of a run the evaluator must give exactly as the full replay does.
@@ -468,7 +466,7 @@ def _derive(policies: Sequence[Policy], runs: list[RunResult], outcomes: Mapping
     _check_labels(set(table.outcome.values()) - {NO_OUTCOME}, good, constraint, [failed[r] for r in sorted(failed)])
     if folds is None:  # the default: DEFAULT_FOLDS, or as many as there are runs when fewer
         folds = min(DEFAULT_FOLDS, len(table.run_ids)) if len(table.run_ids) >= 2 else 0
-    _check_options(folds, samples, seed, len(table.run_ids))
+    _check_options(folds, samples, len(table.run_ids))
     points = [(name, *table.totals(name, table.run_ids, good)[:2]) for name in table.names]
     return rows, pareto_front(points), _choice(table, rows, constraint, good, folds, seed, samples)
 
@@ -535,6 +533,11 @@ def frontier(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Poli
                               "name it apart")
     _check_one_price_table(policies)
     constraint = parse_max_stopped(constraint) if isinstance(constraint, str) else constraint
+    if type(seed) is not int or seed < 0:  # Python's random takes -7 as 7: a sign would change nothing
+        raise LedgerError(E.INVALID_ARGUMENT, f"--seed must be an integer of 0 or more, got {seed!r}")
+    if constraint is None and (folds or (type(samples) is int and samples)):  # they score a choice: none is made
+        raise LedgerError(E.INVALID_ARGUMENT, "folds and bootstrap samples score the choice a constraint makes: "
+                          "give the constraint (--max-stopped), or leave them out")
     table = read_outcomes(outcomes) if isinstance(outcomes, (str, os.PathLike)) else outcomes
     analysis = analysis or AnalysisConfig()
     options = dict(jobs=jobs, analysis=analysis, package=package, actor=actor)
