@@ -109,3 +109,12 @@ def checked_clock(clock: object) -> Callable[[], str]:
             raise LedgerError(INVALID_ARGUMENT, f"the case's clock returned {describe_value(given)}, not an RFC 3339 "
                               f"UTC time ({exc.message})") from None
     return now
+
+
+def first_then(first: str, clock: Callable[[], str]) -> Callable[[], str]:
+    """A clock that returns ``first`` (a time already read from ``clock``) once, then reads ``clock``."""
+    pending = [first]
+
+    def now() -> str:
+        return pending.pop() if pending else clock()
+    return now

@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Iterator
 from ..ground import errors as E
 from ..storage.sqlfiles import migration_record_problem, statement
 from ..ground.canonical import check_int
-from ..ground.clock import checked_clock, parse_at, utc_now
+from ..ground.clock import checked_clock, first_then, parse_at, utc_now
 from ..ground.config import AnalysisConfig, BudgetConfig
 from ..ground.arguments import check_flag, check_instance
 from ..ground.errors import LedgerError
@@ -175,9 +175,12 @@ class Case(CaseFacade):
         check_action_id(actor, "actor")
         analysis = _analysis(analysis_config)
         clock = checked_clock(clock)
-        now = clock()  # a clock that gives no time is refused before any folder or file is made
-        # and so is a far-future time
-        moment = check_future_at(parse_at(at), now, analysis.limits) if at is not None else None
+        # a clock that gives no time is refused before any folder or file is made, and so is a far-future
+        # time; the time read to check the clock is the first event's (the clock is read as often as ever)
+        if at is not None:
+            moment = check_future_at(parse_at(at), clock(), analysis.limits)
+        else:
+            moment, clock = None, first_then(clock(), clock)
         root = fs_path(path, "case path")
         try:
             return cls._create(root, case_id, analysis, actor, clock, moment)
