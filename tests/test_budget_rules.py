@@ -866,3 +866,45 @@ def test_a_source_ref_that_does_not_exist_is_named_once_as_given(budget, case, r
     with pytest.raises(LedgerError) as refused:
         budget.record_result("H1", "a1", {"x": 1}, [ref])
     assert (refused.value.code, refused.value.message) == (SOURCE_REF_INVALID, f"{ref!r} does not exist")
+
+
+class _S(str):
+    pass
+
+
+class _I(int):
+    pass
+
+
+class _D(dict):
+    pass
+
+
+class _L(list):
+    pass
+
+
+_LEAVES = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=5),
+                    st.text(max_size=5).map(_S), st.integers().map(_I))
+_VALUES = st.recursive(_LEAVES, lambda inner: st.one_of(
+    st.lists(inner, max_size=4), st.lists(inner, max_size=4).map(_L), st.lists(inner, max_size=4).map(tuple),
+    st.dictionaries(st.text(max_size=4), inner, max_size=4),
+    st.dictionaries(st.text(max_size=4).map(_S), inner, max_size=4).map(_D)), max_leaves=20)
+
+
+def _exact(value) -> bool:
+    if isinstance(value, dict):
+        return type(value) is dict and all(type(k) is str and _exact(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return type(value) in (list, tuple) and all(_exact(v) for v in value)
+    return type(value) in (str, int, float, bool, type(None))
+
+
+@given(_VALUES)
+def test_plain_data_keeps_every_value_and_leaves_no_subclass(value):
+    from ledger.ground.arguments import plain_data
+
+    plain = plain_data(value)
+    assert plain == value and _exact(plain)
+    if _exact(value):
+        assert plain is value  # nothing to change: nothing copied

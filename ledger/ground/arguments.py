@@ -94,6 +94,10 @@ def plain_data(value: Any, depth: int = 0) -> Any:
         return float.__float__(value)
     if depth > PLAIN_DEPTH_MAX:
         return value
+    if kind is dict and all(type(key) is str and type(item) in _SCALARS for key, item in value.items()):
+        return value  # the usual case, found without building anything
+    if kind is list and all(type(item) in _SCALARS for item in value):
+        return value
     if isinstance(value, dict):
         items = [(plain_data(key, depth + 1), plain_data(item, depth + 1)) for key, item in dict.items(value)]
         if kind is dict and all(new_key is key and new is item
@@ -108,6 +112,9 @@ def plain_data(value: Any, depth: int = 0) -> Any:
         return base(members)
     return value
 
+
+#: The plain types of a leaf: :func:`plain_data` returns a container holding only these as it is.
+_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 #: How deep :func:`plain_data` looks: past the deepest JSON any check accepts (64 levels).
 PLAIN_DEPTH_MAX = 66
