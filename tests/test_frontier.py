@@ -493,7 +493,7 @@ def test_a_label_no_run_has_and_bad_folds_are_refused_naming_them():
                                      "fixed", "--jobs", "1"])
     assert done.exit_code == 1 and "error: INVALID_ARGUMENT: --good: no run has the outcome 'fixed'" in done.stderr
     with pytest.raises(LedgerError, match="--folds"):
-        frontier([DATA], [example_policy()], OUTCOMES, folds=1)
+        frontier([DATA], [example_policy()], OUTCOMES, constraint="resolved=2%", folds=1)
     with pytest.raises(LedgerError, match="baseline"):
         frontier([DATA], [policy_from_mapping("no-stop", {})], OUTCOMES)
 
