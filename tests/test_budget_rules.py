@@ -908,3 +908,71 @@ def test_plain_data_keeps_every_value_and_leaves_no_subclass(value):
     assert plain == value and _exact(plain)
     if _exact(value):
         assert plain is value  # nothing to change: nothing copied
+
+
+class _Boom(Exception):
+    pass
+
+
+def _boom(*args, **kwargs):
+    raise _Boom()
+
+
+class _RaisingStr(str):
+    """Text whose every method of its own raises: comparing, hashing, measuring, showing it."""
+
+    __eq__ = __hash__ = __len__ = __repr__ = __contains__ = __getitem__ = __iter__ = _boom
+    strip = lower = encode = _boom
+
+
+class _RaisingDict(dict):
+    keys = items = values = get = __iter__ = __getitem__ = __len__ = __contains__ = _boom
+
+
+class _RaisingList(list):
+    __iter__ = __len__ = __getitem__ = _boom
+
+
+@pytest.mark.parametrize("call", [
+    lambda case, b: b.reserve("H1", "a2", "source.read_context", at=_RaisingStr("2026-01-01T00:00:00Z")),
+    lambda case, b: b.advice(_RaisingStr("H1")),
+    lambda case, b: b.remaining(_RaisingStr("H1")),
+    lambda case, b: b.check("H1", _RaisingStr("source.read_context")),
+    lambda case, b: b.price_signal(_RaisingStr("H1"), "source.read_context"),
+    lambda case, b: case.record_outcome(_RaisingStr("resolved"), "x"),
+    lambda case, b: case.query(_RaisingStr("SELECT 1 AS one")),
+    lambda case, b: case.query("SELECT ? AS one", _RaisingList(["a"])),
+    lambda case, b: b.run_tool("H2", "r1", "source.read_context",
+                               _RaisingDict({"path": "sources/app.py", "start_line": 1, "end_line": 1})),
+    lambda case, b: case.scopes().establish("case", {"actions": 5}, "controller", warning_ratio=_RaisingStr("0.5")),
+    lambda case, b: case.open_revision(_RaisingList([{"statement": "b"}])),
+    lambda case, b: b.action(_RaisingStr("H2"), "r2", "source.read_context"),
+], ids=["at", "advice", "remaining", "check", "price_signal", "record_outcome", "query sql", "query params",
+        "run_tool args", "warning_ratio", "open_revision", "action"])
+def test_every_public_call_reads_its_arguments_as_plain_values(budget, case, call):
+    """A caller's str, dict or list subclass whose own methods raise reaches no check, lookup or read
+    on the way to the rules: each public call takes the plain value it holds, so it answers as for that
+    value (a result, or a LedgerError), never with the subclass's exception."""
+    budget.reserve("H1", "a1", "source.read_context")
+    try:
+        call(case, budget)
+    except LedgerError:
+        pass
+
+
+def test_every_public_method_of_the_services_takes_plain_arguments():
+    import inspect
+
+    from ledger.services.actions import Action, CaseBudget
+    from ledger.services.budget import BudgetManager
+    from ledger.services.case import Case as CaseClass
+    from ledger.services.evidence import EvidenceStore
+    from ledger.services.facade import CaseFacade
+    from ledger.services.scopes import ScopeManager
+
+    bare = [f"{cls.__name__}.{name}" for cls in (Action, CaseBudget, BudgetManager, CaseClass, EvidenceStore,
+                                                 CaseFacade, ScopeManager)
+            for name, member in vars(cls).items() if not name.startswith("_")
+            and (inspect.isfunction(member) or isinstance(member, classmethod))
+            and not getattr(getattr(member, "__func__", member), "plain_arguments", False)]
+    assert bare == []

@@ -4,6 +4,7 @@ never an ``AttributeError`` or ``TypeError`` from deep inside (nor a string iter
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -129,3 +130,18 @@ def plain_arguments(shape: Callable[..., Any]) -> Callable[..., Any]:
         return shape(*(plain_data(arg) for arg in args), **{key: plain_data(arg) for key, arg in kwargs.items()})
     shaped.plain_arguments = True  # type: ignore[attr-defined]
     return shaped
+
+
+def plain_public_arguments(cls: type) -> type:
+    """``cls`` with every public method (and class method) taking its arguments as :func:`plain_data`:
+    the class decorator of the services a caller calls (docs/concepts.md, "Rules, exactly"), so no
+    check, read or lookup on the way to the rules meets a subclass's own ``==``, ``hash``, ``len`` or
+    ``repr``, which may lie or raise."""
+    for name, member in list(vars(cls).items()):
+        if name.startswith("_"):
+            continue
+        if isinstance(member, classmethod):
+            setattr(cls, name, classmethod(plain_arguments(member.__func__)))
+        elif inspect.isfunction(member) and not getattr(member, "plain_arguments", False):
+            setattr(cls, name, plain_arguments(member))
+    return cls

@@ -25,6 +25,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Callable, Iterable, Mapping
 
+from ..ground.arguments import plain_public_arguments
 from ..ground import errors as E
 from .budget import BudgetManager, BudgetResult
 from ..ground.config import BudgetConfig
@@ -86,6 +87,7 @@ class ToolRun:
                 "budget": self.budget.to_dict(), "reused": self.reused}
 
 
+@plain_public_arguments
 class Action:
     """An action bound to the block that runs it (:meth:`CaseBudget.action`).
 
@@ -235,6 +237,7 @@ def close_failed(budget: "CaseBudget", hypothesis_id: str, action_id: str, exc: 
         return None
 
 
+@plain_public_arguments
 class CaseBudget(BudgetManager):
     """The budget manager of an open case: :class:`BudgetManager` plus :meth:`run_tool` and
     :meth:`action` (docs/investigator.md)."""

@@ -13,6 +13,7 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any, ItemsView, Iterable, Iterator, KeysView
 
+from ..ground.arguments import plain_public_arguments
 from ..ground import errors as E
 from ..ground.clock import parse_at
 from ..ground.config import BudgetConfig
@@ -131,6 +132,7 @@ def _state(accounts: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {h: dict(zip(ACCOUNT_FIELDS, _account_values(accounts[h]))) for h in hypothesis_order(accounts)}
 
 
+@plain_public_arguments
 class BudgetManager:
     """Budget operations on one case. ``config=None`` uses the policy frozen for the revision.
 

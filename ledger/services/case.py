@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
+from ..ground.arguments import plain_public_arguments
 from ..ground import errors as E
 from ..storage.sqlfiles import migration_record_problem, statement
 from ..ground.canonical import check_int
@@ -141,6 +142,7 @@ STATUS_COLUMNS = frozenset({"case_id", "package_id", "state", "analysis_revision
                             "head_sha256", "outcome", "outcome_source"})
 
 
+@plain_public_arguments
 class Case(CaseFacade):
     """An open case package. Use :meth:`create` or :meth:`open`; close with :meth:`close`.
 

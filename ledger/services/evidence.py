@@ -20,6 +20,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol
 
+from ..ground.arguments import plain_public_arguments
 from ..ground.canonical import canonical_bytes, canonical_sha256
 from ..ground.arguments import check_flag
 from ..ground.errors import LedgerError
@@ -88,6 +89,7 @@ class FeedbackResult:
                 "state": self.state, "event_ref": self.event_ref}
 
 
+@plain_public_arguments
 class EvidenceStore:
     """Evidence operations on one case; ``router`` (used by :meth:`query` only) defaults to the
     reference :class:`Router` over the case package (its replies carry the case's generation and

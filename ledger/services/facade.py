@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from .budget import BudgetManager
+from ..ground.arguments import plain_public_arguments
 from ..ground.config import AnalysisConfig, BudgetConfig
 from ..rules import lifecycle
 from .scopes import ScopeManager
@@ -43,6 +44,7 @@ class LifecycleResult:
         return out
 
 
+@plain_public_arguments
 class CaseFacade:
     """Lifecycle operations of a case over ``self.session`` (a :class:`~ledger.services.session.Session`
     or a memory session); ``self.path`` is the package folder, ``self.analysis`` the analysis config."""

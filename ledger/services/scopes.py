@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..ground.arguments import plain_public_arguments
 from ..rules import scopes as rules
 from .session import Ran, Session
 from ..storage.sqlite_file import translate_sqlite_errors
@@ -40,6 +41,7 @@ class ScopeResult:
                 "usage": [dict(row) for row in self.usage]}
 
 
+@plain_public_arguments
 class ScopeManager:
     """Limits on the scopes ``case``, ``revision:<n>`` and ``hypothesis:<n>/<Hk>`` of one case."""
 
