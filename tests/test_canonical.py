@@ -369,6 +369,9 @@ def test_a_refusal_names_an_odd_key_in_its_json_path_escaped_so_the_message_alwa
     ({"\ud800": 1}, "no canonical JSON form at evidence: an object key holding a lone surrogate (no UTF-8 form)"),
     ({"k": b"x"}, "no canonical JSON form at evidence.k: a value of type bytes, which JSON does not have"),
     ([1, {2, 3}], "no canonical JSON form at evidence[1]: a value of type set, which JSON does not have"),
+    # a type of another module is named with it: numpy's bool_ was "bool", as if a plain bool were refused
+    ({"d": __import__("decimal").Decimal(1)}, "no canonical JSON form at evidence.d: a value of type "
+                                               "decimal.Decimal, which JSON does not have"),
 ])
 def test_a_value_with_no_json_form_is_refused_naming_where_and_what_it_is(value, message):
     with pytest.raises(LedgerError) as caught:

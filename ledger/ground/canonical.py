@@ -117,7 +117,9 @@ def _why_not_json(value: Any) -> str | None:
         return None
     if value is None or isinstance(value, (bool, int, float, list, tuple)):
         return None
-    return f"a value of type {type(value).__name__}, which JSON does not have"
+    kind = type(value)
+    named = f"{kind.__module__}.{kind.__qualname__}" if kind.__module__ not in ("builtins", None) else kind.__name__
+    return f"a value of type {named}, which JSON does not have"  # numpy.bool_, not a bare "bool"
 
 
 def is_utf8_text(text: str) -> bool:
