@@ -121,15 +121,16 @@ _SCALARS = frozenset({str, int, float, bool, type(None)})
 PLAIN_DEPTH_MAX = 66
 
 
-def plain_arguments(shape: Callable[..., Any]) -> Callable[..., Any]:
-    """``shape`` (a rule's ``shape_*`` function, which checks a call's arguments and builds the request
-    that is stored) called with every argument made :func:`plain_data` first: the checks then read
-    the values stored, which verify's replay reads back, never a subclass's own answers about them."""
-    @functools.wraps(shape)
-    def shaped(*args: Any, **kwargs: Any) -> Any:
-        return shape(*(plain_data(arg) for arg in args), **{key: plain_data(arg) for key, arg in kwargs.items()})
-    shaped.plain_arguments = True  # type: ignore[attr-defined]
-    return shaped
+def plain_arguments(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function`` (a rule's ``shape_*`` function, which checks a call's arguments and builds the
+    request that is stored, or a public method of a service) called with every argument made
+    :func:`plain_data` first: the checks then read the values stored, which verify's replay reads
+    back, never a subclass's own answers about them."""
+    @functools.wraps(function)
+    def plain(*args: Any, **kwargs: Any) -> Any:
+        return function(*(plain_data(arg) for arg in args), **{key: plain_data(arg) for key, arg in kwargs.items()})
+    plain.plain_arguments = True  # type: ignore[attr-defined]
+    return plain
 
 
 def plain_public_arguments(cls: type) -> type:
