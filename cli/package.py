@@ -8,8 +8,8 @@ from typing import Any
 
 import click
 
-from ledger import (LedgerError, ManyReport, VerifyReport, build_folders, case_folders, export_case, export_many, import_tree,
-                    read_only_query, verify_case, verify_many)
+from ledger import (LedgerError, ManyReport, VerifyReport, build_folders, case_folders, export_case, export_many,
+                    import_tree, read_only_query, verify_case, verify_many)
 from ledger.package_tools.export import export_count
 from ledger.package_tools.manifest import read_manifest
 from ledger.package_tools.anchors import parse_anchor

@@ -77,8 +77,8 @@ def import_command(paths: tuple[str, ...], out: str, fmt: str, outcomes: str | N
              f"{first_names(extra)}")
     if summary.runs_without_steps:  # every turn skipped: say so, or simulate's run counts hide it
         empty = summary.runs_without_steps
-        warn(f"note: {len(empty)} run(s) have no step (every turn was skipped: the summary line says why): their journals hold "
-             f"no action, and simulate counts them as runs that spent nothing: {first_names(empty)}")
+        warn(f"note: {len(empty)} run(s) have no step (every turn was skipped: the summary line says why): their "
+             f"journals hold no action, and simulate counts them as runs that spent nothing: {first_names(empty)}")
     for limit, runs in summary.over_default_limits.items():
         warn(f"note: {len(runs)} run(s) pass the analysis config's default {limit} "
              f"({DEFAULT_LIMITS[limit]}): apply refuses them, and so does simulate under any policy that lets "

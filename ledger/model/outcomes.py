@@ -61,8 +61,8 @@ def check_outcomes(outcomes: Mapping[str, str], where: str) -> Mapping[str, str]
 def check_outcome(run: str, outcome: str, where: str) -> str:
     """``outcome`` of ``run``, a label a journal's ``record_outcome`` could record: ``INVALID_ARGUMENT``
     naming ``where`` for a blank run id or one with spaces around it, a blank outcome, one with spaces
-    around it (`` resolved`` would be a label apart from ``resolved``), one longer than 64 characters, one holding NUL or a
-    lone surrogate, or one named like a row of simulate's reports (``(all)``, ``(no outcome)``)."""
+    around it (`` resolved`` would be a label apart from ``resolved``), one longer than 64 characters,
+    one holding NUL or a lone surrogate, or one named like a row of simulate's reports (``(all)``, ``(no outcome)``)."""
     if is_blank(run):
         raise LedgerError(E.INVALID_ARGUMENT, f"{where}: the run id (first column) is empty")
     if run != run.strip():  # no run id (a file name) has them: the row could never match its run

@@ -75,10 +75,11 @@ def reservation_refusal(view: LedgerView, revision: int, hypothesis_id: str, acc
         return exceeded_error(exceeded, hypothesis_id)
     if cost > account["remaining_units"]:
         return insufficient_budget_error(action, cost, hypothesis_id, account["remaining_units"])
-    try:
-        check_budget_room(view, limits, view.accounts(revision), opens_action=True)
-    except LedgerError as exc:
-        return exc
+    if limits is not None:  # the accounts are read only for the room check
+        try:
+            check_budget_room(view, limits, view.accounts(revision), opens_action=True)
+        except LedgerError as exc:
+            return exc
     return spent_limit_error(hypothesis_id, account, cost)
 
 

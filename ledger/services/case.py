@@ -56,8 +56,8 @@ def _logs_without_ledger(root: Path) -> list[str]:
 
 
 def _analysis(config: Any) -> AnalysisConfig:
-    """``config``, or the default analysis config for None (``INVALID_ARGUMENT`` for anything else:
-    a mapping is loaded with ``AnalysisConfig.from_mapping``)."""
+    """``config``, or the default analysis config for None; ``INVALID_ARGUMENT`` for anything else (a
+    mapping is given as ``AnalysisConfig.from_mapping(it)``, a file as ``AnalysisConfig.load(path)``)."""
     if config is None:
         return AnalysisConfig()
     return check_instance(config, AnalysisConfig, "analysis_config",

@@ -271,7 +271,8 @@ class Session(SessionBase):
                 for seq, sha, body_text, parent_sha, stream_seq in rows:
                     body = json.loads(body_text)
                     if sha256_hex(body_text.encode("utf-8")) != sha or body.get("parent_sha256") != parent_sha:
-                        raise LedgerError(E.INTEGRITY_ERROR, f"seq {seq}: the budget event does not match its hash chain",
+                        raise LedgerError(E.INTEGRITY_ERROR,
+                                          f"seq {seq}: the budget event does not match its hash chain",
                                           seq=seq)
                     _check_balanced(seq, body)
                     last_seq, accounts = seq, {a["hypothesis_id"]: a for a in body["accounts"]}
@@ -329,7 +330,8 @@ def _check_balanced(seq: int, body: Mapping[str, Any]) -> None:
         remaining = (account["initial_units"] + account["granted_units"]
                      - account["spent_units"] + account["rewarded_units"])
         if remaining != account["remaining_units"] or remaining < 0:
-            raise LedgerError(E.INTEGRITY_ERROR, f"seq {seq}: the budget event's account {account['hypothesis_id']} does not balance",
+            raise LedgerError(E.INTEGRITY_ERROR,
+                              f"seq {seq}: the budget event's account {account['hypothesis_id']} does not balance",
                               seq=seq)
     action = body.get("action") or {}
     if action.get("reward_units") is not None and not 0 <= action["reward_units"] < action["cost_units"]:
@@ -350,7 +352,8 @@ def _still_checked(storage: Storage, checked: Any, cookie: int) -> Any:
     seq, sha = checked[1], checked[3]
     row = storage.one("event_hash_and_body", seq=seq)
     if row is None or row[0] != sha or sha256_hex(str(row[1]).encode("utf-8")) != sha:
-        raise LedgerError(E.INTEGRITY_ERROR, f"seq {seq}: the budget event, checked before, was changed underneath", seq=seq)
+        raise LedgerError(E.INTEGRITY_ERROR, f"seq {seq}: the budget event, checked before, was changed underneath",
+                          seq=seq)
     return checked
 
 
@@ -364,5 +367,5 @@ def _check_balances_view(storage: Storage, revision: int, last_seq: int | None,
         record.pop("revision")
         record.pop("statement", None)  # the hypothesis text is not part of an account
         if accounts.get(record["hypothesis_id"]) != record:
-            raise LedgerError(E.INTEGRITY_ERROR, f"seq {last_seq}: the balances view disagrees with this budget event on "
-                              f"{record['hypothesis_id']}", seq=last_seq)
+            raise LedgerError(E.INTEGRITY_ERROR, f"seq {last_seq}: the balances view disagrees with this budget event "
+                              f"on {record['hypothesis_id']}", seq=last_seq)
