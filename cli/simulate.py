@@ -237,8 +237,14 @@ def _frontier(settings: Settings, journals: Sequence[str], policies: list[Policy
             raise click.UsageError(f"{option} needs --max-stopped (the constraint the choice meets)")
     if emit is not None:
         check_output_file(emit, "--emit")
-    report = frontier(journals, policies, outcomes, good=good, constraint=constraint, folds=folds, seed=seed,
-                      samples=samples, jobs=jobs, analysis=settings.analysis(), package=package, actor=settings.actor)
+    try:
+        report = frontier(journals, policies, outcomes, good=good, constraint=constraint, folds=folds, seed=seed,
+                          samples=samples, jobs=jobs, analysis=settings.analysis(), package=package,
+                          actor=settings.actor)
+    except LedgerError as exc:  # a label no run has: the message gives the first journal left out
+        for error in exc.details.get("not_simulated", [])[1:]:
+            warn(f"note: not simulated: {error['code']}: {error['message']}")
+        raise
     try:
         emit_frontier(report, fmt, good)
     except OutputError as exc:

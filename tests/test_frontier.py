@@ -210,6 +210,8 @@ def test_a_label_no_run_has_says_which_journals_were_left_out_for_an_error(tmp_p
         "--good: no run has the outcome 'failed' (outcomes: none: give --outcomes or record_outcome lines); 1 "
         "journal(s) were not simulated for an error, and their outcomes are not counted (the first: "
         f"OPERATION_CONFLICT: {tmp_path / 'two.jsonl'}:3: ")
+    assert [error["code"] for error in caught.value.details["not_simulated"]] == ["OPERATION_CONFLICT"]
+    assert caught.value.details["not_simulated"][0]["message"].startswith(f"{tmp_path / 'two.jsonl'}:3: ")
 
 
 class _Totals:

@@ -354,6 +354,21 @@ def test_cli_every_journal_not_simulated_is_named_on_a_line_of_its_own(tmp_path)
     assert all(any(f"{tmp_path / name}:2: " in line for line in lines) for name in names)
 
 
+def test_cli_frontier_names_every_journal_not_simulated_when_no_run_has_the_good_label(tmp_path):
+    """A --good label no run has ends the search; the journals left out for an error may be why,
+    so each is named, as a plain simulate names them."""
+    names = [f"bad-{n:02d}.jsonl" for n in range(4)]
+    for name in names:
+        (tmp_path / name).write_text('{"op": "open_revision", "hypotheses": [{"statement": "s"}]}\n{"op": 1}\n')
+    done = CliRunner().invoke(main, ["simulate", str(tmp_path), "--frontier", "--good", "resolved", "--jobs", "1"])
+    assert done.exit_code == 1
+    lines = done.stderr.splitlines()
+    assert [line.split(": ", 3)[:2] for line in lines[:-1]] == [["note", "not simulated"]] * 3
+    assert lines[-1].startswith("error: INVALID_ARGUMENT: --good: no run has the outcome 'resolved' (outcomes: none")
+    assert f"(the first: UNKNOWN_OPERATION: {tmp_path / names[0]}:2: " in lines[-1]
+    assert all(any(f"{tmp_path / name}:2: " in line for line in lines) for name in names)
+
+
 @pytest.mark.parametrize("vary_spec, named", [("nope=1,2", "nope"), ("max_low_information_steps=0", "max_low_information_steps=0"),
                                               ("max_low_information_steps=two", "two")])
 def test_cli_bad_vary_is_a_usage_error_naming_it(vary_spec, named):

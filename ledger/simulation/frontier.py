@@ -324,14 +324,16 @@ def bootstrap(table: _Table, name: str, good: str, samples: int, seed: int) -> d
 def _check_labels(outcomes: set[str], good: str, constraint: Constraint | None,
                   errors: Sequence[dict[str, Any]] = ()) -> None:
     """``INVALID_ARGUMENT`` for a ``--good`` or ``--max-stopped`` label no simulated run has; when
-    journals were left out for an error (``errors``), the message says so and gives the first."""
+    journals were left out for an error (``errors``), the message says so and gives the first, and
+    ``details["not_simulated"]`` lists them all (``{"code", "message"}`` each)."""
     for option, label in (("--good", good), ("--max-stopped", constraint.label if constraint else None)):
         if label is not None and label not in outcomes:
             known = ", ".join(sorted(outcomes)) or "none: give --outcomes or record_outcome lines"
             left = (f"; {len(errors)} journal(s) were not simulated for an error, and their outcomes are not "
                     f"counted (the first: {errors[0]['code']}: {errors[0]['message']})" if errors else "")
             raise LedgerError(E.INVALID_ARGUMENT, f"{option}: no run has the outcome {label!r} "
-                              f"(outcomes: {known}){left}")
+                              f"(outcomes: {known}){left}",
+                              not_simulated=[{"code": e["code"], "message": e["message"]} for e in errors])
 
 
 def _choice(table: _Table, rows: Mapping[str, dict[str, Any]], constraint: Constraint | None, good: str,
