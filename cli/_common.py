@@ -187,6 +187,8 @@ class Settings:
     def __init__(self, config: str | None, analysis_config: str | None, actor: str) -> None:
         self.actor = actor
         self.configs_given = config is not None or analysis_config is not None
+        #: The --analysis-config file given, if any.
+        self.analysis_file = analysis_config
         #: The config files the command reads (its outputs may not replace them).
         self.config_files = tuple(path for path in (config, analysis_config) if path is not None)
         self._budget = BudgetConfig.load(config) if config is not None else None

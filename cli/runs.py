@@ -9,7 +9,6 @@ import click
 
 from ledger import import_runs
 from ledger.runs.trajectories import FORMATS as RUN_FORMATS
-from ledger.ground.config import DEFAULT_LIMITS
 
 from ._common import AT, CASE, JSON, IntegerRange, Settings, UsageGroup, input_path, pass_settings, progress_bar
 from ._output import dumps, echo, emit_result, first_names, one_line, warn
@@ -47,8 +46,9 @@ class _Progress:
               help="The semantic score every settle carries.")
 @click.option("--actions", metavar="FILE", help="TOML mapping of programs to action names (default: built in).")
 @JSON
-def import_command(paths: tuple[str, ...], out: str, fmt: str, outcomes: str | None, semantic_score: int,
-                   actions: str | None, as_json: bool) -> None:
+@pass_settings
+def import_command(settings: Settings, paths: tuple[str, ...], out: str, fmt: str, outcomes: str | None,
+                   semantic_score: int, actions: str | None, as_json: bool) -> None:
     """Write one journal of derived facts per run found in TRAJ_OR_FOLDER (.gz too).
 
     Exits 1 when a file could not be imported (named with the reason); the other runs are written.
@@ -56,7 +56,7 @@ def import_command(paths: tuple[str, ...], out: str, fmt: str, outcomes: str | N
     progress = _Progress()
     try:
         summary = import_runs(paths, out, fmt=fmt, outcomes=outcomes, semantic_score=semantic_score,
-                              actions=actions, progress=progress)
+                              actions=actions, progress=progress, analysis=settings.analysis())
     finally:
         progress.close()
     result = summary.to_dict()
@@ -79,11 +79,12 @@ def import_command(paths: tuple[str, ...], out: str, fmt: str, outcomes: str | N
         empty = summary.runs_without_steps
         warn(f"note: {len(empty)} run(s) have no step (every turn was skipped: the summary line says why): their "
              f"journals hold no action, and simulate counts them as runs that spent nothing: {first_names(empty)}")
+    given = settings.analysis_file
     for limit, runs in summary.over_default_limits.items():
-        warn(f"note: {len(runs)} run(s) pass the analysis config's default {limit} "
-             f"({DEFAULT_LIMITS[limit]}): apply refuses them, and so does simulate under any policy that lets "
-             f"them reach it (the run then counts under no policy), unless the analysis config "
-             f"(--analysis-config FILE) raises [limits] {limit}: {first_names(runs)}")
+        warn(f"note: {len(runs)} run(s) pass the analysis config's {'default ' if given is None else ''}{limit} "
+             f"({settings.analysis().limits[limit]}): apply refuses them, and so does simulate under any policy "
+             f"that lets them reach it (the run then counts under no policy), unless the analysis config "
+             f"({'--analysis-config FILE' if given is None else given}) raises [limits] {limit}: {first_names(runs)}")
     for error in summary.errors:  # a file name or a reason may hold a terminal escape: shown escaped
         warn(f"error: {error['code']}: {error['file']}: {error['reason']}")
     if summary.errors:

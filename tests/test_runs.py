@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ledger import Case, LedgerError, import_runs, read_outcomes, simulate, verify_case
+from ledger import AnalysisConfig, Case, LedgerError, import_runs, read_outcomes, simulate, verify_case
 from ledger.runs import trajectories
 from ledger.runs.actions import ActionMap
 from ledger.package_tools.journal import apply_journal
@@ -803,3 +803,35 @@ def test_a_run_whose_every_turn_is_skipped_is_written_and_named_as_a_run_without
     assert done.exit_code == 0
     assert done.stderr == ("note: 1 run(s) have no step (every turn was skipped: the summary line says why): their "
                            "journals hold no action, and simulate counts them as runs that spent nothing: empty\n")
+
+
+def test_the_limits_note_compares_with_the_analysis_config_given(tmp_path):
+    """Runs passing a limit are named against the analysis config the journals will run under: a
+    lowered limit names runs the default would pass, a raised one names none."""
+    steps = tmp_path / "steps.jsonl"
+    with steps.open("w") as out:
+        for run, count in (("short", 3), ("long", 4)):  # 3 budget events a step and the initialize
+            for n in range(count):
+                out.write(json.dumps({"run": run, "command": "ls", "output": f"x{n}"}) + "\n")
+    assert import_runs([steps], tmp_path / "default").over_default_limits == {}
+    lowered = AnalysisConfig(limits={"budget_events_max": 10})
+    assert import_runs([steps], tmp_path / "low", analysis=lowered).over_default_limits == {
+        "budget_events_max": ["long"]}
+    refused = {run.run: run.error and run.error["code"] for run in simulate([tmp_path / "low"], analysis=lowered).runs}
+    assert refused == {"short": None, "long": "LIMIT_REACHED"}
+    with pytest.raises(LedgerError) as caught:
+        import_runs([steps], tmp_path / "bad", analysis={"limits": {}})
+    assert caught.value.code == "INVALID_ARGUMENT"
+    assert caught.value.message == "analysis must be an AnalysisConfig or None, got dict"
+    config = tmp_path / "analysis.toml"
+    config.write_text("[limits]\nbudget_events_max = 10\n")
+    done = CliRunner().invoke(main, ["--analysis-config", str(config), "runs", "import", str(steps),
+                                     "--out", str(tmp_path / "cli")])
+    assert done.exit_code == 0
+    assert ("note: 1 run(s) pass the analysis config's budget_events_max (10): apply refuses them, and so does "
+            "simulate under any policy that lets them reach it (the run then counts under no policy), unless the "
+            f"analysis config ({config}) raises [limits] budget_events_max: long") in done.stderr
+    config.write_text("[limits]\nbudget_events_max = 13\n")
+    done = CliRunner().invoke(main, ["--analysis-config", str(config), "runs", "import", str(steps),
+                                     "--out", str(tmp_path / "cli")])
+    assert done.exit_code == 0 and "note:" not in done.stderr

@@ -26,9 +26,9 @@ from typing import Any, Callable, IO, Iterable, Mapping
 from ..ground import errors as E
 from ..ground.errors import LedgerError, describe_value
 from ..ground.canonical import canonical_bytes
-from ..ground.config import DEFAULT_LIMITS
+from ..ground.config import AnalysisConfig
 from ..ground.paths import STORAGE_ERRNOS, folder_inputs, fs_path, refuse_link_to_nothing
-from ..ground.arguments import check_text_mapping
+from ..ground.arguments import check_instance, check_text_mapping
 from ..model.outcomes import check_outcomes, read_outcomes
 from ..model.package import refuse_output_in_package
 from ..package_tools.atomic_files import create_tagged_temp, remove_abandoned_temp_files
@@ -57,8 +57,9 @@ class ImportSummary:
     not name: their journals record none), ``outcomes_without_run`` (the run ids of the outcomes no run
     imported has, in their order), ``runs_without_steps`` (the runs written with no step: every turn
     skipped, so their journals hold no action), ``over_default_limits`` (a limit of the analysis config →
-    the runs written whose journal passes its default value: ``apply`` refuses them, and ``simulate``
-    under a policy that lets them reach it, unless the config raises it)."""
+    the runs written whose journal passes it: its default value, or the value of the ``analysis``
+    config given to :func:`import_runs`; ``apply`` refuses them, and ``simulate`` under a policy that
+    lets them reach it, unless the config they run under raises it)."""
 
     runs: int = 0
     steps: int = 0
@@ -203,12 +204,12 @@ class _Journal:
         self.handle.write(result)
         self._write({**base, "op": "settle", "semantic_score": score, "reason": "replayed step"})
 
-    def over_default_limits(self) -> list[str]:
-        """The analysis config's limits whose default values this journal passes."""
+    def over_limits(self, limits: Mapping[str, int]) -> list[str]:
+        """The analysis config's ``limits`` this journal passes."""
         over = []
-        if self.evidence_bytes_max > DEFAULT_LIMITS["evidence_payload_bytes_max"]:
+        if self.evidence_bytes_max > limits["evidence_payload_bytes_max"]:
             over.append("evidence_payload_bytes_max")
-        if BUDGET_EVENTS_PER_STEP * self.steps + 1 > DEFAULT_LIMITS["budget_events_max"]:  # 1: the initialize
+        if BUDGET_EVENTS_PER_STEP * self.steps + 1 > limits["budget_events_max"]:  # 1: the initialize
             over.append("budget_events_max")
         return over
 
@@ -260,6 +261,7 @@ class _Importer:
     score: int
     outcomes: Mapping[str, str] | None
     source: str
+    limits: Mapping[str, int]
     summary: ImportSummary = field(default_factory=ImportSummary)
     seen: set[str] = field(default_factory=set)
 
@@ -283,7 +285,7 @@ class _Importer:
         self.summary.steps += journal.steps
         if journal.steps == 0:
             self.summary.runs_without_steps.append(journal.run)
-        for limit in journal.over_default_limits():
+        for limit in journal.over_limits(self.limits):
             self.summary.over_default_limits.setdefault(limit, []).append(journal.run)
         self.summary.journals.append(str(journal.final))
 
@@ -430,13 +432,16 @@ def _check_writable(folder: Path) -> None:
 def import_runs(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str], *, fmt: str = "auto",
                 outcomes: Mapping[str, str] | str | os.PathLike[str] | None = None, semantic_score: int = 50,
                 actions: ActionMap | str | os.PathLike[str] | None = None,
-                progress: Callable[[int, int], None] | None = None) -> ImportSummary:
+                progress: Callable[[int, int], None] | None = None,
+                analysis: AnalysisConfig | None = None) -> ImportSummary:
     """Write one journal per run of the trajectories ``paths`` (files or folders) into ``out``.
 
     ``fmt``: one of :data:`FORMATS`; ``outcomes``: run id → outcome label (or the path of the CSV
     ``ledger simulate --outcomes`` takes), appended to the run's journal as ``record_outcome``;
     ``semantic_score``: what every ``settle`` carries; ``actions``: the command → action mapping
-    (an :class:`ActionMap` or a TOML file); ``progress(done, total)`` is called after each file.
+    (an :class:`ActionMap` or a TOML file); ``progress(done, total)`` is called after each file;
+    ``analysis``: the analysis config the journals will run under, whose limits the summary's
+    ``over_default_limits`` compares with (default: the default config).
 
     Returns an :class:`ImportSummary`; a file that cannot be read is in its ``errors`` and the
     others are imported. Raises ``INVALID_ARGUMENT`` for a bad argument, ``CONFIG_INVALID`` for a
@@ -446,6 +451,8 @@ def import_runs(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[
         raise LedgerError(E.INVALID_ARGUMENT, f"unknown format {fmt!r}; formats: {', '.join(FORMATS)}")
     if type(semantic_score) is not int or not 0 <= semantic_score <= 100:
         raise LedgerError(E.INVALID_ARGUMENT, f"semantic_score must be an integer 0-100, got {semantic_score!r}")
+    limits = check_instance(AnalysisConfig() if analysis is None else analysis, AnalysisConfig, "analysis",
+                            "an AnalysisConfig or None").limits
     mapping = actions if isinstance(actions, ActionMap) else \
         DEFAULT_ACTION_MAP if actions is None else ActionMap.load(actions)
     source = "outcomes table"
@@ -466,7 +473,7 @@ def import_runs(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[
     made = [target, *target.parents]  # the folders this import makes, the deepest first
     made = made[:next(n for n, folder in enumerate(made) if folder.exists())]
     target.mkdir(parents=True, exist_ok=True)
-    importer = _Importer(target, fmt, mapping, semantic_score, outcomes, source)
+    importer = _Importer(target, fmt, mapping, semantic_score, outcomes, source, limits)
     try:
         _check_writable(target)
         remove_abandoned_temp_files(target, ".", _TEMP_SUFFIX)  # what an import killed meanwhile left
