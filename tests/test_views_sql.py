@@ -282,6 +282,42 @@ def test_case_query_with_a_wrong_statement_type_or_parameters_is_invalid_argumen
     assert case.query("select :a AS a", {"a": 2}) == [{"a": 2}]
 
 
+
+class _Buffer:
+    """An object with a buffer but no SQL value, as a numpy scalar or array is."""
+
+    def __init__(self, data):
+        self.data = data
+
+    def __buffer__(self, flags):
+        return memoryview(self.data)
+
+
+@pytest.mark.parametrize("params, says", [
+    ([_Buffer(b"\x03\x00\x00\x00\x00\x00\x00\x00")], "params[0] must be None, a bool, int, float, str or bytes, got "
+                                                    "test_views_sql._Buffer"),
+    ({"a": [1]}, "params['a'] must be None, a bool, int, float, str or bytes, got list"),
+    ({1: 1}, "a params key must be a str, got int"),
+    ("3", "params must be a list or tuple (for ?) or a dict (for :name), got str"),
+    ((n for n in [3]), "params must be a list or tuple (for ?) or a dict (for :name), got generator")])
+def test_a_query_parameter_sqlite_has_no_value_for_is_refused_not_bound_as_bytes(case, params, says):
+    """sqlite3 binds any object with a buffer as a blob: a numpy.int64(3) would compare as 8 bytes and
+    match no row, without a word."""
+    with pytest.raises(LedgerError) as caught:
+        case.query("SELECT :a AS a" if isinstance(params, dict) else "SELECT ? AS a", params)
+    assert (caught.value.code, caught.value.message) == (INVALID_ARGUMENT, says)
+    assert case.query("SELECT ? AS a, ? AS b, ? AS c, ? AS d, ? AS e", (None, True, 3, 1.5, b"x")) == [
+        {"a": None, "b": 1, "c": 3, "d": 1.5, "e": b"x"}]
+    assert case.query("SELECT ? AS a", [bytearray(b"y")]) == [{"a": b"y"}]
+
+
+def test_a_numpy_number_as_a_query_parameter_is_refused_naming_its_type(case):
+    numpy = pytest.importorskip("numpy")
+    with pytest.raises(LedgerError) as caught:
+        case.query("SELECT seq FROM events WHERE seq = ?", [numpy.int64(1)])
+    assert caught.value.message == "params[0] must be None, a bool, int, float, str or bytes, got numpy.int64"
+    assert case.query("SELECT seq FROM events WHERE seq = ?", [numpy.float64(1)]) == [{"seq": 1}]
+
 ENDLESS = "WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r) SELECT COUNT(*) FROM r"
 
 

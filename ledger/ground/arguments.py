@@ -24,7 +24,35 @@ def is_decimal(text: str) -> bool:
 
 
 def _kind(value: Any) -> str:
-    return "None" if value is None else type(value).__name__
+    """The type of ``value`` as a message names it: with its module when not a built-in one
+    (``numpy.int64``, not a bare ``int64`` that reads like an int)."""
+    kind = type(value)
+    if value is None:
+        return "None"
+    return kind.__name__ if kind.__module__ in ("builtins", None) else f"{kind.__module__}.{kind.__qualname__}"
+
+
+#: What a query parameter may be: the values SQLite stores (a bool binds as 0 or 1).
+SQL_VALUE_TYPES = (type(None), bool, int, float, str, bytes, bytearray, memoryview)
+
+
+def check_sql_params(params: Any) -> tuple[Any, ...] | dict[str, Any]:
+    """``params`` as a tuple (a list or tuple binds ``?``) or a dict (str keys bind ``:name``),
+    each value None, a bool, int, float, str or bytes; else ``INVALID_ARGUMENT`` naming the first
+    other one. ``sqlite3`` would bind any object with a buffer as a blob: a ``numpy.int64(3)``
+    compared as 8 bytes, and matched nothing, without a word."""
+    if isinstance(params, dict):
+        for key in params:
+            check_instance(key, str, "a params key", "a str")
+        pairs: Any = params.items()
+    elif isinstance(params, (list, tuple)):
+        pairs = enumerate(params)
+    else:
+        raise LedgerError(INVALID_ARGUMENT, f"params must be a list or tuple (for ?) or a dict (for :name), "
+                          f"got {_kind(params)}")
+    for key, value in pairs:
+        check_instance(value, SQL_VALUE_TYPES, f"params[{key!r}]", "None, a bool, int, float, str or bytes")
+    return params if isinstance(params, dict) else tuple(params)
 
 
 def check_instance(value: Any, types: type | tuple[type, ...], name: str, expected: str) -> Any:

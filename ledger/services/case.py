@@ -16,7 +16,7 @@ import weakref
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from ..ground.arguments import plain_public_arguments
 from ..ground import errors as E
@@ -24,7 +24,7 @@ from ..storage.sqlfiles import migration_record_problem, statement
 from ..ground.canonical import check_int
 from ..ground.clock import checked_clock, first_then, parse_at, utc_now
 from ..ground.config import AnalysisConfig, BudgetConfig
-from ..ground.arguments import check_flag, check_instance
+from ..ground.arguments import check_flag, check_instance, check_sql_params
 from ..ground.errors import LedgerError
 from .actions import CaseBudget
 from .facade import CaseFacade, LifecycleResult  # noqa: F401
@@ -333,12 +333,14 @@ class Case(CaseFacade):
                 for row in chunk:
                     yield dict(zip(names, row))
 
-    def query(self, sql: str, params: Iterable[Any] | dict[str, Any] = (), *,
+    def query(self, sql: str, params: Sequence[Any] | dict[str, Any] = (), *,
               timeout_ms: int | None = None) -> list[dict[str, Any]]:
         """Rows of one read-only statement as dicts keyed by column name, in one short read
         transaction (docs/sql.md); ``params`` bind its ``?`` (a sequence) or ``:name`` (a dict).
 
-        ``INVALID_ARGUMENT`` when ``sql`` is not a str, is several statements, fails, or would do
+        ``INVALID_ARGUMENT`` when ``params`` is not a list, tuple or dict of str keys, or holds a
+        value but None, a bool, int, float, str or bytes (a ``numpy.int64`` too: convert it with
+        ``int()``); when ``sql`` is not a str, is several statements, fails, or would do
         anything but read (write, change the schema, ATTACH, control the transaction, or run a
         pragma but the schema-reading ones): the same statements ``ledger sql`` refuses; and for a
         statement still running after ``timeout_ms`` (an integer of milliseconds, 1 to 86 400 000;
@@ -347,6 +349,7 @@ class Case(CaseFacade):
             raise LedgerError(E.INVALID_ARGUMENT, f"sql must be a str, got {type(sql).__name__}")
         if timeout_ms is not None:
             check_int(timeout_ms, "timeout_ms", minimum=1, maximum=MAX_TIMEOUT_MS)
+        params = check_sql_params(params)
         with self.session.read(), reading_only(self.storage.conn, timeout_ms):
             return self._dicts(sql, params)
 
