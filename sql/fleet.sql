@@ -1,17 +1,18 @@
 -- Named statements of the fleet export (docs/fleet.md). Each block starts with "-- name: <name>".
--- The first three read one case's ledger.sqlite (SQLite), inside one read transaction; the
+-- The first three read one case's ledger.sqlite (SQLite), inside one read transaction (the
+-- ledger is {schema}: main when opened itself, orig in the snapshot verify read); the
 -- others are DuckDB statements. Placeholders in braces are identifiers, quoted string literals
 -- or type maps the code builds from its own table and column lists, never from input.
 
 -- name: fleet_head
-SELECT case_id, package_id, package_generation, head_sha256 FROM case_status;
+SELECT case_id, package_id, package_generation, head_sha256 FROM {schema}.case_status;
 
 -- name: fleet_events
 SELECT seq, type, revision, stream, created_at, body ->> '$.actor' AS actor, sha256, parent_sha256, body
-FROM events ORDER BY seq;
+FROM {schema}.events ORDER BY seq;
 
 -- name: fleet_view
-SELECT * FROM {table};
+SELECT * FROM {schema}.{table};
 
 -- name: fleet_copy_parquet
 COPY (SELECT {columns} FROM read_json({source}, format = 'newline_delimited', columns = {types}))

@@ -5,6 +5,8 @@ replacement under a concurrent reader, the documented fleet questions (docs/flee
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import importlib.util
 import json
 import os
@@ -14,6 +16,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -873,3 +876,58 @@ def _alive(pid: int) -> bool:
         return False
     with open(f"/proc/{pid}/stat") as stat:  # a zombie is gone but for its exit status
         return stat.read().split(") ")[-1][0] != "Z"
+
+
+def _waiting_for(lock: Path, timeout_s: float = 60.0) -> None:
+    """Return once someone waits for ``lock`` (a blocked flock in /proc/locks, marked ``->``)."""
+    inode = f":{lock.stat().st_ino} "
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if any("->" in line and inode in line for line in Path("/proc/locks").read_text().splitlines()):
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"nobody waited for {lock}")
+
+
+def _edit_event_body(ledger: Path, seq: int, old: str, new: str) -> None:
+    """Replace ``old`` by ``new`` in event ``seq``'s body past the append-only triggers, then put
+    the triggers back as they were."""
+    conn = sqlite3.connect(ledger, isolation_level=None)
+    triggers = conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'events'").fetchall()
+    conn.execute("BEGIN IMMEDIATE")
+    for name, _ in triggers:
+        conn.execute(f'DROP TRIGGER "{name}"')
+    conn.execute("UPDATE events SET body = replace(body, ?, ?) WHERE seq = ?", (old, new, seq))
+    for _, sql in triggers:
+        conn.execute(sql)
+    conn.execute("COMMIT")
+    conn.close()
+
+
+@pytest.mark.skipif(not Path("/proc/locks").exists(), reason="tells a waiting export by /proc/locks (Linux)")
+def test_the_rows_exported_are_the_rows_verified_in_one_snapshot(tmp_path):
+    """An edit present when the export first read the case, and undone before verify read it, was
+    written to Parquet as verified (and kept by every later export, the head being unchanged)."""
+    _colon_case(tmp_path / "colon")
+    run_demo(tmp_path / "demo", echo=lambda text: None)
+    out = tmp_path / "out"
+    export_fleet([tmp_path / "demo"], out)  # out is a fleet export: the colon case's lock file can be held
+    ledger = tmp_path / "colon" / "ledger.sqlite"
+    _edit_event_body(ledger, 7, '"replayed step"', '"edited step"')
+    lock = out / "_fleet" / "cases" / f"{partition_name(COLON_CASE)}.lock"
+    reports = []
+    with open(lock, "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        exporting = threading.Thread(target=lambda: reports.append(export_fleet([tmp_path / "colon"], out)))
+        exporting.start()
+        try:
+            _waiting_for(lock)  # it has read the case's head (edited) and waits to verify and write
+            _edit_event_body(ledger, 7, '"edited step"', '"replayed step"')
+        finally:
+            fcntl.flock(held, fcntl.LOCK_UN)
+            exporting.join()
+    assert (reports[0].exported, reports[0].failed) == (1, [])
+    exported = fleet_query(out, f"SELECT seq, body, sha256 FROM events WHERE case_id = '{COLON_CASE}' ORDER BY seq")[1]
+    assert exported == read_only_query(tmp_path / "colon", "SELECT seq, body, sha256 FROM events ORDER BY seq")[1]
+    assert "replayed step" in exported[6][1]
+    assert all(hashlib.sha256(body.encode()).hexdigest() == sha256 for _, body, sha256 in exported)

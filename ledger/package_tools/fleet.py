@@ -39,11 +39,13 @@ from ..ground.workers import job_count, watch_parent, worker_context
 from ..storage.readonly import open_readonly
 from ..storage.sqlite_file import log_files_exist, release_log, translate_sqlite_errors
 from .anchors import anchor_or_none
-from .verify import verify_case
+from .verify import verify_then_read
 
 FORMAT = "fleet-export-v1"
 #: The exported tables, in the order they are written: the chain, then the public views.
 TABLES = ("events", "actions", "balances", "evidence", "scope_usage", "case_status")
+#: What ``fleet_head`` reads, as the report and the case's record name it.
+HEAD_KEYS = ("case_id", "package_id", "head_seq", "head_sha256")
 DATA_FILE = "data.parquet"
 META_DIR = "_fleet"  # Spark, Trino and DuckDB readers of OUT/TABLE never look here
 
@@ -296,7 +298,7 @@ def _with_head(case: Path, out: Path, step: Callable[..., None]) -> dict[str, An
             if row is None:
                 raise LedgerError(E.LEDGER_MISSING, f"{case / LEDGER_FILE} holds no case (an interrupted init?)",
                                   path=str(case))
-            head = dict(zip(("case_id", "package_id", "head_seq", "head_sha256"), row))
+            head = dict(zip(HEAD_KEYS, row))
             entry.update(head)
             step(conn, case, out, head, entry)
         finally:
@@ -322,8 +324,8 @@ def _head_step(conn: Any, case: Path, out: Path, head: dict[str, Any], entry: di
 
 
 def _export_snapshot(conn: Any, case: Path, out: Path, head: dict[str, Any], entry: dict[str, Any]) -> None:
-    """Verify the case and write its tables (``status`` exported), unless ``out`` already holds
-    this head (unchanged)."""
+    """Verify the case and write its tables (``status`` exported, with the head written), unless
+    ``out`` already holds this head (unchanged). The tables are read in verify's snapshot, not ``conn``'s."""
     name = partition_name(head["case_id"])
     record_path = meta_dir(out) / "cases" / f"{name}.json"
     with locked_file(meta_dir(out) / "cases" / f"{name}.lock", fcntl.LOCK_EX):
@@ -335,25 +337,12 @@ def _export_snapshot(conn: Any, case: Path, out: Path, head: dict[str, Any], ent
         if record and record.get("head_sha256") == head["head_sha256"]:
             entry["status"] = "unchanged"
             return
-        last = record or {}  # the head recorded at the last export anchors the case: a rewrite since fails
-        try:
-            verified = verify_case(case, anchors=anchor_or_none(last.get("head_seq"), last.get("head_sha256")))
-        except LedgerError as exc:
-            if "anchored_seq" not in exc.details or last.get("path") in (str(case), os.path.abspath(case)):
-                raise
-            raise LedgerError(exc.code, f"{exc.message} (this fleet last exported the case from {last.get('path')}: "
-                              "is this a copy of it?)", **exc.details) from None
-        if verified.head_seq < head["head_seq"]:  # the ledger only grows, so this cannot happen
-            raise LedgerError(E.INTEGRITY_ERROR, f"{case}: verify ended at seq {verified.head_seq}, "
-                                                 f"before the exported head {head['head_seq']}")
+        last = record or {}
         build = meta_dir(out) / "tmp" / f".build-{name}.{os.getpid()}"
         shutil.rmtree(build, ignore_errors=True)
         build.mkdir(parents=True)
         try:
-            for table in TABLES:
-                query = statement("fleet_events" if table == "events" else "fleet_view", table=table)
-                with translate_sqlite_errors():
-                    _write_table(conn.execute(query), build / f"{table}.parquet")
+            head = _verified_tables(case, head, last, build)
             _publish(build, out, name)
         finally:
             shutil.rmtree(build, ignore_errors=True)
@@ -363,7 +352,30 @@ def _export_snapshot(conn: Any, case: Path, out: Path, head: dict[str, Any], ent
         # ASCII JSON: a path that is not UTF-8 (a surrogate escape) is written as \udcXX and read back the same
         write_atomic(record_path, json.dumps(record).encode("ascii") + b"\n")
         fsync_dir(record_path.parent)
-        entry["status"] = "exported"
+        entry.update(head, status="exported")
+
+
+def _verified_tables(case: Path, head: dict[str, Any], last: dict[str, Any], build: Path) -> dict[str, Any]:
+    """Verify the case and write its tables into ``build`` from the very snapshot verified (a change
+    made before verify read it and undone after was exported unverified); its head is returned."""
+    def write(conn: Any) -> dict[str, Any]:  # the ledger is attached to verify's connection as orig
+        with translate_sqlite_errors():
+            seen = dict(zip(HEAD_KEYS, conn.execute(statement("fleet_head", "orig")).fetchone()))
+        if (seen["case_id"], seen["package_id"]) != (head["case_id"], head["package_id"]) \
+                or seen["head_seq"] < head["head_seq"]:  # the ledger only grows: another file was put there
+            raise LedgerError(E.LEDGER_BUSY, f"{case / LEDGER_FILE} was replaced while it was exported; export again")
+        for table in TABLES:
+            query = statement("fleet_events" if table == "events" else "fleet_view", "orig", table=table)
+            with translate_sqlite_errors():
+                _write_table(conn.execute(query), build / f"{table}.parquet")
+        return seen
+    try:  # the head recorded at the last export anchors the case: a rewrite since fails
+        return verify_then_read(case, write, anchors=anchor_or_none(last.get("head_seq"), last.get("head_sha256")))[1]
+    except LedgerError as exc:
+        if "anchored_seq" not in exc.details or last.get("path") in (str(case), os.path.abspath(case)):
+            raise
+        raise LedgerError(exc.code, f"{exc.message} (this fleet last exported the case from {last.get('path')}: "
+                          "is this a copy of it?)", **exc.details) from None
 
 
 def _publish(build: Path, out: Path, name: str) -> None:

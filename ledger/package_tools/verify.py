@@ -200,15 +200,23 @@ def verify_case(path: str | os.PathLike[str], progress: Progress | None = None, 
     with that sha256, which fixes every event up to it (``INTEGRITY_ERROR`` otherwise, and for a
     ledger that ends before ``seq``; ``INVALID_ARGUMENT`` for a malformed anchor). docs/files.md.
     """
+    return verify_then_read(path, None, progress, strict=strict, jobs=jobs, anchors=anchors)[0]
+
+
+def verify_then_read(path: str | os.PathLike[str], read: Callable[[sqlite3.Connection], Any] | None,
+                     progress: Progress | None = None, *, strict: bool = False, jobs: int | None = 1,
+                     anchors: Mapping[int, str] | None = None) -> tuple[VerifyReport, Any]:
+    """:func:`verify_case`, then what ``read(conn)`` returns, read in the snapshot verified (the ledger
+    is ``orig`` on ``conn``): the fleet export writes the rows verified, not a snapshot taken apart."""
     anchors = check_anchors(anchors)
     try:
-        return _verify_case(path, progress, strict, jobs, anchors)
+        return _verify_case(path, progress, strict, 1 if read else jobs, anchors, read)
     except OSError as exc:
         raise os_error(exc, "verify: the file system refused") from None
 
 
-def _verify_case(path: str | os.PathLike[str], progress: Progress | None, strict: bool,
-                 jobs: int | None, anchors: dict[int, str]) -> VerifyReport:
+def _verify_case(path: str | os.PathLike[str], progress: Progress | None, strict: bool, jobs: int | None,
+                 anchors: dict[int, str], read: Callable[[sqlite3.Connection], Any] | None) -> tuple[VerifyReport, Any]:
     root = fs_path(path, "case path")
     check_callback(progress, "progress")
     check_flag(strict, "strict")
@@ -236,6 +244,7 @@ def _verify_case(path: str | os.PathLike[str], progress: Progress | None, strict
                     second = SecondHalf.start(root, ledger, split[2], split[0], split[1], started_at)
                 _sqlite_check(scratch.conn, "integrity_check")  # every index compared with its table
                 report = _verify_attached(root, scratch, progress, second, started_at, anchors)
+                extra = read(scratch.conn) if read is not None else None
         except LedgerError as exc:
             if immutable and exc.code == E.INTEGRITY_ERROR and file_identity(ledger) != before:
                 raise _changed_under_us(ledger) from None
@@ -248,7 +257,7 @@ def _verify_case(path: str | os.PathLike[str], progress: Progress | None, strict
                 release_log(ledger)  # the read-only attach left -wal and -shm: fold them as a writer's close would
         if immutable and file_identity(ledger) != before:
             raise _changed_under_us(ledger)
-        return report
+        return report, extra
 
 
 def _sqlite_check(conn: sqlite3.Connection, check: str) -> None:
