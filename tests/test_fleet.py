@@ -27,9 +27,9 @@ from click.testing import CliRunner
 
 from ledger import Case, LedgerError, apply_journal, export_fleet, fleet_query, read_only_query, run_demo
 from ledger.ground.errors import INVALID_ARGUMENT
-from ledger.package_tools.fleet import TABLES, column_type, partition_name
+from ledger.package_tools.fleet import TABLES, column_type, find_cases, partition_name
 from ledger_cli.main import main
-from conftest import make_package
+from conftest import deny_reading, deny_searching, make_package
 
 REPO = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("benchmark_fleet", REPO / "benchmarks" / "fleet.py")
@@ -931,3 +931,41 @@ def test_the_rows_exported_are_the_rows_verified_in_one_snapshot(tmp_path):
     assert exported == read_only_query(tmp_path / "colon", "SELECT seq, body, sha256 FROM events ORDER BY seq")[1]
     assert "replayed step" in exported[6][1]
     assert all(hashlib.sha256(body.encode()).hexdigest() == sha256 for _, body, sha256 in exported)
+
+
+def _team_cases(root: Path) -> Path:
+    """``root/cases`` holding ``visible`` and ``team-b/hidden``, two new cases."""
+    for folder, case_id in (("visible", "VIS"), ("team-b/hidden", "HIDDEN")):
+        Case.create(root / "cases" / folder, case_id).close()
+    return root / "cases"
+
+
+def test_a_folder_this_user_may_not_list_fails_as_a_case_and_is_never_left_out(tmp_path, monkeypatch):
+    """A folder the walk cannot list may hold cases: it fails (STORAGE_ERROR, exit 1) while the
+    cases that can be read are exported; it was left out without a word, exit 0."""
+    cases = _team_cases(tmp_path)
+    deny_reading(monkeypatch, cases / "team-b")
+    try:
+        report = export_fleet([cases], tmp_path / "out")
+    finally:
+        (cases / "team-b").chmod(0o755)
+    assert (report.cases, report.exported) == (2, 1)
+    [failed] = report.failed
+    assert (failed["path"], failed["error"]["code"]) == (str(cases / "team-b"), "STORAGE_ERROR")
+    assert fleet_query(tmp_path / "out", "SELECT case_id FROM case_status")[1] == [("VIS",)]
+
+
+def test_a_case_folder_this_user_may_list_but_not_search_fails_alone(tmp_path, monkeypatch):
+    """Its ledger.sqlite is named but cannot be looked at: that case fails and the others are
+    exported (the whole export ended with STORAGE_ERROR)."""
+    cases = _team_cases(tmp_path)
+    deny_searching(monkeypatch, cases / "team-b" / "hidden")
+    try:
+        found = find_cases([cases])
+        report = export_fleet(found, tmp_path / "out")  # the command passes the cases it found
+    finally:
+        (cases / "team-b" / "hidden").chmod(0o755)
+    assert found == [cases / "team-b" / "hidden", cases / "visible"]
+    assert (report.cases, report.exported) == (2, 1)
+    [failed] = report.failed
+    assert (failed["path"], failed["error"]["code"]) == (str(cases / "team-b" / "hidden"), "STORAGE_ERROR")

@@ -11,7 +11,7 @@ import pytest
 from ledger import BudgetConfig, LedgerError, build_folders, case_folders, export_many, verify_case, verify_many
 from ledger.ground.errors import INTEGRITY_ERROR, INVALID_ARGUMENT, LEDGER_MISSING
 
-from conftest import run_cli, start_case
+from conftest import deny_reading, run_cli, start_case
 
 
 def make_cases(root: Path, count: int) -> list[Path]:
@@ -267,3 +267,20 @@ def test_all_leaves_out_build_folders_and_says_so_on_stderr(four_cases):
         f"note: {folder}: left out: named like an import's or a demo's build folder (a run's scratch, which a "
         "killed run leaves and the next import or demo there removes)" for folder in scratch]
     assert json.loads(run_cli("export", "--all", str(root), "--json").stdout)["passed"] == 4
+
+
+def test_a_folder_of_cases_this_user_may_not_list_fails_in_verify_all(tmp_path, monkeypatch):
+    """A folder inside the folder of cases that cannot be listed may be a case: it is taken and
+    fails (STORAGE_ERROR), never left out without a word."""
+    start_case(tmp_path / "cases" / "visible").close()
+    (tmp_path / "cases" / "locked").mkdir()
+    deny_reading(monkeypatch, tmp_path / "cases" / "locked")
+    try:
+        report = verify_many(case_folders([tmp_path / "cases"]), jobs=1)
+    finally:
+        (tmp_path / "cases" / "locked").chmod(0o755)
+    assert [(outcome["case"], outcome["ok"]) for outcome in report.cases] == [
+        (str(tmp_path / "cases" / "locked"), False), (str(tmp_path / "cases" / "visible"), True)]
+    assert report.cases[0]["error"]["code"] == "STORAGE_ERROR"
+    assert "may not read the folder" in report.cases[0]["error"]["message"] or \
+        "Permission denied" in report.cases[0]["error"]["message"]

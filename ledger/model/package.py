@@ -286,16 +286,20 @@ def is_case_package(folder: Path) -> bool:
     ``-export-lock``) or an export (``manifest.json`` beside ``analysis/``). Finding many cases
     takes such a damaged package too, so that opening it fails (``LEDGER_MISSING``; a
     ``ledger.sqlite`` that is no file, ``STORAGE_ERROR``) instead of the case being left out
-    without a word (docs/cli.md). An import's or a demo's build folder (:func:`is_build_folder`) is none."""
+    without a word (docs/cli.md). So is a folder this user may not read (it may hold a case: opening
+    it fails with ``STORAGE_ERROR``). An import's or a demo's build folder (:func:`is_build_folder`) is none."""
     if is_build_folder(folder.name):
         return False
     if os.path.lexists(folder / LEDGER_FILE):
         return True
     try:
-        names = set(os.listdir(folder))
+        with os.scandir(folder) as entries:
+            names = {entry.name for entry in entries}
+    except PermissionError:
+        return True
     except OSError:
         return False
-    return (not names.isdisjoint(LEDGER_SIDE_FILES)
+    return (LEDGER_FILE in names or not names.isdisjoint(LEDGER_SIDE_FILES)  # listed, but not searchable
             or (MANIFEST_FILE in names and ANALYSIS_DIR in names))
 
 

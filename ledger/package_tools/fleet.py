@@ -196,13 +196,14 @@ def find_cases(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
     found: list[Path] = []  # in order; once_each keeps each case once
     for given in paths:
         root = fs_path(given, "case or folder")
-        if (root / LEDGER_FILE).is_file():
+        if _holds_ledger(root):
             found.append(root)
             continue
         if not root.is_dir():
             raise missing_ledger(root)
         any_case = False
-        for folder, dirs, files in os.walk(root):
+        unread: list[Path] = []  # a folder the walk cannot list may hold cases: taken, so that it fails
+        for folder, dirs, files in os.walk(root, onerror=lambda exc: unread.append(Path(exc.filename))):
             dirs.sort()
             if is_case_package(Path(folder)):
                 found.append(Path(folder))
@@ -214,9 +215,21 @@ def find_cases(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
                     if linked.is_symlink() and linked.is_dir() and is_case_package(linked):
                         found.append(linked)
                         any_case = True
-        if not any_case:
+        found.extend(unread)
+        if not any_case and not unread:
             raise LedgerError(E.LEDGER_MISSING, f"no case package (a folder with {LEDGER_FILE}) under {root}")
     return once_each(found)
+
+
+def _holds_ledger(folder: Path) -> bool:
+    """Whether ``folder`` holds a ``ledger.sqlite`` file, or one this user may not look at (a case
+    that then fails on its own, ``STORAGE_ERROR``, rather than ending the whole export)."""
+    try:
+        return stat.S_ISREG((folder / LEDGER_FILE).stat().st_mode)
+    except PermissionError:
+        return True
+    except OSError:
+        return False
 
 
 # -- exporting one case -----------------------------------------------------------------

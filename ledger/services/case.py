@@ -70,6 +70,13 @@ def missing_ledger(root: Path) -> LedgerError:
     ``ledger.sqlite`` that is there but no file (a folder, a link to nothing) is ``STORAGE_ERROR``:
     it must be moved aside first."""
     ledger = root / LEDGER_FILE
+    try:
+        os.scandir(root).close()
+    except PermissionError:  # it may hold a ledger this user cannot see
+        return LedgerError(E.STORAGE_ERROR, f"{root}: this user may not read the folder (permission denied), so "
+                           "whether it holds a case is not known", path=str(root))
+    except OSError:
+        pass
     if os.path.lexists(ledger):
         kind = "a folder" if ledger.is_dir() else "a link to nothing" if not ledger.exists() else "not a regular file"
         restore = (f"; then 'ledger import {root} --to {root}' restores it from the package's export"
