@@ -22,7 +22,7 @@ CASES = click.argument("cases", metavar="CASE...", nargs=-1, required=True, type
 ALL = click.option("--all", "all_in", is_flag=True,
                    help="Each CASE is a folder of cases: take every case folder directly inside it, or linked "
                         "there (one that lost its ledger.sqlite but keeps its export or side files is taken, and "
-                        "fails). A folder named like an import's or a demo's build folder is left out, with a note.")
+                        "fails, as does a folder this user may not read). A folder named like an import's or a demo's build folder is left out, with a note.")
 
 
 def _jobs(help_text: str) -> Any:
