@@ -969,3 +969,20 @@ def test_a_case_folder_this_user_may_list_but_not_search_fails_alone(tmp_path, m
     assert (report.cases, report.exported) == (2, 1)
     [failed] = report.failed
     assert (failed["path"], failed["error"]["code"]) == (str(cases / "team-b" / "hidden"), "STORAGE_ERROR")
+
+
+@pytest.mark.parametrize("damage", ['["x"]', '"text"', "null", '{"head_seq": "abc"}', "not json", ""])
+def test_a_damaged_record_of_a_case_has_the_case_exported_again(tmp_path, damage):
+    """A case's record in OUT/_fleet/cases that is not the object the export writes (other JSON, a
+    field of another type) is no record: the case is exported again and the record rewritten (it
+    ended every export of the case with a traceback)."""
+    Case.create(tmp_path / "c", "REC-1").close()
+    out = tmp_path / "out"
+    export_fleet([tmp_path / "c"], out)
+    record = out / "_fleet" / "cases" / "case_id=REC-1.json"
+    written = json.loads(record.read_text())
+    record.write_text(damage)
+    done = CliRunner().invoke(main, ["fleet", "export", str(tmp_path / "c"), "--to", str(out), "--json"])
+    assert done.exit_code == 0, done.output
+    assert (json.loads(done.stdout)["exported"], json.loads(record.read_text())) == (1, written)
+    assert export_fleet([tmp_path / "c"], out).unchanged == 1

@@ -284,13 +284,20 @@ def _write_table(cursor: Any, out_file: Path) -> None:
         os.fsync(written.fileno())
 
 
+#: The fields of a case's record (``_fleet/cases/<partition>.json``) and their JSON types.
+RECORD_FIELDS = {"format": str, "case_id": str, "package_id": str, "head_seq": int, "head_sha256": str, "path": str}
+
+
 def _recorded(record: Path) -> dict[str, Any] | None:
+    """The case's record, or None when there is none or it is unreadable or not one (a damaged
+    record: the case is exported again, which rewrites it)."""
     try:
-        return json.loads(record.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
+        data = json.loads(record.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return None  # unreadable: the case is exported again, which rewrites it
+        return None
+    if not isinstance(data, dict) or any(type(data.get(key)) is not kind for key, kind in RECORD_FIELDS.items()):
+        return None
+    return data
 
 
 def _with_head(case: Path, out: Path, step: Callable[..., None]) -> dict[str, Any]:
