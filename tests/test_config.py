@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -329,3 +330,10 @@ def test_a_schema_message_starting_with_the_value_names_it_as_json_whatever_the_
                                       ({"not": {}}, True, "true should not be valid under {}")):
         (error,) = Draft202012Validator(schema).iter_errors(instance)
         assert schema_message(error) == message
+
+
+def test_the_export_file_bound_is_the_largest_event_or_content_an_analysis_config_allows():
+    """Import refuses an event or content file over EXPORT_FILE_BYTES_MAX: no config may allow one."""
+    from ledger.ground.paths import EXPORT_FILE_BYTES_MAX
+    limits = json.loads((REPO / "schemas" / "analysis-config-v1.json").read_text())["properties"]["limits"]["properties"]
+    assert {limits[key]["maximum"] for key in ("event_bytes_max", "evidence_artifact_bytes_max")} == {EXPORT_FILE_BYTES_MAX}

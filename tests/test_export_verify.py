@@ -18,6 +18,7 @@ from ledger.ground.canonical import canonical_bytes, sha256_hex
 from ledger.ground.errors import (CASE_EXISTS, INTEGRITY_ERROR, INVALID_ARGUMENT, LEDGER_MISSING, STORAGE_ERROR)
 import ledger.package_tools.export as export_module
 from ledger.model.package import event_path
+from ledger.ground.paths import EXPORT_FILE_BYTES_MAX, bytes_at_most
 from ledger.model.source_refs import line_ending_digests
 from conftest import deny_reading, logical_dump, run_cli, make_package, start_case
 
@@ -1760,3 +1761,66 @@ def test_a_manifest_far_larger_than_an_export_writes_is_refused_before_it_is_rea
     assert refused.value.code == INTEGRITY_ERROR and not (exported.parent / "copy").exists()
     export_case(exported)
     assert (exported / "manifest.json").read_bytes() == honest
+
+
+def _sparse(path: Path, size: int) -> None:
+    """``path`` replaced by a file of ``size`` zero bytes that takes no room on disk."""
+    path.unlink(missing_ok=True)
+    with open(path, "wb") as file:
+        file.truncate(size)
+
+
+HUGE = EXPORT_FILE_BYTES_MAX + 1  # one byte more than any event or content may hold
+
+
+@pytest.mark.parametrize("where", ["event", "content"])
+def test_import_refuses_an_event_or_content_file_larger_than_any_may_be_without_reading_it(exported, tmp_path, where):
+    """A package file over the largest event or content an analysis config allows is no file of an
+    export: INTEGRITY_ERROR naming it, told by its size (a 40 GiB sparse file ended in MemoryError)."""
+    files = sorted(exported.glob("analysis/budgets/0001/events/*.json" if where == "event"
+                                 else "analysis/evidence/content/*.json"))
+    _sparse(files[1 if where == "event" else 0], HUGE)
+    tracemalloc.start()
+    try:
+        with pytest.raises(LedgerError) as caught:
+            import_tree(exported, tmp_path / "new")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert caught.value.code == INTEGRITY_ERROR
+    relative = files[1 if where == "event" else 0].relative_to(exported).as_posix()
+    assert relative in caught.value.message
+    assert peak < 64 * 1024 * 1024  # nothing the size of the file was read
+    assert not (tmp_path / "new").exists()
+
+
+def test_verify_and_export_pass_over_a_stray_event_named_file_larger_than_any_event(exported):
+    """A file named like a later event but over any event's size is not read whole: verify names it
+    as no part of the export; export writes the ledger's files beside it."""
+    stray = exported / "analysis" / "budgets" / "0001" / "events" / "00000999.json"
+    _sparse(stray, HUGE)
+    with pytest.raises(LedgerError) as caught:
+        verify_case(exported)
+    assert caught.value.code == INTEGRITY_ERROR and "00000999.json is not part of the export" in caught.value.message
+    stray.unlink()
+    first = sorted((exported / "analysis" / "budgets" / "0001" / "events").glob("*.json"))[0]
+    kept = first.read_bytes()
+    _sparse(first, HUGE)  # where the ledger's event belongs: export writes it again
+    with Case.open(exported) as case:
+        export_case(case)
+    assert first.read_bytes() == kept
+    assert verify_case(exported).head_seq == 13
+
+
+@pytest.mark.parametrize("size, most, whole", [(0, 0, True), (5, 5, True), (6, 5, False), (5, 10 ** 9, True)])
+def test_bytes_at_most_reads_a_file_up_to_its_bound_and_no_further(tmp_path, size, most, whole):
+    path = tmp_path / "f"
+    path.write_bytes(b"x" * size)
+    tracemalloc.start()
+    try:
+        got = bytes_at_most(path, most)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert got == (b"x" * size if whole else None)
+    assert peak < 1024 * 1024  # the bound is not set aside: a 5-byte file under a 1 GB bound

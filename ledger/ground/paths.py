@@ -88,6 +88,34 @@ def read_bytes(path: Path, what: str, limit: int | None = None) -> bytes:
         raise os_error(exc, f"cannot read {what}", STORAGE_ERROR) from None
 
 
+#: The most bytes an exported event or content file holds: an event is at most ``event_bytes_max``
+#: and a content at most ``evidence_artifact_bytes_max``, and no analysis config sets either past
+#: 1 GiB (schemas/analysis-config-v1.json). A file of an export holding more is none of its files.
+EXPORT_FILE_BYTES_MAX = 1024 ** 3
+
+
+def bytes_at_most(path: Path, most: int) -> bytes | None:
+    """The bytes of the file ``path``, or None when it holds more than ``most``: its size is looked
+    at before anything is read, and at most ``most + 1`` bytes are read (a file growing meanwhile),
+    so a huge or sparse file is never read whole. ``OSError`` as ``open`` raises it."""
+    with open(path, "rb") as file:
+        size = os.fstat(file.fileno()).st_size
+        if size > most:
+            return None
+        data = file.read(size + 1)  # read(n) sets n bytes aside first: the size, not the bound
+        while size < len(data) <= most and (more := file.read(min(1 << 20, most + 1 - len(data)))):
+            data += more  # it grew since
+    return None if len(data) > most else data
+
+
+def read_bytes_at_most(path: Path, what: str, most: int) -> bytes | None:
+    """:func:`bytes_at_most`, the file system's refusal as :func:`read_bytes` reports it (``STORAGE_ERROR``)."""
+    try:
+        return bytes_at_most(path, most)
+    except OSError as exc:
+        raise os_error(exc, f"cannot read {what}", STORAGE_ERROR) from None
+
+
 def os_error(exc: OSError, what: str, default_code: str = INVALID_ARGUMENT) -> LedgerError:
     """The ``LedgerError`` for an ``OSError`` met while doing ``what``: ``STORAGE_ERROR`` when the
     file system refused (read-only, permission, full, I/O), else ``default_code``."""

@@ -30,7 +30,7 @@ from ..services.case import Case
 from .manifest import manifest_for, read_manifest
 from ..model.package import (ANALYSIS_DIR, CONTENT_FILE_RE, LEDGER_FILE, MANIFEST_FILE, check_package_names, content_path, is_export_temp,
                       event_path, export_tree_files, refuse_own_links, well_placed)
-from ..ground.paths import os_error
+from ..ground.paths import EXPORT_FILE_BYTES_MAX, bytes_at_most, os_error
 
 Progress = Callable[[int], None]
 #: How long an export waits for another export of the same package to finish.
@@ -160,9 +160,12 @@ def _refuse_replacing_a_sound_file(root: Path, relative: str, shas: set[str]) ->
     try:
         if not stat.S_ISREG(os.lstat(target).st_mode):
             return
-        held = sha256_hex(target.read_bytes())
+        data = bytes_at_most(target, EXPORT_FILE_BYTES_MAX)
     except OSError:
         return  # missing or unreadable: writing it says why, if it must
+    if data is None:
+        return  # larger than any event or content: no file of this case
+    held = sha256_hex(data)
     name = PurePosixPath(relative)
     if held in shas or (CONTENT_FILE_RE.fullmatch(relative) and name.stem == held):
         raise _refused(f"{relative} holds {'an event' if held in shas else 'a content'} of this case that the ledger "

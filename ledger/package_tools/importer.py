@@ -34,7 +34,7 @@ from ..model.package import (ANALYSIS_DIR, EVENT_FILE_RE, EVIDENCE_EVENT_FILE_RE
                              check_export_tree, content_path, event_path, is_ledger_own, input_identity,
                              printable_name, refuse_build_folder_name, refuse_output_in_package, refuse_own_links,
                              walk_package)
-from ..ground.paths import fs_path, os_error, read_bytes
+from ..ground.paths import EXPORT_FILE_BYTES_MAX, fs_path, os_error, read_bytes_at_most
 from .replay import PackageSource, Replayer
 from ..storage.connection import Storage
 from ..storage.sqlite_file import LOCK_SUFFIX, EventRow, HelperRow
@@ -97,10 +97,25 @@ def _budget_revisions(files: dict[str, Path]) -> list[int]:
                    and r.startswith("analysis/budgets/")})
 
 
+def _event_bytes(files: dict[str, Path], relative: str) -> bytes:
+    """The bytes of the event file ``relative``; ``INTEGRITY_ERROR`` when it holds more than any event
+    may (:data:`EXPORT_FILE_BYTES_MAX`), told without reading it whole."""
+    data = read_bytes_at_most(files[relative], relative, EXPORT_FILE_BYTES_MAX)
+    if data is None:
+        raise _bad(None, f"{relative} holds more than {EXPORT_FILE_BYTES_MAX} bytes, more than any event may: "
+                   "it is no file of an export", file=relative)
+    return data
+
+
+def _content_bytes(files: dict[str, Path], relative: str) -> bytes | None:
+    """The bytes of the content file ``relative``, or None when it holds more than any content may."""
+    return read_bytes_at_most(files[relative], relative, EXPORT_FILE_BYTES_MAX)
+
+
 def _claimed(files: dict[str, Path], relative: str) -> dict[str, Any] | None:
     """The event ``relative`` holds, if it parses as one (a JSON object with an integer seq)."""
     try:
-        body = json.loads(read_bytes(files[relative], relative))
+        body = json.loads(_event_bytes(files, relative))
     except (ValueError, RecursionError):
         return None
     return body if type(body) is dict and type(body.get("seq")) is int else None
@@ -184,7 +199,13 @@ def _rebuild(building: Path, build_dir: Path, files: dict[str, Path], manifest: 
 
     def content_of(sha: str) -> bytes | None:
         relative = content_path(sha)
-        return read_bytes(files[relative], relative) if relative in files else None
+        if relative not in files:
+            return None
+        data = _content_bytes(files, relative)
+        if data is None:
+            raise _bad(None, f"{relative} holds more than {EXPORT_FILE_BYTES_MAX} bytes, more than any content "
+                       "may: it is no file of an export", file=relative)
+        return data
 
     head_seq = manifest["head"]["seq"]
     accounted: set[str] = set()
@@ -238,15 +259,16 @@ def _unreplayed_past_head(files: dict[str, Path], accounted: set[str], seq: int,
             if body is not None and body["seq"] >= seq:
                 claims.setdefault(body["seq"], []).append((relative, body))
     taken: list[str] = []
-    parent = sha256_hex(read_bytes(files[last], last))
+    parent = sha256_hex(_event_bytes(files, last))
     while len(claims.get(seq, [])) == 1 and claims[seq][0][1].get("parent_sha256") == parent:
         relative = claims[seq][0][0]
-        data = read_bytes(files[relative], relative)
+        data = _event_bytes(files, relative)
         taken.append(relative)
         parent, seq = sha256_hex(data), seq + 1
         for sha in set(_SHA256.findall(data.decode("utf-8", "replace"))):
             named = content_path(sha)
-            if named in files and named not in accounted and sha256_hex(read_bytes(files[named], named)) == sha:
+            if named in files and named not in accounted and (held := _content_bytes(files, named)) is not None \
+                    and sha256_hex(held) == sha:
                 accounted.add(named)
     accounted.update(taken)
     return taken
@@ -263,7 +285,7 @@ def _check_content_files(files: dict[str, Path], contents: Mapping[str, bytes], 
         relative = content_path(sha)
         if relative not in files:
             raise _bad(seq, f"exported content {relative} is missing", file=relative)
-        if read_bytes(files[relative], relative) != data:
+        if read_bytes_at_most(files[relative], relative, len(data)) != data:
             raise _bad(seq, f"exported content {relative} differs from the replay (edited or swapped)",
                        file=relative)
 
@@ -286,7 +308,7 @@ def _replay_tree(replayer: Replayer, files: dict[str, Path], head_seq: int, acco
                 raise _no_event(files, replayer.view, revisions, seq, head_seq)
             return past_head, last, None
         try:
-            body, stream_seq = replayer.apply(seq, read_bytes(files[relative], relative))
+            body, stream_seq = replayer.apply(seq, _event_bytes(files, relative))
         except LedgerError as exc:
             if seq <= head_seq:  # name the file as well as the seq
                 raise LedgerError(exc.code, f"{relative}: {exc.message}", **{**exc.details, "file": relative}) from None

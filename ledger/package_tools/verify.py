@@ -33,7 +33,7 @@ from .manifest import check_manifest, export_statement, read_manifest
 from ..model.package import (EVENT_FILE_RE, LEDGER_FILE, check_export_tree, check_package_names,
     content_path, event_path, export_tree_files, refuse_own_links, refuse_stray_logs, well_placed)
 from ..ground.clock import utc_now
-from ..ground.paths import fs_path, os_error
+from ..ground.paths import EXPORT_FILE_BYTES_MAX, bytes_at_most, fs_path, os_error
 from .anchors import check_anchored_events, check_anchors
 from .verify_rows import HELPER_TABLES, compare_rows
 from .replay import PackageSource, Replayer
@@ -487,9 +487,9 @@ def _past_head(root: Path, files: list[str], head_seq: int) -> dict[str, tuple[i
     for relative in files:
         if EVENT_FILE_RE.fullmatch(relative):
             try:
-                body = json.loads((root / relative).read_bytes())
+                body = json.loads(bytes_at_most(root / relative, EXPORT_FILE_BYTES_MAX) or b"")
             except (ValueError, RecursionError, OSError):
-                continue
+                continue  # over the size of any event too: never read whole
             seq = body.get("seq") if isinstance(body, dict) else None
             if type(seq) is int and seq > head_seq:
                 past[relative] = (seq, body.get("parent_sha256"))
@@ -515,7 +515,8 @@ def _continues(root: Path, past: dict[str, tuple[int, Any]], conn: sqlite3.Conne
     address = conn.execute(export_statement(conn, "head_address")).fetchone()
     exported = root / event_path(*address) if address is not None and well_placed(*address) else None
     try:
-        return exported is not None and sha256_hex(exported.read_bytes()) in parents
+        held = bytes_at_most(exported, EXPORT_FILE_BYTES_MAX) if exported is not None else None
+        return held is not None and sha256_hex(held) in parents
     except OSError:
         return False
 
