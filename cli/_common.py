@@ -143,7 +143,7 @@ class LedgerGroup(UsageGroup):
         except LedgerError as exc:
             if interrupts.pending():  # the refusal of a query Ctrl-C broke off inside a callback
                 click.echo(INTERRUPTED, err=True)
-                ctx.exit(130)
+                ctx.exit(interrupts.exit_status())
             click.echo(f"error: {exc.code}: {one_line(exc.message)}{_locale_hint(exc.message)}", err=True)
             ctx.exit(exc.exit_code)
         except click.NoSuchOption as exc:  # `ledger budget reserve … --config F`: say where it goes
@@ -173,7 +173,7 @@ class LedgerGroup(UsageGroup):
             ctx.exit(1)
         except KeyboardInterrupt:
             click.echo(INTERRUPTED, err=True)
-            ctx.exit(130)
+            ctx.exit(interrupts.exit_status())
 
 
 #: Why ``ledger demo`` refuses ``--config`` and ``--analysis-config`` (a usage error, whatever the files hold).

@@ -586,6 +586,27 @@ def test_a_query_stopped_by_ctrl_c_is_an_interrupt_not_its_time_limit(cli_case):
 
 
 @pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
+@pytest.mark.parametrize("sigint", ["default", "ignored"])
+def test_sigterm_ends_a_command_as_ctrl_c_does_with_status_143(cli_case, sigint):
+    """SIGTERM (timeout, a CI runner, a service manager) ends a command as Ctrl-C does, with the
+    status a shell gives a process SIGTERM ended; also in a script's background job, which starts
+    with SIGINT ignored."""
+    import signal
+    import time
+
+    endless = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c"
+    process = subprocess.Popen([sys.executable, "-m", "ledger_cli", "sql", str(cli_case), endless, "--timeout", "60"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+                               preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint == "ignored"
+                               else None)
+    time.sleep(1.5)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=60)
+    assert (process.returncode, err) == (143, "error: interrupted; nothing half-written remains, run the command again\n")
+
+
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_a_reading_under_a_config_other_than_the_frozen_policy_warns_which_policy_it_used(cli_case, tmp_path):
     """cli_case froze the example policy (read_context costs 5); --config with another price still
     reads at 5, and says so, where a change would be refused."""

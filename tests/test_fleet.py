@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -986,3 +987,38 @@ def test_a_damaged_record_of_a_case_has_the_case_exported_again(tmp_path, damage
     assert done.exit_code == 0, done.output
     assert (json.loads(done.stdout)["exported"], json.loads(record.read_text())) == (1, written)
     assert export_fleet([tmp_path / "c"], out).unchanged == 1
+
+
+def _files(folder: Path) -> dict[str, tuple[int, int]]:
+    return {str(p): (p.stat().st_ino, p.stat().st_mtime_ns) for p in folder.rglob("*") if p.is_file()}
+
+
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
+def test_sigterm_ends_a_fleet_export_as_ctrl_c_does_and_its_workers_write_nothing_after(tmp_path):
+    """SIGTERM (timeout, a CI runner) to the command alone: it ends as after Ctrl-C (the message,
+    status 143), its workers stop with it, and nothing in OUT changes after it returned (its workers
+    went on exporting cases into OUT after it was gone). A script's background job has SIGINT
+    ignored: SIGTERM is taken all the same."""
+    for n in range(40):
+        bench_fleet.make_case(tmp_path / "cases" / f"case-{n:02d}", n)
+    out = tmp_path / "out"
+    process = subprocess.Popen([sys.executable, "-m", "ledger_cli", "fleet", "export", str(tmp_path / "cases"),
+                                "--to", str(out), "--jobs", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    deadline = time.monotonic() + 60
+    while not list(out.glob("events/case_id=*")) and time.monotonic() < deadline:  # under way
+        time.sleep(0.02)
+    children = [int(pid) for pid in Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()]
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=60)
+    assert (process.returncode, err) == (143, "error: interrupted; nothing half-written remains, run the command again\n")
+    left = _files(out)
+    deadline = time.monotonic() + 10
+    while any(Path(f"/proc/{pid}").exists() for pid in children) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(Path(f"/proc/{pid}").exists() for pid in children)
+    time.sleep(1.0)
+    assert _files(out) == left
+    again = export_fleet([tmp_path / "cases"], out)
+    assert (again.exported + again.unchanged, again.failed) == (40, [])
+    assert not list((out / "_fleet" / "tmp").iterdir())

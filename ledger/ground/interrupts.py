@@ -17,28 +17,46 @@ from types import FrameType
 from typing import Iterator
 
 _received = threading.Event()
+#: The signal that last interrupted the command (SIGINT or SIGTERM).
+_last_signal = [int(signal.SIGINT)]
 
 
 def _on_interrupt(signum: int, frame: FrameType | None) -> None:
+    _last_signal[0] = signum
     _received.set()
     raise KeyboardInterrupt
+
+
+def exit_status() -> int:
+    """The exit status of a command the last signal interrupted: 128 + its number (130 for Ctrl-C,
+    143 for SIGTERM, as a shell reports a process that signal ended)."""
+    return 128 + _last_signal[0]
 
 
 @contextlib.contextmanager
 def recorded() -> Iterator[None]:
     """Within the block, record every SIGINT (and still raise ``KeyboardInterrupt``), when Python's
     own handler is in place in the main thread (another handler a caller installed is left alone);
-    Python's handler is put back after it."""
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+    Python's handler is put back after it. SIGTERM (what ``timeout``, a CI runner or a service
+    manager sends), when it has its default action, is taken the same way: the command ends as after
+    Ctrl-C, its workers stopped and nothing half-written, not killed where it stood."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
+    # each signal still at Python's own handler or the default action (a background job of a
+    # script starts with SIGINT ignored: SIGTERM is still taken)
+    taken = {number: before for number, before in ((signal.SIGINT, signal.default_int_handler),
+                                                   (signal.SIGTERM, signal.SIG_DFL))
+             if signal.getsignal(number) == before}
     _received.clear()
-    signal.signal(signal.SIGINT, _on_interrupt)
+    _last_signal[0] = int(signal.SIGINT)
+    for number in taken:
+        signal.signal(number, _on_interrupt)
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        for number, before in taken.items():
+            signal.signal(number, before)
         _received.clear()
 
 
@@ -59,5 +77,5 @@ def python_handler() -> Iterator[None]:
 
 
 def pending() -> bool:
-    """Whether a SIGINT arrived within :func:`recorded`."""
+    """Whether a SIGINT (or SIGTERM) arrived within :func:`recorded`."""
     return _received.is_set()

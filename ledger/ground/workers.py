@@ -85,15 +85,27 @@ def shared_map(work: Callable[[Any], Any], tasks: Sequence[Any], jobs: int) -> I
         shared.close()
 
 
+#: The process that started this worker (:func:`watch_parent`), or None in a process no pool started.
+_parent: list[int | None] = [None]
+
+
 def watch_parent(parent: int) -> None:
     """In a worker, first: end it if the process that started it ends (killed, say) and it is
     left waiting for tasks that never come."""
+    _parent[0] = parent
+
     def watch() -> None:
         while os.getppid() == parent:
-            time.sleep(0.5)
+            time.sleep(0.1)
         os._exit(1)
 
     threading.Thread(target=watch, name="watch-parent", daemon=True).start()
+
+
+def parent_gone() -> bool:
+    """In a worker :func:`watch_parent` watches: whether the process that started it has ended (a
+    worker then publishes nothing more: nobody is left to report it to)."""
+    return _parent[0] is not None and os.getppid() != _parent[0]
 
 
 @contextmanager
@@ -111,24 +123,26 @@ def _interrupts_blocked() -> Iterator[None]:
 
 @contextmanager
 def _interrupts_deferred() -> Iterator[None]:
-    """In the main thread: a SIGINT arriving inside is handled (as it would have been) at the end."""
+    """In the main thread: a SIGINT (or SIGTERM) arriving inside is handled (as it would have been)
+    at the end."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     caught: list[Any] = []
-    if signal.getsignal(signal.SIGINT) is None:  # a handler not set from Python: left alone
-        yield
-        return
-    handler = signal.signal(signal.SIGINT, lambda number, frame: caught.append(frame))
+    # a handler not set from Python (None) is left alone
+    numbers = [number for number in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(number) is not None]
+    handlers = {number: signal.signal(number, lambda got, frame: caught.append((got, frame))) for number in numbers}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, handler)
+        for number, handler in handlers.items():
+            signal.signal(number, handler)
         if caught:
-            if callable(handler):
-                handler(signal.SIGINT, caught[0])
-            elif handler == signal.SIG_DFL:
-                os.kill(os.getpid(), signal.SIGINT)
+            number, frame = caught[0]
+            if callable(handlers[number]):
+                handlers[number](number, frame)
+            elif handlers[number] == signal.SIG_DFL:
+                os.kill(os.getpid(), number)
 
 
 #: One task's outcome: (ok, result or exception, the warnings it gave as (message, category, file, line)).

@@ -35,7 +35,7 @@ from ..services.case import missing_ledger
 from ..ground.errors import LedgerError
 from ..model.package import LEDGER_FILE, is_build_folder, is_case_package, once_each, refuse_output_in_package
 from ..ground.paths import fs_path, os_error, refuse_link_to_nothing, require_utf8
-from ..ground.workers import job_count, watch_parent, worker_context
+from ..ground.workers import job_count, parent_gone, watch_parent, worker_context
 from ..storage.readonly import open_readonly
 from ..storage.sqlite_file import log_files_exist, release_log, translate_sqlite_errors
 from .anchors import anchor_or_none
@@ -407,6 +407,8 @@ def _publish(build: Path, out: Path, name: str) -> None:
         _refuse_link(out, target.parent, target)
         refuse_output_in_package(target, "the fleet folder (--to, out= in Python)")  # a case package someone put in the export's place
     with locked_file(meta_dir(out) / "lock", fcntl.LOCK_EX):
+        if parent_gone():  # the export was killed: its workers write nothing more into OUT
+            raise KeyboardInterrupt
         for table, target in zip(TABLES, targets):
             os.replace(build / f"{table}.parquet", target / DATA_FILE)
     for target in targets:
