@@ -308,7 +308,7 @@ def test_sql_on_an_interrupted_init_is_ledger_missing_like_every_other_command(t
     sqlite3.connect(folder / "ledger.sqlite").execute("PRAGMA journal_mode = WAL").fetchall()
     done = run_cli("sql", str(folder), "SELECT COUNT(*) FROM events")
     assert done.returncode == 1
-    assert done.stderr.startswith(b"error: LEDGER_MISSING: ") and b"interrupted init" in done.stderr
+    assert done.stderr.startswith(b"error: LEDGER_MISSING: ") and b"holds no case (an init still running, or one interrupted: then run init again)" in done.stderr
     with pytest.raises(LedgerError) as caught:
         read_only_query(folder, "SELECT 1")
     assert caught.value.code == "LEDGER_MISSING"

@@ -316,7 +316,7 @@ def _with_head(case: Path, out: Path, step: Callable[..., None]) -> dict[str, An
                 has_schema = conn.execute(statement("has_migrations_table")).fetchone() is not None  # an empty file?
                 row = conn.execute(statement("fleet_head")).fetchone() if has_schema else None
             if row is None:
-                raise LedgerError(E.LEDGER_MISSING, f"{case / LEDGER_FILE} holds no case (an interrupted init?)",
+                raise LedgerError(E.LEDGER_MISSING, f"{case / LEDGER_FILE} holds no case (an init still running, or one interrupted: then run init again)",
                                   path=str(case))
             head = dict(zip(HEAD_KEYS, row))
             entry.update(head)

@@ -297,7 +297,7 @@ def _verify_attached(root: Path, scratch: Storage, progress: Progress | None, se
     if problem:
         raise _bad(None, problem, table="schema_migrations")
     if version == 0:
-        raise LedgerError(E.LEDGER_MISSING, "the ledger holds no schema (an interrupted init?)")
+        raise LedgerError(E.LEDGER_MISSING, "the ledger holds no schema (an init still running, or one interrupted: then run init again)")
     _check_own_tables(conn, version)
     derived: list[Any] = []  # what the replay derives, stored into the scratch ledger in bulk
     package = PackageSource(root, content_reader(conn), lambda: input_identity_of(root, conn))

@@ -274,7 +274,7 @@ class Case(CaseFacade):
                 if problem:
                     raise LedgerError(E.INTEGRITY_ERROR, f"{ledger}: {problem}; the file was edited outside case-ledger")
                 if storage.current_schema_version() == 0 or SqlView(storage).case() is None:
-                    raise LedgerError(E.LEDGER_MISSING, f"{ledger} holds no case (an interrupted init?); run init again")
+                    raise LedgerError(E.LEDGER_MISSING, f"{ledger} holds no case (an init still running, or one interrupted: then run init again)")
         except BaseException:
             storage.conn.close()
             raise

@@ -221,7 +221,7 @@ def readonly_rows(path: Path, sql: str, timeout_ms: int = 30_000) -> Iterator[tu
         raise
     if not has_schema:
         conn.close()
-        raise LedgerError(E.LEDGER_MISSING, f"{path} holds no case (an interrupted init?); run init again")
+        raise LedgerError(E.LEDGER_MISSING, f"{path} holds no case (an init still running, or one interrupted: then run init again)")
     if version > schema_version():  # its views may mean what this code does not know: as every command does
         conn.close()
         raise LedgerError(E.SCHEMA_VERSION, f"{path} has schema version {version}; this case-ledger knows up to "
