@@ -1824,3 +1824,25 @@ def test_bytes_at_most_reads_a_file_up_to_its_bound_and_no_further(tmp_path, siz
         tracemalloc.stop()
     assert got == (b"x" * size if whole else None)
     assert peak < 1024 * 1024  # the bound is not set aside: a 5-byte file under a 1 GB bound
+
+
+def test_a_folder_where_an_exported_file_belongs_is_named_as_a_folder_by_verify_and_export(exported):
+    """Verify called it missing (a FIFO there was "not a regular file"); export named only its own
+    temp file, not the folder in the way."""
+    event = sorted((exported / "analysis" / "budgets" / "0001" / "events").glob("*.json"))[1]
+    event.unlink()
+    event.mkdir()
+    relative = event.relative_to(exported).as_posix()
+    with pytest.raises(LedgerError) as caught:
+        verify_case(exported)
+    assert caught.value.code == INTEGRITY_ERROR
+    assert caught.value.message.endswith(f"exported file {relative} is a folder, not a file (move it aside)")
+    with Case.open(exported) as case:
+        with pytest.raises(LedgerError) as refused:
+            export_case(case)
+    assert refused.value.code == STORAGE_ERROR
+    assert refused.value.message.endswith(f" to {event})")
+    event.rmdir()
+    with Case.open(exported) as case:
+        export_case(case)
+    assert verify_case(exported).head_seq == 13

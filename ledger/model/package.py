@@ -184,6 +184,13 @@ def export_tree_files(root: Path) -> list[str]:
     return files
 
 
+def missing_words(path: str | os.PathLike[str]) -> str:
+    """How a message says an exported file is not there: "is missing", or "is a folder, not a file"
+    when a folder stands in its place (the tree's check lists files only)."""
+    return "is a folder, not a file (move it aside)" if os.path.isdir(path) and not os.path.islink(path) \
+        else "is missing"
+
+
 def check_export_tree(files: Iterable[str], accounted: Container[str]) -> None:
     """The one rule for what belongs in an exported tree, used by verify and import alike.
 

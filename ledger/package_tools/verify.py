@@ -31,7 +31,7 @@ from ..services.case import missing_ledger
 from ..ground.errors import LedgerError, integrity_error as _bad
 from .manifest import check_manifest, export_statement, read_manifest
 from ..model.package import (EVENT_FILE_RE, LEDGER_FILE, check_export_tree, check_package_names,
-    content_path, event_path, export_tree_files, refuse_own_links, refuse_stray_logs, well_placed)
+    content_path, event_path, export_tree_files, missing_words, refuse_own_links, refuse_stray_logs, well_placed)
 from ..ground.clock import utc_now
 from ..ground.paths import EXPORT_FILE_BYTES_MAX, bytes_at_most, fs_path, os_error
 from .anchors import check_anchored_events, check_anchors
@@ -550,13 +550,13 @@ def _check_export(root: Path, conn: sqlite3.Connection, head_seq: int, manifest:
         if relative in present and _still_there(top, relative, stored_bytes(body), seq, f"exported file {relative}"):
             checked += 1
         elif seq <= limit:
-            raise _bad(seq, f"exported file {relative} is missing")
+            raise _bad(seq, f"exported file {relative} {missing_words(os.path.join(top, relative))}")
     for sha, seq, body in conn.execute(statement("contents_for_export")):
         relative = content_path(sha)
         if relative in present and _still_there(top, relative, stored_bytes(body), seq, f"exported content {relative}"):
             checked += 1
         elif seq <= limit:
-            raise _bad(seq, f"exported content {relative} is missing")
+            raise _bad(seq, f"exported content {relative} {missing_words(os.path.join(top, relative))}")
     return checked, manifest["head"]["seq"] if manifest else None
 
 
