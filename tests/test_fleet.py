@@ -1022,3 +1022,19 @@ def test_sigterm_ends_a_fleet_export_as_ctrl_c_does_and_its_workers_write_nothin
     again = export_fleet([tmp_path / "cases"], out)
     assert (again.exported + again.unchanged, again.failed) == (40, [])
     assert not list((out / "_fleet" / "tmp").iterdir())
+
+
+@pytest.mark.parametrize("inside", ["events/case_id=typo", "more", "_fleet/tmp/x"])
+def test_a_fleet_export_into_a_folder_inside_another_is_refused(tmp_path, inside):
+    """An export under OUTER/events/case_id=typo read as 64 more rows of OUTER's events table, under
+    the case id "typo", for pyarrow reading OUTER/events as docs/fleet.md shows."""
+    Case.create(tmp_path / "c", "IN-1").close()
+    outer = tmp_path / "outer"
+    export_fleet([tmp_path / "c"], outer)
+    with pytest.raises(LedgerError) as caught:
+        export_fleet([tmp_path / "c"], outer / inside)
+    assert caught.value.code == INVALID_ARGUMENT
+    assert caught.value.message == (f"{outer / inside} is inside the fleet export {outer}: readers of its tables "
+                                    "would read this one's files as rows of theirs; export to a folder outside it")
+    assert not (outer / inside).exists()
+    assert pq.read_table(outer / "events").num_rows == 1

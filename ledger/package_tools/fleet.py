@@ -130,6 +130,7 @@ def check_out(out: Path, *, create: bool) -> Path:
     if create:
         refuse_output_in_package(out, "the fleet folder (--to, out= in Python)")
         refuse_link_to_nothing(out, "the fleet folder, --to")
+        _refuse_inside_export(out)
     marker = meta_dir(out) / "format.json"
     try:
         if marker.is_file():
@@ -153,6 +154,16 @@ def check_out(out: Path, *, create: bool) -> Path:
     except ValueError:
         raise LedgerError(E.INVALID_ARGUMENT, f"{marker} is not valid JSON") from None
     return out
+
+
+def _refuse_inside_export(out: Path) -> None:
+    """``INVALID_ARGUMENT`` when ``out`` lies inside another fleet export (a folder above it holds
+    ``_fleet/format.json``): its files would be read as rows of that export's tables by a reader of
+    ``OUTER/TABLE`` (pyarrow, Spark), under a case id made of a folder name."""
+    for folder in Path(os.path.abspath(out)).parents:
+        if (meta_dir(folder) / "format.json").is_file():
+            raise LedgerError(E.INVALID_ARGUMENT, f"{out} is inside the fleet export {folder}: readers of its tables "
+                              "would read this one's files as rows of theirs; export to a folder outside it")
 
 
 @contextlib.contextmanager
