@@ -529,6 +529,17 @@ def test_two_cases_with_the_same_case_id_get_distinct_database_names(demo, tmp_p
     assert browse_metadata(served_cases([demo]))["databases"]["BUG-20"]["title"] == "BUG-20 (EVALUATING)"
 
 
+def test_a_database_name_is_never_another_cases_own_nor_one_datasette_answers_first(demo, tmp_path):
+    """A copy of BUG-20 given first was named BUG-20-2, and the case BUG-20-2 became BUG-20-2-2;
+    the valid case id favicon.ico was served as favicon-ico, whose every page was Datasette's icon."""
+    copy, _, _ = run_demo(tmp_path / "copy", echo=lambda text: None)
+    Case.create(tmp_path / "second", "BUG-20-2").close()
+    Case.create(tmp_path / "icon", "favicon.ico").close()
+    Case.create(tmp_path / "icons", "faviconXicons").close()
+    names = [case.name for case in served_cases([demo, copy, tmp_path / "second", tmp_path / "icon", tmp_path / "icons"])]
+    assert names == ["BUG-20", "BUG-20-3", "BUG-20-2", "case-favicon-ico", "case-faviconXicons"]
+
+
 def _start(case: Path, *extra: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
     # started as from a terminal, SIGHUP not ignored even when the tests run under nohup (a server
     # started so keeps ignoring it, by design: test_a_server_started_with_sighup_ignored_keeps_ignoring_it)

@@ -119,11 +119,14 @@ class ServedCase(NamedTuple):
 def served_cases(paths: Sequence[str | os.PathLike[str]]) -> list[ServedCase]:
     """The cases at ``paths``, each read once (``LEDGER_MISSING`` for a folder that holds none,
     ``INVALID_ARGUMENT`` for none given or the same case twice). Database names are the case
-    ids made URL-safe, with ``-2``, ``-3`` … when two cases share one."""
+    ids made URL-safe, with ``-2``, ``-3`` … when two cases share one (never another case's own
+    name, whatever the order: a copy of BUG-20 is not named BUG-20-2 beside the case BUG-20-2),
+    nor a name a route of Datasette's answers first (``favicon-ico`` is served as ``case-favicon-ico``)."""
     if not paths:
         raise LedgerError(E.INVALID_ARGUMENT, "give at least one case folder")
     found: list[ServedCase] = []
     seen: set[Path] = set()
+    read: list[tuple[Path, str, str]] = []
     for path in paths:
         root = fs_path(path, "case path")
         _, rows = read_only_query(root, "SELECT case_id, state FROM case_status")
@@ -134,13 +137,21 @@ def served_cases(paths: Sequence[str | os.PathLike[str]]) -> list[ServedCase]:
             raise LedgerError(E.INVALID_ARGUMENT, f"{path}: the same case is given twice")
         seen.add(ledger)
         case_id, state = rows[0] if rows else ("", "")
-        base = re.sub(r"[^A-Za-z0-9_-]", "-", case_id) or "case"
+        read.append((ledger, case_id, state or ""))
+    bases = [re.sub(r"[^A-Za-z0-9_-]", "-", case_id) or "case" for _, case_id, _ in read]
+    bases = [f"case-{base}" if _SHADOWED.match(base) else base for base in bases]
+    for (ledger, case_id, state), base in zip(read, bases):
         name, number = base, 1
-        while any(case.name == name for case in found):
+        while any(case.name == name for case in found) or (name != base and name in bases):
             number += 1
             name = f"{base}-{number}"
-        found.append(ServedCase(name, ledger, case_id, state or ""))
+        found.append(ServedCase(name, ledger, case_id, state))
     return found
+
+
+#: Database names whose pages a route of Datasette's answers before the database's own (it matches
+#: each path from its start against "/favicon.ico", the dot any character): served as case-NAME.
+_SHADOWED = re.compile(r"favicon.ico")
 
 
 def _chart_address(name: str) -> str:
