@@ -1038,3 +1038,20 @@ def test_a_fleet_export_into_a_folder_inside_another_is_refused(tmp_path, inside
                                     "would read this one's files as rows of theirs; export to a folder outside it")
     assert not (outer / inside).exists()
     assert pq.read_table(outer / "events").num_rows == 1
+
+
+def test_a_case_id_whose_partition_name_no_file_name_can_hold_fails_alone_saying_why(tmp_path):
+    """A valid id of 128 characters, 63 of them colons, escapes to a name over what a file name holds:
+    that case fails with a reason (it failed at its lock file, "File name too long"), the others
+    are exported."""
+    long_id = "A" + ":b" * 63 + "c"
+    assert len(long_id) == 128
+    Case.create(tmp_path / "cases" / "long", long_id).close()
+    Case.create(tmp_path / "cases" / "short", "A" + ":b" * 38 + "c" * 51).close()  # 38 colons: the most that fit
+    report = export_fleet([tmp_path / "cases"], tmp_path / "out")
+    assert report.exported == 1
+    [failed] = report.failed
+    assert failed["path"] == str(tmp_path / "cases" / "long")
+    assert failed["error"] == {"code": "INVALID_ARGUMENT", "message": (
+        f"case id {long_id} makes a partition folder name of 262 characters (a colon is written %3A), over the 212 "
+        "a fleet export's file names allow: this case cannot be exported to a fleet")}

@@ -80,10 +80,22 @@ def column_type(name: str) -> str:
     return "VARCHAR"
 
 
+#: The longest partition folder name: the case's record is written through a temp file named
+#: ``.ledger-tmp-NAME.json.PID-TAG-N`` (a pid of up to 7 digits, a tag of 8 characters, N up to 10
+#: digits), and a file name holds 255 bytes.
+PARTITION_NAME_BYTES_MAX = 255 - len(".ledger-tmp-" ".json.") - 7 - 8 - 10
+
+
 def partition_name(case_id: str) -> str:
     """``case_id=…`` with ``:`` escaped as ``%3A`` (Hadoop paths cannot hold a colon; Spark,
-    Trino and DuckDB read the value back as the case id)."""
-    return "case_id=" + case_id.replace("%", "%25").replace(":", "%3A")
+    Trino and DuckDB read the value back as the case id). ``INVALID_ARGUMENT`` when that name
+    passes :data:`PARTITION_NAME_BYTES_MAX` (an id of 128 characters holding more than 38 colons)."""
+    name = "case_id=" + case_id.replace("%", "%25").replace(":", "%3A")
+    if len(name.encode("utf-8", "surrogateescape")) > PARTITION_NAME_BYTES_MAX:
+        raise LedgerError(E.INVALID_ARGUMENT, f"case id {case_id} makes a partition folder name of {len(name)} "
+                          f"characters (a colon is written %3A), over the {PARTITION_NAME_BYTES_MAX} a fleet export's "
+                          "file names allow: this case cannot be exported to a fleet")
+    return name
 
 
 def duckdb_module() -> Any:
