@@ -952,7 +952,7 @@ def test_a_folder_this_user_may_not_list_fails_as_a_case_and_is_never_left_out(t
         (cases / "team-b").chmod(0o755)
     assert (report.cases, report.exported) == (2, 1)
     [failed] = report.failed
-    assert (failed["path"], failed["error"]["code"]) == (str(cases / "team-b"), "STORAGE_ERROR")
+    assert (failed["path"], failed["case_id"], failed["error"]["code"]) == (str(cases / "team-b"), None, "STORAGE_ERROR")
     assert fleet_query(tmp_path / "out", "SELECT case_id FROM case_status")[1] == [("VIS",)]
 
 

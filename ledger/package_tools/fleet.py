@@ -327,7 +327,7 @@ def _with_head(case: Path, out: Path, step: Callable[..., None]) -> dict[str, An
     """The report's entry of one case: its head read in one read snapshot of its ledger, then
     ``step(conn, case, out, head, entry)`` in that snapshot (:func:`_head_step` or
     :func:`_export_snapshot`), which sets ``status``; a refusal makes it failed."""
-    entry: dict[str, Any] = {"path": str(case)}
+    entry: dict[str, Any] = {"path": str(case), "case_id": None}
     try:
         if not (case / LEDGER_FILE).is_file():
             raise missing_ledger(case)  # a damaged package find_cases took: say what it lacks
