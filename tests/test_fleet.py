@@ -437,6 +437,9 @@ def test_fleet_sql_only_reads_the_export(fleet, tmp_path):
     binder = CliRunner().invoke(main, ["fleet", "sql", str(out), "SELECT stream_seqq FROM events"])
     assert binder.stderr.count("\n") == 1 and "\\n" not in binder.stderr  # one line, no escaped line breaks
     assert 'Candidate bindings: "stream"' in binder.stderr
+    unparsed = CliRunner().invoke(main, ["fleet", "sql", str(out), "selec 1"])  # refused before it runs: the same
+    assert unparsed.stderr == ('error: INVALID_ARGUMENT: query refused: Parser Error: syntax error at or near "selec" '
+                               "LINE 1: selec 1\n")
     (tmp_path / "notes.txt").write_text("mine")
     elsewhere = CliRunner().invoke(main, ["fleet", "sql", str(tmp_path), "SELECT 1"])
     assert elsewhere.stderr == (f"error: INVALID_ARGUMENT: {tmp_path} is not a fleet export (no _fleet/format.json); "

@@ -94,8 +94,8 @@ def _one_select(con: Any, query: str) -> None:
     duckdb = duckdb_module()
     try:
         statements = con.extract_statements(query)
-    except duckdb.Error as exc:
-        raise LedgerError(E.INVALID_ARGUMENT, f"query refused: {exc}") from None
+    except duckdb.Error as exc:  # a statement that does not parse: said on one line, as a failing one is
+        raise _query_error(exc, 0, threading.Event()) from None
     if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
         raise LedgerError(E.INVALID_ARGUMENT, "only one SELECT statement is allowed (the export is read-only)")
 
