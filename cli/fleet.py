@@ -25,7 +25,7 @@ def fleet() -> None:
 
 @fleet.command("export")
 @click.argument("paths", metavar="FOLDER_OR_CASE...", nargs=-1, required=True,
-                type=click.Path(path_type=str))
+                type=CaseFolder(give="a case folder (the one holding ledger.sqlite) or a folder of cases"))
 @click.option("--to", "out", required=True, metavar="OUT", type=click.Path(path_type=str),
               help="Export folder (made if missing; must be empty or an earlier fleet export).")
 @click.option("--jobs", type=IntegerRange(1, JOBS_MAX), default=1, show_default=True,

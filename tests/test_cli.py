@@ -505,10 +505,11 @@ def test_a_case_argument_naming_a_file_inside_the_case_asks_for_the_case_folder(
 
 @pytest.mark.parametrize("args, give", [
     (("serve",), "give the case folder (the one holding ledger.sqlite)"),
-    (("fleet", "sql"), "give the fleet export's folder (the one 'ledger fleet export --to' wrote)")])
+    (("fleet", "sql"), "give the fleet export's folder (the one 'ledger fleet export --to' wrote)"),
+    (("fleet", "export"), "give a case folder (the one holding ledger.sqlite) or a folder of cases")])
 def test_a_folder_argument_naming_a_file_says_which_folder_to_give(tmp_path, args, give):
     (tmp_path / "f").write_text("x", encoding="utf-8")
-    tail = ("SELECT 1",) if args[0] == "fleet" else ()
+    tail = {"sql": ("SELECT 1",), "export": ("--to", str(tmp_path / "out"))}.get(args[-1], ())
     err = refused("", *args, str(tmp_path / "f"), *tail, status=2)
     assert f"'{tmp_path / 'f'}' is a file: {give}" in err, err
 
