@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ledger import (Case, LedgerError, export_case, import_tree, verify_case, read_only_query,
+from ledger import (BudgetConfig, Case, LedgerError, export_case, import_tree, verify_case, read_only_query,
     BudgetConfig)
 from ledger.ground.canonical import canonical_bytes, sha256_hex
 from ledger.ground.errors import (CASE_EXISTS, INTEGRITY_ERROR, INVALID_ARGUMENT, LEDGER_MISSING, STORAGE_ERROR)
@@ -20,7 +20,7 @@ import ledger.package_tools.export as export_module
 from ledger.model.package import event_path
 from ledger.ground.paths import EXPORT_FILE_BYTES_MAX, bytes_at_most
 from ledger.model.source_refs import line_ending_digests
-from conftest import deny_reading, logical_dump, run_cli, make_package, start_case
+from conftest import EXAMPLE_BUDGET, deny_reading, logical_dump, run_cli, make_package, start_case
 
 
 
@@ -208,13 +208,14 @@ def test_an_exported_file_removed_while_verify_reads_is_absent_never_edited(expo
             case.budget().reserve("H1", "a3", "source.read_context")
         relative, data = _newest_event_file(exported)
         (exported / relative).write_bytes(data)
-    listed = verify_module.check_export_tree
+    statement_of = verify_module.export_statement
 
-    def removed_after_the_listing(files, known):
-        (exported / relative).unlink()
-        return listed(files, known)
+    def removed_after_the_listing(conn, name, *args):  # the comparison's read of the events: after the listing
+        if name == "events_for_export" and (exported / relative).exists():
+            (exported / relative).unlink()
+        return statement_of(conn, name, *args)
 
-    monkeypatch.setattr(verify_module, "check_export_tree", removed_after_the_listing)
+    monkeypatch.setattr(verify_module, "export_statement", removed_after_the_listing)
     if covered:
         assert "is missing" in assert_verify_fails_at(exported, _head_seq(exported)).message
     else:
@@ -1044,9 +1045,9 @@ def test_a_ledger_that_lost_its_last_events_is_truncation_with_or_without_the_ne
 
 
 def test_a_ledger_rolled_back_and_continued_otherwise_is_named_rolled_back(budget, case, tmp_path):
-    """The ledger and its manifest put back from older copies, then one other event appended: the
-    exported file of the old next-but-one event names the old next event, exported where the new
-    one belongs, as its parent; verify names the rollback (it said "not part of the export")."""
+    """The ledger and its manifest put back from older copies, then one other event appended: verify
+    names the first event that differs from its exported file, and says a ledger put back from an
+    older copy may be why (it said "not part of the export")."""
     budget.reserve("H1", "a0", "source.read_context")
     export_case(case)
     head = case.query("SELECT max(seq) AS seq FROM events")[0]["seq"]
@@ -1064,8 +1065,10 @@ def test_a_ledger_rolled_back_and_continued_otherwise_is_named_rolled_back(budge
         opened.budget().fail("H1", "a0", "another ending")  # seq head + 1, unlike the exported one
     with pytest.raises(LedgerError) as caught:
         verify_case(case.path)
-    assert caught.value.code == INTEGRITY_ERROR and f"holds event {head + 2} but the ledger ends at seq {head + 1} " \
-        "(truncated or rolled-back ledger" in caught.value.message, caught.value
+    # named at the first event that differs: the rolled-back ledger's own next event
+    assert caught.value.code == INTEGRITY_ERROR and caught.value.details["seq"] == head + 1
+    assert f"holds another event {head + 1} after the same event {head} (edited, or another history exported " \
+        "from there: a ledger put back from an older copy" in caught.value.message, caught.value
 
 
 def test_a_ledger_rolled_back_and_continued_as_far_otherwise_is_named_another_history(budget, case, tmp_path):
@@ -1846,3 +1849,22 @@ def test_a_folder_where_an_exported_file_belongs_is_named_as_a_folder_by_verify_
     with Case.open(exported) as case:
         export_case(case)
     assert verify_case(exported).head_seq == 13
+
+
+def test_another_cases_ledger_put_in_place_is_named_at_its_first_event_not_as_a_truncation(tmp_path):
+    """A shorter ledger of another package (same case id) copied over an exported case: every event
+    differs from seq 1, and verify says so at seq 1 (it said the ledger was truncated, at its end)."""
+    for name, actions in (("long", 2), ("short", 1)):
+        case = start_case(tmp_path / name, case_id="SAME-1")
+        budget = case.budget(BudgetConfig.load(EXAMPLE_BUDGET))
+        budget.initialize()
+        for n in range(actions):
+            budget.reserve(f"H{n % 2 + 1}", f"a{n}", "source.read_context")
+            budget.fail(f"H{n % 2 + 1}", f"a{n}", "x")
+        export_case(case)
+        case.close()
+    shutil.copyfile(tmp_path / "short" / "ledger.sqlite", tmp_path / "long" / "ledger.sqlite")
+    with pytest.raises(LedgerError) as caught:
+        verify_case(tmp_path / "long")
+    assert (caught.value.code, caught.value.details["seq"]) == (INTEGRITY_ERROR, 1)
+    assert caught.value.message.startswith("seq 1: exported file analysis/case/events/00000001.json differs from the ledger")

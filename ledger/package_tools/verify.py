@@ -528,18 +528,10 @@ def _check_export(root: Path, conn: sqlite3.Connection, head_seq: int, manifest:
     the ledger no longer has means truncation. Returns (files checked, the manifest's head seq or
     None without a manifest)."""
     checked = 0
-    if manifest is not None:
-        check_manifest(manifest, conn, head_seq)
     if manifest is None and not files:
         return 0, None  # never exported: no file to compare, none can be missing (the loops below find nothing)
-    # a row whose columns are edited out of their types has no path: the row comparison names it
-    known = {event_path(*row) for row in conn.execute(export_statement(conn, "event_addresses")) if well_placed(*row)}
-    past = _past_head(root, [relative for relative in files if relative not in known], head_seq)
-    if past and _continues(root, past, conn, head_seq):
-        relative, seq = next((relative, seq) for relative, (seq, _) in past.items())
-        raise _bad(head_seq + 1, f"{relative} holds event {seq} but the ledger ends at seq {head_seq} "
-                   "(truncated or rolled-back ledger, or one copied without its ledger.sqlite-wal)")
-    check_export_tree(files, known | {content_path(sha) for (sha,) in conn.execute(statement("content_shas"))})
+    # the files first, by seq: a history that forked (or another case's ledger) is named at the first
+    # event that differs, not at the manifest's head or as a truncation
     limit = manifest["head"]["seq"] if manifest else 0
     present = set(files)  # every regular file under analysis/ (a link there was refused above)
     top = os.fspath(root)
@@ -557,6 +549,16 @@ def _check_export(root: Path, conn: sqlite3.Connection, head_seq: int, manifest:
             checked += 1
         elif seq <= limit:
             raise _bad(seq, f"exported content {relative} {missing_words(os.path.join(top, relative))}")
+    if manifest is not None:
+        check_manifest(manifest, conn, head_seq)
+    # a row whose columns are edited out of their types has no path: the row comparison names it
+    known = {event_path(*row) for row in conn.execute(export_statement(conn, "event_addresses")) if well_placed(*row)}
+    past = _past_head(root, [relative for relative in files if relative not in known], head_seq)
+    if past and _continues(root, past, conn, head_seq):
+        relative, seq = next((relative, seq) for relative, (seq, _) in past.items())
+        raise _bad(head_seq + 1, f"{relative} holds event {seq} but the ledger ends at seq {head_seq} "
+                   "(truncated or rolled-back ledger, or one copied without its ledger.sqlite-wal)")
+    check_export_tree(files, known | {content_path(sha) for (sha,) in conn.execute(statement("content_shas"))})
     return checked, manifest["head"]["seq"] if manifest else None
 
 
