@@ -997,11 +997,13 @@ def _files(folder: Path) -> dict[str, tuple[int, int]]:
 
 
 @pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
-def test_sigterm_ends_a_fleet_export_as_ctrl_c_does_and_its_workers_write_nothing_after(tmp_path):
+@pytest.mark.parametrize("signals", [1, 2])
+def test_sigterm_ends_a_fleet_export_as_ctrl_c_does_and_its_workers_write_nothing_after(tmp_path, signals):
     """SIGTERM (timeout, a CI runner) to the command alone: it ends as after Ctrl-C (the message,
     status 143), its workers stop with it, and nothing in OUT changes after it returned (its workers
     went on exporting cases into OUT after it was gone). A script's background job has SIGINT
-    ignored: SIGTERM is taken all the same."""
+    ignored: SIGTERM is taken all the same. A second SIGTERM while the workers stop broke off the
+    wait for them, and the command hung for good."""
     for n in range(40):
         bench_fleet.make_case(tmp_path / "cases" / f"case-{n:02d}", n)
     out = tmp_path / "out"
@@ -1013,6 +1015,9 @@ def test_sigterm_ends_a_fleet_export_as_ctrl_c_does_and_its_workers_write_nothin
         time.sleep(0.02)
     children = [int(pid) for pid in Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()]
     process.send_signal(signal.SIGTERM)
+    if signals == 2:
+        time.sleep(0.05)
+        process.send_signal(signal.SIGTERM)
     _, err = process.communicate(timeout=60)
     assert (process.returncode, err) == (143, "error: interrupted; nothing half-written remains, run the command again\n")
     left = _files(out)

@@ -102,6 +102,15 @@ def watch_parent(parent: int) -> None:
     threading.Thread(target=watch, name="watch-parent", daemon=True).start()
 
 
+def shutdown_pool(pool: Any) -> None:
+    """Stop ``pool`` (a ``ProcessPoolExecutor``): tasks not started are cancelled, running ones
+    finish, its workers end. A Ctrl-C or SIGTERM meanwhile takes effect once they have: a second
+    signal that broke off the wait left the workers waiting for a stop message forever, and the
+    process waiting for them."""
+    with _interrupts_deferred():
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
 def parent_gone() -> bool:
     """In a worker :func:`watch_parent` watches: whether the process that started it has ended (a
     worker then publishes nothing more: nobody is left to report it to)."""

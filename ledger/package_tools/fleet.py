@@ -35,7 +35,7 @@ from ..services.case import missing_ledger
 from ..ground.errors import LedgerError
 from ..model.package import LEDGER_FILE, is_build_folder, is_case_package, once_each, refuse_output_in_package
 from ..ground.paths import fs_path, os_error, refuse_link_to_nothing, require_utf8
-from ..ground.workers import job_count, parent_gone, watch_parent, worker_context
+from ..ground.workers import job_count, parent_gone, shutdown_pool, watch_parent, worker_context
 from ..storage.readonly import open_readonly
 from ..storage.sqlite_file import log_files_exist, release_log, translate_sqlite_errors
 from .anchors import anchor_or_none
@@ -518,19 +518,23 @@ def export_fleet(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike
     _refuse_links_inside(target)
     remove_abandoned_builds(meta_dir(target) / "tmp", ".build-")
     report = FleetReport(str(out))
-    with contextlib.ExitStack() as stack:
+    pool = None
+    try:
         if jobs == 1 or len(cases) <= 1:
             run: Callable[[_Worker, list[tuple[str, str]], int], Iterable[dict[str, Any]]] = \
                 lambda worker, work, chunk: map(worker, work)
         else:
-            pool = stack.enter_context(concurrent.futures.ProcessPoolExecutor(  # a worker ends with this process
-                max_workers=jobs, mp_context=worker_context(), initializer=watch_parent, initargs=(os.getpid(),)))
+            pool = concurrent.futures.ProcessPoolExecutor(  # a worker ends with this process
+                max_workers=jobs, mp_context=worker_context(), initializer=watch_parent, initargs=(os.getpid(),))
             run = lambda worker, work, chunk: pool.map(worker, work, chunksize=chunk)  # noqa: E731
         heads = list(run(_head_worker, [(str(case), str(target)) for case in cases], 64))
         _refuse_shared_case_ids(heads)
         entries = iter(run(_export_worker, [(e["path"], str(target)) for e in heads if e["status"] is None], 4))
         for head in heads:
             _collect([head if head["status"] is not None else next(entries)], report, progress)
+    finally:
+        if pool is not None:
+            shutdown_pool(pool)
     return report
 
 
