@@ -123,6 +123,7 @@ def _first(path: Path) -> str:
     return read_only_query(path, "SELECT sha256 FROM events WHERE seq = 1")[1][0][0]
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_a_fleet_export_fails_a_case_rewritten_since_the_head_it_recorded(original, tmp_path):
     """The fleet records each case's head as it exports it, and takes that head as the case's anchor
     at the next export: the rewritten case (same case and package id) fails and its partition stays."""

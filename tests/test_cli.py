@@ -223,6 +223,7 @@ def test_import_and_missing_ledger_through_the_cli(cli_case, tmp_path):
     assert (tmp_path / "copy" / "sources" / "app.py").is_file()
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_verify_reports_integrity_errors_with_exit_1(cli_case):
     import sqlite3
 

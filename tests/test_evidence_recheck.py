@@ -590,6 +590,7 @@ def test_a_made_up_hash_under_a_made_up_input_identity_is_noted_and_fails_strict
     assert many.cases[0]["ok"] is False and many.cases[0]["error"]["code"] == "STALE_GENERATION"
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_strict_verify_passes_when_every_result_is_recomputed_from_unchanged_inputs(case):
     case.budget().reserve("H1", "q1", "source.find_text")
     case.evidence().query("i1", {"actions": [action("source.find_text", text="add")]}, True)

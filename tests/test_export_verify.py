@@ -885,6 +885,7 @@ def test_importing_a_case_never_exported_says_to_export_it_first(budget, case, t
     assert not (tmp_path / "copy").exists()
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_verify_json_prints_ok_false_and_the_error_when_the_case_fails(budget, case):
     """With --json, stdout says the case failed whatever failed it (tampering as a --strict export
     state), and stderr has the error line every command prints."""
@@ -1521,6 +1522,7 @@ STATUS_EDITS = {
 }
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 @pytest.mark.parametrize("edit", STATUS_EDITS, ids=list(STATUS_EDITS))
 def test_a_changed_status_row_is_integrity_error_in_every_command_never_a_traceback(exported, edit):
     conn = sqlite3.connect(exported / "ledger.sqlite")
@@ -1665,6 +1667,7 @@ def test_export_refuses_an_events_row_edited_out_of_its_types_naming_the_seq(pac
     assert (verified.value.code, verified.value.details.get("seq")) == (INTEGRITY_ERROR, 4)
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_export_and_import_need_few_open_files_whatever_the_batch(tmp_path):
     """Export writes its files 128 at a time but holds one open at a time: under a limit of 32 open
     files (a process's own take some) a case of 400 files exports, imports and verifies."""

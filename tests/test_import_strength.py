@@ -349,6 +349,7 @@ def exported(budget, case):
     return case.path
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_verify_and_import_never_fail_on_a_time_ahead_of_the_local_clock(package, tmp_path):
     """Times: a writer's clock (or tolerance) ahead of the auditor's is a note, not tampering."""
     wide = AnalysisConfig.from_mapping({"limits": {"at_future_tolerance_ms": 3_600_000}})
