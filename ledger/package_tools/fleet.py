@@ -37,7 +37,7 @@ from ..model.package import LEDGER_FILE, is_build_folder, is_case_package, once_
 from ..ground.paths import fs_path, os_error, refuse_link_to_nothing, require_utf8
 from ..ground.workers import job_count, parent_gone, shutdown_pool, watch_parent, worker_context
 from ..storage.readonly import open_readonly
-from ..storage.sqlite_file import log_files_exist, release_log, translate_sqlite_errors
+from ..storage.sqlite_file import log_files_exist, no_case_yet, release_log, translate_sqlite_errors
 from .anchors import anchor_or_none
 from .verify import verify_then_read
 
@@ -219,7 +219,7 @@ def find_cases(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
     found: list[Path] = []  # in order; once_each keeps each case once
     for given in paths:
         root = fs_path(given, "case or folder")
-        if _holds_ledger(root):
+        if os.path.lexists(root / LEDGER_FILE) or is_case_package(root):  # named: a build folder's case too
             found.append(root)
             continue
         if not root.is_dir():
@@ -242,17 +242,6 @@ def find_cases(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
         if not any_case and not unread:
             raise LedgerError(E.LEDGER_MISSING, f"no case package (a folder with {LEDGER_FILE}) under {root}")
     return once_each(found)
-
-
-def _holds_ledger(folder: Path) -> bool:
-    """Whether ``folder`` holds a ``ledger.sqlite`` file, or one this user may not look at (a case
-    that then fails on its own, ``STORAGE_ERROR``, rather than ending the whole export)."""
-    try:
-        return stat.S_ISREG((folder / LEDGER_FILE).stat().st_mode)
-    except PermissionError:
-        return True
-    except OSError:
-        return False
 
 
 # -- exporting one case -----------------------------------------------------------------
@@ -339,8 +328,7 @@ def _with_head(case: Path, out: Path, step: Callable[..., None]) -> dict[str, An
                 has_schema = conn.execute(statement("has_migrations_table")).fetchone() is not None  # an empty file?
                 row = conn.execute(statement("fleet_head")).fetchone() if has_schema else None
             if row is None:
-                raise LedgerError(E.LEDGER_MISSING, f"{case / LEDGER_FILE} holds no case (an init still running, or one interrupted: then run init again)",
-                                  path=str(case))
+                raise no_case_yet(case / LEDGER_FILE, path=str(case))
             head = dict(zip(HEAD_KEYS, row))
             entry.update(head)
             step(conn, case, out, head, entry)

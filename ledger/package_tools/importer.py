@@ -97,25 +97,21 @@ def _budget_revisions(files: dict[str, Path]) -> list[int]:
                    and r.startswith("analysis/budgets/")})
 
 
-def _event_bytes(files: dict[str, Path], relative: str) -> bytes:
-    """The bytes of the event file ``relative``; ``INTEGRITY_ERROR`` when it holds more than any event
-    may (:data:`EXPORT_FILE_BYTES_MAX`), told without reading it whole."""
+def _file_bytes(files: dict[str, Path], relative: str, holding: str = "event") -> bytes:
+    """The bytes of the exported file ``relative`` (an event's or a ``holding="content"`` file);
+    ``INTEGRITY_ERROR`` when it holds more than any event or content may
+    (:data:`EXPORT_FILE_BYTES_MAX`), told without reading it whole."""
     data = read_bytes_at_most(files[relative], relative, EXPORT_FILE_BYTES_MAX)
     if data is None:
-        raise _bad(None, f"{relative} holds more than {EXPORT_FILE_BYTES_MAX} bytes, more than any event may: "
+        raise _bad(None, f"{relative} holds more than {EXPORT_FILE_BYTES_MAX} bytes, more than any {holding} may: "
                    "it is no file of an export", file=relative)
     return data
-
-
-def _content_bytes(files: dict[str, Path], relative: str) -> bytes | None:
-    """The bytes of the content file ``relative``, or None when it holds more than any content may."""
-    return read_bytes_at_most(files[relative], relative, EXPORT_FILE_BYTES_MAX)
 
 
 def _claimed(files: dict[str, Path], relative: str) -> dict[str, Any] | None:
     """The event ``relative`` holds, if it parses as one (a JSON object with an integer seq)."""
     try:
-        body = json.loads(_event_bytes(files, relative))
+        body = json.loads(_file_bytes(files, relative))
     except (ValueError, RecursionError):
         return None
     return body if type(body) is dict and type(body.get("seq")) is int else None
@@ -201,11 +197,7 @@ def _rebuild(building: Path, build_dir: Path, files: dict[str, Path], manifest: 
         relative = content_path(sha)
         if relative not in files:
             return None
-        data = _content_bytes(files, relative)
-        if data is None:
-            raise _bad(None, f"{relative} holds more than {EXPORT_FILE_BYTES_MAX} bytes, more than any content "
-                       "may: it is no file of an export", file=relative)
-        return data
+        return _file_bytes(files, relative, "content")
 
     head_seq = manifest["head"]["seq"]
     accounted: set[str] = set()
@@ -259,17 +251,18 @@ def _unreplayed_past_head(files: dict[str, Path], accounted: set[str], seq: int,
             if body is not None and body["seq"] >= seq:
                 claims.setdefault(body["seq"], []).append((relative, body))
     taken: list[str] = []
-    parent = sha256_hex(_event_bytes(files, last))
+    parent = sha256_hex(_file_bytes(files, last))
     while len(claims.get(seq, [])) == 1 and claims[seq][0][1].get("parent_sha256") == parent:
         relative = claims[seq][0][0]
-        data = _event_bytes(files, relative)
+        data = _file_bytes(files, relative)
         taken.append(relative)
         parent, seq = sha256_hex(data), seq + 1
         for sha in set(_SHA256.findall(data.decode("utf-8", "replace"))):
             named = content_path(sha)
-            if named in files and named not in accounted and (held := _content_bytes(files, named)) is not None \
-                    and sha256_hex(held) == sha:
-                accounted.add(named)
+            if named in files and named not in accounted:
+                held = read_bytes_at_most(files[named], named, EXPORT_FILE_BYTES_MAX)  # None: over-size, no content
+                if held is not None and sha256_hex(held) == sha:
+                    accounted.add(named)
     accounted.update(taken)
     return taken
 
@@ -308,7 +301,7 @@ def _replay_tree(replayer: Replayer, files: dict[str, Path], head_seq: int, acco
                 raise _no_event(files, replayer.view, revisions, seq, head_seq)
             return past_head, last, None
         try:
-            body, stream_seq = replayer.apply(seq, _event_bytes(files, relative))
+            body, stream_seq = replayer.apply(seq, _file_bytes(files, relative))
         except LedgerError as exc:
             if seq <= head_seq:  # name the file as well as the seq
                 raise LedgerError(exc.code, f"{relative}: {exc.message}", **{**exc.details, "file": relative}) from None

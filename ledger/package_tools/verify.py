@@ -41,7 +41,7 @@ from .verify_range import (ALL_AFTER, ALL_LAST, SECOND_HALF_FILE, SecondHalf, co
     input_identity_of, merge, plan_split, range_agrees, save_views, replay_events)
 from ..storage.connection import Storage
 from ..storage.sqlite_file import (SQLITE_MAX_PATH_BYTES, file_identity, translate_sqlite_errors, log_files_exist, not_utf8,
-    open_snapshot, release_log)
+    no_case_yet, open_snapshot, release_log)
 
 Progress = Callable[[int], None]
 EVENT_COLUMNS = ("seq", "type", "revision", "stream", "stream_seq", "created_at", "sha256",
@@ -297,7 +297,7 @@ def _verify_attached(root: Path, scratch: Storage, progress: Progress | None, se
     if problem:
         raise _bad(None, problem, table="schema_migrations")
     if version == 0:
-        raise LedgerError(E.LEDGER_MISSING, "the ledger holds no schema (an init still running, or one interrupted: then run init again)")
+        raise no_case_yet("the ledger")
     _check_own_tables(conn, version)
     derived: list[Any] = []  # what the replay derives, stored into the scratch ledger in bulk
     package = PackageSource(root, content_reader(conn), lambda: input_identity_of(root, conn))

@@ -39,7 +39,7 @@ from ..rules.common import check_action_id, check_case_id
 from ..storage.readonly import readonly_rows, reading_only
 from .session import Session, check_future_at
 from ..storage.connection import CheckpointWarning, Storage
-from ..storage.sqlite_file import check_ledger_path, orphaned_logs, translate_sqlite_errors
+from ..storage.sqlite_file import check_ledger_path, no_case_yet, orphaned_logs, translate_sqlite_errors
 from ..model.views import SqlView
 
 DEFAULT_ACTOR = "controller"
@@ -274,7 +274,7 @@ class Case(CaseFacade):
                 if problem:
                     raise LedgerError(E.INTEGRITY_ERROR, f"{ledger}: {problem}; the file was edited outside case-ledger")
                 if storage.current_schema_version() == 0 or SqlView(storage).case() is None:
-                    raise LedgerError(E.LEDGER_MISSING, f"{ledger} holds no case (an init still running, or one interrupted: then run init again)")
+                    raise no_case_yet(ledger)
         except BaseException:
             storage.conn.close()
             raise

@@ -20,7 +20,7 @@ from ..ground import errors as E
 from .sqlfiles import PUBLIC_VIEWS, schema_version, statement
 from ..ground.errors import LedgerError
 from .sqlite_file import (BUSY_CODES, DAMAGED_CODES, SQLITE_ERRORS, SQLITE_INTERRUPT, SQLITE_READONLY, SQLITE_TOOBIG,
-                          STORAGE_CODES, connect_uri, log_files_exist, log_path, primary_code, readable_uri, release_log,
+                          STORAGE_CODES, connect_uri, log_files_exist, log_path, no_case_yet, primary_code, readable_uri, release_log,
                           sqlite_error, translate_sqlite_errors)
 
 
@@ -221,7 +221,7 @@ def readonly_rows(path: Path, sql: str, timeout_ms: int = 30_000) -> Iterator[tu
         raise
     if not has_schema:
         conn.close()
-        raise LedgerError(E.LEDGER_MISSING, f"{path} holds no case (an init still running, or one interrupted: then run init again)")
+        raise no_case_yet(path)
     if version > schema_version():  # its views may mean what this code does not know: as every command does
         conn.close()
         raise LedgerError(E.SCHEMA_VERSION, f"{path} has schema version {version}; this case-ledger knows up to "

@@ -150,6 +150,13 @@ def file_uri(path: Path, mode: str) -> str:
 SQLITE_MAX_PATH_BYTES = 512 - len("-wal") - 1
 
 
+def no_case_yet(ledger: Path | str, **details: Any) -> LedgerError:
+    """The ``LEDGER_MISSING`` error for a ledger file that is there but holds no case yet: its
+    schema or its case row is not written (``ledger init`` still running, or interrupted)."""
+    return LedgerError(E.LEDGER_MISSING, f"{ledger} holds no case (an init still running, or one "
+                       "interrupted: then run init again)", **details)
+
+
 def check_ledger_path(path: Path) -> None:
     """``INVALID_ARGUMENT`` when SQLite could not open ``path`` (or its ``-wal``) by name (``SQLITE_UNSUPPORTED``: too old)."""
     check_sqlite_version()
