@@ -14,7 +14,8 @@ import os
 import stat
 import sys
 import warnings
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 import click
 
@@ -23,7 +24,7 @@ from ledger.ground import interrupts
 from ledger.ground.arguments import is_decimal
 from ledger.ground.errors import OUTPUT_ERROR
 from ledger.ground.paths import STORAGE_ERRNOS, os_error
-from ledger.services.case import LEDGER_FILE
+from ledger.services.case import LEDGER_FILE, read_only_rows as ledger_read_only_rows
 
 from .entry import INTERRUPTED
 from ._output import FORMATS, OutputError, escape_unencodable_output, one_line, warn
@@ -356,3 +357,21 @@ class _NoBar:
         return None
 
 
+@contextmanager
+def read_only_rows(case: str, sql: str, timeout_ms: int = 30_000) -> Iterator[tuple[list[str], Iterator[tuple]]]:
+    """The library's ``read_only_rows`` for a command: every read-only query a command runs
+    (``ledger sql``, the length of verify's progress bar) goes through sqlite-utils, whose import
+    also imports pandas and numpy whenever they are installed (half a second, four times a
+    command's own start-up) for a type mapping only its writes use. A command never writes with
+    it, so sqlite-utils is imported with those two hidden; they stay importable afterwards."""
+    if "sqlite_utils" not in sys.modules:
+        hidden = [name for name in ("pandas", "numpy") if name not in sys.modules]
+        for name in hidden:
+            sys.modules[name] = None  # type: ignore[assignment]  # import of it raises ImportError
+        try:
+            import sqlite_utils  # noqa: F401
+        finally:
+            for name in hidden:
+                del sys.modules[name]
+    with ledger_read_only_rows(case, sql, timeout_ms=timeout_ms) as found:
+        yield found

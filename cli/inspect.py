@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
 
-from ledger.services.case import read_only_rows
-
-from ._common import BALANCE_COLUMNS, CASE, FiniteFloatRange, Integer, IntegerRange, Settings, pass_settings, table_options
+from ._common import BALANCE_COLUMNS, CASE, read_only_rows, FiniteFloatRange, Integer, IntegerRange, Settings, pass_settings, table_options
 from ._output import emit_rows, unique_names
 
 EVENT_COLUMNS = ("seq", "type", "revision", "created_at", "sha256", "parent_sha256")
@@ -65,24 +61,6 @@ def sql(case: str, query: str, timeout_s: float, fmt: str) -> None:
     Schema-reading pragma functions work (SELECT * FROM pragma_table_info('events')).
     Every format but --table streams the rows as they are read.
     """
-    _import_sqlite_utils_without_pandas()
     with read_only_rows(case, query, timeout_ms=max(1, round(timeout_s * 1000))) as (columns, rows):
         columns = unique_names(columns)  # `SELECT e1.seq, e2.seq …` keeps both values
         emit_rows((dict(zip(columns, row)) for row in rows), columns, fmt)
-
-
-def _import_sqlite_utils_without_pandas() -> None:
-    """``ledger sql`` reads through sqlite-utils, whose import also imports pandas and numpy whenever
-    they are installed (half a second, four times the command's own start-up) for a type mapping
-    only its writes use. This process never writes with it, so sqlite-utils is imported with those
-    two hidden; they stay importable afterwards."""
-    if "sqlite_utils" in sys.modules:
-        return
-    hidden = [name for name in ("pandas", "numpy") if name not in sys.modules]
-    for name in hidden:
-        sys.modules[name] = None  # type: ignore[assignment]  # import of it raises ImportError
-    try:
-        import sqlite_utils  # noqa: F401
-    finally:
-        for name in hidden:
-            del sys.modules[name]

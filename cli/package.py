@@ -9,13 +9,13 @@ from typing import Any
 import click
 
 from ledger import (LedgerError, ManyReport, VerifyReport, build_folders, case_folders, export_case, export_many,
-                    import_tree, read_only_query, verify_case, verify_many)
+                    import_tree, verify_case, verify_many)
 from ledger.package_tools.export import export_count
 from ledger.package_tools.manifest import read_manifest
 from ledger.package_tools.anchors import parse_anchor
 from ledger.ground.workers import JOBS_MAX
 
-from ._common import JSON, CaseFolder, IntegerRange, Settings, pass_settings, progress_bar, table_format
+from ._common import JSON, CaseFolder, IntegerRange, Settings, pass_settings, progress_bar, read_only_rows, table_format
 from ._output import dumps, echo, emit_result, emit_rows, one_line, warn
 
 CASES = click.argument("cases", metavar="CASE...", nargs=-1, required=True, type=CaseFolder())
@@ -59,10 +59,11 @@ def _events_to_verify(case: str) -> int:
     no writer's open, which would migrate the schema or fold the log), or 0 when it cannot be read
     (verify then says why)."""
     try:
-        _, rows = read_only_query(case, "SELECT COALESCE(MAX(seq), 0) FROM events")
+        with read_only_rows(case, "SELECT COALESCE(MAX(seq), 0) FROM events") as (_, rows):
+            newest = next(rows, (0,))[0]
     except LedgerError:
         return 0
-    return rows[0][0] if rows and type(rows[0][0]) is int else 0
+    return newest if type(newest) is int else 0
 
 
 def _many(run: Any, cases: tuple[str, ...], all_in: bool, jobs: int | None, as_json: bool, verb: str,

@@ -742,19 +742,24 @@ def test_a_ctrl_c_while_the_command_line_is_still_loading_ends_with_the_message_
     assert capsys.readouterr().err == "error: interrupted; nothing half-written remains, run the command again\n"
 
 
-def test_ledger_sql_starts_without_importing_pandas_even_when_it_is_installed(package, tmp_path):
+def test_reading_commands_start_without_importing_pandas_even_when_it_is_installed(package, tmp_path):
     """sqlite-utils imports pandas and numpy when they are installed (half a second of start-up);
-    `ledger sql` hides them while importing it, and they stay importable afterwards."""
+    every command reading through it (`ledger sql`, the length of `ledger verify`'s progress bar)
+    hides them while importing it, and they stay importable afterwards."""
     pytest.importorskip("pandas")
     start_case(package).close()
+    commands = [["verify", str(package)], ["export", str(package)], ["balances", str(package), "--csv"], ["sql", str(package), "SELECT COUNT(*) AS n FROM events", "--csv"]]
     script = ("import sys\nfrom click.testing import CliRunner\nfrom ledger_cli.main import main\n"
-              f"done = CliRunner().invoke(main, ['sql', {str(package)!r}, 'SELECT COUNT(*) AS n FROM events', '--csv'])\n"
-              "assert done.exit_code == 0 and done.stdout == 'n\\n3\\n', done.output\n"
-              "print('pandas' in sys.modules, 'numpy' in sys.modules)\n"
+              f"for args in {commands!r}:\n"
+              "    done = CliRunner().invoke(main, args)\n"
+              "    assert done.exit_code == 0, done.output\n"
+              "    print(args[0], 'pandas' in sys.modules, 'numpy' in sys.modules)\n"
+              "print(done.stdout.splitlines())\n"
               "import pandas, sqlite_utils.db\nprint(sqlite_utils.db.pd is None)\n")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == ["False False", "True"]
+    assert done.stdout.splitlines() == ["verify False False", "export False False", "balances False False",
+                                        "sql False False", "['n', '3']", "True"]
 
 
 def test_apply_says_when_initialize_froze_the_built_in_policy_and_only_then(tmp_path):
