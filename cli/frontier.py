@@ -89,5 +89,8 @@ def emit_frontier(report: FrontierReport, fmt: str, good: str) -> None:
         return
     emit_rows(_summary_rows(report), None, "table")
     echo(one_line(f"frontier (fewest units first): {', '.join(report.frontier)}"))
+    cap = next((row.get("units_per_hypothesis") for row in report.policies if row["name"] == "cap-p75"), None)
+    if cap is not None:
+        echo(f"cap-p75: units_per_hypothesis = {cap} (the 75th percentile of the units each run spent under no-stop)")
     for line in choice_lines(report.choice, good):
         echo(one_line(line))

@@ -104,6 +104,21 @@ def test_the_baselines_never_stop_and_cap_at_the_75th_percentile_of_spend():
     assert rows["example"]["by_outcome"]["resolved"]["runs_stopped"] == 14
     assert rows["cap-p75"]["runs_stopped"] == 25
     assert report.choice == {"policy": None, "constraint": None, "reason": "no --max-stopped constraint given"}
+    spent = [run.units_spent for run in report.simulation.runs if run.policy == "no-stop"]
+    assert len(spent) == 100 and rows["cap-p75"]["units_per_hypothesis"] == percentile_75(spent) == 385
+    assert [name for name, row in rows.items() if "units_per_hypothesis" in row] == ["cap-p75"]
+
+
+def test_the_frontier_table_names_the_cap_its_cap_p75_baseline_computed(tmp_path):
+    journals = tmp_path / "journals"
+    journals.mkdir()
+    for name in sorted(p.name for p in DATA.glob("*.jsonl"))[:8]:
+        (journals / name).write_bytes((DATA / name).read_bytes())
+    done = CliRunner().invoke(main, ["simulate", str(journals), "--frontier", "--outcomes", str(OUTCOMES)])
+    report = frontier([journals], [example_policy()], OUTCOMES, folds=0)
+    cap = next(row["units_per_hypothesis"] for row in report.policies if row["name"] == "cap-p75")
+    assert done.exit_code == 0 and f"\ncap-p75: units_per_hypothesis = {cap} (the 75th percentile of the units " \
+        "each run spent under no-stop)\n" in done.output
 
 
 @pytest.mark.parametrize("values, expected", [([5], 5), ([1, 2, 3, 4], 3), ([4, 1, 3, 2, 5], 4), ([0, 0], 1),

@@ -83,7 +83,7 @@ def _budget_prelude(view: LedgerView, request: Mapping[str, Any], config: Budget
         raise LedgerError(
             E.BUDGET_POLICY_CHANGED,
             f"the configured policy differs from the one frozen for revision {revision}; "
-            "open the case without a config or with the frozen policy",
+            "use the frozen policy: give no config (case.budget() in Python, no --config on the command line) or the same one",
             frozen_policy_sha256=policy_sha256, configured_policy_sha256=config.policy_sha256,
         )
     ctx = _BudgetContext(case, revision, view.policy_config(revision), policy_sha256,

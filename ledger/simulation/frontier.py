@@ -560,6 +560,7 @@ def frontier(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Poli
         runs = first.runs + simulate(search.files, replayed, table, **options).runs
         merged = merge_outcomes(runs, table)
         rows, front, choice = _derive(chosen, runs, merged, good, constraint, folds, seed, samples, fold_caps)
+    rows[CAP_P75]["units_per_hypothesis"] = chosen[1].settings()[UNITS_KEY]  # the cap it computed
     hidden = {policy.name for policy in fold_caps.values()}
     simulation = SimulationReport(list(rows.values()), [run for run in runs if run.policy not in hidden],
                                   first.errors, first.outcomes_without_journal, first.runs_without_outcome)
