@@ -384,3 +384,22 @@ def test_a_bad_outcome_or_source_is_invalid_argument_and_writes_nothing(case, ou
         case.record_outcome(outcome, source)
     assert caught.value.code == INVALID_ARGUMENT
     assert case.status()["package_generation"] == generation
+
+
+@pytest.mark.parametrize("outcome, message", [
+    ("res\nolved", "outcome 'res\\nolved' holds U+000A, a control or format character"),
+    ("resolved\u200b", "outcome 'resolved\\u200b' holds U+200B, a control or format character"),
+    ("\ufeffresolved", "outcome '\\ufeffresolved' holds U+FEFF, a control or format character"),
+    ("r\u00e9solu\tok", "outcome 'r\u00e9solu\\tok' holds U+0009, a control or format character"),
+    (" resolved", "outcome ' resolved' has spaces around it"),
+    ("resolved\u00a0", "outcome 'resolved\\xa0' has spaces around it"),
+])
+def test_an_outcome_label_that_would_read_as_another_is_refused_when_recorded(case, outcome, message):
+    """A label holding a character that shows nothing (or breaks its line), or spaces around it,
+    prints like another label and splits simulate's tables: refused, nothing written."""
+    generation = case.status()["package_generation"]
+    with pytest.raises(LedgerError) as caught:
+        case.record_outcome(outcome, "ci")
+    assert (caught.value.code, caught.value.message.startswith(message)) == (INVALID_ARGUMENT, True), caught.value.message
+    assert case.status()["package_generation"] == generation
+    assert case.record_outcome("r\u00e9solu", "ci").reused is False  # a letter past ASCII is a label

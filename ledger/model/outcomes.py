@@ -13,7 +13,7 @@ from ..ground.canonical import is_utf8_text
 from ..ground.errors import LedgerError
 from ..ground.paths import fs_path
 from ..rules.common import is_blank
-from ..rules.lifecycle import OUTCOME_CHARS_MAX, REPORT_OUTCOMES
+from ..rules.lifecycle import OUTCOME_CHARS_MAX, REPORT_OUTCOMES, check_new_outcome
 
 
 def read_outcomes(path: str | os.PathLike[str]) -> dict[str, str]:
@@ -62,7 +62,8 @@ def check_outcome(run: str, outcome: str, where: str) -> str:
     """``outcome`` of ``run``, a label a journal's ``record_outcome`` could record: ``INVALID_ARGUMENT``
     naming ``where`` for a blank run id or one with spaces around it, a blank outcome, one with spaces
     around it (`` resolved`` would be a label apart from ``resolved``), one longer than 64 characters,
-    one holding NUL or a lone surrogate, or one named like a row of simulate's reports (``(all)``, ``(no outcome)``)."""
+    one holding NUL or a lone surrogate, a control or format character (a newline, U+200B), or one named
+    like a row of simulate's reports (``(all)``, ``(no outcome)``)."""
     if is_blank(run):
         raise LedgerError(E.INVALID_ARGUMENT, f"{where}: the run id (first column) is empty")
     if run != run.strip():  # no run id (a file name) has them: the row could never match its run
@@ -82,5 +83,6 @@ def check_outcome(run: str, outcome: str, where: str) -> str:
     if outcome in REPORT_OUTCOMES:
         raise LedgerError(E.INVALID_ARGUMENT, f"{where}: run {run!r}: the outcome {outcome!r} is a name the "
                           "report uses itself; call it something else")
+    check_new_outcome(outcome, f"{where}: run {run!r}: the outcome")  # a character that shows nothing
     return outcome
 

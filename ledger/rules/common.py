@@ -268,6 +268,16 @@ def is_blank(text: str) -> bool:
     return all(ch.isspace() or unicodedata.category(ch) in _INVISIBLE_CATEGORIES for ch in text)
 
 
+def unseen_character(text: str) -> str | None:
+    """The first control (Cc: newline, tab…) or format character (Cf: the zero-width space U+200B,
+    a byte order mark…) in ``text``, as ``U+XXXX``; None when it has none. A label holding one
+    prints like another label, or splits the line it is printed on."""
+    if text.isascii():
+        found = re.search(r"[\x00-\x1f\x7f]", text)
+        return f"U+{ord(found.group()):04X}" if found else None
+    return next((f"U+{ord(ch):04X}" for ch in text if unicodedata.category(ch) in ("Cc", "Cf")), None)
+
+
 def check_reason(value: Any) -> str:
     """A reason: a non-blank string (:func:`is_blank`; ``REASON_REQUIRED`` otherwise) of at most
     ``REASON_CHARS_MAX`` characters without NUL or lone surrogates (``INVALID_ARGUMENT``)."""
