@@ -450,3 +450,68 @@ def test_a_reply_of_many_unclosed_fences_is_a_turn_without_a_bash_block(tmp_path
     messages = [{"role": "user", "content": "fix it"}, {"role": "assistant", "content": "```bash\nx" * 20_000},
                 {"role": "user", "content": "no command"}]
     assert [str(item) for item in mini_swe_agent_steps({"messages": messages})] == ["no bash block"]
+
+
+def test_a_run_file_or_steps_line_past_the_size_limit_is_refused_without_reading_it_whole(tmp_path, monkeypatch):
+    """A trajectory (decompressed: a gzip file may expand a thousandfold) or one line of a steps file
+    over the limit is that file's error; the other files are imported."""
+    from ledger.runs import trajectories
+
+    monkeypatch.setattr(trajectories, "RUN_FILE_BYTES_MAX", 4000)
+    padded = {**GOOD, "pad": "x" * 5000}
+    inputs = tmp_path / "in"
+    _write(inputs / "plain.traj.json", padded)
+    (inputs / "packed.traj.json.gz").write_bytes(gzip.compress(json.dumps(padded).encode()))
+    line = {"run": "s1", "command": "ls", "output": "y" * 5000}
+    (inputs / "steps.jsonl").write_text(json.dumps({**line, "output": "a"}) + "\n" + json.dumps(line) + "\n")
+    _write(inputs / "small.traj.json", GOOD)
+    summary = import_runs([inputs], tmp_path / "out")
+    assert (summary.runs, sorted(p.name for p in (tmp_path / "out").iterdir())) == (1, ["small.jsonl"])
+    assert sorted((Path(e["file"]).name, e["code"], e["reason"]) for e in summary.errors) == [
+        ("packed.traj.json.gz", "INVALID_ARGUMENT", "holds more than 4000 bytes once decompressed, more than a run "
+         "file may: split it, or leave out what no journal keeps"),
+        ("plain.traj.json", "INVALID_ARGUMENT", "holds more than 4000 bytes, more than a run file may: split it, "
+         "or leave out what no journal keeps"),
+        ("steps.jsonl", "INVALID_ARGUMENT", "holds more than 4000 bytes, more than a run file may: split it, "
+         "or leave out what no journal keeps")]
+    reads = []
+    real_open = trajectories._open
+
+    def counting(path):
+        handle = real_open(path)
+        real_read = handle.read
+        handle.read = lambda n=-1: reads.append(n) or real_read(n)
+        return handle
+    monkeypatch.setattr(trajectories, "_open", counting)
+    monkeypatch.setattr(trajectories, "RUN_FILE_BYTES_MAX", 10)
+    summary = import_runs([inputs / "packed.traj.json.gz"], tmp_path / "out2")
+    assert summary.runs == 0 and reads == [1 << 20]  # one chunk, then no further
+
+
+def test_a_bash_call_whose_arguments_give_a_key_twice_is_a_turn_skipped(tmp_path):
+    """Which of the two commands would the step be? Neither: as a key twice in the file itself."""
+    twice = {"id": "c1", "function": {"name": "bash", "arguments": '{"command": "ls", "command": "rm -rf x"}'}}
+    good = {"id": "c2", "function": {"name": "bash", "arguments": json.dumps({"command": "ls"})}}
+    messages = [{"role": "assistant", "content": "", "tool_calls": [twice, good]},
+                {"role": "tool", "tool_call_id": "c1", "content": "?"}, {"role": "tool", "tool_call_id": "c2", "content": "a"}]
+    summary = import_runs([_write(tmp_path / "r.traj.json", {"messages": messages})], tmp_path / "out")
+    assert (summary.runs, summary.steps, summary.skipped) == (1, 1, {"tool call that is not a bash command": 1})
+
+
+@pytest.mark.parametrize("answer", [
+    {"role": "tool", "tool_call_id": "c1", "content": 12345},
+    {"role": "tool", "tool_call_id": "c1", "content": {"text": "a"}},
+    {"role": "tool", "tool_call_id": "c1"},
+    {"type": "function_call_output", "call_id": "c1", "output": {"stdout": "a"}},
+])
+def test_a_tool_answer_that_is_not_text_is_a_turn_skipped_never_an_empty_observation(tmp_path, answer):
+    call = {"id": "c1", "function": {"name": "bash", "arguments": json.dumps({"command": "ls"})}}
+    messages = [*GOOD["messages"], {"role": "assistant", "content": "", "tool_calls": [call]}, answer]
+    summary = import_runs([_write(tmp_path / "r.traj.json", {"messages": messages})], tmp_path / "out")
+    assert (summary.runs, summary.steps, summary.skipped) == (1, 1, {"observation that is not text": 1})
+
+
+def test_a_text_mode_observation_that_is_not_text_is_a_turn_skipped(tmp_path):
+    messages = [*GOOD["messages"], {"role": "assistant", "content": "```bash\nls\n```"}, {"role": "user", "content": 7}]
+    summary = import_runs([_write(tmp_path / "r.traj.json", {"messages": messages})], tmp_path / "out")
+    assert (summary.runs, summary.steps, summary.skipped) == (1, 1, {"observation that is not text": 1})

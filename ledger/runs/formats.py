@@ -41,6 +41,12 @@ def _text(content: Any) -> str:
     return ""
 
 
+def _observation(content: Any) -> str | FormatError:
+    """The text of a tool's answer (its content, or a ``function_call_output``'s output); a number,
+    an object or nothing is no observation this import can score: a format error, never an empty text."""
+    return _text(content) if isinstance(content, (str, list)) else FormatError("observation that is not text")
+
+
 def _returncode(message: Mapping[str, Any], text: str) -> int | None:
     """The exit code a mini-swe-agent observation carries, or None: none given, or one no journal
     can hold (past ±(2**53 - 1), the largest exact JSON integer; the observation keeps it)."""
@@ -95,8 +101,8 @@ def _bash_command(name: Any, arguments: Any) -> str | None:
     if name != "bash":
         return None
     if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments)
+        try:  # a key given twice is refused, as in the file itself: which command would count?
+            arguments = json.loads(arguments, object_pairs_hook=no_repeated_keys)
         except (ValueError, RecursionError):  # not JSON, or nested past what Python reads
             return None
     command = arguments.get("command") if isinstance(arguments, Mapping) else None
@@ -138,8 +144,8 @@ def _tool_steps(messages: list[Any], index: int, calls: list[tuple[Any, Any, Any
             yield FormatError("tool call without a result")
             continue
         answer = found[0]
-        text = _text(answer.get("output") if answer.get("type") == "function_call_output" else answer.get("content"))
-        yield Step(command, text, _returncode(answer, text))
+        text = _observation(answer.get("output") if answer.get("type") == "function_call_output" else answer.get("content"))
+        yield text if isinstance(text, FormatError) else Step(command, text, _returncode(answer, text))
 
 
 def mini_swe_agent_steps(data: Any) -> Iterator[Step | FormatError]:
@@ -168,8 +174,8 @@ def mini_swe_agent_steps(data: Any) -> Iterator[Step | FormatError]:
         elif not isinstance(following, Mapping) or _is_model_turn(following):
             yield FormatError("no observation")
         else:
-            text = _text(following.get("content"))
-            yield Step(blocks[0], text, _returncode(following, text))
+            text = _observation(following.get("content"))
+            yield text if isinstance(text, FormatError) else Step(blocks[0], text, _returncode(following, text))
 
 
 def _bash_blocks(text: str) -> list[str]:

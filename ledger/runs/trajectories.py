@@ -27,7 +27,7 @@ from ..ground import errors as E
 from ..ground.errors import LedgerError, describe_value
 from ..ground.canonical import canonical_bytes
 from ..ground.config import AnalysisConfig
-from ..ground.paths import STORAGE_ERRNOS, folder_inputs, fs_path, refuse_link_to_nothing
+from ..ground.paths import EXPORT_FILE_BYTES_MAX, STORAGE_ERRNOS, folder_inputs, fs_path, refuse_link_to_nothing
 from ..ground.arguments import check_instance, check_text_mapping
 from ..model.outcomes import check_outcomes, read_outcomes
 from ..model.package import refuse_output_in_package
@@ -107,8 +107,40 @@ def evidence_of(step: Step, mapping: ActionMap = DEFAULT_ACTION_MAP) -> tuple[st
 
 
 # --- reading files --------------------------------------------------------------------------
+#: The most bytes a run file (a trajectory, or one line of a steps file) may hold, decompressed:
+#: the largest observation any analysis config lets a journal store fits; a larger one (a gzip
+#: file that expands a thousandfold) is refused, told without reading or decompressing it whole.
+RUN_FILE_BYTES_MAX = EXPORT_FILE_BYTES_MAX
+
+
 def _open(path: Path) -> IO[bytes]:
     return gzip.open(path, "rb") if path.name.lower().endswith(".gz") else open(path, "rb")
+
+
+def _too_large(path: Path) -> ValueError:
+    packed = " once decompressed" if path.name.lower().endswith(".gz") else ""
+    return ValueError(f"holds more than {RUN_FILE_BYTES_MAX} bytes{packed}, more than a run file may: split it, "
+                      "or leave out what no journal keeps")
+
+
+def _read_whole(path: Path) -> bytearray:
+    """The bytes of the run file ``path`` (decompressed when it is ``.gz``); ``ValueError`` past
+    :data:`RUN_FILE_BYTES_MAX`, read no further than that."""
+    with _open(path) as handle:
+        buffer = bytearray()
+        while len(buffer) <= RUN_FILE_BYTES_MAX and (chunk := handle.read(1 << 20)):
+            buffer += chunk
+    if len(buffer) > RUN_FILE_BYTES_MAX:
+        raise _too_large(path)
+    return buffer  # decoded as it is: no copy of a file that may be large
+
+
+def _lines(handle: IO[bytes], path: Path) -> Iterable[bytes]:
+    """The lines of a steps file; ``ValueError`` for one past :data:`RUN_FILE_BYTES_MAX`."""
+    while line := handle.readline(RUN_FILE_BYTES_MAX + 1):
+        if len(line) > RUN_FILE_BYTES_MAX:
+            raise _too_large(path)
+        yield line
 
 
 def _stem(path: Path) -> str:
@@ -298,17 +330,18 @@ class _Importer:
                 journal.step(item, self.mapping, self.score)
 
     def trajectory(self, path: Path) -> None:
-        with _open(path) as handle:
-            try:
-                # one run at a time: a trajectory file is one JSON document, UTF-8 (maybe with a
-                # byte-order mark), never UTF-16 or UTF-32 guessed from its bytes
-                data = json.loads(handle.read().decode("utf-8-sig"), object_pairs_hook=no_repeated_keys)
-            except UnicodeDecodeError as exc:
-                raise ValueError(f"not UTF-8 (byte {exc.start + 1}: {exc.reason})") from None
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"not JSON: {exc}") from None
-            except ValueError as exc:
-                raise ValueError(too_many_digits(exc) or str(exc)) from None
+        whole = _read_whole(path)
+        try:
+            # one run at a time: a trajectory file is one JSON document, UTF-8 (maybe with a
+            # byte-order mark), never UTF-16 or UTF-32 guessed from its bytes
+            data = json.loads(whole.decode("utf-8-sig"), object_pairs_hook=no_repeated_keys)
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"not UTF-8 (byte {exc.start + 1}: {exc.reason})") from None
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"not JSON: {exc}") from None
+        except ValueError as exc:
+            raise ValueError(too_many_digits(exc) or str(exc)) from None
+        del whole
         fmt = _format_of(path, self.fmt, data)
         steps = (swe_agent_steps if fmt == "swe-agent" else mini_swe_agent_steps)(data)
         given = data.get("instance_id") if isinstance(data, Mapping) else None
@@ -335,7 +368,7 @@ class _Importer:
         open_runs: dict[str, None] = {}  # runs whose journal is open, least recently stepped first
         try:
             with _open(path) as handle:
-                for number, line in enumerate(handle, start=1):
+                for number, line in enumerate(_lines(handle, path), start=1):
                     if not line.strip():
                         continue
                     run, step = steps_line(line, number)
