@@ -238,7 +238,9 @@ def budget_check(settings: Settings, case: str, hypothesis: str, action: str, at
     """Would ACTION fit now? allowed, cost, remaining, pct_remaining, tier, scarcity_bps (writes nothing).
 
     When it would not, a last line (on stderr with --json) says why: the refusal reserving it would
-    meet now, e.g. LIMIT_EXCEEDED naming the limit's scope, dimension and figures.
+    meet now, e.g. LIMIT_EXCEEDED naming the limit's scope, dimension and figures. The exit status
+    is 0 either way (the answer is the allowed line; a script reads it, e.g. from --json); 1 only
+    when the question cannot be answered (an unknown hypothesis, no case).
     """
     _run_read(settings, case, as_json, lambda b: b.check(hypothesis, action, at=at), "not allowed")
 
