@@ -227,9 +227,10 @@ PRAGMA {schema}.table_info({table});
 
 -- name: rows_differ
 -- verify: the first row (by {order}) present in only one of orig.{table} and main.{table}, its values
--- compared with their storage classes ({types}: typeof() of every column, after them; 10.0 = 10 in SQL)
-SELECT * FROM (SELECT *, {types} FROM orig.{table} EXCEPT SELECT *, {types} FROM main.{table})
-UNION ALL SELECT * FROM (SELECT *, {types} FROM main.{table} EXCEPT SELECT *, {types} FROM orig.{table})
+-- compared with their storage classes ({types}: typeof() of every column, after them; 10.0 = 10 in SQL),
+-- after the side it is on: 'ledger' (orig: the ledger's row the replay does not derive) or 'replay'
+SELECT 'ledger' AS side_, * FROM (SELECT *, {types} FROM orig.{table} EXCEPT SELECT *, {types} FROM main.{table})
+UNION ALL SELECT 'replay', * FROM (SELECT *, {types} FROM main.{table} EXCEPT SELECT *, {types} FROM orig.{table})
 ORDER BY {order} LIMIT 1;
 
 -- name: row_counts

@@ -1871,3 +1871,28 @@ def test_another_cases_ledger_put_in_place_is_named_at_its_first_event_not_as_a_
         verify_case(tmp_path / "long")
     assert (caught.value.code, caught.value.details["seq"]) == (INTEGRITY_ERROR, 1)
     assert caught.value.message.startswith("seq 1: exported file analysis/case/events/00000001.json differs from the ledger")
+
+
+@pytest.mark.parametrize("edit, message", [
+    ("UPDATE closings SET reward_units = reward_units + 1 WHERE action_id = 'k1'",
+     "helper table closings holds a row the replay does not derive (edited, extra or swapped): revision=1, "
+     "hypothesis_id='H1', action_id='k1', seq=7, outcome='settled', semantic_score=80"),
+    ("DELETE FROM closings WHERE action_id = 'k1'",
+     "helper table closings lacks a row the replay derives (edited or deleted): revision=1, hypothesis_id='H1', "
+     "action_id='k1', seq=7, outcome='settled'"),
+    ("UPDATE contents SET cumulative_bytes = cumulative_bytes + 1 WHERE seq = 6",
+     "content table contents holds a row the replay does not derive (edited, extra or swapped): sha256='"),
+])
+def test_a_table_row_only_one_side_holds_is_named_by_its_values_and_which_side_holds_it(budget, case, edit, message):
+    """The first differing row of a table is shown, column by column, with the side that holds it:
+    enough to find the edit with SQL."""
+    budget.reserve("H1", "k1", "source.read_context")
+    budget.record_result("H1", "k1", {"x": "y" * 500})
+    budget.settle("H1", "k1", 80, "r")
+    case.close()
+    conn = unguarded(case.path)
+    conn.execute(edit)
+    restore_triggers(conn)
+    caught = assert_verify_fails_at(case.path, 7 if "closings" in edit else 6)
+    assert caught.message.startswith(f"seq {7 if 'closings' in edit else 6}: {message}"), caught.message
+    assert len(caught.message) < 1200

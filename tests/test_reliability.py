@@ -759,4 +759,4 @@ def test_a_newer_ledger_copied_over_an_older_copy_that_kept_its_log_fails_verify
     shutil.copy2(path / "ledger.sqlite", backup / "ledger.sqlite")  # over the old copy, its log left beside it
     with pytest.raises(LedgerError) as caught:
         verify_case(backup)
-    assert caught.value.code == INTEGRITY_ERROR and "disagrees with the replay" in caught.value.message
+    assert caught.value.code == INTEGRITY_ERROR and caught.value.message.startswith("seq 9: helper table closings holds a row the replay does not derive")

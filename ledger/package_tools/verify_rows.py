@@ -11,7 +11,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from ..ground.errors import integrity_error as _bad, LedgerError
+from ..ground.errors import integrity_error as _bad, LedgerError, shortened
 from ..storage.sqlfiles import PUBLIC_VIEWS, column_list, statement
 from ..storage.sqlite_file import translate_sqlite_errors
 
@@ -63,19 +63,26 @@ def _compare_tables(conn: sqlite3.Connection, present: set[str], found: list[tup
         differing = conn.execute(statement("events_differ")).fetchone()
     if differing is not None:
         found.append((differing[0], "an events column disagrees with the event's body"))
-    differing = _rows_differ(conn, "contents", "seq")
-    if differing is not None:
-        found.append((_seq_named(differing[1]),
-                      f"content row {differing[0]} disagrees with the replay (edited, extra or swapped)"))
-    for table in (t for t in HELPER_TABLES if t in present):
+    for table in ("contents", *(t for t in HELPER_TABLES if t in present)):
         differing = _rows_differ(conn, table, "seq")
         if differing is not None:
             columns = [d[1] for d in conn.execute(statement("table_columns", table=table))]
-            found.append((_seq_named(differing[columns.index("seq")]), f"helper table {table} disagrees with the replay"))
+            row = dict(zip(columns, differing[1:]))
+            found.append((_seq_named(row["seq"]), _row_difference(table, differing[0], row)))
     for table in ("contents", *(t for t in HELPER_TABLES if t in present)):
         repeated = _repeated_row(conn, table)
         if repeated is not None:
             found.append(repeated)
+
+
+def _row_difference(table: str, side: str, row: dict[str, Any]) -> str:
+    """What verify says of the first row only one side holds: its table, which side, and its values
+    (each shortened), so that the edit can be found with SQL."""
+    values = ", ".join(f"{name}={shortened(repr(value), 60)}" for name, value in row.items())
+    kind = "content table" if table == "contents" else "helper table"
+    if side == "ledger":
+        return f"{kind} {table} holds a row the replay does not derive (edited, extra or swapped): {values}"
+    return f"{kind} {table} lacks a row the replay derives (edited or deleted): {values}"
 
 
 def _seq_named(value: Any) -> int | None:
