@@ -1848,6 +1848,14 @@ def test_a_folder_where_an_exported_file_belongs_is_named_as_a_folder_by_verify_
             export_case(case)
     assert refused.value.code == STORAGE_ERROR
     assert refused.value.message.endswith(f" to {event})")
+    (exported / "ledger.sqlite").rename(exported.parent / "kept.sqlite")
+    with pytest.raises(LedgerError) as rebuilt:  # import said "the export has no event N" alone
+        import_tree(exported, exported.parent / "new")
+    seq = json.loads(sorted(event.parent.glob("*.json"))[0].read_bytes())["seq"] + 1
+    assert rebuilt.value.code == INTEGRITY_ERROR and rebuilt.value.message.startswith(
+        f"seq {seq}: the export has no event {seq} (its manifest names head seq 13); {relative} is a folder, "
+        "not a file (move it aside)"), rebuilt.value.message
+    (exported.parent / "kept.sqlite").rename(exported / "ledger.sqlite")
     event.rmdir()
     with Case.open(exported) as case:
         export_case(case)

@@ -184,11 +184,15 @@ def export_tree_files(root: Path) -> list[str]:
     return files
 
 
+def folder_in_place(path: str | os.PathLike[str]) -> bool:
+    """Whether a folder (not a link to one) stands where the file ``path`` belongs."""
+    return os.path.isdir(path) and not os.path.islink(path)
+
+
 def missing_words(path: str | os.PathLike[str]) -> str:
     """How a message says an exported file is not there: "is missing", or "is a folder, not a file"
     when a folder stands in its place (the tree's check lists files only)."""
-    return "is a folder, not a file (move it aside)" if os.path.isdir(path) and not os.path.islink(path) \
-        else "is missing"
+    return "is a folder, not a file (move it aside)" if folder_in_place(path) else "is missing"
 
 
 def check_export_tree(files: Iterable[str], accounted: Container[str]) -> None:

@@ -31,7 +31,7 @@ from ..ground.errors import integrity_error as _bad
 from .export import export_case
 from .manifest import check_manifest, read_manifest
 from ..model.package import (ANALYSIS_DIR, EVENT_FILE_RE, EVIDENCE_EVENT_FILE_RE, LEDGER_FILE,
-                             check_export_tree, content_path, event_path, is_ledger_own, input_identity,
+                             check_export_tree, content_path, event_path, folder_in_place, is_ledger_own, input_identity,
                              printable_name, refuse_build_folder_name, refuse_output_in_package, refuse_own_links,
                              walk_package)
 from ..ground.paths import EXPORT_FILE_BYTES_MAX, fs_path, os_error, read_bytes_at_most
@@ -157,6 +157,12 @@ def _no_event(files: dict[str, Path], view: MemoryView, revisions: list[int], se
              and ((body := _claimed(files, relative)) is None or body["seq"] <= seq)]  # a later event is in its place
     held = f"; {', '.join(there)} {'is' if len(there) == 1 else 'are'} there but hold{'s' if len(there) == 1 else ''} " \
            "no event that continues the history (not an event's JSON, cut short, or another event)" if there else ""
+    root = next((path.parents[len(PurePosixPath(r).parts) - 1] for r, path in files.items()), None)
+    folders = [relative for _, relative in _next_stream_files(view, revisions)
+               if root is not None and relative not in files and folder_in_place(root / relative)]
+    if folders:  # a folder where the next event's file belongs: the tree lists files only
+        held += f"; {', '.join(folders)} {'is a folder' if len(folders) == 1 else 'are folders'}, not a file (move it aside)"
+        there += folders
     elsewhere = [r for r in sorted(files) if EVENT_FILE_RE.fullmatch(r) and (_claimed(files, r) or {}).get("seq") == seq]
     if elsewhere:  # the error's path only: every event file read once more
         held += f"; {', '.join(elsewhere)} claim{'s' if len(elsewhere) == 1 else ''} to hold it but " \
