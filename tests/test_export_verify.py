@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import sqlite3
 import tracemalloc
@@ -1904,3 +1905,18 @@ def test_a_table_row_only_one_side_holds_is_named_by_its_values_and_which_side_h
     caught = assert_verify_fails_at(case.path, 7 if "closings" in edit else 6)
     assert caught.message.startswith(f"seq {7 if 'closings' in edit else 6}: {message}"), caught.message
     assert len(caught.message) < 1200
+
+
+def test_an_import_the_file_system_refuses_midway_names_the_copy_and_writes_nothing(exported, tmp_path, monkeypatch):
+    """A full disk while an input is copied: the error names both files as a copy (it said "renaming")."""
+    import errno
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(os, "sendfile", full)  # shutil's copy on Linux
+    with pytest.raises(LedgerError) as caught:
+        import_tree(exported, tmp_path / "new")
+    assert caught.value.code == STORAGE_ERROR
+    assert re.search(r": No space left on device \(from \S+/sources/\S+ to \S+/sources/\S+\)$", caught.value.message), \
+        caught.value.message
+    assert not (tmp_path / "new").exists()

@@ -121,8 +121,8 @@ def os_error(exc: OSError, what: str, default_code: str = INVALID_ARGUMENT) -> L
     file system refused (read-only, permission, full, I/O), else ``default_code``."""
     code = STORAGE_ERROR if exc.errno in STORAGE_ERRNOS else default_code
     where = f" ({exc.filename})" if exc.filename else ""
-    if exc.filename and getattr(exc, "filename2", None):  # a rename: the target is what is in the way
-        where = f" (renaming {exc.filename} to {exc.filename2})"
+    if exc.filename and getattr(exc, "filename2", None):  # a rename or a copy: the target may be in the way
+        where = f" (from {exc.filename} to {exc.filename2})"
     return LedgerError(code, f"{what}: {exc.strerror or exc}{where}")
 
 
