@@ -554,6 +554,30 @@ def test_a_value_its_column_type_cannot_hold_fails_that_case_only(fleet, tmp_pat
     assert not list((tmp_path / "out" / "_fleet" / "tmp").iterdir())
 
 
+def test_a_full_disk_under_the_export_names_the_file_it_could_not_write(fleet, tmp_path, monkeypatch):
+    """The rows are written while verify holds its snapshot: a refusal there was reported as
+    "verify: the file system refused", naming neither the export nor the file."""
+    import errno
+    import io
+
+    import ledger.package_tools.fleet as fleet_module
+
+    class Full(io.StringIO):
+        def write(self, text):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    def opening(path, *args, **kwargs):  # the rows' JSON-Lines file beside the Parquet one
+        return Full() if str(path).endswith(".jsonl") else open(path, *args, **kwargs)
+    monkeypatch.setattr(fleet_module, "open", opening, raising=False)
+    cases, _, _ = fleet
+    report = export_fleet([_case_paths(cases)["FLEET-00001"]], tmp_path / "out")
+    [failed] = report.failed
+    assert failed["error"]["code"] == "STORAGE_ERROR"
+    assert re.fullmatch(rf"cannot write {re.escape(str(tmp_path / 'out'))}/_fleet/tmp/\S+/events\.jsonl: "
+                        "No space left on device", failed["error"]["message"]), failed["error"]["message"]
+    assert not list((tmp_path / "out").glob("*/case_id=FLEET-00001"))
+
+
 @pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_export_keeps_no_statement_per_case(fleet, tmp_path):
     """Memory is bounded by one case: the statement cache holds the fixed statements only, so

@@ -268,10 +268,13 @@ def _write_table(cursor: Any, out_file: Path) -> None:
     The rows go through a JSON-Lines file beside it, streamed, so memory holds no table."""
     names = [d[0] for d in cursor.description]
     source = out_file.with_suffix(".jsonl")
-    with open(source, "w", encoding="utf-8") as lines:
-        while chunk := cursor.fetchmany(512):
-            for row in chunk:
-                lines.write(json.dumps(dict(zip(names, row)), ensure_ascii=False) + "\n")
+    try:
+        with open(source, "w", encoding="utf-8") as lines:
+            while chunk := cursor.fetchmany(512):
+                for row in chunk:
+                    lines.write(json.dumps(dict(zip(names, row)), ensure_ascii=False) + "\n")
+    except OSError as exc:  # a full disk: named with the file (verify, around this, knows none)
+        raise os_error(exc, f"cannot write {source}", E.STORAGE_ERROR) from None
     # case_id is the partition key (the folder name): a copy inside the file would clash in Spark
     types = {n: column_type(n) for n in names if n != "case_id"}
     read_as = "{" + ", ".join(f"{sql_literal(n)}: {sql_literal('VARCHAR' if t == 'TIMESTAMPTZ' else t)}"
