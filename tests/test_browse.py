@@ -727,3 +727,24 @@ def test_serve_runs_under_pythons_own_ctrl_c_handler_which_asyncio_replaces_with
             assert signals.getsignal(signals.SIGINT) is signals.default_int_handler
         assert signals.getsignal(signals.SIGINT) is ours
     assert signals.getsignal(signals.SIGINT) is signals.default_int_handler
+
+
+def test_a_case_moved_away_while_served_is_a_page_saying_so_never_a_traceback(tmp_path, capfd):
+    """A ledger moved, removed or made unreadable after the server started: each page needing it is a
+    503 naming the file and what to do (it was a 500, with a traceback on the server's terminal)."""
+    path, _, _ = run_demo(tmp_path / "demo", echo=lambda text: None)
+    datasette = case_datasette([path], sql_threads=0)
+    try:
+        path.rename(tmp_path / "moved")  # before the first page: no connection is open yet
+        capfd.readouterr()
+        for page in ("/.json", "/BUG-20.json", "/BUG-20/events.json?_shape=array"):
+            answer = get(datasette, page)
+            assert answer.status_code == 503, (page, answer.text)
+            assert re.fullmatch(re.escape(f"{path / 'ledger.sqlite'} cannot be opened now (") + "(No such file or "
+                                "directory|unable to open database file)" + re.escape("): moved, removed or made "
+                                "unreadable since the server started; put it back, or start ledger serve again"),
+                                answer.json()["error"]), (page, answer.text)
+        assert "Traceback" not in capfd.readouterr().err
+    finally:
+        for database in datasette.databases.values():
+            database.close()

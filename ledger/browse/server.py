@@ -165,9 +165,26 @@ def _case_database(database_module: Any) -> Any:
 
     quiet = "log_sql_errors" in inspect.signature(database_module.Database.execute).parameters
 
+    page_error = _datasette_module("datasette.views.base").DatasetteError
+
+    def unavailable(path: str, exc: BaseException) -> Exception:  # a page, not a traceback on the terminal
+        return page_error(f"{path} cannot be opened now ({getattr(exc, 'strerror', None) or exc}): moved, removed "
+                          "or made unreadable since the server started; put it back, or start ledger serve again",
+                          title="Case unavailable", status=503)
+
     class CaseDatabase(database_module.Database):  # type: ignore[misc,name-defined]
+        @property
+        def size(self) -> int:  # the index page's figure: a stat of the file
+            try:
+                return super().size
+            except OSError as exc:
+                raise unavailable(self.path, exc) from None
+
         def connect(self, write: bool = False) -> sqlite3.Connection:
-            conn = case_connection(self.path)
+            try:
+                conn = case_connection(self.path)
+            except sqlite3.Error as exc:
+                raise unavailable(self.path, exc) from None
             getattr(self, "_all_file_connections", []).append(conn)  # closed by close(), as Datasette's own
             return conn
 
