@@ -8,10 +8,11 @@ from typing import Any
 
 import click
 
-from ledger import (LedgerError, ManyReport, VerifyReport, build_folders, case_folders, export_case, export_many,
+from ledger import (LedgerError, ManyReport, VerifyReport, case_folders, export_case, export_many,
                     import_tree, verify_case, verify_many)
 from ledger.package_tools.export import export_count
 from ledger.package_tools.manifest import read_manifest
+from ledger.package_tools.many import left_out
 from ledger.package_tools.anchors import parse_anchor
 from ledger.ground.workers import JOBS_MAX
 
@@ -22,7 +23,9 @@ CASES = click.argument("cases", metavar="CASE...", nargs=-1, required=True, type
 ALL = click.option("--all", "all_in", is_flag=True,
                    help="Each CASE is a folder of cases: take every case folder directly inside it, or linked "
                         "there (one that lost its ledger.sqlite but keeps its export or side files is taken, and "
-                        "fails, as does a folder this user may not read). A folder named like an import's or a demo's build folder is left out, with a note.")
+                        "fails, as does a folder this user may not read). A folder named like an import's or a "
+                        "demo's build folder, a link that leads nowhere or loops, and a second link to a case "
+                        "taken already are left out, each with a note.")
 
 
 def _jobs(help_text: str) -> Any:
@@ -72,9 +75,8 @@ def _many(run: Any, cases: tuple[str, ...], all_in: bool, jobs: int | None, as_j
     is ready and a summary (or one JSON object with --json); exit 1 when any case failed. ``notes``:
     a case's outcome → lines printed on stderr as ``note: CASE: …`` after its line."""
     folders = case_folders(cases) if all_in else list(cases)
-    for left_out in build_folders(cases) if all_in else ():
-        warn(f"note: {left_out}: left out: named like an import's or a demo's build folder (a run's scratch, "
-             "which a killed run leaves and the next import or demo there removes)")
+    for path, why in left_out(cases) if all_in else ():
+        warn(f"note: {path}: left out: {why}")
 
     def print_case(outcome: dict[str, Any]) -> None:
         echo(_case_line(outcome, done))

@@ -269,6 +269,26 @@ def test_all_leaves_out_build_folders_and_says_so_on_stderr(four_cases):
     assert json.loads(run_cli("export", "--all", str(root), "--json").stdout)["passed"] == 4
 
 
+def test_all_notes_links_that_lead_nowhere_or_loop_and_a_second_link_to_a_case_it_takes_once(tmp_path):
+    """Nothing left out without a word: a link to a folder that is gone, one that loops, and a link
+    to a case listed already (verified once, under its own name) are each a note on stderr."""
+    from ledger.package_tools.many import left_out
+
+    cases = make_cases(tmp_path / "cases", 2)
+    root = cases[0].parent
+    (root / "a-gone").symlink_to(root / "nowhere")
+    (root / "b-loop").symlink_to(root / "b-loop")
+    (root / "z-again").symlink_to(cases[1])
+    assert left_out([root]) == [(root / "a-gone", "a link that leads nowhere or loops"),
+                                (root / "b-loop", "a link that leads nowhere or loops"),
+                                (root / "z-again", f"the same case folder as {cases[1]}, which is taken once")]
+    done = run_cli("verify", "--all", str(root), "--jobs", "1")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.decode().splitlines()[-1] == "verified 2 case(s): 2 ok, 0 failed"
+    assert [line for line in done.stderr.decode().splitlines() if "left out" in line] == [
+        f"note: {path}: left out: {why}" for path, why in left_out([root])]
+
+
 def test_a_folder_of_cases_this_user_may_not_list_fails_in_verify_all(tmp_path, monkeypatch):
     """A folder inside the folder of cases that cannot be listed may be a case: it is taken and
     fails (STORAGE_ERROR), never left out without a word."""

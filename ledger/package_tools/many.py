@@ -88,6 +88,32 @@ def build_folders(folders: Iterable[str | os.PathLike[str]]) -> list[Path]:
     return found
 
 
+def left_out(folders: Iterable[str | os.PathLike[str]]) -> list[tuple[Path, str]]:
+    """``(path, why)`` of each entry directly inside ``folders`` that :func:`case_folders` and the
+    commands over many cases leave out although it may look like a case: a build folder
+    (:func:`build_folders`), a link that leads nowhere or loops, and a second path (a link) to a
+    case folder listed already, which is verified or exported once, under its first path. What
+    ``--all`` prints as notes, so that nothing is left out without a word."""
+    found = [(path, "named like an import's or a demo's build folder (a run's scratch, which a killed run "
+              "leaves and the next import or demo there removes)") for path in build_folders(folders)]
+    for folder in path_list(folders, "folders"):
+        try:
+            entries = sorted(os.scandir(fs_path(folder, "folder of cases")), key=lambda entry: entry.name)
+        except OSError:  # case_folders reports it
+            continue
+        found.extend((Path(entry.path), "a link that leads nowhere or loops") for entry in entries
+                     if entry.is_symlink() and not os.path.exists(entry.path))
+    try:
+        listed = case_folders(folders)
+    except LedgerError:
+        return found
+    kept = once_each(listed)
+    by_real = {os.path.realpath(path): path for path in kept}
+    found.extend((path, f"the same case folder as {by_real[os.path.realpath(path)]}, which is taken once")
+                 for path in listed if path not in kept)
+    return found
+
+
 def _is_folder(entry: os.DirEntry[str]) -> bool:
     """Whether ``entry`` is a folder, through a link: a link that loops or leads nowhere is not one."""
     try:
