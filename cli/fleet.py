@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
@@ -12,7 +13,7 @@ from ledger.package_tools.fleet import find_cases as fleet_cases
 from ledger.package_tools.fleet_query import fleet_rows
 
 from ._common import JSON, CaseFolder, FiniteFloatRange, IntegerRange, UsageGroup, progress_bar, table_options
-from ._output import emit_result, emit_rows, one_line, unique_names
+from ._output import emit_result, emit_rows, one_line, unique_names, warn
 
 
 @click.group(cls=UsageGroup)
@@ -39,7 +40,10 @@ def export_command(paths: tuple[str, ...], out: str, jobs: int, as_json: bool) -
     files replaced by rename. A case that fails verify is reported (error lines on
     stderr, exit status 1) and not exported; the others still are.
     """
-    cases = fleet_cases(paths)
+    passed_by: list[tuple[Path, str]] = []
+    cases = fleet_cases(paths, passed_by)
+    for path, why in passed_by:
+        warn(f"note: {path}: left out: {why}")
     with progress_bar(len(cases), "exporting") as bar:
         report = export_fleet(cases, out, jobs=jobs, progress=bar.update)
     emit_result(report.to_dict(), as_json,

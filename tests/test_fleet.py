@@ -325,6 +325,30 @@ def test_a_ledger_that_holds_no_case_fails_that_case_and_the_others_are_exported
     assert all("holds no case" in f["error"]["message"] for f in report["failed"])
 
 
+def test_the_walk_notes_what_it_passes_by_that_may_look_like_a_case(fleet, tmp_path):
+    """Nothing left out without a word: a build folder, a link that leads nowhere or loops and a
+    second path to a case found already are each a note (on stderr from the command)."""
+    cases, _, _ = fleet
+    root = tmp_path / "cases"
+    (root / "x").mkdir(parents=True)
+    shutil.copytree(_case_paths(cases)["FLEET-00001"], root / "x" / "a")
+    (root / "b-link").symlink_to(root / "x" / "a")
+    (root / "c-dead").symlink_to(root / "nowhere")
+    (root / "x" / "d-loop").symlink_to(root / "x" / "d-loop")
+    shutil.copytree(root / "x" / "a", root / ".a.importing-1-2")
+    left_out: list = []
+    assert find_cases([root], left_out) == [root / "x" / "a"]
+    assert left_out == [
+        (root / ".a.importing-1-2", "named like an import's or a demo's build folder (a run's scratch, which a "
+         "killed run leaves and the next import or demo there removes)"),
+        (root / "c-dead", "a link that leads nowhere or loops"), (root / "x" / "d-loop", "a link that leads nowhere or loops"),
+        (root / "b-link", f"the same case folder as {root / 'x' / 'a'}, which is taken once")]
+    result = CliRunner().invoke(main, ["fleet", "export", str(root), "--to", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert result.stderr.splitlines() == [f"note: {path}: left out: {why}" for path, why in left_out]
+    assert result.stdout.startswith(f"fleet export {tmp_path / 'out'}: 1 cases, 1 exported")
+
+
 def test_a_query_of_an_export_holding_no_case_says_so(tmp_path):
     lost = tmp_path / "cases" / "lost"
     lost.mkdir(parents=True)

@@ -291,6 +291,26 @@ def once_each(paths: Iterable[Path]) -> list[Path]:
     return list(found.values())
 
 
+#: Why a command over many cases leaves out an entry that may look like a case (each said in a note).
+BUILD_FOLDER_LEFT_OUT = ("named like an import's or a demo's build folder (a run's scratch, which a killed run "
+                         "leaves and the next import or demo there removes)")
+DEAD_LINK_LEFT_OUT = "a link that leads nowhere or loops"
+
+
+def dead_link(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a link that leads nowhere or loops."""
+    return os.path.islink(path) and not os.path.exists(path)
+
+
+def second_paths(paths: list[Path]) -> list[tuple[Path, str]]:
+    """``(path, why)`` of each path :func:`once_each` drops from ``paths``: a second path to a folder
+    listed already, named with the path it is taken under."""
+    kept = once_each(paths)
+    by_real = {os.path.realpath(path): path for path in kept}
+    return [(path, f"the same case folder as {by_real[os.path.realpath(path)]}, which is taken once")
+            for path in paths if path not in kept]
+
+
 def is_case_package(folder: Path) -> bool:
     """True when ``folder`` holds ``ledger.sqlite``, or shows a case package's other marks without
     it: ``ledger.sqlite``'s side files (``-wal``, ``-shm``, ``-journal``, ``-lock``,

@@ -33,7 +33,8 @@ from ..storage.sqlfiles import queries, statement
 from ..ground.arguments import check_callback
 from ..services.case import missing_ledger
 from ..ground.errors import LedgerError
-from ..model.package import LEDGER_FILE, is_build_folder, is_case_package, once_each, refuse_output_in_package
+from ..model.package import (BUILD_FOLDER_LEFT_OUT, DEAD_LINK_LEFT_OUT, LEDGER_FILE, dead_link, is_build_folder,
+                             is_case_package, once_each, refuse_output_in_package, second_paths)
 from ..ground.paths import fs_path, os_error, refuse_link_to_nothing, require_utf8
 from ..ground.workers import job_count, parent_gone, shutdown_pool, watch_parent, worker_context
 from ..storage.readonly import open_readonly
@@ -208,12 +209,14 @@ def locked_file(path: Path, mode: int) -> Iterator[None]:
 
 # -- finding the cases ------------------------------------------------------------------
 
-def find_cases(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
+def find_cases(paths: Iterable[str | os.PathLike[str]], left_out: list[tuple[Path, str]] | None = None) -> list[Path]:
     """Every case package (a folder holding ``ledger.sqlite``, or a damaged one that lost it:
     :func:`is_case_package`) named in or found under ``paths`` (folders are walked, a link to a
     case folder taken but no link walked, a case's own folder not entered), in order, once each (a folder reached by two paths
     is the first of them, named by its own path rather than a link's when it is reached both ways).
-    A path that is neither a case nor a folder holding one is ``LEDGER_MISSING``."""
+    A path that is neither a case nor a folder holding one is ``LEDGER_MISSING``. ``left_out``, when
+    given, receives ``(path, why)`` of what the walk passes by that may look like a case: a build
+    folder, a link that leads nowhere or loops, a second path to a case found already."""
     if isinstance(paths, (str, bytes, os.PathLike)):
         paths = [paths]  # one path, not its characters
     found: list[Path] = []  # in order; once_each keeps each case once
@@ -232,6 +235,10 @@ def find_cases(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
                 found.append(Path(folder))
                 any_case, dirs[:] = True, []
             else:
+                if left_out is not None:
+                    left_out.extend((Path(folder, d), BUILD_FOLDER_LEFT_OUT) for d in dirs if is_build_folder(d))
+                    left_out.extend((Path(folder, f), DEAD_LINK_LEFT_OUT) for f in sorted(files)
+                                    if dead_link(Path(folder, f)))
                 dirs[:] = [d for d in dirs if d != META_DIR and not is_build_folder(d)]
                 for name in dirs:  # os.walk does not enter links: a link to a case is taken, never walked
                     linked = Path(folder) / name
@@ -241,6 +248,8 @@ def find_cases(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
         found.extend(unread)
         if not any_case and not unread:
             raise LedgerError(E.LEDGER_MISSING, f"no case package (a folder with {LEDGER_FILE}) under {root}")
+    if left_out is not None:
+        left_out.extend(second_paths(found))
     return once_each(found)
 
 

@@ -20,7 +20,8 @@ from ..ground.config import AnalysisConfig
 from ..ground.errors import LedgerError
 from ..ground.paths import fs_path, os_error
 from ..ground.workers import job_count, shared_map
-from ..model.package import LEDGER_FILE, is_build_folder, is_case_package, once_each
+from ..model.package import (BUILD_FOLDER_LEFT_OUT, DEAD_LINK_LEFT_OUT, LEDGER_FILE, dead_link, is_build_folder,
+                             is_case_package, once_each, second_paths)
 from ..services.case import Case
 from .export import export_case
 from .verify import verify_case
@@ -94,24 +95,17 @@ def left_out(folders: Iterable[str | os.PathLike[str]]) -> list[tuple[Path, str]
     (:func:`build_folders`), a link that leads nowhere or loops, and a second path (a link) to a
     case folder listed already, which is verified or exported once, under its first path. What
     ``--all`` prints as notes, so that nothing is left out without a word."""
-    found = [(path, "named like an import's or a demo's build folder (a run's scratch, which a killed run "
-              "leaves and the next import or demo there removes)") for path in build_folders(folders)]
+    found = [(path, BUILD_FOLDER_LEFT_OUT) for path in build_folders(folders)]
     for folder in path_list(folders, "folders"):
         try:
             entries = sorted(os.scandir(fs_path(folder, "folder of cases")), key=lambda entry: entry.name)
         except OSError:  # case_folders reports it
             continue
-        found.extend((Path(entry.path), "a link that leads nowhere or loops") for entry in entries
-                     if entry.is_symlink() and not os.path.exists(entry.path))
+        found.extend((Path(entry.path), DEAD_LINK_LEFT_OUT) for entry in entries if dead_link(entry.path))
     try:
-        listed = case_folders(folders)
+        return found + second_paths(case_folders(folders))
     except LedgerError:
         return found
-    kept = once_each(listed)
-    by_real = {os.path.realpath(path): path for path in kept}
-    found.extend((path, f"the same case folder as {by_real[os.path.realpath(path)]}, which is taken once")
-                 for path in listed if path not in kept)
-    return found
 
 
 def _is_folder(entry: os.DirEntry[str]) -> bool:
