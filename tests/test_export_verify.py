@@ -1920,3 +1920,23 @@ def test_an_import_the_file_system_refuses_midway_names_the_copy_and_writes_noth
     assert re.search(r": No space left on device \(from \S+/sources/\S+ to \S+/sources/\S+\)$", caught.value.message), \
         caught.value.message
     assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.parametrize("other_id", ["BUG-1", "OTHER-2"])
+def test_a_manifest_of_another_package_is_named_as_such_whatever_its_head(exported, tmp_path, other_id):
+    """A manifest.json copied from another case's export (same case id or not, a head past this
+    ledger's or before it): named as another package's, not as a changed head or a truncation."""
+    other = start_case(tmp_path / "other", case_id=other_id)
+    with other:
+        export_case(other)
+    identity = json.loads((tmp_path / "other" / "manifest.json").read_bytes())
+    for head in (identity["head"], {"seq": 40, "sha256": "0" * 64}):
+        (exported / "manifest.json").write_bytes(canonical_bytes({**identity, "head": head}))
+        with pytest.raises(LedgerError) as caught:
+            verify_case(exported)
+        theirs = json.loads((tmp_path / "other" / "manifest.json").read_bytes())
+        with Case.open(exported) as case:
+            ids = (case.status()["case_id"], case.status()["package_id"])
+        assert (caught.value.code, caught.value.message) == (INTEGRITY_ERROR, (
+            f"manifest.json is another package's: it names case {other_id} package {theirs['package_id']}, the ledger "
+            f"case {ids[0]} package {ids[1]} (a manifest copied from another case's export)"))

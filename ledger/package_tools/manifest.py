@@ -76,6 +76,13 @@ def check_manifest(manifest: Mapping[str, Any], conn: sqlite3.Connection, ledger
                     schema: str = "main") -> None:
     """The manifest must be exactly what an export of this ledger at its head would write."""
     head_seq = manifest["head"]["seq"]
+    created = conn.execute(statement("manifest_identity", schema)).fetchall()
+    if len(created) == 1:  # another package's manifest is named so, whatever its head
+        ledger_ids = _fields(created[0][0], {"case_id": str, "package_id": str})
+        if ledger_ids != [manifest["case_id"], manifest["package_id"]]:
+            raise _bad(None, f"manifest.json is another package's: it names case {manifest['case_id']} package "
+                       f"{manifest['package_id']}, the ledger case {ledger_ids[0]} package {ledger_ids[1]} "
+                       "(a manifest copied from another case's export)", fields=["case_id", "package_id"])
     expected = manifest_for(conn, head_seq, schema)
     if expected is None:
         raise _bad(ledger_head + 1, f"the ledger ends at seq {ledger_head} but its export reached seq {head_seq} "
