@@ -66,32 +66,55 @@ def apply(settings: Settings, case: str, journal: Any, create_case_id: str | Non
         with progress_bar(size or 0, "applying", stream=sys.stderr) if size else _NoBar() as bar:
             lines = itertools.chain(head, reader)
             counted.hand_to(bar.update)
-            committed = [0]  # results of committed batches not yet counted
+            uncounted = _Uncounted()
             outcomes = apply_journal(opened, lines, budget=manager, keep_going=keep_going, batch_size=batch_size,
-                                     on_commit=lambda n: committed.__setitem__(0, committed[0] + n),
-                                     units_per_hypothesis=units_per_hypothesis)
-            for outcome in outcomes:
-                summary.add(outcome)
-                if (outcome.op == "initialize" and outcome.ok and not outcome.reused and manager.config is None
-                        and not quiet):  # --quiet: the summary only, as for the clamp warnings
-                    warn(DEFAULT_POLICY_NOTE.format(line=outcome.line))
-                if not outcome.ok and not keep_going:
-                    summary.stopped_at = outcome.line
-                committed[0] -= 1
-                try:
-                    _report_line(outcome, summary, quiet, results)
-                    hint = recorded_run_hint(_journal_name(journal)) if outcome.line == 1 and not outcome.ok else ""
-                    if hint:
-                        warn(f"hint:{hint[1:]}")
-                except OutputError:
-                    _count_unprinted(outcomes, committed[0], summary)
-                    raise
+                                     on_commit=uncounted.add, units_per_hypothesis=units_per_hypothesis)
+            try:
+                _print_outcomes(outcomes, summary, uncounted, manager, journal, keep_going, quiet, results)
+            except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the committed lines not yet printed still count
+                summary.interrupted = True
+                _count_unprinted(outcomes, uncounted, summary)
+                raise
             bar.update(size or 0)  # a stop leaves lines unread: the bar still ends full (click clamps it)
     finally:
         opened.close()
         click.echo(summary.text(), err=True)
     if summary.failed:
         sys.exit(1)
+
+
+class _Uncounted:
+    """What an interrupted or failed printing has not counted yet: ``committed``, the results of
+    committed batches not yet counted; ``printing``, a counted line's result is being printed."""
+
+    def __init__(self) -> None:
+        self.committed, self.printing = 0, False
+
+    def add(self, lines: int) -> None:
+        self.committed += lines
+
+
+def _print_outcomes(outcomes: Iterator[LineResult], summary: JournalSummary, uncounted: _Uncounted, manager: Any,
+                    journal: Any, keep_going: bool, quiet: bool, results: str) -> None:
+    """Count and print each line's result as it comes."""
+    for outcome in outcomes:
+        uncounted.committed -= 1  # beside the count: an interrupt between them would count a line twice or never
+        summary.add(outcome)
+        uncounted.printing = True
+        if (outcome.op == "initialize" and outcome.ok and not outcome.reused and manager.config is None
+                and not quiet):  # --quiet: the summary only, as for the clamp warnings
+            warn(DEFAULT_POLICY_NOTE.format(line=outcome.line))
+        if not outcome.ok and not keep_going:
+            summary.stopped_at = outcome.line
+        try:
+            _report_line(outcome, summary, quiet, results)
+            hint = recorded_run_hint(_journal_name(journal)) if outcome.line == 1 and not outcome.ok else ""
+            if hint:
+                warn(f"hint:{hint[1:]}")
+        except OutputError:
+            _count_unprinted(outcomes, uncounted, summary)
+            raise
+        uncounted.printing = False
 
 
 def _journal_name(stream: Any) -> str:
@@ -110,13 +133,17 @@ def _report_line(outcome: LineResult, summary: JournalSummary, quiet: bool, resu
         click.echo(f"line {outcome.line}: error: {outcome.error.code}: {one_line(outcome.error.message)}", err=True)
 
 
-def _count_unprinted(outcomes: Iterator[LineResult], remaining: int, summary: JournalSummary) -> None:
-    """Standard output failed: count the failing line and the ``remaining`` committed results
-    of its batch (read without starting another batch), then stop applying."""
-    summary.unprinted += 1
-    for outcome in itertools.islice(outcomes, remaining):
-        summary.add(outcome)
-        summary.unprinted += 1
+def _count_unprinted(outcomes: Iterator[LineResult], uncounted: _Uncounted, summary: JournalSummary) -> None:
+    """Standard output failed, or an interrupt came: count the line being printed, if one was, and
+    the committed results of its batch not yet counted (read without starting another batch), then
+    stop applying. An interrupt inside a batch being applied ends it there: nothing of it commits."""
+    summary.unprinted += uncounted.printing
+    try:
+        for outcome in itertools.islice(outcomes, max(0, uncounted.committed)):
+            summary.add(outcome)
+            summary.unprinted += 1
+    except KeyboardInterrupt:  # a second one while counting: the count stays as far as it got
+        pass
     outcomes.close()
 
 

@@ -269,3 +269,36 @@ def test_journal_line_shape_checks_name_missing_unexpected_and_null_keys():
         "INVALID_ARGUMENT", "record_result: at, source_refs may be left out but not null")
     line = parse_line('{"op": "fail", "hypothesis": null, "action_id": "a", "reason": "r"}')
     assert line["hypothesis"] is None  # the operation refuses it: INVALID_ID
+
+
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
+def test_apply_stopped_by_sigterm_counts_every_line_it_committed(tmp_path):
+    """A signal while apply prints a committed batch (here: its output pipe full, unread) ends it as
+    Ctrl-C does; the summary still counts every committed line, printed or not, so a re-run finds
+    exactly that many applied (the batch's lines not yet printed were left out of the count)."""
+    import re
+    import signal
+    import time
+
+    lines = [{"op": "open_revision", "hypotheses": [{"statement": "h"}], "units_per_hypothesis": 100000},
+             {"op": "transition", "to": "INVESTIGATING_HYPOTHESES"}, {"op": "initialize"}]
+    for n in range(1500):
+        lines += [{"op": "reserve", "hypothesis": "H1", "action_id": f"a{n}", "action": "source.read_context"},
+                  {"op": "record_result", "hypothesis": "H1", "action_id": f"a{n}", "evidence": {"n": n}},
+                  {"op": "settle", "hypothesis": "H1", "action_id": f"a{n}", "semantic_score": 80, "reason": "r"}]
+    journal = tmp_path / "j.jsonl"
+    journal.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    command = [sys.executable, "-m", "ledger_cli", "apply", str(tmp_path / "c"), str(journal), "--batch-size", "500"]
+    process = subprocess.Popen([*command, "--create", "C"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(3)  # the pipe (64 KiB: some 400 result lines) is full: apply waits, printing a batch
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 143, err
+    first = re.search(r"applied: (\d+) ok \((\d+) reused\), (\d+) failed", err)
+    assert first is not None and first.group(3) == "0", err
+    assert 0 < int(first.group(1)) < len(lines)
+    assert "not printed (interrupted; no further line was applied)" in err
+    again = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    second = re.search(r"applied: (\d+) ok \((\d+) reused\), (\d+) failed", again.stderr)
+    assert again.returncode == 0 and second is not None, again.stderr
+    assert (int(second.group(1)), int(second.group(2))) == (len(lines), int(first.group(1)))

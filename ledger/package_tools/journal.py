@@ -356,7 +356,8 @@ class JournalSummary:
     and ``reads``: reads, which write nothing), ``failed``, ``clamped``
     (lines whose ``at`` was raised to the previous event's time, by ``clamped_micros_max`` at most
     and ``clamped_micros_total`` in all) and the ``elapsed_s`` seconds since it was made.
-    ``unprinted``: committed lines whose result line the caller could not print (its output failed).
+    ``unprinted``: committed lines whose result line the caller could not print (its output failed,
+    or ``interrupted``: Ctrl-C or SIGTERM stopped it while it printed a committed batch).
     ``stopped_at``: the line a run without ``keep_going`` stopped at (its first failure), else None."""
 
     ok: int = 0
@@ -367,6 +368,7 @@ class JournalSummary:
     clamped_micros_max: int = 0
     clamped_micros_total: int = 0
     unprinted: int = 0
+    interrupted: bool = False
     stopped_at: int | None = None
     started: float = field(default_factory=time.monotonic, repr=False)
 
@@ -400,8 +402,9 @@ class JournalSummary:
         clamped = (f"{self.clamped} time(s) raised to the previous event's time (by up to "
                    f"{describe_micros(self.clamped_micros_max)}, {describe_micros(self.clamped_micros_total)} in all)"
                    if self.clamped else "no time raised")
-        unprinted = (f", {self.unprinted} of them not printed (standard output failed; no further line "
-                     "was applied)" if self.unprinted else "")
+        why = "interrupted" if self.interrupted else "standard output failed"
+        unprinted = (f", {self.unprinted} of them not printed ({why}; no further line was applied)"
+                     if self.unprinted else "")
         stopped = (f"; stopped at line {self.stopped_at}, its first failure: any lines after it were not applied "
                    "(--keep-going applies each line on its own)" if self.stopped_at is not None else "")
         reads = f", {self.reads} read(s)" if self.reads else ""
