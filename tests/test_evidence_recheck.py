@@ -320,6 +320,31 @@ def test_a_file_added_where_a_stored_search_would_have_read_it_is_noted_and_fail
         "STALE_GENERATION", True) if noted else failure is None
 
 
+@pytest.mark.parametrize("was, text, noted", [("pipe", "x = add(1, 2)", True), ("link", "x = add(1, 2)", True),
+                                              ("pipe", "nothing to find", False)])
+def test_a_file_a_stored_search_skipped_that_it_would_read_now_is_noted_and_fails_strict(case, was, text, noted):
+    """A pipe or a link the search skipped, a regular file holding its text now: the stored lines
+    cannot be recomputed with it, as with a file added (verify --strict passed it)."""
+    skipped = case.path / "sources" / "zz.py"
+    if was == "pipe":
+        os.mkfifo(skipped)
+    else:
+        skipped.symlink_to(case.path / APP)
+    case.budget().reserve("H1", "q1", "source.find_text")
+    result = case.evidence().query("i1", {"actions": [action("source.find_text", text="add", path_glob="sources/**")]},
+                                   True)
+    assert [entry["path"] for entry in result.reply["results"][0]["coverage"]["skipped"]] == ["sources/zz.py"]
+    export_case(case)
+    skipped.unlink()
+    skipped.write_text(text + "\n")
+    report = verify_case(case.path)
+    why = "readable now, and matching, where the search skipped it"
+    assert report.unchecked_inputs == ([{"path": "sources/zz.py", "why": why}] if noted else [])
+    failure = report.strict_failure()
+    assert (failure.code, f"sources/zz.py ({why})" in failure.message) == ("STALE_GENERATION", True) if noted \
+        else failure is None
+
+
 def test_a_glob_matching_too_many_files_since_a_search_is_a_changed_input_not_tampering(case, monkeypatch):
     """sources/ grown past the router's file limit (5,000, here 3) made verify call a healthy search
     damaged: "the reference router refuses it over unchanged inputs", though they had changed."""

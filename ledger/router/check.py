@@ -171,7 +171,8 @@ def _check_listing(router: Router, action: Mapping[str, Any], stored: Mapping[st
     where it stopped). With them changed, a file the glob matches now, that the search would have
     read (it was not there then) and that holds the searched text, is noted as added: the search's
     lines cannot be recomputed with it (one without the text, or one the router cannot read,
-    leaves its lines as they were)."""
+    leaves its lines as they were). So is a file it skipped (a pipe, a link, one too large or this
+    user's to read then) that it would read now and that holds the text."""
     op, coverage = action.get("operation_id"), stored["coverage"]
     try:
         listing = router._source_files(coverage["path_glob"])
@@ -187,15 +188,16 @@ def _check_listing(router: Router, action: Mapping[str, Any], stored: Mapping[st
         raise _bad(op, "the files it lists are not those its glob matches in the unchanged package")
     last = walk_order(coverage["files"][-1]) if stored["truncated"] and coverage["files"] else None
     needle = coverage["text"].encode("utf-8")
+    skipped_set = set(skipped)
     for path in listing:
-        if path not in seen and (last is None or walk_order(path) < last):
+        if (path not in seen or path in skipped_set) and (last is None or walk_order(path) < last):
             try:
                 found = matching_lines(path, router.read_file(path, SOURCES_DIR), needle)
             except LedgerError:
                 continue
-            if found:
-                note(path, "added since a search that matches it")
-    # a file listed as skipped may be readable now: permissions are not part of the input identity
+            if found:  # a file it skipped (a pipe, a link, too large then) that it would read now counts too
+                note(path, "added since a search that matches it" if path not in skipped_set
+                      else "readable now, and matching, where the search skipped it")
 
 
 def self_consistent(action: Mapping[str, Any], stored: Mapping[str, Any]) -> None:
