@@ -194,6 +194,28 @@ def test_lookup_writes_nothing_under_data_and_refuses_a_database_with_a_wal_file
     assert case.input_identity() == identity
 
 
+def test_lookup_rows_that_pass_the_byte_limit_are_refused_as_they_are_read(case, monkeypatch):
+    """A small database whose generated column makes each row large (printf of n characters): the
+    lookup counts the bytes of the rows as it reads them and refuses once they pass the limit,
+    instead of reading every row into memory (an 8 KiB file took gigabytes)."""
+    from ledger.router import reference
+
+    path = case.path / "data" / "big.sqlite"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE t (n INTEGER, big TEXT GENERATED ALWAYS AS (printf('%.*c', n, 'x')) VIRTUAL)")
+    conn.executemany("INSERT INTO t (n) VALUES (?)", [(600,)] * 50)
+    conn.commit()
+    conn.close()
+    monkeypatch.setattr(reference, "LOOKUP_BYTES_MAX", 3000)
+    with pytest.raises(LedgerError) as caught:
+        case.evidence().query("x", {"actions": [lookup(database="data/big.sqlite", table="t")]})
+    assert caught.value.code == ROUTER_REFUSED and caught.value.message.endswith(
+        "the rows of 't' read so far hold more than 3000 bytes, more than any evidence may (a generated column "
+        "that makes large values?); ask for fewer rows (limit) or columns")
+    reply = case.evidence().query("x", {"actions": [lookup(database="data/big.sqlite", table="t", limit=4)]}).reply
+    assert [len(item["values"]["big"]) for item in reply["results"][0]["items"]] == [600] * 4
+
+
 # --- finding 10: find_text skips unreadable files with a coverage note -----------------------------------
 def test_find_text_skips_oversized_broken_and_special_files_and_lists_them(case, monkeypatch):
     monkeypatch.setattr(router_files, "FILE_BYTES_MAX", 1000)  # the 16 MiB cap, scaled down

@@ -63,6 +63,10 @@ INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 ROWID_ALIASES = ("rowid", "_rowid_", "oid")
 DATA_DIR = "data"
 JSON_INT_MAX = 2 ** 53 - 1
+#: The most bytes the values of a lookup's rows may hold in all (text and blobs): 1 GiB, the largest
+#: evidence artifact any analysis config lets a case store. A tiny database whose generated column
+#: makes each row large is refused once its rows pass it, not read to the end into memory.
+LOOKUP_BYTES_MAX = 1024 ** 3
 _INTEGER = re.compile(r"-?(0|[1-9][0-9]{0,19})")  # at most 20 digits: past SQLite's range, never past int()'s
 
 
@@ -436,8 +440,16 @@ def _select(conn: sqlite3.Connection, table: str, columns: list[str], where: Map
     projection = ", ".join(_quote(c) for c in columns)
     conditions = " AND ".join(f"{_quote(c)} IS ?" for c in where) or "1"
     sql = f"SELECT {rowid}, {projection} FROM {_quote(table)} WHERE {conditions} ORDER BY {rowid} LIMIT ?"
+    found: list[tuple] = []
+    held = 0
     try:
-        found = conn.execute(sql, [*where.values(), limit + 1]).fetchall()
+        for row in conn.execute(sql, [*where.values(), limit + 1]):  # one row at a time: counted as read
+            found.append(row)
+            held += sum(len(value) for value in row if isinstance(value, (str, bytes)))
+            if held > LOOKUP_BYTES_MAX:
+                raise _refuse(f"the rows of {table[:80]!r} read so far hold more than {LOOKUP_BYTES_MAX} bytes, more "
+                              "than any evidence may (a generated column that makes large values?); ask for "
+                              "fewer rows (limit) or columns")
     except sqlite3.Error as exc:
         raise _refuse(f"lookup in {table[:80]!r} failed: {exc}") from None
     return [(row[0], row[1:]) for row in found[:limit]], len(found) > limit
