@@ -574,6 +574,10 @@ def test_a_query_store_retry_over_changed_inputs_is_not_reused(case):
     with pytest.raises(LedgerError) as caught:
         case.evidence().query("i1", request, True)
     assert caught.value.code == "OPERATION_CONFLICT"
+    assert "iteration i1 stored this very request, read at package_generation 5 over inputs that have changed " \
+        "since (this reply reads them as they are now); the batch as stored is what stored_batch(...) answers " \
+        "with" in caught.value.message  # it said "holds another batch; give this one a new iteration id"
+    assert case.evidence().stored_batch("i1", request).reused is True
 
 
 # --- finding 6: the artifact limit is the one that applies to the evidence an event carries -----------

@@ -177,11 +177,21 @@ class EvidenceStore:
                           key: str, seq: int) -> None:
         """``OPERATION_CONFLICT`` saying how to get the stored batch back when ``reply`` is the stored one
         read again (same request, inputs and results; only ``package_generation`` moved on, later, as
-        every event moves it). Anything else is left to the rule's own conflict."""
+        every event moves it), or when it answers this very request over inputs changed since. Anything
+        else (another request under the iteration id) is left to the rule's own conflict."""
         stored = self._stored_reply(iteration_id, request)
-        if (stored is None or stored["input_identity"] != reply.get("input_identity")
-                or canonical_bytes(stored["results"]) != canonical_bytes(reply["results"])
-                or not reply["package_generation"] > stored["package_generation"]):
+        if stored is None:
+            return
+        if (stored["input_identity"] != reply.get("input_identity")
+                or canonical_bytes(stored["results"]) != canonical_bytes(reply["results"])):
+            raise LedgerError(E.OPERATION_CONFLICT, (
+                f"operation {key} was already applied at seq {seq}: iteration {iteration_id} stored this very "
+                f"request, read at package_generation {stored['package_generation']} over inputs that have changed "
+                "since (this reply reads them as they are now); the batch as stored is what stored_batch(...) "
+                "answers with (it runs no router); to store what the inputs give now, reserve new actions and send "
+                "them under new operation ids and a new iteration id"), seq=seq, operation=key,
+                package_generation=stored["package_generation"])
+        if not reply["package_generation"] > stored["package_generation"]:
             return
         raise LedgerError(E.OPERATION_CONFLICT, (
             f"operation {key} was already applied at seq {seq}: iteration {iteration_id} stored this request "
