@@ -182,8 +182,7 @@ class EvidenceStore:
         stored = self._stored_reply(iteration_id, request)
         if stored is None:
             return
-        if (stored["input_identity"] != reply.get("input_identity")
-                or canonical_bytes(stored["results"]) != canonical_bytes(reply["results"])):
+        if stored["input_identity"] != reply.get("input_identity"):  # read over inputs changed since
             raise LedgerError(E.OPERATION_CONFLICT, (
                 f"operation {key} was already applied at seq {seq}: iteration {iteration_id} stored this very "
                 f"request, read at package_generation {stored['package_generation']} over inputs that have changed "
@@ -191,7 +190,8 @@ class EvidenceStore:
                 "answers with (it runs no router); to store what the inputs give now, reserve new actions and send "
                 "them under new operation ids and a new iteration id"), seq=seq, operation=key,
                 package_generation=stored["package_generation"])
-        if not reply["package_generation"] > stored["package_generation"]:
+        if (canonical_bytes(stored["results"]) != canonical_bytes(reply["results"])
+                or not reply["package_generation"] > stored["package_generation"]):
             return
         raise LedgerError(E.OPERATION_CONFLICT, (
             f"operation {key} was already applied at seq {seq}: iteration {iteration_id} stored this request "
