@@ -30,7 +30,7 @@ from ledger import Case, LedgerError, apply_journal, export_fleet, fleet_query, 
 from ledger.ground.errors import INVALID_ARGUMENT
 from ledger.package_tools.fleet import TABLES, column_type, find_cases, partition_name
 from ledger_cli.main import main
-from conftest import deny_reading, deny_searching, make_package
+from conftest import deny_reading, deny_searching, downgrade_ledger, make_package, start_case
 
 REPO = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("benchmark_fleet", REPO / "benchmarks" / "fleet.py")
@@ -347,6 +347,42 @@ def test_the_walk_notes_what_it_passes_by_that_may_look_like_a_case(fleet, tmp_p
     assert result.exit_code == 0, result.output
     assert result.stderr.splitlines() == [f"note: {path}: left out: {why}" for path, why in left_out]
     assert result.stdout.startswith(f"fleet export {tmp_path / 'out'}: 1 cases, 1 exported")
+
+
+@pytest.mark.parametrize("version", [2, 6])
+def test_a_ledger_an_older_version_wrote_is_exported_with_this_versions_columns(tmp_path, version):
+    """A case no writer of this version has opened (its views as an older schema made them, or none:
+    scope_usage came in 4, outcome in 8) was INTEGRITY_ERROR ("no such table: orig.scope_usage"),
+    or had its case_status written without outcome, so that every fleet query over it failed. The
+    tables are the replay's, which verify found equal to the ledger's: every column, NULL where the
+    history has nothing."""
+    case = start_case(tmp_path / "cases" / "old", case_id="OLD-1")
+    case.close()
+    downgrade_ledger(case.path, version)
+    report = export_fleet([tmp_path / "cases"], tmp_path / "out")
+    assert (report.exported, report.failed) == (1, []), report.failed
+    assert read_only_query(case.path, "SELECT MAX(version) FROM schema_migrations")[1] == [(version,)]  # untouched
+    status = pq.read_table(tmp_path / "out" / "case_status" / "case_id=OLD-1" / "data.parquet").to_pylist()
+    assert [(row["state"], row["outcome"]) for row in status] == [("INVESTIGATING_HYPOTHESES", None)]
+    assert pq.read_table(tmp_path / "out" / "scope_usage" / "case_id=OLD-1" / "data.parquet").num_rows == 0
+    rows = fleet_query(tmp_path / "out", "SELECT case_id, outcome FROM case_status")[1]
+    assert rows == [("OLD-1", None)]
+
+
+def test_a_case_exported_by_another_schema_version_is_exported_again(tmp_path):
+    """Its tables may lack the columns this version writes (a record of an earlier export names no
+    schema version): exported again, not taken as unchanged, so every partition has the same columns."""
+    start_case(tmp_path / "cases" / "c", case_id="C-1").close()
+    assert export_fleet([tmp_path / "cases"], tmp_path / "out").exported == 1
+    assert export_fleet([tmp_path / "cases"], tmp_path / "out").unchanged == 1
+    record_path = tmp_path / "out" / "_fleet" / "cases" / "case_id=C-1.json"
+    record = json.loads(record_path.read_text())
+    assert record["schema_version"] == read_only_query(tmp_path / "cases" / "c", "SELECT MAX(version) FROM schema_migrations")[1][0][0]
+    for older in ({k: v for k, v in record.items() if k != "schema_version"}, {**record, "schema_version": 7}):
+        record_path.write_text(json.dumps(older))
+        again = export_fleet([tmp_path / "cases"], tmp_path / "out")
+        assert (again.exported, again.unchanged) == (1, 0)
+        assert json.loads(record_path.read_text()) == record
 
 
 def test_a_query_of_an_export_holding_no_case_says_so(tmp_path):

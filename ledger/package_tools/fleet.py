@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from ..ground import errors as E, interrupts
 from .atomic_files import fsync_dir, remove_abandoned_builds, write_atomic
-from ..storage.sqlfiles import queries, statement
+from ..storage.sqlfiles import queries, schema_version, statement
 from ..ground.arguments import check_callback
 from ..services.case import missing_ledger
 from ..ground.errors import LedgerError
@@ -37,6 +37,7 @@ from ..model.package import (BUILD_FOLDER_LEFT_OUT, DEAD_LINK_LEFT_OUT, LEDGER_F
                              is_case_package, once_each, refuse_output_in_package, second_paths)
 from ..ground.paths import fs_path, os_error, refuse_link_to_nothing, require_utf8
 from ..ground.workers import job_count, parent_gone, shutdown_pool, watch_parent, worker_context
+from ..storage.connection import Storage
 from ..storage.readonly import open_readonly
 from ..storage.sqlite_file import log_files_exist, no_case_yet, release_log, translate_sqlite_errors
 from .anchors import anchor_or_none
@@ -361,9 +362,16 @@ def _with_head(case: Path, out: Path, step: Callable[..., None]) -> dict[str, An
 def _head_step(conn: Any, case: Path, out: Path, head: dict[str, Any], entry: dict[str, Any]) -> None:
     """``status`` unchanged when ``out`` holds this head of the case, else None (to be exported)."""
     record = _recorded(meta_dir(out) / "cases" / f"{partition_name(head['case_id'])}.json")
-    unchanged = record is not None and (record.get("package_id"), record.get("head_sha256")) == (
-        head["package_id"], head["head_sha256"])
+    unchanged = record is not None and _holds_head(record, head)
     entry["status"] = "unchanged" if unchanged else None
+
+
+def _holds_head(record: dict[str, Any], head: dict[str, Any]) -> bool:
+    """Whether the export holds this head of the case, written with this version's columns (tables
+    written by a case-ledger of another schema version, or before records named it, lack or differ
+    in columns: the case is exported again, so that every partition of a table has the same ones)."""
+    return (record.get("package_id"), record.get("head_sha256"), record.get("schema_version")) == (
+        head["package_id"], head["head_sha256"], schema_version())
 
 
 def _export_snapshot(conn: Any, case: Path, out: Path, head: dict[str, Any], entry: dict[str, Any]) -> None:
@@ -377,7 +385,7 @@ def _export_snapshot(conn: Any, case: Path, out: Path, head: dict[str, Any], ent
             raise LedgerError(E.INVALID_ARGUMENT, (
                 f"case id {head['case_id']} is already exported from another package ({record.get('path')}, "
                 f"package_id {record.get('package_id')}); a case id names one package in a fleet"))
-        if record and record.get("head_sha256") == head["head_sha256"]:
+        if record and _holds_head(record, head):
             entry["status"] = "unchanged"
             return
         last = record or {}
@@ -391,7 +399,8 @@ def _export_snapshot(conn: Any, case: Path, out: Path, head: dict[str, Any], ent
             shutil.rmtree(build, ignore_errors=True)
         record = {"format": FORMAT, "case_id": head["case_id"], "package_id": head["package_id"],
                   "head_seq": head["head_seq"], "head_sha256": head["head_sha256"],
-                  "path": os.path.abspath(case)}  # where it was, whatever folder the next export runs in
+                  "path": os.path.abspath(case),  # where it was, whatever folder the next export runs in
+                  "schema_version": schema_version()}  # the columns its tables were written with
         # ASCII JSON: a path that is not UTF-8 (a surrogate escape) is written as \udcXX and read back the same
         write_atomic(record_path, json.dumps(record).encode("ascii") + b"\n")
         fsync_dir(record_path.parent)
@@ -401,14 +410,19 @@ def _export_snapshot(conn: Any, case: Path, out: Path, head: dict[str, Any], ent
 def _verified_tables(case: Path, head: dict[str, Any], last: dict[str, Any], build: Path) -> dict[str, Any]:
     """Verify the case and write its tables into ``build`` from the very snapshot verified (a change
     made before verify read it and undone after was exported unverified); its head is returned."""
-    def write(conn: Any) -> dict[str, Any]:  # the ledger is attached to verify's connection as orig
+    def write(scratch: Storage) -> dict[str, Any]:  # the replay, the ledger attached to it as orig
+        conn = scratch.conn
         with translate_sqlite_errors():
             seen = dict(zip(HEAD_KEYS, conn.execute(statement("fleet_head", "orig")).fetchone()))
         if (seen["case_id"], seen["package_id"]) != (head["case_id"], head["package_id"]) \
                 or seen["head_seq"] < head["head_seq"]:  # the ledger only grows: another file was put there
             raise LedgerError(E.LEDGER_BUSY, f"{case / LEDGER_FILE} was replaced while it was exported; export again")
+        # the replay's tables, which verify found equal to the ledger's, brought to this version's
+        # schema as a writer's open upgrades a ledger: every table has this version's columns, also
+        # for a ledger an older case-ledger wrote and none has opened since (the ledger is not touched)
+        scratch.apply_migrations(triggers=False)
         for table in TABLES:
-            query = statement("fleet_events" if table == "events" else "fleet_view", "orig", table=table)
+            query = statement("fleet_events" if table == "events" else "fleet_view", "main", table=table)
             with translate_sqlite_errors():
                 _write_table(conn.execute(query), build / f"{table}.parquet")
         return seen

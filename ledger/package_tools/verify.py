@@ -203,11 +203,12 @@ def verify_case(path: str | os.PathLike[str], progress: Progress | None = None, 
     return verify_then_read(path, None, progress, strict=strict, jobs=jobs, anchors=anchors)[0]
 
 
-def verify_then_read(path: str | os.PathLike[str], read: Callable[[sqlite3.Connection], Any] | None,
+def verify_then_read(path: str | os.PathLike[str], read: Callable[[Storage], Any] | None,
                      progress: Progress | None = None, *, strict: bool = False, jobs: int | None = 1,
                      anchors: Mapping[int, str] | None = None) -> tuple[VerifyReport, Any]:
-    """:func:`verify_case`, then what ``read(conn)`` returns, read in the snapshot verified (the ledger
-    is ``orig`` on ``conn``): the fleet export writes the rows verified, not a snapshot taken apart."""
+    """:func:`verify_case`, then what ``read(scratch)`` returns, read in the snapshot verified (the
+    scratch ledger of the replay, the ledger attached to it as ``orig``): the fleet export writes the
+    rows verified, not a snapshot taken apart."""
     anchors = check_anchors(anchors)
     try:
         return _verify_case(path, progress, strict, 1 if read else jobs, anchors, read)
@@ -216,7 +217,7 @@ def verify_then_read(path: str | os.PathLike[str], read: Callable[[sqlite3.Conne
 
 
 def _verify_case(path: str | os.PathLike[str], progress: Progress | None, strict: bool, jobs: int | None,
-                 anchors: dict[int, str], read: Callable[[sqlite3.Connection], Any] | None) -> tuple[VerifyReport, Any]:
+                 anchors: dict[int, str], read: Callable[[Storage], Any] | None) -> tuple[VerifyReport, Any]:
     root = fs_path(path, "case path")
     check_callback(progress, "progress")
     check_flag(strict, "strict")
@@ -244,7 +245,7 @@ def _verify_case(path: str | os.PathLike[str], progress: Progress | None, strict
                     second = SecondHalf.start(root, ledger, split[2], split[0], split[1], started_at)
                 _sqlite_check(scratch.conn, "integrity_check")  # every index compared with its table
                 report = _verify_attached(root, scratch, progress, second, started_at, anchors)
-                extra = read(scratch.conn) if read is not None else None
+                extra = read(scratch) if read is not None else None
         except LedgerError as exc:
             if immutable and exc.code == E.INTEGRITY_ERROR and file_identity(ledger) != before:
                 raise _changed_under_us(ledger) from None
