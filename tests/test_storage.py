@@ -566,3 +566,25 @@ def test_a_case_path_starting_with_two_slashes_opens_as_the_same_folder(tmp_path
         assert opened.status()["head_sha256"] == head
     assert verify_case(doubled).head_sha256 == head
     assert read_only_query(doubled, "SELECT COUNT(*) FROM events")[1][0][0] >= 1
+
+
+def test_a_ledger_an_older_version_wrote_on_a_read_only_mount_says_how_to_upgrade_it(case):
+    """Opening it must upgrade its schema first, which a read-only location refuses: the message
+    says why (an older case-ledger wrote it), what upgrades it, and what reads it as it is."""
+    from conftest import downgrade_ledger
+
+    case.close()
+    downgrade_ledger(case.path, 6)
+    folder, undo = _read_only_mount(case.path)
+    try:
+        with pytest.raises(LedgerError) as caught:
+            Case.open(folder)
+        assert (caught.value.code, caught.value.message) == (STORAGE_ERROR, (
+            f"{folder / 'ledger.sqlite'} was written by an older case-ledger (schema version 6; this one reads "
+            f"{schema_version()}) and must be upgraded once, by a command that writes (such as 'ledger export') "
+            "where it may be written; its location is read-only. 'ledger verify', 'ledger sql' and 'ledger fleet "
+            "export' read it as it is"))
+        assert verify_case(folder).head_seq == 3
+        assert readonly_query(folder / "ledger.sqlite", "SELECT MAX(version) FROM schema_migrations")[1] == [(6,)]
+    finally:
+        undo()

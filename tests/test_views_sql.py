@@ -18,10 +18,10 @@ from click.testing import CliRunner
 
 from ledger import Case, LedgerError, read_only_query, verify_case
 from ledger.services.case import read_only_rows
-from ledger.storage.sqlfiles import migrations, shipped_schema
+from ledger.storage.sqlfiles import migrations, schema_version, shipped_schema
 from ledger.ground.errors import (INVALID_ARGUMENT)
 from ledger_cli.main import main as cli_main
-from conftest import downgrade_ledger, run_cli
+from conftest import downgrade_ledger, make_package, run_cli, start_case
 INTEGER_COLUMNS = {
     "balances": {"revision", "initial_units", "granted_units", "spent_units", "rewarded_units", "remaining_units",
                  "low_information_streak", "settled_actions", "failed_actions"},
@@ -713,3 +713,24 @@ def test_a_stored_value_longer_than_the_value_length_limit_stays_readable(tmp_pa
     assert read_only_query(path, sql) == (["tail", "n"], [("0000", 65 * 1024 * 1024 + 1)])
     with Case.open(path) as opened:
         assert opened.query(sql) == [{"tail": "0000", "n": 65 * 1024 * 1024 + 1}]
+
+
+def test_a_query_naming_what_an_older_ledger_lacks_says_it_predates_it_and_what_upgrades_it(tmp_path):
+    """README question 8 (case_status.outcome) on a ledger an older case-ledger wrote and no writer
+    upgraded: 'no such column: outcome' alone read as a mistake in the query."""
+    case = start_case(make_package(tmp_path / "old"))
+    case.close()
+    downgrade_ledger(case.path, 6)
+    with pytest.raises(LedgerError) as caught:
+        read_only_query(case.path, "SELECT outcome FROM case_status")
+    assert (caught.value.code, caught.value.message) == ("INVALID_ARGUMENT", (
+        "query refused: no such column: outcome (this ledger was written by an older case-ledger, schema version 6, "
+        f"and no writer has upgraded it to {schema_version()} yet: its views lack what newer ones have; a command "
+        "that writes, such as 'ledger export', upgrades it)"))
+    assert read_only_query(case.path, "SELECT state FROM case_status")[1] == [("INVESTIGATING_HYPOTHESES",)]
+    with Case.open(case.path):  # a writer's open upgrades it
+        pass
+    assert read_only_query(case.path, "SELECT outcome FROM case_status")[1] == [(None,)]
+    with pytest.raises(LedgerError) as current:
+        read_only_query(case.path, "SELECT missing_column FROM case_status")
+    assert current.value.message == "query refused: no such column: missing_column"

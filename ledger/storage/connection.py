@@ -199,8 +199,12 @@ class Storage:
             storage = cls(conn, path, settings)
             storage.read_only = True
             try:
-                if storage.check_schema_version() < schema_version():
-                    raise LedgerError(E.STORAGE_ERROR, f"{path} needs a schema upgrade but its location is read-only")
+                if (version := storage.check_schema_version()) < schema_version():
+                    raise LedgerError(E.STORAGE_ERROR, (
+                        f"{path} was written by an older case-ledger (schema version {version}; this one reads "
+                        f"{schema_version()}) and must be upgraded once, by a command that writes (such as 'ledger "
+                        "export') where it may be written; its location is read-only. 'ledger verify', 'ledger sql' "
+                        "and 'ledger fleet export' read it as it is"))
             except BaseException:
                 conn.close()
                 raise

@@ -95,6 +95,18 @@ def _query_error(exc: BaseException) -> LedgerError:
     return _refused(exc)
 
 
+def _older_views(exc: sqlite3.OperationalError, version: int) -> BaseException:
+    """``exc`` as :func:`_query_errors` reports it, with what explains a name the statement does not
+    find in a ledger an older case-ledger wrote and no writer has upgraded: its views and tables
+    are those of its own schema version, without what newer ones add."""
+    if version >= schema_version() or not str(exc).startswith(("no such column", "no such table")):
+        return exc
+    return sqlite3.OperationalError(f"{exc} (this ledger was written by an older case-ledger, schema version "
+                                    f"{version}, and no writer has upgraded it to {schema_version()} yet: its views "
+                                    "lack what newer ones have; a command that writes, such as 'ledger export', "
+                                    "upgrades it)")
+
+
 def _fetch(cursor: sqlite3.Cursor, timeout_ms: int, deadline: float, size: int = 512) -> Iterator[tuple]:
     """The cursor's rows, ``size`` at a time (nothing holds the whole result)."""
     while True:
@@ -234,7 +246,10 @@ def readonly_rows(path: Path, sql: str, timeout_ms: int = 30_000) -> Iterator[tu
             import sqlite_utils  # imported on first use: it costs about 80 ms at start-up
 
             db = sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
-            cursor = db.execute(sql)
+            try:
+                cursor = db.execute(sql)
+            except sqlite3.OperationalError as exc:
+                raise _older_views(exc, version) from None
             if cursor.description is None:
                 raise LedgerError(E.INVALID_ARGUMENT, "the statement returns no rows; only reads are allowed")
         yield [d[0] for d in cursor.description], _fetch(cursor, timeout_ms, deadline)
