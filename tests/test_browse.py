@@ -28,6 +28,7 @@ from ledger import BudgetConfig, Case, LedgerError, read_only_query, run_demo
 from ledger.browse.metadata import (RAW_HISTORY, browse_metadata, canned_queries, column_description, descriptions, remaining_units_svg,
                            served_cases, view_columns)
 from ledger.browse.server import case_datasette, serve_metadata
+from ledger.storage.sqlfiles import schema_version
 
 from conftest import EXAMPLE_BUDGET, REPO, make_package, run_cli
 
@@ -748,3 +749,30 @@ def test_a_case_moved_away_while_served_is_a_page_saying_so_never_a_traceback(tm
     finally:
         for database in datasette.databases.values():
             database.close()
+
+
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
+def test_serving_a_ledger_an_older_version_wrote_warns_that_newer_questions_fail_and_what_upgrades_it(tmp_path):
+    """Its views lack what newer versions added, so some canned questions answered 400 without a
+    word on the terminal; serving cannot upgrade it (it is read-only)."""
+    from conftest import downgrade_ledger
+
+    path, _, _ = run_demo(tmp_path / "demo", echo=lambda text: None)
+    downgrade_ledger(path, 6)
+    assert [(case.name, case.schema_version) for case in served_cases([path])] == [("BUG-20", 6)]
+    server = subprocess.Popen([sys.executable, "-m", "ledger_cli", "serve", str(path), "--port", "0"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout.readline().startswith("serving BUG-20 read-only at ")
+        time.sleep(0.3)
+        server.send_signal(signal.SIGINT)
+        out, err = server.communicate(timeout=30)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.communicate()
+    assert server.returncode == 0 and out.strip() == "stopped"
+    assert err == (f"warning: {path / 'ledger.sqlite'} was written by an older case-ledger (schema version 6; this one "
+                   f"reads {schema_version()}) and not upgraded since: questions naming what newer versions added "
+                   f"fail on it; a command that writes, such as 'ledger export {path}', upgrades it\n")
+    assert read_only_query(path, "SELECT MAX(version) FROM schema_migrations")[1] == [(6,)]

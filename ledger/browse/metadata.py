@@ -114,6 +114,7 @@ class ServedCase(NamedTuple):
     ledger: Path
     case_id: str
     state: str
+    schema_version: int = 0  # of the ledger file: older than this case-ledger's until a writer upgrades it
 
 
 def served_cases(paths: Sequence[str | os.PathLike[str]]) -> list[ServedCase]:
@@ -129,23 +130,24 @@ def served_cases(paths: Sequence[str | os.PathLike[str]]) -> list[ServedCase]:
     read: list[tuple[Path, str, str]] = []
     for path in paths:
         root = fs_path(path, "case path")
-        _, rows = read_only_query(root, "SELECT case_id, state FROM case_status")
+        _, rows = read_only_query(root, "SELECT case_id, state, (SELECT MAX(version) FROM schema_migrations) "
+                                        "FROM case_status")
         ledger = Path(os.path.realpath(root / LEDGER_FILE))
         # Datasette keeps every database's path as text
         require_utf8(ledger, "the path is not UTF-8 text, which the browser server cannot serve; rename the folder")
         if ledger in seen:
             raise LedgerError(E.INVALID_ARGUMENT, f"{path}: the same case is given twice")
         seen.add(ledger)
-        case_id, state = rows[0] if rows else ("", "")
-        read.append((ledger, case_id, state or ""))
-    bases = [re.sub(r"[^A-Za-z0-9_-]", "-", case_id) or "case" for _, case_id, _ in read]
+        case_id, state, version = rows[0] if rows else ("", "", 0)
+        read.append((ledger, case_id, state or "", version if type(version) is int else 0))
+    bases = [re.sub(r"[^A-Za-z0-9_-]", "-", case_id) or "case" for _, case_id, _, _ in read]
     bases = [f"case-{base}" if _SHADOWED.match(base) else base for base in bases]
-    for (ledger, case_id, state), base in zip(read, bases):
+    for (ledger, case_id, state, version), base in zip(read, bases):
         name, number = base, 1
         while any(case.name == name for case in found) or (name != base and name in bases):
             number += 1
             name = f"{base}-{number}"
-        found.append(ServedCase(name, ledger, case_id, state))
+        found.append(ServedCase(name, ledger, case_id, state, version))
     return found
 
 

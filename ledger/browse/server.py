@@ -31,6 +31,7 @@ from typing import Any, Callable, Sequence
 from ..ground import errors as E
 from .metadata import CHART_FORMAT, CHART_QUERY, browse_config, browse_metadata, remaining_units_svg, served_cases
 from ..ground.errors import LedgerError
+from ..storage.sqlfiles import schema_version
 from ..storage.readonly import bound_values
 from ..storage.sqlite_file import log_files_exist, release_log
 
@@ -331,7 +332,8 @@ def serve_cases(paths: Sequence[str | os.PathLike[str]], host: str = "127.0.0.1"
     an address other than this machine's own (``0.0.0.0``) is said through ``warn`` (default: a
     line on standard error): there is no login."""
     # like every read path, serving leaves no -wal/-shm it made (docs/files.md)
-    logless = [case.ledger for case in served_cases(paths) if not log_files_exist(case.ledger)]
+    served = served_cases(paths)
+    logless = [case.ledger for case in served if not log_files_exist(case.ledger)]
     datasette = case_datasette(paths)
     uvicorn = _datasette_module("uvicorn")
     sock = _listen(host, port)
@@ -343,6 +345,12 @@ def serve_cases(paths: Sequence[str | os.PathLike[str]], host: str = "127.0.0.1"
     logging.getLogger("uvicorn.error").addFilter(quiet)  # after Config, which configures uvicorn's logging
     names = ", ".join(name for name in datasette.databases if name in _OURS[datasette])
     echo(f"serving {names} read-only at {url} (Ctrl-C stops)")
+    for case in served:
+        if case.schema_version < schema_version():  # its views lack columns some canned questions read
+            (warn or _stderr)(f"warning: {case.ledger} was written by an older case-ledger (schema version "
+                              f"{case.schema_version}; this one reads {schema_version()}) and not upgraded since: "
+                              "questions naming what newer versions added fail on it; a command that writes, "
+                              f"such as 'ledger export {case.ledger.parent}', upgrades it")
     if not _loopback(sock.getsockname()[0]):
         (warn or _stderr)(f"warning: listening on {host}, not only on this machine: anyone who can reach it may "
                           "read every served case and run SQL on it (there is no login)")
