@@ -75,7 +75,7 @@ def _many(run: Any, cases: tuple[str, ...], all_in: bool, jobs: int | None, as_j
     is ready and a summary (or one JSON object with --json); exit 1 when any case failed. ``notes``:
     a case's outcome → lines printed on stderr as ``note: CASE: …`` after its line."""
     folders = case_folders(cases) if all_in else list(cases)
-    for path, why in left_out(cases) if all_in else ():
+    for path, why in left_out(cases, folders) if all_in else ():
         warn(f"note: {path}: left out: {why}")
 
     def print_case(outcome: dict[str, Any]) -> None:

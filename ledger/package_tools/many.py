@@ -89,12 +89,13 @@ def build_folders(folders: Iterable[str | os.PathLike[str]]) -> list[Path]:
     return found
 
 
-def left_out(folders: Iterable[str | os.PathLike[str]]) -> list[tuple[Path, str]]:
+def left_out(folders: Iterable[str | os.PathLike[str]], listed: list[Path] | None = None) -> list[tuple[Path, str]]:
     """``(path, why)`` of each entry directly inside ``folders`` that :func:`case_folders` and the
     commands over many cases leave out although it may look like a case: a build folder
     (:func:`build_folders`), a link that leads nowhere or loops, and a second path (a link) to a
     case folder listed already, which is verified or exported once, under its first path. What
-    ``--all`` prints as notes, so that nothing is left out without a word."""
+    ``--all`` prints as notes, so that nothing is left out without a word. ``listed``: what
+    :func:`case_folders` gave for ``folders`` already (not listed again)."""
     found = [(path, BUILD_FOLDER_LEFT_OUT) for path in build_folders(folders)]
     for folder in path_list(folders, "folders"):
         try:
@@ -103,7 +104,7 @@ def left_out(folders: Iterable[str | os.PathLike[str]]) -> list[tuple[Path, str]
             continue
         found.extend((Path(entry.path), DEAD_LINK_LEFT_OUT) for entry in entries if dead_link(entry.path))
     try:
-        return found + second_paths(case_folders(folders))
+        return found + second_paths(case_folders(folders) if listed is None else listed)
     except LedgerError:
         return found
 
