@@ -441,9 +441,25 @@ def test_a_run_id_over_128_characters_is_refused_with_its_length_and_the_rule(tm
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["r" * 128 + ".jsonl"]
 
 
-def test_two_inputs_with_the_same_run_id_import_the_first_and_name_the_second(tmp_path):
-    summary = import_runs([RAW_FILES[0], RAW_FILES[0]], tmp_path / "out")
-    assert summary.runs == 1 and "already imported" in summary.errors[0]["reason"]
+def test_two_inputs_with_the_same_run_id_import_the_first_and_name_both(tmp_path):
+    data = json.loads(gzip.decompress(RAW_FILES[0].read_bytes()))
+    first, second = tmp_path / "a.traj.json", tmp_path / "b.traj.json"
+    for path in (first, second):
+        path.write_text(json.dumps({**data, "instance_id": "tiny-1"}), encoding="utf-8")
+    summary = import_runs([first, second], tmp_path / "out")
+    assert summary.runs == 1
+    assert summary.errors == [{"file": str(second), "code": "INVALID_ARGUMENT",
+                               "reason": f"run id 'tiny-1' was already imported from {first}"}]
+
+
+def test_a_run_id_a_failed_input_brought_is_free_for_the_next_input(tmp_path):
+    data = json.loads(gzip.decompress(RAW_FILES[0].read_bytes()))
+    steps = tmp_path / "bad.steps.jsonl"  # its first line opens run tiny-1, its second is no JSON
+    steps.write_text('{"run": "tiny-1", "command": "ls", "output": "a"}\n{not json\n', encoding="utf-8")
+    good = tmp_path / "good.traj.json"
+    good.write_text(json.dumps({**data, "instance_id": "tiny-1"}), encoding="utf-8")
+    summary = import_runs([steps, good], tmp_path / "out")
+    assert summary.runs == 1 and [error["file"] for error in summary.errors] == [str(steps)]
 
 
 def test_outcomes_append_record_outcome_and_the_journal_applies_and_verifies(tmp_path):

@@ -515,3 +515,31 @@ def test_a_text_mode_observation_that_is_not_text_is_a_turn_skipped(tmp_path):
     messages = [*GOOD["messages"], {"role": "assistant", "content": "```bash\nls\n```"}, {"role": "user", "content": 7}]
     summary = import_runs([_write(tmp_path / "r.traj.json", {"messages": messages})], tmp_path / "out")
     assert (summary.runs, summary.steps, summary.skipped) == (1, 1, {"observation that is not text": 1})
+
+
+def test_a_swe_agent_entry_lacking_its_action_or_observation_is_skipped_under_what_it_lacks(tmp_path):
+    entries = [{"action": "ls", "observation": "a.py"}, "ls", {"observation": "a"}, {"action": 5, "observation": "a"},
+               {"action": "ls", "observation": None}, {"action": "ls"}, {"action": "ls", "observation": 5}]
+    summary = import_runs([_write(tmp_path / "r.traj", {"trajectory": entries})], tmp_path / "out")
+    assert (summary.runs, summary.steps) == (1, 1)
+    assert summary.skipped == {"entry that is not an object": 1, "entry without an action": 1,
+                               "action that is not text": 1, "entry without an observation": 2,
+                               "observation that is not text": 1}
+
+
+@pytest.mark.parametrize("empty", ["", "  \n\t"])
+def test_an_empty_command_is_no_step_in_any_trajectory_format_and_a_bad_steps_line(tmp_path, empty):
+    call = {"id": "c1", "function": {"name": "bash", "arguments": json.dumps({"command": empty})}}
+    tool_mode = [*GOOD["messages"], {"role": "assistant", "content": "", "tool_calls": [call]},
+                 {"role": "tool", "tool_call_id": "c1", "content": "x"}]
+    inputs = [_write(tmp_path / "swe.traj", {"trajectory": [{"action": "ls", "observation": "a"},
+                                                             {"action": empty, "observation": "b"}]}),
+              _write(tmp_path / "tools.traj.json", {"messages": tool_mode})]
+    summary = import_runs(inputs, tmp_path / "out")
+    assert (summary.runs, summary.steps, summary.skipped) == (2, 2, {"empty command": 2})
+    steps = tmp_path / "s.jsonl"
+    steps.write_text(json.dumps({"run": "r1", "command": "ls", "output": "a"}) + "\n"
+                     + json.dumps({"run": "r1", "command": empty, "output": "b"}) + "\n", encoding="utf-8")
+    summary = import_runs([steps], tmp_path / "out2")
+    assert summary.runs == 0 and summary.errors[0]["reason"] == \
+        "line 2: the command is empty: a step is a command that was run"

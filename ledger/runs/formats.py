@@ -192,9 +192,14 @@ def swe_agent_steps(data: Any) -> Iterator[Step | FormatError]:
     if not isinstance(entries, list):
         raise ValueError("no trajectory list: not a SWE-agent .traj (--format auto tells the formats apart)")
     for entry in entries:
-        if not isinstance(entry, Mapping) or not isinstance(entry.get("action"), str) \
-                or not isinstance(entry.get("observation"), str):
-            yield FormatError("entry without action and observation")
+        if not isinstance(entry, Mapping):
+            yield FormatError("entry that is not an object")
+        elif not isinstance(entry.get("action"), str):
+            yield FormatError("entry without an action" if entry.get("action") is None else "action that is not text")
+        elif entry.get("observation") is None:
+            yield FormatError("entry without an observation")
+        elif not isinstance(entry["observation"], str):
+            yield FormatError("observation that is not text")
         else:
             yield Step(entry["action"], entry["observation"])
 
@@ -230,6 +235,8 @@ def steps_line(line: bytes, number: int) -> tuple[str, Step]:
         hint = (" (this line has \"op\": the file is already a ledger journal; give it to 'ledger apply' "
                 "or 'ledger simulate')" if isinstance(item, Mapping) and "op" in item else "")
         raise ValueError(f"line {number}: needs the string keys run, command and output{hint}")
+    if not item["command"].strip():
+        raise ValueError(f"line {number}: the command is empty: a step is a command that was run")
     code = item.get("exit_code")
     if code is not None and (type(code) is not int or abs(code) > SAFE_INTEGER_MAX):
         raise ValueError(f"line {number}: exit_code must be an integer within ±(2**53-1)")

@@ -295,17 +295,17 @@ class _Importer:
     source: str
     limits: Mapping[str, int]
     summary: ImportSummary = field(default_factory=ImportSummary)
-    seen: set[str] = field(default_factory=set)
+    seen: dict[str, Path] = field(default_factory=dict)  # run id → the input that brought it
 
-    def _begin(self, run: str) -> _Journal:
+    def _begin(self, run: str, path: Path) -> _Journal:
         if not _RUN_ID.fullmatch(run):
             raise ValueError(f"run id {run[:80]!r}{'…' if len(run) > 80 else ''} ({len(run)} character"
                              f"{'' if len(run) == 1 else 's'}) is not a "
                              "plain file name: 1 to 128 letters, digits, '.', '_', '-', the first a letter or digit")
         if run in self.seen:
-            raise ValueError(f"run id {run!r} was already imported from another input")
+            raise ValueError(f"run id {run!r} was already imported from {self.seen[run]}")
         journal = _Journal(self.out, run)
-        self.seen.add(run)
+        self.seen[run] = path
         return journal
 
     def _end(self, journal: _Journal) -> None:
@@ -323,6 +323,8 @@ class _Importer:
 
     def _feed(self, journal: _Journal, items: Iterable[Step | FormatError]) -> None:
         for item in items:
+            if isinstance(item, Step) and not item.command.strip():
+                item = FormatError("empty command")  # nothing was run: no action to account for
             if isinstance(item, FormatError):
                 reason = str(item)
                 self.summary.skipped[reason] = self.summary.skipped.get(reason, 0) + 1
@@ -350,13 +352,13 @@ class _Importer:
         run = given if given is not None else _stem(path)
         journal = None
         try:
-            journal = self._begin(run)
+            journal = self._begin(run, path)
             self._feed(journal, steps)
             self._end(journal)
         except BaseException:
             if journal is not None:
                 journal.abandon()
-                self.seen.discard(run)  # not imported: another input may still bring it
+                self.seen.pop(run, None)  # not imported: another input may still bring it
             raise
 
     def generic(self, path: Path) -> None:
@@ -374,7 +376,7 @@ class _Importer:
                     run, step = steps_line(line, number)
                     journal = journals.get(run)
                     if journal is None:
-                        journal = journals[run] = self._begin(run)
+                        journal = journals[run] = self._begin(run, path)
                     journal.step(step, self.mapping, self.score)
                     open_runs.pop(run, None)
                     open_runs[run] = None
@@ -392,7 +394,7 @@ class _Importer:
         except BaseException:
             for journal in journals.values():
                 journal.abandon()
-                self.seen.discard(journal.run)  # not imported: another input may still bring it
+                self.seen.pop(journal.run, None)  # not imported: another input may still bring it
             raise
 
     def file(self, path: Path) -> None:
