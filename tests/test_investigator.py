@@ -432,6 +432,7 @@ def test_a_block_leaves_a_result_it_did_not_record_itself(case, investigator, ho
         else:
             investigator.record_result("H1", "a1", {"x": 1})
     assert outer.failed is None and investigator.action_status("H1", "a1") == "awaiting_assessment"
+    assert outer.result.reused and outer.result.action["status"] == "awaiting_assessment"  # the state it left
     assert investigator.settle("H1", "a1", 70, "assessed").action["status"] == "settled"
 
 
@@ -489,10 +490,14 @@ def test_a_block_fails_its_action_even_for_an_exception_with_no_readable_message
     assert investigator.action_status("H2", "a1") == "failed"
 
 
-def test_an_action_block_that_records_nothing_fails_the_action(case, investigator):
-    with investigator.action("H1", "t1", "test.automated"):
+def test_an_action_block_that_records_nothing_fails_the_action_and_its_result_is_the_fail(case, investigator):
+    with investigator.action("H1", "t1", "test.automated") as act:
         pass
     assert case.actions()[0]["closing_reason"] == "no result was recorded"
+    assert act.result is act.failed and act.result.action["status"] == "failed"  # as on entering it again
+    with investigator.action("H1", "t1", "test.automated") as again:
+        pass
+    assert again.result.action == act.result.action and again.failed is None
 
 
 def test_an_action_refused_on_entry_runs_no_block_and_leaves_nothing(case, investigator):

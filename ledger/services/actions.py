@@ -95,8 +95,10 @@ class Action:
     outcome, after which ``result`` holds the budget result (the action awaits ``settle``).
     Leaving the block by an exception closes the action with ``fail`` (reason: the exception's type
     and message) and lets the exception go on; leaving it normally without a recorded result fails
-    it too (reason ``no result was recorded``). An action whose result was recorded before the block
-    began (a retry after a crash) is never closed by the block: its result stays.
+    it too (reason ``no result was recorded``; ``result`` and ``failed`` then hold the fail's result,
+    or ``result`` the result recorded otherwise meanwhile, so after a block left normally ``result``
+    is None only when the revision no longer has the action). An action whose result was recorded
+    before the block began (a retry after a crash) is never closed by the block: its result stays.
     """
 
     def __init__(self, budget: "CaseBudget", hypothesis_id: str, action_id: str, action: str,
@@ -141,6 +143,10 @@ class Action:
             closed = self._budget._fail_if_reserved(self.hypothesis_id, self.action_id, "no result was recorded",
                                                    at=self._at)
             self.failed = closed if isinstance(closed, BudgetResult) else None
+            # ``result`` holds the state the block leaves, as on entering a closed action: the fail,
+            # or the result recorded otherwise meanwhile (a reserve again is reused: it writes nothing)
+            self.result = self.failed if closed is None or self.failed is not None else \
+                self._budget.reserve(self.hypothesis_id, self.action_id, self.action, at=self._at)
         elif self._past:  # its result was recorded before this block began: a retry never discards it
             exc.add_note(f"case-ledger: action {self.action_id} already had its result when the block began; "
                          "it was left as it was")
