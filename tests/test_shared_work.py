@@ -19,6 +19,7 @@ from ledger.ground import workers
 from ledger import LedgerError
 from ledger.ground.errors import INVALID_ARGUMENT
 from ledger.ground.workers import shared_map
+from conftest import TRAJECTORIES
 
 
 # --- work (module level: spawned interpreters import it by name) --------------------------------
@@ -267,3 +268,18 @@ def test_the_default_jobs_are_the_cores_this_process_may_use_not_every_core_of_t
         with pytest.raises(LedgerError) as caught:
             workers.job_count(bad)
         assert caught.value.code == INVALID_ARGUMENT
+
+
+def test_a_program_read_from_standard_input_runs_its_work_alone_with_one_warning_and_no_traceback(tmp_path):
+    """A worker starts by importing the calling program again; ``python -`` has no file to import."""
+    script = ("import glob, sys\n"
+              "from ledger import simulate\n"
+              "files = sorted(glob.glob(sys.argv[1] + '/*.jsonl'))\n"
+              "for _ in range(2):\n"
+              "    report = simulate(files, jobs=2)\n"
+              "print(len(report.runs))\n")
+    done = subprocess.run([sys.executable, "-", str(TRAJECTORIES)], input=script, capture_output=True, text=True,
+                          cwd=tmp_path, timeout=300)
+    assert (done.returncode, done.stdout) == (0, "100\n")
+    assert "Traceback" not in done.stderr and done.stderr.count("RuntimeWarning") == 1
+    assert "'<stdin>' is no file to import it from" in done.stderr

@@ -6,6 +6,7 @@ import heapq
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 import time
 import warnings
@@ -42,7 +43,37 @@ def job_count(jobs: int | None) -> int:
         return usable_cores()
     if type(jobs) is not int or not 1 <= jobs <= JOBS_MAX:
         raise LedgerError(INVALID_ARGUMENT, f"jobs must be an integer from 1 to {JOBS_MAX}, got {jobs!r}")
+    if jobs > 1 and not _main_importable():
+        return 1
     return jobs
+
+
+#: The program files a warning was given for: once per process and program (:func:`_main_importable`).
+_warned: set[str] = set()
+
+
+def _main_importable() -> bool:
+    """Whether a worker (:func:`worker_context`) can import the calling program again, as it does
+    first: by its module name (``python -m``), or from its file. A program read from standard input
+    (``python -``: its ``__file__`` is ``'<stdin>'``) or whose file is gone cannot, and every worker
+    would die with a traceback on the terminal: the work then runs in the calling process alone,
+    with a warning (docs/performance.md, "Work shared with the calling process")."""
+    main = sys.modules.get("__main__")
+    if getattr(getattr(main, "__spec__", None), "name", None) is not None:
+        return True
+    path = getattr(main, "__file__", None)
+    if not isinstance(path, str):
+        return True  # python -c, the interactive interpreter: workers import no program
+    original = multiprocessing.process.ORIGINAL_DIR
+    if os.path.isfile(path if os.path.isabs(path) or original is None else os.path.join(original, path)):
+        return True
+    if path not in _warned:
+        _warned.add(path)
+        warnings.warn(f"case-ledger: this work runs in this process alone: a worker process starts by "
+                      f"importing the program again, and {path!r} is no file to import it from (a program "
+                      "read from standard input, or removed); run it from a file to use more processes",
+                      RuntimeWarning, stacklevel=3)
+    return False
 
 
 def worker_context() -> BaseContext:
