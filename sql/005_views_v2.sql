@@ -82,8 +82,8 @@ JOIN hypotheses AS h
     ON h.revision = r.revision AND h.hypothesis_id = CAST(a.value ->> '$.hypothesis_id' AS TEXT);
 
 -- The same columns re-derived from the helper rows (reservations, closings, grants,
--- terminations): an audit view whose cost grows with history. `ledger verify` checks
--- that it, `balances` and the replay of the requests all agree.
+-- terminations): an audit view whose cost grows with history. `ledger verify` compares it, as
+-- `balances`, with the replay of the requests; the two views always agree (the tests check it).
 CREATE VIEW balances_recomputed AS
 WITH totals AS (
     SELECT

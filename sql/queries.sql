@@ -117,6 +117,12 @@ VALUES (:revision, :hypothesis_id, :action_id, :seq, :outcome, :semantic_score, 
 INSERT INTO terminations (revision, hypothesis_id, seq, status, terminal_reason)
 VALUES (:revision, :hypothesis_id, :seq, :status, :terminal_reason);
 
+-- name: insert_initial_termination
+-- An account initialize opened already ended: a row from schema version 10 on (010_initial_terminations.sql).
+INSERT INTO terminations (revision, hypothesis_id, seq, status, terminal_reason)
+SELECT :revision, :hypothesis_id, :seq, :status, :terminal_reason
+WHERE EXISTS (SELECT 1 FROM schema_migrations WHERE version >= 10);
+
 -- name: insert_migration
 INSERT INTO schema_migrations (version, name, applied_at) VALUES (:version, :name, :applied_at);
 

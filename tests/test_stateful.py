@@ -678,6 +678,14 @@ class BudgetLedgerMachine(RuleBasedStateMachine):
         assert rows == self.model.balance_rows(), f"history:\n  {self._history()}"
 
     @invariant()
+    def balances_recomputed_from_the_helper_rows_equals_balances(self):
+        if self.case is None:
+            return
+        for one, other in (("balances", "balances_recomputed"), ("balances_recomputed", "balances")):
+            assert self.case.query(f"SELECT * FROM {one} EXCEPT SELECT * FROM {other}") == [], \
+                f"{one} holds rows {other} lacks; history:\n  {self._history()}"
+
+    @invariant()
     def actions_view_equals_the_model(self):
         if self.case is None:
             return

@@ -734,3 +734,67 @@ def test_a_query_naming_what_an_older_ledger_lacks_says_it_predates_it_and_what_
     with pytest.raises(LedgerError) as current:
         read_only_query(case.path, "SELECT missing_column FROM case_status")
     assert current.value.message == "query refused: no such column: missing_column"
+
+
+def _case_with_an_account_ended_at_initialize(path: Path) -> Case:
+    """Two accounts of 5 units, below the cheapest action (10 by default): initialize itself ends both."""
+    case = Case.create(path, case_id="INIT-1")
+    case.open_revision([{"statement": "too poor to act"}, {"statement": "rich"}], 5)
+    case.transition("INVESTIGATING_HYPOTHESES")
+    case.budget().initialize()
+    return case
+
+
+def test_an_account_initialize_ends_has_its_terminations_row_and_both_balances_views_agree(tmp_path):
+    case = _case_with_an_account_ended_at_initialize(tmp_path / "c")
+    seq = case.events()[-1]["seq"]
+    assert case.query("SELECT * FROM terminations ORDER BY hypothesis_id") == [
+        {"revision": 1, "hypothesis_id": h, "seq": seq, "status": "budget_exhausted",
+         "terminal_reason": "remaining_below_floor"} for h in ("H1", "H2")]
+    assert [(r["status"], r["terminal_reason"]) for r in case.balances()] == \
+        [("budget_exhausted", "remaining_below_floor")] * 2
+    assert case.query("SELECT * FROM balances EXCEPT SELECT * FROM balances_recomputed") == []
+    assert case.query("SELECT * FROM balances_recomputed EXCEPT SELECT * FROM balances") == []
+    case.close()
+    assert verify_case(tmp_path / "c").events == seq
+
+
+def test_a_ledger_an_older_version_wrote_without_those_rows_verifies_and_a_writer_adds_them(tmp_path):
+    case = _case_with_an_account_ended_at_initialize(tmp_path / "c")
+    rows = case.query("SELECT * FROM terminations ORDER BY hypothesis_id")
+    case.close()
+    downgrade_ledger(tmp_path / "c", 9)
+    conn = sqlite3.connect(tmp_path / "c" / "ledger.sqlite")  # as schema 9's writer left it: no row
+    conn.execute("DROP TRIGGER terminations_no_delete")
+    conn.execute("DELETE FROM terminations")
+    conn.execute(shipped_schema()["terminations_no_delete"])
+    conn.commit()
+    conn.close()
+    assert verify_case(tmp_path / "c").events == 4  # compared with a replay at its own version
+    with Case.open(tmp_path / "c") as opened:  # a writer upgrades it
+        assert opened.query("SELECT * FROM terminations ORDER BY hypothesis_id") == rows
+        assert opened.query("SELECT * FROM balances EXCEPT SELECT * FROM balances_recomputed") == []
+        assert opened.query("SELECT MAX(version) FROM schema_migrations") == [{"MAX(version)": schema_version()}]
+    assert verify_case(tmp_path / "c").events == 4
+    conn = sqlite3.connect(tmp_path / "c" / "ledger.sqlite")
+    try:  # the guard set aside while the rows were added is back: rows of the newest event only
+        with pytest.raises(sqlite3.IntegrityError, match="terminations rows must belong to the newest event"):
+            conn.execute("INSERT INTO terminations VALUES (1, 'H3', 1, 'rejected', 'x')")
+    finally:
+        conn.close()
+
+
+def test_a_ledger_passed_off_as_version_9_fails_verify_by_the_terminations_rows_it_holds(tmp_path):
+    """Deleting schema_migrations' row 10 makes a ledger of version 9 (010 makes no object of its
+    own): verify then expects no terminations row from initialize, and names the one it holds."""
+    _case_with_an_account_ended_at_initialize(tmp_path / "c").close()
+    conn = sqlite3.connect(tmp_path / "c" / "ledger.sqlite")
+    conn.execute("DROP TRIGGER schema_migrations_no_delete")
+    conn.execute("DELETE FROM schema_migrations WHERE version = 10")
+    conn.execute(shipped_schema()["schema_migrations_no_delete"])
+    conn.commit()
+    conn.close()
+    with pytest.raises(LedgerError) as caught:
+        verify_case(tmp_path / "c")
+    assert caught.value.code == "INTEGRITY_ERROR"
+    assert "helper table terminations holds a row the replay does not derive" in caught.value.message

@@ -201,8 +201,12 @@ PROJECTIONS: dict[str, Callable[[Body, Draft], list[HelperRow]]] = {
 
 
 def _terminations(body: Body, draft: Draft) -> list[HelperRow]:
+    """The accounts the event ends. Those ``initialize`` opened already ended have their row only in
+    a ledger of schema version 10 or later (the statement checks): older versions kept none, and
+    verify compares a ledger with a replay at its own version."""
     accounts = {a["hypothesis_id"]: a for a in body.get("accounts", ())}
-    return [("insert_termination", {"revision": body["revision"], "seq": body["seq"], "hypothesis_id": h,
+    name = "insert_initial_termination" if body["type"] == "budget.initialized" else "insert_termination"
+    return [(name, {"revision": body["revision"], "seq": body["seq"], "hypothesis_id": h,
                                     "status": accounts[h]["status"],
                                     "terminal_reason": accounts[h]["terminal_reason"]})
             for h in draft.terminated]

@@ -196,8 +196,9 @@ def initialize(view: LedgerView, request: Mapping[str, Any], context: Context) -
         }
         _apply_status_rules(account, config)
         accounts[h["hypothesis_id"]] = account
-    ctx = _BudgetContext(case, revision, config, config.policy_sha256, accounts,
-                         info["hypothesis_batch_sha256"])
+    # no account before this event: one an allocation below the affordability floor ends at once
+    # is terminated by it (a terminations row, as for any other budget event)
+    ctx = _BudgetContext(case, revision, config, config.policy_sha256, {}, info["hypothesis_batch_sha256"])
     return _budget_draft(ctx, "budget.initialized", key, request, accounts, policy=dict(config.policy))
 
 

@@ -76,7 +76,7 @@ def schema_object(statement: str) -> tuple[str, str, str]:
     return (match.group(1).lower(), match.group(2), text) if match else ("", "", "")
 
 
-_DROP_RE = re.compile(r"DROP\s+(?:TABLE|TRIGGER|VIEW|INDEX)\s+(?:IF\s+EXISTS\s+)?(\w+)", re.I)
+_DROP_RE = re.compile(r"DROP\s+(?:TABLE|TRIGGER|VIEW|INDEX)\s+(?:IF\s+EXISTS\s+)?(?:main\.)?(\w+)", re.I)
 
 
 def shipped_schema(version: int | None = None) -> dict[str, str]:
