@@ -161,6 +161,24 @@ def test_snapshot_includes_events_another_connection_appended_since_its_last_che
     assert second.seq > first.seq and second.state["H1"]["pending_action_id"] == "x1"
 
 
+def test_a_snapshot_inside_a_batch_that_rolls_back_leaves_later_snapshots_of_the_committed_state(busy):
+    """What a batch wrote is not committed, maybe never: a snapshot there checks it, and remembers none of it."""
+    budget = busy.budget()
+    before = budget.snapshot()
+    with pytest.raises(RuntimeError):
+        with busy.batch():
+            budget.reserve("H1", "rolled-back", "source.read_context", at=T0)
+            inside = budget.snapshot()
+            assert inside.seq == before.seq + 1 and inside.state["H1"]["pending_action_id"] == "rolled-back"
+            raise RuntimeError("the batch is abandoned")
+    after = budget.snapshot()
+    assert (after.seq, after.state) == (before.seq, before.state)
+    budget.reserve("H1", "next", "source.read_context", at=T0)  # the rolled-back seq, taken by another event
+    assert budget.snapshot().state["H1"]["pending_action_id"] == "next"
+    with Case.open(busy.path) as other:
+        assert other.budget().snapshot().state == budget.snapshot().state
+
+
 def test_snapshot_detects_a_checked_budget_event_changed_underneath(busy):
     budget = busy.budget()
     budget.snapshot()

@@ -279,7 +279,7 @@ class Session(SessionBase):
             finally:
                 rows.close()  # a statement left open would keep the write-ahead log from being emptied
             _check_balances_view(storage, revision, last_seq, accounts)
-            if last_seq is not None:
+            if last_seq is not None and not storage.writing:  # inside a batch: not committed, maybe never
                 CHECKED[key] = (cookie, last_seq, stream_seq, sha, accounts)
             ref = self.event_ref(last_seq) if last_seq else None
         return revision, last_seq, accounts, ref

@@ -357,6 +357,11 @@ class Storage:
 
     # -- the process ----------------------------------------------------------------
     @property
+    def writing(self) -> bool:
+        """True inside :meth:`write` or :meth:`batch`: what is read there may still be rolled back."""
+        return self._in_write
+
+    @property
     def forked(self) -> bool:
         """True in a process forked after this connection was opened (it is the parent's)."""
         return self._fork != fork_count()
