@@ -1484,3 +1484,25 @@ def test_scope_usage_read_through_the_api_equals_the_scope_usage_view_after_ever
                                                  and r["scope_id"] == ("BUG-1" if name == "case" else
                                                                        name.partition(":")[2])]
     case.close()
+
+
+def test_a_refusal_that_would_end_accounts_without_budget_event_room_quotes_the_limit_exceeded(package):
+    """on_exhausted = scope_cancelled needs a budget.limit_terminated event; with no room for it under
+    budget_events_max the refusal is LIMIT_REACHED, naming the LIMIT_EXCEEDED it could not record."""
+    case = Case.create(package, "BUG-1", analysis_config=AnalysisConfig(limits={"budget_events_max": 7}))
+    case.open_revision([{"statement": f"s{i}"} for i in range(4)], 100)
+    case.transition("INVESTIGATING_HYPOTHESES")
+    budget = case.budget()
+    budget.initialize()
+    case.scopes().establish("case", {"actions": 2}, "controller", on_exhausted="scope_cancelled")
+    budget.reserve("H1", "a1", "source.read_context")
+    budget.reserve("H2", "a1", "source.read_context")  # 3 budget events, 4 kept to close the two
+    head = case.status()["package_generation"]
+    refused = _refused(budget.reserve, "H3", "a1", "source.read_context")
+    assert refused.code == LIMIT_REACHED and refused.details == {"limit": "budget_events_max", "budget_events": 3}
+    assert refused.message.startswith("the ledger holds 3 budget events of its limit of 7; this operation needs 1 "
+                                      "and 4 kept to close 2 pending action(s); the refusal it would record was "
+                                      "not recorded: LIMIT_EXCEEDED: ")
+    assert case.status()["package_generation"] == head  # nothing written
+    case.close()
+    verify_case(package)

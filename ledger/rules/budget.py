@@ -472,7 +472,8 @@ def _limit_outcome(view: LedgerView, ctx: _BudgetContext, exceeded: "scope_rules
             refusal.details["recorded_seq"] = recorded
             raise refusal
     if ending_by_revision:
-        check_budget_room(view, limits, ctx.accounts, events=len(ending_by_revision))
+        check_budget_room(view, limits, ctx.accounts, events=len(ending_by_revision),
+                          refusal=scope_rules.exceeded_error(exceeded, h))
     drafts = [scope_rules.exceeded_draft(view, exceeded, request, action_name)]
     for revision, ending in sorted(ending_by_revision.items()):
         rctx = _revision_context(view, ctx, revision)

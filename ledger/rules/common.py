@@ -401,9 +401,10 @@ CLOSING_EVENTS_PER_ACTION = 2
 
 def check_budget_room(view: LedgerView, limits: Mapping[str, int] | None,
                        accounts: Mapping[str, Mapping[str, Any]] | None = None, *,
-                       opens_action: bool = False, events: int = 1) -> None:
+                       opens_action: bool = False, events: int = 1, refusal: LedgerError | None = None) -> None:
     """``LIMIT_REACHED`` unless ``budget_events_max`` leaves room for this event and for closing
-    every pending action (docs/errors.md: "so nothing is stranded").
+    every pending action (docs/errors.md: "so nothing is stranded"); ``refusal``: the refusal the
+    events would have recorded, named in the message (as :func:`check_case_room` names it).
 
     Each pending action, and the one a reserve opens, keeps room for
     :data:`CLOSING_EVENTS_PER_ACTION` events, so ``record_result``, ``settle``
@@ -417,8 +418,10 @@ def check_budget_room(view: LedgerView, limits: Mapping[str, int] | None,
     total = view.budget_events_total()
     if total + events + CLOSING_EVENTS_PER_ACTION * pending > limit:
         kept = f" and {CLOSING_EVENTS_PER_ACTION * pending} kept to close {pending} pending action(s)" if pending else ""
+        what = f"; the refusal it would record was not recorded: {refusal.code}: {refusal.message}" \
+            if refusal is not None else ""
         raise limit_reached("budget_events_max", f"the ledger holds {total} budget events of its limit "
-                            f"of {limit}; this operation needs {events}{kept}", budget_events=total)
+                            f"of {limit}; this operation needs {events}{kept}{what}", budget_events=total)
 
 
 def spent_limit_error(hypothesis_id: str, account: Mapping[str, Any], cost: int) -> LedgerError | None:
