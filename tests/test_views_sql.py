@@ -798,3 +798,14 @@ def test_a_ledger_passed_off_as_version_9_fails_verify_by_the_terminations_rows_
         verify_case(tmp_path / "c")
     assert caught.value.code == "INTEGRITY_ERROR"
     assert "helper table terminations holds a row the replay does not derive" in caught.value.message
+
+
+def test_a_sum_past_sqlites_largest_integer_says_the_query_ran_and_what_sums_without_overflow(case):
+    big = "SELECT 9223372036854775807 AS n UNION ALL SELECT 1"
+    with pytest.raises(LedgerError) as caught:
+        case.query(f"SELECT SUM(n) FROM ({big})")
+    assert caught.value.code == INVALID_ARGUMENT
+    assert caught.value.message == ("query failed: integer overflow: a value it computed (a SUM, say) passed "
+                                    "2**63-1, the largest integer SQLite holds; TOTAL() sums as a floating-point "
+                                    "number, or CAST the values AS REAL first")
+    assert case.query(f"SELECT TOTAL(n) AS t FROM ({big})") == [{"t": 9.223372036854776e18}]

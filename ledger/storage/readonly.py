@@ -201,6 +201,10 @@ def _refused(exc: BaseException) -> LedgerError:
         why = (f"; a query may make, or be given as a parameter, no text or blob longer than "
                f"{VALUE_BYTES_MIN // (1024 * 1024)} MiB (or the case file's size, when larger), so that one function "
                "call cannot run long past the time limit")
+    if str(exc) == "integer overflow":  # the statement ran: a value it computed passed SQLite's integers
+        return LedgerError(E.INVALID_ARGUMENT, "query failed: integer overflow: a value it computed (a SUM, say) "
+                           "passed 2**63-1, the largest integer SQLite holds; TOTAL() sums as a floating-point "
+                           "number, or CAST the values AS REAL first")
     if str(exc).startswith("no such table:"):
         why = ("; the ledger's views are " + ", ".join(PUBLIC_VIEWS) + " (docs/sql.md lists them and its tables; "
                "SELECT name, type FROM sqlite_master lists what this file holds)")
