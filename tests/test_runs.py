@@ -43,9 +43,20 @@ def expected_steps(messages: list[dict]) -> list[tuple[str, str]]:
     return steps
 
 
-def facts(observation: str) -> dict:
+#: mini-swe-agent's two wrappers (docs/runs.md): the output whole, or a long one's head and tail.
+WHOLE = re.compile(r"<returncode>-?\d+</returncode>\n<output>\n(.*)</output>", re.S)
+ELIDED = re.compile(r"<returncode>-?\d+</returncode>\n<warning>\n.*?</warning>\s*<output_head>\n(.*)</output_head>\n"
+                    r"<elided_chars>\n\d+ characters elided\n</elided_chars>\n<output_tail>\n(.*)</output_tail>", re.S)
+
+
+def facts(observation: str, wrapped: bool = True) -> dict:
+    """The evidence of an observation: its hash and size whole, its atoms the lines of the output
+    mini-swe-agent's wrapper holds (``wrapped``: the format has one), else of all of it."""
     text = "\n".join(line.rstrip() for line in observation.split("\n")).encode()
-    lines = {line.rstrip() for line in observation.split("\n")} - {""}
+    whole, elided = WHOLE.fullmatch(observation.rstrip()), ELIDED.fullmatch(observation.rstrip())
+    output = (whole.group(1) if whole else elided.group(1) + "\n" + elided.group(2) if elided else None) \
+        if wrapped else None
+    lines = {line.rstrip() for line in (observation if output is None else output).split("\n")} - {""}
     return {"observation_sha256": hashlib.sha256(text).hexdigest(), "observation_bytes": len(text),
             "atoms": sorted({hashlib.sha256(line.encode()).hexdigest()[:16] for line in lines})}
 
@@ -139,6 +150,26 @@ def test_imported_journals_replay_as_the_bundled_ones_do_under_apply(imported, t
     report = simulate([out], jobs=1)
     bundled = simulate([TRAJECTORIES], jobs=1)
     assert report.policies[0]["steps_taken"] == bundled.policies[0]["steps_taken"]
+
+
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
+def test_novelty_over_atoms_counts_the_output_lines_not_the_wrapper_with_the_figures_docs_give(imported):
+    """docs/runs.md, "Novelty over atoms": the imported runs under --vary novelty_mode=evidence,atoms."""
+    out, _ = imported
+    runs = ledger_cli_rows(["simulate", str(out), "--vary", "novelty_mode=evidence,atoms", "--csv",
+                            "--outcomes", str(TRAJECTORIES / "outcomes.csv")])
+    assert runs["novelty_mode=evidence", "(all)"][4:10] == ["3325", "545", "29380", "8932", "22", "0"]
+    assert runs["novelty_mode=atoms", "(all)"][4:] == ["2330", "1540", "20505", "5277", "69", "0", "205"]
+    assert runs["novelty_mode=atoms", "resolved"][4:] == ["1703", "1004", "15085", "3841", "49", "0", "203"]
+    assert runs["novelty_mode=atoms", "failed"][4:] == ["627", "536", "5420", "1436", "20", "0", "208"]
+
+
+def ledger_cli_rows(args: list[str]) -> dict[tuple[str, str], list[str]]:
+    """``ledger ARGS`` (a ``--csv`` table) as rows keyed by their first two cells."""
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    rows = [line.split(",") for line in result.stdout.splitlines()[1:]]
+    return {(row[0], row[1]): row for row in rows}
 
 
 # --- the other formats ----------------------------------------------------------------------

@@ -543,3 +543,20 @@ def test_an_empty_command_is_no_step_in_any_trajectory_format_and_a_bad_steps_li
     summary = import_runs([steps], tmp_path / "out2")
     assert summary.runs == 0 and summary.errors[0]["reason"] == \
         "line 2: the command is empty: a step is a command that was run"
+
+
+@pytest.mark.parametrize("observation, atom_lines", [
+    ("<returncode>0</returncode>\n<output>\na.py\nb.py\n</output>", ["a.py", "b.py"]),
+    ("<returncode>0</returncode>\n<output>\n</output>", []),
+    ("<returncode>1</returncode>\n<warning>\ntoo long\n</warning><output_head>\nh1\nh2\n</output_head>\n<elided_chars>\n"
+     "61 characters elided\n</elided_chars>\n<output_tail>\nt1\n</output_tail>", ["h1", "h2", "t1"]),
+    ("<returncode>0</returncode>\n<output>\na.py\n", ["<returncode>0</returncode>", "<output>", "a.py"]),  # no end
+    ("a.py\n<output>\n", ["a.py", "<output>"]),  # no wrapper: every line
+])
+def test_the_atoms_of_a_wrapped_observation_are_its_output_lines_and_of_any_other_all_its_lines(tmp_path, observation,
+                                                                                                atom_lines):
+    messages = [{"role": "assistant", "content": "```bash\nls\n```"}, {"role": "user", "content": observation}]
+    import_runs([_write(tmp_path / "r.traj.json", {"messages": messages})], tmp_path / "out")
+    [evidence] = evidence_of(journal(tmp_path / "out" / "r.jsonl"))
+    assert evidence["atoms"] == sorted({hashlib.sha256(line.encode()).hexdigest()[:16] for line in atom_lines})
+    assert evidence["observation_bytes"] == len(observation.encode())  # the hash and size: the whole observation

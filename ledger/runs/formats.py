@@ -21,11 +21,40 @@ _RETURNCODE = re.compile(r"\A\s*<returncode>(-?[0-9]{1,20})</returncode>")
 
 @dataclass(frozen=True)
 class Step:
-    """One step of a run: the command, the observation as the agent saw it, and its exit code if known."""
+    """One step of a run: the command, the observation as the agent saw it, its exit code if known,
+    and the tool's output inside the format's wrapper where the format wraps it (:func:`wrapped_output`)."""
 
     command: str
     observation: str
     exit_code: int | None = None
+    output: str | None = None
+
+
+#: mini-swe-agent's wrapper of an observation: its exit code first, then the output whole, or for a
+#: long one a warning, its head, how much was elided and its tail.
+_WRAPPER_START = re.compile(r"\A\s*<returncode>-?[0-9]{1,20}</returncode>\s*")
+_ELIDED = re.compile(r"</output_head>\s*<elided_chars>\s*[0-9]+ characters elided\s*</elided_chars>\s*<output_tail>\n?")
+
+
+def wrapped_output(text: str) -> str | None:
+    """The output a mini-swe-agent observation wraps (``<returncode>N</returncode>`` then
+    ``<output>…</output>``, or ``<warning>…</warning>`` then ``<output_head>…</output_head>``,
+    ``<elided_chars>…</elided_chars>`` and ``<output_tail>…</output_tail>``: head and tail), else
+    None. Its lines are what the tool printed, so novelty over atoms counts them, not the
+    wrapper's own lines, which every step repeats (docs/runs.md). Linear in the text."""
+    start = _WRAPPER_START.match(text)
+    if start is None:
+        return None
+    rest, end = text[start.end():], text.rstrip()
+    if rest.startswith("<output>") and end.endswith("</output>"):
+        return rest[len("<output>"):len(end) - start.end() - len("</output>")].removeprefix("\n")
+    warned = rest.find("</warning>") if rest.startswith("<warning>") else -1
+    head = rest.find("<output_head>", warned) if warned >= 0 else -1
+    elided = _ELIDED.search(rest, head) if head >= 0 else None
+    if elided is None or not end.endswith("</output_tail>"):
+        return None
+    tail = rest[elided.end():len(end) - start.end() - len("</output_tail>")]
+    return rest[head + len("<output_head>"):elided.start()].removeprefix("\n") + "\n" + tail
 
 
 class FormatError(Exception):
@@ -145,7 +174,8 @@ def _tool_steps(messages: list[Any], index: int, calls: list[tuple[Any, Any, Any
             continue
         answer = found[0]
         text = _observation(answer.get("output") if answer.get("type") == "function_call_output" else answer.get("content"))
-        yield text if isinstance(text, FormatError) else Step(command, text, _returncode(answer, text))
+        yield text if isinstance(text, FormatError) else \
+            Step(command, text, _returncode(answer, text), wrapped_output(text))
 
 
 def mini_swe_agent_steps(data: Any) -> Iterator[Step | FormatError]:
@@ -175,7 +205,8 @@ def mini_swe_agent_steps(data: Any) -> Iterator[Step | FormatError]:
             yield FormatError("no observation")
         else:
             text = _observation(following.get("content"))
-            yield text if isinstance(text, FormatError) else Step(blocks[0], text, _returncode(following, text))
+            yield text if isinstance(text, FormatError) else \
+                Step(blocks[0], text, _returncode(following, text), wrapped_output(text))
 
 
 def _bash_blocks(text: str) -> list[str]:

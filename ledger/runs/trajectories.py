@@ -98,7 +98,8 @@ def evidence_of(step: Step, mapping: ActionMap = DEFAULT_ACTION_MAP) -> tuple[st
     data = normalized(step.observation).encode("utf-8", "surrogatepass")
     action, target = classify(step.command, mapping)
     evidence: dict[str, Any] = {"observation_sha256": hashlib.sha256(data).hexdigest(),
-                                "observation_bytes": len(data), "atoms": atom_ids(step.observation)}
+                                "observation_bytes": len(data),
+                                "atoms": atom_ids(step.observation if step.output is None else step.output)}
     if step.exit_code is not None:
         evidence["exit_code"] = step.exit_code
     if target is not None:  # a path decoded with surrogateescape keeps a U+FFFD for each byte not UTF-8
