@@ -125,12 +125,13 @@ class LedgerGroup(UsageGroup):
             sys.exit(1)
 
     def invoke(self, ctx: click.Context) -> Any:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", CheckpointWarning)
-            try:
+        caught: list[warnings.WarningMessage] = []
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", CheckpointWarning)
                 return self._invoke(ctx)
-            finally:
-                _report_warnings(caught)
+        finally:  # once the warnings are shown as usual again: shown inside, each would be caught anew
+            _report_warnings(caught)
 
     def _invoke(self, ctx: click.Context) -> Any:
         with interrupts.recorded():

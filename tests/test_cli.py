@@ -773,3 +773,46 @@ def test_apply_says_when_initialize_froze_the_built_in_policy_and_only_then(tmp_
     priced = run_cli("--config", str(EXAMPLE_BUDGET), "apply", str(make_package(tmp_path / "priced")), str(journal),
                      "--create", "BUG-9")
     assert priced.returncode == 0 and b"built-in default policy" not in priced.stderr
+
+
+_WARNING_COMMAND = """
+import sys, warnings
+import ledger
+status = ledger.Case.status
+def warned_status(self, *args, **kwargs):
+    warnings.warn("a warning of its own", UserWarning)
+    return status(self, *args, **kwargs)
+ledger.Case.status = warned_status
+from ledger_cli.main import main
+main(["state", sys.argv[1]])
+"""
+
+
+def _two_gib_at_most() -> None:
+    """In the child: a loop that grows memory fails within seconds instead of filling the machine."""
+    import resource
+    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+
+@pytest.mark.parametrize("flags", [["-W", "default"], ["-X", "dev"]])
+def test_a_warning_a_command_gives_is_shown_once_under_any_warning_setting(tmp_path, flags):
+    """Shown while the command's warnings were still being recorded, a warning was recorded again and
+    shown again, for ever (memory grew until the process was killed)."""
+    start_case(tmp_path / "c").close()
+    done = subprocess.run([sys.executable, *flags, "-c", _WARNING_COMMAND, str(tmp_path / "c")],
+                          capture_output=True, text=True, timeout=120, preexec_fn=_two_gib_at_most)
+    assert done.returncode == 0 and done.stdout.startswith("case_id: BUG-1\n")
+    assert done.stderr.count("a warning of its own") == 1, done.stderr
+
+
+def test_a_command_refused_for_an_existing_case_leaves_no_file_open(tmp_path):
+    """init over a case, apply --create of a case already there: the lock file opened to look was left
+    open (a ResourceWarning under -W default)."""
+    start_case(tmp_path / "c").close()
+    journal = tmp_path / "j.jsonl"
+    journal.write_text('{"op": "transition", "to": "BLOCKED"}\n', encoding="utf-8")
+    for args, code in ((["init", str(tmp_path / "c"), "--case-id", "BUG-1"], 1),
+                       (["apply", "--create", "BUG-1", str(tmp_path / "c"), str(journal), "-q"], 0)):
+        done = subprocess.run([sys.executable, "-W", "error::ResourceWarning", "-m", "ledger_cli.main", *args],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == code and "ResourceWarning" not in done.stderr, done.stderr

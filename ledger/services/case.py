@@ -231,7 +231,7 @@ class Case(CaseFacade):
             request = lifecycle.shape_create(case_id, str(uuid.uuid4()))
             case.session.run("create", request, at=moment, prepare=cls._prepare_new_ledger(storage, root))
         except BaseException:
-            storage.conn.close()
+            storage.discard()
             raise
         return case
 
@@ -276,7 +276,7 @@ class Case(CaseFacade):
                 if storage.current_schema_version() == 0 or SqlView(storage).case() is None:
                     raise no_case_yet(ledger)
         except BaseException:
-            storage.conn.close()
+            storage.discard()
             raise
         return case
 

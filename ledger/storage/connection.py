@@ -373,6 +373,15 @@ class Storage:
             raise LedgerError(E.INVALID_ARGUMENT, "this case was opened by the process this one was forked "
                               "from; a ledger connection does not survive a fork: open the case again here")
 
+    def discard(self) -> None:
+        """Close after a failed create or open: the connection and the kept lock file, with no
+        checkpoint (nothing was committed worth one, or the file is not a case's)."""
+        self._closed = True
+        try:
+            self._lock.close()
+        finally:
+            self.conn.close()
+
     def _abandon(self) -> None:
         """A forked child's way out: the parent's transaction, connection and lock are left alone
         (this process's copy of the lock file is closed); the connection is never closed here
