@@ -1116,6 +1116,39 @@ def test_sigterm_ends_a_fleet_export_as_ctrl_c_does_and_its_workers_write_nothin
     assert not list((out / "_fleet" / "tmp").iterdir())
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
+def test_ctrl_c_at_the_terminal_while_the_workers_start_prints_no_traceback_of_theirs(tmp_path):
+    """A Ctrl-C the terminal sends to the whole group while the workers were still starting printed
+    a KeyboardInterrupt traceback from each ("Process SpawnProcess-3: …")."""
+    for n in range(4):
+        bench_fleet.make_case(tmp_path / "cases" / f"case-{n:02d}", n)
+    marker, script = tmp_path / "starting.pid", tmp_path / "first.py"
+    script.write_text(  # spawn imports this script in each worker as __mp_main__, before its work
+        "import os, sys, time\n"
+        "if __name__ == '__mp_main__':\n"
+        f"    open({str(marker)!r}, 'a').write(str(os.getpid()) + '\\n')\n"
+        "    time.sleep(3)  # still starting when the Ctrl-C comes\n"
+        "if __name__ == '__main__':\n"
+        "    from ledger import export_fleet\n"
+        "    try:\n"
+        f"        export_fleet([{str(tmp_path / 'cases')!r}], {str(tmp_path / 'out')!r}, jobs=2)\n"
+        "    except KeyboardInterrupt:\n"
+        "        print('interrupted', flush=True)\n", encoding="utf-8")
+    process = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (marker.exists() and marker.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os.killpg(process.pid, signal.SIGINT)  # as the terminal does: the whole group
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert out == "interrupted\n" and "Traceback" not in err, err
+
+
 @pytest.mark.parametrize("inside", ["events/case_id=typo", "more", "_fleet/tmp/x"])
 def test_a_fleet_export_into_a_folder_inside_another_is_refused(tmp_path, inside):
     """An export under OUTER/events/case_id=typo read as 64 more rows of OUTER's events table, under

@@ -517,3 +517,45 @@ def _store_twice(ledger: Path, table: str, seq: int) -> None:
     conn.execute("UPDATE sqlite_master SET name = ?, sql = NULL WHERE name = 'copy_key'", (auto,))
     conn.execute("UPDATE sqlite_master SET sql = ? WHERE name = ?", (shipped, table))
     conn.close()
+
+
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
+def test_ctrl_c_at_the_terminal_while_the_second_process_starts_prints_no_traceback_of_it(ledger_case, tmp_path):
+    """The second process ignored Ctrl-C only once it had started: one sent to the whole group while
+    it was still importing printed its KeyboardInterrupt traceback (or a fatal error in site)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    marker = tmp_path / "starting.pid"
+    script = tmp_path / "first.py"
+    script.write_text(  # spawn imports this script in the second process as __mp_main__, before its work
+        "import os, time\n"
+        "from ledger.package_tools import verify_range\n"
+        "verify_range.SPLIT_MIN_EVENTS = 2\n"
+        "if __name__ == '__mp_main__':\n"
+        f"    open({str(marker)!r}, 'w').write(str(os.getpid()))\n"
+        "    time.sleep(3)  # still starting when the Ctrl-C comes\n"
+        "if __name__ == '__main__':\n"
+        "    from ledger import verify_case\n"
+        "    try:\n"
+        f"        verify_case({str(ledger_case)!r}, jobs=2)\n"
+        "        time.sleep(60)\n"
+        "    except KeyboardInterrupt:\n"
+        "        print('interrupted', flush=True)\n", encoding="utf-8")
+    first = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (marker.exists() and marker.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os.killpg(first.pid, signal.SIGINT)  # as the terminal does: the whole group
+        out, err = first.communicate(timeout=60)
+        time.sleep(4)  # the second process, done starting, would print a traceback now
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.communicate()
+    assert out == "interrupted\n" and "Traceback" not in err and "Fatal" not in err, repr(err)

@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 import warnings
+from multiprocessing import resource_tracker
 from multiprocessing.context import BaseContext
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Sequence
@@ -149,11 +150,17 @@ def parent_gone() -> bool:
 
 
 @contextmanager
-def _interrupts_blocked() -> Iterator[None]:
-    """SIGINT blocked in this thread (and so in the processes it starts) where the system can."""
+def interrupts_blocked() -> Iterator[None]:
+    """SIGINT blocked in this thread (and so in the processes it starts, which keep the mask from
+    their first instruction on) where the system can: a Ctrl-C a terminal sends to the whole process
+    group then interrupts the caller alone, never a worker still importing (no traceback of its own)."""
     if not hasattr(signal, "pthread_sigmask"):
         yield
         return
+    # multiprocessing's resource tracker, started with the first worker, unblocks SIGINT in the
+    # starting thread once it is up (it blocks it around its own start): started first, it leaves
+    # the mask alone
+    resource_tracker.ensure_running()
     before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
@@ -322,7 +329,7 @@ class _SharedWork:
             self.pool = pool = ProcessPoolExecutor(max_workers=count, mp_context=worker_context(),
                                                    initializer=watch_parent, initargs=(os.getpid(),))
             self.done.notify_all()
-        with _interrupts_blocked():  # the workers inherit it: Ctrl-C stops the caller, which stops them
+        with interrupts_blocked():  # the workers inherit it: Ctrl-C stops the caller, which stops them
             for _ in range(count):
                 try:
                     ping = pool.submit(int)  # starts a worker

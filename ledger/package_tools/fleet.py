@@ -36,7 +36,7 @@ from ..ground.errors import LedgerError
 from ..model.package import (BUILD_FOLDER_LEFT_OUT, DEAD_LINK_LEFT_OUT, LEDGER_FILE, dead_link, is_build_folder,
                              is_case_package, once_each, refuse_output_in_package, second_paths)
 from ..ground.paths import fs_path, os_error, refuse_link_to_nothing, require_utf8
-from ..ground.workers import job_count, parent_gone, shutdown_pool, watch_parent, worker_context
+from ..ground.workers import interrupts_blocked, job_count, parent_gone, shutdown_pool, watch_parent, worker_context
 from ..storage.connection import Storage
 from ..storage.readonly import open_readonly
 from ..storage.sqlite_file import log_files_exist, no_case_yet, release_log, translate_sqlite_errors
@@ -511,6 +511,15 @@ def _export_worker(args: tuple[str, str]) -> dict[str, Any]:
     return _with_head(Path(args[0]), Path(args[1]), _export_snapshot)
 
 
+def _blocked_map(pool: concurrent.futures.ProcessPoolExecutor) -> Callable[[Any, list[Any], int], Iterable[Any]]:
+    """``pool.map`` with SIGINT blocked while it submits, which starts the workers: they inherit the
+    mask, so a Ctrl-C to the process group interrupts this process alone (workers.interrupts_blocked)."""
+    def run(worker: Any, work: list[Any], chunk: int) -> Iterable[Any]:
+        with interrupts_blocked():
+            return pool.map(worker, work, chunksize=chunk)
+    return run
+
+
 def export_fleet(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str], *, jobs: int | None = 1,
                  progress: Progress | None = None) -> FleetReport:
     """Export every case found in ``paths`` (cases or folders of cases) to ``out`` (docs/fleet.md).
@@ -540,7 +549,7 @@ def export_fleet(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike
         else:
             pool = concurrent.futures.ProcessPoolExecutor(  # a worker ends with this process
                 max_workers=jobs, mp_context=worker_context(), initializer=watch_parent, initargs=(os.getpid(),))
-            run = lambda worker, work, chunk: pool.map(worker, work, chunksize=chunk)  # noqa: E731
+            run = _blocked_map(pool)
         heads = list(run(_head_worker, [(str(case), str(target)) for case in cases], 64))
         _refuse_shared_case_ids(heads)
         entries = iter(run(_export_worker, [(e["path"], str(target)) for e in heads if e["status"] is None], 4))

@@ -24,7 +24,7 @@ from typing import Any, Callable, Mapping
 
 from ..ground.canonical import sha256_hex, stored_bytes
 from ..ground.errors import LedgerError, integrity_error as _bad
-from ..ground.workers import watch_parent, worker_context
+from ..ground.workers import interrupts_blocked, watch_parent, worker_context
 from ..model.memory_view import MemoryView
 from ..storage.connection import Storage
 from ..storage.sqlfiles import column_list, queries, statement
@@ -165,7 +165,8 @@ class SecondHalf:
         job = {"root": str(root), "ledger": str(ledger), "part": str(part), "after": after, "last": last,
                "started_at": started_at, "parent": os.getpid()}
         self._process = context.Process(target=_second_half, args=(job, send), daemon=True)
-        self._process.start()
+        with interrupts_blocked():  # a Ctrl-C to the process group stops the first process alone
+            self._process.start()
         send.close()
         self.after, self.last = after, last
 
