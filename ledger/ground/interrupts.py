@@ -11,10 +11,11 @@ translates such an error that it is an interrupt.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 from types import FrameType
-from typing import Iterator
+from typing import Any, Iterator
 
 _received = threading.Event()
 #: The signal that last interrupted the command (SIGINT or SIGTERM).
@@ -74,6 +75,31 @@ def python_handler() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, _on_interrupt)
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """In the main thread: a SIGINT (or SIGTERM) arriving inside is handled (as it would have been)
+    at the end, so that what the block does (a commit and its count, a wait for workers) is never cut
+    in two."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[Any] = []
+    # a handler not set from Python (None) is left alone
+    numbers = [number for number in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(number) is not None]
+    handlers = {number: signal.signal(number, lambda got, frame: caught.append((got, frame))) for number in numbers}
+    try:
+        yield
+    finally:
+        for number, handler in handlers.items():
+            signal.signal(number, handler)
+        if caught:
+            number, frame = caught[0]
+            if callable(handlers[number]):
+                handlers[number](number, frame)
+            elif handlers[number] == signal.SIG_DFL:
+                os.kill(os.getpid(), number)
 
 
 def pending() -> bool:

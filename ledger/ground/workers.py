@@ -15,6 +15,7 @@ from multiprocessing.context import BaseContext
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Sequence
 
+from . import interrupts
 from .errors import INVALID_ARGUMENT, LedgerError
 
 #: How long the calling process works alone before it starts worker processes: a worker's start
@@ -139,7 +140,7 @@ def shutdown_pool(pool: Any) -> None:
     finish, its workers end. A Ctrl-C or SIGTERM meanwhile takes effect once they have: a second
     signal that broke off the wait left the workers waiting for a stop message forever, and the
     process waiting for them."""
-    with _interrupts_deferred():
+    with interrupts.deferred():
         pool.shutdown(wait=True, cancel_futures=True)
 
 
@@ -166,30 +167,6 @@ def interrupts_blocked() -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, before)
-
-
-@contextmanager
-def _interrupts_deferred() -> Iterator[None]:
-    """In the main thread: a SIGINT (or SIGTERM) arriving inside is handled (as it would have been)
-    at the end."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    caught: list[Any] = []
-    # a handler not set from Python (None) is left alone
-    numbers = [number for number in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(number) is not None]
-    handlers = {number: signal.signal(number, lambda got, frame: caught.append((got, frame))) for number in numbers}
-    try:
-        yield
-    finally:
-        for number, handler in handlers.items():
-            signal.signal(number, handler)
-        if caught:
-            number, frame = caught[0]
-            if callable(handlers[number]):
-                handlers[number](number, frame)
-            elif handlers[number] == signal.SIG_DFL:
-                os.kill(os.getpid(), number)
 
 
 #: One task's outcome: (ok, result or exception, the warnings it gave as (message, category, file, line)).
@@ -274,7 +251,7 @@ class _SharedWork:
         with self.done:
             self.closing = True
             self.done.notify_all()
-        with _interrupts_deferred():
+        with interrupts.deferred():
             self.dispatcher.join()  # a start under way ends first: no half-started pool is left behind
             if self.pool is not None:
                 self.pool.shutdown(wait=True, cancel_futures=True)

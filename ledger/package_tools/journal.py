@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import json
 import time
-from contextlib import nullcontext
+from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Callable, Iterable, Iterator
 
-from ..ground import errors as E
+from ..ground import errors as E, interrupts
 from ..services.budget import BudgetManager
 from ..ground.arguments import check_callback, check_flag, check_instance, check_iterable
 from ..ground.canonical import SAFE_INTEGER_MAX, parse_json, stored_bytes
@@ -221,7 +221,9 @@ def apply_journal(case: Case, lines: Iterable[str | bytes], *, budget: BudgetMan
     line still succeeds or fails alone, and results are yielded only after their
     batch committed, so every yielded result is durable. ``on_commit(n)``, if
     given, is called after each batch committed, before its ``n`` results are
-    yielded (a caller that stops early knows how many committed results remain).
+    yielded (a caller that stops early knows how many committed results remain). A Ctrl-C or
+    SIGTERM that comes while a batch commits is raised once its results are yielded, never between
+    the commit and ``on_commit``; one that comes while a batch runs rolls it back.
     ``units_per_hypothesis`` (an integer from 1 to 2**53 - 1), if given, replaces the allocation of every
     ``open_revision`` line, exactly as a simulation policy that sets it does (docs/simulate.md);
     ``INVALID_ARGUMENT`` for anything else.
@@ -236,28 +238,7 @@ def apply_journal(case: Case, lines: Iterable[str | bytes], *, budget: BudgetMan
         raise LedgerError(E.INVALID_ARGUMENT, f"batch_size must be an integer >= 1, got {batch_size!r}")
     _check_units(units_per_hypothesis)
     pending: list[tuple[int, str | bytes]] = []
-    stopped = False
-
-    def run_batch(chunk: list[tuple[int, str | bytes]]) -> list[LineResult]:
-        nonlocal stopped
-        done: list[LineResult] = []
-        with case.batch() if batch_size > 1 else nullcontext():
-            for number, text in chunk:
-                try:
-                    parsed = parse_line(text)
-                    if units_per_hypothesis is not None and parsed["op"] == "open_revision":
-                        parsed[UNITS_KEY] = units_per_hypothesis
-                    seq, reused, result = run_operation(case, budget, parsed)
-                except LedgerError as exc:
-                    done.append(LineResult(number, False, error=exc))
-                    if not keep_going:
-                        stopped = True
-                        break
-                    continue
-                done.append(LineResult(number, True, seq, reused, result, clamped=case.session.last_clamp,
-                                        touched=parsed.get("hypothesis"),
-                                        read=is_read(parsed), op=parsed["op"]))
-        return done
+    run = _BatchRun(case, budget, keep_going, batch_size > 1, on_commit, units_per_hypothesis)
 
     pending_bytes = 0
     for number, text in enumerate(lines, start=1):
@@ -271,12 +252,12 @@ def apply_journal(case: Case, lines: Iterable[str | bytes], *, budget: BudgetMan
         # so that the next line (maybe an endless line's rest) is never read
         over_long = not keep_going and isinstance(text, (str, bytes)) and len(text) > LINE_BYTES_MAX
         if len(pending) >= batch_size or pending_bytes >= BATCH_BYTES_MAX or over_long:
-            yield from _committed(run_batch(pending), on_commit)
+            yield from run.batch(pending)
             pending, pending_bytes = [], 0
-            if stopped:
+            if run.stopped:
                 return
     if pending:
-        yield from _committed(run_batch(pending), on_commit)
+        yield from run.batch(pending)
 
 
 def _check_units(units: Any) -> None:
@@ -285,10 +266,52 @@ def _check_units(units: Any) -> None:
                           f"or None, got {units!r}")
 
 
-def _committed(results: list[LineResult], on_commit: Callable[[int], None] | None) -> list[LineResult]:
-    if on_commit is not None:
-        on_commit(len(results))
-    return results
+class _BatchRun:
+    """:func:`apply_journal`'s batches: each one's lines run (in one transaction when ``grouped``),
+    then its results handed over; ``stopped`` once a failed line ends the run (not ``keep_going``)."""
+
+    def __init__(self, case: Case, budget: BudgetManager, keep_going: bool, grouped: bool,
+                 on_commit: Callable[[int], None] | None, units: int | None) -> None:
+        self.case, self.budget, self.keep_going, self.grouped = case, budget, keep_going, grouped
+        self.on_commit, self.units = on_commit, units
+        self.stopped = False
+
+    def batch(self, chunk: list[tuple[int, str | bytes]]) -> Iterator[LineResult]:
+        """The batch's results once it committed. A Ctrl-C or SIGTERM while it commits is handled
+        once they are handed over (raised after the last), never between the commit and
+        ``on_commit``: the caller counts every committed line."""
+        done: list[LineResult] = []
+        committing, committed = ExitStack(), False
+        try:
+            with committing:
+                with self.case.batch() if self.grouped else nullcontext():
+                    self._run_lines(chunk, done)
+                    committing.enter_context(interrupts.deferred())  # from here to the count: one step
+                committed = True
+                if self.on_commit is not None:
+                    self.on_commit(len(done))
+        except KeyboardInterrupt:
+            if not committed:
+                raise  # inside the batch: nothing of it committed
+            yield from done
+            raise
+        yield from done
+
+    def _run_lines(self, chunk: list[tuple[int, str | bytes]], done: list[LineResult]) -> None:
+        for number, text in chunk:
+            try:
+                parsed = parse_line(text)
+                if self.units is not None and parsed["op"] == "open_revision":
+                    parsed[UNITS_KEY] = self.units
+                seq, reused, result = run_operation(self.case, self.budget, parsed)
+            except LedgerError as exc:
+                done.append(LineResult(number, False, error=exc))
+                if not self.keep_going:
+                    self.stopped = True
+                    return
+                continue
+            done.append(LineResult(number, True, seq, reused, result, clamped=self.case.session.last_clamp,
+                                    touched=parsed.get("hypothesis"), read=is_read(parsed), op=parsed["op"]))
 
 
 def open_for_journal(path: str, *, create_case_id: str | None = None, at: str | None = None,
