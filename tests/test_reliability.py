@@ -524,6 +524,39 @@ def test_an_interrupt_at_any_point_of_a_write_leaves_no_lock_and_a_usable_connec
     verify_case(case.path)
 
 
+@pytest.mark.parametrize("where", ["as the transaction's start returns", "as the rule's view is made"])
+def test_an_interrupt_as_a_write_is_entered_leaves_no_lock_and_a_usable_case(budget_case, monkeypatch, where):
+    """Ctrl-C landing between BEGIN IMMEDIATE and the block that ends the write (no SQL statement
+    running): the write was never ended, so the lock stayed held (every other process LEDGER_BUSY)
+    and every later write of the case was refused as a nested operation."""
+    from ledger.services import session as session_module
+
+    case, budget = budget_case
+    before = generation(case)
+    fired: list[bool] = []
+
+    def interrupted(original):
+        def call(*args, **kwargs):
+            result = original(*args, **kwargs)
+            if not fired and case.storage.writing:
+                fired.append(True)
+                raise KeyboardInterrupt
+            return result
+        return call
+
+    if where == "as the transaction's start returns":
+        monkeypatch.setattr(Storage, "_begin", interrupted(Storage._begin))
+    else:
+        monkeypatch.setattr(session_module.SqlView, "__init__", interrupted(session_module.SqlView.__init__))
+    with pytest.raises(KeyboardInterrupt):
+        budget.reserve("H1", "k1", "source.read_context")
+    monkeypatch.undo()
+    assert fired and lock_is_free(case) and not case.storage.conn.in_transaction and generation(case) == before
+    result = budget.reserve("H1", "k1", "source.read_context")
+    assert (result.seq, result.reused) == (before + 1, False)
+    verify_case(case.path)
+
+
 def test_an_interrupt_after_the_commit_keeps_the_durable_write_and_the_lock_free(budget_case):
     case, budget = budget_case
     before = generation(case)

@@ -308,10 +308,12 @@ class _Writing:
         session = self.session
         try:
             self.write.__enter__()
-        except BaseException:
+            return SqlView(session.storage, session.cache)
+        except BaseException as exc:  # KeyboardInterrupt once begun too: the write is ended, never left held
+            if self.write.entered:
+                self.write.__exit__(type(exc), exc, exc.__traceback__)
             session.cache.forget()
             raise
-        return SqlView(session.storage, session.cache)
 
     def __exit__(self, kind: Any, value: Any, traceback: Any) -> bool:
         try:

@@ -46,20 +46,27 @@ class _Write:
     """:meth:`Storage.write` (a ``SAVEPOINT`` inside a batch): a class rather than a generator, as it
     runs once per operation. The body's ``sqlite3`` errors leave it translated (:func:`sqlite_error`)."""
 
-    __slots__ = ("storage", "savepoint")
+    __slots__ = ("storage", "savepoint", "entered")
 
     def __init__(self, storage: "Storage") -> None:
         self.storage = storage
         self.savepoint = False
+        self.entered = False  # True once begun: the caller's __exit__ is then the one way out
 
     def __enter__(self) -> "Storage":
         storage = self.storage
         storage.check_process()
         if storage._in_batch:
-            storage._open_savepoint()
+            storage._open_savepoint()  # one left open by an interrupt is settled by the batch's next step
             self.savepoint = True
         else:
-            storage._begin()
+            try:
+                storage._begin()
+            except BaseException:  # KeyboardInterrupt as _begin returned: begun, and never to be ended
+                if storage._in_write:
+                    storage._end()
+                raise
+        self.entered = True  # no call after it: an interrupt cannot come between it and the return
         return storage
 
     def __exit__(self, kind: Any, value: Any, traceback: Any) -> bool:
