@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ledger import BudgetConfig, Case, CaseBudget, LedgerError
+from ledger import BudgetConfig, Case, CaseBudget, LedgerError, verify_case
 from ledger.services.actions import derived_id, failure_reason
 from ledger.ground.errors import INVALID_ID, ROUTER_REFUSED
 
@@ -771,8 +771,8 @@ def test_pending_actions_lists_the_current_revisions_open_actions_in_hypothesis_
     pending = budget.pending_actions()
     assert [(p["hypothesis_id"], p["action_id"], p["action"], p["status"], p["cost_units"]) for p in pending] == [
         ("H1", "a-1", "source.read_context", "awaiting_assessment", 5), ("H2", "b-1", "tests.run", "reserved", 10)]
-    assert [p["test_operation_id"] for p in pending] == [None, None]
-    assert {k: v for k, v in pending[0].items() if k != "test_operation_id"} == budget.settle(
+    assert [(p["test_operation_id"], p["bound_record_id"]) for p in pending] == [(None, None), (None, None)]
+    assert {k: v for k, v in pending[0].items() if k not in ("test_operation_id", "bound_record_id")} == budget.settle(
         "H1", "a-1", 0, "nothing new").action | {"status": "awaiting_assessment", "semantic_score": None,
                                                  "information_score": None, "reward_units": None}
     assert [p["action_id"] for p in budget.pending_actions()] == ["b-1"]
@@ -824,3 +824,34 @@ def test_the_documented_restart_recipe_takes_up_or_gives_up_what_a_crash_left_op
     exec(block, dict(names))
     assert [(p["action_id"], p["test_operation_id"]) for p in budget.pending_actions()] == [("t-1", "op-t-1")]
     assert ran == ["tests.run"] and _event_count(case) == events
+
+
+def test_a_run_tool_killed_before_feeding_its_stored_reply_is_taken_up_by_the_restart_recipe(case, tmp_path):
+    """A process killed after run_tool stored its checked reply, before record_evidence: the action
+    is still reserved, and a record given with other evidence is NO_RESERVATION. pending_actions
+    names the bound record; the documented recipe feeds it, runs nothing, and settles."""
+    case.close()
+    script = ("import os, signal, sys\n"
+              "from ledger import BudgetConfig, Case\n"
+              "from ledger.services.actions import CaseBudget\n"
+              "CaseBudget.record_evidence = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)\n"
+              "budget = Case.open(sys.argv[1]).budget(BudgetConfig.example())\n"
+              "budget.initialize()\n"
+              f"budget.run_tool('H1', 'q-1', 'source.read_context', {READ!r})\n")
+    killed = subprocess.run([sys.executable, "-c", script, str(case.path)], capture_output=True, timeout=120)
+    assert killed.returncode == -9, killed.stderr
+    with Case.open(case.path) as opened:
+        budget = opened.budget()
+        [pending] = budget.pending_actions()
+        assert (pending["action_id"], pending["status"], pending["bound_record_id"]) == ("q-1", "reserved", "E000001")
+        text = (REPO / "docs" / "investigator.md").read_text(encoding="utf-8")
+        block = next(code for code in text.split("```python\n")[1:]
+                     if "in budget.pending_actions():" in code).split("```")[0]
+        ran: list[str] = []
+        exec(block, {"budget": budget, "worth_running_again": lambda action: False, "assess": lambda result: 80,
+                     "run_tool": lambda action: ran.append(action)})
+        [action] = opened.actions()
+        assert ran == [] and (action["status"], action["closing_reason"]) == ("settled", "assessed after a restart")
+        assert opened.query("SELECT record_id, action_id FROM evidence_records") == [
+            {"record_id": "E000001", "action_id": "q-1"}]
+    verify_case(case.path)

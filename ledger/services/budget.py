@@ -133,6 +133,15 @@ def _state(accounts: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 @plain_public_arguments
+def _pending_action(view: Any, revision: int, h: str, action_id: str) -> dict[str, Any]:
+    """One of :meth:`BudgetManager.pending_actions`: the action's state, its test's operation, the
+    record bound to it while it awaits that record."""
+    action = view.action(revision, h, action_id)
+    bound = view.evidence_binding(revision, h, action_id) if action["status"] == "reserved" else None
+    return {**action, "test_operation_id": view.test_of_action(revision, h, action_id),
+            "bound_record_id": None if bound is None else bound[0]}
+
+
 class BudgetManager:
     """Budget operations on one case. ``config=None`` uses the policy frozen for the revision.
 
@@ -354,7 +363,10 @@ class BudgetManager:
         result's ``action`` gives it (``hypothesis_id``, ``action_id``, ``action``, ``cost_units``,
         ``status`` ``reserved`` or ``awaiting_assessment``, ``novelty_score``, …) and
         ``test_operation_id``: the operation a test reserved by :meth:`request_test` is bound to (its
-        reply comes through the evidence store's feedback calls), None for any other action. What a
+        reply comes through the evidence store's feedback calls), None for any other action; and
+        ``bound_record_id``: the evidence record a stored tool call (:meth:`run_tool`, or
+        ``store_tool_results`` under the action) published for a ``reserved`` action, whose result
+        comes only through :meth:`record_evidence` of it (``NO_RESERVATION`` for any other), else None. What a
         loop started again after a crash takes up (the same ids and action name reserve nothing new;
         a requested test, through its reply) or gives up with :meth:`fail` (docs/investigator.md,
         "After a restart"). ``[]`` before ``initialize``. Writes nothing; costs the same at any
@@ -364,8 +376,7 @@ class BudgetManager:
             accounts = view.accounts(revision)
             pending = [(h, accounts[h]["pending_action_id"]) for h in hypothesis_order(accounts)
                        if accounts[h]["pending_action_id"] is not None]
-            return [{**view.action(revision, h, action_id),
-                     "test_operation_id": view.test_of_action(revision, h, action_id)} for h, action_id in pending]
+            return [_pending_action(view, revision, h, action_id) for h, action_id in pending]
 
     def snapshot(self) -> BudgetResult:
         """Replay and validate the current revision's budget history; write nothing.
