@@ -855,3 +855,30 @@ def test_a_run_tool_killed_before_feeding_its_stored_reply_is_taken_up_by_the_re
         assert opened.query("SELECT record_id, action_id FROM evidence_records") == [
             {"record_id": "E000001", "action_id": "q-1"}]
     verify_case(case.path)
+
+
+def test_run_tool_of_an_action_closed_without_a_stored_call_is_action_closed_before_the_router_runs(
+        case, investigator, monkeypatch):
+    """A retry of a run_tool whose store failed (here: interrupted) ran the router, then was refused
+    as "already had its result (failed)": it had none, and the tool ran for nothing."""
+    from ledger.router.reference import Router
+
+    store = type(case.evidence())
+    real_query = store.query
+
+    def interrupted(self, *args, **kwargs):
+        if kwargs.get("store"):
+            raise KeyboardInterrupt
+        return real_query(self, *args, **kwargs)
+
+    monkeypatch.setattr(store, "query", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        investigator.run_tool("H1", "q-1", "source.read_context", READ)
+    monkeypatch.undo()
+    assert investigator.action_status("H1", "q-1") == "failed"
+    events = _event_count(case)
+    monkeypatch.setattr(Router, "reply", lambda *a, **k: pytest.fail("the router ran"))
+    with pytest.raises(LedgerError) as caught:
+        investigator.run_tool("H1", "q-1", "source.read_context", READ)
+    assert caught.value.code == "ACTION_CLOSED" and _event_count(case) == events
+    assert caught.value.message.startswith("H1/q-1 is already failed, with no stored tool call to answer from")

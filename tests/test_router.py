@@ -66,6 +66,16 @@ def test_a_path_outside_its_folder_is_refused_and_a_bare_name_is_shown_where_it_
     assert folder.message == "'sources' is outside sources/"
 
 
+def test_a_path_past_the_longest_a_tool_call_may_name_is_refused_as_too_long_not_as_empty(root):
+    for path, says in (("sources/" + "a" * 1016, "' cannot be read: File name too long"),  # 1,024: looked up
+                       ("sources/" + "a" * 1017, "path holds 1025 characters, more than the 1024 a path may: ")):
+        refused = _refused(lambda: Router(root).read_context({"path": path, "start_line": 1, "end_line": 1}))
+        assert refused.code == ROUTER_REFUSED and (says in refused.message or refused.message.startswith(says)), \
+            refused.message
+    empty = _refused(lambda: Router(root).read_context({"path": "", "start_line": 1, "end_line": 1}))
+    assert empty.message == "path must be a non-empty string, got ''"
+
+
 @pytest.mark.parametrize("path", ["sources/\ud800.py", "sources/\udcff.py", "data/\ud800.sqlite"])
 def test_a_path_that_is_no_utf8_text_is_refused_by_every_tool(root, path):
     """A lone surrogate has no UTF-8 form (and no place in a canonical reply): opening such a

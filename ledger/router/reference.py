@@ -110,11 +110,18 @@ def line_item(path: str, number: int, raw: bytes) -> dict[str, Any]:
             "text": raw.decode("utf-8", errors="replace")}
 
 
+#: The longest path (in characters) a tool call may name.
+PATH_CHARS_MAX = 1024
+
+
 def confined(relative: Any, top: str) -> str:
     """``relative`` when it is a normalized relative path under ``top/`` (``ROUTER_REFUSED``
     otherwise); a check of the text alone, the file system is not consulted."""
-    if not isinstance(relative, str) or not relative or len(relative) > 1024:
+    if not isinstance(relative, str) or not relative:
         raise _refuse(f"path must be a non-empty string, got {given(relative, 80)}")
+    if len(relative) > PATH_CHARS_MAX:
+        raise _refuse(f"path holds {len(relative)} characters, more than the {PATH_CHARS_MAX} a path may: "
+                      f"{given(relative, 80)}")
     pure = PurePosixPath(relative)
     if (pure.is_absolute() or "\\" in relative or "\x00" in relative or str(pure) != relative
             or not is_utf8_text(relative) or any(part in ("..", ".", "") for part in relative.split("/"))):

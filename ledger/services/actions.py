@@ -31,7 +31,7 @@ from .budget import BudgetManager, BudgetResult
 from ..ground.config import BudgetConfig
 from ..ground.errors import LedgerError
 from .evidence import EvidenceResult, EvidenceStore, FeedbackResult
-from ..rules.common import (ACTION_ID_RE, REASON_CHARS_MAX, check_action_id, check_action_name, check_hypothesis_id,
+from ..rules.common import (ACTION_ID_RE, CLOSED_ACTION_STATUSES, REASON_CHARS_MAX, check_action_id, check_action_name, check_hypothesis_id,
                             is_blank)
 from ..rules import budget_requests as requests
 from .session import Session
@@ -154,6 +154,16 @@ class Action:
             self.failed = close_failed(self._budget, self.hypothesis_id, self.action_id, exc, self._at,
                                        recorded_here=self.result is not None)
         return False
+
+
+def _refuse_closed(budget: "CaseBudget", hypothesis_id: str, action_id: str) -> None:
+    """``ACTION_CLOSED`` for a ``run_tool`` of an action closed with no stored batch (failed, a tool
+    call refused or interrupted): it can take no reply, so the tool is not run for it."""
+    status = budget.action_status(hypothesis_id, action_id)
+    if status in CLOSED_ACTION_STATUSES:
+        raise LedgerError(E.ACTION_CLOSED, f"{hypothesis_id}/{action_id} is already {status}, with no stored tool call "
+                          "to answer from: run_tool runs a tool only for an action that has no result yet; give "
+                          "this call a new action id", hypothesis_id=hypothesis_id, action_id=action_id)
 
 
 def _stored_query(store: EvidenceStore, iteration_id: str, request: Mapping[str, Any], at: str | None,
@@ -318,6 +328,7 @@ class CaseBudget(BudgetManager):
             if stored is None:
                 raise _taken(self, hypothesis_id, action_id, iteration_id)
         if stored is None:
+            _refuse_closed(self, hypothesis_id, action_id)  # before the router runs for nothing
             _refuse_used_operation(store, hypothesis_id, action_id, request["actions"][0]["operation_id"])
             store.query(iteration_id, request)  # a read first: a refused tool call reserves nothing
         reserved = self.reserve(hypothesis_id, action_id, tool, at=at)
