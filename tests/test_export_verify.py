@@ -276,7 +276,7 @@ def test_a_temp_folder_inside_the_package_is_refused_and_nothing_is_written(expo
 
 def test_a_temp_folder_too_long_for_the_scratch_ledger_is_refused_by_verify_import_and_the_demo(
         exported, tmp_path, monkeypatch):
-    """SQLite opens paths of at most 507 bytes: a temp folder whose scratch ledger would pass that is
+    """SQLite opens paths of at most 504 bytes: a temp folder whose scratch ledger would pass that is
     refused before anything is written, in one process as in two, never a traceback."""
     import tempfile
 

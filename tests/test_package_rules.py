@@ -412,6 +412,27 @@ def test_a_config_path_with_a_lone_surrogate_is_config_invalid():
 
 
 # --- found by the second break-it round ------------------------------------------------------
+def test_the_longest_ledger_path_sqlite_opens_is_504_bytes_and_a_longer_one_is_refused_by_its_length(tmp_path):
+    """SQLite opens names of at most 512 bytes, its rollback journal's ("-journal") among them: a
+    ledger path of 505 to 507 bytes passed the check and failed as a refusing file system."""
+    base = tmp_path / ("d" * 200) / ("e" * 200)
+    base.mkdir(parents=True)
+    for total, ok in ((504, True), (505, False)):
+        room = total - len(os.fsencode(base)) - 1 - len("/ledger.sqlite")
+        folder = base / (str(total) + "c" * (room - 3))
+        assert len(os.fsencode(folder / "ledger.sqlite")) == total
+        if ok:
+            Case.create(folder, "LONG-1").close()
+            with Case.open(folder) as opened:
+                assert opened.status()["case_id"] == "LONG-1"
+        else:
+            with pytest.raises(LedgerError) as caught:
+                Case.create(folder, "LONG-2")
+            assert caught.value.code == INVALID_ARGUMENT
+            assert caught.value.message.endswith("the ledger's absolute path is 505 bytes; SQLite opens at most 504 "
+                                                 "(move the case to a shorter path)")
+
+
 def test_a_ledger_path_sqlite_cannot_open_is_refused_before_any_folder_is_made(tmp_path):
     deep = tmp_path / ("d" * 200) / ("e" * 200) / ("f" * 120)
     deep.mkdir(parents=True)

@@ -146,8 +146,9 @@ def file_uri(path: Path, mode: str) -> str:
     return f"file:{quote(absolute)}?mode={mode}"
 
 
-#: SQLite's unix VFS refuses file names of 512 bytes or more; ``-wal``/``-shm`` add 4.
-SQLITE_MAX_PATH_BYTES = 512 - len("-wal") - 1
+#: SQLite's unix VFS opens file names of at most 512 bytes; the rollback journal it may open beside
+#: the ledger (``-journal``: 8 more bytes, the longest of its files' names) must fit too.
+SQLITE_MAX_PATH_BYTES = 512 - len("-journal")
 
 
 def no_case_yet(ledger: Path | str, **details: Any) -> LedgerError:
