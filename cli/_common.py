@@ -339,10 +339,11 @@ def table_options(func: Callable[..., Any] | None = None, **helps: str) -> Any:
     return wrapper
 
 
-def progress_bar(total: int, label: str, *, stream: Any = None) -> Any:
-    """A click progress bar when the output (``stream``, default stdout) is a terminal; else a no-op."""
-    stream = stream or sys.stdout
-    if stream.isatty():
+def progress_bar(total: int, label: str) -> Any:
+    """A click progress bar on stderr when it is a terminal that draws one (not ``TERM=dumb``); else
+    a no-op. Never on stdout: a result, ``--json`` above all, stays alone there."""
+    stream = sys.stderr
+    if stream is not None and stream.isatty() and os.environ.get("TERM") != "dumb":
         return click.progressbar(length=total, label=label, file=stream)
     return _NoBar()
 

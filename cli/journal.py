@@ -63,7 +63,7 @@ def apply(settings: Settings, case: str, journal: Any, create_case_id: str | Non
         manager = opened.budget(settings.budget_config())
         size = _file_size(journal)
         # the bar counts bytes read and goes to stderr (stdout carries the result lines)
-        with progress_bar(size or 0, "applying", stream=sys.stderr) if size else _NoBar() as bar:
+        with progress_bar(size or 0, "applying") if size else _NoBar() as bar:
             lines = itertools.chain(head, reader)
             counted.hand_to(bar.update)
             uncounted = _Uncounted()

@@ -227,7 +227,7 @@ def verify(cases: tuple[str, ...], as_json: bool, all_in: bool, jobs: int | None
         return
     fmt = table_format(as_json=as_json, **formats) if any(formats.values()) or as_json else None
     try:  # a large case: two cores (jobs=None)
-        with progress_bar(_events_to_verify(case), "verifying", stream=sys.stderr if fmt else None) as bar:
+        with progress_bar(_events_to_verify(case), "verifying") as bar:
             report = verify_case(case, progress=bar.update, strict=strict, jobs=None, anchors=anchors)
     except LedgerError as exc:
         if as_json:  # a script reading stdout learns of the failure as of a --strict one

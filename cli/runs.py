@@ -27,7 +27,7 @@ class _Progress:
 
     def __call__(self, done: int, total: int) -> None:
         if self.bar is None:
-            self.bar = progress_bar(total, "importing runs", stream=sys.stderr).__enter__()
+            self.bar = progress_bar(total, "importing runs").__enter__()
         self.bar.update(1)
 
     def close(self) -> None:

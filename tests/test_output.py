@@ -199,3 +199,44 @@ def test_table_columns_line_up_around_text_two_cells_wide(capsys):
     assert len(lines) == 4
     starts = {wcswidth(line[:line.rindex(" ") + 1]) for line in lines}  # where the last column begins
     assert len(starts) == 1, lines
+
+
+def _on_a_terminal(args: list[str], term: str, terminal: str) -> tuple[bytes, bytes]:
+    """``ledger ARGS`` with ``terminal`` ("stdout" or "stderr") a pseudo-terminal and the other a pipe:
+    ``(what the pipe got, what the terminal got)``."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    leader, follower = pty.openpty()
+    streams = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, terminal: follower}
+    process = subprocess.Popen([sys.executable, "-m", "ledger_cli", *args], **streams,
+                               env={**os.environ, "TERM": term, "COLUMNS": "80"})
+    os.close(follower)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the terminal's other end closed: the command ended
+            break
+        if not chunk:
+            break
+        shown += chunk
+    piped = (process.stderr if terminal == "stdout" else process.stdout).read()
+    process.wait(timeout=120)
+    os.close(leader)
+    return piped, shown
+
+
+@pytest.mark.parametrize("term", ["xterm", "dumb"])
+def test_a_progress_bar_goes_to_a_terminal_stderr_alone_never_into_stdout(tmp_path, term):
+    """`export --json` on a terminal printed its bar (and a hide-cursor escape) into stdout before the JSON;
+    under TERM=dumb a bar was still drawn."""
+    case = Case.create(tmp_path / "c", "BAR-1")
+    case.close()
+    results, terminal = _on_a_terminal(["export", str(tmp_path / "c"), "--json"], term, "stdout")
+    assert json.loads(terminal.replace(b"\r\n", b"\n"))["manifest"]["head"]["seq"] == 1 and b"exporting" not in terminal
+    results, terminal = _on_a_terminal(["export", str(tmp_path / "c"), "--json"], term, "stderr")
+    assert json.loads(results)["manifest"]["head"]["seq"] == 1
+    assert (b"exporting" in terminal) == (term != "dumb")
