@@ -109,6 +109,8 @@ class LedgerGroup(UsageGroup):
     def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
                      **extra: Any) -> click.Context:
         escape_unencodable_output()
+        if sys.stderr is None:  # started with `2>&-`: messages go nowhere, never into the results
+            sys.stderr = open(os.devnull, "w", encoding="utf-8")
         if sys.stdout is None:  # started with `>&-`: results would vanish, so nothing is run
             click.echo(f"error: {OUTPUT_ERROR}: standard output is closed; nothing was run", err=True)
             sys.exit(1)
@@ -121,7 +123,7 @@ class LedgerGroup(UsageGroup):
             click.echo(f"error: INVALID_ARGUMENT: an argument cannot name a file: {exc}", err=True)
             sys.exit(1)
         except OSError as exc:  # --help or --version into a full or closed stdout
-            _output_failed(exc)
+            _output_failed(exc, "nothing was run")
             sys.exit(1)
 
     def invoke(self, ctx: click.Context) -> Any:
@@ -158,7 +160,7 @@ class LedgerGroup(UsageGroup):
             ctx.exit(1)
         except OSError as exc:
             if exc.filename is None and exc.errno in OUTPUT_ERRNOS:  # click writing help or a prompt
-                _output_failed(exc)
+                _output_failed(exc, "nothing was run" if ctx.meta.get("ledger.help_requested") else None)
             else:  # a path the file system refuses (too long, under a file, no permission, read-only)
                 refusal = os_error(exc, "the file system refused" if exc.errno in STORAGE_ERRNOS
                                    else "the path cannot be used")

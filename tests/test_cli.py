@@ -459,7 +459,8 @@ def test_help_into_a_full_stdout_and_a_closed_stdout_are_output_errors(case):
     with open("/dev/full", "wb") as full:
         for args in (["--help"], ["--version"], ["verify", "--help"]):
             done = subprocess.run([sys.executable, "-m", "ledger_cli", *args], stdout=full, stderr=subprocess.PIPE)
-            assert done.returncode == 1 and done.stderr.startswith(b"error: OUTPUT_ERROR: "), (args, done.stderr)
+            assert (done.returncode, done.stderr) == (1, b"error: OUTPUT_ERROR: cannot print the result (No space "
+                                                      b"left on device); nothing was run\n"), args
     before = case.path.joinpath("ledger.sqlite").read_bytes()
     closed = subprocess.run([sys.executable, "-m", "ledger_cli", "budget", "reserve", str(case.path), "H1", "q1",
                              "source.read_context"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -816,3 +817,14 @@ def test_a_command_refused_for_an_existing_case_leaves_no_file_open(tmp_path):
         done = subprocess.run([sys.executable, "-W", "error::ResourceWarning", "-m", "ledger_cli.main", *args],
                               capture_output=True, text=True, timeout=120)
         assert done.returncode == code and "ResourceWarning" not in done.stderr, done.stderr
+
+
+def test_a_usage_error_with_stderr_closed_writes_nothing_into_stdout(case):
+    """With `2>&-`, click printed the usage error into stdout: into the CSV or JSON a script was saving."""
+    case.close()
+    done = subprocess.run([sys.executable, "-m", "ledger_cli", "sql", str(case.path), "--csv"], stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL, preexec_fn=lambda: os.close(2), timeout=60)
+    assert (done.returncode, done.stdout) == (2, b"")
+    done = subprocess.run([sys.executable, "-m", "ledger_cli", "state", str(case.path)], stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL, preexec_fn=lambda: os.close(2), timeout=60)
+    assert done.returncode == 0 and done.stdout.startswith(b"case_id: BUG-1\n")
