@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -102,3 +103,31 @@ def test_a_temp_folder_inside_the_demo_folder_is_refused_before_anything_is_writ
     assert caught.value.code == INVALID_ARGUMENT and "TMPDIR" in caught.value.message
     assert "the demo" in caught.value.message
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == ["demo"]
+
+
+def test_a_demo_interrupted_once_its_case_is_in_place_says_where_the_complete_case_is(tmp_path, monkeypatch):
+    """Interrupted while verifying, the demo said to run it again, which was then refused (CASE_EXISTS)."""
+    from ledger.package_tools import demo as demo_module
+
+    def interrupted(path, *args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(demo_module, "verify_case", interrupted)
+    said: list[str] = []
+    with pytest.raises(KeyboardInterrupt):
+        demo_module.run_demo(tmp_path / "d", echo=said.append)
+    target = tmp_path / "d"
+    assert said[-1] == f"interrupted: the demo case is complete at {target}; 'ledger verify {target}' checks it"
+    monkeypatch.undo()
+    assert verify_case(target).events > 0
+
+
+def test_the_demo_inputs_are_made_with_the_modes_the_umask_gives_as_every_other_file(tmp_path):
+    """Under umask 077 the copied sources and database kept the installed example's 755/644: readable by all."""
+    done = subprocess.run([sys.executable, "-m", "ledger_cli", "demo", str(tmp_path / "d")], capture_output=True,
+                          timeout=300, preexec_fn=lambda: os.umask(0o077))
+    assert done.returncode == 0, done.stderr
+    modes = {path.relative_to(tmp_path / "d").as_posix(): path.stat().st_mode & 0o777
+             for inputs in ("sources", "data") for path in [tmp_path / "d" / inputs, *(tmp_path / "d" / inputs).rglob("*")]}
+    assert modes and all(mode == (0o700 if (tmp_path / "d" / name).is_dir() else 0o600) for name, mode in modes.items()), modes
+    assert (tmp_path / "d" / "ledger.sqlite").stat().st_mode & 0o777 == 0o600

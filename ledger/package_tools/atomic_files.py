@@ -30,18 +30,23 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def new_file_mode() -> int:
-    """``0o666`` less the process umask: the mode ``open()`` gives a new file (``0o644`` under umask 022)."""
+def process_umask() -> int:
+    """This process's umask, read without changing it where the system tells it (``/proc``)."""
     try:
-        with open("/proc/self/status", "rb") as status:  # reads the umask without changing it
+        with open("/proc/self/status", "rb") as status:
             for line in status:
                 if line.startswith(b"Umask:"):
-                    return 0o666 & ~int(line.split()[1], 8)
+                    return int(line.split()[1], 8)
     except (OSError, ValueError, IndexError):
         pass
     mask = os.umask(0o022)
     os.umask(mask)
-    return 0o666 & ~mask
+    return mask
+
+
+def new_file_mode() -> int:
+    """``0o666`` less the process umask: the mode ``open()`` gives a new file (``0o644`` under umask 022)."""
+    return 0o666 & ~process_umask()
 
 
 def write_atomic(path: Path, data: bytes, mode: int | None = None, *, folder_exists: bool = False) -> None:

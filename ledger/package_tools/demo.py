@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..ground import errors as E
-from .atomic_files import remove_abandoned_builds
+from .atomic_files import process_umask, remove_abandoned_builds
 from ..ground.resources import resource_dir
 from ..ground.arguments import check_callback, check_instance
 from ..ground.canonical import parse_json
@@ -93,7 +93,7 @@ def run_demo(target: Path | None = None, echo: Callable[[str], None] = print,
     The case is built in a hidden sibling folder and renamed to ``target`` once
     it is complete, so an interrupted demo leaves no half-made case behind and
     can simply be run again (hidden folders of demos that were killed are
-    removed). Raises ``CASE_EXISTS`` if ``target`` exists and is not empty (with
+    removed); one interrupted once the case is in place says so through ``echo``. Raises ``CASE_EXISTS`` if ``target`` exists and is not empty (with
     no ``target`` given, the next free ``./ledger-demo-N`` is taken instead),
     ``INVALID_ARGUMENT`` for a symlink, a file or a mount point, ``STORAGE_ERROR``
     when the file system refuses; ``RuntimeError`` if the journal's outcomes
@@ -109,6 +109,21 @@ def run_demo(target: Path | None = None, echo: Callable[[str], None] = print,
     _remove_abandoned_builds(target)
     building = target.parent / f"{BUILDING_PREFIX}{target.name[:NAME_KEPT]}.{os.getpid()}"
     shutil.rmtree(building, ignore_errors=True)
+    placed: list[Path] = []  # the case, once in place: complete, and a demo run again is refused
+    try:
+        report = _build_in_place(example, building, target, automatic, echo, actor, placed)
+        verified = verify_case(placed[0])
+    except KeyboardInterrupt:
+        if placed:
+            echo(f"interrupted: the demo case is complete at {placed[0]}; 'ledger verify {placed[0]}' checks it")
+        raise
+    return placed[0], report, verified
+
+
+def _build_in_place(example: Path, building: Path, target: Path, automatic: bool, echo: Callable[[str], None],
+                    actor: str, placed: list[Path]) -> ExportReport:
+    """Build the demo in ``building``, then rename it to ``target`` (or, with no folder given, the next
+    free one), appended to ``placed``; the build folder goes either way."""
     try:
         try:
             report = _build(example, building, echo, shown_as=target, actor=actor)
@@ -119,7 +134,8 @@ def run_demo(target: Path | None = None, echo: Callable[[str], None] = print,
                 if target.is_dir() and not target.is_symlink() and not any(target.iterdir()):
                     target.rmdir()  # an empty folder the user made for the demo
                 os.rename(building, target)
-                break
+                placed.append(target)
+                return report
             except OSError as exc:
                 if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
                     raise os_error(exc, f"cannot move the demo into {target}") from None
@@ -128,8 +144,17 @@ def run_demo(target: Path | None = None, echo: Callable[[str], None] = print,
                 target = default_demo_dir(target.parent)
     finally:
         shutil.rmtree(building, ignore_errors=True)
-    verified = verify_case(target)
-    return target, report, verified
+
+
+def _copy_as_new(source: Path, target: Path) -> None:
+    """Copy the example's ``source`` folder to ``target`` as files made here are made: with the modes
+    this process's umask gives (the installed example's own modes, 0o755 and 0o644, would make the
+    case's inputs readable by all under ``umask 077``)."""
+    shutil.copytree(source, target, dirs_exist_ok=True, copy_function=shutil.copyfile,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    folder_mode = 0o777 & ~process_umask()  # what mkdir gives
+    for folder, _, _ in os.walk(target):
+        os.chmod(folder, folder_mode)
 
 
 BUILDING_PREFIX = ".ledger-demo-building-"
@@ -161,8 +186,7 @@ def _build(example: Path, target: Path, echo: Callable[[str], None], shown_as: P
     case = Case.create(target, DEMO_CASE_ID, at="2026-01-05T09:59:00Z", actor=actor)
     try:
         for inputs in ("sources", "data"):  # the files the router reads, the database it queries
-            shutil.copytree(example / inputs, target / inputs, dirs_exist_ok=True,
-                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            _copy_as_new(example / inputs, target / inputs)
         policy = BudgetConfig.load(resource_dir("config") / "budget.example.toml")
         echo(f"case {DEMO_CASE_ID} at {shown_as}")
         echo(f"policy: the example policy shipped with case-ledger (config/budget.example.toml in the "
