@@ -456,6 +456,19 @@ def test_one_case_id_in_two_folders_fails_in_both_whatever_the_order_or_jobs(fle
     assert len(fleet_query(out, "SELECT * FROM case_status")[1]) == len(ids) - 1
 
 
+def test_many_folders_of_one_case_id_each_name_three_others_and_count_the_rest(tmp_path):
+    """30 copies of one case printed 30 lines naming the 29 others each."""
+    start_case(tmp_path / "cases" / "c00", case_id="SAME-1").close()
+    for n in range(1, 6):
+        shutil.copytree(tmp_path / "cases" / "c00", tmp_path / "cases" / f"c{n:02d}")
+    report = export_fleet([tmp_path / "cases"], tmp_path / "out")
+    assert len(report.failed) == 6
+    first = next(e for e in report.failed if Path(e["path"]).name == "c00")
+    named = ", ".join(str(tmp_path / "cases" / f"c{n:02d}") for n in (1, 2, 3))
+    assert first["error"]["message"] == (f"case id SAME-1 is also in {named} and 2 more; a case id names one package "
+                                         "in a fleet, so none of them is exported: give one folder per case id")
+
+
 def test_an_export_folder_that_is_not_a_fleet_export_is_refused(fleet, tmp_path):
     cases, _, _ = fleet
     (tmp_path / "mine").mkdir()

@@ -561,6 +561,10 @@ def export_fleet(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike
     return report
 
 
+#: The other folders of a shared case id a failure names (the rest counted): one line each, not n².
+SHARED_NAMED = 3
+
+
 def _refuse_shared_case_ids(heads: list[dict[str, Any]]) -> None:
     """Fail every entry whose case id another entry of this export has too, naming the others."""
     folders: dict[str, list[str]] = {}
@@ -570,7 +574,9 @@ def _refuse_shared_case_ids(heads: list[dict[str, Any]]) -> None:
     for entry in heads:
         shared = folders.get(entry.get("case_id"), []) if entry["status"] != "failed" else []
         if len(shared) > 1:
-            others = ", ".join(path for path in shared if path != entry["path"])
+            other = [path for path in shared if path != entry["path"]]
+            others = ", ".join(other[:SHARED_NAMED]) + (
+                f" and {len(other) - SHARED_NAMED} more" if len(other) > SHARED_NAMED else "")
             entry.update(status="failed", error={"code": E.INVALID_ARGUMENT, "message": (
                 f"case id {entry['case_id']} is also in {others}; a case id names one package in a fleet, so none "
                 "of them is exported: give one folder per case id")})
