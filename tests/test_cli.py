@@ -828,3 +828,25 @@ def test_a_usage_error_with_stderr_closed_writes_nothing_into_stdout(case):
     done = subprocess.run([sys.executable, "-m", "ledger_cli", "state", str(case.path)], stdout=subprocess.PIPE,
                           stderr=subprocess.DEVNULL, preexec_fn=lambda: os.close(2), timeout=60)
     assert done.returncode == 0 and done.stdout.startswith(b"case_id: BUG-1\n")
+
+
+def test_a_command_run_in_a_removed_folder_says_so(tmp_path, case):
+    """`ledger demo` in a folder removed meanwhile said "the path cannot be used: No such file or
+    directory", naming no path; an absolute path still works there."""
+    case.close()
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    hint = "; the current folder no longer exists (removed or moved while in use): cd to one that does\n"
+    script = ("import os, sys\nos.chdir(sys.argv[1])\nos.rmdir(sys.argv[1])\n"
+              "from ledger_cli.main import main\nmain(sys.argv[2:], prog_name='ledger')\n")
+    for args, says in ((["demo"], "error: INVALID_ARGUMENT: the path cannot be used: No such file or directory"),
+                       (["init", "x", "--case-id", "X-1"], "error: INVALID_ARGUMENT: cannot create a case at x: No "
+                                                          "such file or directory")):
+        gone.mkdir(exist_ok=True)
+        done = subprocess.run([sys.executable, "-c", script, str(gone), *args], capture_output=True, text=True,
+                              timeout=120)
+        assert (done.returncode, done.stderr) == (1, says + hint)
+    gone.mkdir(exist_ok=True)
+    done = subprocess.run([sys.executable, "-c", script, str(gone), "state", str(case.path)], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.startswith("case_id: BUG-1\n")

@@ -123,7 +123,19 @@ def os_error(exc: OSError, what: str, default_code: str = INVALID_ARGUMENT) -> L
     where = f" ({exc.filename})" if exc.filename else ""
     if exc.filename and getattr(exc, "filename2", None):  # a rename or a copy: the target may be in the way
         where = f" (from {exc.filename} to {exc.filename2})"
+    if exc.errno == errno.ENOENT and _current_folder_gone():  # a relative path, or none, resolves against it
+        where += "; the current folder no longer exists (removed or moved while in use): cd to one that does"
     return LedgerError(code, f"{what}: {exc.strerror or exc}{where}")
+
+
+def _current_folder_gone() -> bool:
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def folder_inputs(folder: Path, suffixes: tuple[str, ...], what: str) -> list[Path]:
