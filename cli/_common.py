@@ -62,7 +62,8 @@ def _locale_hint(message: str) -> str:
     """Why an argument holds a lone surrogate when the locale is not UTF-8 (``LC_ALL=C`` with
     ``PYTHONUTF8=0``): Python then keeps each non-ASCII byte of an argument as a lone surrogate."""
     encoding = sys.getfilesystemencoding().lower().replace("-", "").replace("_", "")
-    if "lone surrogate" not in message or encoding == "utf8" or not _escaped_argument():
+    if ("lone surrogate" not in message and "not valid Unicode" not in message) or encoding == "utf8" \
+            or not _escaped_argument():
         return ""
     return (f" (this locale's encoding is {sys.getfilesystemencoding()}, not UTF-8, so a non-ASCII "
             "argument cannot be read: use a UTF-8 locale such as LC_ALL=C.UTF-8, or PYTHONUTF8=1)")

@@ -88,8 +88,14 @@ def escape_unencodable_output() -> None:
     for stream in (sys.stdout, sys.stderr):
         if hasattr(stream, "reconfigure"):
             try:
-                stream.reconfigure(errors="ledger-escape")
-            except (ValueError, OSError):  # a stream that cannot change now; echo() still escapes
+                if codecs.lookup(stream.encoding or "ascii").name == "ascii":
+                    # click writes to an ASCII stream through a UTF-8 one of its own that replaces
+                    # what it cannot carry: a path's undecodable bytes came out as "?". As UTF-8,
+                    # the stream is click's choice, and those bytes come out as they are
+                    stream.reconfigure(encoding="utf-8", errors="ledger-escape")
+                else:
+                    stream.reconfigure(errors="ledger-escape")
+            except (ValueError, OSError, LookupError):  # a stream that cannot change now; echo() still escapes
                 pass
 
 

@@ -383,6 +383,22 @@ def test_a_non_ascii_argument_under_an_ascii_locale_is_refused_naming_the_locale
     assert Case.open(tmp_path / "c").query("SELECT count(*) AS n FROM events") == events
 
 
+def test_under_an_ascii_locale_a_path_prints_as_its_bytes_and_a_query_names_the_locale(tmp_path):
+    """Under LC_ALL=C with PYTHONUTF8=0, click wrote through a UTF-8 stream of its own that replaced
+    a path's undecodable bytes with "?" (created case X3 at …/c3 ??); a query holding a non-ASCII
+    argument was refused without the locale hint other commands give."""
+    ascii_locale = {"LC_ALL": "C", "PYTHONUTF8": "0", "LANG": "C"}
+    folder = os.fsencode(tmp_path) + b"/c3 \xc3\xa9"
+    created = subprocess.run([sys.executable, "-m", "ledger_cli", "init", folder, "--case-id", "X3"],
+                             capture_output=True, env={**os.environ, **ascii_locale}, timeout=120)
+    assert created.returncode == 0 and created.stdout.startswith(b"created case X3 at " + folder + b" ("), created
+    query = subprocess.run([sys.executable, "-m", "ledger_cli", "sql", folder, "SELECT '\xc3\xa9' AS x".encode()],
+                           capture_output=True, env={**os.environ, **ascii_locale}, timeout=120)
+    assert query.returncode == 1 and query.stderr.endswith(
+        b"(this locale's encoding is ascii, not UTF-8, so a non-ASCII argument cannot be read: use a UTF-8 locale "
+        b"such as LC_ALL=C.UTF-8, or PYTHONUTF8=1)\n"), query.stderr
+
+
 def test_a_lone_surrogate_read_from_a_file_is_refused_without_blaming_the_locale(tmp_path):
     """Only an argument's bytes depend on the locale: an evidence file's "\\udce9" is refused as it is."""
     journal = tmp_path / "j.jsonl"
