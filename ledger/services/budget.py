@@ -133,15 +133,6 @@ def _state(accounts: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 @plain_public_arguments
-def _pending_action(view: Any, revision: int, h: str, action_id: str) -> dict[str, Any]:
-    """One of :meth:`BudgetManager.pending_actions`: the action's state, its test's operation, the
-    record bound to it while it awaits that record."""
-    action = view.action(revision, h, action_id)
-    bound = view.evidence_binding(revision, h, action_id) if action["status"] == "reserved" else None
-    return {**action, "test_operation_id": view.test_of_action(revision, h, action_id),
-            "bound_record_id": None if bound is None else bound[0]}
-
-
 class BudgetManager:
     """Budget operations on one case. ``config=None`` uses the policy frozen for the revision.
 
@@ -396,3 +387,12 @@ class BudgetManager:
             state=_state(accounts), reused=True,
             investigable=rules.investigable(accounts), ready_for_evaluation=rules.ready_for_evaluation(accounts),
         )
+
+
+def _pending_action(view: Any, revision: int, h: str, action_id: str) -> dict[str, Any]:
+    """One of :meth:`BudgetManager.pending_actions`: the action's state, its test's operation, the
+    record bound to it while it awaits that record."""
+    action = view.action(revision, h, action_id)
+    bound = view.evidence_binding(revision, h, action_id) if action["status"] == "reserved" else None
+    return {**action, "test_operation_id": view.test_of_action(revision, h, action_id),
+            "bound_record_id": None if bound is None else bound[0]}

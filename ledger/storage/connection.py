@@ -381,8 +381,7 @@ class Storage:
                               "from; a ledger connection does not survive a fork: open the case again here")
 
     def discard(self) -> None:
-        """Close after a failed create or open: the connection and the kept lock file, with no
-        checkpoint (nothing was committed worth one, or the file is not a case's)."""
+        """Close after a failed create or open: the connection and the kept lock file, no checkpoint."""
         self._closed = True
         try:
             self._lock.close()
