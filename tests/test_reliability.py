@@ -557,6 +557,34 @@ def test_an_interrupt_as_a_write_is_entered_leaves_no_lock_and_a_usable_case(bud
     verify_case(case.path)
 
 
+def test_an_interrupt_as_a_batch_is_entered_leaves_no_lock_and_a_usable_case(budget_case, monkeypatch):
+    """The batch was a generator: an interrupt once its write had begun, before the caller's block held
+    it, left the transaction and the writer lock to whenever the generator was collected."""
+    from ledger.storage import transaction
+
+    case, budget = budget_case
+    before = generation(case)
+    entered = transaction.Write.__enter__
+    fired: list[bool] = []
+
+    def interrupted(self):
+        result = entered(self)
+        if not fired:
+            fired.append(True)
+            raise KeyboardInterrupt
+        return result
+
+    monkeypatch.setattr(transaction.Write, "__enter__", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        with case.batch():
+            budget.reserve("H1", "k1", "source.read_context")
+    monkeypatch.undo()
+    assert fired and lock_is_free(case) and not case.storage.conn.in_transaction and generation(case) == before
+    with case.batch():
+        result = budget.reserve("H1", "k1", "source.read_context")
+    assert (result.seq, result.reused) == (before + 1, False) and lock_is_free(case)
+
+
 def test_an_interrupt_after_the_commit_keeps_the_durable_write_and_the_lock_free(budget_case):
     case, budget = budget_case
     before = generation(case)

@@ -216,12 +216,10 @@ class Session(SessionBase):
         with self.storage.read():
             yield SqlView(self.storage)
 
-    @contextmanager
-    def batch(self) -> Iterator[None]:
-        """Group commit: every operation inside shares one durable transaction."""
+    def batch(self) -> Any:
+        """Group commit: every operation inside shares one durable transaction (a context manager)."""
         self.check_thread()
-        with self.storage.batch():
-            yield
+        return self.storage.batch()
 
     def _write(self) -> "_Writing":
         return _Writing(self)

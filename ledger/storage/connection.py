@@ -33,6 +33,8 @@ from .sqlite_file import (LOCK_SUFFIX, TRANSACTION_CONTROL, WAL_RESTART_BYTES, E
                           connect_uri, immutable_snapshot, probe_file, wal_bytes, file_uri, readable_uri,
                           SQLITE_ERRORS, sqlite_error, translate_sqlite_errors)
 from ..ground.paths import os_error
+from .transaction import Batch, Write
+
 
 def _raise_translated(exc: BaseException) -> None:
     """Raise what :func:`sqlite_error` makes of ``exc`` (``exc`` itself when it stays as it is)."""
@@ -40,59 +42,6 @@ def _raise_translated(exc: BaseException) -> None:
     if translated is exc:
         raise exc
     raise translated from None
-
-
-class _Write:
-    """:meth:`Storage.write` (a ``SAVEPOINT`` inside a batch): a class rather than a generator, as it
-    runs once per operation. The body's ``sqlite3`` errors leave it translated (:func:`sqlite_error`)."""
-
-    __slots__ = ("storage", "savepoint", "entered")
-
-    def __init__(self, storage: "Storage") -> None:
-        self.storage = storage
-        self.savepoint = False
-        self.entered = False  # True once begun: the caller's __exit__ is then the one way out
-
-    def __enter__(self) -> "Storage":
-        storage = self.storage
-        storage.check_process()
-        if storage._in_batch:
-            storage._open_savepoint()  # one left open by an interrupt is settled by the batch's next step
-            self.savepoint = True
-        else:
-            try:
-                storage._begin()
-            except BaseException:  # KeyboardInterrupt as _begin returned: begun, and never to be ended
-                if storage._in_write:
-                    storage._end()
-                raise
-        self.entered = True  # no call after it: an interrupt cannot come between it and the return
-        return storage
-
-    def __exit__(self, kind: Any, value: Any, traceback: Any) -> bool:
-        storage = self.storage
-        if storage.forked:  # a child leaving a write its parent began: neither commit nor roll back
-            storage._abandon()
-            if kind is None:  # refused instead of committed; an exception on its way goes on
-                storage.check_process()
-            return False
-        if self.savepoint:
-            if kind is None:
-                storage._release_savepoint()
-                return False
-            storage._settle_savepoint()
-        else:
-            try:
-                if kind is None:
-                    storage._commit()
-                    return False
-            finally:
-                storage._end()
-        if isinstance(value, SQLITE_ERRORS):
-            translated = sqlite_error(value)
-            if translated is not value:
-                raise translated from None
-        return False
 
 
 #: Every open :class:`Storage` of this process, so that a forked child can keep their connections.
@@ -397,7 +346,7 @@ class Storage:
         self._lock.close()
 
     # -- transactions ---------------------------------------------------------------
-    def write(self) -> "_Write":
+    def write(self) -> Write:
         """One ``BEGIN IMMEDIATE … COMMIT``; any exception (``KeyboardInterrupt`` too) rolls back.
 
         Inside :meth:`batch` it is a ``SAVEPOINT`` instead, so a refused operation
@@ -405,7 +354,7 @@ class Storage:
         obtained within ``busy_timeout_ms``; the connection stays usable after
         every failure. ``sqlite3`` errors of the body are translated as every other.
         """
-        return _Write(self)
+        return Write(self)
 
     def _begin(self) -> None:
         """:meth:`write`'s start: the writer lock, then ``BEGIN IMMEDIATE`` (everything undone on failure)."""
@@ -464,20 +413,14 @@ class Storage:
             self._fault("checkpoint")
             self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
 
-    @contextmanager
-    def batch(self) -> Iterator["Storage"]:
+    def batch(self) -> Batch:
         """Group commit: one transaction (and one fsync) for every :meth:`write` inside.
 
         Each operation runs in its own savepoint, so a refused one rolls back
         alone; nothing inside is durable until the batch commits, and an
         exception escaping the batch rolls all of it back.
         """
-        with self.write():
-            self._in_batch = True
-            try:
-                yield self
-            finally:
-                self._in_batch = False
+        return Batch(self)
 
     def _open_savepoint(self) -> None:
         self._settle_savepoint()

@@ -1,0 +1,92 @@
+"""A write and a batch of :class:`~ledger.storage.connection.Storage`: its ``BEGIN IMMEDIATE … COMMIT``
+(a ``SAVEPOINT`` inside a batch), and the batch's one transaction around several writes.
+
+Both are classes rather than generator context managers: they run once per operation, and an
+interrupt (``KeyboardInterrupt``) that lands as one is entered, after the transaction began and before
+the ``with`` block holds it, ends the transaction here, never leaving it and the writer lock held
+(docs/reliability.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .sqlite_file import SQLITE_ERRORS, sqlite_error
+
+#: A :class:`~ledger.storage.connection.Storage` (not imported: the connection imports this module).
+Storage = Any
+
+
+class Batch:
+    """:meth:`Storage.batch`: one transaction for every :meth:`Storage.write` inside (each a savepoint)."""
+
+    __slots__ = ("write",)
+
+    def __init__(self, storage: Storage) -> None:
+        self.write = Write(storage)
+
+    def __enter__(self) -> None:
+        try:
+            self.write.__enter__()
+            self.write.storage._in_batch = True
+        except BaseException as exc:  # once begun, the transaction is ended here: nobody else would
+            if self.write.entered:
+                self.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+
+    def __exit__(self, kind: Any, value: Any, traceback: Any) -> bool:
+        self.write.storage._in_batch = False
+        return self.write.__exit__(kind, value, traceback)
+
+
+class Write:
+    """:meth:`Storage.write` (a ``SAVEPOINT`` inside a batch): a class rather than a generator, as it
+    runs once per operation. The body's ``sqlite3`` errors leave it translated (:func:`sqlite_error`)."""
+
+    __slots__ = ("storage", "savepoint", "entered")
+
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+        self.savepoint = False
+        self.entered = False  # True once begun: the caller's __exit__ is then the one way out
+
+    def __enter__(self) -> Storage:
+        storage = self.storage
+        storage.check_process()
+        if storage._in_batch:
+            storage._open_savepoint()  # one left open by an interrupt is settled by the batch's next step
+            self.savepoint = True
+        else:
+            try:
+                storage._begin()
+            except BaseException:  # KeyboardInterrupt as _begin returned: begun, and never to be ended
+                if storage._in_write:
+                    storage._end()
+                raise
+        self.entered = True  # no call after it: an interrupt cannot come between it and the return
+        return storage
+
+    def __exit__(self, kind: Any, value: Any, traceback: Any) -> bool:
+        storage = self.storage
+        if storage.forked:  # a child leaving a write its parent began: neither commit nor roll back
+            storage._abandon()
+            if kind is None:  # refused instead of committed; an exception on its way goes on
+                storage.check_process()
+            return False
+        if self.savepoint:
+            if kind is None:
+                storage._release_savepoint()
+                return False
+            storage._settle_savepoint()
+        else:
+            try:
+                if kind is None:
+                    storage._commit()
+                    return False
+            finally:
+                storage._end()
+        if isinstance(value, SQLITE_ERRORS):
+            translated = sqlite_error(value)
+            if translated is not value:
+                raise translated from None
+        return False
