@@ -161,7 +161,10 @@ def interrupts_blocked() -> Iterator[None]:
     # multiprocessing's resource tracker, started with the first worker, unblocks SIGINT in the
     # starting thread once it is up (it blocks it around its own start): started first, it leaves
     # the mask alone
-    resource_tracker.ensure_running()
+    try:
+        resource_tracker.ensure_running()
+    except OSError:  # no process left to this user: starting a worker will say so
+        pass
     before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
