@@ -275,8 +275,8 @@ def test_a_program_read_from_standard_input_runs_its_work_alone_with_one_warning
     script = ("import glob, sys\n"
               "from ledger import simulate\n"
               "files = sorted(glob.glob(sys.argv[1] + '/*.jsonl'))\n"
-              "for _ in range(2):\n"
-              "    report = simulate(files, jobs=2)\n"
+              "for jobs in (2, None):  # None: the cores this process may use\n"
+              "    report = simulate(files, jobs=jobs)\n"
               "print(len(report.runs))\n")
     done = subprocess.run([sys.executable, "-", str(TRAJECTORIES)], input=script, capture_output=True, text=True,
                           cwd=tmp_path, timeout=300)

@@ -41,13 +41,10 @@ JOBS_MAX = 256
 def job_count(jobs: int | None) -> int:
     """``jobs`` checked (an integer from 1 to :data:`JOBS_MAX`, else ``INVALID_ARGUMENT``); None:
     :func:`usable_cores`. More jobs than cores start that many processes when the tasks are there."""
-    if jobs is None:
-        return usable_cores()
-    if type(jobs) is not int or not 1 <= jobs <= JOBS_MAX:
+    if jobs is not None and (type(jobs) is not int or not 1 <= jobs <= JOBS_MAX):
         raise LedgerError(INVALID_ARGUMENT, f"jobs must be an integer from 1 to {JOBS_MAX}, got {jobs!r}")
-    if jobs > 1 and not _main_importable():
-        return 1
-    return jobs
+    count = usable_cores() if jobs is None else jobs
+    return 1 if count > 1 and not _main_importable() else count
 
 
 #: The program files a warning was given for: once per process and program (:func:`_main_importable`).
