@@ -585,6 +585,57 @@ def test_an_interrupt_as_a_batch_is_entered_leaves_no_lock_and_a_usable_case(bud
     assert (result.seq, result.reused) == (before + 1, False) and lock_is_free(case)
 
 
+def _end_interrupted_once(monkeypatch) -> list[bool]:
+    """The next write's end is cut short at its very start (what a signal landing as its __exit__
+    begins does): nothing of its cleanup runs."""
+    real_end, fired = Storage._end, []
+
+    def end(self):
+        if not fired:
+            fired.append(True)
+            raise KeyboardInterrupt
+        return real_end(self)
+
+    monkeypatch.setattr(Storage, "_end", end)
+    return fired
+
+
+def test_a_write_whose_end_an_interrupt_cut_short_is_ended_by_the_next_call_of_the_process(budget_case, monkeypatch):
+    """The write's transaction and the writer lock stayed held, every later write of the case refused
+    as nested: the next read or write of the process ends it (its block is no longer running)."""
+    case, budget = budget_case
+    fired = _end_interrupted_once(monkeypatch)
+    with pytest.raises(KeyboardInterrupt):
+        budget.reserve("H1", "k1", "source.read_context")
+    assert fired and case.storage.writing  # left held
+    assert budget.advice("H1")["pending_action_id"] == "k1"  # a read: the write is ended first
+    assert lock_is_free(case) and not case.storage.writing
+    assert budget.fail("H1", "k1", "given up").action["status"] == "failed"
+    verify_case(case.path)
+
+
+def test_a_loop_that_caught_the_interrupt_enters_its_batch_again(budget_case, monkeypatch):
+    """The batch's own `with`, entered again by the frame that held it, ends what the interrupted end
+    left; a call from inside a block that is still running stays refused as nested."""
+    case, budget = budget_case
+    fired = _end_interrupted_once(monkeypatch)
+    done = []
+    for n in range(2):
+        try:
+            with case.batch():
+                budget.reserve("H1", f"b{n}", "source.read_context")
+                budget.fail("H1", f"b{n}", "given up")
+            done.append(n)
+        except KeyboardInterrupt:
+            continue
+    assert fired and done == [1] and lock_is_free(case)
+    assert [a["action_id"] for a in case.actions()] == ["b0", "b1"]  # the first batch committed before its end
+    with case.storage.write():
+        with pytest.raises(LedgerError) as nested:
+            budget.reserve("H2", "n1", "source.read_context")
+    assert nested.value.code == "INVALID_ARGUMENT" and "nested call" in nested.value.message
+
+
 def test_an_interrupt_after_the_commit_keeps_the_durable_write_and_the_lock_free(budget_case):
     case, budget = budget_case
     before = generation(case)

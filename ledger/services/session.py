@@ -300,7 +300,7 @@ class _Writing:
 
     def __init__(self, session: Session) -> None:
         self.session = session
-        self.write = session.storage.write()
+        self.write = session.storage.write(depth=2)  # held by the `with` of the operation (Session.run)
 
     def __enter__(self) -> SqlView:
         session = self.session

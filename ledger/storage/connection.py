@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import os
 import sqlite3
+import sys
 import weakref
 from contextlib import contextmanager
 from pathlib import Path
@@ -102,6 +103,8 @@ class Storage:
         real = Path(os.path.realpath(path))
         self._lock = WriterLock(real.with_name(real.name + LOCK_SUFFIX))
         self._in_write = self._in_batch = self._savepoint_open = False
+        self._holder: Any = None  # the frame whose `with` holds the write (transaction.Write), while it does
+        self._holder_at = -1  # that frame's instruction as it entered the `with`
         self._commits = 0  # commits since the WAL size was last looked at (:meth:`_bound_wal`)
         self._in_read = False
         self._closed = False
@@ -346,23 +349,27 @@ class Storage:
         self._lock.close()
 
     # -- transactions ---------------------------------------------------------------
-    def write(self) -> Write:
+    def write(self, depth: int = 1) -> Write:
         """One ``BEGIN IMMEDIATE … COMMIT``; any exception (``KeyboardInterrupt`` too) rolls back.
 
         Inside :meth:`batch` it is a ``SAVEPOINT`` instead, so a refused operation
         rolls back alone. Raises ``LEDGER_BUSY`` when the writer lock is not
         obtained within ``busy_timeout_ms``; the connection stays usable after
         every failure. ``sqlite3`` errors of the body are translated as every other.
+        ``depth``: frames up from the write's ``__enter__`` to the one whose ``with`` holds it.
         """
-        return Write(self)
+        return Write(self, depth)
 
     def _begin(self) -> None:
         """:meth:`write`'s start: the writer lock, then ``BEGIN IMMEDIATE`` (everything undone on failure)."""
         if self._closed:  # before the lock: a closed case neither opens its lock file again nor keeps it
             raise LedgerError(E.INVALID_ARGUMENT, "this case was closed; open it again to use it")
+        self.recover_abandoned_write()
         if self._in_write or self._in_read:
             raise LedgerError(E.INVALID_ARGUMENT, "an operation was started while another one of the same case "
-                              "was running (a nested call, or a callback that writes); run it after")
+                              "was running (a nested call, or a callback that writes; or an interrupt cut the "
+                              "end of one short in a block that is still running: close the case and open it "
+                              "again); run it after")
         if self.read_only:
             raise LedgerError(E.STORAGE_ERROR, f"{self.path} is on a read-only location: reads work, writes cannot")
         try:
@@ -390,10 +397,28 @@ class Storage:
         except SQLITE_ERRORS as exc:
             _raise_translated(exc)
 
+    def recover_abandoned_write(self) -> None:
+        """End a write whose own end an interrupt cut short (at the very start of its ``__exit__``,
+        before any of it ran): its transaction and the writer lock were left held. It is abandoned
+        once the frame whose ``with`` held it is no longer running; a write whose block is still
+        running (a nested call) is left to its block."""
+        holder = self._holder
+        if not self._in_write or holder is None:
+            return
+        frame = sys._getframe(1)
+        while frame is not None and frame is not holder:
+            frame = frame.f_back
+        # still running there: abandoned only if that frame is entering the very same `with` again (a
+        # loop that caught the interrupt), which it cannot while that block still runs
+        if frame is None or frame.f_lasti == self._holder_at:
+            self._in_batch = self._savepoint_open = False
+            self._end()
+
     def _end(self) -> None:
         """Every way out of :meth:`write`, a second interrupt during the first one's cleanup included:
         the next call (or close) finishes what an interrupted cleanup left."""
         self._in_write = False
+        self._holder = None
         try:
             try:
                 self._rollback()
@@ -461,6 +486,7 @@ class Storage:
     def read(self) -> Iterator["Storage"]:
         """A consistent read snapshot, ended before returning (no transaction is left open)."""
         self.check_process()
+        self.recover_abandoned_write()
         if self._in_write or self._in_read:  # inside a write or another read: the same snapshot
             yield self
             return

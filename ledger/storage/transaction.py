@@ -9,6 +9,7 @@ the ``with`` block holds it, ends the transaction here, never leaving it and the
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from .sqlite_file import SQLITE_ERRORS, sqlite_error
@@ -23,7 +24,7 @@ class Batch:
     __slots__ = ("write",)
 
     def __init__(self, storage: Storage) -> None:
-        self.write = Write(storage)
+        self.write = Write(storage, depth=2)  # held by the `with` that enters the batch
 
     def __enter__(self) -> None:
         try:
@@ -43,24 +44,29 @@ class Write:
     """:meth:`Storage.write` (a ``SAVEPOINT`` inside a batch): a class rather than a generator, as it
     runs once per operation. The body's ``sqlite3`` errors leave it translated (:func:`sqlite_error`)."""
 
-    __slots__ = ("storage", "savepoint", "entered")
+    __slots__ = ("storage", "savepoint", "entered", "depth")
 
-    def __init__(self, storage: Storage) -> None:
+    def __init__(self, storage: Storage, depth: int = 1) -> None:
         self.storage = storage
         self.savepoint = False
         self.entered = False  # True once begun: the caller's __exit__ is then the one way out
+        self.depth = depth  # frames up from __enter__ to the one whose `with` holds the write
 
     def __enter__(self) -> Storage:
         storage = self.storage
         storage.check_process()
+        storage.recover_abandoned_write()
         if storage._in_batch:
             storage._open_savepoint()  # one left open by an interrupt is settled by the batch's next step
             self.savepoint = True
         else:
+            writing = storage._in_write  # another write's (a nested call, refused): never ended here
             try:
                 storage._begin()
+                holder = sys._getframe(self.depth)
+                storage._holder, storage._holder_at = holder, holder.f_lasti
             except BaseException:  # KeyboardInterrupt as _begin returned: begun, and never to be ended
-                if storage._in_write:
+                if storage._in_write and not writing:
                     storage._end()
                 raise
         self.entered = True  # no call after it: an interrupt cannot come between it and the return
