@@ -15,6 +15,7 @@ import multiprocessing
 import os
 import random
 import shutil
+import sys
 import sqlite3
 import builtins
 import threading
@@ -612,6 +613,23 @@ def test_a_write_whose_end_an_interrupt_cut_short_is_ended_by_the_next_call_of_t
     assert lock_is_free(case) and not case.storage.writing
     assert budget.fail("H1", "k1", "given up").action["status"] == "failed"
     verify_case(case.path)
+
+
+def test_a_lock_left_by_a_release_an_interrupt_cut_short_is_released_by_the_next_read(budget_case, monkeypatch):
+    case, budget = budget_case
+    real_release, fired = WriterLock.release, []
+
+    def release(self):
+        if not fired and sys._getframe(1).f_code.co_name == "_end":  # the write's own end, once committed
+            fired.append(True)
+            raise KeyboardInterrupt
+        return real_release(self)
+
+    monkeypatch.setattr(WriterLock, "release", release)
+    with pytest.raises(KeyboardInterrupt):
+        budget.reserve("H1", "k1", "source.read_context")
+    assert fired and not case.storage.writing and not lock_is_free(case)
+    assert budget.advice("H1")["pending_action_id"] == "k1" and lock_is_free(case)
 
 
 def test_a_loop_that_caught_the_interrupt_enters_its_batch_again(budget_case, monkeypatch):

@@ -403,7 +403,11 @@ class Storage:
         once the frame whose ``with`` held it is no longer running; a write whose block is still
         running (a nested call) is left to its block."""
         holder = self._holder
-        if not self._in_write or holder is None:
+        if not self._in_write:
+            if self._lock.locked:  # cut short after it was marked ended: only the lock is left
+                self._lock.release()
+            return
+        if holder is None:
             return
         frame = sys._getframe(1)
         while frame is not None and frame is not holder:
