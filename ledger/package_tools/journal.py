@@ -286,7 +286,8 @@ class _BatchRun:
             with committing:
                 with self.case.batch() if self.grouped else nullcontext():
                     self._run_lines(chunk, done)
-                    committing.enter_context(interrupts.deferred())  # from here to the count: one step
+                    if self.grouped:  # ungrouped, each line committed inside its own operation already
+                        committing.enter_context(interrupts.deferred())  # from here to the count: one step
                 committed = True
                 if self.on_commit is not None:
                     self.on_commit(len(done))

@@ -364,8 +364,7 @@ class Storage:
         """:meth:`write`'s start: the writer lock, then ``BEGIN IMMEDIATE`` (everything undone on failure)."""
         if self._closed:  # before the lock: a closed case neither opens its lock file again nor keeps it
             raise LedgerError(E.INVALID_ARGUMENT, "this case was closed; open it again to use it")
-        self.recover_abandoned_write()
-        if self._in_write or self._in_read:
+        if self._in_write or self._in_read:  # (Write.__enter__ ended an abandoned write already)
             raise LedgerError(E.INVALID_ARGUMENT, "an operation was started while another one of the same case "
                               "was running (a nested call, or a callback that writes; or an interrupt cut the "
                               "end of one short in a block that is still running: close the case and open it "
