@@ -24,7 +24,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import click
 
 from ledger.ground import errors as E
-from ledger.ground.errors import LedgerError
+from ledger.ground.errors import LedgerError, first_few
 
 
 class OutputError(Exception):
@@ -250,5 +250,4 @@ NOTE_NAMES_MAX = 10
 
 def first_names(names: list[str]) -> str:
     """``a, b, c`` — the first :data:`NOTE_NAMES_MAX` of ``names``, then ``and N more``."""
-    shown = ", ".join(names[:NOTE_NAMES_MAX])
-    return shown if len(names) <= NOTE_NAMES_MAX else f"{shown} and {len(names) - NOTE_NAMES_MAX} more"
+    return first_few(names, NOTE_NAMES_MAX)

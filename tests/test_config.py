@@ -102,6 +102,14 @@ def test_every_refusal_message_is_at_most_two_thousand_characters():
     assert shortened("short", 10) == "short" and LedgerError(INVALID_ARGUMENT, "y" * 2_000).message == "y" * 2_000
 
 
+def test_a_message_naming_many_things_names_the_first_few_and_counts_the_rest():
+    from ledger.ground.errors import first_few
+
+    assert first_few([], 3) == "" and first_few(["a", "b", "c"], 3) == "a, b, c"
+    assert first_few(["a", "b", "c", "d"], 3) == "a, b, c and 1 more"
+    assert first_few([f"r{i}" for i in range(1_000)], 2) == "r0, r1 and 998 more"
+
+
 @pytest.mark.parametrize("action_id, shown", [("step-\ud800", "step-\\ud800"), ("x1\n", "x1\\n"),
                                               ("a\x1b[2J", "a\\x1b[2J"), ("b\u2028c", "b\\u2028c")])
 def test_a_refusal_quoting_what_a_caller_gave_prints_on_one_line_on_any_utf8_stream(budget, action_id, shown):

@@ -131,6 +131,13 @@ def shortened(text: str, limit: int) -> str:
     return f"{head} … ({len(text) - len(head) - len(tail)} characters left out) … {tail}"
 
 
+def first_few(names: list[str], most: int) -> str:
+    """``a, b, c`` — the first ``most`` of ``names`` joined by commas, then ``and N more`` when some
+    are left out, so a message about thousands of runs or folders stays one readable line."""
+    shown_names = ", ".join(names[:most])
+    return shown_names if len(names) <= most else f"{shown_names} and {len(names) - most} more"
+
+
 class LedgerError(Exception):
     """A refusal with a stable ``code`` (one of :data:`ALL_CODES`).
 

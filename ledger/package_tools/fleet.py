@@ -32,7 +32,7 @@ from .atomic_files import fsync_dir, remove_abandoned_builds, write_atomic
 from ..storage.sqlfiles import queries, schema_version, statement
 from ..ground.arguments import check_callback
 from ..services.case import missing_ledger
-from ..ground.errors import LedgerError
+from ..ground.errors import LedgerError, first_few
 from ..model.package import (BUILD_FOLDER_LEFT_OUT, DEAD_LINK_LEFT_OUT, LEDGER_FILE, dead_link, is_build_folder,
                              is_case_package, once_each, refuse_output_in_package, second_paths)
 from ..ground.paths import fs_path, os_error, refuse_link_to_nothing, require_utf8
@@ -575,8 +575,7 @@ def _refuse_shared_case_ids(heads: list[dict[str, Any]]) -> None:
         shared = folders.get(entry.get("case_id"), []) if entry["status"] != "failed" else []
         if len(shared) > 1:
             other = [path for path in shared if path != entry["path"]]
-            others = ", ".join(other[:SHARED_NAMED]) + (
-                f" and {len(other) - SHARED_NAMED} more" if len(other) > SHARED_NAMED else "")
+            others = first_few(other, SHARED_NAMED)
             entry.update(status="failed", error={"code": E.INVALID_ARGUMENT, "message": (
                 f"case id {entry['case_id']} is also in {others}; a case id names one package in a fleet, so none "
                 "of them is exported: give one folder per case id")})

@@ -28,7 +28,7 @@ from ..ground.arguments import check_callback, check_flag
 from ..ground.workers import job_count
 from ..ground.canonical import sha256_hex, stored_bytes
 from ..services.case import missing_ledger
-from ..ground.errors import LedgerError, integrity_error as _bad
+from ..ground.errors import LedgerError, first_few, integrity_error as _bad
 from .manifest import check_manifest, export_statement, read_manifest
 from ..model.package import (EVENT_FILE_RE, LEDGER_FILE, check_export_tree, check_package_names,
     content_path, event_path, export_tree_files, missing_words, refuse_own_links, refuse_stray_logs, well_placed)
@@ -111,11 +111,10 @@ class VerifyReport:
                          f"{self.future_max_lead_ms} ms (the writer's clock or its at_future_tolerance_ms; not "
                          "a fault of the history)")
         if self.unchecked_inputs:
-            shown = ", ".join(f"{u['path']} ({u['why']})" for u in self.unchecked_inputs[:5])
-            more = f" and {len(self.unchecked_inputs) - 5} more" if len(self.unchecked_inputs) > 5 else ""
+            shown = first_few([f"{u['path']} ({u['why']})" for u in self.unchecked_inputs], 5)
             lines.append(f"{len(self.unchecked_inputs)} input file(s) changed since stored tool results read or "
                          f"searched them (edited, added, removed or unreadable now), so those results were checked "
-                         f"against their requests only: {shown}{more}")
+                         f"against their requests only: {shown}")
         for obj in self.foreign_objects:
             on = f" on {obj['table']}" if obj["table"] != obj["name"] else ""
             lines.append(f"foreign object (not the ledger's, left alone): {obj['type']} {obj['name']}{on}")

@@ -45,16 +45,16 @@ def wrapped_output(text: str) -> str | None:
     start = _WRAPPER_START.match(text)
     if start is None:
         return None
-    rest, end = text[start.end():], text.rstrip()
-    if rest.startswith("<output>") and end.endswith("</output>"):
-        return rest[len("<output>"):len(end) - start.end() - len("</output>")].removeprefix("\n")
-    warned = rest.find("</warning>") if rest.startswith("<warning>") else -1
-    head = rest.find("<output_head>", warned) if warned >= 0 else -1
-    elided = _ELIDED.search(rest, head) if head >= 0 else None
-    if elided is None or not end.endswith("</output_tail>"):
+    body = text[start.end():].rstrip()  # the wrapped part, from the tag after the return code
+    if body.startswith("<output>") and body.endswith("</output>"):
+        return body.removeprefix("<output>").removesuffix("</output>").removeprefix("\n")
+    warned = body.find("</warning>") if body.startswith("<warning>") else -1
+    head = body.find("<output_head>", warned) if warned >= 0 else -1
+    elided = _ELIDED.search(body, head) if head >= 0 else None
+    if elided is None or not body.endswith("</output_tail>"):
         return None
-    tail = rest[elided.end():len(end) - start.end() - len("</output_tail>")]
-    return rest[head + len("<output_head>"):elided.start()].removeprefix("\n") + "\n" + tail
+    tail = body[elided.end():].removesuffix("</output_tail>")
+    return body[head + len("<output_head>"):elided.start()].removeprefix("\n") + "\n" + tail
 
 
 class FormatError(Exception):

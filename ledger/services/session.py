@@ -31,6 +31,7 @@ from ..model.package import event_path, stored_stream
 from ..model.projection import helper_rows, floor_rows, money_rows
 from ..rules.common import Context, Draft, Outcome, Reused, check_case_room
 from ..storage.connection import Storage
+from ..storage.transaction import Batch
 from ..storage.sqlite_file import EventRow
 from ..model.views import SqlView, WriterCache
 
@@ -216,7 +217,7 @@ class Session(SessionBase):
         with self.storage.read():
             yield SqlView(self.storage)
 
-    def batch(self) -> Any:
+    def batch(self) -> Batch:
         """Group commit: every operation inside shares one durable transaction (a context manager)."""
         self.check_thread()
         return self.storage.batch()
