@@ -1072,6 +1072,23 @@ def test_a_case_folder_this_user_may_list_but_not_search_fails_alone(tmp_path, m
     assert (failed["path"], failed["error"]["code"]) == (str(cases / "team-b" / "hidden"), "STORAGE_ERROR")
 
 
+def test_a_folder_this_user_may_list_but_not_search_fails_as_a_case_and_the_others_are_exported(tmp_path, monkeypatch):
+    """What the folder holds is named but cannot be looked at: the case inside fails alone
+    (STORAGE_ERROR) and the others are exported (the whole export ended with STORAGE_ERROR)."""
+    cases = _team_cases(tmp_path)
+    deny_searching(monkeypatch, cases / "team-b")
+    try:
+        found = find_cases([cases])
+        report = export_fleet(found, tmp_path / "out")
+    finally:
+        (cases / "team-b").chmod(0o755)
+    assert found == [cases / "team-b" / "hidden", cases / "visible"]
+    assert (report.cases, report.exported) == (2, 1)
+    [failed] = report.failed
+    assert (failed["path"], failed["error"]["code"]) == (str(cases / "team-b" / "hidden"), "STORAGE_ERROR")
+    assert fleet_query(tmp_path / "out", "SELECT case_id FROM case_status")[1] == [("VIS",)]
+
+
 @pytest.mark.parametrize("damage", ['["x"]', '"text"', "null", '{"head_seq": "abc"}', "not json", ""])
 def test_a_damaged_record_of_a_case_has_the_case_exported_again(tmp_path, damage):
     """A case's record in OUT/_fleet/cases that is not the object the export writes (other JSON, a

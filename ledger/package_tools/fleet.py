@@ -242,9 +242,8 @@ def find_cases(paths: Iterable[str | os.PathLike[str]], left_out: list[tuple[Pat
                                     if dead_link(Path(folder, f)))
                 dirs[:] = [d for d in dirs if d != META_DIR and not is_build_folder(d)]
                 for name in dirs:  # os.walk does not enter links: a link to a case is taken, never walked
-                    linked = Path(folder) / name
-                    if linked.is_symlink() and linked.is_dir() and is_case_package(linked):
-                        found.append(linked)
+                    if _linked_case(Path(folder) / name):
+                        found.append(Path(folder) / name)
                         any_case = True
         found.extend(unread)
         if not any_case and not unread:
@@ -252,6 +251,15 @@ def find_cases(paths: Iterable[str | os.PathLike[str]], left_out: list[tuple[Pat
     if left_out is not None:
         left_out.extend(second_paths(found))
     return once_each(found)
+
+
+def _linked_case(path: Path) -> bool:
+    """Whether ``path`` is a link to a case folder. In a folder this user may list but not search
+    nothing can be looked at: no link, so the walk enters it, and its error hook takes it to fail."""
+    try:
+        return path.is_symlink() and path.is_dir() and is_case_package(path)
+    except OSError:
+        return False
 
 
 # -- exporting one case -----------------------------------------------------------------
