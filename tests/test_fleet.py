@@ -1089,6 +1089,40 @@ def test_a_folder_this_user_may_list_but_not_search_fails_as_a_case_and_the_othe
     assert fleet_query(tmp_path / "out", "SELECT case_id FROM case_status")[1] == [("VIS",)]
 
 
+def test_a_publish_cut_short_leaves_the_case_out_of_fleet_sql_until_an_export_publishes_it_whole(tmp_path, monkeypatch):
+    """A rename of the case's files that fails after others were done (a table folder made
+    read-only) left the case's events at the new head and its case_status at the old one, both
+    read by fleet sql; now the case is left out until the next export puts every table in place."""
+    case = start_case(tmp_path / "c", case_id="PUB-1")
+    Case.create(tmp_path / "other", "OTHER-1").close()
+    out = tmp_path / "out"
+    export_fleet([tmp_path / "c", tmp_path / "other"], out)
+    case.transition("EVALUATING")
+    case.close()
+    real_replace = os.replace
+
+    def refusing(src, dst, **kwargs):
+        if "case_status" in os.fspath(dst):
+            raise PermissionError(13, "Permission denied", os.fspath(dst))
+        return real_replace(src, dst, **kwargs)
+    monkeypatch.setattr(os, "replace", refusing)
+    [failed] = export_fleet([tmp_path / "c"], out).failed
+    assert failed["error"]["code"] == "STORAGE_ERROR"
+    counts = ("SELECT (SELECT count(*) FROM events WHERE case_id = 'PUB-1'), "
+              "(SELECT count(*) FROM case_status WHERE case_id = 'PUB-1'), (SELECT count(*) FROM case_status)")
+    assert fleet_query(out, counts)[1] == [(0, 0, 1)]  # neither the new events nor the old status
+    assert sorted(p.name for p in (out / "_fleet" / "cases").glob("*.publishing")) == ["case_id=PUB-1.publishing"]
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert export_fleet([tmp_path / "c"], out).exported == 1
+    head = ("SELECT (SELECT sha256 FROM events WHERE case_id = 'PUB-1' ORDER BY seq DESC LIMIT 1), "
+            "(SELECT head_sha256 FROM case_status WHERE case_id = 'PUB-1'), "
+            "(SELECT state FROM case_status WHERE case_id = 'PUB-1')")
+    [(events_head, status_head, state)] = fleet_query(out, head)[1]
+    assert (status_head, state) == (events_head, "EVALUATING")
+    assert not list((out / "_fleet" / "cases").glob("*.publishing"))
+    assert export_fleet([tmp_path / "c"], out).unchanged == 1
+
+
 @pytest.mark.parametrize("damage", ['["x"]', '"text"', "null", '{"head_seq": "abc"}', "not json", ""])
 def test_a_damaged_record_of_a_case_has_the_case_exported_again(tmp_path, damage):
     """A case's record in OUT/_fleet/cases that is not the object the export writes (other JSON, a

@@ -50,6 +50,7 @@ TABLES = ("events", "actions", "balances", "evidence", "scope_usage", "case_stat
 HEAD_KEYS = ("case_id", "package_id", "head_seq", "head_sha256")
 DATA_FILE = "data.parquet"
 META_DIR = "_fleet"  # Spark, Trino and DuckDB readers of OUT/TABLE never look here
+ASIDE = ".publishing"  # a case's record while its files are replaced (:func:`_publish`)
 
 #: Explicit Parquet types of the known columns (every other column is typed by :func:`column_type`).
 INTEGER_COLUMNS = frozenset({
@@ -254,8 +255,8 @@ def find_cases(paths: Iterable[str | os.PathLike[str]], left_out: list[tuple[Pat
 
 
 def _linked_case(path: Path) -> bool:
-    """Whether ``path`` is a link to a case folder. In a folder this user may list but not search
-    nothing can be looked at: no link, so the walk enters it, and its error hook takes it to fail."""
+    """Whether ``path`` is a link to a case folder (in a folder this user may list but not search,
+    none: the walk enters it, and its error hook takes it, to fail)."""
     try:
         return path.is_symlink() and path.is_dir() and is_case_package(path)
     except OSError:
@@ -389,29 +390,27 @@ def _export_snapshot(conn: Any, case: Path, out: Path, head: dict[str, Any], ent
     record_path = meta_dir(out) / "cases" / f"{name}.json"
     with locked_file(meta_dir(out) / "cases" / f"{name}.lock", fcntl.LOCK_EX):
         record = _recorded(record_path)
-        if record and record.get("package_id") != head["package_id"]:
+        last = record or _recorded(record_path.with_suffix(ASIDE)) or {}  # set aside by a publish cut short
+        if last and last.get("package_id") != head["package_id"]:
             raise LedgerError(E.INVALID_ARGUMENT, (
-                f"case id {head['case_id']} is already exported from another package ({record.get('path')}, "
-                f"package_id {record.get('package_id')}); a case id names one package in a fleet"))
+                f"case id {head['case_id']} is already exported from another package ({last.get('path')}, "
+                f"package_id {last.get('package_id')}); a case id names one package in a fleet"))
         if record and _holds_head(record, head):
             entry["status"] = "unchanged"
             return
-        last = record or {}
         build = meta_dir(out) / "tmp" / f".build-{name}.{os.getpid()}"
         shutil.rmtree(build, ignore_errors=True)
         build.mkdir(parents=True)
         try:
             head = _verified_tables(case, head, last, build)
-            _publish(build, out, name)
+            record = {"format": FORMAT, "case_id": head["case_id"], "package_id": head["package_id"],
+                      "head_seq": head["head_seq"], "head_sha256": head["head_sha256"],
+                      "path": os.path.abspath(case),  # where it was, whatever folder the next export runs in
+                      "schema_version": schema_version()}  # the columns its tables were written with
+            # ASCII JSON: a path that is not UTF-8 (a surrogate escape) is written as \udcXX and read back the same
+            _publish(build, out, name, json.dumps(record).encode("ascii") + b"\n")
         finally:
             shutil.rmtree(build, ignore_errors=True)
-        record = {"format": FORMAT, "case_id": head["case_id"], "package_id": head["package_id"],
-                  "head_seq": head["head_seq"], "head_sha256": head["head_sha256"],
-                  "path": os.path.abspath(case),  # where it was, whatever folder the next export runs in
-                  "schema_version": schema_version()}  # the columns its tables were written with
-        # ASCII JSON: a path that is not UTF-8 (a surrogate escape) is written as \udcXX and read back the same
-        write_atomic(record_path, json.dumps(record).encode("ascii") + b"\n")
-        fsync_dir(record_path.parent)
         entry.update(head, status="exported")
 
 
@@ -443,21 +442,30 @@ def _verified_tables(case: Path, head: dict[str, Any], last: dict[str, Any], bui
                           "is this a copy of it?)", **exc.details) from None
 
 
-def _publish(build: Path, out: Path, name: str) -> None:
-    """Move the built files into place: each one a rename, all of them under the export lock,
-    which ``fleet sql`` holds shared while it reads (so it never sees two heads of a case)."""
+def _publish(build: Path, out: Path, name: str, record: bytes) -> None:
+    """Move the built files into place, then write the case's ``record``: each file a rename, all
+    under the export lock, which ``fleet sql`` holds shared while it reads (so it never sees two
+    heads of a case). The old record waits aside as ``case_id=<ID>.publishing`` meanwhile: a publish
+    cut short between two renames leaves the case unrecorded, out of ``fleet sql`` rather than read
+    at two heads, until the next export (which that record still anchors) publishes it whole."""
     targets = [out / table / name for table in TABLES]
     for target in targets:
         target.mkdir(parents=True, exist_ok=True)
         _refuse_link(out, target.parent, target)
         refuse_output_in_package(target, "the fleet folder (--to, out= in Python)")  # a case package someone put in the export's place
+    record_path = meta_dir(out) / "cases" / f"{name}.json"
     with locked_file(meta_dir(out) / "lock", fcntl.LOCK_EX):
         if parent_gone():  # the export was killed: its workers write nothing more into OUT
             raise KeyboardInterrupt
+        if os.path.lexists(record_path):
+            os.replace(record_path, record_path.with_suffix(ASIDE))
         for table, target in zip(TABLES, targets):
             os.replace(build / f"{table}.parquet", target / DATA_FILE)
-    for target in targets:
-        fsync_dir(target)
+        for target in targets:
+            fsync_dir(target)  # the files are in place on disk before the record names their head
+        write_atomic(record_path, record)
+        fsync_dir(record_path.parent)
+        record_path.with_suffix(ASIDE).unlink(missing_ok=True)
 
 
 def _refuse_link(out: Path, *folders: Path) -> None:
@@ -562,7 +570,9 @@ def export_fleet(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike
         _refuse_shared_case_ids(heads)
         entries = iter(run(_export_worker, [(e["path"], str(target)) for e in heads if e["status"] is None], 4))
         for head in heads:
-            _collect([head if head["status"] is not None else next(entries)], report, progress)
+            report.add(head if head["status"] is not None else next(entries))
+            if progress is not None:
+                progress(1)
     finally:
         if pool is not None:
             shutdown_pool(pool)
@@ -583,14 +593,6 @@ def _refuse_shared_case_ids(heads: list[dict[str, Any]]) -> None:
         shared = folders.get(entry.get("case_id"), []) if entry["status"] != "failed" else []
         if len(shared) > 1:
             other = [path for path in shared if path != entry["path"]]
-            others = first_few(other, SHARED_NAMED)
             entry.update(status="failed", error={"code": E.INVALID_ARGUMENT, "message": (
-                f"case id {entry['case_id']} is also in {others}; a case id names one package in a fleet, so none "
+                f"case id {entry['case_id']} is also in {first_few(other, SHARED_NAMED)}; a case id names one package in a fleet, so none "
                 "of them is exported: give one folder per case id")})
-
-
-def _collect(results: Iterable[dict[str, Any]], report: FleetReport, progress: Progress | None) -> None:
-    for entry in results:
-        report.add(entry)
-        if progress is not None:
-            progress(1)
