@@ -7,7 +7,7 @@ SELECT action, COUNT(*) AS actions, SUM(cost_units) AS spent, SUM(reward_units) 
 FROM actions GROUP BY action ORDER BY spent DESC
 
 -- name: refunds_per_hypothesis
-SELECT b.hypothesis_id, b.statement, COALESCE(SUM(a.reward_units), 0) AS refunded
+SELECT b.revision, b.hypothesis_id, b.statement, COALESCE(SUM(a.reward_units), 0) AS refunded
 FROM balances AS b LEFT JOIN actions AS a USING (revision, hypothesis_id)
 GROUP BY b.revision, b.hypothesis_id, b.statement ORDER BY refunded DESC
 
@@ -16,11 +16,11 @@ SELECT seq, type, created_at, body ->> '$.request.reason' AS reason
 FROM events ORDER BY seq DESC LIMIT 10
 
 -- name: abandoned_hypotheses
-SELECT hypothesis_id, statement, status, terminal_reason
+SELECT revision, hypothesis_id, statement, status, terminal_reason
 FROM balances WHERE status IN ('abandoned_low_information_gain', 'budget_exhausted', 'rejected')
 
 -- name: pending_actions
-SELECT hypothesis_id, action_id, action, status, reserved_at
+SELECT revision, hypothesis_id, action_id, action, status, reserved_at
 FROM actions WHERE status IN ('reserved', 'awaiting_assessment') ORDER BY reserved_at
 
 -- name: refusals_and_reasons

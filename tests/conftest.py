@@ -173,6 +173,19 @@ def deny_reading(monkeypatch, path: Path) -> None:
     monkeypatch.setattr(os, "scandir", scandir)
 
 
+def read_only_mount(folder):
+    """A read-only bind mount of ``folder`` (root only); skips where mounting is not allowed."""
+    if os.geteuid() != 0:
+        pytest.skip("a read-only bind mount needs root")
+    mount = folder.with_name(folder.name + "-ro")
+    mount.mkdir()
+    for command in (["mount", "--bind", str(folder), str(mount)], ["mount", "-o", "remount,bind,ro", str(mount)]):
+        if subprocess.run(command, capture_output=True).returncode != 0:
+            subprocess.run(["umount", str(mount)], capture_output=True)
+            pytest.skip("cannot make a read-only mount here")
+    return mount, lambda: subprocess.run(["umount", str(mount)], check=True)
+
+
 def deny_searching(monkeypatch, folder: Path) -> None:
     """``folder`` can be listed but not searched (mode 0644: its names are known, what they name is
     not): when running as root, which searches anyway, ``os.lstat`` and ``os.stat`` of anything in it

@@ -30,7 +30,7 @@ from ledger.browse.metadata import (RAW_HISTORY, browse_metadata, canned_queries
 from ledger.browse.server import case_datasette, serve_metadata
 from ledger.storage.sqlfiles import schema_version
 
-from conftest import EXAMPLE_BUDGET, REPO, make_package, run_cli
+from conftest import EXAMPLE_BUDGET, REPO, make_package, read_only_mount, run_cli
 
 pytest.importorskip("datasette")
 sys.path.insert(0, str(REPO / "tools"))
@@ -158,6 +158,25 @@ def test_refusals_and_reasons_lists_limit_refusals_and_ended_accounts_with_their
     _, ended = read_only_query(demo, sql.replace(":hypothesis_id", "''"))
     assert {(r[4], r[6].split(":")[0]) for r in ended} == {
         ("H2", "abandoned_low_information_gain"), ("H3", "budget_exhausted"), ("H4", "rejected")}
+
+
+def test_the_questions_about_hypotheses_and_actions_name_the_revision_each_row_belongs_to(tmp_path):
+    """A case of two revisions has an H1 in each: the rows of questions 2, 4 and 5 said H1 twice."""
+    case = Case.create(tmp_path / "two", "TWO-1", at=T0)
+    case.open_revision([{"statement": "first idea"}], 10, at=T0)
+    case.transition("INVESTIGATING_HYPOTHESES", at=T0)
+    case.budget(BudgetConfig.load(EXAMPLE_BUDGET)).initialize(at=T0)
+    case.transition("EVALUATING", at=T0)
+    case.open_revision([{"statement": "second idea"}], 10, at=T0)
+    case.transition("INVESTIGATING_HYPOTHESES", at=T0)
+    case.budget(BudgetConfig.load(EXAMPLE_BUDGET)).initialize(at=T0)
+    case.close()
+    queries = canned_queries()
+    names, rows = read_only_query(tmp_path / "two", queries["refunds_per_hypothesis"]["sql"])
+    assert names[:3] == ["revision", "hypothesis_id", "statement"]
+    assert sorted(row[:3] for row in rows) == [(1, "H1", "first idea"), (2, "H1", "second idea")]
+    for name in ("abandoned_hypotheses", "pending_actions"):
+        assert read_only_query(tmp_path / "two", queries[name]["sql"])[0][:2] == ["revision", "hypothesis_id"]
 
 
 def test_scope_usage_near_limit_shows_limits_past_their_warning_threshold(scoped):
@@ -496,6 +515,9 @@ def test_serve_refuses_a_folder_without_a_case_the_same_case_twice_a_busy_port_a
     bad_host = run_cli("serve", str(demo), "--host", "256.0.0.1", "--port", "0")
     assert bad_host.returncode == 1
     assert bad_host.stderr.decode().startswith("error: INVALID_ARGUMENT: cannot listen on 256.0.0.1:0: ")
+    no_name = run_cli("serve", str(demo), "--host", b"\xff", "--port", "0")  # bytes no host name holds
+    assert no_name.returncode == 1 and b"Traceback" not in no_name.stderr, no_name.stderr
+    assert no_name.stderr.startswith(b"error: INVALID_ARGUMENT: cannot listen on ")
     for empty in ("", " "):  # an unset variable must not mean every address
         no_host = run_cli("serve", str(demo), "--host", empty, "--port", "0")
         assert no_host.returncode == 1
@@ -539,6 +561,35 @@ def test_a_database_name_is_never_another_cases_own_nor_one_datasette_answers_fi
     Case.create(tmp_path / "icons", "faviconXicons").close()
     names = [case.name for case in served_cases([demo, copy, tmp_path / "second", tmp_path / "icon", tmp_path / "icons"])]
     assert names == ["BUG-20", "BUG-20-3", "BUG-20-2", "case-favicon-ico", "case-faviconXicons"]
+
+
+def test_a_case_whose_id_is_url_safe_is_named_by_it_whatever_the_order_of_the_cases(tmp_path):
+    """X.Y is served as X-Y when no case is X-Y; beside the case X-Y it gave way only when given
+    after it, so the name of each depended on the order of the arguments."""
+    Case.create(tmp_path / "dot", "X.Y").close()
+    Case.create(tmp_path / "dash", "X-Y").close()
+    for order in ([tmp_path / "dot", tmp_path / "dash"], [tmp_path / "dash", tmp_path / "dot"]):
+        assert {case.case_id: case.name for case in served_cases(order)} == {"X-Y": "X-Y", "X.Y": "X-Y-2"}
+    assert [case.name for case in served_cases([tmp_path / "dot"])] == ["X-Y"]
+
+
+@pytest.mark.parametrize("view, shown", [
+    ("SELECT 42 AS case_id, 7 AS state", ("42", "7")),
+    ("SELECT NULL AS case_id, NULL AS state", ("", "")),
+    ("SELECT 'A' AS case_id, 'S' AS state WHERE 0", ("", "")),
+    ("WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r) SELECT 'A' AS case_id, 'S' AS state FROM r",
+     ("A", "S")),
+])
+def test_a_case_status_view_altered_in_the_file_is_served_as_it_reads(tmp_path, view, shown):
+    """A number or NULL in it stopped serve with a TypeError, no row warned of schema version 0,
+    and a view of endless rows was read whole (4 GB) before its first row was used."""
+    Case.create(tmp_path / "c", "ALT-1").close()
+    with sqlite3.connect(tmp_path / "c" / "ledger.sqlite") as conn:
+        conn.execute("DROP VIEW case_status")
+        conn.execute(f"CREATE VIEW case_status AS {view}")
+    conn.close()
+    [case] = served_cases([tmp_path / "c"])
+    assert (case.case_id, case.state, case.schema_version) == (*shown, schema_version())
 
 
 def _start(case: Path, *extra: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
@@ -653,6 +704,23 @@ def test_open_hands_the_address_to_the_web_browser_once_it_listens(demo):
         os.kill(server.pid, signal.SIGINT)
         out, err = server.communicate(timeout=30)
     assert server.returncode == 0 and out.strip() == "stopped", err
+
+
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
+def test_a_browser_that_runs_in_the_terminal_reads_the_page_while_it_runs(demo, tmp_path):
+    """Such a browser (w3m, lynx) runs in the foreground: it was started before the server answered
+    and the server waited for it to end, so it read nothing and the server said no browser opened."""
+    browser = tmp_path / "browser"
+    browser.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'import sys, urllib.request; "
+                       "print(\"read\", urllib.request.urlopen(sys.argv[1], timeout=20).status, flush=True)' \"$1\"\n")
+    browser.chmod(0o755)
+    server, url = _start(demo, "--open", env={"BROWSER": f"{browser} %s"})
+    try:
+        assert server.stdout.readline().strip() == "read 200"
+    finally:
+        os.kill(server.pid, signal.SIGINT)
+        out, err = server.communicate(timeout=30)
+    assert server.returncode == 0 and out.strip() == "stopped", (out, err)
 
 
 @pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
@@ -776,3 +844,22 @@ def test_serving_a_ledger_an_older_version_wrote_warns_that_newer_questions_fail
                    f"reads {schema_version()}) and not upgraded since: questions naming what newer versions added "
                    f"fail on it; a command that writes, such as 'ledger export {path}', upgrades it\n")
     assert read_only_query(path, "SELECT MAX(version) FROM schema_migrations")[1] == [(6,)]
+
+
+def test_a_case_on_a_read_only_file_system_is_served_as_ledger_sql_reads_it(demo, tmp_path):
+    """Its -shm file cannot be made there: serve started, then answered every page with 500 and a
+    traceback on the terminal; it reads the file as an immutable snapshot, as `ledger sql` does."""
+    copy = tmp_path / "case"
+    shutil.copytree(demo, copy)
+    for side in ("-wal", "-shm"):
+        (copy / f"ledger.sqlite{side}").unlink(missing_ok=True)
+    folder, undo = read_only_mount(copy)
+    try:
+        datasette = case_datasette([folder], sql_threads=0)
+        page = get(datasette, "/BUG-20/events.json?_shape=array&_size=max")
+        assert page.status_code == 200
+        assert len(page.json()) == read_only_query(demo, "SELECT count(*) FROM events")[1][0][0]
+        for database in datasette.databases.values():
+            database.close()
+    finally:
+        undo()

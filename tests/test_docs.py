@@ -136,13 +136,14 @@ def test_the_readmes_example_questions_run_and_answer_on_the_demo_one_at_least_f
     with Case.open(path) as opened:
         balances, actions = opened.balances(), opened.actions()
     assert sum(row[2] for row in spend) == sum(b["spent_units"] for b in balances) == 125
-    assert {(row[0], row[2]) for row in refunds} == {
-        (b["hypothesis_id"], sum(a["reward_units"] or 0 for a in actions if a["hypothesis_id"] == b["hypothesis_id"]))
-        for b in balances}
+    assert {(row[0], row[1], row[3]) for row in refunds} == {
+        (b["revision"], b["hypothesis_id"], sum(a["reward_units"] or 0 for a in actions
+                                                if a["hypothesis_id"] == b["hypothesis_id"])) for b in balances}
     assert len(last_ten) == 10 and [row[0] for row in last_ten] == list(range(56, 46, -1))
-    assert {row[0] for row in abandoned} == {b["hypothesis_id"] for b in balances if b["terminal_reason"]}
-    assert all(row[3] for row in abandoned)
-    assert [row[1] for row in pending] == [a["action_id"] for a in actions
+    assert {row[:2] for row in abandoned} == {(b["revision"], b["hypothesis_id"]) for b in balances
+                                              if b["terminal_reason"]}
+    assert all(row[4] for row in abandoned)
+    assert [row[2] for row in pending] == [a["action_id"] for a in actions
                                            if a["status"] in ("reserved", "awaiting_assessment")]
 
 

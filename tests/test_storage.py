@@ -20,7 +20,7 @@ from ledger import (Case, LedgerError, export_case, read_only_query, verify_case
     BudgetConfig, CheckpointWarning)
 from ledger.ground.errors import (INTEGRITY_ERROR, SCHEMA_VERSION, INVALID_ARGUMENT, STORAGE_ERROR)
 from ledger.storage.sqlfiles import schema_version, split_statements
-from conftest import logical_dump, run_cli, EXAMPLE_BUDGET, start_case
+from conftest import logical_dump, read_only_mount, run_cli, EXAMPLE_BUDGET, start_case
 from ledger.storage.readonly import readonly_query
 LEDGER_TABLES = ("events", "contents", "evidence_records", "case_identity", "lifecycle", "revisions",
                  "hypotheses", "policies", "accounts", "grants", "reservations", "results",
@@ -232,24 +232,11 @@ def _as_other_user(folder: Path) -> list[str]:
     return prefix
 
 
-def _read_only_mount(folder):
-    """A read-only bind mount of ``folder`` (root only); skips where mounting is not allowed."""
-    if os.geteuid() != 0:
-        pytest.skip("a read-only bind mount needs root")
-    mount = folder.with_name(folder.name + "-ro")
-    mount.mkdir()
-    for command in (["mount", "--bind", str(folder), str(mount)], ["mount", "-o", "remount,bind,ro", str(mount)]):
-        if subprocess.run(command, capture_output=True).returncode != 0:
-            subprocess.run(["umount", str(mount)], capture_output=True)
-            pytest.skip("cannot make a read-only mount here")
-    return mount, lambda: subprocess.run(["umount", str(mount)], check=True)
-
-
 def test_a_read_only_mount_with_shm_and_an_empty_wal_is_read_as_an_immutable_snapshot(budget, case):
     """Read-only locations: reads work whatever -shm/lock files lie there; writes are STORAGE_ERROR."""
     budget.reserve("H1", "q1", "source.read_context")
     _leave_shm_and_empty_wal(case)
-    folder, undo = _read_only_mount(case.path)
+    folder, undo = read_only_mount(case.path)
     try:
         opened = Case.open(folder)
         assert opened.storage.read_only is True
@@ -396,7 +383,7 @@ def test_a_case_on_a_read_only_location_can_be_read_and_verified_but_not_written
     budget.reserve("H1", "q1", "source.read_context")
     export_case(case)
     case.close()
-    folder, undo = _read_only_mount(case.path)
+    folder, undo = read_only_mount(case.path)
     try:
         with Case.open(folder) as opened:
             assert opened.status()["package_generation"] == 5
@@ -575,7 +562,7 @@ def test_a_ledger_an_older_version_wrote_on_a_read_only_mount_says_how_to_upgrad
 
     case.close()
     downgrade_ledger(case.path, 6)
-    folder, undo = _read_only_mount(case.path)
+    folder, undo = read_only_mount(case.path)
     try:
         with pytest.raises(LedgerError) as caught:
             Case.open(folder)

@@ -121,34 +121,54 @@ def served_cases(paths: Sequence[str | os.PathLike[str]]) -> list[ServedCase]:
     """The cases at ``paths``, each read once (``LEDGER_MISSING`` for a folder that holds none,
     ``INVALID_ARGUMENT`` for none given or the same case twice). Database names are the case
     ids made URL-safe, with ``-2``, ``-3`` … when two cases share one (never another case's own
-    name, whatever the order: a copy of BUG-20 is not named BUG-20-2 beside the case BUG-20-2),
-    nor a name a route of Datasette's answers first (``favicon-ico`` is served as ``case-favicon-ico``)."""
+    name, whatever the order: a copy of BUG-20 is not named BUG-20-2 beside the case BUG-20-2,
+    and the case X-Y is at /X-Y beside the case X.Y), nor a name a route of Datasette's answers
+    first (``favicon-ico`` is served as ``case-favicon-ico``). The first row of ``case_status`` is
+    shown as it is, whatever it holds (a view altered in the file: ``ledger verify`` judges it)."""
     if not paths:
         raise LedgerError(E.INVALID_ARGUMENT, "give at least one case folder")
-    found: list[ServedCase] = []
     seen: set[Path] = set()
-    read: list[tuple[Path, str, str]] = []
+    read: list[tuple[Path, str, str, int]] = []
     for path in paths:
         root = fs_path(path, "case path")
-        _, rows = read_only_query(root, "SELECT case_id, state, (SELECT MAX(version) FROM schema_migrations) "
-                                        "FROM case_status")
+        try:
+            _, rows = read_only_query(root, STARTING_READ, timeout_ms=STARTING_READ_MS)
+        except LedgerError as exc:
+            if "timeout_ms" not in exc.details:
+                raise
+            raise LedgerError(exc.code, f"{root}: reading its case_status view took over {STARTING_READ_MS // 1000} s, "
+                              "which the ledger's own view never does (altered in the file?): run 'ledger verify "
+                              f"{root}'", path=str(root)) from None
         ledger = Path(os.path.realpath(root / LEDGER_FILE))
         # Datasette keeps every database's path as text
         require_utf8(ledger, "the path is not UTF-8 text, which the browser server cannot serve; rename the folder")
         if ledger in seen:
             raise LedgerError(E.INVALID_ARGUMENT, f"{path}: the same case is given twice")
         seen.add(ledger)
-        case_id, state, version = rows[0] if rows else ("", "", 0)
-        read.append((ledger, case_id, state or "", version if type(version) is int else 0))
+        case_id, state, version = rows[0]
+        read.append((ledger, _as_text(case_id), _as_text(state), version if type(version) is int else 0))
     bases = [re.sub(r"[^A-Za-z0-9_-]", "-", case_id) or "case" for _, case_id, _, _ in read]
     bases = [f"case-{base}" if _SHADOWED.match(base) else base for base in bases]
-    for (ledger, case_id, state, version), base in zip(read, bases):
-        name, number = base, 1
-        while any(case.name == name for case in found) or (name != base and name in bases):
+    names: dict[int, str] = {}
+    # a case whose id is its name already is named first, so that another made to look like it waits
+    for index in sorted(range(len(read)), key=lambda i: read[i][1] != bases[i]):
+        name, number = bases[index], 1
+        while name in names.values() or (name != bases[index] and name in bases):
             number += 1
-            name = f"{base}-{number}"
-        found.append(ServedCase(name, ledger, case_id, state, version))
-    return found
+            name = f"{bases[index]}-{number}"
+        names[index] = name
+    return [ServedCase(names[index], *case) for index, case in enumerate(read)]
+
+
+#: What serving reads of each case as it starts: one row, whatever an altered view would return.
+STARTING_READ = ("SELECT (SELECT case_id FROM case_status LIMIT 1), (SELECT state FROM case_status LIMIT 1), "
+                 "(SELECT MAX(version) FROM schema_migrations)")
+STARTING_READ_MS = 5_000
+
+
+def _as_text(value: Any) -> str:
+    """A ``case_status`` value as the page shows it: text as it is, nothing as empty, else its SQL text."""
+    return value if isinstance(value, str) else "" if value is None else str(value)
 
 
 #: Database names whose pages a route of Datasette's answers before the database's own (it matches

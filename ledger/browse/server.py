@@ -2,7 +2,7 @@
 
 Needs Datasette, the optional extra ``web`` (``pip install '.[web]'`` in a clone of the repository). Each
 ledger file is opened ``mode=ro`` (a live case's newest commits are read from its WAL, which
-Datasette's immutable mode would skip) and every connection Datasette makes to it gets
+Datasette's immutable mode would skip; immutable only on a read-only file system) and every connection Datasette makes to it gets
 ``PRAGMA query_only``, so no statement sent over HTTP can write. The metadata and canned
 queries come from :mod:`ledger.browse.metadata`; the remaining-units picture is an ``.svg`` output
 renderer registered here (a chart drawn on the server: no JavaScript, nothing fetched).
@@ -22,10 +22,11 @@ import socket
 import sqlite3
 import sys
 import threading
+import time
 import types
-import urllib.parse
 import webbrowser
 import weakref
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..ground import errors as E
@@ -33,7 +34,7 @@ from .metadata import CHART_FORMAT, CHART_QUERY, browse_config, browse_metadata,
 from ..ground.errors import LedgerError
 from ..storage.sqlfiles import schema_version
 from ..storage.readonly import bound_values
-from ..storage.sqlite_file import log_files_exist, release_log
+from ..storage.sqlite_file import log_files_exist, readable_uri, release_log
 
 #: The most text and blob bytes one served query may return, all its rows together (Datasette's
 #: pages read at most 1,001 rows; the picture reads every row of its question). Room for a page of
@@ -155,9 +156,12 @@ def case_connection(path: str) -> sqlite3.Connection:
     """A read-only connection to the ledger file at ``path``, opened by a URI whose path is
     escaped: Datasette puts the path into ``file:PATH?mode=ro`` as it is, so a folder named with
     ``#``, ``?`` or ``%`` opened another file, read-write (``c#x`` opened ``c``, ``p%41`` opened
-    ``pA``). Every cursor returns at most :data:`RESULT_BYTES_MAX` bytes."""
-    return sqlite3.connect(f"file:{urllib.parse.quote(path)}?mode=ro", uri=True, check_same_thread=False,
-                           factory=_BoundedConnection)
+    ``pA``). Every cursor returns at most :data:`RESULT_BYTES_MAX` bytes. A ledger on a read-only
+    file system (which cannot hold the ``-shm`` file a read needs) is read as ``ledger sql`` reads it
+    (:func:`~ledger.storage.sqlite_file.readable_uri`: an immutable read, as nobody writes it there);
+    ``STORAGE_ERROR`` when it cannot be read."""
+    uri, _ = readable_uri(Path(path))
+    return sqlite3.connect(uri, uri=True, check_same_thread=False, factory=_BoundedConnection)
 
 
 def _case_database(database_module: Any) -> Any:
@@ -169,7 +173,8 @@ def _case_database(database_module: Any) -> Any:
     page_error = _datasette_module("datasette.views.base").DatasetteError
 
     def unavailable(path: str, exc: BaseException) -> Exception:  # a page, not a traceback on the terminal
-        return page_error(f"{path} cannot be opened now ({getattr(exc, 'strerror', None) or exc}): moved, removed "
+        reason = getattr(exc, "strerror", None) or getattr(exc, "message", None) or exc
+        return page_error(f"{path} cannot be opened now ({reason}): moved, removed "
                           "or made unreadable since the server started; put it back, or start ledger serve again",
                           title="Case unavailable", status=503)
 
@@ -183,8 +188,9 @@ def _case_database(database_module: Any) -> Any:
 
         def connect(self, write: bool = False) -> sqlite3.Connection:
             try:
+                os.stat(self.path)  # moved or removed: said plainly
                 conn = case_connection(self.path)
-            except sqlite3.Error as exc:
+            except (OSError, sqlite3.Error, LedgerError) as exc:
                 raise unavailable(self.path, exc) from None
             getattr(self, "_all_file_connections", []).append(conn)  # closed by close(), as Datasette's own
             return conn
@@ -318,7 +324,7 @@ def _listen(host: str, port: int) -> socket.socket:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
         sock.listen(128)
-    except (OSError, OverflowError, UnicodeError) as exc:
+    except (OSError, OverflowError, UnicodeError, TypeError) as exc:  # TypeError: a host of bytes no name holds
         sock.close()
         raise LedgerError(E.INVALID_ARGUMENT, f"cannot listen on {host}:{port}: {exc}") from None
     return sock
@@ -354,8 +360,8 @@ def serve_cases(paths: Sequence[str | os.PathLike[str]], host: str = "127.0.0.1"
     if not _loopback(sock.getsockname()[0]):
         (warn or _stderr)(f"warning: listening on {host}, not only on this machine: anyone who can reach it may "
                           "read every served case and run SQL on it (there is no login)")
-    if open_browser and not webbrowser.open(url):  # no browser here (a server without a display, say)
-        echo("no web browser could be opened here: open the address above yourself")
+    if open_browser:  # once the server answers, and without waiting for a browser run in the terminal
+        threading.Thread(target=_open_once_started, args=(server, url, echo), daemon=True).start()
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _stop) if in_main else None
     # the terminal closing (SIGHUP) stops it as SIGTERM does, instead of killing it mid-request
@@ -378,6 +384,17 @@ def serve_cases(paths: Sequence[str | os.PathLike[str]], host: str = "127.0.0.1"
         for ledger in logless:
             release_log(ledger)
     echo("stopped")
+
+
+def _open_once_started(server: Any, url: str, echo: Callable[[str], None]) -> None:
+    """Open ``url`` in a browser once ``server`` answers (a browser run in the terminal, such as
+    w3m, holds this thread until it ends, never the server); nothing when the server stops first."""
+    while not server.started:
+        if server.should_exit:
+            return
+        time.sleep(0.05)
+    if not webbrowser.open(url):  # no browser here (a server without a display, say)
+        echo("no web browser could be opened here: open the address above yourself")
 
 
 def _loopback(address: str) -> bool:

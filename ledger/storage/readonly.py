@@ -76,7 +76,7 @@ def _query_errors(timeout_ms: int, deadline: float) -> Iterator[None]:
             if time.monotonic() <= deadline:
                 raise KeyboardInterrupt from None  # the user stopped it, not its time limit
             raise LedgerError(E.INVALID_ARGUMENT, f"query stopped at its time limit, {timeout_ms / 1000:g} s "
-                              f"(ledger sql --timeout SECONDS; timeout_ms={timeout_ms} in Python)") from None
+                              f"(ledger sql --timeout SECONDS; timeout_ms={timeout_ms} in Python)", timeout_ms=timeout_ms) from None
         raise _query_error(exc) from None
 
 
