@@ -854,12 +854,13 @@ def test_a_case_on_a_read_only_file_system_is_served_as_ledger_sql_reads_it(demo
     for side in ("-wal", "-shm"):
         (copy / f"ledger.sqlite{side}").unlink(missing_ok=True)
     folder, undo = read_only_mount(copy)
+    datasette = None
     try:
         datasette = case_datasette([folder], sql_threads=0)
         page = get(datasette, "/BUG-20/events.json?_shape=array&_size=max")
         assert page.status_code == 200
         assert len(page.json()) == read_only_query(demo, "SELECT count(*) FROM events")[1][0][0]
-        for database in datasette.databases.values():
-            database.close()
     finally:
+        for database in (datasette.databases.values() if datasette is not None else ()):
+            database.close()
         undo()

@@ -443,6 +443,26 @@ def test_a_run_only_a_folds_own_cap_fails_is_left_out_of_nothing(tmp_path):
     assert report.choice["held_out"]["folds"] == 5
 
 
+def test_a_run_a_policy_fails_though_no_stop_went_through_is_named_and_the_command_fails(tmp_path):
+    """Such a run counts under no policy, as plain simulate has it; the frontier left it out of every
+    row without a word and exited 0 (only no-stop's errors were reported)."""
+    (tmp_path / FILES[1].name).write_bytes(FILES[1].read_bytes())  # resolved
+    (tmp_path / "zz-scoped.jsonl").write_text(_scoped_journal(50))
+    tight = vary(example_policy(), [("units_per_hypothesis", [100])])
+    report = frontier([tmp_path], tight, OUTCOMES)
+    assert {row["name"]: row["runs"] for row in report.policies} == {"no-stop": 1, "cap-p75": 1,
+                                                                     "units_per_hypothesis=100": 1}
+    [error] = report.simulation.errors
+    assert error["message"].startswith(f"{tmp_path / 'zz-scoped.jsonl'}:")
+    assert re.search(r"\(under the policy (cap-p75|units_per_hypothesis=100); another went through\)$", error["message"])
+    [plain] = simulate([tmp_path], [frontier_module.no_stop_policy(example_policy()), *tight], OUTCOMES).errors
+    assert plain["message"].endswith(" (under the policy units_per_hypothesis=100; another went through)")
+    assert "under the policy" not in simulate([tmp_path], tight, OUTCOMES).errors[0]["message"]
+    done = CliRunner().invoke(main, ["simulate", str(tmp_path), "--outcomes", str(OUTCOMES), "--frontier",
+                                     "--vary", "units_per_hypothesis=100", "--csv"])
+    assert done.exit_code == 1 and "\nerror: INVALID_ARGUMENT: 1 journal(s) not simulated: " in done.stderr
+
+
 @pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_the_readme_shows_the_real_output_of_its_choosing_a_policy_command():
     """The README's *Choosing a policy* block is what that command prints over the 100 real runs

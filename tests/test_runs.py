@@ -15,13 +15,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ledger import AnalysisConfig, Case, LedgerError, import_runs, read_outcomes, simulate, verify_case
+from ledger import (AnalysisConfig, Case, LedgerError, frontier, import_runs, load_policy, read_outcomes, simulate,
+                    vary, verify_case)
 from ledger.runs import trajectories
 from ledger.runs.actions import ActionMap
 from ledger.package_tools.journal import apply_journal
 from ledger_cli.main import main
 
-from conftest import TRAJECTORIES
+from conftest import REPO, TRAJECTORIES
 
 RUNS = Path(__file__).parent / "data" / "runs"
 RAW = RUNS / "mini-swe-agent-verified"
@@ -162,6 +163,36 @@ def test_novelty_over_atoms_counts_the_output_lines_not_the_wrapper_with_the_fig
     assert runs["novelty_mode=atoms", "(all)"][4:] == ["2330", "1540", "20505", "5277", "69", "0", "205"]
     assert runs["novelty_mode=atoms", "resolved"][4:] == ["1703", "1004", "15085", "3841", "49", "0", "203"]
     assert runs["novelty_mode=atoms", "failed"][4:] == ["627", "536", "5420", "1436", "20", "0", "208"]
+
+
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
+def test_the_atoms_frontier_on_the_imported_runs_gives_the_figures_docs_give(imported, tmp_path):
+    """docs/simulate.md, "On the bundled runs", under novelty_mode = atoms (the figures went stale when
+    the wrapper's lines stopped counting as atoms)."""
+    out, _ = imported
+    base = tmp_path / "atoms.toml"
+    base.write_text('novelty_mode = "atoms"\n' + (REPO / "config" / "budget.example.toml").read_text())
+    policies = [load_policy(base), *vary(load_policy(base), [("max_low_information_steps", [6, 10, 15, 20, 30]),
+                                                             ("units_per_hypothesis", [300, 500, 100000])])]
+    outcomes = TRAJECTORIES / "outcomes.csv"
+    [resolved] = [row for row in simulate([out], policies[:1], outcomes).policies[0]["by_outcome"].items()
+                  if row[0] == "resolved"]
+    assert (resolved[1]["runs"], resolved[1]["runs_abandoned"]) == (74, 49)
+    doc = " ".join((REPO / "docs" / "simulate.md").read_text().split())
+    shown = []
+    for pct in (5, 10):
+        report = frontier([out], policies, outcomes, constraint=f"resolved={pct}%", samples=1000 if pct == 10 else 0)
+        choice, held = report.choice, report.choice["held_out"]
+        shown.append((choice["policy"], choice["in_sample"]["units_saved_pct"], choice["in_sample"]["good_stopped_pct"],
+                      held["units_saved_pct"], held["good_stopped_pct"]))
+    assert shown == [
+        ("max_low_information_steps=10 units_per_hypothesis=100000", 1.06, 2.7,
+         {"mean": 2.13, "min": 0, "max": 5.58}, {"mean": 5.18, "min": 0, "max": 12.5}),
+        ("max_low_information_steps=10 units_per_hypothesis=500", 5.55, 8.11,
+         {"mean": 5.38, "min": 2.11, "max": 9.47}, {"mean": 7.68, "min": 0, "max": 12.5})]
+    assert report.choice["bootstrap"]["units_saved_pct"][:2] == [1.43, 9.64]
+    assert "streak of 3 stops 49 of 74 resolved runs" in doc and "5.55 % saved, 6 of 74 resolved stopped" in doc
+    assert "1.06 % saved, 2 of 74 resolved runs stopped (2.7 %)" in doc and "bootstrap 1.43 to 9.64 % saved" in doc
 
 
 def ledger_cli_rows(args: list[str]) -> dict[tuple[str, str], list[str]]:

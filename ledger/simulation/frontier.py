@@ -29,7 +29,8 @@ from ..ground.arguments import path_list
 from .evaluator import StepTable, evaluate, step_table
 from .replay import UNITS_KEY, RunResult, journal_lines
 from .simulator import (CACHE_BYTES_MAX, NO_OUTCOME, Policy, SimulationReport, journal_files, load_policy,
-                        merge_outcomes, policy_from_mapping, policy_list, read_outcomes, simulate, summarize)
+                        journal_errors, merge_outcomes, policy_from_mapping, policy_list, read_outcomes, simulate,
+                        summarize)
 
 NO_STOP = "no-stop"
 CAP_P75 = "cap-p75"
@@ -562,7 +563,8 @@ def frontier(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Poli
         rows, front, choice = _derive(chosen, runs, merged, good, constraint, folds, seed, samples, fold_caps)
     rows[CAP_P75]["units_per_hypothesis"] = chosen[1].settings()[UNITS_KEY]  # the cap it computed
     hidden = {policy.name for policy in fold_caps.values()}
-    simulation = SimulationReport(list(rows.values()), [run for run in runs if run.policy not in hidden],
-                                  first.errors, first.outcomes_without_journal, first.runs_without_outcome)
+    shown = [run for run in runs if run.policy not in hidden]
+    simulation = SimulationReport(list(rows.values()), shown, journal_errors(shown), first.outcomes_without_journal,
+                                  first.runs_without_outcome)
     by_name = {p.name: p for p in chosen}
     return FrontierReport(list(rows.values()), front, choice, simulation, chosen, by_name.get(choice["policy"] or ""))

@@ -261,6 +261,7 @@ def simulate_journal(path: Path, policies: Sequence[Policy], *, analysis: Analys
             results.append(RunResult(path.stem, policy.name, error=run_error(str(path), None, exc)))
         error, outcome = results[-1].error, results[-1].outcome
         if error is not None:
+            error = under_policy(error, policy.name) if len(results) > 1 else error  # the ones before went through
             return [RunResult(path.stem, p.name, outcome=outcome, error=error) for p in policies]
     return results
 
@@ -293,6 +294,32 @@ class SimulationReport:
     def to_dict(self) -> dict[str, Any]:
         """``{"policies": [...]}``: what ``ledger simulate --json`` prints."""
         return {"policies": self.policies}
+
+
+def journal_errors(runs: Sequence[RunResult]) -> list[dict[str, Any]]:
+    """The error of each journal that has one under any policy (the first, in the order of ``runs``):
+    ``{"code", "message", "file", "line"}``, naming the policy when the run went through under
+    another (a limit the policy's refunds decide): such a run counts under no policy either."""
+    by_run: dict[str, list[RunResult]] = {}
+    for run in runs:
+        by_run.setdefault(run.run, []).append(run)
+    errors = []
+    for results in by_run.values():
+        failed = [run for run in results if run.error is not None]
+        if failed:
+            errors.append(under_policy(failed[0].error, failed[0].policy) if len(failed) < len(results)
+                          else failed[0].error)
+    return errors
+
+
+def under_policy(error: dict[str, Any], policy: str) -> dict[str, Any]:
+    """``error`` whose message names the policy it came under (another went through), once."""
+    if error["message"].endswith(UNDER_POLICY_END):
+        return error
+    return {**error, "message": f"{error['message']} (under the policy {policy}{UNDER_POLICY_END}"}
+
+
+UNDER_POLICY_END = "; another went through)"
 
 
 def merge_outcomes(runs: Sequence[RunResult], table: Mapping[str, str] | None) -> dict[str, str] | None:
@@ -407,7 +434,7 @@ def simulate(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Poli
     return SimulationReport(
         policies=summarize(chosen, runs, table),
         runs=runs,
-        errors=[per_journal[0].error for per_journal in results if per_journal and per_journal[0].error],
+        errors=journal_errors(runs),
         outcomes_without_journal=sorted(set(table) - stems) if table is not None else [],
         runs_without_outcome=sorted(stems - set(table)) if table is not None else [],
     )
