@@ -474,6 +474,29 @@ def test_spent_units_that_would_pass_the_largest_exact_integer_are_a_limit_not_i
         case.close()
 
 
+def test_a_grant_is_refused_when_initial_and_granted_units_together_would_pass_the_largest_exact_integer(package):
+    """What an account may hold is bounded by its initial and granted units together, whatever it
+    spent: the refusal says so and how much more can be granted (it said the account would hold
+    more than 2**53-1 units when it would hold less)."""
+    from ledger import BudgetConfig
+
+    case = Case.create(package, "BUG-1")
+    try:
+        case.open_revision([{"statement": "a"}], units_per_hypothesis=2**53 - 1)
+        case.transition("INVESTIGATING_HYPOTHESES")
+        budget = case.budget(BudgetConfig.from_mapping({"default_action_cost": 1000}))
+        budget.initialize()
+        budget.reserve("H1", "q0", "x.y")
+        with pytest.raises(LedgerError) as caught:
+            budget.grant("H1", 1000, "controller", "to fill the account", "g1")
+        assert caught.value.code == LIMIT_REACHED and caught.value.details["limit"] == "granted_units"
+        assert caught.value.message == (f"H1's initial and granted units together would pass 2**53-1 ({2**53 - 1} "
+                                        "initial + 0 granted + 1000), whatever it has spent: at most 0 more can be "
+                                        "granted")
+    finally:
+        case.close()
+
+
 def test_source_refs_store_the_file_hash_and_symlinks_inside_are_ordinary(budget, case):
     import hashlib
 

@@ -648,9 +648,10 @@ def test_closing_while_another_process_holds_a_read_snapshot_succeeds_within_the
         writer = Case.open(path, analysis_config=AnalysisConfig(storage={"busy_timeout_ms": 200}))
         head = writer.budget().reserve("H1", "q-0001", "source.read_context").seq
         started = time.monotonic()
-        with pytest.warns(CheckpointWarning, match="another connection is reading an older snapshot"):
+        with pytest.warns(CheckpointWarning, match="another connection is reading an older snapshot") as warned:
             writer.close()  # the checkpoint cannot truncate past the reader: close must still succeed
         closing = time.monotonic() - started
+        assert [w.filename for w in warned] == [__file__]  # the caller's close(), not a line of the ledger
         assert closing < 0.2 + 1.0, f"close took {closing:.3f} s with busy_timeout_ms = 200"
         assert wal.stat().st_size > 0
         reader = _finish_single(process, release, queue)

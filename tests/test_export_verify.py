@@ -1384,6 +1384,8 @@ def test_a_flipped_bit_in_an_index_entry_fails_verify_with_what_sqlite_names(exp
             verify_case(exported, strict=strict)
         assert caught.value.code == INTEGRITY_ERROR and caught.value.details["check"] == "integrity_check"
         assert "missing from index sqlite_autoindex_reservations_1" in caught.value.message
+        assert caught.value.message.endswith("(a copy made by cp while a writer was at work can be torn so: copy a "
+                                             "live case's ledger with sqlite3's .backup)")
     ran = run_cli("verify", str(exported))
     assert ran.returncode == 1 and b"error: INTEGRITY_ERROR: SQLite's integrity_check" in ran.stderr
     assert b"missing from index sqlite_autoindex_reservations_1" in ran.stderr and b"Traceback" not in ran.stderr

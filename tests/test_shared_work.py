@@ -283,3 +283,4 @@ def test_a_program_read_from_standard_input_runs_its_work_alone_with_one_warning
     assert (done.returncode, done.stdout) == (0, "100\n")
     assert "Traceback" not in done.stderr and done.stderr.count("RuntimeWarning") == 1
     assert "'<stdin>' is no file to import it from" in done.stderr
+    assert done.stderr.startswith("<stdin>:5: RuntimeWarning: ")  # the program's own call, not a line of the ledger

@@ -232,6 +232,29 @@ def _as_other_user(folder: Path) -> list[str]:
     return prefix
 
 
+def test_side_files_left_read_only_by_a_read_of_a_read_only_ledger_do_not_stop_its_next_writer(tmp_path):
+    """A reader of a ledger made read-only (chmod a-w) left -wal and -shm read-only, as SQLite copies
+    the ledger's modes; once the ledger was writable again every write was STORAGE_ERROR ("attempt
+    to write a readonly database") until the -shm was made writable by hand."""
+    case = Case.create(tmp_path / "c", "RO-1")
+    case.close()
+    ledger = tmp_path / "c" / "ledger.sqlite"
+    for suffix in ("-wal", "-shm"):  # as the read left them (an empty -shm is set up afresh by SQLite)
+        Path(f"{ledger}{suffix}").write_bytes(b"")
+        os.chmod(f"{ledger}{suffix}", 0o444)
+    if os.geteuid() == 0 and shutil.which("setpriv"):  # as the owner without root's override of modes
+        opened = subprocess.run(["setpriv", "--inh-caps=-all", "--bounding-set=-all", sys.executable, "-m",
+                                 "ledger_cli", "revision", "open", str(tmp_path / "c"), "--hypothesis", "x"],
+                                capture_output=True, text=True)
+        assert opened.returncode == 0, opened.stderr
+    else:
+        with Case.open(tmp_path / "c") as again:
+            again.open_revision([{"statement": "x"}])
+    assert not os.path.exists(f"{ledger}-wal")  # the writer's close folded them away, as always
+    with Case.open(tmp_path / "c") as again:
+        assert again.status()["analysis_revision"] == 1
+
+
 def test_a_read_only_mount_with_shm_and_an_empty_wal_is_read_as_an_immutable_snapshot(budget, case):
     """Read-only locations: reads work whatever -shm/lock files lie there; writes are STORAGE_ERROR."""
     budget.reserve("H1", "q1", "source.read_context")

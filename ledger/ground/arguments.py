@@ -7,6 +7,7 @@ import functools
 import inspect
 import os
 import re
+import sys
 from collections.abc import Iterable, Mapping
 from typing import Any, Callable
 
@@ -147,6 +148,17 @@ _SCALARS = frozenset({str, int, float, bool, type(None)})
 
 #: How deep :func:`plain_data` looks: past the deepest JSON any check accepts (64 levels).
 PLAIN_DEPTH_MAX = 66
+
+
+def caller_stacklevel() -> int:
+    """The ``stacklevel`` for ``warnings.warn``, called by the function that warns, that names the
+    first caller outside case-ledger (the user's line, past :func:`plain_arguments`' wrappers and
+    the ledger's own calls), not a line of the ledger."""
+    package = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "")
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def plain_arguments(function: Callable[..., Any]) -> Callable[..., Any]:

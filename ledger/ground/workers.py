@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Sequence
 
 from . import interrupts
+from .arguments import caller_stacklevel
 from .errors import INVALID_ARGUMENT, LedgerError
 
 #: How long the calling process works alone before it starts worker processes: a worker's start
@@ -71,7 +72,7 @@ def _main_importable() -> bool:
         warnings.warn(f"case-ledger: this work runs in this process alone: a worker process starts by "
                       f"importing the program again, and {path!r} is no file to import it from (a program "
                       "read from standard input, or removed); run it from a file to use more processes",
-                      RuntimeWarning, stacklevel=3)
+                      RuntimeWarning, stacklevel=caller_stacklevel())
     return False
 
 

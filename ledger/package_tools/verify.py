@@ -272,8 +272,9 @@ def _sqlite_check(conn: sqlite3.Connection, check: str) -> None:
     if found != ["ok"]:
         found = [line for row in found for line in row.splitlines() if line and not line.startswith("*** in database")]
         shown = "; ".join(found[:5]) + (f"; … {len(found) - 5} more" if len(found) > 5 else "")
-        raise LedgerError(E.INTEGRITY_ERROR, f"SQLite's {check} of ledger.sqlite reports the file damaged: {shown}",
-                          seq=None, check=check, problems=found)
+        raise LedgerError(E.INTEGRITY_ERROR, f"SQLite's {check} of ledger.sqlite reports the file damaged: {shown} "
+                          "(a copy made by cp while a writer was at work can be torn so: copy a live case's ledger "
+                          "with sqlite3's .backup)", seq=None, check=check, problems=found)
 
 
 def _changed_under_us(ledger: Path) -> LedgerError:

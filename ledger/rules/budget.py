@@ -427,8 +427,11 @@ def grant(view: LedgerView, request: Mapping[str, Any], context: Context) -> Dra
     check_budget_room(view, context.limits, ctx.accounts)
     account = dict(ctx.accounts[h])
     if account["granted_units"] + account["initial_units"] + request["units"] > SAFE_INTEGER_MAX:
-        raise LedgerError(E.LIMIT_REACHED, f"{h} would hold more than 2**53-1 units", hypothesis_id=h,
-                          limit="granted_units")
+        most = SAFE_INTEGER_MAX - account["granted_units"] - account["initial_units"]
+        raise LedgerError(E.LIMIT_REACHED, (
+            f"{h}'s initial and granted units together would pass 2**53-1 ({account['initial_units']} initial + "
+            f"{account['granted_units']} granted + {request['units']}), whatever it has spent: at most {most} more "
+            "can be granted"), hypothesis_id=h, limit="granted_units")
     account["granted_units"] += request["units"]
     account["remaining_units"] = _remaining(account)
     grant_fields = {k: request[k] for k in ("hypothesis_id", "grant_id", "units", "issuer", "reason")}

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from ..ground.arguments import plain_public_arguments
+from ..ground.arguments import caller_stacklevel, plain_public_arguments
 from ..ground import errors as E
 from ..storage.sqlfiles import migration_record_problem, statement
 from ..ground.canonical import check_int
@@ -293,7 +293,7 @@ class Case(CaseFacade):
             reader.close()
         incomplete = self.storage.close()
         if incomplete is not None:
-            warnings.warn(incomplete, CheckpointWarning, stacklevel=2)
+            warnings.warn(incomplete, CheckpointWarning, stacklevel=caller_stacklevel())
         return incomplete
 
     def __enter__(self) -> "Case":

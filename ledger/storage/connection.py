@@ -32,7 +32,7 @@ from ..ground.errors import LedgerError
 from .writer_lock import WriterLock, fork_count
 from .sqlite_file import (LOCK_SUFFIX, TRANSACTION_CONTROL, WAL_RESTART_BYTES, EventRow, HelperRow, connect_path,
                           connect_uri, immutable_snapshot, probe_file, wal_bytes, file_uri, readable_uri,
-                          SQLITE_ERRORS, sqlite_error, translate_sqlite_errors)
+                          SQLITE_ERRORS, sqlite_error, translate_sqlite_errors, writable_side_files)
 from ..ground.paths import os_error
 from .transaction import Batch, Write
 
@@ -142,6 +142,7 @@ class Storage:
         On a read-only location the ledger opens as an immutable snapshot
         (:func:`readable_uri`): reads work, writes are ``STORAGE_ERROR``.
         """
+        writable_side_files(path)
         conn = connect_path(path, "rw")
         try:
             if immutable_snapshot(path):

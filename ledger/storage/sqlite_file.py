@@ -303,6 +303,23 @@ def log_path(path: Path | str, suffix: str) -> str:
     return f"{os.path.realpath(path)}{suffix}"
 
 
+def writable_side_files(path: Path) -> None:
+    """Give the owner's write permission back to the ``-wal`` and ``-shm`` of a ledger this user may
+    write, where this user owns them and it lacks: a read of the ledger while it was read-only
+    (``chmod a-w``) made them read-only, SQLite copying the ledger's modes, and a ``-shm`` left so
+    refused every write once the ledger was writable again (docs/files.md)."""
+    if not os.access(path, os.W_OK):
+        return
+    for suffix in ("-wal", "-shm"):
+        side = log_path(path, suffix)
+        try:
+            info = os.stat(side)
+            if info.st_uid == os.geteuid() and not info.st_mode & stat.S_IWUSR:
+                os.chmod(side, stat.S_IMODE(info.st_mode) | stat.S_IWUSR)
+        except OSError:  # none there, or not this user's to change: SQLite says what it refuses
+            pass
+
+
 def log_files_exist(path: Path) -> bool:
     """Whether ``-wal`` or ``-shm`` lies where SQLite keeps them for ``path`` (:func:`log_path`; a
     reader that finds none made them)."""
