@@ -73,7 +73,8 @@ def test_an_integer_of_any_number_of_digits_past_the_safe_range_is_refused_namin
             parse_json(text.encode() if as_bytes else text)
         assert caught.value.code == INVALID_JSON
         assert caught.value.message == (f"integer {(sign + '9' * digits)[:40]} at $.a[1].units is outside "
-                                        "±(2**53-1); send a larger number as a string")
+                                        "±(2**53-1); a field that takes a number (units, costs, limits) takes none "
+                                        "larger; in free-form data (evidence) send a larger number as a string")
 
 
 def test_a_large_integer_in_a_where_value_is_pointed_to_the_integer_form_the_lookup_takes():

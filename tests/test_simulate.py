@@ -19,7 +19,7 @@ from ledger.simulation.replay import parse_journal, replay_run
 from ledger.simulation.simulator import Policy, policy_from_mapping
 from ledger_cli.main import main, main as cli_main
 from ledger.ground.errors import INVALID_ARGUMENT
-from conftest import EXAMPLE_BUDGET, REPO
+from conftest import EXAMPLE_BUDGET, REPO, read_only_mount
 
 
 from ledger import frontier, load_policy, plot_frontier, plot_tradeoff
@@ -1175,3 +1175,18 @@ def test_per_run_lines_to_standard_output_redirected_to_a_file_follow_the_table(
     lines = target.read_text().splitlines()
     assert lines[0].startswith("policy example  (policy_sha256 ") and lines[1].startswith("outcome ")
     assert json.loads(lines[-1])["run"] == "django__django-11206" and len(lines) == 5
+
+
+def test_an_output_file_on_a_read_only_file_system_is_refused_saying_so(tmp_path):
+    """It was refused as "permission denied", which sent the user to chmod."""
+    from ledger.simulation.output_files import check_output_file
+
+    (tmp_path / "out").mkdir()
+    folder, undo = read_only_mount(tmp_path / "out")
+    try:
+        with pytest.raises(LedgerError) as caught:
+            check_output_file(folder / "runs.jsonl", "--per-run")
+    finally:
+        undo()
+    assert caught.value.code == "INVALID_ARGUMENT"
+    assert caught.value.message == f"--per-run {folder / 'runs.jsonl'}: cannot write there (the file system is read-only)"

@@ -275,7 +275,12 @@ def _larger_integer_hint(where: str) -> str:
     as ``{"integer": "<digits>"}`` (docs/evidence.md), which compares equal to the stored integer."""
     if _WHERE_VALUE.search(where):
         return 'send a larger number in a where value as {"integer": "<decimal digits>"}'
-    return "send a larger number as a string"
+    return LARGER_NUMBER_HINT
+
+
+#: Where a value outside ±(2**53-1) cannot be sent as it is (the largest integer JSON carries exactly).
+LARGER_NUMBER_HINT = ("a field that takes a number (units, costs, limits) takes none larger; in free-form data "
+                      "(evidence) send a larger number as a string")
 
 
 def _float_problem(text: str) -> Callable[[str], str] | None:

@@ -28,7 +28,9 @@ def check_output_file(path: str | os.PathLike[str], option: str) -> Path:
     if not folder.is_dir():
         raise LedgerError(E.INVALID_ARGUMENT, f"{option} {target}: the folder {folder} does not exist")
     if not os.access(folder, os.W_OK | os.X_OK) or (target.exists() and not os.access(target, os.W_OK)):
-        raise LedgerError(E.INVALID_ARGUMENT, f"{option} {target}: cannot write there (permission denied)")
+        read_only = bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+        raise LedgerError(E.INVALID_ARGUMENT, f"{option} {target}: cannot write there "
+                          f"({'the file system is read-only' if read_only else 'permission denied'})")
     return target
 
 
