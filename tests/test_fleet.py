@@ -760,6 +760,24 @@ def test_a_missing_or_unreadable_file_of_a_recorded_case_is_integrity_error_in_a
         assert fleet_query(copy, "SELECT count(DISTINCT case_id) FROM actions")[1] == [(len(ids),)]
 
 
+@pytest.mark.parametrize("linked", ["table", "partition", "file"])
+def test_a_folder_or_file_of_an_export_replaced_by_a_link_is_integrity_error_naming_it(fleet, tmp_path, linked):
+    """DuckDB reads nothing outside the export, so a query of that table said "query refused:
+    Permission Error"; the export itself refuses such a link, and a query now names it."""
+    _, out, ids = fleet
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    partition = next(p for p in sorted((copy / "scope_usage").iterdir()) if p.name.startswith("case_id="))
+    replaced = {"table": copy / "scope_usage", "partition": partition, "file": partition / "data.parquet"}[linked]
+    shutil.move(replaced, tmp_path / "elsewhere")
+    replaced.symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(LedgerError) as caught:
+        fleet_query(copy, "SELECT count(*) FROM scope_usage")
+    assert caught.value.code == "INTEGRITY_ERROR" and caught.value.message.startswith(
+        f"{copy / 'scope_usage'}: {replaced} is a symbolic link, which a fleet export never makes")
+    assert fleet_query(copy, "SELECT count(DISTINCT case_id) FROM events")[1] == [(len(ids),)]
+
+
 def test_lists_structs_and_maps_come_back_with_their_values_converted(fleet):
     _, out, _ = fleet
     query = ("SELECT list(DISTINCT CAST(reserved_at AS DATE)) AS d, [1.5::DECIMAL(4, 2)] AS n, "

@@ -64,7 +64,14 @@ def _fleet_connection(out: Path) -> tuple[Any, dict[str, LedgerError]]:
     recorded = _recorded_partitions(out)
     for table in TABLES:
         lost = next((name for name in recorded if not (out / table / name / DATA_FILE).is_file()), None)
-        if lost is not None:  # the record is written after the files: a file removed since (no view)
+        linked = next((path for path in (out / table, *(out / table / name for name in recorded),
+                                         *(out / table / name / DATA_FILE for name in recorded))
+                       if os.path.islink(path)), None)
+        if linked is not None:  # DuckDB reads nothing outside the export: it said "Permission Error"
+            broken[table] = LedgerError(E.INTEGRITY_ERROR, f"{out / table}: {linked} is a symbolic link, which a "
+                                        "fleet export never makes (a query reads only the export's own files); "
+                                        "export the fleet again into a new folder", path=str(out / table))
+        elif lost is not None:  # the record is written after the files: a file removed since (no view)
             broken[table] = LedgerError(E.INTEGRITY_ERROR, f"{out / table}: {out / table / lost / DATA_FILE} is missing, "
                                         "though the export records that case; export the fleet again into a new "
                                         "folder", path=str(out / table))
