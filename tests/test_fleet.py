@@ -1141,6 +1141,29 @@ def test_a_publish_cut_short_leaves_the_case_out_of_fleet_sql_until_an_export_pu
     assert export_fleet([tmp_path / "c"], out).unchanged == 1
 
 
+def test_two_first_exports_into_one_new_folder_both_take_it_as_a_fleet_export(tmp_path, monkeypatch):
+    """The second saw the folder the first had just begun (_fleet, not yet marked) and refused it as
+    "not a fleet export and not an empty folder"; it now waits for the mark a little while."""
+    from ledger.package_tools import fleet_folder
+
+    out = tmp_path / "out"
+    (out / "_fleet").mkdir(parents=True)  # as the first export left it a moment before its mark
+    marking = threading.Timer(0.3, lambda: (out / "_fleet" / "format.json").write_text(
+        json.dumps({"format": "fleet-export-v1", "tables": list(TABLES)}) + "\n"))
+    marking.start()
+    try:
+        assert fleet_folder.check_out(out, create=True) == out
+    finally:
+        marking.join()
+    stray = tmp_path / "stray"
+    (stray / "_fleet").mkdir(parents=True)  # never marked: refused once the wait is over
+    monkeypatch.setattr(fleet_folder, "MARKING_WAIT_S", 0.2)
+    with pytest.raises(LedgerError) as caught:
+        fleet_folder.check_out(stray, create=True)
+    assert caught.value.message == f"{stray} is not a fleet export (no _fleet/format.json) and not an empty folder, " \
+                                   "so nothing is exported into it"
+
+
 @pytest.mark.parametrize("damage", ['["x"]', '"text"', "null", '{"head_seq": "abc"}', "not json", ""])
 def test_a_damaged_record_of_a_case_has_the_case_exported_again(tmp_path, damage):
     """A case's record in OUT/_fleet/cases that is not the object the export writes (other JSON, a

@@ -13,19 +13,15 @@ each table a view across all cases. Both need DuckDB, the optional extra ``fleet
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
-import errno
 import fcntl
 import importlib
 import importlib.util
 import json
 import os
-import re
 import shutil
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable
 
 from ..ground import errors as E, interrupts
 from .atomic_files import fsync_dir, remove_abandoned_builds, write_atomic
@@ -35,22 +31,18 @@ from ..services.case import missing_ledger
 from ..ground.errors import LedgerError, first_few
 from ..model.package import (BUILD_FOLDER_LEFT_OUT, DEAD_LINK_LEFT_OUT, LEDGER_FILE, dead_link, is_build_folder,
                              is_case_package, once_each, refuse_output_in_package, second_paths)
-from ..ground.paths import fs_path, os_error, refuse_link_to_nothing, require_utf8
+from ..ground.paths import fs_path, os_error
 from ..ground.workers import interrupts_blocked, job_count, parent_gone, shutdown_pool, watch_parent, worker_context
 from ..storage.connection import Storage
 from ..storage.readonly import open_readonly
 from ..storage.sqlite_file import log_files_exist, no_case_yet, release_log, translate_sqlite_errors
 from .anchors import anchor_or_none
+from .fleet_folder import (ASIDE, DATA_FILE, FORMAT, META_DIR, TABLES, check_out, locked_file, meta_dir, refuse_link,
+                           refuse_links_inside)
 from .verify import verify_then_read
 
-FORMAT = "fleet-export-v1"
-#: The exported tables, in the order they are written: the chain, then the public views.
-TABLES = ("events", "actions", "balances", "evidence", "scope_usage", "case_status")
 #: What ``fleet_head`` reads, as the report and the case's record name it.
 HEAD_KEYS = ("case_id", "package_id", "head_seq", "head_sha256")
-DATA_FILE = "data.parquet"
-META_DIR = "_fleet"  # Spark, Trino and DuckDB readers of OUT/TABLE never look here
-ASIDE = ".publishing"  # a case's record while its files are replaced (:func:`_publish`)
 
 #: Explicit Parquet types of the known columns (every other column is typed by :func:`column_type`).
 INTEGER_COLUMNS = frozenset({
@@ -120,93 +112,6 @@ def sql_literal(text: str) -> str:
 
 def sql_identifier(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
-
-
-# -- the export folder ------------------------------------------------------------------
-
-#: Characters DuckDB's file patterns give a meaning to.
-_GLOB = re.compile(r"[*?\[\]{}]")
-
-
-def meta_dir(out: Path) -> Path:
-    return out / META_DIR
-
-
-def check_out(out: Path, *, create: bool) -> Path:
-    """``out`` as a fleet export: absent or empty (made one when ``create``), or one already.
-    Anything else is ``INVALID_ARGUMENT`` (so a wrong path never fills a folder with files), as is
-    a path holding a glob character (``*?[]{}``: the tables are read with a pattern under it) or
-    one that is not UTF-8 text (DuckDB takes paths as text)."""
-    require_utf8(out, "a fleet export's path must be UTF-8 text (DuckDB reads its tables by a path given as "
-                      "text); choose another folder")
-    if _GLOB.search(str(out.absolute())):
-        raise LedgerError(E.INVALID_ARGUMENT, f"{out}: a fleet export's path may not hold *, ?, [, ], {{ or }} (its "
-                          "tables are read with a file pattern under it); choose another folder")
-    if create:
-        refuse_output_in_package(out, "the fleet folder (--to, out= in Python)")
-        refuse_link_to_nothing(out, "the fleet folder, --to")
-        _refuse_inside_export(out)
-    marker = meta_dir(out) / "format.json"
-    try:
-        if marker.is_file():
-            recorded = json.loads(marker.read_text(encoding="utf-8"))
-            found = recorded.get("format") if isinstance(recorded, dict) else recorded
-            if found != FORMAT:
-                raise LedgerError(E.INVALID_ARGUMENT, f"{out} holds a fleet export in format {found!r}, not {FORMAT}")
-            return out
-        if out.exists() and (not out.is_dir() or any(out.iterdir())):
-            raise LedgerError(E.INVALID_ARGUMENT, f"{out} is not a fleet export (no {META_DIR}/format.json)" + (
-                " and not an empty folder, so nothing is exported into it" if create else
-                "; run 'ledger fleet export' into an empty folder first"))
-        if not create:
-            raise LedgerError(E.INVALID_ARGUMENT, f"{out} holds no fleet export; run 'ledger fleet export'")
-        (meta_dir(out) / "cases").mkdir(parents=True, exist_ok=True)
-        (meta_dir(out) / "tmp").mkdir(exist_ok=True)
-        write_atomic(marker, json.dumps({"format": FORMAT, "tables": list(TABLES)}).encode() + b"\n")
-        fsync_dir(marker.parent)
-    except OSError as exc:
-        raise os_error(exc, f"cannot use {out} as a fleet export") from None
-    except ValueError:
-        raise LedgerError(E.INVALID_ARGUMENT, f"{marker} is not valid JSON") from None
-    return out
-
-
-def _refuse_inside_export(out: Path) -> None:
-    """``INVALID_ARGUMENT`` when ``out`` lies inside another fleet export (a folder above it holds
-    ``_fleet/format.json``): its files would be read as rows of that export's tables by a reader of
-    ``OUTER/TABLE`` (pyarrow, Spark), under a case id made of a folder name."""
-    for folder in Path(os.path.abspath(out)).parents:
-        if (meta_dir(folder) / "format.json").is_file():
-            raise LedgerError(E.INVALID_ARGUMENT, f"{out} is inside the fleet export {folder}: readers of its tables "
-                              "would read this one's files as rows of theirs; export to a folder outside it")
-
-
-@contextlib.contextmanager
-def locked_file(path: Path, mode: int) -> Iterator[None]:
-    """Hold ``flock(mode)`` on ``path``, a regular file of the export (made if missing and writable). A
-    shared lock on a read-only copy of an export that cannot hold one is not taken (nobody writes it,
-    so nothing to wait for); a lock file that is a link or no regular file is ``INVALID_ARGUMENT``:
-    locking through it would write elsewhere, or hang on a pipe."""
-    flags = (os.O_RDWR | os.O_CREAT if mode == fcntl.LOCK_EX else os.O_RDONLY) | os.O_NOFOLLOW | os.O_NONBLOCK
-    try:
-        fd = os.open(path, flags, 0o666)
-    except OSError as exc:
-        if mode == fcntl.LOCK_SH and exc.errno in (errno.ENOENT, errno.EACCES, errno.EROFS):
-            yield
-            return
-        if exc.errno == errno.ELOOP:
-            raise LedgerError(E.INVALID_ARGUMENT, f"{path} is a symbolic link: a fleet export locks only its own "
-                              "files, never through a link; export into a new folder", path=str(path)) from None
-        raise os_error(exc, f"cannot lock {path}") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise LedgerError(E.INVALID_ARGUMENT, f"{path} is no regular file: a fleet export's lock files are its own; "
-                          "export into a new folder", path=str(path))
-    try:
-        fcntl.flock(fd, mode)
-        yield
-    finally:
-        os.close(fd)
 
 
 # -- finding the cases ------------------------------------------------------------------
@@ -451,7 +356,7 @@ def _publish(build: Path, out: Path, name: str, record: bytes) -> None:
     targets = [out / table / name for table in TABLES]
     for target in targets:
         target.mkdir(parents=True, exist_ok=True)
-        _refuse_link(out, target.parent, target)
+        refuse_link(out, target.parent, target)
         refuse_output_in_package(target, "the fleet folder (--to, out= in Python)")  # a case package someone put in the export's place
     record_path = meta_dir(out) / "cases" / f"{name}.json"
     with locked_file(meta_dir(out) / "lock", fcntl.LOCK_EX):
@@ -466,27 +371,6 @@ def _publish(build: Path, out: Path, name: str, record: bytes) -> None:
         write_atomic(record_path, record)
         fsync_dir(record_path.parent)
         record_path.with_suffix(ASIDE).unlink(missing_ok=True)
-
-
-def _refuse_link(out: Path, *folders: Path) -> None:
-    """``INVALID_ARGUMENT`` naming the first of ``folders`` (inside the export ``out``) that is a
-    symbolic link: the export writes only its own folders, never through a link to elsewhere
-    (a case package's ``analysis/``, say)."""
-    for folder in folders:
-        if os.path.islink(folder):
-            raise LedgerError(E.INVALID_ARGUMENT, f"{folder} is a symbolic link: a fleet export writes only in its own "
-                              f"folders, never through a link; export into a new folder", path=str(folder))
-
-
-def _refuse_links_inside(out: Path) -> None:
-    """:func:`_refuse_link` for every folder of the export ``out`` that it writes in: ``_fleet`` and its
-    ``cases`` and ``tmp``, each table's folder and each case's partition folder in it."""
-    _refuse_link(out, meta_dir(out), meta_dir(out) / "cases", meta_dir(out) / "tmp")
-    for table in TABLES:
-        _refuse_link(out, out / table)
-        if (out / table).is_dir():
-            with os.scandir(out / table) as entries:
-                _refuse_link(out, *(Path(entry.path) for entry in entries if entry.is_symlink()))
 
 
 # -- exporting a fleet ------------------------------------------------------------------
@@ -554,7 +438,7 @@ def export_fleet(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike
     duckdb_module()
     cases = find_cases(paths)
     target = check_out(fs_path(out, "the fleet folder (--to, out= in Python)"), create=True).absolute()
-    _refuse_links_inside(target)
+    refuse_links_inside(target)
     remove_abandoned_builds(meta_dir(target) / "tmp", ".build-")
     report = FleetReport(str(out))
     pool = None

@@ -21,7 +21,8 @@ from ..ground.canonical import check_int
 from ..ground.errors import LedgerError
 from ..ground.paths import fs_path
 from ..storage.sqlfiles import queries
-from .fleet import DATA_FILE, TABLES, check_out, duckdb_module, locked_file, meta_dir, sql_identifier, sql_literal
+from .fleet import duckdb_module, sql_identifier, sql_literal
+from .fleet_folder import DATA_FILE, TABLES, check_out, locked_file, meta_dir
 
 def _plain(value: Any) -> Any:
     """A DuckDB value as the other commands print values: times as RFC 3339 text, exact decimals,

@@ -1,0 +1,151 @@
+"""A fleet export's folder (docs/fleet.md, "Layout"): what it holds, the mark that makes a folder
+one, its locks, and the links it never writes through. :mod:`ledger.package_tools.fleet` writes
+it and :mod:`ledger.package_tools.fleet_query` reads it."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import re
+import stat
+import time
+from pathlib import Path
+from typing import Iterator
+
+from ..ground import errors as E
+from ..ground.errors import LedgerError
+from ..ground.paths import os_error, refuse_link_to_nothing, require_utf8
+from ..model.package import refuse_output_in_package
+from .atomic_files import fsync_dir, write_atomic
+
+FORMAT = "fleet-export-v1"
+#: The exported tables, in the order they are written: the chain, then the public views.
+TABLES = ("events", "actions", "balances", "evidence", "scope_usage", "case_status")
+DATA_FILE = "data.parquet"
+META_DIR = "_fleet"  # Spark, Trino and DuckDB readers of OUT/TABLE never look here
+ASIDE = ".publishing"  # a case's record while its files are replaced (fleet's publish)
+
+#: Characters DuckDB's file patterns give a meaning to.
+_GLOB = re.compile(r"[*?\[\]{}]")
+
+
+def meta_dir(out: Path) -> Path:
+    return out / META_DIR
+
+
+def check_out(out: Path, *, create: bool) -> Path:
+    """``out`` as a fleet export: absent or empty (made one when ``create``), or one already.
+    Anything else is ``INVALID_ARGUMENT`` (so a wrong path never fills a folder with files), as is
+    a path holding a glob character (``*?[]{}``: the tables are read with a pattern under it) or
+    one that is not UTF-8 text (DuckDB takes paths as text)."""
+    require_utf8(out, "a fleet export's path must be UTF-8 text (DuckDB reads its tables by a path given as "
+                      "text); choose another folder")
+    if _GLOB.search(str(out.absolute())):
+        raise LedgerError(E.INVALID_ARGUMENT, f"{out}: a fleet export's path may not hold *, ?, [, ], {{ or }} (its "
+                          "tables are read with a file pattern under it); choose another folder")
+    if create:
+        refuse_output_in_package(out, "the fleet folder (--to, out= in Python)")
+        refuse_link_to_nothing(out, "the fleet folder, --to")
+        _refuse_inside_export(out)
+    marker = meta_dir(out) / "format.json"
+    try:
+        if marker.is_file():
+            recorded = json.loads(marker.read_text(encoding="utf-8"))
+            found = recorded.get("format") if isinstance(recorded, dict) else recorded
+            if found != FORMAT:
+                raise LedgerError(E.INVALID_ARGUMENT, f"{out} holds a fleet export in format {found!r}, not {FORMAT}")
+            return out
+        if out.exists() and (not out.is_dir() or any(out.iterdir())) and not (create and _made_meanwhile(out)):
+            raise LedgerError(E.INVALID_ARGUMENT, f"{out} is not a fleet export (no {META_DIR}/format.json)" + (
+                " and not an empty folder, so nothing is exported into it" if create else
+                "; run 'ledger fleet export' into an empty folder first"))
+        if not create:
+            raise LedgerError(E.INVALID_ARGUMENT, f"{out} holds no fleet export; run 'ledger fleet export'")
+        (meta_dir(out) / "cases").mkdir(parents=True, exist_ok=True)
+        (meta_dir(out) / "tmp").mkdir(exist_ok=True)
+        write_atomic(marker, json.dumps({"format": FORMAT, "tables": list(TABLES)}).encode() + b"\n")
+        fsync_dir(marker.parent)
+    except OSError as exc:
+        raise os_error(exc, f"cannot use {out} as a fleet export") from None
+    except ValueError:
+        raise LedgerError(E.INVALID_ARGUMENT, f"{marker} is not valid JSON") from None
+    return out
+
+
+#: How long an export waits for another export that began the same new folder to mark it one.
+MARKING_WAIT_S = 5.0
+
+
+def _made_meanwhile(out: Path) -> bool:
+    """Whether another export began ``out`` while this one looked (it holds ``_fleet`` alone) and
+    marked it a fleet export within :data:`MARKING_WAIT_S` (two first exports into one new folder)."""
+    deadline = time.monotonic() + MARKING_WAIT_S
+    while [entry.name for entry in os.scandir(out)] == [META_DIR]:
+        if (meta_dir(out) / "format.json").is_file():
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return False
+
+
+def _refuse_inside_export(out: Path) -> None:
+    """``INVALID_ARGUMENT`` when ``out`` lies inside another fleet export (a folder above it holds
+    ``_fleet/format.json``): its files would be read as rows of that export's tables by a reader of
+    ``OUTER/TABLE`` (pyarrow, Spark), under a case id made of a folder name."""
+    for folder in Path(os.path.abspath(out)).parents:
+        if (meta_dir(folder) / "format.json").is_file():
+            raise LedgerError(E.INVALID_ARGUMENT, f"{out} is inside the fleet export {folder}: readers of its tables "
+                              "would read this one's files as rows of theirs; export to a folder outside it")
+
+
+@contextlib.contextmanager
+def locked_file(path: Path, mode: int) -> Iterator[None]:
+    """Hold ``flock(mode)`` on ``path``, a regular file of the export (made if missing and writable). A
+    shared lock on a read-only copy of an export that cannot hold one is not taken (nobody writes it,
+    so nothing to wait for); a lock file that is a link or no regular file is ``INVALID_ARGUMENT``:
+    locking through it would write elsewhere, or hang on a pipe."""
+    flags = (os.O_RDWR | os.O_CREAT if mode == fcntl.LOCK_EX else os.O_RDONLY) | os.O_NOFOLLOW | os.O_NONBLOCK
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as exc:
+        if mode == fcntl.LOCK_SH and exc.errno in (errno.ENOENT, errno.EACCES, errno.EROFS):
+            yield
+            return
+        if exc.errno == errno.ELOOP:
+            raise LedgerError(E.INVALID_ARGUMENT, f"{path} is a symbolic link: a fleet export locks only its own "
+                              "files, never through a link; export into a new folder", path=str(path)) from None
+        raise os_error(exc, f"cannot lock {path}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise LedgerError(E.INVALID_ARGUMENT, f"{path} is no regular file: a fleet export's lock files are its own; "
+                          "export into a new folder", path=str(path))
+    try:
+        fcntl.flock(fd, mode)
+        yield
+    finally:
+        os.close(fd)
+
+
+def refuse_link(out: Path, *folders: Path) -> None:
+    """``INVALID_ARGUMENT`` naming the first of ``folders`` (inside the export ``out``) that is a
+    symbolic link: the export writes only its own folders, never through a link to elsewhere
+    (a case package's ``analysis/``, say)."""
+    for folder in folders:
+        if os.path.islink(folder):
+            raise LedgerError(E.INVALID_ARGUMENT, f"{folder} is a symbolic link: a fleet export writes only in its own "
+                              f"folders, never through a link; export into a new folder", path=str(folder))
+
+
+def refuse_links_inside(out: Path) -> None:
+    """:func:`refuse_link` for every folder of the export ``out`` that it writes in: ``_fleet`` and its
+    ``cases`` and ``tmp``, each table's folder and each case's partition folder in it."""
+    refuse_link(out, meta_dir(out), meta_dir(out) / "cases", meta_dir(out) / "tmp")
+    for table in TABLES:
+        refuse_link(out, out / table)
+        if (out / table).is_dir():
+            with os.scandir(out / table) as entries:
+                refuse_link(out, *(Path(entry.path) for entry in entries if entry.is_symlink()))
