@@ -93,13 +93,25 @@ def _report_warnings(caught: list[warnings.WarningMessage]) -> None:
             warnings.showwarning(item.message, item.category, item.filename, item.lineno)
 
 
+def _show_usage_error(exc: click.UsageError) -> None:
+    """Print a usage error as click does; a stderr that refuses it (full, closed) still leaves the
+    command's status 2, the status of a usage error (it was 1, from the failed write)."""
+    try:
+        exc.show()
+    except OSError:
+        pass
+
+
 class UsageGroup(click.Group):
     """A command group that, called with no arguments, prints its help on stderr and exits 2 (usage)
     on every click version (click 8.1 exits 0 there, 8.2 and later exit 2)."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if not args and self.no_args_is_help and not ctx.resilient_parsing:
-            click.echo(ctx.get_help(), err=True, color=ctx.color)  # where click 8.2+ prints it
+            try:
+                click.echo(ctx.get_help(), err=True, color=ctx.color)  # where click 8.2+ prints it
+            except OSError:  # stderr full or closed: the status still says it was a usage error
+                pass
             ctx.exit(2)
         return super().parse_args(ctx, args)
 
@@ -123,6 +135,9 @@ class LedgerGroup(UsageGroup):
         except UnicodeError as exc:  # a global option path with no file-system name
             click.echo(f"error: INVALID_ARGUMENT: an argument cannot name a file: {exc}", err=True)
             sys.exit(1)
+        except click.UsageError as exc:  # a global option or command name mistyped
+            _show_usage_error(exc)
+            sys.exit(exc.exit_code)
         except OSError as exc:  # --help or --version into a full or closed stdout
             _output_failed(exc, "nothing was run")
             sys.exit(1)
@@ -151,11 +166,13 @@ class LedgerGroup(UsageGroup):
                 ctx.exit(interrupts.exit_status())
             click.echo(f"error: {exc.code}: {one_line(exc.message)}{_locale_hint(exc.message)}", err=True)
             ctx.exit(exc.exit_code)
-        except click.NoSuchOption as exc:  # `ledger budget reserve … --config F`: say where it goes
-            if exc.option_name in {opt for param in ctx.command.params if not param.is_eager for opt in param.opts}:
+        except click.UsageError as exc:
+            if isinstance(exc, click.NoSuchOption) and exc.option_name in {  # `ledger budget reserve … --config F`
+                    opt for param in ctx.command.params if not param.is_eager for opt in param.opts}:
                 exc.message = (f"{exc.message.rstrip('.')} here: it is a global option, given before the "
                                f"command (ledger {exc.option_name} … COMMAND …).")
-            raise
+            _show_usage_error(exc)
+            ctx.exit(exc.exit_code)
         except OutputError as exc:
             _output_failed(exc.cause, exc.done)
             ctx.exit(1)

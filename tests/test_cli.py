@@ -424,6 +424,19 @@ def test_reading_from_a_closed_standard_input_is_an_error_line(case):
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("args", [["init"], ["nosuch"], ["--nosuch"], ["budget"], ["budget", "reserve"],
+                                  ["verify", "--jobs", "x", "."], ["budget", "reserve", ".", "--config", "x"]])
+def test_a_usage_error_exits_2_even_when_stderr_cannot_take_its_message(args):
+    """A full stderr made the message's write fail, and the command exit 1 as a refusal would."""
+    for stderr in ("full", "closed"):
+        with open("/dev/full", "wb") as full:
+            result = subprocess.run([sys.executable, "-m", "ledger_cli", *args], stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=full if stderr == "full" else None,
+                                    preexec_fn=(lambda: os.close(2)) if stderr == "closed" else None)
+        assert (result.returncode, result.stdout) == (2, b""), (stderr, result)
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
 def test_a_result_that_cannot_be_printed_is_an_output_error_and_the_operation_stays_committed(budget, case):
     case.close()
     with open("/dev/full", "wb") as full:
