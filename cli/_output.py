@@ -40,17 +40,20 @@ class OutputError(Exception):
 def echo(text: str = "", nl: bool = True) -> None:
     """``click.echo`` to standard output; an ``OSError`` there becomes :class:`OutputError`, so it
     is never mistaken for a refusal of the command's input. A character the output's encoding
-    cannot carry (an emoji on a Latin-1 terminal) is printed escaped (``\\ud83d\\ude00``)."""
+    cannot carry (an emoji on a Latin-1 terminal) is printed escaped (``\\ud83d\\ude00``). Text is
+    written as it is: the human formats escape control characters before they get here, and
+    CSV and TSV carry values verbatim, which click, writing to a file or pipe, would strip of
+    anything like a terminal escape (``ESC[31m``)."""
     if len(text) > ECHO_CHUNK_CHARS:  # one large write to a pipe its reader closed can lose its tail
         for start in range(0, len(text), ECHO_CHUNK_CHARS):  # without an error: a later chunk reports it
             echo(text[start:start + ECHO_CHUNK_CHARS], nl=False)
         echo("", nl=nl)
         return
     try:
-        try:
-            click.echo(text, nl=nl)
+        try:  # color=True: never strip what reads like a terminal escape (a CSV value is kept verbatim)
+            click.echo(text, nl=nl, color=True)
         except UnicodeEncodeError:
-            click.echo(encodable(text, click.get_text_stream("stdout")), nl=nl)
+            click.echo(encodable(text, click.get_text_stream("stdout")), nl=nl, color=True)
     except OSError as exc:
         raise OutputError(exc) from exc
 
@@ -183,6 +186,15 @@ def _cell(value: Any) -> Any:
     return value
 
 
+class _Rows(io.StringIO):
+    """Where the CSV writer writes, a row per ``write``: its rows end in ``\\n``. The writer ends them
+    in ``\\r\\n``, which makes it quote a value holding a lone carriage return as well as one holding
+    a newline (with ``\\n`` alone it wrote ``a\\rb`` unquoted, which every CSV reader splits in two)."""
+
+    def write(self, row: str) -> int:
+        return super().write(row[:-2] + "\n")
+
+
 def emit_rows(rows: Iterable[Mapping[str, Any]], columns: Sequence[str] | None, fmt: str) -> None:
     """Print ``rows`` in format ``fmt`` (one of :data:`FORMATS`). ``columns`` None takes the
     first row's keys. Only ``table`` collects the rows (to size its columns)."""
@@ -199,8 +211,8 @@ def emit_rows(rows: Iterable[Mapping[str, Any]], columns: Sequence[str] | None, 
         for row in stream:
             echo(dumps({k: _plain(v) for k, v in dict(row).items()}))
     elif fmt in ("csv", "tsv"):
-        buffer = io.StringIO()
-        writer = csv.writer(buffer, lineterminator="\n", delimiter="," if fmt == "csv" else "\t")
+        buffer = _Rows()
+        writer = csv.writer(buffer, lineterminator="\r\n", delimiter="," if fmt == "csv" else "\t")
         writer.writerow(names)
         for row in stream:
             writer.writerow([_cell(row[n]) for n in names])

@@ -154,6 +154,7 @@ def test_strict_fails_a_case_whose_export_is_not_current(four_cases):
     assert report.failed == 2 and report.cases[0]["error"]["code"] == INTEGRITY_ERROR
     assert report.cases[0]["error"]["message"] == ("the case was never exported (no manifest.json) (--strict); "
                                                    "run 'ledger export'")
+    assert [case["report"]["ok"] for case in report.cases] == [False, False]  # said true: never ok under --strict
 
 
 @pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it

@@ -5,6 +5,7 @@ how its result is printed."""
 
 from __future__ import annotations
 
+import io
 import json
 import unicodedata
 from pathlib import Path
@@ -58,6 +59,19 @@ def test_control_characters_and_terminal_escapes_are_shown_escaped_in_human_outp
     assert _raw_controls(done.stdout) == [] and _raw_controls(done.stderr) == []
     if args[0] in ("balances", "actions", "sql") and "body" not in args[-1]:
         assert "\\x1b]52;c;ZXZpbA==\\x07" in done.stdout and "\\x9b31m" in done.stdout
+
+
+@pytest.mark.parametrize("fmt, delimiter", [("--csv", ","), ("--tsv", "\t")])
+def test_csv_and_tsv_carry_values_verbatim_terminal_escapes_included_into_a_pipe(hostile_case, fmt, delimiter):
+    """Into a file or a pipe, click stripped every ESC[…] sequence from the values (clear-screen, a
+    colour), so the same command wrote other data there than on a terminal."""
+    import csv as csv_module
+
+    done = run_cli("sql", str(hostile_case), "SELECT statement, terminal_reason FROM balances ORDER BY hypothesis_id",
+                   fmt)
+    assert done.returncode == 0, done.stderr
+    rows = list(csv_module.reader(io.StringIO(done.stdout.decode(), newline=""), delimiter=delimiter))
+    assert rows[1:] == [[HOSTILE, ""], ["plain", HOSTILE]]
 
 
 @pytest.mark.parametrize("args", [["balances", "{c}", "--json"], ["actions", "{c}", "--nl"], ["events", "{c}", "--json"],

@@ -138,7 +138,7 @@ def _verify_one(task: tuple[Path, bool, int]) -> Outcome:
         return _failed(case, os_error(exc, f"cannot read {case}"))
     failure = report.strict_failure() if strict else None
     if failure is not None:
-        return {"case": str(case), "ok": False, "report": report.to_dict(),
+        return {"case": str(case), "ok": False, "report": {**report.to_dict(), "ok": False},  # not ok under --strict
                 "error": {"code": failure.code, "message": failure.message}}
     return {"case": str(case), "ok": True, "report": report.to_dict()}
 
