@@ -691,3 +691,38 @@ def test_an_input_its_importer_may_read_only_as_another_user_is_copied_with_its_
         assert (shared / "copy" / "data" / "other.txt").stat().st_mode & 0o777 == 0o004
     finally:
         shutil.rmtree(shared, ignore_errors=True)
+
+
+@pytest.mark.parametrize("swapped, into", [("sources/app.py", "link"), ("sources/app.py", "fifo"),
+                                           ("analysis/case/events/00000002.json", "link"),
+                                           ("analysis/case/events/00000002.json", "fifo"),
+                                           ("manifest.json", "link")])
+def test_a_file_swapped_for_a_link_or_pipe_after_it_was_checked_is_never_read_through_it(exported, tmp_path,
+                                                                                        monkeypatch, swapped, into):
+    """The walk checks every file with lstat, and import read them again by name: a file swapped
+    meanwhile for a link to a file outside the package had that file's bytes copied into the new
+    case, and one swapped for a pipe hung the import for ever."""
+    import signal
+
+    secret = tmp_path / "secret.txt"
+    secret.write_text("outside the package\n")
+    walk = importer._walk_regular
+
+    def walk_then_swap(root):
+        yield from walk(root)
+        (root / swapped).unlink()
+        if into == "link":
+            (root / swapped).symlink_to(secret)
+        else:
+            os.mkfifo(root / swapped)
+    monkeypatch.setattr(importer, "_walk_regular", walk_then_swap)
+    previous = signal.signal(signal.SIGALRM, lambda *_: pytest.fail("the import waits on the pipe"))
+    signal.alarm(60)
+    try:
+        with pytest.raises(LedgerError) as caught:
+            import_tree(exported, tmp_path / "new")
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert caught.value.code in (INVALID_ARGUMENT, INTEGRITY_ERROR, "STORAGE_ERROR"), caught.value
+    assert not (tmp_path / "new").exists()

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from pathlib import Path
+from typing import BinaryIO
 
 from .errors import INVALID_ARGUMENT, STORAGE_ERROR, LedgerError
 
@@ -78,12 +80,11 @@ def read_bytes(path: Path, what: str, limit: int | None = None) -> bytes:
     """The bytes of the file ``path`` (``what`` names it in a message), or with ``limit`` its first
     ``limit`` bytes at most (a caller that bounds a file reads ``bound + 1`` and compares);
     ``STORAGE_ERROR`` when the file system refuses the read (no permission, I/O error): a file
-    this user may not read is not a file that differs, and never makes a history look edited."""
+    this user may not read is not a file that differs, and never makes a history look edited. A
+    package's file: read only as the regular file it was looked at as (:func:`open_regular`)."""
     try:
-        if limit is not None:
-            with open(path, "rb") as file:
-                return file.read(limit)
-        return Path(path).read_bytes()
+        with open_regular(path) as file:
+            return file.read(limit) if limit is not None else file.read()
     except OSError as exc:
         raise os_error(exc, f"cannot read {what}", STORAGE_ERROR) from None
 
@@ -94,11 +95,25 @@ def read_bytes(path: Path, what: str, limit: int | None = None) -> bytes:
 EXPORT_FILE_BYTES_MAX = 1024 ** 3
 
 
+def open_regular(path: Path) -> BinaryIO:
+    """The regular file ``path`` of a package, opened to read: never through a symbolic link
+    (``ELOOP``), never waiting on a pipe, and refused (``EINVAL``) unless what was opened is a
+    regular file. A package's files are checked before they are read; this keeps one swapped for a
+    link (to a file outside the package) or a pipe in between from being read or blocking."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    file = open(fd, "rb")
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        file.close()
+        raise OSError(errno.EINVAL, "no regular file now (it changed since it was looked at)", str(path))
+    return file
+
+
 def bytes_at_most(path: Path, most: int) -> bytes | None:
-    """The bytes of the file ``path``, or None when it holds more than ``most``: its size is looked
-    at before anything is read, and at most ``most + 1`` bytes are read (a file growing meanwhile),
-    so a huge or sparse file is never read whole. ``OSError`` as ``open`` raises it."""
-    with open(path, "rb") as file:
+    """The bytes of the regular file ``path`` (:func:`open_regular`), or None when it holds more
+    than ``most``: its size is looked at before anything is read, and at most ``most + 1`` bytes are
+    read (a file growing meanwhile), so a huge or sparse file is never read whole. ``OSError`` as
+    ``open`` raises it."""
+    with open_regular(path) as file:
         size = os.fstat(file.fileno()).st_size
         if size > most:
             return None

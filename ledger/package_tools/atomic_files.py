@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
 from ..ground.errors import STORAGE_ERROR
-from ..ground.paths import os_error, read_bytes
+from ..ground.paths import open_regular, os_error, read_bytes
 from ..model.package import EXPORT_TEMP_PREFIX
 
 
@@ -216,7 +216,8 @@ def _same_bytes_by_name(path: Path, data: bytes, refused: str | None) -> bool:
     if refused is not None:
         return read_bytes(path, refused) == data
     try:
-        return path.read_bytes() == data
+        with open_regular(path) as file:
+            return file.read() == data
     except OSError:
         return False
 

@@ -34,7 +34,7 @@ from ..model.package import (ANALYSIS_DIR, EVENT_FILE_RE, EVIDENCE_EVENT_FILE_RE
                              check_export_tree, content_path, event_path, folder_in_place, is_ledger_own, input_identity,
                              printable_name, refuse_build_folder_name, refuse_output_in_package, refuse_own_links,
                              walk_package)
-from ..ground.paths import EXPORT_FILE_BYTES_MAX, fs_path, os_error, read_bytes_at_most
+from ..ground.paths import EXPORT_FILE_BYTES_MAX, fs_path, open_regular, os_error, read_bytes_at_most
 from .replay import PackageSource, Replayer
 from ..storage.connection import Storage
 from ..storage.sqlite_file import LOCK_SUFFIX, EventRow, HelperRow
@@ -175,20 +175,37 @@ def _copy_inputs(files: dict[str, Path], build_dir: Path) -> None:
     """Copy the package's inputs into ``build_dir``, each file and folder durable (fsynced) before the
     new package is renamed into place: a crash after the import reported never leaves an input empty."""
     build_dir.mkdir(parents=True)
-    copied: list[tuple[Path, Path]] = []
+    copied: list[tuple[int, Path]] = []
     for relative, full in files.items():
         if is_ledger_own(PurePosixPath(relative)):
             continue
         target = build_dir / relative
         target.parent.mkdir(parents=True, exist_ok=True)
-        os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-        os.chmod(target, 0o600)  # whatever the umask: it is opened again to be synced
-        shutil.copyfile(full, target)
-        copied.append((full, target))
+        copied.append((_copy_input(full, target), target))
     fsync_files(target for _, target in copied)  # after every copy: the first fsync commits for all
-    for full, target in copied:
-        shutil.copymode(full, target)  # an executable or read-only input stays so (once synced)
+    for mode, target in copied:
+        os.chmod(target, mode)  # an executable or read-only input stays so (once synced)
     fsync_folders(build_dir, {build_dir, *(target.parent for _, target in copied)})
+
+
+def _copy_input(source: Path, target: Path) -> int:
+    """Copy the input ``source`` into the new file ``target`` (mode 0600 whatever the umask: it is
+    opened again to be synced); ``source``'s mode is returned. Read only as the regular file the walk
+    found (:func:`~ledger.ground.paths.open_regular`: never a link or pipe put in its place since);
+    an ``OSError`` of the copy names both files."""
+    with open_regular(source) as file:
+        info = os.fstat(file.fileno())
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            os.fchmod(fd, 0o600)
+            offset = 0
+            while sent := os.sendfile(fd, file.fileno(), offset, 1 << 24):
+                offset += sent
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, str(source), None, str(target)) from None
+        finally:
+            os.close(fd)
+    return stat.S_IMODE(info.st_mode)
 
 
 def _rebuild(building: Path, build_dir: Path, files: dict[str, Path], manifest: dict[str, Any],

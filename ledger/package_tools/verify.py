@@ -33,7 +33,7 @@ from .manifest import check_manifest, export_statement, read_manifest
 from ..model.package import (EVENT_FILE_RE, LEDGER_FILE, check_export_tree, check_package_names,
     content_path, event_path, export_tree_files, missing_words, refuse_own_links, refuse_stray_logs, well_placed)
 from ..ground.clock import utc_now
-from ..ground.paths import EXPORT_FILE_BYTES_MAX, bytes_at_most, fs_path, os_error
+from ..ground.paths import EXPORT_FILE_BYTES_MAX, bytes_at_most, fs_path, open_regular, os_error
 from .anchors import check_anchored_events, check_anchors
 from .verify_rows import HELPER_TABLES, compare_rows
 from .replay import PackageSource, Replayer
@@ -588,7 +588,7 @@ def _forks(path: str, data: bytes, seq: int) -> bool:
     another event ``seq`` with the same parent: the same history up to ``seq - 1``, another after
     (the same event in other bytes, reformatted, is no other history)."""
     try:
-        with open(path, "rb") as opened:
+        with open_regular(Path(path)) as opened:
             exported = json.loads(opened.read(len(data) * 4 + 65_536))
         ours = json.loads(data)
     except (OSError, ValueError, RecursionError):
