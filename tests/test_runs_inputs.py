@@ -552,6 +552,14 @@ def test_an_empty_command_is_no_step_in_any_trajectory_format_and_a_bad_steps_li
      "61 characters elided\n</elided_chars>\n<output_tail>\nt1\n</output_tail>", ["h1", "h2", "t1"]),
     ("<returncode>0</returncode>\n<output>\na.py\n", ["<returncode>0</returncode>", "<output>", "a.py"]),  # no end
     ("a.py\n<output>\n", ["a.py", "<output>"]),  # no wrapper: every line
+    # a timeout or error: its <exception> first (the wrapper's lines were counted as atoms)
+    ("<exception>Command 'ls' timed out\nafter 60 seconds</exception>\n<returncode>-1</returncode>\n<output>\n</output>",
+     ["Command 'ls' timed out", "after 60 seconds"]),
+    # the mini command's observation, a JSON object (its braces and keys were atoms, the output one line)
+    ('{\n  "returncode": 0,\n  "output": "alpha\\nbeta\\n"\n}', ["alpha", "beta"]),
+    ('{"returncode": 1, "output_head": "h1\\nh2", "output_tail": "t1", "elided_chars": 9, "warning": "Output too long.",'
+     ' "exception_info": "boom"}', ["boom", "h1", "h2", "t1"]),
+    ('{"returncode": "0", "output": "x"}', ['{"returncode": "0", "output": "x"}']),  # not the mini command's
 ])
 def test_the_atoms_of_a_wrapped_observation_are_its_output_lines_and_of_any_other_all_its_lines(tmp_path, observation,
                                                                                                 atom_lines):
@@ -560,3 +568,14 @@ def test_the_atoms_of_a_wrapped_observation_are_its_output_lines_and_of_any_othe
     [evidence] = evidence_of(journal(tmp_path / "out" / "r.jsonl"))
     assert evidence["atoms"] == sorted({hashlib.sha256(line.encode()).hexdigest()[:16] for line in atom_lines})
     assert evidence["observation_bytes"] == len(observation.encode())  # the hash and size: the whole observation
+
+
+@pytest.mark.parametrize("observation, code", [
+    ("<exception>timed out</exception>\n<returncode>-1</returncode>\n<output>\n</output>", -1),
+    ('{\n  "returncode": 2,\n  "output": "no such file\\n"\n}', 2),
+])
+def test_the_exit_code_of_an_observation_after_an_exception_or_in_json_is_read(tmp_path, observation, code):
+    messages = [{"role": "assistant", "content": "```bash\nls\n```"}, {"role": "user", "content": observation}]
+    import_runs([_write(tmp_path / "r.traj.json", {"messages": messages})], tmp_path / "out")
+    [evidence] = evidence_of(journal(tmp_path / "out" / "r.jsonl"))
+    assert evidence["exit_code"] == code

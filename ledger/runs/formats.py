@@ -16,7 +16,7 @@ from ..ground.canonical import SAFE_INTEGER_MAX
 _FENCE = re.compile(r"```(?:bash|mswea_bash_command)\s*\n(.*?)\n```", re.S)
 #: A mini-swe-agent observation's exit code: longer runs of digits are past any exact JSON integer
 #: (and Python would refuse to read one of thousands of digits), so they give none.
-_RETURNCODE = re.compile(r"\A\s*<returncode>(-?[0-9]{1,20})</returncode>")
+_RETURNCODE = re.compile(r"\A\s*(?:<exception>.*?</exception>\s*)?<returncode>(-?[0-9]{1,20})</returncode>", re.S)
 
 
 @dataclass(frozen=True)
@@ -30,31 +30,65 @@ class Step:
     output: str | None = None
 
 
-#: mini-swe-agent's wrapper of an observation: its exit code first, then the output whole, or for a
-#: long one a warning, its head, how much was elided and its tail.
-_WRAPPER_START = re.compile(r"\A\s*<returncode>-?[0-9]{1,20}</returncode>\s*")
+#: mini-swe-agent's wrapper of an observation: what went wrong running it, if anything (a timeout),
+#: its exit code, then the output whole, or for a long one a warning, its head, how much was elided
+#: and its tail.
+_WRAPPER_START = re.compile(r"\A\s*(?:<exception>(?P<exception>.*?)</exception>\s*)?<returncode>-?[0-9]{1,20}"
+                            r"</returncode>\s*", re.S)
 _ELIDED = re.compile(r"</output_head>\s*<elided_chars>\s*[0-9]+ characters elided\s*</elided_chars>\s*<output_tail>\n?")
 
 
 def wrapped_output(text: str) -> str | None:
-    """The output a mini-swe-agent observation wraps (``<returncode>N</returncode>`` then
+    """The output a mini-swe-agent observation wraps, else None: ``<returncode>N</returncode>`` then
     ``<output>…</output>``, or ``<warning>…</warning>`` then ``<output_head>…</output_head>``,
-    ``<elided_chars>…</elided_chars>`` and ``<output_tail>…</output_tail>``: head and tail), else
-    None. Its lines are what the tool printed, so novelty over atoms counts them, not the
-    wrapper's own lines, which every step repeats (docs/runs.md). Linear in the text."""
+    ``<elided_chars>…</elided_chars>`` and ``<output_tail>…</output_tail>`` (head and tail), after
+    an ``<exception>…</exception>`` when running it went wrong; or the same as a JSON object (the
+    ``mini`` command's: ``returncode``, ``output`` or ``output_head`` and ``output_tail``,
+    ``exception_info``). Its lines are what the tool printed (and the exception's), so novelty over
+    atoms counts them, not the wrapper's own lines, which every step repeats (docs/runs.md)."""
     start = _WRAPPER_START.match(text)
     if start is None:
-        return None
+        return _json_output(text)
+    exception = f"{start['exception'].strip()}\n" if start["exception"] else ""
     body = text[start.end():].rstrip()  # the wrapped part, from the tag after the return code
     if body.startswith("<output>") and body.endswith("</output>"):
-        return body.removeprefix("<output>").removesuffix("</output>").removeprefix("\n")
+        return exception + body.removeprefix("<output>").removesuffix("</output>").removeprefix("\n")
     warned = body.find("</warning>") if body.startswith("<warning>") else -1
     head = body.find("<output_head>", warned) if warned >= 0 else -1
     elided = _ELIDED.search(body, head) if head >= 0 else None
     if elided is None or not body.endswith("</output_tail>"):
         return None
     tail = body[elided.end():].removesuffix("</output_tail>")
-    return body[head + len("<output_head>"):elided.start()].removeprefix("\n") + "\n" + tail
+    return exception + body[head + len("<output_head>"):elided.start()].removeprefix("\n") + "\n" + tail
+
+
+def _json_observation(text: str) -> dict[str, Any] | None:
+    """The ``mini`` command's JSON observation (an object with an integer ``returncode``), else None."""
+    if not text.lstrip().startswith("{"):
+        return None
+    try:
+        wrapped = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return wrapped if isinstance(wrapped, dict) and type(wrapped.get("returncode")) is int else None
+
+
+def _json_returncode(text: str) -> int | None:
+    wrapped = _json_observation(text)
+    return None if wrapped is None else wrapped["returncode"]
+
+
+def _json_output(text: str) -> str | None:
+    """The output of the ``mini`` command's JSON observation (:func:`wrapped_output`), else None."""
+    wrapped = _json_observation(text)
+    if wrapped is None:
+        return None
+    exception = wrapped.get("exception_info")
+    exception = f"{exception.strip()}\n" if isinstance(exception, str) and exception.strip() else ""
+    if isinstance(wrapped.get("output"), str):
+        return exception + wrapped["output"]
+    head, tail = wrapped.get("output_head"), wrapped.get("output_tail")
+    return exception + head + "\n" + tail if isinstance(head, str) and isinstance(tail, str) else None
 
 
 class FormatError(Exception):
@@ -82,9 +116,10 @@ def _returncode(message: Mapping[str, Any], text: str) -> int | None:
     extra = message.get("extra")
     if isinstance(extra, Mapping) and type(extra.get("returncode")) is int:
         code = extra["returncode"]
+    elif found := _RETURNCODE.match(text):
+        code = int(found.group(1))
     else:
-        found = _RETURNCODE.match(text)
-        code = int(found.group(1)) if found else None
+        code = _json_returncode(text)
     return code if code is None or abs(code) <= SAFE_INTEGER_MAX else None
 
 
