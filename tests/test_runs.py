@@ -915,3 +915,28 @@ def test_the_limits_note_compares_with_the_analysis_config_given(tmp_path):
     done = CliRunner().invoke(main, ["--analysis-config", str(config), "runs", "import", str(steps),
                                      "--out", str(tmp_path / "cli")])
     assert done.exit_code == 0 and "note:" not in done.stderr
+
+
+@pytest.mark.parametrize("command, expected", [
+    ("str_replace_editor view /testbed/a.py", ("source.read_context", "/testbed/a.py")),
+    ("str_replace_editor view /testbed/a.py --view_range 1 40", ("source.read_context", "/testbed/a.py")),
+    ("str_replace_editor str_replace /testbed/a.py --old_str x --new_str y", ("test.automated", None)),
+    ("str_replace_editor create /testbed/t.py --file_text x", ("test.automated", None)),
+    ("open src/marshmallow/fields.py 1474", ("source.read_context", "src/marshmallow/fields.py")),
+    ("cat a.py b.py", ("source.read_context", None)),
+])
+def test_swe_agents_file_viewer_reads_and_its_line_numbers_are_no_paths(command, expected):
+    """SWE-agent 1.x reads files with str_replace_editor view, which was the default action (its
+    edits share the program); open FILE LINE had no target, its line number taken for a second path."""
+    from ledger.runs.actions import classify
+
+    assert classify(command) == expected
+
+
+def test_an_actions_file_may_name_a_program_with_its_subcommand(tmp_path):
+    from ledger.runs.actions import ActionMap, classify
+
+    (tmp_path / "a.toml").write_text('[[rules]]\naction = "source.edit"\nprograms = ["str_replace_editor str_replace"]\n')
+    mapping = ActionMap.load(tmp_path / "a.toml")
+    assert classify("str_replace_editor str_replace a.py", mapping) == ("source.edit", "a.py")
+    assert classify("str_replace_editor view a.py", mapping) == ("test.automated", None)

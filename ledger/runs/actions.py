@@ -35,7 +35,7 @@ DEFAULT_ACTIONS: dict[str, Any] = {
                       "find_file", "search_dir", "search_file"]},
         {"action": "source.read_context",
          "programs": ["cat", "nl", "sed", "head", "tail", "less", "more", "bat", "open", "goto",
-                      "scroll_up", "scroll_down"]},
+                      "scroll_up", "scroll_down", "str_replace_editor view"]},
     ],
     "neutral": ["head", "tail", "sort", "uniq", "wc", "cut", "tr", "column", "xargs", "awk", "true"],
 }
@@ -50,6 +50,9 @@ _VALUE_OPTIONS = {
 }
 #: Programs whose first plain argument is a pattern or script, not a path (unless given by ``-e``/``-f``).
 _PATTERN_FIRST = frozenset({"grep", "egrep", "fgrep", "rg", "ag", "ack", "sed", "search_dir", "find_file"})
+#: Programs whose first plain argument is their one path, the rest line numbers (SWE-agent's ``open
+#: FILE LINE``, ``str_replace_editor view FILE --view_range 1 40``).
+_PATH_FIRST = frozenset({"open", "str_replace_editor view"})
 
 
 @dataclass(frozen=True)
@@ -154,7 +157,16 @@ def _paths(program: str, args: list[str]) -> list[str]:
         plain.append(arg)
     if program in _PATTERN_FIRST and not pattern_given:
         plain = plain[1:]
+    if program in _PATH_FIRST:
+        plain = plain[:1]
     return [p.rstrip("/") or "/" for p in plain if p not in (".", "./")]
+
+
+def _with_subcommand(words: list[str], known: set[str]) -> list[str]:
+    """A simple command whose program and first argument a rule names together (``str_replace_editor
+    view``, whose ``str_replace`` edits) as one program word, then the other arguments."""
+    compound = f"{words[0]} {words[1]}" if len(words) > 1 else ""
+    return [compound, *words[2:]] if compound in known else words
 
 
 def classify(command: str, mapping: ActionMap = DEFAULT_ACTION_MAP) -> tuple[str, str | None]:
@@ -162,7 +174,8 @@ def classify(command: str, mapping: ActionMap = DEFAULT_ACTION_MAP) -> tuple[str
     words = _words(command)
     if not words or any(w in ("<", ">", "(", ")") or w.startswith(("<", ">")) for w in words):
         return mapping.default, None  # writes a file, reads a here-document or opens a subshell
-    commands = _simple_commands(words)
+    known = set().union(*(m for _, m in mapping.rules)) | mapping.neutral
+    commands = [_with_subcommand(c, known) for c in _simple_commands(words)]
     programs = [c[0].rsplit("/", 1)[-1] if c[0].startswith("/") else c[0] for c in commands]
     if any((p == "sed" and any(a.startswith("-i") or a == "--in-place" for a in c[1:]))
            or (p == "find" and any(a in ("-delete", "-exec", "-execdir", "-ok", "-fprint") for a in c[1:]))
@@ -173,7 +186,6 @@ def classify(command: str, mapping: ActionMap = DEFAULT_ACTION_MAP) -> tuple[str
         if any(p in members for p in programs):
             action = name
             break
-    known = set().union(*(m for _, m in mapping.rules)) | mapping.neutral
     if action is None or not all(p in known for p in programs):
         return mapping.default, None
     targets: list[str] = []
