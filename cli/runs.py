@@ -77,7 +77,8 @@ def import_command(settings: Settings, paths: tuple[str, ...], out: str, fmt: st
              f"{first_names(extra)}")
     if summary.runs_without_steps:  # every turn skipped: say so, or simulate's run counts hide it
         empty = summary.runs_without_steps
-        warn(f"note: {len(empty)} run(s) have no step (every turn was skipped: the summary line says why): their "
+        warn(f"note: {len(empty)} run(s) have no step (no model turn at all, or every turn skipped, as the summary "
+             "line counts): their "
              f"journals hold no action, and simulate counts them as runs that spent nothing: {first_names(empty)}")
     given = settings.analysis_file
     for limit, runs in summary.over_default_limits.items():

@@ -881,7 +881,8 @@ def test_a_run_whose_every_turn_is_skipped_is_written_and_named_as_a_run_without
     done = CliRunner().invoke(main, ["runs", "import", str(tmp_path / "empty.traj"), str(tmp_path / "one.traj"),
                                      "--out", str(tmp_path / "cli")])
     assert done.exit_code == 0
-    assert done.stderr == ("note: 1 run(s) have no step (every turn was skipped: the summary line says why): their "
+    assert done.stderr == ("note: 1 run(s) have no step (no model turn at all, or every turn skipped, as the summary line "
+                           "counts): their "
                            "journals hold no action, and simulate counts them as runs that spent nothing: empty\n")
 
 

@@ -579,3 +579,14 @@ def test_the_exit_code_of_an_observation_after_an_exception_or_in_json_is_read(t
     import_runs([_write(tmp_path / "r.traj.json", {"messages": messages})], tmp_path / "out")
     [evidence] = evidence_of(journal(tmp_path / "out" / "r.jsonl"))
     assert evidence["exit_code"] == code
+
+
+def test_a_swe_agent_retry_run_imports_its_chosen_attempt_and_one_without_it_is_refused_naming_attempts(tmp_path):
+    chosen = {"trajectory": [{"action": "ls", "observation": "a.py"}, {"action": "cat a.py", "observation": "x"}]}
+    other = {"trajectory": [{"action": "pwd", "observation": "/"}]}
+    finished = _write(tmp_path / "done.traj", {"attempts": [other, chosen], **chosen})
+    unfinished = _write(tmp_path / "running.traj", {"attempts": [other]})
+    summary = import_runs([finished, unfinished], tmp_path / "out")
+    assert (summary.runs, summary.steps) == (1, 2)
+    [error] = summary.errors
+    assert error["reason"].startswith("a SWE-agent retry run's attempts without the trajectory of the attempt it chose")

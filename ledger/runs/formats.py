@@ -217,6 +217,9 @@ def mini_swe_agent_steps(data: Any) -> Iterator[Step | FormatError]:
     """Steps of a mini-swe-agent trajectory (a ``{"messages": [...]}`` object or a bare message list):
     text mode, tool-call mode and Responses API mode (docs/runs.md)."""
     messages = data.get("messages") if isinstance(data, Mapping) else data
+    if isinstance(data, Mapping) and isinstance(data.get("attempts"), list) and messages is None:
+        raise ValueError("a SWE-agent retry run's attempts without the trajectory of the attempt it chose (the "
+                         "top-level trajectory list it writes once the run ends): import a finished run")
     if not isinstance(messages, list):
         raise ValueError("no messages list: not a mini-swe-agent trajectory" + (
             " (nor a SWE-agent .traj: no trajectory list)" if isinstance(data, Mapping) else ""))
