@@ -10,7 +10,7 @@ import click
 
 from ledger import (LedgerError, ManyReport, VerifyReport, case_folders, export_case, export_many,
                     import_tree, verify_case, verify_many)
-from ledger.package_tools.export import export_count
+from ledger.package_tools.export import ExportReport, export_count
 from ledger.package_tools.manifest import read_manifest
 from ledger.package_tools.many import left_out
 from ledger.package_tools.anchors import parse_anchor
@@ -55,6 +55,12 @@ def _verify_notes(outcome: dict[str, Any]) -> list[str]:
     """What a verified case's report notes (a stale export, foreign objects…), as one case's verify prints it."""
     fields = {key: value for key, value in (outcome.get("report") or {}).items() if key != "ok"}
     return VerifyReport(**fields).notes() if fields else []
+
+
+def _export_notes(outcome: dict[str, Any]) -> list[str]:
+    """What an exported case's report notes (a stray file in analysis/), as one case's export prints it."""
+    fields = outcome.get("report") or {}
+    return ExportReport(**fields).notes() if fields else []
 
 
 def _events_to_verify(case: str) -> int:
@@ -106,14 +112,15 @@ def export(settings: Settings, cases: tuple[str, ...], as_json: bool, all_in: bo
     case = _single(cases, all_in, jobs)
     if case is None:
         _many(export_many, cases, all_in, jobs, as_json, "exported",
-              "{files_written} files written, {files_unchanged} unchanged", analysis_config=settings.analysis())
+              "{files_written} files written, {files_unchanged} unchanged", _export_notes,
+              analysis_config=settings.analysis())
         return
     with settings.open(case) as opened:
         with progress_bar(export_count(opened), "exporting") as bar:
             report = export_case(opened, progress=bar.update)
     emit_result(report.to_dict(), as_json,
                 [f"exported {case}: {report.files_written} files written, {report.files_unchanged} unchanged; "
-                 f"head seq {report.manifest['head']['seq']}"])
+                 f"head seq {report.manifest['head']['seq']}", *report.notes()])
 
 
 @click.command("import")

@@ -72,7 +72,9 @@ def test_an_integer_of_any_number_of_digits_past_the_safe_range_is_refused_namin
         with pytest.raises(LedgerError) as caught:
             parse_json(text.encode() if as_bytes else text)
         assert caught.value.code == INVALID_JSON
-        assert caught.value.message == (f"integer {(sign + '9' * digits)[:40]} at $.a[1].units is outside "
+        number = sign + "9" * digits  # shown whole up to 80 characters, else its start and end, the rest counted
+        shown = number if len(number) <= 80 else f"{number[:26]} … ({len(number) - 39} characters left out) … {number[-13:]}"
+        assert caught.value.message == (f"integer {shown} at $.a[1].units is outside "
                                         "±(2**53-1); a field that takes a number (units, costs, limits) takes none "
                                         "larger; in free-form data (evidence) send a larger number as a string")
 

@@ -1944,3 +1944,19 @@ def test_a_manifest_of_another_package_is_named_as_such_whatever_its_head(export
         assert (caught.value.code, caught.value.message) == (INTEGRITY_ERROR, (
             f"manifest.json is another package's: it names case {other_id} package {theirs['package_id']}, the ledger "
             f"case {ids[0]} package {ids[1]} (a manifest copied from another case's export)"))
+
+
+def test_an_export_says_which_stray_file_verify_and_import_will_refuse(exported):
+    """Export wrote nothing and reported success on a tree verify then failed for a file it never writes."""
+    (exported / "analysis" / "note.txt").write_text("mine\n")
+    with Case.open(exported) as case:
+        report = export_case(case)
+    assert report.stray == ("analysis/note.txt is not part of the export: the export writes no such file; move it "
+                            "out of analysis/")
+    done = run_cli("export", str(exported))
+    assert done.returncode == 0 and done.stdout.decode().splitlines()[1] == (
+        f"{report.stray}; verify and import refuse the package until it is moved out")
+    assert json.loads(run_cli("export", str(exported), "--json").stdout)["stray"] == report.stray
+    (exported / "analysis" / "note.txt").unlink()
+    with Case.open(exported) as case:
+        assert export_case(case).stray is None

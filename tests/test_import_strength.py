@@ -726,3 +726,20 @@ def test_a_file_swapped_for_a_link_or_pipe_after_it_was_checked_is_never_read_th
         signal.signal(signal.SIGALRM, previous)
     assert caught.value.code in (INVALID_ARGUMENT, INTEGRITY_ERROR, "STORAGE_ERROR"), caught.value
     assert not (tmp_path / "new").exists()
+
+
+def test_an_in_place_import_interrupted_before_its_verify_ends_leaves_no_ledger_and_runs_again(exported, monkeypatch):
+    """Ctrl-C during the final export or verify left the rebuilt ledger in place: the message said to
+    run the command again, which then refused the folder as holding a case (CASE_EXISTS)."""
+    for name in os.listdir(exported):
+        if name.startswith("ledger.sqlite") and not name.endswith("lock"):
+            os.unlink(exported / name)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(importer, "verify_case", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        import_tree(exported)
+    assert not [name for name in os.listdir(exported) if name.startswith("ledger.sqlite") and not name.endswith("lock")]
+    monkeypatch.undo()
+    assert import_tree(exported).head_seq == verify_case(exported).head_seq

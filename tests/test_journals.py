@@ -160,8 +160,22 @@ def test_read_lines_streams_and_counts_an_over_long_line_once(monkeypatch):
     data = b'{"a":1}\n' + b"y" * 30 + b"\nlast"
     consumed: list[int] = []
     lines = list(journal_module.read_lines(io.BytesIO(data), on_bytes=consumed.append))
-    assert lines == [b'{"a":1}', b"y" * 9, b"last"]
+    assert lines == [b'{"a":1}', b"y" * 10, b"last"]
     assert sum(consumed) == len(data)
+
+
+def test_a_line_at_the_limit_with_a_crlf_ending_is_within_it(monkeypatch):
+    """The \r of a CRLF ending is no part of the line: a line of exactly the limit was refused as
+    over-long with CRLF and accepted with LF."""
+    import io
+
+    import ledger.package_tools.journal as journal_module
+
+    monkeypatch.setattr(journal_module, "LINE_BYTES_MAX", 8)
+    data = b'{"a":12}\r\n{"a":12}\n{"a":123}\r\n{"a":1}\r\n'
+    lines = list(journal_module.read_lines(io.BytesIO(data)))
+    assert lines == [b'{"a":12}', b'{"a":12}', b'{"a":123}\r', b'{"a":1}']  # the third read to 2 bytes past
+    assert [len(line) > 8 for line in lines] == [False, False, True, False]  # parse_line refuses the third
 
 
 def test_a_long_first_line_fails_alone_and_stops_the_run(package, tmp_path):

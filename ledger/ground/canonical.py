@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 import rfc8785
 
-from .errors import INVALID_ARGUMENT, INVALID_JSON, LedgerError, describe_value, shown
+from .errors import INVALID_ARGUMENT, INVALID_JSON, LedgerError, describe_value, shortened, shown
 
 #: Largest magnitude an integer may have in canonical JSON: 2**53 - 1.
 SAFE_INTEGER_MAX = 2**53 - 1
@@ -262,7 +262,7 @@ def _int_problem(text: str) -> Callable[[str], str] | None:
     # one of thousands of digits
     if len(text) - text.startswith("-") <= 16 and -SAFE_INTEGER_MAX <= int(text) <= SAFE_INTEGER_MAX:
         return None
-    return lambda where: f"integer {text[:40]} at {where} is outside ±(2**53-1); {_larger_integer_hint(where)}"
+    return lambda where: f"integer {shortened(text, 80)} at {where} is outside ±(2**53-1); {_larger_integer_hint(where)}"
 
 
 #: A path into a lookup's ``where``: the tool arguments' own (``args.where.COLUMN``), or the arguments
@@ -286,12 +286,12 @@ LARGER_NUMBER_HINT = ("a field that takes a number (units, costs, limits) takes 
 def _float_problem(text: str) -> Callable[[str], str] | None:
     number = float(text)
     if not math.isfinite(number):  # 1e400 reads as infinity, which has no JSON form
-        return lambda where: f"number {text[:40]} at {where} is too large for a double (it would read as infinity)"
+        return lambda where: f"number {shortened(text, 80)} at {where} is too large for a double (it would read as infinity)"
     if _integral_out_of_range(number):
-        return lambda where: f"number {text[:40]} at {where} is an integer beyond ±(2**53-1)"
+        return lambda where: f"number {shortened(text, 80)} at {where} is an integer beyond ±(2**53-1)"
     if number == 0 and any(digit in "123456789" for digit in text.lower().split("e")[0]):
         # 1e-400 would silently become 0 (and then equal -0.0 as evidence)
-        return lambda where: f"number {text[:40]} at {where} is too small for a double: it would read as 0"
+        return lambda where: f"number {shortened(text, 80)} at {where} is too small for a double: it would read as 0"
     return None
 
 

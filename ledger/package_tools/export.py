@@ -29,7 +29,7 @@ from ..ground.errors import LedgerError
 from ..services.case import Case
 from .manifest import manifest_for, read_manifest
 from ..model.package import (ANALYSIS_DIR, CONTENT_FILE_RE, LEDGER_FILE, MANIFEST_FILE, check_package_names, content_path, is_export_temp,
-                      event_path, export_tree_files, refuse_own_links, well_placed)
+                      event_path, export_tree_files, refuse_own_links, well_placed, check_export_tree)
 from ..ground.paths import EXPORT_FILE_BYTES_MAX, bytes_at_most, os_error
 
 Progress = Callable[[int], None]
@@ -48,10 +48,17 @@ class ExportReport:
     files_written: int = 0
     files_unchanged: int = 0
     manifest: dict[str, Any] = field(default_factory=dict)
+    #: A file under ``analysis/`` that is no part of the export, as verify names it (None: none):
+    #: the export leaves it, and verify and import refuse the package until it is moved out.
+    stray: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"package_path": self.package_path, "files_written": self.files_written,
-                "files_unchanged": self.files_unchanged, "manifest": self.manifest}
+                "files_unchanged": self.files_unchanged, "manifest": self.manifest, "stray": self.stray}
+
+    def notes(self) -> list[str]:
+        """Lines for people about what the export left that verify and import refuse."""
+        return [f"{self.stray}; verify and import refuse the package until it is moved out"] if self.stray else []
 
 
 def _stale_temp_files(root: Path) -> Iterator[Path]:
@@ -96,8 +103,9 @@ def _export_files(conn: sqlite3.Connection) -> Iterator[tuple[str, bytes]]:
 
 
 def _files_to_write(root: Path, conn: sqlite3.Connection, manifest: dict[str, Any] | None, report: ExportReport,
-                    progress: Progress | None) -> tuple[set[str], int]:
-    """The files whose bytes differ from the ledger's (or are missing), each checked, and the head seq.
+                    progress: Progress | None) -> tuple[set[str], int, set[str]]:
+    """The files whose bytes differ from the ledger's (or are missing), each checked, the head seq,
+    and every file the export holds (its events' and contents' paths).
 
     ``INTEGRITY_ERROR``, before anything is written (docs/files.md, "Exported files"), when an event
     does not hash to its sha256, does not name the seq and parent the chain gives it, or goes to
@@ -140,6 +148,7 @@ def _files_to_write(root: Path, conn: sqlite3.Connection, manifest: dict[str, An
                        f"ledger ends at seq {head_seq} (truncated or rolled back since it was exported, or copied without "
                        "its ledger.sqlite-wal: if the export is the newer copy, 'ledger import' it into a new folder)")
     for sha, _seq, body in conn.execute(statement("contents_for_export")):
+        paths.add(content_path(sha))
         data = _stored_text(body, f"content {sha}")
         if _differs(root, content_path(sha), data, folders, to_write):
             if sha256_hex(data) != sha:
@@ -148,7 +157,7 @@ def _files_to_write(root: Path, conn: sqlite3.Connection, manifest: dict[str, An
             _unchanged(report, progress)
     for relative in sorted(to_write):
         _refuse_replacing_a_sound_file(root, relative, shas)
-    return to_write, head_seq
+    return to_write, head_seq, paths
 
 
 def _refuse_replacing_a_sound_file(root: Path, relative: str, shas: set[str]) -> None:
@@ -265,7 +274,7 @@ def _export_locked(case: Case, root: Path, progress: Progress | None) -> ExportR
     report = ExportReport(str(root))
     refuse_own_links(root)  # nothing is written, renamed or deleted through a link
     check_package_names(root)  # a package verify and import would refuse is not exported either
-    export_tree_files(root)  # no link or special file in analysis/
+    files = export_tree_files(root)  # no link or special file in analysis/
     for leftover in _stale_temp_files(root):
         discard(leftover)  # a folder of that name, or a file this user may not remove, stays: it is never read
     touched: set[Path] = set()
@@ -301,7 +310,8 @@ def _export_locked(case: Case, root: Path, progress: Progress | None) -> ExportR
             conn = case.storage.conn
             # first every file is compared and every one to write is checked, then they are written:
             # an exported file may be the one copy of an event's original bytes
-            to_write, head_seq = _files_to_write(root, conn, read_manifest_if_readable(root), report, progress)
+            to_write, head_seq, accounted = _files_to_write(root, conn, read_manifest_if_readable(root), report,
+                                                            progress)
             if to_write:
                 for relative, data in _export_files(conn):
                     if relative in to_write:
@@ -329,6 +339,10 @@ def _export_locked(case: Case, root: Path, progress: Progress | None) -> ExportR
             raise os_error(exc, f"cannot write the export under {root}", E.STORAGE_ERROR) from None
         raise
     report.manifest = manifest
+    try:  # what verify and import would refuse, said now rather than by them later
+        check_export_tree(files, accounted)
+    except LedgerError as exc:
+        report.stray = exc.message
     return report
 
 

@@ -419,6 +419,10 @@ def _import_tree(source: str | os.PathLike[str], to: str | os.PathLike[str] | No
             if exc.code == E.INTEGRITY_ERROR and in_place:  # what verify refuses is not kept
                 _discard(dest)
             raise
+        except KeyboardInterrupt:  # nor what was not verified yet: run again, the import starts afresh
+            if in_place:
+                _discard(dest)
+            raise
         if not in_place:
             _move_into_place(built, dest)
     except BaseException:
@@ -471,7 +475,7 @@ def _build(src: Path, dest: Path, in_place: bool, progress: Progress | None) -> 
 
 
 def _discard(dest: Path) -> None:
-    """Remove what an in-place import that the final verify refused placed: the rebuilt ledger and
-    its sidecar files (the export tree it came from stays)."""
+    """Remove what an in-place import placed that the final verify refused or an interrupt kept from
+    being verified: the rebuilt ledger and its sidecar files (the export tree it came from stays)."""
     for suffix in ("", "-wal", "-shm"):
         discard(dest / (LEDGER_FILE + suffix))

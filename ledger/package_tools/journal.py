@@ -100,10 +100,10 @@ def recorded_run_hint(name: str) -> str:
 
 
 def read_lines(stream: BinaryIO, on_bytes: Callable[[int], None] | None = None) -> Iterator[bytes]:
-    """The lines of a binary ``stream`` (without their ``\\n``), read one at a time, so memory
-    does not grow with the journal.
+    """The lines of a binary ``stream`` (without their ``\\n`` or ``\\r\\n``), read one at a time, so
+    memory does not grow with the journal.
 
-    A line longer than ``LINE_BYTES_MAX`` is read no further than one byte past the limit
+    A line longer than ``LINE_BYTES_MAX`` is read no further than two bytes past the limit
     (:func:`parse_line` refuses it with ``LIMIT_REACHED``) and yielded; the rest of it is skipped
     when the next line is asked for, so it still counts as one line. ``on_bytes`` is called with the bytes consumed (progress).
     ``INVALID_ARGUMENT`` when ``stream`` is not a binary file object (open it with ``"rb"``).
@@ -113,7 +113,7 @@ def read_lines(stream: BinaryIO, on_bytes: Callable[[int], None] | None = None) 
                           f"got {type(stream).__name__}")
     check_callback(on_bytes, "on_bytes")
     while True:
-        line = stream.readline(LINE_BYTES_MAX + 1)
+        line = stream.readline(LINE_BYTES_MAX + 2)  # room for a CRLF ending, which is no part of the line
         if not isinstance(line, bytes):
             raise LedgerError(E.INVALID_ARGUMENT, "stream must be opened in binary mode (open(path, 'rb')), "
                               f"it gave {type(line).__name__}")
@@ -121,8 +121,11 @@ def read_lines(stream: BinaryIO, on_bytes: Callable[[int], None] | None = None) 
             return
         if on_bytes is not None:
             on_bytes(len(line))
-        if line.endswith(b"\n") or len(line) <= LINE_BYTES_MAX:
-            yield line[:-1] if line.endswith(b"\n") else line
+        if line.endswith(b"\n"):
+            yield line[:-2] if line.endswith(b"\r\n") else line[:-1]
+            continue
+        if len(line) <= LINE_BYTES_MAX:
+            yield line
             continue
         yield line  # refused as over-long; its rest is skipped only if a next line is asked for, so a
         while True:  # caller stopping at this failure never reads an endless one (/dev/zero) to its end
