@@ -80,6 +80,11 @@ def import_command(settings: Settings, paths: tuple[str, ...], out: str, fmt: st
         warn(f"note: {len(empty)} run(s) have no step (no model turn at all, or every turn skipped, as the summary "
              "line counts): their "
              f"journals hold no action, and simulate counts them as runs that spent nothing: {first_names(empty)}")
+    if summary.runs_unmarked:  # a chat transcript reads as a mini-swe-agent run with a step or two
+        unmarked = summary.runs_unmarked
+        warn(f"note: {len(unmarked)} run(s) read as mini-swe-agent show none of its marks (no trajectory_format, "
+             "no observation in its <returncode> wrapper or with an exit code): check they are agent runs: "
+             f"{first_names(unmarked)}")
     given = settings.analysis_file
     for limit, runs in summary.over_default_limits.items():
         warn(f"note: {len(runs)} run(s) pass the analysis config's {'default ' if given is None else ''}{limit} "

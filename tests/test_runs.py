@@ -669,7 +669,7 @@ def test_cli_summary_json_and_no_progress_bar_off_a_terminal(tmp_path):
     assert json.loads(done.stdout) == {"runs": 1, "steps": 4, "skipped": {"no bash block": 1}, "errors": [],
                                        "journals": [str(tmp_path / "toolcall-demo-1.jsonl")],
                                        "runs_without_outcome": [], "outcomes_without_run": [],
-                                       "runs_without_steps": [], "over_default_limits": {}}
+                                       "runs_without_steps": [], "runs_unmarked": [], "over_default_limits": {}}
     usage = CliRunner().invoke(main, ["runs", "import", str(RUNS), "--out", str(tmp_path), "--format", "nope"])
     assert usage.exit_code == 2
     missing = CliRunner().invoke(main, ["runs", "import", str(tmp_path / "nothing"), "--out", str(tmp_path)])

@@ -590,3 +590,27 @@ def test_a_swe_agent_retry_run_imports_its_chosen_attempt_and_one_without_it_is_
     assert (summary.runs, summary.steps) == (1, 2)
     [error] = summary.errors
     assert error["reason"].startswith("a SWE-agent retry run's attempts without the trajectory of the attempt it chose")
+
+
+def test_a_run_read_as_mini_swe_agent_with_none_of_its_marks_is_named_in_a_note(tmp_path):
+    """A plain chat transcript whose reply holds a bash snippet imported as an agent run without a word."""
+    chat = [{"role": "user", "content": "How do I list files?"},
+            {"role": "assistant", "content": "Like this:\n```bash\nls -la\n```"},
+            {"role": "user", "content": "Thanks! And count lines?"}]
+    agent = [{"role": "assistant", "content": "```bash\nls\n```"},
+             {"role": "user", "content": "<returncode>0</returncode>\n<output>\na.py\n</output>"}]
+    summary = import_runs([_write(tmp_path / "chat.json", chat), _write(tmp_path / "agent.traj.json", agent)],
+                          tmp_path / "out")
+    assert (summary.runs, summary.runs_unmarked) == (2, ["chat"])
+    done = CliRunner().invoke(main, ["runs", "import", str(tmp_path / "chat.json"), "--out", str(tmp_path / "cli")])
+    assert done.exit_code == 0 and done.stderr == (
+        "note: 1 run(s) read as mini-swe-agent show none of its marks (no trajectory_format, no observation in its "
+        "<returncode> wrapper or with an exit code): check they are agent runs: chat\n")
+
+
+def test_a_jsonl_file_that_is_no_steps_file_is_refused_saying_how_jsonl_is_read(tmp_path):
+    (tmp_path / "all_preds.jsonl").write_text(json.dumps({"instance_id": "x", "model_patch": "diff"}) + "\n")
+    summary = import_runs([tmp_path / "all_preds.jsonl"], tmp_path / "out")
+    assert summary.errors[0]["reason"] == (
+        "line 1: needs the string keys run, command and output (a *.jsonl file is read in the steps format: one "
+        "step per line; an agent's other JSON Lines files, such as predictions, are no trajectory)")

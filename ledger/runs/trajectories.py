@@ -21,7 +21,7 @@ import re
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, IO, Iterable, Mapping
+from typing import Any, Callable, IO, Iterable, Iterator, Mapping
 
 from ..ground import errors as E
 from ..ground.errors import LedgerError, describe_value
@@ -70,13 +70,16 @@ class ImportSummary:
     outcomes_without_run: list[str] = field(default_factory=list)
     runs_without_steps: list[str] = field(default_factory=list)
     over_default_limits: dict[str, list[str]] = field(default_factory=dict)
+    #: Runs read as mini-swe-agent with steps but none of its marks (no ``trajectory_format``, no
+    #: observation in its wrapper or with an exit code): a chat transcript reads so too.
+    runs_unmarked: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"runs": self.runs, "steps": self.steps, "skipped": dict(sorted(self.skipped.items())),
                 "errors": list(self.errors), "journals": list(self.journals),
                 "runs_without_outcome": list(self.runs_without_outcome),
                 "outcomes_without_run": list(self.outcomes_without_run),
-                "runs_without_steps": list(self.runs_without_steps),
+                "runs_without_steps": list(self.runs_without_steps), "runs_unmarked": list(self.runs_unmarked),
                 "over_default_limits": {k: list(v) for k, v in sorted(self.over_default_limits.items())}}
 
 
@@ -352,10 +355,19 @@ class _Importer:
             raise ValueError(f"instance_id must be a string (the run id), got {describe_value(given)}")
         run = given if given is not None else _stem(path)
         journal = None
+        marked = [fmt != "mini-swe-agent" or (isinstance(data, Mapping) and "trajectory_format" in data)]
+
+        def noting(items: Iterable[Step | FormatError]) -> Iterator[Step | FormatError]:
+            for item in items:
+                marked[0] = marked[0] or (isinstance(item, Step) and ((item.output, item.exit_code) != (None, None)
+                                                                   or "<returncode>" in item.observation))
+                yield item
         try:
             journal = self._begin(run, path)
-            self._feed(journal, steps)
+            self._feed(journal, noting(steps))
             self._end(journal)
+            if not marked[0] and journal.steps:
+                self.summary.runs_unmarked.append(run)
         except BaseException:
             if journal is not None:
                 journal.abandon()
