@@ -338,11 +338,17 @@ def _export_locked(case: Case, root: Path, progress: Progress | None) -> ExportR
         if isinstance(exc, OSError):
             raise os_error(exc, f"cannot write the export under {root}", E.STORAGE_ERROR) from None
         raise
-    report.manifest = manifest
-    try:  # what verify and import would refuse, said now rather than by them later
+    report.manifest, report.stray = manifest, _stray(files, accounted)
+    return report
+
+
+def _stray(files: list[str], accounted: set[str]) -> str | None:
+    """What verify and import will refuse in the exported tree (a file under ``analysis/`` that is no
+    part of the export), said by the export rather than by them later; None when nothing."""
+    try:
         check_export_tree(files, accounted)
     except LedgerError as exc:
-        report.stray = exc.message
-    return report
+        return exc.message
+    return None
 
 
