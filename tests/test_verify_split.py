@@ -412,7 +412,9 @@ def test_a_row_stored_twice_behind_a_rebuilt_unique_index_fails_alike_in_either_
     conn.close()
     one = _outcome(ledger_case, 1)
     assert one[0] == INTEGRITY_ERROR and one[1] == ("SQLite's integrity_check of ledger.sqlite reports the file "
-                                                    "damaged: non-unique entry in index sqlite_autoindex_reservations_1")
+                                                    "damaged: non-unique entry in index sqlite_autoindex_reservations_1 "
+                                                    "(a copy made by cp while a writer was at work can be torn so: copy "
+                                                    "a live case's ledger with sqlite3's .backup)")
     assert _outcome(ledger_case, 2) == one
 
 
