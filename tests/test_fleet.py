@@ -1162,6 +1162,10 @@ def test_two_first_exports_into_one_new_folder_both_take_it_as_a_fleet_export(tm
         fleet_folder.check_out(stray, create=True)
     assert caught.value.message == f"{stray} is not a fleet export (no _fleet/format.json) and not an empty folder, " \
                                    "so nothing is exported into it"
+    (tmp_path / "a-file").write_text("x")  # a file is no folder another export began
+    with pytest.raises(LedgerError) as caught:
+        fleet_folder.check_out(tmp_path / "a-file", create=True)
+    assert caught.value.message.startswith(f"{tmp_path / 'a-file'} is not a fleet export")
 
 
 @pytest.mark.parametrize("damage", ['["x"]', '"text"', "null", '{"head_seq": "abc"}', "not json", ""])

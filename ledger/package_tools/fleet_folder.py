@@ -83,7 +83,7 @@ def _made_meanwhile(out: Path) -> bool:
     """Whether another export began ``out`` while this one looked (it holds ``_fleet`` alone) and
     marked it a fleet export within :data:`MARKING_WAIT_S` (two first exports into one new folder)."""
     deadline = time.monotonic() + MARKING_WAIT_S
-    while [entry.name for entry in os.scandir(out)] == [META_DIR]:
+    while out.is_dir() and [entry.name for entry in os.scandir(out)] == [META_DIR]:
         if (meta_dir(out) / "format.json").is_file():
             return True
         if time.monotonic() > deadline:
