@@ -924,6 +924,8 @@ def test_the_limits_note_compares_with_the_analysis_config_given(tmp_path):
     ("str_replace_editor str_replace /testbed/a.py --old_str x --new_str y", ("test.automated", None)),
     ("str_replace_editor create /testbed/t.py --file_text x", ("test.automated", None)),
     ("open src/marshmallow/fields.py 1474", ("source.read_context", "src/marshmallow/fields.py")),
+    ("open 30 src/a.py", ("source.read_context", "src/a.py")),
+    ("str_replace_editor view --view_range 1 40 /testbed/a.py", ("source.read_context", "/testbed/a.py")),
     ("cat a.py b.py", ("source.read_context", None)),
 ])
 def test_swe_agents_file_viewer_reads_and_its_line_numbers_are_no_paths(command, expected):

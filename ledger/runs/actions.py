@@ -157,8 +157,8 @@ def _paths(program: str, args: list[str]) -> list[str]:
         plain.append(arg)
     if program in _PATTERN_FIRST and not pattern_given:
         plain = plain[1:]
-    if program in _PATH_FIRST:
-        plain = plain[:1]
+    if program in _PATH_FIRST:  # its one path, wherever it stands among the line numbers
+        plain = [arg for arg in plain if not arg.isdigit()][:1]
     return [p.rstrip("/") or "/" for p in plain if p not in (".", "./")]
 
 
