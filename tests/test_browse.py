@@ -860,6 +860,11 @@ def test_a_case_on_a_read_only_file_system_is_served_as_ledger_sql_reads_it(demo
         page = get(datasette, "/BUG-20/events.json?_shape=array&_size=max")
         assert page.status_code == 200
         assert len(page.json()) == read_only_query(demo, "SELECT count(*) FROM events")[1][0][0]
+        with Case.open(copy) as case:  # written through the writable path, as another mount would
+            case.transition("CLOSED")
+        changed = get(datasette, "/BUG-20.json?sql=select+count(*)+from+events&_shape=array")
+        assert changed.status_code >= 400, changed.text  # it answered the old count, then "malformed"
+        assert "changed since the server opened it, as a snapshot of a read-only file system" in changed.text
     finally:
         for database in (datasette.databases.values() if datasette is not None else ()):
             database.close()

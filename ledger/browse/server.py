@@ -146,10 +146,34 @@ class _BoundedCursor(sqlite3.Cursor):
 
 
 class _BoundedConnection(sqlite3.Connection):
-    """A connection whose cursors are :class:`_BoundedCursor` (Datasette reads through ``cursor()``)."""
+    """A connection whose cursors are :class:`_BoundedCursor` (Datasette reads through ``cursor()``).
+    One opened as an immutable snapshot (a read-only file system) refuses every read once the file
+    or its log changed since (written through another mount): SQLite, told it never changes, would
+    read its changed pages as a damaged file ("malformed") or miss the log's newer events."""
+
+    #: The ledger's file and log as the snapshot was opened (None: an ordinary read, which follows writers).
+    snapshot_of: tuple[int, ...] | None = None
+    ledger_path = ""
 
     def cursor(self, factory: Any = None) -> Any:  # type: ignore[override]
+        if self.snapshot_of is not None and _file_state(self.ledger_path) != self.snapshot_of:
+            raise sqlite3.OperationalError(
+                f"{self.ledger_path} changed since the server opened it, as a snapshot of a read-only file system "
+                "(it is written through another mount): start ledger serve again to read it as it is now")
         return super().cursor(factory or _BoundedCursor)
+
+
+def _file_state(path: str) -> tuple[int, ...]:
+    """The ledger file's inode, size and time, and its log's size (-1: none), as a snapshot checks them."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return (-1,)
+    try:
+        log = os.stat(path + "-wal").st_size
+    except OSError:
+        log = -1
+    return info.st_ino, info.st_size, info.st_mtime_ns, log
 
 
 def case_connection(path: str) -> sqlite3.Connection:
@@ -158,10 +182,14 @@ def case_connection(path: str) -> sqlite3.Connection:
     ``#``, ``?`` or ``%`` opened another file, read-write (``c#x`` opened ``c``, ``p%41`` opened
     ``pA``). Every cursor returns at most :data:`RESULT_BYTES_MAX` bytes. A ledger on a read-only
     file system (which cannot hold the ``-shm`` file a read needs) is read as ``ledger sql`` reads it
-    (:func:`~ledger.storage.sqlite_file.readable_uri`: an immutable read, as nobody writes it there);
-    ``STORAGE_ERROR`` when it cannot be read."""
-    uri, _ = readable_uri(Path(path))
-    return sqlite3.connect(uri, uri=True, check_same_thread=False, factory=_BoundedConnection)
+    (:func:`~ledger.storage.sqlite_file.readable_uri`: an immutable snapshot, whose reads are refused
+    once the file changed, written through another mount); ``STORAGE_ERROR`` when it cannot be read."""
+    state = _file_state(path)  # before the file is opened: a change after it is always seen
+    uri, immutable = readable_uri(Path(path))
+    conn = sqlite3.connect(uri, uri=True, check_same_thread=False, factory=_BoundedConnection)
+    if immutable:
+        conn.snapshot_of, conn.ledger_path = state, path
+    return conn
 
 
 def _case_database(database_module: Any) -> Any:
