@@ -101,11 +101,13 @@ def open_regular(path: Path) -> BinaryIO:
     regular file. A package's files are checked before they are read; this keeps one swapped for a
     link (to a file outside the package) or a pipe in between from being read or blocking."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    file = open(fd, "rb")
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        file.close()
-        raise OSError(errno.EINVAL, "no regular file now (it changed since it was looked at)", str(path))
-    return file
+    try:  # looked at before it is wrapped: open() of a folder's descriptor raises, leaving it open
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "no regular file now (it changed since it was looked at)", str(path))
+        return open(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def bytes_at_most(path: Path, most: int) -> bytes | None:
