@@ -34,7 +34,7 @@ from .metadata import CHART_FORMAT, CHART_QUERY, browse_config, browse_metadata,
 from ..ground.errors import LedgerError
 from ..storage.sqlfiles import schema_version
 from ..storage.readonly import bound_values
-from ..storage.sqlite_file import log_files_exist, readable_uri, release_log
+from ..storage.sqlite_file import file_identity, log_files_exist, readable_uri, release_log, wal_bytes
 
 #: The most text and blob bytes one served query may return, all its rows together (Datasette's
 #: pages read at most 1,001 rows; the picture reads every row of its question). Room for a page of
@@ -164,16 +164,12 @@ class _BoundedConnection(sqlite3.Connection):
 
 
 def _file_state(path: str) -> tuple[int, ...]:
-    """The ledger file's inode, size and time, and its log's size (-1: none), as a snapshot checks them."""
+    """The ledger file's identity (:func:`~ledger.storage.sqlite_file.file_identity`) and its log's
+    size, as a snapshot checks them; ``(-1,)`` when it is gone."""
     try:
-        info = os.stat(path)
+        return (*file_identity(Path(path)), wal_bytes(Path(path)))
     except OSError:
         return (-1,)
-    try:
-        log = os.stat(path + "-wal").st_size
-    except OSError:
-        log = -1
-    return info.st_ino, info.st_size, info.st_mtime_ns, log
 
 
 def case_connection(path: str) -> sqlite3.Connection:

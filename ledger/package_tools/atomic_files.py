@@ -174,36 +174,29 @@ def same_bytes(path: "str | os.PathLike[str]", data: bytes, *, refused: str | No
     call the file) is ``STORAGE_ERROR``: a checker must not report a file it may not read as one
     that differs.
 
-    The file is opened once, never through a link and without waiting on a pipe, and examined
-    through what was opened; anything that cannot be opened so takes the slower way by its name."""
-    if not _NOFOLLOW:  # a system that would open through a link: by name alone
-        return _same_bytes_by_name(Path(path), data, refused)
+    The file is opened once (:func:`~ledger.ground.paths.open_regular`: never through a link,
+    without waiting on a pipe) and examined through what was opened; anything that cannot be
+    opened so takes the slower way by its name."""
     try:
-        fd = os.open(path, _READ)
+        file = open_regular(Path(path))
     except OSError:
         return _same_bytes_by_name(Path(path), data, refused)
-    try:
-        status = os.fstat(fd)
-        if not stat.S_ISREG(status.st_mode) or status.st_size != len(data):
-            return False
-        held = os.read(fd, len(data) + 1)
-        while len(held) < len(data):  # a short read before the end (a signal): read on
-            more = os.read(fd, len(data) + 1 - len(held))
-            if not more:
-                break
-            held += more
-        return held == data
-    except OSError as exc:
-        if refused is None:
-            return False
-        raise os_error(exc, f"cannot read {refused}", STORAGE_ERROR) from None
-    finally:
-        os.close(fd)
-
-
-#: How :func:`same_bytes` opens a file: reading, never through a link, never waiting (a pipe).
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_READ = os.O_RDONLY | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    with file:
+        try:
+            fd = file.fileno()
+            if os.fstat(fd).st_size != len(data):
+                return False
+            held = os.read(fd, len(data) + 1)
+            while len(held) < len(data):  # a short read before the end (a signal): read on
+                more = os.read(fd, len(data) + 1 - len(held))
+                if not more:
+                    break
+                held += more
+            return held == data
+        except OSError as exc:
+            if refused is None:
+                return False
+            raise os_error(exc, f"cannot read {refused}", STORAGE_ERROR) from None
 
 
 def _same_bytes_by_name(path: Path, data: bytes, refused: str | None) -> bool:

@@ -10,6 +10,7 @@ import datetime
 import decimal
 import fcntl
 import os
+import stat
 import signal
 import threading
 import uuid
@@ -64,18 +65,9 @@ def _fleet_connection(out: Path) -> tuple[Any, dict[str, LedgerError]]:
     con.execute(f"SET temp_directory = {sql_literal(str(meta_dir(out) / 'tmp'))}")
     recorded = _recorded_partitions(out)
     for table in TABLES:
-        lost = next((name for name in recorded if not (out / table / name / DATA_FILE).is_file()), None)
-        linked = next((path for path in (out / table, *(out / table / name for name in recorded),
-                                         *(out / table / name / DATA_FILE for name in recorded))
-                       if os.path.islink(path)), None)
-        if linked is not None:  # DuckDB reads nothing outside the export: it said "Permission Error"
-            broken[table] = LedgerError(E.INTEGRITY_ERROR, f"{out / table}: {linked} is a symbolic link, which a "
-                                        "fleet export never makes (a query reads only the export's own files); "
-                                        "export the fleet again into a new folder", path=str(out / table))
-        elif lost is not None:  # the record is written after the files: a file removed since (no view)
-            broken[table] = LedgerError(E.INTEGRITY_ERROR, f"{out / table}: {out / table / lost / DATA_FILE} is missing, "
-                                        "though the export records that case; export the fleet again into a new "
-                                        "folder", path=str(out / table))
+        problem = _unreadable_table(out / table, recorded)
+        if problem is not None:
+            broken[table] = problem
         elif recorded:  # no view of a table no case is in yet
             # the recorded cases' files only: a partition folder the export did not write is not read
             files = "[" + ", ".join(sql_literal(str(out / table / name / DATA_FILE)) for name in recorded) + "]"
@@ -87,6 +79,35 @@ def _fleet_connection(out: Path) -> tuple[Any, dict[str, LedgerError]]:
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
     return con, broken
+
+
+def _unreadable_table(folder: Path, recorded: list[str]) -> LedgerError | None:
+    """``INTEGRITY_ERROR`` for a table ``folder`` that lacks the file of a recorded case (the record is
+    written after the files: removed since) or holds a link where the export made a folder or file
+    (DuckDB reads nothing outside the export: it said "Permission Error"); else None. One listing
+    of the folder and one ``lstat`` per case."""
+    def refused(why: str) -> LedgerError:
+        return LedgerError(E.INTEGRITY_ERROR, f"{folder}: {why}; export the fleet again into a new folder",
+                           path=str(folder))
+    link = "is a symbolic link, which a fleet export never makes (a query reads only the export's own files)"
+    if os.path.islink(folder):
+        return refused(f"{folder} {link}")
+    try:
+        linked = {entry.name for entry in os.scandir(folder) if entry.is_symlink()}
+    except OSError:
+        linked = set()
+    for name in recorded:
+        if name in linked:
+            return refused(f"{folder / name} {link}")
+        try:
+            mode = os.lstat(folder / name / DATA_FILE).st_mode
+        except OSError:
+            mode = 0
+        if stat.S_ISLNK(mode):
+            return refused(f"{folder / name / DATA_FILE} {link}")
+        if not stat.S_ISREG(mode):
+            return refused(f"{folder / name / DATA_FILE} is missing, though the export records that case")
+    return None
 
 
 def _recorded_partitions(out: Path) -> list[str]:

@@ -6,6 +6,7 @@ reason; a document that is not the format raises ``ValueError`` with the reason.
 from __future__ import annotations
 
 import collections
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -62,8 +63,10 @@ def wrapped_output(text: str) -> str | None:
     return exception + body[head + len("<output_head>"):elided.start()].removeprefix("\n") + "\n" + tail
 
 
+@functools.lru_cache(maxsize=1)  # a step's exit code and output read the same observation: parsed once
 def _json_observation(text: str) -> dict[str, Any] | None:
-    """The ``mini`` command's JSON observation (an object with an integer ``returncode``), else None."""
+    """The ``mini`` command's JSON observation (an object with an integer ``returncode``), else None
+    (read, never changed, by its callers)."""
     if not text.lstrip().startswith("{"):
         return None
     try:
