@@ -22,7 +22,7 @@ import click
 from ledger import AnalysisConfig, BudgetConfig, Case, CheckpointWarning, LedgerError
 from ledger.ground import interrupts
 from ledger.ground.arguments import is_decimal
-from ledger.ground.errors import OUTPUT_ERROR
+from ledger.ground.errors import OUTPUT_ERROR, limit_reached
 from ledger.ground.paths import STORAGE_ERRNOS, os_error
 from ledger.services.case import LEDGER_FILE, read_only_rows as ledger_read_only_rows
 
@@ -250,12 +250,13 @@ class RegularFile(click.File):
         return super().convert(value, param, ctx)
 
 
-def read_bounded(handle: Any, limit: int, setting: str, what: str) -> bytes:
-    """At most ``limit`` bytes of ``handle``; ``LIMIT_REACHED`` naming ``setting`` past that
-    (reading stops there: an endless device or pipe is never read whole)."""
+def read_bounded(handle: Any, limit: int, setting: str, what: str, bound: str | None = None) -> bytes:
+    """At most ``limit`` bytes of ``handle``; ``LIMIT_REACHED`` naming ``setting`` (the one to raise)
+    past that, the bound shown as ``bound`` (default: ``setting``; say so when ``limit`` is a sum of
+    settings). Reading stops there: an endless device or pipe is never read whole."""
     data = handle.read(limit + 1)
     if len(data) > limit:
-        raise LedgerError("LIMIT_REACHED", f"{what} is larger than {setting} = {limit} bytes", limit=setting)
+        raise limit_reached(setting, f"{what} is larger than {bound or setting} = {limit} bytes")
     return data
 
 

@@ -119,7 +119,7 @@ def _evidence_json(text: str | None, handle: Any, settings: Settings) -> Any:
     if text is None:
         limits = settings.analysis().limits
         text = read_bounded(handle, limits["evidence_payload_bytes_max"] + limits["event_bytes_max"],
-                            "evidence_payload_bytes_max", where)
+                            "evidence_payload_bytes_max", where, "evidence_payload_bytes_max + event_bytes_max")
     try:
         return parse_json(text)
     except LedgerError as exc:

@@ -12,6 +12,7 @@ import click
 
 from ledger import AnalysisConfig, BudgetResult, EvidenceResult, FeedbackResult, LedgerError
 from ledger.ground.canonical import parse_json
+from ledger.ground.errors import limit_reached
 
 from ._common import AT, CASE, JSON, RegularFile, Settings, UsageGroup, pass_settings, read_bounded
 from ._output import echo, dumps, emit_result
@@ -32,7 +33,8 @@ def _read_json(handle: Any, settings: Settings | None, argument: str) -> Any:
     limit = limits["evidence_content_bytes_max"] + limits["event_bytes_max"]
     name = getattr(handle, "name", None)
     name = "standard input" if name in (None, "<stdin>", 0) else name
-    data = read_bounded(handle, limit, "evidence_content_bytes_max", f"{argument} {name}")
+    data = read_bounded(handle, limit, "evidence_content_bytes_max", f"{argument} {name}",
+                        "evidence_content_bytes_max + event_bytes_max")
     try:
         return parse_json(data)
     except LedgerError as exc:
@@ -151,8 +153,8 @@ def _attachments(paths: tuple[Path, ...], limit: int) -> dict[str, Any]:
         if not stat.S_ISREG(info.st_mode):
             raise LedgerError("INVALID_ARGUMENT", f"attachment {path} is not a regular file")
         if info.st_size > limit:
-            raise LedgerError("LIMIT_REACHED", f"attachment {path} is larger than evidence_artifact_bytes_max = "
-                              f"{limit} bytes", limit="evidence_artifact_bytes_max")
+            raise limit_reached("evidence_artifact_bytes_max", f"attachment {path} is larger than "
+                                f"evidence_artifact_bytes_max = {limit} bytes")
     return {path.name: _attachment(path, limit) for path in paths}
 
 

@@ -298,7 +298,9 @@ def test_evidence_from_standard_input_is_read_no_further_than_its_limit(budget, 
     done = subprocess.run([sys.executable, "-c", script, str(case.path)], capture_output=True, timeout=120)
     assert done.returncode == 1
     assert done.stdout.decode() == ("error: LIMIT_REACHED: --evidence-file (standard input) is larger than "
-                                    f"evidence_payload_bytes_max = {1024 * 1024 + 2 * 1024 * 1024} bytes\n")
+                                    "evidence_payload_bytes_max + event_bytes_max = "
+                                    f"{1024 * 1024 + 2 * 1024 * 1024} bytes (to allow more, raise [limits] "
+                                    "evidence_payload_bytes_max in the analysis config: --analysis-config FILE)\n")
     assert logical_dump(case.path / "ledger.sqlite") == before
 
 

@@ -370,6 +370,9 @@ def test_limits_refuse_with_limit_reached_naming_the_setting_and_write_nothing(p
         with pytest.raises(LedgerError) as refused:
             opened.evidence().query("i1", {"actions": [read("op-1", "H1", "q1", 1, 2)]}, True)
         assert refused.value.code == LIMIT_REACHED and refused.value.details["limit"] == limit
+        assert f"{limit} = {value}" in refused.value.message
+        assert refused.value.message.endswith(f"(to allow more, raise [limits] {limit} in the analysis config: "
+                                              "--analysis-config FILE)")
         assert ledger_bytes(opened) == before
 
 
@@ -630,6 +633,27 @@ def test_a_json_error_names_the_argument_and_the_file_that_held_it(case, tmp_pat
     assert done.stderr.startswith(f"error: INVALID_JSON: {bad_one} ({bad}): number 1e999 at $.x is too large")
     queried = CliRunner().invoke(cli_main, ["evidence", "query", path, "-"], input="{nope")
     assert queried.exit_code == 1 and queried.stderr.startswith("error: INVALID_JSON: REQUEST (standard input): not valid JSON")
+
+
+def test_a_request_file_past_its_bound_names_both_settings_the_bound_sums(case, tmp_path):
+    """A REQUEST file may be as large as evidence_content_bytes_max plus event_bytes_max (room for the
+    request around its content); past that it is refused with that sum, named as a sum."""
+    from click.testing import CliRunner
+
+    path = str(case.path)
+    case.close()
+    config = tmp_path / "analysis.toml"
+    config.write_text("[limits]\nevidence_content_bytes_max = 3000\nevidence_payload_bytes_max = 3000\n"
+                      "event_bytes_max = 1024\n")
+    request = tmp_path / "request.json"
+    request.write_text(json.dumps({"actions": [], "pad": "x" * 4100}))
+    before = (case.path / "ledger.sqlite").read_bytes()
+    done = CliRunner().invoke(cli_main, ["--analysis-config", str(config), "evidence", "query", path, str(request)])
+    assert done.exit_code == 1
+    assert done.stderr == (f"error: LIMIT_REACHED: REQUEST {request} is larger than evidence_content_bytes_max + "
+                           "event_bytes_max = 4024 bytes (to allow more, raise [limits] evidence_content_bytes_max "
+                           "in the analysis config: --analysis-config FILE)\n")
+    assert (case.path / "ledger.sqlite").read_bytes() == before
 
 
 @pytest.mark.parametrize("at", ["garbage", "2026-13-01T00:00:00Z", "2026-01-01T00:00:00+02:00"])

@@ -362,6 +362,17 @@ def test_every_user_table_is_reachable_but_sqlite_internals(root):
     assert "SQLite3Cache" in refused.message and "sqlite_sequence" not in refused.message.split("it has")[1]
 
 
+@pytest.mark.parametrize("data, why", [(b"", "the database has no table 't'; it has []"),
+                                       (b"S", "cannot be read as SQLite"),
+                                       (b"SQLite format 3\x00" + b"\x00" * 84, "cannot be read as SQLite")])
+def test_an_empty_or_truncated_database_file_is_router_refused(root, data, why):
+    """An empty file is an empty database, as SQLite opens one (a table in it is asked for in vain); a
+    file cut short is no database. Both are refusals, never a Python error."""
+    (root / "data" / "t.db").write_bytes(data)
+    refused = _refused(lambda: Router(root).lookup({"database": "data/t.db", "table": "t"}))
+    assert why in refused.message
+
+
 def test_generated_columns_are_reachable(root):
     conn = sqlite3.connect(root / "data" / "gen.sqlite")
     conn.execute("CREATE TABLE p (price INTEGER, qty INTEGER, total INTEGER AS (price * qty) STORED, "

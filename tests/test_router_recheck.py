@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ledger import Case, LedgerError, export_case, import_tree, verify_case
 from ledger.ground.errors import INTEGRITY_ERROR, INVALID_JSON, REPLY_MISMATCH, ROUTER_REFUSED
+from ledger.ground.canonical import canonical_sha256
 from ledger.router import files as router_files
 from ledger.router.reference import Router
 from ledger.router.check import recheck, self_consistent
@@ -161,6 +162,35 @@ def test_lookup_pointers_use_the_real_row_id_when_a_column_is_named_rowid(case):
     with pytest.raises(LedgerError) as caught:
         case.evidence().query("x", {"actions": [lookup(database="data/x.sqlite", table="u")]})
     assert caught.value.code == ROUTER_REFUSED and "row ids cannot be read" in caught.value.message
+
+
+def test_rows_a_collation_matched_verify_and_import_as_stored(case, tmp_path):
+    """A result does not record a column's collation, so the re-check accepts text equal under any of
+    SQLite's built-in ones: NOCASE (ASCII letters' case) and RTRIM (trailing spaces) as well as
+    BINARY. A row no collation matches is still refused."""
+    conn = sqlite3.connect(case.path / "data" / "c.sqlite")
+    conn.execute("CREATE TABLE u (name TEXT COLLATE NOCASE, tag TEXT COLLATE RTRIM, plain TEXT)")
+    conn.execute("INSERT INTO u VALUES ('ABC', 'x  ', 'ABC')")
+    conn.commit()
+    conn.close()
+    wheres = [{"name": "abc"}, {"tag": "x"}, {"plain": "abc"}, {"name": "ABC", "tag": "x "}]
+    budget, found = case.budget(), []
+    for n, where in enumerate(wheres):
+        run = budget.run_tool("H1", f"q{n}", "database.lookup", {"database": "data/c.sqlite", "table": "u",
+                                                                  "where": where})
+        budget.settle("H1", f"q{n}", semantic_score=50, reason="read")
+        found.append(run.result)
+    assert [len(result["items"]) for result in found] == [1, 1, 0, 1]
+    assert verify_case(case.path).unchecked_inputs == []  # raises on a refused result
+    export_case(case.path)
+    import_tree(case.path, tmp_path / "copy")
+    assert (tmp_path / "copy" / "ledger.sqlite").exists()
+    wrong = {**found[0], "items": [{**found[0]["items"][0], "values": {"name": "ABD", "tag": "x  ", "plain": "ABC"}}]}
+    wrong["items"][0]["sha256"] = canonical_sha256(wrong["items"][0]["values"])
+    with pytest.raises(LedgerError) as caught:
+        self_consistent({**lookup(database="data/c.sqlite", table="u", where=wheres[0]),
+                         "operation_id": found[0]["operation_id"]}, wrong)
+    assert caught.value.code == INTEGRITY_ERROR and "does not satisfy where name" in caught.value.message
 
 
 def test_lookup_refuses_a_without_rowid_table_which_has_no_row_id_to_point_at(case):

@@ -392,17 +392,25 @@ def _is_integer_text(text: str) -> bool:
     return 0 < len(digits) <= 19 and digits.isascii() and digits.isdigit() and text == str(int(text))
 
 
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
 def could_equal(value: Any, wanted: Any) -> bool:
     """Whether a row's ``value`` (as JSON) can be what ``column IS wanted`` matched, given SQLite's
     comparison affinities: numbers compare as numbers (text that reads as a number counts), a
-    number bound against a text column compares as its decimal text, NULL only matches null."""
+    number bound against a text column compares as its decimal text, NULL only matches null. Text
+    compares under any of SQLite's built-in collations, since a result does not record the column's:
+    ``BINARY`` (the same text), ``NOCASE`` (the same but for ASCII letters' case) or ``RTRIM`` (the
+    same but for trailing spaces)."""
     if wanted is None or value is None:
         return wanted is None and value is None
     left, right = _number(value), _number(wanted)
     if left is not None and right is not None and left == right:
         return True
     if isinstance(value, str):
-        return value == (wanted if isinstance(wanted, str) else str(wanted))
+        text = wanted if isinstance(wanted, str) else str(wanted)
+        return (value == text or value.translate(_ASCII_LOWER) == text.translate(_ASCII_LOWER)
+                or value.rstrip(" ") == text.rstrip(" "))
     return False
 
 

@@ -390,7 +390,8 @@ def _open_bytes(database: str, data: bytes) -> sqlite3.Connection:
     except sqlite3.Error as exc:  # pragma: no cover - an in-memory database always opens
         raise _refuse(f"{database} cannot be opened: {exc}") from None
     try:
-        conn.deserialize(bytes(image))
+        if image:  # an empty file is an empty database, as SQLite opens one (deserialize refuses b"")
+            conn.deserialize(bytes(image))
         conn.execute("PRAGMA query_only = ON")
         conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
     except sqlite3.Error as exc:

@@ -24,7 +24,7 @@ from typing import Any, Mapping, Sequence
 from ..ground.arguments import plain_arguments
 from ..ground import errors as E
 from ..ground.canonical import ZERO_SHA256, canonical_bytes, canonical_sha256, check_json_value, sha256_hex
-from ..ground.errors import LedgerError
+from ..ground.errors import LedgerError, limit_reached
 from ..ground.schemas import validate
 from .common import (MUTABLE_STATES, Context, Draft, LedgerView, Outcome, Reused, check_action_id,
                      check_action_name, check_hypothesis_id, replay_or_conflict, require_case,
@@ -143,20 +143,18 @@ def check_content_limits(view: LedgerView, contents: Mapping[str, bytes], record
         return
     for data in contents.values():
         if len(data) > limits["evidence_artifact_bytes_max"]:
-            raise LedgerError(E.LIMIT_REACHED, f"an evidence artifact of {len(data)} bytes exceeds "
-                              f"evidence_artifact_bytes_max = {limits['evidence_artifact_bytes_max']}",
-                              limit="evidence_artifact_bytes_max")
+            raise limit_reached("evidence_artifact_bytes_max", f"an evidence artifact of {len(data)} bytes exceeds "
+                                f"evidence_artifact_bytes_max = {limits['evidence_artifact_bytes_max']}")
     if only_artifacts:
         return
     total = view.evidence_records_total() + records
     if total > limits["evidence_records_max"]:
-        raise LedgerError(E.LIMIT_REACHED, f"the case would hold {total} evidence records; "
-                          f"evidence_records_max = {limits['evidence_records_max']}", limit="evidence_records_max")
+        raise limit_reached("evidence_records_max", f"the case would hold {total} evidence records; "
+                            f"evidence_records_max = {limits['evidence_records_max']}")
     stored = view.content_bytes_total() + sum(len(d) for d in contents.values())
     if stored > limits["evidence_content_bytes_max"]:
-        raise LedgerError(E.LIMIT_REACHED, f"distinct evidence content would reach {stored} bytes; "
-                          f"evidence_content_bytes_max = {limits['evidence_content_bytes_max']}",
-                          limit="evidence_content_bytes_max")
+        raise limit_reached("evidence_content_bytes_max", f"distinct evidence content would reach {stored} bytes; "
+                            f"evidence_content_bytes_max = {limits['evidence_content_bytes_max']}")
 
 
 def operation_use(view: LedgerView, operation_id: str) -> str | None:
