@@ -77,6 +77,39 @@ def test_run_tool_whose_batch_another_call_of_it_stores_between_its_two_looks_an
     assert _event_count(case) == events
 
 
+@pytest.mark.parametrize("settled", [False, True], ids=["stored", "stored-and-settled"])
+def test_run_tool_whose_action_another_call_of_it_completes_before_its_checks_answers_from_that_batch(
+        case, investigator, monkeypatch, settled):
+    """This call found no batch; before it checked whether the action was closed and its operation id
+    unused, another call of this very request stored the batch (and settled the action). The stored
+    batch is this call's answer, as for a retry; it was refused as a conflict ("give this call a new
+    action id", which pays for the same tool call twice) or as an action closed with nothing stored."""
+    from ledger.services.evidence import EvidenceStore
+
+    other = Case.open(case.path)
+    real = EvidenceStore.iteration_taken
+    looks, generation = [], []
+
+    def the_other_call_completes_meanwhile(store, iteration_id):
+        answer = real(store, iteration_id)
+        looks.append(iteration_id)
+        if len(looks) == 1:  # this call's look; the other call's own looks go on as they are
+            other.budget().run_tool("H1", "q1", "source.read_context", READ)
+            if settled:
+                other.budget().settle("H1", "q1", 80, "read")
+            generation.append(other.status()["package_generation"])
+        return answer
+
+    monkeypatch.setattr(EvidenceStore, "iteration_taken", the_other_call_completes_meanwhile)
+    try:
+        run = investigator.run_tool("H1", "q1", "source.read_context", READ)
+    finally:
+        other.close()
+    assert (run.record_id, run.reused) == ("E000001", True)
+    assert run.budget.action["status"] == ("settled" if settled else "awaiting_assessment")
+    assert _event_count(case) == generation[0]  # this call wrote nothing
+
+
 def test_run_tool_repeated_with_other_arguments_is_refused_and_keeps_the_recorded_result(case, investigator):
     """A changed repeat is OPERATION_CONFLICT and writes nothing: the action keeps its result, and
     settles as before (the refused repeat used to close it with fail and lose its refund)."""

@@ -328,8 +328,14 @@ class CaseBudget(BudgetManager):
             if stored is None:
                 raise _taken(self, hypothesis_id, action_id, iteration_id)
         if stored is None:
-            _refuse_closed(self, hypothesis_id, action_id)  # before the router runs for nothing
-            _refuse_used_operation(store, hypothesis_id, action_id, request["actions"][0]["operation_id"])
+            try:  # before the router runs for nothing
+                _refuse_closed(self, hypothesis_id, action_id)
+                _refuse_used_operation(store, hypothesis_id, action_id, request["actions"][0]["operation_id"])
+            except LedgerError:  # unless another call of this very request stored its batch since the look
+                stored = store.stored_batch(iteration_id, request)
+                if stored is None:
+                    raise
+        if stored is None:
             store.query(iteration_id, request)  # a read first: a refused tool call reserves nothing
         reserved = self.reserve(hypothesis_id, action_id, tool, at=at)
         try:  # the reply must read the ledger after the reservation
