@@ -219,6 +219,31 @@ def test_establish_checks_arguments_then_ids_before_the_capability_in_the_docume
     case.close()
 
 
+def test_delegate_limits_without_the_delegate_who_proposed_them_are_refused_and_nothing_written(package):
+    """The event records the delegation chain [issuer, delegate]: a delegate's proposal with no
+    delegate would leave the tighter limit with no one who proposed it."""
+    case = _ready(package)
+    before = logical_dump(package / "ledger.sqlite")
+    refused = _refused(case.scopes().establish, "case", {"units": 50}, "controller", delegate_limits={"units": 40})
+    assert refused.code == INVALID_ARGUMENT and "name the delegate" in refused.message
+    line = json.dumps({"op": "establish", "scope": "case", "limits": {"units": 50}, "issuer": "controller",
+                       "delegate_limits": {"units": 40}})
+    (result,) = apply_journal(case, [line], keep_going=True)
+    assert result.error.code == INVALID_ARGUMENT
+    assert logical_dump(package / "ledger.sqlite") == before
+    case.close()
+    done = CliRunner().invoke(cli_main, ["scope", "establish", str(package), "case", "--limit", "units=50",
+                                         "--delegate-limit", "units=40"])
+    assert (done.exit_code, done.stderr) == (1, f"error: INVALID_ARGUMENT: {refused.message}\n")
+    assert logical_dump(package / "ledger.sqlite") == before
+    case = Case.open(package)
+    case.scopes().establish("case", {"units": 50}, "controller", delegate_limits={"units": 40}, delegate="agent-7")
+    (row,) = case.query("SELECT issuer, delegate FROM scope_establishments")
+    assert (row["issuer"], row["delegate"]) == ("controller", "agent-7")
+    assert [u["declared"] for u in case.scopes().usage("case") if u["dimension"] == "units"] == [40]
+    case.close()
+
+
 @pytest.mark.parametrize("args, code", [(["nowhere", "--limit", "units=5"], INVALID_ARGUMENT),
                                         (["case", "--limit", "units=5", "--delegate", "no/slash"], INVALID_ID)])
 def test_the_command_line_reports_a_bad_scope_or_id_before_a_bad_on_exhausted(package, args, code):

@@ -146,6 +146,9 @@ def shape_establish(scope: Any, limits: Any, issuer: Any, delegate: Any = None, 
     parsed = parse_scope(scope)
     checked_limits = _check_limits(limits, "limits")
     checked_delegate_limits = None if delegate_limits is None else _check_limits(delegate_limits, "delegate_limits")
+    if checked_delegate_limits is not None and delegate is None:  # the event would not say who proposed them
+        raise LedgerError(E.INVALID_ARGUMENT, "delegate_limits are a delegate's own proposal: name the delegate "
+                          "who made it (delegate; --delegate on the command line)")
     bps = check_int(warning_bps, "warning_bps", minimum=0, maximum=BPS)
     causation = None if causation_seq is None else check_int(causation_seq, "causation_seq", minimum=1)
     checked_issuer = check_action_id(issuer, "issuer")
