@@ -193,6 +193,102 @@ def test_rows_a_collation_matched_verify_and_import_as_stored(case, tmp_path):
     assert caught.value.code == INTEGRITY_ERROR and "does not satisfy where name" in caught.value.message
 
 
+def _computing(monkeypatch, name: str, function) -> None:
+    """The router's SQLite from now on computes the SQL function ``name`` (2 arguments) with
+    ``function``: another SQLite version, which rounds otherwise or has a function this one lacks."""
+    from ledger.router import reference
+    real = reference._open_bytes
+
+    def opened(database, data):
+        conn = real(database, data)
+        conn.create_function(name, 2, function, deterministic=True)
+        return conn
+    monkeypatch.setattr(reference, "_open_bytes", opened)
+
+
+@pytest.mark.parametrize("recorded_by", ["a SQLite that rounds otherwise", "a SQLite with a function this one lacks"])
+def test_values_sqlite_computes_as_it_reads_and_this_sqlite_computes_otherwise_are_a_note_not_a_forgery(
+        case, tmp_path, monkeypatch, recorded_by):
+    """A VIRTUAL generated column is computed by the SQLite that reads the file: a lookup recorded on
+    another SQLite may hold other values (or a function this one lacks) although the file is unchanged.
+    Verify and import note the database (failing only --strict) instead of calling the result forged;
+    a STORED generated column, read from the file, is still recomputed and compared."""
+    function = "round" if "rounds" in recorded_by else "scaled"
+    conn = sqlite3.connect(case.path / "data" / "p.sqlite")
+    conn.create_function("scaled", 2, lambda x, n: x * n, deterministic=True)
+    conn.execute(f"CREATE TABLE p (item TEXT, price REAL, shown REAL AS ({function}(price, 2)) VIRTUAL, "
+                 "kept REAL AS (price * 2) STORED)")
+    conn.execute("INSERT INTO p (item, price) VALUES ('widget', 2.675)")
+    conn.commit()
+    conn.close()
+    if function == "scaled":
+        _computing(monkeypatch, "scaled", lambda x, n: x * n)  # the recording SQLite has it
+    budget, runs = case.budget(), []
+    for n, args in enumerate([{"where": {"item": "widget"}}, {"columns": ["item", "kept"]}]):
+        runs.append(budget.run_tool("H1", f"q{n}", "database.lookup", {"database": "data/p.sqlite", "table": "p",
+                                                                        **args}))
+        budget.settle("H1", f"q{n}", semantic_score=50, reason="read")
+    shown = [{"real": "2.67"}, {"real": "2.68"}] if function == "round" else [{"real": "5.35"}]  # by version
+    assert runs[0].result["items"][0]["values"]["shown"] in shown
+    export_case(case.path)
+    monkeypatch.undo()
+    if function == "round":
+        _computing(monkeypatch, "round", lambda x, n: -1.0)  # the verifying SQLite rounds otherwise
+    note = [{"path": "data/p.sqlite", "why": "computed otherwise by this SQLite"}]
+    report = verify_case(case.path)
+    assert report.unchecked_inputs == note
+    assert report.strict_failure().code == "STALE_GENERATION"
+    assert "data/p.sqlite (computed otherwise by this SQLite)" in report.strict_failure().message
+    assert import_tree(case.path, tmp_path / "copy").unchecked_inputs == note
+
+
+def test_a_stored_value_of_a_column_read_from_the_file_is_still_compared_beside_a_computed_one(case):
+    """Only a lookup that projects or matches a VIRTUAL generated column may differ on another SQLite: a
+    forged value of a column the file holds, in a table that also has one, is still a forgery."""
+    conn = sqlite3.connect(case.path / "data" / "p.sqlite")
+    conn.execute("CREATE TABLE p (item TEXT, price REAL, shown REAL AS (round(price, 2)) VIRTUAL)")
+    conn.execute("INSERT INTO p (item, price) VALUES ('widget', 2.675)")
+    conn.commit()
+    conn.close()
+    action = lookup(database="data/p.sqlite", table="p", columns=["item", "price"])
+    genuine = Router(case.path).result(action)
+    forged = {**genuine, "items": [{**genuine["items"][0], "values": {"item": "widget", "price": {"real": "1.5"}}}]}
+    forged["items"][0]["sha256"] = canonical_sha256(forged["items"][0]["values"])
+    notes = []
+    with pytest.raises(LedgerError) as caught:
+        recheck(Router(case.path), action, forged, True, lambda path, why: notes.append(why))
+    assert caught.value.code == INTEGRITY_ERROR and "differs from what the unchanged file" in caught.value.message
+    assert notes == []
+    assert recheck(Router(case.path), action, genuine, True) == genuine
+
+
+def test_which_lookups_read_values_sqlite_computes_as_it_reads(tmp_path):
+    """A virtual table, or a VIRTUAL generated column projected (all columns by default) or matched;
+    never a STORED generated column or a plain one, and never a file that is no database."""
+    from ledger.router.reference import computed_when_read
+    path = tmp_path / "c.sqlite"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE p (a INTEGER, v INTEGER AS (a + 1) VIRTUAL, s INTEGER AS (a + 2) STORED)")
+    try:
+        conn.execute("CREATE VIRTUAL TABLE f USING fts5(body)")
+    except sqlite3.OperationalError:  # a SQLite built without FTS5
+        pass
+    conn.commit()
+    conn.close()
+    data = path.read_bytes()
+
+    def computed(**args):
+        return computed_when_read({"database": "data/c.sqlite", **args}, data)
+    assert computed(table="p") and computed(table="p", columns=["v"]) and computed(table="p", where={"v": 1},
+                                                                                   columns=["a"])
+    assert not computed(table="p", columns=["a", "s"]) and not computed(table="p", where={"s": 2}, columns=["a"])
+    made = sqlite3.connect(path)
+    assert computed(table="f") == bool(made.execute("SELECT 1 FROM sqlite_master WHERE name = 'f'").fetchall())
+    made.close()
+    assert not computed(table="missing") and not computed_when_read({"database": "data/c.sqlite", "table": "p"},
+                                                                    b"not a database")
+
+
 def test_lookup_refuses_a_without_rowid_table_which_has_no_row_id_to_point_at(case):
     conn = sqlite3.connect(case.path / "data" / "x.sqlite")
     conn.execute("CREATE TABLE w (k TEXT PRIMARY KEY, v) WITHOUT ROWID")

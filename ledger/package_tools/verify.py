@@ -64,8 +64,9 @@ class VerifyReport:
     events whose time is ahead of this machine's clock, by at most
     ``future_max_lead_ms`` milliseconds: a note, never a failure (the writer's clock
     or its configured tolerance may be ahead of the auditor's). ``unchecked_inputs`` lists
-    ``{"path", "why"}`` for each input a stored tool result read that has ``"changed"`` since or
-    is ``"unreadable"`` now (a link, removed, refused): those results were checked against their
+    ``{"path", "why"}`` for each input a stored tool result read that has ``"changed"`` since, is
+    ``"unreadable"`` now (a link, removed, refused) or is a database whose lookup this SQLite
+    ``"computed otherwise by this SQLite"``: those results were checked against their
     requests only (docs/evidence.md), a note, never a failure. ``events_left_out`` (import only)
     counts the event files past the export manifest's head that the new case does not hold: an
     export interrupted before its manifest, or a manifest older than the files (docs/files.md).
@@ -113,8 +114,8 @@ class VerifyReport:
         if self.unchecked_inputs:
             shown = first_few([f"{u['path']} ({u['why']})" for u in self.unchecked_inputs], 5)
             lines.append(f"{len(self.unchecked_inputs)} input file(s) changed since stored tool results read or "
-                         f"searched them (edited, added, removed or unreadable now), so those results were checked "
-                         f"against their requests only: {shown}")
+                         f"searched them (edited, added, removed, unreadable, or computed otherwise by this SQLite), "
+                         f"so those results were checked against their requests only: {shown}")
         for obj in self.foreign_objects:
             on = f" on {obj['table']}" if obj["table"] != obj["name"] else ""
             lines.append(f"foreign object (not the ledger's, left alone): {obj['type']} {obj['name']}{on}")
@@ -138,8 +139,8 @@ class VerifyReport:
             shown = ", ".join(f"{u['path']} ({u['why']})" for u in self.unchecked_inputs)
             return LedgerError(E.STALE_GENERATION,
                                f"{len(self.unchecked_inputs)} input file(s) changed since stored tool results read "
-                               f"or searched them (edited, added, removed or unreadable now), so those results cannot "
-                               f"be recomputed from them (--strict): {shown}")
+                               f"or searched them (edited, added, removed, unreadable, or computed otherwise by this "
+                               f"SQLite), so those results cannot be recomputed from them (--strict): {shown}")
         return None
 
 

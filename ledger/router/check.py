@@ -32,10 +32,14 @@ from typing import Any, Callable, Mapping
 from ..ground import errors as E
 from ..ground.canonical import canonical_sha256
 from ..ground.errors import LedgerError, shown
-from .reference import (DATA_DIR, DEFAULT_ROWS, INT64_MAX, INT64_MIN, JSON_INT_MAX, SOURCES_DIR, Router, confined,
-                        find_text_args, lookup_args, marked_integer, matching_lines, span_args)
+from .reference import (DATA_DIR, DEFAULT_ROWS, INT64_MAX, INT64_MIN, JSON_INT_MAX, SOURCES_DIR, Router,
+                        computed_when_read, confined, find_text_args, lookup_args, marked_integer, matching_lines,
+                        span_args)
 
 Note = Callable[[str, str], None]
+#: ``unchecked_inputs``' why for a database whose lookup this SQLite computes otherwise as it reads
+#: (a virtual table, a ``VIRTUAL`` generated column): nothing says the file or the result changed.
+COMPUTED_OTHERWISE = "computed otherwise by this SQLite"
 _RESULT_KEYS = {"operation_id", "tool", "status", "items", "coverage", "truncated", "sources"}
 
 
@@ -57,7 +61,9 @@ def recheck(router: Router, action: Mapping[str, Any], stored: Mapping[str, Any]
             note: Note | None = None) -> Any:
     """What the replay compares ``stored`` with: the router's fresh result wherever a file it read
     is unchanged, else ``stored`` itself once it passed the checks above (``INTEGRITY_ERROR``).
-    ``note(path, "changed" | "unreadable")`` hears of each file that could not be compared."""
+    ``note(path, "changed" | "unreadable" | COMPUTED_OTHERWISE)`` hears of each file that could not
+    be compared: changed since, unreadable now, or a database whose lookup this SQLite computes
+    otherwise as it reads it (docs/evidence.md)."""
     note = note or _ignore
     inputs = same_inputs if isinstance(same_inputs, Inputs) else Inputs(same_inputs)
     self_consistent(action, stored)
@@ -76,9 +82,17 @@ def recheck(router: Router, action: Mapping[str, Any], stored: Mapping[str, Any]
             raise _forged_digest(action, path, digest, now)
         note(path, "changed")
         return stored  # the file changed since: the checks above are all that can be made
-    fresh = _recompute(router, action, path, data)
-    if fresh != stored and action["tool"] == "database.lookup":
-        fresh = _recompute(router, action, path, data, generated=False)  # stored before generated columns
+    try:
+        fresh = _recompute(router, action, path, data)
+        if fresh != stored and action["tool"] == "database.lookup":
+            fresh = _recompute(router, action, path, data, generated=False)  # stored before generated columns
+    except LedgerError:
+        fresh = None  # the router refuses it now
+    if fresh != stored and action["tool"] == "database.lookup" and computed_when_read(action.get("args"), data):
+        note(path, COMPUTED_OTHERWISE)  # values this SQLite computes as it reads, not the file's
+        return stored
+    if fresh is None:
+        _recompute(router, action, path, data)  # raises, saying why the router refuses it
     if fresh != stored:
         keys = sorted(k for k in set(fresh) | set(stored) if fresh.get(k) != stored.get(k))
         raise _bad(action.get("operation_id"), f"it differs from what the unchanged file {path} yields "
@@ -112,6 +126,7 @@ def _ignore(path: str, why: str) -> None:
 
 def _recompute(router: Router, action: Mapping[str, Any], path: str, data: bytes,
                generated: bool = True) -> dict[str, Any]:
+    """The router's result for ``action`` from ``data``; ``INTEGRITY_ERROR`` when it refuses it."""
     try:
         if generated:
             return router.result(action, {path: data})

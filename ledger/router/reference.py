@@ -329,6 +329,31 @@ def matching_lines(path: str, data: bytes, needle: bytes) -> list[dict[str, Any]
     return [line_item(path, number, raw) for number, raw in enumerate(split_lines(data), start=1) if needle in raw]
 
 
+def computed_when_read(args: Any, data: bytes) -> bool:
+    """Whether SQLite computes, as it reads ``data``, values the ``database.lookup`` of ``args`` returns
+    or compares: its table is a virtual table, or a column it projects or matches is a ``VIRTUAL``
+    generated column. Such values are the reading SQLite's (another version may round otherwise or
+    lack a function), not the file's, so a re-check on another SQLite may find others. False when
+    that cannot be read."""
+    try:
+        database, table, where, _ = lookup_args(args)
+        conn = _open_bytes(database, data)
+    except LedgerError:
+        return False
+    try:
+        (sql,) = conn.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)).fetchone()
+        if str(sql).lstrip().upper().startswith("CREATE VIRTUAL"):
+            return True
+        computed = {name for _, name, *_rest, hidden in conn.execute(f"PRAGMA table_xinfo({_quote(table)})")
+                    if hidden == 2}
+        used = set(args.get("columns") or computed) | set(where)
+        return bool(computed & used)
+    except (sqlite3.Error, TypeError, ValueError):
+        return False
+    finally:
+        conn.close()
+
+
 def lookup_args(args: Any) -> tuple[str, str, dict[str, Any], int]:
     """``(database, table, where with marked integers unwrapped, limit)`` of a ``database.lookup`` call."""
     args = _check_keys(args, {"database", "table"}, {"where", "columns", "limit"}, "database.lookup")
