@@ -121,13 +121,18 @@ def _plain(value: Any) -> Any:
     return value
 
 
+#: Bidirectional controls (marks, embeddings, overrides, isolates): a terminal shows the text around
+#: them reordered, so a statement can read as something it is not. Escaped wherever control characters are.
+BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
 #: What ``json.dumps`` leaves raw although some reader takes it for a line break or a control (it
 #: already escapes every control character below U+0020): DEL and the C1 controls U+007F–U+009F (NEL
 #: among them; a terminal may take U+009B for the start of an escape sequence) and the Unicode line
 #: and paragraph separators, which ``str.splitlines`` and JavaScript split on; and a lone surrogate (a
 #: file name byte that is not UTF-8, as Python reads it), which would reach the output as that raw byte
-#: and leave it no UTF-8. JSON's ``\uXXXX`` form keeps the value identical.
-_LINE_BREAK = re.compile("[\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+#: and leave it no UTF-8; and the bidirectional controls. JSON's ``\uXXXX`` form keeps the value identical.
+_LINE_BREAK = re.compile("[\x7f-\x9f\u2028\u2029\ud800-\udfff" + "".join(sorted(BIDI_CONTROLS)) + "]")
 
 
 #: ``json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)``, made once:
@@ -146,7 +151,8 @@ _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=
 def dumps(value: Any) -> str:
     """Compact, valid JSON for machine output (UTF-8, no ASCII escaping) that is always one line.
 
-    Every character any line reader treats as a line break is escaped (``\\uXXXX``),
+    Every character any line reader treats as a line break, and every bidirectional control, is
+    escaped (``\\uXXXX``),
     so ``text.splitlines()`` of N outputs gives exactly N lines that parse back to the
     same values.
     """
@@ -234,13 +240,14 @@ def emit_rows(rows: Iterable[Mapping[str, Any]], columns: Sequence[str] | None, 
 
 
 def _shown_escaped(ch: str) -> bool:
-    return unicodedata.category(ch) in ("Cc", "Zl", "Zp")
+    return unicodedata.category(ch) in ("Cc", "Zl", "Zp") or ch in BIDI_CONTROLS
 
 
 def one_line(text: Any) -> str:
-    """``text`` with control characters and line separators escaped (a newline in a path shows as
-    ``\\n``, a terminal escape as ``\\x1b``), so a message, summary line or table cell never splits,
-    moves the cursor or talks to the terminal."""
+    """``text`` with control characters, line separators and bidirectional controls escaped (a
+    newline in a path shows as ``\\n``, a terminal escape as ``\\x1b``, a right-to-left override as
+    ``\\u202e``), so a message, summary line or table cell never splits, moves the cursor, talks to
+    the terminal or shows its text reordered."""
     text = str(text)
     if not any(map(_shown_escaped, text)):
         return text

@@ -20,13 +20,14 @@ from conftest import run_cli
 
 T0 = "2026-01-01T00:00:00Z"
 #: A window-title write, an OSC 52 clipboard write, clear-screen and cursor-home, an 8-bit CSI, a
-#: line separator, a carriage return and a bell.
-HOSTILE = "t\x1b]0;owned\x07 \x1b]52;c;ZXZpbA==\x07 \x1b[2J\x1b[H \x9b31m \u2028 \r over\x07"
+#: line separator, a carriage return, a bell, and a right-to-left override and isolate (text shown reordered).
+HOSTILE = "t\x1b]0;owned\x07 \x1b]52;c;ZXZpbA==\x07 \x1b[2J\x1b[H \x9b31m \u2028 \r over\x07 \u202eevil\u2067x"
+BIDI = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
 
 
 def _raw_controls(text: str) -> list[str]:
-    """Characters a terminal would act on, other than the newlines between lines."""
-    return [ch for ch in text if ch != "\n" and unicodedata.category(ch) in ("Cc", "Zl", "Zp")]
+    """Characters a terminal would act on or show text reordered by, other than the newlines between lines."""
+    return [ch for ch in text if ch != "\n" and (unicodedata.category(ch) in ("Cc", "Zl", "Zp") or ch in BIDI)]
 
 
 @pytest.fixture
@@ -59,6 +60,7 @@ def test_control_characters_and_terminal_escapes_are_shown_escaped_in_human_outp
     assert _raw_controls(done.stdout) == [] and _raw_controls(done.stderr) == []
     if args[0] in ("balances", "actions", "sql") and "body" not in args[-1]:
         assert "\\x1b]52;c;ZXZpbA==\\x07" in done.stdout and "\\x9b31m" in done.stdout
+        assert "\\u202eevil\\u2067x" in done.stdout
 
 
 @pytest.mark.parametrize("fmt, delimiter", [("--csv", ","), ("--tsv", "\t")])
