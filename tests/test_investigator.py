@@ -662,8 +662,9 @@ def test_an_action_closed_inside_its_block_is_left_as_closed(case, investigator)
 def test_an_action_settled_inside_its_block_stays_settled(case, investigator):
     with investigator.action("H1", "t1", "test.automated") as act:
         act.record({"passed": True})
-        act.settle(40, "assessed at once")
+        settled = act.settle(40, "assessed at once")
     assert act.failed is None and case.actions()[0]["status"] == "settled"
+    assert act.result is settled and act.result.action["status"] == "settled"  # the block's last word
 
 
 # --- the example loop -----------------------------------------------------------------------------

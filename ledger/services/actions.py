@@ -132,8 +132,10 @@ class Action:
         return self.result
 
     def settle(self, semantic_score: int, reason: str) -> BudgetResult:
-        """:meth:`BudgetManager.settle` for this action (after :meth:`record`)."""
-        return self._budget.settle(self.hypothesis_id, self.action_id, semantic_score, reason, at=self._at)
+        """:meth:`BudgetManager.settle` for this action (after :meth:`record`); ``result`` then holds
+        the settlement."""
+        self.result = self._budget.settle(self.hypothesis_id, self.action_id, semantic_score, reason, at=self._at)
+        return self.result
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> bool:
