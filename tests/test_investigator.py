@@ -110,6 +110,28 @@ def test_run_tool_whose_action_another_call_of_it_completes_before_its_checks_an
     assert _event_count(case) == generation[0]  # this call wrote nothing
 
 
+def test_run_tool_of_an_action_closed_before_it_took_its_stored_call_says_so_and_writes_nothing(
+        case, investigator, monkeypatch):
+    """Interrupted between storing its tool call and feeding it, run_tool fails the action; a call again
+    finds the stored batch but cannot feed a closed action. The refusal says what happened in run_tool's
+    terms (it named record_evidence's step: "cannot record evidence for H1/q1")."""
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(CaseBudget, "record_evidence", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        investigator.run_tool("H1", "q1", "source.read_context", READ)
+    monkeypatch.undo()
+    assert investigator.action_status("H1", "q1") == "failed"
+    events = _event_count(case)
+    with pytest.raises(LedgerError) as refused:
+        investigator.run_tool("H1", "q1", "source.read_context", READ)
+    assert refused.value.code == "ACTION_CLOSED"
+    assert refused.value.message == ("H1/q1 was closed (failed) before it took its stored tool call (record "
+                                     "E000001), which stays stored; run_tool does not reopen a closed action: give "
+                                     "this call a new action id")
+    assert _event_count(case) == events
+
+
 def test_run_tool_repeated_with_other_arguments_is_refused_and_keeps_the_recorded_result(case, investigator):
     """A changed repeat is OPERATION_CONFLICT and writes nothing: the action keeps its result, and
     settles as before (the refused repeat used to close it with fail and lose its refund)."""

@@ -223,6 +223,21 @@ def _refuse_used_operation(store: Any, hypothesis_id: str, action_id: str, opera
             f"{used} already uses; give this call a new action id"), operation_id=operation_id)
 
 
+def _feed(budget: "CaseBudget", hypothesis_id: str, action_id: str, record_id: str, at: str | None) -> BudgetResult:
+    """``record_evidence`` of ``run_tool``'s stored record; ``ACTION_CLOSED`` worded for ``run_tool`` when
+    the action was closed before it took the record (a call interrupted between its two steps, then
+    failed): the stored tool call stays, unused, and no call reopens the action."""
+    try:
+        return budget.record_evidence(hypothesis_id, action_id, record_id, at=at)
+    except LedgerError as exc:
+        if exc.code != E.ACTION_CLOSED:
+            raise
+        raise LedgerError(E.ACTION_CLOSED, (
+            f"{hypothesis_id}/{action_id} was closed ({budget.action_status(hypothesis_id, action_id)}) before it "
+            f"took its stored tool call (record {record_id}), which stays stored; run_tool does not reopen a closed "
+            "action: give this call a new action id"), **exc.details) from None
+
+
 def _leave_to_its_owner(budget: "CaseBudget", hypothesis_id: str, action_id: str, exc: LedgerError) -> None:
     """Note on ``exc`` (``OPERATION_CONFLICT``: a batch of another tool call is stored under the action)
     that the action was left as it was: the call that stored that batch, or its retry, completes it."""
@@ -344,7 +359,7 @@ class CaseBudget(BudgetManager):
             if stored is None:
                 stored = _stored_query(store, iteration_id, request, at, action_id)
             record = stored.records[0]
-            fed = self.record_evidence(hypothesis_id, action_id, record["record_id"], at=at)
+            fed = _feed(self, hypothesis_id, action_id, record["record_id"], at)
         except BaseException as exc:
             if isinstance(exc, LedgerError) and exc.code == E.OPERATION_CONFLICT and "operation_id" not in exc.details:
                 _leave_to_its_owner(self, hypothesis_id, action_id, exc)  # this action's own batch, other args
