@@ -787,6 +787,39 @@ def test_the_documented_start_resumes_a_case_at_any_point_of_its_setup(tmp_path)
     case.close()
 
 
+@pytest.mark.parametrize("state", ["BLOCKED", "EVALUATING", "CLOSED"])
+def test_the_documented_start_leaves_a_case_past_its_setup_where_it_is_and_writes_nothing(tmp_path, state):
+    """A case blocked on a test, being evaluated or closed is resumed as it is: start wrote a transition
+    that silently unblocked a BLOCKED case, and refused an EVALUATING or CLOSED one."""
+    start = _start_from_the_docs()
+    case, _ = start(tmp_path / "c")
+    case.transition("BLOCKED" if state == "BLOCKED" else "EVALUATING")
+    if state == "CLOSED":
+        case.transition("CLOSED")
+    generation = case.status()["package_generation"]
+    case.close()
+    case, budget = start(tmp_path / "c")
+    assert (case.status()["state"], case.status()["package_generation"]) == (state, generation)
+    assert [b["hypothesis_id"] for b in case.balances()] == ["H1", "H2"]
+    case.close()
+
+
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
+def test_the_documented_start_run_by_several_processes_at_once_on_a_new_folder_starts_one_case(tmp_path):
+    """Processes racing to create the case: the losers' CASE_EXISTS is taken as the case another
+    process just created, and every one of them resumes it."""
+    script = ("import sys\nsys.path.insert(0, 'tests')\nfrom test_investigator import _start_from_the_docs\n"
+              "case, budget = _start_from_the_docs()(sys.argv[1])\nprint(case.status()['state'])\ncase.close()\n")
+    children = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "new")], cwd=REPO, text=True,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(4)]
+    answers = [child.communicate(timeout=120) for child in children]
+    assert [(child.returncode, out) for child, (out, _) in zip(children, answers)] == \
+        [(0, "INVESTIGATING_HYPOTHESES\n")] * 4, [err for _, err in answers]
+    with Case.open(tmp_path / "new") as case:
+        assert [b["hypothesis_id"] for b in case.balances()] == ["H1", "H2"]
+        assert verify_case(case.path).events == case.status()["package_generation"]
+
+
 @pytest.mark.parametrize("before", ["nothing", "recorded, not settled"])
 def test_the_documented_resumable_action_block_runs_the_tool_once_and_writes_nothing_when_run_again(case, before):
     """docs/investigator.md's loop body for an action taken again (resumed, or simply started
