@@ -246,6 +246,21 @@ def test_tampered_attachment_bytes_are_an_integrity_error_and_nothing_is_stored(
         assert reopened.query("SELECT COUNT(*) AS n FROM evidence_records") == [{"n": 0}]
 
 
+def test_an_attachment_in_base64_other_than_its_bytes_standard_form_is_refused_and_nothing_written(case):
+    """"QR==" decodes to the byte "A" as "QQ==" does (its unused bits are set): accepted, the same bytes
+    were stored as another content row. Only the standard form of the bytes is taken."""
+    case.budget().request_test("H1", "t1", "human", "test-1")
+    before = ledger_rows(case)
+    with pytest.raises(LedgerError) as refused:
+        case.evidence().submit_feedback("test-1", PASSED, {"a.bin": {"base64": "QR=="}})
+    assert refused.value.code == INVALID_ARGUMENT and refused.value.details["attachment"] == "a.bin"
+    assert refused.value.message == ("attachment 'a.bin': its base64 is not the standard form of its bytes "
+                                     "(unused bits set); give QQ==")
+    assert ledger_rows(case) == before
+    draft = case.evidence().submit_feedback("test-1", PASSED, {"a.bin": {"base64": "QQ=="}})
+    assert draft.feedback_id == "F000001"
+
+
 def test_attachment_limit_refuses_with_limit_reached_and_writes_nothing(package):
     start_case(package).close()
     config = AnalysisConfig(limits={**AnalysisConfig().limits, "evidence_artifact_bytes_max": 100})

@@ -90,7 +90,12 @@ def shape_submit_feedback(operation_id: Any, reply: Any, attachments: Any) -> di
         if not isinstance(name, str) or not ATTACHMENT_NAME_RE.fullmatch(name):
             raise LedgerError(E.INVALID_ARGUMENT, f"attachment name {shown(name, 40)!r} must match "
                               f"{ATTACHMENT_NAME_RE.pattern}")
-        _attachment_bytes(name, value)
+        data = _attachment_bytes(name, value)
+        if not isinstance(value, str) and base64.b64encode(data).decode("ascii") != value["base64"]:
+            # other spellings of the same bytes ("QR==" for "QQ==") would be stored as other content
+            raise LedgerError(E.INVALID_ARGUMENT, f"attachment {name!r}: its base64 is not the standard form of its "
+                              f"bytes (unused bits set); give {shown(base64.b64encode(data).decode('ascii'), 40)}",
+                              attachment=name)
     request = {"op": "submit_feedback", "operation_id": operation_id, "reply": dict(reply),
                "attachments": dict(attachments)}
     canonical_bytes(request)  # INVALID_JSON for what has no canonical form
