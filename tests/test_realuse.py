@@ -320,6 +320,15 @@ def test_describe_value_never_names_a_python_type():
         "false", "the integer 0", "a non-finite number", 'the string "say \\"hi\\""', "an object"]
 
 
+def test_a_tuple_where_an_array_is_asked_for_is_named_a_tuple_saying_an_array_is_a_list(case):
+    """A Python caller's tuple is no JSON array: the refusal said "an array is not of type 'array'"."""
+    with pytest.raises(LedgerError) as refused:
+        case.evidence().query("i1", {"actions": ({"operation_id": "op-1", "hypothesis_id": "H1", "action_id": "q1",
+                                                 "tool": "source.read_context", "args": {}},)})
+    assert refused.value.code == "INVALID_ARGUMENT"
+    assert refused.value.message == "request: actions: a tuple (a JSON array is a list) is not of type 'array'"
+
+
 def test_an_invalid_transition_lists_the_allowed_moves(package):
     with Case.create(package, "C-1") as opened:
         opened.open_revision([{"statement": "a"}])

@@ -406,3 +406,13 @@ def test_a_refused_argument_is_shown_as_json_never_as_python(root):
         message = _refused(lambda: router.read_context({"path": "sources/app.py", "start_line": value,
                                                         "end_line": 2})).message
         assert message.endswith(f"start_line must be an integer of at least 1, {shown}"), message
+
+
+@pytest.mark.parametrize("action, shown", [(1, "the integer 1"), (None, "null"), ("read", "'read'"),
+                                           ([{"tool": "source.read_context"}], "an array")])
+def test_an_action_that_is_no_object_is_router_refused_by_reply_and_result(root, action, shown):
+    """Router.reply and Router.result are public: an action that is no object is a refusal naming it,
+    never a Python error (an AttributeError before)."""
+    router = Router(root)
+    for call in (lambda: router.reply({"actions": [action]}), lambda: router.result(action)):
+        assert _refused(call).message == f"an action must be an object, got {shown}"

@@ -204,7 +204,8 @@ def limit_reached(setting: str, message: str, **details: Any) -> LedgerError:
 
 def describe_value(value: Any) -> str:
     """A value as a JSON (or TOML) reader sees it, for messages: ``the string "ten"``,
-    ``true``, ``the number 2.5``, ``null``, ``an array``; never a Python type name."""
+    ``true``, ``the number 2.5``, ``null``, ``an array``; never a Python type name, but for a tuple,
+    which only a Python caller gives and which is no JSON array where one is asked for."""
     # a subclass's own repr, len or comparisons may raise or lie: its plain value is described
     if value is None:
         return "null"
@@ -222,8 +223,10 @@ def describe_value(value: Any) -> str:
         plain = str.__str__(value)
         text = plain if len(plain) <= 80 else plain[:80] + "…"
         return 'the string "' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(value, (list, tuple)):
+    if isinstance(value, list):
         return "an array"
+    if isinstance(value, tuple):  # Python's, not JSON's: where an array is asked for, a list is
+        return "a tuple (a JSON array is a list)"
     if isinstance(value, dict):
         return "an object"
     return f"a value with no JSON form ({type(value).__name__})"

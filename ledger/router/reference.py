@@ -159,6 +159,8 @@ class Router:
     def result(self, action: Mapping[str, Any], files: Mapping[str, bytes] | None = None) -> dict[str, Any]:
         """The result of one request action (``operation_id``, ``tool``, ``args``). With ``files``
         (``{path: bytes}``, a re-check) the named file is taken from there instead of the disk."""
+        if not isinstance(action, Mapping):
+            raise _refuse(f"an action must be an object, got {given(action, 60)}")
         tool = action.get("tool")
         runner = {"source.read_context": self.read_context, "source.find_text": self.find_text,
                   "database.lookup": self.lookup}.get(tool)
