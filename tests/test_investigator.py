@@ -140,7 +140,8 @@ def test_run_tool_repeated_with_other_arguments_is_refused_and_keeps_the_recorde
     with pytest.raises(LedgerError) as caught:
         investigator.run_tool("H1", "q1", "source.read_context", {**READ, "end_line": 3})
     assert caught.value.code == "OPERATION_CONFLICT"
-    assert caught.value.message == "action q1 already ran its tool with other args; give this call a new action id"
+    assert caught.value.message == ("action q1 already ran a tool call with another tool or other args; give this "
+                                    "call a new action id")
     assert caught.value.__notes__ == ["case-ledger: action q1 already had its result (awaiting_assessment); it was "
                                       "left as it was"]
     assert _event_count(case) == events

@@ -182,8 +182,8 @@ def _stored_query(store: EvidenceStore, iteration_id: str, request: Mapping[str,
         stored = store.stored_batch(iteration_id, request)
         if stored is not None:
             return stored
-        raise LedgerError(E.OPERATION_CONFLICT, f"action {action_id} already ran its tool with other args; "
-                          "give this call a new action id",
+        raise LedgerError(E.OPERATION_CONFLICT, f"action {action_id} already ran a tool call with another tool "
+                          "or other args; give this call a new action id",
                           **exc.details) from None
 
 
@@ -206,8 +206,8 @@ def _taken(budget: "CaseBudget", hypothesis_id: str, action_id: str, iteration_i
             f"action {action_id} of {hypothesis_id} would store its tool call as iteration {iteration_id}, which "
             "already holds another action's (their derived ids coincide); give this call a new action id"),
             iteration_id=iteration_id)
-    exc = LedgerError(E.OPERATION_CONFLICT, f"action {action_id} already ran its tool with other args; give "
-                      "this call a new action id", iteration_id=iteration_id)
+    exc = LedgerError(E.OPERATION_CONFLICT, f"action {action_id} already ran a tool call with another tool or "
+                      "other args; give this call a new action id", iteration_id=iteration_id)
     _leave_to_its_owner(budget, hypothesis_id, action_id, exc)
     return exc
 
