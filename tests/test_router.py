@@ -63,7 +63,9 @@ def test_a_path_outside_its_folder_is_refused_and_a_bare_name_is_shown_where_it_
     other = _refused(lambda: Router(root).read_context({"path": "data/db.sqlite", "start_line": 1, "end_line": 1}))
     assert other.message == "'data/db.sqlite' is outside sources/"  # another folder: no guess
     folder = _refused(lambda: Router(root).read_context({"path": "sources", "start_line": 1, "end_line": 1}))
-    assert folder.message == "'sources' is outside sources/"
+    assert folder.message == "'sources' is the folder sources/ itself: name a file in it ('sources/…')"
+    database = _refused(lambda: Router(root).lookup({"database": "data", "table": "users"}))
+    assert database.message == "'data' is the folder data/ itself: name a file in it ('data/…')"
 
 
 def test_a_path_past_the_longest_a_tool_call_may_name_is_refused_as_too_long_not_as_empty(root):

@@ -126,9 +126,11 @@ def confined(relative: Any, top: str) -> str:
     if (pure.is_absolute() or "\\" in relative or "\x00" in relative or str(pure) != relative
             or not is_utf8_text(relative) or any(part in ("..", ".", "") for part in relative.split("/"))):
         raise _refuse(f"{relative!r} is not a normalized relative path of UTF-8 text", path=relative)
+    if relative == top:
+        raise _refuse(f"{relative!r} is the folder {top}/ itself: name a file in it ('{top}/…')", path=relative)
     if len(pure.parts) < 2 or pure.parts[0] != top:
         hint = f" (paths start at the package folder: did you mean '{top}/{relative}'?)" \
-            if len(pure.parts) == 1 and relative != top else ""
+            if len(pure.parts) == 1 else ""
         raise _refuse(f"{relative!r} is outside {top}/{hint}", path=relative)
     return relative
 
