@@ -64,9 +64,8 @@ class VerifyReport:
     events whose time is ahead of this machine's clock, by at most
     ``future_max_lead_ms`` milliseconds: a note, never a failure (the writer's clock
     or its configured tolerance may be ahead of the auditor's). ``unchecked_inputs`` lists
-    ``{"path", "why"}`` for each input a stored tool result read that has ``"changed"`` since, is
-    ``"unreadable"`` now (a link, removed, refused) or is a database whose lookup this SQLite
-    ``"computed otherwise by this SQLite"``: those results were checked against their
+    ``{"path", "why"}`` for each input a stored tool result read that has ``"changed"`` since, is ``"unreadable"``
+    now (a link, removed, refused) or was ``"computed otherwise by this SQLite"``: those results were checked against their
     requests only (docs/evidence.md), a note, never a failure. ``events_left_out`` (import only)
     counts the event files past the export manifest's head that the new case does not hold: an
     export interrupted before its manifest, or a manifest older than the files (docs/files.md).
