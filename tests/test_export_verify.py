@@ -1194,13 +1194,18 @@ def test_verify_reports_a_users_own_table_view_or_index_as_foreign(case, ddl, ki
 def test_a_users_table_hiding_a_function_the_ledgers_sql_calls_is_named_with_what_to_do(case, ddl, function):
     """SQLite resolves such a name to the user's object, so the ledger's own views cannot run: every
     read names the object and says to rename or drop it (it was a bare "'json_each' is not a function")."""
+    from ledger.storage.readonly import readonly_query
+
     case.close()
     conn = sqlite3.connect(case.path / "ledger.sqlite")
     conn.executescript(ddl)  # (verify reads the shape of a user's index on a ledger table with pragma_index_list)
     conn.commit()
     conn.close()
-    reads = [lambda: verify_case(case.path)] + ([lambda: Case.open(case.path).balances()] if "json" in function else [])
-    for read in reads:
+    reads = [lambda: verify_case(case.path)] + ([lambda: Case.open(case.path).balances(),
+                                                 lambda: readonly_query(case.path / "ledger.sqlite",
+                                                                        "SELECT COUNT(*) FROM balances")]
+                                                if "json" in function else [])
+    for read in reads:  # the last as `ledger sql` and Case.query read (it was "query refused: … not a function")
         with pytest.raises(LedgerError) as caught:
             read()
         assert caught.value.code == INTEGRITY_ERROR and caught.value.details["object"] == function

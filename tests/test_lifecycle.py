@@ -53,8 +53,15 @@ def test_a_missing_ledger_beside_an_export_is_ledger_missing_never_a_fresh_ledge
     with pytest.raises(LedgerError) as caught:
         Case.open(package)
     assert caught.value.code == LEDGER_MISSING
-    assert "import" in caught.value.message
+    assert caught.value.message == (f"{package / 'ledger.sqlite'} is missing but the package has an export; restore "
+                                    f"it with 'ledger import {package}' (in place) instead of starting a new ledger")
     assert not (package / "ledger.sqlite").exists()
+    from ledger_cli.main import main as cli_main  # the command the message gives restores it
+    from click.testing import CliRunner
+    done = CliRunner().invoke(cli_main, ["import", str(package)])
+    assert done.exit_code == 0, done.output
+    with Case.open(package) as restored:
+        assert restored.status()["state"] == "INVESTIGATING_HYPOTHESES"
 
 
 @pytest.mark.parametrize("kind", ["a folder", "a link to nothing"])
@@ -71,7 +78,7 @@ def test_a_ledger_file_that_is_no_file_is_a_storage_error_saying_to_move_it_asid
     else:
         (package / "ledger.sqlite").symlink_to(tmp_path / "gone.sqlite")
     expected = (f"{package / 'ledger.sqlite'} is {kind}, not a ledger file: move it aside; then 'ledger import "
-                f"{package} --to {package}' restores it from the package's export")
+                f"{package}' restores it in place from the package's export")
     for call in (lambda: Case.open(package), lambda: verify_case(package)):
         with pytest.raises(LedgerError) as caught:
             call()

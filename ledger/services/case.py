@@ -79,14 +79,14 @@ def missing_ledger(root: Path) -> LedgerError:
         pass
     if os.path.lexists(ledger):
         kind = "a folder" if ledger.is_dir() else "a link to nothing" if not ledger.exists() else "not a regular file"
-        restore = (f"; then 'ledger import {root} --to {root}' restores it from the package's export"
+        restore = (f"; then 'ledger import {root}' restores it in place from the package's export"
                    if (root / MANIFEST_FILE).exists() else "")
         return LedgerError(E.STORAGE_ERROR, f"{ledger} is {kind}, not a ledger file: move it aside{restore}")
     if (root / MANIFEST_FILE).exists():
         return LedgerError(
             E.LEDGER_MISSING,
             f"{ledger} is missing but the package has an export; restore it with "
-            f"'ledger import {root} --to {root}' instead of starting a new ledger",
+            f"'ledger import {root}' (in place) instead of starting a new ledger",
         )
     if (root / ANALYSIS_DIR).exists():
         return LedgerError(

@@ -19,9 +19,9 @@ from typing import Any, Iterator
 from ..ground import errors as E
 from .sqlfiles import PUBLIC_VIEWS, schema_version, statement
 from ..ground.errors import LedgerError
-from .sqlite_file import (BUSY_CODES, DAMAGED_CODES, SQLITE_ERRORS, SQLITE_INTERRUPT, SQLITE_READONLY, SQLITE_TOOBIG,
-                          STORAGE_CODES, connect_uri, log_files_exist, log_path, no_case_yet, primary_code, readable_uri, release_log,
-                          sqlite_error, translate_sqlite_errors)
+from .sqlite_file import (BUSY_CODES, DAMAGED_CODES, HIDDEN_FUNCTION_RE, SQLITE_ERRORS, SQLITE_INTERRUPT,
+                          SQLITE_READONLY, SQLITE_TOOBIG, STORAGE_CODES, connect_uri, log_files_exist, log_path,
+                          no_case_yet, primary_code, readable_uri, release_log, sqlite_error, translate_sqlite_errors)
 
 
 def _stop_at_deadline(conn: sqlite3.Connection, timeout_ms: int) -> float:
@@ -87,9 +87,11 @@ def _query_error(exc: BaseException) -> LedgerError:
     keep their codes; any other failure, a write refused on the read-only connection among them, is
     the statement's own (``INVALID_ARGUMENT``, :func:`_refused`)."""
     primary = primary_code(exc) if isinstance(exc, sqlite3.Error) else None
-    if primary is not None and primary != SQLITE_READONLY and (
-            primary in BUSY_CODES or primary in DAMAGED_CODES or primary in STORAGE_CODES):
-        translated = sqlite_error(exc)
+    hidden = HIDDEN_FUNCTION_RE.fullmatch(str(exc)) if isinstance(exc, sqlite3.OperationalError) else None
+    if (primary is not None and primary != SQLITE_READONLY and (
+            primary in BUSY_CODES or primary in DAMAGED_CODES or primary in STORAGE_CODES)) or (
+            hidden and (hidden[1].lower() in ("json_each", "json_tree") or hidden[1].lower().startswith("pragma_"))):
+        translated = sqlite_error(exc)  # a table-valued function a table of the user's hides: named as such
         if isinstance(translated, LedgerError):
             return translated
     return _refused(exc)
