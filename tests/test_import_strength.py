@@ -537,6 +537,27 @@ def test_import_names_an_event_file_that_is_there_but_holds_no_event_in_its_plac
     assert not (tmp_path / "copy").exists()
 
 
+def test_import_names_the_copies_of_an_evidence_event_file_as_copies(case, tmp_path):
+    """A copy of an evidence event file beside it (E000001.json copied to E000099.json): both claim the
+    event, so neither is taken; the refusal names both as copies (it said both lay where the event
+    does not belong, the genuine one too)."""
+    case.budget().reserve("H1", "q1", "source.read_context")
+    case.evidence().query("i1", {"actions": [read("op-1", "H1", "q1", 1, 1)]}, True)
+    export_case(case)
+    (record,) = case.path.glob("analysis/evidence/0001/*/E000001.json")
+    shutil.copyfile(record, record.with_name("E000099.json"))
+    for name in os.listdir(case.path):
+        if name.startswith("ledger.sqlite"):
+            os.unlink(case.path / name)
+    with pytest.raises(LedgerError) as refused:
+        import_tree(case.path, tmp_path / "copy")
+    folder = record.parent.relative_to(case.path).as_posix()
+    assert refused.value.code == INTEGRITY_ERROR
+    assert refused.value.message.endswith(f"; {folder}/E000001.json, {folder}/E000099.json each claim to hold it, "
+                                          "and one event is one file: remove the copies")
+    assert not (tmp_path / "copy").exists()
+
+
 @pytest.mark.parametrize("mutation", ["edit", "delete", "swap"])
 def test_import_refuses_edited_deleted_or_swapped_content_files(case, tmp_path, mutation):
     for n, (h, span) in enumerate([("H1", (1, 1)), ("H2", (2, 3))], start=1):

@@ -164,9 +164,10 @@ def _no_event(files: dict[str, Path], view: MemoryView, revisions: list[int], se
         held += f"; {', '.join(folders)} {'is a folder' if len(folders) == 1 else 'are folders'}, not a file (move it aside)"
         there += folders
     elsewhere = [r for r in sorted(files) if EVENT_FILE_RE.fullmatch(r) and (_claimed(files, r) or {}).get("seq") == seq]
-    if elsewhere:  # the error's path only: every event file read once more
-        held += f"; {', '.join(elsewhere)} claim{'s' if len(elsewhere) == 1 else ''} to hold it but " \
-                f"lie{'s' if len(elsewhere) == 1 else ''} where it does not belong"
+    if len(elsewhere) == 1:  # the error's path only: every event file read once more
+        held += f"; {elsewhere[0]} claims to hold it but lies where it does not belong"
+    elif elsewhere:  # copies: which one is where it belongs cannot be told while another claims it too
+        held += f"; {', '.join(elsewhere)} each claim to hold it, and one event is one file: remove the copies"
     return _bad(seq, f"the export has no event {seq} (its manifest names head seq {head_seq}){held}",
                 **({"file": (there + elsewhere)[0]} if there or elsewhere else {}))
 
