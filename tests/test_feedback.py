@@ -261,6 +261,26 @@ def test_an_attachment_in_base64_other_than_its_bytes_standard_form_is_refused_a
     assert draft.feedback_id == "F000001"
 
 
+def test_an_older_ledgers_attachment_in_another_base64_spelling_still_verifies_and_imports(case, tmp_path,
+                                                                                             monkeypatch):
+    """An older case-ledger took "QR==" for the byte "A": its history verifies and imports as it was (the
+    standard form is asked for only when a draft is submitted, never on replay)."""
+    case.budget().request_test("H1", "t1", "human", "test-1")
+    case.transition("BLOCKED")
+    from ledger.rules import feedback as feedback_rules
+
+    with monkeypatch.context() as older:  # the rule as an older case-ledger ran it
+        older.setattr(feedback_rules, "check_standard_base64", lambda attachments: None)
+        draft = case.evidence().submit_feedback("test-1", PASSED, {"a.bin": {"base64": "QR=="}})
+    case.evidence().confirm_feedback(draft.feedback_id)
+    case.evidence().store_feedback("test-1", draft.feedback_id)
+    export_case(case)
+    assert verify_case(case.path).strict_failure() is None
+    import_tree(case.path, tmp_path / "copy")
+    with Case.open(tmp_path / "copy") as copy:
+        assert copy.query("SELECT COUNT(*) AS n FROM evidence_records") == [{"n": 1}]
+
+
 def test_attachment_limit_refuses_with_limit_reached_and_writes_nothing(package):
     start_case(package).close()
     config = AnalysisConfig(limits={**AnalysisConfig().limits, "evidence_artifact_bytes_max": 100})

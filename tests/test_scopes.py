@@ -244,6 +244,21 @@ def test_delegate_limits_without_the_delegate_who_proposed_them_are_refused_and_
     case.close()
 
 
+def test_an_older_ledgers_delegate_limits_without_a_delegate_still_verify_and_import(package, tmp_path, monkeypatch):
+    """An older case-ledger took delegate_limits with no delegate: its history verifies and imports as it
+    was (the rule refuses such a request only when it is made, never on replay)."""
+    case = _ready(package)
+    with monkeypatch.context() as older:  # the rule as an older case-ledger ran it
+        older.setattr(scope_rules, "check_delegate", lambda request: None)
+        case.scopes().establish("case", {"units": 50}, "controller", delegate_limits={"units": 40})
+    export_case(case)
+    case.close()
+    assert verify_case(package).strict_failure() is None
+    import_tree(package, tmp_path / "copy")
+    with Case.open(tmp_path / "copy") as copy:
+        assert [u["declared"] for u in copy.scopes().usage("case") if u["dimension"] == "units"] == [40]
+
+
 @pytest.mark.parametrize("args, code", [(["nowhere", "--limit", "units=5"], INVALID_ARGUMENT),
                                         (["case", "--limit", "units=5", "--delegate", "no/slash"], INVALID_ID)])
 def test_the_command_line_reports_a_bad_scope_or_id_before_a_bad_on_exhausted(package, args, code):

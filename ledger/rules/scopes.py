@@ -146,9 +146,6 @@ def shape_establish(scope: Any, limits: Any, issuer: Any, delegate: Any = None, 
     parsed = parse_scope(scope)
     checked_limits = _check_limits(limits, "limits")
     checked_delegate_limits = None if delegate_limits is None else _check_limits(delegate_limits, "delegate_limits")
-    if checked_delegate_limits is not None and delegate is None:  # the event would not say who proposed them
-        raise LedgerError(E.INVALID_ARGUMENT, "delegate_limits are a delegate's own proposal: name the delegate "
-                          "who made it (delegate; --delegate on the command line)")
     bps = check_int(warning_bps, "warning_bps", minimum=0, maximum=BPS)
     causation = None if causation_seq is None else check_int(causation_seq, "causation_seq", minimum=1)
     checked_issuer = check_action_id(issuer, "issuer")
@@ -474,10 +471,19 @@ def effective_limits(limits: Mapping[str, int], delegate_limits: Mapping[str, in
     return {d: merged[d] for d in DIMENSIONS if d in merged}
 
 
+def check_delegate(request: Mapping[str, Any]) -> None:
+    """``INVALID_ARGUMENT`` for ``delegate_limits`` with no ``delegate``: the event would hold a tighter
+    limit with no one who proposed it."""
+    if request["delegate_limits"] is not None and request["delegate"] is None:
+        raise LedgerError(E.INVALID_ARGUMENT, "delegate_limits are a delegate's own proposal: name the delegate "
+                          "who made it (delegate; --delegate on the command line)")
+
+
 def establish(view: LedgerView, request: Mapping[str, Any], context: Context) -> Draft | Outcome | Reused:
     """Set or change a scope's limits (docs/scopes.md), followed by any ``limit.approaching`` now due.
 
-    Errors in order: ``INVALID_ARGUMENT`` (a revision not open), ``NOT_INITIALIZED``,
+    Errors in order: ``INVALID_ARGUMENT`` (``delegate_limits`` with no ``delegate``, a revision not
+    open), ``NOT_INITIALIZED``,
     ``UNKNOWN_HYPOTHESIS``, ``AUTHORITY_DENIED``, ``INVALID_ARGUMENT`` (a wrong ``causation_seq``). A
     request under the identity of an earlier establishment with other inputs (a change of limits that
     leaves ``causation_seq`` out or names an older establishment) is one of the last two: only the
@@ -495,6 +501,8 @@ def establish(view: LedgerView, request: Mapping[str, Any], context: Context) ->
         raise
     if reused is not None:
         return reused
+    if context.limits is not None:  # not on replay: an older case-ledger took it, and its history stays
+        check_delegate(request)
     revision_issuer = _check_scope_exists(view, scope)
     previous = view.scope(scope.name)
     _check_authority(previous, revision_issuer, request)
