@@ -660,3 +660,82 @@ def test_a_reply_with_other_than_one_result_per_action_is_refused(case, tmp_path
     else:  # the second action's result left out
         forge_batch(case, [first, second], [result])
     refused_by_verify_and_import(case, tmp_path, "result(s) for", "action(s)")
+
+
+# --- values SQLite computes as it reads: only they may differ from this SQLite's ------------------------
+def _computed_table(case: Case, ddl: str, *rows: str) -> None:
+    conn = sqlite3.connect(case.path / "data" / "p.sqlite")
+    conn.executescript(ddl + "".join(f"INSERT INTO {row};" for row in rows))
+    conn.close()
+
+
+def _made_up(act: dict, case: Case, columns: list[dict], rows: list[tuple[int, dict]]) -> dict:
+    """A lookup result no router returned: its schema, rows and values as a forger writes them."""
+    digest = hashlib.sha256((case.path / "data" / "p.sqlite").read_bytes()).hexdigest()
+    args, table = act["args"], act["args"]["table"]
+    return {"operation_id": act["operation_id"], "tool": act["tool"], "status": "ok", "truncated": False,
+            "items": [{"kind": "db_row", "database": "data/p.sqlite", "table": table, "pointer": f"/{table}/{rowid}",
+                       "sha256": canonical_sha256(values), "values": values} for rowid, values in rows],
+            "coverage": {"database": "data/p.sqlite", "table": table, "where": args.get("where", {}),
+                         "columns": args.get("columns", [c["name"] for c in columns]), "limit": 100},
+            "schema": {"database": "data/p.sqlite", "database_sha256": digest, "table": table, "columns": columns},
+            "sources": [["data/p.sqlite", digest]]}
+
+
+def _column(name: str, pk: int = 0) -> dict:
+    return {"name": name, "type": "TEXT", "notnull": False, "pk": pk}
+
+
+def _edited(result: dict, index: int, **values) -> dict:
+    item = result["items"][index]
+    item["values"].update(values)
+    item["sha256"] = canonical_sha256(item["values"])
+    return result
+
+
+FORGERIES_BESIDE_COMPUTED_VALUES = {
+    "a value the file holds, and a row left out": (
+        "CREATE TABLE p (item TEXT, price REAL, shown REAL AS (price * 2) VIRTUAL);",
+        ["p (item, price) VALUES ('widget', 2.5)", "p (item, price) VALUES ('gizmo', 9.0)"], {},
+        lambda act, case: (lambda result: (result["items"].pop(1), result)[1])(
+            _edited(genuine(case, act), 0, item="FORGED", price={"real": "1000.0"}))),
+    "a value the file holds, where a computed column matched": (
+        "CREATE TABLE p (item TEXT, price REAL, shown REAL AS (price * 2) VIRTUAL);",
+        ["p (item, price) VALUES ('widget', 2.5)"], {"where": {"shown": 5}, "columns": ["item"]},
+        lambda act, case: _edited(genuine(case, act), 0, item="FORGED")),
+    "a row the file lacks, where a computed column matched": (
+        "CREATE TABLE p (item TEXT, price REAL, shown REAL AS (price * 2) VIRTUAL);",
+        ["p (item, price) VALUES ('widget', 2.5)"], {"where": {"shown": 5}, "columns": ["item"]},
+        lambda act, case: (lambda result: {**result, "items": result["items"] + [
+            {**result["items"][0], "pointer": "/p/42"}]})(genuine(case, act))),
+    "a value beside a STORED generated column": (
+        "CREATE TABLE p (item TEXT, price REAL, kept REAL AS (price * 2) STORED);",
+        ["p (item, price) VALUES ('widget', 2.5)"], {"columns": ["item", "kept"]},
+        lambda act, case: _edited(genuine(case, act), 0, item="FORGED")),
+    "a full-text table's text": (
+        "CREATE VIRTUAL TABLE p USING fts5(body);", ["p (body) VALUES ('real text')"], {},
+        lambda act, case: _edited(genuine(case, act), 0, body="FORGED")),
+    "rows of a WITHOUT ROWID table": (
+        "CREATE TABLE p (k TEXT PRIMARY KEY, v TEXT, g TEXT AS (upper(v)) VIRTUAL) WITHOUT ROWID;",
+        ["p (k, v) VALUES ('a', 'x')"], {},
+        lambda act, case: _made_up(act, case, [_column("k", 1), _column("v"), _column("g")],
+                                   [(1, {"k": "zzz", "v": "made up", "g": "MADE UP"})])),
+    "a column the table lacks": (
+        "CREATE TABLE p (item TEXT, shown TEXT AS (upper(item)) VIRTUAL);", ["p (item) VALUES ('widget')"],
+        {"where": {"secret": "yes"}},
+        lambda act, case: _made_up(act, case, [_column("item"), _column("shown"), _column("secret")],
+                                   [(42, {"item": "password", "shown": "PASSWORD", "secret": "yes"})])),
+}
+
+
+@pytest.mark.parametrize("forgery", FORGERIES_BESIDE_COMPUTED_VALUES, ids=list(FORGERIES_BESIDE_COMPUTED_VALUES))
+def test_a_forgery_beside_values_sqlite_computes_as_it_reads_is_still_an_integrity_error(case, tmp_path, forgery):
+    """Only the values SQLite computes as it reads may differ from this SQLite's recompute of an unchanged
+    file (another version computes them otherwise): every value the file holds, the rows a where on
+    them matched, the table's shape and the router's refusals are still compared, and a forgery of any
+    of them is INTEGRITY_ERROR, never a note, and never a traceback."""
+    ddl, rows, args, forged = FORGERIES_BESIDE_COMPUTED_VALUES[forgery]
+    _computed_table(case, ddl, *rows)
+    act = action("database.lookup", database="data/p.sqlite", table="p", **args)
+    forge(case, act, forged(act, case))
+    refused_by_verify_and_import(case, tmp_path, "op-1")

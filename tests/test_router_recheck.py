@@ -262,33 +262,6 @@ def test_a_stored_value_of_a_column_read_from_the_file_is_still_compared_beside_
     assert recheck(Router(case.path), action, genuine, True) == genuine
 
 
-def test_which_lookups_read_values_sqlite_computes_as_it_reads(tmp_path):
-    """A virtual table, or a VIRTUAL generated column projected (all columns by default) or matched;
-    never a STORED generated column or a plain one, and never a file that is no database."""
-    from ledger.router.reference import computed_when_read
-    path = tmp_path / "c.sqlite"
-    conn = sqlite3.connect(path)
-    conn.execute("CREATE TABLE p (a INTEGER, v INTEGER AS (a + 1) VIRTUAL, s INTEGER AS (a + 2) STORED)")
-    try:
-        conn.execute("CREATE VIRTUAL TABLE f USING fts5(body)")
-    except sqlite3.OperationalError:  # a SQLite built without FTS5
-        pass
-    conn.commit()
-    conn.close()
-    data = path.read_bytes()
-
-    def computed(**args):
-        return computed_when_read({"database": "data/c.sqlite", **args}, data)
-    assert computed(table="p") and computed(table="p", columns=["v"]) and computed(table="p", where={"v": 1},
-                                                                                   columns=["a"])
-    assert not computed(table="p", columns=["a", "s"]) and not computed(table="p", where={"s": 2}, columns=["a"])
-    made = sqlite3.connect(path)
-    assert computed(table="f") == bool(made.execute("SELECT 1 FROM sqlite_master WHERE name = 'f'").fetchall())
-    made.close()
-    assert not computed(table="missing") and not computed_when_read({"database": "data/c.sqlite", "table": "p"},
-                                                                    b"not a database")
-
-
 def test_lookup_refuses_a_without_rowid_table_which_has_no_row_id_to_point_at(case):
     conn = sqlite3.connect(case.path / "data" / "x.sqlite")
     conn.execute("CREATE TABLE w (k TEXT PRIMARY KEY, v) WITHOUT ROWID")

@@ -33,12 +33,12 @@ from ..ground import errors as E
 from ..ground.canonical import canonical_sha256
 from ..ground.errors import LedgerError, shown
 from .reference import (DATA_DIR, DEFAULT_ROWS, INT64_MAX, INT64_MIN, JSON_INT_MAX, SOURCES_DIR, Router,
-                        computed_when_read, confined, find_text_args, lookup_args, marked_integer, matching_lines,
+                        confined, differs_only_where_computed, find_text_args, lookup_args, marked_integer, matching_lines,
                         span_args)
 
 Note = Callable[[str, str], None]
-#: ``unchecked_inputs``' why for a database whose lookup this SQLite computes otherwise as it reads
-#: (a virtual table, a ``VIRTUAL`` generated column): nothing says the file or the result changed.
+#: ``unchecked_inputs``' why for a database whose lookup differs from this SQLite's only in values
+#: SQLite computes as it reads (``VIRTUAL`` generated columns; :func:`differs_only_where_computed`).
 COMPUTED_OTHERWISE = "computed otherwise by this SQLite"
 _RESULT_KEYS = {"operation_id", "tool", "status", "items", "coverage", "truncated", "sources"}
 
@@ -62,8 +62,8 @@ def recheck(router: Router, action: Mapping[str, Any], stored: Mapping[str, Any]
     """What the replay compares ``stored`` with: the router's fresh result wherever a file it read
     is unchanged, else ``stored`` itself once it passed the checks above (``INTEGRITY_ERROR``).
     ``note(path, "changed" | "unreadable" | COMPUTED_OTHERWISE)`` hears of each file that could not
-    be compared: changed since, unreadable now, or a database whose lookup this SQLite computes
-    otherwise as it reads it (docs/evidence.md)."""
+    be compared: changed since, unreadable now, or a database whose lookup differs from this SQLite's
+    only in values SQLite computes as it reads (docs/evidence.md)."""
     note = note or _ignore
     inputs = same_inputs if isinstance(same_inputs, Inputs) else Inputs(same_inputs)
     self_consistent(action, stored)
@@ -83,21 +83,26 @@ def recheck(router: Router, action: Mapping[str, Any], stored: Mapping[str, Any]
         note(path, "changed")
         return stored  # the file changed since: the checks above are all that can be made
     try:
-        fresh = _recompute(router, action, path, data)
-        if fresh != stored and action["tool"] == "database.lookup":
-            fresh = _recompute(router, action, path, data, generated=False)  # stored before generated columns
-    except LedgerError:
-        fresh = None  # the router refuses it now
-    if fresh != stored and action["tool"] == "database.lookup" and computed_when_read(action.get("args"), data):
-        note(path, COMPUTED_OTHERWISE)  # values this SQLite computes as it reads, not the file's
-        return stored
-    if fresh is None:
-        _recompute(router, action, path, data)  # raises, saying why the router refuses it
-    if fresh != stored:
-        keys = sorted(k for k in set(fresh) | set(stored) if fresh.get(k) != stored.get(k))
-        raise _bad(action.get("operation_id"), f"it differs from what the unchanged file {path} yields "
-                   f"(in: {', '.join(keys)})", path=path)
-    return fresh
+        fresh: dict[str, Any] | LedgerError = _recompute(router, action, path, data)
+    except LedgerError as exc:  # the router refuses it now
+        fresh = exc
+    if fresh == stored:
+        return fresh
+    if action["tool"] == "database.lookup":
+        try:
+            older = _recompute(router, action, path, data, generated=False)
+        except LedgerError:
+            older = None
+        if older == stored:  # stored before generated columns were offered
+            return older
+        if differs_only_where_computed(action.get("args"), stored, data):
+            note(path, COMPUTED_OTHERWISE)  # values this SQLite computes as it reads, not the file's
+            return stored
+    if isinstance(fresh, LedgerError):
+        raise fresh
+    keys = sorted(k for k in set(fresh) | set(stored) if fresh.get(k) != stored.get(k))
+    raise _bad(action.get("operation_id"), f"it differs from what the unchanged file {path} yields "
+               f"(in: {', '.join(keys)})", path=path)
 
 
 def same_digests(recorded: dict[tuple[str, str], tuple[str, Any]], identity: Any, actions: list[Any],

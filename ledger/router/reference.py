@@ -333,26 +333,45 @@ def matching_lines(path: str, data: bytes, needle: bytes) -> list[dict[str, Any]
     return [line_item(path, number, raw) for number, raw in enumerate(split_lines(data), start=1) if needle in raw]
 
 
-def computed_when_read(args: Any, data: bytes) -> bool:
-    """Whether SQLite computes, as it reads ``data``, values the ``database.lookup`` of ``args`` returns
-    or compares: its table is a virtual table, or a column it projects or matches is a ``VIRTUAL``
-    generated column. Such values are the reading SQLite's (another version may round otherwise or
-    lack a function), not the file's, so a re-check on another SQLite may find others. False when
-    that cannot be read."""
+def differs_only_where_computed(args: Any, stored: Mapping[str, Any], data: bytes) -> bool:
+    """Whether ``stored``, a ``database.lookup`` result that passed the shape checks, holds what ``data``
+    holds wherever the file holds the value, so that only values SQLite computes as it reads (``VIRTUAL``
+    generated columns: another version may round otherwise or lack a function) can differ from this
+    SQLite's: a plain rowid table whose computed columns the lookup projects or matches, its columns as
+    described now, each stored row's other values those of the file's row with that row id (which
+    satisfies ``where`` on them), and, when ``where`` matches no computed column, exactly the file's
+    matching row ids and truncation. False whenever that cannot be shown."""
     try:
-        database, table, where, _ = lookup_args(args)
+        database, table, where, limit = lookup_args(args)
         conn = _open_bytes(database, data)
     except LedgerError:
         return False
     try:
         (sql,) = conn.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)).fetchone()
-        if str(sql).lstrip().upper().startswith("CREATE VIRTUAL"):
-            return True
+        described = _describe(conn, table)
+        names = [c["name"] for c in described]
         computed = {name for _, name, *_rest, hidden in conn.execute(f"PRAGMA table_xinfo({_quote(table)})")
                     if hidden == 2}
-        used = set(args.get("columns") or computed) | set(where)
-        return bool(computed & used)
-    except (sqlite3.Error, TypeError, ValueError):
+        columns = args.get("columns", names)
+        if (str(sql).lstrip().upper().startswith("CREATE VIRTUAL") or stored["schema"]["columns"] != described
+                or not isinstance(columns, list) or not columns or not set(columns) | set(where) <= set(names)
+                or not computed & (set(columns) | set(where))):
+            return False
+        rowid, plain = _rowid_alias(table, names), [c for c in columns if c not in computed]
+        plain_where = {c: v for c, v in where.items() if c not in computed}
+        conditions = "".join(f" AND {_quote(c)} IS ?" for c in plain_where)
+        row_sql = f"SELECT {', '.join([rowid] + [_quote(c) for c in plain])} FROM {_quote(table)} WHERE {rowid} = ?"
+        ids = [int(item["pointer"].rsplit("/", 1)[1]) for item in stored["items"]]
+        for number, item in zip(ids, stored["items"]):
+            found = conn.execute(row_sql + conditions, [number, *plain_where.values()]).fetchone()
+            if found is None or [json_value(v) for v in found[1:]] != [item["values"][c] for c in plain]:
+                return False
+        if computed & set(where):  # which rows such a where matched is the record's account of it
+            return True
+        matching = [r for (r,) in conn.execute(f"SELECT {rowid} FROM {_quote(table)} WHERE 1{conditions} ORDER BY "
+                                               f"{rowid} LIMIT ?", [*plain_where.values(), limit + 1])]
+        return ids == matching[:limit] and stored["truncated"] == (len(matching) > limit)
+    except (LedgerError, sqlite3.Error, TypeError, ValueError, KeyError, AttributeError):
         return False
     finally:
         conn.close()
