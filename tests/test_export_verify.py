@@ -1213,6 +1213,19 @@ def test_a_users_table_hiding_a_function_the_ledgers_sql_calls_is_named_with_wha
                 f"{function}") in caught.value.message and "rename or drop it" in caught.value.message
 
 
+@pytest.mark.parametrize("sql", ["WITH json_each(x) AS (SELECT 1) SELECT * FROM json_each('[1]')",
+                                 "WITH pragma_table_info(x) AS (SELECT 1) SELECT * FROM pragma_table_info('events')"])
+def test_a_query_whose_own_name_hides_a_function_is_the_querys_error_not_the_files(case, sql):
+    """A CTE the statement names like a table-valued function hides it in that statement only: the
+    query's own error (INVALID_ARGUMENT), never a damaged ledger (no table or view of that name is in it)."""
+    from ledger.storage.readonly import readonly_query
+
+    for read in (lambda: readonly_query(case.path / "ledger.sqlite", sql), lambda: case.query(sql)):
+        with pytest.raises(LedgerError) as caught:
+            read()
+        assert caught.value.code == "INVALID_ARGUMENT" and "is not a function" in caught.value.message
+
+
 def test_verify_accepts_sqlites_own_statistics_tables(case):
     case.close()
     conn = sqlite3.connect(case.path / "ledger.sqlite")

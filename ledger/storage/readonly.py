@@ -64,7 +64,7 @@ def _stored_bytes(path: Path) -> int:
 
 
 @contextmanager
-def _query_errors(timeout_ms: int, deadline: float) -> Iterator[None]:
+def _query_errors(timeout_ms: int, deadline: float, conn: sqlite3.Connection) -> Iterator[None]:
     """A user's query failing (:func:`_query_error`), stopped at its deadline (``INVALID_ARGUMENT``)
     or, before it, by Ctrl-C (``KeyboardInterrupt`` again)."""
     try:
@@ -77,24 +77,36 @@ def _query_errors(timeout_ms: int, deadline: float) -> Iterator[None]:
                 raise KeyboardInterrupt from None  # the user stopped it, not its time limit
             raise LedgerError(E.INVALID_ARGUMENT, f"query stopped at its time limit, {timeout_ms / 1000:g} s "
                               f"(ledger sql --timeout SECONDS; timeout_ms={timeout_ms} in Python)", timeout_ms=timeout_ms) from None
-        raise _query_error(exc) from None
+        raise _query_error(exc, conn) from None
 
 
-def _query_error(exc: BaseException) -> LedgerError:
+def _query_error(exc: BaseException, conn: sqlite3.Connection) -> LedgerError:
     """What a user's failing statement means, for ``ledger sql`` and ``Case.query`` alike, told by
     SQLite's result code (never by words in its message, which may quote the user's SQL): a busy
     file (``LEDGER_BUSY``), a failing one (``STORAGE_ERROR``) and a damaged one (``INTEGRITY_ERROR``)
     keep their codes; any other failure, a write refused on the read-only connection among them, is
     the statement's own (``INVALID_ARGUMENT``, :func:`_refused`)."""
     primary = primary_code(exc) if isinstance(exc, sqlite3.Error) else None
-    hidden = HIDDEN_FUNCTION_RE.fullmatch(str(exc)) if isinstance(exc, sqlite3.OperationalError) else None
     if (primary is not None and primary != SQLITE_READONLY and (
-            primary in BUSY_CODES or primary in DAMAGED_CODES or primary in STORAGE_CODES)) or (
-            hidden and (hidden[1].lower() in ("json_each", "json_tree") or hidden[1].lower().startswith("pragma_"))):
+            primary in BUSY_CODES or primary in DAMAGED_CODES or primary in STORAGE_CODES)) or _hides(exc, conn):
         translated = sqlite_error(exc)  # a table-valued function a table of the user's hides: named as such
         if isinstance(translated, LedgerError):
             return translated
     return _refused(exc)
+
+
+def _hides(exc: BaseException, conn: sqlite3.Connection) -> bool:
+    """Whether ``exc`` is SQLite's "'json_each' is not a function" because a table or view of that name
+    in the ledger file hides a table-valued function (a name the statement itself gave, a CTE's, is
+    the statement's own error)."""
+    hidden = HIDDEN_FUNCTION_RE.fullmatch(str(exc)) if isinstance(exc, sqlite3.OperationalError) else None
+    if hidden is None:
+        return False
+    try:
+        return conn.execute("SELECT 1 FROM sqlite_master WHERE type IN ('table', 'view') AND name = ? COLLATE NOCASE",
+                            (hidden[1],)).fetchone() is not None
+    except sqlite3.Error:
+        return False
 
 
 def _older_views(exc: sqlite3.OperationalError, version: int) -> BaseException:
@@ -112,7 +124,7 @@ def _older_views(exc: sqlite3.OperationalError, version: int) -> BaseException:
 def _fetch(cursor: sqlite3.Cursor, timeout_ms: int, deadline: float, size: int = 512) -> Iterator[tuple]:
     """The cursor's rows, ``size`` at a time (nothing holds the whole result)."""
     while True:
-        with _query_errors(timeout_ms, deadline):
+        with _query_errors(timeout_ms, deadline, cursor.connection):
             chunk = cursor.fetchmany(size)
         if not chunk:
             return
@@ -173,12 +185,13 @@ def reading_only(conn: sqlite3.Connection, timeout_ms: int | None = None) -> Ite
     so none prepared before escapes it."""
     length_was = bound_values(conn)
     conn.set_authorizer(reads_only)
-    errors = nullcontext() if timeout_ms is None else _query_errors(timeout_ms, _stop_at_deadline(conn, timeout_ms))
+    errors = nullcontext() if timeout_ms is None else _query_errors(timeout_ms, _stop_at_deadline(conn, timeout_ms),
+                                                                    conn)
     try:
         with errors:
             yield
     except SQLITE_ERRORS as exc:
-        raise _query_error(exc) from None
+        raise _query_error(exc, conn) from None
     except UnicodeEncodeError as exc:
         raise _not_unicode(exc) from None
     finally:
@@ -248,7 +261,7 @@ def readonly_rows(path: Path, sql: str, timeout_ms: int = 30_000) -> Iterator[tu
     bound_values(conn, _stored_bytes(path))
     deadline = _stop_at_deadline(conn, timeout_ms)
     try:
-        with _query_errors(timeout_ms, deadline):
+        with _query_errors(timeout_ms, deadline, conn):
             import sqlite_utils  # imported on first use: it costs about 80 ms at start-up
 
             db = sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
