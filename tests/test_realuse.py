@@ -326,7 +326,8 @@ def test_a_tuple_where_an_array_is_asked_for_is_named_a_tuple_saying_an_array_is
         case.evidence().query("i1", {"actions": ({"operation_id": "op-1", "hypothesis_id": "H1", "action_id": "q1",
                                                  "tool": "source.read_context", "args": {}},)})
     assert refused.value.code == "INVALID_ARGUMENT"
-    assert refused.value.message == "request: actions: a tuple (a JSON array is a list) is not of type 'array'"
+    assert refused.value.message == ("request: actions: a tuple, which is no JSON value (a JSON array is a list) is "
+                                     "not of type 'array'")
 
 
 def test_an_invalid_transition_lists_the_allowed_moves(package):

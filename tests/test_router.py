@@ -418,3 +418,12 @@ def test_an_action_that_is_no_object_is_router_refused_by_reply_and_result(root,
     router = Router(root)
     for call in (lambda: router.reply({"actions": [action]}), lambda: router.result(action)):
         assert _refused(call).message == f"an action must be an object, got {shown}"
+
+
+@pytest.mark.parametrize("tool", [[], {}, ["source.read_context"], 5, None])
+def test_a_tool_that_is_no_string_is_router_refused_naming_it(root, tool):
+    """A list or object as the tool raised TypeError (unhashable) from Router.result and Router.reply."""
+    router = Router(root)
+    action = {"operation_id": "o", "tool": tool, "args": {}}
+    for call in (lambda: router.result(action), lambda: router.reply({"actions": [action]})):
+        assert _refused(call).message.startswith("unknown tool ")

@@ -226,7 +226,7 @@ def describe_value(value: Any) -> str:
     if isinstance(value, list):
         return "an array"
     if isinstance(value, tuple):  # Python's, not JSON's: where an array is asked for, a list is
-        return "a tuple (a JSON array is a list)"
+        return "a tuple, which is no JSON value (a JSON array is a list)"
     if isinstance(value, dict):
         return "an object"
     return f"a value with no JSON form ({type(value).__name__})"

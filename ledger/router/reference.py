@@ -165,7 +165,7 @@ class Router:
             raise _refuse(f"an action must be an object, got {given(action, 60)}")
         tool = action.get("tool")
         runner = {"source.read_context": self.read_context, "source.find_text": self.find_text,
-                  "database.lookup": self.lookup}.get(tool)
+                  "database.lookup": self.lookup}.get(tool) if isinstance(tool, str) else None
         if runner is None:
             raise _refuse(f"unknown tool {given(tool, 60)}; the router offers {', '.join(TOOLS)}")
         if files is None:
