@@ -354,7 +354,8 @@ def differs_only_where_computed(args: Any, stored: Mapping[str, Any], data: byte
                     if hidden == 2}
         columns = args.get("columns", names)
         if (str(sql).lstrip().upper().startswith("CREATE VIRTUAL") or stored["schema"]["columns"] != described
-                or not isinstance(columns, list) or not columns or not set(columns) | set(where) <= set(names)
+                or not isinstance(columns, list) or not columns or len(set(columns)) != len(columns)
+                or not set(columns) | set(where) <= set(names)
                 or not computed & (set(columns) | set(where))):
             return False
         rowid, plain = _rowid_alias(table, names), [c for c in columns if c not in computed]
