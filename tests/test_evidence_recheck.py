@@ -739,3 +739,20 @@ def test_a_forgery_beside_values_sqlite_computes_as_it_reads_is_still_an_integri
     act = action("database.lookup", database="data/p.sqlite", table="p", **args)
     forge(case, act, forged(act, case))
     refused_by_verify_and_import(case, tmp_path, "op-1")
+
+
+@pytest.mark.parametrize("rowid", ["9999999999999999999", "-9999999999999999999", "9223372036854775808"])
+def test_a_row_id_past_sqlites_range_is_an_integrity_error_naming_the_operation(case, tmp_path, rowid):
+    """A pointer's row id is an integer of SQLite's 64-bit range: one past it (19 digits pass the length
+    check) is no row the router can point at, refused as such, never a Python OverflowError reported as
+    the caller's INVALID_ARGUMENT."""
+    _computed_table(case, "CREATE TABLE p (item TEXT, price REAL, shown REAL AS (price * 2) VIRTUAL);",
+                    "p (item, price) VALUES ('widget', 2.5)")
+    act = action("database.lookup", database="data/p.sqlite", table="p")
+    result = genuine(case, act)
+    result["items"][0]["pointer"] = f"/p/{rowid}"
+    with pytest.raises(LedgerError) as caught:
+        recheck(Router(case.path), act, result, True)
+    assert caught.value.code == INTEGRITY_ERROR
+    forge(case, act, result)
+    refused_by_verify_and_import(case, tmp_path, "op-1")

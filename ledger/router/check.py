@@ -409,7 +409,8 @@ def is_column_value(value: Any) -> bool:
 def _is_integer_text(text: str) -> bool:
     """A row id as the router writes it: an integer of SQLite's range in its plain decimal form."""
     digits = text[1:] if text.startswith("-") else text
-    return 0 < len(digits) <= 19 and digits.isascii() and digits.isdigit() and text == str(int(text))
+    return (0 < len(digits) <= 19 and digits.isascii() and digits.isdigit() and text == str(int(text))
+            and INT64_MIN <= int(text) <= INT64_MAX)
 
 
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")

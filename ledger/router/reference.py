@@ -372,7 +372,7 @@ def differs_only_where_computed(args: Any, stored: Mapping[str, Any], data: byte
         matching = [r for (r,) in conn.execute(f"SELECT {rowid} FROM {_quote(table)} WHERE 1{conditions} ORDER BY "
                                                f"{rowid} LIMIT ?", [*plain_where.values(), limit + 1])]
         return ids == matching[:limit] and stored["truncated"] == (len(matching) > limit)
-    except (LedgerError, sqlite3.Error, TypeError, ValueError, KeyError, AttributeError):
+    except (LedgerError, sqlite3.Error, TypeError, ValueError, KeyError, AttributeError, OverflowError):
         return False
     finally:
         conn.close()
