@@ -132,7 +132,7 @@ BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u206
 #: and paragraph separators, which ``str.splitlines`` and JavaScript split on; and a lone surrogate (a
 #: file name byte that is not UTF-8, as Python reads it), which would reach the output as that raw byte
 #: and leave it no UTF-8; and the bidirectional controls. JSON's ``\uXXXX`` form keeps the value identical.
-_LINE_BREAK = re.compile("[\x7f-\x9f\u2028\u2029\ud800-\udfff" + "".join(sorted(BIDI_CONTROLS)) + "]")
+_JSON_LEAVES_RAW = re.compile("[\x7f-\x9f\u2028\u2029\ud800-\udfff" + "".join(sorted(BIDI_CONTROLS)) + "]")
 
 
 #: ``json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)``, made once:
@@ -160,7 +160,7 @@ def dumps(value: Any) -> str:
     if text.isascii() and "\x7f" not in text:
         return text  # the usual case, found without the slower pattern scan: nothing to escape
     # outside strings JSON has no such characters, so replacing them everywhere is safe
-    return _LINE_BREAK.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return _JSON_LEAVES_RAW.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def unique_names(columns: Sequence[str]) -> list[str]:
