@@ -732,6 +732,10 @@ PUBLIC_CALLS = {
         "operation_id": "op-1", "hypothesis_id": "H1", "action_id": "t1", "tool": "source.read_context",
         "args": {"path": "sources/app.py", "start_line": 1, "end_line": 1}}]}),
     "iter_events": lambda c, b: list(c.iter_events()),
+    "evidence_check_limits": lambda c, b: c.evidence().check_limits("i1", {"actions": [{
+        "operation_id": "op-1", "hypothesis_id": "H1", "action_id": "t1", "tool": "source.read_context",
+        "args": {"path": "sources/app.py", "start_line": 1, "end_line": 1}}]},
+        {"package_generation": 1, "input_identity": "0" * 64, "results": []}),
 }
 
 

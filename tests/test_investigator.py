@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from ledger import BudgetConfig, Case, CaseBudget, LedgerError, verify_case
+from ledger import AnalysisConfig, BudgetConfig, Case, CaseBudget, LedgerError, verify_case
 from ledger.services.actions import derived_id, failure_reason
-from ledger.ground.errors import INVALID_ID, ROUTER_REFUSED
+from ledger.ground.errors import INVALID_ID, LIMIT_REACHED, ROUTER_REFUSED
 
-from conftest import REPO
+from conftest import REPO, start_case
 
 READ = {"path": "sources/app.py", "start_line": 1, "end_line": 2}
 
@@ -251,6 +251,45 @@ def test_run_tool_refused_by_the_router_reserves_nothing(case, investigator):
                                                                    "end_line": 1})
     assert refused.value.code == ROUTER_REFUSED
     assert _event_count(case) == events and case.actions() == []
+
+
+@pytest.mark.parametrize("limit, value", [("evidence_artifact_bytes_max", 200), ("evidence_records_max", 1),
+                                          ("evidence_content_bytes_max", 300), ("event_bytes_max", 2048)])
+def test_run_tool_whose_result_the_case_cannot_take_reserves_nothing_and_runs_once_the_limit_is_raised(
+        package, limit, value):
+    start_case(package).close()
+    (package / "sources" / "long.txt").write_text("x" * 3000 + "\n")
+    # the text searched for: the stored request's 1,000 characters pass event_bytes_max = 2048 beside
+    # the evidence the event carries (which that limit allows beyond it)
+    tool, args = ("source.find_text", {"text": "x" * 1000, "path_glob": "sources/long.txt"}) \
+        if limit == "event_bytes_max" else ("source.read_context", READ)
+    with Case.open(package, analysis_config=AnalysisConfig.from_mapping({"limits": {limit: value}})) as opened:
+        budget = opened.budget(BudgetConfig.example())
+        budget.initialize()
+        if limit == "evidence_records_max":
+            budget.run_tool("H2", "q0", "source.read_context", {**READ, "end_line": 1})
+        events = _event_count(opened)
+        with pytest.raises(LedgerError) as refused:
+            budget.run_tool("H1", "q1", tool, args)
+        assert refused.value.code == LIMIT_REACHED and refused.value.details["limit"] == limit
+        assert _event_count(opened) == events and budget.action_status("H1", "q1") is None
+    with Case.open(package) as reopened:  # the default limits take the same call, under the same ids
+        run = reopened.budget().run_tool("H1", "q1", tool, args)
+        assert run.budget.action["status"] == "awaiting_assessment" and not run.reused
+
+
+def test_run_tool_failing_after_its_reservation_says_the_action_was_closed_with_fail(case, investigator,
+                                                                                      monkeypatch):
+    import ledger.services.actions as actions
+
+    def refuse(*args, **kwargs):
+        raise LedgerError("LEDGER_BUSY", "the ledger is busy")
+    monkeypatch.setattr(actions, "_feed", refuse)
+    with pytest.raises(LedgerError) as refused:
+        investigator.run_tool("H1", "q1", "source.read_context", READ)
+    assert refused.value.__notes__ == ["case-ledger: action q1 was closed with fail (no refund); a new attempt "
+                                       "needs a new action id"]
+    assert investigator.action_status("H1", "q1") == "failed"
 
 
 def test_run_tool_with_a_malformed_id_is_refused_before_anything_runs(case, investigator):

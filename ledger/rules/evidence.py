@@ -220,14 +220,23 @@ def store_tool_results(view: LedgerView, request: Mapping[str, Any], context: Co
                           f"the case is {case['state']}", state=case["state"])
     revision = case["revision"]
     _refuse_reservations(view, revision, actions)
+    drafts = batch_events(view, case, request, context.limits)
+    _check_reply(view, revision, request, context)
+    return Outcome(drafts)
+
+
+def batch_events(view: LedgerView, case: Mapping[str, Any], request: Mapping[str, Any],
+                 limits: Mapping[str, int] | None) -> tuple[Draft, ...]:
+    """The events publishing the batch of ``request`` (the stored request of ``store_tool_results``),
+    each result's content allowed beyond ``event_bytes_max``, once its contents pass the
+    ``LIMIT_REACHED`` checks of :func:`check_content_limits` (none with ``limits`` None, on replay)."""
     batch = BatchBuilder(view, case, request)
     drafts = batch.build()
     carried = [canonical_bytes(content_of(r)) for r in request["reply"]["results"]]
     check_content_limits(view, {**batch.new_contents, **{str(n): c for n, c in enumerate(carried)}}, 0,
-                         context.limits, only_artifacts=True)
-    check_content_limits(view, batch.new_contents, len(actions), context.limits)
-    _check_reply(view, revision, request, context)
-    return Outcome(tuple(with_allowance(drafts, sum(map(len, carried)))))
+                         limits, only_artifacts=True)
+    check_content_limits(view, batch.new_contents, len(request["request"]["actions"]), limits)
+    return tuple(with_allowance(drafts, sum(map(len, carried))))
 
 
 def with_allowance(drafts: Sequence[Draft], allowance: int) -> list[Draft]:

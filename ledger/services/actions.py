@@ -259,11 +259,16 @@ def close_failed(budget: "CaseBudget", hypothesis_id: str, action_id: str, exc: 
     else, or if ``fail`` is refused too (the ledger is busy), say so in a note on ``exc`` and return None."""
     try:
         if recorded_here:
-            return budget.fail(hypothesis_id, action_id, failure_reason(exc), at=at)
-        closed = budget._fail_if_reserved(hypothesis_id, action_id, failure_reason(exc), at=at)
+            closed = budget.fail(hypothesis_id, action_id, failure_reason(exc), at=at)
+        else:
+            closed = budget._fail_if_reserved(hypothesis_id, action_id, failure_reason(exc), at=at)
         if not isinstance(closed, BudgetResult):
-            exc.add_note(f"case-ledger: action {action_id} already had its result ({closed}); it was left as it was")
+            exc.add_note(f"case-ledger: action {action_id} " + (
+                "was already closed with fail" if closed == "failed" else "is not reserved" if closed is None
+                else f"already had its result ({closed})") + "; it was left as it was")
             return None
+        exc.add_note(f"case-ledger: action {action_id} was closed with fail (no refund); "
+                     "a new attempt needs a new action id")
         return closed
     except Exception as problem:
         exc.add_note(f"case-ledger: closing action {action_id} with fail was refused: {problem}")
@@ -352,8 +357,8 @@ class CaseBudget(BudgetManager):
                 stored = store.stored_batch(iteration_id, request)
                 if stored is None:
                     raise
-        if stored is None:
-            store.query(iteration_id, request)  # a read first: a refused tool call reserves nothing
+        if stored is None:  # a read first: a refused tool call, or a result the case cannot take, reserves nothing
+            store.check_limits(iteration_id, request, store.query(iteration_id, request).reply)
         reserved = self.reserve(hypothesis_id, action_id, tool, at=at)
         try:  # the reply must read the ledger after the reservation
             if stored is None:

@@ -28,8 +28,8 @@ from ..router.reference import Router
 from ..rules import evidence as rules, feedback as feedback_rules
 from ..ground.clock import parse_at
 from ..ground import errors as E
-from ..rules.common import check_action_id
-from .session import Ran, Session
+from ..rules.common import check_action_id, require_case
+from .session import Ran, Session, seal
 
 
 class CaseLike(Protocol):
@@ -167,6 +167,19 @@ class EvidenceStore:
         """What already uses ``operation_id`` (``record E000001``, ``a requested test``), or None. Writes nothing."""
         with self._session.read() as view:
             return rules.operation_use(view, operation_id)
+
+    def check_limits(self, iteration_id: str, request: Mapping[str, Any], reply: Mapping[str, Any]) -> None:
+        """``LIMIT_REACHED`` (naming the setting) when storing ``reply`` for ``request`` now would pass
+        ``evidence_artifact_bytes_max``, ``evidence_records_max``, ``evidence_content_bytes_max`` or
+        ``event_bytes_max``: what a loop asks between its read and its reservation, so that a result
+        the case cannot take costs nothing (``run_tool`` does). Writes nothing; the shape errors of
+        :meth:`store_tool_results`. A batch stored meanwhile may still change the answer
+        (docs/evidence.md)."""
+        shaped = rules.shape_store(iteration_id, request, reply)
+        with self._session.read() as view:
+            head = view.head()
+            drafts = rules.batch_events(view, require_case(view), shaped, self._session.limits)
+            seal(drafts, head, head[2], self._session.actor, self._session.limits)
 
     def iteration_taken(self, iteration_id: str) -> bool:
         """Whether a batch is stored under ``iteration_id`` (for any request). Writes nothing."""
