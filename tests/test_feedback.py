@@ -246,6 +246,21 @@ def test_tampered_attachment_bytes_are_an_integrity_error_and_nothing_is_stored(
         assert reopened.query("SELECT COUNT(*) AS n FROM evidence_records") == [{"n": 0}]
 
 
+@pytest.mark.parametrize("name, message", [
+    ("a" * 129, f"attachment name '{'a' * 39}…' has 129 characters; at most 128 are allowed"),
+    (1, "attachment names must be strings; got the integer 1"),
+    ("-x", "attachment name '-x' must match ^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")])
+def test_an_attachment_name_outside_the_rule_is_refused_saying_what_is_wrong_with_it(case, name, message):
+    """A name cut short in a message ends in …, so it is never taken for a name the rule allows."""
+    case.budget().request_test("H1", "t1", "human", "test-1")
+    before = ledger_rows(case)
+    with pytest.raises(LedgerError) as refused:
+        case.evidence().submit_feedback("test-1", PASSED, {name: "x"})
+    assert (refused.value.code, refused.value.message) == (INVALID_ARGUMENT, message)
+    assert ledger_rows(case) == before
+    assert case.evidence().submit_feedback("test-1", PASSED, {"a" * 128: "x"}).feedback_id == "F000001"
+
+
 def test_an_attachment_in_base64_other_than_its_bytes_standard_form_is_refused_and_nothing_written(case):
     """"QR==" decodes to the byte "A" as "QQ==" does (its unused bits are set): accepted, the same bytes
     were stored as another content row. Only the standard form of the bytes is taken."""

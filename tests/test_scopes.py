@@ -1546,3 +1546,14 @@ def test_a_refusal_that_would_end_accounts_without_budget_event_room_quotes_the_
     assert case.status()["package_generation"] == head  # nothing written
     case.close()
     verify_case(package)
+
+
+@pytest.mark.parametrize("dimension, shown", [(1, "the integer 1"), ("tokens", "'tokens'"),
+                                              ("d" * 50, f"'{'d' * 39}…'")])
+def test_an_unknown_dimension_is_named_as_given_and_nothing_is_written(case, dimension, shown):
+    before = case.status()["package_generation"]
+    with pytest.raises(LedgerError) as refused:
+        case.scopes().establish("case", {dimension: 5}, "controller")
+    assert (refused.value.code, refused.value.message) == (
+        INVALID_ARGUMENT, f"limits: unknown dimension {shown}; dimensions: units, actions, duration_ms, cost_usd_millicents")
+    assert case.status()["package_generation"] == before

@@ -92,13 +92,16 @@ _SHOWN.maxlevel, _SHOWN.maxstring, _SHOWN.maxother = 3, 80, 80
 def shown(value: Any, limit: int) -> str:
     """``value`` as text for a message, at most ``limit`` characters: a string's start, anything else's
     ``repr`` cut short at three levels of nesting, so a value nested thousands deep or whose ``repr``
-    raises still gets its refusal rather than a ``RecursionError``."""
+    raises still gets its refusal rather than a ``RecursionError``. Text cut short ends in ``…``, so
+    a quoted start is never taken for the whole value."""
     if isinstance(value, str):
-        return value[:limit]
-    try:
-        return _SHOWN.repr(value)[:limit]
-    except Exception:  # a __repr__ that raises
-        return f"<{type(value).__name__}>"[:limit]
+        text = value
+    else:
+        try:
+            text = _SHOWN.repr(value)
+        except Exception:  # a __repr__ that raises
+            text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[:max(limit - 1, 0)] + "…"
 
 
 def given(value: Any, limit: int) -> str:

@@ -121,7 +121,7 @@ def same_digests(recorded: dict[tuple[str, str], tuple[str, Any]], identity: Any
             first = recorded.setdefault((str(identity), path), (digest, op))
             if first[0] != digest:
                 raise _bad(op, f"it records sha256 {digest[:12]}… for {path}, but operation {str(first[1])[:64]} "
-                           f"read {path} from the same inputs (input identity {shown(identity, 12)}…) and recorded "
+                           f"read {path} from the same inputs (input identity {str(identity)[:12]}…) and recorded "
                            f"{first[0][:12]}…", path=path)
 
 

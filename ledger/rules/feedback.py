@@ -36,7 +36,8 @@ from .lifecycle import case_fields
 TEST_KINDS = ("human", "automated")
 FEEDBACK_STATUSES = ("passed", "failed", "unable_to_test")
 FEEDBACK_ID_RE = re.compile(r"^F[0-9]{6,}$")
-ATTACHMENT_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+ATTACHMENT_NAME_MAX = 128
+ATTACHMENT_NAME_RE = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9._-]{{0,{ATTACHMENT_NAME_MAX - 1}}}$")
 ATTACHMENTS_MAX = 64
 #: States a draft may be submitted or confirmed in: work goes on, or waits for the test.
 FEEDBACK_STATES = MUTABLE_STATES | {BLOCKED}
@@ -88,7 +89,12 @@ def shape_submit_feedback(operation_id: Any, reply: Any, attachments: Any) -> di
         raise LedgerError(E.INVALID_ARGUMENT, f"attachments must map at most {ATTACHMENTS_MAX} file names to contents")
     for name, value in attachments.items():
         if not isinstance(name, str) or not ATTACHMENT_NAME_RE.fullmatch(name):
-            raise LedgerError(E.INVALID_ARGUMENT, f"attachment name {shown(name, 40)!r} must match "
+            if not isinstance(name, str):
+                raise LedgerError(E.INVALID_ARGUMENT, f"attachment names must be strings; got {given(name, 40)}")
+            if len(name) > ATTACHMENT_NAME_MAX:
+                raise LedgerError(E.INVALID_ARGUMENT, f"attachment name {given(name, 40)} has {len(name)} "
+                                  f"characters; at most {ATTACHMENT_NAME_MAX} are allowed")
+            raise LedgerError(E.INVALID_ARGUMENT, f"attachment name {given(name, 40)} must match "
                               f"{ATTACHMENT_NAME_RE.pattern}")
         _attachment_bytes(name, value)
     request = {"op": "submit_feedback", "operation_id": operation_id, "reply": dict(reply),

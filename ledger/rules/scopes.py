@@ -131,7 +131,7 @@ def _check_limits(value: Any, what: str) -> dict[str, int]:
         raise LedgerError(E.INVALID_ARGUMENT, f"{what} must map dimensions ({', '.join(DIMENSIONS)}) to integers")
     for key in value:
         if not isinstance(key, str) or key not in DIMENSIONS:
-            raise LedgerError(E.INVALID_ARGUMENT, f"{what}: unknown dimension {shown(key, 40)!r}; "
+            raise LedgerError(E.INVALID_ARGUMENT, f"{what}: unknown dimension {given(key, 40)}; "
                               f"dimensions: {', '.join(DIMENSIONS)}")
     return {key: check_int(value[key], f"{what}.{key}", minimum=0) for key in DIMENSIONS if key in value}
 
