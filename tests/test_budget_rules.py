@@ -569,6 +569,22 @@ def test_budget_snapshot_before_any_revision_is_not_initialized(package):
     assert (code, err) == (1, "error: NOT_INITIALIZED: no revision is open yet; open one, then run initialize\n")
 
 
+@pytest.mark.parametrize("call", [
+    lambda b: b.advice("H1"), lambda b: b.check("H1", "source.read_context"), lambda b: b.remaining("H1"),
+    lambda b: b.price_signal("H1", "source.read_context")])
+def test_every_budget_call_before_any_revision_says_to_open_one_first(package, call):
+    """initialize cannot mend a case with no revision (it is CASE_STATE there): the refusal says to open one."""
+    with Case.create(package, case_id="BUG-1") as case:
+        with pytest.raises(LedgerError) as caught:
+            call(case.budget())
+        assert (caught.value.code, caught.value.message) == (
+            NOT_INITIALIZED, "no revision is open yet; open one, then run initialize")
+        assert case.status()["package_generation"] == 1
+    for command in (["advice", "H1"], ["remaining", "H1"], ["check", "H1", "source.read_context"]):
+        code, out, err = cli("budget", command[0], package, *command[1:])
+        assert (code, err) == (1, "error: NOT_INITIALIZED: no revision is open yet; open one, then run initialize\n")
+
+
 def test_budget_snapshot_after_initialize_still_reports(budget):
     assert budget.snapshot().revision == 1 and budget.snapshot().seq == 4
 

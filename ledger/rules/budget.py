@@ -14,7 +14,7 @@ from ..ground import errors as E
 from ..ground.canonical import SAFE_INTEGER_MAX, canonical_sha256
 from ..ground.config import BudgetConfig
 from ..ground.errors import LedgerError, limit_reached
-from .common import (ACTION_AWAITING, ACTION_FAILED, ACTION_RESERVED, ACTION_SETTLED, CLOSED_ACTION_STATUSES,
+from .common import (not_initialized, ACTION_AWAITING, ACTION_FAILED, ACTION_RESERVED, ACTION_SETTLED, CLOSED_ACTION_STATUSES,
                      MUTABLE_STATES, STATUS_ABANDONED, STATUS_EXHAUSTED, STATUS_INVESTIGATING, STATUS_NEW,
                      STATUS_REJECTED, TERMINAL_STATUSES, REASON_BELOW_FLOOR, REASON_LOW_INFORMATION, Context, Draft,
                      LedgerView, Reused, account_terminal_error, action_pending_error, insufficient_budget_error,
@@ -73,7 +73,7 @@ def _budget_prelude(view: LedgerView, request: Mapping[str, Any], config: Budget
         )
     head = view.budget_head(revision)
     if head is None:
-        raise LedgerError(E.NOT_INITIALIZED, f"revision {revision} has no budget yet; run initialize first")
+        raise not_initialized(revision)
     accounts = head["accounts"]
     hypothesis_id = request.get("hypothesis_id")
     if hypothesis_id is not None and hypothesis_id not in accounts:

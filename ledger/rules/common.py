@@ -377,6 +377,13 @@ def require_case(view: LedgerView) -> dict[str, Any]:
     return case
 
 
+def not_initialized(revision: int) -> LedgerError:
+    """``NOT_INITIALIZED`` for a budget call on ``revision``, which has no budget yet; revision 0 means
+    no revision is open yet, which ``initialize`` cannot mend before one is opened."""
+    return LedgerError(E.NOT_INITIALIZED, f"revision {revision} has no budget yet; run initialize first"
+                       if revision else "no revision is open yet; open one, then run initialize")
+
+
 # --- the refusals a new reservation meets (reserve, and the soft gate that foresees them) -----------
 def unknown_hypothesis_error(revision: int, hypothesis_id: str) -> LedgerError:
     """``UNKNOWN_HYPOTHESIS``: a well-formed id (of any length) that ``revision`` does not have."""

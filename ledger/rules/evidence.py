@@ -26,7 +26,7 @@ from ..ground import errors as E
 from ..ground.canonical import ZERO_SHA256, canonical_bytes, canonical_sha256, check_json_value, sha256_hex
 from ..ground.errors import LedgerError, limit_reached
 from ..ground.schemas import validate
-from .common import (MUTABLE_STATES, Context, Draft, LedgerView, Outcome, Reused, check_action_id,
+from .common import (not_initialized, MUTABLE_STATES, Context, Draft, LedgerView, Outcome, Reused, check_action_id,
                      check_action_name, check_hypothesis_id, replay_or_conflict, require_case,
                      unknown_hypothesis_error)
 
@@ -120,7 +120,7 @@ def novelty(unseen: int, returned: int) -> int:
 def _refuse_reservations(view: LedgerView, revision: int, actions: Sequence[Mapping[str, Any]]) -> None:
     head = view.budget_head(revision)
     if head is None:
-        raise LedgerError(E.NOT_INITIALIZED, f"revision {revision} has no budget yet; run initialize first")
+        raise not_initialized(revision)
     _refuse_unknown_hypotheses(revision, head, actions)  # every action's first: docs/errors.md, the first code in its list
     for action in actions:
         h, action_id, op_id = action["hypothesis_id"], action["action_id"], action["operation_id"]

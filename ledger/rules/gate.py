@@ -20,7 +20,7 @@ from ..ground import errors as E
 from ..ground.canonical import SAFE_INTEGER_MAX
 from ..ground.config import BudgetConfig
 from ..ground.errors import LedgerError
-from .common import (TERMINAL_STATUSES, LedgerView, account_terminal_error, action_pending_error, check_budget_room,
+from .common import (not_initialized, TERMINAL_STATUSES, LedgerView, account_terminal_error, action_pending_error, check_budget_room,
                      insufficient_budget_error, require_case, spent_limit_error, unknown_hypothesis_error)
 from .scopes import BPS, DIMENSIONS, ScopeMemo, containing, enforce, exceeded_error, scope_state
 
@@ -88,7 +88,7 @@ def _gate_prelude(view: LedgerView, hypothesis_id: str) -> tuple[int, dict[str, 
     revision = case["revision"]
     accounts = view.accounts(revision)
     if not accounts:
-        raise LedgerError(E.NOT_INITIALIZED, f"revision {revision} has no budget yet; run initialize first")
+        raise not_initialized(revision)
     if hypothesis_id not in accounts:
         raise unknown_hypothesis_error(revision, hypothesis_id)
     return revision, accounts[hypothesis_id], view.policy_config(revision)

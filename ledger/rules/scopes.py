@@ -33,7 +33,7 @@ from ..ground.arguments import plain_arguments
 from ..ground import errors as E
 from ..ground.canonical import SAFE_INTEGER_MAX, canonical_sha256, check_int
 from ..ground.errors import LedgerError, describe_value, given, shortened, shown
-from .common import (TERMINAL_STATUSES, Context, Draft, LedgerView, Outcome, Reused, check_action_id, check_reason,
+from .common import (not_initialized, TERMINAL_STATUSES, Context, Draft, LedgerView, Outcome, Reused, check_action_id, check_reason,
                      operation_key, replay_or_conflict, require_case, unknown_hypothesis_error)
 
 DIMENSIONS = ("units", "actions", "duration_ms", "cost_usd_millicents")
@@ -438,7 +438,7 @@ def _check_scope_exists(view: LedgerView, scope: ScopeName) -> str | None:
                           f"{case['revision']})")
     issuer = view.revision_issuer(scope.revision)
     if issuer is None:
-        raise LedgerError(E.NOT_INITIALIZED, f"revision {scope.revision} has no budget yet; run initialize first")
+        raise not_initialized(scope.revision)
     if scope.hypothesis_id is not None and scope.hypothesis_id not in view.accounts(scope.revision):
         raise unknown_hypothesis_error(scope.revision, scope.hypothesis_id)
     return issuer

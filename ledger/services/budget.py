@@ -24,7 +24,7 @@ from ..rules import budget_requests as requests
 from ..rules import feedback as feedback_rules
 from ..rules import gate as gate_rules
 from ..rules.common import check_action_name, check_hypothesis_id
-from ..rules.common import hypothesis_order
+from ..rules.common import hypothesis_order, not_initialized
 from .session import Ran, SessionBase
 
 
@@ -380,8 +380,7 @@ class BudgetManager:
         """
         revision, last_seq, accounts, ref = self._session.budget_snapshot()
         if last_seq is None:
-            raise LedgerError(E.NOT_INITIALIZED, f"revision {revision} has no budget yet; run initialize first"
-                              if revision else "no revision is open yet; open one, then run initialize")
+            raise not_initialized(revision)
         return BudgetResult(
             package_path=str(self.package_path), revision=revision, seq=last_seq, event_ref=ref,
             state=_state(accounts), reused=True,
