@@ -23,7 +23,7 @@ from ledger.storage.sqlfiles import shipped_schema
 from ledger.ground.errors import (INTEGRITY_ERROR, INVALID_ARGUMENT, LIMIT_REACHED, NO_RESERVATION,
     OPERATION_CONFLICT, REPLY_MISMATCH, ROUTER_REFUSED, STALE_GENERATION)
 from ledger.package_tools.journal import apply_journal
-from ledger.router.reference import split_lines
+from ledger.router.reference import Router, split_lines
 
 
 from ledger import BudgetManager, EvidenceStore, ScopeManager
@@ -794,3 +794,46 @@ def test_a_well_formed_hypothesis_id_of_any_length_is_unknown_hypothesis_not_inv
     with pytest.raises(LedgerError) as refused:
         case.budget().record_evidence("H1", "q1", {"a": 1})
     assert refused.value.code == "INVALID_ID" and "got an object" in refused.value.message
+
+
+# --- the store's arguments: an open case and, optionally, a router of one's own -------------
+class _NoGeneration:
+    def reply(self, request):
+        return {"results": []}
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda c: EvidenceStore(str(c.path)), "EvidenceStore needs an open Case (Case.open or Case.create), not str"),
+    (lambda c: c.evidence("router"), "router must be an object with a reply(request) method, such as a Router "
+                                     "instance; got str"),
+    (lambda c: c.evidence(Router), "router must be an object with a reply(request) method, such as a Router "
+                                   "instance; got type Router (a class)")])
+def test_a_store_made_with_something_other_than_a_case_or_a_router_is_refused_naming_it(case, make, message):
+    with pytest.raises(LedgerError) as refused:
+        make(case)
+    assert (refused.value.code, refused.value.message) == (INVALID_ARGUMENT, message)
+
+
+def test_a_custom_routers_malformed_reply_is_refused_by_the_store_for_reads_and_writes(case):
+    case.budget(BudgetConfig.load(EXAMPLE_BUDGET)).initialize()
+    case.budget().reserve("H1", "q1", "source.read_context")
+    request = {"actions": [read("op-1", "H1", "q1", 1, 1)]}
+    before = ledger_bytes(case)
+    with pytest.raises(LedgerError) as refused:
+        case.evidence(_NoGeneration()).query("i1", request)
+    assert (refused.value.code, refused.value.message) == (
+        INVALID_ARGUMENT, "the router's reply must be an evidence reply ({package_generation, input_identity, "
+                          "results}); got an object")
+    with pytest.raises(LedgerError) as refused:
+        case.evidence(_NoGeneration()).query("i1", request, True)
+    assert refused.value.code == INVALID_ARGUMENT
+    assert refused.value.message.startswith("the router's reply cannot be stored: reply: package_generation:")
+    plain = case.evidence(Router(case.path))  # reads yes, at generation 0 with no input identity
+    assert plain.query("i1", request).reply["results"][0]["items"][0]["text"] == "def add(a, b):"
+    with pytest.raises(LedgerError) as refused:
+        plain.query("i1", request, True)
+    assert refused.value.code == INVALID_ARGUMENT and refused.value.message.endswith(
+        "a Router built without generation= and identity= answers reads only: give case.evidence() no router "
+        "to store")
+    assert ledger_bytes(case) == before
+    assert case.evidence().query("i1", request, True).records[0]["record_id"] == "E000001"

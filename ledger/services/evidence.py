@@ -23,7 +23,7 @@ from typing import Any, Mapping, Protocol
 from ..ground.arguments import plain_public_arguments
 from ..ground.canonical import canonical_bytes, canonical_sha256
 from ..ground.arguments import check_flag
-from ..ground.errors import LedgerError
+from ..ground.errors import LedgerError, describe_value
 from ..router.reference import Router
 from ..rules import evidence as rules, feedback as feedback_rules
 from ..ground.clock import parse_at
@@ -98,6 +98,13 @@ class EvidenceStore:
     router would not return."""
 
     def __init__(self, case: CaseLike, router: Router | None = None) -> None:
+        if not isinstance(getattr(case, "session", None), Session):
+            raise LedgerError(E.INVALID_ARGUMENT, f"EvidenceStore needs an open Case (Case.open or Case.create), "
+                              f"not {type(case).__name__}")
+        if router is not None and (isinstance(router, type) or not callable(getattr(router, "reply", None))):
+            raise LedgerError(E.INVALID_ARGUMENT, "router must be an object with a reply(request) method, such as "
+                              f"a Router instance; got {type(router).__name__}"
+                              + (f" {router.__name__} (a class)" if isinstance(router, type) else ""))
         self.case = case
         self._session: Session = case.session
         self.reference = Router(case.path, generation=self._generation, identity=case.input_identity)
@@ -117,6 +124,8 @@ class EvidenceStore:
             parse_at(at)  # a malformed time is refused whether or not this call stores anything
         rules.shape_store(iteration_id, request, _EMPTY_REPLY)
         reply = self.router.reply(request)
+        if self.router is not self.reference:
+            _check_custom_reply(iteration_id, request, reply, store)
         if not store:  # a read: nothing written, answered at the generation the router read
             return EvidenceResult(str(self.case.path), reply["package_generation"], True, reply=reply)
         stored_reply = self._stored_reply(iteration_id, request)
@@ -327,3 +336,21 @@ def _draft_of(view: Any, seq: int) -> str:
 
 
 _EMPTY_REPLY = {"package_generation": 0, "input_identity": "0" * 64, "results": []}
+
+
+def _check_custom_reply(iteration_id: str, request: Mapping[str, Any], reply: Any, store: bool) -> None:
+    """``INVALID_ARGUMENT`` for a custom router's reply that is no evidence reply: for a read, one
+    without an integer ``package_generation``; to be stored, one the store's shape check refuses."""
+    if not store:
+        if not isinstance(reply, Mapping) or type(reply.get("package_generation")) is not int:
+            raise LedgerError(E.INVALID_ARGUMENT, "the router's reply must be an evidence reply "
+                              "({package_generation, input_identity, results}); got " + describe_value(reply))
+        return
+    try:
+        rules.shape_store(iteration_id, request, reply)
+    except LedgerError as refused:
+        hint = ("; a Router built without generation= and identity= answers reads only: give "
+                "case.evidence() no router to store" if isinstance(reply, Mapping)
+                and reply.get("input_identity") == "" else "")
+        raise LedgerError(refused.code, f"the router's reply cannot be stored: {refused.message}{hint}",
+                          **refused.details) from None
