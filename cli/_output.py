@@ -163,20 +163,6 @@ def dumps(value: Any) -> str:
     return _JSON_LEAVES_RAW.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
-def unique_names(columns: Sequence[str]) -> list[str]:
-    """Column names made unique: a repeated ``seq`` becomes ``seq_2``, ``seq_3``, … so no value is lost."""
-    seen: set[str] = set()
-    names = []
-    for name in columns:
-        candidate, n = name, 1
-        while candidate in seen:
-            n += 1
-            candidate = f"{name}_{n}"
-        seen.add(candidate)
-        names.append(candidate)
-    return names
-
-
 #: Output formats of the tabular commands, in the order their options are listed.
 FORMATS = ("table", "json", "nl", "csv", "tsv")
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import click
 
+from ledger.storage.readonly import unique_names
+
 from ._common import BALANCE_COLUMNS, CASE, read_only_rows, FiniteFloatRange, Integer, IntegerRange, Settings, pass_settings, table_options
-from ._output import emit_rows, unique_names
+from ._output import emit_rows
 
 EVENT_COLUMNS = ("seq", "type", "revision", "created_at", "sha256", "parent_sha256")
 

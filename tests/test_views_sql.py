@@ -809,3 +809,14 @@ def test_a_sum_past_sqlites_largest_integer_says_the_query_ran_and_what_sums_wit
                                     "2**63-1, the largest integer SQLite holds; TOTAL() sums as a floating-point "
                                     "number, or CAST the values AS REAL first")
     assert case.query(f"SELECT TOTAL(n) AS t FROM ({big})") == [{"t": 9.223372036854776e18}]
+
+
+def test_case_query_keeps_every_column_of_a_name_given_twice_as_ledger_sql_heads_them(case, budget):
+    """`SELECT r.novelty_score, a.novelty_score …`: a dict keyed by column name would keep only the
+    last; the later ones are keyed name_2, name_3, the headers `ledger sql` prints."""
+    assert case.query("SELECT 1 AS x, 2 AS x, 3 AS x_2, 4 AS x") == [{"x": 1, "x_2": 2, "x_2_2": 3, "x_3": 4}]
+    budget.reserve("H1", "a1", "source.read_context")
+    rows = case.query("SELECT a.action_id, b.action_id FROM actions a JOIN actions b USING (hypothesis_id)")
+    assert rows == [{"action_id": "a1", "action_id_2": "a1"}]
+    assert cli("sql", case.path, "SELECT 1 AS x, 2 AS x, 3 AS x_2, 4 AS x", "--json")[:2] == (
+        0, '[{"x":1,"x_2":2,"x_2_2":3,"x_3":4}]\n')

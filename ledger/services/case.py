@@ -36,7 +36,7 @@ from ..ground.paths import fs_path, os_error
 from ..router.reference import Router
 from ..rules import lifecycle
 from ..rules.common import check_action_id, check_case_id
-from ..storage.readonly import readonly_rows, reading_only
+from ..storage.readonly import readonly_rows, reading_only, unique_names
 from .session import Session, check_future_at
 from ..storage.connection import CheckpointWarning, Storage
 from ..storage.sqlite_file import check_ledger_path, no_case_yet, orphaned_logs, translate_sqlite_errors
@@ -342,8 +342,9 @@ class Case(CaseFacade):
 
     def query(self, sql: str, params: Sequence[Any] | dict[str, Any] = (), *,
               timeout_ms: int | None = None) -> list[dict[str, Any]]:
-        """Rows of one read-only statement as dicts keyed by column name, in one short read
-        transaction (docs/sql.md); ``params`` bind its ``?`` (a sequence) or ``:name`` (a dict).
+        """Rows of one read-only statement as dicts keyed by column name (a name given twice keys its
+        later columns ``name_2``, ``name_3``: no value is lost), in one short read transaction
+        (docs/sql.md); ``params`` bind its ``?`` (a sequence) or ``:name`` (a dict).
 
         ``INVALID_ARGUMENT`` when ``params`` is not a list, tuple or dict of str keys, or holds a
         value but None, a bool, int, float, str or bytes (a ``numpy.int64`` too: convert it with
@@ -367,7 +368,7 @@ class Case(CaseFacade):
 
     def _dicts(self, sql: str, params: Iterable[Any] | dict[str, Any]) -> list[dict[str, Any]]:
         cursor = self.storage.conn.execute(sql, params)
-        names = [d[0] for d in cursor.description or ()]
+        names = unique_names([d[0] for d in cursor.description or ()])  # SELECT e1.seq, e2.seq: seq, seq_2
         return [dict(zip(names, row)) for row in cursor.fetchall()]
 
     def balances(self) -> list[dict[str, Any]]:

@@ -191,7 +191,9 @@ class EvidenceStore:
             seal(drafts, head, head[2], self._session.actor, self._session.limits)
 
     def iteration_taken(self, iteration_id: str) -> bool:
-        """Whether a batch is stored under ``iteration_id`` (for any request). Writes nothing."""
+        """Whether a batch is stored under ``iteration_id`` (for any request). Writes nothing;
+        ``INVALID_ID`` for an id no batch can have."""
+        check_action_id(iteration_id, "iteration_id")
         with self._session.read() as view:
             return view.operation(rules.store_key(iteration_id)) is not None
 
