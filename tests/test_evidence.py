@@ -796,6 +796,18 @@ def test_a_well_formed_hypothesis_id_of_any_length_is_unknown_hypothesis_not_inv
     assert refused.value.code == "INVALID_ID" and "got an object" in refused.value.message
 
 
+@pytest.mark.parametrize("iteration_id", [5, None, "a b", "", "x" * 200])
+def test_every_read_of_the_store_refuses_an_iteration_id_no_batch_can_have(case, iteration_id):
+    request = {"actions": [read("op-1", "H1", "q1", 1, 1)]}
+    for call in (lambda: case.evidence().iteration_taken(iteration_id),
+                 lambda: case.evidence().stored_batch(iteration_id, request),
+                 lambda: case.evidence().query(iteration_id, request)):
+        with pytest.raises(LedgerError) as refused:
+            call()
+        assert refused.value.code == "INVALID_ID", (iteration_id, refused.value)
+    assert case.evidence().iteration_taken("i1") is False
+
+
 # --- the store's arguments: an open case and, optionally, a router of one's own -------------
 class _NoGeneration:
     def reply(self, request):
