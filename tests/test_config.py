@@ -89,6 +89,17 @@ def test_a_refusal_quoting_a_huge_value_keeps_its_start_and_its_reason(tmp_path)
         "BBB' does not match '^[a-z][a-z0-9_]*(\\\\.[a-z][a-z0-9_]*)+$'"), message
 
 
+def test_a_schema_refusal_naming_a_huge_key_shows_its_start_and_end_in_the_location_too(tmp_path):
+    """The key sits in the refusal's location as well as in the quoted value: 80 characters of it there."""
+    config = tmp_path / "big.toml"
+    config.write_text('[limits]\n' + "k" * 1000 + ' = 5\n')
+    with pytest.raises(LedgerError) as refused:
+        AnalysisConfig.load(config)
+    location = refused.value.message.split(": ")[2]
+    assert location == f"limits.{'k' * 26} … (961 characters left out) … {'k' * 13}", refused.value.message
+    assert len(refused.value.message) < 600
+
+
 def test_every_refusal_message_is_at_most_two_thousand_characters():
     from ledger.ground.errors import MESSAGE_CHARS_MAX, shortened
 

@@ -92,7 +92,8 @@ def validator(name: str) -> Draft202012Validator:
 
 
 def error_path(error: Any) -> str:
-    """Dotted location of a jsonschema error, naming the offending key."""
+    """Dotted location of a jsonschema error, naming the offending key; a key longer than
+    :data:`PATH_PART_CHARS_MAX` characters shows its start and end (:func:`shortened`)."""
     parts = [str(p) for p in error.absolute_path]
     if error.validator == "additionalProperties":
         extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))
@@ -100,7 +101,11 @@ def error_path(error: Any) -> str:
     elif error.validator == "required":
         missing = [k for k in error.validator_value if k not in error.instance]
         parts.append(missing[0] if missing else "?")
-    return ".".join(parts) or "(top level)"
+    return ".".join(shortened(part, PATH_PART_CHARS_MAX) for part in parts) or "(top level)"
+
+
+#: The most characters of one key an error's location shows.
+PATH_PART_CHARS_MAX = 80
 
 
 #: jsonschema's messages quote the value they judge: at most this many characters of one are shown.
