@@ -44,7 +44,8 @@ def _read_json(handle: Any, settings: Settings | None, argument: str) -> Any:
 def _summary(result: EvidenceResult) -> list[str]:
     if not result.records:
         return ["nothing stored"]
-    lines = [f"seq {result.seq}{' (reused: nothing written)' if result.reused else ''} (index exports to {result.index_ref})"]
+    reused = " (reused: nothing written)" if result.reused else ""
+    lines = [f"batch stored from seq {result.seq}{reused}; its index exports to {result.index_ref}"]
     for r in result.records:
         duplicate = f", duplicate of {r['duplicate_of']}" if r["duplicate_of"] else ""
         lines.append(f"{r['record_id']} {r['hypothesis_id']}/{r['action_id']} ({r['operation_id']}): "

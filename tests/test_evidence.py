@@ -514,6 +514,12 @@ def test_cli_evidence_query_and_store(case, tmp_path):
                                       "--json"])
     assert stored.exit_code == 0, stored.output
     assert json.loads(stored.output)["records"][0]["record_id"] == "E000001"
+    again = runner.invoke(cli_main, ["evidence", "store", path, str(request), str(reply), "--iteration", "i1"])
+    index = Case.open(path).query("SELECT MAX(seq) AS seq FROM events WHERE type = 'evidence.indexed'")[0]["seq"]
+    first = json.loads(stored.output)["seq"]
+    assert first < index  # the batch's first event, not its index's: the summary says so
+    assert again.output.splitlines()[0] == (f"batch stored from seq {first} (reused: nothing written); its index "
+                                            f"exports to {json.loads(stored.output)['index_ref']}")
     bad = runner.invoke(cli_main, ["evidence", "store", path, str(request), str(reply), "--iteration", "i2"])
     assert bad.exit_code == 1 and "error: OPERATION_CONFLICT" in bad.output
     recorded = runner.invoke(cli_main, ["budget", "record-evidence", path, "H1", "q1", "E000001", "--json"])

@@ -496,6 +496,16 @@ def test_an_action_block_that_records_leaves_the_action_awaiting_settle(case, in
     assert act.settle(60, "one test fails on the locale").action["status"] == "settled"
 
 
+def test_an_action_recorded_without_entering_its_block_says_that_entering_reserves_it(case, investigator):
+    act = investigator.action("H1", "t1", "test.automated")
+    with pytest.raises(LedgerError) as refused:
+        act.record({"passed": 3})
+    assert (refused.value.code, refused.value.message) == (
+        "UNKNOWN_ACTION", "no action t1 was reserved on H1 in revision 1 (budget.action reserves when its block "
+                          "is entered: with budget.action(h, a, tool) as act: act.record(...))")
+    assert case.actions() == []
+
+
 def test_an_action_block_that_raises_fails_the_action_with_the_exception_and_reraises(case, investigator):
     with pytest.raises(ValueError, match="tests could not start"):
         with investigator.action("H1", "t1", "test.automated"):

@@ -20,10 +20,11 @@ state a retry continues from.
 from __future__ import annotations
 
 import hashlib
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from ..ground.arguments import plain_public_arguments
 from ..ground import errors as E
@@ -122,14 +123,28 @@ class Action:
     def record(self, evidence: Any, source_refs: Iterable[str] | None = None, *,
                cost_usd_millicents: int | None = None) -> BudgetResult:
         """:meth:`BudgetManager.record_result` for this action."""
-        self.result = self._budget.record_result(self.hypothesis_id, self.action_id, evidence, source_refs,
-                                                 cost_usd_millicents=cost_usd_millicents, at=self._at)
+        with self._unreserved_hint():
+            self.result = self._budget.record_result(self.hypothesis_id, self.action_id, evidence, source_refs,
+                                                     cost_usd_millicents=cost_usd_millicents, at=self._at)
         return self.result
 
     def record_evidence(self, record_id: str) -> BudgetResult:
         """:meth:`BudgetManager.record_evidence` for this action."""
-        self.result = self._budget.record_evidence(self.hypothesis_id, self.action_id, record_id, at=self._at)
+        with self._unreserved_hint():
+            self.result = self._budget.record_evidence(self.hypothesis_id, self.action_id, record_id, at=self._at)
         return self.result
+
+    @contextmanager
+    def _unreserved_hint(self) -> Iterator[None]:
+        """``UNKNOWN_ACTION`` of an action never entered as a block says that entering reserves it."""
+        try:
+            yield
+        except LedgerError as refused:
+            if refused.code != E.UNKNOWN_ACTION or self.reservation is not None:
+                raise
+            raise LedgerError(refused.code, f"{refused.message} (budget.action reserves when its block is "
+                              "entered: with budget.action(h, a, tool) as act: act.record(...))",
+                              **refused.details) from None
 
     def settle(self, semantic_score: int, reason: str) -> BudgetResult:
         """:meth:`BudgetManager.settle` for this action (after :meth:`record`); ``result`` then holds
