@@ -16,8 +16,8 @@ import click
 import ledger
 from ledger import Case, JournalSummary, LineResult, apply_journal
 from ledger.ground.canonical import SAFE_INTEGER_MAX
-from ledger.package_tools.journal import (LINE_BYTES_MAX, clamp_warning, first_at as journal_first_at, open_for_journal,
-                                          read_lines, recorded_run_hint)
+from ledger.package_tools.journal import (LINE_BYTES_MAX, check_journal_start, clamp_warning, first_at as journal_first_at,
+                                          open_for_journal, read_lines, recorded_run_hint)
 
 from ._common import (_NoBar, BALANCE_COLUMNS, CASE, DEMO_TAKES_NO_CONFIG, IntegerRange, Settings, pass_settings,
                       progress_bar)
@@ -26,7 +26,8 @@ from ._output import OutputError, dumps, echo, emit_rows, one_line, warn
 @click.command()
 @CASE
 @click.argument("journal", type=click.File("rb"))
-@click.option("--create", "create_case_id", metavar="CASE_ID", help="Create the case first (re-running opens it).")
+@click.option("--create", "create_case_id", metavar="CASE_ID", help="Create the case first (re-running opens it); a file whose first line is no journal line "
+              "creates nothing.")
 @click.option("--at", metavar="RFC3339", help="With --create: time of the case-created event "
               "(default: the journal's first \"at\", else now).")
 @click.option("--keep-going", is_flag=True, help="Continue after a failed line (exit status is still 1).")
@@ -55,7 +56,9 @@ def apply(settings: Settings, case: str, journal: Any, create_case_id: str | Non
         raise click.UsageError("--at sets the time of the case that --create makes; give --create too")
     counted = _BytesRead()
     reader = read_lines(journal, on_bytes=counted)  # one reader: a peek never splits a line
-    head = _peek_first_at(reader) if create_case_id is not None and at is None else []
+    head = _peek(reader, to_first_at=at is None) if create_case_id is not None else []
+    if create_case_id is not None:  # a file that is no journal creates no case
+        check_journal_start(head, _journal_name(journal))
     opened = open_for_journal(case, create_case_id=create_case_id, at=at or journal_first_at(head),
                               analysis_config=settings.analysis(), actor=settings.actor)
     summary = JournalSummary()
@@ -177,14 +180,17 @@ class _BytesRead:
         self.sink = sink
 
 
-def _peek_first_at(reader: Iterator[bytes]) -> list[bytes]:
-    """Read lines from ``reader`` until one carries an "at" (at most ``PEEK_LINES_MAX``): the lines read.
-    They are applied first, then the rest of the same reader is streamed."""
+def _peek(reader: Iterator[bytes], to_first_at: bool) -> list[bytes]:
+    """Read lines from ``reader`` up to the first non-blank one or, ``to_first_at``, up to the first
+    that carries an "at" (at most ``PEEK_LINES_MAX`` lines): the lines read. They are applied first,
+    then the rest of the same reader is streamed."""
     head: list[bytes] = []
     for line in reader:
         head.append(line)
-        if len(head) >= PEEK_LINES_MAX or len(line) > LINE_BYTES_MAX or journal_first_at([line]) is not None:
+        if len(head) >= PEEK_LINES_MAX or len(line) > LINE_BYTES_MAX:
             break  # an over-long line fails where it is: its endless rest (/dev/zero) is never read
+        if journal_first_at([line]) is not None or (not to_first_at and line.strip()):
+            break
     return head
 
 

@@ -342,3 +342,32 @@ def test_an_interrupt_while_a_batch_commits_comes_after_its_results_and_every_co
     assert commits == [3] and [r.seq for r in results] == [before + 1, before + 2, before + 3]
     assert case.status()["package_generation"] == before + 3  # the first batch committed, nothing after
     case.close()
+
+
+@pytest.mark.parametrize("first, code", [
+    (b"\x1f\x8b\x08\x00gzip", "INVALID_JSON"), (b'{"trajectory": []}', "INVALID_ARGUMENT"),
+    (b'{"op": "bogus"}', "UNKNOWN_OPERATION"), (b"\n\n[1, 2]", "INVALID_ARGUMENT")])
+@pytest.mark.parametrize("keep_going", [False, True])
+def test_apply_create_of_a_file_whose_first_line_is_no_journal_line_creates_no_case(tmp_path, first, code,
+                                                                                     keep_going):
+    """A case made for a file that is no journal stayed behind, stamped with the time of the mistake:
+    a later journal's earlier times were then all raised to it."""
+    journal = tmp_path / "journal.jsonl"
+    journal.write_bytes(first + b'\n{"op": "open_revision", "hypotheses": [{"statement": "a"}], '
+                        b'"units_per_hypothesis": 5}\n')
+    done = CliRunner().invoke(cli_main, ["apply", str(tmp_path / "case"), str(journal), "--create", "C1",
+                                         *(["--keep-going"] if keep_going else [])])
+    line = first.count(b"\n") + 1
+    assert done.exit_code == 1 and done.stderr.startswith(
+        f"error: {code}: line {line} is no journal line, so no case was created: "), done.stderr
+    assert not (tmp_path / "case").exists() and done.stdout == ""
+
+
+def test_apply_create_of_a_journal_starting_with_blank_lines_creates_its_case_at_its_first_time(tmp_path):
+    journal = tmp_path / "journal.jsonl"
+    journal.write_text('\n  \n{"op": "open_revision", "hypotheses": [{"statement": "a"}], '
+                       '"units_per_hypothesis": 5, "at": "2026-05-01T00:00:00Z"}\n')
+    done = CliRunner().invoke(cli_main, ["apply", str(tmp_path / "case"), str(journal), "--create", "C1"])
+    assert done.exit_code == 0, done.output
+    with Case.open(tmp_path / "case") as case:
+        assert [e["created_at"] for e in case.events()] == ["2026-05-01T00:00:00.000000Z"] * 2

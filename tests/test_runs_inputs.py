@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from click.testing import CliRunner
 
-from ledger import LedgerError, import_runs, simulate
+from ledger import Case, LedgerError, import_runs, simulate
 from ledger.package_tools.atomic_files import process_tag
 from ledger_cli.main import main
 
@@ -400,18 +400,38 @@ def test_a_recorded_run_given_where_a_journal_is_expected_is_pointed_to_runs_imp
     hint = ("this file looks like an agent run as it was recorded (*.traj, *.json, *.gz), not a journal: "
             "'ledger runs import FILE --out DIR' makes it one")
     assert simulate([given]).errors[0]["message"].endswith(f"; {hint}")
-    applied = CliRunner().invoke(main, ["apply", str(tmp_path / "case"), str(given), "--create", "C1"])
+    created = CliRunner().invoke(main, ["apply", str(tmp_path / "case"), str(given), "--create", "C1"])
+    assert created.exit_code == 1 and created.stderr.startswith("error: INVALID_JSON: line 1 is no journal line, "
+                                                                "so no case was created: ")
+    assert created.stderr.endswith(f"; {hint}\n") and not (tmp_path / "case").exists()
+    Case.create(tmp_path / "case", "C1").close()  # into a case that exists, line by line
+    applied = CliRunner().invoke(main, ["apply", str(tmp_path / "case"), str(given)])
     assert applied.exit_code == 1 and f"hint: {hint}\n" in applied.stderr
     journal = tmp_path / "bad.jsonl"  # a journal's own bad first line gets no such hint
     journal.write_text("{\n")
     assert "runs import" not in simulate([journal]).errors[0]["message"]
 
 
+def test_a_gzipped_journal_is_told_to_be_decompressed_by_simulate_apply_and_runs_import(tmp_path):
+    """simulate and apply pointed a gzipped journal to runs import, which pointed it back to them."""
+    given = tmp_path / "run.jsonl.gz"
+    given.write_bytes(gzip.compress(b'{"op": "initialize"}\n'))
+    hint = ("this file looks gzip-compressed, and a journal is read as plain text: decompress it first "
+            "(gunzip FILE); an agent's steps file goes to 'ledger runs import FILE --out DIR'")
+    assert simulate([given]).errors[0]["message"].endswith(f"; {hint}")
+    created = CliRunner().invoke(main, ["apply", str(tmp_path / "case"), str(given), "--create", "C1"])
+    assert created.exit_code == 1 and created.stderr.endswith(f"; {hint}\n")
+    assert import_runs([given], tmp_path / "out").errors[0]["reason"].endswith(
+        "the file is already a ledger journal; give it to 'ledger apply' or 'ledger simulate', decompressed first "
+        "if it is gzipped)")
+
+
 def test_a_journal_from_a_stream_without_a_name_gets_no_hint_and_no_error(tmp_path):
     """The recorded-run hint reads the journal's file name: standard input under a test runner has none."""
     done = CliRunner().invoke(main, ["apply", str(tmp_path / "case"), "-", "--create", "C1"], input=b'{"finding": 1}\n')
     assert done.exit_code == 1 and isinstance(done.exception, SystemExit)  # no AttributeError
-    assert 'a journal line needs an \\"op\\" key' in done.stdout and "hint:" not in done.stderr
+    assert done.stderr == ('error: INVALID_ARGUMENT: line 1 is no journal line, so no case was created: a journal '
+                           'line needs an "op" key\n')
 
 
 def test_an_output_folder_that_is_a_link_to_nothing_is_refused_naming_the_link(tmp_path):

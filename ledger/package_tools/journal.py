@@ -93,6 +93,9 @@ RECORDED_RUN_SUFFIXES = (".traj", ".json", ".gz")
 def recorded_run_hint(name: str) -> str:
     """What to add when line 1 of the file ``name`` is no journal line and the file is named like an
     agent run as it was recorded (:data:`RECORDED_RUN_SUFFIXES`): how to make it a journal. Else ""."""
+    if str(name).lower().endswith(".jsonl.gz"):
+        return ("; this file looks gzip-compressed, and a journal is read as plain text: decompress it first "
+                "(gunzip FILE); an agent's steps file goes to 'ledger runs import FILE --out DIR'")
     if not str(name).lower().endswith(RECORDED_RUN_SUFFIXES):
         return ""
     return ("; this file looks like an agent run as it was recorded (*.traj, *.json, *.gz), not a journal: "
@@ -347,6 +350,26 @@ def open_for_journal(path: str, *, create_case_id: str | None = None, at: str | 
         case.close()
         raise LedgerError(E.CASE_EXISTS, f"{path} holds case {existing}, not {create_case_id}")
     return case
+
+
+def check_journal_start(lines: Iterable[str | bytes], name: str) -> None:
+    """What ``apply --create`` checks before it creates a case: the first non-blank of ``lines`` (the
+    journal's first lines) reads as a journal line (:func:`parse_line`), else its refusal, saying that
+    no case was created (with :func:`recorded_run_hint` for the file ``name``): a file that is no
+    journal (an agent run, a compressed or binary file) leaves nothing behind. A line over
+    ``LINE_BYTES_MAX`` passes: it may be a journal's, and fails as its own line."""
+    for number, text in enumerate(lines, start=1):
+        text = without_bom(text) if number == 1 else text
+        if isinstance(text, (str, bytes)) and not text.strip():
+            continue
+        try:
+            parse_line(text)
+        except LedgerError as exc:
+            if exc.code == E.LIMIT_REACHED:  # an over-long line may be a journal's: it fails where it is
+                return
+            raise LedgerError(exc.code, f"line {number} is no journal line, so no case was created: {exc.message}"
+                              + recorded_run_hint(name), **{**exc.details, "line": number}) from None
+        return
 
 
 def first_at(lines: Iterable[str | bytes]) -> str | None:

@@ -305,7 +305,7 @@ def steps_line(line: bytes, number: int) -> tuple[str, Step]:
     if not isinstance(item, Mapping) or not isinstance(item.get("run"), str) \
             or not isinstance(item.get("command"), str) or not isinstance(item.get("output"), str):
         hint = (" (this line has \"op\": the file is already a ledger journal; give it to 'ledger apply' "
-                "or 'ledger simulate')" if isinstance(item, Mapping) and "op" in item else
+                "or 'ledger simulate', decompressed first if it is gzipped)" if isinstance(item, Mapping) and "op" in item else
                 " (a *.jsonl file is read in the steps format: one step per line; an agent's other JSON Lines "
                 "files, such as predictions, are no trajectory)")
         raise ValueError(f"line {number}: needs the string keys run, command and output{hint}")
