@@ -386,24 +386,27 @@ def test_a_steps_line_with_a_key_given_twice_and_a_run_id_that_is_no_string_are_
     (tmp_path / "t.traj.json").write_text(json.dumps({"instance_id": 12345, "messages": messages}))
     summary = import_runs([tmp_path / "dk.jsonl", tmp_path / "t.traj.json"], tmp_path / "out")
     assert summary.runs == 0
-    assert [e["reason"] for e in summary.errors] == ["line 1: the key 'run' is given twice",
+    assert [e["reason"] for e in summary.errors] == ["line 1: the key 'run' is given twice in one object (its keys: 'run', "
+                                                     "'command', 'output')",
                                                      "instance_id must be a string (the run id), got the integer 12345"]
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("document, key", [
-    ('{"instance_id": "first", "messages": MESSAGES, "instance_id": "second"}', "instance_id"),
-    ('{"messages": [{"role": "user", "content": "a", "content": "b"}]}', "content"),  # deep inside a message
-    ('{"trajectory": [], "trajectory": [{"action": "ls", "observation": "x"}]}', "trajectory"),
+@pytest.mark.parametrize("document, key, keys", [
+    ('{"instance_id": "first", "messages": MESSAGES, "instance_id": "second"}', "instance_id",
+     "'instance_id', 'messages'"),
+    ('{"messages": [{"role": "user", "content": "a", "content": "b"}]}', "content", "'role', 'content'"),  # deep
+    ('{"trajectory": [], "trajectory": [{"action": "ls", "observation": "x"}]}', "trajectory", "'trajectory'"),
+    ('{"messages": MESSAGES, "info": {"cost": 1, "cost": 2}}', "cost", "'cost'"),  # where no fact comes from
 ])
-def test_a_trajectory_with_a_key_given_twice_is_refused_as_a_steps_line_is(tmp_path, document, key):
+def test_a_trajectory_with_a_key_given_twice_is_refused_as_a_steps_line_is(tmp_path, document, key, keys):
     """Which of the two values would count? A trajectory file whose JSON gives a key twice is refused
     with its reason, never read as its last value (which dropped the first run's steps)."""
     messages = [{"role": "assistant", "content": "```bash\nls\n```"}, {"role": "user", "content": "x"}]
     (tmp_path / "t.traj.json").write_text(document.replace("MESSAGES", json.dumps(messages)))
     summary = import_runs([tmp_path / "t.traj.json"], tmp_path / "out")
     assert summary.runs == 0 and not (tmp_path / "out").exists()
-    assert [e["reason"] for e in summary.errors] == [f"the key '{key}' is given twice"]
+    assert [e["reason"] for e in summary.errors] == [f"the key '{key}' is given twice in one object (its keys: {keys})"]
 
 
 def test_an_exit_code_no_journal_can_hold_is_refused_in_steps_and_left_out_of_a_trajectory(tmp_path):

@@ -492,8 +492,8 @@ def test_a_run_file_or_steps_line_past_the_size_limit_is_refused_without_reading
          "file may: split it, or leave out what no journal keeps"),
         ("plain.traj.json", "INVALID_ARGUMENT", "holds more than 4000 bytes, more than a run file may: split it, "
          "or leave out what no journal keeps"),
-        ("steps.jsonl", "INVALID_ARGUMENT", "holds more than 4000 bytes, more than a run file may: split it, "
-         "or leave out what no journal keeps")]
+        ("steps.jsonl", "INVALID_ARGUMENT", "line 2 holds more than 4000 bytes, more than one step may: leave "
+         "out what no journal keeps")]
     reads = []
     real_open = trajectories._open
 
@@ -506,6 +506,38 @@ def test_a_run_file_or_steps_line_past_the_size_limit_is_refused_without_reading
     monkeypatch.setattr(trajectories, "RUN_FILE_BYTES_MAX", 10)
     summary = import_runs([inputs / "packed.traj.json.gz"], tmp_path / "out2")
     assert summary.runs == 0 and reads == [1 << 20]  # one chunk, then no further
+
+
+@pytest.mark.parametrize("fmt, data, reason", [
+    ("mini-swe-agent", {"trajectory": [{"action": "ls", "observation": "a"}]},
+     "no messages list: not a mini-swe-agent trajectory (its trajectory list is a SWE-agent .traj's) (read as "
+     "--format mini-swe-agent, as asked: without it, the file's name and content choose)"),
+    ("swe-agent", GOOD, "no trajectory list: not a SWE-agent .traj (--format auto tells the formats apart) (read "
+                        "as --format swe-agent, as asked: without it, the file's name and content choose)")])
+def test_a_run_refused_under_a_format_given_by_hand_says_so(tmp_path, fmt, data, reason):
+    """Forced to the wrong format, a .traj holding a trajectory list was said to have none."""
+    summary = import_runs([_write(tmp_path / "r.traj", data)], tmp_path / "out", fmt=fmt)
+    assert [e["reason"] for e in summary.errors] == [reason]
+    assert import_runs([tmp_path / "r.traj"], tmp_path / "out").runs == 1  # auto reads it
+
+
+def test_a_steps_line_whose_run_id_cannot_be_a_file_name_is_named_by_its_line(tmp_path):
+    steps = tmp_path / "s.jsonl"
+    steps.write_text('{"run": "r1", "command": "ls", "output": "a"}\n{"run": "a b", "command": "ls", "output": "a"}\n')
+    assert [e["reason"] for e in import_runs([steps], tmp_path / "out").errors] == [
+        "line 2: run id 'a b' (3 characters) is not a plain file name: 1 to 128 letters, digits, '.', '_', '-', "
+        "the first a letter or digit"]
+
+
+def test_a_marked_mini_swe_agent_run_with_no_message_yet_is_written_with_no_step(tmp_path):
+    """As one holding only its system and user messages is; a bare empty list is still no run."""
+    marked = _write(tmp_path / "in" / "e.traj.json", {"trajectory_format": "mini-swe-agent-1", "instance_id": "e1",
+                                                      "messages": []})
+    summary = import_runs([marked], tmp_path / "out")
+    assert (summary.runs, summary.steps, summary.runs_without_steps) == (1, 0, ["e1"])
+    bare = _write(tmp_path / "in" / "b.traj.json", {"messages": []})
+    assert import_runs([bare], tmp_path / "out2").errors[0]["reason"] == (
+        "no message with a role: an empty or foreign list, not a mini-swe-agent trajectory")
 
 
 def test_a_bash_call_whose_arguments_give_a_key_twice_is_a_turn_skipped(tmp_path):

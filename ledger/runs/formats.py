@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
 from ..ground.canonical import SAFE_INTEGER_MAX
+from ..ground.errors import first_few
 
 _FENCE = re.compile(r"```(?:bash|mswea_bash_command)\s*\n(.*?)\n```", re.S)
 #: A mini-swe-agent observation's exit code: longer runs of digits are past any exact JSON integer
@@ -224,9 +225,12 @@ def mini_swe_agent_steps(data: Any) -> Iterator[Step | FormatError]:
         raise ValueError("a SWE-agent retry run's attempts without the trajectory of the attempt it chose (the "
                          "top-level trajectory list it writes once the run ends): import a finished run")
     if not isinstance(messages, list):
+        swe_agent = isinstance(data, Mapping) and isinstance(data.get("trajectory"), list)
         raise ValueError("no messages list: not a mini-swe-agent trajectory" + (
+            " (its trajectory list is a SWE-agent .traj's)" if swe_agent else
             " (nor a SWE-agent .traj: no trajectory list)" if isinstance(data, Mapping) else ""))
-    if not any(isinstance(message, Mapping) and "role" in message for message in messages):
+    marked_empty = not messages and isinstance(data, Mapping) and "trajectory_format" in data
+    if not marked_empty and not any(isinstance(message, Mapping) and "role" in message for message in messages):
         raise ValueError("no message with a role: an empty or foreign list, not a mini-swe-agent trajectory")
     for index, message in enumerate(messages):
         if not _is_model_turn(message):
@@ -282,7 +286,9 @@ def no_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     item = dict(pairs)
     if len(item) != len(pairs):
         keys = [key for key, _ in pairs]
-        raise ValueError(f"the key {next(k for k in keys if keys.count(k) > 1)!r} is given twice")
+        twice = next(k for k in keys if keys.count(k) > 1)
+        shown = first_few([repr(k[:40]) for k in dict.fromkeys(keys)], 6)
+        raise ValueError(f"the key {twice[:80]!r} is given twice in one object (its keys: {shown})")
     return item
 
 

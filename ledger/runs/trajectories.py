@@ -121,8 +121,12 @@ def _open(path: Path) -> IO[bytes]:
     return gzip.open(path, "rb") if path.name.lower().endswith(".gz") else open(path, "rb")
 
 
-def _too_large(path: Path) -> ValueError:
+def _too_large(path: Path, line: int | None = None) -> ValueError:
+    """A run file, or ``line`` of a steps file, past :data:`RUN_FILE_BYTES_MAX`."""
     packed = " once decompressed" if path.name.lower().endswith(".gz") else ""
+    if line is not None:
+        return ValueError(f"line {line} holds more than {RUN_FILE_BYTES_MAX} bytes{packed}, more than one step "
+                          "may: leave out what no journal keeps")
     return ValueError(f"holds more than {RUN_FILE_BYTES_MAX} bytes{packed}, more than a run file may: split it, "
                       "or leave out what no journal keeps")
 
@@ -141,9 +145,11 @@ def _read_whole(path: Path) -> bytearray:
 
 def _lines(handle: IO[bytes], path: Path) -> Iterable[bytes]:
     """The lines of a steps file; ``ValueError`` for one past :data:`RUN_FILE_BYTES_MAX`."""
+    number = 0
     while line := handle.readline(RUN_FILE_BYTES_MAX + 1):
+        number += 1
         if len(line) > RUN_FILE_BYTES_MAX:
-            raise _too_large(path)
+            raise _too_large(path, number)
         yield line
 
 
@@ -301,13 +307,15 @@ class _Importer:
     summary: ImportSummary = field(default_factory=ImportSummary)
     seen: dict[str, Path] = field(default_factory=dict)  # run id → the input that brought it
 
-    def _begin(self, run: str, path: Path) -> _Journal:
+    def _begin(self, run: str, path: Path, line: int | None = None) -> _Journal:
+        """The journal of ``run`` from ``path`` (at ``line`` of a steps file)."""
+        where = f"line {line}: " if line is not None else ""
         if not _RUN_ID.fullmatch(run):
-            raise ValueError(f"run id {run[:80]!r}{'…' if len(run) > 80 else ''} ({len(run)} character"
+            raise ValueError(f"{where}run id {run[:80]!r}{'…' if len(run) > 80 else ''} ({len(run)} character"
                              f"{'' if len(run) == 1 else 's'}) is not a "
                              "plain file name: 1 to 128 letters, digits, '.', '_', '-', the first a letter or digit")
         if run in self.seen:
-            raise ValueError(f"run id {run!r} was already imported from {self.seen[run]}")
+            raise ValueError(f"{where}run id {run!r} was already imported from {self.seen[run]}")
         journal = _Journal(self.out, run)
         self.seen[run] = path
         return journal
@@ -389,7 +397,7 @@ class _Importer:
                     run, step = steps_line(line, number)
                     journal = journals.get(run)
                     if journal is None:
-                        journal = journals[run] = self._begin(run, path)
+                        journal = journals[run] = self._begin(run, path, number)
                     journal.step(step, self.mapping, self.score)
                     open_runs.pop(run, None)
                     open_runs[run] = None
@@ -426,6 +434,8 @@ class _Importer:
                 reason = f"{os.fsdecode(exc.filename)}: {exc.strerror}" if other else exc.strerror  # a journal written
             else:
                 reason = str(exc) or type(exc).__name__
+                if self.fmt != "auto" and isinstance(exc, ValueError):
+                    reason += f" (read as --format {self.fmt}, as asked: without it, the file's name and content choose)"
             code = E.STORAGE_ERROR if isinstance(exc, OSError) and exc.errno in STORAGE_ERRNOS else E.INVALID_ARGUMENT
             self.summary.errors.append({"file": str(path), "code": code, "reason": reason})
 
