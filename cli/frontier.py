@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ledger import FrontierReport
+from ledger.simulation.frontier import name_order
 
 from ._output import dumps, echo, emit_rows, one_line
 
@@ -29,7 +30,8 @@ def _summary_rows(report: FrontierReport) -> list[dict[str, Any]]:
     front = set(report.frontier)
     outcomes = sorted({o for p in report.policies for o in p["by_outcome"]})
     rows = []
-    for policy in sorted(report.policies, key=lambda p: (p["units_spent"], p["name"])):
+    # ties as on the frontier line: numbers in names compared as numbers (=9 before =10)
+    for policy in sorted(report.policies, key=lambda p: (p["units_spent"], name_order(p["name"]))):
         row = {"policy": policy["name"], "frontier": "yes" if policy["name"] in front else "no",
                **{k: policy[k] for k in ("units_spent", "units_saved", "units_per_run", "runs_stopped")}}
         for outcome in outcomes:

@@ -121,6 +121,21 @@ def test_the_frontier_table_names_the_cap_its_cap_p75_baseline_computed(tmp_path
         "each run spent under no-stop)\n" in done.output
 
 
+def test_the_frontier_table_orders_tied_policies_as_the_frontier_line_does_numbers_as_numbers(tmp_path):
+    journals = tmp_path / "journals"
+    journals.mkdir()
+    for name in sorted(p.name for p in DATA.glob("*.jsonl"))[:4]:
+        (journals / name).write_bytes((DATA / name).read_bytes())
+    done = CliRunner().invoke(main, ["simulate", str(journals), "--frontier", "--outcomes", str(OUTCOMES),
+                                     "--vary", "max_low_information_steps=100,9,11,10"])
+    assert done.exit_code == 0, done.output
+    table = [line.split()[0] for line in done.output.splitlines() if line.startswith("max_low_information_steps=")]
+    assert table == [f"max_low_information_steps={n}" for n in (9, 10, 11, 100)]
+    frontier_line = next(line for line in done.output.splitlines() if line.startswith("frontier (fewest units"))
+    named = [n for n in frontier_line.split(": ", 1)[1].split(", ") if n.startswith("max_low")]
+    assert named == table
+
+
 @pytest.mark.parametrize("values, expected", [([5], 5), ([1, 2, 3, 4], 3), ([4, 1, 3, 2, 5], 4), ([0, 0], 1),
                                               (list(range(1, 101)), 75)])
 def test_percentile_75_is_the_nearest_rank(values, expected):
