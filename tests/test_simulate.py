@@ -648,6 +648,9 @@ def test_an_output_file_given_twice_or_naming_an_input_is_refused_before_running
         (["--outcomes", outcomes, "--per-run", outcomes], f"--per-run {outcomes}: is an input of this command"),
         (["--policy", policy, "--per-run", policy], f"--per-run {policy}: is an input of this command"),
         (["--policy", f"mine={policy}", "--per-run", policy], f"--per-run {policy}: is an input of this command"),
+        (["--per-run", journals / "runs.JSONL"], f"--per-run {journals}/runs.JSONL: is in a folder of journals this "
+                                                 "command reads; simulating that folder again would read it as a "
+                                                 "journal; write it elsewhere"),
     ]:
         before = {p: p.read_bytes() for p in (journal, outcomes, policy)}
         code, _, err = cli("simulate", journals, *args)

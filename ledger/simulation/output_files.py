@@ -37,13 +37,16 @@ def check_output_file(path: str | os.PathLike[str], option: str) -> Path:
 def check_distinct_outputs(outputs: Mapping[str, str | os.PathLike[str] | None],
                            inputs: Iterable[str | os.PathLike[str] | None]) -> None:
     """Refuse, before any work, two of ``outputs`` (option → path) naming one file, or an output naming
-    one of ``inputs`` (files, or folders: their ``*.jsonl``), which writing it would replace
+    one of ``inputs`` (files, or folders: their ``*.jsonl``), which writing it would replace, or a
+    ``*.jsonl`` output in an input folder, which simulating that folder again would read as a journal
     (``INVALID_ARGUMENT`` naming both). Outputs that are no regular file (``/dev/stdout``) may be shared."""
-    read = set()
+    read, folders = set(), set()
     for entry in inputs:
         if entry is None:
             continue
         path = fs_path(entry, "input")
+        if path.is_dir():
+            folders.add(os.path.realpath(path))
         for file in folder_inputs(path, (".jsonl",), "journal") if path.is_dir() else [path]:
             read.add(os.path.realpath(file))
     seen: dict[str, str] = {}
@@ -57,6 +60,9 @@ def check_distinct_outputs(outputs: Mapping[str, str | os.PathLike[str] | None],
         if target in read:
             raise LedgerError(E.INVALID_ARGUMENT, f"{option} {path}: is an input of this command; writing it would "
                               "replace it; give another file")
+        if os.path.dirname(target) in folders and target.lower().endswith(".jsonl"):
+            raise LedgerError(E.INVALID_ARGUMENT, f"{option} {path}: is in a folder of journals this command reads; "
+                              "simulating that folder again would read it as a journal; write it elsewhere")
         if target in seen:
             raise LedgerError(E.INVALID_ARGUMENT, f"{option} {path}: is also the file of {seen[target]}; give each "
                               "output its own file")
