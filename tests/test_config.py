@@ -100,6 +100,18 @@ def test_a_schema_refusal_naming_a_huge_key_shows_its_start_and_end_in_the_locat
     assert len(refused.value.message) < 600
 
 
+def test_a_budget_config_given_a_simulation_policys_units_per_hypothesis_says_where_it_goes(tmp_path):
+    """A policy file from a simulation (it may set units_per_hypothesis) given as --config to apply."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text("units_per_hypothesis = 100\n")
+    with pytest.raises(LedgerError) as refused:
+        BudgetConfig.load(policy)
+    assert (refused.value.code, refused.value.message) == (CONFIG_INVALID, (
+        f"{policy}: units_per_hypothesis: a simulation policy's setting, not a budget config's: give 'ledger apply "
+        "--units-per-hypothesis N' (apply_journal's units_per_hypothesis= in Python), or the analysis config's "
+        "units_per_hypothesis"))
+
+
 def test_every_refusal_message_is_at_most_two_thousand_characters():
     from ledger.ground.errors import MESSAGE_CHARS_MAX, shortened
 

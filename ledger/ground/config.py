@@ -176,6 +176,10 @@ class BudgetConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.policy, Mapping):
             raise LedgerError(CONFIG_INVALID, "budget config must be a table", key="(top level)")
+        if "units_per_hypothesis" in self.policy:  # a simulation policy's key, given where a budget's is read
+            raise LedgerError(CONFIG_INVALID, "units_per_hypothesis: a simulation policy's setting, not a budget "
+                              "config's: give 'ledger apply --units-per-hypothesis N' (apply_journal's units_per_hypothesis= "
+                              "in Python), or the analysis config's units_per_hypothesis", key="units_per_hypothesis")
         merged = {**DEFAULT_POLICY, **dict(self.policy)}
         for table in ("action_costs", "test_costs"):
             if not isinstance(merged[table], Mapping):
