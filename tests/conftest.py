@@ -26,6 +26,14 @@ settings.register_profile("ci", derandomize=True, database=None)
 settings.register_profile("explore", derandomize=False)
 settings.load_profile(os.environ.get("LEDGER_HYPOTHESIS_PROFILE", "ci"))
 
+def pytest_configure(config):
+    """Ctrl-C as at a terminal for the processes the tests start: a script's background job (``pytest
+    … &``) starts with SIGINT ignored, which every child would inherit, and the tests that press
+    Ctrl-C in a real ``ledger`` process would see it ignored (a caught signal is reset at ``exec``)."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def pytest_sessionstart(session):
     """Compile the package's sources once when this Python writes no bytecode cache
     (``PYTHONDONTWRITEBYTECODE``): the many ``ledger`` processes the tests start would each
