@@ -11,7 +11,7 @@ from ledger import export_fleet
 from ledger.ground.workers import JOBS_MAX
 from ledger.package_tools.fleet import find_cases as fleet_cases
 from ledger.package_tools.fleet_query import fleet_rows
-from ledger.storage.readonly import unique_names
+from ledger.services.case import unique_names
 
 from ._common import JSON, CaseFolder, FiniteFloatRange, IntegerRange, UsageGroup, progress_bar, table_options
 from ._output import emit_result, emit_rows, one_line, warn

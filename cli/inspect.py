@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ledger.storage.readonly import unique_names
+from ledger.services.case import unique_names
 
 from ._common import BALANCE_COLUMNS, CASE, read_only_rows, FiniteFloatRange, Integer, IntegerRange, Settings, pass_settings, table_options
 from ._output import emit_rows

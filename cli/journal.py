@@ -16,7 +16,7 @@ import click
 import ledger
 from ledger import Case, JournalSummary, LineResult, apply_journal
 from ledger.ground.canonical import SAFE_INTEGER_MAX
-from ledger.package_tools.journal import (LINE_BYTES_MAX, check_journal_start, clamp_warning, first_at as journal_first_at,
+from ledger.package_tools.journal import (LINE_BYTES_MAX, clamp_warning, first_at as journal_first_at,
                                           open_for_journal, read_lines, recorded_run_hint)
 
 from ._common import (_NoBar, BALANCE_COLUMNS, CASE, DEMO_TAKES_NO_CONFIG, IntegerRange, Settings, pass_settings,
@@ -57,9 +57,9 @@ def apply(settings: Settings, case: str, journal: Any, create_case_id: str | Non
     counted = _BytesRead()
     reader = read_lines(journal, on_bytes=counted)  # one reader: a peek never splits a line
     head = _peek(reader, to_first_at=at is None) if create_case_id is not None else []
-    if create_case_id is not None:  # a file that is no journal creates no case
-        check_journal_start(head, _journal_name(journal))
     opened = open_for_journal(case, create_case_id=create_case_id, at=at or journal_first_at(head),
+                              first_lines=head if create_case_id is not None else None,
+                              journal_name=_journal_name(journal),
                               analysis_config=settings.analysis(), actor=settings.actor)
     summary = JournalSummary()
     try:

@@ -511,9 +511,7 @@ def test_a_run_file_or_steps_line_past_the_size_limit_is_refused_without_reading
 @pytest.mark.parametrize("fmt, data, reason", [
     ("mini-swe-agent", {"trajectory": [{"action": "ls", "observation": "a"}]},
      "no messages list: not a mini-swe-agent trajectory (its trajectory list is a SWE-agent .traj's) (read as "
-     "--format mini-swe-agent, as asked: without it, the file's name and content choose)"),
-    ("swe-agent", GOOD, "no trajectory list: not a SWE-agent .traj (--format auto tells the formats apart) (read "
-                        "as --format swe-agent, as asked: without it, the file's name and content choose)")])
+     "--format mini-swe-agent, as asked: without it, the file's name and content choose)")])
 def test_a_run_refused_under_a_format_given_by_hand_says_so(tmp_path, fmt, data, reason):
     """Forced to the wrong format, a .traj holding a trajectory list was said to have none."""
     summary = import_runs([_write(tmp_path / "r.traj", data)], tmp_path / "out", fmt=fmt)

@@ -18,13 +18,13 @@ import json
 import time
 from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, Callable, Iterable, Iterator
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, Sequence
 
 from ..ground import errors as E, interrupts
 from ..services.budget import BudgetManager
 from ..ground.arguments import check_callback, check_flag, check_instance, check_iterable
 from ..ground.canonical import SAFE_INTEGER_MAX, parse_json, stored_bytes
-from ..services.case import Case
+from ..services.case import LEDGER_FILE, Case, check_new_case_path
 from ..ground.clock import describe_micros, microseconds_between, parse_at
 from ..ground.errors import LedgerError
 from ..services.facade import CaseFacade
@@ -322,8 +322,11 @@ class _BatchRun:
 
 
 def open_for_journal(path: str, *, create_case_id: str | None = None, at: str | None = None,
+                     first_lines: Sequence[str | bytes] | None = None, journal_name: str = "",
                      **options: Any) -> Case:
-    """Open the case at ``path``, creating it first when ``create_case_id`` is given.
+    """Open the case at ``path``, creating it first when ``create_case_id`` is given; with
+    ``first_lines`` (the journal's first lines, from the file ``journal_name``), only when they start
+    as a journal does (:func:`check_journal_start`, after the refusals of the path itself).
 
     ``at`` (RFC 3339 UTC) is the time of the case-created event (default now; the
     CLI passes the journal's first ``at``, see :func:`first_at`). ``options`` go to
@@ -339,6 +342,8 @@ def open_for_journal(path: str, *, create_case_id: str | None = None, at: str | 
                 raise
             raise LedgerError(exc.code, f"{exc.message}, or let the journal create it ('ledger apply CASE "
                               "JOURNAL --create CASE_ID')", **exc.details) from None
+    if first_lines is not None and not (check_new_case_path(path) / LEDGER_FILE).exists():
+        check_journal_start(first_lines, journal_name)  # a file that is no journal creates no case
     try:
         return Case.create(path, create_case_id, at=at, **options)
     except LedgerError as exc:

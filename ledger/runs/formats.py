@@ -266,7 +266,7 @@ def swe_agent_steps(data: Any) -> Iterator[Step | FormatError]:
     """Steps of a SWE-agent ``.traj``: each ``trajectory[]`` entry with its ``action`` and ``observation``."""
     entries = data.get("trajectory") if isinstance(data, Mapping) else None
     if not isinstance(entries, list):
-        raise ValueError("no trajectory list: not a SWE-agent .traj (--format auto tells the formats apart)")
+        raise ValueError("no trajectory list: not a SWE-agent .traj")
     for entry in entries:
         if not isinstance(entry, Mapping):
             yield FormatError("entry that is not an object")

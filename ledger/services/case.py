@@ -36,7 +36,7 @@ from ..ground.paths import fs_path, os_error
 from ..router.reference import Router
 from ..rules import lifecycle
 from ..rules.common import check_action_id, check_case_id
-from ..storage.readonly import readonly_rows, reading_only, unique_names
+from ..storage.readonly import readonly_rows, reading_only
 from .session import Session, check_future_at
 from ..storage.connection import CheckpointWarning, Storage
 from ..storage.sqlite_file import check_ledger_path, no_case_yet, orphaned_logs, translate_sqlite_errors
@@ -199,9 +199,7 @@ class Case(CaseFacade):
     @classmethod
     def _create(cls, root: Path, case_id: str, analysis: AnalysisConfig, actor: str,
                 clock: Callable[[], str], moment: str | None) -> "Case":
-        refuse_own_links(root, creating=True)  # a new ledger is never created through a link
-        refuse_output_in_package(root, "case path", itself=False)  # nor inside another case
-        refuse_build_folder_name(root, "case path")
+        check_new_case_path(root)
         if (root / MANIFEST_FILE).exists() or (root / ANALYSIS_DIR).exists():
             raise LedgerError(E.CASE_EXISTS, f"{root} already holds a case package (manifest or analysis/)")
         if root.exists() and not root.is_dir():
@@ -452,6 +450,31 @@ MAX_TIMEOUT_MS = 86_400_000
 
 
 @contextmanager
+def unique_names(columns: Sequence[str]) -> list[str]:
+    """Column names made unique: a repeated ``seq`` becomes ``seq_2``, ``seq_3``, … so no value is lost."""
+    seen: set[str] = set()
+    names = []
+    for name in columns:
+        candidate, n = name, 1
+        while candidate in seen:
+            n += 1
+            candidate = f"{name}_{n}"
+        seen.add(candidate)
+        names.append(candidate)
+    return names
+
+
+def check_new_case_path(path: str | os.PathLike[str]) -> Path:
+    """The folder ``path`` as a :class:`Path`, after the refusals :meth:`Case.create` gives a path before
+    anything else (``INVALID_ARGUMENT``): a new ledger is never created through a link, inside another
+    case package or in a build folder. Writes nothing."""
+    root = fs_path(path, "case path")
+    refuse_own_links(root, creating=True)  # a new ledger is never created through a link
+    refuse_output_in_package(root, "case path", itself=False)  # nor inside another case
+    refuse_build_folder_name(root, "case path")
+    return root
+
+
 def read_only_rows(path: str | os.PathLike[str], sql: str, *,
                    timeout_ms: int = 30_000) -> Iterator[tuple[list[str], Iterator[tuple]]]:
     """:func:`read_only_query` with the rows read from the cursor as consumed:

@@ -14,7 +14,7 @@ import sqlite3
 import time
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator
 
 from ..ground import errors as E
 from .sqlfiles import PUBLIC_VIEWS, schema_version, statement
@@ -22,20 +22,6 @@ from ..ground.errors import LedgerError
 from .sqlite_file import (BUSY_CODES, DAMAGED_CODES, HIDDEN_FUNCTION_RE, SQLITE_ERRORS, SQLITE_INTERRUPT,
                           SQLITE_READONLY, SQLITE_TOOBIG, STORAGE_CODES, connect_uri, log_files_exist, log_path,
                           no_case_yet, primary_code, readable_uri, release_log, sqlite_error, translate_sqlite_errors)
-
-
-def unique_names(columns: Sequence[str]) -> list[str]:
-    """Column names made unique: a repeated ``seq`` becomes ``seq_2``, ``seq_3``, … so no value is lost."""
-    seen: set[str] = set()
-    names = []
-    for name in columns:
-        candidate, n = name, 1
-        while candidate in seen:
-            n += 1
-            candidate = f"{name}_{n}"
-        seen.add(candidate)
-        names.append(candidate)
-    return names
 
 
 def _stop_at_deadline(conn: sqlite3.Connection, timeout_ms: int) -> float:
