@@ -449,7 +449,6 @@ class _OnFirstUse:
 MAX_TIMEOUT_MS = 86_400_000
 
 
-@contextmanager
 def unique_names(columns: Sequence[str]) -> list[str]:
     """Column names made unique: a repeated ``seq`` becomes ``seq_2``, ``seq_3``, … so no value is lost."""
     seen: set[str] = set()
@@ -475,6 +474,7 @@ def check_new_case_path(path: str | os.PathLike[str]) -> Path:
     return root
 
 
+@contextmanager
 def read_only_rows(path: str | os.PathLike[str], sql: str, *,
                    timeout_ms: int = 30_000) -> Iterator[tuple[list[str], Iterator[tuple]]]:
     """:func:`read_only_query` with the rows read from the cursor as consumed:
