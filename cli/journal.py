@@ -26,7 +26,8 @@ from ._output import OutputError, dumps, echo, emit_rows, one_line, warn
 @click.command()
 @CASE
 @click.argument("journal", type=click.File("rb"))
-@click.option("--create", "create_case_id", metavar="CASE_ID", help="Create the case first (re-running opens it); a file whose first line is no journal line "
+@click.option("--create", "create_case_id", metavar="CASE_ID",
+              help="Create the case first (re-running opens it); a file whose first line is no journal line "
               "creates nothing.")
 @click.option("--at", metavar="RFC3339", help="With --create: time of the case-created event "
               "(default: the journal's first \"at\", else now).")

@@ -18,6 +18,7 @@ import json
 import time
 from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterable, Iterator, Sequence
 
 from ..ground import errors as E, interrupts
@@ -342,7 +343,7 @@ def open_for_journal(path: str, *, create_case_id: str | None = None, at: str | 
                 raise
             raise LedgerError(exc.code, f"{exc.message}, or let the journal create it ('ledger apply CASE "
                               "JOURNAL --create CASE_ID')", **exc.details) from None
-    if first_lines is not None and not (check_new_case_path(path) / LEDGER_FILE).exists():
+    if first_lines is not None and not _ledger_there(check_new_case_path(path)):
         check_journal_start(first_lines, journal_name)  # a file that is no journal creates no case
     try:
         return Case.create(path, create_case_id, at=at, **options)
@@ -355,6 +356,15 @@ def open_for_journal(path: str, *, create_case_id: str | None = None, at: str | 
         case.close()
         raise LedgerError(E.CASE_EXISTS, f"{path} holds case {existing}, not {create_case_id}")
     return case
+
+
+def _ledger_there(root: Path) -> bool:
+    """Whether ``root`` holds a ledger file; a path that cannot be looked at is left to
+    :meth:`Case.create`, which says what is wrong with it."""
+    try:
+        return (root / LEDGER_FILE).exists()
+    except OSError:
+        return True
 
 
 def check_journal_start(lines: Iterable[str | bytes], name: str) -> None:
