@@ -14,11 +14,11 @@ from ..ground import errors as E
 from ..ground.canonical import SAFE_INTEGER_MAX, canonical_sha256
 from ..ground.config import BudgetConfig
 from ..ground.errors import LedgerError, limit_reached
-from .common import (not_initialized, ACTION_AWAITING, ACTION_FAILED, ACTION_RESERVED, ACTION_SETTLED, CLOSED_ACTION_STATUSES,
+from .common import (ACTION_AWAITING, ACTION_FAILED, ACTION_RESERVED, ACTION_SETTLED, CLOSED_ACTION_STATUSES,
                      MUTABLE_STATES, STATUS_ABANDONED, STATUS_EXHAUSTED, STATUS_INVESTIGATING, STATUS_NEW,
                      STATUS_REJECTED, TERMINAL_STATUSES, REASON_BELOW_FLOOR, REASON_LOW_INFORMATION, Context, Draft,
                      LedgerView, Reused, account_terminal_error, action_pending_error, insufficient_budget_error,
-                     operation_key, hypothesis_order, replay_or_conflict, require_case, sorted_accounts,
+                     not_initialized, operation_key, hypothesis_order, replay_or_conflict, require_case, sorted_accounts,
                      unknown_hypothesis_error, Outcome, check_budget_room, spent_limit_error)
 from . import scopes as scope_rules
 from .novelty import result_novelty

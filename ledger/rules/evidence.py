@@ -26,8 +26,8 @@ from ..ground import errors as E
 from ..ground.canonical import ZERO_SHA256, canonical_bytes, canonical_sha256, check_json_value, sha256_hex
 from ..ground.errors import LedgerError, limit_reached
 from ..ground.schemas import validate
-from .common import (not_initialized, MUTABLE_STATES, Context, Draft, LedgerView, Outcome, Reused, check_action_id,
-                     check_action_name, check_hypothesis_id, replay_or_conflict, require_case,
+from .common import (MUTABLE_STATES, Context, Draft, LedgerView, Outcome, Reused, check_action_id,
+                     check_action_name, check_hypothesis_id, not_initialized, replay_or_conflict, require_case,
                      unknown_hypothesis_error)
 
 OP = "store_tool_results"

@@ -20,8 +20,9 @@ from ..ground import errors as E
 from ..ground.canonical import SAFE_INTEGER_MAX
 from ..ground.config import BudgetConfig
 from ..ground.errors import LedgerError
-from .common import (not_initialized, TERMINAL_STATUSES, LedgerView, account_terminal_error, action_pending_error, check_budget_room,
-                     insufficient_budget_error, require_case, spent_limit_error, unknown_hypothesis_error)
+from .common import (TERMINAL_STATUSES, LedgerView, account_terminal_error, action_pending_error, check_budget_room,
+                     insufficient_budget_error, not_initialized, require_case, spent_limit_error,
+                     unknown_hypothesis_error)
 from .scopes import BPS, DIMENSIONS, ScopeMemo, containing, enforce, exceeded_error, scope_state
 
 #: How a refusal names the action ``advice`` asks about.

@@ -33,8 +33,8 @@ from ..ground.arguments import plain_arguments
 from ..ground import errors as E
 from ..ground.canonical import SAFE_INTEGER_MAX, canonical_sha256, check_int
 from ..ground.errors import LedgerError, describe_value, given, shortened, shown
-from .common import (not_initialized, TERMINAL_STATUSES, Context, Draft, LedgerView, Outcome, Reused, check_action_id, check_reason,
-                     operation_key, replay_or_conflict, require_case, unknown_hypothesis_error)
+from .common import (TERMINAL_STATUSES, Context, Draft, LedgerView, Outcome, Reused, check_action_id, check_reason,
+                     not_initialized, operation_key, replay_or_conflict, require_case, unknown_hypothesis_error)
 
 DIMENSIONS = ("units", "actions", "duration_ms", "cost_usd_millicents")
 ON_EXHAUSTED = ("block_action", "task_failed", "scope_cancelled")
