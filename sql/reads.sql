@@ -48,6 +48,10 @@ LEFT JOIN {schema}.evidence_files AS f ON f.seq = e.seq;
 -- name: content_shas
 SELECT sha256 FROM {schema}.contents;
 
+-- name: last_revision
+-- the highest revision the history opened (0 before the first)
+SELECT COALESCE(MAX(revision), 0) FROM {schema}.events WHERE typeof(revision) = 'integer';
+
 -- name: head_address
 -- where the ledger's last event is exported
 SELECT COALESCE(f.path, e.stream), e.revision, e.stream_seq FROM {schema}.events AS e

@@ -92,6 +92,11 @@ STRAYS = {
         t, "analysis/budgets/0001/events/00000001.json", "analysis/budgets/0001/events/.ledger-tmp-forged.json"),
     "temp-file name without its suffix": lambda t: _copy(
         t, "analysis/case/events/00000001.json", "analysis/case/events/.ledger-tmp-00000001.json"),
+    # nor in the folder of a revision the history never opened (nor could have in an interrupted export)
+    "temp-file name in a budget folder of a revision the case lacks": lambda t: _copy(
+        t, "analysis/case/events/00000001.json", "analysis/budgets/0099/events/.ledger-tmp-00000001.json.abc"),
+    "temp-file name in an evidence folder of a revision the case lacks": lambda t: _copy(
+        t, "analysis/case/events/00000001.json", f"analysis/evidence/0002/{'a' * 32}/.ledger-tmp-reply.json.x"),
 }
 
 
@@ -142,6 +147,27 @@ def test_an_export_temp_file_is_accepted_by_both_and_removed_by_the_next_export(
     with Case.open(tree) as case:
         export_case(case)
     assert not (tree / temp).exists()
+
+
+def test_an_export_temp_file_of_a_revision_is_accepted_when_the_case_events_beside_it_could_open_it(
+        exported, tmp_path):
+    """An export writes the event opening a revision before the revision's own events: killed in one
+    batch, it leaves a temp of each, so a revision folder past the history's last revision is an
+    export's when case event files the history lacks could have opened it, one each."""
+    tree = tmp_path / "tree"
+    shutil.copytree(exported, tree)
+    (tree / "analysis/case/events/.ledger-tmp-00000009.json.a").write_bytes(b"half")
+    (tree / "analysis/budgets/0002/events").mkdir(parents=True)
+    (tree / "analysis/budgets/0002/events/.ledger-tmp-00000001.json.b").write_bytes(b"half")
+    assert verdicts(tree, tmp_path / "one") == (None, None)
+    (tree / "analysis/budgets/0003/events").mkdir(parents=True)
+    (tree / "analysis/budgets/0003/events/.ledger-tmp-00000001.json.c").write_bytes(b"half")
+    by_verify, by_import = verdicts(tree, tmp_path / "two")
+    assert by_verify.code == by_import.code == INTEGRITY_ERROR and by_verify.message == by_import.message
+    assert by_verify.details["path"] == "analysis/budgets/0003/events/.ledger-tmp-00000001.json.c"
+    assert "a revision, stream or event the case does not have" in by_verify.message
+    (tree / "analysis/case/events/.ledger-tmp-00000010.json.d").write_bytes(b"half")
+    assert verdicts(tree, tmp_path / "three") == (None, None)
 
 
 def test_export_leaves_a_temp_like_name_no_export_makes_and_verify_names_it(exported, tmp_path):

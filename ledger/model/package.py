@@ -17,7 +17,7 @@ import re
 import stat
 import unicodedata
 from pathlib import Path, PurePosixPath
-from typing import Container, Iterable, Iterator
+from typing import Callable, Container, Iterable, Iterator
 
 from ..ground import errors as E
 from ..ground.canonical import canonical_sha256
@@ -150,19 +150,25 @@ def is_system_clutter(relative: str) -> bool:
     return name in SYSTEM_CLUTTER or (name.startswith("._") and len(name) > 2)
 
 
-def is_export_temp(relative: str) -> bool:
-    """True for a temp file an interrupted export may have left: named as
-    :func:`~ledger.package_tools.atomic_files.write_atomic` names them, beside the file it was to
+def export_temp_target(relative: str) -> str | None:
+    """The file a temp file an interrupted export may have left was to become (its path relative to
+    the package root), or None when ``relative`` is named as no export's temp file. Temp files are
+    named as :func:`~ledger.package_tools.atomic_files.write_atomic` names them, beside the file they
     become: an event or content file under ``analysis/``, or the top-level ``manifest.json`` (a
     ``.ledger-tmp-*`` name anywhere else, or of any other file, is no export's)."""
     folder, _, name = relative.rpartition("/")
     match = _EXPORT_TEMP_RE.fullmatch(name)
     if match is None:
-        return False
+        return None
     if not folder:
-        return match.group(1) == MANIFEST_FILE
+        return MANIFEST_FILE if match.group(1) == MANIFEST_FILE else None
     target = f"{folder}/{match.group(1)}"
-    return EVENT_FILE_RE.fullmatch(target) is not None or CONTENT_FILE_RE.fullmatch(target) is not None
+    return target if EVENT_FILE_RE.fullmatch(target) or CONTENT_FILE_RE.fullmatch(target) else None
+
+
+def is_export_temp(relative: str) -> bool:
+    """True for a file named as an interrupted export's temp file (:func:`export_temp_target`)."""
+    return export_temp_target(relative) is not None
 
 
 def export_tree_files(root: Path) -> list[str]:
@@ -195,20 +201,28 @@ def missing_words(path: str | os.PathLike[str]) -> str:
     return "is a folder, not a file (move it aside)" if folder_in_place(path) else "is missing"
 
 
-def check_export_tree(files: Iterable[str], accounted: Container[str]) -> None:
+def check_export_tree(files: Iterable[str], accounted: Container[str], last_revision: int) -> None:
     """The one rule for what belongs in an exported tree, used by verify and import alike.
 
     Every file under ``analysis/`` must be an event or content file of the history being
     checked (``accounted``: the export paths of its events and content rows), a temp file
-    of an interrupted export, or a file an operating system's file browser makes in the folders
-    it shows (:func:`is_system_clutter`). The first other file (in sorted order) is
+    an interrupted export may have left (:func:`_temp_allowed`), or a file an operating system's file
+    browser makes in the folders it shows (:func:`is_system_clutter`). ``last_revision`` is the
+    highest revision the history opened. The first other file (in sorted order) is
     ``INTEGRITY_ERROR`` naming it: a stray, duplicated or misplaced file is never silently ignored.
     """
-    for relative in sorted(files):
-        if (PurePosixPath(relative).parts[0] != ANALYSIS_DIR or is_export_temp(relative) or relative in accounted
-                or is_system_clutter(relative)):
+    files = sorted(files)
+    allowed = _temp_allowed(files, accounted, last_revision)
+    for relative in files:
+        if PurePosixPath(relative).parts[0] != ANALYSIS_DIR or relative in accounted or is_system_clutter(relative):
             continue
-        if EVENT_FILE_RE.fullmatch(relative):
+        target = export_temp_target(relative)
+        if target is not None and allowed(target):
+            continue
+        if target is not None:
+            why = (f"named as an export's temp file for {target}, but no event or content of the history "
+                   "exports there (a revision, stream or event the case does not have)")
+        elif EVENT_FILE_RE.fullmatch(relative):
             why = "no event of the history exports there (a duplicated or misplaced event file?)"
         elif CONTENT_FILE_RE.fullmatch(relative):
             why = "no content row of the history exports there"
@@ -218,6 +232,26 @@ def check_export_tree(files: Iterable[str], accounted: Container[str]) -> None:
             why = "the export writes no such file; move it out of analysis/"
         raise integrity_error(None, f"{printable_name(relative)} is not part of the export: {why}",
                               path=printable_name(relative))
+
+
+def _temp_allowed(files: list[str], accounted: Container[str], last_revision: int) -> Callable[[str], bool]:
+    """Which temp files (by the file each was to become) an interrupted export may have left. Import
+    has no ledger to say which events came after the last one the tree holds whole, and verify takes
+    what import takes: a temp of any case event or content file may be one, and so may one in a
+    revision's folder (``budgets/NNNN/``, ``evidence/NNNN/``) that the history opened, or that the
+    case event files the history does not account for (whole or temp files: an export writes the
+    event opening a revision before the revision's own) could have opened, one each."""
+    unaccounted = sum(1 for relative in files if relative.startswith(_CASE_EVENTS) and relative not in accounted)
+
+    def allowed(target: str) -> bool:
+        if target in accounted or not target.startswith(_REVISION_FOLDERS) or CONTENT_FILE_RE.fullmatch(target):
+            return True
+        return int(PurePosixPath(target).parts[2]) <= last_revision + unaccounted
+    return allowed
+
+
+_CASE_EVENTS = f"{ANALYSIS_DIR}/case/events/"
+_REVISION_FOLDERS = (f"{ANALYSIS_DIR}/budgets/", f"{ANALYSIS_DIR}/evidence/")
 
 
 # --- links where the package layout expects its own folders and files -------------------------

@@ -318,6 +318,7 @@ def _export_locked(case: Case, root: Path, progress: Progress | None) -> ExportR
                         write(relative, data)
                 flush()
             manifest = manifest_for(conn, head_seq)
+            (last_revision,) = conn.execute(statement("last_revision")).fetchone()
         fsync_folders(root, touched)
         data = canonical_bytes(manifest)
         if same_bytes(root / MANIFEST_FILE, data):
@@ -338,15 +339,15 @@ def _export_locked(case: Case, root: Path, progress: Progress | None) -> ExportR
         if isinstance(exc, OSError):
             raise os_error(exc, f"cannot write the export under {root}", E.STORAGE_ERROR) from None
         raise
-    report.manifest, report.stray = manifest, _stray(files, accounted)
+    report.manifest, report.stray = manifest, _stray(files, accounted, last_revision)
     return report
 
 
-def _stray(files: list[str], accounted: set[str]) -> str | None:
+def _stray(files: list[str], accounted: set[str], last_revision: int) -> str | None:
     """What verify and import will refuse in the exported tree (a file under ``analysis/`` that is no
     part of the export), said by the export rather than by them later; None when nothing."""
     try:
-        check_export_tree(files, accounted)
+        check_export_tree(files, accounted, last_revision)
     except LedgerError as exc:
         return exc.message
     return None

@@ -559,7 +559,8 @@ def _check_export(root: Path, conn: sqlite3.Connection, head_seq: int, manifest:
         relative, seq = next((relative, seq) for relative, (seq, _) in past.items())
         raise _bad(head_seq + 1, f"{relative} holds event {seq} but the ledger ends at seq {head_seq} "
                    "(truncated or rolled-back ledger, or one copied without its ledger.sqlite-wal)")
-    check_export_tree(files, known | {content_path(sha) for (sha,) in conn.execute(statement("content_shas"))})
+    check_export_tree(files, known | {content_path(sha) for (sha,) in conn.execute(statement("content_shas"))},
+                      conn.execute(statement("last_revision")).fetchone()[0])
     return checked, manifest["head"]["seq"] if manifest else None
 
 
