@@ -480,6 +480,51 @@ def test_an_in_place_import_refuses_event_files_past_the_manifest_head_and_write
     assert import_tree(exported, tmp_path / "copy").head_seq == json.loads(manifest)["head"]["seq"]
 
 
+def _listing(root: Path) -> dict[str, bytes | None]:
+    return {p.relative_to(root).as_posix(): (p.read_bytes() if p.is_file() else None) for p in root.rglob("*")}
+
+
+REFUSED_IN_PLACE = {
+    "no manifest": lambda root: (root / "manifest.json").unlink(),
+    "manifest not JSON": lambda root: (root / "manifest.json").write_bytes(b"{"),
+    "an event edited": lambda root: (root / "analysis/case/events/00000002.json").write_bytes(b"{}"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(REFUSED_IN_PLACE))
+def test_a_refused_in_place_import_leaves_the_folder_as_it_was_without_a_lock_file(exported, kind):
+    """A refused import writes nothing: in place it took the case's writer lock before reading the
+    manifest, and left ledger.sqlite-lock behind, which made a folder that is no export count as a
+    damaged case. A lock file that was there before stays."""
+    for name in os.listdir(exported):
+        if name.startswith("ledger.sqlite"):
+            os.unlink(exported / name)
+    REFUSED_IN_PLACE[kind](exported)
+    before = _listing(exported)
+    with pytest.raises(LedgerError) as refused:
+        import_tree(exported)
+    assert refused.value.code in (INVALID_ARGUMENT, INTEGRITY_ERROR)
+    assert _listing(exported) == before
+    (exported / "ledger.sqlite-lock").write_bytes(b"")
+    with pytest.raises(LedgerError):
+        import_tree(exported)
+    assert _listing(exported) == {**before, "ledger.sqlite-lock": b""}
+
+
+def test_an_in_place_import_refused_by_its_final_verify_removes_the_lock_files_it_made(exported, monkeypatch):
+    for name in os.listdir(exported):
+        if name.startswith("ledger.sqlite"):
+            os.unlink(exported / name)
+    before = _listing(exported)
+
+    def refused(*args, **kwargs):
+        raise LedgerError(INTEGRITY_ERROR, "refused by the final verify")
+    monkeypatch.setattr(importer, "verify_case", refused)
+    with pytest.raises(LedgerError):
+        import_tree(exported)
+    assert _listing(exported) == before
+
+
 # a case closed while another thread's connection still reads cannot empty its log: it warns, rightly
 @pytest.mark.filterwarnings("ignore::ledger.storage.connection.CheckpointWarning")
 def test_concurrent_imports_to_one_target_one_wins_the_others_are_case_exists(exported, tmp_path):

@@ -397,6 +397,7 @@ def _import_tree(source: str | os.PathLike[str], to: str | os.PathLike[str] | No
     # in place, the case's writer lock is held until the ledger is placed: another import of the same
     # folder would delete this one's scratch files and set aside the log of the ledger it placed
     lock = WriterLock(src / (LEDGER_FILE + LOCK_SUFFIX)) if in_place else None
+    had_locks = {name for name in _LOCK_FILES if os.path.lexists(src / name)} if in_place else set()
     try:
         if lock is not None:
             if not lock.try_acquire():
@@ -404,6 +405,10 @@ def _import_tree(source: str | os.PathLike[str], to: str | os.PathLike[str] | No
                                   "it ended", path=str(src))
             _check_target(src, dest)  # again under the lock: nobody placed a ledger meanwhile
         built, left_out = _build(src, dest, in_place, progress)
+    except BaseException:
+        if lock is not None and lock.locked and LEDGER_FILE + LOCK_SUFFIX not in had_locks:
+            discard(lock.path)  # a refused import leaves the folder as it was: removed while held, so no writer has it
+        raise
     finally:
         if lock is not None:
             lock.close()
@@ -418,11 +423,11 @@ def _import_tree(source: str | os.PathLike[str], to: str | os.PathLike[str] | No
                 pass  # the last connection to close checkpoints and removes the -wal and -shm files
         except LedgerError as exc:
             if exc.code == E.INTEGRITY_ERROR and in_place:  # what verify refuses is not kept
-                _discard(dest)
+                _discard(dest, had_locks)
             raise
         except KeyboardInterrupt:  # nor what was not verified yet: run again, the import starts afresh
             if in_place:
-                _discard(dest)
+                _discard(dest, had_locks)
             raise
         if not in_place:
             _move_into_place(built, dest)
@@ -475,8 +480,23 @@ def _build(src: Path, dest: Path, in_place: bool, progress: Progress | None) -> 
     return build_dir, left_out
 
 
-def _discard(dest: Path) -> None:
+def _discard(dest: Path, had_locks: set[str]) -> None:
     """Remove what an in-place import placed that the final verify refused or an interrupt kept from
-    being verified: the rebuilt ledger and its sidecar files (the export tree it came from stays)."""
+    being verified: the rebuilt ledger and its sidecar files, and the lock files it made (each taken
+    first, so none is removed under a writer; ``had_locks``: those there before). The export tree
+    it came from stays."""
     for suffix in ("", "-wal", "-shm"):
         discard(dest / (LEDGER_FILE + suffix))
+    for name in _LOCK_FILES:
+        path = dest / name
+        if name not in had_locks and os.path.lexists(path):
+            lock = WriterLock(path)
+            try:
+                if lock.try_acquire():
+                    discard(path)
+            finally:
+                lock.close()
+
+
+#: The lock files of a case (the writers' and the exports'), which an import refused in place removes if it made them.
+_LOCK_FILES = (LEDGER_FILE + LOCK_SUFFIX, LEDGER_FILE + "-export-lock")
