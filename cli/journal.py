@@ -27,8 +27,8 @@ from ._output import OutputError, dumps, echo, emit_rows, one_line, warn
 @CASE
 @click.argument("journal", type=click.File("rb"))
 @click.option("--create", "create_case_id", metavar="CASE_ID",
-              help="Create the case first (re-running opens it); a file whose first line is no journal line "
-              "creates nothing.")
+              help="Create the case first (re-running opens it); a file whose first line is no journal line, "
+              "or that has none, creates nothing.")
 @click.option("--at", metavar="RFC3339", help="With --create: time of the case-created event "
               "(default: the journal's first \"at\", else now).")
 @click.option("--keep-going", is_flag=True, help="Continue after a failed line (exit status is still 1).")
@@ -57,10 +57,10 @@ def apply(settings: Settings, case: str, journal: Any, create_case_id: str | Non
         raise click.UsageError("--at sets the time of the case that --create makes; give --create too")
     counted = _BytesRead()
     reader = read_lines(journal, on_bytes=counted)  # one reader: a peek never splits a line
-    head = _peek(reader, to_first_at=at is None) if create_case_id is not None else []
+    head, ended = _peek(reader, to_first_at=at is None) if create_case_id is not None else ([], False)
     opened = open_for_journal(case, create_case_id=create_case_id, at=at or journal_first_at(head),
                               first_lines=head if create_case_id is not None else None,
-                              journal_name=_journal_name(journal),
+                              journal_name=_journal_name(journal), journal_ended=ended,
                               analysis_config=settings.analysis(), actor=settings.actor)
     summary = JournalSummary()
     try:
@@ -181,18 +181,19 @@ class _BytesRead:
         self.sink = sink
 
 
-def _peek(reader: Iterator[bytes], to_first_at: bool) -> list[bytes]:
+def _peek(reader: Iterator[bytes], to_first_at: bool) -> tuple[list[bytes], bool]:
     """Read lines from ``reader`` up to the first non-blank one or, ``to_first_at``, up to the first
-    that carries an "at" (at most ``PEEK_LINES_MAX`` lines): the lines read. They are applied first,
-    then the rest of the same reader is streamed."""
+    that carries an "at" (at most ``PEEK_LINES_MAX`` lines): the lines read, and whether the reader
+    ended (they are the whole journal). They are applied first, then the rest of the same reader is
+    streamed."""
     head: list[bytes] = []
     for line in reader:
         head.append(line)
         if len(head) >= PEEK_LINES_MAX or len(line) > LINE_BYTES_MAX:
-            break  # an over-long line fails where it is: its endless rest (/dev/zero) is never read
+            return head, False  # an over-long line fails where it is: its endless rest (/dev/zero) is never read
         if journal_first_at([line]) is not None or (not to_first_at and line.strip()):
-            break
-    return head
+            return head, False
+    return head, True
 
 
 def _file_size(stream: Any) -> int | None:

@@ -363,6 +363,26 @@ def test_apply_create_of_a_file_whose_first_line_is_no_journal_line_creates_no_c
     assert not (tmp_path / "case").exists() and done.stdout == ""
 
 
+@pytest.mark.parametrize("content, what", [(b"", "it is empty"), (b"\n  \n\t\n", "its 3 line(s) are all blank"),
+                                           (b"\xef\xbb\xbf\n", "its 1 line(s) are all blank")])
+@pytest.mark.parametrize("stdin", [False, True])
+def test_apply_create_of_a_journal_with_no_line_creates_no_case(tmp_path, content, what, stdin):
+    """An empty or all-blank journal made a case stamped with the wall clock, and the real journal
+    run next had every earlier time raised to it. With the case there, such a journal applies nothing."""
+    journal = tmp_path / "journal.jsonl"
+    journal.write_bytes(content)
+    args = ["apply", str(tmp_path / "case"), "-" if stdin else str(journal), "--create", "C1"]
+    done = CliRunner().invoke(cli_main, args, input=content if stdin else None)
+    named = "" if stdin else f" {journal}"
+    assert (done.exit_code, done.stdout) == (1, "")
+    assert done.stderr == (f"error: INVALID_ARGUMENT: the journal{named} has no line to apply ({what}), "
+                           "so no case was created\n")
+    assert not (tmp_path / "case").exists()
+    Case.create(tmp_path / "case", "C1").close()
+    again = CliRunner().invoke(cli_main, args, input=content if stdin else None)
+    assert again.exit_code == 0 and again.stdout == "", again.output
+
+
 def test_apply_create_of_a_journal_starting_with_blank_lines_creates_its_case_at_its_first_time(tmp_path):
     journal = tmp_path / "journal.jsonl"
     journal.write_text('\n  \n{"op": "open_revision", "hypotheses": [{"statement": "a"}], '

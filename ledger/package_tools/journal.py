@@ -324,10 +324,11 @@ class _BatchRun:
 
 def open_for_journal(path: str, *, create_case_id: str | None = None, at: str | None = None,
                      first_lines: Sequence[str | bytes] | None = None, journal_name: str = "",
-                     **options: Any) -> Case:
+                     journal_ended: bool = False, **options: Any) -> Case:
     """Open the case at ``path``, creating it first when ``create_case_id`` is given; with
     ``first_lines`` (the journal's first lines, from the file ``journal_name``), only when they start
-    as a journal does (:func:`check_journal_start`, after the refusals of the path itself).
+    as a journal does (:func:`check_journal_start`, after the refusals of the path itself), and only
+    when they hold a line that is not blank if they are the whole journal (``journal_ended``).
 
     ``at`` (RFC 3339 UTC) is the time of the case-created event (default now; the
     CLI passes the journal's first ``at``, see :func:`first_at`). ``options`` go to
@@ -344,7 +345,7 @@ def open_for_journal(path: str, *, create_case_id: str | None = None, at: str | 
             raise LedgerError(exc.code, f"{exc.message}, or let the journal create it ('ledger apply CASE "
                               "JOURNAL --create CASE_ID')", **exc.details) from None
     if first_lines is not None and not _ledger_there(check_new_case_path(path)):
-        check_journal_start(first_lines, journal_name)  # a file that is no journal creates no case
+        check_journal_start(first_lines, journal_name, journal_ended)  # a file that is no journal creates no case
     try:
         return Case.create(path, create_case_id, at=at, **options)
     except LedgerError as exc:
@@ -367,12 +368,14 @@ def _ledger_there(root: Path) -> bool:
         return True
 
 
-def check_journal_start(lines: Iterable[str | bytes], name: str) -> None:
+def check_journal_start(lines: Iterable[str | bytes], name: str, whole: bool = False) -> None:
     """What ``apply --create`` checks before it creates a case: the first non-blank of ``lines`` (the
     journal's first lines) reads as a journal line (:func:`parse_line`), else its refusal, saying that
     no case was created (with :func:`recorded_run_hint` for the file ``name``): a file that is no
     journal (an agent run, a compressed or binary file) leaves nothing behind. A line over
-    ``LINE_BYTES_MAX`` passes: it may be a journal's, and fails as its own line."""
+    ``LINE_BYTES_MAX`` passes: it may be a journal's, and fails as its own line. When ``lines`` are
+    the ``whole`` journal and none is non-blank, ``INVALID_ARGUMENT``: an empty journal creates no case."""
+    number = 0
     for number, text in enumerate(lines, start=1):
         text = without_bom(text) if number == 1 else text
         if isinstance(text, (str, bytes)) and not text.strip():
@@ -385,6 +388,10 @@ def check_journal_start(lines: Iterable[str | bytes], name: str) -> None:
             raise LedgerError(exc.code, f"line {number} is no journal line, so no case was created: {exc.message}"
                               + recorded_run_hint(name), **{**exc.details, "line": number}) from None
         return
+    if whole:
+        what = f"its {number} line(s) are all blank" if number else "it is empty"
+        raise LedgerError(E.INVALID_ARGUMENT, f"the journal{f' {name}' if name else ''} has no line to apply "
+                          f"({what}), so no case was created")
 
 
 def first_at(lines: Iterable[str | bytes]) -> str | None:
