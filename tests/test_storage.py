@@ -565,6 +565,61 @@ def test_a_journal_that_is_no_regular_file_is_named_for_readers_never_a_permissi
         assert "ledger.sqlite-journal beside it is not a regular file" in caught.value.message
 
 
+def _odd_file(path: Path, kind: str) -> None:
+    if kind == "folder":
+        path.mkdir()
+        (path / "inside").write_text("x")
+    else:
+        os.mkfifo(path)
+
+
+@pytest.mark.parametrize("kind", ["folder", "pipe"])
+@pytest.mark.parametrize("suffix", ["-wal", "-shm", "-journal"])
+def test_a_log_file_that_is_no_regular_file_is_named_for_writers_never_a_hang(tmp_path, suffix, kind):
+    """A -wal or -shm that was a folder or a pipe got SQLite's "read-only location, missing
+    permission" (or "this user may not write that folder"), naming no file; a -journal pipe made a
+    writer (ledger export) wait forever in open(), where no Ctrl-C or SIGTERM reached it. Every open
+    names the file and says to move it aside."""
+    start_case(tmp_path / "case").close()
+    side = tmp_path / "case" / f"ledger.sqlite{suffix}"
+    _odd_file(side, kind)
+    done = subprocess.run([sys.executable, "-m", "ledger_cli", "export", str(tmp_path / "case")],
+                          capture_output=True, text=True, timeout=120)
+    what = "a folder" if kind == "folder" else "a pipe (FIFO)"
+    assert done.returncode == 1 and done.stderr.startswith(
+        f"error: STORAGE_ERROR: cannot open {tmp_path / 'case' / 'ledger.sqlite'}: ledger.sqlite{suffix} beside it "
+        f"is {what}, not a file, where SQLite keeps the ledger's "), done.stderr
+    assert "move it aside, then run this again" in done.stderr
+    with pytest.raises(LedgerError) as caught:
+        Case.open(tmp_path / "case")
+    assert caught.value.code == STORAGE_ERROR and caught.value.details["path"] == str(side)
+    if suffix != "-journal":  # readers: as for a writer (a journal has its own message, above)
+        for read in (lambda: verify_case(tmp_path / "case"), lambda: read_only_query(tmp_path / "case", "SELECT 1")):
+            with pytest.raises(LedgerError) as caught:
+                read()
+            assert caught.value.code == STORAGE_ERROR and f"ledger.sqlite{suffix} beside it is {what}" in \
+                caught.value.message
+
+
+# closing, the case cannot take the lock to empty its log either, and warns so
+@pytest.mark.filterwarnings("ignore::ledger.storage.connection.CheckpointWarning")
+@pytest.mark.parametrize("name", ["ledger.sqlite-lock", "ledger.sqlite-export-lock"])
+def test_a_lock_file_that_is_a_folder_is_named_with_what_to_do(tmp_path, name):
+    case = start_case(tmp_path / "case")
+    case.close()
+    (tmp_path / "case" / name).unlink(missing_ok=True)
+    (tmp_path / "case" / name).mkdir()
+    with pytest.raises(LedgerError) as caught:
+        with Case.open(tmp_path / "case") as opened:
+            if name == "ledger.sqlite-lock":
+                opened.transition("INVESTIGATING_HYPOTHESES")
+            else:
+                export_case(opened)
+    assert caught.value.code == STORAGE_ERROR
+    assert caught.value.message.endswith(f"{name} is a folder, not a file, where the case package keeps its lock "
+                                         "file; move it aside, then run this again")
+
+
 def test_a_case_path_starting_with_two_slashes_opens_as_the_same_folder(tmp_path):
     """POSIX keeps a leading "//"; after "file:" it would read as a URI's host."""
     case = start_case(tmp_path / "case")

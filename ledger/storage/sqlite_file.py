@@ -185,6 +185,7 @@ def connect_path(path: Path, mode: str) -> sqlite3.Connection:
     (and nothing opened) when ``path`` is empty but a log beside it holds a ledger's writes
     (:func:`orphaned_logs`), which SQLite would delete."""
     check_ledger_path(path)
+    check_side_files(path)
     logs = orphaned_logs(path)
     if logs:
         raise LedgerError(E.LEDGER_MISSING, f"{path} is empty but {' and '.join(logs)} beside it "
@@ -192,6 +193,30 @@ def connect_path(path: Path, mode: str) -> sqlite3.Connection:
                           "replaced; put it back (or 'ledger import' the case's export to a new folder), and keep "
                           "the log: opening the empty file would delete it")
     return connect_uri(file_uri(path, mode))
+
+
+#: The files SQLite keeps beside a database, by suffix, and what each holds.
+SIDE_FILE_ROLES = {"-wal": "write-ahead log", "-shm": "shared-memory index (of its write-ahead log)",
+                   "-journal": "rollback journal"}
+
+
+def check_side_files(path: Path | str, what: str = "the ledger") -> None:
+    """``STORAGE_ERROR`` naming the file when a ``-wal``, ``-shm`` or ``-journal`` beside the database
+    ``path`` (:func:`log_path`) is there but no regular file (a folder, a pipe, a socket, a device;
+    a link is followed): SQLite would refuse it with a message naming no file, or, opening a pipe,
+    wait forever for a writer (where no Ctrl-C reaches it). ``what`` names the database."""
+    for suffix, role in SIDE_FILE_ROLES.items():
+        side = log_path(path, suffix)
+        try:
+            info = os.stat(side)
+        except OSError:
+            continue  # none there (or none this user may look at: SQLite says what it refuses)
+        if not stat.S_ISREG(info.st_mode):
+            kind = ("a folder" if stat.S_ISDIR(info.st_mode) else "a pipe (FIFO)" if stat.S_ISFIFO(info.st_mode)
+                    else "a socket" if stat.S_ISSOCK(info.st_mode) else "a device")
+            raise LedgerError(E.STORAGE_ERROR, f"cannot open {path}: {os.path.basename(side)} beside it is {kind}, "
+                              f"not a file, where SQLite keeps {what}'s {role}; move it aside, then run this again",
+                              path=side)
 
 
 #: The first bytes of a rollback journal (SQLite's file format, section "The rollback journal").

@@ -98,6 +98,10 @@ class WriterLock:
                 raise LedgerError(E.INVALID_ARGUMENT, f"{self.path} is a symbolic link where the case package keeps "
                                   "its lock file; the ledger never writes through a link (remove it)",
                                   path=str(self.path)) from None
+            if exc.errno == errno.EISDIR:
+                raise LedgerError(E.STORAGE_ERROR, f"{self.path} is a folder, not a file, where the case package "
+                                  "keeps its lock file; move it aside, then run this again",
+                                  path=str(self.path)) from None
             raise
 
     @property
