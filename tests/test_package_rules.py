@@ -555,7 +555,7 @@ def test_a_source_ref_is_hashed_from_the_file_it_resolved_to_never_outside_or_wa
 IDENTITY = """
 import sys, time
 from pathlib import Path
-from ledger.model.package import input_identity
+from ledger.model.input_identity import input_identity
 root, seconds = Path(sys.argv[1]), float(sys.argv[2])
 count, end = 0, time.monotonic() + seconds
 while time.monotonic() < end:

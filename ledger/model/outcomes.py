@@ -10,7 +10,7 @@ from typing import Mapping
 
 from ..ground import errors as E
 from ..ground.canonical import is_utf8_text
-from ..ground.errors import LedgerError
+from ..ground.errors import LedgerError, first_few, quoted
 from ..ground.paths import fs_path
 from ..rules.common import is_blank
 from ..rules.lifecycle import OUTCOME_CHARS_MAX, REPORT_OUTCOMES, check_new_outcome
@@ -35,7 +35,7 @@ def read_outcomes(path: str | os.PathLike[str]) -> dict[str, str]:
             header = next(reader, [])
             if header.count("outcome") != 1 or header[0] == "outcome":
                 raise LedgerError(E.INVALID_ARGUMENT, f"{where}: needs a header row with one 'outcome' column, "
-                                  f"after the first (the run ids); got {', '.join(map(repr, header[:8])) or 'none'}")
+                                  f"after the first (the run ids); got {first_few([quoted(h, 40) for h in header], 8) or 'none'}")
             column = header.index("outcome")
             for row in reader:
                 if not row:

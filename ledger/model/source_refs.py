@@ -17,7 +17,8 @@ from ..ground.errors import LedgerError
 from ..ground.paths import STORAGE_ERRNOS
 from ..router.files import hash_below
 from ..rules.common import check_source_ref_list
-from .package import check_package_name, is_ledger_own, own_file_ids
+from .input_identity import own_file_ids
+from .package import check_package_name, is_ledger_own
 
 
 def resolve_source_refs(package: Path, refs: Iterable[str]) -> list[dict[str, str]]:

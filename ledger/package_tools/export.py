@@ -317,8 +317,7 @@ def _export_locked(case: Case, root: Path, progress: Progress | None) -> ExportR
                     if relative in to_write:
                         write(relative, data)
                 flush()
-            manifest = manifest_for(conn, head_seq)
-            (last_revision,) = conn.execute(statement("last_revision")).fetchone()
+            manifest, (last_revision,) = manifest_for(conn, head_seq), conn.execute(statement("last_revision")).fetchone()
         fsync_folders(root, touched)
         data = canonical_bytes(manifest)
         if same_bytes(root / MANIFEST_FILE, data):

@@ -31,9 +31,10 @@ from ..ground.errors import integrity_error as _bad
 from .export import export_case
 from .manifest import check_manifest, read_manifest
 from ..model.package import (ANALYSIS_DIR, EVENT_FILE_RE, EVIDENCE_EVENT_FILE_RE, LEDGER_FILE,
-                             check_export_tree, content_path, event_path, folder_in_place, is_ledger_own, input_identity,
+                             check_export_tree, content_path, event_path, folder_in_place, is_ledger_own,
                              printable_name, refuse_build_folder_name, refuse_output_in_package, refuse_own_links,
                              walk_package)
+from ..model.input_identity import input_identity
 from ..ground.paths import EXPORT_FILE_BYTES_MAX, fs_path, open_regular, os_error, read_bytes_at_most
 from .replay import PackageSource, Replayer
 from ..storage.connection import Storage

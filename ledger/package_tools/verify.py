@@ -524,10 +524,9 @@ def _continues(root: Path, past: dict[str, tuple[int, Any]], conn: sqlite3.Conne
 
 def _check_export(root: Path, conn: sqlite3.Connection, head_seq: int, manifest: dict[str, Any] | None,
                   files: list[str]) -> tuple[int, int | None]:
-    """Exported files that exist (``files``, listed before ``conn``'s read began) must hold the
-    ledger's bytes; the ``manifest`` must be what an export at its head writes; an exported event
-    the ledger no longer has means truncation. Returns (files checked, the manifest's head seq or
-    None without a manifest)."""
+    """Exported files that exist (``files``, listed before ``conn``'s read began) must hold the ledger's bytes; the
+    ``manifest`` must be what an export at its head writes; an exported event the ledger no longer has means
+    truncation. Returns (files checked, the manifest's head seq or None without a manifest)."""
     checked = 0
     if manifest is None and not files:
         return 0, None  # never exported: no file to compare, none can be missing (the loops below find nothing)

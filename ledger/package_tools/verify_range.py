@@ -28,7 +28,8 @@ from ..ground.workers import interrupts_blocked, watch_parent, worker_context
 from ..model.memory_view import MemoryView
 from ..storage.connection import Storage
 from ..storage.sqlfiles import column_list, queries, statement
-from ..model.package import content_path, event_path, input_identity, well_placed
+from ..model.input_identity import input_identity
+from ..model.package import content_path, event_path, well_placed
 from ..storage.sqlite_file import EventRow, HelperRow, file_uri, not_utf8, translate_sqlite_errors
 from .manifest import export_statement
 from .replay import PackageSource, Replayer

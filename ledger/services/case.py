@@ -29,8 +29,9 @@ from ..ground.errors import LedgerError
 from .actions import CaseBudget
 from .facade import CaseFacade, LifecycleResult  # noqa: F401
 from .evidence import EvidenceStore
-from ..model.package import (ANALYSIS_DIR, LEDGER_FILE, MANIFEST_FILE, content_path, event_path, input_identity,
+from ..model.package import (ANALYSIS_DIR, LEDGER_FILE, MANIFEST_FILE, content_path, event_path,
     is_case_package, refuse_build_folder_name, refuse_output_in_package, refuse_own_links)
+from ..model.input_identity import input_identity
 from ..model.source_refs import resolve_source_refs
 from ..ground.paths import fs_path, os_error
 from ..router.reference import Router
