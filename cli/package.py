@@ -14,6 +14,7 @@ from ledger.package_tools.export import ExportReport, export_count
 from ledger.package_tools.manifest import read_manifest
 from ledger.package_tools.many import left_out
 from ledger.package_tools.anchors import parse_anchor
+from ledger.ground.errors import quoted
 from ledger.ground.workers import JOBS_MAX
 
 from ._common import JSON, CaseFolder, IntegerRange, Settings, pass_settings, progress_bar, read_only_rows, table_format
@@ -159,7 +160,7 @@ def _anchor_option(ctx: click.Context, param: click.Parameter, values: tuple[str
         try:
             seq, sha = parse_anchor(value)
         except LedgerError as exc:
-            raise click.BadParameter(f"{exc.message}, got {one_line(value)[:100]!r}") from None
+            raise click.BadParameter(f"{exc.message}, got {quoted(one_line(value), 100)}") from None
         if anchors.setdefault(seq, sha) != sha:
             raise click.BadParameter(f"two anchors name seq {seq} with different hashes")
     return anchors

@@ -113,6 +113,8 @@ def test_the_verify_command_takes_anchors_for_one_case(original, tmp_path):
     for bad in ("1", f"0:{sha}", f"1:{sha.upper()}", f"x:{sha}", f"1:{sha}0", f"١:{sha}", f"{'9' * 5000}:{sha}"):
         done = CliRunner().invoke(main, ["verify", str(original), "--anchor", bad])
         assert done.exit_code == 2 and "expected SEQ:SHA256" in done.output, bad
+    long = CliRunner().invoke(main, ["verify", str(original), "--anchor", f"{'9' * 5000}:{sha}"])
+    assert f", got {'9' * 100!r}…" in long.output  # a value cut short ends in …
     twice = CliRunner().invoke(main, ["verify", str(original), "--anchor", f"1:{sha}", "--anchor", f"1:{'b' * 64}"])
     assert twice.exit_code == 2 and "two anchors name seq 1" in twice.output
     several = CliRunner().invoke(main, ["verify", str(original), str(forged), "--anchor", f"{seq}:{sha}"])

@@ -162,3 +162,10 @@ def test_an_analysis_config_that_is_not_one_is_invalid_argument(tmp_path, config
         assert refused.value.code == INVALID_ARGUMENT and "analysis_config must be an AnalysisConfig" \
             in refused.value.message
     assert not (tmp_path / "new").exists()
+
+
+def test_an_at_that_is_no_timestamp_is_named_cut_short_with_a_mark(tmp_path):
+    with pytest.raises(LedgerError) as caught:
+        Case.create(tmp_path / "case", "C1", at="2026" + "x" * 100)
+    assert caught.value.message == f"'at' is not an RFC 3339 timestamp: {('2026' + 'x' * 60)!r}…"
+    assert not (tmp_path / "case").exists()

@@ -375,6 +375,12 @@ def test_an_empty_or_truncated_database_file_is_router_refused(root, data, why):
     assert why in refused.message
 
 
+def test_a_long_table_name_is_named_cut_short_with_a_mark(root):
+    (root / "data" / "t.db").write_bytes(b"")
+    refused = _refused(lambda: Router(root).lookup({"database": "data/t.db", "table": "t" * 100}))
+    assert f"the database has no table {'t' * 80!r}…; it has []" in refused.message
+
+
 def test_generated_columns_are_reachable(root):
     conn = sqlite3.connect(root / "data" / "gen.sqlite")
     conn.execute("CREATE TABLE p (price INTEGER, qty INTEGER, total INTEGER AS (price * qty) STORED, "

@@ -409,6 +409,15 @@ def test_a_trajectory_with_a_key_given_twice_is_refused_as_a_steps_line_is(tmp_p
     assert [e["reason"] for e in summary.errors] == [f"the key '{key}' is given twice in one object (its keys: {keys})"]
 
 
+def test_a_long_key_given_twice_is_named_cut_short_with_a_mark(tmp_path):
+    """A key cut short in the message ends in …: its first 80 characters are no key the file has."""
+    key, other = "k" * 100, "o" * 50
+    (tmp_path / "t.traj.json").write_text(f'{{"{other}": 1, "{key}": 1, "{key}": 2, "trajectory": []}}')
+    summary = import_runs([tmp_path / "t.traj.json"], tmp_path / "out")
+    assert [e["reason"] for e in summary.errors] == [
+        f"the key {'k' * 80!r}… is given twice in one object (its keys: {'o' * 40!r}…, {'k' * 40!r}…, 'trajectory')"]
+
+
 def test_an_exit_code_no_journal_can_hold_is_refused_in_steps_and_left_out_of_a_trajectory(tmp_path):
     """Journal integers stop at ±(2**53 - 1): a step line giving a larger exit code is refused with
     its file; an observation's <returncode> that large keeps the step, without the code."""
@@ -557,6 +566,8 @@ def test_an_outcome_label_the_operation_refuses_is_refused_before_anything_is_wr
 @pytest.mark.parametrize("text, message", [
     ("outcome,run\nresolved,a\n", "needs a header row with one 'outcome' column, after the first (the run ids); "
                                    "got 'outcome', 'run'"),
+    ("r" * 50 + ",outcome," + ",".join("c" * 9) + ",outcome\n", "needs a header row with one 'outcome' column, "
+     "after the first (the run ids); got " + repr("r" * 40) + "…, 'outcome', " + "'c', " * 5 + "'c' and 4 more"),
     ("run,outcome,outcome\na,resolved,failed\n", "needs a header row with one 'outcome' column, after the first"),
     ("run,outcome\na,resolved,extra\n", "line 2 has 3 field(s), the header 2"),
     ("run,outcome,notes\na,resolved\n", "line 2 has 2 field(s), the header 3"),

@@ -10,7 +10,7 @@ import re
 from datetime import datetime, timezone
 from typing import Callable
 
-from .errors import INVALID_ARGUMENT, LedgerError, describe_value
+from .errors import INVALID_ARGUMENT, LedgerError, describe_value, quoted
 
 _RFC3339 = re.compile(
     r"^([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt]([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.([0-9]{1,9}))?([Zz]|[+-][0-9]{2}:[0-9]{2})$"
@@ -40,7 +40,7 @@ def parse_at(text: object) -> str:
         raise LedgerError(INVALID_ARGUMENT, f"'at' must be an RFC 3339 UTC timestamp string, got {describe_value(text)}")
     match = _RFC3339.fullmatch(text)
     if not match:
-        raise LedgerError(INVALID_ARGUMENT, f"'at' is not an RFC 3339 timestamp: {text[:64]!r}")
+        raise LedgerError(INVALID_ARGUMENT, f"'at' is not an RFC 3339 timestamp: {quoted(text, 64)}")
     year, month, day, hour, minute, second, fraction, offset = match.groups()
     if offset not in ("Z", "z", "+00:00", "-00:00"):
         raise LedgerError(INVALID_ARGUMENT, f"'at' must be in UTC (Z), got offset {offset}")

@@ -104,6 +104,12 @@ def shown(value: Any, limit: int) -> str:
     return text if len(text) <= limit else text[:max(limit - 1, 0)] + "…"
 
 
+def quoted(text: str, limit: int) -> str:
+    """``text`` quoted as Python shows a string, of at most its first ``limit`` characters; a text cut
+    short is followed by ``…`` (outside the quotes), so a quoted start is never taken for the whole."""
+    return repr(text[:limit]) + ("…" if len(text) > limit else "")
+
+
 def given(value: Any, limit: int) -> str:
     """What a caller gave, for a refusal: a string quoted (its start, at most ``limit`` characters),
     anything else as a JSON reader sees it (:func:`describe_value`: ``true``, ``null``, ``an object``),

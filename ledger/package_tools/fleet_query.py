@@ -19,7 +19,7 @@ from typing import Any, Iterator
 
 from ..ground import errors as E
 from ..ground.canonical import check_int
-from ..ground.errors import LedgerError
+from ..ground.errors import LedgerError, shown
 from ..ground.paths import fs_path
 from ..storage.sqlfiles import queries
 from .fleet import duckdb_module, sql_identifier, sql_literal
@@ -50,7 +50,7 @@ def _plain(value: Any) -> Any:
 def _damaged(exc: Exception, where: Path) -> LedgerError:
     """``INTEGRITY_ERROR``: a file of the export at or under ``where`` DuckDB cannot read."""
     return LedgerError(E.INTEGRITY_ERROR, f"{where}: a file of the export cannot be read ("
-                       f"{str(exc).splitlines()[0][:300]}); export the fleet again into a new folder", path=str(where))
+                       f"{shown(str(exc).splitlines()[0], 300)}); export the fleet again into a new folder", path=str(where))
 
 
 def _fleet_connection(out: Path) -> tuple[Any, dict[str, LedgerError]]:

@@ -27,7 +27,7 @@ from ..ground.arguments import check_callback, check_flag, check_instance, check
 from ..ground.canonical import SAFE_INTEGER_MAX, parse_json, stored_bytes
 from ..services.case import LEDGER_FILE, Case, check_new_case_path
 from ..ground.clock import describe_micros, microseconds_between, parse_at
-from ..ground.errors import LedgerError
+from ..ground.errors import LedgerError, shown
 from ..services.facade import CaseFacade
 from ..model.operations import OPERATIONS as REGISTRY
 from ..model.operations import operation
@@ -171,7 +171,7 @@ def parse_line(text: str | bytes) -> dict[str, Any]:
     for key in sorted(found.flag_keys & keys):
         if not isinstance(line[key], bool):
             raise LedgerError(E.INVALID_ARGUMENT, f"{op}: {key} must be a JSON boolean (true or false), "
-                              f"got {json.dumps(line[key], ensure_ascii=False)[:40]}", key=key)
+                              f"got {shown(json.dumps(line[key], ensure_ascii=False), 40)}", key=key)
     if None in line.values():  # an optional key (or "at") is either absent or has a value
         nulls = sorted(key for key in optional | {"at"} if key in line and line[key] is None)
         if nulls:  # a null required key is the operation's to refuse, with its own code

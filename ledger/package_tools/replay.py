@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping
 
 from ..ground import errors as E
 from ..ground.canonical import canonical_bytes, canonical_event_bytes, sha256_hex
-from ..ground.errors import LedgerError, integrity_error as _bad, shown
+from ..ground.errors import LedgerError, integrity_error as _bad, quoted, shown
 from ..model.operations import OPERATIONS
 from ..model.package import stored_stream
 from ..model.source_refs import line_ending_digests, resolve_source_refs
@@ -98,7 +98,7 @@ def _check_stored_fields(seq: int, created_at: str, actor: str) -> None:
     except LedgerError as exc:
         raise _bad(seq, f"the event's created_at is not a real time: {exc.message}", field="created_at") from None
     if stored_form != created_at:
-        raise _bad(seq, f"the event's created_at {created_at[:40]!r} is not in the stored form {stored_form}",
+        raise _bad(seq, f"the event's created_at {quoted(created_at, 40)} is not in the stored form {stored_form}",
                    field="created_at")
 
 

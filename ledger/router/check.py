@@ -120,7 +120,7 @@ def same_digests(recorded: dict[tuple[str, str], tuple[str, Any]], identity: Any
             op = action.get("operation_id") if isinstance(action, Mapping) else None
             first = recorded.setdefault((str(identity), path), (digest, op))
             if first[0] != digest:
-                raise _bad(op, f"it records sha256 {digest[:12]}… for {path}, but operation {str(first[1])[:64]} "
+                raise _bad(op, f"it records sha256 {digest[:12]}… for {path}, but operation {shown(str(first[1]), 64)} "
                            f"read {path} from the same inputs (input identity {str(identity)[:12]}…) and recorded "
                            f"{first[0][:12]}…", path=path)
 
@@ -343,7 +343,7 @@ def _check_rows(op: Any, args: Mapping[str, Any], stored: Mapping[str, Any]) -> 
     if (names is None or schema != {"database": database, "database_sha256": stored["sources"][0][1],
                                     "table": table, "columns": described} or len(set(names)) != len(names)
             or not all(_is_column(c) for c in described)):
-        raise _bad(op, f"its schema {shown(schema, 120)} is not that of {database} table {table[:80]}")
+        raise _bad(op, f"its schema {shown(schema, 120)} is not that of {database} table {shown(table, 80)}")
     columns = args.get("columns", names)
     if coverage != {"database": database, "table": table, "where": args.get("where", {}), "columns": columns,
                     "limit": args.get("limit", DEFAULT_ROWS)} or not set(columns) | set(where) <= set(names):
@@ -355,15 +355,15 @@ def _check_rows(op: Any, args: Mapping[str, Any], stored: Mapping[str, Any]) -> 
         if (item.get("kind") != "db_row" or item.get("database") != database or item.get("table") != table
                 or not _is_integer_text(rowid) or not isinstance(values, dict) or set(values) != set(columns)
                 or item.get("sha256") != canonical_sha256(values)):
-            raise _bad(op, f"row {pointer[:80]} is not a row of {database} table {table[:80]} with the "
+            raise _bad(op, f"row {shown(pointer, 80)} is not a row of {database} table {shown(table, 80)} with the "
                        "columns asked for")
         for column, value in values.items():
             if not is_column_value(value):
-                raise _bad(op, f"row {pointer[:80]} has {column} = {shown(value, 40)}, which is no value the router "
+                raise _bad(op, f"row {shown(pointer, 80)} has {column} = {shown(value, 40)}, which is no value the router "
                            "writes (null, text, an integer within ±(2^53-1), or {\"real\"|\"integer\"|\"base64\": …})")
         for column, wanted in where.items():
             if column in values and not could_equal(values[column], wanted):
-                raise _bad(op, f"row {pointer[:80]} has {column} = {str(values[column])[:40]}, which does not "
+                raise _bad(op, f"row {shown(pointer, 80)} has {column} = {shown(str(values[column]), 40)}, which does not "
                            f"satisfy where {column} = {shown(wanted, 40)}")
         rowids.append(int(rowid))
     if rowids != sorted(set(rowids)):

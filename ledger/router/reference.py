@@ -48,7 +48,7 @@ from typing import Any, Callable, Mapping
 
 from ..ground import errors as E
 from ..ground.canonical import canonical_sha256, is_utf8_text
-from ..ground.errors import LedgerError, given, shown
+from ..ground.errors import LedgerError, given, quoted, shown
 from .files import is_link, open_folder, read_below, unreadable
 
 TOOLS = ("source.read_context", "source.find_text", "database.lookup")
@@ -457,13 +457,13 @@ def _describe(conn: sqlite3.Connection, table: str, generated: bool = True) -> l
         tables = sorted(name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
                         if not name.lower().startswith("sqlite_"))
         if table not in tables:
-            raise _refuse(f"the database has no table {table[:80]!r}; it has {tables}")
+            raise _refuse(f"the database has no table {quoted(table, 80)}; it has {tables}")
         info = [row for row in conn.execute(f"PRAGMA table_xinfo({_quote(table)})").fetchall()
                 if row[6] == 0 or (generated and row[6] in (2, 3))]
         alias = _rowid_alias(table, [row[1] for row in info])
         conn.execute(f"SELECT {alias} FROM {_quote(table)} LIMIT 0").fetchall()
     except sqlite3.Error as exc:
-        raise _refuse(f"table {table[:80]!r} cannot be read by rowid: {exc}") from None
+        raise _refuse(f"table {quoted(table, 80)} cannot be read by rowid: {exc}") from None
     return [{"name": name, "type": kind, "notnull": bool(notnull), "pk": pk}
             for _, name, kind, notnull, _, pk, _hidden in info]
 
@@ -475,7 +475,7 @@ def _rowid_alias(table: str, names: list[str]) -> str:
     for alias in ROWID_ALIASES:
         if alias not in taken:
             return alias
-    raise _refuse(f"table {table[:80]!r} has columns named {', '.join(ROWID_ALIASES)}: its row ids cannot be read")
+    raise _refuse(f"table {quoted(table, 80)} has columns named {', '.join(ROWID_ALIASES)}: its row ids cannot be read")
 
 
 def _refuse_side_files(root: Path, database: str) -> None:
@@ -504,11 +504,11 @@ def _select(conn: sqlite3.Connection, table: str, columns: list[str], where: Map
             found.append(row)
             held += sum(len(value) for value in row if isinstance(value, (str, bytes)))
             if held > LOOKUP_BYTES_MAX:
-                raise _refuse(f"the rows of {table[:80]!r} read so far hold more than {LOOKUP_BYTES_MAX} bytes, more "
+                raise _refuse(f"the rows of {quoted(table, 80)} read so far hold more than {LOOKUP_BYTES_MAX} bytes, more "
                               "than any evidence may (a generated column that makes large values?); ask for "
                               "fewer rows (limit) or columns")
     except sqlite3.Error as exc:
-        raise _refuse(f"lookup in {table[:80]!r} failed: {exc}") from None
+        raise _refuse(f"lookup in {quoted(table, 80)} failed: {exc}") from None
     return [(row[0], row[1:]) for row in found[:limit]], len(found) > limit
 
 

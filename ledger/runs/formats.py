@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
 from ..ground.canonical import SAFE_INTEGER_MAX
-from ..ground.errors import first_few
+from ..ground.errors import first_few, quoted
 
 _FENCE = re.compile(r"```(?:bash|mswea_bash_command)\s*\n(.*?)\n```", re.S)
 #: A mini-swe-agent observation's exit code: longer runs of digits are past any exact JSON integer
@@ -287,8 +287,8 @@ def no_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     if len(item) != len(pairs):
         keys = [key for key, _ in pairs]
         twice = next(k for k in keys if keys.count(k) > 1)
-        shown = first_few([repr(k[:40]) for k in dict.fromkeys(keys)], 6)
-        raise ValueError(f"the key {twice[:80]!r} is given twice in one object (its keys: {shown})")
+        shown = first_few([quoted(k, 40) for k in dict.fromkeys(keys)], 6)
+        raise ValueError(f"the key {quoted(twice, 80)} is given twice in one object (its keys: {shown})")
     return item
 
 

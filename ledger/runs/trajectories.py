@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, IO, Iterable, Iterator, Mapping
 
 from ..ground import errors as E
-from ..ground.errors import LedgerError, describe_value
+from ..ground.errors import LedgerError, describe_value, quoted
 from ..ground.canonical import canonical_bytes
 from ..ground.config import AnalysisConfig
 from ..ground.paths import EXPORT_FILE_BYTES_MAX, STORAGE_ERRNOS, folder_inputs, fs_path, refuse_link_to_nothing
@@ -311,7 +311,7 @@ class _Importer:
         """The journal of ``run`` from ``path`` (at ``line`` of a steps file)."""
         where = f"line {line}: " if line is not None else ""
         if not _RUN_ID.fullmatch(run):
-            raise ValueError(f"{where}run id {run[:80]!r}{'…' if len(run) > 80 else ''} ({len(run)} character"
+            raise ValueError(f"{where}run id {quoted(run, 80)} ({len(run)} character"
                              f"{'' if len(run) == 1 else 's'}) is not a "
                              "plain file name: 1 to 128 letters, digits, '.', '_', '-', the first a letter or digit")
         if run in self.seen:

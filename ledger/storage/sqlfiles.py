@@ -11,6 +11,7 @@ import re
 import sqlite3
 from functools import cache
 
+from ..ground.errors import quoted
 from ..ground.resources import resource_dir
 from ..ground.errors import SQLITE_UNSUPPORTED, LedgerError
 
@@ -50,7 +51,7 @@ def split_statements(script: str) -> list[str]:
                 statements.append(buffer.strip())
             buffer = ""
     if buffer.strip() and not all(l.strip().startswith("--") or not l.strip() for l in buffer.splitlines()):
-        raise ValueError(f"incomplete SQL statement: {buffer[:80]!r}")
+        raise ValueError(f"incomplete SQL statement: {quoted(buffer, 80)}")
     return statements
 
 
