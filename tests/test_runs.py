@@ -951,6 +951,20 @@ def test_swe_agents_file_viewer_reads_and_its_line_numbers_are_no_paths(command,
     assert classify(command) == expected
 
 
+@pytest.mark.parametrize("command, expected", [
+    ("cat `ls`", ("test.automated", None)), ('cat "$(ls)"', ("test.automated", None)),
+    ("cat $(ls)", ("test.automated", None)), ("grep -n x `find . -name a.py`", ("test.automated", None)),
+    ("cat -- -f", ("source.read_context", "-f")), ("grep -- -x a.py", ("source.find_text", "a.py")),
+    ("cat $FILE", ("source.read_context", None)), ("cat ${DIR}/a.py b.py", ("source.read_context", "b.py")),
+])
+def test_a_word_that_runs_a_command_or_holds_a_variable_names_no_target(command, expected):
+    """A command substitution runs a program the rules do not see (the step is the default action, as a
+    subshell is); a variable's path is not known here; after ``--`` a word starting with - is a path."""
+    from ledger.runs.actions import classify
+
+    assert classify(command) == expected
+
+
 def test_an_actions_file_may_name_a_program_with_its_subcommand(tmp_path):
     from ledger.runs.actions import ActionMap, classify
 

@@ -12,7 +12,9 @@ file (``--actions FILE``) replaces it.
 The target is the one file or folder the command reads or searches: the path
 arguments of its reading and searching programs (for ``grep`` and ``sed`` the
 first plain argument is the pattern or script, not a path; ``.`` is no target).
-When the command names exactly one distinct path, that is the target.
+When the command names exactly one distinct path, that is the target. A word after ``--`` is a path
+even when it starts with ``-``; a word holding a variable (``$FILE``) names no known path; a word that
+runs a command of its own (`` `ls` ``, ``$(ls)``) makes the step the ``default`` action, as a subshell does.
 """
 
 from __future__ import annotations
@@ -141,10 +143,13 @@ def _paths(program: str, args: list[str]) -> list[str]:
     plain: list[str] = []
     pattern_given = False
     skip = False
-    for arg in args:
+    for number, arg in enumerate(args):
         if skip:
             skip = False
             continue
+        if arg == "--":  # the end of the options: every word after it is a plain argument
+            plain += args[number + 1:]
+            break
         if program == "find" and arg.startswith("-"):
             break  # find PATH… then its expression
         if arg.startswith("-") and len(arg) > 1 and not arg.startswith("--"):
@@ -159,7 +164,7 @@ def _paths(program: str, args: list[str]) -> list[str]:
         plain = plain[1:]
     if program in _PATH_FIRST:  # its one path, wherever it stands among the line numbers
         plain = [arg for arg in plain if not arg.isdigit()][:1]
-    return [p.rstrip("/") or "/" for p in plain if p not in (".", "./")]
+    return [p.rstrip("/") or "/" for p in plain if p not in (".", "./") and "$" not in p]  # $NAME: not known here
 
 
 def _with_subcommand(words: list[str], known: set[str]) -> list[str]:
@@ -172,8 +177,8 @@ def _with_subcommand(words: list[str], known: set[str]) -> list[str]:
 def classify(command: str, mapping: ActionMap = DEFAULT_ACTION_MAP) -> tuple[str, str | None]:
     """``(action, target)`` of a shell ``command`` (see the module docstring)."""
     words = _words(command)
-    if not words or any(w in ("<", ">", "(", ")") or w.startswith(("<", ">")) for w in words):
-        return mapping.default, None  # writes a file, reads a here-document or opens a subshell
+    if not words or any(w in ("<", ">", "(", ")") or w.startswith(("<", ">")) or "`" in w or "$(" in w for w in words):
+        return mapping.default, None  # writes a file, reads a here-document, opens a subshell or runs one in a word
     known = set().union(*(m for _, m in mapping.rules)) | mapping.neutral
     commands = [_with_subcommand(c, known) for c in _simple_commands(words)]
     programs = [c[0].rsplit("/", 1)[-1] if c[0].startswith("/") else c[0] for c in commands]
