@@ -664,3 +664,12 @@ def test_a_jsonl_file_that_is_no_steps_file_is_refused_saying_how_jsonl_is_read(
     assert summary.errors[0]["reason"] == (
         "line 1: needs the string keys run, command and output (a *.jsonl file is read in the steps format: one "
         "step per line; an agent's other JSON Lines files, such as predictions, are no trajectory)")
+
+
+def test_a_file_read_as_steps_because_asked_is_not_said_to_be_read_so_for_its_name(tmp_path):
+    (tmp_path / "run.traj").write_text(json.dumps({"trajectory": []}) + "\n")
+    summary = import_runs([tmp_path / "run.traj"], tmp_path / "out", fmt="steps")
+    assert summary.errors[0]["reason"] == (
+        "line 1: needs the string keys run, command and output (the steps format: one step per line; an agent's "
+        "other JSON Lines files, such as predictions, are no trajectory) (read as --format steps, as asked: "
+        "without it, the file's name and content choose)")

@@ -298,7 +298,9 @@ def too_many_digits(exc: ValueError) -> str | None:
         if "int_max_str_digits" in str(exc) else None
 
 
-def steps_line(line: bytes, number: int) -> tuple[str, Step]:
+def steps_line(line: bytes, number: int, chosen_by_name: bool = True) -> tuple[str, Step]:
+    """The run id and step of one line of a steps file; ``chosen_by_name``: the file is read in this
+    format because its name ends in .jsonl (not because ``--format steps`` asked), which a refusal says."""
     try:
         # UTF-8, the first line maybe with a byte-order mark; never UTF-16 guessed from the bytes
         item = json.loads(line.decode("utf-8-sig" if number == 1 else "utf-8"), object_pairs_hook=no_repeated_keys)
@@ -312,8 +314,8 @@ def steps_line(line: bytes, number: int) -> tuple[str, Step]:
             or not isinstance(item.get("command"), str) or not isinstance(item.get("output"), str):
         hint = (" (this line has \"op\": the file is already a ledger journal; give it to 'ledger apply' "
                 "or 'ledger simulate', decompressed first if it is gzipped)" if isinstance(item, Mapping) and "op" in item else
-                " (a *.jsonl file is read in the steps format: one step per line; an agent's other JSON Lines "
-                "files, such as predictions, are no trajectory)")
+                (" (a *.jsonl file is read in the steps format: " if chosen_by_name else " (the steps format: ")
+                + "one step per line; an agent's other JSON Lines files, such as predictions, are no trajectory)")
         raise ValueError(f"line {number}: needs the string keys run, command and output{hint}")
     if not item["command"].strip():
         raise ValueError(f"line {number}: the command is empty: a step is a command that was run")

@@ -394,7 +394,7 @@ class _Importer:
                 for number, line in enumerate(_lines(handle, path), start=1):
                     if not line.strip():
                         continue
-                    run, step = steps_line(line, number)
+                    run, step = steps_line(line, number, self.fmt == "auto")
                     journal = journals.get(run)
                     if journal is None:
                         journal = journals[run] = self._begin(run, path, number)
