@@ -1,5 +1,6 @@
-"""The case package on disk: its layout, the ledger's own files, source references,
-and where each event exports to (the input identity: input_identity.py) (docs/concepts.md and docs/files.md).
+"""The case package on disk: its layout, the ledger's own files, what an exported tree may hold and
+where each event exports to (docs/concepts.md and docs/files.md); its input identity is
+:mod:`ledger.model.input_identity`'s.
 
 ```
 <case>/ledger.sqlite      the source of truth (plus -wal, -shm, -lock)
