@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ledger import FrontierReport
-from ledger.simulation.frontier import name_order
+from ledger.simulation.frontier import name_order, stopped_pct_shown
 
 from ._output import dumps, echo, emit_rows, one_line
 
@@ -37,7 +37,7 @@ def _summary_rows(report: FrontierReport) -> list[dict[str, Any]]:
         for outcome in outcomes:
             group = policy["by_outcome"][outcome]
             stopped, runs = group["runs_stopped"], group["runs"]
-            row[f"{outcome} stopped"] = f"{stopped}/{runs} ({round(100 * stopped / runs, 2) if runs else 0:g} %)"
+            row[f"{outcome} stopped"] = f"{stopped}/{runs} ({stopped_pct_shown(stopped, runs):g} %)"
         rows.append(row)
     return rows
 

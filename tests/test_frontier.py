@@ -312,6 +312,22 @@ def test_no_choice_when_nothing_meets_the_constraint_and_saves_exit_0(tmp_path):
 
 
 @pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
+def test_a_share_of_runs_stopped_is_shown_rounded_up_so_a_limit_of_it_admits_the_choice():
+    """The choice line showed 1 of 46 as 2.17 %, and --max-stopped resolved=2.17% then chose nothing."""
+    args = ["simulate", DATA, "--outcomes", OUTCOMES, "--vary", "max_low_information_steps=4,6", "--frontier",
+            "--jobs", "1"]
+    first = json.loads(_cli(*args, "--max-stopped", "resolved=10%", "--json").stdout)["choice"]
+    group = first["figures"]["by_outcome"]["resolved"]
+    stopped, runs, shown = group["runs_stopped"], group["runs"], first["in_sample"]["constraint_stopped_pct"]
+    assert 0 < stopped < runs and shown == -(-10000 * stopped // runs) / 100 and shown > 100 * stopped / runs
+    again = _cli(*args, "--max-stopped", f"resolved={shown}%")
+    assert f"resolved runs stopped {shown:g} %" in again.stdout
+    assert f"{stopped}/{runs} ({shown:g} %)" in again.stdout
+    assert json.loads(_cli(*args, "--max-stopped", f"resolved={shown}%", "--json").stdout)["choice"]["policy"] \
+        == first["policy"]
+
+
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_the_emitted_policy_reproduces_the_choice(tmp_path):
     target = tmp_path / "chosen.toml"
     done = _cli("simulate", DATA, "--outcomes", OUTCOMES, "--vary", "max_low_information_steps=2,4,5", "--frontier",
@@ -495,7 +511,7 @@ def test_the_readme_shows_the_real_output_of_its_choosing_a_policy_command():
     assert done.exit_code == 0, done.output
     assert done.stdout.splitlines() == block[3:]
     chosen = next(line for line in block if line.startswith("max_low_information_steps=6 units_per_hypothesis=500 "))
-    assert " ".join(chosen.split()[-6:]) == "2/26 (7.69 %) 3/74 (4.05 %)"  # runs stopped, with their share
+    assert " ".join(chosen.split()[-6:]) == "2/26 (7.7 %) 3/74 (4.06 %)"  # runs stopped, with their share (rounded up)
     assert "choice (at most 5 % of resolved runs stopped): max_low_information_steps=6 units_per_hypothesis=500" in block
     assert "units saved 3.77 % (min 1.79, max 6.95), resolved runs stopped 3.75 % (min 0, max 6.25)" in section
     assert "units saved 0.48 to 7.36 %" in section and "it saves\n3.8 % on average (1.8 to 7.0 %)" in section

@@ -234,6 +234,12 @@ def _shares(table: _Table, name: str, ids: Sequence[str], good: str) -> tuple[fl
     return (100 * (baseline - units) / baseline if baseline else 0.0, _stopped_pct(table, name, ids, good))
 
 
+def stopped_pct_shown(stopped: int, runs: int) -> float:
+    """The share ``stopped`` of ``runs`` as shown (%, two decimals), rounded up: never below the true
+    share, so a ``--max-stopped`` of the share shown admits the policy (0.0 for no run)."""
+    return -(-10000 * stopped // runs) / 100 if runs else 0.0
+
+
 def _stopped_pct(table: _Table, name: str, ids: Sequence[str], label: str) -> float | None:
     """% of the ``label`` runs among ``ids`` that policy ``name`` stopped; None when there is none."""
     _, stopped, runs = table.totals(name, ids, label)
@@ -350,8 +356,7 @@ def _choice(table: _Table, rows: Mapping[str, dict[str, Any]], constraint: Const
         out["nearest"] = None
         if near is not None:
             _, stopped, runs = table.totals(near, table.run_ids, constraint.label)
-            # rounded up: a --max-stopped of the share shown admits the policy
-            pct = -(-10000 * stopped // runs) / 100 if runs else 0.0
+            pct = stopped_pct_shown(stopped, runs)
             out["nearest"] = {"policy": near, "constraint_stopped_pct": pct, "constraint_stopped": stopped,
                               "constraint_runs": runs}
             out["reason"] += (f"; of those that save units, {near} stops the fewest: {stopped} of {runs} "
@@ -359,8 +364,9 @@ def _choice(table: _Table, rows: Mapping[str, dict[str, Any]], constraint: Const
         return out
     in_sample = _shares(table, name, table.run_ids, good)  # every label is one some run has
     out.update(figures=rows[name], in_sample={
-        "units_saved_pct": round(in_sample[0], 2), "good_stopped_pct": round(in_sample[1] or 0.0, 2),
-        "constraint_stopped_pct": round(_stopped_pct(table, name, table.run_ids, constraint.label) or 0.0, 2)})
+        "units_saved_pct": round(in_sample[0], 2),
+        "good_stopped_pct": stopped_pct_shown(*table.totals(name, table.run_ids, good)[1:]),
+        "constraint_stopped_pct": stopped_pct_shown(*table.totals(name, table.run_ids, constraint.label)[1:])})
     out["held_out"] = held_out(table, constraint, good, folds, seed) if folds else None
     if samples:
         out["bootstrap"] = bootstrap(table, name, good, samples, seed)
