@@ -314,9 +314,9 @@ def test_no_choice_when_nothing_meets_the_constraint_and_saves_exit_0(tmp_path):
 @pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_a_share_of_runs_stopped_is_shown_rounded_up_so_a_limit_of_it_admits_the_choice():
     """The choice line showed 1 of 46 as 2.17 %, and --max-stopped resolved=2.17% then chose nothing."""
-    args = ["simulate", DATA, "--outcomes", OUTCOMES, "--vary", "max_low_information_steps=4,6", "--frontier",
-            "--jobs", "1"]
-    first = json.loads(_cli(*args, "--max-stopped", "resolved=10%", "--json").stdout)["choice"]
+    args = ["simulate", DATA, "--outcomes", OUTCOMES, "--vary", "max_low_information_steps=6", "--vary",
+            "units_per_hypothesis=500", "--frontier", "--jobs", "1"]
+    first = json.loads(_cli(*args, "--max-stopped", "resolved=5%", "--json").stdout)["choice"]
     group = first["figures"]["by_outcome"]["resolved"]
     stopped, runs, shown = group["runs_stopped"], group["runs"], first["in_sample"]["constraint_stopped_pct"]
     assert 0 < stopped < runs and shown == -(-10000 * stopped // runs) / 100 and shown > 100 * stopped / runs
