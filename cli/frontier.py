@@ -61,7 +61,8 @@ def choice_lines(choice: dict[str, Any], good: str) -> list[str]:
         lines.append(f"  held out ({held['folds']} folds, seed {held['seed']}): units saved {saved['mean']:g} % "
                      f"(min {saved['min']:g}, max {saved['max']:g}), "
                      + _spread_text(good, held["good_stopped_pct"], held["folds_without_good_runs"])
-                     + (", " + _spread_text(label, held["constraint_stopped_pct"], None) if other else ""))
+                     + (", " + _spread_text(label, held["constraint_stopped_pct"], None) if other else "")
+                     + _no_choice_text(held["chosen"]))
     boot = choice.get("bootstrap")
     if boot:
         saved, stopped = boot["units_saved_pct"], boot["good_stopped_pct"]
@@ -70,6 +71,12 @@ def choice_lines(choice: dict[str, Any], good: str) -> list[str]:
                      + (f"{good} runs stopped {stopped[0]:g} to {stopped[1]:g} %" if stopped else f"no {good} run")
                      + (f" ({without} samples without a {good} run left out)" if without and stopped else ""))
     return lines
+
+
+def _no_choice_text(chosen: list[str | None]) -> str:
+    """``; 1 fold(s) chose nothing (scored as no-stop)`` when a fold's other runs allowed no choice."""
+    none = chosen.count(None)
+    return f"; {none} fold(s) chose nothing (scored as no-stop)" if none else ""
 
 
 def _spread_text(label: str, spread: dict[str, Any], folds_without: int | None) -> str:

@@ -106,7 +106,9 @@ def test_the_baselines_never_stop_and_cap_at_the_75th_percentile_of_spend():
     assert report.choice == {"policy": None, "constraint": None, "reason": "no --max-stopped constraint given"}
     spent = [run.units_spent for run in report.simulation.runs if run.policy == "no-stop"]
     assert len(spent) == 100 and rows["cap-p75"]["units_per_hypothesis"] == percentile_75(spent) == 385
-    assert [name for name, row in rows.items() if "units_per_hypothesis" in row] == ["cap-p75"]
+    # every row gives the allocation its policy sets (None: the journals' own), so a program can read the choice's
+    assert {name: row["units_per_hypothesis"] for name, row in rows.items()} == {
+        "no-stop": 2 ** 40, "cap-p75": 385, "example": None}
 
 
 def test_the_frontier_table_names_the_cap_its_cap_p75_baseline_computed(tmp_path):
@@ -185,6 +187,22 @@ def test_held_out_shares_leave_out_the_folds_without_such_runs(tmp_path):
     assert set(report.choice["in_sample"]) == {"units_saved_pct", "good_stopped_pct", "constraint_stopped_pct"}
     boot = report.choice["bootstrap"]
     assert boot["samples_without_good_runs"] > 0 and len(boot["good_stopped_pct"]) == 2
+
+
+def test_the_held_out_line_says_how_many_folds_chose_nothing():
+    """Such a fold scores as no-stop (nothing saved, nothing stopped), which the means alone hid."""
+    from ledger_cli.frontier import choice_lines
+
+    spread = {"mean": 0.0, "min": 0.0, "max": 0.0}
+    held = {"folds": 3, "seed": 0, "chosen": [None, "p", None], "units_saved_pct": spread,
+            "good_stopped_pct": spread, "folds_without_good_runs": 0, "constraint_stopped_pct": spread}
+    choice = {"policy": "p", "constraint": {"label": "resolved", "max_stopped_pct": 5.0}, "held_out": held,
+              "in_sample": {"units_saved_pct": 1.0, "good_stopped_pct": 0.0, "constraint_stopped_pct": 0.0}}
+    assert choice_lines(choice, "resolved")[2] == (
+        "  held out (3 folds, seed 0): units saved 0 % (min 0, max 0), resolved runs stopped 0 % (min 0, max 0); "
+        "2 fold(s) chose nothing (scored as no-stop)")
+    held["chosen"] = ["p", "p", "p"]
+    assert choice_lines(choice, "resolved")[2].endswith("resolved runs stopped 0 % (min 0, max 0)")
 
 
 def test_the_choice_lines_give_the_constraints_own_label_and_the_folds_left_out(tmp_path):
@@ -347,7 +365,8 @@ def test_the_emitted_policy_reproduces_the_choice(tmp_path):
     assert {k: v for k, v in replayed.items() if k != "name"} == {
         k: (v if k != "by_outcome" else {o: {f: n for f, n in g.items() if f not in ("runs_stopped", "units_saved")}
                                          for o, g in v.items()})
-        for k, v in choice["figures"].items() if k not in ("name", "runs_stopped", "units_saved")}
+        for k, v in choice["figures"].items() if k not in ("name", "runs_stopped", "units_saved", "units_per_hypothesis")}
+    assert choice["figures"]["units_per_hypothesis"] is None  # the frontier's rows also give the allocation
 
 
 def test_an_emitted_policy_with_an_allocation_says_so_and_still_loads(tmp_path):

@@ -567,7 +567,8 @@ def frontier(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Poli
         runs = first.runs + simulate(search.files, replayed, table, **options).runs
         merged = merge_outcomes(runs, table)
         rows, front, choice = _derive(chosen, runs, merged, good, constraint, folds, seed, samples, fold_caps)
-    rows[CAP_P75]["units_per_hypothesis"] = chosen[1].settings()[UNITS_KEY]  # the cap it computed
+    for policy in chosen:  # the allocation each sets (cap-p75: the cap it computed; None: the journals')
+        rows[policy.name]["units_per_hypothesis"] = policy.units_per_hypothesis
     hidden = {policy.name for policy in fold_caps.values()}
     shown = [run for run in runs if run.policy not in hidden]
     simulation = SimulationReport(list(rows.values()), shown, journal_errors(shown), first.outcomes_without_journal,
