@@ -92,11 +92,13 @@ STRAYS = {
         t, "analysis/budgets/0001/events/00000001.json", "analysis/budgets/0001/events/.ledger-tmp-forged.json"),
     "temp-file name without its suffix": lambda t: _copy(
         t, "analysis/case/events/00000001.json", "analysis/case/events/.ledger-tmp-00000001.json"),
-    # nor in the folder of a revision the history never opened (nor could have in an interrupted export)
-    "temp-file name in a budget folder of a revision the case lacks": lambda t: _copy(
-        t, "analysis/case/events/00000001.json", "analysis/budgets/0099/events/.ledger-tmp-00000001.json.abc"),
-    "temp-file name in an evidence folder of a revision the case lacks": lambda t: _copy(
-        t, "analysis/case/events/00000001.json", f"analysis/evidence/0002/{'a' * 32}/.ledger-tmp-reply.json.x"),
+    # nor in a revision folder no export makes: revision 0, or a revision's number written otherwise
+    "temp-file name in the budget folder of revision 0": lambda t: _copy(
+        t, "analysis/case/events/00000001.json", "analysis/budgets/0000/events/.ledger-tmp-00000001.json.abc"),
+    "temp-file name in a budget folder named otherwise than an export names it": lambda t: _copy(
+        t, "analysis/case/events/00000001.json", "analysis/budgets/00001/events/.ledger-tmp-00000002.json.abc"),
+    "temp-file name in the evidence folder of revision 0": lambda t: _copy(
+        t, "analysis/case/events/00000001.json", f"analysis/evidence/0000/{'a' * 32}/.ledger-tmp-reply.json.x"),
 }
 
 
@@ -149,25 +151,67 @@ def test_an_export_temp_file_is_accepted_by_both_and_removed_by_the_next_export(
     assert not (tree / temp).exists()
 
 
-def test_an_export_temp_file_of_a_revision_is_accepted_when_the_case_events_beside_it_could_open_it(
-        exported, tmp_path):
-    """An export writes the event opening a revision before the revision's own events: killed in one
-    batch, it leaves a temp of each, so a revision folder past the history's last revision is an
-    export's when case event files the history lacks could have opened it, one each."""
+def test_a_temp_file_of_a_revision_the_ledger_lacks_is_refused_by_verify_and_taken_by_import(exported, tmp_path):
+    """The ledger says which revisions an export of it can write: verify refuses a temp file in the
+    folder of one it does not have. Import has no ledger, and an interrupted export may have been
+    writing the first events of a revision whose opening event it had not written yet: it takes
+    such a temp file, in any revision's folder an export names."""
     tree = tmp_path / "tree"
     shutil.copytree(exported, tree)
-    (tree / "analysis/case/events/.ledger-tmp-00000009.json.a").write_bytes(b"half")
-    (tree / "analysis/budgets/0002/events").mkdir(parents=True)
-    (tree / "analysis/budgets/0002/events/.ledger-tmp-00000001.json.b").write_bytes(b"half")
-    assert verdicts(tree, tmp_path / "one") == (None, None)
-    (tree / "analysis/budgets/0003/events").mkdir(parents=True)
-    (tree / "analysis/budgets/0003/events/.ledger-tmp-00000001.json.c").write_bytes(b"half")
-    by_verify, by_import = verdicts(tree, tmp_path / "two")
-    assert by_verify.code == by_import.code == INTEGRITY_ERROR and by_verify.message == by_import.message
-    assert by_verify.details["path"] == "analysis/budgets/0003/events/.ledger-tmp-00000001.json.c"
-    assert "a revision, stream or event the case does not have" in by_verify.message
-    (tree / "analysis/case/events/.ledger-tmp-00000010.json.d").write_bytes(b"half")
-    assert verdicts(tree, tmp_path / "three") == (None, None)
+    for temp in ("analysis/budgets/0099/events/.ledger-tmp-00000001.json.abc",
+                 f"analysis/evidence/0002/{'a' * 32}/.ledger-tmp-reply.json.x"):
+        (tree / temp).parent.mkdir(parents=True)
+        (tree / temp).write_bytes(b"half")
+        by_verify, by_import = verdicts(tree, tmp_path / temp.split("/")[1])
+        assert by_import is None and by_verify.code == INTEGRITY_ERROR and by_verify.details["path"] == temp
+        assert by_verify.message.endswith("is not part of the export: named as an export's temp file for "
+                                          f"{temp.replace('.ledger-tmp-', '').rsplit('.', 1)[0]}, but no export of "
+                                          "this case writes there (a revision the case does not have, or a folder "
+                                          "name no export makes)")
+        (tree / temp).unlink()
+
+
+_REVISION = [{"op": "open_revision", "hypotheses": [{"statement": "N a"}, {"statement": "N b"}], "units_per_hypothesis": 400},
+             {"op": "transition", "to": "INVESTIGATING_HYPOTHESES"}, {"op": "initialize"},
+             *[line for n in range(3) for line in (
+                 {"op": "reserve", "hypothesis": "H1", "action_id": f"qN{n}", "action": "source.read_context"},
+                 {"op": "record_result", "hypothesis": "H1", "action_id": f"qN{n}", "evidence": {"finding": f"N {n}"},
+                   "source_refs": ["sources/app.py"]},
+                 {"op": "settle", "hypothesis": "H1", "action_id": f"qN{n}", "semantic_score": 50, "reason": "ok"})],
+             {"op": "reject", "hypothesis": "H1", "reason": "no"}, {"op": "reject", "hypothesis": "H2", "reason": "no"},
+             {"op": "transition", "to": "EVALUATING"}]
+
+
+def _revisions(case: Case, first: int, count: int) -> None:
+    from ledger import apply_journal
+
+    for revision in range(first, first + count):
+        lines = [json.dumps(line).replace("qN", f"q{revision}_").replace('"N ', f'"{revision} ') for line in _REVISION]
+        assert all(result.ok for result in apply_journal(case, lines))
+
+
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
+@pytest.mark.parametrize("killed_at", ["analysis/budgets/0005/events/00000003.json",
+                                       "analysis/budgets/0004/events/00000001.json"])
+def test_an_export_killed_while_writing_new_revisions_is_taken_by_verify_and_import(tmp_path, killed_at):
+    """Events past the manifest's head stop replaying at the first whose content file is not written
+    yet, so the events opening the new revisions may never be replayed: the temp files of a revision
+    the replay does not know were refused by import (verify took them), after a real kill."""
+    root = make_package(tmp_path / "case")
+    with Case.create(root, "C1") as case:
+        _revisions(case, 1, 2)
+        export_case(case)
+        _revisions(case, 3, 3)
+    child = ("import os, signal, sys\nreal = os.replace\n"
+             "def replace(src, dst, *a, **k):\n"
+             f"    if str(dst).endswith({killed_at!r}):\n        os.kill(os.getpid(), signal.SIGKILL)\n"
+             "    return real(src, dst, *a, **k)\n"
+             "os.replace = replace\nfrom ledger import export_case\nexport_case(sys.argv[1])\n")
+    assert subprocess.run([sys.executable, "-c", child, str(root)]).returncode == -9
+    assert any(".ledger-tmp-" in p.name for p in (root / killed_at).parent.iterdir())
+    assert verify_case(root).head_seq > 0
+    assert import_tree(root, tmp_path / "imported").head_seq == json.loads((root / "manifest.json").read_bytes())[
+        "head"]["seq"]
 
 
 def test_export_leaves_a_temp_like_name_no_export_makes_and_verify_names_it(exported, tmp_path):

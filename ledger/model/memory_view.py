@@ -63,11 +63,6 @@ class MemoryView:
     def case(self) -> dict[str, Any] | None:
         return dict(self._case) if self._case else None
 
-    @property
-    def last_revision(self) -> int:
-        """The highest revision opened so far (0 before the first)."""
-        return max(self._revisions, default=0)
-
     def revision(self, revision: int) -> dict[str, Any] | None:
         info = self._revisions.get(revision)
         if info is None:

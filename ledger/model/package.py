@@ -201,18 +201,19 @@ def missing_words(path: str | os.PathLike[str]) -> str:
     return "is a folder, not a file (move it aside)" if folder_in_place(path) else "is missing"
 
 
-def check_export_tree(files: Iterable[str], accounted: Container[str], last_revision: int) -> None:
+def check_export_tree(files: Iterable[str], accounted: Container[str], last_revision: int | None) -> None:
     """The one rule for what belongs in an exported tree, used by verify and import alike.
 
     Every file under ``analysis/`` must be an event or content file of the history being
     checked (``accounted``: the export paths of its events and content rows), a temp file
     an interrupted export may have left (:func:`_temp_allowed`), or a file an operating system's file
     browser makes in the folders it shows (:func:`is_system_clutter`). ``last_revision`` is the
-    highest revision the history opened. The first other file (in sorted order) is
-    ``INTEGRITY_ERROR`` naming it: a stray, duplicated or misplaced file is never silently ignored.
+    highest revision the ledger opened (verify), or None when no ledger says (import). The first
+    other file (in sorted order) is ``INTEGRITY_ERROR`` naming it: a stray, duplicated or misplaced
+    file is never silently ignored.
     """
     files = sorted(files)
-    allowed = _temp_allowed(files, accounted, last_revision)
+    allowed = _temp_allowed(last_revision)
     for relative in files:
         if PurePosixPath(relative).parts[0] != ANALYSIS_DIR or relative in accounted or is_system_clutter(relative):
             continue
@@ -220,8 +221,8 @@ def check_export_tree(files: Iterable[str], accounted: Container[str], last_revi
         if target is not None and allowed(target):
             continue
         if target is not None:
-            why = (f"named as an export's temp file for {target}, but no event or content of the history "
-                   "exports there (a revision, stream or event the case does not have)")
+            why = (f"named as an export's temp file for {target}, but no export of this case writes there "
+                   "(a revision the case does not have, or a folder name no export makes)")
         elif EVENT_FILE_RE.fullmatch(relative):
             why = "no event of the history exports there (a duplicated or misplaced event file?)"
         elif CONTENT_FILE_RE.fullmatch(relative):
@@ -234,23 +235,23 @@ def check_export_tree(files: Iterable[str], accounted: Container[str], last_revi
                               path=printable_name(relative))
 
 
-def _temp_allowed(files: list[str], accounted: Container[str], last_revision: int) -> Callable[[str], bool]:
-    """Which temp files (by the file each was to become) an interrupted export may have left. Import
-    has no ledger to say which events came after the last one the tree holds whole, and verify takes
-    what import takes: a temp of any case event or content file may be one, and so may one in a
-    revision's folder (``budgets/NNNN/``, ``evidence/NNNN/``) that the history opened, or that the
-    case event files the history does not account for (whole or temp files: an export writes the
-    event opening a revision before the revision's own) could have opened, one each."""
-    unaccounted = sum(1 for relative in files if relative.startswith(_CASE_EVENTS) and relative not in accounted)
-
+def _temp_allowed(last_revision: int | None) -> Callable[[str], bool]:
+    """Which temp files (by the file each was to become) an interrupted export may have left: of any
+    case event or content file (the export may have been writing events past the last one the tree
+    holds whole), and of a file in a revision's folder (``budgets/NNNN/``, ``evidence/NNNN/``, named
+    as an export names it) of a revision the ledger opened. Without a ledger (import) that is any
+    revision: the export may have been writing the first events of a revision the tree does not
+    show yet, the file that opened it among those not yet written (or its temp file removed since)."""
     def allowed(target: str) -> bool:
-        if target in accounted or not target.startswith(_REVISION_FOLDERS) or CONTENT_FILE_RE.fullmatch(target):
+        if not target.startswith(_REVISION_FOLDERS) or CONTENT_FILE_RE.fullmatch(target):
             return True
-        return int(PurePosixPath(target).parts[2]) <= last_revision + unaccounted
+        folder = PurePosixPath(target).parts[2]
+        revision = int(folder)
+        return (revision >= 1 and folder == f"{revision:04d}"
+                and (last_revision is None or revision <= last_revision))
     return allowed
 
 
-_CASE_EVENTS = f"{ANALYSIS_DIR}/case/events/"
 _REVISION_FOLDERS = (f"{ANALYSIS_DIR}/budgets/", f"{ANALYSIS_DIR}/evidence/")
 
 
