@@ -13,10 +13,12 @@ import sqlite3
 from typing import Any, Mapping
 
 from ..ground import errors as E
-from ..ground.errors import LedgerError, integrity_error as _bad
+from ..ground.errors import LedgerError, describe_value, integrity_error as _bad, quoted
 from ..storage.sqlfiles import statement
 
 _SHA256_RE = re.compile(r"[0-9a-f]{64}")
+#: The highest seq a ledger can hold (SQLite's integer).
+SEQ_MAX = 2 ** 63 - 1
 
 
 def check_anchors(anchors: Any) -> dict[int, str]:
@@ -27,11 +29,12 @@ def check_anchors(anchors: Any) -> dict[int, str]:
     if not isinstance(anchors, Mapping):
         raise LedgerError(E.INVALID_ARGUMENT, f"anchors must be a mapping of seq to sha256, got {type(anchors).__name__}")
     for seq, sha in anchors.items():
-        if type(seq) is not int or seq < 1:
-            raise LedgerError(E.INVALID_ARGUMENT, f"an anchor's seq must be an integer >= 1, got {seq!r}")
+        if type(seq) is not int or not 1 <= seq <= SEQ_MAX:
+            raise LedgerError(E.INVALID_ARGUMENT, f"an anchor's seq must be an integer from 1 to {SEQ_MAX} (2**63-1), "
+                              f"got {describe_value(seq)}")
         if not isinstance(sha, str) or not _SHA256_RE.fullmatch(sha):
             raise LedgerError(E.INVALID_ARGUMENT, f"the anchor of seq {seq} must be a sha256 (64 lowercase hex "
-                              f"digits), got {sha!r}"[:300])
+                              f"digits), got {quoted(sha, 80) if isinstance(sha, str) else describe_value(sha)}")
     return dict(anchors)
 
 
