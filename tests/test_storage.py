@@ -601,6 +601,19 @@ def test_a_log_file_that_is_no_regular_file_is_named_for_writers_never_a_hang(tm
                 caught.value.message
 
 
+@pytest.mark.parametrize("kind", ["folder", "pipe"])
+@pytest.mark.parametrize("suffix", ["-wal", "-shm", "-journal"])
+def test_a_new_case_beside_a_log_file_that_is_no_regular_file_names_it(tmp_path, suffix, kind):
+    """A -wal or -journal folder was taken for a lost case's log (CASE_EXISTS, "put the ledger back")."""
+    (tmp_path / "case").mkdir()
+    _odd_file(tmp_path / "case" / f"ledger.sqlite{suffix}", kind)
+    with pytest.raises(LedgerError) as caught:
+        Case.create(tmp_path / "case", "C1")
+    assert caught.value.code == STORAGE_ERROR and "move it aside" in caught.value.message
+    assert caught.value.details["path"] == str(tmp_path / "case" / f"ledger.sqlite{suffix}")
+    assert sorted(os.listdir(tmp_path / "case")) == [f"ledger.sqlite{suffix}"]
+
+
 # closing, the case cannot take the lock to empty its log either, and warns so
 @pytest.mark.filterwarnings("ignore::ledger.storage.connection.CheckpointWarning")
 @pytest.mark.parametrize("name", ["ledger.sqlite-lock", "ledger.sqlite-export-lock"])

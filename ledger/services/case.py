@@ -40,7 +40,8 @@ from ..rules.common import check_action_id, check_case_id
 from ..storage.readonly import readonly_rows, reading_only
 from .session import Session, check_future_at
 from ..storage.connection import CheckpointWarning, Storage
-from ..storage.sqlite_file import check_ledger_path, no_case_yet, orphaned_logs, translate_sqlite_errors
+from ..storage.sqlite_file import (check_ledger_path, check_side_files, no_case_yet, orphaned_logs,
+                                   translate_sqlite_errors)
 from ..model.views import SqlView
 
 DEFAULT_ACTOR = "controller"
@@ -205,6 +206,7 @@ class Case(CaseFacade):
             raise LedgerError(E.CASE_EXISTS, f"{root} already holds a case package (manifest or analysis/)")
         if root.exists() and not root.is_dir():
             raise LedgerError(E.INVALID_ARGUMENT, f"{root} is not a directory")
+        check_side_files(root / LEDGER_FILE)  # a log that is a folder or a pipe is named as such, not as a lost case's
         logs = _logs_without_ledger(root)
         if logs:  # SQLite would delete them as a new ledger's
             ledger = f"an empty {LEDGER_FILE}" if os.path.lexists(root / LEDGER_FILE) else f"no {LEDGER_FILE}"
