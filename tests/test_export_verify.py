@@ -377,7 +377,8 @@ def test_import_refuses_a_manifest_swapped_for_a_link_or_pipe_as_verify_does_not
     done = run_cli("import", str(source), "--to", str(tmp_path / "new"))
     assert done.returncode == 1 and done.stderr.decode().startswith(
         "error: INVALID_ARGUMENT: manifest.json is a symbolic link where the case package keeps its own files"
-        if swapped == "link" else "error: INVALID_ARGUMENT: import accepts only regular files: manifest.json")
+        if swapped == "link" else "error: INVALID_ARGUMENT: import accepts only regular files: manifest.json is a pipe "
+        "(FIFO); move it out of the folder, then run this again")
     assert not (tmp_path / "new").exists()
 
 

@@ -21,6 +21,16 @@ STORAGE_ERRNOS = frozenset({errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC
                             errno.EFBIG, errno.EBUSY})
 
 
+def file_kind(mode: int) -> str:
+    """What a file of ``mode`` (``st_mode``) is, for messages: ``a folder``, ``a pipe (FIFO)``,
+    ``a socket``, ``a device``, ``a symbolic link`` or ``a regular file``."""
+    for test, kind in ((stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a pipe (FIFO)"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symbolic link")):
+        if test(mode):
+            return kind
+    return "a device"
+
+
 def fs_path(path: str | bytes | os.PathLike[str], what: str = "path") -> Path:
     """``path`` as a :class:`Path`; ``INVALID_ARGUMENT`` when it cannot name a file.
 

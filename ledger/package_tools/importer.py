@@ -35,7 +35,7 @@ from ..model.package import (ANALYSIS_DIR, EVENT_FILE_RE, EVIDENCE_EVENT_FILE_RE
                              printable_name, refuse_build_folder_name, refuse_output_in_package, refuse_own_links,
                              walk_package)
 from ..model.input_identity import input_identity
-from ..ground.paths import EXPORT_FILE_BYTES_MAX, fs_path, open_regular, os_error, read_bytes_at_most
+from ..ground.paths import EXPORT_FILE_BYTES_MAX, file_kind, fs_path, open_regular, os_error, read_bytes_at_most
 from .replay import PackageSource, Replayer
 from ..storage.connection import Storage
 from ..storage.sqlite_file import LOCK_SUFFIX, EventRow, HelperRow
@@ -56,7 +56,8 @@ def _walk_regular(root: Path) -> Iterator[tuple[str, Path]]:
         if stat.S_ISDIR(info.st_mode):
             continue
         if not stat.S_ISREG(info.st_mode):
-            raise LedgerError(E.INVALID_ARGUMENT, f"import accepts only regular files: {printable_name(relative)}",
+            raise LedgerError(E.INVALID_ARGUMENT, f"import accepts only regular files: {printable_name(relative)} is "
+                              f"{file_kind(info.st_mode)}; move it out of the folder, then run this again",
                               path=printable_name(relative))
         yield relative, root / relative
 

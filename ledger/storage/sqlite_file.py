@@ -16,6 +16,7 @@ from urllib.parse import quote
 
 from ..ground import errors as E, interrupts
 from ..ground.errors import LedgerError
+from ..ground.paths import file_kind
 from .sqlfiles import check_sqlite_version
 
 LEDGER_FILE = "ledger.sqlite"
@@ -212,9 +213,8 @@ def check_side_files(path: Path | str, what: str = "the ledger") -> None:
         except OSError:
             continue  # none there (or none this user may look at: SQLite says what it refuses)
         if not stat.S_ISREG(info.st_mode):
-            kind = ("a folder" if stat.S_ISDIR(info.st_mode) else "a pipe (FIFO)" if stat.S_ISFIFO(info.st_mode)
-                    else "a socket" if stat.S_ISSOCK(info.st_mode) else "a device")
-            raise LedgerError(E.STORAGE_ERROR, f"cannot open {path}: {os.path.basename(side)} beside it is {kind}, "
+            raise LedgerError(E.STORAGE_ERROR, f"cannot open {path}: {os.path.basename(side)} beside it is "
+                              f"{file_kind(info.st_mode)}, "
                               f"not a file, where SQLite keeps {what}'s {role}; move it aside, then run this again",
                               path=side)
 
