@@ -1074,6 +1074,21 @@ def test_a_folder_this_user_may_not_list_fails_as_a_case_and_is_never_left_out(t
     assert fleet_query(tmp_path / "out", "SELECT case_id FROM case_status")[1] == [("VIS",)]
 
 
+def test_a_folder_removed_while_the_walk_runs_is_no_case(tmp_path, monkeypatch):
+    """A tool's scratch folder made and removed while the fleet's folders were walked was taken for a
+    case that could not be read: the whole export failed (LEDGER_MISSING naming it), no case exported."""
+    cases = _team_cases(tmp_path)
+    (cases / "scratch").mkdir()
+    gone, real_scandir = str(cases / "scratch"), os.scandir
+
+    def scandir(path=".", *args):
+        if os.fspath(path) == gone:
+            raise FileNotFoundError(2, "No such file or directory", gone)
+        return real_scandir(path, *args)
+    monkeypatch.setattr(os, "scandir", scandir)
+    assert find_cases([cases]) == [cases / "team-b" / "hidden", cases / "visible"]
+
+
 def test_a_case_folder_this_user_may_list_but_not_search_fails_alone(tmp_path, monkeypatch):
     """Its ledger.sqlite is named but cannot be looked at: that case fails and the others are
     exported (the whole export ended with STORAGE_ERROR)."""

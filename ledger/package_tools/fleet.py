@@ -136,7 +136,7 @@ def find_cases(paths: Iterable[str | os.PathLike[str]], left_out: list[tuple[Pat
             raise missing_ledger(root)
         any_case = False
         unread: list[Path] = []  # a folder the walk cannot list may hold cases: taken, so that it fails
-        for folder, dirs, files in os.walk(root, onerror=lambda exc: unread.append(Path(exc.filename))):
+        for folder, dirs, files in os.walk(root, onerror=lambda exc: _unread(exc, unread)):
             dirs.sort()
             if is_case_package(Path(folder)):
                 found.append(Path(folder))
@@ -157,6 +157,13 @@ def find_cases(paths: Iterable[str | os.PathLike[str]], left_out: list[tuple[Pat
     if left_out is not None:
         left_out.extend(second_paths(found))
     return once_each(found)
+
+
+def _unread(exc: OSError, unread: list[Path]) -> None:
+    """A folder the walk could not list: kept (it may hold cases) unless it is gone, or a file now (a
+    folder made and removed while the walk ran, as a tool's scratch folders are, holds no case)."""
+    if not isinstance(exc, (FileNotFoundError, NotADirectoryError)):
+        unread.append(Path(exc.filename))
 
 
 def _linked_case(path: Path) -> bool:
