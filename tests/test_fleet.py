@@ -523,6 +523,14 @@ def test_fleet_sql_only_reads_the_export(fleet, tmp_path):
     assert stopped.exit_code == 1 and "query stopped after 200 ms" in stopped.stderr
 
 
+def test_fleet_sql_runs_the_reads_duckdb_runs_as_a_select(fleet):
+    """DESCRIBE, SUMMARIZE, SHOW and a reading PRAGMA are SELECTs to DuckDB: they run, as documented."""
+    _, out, _ = fleet
+    for query in ("DESCRIBE actions", "SHOW TABLES", "PRAGMA table_info('actions')", "SUMMARIZE case_status"):
+        result = CliRunner().invoke(main, ["fleet", "sql", str(out), query, "--json"])
+        assert result.exit_code == 0 and json.loads(result.stdout), (query, result.output)
+
+
 @pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_a_fleet_query_stopped_by_ctrl_c_is_an_interrupt_not_its_time_limit(fleet):
     from test_cli import interrupted_after
