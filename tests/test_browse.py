@@ -347,6 +347,18 @@ def test_a_served_query_cannot_ask_for_an_address_inside_the_server(site, capfd)
     assert get(site, "/BUG-20.json?sql=select+count(*)+as+n+from+events").json()["rows"] == [[56]]
 
 
+@pytest.mark.parametrize("query", ["_where=1=1;select+1", "_sort=nonexistent", "_sort_desc=nonexistent",
+                                   "_sort=seq&_sort_desc=seq"])
+def test_a_malformed_table_query_is_a_refusal_to_its_visitor_never_a_traceback(site, capfd, query):
+    """Two statements in _where reached SQLite's "one statement at a time" (a 500, and a Python
+    traceback on the server's terminal); an unknown _sort column was a 500."""
+    for page in (f"/BUG-20/events.json?{query}", f"/BUG-20/events?{query}"):
+        response = get(site, page)
+        assert response.status_code == 400, (page, response.status_code, response.text[:200])
+    assert "Traceback" not in capfd.readouterr().err
+    assert get(site, "/BUG-20/events.json?_where=seq=1").json()["rows"][0][0] == 1
+
+
 def test_a_served_query_cannot_return_more_than_its_bytes_in_all(site):
     """Each value under the limit, eight of 50 MB took 12 GB of the server's memory (a 2.4 GB reply)."""
     response = get(site, "/BUG-20.json?sql=select+zeroblob(50000000)+as+b+from+events+limit+8")

@@ -224,7 +224,15 @@ def _case_database(database_module: Any) -> Any:
             # let any visitor fill it (and put their text there)
             if quiet:
                 kwargs["log_sql_errors"] = False
-            return await super().execute(*args, **kwargs)
+            try:
+                return await super().execute(*args, **kwargs)
+            except (sqlite3.ProgrammingError, sqlite3.Warning) as exc:  # SQL SQLite would not run as asked
+                raise refused_query(f"query refused: {exc}", title="Invalid SQL", status=400) from None
+
+    class refused_query(page_error, sqlite3.ProgrammingError):  # type: ignore[misc,valid-type]
+        """A query the visitor sent that SQLite will not run (``_where=1=1;select 1``: one statement at
+        a time): the SQL page shows it as any refused query; a table page answers 400, not a 500 with a
+        traceback on the server's terminal (Datasette prints one for any other exception)."""
 
     return CaseDatabase
 
@@ -259,10 +267,31 @@ def _plugin() -> Any:
     def register_output_renderer(datasette: Any) -> dict[str, Any]:
         return {"extension": CHART_FORMAT, "render": _render_chart, "can_render": _can_render_chart}
 
+    @hookimpl
+    def handle_exception(datasette: Any, request: Any, exception: BaseException) -> Any:
+        if datasette not in _OURS:
+            return None
+        refusal = _visitor_error(exception)
+        if refusal is None:
+            return None  # Datasette's own answer: 500, with the traceback a fault of the server's needs
+        return _datasette_module("datasette.handle_exception").handle_exception(datasette, request, refusal)
+
     plugin = types.ModuleType(_PLUGIN_NAME.replace("-", "_"))
     plugin.prepare_connection = prepare_connection  # type: ignore[attr-defined]
     plugin.register_output_renderer = register_output_renderer  # type: ignore[attr-defined]
+    plugin.handle_exception = handle_exception  # type: ignore[attr-defined]
     return plugin
+
+
+def _visitor_error(exception: BaseException) -> Any:
+    """What a served page answers for Datasette's refusals of a table page's options, which it raises
+    as errors of the server (``_sort`` of an unknown column: a 500): a ``400`` page; None for anything
+    else (SQL SQLite refuses is answered 400 where it is run: ``CaseDatabase.execute``)."""
+    page_error = _datasette_module("datasette.views.base").DatasetteError
+    if isinstance(exception, page_error) and exception.status == 500:
+        return page_error(exception.message, title=getattr(exception, "title", None) or "Bad request", status=400,
+                          message_is_html=getattr(exception, "message_is_html", False))
+    return None
 
 
 def case_datasette(paths: Sequence[str | os.PathLike[str]], sql_threads: int = 3) -> Any:
