@@ -289,6 +289,7 @@ def test_the_picture_is_served_as_svg_with_a_line_per_hypothesis(site):
 
 
 def test_no_http_request_can_write_the_ledger_and_its_bytes_stay_the_same(site, demo):
+    assert get(site, "/BUG-20/events.json?_size=1").status_code == 200  # a reader's (empty) WAL is there before
     before = digest(demo)
     attempts = [
         ("get", "/BUG-20?sql=" + "INSERT INTO lifecycle (seq, revision, state) VALUES (999, 1, 'CLOSED')"),
@@ -348,15 +349,29 @@ def test_a_served_query_cannot_ask_for_an_address_inside_the_server(site, capfd)
 
 
 @pytest.mark.parametrize("query", ["_where=1=1;select+1", "_sort=nonexistent", "_sort_desc=nonexistent",
-                                   "_sort=seq&_sort_desc=seq"])
+                                   "_sort=seq&_sort_desc=seq", "_through={bad", "_timelimit=abc"])
 def test_a_malformed_table_query_is_a_refusal_to_its_visitor_never_a_traceback(site, capfd, query):
     """Two statements in _where reached SQLite's "one statement at a time" (a 500, and a Python
-    traceback on the server's terminal); an unknown _sort column was a 500."""
+    traceback on the server's terminal); an unknown _sort column was a 500; a _through that is no
+    JSON or a _timelimit that is no number a 500 with a traceback."""
     for page in (f"/BUG-20/events.json?{query}", f"/BUG-20/events?{query}"):
         response = get(site, page)
         assert response.status_code == 400, (page, response.status_code, response.text[:200])
     assert "Traceback" not in capfd.readouterr().err
     assert get(site, "/BUG-20/events.json?_where=seq=1").json()["rows"][0][0] == 1
+
+
+def test_a_fault_of_the_server_is_a_500_page_and_one_line_on_its_terminal_never_a_traceback(site, capfd,
+                                                                                            monkeypatch):
+    from ledger.browse import server
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the picture broke\nhere")
+    monkeypatch.setattr(server, "remaining_units_svg", broken)
+    answer = get(site, "/BUG-20/remaining_units_history.svg?hypothesis_id=")
+    assert answer.status_code == 500 and "the picture broke" in answer.text
+    assert capfd.readouterr().err == ("warning: /BUG-20/remaining_units_history.svg: RuntimeError: the picture "
+                                      "broke\\nhere\n")
 
 
 def test_a_served_query_cannot_return_more_than_its_bytes_in_all(site):

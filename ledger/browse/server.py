@@ -31,7 +31,7 @@ from typing import Any, Callable, Sequence
 
 from ..ground import errors as E
 from .metadata import CHART_FORMAT, CHART_QUERY, browse_config, browse_metadata, remaining_units_svg, served_cases
-from ..ground.errors import LedgerError
+from ..ground.errors import LedgerError, printable, shown
 from ..storage.sqlfiles import schema_version
 from ..storage.readonly import bound_values
 from ..storage.sqlite_file import file_identity, log_files_exist, readable_uri, release_log, wal_bytes
@@ -48,6 +48,8 @@ CHART_TIME_LIMIT_MS = 30_000
 GRACE_S = 3
 INSTALL_HINT = "ledger serve needs Datasette: pip install '.[web]' (in a clone of the repository)"
 _PLUGIN_NAME = "case-ledger-serve"
+#: Datasette's own error handler, which ours replaces in a process that serves cases.
+_DATASETTE_ERRORS = "datasette.handle_exception"
 #: The Datasette instances this module made, and the case databases of each.
 _OURS: "weakref.WeakKeyDictionary[Any, frozenset[str]]" = weakref.WeakKeyDictionary()
 
@@ -269,12 +271,12 @@ def _plugin() -> Any:
 
     @hookimpl
     def handle_exception(datasette: Any, request: Any, exception: BaseException) -> Any:
+        # Datasette's own handler is unregistered (case_datasette): it printed a traceback on the
+        # server's terminal for every error that was no DatasetteError, the visitor's bad input included
+        default = _datasette_module("datasette.handle_exception").handle_exception
         if datasette not in _OURS:
-            return None
-        refusal = _visitor_error(exception)
-        if refusal is None:
-            return None  # Datasette's own answer: 500, with the traceback a fault of the server's needs
-        return _datasette_module("datasette.handle_exception").handle_exception(datasette, request, refusal)
+            return default(datasette, request, exception)
+        return default(datasette, request, _page_error(exception, request))
 
     plugin = types.ModuleType(_PLUGIN_NAME.replace("-", "_"))
     plugin.prepare_connection = prepare_connection  # type: ignore[attr-defined]
@@ -283,15 +285,24 @@ def _plugin() -> Any:
     return plugin
 
 
-def _visitor_error(exception: BaseException) -> Any:
-    """What a served page answers for Datasette's refusals of a table page's options, which it raises
-    as errors of the server (``_sort`` of an unknown column: a 500): a ``400`` page; None for anything
-    else (SQL SQLite refuses is answered 400 where it is run: ``CaseDatabase.execute``)."""
+def _page_error(exception: BaseException, request: Any) -> Any:
+    """The error page a served case answers ``exception`` with: a ``DatasetteError`` Datasette renders
+    without printing anything. Datasette's refusals of a table page's options, which it raises as
+    errors of the server (``_sort`` of an unknown column), and a value it could not read from the
+    request (``_timelimit=abc``, ``_through={bad``: a ``ValueError``) are ``400``; anything else is
+    ``500`` with its message, and one line on the server's terminal naming the page."""
     page_error = _datasette_module("datasette.views.base").DatasetteError
-    if isinstance(exception, page_error) and exception.status == 500:
+    if isinstance(exception, page_error):
+        if exception.status != 500:
+            return exception
         return page_error(exception.message, title=getattr(exception, "title", None) or "Bad request", status=400,
                           message_is_html=getattr(exception, "message_is_html", False))
-    return None
+    if not isinstance(exception, Exception) or type(exception).__module__.startswith("datasette"):
+        return exception  # Datasette's own kinds (Base400: 400, 403, 404) it answers as it does
+    if isinstance(exception, ValueError) and not isinstance(exception, sqlite3.Error):
+        return page_error(f"a value of the request cannot be read: {exception}", title="Bad request", status=400)
+    sys.stderr.write(f"warning: {printable(request.path)}: {type(exception).__name__}: {shown(printable(str(exception)), 300)}\n")
+    return page_error(str(exception), title="Server error", status=500)
 
 
 def case_datasette(paths: Sequence[str | os.PathLike[str]], sql_threads: int = 3) -> Any:
@@ -308,6 +319,8 @@ def case_datasette(paths: Sequence[str | os.PathLike[str]], sql_threads: int = 3
     _datasette_module("datasette.handle_exception").rich = None
     if not plugins.has_plugin(_PLUGIN_NAME):
         plugins.register(_plugin(), name=_PLUGIN_NAME)
+        if plugins.has_plugin(_DATASETTE_ERRORS):  # ours answers every error, a case's or not (_page_error)
+            plugins.unregister(name=_DATASETTE_ERRORS)
     options: dict[str, Any] = {"settings": {"allow_download": False, "num_sql_threads": sql_threads}}
     if "config" in inspect.signature(app.Datasette).parameters:  # Datasette 1.0: queries are configuration
         options.update(metadata=browse_metadata(cases, with_queries=False), config=browse_config(cases))
