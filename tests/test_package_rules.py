@@ -191,6 +191,37 @@ def _revisions(case: Case, first: int, count: int) -> None:
 
 
 @pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
+def test_an_export_killed_at_any_rename_leaves_a_tree_verify_and_import_both_take(tmp_path):
+    """Killed at every 5th of its renames (each batch's temp files are renamed in order, so any
+    prefix of them may be whole), the export of three new revisions leaves a tree that verify takes
+    and import rebuilds at the manifest's head."""
+    root = make_package(tmp_path / "case")
+    with Case.create(root, "C1") as case:
+        _revisions(case, 1, 1)
+        export_case(case)
+        _revisions(case, 2, 3)
+    pristine = tmp_path / "pristine"
+    shutil.copytree(root, pristine)
+    child = ("import os, signal, sys\nreal, count = os.replace, [0]\n"
+             "def replace(src, dst, *a, **k):\n    count[0] += 1\n"
+             "    if count[0] == int(sys.argv[2]):\n        os.kill(os.getpid(), signal.SIGKILL)\n"
+             "    return real(src, dst, *a, **k)\n"
+             "os.replace = replace\nfrom ledger import export_case\nexport_case(sys.argv[1])\n")
+    head = json.loads((root / "manifest.json").read_bytes())["head"]["seq"]
+    killed = 0
+    for point in range(1, 64, 5):
+        tree = tmp_path / f"killed-{point}"
+        shutil.copytree(pristine, tree)
+        done = subprocess.run([sys.executable, "-c", child, str(tree), str(point)])
+        killed += done.returncode == -9
+        report = verify_case(tree)
+        imported = import_tree(tree, tmp_path / f"imported-{point}")
+        manifest = json.loads((tree / "manifest.json").read_bytes())["head"]
+        assert report.head_seq > head and (imported.head_seq, imported.head_sha256) == (manifest["seq"], manifest["sha256"])
+    assert killed >= 10  # the export has more renames than the points tried
+
+
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 @pytest.mark.parametrize("killed_at", ["analysis/budgets/0005/events/00000003.json",
                                        "analysis/budgets/0004/events/00000001.json"])
 def test_an_export_killed_while_writing_new_revisions_is_taken_by_verify_and_import(tmp_path, killed_at):
