@@ -11,9 +11,8 @@ import re
 import sqlite3
 from functools import cache
 
-from ..ground.errors import quoted
 from ..ground.resources import resource_dir
-from ..ground.errors import SQLITE_UNSUPPORTED, LedgerError
+from ..ground.errors import SQLITE_UNSUPPORTED, LedgerError, quoted
 
 #: The oldest SQLite the views work with: they read JSON with ``->>``, which SQLite 3.38.0 added
 #: (docs/sql.md).
