@@ -297,8 +297,8 @@ def _page_error(exception: BaseException, request: Any) -> Any:
             return exception
         return page_error(exception.message, title=getattr(exception, "title", None) or "Bad request", status=400,
                           message_is_html=getattr(exception, "message_is_html", False))
-    if not isinstance(exception, Exception) or type(exception).__module__.startswith("datasette"):
-        return exception  # Datasette's own kinds (Base400: 400, 403, 404) it answers as it does
+    if isinstance(exception, _datasette_module("datasette.utils.asgi").Base400):
+        return exception  # Datasette's own answers (400, 403, 404), which it renders without printing
     if isinstance(exception, ValueError) and not isinstance(exception, sqlite3.Error):
         return page_error(f"a value of the request cannot be read: {exception}", title="Bad request", status=400)
     sys.stderr.write(f"warning: {printable(request.path)}: {type(exception).__name__}: {shown(printable(str(exception)), 300)}\n")
