@@ -362,6 +362,16 @@ def test_a_malformed_table_query_is_a_refusal_to_its_visitor_never_a_traceback(s
     assert (row["seq"] if isinstance(row, dict) else row[0]) == 1  # Datasette 1.0 gives rows as objects
 
 
+@pytest.mark.parametrize("page", ["/BUG-20/events.json?_json_infinity=abc", "/BUG-20/events.csv?_timelimit=-1",
+                                  "/BUG-20.csv?sql=select+1&_timelimit=-1", "/BUG-20/events?seq__gt=99999999999999999999",
+                                  "/BUG-20/balances?_next=99999999999999999999999"])
+def test_a_value_of_the_request_the_server_cannot_use_is_a_400_and_nothing_on_its_terminal(site, capfd, page):
+    """Each was a 500 with a traceback (a CSV's query past a _timelimit printed the whole SQL)."""
+    answer = get(site, page)
+    assert answer.status_code == 400, (answer.status_code, answer.text[:200])
+    assert capfd.readouterr().err == ""
+
+
 def test_a_fault_of_the_server_is_a_500_page_and_one_line_on_its_terminal_never_a_traceback(site, capfd,
                                                                                             monkeypatch):
     from ledger.browse import server

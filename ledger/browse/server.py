@@ -288,9 +288,11 @@ def _plugin() -> Any:
 def _page_error(exception: BaseException, request: Any) -> Any:
     """The error page a served case answers ``exception`` with: a ``DatasetteError`` Datasette renders
     without printing anything. Datasette's refusals of a table page's options, which it raises as
-    errors of the server (``_sort`` of an unknown column), and a value it could not read from the
-    request (``_timelimit=abc``, ``_through={bad``: a ``ValueError``) are ``400``; anything else is
-    ``500`` with its message, and one line on the server's terminal naming the page."""
+    errors of the server (``_sort`` of an unknown column), a value it could not read or use from the
+    request (``_timelimit=abc``, ``_through={bad``, ``_json_infinity=abc``: a ``ValueError``; an
+    integer past SQLite's, a ``_next`` of the wrong type) and a CSV query past a ``_timelimit`` are
+    ``400``; anything else is ``500`` with its message, and one line on the server's terminal naming
+    the page."""
     page_error = _datasette_module("datasette.views.base").DatasetteError
     if isinstance(exception, page_error):
         if exception.status != 500:
@@ -299,8 +301,12 @@ def _page_error(exception: BaseException, request: Any) -> Any:
                           message_is_html=getattr(exception, "message_is_html", False))
     if isinstance(exception, _datasette_module("datasette.utils.asgi").Base400):
         return exception  # Datasette's own answers (400, 403, 404), which it renders without printing
-    if isinstance(exception, ValueError) and not isinstance(exception, sqlite3.Error):
-        return page_error(f"a value of the request cannot be read: {exception}", title="Bad request", status=400)
+    if type(exception).__name__ == "QueryInterrupted":  # a CSV page's query past its (given) time limit
+        return page_error("the query took too long: past its time limit", title="SQL Interrupted", status=400)
+    # a served case is only read: a constraint or a datatype mismatch there comes of the visitor's value
+    if isinstance(exception, (ValueError, OverflowError, sqlite3.DataError, sqlite3.IntegrityError)):
+        return page_error(f"a value of the request cannot be used: {exception or type(exception).__name__}",
+                          title="Bad request", status=400)
     sys.stderr.write(f"warning: {printable(request.path)}: {type(exception).__name__}: {shown(printable(str(exception)), 300)}\n")
     return page_error(str(exception), title="Server error", status=500)
 
