@@ -186,13 +186,13 @@ def test_the_atoms_frontier_on_the_imported_runs_gives_the_figures_docs_give(imp
         shown.append((choice["policy"], choice["in_sample"]["units_saved_pct"], choice["in_sample"]["good_stopped_pct"],
                       held["units_saved_pct"], held["good_stopped_pct"]))
     assert shown == [
-        ("max_low_information_steps=10 units_per_hypothesis=100000", 1.06, 2.7,
+        ("max_low_information_steps=10 units_per_hypothesis=100000", 1.06, 2.71,
          {"mean": 2.13, "min": 0, "max": 5.58}, {"mean": 5.18, "min": 0, "max": 12.5}),
         ("max_low_information_steps=10 units_per_hypothesis=500", 5.55, 8.11,
          {"mean": 5.38, "min": 2.11, "max": 9.47}, {"mean": 7.68, "min": 0, "max": 12.5})]
     assert report.choice["bootstrap"]["units_saved_pct"][:2] == [1.43, 9.64]
     assert "streak of 3 stops 49 of 74 resolved runs" in doc and "5.55 % saved, 6 of 74 resolved stopped" in doc
-    assert "1.06 % saved, 2 of 74 resolved runs stopped (2.7 %)" in doc and "bootstrap 1.43 to 9.64 % saved" in doc
+    assert "1.06 % saved, 2 of 74 resolved runs stopped (2.71 %)" in doc and "bootstrap 1.43 to 9.64 % saved" in doc
 
 
 def ledger_cli_rows(args: list[str]) -> dict[tuple[str, str], list[str]]:
@@ -960,6 +960,33 @@ def test_swe_agents_file_viewer_reads_and_its_line_numbers_are_no_paths(command,
 def test_a_word_that_runs_a_command_or_holds_a_variable_names_no_target(command, expected):
     """A command substitution runs a program the rules do not see (the step is the default action, as a
     subshell is); a variable's path is not known here; after ``--`` a word starting with - is a path."""
+    from ledger.runs.actions import classify
+
+    assert classify(command) == expected
+
+
+@pytest.mark.parametrize("command", [
+    "sed -ni 's/a/b/p' f.py", "sed -Ei s/a/b/ f.py", "sed --in-place=.bak s/a/b/ f.py", "cat x.py &>out",
+    "cat x.py &>>out", "find . -fls out", "find . -name '*.py' -fprint0 o", "find . -fprintf o %p", "ls | xargs rm",
+    "grep -l x . | xargs sed -i s/a/b/", "cat x.py | head -n1 | xargs python", "ls | xargs -I% cp % /tmp",
+    "cat x.py | awk '{system(\"rm y\")}'", "grep x f | awk '{print > \"o\"}'", "cat x.py | sort -o out",
+    "cat x.py | uniq - out"])
+def test_a_command_that_writes_or_runs_another_is_the_default_action(command):
+    """Each was a read or a search: sed's -i among other options, &> redirections, find's writing
+    actions, the program xargs runs, awk's system() and print into a file, sort -o, uniq IN OUT."""
+    from ledger.runs.actions import classify
+
+    assert classify(command) == ("test.automated", None)
+
+
+@pytest.mark.parametrize("command, expected", [
+    ("cat x.py 2>&1", ("source.read_context", "x.py")), ("grep -n foo a.py 2>&1 | head -5", ("source.find_text", "a.py")),
+    ("grep -l x src | xargs cat", ("source.find_text", "src")), ("cat a.py | awk '{print $1}' | sort | uniq",
+                                                              ("source.read_context", "a.py")),
+    ("sed -n 1,5p f.py", ("source.read_context", "f.py"))])
+def test_a_descriptor_copy_and_what_xargs_reads_keep_a_read_a_read(command, expected):
+    """2>&1 names no file (it was taken for a redirection, the step the default action); the files
+    xargs hands a reader come from the pipe, so they are no target."""
     from ledger.runs.actions import classify
 
     assert classify(command) == expected

@@ -14,7 +14,8 @@ arguments of its reading and searching programs (for ``grep`` and ``sed`` the
 first plain argument is the pattern or script, not a path; ``.`` is no target).
 When the command names exactly one distinct path, that is the target. A word after ``--`` is a path
 even when it starts with ``-``; a word holding a variable (``$FILE``) names no known path; a word that
-runs a command of its own (`` `ls` ``, ``$(ls)``) makes the step the ``default`` action, as a subshell does.
+runs a command of its own (`` `ls` ``, ``$(ls)``) makes the step the ``default`` action, as a subshell does,
+and so does a command that writes a file or runs another program (:func:`_writes`, ``xargs PROGRAM``).
 """
 
 from __future__ import annotations
@@ -174,17 +175,86 @@ def _with_subcommand(words: list[str], known: set[str]) -> list[str]:
     return [compound, *words[2:]] if compound in known else words
 
 
+#: Characters a shell operator is made of (``shlex`` splits them from the words).
+_OPERATOR = frozenset("|&;<>()")
+#: Options of ``xargs`` whose value is the next word.
+_XARGS_VALUES = frozenset({"-I", "-n", "-d", "-P", "-L", "-s", "-a", "-E"})
+#: ``find`` actions that delete, run a program or write a file.
+_FIND_WRITES = frozenset({"-delete", "-exec", "-execdir", "-ok", "-okdir", "-fprint", "-fprint0", "-fprintf", "-fls"})
+
+
+def _redirects_or_runs(words: list[str]) -> bool:
+    """Whether the words redirect to or from a file (``>``, ``>>``, ``&>``, ``<``: a descriptor's
+    copy, ``2>&1``, is none), open a subshell or run a command inside a word (`` `ls` ``, ``$(ls)``)."""
+    for index, word in enumerate(words):
+        if word in ("(", ")") or "`" in word or "$(" in word:
+            return True
+        if set(word) <= _OPERATOR and ("<" in word or ">" in word):
+            following = words[index + 1] if index + 1 < len(words) else ""
+            if word in (">&", "<&") and (following.isdigit() or following == "-"):
+                continue
+            return True
+    return False
+
+
+def _without_descriptor_copies(words: list[str]) -> list[str]:
+    """The words without a descriptor's copy or close (``2>&1``, ``>&2``, ``2>&-``), which names no file."""
+    out: list[str] = []
+    skip = False
+    for index, word in enumerate(words):
+        if skip:
+            skip = False
+            continue
+        if word in (">&", "<&"):
+            if out and out[-1].isdigit() and index and words[index - 1] == out[-1]:
+                out.pop()
+            skip = True
+            continue
+        out.append(word)
+    return out
+
+
+def _run_by_xargs(words: list[str]) -> list[str]:
+    """For ``xargs [options] PROGRAM ARGS``, the program it runs and its arguments (a new list: its
+    paths come from the pipe); any other simple command as it is."""
+    if words[0] != "xargs":
+        return words
+    index = 1
+    while index < len(words) and words[index].startswith("-"):
+        index += 2 if words[index] in _XARGS_VALUES else 1
+    return words[index:] if index < len(words) else words
+
+
+def _writes(program: str, args: list[str]) -> bool:
+    """Whether a command that reads or filters writes a file or runs a program after all: ``sed -i``
+    (alone or among other one-letter options, ``--in-place``), ``find`` with an action that does,
+    ``awk`` whose program calls ``system``, prints into a file or a pipe, ``sort -o``, ``uniq IN OUT``."""
+    if program == "sed":
+        return any(a.startswith("--in-place") or (a.startswith("-") and not a.startswith("--") and "i" in a[1:])
+                   for a in args)
+    if program == "find":
+        return any(a in _FIND_WRITES for a in args)
+    if program == "awk":
+        return any("system" in a or ">" in a or "|" in a or "getline" in a for a in args)
+    if program == "sort":
+        return any(a.startswith(("-o", "--output")) for a in args)
+    if program == "uniq":
+        return len([a for a in args if not a.startswith("-") or a == "-"]) > 1
+    return False
+
+
 def classify(command: str, mapping: ActionMap = DEFAULT_ACTION_MAP) -> tuple[str, str | None]:
     """``(action, target)`` of a shell ``command`` (see the module docstring)."""
     words = _words(command)
-    if not words or any(w in ("<", ">", "(", ")") or w.startswith(("<", ">")) or "`" in w or "$(" in w for w in words):
+    if not words or _redirects_or_runs(words):
         return mapping.default, None  # writes a file, reads a here-document, opens a subshell or runs one in a word
     known = set().union(*(m for _, m in mapping.rules)) | mapping.neutral
-    commands = [_with_subcommand(c, known) for c in _simple_commands(words)]
+    simple = _simple_commands(_without_descriptor_copies(words))
+    run = [_run_by_xargs(c) for c in simple]
+    piped = [ran is not given for ran, given in zip(run, simple)]  # what xargs runs: its paths come from the pipe
+    commands = [_with_subcommand(c, known) for c in run]
     programs = [c[0].rsplit("/", 1)[-1] if c[0].startswith("/") else c[0] for c in commands]
-    if any((p == "sed" and any(a.startswith("-i") or a == "--in-place" for a in c[1:]))
-           or (p == "find" and any(a in ("-delete", "-exec", "-execdir", "-ok", "-fprint") for a in c[1:]))
-           for p, c in zip(programs, commands)):
+    if any(_writes(p, c[1:]) for p, c in zip(programs, commands)):
         return mapping.default, None
     action = None
     for name, members in mapping.rules:
@@ -195,7 +265,7 @@ def classify(command: str, mapping: ActionMap = DEFAULT_ACTION_MAP) -> tuple[str
         return mapping.default, None
     targets: list[str] = []
     for index, (program, words_) in enumerate(zip(programs, commands)):
-        if program == "xargs" and len(words_) > 1:
+        if piped[index] or (program == "xargs" and len(words_) > 1):
             continue  # the paths come from the pipe
         if any(program in m for _, m in mapping.rules) and not (index and program in mapping.neutral):
             targets += [p for p in _paths(program, words_[1:]) if p not in targets]
