@@ -3,6 +3,7 @@ on its own; an event kept elsewhere earlier (seq and sha256) catches it."""
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import json
 import shutil
@@ -100,6 +101,10 @@ def test_a_malformed_anchor_is_invalid_argument_before_anything_is_read(tmp_path
     assert caught.value.code == "INVALID_ARGUMENT" and "anchor" in caught.value.message
 
 
+class Seq(enum.IntEnum):
+    FIVE = 5
+
+
 @pytest.mark.parametrize("anchors, said", [
     ({1: "x" * 500}, f"the anchor of seq 1 must be a sha256 (64 lowercase hex digits), got {'x' * 80!r}…"),
     ({10 ** 5000: "a" * 64}, "an anchor's seq must be an integer from 1 to 9223372036854775807 (2**63-1), got an "
@@ -108,7 +113,9 @@ def test_a_malformed_anchor_is_invalid_argument_before_anything_is_read(tmp_path
                           "integer 9223372036854775808"),
     ({"1": "a" * 64}, "an anchor's seq must be an integer from 1 to 9223372036854775807 (2**63-1), got the string "
                       '"1"'),
-    ({1: 5}, "the anchor of seq 1 must be a sha256 (64 lowercase hex digits), got the integer 5")])
+    ({1: 5}, "the anchor of seq 1 must be a sha256 (64 lowercase hex digits), got the integer 5"),
+    ({Seq.FIVE: "a" * 64}, "an anchor's seq must be an integer from 1 to 9223372036854775807 (2**63-1), got the "
+                           "integer 5 of the type Seq (give int(5))")])
 def test_a_malformed_anchor_is_named_whole_or_cut_with_a_mark(tmp_path, anchors, said):
     """A 500-character hash was cut at 300 characters of message with no mark, and a seq of 5,000
     digits raised Python's ValueError instead of a refusal."""

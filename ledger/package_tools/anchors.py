@@ -31,7 +31,9 @@ def check_anchors(anchors: Any) -> dict[int, str]:
     for seq, sha in anchors.items():
         if type(seq) is not int or not 1 <= seq <= SEQ_MAX:
             raise LedgerError(E.INVALID_ARGUMENT, f"an anchor's seq must be an integer from 1 to {SEQ_MAX} (2**63-1), "
-                              f"got {describe_value(seq)}")
+                              f"got {describe_value(seq)}"
+                              + (f" of the type {type(seq).__name__} (give int({seq}))" if isinstance(seq, int)
+                                 and not isinstance(seq, bool) and type(seq) is not int else ""))
         if not isinstance(sha, str) or not _SHA256_RE.fullmatch(sha):
             raise LedgerError(E.INVALID_ARGUMENT, f"the anchor of seq {seq} must be a sha256 (64 lowercase hex "
                               f"digits), got {quoted(sha, 80) if isinstance(sha, str) else describe_value(sha)}")
