@@ -305,9 +305,10 @@ def _page_error(exception: BaseException, request: Any) -> Any:
         return page_error("the query took too long: past its time limit", title="SQL Interrupted", status=400)
     # a served case is only read: a constraint or a datatype mismatch there comes of the visitor's value
     if isinstance(exception, (ValueError, OverflowError, sqlite3.DataError, sqlite3.IntegrityError)):
-        return page_error(f"a value of the request cannot be used: {exception or type(exception).__name__}",
+        return page_error(f"a value of the request cannot be used: {str(exception) or type(exception).__name__}",
                           title="Bad request", status=400)
-    sys.stderr.write(f"warning: {printable(request.path)}: {type(exception).__name__}: {shown(printable(str(exception)), 300)}\n")
+    said = shown(printable(str(exception)), 300)
+    sys.stderr.write(f"warning: {printable(request.path)}: {type(exception).__name__}: {said}\n")
     return page_error(str(exception), title="Server error", status=500)
 
 
