@@ -50,7 +50,7 @@ SELECT sha256 FROM {schema}.contents;
 
 -- name: last_revision
 -- the highest revision the history opened (0 before the first)
-SELECT COALESCE(MAX(revision), 0) FROM {schema}.events WHERE typeof(revision) = 'integer';
+SELECT COALESCE(MAX(revision), 0) FROM {schema}.revisions;
 
 -- name: head_address
 -- where the ledger's last event is exported

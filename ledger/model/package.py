@@ -18,7 +18,7 @@ import re
 import stat
 import unicodedata
 from pathlib import Path, PurePosixPath
-from typing import Callable, Container, Iterable, Iterator
+from typing import Container, Iterable, Iterator
 
 from ..ground import errors as E
 from ..ground.errors import LedgerError
@@ -212,13 +212,11 @@ def check_export_tree(files: Iterable[str], accounted: Container[str], last_revi
     other file (in sorted order) is ``INTEGRITY_ERROR`` naming it: a stray, duplicated or misplaced
     file is never silently ignored.
     """
-    files = sorted(files)
-    allowed = _temp_allowed(last_revision)
-    for relative in files:
+    for relative in sorted(files):
         if PurePosixPath(relative).parts[0] != ANALYSIS_DIR or relative in accounted or is_system_clutter(relative):
             continue
         target = export_temp_target(relative)
-        if target is not None and allowed(target):
+        if target is not None and _temp_allowed(target, last_revision):
             continue
         if target is not None:
             why = (f"named as an export's temp file for {target}, but no export of this case writes there "
@@ -235,21 +233,19 @@ def check_export_tree(files: Iterable[str], accounted: Container[str], last_revi
                               path=printable_name(relative))
 
 
-def _temp_allowed(last_revision: int | None) -> Callable[[str], bool]:
-    """Which temp files (by the file each was to become) an interrupted export may have left: of any
-    case event or content file (the export may have been writing events past the last one the tree
-    holds whole), and of a file in a revision's folder (``budgets/NNNN/``, ``evidence/NNNN/``, named
-    as an export names it) of a revision the ledger opened. Without a ledger (import) that is any
-    revision: the export may have been writing the first events of a revision the tree does not
-    show yet, the file that opened it among those not yet written (or its temp file removed since)."""
-    def allowed(target: str) -> bool:
-        if not target.startswith(_REVISION_FOLDERS) or CONTENT_FILE_RE.fullmatch(target):
-            return True
-        folder = PurePosixPath(target).parts[2]
-        revision = int(folder)
-        return (revision >= 1 and folder == f"{revision:04d}"
-                and (last_revision is None or revision <= last_revision))
-    return allowed
+def _temp_allowed(target: str, last_revision: int | None) -> bool:
+    """Whether an interrupted export may have left a temp file of ``target`` (the file it was to
+    become): of any case event or content file (the export may have been writing events past the
+    last one the tree holds whole), and of a file in a revision's folder (``budgets/NNNN/``,
+    ``evidence/NNNN/``, named as an export names it) of a revision the ledger opened. Without a ledger
+    (import) that is any revision: the export may have been writing the first events of a revision
+    the tree does not show yet, the file that opened it among those not yet written (or its temp file
+    removed since)."""
+    if not target.startswith(_REVISION_FOLDERS) or CONTENT_FILE_RE.fullmatch(target):
+        return True
+    folder = PurePosixPath(target).parts[2]
+    revision = int(folder)
+    return revision >= 1 and folder == f"{revision:04d}" and (last_revision is None or revision <= last_revision)
 
 
 _REVISION_FOLDERS = (f"{ANALYSIS_DIR}/budgets/", f"{ANALYSIS_DIR}/evidence/")
