@@ -21,6 +21,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -372,6 +373,38 @@ def test_a_value_of_the_request_the_server_cannot_use_is_a_400_and_nothing_on_it
     assert capfd.readouterr().err == ""
     if page.endswith("_json_infinity=abc"):  # its error says nothing of itself: its kind is named
         assert answer.json()["error"] == "a value of the request cannot be used: ValueAsBooleanError"
+
+
+@pytest.mark.parametrize("through, ours", [("0", True), ("[1]", True), ("{}", True), ("[" * 5000, True),
+                                           ('{"table":"results","column":"action_id"}', True),
+                                           ('{"table":1,"column":"x","value":1}', False),
+                                           ('{"table":"results","column":"action_id","value":[1]}', False)])
+def test_a_through_filter_is_a_json_object_naming_a_table_a_column_and_a_value(site, capfd, through, ours):
+    """Datasette read a _through of other JSON without checking it: a KeyError or TypeError,
+    answered as an error of the server (500) with a warning on its terminal. (Where Datasette
+    refuses the value itself, as a table it cannot find, its own 400 stands.)"""
+    answer = get(site, f"/BUG-20/balances.json?_through={quote(through)}")
+    assert answer.status_code == 400, (answer.status_code, answer.text[:200])
+    error = answer.json()["error"]
+    assert error.startswith("_through must be a JSON object naming a table, a column and a value") == ours, error
+    assert capfd.readouterr().err == ""
+
+
+@pytest.mark.parametrize("query, ours", [("", True), ("?sql=", True), ("?_size=5", True), ("?sql=%20%20", False)])
+def test_a_case_s_csv_needs_the_sql_to_run(site, capfd, query, ours):
+    """/CASE.csv with no SQL was Datasette's KeyError: a 500 and a warning on the server's terminal
+    (blank SQL Datasette refuses itself, as invalid)."""
+    import datasette
+
+    answer = get(site, f"/BUG-20.csv{query}")
+    if datasette.__version__.startswith("0."):
+        assert answer.status_code == 400, (answer.status_code, answer.text[:200])
+        assert ("a case&#39;s CSV is the answer to a query: give the SQL to run" in answer.text) == ours
+    else:  # Datasette 1.0 has no page there: its own 404
+        assert answer.status_code == 404, (answer.status_code, answer.text[:200])
+    assert capfd.readouterr().err == ""
+    if datasette.__version__.startswith("0."):
+        assert get(site, "/BUG-20.csv?sql=select+1+as+n").text.splitlines() == ["n", "1"]
 
 
 def test_a_fault_of_the_server_is_a_500_page_and_one_line_on_its_terminal_never_a_traceback(site, capfd,

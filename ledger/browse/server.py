@@ -15,8 +15,10 @@ import functools
 import importlib
 import inspect
 import ipaddress
+import json
 import logging
 import os
+import re
 import signal
 import socket
 import sqlite3
@@ -31,7 +33,7 @@ from typing import Any, Callable, Sequence
 
 from ..ground import errors as E
 from .metadata import CHART_FORMAT, CHART_QUERY, browse_config, browse_metadata, remaining_units_svg, served_cases
-from ..ground.errors import LedgerError, printable, shown
+from ..ground.errors import LedgerError, printable, quoted, shown
 from ..storage.sqlfiles import schema_version
 from ..storage.readonly import bound_values
 from ..storage.sqlite_file import file_identity, log_files_exist, readable_uri, release_log, wal_bytes
@@ -301,6 +303,9 @@ def _page_error(exception: BaseException, request: Any) -> Any:
                           message_is_html=getattr(exception, "message_is_html", False))
     if isinstance(exception, _datasette_module("datasette.utils.asgi").Base400):
         return exception  # Datasette's own answers (400, 403, 404), which it renders without printing
+    unusable = _unusable_request(request)
+    if unusable is not None:  # Datasette read the request without checking it (a KeyError, a TypeError)
+        return page_error(unusable, title="Bad request", status=400)
     if type(exception).__name__ == "QueryInterrupted":  # a CSV page's query past its (given) time limit
         return page_error("the query took too long: past its time limit", title="SQL Interrupted", status=400)
     # a served case is only read: a constraint or a datatype mismatch there comes of the visitor's value
@@ -310,6 +315,30 @@ def _page_error(exception: BaseException, request: Any) -> Any:
     said = shown(printable(str(exception)), 300)
     sys.stderr.write(f"warning: {printable(request.path)}: {type(exception).__name__}: {said}\n")
     return page_error(str(exception), title="Server error", status=500)
+
+
+def _unusable_request(request: Any) -> str | None:
+    """Why Datasette cannot answer ``request``, for the request values it uses without checking
+    them (it met them as a ``KeyError`` or a ``TypeError``, a fault of the server by its kind): a
+    ``_through`` that is no JSON object naming a ``table`` and a ``column`` (strings) and a ``value``,
+    and a case's own CSV (``/CASE.csv``) without the SQL to run. None: nothing known wrong."""
+    args = getattr(request, "args", None)
+    if args is None:
+        return None
+    for through in args.getlist("_through"):
+        try:
+            given = json.loads(through)
+        except (ValueError, RecursionError):  # no JSON, or nested deeper than Python reads
+            given = None
+        if not (isinstance(given, dict) and isinstance(given.get("table"), str)
+                and isinstance(given.get("column"), str) and "value" in given
+                and (given["value"] is None or isinstance(given["value"], (str, int, float)))):
+            return (f"_through must be a JSON object naming a table, a column and a value, such as "
+                    f'{{"table": "results", "column": "action_id", "value": "a1"}}; got {quoted(printable(through), 100)}')
+    path = getattr(request, "path", "")
+    if re.fullmatch(r"/[^/.]+\.csv", path) and not (args.get("sql") or "").strip():
+        return f"a case's CSV is the answer to a query: give the SQL to run, as {path}?sql=SELECT …"
+    return None
 
 
 def case_datasette(paths: Sequence[str | os.PathLike[str]], sql_threads: int = 3) -> Any:
