@@ -970,10 +970,13 @@ def test_a_word_that_runs_a_command_or_holds_a_variable_names_no_target(command,
     "cat x.py &>>out", "find . -fls out", "find . -name '*.py' -fprint0 o", "find . -fprintf o %p", "ls | xargs rm",
     "grep -l x . | xargs sed -i s/a/b/", "cat x.py | head -n1 | xargs python", "ls | xargs -I% cp % /tmp",
     "cat x.py | awk '{system(\"rm y\")}'", "grep x f | awk '{print > \"o\"}'", "cat x.py | sort -o out",
-    "cat x.py | uniq - out"])
+    "cat x.py | uniq - out", "sed 's/a/b/w out' f.py", "sed -n 's/a/b/gw out' f.py", "sed '1e date' f.py",
+    "sed 's/x/date/e' f.py", "sed -n '/re/w o' f.py", "sed -e 's/a/b/' -e 'w x' f", "sed -n '$W o' f",
+    "sed --expression='2e ls' f", "sed -n '\\,x,w o' f"])
 def test_a_command_that_writes_or_runs_another_is_the_default_action(command):
     """Each was a read or a search: sed's -i among other options, &> redirections, find's writing
-    actions, the program xargs runs, awk's system() and print into a file, sort -o, uniq IN OUT."""
+    actions, the program xargs runs, awk's system() and print into a file, sort -o, uniq IN OUT,
+    a sed script's w, W and e commands and the w and e flags of its s command."""
     from ledger.runs.actions import classify
 
     assert classify(command) == ("test.automated", None)
@@ -987,6 +990,22 @@ def test_a_command_that_writes_or_runs_another_is_the_default_action(command):
 def test_a_descriptor_copy_and_what_xargs_reads_keep_a_read_a_read(command, expected):
     """2>&1 names no file (it was taken for a redirection, the step the default action); the files
     xargs hands a reader come from the pipe, so they are no target."""
+    from ledger.runs.actions import classify
+
+    assert classify(command) == expected
+
+
+@pytest.mark.parametrize("command, expected", [
+    ("sed -ne '/def/,+5p' f.py", ("source.read_context", "f.py")), ("sed --expression=1d f.py", ("source.read_context", "f.py")),
+    ("sed --expression 1d f.py", ("source.read_context", "f.py")), ("grep --regexp=foo a.py", ("source.find_text", "a.py")),
+    ("grep --regexp foo a.py", ("source.find_text", "a.py")), ("grep -rne foo src", ("source.find_text", "src")),
+    ("rg -f patterns.txt src", ("source.find_text", "src")), ("sed 's/w/e/g' f.py", ("source.read_context", "f.py")),
+    ("sed -n '/we/p' f.py", ("source.read_context", "f.py")), ("sed '/x/a we said' f.py", ("source.read_context", "f.py")),
+    ("sed 'y/we/ew/' f.py", ("source.read_context", "f.py")), ("sed -n '/a/{p;q}' f.py", ("source.read_context", "f.py"))])
+def test_a_pattern_or_script_given_by_option_leaves_the_first_plain_word_a_path(command, expected):
+    """-ne SCRIPT (e last in a cluster), --expression and --regexp give the script or pattern as
+    -e does: the first plain word is then a path (it was taken for the script, so no target). A
+    sed script's letters w and e inside a pattern, a text or a y command write nothing."""
     from ledger.runs.actions import classify
 
     assert classify(command) == expected

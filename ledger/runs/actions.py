@@ -47,12 +47,14 @@ _ACTION_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
 _SEPARATORS = frozenset({"|", "||", "&&", ";", "&", "\n", "|&"})
 #: Options whose value is the next word, per program (``-n 20``, ``-A 3``, ``-name x``).
 _VALUE_OPTIONS = {
-    "grep": set("ABCmef"), "egrep": set("ABCmef"), "fgrep": set("ABCmef"), "rg": set("ABCmegtT"),
+    "grep": set("ABCmef"), "egrep": set("ABCmef"), "fgrep": set("ABCmef"), "rg": set("ABCmefgtT"),
     "head": set("nc"), "tail": set("nc"), "nl": set("bdfhilnpsvw"), "sed": set("ef"),
     "ls": set("ITw"), "tree": set("LIP"),
 }
 #: Programs whose first plain argument is a pattern or script, not a path (unless given by ``-e``/``-f``).
 _PATTERN_FIRST = frozenset({"grep", "egrep", "fgrep", "rg", "ag", "ack", "sed", "search_dir", "find_file"})
+#: Long options of those programs giving the pattern or script (``--regexp=PATTERN``, ``--expression SCRIPT``).
+_PATTERN_OPTIONS = frozenset({"--regexp", "--expression", "--file"})
 #: Programs whose first plain argument is their one path, the rest line numbers (SWE-agent's ``open
 #: FILE LINE``, ``str_replace_editor view FILE --view_range 1 40``).
 _PATH_FIRST = frozenset({"open", "str_replace_editor view"})
@@ -154,11 +156,15 @@ def _paths(program: str, args: list[str]) -> list[str]:
         if program == "find" and arg.startswith("-"):
             break  # find PATH… then its expression
         if arg.startswith("-") and len(arg) > 1 and not arg.startswith("--"):
-            if arg[1] in "ef" and program in _PATTERN_FIRST:
+            taking = next((letter for letter in arg[1:] if letter in values), arg[1])  # the rest is its value
+            if taking in ("e", "f") and program in _PATTERN_FIRST:  # -e PATTERN, -ne SCRIPT, -eSCRIPT
                 pattern_given = True
             skip = arg[-1] in values
             continue
         if arg.startswith("--"):
+            name = arg.partition("=")[0]
+            if name in _PATTERN_OPTIONS and program in _PATTERN_FIRST:  # --expression=SCRIPT, --regexp PATTERN
+                pattern_given, skip = True, "=" not in arg
             continue
         plain.append(arg)
     if program in _PATTERN_FIRST and not pattern_given:
@@ -231,7 +237,7 @@ def _writes(program: str, args: list[str]) -> bool:
     ``awk`` whose program calls ``system``, prints into a file or a pipe, ``sort -o``, ``uniq IN OUT``."""
     if program == "sed":
         return any(a.startswith("--in-place") or (a.startswith("-") and not a.startswith("--") and "i" in a[1:])
-                   for a in args)
+                   for a in args) or any(_sed_script_writes_or_runs(script) for script in _sed_scripts(args))
     if program == "find":
         return any(a in _FIND_WRITES for a in args)
     if program == "awk":
@@ -240,6 +246,71 @@ def _writes(program: str, args: list[str]) -> bool:
         return any(a.startswith(("-o", "--output")) for a in args)
     if program == "uniq":
         return len([a for a in args if not a.startswith("-") or a == "-"]) > 1
+    return False
+
+
+def _sed_scripts(args: list[str]) -> list[str]:
+    """The scripts of a ``sed`` command's arguments: each ``-e SCRIPT`` (``-eSCRIPT``, ``-ne SCRIPT``,
+    ``--expression=SCRIPT``), else its first plain argument. (A script file, ``-f FILE``, is not read.)"""
+    scripts, plain, index = [], [], 0
+    while index < len(args):
+        word, following = args[index], args[index + 1] if index + 1 < len(args) else ""
+        if word == "--":
+            plain += args[index + 1:]
+            break
+        if word.startswith("--expression"):
+            scripts.append(word.partition("=")[2] if "=" in word else following)
+            index += "=" not in word
+        elif word.startswith("-") and not word.startswith("--") and len(word) > 1:
+            letters = word[1:]
+            at = min((letters.index(ch) for ch in "ef" if ch in letters), default=None)
+            if at is not None:  # the rest of the cluster is the value, else the next word
+                value = letters[at + 1:] or following
+                index += not letters[at + 1:]
+                if letters[at] == "e":
+                    scripts.append(value)
+        elif not word.startswith("-") or word == "-":
+            plain.append(word)
+        index += 1
+    return scripts or plain[:1]
+
+
+#: sed commands whose text runs to the end of the line (text to add, a file to read, a label, a comment).
+_SED_TO_LINE_END = frozenset("aicrRbtT:#")
+
+
+def _sed_delimited(script: str, start: int, delimiter: str) -> int:
+    """The index just past the ``delimiter`` that ends the part of ``script`` from ``start`` (a
+    backslash escapes the character after it)."""
+    index = start
+    while index < len(script) and script[index] != delimiter:
+        index += 2 if script[index] == "\\" else 1
+    return index + 1
+
+
+def _sed_script_writes_or_runs(script: str) -> bool:
+    """Whether a sed script writes a file or runs a command: a ``w``, ``W`` or ``e`` command (after
+    any address), or an ``s`` command with the ``w`` or ``e`` flag (``s/a/b/w out``, ``s/x/date/e``)."""
+    index = 0
+    while index < len(script):
+        char = script[index]
+        if char in "wWe":
+            return True
+        if char == "/":  # an address /re/
+            index = _sed_delimited(script, index + 1, "/")
+        elif char == "\\" and index + 1 < len(script):  # an address \cREc
+            index = _sed_delimited(script, index + 2, script[index + 1])
+        elif char in "sy" and index + 1 < len(script):
+            end = _sed_delimited(script, _sed_delimited(script, index + 2, script[index + 1]), script[index + 1])
+            flags = re.match(r"[0-9gpiImMe]*w?", script[end:]).group() if char == "s" else ""
+            if "e" in flags or "w" in flags:
+                return True
+            index = end + len(flags)
+        elif char in _SED_TO_LINE_END:
+            newline = script.find("\n", index)
+            index = len(script) if newline < 0 else newline + 1
+        else:  # an address's digits and signs, a separator, a command of one letter
+            index += 1
     return False
 
 
