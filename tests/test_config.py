@@ -207,8 +207,8 @@ def test_the_policies_the_library_does_not_revalidate_are_the_default_and_exampl
     known = {BudgetConfig().policy_sha256: BudgetConfig(), example_policy().config.policy_sha256: example_policy().config}
     assert set(known) == config_module.CHECKED_POLICY_SHA256
     for sha, config in known.items():
-        validate("budget-policy-v1", dict(config.policy), "CONFIG_INVALID", "budget config")
-        assert canonical_sha256(dict(config.policy)) == sha
+        validate("budget-policy-v1", config.to_dict(), "CONFIG_INVALID", "budget config")
+        assert canonical_sha256(config.to_dict()) == sha
 
 
 def test_a_policy_is_schema_checked_once_per_process_and_a_bad_one_every_time(monkeypatch):
@@ -368,3 +368,60 @@ def test_the_export_file_bound_is_the_largest_event_or_content_an_analysis_confi
     from ledger.ground.paths import EXPORT_FILE_BYTES_MAX
     limits = json.loads((REPO / "schemas" / "analysis-config-v1.json").read_text())["properties"]["limits"]["properties"]
     assert {limits[key]["maximum"] for key in ("event_bytes_max", "evidence_artifact_bytes_max")} == {EXPORT_FILE_BYTES_MAX}
+
+
+def test_a_checked_policy_cannot_be_edited_so_what_initialize_records_is_what_its_hash_covers(tmp_path):
+    """An edit of BudgetConfig.policy after it was checked (its hash computed once) was recorded by
+    initialize under the hash of the unedited policy: verify refused the honest ledger, the policy
+    check compared the wrong policies, and an invalid value reached the hash chain."""
+    import pickle
+
+    from ledger import Case, verify_case
+
+    config = BudgetConfig()
+    with pytest.raises(TypeError):
+        config.policy["action_costs"]["tests.run"] = 5
+    with pytest.raises(TypeError):
+        config.policy["default_action_cost"] = -5
+    assert config.policy_sha256 == BudgetConfig().policy_sha256 and config.policy["action_costs"] == {}
+    edited = config.to_dict()
+    edited["action_costs"]["tests.run"] = 5  # a copy: editing it changes nothing checked
+    assert config.policy["action_costs"] == {} and BudgetConfig.from_mapping(edited).cost_units("tests.run") == 5
+    assert pickle.loads(pickle.dumps(config)) == config and BudgetConfig(policy=config.policy) == config
+    with Case.create(tmp_path / "c", "POLICY-1") as case:
+        case.open_revision([{"statement": "a"}])
+        case.transition("INVESTIGATING_HYPOTHESES")
+        priced = BudgetConfig.from_mapping(edited)
+        case.budget(priced).initialize()
+        assert case.budget(priced).reserve("H1", "q1", "tests.run").action["cost_units"] == 5
+        with pytest.raises(LedgerError) as changed:
+            case.budget(BudgetConfig()).reserve("H1", "q2", "tests.run")
+    assert changed.value.code == "BUDGET_POLICY_CHANGED"
+    assert verify_case(tmp_path / "c").head_seq == 5  # raises INTEGRITY_ERROR when it fails
+
+
+def test_checked_analysis_settings_cannot_be_edited():
+    import pickle
+
+    analysis = AnalysisConfig.from_mapping({"limits": {"event_bytes_max": 100_000}})
+    with pytest.raises(TypeError):
+        analysis.limits["event_bytes_max"] = -1
+    with pytest.raises(TypeError):
+        analysis.storage["synchronous"] = "OFF"
+    assert analysis.limits["event_bytes_max"] == 100_000 and pickle.loads(pickle.dumps(analysis)) == analysis
+    assert AnalysisConfig(limits=analysis.limits, storage=analysis.storage) == analysis
+
+
+@pytest.mark.parametrize("build, where", [
+    (lambda: AnalysisConfig.from_mapping({"limits": {1: 2}}), "limits"),
+    (lambda: AnalysisConfig(storage={("a",): 2}), "storage"),
+    (lambda: AnalysisConfig(limits={None: 1}), "limits"),
+    (lambda: BudgetConfig.from_mapping({1: 2}), "(top level)"),
+    (lambda: BudgetConfig.from_mapping({None: 2}), "(top level)"),
+    (lambda: BudgetConfig.from_mapping({"action_costs": {1: 2}}), "action_costs")])
+def test_a_config_mapping_with_a_key_that_is_no_string_is_config_invalid(build, where):
+    """A mapping built in Python (TOML keys are always text): a TypeError escaped while the refusal
+    named the key."""
+    with pytest.raises(LedgerError) as refused:
+        build()
+    assert refused.value.code == CONFIG_INVALID and refused.value.message.startswith(f"{where}: keys must be strings")

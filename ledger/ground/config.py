@@ -13,6 +13,7 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Callable, Mapping, TypeVar
 
 from .canonical import canonical_sha256
@@ -121,6 +122,9 @@ def _check_types(data: Mapping[str, Any], where: str, *, strings: frozenset[str]
     """Refuse floats and booleans anywhere an integer belongs (schema cannot tell 25.0 from 25), and
     integers past ±(2**53-1) (a number of thousands of digits cannot even be printed)."""
     for key, value in data.items():
+        if not isinstance(key, str):  # a mapping built in Python (TOML keys are text)
+            raise LedgerError(CONFIG_INVALID, f"{where.rstrip('.') or '(top level)'}: keys must be strings, got "
+                              f"{describe_value(key)}", key=where.rstrip(".") or "(top level)")
         name = f"{where}{key}"
         if isinstance(value, Mapping):
             _check_types(value, f"{name}.", strings=strings)
@@ -162,6 +166,22 @@ def _validated_policy_sha256(merged: Mapping[str, Any]) -> str:
     return sha
 
 
+def read_only(value: Any) -> Any:
+    """``value`` with every mapping in it made a read-only view of a copy (``MappingProxyType``): a
+    checked configuration cannot be edited afterwards (an edit raises ``TypeError``), so what it
+    records is what was checked."""
+    if isinstance(value, Mapping):
+        return MappingProxyType({key: read_only(item) for key, item in value.items()})
+    return value
+
+
+def plain(value: Any) -> Any:
+    """``value`` with every mapping in it a plain ``dict`` again (a copy): for JSON and for editing."""
+    if isinstance(value, Mapping):
+        return {key: plain(item) for key, item in value.items()}
+    return value
+
+
 @dataclass(frozen=True)
 class BudgetConfig:
     """The effective budget policy: every key of docs/concepts.md, resolved.
@@ -180,7 +200,7 @@ class BudgetConfig:
             raise LedgerError(CONFIG_INVALID, "units_per_hypothesis: a simulation policy's setting, not a budget "
                               "config's: give 'ledger apply --units-per-hypothesis N' (apply_journal's units_per_hypothesis= "
                               "in Python), or the analysis config's units_per_hypothesis", key="units_per_hypothesis")
-        merged = {**DEFAULT_POLICY, **dict(self.policy)}
+        merged = {**DEFAULT_POLICY, **plain(self.policy)}  # plain: another config's read-only policy too
         for table in ("action_costs", "test_costs"):
             if not isinstance(merged[table], Mapping):
                 raise LedgerError(CONFIG_INVALID, f"{table}: must be a table", key=table)
@@ -203,8 +223,15 @@ class BudgetConfig:
                 "tier_shallow_below_pct: must be >= tier_deferred_below_pct",
                 key="tier_shallow_below_pct",
             )
-        object.__setattr__(self, "policy", merged)
+        object.__setattr__(self, "policy", read_only(merged))  # its hash is of what was checked: no edit after
         object.__setattr__(self, "_policy_sha256", policy_sha256)
+
+    def __reduce__(self) -> tuple[Any, ...]:  # a read-only view does not pickle: its copy does, checked again
+        return (type(self), (self.to_dict(),))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The policy as plain, editable dicts (a copy; ``policy`` itself is read-only): every key, resolved."""
+        return plain(self.policy)
 
     @classmethod
     def load(cls, path: str | Path) -> "BudgetConfig":
@@ -289,8 +316,11 @@ class AnalysisConfig:
         _check_types(data, "", strings=frozenset({"storage.synchronous"}))
         if data != default_analysis_data():  # the built-in defaults are checked once, by the tests
             validate("analysis-config-v1", data, CONFIG_INVALID, "analysis config")
-        object.__setattr__(self, "storage", data["storage"])
-        object.__setattr__(self, "limits", data["limits"])
+        object.__setattr__(self, "storage", read_only(data["storage"]))  # what was checked: no edit after
+        object.__setattr__(self, "limits", read_only(data["limits"]))
+
+    def __reduce__(self) -> tuple[Any, ...]:  # a read-only view does not pickle: its copy does, checked again
+        return (type(self), (self.units_per_hypothesis, self.max_hypotheses, plain(self.storage), plain(self.limits)))
 
     @classmethod
     def load(cls, path: str | Path) -> "AnalysisConfig":

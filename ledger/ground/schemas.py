@@ -96,11 +96,11 @@ def error_path(error: Any) -> str:
     :data:`PATH_PART_CHARS_MAX` characters shows its start and end (:func:`shortened`)."""
     parts = [str(p) for p in error.absolute_path]
     if error.validator == "additionalProperties":
-        extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+        extra = sorted(str(key) for key in set(error.instance) - set(error.schema.get("properties", {})))
         parts.append(extra[0] if extra else "?")
     elif error.validator == "required":
         missing = [k for k in error.validator_value if k not in error.instance]
-        parts.append(missing[0] if missing else "?")
+        parts.append(str(missing[0]) if missing else "?")
     return ".".join(shortened(part, PATH_PART_CHARS_MAX) for part in parts) or "(top level)"
 
 

@@ -199,7 +199,7 @@ def initialize(view: LedgerView, request: Mapping[str, Any], context: Context) -
     # no account before this event: one an allocation below the affordability floor ends at once
     # is terminated by it (a terminations row, as for any other budget event)
     ctx = _BudgetContext(case, revision, config, config.policy_sha256, {}, info["hypothesis_batch_sha256"])
-    return _budget_draft(ctx, "budget.initialized", key, request, accounts, policy=dict(config.policy))
+    return _budget_draft(ctx, "budget.initialized", key, request, accounts, policy=config.to_dict())
 
 
 def reserve(view: LedgerView, request: Mapping[str, Any], context: Context) -> Draft | Outcome | Reused:

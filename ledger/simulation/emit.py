@@ -18,7 +18,7 @@ def policy_toml(policy: Policy, baseline_cap: int | None = None) -> str:
     ``ledger apply --units-per-hypothesis N`` applies it). ``baseline_cap``: the allocation of the
     search's ``cap-p75``, named in a comment so that runs held back from the search can be scored
     against a cap that has not seen them (docs/simulate.md)."""
-    settings = dict(policy.config.policy)
+    settings = policy.config.to_dict()
     lines = [f"# The policy {policy.name!r} chosen by ledger simulate --frontier."]
     if policy.units_per_hypothesis is not None:
         units = policy.units_per_hypothesis

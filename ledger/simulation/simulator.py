@@ -62,7 +62,7 @@ class Policy:
 
     def settings(self) -> dict[str, Any]:
         """The policy as a mapping (budget keys, plus ``units_per_hypothesis`` when set)."""
-        out = dict(self.config.policy)
+        out = self.config.to_dict()
         if self.units_per_hypothesis is not None:
             out[UNITS_KEY] = self.units_per_hypothesis
         return out
