@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterator
 import click
 
 import ledger
-from ledger import Case, JournalSummary, LineResult, apply_journal
+from ledger import BudgetConfig, Case, JournalSummary, LineResult, apply_journal
 from ledger.ground.canonical import SAFE_INTEGER_MAX
 from ledger.package_tools.journal import (LINE_BYTES_MAX, clamp_warning, first_at as journal_first_at,
                                           open_for_journal, read_lines, recorded_run_hint)
@@ -107,7 +107,7 @@ def _print_outcomes(outcomes: Iterator[LineResult], summary: JournalSummary, unc
         uncounted.printing = True
         if (outcome.op == "initialize" and outcome.ok and not outcome.reused and manager.config is None
                 and not quiet):  # --quiet: the summary only, as for the clamp warnings
-            warn(DEFAULT_POLICY_NOTE.format(line=outcome.line))
+            _note_policy(outcome, manager)
         if not outcome.ok and not keep_going:
             summary.stopped_at = outcome.line
         try:
@@ -156,6 +156,18 @@ def _count_unprinted(outcomes: Iterator[LineResult], uncounted: _Uncounted, summ
 DEFAULT_POLICY_NOTE = ("line {line}: initialize froze the built-in default policy (no action prices: every "
                        "action costs default_action_cost, 10 units); to apply the policy your budget file or a "
                        "simulation names, give that file with --config FILE")
+KEPT_POLICY_NOTE = ("line {line}: initialize kept the policy an earlier revision froze (policy_sha256 {sha}…), "
+                    "not the built-in defaults; to apply another, give its budget file with --config FILE")
+
+
+def _note_policy(outcome: LineResult, manager: Any) -> None:
+    """Say which policy an ``initialize`` without ``--config`` froze: the built-in defaults, or the
+    policy of an earlier revision, which it keeps."""
+    frozen = manager.frozen_policy(outcome.result["revision"])
+    if frozen is None or frozen.policy_sha256 == BudgetConfig().policy_sha256:
+        warn(DEFAULT_POLICY_NOTE.format(line=outcome.line))
+    else:
+        warn(KEPT_POLICY_NOTE.format(line=outcome.line, sha=frozen.policy_sha256[:12]))
 #: Clamp warnings printed one by one; the summary counts the rest.
 CLAMP_WARNINGS_MAX = 20
 #: Lines read ahead to find the journal's first "at" for --create (memory stays bounded).

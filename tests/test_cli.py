@@ -807,6 +807,29 @@ def test_apply_says_when_initialize_froze_the_built_in_policy_and_only_then(tmp_
     assert priced.returncode == 0 and b"built-in default policy" not in priced.stderr
 
 
+def test_apply_says_an_initialize_without_config_kept_an_earlier_revisions_policy(tmp_path):
+    """A later revision's initialize without --config keeps the policy an earlier revision froze
+    (its prices applied): apply said it froze the built-in defaults."""
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    first.write_text('{"op":"open_revision","hypotheses":[{"statement":"a"}],"units_per_hypothesis":50}\n'
+                     '{"op":"transition","to":"INVESTIGATING_HYPOTHESES"}\n{"op":"initialize"}\n'
+                     '{"op":"transition","to":"EVALUATING"}\n')
+    second.write_text('{"op":"open_revision","hypotheses":[{"statement":"b"}],"units_per_hypothesis":50}\n'
+                      '{"op":"transition","to":"INVESTIGATING_HYPOTHESES"}\n{"op":"initialize"}\n'
+                      '{"op":"reserve","hypothesis":"H1","action_id":"q","action":"x.y"}\n')
+    (tmp_path / "p7.toml").write_text("default_action_cost = 7\n")
+    assert run_cli("--config", str(tmp_path / "p7.toml"), "apply", str(tmp_path / "c"), str(first), "--create",
+                   "KEPT-1").returncode == 0
+    kept = run_cli("apply", str(tmp_path / "c"), str(second))
+    with Case.open(tmp_path / "c") as case:
+        sha = case.budget().frozen_policy(2).policy_sha256
+        assert case.budget().frozen_policy(1).policy_sha256 == sha and case.budget().frozen_policy().cost_units("x") == 7
+    assert kept.returncode == 0 and b"built-in default policy" not in kept.stderr
+    assert (f"line 3: initialize kept the policy an earlier revision froze (policy_sha256 {sha[:12]}…), not the "
+            "built-in defaults").encode() in kept.stderr
+    assert json.loads(kept.stdout.splitlines()[3])["result"]["action"]["cost_units"] == 7
+
+
 _WARNING_COMMAND = """
 import sys, warnings
 import ledger

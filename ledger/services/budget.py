@@ -195,6 +195,14 @@ class BudgetManager:
             head = view.budget_head(view.case()["revision"])
         return head is not None and head["policy_sha256"] != self.config.policy_sha256
 
+    def frozen_policy(self, revision: int | None = None) -> BudgetConfig | None:
+        """The policy ``revision``'s ``initialize`` froze (default: the current revision), by which its
+        operations are priced and scored: the config it was given, else the previous revision's policy,
+        else the built-in defaults (docs/concepts.md). None before that ``initialize``. Writes nothing."""
+        with self._session.read() as view:
+            revision = view.case()["revision"] if revision is None else revision
+            return None if view.budget_head(revision) is None else view.policy_config(revision)
+
     def reserve(self, hypothesis_id: str, action_id: str, action: str, *, at: str | None = None) -> BudgetResult:
         """Debit ``action``'s cost from ``hypothesis_id`` before the tool runs.
 
