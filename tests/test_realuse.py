@@ -76,6 +76,30 @@ def test_apply_warns_on_stderr_and_summarises_how_many_times_were_raised_and_by_
     assert all(json.loads(line)["ok"] for line in result.stdout.splitlines())
 
 
+def test_a_refused_line_whose_refusal_was_recorded_at_a_raised_time_is_warned_and_counted(tmp_path):
+    """A line refused by a limit records limit.exceeded, at the previous event's time when its at is
+    earlier: apply warned of and counted raised times of successful lines only. A refusal that
+    recorded nothing (an unknown hypothesis) raised no time."""
+    lines = [{"op": "open_revision", "hypotheses": [{"statement": "a"}, {"statement": "b"}]},
+             {"op": "transition", "to": "INVESTIGATING_HYPOTHESES"}, {"op": "initialize"},
+             {"op": "establish", "scope": "hypothesis:1/H1", "limits": {"actions": 0}, "issuer": "controller"},
+             {"op": "reserve", "hypothesis": "H1", "action_id": "q1", "action": "x.y", "at": "2026-01-05T10:05:00Z"},
+             {"op": "reserve", "hypothesis": "H1", "action_id": "q2", "action": "x.y", "at": "2026-01-05T10:01:00Z"},
+             {"op": "reserve", "hypothesis": "H9", "action_id": "q4", "action": "x.y", "at": "2026-01-05T10:02:00Z"},
+             {"op": "reserve", "hypothesis": "H2", "action_id": "q3", "action": "x.y", "at": "2026-01-05T10:03:00Z"}]
+    text = "".join(json.dumps({**line, "at": line.get("at", "2026-01-05T10:00:00Z")}) + "\n" for line in lines)
+    result = cli("apply", str(tmp_path / "c"), "-", "--create", "C-1", "--keep-going", stdin=text)
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert warnings == [
+        "warning: line 6: at 2026-01-05T10:01:00.000000Z is earlier than the previous event; recorded at "
+        "2026-01-05T10:05:00.000000Z (raised by 240 s)",
+        "warning: line 8: at 2026-01-05T10:03:00.000000Z is earlier than the previous event; recorded at "
+        "2026-01-05T10:05:00.000000Z (raised by 120 s)"]
+    assert result.stderr.strip().splitlines()[-1].startswith(
+        "applied: 5 ok (0 reused), 3 failed, 2 time(s) raised to the previous event's time (by up to 240 s, 360 s in all)")
+    assert [json.loads(line)["ok"] for line in result.stdout.splitlines()][4:] == [False, False, False, True]
+
+
 def test_session_notes_the_clamp_of_an_explicit_at_only(package):
     with Case.create(package, "C-1", at="2026-02-01T10:00:00Z") as opened:
         assert opened.session.last_clamp is None

@@ -307,13 +307,14 @@ class _BatchRun:
 
     def _run_lines(self, chunk: list[tuple[int, str | bytes]], done: list[LineResult]) -> None:
         for number, text in chunk:
+            self.case.session.last_clamp = None  # a line refused before it ran raised no time
             try:
                 parsed = parse_line(text)
                 if self.units is not None and parsed["op"] == "open_revision":
                     parsed[UNITS_KEY] = self.units
                 seq, reused, result = run_operation(self.case, self.budget, parsed)
-            except LedgerError as exc:
-                done.append(LineResult(number, False, error=exc))
+            except LedgerError as exc:  # a refusal may have recorded events (limit.exceeded), at a raised time
+                done.append(LineResult(number, False, error=exc, clamped=self.case.session.last_clamp))
                 if not self.keep_going:
                     self.stopped = True
                     return
@@ -445,7 +446,12 @@ class JournalSummary:
     started: float = field(default_factory=time.monotonic, repr=False)
 
     def add(self, result: LineResult) -> None:
-        """Count one line's result."""
+        """Count one line's result (a refused line's raised time too: the events its refusal recorded)."""
+        if result.clamped:
+            micros = result.clamped_micros
+            self.clamped += 1
+            self.clamped_micros_max = max(self.clamped_micros_max, micros)
+            self.clamped_micros_total += micros
         if not result.ok:
             self.failed += 1
             return
@@ -454,11 +460,6 @@ class JournalSummary:
             self.reads += 1
         elif result.reused:
             self.reused += 1
-        if result.clamped:
-            micros = result.clamped_micros
-            self.clamped += 1
-            self.clamped_micros_max = max(self.clamped_micros_max, micros)
-            self.clamped_micros_total += micros
 
     @property
     def elapsed_s(self) -> float:

@@ -189,8 +189,8 @@ class SessionBase:
                                          event_path(draft.stream, draft.revision, stream_seq), sealed.body))
             if isinstance(outcome, Outcome):
                 refusal = outcome.refusal
-        if moment is not None and context.at != moment:
-            self.last_clamp = (moment, context.at)  # only once committed: a rolled-back run raised nothing
+        if moment is not None and context.at != moment and appended:
+            self.last_clamp = (moment, context.at)  # only once committed, and recorded: else nothing was raised
         if refusal is not None:
             raise refusal  # after the commit: the events stay, the operation is refused
         return Ran(tuple(appended), appended[0].seq, view)  # the operation's own event, as when reused
