@@ -125,6 +125,34 @@ def test_every_refusal_message_is_at_most_two_thousand_characters():
     assert shortened("short", 10) == "short" and LedgerError(INVALID_ARGUMENT, "y" * 2_000).message == "y" * 2_000
 
 
+def left_out(message: str) -> int:
+    return int(message.split(" … (")[1].split(" characters")[0])
+
+
+@pytest.mark.parametrize("prefix, more", [("/some/config.toml: ", ""), ("p" * 5_000 + ": ", ""), ("", "z" * 7_000)])
+def test_a_refusal_quoting_a_shortened_message_counts_everything_left_out(prefix, more):
+    """A refusal whose message quotes another's (a config file's name before the reason, a journal's
+    line) shortened the quoted message again: its mark was cut out and a new count of 45 characters
+    stood for the 98,000 left out."""
+    inner = LedgerError(CONFIG_INVALID, "k" * 100_000 + " end")
+    outer = LedgerError(CONFIG_INVALID, prefix + inner.message + more)
+    assert len(outer.message) <= 2_000 and outer.message.count("characters left out") == 1
+    mark = f" … ({left_out(outer.message)} characters left out) … "
+    assert len(outer.message) - len(mark) + left_out(outer.message) == len(prefix) + 100_004 + len(more)
+    assert outer.message.startswith((prefix or "k")[:20]) and outer.message.endswith((more or " end")[-4:])
+
+
+def test_a_config_key_of_100000_characters_is_counted_whole_in_the_refusal_naming_the_file(tmp_path):
+    config = tmp_path / "k.toml"
+    config.write_text('"' + "k" * 100_000 + '" = 1\n')
+    with pytest.raises(LedgerError) as refused:
+        AnalysisConfig.load(config)
+    message = refused.value.message
+    assert message.startswith(f"{config}: kkk") and message.endswith("k: unknown key")
+    mark = f" … ({left_out(message)} characters left out) … "
+    assert len(message) - len(mark) + left_out(message) == len(f"{config}: ") + 100_000 + len(": unknown key")
+
+
 def test_a_message_naming_many_things_names_the_first_few_and_counts_the_rest():
     from ledger.ground.errors import first_few
 

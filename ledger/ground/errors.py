@@ -9,6 +9,7 @@ refusals that may succeed when simply retried.
 
 from __future__ import annotations
 
+import re
 import reprlib
 import unicodedata
 from typing import Any
@@ -132,12 +133,28 @@ _ESCAPED = frozenset({"Cc", "Zl", "Zp", "Cs"})
 
 def shortened(text: str, limit: int) -> str:
     """``text`` when it has at most ``limit`` characters, else its start and end with the middle left
-    out and counted (``… (N characters left out) …``), ``limit`` characters or fewer in all."""
+    out and counted (``… (N characters left out) …``), ``limit`` characters or fewer in all. A text
+    shortened so already (a refusal's message quoted in a longer one) loses more beside its mark,
+    which counts everything left out, never a mark cut out and the count restarted."""
     if len(text) <= limit:
         return text
+    marks = list(_LEFT_OUT.finditer(text))
+    if len(marks) == 1:  # cut beside the mark, keeping the start and the end as a first shortening does
+        head, tail = text[:marks[0].start()], text[marks[0].end():]
+        count = int(marks[0].group(1)) + len(head) + len(tail)
+        room = limit - len(_LEFT_OUT_MARK.format(count))  # the count only grows: its mark is at its longest
+        if room >= 0:
+            kept_tail = min(len(tail), room - min(len(head), room * 2 // 3))
+            kept_head = min(len(head), room - kept_tail)
+            count -= kept_head + kept_tail
+            return f"{head[:kept_head]}{_LEFT_OUT_MARK.format(count)}{tail[len(tail) - kept_tail:]}"
     keep = limit - 40
     head, tail = text[:keep * 2 // 3], text[len(text) - keep // 3:]
-    return f"{head} … ({len(text) - len(head) - len(tail)} characters left out) … {tail}"
+    return f"{head}{_LEFT_OUT_MARK.format(len(text) - len(head) - len(tail))}{tail}"
+
+
+_LEFT_OUT_MARK = " … ({} characters left out) … "
+_LEFT_OUT = re.compile(r" … \((\d+) characters left out\) … ")
 
 
 def first_few(names: list[str], most: int) -> str:
