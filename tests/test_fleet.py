@@ -523,6 +523,23 @@ def test_fleet_sql_only_reads_the_export(fleet, tmp_path):
     assert stopped.exit_code == 1 and "query stopped after 200 ms" in stopped.stderr
 
 
+@pytest.mark.parametrize("query", ["SELECT \udcff", "SELECT '\udcff'", "SELECT 1 -- \ud800"])
+def test_a_fleet_query_holding_text_that_is_not_unicode_is_refused_as_ledger_sql_refuses_it(fleet, query):
+    """A query from a command line byte that is not UTF-8 (a lone surrogate): DuckDB's TypeError
+    reached the terminal as a traceback."""
+    from ledger import fleet_query
+
+    _, out, _ = fleet
+    result = CliRunner().invoke(main, ["fleet", "sql", str(out), query])
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit)
+    position = next(i for i, c in enumerate(query) if "\ud800" <= c <= "\udfff")
+    assert result.stderr.startswith("error: INVALID_ARGUMENT: query refused: it holds text that is not valid Unicode "
+                                    f"(surrogates not allowed at position {position})")
+    with pytest.raises(LedgerError) as refused:
+        fleet_query(out, query)
+    assert refused.value.code == "INVALID_ARGUMENT"
+
+
 def test_fleet_sql_runs_the_reads_duckdb_runs_as_a_select(fleet):
     """DESCRIBE, SUMMARIZE, SHOW and a reading PRAGMA are SELECTs to DuckDB: they run, as documented."""
     _, out, _ = fleet

@@ -141,6 +141,11 @@ def fleet_rows(out: str | os.PathLike[str], query: str, *,
     check_int(timeout_ms, "timeout_ms", minimum=1, maximum=86_400_000)
     if not isinstance(query, str):
         raise LedgerError(E.INVALID_ARGUMENT, f"query must be a str, got {type(query).__name__}")
+    try:
+        query.encode("utf-8")
+    except UnicodeEncodeError as exc:  # DuckDB takes UTF-8 text only: it raised a TypeError
+        raise LedgerError(E.INVALID_ARGUMENT, f"query refused: it holds text that is not valid Unicode ({exc.reason} "
+                          f"at position {exc.start}), which DuckDB cannot be given") from None
     root = check_out(fs_path(out, "export folder"), create=False).absolute()
     duckdb = duckdb_module()
     with locked_file(meta_dir(root) / "lock", fcntl.LOCK_SH), _ctrl_c_is_an_interrupt():
