@@ -14,6 +14,7 @@ from ledger.package_tools.fleet_query import fleet_rows
 from ledger.services.case import unique_names
 
 from ._common import JSON, CaseFolder, FiniteFloatRange, IntegerRange, UsageGroup, progress_bar, table_options
+from ._deadline import QueryDeadline
 from ._output import emit_result, emit_rows, one_line, warn
 
 
@@ -70,6 +71,7 @@ def sql_command(out: str, query: str, timeout_s: float, fmt: str) -> None:
     evidence, scope_usage, case_status. Times print as RFC 3339 UTC text. The query
     can read no file outside OUT and write nothing.
     """
-    with fleet_rows(out, query, timeout_ms=max(1, round(timeout_s * 1000))) as (columns, rows):
+    with QueryDeadline(timeout_s) as deadline, fleet_rows(out, query, timeout_ms=max(1, round(timeout_s * 1000))) as (
+            columns, rows):
         columns = unique_names(columns)
-        emit_rows((dict(zip(columns, row)) for row in rows), columns, fmt)
+        emit_rows((dict(zip(columns, row)) for row in deadline.rows(rows)), columns, fmt)

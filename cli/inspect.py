@@ -7,6 +7,7 @@ import click
 from ledger.services.case import unique_names
 
 from ._common import BALANCE_COLUMNS, CASE, read_only_rows, FiniteFloatRange, Integer, IntegerRange, Settings, pass_settings, table_options
+from ._deadline import QueryDeadline
 from ._output import emit_rows
 
 EVENT_COLUMNS = ("seq", "type", "revision", "created_at", "sha256", "parent_sha256")
@@ -63,6 +64,7 @@ def sql(case: str, query: str, timeout_s: float, fmt: str) -> None:
     Schema-reading pragma functions work (SELECT * FROM pragma_table_info('events')).
     Every format but --table streams the rows as they are read.
     """
-    with read_only_rows(case, query, timeout_ms=max(1, round(timeout_s * 1000))) as (columns, rows):
+    with QueryDeadline(timeout_s) as deadline, \
+            read_only_rows(case, query, timeout_ms=max(1, round(timeout_s * 1000))) as (columns, rows):
         columns = unique_names(columns)  # `SELECT e1.seq, e2.seq …` keeps both values
-        emit_rows((dict(zip(columns, row)) for row in rows), columns, fmt)
+        emit_rows((dict(zip(columns, row)) for row in deadline.rows(rows)), columns, fmt)

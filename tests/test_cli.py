@@ -600,6 +600,28 @@ def test_a_query_stopped_at_its_time_limit_says_the_limit_in_the_unit_it_was_giv
         "timeout_ms=250 in Python)\n")
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
+def test_a_query_held_past_its_time_limit_by_one_function_call_ends_the_command_with_the_refusal(cli_case):
+    """SQLite stops a query between steps: a printf of two billion characters is one step, and
+    ledger sql --timeout 0.3 ran on for 12 s (47 s under load) and printed NULL."""
+    long_call = "SELECT length(printf('%.*c', 2000000000, 'x')) AS n"
+    assert refused("INVALID_ARGUMENT", "sql", str(cli_case), long_call, "--timeout", "0.3") == (
+        "error: INVALID_ARGUMENT: query stopped at its time limit, 0.3 s (--timeout SECONDS): one call of a "
+        "function in it ran on past the limit, so the command ended; nothing was written\n")
+    assert refused("", "sql", str(cli_case), "SELECT count(*) AS n FROM events", "--timeout", "0.3", status=0) == ""
+
+
+def test_only_the_time_waiting_on_a_query_counts_toward_its_deadline_not_printing_its_rows():
+    from ledger_cli._deadline import QueryDeadline
+
+    deadline = QueryDeadline(30)
+    assert deadline.waiting_since is not None  # opening the query counts
+    seen = []
+    for row in deadline.rows(iter([(1,), (2,)])):
+        seen.append((row, deadline.waiting_since))  # the caller holds a row: printing, not waiting
+    assert seen == [((1,), None), ((2,), None)] and deadline.waiting_since is None
+
+
 def interrupted_after(seconds: float, *args: str) -> subprocess.CompletedProcess:
     """Run ``ledger ARGS`` in a real process and send it Ctrl-C (SIGINT) after ``seconds``."""
     import signal

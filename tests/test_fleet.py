@@ -549,6 +549,20 @@ def test_fleet_sql_runs_the_reads_duckdb_runs_as_a_select(fleet):
 
 
 @pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
+def test_a_fleet_query_held_past_its_time_limit_by_one_function_call_ends_the_command_with_the_refusal(fleet):
+    """DuckDB stops a query between vectors: levenshtein of two texts of 60,000 characters is one call
+    and ran its 16 s past a --timeout of 0.3."""
+    from conftest import run_cli
+
+    _, out, _ = fleet
+    done = run_cli("fleet", "sql", str(out), "SELECT levenshtein(repeat('a', 60000), repeat('b', 60000))",
+                   "--timeout", "0.3")
+    assert (done.returncode, done.stderr.decode()) == (1, (
+        "error: INVALID_ARGUMENT: query stopped at its time limit, 0.3 s (--timeout SECONDS): one call of a "
+        "function in it ran on past the limit, so the command ended; nothing was written\n"))
+
+
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_a_fleet_query_stopped_by_ctrl_c_is_an_interrupt_not_its_time_limit(fleet):
     from test_cli import interrupted_after
 
