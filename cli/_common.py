@@ -94,8 +94,11 @@ def _report_warnings(caught: list[warnings.WarningMessage]) -> None:
 
 
 def _show_usage_error(exc: click.UsageError) -> None:
-    """Print a usage error as click does; a stderr that refuses it (full, closed) still leaves the
-    command's status 2, the status of a usage error (it was 1, from the failed write)."""
+    """Print a usage error as click does, with what it quotes of the arguments (a file name that
+    does not exist, an unknown option) on one line and escaped as every message is: a terminal
+    escape in a name never reaches the terminal raw. A stderr that refuses it (full, closed) still
+    leaves the command's status 2, the status of a usage error (it was 1, from the failed write)."""
+    exc.message = one_line(exc.message)
     try:
         exc.show()
     except OSError:

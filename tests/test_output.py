@@ -85,6 +85,18 @@ def test_json_output_carries_no_raw_control_character_and_reads_back_the_same_te
         assert json.loads(done.stdout)[0]["statement"] == HOSTILE
 
 
+@pytest.mark.parametrize("args", [["apply", "{c}", HOSTILE], ["import", HOSTILE], ["verify", "{c}", f"--x{HOSTILE}"],
+                                  ["balances", "{c}", HOSTILE], [f"v{HOSTILE}"]],
+                         ids=["missing-journal", "missing-folder", "unknown-option", "extra-argument", "unknown-command"])
+def test_a_usage_error_quoting_an_argument_shows_it_escaped(hostile_case, args):
+    """click quoted a file name that does not exist (or an unknown option) raw: an OSC sequence set the
+    terminal's title, a right-to-left override reordered the line. Usage errors exit 2 as before."""
+    done = run_cli(*[a.format(c=hostile_case) for a in args])
+    err = done.stderr.decode()
+    assert done.returncode == 2 and _raw_controls(err) == [] and "Traceback" not in err, err
+    assert "\\x1b]0;owned\\x07" in err and ("\\u202eevil\\u2067x" in err or "--x" in args[-1]), err  # click cuts --x… at =
+
+
 def test_an_operation_summary_shows_a_hostile_statement_escaped(tmp_path):
     done = CliRunner().invoke(cli_main, ["init", str(tmp_path / "c"), "--case-id", "BUG-1"])
     assert done.exit_code == 0
