@@ -105,6 +105,19 @@ def test_a_temp_folder_inside_the_demo_folder_is_refused_before_anything_is_writ
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == ["demo"]
 
 
+@pytest.mark.parametrize("name", [".", "", "{cwd}"])
+def test_the_current_folder_is_refused_as_the_demo_folder_before_anything_is_done(tmp_path, name):
+    """The demo is built beside its folder and renamed onto it: into the current folder it ran every
+    step, printed them, then failed (STORAGE_ERROR, device or resource busy)."""
+    here = tmp_path / "here"
+    here.mkdir()
+    done = run_cli("demo", name.format(cwd=here), cwd=here)
+    assert (done.returncode, done.stdout, done.stderr.decode()) == (1, b"", (
+        f"error: INVALID_ARGUMENT: {'.' if name != '{cwd}' else here} is the current folder, which the demo cannot "
+        "replace with the case it builds; run it from the parent folder (ledger demo NAME)\n"))
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["here"]
+
+
 def test_a_demo_interrupted_once_its_case_is_in_place_says_where_the_complete_case_is(tmp_path, monkeypatch):
     """Interrupted while verifying, the demo said to run it again, which was then refused (CASE_EXISTS)."""
     from ledger.package_tools import demo as demo_module
