@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 import subprocess
 import sys
 
@@ -132,6 +133,30 @@ def test_a_demo_interrupted_once_its_case_is_in_place_says_where_the_complete_ca
     target = tmp_path / "d"
     assert said[-1] == f"interrupted: the demo case is complete at {target}; 'ledger verify {target}' checks it"
     monkeypatch.undo()
+    assert verify_case(target).events > 0
+
+
+def test_a_ctrl_c_as_the_demo_case_is_renamed_into_place_still_says_where_the_case_is(tmp_path, monkeypatch):
+    """A Ctrl-C just after the rename that puts the case in place, before the demo noted it, said
+    that nothing half-written remained and to run the command again, which CASE_EXISTS then refused."""
+    import signal
+
+    from ledger.package_tools import demo as demo_module
+
+    renamed = os.rename
+
+    def rename_then_ctrl_c(source, target):
+        renamed(source, target)
+        if Path(target).name == "d":
+            os.kill(os.getpid(), signal.SIGINT)  # Python's own handler: a KeyboardInterrupt at once
+
+    monkeypatch.setattr(demo_module.os, "rename", rename_then_ctrl_c)
+    said: list[str] = []
+    with pytest.raises(KeyboardInterrupt):
+        demo_module.run_demo(tmp_path / "d", echo=said.append)
+    monkeypatch.undo()
+    target = tmp_path / "d"
+    assert said[-1] == f"interrupted: the demo case is complete at {target}; 'ledger verify {target}' checks it"
     assert verify_case(target).events > 0
 
 

@@ -19,7 +19,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Callable
 
-from ..ground import errors as E
+from ..ground import errors as E, interrupts
 from .atomic_files import process_umask, remove_abandoned_builds
 from ..ground.resources import resource_dir
 from ..ground.arguments import check_callback, check_instance
@@ -133,8 +133,9 @@ def _build_in_place(example: Path, building: Path, target: Path, automatic: bool
             try:
                 if target.is_dir() and not target.is_symlink() and not any(target.iterdir()):
                     target.rmdir()  # an empty folder the user made for the demo
-                os.rename(building, target)
-                placed.append(target)
+                with interrupts.deferred():  # a Ctrl-C between the two would say nothing of the case in place
+                    os.rename(building, target)
+                    placed.append(target)
                 return report
             except OSError as exc:
                 if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
