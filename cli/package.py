@@ -160,7 +160,7 @@ def _anchor_option(ctx: click.Context, param: click.Parameter, values: tuple[str
         try:
             seq, sha = parse_anchor(value)
         except LedgerError as exc:
-            raise click.BadParameter(f"{exc.message}, got {quoted(one_line(value), 100)}") from None
+            raise click.BadParameter(f"{exc.message}, got {quoted(value, 100)}") from None
         if anchors.setdefault(seq, sha) != sha:
             raise click.BadParameter(f"two anchors name seq {seq} with different hashes")
     return anchors

@@ -139,6 +139,8 @@ def test_the_verify_command_takes_anchors_for_one_case(original, tmp_path):
         assert done.exit_code == 2 and "expected SEQ:SHA256" in done.output, bad
     long = CliRunner().invoke(main, ["verify", str(original), "--anchor", f"{'9' * 5000}:{sha}"])
     assert f", got {'9' * 100!r}…" in long.output  # a value cut short ends in …
+    escaped = CliRunner().invoke(main, ["verify", str(original), "--anchor", "\x1b[31m\u202e"])
+    assert escaped.output.endswith("got '\\x1b[31m\\u202e'\n"), escaped.output  # escaped once, not twice
     twice = CliRunner().invoke(main, ["verify", str(original), "--anchor", f"1:{sha}", "--anchor", f"1:{'b' * 64}"])
     assert twice.exit_code == 2 and "two anchors name seq 1" in twice.output
     several = CliRunner().invoke(main, ["verify", str(original), str(forged), "--anchor", f"{seq}:{sha}"])

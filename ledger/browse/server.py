@@ -334,7 +334,7 @@ def _unusable_request(request: Any) -> str | None:
                 and isinstance(given.get("column"), str) and "value" in given
                 and (given["value"] is None or isinstance(given["value"], (str, int, float)))):
             return (f"_through must be a JSON object naming a table, a column and a value, such as "
-                    f'{{"table": "results", "column": "action_id", "value": "a1"}}; got {quoted(printable(through), 100)}')
+                    f'{{"table": "results", "column": "action_id", "value": "a1"}}; got {quoted(through, 100)}')
     path = getattr(request, "path", "")
     if re.fullmatch(r"/[^/.]+\.csv", path) and not (args.get("sql") or "").strip():
         return f"a case's CSV is the answer to a query: give the SQL to run, as {path}?sql=SELECT …"
