@@ -62,7 +62,7 @@ from ledger.package_tools.journal import OPERATIONS, apply_journal
 from ledger_cli.main import main as cli_main
 from conftest import (FUZZ_SUMMARY, EXAMPLE_BUDGET, TORTURE_SCALE, logical_dump, make_package, run_cli, start_case,
     torture_run)
-from ledger.ground.errors import INVALID_ARGUMENT
+from ledger.ground.errors import CONFIG_INVALID, INVALID_ARGUMENT
 # --- bookkeeping: examples tried per category ---------------------------------------------
 
 COUNTS: collections.Counter[str] = collections.Counter()
@@ -1445,3 +1445,74 @@ def test_a_public_function_given_a_wrong_type_raises_invalid_argument(api_calls,
         api_calls[call]()
     assert caught.value.code == INVALID_ARGUMENT, caught.value.message
     assert "must be" in caught.value.message or "must hold" in caught.value.message or "must map" in caught.value.message
+
+
+def _nested(depth: int) -> list:
+    value: list = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def _nested_table(depth: int) -> dict:
+    value: object = 1
+    for _ in range(depth):
+        value = {"a": value}
+    return value  # type: ignore[return-value]
+
+
+def _edge_calls(case: Case, tmp_path: Path) -> dict[str, tuple[str, object]]:
+    """Calls at the edges of the API that raised something other than a LedgerError: the refused value
+    quoted with repr (a RecursionError for a list nested 1,000 deep), a name the file system cannot take,
+    arguments of a kind never checked (a path, an iterable, a callable), a FIFO that would block."""
+    import ledger as L
+    from ledger.router.reference import Router
+    from ledger.simulation.simulator import Policy
+
+    deep, long_name = _nested(1_000), str(tmp_path / ("n" * 300))
+    journal = _snapshot_journal(tmp_path / "j.jsonl", 1)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    return {
+        "verify_case(jobs=deep)": (INVALID_ARGUMENT, lambda: L.verify_case(case.path, jobs=deep)),
+        "apply_journal(batch_size=deep)": (INVALID_ARGUMENT, lambda: list(L.apply_journal(case, [], batch_size=deep))),
+        "apply_journal(units=deep)": (INVALID_ARGUMENT, lambda: list(L.apply_journal(case, [], units_per_hypothesis=deep))),
+        "vary(grid pair=deep)": (INVALID_ARGUMENT, lambda: L.vary(L.example_policy(), [deep])),
+        "vary(value=deep)": (INVALID_ARGUMENT, lambda: L.vary(L.example_policy(), [("max_low_information_steps", [deep])])),
+        "import_runs(fmt=deep)": (INVALID_ARGUMENT, lambda: L.import_runs([journal], tmp_path / "o", fmt=deep)),
+        "import_runs(None)": (INVALID_ARGUMENT, lambda: L.import_runs(None, tmp_path / "o")),
+        "import_runs(fifo)": (INVALID_ARGUMENT, lambda: L.import_runs([fifo], tmp_path / "o")),
+        "import_runs(progress=1)": (INVALID_ARGUMENT, lambda: L.import_runs([journal], tmp_path / "o", progress=1)),
+        "import_runs(long name)": (INVALID_ARGUMENT, lambda: L.import_runs([long_name], tmp_path / "o")),
+        "simulate(long name)": (INVALID_ARGUMENT, lambda: L.simulate([long_name], jobs=1)),
+        "read_outcomes(long name)": (INVALID_ARGUMENT, lambda: L.read_outcomes(long_name)),
+        "run_demo(long name)": (INVALID_ARGUMENT, lambda: L.run_demo(long_name, echo=lambda line: None)),
+        "export_fleet(None)": (INVALID_ARGUMENT, lambda: L.export_fleet(None, tmp_path / "fleet")),
+        "BudgetConfig(deep table)": (CONFIG_INVALID, lambda: BudgetConfig.from_mapping({"action_costs": _nested_table(1_000)})),
+        "AnalysisConfig(deep table)": (CONFIG_INVALID, lambda: AnalysisConfig(limits=_nested_table(1_000))),
+        "cost_units([])": (INVALID_ARGUMENT, lambda: BudgetConfig.example().cost_units([])),
+        "price_units(None)": (INVALID_ARGUMENT, lambda: BudgetConfig.example().price_units(None)),
+        "Policy(name=[])": (INVALID_ARGUMENT, lambda: Policy([], BudgetConfig())),
+        "Policy(config=None)": (INVALID_ARGUMENT, lambda: Policy("p", None)),
+        "frozen_policy('\\ud800')": (INVALID_ARGUMENT, lambda: case.budget().frozen_policy("\ud800")),
+        "operation_use('\\ud800')": ("INVALID_ID", lambda: case.evidence().operation_use("\ud800")),
+        "Router(NUL)": (INVALID_ARGUMENT, lambda: Router("\x00")),
+        "Router(generation=1)": (INVALID_ARGUMENT, lambda: Router(case.path, generation=1)),
+        "Router.read_file(top=deep)": (INVALID_ARGUMENT, lambda: Router(case.path).read_file("sources/app.py", deep)),
+    }
+
+
+@pytest.mark.parametrize("call", [
+    "verify_case(jobs=deep)", "apply_journal(batch_size=deep)", "apply_journal(units=deep)", "vary(grid pair=deep)",
+    "vary(value=deep)", "import_runs(fmt=deep)", "import_runs(None)", "import_runs(fifo)", "import_runs(progress=1)",
+    "import_runs(long name)", "simulate(long name)", "read_outcomes(long name)", "run_demo(long name)",
+    "export_fleet(None)", "BudgetConfig(deep table)", "AnalysisConfig(deep table)", "cost_units([])",
+    "price_units(None)", "Policy(name=[])", "Policy(config=None)", "frozen_policy('\\ud800')",
+    "operation_use('\\ud800')", "Router(NUL)", "Router(generation=1)", "Router.read_file(top=deep)"])
+def test_an_edge_of_the_api_given_a_hostile_value_raises_a_ledger_error_naming_it(case, tmp_path, call):
+    code, function = _edge_calls(case, tmp_path)[call]
+    before = case.storage.conn.execute("SELECT count(*) FROM events").fetchone()[0]
+    with pytest.raises(LedgerError) as caught:
+        function()
+    assert caught.value.code == code, caught.value.message
+    assert case.storage.conn.execute("SELECT count(*) FROM events").fetchone()[0] == before

@@ -353,3 +353,21 @@ def test_recheck_accepts_every_genuine_result_and_recomputes_it(tmp_path, data, 
         self_consistent(action, result)  # no INTEGRITY_ERROR for a genuine result
         assert recheck(router, action, result, True) == result
         assert recheck(router, action, result, False) == result
+
+
+@pytest.mark.parametrize("depth", [65, 1000, 100_000])
+def test_a_reply_nested_past_the_json_depth_is_invalid_json_as_a_request_is(case, depth):
+    """The reply was schema-checked before its depth: a RecursionError from the schema checker."""
+    request = {"actions": [read("op-1", "H1", "q1", 1, 2)]}
+    reply = case.evidence().query("i1", request, False).reply
+    nested: list = []
+    for _ in range(depth):
+        nested = [nested]
+    deep_reply = {**reply, "results": nested}
+    case.budget().reserve("H1", "q1", "source.read_context")
+    before = case.storage.conn.execute("SELECT count(*) FROM events").fetchone()[0]
+    for call in (case.evidence().check_limits, case.evidence().store_tool_results):
+        with pytest.raises(LedgerError) as caught:
+            call("i1", request, deep_reply)
+        assert caught.value.code == INVALID_JSON and "nested deeper than 64 levels" in caught.value.message
+    assert case.storage.conn.execute("SELECT count(*) FROM events").fetchone()[0] == before

@@ -17,7 +17,7 @@ from types import MappingProxyType
 from typing import Any, Callable, Mapping, TypeVar
 
 from .canonical import canonical_sha256
-from .errors import CONFIG_INVALID, LedgerError, describe_value
+from .errors import CONFIG_INVALID, INVALID_ARGUMENT, LedgerError, describe_value
 from .resources import resource_dir
 from .paths import fs_path
 from .schemas import validate
@@ -126,7 +126,7 @@ def _check_types(data: Mapping[str, Any], where: str, *, strings: frozenset[str]
             raise LedgerError(CONFIG_INVALID, f"{where.rstrip('.') or '(top level)'}: keys must be strings, got "
                               f"{describe_value(key)}", key=where.rstrip(".") or "(top level)")
         name = f"{where}{key}"
-        if isinstance(value, Mapping):
+        if isinstance(value, Mapping) and not where:  # a table; a table inside one is no config's
             _check_types(value, f"{name}.", strings=strings)
         elif name in strings:
             continue
@@ -166,19 +166,21 @@ def _validated_policy_sha256(merged: Mapping[str, Any]) -> str:
     return sha
 
 
-def read_only(value: Any) -> Any:
-    """``value`` with every mapping in it made a read-only view of a copy (``MappingProxyType``): a
-    checked configuration cannot be edited afterwards (an edit raises ``TypeError``), so what it
-    records is what was checked."""
-    if isinstance(value, Mapping):
-        return MappingProxyType({key: read_only(item) for key, item in value.items()})
+def read_only(value: Any, levels: int = 2) -> Any:
+    """``value`` with the mappings of its first ``levels`` levels (a config and its tables) made
+    read-only views of copies (``MappingProxyType``): a checked configuration cannot be edited
+    afterwards (an edit raises ``TypeError``), so what it records is what was checked."""
+    if isinstance(value, Mapping) and levels > 0:
+        return MappingProxyType({key: read_only(item, levels - 1) for key, item in value.items()})
     return value
 
 
-def plain(value: Any) -> Any:
-    """``value`` with every mapping in it a plain ``dict`` again (a copy): for JSON and for editing."""
-    if isinstance(value, Mapping):
-        return {key: plain(item) for key, item in value.items()}
+def plain(value: Any, levels: int = 2) -> Any:
+    """``value`` with the mappings of its first ``levels`` levels plain ``dict``s again (copies): for
+    JSON and for editing. Deeper ones (no config has them: they are refused) are left as they are,
+    so a mapping nested thousands deep is refused, not a ``RecursionError``."""
+    if isinstance(value, Mapping) and levels > 0:
+        return {key: plain(item, levels - 1) for key, item in value.items()}
     return value
 
 
@@ -256,13 +258,17 @@ class BudgetConfig:
         return self._policy_sha256  # type: ignore[attr-defined]
 
     def cost_units(self, action: str) -> int:
-        """Cost of ``action``: its ``action_costs`` entry, else ``default_action_cost`` (docs/concepts.md)."""
+        """Cost of ``action``: its ``action_costs`` entry, else ``default_action_cost`` (docs/concepts.md).
+        ``INVALID_ARGUMENT`` when ``action`` is no str."""
+        if not isinstance(action, str):
+            raise LedgerError(INVALID_ARGUMENT, f"an action name must be a str, got {describe_value(action)}")
         return self.policy["action_costs"].get(action, self.policy["default_action_cost"])
 
     def price_units(self, action: str) -> int:
         """What asking for ``action`` costs, for every path that quotes or charges a requested action
         (docs/scopes.md): ``test.human``/``test.automated`` (``request_test``, the soft gate) cost their
         ``test_costs`` entry; any other action its :meth:`cost_units`."""
+        self.cost_units(action)  # INVALID_ARGUMENT for an action that is no str
         kind = action.removeprefix("test.")
         if action.startswith("test.") and kind in self.policy["test_costs"]:
             return self.policy["test_costs"][kind]

@@ -111,6 +111,13 @@ def quoted(text: str, limit: int) -> str:
     return repr(text[:limit]) + ("…" if len(text) > limit else "")
 
 
+def repr_shown(value: Any, limit: int) -> str:
+    """``value`` as ``repr`` shows it, for a refusal quoting what a Python caller gave: a string quoted
+    (:func:`quoted`), anything else as :func:`shown` gives it, nesting cut at three levels, so a list
+    nested thousands deep is named rather than a ``RecursionError``."""
+    return quoted(value, limit) if isinstance(value, str) else shown(value, limit)
+
+
 def given(value: Any, limit: int) -> str:
     """What a caller gave, for a refusal: a string quoted (its start, at most ``limit`` characters),
     anything else as a JSON reader sees it (:func:`describe_value`: ``true``, ``null``, ``an object``),

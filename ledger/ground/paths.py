@@ -14,7 +14,7 @@ import stat
 from pathlib import Path
 from typing import BinaryIO
 
-from .errors import INVALID_ARGUMENT, STORAGE_ERROR, LedgerError
+from .errors import INVALID_ARGUMENT, STORAGE_ERROR, LedgerError, quoted
 
 #: ``OSError`` numbers that mean the file system refused, not that the path was wrong.
 STORAGE_ERRNOS = frozenset({errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT, errno.EIO,
@@ -54,6 +54,12 @@ def fs_path(path: str | bytes | os.PathLike[str], what: str = "path") -> Path:
         os.fsencode(text)
     except UnicodeError as exc:
         raise LedgerError(INVALID_ARGUMENT, f"{what} {ascii(text)} cannot name a file: {exc}") from None
+    try:
+        os.lstat(text)
+    except OSError as exc:  # only a name the system cannot take is refused here: a missing file is the caller's
+        if exc.errno == errno.ENAMETOOLONG:
+            raise LedgerError(INVALID_ARGUMENT, f"{what} {quoted(text, 100)} cannot name a file: the name, or a "
+                              f"folder's name in it, is longer than this file system takes") from None
     return Path(text)
 
 

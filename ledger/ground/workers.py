@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from . import interrupts
 from .arguments import caller_stacklevel
-from .errors import INVALID_ARGUMENT, LedgerError
+from .errors import INVALID_ARGUMENT, LedgerError, repr_shown
 
 #: How long the calling process works alone before it starts worker processes: a worker's start
 #: (a fresh interpreter importing the package) costs about this much, so work that ends sooner
@@ -43,7 +43,7 @@ def job_count(jobs: int | None) -> int:
     """``jobs`` checked (an integer from 1 to :data:`JOBS_MAX`, else ``INVALID_ARGUMENT``); None:
     :func:`usable_cores`. More jobs than cores start that many processes when the tasks are there."""
     if jobs is not None and (type(jobs) is not int or not 1 <= jobs <= JOBS_MAX):
-        raise LedgerError(INVALID_ARGUMENT, f"jobs must be an integer from 1 to {JOBS_MAX}, got {jobs!r}")
+        raise LedgerError(INVALID_ARGUMENT, f"jobs must be an integer from 1 to {JOBS_MAX}, got {repr_shown(jobs, 80)}")
     count = usable_cores() if jobs is None else jobs
     return 1 if count > 1 and not _main_importable() else count
 

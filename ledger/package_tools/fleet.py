@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable
 from ..ground import errors as E, interrupts
 from .atomic_files import fsync_dir, remove_abandoned_builds, write_atomic
 from ..storage.sqlfiles import queries, schema_version, statement
-from ..ground.arguments import check_callback
+from ..ground.arguments import check_callback, check_iterable
 from ..services.case import missing_ledger
 from ..ground.errors import LedgerError, first_few
 from ..model.package import (BUILD_FOLDER_LEFT_OUT, DEAD_LINK_LEFT_OUT, LEDGER_FILE, dead_link, is_build_folder,
@@ -127,7 +127,7 @@ def find_cases(paths: Iterable[str | os.PathLike[str]], left_out: list[tuple[Pat
     if isinstance(paths, (str, bytes, os.PathLike)):
         paths = [paths]  # one path, not its characters
     found: list[Path] = []  # in order; once_each keeps each case once
-    for given in paths:
+    for given in check_iterable(paths, "paths", "a list of cases or folders of cases"):
         root = fs_path(given, "case or folder")
         if os.path.lexists(root / LEDGER_FILE) or is_case_package(root):  # named: a build folder's case too
             found.append(root)

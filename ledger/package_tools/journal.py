@@ -27,7 +27,7 @@ from ..ground.arguments import check_callback, check_flag, check_instance, check
 from ..ground.canonical import SAFE_INTEGER_MAX, parse_json, stored_bytes
 from ..services.case import LEDGER_FILE, Case, check_new_case_path
 from ..ground.clock import describe_micros, microseconds_between, parse_at
-from ..ground.errors import LedgerError, shown
+from ..ground.errors import LedgerError, repr_shown, shown
 from ..services.facade import CaseFacade
 from ..model.operations import OPERATIONS as REGISTRY
 from ..model.operations import operation
@@ -242,7 +242,7 @@ def apply_journal(case: Case, lines: Iterable[str | bytes], *, budget: BudgetMan
     check_callback(on_commit, "on_commit")
     budget = budget or case.budget()
     if type(batch_size) is not int or batch_size < 1:
-        raise LedgerError(E.INVALID_ARGUMENT, f"batch_size must be an integer >= 1, got {batch_size!r}")
+        raise LedgerError(E.INVALID_ARGUMENT, f"batch_size must be an integer >= 1, got {repr_shown(batch_size, 80)}")
     _check_units(units_per_hypothesis)
     pending: list[tuple[int, str | bytes]] = []
     run = _BatchRun(case, budget, keep_going, batch_size > 1, on_commit, units_per_hypothesis)
@@ -270,7 +270,7 @@ def apply_journal(case: Case, lines: Iterable[str | bytes], *, budget: BudgetMan
 def _check_units(units: Any) -> None:
     if units is not None and (type(units) is not int or not 1 <= units <= SAFE_INTEGER_MAX):
         raise LedgerError(E.INVALID_ARGUMENT, f"units_per_hypothesis must be an integer from 1 to {SAFE_INTEGER_MAX} "
-                          f"or None, got {units!r}")
+                          f"or None, got {repr_shown(units, 80)}")
 
 
 class _BatchRun:

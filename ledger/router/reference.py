@@ -49,6 +49,8 @@ from typing import Any, Callable, Mapping
 from ..ground import errors as E
 from ..ground.canonical import canonical_sha256, is_utf8_text
 from ..ground.errors import LedgerError, given, quoted, shown
+from ..ground.arguments import check_callback
+from ..ground.paths import fs_path
 from .files import is_link, open_folder, read_below, unreadable
 
 TOOLS = ("source.read_context", "source.find_text", "database.lookup")
@@ -117,6 +119,8 @@ PATH_CHARS_MAX = 1024
 def confined(relative: Any, top: str) -> str:
     """``relative`` when it is a normalized relative path under ``top/`` (``ROUTER_REFUSED``
     otherwise); a check of the text alone, the file system is not consulted."""
+    if not isinstance(top, str):
+        raise LedgerError(E.INVALID_ARGUMENT, f"top must be a folder name (a str), got {given(top, 80)}")
     if not isinstance(relative, str) or not relative:
         raise _refuse(f"path must be a non-empty string, got {given(relative, 80)}")
     if len(relative) > PATH_CHARS_MAX:
@@ -144,9 +148,9 @@ class Router:
 
     def __init__(self, root: str | os.PathLike[str], *, generation: Callable[[], int] | None = None,
                  identity: Callable[[], str] | None = None) -> None:
-        self.root = Path(root)
-        self._generation = generation or (lambda: 0)
-        self._identity = identity or (lambda: "")
+        self.root = fs_path(root, "the router's package folder")
+        self._generation = check_callback(generation, "generation") or (lambda: 0)
+        self._identity = check_callback(identity, "identity") or (lambda: "")
 
     # -- the reply --------------------------------------------------------------------
     def reply(self, request: Mapping[str, Any]) -> dict[str, Any]:

@@ -60,6 +60,7 @@ def shape_store(iteration_id: Any, request: Any, reply: Any) -> dict[str, Any]:
     canonical_bytes(request, "request")
     _check_ids(request)  # a malformed id is INVALID_ID, as everywhere, not the schema's INVALID_ARGUMENT
     validate("evidence-request-v1", request, E.INVALID_ARGUMENT, "request")
+    check_json_value(reply, "reply")  # nesting past the JSON depth: INVALID_JSON, before the schema recurses into it
     validate("evidence-reply-v1", reply, E.INVALID_ARGUMENT, "reply")
     operations, actions = set(), set()
     for action in request["actions"]:
@@ -159,7 +160,9 @@ def check_content_limits(view: LedgerView, contents: Mapping[str, bytes], record
 
 def operation_use(view: LedgerView, operation_id: str) -> str | None:
     """What already uses ``operation_id`` in the case (``record E000001`` or ``a requested test``), or
-    None: an operation id names one stored result or one requested test."""
+    None: an operation id names one stored result or one requested test. ``INVALID_ID`` for an id of
+    another form (none uses it)."""
+    check_action_id(operation_id, "operation_id")
     stored = view.evidence_operation(operation_id)
     if stored is not None:
         return f"record {stored}"

@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import Any, Callable, IO, Iterable, Iterator, Mapping
 
 from ..ground import errors as E
-from ..ground.errors import LedgerError, describe_value, quoted
+from ..ground.errors import LedgerError, describe_value, quoted, repr_shown
 from ..ground.canonical import canonical_bytes
 from ..ground.config import AnalysisConfig
 from ..ground.paths import EXPORT_FILE_BYTES_MAX, STORAGE_ERRNOS, folder_inputs, fs_path, refuse_link_to_nothing
-from ..ground.arguments import check_instance, check_text_mapping
+from ..ground.arguments import check_callback, check_instance, check_iterable, check_text_mapping
 from ..model.outcomes import check_outcomes, read_outcomes
 from ..model.package import refuse_output_in_package
 from ..package_tools.atomic_files import create_tagged_temp, remove_abandoned_temp_files
@@ -176,13 +176,18 @@ def input_files(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
     ``*.traj``, ``*.jsonl``, each maybe ``.gz``, in any letter case), sorted by name.
     ``INVALID_ARGUMENT`` for a path that does not exist, an entry so named that is no regular file
     (:func:`~ledger.ground.paths.folder_inputs`), or no trajectory at all."""
+    if isinstance(paths, (str, bytes, os.PathLike)):
+        paths = [paths]  # one path, not its characters
     found: list[Path] = []
-    for entry in paths:
+    for entry in check_iterable(paths, "paths", "a list of trajectory files or folders"):
         path = fs_path(entry, "trajectory")
         if path.is_dir():
             found += folder_inputs(path, _TRAJECTORY_NAMES, "trajectory")
-        elif path.exists():
+        elif path.is_file():
             found.append(path)
+        elif path.exists():  # a pipe would wait for a writer forever, a device never ends
+            raise LedgerError(E.INVALID_ARGUMENT, f"{path}: not a regular file or folder (a pipe or a device); "
+                              "save the run to a file first")
         else:
             raise LedgerError(E.INVALID_ARGUMENT, f"{path}: no such trajectory file or folder")
     if not found:
@@ -505,10 +510,11 @@ def import_runs(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[
     others are imported. Raises ``INVALID_ARGUMENT`` for a bad argument, ``CONFIG_INVALID`` for a
     bad actions file; writes only ``out/RUN_ID.jsonl`` files (and their temp files) in ``out``.
     """
+    check_callback(progress, "progress")  # before any file is read or written
     if fmt not in FORMATS:
-        raise LedgerError(E.INVALID_ARGUMENT, f"unknown format {fmt!r}; formats: {', '.join(FORMATS)}")
+        raise LedgerError(E.INVALID_ARGUMENT, f"unknown format {repr_shown(fmt, 80)}; formats: {', '.join(FORMATS)}")
     if type(semantic_score) is not int or not 0 <= semantic_score <= 100:
-        raise LedgerError(E.INVALID_ARGUMENT, f"semantic_score must be an integer 0-100, got {semantic_score!r}")
+        raise LedgerError(E.INVALID_ARGUMENT, f"semantic_score must be an integer 0-100, got {repr_shown(semantic_score, 80)}")
     limits = check_instance(AnalysisConfig() if analysis is None else analysis, AnalysisConfig, "analysis",
                             "an AnalysisConfig or None").limits
     mapping = actions if isinstance(actions, ActionMap) else \

@@ -17,7 +17,8 @@ from ..ground.arguments import plain_public_arguments
 from ..ground import errors as E
 from ..ground.clock import parse_at
 from ..ground.config import BudgetConfig
-from ..ground.errors import LedgerError
+from ..ground.canonical import SAFE_INTEGER_MAX
+from ..ground.errors import LedgerError, describe_value
 from ..model.source_refs import resolve_source_refs
 from ..rules import budget as rules
 from ..rules import budget_requests as requests
@@ -199,6 +200,9 @@ class BudgetManager:
         """The policy ``revision``'s ``initialize`` froze (default: the current revision), by which its
         operations are priced and scored: the config it was given, else the previous revision's policy,
         else the built-in defaults (docs/concepts.md). None before that ``initialize``. Writes nothing."""
+        if revision is not None and (type(revision) is not int or not 1 <= revision <= SAFE_INTEGER_MAX):
+            raise LedgerError(E.INVALID_ARGUMENT, f"revision must be a revision number (an integer from 1) or None, "
+                              f"got {describe_value(revision)}")
         with self._session.read() as view:
             revision = view.case()["revision"] if revision is None else revision
             return None if view.budget_head(revision) is None else view.policy_config(revision)

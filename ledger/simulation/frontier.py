@@ -23,7 +23,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from ..ground import errors as E
 from ..ground.config import AnalysisConfig
-from ..ground.errors import LedgerError
+from ..ground.errors import LedgerError, repr_shown
 from ..services.memory import DEFAULT_ACTOR
 from ..ground.arguments import path_list
 from .evaluator import StepTable, evaluate, step_table
@@ -376,9 +376,9 @@ def _choice(table: _Table, rows: Mapping[str, dict[str, Any]], constraint: Const
 def _check_options(folds: int, samples: int, runs: int) -> None:
     if type(folds) is not int or folds != 0 and not 2 <= folds <= runs:
         raise LedgerError(E.INVALID_ARGUMENT, f"--folds must be 0 (none) or from 2 to the number of runs ({runs}), "
-                          f"got {folds!r}")
+                          f"got {repr_shown(folds, 80)}")
     if type(samples) is not int or not 0 <= samples <= 1_000_000:
-        raise LedgerError(E.INVALID_ARGUMENT, f"--bootstrap must be from 0 to 1000000, got {samples!r}")
+        raise LedgerError(E.INVALID_ARGUMENT, f"--bootstrap must be from 0 to 1000000, got {repr_shown(samples, 80)}")
 
 
 #: The figures of a run the evaluator must give exactly as the full replay does.
@@ -531,7 +531,7 @@ def frontier(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Poli
         raise LedgerError(E.INVALID_ARGUMENT, "frontier needs at least one policy (the first is the base)")
     policies = [p if isinstance(p, Policy) else load_policy(p) for p in given]
     if not isinstance(good, str) or not good:
-        raise LedgerError(E.INVALID_ARGUMENT, f"good must be an outcome label (a non-empty str), got {good!r}")
+        raise LedgerError(E.INVALID_ARGUMENT, f"good must be an outcome label (a non-empty str), got {repr_shown(good, 80)}")
     if constraint is not None and not isinstance(constraint, (str, Constraint)):
         raise LedgerError(E.INVALID_ARGUMENT, "constraint must be None, a LABEL=PCT string (\"resolved=2%\") or a "
                           f"Constraint, got {type(constraint).__name__}")
@@ -543,7 +543,7 @@ def frontier(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Poli
     _check_one_price_table(policies)
     constraint = parse_max_stopped(constraint) if isinstance(constraint, str) else constraint
     if type(seed) is not int or seed < 0:  # Python's random takes -7 as 7: a sign would change nothing
-        raise LedgerError(E.INVALID_ARGUMENT, f"--seed must be an integer of 0 or more, got {seed!r}")
+        raise LedgerError(E.INVALID_ARGUMENT, f"--seed must be an integer of 0 or more, got {repr_shown(seed, 80)}")
     if constraint is None and (folds or (type(samples) is int and samples)):  # they score a choice: none is made
         raise LedgerError(E.INVALID_ARGUMENT, "folds and bootstrap samples score the choice a constraint makes: "
                           "give the constraint (--max-stopped), or leave them out")

@@ -29,7 +29,7 @@ from ..ground.resources import resource_dir
 from ..ground.config import DEFAULT_POLICY, AnalysisConfig, BudgetConfig, read_toml, load_toml_config
 from ..ground.canonical import SAFE_INTEGER_MAX
 from ..ground.arguments import check_instance, check_iterable, check_text_mapping, is_decimal, path_list
-from ..ground.errors import LedgerError
+from ..ground.errors import LedgerError, repr_shown
 from ..services.memory import DEFAULT_ACTOR
 from ..ground.paths import folder_inputs, fs_path
 from ..ground.workers import job_count, shared_map
@@ -55,6 +55,15 @@ class Policy:
     name: str
     config: BudgetConfig
     units_per_hypothesis: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise LedgerError(E.INVALID_ARGUMENT, f"a policy's name must be a non-empty str, got {repr_shown(self.name, 80)}")
+        check_instance(self.config, BudgetConfig, "a policy's config", "a BudgetConfig")
+        if self.units_per_hypothesis is not None and (type(self.units_per_hypothesis) is not int
+                                                      or not 1 <= self.units_per_hypothesis <= SAFE_INTEGER_MAX):
+            raise LedgerError(E.INVALID_ARGUMENT, "a policy's units_per_hypothesis must be an integer from 1 or None, "
+                              f"got {repr_shown(self.units_per_hypothesis, 80)}")
 
     @property
     def policy_sha256(self) -> str:
@@ -177,10 +186,15 @@ def vary(base: Policy, grid: Sequence[tuple[str, Sequence[int]]]) -> list[Policy
     """
     check_instance(base, Policy, "base", "a Policy")
     grid = list(check_iterable(grid, "grid", "a list of (key, values) pairs"))
-    for pair in grid:
+    for number, pair in enumerate(grid):
         if not isinstance(pair, (tuple, list)) or len(pair) != 2 or not isinstance(pair[0], str):
-            raise LedgerError(E.INVALID_ARGUMENT, f"grid must be a list of (key, values) pairs, got {pair!r}")
-        check_iterable(pair[1], f"the values of {pair[0]}", "a list of integers")
+            raise LedgerError(E.INVALID_ARGUMENT, f"grid must be a list of (key, values) pairs, got {repr_shown(pair, 80)}")
+        values = list(check_iterable(pair[1], f"the values of {pair[0]}", "a list of integers"))  # a generator: once
+        for value in values:
+            if not isinstance(value, (int, str)):  # a name shows each value: an integer (or a word, for word keys)
+                raise LedgerError(E.INVALID_ARGUMENT, f"--vary {pair[0]}: a value must be an integer, got "
+                                  f"{repr_shown(value, 80)}", key=pair[0])
+        grid[number] = (pair[0], values)
     keys = [key for key, _ in grid]
     for key, values in grid:
         if keys.count(key) > 1:
@@ -219,9 +233,11 @@ def journal_files(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
     regular file (:func:`~ledger.ground.paths.folder_inputs`), two journals with the same run id
     (file stem), or no journal at all.
     """
+    if isinstance(paths, (str, bytes, os.PathLike)):
+        paths = [paths]  # one path, not its characters
     found: list[Path] = []
-    for entry in paths:
-        path = Path(entry)
+    for entry in check_iterable(paths, "paths", "a list of journal files or folders"):
+        path = fs_path(entry, "journal")
         if path.is_dir():
             found.extend(folder_inputs(path, (".jsonl",), "journal"))
         elif path.is_file():
