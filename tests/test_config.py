@@ -438,6 +438,24 @@ def test_checked_analysis_settings_cannot_be_edited():
         analysis.storage["synchronous"] = "OFF"
     assert analysis.limits["event_bytes_max"] == 100_000 and pickle.loads(pickle.dumps(analysis)) == analysis
     assert AnalysisConfig(limits=analysis.limits, storage=analysis.storage) == analysis
+    assert AnalysisConfig.from_mapping(analysis.to_dict()) == analysis
+
+
+def test_a_read_only_config_still_reads_copies_and_writes_as_json_as_a_dict_does():
+    """json.dumps and dataclasses.asdict of a config worked before its mappings were made read-only."""
+    import copy
+    import dataclasses
+
+    config, analysis = BudgetConfig.example(), AnalysisConfig()
+    assert json.loads(json.dumps(config.policy)) == config.to_dict() and isinstance(config.policy, dict)
+    assert json.loads(json.dumps(analysis.limits)) == analysis.to_dict()["limits"]
+    assert dataclasses.asdict(config)["policy"] == config.to_dict() and copy.deepcopy(config) == config
+    assert dataclasses.asdict(analysis)["storage"] == analysis.to_dict()["storage"]
+    for edit in (lambda: config.policy.update(x=1), lambda: config.policy.setdefault("x", 1),
+                 lambda: config.policy["action_costs"].pop("source.read_context"), lambda: analysis.limits.clear()):
+        with pytest.raises(TypeError):
+            edit()
+    assert config == BudgetConfig.example() and analysis == AnalysisConfig()
 
 
 @pytest.mark.parametrize("build, where", [

@@ -13,7 +13,6 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any, Callable, Mapping, TypeVar
 
 from .canonical import canonical_sha256
@@ -166,12 +165,28 @@ def _validated_policy_sha256(merged: Mapping[str, Any]) -> str:
     return sha
 
 
+class ReadOnlyDict(dict):  # type: ignore[type-arg]
+    """A ``dict`` that refuses every change (``TypeError``): what a checked configuration holds, so
+    that what it records is what was checked. It reads, compares, copies, pickles and writes as JSON
+    as a ``dict`` does; :func:`plain` (or the config's ``to_dict()``) gives an editable copy."""
+
+    __slots__ = ()
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError("a checked configuration is read-only: edit a copy (its to_dict()) and build a new one")
+
+    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _refuse  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickled and copied whole, not filled in item by item
+        return (type(self), (dict(self),))
+
+
 def read_only(value: Any, levels: int = 2) -> Any:
     """``value`` with the mappings of its first ``levels`` levels (a config and its tables) made
-    read-only views of copies (``MappingProxyType``): a checked configuration cannot be edited
-    afterwards (an edit raises ``TypeError``), so what it records is what was checked."""
+    :class:`ReadOnlyDict` copies: a checked configuration cannot be edited afterwards (an edit raises
+    ``TypeError``), so what it records is what was checked."""
     if isinstance(value, Mapping) and levels > 0:
-        return MappingProxyType({key: read_only(item, levels - 1) for key, item in value.items()})
+        return ReadOnlyDict({key: read_only(item, levels - 1) for key, item in value.items()})
     return value
 
 
@@ -208,7 +223,7 @@ class BudgetConfig:
                 raise LedgerError(CONFIG_INVALID, f"{table}: must be a table", key=table)
             for key in merged[table]:
                 if not isinstance(key, str):
-                    raise LedgerError(CONFIG_INVALID, f"{table}: keys must be strings, got {key!r}", key=table)
+                    raise LedgerError(CONFIG_INVALID, f"{table}: keys must be strings, got {describe_value(key)}", key=table)
         merged["action_costs"] = dict(merged["action_costs"])
         merged["test_costs"] = {**DEFAULT_POLICY["test_costs"], **dict(merged["test_costs"])}
         mode = merged.pop("novelty_mode", NOVELTY_DEFAULT)
@@ -228,8 +243,6 @@ class BudgetConfig:
         object.__setattr__(self, "policy", read_only(merged))  # its hash is of what was checked: no edit after
         object.__setattr__(self, "_policy_sha256", policy_sha256)
 
-    def __reduce__(self) -> tuple[Any, ...]:  # a read-only view does not pickle: its copy does, checked again
-        return (type(self), (self.to_dict(),))
 
     def to_dict(self) -> dict[str, Any]:
         """The policy as plain, editable dicts (a copy; ``policy`` itself is read-only): every key, resolved."""
@@ -325,8 +338,11 @@ class AnalysisConfig:
         object.__setattr__(self, "storage", read_only(data["storage"]))  # what was checked: no edit after
         object.__setattr__(self, "limits", read_only(data["limits"]))
 
-    def __reduce__(self) -> tuple[Any, ...]:  # a read-only view does not pickle: its copy does, checked again
-        return (type(self), (self.units_per_hypothesis, self.max_hypotheses, plain(self.storage), plain(self.limits)))
+    def to_dict(self) -> dict[str, Any]:
+        """Every setting as plain, editable dicts (a copy; ``storage`` and ``limits`` are read-only), as
+        :meth:`from_mapping` takes them."""
+        return {"units_per_hypothesis": self.units_per_hypothesis, "max_hypotheses": self.max_hypotheses,
+                "storage": plain(self.storage), "limits": plain(self.limits)}
 
     @classmethod
     def load(cls, path: str | Path) -> "AnalysisConfig":
