@@ -142,6 +142,20 @@ def test_a_refusal_quoting_a_shortened_message_counts_everything_left_out(prefix
     assert outer.message.startswith((prefix or "k")[:20]) and outer.message.endswith((more or " end")[-4:])
 
 
+def test_a_refusal_quoting_two_shortened_messages_or_text_that_only_looks_shortened_counts_exactly():
+    """Two quoted refusals lost both their counts (278 for 5,600 left out); a value holding text like
+    a mark (a column name) was taken for one and counted 1,004,067 characters in a 6,100-character text."""
+    first, second = LedgerError(INVALID_ARGUMENT, "A" * 3000), LedgerError(INVALID_ARGUMENT, "B" * 3000)
+    both = LedgerError(INVALID_ARGUMENT, f"{first.message} and {second.message}")
+    assert both.message.count("characters left out") == 1 and both.message.startswith("AAA")
+    assert len(both.message) - len(f" … ({left_out(both.message)} characters left out) … ") + left_out(both.message) == 6005
+    looks = "no such column: " + "a" * 3000 + " … (999999 characters left out) … " + "b" * 3000
+    quoted_text = LedgerError(INVALID_ARGUMENT, looks)
+    assert quoted_text.message.count("characters left out") == 1 and quoted_text.message.endswith("bbb")
+    mark = f" … ({left_out(quoted_text.message)} characters left out) … "
+    assert len(quoted_text.message) - len(mark) + left_out(quoted_text.message) == len(looks)
+
+
 def test_a_config_key_of_100000_characters_is_counted_whole_in_the_refusal_naming_the_file(tmp_path):
     config = tmp_path / "k.toml"
     config.write_text('"' + "k" * 100_000 + '" = 1\n')

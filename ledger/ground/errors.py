@@ -9,8 +9,9 @@ refusals that may succeed when simply retried.
 
 from __future__ import annotations
 
-import re
 import reprlib
+import threading
+from collections import OrderedDict
 import unicodedata
 from typing import Any
 
@@ -140,28 +141,44 @@ _ESCAPED = frozenset({"Cc", "Zl", "Zp", "Cs"})
 
 def shortened(text: str, limit: int) -> str:
     """``text`` when it has at most ``limit`` characters, else its start and end with the middle left
-    out and counted (``… (N characters left out) …``), ``limit`` characters or fewer in all. A text
-    shortened so already (a refusal's message quoted in a longer one) loses more beside its mark,
-    which counts everything left out, never a mark cut out and the count restarted."""
+    out and counted (``… (N characters left out) …``), ``limit`` characters or fewer in all."""
     if len(text) <= limit:
         return text
-    marks = list(_LEFT_OUT.finditer(text))
-    if len(marks) == 1:  # cut beside the mark, keeping the start and the end as a first shortening does
-        head, tail = text[:marks[0].start()], text[marks[0].end():]
-        count = int(marks[0].group(1)) + len(head) + len(tail)
-        room = limit - len(_LEFT_OUT_MARK.format(count))  # the count only grows: its mark is at its longest
-        if room >= 0:
-            kept_tail = min(len(tail), room - min(len(head), room * 2 // 3))
-            kept_head = min(len(head), room - kept_tail)
-            count -= kept_head + kept_tail
-            return f"{head[:kept_head]}{_LEFT_OUT_MARK.format(count)}{tail[len(tail) - kept_tail:]}"
     keep = limit - 40
     head, tail = text[:keep * 2 // 3], text[len(text) - keep // 3:]
     return f"{head}{_LEFT_OUT_MARK.format(len(text) - len(head) - len(tail))}{tail}"
 
 
+#: The whole text of the refusals' messages shortened lately, by what they were shortened to: a
+#: refusal quoting one of them (a file's name put before a config's refusal) is shortened from the
+#: whole text, so its one mark counts everything left out (:func:`whole_text`).
+_WHOLE: "OrderedDict[str, str]" = OrderedDict()
+_WHOLE_KEPT = 16
+_WHOLE_LOCK = threading.Lock()
+
+
+def whole_text(text: str) -> str:
+    """``text`` with every message of a refusal shortened lately (:data:`_WHOLE`) that it quotes put
+    back whole, before it is shortened in its turn; text that merely looks shortened stays as it is."""
+    if _LEFT_OUT_MARK.split("{}")[1] not in text:
+        return text
+    with _WHOLE_LOCK:
+        known = list(_WHOLE.items())
+    for short, whole in reversed(known):
+        if short in text:
+            text = text.replace(short, whole)
+    return text
+
+
+def _remember_whole(short: str, whole: str) -> None:
+    with _WHOLE_LOCK:
+        _WHOLE[short] = whole
+        _WHOLE.move_to_end(short)
+        while len(_WHOLE) > _WHOLE_KEPT:
+            _WHOLE.popitem(last=False)
+
+
 _LEFT_OUT_MARK = " … ({} characters left out) … "
-_LEFT_OUT = re.compile(r" … \((\d+) characters left out\) … ")
 
 
 def first_few(names: list[str], most: int) -> str:
@@ -184,7 +201,10 @@ class LedgerError(Exception):
     def __init__(self, code: str, message: str, **details: Any) -> None:
         if code not in ALL_CODES:  # a typo here would break the public contract
             raise ValueError(f"unknown error code {code!r}")
-        message = shortened(printable(message), MESSAGE_CHARS_MAX)
+        whole = whole_text(printable(message))
+        message = shortened(whole, MESSAGE_CHARS_MAX)
+        if message is not whole:
+            _remember_whole(message, whole)
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
