@@ -1011,6 +1011,25 @@ def test_a_pattern_or_script_given_by_option_leaves_the_first_plain_word_a_path(
     assert classify(command) == expected
 
 
+@pytest.mark.parametrize("command, writes", [
+    ("sed -n '# note\nw out' f.py", True), ("sed -n ':top\nw out' f.py", True), ("sed '/x/a hi\nw out' f.py", True),
+    ("sed -n 'r h.txt\ns/a/b/e' f.py", True), ("sed -n 'b;w out' f.py", True), ("sed -n ':a;w out' f.py", True),
+    ("sed '1i\\\nwest\nw x' f.py", True), ("sed 's|a|b|w out' f.py", True), ("sed 's,a,b,e' f.py", True),
+    ("sed -f s.sed events.log", False), ("sed -n -f prog.sed web.py", False), ("sed --file=prog.sed west.py", False),
+    ("sed -n '/[/]e/p' f.py", False), ("sed -e '1a\\' -e 'west' f.py", False), ("sed '1i\\\nwest' f.py", False)])
+def test_a_sed_script_of_several_lines_or_parts_is_read_as_sed_reads_it(command, writes):
+    """A line end inside the quotes ends a comment, a label or a text to add, as it does for sed (it
+    was made a ';' and the rest of the script was taken for the comment); a label also ends at ';';
+    -e parts are one script joined by line ends; a bracket holds the delimiter; a script from a file
+    (-f) leaves the first plain word a path (it was read as the script, and 'events' holds an e)."""
+    from ledger.runs.actions import classify
+
+    action, target = classify(command)
+    assert (action == "test.automated") == writes, (action, target)
+    if not writes:
+        assert target == command.split()[-1]
+
+
 def test_an_actions_file_may_name_a_program_with_its_subcommand(tmp_path):
     from ledger.runs.actions import ActionMap, classify
 

@@ -116,12 +116,34 @@ DEFAULT_ACTION_MAP = ActionMap.from_mapping(DEFAULT_ACTIONS)
 COMMAND_CHARS_MAX = 65_536
 
 
+def _line_ends_split(command: str) -> str:
+    """``command`` with each line end outside quotes made a ``;`` (a new command); a line end inside
+    quotes is part of its word (a sed script of several lines, a ``python -c`` program)."""
+    if "\n" not in command:
+        return command
+    out, quote, escaped = [], "", False
+    for char in command:
+        if escaped:
+            escaped = False
+        elif char == "\\" and quote != "'":
+            escaped = True
+        elif quote and char == quote:
+            quote = ""
+        elif not quote and char in "'\"":
+            quote = char
+        elif char == "\n" and not quote:
+            out.append(" ; ")
+            continue
+        out.append(char)
+    return "".join(out)
+
+
 def _words(command: str) -> list[str] | None:
     """The command's words with separators as their own words; None when it cannot be split or is
     longer than :data:`COMMAND_CHARS_MAX`."""
     if len(command) > COMMAND_CHARS_MAX:
         return None
-    lexer = shlex.shlex(command.replace("\n", " ; "), posix=True, punctuation_chars="|&;<>()")
+    lexer = shlex.shlex(_line_ends_split(command), posix=True, punctuation_chars="|&;<>()")
     lexer.whitespace_split = True
     lexer.commenters = ""
     try:
@@ -237,7 +259,7 @@ def _writes(program: str, args: list[str]) -> bool:
     ``awk`` whose program calls ``system``, prints into a file or a pipe, ``sort -o``, ``uniq IN OUT``."""
     if program == "sed":
         return any(a.startswith("--in-place") or (a.startswith("-") and not a.startswith("--") and "i" in a[1:])
-                   for a in args) or any(_sed_script_writes_or_runs(script) for script in _sed_scripts(args))
+                   for a in args) or _sed_script_writes_or_runs(_sed_script(args))
     if program == "find":
         return any(a in _FIND_WRITES for a in args)
     if program == "awk":
@@ -249,17 +271,20 @@ def _writes(program: str, args: list[str]) -> bool:
     return False
 
 
-def _sed_scripts(args: list[str]) -> list[str]:
-    """The scripts of a ``sed`` command's arguments: each ``-e SCRIPT`` (``-eSCRIPT``, ``-ne SCRIPT``,
-    ``--expression=SCRIPT``), else its first plain argument. (A script file, ``-f FILE``, is not read.)"""
-    scripts, plain, index = [], [], 0
+def _sed_script(args: list[str]) -> str:
+    """The script of a ``sed`` command's arguments, as sed puts it together: its ``-e SCRIPT`` parts
+    (``-eSCRIPT``, ``-ne SCRIPT``, ``--expression=SCRIPT``) joined by line ends, else its first plain
+    argument; none when a script file gives it (``-f FILE``, ``--file=FILE``, which is not read)."""
+    scripts, plain, index, from_file = [], [], 0, False
     while index < len(args):
         word, following = args[index], args[index + 1] if index + 1 < len(args) else ""
         if word == "--":
             plain += args[index + 1:]
             break
-        if word.startswith("--expression"):
-            scripts.append(word.partition("=")[2] if "=" in word else following)
+        if word.startswith(("--expression", "--file")):
+            if word.startswith("--expression"):
+                scripts.append(word.partition("=")[2] if "=" in word else following)
+            from_file = from_file or word.startswith("--file")
             index += "=" not in word
         elif word.startswith("-") and not word.startswith("--") and len(word) > 1:
             letters = word[1:]
@@ -269,23 +294,49 @@ def _sed_scripts(args: list[str]) -> list[str]:
                 index += not letters[at + 1:]
                 if letters[at] == "e":
                     scripts.append(value)
+                else:
+                    from_file = True
         elif not word.startswith("-") or word == "-":
             plain.append(word)
         index += 1
-    return scripts or plain[:1]
+    if scripts or from_file:
+        return "\n".join(scripts)
+    return plain[0] if plain else ""
 
 
-#: sed commands whose text runs to the end of the line (text to add, a file to read, a label, a comment).
-_SED_TO_LINE_END = frozenset("aicrRbtT:#")
+#: sed commands whose argument runs to the end of the line: text to add (a line ending in a
+#: backslash goes on to the next), a file to read, a comment.
+_SED_TO_LINE_END = frozenset("aicrR#")
+#: sed commands naming a label, which ends at the end of the line or at a ``;``.
+_SED_LABELS = frozenset("btT:")
 
 
 def _sed_delimited(script: str, start: int, delimiter: str) -> int:
-    """The index just past the ``delimiter`` that ends the part of ``script`` from ``start`` (a
-    backslash escapes the character after it)."""
+    """The index just past the ``delimiter`` that ends the part of ``script`` from ``start``: a
+    backslash escapes the character after it, and a bracket expression (``[/]``) holds it as text."""
     index = start
     while index < len(script) and script[index] != delimiter:
-        index += 2 if script[index] == "\\" else 1
+        if script[index] == "\\":
+            index += 2
+        elif script[index] == "[":
+            close = index + 1 + (script[index + 1:index + 2] == "^")
+            close += script[close:close + 1] == "]"  # a ] first in the brackets is one of them
+            found = script.find("]", close)
+            index = found + 1 if found >= 0 else len(script)
+        else:
+            index += 1
     return index + 1
+
+
+def _sed_line_end(script: str, index: int) -> int:
+    """The index past the line holding ``index`` and the lines its ending backslashes carry on to."""
+    while True:
+        newline = script.find("\n", index)
+        if newline < 0:
+            return len(script)
+        if not script[:newline].endswith("\\"):
+            return newline + 1
+        index = newline + 1
 
 
 def _sed_script_writes_or_runs(script: str) -> bool:
@@ -298,7 +349,7 @@ def _sed_script_writes_or_runs(script: str) -> bool:
             return True
         if char == "/":  # an address /re/
             index = _sed_delimited(script, index + 1, "/")
-        elif char == "\\" and index + 1 < len(script):  # an address \cREc
+        elif char == "\\" and index + 1 < len(script):  # an address \\cREc
             index = _sed_delimited(script, index + 2, script[index + 1])
         elif char in "sy" and index + 1 < len(script):
             end = _sed_delimited(script, _sed_delimited(script, index + 2, script[index + 1]), script[index + 1])
@@ -307,8 +358,10 @@ def _sed_script_writes_or_runs(script: str) -> bool:
                 return True
             index = end + len(flags)
         elif char in _SED_TO_LINE_END:
-            newline = script.find("\n", index)
-            index = len(script) if newline < 0 else newline + 1
+            index = _sed_line_end(script, index)
+        elif char in _SED_LABELS:
+            ends = [at for at in (script.find("\n", index), script.find(";", index)) if at >= 0]
+            index = min(ends) + 1 if ends else len(script)
         else:  # an address's digits and signs, a separator, a command of one letter
             index += 1
     return False
