@@ -611,6 +611,16 @@ def test_a_query_held_past_its_time_limit_by_one_function_call_ends_the_command_
     assert refused("", "sql", str(cli_case), "SELECT count(*) AS n FROM events", "--timeout", "0.3", status=0) == ""
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
+def test_a_ctrl_c_while_one_function_call_holds_a_query_ends_the_command_as_an_interrupt(cli_case):
+    """Python runs no handler while SQLite holds the main thread in one call: a Ctrl-C waited for the
+    call's end (12 s) and the command then printed its result and exited 0."""
+    long_call = "SELECT length(printf('%.*c', 2000000000, 'x')) AS n"
+    done = interrupted_after(3.0, "sql", str(cli_case), long_call, "--timeout", "60")  # well inside the call
+    assert (done.returncode, done.stdout, done.stderr) == (130, "", "error: interrupted; nothing half-written "
+                                                           "remains, run the command again\n")
+
+
 def test_only_the_time_waiting_on_a_query_counts_toward_its_deadline_not_printing_its_rows():
     from ledger_cli._deadline import QueryDeadline
 

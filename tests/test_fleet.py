@@ -563,6 +563,37 @@ def test_a_fleet_query_held_past_its_time_limit_by_one_function_call_ends_the_co
 
 
 @pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
+def test_a_fleet_query_waiting_for_the_exports_lock_is_not_timed_until_it_holds_it(fleet):
+    """The wait for a fleet export's lock counted toward --timeout: the command ended as if one
+    function call had held the query past it."""
+    import fcntl
+    import threading
+
+    from conftest import run_cli
+
+    _, out, _ = fleet
+    with open(out / "_fleet" / "lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        timer = threading.Timer(3.5, lambda: fcntl.flock(lock, fcntl.LOCK_UN))
+        timer.start()
+        done = run_cli("fleet", "sql", str(out), "SELECT 1 AS one", "--timeout", "0.5", "--csv")
+        timer.join()
+    assert (done.returncode, done.stdout, done.stderr) == (0, b"one\n1\n", b"")  # it waited for the lock, then ran
+
+
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
+def test_a_ctrl_c_while_one_function_call_holds_a_fleet_query_ends_it_as_an_interrupt(fleet):
+    from test_cli import interrupted_after
+
+    _, out, _ = fleet
+    # one call of about 100 s: it held the command past Ctrl-C, and past interrupted_after's 60 s
+    done = interrupted_after(3.0, "fleet", "sql", str(out), "SELECT levenshtein(repeat('a', 150000), repeat('b', 150000))",
+                             "--timeout", "600")
+    assert (done.returncode, done.stderr) == (130, "error: interrupted; nothing half-written remains, run the "
+                                              "command again\n")
+
+
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_a_fleet_query_stopped_by_ctrl_c_is_an_interrupt_not_its_time_limit(fleet):
     from test_cli import interrupted_after
 

@@ -15,9 +15,10 @@ import signal
 import threading
 import uuid
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from ..ground import errors as E
+from ..ground.arguments import check_callback
 from ..ground.canonical import check_int
 from ..ground.errors import LedgerError, shown
 from ..ground.paths import fs_path
@@ -130,15 +131,18 @@ def _one_select(con: Any, query: str) -> None:
 
 
 @contextlib.contextmanager
-def fleet_rows(out: str | os.PathLike[str], query: str, *,
-               timeout_ms: int = 30_000) -> Iterator[tuple[list[str], Iterator[tuple]]]:
+def fleet_rows(out: str | os.PathLike[str], query: str, *, timeout_ms: int = 30_000,
+               started: Callable[[], None] | None = None) -> Iterator[tuple[list[str], Iterator[tuple]]]:
     """Run one DuckDB ``SELECT`` over the fleet export ``out``: ``with fleet_rows(out, q) as (names, rows)``.
 
     Each exported table is a view across all cases with ``case_id`` first. Anything but one
     ``SELECT``, a failing query or one still running after ``timeout_ms`` is ``INVALID_ARGUMENT``;
-    the query can read no file outside ``out``. Times come back as RFC 3339 UTC text.
+    the query can read no file outside ``out``. Times come back as RFC 3339 UTC text. ``started()``,
+    if given, is called once the export's lock is held (a ``fleet export`` publishing holds it), as the
+    query's time limit starts.
     """
     check_int(timeout_ms, "timeout_ms", minimum=1, maximum=86_400_000)
+    check_callback(started, "started")
     if not isinstance(query, str):
         raise LedgerError(E.INVALID_ARGUMENT, f"query must be a str, got {type(query).__name__}")
     try:
@@ -149,6 +153,8 @@ def fleet_rows(out: str | os.PathLike[str], query: str, *,
     root = check_out(fs_path(out, "export folder"), create=False).absolute()
     duckdb = duckdb_module()
     with locked_file(meta_dir(root) / "lock", fcntl.LOCK_SH), _ctrl_c_is_an_interrupt():
+        if started is not None:
+            started()
         con, broken = _fleet_connection(root)
         timed_out = threading.Event()
 
@@ -197,6 +203,11 @@ def _interrupt_on_ctrl_c(con: Any) -> Iterator[None]:
         while data := os.read(reading, 64):
             if signal.SIGINT in data:
                 con.interrupt()
+            if previous >= 0:  # the wakeup file set before this one (a caller's own watcher) is told too
+                try:
+                    os.write(previous, data)
+                except OSError:
+                    pass
 
     watcher = threading.Thread(target=watch, name="ledger-ctrl-c", daemon=True)
     watcher.start()
