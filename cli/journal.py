@@ -15,6 +15,7 @@ import click
 
 import ledger
 from ledger import BudgetConfig, Case, JournalSummary, LineResult, apply_journal
+from ledger.ground import interrupts
 from ledger.ground.canonical import SAFE_INTEGER_MAX
 from ledger.package_tools.journal import (LINE_BYTES_MAX, clamp_warning, first_at as journal_first_at,
                                           open_for_journal, read_lines, recorded_run_hint)
@@ -232,7 +233,16 @@ def demo(settings: Settings, directory: Path | None) -> None:
     printer = _TolerantPrinter()
     # finishes even if nobody reads the output
     # ledger.run_demo loads the demo (and verify) when called: the other commands start without them
-    path, report, verified = ledger.run_demo(directory, echo=printer, actor=settings.actor)
+    try:
+        path, report, verified = ledger.run_demo(directory, echo=printer, actor=settings.actor)
+    except KeyboardInterrupt as interrupt:
+        placed = getattr(interrupt, "demo_case", None)
+        if placed is None:
+            raise  # nothing half-written remains: the usual line
+        shown = shlex.quote(one_line(placed))
+        warn(f"error: interrupted once the demo case was complete at {shown}; '{invoked_as()} verify {shown}' "
+             "checks it (running the demo again there is refused: the folder is taken)")
+        sys.exit(interrupts.exit_status())
     with Case.open(path) as opened:
         rows = opened.balances()
     printer.check()

@@ -160,6 +160,34 @@ def test_a_ctrl_c_as_the_demo_case_is_renamed_into_place_still_says_where_the_ca
     assert verify_case(target).events > 0
 
 
+_CTRL_C_AT_RENAME = """
+import os, signal, sys
+from ledger.package_tools import demo
+renamed, number = os.rename, getattr(signal, sys.argv[1])
+def rename_then_signal(source, target):
+    renamed(source, target)
+    if os.path.basename(str(target)) == "d":
+        os.kill(os.getpid(), number)
+demo.os.rename = rename_then_signal
+from ledger_cli.entry import run
+sys.argv = ["ledger", "demo", "d"]
+run()
+"""
+
+
+@pytest.mark.parametrize("signal_name, status", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_the_demo_command_interrupted_once_its_case_is_in_place_says_so_not_to_run_it_again(tmp_path, signal_name,
+                                                                                             status):
+    """Its last line said nothing half-written remained and to run the command again, which was then
+    refused: the complete case was in the folder."""
+    done = subprocess.run([sys.executable, "-c", _CTRL_C_AT_RENAME, signal_name], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode == status, done.stderr
+    assert done.stderr.splitlines()[-1].startswith(
+        "error: interrupted once the demo case was complete at d; '") and "verify d' checks it" in done.stderr
+    assert "run the command again" not in done.stderr and verify_case(tmp_path / "d").events > 0
+
+
 def test_the_demo_inputs_are_made_with_the_modes_the_umask_gives_as_every_other_file(tmp_path):
     """Under umask 077 the copied sources and database kept the installed example's 755/644: readable by all."""
     done = subprocess.run([sys.executable, "-m", "ledger_cli", "demo", str(tmp_path / "d")], capture_output=True,

@@ -113,9 +113,10 @@ def run_demo(target: Path | None = None, echo: Callable[[str], None] = print,
     try:
         report = _build_in_place(example, building, target, automatic, echo, actor, placed)
         verified = verify_case(placed[0])
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:
         if placed:
             echo(f"interrupted: the demo case is complete at {placed[0]}; 'ledger verify {placed[0]}' checks it")
+            interrupt.demo_case = placed[0]  # type: ignore[attr-defined]  # for the command's own last line
         raise
     return placed[0], report, verified
 
