@@ -119,6 +119,17 @@ def test_the_current_folder_is_refused_as_the_demo_folder_before_anything_is_don
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["here"]
 
 
+def test_a_demo_runs_into_an_empty_folder_from_a_current_folder_that_was_removed(tmp_path):
+    gone, target = tmp_path / "gone", tmp_path / "empty"
+    gone.mkdir()
+    target.mkdir()
+    done = subprocess.run(f"cd {gone} && rmdir {gone} && {sys.executable} -m ledger_cli demo {target}", shell=True,
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode == 0, done.stderr
+    assert verify_case(target).events > 0
+
+
 def test_a_demo_interrupted_once_its_case_is_in_place_says_where_the_complete_case_is(tmp_path, monkeypatch):
     """Interrupted while verifying, the demo said to run it again, which was then refused (CASE_EXISTS)."""
     from ledger.package_tools import demo as demo_module

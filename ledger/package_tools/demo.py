@@ -176,9 +176,17 @@ def _check_target(target: Path) -> None:
             raise LedgerError(E.INVALID_ARGUMENT, f"{target} is a mount point; give the demo a folder inside it")
         if any(target.iterdir()):
             raise LedgerError(E.CASE_EXISTS, f"{target} exists and is not empty; give the demo a new folder")
-        if os.path.realpath(target) == os.path.realpath(os.getcwd()):  # it is built beside and renamed onto it
+        if os.path.realpath(target) == _current_folder():  # it is built beside and renamed onto it
             raise LedgerError(E.INVALID_ARGUMENT, f"{target} is the current folder, which the demo cannot replace "
                               "with the case it builds; run it from the parent folder (ledger demo NAME)")
+
+
+def _current_folder() -> str | None:
+    """The current folder's real path; None when it was removed (a demo into another folder still runs)."""
+    try:
+        return os.path.realpath(os.getcwd())
+    except OSError:
+        return None
 
 
 def _remove_abandoned_builds(target: Path) -> None:
