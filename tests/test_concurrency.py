@@ -726,6 +726,7 @@ PUBLIC_CALLS = {
     "advice": lambda c, b: b.advice("H1"),
     "pending_actions": lambda c, b: b.pending_actions(),
     "policy_changed": lambda c, b: c.budget(BudgetConfig.from_mapping({})).policy_changed(),
+    "frozen_policy": lambda c, b: b.frozen_policy(),
     "record_evidence": lambda c, b: b.record_evidence("H1", "t1", "E000001"),
     "request_test": lambda c, b: b.request_test("H1", "t1", "human", "test-1"),
     "evidence_query": lambda c, b: c.evidence().query("i1", {"actions": [{
