@@ -156,6 +156,37 @@ def test_a_refusal_quoting_two_shortened_messages_or_text_that_only_looks_shorte
     assert len(quoted_text.message) - len(mark) + left_out(quoted_text.message) == len(looks)
 
 
+def test_a_quoted_refusal_is_counted_exactly_whatever_other_threads_refuse_meanwhile():
+    """The shortened refusals kept whole were shared by all threads, 16 of them: with 20 threads
+    refusing at once, a quarter of the counts were wrong (82 for 1,097 left out)."""
+    import threading
+
+    wrong: list[int] = []
+
+    def refuse(k: int) -> None:
+        for i in range(100):
+            inner = LedgerError(INVALID_ARGUMENT, f"T{k}-{i}-" + "w" * 3000)
+            outer = LedgerError(INVALID_ARGUMENT, "q" * 50 + inner.message)
+            total = 50 + len(f"T{k}-{i}-") + 3000
+            mark = f" … ({left_out(outer.message)} characters left out) … "
+            if len(outer.message) - len(mark) + left_out(outer.message) != total:
+                wrong.append(left_out(outer.message))
+
+    threads = [threading.Thread(target=refuse, args=(k,)) for k in range(20)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert wrong == []
+
+
+def test_a_checked_config_table_cannot_be_filled_again_through_init():
+    config = BudgetConfig.example()
+    with pytest.raises(TypeError):
+        config.policy.__init__({"zzz": 1})
+    assert "zzz" not in config.policy and config == BudgetConfig.example()
+
+
 def test_a_config_key_of_100000_characters_is_counted_whole_in_the_refusal_naming_the_file(tmp_path):
     config = tmp_path / "k.toml"
     config.write_text('"' + "k" * 100_000 + '" = 1\n')

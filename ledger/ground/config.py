@@ -170,7 +170,11 @@ class ReadOnlyDict(dict):  # type: ignore[type-arg]
     that what it records is what was checked. It reads, compares, copies, pickles and writes as JSON
     as a ``dict`` does; :func:`plain` (or the config's ``to_dict()``) gives an editable copy."""
 
-    __slots__ = ()
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # filled once, as it is made
+        if getattr(self, "_filled", False):
+            self._refuse()
+        super().__init__(*args, **kwargs)
+        self._filled = True
 
     def _refuse(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError("a checked configuration is read-only: edit a copy (its to_dict()) and build a new one")

@@ -149,33 +149,38 @@ def shortened(text: str, limit: int) -> str:
     return f"{head}{_LEFT_OUT_MARK.format(len(text) - len(head) - len(tail))}{tail}"
 
 
-#: The whole text of the refusals' messages shortened lately, by what they were shortened to: a
-#: refusal quoting one of them (a file's name put before a config's refusal) is shortened from the
-#: whole text, so its one mark counts everything left out (:func:`whole_text`).
-_WHOLE: "OrderedDict[str, str]" = OrderedDict()
-_WHOLE_KEPT = 16
-_WHOLE_LOCK = threading.Lock()
+#: The whole text of the refusals' messages this thread shortened lately, by what they were shortened
+#: to: a refusal quoting one of them (a file's name put before a config's refusal, built as that
+#: refusal is caught) is shortened from the whole text, so its one mark counts everything left out
+#: (:func:`whole_text`). Per thread, so that other threads' refusals never push one out meanwhile.
+_WHOLE = threading.local()
+_WHOLE_KEPT = 32
+
+
+def _kept_whole() -> "OrderedDict[str, str]":
+    kept = getattr(_WHOLE, "messages", None)
+    if kept is None:
+        kept = _WHOLE.messages = OrderedDict()
+    return kept
 
 
 def whole_text(text: str) -> str:
-    """``text`` with every message of a refusal shortened lately (:data:`_WHOLE`) that it quotes put
-    back whole, before it is shortened in its turn; text that merely looks shortened stays as it is."""
+    """``text`` with every message of a refusal this thread shortened lately that it quotes put back
+    whole, before it is shortened in its turn; text that merely looks shortened stays as it is."""
     if _LEFT_OUT_MARK.split("{}")[1] not in text:
         return text
-    with _WHOLE_LOCK:
-        known = list(_WHOLE.items())
-    for short, whole in reversed(known):
+    for short, whole in reversed(list(_kept_whole().items())):
         if short in text:
             text = text.replace(short, whole)
     return text
 
 
 def _remember_whole(short: str, whole: str) -> None:
-    with _WHOLE_LOCK:
-        _WHOLE[short] = whole
-        _WHOLE.move_to_end(short)
-        while len(_WHOLE) > _WHOLE_KEPT:
-            _WHOLE.popitem(last=False)
+    kept = _kept_whole()
+    kept[short] = whole
+    kept.move_to_end(short)
+    while len(kept) > _WHOLE_KEPT:
+        kept.popitem(last=False)
 
 
 _LEFT_OUT_MARK = " … ({} characters left out) … "
