@@ -165,6 +165,7 @@ class LedgerGroup(UsageGroup):
             return result
         except LedgerError as exc:
             if interrupts.pending():  # the refusal of a query Ctrl-C broke off inside a callback
+                interrupts.ending()
                 click.echo(INTERRUPTED, err=True)
                 ctx.exit(interrupts.exit_status())
             click.echo(f"error: {exc.code}: {one_line(exc.message)}{_locale_hint(exc.message)}", err=True)
@@ -197,6 +198,7 @@ class LedgerGroup(UsageGroup):
             click.echo("error: INVALID_ARGUMENT: '-' reads standard input, but standard input is closed", err=True)
             ctx.exit(1)
         except KeyboardInterrupt:
+            interrupts.ending()  # a second Ctrl-C while it exits changes nothing
             click.echo(INTERRUPTED, err=True)
             ctx.exit(interrupts.exit_status())
 

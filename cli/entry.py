@@ -2,6 +2,7 @@
 loading ends as one later does (the message, status 130), never as a traceback."""
 
 import importlib
+import signal
 import sys
 
 #: What an interrupted command prints (every command, before or after it loaded).
@@ -13,6 +14,9 @@ def run() -> None:
     try:
         main = importlib.import_module(".main", __package__).main
     except KeyboardInterrupt:
+        for number in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C while it exits changes nothing
+            signal.signal(number, signal.SIG_IGN)
         sys.stderr.write(INTERRUPTED + "\n")
         sys.exit(130)
+    importlib.import_module("ledger.ground.interrupts").ends_process()
     main(prog_name="ledger")

@@ -654,6 +654,29 @@ def test_a_query_stopped_by_ctrl_c_is_an_interrupt_not_its_time_limit(cli_case):
 
 
 @pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
+@pytest.mark.parametrize("gap_s", [0.001, 0.01])
+def test_a_second_ctrl_c_while_the_command_exits_changes_nothing(cli_case, gap_s):
+    """Two Ctrl-Cs a few milliseconds apart, while the output waited on a full pipe: the second
+    ended the process by the signal itself (status -2) or printed a traceback from the interpreter's
+    shutdown. The command ends once: its one line and 130."""
+    import signal
+    import time
+
+    rows = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 2000000) SELECT x, 'abcdefghij' FROM c"
+    process = subprocess.Popen([sys.executable, "-m", "ledger_cli", "sql", str(cli_case), rows, "--csv", "--timeout", "60"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    time.sleep(2.0)  # its output now waits on the pipe nobody reads
+    process.send_signal(signal.SIGINT)
+    time.sleep(gap_s)
+    process.send_signal(signal.SIGINT)
+    err = process.stderr.read().decode()
+    process.stdout.close()
+    assert (process.wait(timeout=60), err) == (130, "error: interrupted; nothing half-written remains, run the "
+                                                    "command again\n")
+
+
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 @pytest.mark.parametrize("sigint", ["default", "ignored"])
 def test_sigterm_ends_a_command_as_ctrl_c_does_with_status_143(cli_case, sigint):
     """SIGTERM (timeout, a CI runner, a service manager) ends a command as Ctrl-C does, with the
@@ -799,9 +822,18 @@ def test_a_ctrl_c_while_the_command_line_is_still_loading_ends_with_the_message_
         def __getattr__(self, name):
             raise KeyboardInterrupt  # what Ctrl-C raises inside an import
 
+    import signal
+
     monkeypatch.setitem(sys.modules, "ledger_cli.main", Loading())
-    with pytest.raises(SystemExit) as ended:
-        entry.run()
+    handlers = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with pytest.raises(SystemExit) as ended:
+            entry.run()
+        # the process ends: a second Ctrl-C while it exits changes nothing
+        assert {number: signal.getsignal(number) for number in handlers} == dict.fromkeys(handlers, signal.SIG_IGN)
+    finally:
+        for number, handler in handlers.items():
+            signal.signal(number, handler)
     assert ended.value.code == 130
     assert capsys.readouterr().err == "error: interrupted; nothing half-written remains, run the command again\n"
 

@@ -28,6 +28,28 @@ def _on_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
+def ending() -> None:
+    """The ``ledger`` process ends because it was interrupted: a SIGINT or SIGTERM from now on is
+    ignored (a second Ctrl-C while it exits raised ``KeyboardInterrupt`` in the interpreter's shutdown,
+    a traceback, or ended it by the signal itself), and :func:`recorded` leaves them so. Only in the
+    process the ``ledger`` command started (:func:`ends_process`), in its main thread: a caller running
+    the command line in its own process keeps its handlers."""
+    if not _ending[0] or threading.current_thread() is not threading.main_thread():
+        return
+    _ending[1] = True
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, signal.SIG_IGN)
+
+
+def ends_process() -> None:
+    """Called by the ``ledger`` command's entry point: the process ends with the command."""
+    _ending[0] = True
+
+
+#: ``[this process ends with the command, signals are ignored now]``.
+_ending = [False, False]
+
+
 def exit_status() -> int:
     """The exit status of a command the last signal interrupted: 128 + its number (130 for Ctrl-C,
     143 for SIGTERM, as a shell reports a process that signal ended)."""
@@ -56,7 +78,7 @@ def recorded() -> Iterator[None]:
     try:
         yield
     finally:
-        for number, before in taken.items():
+        for number, before in taken.items() if not _ending[1] else ():
             signal.signal(number, before)
         _received.clear()
 
