@@ -1016,12 +1016,14 @@ def test_a_pattern_or_script_given_by_option_leaves_the_first_plain_word_a_path(
     ("sed -n 'r h.txt\ns/a/b/e' f.py", True), ("sed -n 'b;w out' f.py", True), ("sed -n ':a;w out' f.py", True),
     ("sed '1i\\\nwest\nw x' f.py", True), ("sed 's|a|b|w out' f.py", True), ("sed 's,a,b,e' f.py", True),
     ("sed -f s.sed events.log", False), ("sed -n -f prog.sed web.py", False), ("sed --file=prog.sed west.py", False),
-    ("sed -n '/[/]e/p' f.py", False), ("sed -e '1a\\' -e 'west' f.py", False), ("sed '1i\\\nwest' f.py", False)])
+    ("sed -n '/[/]e/p' f.py", False), ("sed -e '1a\\' -e 'west' f.py", False), ("sed '1i\\\nwest' f.py", False),
+    ("sed -n \\\n '1,5p' f.py", False), ("sed -n \\\n '1p;w out' f.py", True)])
 def test_a_sed_script_of_several_lines_or_parts_is_read_as_sed_reads_it(command, writes):
     """A line end inside the quotes ends a comment, a label or a text to add, as it does for sed (it
     was made a ';' and the rest of the script was taken for the comment); a label also ends at ';';
     -e parts are one script joined by line ends; a bracket holds the delimiter; a script from a file
-    (-f) leaves the first plain word a path (it was read as the script, and 'events' holds an e)."""
+    (-f) leaves the first plain word a path (it was read as the script, and 'events' holds an e); a
+    backslash before a line end joins the lines, as the shell does (it was a word of its own)."""
     from ledger.runs.actions import classify
 
     action, target = classify(command)

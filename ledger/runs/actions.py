@@ -123,6 +123,10 @@ def _line_ends_split(command: str) -> str:
         return command
     out, quote, escaped = [], "", False
     for char in command:
+        if escaped and char == "\n" and quote != "'":  # a backslash before a line end joins the lines
+            out.pop()
+            escaped = False
+            continue
         if escaped:
             escaped = False
         elif char == "\\" and quote != "'":
