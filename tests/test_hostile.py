@@ -952,7 +952,7 @@ def load_config(kind: str, path: Path) -> None:
             return
         raise AssertionError(f"{not_tables} given as {[data[t] for t in not_tables]!r}, not tables, were accepted")
     if kind == "budget":
-        check_policy(dict(loaded.policy), data)
+        check_policy(loaded.to_dict(), data)  # the checked policy, as plain dicts
     else:
         check_analysis(loaded, data)
 
