@@ -247,7 +247,6 @@ class BudgetConfig:
         object.__setattr__(self, "policy", read_only(merged))  # its hash is of what was checked: no edit after
         object.__setattr__(self, "_policy_sha256", policy_sha256)
 
-
     def to_dict(self) -> dict[str, Any]:
         """The policy as plain, editable dicts (a copy; ``policy`` itself is read-only): every key, resolved."""
         return plain(self.policy)
