@@ -633,6 +633,20 @@ def test_a_lock_file_that_is_a_folder_is_named_with_what_to_do(tmp_path, name):
                                          "file; move it aside, then run this again")
 
 
+def test_creating_a_case_beside_a_lock_file_that_cannot_be_one_makes_no_ledger_file(tmp_path):
+    """The lock file is opened before the ledger file is made: a folder in its place is refused
+    first, and no empty ledger.sqlite stays behind (which every later command took for a lost case)."""
+    (tmp_path / "case" / "ledger.sqlite-lock").mkdir(parents=True)
+    with pytest.raises(LedgerError) as caught:
+        Case.create(tmp_path / "case", "BUG-1")
+    assert caught.value.code == STORAGE_ERROR and "ledger.sqlite-lock is a folder" in caught.value.message
+    assert sorted(path.name for path in (tmp_path / "case").iterdir()) == ["ledger.sqlite-lock"]
+    (tmp_path / "case" / "ledger.sqlite-lock").rmdir()
+    with Case.create(tmp_path / "case", "BUG-1") as case:
+        assert case.status()["case_id"] == "BUG-1"
+    assert sorted(path.name for path in (tmp_path / "case").iterdir()) == ["ledger.sqlite", "ledger.sqlite-lock"]
+
+
 def test_a_case_path_starting_with_two_slashes_opens_as_the_same_folder(tmp_path):
     """POSIX keeps a leading "//"; after "file:" it would read as a URI's host."""
     case = start_case(tmp_path / "case")

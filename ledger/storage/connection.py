@@ -82,6 +82,13 @@ def _text_encoding(uri: str) -> str:
     return encoding if encoding in _ENCODINGS else "UTF-8"
 
 
+def _writer_lock(path: Path) -> WriterLock:
+    """The writer lock of the ledger at ``path``, beside the real file: writers reaching one ledger
+    through different symbolic links share one queue."""
+    real = Path(os.path.realpath(path))
+    return WriterLock(real.with_name(real.name + LOCK_SUFFIX))
+
+
 class CheckpointWarning(UserWarning):
     """Closing could not empty the write-ahead log (a reader elsewhere holds an old snapshot)."""
 
@@ -99,9 +106,7 @@ class Storage:
         self.conn = conn
         self.path = path
         self.settings = dict(settings)
-        # beside the real file: writers reaching one ledger through different symlinks share one queue
-        real = Path(os.path.realpath(path))
-        self._lock = WriterLock(real.with_name(real.name + LOCK_SUFFIX))
+        self._lock = _writer_lock(path)
         self._in_write = self._in_batch = self._savepoint_open = False
         self._holder: Any = None  # the frame whose `with` holds the write (transaction.Write), while it does
         self._holder_at = -1  # that frame's instruction as it entered the `with`
@@ -130,6 +135,8 @@ class Storage:
         The caller runs :meth:`apply_migrations` and its first append in one
         :meth:`write`, so an interrupted ``init`` leaves no half-made case.
         """
+        # a lock path that cannot be one is refused before the ledger file is made, which would stay
+        _writer_lock(path).check_path()
         conn = connect_path(path, "rwc")
         with translate_sqlite_errors():
             conn.execute("PRAGMA journal_mode = WAL").fetchall()

@@ -26,6 +26,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import stat
 import threading
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -94,15 +95,28 @@ class WriterLock:
             return open(self.path, "r+b", buffering=0, opener=lambda path, _flags: os.open(
                 path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644))
         except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise LedgerError(E.INVALID_ARGUMENT, f"{self.path} is a symbolic link where the case package keeps "
-                                  "its lock file; the ledger never writes through a link (remove it)",
-                                  path=str(self.path)) from None
-            if exc.errno == errno.EISDIR:
-                raise LedgerError(E.STORAGE_ERROR, f"{self.path} is a folder, not a file, where the case package "
-                                  "keeps its lock file; move it aside, then run this again",
-                                  path=str(self.path)) from None
+            self._refuse(exc.errno)
             raise
+
+    def check_path(self) -> None:
+        """Refuse, as opening it would, a link or a folder where the lock file goes, without making
+        anything: a case is created only where its lock file can be one (nothing made is left behind)."""
+        try:
+            mode = os.lstat(self.path).st_mode
+        except OSError:
+            return  # none there (or none this user may look at): opening it says what it refuses
+        self._refuse(errno.ELOOP if stat.S_ISLNK(mode) else errno.EISDIR if stat.S_ISDIR(mode) else None)
+
+    def _refuse(self, cause: int | None) -> None:
+        """The refusal of a lock path that is a link (``ELOOP``) or a folder (``EISDIR``)."""
+        if cause == errno.ELOOP:
+            raise LedgerError(E.INVALID_ARGUMENT, f"{self.path} is a symbolic link where the case package keeps "
+                              "its lock file; the ledger never writes through a link (remove it)",
+                              path=str(self.path)) from None
+        if cause == errno.EISDIR:
+            raise LedgerError(E.STORAGE_ERROR, f"{self.path} is a folder, not a file, where the case package "
+                              "keeps its lock file; move it aside, then run this again",
+                              path=str(self.path)) from None
 
     @property
     def locked(self) -> bool:
