@@ -55,6 +55,7 @@ from hypothesis import HealthCheck, given, note, settings, strategies as st
 from ledger.package_tools.export import export_count
 from ledger.package_tools.journal import first_at, open_for_journal, read_lines
 from ledger.package_tools.manifest import read_manifest
+from ledger.simulation.frontier_plot import frontier_points
 from ledger.simulation.simulator import parse_vary
 from ledger import ALL_CODES, AnalysisConfig, BudgetConfig, Case, LedgerError, export_case, import_tree, verify_case
 from ledger.ground.config import DEFAULT_LIMITS, DEFAULT_POLICY
@@ -1376,7 +1377,8 @@ def _snapshot_journal(path: Path, snapshots: int) -> Path:
 
 #: Functions the CLI uses that are not part of the public API: held to the same argument checks.
 _INTERNALS = SimpleNamespace(export_count=export_count, read_manifest=read_manifest, parse_vary=parse_vary,
-                             open_for_journal=open_for_journal, read_lines=read_lines, journal_first_at=first_at)
+                             open_for_journal=open_for_journal, read_lines=read_lines, journal_first_at=first_at,
+                             frontier_points=frontier_points)
 
 
 def _api_calls(case: Case, tmp_path: Path) -> dict[str, object]:
@@ -1422,7 +1424,21 @@ def _api_calls(case: Case, tmp_path: Path) -> dict[str, object]:
         "read_lines(text stream)": lambda: list(internal.read_lines(open(journal, encoding="utf-8"))),
         "run_demo(actor=5)": lambda: L.run_demo(tmp_path / "demo", actor=5),
         "simulate(policies=[5])": lambda: L.simulate([journal], policies=[5], jobs=1),
+        "plot_tradeoff(path=None)": lambda: L.plot_tradeoff([], None),
+        "plot_frontier(None)": lambda: L.plot_frontier(None, tmp_path / "f.svg"),
+        "tradeoff_points(row without counts)": lambda: L.tradeoff_points([{"name": "a"}]),
+        "tradeoff_points(count str)": lambda: L.tradeoff_points([{**_ROW, "steps_refused": "1"}]),
+        "tradeoff_points(by_outcome=5)": lambda: L.tradeoff_points([{**_ROW, "by_outcome": 5}]),
+        "tradeoff_points(group without counts)": lambda: L.tradeoff_points([{**_ROW, "by_outcome": {"resolved": {}}}]),
+        "tradeoff_points(name=None)": lambda: L.tradeoff_points([{**_ROW, "name": None}]),
+        "frontier_points(row without counts)": lambda: internal.frontier_points([{"name": "a", "runs": 1}]),
+        "frontier_points(group=5)": lambda: internal.frontier_points([{**_FRONTIER_ROW, "by_outcome": {"resolved": 5}}]),
     }
+
+
+#: A policy row of a simulation report, and of a frontier report, as far as the pictures read them.
+_ROW = {"name": "a", "steps": 4, "steps_refused": 1, "runs": 2, "runs_abandoned": 1, "runs_exhausted": 0}
+_FRONTIER_ROW = {"name": "a", "units_spent": 30, "units_saved": 10, "runs": 2, "runs_stopped": 1}
 
 
 @pytest.fixture
@@ -1439,12 +1455,26 @@ def api_calls(case, tmp_path):
     "import_tree(progress=5)", "read_manifest(5)", "run_demo(echo=5)", "run_demo(target=5)", "load_policy(5)",
     "parse_vary(5)", "vary(base=str)", "vary(grid=str)", "read_outcomes(5)", "open_for_journal(5)",
     "read_lines(str)", "journal_first_at(str)", "tradeoff_points(str)", "read_only_query(None)", "Case.open(5)",
-    "read_lines(text stream)", "run_demo(actor=5)", "simulate(policies=[5])"])
+    "read_lines(text stream)", "run_demo(actor=5)", "simulate(policies=[5])", "plot_tradeoff(path=None)",
+    "plot_frontier(None)", "tradeoff_points(row without counts)", "tradeoff_points(count str)",
+    "tradeoff_points(by_outcome=5)", "tradeoff_points(group without counts)", "tradeoff_points(name=None)",
+    "frontier_points(row without counts)", "frontier_points(group=5)"])
 def test_a_public_function_given_a_wrong_type_raises_invalid_argument(api_calls, call):
     with pytest.raises(LedgerError) as caught:
         api_calls[call]()
     assert caught.value.code == INVALID_ARGUMENT, caught.value.message
     assert "must be" in caught.value.message or "must hold" in caught.value.message or "must map" in caught.value.message
+
+
+def test_the_pictures_read_well_formed_report_rows_as_before():
+    """The rows the checks above refuse differ from these only in the one value named."""
+    from ledger import tradeoff_points
+
+    assert tradeoff_points([_ROW]) == [("a", 25.0, 50.0)]
+    assert tradeoff_points([{**_ROW, "by_outcome": {"resolved": {**_ROW, "runs_abandoned": 2}}}]) == [("a", 25.0, 100.0)]
+    assert frontier_points([_FRONTIER_ROW]) == [("a", 25.0, 0.0, 50.0)]
+    assert frontier_points([{**_FRONTIER_ROW, "by_outcome": {"resolved": {"runs": 1, "runs_stopped": 1}}}]) == [
+        ("a", 25.0, 100.0, 0.0)]
 
 
 def _nested(depth: int) -> list:

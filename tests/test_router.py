@@ -46,6 +46,19 @@ def test_a_line_is_the_text_between_newlines_with_one_trailing_cr_removed_and_ha
     assert found["sources"] == [["sources/app.py", hashlib.sha256(b"one\r\ntwo\nthree").hexdigest()]]
 
 
+def test_read_context_of_given_files_reads_their_bytes_and_refuses_what_is_no_file_content(root):
+    """``files`` stands for the package's files: the same lines and hashes from the bytes given; a
+    mapping without the path is ROUTER_REFUSED, no mapping or a value that is no bytes INVALID_ARGUMENT."""
+    span = {"path": "sources/app.py", "start_line": 1, "end_line": 5}
+    router = Router(root)
+    assert router.read_context(span, files={"sources/app.py": b"one\r\ntwo\nthree"}) == router.read_context(span)
+    assert _refused(lambda: router.read_context(span, files={})).message == "'sources/app.py' is not among the files given"
+    for files, named in ((1, "files must be a mapping"), ({"sources/app.py": "one"}, "files['sources/app.py'] must be")):
+        with pytest.raises(LedgerError) as refused:
+            router.read_context(span, files=files)
+        assert refused.value.code == "INVALID_ARGUMENT" and refused.value.message.startswith(named)
+
+
 def test_arguments_missing_or_unexpected_are_named_with_what_the_tool_takes(root):
     router = Router(root)
     missing = _refused(lambda: router.read_context({"path": "sources/app.py"}))

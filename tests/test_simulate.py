@@ -1193,3 +1193,21 @@ def test_an_output_file_on_a_read_only_file_system_is_refused_saying_so(tmp_path
         undo()
     assert caught.value.code == "INVALID_ARGUMENT"
     assert caught.value.message == f"--per-run {folder / 'runs.jsonl'}: cannot write there (the file system is read-only)"
+
+
+def test_source_refs_resolve_in_a_package_given_as_str_bytes_or_path(tmp_path):
+    """``package`` is a path of any kind a path argument takes; bytes were a TypeError."""
+    (tmp_path / "pkg" / "sources").mkdir(parents=True)
+    (tmp_path / "pkg" / "sources" / "app.py").write_text("def add(a, b):\n    return a - b\n", encoding="utf-8")
+    journal = tmp_path / "run.jsonl"
+    journal.write_text("\n".join(json.dumps(line) for line in (
+        {"op": "open_revision", "hypotheses": [{"statement": "add() subtracts"}], "units_per_hypothesis": 40},
+        {"op": "transition", "to": "INVESTIGATING_HYPOTHESES"},
+        {"op": "initialize"},
+        {"op": "reserve", "hypothesis": "H1", "action_id": "q1", "action": "source.read_context"},
+        {"op": "record_result", "hypothesis": "H1", "action_id": "q1", "evidence": {"finding": "a - b"},
+         "source_refs": ["sources/app.py"]})) + "\n", encoding="utf-8")
+    for package in (tmp_path / "pkg", str(tmp_path / "pkg"), bytes(tmp_path / "pkg")):
+        report = simulate([journal], package=package, jobs=1)
+        assert report.errors == [] and report.runs[0].error is None and report.runs[0].steps == 1, report.runs
+    assert simulate([journal], jobs=1).runs[0].error["code"] == "SOURCE_REF_INVALID"

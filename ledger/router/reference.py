@@ -49,7 +49,7 @@ from typing import Any, Callable, Mapping
 from ..ground import errors as E
 from ..ground.canonical import canonical_sha256, is_utf8_text
 from ..ground.errors import LedgerError, given, quoted, shown
-from ..ground.arguments import check_callback
+from ..ground.arguments import check_callback, check_instance
 from ..ground.paths import fs_path
 from .files import is_link, open_folder, read_below, unreadable
 
@@ -226,7 +226,9 @@ class Router:
 
     # -- tools ------------------------------------------------------------------------
     def read_context(self, args: Any, files: Mapping[str, bytes] | None = None) -> dict[str, Any]:
-        """Lines ``start_line``..``end_line`` (1-based, inclusive) of a file under ``sources/``."""
+        """Lines ``start_line``..``end_line`` (1-based, inclusive) of a file under ``sources/``, or of
+        ``files[path]`` (relative path → the file's bytes) when ``files`` is given: ``ROUTER_REFUSED`` when
+        it lacks the path, ``INVALID_ARGUMENT`` when it is no mapping or the value no bytes."""
         path, start, end = span_args(args)
         data = _given(files, path) if files is not None else self.read_file(path, SOURCES_DIR)
         lines = split_lines(data)
@@ -419,9 +421,12 @@ def marked_integer(value: Mapping[str, Any]) -> int | None:
 
 
 def _given(files: Mapping[str, bytes], path: str) -> bytes:
+    """The bytes ``files`` holds for ``path``: ``ROUTER_REFUSED`` when it holds none, ``INVALID_ARGUMENT``
+    when ``files`` is no mapping or its value no bytes (text has no single byte form to hash)."""
+    check_instance(files, Mapping, "files", "a mapping of relative path to the file's bytes")
     if path not in files:
         raise _refuse(f"{path!r} is not among the files given", path=path)
-    return files[path]
+    return check_instance(files[path], (bytes, bytearray), f"files[{quoted(path, 80)}]", "the file's bytes")
 
 
 # -- reading below the package folder -------------------------------------------------------------

@@ -11,24 +11,30 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..ground import errors as E
+from ..ground.arguments import check_instance, check_iterable
 from ..ground.errors import LedgerError
-from .frontier import BASELINES
+from ..ground.paths import fs_path
+from .frontier import BASELINES, FrontierReport
 from .output_files import write_output_file
-from .plot import PLOT_SUFFIXES, figure_bytes, literal, load_matplotlib
+from .plot import PLOT_SUFFIXES, figure_bytes, literal, load_matplotlib, outcome_group, report_row
 
 
 def frontier_points(policies: Sequence[Mapping[str, Any]], good: str = "resolved") -> list[tuple[str, float, float, float]]:
     """``(name, units saved %, good runs stopped %, other runs stopped %)`` per policy row of a
     frontier report (``units_saved`` against ``no-stop``; shares of the runs of each group)."""
+    check_iterable(policies, "policies", "the policies of a frontier report (a list of dicts)")
+    check_instance(good, str, "good", "an outcome name (str)")
     points = []
     for row in policies:
-        spent = row["units_spent"] + row["units_saved"]
-        groups = row.get("by_outcome", {})
-        mine = groups.get(good, {"runs": 0, "runs_stopped": 0})
-        others_runs = row["runs"] - mine["runs"]
-        others_stopped = row["runs_stopped"] - mine["runs_stopped"]
-        points.append((row["name"], 100 * row["units_saved"] / spent if spent else 0.0,
-                       100 * mine["runs_stopped"] / mine["runs"] if mine["runs"] else 0.0,
+        name, spent, saved, runs, stopped = report_row(row, ("units_spent", "units_saved", "runs", "runs_stopped"),
+                                                       "a frontier report")
+        group = outcome_group(row, good, "a frontier report")
+        _, my_runs, my_stopped = report_row(group, ("runs", "runs_stopped"), "a frontier report",
+                                            name) if group is not None else (name, 0, 0)
+        spent += saved
+        others_runs, others_stopped = runs - my_runs, stopped - my_stopped
+        points.append((name, 100 * saved / spent if spent else 0.0,
+                       100 * my_stopped / my_runs if my_runs else 0.0,
                        100 * others_stopped / others_runs if others_runs else 0.0))
     return points
 
@@ -38,7 +44,8 @@ def plot_frontier(report: Any, path: str | os.PathLike[str], *, good: str = "res
     every policy a point (units saved % against ``good`` runs stopped %, coloured by the other runs
     stopped %), the frontier as a line, the baselines and the choice marked. ``INVALID_ARGUMENT``
     for another suffix or without matplotlib; ``STORAGE_ERROR`` when the file cannot be written."""
-    target = Path(path)
+    check_instance(report, FrontierReport, "report", "a FrontierReport (what frontier() returns)")
+    target = fs_path(path, "path")
     if target.suffix.lower() not in PLOT_SUFFIXES:
         raise LedgerError(E.INVALID_ARGUMENT, f"--plot {target}: the file must end in .svg or .png")
     matplotlib, figure_class, canvas_class = load_matplotlib()

@@ -16,7 +16,8 @@ from typing import Any, Mapping, Sequence
 
 from ..ground import errors as E
 from ..ground.arguments import check_instance, check_iterable
-from ..ground.errors import LedgerError
+from ..ground.errors import LedgerError, repr_shown
+from ..ground.paths import fs_path
 from .output_files import check_output_file, write_output_file
 
 PLOT_SUFFIXES = (".svg", ".png")
@@ -31,18 +32,41 @@ def tradeoff_points(policies: Sequence[Mapping[str, Any]], good: str = "resolved
 
     Steps saved = ``steps_refused / steps``; runs stopped = runs that ended abandoned
     or exhausted, among the runs whose outcome is ``good`` (all runs when the report
-    has no such outcome). A policy without steps or runs scores 0.
+    has no such outcome). A policy without steps or runs scores 0. ``INVALID_ARGUMENT`` for a row
+    that is no dict with a text ``name`` and integer counts (docs/simulate.md).
     """
     check_iterable(policies, "policies", "the policies of a simulation report (a list of dicts)")
     check_instance(good, str, "good", "an outcome name (str)")
     points = []
     for row in policies:
-        check_instance(row, Mapping, "each policy", "a dict of a simulation report")
-        group = row.get("by_outcome", {}).get(good, row)
-        stopped = group["runs_abandoned"] + group["runs_exhausted"]
-        points.append((row["name"], 100 * row["steps_refused"] / row["steps"] if row["steps"] else 0.0,
-                       100 * stopped / group["runs"] if group["runs"] else 0.0))
+        name, steps, refused = report_row(row, ("steps", "steps_refused"), "a simulation report")
+        group = outcome_group(row, good, "a simulation report")
+        group = row if group is None else group
+        _, runs, abandoned, exhausted = report_row(group, ("runs", "runs_abandoned", "runs_exhausted"),
+                                                   "a simulation report", name)
+        points.append((name, 100 * refused / steps if steps else 0.0,
+                       100 * (abandoned + exhausted) / runs if runs else 0.0))
     return points
+
+
+def report_row(row: Any, counts: Sequence[str], report: str, name: str | None = None) -> tuple[Any, ...]:
+    """``(name, *counts)`` of a policy row of ``report`` (its ``by_outcome`` group when ``name`` is
+    given): ``INVALID_ARGUMENT`` unless it is a dict with a text ``name`` and each count an integer."""
+    what = f"the by_outcome group of policy {repr_shown(name, 60)}" if name is not None else "each policy"
+    check_instance(row, Mapping, what, f"a dict of {report}")
+    if name is None:
+        name = check_instance(row.get("name"), str, "the name of each policy", f"text (a row of {report})")
+    values = [row.get(key) for key in counts]
+    for key, value in zip(counts, values):
+        check_instance(value, int, f"{key} of policy {repr_shown(name, 60)}", f"a count (an integer, as in {report})")
+    return (name, *values)
+
+
+def outcome_group(row: Mapping[str, Any], good: str, report: str) -> Any:
+    """The ``by_outcome`` group of the ``good`` runs of a policy row, None when there is none."""
+    groups = row.get("by_outcome", {})
+    check_instance(groups, Mapping, f"by_outcome of policy {repr_shown(row.get('name'), 60)}", f"a dict (as in {report})")
+    return groups.get(good)
 
 
 def load_matplotlib() -> tuple[Any, Any, Any]:
@@ -81,7 +105,7 @@ def plot_tradeoff(policies: Sequence[Mapping[str, Any]], path: str | os.PathLike
     ``INVALID_ARGUMENT`` for another suffix or when matplotlib is missing; ``STORAGE_ERROR``
     when the file cannot be written.
     """
-    target = Path(path)
+    target = fs_path(path, "path")
     if target.suffix.lower() not in PLOT_SUFFIXES:
         raise LedgerError(E.INVALID_ARGUMENT, f"--plot {target}: the file must end in .svg or .png")
     matplotlib, figure_class, canvas_class = load_matplotlib()

@@ -428,8 +428,7 @@ def simulate(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Poli
         raise LedgerError(E.INVALID_ARGUMENT, "policies is empty: give at least one Policy or [NAME=]FILE.toml path "
                           "(None simulates the example policy)")
     check_instance(analysis, (AnalysisConfig, type(None)), "analysis", "an AnalysisConfig or None")
-    if package is not None:
-        fs_path(package, "package")
+    root = fs_path(package, "package") if package is not None else None
     if outcomes is not None and not isinstance(outcomes, (str, os.PathLike)):
         check_outcomes(check_text_mapping(outcomes, "outcomes"), "outcomes")
     chosen = [p if isinstance(p, Policy) else load_policy(p) for p in (policies or [example_policy()])]
@@ -441,7 +440,6 @@ def simulate(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Poli
     table = read_outcomes(outcomes) if isinstance(outcomes, (str, os.PathLike)) else outcomes
     files = journal_files(journals)
     analysis = analysis or AnalysisConfig()  # validated once, not once per run
-    root = Path(package) if package is not None else None
     tasks = [(path, chosen, analysis, root, actor) for path in files]
     results = list(shared_map(_simulate_task, tasks, jobs))  # this process works too (docs/performance.md)
     runs = [run for per_journal in results for run in per_journal]
