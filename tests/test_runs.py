@@ -823,7 +823,8 @@ def test_a_step_no_journal_line_could_hold_refuses_its_file_saying_why(tmp_path)
 def test_a_command_longer_than_is_split_takes_the_default_action_and_no_target():
     """Splitting a command into words takes time growing with the square of its longest word: a
     command past COMMAND_CHARS_MAX is not split (a megabyte path took minutes) and is the default."""
-    from ledger.runs.actions import COMMAND_CHARS_MAX, classify
+    from ledger.runs.actions import classify
+    from ledger.runs.shell_words import COMMAND_CHARS_MAX
 
     assert classify("cat " + "a" * (COMMAND_CHARS_MAX - 4)) == ("source.read_context", "a" * (COMMAND_CHARS_MAX - 4))
     assert classify("cat " + "a" * (COMMAND_CHARS_MAX - 3)) == ("test.automated", None)
@@ -1030,6 +1031,21 @@ def test_a_sed_script_of_several_lines_or_parts_is_read_as_sed_reads_it(command,
     assert (action == "test.automated") == writes, (action, target)
     if not writes:
         assert target == command.split()[-1]
+
+
+@pytest.mark.parametrize("command, expected", [
+    ("sed -n $'1p\\nw out' f.py", ("test.automated", None)), ("sed -n $'1,5p' f.py", ("source.read_context", "f.py")),
+    ("sed $'s/a/b/\\x77 out' f.py", ("test.automated", None)), ("cat $'f\\x2epy'", ("source.read_context", "f.py")),
+    ("grep $'it\\'s' a.py", ("source.find_text", "a.py")), ("cat $'a b'", ("source.read_context", "a b")),
+    ("grep \"$'x'\" a.py", ("source.find_text", "a.py")), ("cat '$'x", ("source.read_context", None)),
+    ("cat $'open", ("test.automated", None))])
+def test_an_ansi_c_quoted_string_is_read_as_the_shell_decodes_it(command, expected):
+    """$'…' strings decode their backslash escapes, so a sed script written in one (a w command after
+    \\n, a w as \\x77) writes as it does unquoted; they were read with the $ and the backslashes kept.
+    Inside other quotes $' is plain text; one never closed cannot be split (the default action)."""
+    from ledger.runs.actions import classify
+
+    assert classify(command) == expected
 
 
 def test_an_actions_file_may_name_a_program_with_its_subcommand(tmp_path):

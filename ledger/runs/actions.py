@@ -21,13 +21,13 @@ and so does a command that writes a file or runs another program (:func:`_writes
 from __future__ import annotations
 
 import re
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
 from ..ground.config import load_toml_config
 from ..ground.errors import CONFIG_INVALID, LedgerError
+from .shell_words import split_words
 
 #: The mapping used without ``--actions`` (the bundled journals' three actions).
 DEFAULT_ACTIONS: dict[str, Any] = {
@@ -108,52 +108,6 @@ def _names(value: Any, key: str) -> frozenset[str]:
 
 
 DEFAULT_ACTION_MAP = ActionMap.from_mapping(DEFAULT_ACTIONS)
-
-
-#: The longest command split into words: longer ones take the default action. The standard library's
-#: splitter builds each word a character at a time, so its time grows with the square of the longest
-#: word (a megabyte path took minutes); a command this long is a script or a file's text, not a read.
-COMMAND_CHARS_MAX = 65_536
-
-
-def _line_ends_split(command: str) -> str:
-    """``command`` with each line end outside quotes made a ``;`` (a new command); a line end inside
-    quotes is part of its word (a sed script of several lines, a ``python -c`` program)."""
-    if "\n" not in command:
-        return command
-    out, quote, escaped = [], "", False
-    for char in command:
-        if escaped and char == "\n" and quote != "'":  # a backslash before a line end joins the lines
-            out.pop()
-            escaped = False
-            continue
-        if escaped:
-            escaped = False
-        elif char == "\\" and quote != "'":
-            escaped = True
-        elif quote and char == quote:
-            quote = ""
-        elif not quote and char in "'\"":
-            quote = char
-        elif char == "\n" and not quote:
-            out.append(" ; ")
-            continue
-        out.append(char)
-    return "".join(out)
-
-
-def _words(command: str) -> list[str] | None:
-    """The command's words with separators as their own words; None when it cannot be split or is
-    longer than :data:`COMMAND_CHARS_MAX`."""
-    if len(command) > COMMAND_CHARS_MAX:
-        return None
-    lexer = shlex.shlex(_line_ends_split(command), posix=True, punctuation_chars="|&;<>()")
-    lexer.whitespace_split = True
-    lexer.commenters = ""
-    try:
-        return list(lexer)
-    except ValueError:
-        return None
 
 
 def _simple_commands(words: list[str]) -> list[list[str]]:
@@ -373,7 +327,7 @@ def _sed_script_writes_or_runs(script: str) -> bool:
 
 def classify(command: str, mapping: ActionMap = DEFAULT_ACTION_MAP) -> tuple[str, str | None]:
     """``(action, target)`` of a shell ``command`` (see the module docstring)."""
-    words = _words(command)
+    words = split_words(command)
     if not words or _redirects_or_runs(words):
         return mapping.default, None  # writes a file, reads a here-document, opens a subshell or runs one in a word
     known = set().union(*(m for _, m in mapping.rules)) | mapping.neutral
