@@ -61,7 +61,9 @@ WHERE r.revision = :revision AND r.hypothesis_id = :hypothesis_id AND r.action_i
 SELECT 1 FROM contents WHERE sha256 = :sha256;
 
 -- name: content_bytes_total
-SELECT COALESCE((SELECT cumulative_bytes FROM contents ORDER BY seq DESC, rowid DESC LIMIT 1), 0);
+-- the running total after the newest event's contents: the largest of its rows, whatever order the
+-- rows of that event are stored in (a VACUUM or a dump and reload may renumber them)
+SELECT COALESCE((SELECT MAX(cumulative_bytes) FROM contents WHERE seq = (SELECT MAX(seq) FROM contents)), 0);
 
 -- name: termination_exists
 SELECT 1 FROM terminations WHERE revision = :revision AND hypothesis_id = :hypothesis_id;

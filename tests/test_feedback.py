@@ -310,6 +310,45 @@ def test_attachment_limit_refuses_with_limit_reached_and_writes_nothing(package)
         assert ledger_rows(opened) == before
 
 
+def test_the_content_total_does_not_depend_on_the_order_an_events_content_rows_are_stored_in(case):
+    """The running total of distinct content bytes is read from the newest event's rows: rows stored in
+    another order (a dump and reload, a VACUUM renumbering them) gave a smaller total, so the content
+    limit let more in and the next content row carried a total verify then refused as not derived."""
+    submitted_and_blocked(case)
+    rows = [(row["seq"], row["size_bytes"], row["cumulative_bytes"])
+            for row in case.query("SELECT seq, size_bytes, cumulative_bytes FROM contents ORDER BY rowid")]
+    newest = [row for row in rows if row[0] == rows[-1][0]]
+    assert len(newest) >= 2 and case.storage.one("content_bytes_total")[0] == sum(row[1] for row in rows)
+    _store_in_reverse_order(case.path / "ledger.sqlite", rows[-1][0])
+    stored = case.query(f"SELECT cumulative_bytes FROM contents WHERE seq = {rows[-1][0]} ORDER BY rowid")
+    assert [row["cumulative_bytes"] for row in stored] == [row[2] for row in reversed(newest)]
+    assert case.storage.one("content_bytes_total")[0] == sum(row[1] for row in rows)
+    case.evidence().confirm_feedback("F000001")
+    case.evidence().store_feedback("test-1", "F000001")
+    case.budget().record_evidence("H1", "t1", "E000001")
+    assert verify_case(case.path).head_sha256 == case.status()["head_sha256"]
+
+
+def _store_in_reverse_order(ledger: Path, seq: int) -> None:
+    """The content rows of event ``seq`` deleted and inserted again last to first (the table's
+    append-only triggers set aside for it): the same rows, in another storage order."""
+    conn = sqlite3.connect(ledger, isolation_level=None)
+    try:
+        triggers = conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'contents'"
+                                ).fetchall()
+        conn.execute("BEGIN IMMEDIATE")
+        for name, _ in triggers:
+            conn.execute(f'DROP TRIGGER "{name}"')
+        rows = conn.execute("SELECT * FROM contents WHERE seq = ? ORDER BY rowid", (seq,)).fetchall()
+        conn.execute("DELETE FROM contents WHERE seq = ?", (seq,))
+        conn.executemany(f"INSERT INTO contents VALUES ({', '.join('?' * len(rows[0]))})", reversed(rows))
+        for _, sql in triggers:
+            conn.execute(sql)
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+
+
 # --- round trip, journal, command line ----------------------------------------------------------
 def test_export_import_export_and_verify_with_feedback(case, tmp_path):
     submitted_and_blocked(case)
