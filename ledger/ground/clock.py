@@ -40,10 +40,15 @@ def parse_at(text: object) -> str:
         raise LedgerError(INVALID_ARGUMENT, f"'at' must be an RFC 3339 UTC timestamp string, got {describe_value(text)}")
     match = _RFC3339.fullmatch(text)
     if not match:
-        raise LedgerError(INVALID_ARGUMENT, f"'at' is not an RFC 3339 timestamp: {quoted(text, 64)}")
+        joined = " " in text[:11] and _RFC3339.fullmatch(text.replace(" ", "T", 1))
+        raise LedgerError(INVALID_ARGUMENT, f"'at' is not an RFC 3339 timestamp: {quoted(text, 64)}" + (
+            "; join the date and the time with T (2026-01-05T10:00:00Z)" if joined else ""))
     year, month, day, hour, minute, second, fraction, offset = match.groups()
     if offset not in ("Z", "z", "+00:00", "-00:00"):
         raise LedgerError(INVALID_ARGUMENT, f"'at' must be in UTC (Z), got offset {offset}")
+    if second == "60":
+        raise LedgerError(INVALID_ARGUMENT, f"'at' is a leap second ({quoted(text, 64)}), which the ledger cannot "
+                          "store (its times are counted in whole days of 86,400 seconds); give :59 or the next second")
     micros = int((fraction or "0")[:6].ljust(6, "0"))
     try:
         moment = datetime(int(year), int(month), int(day), int(hour), int(minute), int(second),
