@@ -624,6 +624,28 @@ def test_a_failure_that_cannot_be_recorded_is_noted_on_the_original_exception(ca
     assert case.actions()[0]["status"] == "settled"
 
 
+def test_a_block_whose_closing_fail_is_refused_says_the_action_was_left_reserved(case, investigator):
+    """The case closed inside the block: the fail that closes an action with no result cannot be
+    written, and the block's error says the action stays reserved (it said only that the case was
+    closed); pending_actions then fail resolves it."""
+    for ending in ("normally", "by an exception"):
+        action_id = "t1" if ending == "normally" else "t2"
+        with Case.open(case.path) as inner:
+            budget = inner.budget()
+            with pytest.raises((LedgerError, ValueError)) as raised:
+                with budget.action("H1", action_id, "test.automated"):
+                    inner.close()
+                    if ending != "normally":
+                        raise ValueError("tool bug")
+            notes = raised.value.__notes__
+            assert any(f"action {action_id} was left reserved" in note if ending == "normally" else
+                       f"closing action {action_id} with fail was refused" in note for note in notes), notes
+        with Case.open(case.path) as reopened:
+            budget = reopened.budget()
+            assert [(a["hypothesis_id"], a["action_id"]) for a in budget.pending_actions()] == [("H1", action_id)]
+            assert budget.fail("H1", action_id, "closed inside its block").action["status"] == "failed"
+
+
 def test_an_action_after_a_process_killed_inside_its_block_is_resumed_by_entering_again(case, investigator):
     case.close()
     child = _child("""

@@ -157,8 +157,14 @@ class Action:
         if exc is None and self.result is not None:
             return False
         if exc is None:  # no result through this block: fail it, unless it got one otherwise or was closed
-            closed = self._budget._fail_if_reserved(self.hypothesis_id, self.action_id, "no result was recorded",
-                                                   at=self._at)
+            try:
+                closed = self._budget._fail_if_reserved(self.hypothesis_id, self.action_id, "no result was recorded",
+                                                       at=self._at)
+            except LedgerError as refused:  # the case closed inside the block, the ledger busy: say what is left
+                refused.add_note(f"case-ledger: action {self.action_id} was left reserved (no result was recorded "
+                                 "and closing it with fail was refused); fail it, or enter the block again, once "
+                                 "the case is open")
+                raise
             self.failed = closed if isinstance(closed, BudgetResult) else None
             # ``result`` holds the state the block leaves, as on entering a closed action: the fail,
             # or the result recorded otherwise meanwhile (a reserve again is reused: it writes nothing)
