@@ -268,6 +268,12 @@ FROM pragma_index_list(:table, '{schema}') AS il WHERE il.name = :name;
 -- name: migration_rows
 SELECT version, name FROM {schema}.schema_migrations ORDER BY version;
 
+-- name: event_columns_at
+-- verify: the columns events_differ compares, of one seq of one side (orig: the ledger, main: the replay)
+SELECT type, revision, stream, stream_seq, created_at, sha256, parent_sha256, operation_key, request_sha256, body,
+       typeof(revision), typeof(stream_seq)
+FROM {schema}.events WHERE seq = :seq;
+
 -- name: events_differ
 -- verify: the first seq at which orig.events and main.events differ in any column, or where a
 -- row is in only one of them (what rows_differ finds, by seq lookups instead of two sorts)

@@ -138,7 +138,10 @@ def test_verify_names_the_event_whose_column_disagrees_with_its_body(tmp_path, c
         verify_case(path)
     assert caught.value.code == E.INTEGRITY_ERROR
     assert caught.value.details["seq"] == seq
-    assert "events column disagrees" in caught.value.message
+    stored = {"type": "'budget.failed'", "created_at": "'2000-01-01T00:00:00.000000Z'", "operation_key": "'1:other'",
+              "request_sha256": "None", "revision": "2"}.get(column, "")
+    assert f"the events column(s) {column} (stored {stored}" in caught.value.message, caught.value.message
+    assert caught.value.message.endswith("disagree with the event's body")
 
 
 # --- the writer's cache: kept only while the chain head is the one this writer left -------------

@@ -62,7 +62,7 @@ def _compare_tables(conn: sqlite3.Connection, present: set[str], found: list[tup
     with translate_sqlite_errors():
         differing = conn.execute(statement("events_differ")).fetchone()
     if differing is not None:
-        found.append((differing[0], "an events column disagrees with the event's body"))
+        found.append((differing[0], _events_difference(conn, differing[0])))
     for table in ("contents", *(t for t in HELPER_TABLES if t in present)):
         differing = _rows_differ(conn, table, "seq")
         if differing is not None:
@@ -83,6 +83,28 @@ def _row_difference(table: str, side: str, row: dict[str, Any]) -> str:
     if side == "ledger":
         return f"{kind} {table} holds a row the replay does not derive (edited, extra or swapped): {values}"
     return f"{kind} {table} lacks a row the replay derives (edited or deleted): {values}"
+
+
+#: The columns ``event_columns_at`` reads, as verify names them.
+_EVENT_COLUMNS = ("type", "revision", "stream", "stream_seq", "created_at", "sha256", "parent_sha256", "operation_key",
+                  "request_sha256", "body", "storage class of revision", "storage class of stream_seq")
+
+
+def _events_difference(conn: sqlite3.Connection, seq: int) -> str:
+    """What verify says of the first event whose row differs from the replay's: the columns that
+    differ, with the stored and the derived value of each (but the body's, too long to show)."""
+    with translate_sqlite_errors():
+        held, derived = (conn.execute(statement("event_columns_at", schema), {"seq": seq}).fetchone()
+                         for schema in ("orig", "main"))
+    if held is None or derived is None:
+        return "the events table " + ("lacks an event the replay derives" if held is None else
+                                      "holds an event the replay does not derive")
+    named = [(name, mine, theirs) for name, mine, theirs in zip(_EVENT_COLUMNS, held, derived)
+             if mine != theirs or type(mine) is not type(theirs)]
+    return "the events column(s) " + "; ".join(
+        name if name == "body" else f"{name} (stored {shortened(repr(mine), 60)}, the body gives "
+                                    f"{shortened(repr(theirs), 60)})" for name, mine, theirs in named
+    ) + " disagree with the event's body"
 
 
 def _seq_named(value: Any) -> int | None:
