@@ -59,6 +59,18 @@ def test_read_context_of_given_files_reads_their_bytes_and_refuses_what_is_no_fi
         assert refused.value.code == "INVALID_ARGUMENT" and refused.value.message.startswith(named)
 
 
+def test_a_span_ending_before_it_starts_is_refused_naming_both_lines(root):
+    """It said "end_line must be an integer of at least 5, got the integer 1"; an empty span (one line:
+    start = end) is fine, and an end_line of another type is refused as before."""
+    router = Router(root)
+    refused = _refused(lambda: router.read_context({"path": "sources/app.py", "start_line": 5, "end_line": 1}))
+    assert refused.message.startswith("end_line 1 is before start_line 5 ")
+    assert [i["text"] for i in router.read_context({"path": "sources/app.py", "start_line": 2, "end_line": 2})["items"]
+            ] == ["two"]
+    assert "end_line must be an integer of at least 5" in _refused(lambda: router.read_context(
+        {"path": "sources/app.py", "start_line": 5, "end_line": "1"})).message
+
+
 def test_arguments_missing_or_unexpected_are_named_with_what_the_tool_takes(root):
     router = Router(root)
     missing = _refused(lambda: router.read_context({"path": "sources/app.py"}))

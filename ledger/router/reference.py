@@ -312,6 +312,10 @@ def span_args(args: Any) -> tuple[str, int, int]:
     """``(path, start_line, end_line)`` of a ``source.read_context`` call."""
     args = _check_keys(args, {"path", "start_line", "end_line"}, set(), "source.read_context")
     start = _int_arg(args, "start_line", None, 1, None)
+    end = args.get("end_line")
+    if type(end) is int and end < start:
+        raise _refuse(f"end_line {end} is before start_line {start} (a span runs from start_line to end_line, "
+                      "both included)")
     end = _int_arg(args, "end_line", None, start, None)
     if end - start + 1 > SPAN_LINES_MAX:
         raise _refuse(f"a span covers at most {SPAN_LINES_MAX} lines; {start}..{end} has {end - start + 1}")
