@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from ledger import AnalysisConfig, Case, LedgerError
+from ledger import AnalysisConfig, Case, LedgerError, export_case
 from ledger.ground.clock import format_utc
 from ledger.ground.errors import (ACTION_PENDING, CASE_EXISTS, INVALID_ARGUMENT, INVALID_ID, INVALID_TRANSITION,
     LEDGER_MISSING)
@@ -28,13 +28,19 @@ def test_create_refuses_a_folder_with_a_manifest_or_an_analysis_tree(package, le
     with pytest.raises(LedgerError) as caught:
         Case.create(package, "BUG-1")
     assert caught.value.code == CASE_EXISTS
+    assert caught.value.message == (f"{package} already holds an exported case (manifest.json or analysis/) without "
+                                    "its ledger.sqlite: 'ledger import' rebuilds the ledger from it")
 
 
-def test_create_refuses_a_folder_with_a_ledger(package):
-    Case.create(package, "BUG-1").close()
+@pytest.mark.parametrize("exported", [False, True])
+def test_create_refuses_a_folder_with_a_ledger_saying_so_exported_or_not(package, exported):
+    with Case.create(package, "BUG-1") as case:
+        if exported:
+            export_case(case)
     with pytest.raises(LedgerError) as caught:
         Case.create(package, "BUG-1")
     assert caught.value.code == CASE_EXISTS
+    assert caught.value.message == f"{package} already holds a case ledger" + (" (and its export)" if exported else "")
 
 
 def test_create_refuses_a_malformed_case_id(package):

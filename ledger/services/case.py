@@ -203,7 +203,10 @@ class Case(CaseFacade):
                 clock: Callable[[], str], moment: str | None) -> "Case":
         check_new_case_path(root)
         if (root / MANIFEST_FILE).exists() or (root / ANALYSIS_DIR).exists():
-            raise LedgerError(E.CASE_EXISTS, f"{root} already holds a case package (manifest or analysis/)")
+            if os.path.isfile(root / LEDGER_FILE) and os.path.getsize(root / LEDGER_FILE) > 0:
+                raise LedgerError(E.CASE_EXISTS, f"{root} already holds a case ledger (and its export)")
+            raise LedgerError(E.CASE_EXISTS, f"{root} already holds an exported case (manifest.json or analysis/) "
+                              f"without its {LEDGER_FILE}: 'ledger import' rebuilds the ledger from it")
         if root.exists() and not root.is_dir():
             raise LedgerError(E.INVALID_ARGUMENT, f"{root} is not a directory")
         check_side_files(root / LEDGER_FILE)  # a log that is a folder or a pipe is named as such, not as a lost case's
