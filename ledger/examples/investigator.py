@@ -7,9 +7,10 @@ hypothesis is settled one way or another (``ready_for_evaluation``), or when ``c
 that no open hypothesis may reserve its next action now (a scoped limit is used up, or its
 units are: the reading's attribute ``refusal`` says which).
 
-H1 is the real bug, yet its account ends ``abandoned_low_information_gain``: once its plan is
-done the agent repeats itself, learns nothing new, and the ledger stops paying for that. How an
-account ended says how its spending stopped, not whether its hypothesis holds: the ledger has
+H1 is the real bug, yet its account ends ``abandoned_low_information_gain``: its last planned
+step runs the tests H2 has just run (the same output again, a duplicate anywhere in the case, is
+worth no information), past its plan the agent repeats that step, learns nothing new, and the
+ledger stops paying for that. How an account ended says how its spending stopped, not whether its hypothesis holds: the ledger has
 no "confirmed" status, and which hypothesis the evidence supports is decided at evaluation, from
 the evidence it stored (H2, whose test passes, is rejected).
 """

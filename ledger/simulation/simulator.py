@@ -176,7 +176,7 @@ def parse_vary(spec: str) -> tuple[str, list[int | str]]:
 GRID_POLICIES_MAX = 10_000
 
 
-def vary(base: Policy, grid: Sequence[tuple[str, Sequence[int]]]) -> list[Policy]:
+def vary(base: Policy, grid: Sequence[tuple[str, Sequence[int | str]]]) -> list[Policy]:
     """Every combination of the ``(key, values)`` of ``grid`` applied to ``base`` (the first key
     varies slowest), each named ``key=value`` (joined by spaces for several keys).
 
@@ -189,7 +189,7 @@ def vary(base: Policy, grid: Sequence[tuple[str, Sequence[int]]]) -> list[Policy
     for number, pair in enumerate(grid):
         if not isinstance(pair, (tuple, list)) or len(pair) != 2 or not isinstance(pair[0], str):
             raise LedgerError(E.INVALID_ARGUMENT, f"grid must be a list of (key, values) pairs, got {repr_shown(pair, 80)}")
-        values = list(check_iterable(pair[1], f"the values of {pair[0]}", "a list of integers"))  # a generator: once
+        values = list(check_iterable(pair[1], f"the values of {pair[0]}", "a list of values (integers, or mode names for novelty_mode)"))  # a generator: once
         for value in values:
             if not isinstance(value, (int, str)):  # a name shows each value: an integer (or a word, for word keys)
                 raise LedgerError(E.INVALID_ARGUMENT, f"--vary {pair[0]}: a value must be an integer, got "
