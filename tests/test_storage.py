@@ -6,6 +6,7 @@ import sqlite3
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -633,15 +634,26 @@ def test_a_lock_file_that_is_a_folder_is_named_with_what_to_do(tmp_path, name):
                                          "file; move it aside, then run this again")
 
 
-def test_creating_a_case_beside_a_lock_file_that_cannot_be_one_makes_no_ledger_file(tmp_path):
-    """The lock file is opened before the ledger file is made: a folder in its place is refused
-    first, and no empty ledger.sqlite stays behind (which every later command took for a lost case)."""
-    (tmp_path / "case" / "ledger.sqlite-lock").mkdir(parents=True)
+@pytest.mark.parametrize("kind", ["a folder", "a pipe (FIFO)", "a socket"])
+def test_creating_a_case_beside_a_lock_file_that_cannot_be_one_makes_no_ledger_file(tmp_path, kind):
+    """The lock path is looked at before the ledger file is made: anything but a regular file there is
+    refused first, and no empty ledger.sqlite stays behind (which every later command took for a lost
+    case); a socket was INVALID_ARGUMENT ("No such device or address"), a pipe taken as a lock file."""
+    lock = tmp_path / "case" / "ledger.sqlite-lock"
+    lock.parent.mkdir()
+    if kind == "a folder":
+        lock.mkdir()
+    elif kind == "a pipe (FIFO)":
+        os.mkfifo(lock)
+    else:
+        listening = socket.socket(socket.AF_UNIX)
+        listening.bind(str(lock))
+        listening.close()
     with pytest.raises(LedgerError) as caught:
         Case.create(tmp_path / "case", "BUG-1")
-    assert caught.value.code == STORAGE_ERROR and "ledger.sqlite-lock is a folder" in caught.value.message
+    assert caught.value.code == STORAGE_ERROR and f"ledger.sqlite-lock is {kind}, not a file" in caught.value.message
     assert sorted(path.name for path in (tmp_path / "case").iterdir()) == ["ledger.sqlite-lock"]
-    (tmp_path / "case" / "ledger.sqlite-lock").rmdir()
+    lock.rmdir() if kind == "a folder" else lock.unlink()
     with Case.create(tmp_path / "case", "BUG-1") as case:
         assert case.status()["case_id"] == "BUG-1"
     assert sorted(path.name for path in (tmp_path / "case").iterdir()) == ["ledger.sqlite", "ledger.sqlite-lock"]

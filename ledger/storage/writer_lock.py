@@ -23,7 +23,6 @@ lock, is the parent's; the child closes its copy and opens the path anew.
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import os
 import stat
@@ -33,6 +32,7 @@ from typing import Any, BinaryIO
 
 from ..ground import errors as E
 from ..ground.errors import LedgerError
+from ..ground.paths import file_kind
 
 
 #: Forks this process has come from: a kept lock file opened under another count is a parent's.
@@ -88,35 +88,52 @@ class WriterLock:
         self._kept_fork = _forks
 
     def _open(self) -> BinaryIO:
-        """The lock file, never through a symbolic link (``INVALID_ARGUMENT`` naming it)."""
+        """The lock file, never through a symbolic link (``INVALID_ARGUMENT`` naming it) nor anything but
+        a regular file (``STORAGE_ERROR`` naming what is there: a folder, a pipe, a socket, a device)."""
         # open()'s opener hands the descriptor straight to the file object: an interrupt
         # can never fall between the two and leave a descriptor nobody closes
         try:
-            return open(self.path, "r+b", buffering=0, opener=lambda path, _flags: os.open(
+            handle = open(self.path, "r+b", buffering=0, opener=lambda path, _flags: os.open(
                 path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644))
-        except OSError as exc:
-            self._refuse(exc.errno)
+        except OSError:
+            self._refuse_kind()
             raise
+        try:
+            mode = os.fstat(handle.fileno()).st_mode
+        except BaseException:
+            handle.close()
+            raise
+        if not stat.S_ISREG(mode):
+            handle.close()
+            self._refuse_kind(mode)
+        return handle
 
     def check_path(self) -> None:
-        """Refuse, as opening it would, a link or a folder where the lock file goes, without making
-        anything: a case is created only where its lock file can be one (nothing made is left behind)."""
-        try:
-            mode = os.lstat(self.path).st_mode
-        except OSError:
-            return  # none there (or none this user may look at): opening it says what it refuses
-        self._refuse(errno.ELOOP if stat.S_ISLNK(mode) else errno.EISDIR if stat.S_ISDIR(mode) else None)
+        """Refuse what opening the lock file would refuse, without making anything: a link, anything but
+        a regular file, a file that cannot be opened for writing (``OSError``). A case is created only
+        where its lock file can be one, so a refused creation leaves nothing behind."""
+        if self._refuse_kind() is None:
+            return  # none there (or none this user may look at): a new one is made beside the new ledger
+        handle = os.open(self.path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+        os.close(handle)
 
-    def _refuse(self, cause: int | None) -> None:
-        """The refusal of a lock path that is a link (``ELOOP``) or a folder (``EISDIR``)."""
-        if cause == errno.ELOOP:
+    def _refuse_kind(self, mode: int | None = None) -> int | None:
+        """The mode of the lock path (``lstat``'s unless given; None when there is nothing to look at),
+        once seen to be a regular file: a link is ``INVALID_ARGUMENT``, anything else ``STORAGE_ERROR``."""
+        if mode is None:
+            try:
+                mode = os.lstat(self.path).st_mode
+            except OSError:
+                return None
+        if stat.S_ISLNK(mode):
             raise LedgerError(E.INVALID_ARGUMENT, f"{self.path} is a symbolic link where the case package keeps "
                               "its lock file; the ledger never writes through a link (remove it)",
                               path=str(self.path)) from None
-        if cause == errno.EISDIR:
-            raise LedgerError(E.STORAGE_ERROR, f"{self.path} is a folder, not a file, where the case package "
-                              "keeps its lock file; move it aside, then run this again",
+        if not stat.S_ISREG(mode):
+            raise LedgerError(E.STORAGE_ERROR, f"{self.path} is {file_kind(mode)}, not a file, where the case "
+                              "package keeps its lock file; move it aside, then run this again",
                               path=str(self.path)) from None
+        return mode
 
     @property
     def locked(self) -> bool:
