@@ -67,8 +67,12 @@ def test_a_span_ending_before_it_starts_is_refused_naming_both_lines(root):
     assert refused.message.startswith("end_line 1 is before start_line 5 ")
     assert [i["text"] for i in router.read_context({"path": "sources/app.py", "start_line": 2, "end_line": 2})["items"]
             ] == ["two"]
-    assert "end_line must be an integer of at least 5" in _refused(lambda: router.read_context(
+    assert "end_line must be an integer of at least 1" in _refused(lambda: router.read_context(
         {"path": "sources/app.py", "start_line": 5, "end_line": "1"})).message
+    for start, end, named in ((1, -10**5000, "end_line"), (10**5000, 1, "start_line"), (1, 10**5000, "end_line")):
+        refused = _refused(lambda: router.read_context({"path": "sources/app.py", "start_line": start, "end_line": end}))
+        assert refused.message == (f"{named} must be an integer of at least 1 and at most 9007199254740991, got an "
+                                   "integer of thousands of digits")  # a number too long to print was a ValueError
 
 
 def test_arguments_missing_or_unexpected_are_named_with_what_the_tool_takes(root):
@@ -438,7 +442,7 @@ def test_a_refused_argument_is_shown_as_json_never_as_python(root):
     for value, shown in ((True, "got true"), (None, "got null"), ({"a": 1}, "got an object")):
         message = _refused(lambda: router.read_context({"path": "sources/app.py", "start_line": value,
                                                         "end_line": 2})).message
-        assert message.endswith(f"start_line must be an integer of at least 1, {shown}"), message
+        assert message.endswith(f"start_line must be an integer of at least 1 and at most 9007199254740991, {shown}"), message
 
 
 @pytest.mark.parametrize("action, shown", [(1, "the integer 1"), (None, "null"), ("read", "'read'"),

@@ -47,7 +47,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Mapping
 
 from ..ground import errors as E
-from ..ground.canonical import canonical_sha256, is_utf8_text
+from ..ground.canonical import SAFE_INTEGER_MAX, canonical_sha256, is_utf8_text
 from ..ground.errors import LedgerError, given, quoted, shown
 from ..ground.arguments import check_callback, check_instance
 from ..ground.paths import fs_path
@@ -311,12 +311,11 @@ class Router:
 def span_args(args: Any) -> tuple[str, int, int]:
     """``(path, start_line, end_line)`` of a ``source.read_context`` call."""
     args = _check_keys(args, {"path", "start_line", "end_line"}, set(), "source.read_context")
-    start = _int_arg(args, "start_line", None, 1, None)
-    end = args.get("end_line")
-    if type(end) is int and end < start:
+    start = _int_arg(args, "start_line", None, 1, SAFE_INTEGER_MAX)  # bounded: each is quoted in a message
+    end = _int_arg(args, "end_line", None, 1, SAFE_INTEGER_MAX)
+    if end < start:
         raise _refuse(f"end_line {end} is before start_line {start} (a span runs from start_line to end_line, "
                       "both included)")
-    end = _int_arg(args, "end_line", None, start, None)
     if end - start + 1 > SPAN_LINES_MAX:
         raise _refuse(f"a span covers at most {SPAN_LINES_MAX} lines; {start}..{end} has {end - start + 1}")
     return confined(args["path"], SOURCES_DIR), start, end
