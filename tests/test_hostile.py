@@ -1433,6 +1433,11 @@ def _api_calls(case: Case, tmp_path: Path) -> dict[str, object]:
         "tradeoff_points(name=None)": lambda: L.tradeoff_points([{**_ROW, "name": None}]),
         "frontier_points(row without counts)": lambda: internal.frontier_points([{"name": "a", "runs": 1}]),
         "frontier_points(group=5)": lambda: internal.frontier_points([{**_FRONTIER_ROW, "by_outcome": {"resolved": 5}}]),
+        "tradeoff_points(count too long to print)": lambda: L.tradeoff_points([{**_ROW, "steps_refused": 10**5000}]),
+        "tradeoff_points(negative count)": lambda: L.tradeoff_points([{**_ROW, "steps": -5}]),
+        "frontier_points(huge group count)": lambda: internal.frontier_points(
+            [{**_FRONTIER_ROW, "by_outcome": {"resolved": {"runs": 1, "runs_stopped": 10**400}}}]),
+        "plot_tradeoff(base=5)": lambda: L.plot_tradeoff([_ROW], tmp_path / "p.svg", base=5),
     }
 
 
@@ -1458,12 +1463,32 @@ def api_calls(case, tmp_path):
     "read_lines(text stream)", "run_demo(actor=5)", "simulate(policies=[5])", "plot_tradeoff(path=None)",
     "plot_frontier(None)", "tradeoff_points(row without counts)", "tradeoff_points(count str)",
     "tradeoff_points(by_outcome=5)", "tradeoff_points(group without counts)", "tradeoff_points(name=None)",
-    "frontier_points(row without counts)", "frontier_points(group=5)"])
+    "frontier_points(row without counts)", "frontier_points(group=5)", "tradeoff_points(count too long to print)",
+    "tradeoff_points(negative count)", "frontier_points(huge group count)", "plot_tradeoff(base=5)"])
 def test_a_public_function_given_a_wrong_type_raises_invalid_argument(api_calls, call):
     with pytest.raises(LedgerError) as caught:
         api_calls[call]()
     assert caught.value.code == INVALID_ARGUMENT, caught.value.message
     assert "must be" in caught.value.message or "must hold" in caught.value.message or "must map" in caught.value.message
+
+
+@pytest.mark.parametrize("points, row, said", [
+    ("tradeoff", {**_ROW, "steps_refused": 5}, "steps_refused (5) is more than steps (4)"),
+    ("tradeoff", {**_ROW, "by_outcome": {"resolved": {"runs": 1, "runs_abandoned": 1, "runs_exhausted": 1}}},
+     "runs_abandoned + runs_exhausted (2) is more than runs (1)"),
+    ("frontier", {**_FRONTIER_ROW, "runs_stopped": 3}, "runs_stopped (3) is more than runs (2)"),
+    ("frontier", {**_FRONTIER_ROW, "by_outcome": {"resolved": {"runs": 3, "runs_stopped": 1}}},
+     "the resolved group's runs (3) is more than runs (2)"),
+    ("frontier", {**_FRONTIER_ROW, "units_saved": -31}, "units_saved (-31) takes more than its units_spent (30)")])
+def test_report_rows_whose_counts_do_not_add_up_are_refused_naming_them(points, row, said):
+    """A share of more than all of a policy's steps or runs was drawn as such (160 %, -40 %)."""
+    from ledger import tradeoff_points
+
+    with pytest.raises(LedgerError) as caught:
+        (tradeoff_points if points == "tradeoff" else frontier_points)([row])
+    assert caught.value.code == INVALID_ARGUMENT
+    assert caught.value.message == f"the counts of policy 'a' do not add up: {said}" or caught.value.message.startswith(
+        f"the counts of policy 'a' do not add up: {said}")
 
 
 def test_the_pictures_read_well_formed_report_rows_as_before():
@@ -1473,6 +1498,7 @@ def test_the_pictures_read_well_formed_report_rows_as_before():
     assert tradeoff_points([_ROW]) == [("a", 25.0, 50.0)]
     assert tradeoff_points([{**_ROW, "by_outcome": {"resolved": {**_ROW, "runs_abandoned": 2}}}]) == [("a", 25.0, 100.0)]
     assert frontier_points([_FRONTIER_ROW]) == [("a", 25.0, 0.0, 50.0)]
+    assert frontier_points([{**_FRONTIER_ROW, "units_saved": -10}]) == [("a", -50.0, 0.0, 50.0)]  # spent more
     assert frontier_points([{**_FRONTIER_ROW, "by_outcome": {"resolved": {"runs": 1, "runs_stopped": 1}}}]) == [
         ("a", 25.0, 100.0, 0.0)]
 

@@ -508,6 +508,17 @@ def test_policy_names_and_labels_are_drawn_as_they_are_never_as_math(tmp_path):
     assert f"{label} runs stopped (%)" in re.findall(r"<!-- (.*?) -->", svg)
 
 
+def test_policies_given_as_a_generator_draw_the_same_picture_with_its_outcome_label(tmp_path):
+    """The rows were read twice, the second time for the axis label: a generator, used up by then,
+    gave "runs stopped (%)" for points that counted the resolved runs."""
+    pytest.importorskip("matplotlib")
+    rows = [{"name": "example", "steps": 10, "steps_refused": 2, "runs": 4, "runs_abandoned": 1, "runs_exhausted": 0,
+             "by_outcome": {"resolved": {"runs": 2, "runs_abandoned": 1, "runs_exhausted": 0}}}]
+    listed = plot_tradeoff(rows, tmp_path / "a.svg").read_bytes()
+    assert b"resolved runs stopped (%)" in listed
+    assert plot_tradeoff(iter(rows), tmp_path / "b.svg").read_bytes() == listed
+
+
 def test_cli_missing_journal_and_bad_policy_file(tmp_path):
     missing = CliRunner().invoke(main, ["simulate", str(tmp_path / "nope.jsonl")])
     assert missing.exit_code == 2  # a usage error, as apply's missing JOURNAL

@@ -457,5 +457,5 @@ def check_int(value: Any, name: str, *, minimum: int | None = None,
     low = -SAFE_INTEGER_MAX if minimum is None else max(minimum, -SAFE_INTEGER_MAX)
     high = SAFE_INTEGER_MAX if maximum is None else min(maximum, SAFE_INTEGER_MAX)
     if not low <= value <= high:
-        raise LedgerError(code, f"{name} must be between {low} and {high}, got {value}")
+        raise LedgerError(code, f"{name} must be between {low} and {high}, got {describe_value(value)}")
     return value

@@ -12,11 +12,12 @@ from typing import Any, Mapping, Sequence
 
 from ..ground import errors as E
 from ..ground.arguments import check_instance, check_iterable
-from ..ground.errors import LedgerError
+from ..ground.canonical import check_int
+from ..ground.errors import LedgerError, repr_shown
 from ..ground.paths import fs_path
 from .frontier import BASELINES, FrontierReport
 from .output_files import write_output_file
-from .plot import PLOT_SUFFIXES, figure_bytes, literal, load_matplotlib, outcome_group, report_row
+from .plot import PLOT_SUFFIXES, check_part, figure_bytes, literal, load_matplotlib, outcome_group, report_row
 
 
 def frontier_points(policies: Sequence[Mapping[str, Any]], good: str = "resolved") -> list[tuple[str, float, float, float]]:
@@ -26,11 +27,20 @@ def frontier_points(policies: Sequence[Mapping[str, Any]], good: str = "resolved
     check_instance(good, str, "good", "an outcome name (str)")
     points = []
     for row in policies:
-        name, spent, saved, runs, stopped = report_row(row, ("units_spent", "units_saved", "runs", "runs_stopped"),
-                                                       "a frontier report")
+        name, spent, runs, stopped = report_row(row, ("units_spent", "runs", "runs_stopped"), "a frontier report")
+        # saved against no-stop: less than nothing when a policy spends more than no-stop would
+        saved = check_int(row.get("units_saved"), f"units_saved of policy {repr_shown(name, 60)} (a frontier report's)")
+        if spent + saved < 0:
+            raise LedgerError(E.INVALID_ARGUMENT, f"the counts of policy {repr_shown(name, 60)} do not add up: units_saved "
+                              f"({saved}) takes more than its units_spent ({spent}) away from what no-stop spent")
         group = outcome_group(row, good, "a frontier report")
         _, my_runs, my_stopped = report_row(group, ("runs", "runs_stopped"), "a frontier report",
                                             name) if group is not None else (name, 0, 0)
+        check_part(name, ("runs_stopped", stopped), ("runs", runs))
+        check_part(name, (f"the {good} group's runs", my_runs), ("runs", runs))
+        check_part(name, (f"the {good} group's runs_stopped", my_stopped), ("its runs", my_runs))
+        check_part(name, (f"the {good} group's runs_stopped", my_stopped), ("runs_stopped", stopped))
+        check_part(name, ("runs_stopped outside it", stopped - my_stopped), ("runs outside it", runs - my_runs))
         spent += saved
         others_runs, others_stopped = runs - my_runs, stopped - my_stopped
         points.append((name, 100 * saved / spent if spent else 0.0,

@@ -16,6 +16,7 @@ from typing import Any, Mapping, Sequence
 
 from ..ground import errors as E
 from ..ground.arguments import check_instance, check_iterable
+from ..ground.canonical import check_int
 from ..ground.errors import LedgerError, repr_shown
 from ..ground.paths import fs_path
 from .output_files import check_output_file, write_output_file
@@ -44,6 +45,8 @@ def tradeoff_points(policies: Sequence[Mapping[str, Any]], good: str = "resolved
         group = row if group is None else group
         _, runs, abandoned, exhausted = report_row(group, ("runs", "runs_abandoned", "runs_exhausted"),
                                                    "a simulation report", name)
+        check_part(name, ("steps_refused", refused), ("steps", steps))
+        check_part(name, ("runs_abandoned + runs_exhausted", abandoned + exhausted), ("runs", runs))
         points.append((name, 100 * refused / steps if steps else 0.0,
                        100 * (abandoned + exhausted) / runs if runs else 0.0))
     return points
@@ -58,8 +61,16 @@ def report_row(row: Any, counts: Sequence[str], report: str, name: str | None = 
         name = check_instance(row.get("name"), str, "the name of each policy", f"text (a row of {report})")
     values = [row.get(key) for key in counts]
     for key, value in zip(counts, values):
-        check_instance(value, int, f"{key} of policy {repr_shown(name, 60)}", f"a count (an integer, as in {report})")
+        check_int(value, f"{key} of policy {repr_shown(name, 60)} (a count of {report})", minimum=0)
     return (name, *values)
+
+
+def check_part(name: str, part: tuple[str, int], whole: tuple[str, int]) -> None:
+    """``INVALID_ARGUMENT`` unless the count ``part`` is at most ``whole`` (each ``(label, count)``):
+    a share of more than all of a policy's steps or runs is no report's."""
+    if part[1] > whole[1]:
+        raise LedgerError(E.INVALID_ARGUMENT, f"the counts of policy {repr_shown(name, 60)} do not add up: {part[0]} "
+                          f"({part[1]}) is more than {whole[0]} ({whole[1]})")
 
 
 def outcome_group(row: Mapping[str, Any], good: str, report: str) -> Any:
@@ -105,6 +116,8 @@ def plot_tradeoff(policies: Sequence[Mapping[str, Any]], path: str | os.PathLike
     ``INVALID_ARGUMENT`` for another suffix or when matplotlib is missing; ``STORAGE_ERROR``
     when the file cannot be written.
     """
+    policies = list(check_iterable(policies, "policies", "the policies of a simulation report (a list of dicts)"))
+    check_instance(base, (str, type(None)), "base", "a policy's name (str) or None")
     target = fs_path(path, "path")
     if target.suffix.lower() not in PLOT_SUFFIXES:
         raise LedgerError(E.INVALID_ARGUMENT, f"--plot {target}: the file must end in .svg or .png")
