@@ -322,6 +322,20 @@ def test_a_served_query_cannot_build_a_value_past_the_length_limit(site):
     assert get(site, "/BUG-20.json?sql=select+length(zeroblob(1000000))+as+n").json()["rows"] == [[1000000]]
 
 
+def test_a_served_printf_repeating_past_the_length_limit_answers_null_at_once(site, monkeypatch):
+    """printf('%.*c', 2000000000, 'x') held a query thread for 11 s (one step no time limit stops):
+    the served connections' printf and format say NULL, as SQLite's do after the repeat."""
+    from ledger.storage import bounded_printf
+
+    looked_at = []
+    real = bounded_printf._repeats_past
+    monkeypatch.setattr(bounded_printf, "_repeats_past", lambda form, args, limit, probe: looked_at.append(form) or
+                        real(form, args, limit, probe))
+    response = get(site, "/BUG-20.json?sql=select+printf('%25.*c',+2000000000,+'x')+is+null+as+n,"
+                         "+format('%25.*c',+3,+'y')+as+y")
+    assert response.json()["rows"] == [[1, "yyy"]] and looked_at == ["%.*c", "%.*c"]
+
+
 def test_a_served_stored_value_longer_than_the_length_limit_stays_readable(tmp_path):
     path = make_package(tmp_path / "big")
     Case.create(path, case_id="BIG-1", at=T0).close()

@@ -19,6 +19,7 @@ from typing import Any, Iterator
 from ..ground import errors as E
 from .sqlfiles import PUBLIC_VIEWS, schema_version, statement
 from ..ground.errors import LedgerError
+from .bounded_printf import bound_printf
 from .sqlite_file import (BUSY_CODES, DAMAGED_CODES, HIDDEN_FUNCTION_RE, SQLITE_ERRORS, SQLITE_INTERRUPT,
                           SQLITE_READONLY, SQLITE_TOOBIG, STORAGE_CODES, connect_uri, log_files_exist, log_path,
                           no_case_yet, primary_code, readable_uri, release_log, sqlite_error, translate_sqlite_errors)
@@ -43,13 +44,15 @@ VALUE_BYTES_MIN = 64 * 1024 * 1024
 def bound_values(conn: sqlite3.Connection, stored_bytes: int | None = None) -> int:
     """Set SQLite's value-length limit on ``conn`` to the larger of :data:`VALUE_BYTES_MIN` and
     ``stored_bytes`` (the size of the case's files, by default the pages of ``conn``'s database:
-    no value stored in them is longer, so every stored value stays readable); return the limit it
-    had. ``STORAGE_ERROR`` or ``INTEGRITY_ERROR`` when the file cannot be read."""
+    no value stored in them is longer, so every stored value stays readable), and its ``printf`` to
+    one bounded in time (:mod:`.bounded_printf`); return the limit it had. ``STORAGE_ERROR`` or ``INTEGRITY_ERROR`` when the file cannot be read."""
     if stored_bytes is None:
         with translate_sqlite_errors():
             pages, page_bytes = (conn.execute(f"PRAGMA {name}").fetchone()[0] for name in ("page_count", "page_size"))
         stored_bytes = pages * page_bytes
-    return conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max(VALUE_BYTES_MIN, stored_bytes))
+    limit = max(VALUE_BYTES_MIN, stored_bytes)
+    bound_printf(conn, limit)  # a %c repeating past the limit: one step no deadline stops
+    return conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, limit)
 
 
 def _stored_bytes(path: Path) -> int:
