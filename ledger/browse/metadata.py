@@ -131,14 +131,7 @@ def served_cases(paths: Sequence[str | os.PathLike[str]]) -> list[ServedCase]:
     read: list[tuple[Path, str, str, int]] = []
     for path in paths:
         root = fs_path(path, "case path")
-        try:
-            _, rows = read_only_query(root, STARTING_READ, timeout_ms=STARTING_READ_MS)
-        except LedgerError as exc:
-            if "timeout_ms" not in exc.details:
-                raise
-            raise LedgerError(exc.code, f"{root}: reading its case_status view took over {STARTING_READ_MS // 1000} s, "
-                              "which the ledger's own view never does (altered in the file?): run 'ledger verify "
-                              f"{root}'", path=str(root)) from None
+        rows = [(*_starting_read(root, STATUS_READ, 2), *_starting_read(root, VERSION_READ, 1))]
         ledger = Path(os.path.realpath(root / LEDGER_FILE))
         # Datasette keeps every database's path as text
         require_utf8(ledger, "the path is not UTF-8 text, which the browser server cannot serve; rename the folder")
@@ -161,9 +154,24 @@ def served_cases(paths: Sequence[str | os.PathLike[str]]) -> list[ServedCase]:
 
 
 #: What serving reads of each case as it starts: one row, whatever an altered view would return.
-STARTING_READ = ("SELECT (SELECT case_id FROM case_status LIMIT 1), (SELECT state FROM case_status LIMIT 1), "
-                 "(SELECT MAX(version) FROM schema_migrations)")
+STATUS_READ = "SELECT (SELECT case_id FROM case_status LIMIT 1), (SELECT state FROM case_status LIMIT 1)"
+VERSION_READ = "SELECT (SELECT MAX(version) FROM schema_migrations)"
 STARTING_READ_MS = 5_000
+
+
+def _starting_read(root: Path, query: str, width: int) -> tuple[Any, ...]:
+    """The one row of ``query`` on the case at ``root``; ``width`` NULLs when the case's view or table cannot
+    answer it (altered in the file: the case is served all the same, 'ledger verify' judges it)."""
+    try:
+        return read_only_query(root, query, timeout_ms=STARTING_READ_MS)[1][0]
+    except LedgerError as exc:
+        if "timeout_ms" in exc.details:
+            raise LedgerError(exc.code, f"{root}: reading its case_status view took over {STARTING_READ_MS // 1000} "
+                              "s, which the ledger's own view never does (altered in the file?): run 'ledger verify "
+                              f"{root}'", path=str(root)) from None
+        if exc.code != E.INVALID_ARGUMENT or not exc.message.startswith("query refused"):
+            raise
+        return (None,) * width
 
 
 def _as_text(value: Any) -> str:
