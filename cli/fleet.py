@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from ledger import export_fleet
+from ledger import export_fleet, remove_from_fleet
 from ledger.ground.workers import JOBS_MAX
 from ledger.package_tools.fleet import find_cases as fleet_cases
 from ledger.package_tools.fleet_query import fleet_rows
@@ -56,6 +56,21 @@ def export_command(paths: tuple[str, ...], out: str, jobs: int, as_json: bool) -
                    err=True)
     if report.failed:
         sys.exit(1)
+
+
+@fleet.command("remove")
+@click.argument("out", metavar="OUT", type=CaseFolder(give="the fleet export's folder (the one 'ledger fleet export --to' wrote)"))
+@click.argument("case_ids", metavar="CASE_ID...", nargs=-1, required=True)
+@JSON
+def remove_command(out: str, case_ids: tuple[str, ...], as_json: bool) -> None:
+    """Take the cases CASE_ID... out of the fleet export OUT: their records and files.
+
+    For a case gone from its folders, or one to export again from another package
+    under the same id (a case id names one package in a fleet). An id OUT does not
+    hold is refused, and then nothing is removed.
+    """
+    removed = remove_from_fleet(out, case_ids)
+    emit_result({"out": out, "removed": removed}, as_json, [f"fleet remove {out}: removed {', '.join(removed)}"])
 
 
 @fleet.command("sql")

@@ -23,7 +23,7 @@ if _TYPE_CHECKING:  # the same names, for type checkers and readers
     from .model.operations import OPERATIONS, Operation
     from .package_tools.demo import run_demo
     from .package_tools.export import ExportReport, export_case
-    from .package_tools.fleet import FleetReport, export_fleet
+    from .package_tools.fleet import FleetReport, export_fleet, remove_from_fleet
     from .package_tools.fleet_query import fleet_query
     from .package_tools.importer import import_tree
     from .package_tools.many import ManyReport, build_folders, case_folders, export_many, verify_many
@@ -58,6 +58,7 @@ _EXPORTS: dict[str, str] = {
     "export_case": ".package_tools.export",
     "FleetReport": ".package_tools.fleet",
     "export_fleet": ".package_tools.fleet",
+    "remove_from_fleet": ".package_tools.fleet",
     "fleet_query": ".package_tools.fleet_query",
     "import_tree": ".package_tools.importer",
     "ManyReport": ".package_tools.many",
@@ -116,7 +117,7 @@ __all__ = [
     # whole packages
     "export_case", "ExportReport", "verify_case", "VerifyReport", "import_tree", "read_only_query", "run_demo",
     # many cases
-    "export_fleet", "FleetReport", "fleet_query",
+    "export_fleet", "FleetReport", "fleet_query", "remove_from_fleet",
     "verify_many", "export_many", "ManyReport", "case_folders", "build_folders",
     # journals
     "apply_journal", "JournalSummary", "LineResult", "OPERATIONS", "Operation",

@@ -26,7 +26,8 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from ledger import Case, LedgerError, apply_journal, export_fleet, fleet_query, read_only_query, run_demo
+from ledger import (Case, LedgerError, apply_journal, export_fleet, fleet_query, read_only_query, remove_from_fleet,
+                    run_demo)
 from ledger.ground.errors import INVALID_ARGUMENT
 from ledger.package_tools.fleet import TABLES, column_type, find_cases, partition_name
 from ledger_cli.main import main
@@ -416,6 +417,46 @@ def test_a_case_id_exported_from_another_package_is_refused(fleet, tmp_path):
     [failed] = report.failed
     assert failed["error"]["code"] == "INVALID_ARGUMENT" and "another package" in failed["error"]["message"]
     assert fleet_query(target, "SELECT state FROM case_status WHERE case_id = 'FLEET-00002'")[1] == [("CLOSED",)]
+
+
+def test_a_case_taken_out_of_the_fleet_leaves_no_row_and_its_id_may_name_another_package(fleet, tmp_path):
+    """A case gone from its folders stayed in fleet sql for good, and a package of the same id could
+    never be exported into the fleet: remove takes its record and partitions out, under the locks."""
+    _, out, ids = fleet
+    target = tmp_path / "out"
+    shutil.copytree(out, target)
+    other = tmp_path / "other"
+    Case.create(other, "FLEET-00002").close()
+    [failed] = export_fleet([other], target).failed
+    assert failed["error"]["message"].endswith("take that one out ('ledger fleet remove OUT FLEET-00002'), then "
+                                               "export again")
+    assert remove_from_fleet(target, ["FLEET-00002", COLON_CASE]) == ["FLEET-00002", COLON_CASE]
+    assert sorted(row[0] for row in fleet_query(target, "SELECT case_id FROM case_status")[1]) == sorted(
+        set(ids) - {"FLEET-00002", COLON_CASE})
+    for table in TABLES:
+        assert not (target / table / partition_name(COLON_CASE)).exists()
+    assert not (target / "_fleet" / "cases" / f"{partition_name(COLON_CASE)}.json").exists()
+    report = export_fleet([other], target)
+    assert (report.exported, report.failed) == (1, [])
+    assert fleet_query(target, "SELECT state FROM case_status WHERE case_id = 'FLEET-00002'")[1] == [("CREATED",)]
+
+
+def test_removing_an_id_the_fleet_does_not_hold_removes_nothing(fleet, tmp_path):
+    _, out, ids = fleet
+    target = tmp_path / "out"
+    shutil.copytree(out, target)
+    before = sorted(path.relative_to(target) for path in target.rglob("*"))
+    for given, said in ((["BUG-20", "NOPE-1"], "holds no case NOPE-1; nothing was removed"),
+                        (["BUG-20", ""], "each case id must be a non-empty str"), ("BUG-20", "case_ids must be")):
+        with pytest.raises(LedgerError) as caught:
+            remove_from_fleet(target, given)
+        assert caught.value.code == INVALID_ARGUMENT and said in caught.value.message, caught.value.message
+    assert sorted(path.relative_to(target) for path in target.rglob("*")) == before
+    with pytest.raises(LedgerError) as caught:
+        remove_from_fleet(tmp_path / "none", ["BUG-20"])
+    assert caught.value.code in ("INVALID_ARGUMENT", "LEDGER_MISSING")
+    done = CliRunner().invoke(main, ["fleet", "remove", str(target), "BUG-20", "--json"])
+    assert done.exit_code == 0 and json.loads(done.output) == {"out": str(target), "removed": ["BUG-20"]}
 
 
 def test_the_fleet_records_where_a_case_was_exported_from_as_an_absolute_path(tmp_path, monkeypatch):

@@ -28,7 +28,7 @@ from .atomic_files import fsync_dir, remove_abandoned_builds, write_atomic
 from ..storage.sqlfiles import queries, schema_version, statement
 from ..ground.arguments import check_callback, check_iterable
 from ..services.case import missing_ledger
-from ..ground.errors import LedgerError, first_few
+from ..ground.errors import LedgerError, describe_value, first_few
 from ..model.package import (BUILD_FOLDER_LEFT_OUT, DEAD_LINK_LEFT_OUT, LEDGER_FILE, dead_link, is_build_folder,
                              is_case_package, once_each, refuse_output_in_package, second_paths)
 from ..ground.paths import fs_path, os_error
@@ -306,7 +306,8 @@ def _export_snapshot(conn: Any, case: Path, out: Path, head: dict[str, Any], ent
         if last and last.get("package_id") != head["package_id"]:
             raise LedgerError(E.INVALID_ARGUMENT, (
                 f"case id {head['case_id']} is already exported from another package ({last.get('path')}, "
-                f"package_id {last.get('package_id')}); a case id names one package in a fleet"))
+                f"package_id {last.get('package_id')}); a case id names one package in a fleet: to hold this "
+                f"one instead, take that one out ('ledger fleet remove OUT {head['case_id']}'), then export again"))
         if record and _holds_head(record, head):
             entry["status"] = "unchanged"
             return
@@ -468,6 +469,48 @@ def export_fleet(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike
         if pool is not None:
             shutdown_pool(pool)
     return report
+
+
+def remove_from_fleet(out: str | os.PathLike[str], case_ids: Iterable[str]) -> list[str]:
+    """Take the cases of ``case_ids`` out of the fleet export ``out`` (docs/fleet.md): each one's
+    record first (``fleet sql`` leaves an unrecorded case out), then its partition of every table,
+    under the case's lock and the export's (a ``fleet sql`` reading meanwhile is waited for). Returns
+    the case ids removed, in the order given. ``INVALID_ARGUMENT`` when ``out`` is no fleet export,
+    or for an id it does not hold (then nothing is removed); ``STORAGE_ERROR`` when a file cannot be removed.
+    """
+    ids = list(check_iterable(case_ids, "case_ids", "a list of case ids"))
+    for case_id in ids:
+        if not isinstance(case_id, str) or not case_id:
+            raise LedgerError(E.INVALID_ARGUMENT, f"each case id must be a non-empty str, got {describe_value(case_id)}")
+    root = check_out(fs_path(out, "the fleet folder (out)"), create=False).absolute()
+    refuse_links_inside(root)
+    names = {case_id: partition_name(case_id) for case_id in ids}
+    missing = [case_id for case_id, name in names.items() if not _in_fleet(root, name)]
+    if missing:
+        raise LedgerError(E.INVALID_ARGUMENT, f"the fleet export {root} holds no case {first_few(missing, 3)}; "
+                          "nothing was removed ('ledger fleet sql OUT \"SELECT case_id FROM case_status\"' lists "
+                          "those it holds)")
+    for name in names.values():
+        cases = meta_dir(root) / "cases"
+        try:
+            with locked_file(cases / f"{name}.lock", fcntl.LOCK_EX), locked_file(meta_dir(root) / "lock", fcntl.LOCK_EX):
+                for record in (cases / f"{name}.json", cases / f"{name}{ASIDE}"):
+                    record.unlink(missing_ok=True)
+                fsync_dir(cases)  # unrecorded on disk before its files go
+                for table in TABLES:
+                    refuse_link(root, root / table, root / table / name)
+                    if os.path.lexists(root / table / name):
+                        shutil.rmtree(root / table / name)
+        except OSError as exc:
+            raise os_error(exc, f"cannot remove {name} from the fleet export {root}") from None
+    return list(names)
+
+
+def _in_fleet(root: Path, name: str) -> bool:
+    """Whether the fleet export at ``root`` holds anything of the case whose partitions are ``name``."""
+    cases = meta_dir(root) / "cases"
+    return any(os.path.lexists(path) for path in (cases / f"{name}.json", cases / f"{name}{ASIDE}",
+                                                  *(root / table / name for table in TABLES)))
 
 
 #: The other folders of a shared case id a failure names (the rest counted): one line each, not n².
