@@ -175,11 +175,15 @@ def test_an_at_that_is_no_timestamp_is_named_cut_short_with_a_mark(tmp_path):
     ("2016-12-31T23:59:60Z", "'at' is a leap second ('2016-12-31T23:59:60Z'), which the ledger cannot store"),
     ("2026-01-05 10:00:00Z", "'at' is not an RFC 3339 timestamp: '2026-01-05 10:00:00Z'; join the date and the "
                              "time with T (2026-01-05T10:00:00Z)"),
-    ("2026-01-05 10:00Z", "'at' is not an RFC 3339 timestamp: '2026-01-05 10:00Z'")])
+    ("2026-01-05 10:00Z", "'at' is not an RFC 3339 timestamp: '2026-01-05 10:00Z'"),
+    ("2026-01-05T10:00:60Z", "'at' is not a valid time: second must be in 0..59"),  # no leap second there
+    ("2026-01-05 10:00:00+01:00", "'at' is not an RFC 3339 timestamp: '2026-01-05 10:00:00+01:00'"),
+    ("2026-01-05 10:00:60Z", "'at' is not an RFC 3339 timestamp: '2026-01-05 10:00:60Z'")])
 def test_a_leap_second_or_a_space_between_date_and_time_is_refused_saying_what_to_give(tmp_path, at, said):
     """RFC 3339 allows both; the ledger stores neither (its times count days of 86,400 seconds, and
     one form of each time): the refusal says so, where it said 'second must be in 0..59' or nothing."""
     with pytest.raises(LedgerError) as caught:
         Case.create(tmp_path / "case", "C1", at=at)
     assert caught.value.code == INVALID_ARGUMENT and caught.value.message.startswith(said), caught.value.message
+    assert ("join the date" in caught.value.message) == (at == "2026-01-05 10:00:00Z")  # only where T would do
     assert not (tmp_path / "case").exists()

@@ -40,13 +40,12 @@ def parse_at(text: object) -> str:
         raise LedgerError(INVALID_ARGUMENT, f"'at' must be an RFC 3339 UTC timestamp string, got {describe_value(text)}")
     match = _RFC3339.fullmatch(text)
     if not match:
-        joined = " " in text[:11] and _RFC3339.fullmatch(text.replace(" ", "T", 1))
         raise LedgerError(INVALID_ARGUMENT, f"'at' is not an RFC 3339 timestamp: {quoted(text, 64)}" + (
-            "; join the date and the time with T (2026-01-05T10:00:00Z)" if joined else ""))
+            "; join the date and the time with T (2026-01-05T10:00:00Z)" if _joined_by_space(text) else ""))
     year, month, day, hour, minute, second, fraction, offset = match.groups()
     if offset not in ("Z", "z", "+00:00", "-00:00"):
         raise LedgerError(INVALID_ARGUMENT, f"'at' must be in UTC (Z), got offset {offset}")
-    if second == "60":
+    if (hour, minute, second) == ("23", "59", "60"):
         raise LedgerError(INVALID_ARGUMENT, f"'at' is a leap second ({quoted(text, 64)}), which the ledger cannot "
                           "store (its times are counted in whole days of 86,400 seconds); give :59 or the next second")
     micros = int((fraction or "0")[:6].ljust(6, "0"))
@@ -56,6 +55,17 @@ def parse_at(text: object) -> str:
     except ValueError as exc:
         raise LedgerError(INVALID_ARGUMENT, f"'at' is not a valid time: {exc}") from None
     return format_utc(moment)
+
+
+def _joined_by_space(text: str) -> bool:
+    """Whether ``text`` is a time ``parse_at`` takes but for a space where the ``T`` goes."""
+    if len(text) < 11 or text[10] != " ":
+        return False
+    try:
+        parse_at(text[:10] + "T" + text[11:])
+    except LedgerError:
+        return False
+    return True
 
 
 def microseconds_between(earlier: str, later: str) -> int:
