@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -28,8 +29,30 @@ def test_create_refuses_a_folder_with_a_manifest_or_an_analysis_tree(package, le
     with pytest.raises(LedgerError) as caught:
         Case.create(package, "BUG-1")
     assert caught.value.code == CASE_EXISTS
-    assert caught.value.message == (f"{package} already holds an exported case (manifest.json or analysis/) without "
-                                    "its ledger.sqlite: 'ledger import' rebuilds the ledger from it")
+    assert caught.value.message == (f"{package} already holds an exported case without its ledger.sqlite: 'ledger "
+                                    "import' rebuilds the ledger from it" if leftover == "manifest.json" else
+                                    f"{package} already holds an analysis/ tree (an export's, without its "
+                                    "manifest.json): move it aside to create a case here")
+
+
+@pytest.mark.parametrize("ledger", ["empty", "folder", "no SQLite", "no case"])
+def test_create_beside_an_export_and_a_ledger_file_holding_no_case_says_to_move_that_file(package, ledger):
+    """It was said to hold a case ledger when the file was not empty, and to be rebuilt by import
+    when it was (which refuses while the file is there)."""
+    (package / "manifest.json").write_text("{}")
+    target = package / "ledger.sqlite"
+    if ledger == "folder":
+        target.mkdir()
+    elif ledger == "no case":
+        sqlite3.connect(target).execute("CREATE TABLE t (x)").connection.close()
+    else:
+        target.write_bytes(b"" if ledger == "empty" else b"x")
+    with pytest.raises(LedgerError) as caught:
+        Case.create(package, "BUG-1")
+    assert caught.value.code == CASE_EXISTS
+    assert caught.value.message == (f"{package} already holds an exported case and a ledger.sqlite that holds no "
+                                    "case: move that file aside, then 'ledger import' rebuilds the ledger from the "
+                                    "export")
 
 
 @pytest.mark.parametrize("exported", [False, True])

@@ -152,6 +152,24 @@ STATUS_COLUMNS = frozenset({"case_id", "package_id", "state", "analysis_revision
 
 
 @plain_public_arguments
+def _exported_here(root: Path) -> LedgerError:
+    """``CASE_EXISTS`` for creating a case where an export is (``manifest.json`` or ``analysis/``),
+    saying what else is there and the way on: its ledger, a ledger file holding no case, or none."""
+    manifest = (root / MANIFEST_FILE).exists()
+    export = "an exported case" if manifest else f"an {ANALYSIS_DIR}/ tree (an export's, without its {MANIFEST_FILE})"
+    if not os.path.lexists(root / LEDGER_FILE):
+        return LedgerError(E.CASE_EXISTS, f"{root} already holds {export}" + (
+            f" without its {LEDGER_FILE}: 'ledger import' rebuilds the ledger from it" if manifest else
+            ": move it aside to create a case here"))
+    try:
+        read_only_query(root, "SELECT 1 FROM case_identity LIMIT 1")
+    except LedgerError:  # no case in it (an init cut short), no ledger at all, or a file in its place
+        return LedgerError(E.CASE_EXISTS, f"{root} already holds {export} and a {LEDGER_FILE} that holds no case: "
+                           + ("move that file aside, then 'ledger import' rebuilds the ledger from the export"
+                              if manifest else "move both aside to create a case here"))
+    return LedgerError(E.CASE_EXISTS, f"{root} already holds a case ledger (and its export)")
+
+
 class Case(CaseFacade):
     """An open case package. Use :meth:`create` or :meth:`open`; close with :meth:`close`.
 
@@ -203,10 +221,7 @@ class Case(CaseFacade):
                 clock: Callable[[], str], moment: str | None) -> "Case":
         check_new_case_path(root)
         if (root / MANIFEST_FILE).exists() or (root / ANALYSIS_DIR).exists():
-            if os.path.isfile(root / LEDGER_FILE) and os.path.getsize(root / LEDGER_FILE) > 0:
-                raise LedgerError(E.CASE_EXISTS, f"{root} already holds a case ledger (and its export)")
-            raise LedgerError(E.CASE_EXISTS, f"{root} already holds an exported case (manifest.json or analysis/) "
-                              f"without its {LEDGER_FILE}: 'ledger import' rebuilds the ledger from it")
+            raise _exported_here(root)
         if root.exists() and not root.is_dir():
             raise LedgerError(E.INVALID_ARGUMENT, f"{root} is not a directory")
         check_side_files(root / LEDGER_FILE)  # a log that is a folder or a pipe is named as such, not as a lost case's
