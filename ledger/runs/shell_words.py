@@ -1,8 +1,9 @@
 """A shell command split into words as the shell splits it, for :mod:`ledger.runs.actions` (docs/runs.md).
 
-The standard library's ``shlex`` does the splitting; before it, line ends outside quotes become
-command separators and ANSI-C quoted strings (``$'1p\\nw out'``) are decoded into plain single-quoted
-ones, which ``shlex`` does not know (it kept the ``$`` and the backslashes, hiding what the string says).
+The standard library's ``shlex`` does the splitting; before it, comments are left out (a ``#``
+starting a word, outside quotes, to the line's end), line ends outside quotes become command
+separators, and ANSI-C quoted strings (``$'1p\\nw out'``) are decoded into plain single-quoted ones,
+which ``shlex`` does not know (it kept the ``$`` and the backslashes, hiding what the string says).
 """
 
 from __future__ import annotations
@@ -43,11 +44,14 @@ def _line_ends_split(command: str) -> str:
 
 
 def split_words(command: str) -> list[str] | None:
-    """The command's words with separators as their own words; None when it cannot be split or is
-    longer than :data:`COMMAND_CHARS_MAX`."""
+    """The command's words with separators as their own words; None when it cannot be split (a quote
+    left open, an ANSI-C string among them) or is longer than :data:`COMMAND_CHARS_MAX`."""
     if len(command) > COMMAND_CHARS_MAX:
         return None
-    lexer = shlex.shlex(_line_ends_split(_ansi_c_quotes(command)), posix=True, punctuation_chars="|&;<>()")
+    text = _shell_text(command)
+    if text is None:
+        return None
+    lexer = shlex.shlex(_line_ends_split(text), posix=True, punctuation_chars="|&;<>()")
     lexer.whitespace_split = True
     lexer.commenters = ""
     try:
@@ -56,29 +60,21 @@ def split_words(command: str) -> list[str] | None:
         return None
 
 
-#: What a backslash sequence in an ANSI-C quoted string (``$'…'``) stands for, as bash decodes it.
-_ANSI_C_ESCAPE = re.compile(r"\\(x[0-9A-Fa-f]{1,2}|u[0-9A-Fa-f]{1,4}|U[0-9A-Fa-f]{1,8}|[0-7]{1,3}|c.|.)", re.S)
+#: A backslash sequence in an ANSI-C quoted string (``$'…'``), as bash 5.2 reads it.
+_ANSI_C_ESCAPE = re.compile(r"\\(x\{[0-9A-Fa-f]+\}|x[0-9A-Fa-f]{1,2}|u[0-9A-Fa-f]{1,4}|U[0-9A-Fa-f]{1,8}|[0-7]{1,3}"
+                            r"|c\\\\|c.|.)", re.S)
 #: The rest of an ANSI-C quoted string after ``$'``: up to the first quote no backslash escapes.
 _ANSI_C_BODY = re.compile(r"(?:[^\\']|\\.)*'", re.S)
-_ANSI_C_NAMED = {"a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f", "n": "\n", "r": "\r", "t": "\t",
-                 "v": "\v", "\\": "\\", "'": "'", '"': '"', "?": "?"}
+_ANSI_C_NAMED = {"a": b"\a", "b": b"\b", "e": b"\x1b", "E": b"\x1b", "f": b"\f", "n": b"\n", "r": b"\r",
+                 "t": b"\t", "v": b"\v", "\\": b"\\", "'": b"'", '"': b'"', "?": b"?"}
+#: Characters after which a ``#`` starts a comment (outside quotes, at the start of a word).
+_BEFORE_COMMENT = frozenset(" \t\n;&|()<>")
 
 
-def _ansi_c_char(match: re.Match[str]) -> str:
-    code = match.group(1)
-    if code[0] in "xuU" and len(code) > 1:
-        return chr(min(int(code[1:], 16), 0x10FFFF))
-    if code[0] in "01234567":
-        return chr(int(code, 8) & 0xFF)
-    if code[0] == "c" and len(code) == 2:
-        return chr(ord(code[1]) & 0x1F)
-    return _ANSI_C_NAMED.get(code, "\\" + code)  # an unknown escape keeps its backslash
-
-
-def _ansi_c_quotes(command: str) -> str:
-    """``command`` with each ANSI-C quoted string outside other quotes (``$'a\\nb'``) made the plain
-    single-quoted string of what it decodes to; one left open is kept as it is (``shlex`` refuses it)."""
-    if "$'" not in command:
+def _shell_text(command: str) -> str | None:
+    """``command`` with its comments left out and each ANSI-C quoted string (``$'a\\nb'``) made the
+    plain single-quoted string of what bash decodes it to; None for an ANSI-C string left open."""
+    if "$'" not in command and "#" not in command:
         return command
     out, quote, index = [], "", 0
     while index < len(command):
@@ -91,11 +87,19 @@ def _ansi_c_quotes(command: str) -> str:
             continue
         elif quote == '"':
             quote = "" if char == '"' else quote
-        elif char == "$" and command.startswith("'", index + 1):
+        elif char == "#" and (index == 0 or command[index - 1] in _BEFORE_COMMENT):
+            end = command.find("\n", index)
+            index = len(command) if end < 0 else end  # the line end stays: it ends the command
+            continue
+        elif command.startswith("$$", index):  # the shell's process id, then whatever follows
+            out.append("$$")
+            index += 2
+            continue
+        elif command.startswith("$'", index):
             end = _ANSI_C_BODY.match(command, index + 2)
             if end is None:
-                return command
-            text = _ANSI_C_ESCAPE.sub(_ansi_c_char, command[index + 2:end.end() - 1])
+                return None
+            text = _ansi_c_decoded(command[index + 2:end.end() - 1])
             out.append("'" + text.replace("'", "'\\''") + "'")
             index = end.end()
             continue
@@ -104,3 +108,34 @@ def _ansi_c_quotes(command: str) -> str:
         out.append(char)
         index += 1
     return "".join(out)
+
+
+def _ansi_c_decoded(body: str) -> str:
+    """The text an ANSI-C quoted string's ``body`` stands for: escapes of bytes (``\\xHH``, octal)
+    joined with the rest as UTF-8 (bytes that are no UTF-8 as U+FFFD), cut at a NUL as bash cuts it."""
+    data = bytearray()
+    position = 0
+    for match in _ANSI_C_ESCAPE.finditer(body):
+        data += body[position:match.start()].encode("utf-8", "surrogatepass")
+        position = match.end()
+        piece = _ansi_c_bytes(match.group(1))
+        if b"\0" in piece:
+            data += piece[:piece.index(b"\0")]
+            return data.decode("utf-8", "replace")
+        data += piece
+    data += body[position:].encode("utf-8", "surrogatepass")
+    return data.decode("utf-8", "replace")
+
+
+def _ansi_c_bytes(code: str) -> bytes:
+    """The bytes one escape (its text after the backslash) stands for."""
+    if code.startswith("x{") or (code[0] == "x" and len(code) > 1):
+        return bytes([int(code.strip("x{}"), 16) & 0xFF])
+    if code[0] in "uU" and len(code) > 1:
+        point = int(code[1:], 16)
+        return b"" if point > 0x10FFFF else chr(point).encode("utf-8", "replace")
+    if code[0] in "01234567":
+        return bytes([int(code, 8) & 0xFF])
+    if code[0] == "c" and len(code) > 1:
+        return b"\x7f" if code[1] == "?" else bytes([ord(code[1]) & 0x1F])
+    return _ANSI_C_NAMED.get(code, ("\\" + code).encode("utf-8", "surrogatepass"))  # unknown: kept as written
