@@ -370,6 +370,21 @@ def test_a_ledger_an_older_version_wrote_is_exported_with_this_versions_columns(
     assert rows == [("OLD-1", None)]
 
 
+@pytest.mark.parametrize("view", [None, "SELECT 1 AS case_id"])
+def test_a_case_whose_case_status_view_cannot_give_its_head_fails_as_altered(tmp_path, view):
+    """It failed with SQLite's own words ("SQLite refused: no such column: package_id")."""
+    start_case(tmp_path / "cases" / "c", case_id="C-1").close()
+    with sqlite3.connect(tmp_path / "cases" / "c" / "ledger.sqlite") as conn:
+        conn.execute("DROP VIEW case_status")
+        if view is not None:
+            conn.execute(f"CREATE VIEW case_status AS {view}")
+    conn.close()
+    [failed] = export_fleet([tmp_path / "cases"], tmp_path / "out").failed
+    assert failed["error"]["code"] == "INTEGRITY_ERROR"
+    assert failed["error"]["message"].startswith("the ledger's case_status view is missing or altered (SQLite refused: ")
+    assert failed["error"]["message"].endswith(f"'ledger verify {tmp_path / 'cases' / 'c'}' says what else differs")
+
+
 def test_a_case_exported_by_another_schema_version_is_exported_again(tmp_path):
     """Its tables may lack the columns this version writes (a record of an earlier export names no
     schema version): exported again, not taken as unchanged, so every partition has the same columns."""

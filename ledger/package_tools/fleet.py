@@ -260,7 +260,7 @@ def _with_head(case: Path, out: Path, step: Callable[..., None]) -> dict[str, An
             with translate_sqlite_errors():
                 conn.execute("BEGIN")  # one snapshot for the head and every table
                 has_schema = conn.execute(statement("has_migrations_table")).fetchone() is not None  # an empty file?
-                row = conn.execute(statement("fleet_head")).fetchone() if has_schema else None
+            row = _head_row(conn, case) if has_schema else None
             if row is None:
                 raise no_case_yet(case / LEDGER_FILE, path=str(case))
             head = dict(zip(HEAD_KEYS, row))
@@ -278,6 +278,19 @@ def _with_head(case: Path, out: Path, step: Callable[..., None]) -> dict[str, An
         error = os_error(exc, f"cannot export {case}")
         entry.update(status="failed", error={"code": error.code, "message": str(error.message)})
     return entry
+
+
+def _head_row(conn: Any, case: Path) -> tuple[Any, ...] | None:
+    """The ``fleet_head`` row of the case: ``INTEGRITY_ERROR`` as verify words it when its
+    ``case_status`` view cannot give one (dropped, or without its columns: altered in the file)."""
+    try:
+        with translate_sqlite_errors():
+            return conn.execute(statement("fleet_head")).fetchone()
+    except LedgerError as exc:
+        if exc.code in (E.STORAGE_ERROR, E.LEDGER_BUSY):
+            raise
+        raise LedgerError(E.INTEGRITY_ERROR, f"the ledger's case_status view is missing or altered ({exc.message}); "
+                          f"'ledger verify {case}' says what else differs", path=str(case)) from None
 
 
 def _head_step(conn: Any, case: Path, out: Path, head: dict[str, Any], entry: dict[str, Any]) -> None:
