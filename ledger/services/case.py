@@ -151,7 +151,6 @@ STATUS_COLUMNS = frozenset({"case_id", "package_id", "state", "analysis_revision
                             "head_sha256", "outcome", "outcome_source"})
 
 
-@plain_public_arguments
 def _exported_here(root: Path) -> LedgerError:
     """``CASE_EXISTS`` for creating a case where an export is (``manifest.json`` or ``analysis/``),
     saying what else is there and the way on: its ledger, a ledger file holding no case, or none."""
@@ -170,6 +169,7 @@ def _exported_here(root: Path) -> LedgerError:
     return LedgerError(E.CASE_EXISTS, f"{root} already holds a case ledger (and its export)")
 
 
+@plain_public_arguments
 class Case(CaseFacade):
     """An open case package. Use :meth:`create` or :meth:`open`; close with :meth:`close`.
 
