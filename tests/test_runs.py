@@ -19,6 +19,7 @@ from ledger import (AnalysisConfig, Case, LedgerError, frontier, import_runs, lo
                     vary, verify_case)
 from ledger.runs import trajectories
 from ledger.runs.actions import ActionMap
+from ledger.runs.formats import OTHER_AGENTS
 from ledger.package_tools.journal import apply_journal
 from ledger_cli.main import main
 
@@ -439,8 +440,8 @@ def test_an_exit_code_no_journal_can_hold_is_refused_in_steps_and_left_out_of_a_
 
 def test_a_format_given_that_does_not_fit_says_auto_tells_them_apart(tmp_path):
     summary = import_runs([RAW_FILES[0]], tmp_path / "out", fmt="swe-agent")
-    assert summary.errors[0]["reason"] == ("no trajectory list: not a SWE-agent .traj (read as --format swe-agent, "
-                                           "as asked: without it, the file's name and content choose)")
+    assert summary.errors[0]["reason"] == ("no trajectory list: not a SWE-agent .traj" + OTHER_AGENTS + " (read as "
+                                           "--format swe-agent, as asked: without it, the file's name and content choose)")
 
 
 def test_a_run_of_an_input_that_failed_may_come_from_a_later_input(tmp_path):
@@ -973,11 +974,14 @@ def test_a_word_that_runs_a_command_or_holds_a_variable_names_no_target(command,
     "cat x.py | awk '{system(\"rm y\")}'", "grep x f | awk '{print > \"o\"}'", "cat x.py | sort -o out",
     "cat x.py | uniq - out", "sed 's/a/b/w out' f.py", "sed -n 's/a/b/gw out' f.py", "sed '1e date' f.py",
     "sed 's/x/date/e' f.py", "sed -n '/re/w o' f.py", "sed -e 's/a/b/' -e 'w x' f", "sed -n '$W o' f",
-    "sed --expression='2e ls' f", "sed -n '\\,x,w o' f"])
+    "sed --expression='2e ls' f", "sed -n '\\,x,w o' f", "tree -o tree.txt", "tree -L 2 -o t.txt src",
+    "rg --pre ./script.sh foo", "rg --pre=./unzip.sh foo src", "less -o log.txt setup.py", "less -Olog setup.py",
+    "less --log-file=log setup.py"])
 def test_a_command_that_writes_or_runs_another_is_the_default_action(command):
     """Each was a read or a search: sed's -i among other options, &> redirections, find's writing
     actions, the program xargs runs, awk's system() and print into a file, sort -o, uniq IN OUT,
-    a sed script's w, W and e commands and the w and e flags of its s command."""
+    a sed script's w, W and e commands and the w and e flags of its s command, tree -o, less keeping
+    a log file, rg --pre running a program on each file."""
     from ledger.runs.actions import classify
 
     assert classify(command) == ("test.automated", None)
@@ -987,10 +991,14 @@ def test_a_command_that_writes_or_runs_another_is_the_default_action(command):
     ("cat x.py 2>&1", ("source.read_context", "x.py")), ("grep -n foo a.py 2>&1 | head -5", ("source.find_text", "a.py")),
     ("grep -l x src | xargs cat", ("source.find_text", "src")), ("cat a.py | awk '{print $1}' | sort | uniq",
                                                               ("source.read_context", "a.py")),
-    ("sed -n 1,5p f.py", ("source.read_context", "f.py"))])
+    ("sed -n 1,5p f.py", ("source.read_context", "f.py")), ("tree -L 2 src", ("source.find_text", "src")),
+    ("rg --pre-glob '*.gz' foo src", ("source.find_text", "src")), ("less setup.py", ("source.read_context", "setup.py")),
+    ("grep --include '*.py' -rn foo src", ("source.find_text", "src")), ("ag -G py foo src", ("source.find_text", "src")),
+    ("rg --glob '*.py' foo src", ("source.find_text", "src")), ("rg --type py foo src", ("source.find_text", "src"))])
 def test_a_descriptor_copy_and_what_xargs_reads_keep_a_read_a_read(command, expected):
     """2>&1 names no file (it was taken for a redirection, the step the default action); the files
-    xargs hands a reader come from the pipe, so they are no target."""
+    xargs hands a reader come from the pipe, so they are no target; a long option's value given as
+    the next word (--include '*.py', ag's -G) is no path (the read lost its target)."""
     from ledger.runs.actions import classify
 
     assert classify(command) == expected

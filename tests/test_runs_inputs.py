@@ -18,6 +18,7 @@ from click.testing import CliRunner
 
 from ledger import Case, LedgerError, import_runs, simulate
 from ledger.package_tools.atomic_files import process_tag
+from ledger.runs.formats import OTHER_AGENTS
 from ledger_cli.main import main
 
 from test_runs import evidence_of, facts, journal
@@ -168,8 +169,31 @@ def test_an_object_with_a_trajectory_list_is_swe_agent_and_one_with_neither_list
     neither = _write(tmp_path / "n.traj", {"history": [{"role": "system", "content": "s"}]})
     summary = import_runs([swe, neither], tmp_path / "out")
     assert (summary.runs, summary.steps) == (1, 1)
-    assert summary.errors[0]["reason"] == ("no messages list: not a mini-swe-agent trajectory "
-                                           "(nor a SWE-agent .traj: no trajectory list)")
+    assert summary.errors[0]["reason"] == (
+        "no messages list: not a mini-swe-agent trajectory (nor a SWE-agent .traj: no trajectory list); it holds a "
+        "SWE-agent history but no trajectory list (a demonstration, or a run that did not finish): the import reads "
+        "the trajectory list a finished run writes")
+
+
+@pytest.mark.parametrize("name, content, said", [
+    ("events.json", [{"id": 1, "action": "run", "args": {"command": "ls"}}],
+     "no message with a role: an empty or foreign list, not a mini-swe-agent trajectory"),
+    ("other.json", {"events": []}, "no messages list: not a mini-swe-agent trajectory (nor a SWE-agent .traj: no "
+                                   "trajectory list)")])
+def test_another_agents_run_is_refused_pointing_at_the_steps_format(tmp_path, name, content, said):
+    """An OpenHands event list (or any other agent's file) was refused without the way in."""
+    summary = import_runs([_write(tmp_path / name, content)], tmp_path / "out")
+    assert summary.errors[0]["reason"] == said + OTHER_AGENTS
+    assert OTHER_AGENTS == ("; another agent's run (OpenHands, Aider, your own) comes in through the steps format: "
+                            "one JSON line per step with run, command and output (docs/runs.md)")
+
+
+def test_a_file_of_one_json_value_per_line_not_named_jsonl_says_how_steps_are_read(tmp_path):
+    lines = tmp_path / "run.traj.json"
+    lines.write_text('{"role": "user", "content": "x"}\n{"role": "assistant", "content": "y"}\n', encoding="utf-8")
+    assert import_runs([lines], tmp_path / "out").errors[0]["reason"].endswith(
+        "(several JSON values, one per line? a file of steps is read in the steps format: name it *.jsonl, or give "
+        "--format steps)")
 
 
 def test_a_number_of_thousands_of_digits_is_named_as_such(tmp_path):
@@ -535,7 +559,7 @@ def test_a_marked_mini_swe_agent_run_with_no_message_yet_is_written_with_no_step
     assert (summary.runs, summary.steps, summary.runs_without_steps) == (1, 0, ["e1"])
     bare = _write(tmp_path / "in" / "b.traj.json", {"messages": []})
     assert import_runs([bare], tmp_path / "out2").errors[0]["reason"] == (
-        "no message with a role: an empty or foreign list, not a mini-swe-agent trajectory")
+        "no message with a role: an empty or foreign list, not a mini-swe-agent trajectory" + OTHER_AGENTS)
 
 
 def test_a_bash_call_whose_arguments_give_a_key_twice_is_a_turn_skipped(tmp_path):

@@ -49,7 +49,19 @@ _SEPARATORS = frozenset({"|", "||", "&&", ";", "&", "\n", "|&"})
 _VALUE_OPTIONS = {
     "grep": set("ABCmef"), "egrep": set("ABCmef"), "fgrep": set("ABCmef"), "rg": set("ABCmefgtT"),
     "head": set("nc"), "tail": set("nc"), "nl": set("bdfhilnpsvw"), "sed": set("ef"),
-    "ls": set("ITw"), "tree": set("LIP"),
+    "ls": set("ITw"), "tree": set("LIP"), "ag": set("ABCGgm"),
+}
+#: Long options whose value may be the next word (``--include '*.py'``), of the programs that take them.
+_GREP_LONG_VALUES = frozenset({"--include", "--exclude", "--exclude-dir", "--exclude-from", "--max-count",
+                               "--after-context", "--before-context", "--context", "--label"})
+_LONG_VALUE_OPTIONS = {
+    "grep": _GREP_LONG_VALUES, "egrep": _GREP_LONG_VALUES, "fgrep": _GREP_LONG_VALUES,
+    "rg": frozenset({"--glob", "--iglob", "--type", "--type-not", "--type-add", "--max-count", "--context",
+                     "--after-context", "--before-context", "--max-depth", "--max-filesize", "--pre", "--pre-glob",
+                     "--encoding", "--replace", "--sort", "--sortr", "--threads", "--max-columns", "--engine",
+                     "--color", "--colors", "--path-separator"}),
+    "ag": frozenset({"--ignore", "--ignore-dir", "--depth", "--file-search-regex", "--context", "--after",
+                     "--before", "--max-count"}),
 }
 #: Programs whose first plain argument is a pattern or script, not a path (unless given by ``-e``/``-f``).
 _PATTERN_FIRST = frozenset({"grep", "egrep", "fgrep", "rg", "ag", "ack", "sed", "search_dir", "find_file"})
@@ -145,6 +157,8 @@ def _paths(program: str, args: list[str]) -> list[str]:
             name = arg.partition("=")[0]
             if name in _PATTERN_OPTIONS and program in _PATTERN_FIRST:  # --expression=SCRIPT, --regexp PATTERN
                 pattern_given, skip = True, "=" not in arg
+            elif name in _LONG_VALUE_OPTIONS.get(program, ()):  # --include '*.py': its value, no path
+                skip = "=" not in arg
             continue
         plain.append(arg)
     if program in _PATTERN_FIRST and not pattern_given:
@@ -214,7 +228,8 @@ def _run_by_xargs(words: list[str]) -> list[str]:
 def _writes(program: str, args: list[str]) -> bool:
     """Whether a command that reads or filters writes a file or runs a program after all: ``sed -i``
     (alone or among other one-letter options, ``--in-place``), ``find`` with an action that does,
-    ``awk`` whose program calls ``system``, prints into a file or a pipe, ``sort -o``, ``uniq IN OUT``."""
+    ``awk`` whose program calls ``system``, prints into a file or a pipe, ``sort -o``, ``uniq IN OUT``,
+    ``tree -o FILE``, ``less`` keeping a log (``-o``, ``-O``, ``--log-file``), ``rg --pre COMMAND``."""
     if program == "sed":
         return any(a.startswith("--in-place") or (a.startswith("-") and not a.startswith("--") and "i" in a[1:])
                    for a in args) or _sed_script_writes_or_runs(_sed_script(args))
@@ -226,6 +241,12 @@ def _writes(program: str, args: list[str]) -> bool:
         return any(a.startswith(("-o", "--output")) for a in args)
     if program == "uniq":
         return len([a for a in args if not a.startswith("-") or a == "-"]) > 1
+    if program == "tree":
+        return any(a.startswith("-o") for a in args)
+    if program == "less":
+        return any(a.startswith(("-o", "-O", "--log-file", "--LOG-FILE")) for a in args)
+    if program == "rg":
+        return any(a == "--pre" or a.startswith("--pre=") for a in args)
     return False
 
 

@@ -217,6 +217,20 @@ def _tool_steps(messages: list[Any], index: int, calls: list[tuple[Any, Any, Any
             Step(command, text, _returncode(answer, text), wrapped_output(text))
 
 
+#: The way in for a run of an agent whose own files this import does not read.
+OTHER_AGENTS = ("; another agent's run (OpenHands, Aider, your own) comes in through the steps format: one JSON "
+                "line per step with run, command and output (docs/runs.md)")
+
+
+def _history_only(data: Any) -> str:
+    """What to say of a file without the list of steps the import reads: for a SWE-agent file with only
+    its history (a demonstration, a run cut short), that the trajectory list is what is read."""
+    if isinstance(data, Mapping) and isinstance(data.get("history"), list):
+        return ("; it holds a SWE-agent history but no trajectory list (a demonstration, or a run that did not "
+                "finish): the import reads the trajectory list a finished run writes")
+    return OTHER_AGENTS
+
+
 def mini_swe_agent_steps(data: Any) -> Iterator[Step | FormatError]:
     """Steps of a mini-swe-agent trajectory (a ``{"messages": [...]}`` object or a bare message list):
     text mode, tool-call mode and Responses API mode (docs/runs.md)."""
@@ -228,10 +242,12 @@ def mini_swe_agent_steps(data: Any) -> Iterator[Step | FormatError]:
         swe_agent = isinstance(data, Mapping) and isinstance(data.get("trajectory"), list)
         raise ValueError("no messages list: not a mini-swe-agent trajectory" + (
             " (its trajectory list is a SWE-agent .traj's)" if swe_agent else
-            " (nor a SWE-agent .traj: no trajectory list)" if isinstance(data, Mapping) else ""))
+            " (nor a SWE-agent .traj: no trajectory list)" + _history_only(data) if isinstance(data, Mapping) else
+            OTHER_AGENTS))
     marked_empty = not messages and isinstance(data, Mapping) and "trajectory_format" in data
     if not marked_empty and not any(isinstance(message, Mapping) and "role" in message for message in messages):
-        raise ValueError("no message with a role: an empty or foreign list, not a mini-swe-agent trajectory")
+        raise ValueError("no message with a role: an empty or foreign list, not a mini-swe-agent trajectory"
+                         + OTHER_AGENTS)
     for index, message in enumerate(messages):
         if not _is_model_turn(message):
             continue
@@ -266,7 +282,7 @@ def swe_agent_steps(data: Any) -> Iterator[Step | FormatError]:
     """Steps of a SWE-agent ``.traj``: each ``trajectory[]`` entry with its ``action`` and ``observation``."""
     entries = data.get("trajectory") if isinstance(data, Mapping) else None
     if not isinstance(entries, list):
-        raise ValueError("no trajectory list: not a SWE-agent .traj")
+        raise ValueError("no trajectory list: not a SWE-agent .traj" + _history_only(data))
     for entry in entries:
         if not isinstance(entry, Mapping):
             yield FormatError("entry that is not an object")

@@ -357,7 +357,10 @@ class _Importer:
         except UnicodeDecodeError as exc:
             raise ValueError(f"not UTF-8 (byte {exc.start + 1}: {exc.reason})") from None
         except json.JSONDecodeError as exc:
-            raise ValueError(f"not JSON: {exc}") from None
+            several = exc.msg == "Extra data"  # a JSON value per line: a message log, or steps in a file not named *.jsonl
+            raise ValueError(f"not JSON: {exc}" + (" (several JSON values, one per line? a file of steps is read "
+                                                   "in the steps format: name it *.jsonl, or give --format steps)"
+                                                   if several else "")) from None
         except ValueError as exc:
             raise ValueError(too_many_digits(exc) or str(exc)) from None
         del whole
