@@ -1051,14 +1051,16 @@ def test_a_sed_script_of_several_lines_or_parts_is_read_as_sed_reads_it(command,
     ("cat $'a.py\\0b'", ("source.read_context", "a.py")), ("cat $'\\x{61}.py'", ("source.read_context", "a.py")),
     ("cat $'\\UFFFFFFFFa.py'", ("source.read_context", "a.py")), ("cat $$'a.py'", ("source.read_context", None)),
     ("# read it\ncat f.py # the file", ("source.read_context", "f.py")), ("cat a#b.py", ("source.read_context", "a#b.py")),
-    ("grep '#x' f.py", ("source.find_text", "f.py"))])
+    ("grep '#x' f.py", ("source.find_text", "f.py")), ("cat notes\\ #1.txt; rm -rf src", ("test.automated", None)),
+    ("cat a\\;#b > out", ("test.automated", None)), ("cat x\\\n#y > out", ("test.automated", None)),
+    ("cat \\\n#y > out", ("source.read_context", None)), ("cat f.py;#x > o", ("source.read_context", "f.py"))])
 def test_an_ansi_c_quoted_string_is_read_as_the_shell_decodes_it(command, expected):
     """$'…' strings decode their backslash escapes as bash 5.2 does (bytes joined as UTF-8, a NUL
     ending the string), so a sed script written in one (a w command after \\n, a w as \\x77) writes
     as it does unquoted; they were read with the $ and the backslashes kept. Inside other quotes $' is
     plain text; one never closed cannot be split (the default action), unless a comment holds it: a
     # starting a word starts a comment, as in the shell (it was a word, and a later $' in it undid
-    the decoding of the whole command)."""
+    the decoding of the whole command); one after an escaped blank or a continued line does not."""
     from ledger.runs.actions import classify
 
     assert classify(command) == expected

@@ -77,23 +77,29 @@ def _shell_text(command: str) -> str | None:
     if "$'" not in command and "#" not in command:
         return command
     out, quote, index = [], "", 0
+    starts_word = True  # the next character, unquoted and unescaped, would start a word
     while index < len(command):
         char = command[index]
         if quote == "'":
             quote = "" if char == "'" else quote
         elif char == "\\":  # outside single quotes a backslash keeps the next character as it is
+            if command.startswith("\n", index + 1):  # a line continued: both go, the word goes on
+                index += 2
+                continue
             out.append(command[index:index + 2])
             index += 2
+            starts_word = False
             continue
         elif quote == '"':
             quote = "" if char == '"' else quote
-        elif char == "#" and (index == 0 or command[index - 1] in _BEFORE_COMMENT):
+        elif char == "#" and starts_word:
             end = command.find("\n", index)
             index = len(command) if end < 0 else end  # the line end stays: it ends the command
             continue
         elif command.startswith("$$", index):  # the shell's process id, then whatever follows
             out.append("$$")
             index += 2
+            starts_word = False
             continue
         elif command.startswith("$'", index):
             end = _ANSI_C_BODY.match(command, index + 2)
@@ -102,9 +108,11 @@ def _shell_text(command: str) -> str | None:
             text = _ansi_c_decoded(command[index + 2:end.end() - 1])
             out.append("'" + text.replace("'", "'\\''") + "'")
             index = end.end()
+            starts_word = False
             continue
         elif char in "'\"":
             quote = char
+        starts_word = not quote and char in _BEFORE_COMMENT
         out.append(char)
         index += 1
     return "".join(out)
