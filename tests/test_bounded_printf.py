@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from ledger import read_only_query
-from ledger.storage.bounded_printf import _repeats_past, bound_printf
+from ledger.storage.bounded_printf import _format_text, _repeats_past, bound_printf
 from conftest import start_case
 
 LIMIT = 10_000
@@ -29,16 +29,17 @@ def test_a_c_conversion_is_past_the_limit_as_sqlite_reads_its_precision(form, ar
 
 
 _PIECES = st.sampled_from(["%d", "%s", "%c", "%.*c", "%5c", "%-4s", "%x", "%%", "%q", "%Q", "%.3f", "%!.3g",
-                           "%,d", "%lld", "%*d", "%.*s", "%w", "%z", " ", "a", "é", "%"])
+                           "%,d", "%lld", "%*d", "%.*s", "%w", "%z", " ", "a", "é", "%", "\0"])
 _VALUES = st.one_of(st.none(), st.integers(-(2**40), 2**40), st.integers(-3, 20), st.floats(allow_nan=False),
                     st.text(max_size=5), st.binary(max_size=5))
 
 
 @settings(max_examples=300, deadline=None)
-@given(pieces=st.lists(_PIECES, max_size=6), args=st.lists(_VALUES, max_size=6))
-def test_bounded_printf_answers_as_sqlites_own(pieces, args):
-    """Every call it does not refuse at once is SQLite's printf, on a connection with the same limit."""
-    form = "".join(pieces)
+@given(pieces=st.lists(_PIECES, max_size=6), args=st.lists(_VALUES, max_size=6), as_blob=st.booleans())
+def test_bounded_printf_answers_as_sqlites_own(pieces, args, as_blob):
+    """Every call it does not refuse at once is SQLite's printf, on a connection with the same limit
+    (the format as text or as a blob, a NUL in it ending it)."""
+    form = "".join(pieces).encode("utf-8") if as_blob else "".join(pieces)
     plain, bounded = sqlite3.connect(":memory:"), sqlite3.connect(":memory:")
     try:
         for conn in (plain, bounded):
@@ -58,6 +59,19 @@ def test_bounded_printf_answers_as_sqlites_own(pieces, args):
     finally:
         plain.close()
         bounded.close()
+
+
+def test_a_format_given_as_a_blob_or_cut_by_a_nul_or_none_at_all_is_read_as_sqlite_reads_it():
+    """A blob format skipped the bound (15 s past a 1 s limit), a NUL before a %c was read past
+    (NULL where SQLite says 'a'), and printf() with no argument raised (SQLite says NULL)."""
+    with sqlite3.connect(":memory:") as conn:
+        conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, LIMIT)
+        bound_printf(conn, LIMIT)
+        assert conn.execute("SELECT printf(CAST('%.*c' AS BLOB), 2000000000, 'x'), printf('a' || char(0) || '%.*c', "
+                            "20000, 'x'), printf(), format()").fetchone() == (None, "a", None, None)
+    with sqlite3.connect(":memory:") as probe:
+        assert _repeats_past(_format_text(b"%.*c"), (LIMIT + 1, "x"), LIMIT, probe)
+        assert not _repeats_past(_format_text("a\0%.*c"), (LIMIT + 1, "x"), LIMIT, probe)
 
 
 def test_every_query_path_answers_null_for_a_repeat_past_the_length_limit(tmp_path, monkeypatch):

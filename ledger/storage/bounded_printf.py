@@ -6,8 +6,9 @@ about 11 s before SQLite returned NULL for a text over its length limit, holding
 thread all the while. :func:`bound_printf` puts a function of the same names on a connection that
 returns that NULL at once when a ``%c`` would repeat its character more often than the connection's
 length limit allows, and hands every other call to SQLite's own ``printf`` on a private in-memory
-connection with the same limit, so every answer stays SQLite's (but one whose bytes are no UTF-8, a
-blob printed with ``%s``: the same bytes, as a blob) (docs/concepts.md, docs/browse.md).
+connection with the same limit, so every answer stays SQLite's, but two a Python function cannot give:
+an answer whose bytes are no UTF-8 (a blob printed with ``%s`` or ``%c``) comes back as those bytes in
+a blob, and a text argument that is no UTF-8 is refused (docs/concepts.md, docs/browse.md).
 """
 
 from __future__ import annotations
@@ -35,16 +36,30 @@ def bound_printf(conn: sqlite3.Connection, limit: int) -> None:
 
 
 def _bounded(probe: sqlite3.Connection, limit: int) -> Callable[..., Any]:
-    def printf(form: Any, *args: Any) -> Any:
-        if isinstance(form, str) and _repeats_past(form, args, limit, probe):
+    def printf(*values: Any) -> Any:
+        if not values:
+            return None  # printf() with nothing to format, as SQLite answers it
+        form, args = values[0], values[1:]
+        if _repeats_past(_format_text(form), args, limit, probe):
             return None  # what SQLite answers for a text over its length limit, after the long repeat
-        placeholders = ", ".join("?" * (1 + len(args)))
-        answer = probe.execute(f"SELECT printf({placeholders})", (form, *args)).fetchone()[0]
+        placeholders = ", ".join("?" * len(values))
+        answer = probe.execute(f"SELECT printf({placeholders})", values).fetchone()[0]
         try:
             return answer.decode("utf-8") if isinstance(answer, bytes) else answer
         except UnicodeDecodeError:
             return answer  # no UTF-8: the same bytes, as a blob (a function cannot give text that is no UTF-8)
     return printf
+
+
+def _format_text(form: Any) -> str:
+    """The format as SQLite reads it: a blob's bytes or a number's text as text, up to a NUL (where
+    SQLite stops reading); nothing for NULL. Only ``%``, digits, ``.``, ``*`` and letters matter here,
+    so bytes that are no UTF-8 may stand as U+FFFD."""
+    if isinstance(form, (bytes, bytearray)):
+        text = bytes(form).decode("utf-8", "replace")
+    else:
+        text = "" if form is None else str(form)
+    return text.partition("\0")[0]
 
 
 def _repeats_past(form: str, args: tuple[Any, ...], limit: int, probe: sqlite3.Connection) -> bool:
