@@ -322,8 +322,9 @@ def test_a_ledger_that_holds_no_case_fails_that_case_and_the_others_are_exported
     report = json.loads(result.stdout)
     assert report["exported"] == 1
     assert [(f["path"], f["error"]["code"]) for f in report["failed"]] == [
-        (str(empty), "LEDGER_MISSING"), (str(zero), "LEDGER_MISSING")]
-    assert all("holds no case" in f["error"]["message"] for f in report["failed"])
+        (str(empty), "INTEGRITY_ERROR"), (str(zero), "LEDGER_MISSING")]  # rows deleted: altered, as state says
+    assert "case_status view is missing or altered (it gives no row)" in report["failed"][0]["error"]["message"]
+    assert "holds no case" in report["failed"][1]["error"]["message"]
 
 
 def test_the_walk_notes_what_it_passes_by_that_may_look_like_a_case(fleet, tmp_path):
@@ -370,9 +371,15 @@ def test_a_ledger_an_older_version_wrote_is_exported_with_this_versions_columns(
     assert rows == [("OLD-1", None)]
 
 
-@pytest.mark.parametrize("view", [None, "SELECT 1 AS case_id"])
-def test_a_case_whose_case_status_view_cannot_give_its_head_fails_as_altered(tmp_path, view):
-    """It failed with SQLite's own words ("SQLite refused: no such column: package_id")."""
+@pytest.mark.parametrize("view, why", [
+    (None, "SQLite refused: "), ("SELECT 1 AS case_id", "SQLite refused: "),
+    ("SELECT case_id, package_id, 1 AS package_generation, 'x' AS head_sha256 FROM case_identity WHERE 0",
+     "it gives no row"),
+    ("SELECT x'ff' AS case_id, x'00' AS package_id, 1 AS package_generation, 'a' AS head_sha256, 'NEW' AS state",
+     "its head holds values of types the ledger never writes")])
+def test_a_case_whose_case_status_view_cannot_give_its_head_fails_as_altered(tmp_path, view, why):
+    """It failed with SQLite's own words ("SQLite refused: no such column: package_id"), a view of no
+    row as a case not yet made ("run init again"), one of blobs with a TypeError traceback."""
     start_case(tmp_path / "cases" / "c", case_id="C-1").close()
     with sqlite3.connect(tmp_path / "cases" / "c" / "ledger.sqlite") as conn:
         conn.execute("DROP VIEW case_status")
@@ -381,7 +388,7 @@ def test_a_case_whose_case_status_view_cannot_give_its_head_fails_as_altered(tmp
     conn.close()
     [failed] = export_fleet([tmp_path / "cases"], tmp_path / "out").failed
     assert failed["error"]["code"] == "INTEGRITY_ERROR"
-    assert failed["error"]["message"].startswith("the ledger's case_status view is missing or altered (SQLite refused: ")
+    assert failed["error"]["message"].startswith(f"the ledger's case_status view is missing or altered ({why}")
     assert failed["error"]["message"].endswith(f"'ledger verify {tmp_path / 'cases' / 'c'}' says what else differs")
 
 
@@ -462,10 +469,12 @@ def test_removing_an_id_the_fleet_does_not_hold_removes_nothing(fleet, tmp_path)
     shutil.copytree(out, target)
     before = sorted(path.relative_to(target) for path in target.rglob("*"))
     for given, said in ((["BUG-20", "NOPE-1"], "holds no case NOPE-1; nothing was removed"),
-                        (["BUG-20", ""], "each case id must be a non-empty str"), ("BUG-20", "case_ids must be")):
+                        (["BUG-20", ""], "each case id must be a non-empty str"), ("BUG-20", "case_ids must be"),
+                        (["BUG-20", "A:1/../.."], "")):  # no case id: it named the export's own folder
         with pytest.raises(LedgerError) as caught:
             remove_from_fleet(target, given)
-        assert caught.value.code == INVALID_ARGUMENT and said in caught.value.message, caught.value.message
+        assert caught.value.code == (INVALID_ARGUMENT if said else "INVALID_ID"), caught.value.message
+        assert said in caught.value.message, caught.value.message
     assert sorted(path.relative_to(target) for path in target.rglob("*")) == before
     with pytest.raises(LedgerError) as caught:
         remove_from_fleet(tmp_path / "none", ["BUG-20"])

@@ -27,6 +27,7 @@ from ..ground import errors as E, interrupts
 from .atomic_files import fsync_dir, remove_abandoned_builds, write_atomic
 from ..storage.sqlfiles import queries, schema_version, statement
 from ..ground.arguments import check_callback, check_iterable
+from ..rules.common import check_case_id
 from ..services.case import missing_ledger
 from ..ground.errors import LedgerError, describe_value, first_few
 from ..model.package import (BUILD_FOLDER_LEFT_OUT, DEAD_LINK_LEFT_OUT, LEDGER_FILE, dead_link, is_build_folder,
@@ -285,12 +286,21 @@ def _head_row(conn: Any, case: Path) -> tuple[Any, ...] | None:
     ``case_status`` view cannot give one (dropped, or without its columns: altered in the file)."""
     try:
         with translate_sqlite_errors():
-            return conn.execute(statement("fleet_head")).fetchone()
+            row = conn.execute(statement("fleet_head")).fetchone()
     except LedgerError as exc:
         if exc.code in (E.STORAGE_ERROR, E.LEDGER_BUSY):
             raise
-        raise LedgerError(E.INTEGRITY_ERROR, f"the ledger's case_status view is missing or altered ({exc.message}); "
-                          f"'ledger verify {case}' says what else differs", path=str(case)) from None
+        raise _altered_status(case, exc.message) from None
+    if row is None:  # the schema and the case's first event are written in one transaction
+        raise _altered_status(case, "it gives no row")
+    if not all(type(value) is kind for value, kind in zip(row, (str, str, int, str))):
+        raise _altered_status(case, "its head holds values of types the ledger never writes")
+    return row
+
+
+def _altered_status(case: Path, why: str) -> LedgerError:
+    return LedgerError(E.INTEGRITY_ERROR, f"the ledger's case_status view is missing or altered ({why}); "
+                       f"'ledger verify {case}' says what else differs", path=str(case))
 
 
 def _head_step(conn: Any, case: Path, out: Path, head: dict[str, Any], entry: dict[str, Any]) -> None:
@@ -495,6 +505,7 @@ def remove_from_fleet(out: str | os.PathLike[str], case_ids: Iterable[str]) -> l
     for case_id in ids:
         if not isinstance(case_id, str) or not case_id:
             raise LedgerError(E.INVALID_ARGUMENT, f"each case id must be a non-empty str, got {describe_value(case_id)}")
+        check_case_id(case_id)  # a case id names no folder of its own: "A:1/../.." names none
     root = check_out(fs_path(out, "the fleet folder (out)"), create=False).absolute()
     refuse_links_inside(root)
     names = {case_id: partition_name(case_id) for case_id in ids}
