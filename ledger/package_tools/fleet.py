@@ -498,8 +498,9 @@ def remove_from_fleet(out: str | os.PathLike[str], case_ids: Iterable[str]) -> l
     """Take the cases of ``case_ids`` out of the fleet export ``out`` (docs/fleet.md): each one's
     record first (``fleet sql`` leaves an unrecorded case out), then its partition of every table,
     under the case's lock and the export's (a ``fleet sql`` reading meanwhile is waited for). Returns
-    the case ids removed, in the order given. ``INVALID_ARGUMENT`` when ``out`` is no fleet export,
-    or for an id it does not hold (then nothing is removed); ``STORAGE_ERROR`` when a file cannot be removed.
+    the case ids removed, in the order given. ``INVALID_ID`` for a text that is no case id,
+    ``INVALID_ARGUMENT`` when ``out`` is no fleet export or for an id it does not hold (then nothing
+    is removed); ``STORAGE_ERROR`` when a file cannot be removed.
     """
     ids = list(check_iterable(case_ids, "case_ids", "a list of case ids"))
     for case_id in ids:
