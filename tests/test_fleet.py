@@ -376,7 +376,11 @@ def test_a_ledger_an_older_version_wrote_is_exported_with_this_versions_columns(
     ("SELECT case_id, package_id, 1 AS package_generation, 'x' AS head_sha256 FROM case_identity WHERE 0",
      "it gives no row"),
     ("SELECT x'ff' AS case_id, x'00' AS package_id, 1 AS package_generation, 'a' AS head_sha256, 'NEW' AS state",
-     "its head holds values of types the ledger never writes")])
+     "its head holds values of types the ledger never writes"),
+    ("SELECT 'A' || char(0) || 'B' AS case_id, 'p' AS package_id, 1 AS package_generation, 'a' AS head_sha256",
+     "its case_id 'A\\x00B' is no case id"),
+    ("SELECT 'x/../../PWN' AS case_id, 'p' AS package_id, 1 AS package_generation, 'a' AS head_sha256",
+     "its case_id 'x/../../PWN' is no case id")])
 def test_a_case_whose_case_status_view_cannot_give_its_head_fails_as_altered(tmp_path, view, why):
     """It failed with SQLite's own words ("SQLite refused: no such column: package_id"), a view of no
     row as a case not yet made ("run init again"), one of blobs with a TypeError traceback."""

@@ -1053,7 +1053,10 @@ def test_a_sed_script_of_several_lines_or_parts_is_read_as_sed_reads_it(command,
     ("# read it\ncat f.py # the file", ("source.read_context", "f.py")), ("cat a#b.py", ("source.read_context", "a#b.py")),
     ("grep '#x' f.py", ("source.find_text", "f.py")), ("cat notes\\ #1.txt; rm -rf src", ("test.automated", None)),
     ("cat a\\;#b > out", ("test.automated", None)), ("cat x\\\n#y > out", ("test.automated", None)),
-    ("cat \\\n#y > out", ("source.read_context", None)), ("cat f.py;#x > o", ("source.read_context", "f.py"))])
+    ("cat \\\n#y > out", ("source.read_context", None)), ("cat f.py;#x > o", ("source.read_context", "f.py")),
+    ("cat ${f:- #} > out", ("test.automated", None)), ("sed -n 1p ${f:- #} -i a", ("test.automated", None)),
+    ("cat \"${x:-\" #\"}\" > out", ("test.automated", None)), ("cat ${x#y} f.py # c", ("source.read_context", "f.py")),
+    ("sed -n $'\\x{77 out' a", ("test.automated", None)), ("sed $'-\\x{69' s/a/b/ f", ("test.automated", None))])
 def test_an_ansi_c_quoted_string_is_read_as_the_shell_decodes_it(command, expected):
     """$'…' strings decode their backslash escapes as bash 5.2 does (bytes joined as UTF-8, a NUL
     ending the string), so a sed script written in one (a w command after \\n, a w as \\x77) writes

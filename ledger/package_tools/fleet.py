@@ -29,7 +29,7 @@ from ..storage.sqlfiles import queries, schema_version, statement
 from ..ground.arguments import check_callback, check_iterable
 from ..rules.common import check_case_id
 from ..services.case import missing_ledger
-from ..ground.errors import LedgerError, describe_value, first_few
+from ..ground.errors import LedgerError, describe_value, first_few, quoted
 from ..model.package import (BUILD_FOLDER_LEFT_OUT, DEAD_LINK_LEFT_OUT, LEDGER_FILE, dead_link, is_build_folder,
                              is_case_package, once_each, refuse_output_in_package, second_paths)
 from ..ground.paths import fs_path, os_error
@@ -295,6 +295,10 @@ def _head_row(conn: Any, case: Path) -> tuple[Any, ...] | None:
         raise _altered_status(case, "it gives no row")
     if not all(type(value) is kind for value, kind in zip(row, (str, str, int, str))):
         raise _altered_status(case, "its head holds values of types the ledger never writes")
+    try:
+        check_case_id(row[0])  # it names the case's files in the export: never a path of its own
+    except LedgerError:
+        raise _altered_status(case, f"its case_id {quoted(row[0], 80)} is no case id") from None
     return row
 
 

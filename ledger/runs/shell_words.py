@@ -61,7 +61,7 @@ def split_words(command: str) -> list[str] | None:
 
 
 #: A backslash sequence in an ANSI-C quoted string (``$'…'``), as bash 5.2 reads it.
-_ANSI_C_ESCAPE = re.compile(r"\\(x\{[0-9A-Fa-f]+\}|x[0-9A-Fa-f]{1,2}|u[0-9A-Fa-f]{1,4}|U[0-9A-Fa-f]{1,8}|[0-7]{1,3}"
+_ANSI_C_ESCAPE = re.compile(r"\\(x\{[0-9A-Fa-f]*\}?|x[0-9A-Fa-f]{1,2}|u[0-9A-Fa-f]{1,4}|U[0-9A-Fa-f]{1,8}|[0-7]{1,3}"
                             r"|c\\\\|c.|.)", re.S)
 #: The rest of an ANSI-C quoted string after ``$'``: up to the first quote no backslash escapes.
 _ANSI_C_BODY = re.compile(r"(?:[^\\']|\\.)*'", re.S)
@@ -78,6 +78,7 @@ def _shell_text(command: str) -> str | None:
         return command
     out, quote, index = [], "", 0
     starts_word = True  # the next character, unquoted and unescaped, would start a word
+    braces = 0  # parameter expansions open (``${x:- #}``): a # inside one is text
     while index < len(command):
         char = command[index]
         if quote == "'":
@@ -92,7 +93,7 @@ def _shell_text(command: str) -> str | None:
             continue
         elif quote == '"':
             quote = "" if char == '"' else quote
-        elif char == "#" and starts_word:
+        elif char == "#" and starts_word and not braces:
             end = command.find("\n", index)
             index = len(command) if end < 0 else end  # the line end stays: it ends the command
             continue
@@ -112,6 +113,10 @@ def _shell_text(command: str) -> str | None:
             continue
         elif char in "'\"":
             quote = char
+        if quote != "'" and command.startswith("${", index):
+            braces += 1
+        elif char == "}" and braces and quote != "'":
+            braces -= 1
         starts_word = not quote and char in _BEFORE_COMMENT
         out.append(char)
         index += 1
@@ -137,13 +142,13 @@ def _ansi_c_decoded(body: str) -> str:
 
 def _ansi_c_bytes(code: str) -> bytes:
     """The bytes one escape (its text after the backslash) stands for."""
-    if code.startswith("x{") or (code[0] == "x" and len(code) > 1):
-        return bytes([int(code.strip("x{}"), 16) & 0xFF])
+    if code.startswith("x{") or (code[0] == "x" and len(code) > 1):  # \x{77 with no brace closing it too
+        return bytes([int(code.strip("x{}") or "0", 16) & 0xFF])
     if code[0] in "uU" and len(code) > 1:
         point = int(code[1:], 16)
         return b"" if point > 0x10FFFF else chr(point).encode("utf-8", "replace")
     if code[0] in "01234567":
         return bytes([int(code, 8) & 0xFF])
     if code[0] == "c" and len(code) > 1:
-        return b"\x7f" if code[1] == "?" else bytes([ord(code[1]) & 0x1F])
+        return b"\x7f" if code[1] == "?" else bytes([code[1].encode("utf-8", "surrogatepass")[0] & 0x1F])
     return _ANSI_C_NAMED.get(code, ("\\" + code).encode("utf-8", "surrogatepass"))  # unknown: kept as written

@@ -20,6 +20,8 @@ from typing import Any, Callable
 #: One conversion of a format: flags, width, precision, length modifier, conversion letter.
 _CONVERSION = re.compile(r"%([-+ 0#!,]*)(\*|[0-9]*)(?:\.(\*|[0-9]*))?(l{0,2})(.)", re.S)
 _NAMES = ("printf", "format")
+#: The conversion letters SQLite's SQL printf knows; at any other it stops formatting.
+_LETTERS = frozenset("dsgzqQwcouxXfeEGinp%")
 
 
 def bound_printf(conn: sqlite3.Connection, limit: int) -> None:
@@ -63,12 +65,15 @@ def _format_text(form: Any) -> str:
 
 
 def _repeats_past(form: str, args: tuple[Any, ...], limit: int, probe: sqlite3.Connection) -> bool:
-    """Whether a ``%c`` of ``form`` has a precision over ``limit``, read as SQLite reads it: digits,
-    or ``*`` taking the next argument as a 64-bit integer kept to 32 bits, a negative one negated
-    (SQLite's ``printf.c``, ``etCHARX``)."""
-    taken = 0  # the arguments the conversions before have used
+    """Whether the ``%c`` conversions of ``form`` repeat their characters more than ``limit`` times in
+    all, each precision read as SQLite reads it: digits, or ``*`` taking the next argument as a 64-bit
+    integer kept to 32 bits, a negative one negated (SQLite's ``printf.c``, ``etCHARX``). Reading
+    stops where SQLite stops formatting: at a conversion letter it does not know."""
+    taken = repeats = 0  # the arguments the conversions before have used; the characters %c repeats
     for match in _CONVERSION.finditer(form):
         width, precision, letter = match.group(2), match.group(3), match.group(5)
+        if letter not in _LETTERS:
+            break
         if letter == "%":
             continue
         taken += width == "*"
@@ -78,9 +83,11 @@ def _repeats_past(form: str, args: tuple[Any, ...], limit: int, probe: sqlite3.C
             taken += 1
         elif precision:
             repeat = int(precision) & 0x7FFFFFFF
-        if letter == "c" and repeat > limit:
-            return True
-        taken += 1
+        if letter == "c":
+            repeats += repeat
+            if repeats > limit:
+                return True
+        taken += letter != "n"  # %n writes nothing and takes no argument in SQL
     return False
 
 
