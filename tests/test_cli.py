@@ -600,11 +600,19 @@ def test_a_query_stopped_at_its_time_limit_says_the_limit_in_the_unit_it_was_giv
         "timeout_ms=250 in Python)\n")
 
 
+#: One call of a function that runs for seconds (about 20 s here), which SQLite cannot stop: ltrim of
+#: 120,000 characters by a set of 60,001, each character looked up in the whole set.
+_LONG_CALL = ("SELECT length(ltrim(replace(hex(zeroblob(60000)), '0', 'a'), replace(hex(zeroblob(30000)), '0', 'b') "
+              "|| 'a')) AS n")
+
+
 @pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_a_query_held_past_its_time_limit_by_one_function_call_ends_the_command_with_the_refusal(cli_case):
-    """SQLite stops a query between steps: a printf of two billion characters is one step, and
-    ledger sql --timeout 0.3 ran on for 12 s (47 s under load) and printed NULL."""
-    long_call = "SELECT length(printf('%.*c', 2000000000, 'x')) AS n"
+    """SQLite stops a query between steps: one call of a function is one step (a printf of two
+    billion characters ran 12 s, 47 s under load; ltrim of a long text by a long set of characters
+    takes time growing with the product of their lengths, here about 20 s), and ledger sql
+    --timeout 0.3 ran on to the call's end."""
+    long_call = _LONG_CALL
     assert refused("INVALID_ARGUMENT", "sql", str(cli_case), long_call, "--timeout", "0.3") == (
         "error: INVALID_ARGUMENT: query stopped at its time limit, 0.3 s (--timeout SECONDS): one call of a "
         "function in it ran on past the limit, so the command ended; nothing was written\n")
@@ -615,7 +623,7 @@ def test_a_query_held_past_its_time_limit_by_one_function_call_ends_the_command_
 def test_a_ctrl_c_while_one_function_call_holds_a_query_ends_the_command_as_an_interrupt(cli_case):
     """Python runs no handler while SQLite holds the main thread in one call: a Ctrl-C waited for the
     call's end (12 s) and the command then printed its result and exited 0."""
-    long_call = "SELECT length(printf('%.*c', 2000000000, 'x')) AS n"
+    long_call = _LONG_CALL
     done = interrupted_after(3.0, "sql", str(cli_case), long_call, "--timeout", "60")  # well inside the call
     assert (done.returncode, done.stdout, done.stderr) == (130, "", "error: interrupted; nothing half-written "
                                                            "remains, run the command again\n")
