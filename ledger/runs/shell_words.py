@@ -17,32 +17,6 @@ import shlex
 COMMAND_CHARS_MAX = 65_536
 
 
-def _line_ends_split(command: str) -> str:
-    """``command`` with each line end outside quotes made a ``;`` (a new command); a line end inside
-    quotes is part of its word (a sed script of several lines, a ``python -c`` program)."""
-    if "\n" not in command:
-        return command
-    out, quote, escaped = [], "", False
-    for char in command:
-        if escaped and char == "\n" and quote != "'":  # a backslash before a line end joins the lines
-            out.pop()
-            escaped = False
-            continue
-        if escaped:
-            escaped = False
-        elif char == "\\" and quote != "'":
-            escaped = True
-        elif quote and char == quote:
-            quote = ""
-        elif not quote and char in "'\"":
-            quote = char
-        elif char == "\n" and not quote:
-            out.append(" ; ")
-            continue
-        out.append(char)
-    return "".join(out)
-
-
 def split_words(command: str) -> list[str] | None:
     """The command's words with separators as their own words; None when it cannot be split (a quote
     left open, an ANSI-C string among them) or is longer than :data:`COMMAND_CHARS_MAX`."""
@@ -51,7 +25,7 @@ def split_words(command: str) -> list[str] | None:
     text = _shell_text(command)
     if text is None:
         return None
-    lexer = shlex.shlex(_line_ends_split(text), posix=True, punctuation_chars="|&;<>()")
+    lexer = shlex.shlex(text, posix=True, punctuation_chars="|&;<>()")
     lexer.whitespace_split = True
     lexer.commenters = ""
     try:
@@ -72,9 +46,11 @@ _BEFORE_COMMENT = frozenset(" \t\n;&|()<>")
 
 
 def _shell_text(command: str) -> str | None:
-    """``command`` with its comments left out and each ANSI-C quoted string (``$'a\\nb'``) made the
-    plain single-quoted string of what bash decodes it to; None for an ANSI-C string left open."""
-    if "$'" not in command and "#" not in command:
+    """``command`` with its comments left out, each line end outside quotes made a ``;`` (a new
+    command; one inside quotes is part of its word: a sed script of several lines, a ``python -c``
+    program; a backslash before it joins the lines) and each ANSI-C quoted string (``$'a\\nb'``) made
+    the plain single-quoted string of what bash decodes it to; None for an ANSI-C string left open."""
+    if "$'" not in command and "#" not in command and "\n" not in command:
         return command
     out, quote, index = [], "", 0
     starts_word = True  # the next character, unquoted and unescaped, would start a word
@@ -93,6 +69,11 @@ def _shell_text(command: str) -> str | None:
             continue
         elif quote == '"':
             quote = "" if char == '"' else quote
+        elif char == "\n":
+            out.append(" ; ")
+            index += 1
+            starts_word = True
+            continue
         elif char == "#" and starts_word and not braces:
             end = command.find("\n", index)
             index = len(command) if end < 0 else end  # the line end stays: it ends the command
