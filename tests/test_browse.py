@@ -667,11 +667,13 @@ def test_a_case_whose_id_is_url_safe_is_named_by_it_whatever_the_order_of_the_ca
     ("WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r) SELECT 'A' AS case_id, 'S' AS state FROM r",
      ("A", "S")),
     ("SELECT 1 AS case_id WHERE 0", ("", "")), (None, ("", "")),
+    ("SELECT SUM(x) AS case_id, 'S' AS state FROM (SELECT 9223372036854775807 AS x UNION ALL SELECT 1)", ("", "")),
 ])
 def test_a_case_status_view_altered_in_the_file_is_served_as_it_reads(tmp_path, view, shown):
     """A number or NULL in it stopped serve with a TypeError, no row warned of schema version 0,
     and a view of endless rows was read whole (4 GB) before its first row was used; a view without
-    the columns, or none, stopped serve naming no case ("query refused: no such column: state")."""
+    the columns, or none, or one whose sum passes SQLite's integers, stopped serve naming no case
+    ("query refused: no such column: state")."""
     Case.create(tmp_path / "c", "ALT-1").close()
     Case.create(tmp_path / "fine", "FINE-1").close()
     with sqlite3.connect(tmp_path / "c" / "ledger.sqlite") as conn:

@@ -606,7 +606,11 @@ def test_a_fleet_query_holding_text_that_is_not_unicode_is_refused_as_ledger_sql
                                     f"(surrogates not allowed at position {position})")
     with pytest.raises(LedgerError) as refused:
         fleet_query(out, query)
-    assert refused.value.code == "INVALID_ARGUMENT"
+    assert refused.value.code == "INVALID_ARGUMENT" and refused.value.details == {"query": "refused"}
+    for statement in ("SELECT nothing FROM actions", "DELETE FROM actions"):
+        with pytest.raises(LedgerError) as refused:
+            fleet_query(out, statement)
+        assert refused.value.details == {"query": "refused"}, statement
 
 
 def test_fleet_sql_runs_the_reads_duckdb_runs_as_a_select(fleet):

@@ -111,6 +111,7 @@ def test_a_query_or_parameter_that_is_not_unicode_is_refused_as_a_ledger_error(d
         with pytest.raises(LedgerError) as caught:
             case.query(query, params)
         assert caught.value.code == INVALID_ARGUMENT and "not valid Unicode" in caught.value.message
+        assert caught.value.details == {"query": "refused"}
         assert case.query("SELECT 1 AS one") == [{"one": 1}]
     if not params:
         with pytest.raises(LedgerError) as caught:
@@ -348,6 +349,7 @@ def test_case_query_reads_only_and_refuses_everything_else_as_ledger_sql_does(ca
     with pytest.raises(LedgerError) as caught:
         case.query(statement)
     assert caught.value.code == INVALID_ARGUMENT and caught.value.message.startswith("query refused: ")
+    assert caught.value.details == {"query": "refused"}  # the statement's own fault, told to programs
     assert case.query("SELECT COUNT(*) AS n FROM events") == before
     assert case.query("SELECT name FROM pragma_table_info('events') LIMIT 1") == [{"name": "seq"}]
     assert budget.reserve("H1", "after", "source.read_context").seq == before[0]["n"] + 1  # still writes
@@ -811,6 +813,7 @@ def test_a_sum_past_sqlites_largest_integer_says_the_query_ran_and_what_sums_wit
     assert caught.value.message == ("query failed: integer overflow: a value it computed (a SUM, say) passed "
                                     "2**63-1, the largest integer SQLite holds; TOTAL() sums as a floating-point "
                                     "number, or CAST the values AS REAL first")
+    assert caught.value.details == {"query": "failed"}
     assert case.query(f"SELECT TOTAL(n) AS t FROM ({big})") == [{"t": 9.223372036854776e18}]
 
 

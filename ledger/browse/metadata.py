@@ -169,7 +169,7 @@ def _starting_read(root: Path, query: str, width: int) -> tuple[Any, ...]:
             raise LedgerError(exc.code, f"{root}: reading its case_status view took over {STARTING_READ_MS // 1000} "
                               "s, which the ledger's own view never does (altered in the file?): run 'ledger verify "
                               f"{root}'", path=str(root)) from None
-        if exc.code != E.INVALID_ARGUMENT or not exc.message.startswith("query refused"):
+        if exc.details.get("query") not in ("refused", "failed"):  # the file or the lock, not the statement
             raise
         return (None,) * width
 

@@ -127,7 +127,8 @@ def _one_select(con: Any, query: str) -> None:
     except duckdb.Error as exc:  # a statement that does not parse: said on one line, as a failing one is
         raise _query_error(exc, 0, threading.Event()) from None
     if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
-        raise LedgerError(E.INVALID_ARGUMENT, "only one SELECT statement is allowed (the export is read-only)")
+        raise LedgerError(E.INVALID_ARGUMENT, "only one SELECT statement is allowed (the export is read-only)",
+                          query="refused")
 
 
 @contextlib.contextmanager
@@ -149,7 +150,7 @@ def fleet_rows(out: str | os.PathLike[str], query: str, *, timeout_ms: int = 30_
         query.encode("utf-8")
     except UnicodeEncodeError as exc:  # DuckDB takes UTF-8 text only: it raised a TypeError
         raise LedgerError(E.INVALID_ARGUMENT, f"query refused: it holds text that is not valid Unicode ({exc.reason} "
-                          f"at position {exc.start}), which DuckDB cannot be given") from None
+                          f"at position {exc.start}), which DuckDB cannot be given", query="refused") from None
     root = check_out(fs_path(out, "export folder"), create=False).absolute()
     duckdb = duckdb_module()
     with locked_file(meta_dir(root) / "lock", fcntl.LOCK_SH), _ctrl_c_is_an_interrupt():
@@ -355,7 +356,7 @@ def _query_error(exc: Exception, timeout_ms: int, timed_out: threading.Event,
         lines = [lines[0], f"(the fleet's tables: {', '.join(TABLES)}" + (
             ")" if holds_cases else "; this export holds no case yet, so none is there: every case given to "
             "'ledger fleet export' failed or none was given)")]
-    return LedgerError(E.INVALID_ARGUMENT, f"query refused: {' '.join(lines)}")  # one line, not escaped ones
+    return LedgerError(E.INVALID_ARGUMENT, f"query refused: {' '.join(lines)}", query="refused")  # one line, not escaped ones
 
 
 def _fetch(relation: Any, timeout_ms: int, timed_out: threading.Event, out: Path) -> Iterator[tuple]:

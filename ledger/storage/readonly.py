@@ -207,7 +207,8 @@ def reading_only(conn: sqlite3.Connection, timeout_ms: int | None = None) -> Ite
 def _not_unicode(exc: UnicodeEncodeError) -> LedgerError:
     """``INVALID_ARGUMENT`` for a statement or parameter SQLite cannot be given: text with a lone surrogate."""
     return LedgerError(E.INVALID_ARGUMENT, f"query refused: the statement or a parameter holds text that is not "
-                       f"valid Unicode ({exc.reason} at position {exc.start}), which SQLite cannot be given")
+                       f"valid Unicode ({exc.reason} at position {exc.start}), which SQLite cannot be given",
+                       query="refused")
 
 
 def _refused(exc: BaseException) -> LedgerError:
@@ -222,11 +223,11 @@ def _refused(exc: BaseException) -> LedgerError:
     if str(exc) == "integer overflow":  # the statement ran: a value it computed passed SQLite's integers
         return LedgerError(E.INVALID_ARGUMENT, "query failed: integer overflow: a value it computed (a SUM, say) "
                            "passed 2**63-1, the largest integer SQLite holds; TOTAL() sums as a floating-point "
-                           "number, or CAST the values AS REAL first")
+                           "number, or CAST the values AS REAL first", query="failed")
     if str(exc).startswith("no such table:"):
         why = ("; the ledger's views are " + ", ".join(PUBLIC_VIEWS) + " (docs/sql.md lists them and its tables; "
                "SELECT name, type FROM sqlite_master lists what this file holds)")
-    return LedgerError(E.INVALID_ARGUMENT, f"query refused: {exc}{why}")
+    return LedgerError(E.INVALID_ARGUMENT, f"query refused: {exc}{why}", query="refused")
 
 def readonly_query(path: Path, sql: str, timeout_ms: int = 30_000) -> tuple[list[str], list[tuple]]:
     """Run one statement on a read-only connection; ``(column names, rows)``.
@@ -273,7 +274,8 @@ def readonly_rows(path: Path, sql: str, timeout_ms: int = 30_000) -> Iterator[tu
             except sqlite3.OperationalError as exc:
                 raise _older_views(exc, version) from None
             if cursor.description is None:
-                raise LedgerError(E.INVALID_ARGUMENT, "the statement returns no rows; only reads are allowed")
+                raise LedgerError(E.INVALID_ARGUMENT, "the statement returns no rows; only reads are allowed",
+                                  query="refused")
         yield [d[0] for d in cursor.description], _fetch(cursor, timeout_ms, deadline)
     finally:
         conn.close()
