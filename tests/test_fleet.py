@@ -420,7 +420,18 @@ def test_a_query_of_an_export_holding_no_case_says_so(tmp_path):
     assert CliRunner().invoke(main, ["fleet", "export", str(tmp_path / "cases"), "--to", str(out)]).exit_code == 1
     result = CliRunner().invoke(main, ["fleet", "sql", str(out), "SELECT count(*) FROM events"])
     assert result.exit_code == 1 and result.stderr.startswith("error: INVALID_ARGUMENT: ")
-    assert "this export holds no case yet" in result.stderr and "events, actions" in result.stderr
+    assert "this export holds no case, so none is there: every case given to 'ledger fleet export' failed, none" \
+        in result.stderr and "events, actions" in result.stderr
+
+
+def test_a_query_of_an_export_whose_every_case_was_removed_says_so(fleet, tmp_path):
+    _, out, ids = fleet
+    target = tmp_path / "out"
+    shutil.copytree(out, target)
+    remove_from_fleet(target, ids)
+    with pytest.raises(LedgerError) as caught:
+        fleet_query(target, "SELECT count(*) FROM case_status")
+    assert caught.value.message.endswith("or 'ledger fleet remove' took each out)")
 
 
 @pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it

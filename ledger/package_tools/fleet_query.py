@@ -354,8 +354,8 @@ def _query_error(exc: Exception, timeout_ms: int, timed_out: threading.Event,
     lines = [line.strip() for line in str(exc).splitlines() if line.strip(" ^")]  # no caret under the query
     if isinstance(exc, duckdb_module().CatalogException):  # an unknown table: DuckDB may suggest one of its own
         lines = [lines[0], f"(the fleet's tables: {', '.join(TABLES)}" + (
-            ")" if holds_cases else "; this export holds no case yet, so none is there: every case given to "
-            "'ledger fleet export' failed or none was given)")]
+            ")" if holds_cases else "; this export holds no case, so none is there: every case given to "
+            "'ledger fleet export' failed, none was given, or 'ledger fleet remove' took each out)")]
     return LedgerError(E.INVALID_ARGUMENT, f"query refused: {' '.join(lines)}", query="refused")  # one line, not escaped ones
 
 
