@@ -478,14 +478,23 @@ def test_a_case_taken_out_of_the_fleet_leaves_no_row_and_its_id_may_name_another
     assert fleet_query(target, "SELECT state FROM case_status WHERE case_id = 'FLEET-00002'")[1] == [("CREATED",)]
 
 
+#: A case id of 128 characters no fleet export can hold: its partition name writes each colon as %3A.
+LONG_COLONS = "a" + ":" * 64 + "b" * 63
+
+
 def test_removing_an_id_the_fleet_does_not_hold_removes_nothing(fleet, tmp_path):
+    """An id no fleet export can hold is one it does not hold (it was said to be one that "cannot be
+    exported", which a removal does not do)."""
     _, out, ids = fleet
     target = tmp_path / "out"
     shutil.copytree(out, target)
     before = sorted(path.relative_to(target) for path in target.rglob("*"))
     for given, said in ((["BUG-20", "NOPE-1"], "holds no case NOPE-1; nothing was removed"),
                         (["BUG-20", ""], "each case id must be a non-empty str"), ("BUG-20", "case_ids must be"),
-                        (["BUG-20", "A:1/../.."], "")):  # no case id: it named the export's own folder
+                        (["BUG-20", "A:1/../.."], ""),  # no case id: it named the export's own folder
+                        (["BUG-20", LONG_COLONS], f"holds no case {LONG_COLONS}; nothing was removed ('ledger fleet "
+                         "sql OUT \"SELECT case_id FROM case_status\"' lists those it holds); no fleet export can "
+                         f"hold {LONG_COLONS}: its partition folder name would pass 212 characters")):
         with pytest.raises(LedgerError) as caught:
             remove_from_fleet(target, given)
         assert caught.value.code == (INVALID_ARGUMENT if said else "INVALID_ID"), caught.value.message

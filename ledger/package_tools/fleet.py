@@ -498,6 +498,14 @@ def export_fleet(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike
     return report
 
 
+def _partition_or_none(case_id: str) -> str | None:
+    """:func:`partition_name` of ``case_id``, or None for an id no fleet export can hold."""
+    try:
+        return partition_name(case_id)
+    except LedgerError:
+        return None
+
+
 def remove_from_fleet(out: str | os.PathLike[str], case_ids: Iterable[str]) -> list[str]:
     """Take the cases of ``case_ids`` out of the fleet export ``out`` (docs/fleet.md): each one's
     record first (``fleet sql`` leaves an unrecorded case out), then its partition of every table,
@@ -513,12 +521,15 @@ def remove_from_fleet(out: str | os.PathLike[str], case_ids: Iterable[str]) -> l
         check_case_id(case_id)  # a case id names no folder of its own: "A:1/../.." names none
     root = check_out(fs_path(out, "the fleet folder (out)"), create=False).absolute()
     refuse_links_inside(root)
-    names = {case_id: partition_name(case_id) for case_id in ids}
-    missing = [case_id for case_id, name in names.items() if not _in_fleet(root, name)]
+    names = {case_id: _partition_or_none(case_id) for case_id in ids}
+    missing = [case_id for case_id, name in names.items() if name is None or not _in_fleet(root, name)]
     if missing:
+        never = [case_id for case_id in missing if names[case_id] is None]
         raise LedgerError(E.INVALID_ARGUMENT, f"the fleet export {root} holds no case {first_few(missing, 3)}; "
                           "nothing was removed ('ledger fleet sql OUT \"SELECT case_id FROM case_status\"' lists "
-                          "those it holds)")
+                          "those it holds)" + (f"; no fleet export can hold {first_few(never, 1)}: its partition "
+                                               f"folder name would pass {PARTITION_NAME_BYTES_MAX} characters"
+                                               if never else ""))
     for name in names.values():
         cases = meta_dir(root) / "cases"
         try:
