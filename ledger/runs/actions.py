@@ -40,7 +40,8 @@ DEFAULT_ACTIONS: dict[str, Any] = {
          "programs": ["cat", "nl", "sed", "head", "tail", "less", "more", "bat", "open", "goto",
                       "scroll_up", "scroll_down", "str_replace_editor view"]},
     ],
-    "neutral": ["head", "tail", "sort", "uniq", "wc", "cut", "tr", "column", "xargs", "awk", "true"],
+    "neutral": ["head", "tail", "sort", "uniq", "wc", "cut", "tr", "column", "xargs", "awk", "true", "echo", "printf",
+                "pwd", "which"],
 }
 
 _ACTION_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
