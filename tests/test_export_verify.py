@@ -783,6 +783,32 @@ def _unguard_migrations(where: str) -> tuple[str, ...]:
             "BEGIN\n    SELECT RAISE(ABORT, 'append-only: schema_migrations rows cannot be deleted');\nEND")
 
 
+@pytest.mark.parametrize("edit", ["drop", "delete"])
+def test_a_ledger_whose_migration_records_were_removed_is_edited_for_every_reader(budget, case, tmp_path, edit):
+    """A dropped schema_migrations table (or all its rows deleted) is an edit of the file, not an init
+    still running: 'ledger balances', 'ledger sql' and fleet export said it holds no case, "run init
+    again", where opening the case and verify named the edit."""
+    from ledger import export_fleet
+
+    budget.reserve("H1", "q1", "source.read_context")
+    case.close()
+    with sqlite3.connect(case.path / "ledger.sqlite") as conn:
+        for statement in (["DROP TABLE schema_migrations"] if edit == "drop" else _unguard_migrations("")):
+            conn.execute(statement)
+    conn.close()
+    said = ("the ledger holds closings_by_account, made by migration 001_schema, but schema_migrations has no row "
+            "for version 1 (a deleted row; the next write would run it again); the file was edited outside case-ledger")
+    for read in (lambda: read_only_query(case.path, "SELECT * FROM balances"), lambda: Case.open(case.path)):
+        with pytest.raises(LedgerError) as caught:
+            read()
+        assert caught.value.code == INTEGRITY_ERROR and caught.value.message.endswith(said), caught.value.message
+    [failed] = export_fleet([case.path], tmp_path / "fleet").failed
+    assert failed["error"]["code"] == INTEGRITY_ERROR and said.split(";")[0] in failed["error"]["message"]
+    done = run_cli("balances", str(case.path))
+    assert done.returncode == 1 and done.stderr.decode().startswith("error: INTEGRITY_ERROR: ")
+    assert said in done.stderr.decode()
+
+
 def test_a_case_dated_in_the_past_reports_no_future_events(budget, case):
     report = verify_case(case.path)
     assert (report.future_events, report.future_max_lead_ms) == (0, 0)

@@ -36,7 +36,7 @@ from ..ground.paths import fs_path, os_error
 from ..ground.workers import interrupts_blocked, job_count, parent_gone, shutdown_pool, watch_parent, worker_context
 from ..storage.connection import Storage
 from ..storage.readonly import open_readonly
-from ..storage.sqlite_file import log_files_exist, no_case_yet, release_log, translate_sqlite_errors
+from ..storage.sqlite_file import log_files_exist, no_case_in, release_log, translate_sqlite_errors
 from .anchors import anchor_or_none
 from .fleet_folder import (ASIDE, DATA_FILE, FORMAT, META_DIR, TABLES, check_out, locked_file, meta_dir, refuse_link,
                            refuse_links_inside)
@@ -263,7 +263,7 @@ def _with_head(case: Path, out: Path, step: Callable[..., None]) -> dict[str, An
                 has_schema = conn.execute(statement("has_migrations_table")).fetchone() is not None  # an empty file?
             row = _head_row(conn, case) if has_schema else None
             if row is None:
-                raise no_case_yet(case / LEDGER_FILE, path=str(case))
+                raise no_case_in(conn, case / LEDGER_FILE, path=str(case))
             head = dict(zip(HEAD_KEYS, row))
             entry.update(head)
             step(conn, case, out, head, entry)

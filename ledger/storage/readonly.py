@@ -22,7 +22,7 @@ from ..ground.errors import LedgerError
 from .bounded_printf import bound_printf
 from .sqlite_file import (BUSY_CODES, DAMAGED_CODES, HIDDEN_FUNCTION_RE, SQLITE_ERRORS, SQLITE_INTERRUPT,
                           SQLITE_READONLY, SQLITE_TOOBIG, STORAGE_CODES, connect_uri, log_files_exist, log_path,
-                          no_case_yet, primary_code, readable_uri, release_log, sqlite_error, translate_sqlite_errors)
+                          no_case_in, primary_code, readable_uri, release_log, sqlite_error, translate_sqlite_errors)
 
 
 def _stop_at_deadline(conn: sqlite3.Connection, timeout_ms: int) -> float:
@@ -254,9 +254,10 @@ def readonly_rows(path: Path, sql: str, timeout_ms: int = 30_000) -> Iterator[tu
     except BaseException:
         conn.close()
         raise
-    if not has_schema:
+    if not has_schema or version == 0:
+        refusal = no_case_in(conn, path)
         conn.close()
-        raise no_case_yet(path)
+        raise refusal
     if version > schema_version():  # its views may mean what this code does not know: as every command does
         conn.close()
         raise LedgerError(E.SCHEMA_VERSION, f"{path} has schema version {version}; this case-ledger knows up to "

@@ -17,7 +17,7 @@ from urllib.parse import quote
 from ..ground import errors as E, interrupts
 from ..ground.errors import LedgerError
 from ..ground.paths import file_kind
-from .sqlfiles import check_sqlite_version
+from .sqlfiles import check_sqlite_version, migration_record_problem
 
 LEDGER_FILE = "ledger.sqlite"
 LOCK_SUFFIX = "-lock"
@@ -157,6 +157,21 @@ def no_case_yet(ledger: Path | str, **details: Any) -> LedgerError:
     schema or its case row is not written (``ledger init`` still running, or interrupted)."""
     return LedgerError(E.LEDGER_MISSING, f"{ledger} holds no case (an init still running, or one "
                        "interrupted: then run init again)", **details)
+
+
+def no_case_in(conn: sqlite3.Connection, ledger: Path | str, **details: Any) -> LedgerError:
+    """What a ledger file without its ``schema_migrations`` table or case row is: :func:`no_case_yet`,
+    or ``INTEGRITY_ERROR`` when it holds tables a migration makes that its rows do not account for
+    (the table dropped or rows deleted outside case-ledger, not an init still running)."""
+    try:
+        with translate_sqlite_errors():
+            problem = migration_record_problem(conn)
+    except LedgerError as exc:
+        return exc
+    if problem:
+        return LedgerError(E.INTEGRITY_ERROR, f"{ledger}: {problem}; the file was edited outside case-ledger",
+                           **details)
+    return no_case_yet(ledger, **details)
 
 
 def check_ledger_path(path: Path) -> None:
