@@ -206,20 +206,35 @@ def budget_grant(settings: Settings, case: str, hypothesis: str, units: int, rea
 
 
 def _run_read(settings: Settings, case: str, as_json: bool, call: Callable[[Any], GateReading],
-              refused: str = "") -> None:
+              refused: str = "", action: str | None = None) -> None:
     """Print a reading; its ``refusal`` (check: not allowed; advice: not investigable) as a last line
     ``<refused>: CODE: message`` for people, and on stderr as a note with --json (whose object keeps
-    the reading's keys only)."""
+    the reading's keys only). For a reading of ``action``, a note when the policy prices it by default
+    although it names prices of its own (a misspelt action name, most often)."""
     with settings.open(case) as opened:
         manager = opened.budget(settings.budget_config())
         reading = call(manager)
         changed, revision = manager.policy_changed(), opened.status()["analysis_revision"]
+        unpriced = _priced_by_default(manager.frozen_policy(), action) if action is not None else None
+    if unpriced:
+        warn(f"note: {unpriced}")
     why = [f"{refused}: {reading.refusal}"] if refused and reading.refusal is not None else []
     emit_result(reading.to_dict(), as_json,
                 [f"{key}: {_plain(value)}" for key, value in reading.to_dict().items()] + why)
     if as_json and why:
         warn(f"note: {why[0]}")
     _warn_if_policy_changed(changed, revision)
+
+
+def _priced_by_default(policy: Any, action: str) -> str | None:
+    """Why ``action``'s price is the policy's ``default_action_cost`` when the policy's ``action_costs``
+    names others and not it, or None (a test's price and a policy naming no action are no surprise)."""
+    named = sorted(policy["action_costs"]) if policy is not None else []
+    if not named or action in named or policy.price_units(action) != policy["default_action_cost"]:
+        return None
+    shown = ", ".join(named[:5]) + (f" and {len(named) - 5} more" if len(named) > 5 else "")
+    return (f"{action} is not among the action_costs of the policy this revision froze ({shown}): it is priced "
+            f"at default_action_cost, {policy['default_action_cost']} units")
 
 
 def _plain(value: Any) -> str:
@@ -242,7 +257,7 @@ def budget_check(settings: Settings, case: str, hypothesis: str, action: str, at
     is 0 either way (the answer is the allowed line; a script reads it, e.g. from --json); 1 only
     when the question cannot be answered (an unknown hypothesis, no case).
     """
-    _run_read(settings, case, as_json, lambda b: b.check(hypothesis, action, at=at), "not allowed")
+    _run_read(settings, case, as_json, lambda b: b.check(hypothesis, action, at=at), "not allowed", action)
 
 
 @budget.command("advice")
@@ -269,7 +284,7 @@ def budget_advice(settings: Settings, case: str, hypothesis: str, at: str | None
 @pass_settings
 def budget_price(settings: Settings, case: str, hypothesis: str, action: str, as_json: bool) -> None:
     """The advisory price signal of ACTION: cost, resource_cost, scarcity_bps (writes nothing)."""
-    _run_read(settings, case, as_json, lambda b: b.price_signal(hypothesis, action))
+    _run_read(settings, case, as_json, lambda b: b.price_signal(hypothesis, action), action=action)
 
 
 @budget.command("remaining")

@@ -731,6 +731,28 @@ def test_the_case_status_prints_json_values_for_people(cli_case):
     assert lines[-2:] == ["outcome: null", "outcome_source: null"]
 
 
+def test_a_reading_of_an_action_the_policy_prices_by_default_says_so_when_the_policy_names_prices(cli_case, tmp_path):
+    """A misspelt action name was quoted at default_action_cost without a word: check and price now say
+    so on stderr (the answer itself unchanged); a named action, a test's price and a policy naming no
+    action price say nothing."""
+    c = str(cli_case)
+    note = ("note: source.read_contxt is not among the action_costs of the policy this revision froze "
+            "(database.lookup, research.lookup, source.find_text, source.read_context): it is priced at "
+            "default_action_cost, 10 units\n")
+    for args in (("budget", "check", c, "H1", "source.read_contxt"), ("budget", "price", c, "H1", "source.read_contxt",
+                                                                     "--json")):
+        done = run_cli(*args)
+        assert (done.returncode, done.stderr.decode()) == (0, note), args
+        assert b"cost" in done.stdout
+    for action in ("source.read_context", "test.automated"):
+        assert run_cli("budget", "check", c, "H1", action).stderr == b""
+    plain = tmp_path / "plain"
+    ok("init", str(plain), "--case-id", "PLAIN-1")
+    ok("revision", "open", str(plain), "--hypothesis", "H1")
+    ok("budget", "initialize", str(plain))
+    assert run_cli("budget", "check", str(plain), "H1", "anything.at_all").stderr == b""
+
+
 def test_budget_readings_print_json_values_for_people(cli_case):
     out = ok("budget", "check", str(cli_case), "H1", "source.read_context")
     assert "allowed: true" in out and "tier: full" in out and "True" not in out
