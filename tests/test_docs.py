@@ -372,3 +372,22 @@ def test_every_test_file_and_test_the_docs_name_exists():
             assert (REPO / path).is_file(), f"{where} names {path}, which does not exist"
             if test and not test.endswith("_"):
                 assert f"def {test}" in (REPO / path).read_text(encoding="utf-8"), f"{where} names {path}::{test}"
+
+
+def test_the_architecture_page_names_every_module_in_its_folders_row_and_every_test_file():
+    """docs/architecture.md is where a newcomer looks for a module or its tests: six modules and four
+    test files had been added without a word there."""
+    page = doc("architecture.md")
+    rows: dict[str, str] = {}
+    for found in re.finditer(r"^\| `(\w+)/`[^|]*\| ([^|]+) \|", page, re.M):
+        rows.setdefault(found[1], found[2])  # the layers' table comes before the tests' table
+    for folder in ("ground", "storage", "rules", "router", "model", "services", "package_tools", "simulation",
+                   "browse", "runs", "cli"):
+        base = REPO / ("cli" if folder == "cli" else f"ledger/{folder}")
+        modules = {p.stem for p in base.glob("*.py") if p.stem not in ("__init__", "__main__")}
+        named = set(re.findall(r"`(\w+)`", rows[folder]))
+        left_out = modules - named - ({"budget", "case", "evidence", "fleet", "frontier", "inspect", "journal",
+                                       "package", "runs", "scope", "serve", "simulate"} if folder == "cli" else set())
+        assert left_out == set(), (folder, sorted(left_out))
+    tests = {p.name for p in (REPO / "tests").glob("test_*.py")}
+    assert {t for t in tests if f"`{t}`" not in page} == set()

@@ -935,6 +935,19 @@ def test_the_limits_note_compares_with_the_analysis_config_given(tmp_path):
     assert done.exit_code == 0 and "note:" not in done.stderr
 
 
+# --- action names and targets of shell commands (runs/actions.py, docs/runs.md "Action names") ---------
+def test_the_default_action_map_is_the_one_docs_runs_md_lists():
+    """The programs of each rule and the neutral filters are listed twice, in code and in the docs."""
+    from ledger.runs.actions import DEFAULT_ACTIONS
+
+    page = (REPO / "docs" / "runs.md").read_text(encoding="utf-8")
+    for rule in DEFAULT_ACTIONS["rules"]:
+        row = re.search(rf"^\| `{re.escape(rule['action'])}` \| (.+) \|$", page, re.M)[1]
+        assert re.findall(r"`([^`]+)`", row) == rule["programs"], rule["action"]
+    neutral = re.search(r"^Neutral filters: (.+?) \(they print", page, re.M | re.S)[1]
+    assert re.findall(r"`([^`]+)`", neutral) == DEFAULT_ACTIONS["neutral"]
+
+
 @pytest.mark.parametrize("command, expected", [
     ("str_replace_editor view /testbed/a.py", ("source.read_context", "/testbed/a.py")),
     ("str_replace_editor view /testbed/a.py --view_range 1 40", ("source.read_context", "/testbed/a.py")),

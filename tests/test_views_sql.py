@@ -790,15 +790,10 @@ def test_a_ledger_an_older_version_wrote_without_those_rows_verifies_and_a_write
 
 
 def test_a_ledger_passed_off_as_version_9_fails_verify_by_the_terminations_rows_it_holds(tmp_path):
-    """Deleting schema_migrations' row 10 makes a ledger of version 9 (010 makes no object of its
-    own): verify then expects no terminations row from initialize, and names the one it holds."""
+    """A ledger made to look like version 9 (010 makes no object of its own, so its rows stay): verify
+    then expects no terminations row from initialize, and names the one it holds."""
     _case_with_an_account_ended_at_initialize(tmp_path / "c").close()
-    conn = sqlite3.connect(tmp_path / "c" / "ledger.sqlite")
-    conn.execute("DROP TRIGGER schema_migrations_no_delete")
-    conn.execute("DELETE FROM schema_migrations WHERE version = 10")
-    conn.execute(shipped_schema()["schema_migrations_no_delete"])
-    conn.commit()
-    conn.close()
+    downgrade_ledger(tmp_path / "c", 9)
     with pytest.raises(LedgerError) as caught:
         verify_case(tmp_path / "c")
     assert caught.value.code == "INTEGRITY_ERROR"

@@ -1,4 +1,4 @@
-"""The outcomes table: which runs resolved their task, as a CSV file (run id, outcome) that
+"""The outcomes file of runs: which runs resolved their task, as a CSV file (run id, outcome) that
 ``ledger simulate --outcomes`` and ``ledger runs import --outcomes`` both read, one way
 (docs/simulate.md, "Outcomes")."""
 
