@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import click
+from click.testing import CliRunner
 import sqlite_utils
 import pytest
 
@@ -391,3 +392,15 @@ def test_the_architecture_page_names_every_module_in_its_folders_row_and_every_t
         assert left_out == set(), (folder, sorted(left_out))
     tests = {p.name for p in (REPO / "tests").glob("test_*.py")}
     assert {t for t in tests if f"`{t}`" not in page} == set()
+
+
+def test_the_lists_of_views_people_read_name_every_public_view():
+    """`ledger sql --help` and docs/browse.md list the views by hand: a new view must join them."""
+    from ledger.storage.sqlfiles import PUBLIC_VIEWS
+
+    help_text = CliRunner().invoke(main, ["sql", "--help"]).output
+    listed = re.search(r"Public views: ([^.]+)\.", " ".join(help_text.split()))[1]
+    assert sorted(listed.split(", ")) == sorted(PUBLIC_VIEWS)
+    browse = " ".join(doc("browse.md").split())
+    top = re.search(r"the top of a case's page lists (.+?), each with what it holds", browse)[1]
+    assert sorted(re.findall(r"`(\w+)`", top)) == sorted(PUBLIC_VIEWS)
