@@ -189,6 +189,20 @@ def test_held_out_shares_leave_out_the_folds_without_such_runs(tmp_path):
     assert boot["samples_without_good_runs"] > 0 and len(boot["good_stopped_pct"]) == 2
 
 
+@pytest.mark.parametrize("samples, bounds", [(200, [5, 194]), (100, [2, 97]), (39, [0, 38]), (1000, [25, 974])])
+def test_the_bootstrap_interval_drops_a_fortieth_of_the_sorted_shares_at_each_end(monkeypatch, samples, bounds):
+    """docs/simulate.md, "Bootstrap": with N = 200 the 6th and the 195th of the sorted shares."""
+    drawn = iter(reversed(range(samples)))  # the shares of the samples, in an order to be sorted
+    monkeypatch.setattr(frontier_module, "_shares", lambda *args: (float(next(drawn)), None))
+
+    class Table:
+        run_ids = ["a", "b"]
+
+    boot = frontier_module.bootstrap(Table(), "p", "resolved", samples, 0)
+    assert boot["units_saved_pct"] == bounds
+    assert (boot["good_stopped_pct"], boot["samples_without_good_runs"]) == (None, samples)
+
+
 def test_the_held_out_line_says_how_many_folds_chose_nothing():
     """Such a fold scores as no-stop (nothing saved, nothing stopped), which the means alone hid."""
     from ledger_cli.frontier import choice_lines

@@ -321,7 +321,8 @@ def bootstrap(table: _Table, name: str, good: str, samples: int, seed: int) -> d
         known = sorted(value for value in values if value is not None)
         if not known:
             return None
-        low, high = int(0.025 * len(known)), max(0, -(-975 * len(known) // 1000) - 1)
+        low = len(known) // 40  # 2.5 % of the values dropped at each end (docs/simulate.md, "Bootstrap")
+        high = len(known) - 1 - low
         return [round(known[low], 2), round(known[high], 2)]
 
     return {"samples": samples, "seed": seed, "units_saved_pct": interval(saved),
