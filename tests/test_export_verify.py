@@ -8,6 +8,8 @@ import os
 import re
 import shutil
 import sqlite3
+import subprocess
+import sys
 import tracemalloc
 from pathlib import Path
 
@@ -807,6 +809,51 @@ def test_a_ledger_whose_migration_records_were_removed_is_edited_for_every_reade
     done = run_cli("balances", str(case.path))
     assert done.returncode == 1 and done.stderr.decode().startswith("error: INTEGRITY_ERROR: ")
     assert said in done.stderr.decode()
+
+
+#: A Python that reads and writes file names as ASCII (a name's other bytes as surrogate escapes).
+NAMES_NOT_UTF8 = {**os.environ, "PYTHONUTF8": "0", "LC_ALL": "C"}
+_VERIFY_IN_PYTHON = """import sys
+from ledger import LedgerError, Router, verify_case
+from ledger.model.source_refs import resolve_source_refs
+router = Router(sys.argv[1])
+for call in (lambda: verify_case(sys.argv[1]), lambda: resolve_source_refs(router.root, ["sources/\\xfc.py"]),
+             lambda: router.read_context({"path": "sources/\\xfc.py", "start_line": 1, "end_line": 1}),
+             lambda: router.find_text({"text": "return"})):
+    try:
+        call()
+    except LedgerError as exc:
+        print(exc.code, exc.details)
+"""
+
+
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
+def test_a_case_with_non_ascii_file_names_verifies_where_python_does_not_take_file_names_as_utf8(tmp_path):
+    """Verified under a Latin-1 locale, a cited sources/ü.py "no longer resolves: does not exist"
+    (INTEGRITY_ERROR), and under PYTHONUTF8=0 LC_ALL=C it was "not valid UTF-8": where Python takes
+    file names in another encoding, such a name is refused as STORAGE_ERROR (never as an edit),
+    saying to run in UTF-8 mode, which verifies it."""
+    root = make_package(tmp_path / "cäse")
+    (root / "sources" / "ü.py").write_text("def add(a, b):\n    return a - b\n", encoding="utf-8")
+    case = start_case(root)
+    budget = case.budget()
+    budget.initialize()
+    budget.reserve("H1", "q1", "source.read_context")
+    budget.record_result("H1", "q1", {"f": 1}, source_refs=["sources/ü.py"])
+    budget.run_tool("H2", "q2", "source.read_context", {"path": "sources/ü.py", "start_line": 1, "end_line": 2})
+    budget.settle("H2", "q2", 50, "read")
+    budget.run_tool("H2", "q3", "source.find_text", {"text": "return", "path_glob": "sources/*"})
+    case.close()
+    export_case(root)
+    done = run_cli("verify", str(root), env=NAMES_NOT_UTF8)
+    assert done.returncode == 1 and done.stderr.startswith(b"error: STORAGE_ERROR: the package file name "), done
+    assert b"run Python in UTF-8 mode (PYTHONUTF8=1 in the environment, as in 'PYTHONUTF8=1 ledger verify" \
+        in done.stderr
+    done = run_cli("verify", str(root), env={**NAMES_NOT_UTF8, "PYTHONUTF8": "1"})
+    assert (done.returncode, done.stdout[:4], done.stderr) == (0, b"ok: ", b""), done.stderr
+    library = subprocess.run([sys.executable, "-c", _VERIFY_IN_PYTHON, str(root)], capture_output=True,
+                             env=NAMES_NOT_UTF8, timeout=300)
+    assert library.stdout == b"STORAGE_ERROR {'file_name_encoding': 'ascii'}\n" * 4, library.stderr
 
 
 def test_a_case_dated_in_the_past_reports_no_future_events(budget, case):

@@ -8,9 +8,12 @@ the standard library raises ``UnicodeEncodeError`` deep inside ``open`` or
 
 from __future__ import annotations
 
+import codecs
 import errno
+import functools
 import os
 import stat
+import sys
 from pathlib import Path
 from typing import BinaryIO
 
@@ -63,6 +66,32 @@ def fs_path(path: str | bytes | os.PathLike[str], what: str = "path") -> Path:
     return Path(text)
 
 
+@functools.cache
+def file_names_are_utf8() -> bool:
+    """Whether this Python gives and takes file names as UTF-8 (a UTF-8 locale, or UTF-8 mode)."""
+    return codecs.lookup(sys.getfilesystemencoding()).name == "utf-8"
+
+
+def check_name_encoding(name: str) -> None:
+    """``STORAGE_ERROR`` when ``name``, a name in a case package, is not ASCII while this Python gives
+    and takes file names in another encoding than UTF-8 (a Latin-1 locale, or ``PYTHONUTF8=0`` under
+    ``LC_ALL=C``): the package's names are UTF-8, so such a name would be looked up, listed and
+    compared by other bytes than the file's, and a file that is there taken for a missing one
+    (docs/concepts.md, "File names")."""
+    if name.isascii() or file_names_are_utf8():
+        return
+    encoding = sys.getfilesystemencoding()
+    try:  # a name as listed holds the file's bytes in this encoding: shown as the UTF-8 they are
+        name = os.fsencode(name).decode("utf-8")
+    except UnicodeError:
+        pass  # a name from the ledger: UTF-8 text already
+    raise LedgerError(STORAGE_ERROR, f"the package file name {quoted(name, 200)} is not ASCII, and this Python "
+                      f"reads and writes file names as {encoding}, not as UTF-8 as a case package's names are: run "
+                      "Python in UTF-8 mode (PYTHONUTF8=1 in the environment, as in 'PYTHONUTF8=1 ledger verify CASE', or "
+                      "python -X utf8) or under a UTF-8 locale",
+                      file_name_encoding=encoding)
+
+
 def require_utf8(path: Path, refusal: str) -> None:
     """``INVALID_ARGUMENT`` ``"<path>: <refusal>"`` when ``path`` is not UTF-8 text (a name of bytes
     that are not UTF-8, held as surrogate escapes), for what takes paths as text (DuckDB,
@@ -70,6 +99,7 @@ def require_utf8(path: Path, refusal: str) -> None:
     text = str(path)
     try:
         text.encode("utf-8")
+        check_name_encoding(text)  # else given as UTF-8 text, the path would name other bytes
     except UnicodeEncodeError:
         shown = os.fsencode(text).decode("utf-8", "backslashreplace")
         raise LedgerError(INVALID_ARGUMENT, f"{shown}: {refusal}") from None

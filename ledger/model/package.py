@@ -23,7 +23,7 @@ from typing import Container, Iterable, Iterator
 from ..ground import errors as E
 from ..ground.errors import LedgerError
 from ..ground.errors import integrity_error
-from ..ground.paths import os_error
+from ..ground.paths import check_name_encoding, os_error
 from ..storage.sqlite_file import LEDGER_FILE
 
 MANIFEST_FILE = "manifest.json"
@@ -56,13 +56,15 @@ def _is_control(char: str) -> bool:
 def check_package_name(relative: str) -> None:
     """The package's file-name rule, applied by every command: each name in the package is
     valid UTF-8 and holds no control character (C0, DEL, C1) and no line or paragraph
-    separator. ``INVALID_ARGUMENT`` naming the file (printable) otherwise.
+    separator. ``INVALID_ARGUMENT`` naming the file (printable) otherwise; ``STORAGE_ERROR`` for a name
+    that is not ASCII when this Python's file names are not UTF-8 (:func:`check_name_encoding`).
 
     ``relative`` is the path as ``os.fsdecode`` gives it (undecodable bytes become
     lone surrogates, which is how a name that is not UTF-8 is recognised).
     """
     if relative.isascii() and relative.isprintable():
         return  # the common case, checked at C speed: printable ASCII holds no control character
+    check_name_encoding(relative)  # a name read or written by other bytes than its own: STORAGE_ERROR
     try:
         relative.encode("utf-8")
     except UnicodeEncodeError:

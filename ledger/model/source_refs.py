@@ -38,6 +38,8 @@ def resolve_source_refs(package: Path, refs: Iterable[str]) -> list[dict[str, st
         try:
             check_package_name(ref)
         except LedgerError as exc:
+            if exc.code == E.STORAGE_ERROR:  # this Python cannot name the file: no fault of the ref's
+                raise
             raise LedgerError(E.SOURCE_REF_INVALID, f"source ref {exc.message}", **exc.details) from None
         if is_ledger_own(pure):
             raise LedgerError(E.SOURCE_REF_INVALID, f"{ref!r} is one of the ledger's own files")
@@ -53,6 +55,8 @@ def resolve_source_refs(package: Path, refs: Iterable[str]) -> list[dict[str, st
         try:
             check_package_name(real_relative)
         except LedgerError as exc:
+            if exc.code == E.STORAGE_ERROR:
+                raise
             raise LedgerError(E.SOURCE_REF_INVALID, f"{ref!r} leads to a file whose {exc.message}",
                               **exc.details) from None
         info, digest = _hash_resolved(root, real_relative, ref)

@@ -50,7 +50,7 @@ from ..ground import errors as E
 from ..ground.canonical import SAFE_INTEGER_MAX, canonical_sha256, is_utf8_text
 from ..ground.errors import LedgerError, given, quoted, shown
 from ..ground.arguments import check_callback, check_instance
-from ..ground.paths import fs_path
+from ..ground.paths import check_name_encoding, fs_path
 from .files import is_link, open_folder, read_below, unreadable
 
 TOOLS = ("source.read_context", "source.find_text", "database.lookup")
@@ -188,10 +188,12 @@ class Router:
         step), so a symbolic link anywhere below the package folder is refused, and so is a
         hard link to one of the ledger's own files (same device and inode), a file that is not
         regular, and one over :data:`~ledger.router.files.FILE_BYTES_MAX`. ``ROUTER_REFUSED`` in every case, also
-        when the system refuses the read (``unreadable`` in its details). ``own`` keeps the
+        when the system refuses the read (``unreadable`` in its details); ``STORAGE_ERROR`` for a name that
+        is not ASCII when this Python's file names are not UTF-8. ``own`` keeps the
         ledger's own file ids between the reads of one search (found once, when first needed).
         """
         confined(relative, top)
+        check_name_encoding(relative)  # STORAGE_ERROR: this Python would open a file of other bytes
         root_fd = open_folder(self.root, relative)
         try:
             return read_below(root_fd, relative, {} if own is None else own)
@@ -212,6 +214,7 @@ class Router:
                     dirnames.sort()
                     for name in sorted(filenames):
                         relative = f"{directory}/{name}"
+                        check_name_encoding(relative)  # listed by other bytes than its own: STORAGE_ERROR
                         if fnmatch.fnmatchcase(relative, glob):
                             found.append(relative)
             except FileNotFoundError:
