@@ -1004,6 +1004,9 @@ def test_a_command_that_writes_or_runs_another_is_the_default_action(command):
     ("grep -n foo a.py || echo 'not found'", ("source.find_text", "a.py")), ("pwd && ls src", ("source.find_text", "src")),
     ("which python; cat a.py", ("source.read_context", "a.py")), ("printf '%s\\n' ---; cat a.py", ("source.read_context", "a.py")),
     ("echo hi", ("test.automated", None)), ("echo x > a.py; cat a.py", ("test.automated", None)),
+    ("cat f.py 2>/dev/null", ("source.read_context", "f.py")), ("grep -q x f &>/dev/null && echo y", ("source.find_text", "f")),
+    ("grep -rn x src 2>>/dev/null | head", ("source.find_text", "src")), ("cat <  /dev/null f", ("source.read_context", "f")),
+    ("cat f >/dev/nullx", ("test.automated", None)), ("cat f > /dev/null.txt", ("test.automated", None)),
     ("cat x.py 2>&1", ("source.read_context", "x.py")), ("grep -n foo a.py 2>&1 | head -5", ("source.find_text", "a.py")),
     ("grep -l x src | xargs cat", ("source.find_text", "src")), ("cat a.py | awk '{print $1}' | sort | uniq",
                                                               ("source.read_context", "a.py")),
@@ -1012,7 +1015,8 @@ def test_a_command_that_writes_or_runs_another_is_the_default_action(command):
     ("grep --include '*.py' -rn foo src", ("source.find_text", "src")), ("ag -G py foo src", ("source.find_text", "src")),
     ("rg --glob '*.py' foo src", ("source.find_text", "src")), ("rg --type py foo src", ("source.find_text", "src"))])
 def test_a_descriptor_copy_and_what_xargs_reads_keep_a_read_a_read(command, expected):
-    """2>&1 names no file (it was taken for a redirection, the step the default action); the files
+    """2>&1 names no file (it was taken for a redirection, the step the default action), nor does a
+    redirection to or from /dev/null (2>/dev/null made a read the default action); the files
     xargs hands a reader come from the pipe, so they are no target; a long option's value given as
     the next word (--include '*.py', ag's -G) is no path (the read lost its target)."""
     from ledger.runs.actions import classify

@@ -194,19 +194,26 @@ def _redirects_or_runs(words: list[str]) -> bool:
             following = words[index + 1] if index + 1 < len(words) else ""
             if word in (">&", "<&") and (following.isdigit() or following == "-"):
                 continue
+            if word in _NULL_REDIRECTIONS and following == "/dev/null":
+                continue  # writes nothing, reads nothing
             return True
     return False
 
 
+#: Redirections that, to or from ``/dev/null``, neither write nor read a file (``2>/dev/null``).
+_NULL_REDIRECTIONS = frozenset({">", ">>", ">|", "&>", "&>>", "<"})
+
+
 def _without_descriptor_copies(words: list[str]) -> list[str]:
-    """The words without a descriptor's copy or close (``2>&1``, ``>&2``, ``2>&-``), which names no file."""
+    """The words without a descriptor's copy or close (``2>&1``, ``>&2``, ``2>&-``) and without a
+    redirection to or from ``/dev/null`` (``2>/dev/null``, ``&>/dev/null``), which name no file."""
     out: list[str] = []
     skip = False
     for index, word in enumerate(words):
         if skip:
             skip = False
             continue
-        if word in (">&", "<&"):
+        if word in (">&", "<&") or (word in _NULL_REDIRECTIONS and words[index + 1:index + 2] == ["/dev/null"]):
             if out and out[-1].isdigit() and index and words[index - 1] == out[-1]:
                 out.pop()
             skip = True
