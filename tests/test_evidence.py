@@ -518,6 +518,8 @@ def test_cli_evidence_query_and_store(case, tmp_path):
     index = Case.open(path).query("SELECT MAX(seq) AS seq FROM events WHERE type = 'evidence.indexed'")[0]["seq"]
     first = json.loads(stored.output)["seq"]
     assert first < index  # the batch's first event, not its index's: the summary says so
+    ref = Case.open(path).query("SELECT path FROM evidence_files WHERE seq = ?", [first])[0]["path"]
+    assert json.loads(stored.output)["event_ref"] == ref  # every write's --json names its event (docs/cli.md)
     assert again.output.splitlines()[0] == (f"batch stored from seq {first} (reused: nothing written); its index "
                                             f"exports to {json.loads(stored.output)['index_ref']}")
     bad = runner.invoke(cli_main, ["evidence", "store", path, str(request), str(reply), "--iteration", "i2"])

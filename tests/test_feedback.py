@@ -411,9 +411,16 @@ def test_cli_feedback_commands(case, tmp_path):
     assert json.loads(stored.output)["records"][0]["novelty_score"] == 100
     again = runner.invoke(cli_main, ["evidence", "feedback", "store", path, "test-1", "F000001", "--json"])
     assert again.exit_code == 0 and json.loads(again.output)["reused"] is True
+    first = json.loads(stored.output)  # every write's --json names its event as event_ref (docs/cli.md)
+    assert json.loads(again.output)["event_ref"] == first["event_ref"] == _event_ref(path, first["seq"])
     with Case.open(path) as reopened:
         draft = json.loads(reopened.query("SELECT body FROM events WHERE type = 'feedback.submitted'")[0]["body"])
     assert draft["feedback"]["attachments"][0]["sha256"] == hashlib.sha256(LOG.encode()).hexdigest()
+
+
+def _event_ref(path: str, seq: int) -> str:
+    with Case.open(path) as case:
+        return case.query("SELECT path FROM evidence_files WHERE seq = ?", [seq])[0]["path"]
 
 
 def test_two_attachments_with_one_name_are_refused_naming_both(case, tmp_path):

@@ -16,6 +16,8 @@ until ``record_evidence`` (and ``settle``) on the budget.
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol
@@ -50,7 +52,8 @@ class EvidenceResult:
     (empty for a query that was not stored); ``index_ref``: the export path of
     the batch's index; ``reply``: the router's reply (``query`` only);
     ``seq``: the batch's first event (also when ``reused``), or for a query that
-    was not stored the generation it read (with ``reused`` True: nothing written).
+    was not stored the generation it read (with ``reused`` True: nothing written);
+    ``event_ref``: the export path of the batch's first event (None for a query not stored).
     """
 
     package_path: str
@@ -59,10 +62,12 @@ class EvidenceResult:
     records: list[dict[str, Any]] = field(default_factory=list)
     index_ref: str | None = None
     reply: dict[str, Any] | None = None
+    event_ref: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"package_path": self.package_path, "seq": self.seq, "reused": self.reused,
-                               "records": [dict(r) for r in self.records], "index_ref": self.index_ref}
+        out: dict[str, Any] = {"package_path": self.package_path, "seq": self.seq, "event_ref": self.event_ref,
+                               "reused": self.reused, "records": [dict(r) for r in self.records],
+                               "index_ref": self.index_ref}
         if self.reply is not None:
             out["reply"] = self.reply
         return out
@@ -133,8 +138,7 @@ class EvidenceStore:
                 and canonical_bytes(stored_reply["results"]) == canonical_bytes(reply["results"])):
             reply = stored_reply  # an identical retry: the batch as stored, at the generation it read
         stored = self.store_tool_results(iteration_id, request, reply, at=at)
-        return EvidenceResult(stored.package_path, stored.seq, stored.reused, stored.records, stored.index_ref,
-                              reply)
+        return dataclasses.replace(stored, reply=reply)
 
     def store_tool_results(self, iteration_id: str, request: Mapping[str, Any], reply: Mapping[str, Any], *,
                            at: str | None = None) -> EvidenceResult:
@@ -169,8 +173,7 @@ class EvidenceStore:
         if reply is None:
             return None
         stored = self.store_tool_results(iteration_id, request, reply)  # an identical replay: writes nothing
-        return EvidenceResult(stored.package_path, stored.seq, stored.reused, stored.records, stored.index_ref,
-                              reply)
+        return dataclasses.replace(stored, reply=reply)
 
     def operation_use(self, operation_id: str) -> str | None:
         """What already uses ``operation_id`` (``record E000001``, ``a requested test``), or None. Writes nothing."""
@@ -325,7 +328,8 @@ class EvidenceStore:
             elif body["type"] == "evidence.indexed":
                 index_ref = ref
         seq = ran.appended[0].seq if ran.appended else ran.seq  # the batch's first event, as when reused
-        return EvidenceResult(str(self.case.path), seq, ran.reused, records, index_ref)
+        return EvidenceResult(str(self.case.path), seq, ran.reused, records, index_ref,
+                              event_ref=bodies[0][0] if bodies else None)
 
 
 def _draft_of(view: Any, seq: int) -> str:
