@@ -154,10 +154,10 @@ def _count_unprinted(outcomes: Iterator[LineResult], uncounted: _Uncounted, summ
 
 #: Said when a journal's ``initialize`` froze the built-in policy (no --config): a journal replayed to
 #: check a simulation runs under that policy only when its file is given.
-DEFAULT_POLICY_NOTE = ("line {line}: initialize froze the built-in default policy (no action prices: every "
+DEFAULT_POLICY_NOTE = ("note: line {line}: initialize froze the built-in default policy (no action prices: every "
                        "action costs default_action_cost, 10 units); to apply the policy your budget file or a "
                        "simulation names, give that file with --config FILE")
-KEPT_POLICY_NOTE = ("line {line}: initialize kept the policy an earlier revision froze (policy_sha256 {sha}…), "
+KEPT_POLICY_NOTE = ("note: line {line}: initialize kept the policy an earlier revision froze (policy_sha256 {sha}…), "
                     "not the built-in defaults; to apply another, give its budget file with --config FILE")
 
 

@@ -893,7 +893,7 @@ def test_apply_says_when_initialize_froze_the_built_in_policy_and_only_then(tmp_
     journal.write_bytes(journal_bytes(JOURNAL[:4]))
     plain = run_cli("apply", str(make_package(tmp_path / "plain")), str(journal), "--create", "BUG-9")
     assert plain.returncode == 0
-    assert b"line 3: initialize froze the built-in default policy" in plain.stderr and b"--config FILE" in plain.stderr
+    assert b"note: line 3: initialize froze the built-in default policy" in plain.stderr and b"--config FILE" in plain.stderr
     again = run_cli("apply", str(tmp_path / "plain"), str(journal))  # reused: nothing frozen now
     assert again.returncode == 0 and b"built-in default policy" not in again.stderr
     priced = run_cli("--config", str(EXAMPLE_BUDGET), "apply", str(make_package(tmp_path / "priced")), str(journal),
@@ -919,7 +919,7 @@ def test_apply_says_an_initialize_without_config_kept_an_earlier_revisions_polic
         sha = case.budget().frozen_policy(2).policy_sha256
         assert case.budget().frozen_policy(1).policy_sha256 == sha and case.budget().frozen_policy().cost_units("x") == 7
     assert kept.returncode == 0 and b"built-in default policy" not in kept.stderr
-    assert (f"line 3: initialize kept the policy an earlier revision froze (policy_sha256 {sha[:12]}…), not the "
+    assert (f"note: line 3: initialize kept the policy an earlier revision froze (policy_sha256 {sha[:12]}…), not the "
             "built-in defaults").encode() in kept.stderr
     assert json.loads(kept.stdout.splitlines()[3])["result"]["action"]["cost_units"] == 7
 
