@@ -798,8 +798,10 @@ def test_a_ledger_whose_migration_records_were_removed_is_edited_for_every_reade
         for statement in (["DROP TABLE schema_migrations"] if edit == "drop" else _unguard_migrations("")):
             conn.execute(statement)
     conn.close()
-    said = ("the ledger holds closings_by_account, made by migration 001_schema, but schema_migrations has no row "
-            "for version 1 (a deleted row; the next write would run it again); the file was edited outside case-ledger")
+    said = ("the ledger holds closings_by_account, made by migration 001_schema, but " + (
+        "its schema_migrations table, which records the migrations run, is gone (a dropped table)" if edit == "drop"
+        else "schema_migrations has no row for version 1 (a deleted row; the next write would run it again)")
+        + "; the file was edited outside case-ledger")
     for read in (lambda: read_only_query(case.path, "SELECT * FROM balances"), lambda: Case.open(case.path)):
         with pytest.raises(LedgerError) as caught:
             read()

@@ -210,6 +210,9 @@ def migration_record_problem(conn: sqlite3.Connection, schema: str = "main") -> 
         extra = sorted(n for n, sql in made.items()
                        if n in present and (n not in known or (present[n] == sql and sql != known[n])))
         if extra:
+            if ("table", "schema_migrations") not in present:
+                return (f"the ledger holds {extra[0][1]}, made by migration {later:03d}_{name}, but its "
+                        "schema_migrations table, which records the migrations run, is gone (a dropped table)")
             return (f"the ledger holds {extra[0][1]}, made by migration {later:03d}_{name}, but schema_migrations has "
                     f"no row for version {later} (a deleted row; the next write would run it again)")
     return None
