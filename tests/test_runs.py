@@ -989,7 +989,22 @@ def test_a_word_that_runs_a_command_or_holds_a_variable_names_no_target(command,
     "sed 's/x/date/e' f.py", "sed -n '/re/w o' f.py", "sed -e 's/a/b/' -e 'w x' f", "sed -n '$W o' f",
     "sed --expression='2e ls' f", "sed -n '\\,x,w o' f", "tree -o tree.txt", "tree -L 2 -o t.txt src",
     "rg --pre ./script.sh foo", "rg --pre=./unzip.sh foo src", "less -o log.txt setup.py", "less -Olog setup.py",
-    "less --log-file=log setup.py"])
+    "less --log-file=log setup.py",
+    # an option cut short as getopt takes it, one in a cluster, one taking a value before the script
+    "sed --in s/a/Z/ g.py", "sed --expr='w out3' f.py", "sed -l 5 'w out1' f.py", "sed --line-length 5 'w o' f.py",
+    "cat f.py | sort -uo out4", "cat f.py | sort --out=out5", "cat f.py | sort --compress-program=sh",
+    "tree -ao out.txt .", "tree -R -H . -L 2 .", "less --log-f=/tmp/log f.py", "less -So /tmp/log f.py",
+    # awk options beyond a field separator, a variable and program text; a program that includes or loads
+    "cat f.py; awk -i inplace '{sub(/a/,\"b\")}1' f.py", "cat f | awk '@include \"inplace\"; {print}'",
+    "cat f | awk -d1 '{print}'", "cat f | awk -f prog.awk", "cat f | awk '@load \"rwarray\"; {print}'",
+    # a pager or helper program of the user's choosing; bat writing its cache or configuration
+    "bat --generate-config-file", "bat cache --build", "bat --pager 'sh -c x' f.py", "ag --pager CMD x src",
+    "ack --pager=CMD x", "rg --hostname-bin=/tmp/e.sh x src",
+    # what xargs runs: after a redirection among its options, by its path, by another xargs
+    "cat list3.txt | xargs -n 1 >/dev/null touch", "cat f.py | xargs -P 4 &>/dev/null touch",
+    "cat l | xargs -n 1 >&2 touch", "cat list2.txt | /usr/bin/xargs touch", "cat list.txt | xargs xargs touch",
+    # a program of a reader's name outside the system's folders
+    "/tmp/evil/cat f.py", "cat f.py | /tmp/x/echo hi"])
 def test_a_command_that_writes_or_runs_another_is_the_default_action(command):
     """Each was a read or a search: sed's -i among other options, &> redirections, find's writing
     actions, the program xargs runs, awk's system() and print into a file, sort -o, uniq IN OUT,
@@ -1004,7 +1019,10 @@ def test_a_command_that_writes_or_runs_another_is_the_default_action(command):
     ("grep -n foo a.py || echo 'not found'", ("source.find_text", "a.py")), ("pwd && ls src", ("source.find_text", "src")),
     ("which python; cat a.py", ("source.read_context", "a.py")), ("printf '%s\\n' ---; cat a.py", ("source.read_context", "a.py")),
     ("echo hi", ("test.automated", None)), ("echo x > a.py; cat a.py", ("test.automated", None)),
-    ("cat f.py 2>/dev/null", ("source.read_context", "f.py")), ("grep -q x f &>/dev/null && echo y", ("source.find_text", "f")),
+    ("cat f.py 2>/dev/null", ("source.read_context", "f.py")), ("cat 2 >/dev/null", ("source.read_context", "2")),
+    ("/usr/bin/cat f.py", ("source.read_context", "f.py")), ("sed -l 5 -n 1p f.py", ("source.read_context", "f.py")),
+    ("cat f.py | awk -F: -v x=1 '{print $1}' | sort -t, -k2", ("source.read_context", "f.py")),
+    ("cat f.py | /usr/bin/xargs cat", ("source.read_context", "f.py")), ("grep -q x f &>/dev/null && echo y", ("source.find_text", "f")),
     ("grep -rn x src 2>>/dev/null | head", ("source.find_text", "src")), ("cat <  /dev/null f", ("source.read_context", "f")),
     ("cat f >/dev/nullx", ("test.automated", None)), ("cat f > /dev/null.txt", ("test.automated", None)),
     ("cat x.py 2>&1", ("source.read_context", "x.py")), ("grep -n foo a.py 2>&1 | head -5", ("source.find_text", "a.py")),

@@ -49,7 +49,7 @@ _SEPARATORS = frozenset({"|", "||", "&&", ";", "&", "\n", "|&"})
 #: Options whose value is the next word, per program (``-n 20``, ``-A 3``, ``-name x``).
 _VALUE_OPTIONS = {
     "grep": set("ABCmef"), "egrep": set("ABCmef"), "fgrep": set("ABCmef"), "rg": set("ABCmefgtT"),
-    "head": set("nc"), "tail": set("nc"), "nl": set("bdfhilnpsvw"), "sed": set("ef"),
+    "head": set("nc"), "tail": set("nc"), "nl": set("bdfhilnpsvw"), "sed": set("efl"),
     "ls": set("ITw"), "tree": set("LIP"), "ag": set("ABCGgm"),
 }
 #: Long options whose value may be the next word (``--include '*.py'``), of the programs that take them.
@@ -214,9 +214,7 @@ def _without_descriptor_copies(words: list[str]) -> list[str]:
             skip = False
             continue
         if word in (">&", "<&") or (word in _NULL_REDIRECTIONS and words[index + 1:index + 2] == ["/dev/null"]):
-            if out and out[-1].isdigit() and index and words[index - 1] == out[-1]:
-                out.pop()
-            skip = True
+            skip = True  # its descriptor's number, if it had one, is not among the words (shell_words)
             continue
         out.append(word)
     return out
@@ -225,37 +223,112 @@ def _without_descriptor_copies(words: list[str]) -> list[str]:
 def _run_by_xargs(words: list[str]) -> list[str]:
     """For ``xargs [options] PROGRAM ARGS``, the program it runs and its arguments (a new list: its
     paths come from the pipe); any other simple command as it is."""
-    if words[0] != "xargs":
-        return words
-    index = 1
-    while index < len(words) and words[index].startswith("-"):
-        index += 2 if words[index] in _XARGS_VALUES else 1
-    return words[index:] if index < len(words) else words
+    while _program_name(words[0]) == "xargs":  # /usr/bin/xargs too, and an xargs that xargs runs
+        index = 1
+        while index < len(words) and words[index].startswith("-"):
+            index += 2 if words[index] in _XARGS_VALUES else 1
+        if index >= len(words):
+            return words
+        words = words[index:]
+    return words
+
+
+#: Folders whose programs are the system's own: ``/usr/bin/cat`` is ``cat``, ``/tmp/x/cat`` is not.
+_SYSTEM_BIN = frozenset({"/bin", "/usr/bin", "/usr/local/bin", "/sbin", "/usr/sbin"})
+
+
+def _program_name(word: str) -> str:
+    """The program a command's first word runs: its name, also when given by its path in one of the
+    system's folders; any other path as it is (a program of that name elsewhere may do anything)."""
+    folder, _, name = word.rpartition("/")
+    return name if word.startswith("/") and folder in _SYSTEM_BIN else word
+
+
+def _long(arg: str, name: str) -> bool:
+    """Whether ``arg`` gives the long option ``name``, whole or cut short as getopt takes it
+    (``--expr`` for ``--expression``), with or without ``=VALUE``."""
+    stem = arg.split("=", 1)[0]
+    return len(stem) > 2 and stem.startswith("--") and name.startswith(stem)
+
+
+def _short_letters(args: list[str], values: str) -> list[str]:
+    """The one-letter options of ``args`` as getopt reads them: each ``-abc`` word's letters up to
+    one in ``values``, which takes the rest of the word, or the next word, as its value."""
+    letters, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+            continue
+        if arg == "--":
+            break
+        if arg.startswith("-") and not arg.startswith("--") and len(arg) > 1:
+            for at, letter in enumerate(arg[1:], start=2):
+                letters.append(letter)
+                if letter in values:
+                    skip = at == len(arg)
+                    break
+    return letters
 
 
 def _writes(program: str, args: list[str]) -> bool:
     """Whether a command that reads or filters writes a file or runs a program after all: ``sed -i``
     (alone or among other one-letter options, ``--in-place``), ``find`` with an action that does,
-    ``awk`` whose program calls ``system``, prints into a file or a pipe, ``sort -o``, ``uniq IN OUT``,
-    ``tree -o FILE``, ``less`` keeping a log (``-o``, ``-O``, ``--log-file``), ``rg --pre COMMAND``."""
+    ``awk`` beyond reading (:func:`_awk_writes_or_runs`), ``sort -o`` or ``--compress-program``,
+    ``uniq IN OUT``, ``tree -o FILE`` or ``-R``, ``less`` keeping a log (``-o``, ``-O``, ``--log-file``),
+    a pager or helper program (``rg --pre``, ``--hostname-bin``, ``ag``/``ack``/``bat --pager``),
+    ``bat`` writing its cache or configuration. Long options count cut short, one-letter ones in a
+    cluster, as getopt reads them (docs/runs.md)."""
     if program == "sed":
-        return any(a.startswith("--in-place") or (a.startswith("-") and not a.startswith("--") and "i" in a[1:])
+        return any(_long(a, "--in-place") or (a.startswith("-") and not a.startswith("--") and "i" in a[1:])
                    for a in args) or _sed_script_writes_or_runs(_sed_script(args))
     if program == "find":
         return any(a in _FIND_WRITES for a in args)
     if program == "awk":
-        return any("system" in a or ">" in a or "|" in a or "getline" in a for a in args)
+        return _awk_writes_or_runs(args)
     if program == "sort":
-        return any(a.startswith(("-o", "--output")) for a in args)
+        return "o" in _short_letters(args, "ktSTo") or any(_long(a, "--output") or _long(a, "--compress-program")
+                                                              for a in args)
     if program == "uniq":
         return len([a for a in args if not a.startswith("-") or a == "-"]) > 1
-    if program == "tree":
-        return any(a.startswith("-o") for a in args)
+    if program == "tree":  # -o FILE, and -R with -H writes a page per folder
+        return bool({"o", "R"} & set(_short_letters(args, "LPIoHT")))
     if program == "less":
-        return any(a.startswith(("-o", "-O", "--log-file", "--LOG-FILE")) for a in args)
-    if program == "rg":
-        return any(a == "--pre" or a.startswith("--pre=") for a in args)
+        return bool({"o", "O"} & set(_short_letters(args, "bhjkoOpPtTxyz#"))) or any(
+            _long(a, "--log-file") or _long(a, "--LOG-FILE") for a in args)
+    if program in _PAGER_OPTIONS:
+        return any(_long(a, option) for a in args for option in _PAGER_OPTIONS[program]) or (
+            program == "bat" and args[:1] == ["cache"])
     return False
+
+
+#: Long options that run a program of the user's choosing (a pager, a preprocessor) or write a file.
+_PAGER_OPTIONS = {"rg": ("--pre", "--hostname-bin"), "ag": ("--pager",), "ack": ("--pager",),
+                  "bat": ("--pager", "--generate-config-file")}
+#: awk's options that read, and those of them that take a value (the next word, or the rest of the word).
+_AWK_READING = {"-F": True, "-v": True, "--field-separator": True, "--assign": True, "-e": True, "--source": True}
+
+
+def _awk_writes_or_runs(args: list[str]) -> bool:
+    """Whether an ``awk`` command may write a file or run a program: an option other than a field
+    separator, a variable or program text (``-i inplace``, ``-d``, ``-o``, ``-f FILE`` whose program
+    is not read, …), or a program text that calls ``system``, prints into a file or a pipe, reads a
+    command (``getline``) or includes or loads more (``@include``, ``@load``)."""
+    index, texts = 0, []
+    while index < len(args):
+        arg = args[index]
+        if arg == "--" or not arg.startswith("-") or arg == "-":
+            texts += args[index + (arg == "--"):index + 1 + (arg == "--")]
+            break
+        name = arg[:2] if not arg.startswith("--") else arg.split("=", 1)[0]
+        if name not in _AWK_READING:
+            return True
+        value = arg[2:] if not arg.startswith("--") else arg.partition("=")[2]
+        if not value and "=" not in arg:
+            value, index = (args[index + 1] if index + 1 < len(args) else ""), index + 1
+        if name in ("-e", "--source"):
+            texts.append(value)
+        index += 1
+    return any(any(mark in text for mark in ("system", ">", "|", "getline", "@include", "@load")) for text in texts)
 
 
 def _sed_script(args: list[str]) -> str:
@@ -268,20 +341,20 @@ def _sed_script(args: list[str]) -> str:
         if word == "--":
             plain += args[index + 1:]
             break
-        if word.startswith(("--expression", "--file")):
-            if word.startswith("--expression"):
+        if _long(word, "--expression") or _long(word, "--file") or _long(word, "--line-length"):
+            if _long(word, "--expression"):
                 scripts.append(word.partition("=")[2] if "=" in word else following)
-            from_file = from_file or word.startswith("--file")
+            from_file = from_file or _long(word, "--file")
             index += "=" not in word
         elif word.startswith("-") and not word.startswith("--") and len(word) > 1:
             letters = word[1:]
-            at = min((letters.index(ch) for ch in "ef" if ch in letters), default=None)
+            at = min((letters.index(ch) for ch in "efl" if ch in letters), default=None)
             if at is not None:  # the rest of the cluster is the value, else the next word
                 value = letters[at + 1:] or following
                 index += not letters[at + 1:]
                 if letters[at] == "e":
                     scripts.append(value)
-                else:
+                elif letters[at] == "f":
                     from_file = True
         elif not word.startswith("-") or word == "-":
             plain.append(word)
@@ -364,7 +437,7 @@ def classify(command: str, mapping: ActionMap = DEFAULT_ACTION_MAP) -> tuple[str
     run = [_run_by_xargs(c) for c in simple]
     piped = [ran is not given for ran, given in zip(run, simple)]  # what xargs runs: its paths come from the pipe
     commands = [_with_subcommand(c, known) for c in run]
-    programs = [c[0].rsplit("/", 1)[-1] if c[0].startswith("/") else c[0] for c in commands]
+    programs = [_program_name(c[0]) for c in commands]
     if any(_writes(p, c[1:]) for p, c in zip(programs, commands)):
         return mapping.default, None
     action = None

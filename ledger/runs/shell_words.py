@@ -43,14 +43,19 @@ _ANSI_C_NAMED = {"a": b"\a", "b": b"\b", "e": b"\x1b", "E": b"\x1b", "f": b"\f",
                  "t": b"\t", "v": b"\v", "\\": b"\\", "'": b"'", '"': b'"', "?": b"?"}
 #: Characters after which a ``#`` starts a comment (outside quotes, at the start of a word).
 _BEFORE_COMMENT = frozenset(" \t\n;&|()<>")
+#: A descriptor's number written against its redirection (``2>/dev/null``, ``2>&1``), which the
+#: splitter would make a word of its own, as ``2 >/dev/null`` gives one: left out of the words.
+_DESCRIPTOR = re.compile(r"[0-9]+(?=[<>])")
+_DESCRIPTOR_IN = re.compile(r"(?:^|[\s;&|()<>])[0-9]+[<>]")
 
 
 def _shell_text(command: str) -> str | None:
     """``command`` with its comments left out, each line end outside quotes made a ``;`` (a new
     command; one inside quotes is part of its word: a sed script of several lines, a ``python -c``
-    program; a backslash before it joins the lines) and each ANSI-C quoted string (``$'a\\nb'``) made
-    the plain single-quoted string of what bash decodes it to; None for an ANSI-C string left open."""
-    if "$'" not in command and "#" not in command and "\n" not in command:
+    program; a backslash before it joins the lines), each ANSI-C quoted string (``$'a\\nb'``) made
+    the plain single-quoted string of what bash decodes it to, and a descriptor's number written
+    against its redirection left out (``2>x`` is ``>x``); None for an ANSI-C string left open."""
+    if "$'" not in command and "#" not in command and "\n" not in command and not _DESCRIPTOR_IN.search(command):
         return command
     out, quote, index = [], "", 0
     starts_word = True  # the next character, unquoted and unescaped, would start a word
@@ -94,6 +99,9 @@ def _shell_text(command: str) -> str | None:
             continue
         elif char in "'\"":
             quote = char
+        elif starts_word and (descriptor := _DESCRIPTOR.match(command, index)):
+            index = descriptor.end()  # "2>": the number only picks the descriptor; "2 >" keeps its word
+            continue
         if quote != "'" and command.startswith("${", index):
             braces += 1
         elif char == "}" and braces and quote != "'":
