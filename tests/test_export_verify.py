@@ -817,15 +817,21 @@ def test_a_ledger_whose_migration_records_were_removed_is_edited_for_every_reade
 NAMES_NOT_UTF8 = {**os.environ, "PYTHONUTF8": "0", "LC_ALL": "C"}
 _VERIFY_IN_PYTHON = """import sys
 from ledger import LedgerError, Router, verify_case
+from pathlib import Path
+from ledger.ground.paths import check_name_encoding, require_utf8
 from ledger.model.source_refs import resolve_source_refs
 router = Router(sys.argv[1])
 for call in (lambda: verify_case(sys.argv[1]), lambda: resolve_source_refs(router.root, ["sources/\\xfc.py"]),
              lambda: router.read_context({"path": "sources/\\xfc.py", "start_line": 1, "end_line": 1}),
-             lambda: router.find_text({"text": "return"})):
+             lambda: router.find_text({"text": "return"}), lambda: require_utf8(Path("d\\xefr"), "never said")):
     try:
         call()
     except LedgerError as exc:
         print(exc.code, exc.details)
+try:
+    check_name_encoding("sources/\\udcff.py")
+except LedgerError as exc:
+    print(exc.message.split(" is not ASCII")[0])
 """
 
 
@@ -855,7 +861,8 @@ def test_a_case_with_non_ascii_file_names_verifies_where_python_does_not_take_fi
     assert (done.returncode, done.stdout[:4], done.stderr) == (0, b"ok: ", b""), done.stderr
     library = subprocess.run([sys.executable, "-c", _VERIFY_IN_PYTHON, str(root)], capture_output=True,
                              env=NAMES_NOT_UTF8, timeout=300)
-    assert library.stdout == b"STORAGE_ERROR {'file_name_encoding': 'ascii'}\n" * 4, library.stderr
+    assert library.stdout == b"STORAGE_ERROR {'file_name_encoding': 'ascii'}\n" * 5 + (
+        b"the package file name 'sources/\\\\xff.py'\n"), library.stderr  # undecodable bytes as \\xNN
 
 
 def test_a_case_dated_in_the_past_reports_no_future_events(budget, case):

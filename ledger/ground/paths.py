@@ -72,7 +72,7 @@ def file_names_are_utf8() -> bool:
     return codecs.lookup(sys.getfilesystemencoding()).name == "utf-8"
 
 
-def check_name_encoding(name: str) -> None:
+def check_name_encoding(name: str, what: str = "the package file name") -> None:
     """``STORAGE_ERROR`` when ``name``, a name in a case package, is not ASCII while this Python gives
     and takes file names in another encoding than UTF-8 (a Latin-1 locale, or ``PYTHONUTF8=0`` under
     ``LC_ALL=C``): the package's names are UTF-8, so such a name would be looked up, listed and
@@ -83,10 +83,12 @@ def check_name_encoding(name: str) -> None:
     encoding = sys.getfilesystemencoding()
     try:  # a name as listed holds the file's bytes in this encoding: shown as the UTF-8 they are
         name = os.fsencode(name).decode("utf-8")
-    except UnicodeError:
+    except UnicodeDecodeError:  # bytes that are no UTF-8 either: shown as \xNN where Python could not decode them
+        name = os.fsencode(name).decode("utf-8", "backslashreplace") if not name.isprintable() else name
+    except UnicodeEncodeError:
         pass  # a name from the ledger: UTF-8 text already
-    raise LedgerError(STORAGE_ERROR, f"the package file name {quoted(name, 200)} is not ASCII, and this Python "
-                      f"reads and writes file names as {encoding}, not as UTF-8 as a case package's names are: run "
+    raise LedgerError(STORAGE_ERROR, f"{what} {quoted(name, 200)} is not ASCII, and this Python "
+                      f"reads and writes file names as {encoding}, not as UTF-8, in which case-ledger names them: run "
                       "Python in UTF-8 mode (PYTHONUTF8=1 in the environment, as in 'PYTHONUTF8=1 ledger verify CASE', or "
                       "python -X utf8) or under a UTF-8 locale",
                       file_name_encoding=encoding)
@@ -97,9 +99,9 @@ def require_utf8(path: Path, refusal: str) -> None:
     that are not UTF-8, held as surrogate escapes), for what takes paths as text (DuckDB,
     Datasette); the path is shown with such bytes as ``\\xNN``."""
     text = str(path)
+    check_name_encoding(text, "the path")  # given as UTF-8 text, the path would name other bytes
     try:
         text.encode("utf-8")
-        check_name_encoding(text)  # else given as UTF-8 text, the path would name other bytes
     except UnicodeEncodeError:
         shown = os.fsencode(text).decode("utf-8", "backslashreplace")
         raise LedgerError(INVALID_ARGUMENT, f"{shown}: {refusal}") from None
