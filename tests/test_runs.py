@@ -1004,7 +1004,21 @@ def test_a_word_that_runs_a_command_or_holds_a_variable_names_no_target(command,
     "cat list3.txt | xargs -n 1 >/dev/null touch", "cat f.py | xargs -P 4 &>/dev/null touch",
     "cat l | xargs -n 1 >&2 touch", "cat list2.txt | /usr/bin/xargs touch", "cat list.txt | xargs xargs touch",
     # a program of a reader's name outside the system's folders
-    "/tmp/evil/cat f.py", "cat f.py | /tmp/x/echo hi"])
+    "/tmp/evil/cat f.py", "cat f.py | /tmp/x/echo hi", "/usr/bin/open f.py",
+    # a subshell whose bracket is joined to an operator
+    "cat f.py;(touch p);", "cat f.py&&(touch p)|cat", "head f.py&(touch p);", "cat f.py|&(touch p)|&cat",
+    "ls;(touch p)|grep x",
+    # words the shell makes only as it runs: brace lists giving options, translated strings, expansions
+    "sed --{in-place,posix} s/a/Z/ f.py", "cat f.py | sort --{output=p,unique}", "find . -name f.py -{delete,print}",
+    "cat {-i,-n} f", 'sed $"-i" s/a/Z/ f.py', "sed ${x:--i} s/a/Z/ f.py", "find . -name f.py ${x:--delete}",
+    "cat f.py | sort ${o:--o}p", "printf -v x '%s' '\\044(touch p)'; cat f.py ${x@P}", 'cat f.py ${x:-"}" #}; touch p',
+    'cat "${x:-y}" f.py',
+    # sed: [ as text in a replacement or y part, a class inside brackets, a script file
+    "sed 's/a/[/;w p' f.py", "sed -n 'y/[/x/;w p' f.py", "sed 's/[[:alpha:]/]/X/;w p' f.py",
+    "sed -n '/[[:digit:]/]/p;w p' f.py", "sed -n -f s.sed f.py", "sed -n --file=s.sed f.py",
+    # tree takes a cluster's values from the next words; uniq's output after --; less's lesskey; awk's @f()
+    "tree -Lo 2 p", "tree -Po x p", "cat f.py | uniq -- -in p", "less --lesskey-src=lk f.py", "less -k lk f.py",
+    "cat f.py | awk '{f=\"sys\" \"tem\"; @f(\"touch p\")}'"])
 def test_a_command_that_writes_or_runs_another_is_the_default_action(command):
     """Each was a read or a search: sed's -i among other options, &> redirections, find's writing
     actions, the program xargs runs, awk's system() and print into a file, sort -o, uniq IN OUT,
@@ -1022,7 +1036,10 @@ def test_a_command_that_writes_or_runs_another_is_the_default_action(command):
     ("cat f.py 2>/dev/null", ("source.read_context", "f.py")), ("cat 2 >/dev/null", ("source.read_context", "2")),
     ("/usr/bin/cat f.py", ("source.read_context", "f.py")), ("sed -l 5 -n 1p f.py", ("source.read_context", "f.py")),
     ("cat f.py | awk -F: -v x=1 '{print $1}' | sort -t, -k2", ("source.read_context", "f.py")),
-    ("cat f.py | /usr/bin/xargs cat", ("source.read_context", "f.py")), ("grep -q x f &>/dev/null && echo y", ("source.find_text", "f")),
+    ("cat f.py | /usr/bin/xargs cat", ("source.read_context", "f.py")),
+    ("sed -n '/[/]/p' f.py", ("source.read_context", "f.py")), ("sed -n 's/[]]/x/p' f.py", ("source.read_context", "f.py")),
+    ("cat ${HOME}/f.py", ("source.read_context", None)), ("goto 10", ("source.read_context", None)),
+    ("search_file foo f.py", ("source.find_text", "f.py")), ("grep --include=*.{py,txt} -rn x src", ("source.find_text", "src")), ("grep -q x f &>/dev/null && echo y", ("source.find_text", "f")),
     ("grep -rn x src 2>>/dev/null | head", ("source.find_text", "src")), ("cat <  /dev/null f", ("source.read_context", "f")),
     ("cat f >/dev/nullx", ("test.automated", None)), ("cat f > /dev/null.txt", ("test.automated", None)),
     ("cat x.py 2>&1", ("source.read_context", "x.py")), ("grep -n foo a.py 2>&1 | head -5", ("source.find_text", "a.py")),
@@ -1062,15 +1079,16 @@ def test_a_pattern_or_script_given_by_option_leaves_the_first_plain_word_a_path(
     ("sed -n '# note\nw out' f.py", True), ("sed -n ':top\nw out' f.py", True), ("sed '/x/a hi\nw out' f.py", True),
     ("sed -n 'r h.txt\ns/a/b/e' f.py", True), ("sed -n 'b;w out' f.py", True), ("sed -n ':a;w out' f.py", True),
     ("sed '1i\\\nwest\nw x' f.py", True), ("sed 's|a|b|w out' f.py", True), ("sed 's,a,b,e' f.py", True),
-    ("sed -f s.sed events.log", False), ("sed -n -f prog.sed web.py", False), ("sed --file=prog.sed west.py", False),
+    ("sed -f s.sed events.log", True), ("sed -n -f prog.sed web.py", True), ("sed --file=prog.sed west.py", True),
     ("sed -n '/[/]e/p' f.py", False), ("sed -e '1a\\' -e 'west' f.py", False), ("sed '1i\\\nwest' f.py", False),
     ("sed -n \\\n '1,5p' f.py", False), ("sed -n \\\n '1p;w out' f.py", True)])
 def test_a_sed_script_of_several_lines_or_parts_is_read_as_sed_reads_it(command, writes):
     """A line end inside the quotes ends a comment, a label or a text to add, as it does for sed (it
     was made a ';' and the rest of the script was taken for the comment); a label also ends at ';';
     -e parts are one script joined by line ends; a bracket holds the delimiter; a script from a file
-    (-f) leaves the first plain word a path (it was read as the script, and 'events' holds an e); a
-    backslash before a line end joins the lines, as the shell does (it was a word of its own)."""
+    (-f), which is not read, may write, as awk's may: the default action (its first plain word had
+    been read as the script, and 'events' holds an e); a backslash before a line end joins the lines,
+    as the shell does (it was a word of its own)."""
     from ledger.runs.actions import classify
 
     action, target = classify(command)
@@ -1093,7 +1111,7 @@ def test_a_sed_script_of_several_lines_or_parts_is_read_as_sed_reads_it(command,
     ("cat a\\;#b > out", ("test.automated", None)), ("cat x\\\n#y > out", ("test.automated", None)),
     ("cat \\\n#y > out", ("source.read_context", None)), ("cat f.py;#x > o", ("source.read_context", "f.py")),
     ("cat ${f:- #} > out", ("test.automated", None)), ("sed -n 1p ${f:- #} -i a", ("test.automated", None)),
-    ("cat \"${x:-\" #\"}\" > out", ("test.automated", None)), ("cat ${x#y} f.py # c", ("source.read_context", "f.py")),
+    ("cat \"${x:-\" #\"}\" > out", ("test.automated", None)), ("cat ${x#y} f.py # c", ("test.automated", None)),
     ("sed -n $'\\x{77 out' a", ("test.automated", None)), ("sed $'-\\x{69' s/a/b/ f", ("test.automated", None))])
 def test_an_ansi_c_quoted_string_is_read_as_the_shell_decodes_it(command, expected):
     """$'…' strings decode their backslash escapes as bash 5.2 does (bytes joined as UTF-8, a NUL

@@ -65,7 +65,13 @@ _LONG_VALUE_OPTIONS = {
                      "--before", "--max-count"}),
 }
 #: Programs whose first plain argument is a pattern or script, not a path (unless given by ``-e``/``-f``).
-_PATTERN_FIRST = frozenset({"grep", "egrep", "fgrep", "rg", "ag", "ack", "sed", "search_dir", "find_file"})
+_PATTERN_FIRST = frozenset({"grep", "egrep", "fgrep", "rg", "ag", "ack", "sed", "search_dir", "find_file",
+                            "search_file"})
+#: SWE-agent's tools: run by their bare names only (``/usr/bin/open`` is the system's, not SWE-agent's).
+_SWE_AGENT_TOOLS = frozenset({"open", "goto", "scroll_up", "scroll_down", "find_file", "search_dir", "search_file",
+                              "str_replace_editor"})
+#: Programs whose arguments are line numbers or nothing, never paths.
+_NO_PATHS = frozenset({"goto", "scroll_up", "scroll_down"})
 #: Long options of those programs giving the pattern or script (``--regexp=PATTERN``, ``--expression SCRIPT``).
 _PATTERN_OPTIONS = frozenset({"--regexp", "--expression", "--file"})
 #: Programs whose first plain argument is their one path, the rest line numbers (SWE-agent's ``open
@@ -164,6 +170,8 @@ def _paths(program: str, args: list[str]) -> list[str]:
         plain.append(arg)
     if program in _PATTERN_FIRST and not pattern_given:
         plain = plain[1:]
+    if program in _NO_PATHS:
+        return []
     if program in _PATH_FIRST:  # its one path, wherever it stands among the line numbers
         plain = [arg for arg in plain if not arg.isdigit()][:1]
     return [p.rstrip("/") or "/" for p in plain if p not in (".", "./") and "$" not in p]  # $NAME: not known here
@@ -188,7 +196,9 @@ def _redirects_or_runs(words: list[str]) -> bool:
     """Whether the words redirect to or from a file (``>``, ``>>``, ``&>``, ``<``: a descriptor's
     copy, ``2>&1``, is none), open a subshell or run a command inside a word (`` `ls` ``, ``$(ls)``)."""
     for index, word in enumerate(words):
-        if word in ("(", ")") or "`" in word or "$(" in word:
+        if "`" in word or "$(" in word or (set(word) <= _OPERATOR and ("(" in word or ")" in word)):
+            return True  # a subshell, also with its bracket joined to an operator (";(", ")|")
+        if "{" in word and _brace_option(word):
             return True
         if set(word) <= _OPERATOR and ("<" in word or ">" in word):
             following = words[index + 1] if index + 1 < len(words) else ""
@@ -202,6 +212,18 @@ def _redirects_or_runs(words: list[str]) -> bool:
 
 #: Redirections that, to or from ``/dev/null``, neither write nor read a file (``2>/dev/null``).
 _NULL_REDIRECTIONS = frozenset({">", ">>", ">|", "&>", "&>>", "<"})
+
+
+def _brace_option(word: str) -> bool:
+    """Whether the shell's brace expansion of ``word`` may give an option (``--{in-place,posix}``,
+    ``{-i,-n}``): a brace list or sequence in the option's name, or one whose items start with ``-``
+    (``--include=*.{py,txt}`` gives no new option)."""
+    for group in re.finditer(r"\{([^{}]*)\}", word):
+        items = group[1].split(",") if "," in group[1] else group[1].split("..")
+        named = word.startswith("-") and ("=" not in word or group.start() < word.index("="))
+        if len(items) > 1 and (named or any(item.startswith("-") for item in items)):
+            return True
+    return False
 
 
 def _without_descriptor_copies(words: list[str]) -> list[str]:
@@ -241,7 +263,7 @@ def _program_name(word: str) -> str:
     """The program a command's first word runs: its name, also when given by its path in one of the
     system's folders; any other path as it is (a program of that name elsewhere may do anything)."""
     folder, _, name = word.rpartition("/")
-    return name if word.startswith("/") and folder in _SYSTEM_BIN else word
+    return name if word.startswith("/") and folder in _SYSTEM_BIN and name not in _SWE_AGENT_TOOLS else word
 
 
 def _long(arg: str, name: str) -> bool:
@@ -278,9 +300,10 @@ def _writes(program: str, args: list[str]) -> bool:
     a pager or helper program (``rg --pre``, ``--hostname-bin``, ``ag``/``ack``/``bat --pager``),
     ``bat`` writing its cache or configuration. Long options count cut short, one-letter ones in a
     cluster, as getopt reads them (docs/runs.md)."""
-    if program == "sed":
-        return any(_long(a, "--in-place") or (a.startswith("-") and not a.startswith("--") and "i" in a[1:])
-                   for a in args) or _sed_script_writes_or_runs(_sed_script(args))
+    if program == "sed":  # a script file (-f FILE) is not read: it may write
+        return any(_long(a, "--in-place") or _long(a, "--file") or (a.startswith("-") and not a.startswith("--")
+                                                                     and "i" in a[1:]) for a in args) or (
+            "f" in _short_letters(args, "efl") or _sed_script_writes_or_runs(_sed_script(args)))
     if program == "find":
         return any(a in _FIND_WRITES for a in args)
     if program == "awk":
@@ -288,13 +311,16 @@ def _writes(program: str, args: list[str]) -> bool:
     if program == "sort":
         return "o" in _short_letters(args, "ktSTo") or any(_long(a, "--output") or _long(a, "--compress-program")
                                                               for a in args)
-    if program == "uniq":
-        return len([a for a in args if not a.startswith("-") or a == "-"]) > 1
-    if program == "tree":  # -o FILE, and -R with -H writes a page per folder
-        return bool({"o", "R"} & set(_short_letters(args, "LPIoHT")))
-    if program == "less":
-        return bool({"o", "O"} & set(_short_letters(args, "bhjkoOpPtTxyz#"))) or any(
-            _long(a, "--log-file") or _long(a, "--LOG-FILE") for a in args)
+    if program == "uniq":  # uniq IN OUT (after --, a word starting with - is a file too)
+        ended = args.index("--") if "--" in args else len(args)
+        return len([a for a in args[:ended] if not a.startswith("-") or a == "-"] + args[ended + 1:]) > 1
+    if program == "tree":  # -o FILE, and -R with -H writes a page per folder; tree takes a cluster's values
+        return any(a.startswith("-") and not a.startswith("--") and ("o" in a or "R" in a)  # from the next words
+                   for a in args[:args.index("--") if "--" in args else len(args)])
+    if program == "less":  # a log file; a lesskey file, which may set LESSOPEN to a command
+        return bool({"o", "O", "k"} & set(_short_letters(args, "bhjkoOpPtTxyz#"))) or any(
+            _long(a, name) for a in args for name in ("--log-file", "--LOG-FILE", "--lesskey-file", "--lesskey-src",
+                                                      "--lesskey-content"))
     if program in _PAGER_OPTIONS:
         return any(_long(a, option) for a in args for option in _PAGER_OPTIONS[program]) or (
             program == "bat" and args[:1] == ["cache"])
@@ -312,7 +338,8 @@ def _awk_writes_or_runs(args: list[str]) -> bool:
     """Whether an ``awk`` command may write a file or run a program: an option other than a field
     separator, a variable or program text (``-i inplace``, ``-d``, ``-o``, ``-f FILE`` whose program
     is not read, …), or a program text that calls ``system``, prints into a file or a pipe, reads a
-    command (``getline``) or includes or loads more (``@include``, ``@load``)."""
+    command (``getline``), includes or loads more (``@include``, ``@load``) or calls a function by
+    its name in a variable (``@f()``, which may be ``system``)."""
     index, texts = 0, []
     while index < len(args):
         arg = args[index]
@@ -328,7 +355,7 @@ def _awk_writes_or_runs(args: list[str]) -> bool:
         if name in ("-e", "--source"):
             texts.append(value)
         index += 1
-    return any(any(mark in text for mark in ("system", ">", "|", "getline", "@include", "@load")) for text in texts)
+    return any(any(mark in text for mark in ("system", ">", "|", "getline", "@")) for text in texts)  # @f(): any
 
 
 def _sed_script(args: list[str]) -> str:
@@ -371,21 +398,35 @@ _SED_TO_LINE_END = frozenset("aicrR#")
 _SED_LABELS = frozenset("btT:")
 
 
-def _sed_delimited(script: str, start: int, delimiter: str) -> int:
+def _sed_delimited(script: str, start: int, delimiter: str, regex: bool = True) -> int:
     """The index just past the ``delimiter`` that ends the part of ``script`` from ``start``: a
-    backslash escapes the character after it, and a bracket expression (``[/]``) holds it as text."""
+    backslash escapes the character after it, and in a regular expression (``regex``; not in a
+    replacement or a ``y`` part, where ``[`` is text) a bracket expression (``[/]``) holds it as text."""
     index = start
     while index < len(script) and script[index] != delimiter:
         if script[index] == "\\":
             index += 2
-        elif script[index] == "[":
-            close = index + 1 + (script[index + 1:index + 2] == "^")
-            close += script[close:close + 1] == "]"  # a ] first in the brackets is one of them
-            found = script.find("]", close)
-            index = found + 1 if found >= 0 else len(script)
+        elif script[index] == "[" and regex:
+            index = _sed_bracket_end(script, index)
         else:
             index += 1
     return index + 1
+
+
+def _sed_bracket_end(script: str, start: int) -> int:
+    """The index past the bracket expression opening at ``start``: a ``]`` first in it (after a
+    ``^``) is one of its characters, and so is the one closing a class inside (``[[:alpha:]/]``)."""
+    index = start + 1 + (script[start + 1:start + 2] == "^")
+    index += script[index:index + 1] == "]"
+    while index < len(script):
+        if script[index] == "[" and script[index + 1:index + 2] in (":", "=", "."):
+            end = script.find(script[index + 1] + "]", index + 2)
+            index = end + 2 if end >= 0 else len(script)
+        elif script[index] == "]":
+            return index + 1
+        else:
+            index += 1
+    return len(script)
 
 
 def _sed_line_end(script: str, index: int) -> int:
@@ -411,8 +452,9 @@ def _sed_script_writes_or_runs(script: str) -> bool:
             index = _sed_delimited(script, index + 1, "/")
         elif char == "\\" and index + 1 < len(script):  # an address \\cREc
             index = _sed_delimited(script, index + 2, script[index + 1])
-        elif char in "sy" and index + 1 < len(script):
-            end = _sed_delimited(script, _sed_delimited(script, index + 2, script[index + 1]), script[index + 1])
+        elif char in "sy" and index + 1 < len(script):  # s/RE/TEXT/, y/TEXT/TEXT/
+            middle = _sed_delimited(script, index + 2, script[index + 1], regex=char == "s")
+            end = _sed_delimited(script, middle, script[index + 1], regex=False)
             flags = re.match(r"[0-9gpiImMe]*w?", script[end:]).group() if char == "s" else ""
             if "e" in flags or "w" in flags:
                 return True

@@ -19,7 +19,8 @@ COMMAND_CHARS_MAX = 65_536
 
 def split_words(command: str) -> list[str] | None:
     """The command's words with separators as their own words; None when it cannot be split (a quote
-    left open, an ANSI-C string among them) or is longer than :data:`COMMAND_CHARS_MAX`."""
+    left open, an ANSI-C string left open, an expansion whose words only running it gives) or is
+    longer than :data:`COMMAND_CHARS_MAX`."""
     if len(command) > COMMAND_CHARS_MAX:
         return None
     text = _shell_text(command)
@@ -46,6 +47,9 @@ _BEFORE_COMMENT = frozenset(" \t\n;&|()<>")
 #: A descriptor's number written against its redirection (``2>/dev/null``, ``2>&1``), which the
 #: splitter would make a word of its own, as ``2 >/dev/null`` gives one: left out of the words.
 _DESCRIPTOR = re.compile(r"[0-9]+(?=[<>])")
+#: A parameter expansion that gives the variable's value as it is (``${name}``, ``${1}``): any
+#: other (``${x:--i}``, ``${x@P}``, ``${x/a/b}``) may give an option or run a command.
+_PLAIN_PARAMETER = re.compile(r"\$\{(?:[A-Za-z_][A-Za-z0-9_]*|[0-9]+)\}")
 _DESCRIPTOR_IN = re.compile(r"(?:^|[\s;&|()<>])[0-9]+[<>]")
 
 
@@ -54,14 +58,20 @@ def _shell_text(command: str) -> str | None:
     command; one inside quotes is part of its word: a sed script of several lines, a ``python -c``
     program; a backslash before it joins the lines), each ANSI-C quoted string (``$'a\\nb'``) made
     the plain single-quoted string of what bash decodes it to, and a descriptor's number written
-    against its redirection left out (``2>x`` is ``>x``); None for an ANSI-C string left open."""
-    if "$'" not in command and "#" not in command and "\n" not in command and not _DESCRIPTOR_IN.search(command):
+    against its redirection left out (``2>x`` is ``>x``); None for an ANSI-C string left open, a
+    translated string (``$"…"``) or a parameter expansion other than ``${name}`` (``${x:--i}``,
+    ``${x@P}``), whose words the shell makes only as it runs."""
+    if ("$'" not in command and "#" not in command and "\n" not in command and '$"' not in command
+            and "${" not in command and not _DESCRIPTOR_IN.search(command)):
         return command
     out, quote, index = [], "", 0
     starts_word = True  # the next character, unquoted and unescaped, would start a word
     braces = 0  # parameter expansions open (``${x:- #}``): a # inside one is text
     while index < len(command):
         char = command[index]
+        if char == "$" and quote != "'" and ((not quote and command.startswith('$"', index)) or (
+                command.startswith("${", index) and not _PLAIN_PARAMETER.match(command, index))):
+            return None  # a translated string, or an expansion with an operator (${x:--i}, ${x@P}): any word
         if quote == "'":
             quote = "" if char == "'" else quote
         elif char == "\\":  # outside single quotes a backslash keeps the next character as it is
