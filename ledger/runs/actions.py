@@ -330,8 +330,9 @@ def _writes(program: str, args: list[str]) -> bool:
 #: Long options that run a program of the user's choosing (a pager, a preprocessor) or write a file.
 _PAGER_OPTIONS = {"rg": ("--pre", "--hostname-bin"), "ag": ("--pager",), "ack": ("--pager",),
                   "bat": ("--pager", "--generate-config-file")}
-#: awk's options that read, and those of them that take a value (the next word, or the rest of the word).
-_AWK_READING = {"-F": True, "-v": True, "--field-separator": True, "--assign": True, "-e": True, "--source": True}
+#: awk's options that only read: a field separator, a variable, program text (each takes a value: the
+#: rest of the word, or the next word).
+_AWK_READING = frozenset({"-F", "-v", "--field-separator", "--assign", "-e", "--source"})
 
 
 def _awk_writes_or_runs(args: list[str]) -> bool:
