@@ -315,6 +315,7 @@ def test_the_agents_per_action_reads_and_run_tool_scan_no_more_of_a_longer_histo
     assert {name: large[name] <= small[name] * 1.1 + 50 for name in small} == {name: True for name in small}, measured
 
 
+@pytest.mark.slow  # over half a second: the slow lane (.ci/run) runs it
 def test_an_exported_case_reads_only_the_events_since_its_last_identity_and_keeps_its_identity(package, tmp_path):
     """A case exported mid-run: its input identity reads the exported paths of the events appended since
     the previous call only (the SQLite work does not grow with the history), exporting never changes the

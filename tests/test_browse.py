@@ -336,6 +336,7 @@ def test_a_served_printf_repeating_past_the_length_limit_answers_null_at_once(si
     assert response.json()["rows"] == [[1, "yyy"]] and looked_at == ["%.*c", "%.*c"]
 
 
+@pytest.mark.slow  # over half a second: the slow lane (.ci/run) runs it
 def test_a_served_stored_value_longer_than_the_length_limit_stays_readable(tmp_path):
     path = make_package(tmp_path / "big")
     Case.create(path, case_id="BIG-1", at=T0).close()
@@ -554,6 +555,7 @@ def test_a_case_whose_folder_name_reads_as_a_uri_part_is_served_as_itself(demo, 
     assert not any(p.name.endswith(("-wal", "-shm")) for other in ("pA", "c", "q") for p in (tmp_path / other).iterdir())
 
 
+@pytest.mark.slow  # over half a second: the slow lane (.ci/run) runs it
 def test_metadata_only_prints_datasettes_metadata_with_the_canned_queries(demo, scoped):
     done = run_cli("serve", str(demo), str(scoped), "--metadata-only")
     assert done.returncode == 0, done.stderr.decode()
@@ -614,6 +616,7 @@ def test_serve_refuses_a_folder_without_a_case_the_same_case_twice_a_busy_port_a
     assert refused.value.code == "INVALID_ARGUMENT"
 
 
+@pytest.mark.slow  # over half a second: the slow lane (.ci/run) runs it
 def test_a_case_whose_path_is_not_utf8_is_refused_before_serving(tmp_path):
     """Datasette keeps each database's path as text: a path of bytes that are not UTF-8 would make
     every page of every case fail, so it is refused, naming the path readably, and nothing is served."""

@@ -741,16 +741,15 @@ def test_a_reading_of_an_action_the_policy_prices_by_default_says_so_when_the_po
             "default_action_cost, 10 units\n")
     for args in (("budget", "check", c, "H1", "source.read_contxt"), ("budget", "price", c, "H1", "source.read_contxt",
                                                                      "--json")):
-        done = run_cli(*args)
-        assert (done.returncode, done.stderr.decode()) == (0, note), args
-        assert b"cost" in done.stdout
+        status, out, err = cli(*args)
+        assert (status, err) == (0, note), args
+        assert "cost" in out
     for action in ("source.read_context", "test.automated"):
-        assert run_cli("budget", "check", c, "H1", action).stderr == b""
-    plain = tmp_path / "plain"
-    ok("init", str(plain), "--case-id", "PLAIN-1")
-    ok("revision", "open", str(plain), "--hypothesis", "H1")
-    ok("budget", "initialize", str(plain))
-    assert run_cli("budget", "check", str(plain), "H1", "anything.at_all").stderr == b""
+        assert cli("budget", "check", c, "H1", action)[2] == ""
+    plain = start_case(tmp_path / "plain", hypotheses=1)
+    plain.budget().initialize()
+    plain.close()
+    assert cli("budget", "check", str(plain.path), "H1", "anything.at_all")[::2] == (0, "")
 
 
 def test_budget_readings_print_json_values_for_people(cli_case):
@@ -868,6 +867,7 @@ def test_a_ctrl_c_while_the_command_line_is_still_loading_ends_with_the_message_
     assert capsys.readouterr().err == "error: interrupted; nothing half-written remains, run the command again\n"
 
 
+@pytest.mark.slow  # over half a second: the slow lane (.ci/run) runs it
 def test_reading_commands_start_without_importing_pandas_even_when_it_is_installed(package, tmp_path):
     """sqlite-utils imports pandas and numpy when they are installed (half a second of start-up);
     every command reading through it (`ledger sql`, the length of `ledger verify`'s progress bar)

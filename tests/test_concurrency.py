@@ -861,6 +861,7 @@ def refused_as_invalid(call) -> bool:
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.slow  # over half a second: the slow lane (.ci/run) runs it
 def test_a_forked_child_cannot_overwrite_a_write_its_parent_committed_by_leaving_an_inherited_batch(budget_case):
     """SQLite connections do not survive a fork: a child that inherits a case inside a batch and
     leaves the batch (as a plain fork does, running the parent's code on) must not commit its copy
@@ -1036,6 +1037,7 @@ case.close()
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.slow  # over half a second: the slow lane (.ci/run) runs it
 def test_a_forked_child_that_just_exits_during_its_parents_batch_leaves_the_ledger_intact(package):
     """The child's exit (the batch left by SystemExit, then the interpreter's cleanup) must neither
     roll back nor close the inherited connection: either rolls the parent's open transaction back

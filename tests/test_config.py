@@ -156,6 +156,7 @@ def test_a_refusal_quoting_two_shortened_messages_or_text_that_only_looks_shorte
     assert len(quoted_text.message) - len(mark) + left_out(quoted_text.message) == len(looks)
 
 
+@pytest.mark.slow  # over half a second: the slow lane (.ci/run) runs it
 def test_a_quoted_refusal_is_counted_exactly_whatever_other_threads_refuse_meanwhile():
     """The shortened refusals kept whole were shared by all threads, 16 of them: with 20 threads
     refusing at once, a quarter of the counts were wrong (82 for 1,097 left out)."""

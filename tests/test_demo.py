@@ -119,6 +119,7 @@ def test_the_current_folder_is_refused_as_the_demo_folder_before_anything_is_don
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["here"]
 
 
+@pytest.mark.slow  # over half a second: the slow lane (.ci/run) runs it
 def test_a_demo_runs_into_an_empty_folder_from_a_current_folder_that_was_removed(tmp_path):
     gone, target = tmp_path / "gone", tmp_path / "empty"
     gone.mkdir()
@@ -199,6 +200,7 @@ def test_the_demo_command_interrupted_once_its_case_is_in_place_says_so_not_to_r
     assert "run the command again" not in done.stderr and verify_case(tmp_path / "d").events > 0
 
 
+@pytest.mark.slow  # over half a second: the slow lane (.ci/run) runs it
 def test_the_demo_inputs_are_made_with_the_modes_the_umask_gives_as_every_other_file(tmp_path):
     """Under umask 077 the copied sources and database kept the installed example's 755/644: readable by all."""
     done = subprocess.run([sys.executable, "-m", "ledger_cli", "demo", str(tmp_path / "d")], capture_output=True,

@@ -78,6 +78,7 @@ def test_a_ledger_of_v1_indexes_imports_verifies_and_exports_byte_identically(v1
     assert exported_files(tmp_path / "again") == exported_files(V1_TREE)
 
 
+@pytest.mark.slow  # over half a second: the slow lane (.ci/run) runs it
 def test_a_v1_ledger_goes_on_with_v2_indexes_bound_to_its_last_v1_index(v1_case, tmp_path):
     (v1_case / "sources" / "more.txt").write_text("".join(f"more {i}\n" for i in range(1, 11)), encoding="utf-8")
     with Case.open(v1_case) as case:

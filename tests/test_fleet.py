@@ -1187,6 +1187,7 @@ def _edit_event_body(ledger: Path, seq: int, old: str, new: str) -> None:
 
 
 @pytest.mark.skipif(not Path("/proc/locks").exists(), reason="tells a waiting export by /proc/locks (Linux)")
+@pytest.mark.slow  # over half a second: the slow lane (.ci/run) runs it
 def test_the_rows_exported_are_the_rows_verified_in_one_snapshot(tmp_path):
     """An edit present when the export first read the case, and undone before verify read it, was
     written to Parquet as verified (and kept by every later export, the head being unchanged)."""
@@ -1319,6 +1320,7 @@ def test_a_publish_cut_short_leaves_the_case_out_of_fleet_sql_until_an_export_pu
     assert export_fleet([tmp_path / "c"], out).unchanged == 1
 
 
+@pytest.mark.slow  # over half a second: the slow lane (.ci/run) runs it
 def test_two_first_exports_into_one_new_folder_both_take_it_as_a_fleet_export(tmp_path, monkeypatch):
     """The second saw the folder the first had just begun (_fleet, not yet marked) and refused it as
     "not a fleet export and not an empty folder"; it now waits for the mark a little while."""

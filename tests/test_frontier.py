@@ -489,6 +489,7 @@ def _scoped_journal(steps: int) -> str:
     return "".join(json.dumps(line) + "\n" for line in lines)
 
 
+@pytest.mark.slow  # over half a second: the slow lane (.ci/run) runs it
 def test_a_run_only_a_folds_own_cap_fails_is_left_out_of_nothing(tmp_path):
     """A fold's own cap-p75 is evaluated like any policy, but a run that fails under it alone (and
     under no shown policy) stays in every row with no error, and that fold offers no cap-p75."""
@@ -743,6 +744,7 @@ def test_the_frontier_picture_is_the_same_bytes_and_marks_baselines_and_choice(t
     assert plot_frontier(report, tmp_path / "a.png").read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.slow  # over half a second: the slow lane (.ci/run) runs it
 def test_the_frontier_pictures_labels_stay_inside_the_figure_wherever_the_points_lie():
     """A choice at the right edge had its long name run under the colour bar and off the picture,
     and the squeezed axes cut the title; each setting is now a line, written away from the edge."""

@@ -99,6 +99,7 @@ def test_apply_into_a_full_output_counts_what_committed(tmp_path, batch_size, ok
         assert len(case.events()) == 4  # created, revision, transition, initialize: nothing past the batch
 
 
+@pytest.mark.slow  # over half a second: the slow lane (.ci/run) runs it
 def test_apply_into_a_pipe_closed_early_counts_what_committed(tmp_path):
     journal = _snapshot_journal(tmp_path / "j.jsonl", 5000)
     reader = subprocess.Popen(["head", "-c", "10"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)

@@ -117,6 +117,7 @@ def test_a_link_to_a_case_folder_is_one_of_the_cases_of_its_folder(four_cases, t
 
 
 @pytest.mark.parametrize("left", ["manifest.json and analysis/", "ledger.sqlite-wal", "ledger.sqlite-lock"])
+@pytest.mark.slow  # over half a second: the slow lane (.ci/run) runs it
 def test_a_case_folder_that_lost_its_ledger_fails_and_is_never_left_out(tmp_path, left):
     """A package whose ``ledger.sqlite`` is gone but which still shows a case's marks (its export,
     or the ledger's side files) is one of the cases ``--all`` finds, and it fails with
@@ -250,6 +251,7 @@ def test_one_path_is_one_case_not_its_characters(four_cases):
     assert case_folders(str(four_cases[0].parent)) == sorted(four_cases)
 
 
+@pytest.mark.slow  # over half a second: the slow lane (.ci/run) runs it
 def test_all_leaves_out_build_folders_and_says_so_on_stderr(four_cases):
     """A folder named like an import's or a demo's build folder is a run's scratch: `--all` leaves it
     out of the cases (it is neither verified nor failed) and notes it on stderr, stdout unchanged."""

@@ -368,6 +368,7 @@ def test_a_new_case_named_like_a_build_folder_is_refused(tmp_path):
         assert not (tmp_path / name).exists()
 
 
+@pytest.mark.slow  # over half a second: the slow lane (.ci/run) runs it
 def test_an_output_named_like_a_ledgers_own_file_is_refused(tmp_path):
     """A file or folder named ledger.sqlite or like its side files makes the folder holding it look
     like a (damaged) case package, hiding that folder's cases from --all and fleet export."""

@@ -271,6 +271,7 @@ def test_events_an_interrupted_export_wrote_past_the_manifest_head_are_accepted_
     assert verdicts(tree, tmp_path) == (None, None)
 
 
+@pytest.mark.slow  # over half a second: the slow lane (.ci/run) runs it
 def test_import_to_a_new_folder_says_how_many_events_past_the_manifest_head_it_left_out(exported, tmp_path):
     tree = tmp_path / "tree"
     shutil.copytree(exported, tree)

@@ -418,6 +418,7 @@ def test_a_reader_polling_beside_a_busy_writer_never_stalls_it_and_closing_empti
 
 
 # --- tamper: a changed byte in every stored event ---------------------------------------
+@pytest.mark.slow  # over half a second: the slow lane (.ci/run) runs it
 def test_a_changed_byte_in_any_stored_event_is_caught_at_that_seq(base_package, tmp_path):
     package = fresh_copy(base_package, tmp_path, "tamper")
     with Case.open(package) as case:
@@ -737,6 +738,7 @@ def test_an_interrupt_inside_the_uncontended_acquire_leaks_no_lock(budget_case, 
     assert budget.reserve("H1", "k1", "source.read_context").reused is False
 
 
+@pytest.mark.slow  # over half a second: the slow lane (.ci/run) runs it
 def test_a_wait_abandoned_by_an_interrupt_releases_what_the_helper_wins_later(tmp_path, monkeypatch):
     path = tmp_path / "lock"
     hold_lock_elsewhere(path, 0.3)

@@ -108,6 +108,7 @@ def test_each_step_holds_the_hash_size_and_atoms_computed_from_the_raw_observati
         assert sum(c is not None for c in codes) * 10 >= len(codes) * 9  # timeouts and the submission have none
 
 
+@pytest.mark.slow  # over half a second: the slow lane (.ci/run) runs it
 def test_a_journal_keeps_no_text_of_the_run(imported):
     out, _ = imported
     for raw in RAW_FILES[::7]:
@@ -807,6 +808,7 @@ def test_a_run_over_a_default_limit_is_written_and_named_and_simulate_refuses_ex
            in done.output
 
 
+@pytest.mark.slow  # over half a second: the slow lane (.ci/run) runs it
 def test_a_step_no_journal_line_could_hold_refuses_its_file_saying_why(tmp_path):
     steps = tmp_path / "steps.jsonl"
     steps.write_text(json.dumps({"run": "huge", "command": "ls", "output": _numbered(250_000)}) + "\n"

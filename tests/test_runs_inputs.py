@@ -480,6 +480,7 @@ FENCE_PIECES = ["```bash", "```mswea_bash_command", "\n", " ", "\t", "x", "```",
 
 @given(st.lists(st.sampled_from(FENCE_PIECES), max_size=40).map("".join))
 @settings(max_examples=400, deadline=None)
+@pytest.mark.slow  # over half a second: the slow lane (.ci/run) runs it
 def test_bash_blocks_are_the_fence_pattern_s_matches_searched_no_further_than_the_last_closing_fence(text):
     """mini-swe-agent's fence pattern, searched only up to the last closing fence (so that a reply of
     many unclosed openings takes linear time), finds exactly the blocks the pattern finds in the whole text."""

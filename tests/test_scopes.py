@@ -1489,6 +1489,7 @@ def _view_rows(case: Case) -> list[dict]:
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=st.lists(st.tuples(_JOURNAL_STEP, st.integers(0, 20_000)), max_size=14))
+@pytest.mark.slow  # over half a second: the slow lane (.ci/run) runs it
 def test_scope_usage_read_through_the_api_equals_the_scope_usage_view_after_every_operation(tmp_path_factory,
                                                                                            steps):
     """ScopeManager.usage() measures each scope as reserve does (accounts, money totals); the

@@ -132,6 +132,7 @@ def test_workers_start_while_the_caller_is_still_on_its_first_task(tmp_path):
     assert out[0][1] == os.getpid() and out[1][1] != os.getpid()
 
 
+@pytest.mark.slow  # over half a second: the slow lane (.ci/run) runs it
 def test_no_more_workers_start_than_tasks_are_waiting(tmp_path, monkeypatch):
     started = []
     real = futures.ProcessPoolExecutor
@@ -270,6 +271,7 @@ def test_the_default_jobs_are_the_cores_this_process_may_use_not_every_core_of_t
         assert caught.value.code == INVALID_ARGUMENT
 
 
+@pytest.mark.slow  # over half a second: the slow lane (.ci/run) runs it
 def test_a_program_read_from_standard_input_runs_its_work_alone_with_one_warning_and_no_traceback(tmp_path):
     """A worker starts by importing the calling program again; ``python -`` has no file to import."""
     script = ("import glob, sys\n"

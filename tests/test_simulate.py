@@ -230,6 +230,7 @@ def _monotone(journals: list[Path]) -> list:
     return report.policies
 
 
+@pytest.mark.slow  # over half a second: the slow lane (.ci/run) runs it
 def test_raising_max_low_information_steps_never_refuses_more_steps_on_each_run():
     """Checked on all 100 journals first (test_monotone_on_all_runs): per run, a longer allowed streak
     never increases steps_refused or runs abandoned, and never lowers units spent or refunded."""
@@ -1162,6 +1163,7 @@ def test_a_journal_path_that_is_a_pipe_is_refused_as_not_a_file_never_as_missing
     assert "not a regular file or folder" in caught.value.message and "no such" not in caught.value.message
 
 
+@pytest.mark.slow  # over half a second: the slow lane (.ci/run) runs it
 def test_a_vary_grid_of_more_policies_than_one_grid_may_have_is_refused_before_any_is_made():
     """A 5000 × 5000 grid grew to 19 GB before printing anything; it is refused at once, naming its size."""
     from ledger.simulation.simulator import GRID_POLICIES_MAX

@@ -128,6 +128,7 @@ def test_an_event_over_event_bytes_max_is_refused_in_simulation_as_in_apply(tmp_
     assert traced.units_rewarded == sum(b["rewarded_units"] for b in balances)
 
 
+@pytest.mark.slow  # over half a second: the slow lane (.ci/run) runs it
 def test_five_more_real_journals_simulate_exactly_like_apply_under_two_policies(tmp_path):
     """Every line's outcome, both with the early stop and without it, and the final balances."""
     policies = [example_policy(), *vary(example_policy(), [("max_low_information_steps", [1])])]

@@ -691,6 +691,7 @@ def test_a_query_naming_no_such_table_lists_the_ledgers_views(case):
 
 @pytest.mark.parametrize("expression", ["zeroblob(900000000)", "hex(zeroblob(40000000))",
                                         "replace(hex(zeroblob(20000000)), '0', 'ab')"])
+@pytest.mark.slow  # over half a second: the slow lane (.ci/run) runs it
 def test_a_query_may_not_build_a_value_past_the_value_length_limit(case, expression):
     """The time limit stops a statement only between its steps; one function call building a value of
     gigabytes is one step (seconds, and its memory), so a read may build no value over 64 MiB."""
@@ -706,6 +707,7 @@ def test_a_query_may_not_build_a_value_past_the_value_length_limit(case, express
     assert case.storage.conn.getlimit(sqlite3.SQLITE_LIMIT_LENGTH) == 1_000_000_000  # the writer's is back
 
 
+@pytest.mark.slow  # over half a second: the slow lane (.ci/run) runs it
 def test_a_stored_value_longer_than_the_value_length_limit_stays_readable(tmp_path):
     path = tmp_path / "big"
     Case.create(path, "BIG-1").close()
