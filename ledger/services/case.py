@@ -40,7 +40,7 @@ from ..rules.common import check_action_id, check_case_id
 from ..storage.readonly import readonly_rows, reading_only
 from .session import Session, check_future_at
 from ..storage.connection import CheckpointWarning, Storage
-from ..storage.sqlite_file import (check_ledger_path, check_side_files, no_case_yet, orphaned_logs,
+from ..storage.sqlite_file import (check_ledger_path, check_side_files, migrations_edited, no_case_yet, orphaned_logs,
                                    translate_sqlite_errors)
 from ..model.views import SqlView
 
@@ -291,7 +291,7 @@ class Case(CaseFacade):
                 with translate_sqlite_errors():
                     problem = migration_record_problem(storage.conn)
                 if problem:
-                    raise LedgerError(E.INTEGRITY_ERROR, f"{ledger}: {problem}; the file was edited outside case-ledger")
+                    raise migrations_edited(ledger, problem)
                 if storage.current_schema_version() == 0 or SqlView(storage).case() is None:
                     raise no_case_yet(ledger)
         except BaseException:

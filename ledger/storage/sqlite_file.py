@@ -168,10 +168,13 @@ def no_case_in(conn: sqlite3.Connection, ledger: Path | str, **details: Any) -> 
             problem = migration_record_problem(conn)
     except LedgerError as exc:
         return exc
-    if problem:
-        return LedgerError(E.INTEGRITY_ERROR, f"{ledger}: {problem}; the file was edited outside case-ledger",
-                           **details)
-    return no_case_yet(ledger, **details)
+    return migrations_edited(ledger, problem, **details) if problem else no_case_yet(ledger, **details)
+
+
+def migrations_edited(ledger: Path | str, problem: str, **details: Any) -> LedgerError:
+    """The ``INTEGRITY_ERROR`` for a ledger whose ``schema_migrations`` records disagree with its
+    schema (``problem``: :func:`~ledger.storage.sqlfiles.migration_record_problem`'s words)."""
+    return LedgerError(E.INTEGRITY_ERROR, f"{ledger}: {problem}; the file was edited outside case-ledger", **details)
 
 
 def check_ledger_path(path: Path) -> None:
