@@ -144,7 +144,8 @@ def budget_record_evidence(settings: Settings, case: str, hypothesis: str, actio
 @CASE
 @click.argument("hypothesis")
 @click.argument("action_id")
-@click.option("--score", "semantic_score", type=Integer(), required=True, help="Semantic score, an integer 0-100.")
+@click.option("--score", "--semantic-score", "semantic_score", type=Integer(), required=True,
+              help="Semantic score, an integer 0-100 (semantic_score in journals and Python).")
 @click.option("--reason", required=True, help="Why the score (non-blank).")
 @AT
 @JSON
@@ -209,15 +210,14 @@ def _run_read(settings: Settings, case: str, as_json: bool, call: Callable[[Any]
               refused: str = "", action: str | None = None) -> None:
     """Print a reading; its ``refusal`` (check: not allowed; advice: not investigable) as a last line
     ``<refused>: CODE: message`` for people, and on stderr as a note with --json (whose object keeps
-    the reading's keys only). For a reading of ``action``, a note when the policy prices it by default
-    although it names prices of its own (a misspelt action name, most often)."""
+    the reading's keys only). For a reading of ``action``, notes on its price (:func:`_price_notes`)."""
     with settings.open(case) as opened:
         manager = opened.budget(settings.budget_config())
         reading = call(manager)
         changed, revision = manager.policy_changed(), opened.status()["analysis_revision"]
-        unpriced = _priced_by_default(manager.frozen_policy(), action) if action is not None else None
-    if unpriced:
-        warn(f"note: {unpriced}")
+        notes = _price_notes(manager.frozen_policy(), action) if action is not None else []
+    for note in notes:
+        warn(f"note: {note}")
     why = [f"{refused}: {reading.refusal}"] if refused and reading.refusal is not None else []
     emit_result(reading.to_dict(), as_json,
                 [f"{key}: {_plain(value)}" for key, value in reading.to_dict().items()] + why)
@@ -226,15 +226,24 @@ def _run_read(settings: Settings, case: str, as_json: bool, call: Callable[[Any]
     _warn_if_policy_changed(changed, revision)
 
 
-def _priced_by_default(policy: Any, action: str) -> str | None:
-    """Why ``action``'s price is the policy's ``default_action_cost`` when the policy's ``action_costs``
-    names others and not it, or None (a test's price and a policy naming no action are no surprise)."""
-    named = sorted(policy["action_costs"]) if policy is not None else []
-    if not named or action in named or policy.price_units(action) != policy["default_action_cost"]:
-        return None
+def _price_notes(policy: Any, action: str) -> list[str]:
+    """What may surprise in ``action``'s quoted price under the frozen ``policy`` (none frozen: nothing):
+    a test's name quoted at its ``test_costs`` entry while a reservation under that name debits its
+    ``action_costs`` entry or ``default_action_cost`` (docs/scopes.md); an action priced at
+    ``default_action_cost`` while ``action_costs`` names others and not it (a misspelt name, most often)."""
+    if policy is None:
+        return []
+    quoted, reserved = policy.price_units(action), policy.cost_units(action)
+    if quoted != reserved:
+        return [f"{action} is quoted at test_costs, {quoted} units, the price of a test asked for with "
+                f"request-test; budget reserve under this name debits {reserved} units (its action_costs "
+                f"entry or default_action_cost): give an action your agent runs itself a name of its own"]
+    named = sorted(policy["action_costs"])
+    if not named or action in named:
+        return []
     shown = ", ".join(named[:5]) + (f" and {len(named) - 5} more" if len(named) > 5 else "")
-    return (f"{action} is not among the action_costs of the policy this revision froze ({shown}): it is priced "
-            f"at default_action_cost, {policy['default_action_cost']} units")
+    return [f"{action} is not among the action_costs of the policy this revision froze ({shown}): it is priced "
+            f"at default_action_cost, {policy['default_action_cost']} units"]
 
 
 def _plain(value: Any) -> str:

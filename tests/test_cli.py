@@ -744,12 +744,26 @@ def test_a_reading_of_an_action_the_policy_prices_by_default_says_so_when_the_po
         status, out, err = cli(*args)
         assert (status, err) == (0, note), args
         assert "cost" in out
-    for action in ("source.read_context", "test.automated"):
-        assert cli("budget", "check", c, "H1", action)[2] == ""
+    assert cli("budget", "check", c, "H1", "source.read_context")[2] == ""
     plain = start_case(tmp_path / "plain", hypotheses=1)
     plain.budget().initialize()
     plain.close()
     assert cli("budget", "check", str(plain.path), "H1", "anything.at_all")[::2] == (0, "")
+
+
+def test_a_test_name_quoted_at_test_costs_says_what_a_reservation_under_it_debits(cli_case):
+    """check and price quote test.automated and test.human at test_costs (request-test's price) while
+    budget reserve under that name debits default_action_cost: both say so on stderr, with the two
+    figures, and the reservation debits the second."""
+    c = str(cli_case)
+    for name, quoted in (("test.automated", 15), ("test.human", 30)):
+        note = (f"note: {name} is quoted at test_costs, {quoted} units, the price of a test asked for with "
+                f"request-test; budget reserve under this name debits 10 units (its action_costs entry or "
+                f"default_action_cost): give an action your agent runs itself a name of its own\n")
+        for command in ("check", "price"):
+            status, out, err = cli("budget", command, c, "H1", name, "--json")
+            assert (status, err, json.loads(out)["cost"]) == (0, note, quoted), (name, command)
+    assert "reserved, cost 10" in ok("budget", "reserve", c, "H1", "t1", "test.automated")
 
 
 def test_budget_readings_print_json_values_for_people(cli_case):
@@ -1001,3 +1015,12 @@ def test_a_command_run_in_a_removed_folder_says_so(tmp_path, case):
     done = subprocess.run([sys.executable, str(script), str(gone), "state", str(case.path)], capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.startswith("case_id: BUG-1\n")
+
+
+def test_settle_takes_the_semantic_score_by_the_name_journals_and_python_give_it(cli_case):
+    """--semantic-score is --score's other name (runs import and the journal's settle line say semantic_score)."""
+    c = str(cli_case)
+    assert cli("budget", "reserve", c, "H1", "q1", "source.read_context")[0] == 0
+    assert cli("budget", "record", c, "H1", "q1", "--evidence", '{"finding": 1}')[0] == 0
+    status, out, _ = cli("budget", "settle", c, "H1", "q1", "--semantic-score", "100", "--reason", "good", "--json")
+    assert (status, json.loads(out)["action"]["reward_units"]) == (0, 4)

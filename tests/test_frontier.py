@@ -811,3 +811,27 @@ def test_a_fold_whose_training_runs_hold_no_run_of_the_constraints_label_makes_n
     held_out = report.choice["held_out"]
     assert held_out["chosen"] == ["cap-p75", None]  # fold 2 trained on c and d, both failed
     assert held_out["good_stopped_pct"]["max"] == 0.0
+
+
+def test_an_emitted_choice_with_an_allocation_says_on_stderr_where_the_allocation_goes(tmp_path):
+    """No budget file holds units_per_hypothesis: a policy applied from the emitted file alone never
+    stopped a run the simulation stopped, so --emit says on stderr how to give the allocation."""
+    few = tmp_path / "runs"
+    few.mkdir()
+    for journal in FILES[:6]:
+        (few / journal.name).write_bytes(journal.read_bytes())
+    target = tmp_path / "chosen.toml"
+    args = ["simulate", few, "--outcomes", OUTCOMES, "--frontier", "--folds", "0", "--max-stopped", "resolved=100%",
+            "--jobs", "1", "--json", "--emit", target]
+    done = _cli(*args)
+    choice = json.loads(done.stdout)["choice"]
+    units = choice["figures"]["units_per_hypothesis"]
+    assert (done.exit_code, choice["policy"]) == (0, "cap-p75") and units > 0  # the baseline, the cheapest here
+    assert BudgetConfig.load(target).policy_sha256 == choice["figures"]["policy_sha256"]
+    assert (f"note: {target} holds the chosen budget keys; the choice also gives each hypothesis {units} units, "
+            f"which no budget file holds: add --units-per-hypothesis {units} to ledger apply, --vary "
+            f"units_per_hypothesis={units} to ledger simulate --policy, units_per_hypothesis={units} to "
+            f"open_revision in Python\n") in done.stderr
+    plain = _cli(*args, "--vary", "max_low_information_steps=1")  # cheaper still, at the journals' allocation
+    assert json.loads(plain.stdout)["choice"]["policy"] == "max_low_information_steps=1"
+    assert plain.exit_code == 0 and "units_per_hypothesis" not in plain.stderr

@@ -381,6 +381,16 @@ def test_a_gzipped_input_is_read_whatever_the_letter_case_of_its_gz(tmp_path, na
     assert (tmp_path / "out" / "r1.jsonl").read_bytes() == (tmp_path / "plain-out" / "r1.jsonl").read_bytes()
 
 
+def test_a_steps_lines_other_keys_are_read_past_and_reach_no_journal(tmp_path):
+    line = {"run": "r1", "command": "cat a.py", "output": "x = 1", "exit_code": 0}
+    (tmp_path / "plain.jsonl").write_text(json.dumps(line) + "\n")
+    (tmp_path / "timed.jsonl").write_text(json.dumps({**line, "duration_ms": 12, "thought": "secret"}) + "\n")
+    plain, timed = import_runs([tmp_path / "plain.jsonl"], tmp_path / "a"), import_runs([tmp_path / "timed.jsonl"],
+                                                                                          tmp_path / "b")
+    assert (plain.runs, plain.steps, timed.runs, timed.steps, timed.errors) == (1, 1, 1, 1, [])
+    assert (tmp_path / "a" / "r1.jsonl").read_bytes() == (tmp_path / "b" / "r1.jsonl").read_bytes()
+
+
 def test_a_steps_line_with_a_key_given_twice_and_a_run_id_that_is_no_string_are_refused(tmp_path):
     (tmp_path / "dk.jsonl").write_text('{"run": "a", "run": "b", "command": "ls", "output": "x"}\n')
     messages = [{"role": "system", "content": "s"}, {"role": "assistant", "content": "```bash\nls\n```"},
@@ -657,6 +667,21 @@ def test_actions_rules_must_be_a_list_of_rules(tmp_path, rules, kind):
     assert caught.value.code == "CONFIG_INVALID" and caught.value.details["key"] == "rules"
     assert caught.value.message == (f"{mapping}: rules: must be a list of rules ([[rules]] tables with action and "
                                     f"programs), got {kind}")
+
+
+@pytest.mark.parametrize("text, message", [
+    ('defualt = "shell.run"\n', "defualt: unknown key (did you mean default?)"),
+    ('[[rules]]\nactoin = "x.y"\nprograms = ["cat"]\n', "rules[1].actoin: unknown key (did you mean action?)"),
+    ('[[rules]]\naction = "x.y"\nprograms = ["cat"]\nprogams = []\n',
+     "rules[1].progams: unknown key (did you mean programs?)"),
+    ('[[rules]]\naction = "x.y"\n', "rules[1]: needs exactly the keys action and programs"),
+])
+def test_an_actions_file_names_its_unknown_key_as_the_budget_config_does(tmp_path, text, message):
+    mapping = tmp_path / "actions.toml"
+    mapping.write_text(text, encoding="utf-8")
+    with pytest.raises(LedgerError) as caught:
+        ActionMap.load(mapping)
+    assert (caught.value.code, caught.value.message) == ("CONFIG_INVALID", f"{mapping}: {message}")
 
 
 def test_semantic_score_and_an_actions_file_change_settle_and_action_names(tmp_path):
