@@ -129,6 +129,32 @@ def _worker_reserve_same_actions(path: str, rounds: int, barrier, queue) -> None
         queue.put(_failure(exc))
 
 
+def documented_start():
+    """The ``start(path)`` function of docs/investigator.md ("Starting or resuming a case"), as printed."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "investigator.md").read_text(encoding="utf-8")
+    code = text.split("## Starting or resuming a case", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict = {}
+    exec(compile(code, "docs/investigator.md", "exec"), namespace)
+    return namespace["start"]
+
+
+def _worker_start_fresh_cases(folders: list[str], barrier, queue) -> None:
+    """Start (or resume) each fresh case with the documented function right after the barrier."""
+    try:
+        start, outcomes = documented_start(), []
+        for folder in folders:
+            barrier.wait(timeout=CHILD_TIMEOUT_S)
+            try:
+                case, budget = start(folder)
+                outcomes.append(("ok", budget.remaining("H1").values["remaining"]))
+                case.close()
+            except LedgerError as exc:
+                outcomes.append((exc.code, exc.message))
+        queue.put({"kind": "ok", "outcomes": outcomes})
+    except BaseException as exc:  # report everything, the parent asserts
+        queue.put(_failure(exc))
+
+
 def cycle_plan(hypothesis: str, cycles: int) -> list[dict]:
     """The reserve/record/settle cycles one worker runs on ``hypothesis`` (deterministic)."""
     number = int(hypothesis[1:])
@@ -322,6 +348,24 @@ def test_four_processes_sending_the_same_reservation_at_once_produce_exactly_one
         assert (row["spent_units"], row["remaining_units"], row["pending_action_id"]) == (5, 95, f"q-{r:04d}")
     assert_single_unforked_chain(path)
     verify_case(path)
+
+
+@pytest.mark.slow  # processes racing over 40 fresh folders: the slow lane (.ci/run) runs it
+def test_processes_starting_one_fresh_case_at_once_with_the_documented_function_all_get_it(tmp_path):
+    """Creating one case is serialized by its writer lock from the first look at the folder to the
+    first commit: the others wait (no LEDGER_BUSY before busy_timeout_ms), then see the whole case
+    (CASE_EXISTS, then open), never another init's logs or half-made file (STORAGE_ERROR, a lost
+    ledger's CASE_EXISTS, LEDGER_MISSING after CASE_EXISTS)."""
+    folders = [str(tmp_path / f"case-{n:02d}") for n in range(40)]
+    messages = run_workers(_worker_start_fresh_cases, [(folders,)] * 6)
+    assert [m for m in messages if m["kind"] != "ok"] == []
+    assert [o for m in messages for o in m["outcomes"] if o != ("ok", 300)] == []
+    for folder in folders:
+        assert ledger_rows(Path(folder), "SELECT type, COUNT(*) FROM events WHERE type IN ('case.created', "
+                           "'revision.opened', 'budget.initialized') GROUP BY type ORDER BY type") == [
+            ("budget.initialized", 1), ("case.created", 1), ("revision.opened", 1)]
+        assert_single_unforked_chain(Path(folder))
+    verify_case(folders[0])
 
 
 # --- 2. many writers, no LEDGER_BUSY, exact balances -----------------------------------

@@ -57,6 +57,17 @@ def _logs_without_ledger(root: Path) -> list[str]:
     return [name for name in (LEDGER_FILE + "-wal", LEDGER_FILE + "-journal") if os.path.lexists(root / name)]
 
 
+def _refuse_lost_ledgers_logs(root: Path) -> None:
+    """``CASE_EXISTS`` when ``root`` holds the logs of a ledger that is not there (:func:`_logs_without_ledger`),
+    which SQLite would delete as a new ledger's."""
+    logs = _logs_without_ledger(root)
+    if logs:
+        ledger = f"an empty {LEDGER_FILE}" if os.path.lexists(root / LEDGER_FILE) else f"no {LEDGER_FILE}"
+        raise LedgerError(E.CASE_EXISTS, f"{root} holds {' and '.join(logs)} but {ledger}: the log of a "
+                          "case whose ledger was lost or moved, which a new ledger here would delete; put the "
+                          f"case's {LEDGER_FILE} back (or 'ledger import' its export), or move the log aside first")
+
+
 def _analysis(config: Any) -> AnalysisConfig:
     """``config``, or the default analysis config for None; ``INVALID_ARGUMENT`` for anything else (a
     mapping is given as ``AnalysisConfig.from_mapping(it)``, a file as ``AnalysisConfig.load(path)``)."""
@@ -79,6 +90,8 @@ def missing_ledger(root: Path) -> LedgerError:
                            "whether it holds a case is not known", path=str(root))
     except OSError:
         pass
+    if ledger.is_file():  # made since the caller looked: an init running
+        return no_case_yet(ledger)
     if os.path.lexists(ledger):
         kind = "a folder" if ledger.is_dir() else "a link to nothing" if not ledger.exists() else "not a regular file"
         restore = (f"; then 'ledger import {root}' restores it in place from the package's export"
@@ -225,17 +238,12 @@ class Case(CaseFacade):
         if root.exists() and not root.is_dir():
             raise LedgerError(E.INVALID_ARGUMENT, f"{root} is not a directory")
         check_side_files(root / LEDGER_FILE)  # a log that is a folder or a pipe is named as such, not as a lost case's
-        logs = _logs_without_ledger(root)
-        if logs:  # SQLite would delete them as a new ledger's
-            ledger = f"an empty {LEDGER_FILE}" if os.path.lexists(root / LEDGER_FILE) else f"no {LEDGER_FILE}"
-            raise LedgerError(E.CASE_EXISTS, f"{root} holds {' and '.join(logs)} but {ledger}: the log of a "
-                              "case whose ledger was lost or moved, which a new ledger here would delete; put the "
-                              f"case's {LEDGER_FILE} back (or 'ledger import' its export), or move the log aside first")
         check_ledger_path(root / LEDGER_FILE)  # before any folder is made
         made = [folder for folder in (root, *root.parents) if not os.path.lexists(folder)]  # deepest first
         try:
             root.mkdir(parents=True, exist_ok=True)
-            storage = Storage.create(root / LEDGER_FILE, analysis.storage)
+            # the lost ledger's logs are looked for under the writer lock: another init's are no lost ledger's
+            storage = Storage.create(root / LEDGER_FILE, analysis.storage, lambda: _refuse_lost_ledgers_logs(root))
         except BaseException:  # no ledger could be made (an unwritable folder): nor are the folders left
             for folder in made:
                 try:

@@ -102,11 +102,12 @@ class Storage:
     """
 
     def __init__(self, conn: sqlite3.Connection, path: Path,
-                 settings: Mapping[str, Any]) -> None:
+                 settings: Mapping[str, Any], lock: WriterLock | None = None) -> None:
         self.conn = conn
         self.path = path
         self.settings = dict(settings)
-        self._lock = _writer_lock(path)
+        self._lock = lock or _writer_lock(path)
+        self._creating = lock is not None and lock.locked  # held from create() to the end of the first write
         self._in_write = self._in_batch = self._savepoint_open = False
         self._holder: Any = None  # the frame whose `with` holds the write (transaction.Write), while it does
         self._holder_at = -1  # that frame's instruction as it entered the `with`
@@ -129,18 +130,35 @@ class Storage:
 
     # -- opening ----------------------------------------------------------------
     @classmethod
-    def create(cls, path: Path, settings: Mapping[str, Any]) -> "Storage":
+    def create(cls, path: Path, settings: Mapping[str, Any], check: Callable[[], None] = lambda: None) -> "Storage":
         """Open (creating if needed) a ledger file whose schema the caller applies.
 
         The caller runs :meth:`apply_migrations` and its first append in one
-        :meth:`write`, so an interrupted ``init`` leaves no half-made case.
+        :meth:`write`, so an interrupted ``init`` leaves no half-made case. The writer lock is
+        held from before ``check`` (the caller's refusals of what the folder holds) to the end
+        of that write: processes creating one case at once run one after another, each seeing
+        whole what the one before left (``LEDGER_BUSY`` past ``busy_timeout_ms``).
         """
-        # a lock path that cannot be one is refused before the ledger file is made, which would stay
-        _writer_lock(path).check_path()
-        conn = connect_path(path, "rwc")
-        with translate_sqlite_errors():
-            conn.execute("PRAGMA journal_mode = WAL").fetchall()
-        return cls(conn, path, settings)
+        lock = _writer_lock(path)
+        lock.check_path()  # a lock path that cannot be one is refused before anything is made
+        made_lock, ledger_there = not os.path.lexists(lock.path), os.path.lexists(path)
+        try:
+            lock.acquire(int(settings["busy_timeout_ms"]))
+            check()
+            conn = connect_path(path, "rwc")
+            try:
+                with translate_sqlite_errors():
+                    conn.execute(f"PRAGMA busy_timeout = {int(settings['busy_timeout_ms'])}")
+                    conn.execute("PRAGMA journal_mode = WAL").fetchall()
+                return cls(conn, path, settings, lock)
+            except BaseException:
+                conn.close()
+                raise
+        except BaseException:
+            if made_lock and lock.locked and (ledger_there or not os.path.lexists(path)):
+                Path(lock.path).unlink(missing_ok=True)  # a refused creation leaves nothing; unlinked while held
+            lock.close()
+            raise
 
     @classmethod
     def open(cls, path: Path, settings: Mapping[str, Any]) -> "Storage":
@@ -382,7 +400,8 @@ class Storage:
         try:
             self._in_write = True
             try:
-                self._lock.acquire(int(self.settings["busy_timeout_ms"]))
+                if not self._creating:  # create() holds it for the first write
+                    self._lock.acquire(int(self.settings["busy_timeout_ms"]))
             except OSError as exc:
                 raise os_error(exc, f"cannot take the writer lock of {self.path}") from None
             try:
@@ -428,7 +447,7 @@ class Storage:
     def _end(self) -> None:
         """Every way out of :meth:`write`, a second interrupt during the first one's cleanup included:
         the next call (or close) finishes what an interrupted cleanup left."""
-        self._in_write = False
+        self._in_write = self._creating = False
         self._holder = None
         try:
             try:
