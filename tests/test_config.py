@@ -89,13 +89,13 @@ def test_a_refusal_quoting_a_huge_value_keeps_its_start_and_its_reason(tmp_path)
         "BBB' does not match '^[a-z][a-z0-9_]*(\\\\.[a-z][a-z0-9_]*)+$'"), message
 
 
-def test_a_schema_refusal_naming_a_huge_key_shows_its_start_and_end_in_the_location_too(tmp_path):
-    """The key sits in the refusal's location as well as in the quoted value: 80 characters of it there."""
+def test_a_refusal_naming_a_huge_key_shows_its_start_and_end_in_the_location(tmp_path):
+    """80 characters of the key in the refusal's location, as a schema refusal's location shows one."""
     config = tmp_path / "big.toml"
     config.write_text('[limits]\n' + "k" * 1000 + ' = 5\n')
     with pytest.raises(LedgerError) as refused:
         AnalysisConfig.load(config)
-    location = refused.value.message.split(": ")[2]
+    location = refused.value.message.split(": ")[1]
     assert location == f"limits.{'k' * 26} … (961 characters left out) … {'k' * 13}", refused.value.message
     assert len(refused.value.message) < 600
 
@@ -517,3 +517,27 @@ def test_a_config_mapping_with_a_key_that_is_no_string_is_config_invalid(build, 
     with pytest.raises(LedgerError) as refused:
         build()
     assert refused.value.code == CONFIG_INVALID and refused.value.message.startswith(f"{where}: keys must be strings")
+
+
+@pytest.mark.parametrize("config, data, message", [
+    (BudgetConfig, {"novelty_mod": "atoms"}, "novelty_mod: unknown key (did you mean novelty_mode?)"),
+    (BudgetConfig, {"novelty_mod": 5}, "novelty_mod: unknown key (did you mean novelty_mode?)"),
+    (BudgetConfig, {"defualt_action_cost": 5.0}, "defualt_action_cost: unknown key (did you mean default_action_cost?)"),
+    (BudgetConfig, {"test_costs": {"humman": "x"}}, "test_costs.humman: unknown key (did you mean human?)"),
+    (BudgetConfig, {"test_costs": {"robot": 3}}, "test_costs.robot: unknown key"),
+    (BudgetConfig, {"tabl": {"a": 1}}, "tabl: unknown key"),
+    (AnalysisConfig, {"storage": {"synchronus": "NORMAL"}}, "storage.synchronus: unknown key (did you mean synchronous?)"),
+    (AnalysisConfig, {"storage": {"synchronus": 1}}, "storage.synchronus: unknown key (did you mean synchronous?)"),
+    (AnalysisConfig, {"limits": {"event_byte_max": "2MiB"}},
+     "limits.event_byte_max: unknown key (did you mean event_bytes_max?)"),
+    (AnalysisConfig, {"max_hypothesis": 3}, "max_hypothesis: unknown key (did you mean max_hypotheses?)"),
+    (AnalysisConfig, {"unitz": "x"}, "unitz: unknown key"),
+])
+def test_an_unknown_config_key_is_called_unknown_whatever_its_value_naming_the_key_it_is_close_to(config, data,
+                                                                                                  message):
+    """A misspelt key with a text value was "must be an integer", with an integer value the schema's
+    "Additional properties are not allowed": one refusal for both, before any value is judged."""
+    with pytest.raises(LedgerError) as refused:
+        config.from_mapping(data)
+    assert (refused.value.code, refused.value.message, refused.value.details["key"]) == (
+        CONFIG_INVALID, message, message.split(":")[0])

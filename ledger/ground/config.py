@@ -8,18 +8,19 @@ for ``1``. Every refusal is ``CONFIG_INVALID`` and names the key.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, TypeVar
+from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 from .canonical import canonical_sha256
-from .errors import CONFIG_INVALID, INVALID_ARGUMENT, LedgerError, describe_value
+from .errors import CONFIG_INVALID, INVALID_ARGUMENT, LedgerError, describe_value, shortened
 from .resources import resource_dir
 from .paths import fs_path
-from .schemas import validate
+from .schemas import PATH_PART_CHARS_MAX, validate
 
 T = TypeVar("T")
 
@@ -117,16 +118,21 @@ def _parse_toml(text: str, path: str | Path) -> dict[str, Any]:
 CONFIG_INT_MAX = 2 ** 53 - 1
 
 
-def _check_types(data: Mapping[str, Any], where: str, *, strings: frozenset[str] = frozenset()) -> None:
-    """Refuse floats and booleans anywhere an integer belongs (schema cannot tell 25.0 from 25), and
-    integers past ±(2**53-1) (a number of thousands of digits cannot even be printed)."""
+def _check_types(data: Mapping[str, Any], where: str, known: Mapping[str, Any] | None, *,
+                 strings: frozenset[str] = frozenset()) -> None:
+    """Refuse a key ``known`` does not hold (None: any key; a table's entry in ``known`` is its own
+    ``known``), first, so that a misspelt key is called unknown whatever its value; then floats and
+    booleans anywhere an integer belongs (schema cannot tell 25.0 from 25), and integers past
+    ±(2**53-1) (a number of thousands of digits cannot even be printed)."""
     for key, value in data.items():
         if not isinstance(key, str):  # a mapping built in Python (TOML keys are text)
             raise LedgerError(CONFIG_INVALID, f"{where.rstrip('.') or '(top level)'}: keys must be strings, got "
                               f"{describe_value(key)}", key=where.rstrip(".") or "(top level)")
         name = f"{where}{key}"
+        if known is not None and key not in known:
+            raise unknown_key(where, key, known)
         if isinstance(value, Mapping) and not where:  # a table; a table inside one is no config's
-            _check_types(value, f"{name}.", strings=strings)
+            _check_types(value, f"{name}.", known.get(key) if known is not None else None, strings=strings)
         elif name in strings:
             continue
         elif type(value) is not int:
@@ -138,6 +144,22 @@ def _check_types(data: Mapping[str, Any], where: str, *, strings: frozenset[str]
         elif not -CONFIG_INT_MAX <= value <= CONFIG_INT_MAX:  # before anything prints or hashes it
             raise LedgerError(CONFIG_INVALID, f"{name}: an integer of about {int(value.bit_length() * 0.30103) + 1} "
                               f"digits is outside ±{CONFIG_INT_MAX}", key=name)
+
+
+def unknown_key(where: str, key: str, known: Iterable[str]) -> LedgerError:
+    """``CONFIG_INVALID`` for ``key`` of the table ``where`` (``""`` or ``"limits."``), shown as a
+    refusal's location shows a key (its start and end when long), naming the known key it is closest
+    to, when one is close (a misspelling, most often)."""
+    name = where + shortened(key, PATH_PART_CHARS_MAX)
+    close = difflib.get_close_matches(key, sorted(known), n=1) if len(key) <= PATH_PART_CHARS_MAX else []
+    return LedgerError(CONFIG_INVALID, f"{name}: unknown key" + (f" (did you mean {close[0]}?)" if close else ""),
+                       key=name)
+
+
+#: The keys a budget policy holds; a table's entry is its own keys (None: any key, its names checked
+#: by the schema).
+POLICY_KEYS: dict[str, Any] = {**dict.fromkeys(DEFAULT_POLICY), "novelty_mode": None, "action_costs": None,
+                               "test_costs": dict.fromkeys(DEFAULT_POLICY["test_costs"])}
 
 
 #: Canonical sha256 of the policies the tests validate against ``budget-policy-v1`` (the
@@ -236,7 +258,7 @@ class BudgetConfig:
                               f"got {describe_value(mode)}", key="novelty_mode")
         if mode != NOVELTY_DEFAULT:
             merged["novelty_mode"] = mode
-        _check_types(merged, "", strings=frozenset({"novelty_mode"}))
+        _check_types(merged, "", POLICY_KEYS, strings=frozenset({"novelty_mode"}))
         policy_sha256 = _validated_policy_sha256(merged)
         if merged["tier_shallow_below_pct"] < merged["tier_deferred_below_pct"]:
             raise LedgerError(
@@ -335,7 +357,8 @@ class AnalysisConfig:
             "storage": {**DEFAULT_STORAGE, **dict(self.storage)},
             "limits": {**DEFAULT_LIMITS, **dict(self.limits)},
         }
-        _check_types(data, "", strings=frozenset({"storage.synchronous"}))
+        _check_types(data, "", {**dict.fromkeys(DEFAULT_ANALYSIS), "storage": dict.fromkeys(DEFAULT_STORAGE),
+                                "limits": dict.fromkeys(DEFAULT_LIMITS)}, strings=frozenset({"storage.synchronous"}))
         if data != default_analysis_data():  # the built-in defaults are checked once, by the tests
             validate("analysis-config-v1", data, CONFIG_INVALID, "analysis config")
         object.__setattr__(self, "storage", read_only(data["storage"]))  # what was checked: no edit after
@@ -360,7 +383,7 @@ class AnalysisConfig:
         known = {"units_per_hypothesis", "max_hypotheses", "storage", "limits"}
         for key in data:
             if key not in known:
-                raise LedgerError(CONFIG_INVALID, f"{key}: unknown key", key=str(key))
+                raise unknown_key("", str(key), known)
         for key in ("storage", "limits"):
             if key in data and not isinstance(data[key], Mapping):
                 raise LedgerError(CONFIG_INVALID, f"{key}: must be a table", key=key)
