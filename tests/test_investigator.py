@@ -1043,3 +1043,56 @@ def test_run_tool_of_an_action_closed_without_a_stored_call_is_action_closed_bef
         investigator.run_tool("H1", "q-1", "source.read_context", READ)
     assert caught.value.code == "ACTION_CLOSED" and _event_count(case) == events
     assert caught.value.message.startswith("H1/q-1 is already failed, with no stored tool call to answer from")
+
+
+def _public_callables(owner: object) -> list[tuple[str, object]]:
+    """The public methods of ``owner`` (an instance or a class) that a caller calls."""
+    return [(name, getattr(owner, name)) for name in dir(owner) if not name.startswith("_")
+            and callable(getattr(owner, name, None)) and not isinstance(getattr(owner, name), type)]
+
+
+def test_a_call_that_does_not_fit_a_public_signature_is_invalid_argument_and_does_nothing(case, investigator,
+                                                                                           tmp_path):
+    """Python's TypeError for a missing, unknown or doubled argument reached callers of the
+    library, whose one exception is LedgerError: every public function and method of the services
+    refuses such a call with INVALID_ARGUMENT before it runs."""
+    import inspect
+
+    import ledger
+    from ledger import MemoryCase
+
+    action = investigator.action("H1", "fit-1", "source.read_context")
+    owners = [ledger, case, investigator, case.scopes(), case.evidence(), action, Case,
+              MemoryCase.create("MEM-1")]
+    before = _event_count(case)
+    checked = []
+    for owner in owners:
+        names = ledger.__all__ if owner is ledger else None
+        for name, member in _public_callables(owner):
+            if not (name in names and inspect.isfunction(member) if names is not None else inspect.ismethod(member)):
+                continue  # a module's own imports, an attribute holding a function (a case's clock)
+            parameters = inspect.signature(member).parameters.values()
+            if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+                continue
+            with pytest.raises(LedgerError) as refused:
+                member(not_an_argument=1)
+            assert refused.value.code == "INVALID_ARGUMENT", (owner, name)
+            assert "not_an_argument" in refused.value.message or "missing" in refused.value.message, (owner, name)
+            checked.append(name)
+    assert _event_count(case) == before
+    assert {"verify_case", "import_runs", "simulate", "reserve", "settle", "run_tool", "open_revision", "create",
+            "record", "store_tool_results", "establish"} <= set(checked), sorted(checked)
+    with pytest.raises(LedgerError) as refused:
+        investigator.settle("H1", "fit-1", 50)
+    assert (refused.value.code, refused.value.message) == (
+        "INVALID_ARGUMENT", "BudgetManager.settle() missing 1 required positional argument: 'reason'")
+    from ledger.ground.arguments import refuses_unfit_calls
+
+    @refuses_unfit_calls
+    def adds(a, b):
+        return a + b
+
+    with pytest.raises(TypeError):  # a TypeError from inside the callee is no refusal of its call
+        adds(1, "b")
+    with pytest.raises(LedgerError):
+        adds(1, a=2)

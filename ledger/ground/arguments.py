@@ -161,14 +161,44 @@ def caller_stacklevel() -> int:
     return level
 
 
+def unfit_call(exc: TypeError) -> LedgerError | None:
+    """``INVALID_ARGUMENT`` for the ``TypeError`` Python raises when a call's arguments do not fit the
+    callee's signature (one missing, unknown or given twice), caught in the frame that made the call:
+    the callee never started, so nothing was done. None for a ``TypeError`` from inside the callee."""
+    frames = exc.__traceback__
+    return LedgerError(INVALID_ARGUMENT, str(exc)) if frames is not None and frames.tb_next is None else None
+
+
+def refuses_unfit_calls(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function`` refusing a call whose arguments do not fit its signature with ``INVALID_ARGUMENT``
+    (:func:`unfit_call`), as every public function and method does (docs/api.md)."""
+    @functools.wraps(function)
+    def fitted(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return function(*args, **kwargs)
+        except TypeError as exc:
+            refusal = unfit_call(exc)
+            if refusal is None:
+                raise
+            raise refusal from None
+    return fitted
+
+
 def plain_arguments(function: Callable[..., Any]) -> Callable[..., Any]:
     """``function`` (a rule's ``shape_*`` function, which checks a call's arguments and builds the
     request that is stored, or a public method of a service) called with every argument made
     :func:`plain_data` first: the checks then read the values stored, which verify's replay reads
-    back, never a subclass's own answers about them."""
+    back, never a subclass's own answers about them. A call that does not fit its signature is
+    ``INVALID_ARGUMENT`` (:func:`unfit_call`)."""
     @functools.wraps(function)
     def plain(*args: Any, **kwargs: Any) -> Any:
-        return function(*(plain_data(arg) for arg in args), **{key: plain_data(arg) for key, arg in kwargs.items()})
+        try:
+            return function(*(plain_data(arg) for arg in args), **{key: plain_data(arg) for key, arg in kwargs.items()})
+        except TypeError as exc:
+            refusal = unfit_call(exc)
+            if refusal is None:
+                raise
+            raise refusal from None
     plain.plain_arguments = True  # type: ignore[attr-defined]
     return plain
 

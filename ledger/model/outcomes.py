@@ -14,8 +14,10 @@ from ..ground.errors import LedgerError, first_few, quoted
 from ..ground.paths import fs_path
 from ..rules.common import is_blank
 from ..rules.lifecycle import OUTCOME_CHARS_MAX, REPORT_OUTCOMES, check_new_outcome
+from ..ground.arguments import refuses_unfit_calls
 
 
+@refuses_unfit_calls
 def read_outcomes(path: str | os.PathLike[str]) -> dict[str, str]:
     """Run id (first column) → outcome (the column named ``outcome``, another one) of a UTF-8 CSV
     file with a header row; blank lines are skipped.

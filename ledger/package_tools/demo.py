@@ -22,7 +22,7 @@ from typing import Any, Callable
 from ..ground import errors as E, interrupts
 from .atomic_files import process_umask, remove_abandoned_builds
 from ..ground.resources import resource_dir
-from ..ground.arguments import check_callback, check_instance
+from ..ground.arguments import check_callback, check_instance, refuses_unfit_calls
 from ..ground.canonical import parse_json
 from ..services.case import Case
 from ..model.package import refuse_build_folder_name
@@ -86,6 +86,7 @@ def describe(line: dict[str, Any], outcome: LineResult) -> str:
     return f"{head} {note}"
 
 
+@refuses_unfit_calls
 def run_demo(target: Path | None = None, echo: Callable[[str], None] = print,
              actor: str = "controller") -> tuple[Path, ExportReport, VerifyReport]:
     """Build, run, export and verify the demo case at ``target`` (default :func:`default_demo_dir`).

@@ -23,7 +23,7 @@ from .atomic_files import (discard, fsync_dir, fsync_folders, new_file_mode, rem
                            write_atomic, write_atomic_many)
 from ..storage.writer_lock import WriterLock
 from ..storage.sqlfiles import statement
-from ..ground.arguments import check_callback, check_instance
+from ..ground.arguments import check_callback, check_instance, refuses_unfit_calls
 from ..ground.canonical import ZERO_SHA256, canonical_bytes, sha256_hex
 from ..ground.errors import LedgerError
 from ..services.case import Case
@@ -240,6 +240,7 @@ def export_count(case: Case) -> int:
     return events + contents + 1
 
 
+@refuses_unfit_calls
 def export_case(case: "Case | str | os.PathLike[str]", progress: Progress | None = None) -> ExportReport:
     """Export ``case`` to ``<package>/analysis/`` and ``manifest.json`` (docs/files.md).
 

@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable
 from ..ground import errors as E, interrupts
 from .atomic_files import fsync_dir, remove_abandoned_builds, write_atomic
 from ..storage.sqlfiles import queries, schema_version, statement
-from ..ground.arguments import check_callback, check_iterable
+from ..ground.arguments import check_callback, check_iterable, refuses_unfit_calls
 from ..rules.common import check_case_id
 from ..services.case import missing_ledger
 from ..ground.errors import LedgerError, describe_value, first_few, quoted
@@ -455,6 +455,7 @@ def _blocked_map(pool: concurrent.futures.ProcessPoolExecutor) -> Callable[[Any,
     return run
 
 
+@refuses_unfit_calls
 def export_fleet(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str], *, jobs: int | None = 1,
                  progress: Progress | None = None) -> FleetReport:
     """Export every case found in ``paths`` (cases or folders of cases) to ``out`` (docs/fleet.md).
@@ -506,6 +507,7 @@ def _partition_or_none(case_id: str) -> str | None:
         return None
 
 
+@refuses_unfit_calls
 def remove_from_fleet(out: str | os.PathLike[str], case_ids: Iterable[str]) -> list[str]:
     """Take the cases of ``case_ids`` out of the fleet export ``out`` (docs/fleet.md): each one's
     record first (``fleet sql`` leaves an unrecorded case out), then its partition of every table,

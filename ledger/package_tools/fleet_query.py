@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from ..ground import errors as E
-from ..ground.arguments import check_callback
+from ..ground.arguments import check_callback, refuses_unfit_calls
 from ..ground.canonical import check_int
 from ..ground.errors import LedgerError, shown
 from ..ground.paths import fs_path
@@ -372,6 +372,7 @@ def _fetch(relation: Any, timeout_ms: int, timed_out: threading.Event, out: Path
             yield tuple(_plain(v) for v in row)
 
 
+@refuses_unfit_calls
 def fleet_query(out: str | os.PathLike[str], query: str, *, timeout_ms: int = 30_000) -> tuple[list[str], list[tuple]]:
     """:func:`fleet_rows` with every row read: ``(column names, rows)``. Errors as :func:`fleet_rows`:
     ``INVALID_ARGUMENT`` (not a fleet export, a refused or failing query), ``INTEGRITY_ERROR`` (a

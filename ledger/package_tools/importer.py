@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator, Mapping
 from ..ground import errors as E
 from ..ground.canonical import sha256_hex
 from .atomic_files import discard, fsync_dir, fsync_files, fsync_folders, remove_abandoned_builds
-from ..ground.arguments import check_callback
+from ..ground.arguments import check_callback, refuses_unfit_calls
 from ..services.case import Case
 from ..ground.config import AnalysisConfig
 from ..ground.errors import LedgerError
@@ -368,6 +368,7 @@ def _move_into_place(build_dir: Path, dest: Path) -> None:
     fsync_dir(dest.parent)
 
 
+@refuses_unfit_calls
 def import_tree(source: str | os.PathLike[str], to: str | os.PathLike[str] | None = None,
                 progress: Progress | None = None) -> VerifyReport:
     """Rebuild a case package from an exported tree (docs/files.md) and verify it.

@@ -23,7 +23,7 @@ from typing import Any, BinaryIO, Callable, Iterable, Iterator, Sequence
 
 from ..ground import errors as E, interrupts
 from ..services.budget import BudgetManager
-from ..ground.arguments import check_callback, check_flag, check_instance, check_iterable
+from ..ground.arguments import check_callback, check_flag, check_instance, check_iterable, refuses_unfit_calls
 from ..ground.canonical import SAFE_INTEGER_MAX, parse_json, stored_bytes
 from ..services.case import LEDGER_FILE, Case, check_new_case_path
 from ..ground.clock import describe_micros, microseconds_between, parse_at
@@ -214,6 +214,7 @@ def call_operation(case: Case, budget: BudgetManager, line: dict[str, Any]) -> A
     return getattr(service, op.name)(**kwargs)
 
 
+@refuses_unfit_calls
 def apply_journal(case: Case, lines: Iterable[str | bytes], *, budget: BudgetManager | None = None,
                   keep_going: bool = False, batch_size: int = 1,
                   on_commit: Callable[[int], None] | None = None,

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from ..ground import errors as E, interrupts
-from ..ground.arguments import check_callback, check_flag, check_instance, path_list
+from ..ground.arguments import check_callback, check_flag, check_instance, path_list, refuses_unfit_calls
 from ..ground.config import AnalysisConfig
 from ..ground.errors import LedgerError
 from ..ground.paths import fs_path, os_error
@@ -52,6 +52,7 @@ class ManyReport:
         return {"cases": self.cases, "passed": self.passed, "failed": self.failed, "ok": self.failed == 0}
 
 
+@refuses_unfit_calls
 def case_folders(folders: Iterable[str | os.PathLike[str]]) -> list[Path]:
     """The case folders directly inside each of ``folders``, sorted by name within each (a link to
     a case folder counts: it is listed by its own name): those holding ``ledger.sqlite``, and damaged packages that lost it (:func:`is_case_package`),
@@ -72,6 +73,7 @@ def case_folders(folders: Iterable[str | os.PathLike[str]]) -> list[Path]:
     return found
 
 
+@refuses_unfit_calls
 def build_folders(folders: Iterable[str | os.PathLike[str]]) -> list[Path]:
     """The folders directly inside each of ``folders`` that :func:`case_folders` leaves out because
     they are named like an import's or a demo's build folder (``.NAME.importing-PID-N``,
@@ -155,6 +157,7 @@ def _export_one(task: tuple[Path, AnalysisConfig | None]) -> Outcome:
     return {"case": str(case), "ok": True, "report": report.to_dict()}
 
 
+@refuses_unfit_calls
 def verify_many(cases: Iterable[str | os.PathLike[str]], *, jobs: int | None = None, strict: bool = False,
                 each: Callable[[Outcome], None] | None = None) -> ManyReport:
     """Verify every case of ``cases`` (each as :func:`verify_case` does) over ``jobs`` processes, this one
@@ -178,6 +181,7 @@ def verify_many(cases: Iterable[str | os.PathLike[str]], *, jobs: int | None = N
     return report
 
 
+@refuses_unfit_calls
 def export_many(cases: Iterable[str | os.PathLike[str]], *, jobs: int | None = None,
                 analysis_config: AnalysisConfig | None = None,
                 each: Callable[[Outcome], None] | None = None) -> ManyReport:

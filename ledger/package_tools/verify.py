@@ -24,7 +24,7 @@ from ..ground import errors as E
 from .atomic_files import process_tag, remove_abandoned_temp_folders, same_bytes
 from ..storage.sqlfiles import (PUBLIC_VIEWS, folded_name, migration_record_problem, schema_version, shipped_objects,
                                 shipped_schema, statement)
-from ..ground.arguments import check_callback, check_flag
+from ..ground.arguments import check_callback, check_flag, refuses_unfit_calls
 from ..ground.workers import job_count
 from ..ground.canonical import sha256_hex, stored_bytes
 from ..services.case import missing_ledger
@@ -170,9 +170,9 @@ def refuse_temp_inside(root: Path, doing: str = "verify") -> Path:
     return temp
 
 
-def verify_case(path: str | os.PathLike[str], progress: Progress | None = None, *,
-                strict: bool = False, jobs: int | None = 1,
-                anchors: Mapping[int, str] | None = None) -> VerifyReport:
+@refuses_unfit_calls
+def verify_case(path: str | os.PathLike[str], progress: Progress | None = None, *, strict: bool = False,
+                jobs: int | None = 1, anchors: Mapping[int, str] | None = None) -> VerifyReport:
     """Verify the case at ``path`` (docs/files.md); raise ``INTEGRITY_ERROR`` naming the first bad ``seq``.
 
     First SQLite's own check of the file (``PRAGMA integrity_check``: every page, and every index

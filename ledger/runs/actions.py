@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..ground.config import load_toml_config
+from ..ground.config import load_toml_config, unknown_key
 from ..ground.errors import CONFIG_INVALID, LedgerError
 from .shell_words import split_words
 
@@ -92,7 +92,7 @@ class ActionMap:
         """Refuses (``CONFIG_INVALID`` naming the key) anything but ``default``, ``rules`` and ``neutral``."""
         unknown = sorted(set(data) - {"default", "rules", "neutral"})
         if unknown:
-            raise LedgerError(CONFIG_INVALID, f"actions: unknown key {unknown[0]!r}", key=unknown[0])
+            raise unknown_key("", unknown[0], {"default", "rules", "neutral"})
         default = data.get("default", DEFAULT_ACTIONS["default"])
         _check_action(default, "default")
         rules = []
@@ -102,6 +102,8 @@ class ActionMap:
                               f"and programs), got {type(given).__name__}", key="rules")
         for number, rule in enumerate(given, start=1):
             key = f"rules[{number}]"
+            if isinstance(rule, Mapping) and set(rule) - {"action", "programs"}:
+                raise unknown_key(f"{key}.", sorted(set(rule) - {"action", "programs"})[0], {"action", "programs"})
             if not isinstance(rule, Mapping) or set(rule) != {"action", "programs"}:
                 raise LedgerError(CONFIG_INVALID, f"{key}: needs exactly the keys action and programs", key=key)
             _check_action(rule["action"], f"{key}.action")

@@ -28,7 +28,7 @@ from ..ground.errors import LedgerError, describe_value, quoted, repr_shown
 from ..ground.canonical import canonical_bytes
 from ..ground.config import AnalysisConfig
 from ..ground.paths import EXPORT_FILE_BYTES_MAX, STORAGE_ERRNOS, folder_inputs, fs_path, refuse_link_to_nothing
-from ..ground.arguments import check_callback, check_instance, check_iterable, check_text_mapping
+from ..ground.arguments import check_callback, check_instance, check_iterable, check_text_mapping, refuses_unfit_calls
 from ..model.outcomes import check_outcomes, read_outcomes
 from ..model.package import refuse_output_in_package
 from ..package_tools.atomic_files import create_tagged_temp, remove_abandoned_temp_files
@@ -495,6 +495,7 @@ def _check_writable(folder: Path) -> None:
                 os.unlink(probe[0])
 
 
+@refuses_unfit_calls
 def import_runs(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str], *, fmt: str = "auto",
                 outcomes: Mapping[str, str] | str | os.PathLike[str] | None = None, semantic_score: int = 50,
                 actions: ActionMap | str | os.PathLike[str] | None = None,

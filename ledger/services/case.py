@@ -24,7 +24,7 @@ from ..storage.sqlfiles import migration_record_problem, statement
 from ..ground.canonical import check_int
 from ..ground.clock import checked_clock, first_then, parse_at, utc_now
 from ..ground.config import AnalysisConfig, BudgetConfig
-from ..ground.arguments import check_flag, check_instance, check_sql_params
+from ..ground.arguments import check_flag, check_instance, check_sql_params, refuses_unfit_calls
 from ..ground.errors import LedgerError
 from .actions import CaseBudget
 from .facade import CaseFacade, LifecycleResult  # noqa: F401
@@ -524,6 +524,7 @@ def read_only_rows(path: str | os.PathLike[str], sql: str, *,
         yield found
 
 
+@refuses_unfit_calls
 def read_only_query(path: str | os.PathLike[str], sql: str, *, timeout_ms: int = 30_000) -> tuple[list[str], list[tuple]]:
     """Run one read-only SQL statement on the ledger of the case at ``path``: ``(column names, rows)``.
 

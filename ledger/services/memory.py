@@ -33,6 +33,7 @@ from typing import Any, Callable, ContextManager, Iterator
 
 from ..ground import errors as E
 from ..ground.canonical import ZERO_SHA256, canonical_event_bytes, canonical_sha256
+from ..ground.arguments import plain_public_arguments
 from ..ground.clock import utc_now
 from ..ground.config import AnalysisConfig
 from ..ground.errors import LedgerError, limit_reached
@@ -163,6 +164,7 @@ class MemorySession(SessionBase):
             return revision, last_seq, view.accounts(revision), self.event_ref(last_seq) if last_seq else None
 
 
+@plain_public_arguments
 class MemoryCase(CaseFacade):
     """A case that lives in memory only: :meth:`create` it, then run operations as on a
     :class:`~ledger.services.case.Case` (``open_revision``, ``transition``, ``budget(config)``).

@@ -25,7 +25,7 @@ from ..ground import errors as E
 from ..ground.config import AnalysisConfig
 from ..ground.errors import LedgerError, repr_shown
 from ..services.memory import DEFAULT_ACTOR
-from ..ground.arguments import path_list
+from ..ground.arguments import path_list, refuses_unfit_calls
 from .evaluator import StepTable, evaluate, step_table
 from .replay import UNITS_KEY, RunResult, journal_lines
 from .simulator import (CACHE_BYTES_MAX, NO_OUTCOME, Policy, SimulationReport, journal_files, load_policy,
@@ -508,6 +508,7 @@ def _check_one_price_table(policies: Sequence[Policy]) -> None:
                     policy=policy.name, key=key)
 
 
+@refuses_unfit_calls
 def frontier(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Policy],
              outcomes: Mapping[str, str] | str | os.PathLike[str] | None = None, *, good: str = "resolved",
              constraint: Constraint | str | None = None, folds: int | None = None, seed: int = 0,

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..ground import errors as E
-from ..ground.arguments import check_instance, check_iterable
+from ..ground.arguments import check_instance, check_iterable, refuses_unfit_calls
 from ..ground.canonical import check_int
 from ..ground.errors import LedgerError, repr_shown
 from ..ground.paths import fs_path
@@ -49,6 +49,7 @@ def frontier_points(policies: Sequence[Mapping[str, Any]], good: str = "resolved
     return points
 
 
+@refuses_unfit_calls
 def plot_frontier(report: Any, path: str | os.PathLike[str], *, good: str = "resolved") -> Path:
     """Draw a :class:`~ledger.simulation.frontier.FrontierReport` to ``path`` (``.svg``/``.png``):
     every policy a point (units saved % against ``good`` runs stopped %, coloured by the other runs

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..ground import errors as E
-from ..ground.arguments import check_instance, check_iterable
+from ..ground.arguments import check_instance, check_iterable, refuses_unfit_calls
 from ..ground.canonical import check_int
 from ..ground.errors import LedgerError, repr_shown
 from ..ground.paths import fs_path
@@ -28,6 +28,7 @@ INSTALL_HINT = "pip install '.[plot]' (in a clone of the repository)"
 SVG_HASH_SALT = "case-ledger"
 
 
+@refuses_unfit_calls
 def tradeoff_points(policies: Sequence[Mapping[str, Any]], good: str = "resolved") -> list[tuple[str, float, float]]:
     """``(name, steps saved %, good runs stopped %)`` per policy row of a simulation report.
 
@@ -108,6 +109,7 @@ def check_plot(path: str | os.PathLike[str]) -> Path:
     return target
 
 
+@refuses_unfit_calls
 def plot_tradeoff(policies: Sequence[Mapping[str, Any]], path: str | os.PathLike[str], *, base: str | None = None,
                   good: str = "resolved") -> Path:
     """Draw :func:`tradeoff_points` of ``policies`` to ``path`` (``.svg`` or ``.png``), each point

@@ -28,7 +28,8 @@ from ..ground import errors as E
 from ..ground.resources import resource_dir
 from ..ground.config import DEFAULT_POLICY, AnalysisConfig, BudgetConfig, read_toml, load_toml_config
 from ..ground.canonical import SAFE_INTEGER_MAX
-from ..ground.arguments import check_instance, check_iterable, check_text_mapping, is_decimal, path_list
+from ..ground.arguments import (check_instance, check_iterable, check_text_mapping, is_decimal, path_list,
+                               refuses_unfit_calls)
 from ..ground.errors import LedgerError, repr_shown
 from ..services.memory import DEFAULT_ACTOR
 from ..ground.paths import folder_inputs, fs_path
@@ -90,6 +91,7 @@ def policy_from_mapping(name: str, data: Mapping[str, Any]) -> Policy:
     return Policy(name, BudgetConfig.from_mapping(budget), units)
 
 
+@refuses_unfit_calls
 def load_policy(spec: str | os.PathLike[str]) -> Policy:
     """``[NAME=]FILE.toml`` → a :class:`Policy` named ``NAME`` (default: the file's stem).
     Raises ``CONFIG_INVALID`` for an unreadable or invalid file."""
@@ -114,6 +116,7 @@ def _policy_spec(spec: str | os.PathLike[str]) -> tuple[str, str]:
     return name, path
 
 
+@refuses_unfit_calls
 def example_policy() -> Policy:
     """The bundled example policy (``config/budget.example.toml``) as a simulation :class:`Policy`
     named ``example``; for a case's budget use ``BudgetConfig.example()``."""
@@ -176,6 +179,7 @@ def parse_vary(spec: str) -> tuple[str, list[int | str]]:
 GRID_POLICIES_MAX = 10_000
 
 
+@refuses_unfit_calls
 def vary(base: Policy, grid: Sequence[tuple[str, Sequence[int | str]]]) -> list[Policy]:
     """Every combination of the ``(key, values)`` of ``grid`` applied to ``base`` (the first key
     varies slowest), each named ``key=value`` (joined by spaces for several keys).
@@ -397,6 +401,7 @@ def policy_list(policies: Any) -> list[Any] | None:
     return items
 
 
+@refuses_unfit_calls
 def simulate(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Policy | str | os.PathLike[str]] | None = None,
              outcomes: Mapping[str, str] | str | os.PathLike[str] | None = None, *, jobs: int | None = 1,
              analysis: AnalysisConfig | None = None, package: str | os.PathLike[str] | None = None,
