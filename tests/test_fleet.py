@@ -904,6 +904,42 @@ def test_a_damaged_or_stray_file_in_an_export_is_said_plainly(fleet, tmp_path):
     assert caught.value.message == f"{copy} holds a fleet export in format [], not fleet-export-v1"
 
 
+def _damage_footer(path: Path, how: str) -> None:
+    """Damage the Parquet footer of ``path`` in place (its length and magic number kept)."""
+    data = bytearray(path.read_bytes())
+    length = int.from_bytes(data[-8:-4], "little")
+    start = len(data) - 8 - length
+    if how == "zeroed":
+        data[start:start + 20] = bytes(20)
+    else:  # its last bytes made a type the reader does not know
+        data[-18:-8] = bytes([0x0F] * 10)
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("how", ["zeroed", "unknown type"])
+def test_a_damaged_footer_of_any_case_but_the_first_is_integrity_error_naming_its_table(fleet, tmp_path, how):
+    """Only the first file of a table is read when its view is made: a later case's damaged footer
+    failed the query with DuckDB's plain error naming no file ("TProtocolException: Invalid data"),
+    which was "query refused" (INVALID_ARGUMENT), as if the query were at fault."""
+    _, out, ids = fleet
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    for table in ("actions", "events"):
+        partitions = [p for p in sorted((copy / table).iterdir()) if p.name.startswith("case_id=")]
+        _damage_footer(partitions[-1] / "data.parquet", how)
+    for query, table in (("SELECT count(*) FROM actions", "actions"), ("SELECT * FROM events", "events"),
+                         ("SELECT e.seq FROM balances b JOIN actions a USING (case_id) JOIN events e USING (case_id)",
+                          "events")):  # both read and damaged: the first of the fleet's tables
+        with pytest.raises(LedgerError) as caught:
+            fleet_query(copy, query)
+        assert caught.value.code == "INTEGRITY_ERROR" and caught.value.message.startswith(
+            f"{copy / table}: a file of the export cannot be read ("), (query, caught.value)
+    assert fleet_query(copy, "SELECT count(DISTINCT case_id) FROM balances")[1] == [(len(ids),)]  # others read
+    with pytest.raises(LedgerError) as caught:
+        fleet_query(copy, "SELECT error('boom')")  # a query's own error is still its own
+    assert (caught.value.code, caught.value.details) == (INVALID_ARGUMENT, {"query": "refused"})
+
+
 def test_a_missing_or_unreadable_file_of_a_recorded_case_is_integrity_error_in_any_spelling(fleet, tmp_path):
     """A table whose file of a recorded case is gone (a folder in its place, deleted) would read as
     fewer rows: it is INTEGRITY_ERROR naming the table, for a query naming the table in any case."""

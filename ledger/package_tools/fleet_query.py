@@ -10,6 +10,7 @@ import datetime
 import decimal
 import fcntl
 import os
+import re
 import stat
 import signal
 import threading
@@ -173,9 +174,9 @@ def fleet_rows(out: str | os.PathLike[str], query: str, *, timeout_ms: int = 30_
                     relation = _times_as_text(relation)
                     names = list(relation.columns)
                 except duckdb.Error as exc:
-                    raise _unreadable(root, exc, broken) or _query_error(exc, timeout_ms, timed_out,
+                    raise _unreadable(con, root, exc, broken, query) or _query_error(exc, timeout_ms, timed_out,
                                                                          _holds_cases(root)) from None
-                yield names, _fetch(relation, timeout_ms, timed_out, root)
+                yield names, _fetch(con, relation, timeout_ms, timed_out, root, query)
         finally:
             timer.cancel()
             con.close()
@@ -329,9 +330,11 @@ def _holds_cases(out: Path) -> bool:
     return any((out / table).is_dir() and any((out / table).iterdir()) for table in TABLES)
 
 
-def _unreadable(out: Path, exc: Exception, broken: dict[str, LedgerError]) -> LedgerError | None:
+def _unreadable(con: Any, out: Path, exc: Exception, broken: dict[str, LedgerError], query: str) -> LedgerError | None:
     """The ``INTEGRITY_ERROR`` behind a failing query, if a damaged file of the export is: a table
-    whose view could not be made (the query names it), or a file DuckDB could not read."""
+    whose view could not be made (the query names it), a file DuckDB names as unreadable, or, for an
+    error that names no file and may be a file's (DuckDB's plain ``Error``, as a damaged footer of any
+    file but the first gives: "TProtocolException: Invalid data"), a file whose footer does not read."""
     text = str(exc)
     duckdb = duckdb_module()
     if isinstance(exc, duckdb.CatalogException):
@@ -340,6 +343,24 @@ def _unreadable(out: Path, exc: Exception, broken: dict[str, LedgerError]) -> Le
                 return refusal
     if isinstance(exc, (duckdb.InvalidInputException, duckdb.IOException)) and f"{out}{os.sep}" in text:
         return _damaged(exc, next((out / t for t in TABLES if f"{out / t}{os.sep}" in text), out))
+    if type(exc) is duckdb.Error or isinstance(exc, (duckdb.SerializationException, duckdb.InternalException)):
+        return _unreadable_footer(con, out, query)  # no query's own error is of these
+    return None
+
+
+def _unreadable_footer(con: Any, out: Path, query: str) -> LedgerError | None:
+    """``INTEGRITY_ERROR`` for the first file of a recorded case whose Parquet footer DuckDB cannot
+    read, the tables ``query`` names first, else None (one metadata read per file: only after a
+    query failed)."""
+    duckdb = duckdb_module()
+    words = set(re.findall(r"\w+", query.lower()))
+    for table in sorted(TABLES, key=lambda table: table not in words):
+        for name in _recorded_partitions(out):
+            try:
+                con.execute(f"SELECT count(*) FROM parquet_file_metadata("
+                            f"{sql_literal(str(out / table / name / DATA_FILE))})").fetchall()
+            except duckdb.Error as exc:
+                return _damaged(exc, out / table)
     return None
 
 
@@ -359,13 +380,14 @@ def _query_error(exc: Exception, timeout_ms: int, timed_out: threading.Event,
     return LedgerError(E.INVALID_ARGUMENT, f"query refused: {' '.join(lines)}", query="refused")  # one line, not escaped ones
 
 
-def _fetch(relation: Any, timeout_ms: int, timed_out: threading.Event, out: Path) -> Iterator[tuple]:
+def _fetch(con: Any, relation: Any, timeout_ms: int, timed_out: threading.Event, out: Path,
+           query: str) -> Iterator[tuple]:
     duckdb = duckdb_module()
     while True:
         try:
             chunk = relation.fetchmany(512)
         except duckdb.Error as exc:
-            raise _unreadable(out, exc, {}) or _query_error(exc, timeout_ms, timed_out) from None
+            raise _unreadable(con, out, exc, {}, query) or _query_error(exc, timeout_ms, timed_out) from None
         if not chunk:
             return
         for row in chunk:
