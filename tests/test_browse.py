@@ -723,6 +723,25 @@ def test_a_served_case_answers_over_http_and_ctrl_c_or_sigterm_stops_it_cleanly(
     assert digest(demo) == before
 
 
+@pytest.mark.slow  # a real server: the slow lane (.ci/run) runs it
+def test_a_facet_on_no_column_leaves_nothing_on_the_servers_terminal_when_it_stops(demo):
+    """The page is a 400; Datasette's facet coroutines it left unawaited made Python print three
+    RuntimeWarnings, each with a line of asyncio's source, when the server stopped."""
+    server, url = _start(demo)
+    try:
+        for page in ("BUG-20/events.json?_facet=nosuch", "BUG-20/events?_facet=nosuch"):
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(url + page, timeout=30)
+            assert refused.value.code == 400
+        server.send_signal(signal.SIGTERM)
+        out, err = server.communicate(timeout=30)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.communicate()
+    assert (server.returncode, out.strip().splitlines()[-1], err) == (0, "stopped", "")
+
+
 @pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_a_server_started_with_sighup_ignored_keeps_ignoring_it(demo):
     """Under nohup (SIGHUP ignored) the server must outlive the terminal, as it did before SIGHUP stopped it."""
