@@ -205,8 +205,9 @@ def verify(cases: tuple[str, ...], as_json: bool, all_in: bool, jobs: int | None
     this machine's clock are reported, never an error. Views, indexes, tables and full-text tables you added
     to ledger.sqlite are listed as foreign objects and left alone; a trigger on
     a ledger table or a changed ledger object fails with INTEGRITY_ERROR.
-    --json prints the whole report as one object (a case that fails to verify:
-    {"ok": false, "error": {...}}, and the error on stderr); --table, --nl, --csv or --tsv
+    --json prints the whole report as one object, with "anchors_held" ([{"seq", "sha256"}]) when
+    --anchor was given (a case that fails to verify: {"ok": false, "error": {...}}, and the error
+    on stderr); --table, --nl, --csv or --tsv
     print the foreign objects one row each (columns type, name, table) on
     stdout and the summary on stderr.
 
@@ -245,6 +246,8 @@ def verify(cases: tuple[str, ...], as_json: bool, all_in: bool, jobs: int | None
     # a case that fails --strict is never printed as ok, in either form
     summary = _verify_summary(report, failure is not None, anchors)
     result = report.to_dict()
+    if anchors:  # each held, or verify would have failed: said as the text form says it
+        result["anchors_held"] = [{"seq": seq, "sha256": sha} for seq, sha in sorted(anchors.items())]
     if failure is not None:
         result.update(ok=False, error=failure.to_dict())  # {code, message}: a --strict failure has no details
     if fmt in (None, "json"):

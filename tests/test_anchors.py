@@ -132,6 +132,10 @@ def test_the_verify_command_takes_anchors_for_one_case(original, tmp_path):
     assert ok.exit_code == 0, ok.output
     assert ok.output.splitlines()[1:3] == [f"anchor held: event 1 sha256 {_first(original)}",
                                            f"anchor held: event {seq} sha256 {sha}"]
+    as_json = CliRunner().invoke(main, ["verify", str(original), "--anchor", f"{seq}:{sha}", "--json"])
+    assert json.loads(as_json.stdout)["anchors_held"] == [{"seq": seq, "sha256": sha}]  # said as the text says it
+    plain = CliRunner().invoke(main, ["verify", str(original), "--json"])
+    assert "anchors_held" not in json.loads(plain.stdout)
     caught = CliRunner().invoke(main, ["verify", str(forged), "--anchor", f"{seq}:{sha}"])
     assert caught.exit_code == 1 and f"error: INTEGRITY_ERROR: seq {seq}: event {seq} has sha256" in caught.output
     for bad in ("1", f"0:{sha}", f"1:{sha.upper()}", f"x:{sha}", f"1:{sha}0", f"١:{sha}", f"{'9' * 5000}:{sha}"):

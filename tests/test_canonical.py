@@ -63,6 +63,14 @@ def test_floats_that_would_read_back_as_huge_integers_are_invalid_json(text):
         check_json_value([float(text.strip("[]"))])
 
 
+@pytest.mark.parametrize("text, canonical", [("1e21", b"1e+21"), ("1000000000000000000000.0", b"1e+21"),
+                                             ("-1.5e300", b"-1.5e+300"), ("9007199254740991.0", b"9007199254740991")])
+def test_a_number_whose_canonical_form_reads_back_as_written_is_kept_whatever_its_size(text, canonical):
+    """From 1e21 on, RFC 8785 writes a double in exponent form, which reads back as the same number:
+    nothing to refuse (docs/errors.md, INVALID_JSON), where 1e16 would come back as an integer."""
+    assert canonical_bytes(parse_json(text)) == canonical
+
+
 @pytest.mark.parametrize("digits", [17, 4300, 4301, 100_000])
 @pytest.mark.parametrize("as_bytes", [False, True])
 def test_an_integer_of_any_number_of_digits_past_the_safe_range_is_refused_naming_its_place(digits, as_bytes):

@@ -813,6 +813,27 @@ def test_a_ledger_whose_migration_records_were_removed_is_edited_for_every_reade
     assert said in done.stderr.decode()
 
 
+@pytest.mark.slow  # two verifies, over half a second: the slow lane (.ci/run) runs it
+def test_the_newest_row_of_a_migration_that_changed_rows_only_reads_as_a_ledger_not_yet_upgraded(budget, case):
+    """Migration 010 makes no object of its own (it adds rows and remakes a trigger as it was): with
+    its row deleted the file is a version-9 ledger, which verify passes and the next writer upgrades
+    again, adding no row (docs/errors.md, LEDGER_MISSING)."""
+    budget.reserve("H1", "q1", "source.read_context")
+    case.close()
+    before = read_only_query(case.path, "SELECT * FROM terminations")[1]
+    with sqlite3.connect(case.path / "ledger.sqlite") as conn:
+        for statement in _unguard_migrations("WHERE version = 10"):
+            conn.execute(statement)
+    conn.close()
+    assert read_only_query(case.path, "SELECT max(version) FROM schema_migrations")[1] == [(9,)]
+    verify_case(case.path)
+    with Case.open(case.path) as reopened:  # a writer: upgraded again
+        reopened.budget().record_result("H1", "q1", {"found": 1})
+    assert read_only_query(case.path, "SELECT max(version) FROM schema_migrations")[1] == [(10,)]
+    assert read_only_query(case.path, "SELECT * FROM terminations")[1] == before
+    verify_case(case.path)
+
+
 #: A Python that reads and writes file names as ASCII (a name's other bytes as surrogate escapes).
 NAMES_NOT_UTF8 = {**os.environ, "PYTHONUTF8": "0", "LC_ALL": "C"}
 _VERIFY_IN_PYTHON = """import sys
