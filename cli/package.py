@@ -152,6 +152,17 @@ def _verify_summary(report: VerifyReport, failed_strict: bool, anchors: dict[int
             *(f"anchor held: event {seq} sha256 {sha}" for seq, sha in sorted(anchors.items())), *report.notes()]
 
 
+def _verify_result(report: VerifyReport, failure: LedgerError | None, anchors: dict[int, str]) -> dict:
+    """One case's verify report as --json prints it: each anchor given held (else verify failed), as the
+    text says; a --strict failure as ok false with its {code, message} (it has no details)."""
+    result = report.to_dict()
+    if anchors:
+        result["anchors_held"] = [{"seq": seq, "sha256": sha} for seq, sha in sorted(anchors.items())]
+    if failure is not None:
+        result.update(ok=False, error=failure.to_dict())
+    return result
+
+
 def _anchor_option(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[int, str]:
     """``--anchor SEQ:SHA256`` (given any number of times) as ``{seq: sha256}``; a usage error when one
     is malformed or two name one seq with different hashes."""
@@ -245,11 +256,7 @@ def verify(cases: tuple[str, ...], as_json: bool, all_in: bool, jobs: int | None
     failure = report.strict_failure() if strict else None
     # a case that fails --strict is never printed as ok, in either form
     summary = _verify_summary(report, failure is not None, anchors)
-    result = report.to_dict()
-    if anchors:  # each held, or verify would have failed: said as the text form says it
-        result["anchors_held"] = [{"seq": seq, "sha256": sha} for seq, sha in sorted(anchors.items())]
-    if failure is not None:
-        result.update(ok=False, error=failure.to_dict())  # {code, message}: a --strict failure has no details
+    result = _verify_result(report, failure, anchors)
     if fmt in (None, "json"):
         emit_result(result, as_json, summary)
     else:

@@ -1086,7 +1086,7 @@ def test_a_call_that_does_not_fit_a_public_signature_is_invalid_argument_and_doe
         investigator.settle("H1", "fit-1", 50)
     assert (refused.value.code, refused.value.message) == (
         "INVALID_ARGUMENT", "BudgetManager.settle() missing 1 required positional argument: 'reason'")
-    from ledger.ground.arguments import refuses_unfit_calls
+    from ledger.ground.errors import refuses_unfit_calls
 
     @refuses_unfit_calls
     def adds(a, b):
@@ -1096,3 +1096,33 @@ def test_a_call_that_does_not_fit_a_public_signature_is_invalid_argument_and_doe
         adds(1, "b")
     with pytest.raises(LedgerError):
         adds(1, a=2)
+
+
+def test_every_public_method_of_every_public_class_refuses_a_call_that_does_not_fit():
+    """Config classes, the reference router, reports and results leaked TypeError for such a call:
+    every public method, class method and static method of every public class (and the constructor
+    of the classes callers build) refuses it with INVALID_ARGUMENT."""
+    import inspect
+
+    import ledger
+    from ledger import AnalysisConfig, BudgetConfig, Policy, Router
+
+    leaking = []
+    for name in ledger.__all__:
+        public = getattr(ledger, name)
+        for klass in (public.__mro__ if inspect.isclass(public) else ()):
+            for method, member in vars(klass).items() if klass.__module__.startswith("ledger.") else ():
+                function = member.__func__ if isinstance(member, (classmethod, staticmethod)) else member
+                if not method.startswith("_") and inspect.isfunction(function) \
+                        and not getattr(function, "refuses_unfit_calls", False):
+                    leaking.append(f"{klass.__name__}.{method}")
+    assert leaking == []
+    for build in (BudgetConfig, AnalysisConfig, Router, Policy):
+        with pytest.raises(LedgerError) as refused:
+            build(not_an_argument=1)
+        assert refused.value.code == "INVALID_ARGUMENT" and "not_an_argument" in refused.value.message
+    for call in (lambda: BudgetConfig.load(), lambda: BudgetConfig.example().price_units(),
+                 lambda: LedgerError("INVALID_ARGUMENT", "x").to_dict(1)):
+        with pytest.raises(LedgerError) as refused:
+            call()
+        assert refused.value.code == "INVALID_ARGUMENT"

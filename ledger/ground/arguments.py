@@ -11,7 +11,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import Any, Callable
 
-from .errors import INVALID_ARGUMENT, LedgerError
+from .errors import INVALID_ARGUMENT, LedgerError, unfit_call
 
 
 #: An integer written as text, as the command line and ``--vary`` take it: ASCII digits with an
@@ -161,29 +161,6 @@ def caller_stacklevel() -> int:
     return level
 
 
-def unfit_call(exc: TypeError) -> LedgerError | None:
-    """``INVALID_ARGUMENT`` for the ``TypeError`` Python raises when a call's arguments do not fit the
-    callee's signature (one missing, unknown or given twice), caught in the frame that made the call:
-    the callee never started, so nothing was done. None for a ``TypeError`` from inside the callee."""
-    frames = exc.__traceback__
-    return LedgerError(INVALID_ARGUMENT, str(exc)) if frames is not None and frames.tb_next is None else None
-
-
-def refuses_unfit_calls(function: Callable[..., Any]) -> Callable[..., Any]:
-    """``function`` refusing a call whose arguments do not fit its signature with ``INVALID_ARGUMENT``
-    (:func:`unfit_call`), as every public function and method does (docs/api.md)."""
-    @functools.wraps(function)
-    def fitted(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return function(*args, **kwargs)
-        except TypeError as exc:
-            refusal = unfit_call(exc)
-            if refusal is None:
-                raise
-            raise refusal from None
-    return fitted
-
-
 def plain_arguments(function: Callable[..., Any]) -> Callable[..., Any]:
     """``function`` (a rule's ``shape_*`` function, which checks a call's arguments and builds the
     request that is stored, or a public method of a service) called with every argument made
@@ -199,7 +176,7 @@ def plain_arguments(function: Callable[..., Any]) -> Callable[..., Any]:
             if refusal is None:
                 raise
             raise refusal from None
-    plain.plain_arguments = True  # type: ignore[attr-defined]
+    plain.plain_arguments = plain.refuses_unfit_calls = True  # type: ignore[attr-defined]
     return plain
 
 

@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 from .canonical import canonical_sha256
-from .errors import CONFIG_INVALID, INVALID_ARGUMENT, LedgerError, describe_value, shortened
+from .errors import CONFIG_INVALID, INVALID_ARGUMENT, LedgerError, describe_value, refuses_unfit_calls_of, shortened
 from .resources import resource_dir
 from .paths import fs_path
 from .schemas import PATH_PART_CHARS_MAX, validate
+
 
 T = TypeVar("T")
 
@@ -225,6 +226,7 @@ def plain(value: Any, levels: int = 2) -> Any:
     return value
 
 
+@refuses_unfit_calls_of(init=True)
 @dataclass(frozen=True)
 class BudgetConfig:
     """The effective budget policy: every key of docs/concepts.md, resolved.
@@ -333,6 +335,7 @@ def default_analysis_data() -> dict[str, Any]:
             "storage": dict(DEFAULT_STORAGE), "limits": dict(DEFAULT_LIMITS)}
 
 
+@refuses_unfit_calls_of(init=True)
 @dataclass(frozen=True)
 class AnalysisConfig:
     """Analysis settings (docs/concepts.md), storage settings (docs/architecture.md) and operational limits (docs/errors.md).

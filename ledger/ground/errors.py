@@ -9,11 +9,13 @@ refusals that may succeed when simply retried.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import reprlib
 import threading
 from collections import OrderedDict
 import unicodedata
-from typing import Any
+from typing import Any, Callable
 
 # --- shape of the call (checked first) -------------------------------------
 INVALID_ARGUMENT = "INVALID_ARGUMENT"
@@ -295,3 +297,45 @@ def _rebuild(kind: type, code: str, message: str, details: dict[str, Any]) -> Le
     error = LedgerError.__new__(kind)
     LedgerError.__init__(error, code, message, **details)
     return error
+
+
+def unfit_call(exc: TypeError) -> LedgerError | None:
+    """``INVALID_ARGUMENT`` for the ``TypeError`` Python raises when a call's arguments do not fit the
+    callee's signature (one missing, unknown or given twice), caught in the frame that made the call:
+    the callee never started, so nothing was done. None for a ``TypeError`` from inside the callee."""
+    frames = exc.__traceback__
+    return LedgerError(INVALID_ARGUMENT, str(exc)) if frames is not None and frames.tb_next is None else None
+
+
+def refuses_unfit_calls(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function`` refusing a call whose arguments do not fit its signature with ``INVALID_ARGUMENT``
+    (:func:`unfit_call`), as every public function and method does (docs/api.md)."""
+    @functools.wraps(function)
+    def fitted(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return function(*args, **kwargs)
+        except TypeError as exc:
+            refusal = unfit_call(exc)
+            if refusal is None:
+                raise
+            raise refusal from None
+    fitted.refuses_unfit_calls = True  # type: ignore[attr-defined]
+    return fitted
+
+
+def refuses_unfit_calls_of(cls: type | None = None, *, init: bool = False) -> Any:
+    """Class decorator: every public method, class method and static method ``cls`` defines (and its
+    ``__init__`` with ``init=True``, for a class its callers build) as :func:`refuses_unfit_calls`."""
+    def decorate(klass: type) -> type:
+        for name, member in list(vars(klass).items()):
+            if name.startswith("_") and not (init and name == "__init__"):
+                continue
+            if isinstance(member, (classmethod, staticmethod)):
+                setattr(klass, name, type(member)(refuses_unfit_calls(member.__func__)))
+            elif inspect.isfunction(member) and not getattr(member, "refuses_unfit_calls", False):
+                setattr(klass, name, refuses_unfit_calls(member))
+        return klass
+    return decorate if cls is None else decorate(cls)
+
+
+refuses_unfit_calls_of(LedgerError)  # defined above it: its own methods refuse so too

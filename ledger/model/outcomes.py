@@ -10,11 +10,10 @@ from typing import Mapping
 
 from ..ground import errors as E
 from ..ground.canonical import is_utf8_text
-from ..ground.errors import LedgerError, first_few, quoted
+from ..ground.errors import LedgerError, first_few, quoted, refuses_unfit_calls
 from ..ground.paths import fs_path
 from ..rules.common import is_blank
 from ..rules.lifecycle import OUTCOME_CHARS_MAX, REPORT_OUTCOMES, check_new_outcome
-from ..ground.arguments import refuses_unfit_calls
 
 
 @refuses_unfit_calls

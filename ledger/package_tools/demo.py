@@ -22,12 +22,12 @@ from typing import Any, Callable
 from ..ground import errors as E, interrupts
 from .atomic_files import process_umask, remove_abandoned_builds
 from ..ground.resources import resource_dir
-from ..ground.arguments import check_callback, check_instance, refuses_unfit_calls
+from ..ground.arguments import check_callback, check_instance
 from ..ground.canonical import parse_json
 from ..services.case import Case
 from ..model.package import refuse_build_folder_name
 from ..ground.config import BudgetConfig
-from ..ground.errors import LedgerError
+from ..ground.errors import LedgerError, refuses_unfit_calls
 from .export import ExportReport, export_case
 from .verify import VerifyReport, refuse_temp_inside, verify_case
 from .journal import LineResult, apply_journal

@@ -23,9 +23,9 @@ from .atomic_files import (discard, fsync_dir, fsync_folders, new_file_mode, rem
                            write_atomic, write_atomic_many)
 from ..storage.writer_lock import WriterLock
 from ..storage.sqlfiles import statement
-from ..ground.arguments import check_callback, check_instance, refuses_unfit_calls
+from ..ground.arguments import check_callback, check_instance
 from ..ground.canonical import ZERO_SHA256, canonical_bytes, sha256_hex
-from ..ground.errors import LedgerError
+from ..ground.errors import LedgerError, refuses_unfit_calls, refuses_unfit_calls_of
 from ..services.case import Case
 from .manifest import manifest_for, read_manifest
 from ..model.package import (ANALYSIS_DIR, CONTENT_FILE_RE, LEDGER_FILE, MANIFEST_FILE, check_package_names, content_path, is_export_temp,
@@ -40,6 +40,7 @@ EXPORT_LOCK_WAIT_MS = 3_600_000
 WRITE_BATCH = 128
 
 
+@refuses_unfit_calls_of
 @dataclass
 class ExportReport:
     """What an export did: files written and left alone, the manifest it wrote."""

@@ -26,10 +26,10 @@ from typing import Any, Callable, Iterable
 from ..ground import errors as E, interrupts
 from .atomic_files import fsync_dir, remove_abandoned_builds, write_atomic
 from ..storage.sqlfiles import queries, schema_version, statement
-from ..ground.arguments import check_callback, check_iterable, refuses_unfit_calls
+from ..ground.arguments import check_callback, check_iterable
 from ..rules.common import check_case_id
 from ..services.case import missing_ledger
-from ..ground.errors import LedgerError, describe_value, first_few, quoted
+from ..ground.errors import LedgerError, describe_value, first_few, quoted, refuses_unfit_calls, refuses_unfit_calls_of
 from ..model.package import (BUILD_FOLDER_LEFT_OUT, DEAD_LINK_LEFT_OUT, LEDGER_FILE, dead_link, is_build_folder,
                              is_case_package, once_each, refuse_output_in_package, second_paths)
 from ..ground.paths import fs_path, os_error
@@ -410,6 +410,7 @@ def _publish(build: Path, out: Path, name: str, record: bytes) -> None:
 
 # -- exporting a fleet ------------------------------------------------------------------
 
+@refuses_unfit_calls_of
 @dataclass
 class FleetReport:
     """What :func:`export_fleet` did: counts, and every case that failed (path, case id, error)."""

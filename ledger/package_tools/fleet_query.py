@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from ..ground import errors as E
-from ..ground.arguments import check_callback, refuses_unfit_calls
+from ..ground.arguments import check_callback
 from ..ground.canonical import check_int
-from ..ground.errors import LedgerError, shown
+from ..ground.errors import LedgerError, refuses_unfit_calls, shown
 from ..ground.paths import fs_path
 from ..storage.sqlfiles import queries
 from .fleet import duckdb_module, sql_identifier, sql_literal

@@ -23,11 +23,11 @@ from typing import Any, Callable, Iterator, Mapping
 from ..ground import errors as E
 from ..ground.canonical import sha256_hex
 from .atomic_files import discard, fsync_dir, fsync_files, fsync_folders, remove_abandoned_builds
-from ..ground.arguments import check_callback, refuses_unfit_calls
+from ..ground.arguments import check_callback
 from ..services.case import Case
 from ..ground.config import AnalysisConfig
 from ..ground.errors import LedgerError
-from ..ground.errors import integrity_error as _bad
+from ..ground.errors import integrity_error as _bad, refuses_unfit_calls
 from .export import export_case
 from .manifest import check_manifest, read_manifest
 from ..model.package import (ANALYSIS_DIR, EVENT_FILE_RE, EVIDENCE_EVENT_FILE_RE, LEDGER_FILE,

@@ -23,11 +23,11 @@ from typing import Any, BinaryIO, Callable, Iterable, Iterator, Sequence
 
 from ..ground import errors as E, interrupts
 from ..services.budget import BudgetManager
-from ..ground.arguments import check_callback, check_flag, check_instance, check_iterable, refuses_unfit_calls
+from ..ground.arguments import check_callback, check_flag, check_instance, check_iterable
 from ..ground.canonical import SAFE_INTEGER_MAX, parse_json, stored_bytes
 from ..services.case import LEDGER_FILE, Case, check_new_case_path
 from ..ground.clock import describe_micros, microseconds_between, parse_at
-from ..ground.errors import LedgerError, repr_shown, shown
+from ..ground.errors import LedgerError, refuses_unfit_calls, refuses_unfit_calls_of, repr_shown, shown
 from ..services.facade import CaseFacade
 from ..model.operations import OPERATIONS as REGISTRY
 from ..model.operations import operation
@@ -47,6 +47,7 @@ UNITS_KEY = "units_per_hypothesis"
 BATCH_BYTES_MAX = 8 * 1024 * 1024
 
 
+@refuses_unfit_calls_of
 @dataclass(frozen=True)
 class LineResult:
     """The outcome of one journal line (``error`` is None when ``ok``)."""
@@ -424,6 +425,7 @@ def without_bom(text: Any) -> Any:
     return text
 
 
+@refuses_unfit_calls_of
 @dataclass
 class JournalSummary:
     """Counts of an applied journal: lines ``ok`` (of which ``reused``: writes found already applied,

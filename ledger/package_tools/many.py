@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from ..ground import errors as E, interrupts
-from ..ground.arguments import check_callback, check_flag, check_instance, path_list, refuses_unfit_calls
+from ..ground.arguments import check_callback, check_flag, check_instance, path_list
 from ..ground.config import AnalysisConfig
-from ..ground.errors import LedgerError
+from ..ground.errors import LedgerError, refuses_unfit_calls, refuses_unfit_calls_of
 from ..ground.paths import fs_path, os_error
 from ..ground.workers import job_count, shared_map
 from ..model.package import (BUILD_FOLDER_LEFT_OUT, DEAD_LINK_LEFT_OUT, LEDGER_FILE, dead_link, is_build_folder,
@@ -30,6 +30,7 @@ from .verify import verify_case
 Outcome = dict[str, Any]
 
 
+@refuses_unfit_calls_of
 @dataclass
 class ManyReport:
     """The outcome of each case, in the order given, and how many passed and failed.

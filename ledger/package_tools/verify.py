@@ -1,11 +1,10 @@
 """``ledger verify``: re-derive everything from the requests alone and compare (docs/files.md).
 
-:func:`verify_case` replays every stored event in memory
-(:class:`~ledger.package_tools.replay.Replayer`), loads what the replay derives (events,
-contents, helper rows) into a private in-memory database beside the ledger,
-and compares in bulk: every events column, contents row, helper row and public
-view, then the exported files and the manifest head, then the schema. The
-first difference raises ``INTEGRITY_ERROR`` naming its ``seq``.
+:func:`verify_case` replays every stored event in memory (:class:`~ledger.package_tools.replay.Replayer`),
+loads what the replay derives (events, contents, helper rows) into a private in-memory database beside
+the ledger, and compares in bulk: every events column, contents row, helper row and public view, then
+the exported files and the manifest head, then the schema. The first difference raises
+``INTEGRITY_ERROR`` naming its ``seq``.
 """
 
 from __future__ import annotations
@@ -24,11 +23,11 @@ from ..ground import errors as E
 from .atomic_files import process_tag, remove_abandoned_temp_folders, same_bytes
 from ..storage.sqlfiles import (PUBLIC_VIEWS, folded_name, migration_record_problem, schema_version, shipped_objects,
                                 shipped_schema, statement)
-from ..ground.arguments import check_callback, check_flag, refuses_unfit_calls
+from ..ground.arguments import check_callback, check_flag
 from ..ground.workers import job_count
 from ..ground.canonical import sha256_hex, stored_bytes
 from ..services.case import missing_ledger
-from ..ground.errors import LedgerError, first_few, integrity_error as _bad
+from ..ground.errors import LedgerError, first_few, integrity_error as _bad, refuses_unfit_calls, refuses_unfit_calls_of
 from .manifest import check_manifest, export_statement, read_manifest
 from ..model.package import (EVENT_FILE_RE, LEDGER_FILE, check_export_tree, check_package_names,
     content_path, event_path, export_tree_files, missing_words, refuse_own_links, refuse_stray_logs, well_placed)
@@ -48,6 +47,7 @@ EVENT_COLUMNS = ("seq", "type", "revision", "stream", "stream_seq", "created_at"
                  "parent_sha256", "operation_key", "request_sha256", "body")
 
 
+@refuses_unfit_calls_of
 @dataclass
 class VerifyReport:
     """A passed verification: how much was checked and the head it ends at.

@@ -48,7 +48,7 @@ from typing import Any, Callable, Mapping
 
 from ..ground import errors as E
 from ..ground.canonical import SAFE_INTEGER_MAX, canonical_sha256, is_utf8_text
-from ..ground.errors import LedgerError, given, quoted, shown
+from ..ground.errors import LedgerError, given, quoted, refuses_unfit_calls_of, shown
 from ..ground.arguments import check_callback, check_instance
 from ..ground.paths import check_name_encoding, fs_path
 from .files import is_link, open_folder, read_below, unreadable
@@ -139,6 +139,7 @@ def confined(relative: Any, top: str) -> str:
     return relative
 
 
+@refuses_unfit_calls_of(init=True)
 class Router:
     """The reference router over the package at ``root``.
 

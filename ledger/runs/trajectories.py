@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import Any, Callable, IO, Iterable, Iterator, Mapping
 
 from ..ground import errors as E
-from ..ground.errors import LedgerError, describe_value, quoted, repr_shown
+from ..ground.errors import LedgerError, describe_value, quoted, refuses_unfit_calls, refuses_unfit_calls_of, repr_shown
 from ..ground.canonical import canonical_bytes
 from ..ground.config import AnalysisConfig
 from ..ground.paths import EXPORT_FILE_BYTES_MAX, STORAGE_ERRNOS, folder_inputs, fs_path, refuse_link_to_nothing
-from ..ground.arguments import check_callback, check_instance, check_iterable, check_text_mapping, refuses_unfit_calls
+from ..ground.arguments import check_callback, check_instance, check_iterable, check_text_mapping
 from ..model.outcomes import check_outcomes, read_outcomes
 from ..model.package import refuse_output_in_package
 from ..package_tools.atomic_files import create_tagged_temp, remove_abandoned_temp_files
@@ -48,6 +48,7 @@ _TRAJECTORY_NAMES = (".json", ".jsonl", ".traj", ".json.gz", ".jsonl.gz", ".traj
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+@refuses_unfit_calls_of
 @dataclass
 class ImportSummary:
     """What :func:`import_runs` did: ``runs`` and ``steps`` written, ``skipped`` (reason → turns not

@@ -30,7 +30,7 @@ from ..ground.arguments import plain_public_arguments
 from ..ground import errors as E
 from .budget import BudgetManager, BudgetResult
 from ..ground.config import BudgetConfig
-from ..ground.errors import LedgerError
+from ..ground.errors import LedgerError, refuses_unfit_calls_of
 from .evidence import EvidenceResult, EvidenceStore, FeedbackResult
 from ..rules.common import (ACTION_ID_RE, CLOSED_ACTION_STATUSES, REASON_CHARS_MAX, check_action_id, check_action_name, check_hypothesis_id,
                             is_blank)
@@ -65,6 +65,7 @@ def failure_reason(exc: BaseException) -> str:
     return text if not is_blank(text) else "an exception with no readable type or message"
 
 
+@refuses_unfit_calls_of
 @dataclass(frozen=True)
 class ToolRun:
     """What :meth:`CaseBudget.run_tool` returns: the action (``hypothesis_id``, ``action_id``,

@@ -18,7 +18,7 @@ from ..ground import errors as E
 from ..ground.clock import parse_at
 from ..ground.config import BudgetConfig
 from ..ground.canonical import SAFE_INTEGER_MAX
-from ..ground.errors import LedgerError, describe_value
+from ..ground.errors import LedgerError, describe_value, refuses_unfit_calls_of
 from ..model.source_refs import resolve_source_refs
 from ..rules import budget as rules
 from ..rules import budget_requests as requests
@@ -29,6 +29,7 @@ from ..rules.common import hypothesis_order, not_initialized
 from .session import Ran, SessionBase
 
 
+@refuses_unfit_calls_of
 @dataclass(frozen=True)
 class BudgetResult:
     """What every budget operation returns (docs/concepts.md).
@@ -74,6 +75,7 @@ REFUSAL_IS_AN_ATTRIBUTE = ("'refusal' is not one of the reading's values: it is 
                            "(a LedgerError, or None)")
 
 
+@refuses_unfit_calls_of
 @dataclass(frozen=True)
 class GateReading:
     """The answer of a soft-gate read (``check``, ``price_signal``, ``remaining``, ``advice``): ``values``

@@ -24,8 +24,8 @@ from ..storage.sqlfiles import migration_record_problem, statement
 from ..ground.canonical import check_int
 from ..ground.clock import checked_clock, first_then, parse_at, utc_now
 from ..ground.config import AnalysisConfig, BudgetConfig
-from ..ground.arguments import check_flag, check_instance, check_sql_params, refuses_unfit_calls
-from ..ground.errors import LedgerError
+from ..ground.arguments import check_flag, check_instance, check_sql_params
+from ..ground.errors import LedgerError, refuses_unfit_calls
 from .actions import CaseBudget
 from .facade import CaseFacade, LifecycleResult  # noqa: F401
 from .evidence import EvidenceStore

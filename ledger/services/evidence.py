@@ -25,7 +25,7 @@ from typing import Any, Mapping, Protocol
 from ..ground.arguments import plain_public_arguments
 from ..ground.canonical import canonical_bytes, canonical_sha256
 from ..ground.arguments import check_flag
-from ..ground.errors import LedgerError, describe_value
+from ..ground.errors import LedgerError, describe_value, refuses_unfit_calls_of
 from ..router.reference import Router
 from ..rules import evidence as rules, feedback as feedback_rules
 from ..ground.clock import parse_at
@@ -43,6 +43,7 @@ class CaseLike(Protocol):
     def input_identity(self) -> str: ...
 
 
+@refuses_unfit_calls_of
 @dataclass(frozen=True)
 class EvidenceResult:
     """What an evidence operation returns.
@@ -73,6 +74,7 @@ class EvidenceResult:
         return out
 
 
+@refuses_unfit_calls_of
 @dataclass(frozen=True)
 class FeedbackResult:
     """What ``submit_feedback`` and ``confirm_feedback`` return: the draft ``feedback_id`` and its

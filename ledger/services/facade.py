@@ -14,12 +14,14 @@ from typing import Any, Iterable
 
 from .budget import BudgetManager
 from ..ground.arguments import plain_public_arguments
+from ..ground.errors import refuses_unfit_calls_of
 from ..ground.config import AnalysisConfig, BudgetConfig
 from ..rules import lifecycle
 from .scopes import ScopeManager
 from .session import Ran
 
 
+@refuses_unfit_calls_of
 @dataclass(frozen=True)
 class LifecycleResult:
     """Result of ``open_revision``, ``transition`` and ``record_outcome``.

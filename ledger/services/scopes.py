@@ -12,11 +12,13 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..ground.arguments import plain_public_arguments
+from ..ground.errors import refuses_unfit_calls_of
 from ..rules import scopes as rules
 from .session import Ran, Session
 from ..storage.sqlite_file import translate_sqlite_errors
 
 
+@refuses_unfit_calls_of
 @dataclass(frozen=True)
 class ScopeResult:
     """What ``establish`` and ``request_increase`` return.

@@ -23,9 +23,9 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from ..ground import errors as E
 from ..ground.config import AnalysisConfig
-from ..ground.errors import LedgerError, repr_shown
+from ..ground.errors import LedgerError, refuses_unfit_calls, refuses_unfit_calls_of, repr_shown
 from ..services.memory import DEFAULT_ACTOR
-from ..ground.arguments import path_list, refuses_unfit_calls
+from ..ground.arguments import path_list
 from .evaluator import StepTable, evaluate, step_table
 from .replay import UNITS_KEY, RunResult, journal_lines
 from .simulator import (CACHE_BYTES_MAX, NO_OUTCOME, Policy, SimulationReport, journal_files, load_policy,
@@ -96,6 +96,7 @@ def cap_p75_policy(base: Policy, spends: Sequence[int], name: str = CAP_P75) -> 
     return policy_from_mapping(name, {**base.settings(), UNITS_KEY: percentile_75(spends)})
 
 
+@refuses_unfit_calls_of
 @dataclass
 class FrontierReport:
     """What :func:`frontier` returns: ``policies`` (each as ``simulate`` reports it, plus

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..ground import errors as E
-from ..ground.arguments import check_instance, check_iterable, refuses_unfit_calls
+from ..ground.arguments import check_instance, check_iterable
 from ..ground.canonical import check_int
-from ..ground.errors import LedgerError, repr_shown
+from ..ground.errors import LedgerError, refuses_unfit_calls, repr_shown
 from ..ground.paths import fs_path
 from .frontier import BASELINES, FrontierReport
 from .output_files import write_output_file

@@ -32,13 +32,14 @@ from ..ground import errors as E
 from ..services.budget import BudgetManager
 from ..ground.clock import parse_at, utc_now
 from ..ground.config import AnalysisConfig
-from ..ground.errors import LedgerError
+from ..ground.errors import LedgerError, refuses_unfit_calls_of
 from ..package_tools.journal import UNITS_KEY, call_operation, parse_line, read_lines, recorded_run_hint, without_bom
 from ..services.memory import DEFAULT_ACTOR, MemoryCase
 from ..model.operations import operation
 from ..rules.common import STATUS_ABANDONED, STATUS_EXHAUSTED, TERMINAL_STATUSES
 from ..rules.scopes import containing
 from ..services.session import Ran
+
 
 #: Codes by which a policy refuses a reservation (plus ``ACCOUNT_TERMINAL`` on an account it ended).
 POLICY_CODES = frozenset({E.INSUFFICIENT_BUDGET, E.LIMIT_EXCEEDED})
@@ -53,6 +54,7 @@ FIRST_AT_LINES = 1000
 Item = tuple[int, "dict[str, Any] | LedgerError"]
 
 
+@refuses_unfit_calls_of
 @dataclass
 class RunResult:
     """One journal under one policy. ``stopped_at_step`` is the first step the run did not

@@ -28,9 +28,8 @@ from ..ground import errors as E
 from ..ground.resources import resource_dir
 from ..ground.config import DEFAULT_POLICY, AnalysisConfig, BudgetConfig, read_toml, load_toml_config
 from ..ground.canonical import SAFE_INTEGER_MAX
-from ..ground.arguments import (check_instance, check_iterable, check_text_mapping, is_decimal, path_list,
-                               refuses_unfit_calls)
-from ..ground.errors import LedgerError, repr_shown
+from ..ground.arguments import check_instance, check_iterable, check_text_mapping, is_decimal, path_list
+from ..ground.errors import LedgerError, refuses_unfit_calls, refuses_unfit_calls_of, repr_shown
 from ..services.memory import DEFAULT_ACTOR
 from ..ground.paths import folder_inputs, fs_path
 from ..ground.workers import job_count, shared_map
@@ -48,6 +47,7 @@ NO_OUTCOME = "(no outcome)"
 CACHE_BYTES_MAX = 1024 * 1024
 
 
+@refuses_unfit_calls_of(init=True)
 @dataclass(frozen=True)
 class Policy:
     """A named simulation policy: a budget ``config`` and an optional ``units_per_hypothesis``
@@ -291,6 +291,7 @@ def _simulate_task(task: tuple[Path, Sequence[Policy], AnalysisConfig | None, Pa
     return simulate_journal(path, policies, analysis=analysis, package=package, actor=actor)
 
 
+@refuses_unfit_calls_of
 @dataclass
 class SimulationReport:
     """What :func:`simulate` returns.
