@@ -940,6 +940,36 @@ def test_a_damaged_footer_of_any_case_but_the_first_is_integrity_error_naming_it
     assert (caught.value.code, caught.value.details) == (INVALID_ARGUMENT, {"query": "refused"})
 
 
+def test_the_look_for_a_damaged_footer_never_takes_the_querys_time_limit_for_damage(fleet, tmp_path):
+    """The look ran on the query's connection under its timer: the timer's interrupt landing on the
+    metadata read of an intact table was "INTEGRITY_ERROR naming that table". Past the time limit
+    the look ends and the query's own refusal stands; Ctrl-C there is an interrupt."""
+    import threading
+
+    import duckdb
+
+    from ledger.package_tools.fleet_query import _unreadable_footer
+
+    _, out, _ = fleet
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    _damage_footer(next(p for p in sorted((copy / "events").iterdir()) if p.name.startswith("case_id=")) /
+                   "data.parquet", "zeroed")
+
+    class Interrupted:
+        def execute(self, sql):
+            raise duckdb.InterruptException("INTERRUPT Error: Interrupted!")
+
+    timed_out, running = threading.Event(), threading.Event()
+    timed_out.set()
+    con = duckdb.connect()
+    assert _unreadable_footer(con, copy, "SELECT * FROM events", timed_out) is None  # past the limit: no look
+    found = _unreadable_footer(con, copy, "SELECT * FROM events", running)
+    assert found.code == "INTEGRITY_ERROR" and found.message.startswith(f"{copy / 'events'}: ")
+    assert _unreadable_footer(Interrupted(), copy, "SELECT 1", timed_out) is None
+    assert isinstance(_unreadable_footer(Interrupted(), copy, "SELECT 1", running), KeyboardInterrupt)
+
+
 def test_a_missing_or_unreadable_file_of_a_recorded_case_is_integrity_error_in_any_spelling(fleet, tmp_path):
     """A table whose file of a recorded case is gone (a folder in its place, deleted) would read as
     fewer rows: it is INTEGRITY_ERROR naming the table, for a query naming the table in any case."""

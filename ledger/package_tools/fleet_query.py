@@ -174,8 +174,8 @@ def fleet_rows(out: str | os.PathLike[str], query: str, *, timeout_ms: int = 30_
                     relation = _times_as_text(relation)
                     names = list(relation.columns)
                 except duckdb.Error as exc:
-                    raise _unreadable(con, root, exc, broken, query) or _query_error(exc, timeout_ms, timed_out,
-                                                                         _holds_cases(root)) from None
+                    raise _unreadable(con, root, exc, broken, query, timed_out) or _query_error(
+                        exc, timeout_ms, timed_out, _holds_cases(root)) from None
                 yield names, _fetch(con, relation, timeout_ms, timed_out, root, query)
         finally:
             timer.cancel()
@@ -330,11 +330,13 @@ def _holds_cases(out: Path) -> bool:
     return any((out / table).is_dir() and any((out / table).iterdir()) for table in TABLES)
 
 
-def _unreadable(con: Any, out: Path, exc: Exception, broken: dict[str, LedgerError], query: str) -> LedgerError | None:
+def _unreadable(con: Any, out: Path, exc: Exception, broken: dict[str, LedgerError], query: str,
+                timed_out: threading.Event) -> BaseException | None:
     """The ``INTEGRITY_ERROR`` behind a failing query, if a damaged file of the export is: a table
     whose view could not be made (the query names it), a file DuckDB names as unreadable, or, for an
     error that names no file and may be a file's (DuckDB's plain ``Error``, as a damaged footer of any
-    file but the first gives: "TProtocolException: Invalid data"), a file whose footer does not read."""
+    file but the first gives: "TProtocolException: Invalid data"), a file whose footer does not read
+    (:func:`_unreadable_footer`; ``KeyboardInterrupt`` when Ctrl-C stops that look)."""
     text = str(exc)
     duckdb = duckdb_module()
     if isinstance(exc, duckdb.CatalogException):
@@ -344,23 +346,29 @@ def _unreadable(con: Any, out: Path, exc: Exception, broken: dict[str, LedgerErr
     if isinstance(exc, (duckdb.InvalidInputException, duckdb.IOException)) and f"{out}{os.sep}" in text:
         return _damaged(exc, next((out / t for t in TABLES if f"{out / t}{os.sep}" in text), out))
     if type(exc) is duckdb.Error or isinstance(exc, (duckdb.SerializationException, duckdb.InternalException)):
-        return _unreadable_footer(con, out, query)  # no query's own error is of these
+        return _unreadable_footer(con, out, query, timed_out)  # no query's own error is of these
     return None
 
 
-def _unreadable_footer(con: Any, out: Path, query: str) -> LedgerError | None:
+def _unreadable_footer(con: Any, out: Path, query: str, timed_out: threading.Event) -> BaseException | None:
     """``INTEGRITY_ERROR`` for the first file of a recorded case whose Parquet footer DuckDB cannot
-    read, the tables ``query`` names first, else None (one metadata read per file: only after a
-    query failed)."""
+    read, the tables ``query`` names first, else None (the metadata of a table's files read in one
+    call, about 0.1 ms a file: only after a query failed). The query's time limit bounds the look
+    too: once it passes, the look ends with None (the query's own refusal stands, never an
+    interrupted read taken for a damaged file); Ctrl-C ends it with ``KeyboardInterrupt``."""
     duckdb = duckdb_module()
     words = set(re.findall(r"\w+", query.lower()))
+    names = _recorded_partitions(out)
     for table in sorted(TABLES, key=lambda table: table not in words):
-        for name in _recorded_partitions(out):
-            try:
-                con.execute(f"SELECT count(*) FROM parquet_file_metadata("
-                            f"{sql_literal(str(out / table / name / DATA_FILE))})").fetchall()
-            except duckdb.Error as exc:
-                return _damaged(exc, out / table)
+        if timed_out.is_set() or not names:
+            return None
+        files = "[" + ", ".join(sql_literal(str(out / table / name / DATA_FILE)) for name in names) + "]"
+        try:
+            con.execute(f"SELECT count(*) FROM parquet_file_metadata({files})").fetchall()
+        except duckdb.Error as exc:
+            if "INTERRUPT" in str(exc).upper():
+                return None if timed_out.is_set() else KeyboardInterrupt()
+            return _damaged(exc, out / table)
     return None
 
 
@@ -387,7 +395,7 @@ def _fetch(con: Any, relation: Any, timeout_ms: int, timed_out: threading.Event,
         try:
             chunk = relation.fetchmany(512)
         except duckdb.Error as exc:
-            raise _unreadable(con, out, exc, {}, query) or _query_error(exc, timeout_ms, timed_out) from None
+            raise _unreadable(con, out, exc, {}, query, timed_out) or _query_error(exc, timeout_ms, timed_out) from None
         if not chunk:
             return
         for row in chunk:
