@@ -532,6 +532,15 @@ def test_a_config_mapping_with_a_key_that_is_no_string_is_config_invalid(build, 
      "limits.event_byte_max: unknown key (did you mean event_bytes_max?)"),
     (AnalysisConfig, {"max_hypothesis": 3}, "max_hypothesis: unknown key (did you mean max_hypotheses?)"),
     (AnalysisConfig, {"unitz": "x"}, "unitz: unknown key"),
+    # a quoted dotted key is one key, told from a key of a table; invisible characters are escaped
+    (BudgetConfig, {"test_costs.human": 5}, '"test_costs.human": unknown key (a key of the table test_costs is '
+     'written test_costs.human without quotes, or under [test_costs])'),
+    (AnalysisConfig, {"storage.busy_timeout_ms": 5}, '"storage.busy_timeout_ms": unknown key (a key of the table '
+     'storage is written storage.busy_timeout_ms without quotes, or under [storage])'),
+    (AnalysisConfig, {"storage": {"busy_timeout_ms\u200b": 1}},
+     'storage."busy_timeout_ms\\u200b": unknown key (did you mean busy_timeout_ms?)'),
+    (AnalysisConfig, {"storage": {"": 1}}, 'storage."": unknown key'),
+    (BudgetConfig, {"": 1}, '"": unknown key'),
 ])
 def test_an_unknown_config_key_is_called_unknown_whatever_its_value_naming_the_key_it_is_close_to(config, data,
                                                                                                   message):
@@ -540,4 +549,4 @@ def test_an_unknown_config_key_is_called_unknown_whatever_its_value_naming_the_k
     with pytest.raises(LedgerError) as refused:
         config.from_mapping(data)
     assert (refused.value.code, refused.value.message, refused.value.details["key"]) == (
-        CONFIG_INVALID, message, message.split(":")[0])
+        CONFIG_INVALID, message, message.split(": unknown key")[0])

@@ -9,6 +9,7 @@ for ``1``. Every refusal is ``CONFIG_INVALID`` and names the key.
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import re
 import tomllib
@@ -149,9 +150,15 @@ def _check_types(data: Mapping[str, Any], where: str, known: Mapping[str, Any] |
 
 def unknown_key(where: str, key: str, known: Iterable[str]) -> LedgerError:
     """``CONFIG_INVALID`` for ``key`` of the table ``where`` (``""`` or ``"limits."``), shown as a
-    refusal's location shows a key (its start and end when long), naming the known key it is closest
-    to, when one is close (a misspelling, most often)."""
-    name = where + shortened(key, PATH_PART_CHARS_MAX)
+    refusal's location shows a key (its start and end when long; in JSON quotes, invisible characters
+    escaped, unless TOML would write it bare, so ``"test_costs.human"`` is told from a key of a table),
+    naming the known key it is closest to, when one is close (a misspelling, most often)."""
+    bare = re.fullmatch(r"[A-Za-z0-9_-]+", key) is not None  # as TOML writes a key without quotes
+    name = where + shortened(key if bare else json.dumps(key), PATH_PART_CHARS_MAX)
+    table, _, inner = key.partition(".")
+    if inner and table in known and re.fullmatch(r"[A-Za-z0-9_.-]+", key):  # "limits.x" quoted: one key
+        return LedgerError(CONFIG_INVALID, f"{name}: unknown key (a key of the table {table} is written "
+                           f"{key} without quotes, or under [{table}])", key=name)
     close = difflib.get_close_matches(key, sorted(known), n=1) if len(key) <= PATH_PART_CHARS_MAX else []
     return LedgerError(CONFIG_INVALID, f"{name}: unknown key" + (f" (did you mean {close[0]}?)" if close else ""),
                        key=name)
