@@ -1090,7 +1090,8 @@ def test_a_descriptor_copy_and_what_xargs_reads_keep_a_read_a_read(command, expe
     ("sed -ne '/def/,+5p' f.py", ("source.read_context", "f.py")), ("sed --expression=1d f.py", ("source.read_context", "f.py")),
     ("sed --expression 1d f.py", ("source.read_context", "f.py")), ("grep --regexp=foo a.py", ("source.find_text", "a.py")),
     ("grep --regexp foo a.py", ("source.find_text", "a.py")), ("grep -rne foo src", ("source.find_text", "src")),
-    ("rg -f patterns.txt src", ("source.find_text", "src")), ("sed 's/w/e/g' f.py", ("source.read_context", "f.py")),
+    ("rg -f patterns.txt src", ("source.find_text", "src")), ("grep -f pats.txt f.py", ("source.find_text", "f.py")),
+    ("grep --file=pats.txt f.py", ("source.find_text", "f.py")), ("sed 's/w/e/g' f.py", ("source.read_context", "f.py")),
     ("sed -n '/we/p' f.py", ("source.read_context", "f.py")), ("sed '/x/a we said' f.py", ("source.read_context", "f.py")),
     ("sed 'y/we/ew/' f.py", ("source.read_context", "f.py")), ("sed -n '/a/{p;q}' f.py", ("source.read_context", "f.py"))])
 def test_a_pattern_or_script_given_by_option_leaves_the_first_plain_word_a_path(command, expected):
