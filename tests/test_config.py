@@ -534,9 +534,18 @@ def test_a_config_mapping_with_a_key_that_is_no_string_is_config_invalid(build, 
     (AnalysisConfig, {"unitz": "x"}, "unitz: unknown key"),
     # a quoted dotted key is one key, told from a key of a table; invisible characters are escaped
     (BudgetConfig, {"test_costs.human": 5}, '"test_costs.human": unknown key (a key of the table test_costs is '
-     'written test_costs.human without quotes, or under [test_costs])'),
+     'written under [test_costs], or as test_costs.human)'),
     (AnalysisConfig, {"storage.busy_timeout_ms": 5}, '"storage.busy_timeout_ms": unknown key (a key of the table '
-     'storage is written storage.busy_timeout_ms without quotes, or under [storage])'),
+     'storage is written under [storage], or as storage.busy_timeout_ms)'),
+    (BudgetConfig, {"action_costs.source.read_context": 3}, '"action_costs.source.read_context": unknown key (a key '
+     'of the table action_costs is written under [action_costs], or as action_costs."source.read_context")'),
+    # no table hint for a key that is no table's; letters of any alphabet shown as themselves
+    (BudgetConfig, {"max_reward_bps.x": 3}, '"max_reward_bps.x": unknown key (did you mean max_reward_bps?)'),
+    (BudgetConfig, {"test_costs": {"human.x": 3}}, 'test_costs."human.x": unknown key (did you mean human?)'),
+    (AnalysisConfig, {"limits": {"event_bytes_max.x": 3}},
+     'limits."event_bytes_max.x": unknown key (did you mean event_bytes_max?)'),
+    (BudgetConfig, {"coût": 3}, '"coût": unknown key'),
+    (BudgetConfig, {'a"b': 3}, '"a\\"b": unknown key'),
     (AnalysisConfig, {"storage": {"busy_timeout_ms\u200b": 1}},
      'storage."busy_timeout_ms\\u200b": unknown key (did you mean busy_timeout_ms?)'),
     (AnalysisConfig, {"storage": {"": 1}}, 'storage."": unknown key'),

@@ -940,6 +940,23 @@ def test_a_damaged_footer_of_any_case_but_the_first_is_integrity_error_naming_it
     assert (caught.value.code, caught.value.details) == (INVALID_ARGUMENT, {"query": "refused"})
 
 
+def test_a_damaged_data_page_behind_an_intact_footer_is_integrity_error_naming_its_table(fleet, tmp_path):
+    """DuckDB's plain error for it ("Out of buffer") named no file, and every footer read: the query
+    was refused as if at fault. Every value of the tables the query names is read then."""
+    _, out, ids = fleet
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    target = copy / "events" / "case_id=BUG-20" / "data.parquet"
+    data = bytearray(target.read_bytes())
+    data[4:24] = bytes(20)  # the first data page's header, right after the magic number; the footer intact
+    target.write_bytes(bytes(data))
+    with pytest.raises(LedgerError) as caught:
+        fleet_query(copy, "SELECT * FROM events")
+    assert caught.value.code == "INTEGRITY_ERROR" and caught.value.message.startswith(
+        f"{copy / 'events'}: a file of the export cannot be read ("), caught.value
+    assert fleet_query(copy, "SELECT count(DISTINCT case_id) FROM actions")[1] == [(len(ids),)]
+
+
 def test_the_look_for_a_damaged_footer_never_takes_the_querys_time_limit_for_damage(fleet, tmp_path):
     """The look ran on the query's connection under its timer: the timer's interrupt landing on the
     metadata read of an intact table was "INTEGRITY_ERROR naming that table". Past the time limit

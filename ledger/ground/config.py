@@ -123,7 +123,8 @@ CONFIG_INT_MAX = 2 ** 53 - 1
 def _check_types(data: Mapping[str, Any], where: str, known: Mapping[str, Any] | None, *,
                  strings: frozenset[str] = frozenset()) -> None:
     """Refuse a key ``known`` does not hold (None: any key; a table's entry in ``known`` is its own
-    ``known``), first, so that a misspelt key is called unknown whatever its value; then floats and
+    ``known``, :data:`ANY_KEYS` for any key), first, so that a misspelt key is called unknown whatever
+    its value; then floats and
     booleans anywhere an integer belongs (schema cannot tell 25.0 from 25), and integers past
     ±(2**53-1) (a number of thousands of digits cannot even be printed)."""
     for key, value in data.items():
@@ -134,7 +135,8 @@ def _check_types(data: Mapping[str, Any], where: str, known: Mapping[str, Any] |
         if known is not None and key not in known:
             raise unknown_key(where, key, known)
         if isinstance(value, Mapping) and not where:  # a table; a table inside one is no config's
-            _check_types(value, f"{name}.", known.get(key) if known is not None else None, strings=strings)
+            inner = known.get(key) if known is not None else None
+            _check_types(value, f"{name}.", None if inner is ANY_KEYS else inner, strings=strings)
         elif name in strings:
             continue
         elif type(value) is not int:
@@ -148,26 +150,42 @@ def _check_types(data: Mapping[str, Any], where: str, known: Mapping[str, Any] |
                               f"digits is outside ±{CONFIG_INT_MAX}", key=name)
 
 
-def unknown_key(where: str, key: str, known: Iterable[str]) -> LedgerError:
+def unknown_key(where: str, key: str, known: Iterable[str] | Mapping[str, Any]) -> LedgerError:
     """``CONFIG_INVALID`` for ``key`` of the table ``where`` (``""`` or ``"limits."``), shown as a
-    refusal's location shows a key (its start and end when long; in JSON quotes, invisible characters
-    escaped, unless TOML would write it bare, so ``"test_costs.human"`` is told from a key of a table),
-    naming the known key it is closest to, when one is close (a misspelling, most often)."""
-    bare = re.fullmatch(r"[A-Za-z0-9_-]+", key) is not None  # as TOML writes a key without quotes
-    name = where + shortened(key if bare else json.dumps(key), PATH_PART_CHARS_MAX)
+    refusal's location shows a key (:func:`toml_key`; its start and end when long), naming the known
+    key it is closest to, when one is close (a misspelling, most often). ``known``: the keys there (a
+    mapping as :func:`_check_types` takes, whose tables a quoted ``"table.key"`` is told apart from)."""
+    name = where + shortened(toml_key(key), PATH_PART_CHARS_MAX)
     table, _, inner = key.partition(".")
-    if inner and table in known and re.fullmatch(r"[A-Za-z0-9_.-]+", key):  # "limits.x" quoted: one key
-        return LedgerError(CONFIG_INVALID, f"{name}: unknown key (a key of the table {table} is written "
-                           f"{key} without quotes, or under [{table}])", key=name)
+    if inner and isinstance(known, Mapping) and known.get(table) is not None:  # "limits.x" quoted: one key
+        return LedgerError(CONFIG_INVALID, f"{name}: unknown key (a key of the table {table} is written under "
+                           f"[{table}], or as {table}.{toml_key(inner)})", key=name)
     close = difflib.get_close_matches(key, sorted(known), n=1) if len(key) <= PATH_PART_CHARS_MAX else []
     return LedgerError(CONFIG_INVALID, f"{name}: unknown key" + (f" (did you mean {close[0]}?)" if close else ""),
                        key=name)
 
 
-#: The keys a budget policy holds; a table's entry is its own keys (None: any key, its names checked
-#: by the schema).
-POLICY_KEYS: dict[str, Any] = {**dict.fromkeys(DEFAULT_POLICY), "novelty_mode": None, "action_costs": None,
+def toml_key(key: str) -> str:
+    """``key`` as TOML writes it: bare when it may be (letters, digits, ``_`` and ``-``), else in double
+    quotes, where a quote, a backslash and characters that do not print are escaped (a zero-width
+    space shows as ``\\u200b``; letters of any alphabet show as themselves)."""
+    if re.fullmatch(r"[A-Za-z0-9_-]+", key):
+        return key
+    text = json.dumps(key, ensure_ascii=False)[1:-1]
+    return '"' + "".join(c if c.isprintable() else (f"\\u{ord(c):04x}" if ord(c) <= 0xFFFF else f"\\U{ord(c):08x}")
+                         for c in text) + '"'
+
+
+#: In a mapping of known keys: the entry of a table whose keys are names of the caller's own
+#: (``action_costs``: any name, checked by the schema). A leaf key's entry is None.
+ANY_KEYS: Mapping[str, Any] = {}
+
+#: The keys a budget policy holds; a table's entry is its own keys.
+POLICY_KEYS: dict[str, Any] = {**dict.fromkeys(DEFAULT_POLICY), "novelty_mode": None, "action_costs": ANY_KEYS,
                                "test_costs": dict.fromkeys(DEFAULT_POLICY["test_costs"])}
+#: The keys an analysis config holds.
+ANALYSIS_KEYS: dict[str, Any] = {**dict.fromkeys(DEFAULT_ANALYSIS), "storage": dict.fromkeys(DEFAULT_STORAGE),
+                                 "limits": dict.fromkeys(DEFAULT_LIMITS)}
 
 
 #: Canonical sha256 of the policies the tests validate against ``budget-policy-v1`` (the
@@ -367,8 +385,7 @@ class AnalysisConfig:
             "storage": {**DEFAULT_STORAGE, **dict(self.storage)},
             "limits": {**DEFAULT_LIMITS, **dict(self.limits)},
         }
-        _check_types(data, "", {**dict.fromkeys(DEFAULT_ANALYSIS), "storage": dict.fromkeys(DEFAULT_STORAGE),
-                                "limits": dict.fromkeys(DEFAULT_LIMITS)}, strings=frozenset({"storage.synchronous"}))
+        _check_types(data, "", ANALYSIS_KEYS, strings=frozenset({"storage.synchronous"}))
         if data != default_analysis_data():  # the built-in defaults are checked once, by the tests
             validate("analysis-config-v1", data, CONFIG_INVALID, "analysis config")
         object.__setattr__(self, "storage", read_only(data["storage"]))  # what was checked: no edit after
@@ -390,10 +407,9 @@ class AnalysisConfig:
         """Validate a mapping; missing keys take their defaults."""
         if not isinstance(data, Mapping):
             raise LedgerError(CONFIG_INVALID, "analysis config must be a table", key="(top level)")
-        known = {"units_per_hypothesis", "max_hypotheses", "storage", "limits"}
         for key in data:
-            if key not in known:
-                raise unknown_key("", str(key), known)
+            if key not in ANALYSIS_KEYS:
+                raise unknown_key("", str(key), ANALYSIS_KEYS)
         for key in ("storage", "limits"):
             if key in data and not isinstance(data[key], Mapping):
                 raise LedgerError(CONFIG_INVALID, f"{key}: must be a table", key=key)

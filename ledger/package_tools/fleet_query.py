@@ -351,22 +351,27 @@ def _unreadable(con: Any, out: Path, exc: Exception, broken: dict[str, LedgerErr
 
 
 def _unreadable_footer(con: Any, out: Path, query: str, timed_out: threading.Event) -> BaseException | None:
-    """``INTEGRITY_ERROR`` for the first file of a recorded case whose Parquet footer DuckDB cannot
-    read, the tables ``query`` names first, else None (the metadata of a table's files read in one
-    call, about 0.1 ms a file: only after a query failed). The query's time limit bounds the look
-    too: once it passes, the look ends with None (the query's own refusal stands, never an
-    interrupted read taken for a damaged file); Ctrl-C ends it with ``KeyboardInterrupt``."""
-    duckdb = duckdb_module()
+    """``INTEGRITY_ERROR`` for a table of the export DuckDB cannot read, else None: first each table's
+    Parquet footers (their metadata read in one call, about 0.1 ms a file), the tables ``query``
+    names first, then every value of the tables it names (a damaged data page behind an intact
+    footer, which the query met). Only after a query failed with an error naming no file. The query's
+    time limit bounds the look: once it passes, the look ends with None (the query's own refusal
+    stands, never an interrupted read taken for a damaged file); Ctrl-C ends it with
+    ``KeyboardInterrupt``."""
     words = set(re.findall(r"\w+", query.lower()))
     names = _recorded_partitions(out)
-    for table in sorted(TABLES, key=lambda table: table not in words):
-        if timed_out.is_set() or not names:
-            return None
+    named = [table for table in TABLES if table in words]
+    looks = [(table, "SELECT count(*) FROM parquet_file_metadata({files})")
+             for table in named + [table for table in TABLES if table not in words]]
+    looks += [(table, "SELECT bit_xor(hash(t)) FROM read_parquet({files}) AS t") for table in named]
+    for table, sql in looks if names else ():
         files = "[" + ", ".join(sql_literal(str(out / table / name / DATA_FILE)) for name in names) + "]"
+        if timed_out.is_set():
+            return None
         try:
-            con.execute(f"SELECT count(*) FROM parquet_file_metadata({files})").fetchall()
-        except duckdb.Error as exc:
-            if "INTERRUPT" in str(exc).upper():
+            con.execute(sql.format(files=files)).fetchall()
+        except duckdb_module().Error as exc:
+            if "INTERRUPT" in str(exc).upper() or timed_out.is_set():
                 return None if timed_out.is_set() else KeyboardInterrupt()
             return _damaged(exc, out / table)
     return None
