@@ -1469,6 +1469,16 @@ def test_establish_warns_at_eighty_percent_by_default_given_as_a_number(package)
     case.close()
 
 
+@pytest.mark.parametrize("ratio, bps", [("0.5", 5000), ("  0.5 ", 5000), ("\t0.25\n", 2500), (0.75, 7500)])
+def test_a_warning_ratio_given_as_a_decimal_string_is_read_exactly_blanks_around_it_ignored(package, ratio, bps):
+    case = start_case(package)
+    case.budget(BudgetConfig.from_mapping({})).initialize()
+    result = case.scopes().establish("case", {"units": 100}, "controller", warning_ratio=ratio)
+    body = json.loads(case.events(result.seq - 1, with_body=True)[0]["body"])
+    assert body["warning_bps"] == bps
+    case.close()
+
+
 _SCOPES = st.sampled_from(["case", "revision:1", "hypothesis:1/H1", "hypothesis:1/H2"])
 _LIMITS = st.dictionaries(st.sampled_from(scope_rules.DIMENSIONS), st.integers(0, 60_000), min_size=1)
 _JOURNAL_STEP = st.one_of(
