@@ -253,6 +253,7 @@ def _raise_missing(path: str) -> None:
     Case.open(path)  # LEDGER_MISSING, raised in the worker
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_a_refused_reading_and_its_refusal_cross_to_another_process_intact_and_compare_by_value(tmp_path):
     import pickle
     from concurrent.futures import ProcessPoolExecutor

@@ -62,6 +62,7 @@ def _head(path: Path) -> tuple[int, str]:
     return report.head_seq, report.head_sha256
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_a_rewrite_with_every_hash_recomputed_passes_alone_and_fails_against_an_earlier_head(original, tmp_path):
     seq, sha = _head(original)
     forged = tmp_path / "forged"
@@ -124,6 +125,7 @@ def test_a_malformed_anchor_is_named_whole_or_cut_with_a_mark(tmp_path, anchors,
     assert (caught.value.code, caught.value.message) == ("INVALID_ARGUMENT", said)
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_the_verify_command_takes_anchors_for_one_case(original, tmp_path):
     seq, sha = _head(original)
     forged = tmp_path / "forged"

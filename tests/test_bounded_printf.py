@@ -40,6 +40,7 @@ _VALUES = st.one_of(st.none(), st.integers(-(2**40), 2**40), st.integers(-3, 20)
 
 @settings(max_examples=300, deadline=None)
 @given(pieces=st.lists(_PIECES, max_size=6), args=st.lists(_VALUES, max_size=6), as_blob=st.booleans())
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_bounded_printf_answers_as_sqlites_own(pieces, args, as_blob):
     """Every call it does not refuse at once is SQLite's printf, on a connection with the same limit
     (the format as text or as a blob, a NUL in it ending it)."""

@@ -435,6 +435,7 @@ def test_a_fault_of_the_server_is_a_500_page_and_one_line_on_its_terminal_never_
                                       "broke\\nhere\n")
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_a_served_query_cannot_return_more_than_its_bytes_in_all(site):
     """Each value under the limit, eight of 50 MB took 12 GB of the server's memory (a 2.4 GB reply)."""
     response = get(site, "/BUG-20.json?sql=select+zeroblob(50000000)+as+b+from+events+limit+8")
@@ -449,6 +450,7 @@ def test_a_served_query_cannot_return_more_than_its_bytes_in_all(site):
     ("printf('%.*c', 9000000, char(233))", 5, True),  # é, written \u00e9: six bytes each
     ("printf('%.*c', 9000000, char(127))", 5, True),  # DEL, written \u007f
     ("printf('%.*c', 9000000, 'x')", 5, False)])  # plain text: its size
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_a_served_query_s_bytes_are_counted_as_json_writes_them(site, value, rows, refused):
     response = get(site, f"/BUG-20.json?sql=select+{value}+as+v+from+events+limit+{rows}")
     assert (response.status_code == 400) is refused, response.status_code

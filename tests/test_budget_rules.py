@@ -940,6 +940,7 @@ def _exact(value) -> bool:
 
 
 @given(_VALUES)
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_plain_data_keeps_every_value_and_leaves_no_subclass(value):
     from ledger.ground.arguments import plain_data
 

@@ -234,6 +234,7 @@ def _ours_or_refusal(value):
 
 
 @given(EDGE_VALUES)
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_the_json_dumps_fast_path_gives_exactly_the_rfc8785_bytes_or_the_same_refusal(value):
     assert _ours_or_refusal(value) == _rfc8785_or_refusal(value)
 
@@ -264,6 +265,7 @@ def test_a_number_too_large_for_a_double_is_refused_while_parsing(text):
 @given(st.recursive(st.none() | st.booleans() | st.integers(-(2**60), 2**60) | st.text(max_size=5),
                     lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=4), kids, max_size=4),
                     max_leaves=20))
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_parsing_with_or_without_the_integer_hook_gives_the_same_value_or_refusal(value):
     """Text without a 16-digit run skips the Python integer hook; the result must not change."""
     import json as stdlib_json

@@ -367,6 +367,7 @@ def test_cli_path_arguments_with_a_lone_surrogate_are_error_lines_not_tracebacks
     assert case.storage.conn.execute("SELECT count(*) FROM events").fetchone()[0] == before
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_a_non_ascii_argument_under_an_ascii_locale_is_refused_naming_the_locale(tmp_path):
     """With LC_ALL=C and PYTHONUTF8=0 Python keeps each non-ASCII byte of an argument as a lone
     surrogate; the refusal says the locale is the cause, and a non-UTF-8 byte under a UTF-8 locale
@@ -428,6 +429,7 @@ def test_reading_from_a_closed_standard_input_is_an_error_line(case):
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
 @pytest.mark.parametrize("args", [["init"], ["nosuch"], ["--nosuch"], ["budget"], ["budget", "reserve"],
                                   ["verify", "--jobs", "x", "."], ["budget", "reserve", ".", "--config", "x"]])
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_a_usage_error_exits_2_even_when_stderr_cannot_take_its_message(args):
     """A full stderr made the message's write fail, and the command exit 1 as a refusal would."""
     for stderr in ("full", "closed"):
@@ -593,6 +595,7 @@ def test_apply_to_a_folder_without_a_case_names_create_and_makes_nothing(tmp_pat
     assert sorted(p.name for p in tmp_path.iterdir()) == ["j.jsonl"]
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_a_query_stopped_at_its_time_limit_says_the_limit_in_the_unit_it_was_given(cli_case):
     endless = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c"
     assert refused("INVALID_ARGUMENT", "sql", str(cli_case), endless, "--timeout", "0.25") == (
@@ -766,6 +769,7 @@ def test_a_test_name_quoted_at_test_costs_says_what_a_reservation_under_it_debit
     assert "reserved, cost 10" in ok("budget", "reserve", c, "H1", "t1", "test.automated")
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_budget_readings_print_json_values_for_people(cli_case):
     out = ok("budget", "check", str(cli_case), "H1", "source.read_context")
     assert "allowed: true" in out and "tier: full" in out and "True" not in out
@@ -902,6 +906,7 @@ def test_reading_commands_start_without_importing_pandas_even_when_it_is_install
                                         "sql False False", "['n', '3']", "True"]
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_apply_says_when_initialize_froze_the_built_in_policy_and_only_then(tmp_path):
     journal = tmp_path / "j.jsonl"
     journal.write_bytes(journal_bytes(JOURNAL[:4]))
@@ -915,6 +920,7 @@ def test_apply_says_when_initialize_froze_the_built_in_policy_and_only_then(tmp_
     assert priced.returncode == 0 and b"built-in default policy" not in priced.stderr
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_apply_says_an_initialize_without_config_kept_an_earlier_revisions_policy(tmp_path):
     """A later revision's initialize without --config keeps the policy an earlier revision froze
     (its prices applied): apply said it froze the built-in defaults."""
@@ -992,6 +998,7 @@ def test_a_usage_error_with_stderr_closed_writes_nothing_into_stdout(case):
     assert done.returncode == 0 and done.stdout.startswith(b"case_id: BUG-1\n")
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_a_command_run_in_a_removed_folder_says_so(tmp_path, case):
     """`ledger demo` in a folder removed meanwhile said "the path cannot be used: No such file or
     directory", naming no path; an absolute path still works there."""

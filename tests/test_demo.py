@@ -80,6 +80,7 @@ def test_a_demo_that_cannot_be_built_names_the_folder_given_not_its_hidden_build
         INVALID_ARGUMENT, f"cannot create a case at {target}: Not a directory ({target})")
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_a_demo_goes_into_any_folder_name_the_file_system_takes(tmp_path):
     """Its hidden build folder keeps 40 characters of the name, so a long name (here 240 bytes, 255
     is the limit) does not become one too long to create."""
@@ -188,6 +189,7 @@ run()
 
 
 @pytest.mark.parametrize("signal_name, status", [("SIGINT", 130), ("SIGTERM", 143)])
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_the_demo_command_interrupted_once_its_case_is_in_place_says_so_not_to_run_it_again(tmp_path, signal_name,
                                                                                              status):
     """Its last line said nothing half-written remained and to run the command again, which was then

@@ -491,6 +491,7 @@ WHERES = st.one_of(st.none(), st.integers(-3, 3),
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(rows=st.lists(st.lists(VALUES, min_size=len(AFFINITIES), max_size=len(AFFINITIES)), max_size=8),
        column=st.integers(0, len(AFFINITIES) - 1), wanted=WHERES)
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_every_genuine_lookup_result_is_self_consistent_whatever_the_affinities(tmp_path, rows, column, wanted):
     """Whatever a column's affinity and built-in collation (the result records neither), every row a
     lookup returns satisfies its where as the re-check compares it."""

@@ -2068,6 +2068,7 @@ def test_a_manifest_of_another_package_is_named_as_such_whatever_its_head(export
             f"case {ids[0]} package {ids[1]} (a manifest copied from another case's export)"))
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_an_export_says_which_stray_file_verify_and_import_will_refuse(exported):
     """Export wrote nothing and reported success on a tree verify then failed for a file it never writes."""
     (exported / "analysis" / "note.txt").write_text("mine\n")

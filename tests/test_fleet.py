@@ -585,6 +585,7 @@ def test_fleet_sql_prints_the_formats_of_the_other_commands(fleet):
     assert re.search(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", table.stdout)
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_fleet_sql_only_reads_the_export(fleet, tmp_path):
     _, out, _ = fleet
     for query, why in [(f"COPY events TO '{tmp_path}/x.csv'", "only one SELECT"),
@@ -712,6 +713,7 @@ def _questions() -> list[tuple[str, str]]:
                       flags=re.MULTILINE | re.DOTALL)
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_the_documented_fleet_questions_run_as_is(fleet):
     cases, out, _ = fleet
     questions = dict(_questions())
@@ -1369,6 +1371,7 @@ def test_a_folder_this_user_may_list_but_not_search_fails_as_a_case_and_the_othe
     assert fleet_query(tmp_path / "out", "SELECT case_id FROM case_status")[1] == [("VIS",)]
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_a_publish_cut_short_leaves_the_case_out_of_fleet_sql_until_an_export_publishes_it_whole(tmp_path, monkeypatch):
     """A rename of the case's files that fails after others were done (a table folder made
     read-only) left the case's events at the new head and its case_status at the old one, both

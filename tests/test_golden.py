@@ -25,6 +25,7 @@ def test_the_demo_exports_the_same_bytes_as_before(tmp_path, recorded):
 
 
 @pytest.mark.parametrize("name", golden.JOURNALS)
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_a_real_journal_exports_the_same_bytes_and_result_lines_as_before(name, tmp_path, recorded):
     from ledger import verify_case
 

@@ -444,6 +444,7 @@ KILL_AT = {  # a step of import after the rebuild, and the call the child is kil
 
 
 @pytest.mark.parametrize("step", KILL_AT, ids=list(KILL_AT))
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_an_import_killed_after_its_rebuild_leaves_no_case_and_runs_again(exported, tmp_path, step):
     """The new package is exported and verified where it was built, then renamed into place: a real
     process killed in either step leaves the target absent, and the next import succeeds."""

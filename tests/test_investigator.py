@@ -767,6 +767,7 @@ def _run_example(folder, cwd):
                           capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_the_example_loop_refuses_a_folder_that_already_holds_its_case_and_changes_nothing(tmp_path):
     assert _run_example(tmp_path, tmp_path).returncode == 0
     ledger_bytes = (tmp_path / "BUG-20" / "ledger.sqlite").read_bytes()

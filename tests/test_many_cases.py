@@ -46,6 +46,7 @@ def four_cases(tmp_path_factory) -> list[Path]:
     return make_cases(tmp_path_factory.mktemp("many"), 4)
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_verify_many_reports_each_case_in_order_and_counts_them(four_cases):
     seen = []
     report = verify_many(four_cases, jobs=2, each=seen.append)
@@ -56,6 +57,7 @@ def test_verify_many_reports_each_case_in_order_and_counts_them(four_cases):
     assert report.to_dict()["ok"] is True
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_one_failing_case_fails_alone_and_the_others_are_still_checked(tmp_path):
     cases = make_cases(tmp_path, 3)
     tamper(cases[1])
@@ -174,6 +176,7 @@ def test_cli_verify_prints_one_line_per_case_and_a_summary_and_exits_1_when_one_
                                                  "'ledger export'" for case in cases[:2]]
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_cli_verify_all_takes_every_case_in_the_folder_and_exits_0_when_all_pass(four_cases):
     done = run_cli("verify", "--all", str(four_cases[0].parent), "--jobs", "1")
     assert done.returncode == 0, done.stderr
@@ -203,6 +206,7 @@ def test_cli_jobs_with_one_case_prints_the_multi_case_lines(four_cases):
                                                  "verified 1 case(s): 1 ok, 0 failed"]
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_cli_several_cases_print_each_cases_notes_on_stderr(four_cases, tmp_path):
     """What one case's verify notes (here: never exported) is printed for each case of several too."""
     exported = tmp_path / "exported"

@@ -137,6 +137,7 @@ def _latin1_ok(*args: str, stdin: bytes | None = None) -> str:
     return run.stdout.decode("latin-1")
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_a_committed_write_reports_success_when_stdout_cannot_encode_its_result(tmp_path):
     case = tmp_path / "c"
     _latin1_ok("init", case, "--case-id", "BUG-1")
@@ -258,6 +259,7 @@ def _on_a_terminal(args: list[str], term: str, terminal: str) -> tuple[bytes, by
 
 
 @pytest.mark.parametrize("term", ["xterm", "dumb"])
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_a_progress_bar_goes_to_a_terminal_stderr_alone_never_into_stdout(tmp_path, term):
     """`export --json` on a terminal printed its bar (and a hide-cursor escape) into stdout before the JSON;
     under TERM=dumb a bar was still drawn."""

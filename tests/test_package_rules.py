@@ -292,6 +292,7 @@ def test_import_to_a_new_folder_says_how_many_events_past_the_manifest_head_it_l
     assert import_tree(exported, tmp_path / "whole").events_left_out == 0
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_an_export_killed_before_the_content_of_an_event_past_the_head_still_imports(exported, tmp_path):
     """Export writes every new event file, then the new content files, then the manifest: killed
     between the two, an event past the manifest's head lacks its content. Verify accepts that tree

@@ -897,6 +897,7 @@ OPS = st.lists(st.tuples(st.sampled_from(["reserve", "settle", "fail", "grant", 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=OPS, units=st.integers(5, 60), shallow=st.integers(0, 100), deferred=st.integers(0, 100))
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_properties_scarcity_never_falls_between_grants_tiers_follow_check_never_raises_and_books_balance(
         tmp_path_factory, ops, units, shallow, deferred):
     """hypothesis: scarcity never decreases between grants; tiers follow the thresholds; check

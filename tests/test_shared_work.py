@@ -102,6 +102,7 @@ def fails_at_seven(n: int) -> int:
 # --- the rules ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("jobs", [2, 3])
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_results_come_in_task_order_whichever_process_ran_them(jobs, tmp_path, monkeypatch):
     monkeypatch.setattr(workers, "START_WORKERS_AFTER_S", 0.0)
     flag = str(tmp_path / "a-worker-ran")
@@ -123,6 +124,7 @@ def test_a_task_exception_is_raised_in_its_turn_after_the_results_before_it(jobs
     assert seen == list(range(7))
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_workers_start_while_the_caller_is_still_on_its_first_task(tmp_path):
     """Two tasks: the caller's first does not end until a worker has run the other, so the workers
     must start on time, not once the caller is free again (and one task waiting is enough)."""
@@ -157,12 +159,14 @@ def test_the_tasks_of_a_worker_that_died_are_run_by_the_caller(tmp_path, monkeyp
     assert Path(flag).exists()  # a worker did take one and died with it
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_a_warning_a_task_gives_in_a_worker_is_given_again_in_the_caller(tmp_path):
     flag = str(tmp_path / "a-worker-ran")
     with pytest.warns(UserWarning, match=r"task 1 ran in a worker"):
         assert list(shared_map(warns_in_a_worker, [(n, os.getpid(), flag) for n in range(2)], 2)) == [0, 1]
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_a_result_that_cannot_come_back_from_a_worker_is_made_again_by_the_caller(tmp_path):
     flag = str(tmp_path / "a-worker-ran")
     out = list(shared_map(unpicklable_in_a_worker, [(n, os.getpid(), flag) for n in range(4)], 2))
@@ -170,6 +174,7 @@ def test_a_result_that_cannot_come_back_from_a_worker_is_made_again_by_the_calle
     assert {pid for _, pid, _ in out} == {os.getpid()}
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_a_systemexit_in_a_worker_task_is_raised_in_that_tasks_turn(tmp_path):
     flag = str(tmp_path / "a-worker-ran")
     seen = []

@@ -472,6 +472,7 @@ def test_cli_plot_draws_an_svg_labelled_by_policy(tmp_path):
     assert svg.startswith("<?xml") and "example (base)" in svg and "max_low_information_steps=4" in svg
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_policies_with_the_same_figures_share_one_point_with_every_name_readable(tmp_path):
     """Two policies that refuse the same steps (the base and ``novelty_mode=evidence``, say) get one
     marker whose label names both, one per line, instead of two labels printed over each other."""
@@ -723,6 +724,7 @@ def test_plotting_leaves_the_callers_backend_pyplot_and_settings_as_they_were(tm
 
 
 @pytest.mark.parametrize("suffix", [".svg", ".png"])
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_the_picture_is_the_same_bytes_on_every_run(tmp_path, suffix):
     pytest.importorskip("matplotlib")
     report = simulate([DATA / f"{name}.jsonl" for name in JOURNALS],
@@ -782,6 +784,7 @@ def _small_files_only() -> None:
 
 @pytest.mark.parametrize("option", ["--emit", pytest.param("--per-run", marks=pytest.mark.slow),
                                     pytest.param("--plot", marks=pytest.mark.slow)])  # the slow lane: 4 processes each
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_an_output_file_that_cannot_be_written_whole_is_left_as_it_was(tmp_path, option):
     suffix = {"--per-run": ".jsonl", "--emit": ".toml", "--plot": ".svg"}[option]
     if option == "--plot":

@@ -403,6 +403,7 @@ def test_a_closed_case_says_so(case):
     assert caught.value.code == INVALID_ARGUMENT and "closed" in caught.value.message
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_a_case_on_a_read_only_location_can_be_read_and_verified_but_not_written(budget, case):
     budget.reserve("H1", "q1", "source.read_context")
     export_case(case)

@@ -397,6 +397,7 @@ def _check_shape(out: list[dict[str, Any]]) -> None:
             assert isinstance(item["error"]["code"], str) and isinstance(item["error"]["message"], str)
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_the_cli_applies_a_real_journal_with_one_documented_line_each_and_a_rerun_only_replays(tmp_path):
     journal = _smallest_journal_with_a_failed_line()
     expected, _ = model_of(journal)

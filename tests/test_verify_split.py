@@ -388,6 +388,7 @@ def _unguarded_change(path: Path, table: str, declared: str, stored_as: str, cha
 @pytest.mark.parametrize("table, column, seq", [("reservations", "cost_units", 5), ("reservations", "cost_units", 23),
                                                 ("reservations", "seq", 8), ("closings", "seq", 25),
                                                 ("events", "revision", 6), ("events", "stream_seq", 26)])
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_an_integer_stored_as_an_equal_real_fails_alike_in_either_half(ledger_case, split_used, table, column, seq):
     """10.0 = 10 in SQL: rows are compared with their storage classes too (a view would show 10.0)."""
     _unguarded_change(ledger_case, table, f"{column} INTEGER NOT NULL", f"{column} BLOB NOT NULL",

@@ -504,6 +504,7 @@ def test_every_view_column_has_its_documented_type_in_duckdb(full):
     assert remaining == sorted(remaining) and all(type(value) is int for value in remaining)
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_every_view_reads_the_same_rows_in_duckdb_as_in_sqlite(full):
     duck = _duckdb_with_sqlite()
     duck.execute(f"ATTACH '{full / 'ledger.sqlite'}' AS l (TYPE sqlite, READ_ONLY)")
@@ -635,6 +636,7 @@ def test_every_documented_query_runs_as_printed_in_every_tool_the_docs_name(full
     assert sorted(got, key=repr) == sorted(rows, key=repr), query  # (rows that tie may come in another order)
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_the_documented_way_to_read_a_ledger_from_duckdb_offline_runs_as_printed(full):
     _duckdb_with_sqlite()  # skips where the extension package is missing
     import subprocess
