@@ -967,7 +967,7 @@ def test_the_look_for_a_damaged_footer_never_takes_the_querys_time_limit_for_dam
 
     import duckdb
 
-    from ledger.package_tools.fleet_query import _unreadable_footer
+    from ledger.package_tools.fleet_query import _damaged_table
 
     _, out, _ = fleet
     copy = tmp_path / "copy"
@@ -982,11 +982,11 @@ def test_the_look_for_a_damaged_footer_never_takes_the_querys_time_limit_for_dam
     timed_out, running = threading.Event(), threading.Event()
     timed_out.set()
     con = duckdb.connect()
-    assert _unreadable_footer(con, copy, "SELECT * FROM events", timed_out) is None  # past the limit: no look
-    found = _unreadable_footer(con, copy, "SELECT * FROM events", running)
+    assert _damaged_table(con, copy, "SELECT * FROM events", timed_out) is None  # past the limit: no look
+    found = _damaged_table(con, copy, "SELECT * FROM events", running)
     assert found.code == "INTEGRITY_ERROR" and found.message.startswith(f"{copy / 'events'}: ")
-    assert _unreadable_footer(Interrupted(), copy, "SELECT 1", timed_out) is None
-    assert isinstance(_unreadable_footer(Interrupted(), copy, "SELECT 1", running), KeyboardInterrupt)
+    assert _damaged_table(Interrupted(), copy, "SELECT 1", timed_out) is None
+    assert isinstance(_damaged_table(Interrupted(), copy, "SELECT 1", running), KeyboardInterrupt)
 
 
 def test_a_missing_or_unreadable_file_of_a_recorded_case_is_integrity_error_in_any_spelling(fleet, tmp_path):

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import Any, Callable
 
-from .errors import INVALID_ARGUMENT, LedgerError, unfit_call
+from .errors import INVALID_ARGUMENT, LedgerError, call_fitted
 
 
 #: An integer written as text, as the command line and ``--vary`` take it: ASCII digits with an
@@ -166,16 +166,11 @@ def plain_arguments(function: Callable[..., Any]) -> Callable[..., Any]:
     request that is stored, or a public method of a service) called with every argument made
     :func:`plain_data` first: the checks then read the values stored, which verify's replay reads
     back, never a subclass's own answers about them. A call that does not fit its signature is
-    ``INVALID_ARGUMENT`` (:func:`unfit_call`)."""
+    ``INVALID_ARGUMENT`` (:func:`~ledger.ground.errors.call_fitted`)."""
     @functools.wraps(function)
     def plain(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return function(*(plain_data(arg) for arg in args), **{key: plain_data(arg) for key, arg in kwargs.items()})
-        except TypeError as exc:
-            refusal = unfit_call(exc)
-            if refusal is None:
-                raise
-            raise refusal from None
+        return call_fitted(function, tuple(plain_data(arg) for arg in args),
+                           {key: plain_data(arg) for key, arg in kwargs.items()})
     plain.plain_arguments = plain.refuses_unfit_calls = True  # type: ignore[attr-defined]
     return plain
 

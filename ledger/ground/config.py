@@ -124,9 +124,8 @@ def _check_types(data: Mapping[str, Any], where: str, known: Mapping[str, Any] |
                  strings: frozenset[str] = frozenset()) -> None:
     """Refuse a key ``known`` does not hold (None: any key; a table's entry in ``known`` is its own
     ``known``, :data:`ANY_KEYS` for any key), first, so that a misspelt key is called unknown whatever
-    its value; then floats and
-    booleans anywhere an integer belongs (schema cannot tell 25.0 from 25), and integers past
-    ±(2**53-1) (a number of thousands of digits cannot even be printed)."""
+    its value; then floats and booleans anywhere an integer belongs (schema cannot tell 25.0 from 25),
+    and integers past ±(2**53-1) (a number of thousands of digits cannot even be printed)."""
     for key, value in data.items():
         if not isinstance(key, str):  # a mapping built in Python (TOML keys are text)
             raise LedgerError(CONFIG_INVALID, f"{where.rstrip('.') or '(top level)'}: keys must be strings, got "

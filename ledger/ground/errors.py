@@ -307,18 +307,24 @@ def unfit_call(exc: TypeError) -> LedgerError | None:
     return LedgerError(INVALID_ARGUMENT, str(exc)) if frames is not None and frames.tb_next is None else None
 
 
+def call_fitted(function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``function(*args, **kwargs)``, a call that does not fit its signature refused as :func:`unfit_call`
+    says (this frame makes the call, so the callee's frame is the traceback's next when it started)."""
+    try:
+        return function(*args, **kwargs)
+    except TypeError as exc:
+        refusal = unfit_call(exc)
+        if refusal is None:
+            raise
+        raise refusal from None
+
+
 def refuses_unfit_calls(function: Callable[..., Any]) -> Callable[..., Any]:
     """``function`` refusing a call whose arguments do not fit its signature with ``INVALID_ARGUMENT``
-    (:func:`unfit_call`), as every public function and method does (docs/api.md)."""
+    (:func:`call_fitted`), as every public function and method does (docs/api.md)."""
     @functools.wraps(function)
     def fitted(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return function(*args, **kwargs)
-        except TypeError as exc:
-            refusal = unfit_call(exc)
-            if refusal is None:
-                raise
-            raise refusal from None
+        return call_fitted(function, args, kwargs)
     fitted.refuses_unfit_calls = True  # type: ignore[attr-defined]
     return fitted
 

@@ -335,8 +335,8 @@ def _unreadable(con: Any, out: Path, exc: Exception, broken: dict[str, LedgerErr
     """The ``INTEGRITY_ERROR`` behind a failing query, if a damaged file of the export is: a table
     whose view could not be made (the query names it), a file DuckDB names as unreadable, or, for an
     error that names no file and may be a file's (DuckDB's plain ``Error``, as a damaged footer of any
-    file but the first gives: "TProtocolException: Invalid data"), a file whose footer does not read
-    (:func:`_unreadable_footer`; ``KeyboardInterrupt`` when Ctrl-C stops that look)."""
+    file but the first gives: "TProtocolException: Invalid data"), a table whose files do not read
+    (:func:`_damaged_table`; ``KeyboardInterrupt`` when Ctrl-C stops that look)."""
     text = str(exc)
     duckdb = duckdb_module()
     if isinstance(exc, duckdb.CatalogException):
@@ -346,11 +346,11 @@ def _unreadable(con: Any, out: Path, exc: Exception, broken: dict[str, LedgerErr
     if isinstance(exc, (duckdb.InvalidInputException, duckdb.IOException)) and f"{out}{os.sep}" in text:
         return _damaged(exc, next((out / t for t in TABLES if f"{out / t}{os.sep}" in text), out))
     if type(exc) is duckdb.Error or isinstance(exc, (duckdb.SerializationException, duckdb.InternalException)):
-        return _unreadable_footer(con, out, query, timed_out)  # no query's own error is of these
+        return _damaged_table(con, out, query, timed_out)  # no query's own error is of these
     return None
 
 
-def _unreadable_footer(con: Any, out: Path, query: str, timed_out: threading.Event) -> BaseException | None:
+def _damaged_table(con: Any, out: Path, query: str, timed_out: threading.Event) -> BaseException | None:
     """``INTEGRITY_ERROR`` for a table of the export DuckDB cannot read, else None: first each table's
     Parquet footers (their metadata read in one call, about 0.1 ms a file), the tables ``query``
     names first, then every value of the tables it names (a damaged data page behind an intact
@@ -364,12 +364,13 @@ def _unreadable_footer(con: Any, out: Path, query: str, timed_out: threading.Eve
     looks = [(table, "SELECT count(*) FROM parquet_file_metadata({files})")
              for table in named + [table for table in TABLES if table not in words]]
     looks += [(table, "SELECT bit_xor(hash(t)) FROM read_parquet({files}) AS t") for table in named]
+    files = {table: "[" + ", ".join(sql_literal(str(out / table / name / DATA_FILE)) for name in names) + "]"
+             for table in TABLES}
     for table, sql in looks if names else ():
-        files = "[" + ", ".join(sql_literal(str(out / table / name / DATA_FILE)) for name in names) + "]"
         if timed_out.is_set():
             return None
         try:
-            con.execute(sql.format(files=files)).fetchall()
+            con.execute(sql.format(files=files[table])).fetchall()
         except duckdb_module().Error as exc:
             if "INTERRUPT" in str(exc).upper() or timed_out.is_set():
                 return None if timed_out.is_set() else KeyboardInterrupt()

@@ -102,8 +102,9 @@ class ActionMap:
                               f"and programs), got {type(given).__name__}", key="rules")
         for number, rule in enumerate(given, start=1):
             key = f"rules[{number}]"
-            if isinstance(rule, Mapping) and set(rule) - {"action", "programs"}:
-                raise unknown_key(f"{key}.", sorted(set(rule) - {"action", "programs"})[0], {"action", "programs"})
+            extra = sorted(set(rule) - {"action", "programs"}) if isinstance(rule, Mapping) else []
+            if extra:
+                raise unknown_key(f"{key}.", extra[0], {"action", "programs"})
             if not isinstance(rule, Mapping) or set(rule) != {"action", "programs"}:
                 raise LedgerError(CONFIG_INVALID, f"{key}: needs exactly the keys action and programs", key=key)
             _check_action(rule["action"], f"{key}.action")
