@@ -59,14 +59,58 @@ TORTURE_RUN = pytest.StashKey[bool]()
 TORTURE_SCALE = int(os.environ.get("LEDGER_TORTURE_SCALE", "4"))
 
 
-@pytest.hookimpl(trylast=True)
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
+    """Mark ``slow`` the cases of a ``@pytest.mark.sampled(every=N)`` test the default run leaves
+    to the slow lane (before ``-m`` deselects by mark): see :func:`default_sample`. Cases marked
+    ``slow`` or ``torture`` already stay where they are and are not counted."""
+    cases: dict[tuple[str, str], list[pytest.Item]] = {}
+    for item in items:
+        if (item.get_closest_marker("sampled") and getattr(item, "callspec", None) is not None
+                and not item.get_closest_marker("slow") and not item.get_closest_marker("torture")):
+            cases.setdefault((item.path, item.originalname), []).append(item)
+    for group in cases.values():
+        marker = group[0].get_closest_marker("sampled")
+        kept = default_sample([_parameter_rows(item) for item in group],
+                              marker.kwargs.get("every", marker.args[0] if marker.args else 4))
+        for index, item in enumerate(group):
+            if index not in kept:
+                item.add_marker(pytest.mark.slow)
+
+
+def _parameter_rows(item: pytest.Item) -> tuple[tuple[int, ...], ...]:
+    """Which row of each of its ``@pytest.mark.parametrize`` lists a case runs: per list, the
+    identities of the values it takes (the same objects in every case that takes that row)."""
+    params = item.callspec.params
+    rows = []
+    for mark in item.iter_markers("parametrize"):
+        names = mark.args[0] if not isinstance(mark.args[0], str) else mark.args[0].split(",")
+        rows.append(tuple(id(params.get(name.strip())) for name in names))
+    return tuple(rows)
+
+
+def default_sample(cases: list[tuple[object, ...]], every: int) -> set[int]:
+    """Which of a parametrized test's cases (each given by the row it takes of each parameter
+    list, in collection order) the default run keeps: every ``every``-th (the first included)
+    and, when the test has several parameter lists, also the first case taking each row of
+    each list, so that every value runs at least once. The slow lane runs every case."""
+    kept = set(range(0, len(cases), every))
+    if cases and len(cases[0]) > 1:
+        seen: set[tuple[int, object]] = set()
+        for index, case in enumerate(cases):
+            if any(row not in seen for row in enumerate(case)):
+                kept.add(index)
+                seen.update(enumerate(case))
+    return kept
+
+
+def pytest_collection_finish(session):
     """Remember whether the selection (after ``-m``) holds a ``torture`` test.
 
     The long variants ask :func:`torture_run` instead of looking for the word "torture" in the
     ``-m`` expression, which is also in ``not torture`` (the default deselection).
     """
-    config.stash[TORTURE_RUN] = any(item.get_closest_marker("torture") for item in items)
+    session.config.stash[TORTURE_RUN] = any(item.get_closest_marker("torture") for item in session.items)
 
 
 def torture_run(config) -> bool:

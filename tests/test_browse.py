@@ -240,6 +240,7 @@ def test_the_picture_labels_lines_with_the_revision_when_there_are_several():
 
 
 # --- the site, through Datasette's test client -------------------------------------------------
+@pytest.mark.slow  # over 0.9 s in the default run: the slow lane (.ci/run) runs it
 def test_each_case_page_has_its_title_the_views_first_and_the_picture(site):
     page = get(site, "/BUG-20")
     assert page.status_code == 200
@@ -644,6 +645,7 @@ def test_two_cases_with_the_same_case_id_get_distinct_database_names(demo, tmp_p
     assert browse_metadata(served_cases([demo]))["databases"]["BUG-20"]["title"] == "BUG-20 (EVALUATING)"
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_a_database_name_is_never_another_cases_own_nor_one_datasette_answers_first(demo, tmp_path):
     """A copy of BUG-20 given first was named BUG-20-2, and the case BUG-20-2 became BUG-20-2-2;
     the valid case id favicon.ico was served as favicon-ico, whose every page was Datasette's icon."""
@@ -674,6 +676,7 @@ def test_a_case_whose_id_is_url_safe_is_named_by_it_whatever_the_order_of_the_ca
     ("SELECT 1 AS case_id WHERE 0", ("", "")), (None, ("", "")),
     ("SELECT SUM(x) AS case_id, 'S' AS state FROM (SELECT 9223372036854775807 AS x UNION ALL SELECT 1)", ("", "")),
 ])
+@pytest.mark.sampled(every=4)
 def test_a_case_status_view_altered_in_the_file_is_served_as_it_reads(tmp_path, view, shown):
     """A number or NULL in it stopped serve with a TypeError, no row warned of schema version 0,
     and a view of endless rows was read whole (4 GB) before its first row was used; a view without

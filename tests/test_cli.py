@@ -101,6 +101,7 @@ def test_a_whole_investigation_through_the_cli(cli_case):
     (("sql", "{c}", "DELETE FROM events"), "INVALID_ARGUMENT"),
     (("budget", "reserve", "{c}", "H1", "q1", "source.read_context", "--at", "soon"), "INVALID_ARGUMENT"),
 ])
+@pytest.mark.sampled(every=4)
 def test_refusals_print_one_error_line_and_exit_1_writing_nothing(cli_case, tmp_path, args, code):
     bad = tmp_path / "bad.toml"
     bad.write_text("max_reward_bps = 1\n")
@@ -121,6 +122,7 @@ def test_refusals_print_one_error_line_and_exit_1_writing_nothing(cli_case, tmp_
     ("budget", "reserve"), ("nope",), ("balances",), ("budget", "settle", "c", "H1", "q1", "--score", "x", "--reason", "r"),
     ("balances", "c", "--json", "--csv"), ("budget", "record", "c", "H1", "q1"),
 ])
+@pytest.mark.sampled(every=4)
 def test_usage_errors_exit_2(cli_case, args):
     done = run_cli(*[str(cli_case) if a == "c" else a for a in args])
     assert done.returncode == 2
@@ -181,6 +183,7 @@ def test_apply_prints_one_result_line_per_line_and_a_rerun_is_all_reused(tmp_pat
     assert times[4]["created_at"] == at4
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_apply_stops_at_the_first_error_unless_keep_going(tmp_path):
     lines = [JOURNAL[0], JOURNAL[1], {"op": "settle", "hypothesis": "H1"}, {"op": "frobnicate"}, "not json",
              "", "[1]", {"op": "initialize", "extra": 1}, {"op": "initialize", "at": "2026-13-01T00:00:00Z"},
@@ -204,6 +207,7 @@ def test_apply_stops_at_the_first_error_unless_keep_going(tmp_path):
     assert "stopped at line" not in kept.stderr.decode()
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_apply_reads_stdin_and_refuses_a_case_with_another_id(tmp_path):
     case = tmp_path / "s"
     out = ok("apply", str(case), "-", "--create", "S-1", stdin=journal_bytes(JOURNAL[:2]))
@@ -386,6 +390,7 @@ def test_a_non_ascii_argument_under_an_ascii_locale_is_refused_naming_the_locale
     assert Case.open(tmp_path / "c").query("SELECT count(*) AS n FROM events") == events
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_under_an_ascii_locale_a_path_prints_as_its_bytes_and_a_query_names_the_locale(tmp_path):
     """Under LC_ALL=C with PYTHONUTF8=0, click wrote through a UTF-8 stream of its own that replaced
     a path's undecodable bytes with "?" (created case X3 at …/c3 ??); a query holding a non-ASCII
@@ -417,6 +422,7 @@ def test_a_lone_surrogate_read_from_a_file_is_refused_without_blaming_the_locale
         "no canonical JSON form at $.x: text holding a lone surrogate (no UTF-8 form)\n")
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_reading_from_a_closed_standard_input_is_an_error_line(case):
     case.close()
     for args in (["apply", str(case.path), "-"], ["budget", "record", str(case.path), "H1", "q1", "--evidence-file", "-"]):
@@ -441,6 +447,7 @@ def test_a_usage_error_exits_2_even_when_stderr_cannot_take_its_message(args):
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_a_result_that_cannot_be_printed_is_an_output_error_and_the_operation_stays_committed(budget, case):
     case.close()
     with open("/dev/full", "wb") as full:
@@ -454,6 +461,7 @@ def test_a_result_that_cannot_be_printed_is_an_output_error_and_the_operation_st
     assert again.returncode == 0 and json.loads(again.stdout)["reused"] is True
 
 
+@pytest.mark.slow  # over 0.5 s in the default run: the slow lane (.ci/run) runs it
 def test_state_with_at_but_no_new_state_is_a_usage_error_and_an_empty_config_is_refused(case):
     case.close()
     assert run_cli("state", str(case.path), "--at", "garbage").returncode == 2
@@ -467,6 +475,7 @@ def test_state_with_at_but_no_new_state_is_a_usage_error_and_an_empty_config_is_
 @pytest.mark.parametrize("args", [("events", "{case}", "--since"), ("balances", "{case}", "--revision"),
                                   ("apply", "{case}", "-", "--batch-size"), ("verify", "{case}", "--jobs"),
                                   ("simulate", "{case}", "--seed"), ("scope", "establish", "{case}", "case", "--limit")])
+@pytest.mark.sampled(every=4)
 def test_integer_options_take_ascii_digits_only(case, args, value):
     """int() would read 1_000, +5 and other scripts' digits; an accounting tool's numbers are plain."""
     case.close()
@@ -974,6 +983,7 @@ def test_a_warning_a_command_gives_is_shown_once_under_any_warning_setting(tmp_p
     assert done.stderr.count("UserWarning: a warning of its own") == 1, done.stderr  # 3.13 adds the source line
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_a_command_refused_for_an_existing_case_leaves_no_file_open(tmp_path):
     """init over a case, apply --create of a case already there: the lock file opened to look was left
     open (a ResourceWarning under -W default)."""
@@ -987,6 +997,7 @@ def test_a_command_refused_for_an_existing_case_leaves_no_file_open(tmp_path):
         assert done.returncode == code and "ResourceWarning" not in done.stderr, done.stderr
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_a_usage_error_with_stderr_closed_writes_nothing_into_stdout(case):
     """With `2>&-`, click printed the usage error into stdout: into the CSV or JSON a script was saving."""
     case.close()

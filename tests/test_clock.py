@@ -92,6 +92,7 @@ def test_the_tolerance_must_be_a_non_negative_integer(tmp_path):
         assert caught.value.code == CONFIG_INVALID
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_cli_at_and_journal_at_refuse_a_far_future_time(package, tmp_path):
     start_case(package).close()
     done = run_cli("state", str(package), "EVALUATING", "--at", "2062-01-05T10:00:00Z")

@@ -591,6 +591,7 @@ def test_the_interruption_points_cover_every_row_each_operation_writes():
 
 @pytest.mark.parametrize("exc_type", [KeyboardInterrupt, RuntimeError])
 @pytest.mark.parametrize(("operation", "index", "label"), INTERRUPTIONS)
+@pytest.mark.sampled(every=4)
 def test_an_operation_interrupted_between_its_writes_leaves_nothing_and_the_connection_works(
         tmp_path, operation, index, label, exc_type):
     path = make_package(tmp_path / "case")
@@ -821,6 +822,7 @@ def test_plain_sharing_without_a_batch_is_a_ledger_error_not_a_runtime_error(bud
 
 
 @pytest.mark.parametrize("name", sorted(PUBLIC_CALLS))
+@pytest.mark.sampled(every=4)
 def test_every_public_entry_point_refuses_a_thread_other_than_the_opener(budget_case, name):
     case, budget = budget_case
     before = generation(case)
@@ -858,6 +860,7 @@ def test_a_write_started_inside_a_read_is_refused_instead_of_ending_the_read(bud
 
 # a case closed while another thread's connection still reads cannot empty its log: it warns, rightly
 @pytest.mark.filterwarnings("ignore::ledger.storage.connection.CheckpointWarning")
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_concurrent_exports_of_one_package_all_succeed(budget, case):
     for n in range(40):
         budget.reserve("H1", f"a{n}", "source.read_context")

@@ -371,6 +371,7 @@ def test_toml_beyond_the_parsers_limits_is_config_invalid_naming_the_file_and_li
 @pytest.mark.parametrize("kind", sorted(HOSTILE_TOML))
 @pytest.mark.parametrize("where", [["--config", "{f}", "state", "{case}"], ["--analysis-config", "{f}", "state", "{case}"],
                                    ["simulate", "{journal}", "--policy", "{f}"]])
+@pytest.mark.sampled(every=4)
 def test_the_command_line_reports_such_toml_as_config_invalid_naming_the_file(tmp_path, kind, where):
     from conftest import run_cli
 

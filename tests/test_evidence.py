@@ -424,6 +424,7 @@ def test_export_import_export_is_byte_identical_with_evidence(published, tmp_pat
     "UPDATE evidence_records SET novelty_score = 100 WHERE record_id = 'E000002'",
     "DELETE FROM evidence_atoms",
 ])
+@pytest.mark.sampled(every=4)
 def test_tampered_evidence_is_caught_by_verify(published, tamper):
     conn = _unguarded(published)
     conn.execute(tamper)
@@ -591,6 +592,7 @@ def test_a_query_store_retry_over_changed_inputs_is_not_reused(case):
 
 
 # --- finding 6: the artifact limit is the one that applies to the evidence an event carries -----------
+@pytest.mark.slow  # over 0.5 s in the default run: the slow lane (.ci/run) runs it
 def test_a_3_000_000_byte_line_under_the_artifact_limit_is_stored(case):
     (case.path / "sources" / "big.txt").write_bytes(b"x" * 3_000_000 + b"\n")
     case.budget().reserve("H1", "q1", "source.read_context")

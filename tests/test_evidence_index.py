@@ -67,6 +67,7 @@ def v1_case(tmp_path: Path) -> Path:
     return tmp_path / "v1"
 
 
+@pytest.mark.slow  # over 0.6 s in the default run: the slow lane (.ci/run) runs it
 def test_a_ledger_of_v1_indexes_imports_verifies_and_exports_byte_identically(v1_case, tmp_path):
     assert verify_case(v1_case).events == 48
     with Case.open(v1_case) as case:

@@ -196,6 +196,7 @@ NEVER_RETURNED = {
 
 
 @pytest.mark.parametrize("shape", sorted(NEVER_RETURNED))
+@pytest.mark.sampled(every=4)
 def test_a_result_holding_what_the_router_never_returns_is_refused_after_its_inputs_changed(case, tmp_path, shape):
     """With its files changed since, a result is checked against its request only: then nothing the
     reference router never writes may pass (a newline inside a line, files out of walk order, a
@@ -730,6 +731,7 @@ FORGERIES_BESIDE_COMPUTED_VALUES = {
 
 
 @pytest.mark.parametrize("forgery", FORGERIES_BESIDE_COMPUTED_VALUES, ids=list(FORGERIES_BESIDE_COMPUTED_VALUES))
+@pytest.mark.sampled(every=4)
 def test_a_forgery_beside_values_sqlite_computes_as_it_reads_is_still_an_integrity_error(case, tmp_path, forgery):
     """Only the values SQLite computes as it reads may differ from this SQLite's recompute of an unchanged
     file (another version computes them otherwise): every value the file holds, the rows a where on

@@ -384,6 +384,7 @@ def test_import_refuses_a_manifest_swapped_for_a_link_or_pipe_as_verify_does_not
     assert not (tmp_path / "new").exists()
 
 
+@pytest.mark.slow  # over 0.5 s in the default run: the slow lane (.ci/run) runs it
 def test_import_goes_into_any_folder_name_the_file_system_takes(exported, tmp_path):
     """Its hidden build folder keeps 40 characters of the target's name, so a long name (240
     bytes; 255 is the limit) does not become one too long to create."""
@@ -494,6 +495,7 @@ def _rechained_from(path: Path, seq: int, forged: str) -> list[tuple[str, tuple]
 @pytest.mark.parametrize("edit", ["body", "body and hash", "content", "history rewritten whole",
                                   "body, hash and next parent column", "placed on another", "placed outside",
                                   "two swap files"])
+@pytest.mark.sampled(every=4)
 def test_export_never_writes_an_edited_event_or_content_over_its_file(exported, edit):
     """An exported file may be the one copy of the original bytes: export checks every file it is to
     write before writing any, and refuses (INTEGRITY_ERROR, nothing written) an event that does not
@@ -604,6 +606,7 @@ def test_a_truncated_tail_after_export_is_caught_against_the_manifest(exported):
     ("lifecycle", "UPDATE lifecycle SET state = 'CLOSED' WHERE seq = 3", 3),
     ("events", "UPDATE events SET type = 'budget.settled' WHERE seq = 5", 5),
 ])
+@pytest.mark.sampled(every=4)
 def test_an_edited_helper_row_is_caught_at_its_seq(exported, table, statement, seq):
     conn = unguarded(exported)
     conn.execute(statement)
@@ -676,6 +679,7 @@ def test_a_redefined_view_is_caught(exported):
     assert "balances" in error.message
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_a_dropped_trigger_alone_is_reported(exported):
     conn = sqlite3.connect(exported / "ledger.sqlite")
     conn.execute("DROP TRIGGER events_no_delete")
@@ -704,6 +708,7 @@ def test_a_changed_source_breaks_the_binding_of_the_event_that_cited_it(exported
 
 @pytest.mark.parametrize("unreadable", ["manifest.json", "analysis/case/events/00000001.json", "content",
                                         "analysis/case/events", "analysis", "sources/app.py", "sources"])
+@pytest.mark.sampled(every=4)
 def test_a_file_verify_or_import_may_not_read_is_storage_error_never_integrity_error(exported, tmp_path,
                                                                                        monkeypatch, unreadable):
     """A mode change is no tampering: a file or folder of the package this user may not read is
@@ -1072,6 +1077,7 @@ def test_an_edited_schema_migrations_name_is_named_with_the_migration_it_should_
     assert "schema_migrations names version 2 'x', but that migration is 'views' (an edited row)" in caught.value.message
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_a_manifest_that_disagrees_with_the_ledger_is_refused_by_verify_and_import(budget, case, tmp_path):
     budget.reserve("H1", "a1", "source.read_context")
     export_case(case)
@@ -1570,6 +1576,7 @@ def test_verify_strict_is_a_flag():
 
 @pytest.mark.parametrize("args", [["verify"], ["sql", "SELECT COUNT(*) FROM events"], ["balances"], ["state"],
                                   ["events"], ["actions", "--json"]])
+@pytest.mark.sampled(every=4)
 def test_reading_commands_leave_no_write_ahead_log_files_beside_the_ledger(exported, args):
     """docs/files.md: -wal and -shm exist only while a connection is open; verify and sql read through
     a read-only connection, which cannot remove them, so they fold them away as a writer's close does."""
@@ -1674,6 +1681,7 @@ def _ledger_files(path: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(path.iterdir()) if p.name in ("ledger.sqlite", "ledger.sqlite-wal")}
 
 
+@pytest.mark.slow  # over 0.5 s in the default run: the slow lane (.ci/run) runs it
 def test_the_verify_command_writes_nothing_whatever_the_ledgers_schema_journal_mode_or_log(tmp_path):
     """`ledger verify CASE` reads through read-only connections only: an older schema is not
     migrated (and a lie in its views is still found), a rollback-journal ledger stays one, and a
@@ -1850,6 +1858,7 @@ def _past_the_guards(path: Path, table: str, statement: str) -> None:
     ("policies", "UPDATE policies SET policy = 'not json'", ["budget", "advice", "CASE", "H1"]),
 ], ids=["event-body-blob", "content-body-blob", "created_at-blob", "case_id-blob", "case_id-blob-json",
         "policy-not-json"])
+@pytest.mark.sampled(every=4)
 def test_a_value_of_a_type_the_ledger_never_writes_is_an_integrity_error_for_every_command(
         exported, case, table, statement, command):
     """Past its guards, a stored text made a blob (or a policy made not JSON) is an edited ledger:

@@ -100,6 +100,7 @@ def test_the_export_has_one_partition_per_table_and_case(fleet):
     assert (record["head_seq"], record["head_sha256"]) == head[1][0]
 
 
+@pytest.mark.slow  # over 2.0 s in the default run: the slow lane (.ci/run) runs it
 def test_columns_have_explicit_parquet_types(fleet):
     _, out, _ = fleet
     expected = {"BIGINT": "int64", "TIMESTAMPTZ": "timestamp[us, tz=UTC]", "VARCHAR": "string"}
@@ -396,6 +397,7 @@ def test_a_case_whose_case_status_view_cannot_give_its_head_fails_as_altered(tmp
     assert failed["error"]["message"].endswith(f"'ledger verify {tmp_path / 'cases' / 'c'}' says what else differs")
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_a_case_exported_by_another_schema_version_is_exported_again(tmp_path):
     """Its tables may lack the columns this version writes (a record of an earlier export names no
     schema version): exported again, not taken as unchanged, so every partition has the same columns."""
@@ -1435,6 +1437,7 @@ def test_two_first_exports_into_one_new_folder_both_take_it_as_a_fleet_export(tm
 
 
 @pytest.mark.parametrize("damage", ['["x"]', '"text"', "null", '{"head_seq": "abc"}', "not json", ""])
+@pytest.mark.sampled(every=4)
 def test_a_damaged_record_of_a_case_has_the_case_exported_again(tmp_path, damage):
     """A case's record in OUT/_fleet/cases that is not the object the export writes (other JSON, a
     field of another type) is no record: the case is exported again and the record rewritten (it

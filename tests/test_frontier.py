@@ -111,6 +111,7 @@ def test_the_baselines_never_stop_and_cap_at_the_75th_percentile_of_spend():
         "no-stop": 2 ** 40, "cap-p75": 385, "example": None}
 
 
+@pytest.mark.slow  # over 0.6 s in the default run: the slow lane (.ci/run) runs it
 def test_the_frontier_table_names_the_cap_its_cap_p75_baseline_computed(tmp_path):
     journals = tmp_path / "journals"
     journals.mkdir()
@@ -600,6 +601,7 @@ def test_a_label_no_run_has_and_bad_folds_are_refused_naming_them():
         frontier([DATA], [policy_from_mapping("no-stop", {})], OUTCOMES)
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_the_default_folds_are_five_or_one_per_run_when_there_are_fewer_runs(tmp_path):
     rows = [line.split(",") for line in OUTCOMES.read_text().splitlines()[1:]]
     resolved = [DATA / f"{row[0]}.jsonl" for row in rows if row[1] == "resolved"]

@@ -1465,6 +1465,7 @@ def api_calls(case, tmp_path):
     "tradeoff_points(by_outcome=5)", "tradeoff_points(group without counts)", "tradeoff_points(name=None)",
     "frontier_points(row without counts)", "frontier_points(group=5)", "tradeoff_points(count too long to print)",
     "tradeoff_points(negative count)", "frontier_points(huge group count)", "plot_tradeoff(base=5)"])
+@pytest.mark.sampled(every=4)
 def test_a_public_function_given_a_wrong_type_raises_invalid_argument(api_calls, call):
     with pytest.raises(LedgerError) as caught:
         api_calls[call]()
@@ -1565,6 +1566,7 @@ def _edge_calls(case: Case, tmp_path: Path) -> dict[str, tuple[str, object]]:
     "export_fleet(None)", "BudgetConfig(deep table)", "AnalysisConfig(deep table)", "cost_units([])",
     "price_units(None)", "Policy(name=[])", "Policy(config=None)", "frozen_policy('\\ud800')",
     "operation_use('\\ud800')", "Router(NUL)", "Router(generation=1)", "Router.read_file(top=deep)"])
+@pytest.mark.sampled(every=4)
 def test_an_edge_of_the_api_given_a_hostile_value_raises_a_ledger_error_naming_it(case, tmp_path, call):
     code, function = _edge_calls(case, tmp_path)[call]
     before = case.storage.conn.execute("SELECT count(*) FROM events").fetchone()[0]

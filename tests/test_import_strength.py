@@ -222,6 +222,7 @@ def _forge_ledger(path: Path, field: str, value: str) -> None:
     ("created_at", "2026-02-30T10:00:00.000000Z"), ("created_at", "2026-01-05T10:00:00.000000Z\n"),
     ("created_at", "2026-01-05T10:00:00Z"), ("created_at", "2026-01-05T24:00:00.000000Z"),
 ])
+@pytest.mark.sampled(every=4)
 def test_verify_refuses_stored_fields_the_api_would_never_store(tmp_path, field, value):
     case = build_case(tmp_path / "case", at="2026-01-05T10:00:00Z")
     case.close()
@@ -528,6 +529,7 @@ def test_an_in_place_import_refused_by_its_final_verify_removes_the_lock_files_i
 
 # a case closed while another thread's connection still reads cannot empty its log: it warns, rightly
 @pytest.mark.filterwarnings("ignore::ledger.storage.connection.CheckpointWarning")
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_concurrent_imports_to_one_target_one_wins_the_others_are_case_exists(exported, tmp_path):
     outcomes: list[str] = []
 

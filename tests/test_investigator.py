@@ -988,6 +988,7 @@ def test_the_documented_restart_recipe_takes_up_or_gives_up_what_a_crash_left_op
     assert ran == ["tests.run"] and _event_count(case) == events
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_a_run_tool_killed_before_feeding_its_stored_reply_is_taken_up_by_the_restart_recipe(case, tmp_path):
     """A process killed after run_tool stored its checked reply, before record_evidence: the action
     is still reserved, and a record given with other evidence is NO_RESERVATION. pending_actions

@@ -179,6 +179,7 @@ def test_a_line_at_the_limit_with_a_crlf_ending_is_within_it(monkeypatch):
     assert [len(line) > 8 for line in lines] == [False, False, True, False]  # parse_line refuses the third
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_a_long_first_line_fails_alone_and_stops_the_run(package, tmp_path):
     start_case(package).close()
     journal = tmp_path / "j.jsonl"
@@ -201,6 +202,7 @@ def test_a_long_first_line_fails_alone_and_stops_the_run(package, tmp_path):
     ({"op": "record_outcome", "outcome": {"a": None}, "source": "x"}, "got an object"),
     ({"op": "record_outcome", "outcome": "resolved", "source": True}, "got true"),
 ])
+@pytest.mark.sampled(every=4)
 def test_a_refused_value_of_a_journal_is_shown_as_json_never_as_python(package, tmp_path, line, shown):
     start_case(package).close()
     journal = tmp_path / "j.jsonl"

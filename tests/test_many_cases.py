@@ -142,6 +142,7 @@ def test_a_case_folder_that_lost_its_ledger_fails_and_is_never_left_out(tmp_path
     assert f"FAILED {cases[1]}: LEDGER_MISSING: ".encode() in done.stdout and b"1 ok, 1 failed" in done.stdout
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_export_many_exports_every_case_and_a_second_run_writes_nothing(tmp_path):
     cases = make_cases(tmp_path, 3)
     first = export_many(cases, jobs=2)
@@ -185,6 +186,7 @@ def test_cli_verify_all_takes_every_case_in_the_folder_and_exits_0_when_all_pass
     assert lines[-1] == "verified 4 case(s): 4 ok, 0 failed"
 
 
+@pytest.mark.slow  # over 0.5 s in the default run: the slow lane (.ci/run) runs it
 def test_cli_verify_json_prints_one_object_for_several_cases(four_cases):
     done = run_cli("verify", *map(str, four_cases[:2]), "--json")
     assert done.returncode == 0, done.stderr
@@ -193,12 +195,14 @@ def test_cli_verify_json_prints_one_object_for_several_cases(four_cases):
     assert [c["report"]["head_seq"] for c in result["cases"]] == [7, 7]
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_cli_single_case_output_is_unchanged(four_cases):
     done = run_cli("verify", str(four_cases[0]))
     assert done.returncode == 0
     assert done.stdout.decode().startswith("ok: 7 events, 1 contents, head seq 7 sha256 ")
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_cli_jobs_with_one_case_prints_the_multi_case_lines(four_cases):
     done = run_cli("verify", str(four_cases[0]), "--jobs", "1")
     head = verify_case(four_cases[0]).head_sha256
@@ -218,6 +222,7 @@ def test_cli_several_cases_print_each_cases_notes_on_stderr(four_cases, tmp_path
     assert notes == [f"note: {four_cases[0]}: not exported: there is no manifest.json; run 'ledger export'"]
 
 
+@pytest.mark.slow  # over 0.5 s in the default run: the slow lane (.ci/run) runs it
 def test_cli_export_several_cases_and_a_missing_one(tmp_path):
     cases = make_cases(tmp_path, 2)
     missing = tmp_path / "empty"
@@ -276,6 +281,7 @@ def test_all_leaves_out_build_folders_and_says_so_on_stderr(four_cases):
     assert json.loads(run_cli("export", "--all", str(root), "--json").stdout)["passed"] == 4
 
 
+@pytest.mark.slow  # over 0.5 s in the default run: the slow lane (.ci/run) runs it
 def test_all_notes_links_that_lead_nowhere_or_loop_and_a_second_link_to_a_case_it_takes_once(tmp_path):
     """Nothing left out without a word: a link to a folder that is gone, one that loops, and a link
     to a case listed already (verified once, under its own name) are each a note on stderr."""

@@ -189,6 +189,7 @@ WRITERS_INTO = {
 
 
 @pytest.mark.parametrize("writer", WRITERS_INTO, ids=list(WRITERS_INTO))
+@pytest.mark.sampled(every=4)
 def test_no_command_writes_its_output_inside_a_case_package(case_path, tmp_path, writer):
     _exported(case_path)
     other = tmp_path / "other"

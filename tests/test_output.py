@@ -54,6 +54,7 @@ HUMAN_OUTPUTS = [
 
 
 @pytest.mark.parametrize("args", HUMAN_OUTPUTS, ids=lambda a: " ".join(a[:3])[:40])
+@pytest.mark.sampled(every=4)
 def test_control_characters_and_terminal_escapes_are_shown_escaped_in_human_output(hostile_case, args):
     done = CliRunner().invoke(cli_main, [a.format(c=hostile_case) for a in args])
     assert done.exit_code == 0, done.output
@@ -88,6 +89,7 @@ def test_json_output_carries_no_raw_control_character_and_reads_back_the_same_te
 @pytest.mark.parametrize("args", [["apply", "{c}", HOSTILE], ["import", HOSTILE], ["verify", "{c}", f"--x{HOSTILE}"],
                                   ["balances", "{c}", HOSTILE], [f"v{HOSTILE}"]],
                          ids=["missing-journal", "missing-folder", "unknown-option", "extra-argument", "unknown-command"])
+@pytest.mark.sampled(every=4)
 def test_a_usage_error_quoting_an_argument_shows_it_escaped(hostile_case, args):
     """click quoted a file name that does not exist (or an unknown option) raw: an OSC sequence set the
     terminal's title, a right-to-left override reordered the line. Usage errors exit 2 as before."""
@@ -159,6 +161,7 @@ def test_a_committed_write_reports_success_when_stdout_cannot_encode_its_result(
                                   ["budget", "remaining", "{c}", "H1"], ["export", "{c}"],
                                   ["revision", "open", "{c}", "--hypothesis", EMOJI]],
                          ids=lambda a: " ".join(a[:2]))
+@pytest.mark.sampled(every=4)
 def test_every_command_prints_what_latin1_cannot_carry_escaped(latin1_case, args):
     shown = _latin1_ok(*[a.format(c=latin1_case) for a in args])
     if args[0] in ("balances", "sql"):

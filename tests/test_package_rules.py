@@ -103,6 +103,7 @@ STRAYS = {
 
 
 @pytest.mark.parametrize("kind", sorted(STRAYS))
+@pytest.mark.sampled(every=4)
 def test_verify_and_import_refuse_the_same_stray_file_and_name_it(exported, tmp_path, kind):
     tree = tmp_path / "tree"
     shutil.copytree(exported, tree)
@@ -119,6 +120,7 @@ SYSTEM_CLUTTER = ["analysis/.DS_Store", "analysis/case/events/.DS_Store", "analy
 
 
 @pytest.mark.parametrize("clutter", SYSTEM_CLUTTER)
+@pytest.mark.sampled(every=4)
 def test_a_file_a_file_browser_makes_in_analysis_is_left_alone_by_verify_and_import(exported, tmp_path, clutter):
     """Finder makes .DS_Store in every folder it shows, and ._NAME beside each file on some volumes:
     opening a package on a Mac made verify fail it as tampered (INTEGRITY_ERROR). An editor's backup
@@ -151,6 +153,7 @@ def test_an_export_temp_file_is_accepted_by_both_and_removed_by_the_next_export(
     assert not (tree / temp).exists()
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_a_temp_file_of_a_revision_the_ledger_lacks_is_refused_by_verify_and_taken_by_import(exported, tmp_path):
     """The ledger says which revisions an export of it can write: verify refuses a temp file in the
     folder of one it does not have. Import has no ledger, and an interrupted export may have been
@@ -365,6 +368,7 @@ FORGERIES = {
 
 
 @pytest.mark.parametrize("kind", FORGERIES)
+@pytest.mark.sampled(every=4)
 def test_import_leaves_out_only_a_real_continuation_past_the_head(exported, tmp_path, kind):
     """What an interrupted export left is taken only when it continues the hash chain from the last
     event replayed and the event the replay stopped at lacks its content; a forged or edited file
@@ -548,6 +552,7 @@ def test_a_ledger_path_sqlite_cannot_open_is_refused_before_any_folder_is_made(t
     assert b"Traceback" not in result.stderr
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_a_case_moved_under_a_too_long_path_is_an_invalid_argument_not_tampering(case, tmp_path):
     case.close()
     deep = tmp_path / ("d" * 200) / ("e" * 200) / ("f" * 120)

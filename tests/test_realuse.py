@@ -214,6 +214,7 @@ def test_verify_reports_a_users_view_index_and_fts_table_as_foreign_and_passes(e
     assert text.exit_code == 0 and "foreign object (not the ledger's, left alone): view my_report" in text.stdout
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_verify_lists_foreign_objects_in_every_row_format_with_the_summary_on_stderr(exported):
     add_sql(exported, "CREATE VIEW my_report AS SELECT hypothesis_id FROM balances",
             "CREATE INDEX my_idx ON events (type)")

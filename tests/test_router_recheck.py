@@ -164,6 +164,7 @@ def test_lookup_pointers_use_the_real_row_id_when_a_column_is_named_rowid(case):
     assert caught.value.code == ROUTER_REFUSED and "row ids cannot be read" in caught.value.message
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_rows_a_collation_matched_verify_and_import_as_stored(case, tmp_path):
     """A result does not record a column's collation, so the re-check accepts text equal under any of
     SQLite's built-in ones: NOCASE (ASCII letters' case) and RTRIM (trailing spaces) as well as

@@ -127,6 +127,7 @@ def test_a_journal_keeps_no_text_of_the_run(imported):
                     assert json.dumps(piece)[1:-1] not in text, piece
 
 
+@pytest.mark.slow  # over 2.3 s in the default run: the slow lane (.ci/run) runs it
 def test_the_same_input_gives_byte_identical_journals(imported, tmp_path):
     out, _ = imported
     again = tmp_path / "again"

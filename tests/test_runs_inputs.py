@@ -106,6 +106,7 @@ def test_tool_calls_of_any_other_shape_are_turns_skipped_never_a_crash(tmp_path,
     assert summary.skipped == {"tool call that is not a bash command": len(calls) if isinstance(calls, list) else 1}
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_a_tool_call_that_is_not_bash_is_never_a_step_under_python_optimizations(tmp_path):
     call = {"id": "1", "function": {"name": "str_replace_editor", "arguments": json.dumps({"command": "view"})}}
     source = _write(tmp_path / "e.traj.json", {"messages": [{"role": "assistant", "content": "", "tool_calls": [call]},

@@ -497,6 +497,7 @@ _AFTER_EACH_EVENT = {
 
 @pytest.mark.parametrize("scope", ["case", "revision:1", "hypothesis:1/H1"])
 @pytest.mark.parametrize("kind", list(_AFTER_EACH_EVENT))
+@pytest.mark.sampled(every=4)
 def test_a_duration_warning_is_checked_after_each_event_of_a_scope_not_only_after_a_reservation(package, kind,
                                                                                                scope):
     """A duration grows with time alone: the event that first finds it at the warning point is followed
@@ -975,6 +976,7 @@ USED_UP = {"actions": (1, 2), "units": (10, 20), "cost_usd_millicents": (100, 15
 
 @pytest.mark.parametrize("dimension", list(USED_UP))
 @pytest.mark.parametrize("scope", ["case", "revision:1", "hypothesis:1/H1"])
+@pytest.mark.sampled(every=4)
 def test_a_used_up_limit_makes_check_advice_and_reserve_agree_in_every_scope_and_dimension(
         package, scope, dimension):
     """check and advice answer from the refusal reserve meets: not allowed, not investigable, tier

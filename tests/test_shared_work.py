@@ -151,6 +151,7 @@ def test_no_more_workers_start_than_tasks_are_waiting(tmp_path, monkeypatch):
     assert len(started) == 1 and 1 <= started[0] <= 2  # 63 asked for; at most the 2 tasks not the caller's
 
 
+@pytest.mark.slow  # over 0.5 s in the default run: the slow lane (.ci/run) runs it
 def test_the_tasks_of_a_worker_that_died_are_run_by_the_caller(tmp_path, monkeypatch):
     monkeypatch.setattr(workers, "START_WORKERS_AFTER_S", 0.0)
     flag = str(tmp_path / "a-worker-ran")

@@ -492,6 +492,7 @@ def test_policies_with_the_same_figures_share_one_point_with_every_name_readable
     assert [svg.count("style=\"fill: #d62728"), svg.count("style=\"fill: #1f77b4")] == [1, 1]
 
 
+@pytest.mark.slow  # over 1.1 s in the default run: the slow lane (.ci/run) runs it
 def test_policy_names_and_labels_are_drawn_as_they_are_never_as_math(tmp_path):
     """Text between two ``$`` is math to matplotlib: a policy named ``$\\undefinedcmd$`` failed the
     whole picture. Names and labels are drawn literally, in both pictures."""
@@ -970,6 +971,7 @@ DECIDED_ALIKE = {
 
 
 @pytest.mark.parametrize("name", sorted(DECIDED_ALIKE))
+@pytest.mark.sampled(every=4)
 def test_simulate_decides_every_line_as_apply_does_with_scopes_actors_and_times(tmp_path, name):
     lines, actor = DECIDED_ALIKE[name]
     journal = _write(tmp_path, "run", lines)

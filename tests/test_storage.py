@@ -80,6 +80,7 @@ def test_the_schema_version_is_recorded_and_a_newer_file_is_refused(case, packag
 
 
 @pytest.mark.parametrize("table", LEDGER_TABLES)
+@pytest.mark.sampled(every=4)
 def test_update_and_delete_are_refused_on_every_table(filled, table):
     conn = raw(filled)
     before = logical_dump(filled)
@@ -101,6 +102,7 @@ def copy_row_sql(conn, table, verb, *, seq_shift=0, suffix=""):
 
 @pytest.mark.parametrize("table", LEDGER_TABLES)
 @pytest.mark.parametrize("verb", ["INSERT", "INSERT OR REPLACE", "REPLACE", "INSERT OR IGNORE"])
+@pytest.mark.sampled(every=4)
 def test_duplicate_and_replacing_inserts_are_refused_on_every_table(filled, table, verb):
     conn = raw(filled)
     before = logical_dump(filled)
@@ -115,6 +117,7 @@ def test_duplicate_and_replacing_inserts_are_refused_on_every_table(filled, tabl
 
 
 @pytest.mark.parametrize("table", LEDGER_TABLES)
+@pytest.mark.sampled(every=4)
 def test_upserts_are_refused_on_every_table(filled, table):
     conn = raw(filled)
     before = logical_dump(filled)
@@ -313,6 +316,7 @@ def test_every_read_command_follows_one_rule_in_a_folder_this_user_may_not_write
         shutil.rmtree(shared)
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_sql_on_an_interrupted_init_is_ledger_missing_like_every_other_command(tmp_path):
     folder = tmp_path / "half"
     folder.mkdir()
@@ -450,6 +454,7 @@ def test_writers_through_a_symlinked_ledger_share_the_writer_queue(case, tmp_pat
         assert through_link.storage._lock.path == case.storage._lock.path == expected
 
 
+@pytest.mark.slow  # over 0.5 s in the default run: the slow lane (.ci/run) runs it
 def test_a_case_in_a_folder_this_user_may_not_write_is_a_storage_error_not_an_immutable_read(budget, case):
     """An owner may be writing: an immutable read of a changing file would look like tampering."""
     budget.reserve("H1", "q1", "source.read_context")
@@ -577,6 +582,7 @@ def _odd_file(path: Path, kind: str) -> None:
 
 @pytest.mark.parametrize("kind", ["folder", "pipe"])
 @pytest.mark.parametrize("suffix", ["-wal", "-shm", "-journal"])
+@pytest.mark.sampled(every=4)
 def test_a_log_file_that_is_no_regular_file_is_named_for_writers_never_a_hang(tmp_path, suffix, kind):
     """A -wal or -shm that was a folder or a pipe got SQLite's "read-only location, missing
     permission" (or "this user may not write that folder"), naming no file; a -journal pipe made a

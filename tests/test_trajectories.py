@@ -30,8 +30,8 @@ from ledger.package_tools.journal import apply_journal, open_for_journal
 
 JOURNALS = sorted(TRAJECTORIES.glob("*.jsonl"))
 JOURNAL_IDS = [p.stem for p in JOURNALS]
-#: Every journal; the default run replays every fifth one (20), ``-m slow`` all 100.
-SAMPLED_JOURNALS = [pytest.param(p, id=p.stem, marks=() if i % 5 == 0 else pytest.mark.slow)
+#: Every journal; the default run replays every twentieth one (5), ``-m slow`` all 100.
+SAMPLED_JOURNALS = [pytest.param(p, id=p.stem, marks=() if i % 20 == 0 else pytest.mark.slow)
                     for i, p in enumerate(JOURNALS)]
 
 # --- the default policy (docs/concepts.md), no config given -----------------------------------

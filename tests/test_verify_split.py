@@ -57,6 +57,7 @@ def _outcome(path: Path, jobs: int) -> tuple:
     return "ok", report
 
 
+@pytest.mark.slow  # over 0.5 s in the default run: the slow lane (.ci/run) runs it
 def test_two_processes_report_what_one_reports(ledger_case, split_used):
     one = _outcome(ledger_case, 1)
     assert not split_used
@@ -67,6 +68,7 @@ def test_two_processes_report_what_one_reports(ledger_case, split_used):
 
 @pytest.mark.parametrize("rehash", [False, True])
 @pytest.mark.parametrize("seq", [6, 20, 28])  # early (first process), late (second), the last event
+@pytest.mark.sampled(every=4)
 def test_an_edited_event_fails_alike_in_either_half(ledger_case, split_used, seq, rehash):
     conn = sqlite3.connect(ledger_case / "ledger.sqlite")
     for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
@@ -110,6 +112,7 @@ def test_jobs_must_be_a_positive_integer(ledger_case):
     "information_score, reward_units FROM closings WHERE seq = :seq",
     "UPDATE events SET created_at = created_at || ' ' WHERE seq = :seq",
 ])
+@pytest.mark.sampled(every=4)
 def test_an_edited_or_added_row_fails_alike_in_either_half(ledger_case, split_used, seq, change):
     conn = sqlite3.connect(ledger_case / "ledger.sqlite")
     for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
@@ -136,6 +139,7 @@ def test_a_second_process_that_dies_means_one_process(ledger_case, split_used, m
     assert not split_used
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_events_appended_after_the_split_was_planned_are_replayed_by_the_first_process(ledger_case, split_used,
                                                                                      monkeypatch, example_policy):
     from ledger import Case
@@ -190,6 +194,7 @@ def test_a_split_inside_an_operation_of_several_events_moves_past_it(tmp_path, s
     assert split_used == [one[1]["events"] - 39]  # the second process replayed from seq 40, the next operation
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_one_case_given_jobs_uses_them_itself(ledger_case, split_used):
     """``verify_many`` (``ledger verify CASE --jobs N``) of one case splits it as ``verify_case(jobs=N)``
     does; of several cases each is verified by one process."""
@@ -436,6 +441,7 @@ def test_a_helper_table_holding_a_row_twice_is_named_by_the_replays_row_count(tm
 
 
 @pytest.mark.parametrize("spelled", ['"EVENTS"', "Events", '"Reservations"', "BALANCES"])
+@pytest.mark.sampled(every=4)
 def test_a_trigger_on_a_ledger_table_or_view_is_refused_however_its_name_is_spelled(ledger_case, spelled):
     """SQLite matches names without regard to ASCII case and keeps a trigger's table name as typed."""
     timing = "INSTEAD OF INSERT" if spelled == "BALANCES" else "BEFORE INSERT"

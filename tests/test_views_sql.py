@@ -198,6 +198,7 @@ def _demo_without_evidence(target: Path) -> Path:
     return target
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_verify_checks_an_old_ledger_against_its_own_schema_version_and_opening_upgrades_it(tmp_path):
     path = _demo_without_evidence(tmp_path / "d")
     _downgrade_to_version_2(Path(path))
@@ -226,6 +227,7 @@ def _duckdb_with_sqlite():
     return conn
 
 
+@pytest.mark.slow  # over 0.5 s in the default run: the slow lane (.ci/run) runs it
 def test_every_view_parses_in_duckdb_with_typed_columns_and_the_ledgers_values(full):
     duck = _duckdb_with_sqlite()
     duck.execute(f"ATTACH '{full / 'ledger.sqlite'}' AS l (TYPE sqlite, READ_ONLY)")
@@ -342,6 +344,7 @@ def test_case_query_stops_a_statement_at_its_time_limit_and_the_case_stays_usabl
     "select 1; select 2", "attach ':memory:' as other", "pragma locking_mode = EXCLUSIVE", "pragma query_only = 1",
     "create table mine (x)", "drop view balances", "pragma user_version = 5", "delete from events",
     "insert into events (seq) values (99)", "begin", "commit", "savepoint s", "vacuum", "selec 1"])
+@pytest.mark.sampled(every=4)
 def test_case_query_reads_only_and_refuses_everything_else_as_ledger_sql_does(case, budget, statement):
     """Case.query runs on the case's own connection: a statement that would do anything but read is
     INVALID_ARGUMENT, writes nothing and leaves the case as usable as before."""
@@ -564,6 +567,7 @@ def test_scope_usage_duration_is_whole_milliseconds_rounded_down_across_leap_day
     assert verify_case(tmp_path / "c").events == 2 + len(later)
 
 
+@pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_a_ledger_with_the_old_scope_usage_verifies_and_opening_it_installs_the_typed_view(full, tmp_path):
     copy = tmp_path / "old"
     shutil.copytree(full, copy)
@@ -605,6 +609,7 @@ def test_the_docs_hold_the_queries_this_test_runs():
 
 
 @pytest.mark.parametrize("query", documented_queries())
+@pytest.mark.sampled(every=4)
 def test_every_documented_query_runs_as_printed_in_every_tool_the_docs_name(full, query):
     conn = sqlite3.connect(f"file:{full / 'ledger.sqlite'}?mode=ro", uri=True)
     rows = conn.execute(query).fetchall()
