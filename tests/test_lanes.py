@@ -1,14 +1,18 @@
 """The default run and the slow lane: a ``@pytest.mark.sampled`` test runs a sample of its cases
-by default (every Nth, each value of each parameter at least once) and every case with ``-m slow``."""
+by default (every Nth, each value of each parameter at least once) and every case with ``-m slow``;
+the tests' temporary folders are in memory where the machine has room."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
-from conftest import default_sample
+import conftest
+from conftest import default_sample, temporary_folder
 
 pytest_plugins = ["pytester"]
 
@@ -70,3 +74,24 @@ def test_the_default_run_deselects_the_rest_and_the_slow_lane_runs_every_case(py
     assert len([c for c in chosen if "test_not_sampled" in c]) == 10
     every = pytester.runpytest("-p", "no:cacheprovider", "-m", "slow or not slow", "--collect-only", "-q")
     assert len([line for line in every.outlines if "::" in line]) == 10 + 10 + 6 + 10
+
+
+def test_temporary_folders_go_where_ledger_test_tmpdir_says_else_to_dev_shm_with_room(tmp_path, monkeypatch):
+    assert temporary_folder({"LEDGER_TEST_TMPDIR": str(tmp_path)}) == tmp_path
+    assert temporary_folder({}, tmp_path / "missing") is None
+    (tmp_path / "file").write_text("")
+    assert temporary_folder({}, tmp_path / "file") is None
+    monkeypatch.setattr(conftest, "SHM_FREE_BYTES_MIN", 1)
+    assert temporary_folder({}, tmp_path) == tmp_path
+    monkeypatch.setattr(conftest, "SHM_FREE_BYTES_MIN", 1 << 60)  # more than any machine has free
+    assert temporary_folder({}, tmp_path) is None
+
+
+def test_the_default_run_keeps_its_temporary_folders_in_memory_where_there_is_room(tmp_path):
+    folder = temporary_folder(os.environ)
+    if folder is None:
+        pytest.skip("no /dev/shm with room here: the tests use the system's temporary folder")
+    if os.environ.get("TMPDIR") != str(folder):
+        pytest.skip("--basetemp was given: the tests' folders are where it says")
+    assert tmp_path.resolve().is_relative_to(folder.resolve())
+    assert tempfile.gettempdir() == str(folder)
