@@ -418,8 +418,30 @@ def test_the_budget_event_limit_is_enforced(package):
         with pytest.raises(LedgerError) as caught:
             budget.reserve("H1", "a2", "source.read_context")
         assert caught.value.code == LIMIT_REACHED and caught.value.details["budget_events"] == 3
+        assert caught.value.message == (
+            "the ledger holds 3 budget events of its limit of 4; this operation needs 1 and 2 kept to close the "
+            "action it opens (to allow more, raise [limits] budget_events_max in the analysis config: "
+            "--analysis-config FILE; in Python, analysis_config= of Case.open)")
     finally:
         case.close()
+
+
+def test_the_budget_event_limit_names_the_pending_actions_apart_from_the_one_a_reserve_opens(package):
+    from ledger import AnalysisConfig
+
+    case = Case.create(package, "BUG-1", analysis_config=AnalysisConfig(limits={"budget_events_max": 6}))
+    with case:
+        case.open_revision([{"statement": "a"}, {"statement": "b"}], 100)
+        case.transition("INVESTIGATING_HYPOTHESES")
+        budget = case.budget()
+        budget.initialize()
+        budget.reserve("H1", "a1", "source.read_context")  # 2 events, 2 kept for a1
+        with pytest.raises(LedgerError) as caught:
+            budget.reserve("H2", "b1", "source.read_context")
+        assert caught.value.message.startswith(
+            "the ledger holds 2 budget events of its limit of 6; this operation needs 1 and 4 kept to close "
+            "1 pending action(s) and the action it opens (")
+        assert [p["action_id"] for p in budget.pending_actions()] == ["a1"]
 
 
 @pytest.mark.parametrize("limit", [5, 6, 7, 8, 9])

@@ -304,7 +304,8 @@ def test_evidence_from_standard_input_is_read_no_further_than_its_limit(budget, 
     assert done.stdout.decode() == ("error: LIMIT_REACHED: --evidence-file (standard input) is larger than "
                                     "evidence_payload_bytes_max + event_bytes_max = "
                                     f"{1024 * 1024 + 2 * 1024 * 1024} bytes (to allow more, raise [limits] "
-                                    "evidence_payload_bytes_max in the analysis config: --analysis-config FILE)\n")
+                                    "evidence_payload_bytes_max in the analysis config: --analysis-config FILE; "
+                                    "in Python, analysis_config= of Case.open)\n")
     assert logical_dump(case.path / "ledger.sqlite") == before
 
 

@@ -372,7 +372,7 @@ def test_limits_refuse_with_limit_reached_naming_the_setting_and_write_nothing(p
         assert refused.value.code == LIMIT_REACHED and refused.value.details["limit"] == limit
         assert f"{limit} = {value}" in refused.value.message
         assert refused.value.message.endswith(f"(to allow more, raise [limits] {limit} in the analysis config: "
-                                              "--analysis-config FILE)")
+                                              "--analysis-config FILE; in Python, analysis_config= of Case.open)")
         assert ledger_bytes(opened) == before
 
 
@@ -662,7 +662,8 @@ def test_a_request_file_past_its_bound_names_both_settings_the_bound_sums(case, 
     assert done.exit_code == 1
     assert done.stderr == (f"error: LIMIT_REACHED: REQUEST {request} is larger than evidence_content_bytes_max + "
                            "event_bytes_max = 4024 bytes (to allow more, raise [limits] evidence_content_bytes_max "
-                           "in the analysis config: --analysis-config FILE)\n")
+                           "in the analysis config: --analysis-config FILE; "
+                           "in Python, analysis_config= of Case.open)\n")
     assert (case.path / "ledger.sqlite").read_bytes() == before
 
 

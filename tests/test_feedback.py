@@ -532,7 +532,8 @@ def test_cli_feedback_submit_refuses_devices_and_oversized_attachments_without_r
     assert oversized.exit_code == 1 and "error: LIMIT_REACHED" in oversized.output
     assert oversized.output == (f"error: LIMIT_REACHED: attachment {big} is larger than evidence_artifact_bytes_max "
                                 f"= {4 * 1024 * 1024} bytes (to allow more, raise [limits] evidence_artifact_bytes_max "
-                                "in the analysis config: --analysis-config FILE)\n")
+                                "in the analysis config: --analysis-config FILE; "
+                                "in Python, analysis_config= of Case.open)\n")
     endless = runner.invoke(cli_main, ["evidence", "feedback", "submit", path, "test-1", "/dev/zero"])
     # a device as the reply is refused as a usage error before anything is read
     assert endless.exit_code == 2 and "is not a regular file" in endless.output

@@ -5,6 +5,7 @@ the example investigator loop."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import signal
 import subprocess
@@ -860,6 +861,28 @@ def test_the_documented_start_resumes_a_case_at_any_point_of_its_setup(tmp_path)
     case.close()
 
 
+def test_the_documented_long_run_config_holds_for_the_start_that_names_it_and_is_not_stored(tmp_path, monkeypatch):
+    """docs/investigator.md, "Long runs": the limits given to start hold for that case's calls; a start
+    without them is back at the defaults (the limits are not stored in the case)."""
+    text = (REPO / "docs" / "investigator.md").read_text(encoding="utf-8")
+    code = next(c for c in (b.split("```")[0] for b in text.split("```python\n")[1:]) if "budget_events_max" in c)
+    assert '"budget_events_max": 100_000' in code
+    monkeypatch.chdir(tmp_path)
+    names = {"start": _start_from_the_docs()}
+    exec(code.replace("100_000", "5"), names)  # initialize writes 1: room for one action (its 3 events) only
+    case, budget = names["case"], names["budget"]
+    budget.reserve("H1", "a1", "source.read_context")
+    budget.fail("H1", "a1", "nothing")
+    with pytest.raises(LedgerError) as caught:
+        budget.reserve("H2", "b1", "source.read_context")
+    assert caught.value.code == "LIMIT_REACHED" and caught.value.details["limit"] == "budget_events_max"
+    assert budget.advice("H2")["investigable"] is False and budget.check("H2", "source.read_context")["allowed"] is False
+    case.close()
+    case, budget = _start_from_the_docs()(tmp_path / "cases" / "BUG-7")  # the defaults again: 10,000
+    assert budget.reserve("H2", "b1", "source.read_context").action["status"] == "reserved"
+    case.close()
+
+
 @pytest.mark.parametrize("state", ["BLOCKED", "EVALUATING", "CLOSED"])
 def test_the_documented_start_leaves_a_case_past_its_setup_where_it_is_and_writes_nothing(tmp_path, state):
     """A case blocked on a test, being evaluated or closed is resumed as it is: start wrote a transition
@@ -968,13 +991,16 @@ def test_the_documented_restart_recipe_takes_up_or_gives_up_what_a_crash_left_op
     budget.reserve("H2", "b-1", "source.read_context")  # a crash after its result was recorded
     budget.record_result("H2", "b-1", {"output": "recorded before the crash"})
     ran: list[str] = []
-    names = {"budget": budget, "worth_running_again": lambda action: action == "tests.run",
-             "run_tool": lambda action: ran.append(action) or {"output": f"{action} run again"},
-             "assess": lambda result: 80}
+    assessed: list[str] = []
+    names = {"budget": budget, "case": case, "worth_running_again": lambda action: action == "tests.run",
+             "call_tool": lambda action: ran.append(action) or f"{action} run again",
+             "assess": lambda body: assessed.append(body) or 80}
     exec(block, dict(names))
     actions = {(a["hypothesis_id"], a["action_id"]): a for a in case.actions()}
     assert ran == ["tests.run"] and budget.pending_actions() == []
     assert [actions[k]["status"] for k in (("H1", "a-1"), ("H2", "b-1"))] == ["settled", "settled"]
+    # each assessed from its own recorded output, the one recorded before the crash too
+    assert sorted(json.loads(body)["output"] for body in assessed) == ["recorded before the crash", "tests.run run again"]
     assert [a["action"] for a in case.actions()] == ["tests.run", "source.read_context"]  # nothing new reserved
     budget.reserve("H1", "a-2", "tests.run")  # given up instead: the hypothesis may act again
     events = _event_count(case)
@@ -1011,8 +1037,8 @@ def test_a_run_tool_killed_before_feeding_its_stored_reply_is_taken_up_by_the_re
         block = next(code for code in text.split("```python\n")[1:]
                      if "in budget.pending_actions():" in code).split("```")[0]
         ran: list[str] = []
-        exec(block, {"budget": budget, "worth_running_again": lambda action: False, "assess": lambda result: 80,
-                     "run_tool": lambda action: ran.append(action)})
+        exec(block, {"budget": budget, "case": opened, "worth_running_again": lambda action: False,
+                     "assess": lambda body: 80, "call_tool": lambda action: ran.append(action)})
         [action] = opened.actions()
         assert ran == [] and (action["status"], action["closing_reason"]) == ("settled", "assessed after a restart")
         assert opened.query("SELECT record_id, action_id FROM evidence_records") == [

@@ -257,9 +257,10 @@ def integrity_error(seq: int | None, message: str, **details: Any) -> LedgerErro
 def limit_reached(setting: str, message: str, **details: Any) -> LedgerError:
     """``LIMIT_REACHED`` whose message names the setting to change and where it is set:
     ``[limits] <setting>`` of the analysis config (``--analysis-config FILE`` on the command
-    line, ``AnalysisConfig`` in Python)."""
+    line, ``analysis_config=`` of ``Case.create``/``Case.open`` in Python)."""
     return LedgerError(LIMIT_REACHED, f"{message} (to allow more, raise [limits] {setting} in the analysis "
-                       "config: --analysis-config FILE)", limit=setting, **details)
+                       "config: --analysis-config FILE; in Python, analysis_config= of Case.open)",
+                       limit=setting, **details)
 
 
 def describe_value(value: Any) -> str:

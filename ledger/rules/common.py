@@ -420,11 +420,12 @@ def check_budget_room(view: LedgerView, limits: Mapping[str, int] | None,
     if limits is None:
         return
     limit = limits["budget_events_max"]
-    pending = sum(1 for account in (accounts or {}).values() if account["pending_action_id"] is not None)
-    pending += 1 if opens_action else 0
+    already = sum(1 for account in (accounts or {}).values() if account["pending_action_id"] is not None)
+    pending = already + (1 if opens_action else 0)
     total = view.budget_events_total()
     if total + events + CLOSING_EVENTS_PER_ACTION * pending > limit:
-        kept = f" and {CLOSING_EVENTS_PER_ACTION * pending} kept to close {pending} pending action(s)" if pending else ""
+        closing = [f"{already} pending action(s)"] * bool(already) + ["the action it opens"] * opens_action
+        kept = f" and {CLOSING_EVENTS_PER_ACTION * pending} kept to close {' and '.join(closing)}" if pending else ""
         what = f"; the refusal it would record was not recorded: {refusal.code}: {refusal.message}" \
             if refusal is not None else ""
         raise limit_reached("budget_events_max", f"the ledger holds {total} budget events of its limit "
