@@ -876,7 +876,8 @@ def test_the_documented_long_run_config_holds_for_the_start_that_names_it_and_is
     with pytest.raises(LedgerError) as caught:
         budget.reserve("H2", "b1", "source.read_context")
     assert caught.value.code == "LIMIT_REACHED" and caught.value.details["limit"] == "budget_events_max"
-    assert budget.advice("H2")["investigable"] is False and budget.check("H2", "source.read_context")["allowed"] is False
+    assert budget.advice("H2")["investigable"] is False
+    assert budget.check("H2", "source.read_context")["allowed"] is False
     case.close()
     case, budget = _start_from_the_docs()(tmp_path / "cases" / "BUG-7")  # the defaults again: 10,000
     assert budget.reserve("H2", "b1", "source.read_context").action["status"] == "reserved"
@@ -1000,7 +1001,8 @@ def test_the_documented_restart_recipe_takes_up_or_gives_up_what_a_crash_left_op
     assert ran == ["tests.run"] and budget.pending_actions() == []
     assert [actions[k]["status"] for k in (("H1", "a-1"), ("H2", "b-1"))] == ["settled", "settled"]
     # each assessed from its own recorded output, the one recorded before the crash too
-    assert sorted(json.loads(body)["output"] for body in assessed) == ["recorded before the crash", "tests.run run again"]
+    assert sorted(json.loads(body)["output"] for body in assessed) == [
+        "recorded before the crash", "tests.run run again"]
     assert [a["action"] for a in case.actions()] == ["tests.run", "source.read_context"]  # nothing new reserved
     budget.reserve("H1", "a-2", "tests.run")  # given up instead: the hypothesis may act again
     events = _event_count(case)

@@ -317,3 +317,76 @@ def test_a_folder_of_cases_this_user_may_not_list_fails_in_verify_all(tmp_path, 
     assert report.cases[0]["error"]["code"] == "STORAGE_ERROR"
     assert "may not read the folder" in report.cases[0]["error"]["message"] or \
         "Permission denied" in report.cases[0]["error"]["message"]
+
+
+def _long_cases(root: Path, count: int, actions: int) -> list[Path]:
+    """``count`` copies of one case of ``actions`` settled actions (3 budget events each), each
+    taking a second or more to export or verify, none exported yet."""
+    import shutil
+
+    from ledger import AnalysisConfig, Case
+
+    first = root / "long-1"
+    case = Case.create(first, "LONG-1", analysis_config=AnalysisConfig(limits={"budget_events_max": 100_000}))
+    case.open_revision([{"statement": "a"}], 100_000)
+    case.transition("INVESTIGATING_HYPOTHESES")
+    budget = case.budget(BudgetConfig.example())
+    budget.initialize()
+    with case.batch():
+        for n in range(actions):
+            budget.reserve("H1", f"q{n}", "source.read_context")
+            budget.record_result("H1", f"q{n}", {"finding": f"observation {n}"})
+            budget.settle("H1", f"q{n}", 50, "relevant")
+    case.close()
+    paths = [first]
+    for number in range(2, count + 1):
+        paths.append(root / f"long-{number}")
+        shutil.copytree(first, paths[-1])
+    return paths
+
+
+@pytest.mark.slow  # seconds of work per case: the slow lane (.ci/run) runs it
+@pytest.mark.parametrize("command", ["export", "verify"])
+def test_sigterm_to_the_process_group_stops_the_workers_as_ctrl_c_does_leaving_nothing(tmp_path, command):
+    """What timeout, a CI runner or a service manager sends, to every process of the command: the
+    workers kept SIGINT blocked but died of SIGTERM at once, leaving an export's temporary files in
+    the packages and verify's scratch folders; the command said nothing half-written remained."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    cases = _long_cases(tmp_path / "cases", 6, 700)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    process = subprocess.Popen([sys.executable, "-m", "ledger_cli", command, "--jobs", "3", *map(str, cases)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                               env={**os.environ, "TMPDIR": str(scratch)})
+    try:
+        deadline = time.monotonic() + 60
+        children: list[str] = []
+        while time.monotonic() < deadline:  # the workers started (beside the resource tracker) and at work
+            children = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()
+            if len(children) >= 3:
+                break
+            time.sleep(0.02)
+        time.sleep(0.3)
+        assert process.poll() is None, "the command ended before the signal: give it more work"
+        os.killpg(process.pid, signal.SIGTERM)
+        out, err = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+    assert len(children) >= 3, "the workers did not start"
+    assert process.returncode == 143 and "Traceback" not in err, err
+    assert err.endswith("error: interrupted; nothing half-written remains, run the command again\n"), err
+    left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")
+                  if ".ledger-tmp" in p.name or p.parent == scratch)
+    assert left == []
+    # the workers finish the cases they hold; the calling process's own verify, cut short, may leave
+    # its read connection's empty log beside the one case it was reading (the next open folds it)
+    assert len({p.parent for p in tmp_path.rglob("ledger.sqlite-*") if p.name.endswith(("-wal", "-shm"))}) <= 1
+    for path in cases:
+        verify_case(path)

@@ -96,8 +96,9 @@ def shared_map(work: Callable[[Any], Any], tasks: Sequence[Any], jobs: int) -> I
     process waits at the end for little more than the chunks the workers hold. A worker that dies
     (killed, out of memory), or whose results do not pickle, gives its tasks back to the calling
     process, which runs them itself with every task after them; a worker whose caller died ends.
-    Workers start with SIGINT blocked: a Ctrl-C interrupts the caller alone, which stops handing
-    out tasks and waits (deferring a second Ctrl-C) for the chunks the workers hold. ``work`` and
+    Workers start with SIGINT and SIGTERM blocked: a Ctrl-C (or SIGTERM) to the process group
+    interrupts the caller alone, which stops handing out tasks and waits (deferring a second one)
+    for the chunks the workers hold. ``work`` and
     the tasks must pickle. A task's exception (in any
     process) is raised when its turn to be yielded comes, after the tasks before it; the warnings
     a worker's task gives are given again here when its result is yielded, so the caller's
@@ -122,7 +123,7 @@ _parent: list[int | None] = [None]
 
 def watch_parent(parent: int) -> None:
     """In a worker, first: end it if the process that started it ends (killed, say) and it is
-    left waiting for tasks that never come."""
+    left waiting for tasks that never come; and take a SIGTERM as :func:`_sigterm_from` says."""
     _parent[0] = parent
 
     def watch() -> None:
@@ -131,6 +132,29 @@ def watch_parent(parent: int) -> None:
         os._exit(1)
 
     threading.Thread(target=watch, name="watch-parent", daemon=True).start()
+    _sigterm_from(parent)
+
+
+#: Whether workers start with SIGTERM blocked (:func:`interrupts_blocked`): only where a worker can
+#: tell who sent one (:func:`_sigterm_from`), so that the process that started it can still stop it.
+BLOCK_SIGTERM = hasattr(signal, "sigwaitinfo") and hasattr(signal, "pthread_sigmask")
+
+
+def _sigterm_from(parent: int) -> None:
+    """In a worker started with SIGTERM blocked: a SIGTERM ``parent`` sends (a pool stopping the
+    workers of a broken one, verify stopping its second process) ends the worker, as SIGTERM does; one
+    sent by anyone else (``timeout`` or a service manager signalling the whole process group, which
+    ``parent`` gets too) is left to ``parent``, which stops the workers once their chunks are done."""
+    if not BLOCK_SIGTERM or signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, ()):
+        return
+
+    def wait() -> None:
+        while signal.sigwaitinfo({signal.SIGTERM}).si_pid != parent:
+            pass
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        os.kill(os.getpid(), signal.SIGTERM)  # this thread alone takes it: the worker ends as SIGTERM ends it
+
+    threading.Thread(target=wait, name="sigterm-from-parent", daemon=True).start()
 
 
 def shutdown_pool(pool: Any) -> None:
@@ -150,9 +174,12 @@ def parent_gone() -> bool:
 
 @contextmanager
 def interrupts_blocked() -> Iterator[None]:
-    """SIGINT blocked in this thread (and so in the processes it starts, which keep the mask from
-    their first instruction on) where the system can: a Ctrl-C a terminal sends to the whole process
-    group then interrupts the caller alone, never a worker still importing (no traceback of its own)."""
+    """SIGINT and SIGTERM blocked in this thread (and so in the processes it starts, which keep the
+    mask from their first instruction on) where the system can: a Ctrl-C a terminal sends to the
+    whole process group, or the SIGTERM ``timeout``, a CI runner or a service manager sends to it,
+    then interrupts the caller alone, which stops the workers once their chunks are done (never a
+    worker still importing, with a traceback of its own, or one killed mid-write, leaving its
+    temporary files)."""
     if not hasattr(signal, "pthread_sigmask"):
         yield
         return
@@ -163,7 +190,8 @@ def interrupts_blocked() -> Iterator[None]:
         resource_tracker.ensure_running()
     except OSError:  # no process left to this user: starting a worker will say so
         pass
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM} if BLOCK_SIGTERM
+                                    else {signal.SIGINT})
     try:
         yield
     finally:
