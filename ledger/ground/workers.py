@@ -98,8 +98,7 @@ def shared_map(work: Callable[[Any], Any], tasks: Sequence[Any], jobs: int) -> I
     process, which runs them itself with every task after them; a worker whose caller died ends.
     Workers start with SIGINT and SIGTERM blocked: a Ctrl-C (or SIGTERM) to the process group
     interrupts the caller alone, which stops handing out tasks and waits (deferring a second one)
-    for the chunks the workers hold. ``work`` and
-    the tasks must pickle. A task's exception (in any
+    for the chunks the workers hold. ``work`` and the tasks must pickle. A task's exception (in any
     process) is raised when its turn to be yielded comes, after the tasks before it; the warnings
     a worker's task gives are given again here when its result is yielded, so the caller's
     warning filters and handlers see them (docs/performance.md).
