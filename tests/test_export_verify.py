@@ -1596,6 +1596,56 @@ def test_verify_and_read_only_queries_in_python_leave_no_write_ahead_log_files(e
     assert read_only_query(exported, "SELECT COUNT(*) FROM balances")[1][0][0] == 2 and leftovers() == []
 
 
+@pytest.fixture(scope="module")
+def case_of_700_events(tmp_path_factory):
+    """A case of 700-odd events: more than one batch of verify's and a query's reads of the ledger."""
+    root = tmp_path_factory.mktemp("long") / "case"
+    case = Case.create(root, "LONG")
+    case.open_revision([{"statement": "a"}], 100_000)
+    case.transition("INVESTIGATING_HYPOTHESES")
+    budget = case.budget(BudgetConfig.example())
+    budget.initialize()
+    with case.batch():
+        for n in range(230):
+            budget.reserve("H1", f"q{n}", "source.read_context")
+            budget.record_result("H1", f"q{n}", {"finding": f"observation {n}"})
+            budget.settle("H1", f"q{n}", 50, "relevant")
+    case.close()
+    return root
+
+
+@pytest.mark.parametrize("read", ["verify", "query"])
+def test_a_read_cut_short_by_ctrl_c_leaves_no_write_ahead_log_files(case_of_700_events, monkeypatch, read):
+    """docs/files.md: a reader's -wal and -shm go when it closes, Ctrl-C or not. The cursor of the
+    interrupted read, held by the frames the exception passes, kept the closed connection open in
+    SQLite, so that closing the last one no longer folded and removed them."""
+    from itertools import count
+
+    from ledger.package_tools.replay import Replayer
+    from ledger.services.case import read_only_rows
+
+    calls, apply = count(1), Replayer.apply
+
+    def interrupted_at_the_third_event(self, *args):
+        if next(calls) == 3:
+            raise KeyboardInterrupt
+        return apply(self, *args)
+
+    leftovers = lambda: sorted(p.name for p in case_of_700_events.iterdir() if p.name.endswith(("-wal", "-shm")))
+    assert leftovers() == []
+    with pytest.raises(KeyboardInterrupt) as caught:  # kept, with its frames, until the end of the test
+        if read == "verify":
+            monkeypatch.setattr(Replayer, "apply", interrupted_at_the_third_event)
+            verify_case(case_of_700_events)
+        else:
+            with read_only_rows(case_of_700_events, "SELECT seq, body FROM events") as (_, rows):
+                assert next(rows)[0] == 1
+                raise KeyboardInterrupt
+    assert caught.value.__traceback__ is not None and leftovers() == []
+    monkeypatch.undo()
+    assert verify_case(case_of_700_events).events > 690 and leftovers() == []
+
+
 def test_verify_leaves_the_log_of_a_case_another_connection_holds_open(exported):
     """Only the last connection folds the log: verify never removes one a writer is using."""
     with Case.open(exported) as opened:

@@ -30,7 +30,7 @@ from ..ground.canonical import ZERO_SHA256
 from ..ground.clock import utc_now
 from ..ground.errors import LedgerError
 from .writer_lock import WriterLock, fork_count
-from .sqlite_file import (LOCK_SUFFIX, TRANSACTION_CONTROL, WAL_RESTART_BYTES, EventRow, HelperRow, connect_path,
+from .sqlite_file import (LOCK_SUFFIX, WAL_RESTART_BYTES, EventRow, HelperRow, connect_path,
                           connect_uri, immutable_snapshot, probe_file, wal_bytes, file_uri, readable_uri,
                           SQLITE_ERRORS, sqlite_error, translate_sqlite_errors, writable_side_files)
 from ..ground.paths import os_error
@@ -219,8 +219,7 @@ class Storage:
         """
         with translate_sqlite_errors():
             source, immutable = readable_uri(original)
-            conn = sqlite3.connect(file_uri(path, "rwc"), uri=True, isolation_level=None, check_same_thread=False,
-                                   **TRANSACTION_CONTROL)
+            conn = connect_uri(file_uri(path, "rwc"))
             try:
                 # SQLite attaches only a file of the main one's text encoding: a ledger reloaded as
                 # UTF-16 (a dump read back under PRAGMA encoding) is compared in its own encoding

@@ -173,9 +173,13 @@ def open_readonly(path: Path) -> sqlite3.Connection:
     """A connection that cannot write: ``mode=ro``, ``query_only`` and the :func:`reads_only`
     authorizer (read transactions allowed)."""
     conn = connect_uri(readable_uri(path)[0])
-    with translate_sqlite_errors():
-        conn.execute("PRAGMA query_only = ON")
-        conn.set_authorizer(_reads_in_transactions)
+    try:
+        with translate_sqlite_errors():
+            conn.execute("PRAGMA query_only = ON")
+            conn.set_authorizer(_reads_in_transactions)
+    except BaseException:  # Ctrl-C too: no connection is left open to keep the file
+        conn.close()
+        raise
     return conn
 
 
@@ -247,25 +251,18 @@ def readonly_rows(path: Path, sql: str, timeout_ms: int = 30_000) -> Iterator[tu
     that holds no case."""
     log_was_there = log_files_exist(path)
     conn = open_readonly(path)
-    try:
+    try:  # whatever ends the block (a refusal, Ctrl-C), the reader's -wal and -shm go with it
         with translate_sqlite_errors():
             has_schema = conn.execute(statement("has_migrations_table")).fetchone() is not None
             version = conn.execute(statement("schema_version_of", "main")).fetchone()[0] if has_schema else 0
-    except BaseException:
-        conn.close()
-        raise
-    if not has_schema or version == 0:
-        refusal = no_case_in(conn, path)
-        conn.close()
-        raise refusal
-    if version > schema_version():  # its views may mean what this code does not know: as every command does
-        conn.close()
-        raise LedgerError(E.SCHEMA_VERSION, f"{path} has schema version {version}; this case-ledger knows up to "
-                          f"{schema_version()}; upgrade case-ledger", file_version=version,
-                          known_version=schema_version())
-    bound_values(conn, _stored_bytes(path))
-    deadline = _stop_at_deadline(conn, timeout_ms)
-    try:
+        if not has_schema or version == 0:
+            raise no_case_in(conn, path)
+        if version > schema_version():  # its views may mean what this code does not know: as every command does
+            raise LedgerError(E.SCHEMA_VERSION, f"{path} has schema version {version}; this case-ledger knows up to "
+                              f"{schema_version()}; upgrade case-ledger", file_version=version,
+                              known_version=schema_version())
+        bound_values(conn, _stored_bytes(path))
+        deadline = _stop_at_deadline(conn, timeout_ms)
         with _query_errors(timeout_ms, deadline, conn):
             import sqlite_utils  # imported on first use: it costs about 80 ms at start-up
 

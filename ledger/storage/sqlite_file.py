@@ -8,6 +8,7 @@ import os
 import re
 import sqlite3
 import stat
+import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -194,9 +195,43 @@ TRANSACTION_CONTROL: dict[str, Any] = (
     {"autocommit": sqlite3.LEGACY_TRANSACTION_CONTROL} if hasattr(sqlite3, "LEGACY_TRANSACTION_CONTROL") else {})
 
 
+class ClosingConnection(sqlite3.Connection):
+    """A connection that closes the cursors it handed out (``execute``, ``executemany``, ``cursor``)
+    when it is closed. SQLite keeps a connection closed with a statement unfinished open until that
+    statement goes; a cursor a frame still holds while an exception passes (Ctrl-C in the middle of
+    a read) would keep the file open past ``close()``, and the ``-wal`` and ``-shm`` that the last
+    connection's close folds and removes stayed beside the ledger (docs/files.md)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._cursors: weakref.WeakSet[sqlite3.Cursor] = weakref.WeakSet()
+
+    def cursor(self, factory: Any = sqlite3.Cursor) -> Any:  # type: ignore[override]
+        cursor = super().cursor(factory)
+        self._cursors.add(cursor)
+        return cursor
+
+    def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:  # type: ignore[override]
+        return self.cursor().execute(sql, parameters)
+
+    def executemany(self, sql: str, parameters: Any, /) -> sqlite3.Cursor:  # type: ignore[override]
+        return self.cursor().executemany(sql, parameters)
+
+    def close(self) -> None:
+        for cursor in list(self._cursors):
+            try:
+                cursor.close()
+            except sqlite3.Error:  # a cursor of another thread's; close() still closes what it can
+                pass
+        super().close()
+
+
 def connect_uri(uri: str) -> sqlite3.Connection:
+    """A connection to ``uri`` (autocommit; transactions begun explicitly) that closes its cursors
+    when closed (:class:`ClosingConnection`)."""
     with translate_sqlite_errors():
-        return sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False, **TRANSACTION_CONTROL)
+        return sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False,
+                               factory=ClosingConnection, **TRANSACTION_CONTROL)
 
 
 def connect_path(path: Path, mode: str) -> sqlite3.Connection:
