@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ledger import (BudgetConfig, Case, LedgerError, export_case, import_tree, verify_case, read_only_query,
-    BudgetConfig)
+from ledger import (BudgetConfig, Case, LedgerError, export_case, import_tree, verify_case, read_only_query)
 from ledger.ground.canonical import canonical_bytes, sha256_hex
 from ledger.ground.errors import (CASE_EXISTS, INTEGRITY_ERROR, INVALID_ARGUMENT, LEDGER_MISSING, STORAGE_ERROR)
 import ledger.package_tools.export as export_module
