@@ -92,6 +92,24 @@ def digest(path: Path) -> dict[str, str]:
             if p.name in ("ledger.sqlite", "ledger.sqlite-wal")}
 
 
+
+def test_a_served_connection_closed_in_the_middle_of_a_read_leaves_no_log(demo, tmp_path):
+    """Stopping the server mid-query (Ctrl-C) closes its connections while a cursor may be unfinished:
+    that cursor kept the closed connection open in SQLite, so the log was not folded away."""
+    from ledger.browse.server import case_connection
+    from ledger.storage.sqlite_file import release_log
+
+    folder = tmp_path / "case"
+    shutil.copytree(demo, folder)
+    conn = case_connection(str(folder / "ledger.sqlite"))
+    for read in (conn.execute, conn.cursor().execute):  # what Datasette calls, both
+        rows = read("WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n LIMIT 100000) "
+                    "SELECT x FROM n, events")
+        assert rows.fetchone() == (1,)
+    conn.close()
+    release_log(folder / "ledger.sqlite")
+    assert rows is not None and sorted(p.name for p in folder.iterdir() if p.name.endswith(("-wal", "-shm"))) == []
+
 # --- one source of descriptions --------------------------------------------------------------
 def test_every_view_column_has_a_description_and_integer_columns_have_a_unit(demo):
     _, views = read_only_query(demo, "SELECT name FROM sqlite_master WHERE type = 'view' ORDER BY name")

@@ -38,7 +38,7 @@ from .metadata import CHART_FORMAT, CHART_QUERY, browse_config, browse_metadata,
 from ..ground.errors import LedgerError, printable, quoted, shown
 from ..storage.sqlfiles import schema_version
 from ..storage.readonly import bound_values
-from ..storage.sqlite_file import file_identity, log_files_exist, readable_uri, release_log, wal_bytes
+from ..storage.sqlite_file import ClosingConnection, file_identity, log_files_exist, readable_uri, release_log, wal_bytes
 
 #: The most text and blob bytes one served query may return, all its rows together (Datasette's
 #: pages read at most 1,001 rows; the picture reads every row of its question). Room for a page of
@@ -151,11 +151,13 @@ class _BoundedCursor(sqlite3.Cursor):
         return row
 
 
-class _BoundedConnection(sqlite3.Connection):
-    """A connection whose cursors are :class:`_BoundedCursor` (Datasette reads through ``cursor()``).
-    One opened as an immutable snapshot (a read-only file system) refuses every read once the file
-    or its log changed since (written through another mount): SQLite, told it never changes, would
-    read its changed pages as a damaged file ("malformed") or miss the log's newer events."""
+class _BoundedConnection(ClosingConnection):
+    """A connection whose cursors are :class:`_BoundedCursor` (Datasette reads through ``cursor()`` and
+    ``execute``), closed with it (:class:`~ledger.storage.sqlite_file.ClosingConnection`: a server
+    stopped mid-query leaves no ``-wal``/``-shm``). One opened as an immutable snapshot (a read-only
+    file system) refuses every read once the file or its log changed since (written through another
+    mount): SQLite, told it never changes, would read its changed pages as a damaged file
+    ("malformed") or miss the log's newer events."""
 
     #: The ledger's file and log as the snapshot was opened (None: an ordinary read, which follows writers).
     snapshot_of: tuple[int, ...] | None = None
