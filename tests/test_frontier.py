@@ -532,14 +532,15 @@ def test_a_run_a_policy_fails_though_no_stop_went_through_is_named_and_the_comma
 @pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_the_readme_shows_the_real_output_of_its_choosing_a_policy_command():
     """The README's *Choosing a policy* block is what that command prints over the 100 real runs
-    (run here without ``--plot``, which needs the optional matplotlib), and its prose quotes it."""
+    (without ``--plot``, which needs the optional matplotlib: the prose says to add it), and its prose quotes it."""
     readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
     section = readme.split("## Choosing a policy", 1)[1].split("\n## ", 1)[0]
     block = section.split("```sh\n", 1)[1].split("```", 1)[0].splitlines()
     command = " ".join(part.strip().rstrip("\\").strip() for part in block[:3])
     assert command == ("$ ledger simulate tests/data/trajectories/ --outcomes tests/data/trajectories/outcomes.csv "
                        "--vary max_low_information_steps=3,4,6 --vary units_per_hypothesis=300,500,100000 "
-                       "--frontier --max-stopped resolved=5% --bootstrap 1000 --plot frontier.svg")
+                       "--frontier --max-stopped resolved=5% --bootstrap 1000")
+    assert "add `--plot frontier.svg` for the picture below" in section
     done = _cli("simulate", DATA, "--outcomes", OUTCOMES, "--vary", "max_low_information_steps=3,4,6", "--vary",
                 "units_per_hypothesis=300,500,100000", "--frontier", "--max-stopped", "resolved=5%",
                 "--bootstrap", "1000")
