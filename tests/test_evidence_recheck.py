@@ -54,13 +54,13 @@ def genuine(case: Case, act: dict) -> dict:
     return copy.deepcopy(Router(case.path).result(act))
 
 
-def forge(case: Case, act: dict, result: dict) -> None:
+def forge(case: Case, act: dict, result: dict, iteration: str = "i1") -> None:
     """Store ``result`` as a forger (or a bug) would: bypassing the store's recomputation."""
     case.budget().reserve(act["hypothesis_id"], act["action_id"], act["tool"])
     with case.session.read() as view:
         generation = view.head()[0]
     reply = {"package_generation": generation, "input_identity": case.input_identity(), "results": [result]}
-    shaped = rules.shape_store("i1", {"actions": [act]}, reply)
+    shaped = rules.shape_store(iteration, {"actions": [act]}, reply)
     case.session.run("store_tool_results", shaped, inputs={"recomputed": [result],
                                                             "input_identity": case.input_identity()})
 
@@ -136,6 +136,30 @@ def test_a_search_result_whose_coverage_names_another_search_is_refused(case, tm
     change_an_unrelated_input(case)
     refused_by_verify_and_import(case, tmp_path, "is not that of the search it asked for")
 
+
+
+def test_a_search_listing_every_file_but_a_link_to_a_folder_verifies_as_earlier_versions_stored_it(case):
+    """A search lists a link to a folder as skipped (it is never followed); earlier versions left it
+    out, and what they stored still verifies over the unchanged package. Leaving out a skipped file
+    is still caught."""
+    (case.path / "sources" / "lib").mkdir()
+    (case.path / "sources" / "lib" / "util.py").write_text("add = 1\n")
+    (case.path / "sources" / "linked").symlink_to("lib")
+    (case.path / "sources" / "zz.py").symlink_to("app.py")
+    act = action("source.find_text", text="add")
+    result = genuine(case, act)
+    assert [entry["path"] for entry in result["coverage"]["skipped"]] == ["sources/linked", "sources/zz.py"]
+    del result["coverage"]["skipped"][0]  # as an earlier version stored it
+    forge(case, act, result)
+    assert verify_case(case.path).unchecked_inputs == []
+    act = {**action("source.find_text", text="add"), "operation_id": "op-2", "hypothesis_id": "H2"}
+    result = genuine(case, act)
+    del result["coverage"]["skipped"][1]  # a link to a file: listed by every version
+    forge(case, act, result, "i2")
+    with pytest.raises(LedgerError) as caught:  # (import takes no package holding links)
+        verify_case(case.path)
+    assert caught.value.code == INTEGRITY_ERROR
+    assert "the files it lists are not those its glob matches in the unchanged package" in caught.value.message
 
 def test_a_row_contradicting_its_where_is_refused(case, tmp_path):
     act = action("database.lookup", database="data/shop.sqlite", table="users", where={"role": "dev"})
@@ -616,7 +640,7 @@ def test_a_made_up_hash_under_a_made_up_input_identity_is_noted_and_fails_strict
     assert plain.returncode == 0 and b"sources/app.py (changed)" in plain.stdout + plain.stderr
     strict = run_cli("verify", str(case.path), "--strict")
     assert strict.returncode == 1
-    assert b"error: STALE_GENERATION: 1 input file(s) changed since stored tool results read or searched them" in strict.stderr
+    assert b"error: STALE_GENERATION: 1 input file(s) differ from what stored tool results read or searched" in strict.stderr
     many = verify_many([case.path], jobs=1, strict=True)
     assert many.cases[0]["ok"] is False and many.cases[0]["error"]["code"] == "STALE_GENERATION"
 

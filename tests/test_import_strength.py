@@ -682,7 +682,8 @@ def test_import_prints_the_notes_verify_prints(tmp_path):
     assert done.returncode == 0, done.stderr
     lines = done.stdout.decode().splitlines()
     assert lines[0].startswith("imported ") and "verified" in lines[0]
-    assert lines[1].startswith("1 input file(s) changed since stored tool results read or searched them (edited, added, removed, unreadable, or computed otherwise by this SQLite)")
+    assert lines[1].startswith("1 input file(s) differ from what stored tool results read or searched (edited, "
+                               "added, removed, unreadable, readable only now, or computed otherwise by this SQLite)")
     assert "data/stock.sqlite (unreadable)" in lines[1]
 
 

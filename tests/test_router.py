@@ -185,7 +185,11 @@ def test_a_symbolic_link_anywhere_in_the_path_is_refused_even_one_staying_inside
         assert says in refused.message and refused.details["path"] == path
     found = router.find_text({"text": "two"})
     assert found["coverage"]["files"] == ["sources/app.py", "sources/pkg/mod.py"]
-    assert [s["path"] for s in found["coverage"]["skipped"]] == ["sources/link_in.py"]
+    # a link to a folder is listed as skipped too, among its folder's files (it was left out, unsaid)
+    assert [(s["path"], s["reason"].split(" is ")[1][:16]) for s in found["coverage"]["skipped"]] == [
+        ("sources/dir_in", "a symbolic link;"), ("sources/link_in.py", "a symbolic link;")]
+    assert [s["path"] for s in router.find_text({"text": "two", "path_glob": "sources/dir*"})["coverage"]["skipped"]
+            ] == ["sources/dir_in"]
 
 
 def test_the_sources_folder_itself_as_a_link_is_never_followed(root, tmp_path_factory):
@@ -368,6 +372,12 @@ def test_integers_beyond_2_53_are_carried_as_marked_decimal_strings(root):
     assert len(by_id["items"]) == 1 and by_id["coverage"]["where"] == {"snowflake": {"integer": "1541815603606036480"}}
     for bad in ({"integer": "12x"}, {"integer": 5}, {"integer": "1", "x": 1}, {"integer": str(2 ** 64)}):
         _refused(lambda: router.lookup({"database": "data/big.sqlite", "table": "events", "where": {"small": bad}}))
+    for digits, got in (("0009", "'0009'"), ("+5", "'+5'"), (5, "the integer 5")):  # the form is named, not "an object"
+        refusal = _refused(lambda: router.lookup({"database": "data/big.sqlite", "table": "events",
+                                                  "where": {"small": {"integer": digits}}}))
+        assert refusal.message == ("where value 'small': {\"integer\": …} takes a string of decimal digits, an optional "
+                                   "minus sign first and no leading zero (as \"-12\" or \"9007199254740993\"); "
+                                   f"got {got}")
     # a plain integer past ±(2^53-1) has no exact JSON form: refused when asked, not when the reply is stored
     for plain in (2 ** 53, -(2 ** 53), 1541815603606036480):
         refusal = _refused(lambda: router.lookup({"database": "data/big.sqlite", "table": "events",
@@ -377,6 +387,25 @@ def test_integers_beyond_2_53_are_carried_as_marked_decimal_strings(root):
                               "where": {"at_ns": {"integer": str(-(2 ** 63))}}})
     assert len(at_least["items"]) == 1
 
+
+
+def test_text_that_is_not_utf8_in_a_database_reads_as_u_fffd_as_a_source_line_does(root):
+    """SQLite keeps whatever bytes a TEXT value was given: one such row made the whole lookup fail
+    with Python's decoder message. Its invalid bytes read as U+FFFD, as a source line's do, the
+    same from the given bytes a verification reads."""
+    path = root / "data" / "mixed.sqlite"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT)")
+    conn.execute("INSERT INTO notes (body) VALUES ('ok'), (CAST(x'41ff42' AS TEXT)), (CAST(x'c3' AS TEXT))")
+    conn.commit()
+    conn.close()
+    router = Router(root)
+    args = {"database": "data/mixed.sqlite", "table": "notes"}
+    found = router.lookup(args)
+    assert [item["values"] for item in found["items"]] == [{"id": 1, "body": "ok"}, {"id": 2, "body": "A\ufffdB"},
+                                                           {"id": 3, "body": "\ufffd"}]
+    assert router.lookup(args, {"data/mixed.sqlite": path.read_bytes()})["items"] == found["items"]
+    assert [i["pointer"] for i in router.lookup({**args, "where": {"id": 2}})["items"]] == ["/notes/2"]
 
 def test_every_user_table_is_reachable_but_sqlite_internals(root):
     conn = sqlite3.connect(root / "data" / "names.sqlite")

@@ -112,9 +112,9 @@ class VerifyReport:
                          "a fault of the history)")
         if self.unchecked_inputs:
             shown = first_few([f"{u['path']} ({u['why']})" for u in self.unchecked_inputs], 5)
-            lines.append(f"{len(self.unchecked_inputs)} input file(s) changed since stored tool results read or "
-                         f"searched them (edited, added, removed, unreadable, or computed otherwise by this SQLite), "
-                         f"so those results were checked against their requests only: {shown}")
+            lines.append(f"{len(self.unchecked_inputs)} input file(s) differ from what stored tool results read or "
+                         f"searched (edited, added, removed, unreadable, readable only now, or computed otherwise by "
+                         f"this SQLite), so those results were checked against their requests only: {shown}")
         for obj in self.foreign_objects:
             on = f" on {obj['table']}" if obj["table"] != obj["name"] else ""
             lines.append(f"foreign object (not the ledger's, left alone): {obj['type']} {obj['name']}{on}")
@@ -137,9 +137,10 @@ class VerifyReport:
         if self.unchecked_inputs:
             shown = ", ".join(f"{u['path']} ({u['why']})" for u in self.unchecked_inputs)
             return LedgerError(E.STALE_GENERATION,
-                               f"{len(self.unchecked_inputs)} input file(s) changed since stored tool results read "
-                               f"or searched them (edited, added, removed, unreadable, or computed otherwise by this "
-                               f"SQLite), so those results cannot be recomputed from them (--strict): {shown}")
+                               f"{len(self.unchecked_inputs)} input file(s) differ from what stored tool results "
+                               f"read or searched (edited, added, removed, unreadable, readable only now, or computed "
+                               f"otherwise by this SQLite), so those results cannot be recomputed from them "
+                               f"(--strict): {shown}")
         return None
 
 

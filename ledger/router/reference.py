@@ -9,8 +9,9 @@ Three tools, each a pure read of files under ``sources/`` or ``data/``:
 * ``source.find_text`` — ``{"text", "path_glob"?, "max_results"?}`` → matching lines
   as above, ``coverage.files`` lists the files scanned, ``truncated`` says whether
   more matches existed. A matching file that cannot be read (over :data:`~ledger.router.files.FILE_BYTES_MAX`,
-  a symbolic link, a hard link to the ledger's files, not a regular file) is not
+  a symbolic link, to a folder too, a hard link to the ledger's files, not a regular file) is not
   scanned: ``coverage.skipped`` lists ``{"path", "reason"}`` for each (absent when none).
+  ``text`` is found in the files' bytes (its UTF-8).
   A glob matching more than :data:`FILES_SCANNED_MAX` files is refused.
 * ``database.lookup`` — ``{"database", "table", "where"?, "columns"?, "limit"?}`` →
   one item per row ``{"kind": "db_row", "database", "table", "pointer", "sha256",
@@ -21,7 +22,7 @@ A *line* is the UTF-8 text between ``\\n`` separators with one trailing ``\\r``
 removed; its ``sha256`` covers the line's bytes without the terminator (bytes
 that are not UTF-8 appear as U+FFFD in ``text``). A column value beyond
 ±(2^53−1) is ``{"integer": "<digits>"}``, a real ``{"real": repr}``, a blob
-``{"base64": …}``. Every refusal — a path that is absolute, holds ``..``,
+``{"base64": …}``, text as a line's (bytes that are not UTF-8 as U+FFFD). Every refusal — a path that is absolute, holds ``..``,
 leaves ``sources/``/``data/``, passes through a symbolic link or is a hard link
 to the ledger's own files, an unknown table or column, a span, count or file
 over its bound, a read the system refuses — raises ``ROUTER_REFUSED`` and
@@ -70,6 +71,7 @@ JSON_INT_MAX = 2 ** 53 - 1
 #: makes each row large is refused once its rows pass it, not read to the end into memory.
 LOOKUP_BYTES_MAX = 1024 ** 3
 _INTEGER = re.compile(r"-?(0|[1-9][0-9]{0,19})")  # at most 20 digits: past SQLite's range, never past int()'s
+_LONG_INTEGER = re.compile(r"-?[1-9][0-9]{20,}")
 
 
 def _refuse(message: str, **details: Any) -> LedgerError:
@@ -201,9 +203,10 @@ class Router:
         finally:
             os.close(root_fd)
 
-    def _source_files(self, glob: str) -> list[str]:
+    def _source_files(self, glob: str, folder_links: bool = True) -> list[str]:
         """Names under ``sources/`` matching ``glob``, in walk order (sorted per folder); links are
-        listed, never followed."""
+        listed, never followed, a link to a folder among the folder's files (left out without
+        ``folder_links``, as searches stored by earlier versions left it: how those are checked)."""
         found: list[str] = []
         root_fd = open_folder(self.root, SOURCES_DIR)
         try:
@@ -211,9 +214,10 @@ class Router:
                 raise unreadable(SOURCES_DIR, "is a symbolic link; the router follows no link, so it never "
                                   "reads outside sources/ of the package")
             try:
-                for directory, dirnames, filenames, _fd in os.fwalk(SOURCES_DIR, dir_fd=root_fd):
-                    dirnames.sort()
-                    for name in sorted(filenames):
+                for directory, dirnames, filenames, folder_fd in os.fwalk(SOURCES_DIR, dir_fd=root_fd):
+                    links = [name for name in dirnames if is_link(name, folder_fd)]  # never walked into
+                    dirnames[:] = sorted(set(dirnames) - set(links))
+                    for name in sorted(filenames + links if folder_links else filenames):
                         relative = f"{directory}/{name}"
                         check_name_encoding(relative)  # listed by other bytes than its own: STORAGE_ERROR
                         if fnmatch.fnmatchcase(relative, glob):
@@ -407,15 +411,26 @@ def lookup_args(args: Any) -> tuple[str, str, dict[str, Any], int]:
     bound = {}
     for column, supplied in where.items():
         value = marked_integer(supplied) if isinstance(supplied, dict) else supplied
+        if isinstance(supplied, dict) and value is None and list(supplied) == ["integer"]:
+            digits = supplied["integer"]
+            if isinstance(digits, str) and _LONG_INTEGER.fullmatch(digits):  # past 20 digits
+                raise _out_of_range(shown(digits, 80))
+            raise _refuse(f"where value {shown(column, 80)!r}: {{\"integer\": …}} takes a string of decimal digits, "
+                          f"an optional minus sign first and no leading zero (as \"-12\" or \"9007199254740993\"); "
+                          f"got {given(digits, 80)}")
         if (value is None and supplied is not None) or (value is not None and type(value) not in (str, int)):
             raise _refuse(f"where values must be strings, integers ({{\"integer\": \"<digits>\"}} for one "
                           f"beyond ±(2^53-1)) or null; {shown(column, 80)!r} is {given(supplied, 80)}")
         low, high = (INT64_MIN, INT64_MAX) if isinstance(supplied, dict) else (-JSON_INT_MAX, JSON_INT_MAX)
         if type(value) is int and not low <= value <= high:  # a plain JSON integer stops at ±(2^53-1)
-            raise _refuse(f"where integers must be within ±(2^53-1), or within SQLite's 64-bit range as "
-                          f"{{\"integer\": \"<digits>\"}}; got {value}")
+            raise _out_of_range(value)
         bound[column] = value
     return database, table, bound, limit
+
+
+def _out_of_range(value: int | str) -> LedgerError:
+    return _refuse(f"where integers must be within ±(2^53-1), or within SQLite's 64-bit range as "
+                   f"{{\"integer\": \"<digits>\"}}; got {value}")
 
 
 def marked_integer(value: Mapping[str, Any]) -> int | None:
@@ -454,6 +469,7 @@ def _open_bytes(database: str, data: bytes) -> sqlite3.Connection:
         conn = sqlite3.connect(":memory:", isolation_level=None)
     except sqlite3.Error as exc:  # pragma: no cover - an in-memory database always opens
         raise _refuse(f"{database} cannot be opened: {exc}") from None
+    conn.text_factory = _text_of  # SQLite keeps whatever bytes a TEXT value was given
     try:
         if image:  # an empty file is an empty database, as SQLite opens one (deserialize refuses b"")
             conn.deserialize(bytes(image))
@@ -463,6 +479,11 @@ def _open_bytes(database: str, data: bytes) -> sqlite3.Connection:
         conn.close()
         raise _refuse(f"{database} cannot be read as SQLite: {exc}", path=database) from None
     return conn
+
+
+def _text_of(data: bytes) -> str:
+    """A TEXT value as a source line's text is read: bytes that are not UTF-8 as U+FFFD."""
+    return data.decode("utf-8", errors="replace")
 
 
 def _describe(conn: sqlite3.Connection, table: str, generated: bool = True) -> list[dict[str, Any]]:
