@@ -12,7 +12,7 @@ from ledger import (LedgerError, ManyReport, VerifyReport, case_folders, export_
                     import_tree, verify_case, verify_many)
 from ledger.package_tools.export import ExportReport, export_count
 from ledger.package_tools.manifest import read_manifest
-from ledger.package_tools.many import left_out
+from ledger.package_tools.many import left_out, named_again
 from ledger.package_tools.anchors import parse_anchor
 from ledger.ground.errors import quoted
 from ledger.ground.workers import JOBS_MAX
@@ -82,7 +82,7 @@ def _many(run: Any, cases: tuple[str, ...], all_in: bool, jobs: int | None, as_j
     is ready and a summary (or one JSON object with --json); exit 1 when any case failed. ``notes``:
     a case's outcome → lines printed on stderr as ``note: CASE: …`` after its line."""
     folders = case_folders(cases) if all_in else list(cases)
-    for path, why in left_out(cases, folders) if all_in else ():
+    for path, why in left_out(cases, folders) if all_in else named_again(cases):
         warn(f"note: {path}: left out: {why}")
 
     def print_case(outcome: dict[str, Any]) -> None:
@@ -108,7 +108,8 @@ def export(settings: Settings, cases: tuple[str, ...], as_json: bool, all_in: bo
 
     Several CASEs (or, with --all, the case folders inside each CASE) are
     exported over --jobs processes: one line per case (ok or FAILED
-    with its error) and a summary; exit 1 when any case failed.
+    with its error) and a summary; exit 1 when any case failed. A case
+    named again by another path (a link) is taken once, with a note.
     """
     case = _single(cases, all_in, jobs)
     if case is None:
@@ -232,6 +233,7 @@ def verify(cases: tuple[str, ...], as_json: bool, all_in: bool, jobs: int | None
     with its error; with --strict a case whose export is not current, or
     whose results could not all be recomputed from their files, fails)
     and a summary, each case's notes on stderr; exit 1 when any case failed.
+    A case named again by another path (a link) is taken once, with a note.
     One CASE given with --jobs is reported in that form too, so a script
     passing --jobs gets the same output for one case as for several.
     """

@@ -112,6 +112,13 @@ def left_out(folders: Iterable[str | os.PathLike[str]], listed: list[Path] | Non
         return found
 
 
+def named_again(cases: Iterable[str | os.PathLike[str]]) -> list[tuple[Path, str]]:
+    """``(path, why)`` of each of ``cases`` (as given on a command line) that names a case listed
+    already by another path (``c1`` and ``./link-to-c1``): taken once, under its first path, said in
+    a note as ``--all`` says it."""
+    return second_paths([fs_path(path, "case path") for path in path_list(cases, "cases")])
+
+
 def _is_folder(entry: os.DirEntry[str]) -> bool:
     """Whether ``entry`` is a folder, through a link: a link that loops or leads nowhere is not one."""
     try:
