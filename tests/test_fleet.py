@@ -329,8 +329,9 @@ def test_a_ledger_that_holds_no_case_fails_that_case_and_the_others_are_exported
 
 
 def test_the_walk_notes_what_it_passes_by_that_may_look_like_a_case(fleet, tmp_path):
-    """Nothing left out without a word: a build folder, a link that leads nowhere or loops and a
-    second path to a case found already are each a note (on stderr from the command)."""
+    """Nothing left out without a word: a build folder, a link that leads nowhere or loops, a folder
+    holding an export alone and a second path to a case found already are each a note (on stderr
+    from the command)."""
     cases, _, _ = fleet
     root = tmp_path / "cases"
     (root / "x").mkdir(parents=True)
@@ -339,12 +340,15 @@ def test_the_walk_notes_what_it_passes_by_that_may_look_like_a_case(fleet, tmp_p
     (root / "c-dead").symlink_to(root / "nowhere")
     (root / "x" / "d-loop").symlink_to(root / "x" / "d-loop")
     shutil.copytree(root / "x" / "a", root / ".a.importing-1-2")
+    (root / "x" / "e-export" / "analysis" / "case" / "events").mkdir(parents=True)  # an export, its case gone
     left_out: list = []
     assert find_cases([root], left_out) == [root / "x" / "a"]
     assert left_out == [
         (root / ".a.importing-1-2", "named like an import's or a demo's build folder (a run's scratch, which a "
          "killed run leaves and the next import or demo there removes)"),
         (root / "c-dead", "a link that leads nowhere or loops"), (root / "x" / "d-loop", "a link that leads nowhere or loops"),
+        (root / "x" / "e-export", "holds an export's analysis/ but neither ledger.sqlite nor manifest.json: not a case "
+         "package"),
         (root / "b-link", f"the same case folder as {root / 'x' / 'a'}, which is taken once")]
     result = CliRunner().invoke(main, ["fleet", "export", str(root), "--to", str(tmp_path / "out")])
     assert result.exit_code == 0, result.output

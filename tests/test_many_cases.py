@@ -283,8 +283,9 @@ def test_all_leaves_out_build_folders_and_says_so_on_stderr(four_cases):
 
 @pytest.mark.slow  # over 0.5 s in the default run: the slow lane (.ci/run) runs it
 def test_all_notes_links_that_lead_nowhere_or_loop_and_a_second_link_to_a_case_it_takes_once(tmp_path):
-    """Nothing left out without a word: a link to a folder that is gone, one that loops, and a link
-    to a case listed already (verified once, under its own name) are each a note on stderr."""
+    """Nothing left out without a word: a link to a folder that is gone, one that loops, a folder
+    holding an export's analysis/ alone, and a link to a case listed already (verified once, under its
+    own name) are each a note on stderr."""
     from ledger.package_tools.many import left_out
 
     cases = make_cases(tmp_path / "cases", 2)
@@ -292,8 +293,12 @@ def test_all_notes_links_that_lead_nowhere_or_loop_and_a_second_link_to_a_case_i
     (root / "a-gone").symlink_to(root / "nowhere")
     (root / "b-loop").symlink_to(root / "b-loop")
     (root / "z-again").symlink_to(cases[1])
+    (root / "c-export-alone" / "analysis" / "case" / "events").mkdir(parents=True)  # an export whose case is gone
+    (root / "d-notes" / "analysis").mkdir(parents=True)  # a folder like any other: no note
     assert left_out([root]) == [(root / "a-gone", "a link that leads nowhere or loops"),
                                 (root / "b-loop", "a link that leads nowhere or loops"),
+                                (root / "c-export-alone", "holds an export's analysis/ but neither ledger.sqlite nor "
+                                                          "manifest.json: not a case package"),
                                 (root / "z-again", f"the same case folder as {cases[1]}, which is taken once")]
     done = run_cli("verify", "--all", str(root), "--jobs", "1")
     assert done.returncode == 0, done.stderr

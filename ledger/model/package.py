@@ -328,6 +328,14 @@ def once_each(paths: Iterable[Path]) -> list[Path]:
 BUILD_FOLDER_LEFT_OUT = ("named like an import's or a demo's build folder (a run's scratch, which a killed run "
                          "leaves and the next import or demo there removes)")
 DEAD_LINK_LEFT_OUT = "a link that leads nowhere or loops"
+EXPORT_ALONE_LEFT_OUT = (f"holds an export's {ANALYSIS_DIR}/ but neither {LEDGER_FILE} nor {MANIFEST_FILE}: not a "
+                         "case package")
+
+
+def export_alone(folder: str | os.PathLike[str]) -> bool:
+    """Whether ``folder`` holds an export's ``analysis/`` (its ``case/events/``) but is no case
+    package (:func:`is_case_package`): what the commands over many cases leave out with a note."""
+    return os.path.isdir(os.path.join(folder, ANALYSIS_DIR, "case", "events")) and not is_case_package(Path(folder))
 
 
 def dead_link(path: str | os.PathLike[str]) -> bool:

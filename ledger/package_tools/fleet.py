@@ -30,8 +30,9 @@ from ..ground.arguments import check_callback, check_iterable
 from ..rules.common import check_case_id
 from ..services.case import missing_ledger
 from ..ground.errors import LedgerError, describe_value, first_few, quoted, refuses_unfit_calls, refuses_unfit_calls_of
-from ..model.package import (BUILD_FOLDER_LEFT_OUT, DEAD_LINK_LEFT_OUT, LEDGER_FILE, dead_link, is_build_folder,
-                             is_case_package, once_each, refuse_output_in_package, second_paths)
+from ..model.package import (BUILD_FOLDER_LEFT_OUT, DEAD_LINK_LEFT_OUT, EXPORT_ALONE_LEFT_OUT, LEDGER_FILE, dead_link,
+                             export_alone, is_build_folder, is_case_package, once_each, refuse_output_in_package,
+                             second_paths)
 from ..ground.paths import fs_path, os_error
 from ..ground.workers import interrupts_blocked, job_count, parent_gone, shutdown_pool, watch_parent, worker_context
 from ..storage.connection import Storage
@@ -124,7 +125,8 @@ def find_cases(paths: Iterable[str | os.PathLike[str]], left_out: list[tuple[Pat
     is the first of them, named by its own path rather than a link's when it is reached both ways).
     A path that is neither a case nor a folder holding one is ``LEDGER_MISSING``. ``left_out``, when
     given, receives ``(path, why)`` of what the walk passes by that may look like a case: a build
-    folder, a link that leads nowhere or loops, a second path to a case found already."""
+    folder, a link that leads nowhere or loops, a folder holding an export alone, a second path to a
+    case found already."""
     if isinstance(paths, (str, bytes, os.PathLike)):
         paths = [paths]  # one path, not its characters
     found: list[Path] = []  # in order; once_each keeps each case once
@@ -147,6 +149,7 @@ def find_cases(paths: Iterable[str | os.PathLike[str]], left_out: list[tuple[Pat
                     left_out.extend((Path(folder, d), BUILD_FOLDER_LEFT_OUT) for d in dirs if is_build_folder(d))
                     left_out.extend((Path(folder, f), DEAD_LINK_LEFT_OUT) for f in sorted(files)
                                     if dead_link(Path(folder, f)))
+                    left_out.extend([(Path(folder), EXPORT_ALONE_LEFT_OUT)] if export_alone(folder) else [])
                 dirs[:] = [d for d in dirs if d != META_DIR and not is_build_folder(d)]
                 for name in dirs:  # os.walk does not enter links: a link to a case is taken, never walked
                     if _linked_case(Path(folder) / name):

@@ -20,8 +20,8 @@ from ..ground.config import AnalysisConfig
 from ..ground.errors import LedgerError, refuses_unfit_calls, refuses_unfit_calls_of
 from ..ground.paths import fs_path, os_error
 from ..ground.workers import job_count, shared_map
-from ..model.package import (BUILD_FOLDER_LEFT_OUT, DEAD_LINK_LEFT_OUT, LEDGER_FILE, dead_link, is_build_folder,
-                             is_case_package, once_each, second_paths)
+from ..model.package import (BUILD_FOLDER_LEFT_OUT, DEAD_LINK_LEFT_OUT, EXPORT_ALONE_LEFT_OUT, LEDGER_FILE,
+                             dead_link, export_alone, is_build_folder, is_case_package, once_each, second_paths)
 from ..services.case import Case
 from .export import export_case
 from .verify import verify_case
@@ -106,6 +106,7 @@ def left_out(folders: Iterable[str | os.PathLike[str]], listed: list[Path] | Non
         except OSError:  # case_folders reports it
             continue
         found.extend((Path(entry.path), DEAD_LINK_LEFT_OUT) for entry in entries if dead_link(entry.path))
+        found.extend((Path(entry.path), EXPORT_ALONE_LEFT_OUT) for entry in entries if export_alone(entry.path))
     try:
         return found + second_paths(case_folders(folders) if listed is None else listed)
     except LedgerError:
