@@ -136,10 +136,9 @@ class VerifyReport:
             return LedgerError(E.INTEGRITY_ERROR, f"{why} (--strict); run 'ledger export'")
         if self.unchecked_inputs:
             shown = ", ".join(f"{u['path']} ({u['why']})" for u in self.unchecked_inputs)
-            return LedgerError(E.STALE_GENERATION,
-                               f"{len(self.unchecked_inputs)} input file(s) differ from what stored tool results "
-                               f"read or searched (edited, added, removed, unreadable, readable only now, or computed "
-                               f"otherwise by this SQLite), so those results cannot be recomputed from them "
+            return LedgerError(E.STALE_GENERATION, f"{len(self.unchecked_inputs)} input file(s) differ from what stored "
+                               f"tool results read or searched (edited, added, removed, unreadable, readable only now, "
+                               f"or computed otherwise by this SQLite), so those results cannot be recomputed from them "
                                f"(--strict): {shown}")
         return None
 
