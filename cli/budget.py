@@ -37,13 +37,14 @@ def _budget_summary(result: BudgetResult, *, read: bool = False) -> list[str]:
 
 
 def _run_budget(settings: Settings, case: str, as_json: bool, call: Callable[[Any], BudgetResult], *,
-                read: bool = False) -> None:
+                read: bool = False) -> BudgetResult:
     with settings.open(case) as opened:
         manager = opened.budget(settings.budget_config())
         result = call(manager)
         changed = manager.policy_changed()
     emit_result(result.to_dict(), as_json, _budget_summary(result, read=read))
     _warn_if_policy_changed(changed, result.revision)
+    return result
 
 
 def _warn_if_policy_changed(changed: bool, revision: int) -> None:
@@ -202,8 +203,17 @@ def budget_snapshot(settings: Settings, case: str, as_json: bool) -> None:
 @pass_settings
 def budget_grant(settings: Settings, case: str, hypothesis: str, units: int, reason: str, grant_id: str,
                  at: str | None, as_json: bool) -> None:
-    """Add UNITS to HYPOTHESIS's account, as --actor (only the actor that initialized the budget may)."""
-    _run_budget(settings, case, as_json, lambda b: b.grant(hypothesis, units, settings.actor, reason, grant_id, at=at))
+    """Add UNITS to HYPOTHESIS's account, as --actor (only the actor that initialized the budget may).
+
+    An account that ended (exhausted, abandoned, rejected) gets the units but
+    stays ended: it takes no more actions (said in a note on stderr).
+    """
+    result = _run_budget(settings, case, as_json,
+                         lambda b: b.grant(hypothesis, units, settings.actor, reason, grant_id, at=at))
+    account = result.state.get(hypothesis) or {}
+    if account.get("terminal_reason") is not None:
+        warn(f"note: {hypothesis} is {account['status']} ({account['terminal_reason']}): the units are added, but an "
+             "account that ended takes no more actions (its status stays)")
 
 
 def _run_read(settings: Settings, case: str, as_json: bool, call: Callable[[Any], GateReading],

@@ -129,6 +129,19 @@ def test_usage_errors_exit_2(cli_case, args):
     assert b"Traceback" not in done.stderr
 
 
+
+@pytest.mark.slow  # over 0.9 s in the default run: the slow lane (.ci/run) runs it
+def test_a_grant_to_an_account_that_ended_says_the_account_stays_ended(cli_case):
+    """The units are added (remaining grows) but a rejected account takes no more actions: a note says
+    so, as a user granting to revive it would otherwise not know; a grant to an open account, none."""
+    ok("budget", "reject", str(cli_case), "H2", "--reason", "contradicted")
+    ended = run_cli("budget", "grant", str(cli_case), "H2", "5", "--reason", "more", "--grant-id", "g1")
+    assert ended.returncode == 0 and "H2: rejected, 55 units remaining" in ended.stdout.decode()
+    assert ended.stderr.decode() == ("note: H2 is rejected (contradicted): the units are added, but an account that "
+                                     "ended takes no more actions (its status stays)\n")
+    opened = run_cli("budget", "grant", str(cli_case), "H1", "5", "--reason", "more", "--grant-id", "g2", "--json")
+    assert opened.returncode == 0 and opened.stderr == b""
+
 @pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_sql_runs_read_only_queries_in_three_formats(cli_case):
     c = str(cli_case)
