@@ -424,7 +424,9 @@ def check_budget_room(view: LedgerView, limits: Mapping[str, int] | None,
     pending = already + (1 if opens_action else 0)
     total = view.budget_events_total()
     if total + events + CLOSING_EVENTS_PER_ACTION * pending > limit:
-        closing = [f"{already} pending action(s)"] * bool(already) + ["the action it opens"] * opens_action
+        closing = [f"{already} pending action(s)"] if already else []
+        if opens_action:
+            closing.append("the action it opens")
         kept = f" and {CLOSING_EVENTS_PER_ACTION * pending} kept to close {' and '.join(closing)}" if pending else ""
         what = f"; the refusal it would record was not recorded: {refusal.code}: {refusal.message}" \
             if refusal is not None else ""
