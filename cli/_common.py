@@ -144,6 +144,10 @@ class LedgerGroup(UsageGroup):
         except OSError as exc:  # --help or --version into a full or closed stdout
             _output_failed(exc, "nothing was run")
             sys.exit(1)
+        except KeyboardInterrupt:  # while the arguments are read (click would say "Aborted!")
+            interrupts.ending()
+            click.echo(INTERRUPTED, err=True)
+            sys.exit(interrupts.exit_status())
 
     def invoke(self, ctx: click.Context) -> Any:
         caught: list[warnings.WarningMessage] = []

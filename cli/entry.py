@@ -1,5 +1,6 @@
-"""The ``ledger`` command's entry point: loads the command line, and a Ctrl-C while it is still
-loading ends as one later does (the message, status 130), never as a traceback."""
+"""The ``ledger`` command's entry point: loads the command line, and a Ctrl-C or SIGTERM while it is
+still loading ends as one later does (the message, status 130 or 143), never as a traceback or
+without a word."""
 
 import importlib
 import signal
@@ -12,11 +13,12 @@ INTERRUPTED = "error: interrupted; nothing half-written remains, run the command
 def run() -> None:
     """The ``ledger`` command (:func:`ledger_cli.main.main`)."""
     try:
+        importlib.import_module("ledger.ground.interrupts").ends_process()  # SIGTERM too, from here on
         main = importlib.import_module(".main", __package__).main
     except KeyboardInterrupt:
         for number in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C while it exits changes nothing
             signal.signal(number, signal.SIG_IGN)
         sys.stderr.write(INTERRUPTED + "\n")
-        sys.exit(130)
-    importlib.import_module("ledger.ground.interrupts").ends_process()
+        exit_status = getattr(sys.modules.get("ledger.ground.interrupts"), "exit_status", None)
+        sys.exit(exit_status() if exit_status is not None else 130)
     main(prog_name="ledger")

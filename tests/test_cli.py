@@ -894,7 +894,10 @@ def test_a_ctrl_c_while_the_command_line_is_still_loading_ends_with_the_message_
 
     import signal
 
+    from ledger.ground import interrupts
+
     monkeypatch.setitem(sys.modules, "ledger_cli.main", Loading())
+    monkeypatch.setattr(interrupts, "_ending", [False, False])  # this test process goes on after the command
     handlers = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
     try:
         with pytest.raises(SystemExit) as ended:
@@ -907,6 +910,42 @@ def test_a_ctrl_c_while_the_command_line_is_still_loading_ends_with_the_message_
     assert ended.value.code == 130
     assert capsys.readouterr().err == "error: interrupted; nothing half-written remains, run the command again\n"
 
+
+#: Python run as the ``ledger`` command (``ledger state CASE``), sending itself SIGNAL at MOMENT.
+_SIGNALLED_RUN = """
+import atexit, importlib, os, signal, sys
+import click
+number = getattr(signal, sys.argv[1])
+send = lambda *args, **kwargs: os.kill(os.getpid(), number)
+if sys.argv[2] == "loading":  # while the command line's modules are imported
+    real = importlib.import_module
+    importlib.import_module = lambda name, package=None: (name == ".main" and send(), real(name, package))[1]
+elif sys.argv[2] == "arguments":  # while click reads the arguments
+    parse = click.Group.parse_args
+    click.Group.parse_args = lambda *args: (send(), parse(*args))[1]
+else:  # once the command is over, as the process exits
+    atexit.register(send)
+sys.argv = ["ledger", "state", sys.argv[3]]
+from ledger_cli.entry import run
+run()
+"""
+
+
+@pytest.mark.parametrize("signal_name", ["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("moment", ["loading", "arguments", "over"])
+def test_a_signal_before_the_command_runs_interrupts_it_and_one_after_it_is_over_changes_nothing(package, moment,
+                                                                                                    signal_name):
+    """SIGTERM while the command line loaded ended the process at once without a word (status -15 to
+    its parent); SIGINT or SIGTERM while click read the arguments printed click's "Aborted!" (status
+    1); either once the command was over ended it without a word, by the signal, or with a traceback."""
+    start_case(package).close()
+    done = subprocess.run([sys.executable, "-c", _SIGNALLED_RUN, signal_name, moment, str(package)],
+                          capture_output=True, text=True, timeout=60)
+    if moment == "over":
+        assert (done.returncode, done.stderr, done.stdout.split(":")[0]) == (0, "", "case_id")
+    else:
+        assert (done.returncode, done.stdout) == (130 if signal_name == "SIGINT" else 143, "")
+        assert done.stderr == "error: interrupted; nothing half-written remains, run the command again\n"
 
 @pytest.mark.slow  # over half a second: the slow lane (.ci/run) runs it
 def test_reading_commands_start_without_importing_pandas_even_when_it_is_installed(package, tmp_path):

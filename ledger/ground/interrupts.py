@@ -42,12 +42,23 @@ def ending() -> None:
 
 
 def ends_process() -> None:
-    """Called by the ``ledger`` command's entry point: the process ends with the command."""
+    """Called first by the ``ledger`` command's entry point: the process ends with the command. From
+    now on a SIGINT or SIGTERM (where each still has Python's handler or the default action)
+    interrupts it as within :func:`recorded`, while the command line loads too (a SIGTERM then
+    ended the process at once, without a word); once the command is over they are ignored (the
+    process is about to exit with the command's own status: one arriving then ended it by the
+    signal, without a word, or not at all)."""
     _ending[0] = True
+    if threading.current_thread() is threading.main_thread():
+        for number, before in _DEFAULT_HANDLERS:
+            if signal.getsignal(number) == before:
+                signal.signal(number, _on_interrupt)
 
 
 #: ``[this process ends with the command, signals are ignored now]``.
 _ending = [False, False]
+#: Each signal taken, with the handler it has unless a caller set another: Python's own, the default action.
+_DEFAULT_HANDLERS = ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL))
 
 
 def exit_status() -> int:
@@ -67,10 +78,9 @@ def recorded() -> Iterator[None]:
         yield
         return
     # each signal still at Python's own handler or the default action (a background job of a
-    # script starts with SIGINT ignored: SIGTERM is still taken)
-    taken = {number: before for number, before in ((signal.SIGINT, signal.default_int_handler),
-                                                   (signal.SIGTERM, signal.SIG_DFL))
-             if signal.getsignal(number) == before}
+    # script starts with SIGINT ignored: SIGTERM is still taken), or taken by ends_process already
+    taken = {number: before for number, before in _DEFAULT_HANDLERS
+             if signal.getsignal(number) in (before, _on_interrupt)}
     _received.clear()
     _last_signal[0] = int(signal.SIGINT)
     for number in taken:
@@ -79,7 +89,7 @@ def recorded() -> Iterator[None]:
         yield
     finally:
         for number, before in taken.items() if not _ending[1] else ():
-            signal.signal(number, before)
+            signal.signal(number, signal.SIG_IGN if _ending[0] else before)  # the command is over
         _received.clear()
 
 
