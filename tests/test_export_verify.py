@@ -1613,33 +1613,41 @@ def case_of_700_events(tmp_path_factory):
     return root
 
 
-@pytest.mark.parametrize("read", ["verify", "query"])
-def test_a_read_cut_short_by_ctrl_c_leaves_no_write_ahead_log_files(case_of_700_events, monkeypatch, read):
-    """docs/files.md: a reader's -wal and -shm go when it closes, Ctrl-C or not. The cursor of the
+@pytest.mark.parametrize("read, raised", [("verify", KeyboardInterrupt), ("query", KeyboardInterrupt),
+                                          ("verify", LedgerError("INTEGRITY_ERROR", "a refusal inside the replay")),
+                                          ("scratch", KeyboardInterrupt)],
+                         ids=["verify-ctrl-c", "query-ctrl-c", "verify-refusal", "verify-making-its-scratch-ctrl-c"])
+def test_a_read_cut_short_by_ctrl_c_or_a_refusal_leaves_no_write_ahead_log_files(case_of_700_events, monkeypatch,
+                                                                                 read, raised):
+    """docs/files.md: a reader's -wal and -shm go when it closes, cut short or not. The cursor of the
     interrupted read, held by the frames the exception passes, kept the closed connection open in
     SQLite, so that closing the last one no longer folded and removed them."""
     from itertools import count
 
     from ledger.package_tools.replay import Replayer
     from ledger.services.case import read_only_rows
+    from ledger.storage.connection import Storage
 
     calls, apply = count(1), Replayer.apply
 
-    def interrupted_at_the_third_event(self, *args):
+    def cut_short_at_the_third_event(self, *args):
         if next(calls) == 3:
-            raise KeyboardInterrupt
+            raise raised
         return apply(self, *args)
 
     leftovers = lambda: sorted(p.name for p in case_of_700_events.iterdir() if p.name.endswith(("-wal", "-shm")))
     assert leftovers() == []
-    with pytest.raises(KeyboardInterrupt) as caught:  # kept, with its frames, until the end of the test
+    with pytest.raises(type(raised) if isinstance(raised, BaseException) else raised) as caught:  # kept, frames too
         if read == "verify":
-            monkeypatch.setattr(Replayer, "apply", interrupted_at_the_third_event)
+            monkeypatch.setattr(Replayer, "apply", cut_short_at_the_third_event)
+            verify_case(case_of_700_events)
+        elif read == "scratch":  # once the scratch ledger has read the ledger's schema version
+            monkeypatch.setattr(Storage, "apply_migrations", lambda *args, **kwargs: (_ for _ in ()).throw(raised))
             verify_case(case_of_700_events)
         else:
             with read_only_rows(case_of_700_events, "SELECT seq, body FROM events") as (_, rows):
                 assert next(rows)[0] == 1
-                raise KeyboardInterrupt
+                raise raised
     assert caught.value.__traceback__ is not None and leftovers() == []
     monkeypatch.undo()
     assert verify_case(case_of_700_events).events > 690 and leftovers() == []

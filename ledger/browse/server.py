@@ -152,13 +152,14 @@ class _BoundedCursor(sqlite3.Cursor):
 
 
 class _BoundedConnection(ClosingConnection):
-    """A connection whose cursors are :class:`_BoundedCursor` (Datasette reads through ``cursor()`` and
-    ``execute``), closed with it (:class:`~ledger.storage.sqlite_file.ClosingConnection`: a server
+    """A connection whose cursors are :class:`_BoundedCursor` (Datasette reads through ``cursor()``),
+    closed with it (:class:`~ledger.storage.sqlite_file.ClosingConnection`, at every close: a server
     stopped mid-query leaves no ``-wal``/``-shm``). One opened as an immutable snapshot (a read-only
     file system) refuses every read once the file or its log changed since (written through another
     mount): SQLite, told it never changes, would read its changed pages as a damaged file
     ("malformed") or miss the log's newer events."""
 
+    closes_every_cursor = True  # closed once, when the server stops
     #: The ledger's file and log as the snapshot was opened (None: an ordinary read, which follows writers).
     snapshot_of: tuple[int, ...] | None = None
     ledger_path = ""

@@ -231,11 +231,11 @@ def _verify_case(path: str | os.PathLike[str], progress: Progress | None, strict
     temp = refuse_temp_inside(root)
     remove_abandoned_temp_folders(temp, SCRATCH_PREFIX)
     with tempfile.TemporaryDirectory(prefix=SCRATCH_PREFIX, suffix=process_tag()) as scratch_dir:
-        scratch = Storage.scratch(Path(scratch_dir) / SCRATCH_FILES[0], ledger)
-        immutable = scratch.read_only_source
-        before = file_identity(ledger) if immutable else None
-        second = None
-        try:
+        scratch, second, immutable, before = None, None, False, None
+        try:  # the scratch ledger's making too: its read of the ledger makes -wal and -shm
+            scratch = Storage.scratch(Path(scratch_dir) / SCRATCH_FILES[0], ledger)
+            immutable = scratch.read_only_source
+            before = file_identity(ledger) if immutable else None
             with translate_sqlite_errors():  # a damaged file's undecodable text, wherever it is first read
                 split = plan_split(scratch, Path(scratch_dir), jobs)  # before the first read of the ledger's snapshot
                 _newest_seq(scratch.conn)  # that first read: every event in the snapshot was written before now
@@ -252,7 +252,8 @@ def _verify_case(path: str | os.PathLike[str], progress: Progress | None, strict
         finally:
             if second is not None:
                 second.close()  # before the scratch folder goes and the ledger's -wal is folded
-            scratch.conn.close()
+            if scratch is not None:
+                scratch.conn.close()
             if not immutable and not log_was_there:
                 release_log(ledger)  # the read-only attach left -wal and -shm: fold them as a writer's close would
         if immutable and file_identity(ledger) != before:
@@ -351,8 +352,7 @@ def _verify_attached(root: Path, scratch: Storage, progress: Progress | None, se
     with _ledger_now(root / LEDGER_FILE, scratch, head) as (now, now_head):
         exported, manifest_head = _check_export(root, now, now_head, manifest, files)
     foreign = _compare_schema(conn, version)
-    return VerifyReport(str(root), replayer.count,
-                        conn.execute(statement("content_count")).fetchone()[0],
+    return VerifyReport(str(root), replayer.count, conn.execute(statement("content_count")).fetchone()[0],
                         head[0], head[1], exported, manifest is not None,
                         None if manifest_head is None else max(0, head[0] - manifest_head), foreign,
                         replayer.future_events, replayer.max_lead_ms,

@@ -220,26 +220,27 @@ class Storage:
         with translate_sqlite_errors():
             source, immutable = readable_uri(original)
             conn = connect_uri(file_uri(path, "rwc"))
-            try:
+        try:  # a refusal or Ctrl-C closes the connection, and with it its read of ``orig``
+            with translate_sqlite_errors():
                 # SQLite attaches only a file of the main one's text encoding: a ledger reloaded as
                 # UTF-16 (a dump read back under PRAGMA encoding) is compared in its own encoding
                 conn.execute(f"PRAGMA encoding = '{_text_encoding(source)}'")
                 conn.execute("PRAGMA journal_mode = OFF")  # no durability needed for a scratch copy
                 conn.execute("ATTACH DATABASE ? AS orig", (source,))
-            except BaseException:
-                conn.close()
-                raise
-        storage = cls(conn, path, {"synchronous": "OFF", "busy_timeout_ms": 5000})
-        storage.read_only_source = immutable
-        with translate_sqlite_errors():
-            conn.execute("BEGIN")
-        storage._in_write = True  # one long private transaction
-        with translate_sqlite_errors():
-            has = conn.execute(statement("has_migrations_table", "orig")).fetchone()
-            original_version = conn.execute(statement("schema_version_of", "orig")).fetchone()[0] if has else 0
-        # private and rebuilt from scratch: no guards needed; the original's schema version, so an
-        # older ledger's views are compared with the views of its own version
-        storage.apply_migrations(triggers=False, up_to=original_version or None)
+            storage = cls(conn, path, {"synchronous": "OFF", "busy_timeout_ms": 5000})
+            storage.read_only_source = immutable
+            with translate_sqlite_errors():
+                conn.execute("BEGIN")
+            storage._in_write = True  # one long private transaction
+            with translate_sqlite_errors():
+                has = conn.execute(statement("has_migrations_table", "orig")).fetchone()
+                original_version = conn.execute(statement("schema_version_of", "orig")).fetchone()[0] if has else 0
+            # private and rebuilt from scratch: no guards needed; the original's schema version, so an
+            # older ledger's views are compared with the views of its own version
+            storage.apply_migrations(triggers=False, up_to=original_version or None)
+        except BaseException:
+            conn.close()
+            raise
         return storage
 
     def current_schema_version(self) -> int:

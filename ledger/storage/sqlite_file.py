@@ -4,11 +4,12 @@ snapshots, and the one translation of ``sqlite3`` errors into ``LedgerError`` (d
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 import sqlite3
 import stat
-import weakref
+import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -196,33 +197,25 @@ TRANSACTION_CONTROL: dict[str, Any] = (
 
 
 class ClosingConnection(sqlite3.Connection):
-    """A connection that closes the cursors it handed out (``execute``, ``executemany``, ``cursor``)
-    when it is closed. SQLite keeps a connection closed with a statement unfinished open until that
-    statement goes; a cursor a frame still holds while an exception passes (Ctrl-C in the middle of
-    a read) would keep the file open past ``close()``, and the ``-wal`` and ``-shm`` that the last
-    connection's close folds and removes stayed beside the ledger (docs/files.md)."""
+    """A connection that, closed while an exception is on its way (Ctrl-C in the middle of a read, a
+    refusal raised inside a loop over rows), first closes the cursors still open on it. SQLite keeps a
+    connection closed with a statement unfinished open until that statement goes; the cursor a frame
+    of that exception still holds kept the file open past ``close()``, and the ``-wal`` and ``-shm``
+    the last connection's close folds and removes stayed beside the ledger (docs/files.md). The
+    cursors are found as what refers to the connection: a scan of the process's objects (a few
+    milliseconds), made only then, or at every close where :attr:`closes_every_cursor` says so."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._cursors: weakref.WeakSet[sqlite3.Cursor] = weakref.WeakSet()
-
-    def cursor(self, factory: Any = sqlite3.Cursor) -> Any:  # type: ignore[override]
-        cursor = super().cursor(factory)
-        self._cursors.add(cursor)
-        return cursor
-
-    def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:  # type: ignore[override]
-        return self.cursor().execute(sql, parameters)
-
-    def executemany(self, sql: str, parameters: Any, /) -> sqlite3.Cursor:  # type: ignore[override]
-        return self.cursor().executemany(sql, parameters)
+    #: Whether every close looks for open cursors (not only one while an exception is on its way).
+    closes_every_cursor = False
 
     def close(self) -> None:
-        for cursor in list(self._cursors):
-            try:
-                cursor.close()
-            except sqlite3.Error:  # a cursor of another thread's; close() still closes what it can
-                pass
+        if self.closes_every_cursor or sys.exc_info()[1] is not None:
+            for holder in gc.get_referrers(self):
+                if isinstance(holder, sqlite3.Cursor):
+                    try:
+                        holder.close()
+                    except sqlite3.Error:  # in use by another thread: close() still closes what it can
+                        pass
         super().close()
 
 
@@ -349,7 +342,11 @@ def release_log(path: Path) -> None:
     """After a read-only connection (verify's, ``ledger sql``'s) that made ``-wal`` and ``-shm``: open and
     close one read-write connection on ``path``, so that SQLite, closing the last connection, folds the
     log into the file and removes both (docs/files.md). With another connection still open they are
-    left to it; a ledger that cannot be opened for writing keeps them (nothing is reported)."""
+    left to it; a ledger that cannot be opened for writing keeps them (nothing is reported). Without
+    either there is nothing to fold and nothing is opened (a writer's open would roll back a hot
+    rollback journal, which a refused reader must leave as it found it)."""
+    if not log_files_exist(path):
+        return
     try:
         conn = connect_path(path, "rw")
     except LedgerError:
