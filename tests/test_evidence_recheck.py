@@ -640,7 +640,8 @@ def test_a_made_up_hash_under_a_made_up_input_identity_is_noted_and_fails_strict
     assert plain.returncode == 0 and b"sources/app.py (changed)" in plain.stdout + plain.stderr
     strict = run_cli("verify", str(case.path), "--strict")
     assert strict.returncode == 1
-    assert b"error: STALE_GENERATION: 1 input file(s) differ from what stored tool results read or searched" in strict.stderr
+    assert b"error: STALE_GENERATION: 1 input file(s) differ from what stored tool results read or searched" \
+        in strict.stderr
     many = verify_many([case.path], jobs=1, strict=True)
     assert many.cases[0]["ok"] is False and many.cases[0]["error"]["code"] == "STALE_GENERATION"
 

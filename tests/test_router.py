@@ -375,9 +375,9 @@ def test_integers_beyond_2_53_are_carried_as_marked_decimal_strings(root):
     for digits, got in (("0009", "'0009'"), ("+5", "'+5'"), (5, "the integer 5")):  # the form is named, not "an object"
         refusal = _refused(lambda: router.lookup({"database": "data/big.sqlite", "table": "events",
                                                   "where": {"small": {"integer": digits}}}))
-        assert refusal.message == ("where value 'small': {\"integer\": …} takes a string of decimal digits, an optional "
-                                   "minus sign first and no leading zero (as \"-12\" or \"9007199254740993\"); "
-                                   f"got {got}")
+        assert refusal.message == ("where value 'small': {\"integer\": …} takes a string of decimal digits, an "
+                                   "optional minus sign first and no leading zero (as \"-12\" or "
+                                   f"\"9007199254740993\"); got {got}")
     # a plain integer past ±(2^53-1) has no exact JSON form: refused when asked, not when the reply is stored
     for plain in (2 ** 53, -(2 ** 53), 1541815603606036480):
         refusal = _refused(lambda: router.lookup({"database": "data/big.sqlite", "table": "events",

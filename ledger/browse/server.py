@@ -38,7 +38,8 @@ from .metadata import CHART_FORMAT, CHART_QUERY, browse_config, browse_metadata,
 from ..ground.errors import LedgerError, printable, quoted, shown
 from ..storage.sqlfiles import schema_version
 from ..storage.readonly import bound_values
-from ..storage.sqlite_file import ClosingConnection, file_identity, log_files_exist, readable_uri, release_log, wal_bytes
+from ..storage.sqlite_file import (ClosingConnection, file_identity, log_files_exist, readable_uri, release_log,
+                                   wal_bytes)
 
 #: The most text and blob bytes one served query may return, all its rows together (Datasette's
 #: pages read at most 1,001 rows; the picture reads every row of its question). Room for a page of
