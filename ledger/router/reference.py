@@ -9,8 +9,8 @@ Three tools, each a pure read of files under ``sources/`` or ``data/``:
 * ``source.find_text`` — ``{"text", "path_glob"?, "max_results"?}`` → matching lines
   as above, ``coverage.files`` lists the files scanned, ``truncated`` says whether
   more matches existed. A matching file that cannot be read (over :data:`~ledger.router.files.FILE_BYTES_MAX`,
-  a symbolic link, to a folder too, a hard link to the ledger's files, not a regular file) is not
-  scanned: ``coverage.skipped`` lists ``{"path", "reason"}`` for each (absent when none).
+  a symbolic link, to a folder too, a hard link to the ledger's files, not a regular file) is
+  not scanned: ``coverage.skipped`` lists ``{"path", "reason"}`` for each (absent when none).
   ``text`` is found in the files' bytes (its UTF-8).
   A glob matching more than :data:`FILES_SCANNED_MAX` files is refused.
 * ``database.lookup`` — ``{"database", "table", "where"?, "columns"?, "limit"?}`` →
@@ -22,7 +22,8 @@ A *line* is the UTF-8 text between ``\\n`` separators with one trailing ``\\r``
 removed; its ``sha256`` covers the line's bytes without the terminator (bytes
 that are not UTF-8 appear as U+FFFD in ``text``). A column value beyond
 ±(2^53−1) is ``{"integer": "<digits>"}``, a real ``{"real": repr}``, a blob
-``{"base64": …}``, text as a line's (bytes that are not UTF-8 as U+FFFD). Every refusal — a path that is absolute, holds ``..``,
+``{"base64": …}``, text as a line's (bytes that are not UTF-8 as U+FFFD). Every
+refusal — a path that is absolute, holds ``..``,
 leaves ``sources/``/``data/``, passes through a symbolic link or is a hard link
 to the ledger's own files, an unknown table or column, a span, count or file
 over its bound, a read the system refuses — raises ``ROUTER_REFUSED`` and
