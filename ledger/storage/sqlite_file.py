@@ -353,7 +353,7 @@ def release_log(path: Path) -> None:
         return
     try:
         conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
-    except sqlite3.Error:
+    except SQLITE_ERRORS:  # a damaged schema's text too: best effort, never in place of a refusal under way
         pass
     finally:
         conn.close()
