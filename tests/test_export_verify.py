@@ -1653,6 +1653,27 @@ def test_a_read_cut_short_by_ctrl_c_or_a_refusal_leaves_no_write_ahead_log_files
     assert verify_case(case_of_700_events).events > 690 and leftovers() == []
 
 
+
+def test_a_ctrl_c_while_verify_closes_its_reads_waits_until_the_log_is_folded(case_of_700_events, monkeypatch):
+    """The interrupt arriving as verify closes its connection to the ledger (at the end of a run, or
+    after a refusal) cut its clean-up in two: the log it made stayed beside the case (3 % of Ctrl-Cs)."""
+    import os
+    import signal
+
+    from ledger.storage.sqlite_file import ClosingConnection
+
+    close, sent = ClosingConnection.close, []
+
+    def interrupted_close(self):
+        if not sent and any(row[1] == "orig" for row in self.execute("PRAGMA database_list")):
+            sent.append(os.kill(os.getpid(), signal.SIGINT))  # verify's reading connection, as it closes
+        close(self)
+
+    monkeypatch.setattr(ClosingConnection, "close", interrupted_close)
+    with pytest.raises(KeyboardInterrupt):
+        verify_case(case_of_700_events)
+    assert sent and sorted(p.name for p in case_of_700_events.iterdir() if p.name.endswith(("-wal", "-shm"))) == []
+
 def test_verify_leaves_the_log_of_a_case_another_connection_holds_open(exported):
     """Only the last connection folds the log: verify never removes one a writer is using."""
     with Case.open(exported) as opened:

@@ -37,7 +37,7 @@ from ..ground.paths import fs_path, os_error
 from ..ground.workers import interrupts_blocked, job_count, parent_gone, shutdown_pool, watch_parent, worker_context
 from ..storage.connection import Storage
 from ..storage.readonly import open_readonly
-from ..storage.sqlite_file import log_files_exist, no_case_in, release_log, translate_sqlite_errors
+from ..storage.sqlite_file import close_then_fold, log_files_exist, no_case_in, translate_sqlite_errors
 from .anchors import anchor_or_none
 from .fleet_folder import (ASIDE, DATA_FILE, FORMAT, META_DIR, TABLES, check_out, locked_file, meta_dir, refuse_link,
                            refuse_links_inside)
@@ -270,10 +270,8 @@ def _with_head(case: Path, out: Path, step: Callable[..., None]) -> dict[str, An
             head = dict(zip(HEAD_KEYS, row))
             entry.update(head)
             step(conn, case, out, head, entry)
-        finally:
-            conn.close()
-            if not log_was_there:  # the reader made -wal and -shm: leave the case as it was found
-                release_log(case / LEDGER_FILE)
+        finally:  # the reader made -wal and -shm: leave the case as it was found
+            close_then_fold((conn,), case / LEDGER_FILE, not log_was_there)
     except LedgerError as exc:
         if interrupts.pending():  # a refusal Ctrl-C caused inside a callback: the command ends, not the case
             raise KeyboardInterrupt from None

@@ -40,7 +40,7 @@ from .verify_range import (ALL_AFTER, ALL_LAST, SECOND_HALF_FILE, SecondHalf, co
     input_identity_of, merge, plan_split, range_agrees, save_views, replay_events)
 from ..storage.connection import Storage
 from ..storage.sqlite_file import (SQLITE_MAX_PATH_BYTES, file_identity, translate_sqlite_errors, log_files_exist, not_utf8,
-    no_case_yet, open_snapshot, release_log)
+    no_case_yet, open_snapshot, close_then_fold)
 
 Progress = Callable[[int], None]
 EVENT_COLUMNS = ("seq", "type", "revision", "stream", "stream_seq", "created_at", "sha256",
@@ -249,13 +249,8 @@ def _verify_case(path: str | os.PathLike[str], progress: Progress | None, strict
             if immutable and exc.code == E.INTEGRITY_ERROR and file_identity(ledger) != before:
                 raise _changed_under_us(ledger) from None
             raise
-        finally:
-            if second is not None:
-                second.close()  # before the scratch folder goes and the ledger's -wal is folded
-            if scratch is not None:
-                scratch.conn.close()
-            if not immutable and not log_was_there:
-                release_log(ledger)  # the read-only attach left -wal and -shm: fold them as a writer's close would
+        finally:  # the second process first, before the scratch folder goes; then the ledger's log is folded
+            close_then_fold((second, scratch and scratch.conn), ledger, not immutable and not log_was_there)
         if immutable and file_identity(ledger) != before:
             raise _changed_under_us(ledger)
         return report, extra

@@ -21,8 +21,8 @@ from .sqlfiles import PUBLIC_VIEWS, schema_version, statement
 from ..ground.errors import LedgerError
 from .bounded_printf import bound_printf
 from .sqlite_file import (BUSY_CODES, DAMAGED_CODES, HIDDEN_FUNCTION_RE, SQLITE_ERRORS, SQLITE_INTERRUPT,
-                          SQLITE_READONLY, SQLITE_TOOBIG, STORAGE_CODES, connect_uri, log_files_exist, log_path,
-                          no_case_in, primary_code, readable_uri, release_log, sqlite_error, translate_sqlite_errors)
+                          SQLITE_READONLY, SQLITE_TOOBIG, STORAGE_CODES, close_then_fold, connect_uri, log_files_exist,
+                          log_path, no_case_in, primary_code, readable_uri, sqlite_error, translate_sqlite_errors)
 
 
 def _stop_at_deadline(conn: sqlite3.Connection, timeout_ms: int) -> float:
@@ -276,6 +276,4 @@ def readonly_rows(path: Path, sql: str, timeout_ms: int = 30_000) -> Iterator[tu
                                   query="refused")
         yield [d[0] for d in cursor.description], _fetch(cursor, timeout_ms, deadline)
     finally:
-        conn.close()
-        if not log_was_there:
-            release_log(path)
+        close_then_fold((conn,), path, not log_was_there)

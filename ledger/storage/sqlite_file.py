@@ -13,7 +13,7 @@ import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 from urllib.parse import quote
 
 from ..ground import errors as E, interrupts
@@ -357,6 +357,18 @@ def release_log(path: Path) -> None:
         pass
     finally:
         conn.close()
+
+
+def close_then_fold(closables: Iterable[Any], path: Path, fold: bool) -> None:
+    """Close each of ``closables`` (connections, or what holds one open; None is skipped), in order,
+    then, when ``fold``, :func:`release_log` ``path``. A Ctrl-C or SIGTERM meanwhile takes effect once
+    it is done: cut in two, the reader's ``-wal`` and ``-shm`` stayed beside the ledger."""
+    with interrupts.deferred():
+        for closable in closables:
+            if closable is not None:
+                closable.close()
+        if fold:
+            release_log(path)
 
 
 def open_snapshot(path: Path) -> sqlite3.Connection:
