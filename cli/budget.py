@@ -211,7 +211,7 @@ def budget_grant(settings: Settings, case: str, hypothesis: str, units: int, rea
     result = _run_budget(settings, case, as_json,
                          lambda b: b.grant(hypothesis, units, settings.actor, reason, grant_id, at=at))
     account = result.state.get(hypothesis) or {}
-    if account.get("terminal_reason") is not None:
+    if account.get("terminal_reason") is not None and not result.reused:
         warn(f"note: {hypothesis} is {account['status']} ({account['terminal_reason']}): the units are added, but an "
              "account that ended takes no more actions (its status stays)")
 

@@ -1,6 +1,6 @@
 """The ``ledger`` command's entry point: loads the command line, and a Ctrl-C or SIGTERM while it is
 still loading ends as one later does (the message, status 130 or 143), never as a traceback or
-without a word."""
+without a word, from this module's first line on (before it, Python itself is starting)."""
 
 import importlib
 import signal

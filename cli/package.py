@@ -26,7 +26,8 @@ ALL = click.option("--all", "all_in", is_flag=True,
                         "there (one that lost its ledger.sqlite but keeps its export or side files is taken, and "
                         "fails, as does a folder this user may not read). A folder named like an import's or a "
                         "demo's build folder, a link that leads nowhere or loops, a folder holding an export's "
-                        "analysis/ alone and a second link to a case taken already are left out, each with a note.")
+                        "analysis/ but nothing else of a case (no ledger.sqlite, side file or manifest.json) and a "
+                        "second link to a case taken already are left out, each with a note.")
 
 
 def _jobs(help_text: str) -> Any:

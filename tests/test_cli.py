@@ -141,6 +141,8 @@ def test_a_grant_to_an_account_that_ended_says_the_account_stays_ended(cli_case)
                                      "ended takes no more actions (its status stays)\n")
     opened = run_cli("budget", "grant", str(cli_case), "H1", "5", "--reason", "more", "--grant-id", "g2", "--json")
     assert opened.returncode == 0 and opened.stderr == b""
+    again = run_cli("budget", "grant", str(cli_case), "H2", "5", "--reason", "more", "--grant-id", "g1")
+    assert again.returncode == 0 and "reused: nothing written" in again.stdout.decode() and again.stderr == b""
 
 @pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_sql_runs_read_only_queries_in_three_formats(cli_case):

@@ -347,8 +347,8 @@ def test_the_walk_notes_what_it_passes_by_that_may_look_like_a_case(fleet, tmp_p
         (root / ".a.importing-1-2", "named like an import's or a demo's build folder (a run's scratch, which a "
          "killed run leaves and the next import or demo there removes)"),
         (root / "c-dead", "a link that leads nowhere or loops"), (root / "x" / "d-loop", "a link that leads nowhere or loops"),
-        (root / "x" / "e-export", "holds an export's analysis/ but neither ledger.sqlite nor manifest.json: not a case "
-         "package"),
+        (root / "x" / "e-export", "holds an export's analysis/ but no ledger.sqlite, none of its side files and no "
+         "manifest.json: not a case package"),
         (root / "b-link", f"the same case folder as {root / 'x' / 'a'}, which is taken once")]
     result = CliRunner().invoke(main, ["fleet", "export", str(root), "--to", str(tmp_path / "out")])
     assert result.exit_code == 0, result.output

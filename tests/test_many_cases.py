@@ -297,8 +297,8 @@ def test_all_notes_links_that_lead_nowhere_or_loop_and_a_second_link_to_a_case_i
     (root / "d-notes" / "analysis").mkdir(parents=True)  # a folder like any other: no note
     assert left_out([root]) == [(root / "a-gone", "a link that leads nowhere or loops"),
                                 (root / "b-loop", "a link that leads nowhere or loops"),
-                                (root / "c-export-alone", "holds an export's analysis/ but neither ledger.sqlite nor "
-                                                          "manifest.json: not a case package"),
+                                (root / "c-export-alone", "holds an export's analysis/ but no ledger.sqlite, none of "
+                                                          "its side files and no manifest.json: not a case package"),
                                 (root / "z-again", f"the same case folder as {cases[1]}, which is taken once")]
     done = run_cli("verify", "--all", str(root), "--jobs", "1")
     assert done.returncode == 0, done.stderr
