@@ -33,7 +33,7 @@ def soon(seconds: float) -> str:
     return format_utc(datetime.now(timezone.utc) + timedelta(seconds=seconds))
 
 
-def test_issue_example_a_far_future_at_is_refused_and_later_times_stay_right(budget_case):
+def test_a_far_future_at_is_refused_and_later_times_stay_right(budget_case):
     case, budget = budget_case
     before = generation(case)
     with pytest.raises(LedgerError) as caught:

@@ -785,7 +785,7 @@ PUBLIC_CALLS = {
 }
 
 
-def test_issue_example_thread_b_cannot_report_a_reserve_that_thread_a_batch_rolls_back(budget_case):
+def test_thread_b_cannot_report_a_reserve_that_thread_a_batch_rolls_back(budget_case):
     case, budget = budget_case
     before = generation(case)
     inside, b_done = threading.Event(), threading.Event()

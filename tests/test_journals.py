@@ -133,7 +133,7 @@ def test_a_bom_after_the_first_line_is_still_invalid_json(case):
 
 
 @pytest.mark.slow
-def test_issue_example_peak_memory_of_apply_does_not_grow_with_the_journal(tmp_path):
+def test_peak_memory_of_apply_does_not_grow_with_the_journal(tmp_path):
     make_package(tmp_path / "c")
     start_case(tmp_path / "c").close()
     failing = '{"op": "reserve", "hypothesis": "H9", "action_id": "x", "action": "source.find_text"}'
@@ -234,7 +234,7 @@ def test_an_over_long_first_line_of_a_journal_that_creates_its_case_is_one_line(
     assert [(x["line"], x["ok"]) for x in map(json.loads, done.stdout.splitlines())] == [(1, False), (2, True)]
 
 
-def test_issue_example_apply_result_lines_split_into_one_line_each(package, tmp_path):
+def test_apply_result_lines_split_into_one_line_each(package, tmp_path):
     Case.create(package, "C1").close()
     journal = tmp_path / "j.jsonl"
     rows = [{"op": "open_revision", "hypotheses": [{"statement": BREAKS}, {"statement": "x\u2029"}]},

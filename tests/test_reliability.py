@@ -18,6 +18,7 @@ import shutil
 import sys
 import sqlite3
 import builtins
+import fcntl
 import threading
 import time
 from pathlib import Path
@@ -501,12 +502,14 @@ POINTS = [
 ]
 
 
-def hold_lock_elsewhere(path: Path, seconds: float) -> WriterLock:
-    """Another holder of the writer lock, released by a timer after ``seconds``."""
-    other = WriterLock(path)
-    assert other.try_acquire()
-    threading.Timer(seconds, other.release).start()
-    return other
+def hold_lock_elsewhere(path: Path, seconds: float) -> threading.Timer:
+    """Another holder of the writer lock, which a timer lets go of after ``seconds`` by closing its
+    file: the lock and the descriptor go in one step, so nothing of it is open once the lock is free."""
+    held = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    timer = threading.Timer(seconds, os.close, [held])
+    timer.start()
+    return timer
 
 
 @pytest.mark.parametrize("plan", POINTS, ids=lambda p: "+".join(f"{w}-{s}" for s, w in p))
@@ -690,7 +693,7 @@ def test_an_interrupt_swallowed_inside_a_batch_never_commits_half_an_operation(b
     verify_case(case.path)
 
 
-def test_issue_example_an_interrupt_right_after_the_hand_over_leaks_no_lock(budget_case, monkeypatch):
+def test_an_interrupt_right_after_the_lock_is_handed_over_leaks_no_lock(budget_case, monkeypatch):
     case, budget = budget_case
 
     class InterruptedCondition(threading.Condition):
@@ -701,10 +704,11 @@ def test_issue_example_an_interrupt_right_after_the_hand_over_leaks_no_lock(budg
             return result
 
     monkeypatch.setattr(lock_module.threading, "Condition", InterruptedCondition)
-    hold_lock_elsewhere(case.storage._lock.path, 0.2)
+    other = hold_lock_elsewhere(case.storage._lock.path, 0.2)
     with pytest.raises(KeyboardInterrupt):
         budget.reserve("H1", "k1", "source.read_context")
     monkeypatch.undo()
+    other.join()
     assert lock_is_free(case)
     assert budget.reserve("H1", "k1", "source.read_context").reused is False
 
@@ -741,7 +745,7 @@ def test_an_interrupt_inside_the_uncontended_acquire_leaks_no_lock(budget_case, 
 @pytest.mark.slow  # over half a second: the slow lane (.ci/run) runs it
 def test_a_wait_abandoned_by_an_interrupt_releases_what_the_helper_wins_later(tmp_path, monkeypatch):
     path = tmp_path / "lock"
-    hold_lock_elsewhere(path, 0.3)
+    other = hold_lock_elsewhere(path, 0.3)
     mine = WriterLock(path)
 
     class Interrupted(threading.Condition):
@@ -753,7 +757,8 @@ def test_a_wait_abandoned_by_an_interrupt_releases_what_the_helper_wins_later(tm
         mine.acquire(5000)
     monkeypatch.undo()
     mine.release()
-    time.sleep(0.6)  # the other holder let go; the abandoned helper won and must have let go too
+    other.join()
+    time.sleep(0.3)  # the other holder let go; the abandoned helper won and must have let go too
     assert WriterLock(path).try_acquire()
 
 

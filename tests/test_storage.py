@@ -332,7 +332,7 @@ def test_sql_on_an_interrupted_init_is_ledger_missing_like_every_other_command(t
 
 
 # --- 3. a reader never stalls writers; close() says what it could not checkpoint ----------------
-def test_issue_example_writers_beside_an_open_reader_run_no_blocking_checkpoint(package, monkeypatch):
+def test_writers_beside_an_open_reader_run_no_blocking_checkpoint(package, monkeypatch):
     case = start_case(package, units=10**6)
     budget = case.budget(BudgetConfig.load(EXAMPLE_BUDGET))
     budget.initialize()
