@@ -389,6 +389,18 @@ def _handlers() -> dict[int, object]:
     return {sig: signal.getsignal(sig) for sig in signal.valid_signals() if sig not in (signal.SIGKILL, signal.SIGSTOP)}
 
 
+def _threads_still_running(before: set[threading.Thread], deadline: float) -> list[str]:
+    """The threads started since ``before`` still running at ``deadline``. The others are joined
+    and no reference to them is kept once this returns: what a finished thread held (a timer's
+    function and its objects) is freed before the open files are counted."""
+    found = []
+    for thread in set(threading.enumerate()) - before:
+        thread.join(max(0.0, deadline - time.monotonic()))
+        if thread.is_alive():
+            found.append(f"thread {thread.name!r} (daemon={thread.daemon}) still running")
+    return found
+
+
 @pytest.fixture(autouse=True)
 def nothing_left_behind():
     """Fail a test that leaves a child process, a thread, an open file or lock, a changed signal
@@ -410,10 +422,7 @@ def nothing_left_behind():
     yield
     found: list[str] = []
     deadline = time.monotonic() + LEAK_GRACE_S
-    for thread in set(threading.enumerate()) - threads:
-        thread.join(max(0.0, deadline - time.monotonic()))
-        if thread.is_alive():
-            found.append(f"thread {thread.name!r} (daemon={thread.daemon}) still running")
+    found += _threads_still_running(threads, deadline)
     while _child_pids() - children and time.monotonic() < deadline:
         time.sleep(0.05)
     for pid in sorted(_child_pids() - children):

@@ -41,6 +41,10 @@ def test_clean(tmp_path):
         handle.write("x")
     assert done.returncode == 0
 
+def test_clean_once_a_thread_ending_after_the_test_frees_its_file(tmp_path):
+    held = open(tmp_path / "g", "w")  # closed when the timer, and so its function, is freed
+    threading.Timer(0.2, lambda kept=held: None).start()
+
 def test_after_the_leaks_everything_was_restored():
     assert signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL
     assert ledger.storage.connection.file_uri("/x", "ro") == "file:/x?mode=ro"
@@ -58,6 +62,6 @@ def test_the_leak_check_fails_each_leaking_test_and_passes_the_clean_ones(pytest
     errored = set(re.findall(r"^ERROR test_leaks.py::(\w+)", output, re.MULTILINE))
     assert errored == {"test_child_process", "test_thread", "test_signal_handler", "test_environment",
                        "test_open_file", "test_patched_library_function"}, output
-    result.assert_outcomes(passed=8, errors=6)
+    result.assert_outcomes(passed=9, errors=6)
     assert "child process" in output and "thread 'Thread-" in output and "SIGUSR1" in output
     assert "LEDGER_LEAK_CHECK_PROBE" in output and "left open" in output and "file_uri is still patched" in output
