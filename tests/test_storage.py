@@ -701,3 +701,78 @@ def test_a_ledger_an_older_version_wrote_on_a_read_only_mount_says_how_to_upgrad
         assert readonly_query(folder / "ledger.sqlite", "SELECT MAX(version) FROM schema_migrations")[1] == [(6,)]
     finally:
         undo()
+
+
+def _cut_short_case(tmp_path: Path, size: int) -> tuple[Path, bytes]:
+    """A closed case whose ledger.sqlite is cut to its first ``size`` bytes; and the whole file."""
+    start_case(tmp_path / "case").close()
+    ledger = tmp_path / "case" / "ledger.sqlite"
+    whole = ledger.read_bytes()
+    ledger.write_bytes(whole[:size])
+    return ledger, whole
+
+
+@pytest.mark.parametrize("size", [50, 4096, 6000, -4096])
+def test_a_ledger_cut_short_is_integrity_error_for_readers_and_writers_and_nothing_is_made_beside_it(tmp_path, size):
+    """A ledger file shorter than its own header records (a copy stopped mid-way, a truncated file) is
+    refused before SQLite opens it: no ``-wal`` or ``-shm`` made beside it, the sizes named."""
+    ledger, whole = _cut_short_case(tmp_path, size)
+    pages = int.from_bytes(whole[28:32], "big")
+    expected = 100 if size == 50 else pages * 4096
+    assert len(whole) == pages * 4096
+    for call in (lambda: verify_case(ledger.parent), lambda: read_only_query(ledger.parent, "SELECT 1"),
+                 lambda: Case.open(ledger.parent), lambda: export_case(ledger.parent)):
+        with pytest.raises(LedgerError) as caught:
+            call()
+        assert caught.value.code == INTEGRITY_ERROR
+        assert caught.value.message.startswith(f"{ledger} is {len(whole[:size])} bytes, but ")
+        assert "the file was cut short" in caught.value.message
+        assert caught.value.details["expected_bytes"] == expected
+    for command in (["verify"], ["sql", "SELECT 1"], ["events"]):
+        ran = run_cli(command[0], str(ledger.parent), *command[1:])
+        assert ran.returncode == 1 and ran.stderr.startswith(b"error: INTEGRITY_ERROR: ") and b"cut short" in ran.stderr
+    assert not [p.name for p in ledger.parent.iterdir() if p.name.endswith(("-wal", "-shm"))]
+    ledger.write_bytes(whole)  # put back whole: every command reads it again
+    assert verify_case(ledger.parent).head_sha256
+
+
+def test_a_ledger_short_for_an_instant_as_a_checkpoint_writes_it_is_never_called_cut_short(tmp_path, monkeypatch):
+    """A checkpoint writes page 1 (and the size it records) before the pages past the old end: the
+    file is short for an instant. Only a shortfall that stays through three looks is refused."""
+    import ledger.storage.sqlite_file as sqlite_file
+
+    ledger, whole = _cut_short_case(tmp_path, 8192)
+    pauses = []
+
+    class Checkpointing:
+        """The pause between two looks, during which the checkpoint writes the rest of the file."""
+        def sleep(self, seconds):
+            pauses.append(seconds)
+            if len(pauses) == 2:
+                ledger.write_bytes(whole)
+
+    monkeypatch.setattr(sqlite_file, "time", Checkpointing())
+    sqlite_file.check_not_cut_short(ledger)
+    assert pauses == [0.05, 0.05]
+    monkeypatch.undo()
+    assert verify_case(ledger.parent).head_sha256
+
+
+def test_the_size_a_ledger_header_records_is_trusted_only_where_sqlite_trusts_it(tmp_path):
+    """A header whose change counter and version-valid-for number differ records no size SQLite uses;
+    a file longer than its header records, or a short one with writes in its ``-wal``, which SQLite
+    reads first, is left to SQLite: never refused as cut short."""
+    from ledger.storage.sqlite_file import check_not_cut_short
+
+    ledger, whole = _cut_short_case(tmp_path, 8192)
+    stale = bytearray(whole[:8192])
+    stale[92:96] = (int.from_bytes(stale[24:28], "big") + 1).to_bytes(4, "big")
+    ledger.write_bytes(bytes(stale))
+    check_not_cut_short(ledger)
+    ledger.write_bytes(whole[:8192])
+    (ledger.parent / "ledger.sqlite-wal").write_bytes(b"x" * 32)
+    check_not_cut_short(ledger)
+    (ledger.parent / "ledger.sqlite-wal").unlink()
+    ledger.write_bytes(whole + bytes(4096))
+    check_not_cut_short(ledger)
+    assert verify_case(ledger.parent).head_sha256

@@ -10,6 +10,7 @@ import re
 import sqlite3
 import stat
 import sys
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -233,6 +234,7 @@ def connect_path(path: Path, mode: str) -> sqlite3.Connection:
     (:func:`orphaned_logs`), which SQLite would delete."""
     check_ledger_path(path)
     check_side_files(path)
+    check_not_cut_short(path)
     logs = orphaned_logs(path)
     if logs:
         raise LedgerError(E.LEDGER_MISSING, f"{path} is empty but {' and '.join(logs)} beside it "
@@ -336,6 +338,61 @@ def orphaned_logs(path: Path) -> list[str]:
     if header[:8] == _JOURNAL_MAGIC and int.from_bytes(header[16:20], "big") > 0:
         found.append(f"{os.path.basename(path)}-journal")
     return found
+
+
+#: The first 16 bytes of every SQLite database file.
+_DATABASE_MAGIC = b"SQLite format 3\x00"
+#: Looks at a ledger shorter than its header says before it is called cut short, and the pause between them:
+#: a checkpoint writes page 1 before the pages past the old end, so a file may be short for an instant.
+_CUT_SHORT_LOOKS, _CUT_SHORT_PAUSE_S = 3, 0.05
+
+
+def _shortfall(path: Path) -> tuple[int, int, int] | None:
+    """``(size, pages, page_size)`` when ``path`` is a database file shorter than the size its header
+    records, with nothing beside it that SQLite would read first (``-wal`` content, a rollback journal);
+    None otherwise, and whenever the header's size is not one SQLite trusts (its change counter and
+    version-valid-for number differ) or the file cannot be read (SQLite then says why)."""
+    if wal_bytes(path) or os.path.exists(log_path(path, "-journal")):
+        return None
+    try:
+        with open(path, "rb") as opened:
+            size = os.fstat(opened.fileno()).st_size
+            header = opened.read(100)
+    except OSError:
+        return None
+    if not header.startswith(_DATABASE_MAGIC):
+        return None
+    if len(header) < 100:
+        return size, 0, 100  # the header itself is cut short
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(header[28:32], "big")
+    if header[24:28] != header[92:96] or not pages or page_size < 512 or page_size & (page_size - 1):
+        return None
+    return (size, pages, page_size) if size < pages * page_size and not wal_bytes(path) else None
+
+
+def check_not_cut_short(path: Path) -> None:
+    """``INTEGRITY_ERROR`` (and nothing opened, so no ``-wal`` or ``-shm`` made beside it) when the ledger
+    file ``path`` is shorter than its own header records, in three looks 50 ms apart: a copy that
+    stopped mid-way, a file truncated. Never for a ledger whose log or journal holds writes (SQLite
+    reads those first) nor for one a checkpoint is writing (short for an instant, not three looks)."""
+    short = None
+    for look in range(_CUT_SHORT_LOOKS):
+        if look:
+            time.sleep(_CUT_SHORT_PAUSE_S)
+        now = _shortfall(path)
+        if now is None or (short is not None and now != short):
+            return
+        short = now
+    size, pages, page_size = short
+    needed = pages * page_size or page_size
+    said = (f"its own header says it holds {pages} page{'s' if pages != 1 else ''} of {page_size} bytes "
+            f"({needed} bytes)" if pages else f"every SQLite database starts with a {needed}-byte header")
+    raise LedgerError(E.INTEGRITY_ERROR, f"{path} is {size} bytes, but {said}: the file was cut short (a copy "
+                      "that stopped mid-way, a truncated file); nothing was read. Put the whole file back, or "
+                      "'ledger import' the case's export to a new folder", path=str(path), size_bytes=size,
+                      expected_bytes=needed)
 
 
 def release_log(path: Path) -> None:
@@ -484,6 +541,7 @@ def readable_uri(path: Path) -> tuple[str, bool]:
                           "SQLite does with such a journal, restoring nothing from it: move it aside first to keep it, "
                           "then run 'ledger verify'")
     if immutable_snapshot(path):
+        check_not_cut_short(path)
         return uri + "&immutable=1", True
     probe = connect_path(path, "ro")
     try:
