@@ -540,6 +540,21 @@ def test_two_inputs_with_the_same_run_id_import_the_first_and_name_both(tmp_path
                                "reason": f"run id 'tiny-1' was already imported from {first}"}]
 
 
+def test_a_file_given_twice_or_also_in_a_folder_given_is_imported_once_and_said_so(tmp_path):
+    data = json.loads(gzip.decompress(RAW_FILES[0].read_bytes()))
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    one = folder / "a.traj.json"
+    one.write_text(json.dumps({**data, "instance_id": "tiny-1"}), encoding="utf-8")
+    (tmp_path / "link.traj.json").symlink_to(one)
+    for inputs in ([one, one], [folder, one], [one, tmp_path / "link.traj.json"]):
+        out = tmp_path / f"out{len(list(tmp_path.iterdir()))}"
+        summary = import_runs(inputs, out)
+        assert summary.runs == 1 and [p.name for p in out.iterdir()] == ["tiny-1.jsonl"]
+        assert summary.errors == [{"file": str(inputs[1]), "code": "INVALID_ARGUMENT", "reason": (
+            f"given already (twice, or also in a folder given): its run 'tiny-1' is imported once, from {one}")}]
+
+
 def test_a_run_id_a_failed_input_brought_is_free_for_the_next_input(tmp_path):
     data = json.loads(gzip.decompress(RAW_FILES[0].read_bytes()))
     steps = tmp_path / "bad.steps.jsonl"  # its first line opens run tiny-1, its second is no JSON
@@ -683,6 +698,32 @@ def test_an_actions_file_names_its_unknown_key_as_the_budget_config_does(tmp_pat
     with pytest.raises(LedgerError) as caught:
         ActionMap.load(mapping)
     assert (caught.value.code, caught.value.message) == ("CONFIG_INVALID", f"{mapping}: {message}")
+
+
+@pytest.mark.parametrize("text, key, message", [
+    ('[[rules]]\naction = "x.y"\nprograms = []\n', "rules[1].programs",
+     "rules[1].programs: empty, so the rule would never match a command; name its programs, or remove the rule"),
+    ('[[rules]]\naction = "x.y"\nprograms = ["cat", "cat"]\n', "rules[1].programs",
+     "rules[1].programs[2]: 'cat' is given twice in the list"),
+    ('[[rules]]\naction = "x.y"\nprograms = ["cat", " ls"]\n', "rules[1].programs",
+     "rules[1].programs[2]: ' ls' has blanks at its ends, so it would never match a command's program; remove them"),
+    ('neutral = ["wc", "wc"]\n', "neutral", "neutral[2]: 'wc' is given twice in the list"),
+    ('neutral = ["wc\\t"]\n', "neutral",
+     "neutral[1]: 'wc\\t' has blanks at its ends, so it would never match a command's program; remove them"),
+])
+def test_an_actions_file_refuses_a_rule_or_program_name_that_could_never_match(tmp_path, text, key, message):
+    mapping = tmp_path / "actions.toml"
+    mapping.write_text(text, encoding="utf-8")
+    with pytest.raises(LedgerError) as caught:
+        ActionMap.load(mapping)
+    assert (caught.value.code, caught.value.message, caught.value.details["key"]) == (
+        "CONFIG_INVALID", f"{mapping}: {message}", key)
+
+
+def test_an_actions_file_may_name_no_neutral_filter(tmp_path):
+    mapping = tmp_path / "actions.toml"
+    mapping.write_text("neutral = []\n", encoding="utf-8")
+    assert ActionMap.load(mapping).neutral == frozenset()
 
 
 def test_semantic_score_and_an_actions_file_change_settle_and_action_names(tmp_path):

@@ -120,7 +120,8 @@ def test_a_tool_call_that_is_not_bash_is_never_a_step_under_python_optimizations
 
 
 def test_a_command_naming_a_path_that_is_not_utf8_keeps_its_step_with_a_replacement_character(tmp_path):
-    """A log decoded with surrogateescape: the target has U+FFFD for each byte, the observation its hash."""
+    """A log decoded with surrogateescape: the target has U+FFFD for each byte; the observation's hash,
+    size and atoms encode each lone surrogate as UTF-8 encodes a code point (``surrogatepass``)."""
     messages = [{"role": "assistant", "content": "```bash\ncat src/\udc80x.py\n```"},
                 {"role": "user", "content": "caf\udce9"}]
     _write(tmp_path / "in" / "s.traj.json", {"messages": messages})
@@ -133,6 +134,8 @@ def test_a_command_naming_a_path_that_is_not_utf8_keeps_its_step_with_a_replacem
         assert evidence["target"] == "src/\ufffdx.py"
     (evidence,) = evidence_of(journal(tmp_path / "out" / "s.jsonl"))
     assert evidence["observation_sha256"] == hashlib.sha256("caf\udce9".encode("utf-8", "surrogatepass")).hexdigest()
+    assert evidence["atoms"] == [hashlib.sha256("caf\udce9".encode("utf-8", "surrogatepass")).hexdigest()[:16]]
+    assert evidence["observation_bytes"] == 6  # the lone surrogate as three bytes, as UTF-8 encodes a code point
     report = simulate([tmp_path / "out"])
     assert [(r.run, r.steps_taken, r.error) for r in report.runs] == [("s", 1, None), ("t", 1, None)]
 
@@ -591,6 +594,12 @@ def test_a_text_mode_observation_that_is_not_text_is_a_turn_skipped(tmp_path):
     messages = [*GOOD["messages"], {"role": "assistant", "content": "```bash\nls\n```"}, {"role": "user", "content": 7}]
     summary = import_runs([_write(tmp_path / "r.traj.json", {"messages": messages})], tmp_path / "out")
     assert (summary.runs, summary.steps, summary.skipped) == (1, 1, {"observation that is not text": 1})
+
+
+def test_a_mini_swe_agent_message_that_is_not_an_object_is_counted_as_skipped(tmp_path):
+    messages = [1, None, "x", *GOOD["messages"], [], {"role": "user", "content": "hi"}]
+    summary = import_runs([_write(tmp_path / "r.traj.json", {"messages": messages})], tmp_path / "out")
+    assert (summary.runs, summary.steps, summary.skipped) == (1, 1, {"entry that is not an object": 4})
 
 
 def test_a_swe_agent_entry_lacking_its_action_or_observation_is_skipped_under_what_it_lacks(tmp_path):

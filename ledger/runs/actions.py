@@ -108,7 +108,11 @@ class ActionMap:
             if not isinstance(rule, Mapping) or set(rule) != {"action", "programs"}:
                 raise LedgerError(CONFIG_INVALID, f"{key}: needs exactly the keys action and programs", key=key)
             _check_action(rule["action"], f"{key}.action")
-            rules.append((rule["action"], _names(rule["programs"], f"{key}.programs")))
+            programs = _names(rule["programs"], f"{key}.programs")
+            if not programs:
+                raise LedgerError(CONFIG_INVALID, f"{key}.programs: empty, so the rule would never match a "
+                                  "command; name its programs, or remove the rule", key=f"{key}.programs")
+            rules.append((rule["action"], programs))
         return cls(tuple(rules), _names(data.get("neutral", DEFAULT_ACTIONS["neutral"]), "neutral"), default)
 
     @classmethod
@@ -124,8 +128,16 @@ def _check_action(value: Any, key: str) -> None:
 
 
 def _names(value: Any, key: str) -> frozenset[str]:
+    """The program names of a list: each given once, with no blank at either end (``" ls"`` is never
+    the program a command runs, as the shell splits it); else ``CONFIG_INVALID`` naming the key."""
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
         raise LedgerError(CONFIG_INVALID, f"{key}: must be a list of program names", key=key)
+    for number, name in enumerate(value, start=1):
+        if name != name.strip():
+            raise LedgerError(CONFIG_INVALID, f"{key}[{number}]: {name!r} has blanks at its ends, so it would "
+                              "never match a command's program; remove them", key=key)
+        if name in value[:number - 1]:
+            raise LedgerError(CONFIG_INVALID, f"{key}[{number}]: {name!r} is given twice in the list", key=key)
     return frozenset(value)
 
 

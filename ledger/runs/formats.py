@@ -249,6 +249,9 @@ def mini_swe_agent_steps(data: Any) -> Iterator[Step | FormatError]:
         raise ValueError("no message with a role: an empty or foreign list, not a mini-swe-agent trajectory"
                          + OTHER_AGENTS)
     for index, message in enumerate(messages):
+        if not isinstance(message, Mapping):
+            yield FormatError("entry that is not an object")  # counted as a SWE-agent entry's is
+            continue
         if not _is_model_turn(message):
             continue
         calls = _calls(message)

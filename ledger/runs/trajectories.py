@@ -301,6 +301,13 @@ BUDGET_EVENTS_PER_STEP = 3
 OPEN_JOURNALS_MAX = 32
 
 
+def _same_file(one: Path, other: Path) -> bool:
+    try:
+        return os.path.samefile(one, other)
+    except OSError:
+        return False
+
+
 @dataclass
 class _Importer:
     out: Path
@@ -321,6 +328,9 @@ class _Importer:
                              f"{'' if len(run) == 1 else 's'}) is not a "
                              "plain file name: 1 to 128 letters, digits, '.', '_', '-', the first a letter or digit")
         if run in self.seen:
+            if _same_file(path, self.seen[run]):
+                raise ValueError(f"given already (twice, or also in a folder given): its run {run!r} is imported "
+                                 f"once, from {self.seen[run]}")
             raise ValueError(f"{where}run id {run!r} was already imported from {self.seen[run]}")
         journal = _Journal(self.out, run)
         self.seen[run] = path
