@@ -310,8 +310,8 @@ def test_all_notes_links_that_lead_nowhere_or_loop_and_a_second_link_to_a_case_i
 
 @pytest.mark.parametrize("command", ["verify", "export"])
 def test_a_case_named_again_by_another_path_is_taken_once_and_said_so(tmp_path, command):
-    """Cases named one by one: a link to one named already is taken once, under its first path, with
-    the note --all gives (it was dropped without a word)."""
+    """Cases named one by one: a link to one named already, or its own path written again, is taken
+    once, under its first path, with the note --all gives (it was dropped without a word)."""
     cases = make_cases(tmp_path / "cases", 2)
     (tmp_path / "again").symlink_to(cases[0])
     done = run_cli(command, str(cases[0]), str(tmp_path / "again"), str(cases[1]), "--jobs", "1")
@@ -319,6 +319,10 @@ def test_a_case_named_again_by_another_path_is_taken_once_and_said_so(tmp_path, 
     assert done.stdout.decode().splitlines()[-1].endswith(" 2 case(s): 2 ok, 0 failed")
     assert [line for line in done.stderr.decode().splitlines() if "left out" in line] == [
         f"note: {tmp_path / 'again'}: left out: the same case folder as {cases[0]}, which is taken once"]
+    done = run_cli(command, str(cases[0]), str(cases[0]) + "/", "--jobs", "1")  # the same path, written twice
+    assert done.returncode == 0 and done.stdout.decode().splitlines()[-1].endswith(" 1 case(s): 1 ok, 0 failed")
+    assert [line for line in done.stderr.decode().splitlines() if "left out" in line] == [
+        f"note: {cases[0]}: left out: the same case folder as {cases[0]}, which is taken once"]
 
 def test_a_folder_of_cases_this_user_may_not_list_fails_in_verify_all(tmp_path, monkeypatch):
     """A folder inside the folder of cases that cannot be listed may be a case: it is taken and

@@ -346,10 +346,16 @@ def dead_link(path: str | os.PathLike[str]) -> bool:
 def second_paths(paths: list[Path]) -> list[tuple[Path, str]]:
     """``(path, why)`` of each path :func:`once_each` drops from ``paths``: a second path to a folder
     listed already, named with the path it is taken under."""
-    kept = once_each(paths)
-    by_real = {os.path.realpath(path): path for path in kept}
-    return [(path, f"the same case folder as {by_real[os.path.realpath(path)]}, which is taken once")
-            for path in paths if path not in kept]
+    by_real = {os.path.realpath(path): path for path in once_each(paths)}
+    taken: set[str] = set()
+    dropped = []
+    for path in paths:  # a path given twice (c1 and ./c1/) is dropped the second time, as a link to it is
+        real = os.path.realpath(path)
+        if path == by_real[real] and real not in taken:
+            taken.add(real)
+        else:
+            dropped.append((path, f"the same case folder as {by_real[real]}, which is taken once"))
+    return dropped
 
 
 def is_case_package(folder: Path) -> bool:
