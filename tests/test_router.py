@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from ledger import LedgerError, Router
 from ledger.ground.errors import ROUTER_REFUSED
@@ -190,6 +191,35 @@ def test_a_symbolic_link_anywhere_in_the_path_is_refused_even_one_staying_inside
         ("sources/dir_in", "a symbolic link;"), ("sources/link_in.py", "a symbolic link;")]
     assert [s["path"] for s in router.find_text({"text": "two", "path_glob": "sources/dir*"})["coverage"]["skipped"]
             ] == ["sources/dir_in"]
+
+
+@pytest.mark.parametrize("glob, listed", [
+    ("sources/dir_in/*", True), ("sources/*.py", True), ("sources/d?r_in/mod.py", True), ("sources/[d]ir_in/x", True),
+    ("sources/pkg/*", False), ("sources/[!d]ir_in/*", False), ("sources/dir_in", True), ("sources/dir_inx", False)])
+def test_a_search_whose_glob_reaches_below_a_link_to_a_folder_lists_the_link_as_skipped(root, glob, listed):
+    """A link to a folder is never walked into: a search whose glob matches it, or could match a path
+    below it (``*`` matches ``/`` too), lists it as skipped, so what it did not look at is said."""
+    os.symlink("pkg", root / "sources" / "dir_in")
+    found = Router(root).find_text({"text": "two", "path_glob": glob})["coverage"]
+    assert [s["path"] for s in found.get("skipped", [])] == (["sources/dir_in"] if listed else [])
+
+
+_GLOB_PARTS = ["a", "b", "/", "?", "*", "[ab]", "[!a]", "[/]", "["]
+
+
+@settings(max_examples=300, deadline=None)
+@given(glob=st.lists(st.sampled_from(_GLOB_PARTS), max_size=6).map("".join),
+       folder=st.text(alphabet="ab/", min_size=1, max_size=4))
+def test_may_match_below_says_whether_some_path_below_the_folder_matches(glob, folder):
+    """Against every path below ``folder`` of up to four more characters (what a glob of six parts can
+    tell apart): the glob matches one of them exactly when it may match below the folder."""
+    import fnmatch
+    import itertools
+
+    from ledger.router.files import may_match_below
+
+    below = (folder + "/" + "".join(rest) for n in range(5) for rest in itertools.product("ab/[", repeat=n))
+    assert may_match_below(glob, folder) == any(fnmatch.fnmatchcase(path, glob) for path in below)
 
 
 def test_the_sources_folder_itself_as_a_link_is_never_followed(root, tmp_path_factory):

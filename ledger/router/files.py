@@ -9,6 +9,7 @@ was opened as. Every refusal is ``ROUTER_REFUSED`` with ``unreadable`` in its de
 from __future__ import annotations
 
 import errno
+import fnmatch
 import hashlib
 import os
 import stat
@@ -165,3 +166,43 @@ def _own_file_ids(root_fd: int) -> set[tuple[int, int]]:
                 continue
             ids.add((info.st_dev, info.st_ino))
     return ids
+
+
+def _glob_tokens(glob: str) -> list[str]:
+    """``glob`` cut into what matches one character (a character, ``?``, a ``[...]`` class, cut as
+    :mod:`fnmatch` cuts it: ``!`` and a ``]`` first inside are the class's own; an unclosed ``[`` is
+    a character) and ``*``."""
+    tokens, at = [], 0
+    while at < len(glob):
+        end = at + 1
+        if glob[at] == "[":
+            end = at + 1 + (glob[at + 1:at + 2] == "!")
+            end += glob[end:end + 1] == "]"
+            end = glob.find("]", end)
+            end = at + 1 if end < 0 else end + 1
+        tokens.append(glob[at:end])
+        at = end
+    return tokens
+
+
+def may_match_below(glob: str, folder: str) -> bool:
+    """Whether ``glob`` (:func:`fnmatch.fnmatchcase`, whose ``*`` also matches ``/``) could match a path
+    below ``folder``: some ``folder/…`` it matches. Read as the glob is matched, one character at a
+    time, keeping every place in the glob the text so far can have reached; any place still reached
+    once ``folder/`` is read leads on to a match (every part of a glob matches some character)."""
+    tokens = _glob_tokens(glob)
+
+    def closed(places: set[int]) -> set[int]:  # a * matches nothing, too
+        for place in sorted(places):
+            while place < len(tokens) and tokens[place] == "*":
+                place += 1
+                places.add(place)
+        return places
+
+    places = closed({0})
+    for char in folder + "/":
+        places = closed({place if tokens[place] == "*" else place + 1 for place in places
+                         if place < len(tokens) and (tokens[place] == "*" or fnmatch.fnmatchcase(char, tokens[place]))})
+        if not places:
+            return False
+    return True

@@ -53,7 +53,7 @@ from ..ground.canonical import SAFE_INTEGER_MAX, canonical_sha256, is_utf8_text
 from ..ground.errors import LedgerError, given, quoted, refuses_unfit_calls_of, shown
 from ..ground.arguments import check_callback, check_instance
 from ..ground.paths import check_name_encoding, fs_path
-from .files import is_link, open_folder, read_below, unreadable
+from .files import is_link, may_match_below, open_folder, read_below, unreadable
 
 TOOLS = ("source.read_context", "source.find_text", "database.lookup")
 SPAN_LINES_MAX = 2000
@@ -206,7 +206,8 @@ class Router:
 
     def _source_files(self, glob: str, folder_links: bool = True) -> list[str]:
         """Names under ``sources/`` matching ``glob``, in walk order (sorted per folder); links are
-        listed, never followed, a link to a folder among the folder's files (left out without
+        listed, never followed, a link to a folder among the folder's files where ``glob`` matches it or
+        could match a path below it (:func:`~ledger.router.files.may_match_below`; left out without
         ``folder_links``, as searches stored by earlier versions left it: how those are checked)."""
         found: list[str] = []
         root_fd = open_folder(self.root, SOURCES_DIR)
@@ -221,7 +222,7 @@ class Router:
                     for name in sorted(filenames + links if folder_links else filenames):
                         relative = f"{directory}/{name}"
                         check_name_encoding(relative)  # listed by other bytes than its own: STORAGE_ERROR
-                        if fnmatch.fnmatchcase(relative, glob):
+                        if fnmatch.fnmatchcase(relative, glob) or (name in links and may_match_below(glob, relative)):
                             found.append(relative)
             except FileNotFoundError:
                 raise unreadable(SOURCES_DIR, "does not exist: the package has no sources to search") from None
