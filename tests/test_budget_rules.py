@@ -968,8 +968,18 @@ def test_plain_data_keeps_every_value_and_leaves_no_subclass(value):
 
     plain = plain_data(value)
     assert plain == value and _exact(plain)
-    if _exact(value):
-        assert plain is value  # nothing to change: nothing copied
+    assert not _containers(plain) & _containers(value)  # a private copy: no dict or list of the caller's
+    if not isinstance(value, (dict, list, tuple)) and _exact(value):
+        assert plain is value  # a plain scalar: nothing to copy
+
+
+def _containers(value) -> set[int]:
+    """The ids of the dicts and lists ``value`` holds, itself included."""
+    if isinstance(value, dict):
+        return {id(value)}.union(*(_containers(item) for item in value.values()))
+    if isinstance(value, (list, tuple)):
+        return ({id(value)} if isinstance(value, list) else set()).union(*(_containers(item) for item in value))
+    return set()
 
 
 class _Boom(Exception):

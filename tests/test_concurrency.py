@@ -842,6 +842,69 @@ def test_every_public_method_of_case_and_budget_manager_is_covered_by_the_thread
     assert public - set(PUBLIC_CALLS) == set()
 
 
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_evidence_another_thread_changes_during_the_call_is_stored_as_it_was_when_called(budget_case, monkeypatch,
+                                                                                        when):
+    """The call works on its own copy of the evidence, taken at once: a change another thread makes
+    while it runs (here as the evidence is encoded) reaches neither its checks nor what is stored.
+    A value the checks would refuse, put in and taken out again around the encoding, was stored and
+    failed verify for good; one put in after it was refused as if the caller had given it."""
+    import ledger.rules.budget_requests as requests_module
+
+    case, budget = budget_case
+    rows = [{"v": n} for n in range(50)]
+    evidence = {"rows": rows}
+    real = requests_module.canonical_bytes
+
+    def encoded_while_another_thread_writes(value, name):
+        rows[7]["v"] = 2 ** 60  # outside what JSON holds exactly: the checks refuse it
+        evidence["extra"] = "added"
+        try:
+            return real(value, name)
+        finally:
+            if when == "before":
+                rows[7]["v"] = 7
+                del evidence["extra"]
+
+    monkeypatch.setattr(requests_module, "canonical_bytes", encoded_while_another_thread_writes)
+    budget.reserve("H1", "t1", "source.read_context")
+    assert budget.record_result("H1", "t1", evidence).reused is False
+    monkeypatch.undo()
+    as_called = {"rows": [{"v": n} for n in range(50)]}
+    assert budget.record_result("H1", "t1", as_called).reused is True  # the same evidence: what was stored
+    verify_case(case.path)
+
+
+def test_a_dict_or_list_another_thread_resizes_during_a_call_is_copied_whole_never_a_runtime_error():
+    """The copy each call takes of its arguments reads a dict or list in one step: a thread adding and
+    removing keys meanwhile never makes it fail (``dictionary changed size during iteration``)."""
+    import sys
+
+    from ledger.ground.arguments import plain_data
+
+    shared = {f"k{n}": n for n in range(2000)}
+    stop = threading.Event()
+
+    def resize():
+        n = 0
+        while not stop.is_set():
+            n += 1
+            shared[f"x{n % 50}"] = n
+            shared.pop(f"x{(n + 25) % 50}", None)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    worker = threading.Thread(target=resize)
+    worker.start()
+    try:
+        copies = [plain_data({"evidence": shared}) for _ in range(300)]
+    finally:
+        stop.set()
+        worker.join()
+        sys.setswitchinterval(interval)
+    assert all(len(copy["evidence"]) >= 2000 and copy["evidence"] is not shared for copy in copies)
+
+
 def test_a_write_started_inside_a_read_is_refused_instead_of_ending_the_read(budget_case):
     case, budget = budget_case
     seen = []

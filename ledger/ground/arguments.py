@@ -107,12 +107,15 @@ def check_text_mapping(value: Any, name: str) -> Mapping[str, str]:
 
 
 def plain_data(value: Any, depth: int = 0) -> Any:
-    """``value`` with every ``str``, ``int``, ``float``, ``dict``, ``list`` and ``tuple`` of a subclass
-    replaced, at any depth, by the plain value it holds (``bool`` and ``None`` stay; other types are
-    left for the checks to refuse). A subclass may answer ``len``, ``in``, ``<`` or ``items()`` other
-    than by its data, which is what is stored: the checks must read the same values the ledger writes
-    and its replay reads back. Unchanged containers are returned as they are; past
-    :data:`PLAIN_DEPTH_MAX` levels nothing is changed (the depth check refuses such a value)."""
+    """A private copy of ``value`` with every ``str``, ``int``, ``float``, ``dict``, ``list`` and
+    ``tuple`` of a subclass replaced, at any depth, by the plain value it holds (``bool`` and ``None``
+    stay; other types are left for the checks to refuse). A subclass may answer ``len``, ``in``, ``<``
+    or ``items()`` other than by its data, which is what is stored: the checks must read the same
+    values the ledger writes and its replay reads back. Every container is copied, each taken whole
+    at one instant (a dict's items and a list's members are read in one step no other thread can cut
+    in two): a caller's thread changing the value while a call runs never reaches what is checked
+    and stored (docs/concepts.md). Past :data:`PLAIN_DEPTH_MAX` levels nothing is copied (the depth
+    check refuses such a value)."""
     kind = type(value)
     if kind is str or kind is int or kind is bool or kind is float or value is None:
         return value
@@ -124,22 +127,21 @@ def plain_data(value: Any, depth: int = 0) -> Any:
         return float.__float__(value)
     if depth > PLAIN_DEPTH_MAX:
         return value
-    if kind is dict and all(type(key) is str and type(item) in _SCALARS for key, item in value.items()):
-        return value  # the usual case, found without building anything
-    if kind is list and all(type(item) in _SCALARS for item in value):
-        return value
+    if kind is dict:
+        copied = dict.copy(value)  # one step: no other thread runs inside it
+        if all(type(key) is str and type(item) in _SCALARS for key, item in copied.items()):
+            return copied  # the usual case: nothing more to build
+        return {plain_data(key, depth + 1): plain_data(item, depth + 1) for key, item in copied.items()}
+    if kind is list:
+        copied = list.copy(value)
+        if all(type(item) in _SCALARS for item in copied):
+            return copied
+        return [plain_data(item, depth + 1) for item in copied]
     if isinstance(value, dict):
-        items = [(plain_data(key, depth + 1), plain_data(item, depth + 1)) for key, item in dict.items(value)]
-        if kind is dict and all(new_key is key and new is item
-                                for (new_key, new), (key, item) in zip(items, dict.items(value))):
-            return value
-        return dict(items)
+        return {plain_data(key, depth + 1): plain_data(item, depth + 1) for key, item in list(dict.items(value))}
     if isinstance(value, (list, tuple)):
         base = list if isinstance(value, list) else tuple
-        members = [plain_data(item, depth + 1) for item in base.__iter__(value)]
-        if kind is base and all(new is item for new, item in zip(members, base.__iter__(value))):
-            return value
-        return base(members)
+        return base(plain_data(item, depth + 1) for item in list(base.__iter__(value)))
     return value
 
 
