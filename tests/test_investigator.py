@@ -527,6 +527,91 @@ def test_an_action_block_interrupted_by_keyboard_interrupt_fails_the_action_and_
     assert act.failed is not None and act.failed.action["status"] == "failed"
 
 
+class _InterruptedAfterCommit:
+    """The case's connection, raising ``KeyboardInterrupt`` once, right after a ``COMMIT`` succeeded:
+    Ctrl-C arriving as the reservation is made durable."""
+
+    def __init__(self, conn):
+        self._conn, self.left = conn, 1
+
+    def execute(self, sql, *args):
+        cursor = self._conn.execute(sql, *args)
+        if self.left and sql.lstrip().upper().startswith("COMMIT"):
+            self.left -= 1
+            raise KeyboardInterrupt("as the reservation committed")
+        return cursor
+
+    def __getattr__(self, name):
+        return getattr(self._conn, name)
+
+
+@pytest.mark.parametrize("entered", ["an action block", "run_tool"])
+def test_an_interrupt_arriving_as_the_reservation_commits_leaves_no_action_reserved(case, investigator, entered):
+    """The reservation is durable but the block never began (or run_tool's later steps never ran):
+    the action it left reserved is closed with fail, with a note, as an interrupt inside would."""
+    real = case.storage.conn
+    case.storage.conn = _InterruptedAfterCommit(real)
+    with pytest.raises(KeyboardInterrupt) as interrupted:
+        if entered == "run_tool":
+            investigator.run_tool("H1", "t1", "source.read_context", READ)
+        else:
+            with investigator.action("H1", "t1", "source.read_context"):
+                pytest.fail("the block must not run")
+    case.storage.conn = real
+    action = case.actions()[0]
+    assert (action["action_id"], action["status"], action["closing_reason"]) == (
+        "t1", "failed", "KeyboardInterrupt: as the reservation committed")
+    assert "case-ledger: action t1 was closed with fail (no refund); a new attempt needs a new action id" in \
+        interrupted.value.__notes__
+    assert investigator.pending_actions() == []
+    verify_case(case.path)
+
+
+def test_an_interrupt_in_a_reservation_refused_for_another_tool_leaves_that_action_as_it_was(case, investigator):
+    """The action id is another tool's reservation (OPERATION_CONFLICT); an interrupt arriving as that
+    refusal rolls back must not close the other tool's action."""
+    investigator.reserve("H1", "t1", "test.automated")
+    real = case.storage.conn
+
+    class AtRollback(_InterruptedAfterCommit):
+        def execute(self, sql, *args):
+            if self.left and sql.lstrip().upper().startswith("ROLLBACK"):
+                self.left -= 1
+                self._conn.execute(sql, *args)
+                raise KeyboardInterrupt("as the refusal rolled back")
+            return self._conn.execute(sql, *args)
+
+    case.storage.conn = AtRollback(real)
+    with pytest.raises(KeyboardInterrupt):
+        with investigator.action("H1", "t1", "source.read_context"):
+            pytest.fail("the block must not run")
+    case.storage.conn = real
+    assert [(a["action"], a["status"]) for a in case.actions()] == [("test.automated", "reserved")]
+    verify_case(case.path)
+
+
+def test_an_interrupt_before_the_reservation_commits_closes_nothing_and_adds_no_note(case, investigator):
+    real = case.storage.conn
+
+    class BeforeCommit(_InterruptedAfterCommit):
+        def execute(self, sql, *args):
+            if self.left and sql.lstrip().upper().startswith("COMMIT"):
+                self.left -= 1
+                raise KeyboardInterrupt("before the commit")
+            return self._conn.execute(sql, *args)
+
+    case.storage.conn = BeforeCommit(real)
+    with pytest.raises(KeyboardInterrupt) as interrupted:
+        with investigator.action("H1", "t1", "source.read_context"):
+            pytest.fail("the block must not run")
+    case.storage.conn = real
+    assert case.actions() == [] and getattr(interrupted.value, "__notes__", []) == []
+    with investigator.action("H1", "t1", "source.read_context") as act:  # the same id: a fresh reservation
+        act.record({"x": 1})
+    assert act.reservation.reused is False
+    verify_case(case.path)
+
+
 @pytest.mark.parametrize("how", ["a nested block", "a direct call"])
 def test_a_block_leaves_a_result_it_did_not_record_itself(case, investigator, how):
     """The result came from elsewhere (a nested block with the same ids, record_result called

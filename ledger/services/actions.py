@@ -114,7 +114,7 @@ class Action:
         self._past = False
 
     def __enter__(self) -> "Action":
-        self.reservation = self._budget.reserve(self.hypothesis_id, self.action_id, self.action, at=self._at)
+        self.reservation = reserve_or_close(self._budget, self.hypothesis_id, self.action_id, self.action, self._at)
         state = self.reservation.action or {}
         self._past = state.get("status") not in (None, "reserved")
         if self._past:  # a retry of an action already past this block
@@ -273,6 +273,24 @@ def _leave_to_its_owner(budget: "CaseBudget", hypothesis_id: str, action_id: str
                  "again, completes it")
 
 
+def reserve_or_close(budget: "CaseBudget", hypothesis_id: str, action_id: str, action: str,
+                     at: str | None) -> BudgetResult:
+    """``reserve`` for a block or ``run_tool``, whose own cleanup covers only what follows it. An
+    exception other than a refusal (``KeyboardInterrupt`` arriving as the reservation commits) may
+    come after the commit: the action it leaves reserved (for this very tool) is closed with ``fail``
+    (:func:`close_failed`, a note on the exception), as an exception in a later step would close it."""
+    try:
+        return budget.reserve(hypothesis_id, action_id, action, at=at)
+    except LedgerError:
+        raise
+    except BaseException as exc:
+        with budget._session.read() as view:
+            state = view.action(view.case()["revision"], hypothesis_id, action_id)
+        if state is not None and state["status"] == "reserved" and state["action"] == action:
+            close_failed(budget, hypothesis_id, action_id, exc, at)
+        raise
+
+
 def close_failed(budget: "CaseBudget", hypothesis_id: str, action_id: str, exc: BaseException,
                  at: str | None, *, recorded_here: bool = False) -> BudgetResult | None:
     """Close the action with ``fail`` for ``exc`` if it still awaits its result (checked in the
@@ -381,7 +399,7 @@ class CaseBudget(BudgetManager):
                     raise
         if stored is None:  # a read first: a refused tool call, or a result the case cannot take, reserves nothing
             store.check_limits(iteration_id, request, store.query(iteration_id, request).reply)
-        reserved = self.reserve(hypothesis_id, action_id, tool, at=at)
+        reserved = reserve_or_close(self, hypothesis_id, action_id, tool, at)
         try:  # the reply must read the ledger after the reservation
             if stored is None:
                 stored = _stored_query(store, iteration_id, request, at, action_id)
