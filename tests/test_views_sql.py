@@ -304,6 +304,8 @@ class _Buffer:
                                                     "test_views_sql._Buffer"),
     ({"a": [1]}, "params['a'] must be None, a bool, int, float, str or bytes, got list"),
     ({1: 1}, "a params key must be a str, got int"),
+    ([float("nan")], "params[0] is NaN, which SQLite has no value for (it would bind as NULL); give None if NULL "
+                     "is meant"),
     ("3", "params must be a list or tuple (for ?) or a dict (for :name), got str"),
     ((n for n in [3]), "params must be a list or tuple (for ?) or a dict (for :name), got generator")])
 def test_a_query_parameter_sqlite_has_no_value_for_is_refused_not_bound_as_bytes(case, params, says):

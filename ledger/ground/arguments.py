@@ -39,8 +39,8 @@ SQL_VALUE_TYPES = (type(None), bool, int, float, str, bytes, bytearray, memoryvi
 
 def check_sql_params(params: Any) -> tuple[Any, ...] | dict[str, Any]:
     """``params`` as a tuple (a list or tuple binds ``?``) or a dict (str keys bind ``:name``),
-    each value None, a bool, int, float, str or bytes; else ``INVALID_ARGUMENT`` naming the first
-    other one. ``sqlite3`` would bind any object with a buffer as a blob: a ``numpy.int64(3)``
+    each value None, a bool, int, float (not NaN, which SQLite binds as NULL), str or bytes; else
+    ``INVALID_ARGUMENT`` naming the first other one. ``sqlite3`` would bind any object with a buffer as a blob: a ``numpy.int64(3)``
     compared as 8 bytes, and matched nothing, without a word."""
     if isinstance(params, dict):
         for key in params:
@@ -53,6 +53,9 @@ def check_sql_params(params: Any) -> tuple[Any, ...] | dict[str, Any]:
                           f"got {_kind(params)}")
     for key, value in pairs:
         check_instance(value, SQL_VALUE_TYPES, f"params[{key!r}]", "None, a bool, int, float, str or bytes")
+        if isinstance(value, float) and value != value:
+            raise LedgerError(INVALID_ARGUMENT, f"params[{key!r}] is NaN, which SQLite has no value for (it would "
+                              "bind as NULL); give None if NULL is meant")
     return params if isinstance(params, dict) else tuple(params)
 
 
