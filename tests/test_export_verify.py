@@ -201,7 +201,7 @@ def _newest_event_file(path: Path) -> tuple[str, bytes]:
 def test_an_exported_file_removed_while_verify_reads_is_absent_never_edited(exported, monkeypatch, covered):
     """An interrupted export removes the files it wrote: one verify listed before that is absent
     when compared. Past the manifest's head it is simply not exported yet; at or below it, missing."""
-    import ledger.package_tools.verify as verify_module
+    import ledger.package_tools.verify_export as verify_module
 
     if covered:
         relative, _ = _newest_event_file(exported)  # the manifest's head
@@ -1035,7 +1035,8 @@ def test_verify_names_a_ledger_table_with_an_added_column(budget, case):
     with pytest.raises(LedgerError) as caught:
         verify_case(case.path)
     assert caught.value.code == INTEGRITY_ERROR and caught.value.details["object"] == "events"
-    assert "the ledger's events is missing or altered" in caught.value.message
+    assert caught.value.message == ("the ledger's table events is altered: its definition differs from the schema's "
+                                    "(any change to its SQL, a comment or blanks included)")
 
 
 def test_deleting_every_schema_migrations_row_is_integrity_error_not_ledger_missing(budget, case):
@@ -1791,7 +1792,7 @@ def test_the_verify_command_writes_nothing_whatever_the_ledgers_schema_journal_m
         assert code == status, output
         assert _ledger_files(path) == before
         assert read_only_query(path, "SELECT MAX(version) FROM schema_migrations")[1] == [(6,)]
-    assert "INTEGRITY_ERROR: the ledger's case_status is missing or altered" in verify(lying)[1]
+    assert "INTEGRITY_ERROR: the ledger's view case_status is altered: its definition differs" in verify(lying)[1]
 
     rollback = tmp_path / "rollback"
     start_case(make_package(rollback)).close()
@@ -2077,9 +2078,10 @@ def test_a_folder_where_an_exported_file_belongs_is_named_as_a_folder_by_verify_
     assert verify_case(exported).head_seq == 13
 
 
-def test_another_cases_ledger_put_in_place_is_named_at_its_first_event_not_as_a_truncation(tmp_path):
-    """A shorter ledger of another package (same case id) copied over an exported case: every event
-    differs from seq 1, and verify says so at seq 1 (it said the ledger was truncated, at its end)."""
+def test_another_cases_ledger_put_in_place_is_named_as_another_package_not_as_a_truncation(tmp_path):
+    """A shorter ledger of another package (same case id) copied over an exported case: named as another
+    package's by the manifest, or without one by the first event file (it said the ledger was truncated,
+    at its end, then that event 1 was another history after the same event 0)."""
     for name, actions in (("long", 2), ("short", 1)):
         case = start_case(tmp_path / name, case_id="SAME-1")
         budget = case.budget(BudgetConfig.load(EXAMPLE_BUDGET))
@@ -2090,10 +2092,21 @@ def test_another_cases_ledger_put_in_place_is_named_at_its_first_event_not_as_a_
         export_case(case)
         case.close()
     shutil.copyfile(tmp_path / "short" / "ledger.sqlite", tmp_path / "long" / "ledger.sqlite")
+    ids = {name: json.loads((tmp_path / name / "manifest.json").read_bytes())["package_id"] for name in ("long", "short")}
+    with pytest.raises(LedgerError) as caught:
+        verify_case(tmp_path / "long")
+    assert (caught.value.code, caught.value.message) == (INTEGRITY_ERROR, (
+        f"manifest.json is another package's: it names case SAME-1 package {ids['long']}, the ledger case SAME-1 "
+        f"package {ids['short']} (a manifest copied from another case's export, or another case's ledger.sqlite put "
+        "in place)"))
+    (tmp_path / "long" / "manifest.json").unlink()  # without the manifest, the first event file says it
     with pytest.raises(LedgerError) as caught:
         verify_case(tmp_path / "long")
     assert (caught.value.code, caught.value.details["seq"]) == (INTEGRITY_ERROR, 1)
-    assert caught.value.message.startswith("seq 1: exported file analysis/case/events/00000001.json differs from the ledger")
+    assert caught.value.message == (
+        f"seq 1: exported file analysis/case/events/00000001.json is another package's: it names case SAME-1 package "
+        f"{ids['long']}, the ledger case SAME-1 package {ids['short']} (another case's export copied in, or another "
+        "case's ledger.sqlite put in place)")
 
 
 @pytest.mark.parametrize("edit, message", [
@@ -2153,7 +2166,8 @@ def test_a_manifest_of_another_package_is_named_as_such_whatever_its_head(export
             ids = (case.status()["case_id"], case.status()["package_id"])
         assert (caught.value.code, caught.value.message) == (INTEGRITY_ERROR, (
             f"manifest.json is another package's: it names case {other_id} package {theirs['package_id']}, the ledger "
-            f"case {ids[0]} package {ids[1]} (a manifest copied from another case's export)"))
+            f"case {ids[0]} package {ids[1]} (a manifest copied from another case's export, or another case's "
+            "ledger.sqlite put in place)"))
 
 
 @pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it

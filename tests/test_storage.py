@@ -280,6 +280,28 @@ def test_a_read_only_mount_with_shm_and_an_empty_wal_is_read_as_an_immutable_sna
         undo()
 
 
+def test_a_read_only_copy_with_writes_in_its_wal_but_no_shm_is_refused_naming_the_log(budget, case, tmp_path):
+    """A copy taken while a writer had the case open (its -wal holds writes), without the -shm SQLite
+    needs to read them and cannot make on a read-only mount: every reader says so and what to do."""
+    budget.reserve("H1", "q1", "source.read_context")
+    copy = tmp_path / "copy"
+    shutil.copytree(case.path, copy)
+    assert (copy / "ledger.sqlite-wal").stat().st_size > 0
+    (copy / "ledger.sqlite-shm").unlink()
+    folder, undo = read_only_mount(copy)
+    try:
+        for read in (lambda: verify_case(folder), lambda: read_only_query(folder, "SELECT 1"),
+                     lambda: Case.open(folder)):
+            with pytest.raises(LedgerError) as caught:
+                read()
+            assert caught.value.code == STORAGE_ERROR
+            assert caught.value.message.startswith(f"cannot read {folder / 'ledger.sqlite'}: ledger.sqlite-wal beside "
+                                                   "it holds writes not yet folded into it, and SQLite needs "
+                                                   "ledger.sqlite-shm beside them to read them"), caught.value.message
+    finally:
+        undo()
+
+
 def test_closing_a_reader_whose_lock_file_cannot_be_opened_skips_the_checkpoint(case, tmp_path):
     """Read-only locations: a reader in a folder it may not write closes without the writer lock."""
     case.storage._lock.path = tmp_path / "no-such-folder" / "ledger.sqlite-lock"

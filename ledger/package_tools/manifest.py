@@ -16,7 +16,7 @@ from ..storage.sqlfiles import statement
 from ..ground.canonical import canonical_bytes, parse_json
 from ..ground.errors import LedgerError
 from ..ground.errors import integrity_error as _bad
-from ..model.package import MANIFEST_FILE, event_path
+from ..model.package import LEDGER_FILE, MANIFEST_FILE, event_path
 from ..ground.paths import fs_path, read_bytes
 from ..ground.schemas import error_path, schema_message, validator
 
@@ -72,17 +72,24 @@ def _fields(body: Any, wanted: Mapping[str, type]) -> list[Any]:
     return values
 
 
-def check_manifest(manifest: Mapping[str, Any], conn: sqlite3.Connection, ledger_head: int,
-                    schema: str = "main") -> None:
-    """The manifest must be exactly what an export of this ledger at its head would write."""
-    head_seq = manifest["head"]["seq"]
+def check_manifest_identity(manifest: Mapping[str, Any], conn: sqlite3.Connection, schema: str = "main") -> None:
+    """A manifest of another package than the ledger's (its case or package id) is named so, whatever
+    its head, before anything else of the export is compared."""
     created = conn.execute(statement("manifest_identity", schema)).fetchall()
-    if len(created) == 1:  # another package's manifest is named so, whatever its head
+    if len(created) == 1:
         ledger_ids = _fields(created[0][0], {"case_id": str, "package_id": str})
         if ledger_ids != [manifest["case_id"], manifest["package_id"]]:
             raise _bad(None, f"manifest.json is another package's: it names case {manifest['case_id']} package "
                        f"{manifest['package_id']}, the ledger case {ledger_ids[0]} package {ledger_ids[1]} "
-                       "(a manifest copied from another case's export)", fields=["case_id", "package_id"])
+                       f"(a manifest copied from another case's export, or another case's {LEDGER_FILE} put in "
+                       "place)", fields=["case_id", "package_id"])
+
+
+def check_manifest(manifest: Mapping[str, Any], conn: sqlite3.Connection, ledger_head: int,
+                    schema: str = "main") -> None:
+    """The manifest must be exactly what an export of this ledger at its head would write."""
+    head_seq = manifest["head"]["seq"]
+    check_manifest_identity(manifest, conn, schema)
     expected = manifest_for(conn, head_seq, schema)
     if expected is None:
         raise _bad(ledger_head + 1, f"the ledger ends at seq {ledger_head} but its export reached seq {head_seq} "

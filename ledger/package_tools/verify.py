@@ -9,7 +9,6 @@ the exported files and the manifest head, then the schema. The first difference 
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import sqlite3
@@ -20,19 +19,19 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 from ..ground import errors as E
-from .atomic_files import process_tag, remove_abandoned_temp_folders, same_bytes
+from .atomic_files import process_tag, remove_abandoned_temp_folders
 from ..storage.sqlfiles import (PUBLIC_VIEWS, folded_name, migration_record_problem, schema_version, shipped_objects,
                                 shipped_schema, statement)
 from ..ground.arguments import check_callback, check_flag
 from ..ground.workers import job_count
-from ..ground.canonical import sha256_hex, stored_bytes
 from ..services.case import missing_ledger
 from ..ground.errors import LedgerError, first_few, integrity_error as _bad, refuses_unfit_calls, refuses_unfit_calls_of
-from .manifest import check_manifest, export_statement, read_manifest
-from ..model.package import (EVENT_FILE_RE, LEDGER_FILE, check_export_tree, check_package_names,
-    content_path, event_path, export_tree_files, missing_words, refuse_own_links, refuse_stray_logs, well_placed)
+from .manifest import read_manifest
+from .verify_export import check_export
+from ..model.package import (LEDGER_FILE, check_package_names, export_tree_files, refuse_own_links,
+    refuse_stray_logs)
 from ..ground.clock import utc_now
-from ..ground.paths import EXPORT_FILE_BYTES_MAX, bytes_at_most, fs_path, open_regular, os_error
+from ..ground.paths import fs_path, os_error
 from .anchors import check_anchored_events, check_anchors
 from .verify_rows import HELPER_TABLES, compare_rows
 from .replay import PackageSource, Replayer
@@ -345,7 +344,7 @@ def _verify_attached(root: Path, scratch: Storage, progress: Progress | None, se
     # appended and exported past the verified snapshot meanwhile (never a truncation)
     manifest, files = read_manifest(root), export_tree_files(root)
     with _ledger_now(root / LEDGER_FILE, scratch, head) as (now, now_head):
-        exported, manifest_head = _check_export(root, now, now_head, manifest, files)
+        exported, manifest_head = check_export(root, now, now_head, manifest, files)
     foreign = _compare_schema(conn, version)
     return VerifyReport(str(root), replayer.count, conn.execute(statement("content_count")).fetchone()[0],
                         head[0], head[1], exported, manifest is not None,
@@ -407,8 +406,9 @@ def _check_own_tables(conn: sqlite3.Connection, version: int) -> None:
     present = dict(conn.execute(statement("schema_objects", "orig")).fetchall())
     for name in ("events", "contents", *HELPER_TABLES, *PUBLIC_VIEWS):
         if name in shipped and present.get(name) != shipped[name]:
-            raise _bad(None, f"the ledger's {name} is missing or altered (its definition differs from the "
-                       "schema's, e.g. an added column)", object=name)
+            raise _bad(None, f"the ledger's {'view' if name in PUBLIC_VIEWS else 'table'} {name} is "
+                       f"{'missing' if name not in present else 'altered'}: its definition differs from the schema's "
+                       "(any change to its SQL, a comment or blanks included)", object=name)
 
 
 #: Tables SQLite creates on its own (``sqlite_autoindex_*`` indexes have no SQL text and never show up).
@@ -473,122 +473,3 @@ def _foreign_kind(kind: str, name: str, sql: str, fts: set[str]) -> str:
     if any(name == f"{base}_{suffix}" for base in fts for suffix in FTS_SHADOW_SUFFIXES):
         return "full-text shadow table"
     return "virtual table" if re.match(r"CREATE\s+VIRTUAL\b", sql, re.I) else "table"
-
-
-def _past_head(root: Path, files: list[str], head_seq: int) -> dict[str, tuple[int, Any]]:
-    """``{file: (seq, parent_sha256)}`` of the event files among ``files`` (none the ledger exports)
-    that hold an event past ``head_seq``, in the order of ``files``. A file that is no event of ours
-    is left out: it is no evidence of truncation (``check_export_tree`` names it)."""
-    past = {}
-    for relative in files:
-        if EVENT_FILE_RE.fullmatch(relative):
-            try:
-                body = json.loads(bytes_at_most(root / relative, EXPORT_FILE_BYTES_MAX) or b"")
-            except (ValueError, RecursionError, OSError):
-                continue  # over the size of any event too: never read whole
-            seq = body.get("seq") if isinstance(body, dict) else None
-            if type(seq) is int and seq > head_seq:
-                past[relative] = (seq, body.get("parent_sha256"))
-    return past
-
-
-def _continues(root: Path, past: dict[str, tuple[int, Any]], conn: sqlite3.Connection, head_seq: int) -> bool:
-    """Whether event files past the ledger's head read as its lost continuation: the first of them
-    (the lowest seq) names as its parent the ledger's last event, or the event exported where that
-    event belongs (a ledger rolled back, then continued otherwise: the export holds the longer
-    history's event there), or is missing (a gap from the head: the files that would show otherwise
-    are gone too). A file claiming the next seq with another parent continues no history of this
-    case: it was added or copied in, and ``check_export_tree`` names it as no part of the export."""
-    first = min(seq for seq, _ in past.values())
-    if first != head_seq + 1:
-        return True
-    head = conn.execute(statement("head")).fetchone()
-    if head is None or head[0] != head_seq:
-        return True
-    parents = {parent for seq, parent in past.values() if seq == first}
-    if head[1] in parents:
-        return True
-    address = conn.execute(export_statement(conn, "head_address")).fetchone()
-    exported = root / event_path(*address) if address is not None and well_placed(*address) else None
-    try:
-        held = bytes_at_most(exported, EXPORT_FILE_BYTES_MAX) if exported is not None else None
-        return held is not None and sha256_hex(held) in parents
-    except OSError:
-        return False
-
-
-def _check_export(root: Path, conn: sqlite3.Connection, head_seq: int, manifest: dict[str, Any] | None,
-                  files: list[str]) -> tuple[int, int | None]:
-    """Exported files that exist (``files``, listed before ``conn``'s read began) must hold the ledger's bytes; the
-    ``manifest`` must be what an export at its head writes; an exported event the ledger no longer has means
-    truncation. Returns (files checked, the manifest's head seq or None without a manifest)."""
-    checked = 0
-    if manifest is None and not files:
-        return 0, None  # never exported: no file to compare, none can be missing (the loops below find nothing)
-    # the files first, by seq: a history that forked (or another case's ledger) is named at the first
-    # event that differs, not at the manifest's head or as a truncation
-    limit = manifest["head"]["seq"] if manifest else 0
-    present = set(files)  # every regular file under analysis/ (a link there was refused above)
-    top = os.fspath(root)
-    for seq, stream, revision, stream_seq, body in conn.execute(export_statement(conn, "events_for_export")):
-        if not well_placed(stream, revision, stream_seq):
-            continue
-        relative = event_path(stream, revision, stream_seq)
-        if relative in present and _still_there(top, relative, stored_bytes(body), seq, f"exported file {relative}"):
-            checked += 1
-        elif seq <= limit:
-            raise _bad(seq, f"exported file {relative} {missing_words(os.path.join(top, relative))}")
-    for sha, seq, body in conn.execute(statement("contents_for_export")):
-        relative = content_path(sha)
-        if relative in present and _still_there(top, relative, stored_bytes(body), seq, f"exported content {relative}"):
-            checked += 1
-        elif seq <= limit:
-            raise _bad(seq, f"exported content {relative} {missing_words(os.path.join(top, relative))}")
-    if manifest is not None:
-        check_manifest(manifest, conn, head_seq)
-    # a row whose columns are edited out of their types has no path: the row comparison names it
-    known = {event_path(*row) for row in conn.execute(export_statement(conn, "event_addresses")) if well_placed(*row)}
-    past = _past_head(root, [relative for relative in files if relative not in known], head_seq)
-    if past and _continues(root, past, conn, head_seq):
-        relative, seq = next((relative, seq) for relative, (seq, _) in past.items())
-        raise _bad(head_seq + 1, f"{relative} holds event {seq} but the ledger ends at seq {head_seq} "
-                   "(truncated or rolled-back ledger, or one copied without its ledger.sqlite-wal)")
-    check_export_tree(files, known | {content_path(sha) for (sha,) in conn.execute(statement("content_shas"))},
-                      conn.execute(statement("last_revision")).fetchone()[0])
-    return checked, manifest["head"]["seq"] if manifest else None
-
-
-def _still_there(top: str, relative: str, data: bytes, seq: int, what: str) -> bool:
-    """Whether the exported file ``relative`` (listed before the ledger's snapshot was read) is still
-    there holding ``data``: True when it is; False when it is gone since (an interrupted export
-    removed what it had written), so it counts as absent; ``INTEGRITY_ERROR`` at ``seq`` naming
-    ``what`` when it holds other bytes (``STORAGE_ERROR`` when it cannot be read)."""
-    path = os.path.join(top, relative)
-    if same_bytes(path, data, refused=f"the exported file {relative}"):
-        return True
-    if not os.path.lexists(path):
-        return False
-    if _forks(path, data, seq):
-        raise _bad(seq, f"{what} differs from the ledger: it holds another event {seq} after the same event "
-                   f"{seq - 1} (edited, or another history exported from there: a ledger put back from an older copy "
-                   "and continued otherwise?); if it is another history, 'ledger import' the export into a new folder "
-                   "to keep it (import refuses an edited one, naming what differs) before 'ledger export' writes the "
-                   "ledger's event over it")
-    raise _bad(seq, f"{what} differs from the ledger: other bytes, edited or reformatted ('ledger export' writes "
-               "it again from the ledger: keep the differing file first if it is evidence)")
-
-
-def _forks(path: str, data: bytes, seq: int) -> bool:
-    """Whether the file ``path``, which differs from the ledger's event ``seq`` (``data``), holds
-    another event ``seq`` with the same parent: the same history up to ``seq - 1``, another after
-    (the same event in other bytes, reformatted, is no other history)."""
-    try:
-        with open_regular(Path(path)) as opened:
-            exported = json.loads(opened.read(len(data) * 4 + 65_536))
-        ours = json.loads(data)
-    except (OSError, ValueError, RecursionError):
-        return False
-    return (isinstance(exported, dict) and isinstance(ours, dict) and exported != ours and exported.get("seq") == seq
-            and exported.get("parent_sha256") is not None and exported.get("parent_sha256") == ours.get("parent_sha256"))
-
-

@@ -548,6 +548,13 @@ def readable_uri(path: Path) -> tuple[str, bool]:
         probe_file(probe)
         return uri, False
     except LedgerError as exc:
+        if exc.code == E.STORAGE_ERROR and path.is_file() and not _wal_is_empty(path) \
+                and not os.path.exists(log_path(path, "-shm")) and not os.access(path.parent, os.W_OK):
+            raise LedgerError(E.STORAGE_ERROR, f"cannot read {path}: {path.name}-wal beside it holds writes not yet "
+                              f"folded into it, and SQLite needs {path.name}-shm beside them to read them, which it "
+                              "cannot make where this user may not write (a read-only mount, say); open the case "
+                              "once where it can be written (any ledger command folds the log in), then copy it "
+                              "here, or copy the -shm with it") from None
         if exc.code != E.STORAGE_ERROR or not path.is_file() or not _wal_is_empty(path):
             raise
         if not _on_read_only_mount(path):
