@@ -264,6 +264,41 @@ def test_every_shipped_json_schema_is_a_valid_draft_2020_12_schema():
         Draft202012Validator.check_schema(schema)
 
 
+_INTERRUPTED_IMPORT = """
+import importlib._bootstrap as bootstrap, os, signal
+
+real = bootstrap._verbose_message
+def loaded(message, *args, **kwargs):  # Ctrl-C as referencing.exceptions is loaded, before its parent holds it
+    if args and args[0] == "referencing.exceptions":
+        bootstrap._verbose_message = real
+        print("sent", flush=True)
+        os.kill(os.getpid(), signal.SIGINT)
+    return real(message, *args, **kwargs)
+bootstrap._verbose_message = loaded
+
+from ledger.ground import schemas
+try:
+    schemas.validator("budget-policy-v1")
+except KeyboardInterrupt:
+    print("interrupted")
+import referencing
+print("whole" if hasattr(referencing, "exceptions") else "cut in two")
+"""
+
+
+def test_a_ctrl_c_while_the_schema_library_is_first_imported_waits_until_it_is_whole():
+    """jsonschema is imported on first use; a Ctrl-C cut its import in two, leaving a module without a
+    submodule for the rest of the process (a later validation failed with AttributeError, not as the
+    interrupted call did). The import finishes first, then the interrupt is raised."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _INTERRUPTED_IMPORT], capture_output=True, text=True, timeout=120)
+    if "sent" not in done.stdout:
+        pytest.skip("this Python's import machinery does not report a module loaded where the test sends Ctrl-C")
+    assert done.stdout.split() == ["sent", "interrupted", "whole"], done.stdout + done.stderr
+
+
 def test_the_built_in_analysis_defaults_pass_the_schema_the_library_skips_for_them():
     from ledger.ground.config import default_analysis_data
     from ledger.ground.schemas import validate

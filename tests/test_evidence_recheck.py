@@ -138,6 +138,18 @@ def test_a_search_result_whose_coverage_names_another_search_is_refused(case, tm
 
 
 
+@pytest.mark.parametrize("glob", ["sources/linked/*", "sources/*.py", "sources/l?nked/[u]til.py"])
+def test_a_search_whose_glob_reaches_below_a_link_to_a_folder_stores_and_verifies(case, glob):
+    """A search lists a link to a folder as skipped when its glob could match a path below it; the
+    stored result is the router's own, so verify (and its check of the result's form) passes it."""
+    (case.path / "sources" / "lib").mkdir()
+    (case.path / "sources" / "lib" / "util.py").write_text("add = 1\n")
+    (case.path / "sources" / "linked").symlink_to("lib")
+    run = case.budget().run_tool("H1", "q1", "source.find_text", {"text": "add", "path_glob": glob})
+    assert [entry["path"] for entry in run.result["coverage"]["skipped"]] == ["sources/linked"]
+    assert verify_case(case.path).unchecked_inputs == []
+
+
 def test_a_search_listing_every_file_but_a_link_to_a_folder_verifies_as_earlier_versions_stored_it(case):
     """A search lists a link to a folder as skipped (it is never followed); earlier versions left it
     out, and what they stored still verifies over the unchanged package. Leaving out a skipped file

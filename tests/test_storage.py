@@ -734,26 +734,34 @@ def _cut_short_case(tmp_path: Path, size: int) -> tuple[Path, bytes]:
     return ledger, whole
 
 
-@pytest.mark.parametrize("size", [50, 4096, 6000, -4096])
-def test_a_ledger_cut_short_is_integrity_error_for_readers_and_writers_and_nothing_is_made_beside_it(tmp_path, size):
+@pytest.mark.parametrize("size, beside", [(1, None), (15, None), (50, None), (4096, None), (6000, None),
+                                          (-4096, None), (6000, "an empty journal"), (6000, "a log SQLite did not write")])
+def test_a_ledger_cut_short_is_integrity_error_for_readers_and_writers_and_nothing_is_made_beside_it(tmp_path, size,
+                                                                                                   beside):
     """A ledger file shorter than its own header records (a copy stopped mid-way, a truncated file) is
-    refused before SQLite opens it: no ``-wal`` or ``-shm`` made beside it, the sizes named."""
+    refused before SQLite opens it: no ``-wal`` or ``-shm`` made beside it, the sizes named. A log or
+    journal beside it holding no writes (empty, or not SQLite's) changes nothing."""
     ledger, whole = _cut_short_case(tmp_path, size)
+    if beside == "an empty journal":
+        (ledger.parent / "ledger.sqlite-journal").write_bytes(b"")
+    elif beside == "a log SQLite did not write":
+        (ledger.parent / "ledger.sqlite-wal").write_bytes(bytes(100))
     pages = int.from_bytes(whole[28:32], "big")
-    expected = 100 if size == 50 else pages * 4096
+    expected = 100 if 0 < size < 100 else pages * 4096
     assert len(whole) == pages * 4096
     for call in (lambda: verify_case(ledger.parent), lambda: read_only_query(ledger.parent, "SELECT 1"),
                  lambda: Case.open(ledger.parent), lambda: export_case(ledger.parent)):
         with pytest.raises(LedgerError) as caught:
             call()
         assert caught.value.code == INTEGRITY_ERROR
-        assert caught.value.message.startswith(f"{ledger} is {len(whole[:size])} bytes, but ")
+        assert caught.value.message.startswith(f"{ledger} is {len(whole[:size])} byte{'s' if size != 1 else ''}, but ")
         assert "the file was cut short" in caught.value.message
         assert caught.value.details["expected_bytes"] == expected
     for command in (["verify"], ["sql", "SELECT 1"], ["events"]):
         ran = run_cli(command[0], str(ledger.parent), *command[1:])
         assert ran.returncode == 1 and ran.stderr.startswith(b"error: INTEGRITY_ERROR: ") and b"cut short" in ran.stderr
-    assert not [p.name for p in ledger.parent.iterdir() if p.name.endswith(("-wal", "-shm"))]
+    assert [p.name for p in ledger.parent.iterdir() if p.name.endswith(("-wal", "-shm"))] == (
+        ["ledger.sqlite-wal"] if beside == "a log SQLite did not write" else [])
     ledger.write_bytes(whole)  # put back whole: every command reads it again
     assert verify_case(ledger.parent).head_sha256
 
@@ -792,7 +800,7 @@ def test_the_size_a_ledger_header_records_is_trusted_only_where_sqlite_trusts_it
     ledger.write_bytes(bytes(stale))
     check_not_cut_short(ledger)
     ledger.write_bytes(whole[:8192])
-    (ledger.parent / "ledger.sqlite-wal").write_bytes(b"x" * 32)
+    (ledger.parent / "ledger.sqlite-wal").write_bytes(bytes.fromhex("377f0682") + bytes(60))  # SQLite's log header
     check_not_cut_short(ledger)
     (ledger.parent / "ledger.sqlite-wal").unlink()
     ledger.write_bytes(whole + bytes(4096))

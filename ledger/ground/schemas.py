@@ -6,11 +6,13 @@ callers that need a true ``int`` also use :func:`ledger.ground.canonical.check_i
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 from functools import cache
 from typing import TYPE_CHECKING, Any, Iterator
 
+from . import interrupts
 from .resources import resource_dir
 from .errors import LedgerError, describe_value, shortened
 
@@ -25,11 +27,22 @@ def shipped_schemas() -> list[dict[str, Any]]:
 
 
 @cache
+def _load_jsonschema() -> None:
+    """Import ``jsonschema`` and ``referencing`` whole, a Ctrl-C (or SIGTERM) arriving meanwhile held
+    until they are: an import cut in two leaves a module without its submodules in this process (a
+    later validation then fails with ``AttributeError``, not as the interrupted call did)."""
+    with interrupts.deferred():
+        for name in ("jsonschema", "jsonschema.validators", "referencing.exceptions", "referencing.jsonschema"):
+            importlib.import_module(name)
+
+
+@cache
 def _registry() -> Registry:
     """Every shipped schema, addressable by its ``$id`` so schemas can ``$ref`` each other.
 
     The shipped schemas are checked against the Draft 2020-12 metaschema by the test suite
     (:func:`shipped_schemas`), not at every start: that check alone took about 0.25 s per process."""
+    _load_jsonschema()
     from referencing import Registry, Resource
     from referencing.jsonschema import DRAFT202012
 
@@ -74,6 +87,7 @@ def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterat
 @cache
 def strict_validator_class() -> type[Draft202012Validator]:
     """Draft 2020-12 whose ``pattern`` (and so ``propertyNames``' patterns) anchors ``$`` at the very end."""
+    _load_jsonschema()
     from jsonschema import Draft202012Validator
     from jsonschema.validators import extend
 

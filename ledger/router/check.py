@@ -35,6 +35,7 @@ from ..ground.errors import LedgerError, shown
 from .reference import (DATA_DIR, DEFAULT_ROWS, INT64_MAX, INT64_MIN, JSON_INT_MAX, SOURCES_DIR, Router,
                         confined, differs_only_where_computed, find_text_args, lookup_args, marked_integer, matching_lines,
                         span_args)
+from .files import may_match_below
 
 Note = Callable[[str, str], None]
 #: ``unchecked_inputs``' why for a database whose lookup differs from this SQLite's only in values
@@ -297,8 +298,10 @@ def _check_search(op: Any, args: Mapping[str, Any], stored: Mapping[str, Any]) -
                                                         and isinstance(s["reason"], str) for s in skipped))):
         raise _bad(op, f"its coverage {shown(coverage, 120)} is not that of the search it asked for")
     listed = files + [s["path"] for s in skipped or []]
+    below = {s["path"] for s in skipped or []}  # a link to a folder is listed where the glob may reach below it
     for path in listed:
-        if not fnmatch.fnmatchcase(confined(path, SOURCES_DIR), glob):
+        if not fnmatch.fnmatchcase(confined(path, SOURCES_DIR), glob) and not (path in below
+                                                                                and may_match_below(glob, path)):
             raise _bad(op, f"{path} does not match its path_glob {glob}")
     if len(set(listed)) != len(listed):
         raise _bad(op, "it lists a file twice")

@@ -188,9 +188,12 @@ def _glob_tokens(glob: str) -> list[str]:
 def may_match_below(glob: str, folder: str) -> bool:
     """Whether ``glob`` (:func:`fnmatch.fnmatchcase`, whose ``*`` also matches ``/``) could match a path
     below ``folder``: some ``folder/…`` it matches. Read as the glob is matched, one character at a
-    time, keeping every place in the glob the text so far can have reached; any place still reached
-    once ``folder/`` is read leads on to a match (every part of a glob matches some character)."""
+    time, keeping every place in the glob the text so far can have reached; a place still reached
+    once ``folder/`` is read leads on to a match unless a class after it matches no character at all
+    (``[z-a]``, which :mod:`fnmatch` makes a pattern that never matches)."""
     tokens = _glob_tokens(glob)
+    last_empty = max((n for n, token in enumerate(tokens)
+                      if token.startswith("[") and len(token) > 1 and "(?!)" in fnmatch.translate(token)), default=-1)
 
     def closed(places: set[int]) -> set[int]:  # a * matches nothing, too
         for place in sorted(places):
@@ -205,4 +208,4 @@ def may_match_below(glob: str, folder: str) -> bool:
                          if place < len(tokens) and (tokens[place] == "*" or fnmatch.fnmatchcase(char, tokens[place]))})
         if not places:
             return False
-    return True
+    return max(places) > last_empty

@@ -16,7 +16,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..ground import errors as E
+from ..ground import errors as E, interrupts
 from .sqlfiles import PUBLIC_VIEWS, schema_version, statement
 from ..ground.errors import LedgerError
 from .bounded_printf import bound_printf
@@ -264,7 +264,8 @@ def readonly_rows(path: Path, sql: str, timeout_ms: int = 30_000) -> Iterator[tu
         bound_values(conn, _stored_bytes(path))
         deadline = _stop_at_deadline(conn, timeout_ms)
         with _query_errors(timeout_ms, deadline, conn):
-            import sqlite_utils  # imported on first use: it costs about 80 ms at start-up
+            with interrupts.deferred():  # imported on first use (about 80 ms at start-up), never cut in two
+                import sqlite_utils
 
             db = sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
             try:

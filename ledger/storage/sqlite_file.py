@@ -349,10 +349,10 @@ _CUT_SHORT_LOOKS, _CUT_SHORT_PAUSE_S = 3, 0.05
 
 def _shortfall(path: Path) -> tuple[int, int, int] | None:
     """``(size, pages, page_size)`` when ``path`` is a database file shorter than the size its header
-    records, with nothing beside it that SQLite would read first (``-wal`` content, a rollback journal);
+    records, with nothing beside it that SQLite would read first (:func:`_log_holds_writes`);
     None otherwise, and whenever the header's size is not one SQLite trusts (its change counter and
     version-valid-for number differ) or the file cannot be read (SQLite then says why)."""
-    if wal_bytes(path) or os.path.exists(log_path(path, "-journal")):
+    if _log_holds_writes(path):
         return None
     try:
         with open(path, "rb") as opened:
@@ -360,8 +360,8 @@ def _shortfall(path: Path) -> tuple[int, int, int] | None:
             header = opened.read(100)
     except OSError:
         return None
-    if not header.startswith(_DATABASE_MAGIC):
-        return None
+    if not header.startswith(_DATABASE_MAGIC[:len(header)]) or not header:
+        return None  # not SQLite's (SQLite says so), or empty (no case yet)
     if len(header) < 100:
         return size, 0, 100  # the header itself is cut short
     page_size = int.from_bytes(header[16:18], "big")
@@ -369,7 +369,24 @@ def _shortfall(path: Path) -> tuple[int, int, int] | None:
     pages = int.from_bytes(header[28:32], "big")
     if header[24:28] != header[92:96] or not pages or page_size < 512 or page_size & (page_size - 1):
         return None
-    return (size, pages, page_size) if size < pages * page_size and not wal_bytes(path) else None
+    return (size, pages, page_size) if size < pages * page_size and not _log_holds_writes(path) else None
+
+
+#: The first four bytes of a write-ahead log SQLite wrote (its magic, in either byte order of its checksums).
+_WAL_MAGICS = (b"\x37\x7f\x06\x82", b"\x37\x7f\x06\x83")
+
+
+def _log_holds_writes(path: Path) -> bool:
+    """Whether SQLite reads something beside the ledger ``path`` before the file itself: a ``-wal``
+    with SQLite's header and a frame after it, or a hot rollback journal (:func:`hot_journal`). An
+    empty or foreign ``-wal`` holds none (SQLite starts it over), nor does an empty ``-journal``."""
+    if hot_journal(path) is not None:
+        return True
+    try:
+        with open(log_path(path, "-wal"), "rb") as log:
+            return log.read(4) in _WAL_MAGICS and os.fstat(log.fileno()).st_size > 32
+    except OSError:
+        return False
 
 
 def check_not_cut_short(path: Path) -> None:
@@ -389,7 +406,8 @@ def check_not_cut_short(path: Path) -> None:
     needed = pages * page_size or page_size
     said = (f"its own header says it holds {pages} page{'s' if pages != 1 else ''} of {page_size} bytes "
             f"({needed} bytes)" if pages else f"every SQLite database starts with a {needed}-byte header")
-    raise LedgerError(E.INTEGRITY_ERROR, f"{path} is {size} bytes, but {said}: the file was cut short (a copy "
+    raise LedgerError(E.INTEGRITY_ERROR, f"{path} is {size} byte{'s' if size != 1 else ''}, but {said}: the file "
+                      "was cut short (a copy "
                       "that stopped mid-way, a truncated file); nothing was read. Put the whole file back, or "
                       "'ledger import' the case's export to a new folder", path=str(path), size_bytes=size,
                       expected_bytes=needed)
