@@ -961,6 +961,39 @@ def _exact(value) -> bool:
     return type(value) in (str, int, float, bool, type(None))
 
 
+class _Identity(str):
+    """A str subclass whose equal texts are different keys."""
+
+    def __hash__(self):
+        return id(self)
+
+    def __eq__(self, other):
+        return self is other
+
+
+def test_two_keys_that_are_one_as_plain_text_are_refused_never_merged(budget, case):
+    """Two keys of a str subclass, different to the dict, are one key once stored: which value would
+    be kept cannot be told, so the call is refused (one of them was dropped without a word)."""
+    budget.reserve("H1", "a1", "source.read_context")
+    before = _events(case)
+    with pytest.raises(LedgerError) as refused:
+        budget.record_result("H1", "a1", {"rows": {_Identity("a"): 1, _Identity("a"): 2}})
+    assert (refused.value.code, refused.value.message) == (INVALID_JSON, (
+        "an object gives the key 'a' twice (keys of a str subclass, equal as text): which of its values would be "
+        "stored cannot be told"))
+    assert _events(case) == before
+
+
+def test_a_config_mapping_is_read_by_what_it_holds_not_its_own_answers():
+    """A dict subclass given as a budget or analysis config (or a table inside one) is read by the
+    data it holds, as every other argument is (its own items() hid its keys, which took their defaults)."""
+    budget = BudgetConfig.from_mapping(_EmptyItems({"default_action_cost": 7, "action_costs": _EmptyItems({"x.y": 3})}))
+    assert (budget.policy["default_action_cost"], dict(budget.policy["action_costs"])) == (7, {"x.y": 3})
+    assert BudgetConfig(policy=_EmptyItems({"default_action_cost": 8})).policy["default_action_cost"] == 8
+    analysis = AnalysisConfig.from_mapping(_EmptyItems({"limits": _EmptyItems({"case_events_max": 123})}))
+    assert analysis.limits["case_events_max"] == 123
+
+
 @given(_VALUES)
 @pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_plain_data_keeps_every_value_and_leaves_no_subclass(value):

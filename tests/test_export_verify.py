@@ -2092,7 +2092,8 @@ def test_another_cases_ledger_put_in_place_is_named_as_another_package_not_as_a_
         export_case(case)
         case.close()
     shutil.copyfile(tmp_path / "short" / "ledger.sqlite", tmp_path / "long" / "ledger.sqlite")
-    ids = {name: json.loads((tmp_path / name / "manifest.json").read_bytes())["package_id"] for name in ("long", "short")}
+    ids = {name: json.loads((tmp_path / name / "manifest.json").read_bytes())["package_id"]
+           for name in ("long", "short")}
     with pytest.raises(LedgerError) as caught:
         verify_case(tmp_path / "long")
     assert (caught.value.code, caught.value.message) == (INTEGRITY_ERROR, (

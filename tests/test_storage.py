@@ -734,8 +734,9 @@ def _cut_short_case(tmp_path: Path, size: int) -> tuple[Path, bytes]:
     return ledger, whole
 
 
-@pytest.mark.parametrize("size, beside", [(1, None), (15, None), (50, None), (4096, None), (6000, None),
-                                          (-4096, None), (6000, "an empty journal"), (6000, "a log SQLite did not write")])
+@pytest.mark.parametrize("size, beside", [
+    (1, None), (15, None), (50, None), (4096, None), (6000, None), (-4096, None),
+    (6000, "an empty journal"), (6000, "a log SQLite did not write")])
 def test_a_ledger_cut_short_is_integrity_error_for_readers_and_writers_and_nothing_is_made_beside_it(tmp_path, size,
                                                                                                    beside):
     """A ledger file shorter than its own header records (a copy stopped mid-way, a truncated file) is

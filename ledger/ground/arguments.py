@@ -11,7 +11,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import Any, Callable
 
-from .errors import INVALID_ARGUMENT, LedgerError, call_fitted
+from .errors import INVALID_ARGUMENT, INVALID_JSON, LedgerError, call_fitted
 
 
 #: An integer written as text, as the command line and ``--vary`` take it: ASCII digits with an
@@ -40,8 +40,8 @@ SQL_VALUE_TYPES = (type(None), bool, int, float, str, bytes, bytearray, memoryvi
 def check_sql_params(params: Any) -> tuple[Any, ...] | dict[str, Any]:
     """``params`` as a tuple (a list or tuple binds ``?``) or a dict (str keys bind ``:name``),
     each value None, a bool, int, float (not NaN, which SQLite binds as NULL), str or bytes; else
-    ``INVALID_ARGUMENT`` naming the first other one. ``sqlite3`` would bind any object with a buffer as a blob: a ``numpy.int64(3)``
-    compared as 8 bytes, and matched nothing, without a word."""
+    ``INVALID_ARGUMENT`` naming the first other one. ``sqlite3`` would bind any object with a buffer as a
+    blob: a ``numpy.int64(3)`` compared as 8 bytes, and matched nothing, without a word."""
     if isinstance(params, dict):
         for key in params:
             check_instance(key, str, "a params key", "a str")
@@ -134,18 +134,32 @@ def plain_data(value: Any, depth: int = 0) -> Any:
         copied = dict.copy(value)  # one step: no other thread runs inside it
         if all(type(key) is str and type(item) in _SCALARS for key, item in copied.items()):
             return copied  # the usual case: nothing more to build
-        return {plain_data(key, depth + 1): plain_data(item, depth + 1) for key, item in copied.items()}
+        return _once_each_key([(plain_data(key, depth + 1), plain_data(item, depth + 1))
+                               for key, item in copied.items()])
     if kind is list:
         copied = list.copy(value)
         if all(type(item) in _SCALARS for item in copied):
             return copied
         return [plain_data(item, depth + 1) for item in copied]
     if isinstance(value, dict):
-        return {plain_data(key, depth + 1): plain_data(item, depth + 1) for key, item in list(dict.items(value))}
+        return _once_each_key([(plain_data(key, depth + 1), plain_data(item, depth + 1))
+                               for key, item in list(dict.items(value))])
     if isinstance(value, (list, tuple)):
         base = list if isinstance(value, list) else tuple
         return base(plain_data(item, depth + 1) for item in list(base.__iter__(value)))
     return value
+
+
+def _once_each_key(items: list[tuple[Any, Any]]) -> dict[Any, Any]:
+    """The dict of ``items``; ``INVALID_JSON`` when two keys are one once plain (two keys of a ``str``
+    subclass equal as text): which of their values would be stored cannot be told."""
+    built = dict(items)
+    if len(built) != len(items):
+        seen: set[Any] = set()
+        twice = next(key for key, _ in items if key in seen or seen.add(key))
+        raise LedgerError(INVALID_JSON, f"an object gives the key {twice!r} twice (keys of a str subclass, equal as "
+                          "text): which of its values would be stored cannot be told")
+    return built
 
 
 #: The plain types of a leaf: :func:`plain_data` returns a container holding only these as it is.

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, TypeVar
 
+from .arguments import plain_data
 from .canonical import canonical_sha256
 from .errors import CONFIG_INVALID, INVALID_ARGUMENT, LedgerError, describe_value, refuses_unfit_calls_of, shortened
 from .resources import resource_dir
@@ -242,12 +243,14 @@ def read_only(value: Any, levels: int = 2) -> Any:
 
 
 def plain(value: Any, levels: int = 2) -> Any:
-    """``value`` with the mappings of its first ``levels`` levels plain ``dict``s again (copies): for
+    """``value`` with the mappings of its first ``levels`` levels plain ``dict``s again (copies, a
+    ``dict`` subclass read by the data it holds, its keys and leaves plain values: :func:`plain_data`): for
     JSON and for editing. Deeper ones (no config has them: they are refused) are left as they are,
     so a mapping nested thousands deep is refused, not a ``RecursionError``."""
-    if isinstance(value, Mapping) and levels > 0:
-        return {key: plain(item, levels - 1) for key, item in value.items()}
-    return value
+    if isinstance(value, Mapping) and levels > 0:  # a dict subclass by what it holds, not its own items()
+        items = list(dict.items(value)) if isinstance(value, dict) else list(value.items())
+        return {plain_data(key): plain(item, levels - 1) for key, item in items}
+    return value if isinstance(value, Mapping) else plain_data(value)
 
 
 @refuses_unfit_calls_of(init=True)
@@ -314,7 +317,7 @@ class BudgetConfig:
         """Validate a mapping of docs/concepts.md keys; missing keys take their defaults."""
         if not isinstance(data, Mapping):
             raise LedgerError(CONFIG_INVALID, "budget config must be a table", key="(top level)")
-        return cls(policy=dict(data))
+        return cls(policy=plain(data, 1))
 
     @property
     def policy_sha256(self) -> str:
@@ -381,8 +384,8 @@ class AnalysisConfig:
         data = {
             "units_per_hypothesis": self.units_per_hypothesis,
             "max_hypotheses": self.max_hypotheses,
-            "storage": {**DEFAULT_STORAGE, **dict(self.storage)},
-            "limits": {**DEFAULT_LIMITS, **dict(self.limits)},
+            "storage": {**DEFAULT_STORAGE, **plain(self.storage, 1)},
+            "limits": {**DEFAULT_LIMITS, **plain(self.limits, 1)},
         }
         _check_types(data, "", ANALYSIS_KEYS, strings=frozenset({"storage.synchronous"}))
         if data != default_analysis_data():  # the built-in defaults are checked once, by the tests
@@ -406,6 +409,7 @@ class AnalysisConfig:
         """Validate a mapping; missing keys take their defaults."""
         if not isinstance(data, Mapping):
             raise LedgerError(CONFIG_INVALID, "analysis config must be a table", key="(top level)")
+        data = plain(data, 1)
         for key in data:
             if key not in ANALYSIS_KEYS:
                 raise unknown_key("", str(key), ANALYSIS_KEYS)
