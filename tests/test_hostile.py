@@ -59,7 +59,7 @@ from ledger.simulation.frontier_plot import frontier_points
 from ledger.simulation.simulator import parse_vary
 from ledger import ALL_CODES, AnalysisConfig, BudgetConfig, Case, LedgerError, export_case, import_tree, verify_case
 from ledger.ground.config import DEFAULT_LIMITS, DEFAULT_POLICY
-from ledger.package_tools.journal import OPERATIONS, apply_journal
+from ledger.package_tools.journal import OPERATIONS, apply_journal, without_bom
 from ledger_cli.main import main as cli_main
 from conftest import (FUZZ_SUMMARY, EXAMPLE_BUDGET, TORTURE_SCALE, logical_dump, make_package, run_cli, start_case,
     torture_run)
@@ -423,7 +423,8 @@ def apply_and_check(root: Path, lines: list[str | bytes], category: str) -> list
             json.dumps(result.to_dict(), ensure_ascii=False).encode("utf-8")
             before = after
             results.append(result)
-    expected = [n for n, text in enumerate(lines, start=1) if text.strip()]
+    # a blank line is skipped; the first line's byte-order mark is no content (a journal of a BOM alone is blank)
+    expected = [n for n, text in enumerate(lines, start=1) if (without_bom(text) if n == 1 else text).strip()]
     assert [r.line for r in results] == expected
     return results
 
@@ -731,8 +732,8 @@ def check_cli_result(args: list[str], result, before: list, after: list) -> None
     if "verify" in args or "export" in args:
         # several cases (or --all/--jobs): a report line per case, `FAILED CASE: CODE: message`
         codes += MANY_FAILED_LINE.findall(result.output)
-        if "--json" in args and result.output.startswith('{"cases"'):
-            codes += [case["error"]["code"] for case in json.loads(result.output)["cases"] if not case["ok"]]
+        if "--json" in args and result.stdout.startswith('{"cases"'):
+            codes += [case["error"]["code"] for case in json.loads(result.stdout)["cases"] if not case["ok"]]
     if result.exit_code == 1:
         assert codes, f"{args!r} exited 1 without 'error: CODE: ' or a failed journal line"
         assert all(code in ALL_CODES for code in codes), codes
