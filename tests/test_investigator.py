@@ -567,6 +567,29 @@ def test_an_interrupt_arriving_as_the_reservation_commits_leaves_no_action_reser
     verify_case(case.path)
 
 
+def test_an_interrupt_as_the_reservation_commits_stays_an_interrupt_when_the_ledger_cannot_be_read(case, investigator):
+    """The look at what the interrupted reservation left cannot read the ledger (an I/O error): the
+    interrupt goes on as it came, with a note saying where to look, never turned into that error."""
+    import sqlite3
+
+    real = case.storage.conn
+
+    class ThenUnreadable(_InterruptedAfterCommit):
+        def execute(self, sql, *args):
+            if not self.left:
+                raise sqlite3.OperationalError("disk I/O error")
+            return super().execute(sql, *args)
+
+    case.storage.conn = ThenUnreadable(real)
+    with pytest.raises(KeyboardInterrupt) as interrupted:
+        with investigator.action("H1", "t1", "source.read_context"):
+            pytest.fail("the block must not run")
+    case.storage.conn = real
+    assert any(note.startswith("case-ledger: whether action t1 was left reserved could not be read (")
+               for note in interrupted.value.__notes__), interrupted.value.__notes__
+    assert [a["action_id"] for a in investigator.pending_actions()] == ["t1"]  # left for pending_actions()
+
+
 def test_an_interrupt_in_a_reservation_refused_for_another_tool_leaves_that_action_as_it_was(case, investigator):
     """The action id is another tool's reservation (OPERATION_CONFLICT); an interrupt arriving as that
     refusal rolls back must not close the other tool's action."""

@@ -284,8 +284,13 @@ def reserve_or_close(budget: "CaseBudget", hypothesis_id: str, action_id: str, a
     except LedgerError:
         raise
     except BaseException as exc:
-        with budget._session.read() as view:
-            state = view.action(view.case()["revision"], hypothesis_id, action_id)
+        try:
+            with budget._session.read() as view:
+                state = view.action(view.case()["revision"], hypothesis_id, action_id)
+        except Exception as problem:  # the interrupt goes on, whatever this read meets
+            state = None
+            exc.add_note(f"case-ledger: whether action {action_id} was left reserved could not be read ({problem}); "
+                         "pending_actions() says")
         if state is not None and state["status"] == "reserved" and state["action"] == action:
             close_failed(budget, hypothesis_id, action_id, exc, at)
         raise
