@@ -725,6 +725,26 @@ def test_a_ledger_an_older_version_wrote_on_a_read_only_mount_says_how_to_upgrad
         undo()
 
 
+def test_an_exported_ledger_copied_without_the_log_holding_its_writes_says_so(tmp_path):
+    """A copy taken while the case was open, whose writes were all still in its -wal, left without that
+    log: the file holds no case, and the export beside it says one existed, so every reader says the
+    log is missing (it said an init was running and to run init again, which init then refuses)."""
+    case = Case.create(tmp_path / "live", case_id="LIVE-1")
+    case.open_revision([{"statement": "h"}], 100)
+    export_case(case)
+    copy = tmp_path / "copy"
+    shutil.copytree(case.path, copy)
+    case.close()
+    for side in ("ledger.sqlite-wal", "ledger.sqlite-shm"):
+        (copy / side).unlink()
+    said = (f"{copy / 'ledger.sqlite'} holds no case, but the manifest.json beside it names an exported one: the "
+            "ledger was copied without its ledger.sqlite-wal (which held its writes), or replaced")
+    for read in (lambda: verify_case(copy), lambda: read_only_query(copy, "SELECT 1"), lambda: Case.open(copy)):
+        with pytest.raises(LedgerError) as caught:
+            read()
+        assert caught.value.code == "LEDGER_MISSING" and caught.value.message.startswith(said), caught.value.message
+
+
 def _cut_short_case(tmp_path: Path, size: int) -> tuple[Path, bytes]:
     """A closed case whose ledger.sqlite is cut to its first ``size`` bytes; and the whole file."""
     start_case(tmp_path / "case").close()

@@ -293,7 +293,7 @@ def _verify_attached(root: Path, scratch: Storage, progress: Progress | None, se
     if problem:
         raise _bad(None, problem, table="schema_migrations")
     if version == 0:
-        raise no_case_yet("the ledger")
+        raise no_case_yet(root / LEDGER_FILE)
     _check_own_tables(conn, version)
     derived: list[Any] = []  # what the replay derives, stored into the scratch ledger in bulk
     package = PackageSource(root, content_reader(conn), lambda: input_identity_of(root, conn))

@@ -157,7 +157,13 @@ SQLITE_MAX_PATH_BYTES = 512 - len("-journal")
 
 def no_case_yet(ledger: Path | str, **details: Any) -> LedgerError:
     """The ``LEDGER_MISSING`` error for a ledger file that is there but holds no case yet: its
-    schema or its case row is not written (``ledger init`` still running, or interrupted)."""
+    schema or its case row is not written (``ledger init`` still running, or interrupted); beside a
+    ``manifest.json`` (an exported case), a ledger copied without the ``-wal`` that held its writes."""
+    if os.path.exists(os.path.join(os.path.dirname(os.fspath(ledger)), "manifest.json")):
+        return LedgerError(E.LEDGER_MISSING, f"{ledger} holds no case, but the manifest.json beside it names an "
+                           f"exported one: the ledger was copied without its {LEDGER_FILE}-wal (which held its "
+                           "writes), or replaced; put that log back beside it, or 'ledger import' the export into "
+                           "a new folder", **details)
     return LedgerError(E.LEDGER_MISSING, f"{ledger} holds no case (an init still running, or one "
                        "interrupted: then run init again)", **details)
 
