@@ -2169,6 +2169,9 @@ def test_a_manifest_of_another_package_is_named_as_such_whatever_its_head(export
             f"manifest.json is another package's: it names case {other_id} package {theirs['package_id']}, the ledger "
             f"case {ids[0]} package {ids[1]} (a manifest copied from another case's export, or another case's "
             "ledger.sqlite put in place)"))
+        with pytest.raises(LedgerError) as refused:  # export says the same, and writes nothing
+            export_case(exported)
+        assert refused.value.message.startswith(caught.value.message + "; nothing was exported")
 
 
 @pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it

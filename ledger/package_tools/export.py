@@ -27,7 +27,7 @@ from ..ground.arguments import check_callback, check_instance
 from ..ground.canonical import ZERO_SHA256, canonical_bytes, sha256_hex
 from ..ground.errors import LedgerError, refuses_unfit_calls, refuses_unfit_calls_of
 from ..services.case import Case
-from .manifest import manifest_for, read_manifest
+from .manifest import check_manifest_identity, manifest_for, read_manifest
 from ..model.package import (ANALYSIS_DIR, CONTENT_FILE_RE, LEDGER_FILE, MANIFEST_FILE, check_package_names, content_path, is_export_temp,
                       event_path, export_tree_files, refuse_own_links, well_placed, check_export_tree)
 from ..ground.paths import EXPORT_FILE_BYTES_MAX, bytes_at_most, os_error
@@ -114,6 +114,11 @@ def _files_to_write(root: Path, conn: sqlite3.Connection, manifest: dict[str, An
     not hash to its name; when a file to be replaced holds an event or content of this case; or
     when the exported ``manifest.json`` names a head the ledger does not hold (a history rewritten
     or truncated since it was exported, or another case's export)."""
+    if manifest is not None:  # another package's manifest is named so, as verify names it
+        try:
+            check_manifest_identity(manifest, conn)
+        except LedgerError as exc:
+            raise _refused(exc.message) from None
     to_write: set[str] = set()
     head_seq, previous = 0, ZERO_SHA256
     folders: dict[Path, bool] = {}
