@@ -462,6 +462,22 @@ def test_a_case_id_exported_from_another_package_is_refused(fleet, tmp_path):
     assert fleet_query(target, "SELECT state FROM case_status WHERE case_id = 'FLEET-00002'")[1] == [("CLOSED",)]
 
 
+def test_a_case_folder_whose_ledger_was_replaced_by_another_packages_says_so(tmp_path):
+    """The folder a case was exported from now holds another package's ledger of the same case id: the
+    refusal says this folder's ledger was replaced, not only that another package holds the id."""
+    folder, out = tmp_path / "cases" / "c", tmp_path / "out"
+    with Case.create(folder, "SWAP-1") as case:
+        old = case.status()["package_id"]
+    assert export_fleet([folder], out).failed == []
+    shutil.rmtree(folder)
+    with Case.create(folder, "SWAP-1") as case:
+        new = case.status()["package_id"]
+    [failed] = export_fleet([folder], out).failed
+    assert failed["error"]["message"].startswith(
+        f"case id SWAP-1 is already exported from another package ({os.path.abspath(folder)}, package_id {old}; "
+        f"this folder's ledger.sqlite is package_id {new} now: replaced since that export); a case id names one package")
+
+
 def test_a_case_taken_out_of_the_fleet_leaves_no_row_and_its_id_may_name_another_package(fleet, tmp_path):
     """A case gone from its folders stayed in fleet sql for good, and a package of the same id could
     never be exported into the fleet: remove takes its record and partitions out, under the locks."""

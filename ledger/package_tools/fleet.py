@@ -332,10 +332,13 @@ def _export_snapshot(conn: Any, case: Path, out: Path, head: dict[str, Any], ent
         record = _recorded(record_path)
         last = record or _recorded(record_path.with_suffix(ASIDE)) or {}  # set aside by a publish cut short
         if last and last.get("package_id") != head["package_id"]:
+            here = last.get("path") == os.path.abspath(case)  # the same folder, holding another package's ledger now
             raise LedgerError(E.INVALID_ARGUMENT, (
                 f"case id {head['case_id']} is already exported from another package ({last.get('path')}, "
-                f"package_id {last.get('package_id')}); a case id names one package in a fleet: to hold this "
-                f"one instead, take that one out ('ledger fleet remove OUT {head['case_id']}'), then export again"))
+                f"package_id {last.get('package_id')}" + (f"; this folder's {LEDGER_FILE} is package_id "
+                f"{head['package_id']} now: replaced since that export" if here else "") + "); a case id names "
+                f"one package in a fleet: to hold this one instead, take that one out ('ledger fleet remove OUT "
+                f"{head['case_id']}'), then export again"))
         if record and _holds_head(record, head):
             entry["status"] = "unchanged"
             return
