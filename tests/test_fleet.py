@@ -475,7 +475,8 @@ def test_a_case_folder_whose_ledger_was_replaced_by_another_packages_says_so(tmp
     [failed] = export_fleet([folder], out).failed
     assert failed["error"]["message"].startswith(
         f"case id SWAP-1 is already exported from another package ({os.path.abspath(folder)}, package_id {old}; "
-        f"this folder's ledger.sqlite is package_id {new} now: replaced since that export); a case id names one package")
+        f"this folder's ledger.sqlite is package_id {new} now: replaced since that export); a case id names one "
+        "package")
 
 
 def test_a_case_taken_out_of_the_fleet_leaves_no_row_and_its_id_may_name_another_package(fleet, tmp_path):
