@@ -54,6 +54,7 @@ from ..ground.errors import LedgerError, given, quoted, refuses_unfit_calls_of, 
 from ..ground.arguments import check_callback, check_instance
 from ..ground.paths import check_name_encoding, fs_path
 from .files import is_link, may_match_below, open_folder, read_below, unreadable
+from ..storage.sqlite_file import DATABASE_MAGIC
 
 TOOLS = ("source.read_context", "source.find_text", "database.lookup")
 SPAN_LINES_MAX = 2000
@@ -465,7 +466,7 @@ def _open_bytes(database: str, data: bytes) -> sqlite3.Connection:
     opened on disk again and nothing is written next to the file. A WAL-mode header (bytes 18-19)
     is read as the rollback-journal one, which is what a copy without its ``-wal`` is."""
     image = bytearray(data)
-    if len(image) >= 20 and image[:16] == b"SQLite format 3\x00" and image[18:20] == b"\x02\x02":
+    if len(image) >= 20 and image[:16] == DATABASE_MAGIC and image[18:20] == b"\x02\x02":
         image[18:20] = b"\x01\x01"
     try:
         conn = sqlite3.connect(":memory:", isolation_level=None)

@@ -347,7 +347,7 @@ def orphaned_logs(path: Path) -> list[str]:
 
 
 #: The first 16 bytes of every SQLite database file.
-_DATABASE_MAGIC = b"SQLite format 3\x00"
+DATABASE_MAGIC = b"SQLite format 3\x00"
 #: Looks at a ledger shorter than its header says before it is called cut short, and the pause between them:
 #: a checkpoint writes page 1 before the pages past the old end, so a file may be short for an instant.
 _CUT_SHORT_LOOKS, _CUT_SHORT_PAUSE_S = 3, 0.05
@@ -366,7 +366,7 @@ def _shortfall(path: Path) -> tuple[int, int, int] | None:
             header = opened.read(100)
     except OSError:
         return None
-    if not header.startswith(_DATABASE_MAGIC[:len(header)]) or not header:
+    if not header.startswith(DATABASE_MAGIC[:len(header)]) or not header:
         return None  # not SQLite's (SQLite says so), or empty (no case yet)
     if len(header) < 100:
         return size, 0, 100  # the header itself is cut short
