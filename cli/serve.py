@@ -8,6 +8,7 @@ import click
 
 from ledger.browse.server import serve_cases, serve_metadata
 from ledger.ground import interrupts
+from ledger.ground.errors import LedgerError
 
 from ._common import CaseFolder, IntegerRange
 from ._output import warn
@@ -30,12 +31,21 @@ def serve(cases: tuple[str, ...], host: str, port: int, open_browser: bool, meta
     and column is described (with its unit), the append-only tables are marked
     as the raw history, and the usual questions are canned queries, among them
     each hypothesis' remaining units across the history, drawn as a picture.
-    Nothing can write the ledger through it. Ctrl-C stops it. --metadata-only
-    prints the JSON `datasette --metadata` takes (canned queries included) and
-    needs no Datasette.
+    Nothing can write the ledger through it. Ctrl-C stops it. A case that
+    cannot be read is left out with a warning and the others are served.
+    --metadata-only prints the JSON `datasette --metadata` takes (canned queries
+    included) and needs no Datasette; it exits 1 when a case was left out.
     """
     if metadata_only:
-        click.echo(json.dumps(serve_metadata(list(cases)), indent=2, ensure_ascii=False))
+        left_out: list[tuple[str, LedgerError]] = []
+        try:
+            metadata = serve_metadata(list(cases), left_out)
+        finally:  # every case left out is named, the first one's error raised when none is left
+            for path, refused in left_out[1:] if len(left_out) == len(cases) else left_out:
+                warn(f"warning: {path} is left out: {refused.code}: {refused.message}")
+        click.echo(json.dumps(metadata, indent=2, ensure_ascii=False))
+        if left_out:
+            click.get_current_context().exit(1)
         return
     with interrupts.python_handler():  # asyncio's own Ctrl-C handling, which it takes only over Python's
         serve_cases(list(cases), host=host, port=port, open_browser=open_browser, echo=click.echo, warn=warn)

@@ -637,6 +637,73 @@ def test_serve_refuses_a_folder_without_a_case_the_same_case_twice_a_busy_port_a
     assert refused.value.code == "INVALID_ARGUMENT"
 
 
+def _unreadable_cases(demo: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """A folder holding no case, and a copy of ``demo`` whose ledger was cut short."""
+    (tmp_path / "empty").mkdir()
+    cut = tmp_path / "cut"
+    shutil.copytree(demo, cut)
+    with open(cut / "ledger.sqlite", "r+b") as handle:
+        handle.truncate(4096)
+    return tmp_path / "empty", cut
+
+
+def test_a_case_that_cannot_be_read_is_left_out_with_its_error_and_the_others_are_served(demo, tmp_path):
+    """One damaged or missing case among several: the others are served, each one left out is listed
+    with its error (serving refused them all); with none left, the first one's error is raised."""
+    empty, cut = _unreadable_cases(demo, tmp_path)
+    left_out: list = []
+    assert [case.name for case in served_cases([empty, demo, cut], left_out)] == ["BUG-20"]
+    assert [(path, refused.code) for path, refused in left_out] == [(str(empty), "LEDGER_MISSING"),
+                                                                     (str(cut), "INTEGRITY_ERROR")]
+    assert "was cut short" in left_out[1][1].message
+    assert list(serve_metadata([empty, demo, cut], [])["databases"]) == ["BUG-20"]
+    datasette = case_datasette([cut, demo], sql_threads=0, left_out=[])
+    try:
+        assert get(datasette, "/BUG-20/events.json?_shape=array&_size=1").status_code == 200
+        assert [name for name in datasette.databases if not name.startswith("_")] == ["BUG-20"]
+    finally:
+        for database in datasette.databases.values():
+            database.close()
+    with pytest.raises(LedgerError) as refused:  # without a list, any case that cannot be read is refused
+        served_cases([demo, cut])
+    assert refused.value.code == "INTEGRITY_ERROR"
+    none_left: list = []
+    with pytest.raises(LedgerError) as refused:
+        served_cases([empty, cut], none_left)
+    assert refused.value.code == "LEDGER_MISSING" and [path for path, _ in none_left] == [str(empty), str(cut)]
+
+
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
+def test_serve_names_each_case_it_leaves_out_and_metadata_only_then_exits_1(demo, tmp_path):
+    empty, cut = _unreadable_cases(demo, tmp_path)
+    missing = f"warning: {empty} is left out{{}}: LEDGER_MISSING: no case at {empty} (no ledger.sqlite)"
+    short = f"warning: {cut} is left out{{}}: INTEGRITY_ERROR: {cut / 'ledger.sqlite'} is 4096 bytes, but its own header"
+    meta = run_cli("serve", str(empty), str(demo), str(cut), "--metadata-only")
+    assert meta.returncode == 1 and list(json.loads(meta.stdout)["databases"]) == ["BUG-20"]
+    lines = meta.stderr.decode().splitlines()
+    assert len(lines) == 2 and lines[0].startswith(missing.format("")) and lines[1].startswith(short.format(""))
+    none = run_cli("serve", str(empty), str(cut), "--metadata-only")
+    assert none.returncode == 1 and none.stdout == b""
+    lines = none.stderr.decode().splitlines()
+    assert len(lines) == 2 and lines[0].startswith(short.format("")), lines
+    assert lines[1].startswith(f"error: LEDGER_MISSING: no case at {empty} (no ledger.sqlite)")
+    server = subprocess.Popen([sys.executable, "-m", "ledger_cli", "serve", str(empty), str(demo), str(cut),
+                               "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout.readline().startswith("serving BUG-20 read-only at ")
+        time.sleep(0.3)
+        server.send_signal(signal.SIGINT)
+        out, err = server.communicate(timeout=30)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.communicate()
+    assert server.returncode == 0 and out.strip() == "stopped"
+    lines = err.splitlines()
+    assert len(lines) == 2 and lines[0].startswith(missing.format(", not served"))
+    assert lines[1].startswith(short.format(", not served")), lines
+
+
 @pytest.mark.slow  # over half a second: the slow lane (.ci/run) runs it
 def test_a_case_whose_path_is_not_utf8_is_refused_before_serving(tmp_path):
     """Datasette keeps each database's path as text: a path of bytes that are not UTF-8 would make
@@ -953,6 +1020,46 @@ def test_a_case_moved_away_while_served_is_a_page_saying_so_never_a_traceback(tm
                                 "unreadable since the server started; put it back, or start ledger serve again"),
                                 answer.json()["error"]), (page, answer.text)
         assert "Traceback" not in capfd.readouterr().err
+    finally:
+        for database in datasette.databases.values():
+            database.close()
+
+
+@pytest.mark.parametrize("size", [0, 50, 4096, -4096])
+def test_a_case_cut_short_or_damaged_while_served_is_a_503_naming_the_file_and_read_again_once_put_back(
+        tmp_path, capfd, size):
+    """A ledger truncated (or overwritten) after the server started: each page reading it is a 503 naming
+    the file, with the sizes when it was cut short (it was a 500 "database disk image is malformed");
+    the whole file put back, the same server reads it again."""
+    path, _, _ = run_demo(tmp_path / "demo", echo=lambda text: None)
+    ledger = path / "ledger.sqlite"
+    whole = ledger.read_bytes()
+    datasette = case_datasette([path], sql_threads=0)
+    try:
+        assert get(datasette, "/BUG-20/events.json?_shape=array&_size=1").status_code == 200
+        with open(ledger, "r+b") as handle:
+            handle.truncate(size % len(whole))
+        capfd.readouterr()
+        for page in ("/BUG-20/events.json?_shape=array&_size=max", "/BUG-20/results.json",
+                     "/BUG-20.json?sql=select+count(*)+from+events"):
+            answer = get(datasette, page)
+            assert answer.status_code == 503, (page, answer.text)
+            error = answer.json()["error"]
+            if size == 0:  # no header left to say how long it was: damaged
+                assert error.startswith(f"{ledger} cannot be read now (database disk image is malformed): the file "
+                                        f"is damaged (changed by something other than case-ledger?); 'ledger verify "
+                                        f"{path}' says how."), error
+            else:
+                said = ("every SQLite database starts with a 100-byte header" if size == 50 else
+                        f"its own header says it holds {len(whole) // 4096} pages of 4096 bytes ({len(whole)} bytes)")
+                assert error.startswith(f"{ledger} is {size % len(whole)} bytes, but {said}: the file was cut "
+                                        "short"), error
+            assert error.endswith(". The server reads it again once a whole copy is put back"), error
+        assert capfd.readouterr().err == ""  # a page to its visitor, no warning or traceback on the terminal
+        ledger.write_bytes(whole)
+        again = get(datasette, "/BUG-20.json?sql=select+count(*)+from+events&_shape=array")
+        assert again.status_code == 200, again.text
+        assert again.json() == [{"count(*)": read_only_query(path, "SELECT count(*) FROM events")[1][0][0]}]
     finally:
         for database in datasette.databases.values():
             database.close()

@@ -117,9 +117,12 @@ class ServedCase(NamedTuple):
     schema_version: int = 0  # of the ledger file: older than this case-ledger's until a writer upgrades it
 
 
-def served_cases(paths: Sequence[str | os.PathLike[str]]) -> list[ServedCase]:
-    """The cases at ``paths``, each read once (``LEDGER_MISSING`` for a folder that holds none,
-    ``INVALID_ARGUMENT`` for none given or the same case twice). Database names are the case
+def served_cases(paths: Sequence[str | os.PathLike[str]],
+                 left_out: list[tuple[str, LedgerError]] | None = None) -> list[ServedCase]:
+    """The cases at ``paths``, each read once (``LEDGER_MISSING`` for a folder that holds none, any
+    error reading one; ``INVALID_ARGUMENT`` for none given or the same case twice). Given a list
+    ``left_out``, a case that cannot be read is appended to it, as its path and the error, and the
+    others are served; the first error is raised only when no case is left. Database names are the case
     ids made URL-safe, with ``-2``, ``-3`` … when two cases share one (never another case's own
     name, whatever the order: a copy of BUG-20 is not named BUG-20-2 beside the case BUG-20-2,
     and the case X-Y is at /X-Y beside the case X.Y), nor a name a route of Datasette's answers
@@ -130,16 +133,24 @@ def served_cases(paths: Sequence[str | os.PathLike[str]]) -> list[ServedCase]:
     seen: set[Path] = set()
     read: list[tuple[Path, str, str, int]] = []
     for path in paths:
-        root = fs_path(path, "case path")
-        rows = [(*_starting_read(root, STATUS_READ, 2), *_starting_read(root, VERSION_READ, 1))]
-        ledger = Path(os.path.realpath(root / LEDGER_FILE))
-        # Datasette keeps every database's path as text
-        require_utf8(ledger, "the path is not UTF-8 text, which the browser server cannot serve; rename the folder")
+        try:
+            root = fs_path(path, "case path")
+            rows = [(*_starting_read(root, STATUS_READ, 2), *_starting_read(root, VERSION_READ, 1))]
+            ledger = Path(os.path.realpath(root / LEDGER_FILE))
+            # Datasette keeps every database's path as text
+            require_utf8(ledger, "the path is not UTF-8 text, which the browser server cannot serve; rename the folder")
+        except LedgerError as exc:
+            if left_out is None:
+                raise
+            left_out.append((os.fsdecode(path) if isinstance(path, (str, bytes, os.PathLike)) else repr(path), exc))
+            continue
         if ledger in seen:
             raise LedgerError(E.INVALID_ARGUMENT, f"{path}: the same case is given twice")
         seen.add(ledger)
         case_id, state, version = rows[0]
         read.append((ledger, _as_text(case_id), _as_text(state), version if type(version) is int else 0))
+    if not read and left_out:
+        raise left_out[0][1]
     bases = [re.sub(r"[^A-Za-z0-9_-]", "-", case_id) or "case" for _, case_id, _, _ in read]
     bases = [f"case-{base}" if _SHADOWED.match(base) else base for base in bases]
     names: dict[int, str] = {}

@@ -34,12 +34,13 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..ground import errors as E
-from .metadata import CHART_FORMAT, CHART_QUERY, browse_config, browse_metadata, remaining_units_svg, served_cases
+from .metadata import (CHART_FORMAT, CHART_QUERY, ServedCase, browse_config, browse_metadata, remaining_units_svg,
+                       served_cases)
 from ..ground.errors import LedgerError, printable, quoted, shown
 from ..storage.sqlfiles import schema_version
 from ..storage.readonly import bound_values
-from ..storage.sqlite_file import (ClosingConnection, file_identity, log_files_exist, readable_uri, release_log,
-                                   wal_bytes)
+from ..storage.sqlite_file import (ClosingConnection, check_not_cut_short, file_identity, log_files_exist,
+                                   readable_uri, release_log, wal_bytes)
 
 #: The most text and blob bytes one served query may return, all its rows together (Datasette's
 #: pages read at most 1,001 rows; the picture reads every row of its question). Room for a page of
@@ -66,11 +67,14 @@ def _datasette_module(name: str = "datasette.app") -> Any:
         raise LedgerError(E.INVALID_ARGUMENT, INSTALL_HINT) from None
 
 
-def serve_metadata(paths: Sequence[str | os.PathLike[str]]) -> dict[str, Any]:
+def serve_metadata(paths: Sequence[str | os.PathLike[str]],
+                   left_out: list[tuple[str, LedgerError]] | None = None) -> dict[str, Any]:
     """What ``--metadata-only`` prints: the metadata file ``datasette --metadata`` takes, canned
     queries included under each database's ``queries`` key (where Datasette 1.0's configuration
-    file keeps them too, so the same JSON serves as both files). Needs no Datasette."""
-    return browse_metadata(served_cases(paths))
+    file keeps them too, so the same JSON serves as both files). Needs no Datasette. ``left_out``:
+    as :func:`~ledger.browse.metadata.served_cases` takes it (the cases that cannot be read, listed
+    there instead of refused)."""
+    return browse_metadata(served_cases(paths, left_out))
 
 
 async def _render_chart(datasette: Any, database: str, query_name: str | None, sql: str | None,
@@ -212,6 +216,12 @@ def _case_database(database_module: Any) -> Any:
                           "or made unreadable since the server started; put it back, or start ledger serve again",
                           title="Case unavailable", status=503)
 
+    def damaged(path: str, cut_short: str | None, exc: BaseException) -> Exception:
+        said = cut_short or (f"{path} cannot be read now ({exc}): the file is damaged (changed by something other "
+                             f"than case-ledger?); 'ledger verify {Path(path).parent}' says how")
+        return page_error(f"{said}. The server reads it again once a whole copy is put back", title="Case unavailable",
+                          status=503)
+
     class CaseDatabase(database_module.Database):  # type: ignore[misc,name-defined]
         @property
         def size(self) -> int:  # the index page's figure: a stat of the file
@@ -229,6 +239,14 @@ def _case_database(database_module: Any) -> Any:
             getattr(self, "_all_file_connections", []).append(conn)  # closed by close(), as Datasette's own
             return conn
 
+        async def execute_fn(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+            try:
+                return await super().execute_fn(fn)
+            except sqlite3.DatabaseError as exc:
+                if getattr(exc, "sqlite_errorcode", None) not in _DAMAGED_FILE_CODES:
+                    raise
+                raise damaged(self.path, await asyncio.to_thread(_cut_short_reason, self.path), exc) from None
+
         async def execute(self, *args: Any, **kwargs: Any) -> Any:
             # a refused query is answered to its visitor; printing each on the server's terminal too
             # let any visitor fill it (and put their text there)
@@ -245,6 +263,22 @@ def _case_database(database_module: Any) -> Any:
         traceback on the server's terminal (Datasette prints one for any other exception)."""
 
     return CaseDatabase
+
+
+#: SQLite's result codes for a file that is no (longer a whole) database: SQLITE_CORRUPT, SQLITE_NOTADB.
+_DAMAGED_FILE_CODES = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
+
+
+def _cut_short_reason(path: str) -> str | None:
+    """What :func:`~ledger.storage.sqlite_file.check_not_cut_short` says of the ledger at ``path``
+    (None: it is not cut short, or cannot be looked at)."""
+    try:
+        check_not_cut_short(Path(path))
+    except LedgerError as exc:
+        return exc.message
+    except OSError:
+        return None
+    return None
 
 
 #: SQL functions a served query may not call: ``fts3_tokenizer(name)`` answers with the address of
@@ -347,14 +381,19 @@ def _unusable_request(request: Any) -> str | None:
     return None
 
 
-def case_datasette(paths: Sequence[str | os.PathLike[str]], sql_threads: int = 3) -> Any:
+def case_datasette(paths: Sequence[str | os.PathLike[str]], sql_threads: int = 3,
+                   left_out: list[tuple[str, LedgerError]] | None = None) -> Any:
     """A Datasette serving the cases at ``paths`` read-only, with their metadata, questions and
     picture (``await ds.client.get("/")`` reads it without a server). ``sql_threads`` 0 runs
-    every query in the caller's thread (Datasette's ``num_sql_threads``)."""
+    every query in the caller's thread (Datasette's ``num_sql_threads``). ``left_out``: as
+    :func:`~ledger.browse.metadata.served_cases` takes it."""
+    return _datasette_of(served_cases(paths, left_out), sql_threads)
+
+
+def _datasette_of(cases: Sequence[ServedCase], sql_threads: int) -> Any:
     app = _datasette_module("datasette.app")
     database_module = _datasette_module("datasette.database")
     plugins = _datasette_module("datasette.plugins").pm
-    cases = served_cases(paths)
     # Datasette 0.65's error page prints every refused query with rich when rich is installed,
     # which fails outside an except block with rich 14 or newer and turns the refusal into an
     # error of its own; without rich it renders the page as intended
@@ -444,11 +483,18 @@ def serve_cases(paths: Sequence[str | os.PathLike[str]], host: str = "127.0.0.1"
     """Serve the cases at ``paths`` until Ctrl-C (or SIGTERM): ``port`` 0 takes a free one; the
     address is echoed (and opened in a browser with ``open_browser``) once it listens. Listening on
     an address other than this machine's own (``0.0.0.0``) is said through ``warn`` (default: a
-    line on standard error): there is no login."""
+    line on standard error): there is no login. A case that cannot be read (no case in the folder, a
+    damaged ledger) is left out with a warning naming its error, and the others are served; the
+    error is raised (``LEDGER_MISSING``, ``INTEGRITY_ERROR``, …) when none is left."""
     # like every read path, serving leaves no -wal/-shm it made (docs/files.md)
-    served = served_cases(paths)
+    left_out: list[tuple[str, LedgerError]] = []
+    try:
+        served = served_cases(paths, left_out)
+    finally:  # every case left out is named, the first one's error raised when none is left
+        for path, refused in left_out[1:] if len(left_out) == len(paths) else left_out:
+            (warn or _stderr)(f"warning: {path} is left out, not served: {refused.code}: {refused.message}")
     logless = [case.ledger for case in served if not log_files_exist(case.ledger)]
-    datasette = case_datasette(paths)
+    datasette = _datasette_of(served, sql_threads=3)
     uvicorn = _datasette_module("uvicorn")
     sock = _listen(host, port)
     shown = f"[{host}]" if ":" in host else host
