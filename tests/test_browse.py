@@ -687,18 +687,7 @@ def test_serve_names_each_case_it_leaves_out_and_metadata_only_then_exits_1(demo
     lines = none.stderr.decode().splitlines()
     assert len(lines) == 2 and lines[0].startswith(short.format("")), lines
     assert lines[1].startswith(f"error: LEDGER_MISSING: no case at {empty} (no ledger.sqlite)")
-    server = subprocess.Popen([sys.executable, "-m", "ledger_cli", "serve", str(empty), str(demo), str(cut),
-                               "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert server.stdout.readline().startswith("serving BUG-20 read-only at ")
-        time.sleep(0.3)
-        server.send_signal(signal.SIGINT)
-        out, err = server.communicate(timeout=30)
-    finally:
-        if server.poll() is None:
-            server.kill()
-            server.communicate()
-    assert server.returncode == 0 and out.strip() == "stopped"
+    err = _served_then_stopped(str(empty), str(demo), str(cut))
     lines = err.splitlines()
     assert len(lines) == 2 and lines[0].startswith(missing.format(", not served"))
     assert lines[1].startswith(short.format(", not served")), lines
@@ -779,6 +768,24 @@ def test_a_case_status_view_altered_in_the_file_is_served_as_it_reads(tmp_path, 
     assert (fine.name, fine.case_id) == ("FINE-1", "FINE-1")
 
 
+def _served_then_stopped(*args: str) -> str:
+    """Run ``ledger serve ARGS --port 0`` until it serves BUG-20, stop it with Ctrl-C (it says
+    ``stopped``, exit status 0); what it wrote on standard error."""
+    server = subprocess.Popen([sys.executable, "-m", "ledger_cli", "serve", *args, "--port", "0"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout.readline().startswith("serving BUG-20 read-only at ")
+        time.sleep(0.3)
+        server.send_signal(signal.SIGINT)
+        out, err = server.communicate(timeout=30)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.communicate()
+    assert server.returncode == 0 and out.strip() == "stopped"
+    return err
+
+
 def _start(case: Path, *extra: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
     # started as from a terminal, SIGHUP not ignored even when the tests run under nohup (a server
     # started so keeps ignoring it, by design: test_a_server_started_with_sighup_ignored_keeps_ignoring_it)
@@ -856,18 +863,7 @@ def test_a_server_started_with_sighup_ignored_keeps_ignoring_it(demo):
 @pytest.mark.parametrize("host, warned", [("0.0.0.0", True), ("127.0.0.1", False), ("::1", False),
                                          ("::ffff:127.0.0.1", False), ("::ffff:0.0.0.0", True)])
 def test_listening_beyond_this_machine_warns_that_there_is_no_login(demo, host, warned):
-    server = subprocess.Popen([sys.executable, "-m", "ledger_cli", "serve", str(demo), "--host", host, "--port", "0"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert server.stdout.readline().startswith("serving BUG-20 read-only at ")
-        time.sleep(0.3)
-        server.send_signal(signal.SIGINT)
-        out, err = server.communicate(timeout=30)
-    finally:
-        if server.poll() is None:
-            server.kill()
-            server.communicate()
-    assert server.returncode == 0 and out.strip() == "stopped"
+    err = _served_then_stopped(str(demo), "--host", host)
     assert err == (f"warning: listening on {host}, not only on this machine: anyone who can reach it may read every "
                    "served case and run SQL on it (there is no login)\n" if warned else "")
 
@@ -1074,18 +1070,7 @@ def test_serving_a_ledger_an_older_version_wrote_warns_that_newer_questions_fail
     path, _, _ = run_demo(tmp_path / "demo", echo=lambda text: None)
     downgrade_ledger(path, 6)
     assert [(case.name, case.schema_version) for case in served_cases([path])] == [("BUG-20", 6)]
-    server = subprocess.Popen([sys.executable, "-m", "ledger_cli", "serve", str(path), "--port", "0"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert server.stdout.readline().startswith("serving BUG-20 read-only at ")
-        time.sleep(0.3)
-        server.send_signal(signal.SIGINT)
-        out, err = server.communicate(timeout=30)
-    finally:
-        if server.poll() is None:
-            server.kill()
-            server.communicate()
-    assert server.returncode == 0 and out.strip() == "stopped"
+    err = _served_then_stopped(str(path))
     assert err == (f"warning: {path / 'ledger.sqlite'} was written by an older case-ledger (schema version 6; this one "
                    f"reads {schema_version()}) and not upgraded since: questions naming what newer versions added "
                    f"fail on it; a command that writes, such as 'ledger export {path}', upgrades it\n")
