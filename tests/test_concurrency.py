@@ -842,6 +842,36 @@ def test_every_public_method_of_case_and_budget_manager_is_covered_by_the_thread
     assert public - set(PUBLIC_CALLS) == set()
 
 
+def test_an_object_bound_to_an_open_ledger_cannot_be_pickled_or_copied_one_over_a_memory_case_can(budget_case):
+    """A copy would share the connection and the writer lock (copy.copy made one), a pickle cannot hold
+    them (Python's TypeError about a connection): refused as INVALID_ARGUMENT saying to pass the
+    case's path; the same services over a MemoryCase hold no file, and copy as any object."""
+    import copy
+    import pickle
+
+    from ledger import MemoryCase
+
+    case, budget = budget_case
+    before = generation(case)
+    with pytest.raises(RuntimeError):
+        with budget.action("H1", "c1", "source.read_context") as action:
+            for bound in (case, budget, case.scopes(), case.evidence(), action):
+                for copied in (pickle.dumps, copy.copy, copy.deepcopy):
+                    with pytest.raises(LedgerError) as refused:
+                        copied(bound)
+                    assert refused.value.code == INVALID_ARGUMENT
+                    assert refused.value.message.startswith(f"a {type(bound).__name__} is bound to an open ledger "
+                                                            "(its connection and writer lock) and cannot be pickled")
+                    assert "open it there with Case.open" in refused.value.message
+            raise RuntimeError("leave the block")
+    assert generation(case) == before + 2  # the reserve and the fail, nothing else
+    memory = MemoryCase.create("M-1")
+    memory_budget = memory.budget(BudgetConfig.load(EXAMPLE_BUDGET))
+    for service in (memory, memory_budget, memory.scopes()):
+        assert type(pickle.loads(pickle.dumps(service))) is type(service)
+        assert type(copy.deepcopy(service)) is type(service)
+
+
 @pytest.mark.parametrize("when", ["before", "after"])
 def test_evidence_another_thread_changes_during_the_call_is_stored_as_it_was_when_called(budget_case, monkeypatch,
                                                                                         when):

@@ -207,3 +207,21 @@ def plain_public_arguments(cls: type) -> type:
         elif inspect.isfunction(member) and not getattr(member, "plain_arguments", False):
             setattr(cls, name, plain_arguments(member))
     return cls
+
+
+class NotCopied:
+    """For the API's objects bound to an open ledger (its connection and writer lock): pickling or
+    copying one (``pickle``, ``copy.copy``, ``copy.deepcopy``, a process pool's arguments) is
+    ``INVALID_ARGUMENT`` saying what to pass instead, not Python's ``TypeError`` about a connection
+    (nor a shallow copy sharing the connection, which ``copy.copy`` made)."""
+
+    def _bound_to_a_ledger(self) -> bool:
+        return True
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        if not self._bound_to_a_ledger():  # over a MemoryCase: copied as any object
+            return super().__reduce_ex__(protocol)
+        name = type(self).__name__
+        raise LedgerError(INVALID_ARGUMENT, f"a {name} is bound to an open ledger (its connection and writer lock) "
+                          "and cannot be pickled or copied: give another process or thread the case's path and "
+                          "open it there with Case.open (one Case per thread)")

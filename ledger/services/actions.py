@@ -26,7 +26,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
-from ..ground.arguments import plain_public_arguments
+from ..ground.arguments import NotCopied, plain_public_arguments
 from ..ground import errors as E
 from .budget import BudgetManager, BudgetResult
 from ..ground.config import BudgetConfig
@@ -90,7 +90,7 @@ class ToolRun:
 
 
 @plain_public_arguments
-class Action:
+class Action(NotCopied):
     """An action bound to the block that runs it (:meth:`CaseBudget.action`).
 
     ``reservation`` is the reserve's result; :meth:`record` (or :meth:`record_evidence`) stores the

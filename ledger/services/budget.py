@@ -13,7 +13,7 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any, ItemsView, Iterable, Iterator, KeysView
 
-from ..ground.arguments import plain_public_arguments
+from ..ground.arguments import NotCopied, plain_public_arguments
 from ..ground import errors as E
 from ..ground.clock import parse_at
 from ..ground.config import BudgetConfig
@@ -26,7 +26,7 @@ from ..rules import feedback as feedback_rules
 from ..rules import gate as gate_rules
 from ..rules.common import check_action_name, check_hypothesis_id
 from ..rules.common import hypothesis_order, not_initialized
-from .session import Ran, SessionBase
+from .session import Ran, Session, SessionBase
 
 
 @refuses_unfit_calls_of
@@ -136,13 +136,16 @@ def _state(accounts: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 @plain_public_arguments
-class BudgetManager:
+class BudgetManager(NotCopied):
     """Budget operations on one case. ``config=None`` uses the policy frozen for the revision.
 
     With a ``config`` whose policy differs from the frozen one, identical replays
     and snapshots still work and every new operation fails with
     ``BUDGET_POLICY_CHANGED``. ``at`` (RFC 3339 UTC) sets the event time.
     """
+
+    def _bound_to_a_ledger(self) -> bool:
+        return isinstance(self._session, Session)
 
     def __init__(self, session: SessionBase, package_path: Path | None, config: BudgetConfig | None = None) -> None:
         if config is not None and not isinstance(config, BudgetConfig):

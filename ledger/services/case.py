@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from ..ground.arguments import caller_stacklevel, plain_public_arguments
+from ..ground.arguments import NotCopied, caller_stacklevel, plain_public_arguments
 from ..ground import errors as E
 from ..storage.sqlfiles import migration_record_problem, statement
 from ..ground.canonical import check_int
@@ -183,7 +183,7 @@ def _exported_here(root: Path) -> LedgerError:
 
 
 @plain_public_arguments
-class Case(CaseFacade):
+class Case(NotCopied, CaseFacade):
     """An open case package. Use :meth:`create` or :meth:`open`; close with :meth:`close`.
 
     ``actor`` is the asserted identity recorded in every event (default

@@ -22,7 +22,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol
 
-from ..ground.arguments import plain_public_arguments
+from ..ground.arguments import NotCopied, plain_public_arguments
 from ..ground.canonical import canonical_bytes, canonical_sha256
 from ..ground.arguments import check_flag
 from ..ground.errors import LedgerError, describe_value, refuses_unfit_calls_of
@@ -97,7 +97,7 @@ class FeedbackResult:
 
 
 @plain_public_arguments
-class EvidenceStore:
+class EvidenceStore(NotCopied):
     """Evidence operations on one case; ``router`` (used by :meth:`query` only) defaults to the
     reference :class:`Router` over the case package (its replies carry the case's generation and
     input identity). Storing always recomputes with the reference router, whatever ``router`` is:

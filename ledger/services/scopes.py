@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..ground.arguments import plain_public_arguments
+from ..ground.arguments import NotCopied, plain_public_arguments
 from ..ground.errors import refuses_unfit_calls_of
 from ..rules import scopes as rules
 from .session import Ran, Session
@@ -44,12 +44,15 @@ class ScopeResult:
 
 
 @plain_public_arguments
-class ScopeManager:
+class ScopeManager(NotCopied):
     """Limits on the scopes ``case``, ``revision:<n>`` and ``hypothesis:<n>/<Hk>`` of one case."""
 
     def __init__(self, session: Session, package_path: Path) -> None:
         self._session = session
         self.package_path = package_path
+
+    def _bound_to_a_ledger(self) -> bool:
+        return isinstance(self._session, Session)
 
     def establish(self, scope: str, limits: Mapping[str, int], issuer: str, delegate_limits: Mapping[str, int] | None = None,
                   warning_ratio: Any = 0.8, on_exhausted: str = "block_action", causation_seq: int | None = None,
