@@ -24,10 +24,8 @@ from ..ground import errors as E
 from ..ground.errors import LedgerError
 from ..ground.errors import integrity_error
 from ..ground.paths import check_name_encoding, os_error
-from ..storage.sqlite_file import LEDGER_FILE
+from ..storage.sqlite_file import ANALYSIS_DIR, LEDGER_FILE, MANIFEST_FILE
 
-MANIFEST_FILE = "manifest.json"
-ANALYSIS_DIR = "analysis"
 #: Temporary files of an interrupted export are the ledger's own too.
 EXPORT_TEMP_PREFIX = ".ledger-tmp-"
 

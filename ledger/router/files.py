@@ -18,12 +18,10 @@ from typing import Any, Callable
 
 from ..ground import errors as E
 from ..ground.errors import LedgerError
-from ..storage.sqlite_file import LEDGER_FILE
+from ..storage.sqlite_file import ANALYSIS_DIR, LEDGER_FILE, MANIFEST_FILE
 
 #: The largest file the router reads, in bytes.
 FILE_BYTES_MAX = 16 * 1024 * 1024
-#: The ledger's own names at the package root (besides ``ledger.sqlite*``): never read as inputs.
-MANIFEST_FILE, ANALYSIS_DIR = "manifest.json", "analysis"
 _NOFOLLOW, _CLOEXEC, _NOCTTY = (getattr(os, name, 0) for name in ("O_NOFOLLOW", "O_CLOEXEC", "O_NOCTTY"))
 
 

@@ -23,6 +23,8 @@ from ..ground.paths import file_kind
 from .sqlfiles import check_sqlite_version, migration_record_problem
 
 LEDGER_FILE = "ledger.sqlite"
+#: An export's manifest and its folder of canonical JSON, beside the ledger in the case package (docs/files.md).
+MANIFEST_FILE, ANALYSIS_DIR = "manifest.json", "analysis"
 LOCK_SUFFIX = "-lock"
 #: WAL size past which a writer runs a passive checkpoint after its commit; also the size a
 #: restarted log is truncated back to (``journal_size_limit``).
@@ -159,7 +161,7 @@ def no_case_yet(ledger: Path | str, **details: Any) -> LedgerError:
     """The ``LEDGER_MISSING`` error for a ledger file that is there but holds no case yet: its
     schema or its case row is not written (``ledger init`` still running, or interrupted); beside a
     ``manifest.json`` (an exported case), a ledger copied without the ``-wal`` that held its writes."""
-    if os.path.exists(os.path.join(os.path.dirname(os.fspath(ledger)), "manifest.json")):
+    if os.path.exists(os.path.join(os.path.dirname(os.fspath(ledger)), MANIFEST_FILE)):
         return LedgerError(E.LEDGER_MISSING, f"{ledger} holds no case, but the manifest.json beside it names an "
                            f"exported one: the ledger was copied without its {LEDGER_FILE}-wal (which held its "
                            "writes), or replaced; put that log back beside it, or 'ledger import' the export into "
