@@ -799,6 +799,39 @@ def _start(case: Path, *extra: str, env: dict[str, str] | None = None) -> tuple[
     return server, match.group(1)
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
+def test_a_case_written_by_other_processes_while_served_is_served_as_it_is_now(tmp_path):
+    """Each of the server's threads opens its own connection; opening one looked at the ledger's
+    header through a descriptor of its own, and closing that dropped the locks of the connections
+    already open: a writer's close then deleted the log the server was reading, whose pages then
+    showed an older count of events or 'database disk image is malformed'."""
+    from conftest import start_case
+
+    path = make_package(tmp_path / "case")
+    start_case(path).close()
+    server, url = _start(path)
+    try:
+        for state in ("BLOCKED", "INVESTIGATING_HYPOTHESES") * 2:
+            for _ in range(6):  # every thread of the server opens its connection
+                with urllib.request.urlopen(url + "BUG-1/events.json?_shape=array&_size=1", timeout=30):
+                    pass
+            assert run_cli("state", str(path), state).returncode == 0
+            events = read_only_query(path, "SELECT count(*) FROM events")[1][0][0]
+            for _ in range(6):
+                with urllib.request.urlopen(url + "BUG-1.json?sql=select+count(*)+from+events&_shape=arrayfirst",
+                                            timeout=30) as answer:
+                    assert json.loads(answer.read()) == [events], state
+                with urllib.request.urlopen(url + "BUG-1/case_status.json?_shape=array", timeout=30) as answer:
+                    assert json.loads(answer.read())[0]["state"] == state
+        server.send_signal(signal.SIGINT)
+        out, err = server.communicate(timeout=30)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.communicate()
+    assert server.returncode == 0 and err == "", err
+
+
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 @pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_a_served_case_answers_over_http_and_ctrl_c_or_sigterm_stops_it_cleanly(demo, stop):

@@ -1192,3 +1192,128 @@ def test_a_forked_child_that_just_exits_during_its_parents_batch_leaves_the_ledg
     assert ledger_rows(path, "SELECT COUNT(*) FROM reservations") == [(260,)]
     assert_single_unforked_chain(path)
     verify_case(path)
+
+
+# --- a second look at the ledger in the same process keeps the first connection's locks -------
+#: SQLite's shared-lock bytes on a database file (its unix VFS: PENDING_BYTE + 2, 510 bytes). A
+#: connection to a WAL ledger holds a read lock there for as long as it is open.
+SHARED_FIRST, SHARED_SIZE = 0x40000002, 510
+_PROBE = ("import fcntl, os, sys\nfd = os.open(sys.argv[1], os.O_RDWR)\n"
+          f"try:\n    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, {SHARED_SIZE}, {SHARED_FIRST})\n"
+          "except OSError:\n    sys.exit(3)\n")
+
+
+def another_process_sees_a_reader(ledger: Path) -> bool:
+    """Whether another process is refused an exclusive lock on the ledger's shared-lock bytes: what
+    a process closing its connection tries, to learn whether it is the last one (and, if so, to fold
+    and delete the -wal and -shm)."""
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-c", _PROBE, str(ledger)], timeout=60).returncode == 3
+
+
+def _read_only_query(case: Case) -> None:
+    from ledger import read_only_query
+    read_only_query(case.path, "SELECT count(*) FROM events")
+
+
+def _router_reads_a_hard_link_to_the_ledger(case: Case) -> None:
+    from ledger import Router
+    os.link(case.path / "ledger.sqlite", case.path / "sources" / "db")
+    with pytest.raises(LedgerError, match="hard link to one of the ledger's own files"):
+        Router(case.path).read_context({"path": "sources/db", "start_line": 1, "end_line": 1})
+    Router(case.path).find_text({"text": "a"})
+
+
+SECOND_LOOKS = {
+    "read_only_query": _read_only_query,
+    "verify_case": lambda case: verify_case(case.path),
+    "Case.open in another thread": lambda case: in_thread(lambda: Case.open(case.path).close()),
+    "the router reading a hard link to the ledger": _router_reads_a_hard_link_to_the_ledger,
+}
+
+
+@pytest.mark.parametrize("second_look", sorted(SECOND_LOOKS))
+def test_another_look_at_the_ledger_from_the_same_process_keeps_an_open_cases_lock(package, second_look):
+    """A POSIX lock belongs to the process: a descriptor of the ledger file the ledger closed itself
+    (the cut-short check reading the header, the router a hard link) dropped the shared lock of the
+    case already open, and another process then took itself for the last reader and deleted the log."""
+    from ledger.ground.descriptors import held_files
+
+    start_case(package).close()
+    ledger = package / "ledger.sqlite"
+    case = Case.open(package)
+    try:
+        case.actions()  # a read: the shared lock taken, the -wal empty (so the cut-short check reads the file)
+        assert another_process_sees_a_reader(ledger)
+        SECOND_LOOKS[second_look](case)
+        assert another_process_sees_a_reader(ledger)
+    finally:
+        case.close()
+    assert not another_process_sees_a_reader(ledger) and held_files() == 0  # all let go once closed
+
+
+_KEEPS_WRITING = """
+import os, sys
+from ledger import Case, read_only_query
+case = Case.open(sys.argv[1])
+case.actions()
+read_only_query(sys.argv[1], "SELECT count(*) FROM events")
+print("ready", flush=True)
+sys.stdin.readline()  # meanwhile another process opened and closed the case
+case.transition("BLOCKED")
+os._exit(0)  # killed before it closes: what it committed must be in the ledger all the same
+"""
+
+
+def test_a_commit_after_another_process_closed_the_case_survives_a_crash(package):
+    """With its lock dropped, the other process's close deleted the log this one then committed
+    to: the transition was lost when it stopped without closing (and another writer's commits
+    would have gone to a new log)."""
+    import subprocess
+    import sys
+
+    start_case(package).close()
+    writer = subprocess.Popen([sys.executable, "-c", _KEEPS_WRITING, str(package)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout.readline() == "ready\n"
+        subprocess.run([sys.executable, "-c", "import sys; from ledger import Case; c = Case.open(sys.argv[1]); "
+                        "c.actions(); c.close()", str(package)], check=True, timeout=60)
+        assert (package / "ledger.sqlite-wal").exists()  # still the writer's
+        writer.communicate("go\n", timeout=60)
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+            writer.communicate()
+    assert writer.returncode == 0
+    with Case.open(package) as case:
+        assert case.status()["state"] == "BLOCKED"
+    assert verify_case(package).events == 4  # created, revision opened, investigating, blocked
+
+
+def test_a_descriptor_of_a_held_file_stays_open_until_the_last_connection_lets_go(tmp_path):
+    from ledger.ground.descriptors import close_descriptor, file_over, hold_file
+
+    held, other = tmp_path / "held", tmp_path / "other"
+    held.write_bytes(b"ledger")
+    other.write_bytes(b"input")
+    first, second = hold_file(held), hold_file(held)
+    fd = os.open(held, os.O_RDONLY)
+    with file_over(os.open(held, os.O_RDONLY)) as read:
+        assert read.read() == b"ledger"
+        kept = read.fileno()
+    close_descriptor(fd)
+    assert os.fstat(fd).st_ino == os.fstat(kept).st_ino == held.stat().st_ino  # both kept open
+    first()
+    first()  # letting go twice counts once
+    assert os.fstat(fd).st_ino == held.stat().st_ino
+    second()
+    for closed in (fd, kept):
+        with pytest.raises(OSError):
+            os.fstat(closed)
+    unheld = os.open(other, os.O_RDONLY)
+    close_descriptor(unheld)  # a file no connection holds: closed at once
+    with pytest.raises(OSError):
+        os.fstat(unheld)

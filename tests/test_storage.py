@@ -790,7 +790,7 @@ def test_a_ledger_cut_short_is_integrity_error_for_readers_and_writers_and_nothi
 def test_a_ledger_short_for_an_instant_as_a_checkpoint_writes_it_is_never_called_cut_short(tmp_path, monkeypatch):
     """A checkpoint writes page 1 (and the size it records) before the pages past the old end: the
     file is short for an instant. Only a shortfall that stays through three looks is refused."""
-    import ledger.storage.sqlite_file as sqlite_file
+    import ledger.storage.side_files as side_files
 
     ledger, whole = _cut_short_case(tmp_path, 8192)
     pauses = []
@@ -802,8 +802,8 @@ def test_a_ledger_short_for_an_instant_as_a_checkpoint_writes_it_is_never_called
             if len(pauses) == 2:
                 ledger.write_bytes(whole)
 
-    monkeypatch.setattr(sqlite_file, "time", Checkpointing())
-    sqlite_file.check_not_cut_short(ledger)
+    monkeypatch.setattr(side_files, "time", Checkpointing())
+    side_files.check_not_cut_short(ledger)
     assert pauses == [0.05, 0.05]
     monkeypatch.undo()
     assert verify_case(ledger.parent).head_sha256
@@ -813,7 +813,7 @@ def test_the_size_a_ledger_header_records_is_trusted_only_where_sqlite_trusts_it
     """A header whose change counter and version-valid-for number differ records no size SQLite uses;
     a file longer than its header records, or a short one with writes in its ``-wal``, which SQLite
     reads first, is left to SQLite: never refused as cut short."""
-    from ledger.storage.sqlite_file import check_not_cut_short
+    from ledger.storage.side_files import check_not_cut_short
 
     ledger, whole = _cut_short_case(tmp_path, 8192)
     stale = bytearray(whole[:8192])

@@ -39,8 +39,8 @@ from .metadata import (CHART_FORMAT, CHART_QUERY, ServedCase, browse_config, bro
 from ..ground.errors import LedgerError, printable, quoted, shown
 from ..storage.sqlfiles import schema_version
 from ..storage.readonly import bound_values
-from ..storage.sqlite_file import (ClosingConnection, check_not_cut_short, file_identity, log_files_exist,
-                                   readable_uri, release_log, wal_bytes)
+from ..storage.sqlite_file import ClosingConnection, file_identity, readable_uri, release_log
+from ..storage.side_files import check_not_cut_short, log_files_exist, wal_bytes
 
 #: The most text and blob bytes one served query may return, all its rows together (Datasette's
 #: pages read at most 1,001 rows; the picture reads every row of its question). Room for a page of
@@ -197,6 +197,7 @@ def case_connection(path: str) -> sqlite3.Connection:
     state = _file_state(path)  # before the file is opened: a change after it is always seen
     uri, immutable = readable_uri(Path(path))
     conn = sqlite3.connect(uri, uri=True, check_same_thread=False, factory=_BoundedConnection)
+    conn.hold(path)  # Datasette's own connections keep their locks on the file too
     if immutable:
         conn.snapshot_of, conn.ledger_path = state, path
     return conn

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import BinaryIO
 
+from .descriptors import close_descriptor, file_over
 from .errors import INVALID_ARGUMENT, STORAGE_ERROR, LedgerError, quoted
 
 #: ``OSError`` numbers that mean the file system refused, not that the path was wrong.
@@ -152,9 +153,9 @@ def open_regular(path: Path) -> BinaryIO:
     try:  # looked at before it is wrapped: open() of a folder's descriptor raises, leaving it open
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(errno.EINVAL, "no regular file now (it changed since it was looked at)", str(path))
-        return open(fd, "rb")
+        return file_over(fd)  # closed through close_descriptor: a ledger's locks are kept
     except BaseException:
-        os.close(fd)
+        close_descriptor(fd)
         raise
 
 

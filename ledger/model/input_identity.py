@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Container
 
 from ..ground.canonical import canonical_sha256
+from ..ground.descriptors import close_descriptor
 from .package import ANALYSIS_DIR, LEDGER_FILE, MANIFEST_FILE, is_export_temp, walk_package
 
 
@@ -47,7 +48,7 @@ def _regular_file_digest(full: Path) -> str | None:
     except OSError:
         return UNREADABLE_FILE_DIGEST
     finally:
-        os.close(handle)
+        close_descriptor(handle)  # a hard link to the ledger: its locks kept
 
 
 def own_file_ids(package: Path) -> set[tuple[int, int]]:

@@ -37,7 +37,8 @@ from ..ground.paths import fs_path, os_error
 from ..ground.workers import interrupts_blocked, job_count, parent_gone, shutdown_pool, watch_parent, worker_context
 from ..storage.connection import Storage
 from ..storage.readonly import open_readonly
-from ..storage.sqlite_file import close_then_fold, log_files_exist, no_case_in, translate_sqlite_errors
+from ..storage.sqlite_file import close_then_fold, no_case_in, translate_sqlite_errors
+from ..storage.side_files import log_files_exist
 from .anchors import anchor_or_none
 from .fleet_folder import (ASIDE, DATA_FILE, FORMAT, META_DIR, TABLES, check_out, locked_file, meta_dir, refuse_link,
                            refuse_links_inside)

@@ -38,8 +38,9 @@ from .replay import PackageSource, Replayer
 from .verify_range import (ALL_AFTER, ALL_LAST, SECOND_HALF_FILE, SecondHalf, content_reader, copy_second_half,
     input_identity_of, merge, plan_split, range_agrees, save_views, replay_events)
 from ..storage.connection import Storage
-from ..storage.sqlite_file import (SQLITE_MAX_PATH_BYTES, file_identity, translate_sqlite_errors, log_files_exist, not_utf8,
-    no_case_yet, open_snapshot, close_then_fold)
+from ..storage.sqlite_file import (SQLITE_MAX_PATH_BYTES, file_identity, translate_sqlite_errors, not_utf8,
+                                   no_case_yet, open_snapshot, close_then_fold)
+from ..storage.side_files import log_files_exist
 
 Progress = Callable[[int], None]
 EVENT_COLUMNS = ("seq", "type", "revision", "stream", "stream_seq", "created_at", "sha256",

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..ground import errors as E
+from ..ground.descriptors import close_descriptor
 from ..ground.errors import LedgerError
 from ..storage.sqlite_file import ANALYSIS_DIR, LEDGER_FILE, MANIFEST_FILE
 
@@ -103,7 +104,7 @@ def hash_below(root: str | os.PathLike[str], relative: str,
     except OSError as exc:
         raise unreadable(relative, f"cannot be read: {exc.strerror}", exc.errno) from None
     finally:
-        os.close(handle)
+        close_descriptor(handle)  # a hard link to the ledger: its locks kept
 
 
 def read_below(root_fd: int, relative: str, own: dict[str, Any]) -> bytes:
@@ -122,7 +123,7 @@ def read_below(root_fd: int, relative: str, own: dict[str, Any]) -> bytes:
     except OSError as exc:
         raise unreadable(relative, f"cannot be read: {exc.strerror}", exc.errno) from None
     finally:
-        os.close(handle)
+        close_descriptor(handle)  # a hard link to the ledger: its locks kept
 
 
 def _read_capped(handle: int, relative: str) -> bytes:

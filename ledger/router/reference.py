@@ -54,7 +54,7 @@ from ..ground.errors import LedgerError, given, quoted, refuses_unfit_calls_of, 
 from ..ground.arguments import check_callback, check_instance
 from ..ground.paths import check_name_encoding, fs_path
 from .files import is_link, may_match_below, open_folder, read_below, unreadable
-from ..storage.sqlite_file import DATABASE_MAGIC
+from ..storage.side_files import DATABASE_MAGIC
 
 TOOLS = ("source.read_context", "source.find_text", "database.lookup")
 SPAN_LINES_MAX = 2000

@@ -40,8 +40,8 @@ from ..rules.common import check_action_id, check_case_id
 from ..storage.readonly import readonly_rows, reading_only
 from .session import Session, check_future_at
 from ..storage.connection import CheckpointWarning, Storage
-from ..storage.sqlite_file import (check_ledger_path, check_side_files, migrations_edited, no_case_yet, orphaned_logs,
-                                   translate_sqlite_errors)
+from ..storage.sqlite_file import check_ledger_path, migrations_edited, no_case_yet, translate_sqlite_errors
+from ..storage.side_files import check_side_files, orphaned_logs
 from ..model.views import SqlView
 
 DEFAULT_ACTOR = "controller"

@@ -30,9 +30,10 @@ from ..ground.canonical import ZERO_SHA256
 from ..ground.clock import utc_now
 from ..ground.errors import LedgerError
 from .writer_lock import WriterLock, fork_count
-from .sqlite_file import (LOCK_SUFFIX, WAL_RESTART_BYTES, EventRow, HelperRow, connect_path,
-                          connect_uri, immutable_snapshot, probe_file, wal_bytes, file_uri, readable_uri,
-                          SQLITE_ERRORS, sqlite_error, translate_sqlite_errors, writable_side_files)
+from .sqlite_file import (LOCK_SUFFIX, WAL_RESTART_BYTES, EventRow, HelperRow, connect_path, connect_uri,
+                          immutable_snapshot, probe_file, file_uri, readable_uri, SQLITE_ERRORS, sqlite_error,
+                          translate_sqlite_errors)
+from .side_files import wal_bytes, writable_side_files
 from ..ground.paths import os_error
 from .transaction import Batch, Write
 

@@ -21,8 +21,9 @@ from .sqlfiles import PUBLIC_VIEWS, schema_version, statement
 from ..ground.errors import LedgerError
 from .bounded_printf import bound_printf
 from .sqlite_file import (BUSY_CODES, DAMAGED_CODES, HIDDEN_FUNCTION_RE, SQLITE_ERRORS, SQLITE_INTERRUPT,
-                          SQLITE_READONLY, SQLITE_TOOBIG, STORAGE_CODES, close_then_fold, connect_uri, log_files_exist,
-                          log_path, no_case_in, primary_code, readable_uri, sqlite_error, translate_sqlite_errors)
+                          SQLITE_READONLY, SQLITE_TOOBIG, STORAGE_CODES, close_then_fold, connect_uri, no_case_in,
+                          primary_code, readable_uri, sqlite_error, translate_sqlite_errors)
+from .side_files import log_files_exist, log_path
 
 
 def _stop_at_deadline(conn: sqlite3.Connection, timeout_ms: int) -> float:
