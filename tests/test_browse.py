@@ -6,6 +6,7 @@ are read through Datasette's own test client; tests/test_browser.py loads them i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import csv
 import hashlib
 import io
@@ -21,6 +22,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Iterator
 from urllib.parse import quote
 
 import pytest
@@ -773,17 +775,24 @@ def _served_then_stopped(*args: str) -> str:
     ``stopped``, exit status 0); what it wrote on standard error."""
     server = subprocess.Popen([sys.executable, "-m", "ledger_cli", "serve", *args, "--port", "0"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
+    with _killed_at_the_end(server):
         assert server.stdout.readline().startswith("serving BUG-20 read-only at ")
         time.sleep(0.3)
         server.send_signal(signal.SIGINT)
         out, err = server.communicate(timeout=30)
+    assert server.returncode == 0 and out.strip() == "stopped"
+    return err
+
+
+@contextlib.contextmanager
+def _killed_at_the_end(server: subprocess.Popen) -> Iterator[None]:
+    """Kill ``server`` when the block is left with it still running (an assertion failed)."""
+    try:
+        yield
     finally:
         if server.poll() is None:
             server.kill()
             server.communicate()
-    assert server.returncode == 0 and out.strip() == "stopped"
-    return err
 
 
 def _start(case: Path, *extra: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
@@ -810,7 +819,7 @@ def test_a_case_written_by_other_processes_while_served_is_served_as_it_is_now(t
     path = make_package(tmp_path / "case")
     start_case(path).close()
     server, url = _start(path)
-    try:
+    with _killed_at_the_end(server):
         for state in ("BLOCKED", "INVESTIGATING_HYPOTHESES") * 2:
             for _ in range(6):  # every thread of the server opens its connection
                 with urllib.request.urlopen(url + "BUG-1/events.json?_shape=array&_size=1", timeout=30):
@@ -825,10 +834,6 @@ def test_a_case_written_by_other_processes_while_served_is_served_as_it_is_now(t
                     assert json.loads(answer.read())[0]["state"] == state
         server.send_signal(signal.SIGINT)
         out, err = server.communicate(timeout=30)
-    finally:
-        if server.poll() is None:
-            server.kill()
-            server.communicate()
     assert server.returncode == 0 and err == "", err
 
 
