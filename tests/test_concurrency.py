@@ -1226,8 +1226,20 @@ def _router_reads_a_hard_link_to_the_ledger(case: Case) -> None:
     Router(case.path).find_text({"text": "a"})
 
 
+def _refused(call) -> None:
+    with pytest.raises(LedgerError):
+        call()
+
+
+def _the_ledger_named_as_a_config_or_outcomes_file(case: Case) -> None:
+    from ledger import read_outcomes
+    _refused(lambda: BudgetConfig.load(case.path / "ledger.sqlite"))
+    _refused(lambda: read_outcomes(case.path / "ledger.sqlite"))
+
+
 SECOND_LOOKS = {
     "read_only_query": _read_only_query,
+    "the ledger named as a config or outcomes file": _the_ledger_named_as_a_config_or_outcomes_file,
     "verify_case": lambda case: verify_case(case.path),
     "Case.open in another thread": lambda case: in_thread(lambda: Case.open(case.path).close()),
     "the router reading a hard link to the ledger": _router_reads_a_hard_link_to_the_ledger,

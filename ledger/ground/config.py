@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 from .arguments import plain_data
 from .canonical import canonical_sha256
+from .descriptors import open_to_read
 from .errors import CONFIG_INVALID, INVALID_ARGUMENT, LedgerError, describe_value, refuses_unfit_calls_of, shortened
 from .resources import resource_dir
 from .paths import fs_path
@@ -78,7 +79,7 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     try:
         if path.exists() and not path.is_file():  # a fifo would block, a folder cannot be read
             raise LedgerError(CONFIG_INVALID, f"{path}: not a regular file", key="(file)")
-        with open(path, "rb") as handle:
+        with open_to_read(path) as handle:
             text = handle.read().decode("utf-8")
     except FileNotFoundError:
         raise LedgerError(CONFIG_INVALID, f"{path}: no such file", key="(file)") from None

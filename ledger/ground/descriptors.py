@@ -103,3 +103,10 @@ def file_over(fd: int) -> io.BufferedReader:
     """A buffered binary file reading ``fd``, closed (``with``, ``close()``) through
     :func:`close_descriptor`; it owns ``fd`` from here on."""
     return io.BufferedReader(_RawFile(fd, "rb", closefd=False))
+
+
+def open_to_read(path: str | os.PathLike[str]) -> io.BufferedReader:
+    """The file ``path`` opened to read in binary, as ``open(path, "rb")`` opens it (the same
+    ``OSError``), closed through :func:`close_descriptor`: a file named by the user may be the
+    ledger itself, or a hard link to it."""
+    return file_over(os.open(path, os.O_RDONLY | os.O_CLOEXEC))

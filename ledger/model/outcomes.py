@@ -5,11 +5,13 @@
 from __future__ import annotations
 
 import csv
+import io
 import os
 from typing import Mapping
 
 from ..ground import errors as E
 from ..ground.canonical import is_utf8_text
+from ..ground.descriptors import open_to_read
 from ..ground.errors import LedgerError, first_few, quoted, refuses_unfit_calls
 from ..ground.paths import fs_path
 from ..rules.common import is_blank
@@ -31,7 +33,7 @@ def read_outcomes(path: str | os.PathLike[str]) -> dict[str, str]:
     where = f"outcomes file {os.fspath(path)}"
     outcomes: dict[str, str] = {}
     try:
-        with open(path, newline="", encoding="utf-8-sig") as handle:
+        with io.TextIOWrapper(open_to_read(path), encoding="utf-8-sig", newline="") as handle:
             reader = csv.reader(handle)
             header = next(reader, [])
             if header.count("outcome") != 1 or header[0] == "outcome":

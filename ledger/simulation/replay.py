@@ -31,6 +31,7 @@ from typing import Any, Callable, Iterable, Iterator
 from ..ground import errors as E
 from ..services.budget import BudgetManager
 from ..ground.clock import parse_at, utc_now
+from ..ground.descriptors import open_to_read
 from ..ground.config import AnalysisConfig
 from ..ground.errors import LedgerError, refuses_unfit_calls_of
 from ..package_tools.journal import UNITS_KEY, call_operation, parse_line, read_lines, recorded_run_hint, without_bom
@@ -88,7 +89,7 @@ def journal_lines(path: Path) -> Iterator[Item]:
     ``path``, read one line at a time (:func:`ledger.package_tools.journal.read_lines`). ``INVALID_ARGUMENT``
     (naming the file) when it cannot be read."""
     try:
-        with open(path, "rb") as handle:
+        with open_to_read(path) as handle:
             for number, text in enumerate(read_lines(handle), start=1):
                 text = without_bom(text) if number == 1 else text
                 if not text.strip():
