@@ -425,6 +425,25 @@ def test_import_refuses_links_devices_and_non_empty_targets(exported, tmp_path):
     assert caught.value.code == INVALID_ARGUMENT
 
 
+@pytest.mark.parametrize("nested", ["inner/ledger.sqlite", "sources/old/ledger.sqlite-wal", "data/ledger.sqlite-lock"])
+def test_import_refuses_a_case_inside_the_package_as_init_does(exported, tmp_path, nested):
+    """A ledger's file below the package's top would make a case inside the new one, which 'verify
+    --all' and 'fleet export' never look at (init refuses to make one there): refused, nothing
+    written, in place or to a new folder."""
+    source = tmp_path / "src"
+    shutil.copytree(exported, source)
+    (source / "ledger.sqlite").unlink()
+    (source / nested).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(exported / "ledger.sqlite", source / nested)
+    for target in (tmp_path / "new", source):
+        with pytest.raises(LedgerError) as caught:
+            import_tree(source, target)
+        assert caught.value.code == INVALID_ARGUMENT
+        assert caught.value.message.startswith(f"import accepts no case inside the package: {nested} is another "
+                                               "ledger's file")
+    assert not (tmp_path / "new").exists() and not (source / "ledger.sqlite").exists()
+
+
 def test_import_refuses_an_edited_or_incomplete_export_and_writes_nothing(exported, tmp_path):
     source = tmp_path / "src"
     shutil.copytree(exported, source)

@@ -30,7 +30,7 @@ from ..ground.errors import LedgerError
 from ..ground.errors import integrity_error as _bad, refuses_unfit_calls
 from .export import export_case
 from .manifest import check_manifest, read_manifest
-from ..model.package import (ANALYSIS_DIR, EVENT_FILE_RE, EVIDENCE_EVENT_FILE_RE, LEDGER_FILE,
+from ..model.package import (ANALYSIS_DIR, EVENT_FILE_RE, EVIDENCE_EVENT_FILE_RE, LEDGER_FILE, LEDGER_SIDE_FILES,
                              check_export_tree, content_path, event_path, folder_in_place, is_ledger_own,
                              printable_name, refuse_build_folder_name, refuse_output_in_package, refuse_own_links,
                              walk_package)
@@ -55,6 +55,11 @@ def _walk_regular(root: Path) -> Iterator[tuple[str, Path]]:
                               path=printable_name(relative))
         if stat.S_ISDIR(info.st_mode):
             continue
+        if "/" in relative and PurePosixPath(relative).name in (LEDGER_FILE, *LEDGER_SIDE_FILES):
+            raise LedgerError(E.INVALID_ARGUMENT, f"import accepts no case inside the package: "
+                              f"{printable_name(relative)} is another ledger's file, which would put a case inside "
+                              "the new one, where 'ledger verify --all' and 'ledger fleet export' never look; move "
+                              "its folder out of the package, then run this again", path=printable_name(relative))
         if not stat.S_ISREG(info.st_mode):
             raise LedgerError(E.INVALID_ARGUMENT, f"import accepts only regular files: {printable_name(relative)} is "
                               f"{file_kind(info.st_mode)}; move it out of the folder, then run this again",
