@@ -57,9 +57,11 @@ def choice_lines(choice: dict[str, Any], good: str) -> list[str]:
              + (f", {label} runs stopped {ins['constraint_stopped_pct']:g} %" if other else "")]
     held = choice.get("held_out")
     if held:
-        saved = held["units_saved_pct"]
-        lines.append(f"  held out ({held['folds']} folds, seed {held['seed']}): units saved {saved['mean']:g} % "
-                     f"(min {saved['min']:g}, max {saved['max']:g}), "
+        saved, spent_none = held["units_saved_pct"], held.get("folds_without_units_spent", 0)
+        lines.append(f"  held out ({held['folds']} folds, seed {held['seed']}): "
+                     + (f"units saved {saved['mean']:g} % (min {saved['min']:g}, max {saved['max']:g}"
+                        + (f"; {spent_none} fold(s) that spent nothing under no-stop left out" if spent_none else "")
+                        + "), " if saved["mean"] is not None else "no fold spent units under no-stop, ")
                      + _spread_text(good, held["good_stopped_pct"], held["folds_without_good_runs"])
                      + (", " + _spread_text(label, held["constraint_stopped_pct"], None) if other else "")
                      + _no_choice_text(held["chosen"]))
@@ -67,7 +69,8 @@ def choice_lines(choice: dict[str, Any], good: str) -> list[str]:
     if boot:
         saved, stopped = boot["units_saved_pct"], boot["good_stopped_pct"]
         without = boot["samples_without_good_runs"]
-        lines.append(f"  bootstrap 95 % ({boot['samples']} samples): units saved {saved[0]:g} to {saved[1]:g} %, "
+        lines.append(f"  bootstrap 95 % ({boot['samples']} samples): "
+                     + (f"units saved {saved[0]:g} to {saved[1]:g} %, " if saved else "no sample spent units, ")
                      + (f"{good} runs stopped {stopped[0]:g} to {stopped[1]:g} %" if stopped else f"no {good} run")
                      + (f" ({without} samples without a {good} run left out)" if without and stopped else ""))
     return lines

@@ -190,6 +190,26 @@ def test_held_out_shares_leave_out_the_folds_without_such_runs(tmp_path):
     assert boot["samples_without_good_runs"] > 0 and len(boot["good_stopped_pct"]) == 2
 
 
+def test_a_held_out_fold_or_resample_that_spent_nothing_is_left_out_of_the_units_saved(tmp_path):
+    """0 units saved of 0 spent is no share: such a fold counted as 0 %, lowering the mean (and a
+    resample so, the interval); now left out and counted, as folds without a good run are."""
+    table = dict(line.split(",") for line in OUTCOMES.read_text().splitlines()[1:])
+    spenders = [run for run, outcome in table.items() if outcome == "resolved"][:2]
+    for run in spenders:
+        (tmp_path / f"{run}.jsonl").write_bytes((DATA / f"{run}.jsonl").read_bytes())
+    for idle in ("idle-1", "idle-2"):  # journals that spend nothing
+        (tmp_path / f"{idle}.jsonl").write_bytes(b"")
+    outcomes = {run: "resolved" for run in [*spenders, "idle-1", "idle-2"]}
+    spent = min(r.units_spent for r in simulate([tmp_path], [example_policy()], outcomes).runs if r.run in spenders)
+    policies = [example_policy(), *vary(example_policy(), [("units_per_hypothesis", [spent // 2])])]
+    report = frontier([tmp_path], policies, outcomes, constraint="resolved=100%", folds=4, seed=0, samples=200)
+    held, boot = report.choice["held_out"], report.choice["bootstrap"]
+    assert held["chosen"].count(None) == 0
+    assert held["folds_without_units_spent"] == 2  # one fold per run: only the spenders' folds spent
+    assert held["units_saved_pct"]["min"] > 0
+    assert 0 < boot["samples_without_units_spent"] < 200 and boot["units_saved_pct"][0] > 0
+
+
 @pytest.mark.parametrize("samples, bounds", [(200, [5, 194]), (100, [2, 97]), (39, [0, 38]), (1000, [25, 974])])
 def test_the_bootstrap_interval_drops_a_fortieth_of_the_sorted_shares_at_each_end(monkeypatch, samples, bounds):
     """docs/simulate.md, "Bootstrap": with N = 200 the 6th and the 195th of the sorted shares."""
@@ -218,6 +238,12 @@ def test_the_held_out_line_says_how_many_folds_chose_nothing():
         "2 fold(s) chose nothing (scored as no-stop)")
     held["chosen"] = ["p", "p", "p"]
     assert choice_lines(choice, "resolved")[2].endswith("resolved runs stopped 0 % (min 0, max 0)")
+    held["folds_without_units_spent"] = 1  # a fold whose runs spent nothing is left out, and said so
+    assert choice_lines(choice, "resolved")[2].startswith("  held out (3 folds, seed 0): units saved 0 % (min 0, max 0; "
+                                                          "1 fold(s) that spent nothing under no-stop left out), ")
+    held["units_saved_pct"] = {"mean": None, "min": None, "max": None}
+    assert choice_lines(choice, "resolved")[2].startswith("  held out (3 folds, seed 0): no fold spent units under "
+                                                          "no-stop, resolved runs stopped")
 
 
 def test_the_choice_lines_give_the_constraints_own_label_and_the_folds_left_out(tmp_path):

@@ -227,12 +227,13 @@ def nearest(table: _Table, ids: Sequence[str], constraint: Constraint) -> str | 
     return min(saving)[2][1] if saving else None
 
 
-def _shares(table: _Table, name: str, ids: Sequence[str], good: str) -> tuple[float, float | None]:
-    """``(units saved %, good runs stopped %)`` of policy ``name`` over ``ids``; the second is None
-    when ``ids`` hold no good run (no share to give, rather than a 0 % that would lower a mean)."""
+def _shares(table: _Table, name: str, ids: Sequence[str], good: str) -> tuple[float | None, float | None]:
+    """``(units saved %, good runs stopped %)`` of policy ``name`` over ``ids``; the first is None
+    when ``ids`` spent nothing under ``no-stop``, the second when they hold no good run (no share
+    to give, rather than a 0 % that would lower a mean)."""
     units, _, _ = table.totals(name, ids, good)
     baseline, _, _ = table.totals(NO_STOP, ids, good)
-    return (100 * (baseline - units) / baseline if baseline else 0.0, _stopped_pct(table, name, ids, good))
+    return (100 * (baseline - units) / baseline if baseline else None, _stopped_pct(table, name, ids, good))
 
 
 def stopped_pct_shown(stopped: int, runs: int) -> float:
@@ -286,7 +287,8 @@ def held_out(table: _Table, constraint: Constraint, good: str, folds: int, seed:
     """The choice made on all folds but one and scored on that one, for each of ``folds`` folds
     (runs shuffled with ``seed``); a fold whose training runs allow no choice scores as ``no-stop``.
     A fold with no good run (or no run of the constraint's label) gives no share of them stopped
-    and is left out of that spread; ``folds_without_good_runs`` counts them."""
+    and is left out of that spread; ``folds_without_good_runs`` counts them. So is a fold whose
+    runs spent nothing under ``no-stop`` from the units saved (``folds_without_units_spent``)."""
     parts = fold_parts(table.run_ids, folds, seed)
     saved, stopped, limited, chosen = [], [], [], []
     for k, part in enumerate(parts):
@@ -301,14 +303,15 @@ def held_out(table: _Table, constraint: Constraint, good: str, folds: int, seed:
         limited.append(_stopped_pct(table_k, scored, part, constraint.label))
     return {"folds": folds, "seed": seed, "chosen": chosen, "units_saved_pct": _spread(saved),
             "good_stopped_pct": _spread(stopped), "folds_without_good_runs": stopped.count(None),
-            "constraint_stopped_pct": _spread(limited)}
+            "constraint_stopped_pct": _spread(limited), "folds_without_units_spent": saved.count(None)}
 
 
 def bootstrap(table: _Table, name: str, good: str, samples: int, seed: int) -> dict[str, Any]:
     """95 % intervals (2.5th and 97.5th percentiles of ``samples`` resamplings of the runs, with
     replacement, seeded) of the units saved % and good runs stopped % of policy ``name``; a
     resample with no good run gives no share of them and is left out of that interval
-    (``samples_without_good_runs`` counts them)."""
+    (``samples_without_good_runs`` counts them); one whose runs spent nothing under ``no-stop``
+    is left out of the units saved (``samples_without_units_spent``)."""
     rng = random.Random(seed)
     ids = table.run_ids
     saved, stopped = [], []
@@ -327,7 +330,8 @@ def bootstrap(table: _Table, name: str, good: str, samples: int, seed: int) -> d
         return [round(known[low], 2), round(known[high], 2)]
 
     return {"samples": samples, "seed": seed, "units_saved_pct": interval(saved),
-            "good_stopped_pct": interval(stopped), "samples_without_good_runs": stopped.count(None)}
+            "good_stopped_pct": interval(stopped), "samples_without_good_runs": stopped.count(None),
+            "samples_without_units_spent": saved.count(None)}
 
 
 def _check_labels(outcomes: set[str], good: str, constraint: Constraint | None,
@@ -366,7 +370,7 @@ def _choice(table: _Table, rows: Mapping[str, dict[str, Any]], constraint: Const
         return out
     in_sample = _shares(table, name, table.run_ids, good)  # every label is one some run has
     out.update(figures=rows[name], in_sample={
-        "units_saved_pct": round(in_sample[0], 2),
+        "units_saved_pct": round(in_sample[0] or 0.0, 2),  # a chosen policy saves units: never None
         "good_stopped_pct": stopped_pct_shown(*table.totals(name, table.run_ids, good)[1:]),
         "constraint_stopped_pct": stopped_pct_shown(*table.totals(name, table.run_ids, constraint.label)[1:])})
     out["held_out"] = held_out(table, constraint, good, folds, seed) if folds else None
