@@ -98,6 +98,13 @@ def _report_mismatches(report: SimulationReport) -> None:
 #: whole outcomes file would otherwise print every other run id).
 
 
+def _outcome_label(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """``--good LABEL``: a usage error when blank (no outcome is)."""
+    if not value.strip():
+        raise click.BadParameter(f"give an outcome label, such as resolved; got {value!r}")
+    return value
+
+
 @click.command("simulate")
 @click.argument("journals", nargs=-1, required=True, type=input_path(), metavar="JOURNAL_OR_FOLDER...")
 @click.option("--policy", "policy_specs", multiple=True, metavar="[NAME=]FILE.toml",
@@ -117,7 +124,7 @@ def _report_mismatches(report: SimulationReport) -> None:
 @click.option("--frontier", "with_frontier", is_flag=True,
               help="Also evaluate the baselines no-stop and cap-p75, add runs_stopped and units_saved, and print "
                    "the policies no other beats in both units spent and good runs stopped.")
-@click.option("--good", default="resolved", show_default=True, metavar="LABEL",
+@click.option("--good", default="resolved", show_default=True, metavar="LABEL", callback=_outcome_label,
               help="With --frontier: the outcome of the runs a policy should not stop.")
 @click.option("--max-stopped", metavar="LABEL=PCT",
               help="With --frontier: choose the policy spending the fewest units among those stopping at most "

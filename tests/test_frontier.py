@@ -600,6 +600,8 @@ def test_the_json_has_policies_frontier_and_choice_with_the_new_figures_per_outc
     (["--frontier", "--bootstrap", "100"], "--bootstrap needs --max-stopped"),  # it was ignored, exit 0
     (["--frontier", "--folds", "3"], "--folds needs --max-stopped"),
     (["--frontier", "--seed", "-7"], "--seed"),  # Python's random takes -7 as 7
+    (["--frontier", "--good", ""], "Invalid value for '--good': give an outcome label"),  # was exit 1
+    (["--frontier", "--good", " "], "Invalid value for '--good': give an outcome label"),
 ])
 def test_frontier_options_are_usage_errors_without_what_they_need(args, message):
     done = CliRunner().invoke(main, ["simulate", str(DATA / "astropy__astropy-13033.jsonl"), *args])

@@ -606,7 +606,7 @@ def test_an_outcome_label_the_operation_refuses_is_refused_before_anything_is_wr
     ("run,outcome\na," + "x" * 65 + "\n", "line 2: run 'a': the outcome is longer than 64 characters"),
     ("run,outcome\n,resolved\n", "line 2: the run id (first column) is empty"),
     ("run,outcome\na,\n", "line 2: run 'a' has an empty outcome"),
-    ('run,outcome\na,"res\nolved"\n', "line 3: run 'a': the outcome 'res\\nolved' holds U+000A, a control or format"),
+    ('run,outcome\na,"res\nolved"\n', "line 2: run 'a': the outcome 'res\\nolved' holds U+000A, a control or format"),
     ("run,outcome\na,resolved\u200b\n", "line 2: run 'a': the outcome 'resolved\\u200b' holds U+200B, a control"),
 ])
 def test_simulate_and_runs_import_read_an_outcomes_file_one_way(tmp_path, text, message):
@@ -1040,10 +1040,13 @@ def test_swe_agents_file_viewer_reads_and_its_line_numbers_are_no_paths(command,
     ("cat $(ls)", ("test.automated", None)), ("grep -n x `find . -name a.py`", ("test.automated", None)),
     ("cat -- -f", ("source.read_context", "-f")), ("grep -- -x a.py", ("source.find_text", "a.py")),
     ("cat $FILE", ("source.read_context", None)), ("cat ${DIR}/a.py b.py", ("source.read_context", "b.py")),
+    ("ls -d */", ("source.find_text", None)), ("ls lib/tests/test_contour*", ("source.find_text", None)),
+    ("cat a.py test_?.py", ("source.read_context", "a.py")), ("grep -n x '[ab].py' c.py", ("source.find_text", "c.py")),
 ])
-def test_a_word_that_runs_a_command_or_holds_a_variable_names_no_target(command, expected):
+def test_a_word_that_runs_a_command_or_holds_a_variable_or_a_glob_names_no_target(command, expected):
     """A command substitution runs a program the rules do not see (the step is the default action, as a
-    subshell is); a variable's path is not known here; after ``--`` a word starting with - is a path."""
+    subshell is); a variable's path is not known here, nor the files a glob matches (``ls -d */`` gave
+    the target ``*``); after ``--`` a word starting with - is a path."""
     from ledger.runs.actions import classify
 
     assert classify(command) == expected

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ledger import AnalysisConfig, Case, LedgerError, MemoryCase, apply_journal, example_policy, simulate, vary
+from ledger import AnalysisConfig, Case, LedgerError, MemoryCase, apply_journal, example_policy, frontier, simulate, vary
 from ledger.simulation.simulator import parse_vary
 from ledger.simulation.replay import parse_journal, replay_run
 from ledger.simulation.simulator import Policy, policy_from_mapping
@@ -400,7 +400,23 @@ def test_cli_reports_outcomes_without_journal_and_journals_without_outcome(tmp_p
     assert "1 run(s) in --outcomes have no journal: ghost-run" in done.stderr
     assert "1 journal(s) have no outcome (counted as '(no outcome)'): astropy__astropy-13033" in done.stderr
     by_outcome = json.loads(done.stdout)["policies"][0]["by_outcome"]
-    assert {k: v["runs"] for k, v in by_outcome.items()} == {"failed": 0, "resolved": 1, "(no outcome)": 1}
+    # failed is only the outcome of a run without a journal: none of the runs counted has it
+    assert {k: v["runs"] for k, v in by_outcome.items()} == {"resolved": 1, "(no outcome)": 1}
+
+
+def test_the_reports_outcomes_are_those_of_the_runs_it_counts(tmp_path):
+    """A label only a run without a journal, or one whose journal has a malformed line, has: no
+    by_outcome group (a column of 0/0 runs before), as --good refuses it."""
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "good.jsonl").write_bytes((DATA / "django__django-11206.jsonl").read_bytes())
+    (tmp_path / "runs" / "bad.jsonl").write_text("{not json\n")
+    outcomes = {"good": "resolved", "bad": "failed", "ghost": "partial"}
+    report = simulate([tmp_path / "runs"], outcomes=outcomes, jobs=1)
+    assert [run.run for run in report.runs if run.error] == ["bad"]
+    assert [list(policy["by_outcome"]) for policy in report.policies] == [["resolved"]]
+    with pytest.raises(LedgerError) as refused:
+        frontier([tmp_path / "runs"], [example_policy()], outcomes, good="failed")
+    assert refused.value.code == "INVALID_ARGUMENT" and "no run has the outcome 'failed'" in refused.value.message
 
 
 def test_a_run_with_an_error_keeps_the_outcome_its_journal_records(tmp_path):
@@ -824,6 +840,8 @@ def test_an_output_file_that_is_a_pipe_is_written_through(tmp_path):
     ("run,outcome\na,(all)\n", "line 2: run 'a': the outcome '(all)' is a name the report uses itself"),
     ("run,outcome\na,(no outcome)\n", "the outcome '(no outcome)' is a name the report uses itself"),
     ("run,outcome\na,resolved\na,failed\n", "line 3: run 'a' is listed twice"),
+    # a record spanning lines is named by the line it starts on (it was the one it ends on)
+    ('run,outcome\n\nb,resolved\n"a\n",x\n', "line 4: the run id 'a\\n' has spaces around it"),
 ])
 def test_an_outcome_row_without_a_usable_outcome_is_refused_naming_file_and_line(tmp_path, rows, message):
     outcomes = tmp_path / "o.csv"

@@ -40,10 +40,12 @@ def read_outcomes(path: str | os.PathLike[str]) -> dict[str, str]:
                 raise LedgerError(E.INVALID_ARGUMENT, f"{where}: needs a header row with one 'outcome' column, "
                                   f"after the first (the run ids); got {first_few([quoted(h, 40) for h in header], 8) or 'none'}")
             column = header.index("outcome")
+            ended = reader.line_num  # a record may span lines (a quoted newline): named by its first
             for row in reader:
+                started, ended = ended + 1, reader.line_num
                 if not row:
                     continue
-                line = f"{where}: line {reader.line_num}"
+                line = f"{where}: line {started}"
                 if len(row) != len(header):
                     raise LedgerError(E.INVALID_ARGUMENT, f"{line} has {len(row)} field(s), the header {len(header)}")
                 if row[0] in outcomes:

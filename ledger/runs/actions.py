@@ -13,7 +13,8 @@ The target is the one file or folder the command reads or searches: the path
 arguments of its reading and searching programs (for ``grep`` and ``sed`` the
 first plain argument is the pattern or script, not a path; ``.`` is no target).
 When the command names exactly one distinct path, that is the target. A word after ``--`` is a path
-even when it starts with ``-``; a word holding a variable (``$FILE``) names no known path; a word that
+even when it starts with ``-``; a word holding a variable (``$FILE``) or a glob (``*.py``, ``test_?``,
+``[ab]``) names no known path; a word that
 runs a command of its own (`` `ls` ``, ``$(ls)``) makes the step the ``default`` action, as a subshell does,
 and so does a command that writes a file or runs another program (:func:`_writes`, ``xargs PROGRAM``).
 """
@@ -189,7 +190,12 @@ def _paths(program: str, args: list[str]) -> list[str]:
         return []
     if program in _PATH_FIRST:  # its one path, wherever it stands among the line numbers
         plain = [arg for arg in plain if not arg.isdigit()][:1]
-    return [p.rstrip("/") or "/" for p in plain if p not in (".", "./") and "$" not in p]  # $NAME: not known here
+    # $NAME: not known here; a glob (*, ?, [) names the files it matches, which the command's text does not show
+    return [p.rstrip("/") or "/" for p in plain if p not in (".", "./") and not _UNKNOWN_PATH.search(p)]
+
+
+#: What makes a word name no one known path: a variable, or a glob's pattern characters.
+_UNKNOWN_PATH = re.compile(r"[$*?\[]")
 
 
 def _with_subcommand(words: list[str], known: set[str]) -> list[str]:

@@ -298,7 +298,8 @@ class SimulationReport:
 
     * ``policies`` — one dict per policy, in the order given: ``name``,
       ``policy_sha256``, the :data:`FIGURES` and ``by_outcome`` (outcome → the
-      figures; empty without outcomes); runs with an ``error`` count nowhere;
+      figures of the runs counted, by their outcomes; empty without outcomes); runs with an
+      ``error`` count nowhere, nor do outcomes only runs without a journal have;
     * ``runs`` — every :class:`RunResult` (journal-major, then policy order);
     * ``errors`` — the runs whose journal has a malformed line (one per journal);
     * ``outcomes_without_journal`` / ``runs_without_outcome`` — run ids in the
@@ -375,9 +376,9 @@ def summarize(policies: Sequence[Policy], runs: Sequence[RunResult], outcomes: M
     """The per-policy figures of ``runs`` (see :class:`SimulationReport`)."""
     table = {p.name: {"name": p.name, "policy_sha256": p.policy_sha256, **_empty(), "by_outcome": {}}
              for p in policies}
-    if outcomes is not None:
+    if outcomes is not None:  # the outcomes of the runs counted, in order (not those of runs without a journal)
         for row in table.values():
-            for outcome in sorted(set(outcomes.values())):
+            for outcome in sorted({run.outcome or NO_OUTCOME for run in runs if run.error is None}):
                 row["by_outcome"][outcome] = _empty()
     for run in runs:
         if run.error is not None:
