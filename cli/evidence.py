@@ -12,6 +12,7 @@ import click
 
 from ledger import AnalysisConfig, BudgetResult, EvidenceResult, FeedbackResult, LedgerError
 from ledger.ground.canonical import parse_json
+from ledger.ground.descriptors import open_to_read
 from ledger.ground.errors import limit_reached
 
 from ._common import AT, CASE, JSON, RegularFile, Settings, UsageGroup, pass_settings, read_bounded
@@ -161,7 +162,7 @@ def _attachments(paths: tuple[Path, ...], limit: int) -> dict[str, Any]:
 
 def _attachment(path: Path, limit: int) -> Any:
     try:
-        with open(path, "rb") as handle:
+        with open_to_read(path) as handle:  # the ledger itself, attached, keeps its locks
             data = read_bounded(handle, limit, "evidence_artifact_bytes_max", f"attachment {path}")
     except OSError as exc:
         raise LedgerError("INVALID_ARGUMENT", f"cannot read attachment {path}: {exc.strerror}") from None
