@@ -20,7 +20,9 @@ import os
 import threading
 from typing import Callable
 
-_GUARD = threading.Lock()
+#: Reentrant: a connection freed by the garbage collector lets go of its file (a finalizer) wherever
+#: the collector runs, possibly inside a block holding the guard in the same thread.
+_GUARD = threading.RLock()
 #: (device, inode) of each file a connection of this process holds, with how many connections.
 _HELD: dict[tuple[int, int], int] = {}
 #: Descriptors :func:`close_descriptor` was given for a held file, closed when it is let go.
