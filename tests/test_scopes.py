@@ -90,6 +90,28 @@ def test_a_task_allowed_50_actions_inside_a_case_with_3_left_gets_exactly_3(pack
     assert verify_case(package).events == len(_types(Case.open(package)))
 
 
+def test_limits_as_tight_name_the_innermost_scope_then_the_first_dimension(package):
+    """docs/scopes.md: with the same remaining, the innermost scope wins, then the dimension order
+    units, actions, duration_ms, cost_usd_millicents (for a refusal, the account it ends, and
+    advice's limited_by)."""
+    case = _ready(package)
+    budget, scopes = case.budget(), case.scopes()
+    scopes.establish("case", {"actions": 3}, "controller")
+    first = scopes.establish("revision:1", {"actions": 3}, "controller").seq
+    assert budget.advice("H1")["limited_by"]["actions"] == "revision:1"  # as tight as the case: the inner one
+    budget.reserve("H1", "a1", "source.read_context")
+    budget.fail("H1", "a1", "done")
+    spent = {r["hypothesis_id"]: r["spent_units"] for r in case.balances()}["H1"]
+    scopes.establish("revision:1", {"actions": 1, "units": spent}, "controller", on_exhausted="task_failed",
+                     causation_seq=first)
+    refused = _refused(budget.reserve, "H1", "a2", "source.read_context")  # 0 left of both
+    assert refused.code == LIMIT_EXCEEDED
+    assert (refused.details["scope"], refused.details["dimension"]) == ("revision:1", "units")
+    rows = {r["hypothesis_id"]: (r["status"], r["terminal_reason"]) for r in case.balances()}
+    assert rows["H1"][1] == "limit:revision:1:units"
+    case.close()
+
+
 def test_spend_landing_exactly_on_a_units_limit_is_allowed_and_the_next_unit_is_not(package, example_policy):
     case = _ready(package, config=example_policy)
     budget = case.budget()
