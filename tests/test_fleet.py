@@ -1457,22 +1457,45 @@ def test_two_first_exports_into_one_new_folder_both_take_it_as_a_fleet_export(tm
     assert caught.value.message.startswith(f"{tmp_path / 'a-file'} is not a fleet export")
 
 
-@pytest.mark.parametrize("damage", ['["x"]', '"text"', "null", '{"head_seq": "abc"}', "not json", ""])
+@pytest.mark.parametrize("damage", ['["x"]', '"text"', "null", '{"head_seq": "abc"}', "not json", "", "\xff"])
 @pytest.mark.sampled(every=4)
-def test_a_damaged_record_of_a_case_has_the_case_exported_again(tmp_path, damage):
+def test_a_damaged_record_of_a_case_is_refused_until_the_case_is_taken_out(tmp_path, damage):
     """A case's record in OUT/_fleet/cases that is not the object the export writes (other JSON, a
-    field of another type) is no record: the case is exported again and the record rewritten (it
-    ended every export of the case with a traceback)."""
+    field of another type, not UTF-8) anchors nothing: the case was exported again without a word,
+    taking a ledger rolled back to an older copy (or another package of its id). It fails the case
+    (INTEGRITY_ERROR naming the record and the way out), nothing written, until 'fleet remove'."""
     Case.create(tmp_path / "c", "REC-1").close()
     out = tmp_path / "out"
     export_fleet([tmp_path / "c"], out)
     record = out / "_fleet" / "cases" / "case_id=REC-1.json"
     written = json.loads(record.read_text())
-    record.write_text(damage)
+    record.write_bytes(damage.encode("latin-1"))
+    before = _files(out)
     done = CliRunner().invoke(main, ["fleet", "export", str(tmp_path / "c"), "--to", str(out), "--json"])
-    assert done.exit_code == 0, done.output
-    assert (json.loads(done.stdout)["exported"], json.loads(record.read_text())) == (1, written)
-    assert export_fleet([tmp_path / "c"], out).unchanged == 1
+    assert done.exit_code == 1, done.output
+    failed = json.loads(done.stdout)["failed"][0]
+    assert failed["error"]["code"] == "INTEGRITY_ERROR"
+    assert failed["error"]["message"].startswith(f"the fleet's record of case REC-1, {record}, is damaged (")
+    assert failed["error"]["message"].endswith(f"take the case out ('ledger fleet remove {out} REC-1'), then "
+                                               "export it again")
+    assert _files(out) == before and record.read_bytes() == damage.encode("latin-1")
+    remove_from_fleet(out, ["REC-1"])
+    assert export_fleet([tmp_path / "c"], out).exported == 1 and json.loads(record.read_text()) == written
+
+
+def test_a_case_rolled_back_with_its_record_damaged_is_still_refused(tmp_path):
+    """The record is what a rolled-back ledger is checked against: damaged, it is no longer passed by."""
+    start_case(tmp_path / "c", case_id="ROLL-1").close()
+    shutil.copytree(tmp_path / "c", tmp_path / "older")
+    with Case.open(tmp_path / "c") as case:
+        case.transition("BLOCKED")
+    out = tmp_path / "out"
+    assert export_fleet([tmp_path / "c"], out).exported == 1
+    shutil.rmtree(tmp_path / "c")
+    shutil.copytree(tmp_path / "older", tmp_path / "c")  # rolled back to the copy before the transition
+    (out / "_fleet" / "cases" / "case_id=ROLL-1.json").write_text("")
+    report = export_fleet([tmp_path / "c"], out)
+    assert (report.exported, [case["error"]["code"] for case in report.failed]) == (0, ["INTEGRITY_ERROR"])
 
 
 def _files(folder: Path) -> dict[str, tuple[int, int]]:

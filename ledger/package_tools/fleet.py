@@ -18,6 +18,7 @@ import importlib
 import importlib.util
 import json
 import os
+import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -240,15 +241,30 @@ RECORD_FIELDS = {"format": str, "case_id": str, "package_id": str, "head_seq": i
 
 
 def _recorded(record: Path) -> dict[str, Any] | None:
-    """The case's record, or None when there is none or it is unreadable or not one (a damaged
-    record: the case is exported again, which rewrites it)."""
+    """The case's record, or None when there is none. A record that is no record (emptied, edited,
+    not JSON) is ``INTEGRITY_ERROR``: it anchors the case's exported history, and exporting again
+    without it would take a ledger rolled back to an older copy, or another package of the same case
+    id, without a word. ``STORAGE_ERROR`` when it cannot be read."""
     try:
-        data = json.loads(record.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = json.loads(record.read_bytes().decode("utf-8"))
+    except (FileNotFoundError, NotADirectoryError):
         return None
+    except OSError as exc:
+        raise os_error(exc, f"cannot read the fleet's record {record}", E.STORAGE_ERROR) from None
+    except ValueError as exc:  # not UTF-8, not JSON (an empty file too)
+        raise _damaged_record(record, f"not the JSON an export writes: {exc}") from None
     if not isinstance(data, dict) or any(type(data.get(key)) is not kind for key, kind in RECORD_FIELDS.items()):
-        return None
+        raise _damaged_record(record, f"not a record an export writes (it needs {', '.join(RECORD_FIELDS)})")
     return data
+
+
+def _damaged_record(record: Path, why: str) -> LedgerError:
+    name = record.name[:record.name.rindex(".")].removeprefix("case_id=")  # partition_name, read back
+    case_id = re.sub(r"%(25|3A)", lambda escaped: "%" if escaped[1] == "25" else ":", name)
+    return LedgerError(E.INTEGRITY_ERROR, f"the fleet's record of case {case_id}, {record}, is damaged ({why}): it "
+                       "holds the head the case's next export is checked against (so that a ledger rolled back, or "
+                       "another package of that id, is refused); take the case out ('ledger fleet remove "
+                       f"{record.parents[2]} {case_id}'), then export it again", path=str(record))
 
 
 def _with_head(case: Path, out: Path, step: Callable[..., None]) -> dict[str, Any]:
