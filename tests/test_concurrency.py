@@ -1329,3 +1329,45 @@ def test_a_descriptor_of_a_held_file_stays_open_until_the_last_connection_lets_g
     close_descriptor(unheld)  # a file no connection holds: closed at once
     with pytest.raises(OSError):
         os.fstat(unheld)
+
+
+def _descriptors_of(path: Path) -> int:
+    """How many descriptors of this process name the file ``path``."""
+    fds = Path("/proc/self/fd")
+    count = 0
+    for fd in fds.iterdir():
+        try:
+            count += os.readlink(fd) == str(path)
+        except OSError:  # closed while listed (the listing's own descriptor)
+            pass
+    return count
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts descriptors in /proc")
+def test_looking_again_and_again_at_an_open_ledger_keeps_no_descriptor_per_look(package):
+    """A descriptor of a held file is kept until its connections close: a look that opened one each
+    time (the cut-short check of every read_only_query, the router asked for a hard link) would pile
+    them up for as long as the case stays open. The header is read through the one kept; the router
+    refuses a held file before opening it."""
+    from ledger import Router, read_only_query
+
+    start_case(package).close()
+    ledger = package / "ledger.sqlite"
+    os.link(ledger, package / "sources" / "db")
+    case = Case.open(package)
+    try:
+        case.actions()  # the -wal empty: every new connection's cut-short check reads the header
+        read_only_query(package, "SELECT 1")
+        router = Router(package)
+        with pytest.raises(LedgerError, match="hard link to one of the ledger's own files"):
+            router.read_context({"path": "sources/db", "start_line": 1, "end_line": 1})
+        after_one_look = _descriptors_of(ledger) + _descriptors_of(package / "sources" / "db")
+        for _ in range(30):
+            read_only_query(package, "SELECT 1")
+            with pytest.raises(LedgerError, match="hard link to one of the ledger's own files"):
+                router.read_context({"path": "sources/db", "start_line": 1, "end_line": 1})
+        assert _descriptors_of(ledger) + _descriptors_of(package / "sources" / "db") == after_one_look
+        assert another_process_sees_a_reader(ledger)
+    finally:
+        case.close()
+    assert _descriptors_of(ledger) + _descriptors_of(package / "sources" / "db") == 0

@@ -76,6 +76,31 @@ def close_descriptor(fd: int) -> None:
         _close_quietly(fd)
 
 
+def is_held(info: os.stat_result) -> bool:
+    """Whether a connection of this process holds the file ``info`` describes (an ``os.stat`` or
+    ``os.fstat`` of it): a caller that only looks at it (the cut-short check) may then leave it
+    unopened, so that descriptors kept open do not pile up while the connection stays open."""
+    with _GUARD:
+        return (info.st_dev, info.st_ino) in _HELD
+
+
+def read_start(path: str | os.PathLike[str], count: int) -> tuple[int, bytes]:
+    """``(size, its first count bytes)`` of the file ``path``, read through the descriptor kept for it
+    when there is one (:func:`close_descriptor`), else through one opened and closed (kept when a
+    connection holds the file): looking again and again at a held file keeps one descriptor open,
+    not one per look. ``OSError`` as ``os.open`` and ``os.pread`` raise it."""
+    info = os.stat(path)
+    with _GUARD:
+        kept = _PARKED.get((info.st_dev, info.st_ino))
+        if kept:
+            return os.fstat(kept[0]).st_size, os.pread(kept[0], count, 0)
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        return os.fstat(fd).st_size, os.pread(fd, count, 0)
+    finally:
+        close_descriptor(fd)
+
+
 def held_files() -> int:
     """How many distinct files connections of this process hold (for tests)."""
     with _GUARD:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..ground import errors as E
-from ..ground.descriptors import close_descriptor
+from ..ground.descriptors import close_descriptor, is_held
 from ..ground.errors import LedgerError
 from ..storage.sqlite_file import ANALYSIS_DIR, LEDGER_FILE, MANIFEST_FILE
 
@@ -74,10 +74,24 @@ def _open_below(root_fd: int, relative: str) -> int:
             if fd != root_fd:
                 os.close(fd)
             fd = step
+        _refuse_held(parts[-1], fd, relative)
         return _open_step(parts[-1], fd, relative, False)
     finally:
         if fd != root_fd:
             os.close(fd)
+
+
+def _refuse_held(name: str, dir_fd: int, relative: str) -> None:
+    """``ROUTER_REFUSED`` for a file a connection of this process holds (a hard link to a ledger, this
+    case's or another's, while it is open), before it is opened: a descriptor of it could be closed
+    only once the connection is (:mod:`ledger.ground.descriptors`), so each read would keep one open."""
+    try:
+        info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return  # opening it says why
+    if stat.S_ISREG(info.st_mode) and is_held(info):
+        raise unreadable(relative, "is a hard link to one of the ledger's own files (a ledger open in this "
+                         "process); the router never reads them")
 
 
 def hash_below(root: str | os.PathLike[str], relative: str,

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from ..ground import errors as E
-from ..ground.descriptors import file_over
+from ..ground.descriptors import read_start
 from ..ground.errors import LedgerError
 from ..ground.paths import file_kind
 
@@ -126,9 +126,7 @@ def _shortfall(path: Path) -> tuple[int, int, int] | None:
     if _log_holds_writes(path):
         return None
     try:
-        with file_over(os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)) as opened:
-            size = os.fstat(opened.fileno()).st_size
-            header = opened.read(100)
+        size, header = read_start(path, 100)  # its locks kept when a connection of this process has it open
     except OSError:
         return None
     if not header.startswith(DATABASE_MAGIC[:len(header)]) or not header:
