@@ -1237,8 +1237,46 @@ def _the_ledger_named_as_a_config_or_outcomes_file(case: Case) -> None:
     _refused(lambda: read_outcomes(case.path / "ledger.sqlite"))
 
 
+def _runs_import_of_the_ledger(case: Case) -> None:
+    """The ledger named as a run file (an agent's trajectory, gzipped or not): read, found no run."""
+    from ledger import import_runs
+    for name in ("run.traj.json", "run.traj.json.gz"):
+        os.link(case.path / "ledger.sqlite", case.path.parent / name)
+        import_runs([case.path.parent / name], case.path.parent / f"journals-{name}")
+
+
+def _another_cases_log_hard_linked_to_the_ledger(case: Case) -> None:
+    """Another case whose -wal and -journal are hard links to this (open) ledger, read."""
+    from ledger import read_only_query
+    other = case.path.parent / "other"
+    start_case(other, case_id="OTHER-1").close()
+    for suffix in ("-wal", "-journal"):
+        os.link(case.path / "ledger.sqlite", other / f"ledger.sqlite{suffix}")
+        refused_as = "is the file of a ledger open in this process|not start as a journal"
+        with pytest.raises(LedgerError, match=refused_as) as refused:
+            read_only_query(other, "SELECT 1")  # SQLite would open and close it as a log, dropping the locks
+        assert refused.value.code == "STORAGE_ERROR"
+        os.unlink(other / f"ledger.sqlite{suffix}")
+
+
+def _fleet_files_hard_linked_to_the_ledger(case: Case) -> None:
+    """A fleet export's format marker, then a case's record, that are hard links to this ledger."""
+    from ledger import export_fleet
+    out = case.path.parent / "fleet"
+    (out / "_fleet" / "cases").mkdir(parents=True)
+    os.link(case.path / "ledger.sqlite", out / "_fleet" / "format.json")
+    _refused(lambda: export_fleet([case.path], out))
+    os.unlink(out / "_fleet" / "format.json")
+    (out / "_fleet" / "format.json").write_text('{"format": "fleet-export-v1"}')
+    os.link(case.path / "ledger.sqlite", out / "_fleet" / "cases" / "case_id=BUG-1.json")
+    assert export_fleet([case.path], out).failed
+
+
 SECOND_LOOKS = {
     "read_only_query": _read_only_query,
+    "runs import of the ledger as a trajectory": _runs_import_of_the_ledger,
+    "another case's log hard-linked to the ledger": _another_cases_log_hard_linked_to_the_ledger,
+    "fleet files hard-linked to the ledger": _fleet_files_hard_linked_to_the_ledger,
     "the ledger named as a config or outcomes file": _the_ledger_named_as_a_config_or_outcomes_file,
     "verify_case": lambda case: verify_case(case.path),
     "Case.open in another thread": lambda case: in_thread(lambda: Case.open(case.path).close()),

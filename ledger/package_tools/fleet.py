@@ -28,6 +28,7 @@ from ..ground import errors as E, interrupts
 from .atomic_files import fsync_dir, remove_abandoned_builds, write_atomic
 from ..storage.sqlfiles import queries, schema_version, statement
 from ..ground.arguments import check_callback, check_iterable
+from ..ground.descriptors import open_to_read
 from ..rules.common import check_case_id
 from ..services.case import missing_ledger
 from ..ground.errors import LedgerError, describe_value, first_few, quoted, refuses_unfit_calls, refuses_unfit_calls_of
@@ -246,7 +247,8 @@ def _recorded(record: Path) -> dict[str, Any] | None:
     without it would take a ledger rolled back to an older copy, or another package of the same case
     id, without a word. ``STORAGE_ERROR`` when it cannot be read."""
     try:
-        data = json.loads(record.read_bytes().decode("utf-8"))
+        with open_to_read(record) as file:  # a hard link to a ledger open here keeps its locks
+            data = json.loads(file.read().decode("utf-8"))
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as exc:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ..ground import errors as E
+from ..ground.descriptors import open_to_read
 from ..ground.errors import LedgerError
 from ..ground.paths import os_error, refuse_link_to_nothing, require_utf8
 from ..model.package import refuse_output_in_package
@@ -53,7 +54,8 @@ def check_out(out: Path, *, create: bool) -> Path:
     marker = meta_dir(out) / "format.json"
     try:
         if marker.is_file():
-            recorded = json.loads(marker.read_text(encoding="utf-8"))
+            with open_to_read(marker) as file:  # a hard link to a ledger open here keeps its locks
+                recorded = json.loads(file.read().decode("utf-8"))
             found = recorded.get("format") if isinstance(recorded, dict) else recorded
             if found != FORMAT:
                 raise LedgerError(E.INVALID_ARGUMENT, f"{out} holds a fleet export in format {found!r}, not {FORMAT}")

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, IO, Iterable, Iterator, Mapping
 
 from ..ground import errors as E
+from ..ground.descriptors import open_to_read
 from ..ground.errors import LedgerError, describe_value, quoted, refuses_unfit_calls, refuses_unfit_calls_of, repr_shown
 from ..ground.canonical import canonical_bytes
 from ..ground.config import AnalysisConfig
@@ -119,7 +120,28 @@ RUN_FILE_BYTES_MAX = EXPORT_FILE_BYTES_MAX
 
 
 def _open(path: Path) -> IO[bytes]:
-    return gzip.open(path, "rb") if path.name.lower().endswith(".gz") else open(path, "rb")
+    """The run file ``path`` to read, decompressed when it is ``.gz``, closed through
+    :func:`~ledger.ground.descriptors.close_descriptor` (a hard link to a ledger open here keeps its locks)."""
+    raw = open_to_read(path)
+    return _GzipOfItsOwn(raw) if path.name.lower().endswith(".gz") else raw
+
+
+class _GzipOfItsOwn(gzip.GzipFile):
+    """A gzip reader that closes the file it reads (a ``GzipFile`` given a file object leaves it open)."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self._raw = raw
+        try:
+            super().__init__(fileobj=raw, mode="rb")
+        except BaseException:
+            raw.close()
+            raise
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._raw.close()
 
 
 def _too_large(path: Path, line: int | None = None) -> ValueError:

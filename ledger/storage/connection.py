@@ -30,9 +30,9 @@ from ..ground.canonical import ZERO_SHA256
 from ..ground.clock import utc_now
 from ..ground.errors import LedgerError
 from .writer_lock import WriterLock, fork_count
-from .sqlite_file import (LOCK_SUFFIX, WAL_RESTART_BYTES, EventRow, HelperRow, connect_path, connect_uri,
-                          immutable_snapshot, probe_file, file_uri, readable_uri, SQLITE_ERRORS, sqlite_error,
-                          translate_sqlite_errors)
+from .sqlite_file import (LOCK_SUFFIX, WAL_RESTART_BYTES, EventRow, HelperRow, SQLITE_ERRORS, connect_path,
+                          connect_uri, file_uri, immutable_snapshot, probe_file, readable_uri, sqlite_error)
+from .sqlite_file import translate_sqlite_errors
 from .side_files import wal_bytes, writable_side_files
 from ..ground.paths import os_error
 from .transaction import Batch, Write
@@ -227,6 +227,7 @@ class Storage:
                 # UTF-16 (a dump read back under PRAGMA encoding) is compared in its own encoding
                 conn.execute(f"PRAGMA encoding = '{_text_encoding(source)}'")
                 conn.execute("PRAGMA journal_mode = OFF")  # no durability needed for a scratch copy
+                conn.hold(original)  # the attached ledger keeps its locks too
                 conn.execute("ATTACH DATABASE ? AS orig", (source,))
             storage = cls(conn, path, {"synchronous": "OFF", "busy_timeout_ms": 5000})
             storage.read_only_source = immutable

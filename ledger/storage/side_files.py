@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from ..ground import errors as E
-from ..ground.descriptors import read_start
+from ..ground.descriptors import is_held, read_start
 from ..ground.errors import LedgerError
 from ..ground.paths import file_kind
 
@@ -24,7 +24,8 @@ def check_side_files(path: Path | str, what: str = "the ledger") -> None:
     """``STORAGE_ERROR`` naming the file when a ``-wal``, ``-shm`` or ``-journal`` beside the database
     ``path`` (:func:`log_path`) is there but no regular file (a folder, a pipe, a socket, a device;
     a link is followed): SQLite would refuse it with a message naming no file, or, opening a pipe,
-    wait forever for a writer (where no Ctrl-C reaches it). ``what`` names the database."""
+    wait forever for a writer (where no Ctrl-C reaches it); or that is the very file of a database a
+    connection of this process holds (a hard link to it). ``what`` names the database."""
     for suffix, role in SIDE_FILE_ROLES.items():
         side = log_path(path, suffix)
         try:
@@ -36,6 +37,10 @@ def check_side_files(path: Path | str, what: str = "the ledger") -> None:
                               f"{file_kind(info.st_mode)}, "
                               f"not a file, where SQLite keeps {what}'s {role}; move it aside, then run this again",
                               path=side)
+        if is_held(info):  # SQLite would open and close it as a log, dropping that connection's locks
+            raise LedgerError(E.STORAGE_ERROR, f"cannot open {path}: {os.path.basename(side)} beside it is the file "
+                              "of a ledger open in this process (a hard link to it), not a log of its own; move "
+                              "it aside, then run this again", path=side)
 
 
 #: The first bytes of a rollback journal (SQLite's file format, section "The rollback journal").
@@ -63,8 +68,7 @@ def hot_journal(path: Path) -> str | None:
             return "unreadable"
         if info.st_size == 0:
             return None
-        with open(journal, "rb") as opened:
-            first = opened.read(8)
+        first = read_start(journal, 8)[1]  # a hard link to a ledger open here keeps its locks
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError:
@@ -78,8 +82,7 @@ def _journal_header(path: Path) -> bytes:
     """The first 20 bytes of ``path``'s rollback journal (b"" when there is none or it cannot be read):
     its magic, then the page count, a nonce and the ledger's size in pages before the transaction."""
     try:
-        with open(log_path(path, "-journal"), "rb") as journal:
-            return journal.read(20)
+        return read_start(log_path(path, "-journal"), 20)[1]
     except OSError:
         return b""
 
@@ -152,10 +155,10 @@ def _log_holds_writes(path: Path) -> bool:
     if hot_journal(path) is not None:
         return True
     try:
-        with open(log_path(path, "-wal"), "rb") as log:
-            return log.read(4) in _WAL_MAGICS and os.fstat(log.fileno()).st_size > 32
+        size, magic = read_start(log_path(path, "-wal"), 4)
     except OSError:
         return False
+    return magic in _WAL_MAGICS and size > 32
 
 
 def check_not_cut_short(path: Path) -> None:

@@ -217,14 +217,14 @@ class ClosingConnection(sqlite3.Connection):
 
     #: Whether every close looks for open cursors (not only one while an exception is on its way).
     closes_every_cursor = False
-    #: Lets go of the file this connection holds (:meth:`hold`).
-    _let_go: Any = None
+    #: What lets go of each file this connection holds (:meth:`hold`).
+    _let_go: tuple[Any, ...] = ()
 
     def hold(self, path: str | os.PathLike[str]) -> None:
-        """Hold the file ``path`` for as long as this connection is open (or alive), so that no
-        descriptor the ledger closes drops its locks (:mod:`ledger.ground.descriptors`). Called before
-        the connection reads anything."""
-        self._let_go = weakref.finalize(self, hold_file(path))
+        """Hold the file ``path`` (its own, or one it attaches) for as long as this connection is open
+        (or alive), so that no descriptor the ledger closes drops its locks
+        (:mod:`ledger.ground.descriptors`). Called before the connection reads it."""
+        self._let_go = (*self._let_go, weakref.finalize(self, hold_file(path)))
 
     def close(self) -> None:
         try:
@@ -237,8 +237,8 @@ class ClosingConnection(sqlite3.Connection):
                             pass
             super().close()
         finally:
-            if self._let_go is not None:
-                self._let_go()
+            for let_go in self._let_go:
+                let_go()
 
 
 def connect_uri(uri: str) -> sqlite3.Connection:
