@@ -30,9 +30,8 @@ from ..ground.canonical import ZERO_SHA256
 from ..ground.clock import utc_now
 from ..ground.errors import LedgerError
 from .writer_lock import WriterLock, fork_count
-from .sqlite_file import (LOCK_SUFFIX, WAL_RESTART_BYTES, EventRow, HelperRow, SQLITE_ERRORS, connect_path,
-                          connect_uri, file_uri, immutable_snapshot, probe_file, readable_uri, sqlite_error)
-from .sqlite_file import translate_sqlite_errors
+from .sqlite_file import (LOCK_SUFFIX, WAL_RESTART_BYTES, EventRow, HelperRow, SQLITE_ERRORS, connect_path, connect_uri,
+                          file_uri, immutable_snapshot, probe_file, readable_uri, sqlite_error, translate_sqlite_errors)
 from .side_files import wal_bytes, writable_side_files
 from ..ground.paths import os_error
 from .transaction import Batch, Write
