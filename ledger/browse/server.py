@@ -271,7 +271,7 @@ _DAMAGED_FILE_CODES = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
 
 
 def _cut_short_reason(path: str) -> str | None:
-    """What :func:`~ledger.storage.sqlite_file.check_not_cut_short` says of the ledger at ``path``
+    """What :func:`~ledger.storage.side_files.check_not_cut_short` says of the ledger at ``path``
     (None: it is not cut short, or cannot be looked at)."""
     try:
         check_not_cut_short(Path(path))

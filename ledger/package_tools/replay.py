@@ -2,7 +2,7 @@
 
 :class:`Replayer` checks one stored event at a time against the chain (seq,
 parent hash, time order, schema), finds its operation in the registry, runs the
-operation's rule on a :class:`~ledger.model.views.MemoryView` and requires the
+operation's rule on a :class:`~ledger.model.memory_view.MemoryView` and requires the
 recomputed event's canonical bytes to equal the stored ones: that one
 comparison proves the bytes canonical and every derived field right. It never
 touches SQLite; each accepted event, with the helper rows and content rows it

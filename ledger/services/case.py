@@ -51,7 +51,7 @@ DEFAULT_ACTOR = "controller"
 def _logs_without_ledger(root: Path) -> list[str]:
     """The names of ``ledger.sqlite``'s logs (``-wal``, ``-journal``: committed writes not yet in the
     ledger file) in ``root`` when ``ledger.sqlite`` itself is not there, or is empty and they hold a
-    ledger's writes (:func:`~ledger.storage.sqlite_file.orphaned_logs`)."""
+    ledger's writes (:func:`~ledger.storage.side_files.orphaned_logs`)."""
     if os.path.lexists(root / LEDGER_FILE):
         return orphaned_logs(root / LEDGER_FILE)
     return [name for name in (LEDGER_FILE + "-wal", LEDGER_FILE + "-journal") if os.path.lexists(root / name)]

@@ -3,7 +3,7 @@
 :class:`MemorySession` has the interface of :class:`~ledger.services.session.Session`
 (``run``, ``read``, ``batch``, ``event_ref``, ``budget_snapshot``, ``limits``,
 ``check_thread``): it evaluates the same rules on a
-:class:`~ledger.model.views.MemoryView`, seals every event as the SQLite session
+:class:`~ledger.model.memory_view.MemoryView`, seals every event as the SQLite session
 does (same canonical bytes, sha256 chain and ``event_bytes_max`` check; see
 ``chain=False`` below) and advances the view with it. :class:`MemoryCase` is the case facade
 over it (``open_revision``, ``transition``, ``budget``), so
