@@ -1047,11 +1047,42 @@ def test_a_forked_child_is_refused_every_use_of_an_inherited_case_and_may_close_
     calls = [lambda: case.status(), lambda: budget.record_result("H1", "k1", {"x": 1}),
              lambda: case.batch().__enter__(), lambda: export_case(case), lambda: list(case.iter_events())]
     assert forked(lambda: all(refused_as_invalid(call) for call in calls) and case.close() is None) == 0
-    opened_here = forked(lambda: Case.open(case.path).transition("BLOCKED").case_state == "BLOCKED")
-    assert opened_here == 0  # a case opened again in the child works
-    assert case.transition("INVESTIGATING_HYPOTHESES").seq == head + 2  # the parent's case still works
-    assert budget.record_result("H1", "k1", {"x": 1}).seq == head + 3
+    from ledger import read_only_query
+
+    # opened again in the child: SQLite there counts the parent's locks as its own and would take none,
+    # and the parent's close deleted the log under the child's commits (lost): refused, saying to spawn
+    opened_here = forked(lambda: refused_as_invalid(lambda: Case.open(case.path))
+                         and refused_as_invalid(lambda: read_only_query(case.path, "SELECT 1")))
+    assert opened_here == 0
+    assert budget.record_result("H1", "k1", {"x": 1}).seq == head + 1  # the parent's case still works
+    assert case.transition("BLOCKED").seq == head + 2
     assert_single_unforked_chain(case.path)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_child_forked_while_its_parent_has_the_case_open_may_not_open_it_one_forked_before_may(package):
+    """The refusal names 'spawn'; a child forked before the parent opened the case opens and writes it,
+    and the parent, closing after, keeps the child's commit (the log is not deleted under it)."""
+    from ledger import read_only_query
+
+    start_case(package).close()
+    case = Case.open(package)
+    case.actions()
+    message = {}
+
+    def refused() -> bool:
+        try:
+            Case.open(package)
+        except LedgerError as exc:
+            message["text"] = exc.message
+            return exc.code == INVALID_ARGUMENT and "start this process with 'spawn'" in exc.message
+        return False
+
+    assert forked(refused) == 0
+    case.close()
+    before = read_only_query(package, "SELECT count(*) FROM events")[1][0][0]
+    assert forked(lambda: Case.open(package).transition("BLOCKED").case_state == "BLOCKED") == 0  # nothing open
+    assert read_only_query(package, "SELECT count(*) FROM events")[1][0][0] == before + 1
 
 
 # --- the writer lock is the file the path names --------------------------------------------
@@ -1206,11 +1237,20 @@ _PROBE = ("import fcntl, os, sys\nfd = os.open(sys.argv[1], os.O_RDWR)\n"
 def another_process_sees_a_reader(ledger: Path) -> bool:
     """Whether another process is refused an exclusive lock on the ledger's shared-lock bytes: what
     a process closing its connection tries, to learn whether it is the last one (and, if so, to fold
-    and delete the -wal and -shm)."""
+    and delete the -wal and -shm); and on the -shm's byte every connection keeps a read lock on (its
+    "dead man switch": whoever gets it alone starts the shared index over)."""
     import subprocess
     import sys
 
-    return subprocess.run([sys.executable, "-c", _PROBE, str(ledger)], timeout=60).returncode == 3
+    shm = Path(f"{ledger}-shm")
+    probes = [(ledger, SHARED_SIZE, SHARED_FIRST)] + ([(shm, 1, SHM_DMS)] if shm.exists() else [])
+    probe = _PROBE.replace(f"{SHARED_SIZE}, {SHARED_FIRST}", "{size}, {first}")
+    return all(subprocess.run([sys.executable, "-c", probe.format(size=size, first=first), str(path)],
+                              timeout=60).returncode == 3 for path, size, first in probes)
+
+
+#: The -shm byte each connection holds a read lock on (SQLite's unix VFS: UNIX_SHM_DMS).
+SHM_DMS = 128
 
 
 def _read_only_query(case: Case) -> None:
@@ -1272,8 +1312,45 @@ def _fleet_files_hard_linked_to_the_ledger(case: Case) -> None:
     assert export_fleet([case.path], out).failed
 
 
+def _the_ledger_or_its_shm_read_as_a_file_again_and_again(case: Case) -> None:
+    """A config, an outcomes file, a journal to simulate, a source reference: the ledger or its -shm
+    (named, or a hard link among the sources) refused before it is opened, 30 times without one more
+    descriptor kept each time."""
+    from ledger import read_outcomes, simulate
+    shm = case.path / "ledger.sqlite-shm"
+    os.link(shm, case.path / "sources" / "index")
+    before = _descriptors_of(case.path / "ledger.sqlite") + _descriptors_of(shm)
+    for _ in range(30):
+        for file in (case.path / "ledger.sqlite", shm):
+            with pytest.raises(LedgerError, match="the file of a ledger open in this process"):
+                BudgetConfig.load(file)
+            with pytest.raises(LedgerError, match="the file of a ledger open in this process"):
+                read_outcomes(file)
+            assert simulate([file]).errors
+        with pytest.raises(LedgerError):
+            case.resolve_source_refs(["sources/index"])
+    assert _descriptors_of(case.path / "ledger.sqlite") + _descriptors_of(shm) == before
+
+
+def _a_fleet_table_hard_linked_to_the_ledger(case: Case) -> None:
+    """A fleet export whose table file is a hard link to this ledger: refused before DuckDB opens it."""
+    from ledger import export_fleet, fleet_query
+    other = case.path.parent / "other"
+    start_case(other, case_id="OTHER-1").close()
+    out = case.path.parent / "fleet"
+    export_fleet([other], out)
+    table = out / "events" / "case_id=OTHER-1" / "data.parquet"
+    table.unlink()
+    os.link(case.path / "ledger.sqlite", table)
+    with pytest.raises(LedgerError, match="is the file of a ledger open in this process") as refused:
+        fleet_query(out, "SELECT count(*) FROM events")
+    assert refused.value.code == "INTEGRITY_ERROR"
+
+
 SECOND_LOOKS = {
     "read_only_query": _read_only_query,
+    "the ledger or its -shm read as a file": _the_ledger_or_its_shm_read_as_a_file_again_and_again,
+    "a fleet table hard-linked to the ledger": _a_fleet_table_hard_linked_to_the_ledger,
     "runs import of the ledger as a trajectory": _runs_import_of_the_ledger,
     "another case's log hard-linked to the ledger": _another_cases_log_hard_linked_to_the_ledger,
     "fleet files hard-linked to the ledger": _fleet_files_hard_linked_to_the_ledger,
@@ -1367,6 +1444,23 @@ def test_a_descriptor_of_a_held_file_stays_open_until_the_last_connection_lets_g
     close_descriptor(unheld)  # a file no connection holds: closed at once
     with pytest.raises(OSError):
         os.fstat(unheld)
+
+
+def test_kept_descriptors_are_closed_under_the_guard_a_connection_is_held_under(tmp_path, monkeypatch):
+    """Closed after the guard was let go, one could drop the lock of a connection another thread
+    opened on the file meanwhile (its hold taken, then its first read locking it)."""
+    from ledger.ground import descriptors
+
+    held = tmp_path / "held"
+    held.write_bytes(b"ledger")
+    release = descriptors.hold_file(held)
+    descriptors.close_descriptor(os.open(held, os.O_RDONLY))
+    guarded = []
+    real_close = descriptors._close_quietly
+    monkeypatch.setattr(descriptors, "_close_quietly",
+                        lambda fd: (guarded.append(descriptors._GUARD._is_owned()), real_close(fd)))
+    release()
+    assert guarded == [True]
 
 
 def _descriptors_of(path: Path) -> int:

@@ -36,6 +36,7 @@ from typing import Any, Callable, Sequence
 from ..ground import errors as E
 from .metadata import (CHART_FORMAT, CHART_QUERY, ServedCase, browse_config, browse_metadata, remaining_units_svg,
                        served_cases)
+from ..ground.descriptors import refuse_inherited
 from ..ground.errors import LedgerError, printable, quoted, shown
 from ..storage.sqlfiles import schema_version
 from ..storage.readonly import bound_values
@@ -196,6 +197,7 @@ def case_connection(path: str) -> sqlite3.Connection:
     once the file changed, written through another mount); ``STORAGE_ERROR`` when it cannot be read."""
     state = _file_state(path)  # before the file is opened: a change after it is always seen
     uri, immutable = readable_uri(Path(path))
+    refuse_inherited(path)
     conn = sqlite3.connect(uri, uri=True, check_same_thread=False, factory=_BoundedConnection)
     conn.hold(path)  # Datasette's own connections keep their locks on the file too
     if immutable:

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import BinaryIO
 
-from .descriptors import close_descriptor, file_over
+from .descriptors import close_descriptor, file_over, refuse_held
 from .errors import INVALID_ARGUMENT, STORAGE_ERROR, LedgerError, quoted
 
 #: ``OSError`` numbers that mean the file system refused, not that the path was wrong.
@@ -149,6 +149,7 @@ def open_regular(path: Path) -> BinaryIO:
     (``ELOOP``), never waiting on a pipe, and refused (``EINVAL``) unless what was opened is a
     regular file. A package's files are checked before they are read; this keeps one swapped for a
     link (to a file outside the package) or a pipe in between from being read or blocking."""
+    refuse_held(path)  # a hard link to a ledger open in this process: a descriptor of it would be kept
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     try:  # looked at before it is wrapped: open() of a folder's descriptor raises, leaving it open
         if not stat.S_ISREG(os.fstat(fd).st_mode):

@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterator
 from ..ground import errors as E
 from ..ground.arguments import check_callback
 from ..ground.canonical import check_int
+from ..ground.descriptors import is_held
 from ..ground.errors import LedgerError, refuses_unfit_calls, shown
 from ..ground.paths import fs_path
 from ..storage.sqlfiles import queries
@@ -102,13 +103,17 @@ def _unreadable_table(folder: Path, recorded: list[str]) -> LedgerError | None:
         if name in linked:
             return refused(f"{folder / name} {link}")
         try:
-            mode = os.lstat(folder / name / DATA_FILE).st_mode
+            info: os.stat_result | None = os.lstat(folder / name / DATA_FILE)
         except OSError:
-            mode = 0
+            info = None
+        mode = info.st_mode if info is not None else 0
         if stat.S_ISLNK(mode):
             return refused(f"{folder / name / DATA_FILE} {link}")
         if not stat.S_ISREG(mode):
             return refused(f"{folder / name / DATA_FILE} is missing, though the export records that case")
+        if info is not None and is_held(info):  # DuckDB's close of it would drop that ledger's locks
+            return refused(f"{folder / name / DATA_FILE} is the file of a ledger open in this process (a hard "
+                           "link to it), not the table the export wrote")
     return None
 
 

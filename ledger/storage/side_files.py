@@ -37,7 +37,7 @@ def check_side_files(path: Path | str, what: str = "the ledger") -> None:
                               f"{file_kind(info.st_mode)}, "
                               f"not a file, where SQLite keeps {what}'s {role}; move it aside, then run this again",
                               path=side)
-        if is_held(info):  # SQLite would open and close it as a log, dropping that connection's locks
+        if is_held(info, shm=False):  # SQLite would open and close it as a log, dropping that connection's locks
             raise LedgerError(E.STORAGE_ERROR, f"cannot open {path}: {os.path.basename(side)} beside it is the file "
                               "of a ledger open in this process (a hard link to it), not a log of its own; move "
                               "it aside, then run this again", path=side)

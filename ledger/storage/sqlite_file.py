@@ -18,7 +18,7 @@ from urllib.parse import quote, unquote_to_bytes
 
 from ..ground import errors as E, interrupts
 from ..ground.errors import LedgerError
-from ..ground.descriptors import hold_file
+from ..ground.descriptors import hold_file, refuse_inherited
 from .side_files import (check_not_cut_short, check_side_files, hot_journal, log_files_exist, log_path, orphaned_logs,
                          wal_is_empty)
 from .sqlfiles import check_sqlite_version, migration_record_problem
@@ -244,6 +244,8 @@ class ClosingConnection(sqlite3.Connection):
 def connect_uri(uri: str) -> sqlite3.Connection:
     """A connection to ``uri`` (autocommit; transactions begun explicitly) that closes its cursors
     when closed and holds its file while open (:class:`ClosingConnection`)."""
+    if uri.startswith("file:"):
+        refuse_inherited(uri_path(uri))  # a forked child could take no lock on its parent's ledger
     with translate_sqlite_errors():
         conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False,
                                factory=ClosingConnection, **TRANSACTION_CONTROL)
