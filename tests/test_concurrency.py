@@ -1347,8 +1347,27 @@ def _a_fleet_table_hard_linked_to_the_ledger(case: Case) -> None:
     assert refused.value.code == "INTEGRITY_ERROR"
 
 
+def _lock_files_hard_linked_to_the_ledger(case: Case) -> None:
+    """Another case's writer lock file, then a fleet export's lock, that are hard links to this ledger."""
+    from ledger import export_fleet, fleet_query
+    other = case.path.parent / "other"
+    start_case(other, case_id="OTHER-1").close()
+    out = case.path.parent / "fleet"
+    export_fleet([other], out)
+    (other / "ledger.sqlite-lock").unlink(missing_ok=True)
+    os.link(case.path / "ledger.sqlite", other / "ledger.sqlite-lock")
+    with pytest.raises(LedgerError, match="the file of a ledger open in this process"):
+        with Case.open(other) as opened:
+            opened.transition("BLOCKED")
+    (out / "_fleet" / "lock").unlink(missing_ok=True)
+    os.link(case.path / "ledger.sqlite", out / "_fleet" / "lock")
+    with pytest.raises(LedgerError, match="the file of a ledger open in this process"):
+        fleet_query(out, "SELECT count(*) FROM events")
+
+
 SECOND_LOOKS = {
     "read_only_query": _read_only_query,
+    "lock files hard-linked to the ledger": _lock_files_hard_linked_to_the_ledger,
     "the ledger or its -shm read as a file": _the_ledger_or_its_shm_read_as_a_file_again_and_again,
     "a fleet table hard-linked to the ledger": _a_fleet_table_hard_linked_to_the_ledger,
     "runs import of the ledger as a trajectory": _runs_import_of_the_ledger,

@@ -17,6 +17,7 @@ import stat
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
+from ..ground.descriptors import close_descriptor
 from ..ground.errors import STORAGE_ERROR
 from ..ground.paths import open_regular, os_error, read_bytes
 from ..model.package import EXPORT_TEMP_PREFIX
@@ -156,7 +157,7 @@ def fsync_files(paths: Iterable[Path]) -> None:
         try:
             os.fsync(fd)
         finally:
-            os.close(fd)
+            close_descriptor(fd)  # a file a connection of this process holds keeps its locks
 
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ..ground import errors as E
-from ..ground.descriptors import open_to_read
+from ..ground.descriptors import open_to_read, refuse_held
 from ..ground.errors import LedgerError
 from ..ground.paths import os_error, refuse_link_to_nothing, require_utf8
 from ..model.package import refuse_output_in_package
@@ -112,6 +112,7 @@ def locked_file(path: Path, mode: int) -> Iterator[None]:
     locking through it would write elsewhere, or hang on a pipe."""
     flags = (os.O_RDWR | os.O_CREAT if mode == fcntl.LOCK_EX else os.O_RDONLY) | os.O_NOFOLLOW | os.O_NONBLOCK
     try:
+        refuse_held(path)  # a hard link to a ledger open here: closing it would drop that ledger's locks
         fd = os.open(path, flags, 0o666)
     except OSError as exc:
         if mode == fcntl.LOCK_SH and exc.errno in (errno.ENOENT, errno.EACCES, errno.EROFS):

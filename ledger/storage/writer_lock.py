@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from ..ground import errors as E
+from ..ground.descriptors import close_descriptor, refuse_held
 from ..ground.errors import LedgerError
 from ..ground.paths import file_kind
 
@@ -93,6 +94,7 @@ class WriterLock:
         # open()'s opener hands the descriptor straight to the file object: an interrupt
         # can never fall between the two and leave a descriptor nobody closes
         try:
+            refuse_held(self.path)  # a hard link to a ledger open here: closing it would drop that ledger's locks
             handle = open(self.path, "r+b", buffering=0, opener=lambda path, _flags: os.open(
                 path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644))
         except OSError:
@@ -114,8 +116,9 @@ class WriterLock:
         where its lock file can be one, so a refused creation leaves nothing behind."""
         if self._refuse_kind() is None:
             return  # none there (or none this user may look at): a new one is made beside the new ledger
+        refuse_held(self.path)
         handle = os.open(self.path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
-        os.close(handle)
+        close_descriptor(handle)
 
     def _refuse_kind(self, mode: int | None = None) -> int | None:
         """The mode of the lock path (``lstat``'s unless given; None when there is nothing to look at),
