@@ -39,6 +39,8 @@ _PATHS: dict[tuple[int, int], str] = {}
 #: Descriptors :func:`close_descriptor` was given for a held file (or its ``-shm``), by the held
 #: file's key, each with the key of the file it is a descriptor of; closed when it is let go.
 _PARKED: dict[tuple[int, int], list[tuple[int, tuple[int, int]]]] = {}
+#: The ``-shm`` of each held file, once it was seen (:func:`_holder`).
+_SHM: dict[tuple[int, int], tuple[int, int]] = {}
 #: Files connections of a process this one was forked from held at the fork.
 _INHERITED: set[tuple[int, int]] = set()
 
@@ -73,6 +75,7 @@ def hold_file(path: str | os.PathLike[str]) -> Callable[[], None]:
                 return
             _HELD.pop(key, None)
             _PATHS.pop(key, None)
+            _SHM.pop(key, None)
             for fd, _ in _PARKED.pop(key, []):
                 _close_quietly(fd)
 
@@ -80,15 +83,19 @@ def hold_file(path: str | os.PathLike[str]) -> Callable[[], None]:
 
 
 def _holder(key: Key) -> Key | None:
-    """The held file ``key`` is, or whose ``-shm`` it is (None: neither). Under the guard."""
+    """The held file ``key`` is, or whose ``-shm`` it is (None: neither). Under the guard. A held
+    ledger's ``-shm`` is looked for until found, then remembered: it stays the same file while a
+    connection holds the ledger (SQLite removes it only with the last one)."""
     if key in _HELD:
         return key
     for held, path in _PATHS.items():
-        try:
-            if _key(os.stat(path + "-shm")) == key:
-                return held
-        except OSError:
-            continue
+        if held not in _SHM:
+            try:
+                _SHM[held] = _key(os.stat(path + "-shm"))
+            except OSError:
+                continue
+        if _SHM[held] == key:
+            return held
     return None
 
 
@@ -181,6 +188,7 @@ def _after_fork_in_child() -> None:
     _INHERITED.update(_HELD)
     _HELD.clear()
     _PATHS.clear()
+    _SHM.clear()
     _PARKED.clear()
 
 
