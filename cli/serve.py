@@ -6,6 +6,7 @@ import json
 
 import click
 
+from ledger.browse.metadata import left_out_warnings
 from ledger.browse.server import serve_cases, serve_metadata
 from ledger.ground import interrupts
 from ledger.ground.errors import LedgerError
@@ -41,8 +42,8 @@ def serve(cases: tuple[str, ...], host: str, port: int, open_browser: bool, meta
         try:
             metadata = serve_metadata(list(cases), left_out)
         finally:  # every case left out is named, the first one's error raised when none is left
-            for path, refused in left_out[1:] if len(left_out) == len(cases) else left_out:
-                warn(f"warning: {path} is left out: {refused.code}: {refused.message}")
+            for line in left_out_warnings(left_out, len(cases)):
+                warn(line)
         click.echo(json.dumps(metadata, indent=2, ensure_ascii=False))
         if left_out:
             click.get_current_context().exit(1)

@@ -164,6 +164,13 @@ def served_cases(paths: Sequence[str | os.PathLike[str]],
     return [ServedCase(names[index], *case) for index, case in enumerate(read)]
 
 
+def left_out_warnings(left_out: Sequence[tuple[str, LedgerError]], given: int, what: str = "") -> list[str]:
+    """The warning lines naming each case :func:`served_cases` left out (of
+    ``given``), all but the first when it left out every one (that one's error is the answer)."""
+    shown = left_out[1:] if len(left_out) == given else left_out
+    return [f"warning: {path} is left out{what}: {refused.code}: {refused.message}" for path, refused in shown]
+
+
 #: What serving reads of each case as it starts: one row, whatever an altered view would return.
 STATUS_READ = "SELECT (SELECT case_id FROM case_status LIMIT 1), (SELECT state FROM case_status LIMIT 1)"
 VERSION_READ = "SELECT (SELECT MAX(version) FROM schema_migrations)"

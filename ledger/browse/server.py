@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..ground import errors as E
-from .metadata import (CHART_FORMAT, CHART_QUERY, ServedCase, browse_config, browse_metadata, remaining_units_svg,
-                       served_cases)
+from .metadata import (CHART_FORMAT, CHART_QUERY, ServedCase, browse_config, browse_metadata, left_out_warnings,
+                       remaining_units_svg, served_cases)
 from ..ground.descriptors import refuse_inherited
 from ..ground.errors import LedgerError, printable, quoted, shown
 from ..storage.sqlfiles import schema_version
@@ -384,7 +384,11 @@ def _unusable_request(request: Any) -> str | None:
     return None
 
 
-def case_datasette(paths: Sequence[str | os.PathLike[str]], sql_threads: int = 3,
+#: The threads Datasette runs a server's queries in (its ``num_sql_threads``).
+SQL_THREADS = 3
+
+
+def case_datasette(paths: Sequence[str | os.PathLike[str]], sql_threads: int = SQL_THREADS,
                    left_out: list[tuple[str, LedgerError]] | None = None) -> Any:
     """A Datasette serving the cases at ``paths`` read-only, with their metadata, questions and
     picture (``await ds.client.get("/")`` reads it without a server). ``sql_threads`` 0 runs
@@ -494,10 +498,10 @@ def serve_cases(paths: Sequence[str | os.PathLike[str]], host: str = "127.0.0.1"
     try:
         served = served_cases(paths, left_out)
     finally:  # every case left out is named, the first one's error raised when none is left
-        for path, refused in left_out[1:] if len(left_out) == len(paths) else left_out:
-            (warn or _stderr)(f"warning: {path} is left out, not served: {refused.code}: {refused.message}")
+        for line in left_out_warnings(left_out, len(paths), ", not served"):
+            (warn or _stderr)(line)
     logless = [case.ledger for case in served if not log_files_exist(case.ledger)]
-    datasette = _datasette_of(served, sql_threads=3)
+    datasette = _datasette_of(served, SQL_THREADS)
     uvicorn = _datasette_module("uvicorn")
     sock = _listen(host, port)
     shown = f"[{host}]" if ":" in host else host

@@ -29,22 +29,22 @@ from typing import Callable
 
 from .errors import INVALID_ARGUMENT, LedgerError
 
+#: A file, as ``(st_dev, st_ino)``.
+Key = tuple[int, int]
 #: Reentrant: a connection freed by the garbage collector lets go of its file (a finalizer) wherever
 #: the collector runs, possibly inside a block holding the guard in the same thread.
 _GUARD = threading.RLock()
 #: (device, inode) of each file a connection of this process holds, with how many connections.
-_HELD: dict[tuple[int, int], int] = {}
+_HELD: dict[Key, int] = {}
 #: The path each held file was held by (its ``-shm`` is found beside it).
-_PATHS: dict[tuple[int, int], str] = {}
+_PATHS: dict[Key, str] = {}
 #: Descriptors :func:`close_descriptor` was given for a held file (or its ``-shm``), by the held
 #: file's key, each with the key of the file it is a descriptor of; closed when it is let go.
-_PARKED: dict[tuple[int, int], list[tuple[int, tuple[int, int]]]] = {}
+_PARKED: dict[Key, list[tuple[int, Key]]] = {}
 #: The ``-shm`` of each held file, once it was seen (:func:`_holder`).
-_SHM: dict[tuple[int, int], tuple[int, int]] = {}
+_SHM: dict[Key, Key] = {}
 #: Files connections of a process this one was forked from held at the fork.
-_INHERITED: set[tuple[int, int]] = set()
-
-Key = tuple[int, int]
+_INHERITED: set[Key] = set()
 
 
 def _key(info: os.stat_result) -> Key:
@@ -62,13 +62,13 @@ def hold_file(path: str | os.PathLike[str]) -> Callable[[], None]:
     with _GUARD:
         _HELD[key] = _HELD.get(key, 0) + 1
         _PATHS.setdefault(key, os.fsdecode(path))
-    released = threading.Event()
+    released = []
 
     def release() -> None:
         with _GUARD:  # the kept descriptors are closed under the guard: no connection is held meanwhile
-            if released.is_set():
+            if released:
                 return
-            released.set()
+            released.append(True)
             left = _HELD.get(key, 1) - 1
             if left:
                 _HELD[key] = left
