@@ -1052,6 +1052,40 @@ def test_a_word_that_runs_a_command_or_holds_a_variable_or_a_glob_names_no_targe
     assert classify(command) == expected
 
 
+@pytest.mark.parametrize("command, expected", [
+    ("cd /testbed && cat f.py", ("source.read_context", "/testbed/f.py")),
+    ("cd /testbed && grep -rn x src/", ("source.find_text", "/testbed/src")),
+    ("cd /testbed && grep -rn x .", ("source.find_text", "/testbed")),
+    ("cd /testbed; head -n 5 a.py", ("source.read_context", "/testbed/a.py")),
+    ("cd /testbed && find / -name 'x*' 2>/dev/null | head", ("source.find_text", "/")),
+    ("cd src && cd lib && sed -n 1,5p x.py", ("source.read_context", "src/lib/x.py")),
+    ("cd /a && cat ../b/c", ("source.read_context", "/b/c")), ("cd -- /a && ls b", ("source.find_text", "/a/b")),
+    ("cd $D && cat f.py", ("source.read_context", None)), ("cd $D && cat /etc/x", ("source.read_context", "/etc/x")),
+    ("cd - && cat f", ("source.read_context", None)), ("cd && cat f", ("source.read_context", None)),
+    ("cd -P /a && cat f", ("source.read_context", None)), ("cd $D && cd /a && cat f", ("source.read_context", "/a/f")),
+    ("cd /testbed", ("test.automated", None)), ("cd /testbed && python x.py", ("test.automated", None)),
+    ("cd /testbed && cat f > g", ("test.automated", None)), ("cd /testbed && cat a.py b.py", ("source.read_context", None)),
+    ("cat f.py", ("source.read_context", "f.py")), ("grep -rn x .", ("source.find_text", None)),
+])
+def test_cd_runs_no_program_of_the_rules_and_the_relative_paths_after_it_name_paths_under_its_folder(command, expected):
+    """An agent running each command in a new shell (mini-swe-agent) starts most of them with
+    ``cd /testbed &&``: that made every read and search the default action with no target. A folder the
+    text does not show leaves a relative path after it unknown; the agent's own folder (no cd) is as before."""
+    from ledger.runs.actions import classify
+
+    assert classify(command) == expected
+
+
+def test_a_rule_or_actions_file_naming_cd_does_not_change_how_cd_is_read():
+    from ledger.runs.actions import ActionMap, classify
+
+    mapping = ActionMap.from_mapping({"rules": [{"action": "shell.move", "programs": ["cd"]},
+                                                {"action": "source.read", "programs": ["cat"]}],
+                                      "neutral": ["cd"], "default": "shell.run"})
+    assert classify("cd /a && cat f", mapping) == ("source.read", "/a/f")
+    assert classify("cd /a", mapping) == ("shell.run", None)
+
+
 @pytest.mark.parametrize("command", [
     "sed -ni 's/a/b/p' f.py", "sed -Ei s/a/b/ f.py", "sed --in-place=.bak s/a/b/ f.py", "cat x.py &>out",
     "cat x.py &>>out", "find . -fls out", "find . -name '*.py' -fprint0 o", "find . -fprintf o %p", "ls | xargs rm",

@@ -17,10 +17,13 @@ even when it starts with ``-``; a word holding a variable (``$FILE``) or a glob 
 ``[ab]``) names no known path; a word that
 runs a command of its own (`` `ls` ``, ``$(ls)``) makes the step the ``default`` action, as a subshell does,
 and so does a command that writes a file or runs another program (:func:`_writes`, ``xargs PROGRAM``).
+``cd DIR`` is no program of the rules: it makes the relative paths after it name paths under ``DIR``
+(``cd /testbed && cat f.py`` reads ``/testbed/f.py``), :func:`_in_folders`.
 """
 
 from __future__ import annotations
 
+import posixpath
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -191,11 +194,40 @@ def _paths(program: str, args: list[str]) -> list[str]:
     if program in _PATH_FIRST:  # its one path, wherever it stands among the line numbers
         plain = [arg for arg in plain if not arg.isdigit()][:1]
     # $NAME: not known here; a glob (*, ?, [) names the files it matches, which the command's text does not show
-    return [p.rstrip("/") or "/" for p in plain if p not in (".", "./") and not _UNKNOWN_PATH.search(p)]
+    return [p.rstrip("/") or "/" for p in plain if not _UNKNOWN_PATH.search(p)]
 
 
 #: What makes a word name no one known path: a variable, or a glob's pattern characters.
 _UNKNOWN_PATH = re.compile(r"[$*?\[]")
+#: The folder after a ``cd`` whose folder the command's text does not show (``cd $DIR``, ``cd -``,
+#: ``cd`` alone, ``cd -P DIR``): a relative path after it names no known path.
+_UNKNOWN_FOLDER = "$"
+
+
+def _in_folders(programs: list[str], commands: list[list[str]]) -> list[tuple[str, list[str], str | None]]:
+    """The simple commands other than ``cd``, each with the folder the ``cd`` commands before it moved
+    to: ``None`` while there was none (the agent's own folder), else the folder's path as the command
+    names it, relative paths joined (``cd src && cd lib`` → ``src/lib``), or :data:`_UNKNOWN_FOLDER`."""
+    folder: str | None = None
+    out = []
+    for program, words in zip(programs, commands):
+        if program != "cd":
+            out.append((program, words, folder))
+            continue
+        args = words[2:] if words[1:2] == ["--"] else words[1:]
+        if len(args) != 1 or args[0].startswith("-") or _UNKNOWN_PATH.search(args[0]):
+            folder = _UNKNOWN_FOLDER
+        elif folder != _UNKNOWN_FOLDER or args[0].startswith("/"):
+            folder = posixpath.normpath(posixpath.join(folder or "", args[0]))
+    return out
+
+
+def _named_in(folder: str | None, path: str) -> str | None:
+    """The path ``path`` names in ``folder`` (:func:`_in_folders`); ``None`` for the agent's own folder
+    itself (``.``) and for a relative path in an unknown folder."""
+    if folder is None or path.startswith("/"):
+        return None if path in (".", "./") else path
+    return None if folder == _UNKNOWN_FOLDER else posixpath.normpath(posixpath.join(folder, path))
 
 
 def _with_subcommand(words: list[str], known: set[str]) -> list[str]:
@@ -504,6 +536,9 @@ def classify(command: str, mapping: ActionMap = DEFAULT_ACTION_MAP) -> tuple[str
     programs = [_program_name(c[0]) for c in commands]
     if any(_writes(p, c[1:]) for p, c in zip(programs, commands)):
         return mapping.default, None
+    steps = _in_folders(programs, commands)
+    piped = [was_piped for was_piped, program in zip(piped, programs) if program != "cd"]
+    programs = [program for program, _, _ in steps]
     action = None
     for name, members in mapping.rules:
         if any(p in members for p in programs):
@@ -512,9 +547,10 @@ def classify(command: str, mapping: ActionMap = DEFAULT_ACTION_MAP) -> tuple[str
     if action is None or not all(p in known for p in programs):
         return mapping.default, None
     targets: list[str] = []
-    for index, (program, words_) in enumerate(zip(programs, commands)):
+    for index, (program, words_, folder) in enumerate(steps):
         if piped[index] or (program == "xargs" and len(words_) > 1):
             continue  # the paths come from the pipe
         if any(program in m for _, m in mapping.rules) and not (index and program in mapping.neutral):
-            targets += [p for p in _paths(program, words_[1:]) if p not in targets]
+            named = (_named_in(folder, p) for p in _paths(program, words_[1:]))
+            targets += [p for p in named if p is not None and p not in targets]
     return action, targets[0] if len(targets) == 1 else None
