@@ -45,10 +45,12 @@ class _Progress:
 @click.option("--semantic-score", type=IntegerRange(0, 100), default=50, show_default=True,
               help="The semantic score every settle carries.")
 @click.option("--actions", metavar="FILE", help="TOML mapping of programs to action names (default: built in).")
+@click.option("--recursive", "-r", is_flag=True,
+              help="Read a folder's subfolders too, at any depth (an agent writes each run into one).")
 @JSON
 @pass_settings
 def import_command(settings: Settings, paths: tuple[str, ...], out: str, fmt: str, outcomes: str | None,
-                   semantic_score: int, actions: str | None, as_json: bool) -> None:
+                   semantic_score: int, actions: str | None, recursive: bool, as_json: bool) -> None:
     """Write one journal of derived facts per run found in TRAJ_OR_FOLDER (.gz too).
 
     Exits 1 when a file could not be imported (named with the reason); the other runs are written.
@@ -56,7 +58,7 @@ def import_command(settings: Settings, paths: tuple[str, ...], out: str, fmt: st
     progress = _Progress()
     try:
         summary = import_runs(paths, out, fmt=fmt, outcomes=outcomes, semantic_score=semantic_score,
-                              actions=actions, progress=progress, analysis=settings.analysis())
+                              actions=actions, progress=progress, analysis=settings.analysis(), recursive=recursive)
     finally:
         progress.close()
     result = summary.to_dict()
@@ -85,6 +87,12 @@ def import_command(settings: Settings, paths: tuple[str, ...], out: str, fmt: st
         warn(f"note: {len(unmarked)} run(s) read as mini-swe-agent show none of its marks (no trajectory_format, "
              "no observation in its <returncode> wrapper or with an exit code): check they are agent runs: "
              f"{first_names(unmarked)}")
+    if summary.predictions_left_out:  # preds.json beside the runs of an agent's output folder
+        preds = summary.predictions_left_out
+        warn(f"note: {len(preds)} file(s) hold an agent's predictions (model_patch by instance id), no run: "
+             f"left out: {first_names(preds)}")
+    for folder in summary.subfolders_not_read:  # an agent's output folder: one subfolder per run
+        warn(f"note: the subfolders of {folder} hold trajectories, not read: give --recursive to read them")
     given = settings.analysis_file
     for limit, runs in summary.over_default_limits.items():
         warn(f"note: {len(runs)} run(s) pass the analysis config's {'default ' if given is None else ''}{limit} "

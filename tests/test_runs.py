@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from ledger import (AnalysisConfig, Case, LedgerError, frontier, import_runs, load_policy, read_outcomes, simulate,
                     vary, verify_case)
-from ledger.runs import trajectories
+from ledger.runs import run_files, trajectories
 from ledger.runs.actions import ActionMap
 from ledger.runs.formats import OTHER_AGENTS
 from ledger.package_tools.journal import apply_journal
@@ -489,14 +489,14 @@ def test_each_file_not_imported_carries_its_code_storage_error_when_the_file_sys
     inputs.mkdir()
     (inputs / "bad.traj.json").write_text('{"messages": [', encoding="utf-8")
     (inputs / "locked.traj.json").write_bytes(gzip.decompress(RAW_FILES[0].read_bytes()))
-    real_open = trajectories._open
+    real_open = run_files.open_run_file
 
     def refusing(path):  # what a file this user may not read gives (a mode alone does not stop root)
         if path.name == "locked.traj.json":
             raise PermissionError(errno.EACCES, "Permission denied", str(path))
         return real_open(path)
 
-    monkeypatch.setattr(trajectories, "_open", refusing)
+    monkeypatch.setattr(run_files, "open_run_file", refusing)
     summary = import_runs([inputs], tmp_path / "out")
     assert [(Path(e["file"]).name, e["code"]) for e in summary.to_dict()["errors"]] == [
         ("bad.traj.json", "INVALID_ARGUMENT"), ("locked.traj.json", "STORAGE_ERROR")]
@@ -753,7 +753,8 @@ def test_cli_summary_json_and_no_progress_bar_off_a_terminal(tmp_path):
     assert json.loads(done.stdout) == {"runs": 1, "steps": 4, "skipped": {"no bash block": 1}, "errors": [],
                                        "journals": [str(tmp_path / "toolcall-demo-1.jsonl")],
                                        "runs_without_outcome": [], "outcomes_without_run": [],
-                                       "runs_without_steps": [], "runs_unmarked": [], "over_default_limits": {}}
+                                       "runs_without_steps": [], "runs_unmarked": [], "predictions_left_out": [],
+                                       "subfolders_not_read": [], "over_default_limits": {}}
     usage = CliRunner().invoke(main, ["runs", "import", str(RUNS), "--out", str(tmp_path), "--format", "nope"])
     assert usage.exit_code == 2
     missing = CliRunner().invoke(main, ["runs", "import", str(tmp_path / "nothing"), "--out", str(tmp_path)])

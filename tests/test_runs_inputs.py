@@ -235,7 +235,7 @@ def test_journal_temp_files_of_a_killed_import_are_removed_by_the_next_one(tmp_p
 
 def test_an_output_folder_no_journal_can_be_written_in_is_one_storage_error_before_any_input_is_read(
         tmp_path, monkeypatch):
-    from ledger.runs import trajectories
+    from ledger.runs import run_files
 
     source = _write(tmp_path / "a.traj.json", GOOD)
     real_open = os.open
@@ -246,7 +246,7 @@ def test_an_output_folder_no_journal_can_be_written_in_is_one_storage_error_befo
         return real_open(path, *args, **kwargs)
 
     opened = []
-    monkeypatch.setattr(trajectories, "_open", lambda path: opened.append(path))
+    monkeypatch.setattr(run_files, "open_run_file", lambda path: opened.append(path))
     monkeypatch.setattr(os, "open", refusing)
     with pytest.raises(LedgerError) as caught:
         import_runs([source], tmp_path / "out")
@@ -504,9 +504,9 @@ def test_a_reply_of_many_unclosed_fences_is_a_turn_without_a_bash_block(tmp_path
 def test_a_run_file_or_steps_line_past_the_size_limit_is_refused_without_reading_it_whole(tmp_path, monkeypatch):
     """A trajectory (decompressed: a gzip file may expand a thousandfold) or one line of a steps file
     over the limit is that file's error; the other files are imported."""
-    from ledger.runs import trajectories
+    from ledger.runs import run_files
 
-    monkeypatch.setattr(trajectories, "RUN_FILE_BYTES_MAX", 4000)
+    monkeypatch.setattr(run_files, "RUN_FILE_BYTES_MAX", 4000)
     padded = {**GOOD, "pad": "x" * 5000}
     inputs = tmp_path / "in"
     _write(inputs / "plain.traj.json", padded)
@@ -524,15 +524,15 @@ def test_a_run_file_or_steps_line_past_the_size_limit_is_refused_without_reading
         ("steps.jsonl", "INVALID_ARGUMENT", "line 2 holds more than 4000 bytes, more than one step may: leave "
          "out what no journal keeps")]
     reads = []
-    real_open = trajectories._open
+    real_open = run_files.open_run_file
 
     def counting(path):
         handle = real_open(path)
         real_read = handle.read
         handle.read = lambda n=-1: reads.append(n) or real_read(n)
         return handle
-    monkeypatch.setattr(trajectories, "_open", counting)
-    monkeypatch.setattr(trajectories, "RUN_FILE_BYTES_MAX", 10)
+    monkeypatch.setattr(run_files, "open_run_file", counting)
+    monkeypatch.setattr(run_files, "RUN_FILE_BYTES_MAX", 10)
     summary = import_runs([inputs / "packed.traj.json.gz"], tmp_path / "out2")
     assert summary.runs == 0 and reads == [1 << 20]  # one chunk, then no further
 
@@ -694,8 +694,8 @@ def test_a_run_read_as_mini_swe_agent_with_none_of_its_marks_is_named_in_a_note(
 
 
 def test_a_jsonl_file_that_is_no_steps_file_is_refused_saying_how_jsonl_is_read(tmp_path):
-    (tmp_path / "all_preds.jsonl").write_text(json.dumps({"instance_id": "x", "model_patch": "diff"}) + "\n")
-    summary = import_runs([tmp_path / "all_preds.jsonl"], tmp_path / "out")
+    (tmp_path / "report.jsonl").write_text(json.dumps({"instance_id": "x", "resolved": True}) + "\n")
+    summary = import_runs([tmp_path / "report.jsonl"], tmp_path / "out")
     assert summary.errors[0]["reason"] == (
         "line 1: needs the string keys run, command and output (a *.jsonl file is read in the steps format: one "
         "step per line; an agent's other JSON Lines files, such as predictions, are no trajectory)")
@@ -708,3 +708,90 @@ def test_a_file_read_as_steps_because_asked_is_not_said_to_be_read_so_for_its_na
         "line 1: needs the string keys run, command and output (the steps format: one step per line; an agent's "
         "other JSON Lines files, such as predictions, are no trajectory) (read as --format steps, as asked: "
         "without it, the file's name and content choose)")
+
+
+# --- an agent's own output folder: a subfolder per run, its predictions beside them ---------------
+def _agent_output(root: Path) -> Path:
+    """mini-swe-agent's layout: OUT/<instance>/<instance>.traj.json, OUT/preds.json, a log."""
+    for run in ("b-2", "a-1"):
+        _write(root / run / f"{run}.traj.json", {**GOOD, "instance_id": run, "trajectory_format": "mini-swe-agent-1"})
+    _write(root / "preds.json", {run: {"instance_id": run, "model_name_or_path": "m", "model_patch": "diff"}
+                                 for run in ("a-1", "b-2")})
+    (root / "minisweagent.log").write_text("log\n")
+    return root
+
+
+def test_a_folder_is_read_without_its_subfolders_unless_recursive_and_a_note_names_the_folder(tmp_path):
+    """An agent writes each run into a folder of its own: reading only the top level found its
+    predictions alone, refused as 'another agent's run', and nothing said where the runs were."""
+    root = _agent_output(tmp_path / "output")
+    with pytest.raises(LedgerError) as caught:
+        import_runs([root], tmp_path / "flat")
+    assert caught.value.code == "INVALID_ARGUMENT"
+    assert caught.value.message == (f"no run to import: {root / 'preds.json'} holds an agent's predictions (model_patch "
+                                    f"by instance id), not a run; {root} holds trajectories in subfolders "
+                                    f"({root / 'a-1' / 'a-1.traj.json'}): give --recursive")
+    assert not (tmp_path / "flat").exists()
+    done = CliRunner().invoke(main, ["runs", "import", str(root), "--out", str(tmp_path / "flat")])
+    assert (done.exit_code, done.stdout) == (1, "")
+    assert done.stderr == f"error: INVALID_ARGUMENT: {caught.value.message}\n"
+    done = CliRunner().invoke(main, ["runs", "import", str(root), "-r", "--out", str(tmp_path / "cli")])
+    assert done.exit_code == 0 and sorted(p.name for p in (tmp_path / "cli").iterdir()) == ["a-1.jsonl", "b-2.jsonl"]
+    summary = import_runs([root], tmp_path / "deep", recursive=True)
+    assert (summary.runs, summary.errors, summary.subfolders_not_read) == (2, [], [])
+    assert summary.journals == [str(tmp_path / "deep" / "a-1.jsonl"), str(tmp_path / "deep" / "b-2.jsonl")]
+    assert summary.predictions_left_out == [str(root / "preds.json")]
+    _write(root / "c-3.traj.json", {**GOOD, "instance_id": "c-3"})  # a run at the top as well: imported, and a note
+    summary = import_runs([root], tmp_path / "top")
+    assert (summary.runs, summary.subfolders_not_read) == (1, [str(root)])
+    done = CliRunner().invoke(main, ["runs", "import", str(root), "--out", str(tmp_path / "top")])
+    assert done.exit_code == 0
+    assert done.stderr.splitlines()[-1] == (f"note: the subfolders of {root} hold trajectories, not read: give "
+                                            "--recursive to read them")
+    (root / "preds.json").unlink()
+    (root / "c-3.traj.json").unlink()
+    with pytest.raises(LedgerError) as caught:
+        import_runs([root], tmp_path / "none")
+    assert caught.value.message.endswith(f"; {root} holds them in subfolders ({root / 'a-1' / 'a-1.traj.json'}): "
+                                         "give --recursive")
+
+
+def test_recursive_reads_every_depth_in_name_order_and_follows_no_link_to_a_folder(tmp_path):
+    root = tmp_path / "in"
+    for name in ("z/deep/er/r4", "a/r1", "a/b/r2", "m/r3"):
+        run = name.rpartition("/")[2]
+        _write(root / f"{name}.traj.json", {**GOOD, "instance_id": run})
+    elsewhere = _write(tmp_path / "elsewhere" / "r9.traj.json", {**GOOD, "instance_id": "r9"}).parent
+    (root / "link").symlink_to(elsewhere)
+    summary = import_runs([root], tmp_path / "out", recursive=True)
+    assert [Path(j).stem for j in summary.journals] == ["r2", "r1", "r3", "r4"]  # a/b/ sorts before a/r1
+    with pytest.raises(LedgerError) as caught:
+        import_runs([root], tmp_path / "out2", recursive="yes")
+    assert caught.value.code == "INVALID_ARGUMENT"
+
+
+@pytest.mark.parametrize("predictions", [
+    {"a-1": {"instance_id": "a-1", "model_name_or_path": "m", "model_patch": "diff"}},
+    [{"instance_id": "a-1", "model_patch": "diff"}, {"instance_id": "b-2", "model_patch": ""}],
+    {"instance_id": "a-1", "model_patch": "diff"},
+])
+def test_an_agents_predictions_are_no_run_and_are_left_out_with_a_note(tmp_path, predictions):
+    _write(tmp_path / "in" / "preds.json", predictions)
+    _write(tmp_path / "in" / "r1.traj.json", {**GOOD, "instance_id": "r1"})
+    (tmp_path / "in" / "all_preds.jsonl").write_text("".join(
+        json.dumps({"instance_id": run, "model_patch": "diff", "model_name_or_path": "m"}) + "\n" for run in "ab"))
+    done = CliRunner().invoke(main, ["runs", "import", str(tmp_path / "in"), "--out", str(tmp_path / "out")])
+    assert done.exit_code == 0, done.output
+    assert done.stdout == f"imported 1 run, 1 step into {tmp_path / 'out'}; turns skipped: none\n"
+    assert done.stderr == (f"note: 2 file(s) hold an agent's predictions (model_patch by instance id), no run: left "
+                           f"out: {tmp_path / 'in' / 'all_preds.jsonl'}, {tmp_path / 'in' / 'preds.json'}\n")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["r1.jsonl"]
+
+
+@pytest.mark.parametrize("not_predictions", [
+    {"messages": [], "model_patch": "x"}, {"trajectory": [], "model_patch": "x"}, {}, [], {"a": {"patch": "x"}},
+])
+def test_a_file_is_taken_for_predictions_only_with_a_model_patch_and_no_step(tmp_path, not_predictions):
+    from ledger.runs.formats import is_predictions
+
+    assert not is_predictions(not_predictions)

@@ -205,18 +205,18 @@ def _current_folder_gone() -> bool:
     return False
 
 
-def folder_inputs(folder: Path, suffixes: tuple[str, ...], what: str) -> list[Path]:
-    """The files of ``folder`` (not its subfolders) whose names end in one of ``suffixes``, in any
-    letter case (``RUN.JSONL`` too), sorted by name: what ``ledger simulate`` and ``ledger runs
-    import`` take from a folder. An entry so named that is no regular file (a link to nothing, a
-    pipe, a folder) is ``INVALID_ARGUMENT`` naming it (``what``: the kind of input), never left
-    out without a word; a link to a regular file is taken."""
+def folder_inputs(folder: Path, suffixes: tuple[str, ...], what: str, recursive: bool = False) -> list[Path]:
+    """The files of ``folder`` whose names end in one of ``suffixes``, in any letter case
+    (``RUN.JSONL`` too), sorted by name: what ``ledger simulate`` and ``ledger runs import`` take from
+    a folder. Its subfolders only when ``recursive``, at any depth, each subfolder's files where its
+    name sorts (a link to a folder is not followed). An entry so named that is no regular file (a link
+    to nothing, a pipe, a folder when not ``recursive``) is ``INVALID_ARGUMENT`` naming it (``what``:
+    the kind of input), never left out without a word; a link to a regular file is taken."""
     found = []
-    try:
-        entries = sorted(os.scandir(folder), key=lambda entry: entry.name)
-    except OSError as exc:
-        raise os_error(exc, f"cannot list the folder {folder}") from None
-    for entry in entries:
+    for entry in _entries(folder):
+        if recursive and entry.is_dir(follow_symlinks=False):
+            found += folder_inputs(Path(entry.path), suffixes, what, recursive)
+            continue
         if not entry.name.lower().endswith(suffixes):
             continue
         try:
@@ -228,3 +228,31 @@ def folder_inputs(folder: Path, suffixes: tuple[str, ...], what: str) -> list[Pa
                               "to nothing, a pipe or a folder); move it out of the folder or give the files one by one")
         found.append(Path(entry.path))
     return found
+
+
+def _entries(folder: Path) -> list[os.DirEntry[str]]:
+    try:
+        return sorted(os.scandir(folder), key=lambda entry: entry.name)
+    except OSError as exc:
+        raise os_error(exc, f"cannot list the folder {folder}") from None
+
+
+def input_below(folder: Path, suffixes: tuple[str, ...], depth: int = 3) -> Path | None:
+    """A file named like an input (:func:`folder_inputs`) in a subfolder of ``folder``, up to ``depth``
+    folders down, the shallowest first (links to folders not followed; a folder that cannot be listed
+    passed over), or ``None``: what reading ``folder`` without its subfolders leaves out (an agent
+    writes each run into a folder of its own)."""
+    waiting = [(folder, 0)]
+    while waiting:
+        current, level = waiting.pop(0)
+        try:
+            entries = sorted(os.scandir(current), key=lambda entry: entry.name)
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                if level < depth:
+                    waiting.append((Path(entry.path), level + 1))
+            elif level and entry.name.lower().endswith(suffixes):
+                return Path(entry.path)
+    return None

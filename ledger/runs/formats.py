@@ -317,6 +317,19 @@ def too_many_digits(exc: ValueError) -> str | None:
         if "int_max_str_digits" in str(exc) else None
 
 
+def is_predictions(value: Any) -> bool:
+    """Whether ``value`` is an agent's predictions, no run: SWE-bench's prediction objects (a
+    ``model_patch`` and no step: no ``messages``, ``trajectory`` or ``command``) alone, in a list, or keyed
+    by instance id, as mini-swe-agent's and SWE-agent's ``preds.json`` and SWE-agent's ``all_preds.jsonl``
+    lines hold them."""
+    def one(item: Any) -> bool:
+        return isinstance(item, Mapping) and "model_patch" in item and not {"messages", "trajectory", "command"} & item.keys()
+
+    if isinstance(value, list):
+        return bool(value) and all(one(item) for item in value)
+    return one(value) or (isinstance(value, Mapping) and bool(value) and all(one(item) for item in value.values()))
+
+
 def steps_line(line: bytes, number: int, chosen_by_name: bool = True) -> tuple[str, Step]:
     """The run id and step of one line of a steps file; ``chosen_by_name``: the file is read in this
     format because its name ends in .jsonl (not because ``--format steps`` asked), which a refusal says."""

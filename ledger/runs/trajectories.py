@@ -13,7 +13,6 @@ other files are still imported.
 from __future__ import annotations
 
 import contextlib
-import gzip
 import hashlib
 import json
 import os
@@ -21,30 +20,27 @@ import re
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, IO, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from ..ground import errors as E
-from ..ground.descriptors import open_to_read
 from ..ground.errors import LedgerError, describe_value, quoted, refuses_unfit_calls, refuses_unfit_calls_of, repr_shown
 from ..ground.canonical import canonical_bytes
 from ..ground.config import AnalysisConfig
-from ..ground.paths import EXPORT_FILE_BYTES_MAX, STORAGE_ERRNOS, folder_inputs, fs_path, refuse_link_to_nothing
-from ..ground.arguments import check_callback, check_instance, check_iterable, check_text_mapping
+from ..ground.paths import STORAGE_ERRNOS, fs_path, refuse_link_to_nothing
+from ..ground.arguments import check_callback, check_instance, check_text_mapping
 from ..model.outcomes import check_outcomes, read_outcomes
 from ..model.package import refuse_output_in_package
 from ..package_tools.atomic_files import create_tagged_temp, remove_abandoned_temp_files
 from ..package_tools.journal import LINE_BYTES_MAX
+from . import run_files
 from .actions import DEFAULT_ACTION_MAP, ActionMap, classify
-from .formats import (FormatError, Step, mini_swe_agent_steps, no_repeated_keys, steps_line, swe_agent_steps,
+from .formats import (FormatError, Step, is_predictions, mini_swe_agent_steps, no_repeated_keys, steps_line, swe_agent_steps,
                       too_many_digits)
 
 FORMATS = ("auto", "mini-swe-agent", "swe-agent", "steps")
 #: The allocation of the imported run's one hypothesis: large enough that no policy-free replay runs dry.
 UNITS_PER_RUN = 100000
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-_EXTENSIONS = (".gz", ".json", ".jsonl", ".traj")
-#: The names a folder's trajectories have: each of these, maybe gzipped.
-_TRAJECTORY_NAMES = (".json", ".jsonl", ".traj", ".json.gz", ".jsonl.gz", ".traj.gz")
 #: A lone surrogate (text decoded with ``surrogateescape``): no UTF-8, so no canonical JSON, form.
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -75,6 +71,11 @@ class ImportSummary:
     #: Runs read as mini-swe-agent with steps but none of its marks (no ``trajectory_format``, no
     #: observation in its wrapper or with an exit code): a chat transcript reads so too.
     runs_unmarked: list[str] = field(default_factory=list)
+    #: Files read that hold an agent's predictions (``preds.json``: instance id → ``model_patch``), no run:
+    #: nothing is written for them.
+    predictions_left_out: list[str] = field(default_factory=list)
+    #: Folders given without ``recursive`` whose subfolders hold trajectories, not read.
+    subfolders_not_read: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"runs": self.runs, "steps": self.steps, "skipped": dict(sorted(self.skipped.items())),
@@ -82,6 +83,8 @@ class ImportSummary:
                 "runs_without_outcome": list(self.runs_without_outcome),
                 "outcomes_without_run": list(self.outcomes_without_run),
                 "runs_without_steps": list(self.runs_without_steps), "runs_unmarked": list(self.runs_unmarked),
+                "predictions_left_out": list(self.predictions_left_out),
+                "subfolders_not_read": list(self.subfolders_not_read),
                 "over_default_limits": {k: list(v) for k, v in sorted(self.over_default_limits.items())}}
 
 
@@ -110,112 +113,6 @@ def evidence_of(step: Step, mapping: ActionMap = DEFAULT_ACTION_MAP) -> tuple[st
     if target is not None:  # a path decoded with surrogateescape keeps a U+FFFD for each byte not UTF-8
         evidence["target"] = _LONE_SURROGATE.sub("\ufffd", target)
     return action, evidence
-
-
-# --- reading files --------------------------------------------------------------------------
-#: The most bytes a run file (a trajectory, or one line of a steps file) may hold, decompressed:
-#: the largest observation any analysis config lets a journal store fits; a larger one (a gzip
-#: file that expands a thousandfold) is refused, told without reading or decompressing it whole.
-RUN_FILE_BYTES_MAX = EXPORT_FILE_BYTES_MAX
-
-
-def _open(path: Path) -> IO[bytes]:
-    """The run file ``path`` to read, decompressed when it is ``.gz``, closed through
-    :func:`~ledger.ground.descriptors.close_descriptor` (a hard link to a ledger open here keeps its locks)."""
-    raw = open_to_read(path)
-    return _GzipOfItsOwn(raw) if path.name.lower().endswith(".gz") else raw
-
-
-class _GzipOfItsOwn(gzip.GzipFile):
-    """A gzip reader that closes the file it reads (a ``GzipFile`` given a file object leaves it open)."""
-
-    def __init__(self, raw: IO[bytes]) -> None:
-        self._raw = raw
-        try:
-            super().__init__(fileobj=raw, mode="rb")
-        except BaseException:
-            raw.close()
-            raise
-
-    def close(self) -> None:
-        try:
-            super().close()
-        finally:
-            self._raw.close()
-
-
-def _too_large(path: Path, line: int | None = None) -> ValueError:
-    """A run file, or ``line`` of a steps file, past :data:`RUN_FILE_BYTES_MAX`."""
-    packed = " once decompressed" if path.name.lower().endswith(".gz") else ""
-    if line is not None:
-        return ValueError(f"line {line} holds more than {RUN_FILE_BYTES_MAX} bytes{packed}, more than one step "
-                          "may: leave out what no journal keeps")
-    return ValueError(f"holds more than {RUN_FILE_BYTES_MAX} bytes{packed}, more than a run file may: split it, "
-                      "or leave out what no journal keeps")
-
-
-def _read_whole(path: Path) -> bytearray:
-    """The bytes of the run file ``path`` (decompressed when it is ``.gz``); ``ValueError`` past
-    :data:`RUN_FILE_BYTES_MAX`, read no further than that."""
-    with _open(path) as handle:
-        buffer = bytearray()
-        while len(buffer) <= RUN_FILE_BYTES_MAX and (chunk := handle.read(1 << 20)):
-            buffer += chunk
-    if len(buffer) > RUN_FILE_BYTES_MAX:
-        raise _too_large(path)
-    return buffer  # decoded as it is: no copy of a file that may be large
-
-
-def _lines(handle: IO[bytes], path: Path) -> Iterable[bytes]:
-    """The lines of a steps file; ``ValueError`` for one past :data:`RUN_FILE_BYTES_MAX`."""
-    number = 0
-    while line := handle.readline(RUN_FILE_BYTES_MAX + 1):
-        number += 1
-        if len(line) > RUN_FILE_BYTES_MAX:
-            raise _too_large(path, number)
-        yield line
-
-
-def _stem(path: Path) -> str:
-    name = path.name
-    while name.lower().endswith(_EXTENSIONS):
-        name = name[:name.rindex(".")]
-    return name
-
-
-def _format_of(path: Path, requested: str, data: Any = None) -> str:
-    if requested != "auto":
-        return requested
-    name = path.name.lower()
-    if name.removesuffix(".gz").endswith(".jsonl"):
-        return "steps"
-    if isinstance(data, Mapping) and isinstance(data.get("trajectory"), list):
-        return "swe-agent"
-    return "mini-swe-agent"
-
-
-def input_files(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
-    """Files named by ``paths``: a file as is, a folder as every trajectory in it (``*.json``,
-    ``*.traj``, ``*.jsonl``, each maybe ``.gz``, in any letter case), sorted by name.
-    ``INVALID_ARGUMENT`` for a path that does not exist, an entry so named that is no regular file
-    (:func:`~ledger.ground.paths.folder_inputs`), or no trajectory at all."""
-    if isinstance(paths, (str, bytes, os.PathLike)):
-        paths = [paths]  # one path, not its characters
-    found: list[Path] = []
-    for entry in check_iterable(paths, "paths", "a list of trajectory files or folders"):
-        path = fs_path(entry, "trajectory")
-        if path.is_dir():
-            found += folder_inputs(path, _TRAJECTORY_NAMES, "trajectory")
-        elif path.is_file():
-            found.append(path)
-        elif path.exists():  # a pipe would wait for a writer forever, a device never ends
-            raise LedgerError(E.INVALID_ARGUMENT, f"{path}: not a regular file or folder (a pipe or a device); "
-                              "save the run to a file first")
-        else:
-            raise LedgerError(E.INVALID_ARGUMENT, f"{path}: no such trajectory file or folder")
-    if not found:
-        raise LedgerError(E.INVALID_ARGUMENT, "no trajectory to import (*.json, *.traj, *.jsonl, each maybe .gz)")
-    return found
 
 
 # --- writing journals ----------------------------------------------------------------------
@@ -382,7 +279,7 @@ class _Importer:
                 journal.step(item, self.mapping, self.score)
 
     def trajectory(self, path: Path) -> None:
-        whole = _read_whole(path)
+        whole = run_files.read_whole(path)
         try:
             # one run at a time: a trajectory file is one JSON document, UTF-8 (maybe with a
             # byte-order mark), never UTF-16 or UTF-32 guessed from its bytes
@@ -397,12 +294,15 @@ class _Importer:
         except ValueError as exc:
             raise ValueError(too_many_digits(exc) or str(exc)) from None
         del whole
-        fmt = _format_of(path, self.fmt, data)
+        if is_predictions(data):
+            self.summary.predictions_left_out.append(str(path))
+            return
+        fmt = run_files.format_of(path, self.fmt, data)
         steps = (swe_agent_steps if fmt == "swe-agent" else mini_swe_agent_steps)(data)
         given = data.get("instance_id") if isinstance(data, Mapping) else None
         if given is not None and not isinstance(given, str):
             raise ValueError(f"instance_id must be a string (the run id), got {describe_value(given)}")
-        run = given if given is not None else _stem(path)
+        run = given if given is not None else run_files.name_stem(path)
         journal = None
         marked = [fmt != "mini-swe-agent" or (isinstance(data, Mapping) and "trajectory_format" in data)]
 
@@ -431,10 +331,13 @@ class _Importer:
         journals: dict[str, _Journal] = {}
         open_runs: dict[str, None] = {}  # runs whose journal is open, least recently stepped first
         try:
-            with _open(path) as handle:
-                for number, line in enumerate(_lines(handle, path), start=1):
+            with run_files.open_run_file(path) as handle:
+                for number, line in enumerate(run_files.run_file_lines(handle, path), start=1):
                     if not line.strip():
                         continue
+                    if not journals and _predictions_line(line):
+                        self.summary.predictions_left_out.append(str(path))
+                        return
                     run, step = steps_line(line, number, self.fmt == "auto")
                     journal = journals.get(run)
                     if journal is None:
@@ -460,8 +363,9 @@ class _Importer:
             raise
 
     def file(self, path: Path) -> None:
+        """Import the runs of one file; a file that cannot be read goes into the summary's errors."""
         try:
-            if _format_of(path, self.fmt) == "steps":
+            if run_files.format_of(path, self.fmt) == "steps":
                 self.generic(path)
             else:
                 self.trajectory(path)
@@ -479,6 +383,14 @@ class _Importer:
                     reason += f" (read as --format {self.fmt}, as asked: without it, the file's name and content choose)"
             code = E.STORAGE_ERROR if isinstance(exc, OSError) and exc.errno in STORAGE_ERRNOS else E.INVALID_ARGUMENT
             self.summary.errors.append({"file": str(path), "code": code, "reason": reason})
+
+
+def _predictions_line(line: bytes) -> bool:
+    """Whether the first line of a steps file is a prediction (SWE-agent's ``all_preds.jsonl``)."""
+    try:
+        return is_predictions(json.loads(line))
+    except (ValueError, RecursionError):
+        return False  # not JSON: the steps format's own reading says what is wrong
 
 
 def _remove_if_empty(made: list[Path]) -> None:
@@ -533,7 +445,7 @@ def import_runs(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[
                 outcomes: Mapping[str, str] | str | os.PathLike[str] | None = None, semantic_score: int = 50,
                 actions: ActionMap | str | os.PathLike[str] | None = None,
                 progress: Callable[[int, int], None] | None = None,
-                analysis: AnalysisConfig | None = None) -> ImportSummary:
+                analysis: AnalysisConfig | None = None, recursive: bool = False) -> ImportSummary:
     """Write one journal per run of the trajectories ``paths`` (files or folders) into ``out``.
 
     ``fmt``: one of :data:`FORMATS`; ``outcomes``: run id → outcome label (or the path of the CSV
@@ -541,7 +453,10 @@ def import_runs(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[
     ``semantic_score``: what every ``settle`` carries; ``actions``: the command → action mapping
     (an :class:`ActionMap` or a TOML file); ``progress(done, total)`` is called after each file;
     ``analysis``: the analysis config the journals will run under, whose limits the summary's
-    ``over_default_limits`` compares with (default: the default config).
+    ``over_default_limits`` compares with (default: the default config); ``recursive``: a folder's
+    subfolders are read too, at any depth (without it, the summary's ``subfolders_not_read`` names each
+    folder given whose subfolders hold trajectories). A file holding an agent's predictions
+    (``preds.json``) is no run: named in ``predictions_left_out``, nothing written for it.
 
     Returns an :class:`ImportSummary`; a file that cannot be read is in its ``errors`` and the
     others are imported. Raises ``INVALID_ARGUMENT`` for a bad argument, ``CONFIG_INVALID`` for a
@@ -564,7 +479,10 @@ def import_runs(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[
         outcomes = read_outcomes(outcomes)
     elif outcomes is not None:
         check_outcomes(check_text_mapping(outcomes, "outcomes"), source)
-    files = input_files(paths)
+    if type(recursive) is not bool:
+        raise LedgerError(E.INVALID_ARGUMENT, f"recursive must be True or False, got {repr_shown(recursive, 80)}")
+    unread: list[tuple[Path, Path]] = []
+    files = run_files.input_files(paths, recursive, unread)
     target = fs_path(out, "output folder")
     refuse_output_in_package(target, "output folder")
     refuse_link_to_nothing(target, "the output folder, --out")
@@ -575,6 +493,7 @@ def import_runs(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[
     made = made[:next(n for n, folder in enumerate(made) if folder.exists())]
     target.mkdir(parents=True, exist_ok=True)
     importer = _Importer(target, fmt, mapping, semantic_score, outcomes, source, limits)
+    importer.summary.subfolders_not_read = [str(folder) for folder, _ in unread]
     try:
         _check_writable(target)
         remove_abandoned_temp_files(target, ".", _TEMP_SUFFIX)  # what an import killed meanwhile left
@@ -584,6 +503,11 @@ def import_runs(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[
                 progress(done, len(files))
     finally:
         _remove_if_empty(made)  # every file failed: no folder it made is left behind, empty
+    summary = importer.summary
+    if len(summary.predictions_left_out) == len(files):  # nothing but predictions: no run to import
+        hint = f"; {unread[0][0]} holds trajectories in subfolders ({unread[0][1]}): give --recursive" if unread else ""
+        raise LedgerError(E.INVALID_ARGUMENT, f"no run to import: {summary.predictions_left_out[0]} holds an agent's "
+                          f"predictions (model_patch by instance id), not a run{hint}")
     if outcomes is not None:
         importer.summary.outcomes_without_run = [run for run in outcomes if run not in importer.seen]
     return importer.summary

@@ -1,0 +1,134 @@
+"""Finding and reading run files: the trajectories a folder gives, ``.gz`` decompressed, none past
+:data:`RUN_FILE_BYTES_MAX` (docs/runs.md).
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+from pathlib import Path
+from typing import IO, Any, Iterable, Mapping
+
+from ..ground import errors as E
+from ..ground.arguments import check_iterable
+from ..ground.descriptors import open_to_read
+from ..ground.errors import LedgerError
+from ..ground.paths import EXPORT_FILE_BYTES_MAX, folder_inputs, fs_path, input_below
+
+_EXTENSIONS = (".gz", ".json", ".jsonl", ".traj")
+#: The names a folder's trajectories have: each of these, maybe gzipped.
+_TRAJECTORY_NAMES = (".json", ".jsonl", ".traj", ".json.gz", ".jsonl.gz", ".traj.gz")
+
+#: The most bytes a run file (a trajectory, or one line of a steps file) may hold, decompressed:
+#: the largest observation any analysis config lets a journal store fits; a larger one (a gzip
+#: file that expands a thousandfold) is refused, told without reading or decompressing it whole.
+RUN_FILE_BYTES_MAX = EXPORT_FILE_BYTES_MAX
+
+
+def open_run_file(path: Path) -> IO[bytes]:
+    """The run file ``path`` to read, decompressed when it is ``.gz``, closed through
+    :func:`~ledger.ground.descriptors.close_descriptor` (a hard link to a ledger open here keeps its locks)."""
+    raw = open_to_read(path)
+    return _GzipOfItsOwn(raw) if path.name.lower().endswith(".gz") else raw
+
+
+class _GzipOfItsOwn(gzip.GzipFile):
+    """A gzip reader that closes the file it reads (a ``GzipFile`` given a file object leaves it open)."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self._raw = raw
+        try:
+            super().__init__(fileobj=raw, mode="rb")
+        except BaseException:
+            raw.close()
+            raise
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._raw.close()
+
+
+def _too_large(path: Path, line: int | None = None) -> ValueError:
+    """A run file, or ``line`` of a steps file, past :data:`RUN_FILE_BYTES_MAX`."""
+    packed = " once decompressed" if path.name.lower().endswith(".gz") else ""
+    if line is not None:
+        return ValueError(f"line {line} holds more than {RUN_FILE_BYTES_MAX} bytes{packed}, more than one step "
+                          "may: leave out what no journal keeps")
+    return ValueError(f"holds more than {RUN_FILE_BYTES_MAX} bytes{packed}, more than a run file may: split it, "
+                      "or leave out what no journal keeps")
+
+
+def read_whole(path: Path) -> bytearray:
+    """The bytes of the run file ``path`` (decompressed when it is ``.gz``); ``ValueError`` past
+    :data:`RUN_FILE_BYTES_MAX`, read no further than that."""
+    with open_run_file(path) as handle:
+        buffer = bytearray()
+        while len(buffer) <= RUN_FILE_BYTES_MAX and (chunk := handle.read(1 << 20)):
+            buffer += chunk
+    if len(buffer) > RUN_FILE_BYTES_MAX:
+        raise _too_large(path)
+    return buffer  # decoded as it is: no copy of a file that may be large
+
+
+def run_file_lines(handle: IO[bytes], path: Path) -> Iterable[bytes]:
+    """The lines of a steps file; ``ValueError`` for one past :data:`RUN_FILE_BYTES_MAX`."""
+    number = 0
+    while line := handle.readline(RUN_FILE_BYTES_MAX + 1):
+        number += 1
+        if len(line) > RUN_FILE_BYTES_MAX:
+            raise _too_large(path, number)
+        yield line
+
+
+def name_stem(path: Path) -> str:
+    name = path.name
+    while name.lower().endswith(_EXTENSIONS):
+        name = name[:name.rindex(".")]
+    return name
+
+
+def format_of(path: Path, requested: str, data: Any = None) -> str:
+    if requested != "auto":
+        return requested
+    name = path.name.lower()
+    if name.removesuffix(".gz").endswith(".jsonl"):
+        return "steps"
+    if isinstance(data, Mapping) and isinstance(data.get("trajectory"), list):
+        return "swe-agent"
+    return "mini-swe-agent"
+
+
+def input_files(paths: Iterable[str | os.PathLike[str]], recursive: bool = False,
+                unread: list[tuple[Path, Path]] | None = None) -> list[Path]:
+    """Files named by ``paths``: a file as is, a folder as every trajectory in it (``*.json``,
+    ``*.traj``, ``*.jsonl``, each maybe ``.gz``, in any letter case), sorted by name, and in its
+    subfolders when ``recursive``. Without it, ``(folder, a trajectory below it)`` of each folder
+    whose subfolders hold one is appended to ``unread``. ``INVALID_ARGUMENT`` for a path that does not
+    exist, an entry so named that is no regular file (:func:`~ledger.ground.paths.folder_inputs`), or
+    no trajectory at all (naming one its subfolders hold)."""
+    if isinstance(paths, (str, bytes, os.PathLike)):
+        paths = [paths]  # one path, not its characters
+    found: list[Path] = []
+    below: list[tuple[Path, Path]] = []
+    for entry in check_iterable(paths, "paths", "a list of trajectory files or folders"):
+        path = fs_path(entry, "trajectory")
+        if path.is_dir():
+            found += folder_inputs(path, _TRAJECTORY_NAMES, "trajectory", recursive)
+            deeper = None if recursive else input_below(path, _TRAJECTORY_NAMES)
+            if deeper is not None:
+                below.append((path, deeper))
+        elif path.is_file():
+            found.append(path)
+        elif path.exists():  # a pipe would wait for a writer forever, a device never ends
+            raise LedgerError(E.INVALID_ARGUMENT, f"{path}: not a regular file or folder (a pipe or a device); "
+                              "save the run to a file first")
+        else:
+            raise LedgerError(E.INVALID_ARGUMENT, f"{path}: no such trajectory file or folder")
+    if not found:
+        hint = f"; {below[0][0]} holds them in subfolders ({below[0][1]}): give --recursive" if below else ""
+        raise LedgerError(E.INVALID_ARGUMENT, f"no trajectory to import (*.json, *.traj, *.jsonl, each maybe .gz){hint}")
+    if unread is not None:
+        unread += below
+    return found
