@@ -47,10 +47,13 @@ class _Progress:
 @click.option("--actions", metavar="FILE", help="TOML mapping of programs to action names (default: built in).")
 @click.option("--recursive", "-r", is_flag=True,
               help="Read a folder's subfolders too, at any depth (an agent writes each run into one).")
+@click.option("--run-prefix", default="", metavar="TEXT",
+              help="Put TEXT before every run id, so that runs of the same tasks by other agents or models can "
+                   "share DIR (e.g. gpt5.); --outcomes names the runs without it.")
 @JSON
 @pass_settings
 def import_command(settings: Settings, paths: tuple[str, ...], out: str, fmt: str, outcomes: str | None,
-                   semantic_score: int, actions: str | None, recursive: bool, as_json: bool) -> None:
+                   semantic_score: int, actions: str | None, recursive: bool, run_prefix: str, as_json: bool) -> None:
     """Write one journal of derived facts per run found in TRAJ_OR_FOLDER (.gz too).
 
     Exits 1 when a file could not be imported (named with the reason); the other runs are written.
@@ -58,7 +61,8 @@ def import_command(settings: Settings, paths: tuple[str, ...], out: str, fmt: st
     progress = _Progress()
     try:
         summary = import_runs(paths, out, fmt=fmt, outcomes=outcomes, semantic_score=semantic_score,
-                              actions=actions, progress=progress, analysis=settings.analysis(), recursive=recursive)
+                              actions=actions, progress=progress, analysis=settings.analysis(), recursive=recursive,
+                              run_prefix=run_prefix)
     finally:
         progress.close()
     result = summary.to_dict()

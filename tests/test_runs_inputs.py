@@ -795,3 +795,49 @@ def test_a_file_is_taken_for_predictions_only_with_a_model_patch_and_no_step(tmp
     from ledger.runs.formats import is_predictions
 
     assert not is_predictions(not_predictions)
+
+
+def test_a_run_prefix_lets_runs_of_the_same_tasks_by_two_agents_share_a_folder_and_a_simulation(tmp_path):
+    """Two models' runs of one task have the same instance_id (read from inside the file): the second
+    was refused as 'already imported', and simulate refused two journals of one run id."""
+    for model in ("gpt", "kimi"):
+        _write(tmp_path / model / "t-1" / "t-1.traj.json", {**GOOD, "instance_id": "t-1"})
+    outcomes = tmp_path / "outcomes.csv"
+    outcomes.write_text("instance_id,outcome\nt-1,resolved\nt-2,unresolved\n")
+    clash = import_runs([tmp_path / "gpt", tmp_path / "kimi"], tmp_path / "clash", recursive=True)
+    assert clash.runs == 1
+    assert clash.errors[0]["reason"] == f"run id 't-1' was already imported from {tmp_path / 'gpt' / 't-1' / 't-1.traj.json'}"
+    gpt = import_runs([tmp_path / "gpt"], tmp_path / "out", recursive=True, run_prefix="gpt.", outcomes=outcomes)
+    done = CliRunner().invoke(main, ["runs", "import", str(tmp_path / "kimi"), "-r", "--run-prefix", "kimi-",
+                                     "--out", str(tmp_path / "out"), "--outcomes", str(outcomes)])
+    assert done.exit_code == 0, done.output
+    assert (gpt.runs, gpt.runs_without_outcome, gpt.outcomes_without_run) == (1, [], ["t-2"])
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["gpt.t-1.jsonl", "kimi-t-1.jsonl"]
+    lines = journal(tmp_path / "out" / "gpt.t-1.jsonl")
+    assert lines[0]["hypotheses"] == [{"statement": "agent run gpt.t-1"}]
+    assert lines[-1] == {"op": "record_outcome", "outcome": "resolved", "source": "outcomes file outcomes.csv"}
+    report = simulate([tmp_path / "out"])
+    assert sorted((r.run, r.outcome, r.error) for r in report.runs) == [("gpt.t-1", "resolved", None),
+                                                                         ("kimi-t-1", "resolved", None)]
+
+
+@pytest.mark.parametrize("prefix, message", [
+    ("-x", "the run prefix '-x' must start a plain file name"), ("a/b", "the run prefix 'a/b' must start"),
+    (3, "the run prefix 3 must start"),
+])
+def test_a_run_prefix_that_cannot_start_a_run_id_is_refused_before_anything_is_read(tmp_path, prefix, message):
+    source = _write(tmp_path / "a.traj.json", GOOD)
+    with pytest.raises(LedgerError) as caught:
+        import_runs([source], tmp_path / "out", run_prefix=prefix)
+    assert caught.value.code == "INVALID_ARGUMENT" and caught.value.message.startswith(message)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_run_id_is_checked_before_its_prefix_and_the_two_together_stay_within_128_characters(tmp_path):
+    empty = _write(tmp_path / "e.traj.json", {**GOOD, "instance_id": ""})
+    long = _write(tmp_path / "l.traj.json", {**GOOD, "instance_id": "r" * 126})
+    summary = import_runs([empty, long], tmp_path / "out", run_prefix="abc")
+    assert [e["reason"] for e in summary.errors] == [
+        "run id '' (0 characters) is not a plain file name: 1 to 128 letters, digits, '.', '_', '-', the first a "
+        "letter or digit",
+        f"run id '{'r' * 80}'… with the prefix 'abc' has 129 characters, more than the 128 a run id may have"]

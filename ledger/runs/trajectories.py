@@ -236,16 +236,21 @@ class _Importer:
     outcomes: Mapping[str, str] | None
     source: str
     limits: Mapping[str, int]
+    prefix: str = ""  # put before every run id (``run_prefix``)
     summary: ImportSummary = field(default_factory=ImportSummary)
-    seen: dict[str, Path] = field(default_factory=dict)  # run id → the input that brought it
+    seen: dict[str, Path] = field(default_factory=dict)  # run id (prefixed) → the input that brought it
 
-    def _begin(self, run: str, path: Path, line: int | None = None) -> _Journal:
-        """The journal of ``run`` from ``path`` (at ``line`` of a steps file)."""
+    def _begin(self, given: str, path: Path, line: int | None = None) -> _Journal:
+        """The journal of the run ``given`` (its id in the input) from ``path`` (at ``line`` of a steps file)."""
         where = f"line {line}: " if line is not None else ""
-        if not _RUN_ID.fullmatch(run):
-            raise ValueError(f"{where}run id {quoted(run, 80)} ({len(run)} character"
-                             f"{'' if len(run) == 1 else 's'}) is not a "
+        run = self.prefix + given
+        if not _RUN_ID.fullmatch(given):
+            raise ValueError(f"{where}run id {quoted(given, 80)} ({len(given)} character"
+                             f"{'' if len(given) == 1 else 's'}) is not a "
                              "plain file name: 1 to 128 letters, digits, '.', '_', '-', the first a letter or digit")
+        if not _RUN_ID.fullmatch(run):
+            raise ValueError(f"{where}run id {quoted(given, 80)} with the prefix {self.prefix!r} has {len(run)} "
+                             "characters, more than the 128 a run id may have")
         if run in self.seen:
             if _same_file(path, self.seen[run]):
                 raise ValueError(f"given already (twice, or also in a folder given): its run {run!r} is imported "
@@ -256,7 +261,7 @@ class _Importer:
         return journal
 
     def _end(self, journal: _Journal) -> None:
-        label = (self.outcomes or {}).get(journal.run)
+        label = (self.outcomes or {}).get(journal.run.removeprefix(self.prefix))  # the input's own run id
         journal.finish(None if label is None else (label, self.source))
         if label is None and self.outcomes is not None:
             self.summary.runs_without_outcome.append(journal.run)
@@ -445,7 +450,8 @@ def import_runs(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[
                 outcomes: Mapping[str, str] | str | os.PathLike[str] | None = None, semantic_score: int = 50,
                 actions: ActionMap | str | os.PathLike[str] | None = None,
                 progress: Callable[[int, int], None] | None = None,
-                analysis: AnalysisConfig | None = None, recursive: bool = False) -> ImportSummary:
+                analysis: AnalysisConfig | None = None, recursive: bool = False,
+                run_prefix: str = "") -> ImportSummary:
     """Write one journal per run of the trajectories ``paths`` (files or folders) into ``out``.
 
     ``fmt``: one of :data:`FORMATS`; ``outcomes``: run id → outcome label (or the path of the CSV
@@ -457,6 +463,8 @@ def import_runs(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[
     subfolders are read too, at any depth (without it, the summary's ``subfolders_not_read`` names each
     folder given whose subfolders hold trajectories). A file holding an agent's predictions
     (``preds.json``) is no run: named in ``predictions_left_out``, nothing written for it.
+    ``run_prefix`` is put before every run id (the journal's name too; ``outcomes`` name the runs
+    without it), so runs of the same tasks by other agents can share ``out``.
 
     Returns an :class:`ImportSummary`; a file that cannot be read is in its ``errors`` and the
     others are imported. Raises ``INVALID_ARGUMENT`` for a bad argument, ``CONFIG_INVALID`` for a
@@ -481,6 +489,9 @@ def import_runs(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[
         check_outcomes(check_text_mapping(outcomes, "outcomes"), source)
     if type(recursive) is not bool:
         raise LedgerError(E.INVALID_ARGUMENT, f"recursive must be True or False, got {repr_shown(recursive, 80)}")
+    if not isinstance(run_prefix, str) or (run_prefix and not _RUN_ID.fullmatch(run_prefix)):
+        raise LedgerError(E.INVALID_ARGUMENT, f"the run prefix {repr_shown(run_prefix, 80)} must start a plain file "
+                          "name: letters, digits, '.', '_', '-', the first a letter or digit (or be empty)")
     unread: list[tuple[Path, Path]] = []
     files = run_files.input_files(paths, recursive, unread)
     target = fs_path(out, "output folder")
@@ -492,7 +503,7 @@ def import_runs(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[
     made = [target, *target.parents]  # the folders this import makes, the deepest first
     made = made[:next(n for n, folder in enumerate(made) if folder.exists())]
     target.mkdir(parents=True, exist_ok=True)
-    importer = _Importer(target, fmt, mapping, semantic_score, outcomes, source, limits)
+    importer = _Importer(target, fmt, mapping, semantic_score, outcomes, source, limits, run_prefix)
     importer.summary.subfolders_not_read = [str(folder) for folder, _ in unread]
     try:
         _check_writable(target)
@@ -509,5 +520,5 @@ def import_runs(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[
         raise LedgerError(E.INVALID_ARGUMENT, f"no run to import: {summary.predictions_left_out[0]} holds an agent's "
                           f"predictions (model_patch by instance id), not a run{hint}")
     if outcomes is not None:
-        importer.summary.outcomes_without_run = [run for run in outcomes if run not in importer.seen]
+        importer.summary.outcomes_without_run = [run for run in outcomes if run_prefix + run not in importer.seen]
     return importer.summary
