@@ -1067,6 +1067,9 @@ def test_a_word_that_runs_a_command_or_holds_a_variable_or_a_glob_names_no_targe
     ("cd /testbed", ("test.automated", None)), ("cd /testbed && python x.py", ("test.automated", None)),
     ("cd /testbed && cat f > g", ("test.automated", None)), ("cd /testbed && cat a.py b.py", ("source.read_context", None)),
     ("cat f.py", ("source.read_context", "f.py")), ("grep -rn x .", ("source.find_text", None)),
+    ("cd . && grep -rn x .", ("source.find_text", None)), ("cd src && cd .. && grep -rn x .", ("source.find_text", None)),
+    ("cd /x && cat f.py /x/f.py", ("source.read_context", "/x/f.py")),
+    ("/usr/bin/cd /x && cat f.py", ("test.automated", None)),  # a program of its own: it moves no shell
 ])
 def test_cd_runs_no_program_of_the_rules_and_the_relative_paths_after_it_name_paths_under_its_folder(command, expected):
     """An agent running each command in a new shell (mini-swe-agent) starts most of them with
@@ -1077,12 +1080,40 @@ def test_cd_runs_no_program_of_the_rules_and_the_relative_paths_after_it_name_pa
     assert classify(command) == expected
 
 
-def test_a_rule_or_actions_file_naming_cd_does_not_change_how_cd_is_read():
+@pytest.mark.parametrize("command, expected", [
+    ("cd /testbed | cat f.py", ("source.read_context", "f.py")), ("echo x | cd /t && cat f", ("source.read_context", "f")),
+    ("cd /testbed & cat f.py", ("source.read_context", "f.py")), ("cd /testbed || cat f.py", ("source.read_context", "f.py")),
+    ("cd /t || true; cat f.py", ("source.read_context", "/t/f.py")), ("cd /t\ncat f.py", ("source.read_context", "/t/f.py")),
+])
+def test_a_cd_in_a_pipeline_or_the_background_moves_nothing_and_the_command_after_its_or_runs_where_it_failed(
+        command, expected):
+    """A pipeline's commands and a background job run in subshells; ``cd a || cat f`` reads ./f (cat runs
+    only where cd failed). Each of these gave the target under the cd's folder."""
+    from ledger.runs.actions import classify
+
+    assert classify(command) == expected
+
+
+@pytest.mark.parametrize("command, expected", [
+    ("cat f.py f.py", ("source.read_context", "f.py")), ("cat ./f.py", ("source.read_context", "f.py")),
+    ("cat ./a//b/../f.py", ("source.read_context", "a/f.py")), ("cat f.py ./f.py", ("source.read_context", "f.py")),
+    ("ls /", ("source.find_text", "/")), ("cat ../f", ("source.read_context", "../f")),
+])
+def test_a_target_is_the_path_tidied_as_written_and_one_path_named_twice_is_still_one_path(command, expected):
+    """``cat f.py f.py`` had no target (two paths counted), and ``./f.py`` and ``f.py`` were two targets."""
+    from ledger.runs.actions import classify
+
+    assert classify(command) == expected
+
+
+@pytest.mark.parametrize("named", ["cd", "cd /a"])
+def test_a_rule_or_actions_file_naming_cd_does_not_change_how_cd_is_read(named):
+    """Also as a program with its first argument (``cd /a``), the way ``str_replace_editor view`` is named."""
     from ledger.runs.actions import ActionMap, classify
 
-    mapping = ActionMap.from_mapping({"rules": [{"action": "shell.move", "programs": ["cd"]},
+    mapping = ActionMap.from_mapping({"rules": [{"action": "shell.move", "programs": [named]},
                                                 {"action": "source.read", "programs": ["cat"]}],
-                                      "neutral": ["cd"], "default": "shell.run"})
+                                      "neutral": [named], "default": "shell.run"})
     assert classify("cd /a && cat f", mapping) == ("source.read", "/a/f")
     assert classify("cd /a", mapping) == ("shell.run", None)
 

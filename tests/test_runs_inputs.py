@@ -841,3 +841,85 @@ def test_a_run_id_is_checked_before_its_prefix_and_the_two_together_stay_within_
         "run id '' (0 characters) is not a plain file name: 1 to 128 letters, digits, '.', '_', '-', the first a "
         "letter or digit",
         f"run id '{'r' * 80}'… with the prefix 'abc' has 129 characters, more than the 128 a run id may have"]
+
+
+def test_recursive_reads_a_tree_deeper_than_the_interpreters_recursion_limit(tmp_path):
+    """A tree about 1,000 folders deep made the reading recurse past Python's limit (a traceback). The
+    limit is lowered here rather than the tree made that deep: pytest's own clean-up recurses too."""
+    import inspect
+
+    deep = tmp_path / "in"
+    deep.mkdir()
+    for _ in range(400):
+        deep = deep / "d"
+        deep.mkdir()
+    _write(deep / "r.traj.json", {**GOOD, "instance_id": "r"})
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(len(inspect.stack()) + 200)
+    try:
+        summary = import_runs([tmp_path / "in"], tmp_path / "out", recursive=True)
+    finally:
+        sys.setrecursionlimit(limit)
+    assert (summary.runs, summary.errors) == (1, [])
+
+
+def test_a_subfolder_that_cannot_be_listed_fails_alone_and_the_other_runs_are_imported(tmp_path, monkeypatch):
+    from conftest import deny_reading
+
+    _write(tmp_path / "in" / "a" / "r1.traj.json", {**GOOD, "instance_id": "r1"})
+    _write(tmp_path / "in" / "b" / "r2.traj.json", {**GOOD, "instance_id": "r2"})
+    deny_reading(monkeypatch, tmp_path / "in" / "b")
+    try:
+        summary = import_runs([tmp_path / "in"], tmp_path / "out", recursive=True)
+        assert summary.runs == 1
+        assert summary.errors == [{"file": str(tmp_path / "in" / "b"), "code": "STORAGE_ERROR",
+                                   "reason": "cannot list this folder: Permission denied"}]
+        deny_reading(monkeypatch, tmp_path / "in" / "a")
+        with pytest.raises(LedgerError) as caught:  # nothing else to import: the listing's error
+            import_runs([tmp_path / "in"], tmp_path / "out2", recursive=True)
+        assert caught.value.code == "STORAGE_ERROR"
+        assert caught.value.message.startswith(f"no trajectory to import, and the folder {tmp_path / 'in' / 'a'} "
+                                               "cannot be listed: Permission denied")
+    finally:
+        (tmp_path / "in" / "a").chmod(0o755)
+        (tmp_path / "in" / "b").chmod(0o755)
+
+
+def test_the_output_folder_inside_the_folder_read_is_passed_over(tmp_path):
+    """Its journals were counted as trajectories not read (a note saying to give --recursive, which was
+    then refused), and read as inputs by a second recursive import."""
+    root = _agent_output(tmp_path / "output")
+    for _ in range(2):
+        summary = import_runs([root], root / "journals", recursive=True)
+        assert (summary.runs, summary.errors) == (2, [])
+    _write(root / "top.traj.json", {**GOOD, "instance_id": "top"})
+    (root / "a-1").rename(tmp_path / "a-1")
+    (root / "b-2").rename(tmp_path / "b-2")
+    summary = import_runs([root], root / "journals")
+    assert (summary.runs, summary.subfolders_not_read) == (1, [])
+
+
+@pytest.mark.parametrize("name, text", [("preds.json", "{}"), ("preds.json", "[]"), ("all_preds.jsonl", ""),
+                                        ("PREDS.json", "{}")])
+def test_an_agents_predictions_file_holding_none_yet_is_left_out_too(tmp_path, name, text):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / name).write_text(text)
+    _write(tmp_path / "in" / "r1.traj.json", {**GOOD, "instance_id": "r1"})
+    summary = import_runs([tmp_path / "in"], tmp_path / "out")
+    assert (summary.runs, summary.errors, summary.predictions_left_out) == (1, [], [str(tmp_path / "in" / name)])
+    (tmp_path / "in" / "other.json").write_text(text or "{}")  # not a predictions file's name: a failed run
+    assert [e["file"] for e in import_runs([tmp_path / "in"], tmp_path / "out").errors] == [
+        str(tmp_path / "in" / "other.json")]
+
+
+@pytest.mark.parametrize("length, refused", [(126, False), (127, False), (128, True), (129, True)])
+def test_a_run_prefix_leaves_room_for_a_run_id(tmp_path, length, refused):
+    source = _write(tmp_path / "a.traj.json", {**GOOD, "instance_id": "r"})
+    if not refused:
+        assert Path(import_runs([source], tmp_path / "out", run_prefix="p" * length).journals[0]).name == \
+            "p" * length + "r.jsonl"
+        return
+    with pytest.raises(LedgerError) as caught:
+        import_runs([source], tmp_path / "out", run_prefix="p" * length)
+    assert caught.value.message == (f"the run prefix has {length} characters: a run id has at most 128, so the "
+                                    "prefix at most 127 (one left for the run's own id)")

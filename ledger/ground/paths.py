@@ -205,17 +205,33 @@ def _current_folder_gone() -> bool:
     return False
 
 
-def folder_inputs(folder: Path, suffixes: tuple[str, ...], what: str, recursive: bool = False) -> list[Path]:
+def folder_inputs(folder: Path, suffixes: tuple[str, ...], what: str, recursive: bool = False,
+                  skip: Path | None = None, unlisted: list[tuple[Path, OSError]] | None = None) -> list[Path]:
     """The files of ``folder`` whose names end in one of ``suffixes``, in any letter case
     (``RUN.JSONL`` too), sorted by name: what ``ledger simulate`` and ``ledger runs import`` take from
     a folder. Its subfolders only when ``recursive``, at any depth, each subfolder's files where its
-    name sorts (a link to a folder is not followed). An entry so named that is no regular file (a link
-    to nothing, a pipe, a folder when not ``recursive``) is ``INVALID_ARGUMENT`` naming it (``what``:
-    the kind of input), never left out without a word; a link to a regular file is taken."""
+    name sorts (a link to a folder is not followed; ``skip``, the command's output folder, is passed
+    over; a subfolder that cannot be listed is appended to ``unlisted`` with its error and passed over,
+    or, without ``unlisted``, refused). An entry so named that is no regular file (a link to nothing, a
+    pipe, a folder when not ``recursive``) is ``INVALID_ARGUMENT`` naming it (``what``: the kind of
+    input), never left out without a word; a link to a regular file is taken. ``STORAGE_ERROR`` when
+    ``folder`` itself cannot be listed."""
     found = []
-    for entry in _entries(folder):
+    passed_over = _identity(skip)
+    waiting = [iter(_entries(folder))]  # a stack of listings, not recursion: a tree may be thousands deep
+    while waiting:
+        entry = next(waiting[-1], None)
+        if entry is None:
+            waiting.pop()
+            continue
         if recursive and entry.is_dir(follow_symlinks=False):
-            found += folder_inputs(Path(entry.path), suffixes, what, recursive)
+            if passed_over is None or _identity(Path(entry.path)) != passed_over:
+                try:
+                    waiting.append(iter(sorted(os.scandir(entry.path), key=lambda sub: sub.name)))
+                except OSError as exc:
+                    if unlisted is None:
+                        raise os_error(exc, f"cannot list the folder {entry.path}") from None
+                    unlisted.append((Path(entry.path), exc))
             continue
         if not entry.name.lower().endswith(suffixes):
             continue
@@ -230,6 +246,15 @@ def folder_inputs(folder: Path, suffixes: tuple[str, ...], what: str, recursive:
     return found
 
 
+def _identity(path: Path | None) -> tuple[int, int] | None:
+    """``(device, inode)`` of ``path``, or ``None`` when there is none (no path, or nothing there)."""
+    try:
+        info = os.stat(path) if path is not None else None
+    except (OSError, ValueError):
+        return None
+    return None if info is None else (info.st_dev, info.st_ino)
+
+
 def _entries(folder: Path) -> list[os.DirEntry[str]]:
     try:
         return sorted(os.scandir(folder), key=lambda entry: entry.name)
@@ -237,11 +262,12 @@ def _entries(folder: Path) -> list[os.DirEntry[str]]:
         raise os_error(exc, f"cannot list the folder {folder}") from None
 
 
-def input_below(folder: Path, suffixes: tuple[str, ...], depth: int = 3) -> Path | None:
+def input_below(folder: Path, suffixes: tuple[str, ...], skip: Path | None = None, depth: int = 3) -> Path | None:
     """A file named like an input (:func:`folder_inputs`) in a subfolder of ``folder``, up to ``depth``
-    folders down, the shallowest first (links to folders not followed; a folder that cannot be listed
-    passed over), or ``None``: what reading ``folder`` without its subfolders leaves out (an agent
-    writes each run into a folder of its own)."""
+    folders down, the shallowest first (links to folders not followed, nor ``skip``, the command's
+    output folder; a folder that cannot be listed passed over), or ``None``: what reading ``folder``
+    without its subfolders leaves out (an agent writes each run into a folder of its own)."""
+    passed_over = _identity(skip)
     waiting = [(folder, 0)]
     while waiting:
         current, level = waiting.pop(0)
@@ -251,7 +277,7 @@ def input_below(folder: Path, suffixes: tuple[str, ...], depth: int = 3) -> Path
             continue
         for entry in entries:
             if entry.is_dir(follow_symlinks=False):
-                if level < depth:
+                if level < depth and (passed_over is None or _identity(Path(entry.path)) != passed_over):
                     waiting.append((Path(entry.path), level + 1))
             elif level and entry.name.lower().endswith(suffixes):
                 return Path(entry.path)

@@ -148,14 +148,16 @@ def _names(value: Any, key: str) -> frozenset[str]:
 DEFAULT_ACTION_MAP = ActionMap.from_mapping(DEFAULT_ACTIONS)
 
 
-def _simple_commands(words: list[str]) -> list[list[str]]:
-    out: list[list[str]] = [[]]
+def _simple_commands(words: list[str]) -> list[tuple[list[str], str]]:
+    """The simple commands of ``words``, each with the operator that ends it (``""`` for the last)."""
+    out: list[tuple[list[str], str]] = [([], "")]
     for word in words:
         if word in _SEPARATORS:
-            out.append([])
+            out[-1] = (out[-1][0], word)
+            out.append(([], ""))
         else:
-            out[-1].append(word)
-    return [c for c in out if c]
+            out[-1][0].append(word)
+    return [(command, end) for command, end in out if command]
 
 
 def _paths(program: str, args: list[str]) -> list[str]:
@@ -204,30 +206,44 @@ _UNKNOWN_PATH = re.compile(r"[$*?\[]")
 _UNKNOWN_FOLDER = "$"
 
 
-def _in_folders(programs: list[str], commands: list[list[str]]) -> list[tuple[str, list[str], str | None]]:
-    """The simple commands other than ``cd``, each with the folder the ``cd`` commands before it moved
-    to: ``None`` while there was none (the agent's own folder), else the folder's path as the command
-    names it, relative paths joined (``cd src && cd lib`` → ``src/lib``), or :data:`_UNKNOWN_FOLDER`."""
+def _in_folders(commands: list[tuple[list[str], str]]) -> list[tuple[list[str], str | None]]:
+    """The simple commands other than the shell's ``cd``, each with the folder the ``cd`` commands
+    before it moved to: ``None`` while there was none (the agent's own folder), else the folder's path
+    as the command names it, relative paths joined (``cd src && cd lib`` → ``src/lib``), or
+    :data:`_UNKNOWN_FOLDER`. A ``cd`` in a pipeline or run in the background (``cd a | cat f``,
+    ``cd a & cat f``) runs in a subshell and moves nothing; the command right after ``cd a ||`` runs
+    only where ``cd`` failed, so in the folder before it."""
     folder: str | None = None
-    out = []
-    for program, words in zip(programs, commands):
-        if program != "cd":
-            out.append((program, words, folder))
-            continue
-        args = words[2:] if words[1:2] == ["--"] else words[1:]
-        if len(args) != 1 or args[0].startswith("-") or _UNKNOWN_PATH.search(args[0]):
-            folder = _UNKNOWN_FOLDER
-        elif folder != _UNKNOWN_FOLDER or args[0].startswith("/"):
-            folder = posixpath.normpath(posixpath.join(folder or "", args[0]))
+    previous: str | None = None  # the folder before the last cd, where the command after its || runs
+    out: list[tuple[list[str], str | None]] = []
+    before, failed = "", False
+    for words, end in commands:
+        if words[0] != "cd":  # /usr/bin/cd is a program of its own: it moves no shell
+            out.append((words, previous if failed else folder))
+            failed = False
+        elif before not in _PIPES and end not in _PIPES and end != "&":
+            previous, failed = folder, end == "||"
+            args = words[2:] if words[1:2] == ["--"] else words[1:]
+            if len(args) != 1 or args[0].startswith("-") or _UNKNOWN_PATH.search(args[0]):
+                folder = _UNKNOWN_FOLDER
+            elif folder != _UNKNOWN_FOLDER or args[0].startswith("/"):
+                folder = posixpath.normpath(posixpath.join(folder or "", args[0]))
+        before = end
     return out
 
 
+#: The operators that make a pipeline, whose commands run in subshells.
+_PIPES = frozenset({"|", "|&"})
+
+
 def _named_in(folder: str | None, path: str) -> str | None:
-    """The path ``path`` names in ``folder`` (:func:`_in_folders`); ``None`` for the agent's own folder
-    itself (``.``) and for a relative path in an unknown folder."""
-    if folder is None or path.startswith("/"):
-        return None if path in (".", "./") else path
-    return None if folder == _UNKNOWN_FOLDER else posixpath.normpath(posixpath.join(folder, path))
+    """The path ``path`` names in ``folder`` (:func:`_in_folders`), tidied as written (``./``, ``//`` and
+    ``dir/..`` taken off); ``None`` for the agent's own folder itself (``.``) and for a relative path in
+    an unknown folder."""
+    if folder == _UNKNOWN_FOLDER and not path.startswith("/"):
+        return None
+    named = posixpath.normpath(posixpath.join(folder or "", path))  # ./a//b/../f.py is a/f.py
+    return None if named == "." else named  # grep x . and cd . && grep x .: the agent's own folder
 
 
 def _with_subcommand(words: list[str], known: set[str]) -> list[str]:
@@ -529,16 +545,14 @@ def classify(command: str, mapping: ActionMap = DEFAULT_ACTION_MAP) -> tuple[str
     if not words or _redirects_or_runs(words):
         return mapping.default, None  # writes a file, reads a here-document, opens a subshell or runs one in a word
     known = set().union(*(m for _, m in mapping.rules)) | mapping.neutral
-    simple = _simple_commands(_without_descriptor_copies(words))
+    placed = _in_folders(_simple_commands(_without_descriptor_copies(words)))
+    simple, folders = [command for command, _ in placed], [folder for _, folder in placed]
     run = [_run_by_xargs(c) for c in simple]
     piped = [ran is not given for ran, given in zip(run, simple)]  # what xargs runs: its paths come from the pipe
     commands = [_with_subcommand(c, known) for c in run]
     programs = [_program_name(c[0]) for c in commands]
     if any(_writes(p, c[1:]) for p, c in zip(programs, commands)):
         return mapping.default, None
-    steps = _in_folders(programs, commands)
-    piped = [was_piped for was_piped, program in zip(piped, programs) if program != "cd"]
-    programs = [program for program, _, _ in steps]
     action = None
     for name, members in mapping.rules:
         if any(p in members for p in programs):
@@ -547,10 +561,12 @@ def classify(command: str, mapping: ActionMap = DEFAULT_ACTION_MAP) -> tuple[str
     if action is None or not all(p in known for p in programs):
         return mapping.default, None
     targets: list[str] = []
-    for index, (program, words_, folder) in enumerate(steps):
+    for index, (program, words_, folder) in enumerate(zip(programs, commands, folders)):
         if piped[index] or (program == "xargs" and len(words_) > 1):
             continue  # the paths come from the pipe
         if any(program in m for _, m in mapping.rules) and not (index and program in mapping.neutral):
-            named = (_named_in(folder, p) for p in _paths(program, words_[1:]))
-            targets += [p for p in named if p is not None and p not in targets]
+            for path in _paths(program, words_[1:]):
+                named = _named_in(folder, path)
+                if named is not None and named not in targets:  # cat f.py f.py names one path
+                    targets.append(named)
     return action, targets[0] if len(targets) == 1 else None

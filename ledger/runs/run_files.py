@@ -13,7 +13,7 @@ from ..ground import errors as E
 from ..ground.arguments import check_iterable
 from ..ground.descriptors import open_to_read
 from ..ground.errors import LedgerError
-from ..ground.paths import EXPORT_FILE_BYTES_MAX, folder_inputs, fs_path, input_below
+from ..ground.paths import EXPORT_FILE_BYTES_MAX, folder_inputs, fs_path, input_below, os_error
 
 _EXTENSIONS = (".gz", ".json", ".jsonl", ".traj")
 #: The names a folder's trajectories have: each of these, maybe gzipped.
@@ -101,13 +101,15 @@ def format_of(path: Path, requested: str, data: Any = None) -> str:
 
 
 def input_files(paths: Iterable[str | os.PathLike[str]], recursive: bool = False,
-                unread: list[tuple[Path, Path]] | None = None) -> list[Path]:
+                unread: list[tuple[Path, Path]] | None = None, skip: Path | None = None,
+                unlisted: list[tuple[Path, OSError]] | None = None) -> list[Path]:
     """Files named by ``paths``: a file as is, a folder as every trajectory in it (``*.json``,
     ``*.traj``, ``*.jsonl``, each maybe ``.gz``, in any letter case), sorted by name, and in its
-    subfolders when ``recursive``. Without it, ``(folder, a trajectory below it)`` of each folder
+    subfolders when ``recursive`` (``skip``, the output folder, passed over; a subfolder that cannot be
+    listed appended to ``unlisted``). Without it, ``(folder, a trajectory below it)`` of each folder
     whose subfolders hold one is appended to ``unread``. ``INVALID_ARGUMENT`` for a path that does not
     exist, an entry so named that is no regular file (:func:`~ledger.ground.paths.folder_inputs`), or
-    no trajectory at all (naming one its subfolders hold)."""
+    no trajectory at all (naming one its subfolders hold; ``STORAGE_ERROR`` when one could not be listed)."""
     if isinstance(paths, (str, bytes, os.PathLike)):
         paths = [paths]  # one path, not its characters
     found: list[Path] = []
@@ -115,8 +117,8 @@ def input_files(paths: Iterable[str | os.PathLike[str]], recursive: bool = False
     for entry in check_iterable(paths, "paths", "a list of trajectory files or folders"):
         path = fs_path(entry, "trajectory")
         if path.is_dir():
-            found += folder_inputs(path, _TRAJECTORY_NAMES, "trajectory", recursive)
-            deeper = None if recursive else input_below(path, _TRAJECTORY_NAMES)
+            found += folder_inputs(path, _TRAJECTORY_NAMES, "trajectory", recursive, skip, unlisted)
+            deeper = None if recursive else input_below(path, _TRAJECTORY_NAMES, skip)
             if deeper is not None:
                 below.append((path, deeper))
         elif path.is_file():
@@ -126,6 +128,9 @@ def input_files(paths: Iterable[str | os.PathLike[str]], recursive: bool = False
                               "save the run to a file first")
         else:
             raise LedgerError(E.INVALID_ARGUMENT, f"{path}: no such trajectory file or folder")
+    if not found and unlisted:
+        folder, exc = unlisted[0]
+        raise os_error(exc, f"no trajectory to import, and the folder {folder} cannot be listed")
     if not found:
         hint = f"; {below[0][0]} holds them in subfolders ({below[0][1]}): give --recursive" if below else ""
         raise LedgerError(E.INVALID_ARGUMENT, f"no trajectory to import (*.json, *.traj, *.jsonl, each maybe .gz){hint}")

@@ -299,7 +299,7 @@ class _Importer:
         except ValueError as exc:
             raise ValueError(too_many_digits(exc) or str(exc)) from None
         del whole
-        if is_predictions(data):
+        if is_predictions(data) or (data in ({}, []) and _named_as_predictions(path)):
             self.summary.predictions_left_out.append(str(path))
             return
         fmt = run_files.format_of(path, self.fmt, data)
@@ -354,6 +354,9 @@ class _Importer:
                         oldest = next(iter(open_runs))
                         del open_runs[oldest]
                         journals[oldest].suspend()
+            if not journals and _named_as_predictions(path):
+                self.summary.predictions_left_out.append(str(path))  # no prediction yet
+                return
             if not journals:
                 raise ValueError("no step line: the file is empty")
             for journal in journals.values():
@@ -388,6 +391,14 @@ class _Importer:
                     reason += f" (read as --format {self.fmt}, as asked: without it, the file's name and content choose)"
             code = E.STORAGE_ERROR if isinstance(exc, OSError) and exc.errno in STORAGE_ERRNOS else E.INVALID_ARGUMENT
             self.summary.errors.append({"file": str(path), "code": code, "reason": reason})
+
+
+#: The names the agents give their predictions files, which hold none while no run has finished.
+_PREDICTIONS_FILES = ("preds.json", "all_preds.jsonl")
+
+
+def _named_as_predictions(path: Path) -> bool:
+    return path.name.lower().removesuffix(".gz") in _PREDICTIONS_FILES
 
 
 def _predictions_line(line: bytes) -> bool:
@@ -446,6 +457,31 @@ def _check_writable(folder: Path) -> None:
 
 
 @refuses_unfit_calls
+def _check_options(fmt: Any, semantic_score: Any, recursive: Any, run_prefix: Any) -> None:
+    """``INVALID_ARGUMENT`` for an option of :func:`import_runs` out of its range."""
+    if fmt not in FORMATS:
+        raise LedgerError(E.INVALID_ARGUMENT, f"unknown format {repr_shown(fmt, 80)}; formats: {', '.join(FORMATS)}")
+    if type(semantic_score) is not int or not 0 <= semantic_score <= 100:
+        raise LedgerError(E.INVALID_ARGUMENT, f"semantic_score must be an integer 0-100, got {repr_shown(semantic_score, 80)}")
+    if type(recursive) is not bool:
+        raise LedgerError(E.INVALID_ARGUMENT, f"recursive must be True or False, got {repr_shown(recursive, 80)}")
+    if not isinstance(run_prefix, str) or (run_prefix and not _RUN_ID.fullmatch(run_prefix[:127])):
+        raise LedgerError(E.INVALID_ARGUMENT, f"the run prefix {repr_shown(run_prefix, 80)} must start a plain file "
+                          "name: letters, digits, '.', '_', '-', the first a letter or digit (or be empty)")
+    if len(run_prefix) > 127:
+        raise LedgerError(E.INVALID_ARGUMENT, f"the run prefix has {len(run_prefix)} characters: a run id has at most "
+                          "128, so the prefix at most 127 (one left for the run's own id)")
+
+
+def _refuse_predictions_alone(summary: ImportSummary, files: list[Path], unread: list[tuple[Path, Path]]) -> None:
+    """``INVALID_ARGUMENT`` when every file read held predictions: no run to import (naming a folder
+    whose subfolders hold trajectories, when one was given without ``recursive``)."""
+    if len(summary.predictions_left_out) == len(files):
+        hint = f"; {unread[0][0]} holds trajectories in subfolders ({unread[0][1]}): give --recursive" if unread else ""
+        raise LedgerError(E.INVALID_ARGUMENT, f"no run to import: {summary.predictions_left_out[0]} holds an agent's "
+                          f"predictions (model_patch by instance id), not a run{hint}")
+
+
 def import_runs(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str], *, fmt: str = "auto",
                 outcomes: Mapping[str, str] | str | os.PathLike[str] | None = None, semantic_score: int = 50,
                 actions: ActionMap | str | os.PathLike[str] | None = None,
@@ -471,10 +507,7 @@ def import_runs(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[
     bad actions file; writes only ``out/RUN_ID.jsonl`` files (and their temp files) in ``out``.
     """
     check_callback(progress, "progress")  # before any file is read or written
-    if fmt not in FORMATS:
-        raise LedgerError(E.INVALID_ARGUMENT, f"unknown format {repr_shown(fmt, 80)}; formats: {', '.join(FORMATS)}")
-    if type(semantic_score) is not int or not 0 <= semantic_score <= 100:
-        raise LedgerError(E.INVALID_ARGUMENT, f"semantic_score must be an integer 0-100, got {repr_shown(semantic_score, 80)}")
+    _check_options(fmt, semantic_score, recursive, run_prefix)
     limits = check_instance(AnalysisConfig() if analysis is None else analysis, AnalysisConfig, "analysis",
                             "an AnalysisConfig or None").limits
     mapping = actions if isinstance(actions, ActionMap) else \
@@ -487,14 +520,10 @@ def import_runs(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[
         outcomes = read_outcomes(outcomes)
     elif outcomes is not None:
         check_outcomes(check_text_mapping(outcomes, "outcomes"), source)
-    if type(recursive) is not bool:
-        raise LedgerError(E.INVALID_ARGUMENT, f"recursive must be True or False, got {repr_shown(recursive, 80)}")
-    if not isinstance(run_prefix, str) or (run_prefix and not _RUN_ID.fullmatch(run_prefix)):
-        raise LedgerError(E.INVALID_ARGUMENT, f"the run prefix {repr_shown(run_prefix, 80)} must start a plain file "
-                          "name: letters, digits, '.', '_', '-', the first a letter or digit (or be empty)")
     unread: list[tuple[Path, Path]] = []
-    files = run_files.input_files(paths, recursive, unread)
+    unlisted: list[tuple[Path, OSError]] = []
     target = fs_path(out, "output folder")
+    files = run_files.input_files(paths, recursive, unread, target, unlisted)
     refuse_output_in_package(target, "output folder")
     refuse_link_to_nothing(target, "the output folder, --out")
     if target.exists() and not target.is_dir():
@@ -505,6 +534,9 @@ def import_runs(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[
     target.mkdir(parents=True, exist_ok=True)
     importer = _Importer(target, fmt, mapping, semantic_score, outcomes, source, limits, run_prefix)
     importer.summary.subfolders_not_read = [str(folder) for folder, _ in unread]
+    importer.summary.errors += [{"file": str(folder), "code": E.STORAGE_ERROR if exc.errno in STORAGE_ERRNOS else
+                                 E.INVALID_ARGUMENT, "reason": f"cannot list this folder: {exc.strerror or exc}"}
+                                for folder, exc in unlisted]
     try:
         _check_writable(target)
         remove_abandoned_temp_files(target, ".", _TEMP_SUFFIX)  # what an import killed meanwhile left
@@ -514,11 +546,7 @@ def import_runs(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[
                 progress(done, len(files))
     finally:
         _remove_if_empty(made)  # every file failed: no folder it made is left behind, empty
-    summary = importer.summary
-    if len(summary.predictions_left_out) == len(files):  # nothing but predictions: no run to import
-        hint = f"; {unread[0][0]} holds trajectories in subfolders ({unread[0][1]}): give --recursive" if unread else ""
-        raise LedgerError(E.INVALID_ARGUMENT, f"no run to import: {summary.predictions_left_out[0]} holds an agent's "
-                          f"predictions (model_patch by instance id), not a run{hint}")
+    _refuse_predictions_alone(importer.summary, files, unread)
     if outcomes is not None:
         importer.summary.outcomes_without_run = [run for run in outcomes if run_prefix + run not in importer.seen]
     return importer.summary
