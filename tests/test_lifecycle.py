@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from datetime import datetime, timedelta, timezone
 
@@ -342,17 +343,14 @@ def test_an_init_whose_ledger_cannot_be_made_leaves_no_folder_it_made(tmp_path, 
 def test_an_init_whose_folder_cannot_be_made_leaves_none_of_the_folders_above_it(tmp_path, monkeypatch):
     """A folder made under umask 777 cannot hold the next one: the mkdir fails part way, and the
     folders it did make are removed."""
-    from pathlib import Path
+    real_mkdir = os.mkdir
 
-    real_mkdir = Path.mkdir
+    def part_way(path, *args, **kwargs):  # a and b are made, c is refused
+        if os.path.basename(path) == "c":
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return real_mkdir(path, *args, **kwargs)
 
-    def part_way(self, mode=0o777, parents=False, exist_ok=False):
-        if self.name == "c":
-            real_mkdir(self.parent, parents=True, exist_ok=True)
-            raise PermissionError(13, "Permission denied", str(self))
-        return real_mkdir(self, mode, parents, exist_ok)
-
-    monkeypatch.setattr(Path, "mkdir", part_way)
+    monkeypatch.setattr(os, "mkdir", part_way)
     with pytest.raises(LedgerError) as caught:
         Case.create(tmp_path / "a" / "b" / "c", "A")
     assert caught.value.code == "STORAGE_ERROR" and list(tmp_path.iterdir()) == []

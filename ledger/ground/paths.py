@@ -15,7 +15,7 @@ import os
 import stat
 import sys
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Callable, Iterator
 
 from .descriptors import close_descriptor, file_over, refuse_held
 from .errors import INVALID_ARGUMENT, STORAGE_ERROR, LedgerError, quoted
@@ -282,3 +282,120 @@ def input_below(folder: Path, suffixes: tuple[str, ...], skip: Path | None = Non
             elif level and entry.name.lower().endswith(suffixes):
                 return Path(entry.path)
     return None
+
+
+# --- walking a tree without recursion --------------------------------------------------------------
+# Python 3.11's os.walk, os.fwalk and shutil.rmtree call themselves once per folder level, so a tree
+# about 1,000 folders deep (a path of some 2,000 characters, well within the system's limit) raised
+# RecursionError. Every walk of a tree a user can reach goes through these instead.
+def walk(top: str | os.PathLike[str], onerror: Callable[[OSError], None] | None = None) -> Iterator[
+        tuple[str, list[str], list[str]]]:
+    """``os.walk(top, onerror=onerror)`` (top down, links to folders listed among the folders but not
+    entered), without recursion: each ``(folder, dirnames, filenames)`` is yielded before its folders
+    are entered, in the order ``dirnames`` holds once the caller has sorted or pruned it."""
+    waiting = [os.fspath(top)]
+    while waiting:
+        folder = waiting.pop()
+        try:
+            with os.scandir(folder) as listing:
+                entries = list(listing)
+        except OSError as exc:
+            if onerror is not None:
+                onerror(exc)
+            continue
+        dirnames, filenames = _sorted_out(entries)
+        yield folder, dirnames, filenames
+        for name in reversed(dirnames):
+            path = os.path.join(folder, name)
+            if not os.path.islink(path):
+                waiting.append(path)
+
+
+def _sorted_out(entries: list[os.DirEntry[str]]) -> tuple[list[str], list[str]]:
+    """The names of ``entries`` as ``(folders, others)``, a link to a folder among the folders, as
+    ``os.walk`` and ``os.fwalk`` sort them; an entry that cannot be examined is among the others."""
+    dirnames, filenames = [], []
+    for entry in entries:
+        try:
+            is_folder = entry.is_dir()
+        except OSError:
+            is_folder = False
+        (dirnames if is_folder else filenames).append(entry.name)
+    return dirnames, filenames
+
+
+def fwalk(top: str, dir_fd: int) -> Iterator[tuple[str, list[str], list[str], int]]:
+    """``os.fwalk(top, dir_fd=dir_fd)`` (top down, links not followed: a link to a folder is listed among
+    the folders, never entered), without recursion: each ``(folder, dirnames, filenames, folder_fd)``
+    is yielded before its folders are entered, in the order ``dirnames`` holds once the caller has
+    sorted or pruned it; ``folder_fd`` is open until the next item. ``top`` that is a link or no
+    folder gives nothing, as with ``os.fwalk``; its other errors are raised. A subfolder that cannot
+    be opened or listed, or that is no longer the folder listed (replaced meanwhile), is passed over."""
+    waiting: list[tuple[str, tuple[int, int] | None]] = [(top, None)]
+    while waiting:
+        relative, listed = waiting.pop()
+        try:
+            fd = os.open(relative, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+        except OSError as exc:
+            if listed is None and exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                raise
+            continue
+        try:
+            info = os.fstat(fd)
+            if listed is not None and (info.st_dev, info.st_ino) != listed:
+                continue  # a folder replaced since it was listed (by a link, say): not ours to enter
+            with os.scandir(fd) as listing:
+                entries = list(listing)
+            dirnames, filenames = _sorted_out(entries)
+            yield relative, dirnames, filenames, fd
+            for name in reversed(dirnames):
+                try:
+                    found = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                except OSError:
+                    continue
+                if stat.S_ISDIR(found.st_mode):  # a link to a folder is never entered
+                    waiting.append((os.path.join(relative, name), (found.st_dev, found.st_ino)))
+        except OSError:
+            if listed is None:
+                raise
+        finally:
+            os.close(fd)
+
+
+def remove_tree(top: str | os.PathLike[str]) -> None:
+    """``shutil.rmtree(top, ignore_errors=True)`` without recursion: best effort, a link removed,
+    never followed (``top`` itself a link: nothing removed)."""
+    if os.path.islink(top) or not os.path.isdir(top):
+        return
+    folders = []
+    for folder, dirnames, filenames in walk(top):
+        folders.append(folder)
+        for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(folder, d))]:
+            try:
+                os.unlink(os.path.join(folder, name))
+            except OSError:
+                pass
+    for folder in reversed(folders):
+        try:
+            os.rmdir(folder)
+        except OSError:
+            pass
+
+
+def make_folders(path: str | os.PathLike[str]) -> None:
+    """``Path(path).mkdir(parents=True, exist_ok=True)`` without recursion (``pathlib`` and
+    ``os.makedirs`` call themselves once per folder they make): the missing folders are made from the
+    top down; ``OSError`` as ``mkdir`` gives it (``FileExistsError`` where a file is in the way)."""
+    missing = []
+    folder = Path(path)
+    while not os.path.lexists(folder) and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    if not missing and not folder.is_dir():  # a file in the way, or a link to nothing
+        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(folder))
+    for folder in reversed(missing):  # under a file: NotADirectoryError, as mkdir gives it
+        try:
+            os.mkdir(folder)
+        except FileExistsError:
+            if not folder.is_dir():  # made meanwhile, by another process: a folder is fine
+                raise

@@ -11,6 +11,7 @@ from typing import Container
 
 from ..ground.canonical import canonical_sha256
 from ..ground.descriptors import close_descriptor
+from ..ground.paths import walk
 from .package import ANALYSIS_DIR, LEDGER_FILE, MANIFEST_FILE, is_export_temp, walk_package
 
 
@@ -63,7 +64,7 @@ def own_file_ids(package: Path) -> set[tuple[int, int]]:
                 except OSError:
                     continue
                 ids.add((info.st_dev, info.st_ino))
-    for directory, _dirs, filenames in os.walk(package / ANALYSIS_DIR):
+    for directory, _dirs, filenames in walk(package / ANALYSIS_DIR):
         for name in filenames:
             try:
                 info = os.lstat(os.path.join(directory, name))

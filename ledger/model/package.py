@@ -23,7 +23,7 @@ from typing import Container, Iterable, Iterator
 from ..ground import errors as E
 from ..ground.errors import LedgerError
 from ..ground.errors import integrity_error
-from ..ground.paths import check_name_encoding, os_error
+from ..ground.paths import check_name_encoding, os_error, walk
 from ..storage.sqlite_file import ANALYSIS_DIR, LEDGER_FILE, MANIFEST_FILE
 
 #: Temporary files of an interrupted export are the ledger's own too.
@@ -85,7 +85,7 @@ def walk_package(root: Path, under: str = "", *, complete: bool = False,
     A non-folder entry whose relative path is in ``skip`` is passed over unexamined (no lstat)."""
     top = root / under if under else root
     prefix = os.path.join(os.fspath(root), "")
-    for directory, dirnames, filenames in os.walk(top, onerror=_unlisted if complete else None):
+    for directory, dirnames, filenames in walk(top, onerror=_unlisted if complete else None):
         dirnames.sort()
         # the folder's relative path once, not each entry's from its full path (a folder of an
         # exported case holds thousands)
@@ -100,7 +100,7 @@ def walk_package(root: Path, under: str = "", *, complete: bool = False,
                 relative = Path(directory, name).relative_to(root).as_posix()
             check_package_name(relative)
             if relative in skip and (name not in dirnames or os.path.islink(os.path.join(directory, name))):
-                continue  # a folder os.walk lists may be a link to one: passed over like a file
+                continue  # a folder the walk lists may be a link to one: passed over like a file
             full = os.path.join(directory, name)
             try:
                 info = os.lstat(full)
@@ -112,12 +112,12 @@ def walk_package(root: Path, under: str = "", *, complete: bool = False,
                 yield relative, None  # the system refuses to say what it is (no search permission)
                 continue
             if stat.S_ISLNK(info.st_mode) and name in dirnames:
-                dirnames.remove(name)  # os.walk does not follow it anyway; keep that explicit
+                dirnames.remove(name)  # the walk does not follow it anyway; keep that explicit
             yield relative, info
 
 
 def _unlisted(exc: OSError) -> None:
-    """``os.walk``'s error hook for a walk that must be complete: a folder removed meanwhile is
+    """The walk's error hook for a walk that must be complete: a folder removed meanwhile is
     simply gone, one the system refuses to list is ``STORAGE_ERROR`` (never a missing file)."""
     if not isinstance(exc, (FileNotFoundError, NotADirectoryError)):
         raise os_error(exc, "cannot list a folder of the package", E.STORAGE_ERROR) from None

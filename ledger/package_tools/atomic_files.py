@@ -11,7 +11,6 @@ import itertools
 import os
 import re
 import secrets
-import shutil
 import socket
 import stat
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 from ..ground.descriptors import close_descriptor
 from ..ground.errors import STORAGE_ERROR
-from ..ground.paths import open_regular, os_error, read_bytes
+from ..ground.paths import open_regular, os_error, read_bytes, remove_tree
 from ..model.package import EXPORT_TEMP_PREFIX
 
 
@@ -259,7 +258,7 @@ def remove_abandoned_builds(parent: Path, prefix: str) -> None:
     for leftover in leftovers:
         named = re.fullmatch(r"(?:.*\.)?(\d{1,10})(?:-\d+)?", leftover.name[len(prefix):], re.S)
         if named and not pid_alive(int(named.group(1))) and not leftover.is_symlink():
-            shutil.rmtree(leftover, ignore_errors=True)
+            remove_tree(leftover)
 
 
 def create_tagged_temp(folder: Path, prefix: str, suffix: str, named: Callable[[Path | None], None]) -> int:
@@ -303,7 +302,7 @@ def remove_abandoned_temp_folders(parent: Path, prefix: str) -> None:
     (SIGKILL, the out-of-memory killer). Never a link, another user's folder, another machine's or
     a live process's. Best effort: a folder that cannot be listed or removed is left."""
     for entry in _abandoned(parent, prefix, "", folders=True):
-        shutil.rmtree(entry.path, ignore_errors=True)
+        remove_tree(entry.path)
 
 
 def remove_abandoned_temp_files(parent: Path, prefix: str, suffix: str) -> None:

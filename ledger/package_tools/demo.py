@@ -31,7 +31,7 @@ from ..ground.errors import LedgerError, refuses_unfit_calls
 from .export import ExportReport, export_case
 from .verify import VerifyReport, refuse_temp_inside, verify_case
 from .journal import LineResult, apply_journal
-from ..ground.paths import fs_path, os_error
+from ..ground.paths import fs_path, os_error, remove_tree, walk
 
 DEMO_CASE_ID = "BUG-20"
 #: Refusals that come from the machine, not from the journal: the demo stops with them.
@@ -109,7 +109,7 @@ def run_demo(target: Path | None = None, echo: Callable[[str], None] = print,
     refuse_temp_inside(target, "the demo")  # before anything is written: the demo ends with a verify
     _remove_abandoned_builds(target)
     building = target.parent / f"{BUILDING_PREFIX}{target.name[:NAME_KEPT]}.{os.getpid()}"
-    shutil.rmtree(building, ignore_errors=True)
+    remove_tree(building)
     placed: list[Path] = []  # the case, once in place: complete, and a demo run again is refused
     try:
         report = _build_in_place(example, building, target, automatic, echo, actor, placed)
@@ -146,7 +146,7 @@ def _build_in_place(example: Path, building: Path, target: Path, automatic: bool
                     raise LedgerError(E.CASE_EXISTS, f"{target} was taken while the demo ran") from None
                 target = default_demo_dir(target.parent)
     finally:
-        shutil.rmtree(building, ignore_errors=True)
+        remove_tree(building)
 
 
 def _copy_as_new(source: Path, target: Path) -> None:
@@ -156,7 +156,7 @@ def _copy_as_new(source: Path, target: Path) -> None:
     shutil.copytree(source, target, dirs_exist_ok=True, copy_function=shutil.copyfile,
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     folder_mode = 0o777 & ~process_umask()  # what mkdir gives
-    for folder, _, _ in os.walk(target):
+    for folder, _, _ in walk(target):
         os.chmod(folder, folder_mode)
 
 

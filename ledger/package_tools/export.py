@@ -30,7 +30,7 @@ from ..services.case import Case
 from .manifest import check_manifest_identity, manifest_for, read_manifest
 from ..model.package import (ANALYSIS_DIR, CONTENT_FILE_RE, LEDGER_FILE, MANIFEST_FILE, check_package_names, content_path, is_export_temp,
                       event_path, export_tree_files, refuse_own_links, well_placed, check_export_tree)
-from ..ground.paths import EXPORT_FILE_BYTES_MAX, bytes_at_most, os_error
+from ..ground.paths import EXPORT_FILE_BYTES_MAX, bytes_at_most, os_error, walk
 
 Progress = Callable[[int], None]
 #: How long an export waits for another export of the same package to finish.
@@ -65,7 +65,7 @@ class ExportReport:
 def _stale_temp_files(root: Path) -> Iterator[Path]:
     analysis = root / ANALYSIS_DIR
     if analysis.is_dir():
-        for directory, _, names in os.walk(analysis):
+        for directory, _, names in walk(analysis):
             for name in names:
                 path = Path(directory, name)
                 if is_export_temp(path.relative_to(root).as_posix()):  # only what an export names so

@@ -35,7 +35,7 @@ from ..ground.errors import LedgerError, describe_value, first_few, quoted, refu
 from ..model.package import (BUILD_FOLDER_LEFT_OUT, DEAD_LINK_LEFT_OUT, EXPORT_ALONE_LEFT_OUT, LEDGER_FILE, dead_link,
                              export_alone, is_build_folder, is_case_package, once_each, refuse_output_in_package,
                              second_paths)
-from ..ground.paths import fs_path, os_error
+from ..ground.paths import fs_path, os_error, walk
 from ..ground.workers import interrupts_blocked, job_count, parent_gone, shutdown_pool, watch_parent, worker_context
 from ..storage.connection import Storage
 from ..storage.readonly import open_readonly
@@ -142,7 +142,7 @@ def find_cases(paths: Iterable[str | os.PathLike[str]], left_out: list[tuple[Pat
             raise missing_ledger(root)
         any_case = False
         unread: list[Path] = []  # a folder the walk cannot list may hold cases: taken, so that it fails
-        for folder, dirs, files in os.walk(root, onerror=lambda exc: _unread(exc, unread)):
+        for folder, dirs, files in walk(root, onerror=lambda exc: _unread(exc, unread)):
             dirs.sort()
             if is_case_package(Path(folder)):
                 found.append(Path(folder))
@@ -154,7 +154,7 @@ def find_cases(paths: Iterable[str | os.PathLike[str]], left_out: list[tuple[Pat
                                     if dead_link(Path(folder, f)))
                     left_out.extend([(Path(folder), EXPORT_ALONE_LEFT_OUT)] if export_alone(folder) else [])
                 dirs[:] = [d for d in dirs if d != META_DIR and not is_build_folder(d)]
-                for name in dirs:  # os.walk does not enter links: a link to a case is taken, never walked
+                for name in dirs:  # the walk does not enter links: a link to a case is taken, never walked
                     if _linked_case(Path(folder) / name):
                         found.append(Path(folder) / name)
                         any_case = True

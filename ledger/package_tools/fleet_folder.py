@@ -18,7 +18,7 @@ from typing import Iterator
 from ..ground import errors as E
 from ..ground.descriptors import open_to_read, refuse_held
 from ..ground.errors import LedgerError
-from ..ground.paths import os_error, refuse_link_to_nothing, require_utf8
+from ..ground.paths import make_folders, os_error, refuse_link_to_nothing, require_utf8
 from ..model.package import refuse_output_in_package
 from .atomic_files import fsync_dir, write_atomic
 
@@ -66,7 +66,7 @@ def check_out(out: Path, *, create: bool) -> Path:
                 "; run 'ledger fleet export' into an empty folder first"))
         if not create:
             raise LedgerError(E.INVALID_ARGUMENT, f"{out} holds no fleet export; run 'ledger fleet export'")
-        (meta_dir(out) / "cases").mkdir(parents=True, exist_ok=True)
+        make_folders(meta_dir(out) / "cases")
         (meta_dir(out) / "tmp").mkdir(exist_ok=True)
         write_atomic(marker, json.dumps({"format": FORMAT, "tables": list(TABLES)}).encode() + b"\n")
         fsync_dir(marker.parent)

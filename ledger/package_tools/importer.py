@@ -14,7 +14,6 @@ import errno
 import json
 import os
 import re
-import shutil
 import stat
 import time
 from pathlib import Path, PurePosixPath
@@ -35,7 +34,8 @@ from ..model.package import (ANALYSIS_DIR, EVENT_FILE_RE, EVIDENCE_EVENT_FILE_RE
                              printable_name, refuse_build_folder_name, refuse_output_in_package, refuse_own_links,
                              walk_package)
 from ..model.input_identity import input_identity
-from ..ground.paths import EXPORT_FILE_BYTES_MAX, file_kind, fs_path, open_regular, os_error, read_bytes_at_most
+from ..ground.paths import (EXPORT_FILE_BYTES_MAX, file_kind, fs_path, make_folders, open_regular, os_error,
+                            read_bytes_at_most, remove_tree)
 from .replay import PackageSource, Replayer
 from ..storage.connection import Storage
 from ..storage.sqlite_file import LOCK_SUFFIX, EventRow, HelperRow
@@ -188,7 +188,7 @@ def _copy_inputs(files: dict[str, Path], build_dir: Path) -> None:
         if is_ledger_own(PurePosixPath(relative)):
             continue
         target = build_dir / relative
-        target.parent.mkdir(parents=True, exist_ok=True)
+        make_folders(target.parent)
         copied.append((_copy_input(full, target), target))
     fsync_files(target for _, target in copied)  # after every copy: the first fsync commits for all
     for mode, target in copied:
@@ -441,7 +441,7 @@ def _import_tree(source: str | os.PathLike[str], to: str | os.PathLike[str] | No
             _move_into_place(built, dest)
     except BaseException:
         if not in_place:
-            shutil.rmtree(built, ignore_errors=True)
+            remove_tree(built)
         raise
     return dataclasses.replace(report, package_path=str(dest), events_left_out=left_out)
 
@@ -481,7 +481,7 @@ def _build(src: Path, dest: Path, in_place: bool, progress: Progress | None) -> 
         for leftover in scratch_files:
             discard(leftover)
         if not in_place:
-            shutil.rmtree(build_dir, ignore_errors=True)
+            remove_tree(build_dir)
         raise
     for leftover in scratch_files:
         discard(leftover)

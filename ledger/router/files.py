@@ -19,6 +19,7 @@ from typing import Any, Callable
 from ..ground import errors as E
 from ..ground.descriptors import close_descriptor, is_held
 from ..ground.errors import LedgerError
+from ..ground.paths import fwalk
 from ..storage.sqlite_file import ANALYSIS_DIR, LEDGER_FILE, MANIFEST_FILE
 
 #: The largest file the router reads, in bytes.
@@ -171,7 +172,7 @@ def _own_file_ids(root_fd: int) -> set[tuple[int, int]]:
                     except OSError:
                         continue
                     ids.add((info.st_dev, info.st_ino))
-    for _directory, _dirs, filenames, dir_fd in os.fwalk(ANALYSIS_DIR, dir_fd=root_fd) if exported else ():
+    for _directory, _dirs, filenames, dir_fd in fwalk(ANALYSIS_DIR, root_fd) if exported else ():
         for name in filenames:
             try:
                 info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)

@@ -52,7 +52,7 @@ from ..ground import errors as E
 from ..ground.canonical import SAFE_INTEGER_MAX, canonical_sha256, is_utf8_text
 from ..ground.errors import LedgerError, given, quoted, refuses_unfit_calls_of, shown
 from ..ground.arguments import check_callback, check_instance
-from ..ground.paths import check_name_encoding, fs_path
+from ..ground.paths import check_name_encoding, fs_path, fwalk
 from .files import is_link, may_match_below, open_folder, read_below, unreadable
 from ..storage.side_files import DATABASE_MAGIC
 
@@ -217,7 +217,7 @@ class Router:
                 raise unreadable(SOURCES_DIR, "is a symbolic link; the router follows no link, so it never "
                                   "reads outside sources/ of the package")
             try:
-                for directory, dirnames, filenames, folder_fd in os.fwalk(SOURCES_DIR, dir_fd=root_fd):
+                for directory, dirnames, filenames, folder_fd in fwalk(SOURCES_DIR, root_fd):
                     links = [name for name in dirnames if is_link(name, folder_fd)]  # never walked into
                     dirnames[:] = sorted(set(dirnames) - set(links))
                     for name in sorted(filenames + links if folder_links else filenames):

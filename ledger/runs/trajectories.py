@@ -26,7 +26,7 @@ from ..ground import errors as E
 from ..ground.errors import LedgerError, describe_value, quoted, refuses_unfit_calls, refuses_unfit_calls_of, repr_shown
 from ..ground.canonical import canonical_bytes
 from ..ground.config import AnalysisConfig
-from ..ground.paths import STORAGE_ERRNOS, fs_path, refuse_link_to_nothing
+from ..ground.paths import STORAGE_ERRNOS, fs_path, make_folders, refuse_link_to_nothing
 from ..ground.arguments import check_callback, check_instance, check_text_mapping
 from ..model.outcomes import check_outcomes, read_outcomes
 from ..model.package import refuse_output_in_package
@@ -456,7 +456,6 @@ def _check_writable(folder: Path) -> None:
                 os.unlink(probe[0])
 
 
-@refuses_unfit_calls
 def _check_options(fmt: Any, semantic_score: Any, recursive: Any, run_prefix: Any) -> None:
     """``INVALID_ARGUMENT`` for an option of :func:`import_runs` out of its range."""
     if fmt not in FORMATS:
@@ -482,6 +481,7 @@ def _refuse_predictions_alone(summary: ImportSummary, files: list[Path], unread:
                           f"predictions (model_patch by instance id), not a run{hint}")
 
 
+@refuses_unfit_calls
 def import_runs(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str], *, fmt: str = "auto",
                 outcomes: Mapping[str, str] | str | os.PathLike[str] | None = None, semantic_score: int = 50,
                 actions: ActionMap | str | os.PathLike[str] | None = None,
@@ -531,7 +531,7 @@ def import_runs(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[
     _refuse_inputs_in(target, files)
     made = [target, *target.parents]  # the folders this import makes, the deepest first
     made = made[:next(n for n, folder in enumerate(made) if folder.exists())]
-    target.mkdir(parents=True, exist_ok=True)
+    make_folders(target)
     importer = _Importer(target, fmt, mapping, semantic_score, outcomes, source, limits, run_prefix)
     importer.summary.subfolders_not_read = [str(folder) for folder, _ in unread]
     importer.summary.errors += [{"file": str(folder), "code": E.STORAGE_ERROR if exc.errno in STORAGE_ERRNOS else

@@ -33,7 +33,7 @@ from ..model.package import (ANALYSIS_DIR, LEDGER_FILE, MANIFEST_FILE, content_p
     is_case_package, refuse_build_folder_name, refuse_output_in_package, refuse_own_links)
 from ..model.input_identity import input_identity
 from ..model.source_refs import resolve_source_refs
-from ..ground.paths import fs_path, os_error
+from ..ground.paths import fs_path, make_folders, os_error
 from ..router.reference import Router
 from ..rules import lifecycle
 from ..rules.common import check_action_id, check_case_id
@@ -241,7 +241,7 @@ class Case(NotCopied, CaseFacade):
         check_ledger_path(root / LEDGER_FILE)  # before any folder is made
         made = [folder for folder in (root, *root.parents) if not os.path.lexists(folder)]  # deepest first
         try:
-            root.mkdir(parents=True, exist_ok=True)
+            make_folders(root)
             # the lost ledger's logs are looked for under the writer lock: another init's are no lost ledger's
             storage = Storage.create(root / LEDGER_FILE, analysis.storage, lambda: _refuse_lost_ledgers_logs(root))
         except BaseException:  # no ledger could be made (an unwritable folder): nor are the folders left
