@@ -7,8 +7,8 @@ from typing import Any
 
 import click
 
-from ledger import import_runs
-from ledger.runs.trajectories import FORMATS as RUN_FORMATS
+from ledger import LedgerError, import_runs
+from ledger.runs.trajectories import FORMATS as RUN_FORMATS, check_run_prefix
 
 from ._common import AT, CASE, JSON, IntegerRange, Settings, UsageGroup, input_path, pass_settings, progress_bar
 from ._output import dumps, echo, emit_result, first_names, one_line, warn
@@ -35,6 +35,14 @@ class _Progress:
             self.bar.__exit__(None, None, None)
 
 
+def _run_prefix(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    """A prefix that cannot start a run id is a usage error (exit 2), as a bad option value is."""
+    try:
+        return check_run_prefix(value)
+    except LedgerError as exc:
+        raise click.BadParameter(exc.message) from None
+
+
 @runs.command("import")
 @click.argument("paths", nargs=-1, required=True, type=input_path(), metavar="TRAJ_OR_FOLDER...")
 @click.option("--out", required=True, metavar="DIR", help="Folder the journals are written to (DIR/RUN_ID.jsonl).")
@@ -47,7 +55,7 @@ class _Progress:
 @click.option("--actions", metavar="FILE", help="TOML mapping of programs to action names (default: built in).")
 @click.option("--recursive", "-r", is_flag=True,
               help="Read a folder's subfolders too, at any depth (an agent writes each run into one).")
-@click.option("--run-prefix", default="", metavar="TEXT",
+@click.option("--run-prefix", default="", metavar="TEXT", callback=_run_prefix,
               help="Put TEXT before every run id, so that runs of the same tasks by other agents or models can "
                    "share DIR (e.g. gpt5.); --outcomes names the runs without it.")
 @JSON

@@ -537,7 +537,9 @@ def test_two_inputs_with_the_same_run_id_import_the_first_and_name_both(tmp_path
     summary = import_runs([first, second], tmp_path / "out")
     assert summary.runs == 1
     assert summary.errors == [{"file": str(second), "code": "INVALID_ARGUMENT",
-                               "reason": f"run id 'tiny-1' was already imported from {first}"}]
+                               "reason": f"run id 'tiny-1' was already imported from {first}; runs of the same "
+                               "tasks by other agents or models: import each set with a --run-prefix of its own "
+                               "(run_prefix= in Python)"}]
 
 
 def test_a_file_given_twice_or_also_in_a_folder_given_is_imported_once_and_said_so(tmp_path):

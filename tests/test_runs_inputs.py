@@ -806,7 +806,9 @@ def test_a_run_prefix_lets_runs_of_the_same_tasks_by_two_agents_share_a_folder_a
     outcomes.write_text("instance_id,outcome\nt-1,resolved\nt-2,unresolved\n")
     clash = import_runs([tmp_path / "gpt", tmp_path / "kimi"], tmp_path / "clash", recursive=True)
     assert clash.runs == 1
-    assert clash.errors[0]["reason"] == f"run id 't-1' was already imported from {tmp_path / 'gpt' / 't-1' / 't-1.traj.json'}"
+    assert clash.errors[0]["reason"] == (f"run id 't-1' was already imported from {tmp_path / 'gpt' / 't-1' / 't-1.traj.json'}"
+                                         "; runs of the same tasks by other agents or models: import each set with a "
+                                         "--run-prefix of its own (run_prefix= in Python)")
     gpt = import_runs([tmp_path / "gpt"], tmp_path / "out", recursive=True, run_prefix="gpt.", outcomes=outcomes)
     done = CliRunner().invoke(main, ["runs", "import", str(tmp_path / "kimi"), "-r", "--run-prefix", "kimi-",
                                      "--out", str(tmp_path / "out"), "--outcomes", str(outcomes)])
@@ -819,6 +821,17 @@ def test_a_run_prefix_lets_runs_of_the_same_tasks_by_two_agents_share_a_folder_a
     report = simulate([tmp_path / "out"])
     assert sorted((r.run, r.outcome, r.error) for r in report.runs) == [("gpt.t-1", "resolved", None),
                                                                          ("kimi-t-1", "resolved", None)]
+    bare = import_runs([tmp_path / "gpt"], tmp_path / "bare", recursive=True, run_prefix="gpt.")
+    assert bare.runs == 1
+    done = CliRunner().invoke(main, ["simulate", str(tmp_path / "bare"), "--outcomes", str(outcomes)])
+    assert done.exit_code == 0
+    assert done.stderr.splitlines()[-1] == (
+        "note: journal 'gpt.t-1' looks like run 't-1' of --outcomes imported with the --run-prefix 'gpt.': the "
+        "outcomes name runs as their journals do, prefix included (or give them to 'ledger runs import --outcomes')")
+    usage = CliRunner().invoke(main, ["runs", "import", str(tmp_path / "gpt"), "-r", "--run-prefix", "a/b",
+                                      "--out", str(tmp_path / "never")])
+    assert usage.exit_code == 2 and "Invalid value for '--run-prefix': the run prefix 'a/b' must start" in usage.stderr
+    assert not (tmp_path / "never").exists()
 
 
 @pytest.mark.parametrize("prefix, message", [

@@ -255,7 +255,9 @@ class _Importer:
             if _same_file(path, self.seen[run]):
                 raise ValueError(f"given already (twice, or also in a folder given): its run {run!r} is imported "
                                  f"once, from {self.seen[run]}")
-            raise ValueError(f"{where}run id {run!r} was already imported from {self.seen[run]}")
+            raise ValueError(f"{where}run id {run!r} was already imported from {self.seen[run]}" + (
+                "" if self.prefix else "; runs of the same tasks by other agents or models: import each set with a "
+                "--run-prefix of its own (run_prefix= in Python)"))
         journal = _Journal(self.out, run)
         self.seen[run] = path
         return journal
@@ -464,12 +466,19 @@ def _check_options(fmt: Any, semantic_score: Any, recursive: Any, run_prefix: An
         raise LedgerError(E.INVALID_ARGUMENT, f"semantic_score must be an integer 0-100, got {repr_shown(semantic_score, 80)}")
     if type(recursive) is not bool:
         raise LedgerError(E.INVALID_ARGUMENT, f"recursive must be True or False, got {repr_shown(recursive, 80)}")
+    check_run_prefix(run_prefix)
+
+
+def check_run_prefix(run_prefix: Any) -> str:
+    """``run_prefix`` if it can start a run id (empty, or letters, digits, ``.``, ``_``, ``-``, the first a
+    letter or digit, at most 127 characters), else ``INVALID_ARGUMENT`` saying why."""
     if not isinstance(run_prefix, str) or (run_prefix and not _RUN_ID.fullmatch(run_prefix[:127])):
         raise LedgerError(E.INVALID_ARGUMENT, f"the run prefix {repr_shown(run_prefix, 80)} must start a plain file "
                           "name: letters, digits, '.', '_', '-', the first a letter or digit (or be empty)")
     if len(run_prefix) > 127:
         raise LedgerError(E.INVALID_ARGUMENT, f"the run prefix has {len(run_prefix)} characters: a run id has at most "
                           "128, so the prefix at most 127 (one left for the run's own id)")
+    return run_prefix
 
 
 def _refuse_predictions_alone(summary: ImportSummary, files: list[Path], unread: list[tuple[Path, Path]]) -> None:
