@@ -382,6 +382,19 @@ def test_an_import_removes_the_build_folders_of_killed_imports_to_the_same_targe
     assert sorted(p.name for p in tmp_path.iterdir() if ".importing-" in p.name) == [alive.name, other.name]
 
 
+def test_an_import_leaves_another_users_build_folder_of_a_dead_process_alone(exported, tmp_path):
+    """In a shared parent (/tmp) a folder named like a killed import's is not this process's to remove:
+    another user may have put it there."""
+    if os.geteuid() != 0:
+        pytest.skip("giving a folder to another user needs root")
+    planted = tmp_path / f".copy.importing-{_dead_pid()}-17"
+    (planted / "analysis").mkdir(parents=True)
+    (planted / "keep").write_text("theirs")
+    os.chown(planted, 65534, 65534)
+    assert import_tree(exported, tmp_path / "copy").head_seq == 4
+    assert (planted / "keep").read_text() == "theirs"
+
+
 def test_an_import_whose_target_is_taken_meanwhile_is_case_exists_and_leaves_nothing(exported, tmp_path):
     target = tmp_path / "copy"
     real_rebuild = importer._rebuild

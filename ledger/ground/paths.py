@@ -9,6 +9,7 @@ the standard library raises ``UnicodeEncodeError`` deep inside ``open`` or
 from __future__ import annotations
 
 import codecs
+import contextlib
 import errno
 import functools
 import os
@@ -324,62 +325,121 @@ def _sorted_out(entries: list[os.DirEntry[str]]) -> tuple[list[str], list[str]]:
     return dirnames, filenames
 
 
+#: How a folder is opened to be walked or emptied: never through a link.
+_FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK
+
+
+def _open_listed(name: str, parent_fd: int) -> int | None:
+    """A descriptor of the folder ``name`` in ``parent_fd``, opened through no link and checked to be
+    the folder that was there when looked at (``None`` when it is no folder, cannot be opened, or was
+    replaced in between, by a link say): never one outside the tree."""
+    try:
+        found = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+        if not stat.S_ISDIR(found.st_mode):
+            return None
+        fd = os.open(name, _FOLDER_FLAGS, dir_fd=parent_fd)
+    except OSError:
+        return None
+    opened = os.fstat(fd)
+    if (opened.st_dev, opened.st_ino) != (found.st_dev, found.st_ino):
+        os.close(fd)
+        return None
+    return fd
+
+
 def fwalk(top: str, dir_fd: int) -> Iterator[tuple[str, list[str], list[str], int]]:
     """``os.fwalk(top, dir_fd=dir_fd)`` (top down, links not followed: a link to a folder is listed among
     the folders, never entered), without recursion: each ``(folder, dirnames, filenames, folder_fd)``
     is yielded before its folders are entered, in the order ``dirnames`` holds once the caller has
-    sorted or pruned it; ``folder_fd`` is open until the next item. ``top`` that is a link or no
-    folder gives nothing, as with ``os.fwalk``; its other errors are raised. A subfolder that cannot
-    be opened or listed, or that is no longer the folder listed (replaced meanwhile), is passed over."""
-    waiting: list[tuple[str, tuple[int, int] | None]] = [(top, None)]
-    while waiting:
-        relative, listed = waiting.pop()
-        try:
-            fd = os.open(relative, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
-        except OSError as exc:
-            if listed is None and exc.errno not in (errno.ELOOP, errno.ENOTDIR):
-                raise
-            continue
-        try:
-            info = os.fstat(fd)
-            if listed is not None and (info.st_dev, info.st_ino) != listed:
-                continue  # a folder replaced since it was listed (by a link, say): not ours to enter
-            with os.scandir(fd) as listing:
-                entries = list(listing)
-            dirnames, filenames = _sorted_out(entries)
-            yield relative, dirnames, filenames, fd
-            for name in reversed(dirnames):
+    sorted or pruned it. As with ``os.fwalk``, each folder is opened through its parent's descriptor
+    (so no path grows past what the system can name) and one descriptor is held per level below
+    ``top``; ``folder_fd`` is valid until the next item. ``top`` that is a link or no folder gives
+    nothing; its other errors are raised. A subfolder that cannot be opened or listed (no descriptor
+    left, a tree about as deep as the open-file limit), or that is no longer the folder listed, is
+    passed over, as ``os.fwalk`` passes over what it cannot list."""
+    try:
+        fd: int | None = os.open(top, _FOLDER_FLAGS, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            return
+        raise
+    relative = top
+    held: list[tuple[str, int, Iterator[str]]] = []  # (folder, its descriptor, its folders still to enter)
+    try:
+        while True:
+            if fd is not None:
                 try:
-                    found = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                    with os.scandir(fd) as listing:
+                        entries = list(listing)
                 except OSError:
-                    continue
-                if stat.S_ISDIR(found.st_mode):  # a link to a folder is never entered
-                    waiting.append((os.path.join(relative, name), (found.st_dev, found.st_ino)))
-        except OSError:
-            if listed is None:
-                raise
-        finally:
-            os.close(fd)
+                    os.close(fd)
+                    if not held:
+                        raise  # top itself cannot be listed
+                else:
+                    dirnames, filenames = _sorted_out(entries)
+                    held.append((relative, fd, iter(dirnames)))
+                    yield relative, dirnames, filenames, fd
+                    held[-1] = (relative, fd, iter(list(dirnames)))  # as the caller left them
+            if not held:
+                return
+            parent, parent_fd, waiting = held[-1]
+            name = next(waiting, None)
+            if name is None:
+                os.close(parent_fd)
+                held.pop()
+                fd = None
+                continue
+            fd, relative = _open_listed(name, parent_fd), os.path.join(parent, name)
+    finally:
+        for _, open_fd, _ in held:
+            os.close(open_fd)
 
 
 def remove_tree(top: str | os.PathLike[str]) -> None:
-    """``shutil.rmtree(top, ignore_errors=True)`` without recursion: best effort, a link removed,
-    never followed (``top`` itself a link: nothing removed)."""
-    if os.path.islink(top) or not os.path.isdir(top):
+    """``shutil.rmtree(top, ignore_errors=True)`` without recursion, and as safe: every folder is
+    emptied through a descriptor opened through no link and checked to be the folder listed, so a
+    folder swapped for a link meanwhile is never followed out of the tree (``top`` itself a link:
+    nothing removed). Best effort: what cannot be removed (one descriptor is held per level: a tree
+    about as deep as the open-file limit) is left."""
+    parent, name = os.path.split(os.path.abspath(top))
+    try:
+        parent_fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
         return
-    folders = []
-    for folder, dirnames, filenames in walk(top):
-        folders.append(folder)
-        for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(folder, d))]:
-            try:
-                os.unlink(os.path.join(folder, name))
-            except OSError:
-                pass
-    for folder in reversed(folders):
-        try:
-            os.rmdir(folder)
-        except OSError:
-            pass
+    held: list[tuple[str, int, Iterator[os.DirEntry[str]]]] = []  # (folder, its descriptor, entries to remove)
+    try:
+        top_fd = _open_listed(name, parent_fd)
+        if top_fd is None:
+            return
+        held.append((name, top_fd, iter(_listed(top_fd))))
+        while held:
+            folder, fd, entries = held[-1]
+            entry = next(entries, None)
+            if entry is None:
+                os.close(fd)
+                held.pop()
+                with contextlib.suppress(OSError):
+                    os.rmdir(folder, dir_fd=held[-1][1] if held else parent_fd)
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                child = _open_listed(entry.name, fd)
+                if child is not None:
+                    held.append((entry.name, child, iter(_listed(child))))
+                continue
+            with contextlib.suppress(OSError):
+                os.unlink(entry.name, dir_fd=fd)
+    finally:
+        for _, open_fd, _ in held:
+            os.close(open_fd)
+        os.close(parent_fd)
+
+
+def _listed(fd: int) -> list[os.DirEntry[str]]:
+    try:
+        with os.scandir(fd) as listing:
+            return list(listing)
+    except OSError:
+        return []
 
 
 def make_folders(path: str | os.PathLike[str]) -> None:
@@ -391,8 +451,8 @@ def make_folders(path: str | os.PathLike[str]) -> None:
     while not os.path.lexists(folder) and folder != folder.parent:
         missing.append(folder)
         folder = folder.parent
-    if not missing and not folder.is_dir():  # a file in the way, or a link to nothing
-        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(folder))
+    if (not missing and not folder.is_dir()) or (os.path.islink(folder) and not folder.exists()):
+        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(folder))  # a file or a link to nothing
     for folder in reversed(missing):  # under a file: NotADirectoryError, as mkdir gives it
         try:
             os.mkdir(folder)

@@ -326,6 +326,7 @@ def once_each(paths: Iterable[Path]) -> list[Path]:
 BUILD_FOLDER_LEFT_OUT = ("named like an import's or a demo's build folder (a run's scratch, which a killed run "
                          "leaves and the next import or demo there removes)")
 DEAD_LINK_LEFT_OUT = "a link that leads nowhere or loops"
+TOO_DEEP_LEFT_OUT = "a folder whose path is longer than the system can name: no case in it could be opened"
 EXPORT_ALONE_LEFT_OUT = (f"holds an export's {ANALYSIS_DIR}/ but no {LEDGER_FILE}, none of its side files and no "
                          f"{MANIFEST_FILE}: not a case package")
 

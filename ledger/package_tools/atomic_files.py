@@ -257,8 +257,18 @@ def remove_abandoned_builds(parent: Path, prefix: str) -> None:
         return
     for leftover in leftovers:
         named = re.fullmatch(r"(?:.*\.)?(\d{1,10})(?:-\d+)?", leftover.name[len(prefix):], re.S)
-        if named and not pid_alive(int(named.group(1))) and not leftover.is_symlink():
+        if named and not pid_alive(int(named.group(1))) and _own_folder(leftover):
             remove_tree(leftover)
+
+
+def _own_folder(path: Path) -> bool:
+    """Whether ``path`` is a folder (not a link to one) of this user's: another user's leftover in a
+    shared parent (``/tmp``) is not this process's to remove."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid()
 
 
 def create_tagged_temp(folder: Path, prefix: str, suffix: str, named: Callable[[Path | None], None]) -> int:

@@ -1,13 +1,12 @@
 """A fleet of cases as Hive-partitioned Parquet, and DuckDB SQL over it (docs/fleet.md).
 
-:func:`export_fleet` writes, for every case package found, its history and public
-views as ``OUT/TABLE/case_id=ID/data.parquet`` with explicit column types. It is
-incremental (the head of each case is recorded in ``OUT/_fleet/cases/``; an
-unchanged head is skipped), verifies a case before exporting it (a failure is
-reported, nothing of that case is written), replaces a case's files by rename
-(readers never see a half-written file) and runs over ``jobs`` processes, each
-holding one case at a time. :func:`fleet_rows` runs one DuckDB ``SELECT`` with
-each table a view across all cases. Both need DuckDB, the optional extra ``fleet``.
+:func:`export_fleet` writes, for every case package found, its history and public views as
+``OUT/TABLE/case_id=ID/data.parquet`` with explicit column types. It is incremental (the head of
+each case is recorded in ``OUT/_fleet/cases/``; an unchanged head is skipped), verifies a case
+before exporting it (a failure is reported, nothing of that case is written), replaces a case's
+files by rename (readers never see a half-written file) and runs over ``jobs`` processes, each
+holding one case at a time. :func:`fleet_rows` runs one DuckDB ``SELECT`` with each table a view
+across all cases. Both need DuckDB, the optional extra ``fleet``.
 """
 
 from __future__ import annotations
@@ -17,6 +16,7 @@ import fcntl
 import importlib
 import importlib.util
 import json
+import errno
 import os
 import re
 import shutil
@@ -32,9 +32,9 @@ from ..ground.descriptors import open_to_read
 from ..rules.common import check_case_id
 from ..services.case import missing_ledger
 from ..ground.errors import LedgerError, describe_value, first_few, quoted, refuses_unfit_calls, refuses_unfit_calls_of
-from ..model.package import (BUILD_FOLDER_LEFT_OUT, DEAD_LINK_LEFT_OUT, EXPORT_ALONE_LEFT_OUT, LEDGER_FILE, dead_link,
-                             export_alone, is_build_folder, is_case_package, once_each, refuse_output_in_package,
-                             second_paths)
+from ..model.package import (BUILD_FOLDER_LEFT_OUT, DEAD_LINK_LEFT_OUT, EXPORT_ALONE_LEFT_OUT, LEDGER_FILE,
+                             TOO_DEEP_LEFT_OUT, dead_link, export_alone, is_build_folder, is_case_package, once_each,
+                             refuse_output_in_package, second_paths)
 from ..ground.paths import fs_path, os_error, walk
 from ..ground.workers import interrupts_blocked, job_count, parent_gone, shutdown_pool, watch_parent, worker_context
 from ..storage.connection import Storage
@@ -67,10 +67,9 @@ Progress = Callable[[int], None]
 def column_type(name: str) -> str:
     """The DuckDB type a column is exported as: ``BIGINT``, ``TIMESTAMPTZ`` or ``VARCHAR``.
 
-    Known columns come from the explicit map; another column is typed by its name (``…_at`` a
-    UTC timestamp; ``…_units``, ``…_score``, ``…_count``, ``…_seq``, ``…_ms``, ``…_bps``,
-    ``…_actions``, ``…_revision`` a 64-bit integer; anything else text), so every case of a
-    fleet gives a column the same type."""
+    Known columns come from the explicit map; another column is typed by its name (``…_at`` a UTC
+    timestamp; ``…_units``, ``…_score``, ``…_count``, ``…_seq``, ``…_ms``, ``…_bps``, ``…_actions``,
+    ``…_revision`` a 64-bit integer; anything else text): every case gives a column the same type."""
     if name in INTEGER_COLUMNS:
         return "BIGINT"
     if name in TIMESTAMP_COLUMNS or name.endswith(TIMESTAMP_SUFFIX):
@@ -141,7 +140,7 @@ def find_cases(paths: Iterable[str | os.PathLike[str]], left_out: list[tuple[Pat
         if not root.is_dir():
             raise missing_ledger(root)
         any_case = False
-        unread: list[Path] = []  # a folder the walk cannot list may hold cases: taken, so that it fails
+        unread: list[tuple[Path, bool]] = []  # the folders the walk cannot list, whether too long to name
         for folder, dirs, files in walk(root, onerror=lambda exc: _unread(exc, unread)):
             dirs.sort()
             if is_case_package(Path(folder)):
@@ -158,24 +157,26 @@ def find_cases(paths: Iterable[str | os.PathLike[str]], left_out: list[tuple[Pat
                     if _linked_case(Path(folder) / name):
                         found.append(Path(folder) / name)
                         any_case = True
-        found.extend(unread)
-        if not any_case and not unread:
+        kept = [path for path, too_deep in unread if not too_deep]  # may hold cases: taken, so that they fail
+        found.extend(kept)
+        if left_out is not None:  # a path too long to name: no command could open a case there
+            left_out.extend((path, TOO_DEEP_LEFT_OUT) for path, too_deep in unread if too_deep)
+        if not any_case and not kept:
             raise LedgerError(E.LEDGER_MISSING, f"no case package (a folder with {LEDGER_FILE}) under {root}")
     if left_out is not None:
         left_out.extend(second_paths(found))
     return once_each(found)
 
 
-def _unread(exc: OSError, unread: list[Path]) -> None:
-    """A folder the walk could not list: kept (it may hold cases) unless it is gone, or a file now (a
-    folder made and removed while the walk ran, as a tool's scratch folders are, holds no case)."""
+def _unread(exc: OSError, unread: list[tuple[Path, bool]]) -> None:
+    """A folder the walk could not list (and whether its path is too long to name), unless it is gone
+    or a file now (a tool's scratch folder, made and removed while the walk ran, holds no case)."""
     if not isinstance(exc, (FileNotFoundError, NotADirectoryError)):
-        unread.append(Path(exc.filename))
+        unread.append((Path(exc.filename), exc.errno == errno.ENAMETOOLONG))
 
 
 def _linked_case(path: Path) -> bool:
-    """Whether ``path`` is a link to a case folder (in a folder this user may list but not search,
-    none: the walk enters it, and its error hook takes it, to fail)."""
+    """Whether ``path`` is a link to a case folder (none in a folder this user may list but not search)."""
     try:
         return path.is_symlink() and path.is_dir() and is_case_package(path)
     except OSError:
