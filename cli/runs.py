@@ -99,10 +99,9 @@ def import_command(settings: Settings, paths: tuple[str, ...], out: str, fmt: st
         warn(f"note: {len(unmarked)} run(s) read as mini-swe-agent show none of its marks (no trajectory_format, "
              "no observation in its <returncode> wrapper or with an exit code): check they are agent runs: "
              f"{first_names(unmarked)}")
-    if summary.predictions_left_out:  # preds.json beside the runs of an agent's output folder
-        preds = summary.predictions_left_out
-        warn(f"note: {len(preds)} file(s) hold an agent's predictions (model_patch by instance id), no run: "
-             f"left out: {first_names(preds)}")
+    if summary.not_runs:  # preds.json, report.json beside the runs of an agent's output folder
+        warn(f"note: {len(summary.not_runs)} file(s) hold an agent's predictions or an evaluation's report, no run: "
+             f"left out: {first_names(summary.not_runs)}")
     for folder in summary.subfolders_not_read:  # an agent's output folder: one subfolder per run
         warn(f"note: the subfolders of {folder} hold trajectories, not read: give --recursive to read them")
     given = settings.analysis_file

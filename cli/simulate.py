@@ -99,7 +99,7 @@ def _report_mismatches(report: SimulationReport) -> None:
     if counted:
         click.echo(one_line(f"note: {len(counted)} journal(s) have no outcome (counted as "
                             f"'(no outcome)'): {first_names(counted)}"), err=True)
-    prefixed = _prefixed(counted, report.outcomes_without_journal)
+    prefixed = _prefixed(list(dict.fromkeys(run.run for run in report.runs)), report.outcomes_without_journal)
     if prefixed:
         click.echo(one_line(f"note: journal {prefixed[0]!r} looks like run {prefixed[1]!r} of --outcomes imported with "
                             f"the --run-prefix {prefixed[0][:-len(prefixed[1])]!r}: the outcomes name runs as their "

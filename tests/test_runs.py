@@ -755,7 +755,7 @@ def test_cli_summary_json_and_no_progress_bar_off_a_terminal(tmp_path):
     assert json.loads(done.stdout) == {"runs": 1, "steps": 4, "skipped": {"no bash block": 1}, "errors": [],
                                        "journals": [str(tmp_path / "toolcall-demo-1.jsonl")],
                                        "runs_without_outcome": [], "outcomes_without_run": [],
-                                       "runs_without_steps": [], "runs_unmarked": [], "predictions_left_out": [],
+                                       "runs_without_steps": [], "runs_unmarked": [], "not_runs": [],
                                        "subfolders_not_read": [], "over_default_limits": {}}
     usage = CliRunner().invoke(main, ["runs", "import", str(RUNS), "--out", str(tmp_path), "--format", "nope"])
     assert usage.exit_code == 2
@@ -1106,6 +1106,35 @@ def test_a_target_is_the_path_tidied_as_written_and_one_path_named_twice_is_stil
     from ledger.runs.actions import classify
 
     assert classify(command) == expected
+
+
+@pytest.mark.parametrize("command, target", [
+    ("cd a || cd b; cat f", "a/f"), ("true || cd a; cat f", "f"), ("cd /x || cd /y; cat f", "/x/f"),
+    ("cd a && true & cat g", "g"), ("cd a || true | cat g", "g"), ("cd a; cat f &", "a/f"),
+])
+def test_every_command_is_taken_to_succeed_so_a_cd_after_or_or_in_a_background_list_moves_nothing(command, target):
+    """What follows ``||`` runs only where the command before it failed (a ``cd`` there was taken as run),
+    the whole pipeline after ``cd a ||`` runs in the folder before it (only its first command did), and
+    a list ending in ``&`` runs in a subshell (only a ``cd`` right before ``&`` was seen so). Each was
+    checked against bash."""
+    from ledger.runs.actions import classify
+
+    assert classify(command)[1] == target
+
+
+@pytest.mark.parametrize("command, target", [
+    ("cd /testbed && cat ~/.bashrc", "~/.bashrc"), ("cd a && cd ~ && cat f", "~/f"), ("cat ~/../f", "~/../f"),
+    ("cd ~ && cat ../f", "~/../f"), ("ls ~/..", "~/.."), ("cat ''", None), ("cd a && ls ''", None), ("cat -", None),
+    ("cd a && cat -- -", None), ("cat //f", "/f"), ("cat ///x//y", "/x/y"), ("cat {a,b}.py", None),
+    ("cd {a,b}; cat f", None), ("cat f{1..3}.py", None),
+])
+def test_a_home_is_kept_as_written_and_no_file_stdin_or_brace_list_is_taken_for_a_path(command, target):
+    """``~`` was joined under a cd's folder (/testbed/~/.bashrc) and had ``..`` taken off above it; an empty
+    word became ``/``, ``-`` (the standard input) a file, a leading ``//`` stayed, and a brace list, which the
+    shell makes into several words, was one made-up path."""
+    from ledger.runs.actions import classify
+
+    assert classify(command)[1] == target
 
 
 @pytest.mark.parametrize("named", ["cd", "cd /a"])

@@ -728,8 +728,8 @@ def test_a_folder_is_read_without_its_subfolders_unless_recursive_and_a_note_nam
     with pytest.raises(LedgerError) as caught:
         import_runs([root], tmp_path / "flat")
     assert caught.value.code == "INVALID_ARGUMENT"
-    assert caught.value.message == (f"no run to import: {root / 'preds.json'} holds an agent's predictions (model_patch "
-                                    f"by instance id), not a run; {root} holds trajectories in subfolders "
+    assert caught.value.message == (f"no run to import: {root / 'preds.json'} holds an agent's predictions or an "
+                                    f"evaluation's report, not a run; {root} holds trajectories in subfolders "
                                     f"({root / 'a-1' / 'a-1.traj.json'}): give --recursive")
     assert not (tmp_path / "flat").exists()
     done = CliRunner().invoke(main, ["runs", "import", str(root), "--out", str(tmp_path / "flat")])
@@ -740,7 +740,7 @@ def test_a_folder_is_read_without_its_subfolders_unless_recursive_and_a_note_nam
     summary = import_runs([root], tmp_path / "deep", recursive=True)
     assert (summary.runs, summary.errors, summary.subfolders_not_read) == (2, [], [])
     assert summary.journals == [str(tmp_path / "deep" / "a-1.jsonl"), str(tmp_path / "deep" / "b-2.jsonl")]
-    assert summary.predictions_left_out == [str(root / "preds.json")]
+    assert summary.not_runs == [str(root / "preds.json")]
     _write(root / "c-3.traj.json", {**GOOD, "instance_id": "c-3"})  # a run at the top as well: imported, and a note
     summary = import_runs([root], tmp_path / "top")
     assert (summary.runs, summary.subfolders_not_read) == (1, [str(root)])
@@ -783,8 +783,8 @@ def test_an_agents_predictions_are_no_run_and_are_left_out_with_a_note(tmp_path,
     done = CliRunner().invoke(main, ["runs", "import", str(tmp_path / "in"), "--out", str(tmp_path / "out")])
     assert done.exit_code == 0, done.output
     assert done.stdout == f"imported 1 run, 1 step into {tmp_path / 'out'}; turns skipped: none\n"
-    assert done.stderr == (f"note: 2 file(s) hold an agent's predictions (model_patch by instance id), no run: left "
-                           f"out: {tmp_path / 'in' / 'all_preds.jsonl'}, {tmp_path / 'in' / 'preds.json'}\n")
+    assert done.stderr == (f"note: 2 file(s) hold an agent's predictions or an evaluation's report, no run: "
+                           f"left out: {tmp_path / 'in' / 'all_preds.jsonl'}, {tmp_path / 'in' / 'preds.json'}\n")
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["r1.jsonl"]
 
 
@@ -792,9 +792,9 @@ def test_an_agents_predictions_are_no_run_and_are_left_out_with_a_note(tmp_path,
     {"messages": [], "model_patch": "x"}, {"trajectory": [], "model_patch": "x"}, {}, [], {"a": {"patch": "x"}},
 ])
 def test_a_file_is_taken_for_predictions_only_with_a_model_patch_and_no_step(tmp_path, not_predictions):
-    from ledger.runs.formats import is_predictions
+    from ledger.runs.formats import is_no_run
 
-    assert not is_predictions(not_predictions)
+    assert not is_no_run(not_predictions)
 
 
 def test_a_run_prefix_lets_runs_of_the_same_tasks_by_two_agents_share_a_folder_and_a_simulation(tmp_path):
@@ -828,6 +828,9 @@ def test_a_run_prefix_lets_runs_of_the_same_tasks_by_two_agents_share_a_folder_a
     assert done.stderr.splitlines()[-1] == (
         "note: journal 'gpt.t-1' looks like run 't-1' of --outcomes imported with the --run-prefix 'gpt.': the "
         "outcomes name runs as their journals do, prefix included (or give them to 'ledger runs import --outcomes')")
+    done = CliRunner().invoke(main, ["simulate", str(tmp_path / "out"), "--outcomes", str(outcomes)])
+    assert done.exit_code == 0  # the journals carry their outcomes: the note still says why none matched
+    assert "note: journal 'gpt.t-1' looks like run 't-1' of --outcomes imported with the --run-prefix 'gpt.'" in done.stderr
     usage = CliRunner().invoke(main, ["runs", "import", str(tmp_path / "gpt"), "-r", "--run-prefix", "a/b",
                                       "--out", str(tmp_path / "never")])
     assert usage.exit_code == 2 and "Invalid value for '--run-prefix': the run prefix 'a/b' must start" in usage.stderr
@@ -919,7 +922,7 @@ def test_an_agents_predictions_file_holding_none_yet_is_left_out_too(tmp_path, n
     (tmp_path / "in" / name).write_text(text)
     _write(tmp_path / "in" / "r1.traj.json", {**GOOD, "instance_id": "r1"})
     summary = import_runs([tmp_path / "in"], tmp_path / "out")
-    assert (summary.runs, summary.errors, summary.predictions_left_out) == (1, [], [str(tmp_path / "in" / name)])
+    assert (summary.runs, summary.errors, summary.not_runs) == (1, [], [str(tmp_path / "in" / name)])
     (tmp_path / "in" / "other.json").write_text(text or "{}")  # not a predictions file's name: a failed run
     assert [e["file"] for e in import_runs([tmp_path / "in"], tmp_path / "out").errors] == [
         str(tmp_path / "in" / "other.json")]
@@ -936,3 +939,40 @@ def test_a_run_prefix_leaves_room_for_a_run_id(tmp_path, length, refused):
         import_runs([source], tmp_path / "out", run_prefix="p" * length)
     assert caught.value.message == (f"the run prefix has {length} characters: a run id has at most 128, so the "
                                     "prefix at most 127 (one left for the run's own id)")
+
+
+@pytest.mark.parametrize("report", [
+    {"django__django-11099": {"patch_is_None": False, "patch_exists": True, "patch_successfully_applied": True,
+                              "resolved": True, "tests_status": {"FAIL_TO_PASS": {"success": ["t"], "failure": []}}}},
+    {"total_instances": 2, "resolved_ids": ["a-1"], "unresolved_ids": ["b-2"]},
+])
+def test_an_evaluations_report_in_an_agents_output_folder_is_no_run_and_is_left_out(tmp_path, report):
+    """SWE-bench's report.json beside the runs failed as 'another agent's run', and the import exited 1."""
+    root = _agent_output(tmp_path / "output")
+    _write(root / "a-1" / "report.json", report)
+    summary = import_runs([root], tmp_path / "out", recursive=True)
+    assert (summary.runs, summary.errors) == (2, [])
+    assert summary.not_runs == [str(root / "a-1" / "report.json"), str(root / "preds.json")]
+
+
+def test_outcomes_and_the_paths_of_several_cases_may_be_bytes_as_every_single_path_may(tmp_path):
+    source = _write(tmp_path / "a.traj.json", {**GOOD, "instance_id": "r1"})
+    (tmp_path / "outcomes.csv").write_text("instance_id,outcome\nr1,resolved\n")
+    summary = import_runs([source], tmp_path / "out", outcomes=os.fsencode(tmp_path / "outcomes.csv"))
+    assert journal(tmp_path / "out" / "r1.jsonl")[-1]["outcome"] == "resolved" and summary.runs == 1
+    report = simulate([os.fsencode(tmp_path / "out")], outcomes=os.fsencode(tmp_path / "outcomes.csv"))
+    assert [r.outcome for r in report.runs] == ["resolved"]
+
+
+@pytest.mark.parametrize("progress", [lambda done: None, lambda done, total, more: None, min])
+def test_a_progress_function_of_another_shape_is_refused_before_anything_is_read(tmp_path, progress):
+    """A one-argument function failed with Python's TypeError after the first journal was written."""
+    source = _write(tmp_path / "a.traj.json", GOOD)
+    if progress is min:  # no signature Python can read: taken
+        assert import_runs([source], tmp_path / "out", progress=progress).runs == 1
+        return
+    with pytest.raises(LedgerError) as caught:
+        import_runs([source], tmp_path / "out", progress=progress)
+    assert caught.value.code == "INVALID_ARGUMENT"
+    assert caught.value.message.startswith("progress must be a function of 2 positional arguments, got")
+    assert not (tmp_path / "out").exists()

@@ -73,10 +73,22 @@ def check_flag(value: Any, name: str) -> bool:
     return check_instance(value, bool, name, "True or False")
 
 
-def check_callback(value: Any, name: str) -> Any:
-    """``value`` if it is None or callable (``INVALID_ARGUMENT`` otherwise)."""
-    if value is not None and not callable(value):
+def check_callback(value: Any, name: str, arguments: int) -> Any:
+    """``value`` if it is None, or callable with ``arguments`` positional arguments (``INVALID_ARGUMENT``
+    otherwise, before anything is done: a function of another shape failed at its first call, with
+    Python's own ``TypeError``, after work was written). A callable whose signature Python cannot tell
+    (some built-ins) is taken."""
+    if value is None:
+        return value
+    if not callable(value):
         raise LedgerError(INVALID_ARGUMENT, f"{name} must be a function or None, got {_kind(value)}")
+    try:
+        inspect.signature(value).bind(*[None] * arguments)
+    except TypeError:
+        raise LedgerError(INVALID_ARGUMENT, f"{name} must be a function of {arguments} positional argument"
+                          f"{'' if arguments == 1 else 's'}, got {_kind(value)} of another shape") from None
+    except ValueError:
+        pass  # no signature to read
     return value
 
 
@@ -88,14 +100,15 @@ def check_iterable(value: Any, name: str, expected: str) -> Iterable[Any]:
     return value
 
 
-def path_list(value: Any, name: str) -> list[str | os.PathLike[str]]:
-    """One path (``str`` or path-like) as a one-item list, or a list of paths as is."""
-    if isinstance(value, (str, os.PathLike)):
+def path_list(value: Any, name: str) -> list[str | bytes | os.PathLike[str]]:
+    """One path (``str``, ``bytes`` or path-like, as a single path is taken everywhere) as a one-item
+    list, or a list of paths as is."""
+    if isinstance(value, (str, bytes, os.PathLike)):
         return [value]
     items = list(check_iterable(value, name, "a path or a list of paths"))
     for item in items:
-        if not isinstance(item, (str, os.PathLike)):
-            raise LedgerError(INVALID_ARGUMENT, f"{name} must hold paths (str or path-like), got {_kind(item)}")
+        if not isinstance(item, (str, bytes, os.PathLike)):
+            raise LedgerError(INVALID_ARGUMENT, f"{name} must hold paths (str, bytes or path-like), got {_kind(item)}")
     return items
 
 

@@ -260,7 +260,7 @@ def export_case(case: "Case | str | os.PathLike[str]", progress: Progress | None
     the files done; ``LEDGER_MISSING`` when a path given holds no ``ledger.sqlite``.
     """
     check_instance(case, (Case, str, os.PathLike), "case", "an open Case or a case folder's path")
-    check_callback(progress, "progress")
+    check_callback(progress, "progress", 1)
     if not isinstance(case, Case):
         with Case.open(case) as opened:
             return export_case(opened, progress)

@@ -495,7 +495,7 @@ def export_fleet(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike
     lost its ledger is a case that fails, in ``failed``).
     """
     jobs = job_count(jobs)
-    check_callback(progress, "progress")
+    check_callback(progress, "progress", 1)
     duckdb_module()
     cases = find_cases(paths)
     target = check_out(fs_path(out, "the fleet folder (--to, out= in Python)"), create=True).absolute()

@@ -149,7 +149,7 @@ def fleet_rows(out: str | os.PathLike[str], query: str, *, timeout_ms: int = 30_
     query's time limit starts.
     """
     check_int(timeout_ms, "timeout_ms", minimum=1, maximum=86_400_000)
-    check_callback(started, "started")
+    check_callback(started, "started", 0)
     if not isinstance(query, str):
         raise LedgerError(E.INVALID_ARGUMENT, f"query must be a str, got {type(query).__name__}")
     try:

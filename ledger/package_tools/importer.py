@@ -399,7 +399,7 @@ def _import_tree(source: str | os.PathLike[str], to: str | os.PathLike[str] | No
                  progress: Progress | None) -> VerifyReport:
     src = fs_path(source, "import source")
     dest = fs_path(to, "import target") if to is not None else src
-    check_callback(progress, "progress")
+    check_callback(progress, "progress", 1)
     in_place = _check_target(src, dest)
     refuse_temp_inside(dest, "import")  # before anything is written: the import ends with a verify
     # in place, the case's writer lock is held until the ledger is placed: another import of the same

@@ -116,7 +116,7 @@ def read_lines(stream: BinaryIO, on_bytes: Callable[[int], None] | None = None) 
     if not callable(getattr(stream, "readline", None)):
         raise LedgerError(E.INVALID_ARGUMENT, f"stream must be a binary file object (open(path, 'rb')), "
                           f"got {type(stream).__name__}")
-    check_callback(on_bytes, "on_bytes")
+    check_callback(on_bytes, "on_bytes", 1)
     while True:
         line = stream.readline(LINE_BYTES_MAX + 2)  # room for a CRLF ending, which is no part of the line
         if not isinstance(line, bytes):
@@ -241,7 +241,7 @@ def apply_journal(case: Case, lines: Iterable[str | bytes], *, budget: BudgetMan
     check_iterable(lines, "lines", "an iterable of journal lines (str or bytes each), e.g. a list or read_lines(file)")
     check_instance(budget, (BudgetManager, type(None)), "budget", "a BudgetManager or None")
     check_flag(keep_going, "keep_going")
-    check_callback(on_commit, "on_commit")
+    check_callback(on_commit, "on_commit", 1)
     budget = budget or case.budget()
     if type(batch_size) is not int or batch_size < 1:
         raise LedgerError(E.INVALID_ARGUMENT, f"batch_size must be an integer >= 1, got {repr_shown(batch_size, 80)}")

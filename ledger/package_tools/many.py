@@ -176,7 +176,7 @@ def verify_many(cases: Iterable[str | os.PathLike[str]], *, jobs: int | None = N
     A failing case is in the report, never raised; ``INVALID_ARGUMENT`` for ``jobs`` outside 1–256 or an
     ``each`` that is not a function."""
     check_flag(strict, "strict")
-    check_callback(each, "each")
+    check_callback(each, "each", 1)
     workers = job_count(jobs)
     report = ManyReport()
     unique = _unique(cases)
@@ -197,7 +197,7 @@ def export_many(cases: Iterable[str | os.PathLike[str]], *, jobs: int | None = N
     """Export every case of ``cases`` (each as :func:`export_case` does) over ``jobs`` processes, this one
     included (default: the cores this process may use; :func:`~ledger.ground.workers.shared_map`); ``each`` as in :func:`verify_many`. A path given twice is exported once.
     Errors as :func:`verify_many`."""
-    check_callback(each, "each")
+    check_callback(each, "each", 1)
     if analysis_config is not None:
         check_instance(analysis_config, AnalysisConfig, "analysis_config", "an AnalysisConfig or None")
     workers = job_count(jobs)

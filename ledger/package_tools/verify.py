@@ -218,7 +218,7 @@ def verify_then_read(path: str | os.PathLike[str], read: Callable[[Storage], Any
 def _verify_case(path: str | os.PathLike[str], progress: Progress | None, strict: bool, jobs: int | None,
                  anchors: dict[int, str], read: Callable[[Storage], Any] | None) -> tuple[VerifyReport, Any]:
     root = fs_path(path, "case path")
-    check_callback(progress, "progress")
+    check_callback(progress, "progress", 1)
     check_flag(strict, "strict")
     jobs = job_count(jobs)
     ledger = root / LEDGER_FILE

@@ -18,12 +18,11 @@ even when it starts with ``-``; a word holding a variable (``$FILE``) or a glob 
 runs a command of its own (`` `ls` ``, ``$(ls)``) makes the step the ``default`` action, as a subshell does,
 and so does a command that writes a file or runs another program (:func:`_writes`, ``xargs PROGRAM``).
 ``cd DIR`` is no program of the rules: it makes the relative paths after it name paths under ``DIR``
-(``cd /testbed && cat f.py`` reads ``/testbed/f.py``), :func:`_in_folders`.
+(``cd /testbed && cat f.py`` reads ``/testbed/f.py``), :func:`~.shell_paths.in_folders`.
 """
 
 from __future__ import annotations
 
-import posixpath
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +30,7 @@ from typing import Any, Mapping
 
 from ..ground.config import load_toml_config, unknown_key
 from ..ground.errors import CONFIG_INVALID, LedgerError
+from .shell_paths import UNKNOWN_PATH, in_folders, named_in
 from .shell_words import split_words
 
 #: The mapping used without ``--actions`` (the bundled journals' three actions).
@@ -196,54 +196,7 @@ def _paths(program: str, args: list[str]) -> list[str]:
     if program in _PATH_FIRST:  # its one path, wherever it stands among the line numbers
         plain = [arg for arg in plain if not arg.isdigit()][:1]
     # $NAME: not known here; a glob (*, ?, [) names the files it matches, which the command's text does not show
-    return [p.rstrip("/") or "/" for p in plain if not _UNKNOWN_PATH.search(p)]
-
-
-#: What makes a word name no one known path: a variable, or a glob's pattern characters.
-_UNKNOWN_PATH = re.compile(r"[$*?\[]")
-#: The folder after a ``cd`` whose folder the command's text does not show (``cd $DIR``, ``cd -``,
-#: ``cd`` alone, ``cd -P DIR``): a relative path after it names no known path.
-_UNKNOWN_FOLDER = "$"
-
-
-def _in_folders(commands: list[tuple[list[str], str]]) -> list[tuple[list[str], str | None]]:
-    """The simple commands other than the shell's ``cd``, each with the folder the ``cd`` commands
-    before it moved to: ``None`` while there was none (the agent's own folder), else the folder's path
-    as the command names it, relative paths joined (``cd src && cd lib`` → ``src/lib``), or
-    :data:`_UNKNOWN_FOLDER`. A ``cd`` in a pipeline or run in the background (``cd a | cat f``,
-    ``cd a & cat f``) runs in a subshell and moves nothing; the command right after ``cd a ||`` runs
-    only where ``cd`` failed, so in the folder before it."""
-    folder: str | None = None
-    previous: str | None = None  # the folder before the last cd, where the command after its || runs
-    out: list[tuple[list[str], str | None]] = []
-    before, failed = "", False
-    for words, end in commands:
-        if words[0] != "cd":  # /usr/bin/cd is a program of its own: it moves no shell
-            out.append((words, previous if failed else folder))
-            failed = False
-        elif before not in _PIPES and end not in _PIPES and end != "&":
-            previous, failed = folder, end == "||"
-            args = words[2:] if words[1:2] == ["--"] else words[1:]
-            if len(args) != 1 or args[0].startswith("-") or _UNKNOWN_PATH.search(args[0]):
-                folder = _UNKNOWN_FOLDER
-            elif folder != _UNKNOWN_FOLDER or args[0].startswith("/"):
-                folder = posixpath.normpath(posixpath.join(folder or "", args[0]))
-        before = end
-    return out
-
-
-#: The operators that make a pipeline, whose commands run in subshells.
-_PIPES = frozenset({"|", "|&"})
-
-
-def _named_in(folder: str | None, path: str) -> str | None:
-    """The path ``path`` names in ``folder`` (:func:`_in_folders`), tidied as written (``./``, ``//`` and
-    ``dir/..`` taken off); ``None`` for the agent's own folder itself (``.``) and for a relative path in
-    an unknown folder."""
-    if folder == _UNKNOWN_FOLDER and not path.startswith("/"):
-        return None
-    named = posixpath.normpath(posixpath.join(folder or "", path))  # ./a//b/../f.py is a/f.py
-    return None if named == "." else named  # grep x . and cd . && grep x .: the agent's own folder
+    return [(p.rstrip("/") or "/") if p else p for p in plain if not UNKNOWN_PATH.search(p)]
 
 
 def _with_subcommand(words: list[str], known: set[str]) -> list[str]:
@@ -545,7 +498,7 @@ def classify(command: str, mapping: ActionMap = DEFAULT_ACTION_MAP) -> tuple[str
     if not words or _redirects_or_runs(words):
         return mapping.default, None  # writes a file, reads a here-document, opens a subshell or runs one in a word
     known = set().union(*(m for _, m in mapping.rules)) | mapping.neutral
-    placed = _in_folders(_simple_commands(_without_descriptor_copies(words)))
+    placed = in_folders(_simple_commands(_without_descriptor_copies(words)))
     simple, folders = [command for command, _ in placed], [folder for _, folder in placed]
     run = [_run_by_xargs(c) for c in simple]
     piped = [ran is not given for ran, given in zip(run, simple)]  # what xargs runs: its paths come from the pipe
@@ -566,7 +519,7 @@ def classify(command: str, mapping: ActionMap = DEFAULT_ACTION_MAP) -> tuple[str
             continue  # the paths come from the pipe
         if any(program in m for _, m in mapping.rules) and not (index and program in mapping.neutral):
             for path in _paths(program, words_[1:]):
-                named = _named_in(folder, path)
+                named = named_in(folder, path)
                 if named is not None and named not in targets:  # cat f.py f.py names one path
                     targets.append(named)
     return action, targets[0] if len(targets) == 1 else None

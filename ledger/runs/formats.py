@@ -317,17 +317,28 @@ def too_many_digits(exc: ValueError) -> str | None:
         if "int_max_str_digits" in str(exc) else None
 
 
-def is_predictions(value: Any) -> bool:
-    """Whether ``value`` is an agent's predictions, no run: SWE-bench's prediction objects (a
-    ``model_patch`` and no step: no ``messages``, ``trajectory`` or ``command``) alone, in a list, or keyed
-    by instance id, as mini-swe-agent's and SWE-agent's ``preds.json`` and SWE-agent's ``all_preds.jsonl``
-    lines hold them."""
-    def one(item: Any) -> bool:
+def is_no_run(value: Any) -> bool:
+    """Whether ``value`` is a file an agent's output folder holds beside its runs, not a run: its
+    predictions (SWE-bench's prediction objects, a ``model_patch`` and no step — no ``messages``,
+    ``trajectory`` or ``command`` — alone, in a list, or keyed by instance id, as mini-swe-agent's and
+    SWE-agent's ``preds.json`` and SWE-agent's ``all_preds.jsonl`` lines hold them), or an evaluation's
+    report (SWE-bench's ``report.json``, each instance's ``resolved`` with its ``tests_status`` or patch
+    flags, keyed by instance id; a run's summary with ``resolved_ids``)."""
+    def prediction(item: Any) -> bool:
         return isinstance(item, Mapping) and "model_patch" in item and not {"messages", "trajectory", "command"} & item.keys()
 
+    def report(item: Any) -> bool:
+        return isinstance(item, Mapping) and "resolved" in item and bool(
+            {"tests_status", "patch_is_None", "patch_exists", "patch_successfully_applied"} & item.keys())
+
     if isinstance(value, list):
-        return bool(value) and all(one(item) for item in value)
-    return one(value) or (isinstance(value, Mapping) and bool(value) and all(one(item) for item in value.values()))
+        return bool(value) and all(prediction(item) for item in value)
+    if not isinstance(value, Mapping):
+        return False
+    if prediction(value) or isinstance(value.get("resolved_ids"), list):
+        return True
+    return bool(value) and (all(prediction(item) for item in value.values())
+                            or all(report(item) for item in value.values()))
 
 
 def steps_line(line: bytes, number: int, chosen_by_name: bool = True) -> tuple[str, Step]:

@@ -34,7 +34,7 @@ from ..package_tools.atomic_files import create_tagged_temp, remove_abandoned_te
 from ..package_tools.journal import LINE_BYTES_MAX
 from . import run_files
 from .actions import DEFAULT_ACTION_MAP, ActionMap, classify
-from .formats import (FormatError, Step, is_predictions, mini_swe_agent_steps, no_repeated_keys, steps_line, swe_agent_steps,
+from .formats import (FormatError, Step, is_no_run, mini_swe_agent_steps, no_repeated_keys, steps_line, swe_agent_steps,
                       too_many_digits)
 
 FORMATS = ("auto", "mini-swe-agent", "swe-agent", "steps")
@@ -71,9 +71,9 @@ class ImportSummary:
     #: Runs read as mini-swe-agent with steps but none of its marks (no ``trajectory_format``, no
     #: observation in its wrapper or with an exit code): a chat transcript reads so too.
     runs_unmarked: list[str] = field(default_factory=list)
-    #: Files read that hold an agent's predictions (``preds.json``: instance id → ``model_patch``), no run:
-    #: nothing is written for them.
-    predictions_left_out: list[str] = field(default_factory=list)
+    #: Files read that hold no run but an agent's predictions (``preds.json``) or an evaluation's report
+    #: (``report.json``): nothing is written for them.
+    not_runs: list[str] = field(default_factory=list)
     #: Folders given without ``recursive`` whose subfolders hold trajectories, not read.
     subfolders_not_read: list[str] = field(default_factory=list)
 
@@ -83,7 +83,7 @@ class ImportSummary:
                 "runs_without_outcome": list(self.runs_without_outcome),
                 "outcomes_without_run": list(self.outcomes_without_run),
                 "runs_without_steps": list(self.runs_without_steps), "runs_unmarked": list(self.runs_unmarked),
-                "predictions_left_out": list(self.predictions_left_out),
+                "not_runs": list(self.not_runs),
                 "subfolders_not_read": list(self.subfolders_not_read),
                 "over_default_limits": {k: list(v) for k, v in sorted(self.over_default_limits.items())}}
 
@@ -301,8 +301,8 @@ class _Importer:
         except ValueError as exc:
             raise ValueError(too_many_digits(exc) or str(exc)) from None
         del whole
-        if is_predictions(data) or (data in ({}, []) and _named_as_predictions(path)):
-            self.summary.predictions_left_out.append(str(path))
+        if is_no_run(data) or (data in ({}, []) and _named_as_predictions(path)):
+            self.summary.not_runs.append(str(path))
             return
         fmt = run_files.format_of(path, self.fmt, data)
         steps = (swe_agent_steps if fmt == "swe-agent" else mini_swe_agent_steps)(data)
@@ -342,8 +342,8 @@ class _Importer:
                 for number, line in enumerate(run_files.run_file_lines(handle, path), start=1):
                     if not line.strip():
                         continue
-                    if not journals and _predictions_line(line):
-                        self.summary.predictions_left_out.append(str(path))
+                    if not journals and _no_run_line(line):
+                        self.summary.not_runs.append(str(path))
                         return
                     run, step = steps_line(line, number, self.fmt == "auto")
                     journal = journals.get(run)
@@ -357,7 +357,7 @@ class _Importer:
                         del open_runs[oldest]
                         journals[oldest].suspend()
             if not journals and _named_as_predictions(path):
-                self.summary.predictions_left_out.append(str(path))  # no prediction yet
+                self.summary.not_runs.append(str(path))  # no prediction yet
                 return
             if not journals:
                 raise ValueError("no step line: the file is empty")
@@ -403,10 +403,10 @@ def _named_as_predictions(path: Path) -> bool:
     return path.name.lower().removesuffix(".gz") in _PREDICTIONS_FILES
 
 
-def _predictions_line(line: bytes) -> bool:
-    """Whether the first line of a steps file is a prediction (SWE-agent's ``all_preds.jsonl``)."""
+def _no_run_line(line: bytes) -> bool:
+    """Whether the first line of a steps file is no run: a prediction (SWE-agent's ``all_preds.jsonl``)."""
     try:
-        return is_predictions(json.loads(line))
+        return is_no_run(json.loads(line))
     except (ValueError, RecursionError):
         return False  # not JSON: the steps format's own reading says what is wrong
 
@@ -481,13 +481,13 @@ def check_run_prefix(run_prefix: Any) -> str:
     return run_prefix
 
 
-def _refuse_predictions_alone(summary: ImportSummary, files: list[Path], unread: list[tuple[Path, Path]]) -> None:
-    """``INVALID_ARGUMENT`` when every file read held predictions: no run to import (naming a folder
+def _refuse_no_runs_alone(summary: ImportSummary, files: list[Path], unread: list[tuple[Path, Path]]) -> None:
+    """``INVALID_ARGUMENT`` when every file read held no run (:func:`~.formats.is_no_run`): none to import (naming a folder
     whose subfolders hold trajectories, when one was given without ``recursive``)."""
-    if len(summary.predictions_left_out) == len(files):
+    if len(summary.not_runs) == len(files):
         hint = f"; {unread[0][0]} holds trajectories in subfolders ({unread[0][1]}): give --recursive" if unread else ""
-        raise LedgerError(E.INVALID_ARGUMENT, f"no run to import: {summary.predictions_left_out[0]} holds an agent's "
-                          f"predictions (model_patch by instance id), not a run{hint}")
+        raise LedgerError(E.INVALID_ARGUMENT, f"no run to import: {summary.not_runs[0]} holds an agent's "
+                          f"predictions or an evaluation's report, not a run{hint}")
 
 
 @refuses_unfit_calls
@@ -507,7 +507,8 @@ def import_runs(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[
     ``over_default_limits`` compares with (default: the default config); ``recursive``: a folder's
     subfolders are read too, at any depth (without it, the summary's ``subfolders_not_read`` names each
     folder given whose subfolders hold trajectories). A file holding an agent's predictions
-    (``preds.json``) is no run: named in ``predictions_left_out``, nothing written for it.
+    (``preds.json``) or an evaluation's report (``report.json``) is no run: named in ``not_runs``,
+    nothing written for it.
     ``run_prefix`` is put before every run id (the journal's name too; ``outcomes`` name the runs
     without it), so runs of the same tasks by other agents can share ``out``.
 
@@ -515,14 +516,14 @@ def import_runs(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[
     others are imported. Raises ``INVALID_ARGUMENT`` for a bad argument, ``CONFIG_INVALID`` for a
     bad actions file; writes only ``out/RUN_ID.jsonl`` files (and their temp files) in ``out``.
     """
-    check_callback(progress, "progress")  # before any file is read or written
+    check_callback(progress, "progress", 2)  # before any file is read or written
     _check_options(fmt, semantic_score, recursive, run_prefix)
     limits = check_instance(AnalysisConfig() if analysis is None else analysis, AnalysisConfig, "analysis",
                             "an AnalysisConfig or None").limits
     mapping = actions if isinstance(actions, ActionMap) else \
         DEFAULT_ACTION_MAP if actions is None else ActionMap.load(actions)
     source = "outcomes table"
-    if isinstance(outcomes, (str, os.PathLike)):
+    if isinstance(outcomes, (str, bytes, os.PathLike)):
         # the record_outcome lines' source: a name byte that is not UTF-8 becomes U+FFFD, as in a target,
         # so the line has a canonical JSON form (a lone surrogate has none)
         source = f"outcomes file {_LONE_SURROGATE.sub(chr(0xFFFD), Path(os.fsdecode(outcomes)).name)}"
@@ -555,7 +556,7 @@ def import_runs(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[
                 progress(done, len(files))
     finally:
         _remove_if_empty(made)  # every file failed: no folder it made is left behind, empty
-    _refuse_predictions_alone(importer.summary, files, unread)
+    _refuse_no_runs_alone(importer.summary, files, unread)
     if outcomes is not None:
         importer.summary.outcomes_without_run = [run for run in outcomes if run_prefix + run not in importer.seen]
     return importer.summary

@@ -554,7 +554,7 @@ def frontier(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Poli
     if constraint is None and (folds or (type(samples) is int and samples)):  # they score a choice: none is made
         raise LedgerError(E.INVALID_ARGUMENT, "folds and bootstrap samples score the choice a constraint makes: "
                           "give the constraint (--max-stopped), or leave them out")
-    table = read_outcomes(outcomes) if isinstance(outcomes, (str, os.PathLike)) else outcomes
+    table = read_outcomes(outcomes) if isinstance(outcomes, (str, bytes, os.PathLike)) else outcomes
     analysis = analysis or AnalysisConfig()
     options = dict(jobs=jobs, analysis=analysis, package=package, actor=actor)
     first = simulate(journals, [no_stop_policy(policies[0])], table, **options)

@@ -436,7 +436,7 @@ def simulate(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Poli
                           "(None simulates the example policy)")
     check_instance(analysis, (AnalysisConfig, type(None)), "analysis", "an AnalysisConfig or None")
     root = fs_path(package, "package") if package is not None else None
-    if outcomes is not None and not isinstance(outcomes, (str, os.PathLike)):
+    if outcomes is not None and not isinstance(outcomes, (str, bytes, os.PathLike)):
         check_outcomes(check_text_mapping(outcomes, "outcomes"), "outcomes")
     chosen = [p if isinstance(p, Policy) else load_policy(p) for p in (policies or [example_policy()])]
     names = [p.name for p in chosen]
@@ -444,7 +444,7 @@ def simulate(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Poli
         raise LedgerError(E.INVALID_ARGUMENT, f"policy names must differ: {', '.join(names)}")
     jobs = job_count(jobs)
     check_action_id(actor, "actor")
-    table = read_outcomes(outcomes) if isinstance(outcomes, (str, os.PathLike)) else outcomes
+    table = read_outcomes(outcomes) if isinstance(outcomes, (str, bytes, os.PathLike)) else outcomes
     files = journal_files(journals)
     analysis = analysis or AnalysisConfig()  # validated once, not once per run
     tasks = [(path, chosen, analysis, root, actor) for path in files]
