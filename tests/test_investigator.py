@@ -1264,3 +1264,66 @@ def test_every_public_method_of_every_public_class_refuses_a_call_that_does_not_
         with pytest.raises(LedgerError) as refused:
             call()
         assert refused.value.code == "INVALID_ARGUMENT"
+
+
+# --- functions given as arguments (docs/api.md "LedgerError") -------------------------------------------
+def _decorated():
+    import functools
+
+    def report(label, count):
+        return (label, count)
+
+    @functools.wraps(report)
+    def labelled(*args, **kwargs):  # supplies the label itself: callable with the count alone
+        return report("verify", *args, **kwargs)
+    return labelled
+
+
+class _Proxy:
+    """A callable whose attributes cannot be read (a remote object's proxy, say)."""
+
+    def __call__(self, count):
+        return count
+
+    def __getattr__(self, name):
+        raise RuntimeError(f"no attribute {name} here")
+
+
+class _Collector(list):
+    """A callable that is empty, so false, until it is called."""
+
+    def __call__(self, line):
+        self.append(line)
+
+
+@pytest.mark.parametrize("function, fits", [
+    (lambda count: None, True), (lambda count, extra=None: None, True), (lambda *args: None, True), (min, True),
+    (_decorated(), True), (_Proxy(), True), (_Collector(), True), (lambda: None, False),
+    (lambda count, extra: None, False), (lambda count, *, key: None, False),
+], ids=["one", "default", "star", "builtin", "wrapped", "proxy", "false", "none", "two", "keyword_only"])
+def test_a_function_argument_is_refused_only_when_it_cannot_take_the_arguments_it_is_called_with(function, fits):
+    """A wrapper made with functools.wraps is judged by its own shape too (it was judged by the function it
+    wraps alone), and one whose shape cannot be read is taken (a proxy raised its own error)."""
+    from ledger.ground.arguments import check_callback
+
+    if fits:
+        assert check_callback(function, "progress", 1) is function
+        return
+    with pytest.raises(LedgerError) as caught:
+        check_callback(function, "progress", 1)
+    assert caught.value.code == "INVALID_ARGUMENT"
+    assert caught.value.message.startswith("progress must be a function of 1 positional argument, got")
+
+
+def test_a_function_argument_that_is_false_is_called_not_replaced_by_the_default(tmp_path):
+    """``echo`` and the router's ``generation`` were taken as None when false (an empty collector)."""
+    from ledger import Router, run_demo
+
+    lines = _Collector()
+    run_demo(tmp_path / "demo", echo=lines)
+    assert len(lines) > 10
+
+    class Generation(_Collector):
+        def __call__(self):
+            return 7
+    assert Router(tmp_path / "demo", generation=Generation()).reply({"actions": []})["package_generation"] == 7

@@ -82,14 +82,18 @@ def check_callback(value: Any, name: str, arguments: int) -> Any:
         return value
     if not callable(value):
         raise LedgerError(INVALID_ARGUMENT, f"{name} must be a function or None, got {_kind(value)}")
-    try:
-        inspect.signature(value).bind(*[None] * arguments)
-    except TypeError:
-        raise LedgerError(INVALID_ARGUMENT, f"{name} must be a function of {arguments} positional argument"
-                          f"{'' if arguments == 1 else 's'}, got {_kind(value)} of another shape") from None
-    except ValueError:
-        pass  # no signature to read
-    return value
+    try:  # a decorated function: its wrapper's own shape, and the one it claims (functools.wraps)
+        signatures = [inspect.signature(value, follow_wrapped=False), inspect.signature(value)]
+    except Exception:  # noqa: BLE001 - no signature Python can read (a built-in, an odd proxy): taken
+        return value
+    for signature in signatures:
+        try:
+            signature.bind(*[None] * arguments)
+            return value
+        except TypeError:
+            continue
+    raise LedgerError(INVALID_ARGUMENT, f"{name} must be a function of {arguments} positional argument"
+                      f"{'' if arguments == 1 else 's'}, got {_kind(value)} of another shape")
 
 
 def check_iterable(value: Any, name: str, expected: str) -> Iterable[Any]:

@@ -100,7 +100,7 @@ def run_demo(target: Path | None = None, echo: Callable[[str], None] = print,
     when the file system refuses; ``RuntimeError`` if the journal's outcomes
     differ from the expected ones (a defect).
     """
-    echo = check_callback(echo, "echo", 1) or (lambda line: None)  # None: print nothing
+    echo = (lambda line: None) if check_callback(echo, "echo", 1) is None else echo  # None: print nothing
     check_instance(actor, str, "actor", "a str")
     example = resource_dir("examples") / "demo"
     automatic = target is None

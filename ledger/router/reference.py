@@ -154,8 +154,8 @@ class Router:
     def __init__(self, root: str | os.PathLike[str], *, generation: Callable[[], int] | None = None,
                  identity: Callable[[], str] | None = None) -> None:
         self.root = fs_path(root, "the router's package folder")
-        self._generation = check_callback(generation, "generation", 0) or (lambda: 0)
-        self._identity = check_callback(identity, "identity", 0) or (lambda: "")
+        self._generation = (lambda: 0) if check_callback(generation, "generation", 0) is None else generation
+        self._identity = (lambda: "") if check_callback(identity, "identity", 0) is None else identity
 
     # -- the reply --------------------------------------------------------------------
     def reply(self, request: Mapping[str, Any]) -> dict[str, Any]:
