@@ -394,3 +394,21 @@ def test_apply_create_of_a_journal_starting_with_blank_lines_creates_its_case_at
     assert done.exit_code == 0, done.output
     with Case.open(tmp_path / "case") as case:
         assert [e["created_at"] for e in case.events()] == ["2026-05-01T00:00:00.000000Z"] * 2
+
+
+def test_a_reads_seq_is_the_event_its_answer_stands_on(tmp_path):
+    """docs/journals.md: a snapshot's seq is the revision's newest budget event (its state is the accounts
+    after it), which a later outcome leaves behind the head; the other reads give the case's newest event."""
+    journal = tmp_path / "j.jsonl"
+    journal.write_text("\n".join(json.dumps(line) for line in [
+        {"op": "open_revision", "hypotheses": [{"statement": "a"}], "units_per_hypothesis": 100},
+        {"op": "transition", "to": "INVESTIGATING_HYPOTHESES"}, {"op": "initialize"},
+        {"op": "record_outcome", "outcome": "resolved", "source": "x"}, {"op": "snapshot"},
+        {"op": "check", "hypothesis": "H1", "action": "source.read_context"},
+        {"op": "remaining", "hypothesis": "H1"},
+        {"op": "price_signal", "hypothesis": "H1", "action": "source.read_context"}]) + "\n")
+    code, out, _ = cli("apply", tmp_path / "c", journal, "--create", "C")
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and [(line["seq"], line["reused"]) for line in lines] == [
+        (2, False), (3, False), (4, False), (5, False), (4, True), (5, True), (5, True), (5, True)]
+    assert lines[4]["result"]["seq"] == 4
