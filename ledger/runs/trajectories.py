@@ -57,7 +57,10 @@ class ImportSummary:
     skipped, so their journals hold no action), ``over_default_limits`` (a limit of the analysis config →
     the runs written whose journal passes it: its default value, or the value of the ``analysis``
     config given to :func:`import_runs`; ``apply`` refuses them, and ``simulate`` under a policy that
-    lets them reach it, unless the config they run under raises it)."""
+    lets them reach it, unless the config they run under raises it), ``runs_unmarked`` (runs read as
+    mini-swe-agent showing none of its marks: check they are agent runs), ``not_runs`` (files holding
+    an agent's predictions or an evaluation's report, no run: nothing written for them) and
+    ``subfolders_not_read`` (folders given without ``recursive`` whose subfolders hold trajectories)."""
 
     runs: int = 0
     steps: int = 0
@@ -68,13 +71,8 @@ class ImportSummary:
     outcomes_without_run: list[str] = field(default_factory=list)
     runs_without_steps: list[str] = field(default_factory=list)
     over_default_limits: dict[str, list[str]] = field(default_factory=dict)
-    #: Runs read as mini-swe-agent with steps but none of its marks (no ``trajectory_format``, no
-    #: observation in its wrapper or with an exit code): a chat transcript reads so too.
-    runs_unmarked: list[str] = field(default_factory=list)
-    #: Files read that hold no run but an agent's predictions (``preds.json``) or an evaluation's report
-    #: (``report.json``): nothing is written for them.
+    runs_unmarked: list[str] = field(default_factory=list)  # no trajectory_format, no wrapped observation
     not_runs: list[str] = field(default_factory=list)
-    #: Folders given without ``recursive`` whose subfolders hold trajectories, not read.
     subfolders_not_read: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
