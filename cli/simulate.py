@@ -78,17 +78,6 @@ def _write_per_run(report: SimulationReport, path: str) -> None:
     write_output_file(path, text.encode("utf-8", "backslashreplace"), "--per-run")
 
 
-def _prefixed(journals: list[str], outcomes: list[str]) -> tuple[str, str] | None:
-    """A journal's run id that is an outcome's run id with a prefix before it (``gpt5.x`` and ``x``):
-    the journals were imported with ``--run-prefix`` and the outcomes name the runs without it."""
-    names = set(outcomes)
-    for run in journals:
-        for start in range(1, len(run)):
-            if run[start - 1] in "._-" and run[start:] in names:
-                return run, run[start:]
-    return None
-
-
 def _report_mismatches(report: SimulationReport) -> None:
     if report.outcomes_without_journal:
         click.echo(one_line(f"note: {len(report.outcomes_without_journal)} run(s) in --outcomes have no journal: "
@@ -99,7 +88,7 @@ def _report_mismatches(report: SimulationReport) -> None:
     if counted:
         click.echo(one_line(f"note: {len(counted)} journal(s) have no outcome (counted as "
                             f"'(no outcome)'): {first_names(counted)}"), err=True)
-    prefixed = _prefixed(list(dict.fromkeys(run.run for run in report.runs)), report.outcomes_without_journal)
+    prefixed = report.prefixed_outcome()
     if prefixed:
         click.echo(one_line(f"note: journal {prefixed[0]!r} looks like run {prefixed[1]!r} of --outcomes imported with "
                             f"the --run-prefix {prefixed[0][:-len(prefixed[1])]!r}: the outcomes name runs as their "

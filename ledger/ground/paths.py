@@ -219,7 +219,10 @@ def folder_inputs(folder: Path, suffixes: tuple[str, ...], what: str, recursive:
     ``folder`` itself cannot be listed."""
     found = []
     passed_over = _identity(skip)
-    waiting = [iter(_entries(folder))]  # a stack of listings, not recursion: a tree may be thousands deep
+    try:
+        waiting = [iter(_sorted_listing(folder))]  # a stack of listings, not recursion: a tree may be thousands deep
+    except OSError as exc:
+        raise os_error(exc, f"cannot list the folder {folder}") from None
     while waiting:
         entry = next(waiting[-1], None)
         if entry is None:
@@ -228,7 +231,7 @@ def folder_inputs(folder: Path, suffixes: tuple[str, ...], what: str, recursive:
         if recursive and entry.is_dir(follow_symlinks=False):
             if passed_over is None or _identity(Path(entry.path)) != passed_over:
                 try:
-                    waiting.append(iter(sorted(os.scandir(entry.path), key=lambda sub: sub.name)))
+                    waiting.append(iter(_sorted_listing(entry.path)))
                 except OSError as exc:
                     if unlisted is None:
                         raise os_error(exc, f"cannot list the folder {entry.path}") from None
@@ -256,11 +259,10 @@ def _identity(path: Path | None) -> tuple[int, int] | None:
     return None if info is None else (info.st_dev, info.st_ino)
 
 
-def _entries(folder: Path) -> list[os.DirEntry[str]]:
-    try:
-        return sorted(os.scandir(folder), key=lambda entry: entry.name)
-    except OSError as exc:
-        raise os_error(exc, f"cannot list the folder {folder}") from None
+def _sorted_listing(folder: str | os.PathLike[str]) -> list[os.DirEntry[str]]:
+    """The entries of ``folder`` sorted by name (``OSError`` as listing it gives)."""
+    with os.scandir(folder) as listing:
+        return sorted(listing, key=lambda entry: entry.name)
 
 
 def input_below(folder: Path, suffixes: tuple[str, ...], skip: Path | None = None, depth: int = 3) -> Path | None:
@@ -273,7 +275,7 @@ def input_below(folder: Path, suffixes: tuple[str, ...], skip: Path | None = Non
     while waiting:
         current, level = waiting.pop(0)
         try:
-            entries = sorted(os.scandir(current), key=lambda entry: entry.name)
+            entries = _sorted_listing(current)
         except OSError:
             continue
         for entry in entries:

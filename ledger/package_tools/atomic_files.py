@@ -252,23 +252,13 @@ def remove_abandoned_builds(parent: Path, prefix: str) -> None:
     """Remove the hidden build folders ``<prefix>…<pid>…`` in ``parent`` whose process is gone
     (killed mid-build): the rest of the name is ``[<anything>.]<pid>[-<digits>]``. Best effort."""
     try:
-        leftovers = [p for p in parent.iterdir() if p.name.startswith(prefix)]
+        leftovers = [entry for entry in os.scandir(parent) if entry.name.startswith(prefix)]
     except OSError:
         return
     for leftover in leftovers:
         named = re.fullmatch(r"(?:.*\.)?(\d{1,10})(?:-\d+)?", leftover.name[len(prefix):], re.S)
-        if named and not pid_alive(int(named.group(1))) and _own_folder(leftover):
-            remove_tree(leftover)
-
-
-def _own_folder(path: Path) -> bool:
-    """Whether ``path`` is a folder (not a link to one) of this user's: another user's leftover in a
-    shared parent (``/tmp``) is not this process's to remove."""
-    try:
-        info = os.lstat(path)
-    except OSError:
-        return False
-    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid()
+        if named and not pid_alive(int(named.group(1))) and _owned(leftover, folders=True):
+            remove_tree(leftover.path)  # another user's, in a shared parent (/tmp), is not ours to remove
 
 
 def create_tagged_temp(folder: Path, prefix: str, suffix: str, named: Callable[[Path | None], None]) -> int:
@@ -336,10 +326,14 @@ def _abandoned(parent: Path, prefix: str, suffix: str, *, folders: bool) -> Iter
         named = re.fullmatch(r".*\.([0-9a-f]{12})\.(\d{1,10})", tagged, re.S)
         if named is None or named.group(1) != machine or pid_alive(int(named.group(2))):
             continue
-        try:
-            kind = entry.is_dir(follow_symlinks=False) if folders else entry.is_file(follow_symlinks=False)
-            if not kind or entry.stat(follow_symlinks=False).st_uid != os.geteuid():
-                continue
-        except OSError:
-            continue
-        yield entry
+        if _owned(entry, folders=folders):
+            yield entry
+
+
+def _owned(entry: os.DirEntry[str], *, folders: bool) -> bool:
+    """Whether ``entry`` is a folder (or a regular file) of this user's, never a link."""
+    try:
+        kind = entry.is_dir(follow_symlinks=False) if folders else entry.is_file(follow_symlinks=False)
+        return kind and entry.stat(follow_symlinks=False).st_uid == os.geteuid()
+    except OSError:
+        return False

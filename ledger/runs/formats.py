@@ -317,13 +317,20 @@ def too_many_digits(exc: ValueError) -> str | None:
         if "int_max_str_digits" in str(exc) else None
 
 
-def is_no_run(value: Any) -> bool:
-    """Whether ``value`` is a file an agent's output folder holds beside its runs, not a run: its
-    predictions (SWE-bench's prediction objects, a ``model_patch`` and no step — no ``messages``,
-    ``trajectory`` or ``command`` — alone, in a list, or keyed by instance id, as mini-swe-agent's and
-    SWE-agent's ``preds.json`` and SWE-agent's ``all_preds.jsonl`` lines hold them), or an evaluation's
-    report (SWE-bench's ``report.json``, each instance's ``resolved`` with its ``tests_status`` or patch
-    flags, keyed by instance id; a run's summary with ``resolved_ids``)."""
+#: The names the agents give their predictions files, which hold none while no run has finished.
+PREDICTIONS_FILES = ("preds.json", "all_preds.jsonl")
+
+
+def is_no_run(value: Any, name: str = "") -> bool:
+    """Whether ``value``, read from the file ``name`` (``None``: a file with no line), is a file an
+    agent's output folder holds beside its runs, not a run: its predictions (SWE-bench's prediction
+    objects, a ``model_patch`` and no step — no ``messages``, ``trajectory`` or ``command`` — alone, in a
+    list, or keyed by instance id, as mini-swe-agent's and SWE-agent's ``preds.json`` and SWE-agent's
+    ``all_preds.jsonl`` lines hold them; none yet, ``{}``, ``[]`` or no line, in a file of those names),
+    or an evaluation's report (SWE-bench's ``report.json``, each instance's ``resolved`` with its
+    ``tests_status`` or patch flags, keyed by instance id; a run's summary with ``resolved_ids``)."""
+    if value in (None, {}, []):
+        return name.lower().removesuffix(".gz") in PREDICTIONS_FILES
     def prediction(item: Any) -> bool:
         return isinstance(item, Mapping) and "model_patch" in item and not {"messages", "trajectory", "command"} & item.keys()
 

@@ -28,21 +28,19 @@ def in_folders(commands: list[tuple[list[str], str]]) -> list[tuple[list[str], s
     ``cd`` there moves nothing, and the pipeline right after ``cd a ||`` runs in the folder before it."""
     folder: str | None = None
     out: list[tuple[list[str], str | None]] = []
-    before, branch = "", None  # branch: the folder of the pipeline after a failed cd's ||, while in it
+    before, in_branch, branch = "", False, None  # the pipeline after a failed cd's ||, and its folder
     for index, (words, end) in enumerate(commands):
         if words[0] != "cd":  # /usr/bin/cd is a program of its own: it moves no shell
-            out.append((words, branch if branch is not None else folder))
+            out.append((words, branch if in_branch else folder))
         elif before != "||" and before not in _PIPES and end not in _PIPES and not _in_background(commands, index):
-            previous = folder
+            in_branch, branch = end == "||", folder
             args = words[2:] if words[1:2] == ["--"] else words[1:]
             if len(args) != 1 or args[0].startswith("-") or UNKNOWN_PATH.search(args[0]):
                 folder = _UNKNOWN_FOLDER
             elif folder != _UNKNOWN_FOLDER or _anchored(args[0]):
-                folder = _tidy(posixpath.join(folder or "", args[0]) if not _anchored(args[0]) else args[0])
-            if end == "||":
-                branch = previous if previous is not None else "."
+                folder = named_in(folder, args[0])
         if end not in _PIPES and not (words[0] == "cd" and end == "||"):
-            branch = None
+            in_branch = False
         before = end
     return out
 

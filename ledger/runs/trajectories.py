@@ -299,7 +299,7 @@ class _Importer:
         except ValueError as exc:
             raise ValueError(too_many_digits(exc) or str(exc)) from None
         del whole
-        if is_no_run(data) or (data in ({}, []) and _named_as_predictions(path)):
+        if is_no_run(data, path.name):
             self.summary.not_runs.append(str(path))
             return
         fmt = run_files.format_of(path, self.fmt, data)
@@ -340,7 +340,7 @@ class _Importer:
                 for number, line in enumerate(run_files.run_file_lines(handle, path), start=1):
                     if not line.strip():
                         continue
-                    if not journals and _no_run_line(line):
+                    if not journals and _no_run_line(line, path):
                         self.summary.not_runs.append(str(path))
                         return
                     run, step = steps_line(line, number, self.fmt == "auto")
@@ -354,7 +354,7 @@ class _Importer:
                         oldest = next(iter(open_runs))
                         del open_runs[oldest]
                         journals[oldest].suspend()
-            if not journals and _named_as_predictions(path):
+            if not journals and is_no_run(None, path.name):
                 self.summary.not_runs.append(str(path))  # no prediction yet
                 return
             if not journals:
@@ -393,18 +393,10 @@ class _Importer:
             self.summary.errors.append({"file": str(path), "code": code, "reason": reason})
 
 
-#: The names the agents give their predictions files, which hold none while no run has finished.
-_PREDICTIONS_FILES = ("preds.json", "all_preds.jsonl")
-
-
-def _named_as_predictions(path: Path) -> bool:
-    return path.name.lower().removesuffix(".gz") in _PREDICTIONS_FILES
-
-
-def _no_run_line(line: bytes) -> bool:
+def _no_run_line(line: bytes, path: Path) -> bool:
     """Whether the first line of a steps file is no run: a prediction (SWE-agent's ``all_preds.jsonl``)."""
     try:
-        return is_no_run(json.loads(line))
+        return is_no_run(json.loads(line), path.name)
     except (ValueError, RecursionError):
         return False  # not JSON: the steps format's own reading says what is wrong
 

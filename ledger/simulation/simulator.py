@@ -317,6 +317,18 @@ class SimulationReport:
         """``{"policies": [...]}``: what ``ledger simulate --json`` prints."""
         return {"policies": self.policies}
 
+    def prefixed_outcome(self) -> tuple[str, str] | None:
+        """``(journal's run id, outcome's run id)`` of the first journal whose run id is a run id of the
+        outcomes, none of whose journals is here, after a prefix ending in ``.``, ``_`` or ``-``
+        (``gpt5.x`` and ``x``): journals imported with ``--run-prefix``, the outcomes naming the runs
+        without it (docs/simulate.md); ``None`` when there is none."""
+        names = set(self.outcomes_without_journal)
+        for run in dict.fromkeys(result.run for result in self.runs):
+            for start in range(1, len(run)):
+                if run[start - 1] in "._-" and run[start:] in names:
+                    return run, run[start:]
+        return None
+
 
 def journal_errors(runs: Sequence[RunResult]) -> list[dict[str, Any]]:
     """The error of each journal that has one under any policy (the first, in the order of ``runs``):
