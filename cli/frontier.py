@@ -55,10 +55,10 @@ def choice_lines(choice: dict[str, Any], good: str) -> list[str]:
     lines = [f"choice ({limit}): {choice['policy']}",
              f"  in sample: units saved {ins['units_saved_pct']:g} %, {good} runs stopped {ins['good_stopped_pct']:g} %"
              + (f", {label} runs stopped {ins['constraint_stopped_pct']:g} %" if other else "")]
-    held = choice.get("held_out")
+    held, runs = choice.get("held_out"), choice.get("figures", {}).get("runs")
     if held:
         saved, spent_none = held["units_saved_pct"], held.get("folds_without_units_spent", 0)
-        lines.append(f"  held out ({held['folds']} folds, seed {held['seed']}): "
+        lines.append(f"  held out ({held['folds']} folds{_tasks_text(held, runs)}, seed {held['seed']}): "
                      + (f"units saved {saved['mean']:g} % (min {saved['min']:g}, max {saved['max']:g}"
                         + (f"; {spent_none} fold(s) that spent nothing under no-stop left out" if spent_none else "")
                         + "), " if saved["mean"] is not None else "no fold spent units under no-stop, ")
@@ -69,11 +69,17 @@ def choice_lines(choice: dict[str, Any], good: str) -> list[str]:
     if boot:
         saved, stopped = boot["units_saved_pct"], boot["good_stopped_pct"]
         without = boot["samples_without_good_runs"]
-        lines.append(f"  bootstrap 95 % ({boot['samples']} samples): "
+        lines.append(f"  bootstrap 95 % ({boot['samples']} samples{_tasks_text(boot, runs)}): "
                      + (f"units saved {saved[0]:g} to {saved[1]:g} %, " if saved else "no sample spent units, ")
                      + (f"{good} runs stopped {stopped[0]:g} to {stopped[1]:g} %" if stopped else f"no {good} run")
                      + (f" ({without} samples without a {good} run left out)" if without and stopped else ""))
     return lines
+
+
+def _tasks_text(figures: dict[str, Any], runs: int | None) -> str:
+    """`` of 40 tasks' 80 runs`` when the folds or resamples were dealt by task (--task-prefix)."""
+    tasks = figures.get("tasks", runs)
+    return f" of {tasks} tasks' {runs} runs" if runs is not None and tasks != runs else ""
 
 
 def _no_choice_text(chosen: list[str | None]) -> str:

@@ -9,7 +9,8 @@ import click
 from ledger import (LedgerError, Policy, SimulationReport, example_policy, frontier, load_policy, plot_frontier,
                     plot_tradeoff, simulate, vary)
 from ledger.simulation.emit import emit_policy
-from ledger.simulation.frontier import DEFAULT_FOLDS, parse_max_stopped
+from ledger.simulation.folds import DEFAULT_FOLDS
+from ledger.simulation.constraint import parse_max_stopped
 from ledger.simulation.output_files import check_distinct_outputs, check_output_file, write_output_file
 from ledger.simulation.plot import check_plot
 from ledger.simulation.simulator import parse_vary, policy_file
@@ -110,6 +111,13 @@ def _outcome_label(ctx: click.Context, param: click.Parameter, value: str) -> st
     return value
 
 
+def _task_prefixes(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+    """``--task-prefix TEXT``: a usage error when empty (it would start every run id)."""
+    if any(not prefix for prefix in value):
+        raise click.BadParameter("give the text the run ids were imported with (--run-prefix), not an empty one")
+    return value
+
+
 @click.command("simulate")
 @click.argument("journals", nargs=-1, required=True, type=input_path(), metavar="JOURNAL_OR_FOLDER...")
 @click.option("--policy", "policy_specs", multiple=True, metavar="[NAME=]FILE.toml",
@@ -137,9 +145,13 @@ def _outcome_label(ctx: click.Context, param: click.Parameter, value: str) -> st
 @click.option("--emit", type=click.Path(dir_okay=False, path_type=str), metavar="FILE.toml",
               help="With --max-stopped: write the chosen policy as a budget TOML.")
 @click.option("--folds", type=IntegerRange(0, None), default=None,
-              show_default=f"{DEFAULT_FOLDS}, or one per run when there are fewer runs",
+              show_default=f"{DEFAULT_FOLDS}, or one per run (per task with --task-prefix) when there are fewer",
               help="With --max-stopped: make the choice again on all folds but one and score it on that one "
                    "(0: none).")
+@click.option("--task-prefix", "task_prefixes", multiple=True, metavar="TEXT", callback=_task_prefixes,
+              help="With --max-stopped: a prefix the runs were imported with (ledger runs import --run-prefix; "
+                   "repeatable): runs whose ids are the same without it are one task's, kept in one fold and "
+                   "resampled together, so that the held-out figures are those of tasks the choice did not see.")
 @click.option("--seed", type=IntegerRange(0, None), default=0, show_default=True, help="With --frontier: the seed of "
               "the folds and the bootstrap (0 or more).")
 @click.option("--bootstrap", "samples", type=IntegerRange(0, 1_000_000), default=0, show_default=True,
@@ -152,8 +164,8 @@ def _outcome_label(ctx: click.Context, param: click.Parameter, value: str) -> st
 def simulate_command(settings: Settings, journals: tuple[str, ...], policy_specs: tuple[str, ...],
                      vary_specs: tuple[str, ...], outcomes: str | None, fmt: str,
                      per_run: str | None, plot: str | None, with_frontier: bool, good: str, max_stopped: str | None,
-                     emit: str | None, folds: int | None, seed: int, samples: int, jobs: int | None,
-                     package: str | None) -> None:
+                     emit: str | None, folds: int | None, task_prefixes: tuple[str, ...], seed: int, samples: int,
+                     jobs: int | None, package: str | None) -> None:
     """Replay recorded journals under one or more budget policies, in memory.
 
     A folder means every *.jsonl in it, sorted by name; the run id is the file's
@@ -178,11 +190,11 @@ def simulate_command(settings: Settings, journals: tuple[str, ...], policy_specs
     if per_run is not None:
         check_output_file(per_run, "--per-run")
     if with_frontier:
-        _frontier(settings, journals, policies, outcomes, fmt, (plot, per_run, emit), good, max_stopped, folds, seed,
-                  samples, jobs, package)
+        _frontier(settings, journals, policies, outcomes, fmt, (plot, per_run, emit), good, max_stopped,
+                  (folds, task_prefixes, seed, samples), jobs, package)
         return
     _no_frontier_options(good=good != "resolved", max_stopped=max_stopped, emit=emit, folds=folds is not None,
-                         seed=seed != 0, bootstrap=samples != 0)
+                         task_prefix=bool(task_prefixes), seed=seed != 0, bootstrap=samples != 0)
     report = simulate(journals, policies, outcomes, jobs=jobs, analysis=settings.analysis(), package=package,
                       actor=settings.actor)
     try:
@@ -236,22 +248,26 @@ def _warn_held_out(choice: dict) -> None:
 
 
 def _frontier(settings: Settings, journals: Sequence[str], policies: list[Policy], outcomes: str | None, fmt: str,
-              files: tuple[str | None, str | None, str | None], good: str, max_stopped: str | None, folds: int | None,
-              seed: int, samples: int, jobs: int | None, package: str | None) -> None:
-    """--frontier: the search, its output, then the --per-run, --emit and --plot files."""
+              files: tuple[str | None, str | None, str | None], good: str, max_stopped: str | None,
+              scoring: tuple[int | None, tuple[str, ...], int, int], jobs: int | None, package: str | None) -> None:
+    """--frontier: the search, its output, then the --per-run, --emit and --plot files; ``scoring``
+    is ``(--folds, --task-prefix, --seed, --bootstrap)``."""
     plot, per_run, emit = files
+    folds, task_prefixes, seed, samples = scoring
     try:
         constraint = parse_max_stopped(max_stopped) if max_stopped is not None else None
     except LedgerError as exc:
         raise click.BadParameter(exc.message, param_hint="--max-stopped") from None
-    for option, given in (("--emit", emit is not None), ("--folds", folds is not None), ("--bootstrap", samples != 0)):
+    for option, given in (("--emit", emit is not None), ("--folds", folds is not None), ("--bootstrap", samples != 0),
+                          ("--task-prefix", bool(task_prefixes))):
         if given and constraint is None:
             raise click.UsageError(f"{option} needs --max-stopped (the constraint the choice meets)")
     if emit is not None:
         check_output_file(emit, "--emit")
     try:
         report = frontier(journals, policies, outcomes, good=good, constraint=constraint, folds=folds, seed=seed,
-                          samples=samples, jobs=jobs, analysis=settings.analysis(), package=package,
+                          samples=samples, task_prefixes=list(task_prefixes), jobs=jobs, analysis=settings.analysis(),
+                          package=package,
                           actor=settings.actor)
     except LedgerError as exc:  # a label no run has: the message gives the first journal left out
         for error in exc.details.get("not_simulated", [])[1:]:

@@ -16,8 +16,8 @@ from ledger import BudgetConfig, example_policy, frontier, plot_frontier, simula
 from ledger.simulation import frontier as frontier_module
 from ledger.simulation.evaluator import evaluate, step_table
 from ledger.simulation.emit import policy_toml
-from ledger.simulation.frontier import (OUT_OF_REACH, choose, name_order, parse_max_stopped, pareto_front,
-                                        percentile_75)
+from ledger.simulation.constraint import parse_max_stopped
+from ledger.simulation.frontier import OUT_OF_REACH, choose, name_order, pareto_front, percentile_75
 from ledger.simulation.replay import journal_lines
 from ledger.simulation.replay import parse_journal, replay_run
 from ledger.simulation.simulator import policy_from_mapping
@@ -609,8 +609,9 @@ def test_frontier_options_are_usage_errors_without_what_they_need(args, message)
 
 
 @pytest.mark.parametrize("options, message", [
-    ({"samples": 100}, "folds and bootstrap samples score the choice a constraint makes"),
-    ({"folds": 3}, "folds and bootstrap samples score the choice a constraint makes"),
+    ({"samples": 100}, "folds, bootstrap samples and task prefixes score the choice a constraint makes"),
+    ({"folds": 3}, "folds, bootstrap samples and task prefixes score the choice a constraint makes"),
+    ({"task_prefixes": ["gpt5."]}, "folds, bootstrap samples and task prefixes score the choice a constraint makes"),
     ({"seed": -7, "constraint": "resolved=2%"}, "--seed must be an integer of 0 or more, got -7"),
 ])
 def test_frontier_refuses_scoring_options_with_nothing_to_score_and_a_negative_seed(options, message):
@@ -866,3 +867,12 @@ def test_an_emitted_choice_with_an_allocation_says_on_stderr_where_the_allocatio
     plain = _cli(*args, "--vary", "max_low_information_steps=1")  # cheaper still, at the journals' allocation
     assert json.loads(plain.stdout)["choice"]["policy"] == "max_low_information_steps=1"
     assert plain.exit_code == 0 and "units_per_hypothesis" not in plain.stderr
+
+
+def test_the_journals_may_be_any_iterable_of_paths_read_once():
+    """A generator of paths (read once, as simulate reads it) gives the frontier a list gives: the
+    journals were read a second time, from the spent generator, and the search refused "no journal"."""
+    paths = FILES[:3]
+    given = frontier((path for path in paths), [example_policy()], OUTCOMES)
+    listed = frontier(paths, [example_policy()], OUTCOMES)
+    assert given.to_dict() == listed.to_dict() and {row["runs"] for row in given.policies} == {3}

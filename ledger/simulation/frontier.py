@@ -18,7 +18,6 @@ import random
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from fractions import Fraction
 from typing import Any, Iterable, Mapping, Sequence
 
 from ..ground import errors as E
@@ -28,6 +27,8 @@ from ..services.memory import DEFAULT_ACTOR
 from ..ground.arguments import path_list
 from .evaluator import StepTable, evaluate, step_table
 from .replay import UNITS_KEY, RunResult, journal_lines
+from .constraint import Constraint, parse_max_stopped
+from .folds import by_task, check_prefixes_start, default_folds, fold_parts, resample, task_prefixes
 from .simulator import (CACHE_BYTES_MAX, NO_OUTCOME, Policy, SimulationReport, journal_files, load_policy,
                         journal_errors, merge_outcomes, policy_from_mapping, policy_list, read_outcomes, simulate,
                         summarize)
@@ -37,42 +38,6 @@ CAP_P75 = "cap-p75"
 BASELINES = (NO_STOP, CAP_P75)
 #: The streak limit and allocation of ``no-stop``: out of reach of any run the ledger accepts.
 OUT_OF_REACH = 2 ** 40
-DEFAULT_FOLDS = 5
-
-
-@dataclass(frozen=True)
-class Constraint:
-    """At most ``pct`` % of the runs whose outcome is ``label`` stopped (``--max-stopped LABEL=PCT``)."""
-
-    label: str
-    pct: Fraction
-
-    def allows(self, stopped: int, runs: int) -> bool:
-        return stopped * 100 <= self.pct * runs
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"label": self.label, "max_stopped_pct": float(self.pct)}
-
-
-#: The share of ``--max-stopped``: ASCII digits with an optional decimal point (``Fraction`` would
-#: also take ``1_0``, ``1e1`` and other scripts' digits, which ``--vary`` refuses too).
-PERCENT = re.compile(r"[0-9]+(?:\.[0-9]*)?|\.[0-9]+")
-
-
-def parse_max_stopped(spec: str) -> Constraint:
-    """``LABEL=PCT`` (``resolved=2%``, ``resolved=2.5``) → a :class:`Constraint`; ``INVALID_ARGUMENT``
-    unless the label is not blank and the share a number from 0 to 100 in ASCII digits, with an
-    optional decimal point and ``%``."""
-    if not isinstance(spec, str):
-        raise LedgerError(E.INVALID_ARGUMENT, f"--max-stopped must be LABEL=PCT, got {spec!r}")
-    label, eq, pct = spec.rpartition("=")
-    text = pct.strip().removesuffix("%").strip()
-    plain = eq and label.strip() and PERCENT.fullmatch(text)
-    share = Fraction(text) if plain else None
-    if share is None or not 0 <= share <= 100:
-        raise LedgerError(E.INVALID_ARGUMENT, f"--max-stopped {spec!r}: expected LABEL=PCT with PCT from 0 to 100 "
-                          "(ASCII digits, an optional decimal point), e.g. resolved=2%")
-    return Constraint(label, share)
 
 
 def no_stop_policy(base: Policy) -> Policy:
@@ -256,25 +221,17 @@ def _spread(values: Sequence[float | None]) -> dict[str, float | None]:
     return {"mean": round(sum(known) / len(known), 2), "min": round(min(known), 2), "max": round(max(known), 2)}
 
 
-def fold_parts(run_ids: Sequence[str], folds: int, seed: int) -> list[list[str]]:
-    """``run_ids`` shuffled with ``seed`` and dealt into ``folds`` folds, each sorted."""
-    ids = list(run_ids)
-    random.Random(seed).shuffle(ids)
-    return [sorted(ids[k::folds]) for k in range(folds)]
-
-
-def fold_cap_policies(base: Policy, spends: Mapping[str, int], folds: int | None, seed: int
-                      ) -> dict[tuple[str, ...], Policy]:
+def fold_cap_policies(base: Policy, spends: Mapping[str, int], folds: int | None, seed: int,
+                      prefixes: Sequence[str] = ()) -> dict[tuple[str, ...], Policy]:
     """For each held-out fold (``folds`` as :func:`frontier` takes it; none when it is 0 or not
-    a count the runs allow), ``cap-p75`` with its cap computed from the ``no-stop`` spending
+    a count the tasks allow), ``cap-p75`` with its cap computed from the ``no-stop`` spending
     (``spends``: run id → units) of the other folds' runs only, keyed by the fold's run ids: the
     baseline a fold chooses from must not have seen the runs it is scored on."""
     ids = sorted(spends)
-    if folds is None:
-        folds = min(DEFAULT_FOLDS, len(ids)) if len(ids) >= 2 else 0
-    if type(folds) is not int or not 2 <= folds <= len(ids):
+    folds = default_folds(folds, ids, prefixes)
+    if type(folds) is not int or not 2 <= folds <= len(by_task(ids, prefixes)):
         return {}
-    parts = fold_parts(ids, folds, seed)
+    parts = fold_parts(ids, folds, seed, prefixes)
     caps = {}
     for k, part in enumerate(parts):
         held = set(part)
@@ -283,13 +240,15 @@ def fold_cap_policies(base: Policy, spends: Mapping[str, int], folds: int | None
     return caps
 
 
-def held_out(table: _Table, constraint: Constraint, good: str, folds: int, seed: int) -> dict[str, Any]:
+def held_out(table: _Table, constraint: Constraint, good: str, folds: int, seed: int,
+             prefixes: Sequence[str] = ()) -> dict[str, Any]:
     """The choice made on all folds but one and scored on that one, for each of ``folds`` folds
-    (runs shuffled with ``seed``); a fold whose training runs allow no choice scores as ``no-stop``.
+    (tasks shuffled with ``seed``, :func:`~ledger.simulation.folds.fold_parts`); a fold whose
+    training runs allow no choice scores as ``no-stop``.
     A fold with no good run (or no run of the constraint's label) gives no share of them stopped
     and is left out of that spread; ``folds_without_good_runs`` counts them. So is a fold whose
     runs spent nothing under ``no-stop`` from the units saved (``folds_without_units_spent``)."""
-    parts = fold_parts(table.run_ids, folds, seed)
+    parts = fold_parts(table.run_ids, folds, seed, prefixes)
     saved, stopped, limited, chosen = [], [], [], []
     for k, part in enumerate(parts):
         train = [run for j, other in enumerate(parts) if j != k for run in other]
@@ -301,22 +260,25 @@ def held_out(table: _Table, constraint: Constraint, good: str, folds: int, seed:
         saved.append(pair[0])
         stopped.append(pair[1])
         limited.append(_stopped_pct(table_k, scored, part, constraint.label))
-    return {"folds": folds, "seed": seed, "chosen": chosen, "units_saved_pct": _spread(saved),
+    return {"folds": folds, "seed": seed, "tasks": len(by_task(table.run_ids, prefixes)), "chosen": chosen,
+            "units_saved_pct": _spread(saved),
             "good_stopped_pct": _spread(stopped), "folds_without_good_runs": stopped.count(None),
             "constraint_stopped_pct": _spread(limited), "folds_without_units_spent": saved.count(None)}
 
 
-def bootstrap(table: _Table, name: str, good: str, samples: int, seed: int) -> dict[str, Any]:
-    """95 % intervals (2.5th and 97.5th percentiles of ``samples`` resamplings of the runs, with
-    replacement, seeded) of the units saved % and good runs stopped % of policy ``name``; a
+def bootstrap(table: _Table, name: str, good: str, samples: int, seed: int,
+              prefixes: Sequence[str] = ()) -> dict[str, Any]:
+    """95 % intervals (2.5th and 97.5th percentiles of ``samples`` resamplings of the tasks, each with
+    all its runs (:func:`~ledger.simulation.folds.resample`), with replacement, seeded) of the units
+    saved % and good runs stopped % of policy ``name``; a
     resample with no good run gives no share of them and is left out of that interval
     (``samples_without_good_runs`` counts them); one whose runs spent nothing under ``no-stop``
     is left out of the units saved (``samples_without_units_spent``)."""
     rng = random.Random(seed)
-    ids = table.run_ids
+    groups = by_task(table.run_ids, prefixes)
     saved, stopped = [], []
     for _ in range(samples):
-        sample = rng.choices(ids, k=len(ids))
+        sample = resample(rng, groups)
         pair = _shares(table, name, sample, good)
         saved.append(pair[0])
         stopped.append(pair[1])
@@ -329,7 +291,7 @@ def bootstrap(table: _Table, name: str, good: str, samples: int, seed: int) -> d
         high = len(known) - 1 - low
         return [round(known[low], 2), round(known[high], 2)]
 
-    return {"samples": samples, "seed": seed, "units_saved_pct": interval(saved),
+    return {"samples": samples, "seed": seed, "tasks": len(groups), "units_saved_pct": interval(saved),
             "good_stopped_pct": interval(stopped), "samples_without_good_runs": stopped.count(None),
             "samples_without_units_spent": saved.count(None)}
 
@@ -350,7 +312,7 @@ def _check_labels(outcomes: set[str], good: str, constraint: Constraint | None,
 
 
 def _choice(table: _Table, rows: Mapping[str, dict[str, Any]], constraint: Constraint | None, good: str,
-            folds: int, seed: int, samples: int) -> dict[str, Any]:
+            folds: int, seed: int, samples: int, prefixes: Sequence[str]) -> dict[str, Any]:
     if constraint is None:
         return {"policy": None, "constraint": None, "reason": "no --max-stopped constraint given"}
     name = choose(table, table.run_ids, constraint)
@@ -373,15 +335,17 @@ def _choice(table: _Table, rows: Mapping[str, dict[str, Any]], constraint: Const
         "units_saved_pct": round(in_sample[0] or 0.0, 2),  # a chosen policy saves units: never None
         "good_stopped_pct": stopped_pct_shown(*table.totals(name, table.run_ids, good)[1:]),
         "constraint_stopped_pct": stopped_pct_shown(*table.totals(name, table.run_ids, constraint.label)[1:])})
-    out["held_out"] = held_out(table, constraint, good, folds, seed) if folds else None
+    out["held_out"] = held_out(table, constraint, good, folds, seed, prefixes) if folds else None
     if samples:
-        out["bootstrap"] = bootstrap(table, name, good, samples, seed)
+        out["bootstrap"] = bootstrap(table, name, good, samples, seed, prefixes)
     return out
 
 
-def _check_options(folds: int, samples: int, runs: int) -> None:
-    if type(folds) is not int or folds != 0 and not 2 <= folds <= runs:
-        raise LedgerError(E.INVALID_ARGUMENT, f"--folds must be 0 (none) or from 2 to the number of runs ({runs}), "
+def _check_options(folds: int, samples: int, runs: Sequence[str], prefixes: Sequence[str]) -> None:
+    tasks = len(by_task(runs, prefixes))
+    if type(folds) is not int or folds != 0 and not 2 <= folds <= tasks:
+        what = f"tasks ({tasks}, of {len(runs)} runs)" if prefixes else f"runs ({tasks})"
+        raise LedgerError(E.INVALID_ARGUMENT, f"--folds must be 0 (none) or from 2 to the number of {what}, "
                           f"got {repr_shown(folds, 80)}")
     if type(samples) is not int or not 0 <= samples <= 1_000_000:
         raise LedgerError(E.INVALID_ARGUMENT, f"--bootstrap must be from 0 to 1000000, got {repr_shown(samples, 80)}")
@@ -461,7 +425,7 @@ def _to_confirm(rows: Mapping[str, dict[str, Any]], front: Sequence[str], choice
 
 
 def _derive(policies: Sequence[Policy], runs: list[RunResult], outcomes: Mapping[str, str] | None, good: str,
-            constraint: Constraint | None, folds: int | None, seed: int, samples: int,
+            constraint: Constraint | None, folds: int | None, seed: int, samples: int, prefixes: Sequence[str],
             fold_caps: Mapping[tuple[str, ...], Policy]) -> tuple[dict[str, dict[str, Any]], list[str], dict[str, Any]]:
     """The rows, frontier and choice of ``runs`` (runs with an error are left out)."""
     shown = {p.name for p in policies}  # not a fold's own cap-p75 (its errors leave no run out)
@@ -479,11 +443,10 @@ def _derive(policies: Sequence[Policy], runs: list[RunResult], outcomes: Mapping
         _stopped_and_saved(row, per_policy.get(name, []), baseline)
     table = _Table(runs, [p.name for p in policies], {part: p.name for part, p in fold_caps.items()})
     _check_labels(set(table.outcome.values()) - {NO_OUTCOME}, good, constraint, [failed[r] for r in sorted(failed)])
-    if folds is None:  # the default: DEFAULT_FOLDS, or as many as there are runs when fewer
-        folds = min(DEFAULT_FOLDS, len(table.run_ids)) if len(table.run_ids) >= 2 else 0
-    _check_options(folds, samples, len(table.run_ids))
+    folds = default_folds(folds, table.run_ids, prefixes)
+    _check_options(folds, samples, table.run_ids, prefixes)
     points = [(name, *table.totals(name, table.run_ids, good)[:2]) for name in table.names]
-    return rows, pareto_front(points), _choice(table, rows, constraint, good, folds, seed, samples)
+    return rows, pareto_front(points), _choice(table, rows, constraint, good, folds, seed, samples, prefixes)
 
 
 #: The budget keys that price actions: units spent under two different tables do not compare.
@@ -513,30 +476,16 @@ def _check_one_price_table(policies: Sequence[Policy]) -> None:
                     policy=policy.name, key=key)
 
 
-@refuses_unfit_calls
-def frontier(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Policy],
-             outcomes: Mapping[str, str] | str | os.PathLike[str] | None = None, *, good: str = "resolved",
-             constraint: Constraint | str | None = None, folds: int | None = None, seed: int = 0,
-             samples: int = 0, jobs: int | None = 1, analysis: AnalysisConfig | None = None,
-             package: str | os.PathLike[str] | None = None, actor: str = DEFAULT_ACTOR) -> FrontierReport:
-    """Evaluate ``policies`` (the first is the base of the baselines) and the baselines ``no-stop``
-    and ``cap-p75`` on ``journals``; the frontier, and the choice under ``constraint``
-    (``LABEL=PCT`` or a :class:`Constraint`) with ``folds`` held-out folds (None:
-    :data:`DEFAULT_FOLDS`, or one per run when there are fewer runs, none for one run) and ``samples``
-    bootstrap resamplings, all seeded by ``seed`` (docs/simulate.md). Other arguments as
-    :func:`~ledger.simulation.simulator.simulate` (``policies`` as there: :class:`Policy` objects or
-    ``[NAME=]FILE.toml`` paths, but at least one). ``INVALID_ARGUMENT`` for a policy named like a
-    baseline, one pricing actions unlike the first (:data:`PRICE_KEYS`), a label no run has, or bad options.
-
-    ``no-stop`` is replayed in full; the other policies by :mod:`ledger.simulation.evaluator` on
-    the runs it models (in full on the others), and the chosen policies and one policy per point of
-    the frontier are replayed in full again and compared (:func:`_to_confirm`): should any figure
-    differ, every policy is replayed in full.
-    """
+def _checked(policies: Sequence[Policy], good: str, constraint: Constraint | str | None, folds: int | None,
+             seed: int, samples: int, given_prefixes: Sequence[str]
+             ) -> tuple[list[Policy], Constraint | None, tuple[str, ...]]:
+    """:func:`frontier`'s arguments checked: the policies loaded, the constraint parsed, the task
+    prefixes as a tuple (:func:`~ledger.simulation.folds.task_prefixes`)."""
     given = policy_list(policies)
     if not given:
         raise LedgerError(E.INVALID_ARGUMENT, "frontier needs at least one policy (the first is the base)")
     policies = [p if isinstance(p, Policy) else load_policy(p) for p in given]
+    prefixes = task_prefixes(given_prefixes)
     if not isinstance(good, str) or not good:
         raise LedgerError(E.INVALID_ARGUMENT, f"good must be an outcome label (a non-empty str), got {repr_shown(good, 80)}")
     if constraint is not None and not isinstance(constraint, (str, Constraint)):
@@ -551,29 +500,61 @@ def frontier(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Poli
     constraint = parse_max_stopped(constraint) if isinstance(constraint, str) else constraint
     if type(seed) is not int or seed < 0:  # Python's random takes -7 as 7: a sign would change nothing
         raise LedgerError(E.INVALID_ARGUMENT, f"--seed must be an integer of 0 or more, got {repr_shown(seed, 80)}")
-    if constraint is None and (folds or (type(samples) is int and samples)):  # they score a choice: none is made
-        raise LedgerError(E.INVALID_ARGUMENT, "folds and bootstrap samples score the choice a constraint makes: "
-                          "give the constraint (--max-stopped), or leave them out")
+    if constraint is None and (folds or (type(samples) is int and samples) or prefixes):  # they score a choice
+        raise LedgerError(E.INVALID_ARGUMENT, "folds, bootstrap samples and task prefixes score the choice a "
+                          "constraint makes: give the constraint (--max-stopped), or leave them out")
+    return policies, constraint, prefixes
+
+
+@refuses_unfit_calls
+def frontier(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Policy],
+             outcomes: Mapping[str, str] | str | os.PathLike[str] | None = None, *, good: str = "resolved",
+             constraint: Constraint | str | None = None, folds: int | None = None, seed: int = 0,
+             samples: int = 0, task_prefixes: Sequence[str] = (), jobs: int | None = 1,
+             analysis: AnalysisConfig | None = None, package: str | os.PathLike[str] | None = None,
+             actor: str = DEFAULT_ACTOR) -> FrontierReport:
+    """Evaluate ``policies`` (the first is the base of the baselines) and the baselines ``no-stop``
+    and ``cap-p75`` on ``journals``; the frontier, and the choice under ``constraint``
+    (``LABEL=PCT`` or a :class:`Constraint`) with ``folds`` held-out folds (None:
+    :data:`~ledger.simulation.folds.DEFAULT_FOLDS`, or one per task when there are fewer, none for
+    one) and ``samples``
+    bootstrap resamplings, all seeded by ``seed`` (docs/simulate.md). ``task_prefixes`` (the run
+    prefixes runs of one task were imported with) keep each task's runs in one fold and resample
+    tasks, not runs (:mod:`ledger.simulation.folds`). Other arguments as
+    :func:`~ledger.simulation.simulator.simulate` (``policies`` as there: :class:`Policy` objects or
+    ``[NAME=]FILE.toml`` paths, but at least one). ``INVALID_ARGUMENT`` for a policy named like a
+    baseline, one pricing actions unlike the first (:data:`PRICE_KEYS`), a label no run has, a task
+    prefix no run id starts with, or bad options.
+
+    ``no-stop`` is replayed in full; the other policies by :mod:`ledger.simulation.evaluator` on
+    the runs it models (in full on the others), and the chosen policies and one policy per point of
+    the frontier are replayed in full again and compared (:func:`_to_confirm`): should any figure
+    differ, every policy is replayed in full.
+    """
+    policies, constraint, prefixes = _checked(policies, good, constraint, folds, seed, samples, task_prefixes)
     table = read_outcomes(outcomes) if isinstance(outcomes, (str, bytes, os.PathLike)) else outcomes
     analysis = analysis or AnalysisConfig()
     options = dict(jobs=jobs, analysis=analysis, package=package, actor=actor)
+    journals = path_list(journals, "journals")  # read once: an iterator would be empty the second time
+    files = journal_files(journals)
+    check_prefixes_start(prefixes, [path.stem for path in files])
     first = simulate(journals, [no_stop_policy(policies[0])], table, **options)
-    search = _Search(journal_files(path_list(journals, "journals")), table, options, analysis.units_per_hypothesis)
+    search = _Search(files, table, options, analysis.units_per_hypothesis)
     spends = {run.run: run.units_spent for run in first.runs if run.error is None}
     chosen = [no_stop_policy(policies[0]), cap_p75_policy(policies[0], list(spends.values())), *policies]
     tables = _tables(search, first)
     runs = first.runs + _evaluated(search, tables, chosen[1:])
     # each fold's own cap-p75, over the runs the folds are dealt from (those no shown policy failed)
     kept = spends.keys() - {run.run for run in runs if run.error is not None}
-    fold_caps = fold_cap_policies(policies[0], {run: spends[run] for run in kept}, folds, seed)
+    fold_caps = fold_cap_policies(policies[0], {run: spends[run] for run in kept}, folds, seed, prefixes)
     replayed = [*chosen[1:], *fold_caps.values()]
     runs += _evaluated(search, tables, list(fold_caps.values())) if fold_caps else []
     merged = merge_outcomes(runs, table)
-    rows, front, choice = _derive(chosen, runs, merged, good, constraint, folds, seed, samples, fold_caps)
+    rows, front, choice = _derive(chosen, runs, merged, good, constraint, folds, seed, samples, prefixes, fold_caps)
     if not _confirmed(search, tables, _to_confirm(rows, front, choice, good, fold_caps), replayed, runs):
         runs = first.runs + simulate(search.files, replayed, table, **options).runs
         merged = merge_outcomes(runs, table)
-        rows, front, choice = _derive(chosen, runs, merged, good, constraint, folds, seed, samples, fold_caps)
+        rows, front, choice = _derive(chosen, runs, merged, good, constraint, folds, seed, samples, prefixes, fold_caps)
     for policy in chosen:  # the allocation each sets (cap-p75: the cap it computed; None: the journals')
         rows[policy.name]["units_per_hypothesis"] = policy.units_per_hypothesis
     hidden = {policy.name for policy in fold_caps.values()}
