@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 from typing import Any
 
@@ -104,6 +105,9 @@ def import_command(settings: Settings, paths: tuple[str, ...], out: str, fmt: st
              f"left out: {first_names(summary.not_runs)}")
     for folder in summary.subfolders_not_read:  # an agent's output folder: one subfolder per run
         warn(f"note: the subfolders of {folder} hold trajectories, not read: give --recursive to read them")
+    if run_prefix and summary.runs:  # beside other agents' runs of the same tasks: folds should keep tasks whole
+        warn(f"note: give simulate --frontier --task-prefix {shlex.quote(run_prefix)} (and each other agent's "
+             "prefix), so that its held-out folds keep each task's runs together")
     given = settings.analysis_file
     for limit, runs in summary.over_default_limits.items():
         warn(f"note: {len(runs)} run(s) pass the analysis config's {'default ' if given is None else ''}{limit} "

@@ -813,6 +813,8 @@ def test_a_run_prefix_lets_runs_of_the_same_tasks_by_two_agents_share_a_folder_a
     done = CliRunner().invoke(main, ["runs", "import", str(tmp_path / "kimi"), "-r", "--run-prefix", "kimi-",
                                      "--out", str(tmp_path / "out"), "--outcomes", str(outcomes)])
     assert done.exit_code == 0, done.output
+    assert done.stderr.splitlines()[-1] == ("note: give simulate --frontier --task-prefix kimi- (and each other "
+                                            "agent's prefix), so that its held-out folds keep each task's runs together")
     assert (gpt.runs, gpt.runs_without_outcome, gpt.outcomes_without_run) == (1, [], ["t-2"])
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["gpt.t-1.jsonl", "kimi-t-1.jsonl"]
     lines = journal(tmp_path / "out" / "gpt.t-1.jsonl")
