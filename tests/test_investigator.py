@@ -4,6 +4,7 @@ the example investigator loop."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -525,6 +526,26 @@ def test_an_action_block_interrupted_by_keyboard_interrupt_fails_the_action_and_
     action = case.actions()[0]
     assert (action["status"], action["closing_reason"]) == ("failed", "KeyboardInterrupt")
     assert act.failed is not None and act.failed.action["status"] == "failed"
+
+
+def test_an_action_failed_inside_a_batch_says_the_batchs_rollback_undoes_the_fail(case, investigator):
+    """The note said "closed with fail" while the exception, leaving the batch, rolled the reservation
+    and the fail back: the action id was unused and nothing was written. Caught inside the batch, the
+    fail is kept, as the note says."""
+    events = _event_count(case)
+    with pytest.raises(RuntimeError) as raised:
+        with case.batch():
+            with investigator.action("H2", "b1", "test.automated"):
+                raise RuntimeError("in batch")
+    assert raised.value.__notes__ == [
+        "case-ledger: action b1 was closed with fail (no refund) inside a batch: if this exception leaves the "
+        "batch, its rollback undoes the reservation and the fail with everything else the batch wrote"]
+    assert (investigator.action_status("H2", "b1"), _event_count(case)) == (None, events)
+    with case.batch():
+        with pytest.raises(RuntimeError):
+            with investigator.action("H2", "b2", "test.automated"):
+                raise RuntimeError("caught inside")
+    assert investigator.action_status("H2", "b2") == "failed"
 
 
 class _InterruptedAfterCommit:
@@ -1327,3 +1348,99 @@ def test_a_function_argument_that_is_false_is_called_not_replaced_by_the_default
         def __call__(self):
             return 7
     assert Router(tmp_path / "demo", generation=Generation()).reply({"actions": []})["package_generation"] == 7
+
+
+@pytest.mark.parametrize("occurrence, reserved", [(1, False), (3, True)])
+def test_a_timeout_the_callers_signal_handler_raises_during_run_tool_goes_on_as_itself(
+        case, investigator, monkeypatch, occurrence, reserved):
+    """A ``TimeoutError`` (an ``OSError``, errno None) raised by the caller's SIGALRM handler while
+    run_tool read a file was taken for the system's refusal to read it: the input identity hashed
+    the file as unreadable (then ``STALE_GENERATION``) or the router refused it (``ROUTER_REFUSED``),
+    and the caller's timeout was lost. It goes on as itself: before the reservation (the first
+    opening of the file, by the input identity) nothing is written; after it (the third, the
+    router's read) the action is failed with a note, as for any exception."""
+    real_open = os.open
+    opened = []
+
+    def times_out(path, *args, **kwargs):
+        if os.fsdecode(path).endswith("app.py"):
+            opened.append(path)
+            if len(opened) == occurrence:
+                raise TimeoutError("tool timed out")
+        return real_open(path, *args, **kwargs)
+
+    events = _event_count(case)
+    monkeypatch.setattr(os, "open", times_out)
+    with pytest.raises(TimeoutError, match="tool timed out") as raised:
+        investigator.run_tool("H1", "t1", "source.read_context", READ)
+    monkeypatch.undo()
+    notes = getattr(raised.value, "__notes__", [])
+    if reserved:
+        assert investigator.action_status("H1", "t1") == "failed"
+        assert notes == ["case-ledger: action t1 was closed with fail (no refund); a new attempt needs a new action id"]
+    else:
+        assert (investigator.action_status("H1", "t1"), notes, _event_count(case)) == (None, [], events)
+
+
+def test_the_systems_own_timeout_reading_a_file_is_still_a_refusal(case, investigator, monkeypatch):
+    """ETIMEDOUT from the system (a network file system, say) carries its errno: a refusal naming it."""
+    real_open = os.open
+
+    def system_times_out(path, *args, **kwargs):
+        if os.fsdecode(path).endswith("app.py") and "dir_fd" in kwargs:  # the router's read
+            raise TimeoutError(errno.ETIMEDOUT, "Connection timed out")
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", system_times_out)
+    with pytest.raises(LedgerError) as refused:
+        investigator.run_tool("H1", "t2", "source.read_context", READ)
+    assert refused.value.code == "ROUTER_REFUSED" and "Connection timed out" in refused.value.message
+
+
+@pytest.mark.slow  # a few seconds: the slow lane (.ci/run) runs it
+def test_a_real_sigalrm_timeout_at_any_moment_of_run_tool_is_the_timeout_or_nothing(tmp_path):
+    """A real process times run_tool out with SIGALRM at 150 moments from 0.2 to 15 ms: each call
+    either completes or raises the handler's TimeoutError, never a refusal standing for it; the
+    ledger verifies after."""
+    script = tmp_path / "alarms.py"
+    script.write_text(textwrap.dedent(f"""
+        import json, signal, sys
+        sys.path.insert(0, {str(REPO / 'tests')!r})
+        from conftest import make_package, start_case
+        from ledger import BudgetConfig, LedgerError
+
+        def on_alarm(*args):
+            raise TimeoutError("tool timed out")
+
+        signal.signal(signal.SIGALRM, on_alarm)
+        case = start_case(make_package(__import__("pathlib").Path(sys.argv[1])), hypotheses=1, units=10 ** 9)
+        budget = case.budget(BudgetConfig.from_mapping({{"max_low_information_steps": 10 ** 6}}))
+        budget.initialize()
+        read = {{"path": "sources/app.py", "start_line": 1, "end_line": 2}}
+        budget.run_tool("H1", "warm", "source.read_context", read)
+        budget.settle("H1", "warm", 50, "read")
+        seen = {{}}
+        for n in range(150):
+            signal.setitimer(signal.ITIMER_REAL, 0.0002 + n * 0.0001)
+            try:
+                budget.run_tool("H1", f"a{{n}}", "source.read_context", {{**read, "end_line": 1 + n % 2}})
+                kind = "done"
+            except TimeoutError:
+                kind = "timeout"
+            except LedgerError as exc:
+                kind = exc.code + ": " + exc.message[:200]
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+            if budget.action_status("H1", f"a{{n}}") == "awaiting_assessment":  # a timeout after its result
+                budget.settle("H1", f"a{{n}}", 50, "read")
+            seen[kind] = seen.get(kind, 0) + 1
+        case.close()
+        print(json.dumps(seen))
+    """))
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "case")], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert set(seen) <= {"done", "timeout"}, seen
+    assert seen.get("timeout", 0) > 0 and sum(seen.values()) == 150
+    verify_case(tmp_path / "case")  # raises INTEGRITY_ERROR on any fault

@@ -183,7 +183,8 @@ def _file_state(path: str) -> tuple[int, ...]:
     size, as a snapshot checks them; ``(-1,)`` when it is gone."""
     try:
         return (*file_identity(Path(path)), wal_bytes(Path(path)))
-    except OSError:
+    except OSError as oserr:
+        E.pass_on_interruption(oserr)
         return (-1,)
 
 
@@ -231,6 +232,7 @@ def _case_database(database_module: Any) -> Any:
             try:
                 return super().size
             except OSError as exc:
+                E.pass_on_interruption(exc)
                 raise unavailable(self.path, exc) from None
 
         def connect(self, write: bool = False) -> sqlite3.Connection:
@@ -238,6 +240,7 @@ def _case_database(database_module: Any) -> Any:
                 os.stat(self.path)  # moved or removed: said plainly
                 conn = case_connection(self.path)
             except (OSError, sqlite3.Error, LedgerError) as exc:
+                E.pass_on_interruption(exc)
                 raise unavailable(self.path, exc) from None
             getattr(self, "_all_file_connections", []).append(conn)  # closed by close(), as Datasette's own
             return conn
@@ -279,8 +282,8 @@ def _cut_short_reason(path: str) -> str | None:
         check_not_cut_short(Path(path))
     except LedgerError as exc:
         return exc.message
-    except OSError:
-        return None
+    except OSError as oserr:
+        E.pass_on_interruption(oserr)  # else the file is gone or unreadable: nothing more to say
     return None
 
 
@@ -435,8 +438,7 @@ def _remember_table_permissions(datasette: Any, plugins: Any) -> None:
     if not callable(rules):
         return
     local = getattr(datasette, "_metadata_local", None) or {}
-    tables = [*(local.get("tables") or {}).values(),
-              *(config for database in (local.get("databases") or {}).values()
+    tables = [*(local.get("tables") or {}).values(), *(config for database in (local.get("databases") or {}).values()
                 for config in ((database or {}).get("tables") or {}).values())]
     if not plugins.hook.get_metadata.get_hookimpls() and not any("allow" in (config or {}) for config in tables):
         datasette._table_permission_allows = lambda database, table: []
@@ -480,6 +482,7 @@ def _listen(host: str, port: int) -> socket.socket:
         sock.listen(128)
     except (OSError, OverflowError, UnicodeError, TypeError) as exc:  # TypeError: a host of bytes no name holds
         sock.close()
+        E.pass_on_interruption(exc)
         raise LedgerError(E.INVALID_ARGUMENT, f"cannot listen on {host}:{port}: {exc}") from None
     return sock
 

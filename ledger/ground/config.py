@@ -21,6 +21,7 @@ from .arguments import plain_data
 from .canonical import canonical_sha256
 from .descriptors import open_to_read
 from .errors import CONFIG_INVALID, INVALID_ARGUMENT, LedgerError, describe_value, refuses_unfit_calls_of, shortened
+from .errors import pass_on_interruption
 from .resources import resource_dir
 from .paths import fs_path
 from .schemas import PATH_PART_CHARS_MAX, validate
@@ -84,6 +85,7 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     except FileNotFoundError:
         raise LedgerError(CONFIG_INVALID, f"{path}: no such file", key="(file)") from None
     except (OSError, UnicodeDecodeError) as exc:
+        pass_on_interruption(exc)
         raise LedgerError(CONFIG_INVALID, f"{path}: cannot read: {exc}", key="(file)") from None
     return _parse_toml(text.removeprefix("\ufeff"), path)
 

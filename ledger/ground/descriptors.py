@@ -27,7 +27,7 @@ import os
 import threading
 from typing import Callable
 
-from .errors import INVALID_ARGUMENT, LedgerError
+from .errors import INVALID_ARGUMENT, LedgerError, pass_on_interruption
 
 #: A file, as ``(st_dev, st_ino)``.
 Key = tuple[int, int]
@@ -57,7 +57,8 @@ def hold_file(path: str | os.PathLike[str]) -> Callable[[], None]:
     A file that cannot be looked at is not held (the connection then reads nothing either)."""
     try:
         key = _key(os.stat(path))
-    except (OSError, ValueError):
+    except (OSError, ValueError) as oserr:
+        pass_on_interruption(oserr)
         return lambda: None
     with _GUARD:
         _HELD[key] = _HELD.get(key, 0) + 1
@@ -92,7 +93,8 @@ def _holder(key: Key) -> Key | None:
         if held not in _SHM:
             try:
                 _SHM[held] = _key(os.stat(path + "-shm"))
-            except OSError:
+            except OSError as oserr:
+                pass_on_interruption(oserr)
                 continue
         if _SHM[held] == key:
             return held
@@ -105,8 +107,9 @@ def close_descriptor(fd: int) -> None:
     happen under the same guard a connection is held under, so no connection is held between them."""
     try:
         key = _key(os.fstat(fd))
-    except OSError:
+    except OSError as oserr:
         _close_quietly(fd)
+        pass_on_interruption(oserr)
         return
     with _GUARD:
         holder = _holder(key)
@@ -131,7 +134,8 @@ def refuse_held(path: str | os.PathLike[str]) -> None:
     says why)."""
     try:
         info = os.stat(path)
-    except (OSError, ValueError):
+    except (OSError, ValueError) as oserr:
+        pass_on_interruption(oserr)
         return
     if is_held(info):
         raise OSError(errno.EBUSY, "it is the file of a ledger open in this process (or a hard link to it), "
@@ -164,7 +168,8 @@ def refuse_inherited(path: str | os.PathLike[str]) -> None:
         return
     try:
         key = _key(os.stat(path))
-    except (OSError, ValueError):
+    except (OSError, ValueError) as oserr:
+        pass_on_interruption(oserr)
         return
     if key in _INHERITED:
         raise LedgerError(INVALID_ARGUMENT, f"{os.fsdecode(path)}: this process was forked from one that had this "
@@ -198,8 +203,8 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 def _close_quietly(fd: int) -> None:
     try:
         os.close(fd)
-    except OSError:
-        pass
+    except OSError as oserr:
+        pass_on_interruption(oserr)
 
 
 class _RawFile(io.FileIO):

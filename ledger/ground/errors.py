@@ -248,6 +248,17 @@ class LedgerError(Exception):
         return out
 
 
+def pass_on_interruption(exc: BaseException) -> None:
+    """Raise ``exc`` again when it is no error of the system but the caller's own interruption: a
+    ``TimeoutError`` or ``InterruptedError`` with no ``errno``, as a signal handler raises to time
+    out a tool (``signal.alarm``). Both are ``OSError`` subclasses, so every handler of the system's
+    errors calls this first: taken for an unreadable file, the caller's timeout became a refusal
+    (``ROUTER_REFUSED``) or a changed input (``STALE_GENERATION``) and was lost
+    (docs/investigator.md, "An exception inside the loop")."""
+    if isinstance(exc, (TimeoutError, InterruptedError)) and exc.errno is None:
+        raise exc
+
+
 def integrity_error(seq: int | None, message: str, **details: Any) -> LedgerError:
     """``INTEGRITY_ERROR`` naming the first bad ``seq`` (``seq N: message``; no prefix when None)."""
     where = f"seq {seq}: " if seq is not None else ""

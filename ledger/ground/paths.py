@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import BinaryIO, Callable, Iterator
 
 from .descriptors import close_descriptor, file_over, refuse_held
-from .errors import INVALID_ARGUMENT, STORAGE_ERROR, LedgerError, quoted
+from .errors import INVALID_ARGUMENT, STORAGE_ERROR, LedgerError, quoted, pass_on_interruption
 
 #: ``OSError`` numbers that mean the file system refused, not that the path was wrong.
 STORAGE_ERRNOS = frozenset({errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT, errno.EIO,
@@ -62,6 +62,7 @@ def fs_path(path: str | bytes | os.PathLike[str], what: str = "path") -> Path:
     try:
         os.lstat(text)
     except OSError as exc:  # only a name the system cannot take is refused here: a missing file is the caller's
+        pass_on_interruption(exc)
         if exc.errno == errno.ENAMETOOLONG:
             raise LedgerError(INVALID_ARGUMENT, f"{what} {quoted(text, 100)} cannot name a file: the name, or a "
                               f"folder's name in it, is longer than this file system takes") from None
@@ -119,7 +120,8 @@ def refuse_link_to_nothing(path: Path, what: str) -> None:
         if os.path.islink(at):
             try:
                 target = os.readlink(at)
-            except OSError:
+            except OSError as oserr:
+                pass_on_interruption(oserr)
                 target = "?"
             named = f"{path} ({what})" if at == path else f"{at}, a folder above {path} ({what}),"
             raise LedgerError(INVALID_ARGUMENT, f"{named} is a link to nothing ({target}); give a folder, or remove "
@@ -186,7 +188,9 @@ def read_bytes_at_most(path: Path, what: str, most: int) -> bytes | None:
 
 def os_error(exc: OSError, what: str, default_code: str = INVALID_ARGUMENT) -> LedgerError:
     """The ``LedgerError`` for an ``OSError`` met while doing ``what``: ``STORAGE_ERROR`` when the
-    file system refused (read-only, permission, full, I/O), else ``default_code``."""
+    file system refused (read-only, permission, full, I/O), else ``default_code``; the caller's own
+    interruption raised again (:func:`~ledger.ground.errors.pass_on_interruption`), never converted."""
+    pass_on_interruption(exc)
     code = STORAGE_ERROR if exc.errno in STORAGE_ERRNOS else default_code
     where = f" ({exc.filename})" if exc.filename else ""
     if exc.filename and getattr(exc, "filename2", None):  # a rename or a copy: the target may be in the way
@@ -201,7 +205,8 @@ def _current_folder_gone() -> bool:
         os.getcwd()
     except FileNotFoundError:
         return True
-    except OSError:
+    except OSError as oserr:
+        pass_on_interruption(oserr)
         return False
     return False
 
@@ -233,6 +238,7 @@ def folder_inputs(folder: Path, suffixes: tuple[str, ...], what: str, recursive:
                 try:
                     waiting.append(iter(_sorted_listing(entry.path)))
                 except OSError as exc:
+                    pass_on_interruption(exc)
                     if unlisted is None:
                         raise os_error(exc, f"cannot list the folder {entry.path}") from None
                     unlisted.append((Path(entry.path), exc))
@@ -241,7 +247,8 @@ def folder_inputs(folder: Path, suffixes: tuple[str, ...], what: str, recursive:
             continue
         try:
             regular = entry.is_file()  # through a link
-        except OSError:
+        except OSError as oserr:
+            pass_on_interruption(oserr)
             regular = False
         if not regular:
             raise LedgerError(INVALID_ARGUMENT, f"{entry.path}: named like a {what} but not a regular file (a link "
@@ -254,7 +261,8 @@ def _identity(path: Path | None) -> tuple[int, int] | None:
     """``(device, inode)`` of ``path``, or ``None`` when there is none (no path, or nothing there)."""
     try:
         info = os.stat(path) if path is not None else None
-    except (OSError, ValueError):
+    except (OSError, ValueError) as oserr:
+        pass_on_interruption(oserr)
         return None
     return None if info is None else (info.st_dev, info.st_ino)
 
@@ -276,7 +284,8 @@ def input_below(folder: Path, suffixes: tuple[str, ...], skip: Path | None = Non
         current, level = waiting.pop(0)
         try:
             entries = _sorted_listing(current)
-        except OSError:
+        except OSError as oserr:
+            pass_on_interruption(oserr)
             continue
         for entry in entries:
             if entry.is_dir(follow_symlinks=False):
@@ -303,6 +312,7 @@ def walk(top: str | os.PathLike[str], onerror: Callable[[OSError], None] | None 
             with os.scandir(folder) as listing:
                 entries = list(listing)
         except OSError as exc:
+            pass_on_interruption(exc)
             if onerror is not None:
                 onerror(exc)
             continue
@@ -321,7 +331,8 @@ def _sorted_out(entries: list[os.DirEntry[str]]) -> tuple[list[str], list[str]]:
     for entry in entries:
         try:
             is_folder = entry.is_dir()
-        except OSError:
+        except OSError as oserr:
+            pass_on_interruption(oserr)
             is_folder = False
         (dirnames if is_folder else filenames).append(entry.name)
     return dirnames, filenames
@@ -340,7 +351,8 @@ def _open_listed(name: str, parent_fd: int) -> int | None:
         if not stat.S_ISDIR(found.st_mode):
             return None
         fd = os.open(name, _FOLDER_FLAGS, dir_fd=parent_fd)
-    except OSError:
+    except OSError as oserr:
+        pass_on_interruption(oserr)
         return None
     opened = os.fstat(fd)
     if (opened.st_dev, opened.st_ino) != (found.st_dev, found.st_ino):
@@ -362,6 +374,7 @@ def fwalk(top: str, dir_fd: int) -> Iterator[tuple[str, list[str], list[str], in
     try:
         fd: int | None = os.open(top, _FOLDER_FLAGS, dir_fd=dir_fd)
     except OSError as exc:
+        pass_on_interruption(exc)
         if exc.errno in (errno.ELOOP, errno.ENOTDIR):
             return
         raise
@@ -373,8 +386,9 @@ def fwalk(top: str, dir_fd: int) -> Iterator[tuple[str, list[str], list[str], in
                 try:
                     with os.scandir(fd) as listing:
                         entries = list(listing)
-                except OSError:
+                except OSError as oserr:
                     os.close(fd)
+                    pass_on_interruption(oserr)
                     if not held:
                         raise  # top itself cannot be listed
                 else:
@@ -406,7 +420,8 @@ def remove_tree(top: str | os.PathLike[str]) -> None:
     parent, name = os.path.split(os.path.abspath(top))
     try:
         parent_fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
+    except OSError as oserr:
+        pass_on_interruption(oserr)
         return
     held: list[tuple[str, int, Iterator[os.DirEntry[str]]]] = []  # (folder, its descriptor, entries to remove)
     try:
@@ -440,7 +455,8 @@ def _listed(fd: int) -> list[os.DirEntry[str]]:
     try:
         with os.scandir(fd) as listing:
             return list(listing)
-    except OSError:
+    except OSError as oserr:
+        pass_on_interruption(oserr)
         return []
 
 

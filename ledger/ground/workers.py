@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from . import interrupts
 from .arguments import caller_stacklevel
-from .errors import INVALID_ARGUMENT, LedgerError, repr_shown
+from .errors import INVALID_ARGUMENT, LedgerError, repr_shown, pass_on_interruption
 
 #: How long the calling process works alone before it starts worker processes: a worker's start
 #: (a fresh interpreter importing the package) costs about this much, so work that ends sooner
@@ -187,8 +187,8 @@ def interrupts_blocked() -> Iterator[None]:
     # the mask alone
     try:
         resource_tracker.ensure_running()
-    except OSError:  # no process left to this user: starting a worker will say so
-        pass
+    except OSError as oserr:  # no process left to this user: starting a worker will say so
+        pass_on_interruption(oserr)
     before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM} if BLOCK_SIGTERM
                                     else {signal.SIGINT})
     try:

@@ -13,6 +13,7 @@ from ..ground.canonical import canonical_sha256
 from ..ground.descriptors import close_descriptor
 from ..ground.paths import walk
 from .package import ANALYSIS_DIR, LEDGER_FILE, MANIFEST_FILE, is_export_temp, walk_package
+from ..ground.errors import pass_on_interruption
 
 
 #: What a file that is neither regular, a folder nor a link (a FIFO, a socket, a device) contributes to the
@@ -32,11 +33,13 @@ def _regular_file_digest(full: Path) -> str | None:
         handle = os.open(full, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
     except (FileNotFoundError, NotADirectoryError):
         return None
-    except OSError:
+    except OSError as oserr:
+        pass_on_interruption(oserr)
         try:
             if os.path.islink(full):
                 return hashlib.sha256(b"symlink:" + os.fsencode(os.readlink(full))).hexdigest()
-        except OSError:
+        except OSError as oserr:
+            pass_on_interruption(oserr)
             return None  # removed again while we looked
         return UNREADABLE_FILE_DIGEST
     try:
@@ -46,7 +49,8 @@ def _regular_file_digest(full: Path) -> str | None:
         while block := os.read(handle, 1 << 20):
             digest.update(block)
         return digest.hexdigest()
-    except OSError:
+    except OSError as oserr:
+        pass_on_interruption(oserr)
         return UNREADABLE_FILE_DIGEST
     finally:
         close_descriptor(handle)  # a hard link to the ledger: its locks kept
@@ -61,14 +65,16 @@ def own_file_ids(package: Path) -> set[tuple[int, int]]:
             for follow in (False, True):
                 try:
                     info = entry.stat(follow_symlinks=follow)
-                except OSError:
+                except OSError as oserr:
+                    pass_on_interruption(oserr)
                     continue
                 ids.add((info.st_dev, info.st_ino))
     for directory, _dirs, filenames in walk(package / ANALYSIS_DIR):
         for name in filenames:
             try:
                 info = os.lstat(os.path.join(directory, name))
-            except OSError:
+            except OSError as oserr:
+                pass_on_interruption(oserr)
                 continue
             ids.add((info.st_dev, info.st_ino))
     return ids
@@ -124,7 +130,8 @@ def input_identity(root: Path, exported: Container[str]) -> str:
         elif stat.S_ISLNK(info.st_mode):  # a link (to a file or a folder) is an entry of its own, not followed
             try:
                 digest = hashlib.sha256(b"symlink:" + os.fsencode(os.readlink(full))).hexdigest()
-            except OSError:
+            except OSError as oserr:
+                pass_on_interruption(oserr)
                 continue  # removed or replaced while we walked
         elif stat.S_ISREG(info.st_mode) and info.st_nlink > 1 and (info.st_dev, info.st_ino) in (
                 own := own_file_ids(root) if own is None else own):

@@ -21,7 +21,7 @@ from pathlib import Path, PurePosixPath
 from typing import Container, Iterable, Iterator
 
 from ..ground import errors as E
-from ..ground.errors import LedgerError
+from ..ground.errors import LedgerError, pass_on_interruption
 from ..ground.errors import integrity_error
 from ..ground.paths import check_name_encoding, os_error, walk
 from ..storage.sqlite_file import ANALYSIS_DIR, LEDGER_FILE, MANIFEST_FILE
@@ -107,6 +107,7 @@ def walk_package(root: Path, under: str = "", *, complete: bool = False,
             except (FileNotFoundError, NotADirectoryError):
                 continue  # removed while we walked
             except OSError as exc:
+                pass_on_interruption(exc)
                 if complete:
                     raise os_error(exc, "cannot examine a file of the package", E.STORAGE_ERROR) from None
                 yield relative, None  # the system refuses to say what it is (no search permission)
@@ -271,7 +272,8 @@ def refuse_link(root: Path, relative: str, what: str) -> Path:
             info = os.lstat(current)
         except FileNotFoundError:
             break
-        except OSError:
+        except OSError as oserr:
+            pass_on_interruption(oserr)
             break  # the caller's own open/stat reports it
         if stat.S_ISLNK(info.st_mode):
             raise _link_error("/".join(walked), what)
@@ -374,7 +376,8 @@ def is_case_package(folder: Path) -> bool:
             names = {entry.name for entry in entries}
     except PermissionError:
         return True
-    except OSError:
+    except OSError as oserr:
+        pass_on_interruption(oserr)
         return False
     return (LEDGER_FILE in names or not names.isdisjoint(LEDGER_SIDE_FILES)  # listed, but not searchable
             or (MANIFEST_FILE in names and ANALYSIS_DIR in names))

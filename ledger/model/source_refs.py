@@ -13,7 +13,7 @@ from pathlib import Path, PurePosixPath
 from typing import Iterable
 
 from ..ground import errors as E
-from ..ground.errors import LedgerError
+from ..ground.errors import LedgerError, pass_on_interruption
 from ..ground.paths import STORAGE_ERRNOS
 from ..router.files import hash_below
 from ..rules.common import check_source_ref_list
@@ -46,6 +46,7 @@ def resolve_source_refs(package: Path, refs: Iterable[str]) -> list[dict[str, st
         try:
             real = os.path.realpath(os.path.join(root, ref))
         except OSError as exc:  # a link on the way removed while it was followed
+            pass_on_interruption(exc)
             raise LedgerError(E.SOURCE_REF_INVALID, f"{ref!r} cannot be resolved: {exc.strerror}") from None
         if not real.startswith(root + os.sep):
             raise LedgerError(E.SOURCE_REF_INVALID, f"{ref!r} leads outside the package")
@@ -88,7 +89,8 @@ def line_ending_digests(package: Path, ref: str) -> tuple[str, str] | None:
     root = os.path.realpath(package)
     try:
         real = os.path.realpath(os.path.join(root, ref))
-    except (OSError, ValueError):
+    except (OSError, ValueError) as oserr:
+        pass_on_interruption(oserr)
         return None
     if not real.startswith(root + os.sep):
         return None

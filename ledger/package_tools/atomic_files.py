@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
 from ..ground.descriptors import close_descriptor
-from ..ground.errors import STORAGE_ERROR
+from ..ground.errors import STORAGE_ERROR, pass_on_interruption
 from ..ground.paths import open_regular, os_error, read_bytes, remove_tree
 from ..model.package import EXPORT_TEMP_PREFIX
 
@@ -37,8 +37,8 @@ def process_umask() -> int:
             for line in status:
                 if line.startswith(b"Umask:"):
                     return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
+    except (OSError, ValueError, IndexError) as oserr:
+        pass_on_interruption(oserr)
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
@@ -134,8 +134,8 @@ class _Temp:
         if fd >= 0:
             try:
                 os.close(fd)
-            except OSError:
-                pass
+            except OSError as oserr:
+                pass_on_interruption(oserr)
 
 
 def fsync_folders(root: Path, touched: Iterable[Path]) -> None:
@@ -179,7 +179,8 @@ def same_bytes(path: "str | os.PathLike[str]", data: bytes, *, refused: str | No
     opened so takes the slower way by its name."""
     try:
         file = open_regular(Path(path))
-    except OSError:
+    except OSError as oserr:
+        pass_on_interruption(oserr)
         return _same_bytes_by_name(Path(path), data, refused)
     with file:
         try:
@@ -194,6 +195,7 @@ def same_bytes(path: "str | os.PathLike[str]", data: bytes, *, refused: str | No
                 held += more
             return held == data
         except OSError as exc:
+            pass_on_interruption(exc)
             if refused is None:
                 return False
             raise os_error(exc, f"cannot read {refused}", STORAGE_ERROR) from None
@@ -202,7 +204,8 @@ def same_bytes(path: "str | os.PathLike[str]", data: bytes, *, refused: str | No
 def _same_bytes_by_name(path: Path, data: bytes, refused: str | None) -> bool:
     try:
         status = os.lstat(path)
-    except OSError:
+    except OSError as oserr:
+        pass_on_interruption(oserr)
         return False
     if not stat.S_ISREG(status.st_mode) or status.st_size != len(data):
         return False
@@ -211,7 +214,8 @@ def _same_bytes_by_name(path: Path, data: bytes, refused: str | None) -> bool:
     try:
         with open_regular(path) as file:
             return file.read() == data
-    except OSError:
+    except OSError as oserr:
+        pass_on_interruption(oserr)
         return False
 
 
@@ -221,8 +225,8 @@ def discard(path: "str | os.PathLike[str]") -> None:
     nor stops the cleanup of the next file (a folder or a file this user may not remove stays)."""
     try:
         os.unlink(path)
-    except OSError:
-        pass
+    except OSError as oserr:
+        pass_on_interruption(oserr)
 
 
 def remove_empty_parents(directory: Path, root: Path) -> None:
@@ -230,7 +234,8 @@ def remove_empty_parents(directory: Path, root: Path) -> None:
     while directory != root and root in directory.parents:
         try:
             directory.rmdir()
-        except OSError:
+        except OSError as oserr:
+            pass_on_interruption(oserr)
             return  # not empty: it held files before
         directory = directory.parent
 
@@ -253,7 +258,8 @@ def remove_abandoned_builds(parent: Path, prefix: str) -> None:
     (killed mid-build): the rest of the name is ``[<anything>.]<pid>[-<digits>]``. Best effort."""
     try:
         leftovers = [entry for entry in os.scandir(parent) if entry.name.startswith(prefix)]
-    except OSError:
+    except OSError as oserr:
+        pass_on_interruption(oserr)
         return
     for leftover in leftovers:
         named = re.fullmatch(r"(?:.*\.)?(\d{1,10})(?:-\d+)?", leftover.name[len(prefix):], re.S)
@@ -291,7 +297,8 @@ def _machine() -> str:
     for name in ("/proc/sys/kernel/random/boot_id", "/proc/self/ns/pid"):
         try:
             parts.append(str(os.stat(name).st_ino) if name.endswith("/pid") else Path(name).read_text().strip())
-        except OSError:
+        except OSError as oserr:
+            pass_on_interruption(oserr)
             parts.append("")
     return hashlib.sha256("\0".join(parts).encode("utf-8", "surrogatepass")).hexdigest()[:12]
 
@@ -319,7 +326,8 @@ def _abandoned(parent: Path, prefix: str, suffix: str, *, folders: bool) -> Iter
     try:
         entries = [entry for entry in os.scandir(parent) if entry.name.startswith(prefix)
                    and entry.name.endswith(suffix) and len(entry.name) > len(prefix) + len(suffix)]
-    except OSError:
+    except OSError as oserr:
+        pass_on_interruption(oserr)
         return
     for entry in entries:
         tagged = entry.name[len(prefix):len(entry.name) - len(suffix)]
@@ -335,5 +343,6 @@ def _owned(entry: os.DirEntry[str], *, folders: bool) -> bool:
     try:
         kind = entry.is_dir(follow_symlinks=False) if folders else entry.is_file(follow_symlinks=False)
         return kind and entry.stat(follow_symlinks=False).st_uid == os.geteuid()
-    except OSError:
+    except OSError as oserr:
+        pass_on_interruption(oserr)
         return False

@@ -27,7 +27,7 @@ from ..ground.canonical import parse_json
 from ..services.case import Case
 from ..model.package import refuse_build_folder_name
 from ..ground.config import BudgetConfig
-from ..ground.errors import LedgerError, refuses_unfit_calls
+from ..ground.errors import LedgerError, refuses_unfit_calls, pass_on_interruption
 from .export import ExportReport, export_case
 from .verify import VerifyReport, refuse_temp_inside, verify_case
 from .journal import LineResult, apply_journal
@@ -140,6 +140,7 @@ def _build_in_place(example: Path, building: Path, target: Path, automatic: bool
                     placed.append(target)
                 return report
             except OSError as exc:
+                pass_on_interruption(exc)
                 if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
                     raise os_error(exc, f"cannot move the demo into {target}") from None
                 if not automatic:  # another demo took the folder meanwhile
@@ -186,7 +187,8 @@ def _current_folder() -> str | None:
     """The current folder's real path; None when it was removed (a demo into another folder still runs)."""
     try:
         return os.path.realpath(os.getcwd())
-    except OSError:
+    except OSError as oserr:
+        pass_on_interruption(oserr)
         return None
 
 

@@ -25,7 +25,7 @@ from ..storage.writer_lock import WriterLock
 from ..storage.sqlfiles import statement
 from ..ground.arguments import check_callback, check_instance
 from ..ground.canonical import ZERO_SHA256, canonical_bytes, sha256_hex
-from ..ground.errors import LedgerError, refuses_unfit_calls, refuses_unfit_calls_of
+from ..ground.errors import LedgerError, refuses_unfit_calls, refuses_unfit_calls_of, pass_on_interruption
 from ..services.case import Case
 from .manifest import check_manifest_identity, manifest_for, read_manifest
 from ..model.package import (ANALYSIS_DIR, CONTENT_FILE_RE, LEDGER_FILE, MANIFEST_FILE, check_package_names, content_path, is_export_temp,
@@ -176,7 +176,8 @@ def _refuse_replacing_a_sound_file(root: Path, relative: str, shas: set[str]) ->
         if not stat.S_ISREG(os.lstat(target).st_mode):
             return
         data = bytes_at_most(target, EXPORT_FILE_BYTES_MAX)
-    except OSError:
+    except OSError as oserr:
+        pass_on_interruption(oserr)
         return  # missing or unreadable: writing it says why, if it must
     if data is None:
         return  # larger than any event or content: no file of this case

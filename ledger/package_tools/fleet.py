@@ -54,8 +54,7 @@ INTEGER_COLUMNS = frozenset({
     "seq", "revision", "analysis_revision", "package_generation", "initial_units", "granted_units",
     "spent_units", "rewarded_units", "remaining_units", "low_information_streak", "settled_actions",
     "failed_actions", "cost_units", "novelty_score", "semantic_score", "information_score", "reward_units",
-    "declared", "consumed", "remaining", "warning_bps",
-})
+    "declared", "consumed", "remaining", "warning_bps"})
 TIMESTAMP_COLUMNS = frozenset({"created_at", "reserved_at", "closed_at"})
 #: Name endings that type a column the map does not know yet (a view that gained a column).
 INTEGER_SUFFIXES = ("_units", "_score", "_count", "_seq", "_ms", "_bps", "_actions", "_revision")
@@ -179,7 +178,8 @@ def _linked_case(path: Path) -> bool:
     """Whether ``path`` is a link to a case folder (none in a folder this user may list but not search)."""
     try:
         return path.is_symlink() and path.is_dir() and is_case_package(path)
-    except OSError:
+    except OSError as oserr:
+        E.pass_on_interruption(oserr)
         return False
 
 

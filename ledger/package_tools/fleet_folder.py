@@ -17,7 +17,7 @@ from typing import Iterator
 
 from ..ground import errors as E
 from ..ground.descriptors import open_to_read, refuse_held
-from ..ground.errors import LedgerError
+from ..ground.errors import LedgerError, pass_on_interruption
 from ..ground.paths import make_folders, os_error, refuse_link_to_nothing, require_utf8
 from ..model.package import refuse_output_in_package
 from .atomic_files import fsync_dir, write_atomic
@@ -115,6 +115,7 @@ def locked_file(path: Path, mode: int) -> Iterator[None]:
         refuse_held(path)  # a hard link to a ledger open here: closing it would drop that ledger's locks
         fd = os.open(path, flags, 0o666)
     except OSError as exc:
+        pass_on_interruption(exc)
         if mode == fcntl.LOCK_SH and exc.errno in (errno.ENOENT, errno.EACCES, errno.EROFS):
             yield
             return

@@ -22,7 +22,7 @@ from ..ground import errors as E
 from ..ground.arguments import check_callback
 from ..ground.canonical import check_int
 from ..ground.descriptors import is_held
-from ..ground.errors import LedgerError, refuses_unfit_calls, shown
+from ..ground.errors import LedgerError, refuses_unfit_calls, shown, pass_on_interruption
 from ..ground.paths import fs_path
 from ..storage.sqlfiles import queries
 from .fleet import duckdb_module, sql_identifier, sql_literal
@@ -97,14 +97,16 @@ def _unreadable_table(folder: Path, recorded: list[str]) -> LedgerError | None:
         return refused(f"{folder} {link}")
     try:
         linked = {entry.name for entry in os.scandir(folder) if entry.is_symlink()}
-    except OSError:
+    except OSError as oserr:
+        pass_on_interruption(oserr)
         linked = set()
     for name in recorded:
         if name in linked:
             return refused(f"{folder / name} {link}")
         try:
             info: os.stat_result | None = os.lstat(folder / name / DATA_FILE)
-        except OSError:
+        except OSError as oserr:
+            pass_on_interruption(oserr)
             info = None
         mode = info.st_mode if info is not None else 0
         if stat.S_ISLNK(mode):
@@ -213,8 +215,8 @@ def _interrupt_on_ctrl_c(con: Any) -> Iterator[None]:
             if previous >= 0:  # the wakeup file set before this one (a caller's own watcher) is told too
                 try:
                     os.write(previous, data)
-                except OSError:
-                    pass
+                except OSError as oserr:
+                    pass_on_interruption(oserr)
 
     watcher = threading.Thread(target=watch, name="ledger-ctrl-c", daemon=True)
     watcher.start()

@@ -25,7 +25,7 @@ from .atomic_files import discard, fsync_dir, fsync_files, fsync_folders, remove
 from ..ground.arguments import check_callback
 from ..services.case import Case
 from ..ground.config import AnalysisConfig
-from ..ground.errors import LedgerError
+from ..ground.errors import LedgerError, pass_on_interruption
 from ..ground.errors import integrity_error as _bad, refuses_unfit_calls
 from .export import export_case
 from .manifest import check_manifest, read_manifest
@@ -210,6 +210,7 @@ def _copy_input(source: Path, target: Path) -> int:
             while sent := os.sendfile(fd, file.fileno(), offset, 1 << 24):
                 offset += sent
         except OSError as exc:
+            pass_on_interruption(exc)
             raise OSError(exc.errno, exc.strerror, str(source), None, str(target)) from None
         finally:
             os.close(fd)
@@ -366,6 +367,7 @@ def _move_into_place(build_dir: Path, dest: Path) -> None:
             pass
         os.rename(build_dir, dest)
     except OSError as exc:
+        pass_on_interruption(exc)
         if exc.errno in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR):
             raise LedgerError(E.CASE_EXISTS, f"{dest} was taken while the import ran (another import?); "
                               "nothing of this import was kept") from None

@@ -28,6 +28,7 @@ from ..ground.canonical import SAFE_INTEGER_MAX, parse_json, stored_bytes
 from ..services.case import LEDGER_FILE, Case, check_new_case_path
 from ..ground.clock import describe_micros, microseconds_between, parse_at
 from ..ground.errors import LedgerError, refuses_unfit_calls, refuses_unfit_calls_of, repr_shown, shown
+from ..ground.errors import pass_on_interruption
 from ..services.facade import CaseFacade
 from ..model.operations import OPERATIONS as REGISTRY
 from ..model.operations import operation
@@ -367,7 +368,8 @@ def _ledger_there(root: Path) -> bool:
     :meth:`Case.create`, which says what is wrong with it."""
     try:
         return (root / LEDGER_FILE).exists()
-    except OSError:
+    except OSError as oserr:
+        pass_on_interruption(oserr)
         return True
 
 

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable
 from ..ground import errors as E, interrupts
 from ..ground.arguments import check_callback, check_flag, check_instance, path_list
 from ..ground.config import AnalysisConfig
-from ..ground.errors import LedgerError, refuses_unfit_calls, refuses_unfit_calls_of
+from ..ground.errors import LedgerError, refuses_unfit_calls, refuses_unfit_calls_of, pass_on_interruption
 from ..ground.paths import fs_path, os_error
 from ..ground.workers import job_count, shared_map
 from ..model.package import (BUILD_FOLDER_LEFT_OUT, DEAD_LINK_LEFT_OUT, EXPORT_ALONE_LEFT_OUT, LEDGER_FILE,
@@ -87,7 +87,8 @@ def build_folders(folders: Iterable[str | os.PathLike[str]]) -> list[Path]:
         try:
             found.extend(root / name for name in sorted(entry.name for entry in os.scandir(root)
                                                         if is_build_folder(entry.name) and _is_folder(entry)))
-        except OSError:
+        except OSError as oserr:
+            pass_on_interruption(oserr)
             continue
     return found
 
@@ -103,7 +104,8 @@ def left_out(folders: Iterable[str | os.PathLike[str]], listed: list[Path] | Non
     for folder in path_list(folders, "folders"):
         try:
             entries = sorted(os.scandir(fs_path(folder, "folder of cases")), key=lambda entry: entry.name)
-        except OSError:  # case_folders reports it
+        except OSError as oserr:  # case_folders reports it
+            pass_on_interruption(oserr)
             continue
         found.extend((Path(entry.path), DEAD_LINK_LEFT_OUT) for entry in entries if dead_link(entry.path))
         found.extend((Path(entry.path), EXPORT_ALONE_LEFT_OUT) for entry in entries if export_alone(entry.path))
@@ -124,7 +126,8 @@ def _is_folder(entry: os.DirEntry[str]) -> bool:
     """Whether ``entry`` is a folder, through a link: a link that loops or leads nowhere is not one."""
     try:
         return entry.is_dir()
-    except OSError:
+    except OSError as oserr:
+        pass_on_interruption(oserr)
         return False
 
 
@@ -146,6 +149,7 @@ def _verify_one(task: tuple[Path, bool, int]) -> Outcome:
     except LedgerError as exc:
         return _failed(case, exc)
     except OSError as exc:
+        pass_on_interruption(exc)
         return _failed(case, os_error(exc, f"cannot read {case}"))
     failure = report.strict_failure() if strict else None
     if failure is not None:
@@ -162,6 +166,7 @@ def _export_one(task: tuple[Path, AnalysisConfig | None]) -> Outcome:
     except LedgerError as exc:
         return _failed(case, exc)
     except OSError as exc:
+        pass_on_interruption(exc)
         return _failed(case, os_error(exc, f"cannot write the export under {case}"))
     return {"case": str(case), "ok": True, "report": report.to_dict()}
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..ground.canonical import sha256_hex, stored_bytes
-from ..ground.errors import integrity_error as _bad
+from ..ground.errors import integrity_error as _bad, pass_on_interruption
 from ..ground.paths import EXPORT_FILE_BYTES_MAX, bytes_at_most
 from ..model.package import (EVENT_FILE_RE, check_export_tree, content_path, event_path, missing_words, well_placed)
 from ..storage.sqlfiles import statement
@@ -31,7 +31,8 @@ def _past_head(root: Path, files: list[str], head_seq: int) -> dict[str, tuple[i
         if EVENT_FILE_RE.fullmatch(relative):
             try:
                 body = json.loads(bytes_at_most(root / relative, EXPORT_FILE_BYTES_MAX) or b"")
-            except (ValueError, RecursionError, OSError):
+            except (ValueError, RecursionError, OSError) as oserr:
+                pass_on_interruption(oserr)
                 continue  # over the size of any event too: never read whole
             seq = body.get("seq") if isinstance(body, dict) else None
             if type(seq) is int and seq > head_seq:
@@ -60,7 +61,8 @@ def _continues(root: Path, past: dict[str, tuple[int, Any]], conn: sqlite3.Conne
     try:
         held = bytes_at_most(exported, EXPORT_FILE_BYTES_MAX) if exported is not None else None
         return held is not None and sha256_hex(held) in parents
-    except OSError:
+    except OSError as oserr:
+        pass_on_interruption(oserr)
         return False
 
 
@@ -119,7 +121,8 @@ def _still_there(top: str, relative: str, data: bytes, seq: int, what: str) -> b
         return False
     try:
         theirs, ours = _event(bytes_at_most(Path(path), len(data) * 4 + 65_536)), _event(data)
-    except OSError:
+    except OSError as oserr:
+        pass_on_interruption(oserr)
         theirs, ours = {}, {}
     ids = [(event.get("case_id"), event.get("package_id")) for event in (theirs, ours)]
     if None not in ids[0] and None not in ids[1] and ids[0] != ids[1]:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from ..ground.canonical import sha256_hex, stored_bytes
-from ..ground.errors import LedgerError, integrity_error as _bad
+from ..ground.errors import LedgerError, integrity_error as _bad, pass_on_interruption
 from ..ground.workers import interrupts_blocked, watch_parent, worker_context
 from ..model.memory_view import MemoryView
 from ..storage.connection import Storage
@@ -178,14 +178,16 @@ class SecondHalf:
         this user): then one process verifies everything."""
         try:
             return cls(root, ledger, part, after, last, started_at)
-        except OSError:
+        except OSError as oserr:
+            pass_on_interruption(oserr)
             return None
 
     def receive(self) -> dict[str, Any] | None:
         """Wait for the second process's outcome (None when it failed or went away)."""
         try:
             outcome = self._receive.recv()
-        except (EOFError, OSError):
+        except (EOFError, OSError) as oserr:
+            pass_on_interruption(oserr)
             outcome = None
         finally:
             self.close()

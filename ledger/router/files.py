@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from ..ground import errors as E
 from ..ground.descriptors import close_descriptor, is_held
-from ..ground.errors import LedgerError
+from ..ground.errors import LedgerError, pass_on_interruption
 from ..ground.paths import fwalk
 from ..storage.sqlite_file import ANALYSIS_DIR, LEDGER_FILE, MANIFEST_FILE
 
@@ -37,6 +37,7 @@ def open_folder(root: Path, relative: str) -> int:
     try:
         return os.open(root, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
     except OSError as exc:
+        pass_on_interruption(exc)
         raise unreadable(relative, f"cannot be read: the package folder cannot be opened ({exc.strerror})",
                           exc.errno) from None
 
@@ -46,6 +47,7 @@ def _open_step(name: str, dir_fd: int, relative: str, folder: bool) -> int:
     try:
         return os.open(name, flags, dir_fd=dir_fd)
     except OSError as exc:
+        pass_on_interruption(exc)
         if exc.errno == errno.ENOENT:
             raise unreadable(relative, "does not exist") from None
         if exc.errno in (errno.ELOOP, errno.EMLINK) or (folder and exc.errno == errno.ENOTDIR and is_link(name, dir_fd)):
@@ -60,7 +62,8 @@ def _open_step(name: str, dir_fd: int, relative: str, folder: bool) -> int:
 def is_link(name: str, dir_fd: int) -> bool:
     try:
         return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
-    except OSError:
+    except OSError as oserr:
+        pass_on_interruption(oserr)
         return False
 
 
@@ -88,7 +91,8 @@ def _refuse_held(name: str, dir_fd: int, relative: str) -> None:
     only once the connection is (:mod:`ledger.ground.descriptors`), so each read would keep one open."""
     try:
         info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    except OSError:
+    except OSError as oserr:
+        pass_on_interruption(oserr)
         return  # opening it says why
     if stat.S_ISREG(info.st_mode) and is_held(info):
         raise unreadable(relative, "is a hard link to one of the ledger's own files (a ledger open in this "
@@ -117,6 +121,7 @@ def hash_below(root: str | os.PathLike[str], relative: str,
                 feed(block)
         return info, digest.hexdigest()
     except OSError as exc:
+        pass_on_interruption(exc)
         raise unreadable(relative, f"cannot be read: {exc.strerror}", exc.errno) from None
     finally:
         close_descriptor(handle)  # a hard link to the ledger: its locks kept
@@ -136,6 +141,7 @@ def read_below(root_fd: int, relative: str, own: dict[str, Any]) -> bytes:
                               "reads them")
         return _read_capped(handle, relative)
     except OSError as exc:
+        pass_on_interruption(exc)
         raise unreadable(relative, f"cannot be read: {exc.strerror}", exc.errno) from None
     finally:
         close_descriptor(handle)  # a hard link to the ledger: its locks kept
@@ -169,14 +175,16 @@ def _own_file_ids(root_fd: int) -> set[tuple[int, int]]:
                 for follow in (False, True):
                     try:
                         info = entry.stat(follow_symlinks=follow)
-                    except OSError:
+                    except OSError as oserr:
+                        pass_on_interruption(oserr)
                         continue
                     ids.add((info.st_dev, info.st_ino))
     for _directory, _dirs, filenames, dir_fd in fwalk(ANALYSIS_DIR, root_fd) if exported else ():
         for name in filenames:
             try:
                 info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-            except OSError:
+            except OSError as oserr:
+                pass_on_interruption(oserr)
                 continue
             ids.add((info.st_dev, info.st_ino))
     return ids

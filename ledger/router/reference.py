@@ -50,7 +50,7 @@ from typing import Any, Callable, Mapping
 
 from ..ground import errors as E
 from ..ground.canonical import SAFE_INTEGER_MAX, canonical_sha256, is_utf8_text
-from ..ground.errors import LedgerError, given, quoted, refuses_unfit_calls_of, shown
+from ..ground.errors import LedgerError, given, quoted, refuses_unfit_calls_of, shown, pass_on_interruption
 from ..ground.arguments import check_callback, check_instance
 from ..ground.paths import check_name_encoding, fs_path, fwalk
 from .files import is_link, may_match_below, open_folder, read_below, unreadable
@@ -228,6 +228,7 @@ class Router:
             except FileNotFoundError:
                 raise unreadable(SOURCES_DIR, "does not exist: the package has no sources to search") from None
             except OSError as exc:  # sources/ itself may not be read (a subfolder's error is skipped)
+                pass_on_interruption(exc)
                 raise unreadable(SOURCES_DIR, f"cannot be read: {exc.strerror or exc}", exc.errno) from None
         finally:
             os.close(root_fd)
@@ -525,7 +526,8 @@ def _refuse_side_files(root: Path, database: str) -> None:
     for suffix in ("-wal", "-journal"):
         try:
             size = os.lstat(os.path.join(root, database + suffix)).st_size
-        except OSError:
+        except OSError as oserr:
+            pass_on_interruption(oserr)
             continue
         if size:
             raise _refuse(f"{database} has a non-empty {suffix} file next to it (uncheckpointed or unfinished "

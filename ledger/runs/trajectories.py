@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from ..ground import errors as E
 from ..ground.errors import LedgerError, describe_value, quoted, refuses_unfit_calls, refuses_unfit_calls_of, repr_shown
+from ..ground.errors import pass_on_interruption
 from ..ground.canonical import canonical_bytes
 from ..ground.config import AnalysisConfig
 from ..ground.paths import STORAGE_ERRNOS, fs_path, make_folders, refuse_link_to_nothing
@@ -221,7 +222,8 @@ OPEN_JOURNALS_MAX = 32
 def _same_file(one: Path, other: Path) -> bool:
     try:
         return os.path.samefile(one, other)
-    except OSError:
+    except OSError as oserr:
+        pass_on_interruption(oserr)
         return False
 
 
@@ -378,6 +380,7 @@ class _Importer:
             else:
                 self.trajectory(path)
         except (OSError, EOFError, UnicodeDecodeError, ValueError, RecursionError, zlib.error, LedgerError) as exc:
+            pass_on_interruption(exc)
             if isinstance(exc, zlib.error):
                 reason = f"not gzip this import can read: {exc}"
             elif isinstance(exc, LedgerError):
@@ -408,8 +411,8 @@ def _remove_if_empty(made: list[Path]) -> None:
         if made and not any(made[0].iterdir()):
             for folder in made:
                 folder.rmdir()
-    except OSError:
-        pass
+    except OSError as oserr:
+        pass_on_interruption(oserr)
 
 
 def _refuse_inputs_in(target: Path, files: Iterable[Path]) -> None:
@@ -422,7 +425,8 @@ def _refuse_inputs_in(target: Path, files: Iterable[Path]) -> None:
         try:  # the file as named, and the file a link names
             inside = any(os.path.samefile(parent, target)
                          for parent in (path.parent, Path(os.path.realpath(path)).parent))
-        except OSError:
+        except OSError as oserr:
+            pass_on_interruption(oserr)
             continue
         if inside:
             raise LedgerError(E.INVALID_ARGUMENT, f"{path} is an input of this import and lies in the output folder "
@@ -440,6 +444,7 @@ def _check_writable(folder: Path) -> None:
     try:
         os.close(create_tagged_temp(folder, ".ledger-probe.", _TEMP_SUFFIX, named))
     except OSError as exc:
+        pass_on_interruption(exc)
         code = E.STORAGE_ERROR if exc.errno in STORAGE_ERRNOS else E.INVALID_ARGUMENT
         raise LedgerError(code, f"cannot write journals in the output folder {folder}: {exc.strerror or exc}") from None
     finally:

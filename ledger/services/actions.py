@@ -312,8 +312,13 @@ def close_failed(budget: "CaseBudget", hypothesis_id: str, action_id: str, exc: 
                 "was already closed with fail" if closed == "failed" else "is not reserved" if closed is None
                 else f"already had its result ({closed})") + "; it was left as it was")
             return None
-        exc.add_note(f"case-ledger: action {action_id} was closed with fail (no refund); "
-                     "a new attempt needs a new action id")
+        if budget._session.in_batch():  # the exception leaving the batch takes the fail back with the rest
+            exc.add_note(f"case-ledger: action {action_id} was closed with fail (no refund) inside a batch: if this "
+                         "exception leaves the batch, its rollback undoes the reservation and the fail with everything "
+                         "else the batch wrote")
+        else:
+            exc.add_note(f"case-ledger: action {action_id} was closed with fail (no refund); "
+                         "a new attempt needs a new action id")
         return closed
     except Exception as problem:
         exc.add_note(f"case-ledger: closing action {action_id} with fail was refused: {problem}")

@@ -25,7 +25,7 @@ from ..ground.canonical import check_int
 from ..ground.clock import checked_clock, first_then, parse_at, utc_now
 from ..ground.config import AnalysisConfig, BudgetConfig
 from ..ground.arguments import check_flag, check_instance, check_sql_params
-from ..ground.errors import LedgerError, refuses_unfit_calls
+from ..ground.errors import LedgerError, refuses_unfit_calls, pass_on_interruption
 from .actions import CaseBudget
 from .facade import CaseFacade, LifecycleResult  # noqa: F401
 from .evidence import EvidenceStore
@@ -88,8 +88,8 @@ def missing_ledger(root: Path) -> LedgerError:
     except PermissionError:  # it may hold a ledger this user cannot see
         return LedgerError(E.STORAGE_ERROR, f"{root}: this user may not read the folder (permission denied), so "
                            "whether it holds a case is not known", path=str(root))
-    except OSError:
-        pass
+    except OSError as oserr:
+        pass_on_interruption(oserr)
     if ledger.is_file():  # made since the caller looked: an init running
         return no_case_yet(ledger)
     if os.path.lexists(ledger):
@@ -136,6 +136,7 @@ def _unreachable(root: Path) -> str:
     try:
         os.lstat(root)
     except OSError as exc:
+        pass_on_interruption(exc)
         if exc.errno == errno.ELOOP:
             return "a link loop on the way: too many levels of symbolic links"
         if exc.errno == errno.ENOTDIR:
@@ -155,7 +156,8 @@ def _cases_inside(root: Path, looked_at_max: int = 1000) -> list[str]:
                     break
                 if entry.is_dir(follow_symlinks=False) and is_case_package(Path(entry.path)):
                     found.append(entry.name)
-    except OSError:
+    except OSError as oserr:
+        pass_on_interruption(oserr)
         return []
     return sorted(found)
 
@@ -250,7 +252,8 @@ class Case(NotCopied, CaseFacade):
                     folder.rmdir()
                 except FileNotFoundError:
                     continue  # not made: the mkdir failed below it
-                except OSError:
+                except OSError as oserr:
+                    pass_on_interruption(oserr)
                     break
             raise
         case = cls(root, storage, analysis, actor=actor, clock=clock)
@@ -515,7 +518,8 @@ def read_only_rows(path: str | os.PathLike[str], sql: str, *,
     ledger = root / LEDGER_FILE
     try:
         found = ledger.is_file()
-    except OSError:  # a name too long, say: Case.open says what it says of that path
+    except OSError as oserr:  # a name too long, say: Case.open says what it says of that path
+        pass_on_interruption(oserr)
         found = False
     if not found:
         Case.open(root)  # raises the LEDGER_MISSING explanation

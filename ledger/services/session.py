@@ -31,7 +31,7 @@ from ..model.package import event_path, stored_stream
 from ..model.projection import helper_rows, floor_rows, money_rows
 from ..rules.common import Context, Draft, Outcome, Reused, check_case_room
 from ..storage.connection import Storage
-from ..storage.transaction import Batch
+from ..storage.transaction import Batch, in_batch
 from ..storage.sqlite_file import EventRow
 from ..model.views import SqlView, WriterCache
 
@@ -142,6 +142,10 @@ class SessionBase:
                               "budget manager) belongs to the thread that opened it: open the case again "
                               "in each thread (writers queue fairly on the ledger file)")
 
+    def in_batch(self) -> bool:
+        """Whether a write now belongs to a batch its rollback undoes (never, in memory)."""
+        return False
+
     def _write(self) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
 
@@ -221,6 +225,10 @@ class Session(SessionBase):
         """Group commit: every operation inside shares one durable transaction (a context manager)."""
         self.check_thread()
         return self.storage.batch()
+
+    def in_batch(self) -> bool:
+        """Whether a write now belongs to an open :meth:`batch` (its rollback undoes it)."""
+        return in_batch(self.storage)
 
     def _write(self) -> "_Writing":
         return _Writing(self)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ..ground import errors as E
-from ..ground.errors import LedgerError
+from ..ground.errors import LedgerError, pass_on_interruption
 from ..ground.paths import folder_inputs, fs_path
 from ..model.package import refuse_output_in_package
 from ..package_tools.atomic_files import fsync_dir, write_atomic
@@ -83,6 +83,7 @@ def write_output_file(path: str | os.PathLike[str], data: bytes, option: str) ->
     except FileNotFoundError:
         status = None
     except OSError as exc:
+        pass_on_interruption(exc)
         raise _refused(option, target, exc) from None
     stream = _own_stream(status)
     if stream is not None:  # /dev/stdout redirected to a file: after what was printed, never over it
@@ -91,6 +92,7 @@ def write_output_file(path: str | os.PathLike[str], data: bytes, option: str) ->
             stream.buffer.write(data)
             stream.flush()
         except OSError as exc:
+            pass_on_interruption(exc)
             raise _refused(option, target, exc) from None
         return target
     if status is not None and not stat.S_ISREG(status.st_mode):
@@ -98,6 +100,7 @@ def write_output_file(path: str | os.PathLike[str], data: bytes, option: str) ->
             with open(target, "wb") as handle:
                 handle.write(data)
         except OSError as exc:
+            pass_on_interruption(exc)
             raise _refused(option, target, exc) from None
         return target
     real = Path(os.path.realpath(target))
@@ -106,6 +109,7 @@ def write_output_file(path: str | os.PathLike[str], data: bytes, option: str) ->
         write_atomic(real, data, None if status is None else stat.S_IMODE(status.st_mode), folder_exists=True)
         fsync_dir(real.parent)
     except OSError as exc:
+        pass_on_interruption(exc)
         raise _refused(option, target, exc, " (the file was left as it was)") from None
     return target
 
@@ -120,7 +124,8 @@ def _own_stream(status: os.stat_result | None) -> Any:
     for stream in (sys.stdout, sys.stderr):
         try:
             own = os.fstat(stream.fileno())
-        except (AttributeError, ValueError, OSError, io.UnsupportedOperation):
+        except (AttributeError, ValueError, OSError, io.UnsupportedOperation) as oserr:
+            pass_on_interruption(oserr)
             continue
         if (own.st_dev, own.st_ino) == (status.st_dev, status.st_ino) and hasattr(stream, "buffer"):
             return stream

@@ -33,7 +33,7 @@ from ..services.budget import BudgetManager
 from ..ground.clock import parse_at, utc_now
 from ..ground.descriptors import open_to_read
 from ..ground.config import AnalysisConfig
-from ..ground.errors import LedgerError, refuses_unfit_calls_of
+from ..ground.errors import LedgerError, refuses_unfit_calls_of, pass_on_interruption
 from ..package_tools.journal import UNITS_KEY, call_operation, parse_line, read_lines, recorded_run_hint, without_bom
 from ..services.memory import DEFAULT_ACTOR, MemoryCase
 from ..model.operations import operation
@@ -99,6 +99,7 @@ def journal_lines(path: Path) -> Iterator[Item]:
                 except LedgerError as exc:
                     yield number, exc
     except OSError as exc:
+        pass_on_interruption(exc)
         raise LedgerError(E.INVALID_ARGUMENT, f"{path}: cannot read: {exc.strerror or exc}", file=str(path)) from None
 
 

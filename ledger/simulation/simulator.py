@@ -29,7 +29,7 @@ from ..ground.resources import resource_dir
 from ..ground.config import DEFAULT_POLICY, AnalysisConfig, BudgetConfig, read_toml, load_toml_config
 from ..ground.canonical import SAFE_INTEGER_MAX
 from ..ground.arguments import check_instance, check_iterable, check_text_mapping, is_decimal, path_list
-from ..ground.errors import LedgerError, refuses_unfit_calls, refuses_unfit_calls_of, repr_shown
+from ..ground.errors import LedgerError, refuses_unfit_calls, refuses_unfit_calls_of, repr_shown, pass_on_interruption
 from ..services.memory import DEFAULT_ACTOR
 from ..ground.paths import folder_inputs, fs_path
 from ..ground.workers import job_count, shared_map
@@ -270,7 +270,8 @@ def simulate_journal(path: Path, policies: Sequence[Policy], *, analysis: Analys
     that every policy's figures count the same runs."""
     try:
         cached = list(journal_lines(path)) if path.stat().st_size <= CACHE_BYTES_MAX else None
-    except (OSError, LedgerError):  # unreadable: replaying it reports why, naming the file
+    except (OSError, LedgerError) as oserr:  # unreadable: replaying it reports why, naming the file
+        pass_on_interruption(oserr)
         cached = None
     results: list[RunResult] = []
     for policy in policies:

@@ -28,7 +28,7 @@ from ..ground import errors as E
 from .sqlfiles import foreign_write_blockers, migration_record_problem, migrations, queries, schema_object, schema_version, statement
 from ..ground.canonical import ZERO_SHA256
 from ..ground.clock import utc_now
-from ..ground.errors import LedgerError
+from ..ground.errors import LedgerError, pass_on_interruption
 from .writer_lock import WriterLock, fork_count
 from .sqlite_file import (LOCK_SUFFIX, WAL_RESTART_BYTES, EventRow, HelperRow, SQLITE_ERRORS, connect_path, connect_uri,
                           file_uri, immutable_snapshot, probe_file, readable_uri, sqlite_error, translate_sqlite_errors)
@@ -60,8 +60,9 @@ def _keep_inherited_connections() -> None:
 def _never_freed(conn: sqlite3.Connection) -> None:
     try:
         ctypes.pythonapi.Py_IncRef(ctypes.py_object(conn))
-    except (AttributeError, OSError):  # no C API at hand: a module reference, cleared only at exit
+    except (AttributeError, OSError) as oserr:  # no C API at hand: a module reference, cleared only at exit
         _KEPT.append(conn)
+        pass_on_interruption(oserr)
 
 
 _KEPT: list[sqlite3.Connection] = []
@@ -270,11 +271,8 @@ class Storage:
         known = schema_version()
         current = self.current_schema_version()
         if current > known:
-            raise LedgerError(
-                E.SCHEMA_VERSION,
-                f"{self.path} has schema version {current}; this case-ledger knows up to {known}; upgrade case-ledger",
-                file_version=current, known_version=known,
-            )
+            raise LedgerError(E.SCHEMA_VERSION, f"{self.path} has schema version {current}; this case-ledger knows up "
+                              f"to {known}; upgrade case-ledger", file_version=current, known_version=known)
         return current
 
     def apply_migrations(self, *, triggers: bool = True, up_to: int | None = None) -> None:
@@ -338,7 +336,8 @@ class Storage:
         then the writer's to empty."""
         try:
             return self._lock.try_acquire()
-        except OSError:
+        except OSError as oserr:
+            pass_on_interruption(oserr)
             return False
 
     # -- the process ----------------------------------------------------------------

@@ -18,7 +18,7 @@ from typing import Any, Iterator
 
 from ..ground import errors as E, interrupts
 from .sqlfiles import PUBLIC_VIEWS, schema_version, statement
-from ..ground.errors import LedgerError
+from ..ground.errors import LedgerError, pass_on_interruption
 from .bounded_printf import bound_printf
 from .sqlite_file import (BUSY_CODES, DAMAGED_CODES, HIDDEN_FUNCTION_RE, SQLITE_ERRORS, SQLITE_INTERRUPT,
                           SQLITE_READONLY, SQLITE_TOOBIG, STORAGE_CODES, close_then_fold, connect_uri, no_case_in,
@@ -62,8 +62,8 @@ def _stored_bytes(path: Path) -> int:
     for name in (path, log_path(path, "-wal")):
         try:
             total += os.stat(name).st_size
-        except OSError:
-            pass
+        except OSError as oserr:
+            pass_on_interruption(oserr)
     return total
 
 

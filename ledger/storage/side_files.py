@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..ground import errors as E
 from ..ground.descriptors import is_held, read_start
-from ..ground.errors import LedgerError
+from ..ground.errors import LedgerError, pass_on_interruption
 from ..ground.paths import file_kind
 
 
@@ -30,7 +30,8 @@ def check_side_files(path: Path | str, what: str = "the ledger") -> None:
         side = log_path(path, suffix)
         try:
             info = os.stat(side)
-        except OSError:
+        except OSError as oserr:
+            pass_on_interruption(oserr)
             continue  # none there (or none this user may look at: SQLite says what it refuses)
         if not stat.S_ISREG(info.st_mode):
             raise LedgerError(E.STORAGE_ERROR, f"cannot open {path}: {os.path.basename(side)} beside it is "
@@ -59,7 +60,8 @@ def hot_journal(path: Path) -> str | None:
     try:
         if os.stat(path).st_size == 0:
             return None
-    except OSError:
+    except OSError as oserr:
+        pass_on_interruption(oserr)
         return None
     journal = log_path(path, "-journal")
     try:
@@ -71,7 +73,8 @@ def hot_journal(path: Path) -> str | None:
         first = read_start(journal, 8)[1]  # a hard link to a ledger open here keeps its locks
     except (FileNotFoundError, NotADirectoryError):
         return None
-    except OSError:
+    except OSError as oserr:
+        pass_on_interruption(oserr)
         return "unreadable"
     if not first or first[0] == 0:
         return None
@@ -83,7 +86,8 @@ def _journal_header(path: Path) -> bytes:
     its magic, then the page count, a nonce and the ledger's size in pages before the transaction."""
     try:
         return read_start(log_path(path, "-journal"), 20)[1]
-    except OSError:
+    except OSError as oserr:
+        pass_on_interruption(oserr)
         return b""
 
 
@@ -100,14 +104,15 @@ def orphaned_logs(path: Path) -> list[str]:
     try:
         if os.stat(path).st_size != 0:
             return []
-    except OSError:
+    except OSError as oserr:
+        pass_on_interruption(oserr)
         return []
     found = []
     try:
         if os.stat(log_path(path, "-wal")).st_size > 0:
             found.append(f"{os.path.basename(path)}-wal")
-    except OSError:
-        pass
+    except OSError as oserr:
+        pass_on_interruption(oserr)
     header = _journal_header(path)
     if header[:8] == _JOURNAL_MAGIC and int.from_bytes(header[16:20], "big") > 0:
         found.append(f"{os.path.basename(path)}-journal")
@@ -130,7 +135,8 @@ def _shortfall(path: Path) -> tuple[int, int, int] | None:
         return None
     try:
         size, header = read_start(path, 100)  # its locks kept when a connection of this process has it open
-    except OSError:
+    except OSError as oserr:
+        pass_on_interruption(oserr)
         return None
     if not header.startswith(DATABASE_MAGIC[:len(header)]) or not header:
         return None  # not SQLite's (SQLite says so), or empty (no case yet)
@@ -156,7 +162,8 @@ def _log_holds_writes(path: Path) -> bool:
         return True
     try:
         size, magic = read_start(log_path(path, "-wal"), 4)
-    except OSError:
+    except OSError as oserr:
+        pass_on_interruption(oserr)
         return False
     return magic in _WAL_MAGICS and size > 32
 
@@ -204,8 +211,8 @@ def writable_side_files(path: Path) -> None:
             info = os.stat(side)
             if info.st_uid == os.geteuid() and not info.st_mode & stat.S_IWUSR:
                 os.chmod(side, stat.S_IMODE(info.st_mode) | stat.S_IWUSR)
-        except OSError:  # none there, or not this user's to change: SQLite says what it refuses
-            pass
+        except OSError as oserr:  # none there, or not this user's to change: SQLite says what it refuses
+            pass_on_interruption(oserr)
 
 
 def log_files_exist(path: Path) -> bool:
@@ -218,7 +225,8 @@ def wal_bytes(path: Path) -> int:
     """Size of the ledger's ``-wal`` file (0 when there is none)."""
     try:
         return os.stat(log_path(path, "-wal")).st_size
-    except OSError:
+    except OSError as oserr:
+        pass_on_interruption(oserr)
         return 0
 
 

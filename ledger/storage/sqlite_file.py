@@ -17,7 +17,7 @@ from typing import Any, Iterable, Iterator, Mapping
 from urllib.parse import quote, unquote_to_bytes
 
 from ..ground import errors as E, interrupts
-from ..ground.errors import LedgerError
+from ..ground.errors import LedgerError, pass_on_interruption
 from ..ground.descriptors import hold_file, refuse_inherited
 from .side_files import (check_not_cut_short, check_side_files, hot_journal, log_files_exist, log_path, orphaned_logs,
                          wal_is_empty)
@@ -330,7 +330,8 @@ def probe_file(conn: sqlite3.Connection) -> None:
 def _on_read_only_mount(path: Path) -> bool:
     try:
         return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
-    except OSError:
+    except OSError as oserr:
+        pass_on_interruption(oserr)
         return False
 
 

@@ -18,6 +18,12 @@ from .sqlite_file import SQLITE_ERRORS, sqlite_error
 Storage = Any
 
 
+def in_batch(storage: Storage) -> bool:
+    """Whether a write of ``storage`` now would be a savepoint of an open :class:`Batch`, which an
+    exception leaving the batch rolls back with everything else written inside it."""
+    return bool(storage._in_batch)
+
+
 class Batch:
     """:meth:`Storage.batch`: one transaction for every :meth:`Storage.write` inside (each a savepoint)."""
 

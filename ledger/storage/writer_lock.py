@@ -32,7 +32,7 @@ from typing import Any, BinaryIO
 
 from ..ground import errors as E
 from ..ground.descriptors import close_descriptor, refuse_held
-from ..ground.errors import LedgerError
+from ..ground.errors import LedgerError, pass_on_interruption
 from ..ground.paths import file_kind
 
 
@@ -61,7 +61,8 @@ def _names(path: Path, identity: tuple[int, int] | None) -> bool:
     """True when ``path`` itself (not a link) is the file of ``identity`` (device, inode)."""
     try:
         info = os.lstat(path)
-    except OSError:
+    except OSError as oserr:
+        pass_on_interruption(oserr)
         return False  # gone or unreadable: open the path again, which says why it cannot
     return (info.st_dev, info.st_ino) == identity
 
@@ -97,7 +98,8 @@ class WriterLock:
             refuse_held(self.path)  # a hard link to a ledger open here: closing it would drop that ledger's locks
             handle = open(self.path, "r+b", buffering=0, opener=lambda path, _flags: os.open(
                 path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644))
-        except OSError:
+        except OSError as oserr:
+            pass_on_interruption(oserr)
             self._refuse_kind()
             raise
         try:
@@ -126,7 +128,8 @@ class WriterLock:
         if mode is None:
             try:
                 mode = os.lstat(self.path).st_mode
-            except OSError:
+            except OSError as oserr:
+                pass_on_interruption(oserr)
                 return None
         if stat.S_ISLNK(mode):
             raise LedgerError(E.INVALID_ARGUMENT, f"{self.path} is a symbolic link where the case package keeps "
@@ -218,7 +221,7 @@ class WriterLock:
                         break
                     handle.close()
             except (OSError, LedgerError) as exc:  # a link put in its place meanwhile is refused, not waited on
-                box["error"] = exc
+                box["error"] = exc  # this thread gets no signal: the caller's interruption is not raised here
             else:
                 with guard:
                     if not box["abandoned"]:

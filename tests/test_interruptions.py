@@ -1,0 +1,101 @@
+"""The caller's own interruption is never taken for an error of the system (docs/investigator.md,
+"One call per router action"): a ``TimeoutError`` or ``InterruptedError`` with no errno, as a signal
+handler raises to time a tool out, goes on as itself through every handler of ``OSError``."""
+
+from __future__ import annotations
+
+import ast
+import errno
+import gzip
+import os
+from pathlib import Path
+
+import pytest
+
+from ledger.ground.errors import pass_on_interruption
+from ledger.ground.paths import os_error, walk
+
+LEDGER = Path(__file__).resolve().parent.parent / "ledger"
+
+#: Handlers of ``OSError`` that need not pass an interruption on: a thread no signal reaches, and the
+#: example investigator, which shows the public API only.
+EXEMPT = {("storage/writer_lock.py", "waiter"), ("examples/investigator.py", None)}
+
+
+@pytest.mark.parametrize("exc", [TimeoutError("tool timed out"), InterruptedError(), TimeoutError()])
+def test_an_interruption_with_no_errno_is_raised_again(exc):
+    with pytest.raises(type(exc)) as raised:
+        pass_on_interruption(exc)
+    assert raised.value is exc
+
+
+@pytest.mark.parametrize("exc", [TimeoutError(errno.ETIMEDOUT, "Connection timed out"), OSError("plain"),
+                                 InterruptedError(errno.EINTR, "Interrupted system call"),
+                                 gzip.BadGzipFile("not gzip"), FileNotFoundError(errno.ENOENT, "gone")])
+def test_the_systems_errors_and_others_of_no_errno_are_left_to_the_handler(exc):
+    assert pass_on_interruption(exc) is None
+    assert os_error(exc, "cannot read x").code in ("INVALID_ARGUMENT", "STORAGE_ERROR")
+
+
+def test_the_conversion_of_a_system_error_to_a_refusal_raises_an_interruption_again():
+    interruption = TimeoutError("tool timed out")
+    with pytest.raises(TimeoutError) as raised:
+        os_error(interruption, "cannot read x")
+    assert raised.value is interruption
+
+
+def _handles_os_error(handler: ast.ExceptHandler) -> bool:
+    kinds = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+    return any(isinstance(kind, ast.Name) and kind.id == "OSError" for kind in kinds)
+
+
+#: The calls that pass an interruption on: the check itself, and the conversion of the system's error
+#: to a refusal (:func:`ledger.ground.paths.os_error`), which makes it first.
+PASSING_ON = {"pass_on_interruption", "os_error"}
+
+
+def _calls_pass_on(handler: ast.ExceptHandler) -> bool:
+    def name(func: ast.expr) -> str | None:
+        return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+    return any(isinstance(node, ast.Call) and name(node.func) in PASSING_ON
+               for statement in handler.body for node in ast.walk(statement))
+
+
+def _handlers(node: ast.AST, owner: str | None = None):
+    """``(handler, the innermost function holding it)`` for every ``except`` below ``node``."""
+    for child in ast.iter_child_nodes(node):
+        inner = child.name if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else owner
+        if isinstance(child, ast.ExceptHandler):
+            yield child, owner
+        yield from _handlers(child, inner)
+
+
+def test_every_handler_of_os_error_in_the_library_passes_an_interruption_on():
+    """Found by reading the source: a handler added later without the call fails here, naming it."""
+    missing, handlers = [], 0
+    for path in sorted(LEDGER.rglob("*.py")):
+        relative = path.relative_to(LEDGER).as_posix()
+        for handler, owner in _handlers(ast.parse(path.read_text(encoding="utf-8"))):
+            if not _handles_os_error(handler):
+                continue
+            handlers += 1
+            if (relative, owner) not in EXEMPT and (relative, None) not in EXEMPT and not _calls_pass_on(handler):
+                missing.append(f"{relative}:{handler.lineno} ({owner})")
+    assert handlers > 100 and missing == []
+
+
+def test_a_walk_passes_an_interruption_on_and_leaves_out_an_unlistable_folder(tmp_path, monkeypatch):
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    real = os.scandir
+
+    def interrupted(path="."):
+        if os.fsdecode(path).endswith("b"):
+            raise TimeoutError("tool timed out")
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", interrupted)
+    with pytest.raises(TimeoutError, match="tool timed out"):
+        list(walk(tmp_path))
+    monkeypatch.setattr(os, "scandir", lambda path=".": real(path) if not os.fsdecode(path).endswith("b") else
+                        (_ for _ in ()).throw(PermissionError(errno.EACCES, "Permission denied")))
+    assert [Path(folder).name for folder, _, _ in walk(tmp_path)] == [tmp_path.name, "a"]  # the system's: left out
