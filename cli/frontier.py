@@ -79,7 +79,10 @@ def choice_lines(choice: dict[str, Any], good: str) -> list[str]:
 def _tasks_text(figures: dict[str, Any], runs: int | None) -> str:
     """`` of 40 tasks' 80 runs`` when the folds or resamples were dealt by task (--task-prefix)."""
     tasks = figures.get("tasks", runs)
-    return f" of {tasks} tasks' {runs} runs" if runs is not None and tasks != runs else ""
+    if runs is None or tasks == runs:
+        return ""
+    whose = "task's" if tasks == 1 else "tasks'"
+    return f" of {tasks} {whose} {runs} runs"
 
 
 def _no_choice_text(chosen: list[str | None]) -> str:

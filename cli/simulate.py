@@ -6,10 +6,10 @@ from typing import Any, Sequence
 
 import click
 
-from ledger import (LedgerError, Policy, SimulationReport, example_policy, frontier, load_policy, plot_frontier,
-                    plot_tradeoff, simulate, vary)
+from ledger import (FrontierReport, LedgerError, Policy, SimulationReport, example_policy, frontier, load_policy,
+                    plot_frontier, plot_tradeoff, simulate, vary)
 from ledger.simulation.emit import emit_policy
-from ledger.simulation.folds import DEFAULT_FOLDS
+from ledger.simulation.folds import DEFAULT_FOLDS, by_task
 from ledger.simulation.constraint import parse_max_stopped
 from ledger.simulation.output_files import check_distinct_outputs, check_output_file, write_output_file
 from ledger.simulation.plot import check_plot
@@ -247,6 +247,15 @@ def _warn_held_out(choice: dict) -> None:
              "and --vary units_per_hypothesis=N when the choice sets it)")
 
 
+def _warn_ungrouped(report: FrontierReport, prefixes: Sequence[str]) -> None:
+    """Say so when --task-prefix grouped no two runs: a prefix of one agent's runs alone leaves every
+    run a task of its own, and the output would look as if none had been given."""
+    runs = {run.run for run in report.simulation.runs if run.error is None}
+    if prefixes and len(runs) > 1 and len(by_task(runs, prefixes)) == len(runs):
+        warn("note: --task-prefix grouped no runs: no two run ids are the same without the prefixes given, so every "
+             "run is a task of its own (a.X and b.X are one task only when both a. and b. are given)")
+
+
 def _frontier(settings: Settings, journals: Sequence[str], policies: list[Policy], outcomes: str | None, fmt: str,
               files: tuple[str | None, str | None, str | None], good: str, max_stopped: str | None,
               scoring: tuple[int | None, tuple[str, ...], int, int], jobs: int | None, package: str | None) -> None:
@@ -279,6 +288,7 @@ def _frontier(settings: Settings, journals: Sequence[str], policies: list[Policy
         exc.done = "simulate wrote nothing (no --per-run, --emit or --plot file yet): run it again"
         raise
     _warn_held_out(report.choice)
+    _warn_ungrouped(report, task_prefixes)
     if per_run is not None:
         _write_per_run(report.simulation, per_run)
     if emit is not None and report.chosen is not None:

@@ -67,6 +67,14 @@ def test_folds_partition_the_runs_and_hold_each_task_whole(ids, prefixes, folds,
         assert all(sample.count(other) == sample.count(run) for other in group)
 
 
+def test_task_prefixes_may_be_any_iterable_of_text_and_none_is_none():
+    assert task_prefixes(None) == () and task_prefixes({"a."}) == ("a.",)
+    assert task_prefixes(prefix for prefix in ["b.", "a.", "b."]) == ("b.", "a.")
+    for value in ("a.", b"a.", {"a.": 1}, 5):
+        with pytest.raises(LedgerError, match="must be a list of run-id prefixes"):
+            task_prefixes(value)
+
+
 @pytest.mark.parametrize("value, message", [
     ("gpt5.", "must be a list of run-id prefixes"),
     ([""], "must be the non-empty text"),
@@ -148,6 +156,16 @@ def test_the_cli_deals_folds_by_task_and_says_so(tmp_path):
     assert typo.exit_code == 1 and "--task-prefix 'a-' starts no run id" in typo.stderr and typo.stdout == ""
     one = CliRunner().invoke(main, [*args, "--task-prefix", "a.", "--json"])
     assert json.loads(one.stdout)["choice"]["held_out"]["tasks"] == 6  # a.X is task X, b.X its own: b. not named
+    assert one.stderr.splitlines()[-1] == (
+        "note: --task-prefix grouped no runs: no two run ids are the same without the prefixes given, so every "
+        "run is a task of its own (a.X and b.X are one task only when both a. and b. are given)")
+    assert "grouped no runs" not in done.stderr
+    task = next(run for run in sorted(outcomes) if outcomes[run] == "failed")[2:]  # a.TASK, b.TASK: one task
+    single = CliRunner().invoke(main, ["simulate", str(tmp_path / f"a.{task}.jsonl"), str(tmp_path / f"b.{task}.jsonl"),
+                                       *args[2:], "--good", "failed", "--task-prefix", "a.", "--task-prefix", "b.",
+                                       "--folds", "2"])
+    assert single.exit_code == 1 and ("--folds must be 0 (none): a single task (of 2 runs) leaves nothing to "
+                                      "hold out, got 2") in single.stderr
 
 
 @pytest.mark.parametrize("args, message", [
@@ -158,3 +176,15 @@ def test_the_cli_deals_folds_by_task_and_says_so(tmp_path):
 def test_task_prefixes_are_usage_errors_without_a_choice_to_score(args, message):
     done = CliRunner().invoke(main, ["simulate", str(DATA / "astropy__astropy-13033.jsonl"), *args])
     assert done.exit_code == 2 and message in done.stderr
+
+
+def test_the_choice_lines_count_tasks_and_runs_in_plain_words():
+    from ledger_cli.frontier import choice_lines
+
+    choice = {"policy": "p", "constraint": {"label": "failed", "max_stopped_pct": 100.0}, "figures": {"runs": 2},
+              "in_sample": {"units_saved_pct": 1.0, "good_stopped_pct": 0.0, "constraint_stopped_pct": 0.0},
+              "bootstrap": {"samples": 20, "tasks": 1, "units_saved_pct": [0, 1], "good_stopped_pct": [0, 0],
+                            "samples_without_good_runs": 0}}
+    assert choice_lines(choice, "failed")[2].startswith("  bootstrap 95 % (20 samples of 1 task's 2 runs): ")
+    choice["bootstrap"]["tasks"] = 2  # a task per run: nothing to say
+    assert choice_lines(choice, "failed")[2].startswith("  bootstrap 95 % (20 samples): ")

@@ -4,9 +4,9 @@ stay together (docs/simulate.md, "Held-out folds" and "Folds of whole tasks").
 Runs of one task by several agents or models are imported side by side with a run prefix of each
 one's own (``ledger runs import --run-prefix gpt5.``): ``gpt5.astropy__astropy-13033`` and
 ``claude.astropy__astropy-13033`` are one task's runs. Given those prefixes, a run's task is its id
-with the longest of them that starts it taken off (a run id no prefix starts, or that is nothing
-but a prefix, is its own task). Without prefixes every run is a task of its own, and the folds and
-resamples are exactly those dealt from the runs.
+with the longest of them that starts it taken off; a run id no prefix starts, or that is nothing but
+a prefix, names its task whole (so ``X`` and ``gpt5.X`` are one task). Without prefixes every run is
+a task of its own, and the folds and resamples are exactly those dealt from the runs.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import random
 from typing import Any, Iterable, Sequence
 
 from ..ground import errors as E
+from ..ground.arguments import check_iterable
 from ..ground.errors import LedgerError, repr_shown
 
 #: Held-out folds when ``--folds`` is not given (fewer when there are fewer tasks).
@@ -22,13 +23,14 @@ DEFAULT_FOLDS = 5
 
 
 def task_prefixes(value: Any) -> tuple[str, ...]:
-    """``value`` (a list or tuple of non-empty ``str``) as a tuple, each prefix once, in the order
-    given; ``INVALID_ARGUMENT`` for another shape or an empty prefix."""
-    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
-        raise LedgerError(E.INVALID_ARGUMENT, "task prefixes must be a list of run-id prefixes (str), got "
-                          f"{repr_shown(value, 80)}")
+    """``value`` (None, or any iterable of non-empty ``str`` but a ``str`` itself: a list, a tuple, a
+    set, a generator) as a tuple, each prefix once, in the order given (a set's order changes nothing:
+    a run's task is the same whichever prefix is listed first); ``INVALID_ARGUMENT`` for another shape
+    or an empty prefix."""
+    if value is None:
+        return ()
     prefixes: list[str] = []
-    for prefix in value:
+    for prefix in check_iterable(value, "task prefixes", "a list of run-id prefixes (str)"):
         if not isinstance(prefix, str) or not prefix:
             raise LedgerError(E.INVALID_ARGUMENT, "a task prefix must be the non-empty text put before run ids "
                               f"(ledger runs import --run-prefix), got {repr_shown(prefix, 80)}")

@@ -344,9 +344,12 @@ def _choice(table: _Table, rows: Mapping[str, dict[str, Any]], constraint: Const
 def _check_options(folds: int, samples: int, runs: Sequence[str], prefixes: Sequence[str]) -> None:
     tasks = len(by_task(runs, prefixes))
     if type(folds) is not int or folds != 0 and not 2 <= folds <= tasks:
-        what = f"tasks ({tasks}, of {len(runs)} runs)" if prefixes else f"runs ({tasks})"
-        raise LedgerError(E.INVALID_ARGUMENT, f"--folds must be 0 (none) or from 2 to the number of {what}, "
-                          f"got {repr_shown(folds, 80)}")
+        unit, runs_of = ("task", f"of {len(runs)} runs") if prefixes else ("run", "")
+        if tasks >= 2:
+            allowed = f" or from 2 to the number of {unit}s ({tasks}{', ' + runs_of if runs_of else ''})"
+        else:
+            allowed = f": a single {unit}{' (' + runs_of + ')' if runs_of else ''} leaves nothing to hold out"
+        raise LedgerError(E.INVALID_ARGUMENT, f"--folds must be 0 (none){allowed}, got {repr_shown(folds, 80)}")
     if type(samples) is not int or not 0 <= samples <= 1_000_000:
         raise LedgerError(E.INVALID_ARGUMENT, f"--bootstrap must be from 0 to 1000000, got {repr_shown(samples, 80)}")
 
