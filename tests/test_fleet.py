@@ -1073,6 +1073,8 @@ def test_times_dates_and_intervals_print_as_duckdb_holds_them_nothing_lost(fleet
     _, out, _ = fleet
     query = ("SELECT '-infinity'::TIMESTAMP AS t, 'infinity'::DATE AS d, 'infinity'::TIMESTAMPTZ AS z, "
              "CAST(DATE '0044-03-15' - INTERVAL 2000 YEAR AS DATE) AS bc, INTERVAL 1 MONTH + INTERVAL 3 DAY AS i, "
+             "make_date(0, 1, 1) AS y0, make_date(-1, 6, 1) AS y1, make_timestamp(-123, 6, 1, 0, 0, 0)::TIMESTAMPTZ AS yz, "
+             "[make_date(-1, 6, 1)] AS yl, "
              "TIMESTAMP_NS '2020-01-01 00:00:00.123456789' AS ns, TIMESTAMP_S '2020-01-01 00:00:01' AS s, "
              "[[DATE '2020-01-01', 'infinity'::DATE, NULL]] AS days, NULL::DATE AS nothing, "
              "['-infinity'::DATE]::DATE[1] AS fixed, "
@@ -1082,6 +1084,7 @@ def test_times_dates_and_intervals_print_as_duckdb_holds_them_nothing_lost(fleet
     values = dict(zip(names, row))
     assert {k: v for k, v in values.items() if k not in ("longest", "first")} == {
         "t": "-infinity", "d": "infinity", "z": "infinity", "bc": "-1956-03-15", "i": "1 month 3 days",
+        "y0": "0000-01-01", "y1": "-0001-06-01", "yz": "-0123-06-01T00:00:00.000000Z", "yl": ["-0001-06-01"],
         "ns": "2020-01-01T00:00:00.123456789", "s": "2020-01-01T00:00:01.000000",
         "days": [["2020-01-01", "infinity", None]], "nothing": None, "fixed": ["-infinity"]}
     assert re.fullmatch(r"\d\d:\d\d:\d\d(\.\d+)?", values["longest"]), values["longest"]

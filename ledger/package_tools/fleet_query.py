@@ -246,15 +246,25 @@ ZONED = "TIMESTAMP WITH TIME ZONE"
 #: How DuckDB writes each time type as text (``{}``: the value), so that nothing is lost on the
 #: way to Python: infinite times and dates (Python would give its largest or smallest one),
 #: nanoseconds, dates before year 1 and intervals of months (Python would count 30 days).
+def _dated(rest: str, value: str = "{0}") -> str:
+    """``strftime(value, '%Y' + rest)``, a year before 1 written as ISO 8601 writes it, with at least
+    four digits after its minus sign (``-0001``, as year 0 is ``0000``; DuckDB's ``%Y`` writes ``-1``,
+    and its ``year()`` of a time with a zone counts years before Christ upwards)."""
+    text = f"strftime({value}, '%Y{rest}')"
+    for digits, zeros in ((r"\d", "000"), (r"\d\d", "00"), (r"\d\d\d", "0")):  # no brace: the text is formatted
+        text = f"regexp_replace({text}, '^-({digits})-', '-{zeros}" + r"\1" + "-')"
+    return text
+
+
 TEXT_OF = {
-    ZONED: "strftime({}, '%Y-%m-%dT%H:%M:%S.%fZ')",  # the session's zone is UTC
-    "TIMESTAMP": "strftime({}, '%Y-%m-%dT%H:%M:%S.%f')",
-    "TIMESTAMP_S": "strftime(CAST({} AS TIMESTAMP), '%Y-%m-%dT%H:%M:%S.%f')",
-    "TIMESTAMP_MS": "strftime(CAST({} AS TIMESTAMP), '%Y-%m-%dT%H:%M:%S.%f')",
-    "TIMESTAMP_NS": "strftime({}, '%Y-%m-%dT%H:%M:%S.%n')",
-    "DATE": "strftime({}, '%Y-%m-%d')",
-    "INTERVAL": "CAST({} AS VARCHAR)",
-    "TIME_NS": "CAST({} AS VARCHAR)",
+    ZONED: _dated("-%m-%dT%H:%M:%S.%fZ"),  # the session's zone is UTC
+    "TIMESTAMP": _dated("-%m-%dT%H:%M:%S.%f"),
+    "TIMESTAMP_S": _dated("-%m-%dT%H:%M:%S.%f", "CAST({0} AS TIMESTAMP)"),
+    "TIMESTAMP_MS": _dated("-%m-%dT%H:%M:%S.%f", "CAST({0} AS TIMESTAMP)"),
+    "TIMESTAMP_NS": _dated("-%m-%dT%H:%M:%S.%n"),
+    "DATE": _dated("-%m-%d"),
+    "INTERVAL": "CAST({0} AS VARCHAR)",
+    "TIME_NS": "CAST({0} AS VARCHAR)",
 }
 
 
