@@ -179,6 +179,49 @@ def test_a_snapshot_inside_a_batch_that_rolls_back_leaves_later_snapshots_of_the
         assert other.budget().snapshot().state == budget.snapshot().state
 
 
+def test_a_snapshot_in_a_batch_checks_only_the_budget_events_appended_since_the_last_snapshot(busy, monkeypatch):
+    """Inside a batch (apply's group commit) every snapshot checked the revision's budget events from the
+    last one checked outside any batch: a journal of snapshots took time growing with its history. What
+    a batch's snapshot checked is taken by the next while its newest event is still stored as checked."""
+    from ledger.services import session as session_module
+
+    checked = []
+    real = session_module._check_balanced
+    monkeypatch.setattr(session_module, "_check_balanced", lambda seq, body: (checked.append(seq), real(seq, body)))
+    budget = busy.budget()
+    with busy.batch():
+        for n in range(3):
+            budget.reserve("H1", f"b{n}", "source.read_context", at=T0)
+            budget.fail("H1", f"b{n}", "not run", at=T0)
+        budget.snapshot()
+        checked.clear()
+        budget.reserve("H2", "b9", "source.read_context", at=T0)
+        budget.snapshot()
+        assert len(checked) == 1  # the reservation alone
+    checked.clear()
+    with busy.batch():  # the next batch: from the first one's snapshot on, which it committed
+        budget.snapshot()
+        assert checked == []
+    budget.snapshot()  # outside: the same, now remembered as committed
+    assert checked == []
+
+
+def test_a_batchs_snapshot_then_an_edit_of_what_it_checked_is_still_found(busy):
+    budget = busy.budget()
+    with busy.batch():
+        budget.reserve("H1", "e1", "source.read_context", at=T0)
+        budget.snapshot()
+    conn = sqlite3.connect(busy.path / "ledger.sqlite")
+    conn.execute("DROP TRIGGER events_no_update")
+    seq = conn.execute("SELECT MAX(seq) FROM events").fetchone()[0]
+    conn.execute("UPDATE events SET body = replace(body, 'e1', 'e2') WHERE seq = ?", (seq,))
+    conn.commit()
+    conn.close()
+    with pytest.raises(LedgerError) as refused:
+        budget.snapshot()
+    assert refused.value.code == INTEGRITY_ERROR and refused.value.details["seq"] == seq
+
+
 def test_snapshot_detects_a_checked_budget_event_changed_underneath(busy):
     budget = busy.budget()
     budget.snapshot()

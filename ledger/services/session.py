@@ -272,6 +272,9 @@ class Session(SessionBase):
             key = (str(storage.path), case["package_id"], revision)
             cookie = storage.one("schema_cookie")[0]
             checked = _still_checked(storage, CHECKED.get(key), cookie)
+            provisional = _still_there(storage, PROVISIONAL.get(key), cookie)
+            if provisional is not None and (checked is None or provisional[1] > checked[1]):
+                checked = provisional
             last_seq, stream_seq, sha, accounts = checked[1:] if checked else (None, 0, None, {})
             rows = storage.conn.execute(statement("budget_chain_after"), {"revision": revision, "after": stream_seq})
             try:
@@ -286,8 +289,11 @@ class Session(SessionBase):
             finally:
                 rows.close()  # a statement left open would keep the write-ahead log from being emptied
             _check_balances_view(storage, revision, last_seq, accounts)
-            if last_seq is not None and not storage.writing:  # inside a batch: not committed, maybe never
+            if last_seq is not None and storage.writing:  # inside a batch: not committed, maybe never
+                PROVISIONAL[key] = (cookie, last_seq, stream_seq, sha, accounts)
+            elif last_seq is not None:
                 CHECKED[key] = (cookie, last_seq, stream_seq, sha, accounts)
+                PROVISIONAL.pop(key, None)
             ref = self.event_ref(last_seq) if last_seq else None
         return revision, last_seq, accounts, ref
 
@@ -350,6 +356,25 @@ def _check_balanced(seq: int, body: Mapping[str, Any]) -> None:
 #: What :meth:`Session.budget_snapshot` checked in this process, per (ledger file, package id,
 #: revision): ``(schema cookie, newest checked seq, its stream_seq, its sha256, accounts)``.
 CHECKED: dict[tuple[str, str, int], tuple[int, int, int, str, dict[str, dict[str, Any]]]] = {}
+
+
+#: What :meth:`Session.budget_snapshot` checked inside a batch (same shape as :data:`CHECKED`): not
+#: committed when it was checked, so it is taken only while its newest event is still stored with the
+#: same hash (the batch committed it, or is still open), and left without a word when the batch was
+#: rolled back. Snapshots inside batches (``ledger apply``'s group commit) then check only the events
+#: appended since, as outside them.
+PROVISIONAL: dict[tuple[str, str, int], tuple[int, int, int, str, dict[str, dict[str, Any]]]] = {}
+
+
+def _still_there(storage: Storage, checked: Any, cookie: int) -> Any:
+    """``checked`` (a :data:`PROVISIONAL` entry) when the same schema holds its newest event with the
+    same bytes; else None: its batch was rolled back, or the event is not yet visible to this reader."""
+    if checked is None or checked[0] != cookie:
+        return None
+    row = storage.one("event_hash_and_body", seq=checked[1])
+    if row is None or row[0] != checked[3] or sha256_hex(str(row[1]).encode("utf-8")) != checked[3]:
+        return None
+    return checked
 
 
 def _still_checked(storage: Storage, checked: Any, cookie: int) -> Any:
