@@ -217,19 +217,25 @@ def test_a_refused_value_of_a_journal_is_shown_as_json_never_as_python(package, 
 @pytest.mark.parametrize("batch_size", ["1", "100"])
 def test_an_endless_first_line_fails_without_being_read_to_its_end(package, tmp_path, create, batch_size):
     """/dev/zero has no line end: the line is refused at 4 MiB and nothing more is read, whether the
-    case is made by the journal or exists, whatever the batch."""
+    case is made by the journal (then it is not: the line starts no JSON object) or exists, whatever
+    the batch."""
     if not create:
         start_case(package).close()
     target = str(tmp_path / "z") if create else str(package)
     done = run_cli("apply", target, "/dev/zero", "--batch-size", batch_size, *(["--create", "Z"] if create else []))
     assert done.returncode == 1
+    if create:
+        assert done.stdout == b"" and b"error: LIMIT_REACHED: line 1 is no journal line, so no case was created" \
+            in done.stderr and not (tmp_path / "z").exists()
+        return
     (line,) = map(json.loads, done.stdout.splitlines())
     assert (line["line"], line["ok"], line["error"]["code"]) == (1, False, "LIMIT_REACHED")
 
 
 def test_an_over_long_first_line_of_a_journal_that_creates_its_case_is_one_line(tmp_path):
     journal = tmp_path / "j.jsonl"
-    journal.write_bytes(b"x" * (5 * 1024 * 1024) + b"\n" + b'{"op": "open_revision", "hypotheses": [{"statement": "a"}]}\n')
+    journal.write_bytes(b'{"op": "snapshot", "x": "' + b"x" * (5 * 1024 * 1024) + b'"}\n'
+                        + b'{"op": "open_revision", "hypotheses": [{"statement": "a"}]}\n')
     done = run_cli("apply", str(tmp_path / "c"), str(journal), "--create", "C", "--keep-going")
     assert [(x["line"], x["ok"]) for x in map(json.loads, done.stdout.splitlines())] == [(1, False), (2, True)]
 
@@ -321,10 +327,14 @@ def test_apply_stopped_by_sigterm_counts_every_line_it_committed(tmp_path):
     assert (int(second.group(1)), int(second.group(2))) == (len(lines), int(first.group(1)))
 
 
-def test_an_interrupt_while_a_batch_commits_comes_after_its_results_and_every_committed_line_is_counted(tmp_path):
+@pytest.mark.parametrize("batch_size", [3, 1])
+def test_an_interrupt_while_a_batch_commits_comes_after_its_results_and_every_committed_line_is_counted(
+        tmp_path, batch_size):
     """Ctrl-C between a batch's commit and its count (on_commit) left lines committed and never
     counted: apply's summary said 900 where the case held 1000. The interrupt that comes while a
-    batch commits is raised once the batch's results are handed over."""
+    batch commits is raised once the batch's results are handed over; with a batch size of 1 too,
+    whose line committed inside its own operation, its result then lost (helper 211 saw it in 4 of
+    8 Ctrl-Cs of `ledger apply --batch-size 1`)."""
     import os
     import signal
 
@@ -339,12 +349,30 @@ def test_an_interrupt_while_a_batch_commits_comes_after_its_results_and_every_co
     commits, results = [], []
     case.storage.fault_hook = lambda label: label == "COMMIT" and os.kill(os.getpid(), signal.SIGINT)
     with pytest.raises(KeyboardInterrupt):
-        for result in apply_journal(case, lines, batch_size=3, on_commit=commits.append):
+        for result in apply_journal(case, lines, batch_size=batch_size, on_commit=commits.append):
             results.append(result)
     case.storage.fault_hook = None
-    assert commits == [3] and [r.seq for r in results] == [before + 1, before + 2, before + 3]
-    assert case.status()["package_generation"] == before + 3  # the first batch committed, nothing after
+    assert commits == [batch_size] and [r.seq for r in results] == list(range(before + 1, before + batch_size + 1))
+    assert case.status()["package_generation"] == before + batch_size  # the first batch committed, nothing after
     case.close()
+
+
+@pytest.mark.parametrize("start, created", [(b"\0", False), (b"x", False), (b" \t{", True), (b"\xef\xbb\xbf{", True)])
+def test_apply_create_of_an_over_long_first_line_creates_a_case_only_if_it_starts_a_json_object(
+        tmp_path, start, created):
+    """A first line over the line limit may be a journal's (a large evidence record), so it created the
+    case and failed as its own line; /dev/zero or a binary file with no line break did so too."""
+    from ledger.package_tools.journal import LINE_BYTES_MAX
+
+    journal = tmp_path / "journal.jsonl"
+    journal.write_bytes(start + b"\0" * (LINE_BYTES_MAX + 10) + b"\n")
+    done = CliRunner().invoke(cli_main, ["apply", str(tmp_path / "case"), str(journal), "--create", "C1"])
+    assert done.exit_code == 1 and "LIMIT_REACHED" in done.output, done.output
+    assert (tmp_path / "case" / "ledger.sqlite").exists() is created
+    if not created:
+        assert done.stderr.startswith("error: LIMIT_REACHED: line 1 is no journal line, so no case was created: "
+                                      "journal line longer than 4194304 bytes"), done.stderr
+        assert "and it does not start a JSON object" in done.stderr
 
 
 @pytest.mark.parametrize("first, code", [

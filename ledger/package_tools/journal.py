@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import time
-from contextlib import ExitStack, nullcontext
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterable, Iterator, Sequence
@@ -118,8 +118,10 @@ def read_lines(stream: BinaryIO, on_bytes: Callable[[int], None] | None = None) 
         raise LedgerError(E.INVALID_ARGUMENT, f"stream must be a binary file object (open(path, 'rb')), "
                           f"got {type(stream).__name__}")
     check_callback(on_bytes, "on_bytes", 1)
-    while True:
-        line = stream.readline(LINE_BYTES_MAX + 2)  # room for a CRLF ending, which is no part of the line
+    room = 3  # the first line: room for a byte order mark, taken off later, or an over-long line would
+    while True:  # shrink back under the limit and be read as a (cut) line
+        line = stream.readline(LINE_BYTES_MAX + 2 + room)  # room for a CRLF ending, which is no part of the line
+        room = 0
         if not isinstance(line, bytes):
             raise LedgerError(E.INVALID_ARGUMENT, "stream must be opened in binary mode (open(path, 'rb')), "
                               f"it gave {type(line).__name__}")
@@ -224,9 +226,9 @@ def apply_journal(case: Case, lines: Iterable[str | bytes], *, budget: BudgetMan
     """Apply journal ``lines`` to ``case``, yielding one :class:`LineResult` per non-blank line.
 
     ``budget`` defaults to ``case.budget()`` (the frozen policy). Stops after the
-    first failed line unless ``keep_going``. With ``batch_size`` > 1, up to that
-    many lines (and at most ``BATCH_BYTES_MAX`` bytes of them) share one transaction
-    (group commit, :meth:`Case.batch`); ``lines`` is read as the batches need it
+    first failed line unless ``keep_going``. Up to ``batch_size`` lines (and at most
+    ``BATCH_BYTES_MAX`` bytes of them) share one transaction (group commit,
+    :meth:`Case.batch`; with 1, each line is a batch of its own); ``lines`` is read as the batches need it
     (:func:`read_lines` streams a file); each
     line still succeeds or fails alone, and results are yielded only after their
     batch committed, so every yielded result is durable. ``on_commit(n)``, if
@@ -248,7 +250,7 @@ def apply_journal(case: Case, lines: Iterable[str | bytes], *, budget: BudgetMan
         raise LedgerError(E.INVALID_ARGUMENT, f"batch_size must be an integer >= 1, got {repr_shown(batch_size, 80)}")
     _check_units(units_per_hypothesis)
     pending: list[tuple[int, str | bytes]] = []
-    run = _BatchRun(case, budget, keep_going, batch_size > 1, on_commit, units_per_hypothesis)
+    run = _BatchRun(case, budget, keep_going, on_commit, units_per_hypothesis)
 
     pending_bytes = 0
     for number, text in enumerate(lines, start=1):
@@ -277,12 +279,13 @@ def _check_units(units: Any) -> None:
 
 
 class _BatchRun:
-    """:func:`apply_journal`'s batches: each one's lines run (in one transaction when ``grouped``),
-    then its results handed over; ``stopped`` once a failed line ends the run (not ``keep_going``)."""
+    """:func:`apply_journal`'s batches: each one's lines run in one transaction (a batch of one line
+    too: its commit and its count are then one step, which an interrupt cannot come between), then
+    its results handed over; ``stopped`` once a failed line ends the run (not ``keep_going``)."""
 
-    def __init__(self, case: Case, budget: BudgetManager, keep_going: bool, grouped: bool,
+    def __init__(self, case: Case, budget: BudgetManager, keep_going: bool,
                  on_commit: Callable[[int], None] | None, units: int | None) -> None:
-        self.case, self.budget, self.keep_going, self.grouped = case, budget, keep_going, grouped
+        self.case, self.budget, self.keep_going = case, budget, keep_going
         self.on_commit, self.units = on_commit, units
         self.stopped = False
 
@@ -294,10 +297,9 @@ class _BatchRun:
         committing, committed = ExitStack(), False
         try:
             with committing:
-                with self.case.batch() if self.grouped else nullcontext():
+                with self.case.batch():
                     self._run_lines(chunk, done)
-                    if self.grouped:  # ungrouped, each line committed inside its own operation already
-                        committing.enter_context(interrupts.deferred())  # from here to the count: one step
+                    committing.enter_context(interrupts.deferred())  # from here to the count: one step
                 committed = True
                 if self.on_commit is not None:
                     self.on_commit(len(done))
@@ -378,7 +380,8 @@ def check_journal_start(lines: Iterable[str | bytes], name: str, whole: bool = F
     journal's first lines) reads as a journal line (:func:`parse_line`), else its refusal, saying that
     no case was created (with :func:`recorded_run_hint` for the file ``name``): a file that is no
     journal (an agent run, a compressed or binary file) leaves nothing behind. A line over
-    ``LINE_BYTES_MAX`` passes: it may be a journal's, and fails as its own line. When ``lines`` are
+    ``LINE_BYTES_MAX`` that starts a JSON object passes: it may be a journal's, and fails as its own
+    line; one that does not (``/dev/zero``, a binary file with no line break) creates nothing. When ``lines`` are
     the ``whole`` journal and none is non-blank, ``INVALID_ARGUMENT``: an empty journal creates no case."""
     number = 0
     for number, text in enumerate(lines, start=1):
@@ -388,8 +391,10 @@ def check_journal_start(lines: Iterable[str | bytes], name: str, whole: bool = F
         try:
             parse_line(text)
         except LedgerError as exc:
-            if exc.code == E.LIMIT_REACHED:  # an over-long line may be a journal's: it fails where it is
-                return
+            if exc.code == E.LIMIT_REACHED and text.lstrip()[:1] in ("{", b"{"):  # a journal's, maybe: it
+                return  # fails where it is
+            if exc.code == E.LIMIT_REACHED:
+                exc = LedgerError(exc.code, f"{exc.message}, and it does not start a JSON object")
             raise LedgerError(exc.code, f"line {number} is no journal line, so no case was created: {exc.message}"
                               + recorded_run_hint(name), **{**exc.details, "line": number}) from None
         return
