@@ -327,6 +327,27 @@ def test_apply_stopped_by_sigterm_counts_every_line_it_committed(tmp_path):
     assert (int(second.group(1)), int(second.group(2))) == (len(lines), int(first.group(1)))
 
 
+@pytest.mark.parametrize("batch_size", [1, 3])
+def test_apply_journal_inside_the_callers_batch_runs_its_lines_there(tmp_path, batch_size):
+    """A batch of apply's own inside the caller's was a batch inside a batch (refused now, and an
+    INTEGRITY_ERROR before): the lines run in the caller's batch and commit or roll back with it."""
+    case = start_case(make_package(tmp_path / "c"))
+    budget = case.budget()
+    budget.initialize()
+    before = case.status()["package_generation"]
+    lines = [json.dumps({"op": "reserve", "hypothesis": "H1", "action_id": "a0", "action": "source.read_context"}),
+             json.dumps({"op": "fail", "hypothesis": "H1", "action_id": "a0", "reason": "r"})]
+    with pytest.raises(RuntimeError):
+        with case.batch():
+            assert [r.ok for r in apply_journal(case, lines, batch_size=batch_size)] == [True, True]
+            raise RuntimeError("the caller's batch rolls back")
+    assert case.status()["package_generation"] == before and budget.action_status("H1", "a0") is None
+    with case.batch():
+        assert [r.seq for r in apply_journal(case, lines, batch_size=batch_size)] == [before + 1, before + 2]
+    assert budget.action_status("H1", "a0") == "failed"
+    case.close()
+
+
 @pytest.mark.parametrize("batch_size", [3, 1])
 def test_an_interrupt_while_a_batch_commits_comes_after_its_results_and_every_committed_line_is_counted(
         tmp_path, batch_size):

@@ -827,3 +827,19 @@ def test_the_size_a_ledger_header_records_is_trusted_only_where_sqlite_trusts_it
     ledger.write_bytes(whole + bytes(4096))
     check_not_cut_short(ledger)
     assert verify_case(ledger.parent).head_sha256
+
+
+def test_a_batch_inside_a_batch_is_refused_and_the_outer_batch_still_holds(case):
+    """The inner batch's end closed the outer one's transaction state: later writes failed with
+    'INTEGRITY_ERROR: SQLite refused: no such savepoint: operation'. It is refused where it opens."""
+    budget = case.budget(BudgetConfig.example())
+    budget.initialize()
+    events = case.status()["package_generation"]
+    with case.batch():
+        budget.reserve("H1", "a0", "source.read_context")
+        with pytest.raises(LedgerError) as refused:
+            with case.batch():
+                pass
+        budget.fail("H1", "a0", "not run")  # the outer batch goes on as if nothing was tried
+    assert refused.value.code == INVALID_ARGUMENT and "a batch is already open on this case" in refused.value.message
+    assert (budget.action_status("H1", "a0"), case.status()["package_generation"]) == ("failed", events + 2)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import time
-from contextlib import ExitStack
+from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterable, Iterator, Sequence
@@ -231,7 +231,8 @@ def apply_journal(case: Case, lines: Iterable[str | bytes], *, budget: BudgetMan
     :meth:`Case.batch`; with 1, each line is a batch of its own); ``lines`` is read as the batches need it
     (:func:`read_lines` streams a file); each
     line still succeeds or fails alone, and results are yielded only after their
-    batch committed, so every yielded result is durable. ``on_commit(n)``, if
+    batch committed, so every yielded result is durable (inside the caller's own
+    :meth:`Case.batch`, the lines run in it, durable when it commits). ``on_commit(n)``, if
     given, is called after each batch committed, before its ``n`` results are
     yielded (a caller that stops early knows how many committed results remain). A Ctrl-C or
     SIGTERM that comes while a batch commits is raised once its results are yielded, never between
@@ -297,7 +298,7 @@ class _BatchRun:
         committing, committed = ExitStack(), False
         try:
             with committing:
-                with self.case.batch():
+                with nullcontext() if self.case.session.in_batch() else self.case.batch():  # the caller's own
                     self._run_lines(chunk, done)
                     committing.enter_context(interrupts.deferred())  # from here to the count: one step
                 committed = True

@@ -63,7 +63,8 @@ class CaseFacade:
         ``with`` block ends normally. An exception that leaves the block (a
         ``LedgerError`` not caught inside it, ``KeyboardInterrupt``) rolls back the
         whole batch, results already returned included; catch refusals per
-        operation to keep the rest. Use for journals and bulk loads; keep batches
+        operation to keep the rest. A batch inside a batch is refused
+        (``INVALID_ARGUMENT``). Use for journals and bulk loads; keep batches
         short, as other writers wait meanwhile::
 
             with case.batch():

@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from ..ground.errors import INVALID_ARGUMENT, LedgerError
 from .sqlite_file import SQLITE_ERRORS, sqlite_error
 
 #: A :class:`~ledger.storage.connection.Storage` (not imported: the connection imports this module).
@@ -33,6 +34,9 @@ class Batch:
         self.write = Write(storage, depth=2)  # held by the `with` that enters the batch
 
     def __enter__(self) -> None:
+        if self.write.storage._in_batch:  # its writes would end the open batch's savepoints and flag
+            raise LedgerError(INVALID_ARGUMENT, "a batch is already open on this case: the operations inside "
+                              "it share its transaction already; open batches one after the other")
         try:
             self.write.__enter__()
             self.write.storage._in_batch = True
