@@ -193,8 +193,9 @@ def simulate_command(settings: Settings, journals: tuple[str, ...], policy_specs
         _frontier(settings, journals, policies, outcomes, fmt, (plot, per_run, emit), good, max_stopped,
                   (folds, task_prefixes, seed, samples), jobs, package)
         return
-    _no_frontier_options(good=good != "resolved", max_stopped=max_stopped, emit=emit, folds=folds is not None,
-                         task_prefix=bool(task_prefixes), seed=seed != 0, bootstrap=samples != 0)
+    _no_frontier_options(good=good != "resolved", max_stopped=max_stopped, emit=emit is not None,
+                         folds=folds is not None, task_prefix=bool(task_prefixes), seed=seed != 0,
+                         bootstrap=samples != 0)
     report = simulate(journals, policies, outcomes, jobs=jobs, analysis=settings.analysis(), package=package,
                       actor=settings.actor)
     try:
@@ -227,10 +228,15 @@ def _refuse_errors(errors: list[dict[str, Any]]) -> None:
     raise LedgerError(errors[0]["code"], f"{len(errors)} journal(s) not simulated{others}: {errors[0]['message']}")
 
 
+#: The options that score or write a choice: they need a constraint as well as --frontier.
+CHOICE_OPTIONS = ("emit", "folds", "task_prefix", "bootstrap")
+
+
 def _no_frontier_options(**given: Any) -> None:
     for name, present in given.items():
         if present:
-            raise click.UsageError(f"--{name.replace('_', '-')} needs --frontier")
+            also = " and --max-stopped LABEL=PCT (the constraint the choice meets)" if name in CHOICE_OPTIONS else ""
+            raise click.UsageError(f"--{name.replace('_', '-')} needs --frontier{also}")
 
 
 def _warn_held_out(choice: dict) -> None:

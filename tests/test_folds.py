@@ -52,6 +52,8 @@ def test_without_prefixes_the_folds_and_resamples_are_those_of_the_runs(ids, fol
        st.integers(0, 2 ** 32))
 def test_folds_partition_the_runs_and_hold_each_task_whole(ids, prefixes, folds, seed):
     tasks = by_task(ids, prefixes)
+    if all(len(group) == 1 for group in tasks):  # prefixes that group nothing change nothing
+        assert fold_parts(ids, min(folds, len(ids)), seed, prefixes) == fold_parts(ids, min(folds, len(ids)), seed)
     folds = min(folds, len(tasks))
     if folds < 2:
         return
@@ -169,7 +171,7 @@ def test_the_cli_deals_folds_by_task_and_says_so(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--task-prefix", "a."], "--task-prefix needs --frontier"),
+    (["--task-prefix", "a."], "--task-prefix needs --frontier and --max-stopped LABEL=PCT"),
     (["--frontier", "--task-prefix", "a."], "--task-prefix needs --max-stopped"),
     (["--frontier", "--max-stopped", "resolved=5", "--task-prefix", ""], "Invalid value for '--task-prefix'"),
 ])

@@ -595,6 +595,10 @@ def test_the_json_has_policies_frontier_and_choice_with_the_new_figures_per_outc
 
 @pytest.mark.parametrize("args, message", [
     (["--max-stopped", "resolved=2%"], "--max-stopped needs --frontier"),
+    (["--emit", "x.toml"], "--emit needs --frontier and --max-stopped LABEL=PCT"),  # said one at a time
+    (["--folds", "3"], "--folds needs --frontier and --max-stopped LABEL=PCT"),
+    (["--bootstrap", "9"], "--bootstrap needs --frontier and --max-stopped LABEL=PCT"),
+    (["--seed", "3"], "--seed needs --frontier"),
     (["--frontier", "--emit", "x.toml"], "--emit needs --max-stopped"),
     (["--frontier", "--max-stopped", "resolved"], "expected LABEL=PCT"),
     (["--frontier", "--bootstrap", "100"], "--bootstrap needs --max-stopped"),  # it was ignored, exit 0

@@ -58,11 +58,13 @@ def task_of(run_id: str, prefixes: Sequence[str]) -> str:
 
 
 def by_task(run_ids: Iterable[str], prefixes: Sequence[str]) -> list[list[str]]:
-    """The runs of each task, each list sorted, the tasks in the order of their names."""
+    """The runs of each task, each list sorted, the tasks in the order of their first runs: when no
+    two runs share a task, the runs in their own order, so that prefixes grouping nothing deal the
+    folds and resamples exactly as no prefixes do."""
     groups: dict[str, list[str]] = {}
     for run in sorted(run_ids):
         groups.setdefault(task_of(run, prefixes), []).append(run)
-    return [groups[task] for task in sorted(groups)]
+    return list(groups.values())  # in the order of each task's first run
 
 
 def default_folds(folds: int | None, run_ids: Sequence[str], prefixes: Sequence[str] = ()) -> int:
