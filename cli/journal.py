@@ -82,8 +82,10 @@ def apply(settings: Settings, case: str, journal: Any, create_case_id: str | Non
                 raise
             bar.update(size or 0)  # a stop leaves lines unread: the bar still ends full (click clamps it)
     finally:
-        opened.close()
-        click.echo(summary.text(), err=True)
+        try:
+            opened.close()  # its last checkpoint may take a moment: a second Ctrl-C there
+        finally:
+            click.echo(summary.text(), err=True)  # still leaves the count of what committed
     if summary.failed:
         sys.exit(1)
 

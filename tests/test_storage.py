@@ -843,3 +843,22 @@ def test_a_batch_inside_a_batch_is_refused_and_the_outer_batch_still_holds(case)
         budget.fail("H1", "a0", "not run")  # the outer batch goes on as if nothing was tried
     assert refused.value.code == INVALID_ARGUMENT and "a batch is already open on this case" in refused.value.message
     assert (budget.action_status("H1", "a0"), case.status()["package_generation"]) == ("failed", events + 2)
+
+
+def test_a_memory_cases_batch_groups_nothing_and_rolls_nothing_back_as_it_says():
+    """MemoryCase.batch() showed Case.batch()'s docstring (one transaction, rolled back whole); in
+    memory every operation is applied as it returns, which its own docstring now says."""
+    from ledger import MemoryCase
+
+    memory = MemoryCase.create("m")
+    memory.open_revision([{"statement": "s"}], 100)
+    memory.transition("INVESTIGATING_HYPOTHESES")
+    budget = memory.budget(BudgetConfig.example())
+    budget.initialize()
+    with pytest.raises(RuntimeError):
+        with memory.batch():
+            with memory.batch():  # accepted: nothing to nest
+                budget.reserve("H1", "a", "source.read_context")
+            raise RuntimeError("leaves the batch")
+    assert budget.action_status("H1", "a") == "reserved"
+    assert "rolls nothing back" in MemoryCase.batch.__doc__

@@ -194,6 +194,13 @@ class MemoryCase(CaseFacade):
         session.run("create", lifecycle.shape_create(case_id, str(uuid.uuid4())), at=at)
         return cls(session, analysis, package)
 
+    def batch(self) -> Any:
+        """Accepted for the interface of :class:`~ledger.services.case.Case`, and nothing more: in
+        memory every operation is applied as it returns, so a batch groups nothing, an exception
+        leaving it rolls nothing back, and a batch inside it is accepted too (a ``Case``'s batch
+        is one transaction, rolled back whole by an exception leaving it; docs/journals.md)."""
+        return self.session.batch()
+
     def evidence(self) -> Any:
         """The evidence store recomputes replies over a package on disk and reads back stored
         batches, so an in-memory case has none: ``INVALID_ARGUMENT`` (a simulated journal's
