@@ -860,5 +860,5 @@ def test_a_memory_cases_batch_groups_nothing_and_rolls_nothing_back_as_it_says()
             with memory.batch():  # accepted: nothing to nest
                 budget.reserve("H1", "a", "source.read_context")
             raise RuntimeError("leaves the batch")
-    assert budget.action_status("H1", "a") == "reserved"
+    assert budget.snapshot().state["H1"]["pending_action_id"] == "a"
     assert "rolls nothing back" in MemoryCase.batch.__doc__
