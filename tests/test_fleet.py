@@ -1448,12 +1448,23 @@ def test_two_first_exports_into_one_new_folder_both_take_it_as_a_fleet_export(tm
     finally:
         marking.join()
     stray = tmp_path / "stray"
-    (stray / "_fleet").mkdir(parents=True)  # never marked: refused once the wait is over
+    (stray / "_fleet").mkdir(parents=True)  # never marked, and holding what no export writes: refused
+    (stray / "_fleet" / "notes.txt").write_text("mine")
     monkeypatch.setattr(fleet_folder, "MARKING_WAIT_S", 0.2)
     with pytest.raises(LedgerError) as caught:
         fleet_folder.check_out(stray, create=True)
     assert caught.value.message == f"{stray} is not a fleet export (no _fleet/format.json) and not an empty folder, " \
                                    "so nothing is exported into it"
+    cut = tmp_path / "cut"  # a first export interrupted before its mark (a kill, Ctrl-C, a caller's timeout)
+    (cut / "_fleet" / "cases").mkdir(parents=True)
+    (cut / "_fleet" / "tmp").mkdir()
+    (cut / "_fleet" / ".ledger-tmp-format.json").write_text("{")
+    assert fleet_folder.check_out(cut, create=True) == cut  # finished, not refused (helper 214: 33 of 246)
+    assert json.loads((cut / "_fleet" / "format.json").read_text())["format"] == "fleet-export-v1"
+    (cut / "_fleet" / "cases" / "x.json").write_text("{}")
+    (cut / "_fleet" / "format.json").unlink()  # a record of a case: no longer a start cut short
+    with pytest.raises(LedgerError):
+        fleet_folder.check_out(cut, create=True)
     (tmp_path / "a-file").write_text("x")  # a file is no folder another export began
     with pytest.raises(LedgerError) as caught:
         fleet_folder.check_out(tmp_path / "a-file", create=True)

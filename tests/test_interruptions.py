@@ -99,3 +99,63 @@ def test_a_walk_passes_an_interruption_on_and_leaves_out_an_unlistable_folder(tm
     monkeypatch.setattr(os, "scandir", lambda path=".": real(path) if not os.fsdecode(path).endswith("b") else
                         (_ for _ in ()).throw(PermissionError(errno.EACCES, "Permission denied")))
     assert [Path(folder).name for folder, _, _ in walk(tmp_path)] == [tmp_path.name, "a"]  # the system's: left out
+
+
+def test_a_clean_up_step_an_interruption_lands_in_is_run_again_and_the_interruption_raised_after():
+    from ledger.ground.interrupts import restore_all
+
+    done, tries = [], {"b": 0}
+
+    def b():
+        tries["b"] += 1
+        if tries["b"] == 1:
+            raise TimeoutError("timed out")
+        done.append("b")
+
+    with pytest.raises(TimeoutError):
+        restore_all([lambda: done.append("a"), b, lambda: done.append("c")])
+    assert done == ["a", "b", "c"]
+
+
+def test_a_timeout_as_a_read_only_query_is_set_up_leaves_the_connection_writable(package, monkeypatch):
+    """The authorizer was set before the block that takes it off: a caller's timeout (or a Ctrl-C)
+    landing between the two left a writer's connection refusing every later statement ("not
+    authorized") until the case was closed (helper 214: after 30-100 timed-out queries)."""
+    from conftest import start_case
+    from ledger.storage import readonly
+
+    case = start_case(package)
+    monkeypatch.setattr(readonly, "_stop_at_deadline", lambda conn, ms: (_ for _ in ()).throw(TimeoutError("x")))
+    with pytest.raises(TimeoutError):
+        case.query("SELECT count(*) FROM events", timeout_ms=1000)
+    monkeypatch.undo()
+    assert case.status()["case_id"] == "BUG-1"
+    case.transition("BLOCKED")  # a write, on the same connection
+    assert case.query("SELECT count(*) AS n FROM events")[0]["n"] == case.status()["package_generation"]
+    case.close()
+
+
+def test_a_timeout_as_signals_are_deferred_puts_every_handler_back(monkeypatch):
+    """deferred() set its catchers in one expression before the block that puts them back: a caller's
+    timeout landing between the two left Ctrl-C and SIGTERM caught into a list nobody reads for the
+    rest of the process (helper 214, apply_journal under a timer)."""
+    import signal
+
+    from ledger.ground import interrupts
+
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    real, calls = signal.signal, []
+
+    def lands_on_the_second(number, handler):
+        calls.append(number)
+        result = real(number, handler)
+        if len(calls) == 2:
+            raise TimeoutError("timed out")
+        return result
+
+    monkeypatch.setattr(signal, "signal", lands_on_the_second)
+    with pytest.raises(TimeoutError):
+        with interrupts.deferred():
+            pass
+    monkeypatch.undo()
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before

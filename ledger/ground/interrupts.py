@@ -15,7 +15,7 @@ import os
 import signal
 import threading
 from types import FrameType
-from typing import Any, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 _received = threading.Event()
 #: The signal that last interrupted the command (SIGINT or SIGTERM).
@@ -67,6 +67,23 @@ def exit_status() -> int:
     return 128 + _last_signal[0]
 
 
+def restore_all(steps: Iterable[Callable[[], Any]]) -> None:
+    """Run every one of ``steps`` (each quick, and harmless to run twice), each again if an exception
+    lands in it (a Ctrl-C, a caller's timeout raised by its signal handler), then raise the first
+    such exception: a clean-up cut short would leave a connection or a signal handler changed for
+    the rest of the process."""
+    first: BaseException | None = None
+    for step in steps:
+        for _ in range(100):  # a signal every few microseconds for ever would otherwise never let it end
+            try:
+                step()
+                break
+            except BaseException as exc:  # noqa: BLE001 - raised once every step is done
+                first = first or exc
+    if first is not None:
+        raise first
+
+
 @contextlib.contextmanager
 def recorded() -> Iterator[None]:
     """Within the block, record every SIGINT (and still raise ``KeyboardInterrupt``), when Python's
@@ -83,13 +100,14 @@ def recorded() -> Iterator[None]:
              if signal.getsignal(number) in (before, _on_interrupt)}
     _received.clear()
     _last_signal[0] = int(signal.SIGINT)
-    for number in taken:
-        signal.signal(number, _on_interrupt)
     try:
+        for number in taken:
+            signal.signal(number, _on_interrupt)
         yield
     finally:
-        for number, before in taken.items() if not _ending[1] else ():
-            signal.signal(number, signal.SIG_IGN if _ending[0] else before)  # the command is over
+        after = {number: signal.SIG_IGN if _ending[0] else before for number, before in taken.items()}
+        restore_all([lambda number=number, handler=handler: signal.signal(number, handler)  # the command is over
+                     for number, handler in (after.items() if not _ending[1] else ())])
         _received.clear()
 
 
@@ -120,12 +138,15 @@ def deferred() -> Iterator[None]:
     caught: list[Any] = []
     # a handler not set from Python (None) is left alone
     numbers = [number for number in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(number) is not None]
-    handlers = {number: signal.signal(number, lambda got, frame: caught.append((got, frame))) for number in numbers}
-    try:
+    handlers: dict[int, Any] = {}
+    try:  # each handler is put back whatever lands while they are set (a caller's timeout): left, it
+        for number in numbers:  # took every later Ctrl-C or SIGTERM of the process into a list nobody reads
+            handlers[number] = signal.getsignal(number)
+            signal.signal(number, lambda got, frame: caught.append((got, frame)))
         yield
     finally:
-        for number, handler in handlers.items():
-            signal.signal(number, handler)
+        restore_all([lambda number=number, handler=handler: signal.signal(number, handler)
+                     for number, handler in handlers.items()])
         if caught:
             number, frame = caught[0]
             if callable(handlers[number]):

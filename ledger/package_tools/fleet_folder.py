@@ -60,7 +60,8 @@ def check_out(out: Path, *, create: bool) -> Path:
             if found != FORMAT:
                 raise LedgerError(E.INVALID_ARGUMENT, f"{out} holds a fleet export in format {found!r}, not {FORMAT}")
             return out
-        if out.exists() and (not out.is_dir() or any(out.iterdir())) and not (create and _made_meanwhile(out)):
+        if out.exists() and (not out.is_dir() or any(out.iterdir())) and not (create and _made_meanwhile(out)) \
+                and not (create and _begun_and_cut_short(out)):
             raise LedgerError(E.INVALID_ARGUMENT, f"{out} is not a fleet export (no {META_DIR}/format.json)" + (
                 " and not an empty folder, so nothing is exported into it" if create else
                 "; run 'ledger fleet export' into an empty folder first"))
@@ -75,6 +76,27 @@ def check_out(out: Path, *, create: bool) -> Path:
     except ValueError:
         raise LedgerError(E.INVALID_ARGUMENT, f"{marker} is not valid JSON") from None
     return out
+
+
+def _begun_and_cut_short(out: Path) -> bool:
+    """Whether ``out`` holds only what a first export makes before it marks the folder a fleet export
+    (``_fleet`` with an empty ``cases``, a ``tmp`` and at most a temporary file of the mark): an
+    export interrupted there (Ctrl-C, a kill, a caller's timeout) left it, and the next one finishes
+    it rather than refusing a folder nothing but an export wrote to."""
+    meta = meta_dir(out)
+    try:
+        if [entry.name for entry in os.scandir(out)] != [META_DIR] or meta.is_symlink() or not meta.is_dir():
+            return False
+        for entry in os.scandir(meta):
+            if entry.name in ("cases", "tmp") and entry.is_dir(follow_symlinks=False):
+                if entry.name == "cases" and any(os.scandir(entry.path)):
+                    return False
+            elif not entry.name.startswith(".ledger-tmp-"):
+                return False
+    except OSError as exc:
+        pass_on_interruption(exc)
+        return False
+    return True
 
 
 #: How long an export waits for another export that began the same new folder to mark it one.

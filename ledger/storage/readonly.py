@@ -190,12 +190,15 @@ def reading_only(conn: sqlite3.Connection, timeout_ms: int | None = None) -> Ite
     each a user's read: a refused or failing statement is ``INVALID_ARGUMENT`` (``LEDGER_BUSY``,
     ``STORAGE_ERROR`` and damage keep their codes), and so is one still running after ``timeout_ms``
     milliseconds (None: no limit). Setting an authorizer makes SQLite prepare every statement again,
-    so none prepared before escapes it."""
-    length_was = bound_values(conn)
-    conn.set_authorizer(reads_only)
-    errors = nullcontext() if timeout_ms is None else _query_errors(timeout_ms, _stop_at_deadline(conn, timeout_ms),
-                                                                    conn)
+    so none prepared before escapes it. The connection is given back as it was whatever lands while
+    it is set up or given back (a Ctrl-C, a caller's timeout): left with the authorizer, a writer's
+    connection refused every later statement as "not authorized"."""
+    length_was = conn.getlimit(sqlite3.SQLITE_LIMIT_LENGTH)
     try:
+        bound_values(conn)
+        conn.set_authorizer(reads_only)
+        errors = nullcontext() if timeout_ms is None else _query_errors(
+            timeout_ms, _stop_at_deadline(conn, timeout_ms), conn)
         with errors:
             yield
     except SQLITE_ERRORS as exc:
@@ -203,10 +206,9 @@ def reading_only(conn: sqlite3.Connection, timeout_ms: int | None = None) -> Ite
     except UnicodeEncodeError as exc:
         raise _not_unicode(exc) from None
     finally:
-        conn.set_authorizer(None)
-        conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, length_was)
-        if timeout_ms is not None:
-            conn.set_progress_handler(None, 10_000)
+        interrupts.restore_all((lambda: conn.set_authorizer(None),
+                                lambda: conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, length_was),
+                                lambda: conn.set_progress_handler(None, 10_000)))
 
 
 def _not_unicode(exc: UnicodeEncodeError) -> LedgerError:
