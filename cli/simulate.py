@@ -229,7 +229,7 @@ def _refuse_errors(errors: list[dict[str, Any]]) -> None:
 
 
 #: The options that score or write a choice: they need a constraint as well as --frontier.
-CHOICE_OPTIONS = ("emit", "folds", "task_prefix", "bootstrap")
+CHOICE_OPTIONS = ("emit", "folds", "bootstrap", "task_prefix")
 
 
 def _no_frontier_options(**given: Any) -> None:
@@ -273,10 +273,11 @@ def _frontier(settings: Settings, journals: Sequence[str], policies: list[Policy
         constraint = parse_max_stopped(max_stopped) if max_stopped is not None else None
     except LedgerError as exc:
         raise click.BadParameter(exc.message, param_hint="--max-stopped") from None
-    for option, given in (("--emit", emit is not None), ("--folds", folds is not None), ("--bootstrap", samples != 0),
-                          ("--task-prefix", bool(task_prefixes))):
-        if given and constraint is None:
-            raise click.UsageError(f"{option} needs --max-stopped (the constraint the choice meets)")
+    given = {"emit": emit is not None, "folds": folds is not None, "task_prefix": bool(task_prefixes),
+             "bootstrap": samples != 0}
+    for name in CHOICE_OPTIONS:
+        if given[name] and constraint is None:
+            raise click.UsageError(f"--{name.replace('_', '-')} needs --max-stopped (the constraint the choice meets)")
     if emit is not None:
         check_output_file(emit, "--emit")
     try:

@@ -272,7 +272,7 @@ class Session(SessionBase):
             key = (str(storage.path), case["package_id"], revision)
             cookie = storage.one("schema_cookie")[0]
             checked = _still_checked(storage, CHECKED.get(key), cookie)
-            provisional = _still_there(storage, PROVISIONAL.get(key), cookie)
+            provisional = _still_checked(storage, PROVISIONAL.get(key), cookie, committed=False)
             if provisional is not None and (checked is None or provisional[1] > checked[1]):
                 checked = provisional
             last_seq, stream_seq, sha, accounts = checked[1:] if checked else (None, 0, None, {})
@@ -366,26 +366,19 @@ CHECKED: dict[tuple[str, str, int], tuple[int, int, int, str, dict[str, dict[str
 PROVISIONAL: dict[tuple[str, str, int], tuple[int, int, int, str, dict[str, dict[str, Any]]]] = {}
 
 
-def _still_there(storage: Storage, checked: Any, cookie: int) -> Any:
-    """``checked`` (a :data:`PROVISIONAL` entry) when the same schema holds its newest event with the
-    same bytes; else None: its batch was rolled back, or the event is not yet visible to this reader."""
-    if checked is None or checked[0] != cookie:
-        return None
-    row = storage.one("event_hash_and_body", seq=checked[1])
-    if row is None or row[0] != checked[3] or sha256_hex(str(row[1]).encode("utf-8")) != checked[3]:
-        return None
-    return checked
-
-
-def _still_checked(storage: Storage, checked: Any, cookie: int) -> Any:
+def _still_checked(storage: Storage, checked: Any, cookie: int, *, committed: bool = True) -> Any:
     """``checked`` when the history it covers is unchanged: the same schema, and its newest event
     still stored with the bytes of its hash; None (check everything again) when the schema changed;
-    ``INTEGRITY_ERROR`` when that event changed or vanished underneath."""
+    ``INTEGRITY_ERROR`` when that event changed or vanished underneath. A :data:`PROVISIONAL` entry
+    (not ``committed``) whose event is not there as it was is None instead: its batch was rolled back,
+    or the event is not yet visible to this reader."""
     if checked is None or checked[0] != cookie:
         return None
     seq, sha = checked[1], checked[3]
     row = storage.one("event_hash_and_body", seq=seq)
     if row is None or row[0] != sha or sha256_hex(str(row[1]).encode("utf-8")) != sha:
+        if not committed:
+            return None
         raise LedgerError(E.INTEGRITY_ERROR, f"seq {seq}: the budget event, checked before, was changed underneath",
                           seq=seq)
     return checked

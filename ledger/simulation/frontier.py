@@ -538,10 +538,10 @@ def frontier(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Poli
     table = read_outcomes(outcomes) if isinstance(outcomes, (str, bytes, os.PathLike)) else outcomes
     analysis = analysis or AnalysisConfig()
     options = dict(jobs=jobs, analysis=analysis, package=package, actor=actor)
-    journals = path_list(journals, "journals")  # read once: an iterator would be empty the second time
-    files = journal_files(journals)
+    # listed once (an iterator would be empty the second time), and every replay reads these files
+    files = journal_files(path_list(journals, "journals"))
     check_prefixes_start(prefixes, [path.stem for path in files])
-    first = simulate(journals, [no_stop_policy(policies[0])], table, **options)
+    first = simulate(files, [no_stop_policy(policies[0])], table, **options)
     search = _Search(files, table, options, analysis.units_per_hypothesis)
     spends = {run.run: run.units_spent for run in first.runs if run.error is None}
     chosen = [no_stop_policy(policies[0]), cap_p75_policy(policies[0], list(spends.values())), *policies]
