@@ -14,13 +14,13 @@ import os
 import stat
 import sys
 import warnings
-from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
 import click
 
 from ledger import AnalysisConfig, BudgetConfig, Case, CheckpointWarning, LedgerError
 from ledger.ground import interrupts
+from ledger.ground.interrupts import context_manager
 from ledger.ground.arguments import is_decimal
 from ledger.ground.errors import OUTPUT_ERROR, limit_reached
 from ledger.ground.paths import STORAGE_ERRNOS, os_error
@@ -389,7 +389,7 @@ class _NoBar:
         return None
 
 
-@contextmanager
+@context_manager
 def read_only_rows(case: str, sql: str, timeout_ms: int = 30_000) -> Iterator[tuple[list[str], Iterator[tuple]]]:
     """The library's ``read_only_rows`` for a command: every read-only query a command runs
     (``ledger sql``, the length of verify's progress bar) goes through sqlite-utils, whose import

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from ledger import BudgetConfig, Case
+from ledger import BudgetConfig, Case, LedgerError
 from ledger.storage.sqlfiles import shipped_schema
 
 # Property and fuzz tests draw the same examples on every run by default, so CI
@@ -498,3 +498,36 @@ def downgrade_ledger(path: Path, version: int) -> None:
     conn.execute(now["schema_migrations_no_delete"])
     conn.commit()
     conn.close()
+
+
+class InterruptAt:
+    """A profile function raising the caller's ``TimeoutError`` at the ``at``-th moment of the
+    library's code (and ``contextlib``'s) where Python runs a signal handler: as a function starts
+    or resumes, and as a call into C (a SQLite statement, say) returns."""
+
+    def __init__(self, at: int) -> None:
+        self.at, self.seen = at, 0
+
+    #: Left out: the moment a generator context manager's ``__exit__`` starts, before any of it ran, after
+    #: which its generator's clean-up waits for the generator to be collected (docs/reliability.md).
+    GENERATOR_EXITS = ("contextlib.py", "ground/interrupts.py")
+
+    def __call__(self, frame, event, arg):
+        name = frame.f_code.co_filename
+        if event == "call" and frame.f_code.co_name == "__exit__" and name.endswith(self.GENERATOR_EXITS):
+            return
+        if event in ("call", "c_return") and ("/ledger/" in name or name.endswith("contextlib.py")):
+            self.seen += 1
+            if self.seen == self.at:
+                raise TimeoutError("tool timed out")
+
+    def run(self, call):
+        """``call()`` under it: the exception it raised (None when it completed)."""
+        sys.setprofile(self)
+        try:
+            call()
+        except (TimeoutError, LedgerError) as exc:  # a refusal: one landing in a callback SQLite called
+            return exc
+        finally:
+            sys.setprofile(None)
+        return None

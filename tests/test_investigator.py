@@ -21,7 +21,7 @@ from ledger import AnalysisConfig, BudgetConfig, Case, CaseBudget, LedgerError, 
 from ledger.services.actions import derived_id, failure_reason
 from ledger.ground.errors import INVALID_ID, LIMIT_REACHED, ROUTER_REFUSED
 
-from conftest import REPO, start_case
+from conftest import REPO, InterruptAt, make_package, start_case
 
 READ = {"path": "sources/app.py", "start_line": 1, "end_line": 2}
 
@@ -1395,6 +1395,47 @@ def test_the_systems_own_timeout_reading_a_file_is_still_a_refusal(case, investi
     with pytest.raises(LedgerError) as refused:
         investigator.run_tool("H1", "t2", "source.read_context", READ)
     assert refused.value.code == "ROUTER_REFUSED" and "Connection timed out" in refused.value.message
+
+
+# one landing as a generator is collected is printed and dropped by Python itself ("Exception ignored")
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+@pytest.mark.slow  # about 15 s: the slow lane (.ci/run) runs it
+def test_a_timeout_at_every_moment_of_run_tool_is_the_timeout_or_nothing_and_leaves_no_action_reserved(tmp_path):
+    """The caller's timeout raised at every third moment of run_tool where Python runs a signal handler
+    (a function starting, a call into C returning), the exception kept alive as the caller's ``except``
+    keeps it: each call completes or raises it, and no action is left reserved. A read cut short as it
+    was entered left its snapshot open while the exception lived, so the fail that closes the action
+    was refused as nested and the action stayed reserved (one real SIGALRM in CI: every later action
+    of the hypothesis then ``ACTION_PENDING``)."""
+    case = start_case(make_package(tmp_path / "case"), hypotheses=1, units=10 ** 9)
+    budget = case.budget(BudgetConfig.from_mapping({"max_low_information_steps": 10 ** 6}))
+    budget.initialize()
+    budget.run_tool("H1", "warm", "source.read_context", READ)
+    budget.settle("H1", "warm", 50, "read")
+    at, kept, outcomes = 1, [], set()
+    while at < 30_000:
+        exc = (interrupt := InterruptAt(at)).run(
+            lambda: budget.run_tool("H1", f"a{at}", "source.read_context", {**READ, "end_line": 1 + at % 2}))
+        if exc is None and interrupt.seen < at:
+            break  # past the call's last moment
+        kept.append(exc)
+        outcomes.add(type(exc).__name__)
+        status = budget.action_status("H1", f"a{at}")
+        assert status in (None, "failed", "awaiting_assessment"), (at, status, getattr(exc, "__notes__", None))
+        if status == "awaiting_assessment":
+            budget.settle("H1", f"a{at}", 50, "read")
+        at += 3
+    assert 1000 < at < 30_000 and outcomes <= {"TimeoutError", "NoneType"} and "TimeoutError" in outcomes
+    case.close()
+    verify_case(tmp_path / "case")
+    # a descriptor the system opened as the timeout landed, before the library held it, is lost (a
+    # known limit, docs/reliability.md): about one in a hundred of these moments; closed here
+    for fd in map(int, os.listdir("/proc/self/fd")):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}").startswith(str(tmp_path / "case" / "sources")):
+                os.close(fd)
+        except OSError:
+            pass
 
 
 @pytest.mark.slow  # a few seconds: the slow lane (.ci/run) runs it

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import Any, Callable
 
-from .errors import INVALID_ARGUMENT, INVALID_JSON, LedgerError, call_fitted
+from .errors import INVALID_ARGUMENT, INVALID_JSON, LedgerError, call_fitted, pass_on_interruption
 
 
 #: An integer written as text, as the command line and ``--vary`` take it: ASCII digits with an
@@ -84,7 +84,8 @@ def check_callback(value: Any, name: str, arguments: int) -> Any:
         raise LedgerError(INVALID_ARGUMENT, f"{name} must be a function or None, got {_kind(value)}")
     try:  # a decorated function: its wrapper's own shape, and the one it claims (functools.wraps)
         signatures = [inspect.signature(value, follow_wrapped=False), inspect.signature(value)]
-    except Exception:  # noqa: BLE001 - no signature Python can read (a built-in, an odd proxy): taken
+    except Exception as exc:  # noqa: BLE001 - no signature Python can read (a built-in, an odd proxy): taken
+        pass_on_interruption(exc)
         return value
     for signature in signatures:
         try:

@@ -103,7 +103,8 @@ def shown(value: Any, limit: int) -> str:
     else:
         try:
             text = _SHOWN.repr(value)
-        except Exception:  # a __repr__ that raises
+        except Exception as exc:  # a __repr__ that raises
+            pass_on_interruption(exc)
             text = f"<{type(value).__name__}>"
     return text if len(text) <= limit else text[:max(limit - 1, 0)] + "…"
 

@@ -11,6 +11,7 @@ translates such an error that it is an interrupt.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import threading
@@ -26,6 +27,37 @@ def _on_interrupt(signum: int, frame: FrameType | None) -> None:
     _last_signal[0] = signum
     _received.set()
     raise KeyboardInterrupt
+
+
+def context_manager(function: Callable[..., Iterator[Any]]) -> Callable[..., contextlib.AbstractContextManager[Any]]:
+    """:func:`contextlib.contextmanager`, except that an exception landing as the block is entered,
+    after the generator yielded and before the ``with`` holds it (a Ctrl-C, a caller's timeout raised
+    by its signal handler), ends the generator there, as if the block had raised it: left, what it set
+    up (a snapshot, a signal handler, a lock) stayed in place until the generator was collected, which
+    an exception keeping its frames alive puts off. The library's context managers are made with it."""
+    made = contextlib.contextmanager(function)
+
+    @functools.wraps(function)
+    def manager(*args: Any, **kwargs: Any) -> _Entered:
+        return _Entered(made(*args, **kwargs))
+    return manager
+
+
+class _Entered(contextlib.AbstractContextManager):  # type: ignore[type-arg]
+    __slots__ = ("inner",)
+
+    def __init__(self, inner: contextlib.AbstractContextManager[Any]) -> None:
+        self.inner = inner
+
+    def __enter__(self) -> Any:
+        try:
+            return self.inner.__enter__()
+        except BaseException as exc:  # noqa: BLE001 - raised on; a generator that raised it is over already
+            self.inner.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+
+    def __exit__(self, kind: Any, value: Any, traceback: Any) -> bool | None:
+        return self.inner.__exit__(kind, value, traceback)
 
 
 def ending() -> None:
@@ -84,7 +116,7 @@ def restore_all(steps: Iterable[Callable[[], Any]]) -> None:
         raise first
 
 
-@contextlib.contextmanager
+@context_manager
 def recorded() -> Iterator[None]:
     """Within the block, record every SIGINT (and still raise ``KeyboardInterrupt``), when Python's
     own handler is in place in the main thread (another handler a caller installed is left alone);
@@ -111,7 +143,7 @@ def recorded() -> Iterator[None]:
         _received.clear()
 
 
-@contextlib.contextmanager
+@context_manager
 def python_handler() -> Iterator[None]:
     """Within the block, Python's own SIGINT handler again (where :func:`recorded` put its own): an
     ``asyncio`` loop (``ledger serve``) stops on Ctrl-C by cancelling its task only under that one,
@@ -127,7 +159,7 @@ def python_handler() -> Iterator[None]:
         signal.signal(signal.SIGINT, _on_interrupt)
 
 
-@contextlib.contextmanager
+@context_manager
 def deferred() -> Iterator[None]:
     """In the main thread: a SIGINT (or SIGTERM) arriving inside is handled (as it would have been)
     at the end, so that what the block does (a commit and its count, a wait for workers) is never cut

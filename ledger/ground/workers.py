@@ -12,12 +12,12 @@ import time
 import warnings
 from multiprocessing import resource_tracker
 from multiprocessing.context import BaseContext
-from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Sequence
 
 from . import interrupts
 from .arguments import caller_stacklevel
 from .errors import INVALID_ARGUMENT, LedgerError, repr_shown, pass_on_interruption
+from .interrupts import context_manager
 
 #: How long the calling process works alone before it starts worker processes: a worker's start
 #: (a fresh interpreter importing the package) costs about this much, so work that ends sooner
@@ -171,7 +171,7 @@ def parent_gone() -> bool:
     return _parent[0] is not None and os.getppid() != _parent[0]
 
 
-@contextmanager
+@context_manager
 def interrupts_blocked() -> Iterator[None]:
     """SIGINT and SIGTERM blocked in this thread (and so in the processes it starts, which keep the
     mask from their first instruction on) where the system can: a Ctrl-C a terminal sends to the
@@ -303,8 +303,9 @@ class _SharedWork:
                 indices = self._take_chunk()
             try:
                 future = self.pool.submit(_run_chunk, self.work, [self.tasks[i] for i in indices])
-            except Exception:  # a broken or closed pool: this process takes the tasks back
+            except Exception as exc:  # a broken or closed pool: this process takes the tasks back
                 self._give_back(indices)
+                pass_on_interruption(exc)
                 return
             future.add_done_callback(lambda f, indices=indices: self._finished(indices, f))
 
@@ -338,7 +339,8 @@ class _SharedWork:
             for _ in range(count):
                 try:
                     ping = pool.submit(int)  # starts a worker
-                except Exception:  # a worker died while the others started: this process goes on alone
+                except Exception as exc:  # a worker died while the others started: this process goes on alone
+                    pass_on_interruption(exc)
                     return
                 ping.add_done_callback(self._worker_ready)
 

@@ -4,7 +4,6 @@ it and :mod:`ledger.package_tools.fleet_query` reads it."""
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import fcntl
 import json
@@ -19,6 +18,7 @@ from ..ground import errors as E
 from ..ground.descriptors import open_to_read, refuse_held
 from ..ground.errors import LedgerError, pass_on_interruption
 from ..ground.paths import make_folders, os_error, refuse_link_to_nothing, require_utf8
+from ..ground.interrupts import context_manager
 from ..model.package import refuse_output_in_package
 from .atomic_files import fsync_dir, write_atomic
 
@@ -126,7 +126,7 @@ def _refuse_inside_export(out: Path) -> None:
                               "would read this one's files as rows of theirs; export to a folder outside it")
 
 
-@contextlib.contextmanager
+@context_manager
 def locked_file(path: Path, mode: int) -> Iterator[None]:
     """Hold ``flock(mode)`` on ``path``, a regular file of the export (made if missing and writable). A
     shared lock on a read-only copy of an export that cannot hold one is not taken (nobody writes it,

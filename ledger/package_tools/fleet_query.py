@@ -5,7 +5,6 @@ values as the other commands print them.
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import decimal
 import fcntl
@@ -24,6 +23,7 @@ from ..ground.canonical import check_int
 from ..ground.descriptors import is_held
 from ..ground.errors import LedgerError, refuses_unfit_calls, shown, pass_on_interruption
 from ..ground.paths import fs_path
+from ..ground.interrupts import context_manager
 from ..storage.sqlfiles import queries
 from .fleet import duckdb_module, sql_identifier, sql_literal
 from .fleet_folder import DATA_FILE, TABLES, check_out, locked_file, meta_dir
@@ -139,7 +139,7 @@ def _one_select(con: Any, query: str) -> None:
                           query="refused")
 
 
-@contextlib.contextmanager
+@context_manager
 def fleet_rows(out: str | os.PathLike[str], query: str, *, timeout_ms: int = 30_000,
                started: Callable[[], None] | None = None) -> Iterator[tuple[list[str], Iterator[tuple]]]:
     """Run one DuckDB ``SELECT`` over the fleet export ``out``: ``with fleet_rows(out, q) as (names, rows)``.
@@ -189,7 +189,7 @@ def fleet_rows(out: str | os.PathLike[str], query: str, *, timeout_ms: int = 30_
             con.close()
 
 
-@contextlib.contextmanager
+@context_manager
 def _interrupt_on_ctrl_c(con: Any) -> Iterator[None]:
     """Make a Ctrl-C stop ``con``'s query at once. DuckDB may hold the main thread without looking for
     signals, so Python's own handler would run only when it returns; but Python's C-level handler
@@ -229,7 +229,7 @@ def _interrupt_on_ctrl_c(con: Any) -> Iterator[None]:
         os.close(reading)
 
 
-@contextlib.contextmanager
+@context_manager
 def _ctrl_c_is_an_interrupt() -> Iterator[None]:
     """DuckDB reports a Ctrl-C that stopped it (setting up the views, running or fetching the query)
     as a plain ``RuntimeError`` "Query interrupted": it is the ``KeyboardInterrupt`` again."""

@@ -13,7 +13,6 @@ import os
 import re
 import sqlite3
 import tempfile
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
@@ -32,6 +31,7 @@ from ..model.package import (LEDGER_FILE, check_package_names, export_tree_files
     refuse_stray_logs)
 from ..ground.clock import utc_now
 from ..ground.paths import fs_path, os_error
+from ..ground.interrupts import context_manager
 from .anchors import check_anchored_events, check_anchors
 from .verify_rows import HELPER_TABLES, compare_rows
 from .replay import PackageSource, Replayer
@@ -376,7 +376,7 @@ def _export_state(manifest_head: int | None, head_seq: int, exported_files: int)
     return "current" if manifest_head >= head_seq else "behind"
 
 
-@contextmanager
+@context_manager
 def _ledger_now(ledger: Path, scratch: Storage, head: tuple[int, str]) -> Iterator[tuple[sqlite3.Connection, int]]:
     """``(connection, head seq)`` of the ledger as it is now, for the export check: the verified
     snapshot while nothing was appended since (or on an immutable read), else a new read of the

@@ -32,7 +32,7 @@ from typing import Any, Callable, Mapping
 from ..ground.arguments import plain_arguments
 from ..ground import errors as E
 from ..ground.canonical import SAFE_INTEGER_MAX, canonical_sha256, check_int
-from ..ground.errors import LedgerError, describe_value, given, shortened, shown
+from ..ground.errors import LedgerError, describe_value, given, pass_on_interruption, shortened, shown
 from .common import (TERMINAL_STATUSES, Context, Draft, LedgerView, Outcome, Reused, check_action_id, check_reason,
                      not_initialized, operation_key, replay_or_conflict, require_case, unknown_hypothesis_error)
 
@@ -83,7 +83,8 @@ def ratio_to_bps(ratio: Any) -> int:
             shown = shortened(repr(ratio), 100)
         except ValueError:  # an integer of more digits than Python turns into text
             shown = f"an integer of about {ratio.bit_length() * 3 // 10} digits"
-        except Exception:  # a caller's object whose repr raises
+        except Exception as exc:  # a caller's object whose repr raises
+            pass_on_interruption(exc)
             shown = f"a {type(ratio).__name__} that cannot be shown"
         return LedgerError(E.INVALID_ARGUMENT, f"warning_ratio {why}, got {shown}")
 

@@ -20,7 +20,6 @@ state a retry continues from.
 from __future__ import annotations
 
 import hashlib
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -30,7 +29,8 @@ from ..ground.arguments import NotCopied, plain_public_arguments
 from ..ground import errors as E
 from .budget import BudgetManager, BudgetResult
 from ..ground.config import BudgetConfig
-from ..ground.errors import LedgerError, refuses_unfit_calls_of
+from ..ground.errors import LedgerError, pass_on_interruption, refuses_unfit_calls_of
+from ..ground.interrupts import context_manager
 from .evidence import EvidenceResult, EvidenceStore, FeedbackResult
 from ..rules.common import (ACTION_ID_RE, CLOSED_ACTION_STATUSES, REASON_CHARS_MAX, check_action_id, check_action_name, check_hypothesis_id,
                             is_blank)
@@ -57,7 +57,8 @@ def failure_reason(exc: BaseException) -> str:
     even for an exception whose message cannot be had or whose type name shows nothing)."""
     try:
         message = str(exc).strip()
-    except Exception:  # a __str__ that raises: the type still says what happened
+    except Exception as problem:  # a __str__ that raises: the type still says what happened
+        pass_on_interruption(problem)
         message = ""
     name = type(exc).__name__
     text = f"{name}: {message}" if message else name
@@ -135,7 +136,7 @@ class Action(NotCopied):
             self.result = self._budget.record_evidence(self.hypothesis_id, self.action_id, record_id, at=self._at)
         return self.result
 
-    @contextmanager
+    @context_manager
     def _unreserved_hint(self) -> Iterator[None]:
         """``UNKNOWN_ACTION`` of an action never entered as a block says that entering reserves it."""
         try:

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import errno
 import os
+import sys
 import uuid
 import weakref
 import warnings
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
@@ -34,6 +34,7 @@ from ..model.package import (ANALYSIS_DIR, LEDGER_FILE, MANIFEST_FILE, content_p
 from ..model.input_identity import input_identity
 from ..model.source_refs import resolve_source_refs
 from ..ground.paths import fs_path, make_folders, os_error
+from ..ground.interrupts import context_manager
 from ..router.reference import Router
 from ..rules import lifecycle
 from ..rules.common import check_action_id, check_case_id
@@ -363,12 +364,18 @@ class Case(NotCopied, CaseFacade):
         return reader
 
     def _rows_read(self, sql: str, params: Iterable[Any] | dict[str, Any]) -> Iterator[dict[str, Any]]:
-        with self.session.read(), translate_sqlite_errors():
-            cursor = self.storage.conn.execute(sql, params)
-            names = [d[0] for d in cursor.description or ()]
-            while chunk := cursor.fetchmany(512):
-                for row in chunk:
-                    yield dict(zip(names, row))
+        try:
+            with self.session.read(), translate_sqlite_errors():
+                cursor = self.storage.conn.execute(sql, params)
+                try:
+                    names = [d[0] for d in cursor.description or ()]
+                    while chunk := cursor.fetchmany(512):
+                        for row in chunk:
+                            yield dict(zip(names, row))
+                finally:
+                    cursor.close()  # as in _dicts
+        finally:  # an interrupt as the read was left, before its end ran: this frame lives on with the
+            self.storage.end_read_of(sys._getframe())  # exception, so the next read would not end it
 
     def query(self, sql: str, params: Sequence[Any] | dict[str, Any] = (), *,
               timeout_ms: int | None = None) -> list[dict[str, Any]]:
@@ -398,8 +405,11 @@ class Case(NotCopied, CaseFacade):
 
     def _dicts(self, sql: str, params: Iterable[Any] | dict[str, Any]) -> list[dict[str, Any]]:
         cursor = self.storage.conn.execute(sql, params)
-        names = unique_names([d[0] for d in cursor.description or ()])  # SELECT e1.seq, e2.seq: seq, seq_2
-        return [dict(zip(names, row)) for row in cursor.fetchall()]
+        try:
+            names = unique_names([d[0] for d in cursor.description or ()])  # SELECT e1.seq, e2.seq: seq, seq_2
+            return [dict(zip(names, row)) for row in cursor.fetchall()]
+        finally:  # its statement ended at once, also when an interrupt cuts the reading short: one left
+            cursor.close()  # running (its frame living on with the exception) made SQLite refuse every later query's functions
 
     def balances(self) -> list[dict[str, Any]]:
         """Rows of the ``balances`` view, by revision and hypothesis number."""
@@ -506,7 +516,7 @@ def check_new_case_path(path: str | os.PathLike[str]) -> Path:
     return root
 
 
-@contextmanager
+@context_manager
 def read_only_rows(path: str | os.PathLike[str], sql: str, *,
                    timeout_ms: int = 30_000) -> Iterator[tuple[list[str], Iterator[tuple]]]:
     """:func:`read_only_query` with the rows read from the cursor as consumed:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import marshal
 import uuid
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Iterator
 
@@ -37,6 +37,7 @@ from ..ground.arguments import plain_public_arguments
 from ..ground.clock import utc_now
 from ..ground.config import AnalysisConfig
 from ..ground.errors import LedgerError, limit_reached
+from ..ground.interrupts import context_manager
 from .facade import CaseFacade
 from ..model.package import event_path
 from ..rules import lifecycle
@@ -110,13 +111,13 @@ class MemorySession(SessionBase):
         self._addresses: list[tuple[str, int, int]] = [("", 0, 0)]  # seq → (stream, revision, stream_seq)
         self._budget_heads: dict[int, int] = {}  # revision → seq of its newest budget event
 
-    @contextmanager
+    @context_manager
     def read(self) -> Iterator[MemoryView]:
         """The view itself (reads are consistent: nothing else writes to it)."""
         self.check_thread()
         yield self.view
 
-    @contextmanager
+    @context_manager
     def batch(self) -> Iterator[None]:
         """Accepted for the interface; operations in memory need no group commit."""
         self.check_thread()

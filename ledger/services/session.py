@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import json
 import threading
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Mapping
 
 from ..ground import errors as E
 from ..storage.sqlfiles import statement
@@ -214,12 +213,10 @@ class Session(SessionBase):
         #: What this writer's operations read of rarely changing facts, kept while the head is ours.
         self.cache = WriterCache()
 
-    @contextmanager
-    def read(self) -> Iterator[SqlView]:
-        """A consistent read snapshot as a view, ended before returning."""
+    def read(self) -> "_Reading":
+        """A consistent read snapshot as a view, ended before returning (a context manager)."""
         self.check_thread()
-        with self.storage.read():
-            yield SqlView(self.storage)
+        return _Reading(self.storage.read(depth=2))  # held by the `with` that enters it
 
     def batch(self) -> Batch:
         """Group commit: every operation inside shares one durable transaction (a context manager)."""
@@ -304,6 +301,26 @@ class Session(SessionBase):
         if row is None:
             raise LedgerError(E.INVALID_ARGUMENT, f"no event with seq {seq}")
         return event_path(row[3], row[2], row[4])
+
+
+class _Reading:
+    """:meth:`Session.read`: the storage's read, yielding a view of it (a class rather than a
+    generator: an interrupt as a generator entered left its snapshot open until it was collected)."""
+
+    __slots__ = ("read",)
+
+    def __init__(self, read: Any) -> None:
+        self.read = read
+
+    def __enter__(self) -> SqlView:
+        try:
+            return SqlView(self.read.__enter__())
+        except BaseException as exc:  # an interrupt once begun: the read is ended, never left open
+            self.read.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+
+    def __exit__(self, kind: Any, value: Any, traceback: Any) -> bool:
+        return self.read.__exit__(kind, value, traceback)
 
 
 class _Writing:

@@ -18,11 +18,9 @@ from __future__ import annotations
 import ctypes
 import os
 import sqlite3
-import sys
 import weakref
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Mapping
 
 from ..ground import errors as E
 from .sqlfiles import foreign_write_blockers, migration_record_problem, migrations, queries, schema_object, schema_version, statement
@@ -34,7 +32,7 @@ from .sqlite_file import (LOCK_SUFFIX, WAL_RESTART_BYTES, EventRow, HelperRow, S
                           file_uri, immutable_snapshot, probe_file, readable_uri, sqlite_error, translate_sqlite_errors)
 from .side_files import wal_bytes, writable_side_files
 from ..ground.paths import os_error
-from .transaction import Batch, Write
+from .transaction import Batch, Read, Write, abandoned
 
 
 def _raise_translated(exc: BaseException) -> None:
@@ -114,6 +112,8 @@ class Storage:
         self._holder_at = -1  # that frame's instruction as it entered the `with`
         self._commits = 0  # commits since the WAL size was last looked at (:meth:`_bound_wal`)
         self._in_read = False
+        self._reader: Any = None  # the frame whose `with` holds the read (transaction.Read), while it does
+        self._reader_at = -1
         self._closed = False
         self._fork = fork_count()  # the connection belongs to this process (:meth:`check_process`)
         _LIVE.add(self)
@@ -428,19 +428,10 @@ class Storage:
         before any of it ran): its transaction and the writer lock were left held. It is abandoned
         once the frame whose ``with`` held it is no longer running; a write whose block is still
         running (a nested call) is left to its block."""
-        holder = self._holder
         if not self._in_write:
             if self._lock.locked:  # cut short after it was marked ended: only the lock is left
                 self._lock.release()
-            return
-        if holder is None:
-            return
-        frame = sys._getframe(1)
-        while frame is not None and frame is not holder:
-            frame = frame.f_back
-        # still running there: abandoned only if that frame is entering the very same `with` again (a
-        # loop that caught the interrupt), which it cannot while that block still runs
-        if frame is None or frame.f_lasti == self._holder_at:
+        elif abandoned(self._holder, self._holder_at):
             self._in_batch = self._savepoint_open = False
             self._end()
 
@@ -512,24 +503,34 @@ class Storage:
         except sqlite3.Error:
             pass  # the original exception is what the caller must see
 
-    @contextmanager
-    def read(self) -> Iterator["Storage"]:
-        """A consistent read snapshot, ended before returning (no transaction is left open)."""
-        self.check_process()
-        self.recover_abandoned_write()
-        if self._in_write or self._in_read:  # inside a write or another read: the same snapshot
-            yield self
-            return
-        with translate_sqlite_errors():
-            try:
-                self._in_read = True
-                if self.conn.in_transaction:
-                    self.conn.execute("ROLLBACK")
-                self.conn.execute("BEGIN")
-                yield self
-            finally:
-                self._in_read = False
-                self._rollback()
+    def read(self, depth: int = 1) -> Read:
+        """A consistent read snapshot, ended before returning (no transaction is left open); inside a
+        write or another read, that one's. ``depth``: frames up from the read's ``__enter__`` to the
+        one whose ``with`` holds it."""
+        return Read(self, depth)
+
+    def _begin_read(self) -> None:
+        if self.conn.in_transaction:  # left over from an interrupted rollback
+            self.conn.execute("ROLLBACK")
+        self.conn.execute("BEGIN")
+
+    def _end_read(self) -> None:
+        """Every way out of :meth:`read` (a second interrupt in the first one's rollback: the next
+        read or write finishes it, as it rolls back what it finds open)."""
+        self._in_read = False
+        self._reader = None
+        self._rollback()
+
+    def end_read_of(self, holder: Any) -> None:
+        """End the read the ``with`` of frame ``holder`` entered, if it is still open (its end cut short)."""
+        if self._in_read and self._reader is holder:
+            self._end_read()
+
+    def recover_abandoned_read(self) -> None:
+        """End a read whose own end an interrupt cut short (:func:`~ledger.storage.transaction.abandoned`):
+        left, its snapshot answered every later read of the process and every write was refused as nested."""
+        if self._in_read and abandoned(self._reader, self._reader_at):
+            self._end_read()
 
     def _fault(self, label: str) -> None:
         if self.fault_hook is not None:

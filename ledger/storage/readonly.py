@@ -12,13 +12,14 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Iterator
 
 from ..ground import errors as E, interrupts
 from .sqlfiles import PUBLIC_VIEWS, schema_version, statement
 from ..ground.errors import LedgerError, pass_on_interruption
+from ..ground.interrupts import context_manager
 from .bounded_printf import bound_printf
 from .sqlite_file import (BUSY_CODES, DAMAGED_CODES, HIDDEN_FUNCTION_RE, SQLITE_ERRORS, SQLITE_INTERRUPT,
                           SQLITE_READONLY, SQLITE_TOOBIG, STORAGE_CODES, close_then_fold, connect_uri, no_case_in,
@@ -67,7 +68,7 @@ def _stored_bytes(path: Path) -> int:
     return total
 
 
-@contextmanager
+@context_manager
 def _query_errors(timeout_ms: int, deadline: float, conn: sqlite3.Connection) -> Iterator[None]:
     """A user's query failing (:func:`_query_error`), stopped at its deadline (``INVALID_ARGUMENT``)
     or, before it, by Ctrl-C (``KeyboardInterrupt`` again)."""
@@ -184,7 +185,7 @@ def open_readonly(path: Path) -> sqlite3.Connection:
     return conn
 
 
-@contextmanager
+@context_manager
 def reading_only(conn: sqlite3.Connection, timeout_ms: int | None = None) -> Iterator[None]:
     """Run the block's statements on ``conn`` (a writer's connection, say) under :func:`reads_only`,
     each a user's read: a refused or failing statement is ``INVALID_ARGUMENT`` (``LEDGER_BUSY``,
@@ -205,10 +206,14 @@ def reading_only(conn: sqlite3.Connection, timeout_ms: int | None = None) -> Ite
         raise _query_error(exc, conn) from None
     except UnicodeEncodeError as exc:
         raise _not_unicode(exc) from None
-    finally:
-        interrupts.restore_all((lambda: conn.set_authorizer(None),
-                                lambda: conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, length_was),
-                                lambda: conn.set_progress_handler(None, 10_000)))
+    finally:  # each a call into C, each in a `finally` of the one before: an interrupt (which Python
+        try:  # raises only as a call starts or a call into C returns) cannot leave one of them out
+            conn.set_authorizer(None)
+        finally:
+            try:
+                conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, length_was)
+            finally:
+                conn.set_progress_handler(None, 10_000)
 
 
 def _not_unicode(exc: UnicodeEncodeError) -> LedgerError:
@@ -246,7 +251,7 @@ def readonly_query(path: Path, sql: str, timeout_ms: int = 30_000) -> tuple[list
     with readonly_rows(path, sql, timeout_ms) as (names, rows):
         return names, list(rows)
 
-@contextmanager
+@context_manager
 def readonly_rows(path: Path, sql: str, timeout_ms: int = 30_000) -> Iterator[tuple[list[str], Iterator[tuple]]]:
     """Like :func:`readonly_query`, but the rows come from the cursor as they are read
     (``with readonly_rows(path, sql) as (names, rows): …``); the connection

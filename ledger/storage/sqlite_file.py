@@ -10,7 +10,6 @@ import re
 import sqlite3
 import sys
 import weakref
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
@@ -19,6 +18,7 @@ from urllib.parse import quote, unquote_to_bytes
 from ..ground import errors as E, interrupts
 from ..ground.errors import LedgerError, pass_on_interruption
 from ..ground.descriptors import hold_file, refuse_inherited
+from ..ground.interrupts import context_manager
 from .side_files import (check_not_cut_short, check_side_files, hot_journal, log_files_exist, log_path, orphaned_logs,
                          wal_is_empty)
 from .sqlfiles import check_sqlite_version, migration_record_problem
@@ -49,7 +49,7 @@ def primary_code(exc: BaseException) -> int | None:
     code = getattr(exc, "sqlite_errorcode", None)
     return None if code is None else code & 0xFF
 
-@contextmanager
+@context_manager
 def translate_sqlite_errors() -> Iterator[None]:
     """The one place where ``sqlite3`` errors become ``LedgerError`` (:func:`sqlite_error`)."""
     try:

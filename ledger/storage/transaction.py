@@ -1,10 +1,14 @@
-"""A write and a batch of :class:`~ledger.storage.connection.Storage`: its ``BEGIN IMMEDIATE … COMMIT``
-(a ``SAVEPOINT`` inside a batch), and the batch's one transaction around several writes.
+"""A write, a batch and a read of :class:`~ledger.storage.connection.Storage`: its ``BEGIN IMMEDIATE …
+COMMIT`` (a ``SAVEPOINT`` inside a batch), the batch's one transaction around several writes, and a
+read's snapshot (``BEGIN … ROLLBACK``).
 
-Both are classes rather than generator context managers: they run once per operation, and an
-interrupt (``KeyboardInterrupt``) that lands as one is entered, after the transaction began and before
-the ``with`` block holds it, ends the transaction here, never leaving it and the writer lock held
-(docs/reliability.md).
+All are classes rather than generator context managers: they run once per operation, and an
+interrupt (``KeyboardInterrupt``, a caller's timeout raised by its signal handler) that lands as one is
+entered, after the transaction began and before the ``with`` block holds it, ends the transaction
+here, never leaving it (and the writer lock) held until the generator is collected. One that lands as
+one is left, before any of its end ran, leaves it to the next read or write of the process, which
+ends it once the frame whose ``with`` held it no longer runs that block (:func:`abandoned`;
+docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -17,6 +21,24 @@ from .sqlite_file import SQLITE_ERRORS, sqlite_error
 
 #: A :class:`~ledger.storage.connection.Storage` (not imported: the connection imports this module).
 Storage = Any
+
+
+def abandoned(holder: Any, holder_at: int) -> bool:
+    """Whether the transaction the ``with`` of frame ``holder`` entered at instruction ``holder_at`` is
+    abandoned (its end cut short): that frame is no longer running (called from here), or is entering
+    that very ``with`` again (a loop that caught the interrupt), which it cannot while the block runs.
+    A generator's frame is never taken for gone: one suspended inside its block (rows read as they are
+    consumed) still holds it, and its own end (or the case's close) ends it."""
+    if holder is None or holder.f_code.co_flags & _GENERATOR_FLAGS:
+        return False
+    frame = sys._getframe(2)
+    while frame is not None and frame is not holder:
+        frame = frame.f_back
+    return frame is None or frame.f_lasti == holder_at
+
+
+#: ``inspect.CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR`` (not imported: ``inspect`` is slow to load).
+_GENERATOR_FLAGS = 0x20 | 0x80 | 0x200
 
 
 def in_batch(storage: Storage) -> bool:
@@ -66,6 +88,7 @@ class Write:
         storage = self.storage
         storage.check_process()
         storage.recover_abandoned_write()
+        storage.recover_abandoned_read()
         if storage._in_batch:
             storage._open_savepoint()  # one left open by an interrupt is settled by the batch's next step
             self.savepoint = True
@@ -101,6 +124,47 @@ class Write:
                     return False
             finally:
                 storage._end()
+        if isinstance(value, SQLITE_ERRORS):
+            translated = sqlite_error(value)
+            if translated is not value:
+                raise translated from None
+        return False
+
+
+class Read:
+    """:meth:`Storage.read`: one consistent snapshot (``BEGIN`` … ``ROLLBACK``), or, inside a write or
+    another read, that one's. ``depth``: frames up from ``__enter__`` to the one whose ``with`` holds it."""
+
+    __slots__ = ("storage", "depth", "own")
+
+    def __init__(self, storage: Storage, depth: int = 1) -> None:
+        self.storage = storage
+        self.depth = depth
+        self.own = False  # True once this read began the snapshot: its __exit__ ends it
+
+    def __enter__(self) -> Storage:
+        storage = self.storage
+        storage.check_process()
+        storage.recover_abandoned_write()
+        storage.recover_abandoned_read()
+        if storage._in_write or storage._in_read:  # inside a write or another read: the same snapshot
+            return storage
+        try:
+            storage._in_read = True
+            storage._begin_read()
+            holder = sys._getframe(self.depth)
+            storage._reader, storage._reader_at = holder, holder.f_lasti
+        except BaseException as exc:  # an interrupt as the snapshot began too: ended here, never left held
+            storage._end_read()
+            if isinstance(exc, SQLITE_ERRORS):
+                raise sqlite_error(exc) from None
+            raise
+        self.own = True  # no call after it: an interrupt cannot come between it and the return
+        return storage
+
+    def __exit__(self, kind: Any, value: Any, traceback: Any) -> bool:
+        if self.own:
+            self.storage._end_read()
         if isinstance(value, SQLITE_ERRORS):
             translated = sqlite_error(value)
             if translated is not value:
