@@ -529,7 +529,7 @@ class Storage:
     def recover_abandoned_read(self) -> None:
         """End a read whose own end an interrupt cut short (:func:`~ledger.storage.transaction.abandoned`):
         left, its snapshot answered every later read of the process and every write was refused as nested."""
-        if self._in_read and abandoned(self._reader, self._reader_at):
+        if self._in_read and abandoned(self._reader, self._reader_at, read=True):
             self._end_read()
 
     def _fault(self, label: str) -> None:

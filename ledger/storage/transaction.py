@@ -23,13 +23,13 @@ from .sqlite_file import SQLITE_ERRORS, sqlite_error
 Storage = Any
 
 
-def abandoned(holder: Any, holder_at: int) -> bool:
+def abandoned(holder: Any, holder_at: int, *, read: bool = False) -> bool:
     """Whether the transaction the ``with`` of frame ``holder`` entered at instruction ``holder_at`` is
     abandoned (its end cut short): that frame is no longer running (called from here), or is entering
     that very ``with`` again (a loop that caught the interrupt), which it cannot while the block runs.
-    A generator's frame is never taken for gone: one suspended inside its block (rows read as they are
-    consumed) still holds it, and its own end (or the case's close) ends it."""
-    if holder is None or holder.f_code.co_flags & _GENERATOR_FLAGS:
+    A generator's frame holding a ``read`` is never taken for gone: one suspended inside its block (rows
+    read as they are consumed) still holds it, and its own end (or the case's close) ends it."""
+    if holder is None or (read and holder.f_code.co_flags & _GENERATOR_FLAGS):
         return False
     frame = sys._getframe(2)
     while frame is not None and frame is not holder:
