@@ -661,6 +661,62 @@ def test_a_read_an_interrupt_lands_in_anywhere_leaves_no_snapshot_held_while_the
     assert calls["query"]() == [{"n": generation(case)}] and lock_is_free(case)
 
 
+def test_a_lock_release_an_interrupt_lands_in_as_its_guard_is_left_is_finished_by_the_next_read(budget_case,
+                                                                                          monkeypatch):
+    """The release cleared what it held before letting it go: an interrupt between the two (as its guard
+    was left) kept the lock held while nothing said so, and reads never let it go, so every other process
+    was LEDGER_BUSY until this one wrote again (helper 216)."""
+    case, budget = budget_case
+    real_guarded, fired = WriterLock._guarded, []
+
+    class Guard:  # the guard, with an interrupt landing as its ``with`` is left in release()
+        def __init__(self, lock):
+            self.lock = lock
+
+        def __enter__(self):
+            return self.lock.__enter__()
+
+        def __exit__(self, *exc):
+            self.lock.__exit__(*exc)
+            if not fired and sys._getframe(1).f_code.co_name == "release" and case.storage._lock.held is not None:
+                fired.append(True)
+                raise TimeoutError("tool timed out")
+
+    monkeypatch.setattr(WriterLock, "_guarded", lambda self: Guard(real_guarded(self)))
+    with pytest.raises(TimeoutError):
+        budget.reserve("H1", "k1", "source.read_context")
+    monkeypatch.undo()
+    assert fired
+    assert budget.advice("H1")["pending_action_id"] == "k1" and lock_is_free(case)  # a read lets it go
+    assert budget.fail("H1", "k1", "given up").action["status"] == "failed"
+    verify_case(case.path)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_close_an_interrupt_lands_in_anywhere_is_finished_by_closing_again(package):
+    """It marked the case closed before letting the lock and the connection go: cut short there, a second
+    close did nothing and the process kept both (other processes LEDGER_BUSY) for its whole life."""
+    start_case(package).close()
+    at, kept = 1, []
+    while at < 500:
+        case = Case.open(package)
+        case.transition("BLOCKED" if at % 2 else "INVESTIGATING_HYPOTHESES")  # something in the log to copy back
+        exc = (interrupt := InterruptAt(at)).run(case.close)
+        if exc is None and interrupt.seen < at:
+            break
+        kept.append(exc)
+        case.close()
+        assert lock_is_free(case) and not (package / "ledger.sqlite-wal").exists(), at
+        at += 1
+    assert 20 < at < 500 and any(kept)
+    for fd in map(int, os.listdir("/proc/self/fd")):  # descriptors lost as the interrupt landed, as above
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}").startswith(str(package)):
+                os.close(fd)
+        except OSError:
+            pass
+
+
 def test_a_loop_that_caught_the_interrupt_enters_its_batch_again(budget_case, monkeypatch):
     """The batch's own `with`, entered again by the frame that held it, ends what the interrupted end
     left; a call from inside a block that is still running stays refused as nested."""

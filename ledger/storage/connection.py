@@ -114,7 +114,7 @@ class Storage:
         self._in_read = False
         self._reader: Any = None  # the frame whose `with` holds the read (transaction.Read), while it does
         self._reader_at = -1
-        self._closed = False
+        self._closed = self._closing = False
         self._fork = fork_count()  # the connection belongs to this process (:meth:`check_process`)
         _LIVE.add(self)
         #: Opened as an immutable snapshot on a read-only location (:meth:`open`).
@@ -296,11 +296,11 @@ class Storage:
     def close(self) -> str | None:
         """Checkpoint the WAL into the main file and close; never waits on another connection.
 
-        Returns None when the WAL was emptied (``wal_checkpoint(TRUNCATE)``), else a
-        sentence saying why not: a reader elsewhere still holds an old snapshot (the
-        log is emptied by a later close) or the checkpoint failed. When another
-        ledger writer holds the writer lock, the log is its to empty: nothing is
-        tried and None is returned. Closing always succeeds.
+        Returns None when the WAL was emptied (``wal_checkpoint(TRUNCATE)``), else a sentence saying
+        why not: a reader elsewhere still holds an old snapshot (the log is emptied by a later close) or
+        the checkpoint failed. When another ledger writer holds the writer lock, the log is its to
+        empty: nothing is tried and None is returned. Closing always succeeds (one an interrupt cut
+        short is finished by closing again).
         """
         if self._closed:
             return None  # closing twice is harmless
@@ -308,16 +308,21 @@ class Storage:
             self._abandon()
             return None
         try:
+            if self._closing:  # a close an interrupt cut short: what it left is finished below
+                return None
+            self._closing = True
             with translate_sqlite_errors():
                 self._rollback()
                 self._lock.release()
                 return self._final_checkpoint()
         except LedgerError as exc:
             return f"the write-ahead log of {self.path} was not emptied: {exc.message}"
-        finally:
+        finally:  # closed once both ran
+            try:
+                self._lock.close()
+            finally:
+                self.conn.close()
             self._closed = True
-            self._lock.close()
-            self.conn.close()
 
     def _final_checkpoint(self) -> str | None:
         if self.read_only or not self._try_lock():
@@ -509,14 +514,8 @@ class Storage:
         one whose ``with`` holds it."""
         return Read(self, depth)
 
-    def _begin_read(self) -> None:
-        if self.conn.in_transaction:  # left over from an interrupted rollback
-            self.conn.execute("ROLLBACK")
-        self.conn.execute("BEGIN")
-
     def _end_read(self) -> None:
-        """Every way out of :meth:`read` (a second interrupt in the first one's rollback: the next
-        read or write finishes it, as it rolls back what it finds open)."""
+        """Every way out of :meth:`read` (a rollback an interrupt cut short: the next read or write ends it)."""
         self._in_read = False
         self._reader = None
         self._rollback()
@@ -527,8 +526,8 @@ class Storage:
             self._end_read()
 
     def recover_abandoned_read(self) -> None:
-        """End a read whose own end an interrupt cut short (:func:`~ledger.storage.transaction.abandoned`):
-        left, its snapshot answered every later read of the process and every write was refused as nested."""
+        """End a read whose end an interrupt cut short (:func:`~.transaction.abandoned`): left, its
+        snapshot answered the process's later reads and every write was refused as nested."""
         if self._in_read and abandoned(self._reader, self._reader_at, read=True):
             self._end_read()
 

@@ -151,7 +151,9 @@ class Read:
             return storage
         try:
             storage._in_read = True
-            storage._begin_read()
+            if storage.conn.in_transaction:  # left over from an interrupted rollback
+                storage.conn.execute("ROLLBACK")
+            storage.conn.execute("BEGIN")
             holder = sys._getframe(self.depth)
             storage._reader, storage._reader_at = holder, holder.f_lasti
         except BaseException as exc:  # an interrupt as the snapshot began too: ended here, never left held

@@ -256,7 +256,7 @@ class WriterLock:
             if pending is not None:
                 pending["abandoned"] = True
                 handed, pending["file"] = pending["file"], None
-            held, self.held = self.held, None
+            held = self.held  # still ``held`` until let go: an interrupt before that leaves it to the next release
         for handle in (held, handed):
             if handle is None:
                 continue
@@ -269,3 +269,5 @@ class WriterLock:
                     handle.close()  # closing the last descriptor of the open file drops the flock
                     raise
             handle.close()  # closing the last descriptor of the open file drops the flock
+        if held is not None and self.held is held:
+            self.held = None
