@@ -21,7 +21,7 @@ from ledger import AnalysisConfig, BudgetConfig, Case, CaseBudget, LedgerError, 
 from ledger.services.actions import derived_id, failure_reason
 from ledger.ground.errors import INVALID_ID, LIMIT_REACHED, ROUTER_REFUSED
 
-from conftest import REPO, InterruptAt, make_package, start_case
+from conftest import REPO, InterruptAt, close_lost_descriptors, make_package, start_case
 
 READ = {"path": "sources/app.py", "start_line": 1, "end_line": 2}
 
@@ -1428,14 +1428,7 @@ def test_a_timeout_at_every_moment_of_run_tool_is_the_timeout_or_nothing_and_lea
     assert 1000 < at < 30_000 and outcomes <= {"TimeoutError", "NoneType"} and "TimeoutError" in outcomes
     case.close()
     verify_case(tmp_path / "case")
-    # a descriptor the system opened as the timeout landed, before the library held it, is lost (a
-    # known limit, docs/reliability.md): about one in a hundred of these moments; closed here
-    for fd in map(int, os.listdir("/proc/self/fd")):
-        try:
-            if os.readlink(f"/proc/self/fd/{fd}").startswith(str(tmp_path / "case")):  # the case is closed
-                os.close(fd)
-        except OSError:
-            pass
+    close_lost_descriptors(tmp_path / "case")
 
 
 @pytest.mark.slow  # a few seconds: the slow lane (.ci/run) runs it

@@ -31,7 +31,7 @@ import ledger.storage.writer_lock as lock_module
 from ledger import AnalysisConfig, BudgetConfig, Case, LedgerError, export_case, verify_case
 from ledger.ground.errors import (ALL_CODES, INTEGRITY_ERROR, LEDGER_BUSY, STORAGE_ERROR)
 from ledger.storage.connection import Storage
-from conftest import EXAMPLE_BUDGET, InterruptAt, logical_dump, make_package, start_case
+from conftest import EXAMPLE_BUDGET, InterruptAt, close_lost_descriptors, logical_dump, make_package, start_case
 from ledger.storage.writer_lock import WriterLock
 SPAWN = multiprocessing.get_context("spawn")
 AT = "2022-01-01T00:00:00Z"
@@ -709,12 +709,7 @@ def test_a_close_an_interrupt_lands_in_anywhere_is_finished_by_closing_again(pac
         assert lock_is_free(case) and not (package / "ledger.sqlite-wal").exists(), at
         at += 1
     assert 20 < at < 500 and any(kept)
-    for fd in map(int, os.listdir("/proc/self/fd")):  # descriptors lost as the interrupt landed, as above
-        try:
-            if os.readlink(f"/proc/self/fd/{fd}").startswith(str(package)):
-                os.close(fd)
-        except OSError:
-            pass
+    close_lost_descriptors(package)
 
 
 def test_a_loop_that_caught_the_interrupt_enters_its_batch_again(budget_case, monkeypatch):
