@@ -671,6 +671,26 @@ def test_a_block_leaves_a_result_it_did_not_record_itself(case, investigator, ho
     assert investigator.settle("H1", "a1", 70, "assessed").action["status"] == "settled"
 
 
+def test_the_note_on_a_block_entered_again_names_the_state_the_action_was_left_in(case, investigator):
+    """A block whose action was already closed when it began leaves it as it was, and its note says how
+    it was closed: failed (no result) or settled, never "had its result" for an action failed without one."""
+    for attempt in range(2):
+        with pytest.raises(RuntimeError) as caught:
+            with investigator.action("H1", "t1", "tests.run"):
+                raise RuntimeError("the tool crashed")
+    assert caught.value.__notes__ == ["case-ledger: action t1 was already closed with fail when the block began; it "
+                                      "was left as it was"]
+    assert investigator.action_status("H1", "t1") == "failed"
+    investigator.reserve("H1", "t2", "tests.run")
+    investigator.record_result("H1", "t2", {"x": 1})
+    investigator.settle("H1", "t2", 50, "assessed")
+    with pytest.raises(RuntimeError) as caught:
+        with investigator.action("H1", "t2", "tests.run"):
+            raise RuntimeError("retried after settling")
+    assert caught.value.__notes__ == ["case-ledger: action t2 already had its result (settled) when the block "
+                                      "began; it was left as it was"]
+
+
 def test_a_block_failing_after_another_recorded_the_result_leaves_that_result(case, investigator):
     """Two runs of one action id (another process, say): the one whose record is refused
     (OPERATION_CONFLICT) must not fail the action the other one recorded."""
@@ -680,8 +700,8 @@ def test_a_block_failing_after_another_recorded_the_result_leaves_that_result(ca
         with investigator.action("H1", "a1", "tests.run") as act:
             act.record({"second": True})
     assert caught.value.code == "OPERATION_CONFLICT" and act.failed is None
-    assert caught.value.__notes__ == ["case-ledger: action a1 already had its result when the block began; it "
-                                      "was left as it was"]
+    assert caught.value.__notes__ == ["case-ledger: action a1 already had its result (awaiting_assessment) when "
+                                      "the block began; it was left as it was"]
     investigator.reserve("H2", "b1", "tests.run")
     with pytest.raises(LedgerError):
         with investigator.action("H2", "b1", "tests.run") as act:

@@ -172,9 +172,9 @@ class Action(NotCopied):
             # or the result recorded otherwise meanwhile (a reserve again is reused: it writes nothing)
             self.result = self.failed if closed is None or self.failed is not None else \
                 self._budget.reserve(self.hypothesis_id, self.action_id, self.action, at=self._at)
-        elif self._past:  # its result was recorded before this block began: a retry never discards it
-            exc.add_note(f"case-ledger: action {self.action_id} already had its result when the block began; "
-                         "it was left as it was")
+        elif self._past:  # recorded or closed before this block began: a retry never discards it
+            exc.add_note(left_as_it_was(self.action_id, (self.reservation.action or {}).get("status"),
+                                        " when the block began"))
         else:  # a result this block recorded is failed too (docs/investigator.md); one it did not record stays
             self.failed = close_failed(self._budget, self.hypothesis_id, self.action_id, exc, self._at,
                                        recorded_here=self.result is not None)
@@ -268,10 +268,17 @@ def _leave_to_its_owner(budget: "CaseBudget", hypothesis_id: str, action_id: str
         status = budget.action_status(hypothesis_id, action_id)
     except LedgerError:
         status = None
-    exc.add_note(f"case-ledger: action {action_id} already had its result ({status}); it was left as it was"
-                 if status not in ("reserved", None) else
+    exc.add_note(left_as_it_was(action_id, status) if status not in ("reserved", None) else
                  f"case-ledger: action {action_id} was left as it was: the call that stored its tool call, run "
                  "again, completes it")
+
+
+def left_as_it_was(action_id: str, status: str | None, when: str = "") -> str:
+    """The note saying an action an exception met was not closed by it, in the words of its ``status``
+    (``failed``: closed with no result; None: no longer reserved; else the status its result gave it)."""
+    state = ("was already closed with fail" if status == "failed" else "is not reserved" if status is None
+             else f"already had its result ({status})")
+    return f"case-ledger: action {action_id} {state}{when}; it was left as it was"
 
 
 def reserve_or_close(budget: "CaseBudget", hypothesis_id: str, action_id: str, action: str,
@@ -309,9 +316,7 @@ def close_failed(budget: "CaseBudget", hypothesis_id: str, action_id: str, exc: 
         else:
             closed = budget._fail_if_reserved(hypothesis_id, action_id, failure_reason(exc), at=at)
         if not isinstance(closed, BudgetResult):
-            exc.add_note(f"case-ledger: action {action_id} " + (
-                "was already closed with fail" if closed == "failed" else "is not reserved" if closed is None
-                else f"already had its result ({closed})") + "; it was left as it was")
+            exc.add_note(left_as_it_was(action_id, closed))
             return None
         if budget._session.in_batch():  # the exception leaving the batch takes the fail back with the rest
             exc.add_note(f"case-ledger: action {action_id} was closed with fail (no refund) inside a batch: if this "
