@@ -51,8 +51,9 @@ def apply(settings: Settings, case: str, journal: Any, create_case_id: str | Non
     as reused, up to a transition line the case has since moved past (resume
     such a journal after its last applied line). A line whose "at" is earlier than the previous event is recorded
     at the previous event's time; apply warns about each such line on stderr.
-    A summary line (lines ok, failed, reused, raised times, elapsed) ends the
-    run on stderr.
+    A summary line (lines ok, failed, reused, raised times, elapsed; with
+    --keep-going, the first failed line and its error code) ends the run on
+    stderr.
     """
     if at is not None and create_case_id is None:
         raise click.UsageError("--at sets the time of the case that --create makes; give --create too")

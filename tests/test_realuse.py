@@ -96,7 +96,8 @@ def test_a_refused_line_whose_refusal_was_recorded_at_a_raised_time_is_warned_an
         "warning: line 8: at 2026-01-05T10:03:00.000000Z is earlier than the previous event; recorded at "
         "2026-01-05T10:05:00.000000Z (raised by 120 s)"]
     assert result.stderr.strip().splitlines()[-1].startswith(
-        "applied: 5 ok (0 reused), 3 failed, 2 time(s) raised to the previous event's time (by up to 240 s, 360 s in all)")
+        "applied: 5 ok (0 reused), 3 failed (the first at line 5: LIMIT_EXCEEDED), 2 time(s) raised to the previous "
+        "event's time (by up to 240 s, 360 s in all)")
     assert [json.loads(line)["ok"] for line in result.stdout.splitlines()][4:] == [False, False, False, True]
 
 
@@ -135,6 +136,23 @@ def test_apply_quiet_still_names_the_first_failure_and_exits_1(tmp_path):
     result = cli("apply", str(tmp_path / "c"), "-", "--create", "C-1", "-q", stdin=journal_text(bad))
     assert result.exit_code == 1 and result.stdout == ""
     assert "line 4: error: UNKNOWN_HYPOTHESIS" in result.stderr and "3 ok (0 reused), 1 failed" in result.stderr
+
+
+def test_apply_keep_going_summary_names_the_first_failed_line_and_its_code(tmp_path):
+    """With the result lines sent elsewhere, the summary on stderr still says where the failures begin;
+    a run that stopped at its first failure says so instead (the same line, named once)."""
+    bad = JOURNAL[:3] + [{"op": "reserve", "hypothesis": "H9", "action_id": "q1", "action": "source.read_context"},
+                         {"op": "reserve", "hypothesis": "H1", "action_id": "q1", "action": "source.read_context"},
+                         {"op": "transition", "to": "NO_SUCH_STATE"}]
+    going = cli("apply", str(tmp_path / "c"), "-", "--create", "C-1", "--keep-going", stdin=journal_text(bad))
+    summary = going.stderr.strip().splitlines()[-1]
+    assert going.exit_code == 1
+    assert summary.startswith("applied: 4 ok (0 reused), 2 failed (the first at line 4: UNKNOWN_HYPOTHESIS), ")
+    stopped = cli("apply", str(tmp_path / "d"), "-", "--create", "C-1", stdin=journal_text(bad))
+    summary = stopped.stderr.strip().splitlines()[-1]
+    assert summary.startswith("applied: 3 ok (0 reused), 1 failed, no time raised, ")
+    assert summary.endswith("; stopped at line 4, its first failure: any lines after it were not applied "
+                            "(--keep-going applies each line on its own)")
 
 
 def test_apply_rerun_counts_reused_lines(tmp_path):

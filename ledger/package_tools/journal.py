@@ -442,7 +442,8 @@ class JournalSummary:
     and ``clamped_micros_total`` in all) and the ``elapsed_s`` seconds since it was made.
     ``unprinted``: committed lines whose result line the caller could not print (its output failed,
     or ``interrupted``: Ctrl-C or SIGTERM stopped it while it printed a committed batch).
-    ``stopped_at``: the line a run without ``keep_going`` stopped at (its first failure), else None."""
+    ``stopped_at``: the line a run without ``keep_going`` stopped at (its first failure), else None;
+    ``first_failure``: ``(line, code)`` of the first line that failed, else None."""
 
     ok: int = 0
     failed: int = 0
@@ -454,6 +455,7 @@ class JournalSummary:
     unprinted: int = 0
     interrupted: bool = False
     stopped_at: int | None = None
+    first_failure: tuple[int, str] | None = None
     started: float = field(default_factory=time.monotonic, repr=False)
 
     def add(self, result: LineResult) -> None:
@@ -465,6 +467,8 @@ class JournalSummary:
             self.clamped_micros_total += micros
         if not result.ok:
             self.failed += 1
+            if self.first_failure is None:
+                self.first_failure = (result.line, result.error.code if result.error is not None else "")
             return
         self.ok += 1
         if result.read:
@@ -492,7 +496,9 @@ class JournalSummary:
         stopped = (f"; stopped at line {self.stopped_at}, its first failure: any lines after it were not applied "
                    "(--keep-going applies each line on its own)" if self.stopped_at is not None else "")
         reads = f", {self.reads} read(s)" if self.reads else ""
-        return (f"applied: {self.ok} ok ({self.reused} reused{reads}), {self.failed} failed, {clamped}, "
+        first = (f" (the first at line {self.first_failure[0]}: {self.first_failure[1]})"
+                 if self.first_failure is not None and self.stopped_at is None else "")
+        return (f"applied: {self.ok} ok ({self.reused} reused{reads}), {self.failed} failed{first}, {clamped}, "
                 f"{self.elapsed_s:.2f} s{unprinted}{stopped}")
 
 
