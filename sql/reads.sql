@@ -286,3 +286,14 @@ WHERE m.seq IS NULL OR o.type IS NOT m.type OR o.revision IS NOT m.revision OR o
 UNION ALL
 SELECT m.seq FROM main.events AS m LEFT JOIN orig.events AS o ON o.seq = m.seq WHERE o.seq IS NULL
 ORDER BY 1 LIMIT 1;
+
+-- name: migration_times
+SELECT version, applied_at FROM {schema}.schema_migrations ORDER BY version;
+
+-- name: schema_names
+-- every table and index, those SQLite makes itself (no SQL text) too: what statistics may name
+SELECT type, name, tbl_name FROM {schema}.sqlite_master WHERE type IN ('table', 'index');
+
+-- name: statistics_rows
+-- what ANALYZE wrote into one of SQLite's statistics tables (sqlite_stat1 has stat; 2-4 have samples)
+SELECT tbl, idx, {stat} FROM {schema}.{table};

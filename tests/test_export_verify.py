@@ -1357,12 +1357,74 @@ def test_a_query_whose_own_name_hides_a_function_is_the_querys_error_not_the_fil
 
 
 def test_verify_accepts_sqlites_own_statistics_tables(case):
+    """ANALYZE's statistics, of the ledger's tables and of a user's own (a WITHOUT ROWID table with an
+    index, whose rows name the table as its own index) with a hint a user may add, are no foreign object."""
     case.close()
     conn = sqlite3.connect(case.path / "ledger.sqlite")
+    conn.execute("CREATE TABLE mine (k TEXT PRIMARY KEY, v) WITHOUT ROWID")
+    conn.execute("CREATE INDEX mine_v ON mine (v)")
+    conn.executemany("INSERT INTO mine VALUES (?, ?)", [(str(i), i % 3) for i in range(20)])
     conn.execute("ANALYZE")
+    conn.execute("UPDATE sqlite_stat1 SET stat = stat || ' unordered' WHERE idx = 'mine_v'")
+    conn.commit()
+    assert conn.execute("SELECT count(*) FROM sqlite_stat1 WHERE tbl = 'events'").fetchone()[0] > 0
+    conn.close()
+    report = verify_case(case.path)
+    assert report.head_seq > 0
+    assert [(o["type"], o["name"]) for o in report.foreign_objects] == [("table", "mine"), ("index", "mine_v")]
+
+
+@pytest.mark.parametrize("rows, reported", [
+    ("INSERT INTO sqlite_stat1 VALUES ('hidden words', NULL, '1')", "sqlite_stat1"),
+    ("INSERT INTO sqlite_stat1 VALUES ('events', 'no_such_index', '5 1')", "sqlite_stat1"),
+    ("INSERT INTO sqlite_stat1 VALUES ('events', NULL, 'any text at all')", "sqlite_stat1"),
+    ("UPDATE sqlite_stat1 SET stat = stat || ' and a note' WHERE tbl = 'events'", "sqlite_stat1"),
+    ("INSERT INTO sqlite_sequence VALUES ('H1 was granted 1000 units', 1000)", "sqlite_sequence"),
+], ids=["unknown-table", "unknown-index", "not-counts", "words-after-counts", "autoincrement-counters"])
+def test_verify_reports_sqlites_own_tables_holding_what_sqlite_did_not_write(case, rows, reported):
+    """Text a user puts into SQLite's own tables (statistics that name nothing in the file or are not
+    counts; AUTOINCREMENT counters, when the ledger has no such table) is listed, never passed over."""
+    case.close()
+    conn = sqlite3.connect(case.path / "ledger.sqlite")
+    conn.execute("CREATE TABLE q (id INTEGER PRIMARY KEY AUTOINCREMENT)")  # makes sqlite_sequence
+    conn.execute("DROP TABLE q")
+    conn.execute("ANALYZE")
+    conn.execute(rows)
     conn.commit()
     conn.close()
-    assert verify_case(case.path).head_seq > 0
+    foreign = verify_case(case.path).foreign_objects
+    types = {"sqlite_stat1": "statistics ANALYZE did not write", "sqlite_sequence": "AUTOINCREMENT counters"}
+    assert (types[reported], reported) in [(o["type"], o["name"]) for o in foreign]
+    assert [o["name"] for o in foreign] == ["sqlite_sequence"] + (["sqlite_stat1"] if reported == "sqlite_stat1" else [])
+
+
+def test_verify_accepts_migrations_applied_out_of_time_order(case):
+    """A case migrated on a machine whose clock was behind the one that made it is no edited ledger."""
+    case.close()
+    conn = sqlite3.connect(case.path / "ledger.sqlite", isolation_level=None)
+    guard = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'schema_migrations_no_update'").fetchone()[0]
+    conn.executescript("BEGIN; DROP TRIGGER schema_migrations_no_update; UPDATE schema_migrations SET applied_at = "
+                       f"'1999-01-01T00:00:00.000000Z' WHERE version = 2; {guard}; COMMIT;")
+    conn.close()
+    assert verify_case(case.path).foreign_objects == []
+
+
+@pytest.mark.parametrize("applied_at", ["2031-02-30 forged by mallory", "2026-02-03T10:00:00Z", "2026-02-30T10:00:00.000000Z", 17])
+def test_verify_refuses_a_migration_applied_at_no_time_the_ledger_writes(case, applied_at):
+    """Every row of schema_migrations is checked, its time too: in the form the ledger writes and a real
+    date (its order is not: a case migrated on a machine whose clock is behind is no fault)."""
+    case.close()
+    conn = sqlite3.connect(case.path / "ledger.sqlite", isolation_level=None)
+    guard = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'schema_migrations_no_update'").fetchone()[0]
+    conn.executescript(f"BEGIN; DROP TRIGGER schema_migrations_no_update; UPDATE schema_migrations SET applied_at = "
+                       f"{applied_at!r} WHERE version = 1; UPDATE schema_migrations SET applied_at = "
+                       f"'1999-01-01T00:00:00.000000Z' WHERE version = 2; {guard}; COMMIT;")
+    conn.close()
+    with pytest.raises(LedgerError) as caught:
+        verify_case(case.path)
+    assert caught.value.code == INTEGRITY_ERROR
+    assert caught.value.message.startswith(f"schema_migrations records migration 1 as applied at '{applied_at}', "
+                                           "which is not a time as the ledger writes them")
 
 
 def test_export_files_get_the_umask_mode_and_import_keeps_input_modes(budget, case, tmp_path):

@@ -24,12 +24,12 @@ from ..storage.sqlfiles import (PUBLIC_VIEWS, folded_name, migration_record_prob
 from ..ground.arguments import check_callback, check_flag
 from ..ground.workers import job_count
 from ..services.case import missing_ledger
-from ..ground.errors import LedgerError, first_few, integrity_error as _bad, refuses_unfit_calls, refuses_unfit_calls_of
+from ..ground.errors import LedgerError, first_few, integrity_error as _bad, quoted, refuses_unfit_calls, refuses_unfit_calls_of
 from .manifest import read_manifest
 from .verify_export import check_export
 from ..model.package import (LEDGER_FILE, check_package_names, export_tree_files, refuse_own_links,
     refuse_stray_logs)
-from ..ground.clock import utc_now
+from ..ground.clock import parse_at, utc_now
 from ..ground.paths import fs_path, os_error
 from ..ground.interrupts import context_manager
 from .anchors import check_anchored_events, check_anchors
@@ -284,13 +284,28 @@ def _orig_schema_version(conn: sqlite3.Connection) -> int:
         return conn.execute(statement("schema_version_of", "orig")).fetchone()[0] if has else 0
 
 
+def _migration_time_problem(conn: sqlite3.Connection) -> str | None:
+    """Why a ``schema_migrations`` row's ``applied_at`` is not a time as the ledger writes them, or None.
+    Their order is not checked: a case copied to a machine whose clock is behind and migrated there
+    records a later migration at an earlier time."""
+    for version, at in conn.execute(statement("migration_times", "orig")).fetchall():
+        try:
+            if parse_at(at) == at:
+                continue
+        except LedgerError:
+            pass
+        return (f"schema_migrations records migration {version} as applied at {quoted(str(at), 64)}, which is not a "
+                "time as the ledger writes them (YYYY-MM-DDTHH:MM:SS.ffffffZ): an edited row")
+    return None
+
+
 def _verify_attached(root: Path, scratch: Storage, progress: Progress | None, second: SecondHalf | None,
                      started_at: str, anchors: dict[int, str]) -> VerifyReport:
     conn = scratch.conn
     version = _orig_schema_version(conn)
     if version > schema_version():
         raise LedgerError(E.SCHEMA_VERSION, f"the ledger has schema version {version}; this case-ledger knows {schema_version()}")
-    problem = migration_record_problem(conn, "orig")
+    problem = migration_record_problem(conn, "orig") or _migration_time_problem(conn)
     if problem:
         raise _bad(None, problem, table="schema_migrations")
     if version == 0:
@@ -436,8 +451,11 @@ def _compare_schema(conn: sqlite3.Connection, version: int) -> list[dict[str, st
     fts = {name for kind, name, _, sql in objects if kind == "table" and _FTS_RE.match(sql)}
     foreign = []
     for kind, name, table, sql in objects:
-        if (kind, name) in shipped or kind == "table" and name in SQLITE_OWN_TABLES:
-            continue  # only SQLite's own tables: a trigger, view or index may not hide behind their names
+        if kind == "table" and name in SQLITE_OWN_TABLES:  # a trigger, view or index may not hide behind their names
+            foreign += _sqlite_table_not_its_own(conn, name)
+            continue
+        if (kind, name) in shipped:
+            continue
         if kind == "trigger" and folded_name(table) in tables:
             raise _bad(None, f"schema object {name} is not the ledger's own: a trigger on the ledger's "
                        f"{folded_name(table)} can block or alter its writes; drop it", object=name)
@@ -445,6 +463,31 @@ def _compare_schema(conn: sqlite3.Connection, version: int) -> list[dict[str, st
             _refuse_index_that_can_block_writes(conn, name, table)
         foreign.append({"type": _foreign_kind(kind, name, sql, fts), "name": name, "table": table})
     return foreign
+
+
+#: What ANALYZE writes in ``sqlite_stat1.stat`` (row counts), and the hints SQLite reads after them.
+_STAT1 = re.compile(r"[0-9]+(?: [0-9]+)*(?: (?:unordered|noskipscan|sz=[0-9]+))*")
+
+
+def _sqlite_table_not_its_own(conn: sqlite3.Connection, name: str) -> list[dict[str, str]]:
+    """SQLite's own table ``name`` as a foreign object when it holds what SQLite did not put there: the
+    ledger makes no AUTOINCREMENT table, so ``sqlite_sequence`` comes from a user's table; statistics
+    rows must name a table (and an index of it) the file holds, and ``sqlite_stat1``'s must be counts."""
+    if name == "sqlite_sequence":
+        return [{"type": "AUTOINCREMENT counters", "name": name, "table": name}]
+    names = conn.execute(statement("schema_names", "orig")).fetchall()
+    tables = {n for kind, n, _ in names if kind == "table"}
+    indexes = {(table, n) for kind, n, table in names if kind == "index"}
+    stat = "stat" if name == "sqlite_stat1" else "NULL"
+    try:
+        rows = conn.execute(statement("statistics_rows", "orig", table=name, stat=stat)).fetchall()
+    except sqlite3.OperationalError:  # not the columns ANALYZE makes
+        rows = [(None, None, None)]
+    for table, index, counts in rows:
+        if (table not in tables or index is not None and index != table and (table, index) not in indexes
+                or name == "sqlite_stat1" and not (type(counts) is str and _STAT1.fullmatch(counts))):
+            return [{"type": "statistics ANALYZE did not write", "name": name, "table": name}]
+    return []
 
 
 def _refuse_index_that_can_block_writes(conn: sqlite3.Connection, name: str, table: str) -> None:
