@@ -1395,7 +1395,7 @@ def test_verify_reports_sqlites_own_tables_holding_what_sqlite_did_not_write(cas
     foreign = verify_case(case.path).foreign_objects
     types = {"sqlite_stat1": "statistics ANALYZE did not write", "sqlite_sequence": "AUTOINCREMENT counters"}
     assert (types[reported], reported) in [(o["type"], o["name"]) for o in foreign]
-    assert [o["name"] for o in foreign] == ["sqlite_sequence"] + (["sqlite_stat1"] if reported == "sqlite_stat1" else [])
+    assert [o["name"] for o in foreign] == ["sqlite_sequence", "sqlite_stat1"][:2 if reported == "sqlite_stat1" else 1]
 
 
 def test_verify_accepts_migrations_applied_out_of_time_order(case):
@@ -1409,7 +1409,8 @@ def test_verify_accepts_migrations_applied_out_of_time_order(case):
     assert verify_case(case.path).foreign_objects == []
 
 
-@pytest.mark.parametrize("applied_at", ["2031-02-30 forged by mallory", "2026-02-03T10:00:00Z", "2026-02-30T10:00:00.000000Z", 17])
+@pytest.mark.parametrize("applied_at", ["2031-02-30 forged by mallory", "2026-02-03T10:00:00Z",
+                                        "2026-02-30T10:00:00.000000Z", 17])
 def test_verify_refuses_a_migration_applied_at_no_time_the_ledger_writes(case, applied_at):
     """Every row of schema_migrations is checked, its time too: in the form the ledger writes and a real
     date (its order is not: a case migrated on a machine whose clock is behind is no fault)."""

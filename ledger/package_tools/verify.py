@@ -24,7 +24,8 @@ from ..storage.sqlfiles import (PUBLIC_VIEWS, folded_name, migration_record_prob
 from ..ground.arguments import check_callback, check_flag
 from ..ground.workers import job_count
 from ..services.case import missing_ledger
-from ..ground.errors import LedgerError, first_few, integrity_error as _bad, quoted, refuses_unfit_calls, refuses_unfit_calls_of
+from ..ground.errors import (LedgerError, first_few, integrity_error as _bad, quoted, refuses_unfit_calls,
+                             refuses_unfit_calls_of)
 from .manifest import read_manifest
 from .verify_export import check_export
 from ..model.package import (LEDGER_FILE, check_package_names, export_tree_files, refuse_own_links,
