@@ -306,11 +306,14 @@ def _verify_attached(root: Path, scratch: Storage, progress: Progress | None, se
     version = _orig_schema_version(conn)
     if version > schema_version():
         raise LedgerError(E.SCHEMA_VERSION, f"the ledger has schema version {version}; this case-ledger knows {schema_version()}")
-    problem = migration_record_problem(conn, "orig") or _migration_time_problem(conn)
+    problem = migration_record_problem(conn, "orig")
     if problem:
         raise _bad(None, problem, table="schema_migrations")
     if version == 0:
         raise no_case_yet(root / LEDGER_FILE)
+    problem = _migration_time_problem(conn)
+    if problem:
+        raise _bad(None, problem, table="schema_migrations")
     _check_own_tables(conn, version)
     derived: list[Any] = []  # what the replay derives, stored into the scratch ledger in bulk
     package = PackageSource(root, content_reader(conn), lambda: input_identity_of(root, conn))
