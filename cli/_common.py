@@ -105,9 +105,38 @@ def _show_usage_error(exc: click.UsageError) -> None:
         pass
 
 
+def refuse_repeated_options(command: click.Command, ctx: click.Context, args: list[str]) -> None:
+    """A usage error when an option that takes one value is given more than once: click would keep
+    the last and drop the others unsaid (``--evidence A --evidence B`` storing B alone). Options that
+    take several (``multiple``) and flags are left to click."""
+    if ctx.resilient_parsing:
+        return
+    _, _, order = command.make_parser(ctx).parse_args(args=list(args))  # a copy: the parser consumes it
+    seen: set[click.Parameter] = set()
+    for param in order:
+        if isinstance(param, click.Option) and not (param.multiple or param.count or param.is_flag):
+            if param in seen:
+                given = " or ".join(param.opts + param.secondary_opts)
+                raise click.UsageError(f"{given} is given more than once; give it once (a second value would "
+                                       "replace the first)", ctx=ctx)
+            seen.add(param)
+
+
+class OnceCommand(click.Command):
+    """A command whose single-value options may be given once (:func:`refuse_repeated_options`)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        refuse_repeated_options(self, ctx, args)
+        return super().parse_args(ctx, args)
+
+
 class UsageGroup(click.Group):
     """A command group that, called with no arguments, prints its help on stderr and exits 2 (usage)
-    on every click version (click 8.1 exits 0 there, 8.2 and later exit 2)."""
+    on every click version (click 8.1 exits 0 there, 8.2 and later exit 2). Its own options, and
+    those of the commands and groups made with its decorators, may be given once each."""
+
+    command_class = OnceCommand
+    group_class = type  # a group made with ``@group.group()`` is of this group's class
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if not args and self.no_args_is_help and not ctx.resilient_parsing:
@@ -116,6 +145,7 @@ class UsageGroup(click.Group):
             except OSError:  # stderr full or closed: the status still says it was a usage error
                 pass
             ctx.exit(2)
+        refuse_repeated_options(self, ctx, args)
         return super().parse_args(ctx, args)
 
 

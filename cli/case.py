@@ -8,10 +8,10 @@ import click
 
 from ledger import Case
 
-from ._common import UsageGroup, AT, CASE, JSON, Integer, Settings, pass_settings
+from ._common import OnceCommand, UsageGroup, AT, CASE, JSON, Integer, Settings, pass_settings
 from ._output import emit_result, not_stored_by_the_ledger
 
-@click.command()
+@click.command(cls=OnceCommand)
 @CASE
 @click.option("--case-id", required=True, help="Case identity, e.g. BUG-20.")
 @AT
@@ -47,7 +47,7 @@ def revision_open(settings: Settings, case: str, statements: tuple[str, ...], un
     emit_result(result.to_dict(), as_json, lines)
 
 
-@click.command()
+@click.command(cls=OnceCommand)
 @CASE
 @click.argument("to", required=False, metavar="[NEW_STATE]")
 @AT

@@ -6,13 +6,13 @@ import click
 
 from ledger.services.case import unique_names
 
-from ._common import BALANCE_COLUMNS, CASE, read_only_rows, FiniteFloatRange, Integer, IntegerRange, Settings, pass_settings, table_options
+from ._common import OnceCommand, BALANCE_COLUMNS, CASE, read_only_rows, FiniteFloatRange, Integer, IntegerRange, Settings, pass_settings, table_options
 from ._deadline import QueryDeadline
 from ._output import emit_rows
 
 EVENT_COLUMNS = ("seq", "type", "revision", "created_at", "sha256", "parent_sha256")
 
-@click.command()
+@click.command(cls=OnceCommand)
 @CASE
 @click.option("--revision", "revision_number", type=Integer(), help="Only this revision.")
 @table_options
@@ -24,7 +24,7 @@ def balances(settings: Settings, case: str, revision_number: int | None, fmt: st
     emit_rows(rows, BALANCE_COLUMNS, fmt)
 
 
-@click.command()
+@click.command(cls=OnceCommand)
 @CASE
 @table_options
 @pass_settings
@@ -35,7 +35,7 @@ def actions(settings: Settings, case: str, fmt: str) -> None:
     emit_rows(rows, None if rows else ("revision", "hypothesis_id", "action_id"), fmt)
 
 
-@click.command()
+@click.command(cls=OnceCommand)
 @CASE
 @click.option("--since", type=IntegerRange(0, 2**53 - 1), default=0, help="Only events with seq greater than this.")
 @click.option("--body", "with_body", is_flag=True, help="Include each event's canonical JSON body.")
@@ -51,7 +51,7 @@ def events(settings: Settings, case: str, since: int, with_body: bool, fmt: str)
         emit_rows(opened.iter_events(since, with_body=with_body), columns, fmt)
 
 
-@click.command()
+@click.command(cls=OnceCommand)
 @CASE
 @click.argument("query")
 @click.option("--timeout", "timeout_s", type=FiniteFloatRange(0.001, 86_400), default=30, show_default=True,

@@ -20,11 +20,11 @@ from ledger.ground.canonical import SAFE_INTEGER_MAX
 from ledger.package_tools.journal import (LINE_BYTES_MAX, clamp_warning, first_at as journal_first_at,
                                           open_for_journal, read_lines, recorded_run_hint)
 
-from ._common import (_NoBar, BALANCE_COLUMNS, CASE, DEMO_TAKES_NO_CONFIG, IntegerRange, Settings, pass_settings,
+from ._common import (OnceCommand, _NoBar, BALANCE_COLUMNS, CASE, DEMO_TAKES_NO_CONFIG, IntegerRange, Settings, pass_settings,
                       progress_bar)
 from ._output import OutputError, dumps, echo, emit_rows, one_line, warn
 
-@click.command()
+@click.command(cls=OnceCommand)
 @CASE
 @click.argument("journal", type=click.File("rb"))
 @click.option("--create", "create_case_id", metavar="CASE_ID",
@@ -221,7 +221,7 @@ def _file_size(stream: Any) -> int | None:
     return info.st_size if stat.S_ISREG(info.st_mode) else None
 
 
-@click.command()
+@click.command(cls=OnceCommand)
 @click.argument("directory", required=False, type=click.Path(file_okay=False, path_type=Path))
 @pass_settings
 def demo(settings: Settings, directory: Path | None) -> None:

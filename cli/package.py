@@ -17,7 +17,7 @@ from ledger.package_tools.anchors import parse_anchor
 from ledger.ground.errors import quoted
 from ledger.ground.workers import JOBS_MAX
 
-from ._common import JSON, CaseFolder, IntegerRange, Settings, pass_settings, progress_bar, read_only_rows, table_format
+from ._common import OnceCommand, JSON, CaseFolder, IntegerRange, Settings, pass_settings, progress_bar, read_only_rows, table_format
 from ._output import dumps, echo, emit_result, emit_rows, one_line, warn
 
 CASES = click.argument("cases", metavar="CASE...", nargs=-1, required=True, type=CaseFolder())
@@ -98,7 +98,7 @@ def _many(run: Any, cases: tuple[str, ...], all_in: bool, jobs: int | None, as_j
     if report.failed:
         sys.exit(1)
 
-@click.command()
+@click.command(cls=OnceCommand)
 @CASES
 @JSON
 @ALL
@@ -126,7 +126,7 @@ def export(settings: Settings, cases: tuple[str, ...], as_json: bool, all_in: bo
                  f"head seq {report.manifest['head']['seq']}", *report.notes()])
 
 
-@click.command("import")
+@click.command("import", cls=OnceCommand)
 @click.argument("source", metavar="DIR", type=CaseFolder(exists=True))
 @click.option("--to", "target", type=CaseFolder(),
               help="New case folder (default: DIR itself, when its ledger.sqlite was lost).")
@@ -179,7 +179,7 @@ def _anchor_option(ctx: click.Context, param: click.Parameter, values: tuple[str
     return anchors
 
 
-@click.command()
+@click.command(cls=OnceCommand)
 @CASES
 @JSON
 @ALL

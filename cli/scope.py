@@ -6,7 +6,7 @@ import click
 
 from ledger import ScopeResult
 
-from ._common import AT, CASE, JSON, Integer, Settings, decimal, pass_settings
+from ._common import UsageGroup, AT, CASE, JSON, Integer, Settings, decimal, pass_settings
 from ._output import emit_result
 
 
@@ -27,7 +27,7 @@ def _limits(ctx: click.Context, param: click.Parameter, values: tuple[str, ...])
     return limits
 
 
-@click.group()
+@click.group(cls=UsageGroup)
 def scope() -> None:
     """Limits on the whole case, a revision or one hypothesis (units, actions, duration_ms,
     cost_usd_millicents). Scopes are named case, revision:N and hypothesis:N/Hk."""

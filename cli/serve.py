@@ -11,11 +11,11 @@ from ledger.browse.server import serve_cases, serve_metadata
 from ledger.ground import interrupts
 from ledger.ground.errors import LedgerError
 
-from ._common import CaseFolder, IntegerRange
+from ._common import OnceCommand, CaseFolder, IntegerRange
 from ._output import warn
 
 
-@click.command()
+@click.command(cls=OnceCommand)
 @click.argument("cases", nargs=-1, required=True, type=CaseFolder(), metavar="CASE...")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to listen on (another than this machine's own lets anyone who can reach it read the "

@@ -16,7 +16,7 @@ from ledger.simulation.plot import check_plot
 from ledger.simulation.simulator import parse_vary, policy_file
 from ledger.ground.workers import JOBS_MAX
 
-from ._common import IntegerRange, Settings, input_path, pass_settings, table_options
+from ._common import OnceCommand, IntegerRange, Settings, input_path, pass_settings, table_options
 from ._output import OutputError, dumps, echo, emit_rows, first_names, one_line, warn
 from .frontier import emit_frontier
 
@@ -118,7 +118,7 @@ def _task_prefixes(ctx: click.Context, param: click.Parameter, value: tuple[str,
     return value
 
 
-@click.command("simulate")
+@click.command("simulate", cls=OnceCommand)
 @click.argument("journals", nargs=-1, required=True, type=input_path(), metavar="JOURNAL_OR_FOLDER...")
 @click.option("--policy", "policy_specs", multiple=True, metavar="[NAME=]FILE.toml",
               help="A budget policy to simulate (repeatable; default: --config, else the example policy). "
