@@ -910,12 +910,12 @@ def test_a_damaged_or_stray_file_in_an_export_is_said_plainly(fleet, tmp_path):
     (copy / "actions" / "junk" / "data.parquet").write_bytes(b"not a case's folder: not read")
     assert fleet_query(copy, "SELECT count(DISTINCT case_id) FROM actions")[1][0][0] <= len(ids)
     partitions = [p for p in sorted((copy / "actions").iterdir()) if p.name.startswith("case_id=")]
-    (partitions[-1] / "data.parquet").write_bytes(b"garbage")  # a file DuckDB reads only when queried
+    _garbage_of_its_size(partitions[-1] / "data.parquet")  # a file DuckDB reads only when queried
     with pytest.raises(LedgerError) as caught:
         fleet_query(copy, "SELECT count(*) FROM actions")
     assert caught.value.code == "INTEGRITY_ERROR" and caught.value.message.startswith(
         f"{copy / 'actions'}: a file of the export cannot be read (")
-    (partitions[0] / "data.parquet").write_bytes(b"garbage")  # the file DuckDB reads to make the view
+    _garbage_of_its_size(partitions[0] / "data.parquet")  # the file DuckDB reads to make the view
     for query in ("SELECT count(*) FROM actions", "SELECT count(*) FROM ACTIONS",
                   "SELECT a.case_id FROM events AS e JOIN actions AS a USING (case_id)"):
         with pytest.raises(LedgerError) as caught:
@@ -927,6 +927,63 @@ def test_a_damaged_or_stray_file_in_an_export_is_said_plainly(fleet, tmp_path):
     with pytest.raises(LedgerError) as caught:
         fleet_query(copy, "SELECT 1")
     assert caught.value.message == f"{copy} holds a fleet export in format [], not fleet-export-v1"
+
+
+def _garbage_of_its_size(path: Path) -> None:
+    """Garbage in place of ``path``, of its size (a file of another size is refused before DuckDB reads it)."""
+    path.write_bytes(b"garbage".ljust(path.stat().st_size, b"\0"))
+
+
+def test_a_file_replaced_by_another_cases_or_tables_is_integrity_error_and_exported_anew(fleet, tmp_path):
+    """Another case's file, another table's (the first of the table: its columns would have been the view's)
+    or an older export's, copied over a case's file, was read as that case's rows without a word; exporting
+    again found the head recorded and left it. The query refuses it by its size, the export writes it anew."""
+    cases, out, ids = fleet
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    first, other = sorted(p.name for p in (copy / "events").iterdir() if p.name.startswith("case_id="))[:2]
+    count = f"SELECT count(*) FROM events WHERE case_id = '{first.removeprefix('case_id=')}'"
+    want = fleet_query(out, count)[1]
+    shutil.copy(copy / "events" / other / "data.parquet", copy / "events" / first / "data.parquet")
+    shutil.copy(copy / "actions" / first / "data.parquet", copy / "balances" / first / "data.parquet")
+    for query, table in (("SELECT count(*) FROM events", "events"), ("SELECT * FROM balances", "balances")):
+        with pytest.raises(LedgerError) as caught:
+            fleet_query(copy, query)
+        assert caught.value.code == "INTEGRITY_ERROR" and caught.value.message.startswith(
+            f"{copy / table}: {copy / table / first / 'data.parquet'} is not the file the export wrote ("), query
+        assert caught.value.message.endswith("replaced or changed since; export the fleet again: it writes that "
+                                             "case's files anew")
+    assert fleet_query(copy, "SELECT count(DISTINCT case_id) FROM actions")[1] == [(len(ids),)]  # the others read
+    again = export_fleet([cases], copy)
+    assert (again.exported, again.unchanged, again.failed) == (1, len(ids) - 1, [])
+    assert fleet_query(copy, count)[1] == want
+    assert filecmp_same(out, copy)
+
+
+def filecmp_same(a: Path, b: Path) -> bool:
+    """Whether the two exports hold the same table files, byte for byte."""
+    files = sorted(p.relative_to(a) for p in a.rglob("data.parquet"))
+    return files == sorted(p.relative_to(b) for p in b.rglob("data.parquet")) and all(
+        (a / f).read_bytes() == (b / f).read_bytes() for f in files)
+
+
+def test_a_file_changed_in_place_or_a_record_naming_no_files_has_its_case_exported_anew(fleet, tmp_path):
+    """Bytes changed in a file of the same size are the next export's to find (every file's sha256 against
+    its record); a record of an export made before records named their files (no ``files``) is no fault:
+    queries read it as before, and the next export writes that case anew, the record naming its files."""
+    cases, out, ids = fleet
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    _garbage_of_its_size(copy / "actions" / "case_id=BUG-20" / "data.parquet")
+    record = copy / "_fleet" / "cases" / "case_id=FLEET-00003.json"
+    old = json.loads(record.read_text())
+    record.write_text(json.dumps({k: v for k, v in old.items() if k != "files"}))
+    assert fleet_query(copy, "SELECT count(*) FROM events WHERE case_id = 'FLEET-00003'")[1][0][0] > 0
+    again = export_fleet([cases], copy)
+    assert (again.exported, again.unchanged, again.failed) == (2, len(ids) - 2, [])
+    assert json.loads(record.read_text()) == old
+    assert filecmp_same(out, copy)
+    assert export_fleet([cases], copy).unchanged == len(ids)
 
 
 def _damage_footer(path: Path, how: str) -> None:

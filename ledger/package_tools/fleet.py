@@ -18,7 +18,6 @@ import importlib.util
 import json
 import errno
 import os
-import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +27,6 @@ from ..ground import errors as E, interrupts
 from .atomic_files import fsync_dir, remove_abandoned_builds, write_atomic
 from ..storage.sqlfiles import queries, schema_version, statement
 from ..ground.arguments import check_callback, check_iterable
-from ..ground.descriptors import open_to_read
 from ..rules.common import check_case_id
 from ..services.case import missing_ledger
 from ..ground.errors import LedgerError, describe_value, first_few, quoted, refuses_unfit_calls, refuses_unfit_calls_of
@@ -42,7 +40,8 @@ from ..storage.readonly import open_readonly
 from ..storage.sqlite_file import close_then_fold, no_case_in, translate_sqlite_errors
 from ..storage.side_files import log_files_exist
 from .anchors import anchor_or_none
-from .fleet_folder import (ASIDE, DATA_FILE, FORMAT, META_DIR, TABLES, check_out, locked_file, meta_dir, refuse_link,
+from .fleet_folder import (ASIDE, DATA_FILE, FORMAT, META_DIR, TABLES, check_out, file_digests, files_hold, locked_file,
+                           meta_dir, recorded, refuse_link,
                            refuse_links_inside)
 from .verify import verify_then_read
 
@@ -238,38 +237,6 @@ def _write_table(cursor: Any, out_file: Path) -> None:
         os.fsync(written.fileno())
 
 
-#: The fields of a case's record (``_fleet/cases/<partition>.json``) and their JSON types.
-RECORD_FIELDS = {"format": str, "case_id": str, "package_id": str, "head_seq": int, "head_sha256": str, "path": str}
-
-
-def _recorded(record: Path) -> dict[str, Any] | None:
-    """The case's record, or None when there is none. A record that is no record (emptied, edited,
-    not JSON) is ``INTEGRITY_ERROR``: it anchors the case's exported history, and exporting again
-    without it would take a ledger rolled back to an older copy, or another package of the same case
-    id, without a word. ``STORAGE_ERROR`` when it cannot be read."""
-    try:
-        with open_to_read(record) as file:  # a hard link to a ledger open here keeps its locks
-            data = json.loads(file.read().decode("utf-8"))
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except OSError as exc:
-        raise os_error(exc, f"cannot read the fleet's record {record}", E.STORAGE_ERROR) from None
-    except ValueError as exc:  # not UTF-8, not JSON (an empty file too)
-        raise _damaged_record(record, f"not the JSON an export writes: {exc}") from None
-    if not isinstance(data, dict) or any(type(data.get(key)) is not kind for key, kind in RECORD_FIELDS.items()):
-        raise _damaged_record(record, f"not a record an export writes (it needs {', '.join(RECORD_FIELDS)})")
-    return data
-
-
-def _damaged_record(record: Path, why: str) -> LedgerError:
-    name = record.name[:record.name.rindex(".")].removeprefix("case_id=")  # partition_name, read back
-    case_id = re.sub(r"%(25|3A)", lambda escaped: "%" if escaped[1] == "25" else ":", name)
-    return LedgerError(E.INTEGRITY_ERROR, f"the fleet's record of case {case_id}, {record}, is damaged ({why}): it "
-                       "holds the head the case's next export is checked against (so that a ledger rolled back, or "
-                       "another package of that id, is refused); take the case out ('ledger fleet remove "
-                       f"{record.parents[2]} {case_id}'), then export it again", path=str(record))
-
-
 def _with_head(case: Path, out: Path, step: Callable[..., None]) -> dict[str, Any]:
     """The report's entry of one case: its head read in one read snapshot of its ledger, then
     ``step(conn, case, out, head, entry)`` in that snapshot (:func:`_head_step` or
@@ -330,8 +297,9 @@ def _altered_status(case: Path, why: str) -> LedgerError:
 
 def _head_step(conn: Any, case: Path, out: Path, head: dict[str, Any], entry: dict[str, Any]) -> None:
     """``status`` unchanged when ``out`` holds this head of the case, else None (to be exported)."""
-    record = _recorded(meta_dir(out) / "cases" / f"{partition_name(head['case_id'])}.json")
-    unchanged = record is not None and _holds_head(record, head)
+    name = partition_name(head["case_id"])
+    record = recorded(meta_dir(out) / "cases" / f"{name}.json")
+    unchanged = record is not None and _holds_head(record, head) and files_hold(out, name, record)
     entry["status"] = "unchanged" if unchanged else None
 
 
@@ -349,8 +317,8 @@ def _export_snapshot(conn: Any, case: Path, out: Path, head: dict[str, Any], ent
     name = partition_name(head["case_id"])
     record_path = meta_dir(out) / "cases" / f"{name}.json"
     with locked_file(meta_dir(out) / "cases" / f"{name}.lock", fcntl.LOCK_EX):
-        record = _recorded(record_path)
-        last = record or _recorded(record_path.with_suffix(ASIDE)) or {}  # set aside by a publish cut short
+        record = recorded(record_path)
+        last = record or recorded(record_path.with_suffix(ASIDE)) or {}  # set aside by a publish cut short
         if last and last.get("package_id") != head["package_id"]:
             here = last.get("path") == os.path.abspath(case)  # the same folder, holding another package's ledger now
             raise LedgerError(E.INVALID_ARGUMENT, (
@@ -359,7 +327,7 @@ def _export_snapshot(conn: Any, case: Path, out: Path, head: dict[str, Any], ent
                 f"{head['package_id']} now: replaced since that export" if here else "") + "); a case id names "
                 f"one package in a fleet: to hold this one instead, take that one out ('ledger fleet remove OUT "
                 f"{head['case_id']}'), then export again"))
-        if record and _holds_head(record, head):
+        if record and _holds_head(record, head) and files_hold(out, name, record):
             entry["status"] = "unchanged"
             return
         build = meta_dir(out) / "tmp" / f".build-{name}.{os.getpid()}"
@@ -370,7 +338,8 @@ def _export_snapshot(conn: Any, case: Path, out: Path, head: dict[str, Any], ent
             record = {"format": FORMAT, "case_id": head["case_id"], "package_id": head["package_id"],
                       "head_seq": head["head_seq"], "head_sha256": head["head_sha256"],
                       "path": os.path.abspath(case),  # where it was, whatever folder the next export runs in
-                      "schema_version": schema_version()}  # the columns its tables were written with
+                      "schema_version": schema_version(),  # the columns its tables were written with
+                      "files": file_digests(build)}  # what a query and the next export check the files against
             # ASCII JSON: a path that is not UTF-8 (a surrogate escape) is written as \udcXX and read back the same
             _publish(build, out, name, json.dumps(record).encode("ascii") + b"\n")
         finally:

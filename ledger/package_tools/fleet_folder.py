@@ -6,16 +6,17 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import hashlib
 import json
 import os
 import re
 import stat
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 from ..ground import errors as E
-from ..ground.descriptors import open_to_read, refuse_held
+from ..ground.descriptors import file_over, open_to_read, refuse_held
 from ..ground.errors import LedgerError, pass_on_interruption
 from ..ground.paths import make_folders, os_error, refuse_link_to_nothing, require_utf8
 from ..ground.interrupts import context_manager
@@ -175,3 +176,65 @@ def refuse_links_inside(out: Path) -> None:
         if (out / table).is_dir():
             with os.scandir(out / table) as entries:
                 refuse_link(out, *(Path(entry.path) for entry in entries if entry.is_symlink()))
+
+
+#: The fields of a case's record (``_fleet/cases/<partition>.json``) and their JSON types.
+RECORD_FIELDS = {"format": str, "case_id": str, "package_id": str, "head_seq": int, "head_sha256": str, "path": str}
+
+
+def recorded(record: Path) -> dict[str, Any] | None:
+    """The case's record, or None when there is none. A record that is no record (emptied, edited,
+    not JSON) is ``INTEGRITY_ERROR``: it anchors the case's exported history, and exporting again
+    without it would take a ledger rolled back to an older copy, or another package of the same case
+    id, without a word. ``STORAGE_ERROR`` when it cannot be read."""
+    try:
+        with open_to_read(record) as file:  # a hard link to a ledger open here keeps its locks
+            data = json.loads(file.read().decode("utf-8"))
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise os_error(exc, f"cannot read the fleet's record {record}", E.STORAGE_ERROR) from None
+    except ValueError as exc:  # not UTF-8, not JSON (an empty file too)
+        raise damaged_record(record, f"not the JSON an export writes: {exc}") from None
+    if not isinstance(data, dict) or any(type(data.get(key)) is not kind for key, kind in RECORD_FIELDS.items()):
+        raise damaged_record(record, f"not a record an export writes (it needs {', '.join(RECORD_FIELDS)})")
+    return data
+
+
+def damaged_record(record: Path, why: str) -> LedgerError:
+    name = record.name[:record.name.rindex(".")].removeprefix("case_id=")  # partition_name, read back
+    case_id = re.sub(r"%(25|3A)", lambda escaped: "%" if escaped[1] == "25" else ":", name)
+    return LedgerError(E.INTEGRITY_ERROR, f"the fleet's record of case {case_id}, {record}, is damaged ({why}): it "
+                       "holds the head the case's next export is checked against (so that a ledger rolled back, or "
+                       "another package of that id, is refused); take the case out ('ledger fleet remove "
+                       f"{record.parents[2]} {case_id}'), then export it again", path=str(record))
+
+
+def file_digests(folder: Path) -> dict[str, dict[str, Any]]:
+    """``{table: {"bytes": size, "sha256": hex}}`` of a case's table files built in ``folder``
+    (``<table>.parquet``): what its record says its files in the export are."""
+    return {table: _digest(folder / f"{table}.parquet") for table in TABLES}
+
+
+def files_hold(out: Path, name: str, record: dict[str, Any]) -> bool:
+    """Whether every table file of the case (partition folder ``name``) is the one its ``record`` names,
+    byte for byte: a file replaced since (another case's, another table's, an older export's) or a
+    record written before records named their files has the case exported again."""
+    files = record.get("files")
+    return isinstance(files, dict) and all(
+        files.get(table) is not None and _digest(out / table / name / DATA_FILE) == files[table] for table in TABLES)
+
+
+def _digest(path: Path) -> dict[str, Any] | None:
+    """Size and sha256 of the regular file ``path``; None for anything else (missing, a link, a pipe,
+    unreadable, the file of a ledger this process holds open: reading it would drop its locks)."""
+    try:
+        refuse_held(path)
+        with file_over(os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)) as file:
+            info = os.fstat(file.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                return None
+            return {"bytes": info.st_size, "sha256": hashlib.file_digest(file, "sha256").hexdigest()}
+    except OSError as oserr:
+        pass_on_interruption(oserr)
+        return None

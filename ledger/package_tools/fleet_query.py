@@ -26,7 +26,7 @@ from ..ground.paths import fs_path
 from ..ground.interrupts import context_manager
 from ..storage.sqlfiles import queries
 from .fleet import duckdb_module, sql_identifier, sql_literal
-from .fleet_folder import DATA_FILE, TABLES, check_out, locked_file, meta_dir
+from .fleet_folder import DATA_FILE, TABLES, check_out, locked_file, meta_dir, recorded
 
 def _plain(value: Any) -> Any:
     """A DuckDB value as the other commands print values: times as RFC 3339 text, exact decimals,
@@ -67,8 +67,9 @@ def _fleet_connection(out: Path) -> tuple[Any, dict[str, LedgerError]]:
     # DuckDB adds its temp folder (./.tmp by default) to the readable ones: keep it inside the export
     con.execute(f"SET temp_directory = {sql_literal(str(meta_dir(out) / 'tmp'))}")
     recorded = _recorded_partitions(out)
+    written = _recorded_files(out, recorded)
     for table in TABLES:
-        problem = _unreadable_table(out / table, recorded)
+        problem = _unreadable_table(out / table, recorded, written)
         if problem is not None:
             broken[table] = problem
         elif recorded:  # no view of a table no case is in yet
@@ -84,14 +85,15 @@ def _fleet_connection(out: Path) -> tuple[Any, dict[str, LedgerError]]:
     return con, broken
 
 
-def _unreadable_table(folder: Path, recorded: list[str]) -> LedgerError | None:
+def _unreadable_table(folder: Path, recorded: list[str], files: dict[str, dict[str, Any]]) -> LedgerError | None:
     """``INTEGRITY_ERROR`` for a table ``folder`` that lacks the file of a recorded case (the record is
-    written after the files: removed since) or holds a link where the export made a folder or file
-    (DuckDB reads nothing outside the export: it said "Permission Error"); else None. One listing
-    of the folder and one ``lstat`` per case."""
-    def refused(why: str) -> LedgerError:
-        return LedgerError(E.INTEGRITY_ERROR, f"{folder}: {why}; export the fleet again into a new folder",
-                           path=str(folder))
+    written after the files: removed since), holds one of another size than the case's record names
+    (``files``: replaced since, by another case's, another table's or an older export's), or holds a
+    link where the export made a folder or file (DuckDB reads nothing outside the export: it said
+    "Permission Error"); else None. One listing of the folder and one ``lstat`` per case."""
+    def refused(why: str, fix: str = "export the fleet again into a new folder") -> LedgerError:
+        return LedgerError(E.INTEGRITY_ERROR, f"{folder}: {why}; {fix}", path=str(folder))
+    rewritten = "export the fleet again: it writes that case's files anew"
     link = "is a symbolic link, which a fleet export never makes (a query reads only the export's own files)"
     if os.path.islink(folder):
         return refused(f"{folder} {link}")
@@ -112,7 +114,11 @@ def _unreadable_table(folder: Path, recorded: list[str]) -> LedgerError | None:
         if stat.S_ISLNK(mode):
             return refused(f"{folder / name / DATA_FILE} {link}")
         if not stat.S_ISREG(mode):
-            return refused(f"{folder / name / DATA_FILE} is missing, though the export records that case")
+            return refused(f"{folder / name / DATA_FILE} is missing, though the export records that case", rewritten)
+        written = files.get(name, {}).get(folder.name)
+        if isinstance(written, dict) and info is not None and info.st_size != written.get("bytes"):
+            return refused(f"{folder / name / DATA_FILE} is not the file the export wrote ({info.st_size} bytes; the "
+                           f"case's record names one of {written.get('bytes')}): replaced or changed since", rewritten)
         if info is not None and is_held(info):  # DuckDB's close of it would drop that ledger's locks
             return refused(f"{folder / name / DATA_FILE} is the file of a ledger open in this process (a hard "
                            "link to it), not the table the export wrote")
@@ -126,6 +132,21 @@ def _recorded_partitions(out: Path) -> list[str]:
     except FileNotFoundError:
         return []
     return sorted(name[:-len(".json")] for name in names if name.endswith(".json"))
+
+
+def _recorded_files(out: Path, names: list[str]) -> dict[str, dict[str, Any]]:
+    """The table files each recorded case's record names (``files``: size and sha256 by table), by
+    partition name; a record that names none (written before records did) or cannot be read is left
+    out: its files are then only required to be there."""
+    files = {}
+    for name in names:
+        try:
+            record = recorded(meta_dir(out) / "cases" / f"{name}.json")
+        except LedgerError:
+            continue
+        if record is not None and isinstance(record.get("files"), dict):
+            files[name] = record["files"]
+    return files
 
 
 def _one_select(con: Any, query: str) -> None:
