@@ -285,6 +285,19 @@ def _orig_schema_version(conn: sqlite3.Connection) -> int:
         return conn.execute(statement("schema_version_of", "orig")).fetchone()[0] if has else 0
 
 
+def _check_migrations(conn: sqlite3.Connection, version: int, root: Path) -> None:
+    """``INTEGRITY_ERROR`` for ``schema_migrations`` rows that disagree with the schema or hold no time
+    as the ledger writes them; ``LEDGER_MISSING`` for a file with no case (``version`` 0)."""
+    problem = migration_record_problem(conn, "orig")
+    if problem:
+        raise _bad(None, problem, table="schema_migrations")
+    if version == 0:
+        raise no_case_yet(root / LEDGER_FILE)
+    problem = _migration_time_problem(conn)
+    if problem:
+        raise _bad(None, problem, table="schema_migrations")
+
+
 def _migration_time_problem(conn: sqlite3.Connection) -> str | None:
     """Why a ``schema_migrations`` row's ``applied_at`` is not a time as the ledger writes them, or None.
     Their order is not checked: a case copied to a machine whose clock is behind and migrated there
@@ -306,14 +319,7 @@ def _verify_attached(root: Path, scratch: Storage, progress: Progress | None, se
     version = _orig_schema_version(conn)
     if version > schema_version():
         raise LedgerError(E.SCHEMA_VERSION, f"the ledger has schema version {version}; this case-ledger knows {schema_version()}")
-    problem = migration_record_problem(conn, "orig")
-    if problem:
-        raise _bad(None, problem, table="schema_migrations")
-    if version == 0:
-        raise no_case_yet(root / LEDGER_FILE)
-    problem = _migration_time_problem(conn)
-    if problem:
-        raise _bad(None, problem, table="schema_migrations")
+    _check_migrations(conn, version, root)
     _check_own_tables(conn, version)
     derived: list[Any] = []  # what the replay derives, stored into the scratch ledger in bulk
     package = PackageSource(root, content_reader(conn), lambda: input_identity_of(root, conn))
