@@ -917,6 +917,22 @@ def test_the_output_folder_inside_the_folder_read_is_passed_over(tmp_path):
     assert (summary.runs, summary.subfolders_not_read) == (1, [])
 
 
+def test_a_subfolder_holding_an_earlier_imports_journals_is_no_trajectory_not_read(tmp_path):
+    """An earlier import's output under the folder read, but not this import's output folder, was
+    counted as trajectories not read: the note said to give --recursive, which would read each journal
+    as a steps file and fail them all. A journal (first line an operation) is passed over; a trajectory
+    in another subfolder still gets the note."""
+    root = tmp_path / "in"
+    _write(root / "top.traj.json", {**GOOD, "instance_id": "top"})
+    import_runs([root], root / "earlier")
+    assert sorted(p.name for p in (root / "earlier").iterdir()) == ["top.jsonl"]
+    summary = import_runs([root], tmp_path / "out")
+    assert (summary.runs, summary.subfolders_not_read) == (1, [])
+    _write(root / "runs" / "a-1.traj.json", {**GOOD, "instance_id": "a-1"})
+    summary = import_runs([root], tmp_path / "out2")
+    assert (summary.runs, summary.subfolders_not_read) == (1, [str(root)])
+
+
 @pytest.mark.parametrize("name, text", [("preds.json", "{}"), ("preds.json", "[]"), ("all_preds.jsonl", ""),
                                         ("PREDS.json", "{}")])
 def test_an_agents_predictions_file_holding_none_yet_is_left_out_too(tmp_path, name, text):

@@ -273,11 +273,13 @@ def _sorted_listing(folder: str | os.PathLike[str]) -> list[os.DirEntry[str]]:
         return sorted(listing, key=lambda entry: entry.name)
 
 
-def input_below(folder: Path, suffixes: tuple[str, ...], skip: Path | None = None, depth: int = 3) -> Path | None:
+def input_below(folder: Path, suffixes: tuple[str, ...], skip: Path | None = None, depth: int = 3,
+                accept: Callable[[os.DirEntry], bool] | None = None) -> Path | None:
     """A file named like an input (:func:`folder_inputs`) in a subfolder of ``folder``, up to ``depth``
     folders down, the shallowest first (links to folders not followed, nor ``skip``, the command's
-    output folder; a folder that cannot be listed passed over), or ``None``: what reading ``folder``
-    without its subfolders leaves out (an agent writes each run into a folder of its own)."""
+    output folder; a folder that cannot be listed passed over; a file ``accept`` says is no input, such
+    as a command's own output, passed over too), or ``None``: what reading ``folder`` without its
+    subfolders leaves out (an agent writes each run into a folder of its own)."""
     passed_over = _identity(skip)
     waiting = [(folder, 0)]
     while waiting:
@@ -291,7 +293,7 @@ def input_below(folder: Path, suffixes: tuple[str, ...], skip: Path | None = Non
             if entry.is_dir(follow_symlinks=False):
                 if level < depth and (passed_over is None or _identity(Path(entry.path)) != passed_over):
                     waiting.append((Path(entry.path), level + 1))
-            elif level and entry.name.lower().endswith(suffixes):
+            elif level and entry.name.lower().endswith(suffixes) and (accept is None or accept(entry)):
                 return Path(entry.path)
     return None
 

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 from pathlib import Path
 from typing import IO, Any, Iterable, Mapping
 
 from ..ground import errors as E
 from ..ground.arguments import check_iterable
 from ..ground.descriptors import open_to_read
-from ..ground.errors import LedgerError
+from ..ground.errors import LedgerError, pass_on_interruption
 from ..ground.paths import EXPORT_FILE_BYTES_MAX, folder_inputs, fs_path, input_below, os_error
 
 _EXTENSIONS = (".gz", ".json", ".jsonl", ".traj")
@@ -100,6 +101,23 @@ def format_of(path: Path, requested: str, data: Any = None) -> str:
     return "mini-swe-agent"
 
 
+#: How a journal begins (a run import's output, which ``--recursive`` would not read as a run): an operation.
+_JOURNAL_START = re.compile(rb'(?:\xef\xbb\xbf)?\s*\{\s*"op"\s*:')
+
+
+def _not_a_journal(entry: os.DirEntry) -> bool:
+    """False for a ``*.jsonl`` regular file whose first line is a journal's (``{"op": …``): the
+    folders of an earlier import's journals hold no trajectory to point at. Anything unreadable counts."""
+    if not entry.name.lower().endswith(".jsonl") or not entry.is_file(follow_symlinks=False):
+        return True
+    try:
+        with open_to_read(entry.path) as file:
+            return _JOURNAL_START.match(file.read(256)) is None
+    except OSError as oserr:
+        pass_on_interruption(oserr)
+        return True
+
+
 def input_files(paths: Iterable[str | os.PathLike[str]], recursive: bool = False,
                 unread: list[tuple[Path, Path]] | None = None, skip: Path | None = None,
                 unlisted: list[tuple[Path, OSError]] | None = None) -> list[Path]:
@@ -118,7 +136,7 @@ def input_files(paths: Iterable[str | os.PathLike[str]], recursive: bool = False
         path = fs_path(entry, "trajectory")
         if path.is_dir():
             found += folder_inputs(path, _TRAJECTORY_NAMES, "trajectory", recursive, skip, unlisted)
-            deeper = None if recursive else input_below(path, _TRAJECTORY_NAMES, skip)
+            deeper = None if recursive else input_below(path, _TRAJECTORY_NAMES, skip, accept=_not_a_journal)
             if deeper is not None:
                 below.append((path, deeper))
         elif path.is_file():
