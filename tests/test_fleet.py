@@ -568,6 +568,24 @@ def test_one_case_id_in_two_folders_fails_in_both_whatever_the_order_or_jobs(fle
     assert len(fleet_query(out, "SELECT * FROM case_status")[1]) == len(ids) - 1
 
 
+def test_case_ids_that_differ_only_in_letter_case_are_not_both_exported(tmp_path):
+    """Their partition folders and records would be one where file names ignore case (macOS, Windows): two
+    new ones are both refused; a new one beside a case the fleet holds already is refused, that case kept."""
+    for folder, case_id in (("a", "Case-1"), ("b", "case-1"), ("c", "CASE-2")):
+        start_case(tmp_path / "cases" / folder, case_id=case_id).close()
+    report = export_fleet([tmp_path / "cases" / "a", tmp_path / "cases" / "b", tmp_path / "cases" / "c"],
+                          tmp_path / "out")
+    assert (report.exported, sorted(e["case_id"] for e in report.failed)) == (1, ["Case-1", "case-1"])
+    assert {e["case_id"]: e["error"] for e in report.failed}["case-1"] == {"code": "INVALID_ARGUMENT", "message": (
+        "case id case-1 differs from case id Case-1 (of this export or in the fleet already) only in letter case: "
+        "their files would be one where file names ignore case (macOS, Windows), so it is not exported; a fleet "
+        "holds case ids that differ otherwise")}
+    assert export_fleet([tmp_path / "cases" / "a"], tmp_path / "out").exported == 1
+    report = export_fleet([tmp_path / "cases"], tmp_path / "out")
+    assert (report.unchanged, [e["case_id"] for e in report.failed]) == (2, ["case-1"])
+    assert sorted(p.name for p in (tmp_path / "out" / "events").iterdir()) == ["case_id=CASE-2", "case_id=Case-1"]
+
+
 def test_many_folders_of_one_case_id_each_name_three_others_and_count_the_rest(tmp_path):
     """30 copies of one case printed 30 lines naming the 29 others each."""
     start_case(tmp_path / "cases" / "c00", case_id="SAME-1").close()

@@ -917,6 +917,31 @@ def test_the_output_folder_inside_the_folder_read_is_passed_over(tmp_path):
     assert (summary.runs, summary.subfolders_not_read) == (1, [])
 
 
+@pytest.mark.parametrize("prefix", ["", "x."])
+def test_a_run_id_is_free_again_once_the_input_that_brought_it_failed(tmp_path, prefix):
+    """A run whose input failed after its id was taken is not imported: another input may bring it. With a
+    --run-prefix the failed run's id stayed taken (the id was let go without its prefix)."""
+    _write(tmp_path / "in" / "a.traj.json", {"instance_id": "r1", "messages": 5})  # fails once its run began
+    _write(tmp_path / "in" / "b.traj.json", {**GOOD, "instance_id": "r1"})
+    summary = import_runs([tmp_path / "in"], tmp_path / "out", run_prefix=prefix)
+    assert summary.runs == 1 and [e["file"] for e in summary.errors] == [str(tmp_path / "in" / "a.traj.json")]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [f"{prefix}r1.jsonl"]
+
+
+def test_run_ids_that_differ_only_in_letter_case_are_refused_as_one_file(tmp_path):
+    """Their journals would be one file where file names ignore case (macOS, Windows): the second is
+    refused as a duplicate is, naming the first; ids that differ otherwise are both imported."""
+    for name, run in (("a", "Foo-1"), ("b", "foo-1"), ("c", "foo-2")):
+        _write(tmp_path / "in" / f"{name}.traj.json", {**GOOD, "instance_id": run})
+    summary = import_runs([tmp_path / "in"], tmp_path / "out")
+    assert summary.runs == 2
+    assert summary.errors == [{"file": str(tmp_path / "in" / "b.traj.json"), "code": "INVALID_ARGUMENT", "reason": (
+        f"run id 'foo-1' differs from the run id 'Foo-1' imported from {tmp_path / 'in' / 'a.traj.json'} only in "
+        "letter case: their journals would be one file where file names ignore case (macOS, Windows); give the "
+        "runs ids that differ otherwise")}]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["Foo-1.jsonl", "foo-2.jsonl"]
+
+
 def test_a_subfolder_holding_an_earlier_imports_journals_is_no_trajectory_not_read(tmp_path):
     """An earlier import's output under the folder read, but not this import's output folder, was
     counted as trajectories not read: the note said to give --recursive, which would read each journal

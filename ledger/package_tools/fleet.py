@@ -41,7 +41,7 @@ from ..storage.sqlite_file import close_then_fold, no_case_in, translate_sqlite_
 from ..storage.side_files import log_files_exist
 from .anchors import anchor_or_none
 from .fleet_folder import (ASIDE, DATA_FILE, FORMAT, META_DIR, TABLES, check_out, file_digests, files_hold, locked_file,
-                           meta_dir, recorded, refuse_link,
+                           meta_dir, recorded, recorded_case_ids, refuse_link,
                            refuse_links_inside)
 from .verify import verify_then_read
 
@@ -481,7 +481,7 @@ def export_fleet(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike
                 max_workers=jobs, mp_context=worker_context(), initializer=watch_parent, initargs=(os.getpid(),))
             run = _blocked_map(pool)
         heads = list(run(_head_worker, [(str(case), str(target)) for case in cases], 64))
-        _refuse_shared_case_ids(heads)
+        _refuse_shared_case_ids(heads, recorded_case_ids(target))
         entries = iter(run(_export_worker, [(e["path"], str(target)) for e in heads if e["status"] is None], 4))
         for head in heads:
             report.add(head if head["status"] is not None else next(entries))
@@ -553,16 +553,27 @@ def _in_fleet(root: Path, name: str) -> bool:
 SHARED_NAMED = 3
 
 
-def _refuse_shared_case_ids(heads: list[dict[str, Any]]) -> None:
-    """Fail every entry whose case id another entry of this export has too, naming the others."""
+def _refuse_shared_case_ids(heads: list[dict[str, Any]], recorded: list[str]) -> None:
+    """Fail every entry whose case id another entry of this export has too, naming the others; and every
+    one not ``recorded`` in the fleet yet whose id differs only in letter case from another's, of this
+    export or recorded (their files would be one where file names ignore case: macOS, Windows)."""
     folders: dict[str, list[str]] = {}
     for entry in heads:
         if entry["status"] != "failed":
             folders.setdefault(entry["case_id"], []).append(entry["path"])
+    spellings: dict[str, set[str]] = {}
+    for case_id in [*folders, *recorded]:
+        spellings.setdefault(case_id.lower(), set()).add(case_id)
     for entry in heads:
         shared = folders.get(entry.get("case_id"), []) if entry["status"] != "failed" else []
         if len(shared) > 1:
             other = [path for path in shared if path != entry["path"]]
             entry.update(status="failed", error={"code": E.INVALID_ARGUMENT, "message": (
-                f"case id {entry['case_id']} is also in {first_few(other, SHARED_NAMED)}; a case id names one package in a fleet, so none "
-                "of them is exported: give one folder per case id")})
+                f"case id {entry['case_id']} is also in {first_few(other, SHARED_NAMED)}; a case id names one "
+                "package in a fleet, so none of them is exported: give one folder per case id")})
+        elif shared and entry["case_id"] not in recorded and len(spellings[entry["case_id"].lower()]) > 1:
+            alike = sorted(spellings[entry["case_id"].lower()] - {entry["case_id"]})
+            entry.update(status="failed", error={"code": E.INVALID_ARGUMENT, "message": (
+                f"case id {entry['case_id']} differs from case id {first_few(alike, SHARED_NAMED)} (of this export or "
+                "in the fleet already) only in letter case: their files would be one where file names ignore case "
+                "(macOS, Windows), so it is not exported; a fleet holds case ids that differ otherwise")})

@@ -201,9 +201,23 @@ def recorded(record: Path) -> dict[str, Any] | None:
     return data
 
 
+def case_id_of(partition: str) -> str:
+    """The case id a partition folder's name (``case_id=…``, a record's without ``.json``) stands for:
+    ``partition_name`` read back."""
+    return re.sub(r"%(25|3A)", lambda escaped: "%" if escaped[1] == "25" else ":", partition.removeprefix("case_id="))
+
+
+def recorded_case_ids(out: Path) -> list[str]:
+    """The ids of the cases ``out`` holds a record of (none when it has no records yet)."""
+    try:
+        names = os.listdir(meta_dir(out) / "cases")
+    except FileNotFoundError:
+        return []
+    return sorted(case_id_of(name[:-len(".json")]) for name in names if name.endswith(".json"))
+
+
 def damaged_record(record: Path, why: str) -> LedgerError:
-    name = record.name[:record.name.rindex(".")].removeprefix("case_id=")  # partition_name, read back
-    case_id = re.sub(r"%(25|3A)", lambda escaped: "%" if escaped[1] == "25" else ":", name)
+    case_id = case_id_of(record.name[:record.name.rindex(".")])
     return LedgerError(E.INTEGRITY_ERROR, f"the fleet's record of case {case_id}, {record}, is damaged ({why}): it "
                        "holds the head the case's next export is checked against (so that a ledger rolled back, or "
                        "another package of that id, is refused); take the case out ('ledger fleet remove "

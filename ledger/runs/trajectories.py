@@ -238,7 +238,9 @@ class _Importer:
     limits: Mapping[str, int]
     prefix: str = ""  # put before every run id (``run_prefix``)
     summary: ImportSummary = field(default_factory=ImportSummary)
-    seen: dict[str, Path] = field(default_factory=dict)  # run id (prefixed) → the input that brought it
+    #: run id (prefixed) in lower case → the run id and the input that brought it (a journal is named by its
+    #: run id, and ids that differ only in letter case name one file where names ignore case: macOS, Windows)
+    seen: dict[str, tuple[str, Path]] = field(default_factory=dict)
 
     def _begin(self, given: str, path: Path, line: int | None = None) -> _Journal:
         """The journal of the run ``given`` (its id in the input) from ``path`` (at ``line`` of a steps file)."""
@@ -251,15 +253,20 @@ class _Importer:
         if not _RUN_ID.fullmatch(run):
             raise ValueError(f"{where}run id {quoted(given, 80)} with the prefix {self.prefix!r} has {len(run)} "
                              "characters, more than the 128 a run id may have")
-        if run in self.seen:
-            if _same_file(path, self.seen[run]):
+        if run.lower() in self.seen:
+            earlier, source = self.seen[run.lower()]
+            if earlier != run:
+                raise ValueError(f"{where}run id {run!r} differs from the run id {earlier!r} imported from {source} "
+                                 "only in letter case: their journals would be one file where file names ignore case "
+                                 "(macOS, Windows); give the runs ids that differ otherwise")
+            if _same_file(path, source):
                 raise ValueError(f"given already (twice, or also in a folder given): its run {run!r} is imported "
-                                 f"once, from {self.seen[run]}")
-            raise ValueError(f"{where}run id {run!r} was already imported from {self.seen[run]}" + (
+                                 f"once, from {source}")
+            raise ValueError(f"{where}run id {run!r} was already imported from {source}" + (
                 "" if self.prefix else "; runs of the same tasks by other agents or models: import each set with a "
                 "--run-prefix of its own (run_prefix= in Python)"))
         journal = _Journal(self.out, run)
-        self.seen[run] = path
+        self.seen[run.lower()] = (run, path)
         return journal
 
     def _end(self, journal: _Journal) -> None:
@@ -327,7 +334,7 @@ class _Importer:
         except BaseException:
             if journal is not None:
                 journal.abandon()
-                self.seen.pop(run, None)  # not imported: another input may still bring it
+                self.seen.pop(journal.run.lower(), None)  # not imported: another input may still bring it
             raise
 
     def generic(self, path: Path) -> None:
@@ -369,7 +376,7 @@ class _Importer:
         except BaseException:
             for journal in journals.values():
                 journal.abandon()
-                self.seen.pop(journal.run, None)  # not imported: another input may still bring it
+                self.seen.pop(journal.run.lower(), None)  # not imported: another input may still bring it
             raise
 
     def file(self, path: Path) -> None:
@@ -553,5 +560,6 @@ def import_runs(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[
         _remove_if_empty(made)  # every file failed: no folder it made is left behind, empty
     _refuse_no_runs_alone(importer.summary, files, unread)
     if outcomes is not None:
-        importer.summary.outcomes_without_run = [run for run in outcomes if run_prefix + run not in importer.seen]
+        imported = {run for run, _ in importer.seen.values()}
+        importer.summary.outcomes_without_run = [run for run in outcomes if run_prefix + run not in imported]
     return importer.summary
