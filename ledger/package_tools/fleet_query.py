@@ -115,13 +115,13 @@ def _unreadable_table(folder: Path, recorded: list[str], files: dict[str, dict[s
             return refused(f"{folder / name / DATA_FILE} {link}")
         if not stat.S_ISREG(mode):
             return refused(f"{folder / name / DATA_FILE} is missing, though the export records that case", rewritten)
+        if info is not None and is_held(info):  # DuckDB's close of it would drop that ledger's locks
+            return refused(f"{folder / name / DATA_FILE} is the file of a ledger open in this process (a hard "
+                           "link to it), not the table the export wrote")
         written = files.get(name, {}).get(folder.name)
         if isinstance(written, dict) and info is not None and info.st_size != written.get("bytes"):
             return refused(f"{folder / name / DATA_FILE} is not the file the export wrote ({info.st_size} bytes; the "
                            f"case's record names one of {written.get('bytes')}): replaced or changed since", rewritten)
-        if info is not None and is_held(info):  # DuckDB's close of it would drop that ledger's locks
-            return refused(f"{folder / name / DATA_FILE} is the file of a ledger open in this process (a hard "
-                           "link to it), not the table the export wrote")
     return None
 
 
