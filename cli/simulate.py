@@ -26,7 +26,12 @@ FIGURE_COLUMNS = ("runs", "steps", "steps_taken", "steps_refused", "units_spent"
 
 def _base_policies(settings: Settings, specs: Sequence[str]) -> list[Policy]:
     if specs:
-        loaded = [load_policy(spec) for spec in specs]
+        try:
+            loaded = [load_policy(spec) for spec in specs]
+        except LedgerError as exc:
+            if "policy_name" not in exc.details:
+                raise
+            raise click.BadParameter(exc.message, param_hint="--policy") from None  # like two policies named alike
         names = [policy.name for policy in loaded]
         for name in names:
             if names.count(name) > 1:

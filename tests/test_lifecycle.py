@@ -427,6 +427,9 @@ def test_a_bad_outcome_or_source_is_invalid_argument_and_writes_nothing(case, ou
     ("r\u00e9solu\tok", "outcome 'r\u00e9solu\\tok' holds U+0009, a control or format character"),
     (" resolved", "outcome ' resolved' has spaces around it"),
     ("resolved\u00a0", "outcome 'resolved\\xa0' has spaces around it"),
+    ("re\u0301solu", "outcome 're\u0301solu' is not in composed form (NFC): it holds U+0301 where another character "
+                     "prints the same"),
+    ("\u212b", "outcome '\u212b' is not in composed form (NFC): it holds U+212B"),
 ])
 def test_an_outcome_label_that_would_read_as_another_is_refused_when_recorded(case, outcome, message):
     """A label holding a character that shows nothing (or breaks its line), or spaces around it,

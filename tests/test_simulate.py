@@ -627,6 +627,23 @@ def test_two_policies_with_one_name_are_a_usage_error(tmp_path):
     assert "two policies are named 'a'" in err
 
 
+@pytest.mark.parametrize("name, problem", [
+    ("a\nb", "holds U+000A, a control or format character"), ("x\u200b", "holds U+200B, a control or format"),
+    (" a", "has spaces around it"), ("re\u0301solu", "is not in composed form (NFC): it holds U+0301"),
+])
+def test_a_policy_name_that_would_read_as_another_is_refused(tmp_path, name, problem):
+    """A policy's name heads its rows and columns in every report: one holding a character that shows
+    nothing or breaks the line, or spaces, or letters not in composed form, would print as another
+    (or split a CSV row); the outcome labels' rule. A usage error on the command line."""
+    with pytest.raises(LedgerError) as caught:
+        Policy(name, example_policy().config)
+    assert caught.value.code == INVALID_ARGUMENT
+    assert caught.value.message.startswith(f"the policy name {name!r} {problem}")
+    code, out, err = cli("simulate", TRAJECTORIES, "--policy", f"{name}={EXAMPLE_BUDGET}", "--jobs", "1")
+    assert (code, out) == (2, "") and f"Invalid value for --policy: the policy name {name!r} {problem}" in err
+    assert Policy("r\u00e9solu \u00e9t\u00e9", example_policy().config).name == "r\u00e9solu \u00e9t\u00e9"
+
+
 def test_simulate_accepts_one_journal_path_as_a_str_and_a_path():
     from ledger import simulate
     one = TRAJECTORIES / "django__django-11206.jsonl"

@@ -278,6 +278,23 @@ def unseen_character(text: str) -> str | None:
     return next((f"U+{ord(ch):04X}" for ch in text if unicodedata.category(ch) in ("Cc", "Cf")), None)
 
 
+def label_problem(text: str) -> str | None:
+    """Why ``text`` would read as another label (an outcome, a policy name), or None: spaces around it,
+    a control or format character (:func:`unseen_character`), or letters not in their composed form
+    (NFC: ``é`` written as ``e`` and a combining accent prints as the composed ``é``, another label)."""
+    if text != text.strip():
+        return "has spaces around it; write it without them"
+    unseen = unseen_character(text)
+    if unseen:
+        return f"holds {unseen}, a control or format character (it shows nothing or breaks the line): write it without it"
+    if not text.isascii() and not unicodedata.is_normalized("NFC", text):
+        first = next((f" U+{ord(ch):04X}" for ch in text
+                      if unicodedata.combining(ch) or unicodedata.normalize("NFC", ch) != ch), "")
+        return (f"is not in composed form (NFC): it holds{first or ' characters'} where another character prints the "
+                "same (a letter and a combining accent, say, for the one accented letter); write it composed")
+    return None
+
+
 def check_reason(value: Any) -> str:
     """A reason: a non-blank string (:func:`is_blank`; ``REASON_REQUIRED`` otherwise) of at most
     ``REASON_CHARS_MAX`` characters without NUL or lone surrogates (``INVALID_ARGUMENT``)."""

@@ -9,7 +9,7 @@ from ..ground.arguments import plain_arguments
 from ..ground import errors as E
 from ..ground.canonical import canonical_sha256, check_int
 from ..ground.errors import LedgerError, given
-from .common import (is_blank, unseen_character, CASE_STATES, CREATED, EVALUATING, GENERATING, OPEN_REVISION_FROM, STATEMENT_CHARS_MAX, TRANSITIONS,
+from .common import (is_blank, label_problem, CASE_STATES, CREATED, EVALUATING, GENERATING, OPEN_REVISION_FROM, STATEMENT_CHARS_MAX, TRANSITIONS,
                      Context, Draft,
                      LedgerView, Reused, check_case_id, check_text, operation_key, replay_or_conflict,
                      require_case)
@@ -164,16 +164,13 @@ REPORT_OUTCOMES = frozenset({"(all)", "(no outcome)"})
 
 def check_new_outcome(outcome: str, where: str = "outcome") -> None:
     """``INVALID_ARGUMENT`` for an outcome named like a row of simulate's reports (:data:`REPORT_OUTCOMES`),
-    with spaces around it, or holding a character that shows nothing or breaks its line (a control
-    or format character: :func:`~ledger.rules.common.unseen_character`), each of which would make a
-    label that reads as another one; refused when an outcome is recorded (a ledger that recorded one
-    before still verifies)."""
-    if outcome != outcome.strip():
-        raise LedgerError(E.INVALID_ARGUMENT, f"{where} {outcome!r} has spaces around it; write it without them")
-    unseen = unseen_character(outcome)
-    if unseen:
-        raise LedgerError(E.INVALID_ARGUMENT, f"{where} {outcome!r} holds {unseen}, a control or format character "
-                          "(it shows nothing or breaks the line): write the label without it")
+    with spaces around it, holding a character that shows nothing or breaks its line (a control or
+    format character) or letters not in composed form (:func:`~ledger.rules.common.label_problem`), each
+    of which would make a label that reads as another one; refused when an outcome is recorded (a ledger
+    that recorded one before still verifies)."""
+    problem = label_problem(outcome)
+    if problem:
+        raise LedgerError(E.INVALID_ARGUMENT, f"{where} {outcome!r} {problem}")
     if outcome in REPORT_OUTCOMES:
         raise LedgerError(E.INVALID_ARGUMENT, f"{where} {outcome!r} is a name simulate's reports use themselves "
                           f"({', '.join(sorted(REPORT_OUTCOMES))}); call it something else")

@@ -33,7 +33,7 @@ from ..ground.errors import LedgerError, refuses_unfit_calls, refuses_unfit_call
 from ..services.memory import DEFAULT_ACTOR
 from ..ground.paths import folder_inputs, fs_path
 from ..ground.workers import job_count, shared_map
-from ..rules.common import check_action_id
+from ..rules.common import check_action_id, label_problem
 from ..model.outcomes import check_outcomes, read_outcomes  # noqa: F401 (read_outcomes: the public API's)
 from .replay import UNITS_KEY, RunResult, journal_lines, replay_run, run_error
 
@@ -60,6 +60,9 @@ class Policy:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise LedgerError(E.INVALID_ARGUMENT, f"a policy's name must be a non-empty str, got {repr_shown(self.name, 80)}")
+        problem = label_problem(self.name)
+        if problem:  # it names the policy's rows and columns in every report: it must read as itself
+            raise LedgerError(E.INVALID_ARGUMENT, f"the policy name {self.name!r} {problem}", policy_name=self.name)
         check_instance(self.config, BudgetConfig, "a policy's config", "a BudgetConfig")
         if self.units_per_hypothesis is not None and (type(self.units_per_hypothesis) is not int
                                                       or not 1 <= self.units_per_hypothesis <= SAFE_INTEGER_MAX):
