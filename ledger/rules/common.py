@@ -286,7 +286,8 @@ def label_problem(text: str) -> str | None:
         return "has spaces around it; write it without them"
     unseen = unseen_character(text)
     if unseen:
-        return f"holds {unseen}, a control or format character (it shows nothing or breaks the line): write it without it"
+        return (f"holds {unseen}, a control or format character (it shows nothing or breaks the line): write it "
+                "without it")
     if not text.isascii() and not unicodedata.is_normalized("NFC", text):
         first = next((f" U+{ord(ch):04X}" for ch in text
                       if unicodedata.combining(ch) or unicodedata.normalize("NFC", ch) != ch), "")
