@@ -7,6 +7,7 @@ import copy
 from unittest import mock
 import hashlib
 import os
+import shutil
 import sqlite3
 import stat
 import subprocess
@@ -447,6 +448,22 @@ def test_an_input_that_can_no_longer_be_read_is_a_changed_input_not_tampering(ca
 
 
 
+@pytest.mark.parametrize("gone", ["file", "folder"])
+def test_an_input_removed_since_is_named_removed_not_unreadable(case, gone):
+    """A file a stored result read that is gone now (itself, or its folder) is a changed input, and the
+    report says so: it said "unreadable", which reads as a permission problem to look into."""
+    case.budget().reserve("H1", "q1", "source.read_context")
+    case.evidence().query("i1", {"actions": [action("source.read_context", path=APP, start_line=1, end_line=2)]},
+                          True)
+    if gone == "file":
+        (case.path / APP).unlink()
+    else:
+        shutil.rmtree(case.path / "sources")
+    report = verify_case(case.path)
+    assert report.unchecked_inputs == [{"path": APP, "why": "removed"}]
+    assert any(f"{APP} (removed)" in note for note in report.notes())
+
+
 @pytest.mark.parametrize("which", ["read", "unrelated", "unsearchable folder"])
 def test_an_input_this_user_may_not_read_is_a_changed_input_not_a_failure(case, tmp_path, monkeypatch, which):
     case.budget().reserve("H1", "q1", "source.read_context")
@@ -513,7 +530,7 @@ def test_an_input_changed_while_verify_runs_is_a_changed_input_not_a_forgery(cas
     assert len(calls) > 12
     assert report.unchecked_inputs == (  # the second search ("return") would have read the file added
         [{"path": "sources/more.py", "why": "added since a search that matches it"}] if change == "added" else
-        [{"path": APP, "why": "changed" if change == "edited" else "unreadable"}])
+        [{"path": APP, "why": "changed" if change == "edited" else "removed"}])
 
 
 # --- the re-check accepts every genuine result ------------------------------------------------------

@@ -697,7 +697,7 @@ def test_import_prints_the_notes_verify_prints(tmp_path):
     assert lines[0].startswith("imported ") and "verified" in lines[0]
     assert lines[1].startswith("1 input file(s) differ from what stored tool results read or searched (edited, "
                                "added, removed, unreadable, readable only now, or computed otherwise by this SQLite)")
-    assert "data/stock.sqlite (unreadable)" in lines[1]
+    assert "data/stock.sqlite (removed)" in lines[1]
 
 
 def test_an_import_target_that_is_a_file_or_a_full_folder_is_case_exists_saying_which(exported, tmp_path):

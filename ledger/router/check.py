@@ -62,8 +62,8 @@ def recheck(router: Router, action: Mapping[str, Any], stored: Mapping[str, Any]
             note: Note | None = None) -> Any:
     """What the replay compares ``stored`` with: the router's fresh result wherever a file it read
     is unchanged, else ``stored`` itself once it passed the checks above (``INTEGRITY_ERROR``).
-    ``note(path, "changed" | "unreadable" | COMPUTED_OTHERWISE)`` hears of each file that could not
-    be compared: changed since, unreadable now, or a database whose lookup differs from this SQLite's
+    ``note(path, "changed" | "removed" | "unreadable" | COMPUTED_OTHERWISE)`` hears of each file that could
+    not be compared: changed since, gone or unreadable now, or a database whose lookup differs from this SQLite's
     only in values SQLite computes as it reads (docs/evidence.md)."""
     note = note or _ignore
     inputs = same_inputs if isinstance(same_inputs, Inputs) else Inputs(same_inputs)
@@ -73,9 +73,8 @@ def recheck(router: Router, action: Mapping[str, Any], stored: Mapping[str, Any]
         return stored
     path, digest = stored["sources"][0]
     data = _read_now(router, action, path, DATA_DIR if action["tool"] == "database.lookup" else SOURCES_DIR,
-                     inputs)
+                     inputs, note)
     if data is None:
-        note(path, "unreadable")
         return stored
     now = hashlib.sha256(data).hexdigest()
     if now != digest:
@@ -143,11 +142,13 @@ def _recompute(router: Router, action: Mapping[str, Any], path: str, data: bytes
                    f"{path}, is unchanged: {exc.message}", path=path) from None
 
 
-def _read_now(router: Router, action: Mapping[str, Any], path: str, top: str, inputs: Inputs) -> bytes | None:
-    """The file's bytes now, or None when it cannot be read (a changed input, not a fault). With the
-    inputs unchanged, a file that is missing, a link, not a regular file or over the size cap now was so
-    when the result was computed, and the router could not have read it: ``INTEGRITY_ERROR``. A read the
-    system refuses (permission, I/O) says nothing of the inputs and stays a note."""
+def _read_now(router: Router, action: Mapping[str, Any], path: str, top: str, inputs: Inputs,
+              note: Note) -> bytes | None:
+    """The file's bytes now, or None when it cannot be read (a changed input, not a fault), noted as
+    ``removed`` (no such file now) or ``unreadable``. With the inputs unchanged, a file that is missing,
+    a link, not a regular file or over the size cap now was so when the result was computed, and the
+    router could not have read it: ``INTEGRITY_ERROR``. A read the system refuses (permission, I/O)
+    says nothing of the inputs and stays a note."""
     try:
         return router.read_file(path, top)
     except LedgerError as exc:
@@ -156,6 +157,7 @@ def _read_now(router: Router, action: Mapping[str, Any], path: str, top: str, in
         if exc.details.get("errno") is None and inputs.unchanged():
             raise _bad(action.get("operation_id"), f"it read {path}, but the package's inputs are those the reply "
                        f"was computed from and the router cannot read that file: {exc.message}", path=path) from None
+        note(path, "removed" if exc.details.get("missing") else "unreadable")
         return None
 
 
@@ -168,9 +170,8 @@ def _recheck_search(router: Router, action: Mapping[str, Any], stored: Mapping[s
     for item in stored["items"]:
         by_file[item["path"]].append(item)
     for position, (path, digest) in enumerate(stored["sources"]):
-        data = _read_now(router, action, path, SOURCES_DIR, inputs)
+        data = _read_now(router, action, path, SOURCES_DIR, inputs, note)
         if data is None:
-            note(path, "unreadable")
             continue
         now = hashlib.sha256(data).hexdigest()
         if now != digest:

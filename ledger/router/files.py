@@ -27,10 +27,12 @@ FILE_BYTES_MAX = 16 * 1024 * 1024
 _NOFOLLOW, _CLOEXEC, _NOCTTY = (getattr(os, name, 0) for name in ("O_NOFOLLOW", "O_CLOEXEC", "O_NOCTTY"))
 
 
-def unreadable(relative: str, why: str, errno_: int | None = None) -> LedgerError:
+def unreadable(relative: str, why: str, errno_: int | None = None, *, missing: bool = False) -> LedgerError:
     """``ROUTER_REFUSED`` for a file that cannot be read; ``errno`` in the details when the system
-    refused the read itself (no permission, an I/O error), as opposed to a link or a missing file."""
-    return LedgerError(E.ROUTER_REFUSED, f"{relative!r} {why}", path=relative, unreadable=True, errno=errno_)
+    refused the read itself (no permission, an I/O error), as opposed to a link or a missing file;
+    ``missing`` when there is no such file."""
+    return LedgerError(E.ROUTER_REFUSED, f"{relative!r} {why}", path=relative, unreadable=True, errno=errno_,
+                       **({"missing": True} if missing else {}))
 
 
 def open_folder(root: Path, relative: str) -> int:
@@ -49,13 +51,13 @@ def _open_step(name: str, dir_fd: int, relative: str, folder: bool) -> int:
     except OSError as exc:
         pass_on_interruption(exc)
         if exc.errno == errno.ENOENT:
-            raise unreadable(relative, "does not exist") from None
+            raise unreadable(relative, "does not exist", missing=True) from None
         if exc.errno in (errno.ELOOP, errno.EMLINK) or (folder and exc.errno == errno.ENOTDIR and is_link(name, dir_fd)):
             where = f"passes through a symbolic link ({name})" if folder else "is a symbolic link"
             raise unreadable(relative, f"{where}; the router follows no link, so it never reads outside "
                               "sources/ or data/ of the package") from None
         if exc.errno == errno.ENOTDIR:
-            raise unreadable(relative, "does not exist (a part of it is not a folder)") from None
+            raise unreadable(relative, "does not exist (a part of it is not a folder)", missing=True) from None
         raise unreadable(relative, f"cannot be read: {exc.strerror}", exc.errno) from None
 
 
