@@ -84,10 +84,14 @@ def test_a_missing_ledger_beside_an_export_is_ledger_missing_never_a_fresh_ledge
         Case.open(package)
     assert caught.value.code == LEDGER_MISSING
     assert caught.value.message == (f"{package / 'ledger.sqlite'} is missing but the package has an export; restore "
-                                    f"it with 'ledger import {package}' (in place) instead of starting a new ledger")
+                                    f"it with 'ledger import {package}' (in place) instead of starting a new ledger, "
+                                    "or check the export without writing into this folder (an export you received) "
+                                    f"with 'ledger import {package} --to NEW_FOLDER'")
     assert not (package / "ledger.sqlite").exists()
-    from ledger_cli.main import main as cli_main  # the command the message gives restores it
+    from ledger_cli.main import main as cli_main  # the commands the message gives check and restore it
     from click.testing import CliRunner
+    done = CliRunner().invoke(cli_main, ["import", str(package), "--to", str(package.parent / "checked")])
+    assert done.exit_code == 0 and not (package / "ledger.sqlite").exists(), done.output
     done = CliRunner().invoke(cli_main, ["import", str(package)])
     assert done.exit_code == 0, done.output
     with Case.open(package) as restored:

@@ -102,7 +102,8 @@ def missing_ledger(root: Path) -> LedgerError:
         return LedgerError(
             E.LEDGER_MISSING,
             f"{ledger} is missing but the package has an export; restore it with "
-            f"'ledger import {root}' (in place) instead of starting a new ledger",
+            f"'ledger import {root}' (in place) instead of starting a new ledger, or check the export without "
+            f"writing into this folder (an export you received) with 'ledger import {root} --to NEW_FOLDER'",
         )
     if (root / ANALYSIS_DIR).exists():
         return LedgerError(
