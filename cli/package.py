@@ -115,7 +115,8 @@ def export(settings: Settings, cases: tuple[str, ...], as_json: bool, all_in: bo
     case = _single(cases, all_in, jobs)
     if case is None:
         _many(export_many, cases, all_in, jobs, as_json, "exported",
-              "{files_written} files written, {files_unchanged} unchanged", _export_notes,
+              "{files_written} files written, {files_unchanged} unchanged; head seq {manifest[head][seq]} sha256 "
+              "{manifest[head][sha256]}", _export_notes,
               analysis_config=settings.analysis())
         return
     with settings.open(case) as opened:
@@ -123,7 +124,8 @@ def export(settings: Settings, cases: tuple[str, ...], as_json: bool, all_in: bo
             report = export_case(opened, progress=bar.update)
     emit_result(report.to_dict(), as_json,
                 [f"exported {case}: {report.files_written} files written, {report.files_unchanged} unchanged; "
-                 f"head seq {report.manifest['head']['seq']}", *report.notes()])
+                 f"head seq {report.manifest['head']['seq']} sha256 {report.manifest['head']['sha256']}",
+                 *report.notes()])
 
 
 @click.command("import", cls=OnceCommand)
@@ -140,7 +142,8 @@ def import_command(source: str, target: str | None, as_json: bool) -> None:
     with progress_bar(manifest["head"]["seq"] if manifest else 0, "importing") as bar:
         report = import_tree(source, target, progress=bar.update)
     emit_result(report.to_dict(), as_json,
-                [f"imported {report.events} events into {report.package_path}; verified, head seq {report.head_seq}",
+                [f"imported {report.events} events into {report.package_path}; verified, head seq {report.head_seq} "
+                 f"sha256 {report.head_sha256}",
                  *report.notes()])  # what verify notes: inputs it could not check again, times ahead
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -695,6 +696,7 @@ def test_import_prints_the_notes_verify_prints(tmp_path):
     assert done.returncode == 0, done.stderr
     lines = done.stdout.decode().splitlines()
     assert lines[0].startswith("imported ") and "verified" in lines[0]
+    assert re.search(r"; verified, head seq [0-9]+ sha256 [0-9a-f]{64}$", lines[0]), lines[0]  # what an anchor takes
     assert lines[1].startswith("1 input file(s) differ from what stored tool results read or searched (edited, "
                                "added, removed, unreadable, readable only now, or computed otherwise by this SQLite)")
     assert "data/stock.sqlite (removed)" in lines[1]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from pathlib import Path
 
@@ -231,6 +232,7 @@ def test_cli_export_several_cases_and_a_missing_one(tmp_path):
     assert done.returncode == 1
     lines = done.stdout.decode().splitlines()
     assert lines[0].startswith(f"ok {cases[0]}: ") and "files written" in lines[0]
+    assert re.search(r"; head seq [0-9]+ sha256 [0-9a-f]{64}$", lines[0]), lines[0]  # what an anchor takes
     assert lines[2].startswith(f"FAILED {missing}: {LEDGER_MISSING}: ")
     assert lines[3] == "exported 3 case(s): 2 ok, 1 failed"
 
