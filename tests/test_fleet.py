@@ -1546,7 +1546,8 @@ def test_two_first_exports_into_one_new_folder_both_take_it_as_a_fleet_export(tm
     assert caught.value.message.startswith(f"{tmp_path / 'a-file'} is not a fleet export")
 
 
-@pytest.mark.parametrize("damage", ['["x"]', '"text"', "null", '{"head_seq": "abc"}', "not json", "", "\xff"])
+@pytest.mark.parametrize("damage", ['["x"]', '"text"', "null", '{"head_seq": "abc"}', "not json", "", "\xff",
+                                    '{"x": ' + "[" * 100_000 + "]" * 100_000 + "}"])
 @pytest.mark.sampled(every=4)
 def test_a_damaged_record_of_a_case_is_refused_until_the_case_is_taken_out(tmp_path, damage):
     """A case's record in OUT/_fleet/cases that is not the object the export writes (other JSON, a
@@ -1568,8 +1569,62 @@ def test_a_damaged_record_of_a_case_is_refused_until_the_case_is_taken_out(tmp_p
     assert failed["error"]["message"].endswith(f"take the case out ('ledger fleet remove {out} REC-1'), then "
                                                "export it again")
     assert _files(out) == before and record.read_bytes() == damage.encode("latin-1")
+    with pytest.raises(LedgerError) as caught:  # its files are not checked against it: no table is read
+        fleet_query(out, "SELECT count(*) FROM balances")
+    assert caught.value.code == "INTEGRITY_ERROR" and caught.value.message == failed["error"]["message"]
     remove_from_fleet(out, ["REC-1"])
     assert export_fleet([tmp_path / "c"], out).exported == 1 and json.loads(record.read_text()) == written
+
+
+def test_a_record_that_is_a_pipe_or_a_link_is_damaged_never_waited_on(tmp_path):
+    """A pipe in a record's place made the export and every query wait for a writer for ever."""
+    Case.create(tmp_path / "c", "REC-1").close()
+    out = tmp_path / "out"
+    export_fleet([tmp_path / "c"], out)
+    record = out / "_fleet" / "cases" / "case_id=REC-1.json"
+    for damage in ("pipe", "link"):
+        kept = record.read_bytes()
+        record.unlink()
+        if damage == "pipe":
+            os.mkfifo(record)
+        else:
+            (tmp_path / "elsewhere.json").write_bytes(kept)
+            record.symlink_to(tmp_path / "elsewhere.json")
+        why = "not a regular file" if damage == "pipe" else "a symbolic link"
+        for args in (("fleet", "sql", str(out), "SELECT 1 FROM events"),
+                     ("fleet", "export", str(tmp_path / "c"), "--to", str(out))):  # real processes: a wait is bounded
+            done = subprocess.run([sys.executable, "-m", "ledger_cli", *args], capture_output=True, timeout=60)
+            assert done.returncode == 1, done.stderr
+            assert f"the fleet's record of case REC-1, {record}, is damaged ({why})".encode() in done.stdout + done.stderr
+        record.unlink()
+        record.write_bytes(kept)
+
+
+def test_a_case_set_aside_mid_publish_keeps_its_id_against_one_differing_only_in_letter_case(tmp_path):
+    """A publish cut short leaves the case's record aside (.publishing): its id is still the fleet's, so a
+    case whose id differs only in letter case is refused, and the case set aside is published again."""
+    Case.create(tmp_path / "a", "Case-A").close()
+    Case.create(tmp_path / "b", "case-a").close()
+    out = tmp_path / "out"
+    export_fleet([tmp_path / "a"], out)
+    record = out / "_fleet" / "cases" / "case_id=Case-A.json"
+    os.replace(record, record.with_suffix(".publishing"))
+    report = export_fleet([tmp_path / "b"], out)
+    assert [e["case_id"] for e in report.failed] == ["case-a"] and report.exported == 0
+    assert export_fleet([tmp_path / "a"], out).exported == 1 and record.exists()
+
+
+def test_a_record_naming_a_size_that_is_no_integer_leaves_the_size_unchecked_and_the_case_rewritten(fleet, tmp_path):
+    cases, out, ids = fleet
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    record = copy / "_fleet" / "cases" / "case_id=BUG-20.json"
+    data = json.loads(record.read_text())
+    data["files"]["events"]["bytes"] = str(data["files"]["events"]["bytes"])
+    record.write_text(json.dumps(data))
+    assert fleet_query(copy, "SELECT count(*) FROM events WHERE case_id = 'BUG-20'")[1][0][0] > 0
+    assert export_fleet([cases], copy).exported == 1
+    assert filecmp_same(out, copy)
 
 
 def test_a_case_rolled_back_with_its_record_damaged_is_still_refused(tmp_path):

@@ -17,7 +17,7 @@ from typing import Any, Iterator
 
 from ..ground import errors as E
 from ..ground.descriptors import file_over, open_to_read, refuse_held
-from ..ground.errors import LedgerError, pass_on_interruption
+from ..ground.errors import LedgerError, pass_on_interruption, shown
 from ..ground.paths import make_folders, os_error, refuse_link_to_nothing, require_utf8
 from ..ground.interrupts import context_manager
 from ..model.package import refuse_output_in_package
@@ -74,7 +74,7 @@ def check_out(out: Path, *, create: bool) -> Path:
         fsync_dir(marker.parent)
     except OSError as exc:
         raise os_error(exc, f"cannot use {out} as a fleet export") from None
-    except ValueError:
+    except (ValueError, RecursionError):  # nested past reading too
         raise LedgerError(E.INVALID_ARGUMENT, f"{marker} is not valid JSON") from None
     return out
 
@@ -178,6 +178,9 @@ def refuse_links_inside(out: Path) -> None:
                 refuse_link(out, *(Path(entry.path) for entry in entries if entry.is_symlink()))
 
 
+#: The most bytes a case's record is read for (one an export writes is under 2 KiB; more is no record).
+RECORD_BYTES_MAX = 1 << 16
+
 #: The fields of a case's record (``_fleet/cases/<partition>.json``) and their JSON types.
 RECORD_FIELDS = {"format": str, "case_id": str, "package_id": str, "head_seq": int, "head_sha256": str, "path": str}
 
@@ -188,14 +191,20 @@ def recorded(record: Path) -> dict[str, Any] | None:
     without it would take a ledger rolled back to an older copy, or another package of the same case
     id, without a word. ``STORAGE_ERROR`` when it cannot be read."""
     try:
-        with open_to_read(record) as file:  # a hard link to a ledger open here keeps its locks
-            data = json.loads(file.read().decode("utf-8"))
+        refuse_held(record)  # a hard link to a ledger open here: reading it would drop its locks
+        # never waiting on a pipe put in its place, nor following a link
+        with file_over(os.open(record, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)) as file:
+            if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+                raise damaged_record(record, "not a regular file")
+            data = json.loads(file.read(RECORD_BYTES_MAX + 1).decode("utf-8"))
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EMLINK):
+            raise damaged_record(record, "a symbolic link") from None
         raise os_error(exc, f"cannot read the fleet's record {record}", E.STORAGE_ERROR) from None
-    except ValueError as exc:  # not UTF-8, not JSON (an empty file too)
-        raise damaged_record(record, f"not the JSON an export writes: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON (an empty or cut file too), nested past reading
+        raise damaged_record(record, f"not the JSON an export writes: {shown(str(exc), 200)}") from None
     if not isinstance(data, dict) or any(type(data.get(key)) is not kind for key, kind in RECORD_FIELDS.items()):
         raise damaged_record(record, f"not a record an export writes (it needs {', '.join(RECORD_FIELDS)})")
     return data
@@ -208,12 +217,14 @@ def case_id_of(partition: str) -> str:
 
 
 def recorded_case_ids(out: Path) -> list[str]:
-    """The ids of the cases ``out`` holds a record of (none when it has no records yet)."""
+    """The ids of the cases ``out`` holds a record of, one set aside by a publish cut short too (none
+    when it has no records yet)."""
     try:
         names = os.listdir(meta_dir(out) / "cases")
     except FileNotFoundError:
         return []
-    return sorted(case_id_of(name[:-len(".json")]) for name in names if name.endswith(".json"))
+    return sorted({case_id_of(stem) for stem, dot, suffix in (name.rpartition(".") for name in names)
+                   if dot and f".{suffix}" in (".json", ASIDE)})
 
 
 def damaged_record(record: Path, why: str) -> LedgerError:

@@ -67,9 +67,9 @@ def _fleet_connection(out: Path) -> tuple[Any, dict[str, LedgerError]]:
     # DuckDB adds its temp folder (./.tmp by default) to the readable ones: keep it inside the export
     con.execute(f"SET temp_directory = {sql_literal(str(meta_dir(out) / 'tmp'))}")
     recorded = _recorded_partitions(out)
-    written = _recorded_files(out, recorded)
+    written, damaged = _recorded_files(out, recorded)
     for table in TABLES:
-        problem = _unreadable_table(out / table, recorded, written)
+        problem = damaged or _unreadable_table(out / table, recorded, written)
         if problem is not None:
             broken[table] = problem
         elif recorded:  # no view of a table no case is in yet
@@ -119,7 +119,8 @@ def _unreadable_table(folder: Path, recorded: list[str], files: dict[str, dict[s
             return refused(f"{folder / name / DATA_FILE} is the file of a ledger open in this process (a hard "
                            "link to it), not the table the export wrote")
         written = files.get(name, {}).get(folder.name)
-        if isinstance(written, dict) and info is not None and info.st_size != written.get("bytes"):
+        if isinstance(written, dict) and type(written.get("bytes")) is int and info is not None \
+                and info.st_size != written["bytes"]:  # a record naming no size: the next export rewrites the case
             return refused(f"{folder / name / DATA_FILE} is not the file the export wrote ({info.st_size} bytes; the "
                            f"case's record names one of {written.get('bytes')}): replaced or changed since", rewritten)
     return None
@@ -134,19 +135,22 @@ def _recorded_partitions(out: Path) -> list[str]:
     return sorted(name[:-len(".json")] for name in names if name.endswith(".json"))
 
 
-def _recorded_files(out: Path, names: list[str]) -> dict[str, dict[str, Any]]:
+def _recorded_files(out: Path, names: list[str]) -> tuple[dict[str, dict[str, Any]], LedgerError | None]:
     """The table files each recorded case's record names (``files``: size and sha256 by table), by
-    partition name; a record that names none (written before records did) or cannot be read is left
-    out: its files are then only required to be there."""
+    partition name (a record that names none, written before records did, is left out: its files are
+    then only required to be there); and the refusal of the first record that is damaged (emptied,
+    edited, no record an export writes), which leaves its case's files unchecked, so no table is read."""
     files = {}
     for name in names:
         try:
             record = recorded(meta_dir(out) / "cases" / f"{name}.json")
-        except LedgerError:
-            continue
+        except LedgerError as exc:
+            if exc.code != E.INTEGRITY_ERROR:
+                raise
+            return files, exc
         if record is not None and isinstance(record.get("files"), dict):
             files[name] = record["files"]
-    return files
+    return files, None
 
 
 def _one_select(con: Any, query: str) -> None:
