@@ -940,6 +940,13 @@ def test_run_ids_that_differ_only_in_letter_case_are_refused_as_one_file(tmp_pat
         "letter case: their journals would be one file where file names ignore case (macOS, Windows); give the "
         "runs ids that differ otherwise")}]
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["Foo-1.jsonl", "foo-2.jsonl"]
+    _write(tmp_path / "more" / "a.traj.json", {**GOOD, "instance_id": "FOO-2"})  # an earlier import's journal
+    _write(tmp_path / "more" / "b.traj.json", {**GOOD, "instance_id": "Foo-1"})  # the same id: imported again
+    summary = import_runs([tmp_path / "more"], tmp_path / "out")
+    assert summary.runs == 1 and [e["reason"] for e in summary.errors] == [
+        f"run id 'FOO-2' differs from the journal foo-2.jsonl that {tmp_path / 'out'} holds only in letter case: the "
+        "two would be one file where file names ignore case (macOS, Windows); import into another folder, or give "
+        "the runs ids that differ otherwise"]
 
 
 def test_a_subfolder_holding_an_earlier_imports_journals_is_no_trajectory_not_read(tmp_path):

@@ -241,6 +241,16 @@ class _Importer:
     #: run id (prefixed) in lower case → the run id and the input that brought it (a journal is named by its
     #: run id, and ids that differ only in letter case name one file where names ignore case: macOS, Windows)
     seen: dict[str, tuple[str, Path]] = field(default_factory=dict)
+    #: the journals ``out`` held before this import, by name in lower case → name (another import's runs)
+    held: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        try:
+            names = os.listdir(self.out)
+        except OSError as oserr:  # an import that cannot list it cannot write it either: said when it tries
+            pass_on_interruption(oserr)
+            names = []
+        self.held = {name.lower(): name for name in names if name.lower().endswith(".jsonl")}
 
     def _begin(self, given: str, path: Path, line: int | None = None) -> _Journal:
         """The journal of the run ``given`` (its id in the input) from ``path`` (at ``line`` of a steps file)."""
@@ -265,6 +275,11 @@ class _Importer:
             raise ValueError(f"{where}run id {run!r} was already imported from {source}" + (
                 "" if self.prefix else "; runs of the same tasks by other agents or models: import each set with a "
                 "--run-prefix of its own (run_prefix= in Python)"))
+        other = self.held.get(f"{run}.jsonl".lower())
+        if other is not None and other != f"{run}.jsonl":
+            raise ValueError(f"{where}run id {run!r} differs from the journal {other} that {self.out} holds only in "
+                             "letter case: the two would be one file where file names ignore case (macOS, Windows); "
+                             "import into another folder, or give the runs ids that differ otherwise")
         journal = _Journal(self.out, run)
         self.seen[run.lower()] = (run, path)
         return journal
