@@ -425,15 +425,19 @@ def test_a_bad_outcome_or_source_is_invalid_argument_and_writes_nothing(case, ou
 
 
 @pytest.mark.parametrize("outcome, message", [
-    ("res\nolved", "outcome 'res\\nolved' holds U+000A, a control or format character"),
-    ("resolved\u200b", "outcome 'resolved\\u200b' holds U+200B, a control or format character"),
-    ("\ufeffresolved", "outcome '\\ufeffresolved' holds U+FEFF, a control or format character"),
-    ("r\u00e9solu\tok", "outcome 'r\u00e9solu\\tok' holds U+0009, a control or format character"),
+    ("res\nolved", "outcome 'res\\nolved' holds U+000A, a character that shows nothing"),
+    ("resolved\u200b", "outcome 'resolved\\u200b' holds U+200B, a character that shows nothing"),
+    ("\ufeffresolved", "outcome '\\ufeffresolved' holds U+FEFF, a character that shows nothing"),
+    ("r\u00e9solu\tok", "outcome 'r\u00e9solu\\tok' holds U+0009, a character that shows nothing"),
     (" resolved", "outcome ' resolved' has spaces around it"),
     ("resolved\u00a0", "outcome 'resolved\\xa0' has spaces around it"),
     ("re\u0301solu", "outcome 're\u0301solu' is not in composed form (NFC): it holds U+0301 where another character "
                      "prints the same"),
     ("\u212b", "outcome '\u212b' is not in composed form (NFC): it holds U+212B"),
+    ("resolved\u2028failed", "outcome 'resolved\\u2028failed' holds U+2028, a character that shows nothing"),
+    ("won\u00a0t", "outcome 'won\\xa0t' holds U+00A0, a character that shows nothing, breaks the line or prints as "
+                   "another"),
+    ("a\u3164", "outcome 'a\u3164' holds U+3164, a character that shows nothing"),
 ])
 def test_an_outcome_label_that_would_read_as_another_is_refused_when_recorded(case, outcome, message):
     """A label holding a character that shows nothing (or breaks its line), or spaces around it,

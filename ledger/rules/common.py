@@ -268,14 +268,24 @@ def is_blank(text: str) -> bool:
     return all(ch.isspace() or unicodedata.category(ch) in _INVISIBLE_CATEGORIES for ch in text)
 
 
+#: Letters that print as nothing (Hangul fillers) and the combining grapheme joiner: no category says so.
+_BLANK_LETTERS = frozenset("\u115f\u1160\u3164\uffa0\u034f")
+
+
 def unseen_character(text: str) -> str | None:
-    """The first control (Cc: newline, tab…) or format character (Cf: the zero-width space U+200B,
-    a byte order mark…) in ``text``, as ``U+XXXX``; None when it has none. A label holding one
-    prints like another label, or splits the line it is printed on."""
+    """The first character of ``text`` that shows nothing or breaks the line, as ``U+XXXX``: a control
+    (Cc: newline, tab…), a format character (Cf: the zero-width space U+200B, a byte order mark…), a
+    line or paragraph separator (Zl, Zp: U+2028, U+2029), a space other than U+0020 (Zs: the no-break
+    space U+00A0 prints as a plain one) or a letter that prints as nothing (the Hangul filler U+3164);
+    None when it has none. A label holding one prints like another label, or splits its line."""
     if text.isascii():
         found = re.search(r"[\x00-\x1f\x7f]", text)
         return f"U+{ord(found.group()):04X}" if found else None
-    return next((f"U+{ord(ch):04X}" for ch in text if unicodedata.category(ch) in ("Cc", "Cf")), None)
+    return next((f"U+{ord(ch):04X}" for ch in text if unicodedata.category(ch) in _UNSEEN_CATEGORIES and ch != " "
+                 or ch in _BLANK_LETTERS), None)
+
+
+_UNSEEN_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Zs"})
 
 
 def label_problem(text: str) -> str | None:
@@ -286,8 +296,8 @@ def label_problem(text: str) -> str | None:
         return "has spaces around it; write it without them"
     unseen = unseen_character(text)
     if unseen:
-        return (f"holds {unseen}, a control or format character (it shows nothing or breaks the line): write it "
-                "without it")
+        return (f"holds {unseen}, a character that shows nothing, breaks the line or prints as another (a "
+                "control, format or space character): write it without it")
     if not text.isascii() and not unicodedata.is_normalized("NFC", text):
         first = next((f" U+{ord(ch):04X}" for ch in text
                       if unicodedata.combining(ch) or unicodedata.normalize("NFC", ch) != ch), "")
