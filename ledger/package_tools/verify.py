@@ -493,10 +493,12 @@ def _sqlite_table_not_its_own(conn: sqlite3.Connection, name: str) -> list[dict[
         rows = conn.execute(statement("statistics_rows", "orig", table=name, stat=stat)).fetchall()
     except sqlite3.OperationalError:  # not the columns ANALYZE makes
         rows = [(None, None, None)]
-    for table, index, counts in rows:
-        if (table not in tables or index is not None and index != table and (table, index) not in indexes
-                or name == "sqlite_stat1" and not (type(counts) is str and _STAT1.fullmatch(counts))):
-            return [{"type": "statistics ANALYZE did not write", "name": name, "table": name}]
+    for table, index, counts in rows:  # rows of a table renamed since ANALYZE keep its old name: stale, not forged
+        if table not in tables or index is not None and index != table and (table, index) not in indexes:
+            return [{"type": "statistics naming nothing in the file (stale, or not ANALYZE's)", "name": name,
+                     "table": name}]
+        if name == "sqlite_stat1" and not (type(counts) is str and _STAT1.fullmatch(counts)):
+            return [{"type": "statistics that are not counts (not ANALYZE's)", "name": name, "table": name}]
     return []
 
 
