@@ -109,7 +109,7 @@ def refuse_repeated_options(command: click.Command, ctx: click.Context, args: li
     """A usage error when an option that takes one value is given more than once: click would keep
     the last and drop the others unsaid (``--evidence A --evidence B`` storing B alone). Options that
     take several (``multiple``) and flags are left to click."""
-    if ctx.resilient_parsing:
+    if ctx.resilient_parsing or not set(ctx.help_option_names).isdisjoint(args):  # --help prints the help, as ever
         return
     _, _, order = command.make_parser(ctx).parse_args(args=list(args))  # a copy: the parser consumes it
     seen: set[click.Parameter] = set()

@@ -373,6 +373,13 @@ def test_a_single_value_option_given_twice_is_a_usage_error_and_writes_nothing(p
     assert logical_dump(package / "ledger.sqlite") == before
 
 
+def test_help_is_shown_whatever_options_are_repeated_beside_it():
+    done = run_cli("verify", "--jobs", "1", "--jobs", "2", "--help")
+    assert done.returncode == 0 and done.stdout.startswith(b"Usage: ledger verify ")
+    done = run_cli("--actor", "a", "--actor", "b", "--help")
+    assert done.returncode == 0 and done.stdout.startswith(b"Usage: ledger ")
+
+
 def test_options_that_take_several_values_and_flags_may_still_repeat(package):
     start_case(package).close()
     done = run_cli("revision", "open", str(package), "--hypothesis", "a", "--hypothesis", "b")
