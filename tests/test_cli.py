@@ -327,7 +327,7 @@ def test_evidence_from_standard_input_is_read_no_further_than_its_limit(budget, 
 
 
 # --- 10. usage exits on every allowed click version ---------------------------------------------
-@pytest.mark.parametrize("args", [[], ["budget"], ["revision"]])
+@pytest.mark.parametrize("args", [[], ["budget"], ["revision"], ["scope"]])
 def test_a_bare_group_is_a_usage_error_with_its_help(args):
     done = run_cli(*args)
     assert done.returncode == 2
