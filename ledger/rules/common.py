@@ -270,6 +270,8 @@ def is_blank(text: str) -> bool:
 
 #: Letters that print as nothing (Hangul fillers) and the combining grapheme joiner: no category says so.
 _BLANK_LETTERS = frozenset("\u115f\u1160\u3164\uffa0\u034f")
+#: Categories that show nothing or break the line: controls, format characters, separators, spaces (but U+0020).
+_UNSEEN_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Zs"})
 
 
 def unseen_character(text: str) -> str | None:
@@ -285,13 +287,11 @@ def unseen_character(text: str) -> str | None:
                  or ch in _BLANK_LETTERS), None)
 
 
-_UNSEEN_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Zs"})
-
-
 def label_problem(text: str) -> str | None:
     """Why ``text`` would read as another label (an outcome, a policy name), or None: spaces around it,
-    a control or format character (:func:`unseen_character`), or letters not in their composed form
-    (NFC: ``é`` written as ``e`` and a combining accent prints as the composed ``é``, another label)."""
+    a character that shows nothing, breaks the line or prints as another (:func:`unseen_character`), or
+    letters not in their composed form (NFC: ``é`` written as ``e`` and a combining accent prints as the
+    composed ``é``, another label)."""
     if text != text.strip():
         return "has spaces around it; write it without them"
     unseen = unseen_character(text)
