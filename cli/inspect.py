@@ -6,7 +6,8 @@ import click
 
 from ledger.services.case import unique_names
 
-from ._common import OnceCommand, BALANCE_COLUMNS, CASE, read_only_rows, FiniteFloatRange, Integer, IntegerRange, Settings, pass_settings, table_options
+from ._common import (OnceCommand, BALANCE_COLUMNS, CASE, read_only_rows, FiniteFloatRange, Integer, IntegerRange,
+                      Settings, pass_settings, table_options)
 from ._deadline import QueryDeadline
 from ._output import emit_rows
 

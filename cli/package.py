@@ -17,7 +17,8 @@ from ledger.package_tools.anchors import parse_anchor
 from ledger.ground.errors import quoted
 from ledger.ground.workers import JOBS_MAX
 
-from ._common import OnceCommand, JSON, CaseFolder, IntegerRange, Settings, pass_settings, progress_bar, read_only_rows, table_format
+from ._common import (OnceCommand, JSON, CaseFolder, IntegerRange, Settings, pass_settings, progress_bar,
+                      read_only_rows, table_format)
 from ._output import dumps, echo, emit_result, emit_rows, one_line, warn
 
 CASES = click.argument("cases", metavar="CASE...", nargs=-1, required=True, type=CaseFolder())

@@ -358,9 +358,11 @@ def test_every_command_refuses_a_single_value_option_given_twice():
 
 @pytest.mark.parametrize("args, named", [
     (["budget", "record", "{case}", "H1", "a1", "--evidence", '{{"a": 1}}', "--evidence", '{{"b": 2}}'], "--evidence"),
-    (["budget", "settle", "{case}", "H1", "a1", "--semantic-score", "10", "--reason", "x", "--reason", "y"], "--reason"),
+    (["budget", "settle", "{case}", "H1", "a1", "--semantic-score", "10", "--reason", "x", "--reason", "y"],
+     "--reason"),
     (["--actor", "alice", "--actor", "bob", "budget", "reserve", "{case}", "H1", "a1", "x.y"], "--actor"),
-    (["scope", "establish", "{case}", "case", "--limit", "units=5", "--delegate", "a", "--delegate", "b"], "--delegate"),
+    (["scope", "establish", "{case}", "case", "--limit", "units=5", "--delegate", "a", "--delegate", "b"],
+     "--delegate"),
 ], ids=["record-evidence", "settle-reason", "global-actor", "scope-delegate"])
 def test_a_single_value_option_given_twice_is_a_usage_error_and_writes_nothing(package, args, named):
     """click would keep the last value and drop the first unsaid: the command is refused instead (exit 2)."""

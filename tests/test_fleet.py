@@ -1595,7 +1595,8 @@ def test_a_record_that_is_a_pipe_or_a_link_is_damaged_never_waited_on(tmp_path):
                      ("fleet", "export", str(tmp_path / "c"), "--to", str(out))):  # real processes: a wait is bounded
             done = subprocess.run([sys.executable, "-m", "ledger_cli", *args], capture_output=True, timeout=60)
             assert done.returncode == 1, done.stderr
-            assert f"the fleet's record of case REC-1, {record}, is damaged ({why})".encode() in done.stdout + done.stderr
+            said = done.stdout + done.stderr
+            assert f"the fleet's record of case REC-1, {record}, is damaged ({why})".encode() in said
         record.unlink()
         record.write_bytes(kept)
 

@@ -608,7 +608,7 @@ def test_an_outcome_label_the_operation_refuses_is_refused_before_anything_is_wr
     ("run,outcome\na," + "x" * 65 + "\n", "line 2: run 'a': the outcome is longer than 64 characters"),
     ("run,outcome\n,resolved\n", "line 2: the run id (first column) is empty"),
     ("run,outcome\na,\n", "line 2: run 'a' has an empty outcome"),
-    ('run,outcome\na,"res\nolved"\n', "line 2: run 'a': the outcome 'res\\nolved' holds U+000A, a character that shows"),
+    ('run,outcome\na,"res\nolved"\n', "line 2: run 'a': the outcome 'res\\nolved' holds U+000A, a character"),
     ("run,outcome\na,resolved\u200b\n", "line 2: run 'a': the outcome 'resolved\\u200b' holds U+200B, a character"),
     ("run,outcome\na,re\u0301solu\n", "line 2: run 'a': the outcome 're\u0301solu' is not in composed form (NFC)"),
 ])
