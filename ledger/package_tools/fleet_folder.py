@@ -216,15 +216,23 @@ def case_id_of(partition: str) -> str:
     return re.sub(r"%(25|3A)", lambda escaped: "%" if escaped[1] == "25" else ":", partition.removeprefix("case_id="))
 
 
-def recorded_case_ids(out: Path) -> list[str]:
-    """The ids of the cases ``out`` holds a record of, one set aside by a publish cut short too (none
-    when it has no records yet)."""
+def record_names(out: Path, *, aside: bool = False) -> list[str]:
+    """The partition folder names of the cases ``out`` holds a record of (``_fleet/cases/<name>.json``;
+    with ``aside``, of a record set aside by a publish cut short too), sorted, each once; none when it
+    has no records yet."""
     try:
         names = os.listdir(meta_dir(out) / "cases")
     except FileNotFoundError:
         return []
-    return sorted({case_id_of(stem) for stem, dot, suffix in (name.rpartition(".") for name in names)
-                   if dot and f".{suffix}" in (".json", ASIDE)})
+    suffixes = (".json", ASIDE) if aside else (".json",)
+    return sorted({stem for stem, dot, suffix in (name.rpartition(".") for name in names)
+                   if dot and f".{suffix}" in suffixes})
+
+
+def recorded_case_ids(out: Path) -> list[str]:
+    """The ids of the cases ``out`` holds a record of, one set aside by a publish cut short too (none
+    when it has no records yet)."""
+    return sorted({case_id_of(name) for name in record_names(out, aside=True)})
 
 
 def damaged_record(record: Path, why: str) -> LedgerError:

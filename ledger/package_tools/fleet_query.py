@@ -26,7 +26,7 @@ from ..ground.paths import fs_path
 from ..ground.interrupts import context_manager
 from ..storage.sqlfiles import queries
 from .fleet import duckdb_module, sql_identifier, sql_literal
-from .fleet_folder import DATA_FILE, TABLES, check_out, locked_file, meta_dir, recorded
+from .fleet_folder import DATA_FILE, TABLES, check_out, locked_file, meta_dir, record_names, recorded
 
 def _plain(value: Any) -> Any:
     """A DuckDB value as the other commands print values: times as RFC 3339 text, exact decimals,
@@ -66,7 +66,7 @@ def _fleet_connection(out: Path) -> tuple[Any, dict[str, LedgerError]]:
     con.execute("SET enable_progress_bar = false")  # it drew on stdout, in the middle of --csv or --json rows
     # DuckDB adds its temp folder (./.tmp by default) to the readable ones: keep it inside the export
     con.execute(f"SET temp_directory = {sql_literal(str(meta_dir(out) / 'tmp'))}")
-    recorded = _recorded_partitions(out)
+    recorded = record_names(out)
     written, damaged = _recorded_files(out, recorded)
     for table in TABLES:
         problem = damaged or _unreadable_table(out / table, recorded, written)
@@ -124,15 +124,6 @@ def _unreadable_table(folder: Path, recorded: list[str], files: dict[str, dict[s
             return refused(f"{folder / name / DATA_FILE} is not the file the export wrote ({info.st_size} bytes; the "
                            f"case's record names one of {written.get('bytes')}): replaced or changed since", rewritten)
     return None
-
-
-def _recorded_partitions(out: Path) -> list[str]:
-    """The partition folder names of the cases the export records (``_fleet/cases/<name>.json``)."""
-    try:
-        names = os.listdir(meta_dir(out) / "cases")
-    except FileNotFoundError:
-        return []
-    return sorted(name[:-len(".json")] for name in names if name.endswith(".json"))
 
 
 def _recorded_files(out: Path, names: list[str]) -> tuple[dict[str, dict[str, Any]], LedgerError | None]:
@@ -401,7 +392,7 @@ def _damaged_table(con: Any, out: Path, query: str, timed_out: threading.Event) 
     stands, never an interrupted read taken for a damaged file); Ctrl-C ends it with
     ``KeyboardInterrupt``."""
     words = set(re.findall(r"\w+", query.lower()))
-    names = _recorded_partitions(out)
+    names = record_names(out)
     named = [table for table in TABLES if table in words]
     looks = [(table, "SELECT count(*) FROM parquet_file_metadata({files})")
              for table in named + [table for table in TABLES if table not in words]]
