@@ -470,6 +470,35 @@ def test_action_status_refuses_an_id_no_action_can_have(case, investigator, ids)
     assert caught.value.code == INVALID_ID
 
 
+def test_action_status_refuses_a_hypothesis_the_revision_does_not_have_rather_than_reading_it_as_never_run(
+        case, investigator):
+    events = _event_count(case)
+    with pytest.raises(LedgerError) as caught:
+        investigator.action_status("H9", "a1")
+    assert (caught.value.code, caught.value.details["hypothesis_id"]) == ("UNKNOWN_HYPOTHESIS", "H9")
+    assert "revision 1 has no hypothesis H9" in str(caught.value)
+    with pytest.raises(LedgerError) as advised:
+        investigator.advice("H9")
+    assert advised.value.code == caught.value.code  # the same refusal as the reads before an action
+    assert (investigator.action_status("H2", "a1"), _event_count(case)) == (None, events)  # H2's never ran
+
+
+def test_action_status_before_a_revision_is_open_is_not_initialized_and_a_revision_without_budget_has_no_actions(
+        tmp_path):
+    case = Case.create(tmp_path / "case", case_id="BUG-1")
+    try:
+        with pytest.raises(LedgerError) as caught:
+            case.budget().action_status("H1", "a1")
+        assert caught.value.code == "NOT_INITIALIZED" and "no revision is open yet" in str(caught.value)
+        case.open_revision([{"statement": "one"}], 100)
+        assert case.budget().action_status("H1", "a1") is None  # opened, not initialized: it never ran
+        with pytest.raises(LedgerError) as unknown:
+            case.budget().action_status("H2", "a1")
+        assert unknown.value.code == "UNKNOWN_HYPOTHESIS"
+    finally:
+        case.close()
+
+
 class _Unprintable:
     def __str__(self) -> str:
         raise RuntimeError("no text")

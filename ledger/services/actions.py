@@ -32,8 +32,8 @@ from ..ground.config import BudgetConfig
 from ..ground.errors import LedgerError, pass_on_interruption, refuses_unfit_calls_of
 from ..ground.interrupts import context_manager
 from .evidence import EvidenceResult, EvidenceStore, FeedbackResult
-from ..rules.common import (ACTION_ID_RE, CLOSED_ACTION_STATUSES, REASON_CHARS_MAX, check_action_id, check_action_name, check_hypothesis_id,
-                            is_blank)
+from ..rules.common import (ACTION_ID_RE, CLOSED_ACTION_STATUSES, REASON_CHARS_MAX, check_action_id, check_action_name,
+                            check_hypothesis_id, is_blank, not_initialized, unknown_hypothesis_error)
 from ..rules import budget_requests as requests
 from .session import Session
 
@@ -184,7 +184,7 @@ class Action(NotCopied):
 def _refuse_closed(budget: "CaseBudget", hypothesis_id: str, action_id: str) -> None:
     """``ACTION_CLOSED`` for a ``run_tool`` of an action closed with no stored batch (failed, a tool
     call refused or interrupted): it can take no reply, so the tool is not run for it."""
-    status = budget.action_status(hypothesis_id, action_id)
+    status = budget._status(hypothesis_id, action_id)
     if status in CLOSED_ACTION_STATUSES:
         raise LedgerError(E.ACTION_CLOSED, f"{hypothesis_id}/{action_id} is already {status}, with no stored tool call "
                           "to answer from: run_tool runs a tool only for an action that has no result yet; give "
@@ -224,7 +224,7 @@ def _taken(budget: "CaseBudget", hypothesis_id: str, action_id: str, iteration_i
     tool call: this action's with other args (noted as left as it was), or, when the revision has no
     such action, another action's whose derived ids coincide with these (an action id too long for
     them and the 32 hex digits of its sha256 that replace it, given as an action id of its own)."""
-    if budget.action_status(hypothesis_id, action_id) is None:
+    if budget._status(hypothesis_id, action_id) is None:
         return LedgerError(E.OPERATION_CONFLICT, (
             f"action {action_id} of {hypothesis_id} would store its tool call as iteration {iteration_id}, which "
             "already holds another action's (their derived ids coincide); give this call a new action id"),
@@ -256,7 +256,7 @@ def _feed(budget: "CaseBudget", hypothesis_id: str, action_id: str, record_id: s
         if exc.code != E.ACTION_CLOSED:
             raise
         raise LedgerError(E.ACTION_CLOSED, (
-            f"{hypothesis_id}/{action_id} was closed ({budget.action_status(hypothesis_id, action_id)}) before it "
+            f"{hypothesis_id}/{action_id} was closed ({budget._status(hypothesis_id, action_id)}) before it "
             f"took its stored tool call (record {record_id}), which stays stored; run_tool does not reopen a closed "
             "action: give this call a new action id"), **exc.details) from None
 
@@ -265,7 +265,7 @@ def _leave_to_its_owner(budget: "CaseBudget", hypothesis_id: str, action_id: str
     """Note on ``exc`` (``OPERATION_CONFLICT``: a batch of another tool call is stored under the action)
     that the action was left as it was: the call that stored that batch, or its retry, completes it."""
     try:
-        status = budget.action_status(hypothesis_id, action_id)
+        status = budget._status(hypothesis_id, action_id)
     except LedgerError:
         status = None
     exc.add_note(left_as_it_was(action_id, status) if status not in ("reserved", None) else
@@ -347,10 +347,26 @@ class CaseBudget(BudgetManager):
 
     def action_status(self, hypothesis_id: str, action_id: str) -> str | None:
         """The action's status now (``reserved``, ``awaiting_assessment``, ``settled``, ``failed``, …),
-        None when the current revision has no such action. Writes nothing. ``INVALID_ID`` for an id
-        no action can have."""
+        None when the current revision's hypothesis has no such action (it never ran). Writes nothing.
+        Errors: ``INVALID_ID`` for an id no action can have; ``UNKNOWN_HYPOTHESIS`` for a hypothesis the
+        current revision does not have, ``NOT_INITIALIZED`` before a revision is open (as ``advice``:
+        a mistyped id is never read as an action that never ran) (docs/investigator.md)."""
         check_hypothesis_id(hypothesis_id)
         check_action_id(action_id)
+        with self._session.read() as view:
+            revision = view.case()["revision"]
+            state = view.action(revision, hypothesis_id, action_id)
+            if state is None:
+                opened = view.revision(revision) if revision else None
+                if opened is None:
+                    raise not_initialized(revision)
+                if all(hypothesis["hypothesis_id"] != hypothesis_id for hypothesis in opened["hypotheses"]):
+                    raise unknown_hypothesis_error(revision, hypothesis_id)
+        return None if state is None else state["status"]
+
+    def _status(self, hypothesis_id: str, action_id: str) -> str | None:
+        """:meth:`action_status` without its refusals of a hypothesis (None for it): for the calls
+        whose own refusals come in their documented order."""
         with self._session.read() as view:
             state = view.action(view.case()["revision"], hypothesis_id, action_id)
         return None if state is None else state["status"]
