@@ -28,7 +28,8 @@ ALL = click.option("--all", "all_in", is_flag=True,
                         "fails, as does a folder this user may not read). A folder named like an import's or a "
                         "demo's build folder, a link that leads nowhere or loops, a folder holding an export's "
                         "analysis/ but nothing else of a case (no ledger.sqlite, side file or manifest.json) and a "
-                        "second link to a case taken already are left out, each with a note.")
+                        "second link to a case taken already are left out, each with a note, and counted in the "
+                        "summary (--json lists them under left_out).")
 
 
 def _jobs(help_text: str) -> Any:
@@ -84,7 +85,8 @@ def _many(run: Any, cases: tuple[str, ...], all_in: bool, jobs: int | None, as_j
     is ready and a summary (or one JSON object with --json); exit 1 when any case failed. ``notes``:
     a case's outcome → lines printed on stderr as ``note: CASE: …`` after its line."""
     folders = case_folders(cases) if all_in else list(cases)
-    for path, why in left_out(cases, folders) if all_in else named_again(cases):
+    passed_by = left_out(cases, folders) if all_in else named_again(cases)
+    for path, why in passed_by:
         warn(f"note: {path}: left out: {why}")
 
     def print_case(outcome: dict[str, Any]) -> None:
@@ -93,9 +95,10 @@ def _many(run: Any, cases: tuple[str, ...], all_in: bool, jobs: int | None, as_j
             warn(f"note: {outcome['case']}: {line}")
     report: ManyReport = run(folders, jobs=jobs, each=None if as_json else print_case, **options)
     if as_json:
-        echo(dumps(report.to_dict()))
-    else:
-        echo(f"{verb} {len(report.cases)} case(s): {report.passed} ok, {report.failed} failed")
+        echo(dumps({**report.to_dict(), "left_out": [{"path": str(path), "why": why} for path, why in passed_by]}))
+    else:  # what was left out is counted where the outcome is read, not only in the notes on stderr
+        also = f"; {len(passed_by)} left out (see the notes)" if passed_by else ""
+        echo(f"{verb} {len(report.cases)} case(s): {report.passed} ok, {report.failed} failed{also}")
     if report.failed:
         sys.exit(1)
 

@@ -276,11 +276,37 @@ def test_all_leaves_out_build_folders_and_says_so_on_stderr(four_cases):
     assert build_folders([root]) == scratch
     done = run_cli("verify", "--all", str(root), "--jobs", "1")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.decode().splitlines()[-1] == "verified 4 case(s): 4 ok, 0 failed"
+    assert done.stdout.decode().splitlines()[-1] == "verified 4 case(s): 4 ok, 0 failed; 2 left out (see the notes)"
     assert done.stderr.decode().splitlines()[:2] == [
         f"note: {folder}: left out: named like an import's or a demo's build folder (a run's scratch, which a "
         "killed run leaves and the next import or demo there removes)" for folder in scratch]
-    assert json.loads(run_cli("export", "--all", str(root), "--json").stdout)["passed"] == 4
+    exported = json.loads(run_cli("export", "--all", str(root), "--json").stdout)
+    assert exported["passed"] == 4 and [item["path"] for item in exported["left_out"]] == list(map(str, scratch))
+
+
+@pytest.mark.slow  # over half a second: the slow lane (.ci/run) runs it
+def test_a_build_folder_holding_a_whole_exported_case_is_left_out_for_its_name_alone(tmp_path):
+    """An import builds a whole case, exported, in its build folder: `--all` leaves such a folder out
+    with the one note its name earns (it was also said to hold "an export's analysis/ but no
+    ledger.sqlite", which it does not), and the summary line counts it."""
+    import shutil
+
+    from ledger.package_tools.many import left_out
+
+    [case] = make_cases(tmp_path / "cases", 1)
+    assert run_cli("export", str(case)).returncode == 0
+    scratch = case.parent / ".bad.importing-999999-1"
+    shutil.copytree(case, scratch)
+    build_note = ("named like an import's or a demo's build folder (a run's scratch, which a killed run leaves and "
+                  "the next import or demo there removes)")
+    assert left_out([case.parent]) == [(scratch, build_note)]
+    done = run_cli("verify", "--all", str(case.parent), "--jobs", "1")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.decode().splitlines()[-1] == "verified 1 case(s): 1 ok, 0 failed; 1 left out (see the notes)"
+    assert [line for line in done.stderr.decode().splitlines() if "left out" in line] == [
+        f"note: {scratch}: left out: {build_note}"]
+    listed = json.loads(run_cli("verify", "--all", str(case.parent), "--json").stdout)
+    assert (listed["passed"], listed["left_out"]) == (1, [{"path": str(scratch), "why": build_note}])
 
 
 @pytest.mark.slow  # over 0.5 s in the default run: the slow lane (.ci/run) runs it
@@ -304,7 +330,7 @@ def test_all_notes_links_that_lead_nowhere_or_loop_and_a_second_link_to_a_case_i
                                 (root / "z-again", f"the same case folder as {cases[1]}, which is taken once")]
     done = run_cli("verify", "--all", str(root), "--jobs", "1")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.decode().splitlines()[-1] == "verified 2 case(s): 2 ok, 0 failed"
+    assert done.stdout.decode().splitlines()[-1] == "verified 2 case(s): 2 ok, 0 failed; 4 left out (see the notes)"
     assert [line for line in done.stderr.decode().splitlines() if "left out" in line] == [
         f"note: {path}: left out: {why}" for path, why in left_out([root])]
 
@@ -318,11 +344,12 @@ def test_a_case_named_again_by_another_path_is_taken_once_and_said_so(tmp_path, 
     (tmp_path / "again").symlink_to(cases[0])
     done = run_cli(command, str(cases[0]), str(tmp_path / "again"), str(cases[1]), "--jobs", "1")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.decode().splitlines()[-1].endswith(" 2 case(s): 2 ok, 0 failed")
+    assert done.stdout.decode().splitlines()[-1].endswith(" 2 case(s): 2 ok, 0 failed; 1 left out (see the notes)")
     assert [line for line in done.stderr.decode().splitlines() if "left out" in line] == [
         f"note: {tmp_path / 'again'}: left out: the same case folder as {cases[0]}, which is taken once"]
     done = run_cli(command, str(cases[0]), str(cases[0]) + "/", "--jobs", "1")  # the same path, written twice
-    assert done.returncode == 0 and done.stdout.decode().splitlines()[-1].endswith(" 1 case(s): 1 ok, 0 failed")
+    assert done.returncode == 0 and done.stdout.decode().splitlines()[-1].endswith(
+        " 1 case(s): 1 ok, 0 failed; 1 left out (see the notes)")
     assert [line for line in done.stderr.decode().splitlines() if "left out" in line] == [
         f"note: {cases[0]}: left out: the same case folder as {cases[0]}, which is taken once"]
 

@@ -335,8 +335,11 @@ EXPORT_ALONE_LEFT_OUT = (f"holds an export's {ANALYSIS_DIR}/ but no {LEDGER_FILE
 
 def export_alone(folder: str | os.PathLike[str]) -> bool:
     """Whether ``folder`` holds an export's ``analysis/`` (its ``case/events/``) but is no case
-    package (:func:`is_case_package`): what the commands over many cases leave out with a note."""
-    return os.path.isdir(os.path.join(folder, ANALYSIS_DIR, "case", "events")) and not is_case_package(Path(folder))
+    package (:func:`is_case_package`): what the commands over many cases leave out with a note. A
+    build folder (:func:`is_build_folder`) is not: it is left out, with its own note, for its name
+    (it may hold a whole case: an import builds one there)."""
+    return (not is_build_folder(os.path.basename(os.path.normpath(folder)))
+            and os.path.isdir(os.path.join(folder, ANALYSIS_DIR, "case", "events")) and not is_case_package(Path(folder)))
 
 
 def dead_link(path: str | os.PathLike[str]) -> bool:
