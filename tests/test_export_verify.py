@@ -2290,3 +2290,72 @@ def test_an_export_says_which_stray_file_verify_and_import_will_refuse(exported)
     (exported / "analysis" / "note.txt").unlink()
     with Case.open(exported) as case:
         assert export_case(case).stray is None
+
+
+_HOLD_EXPORT_LOCK = """
+import fcntl, sys, time
+with open(sys.argv[1], "a+b") as handle:
+    fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+    print("held", flush=True)
+    sys.stdin.readline()  # held until the test writes a line (or closes the pipe)
+"""
+
+
+def _export_lock_held_by_another_process(case_path: Path) -> subprocess.Popen:
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD_EXPORT_LOCK, str(case_path / "ledger.sqlite-export-lock")],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert holder.stdout.readline() == b"held\n"
+    return holder
+
+
+def _line_within(stream, seconds: float) -> str:
+    """The next line of a child's ``stream``, or "" when none comes within ``seconds``."""
+    import select
+
+    ready, _, _ = select.select([stream], [], [], seconds)
+    return stream.readline().decode() if ready else ""
+
+
+def test_an_export_waiting_for_another_export_of_the_case_says_so_then_runs_once_it_ends(tmp_path):
+    """One export of a package at a time: the command waiting for another process's export prints a
+    note on stderr as the wait begins (it was silent for up to an hour), then exports once it ends."""
+    case = start_case(tmp_path / "case")
+    case.close()
+    holder = _export_lock_held_by_another_process(tmp_path / "case")
+    waiting = subprocess.Popen([sys.executable, "-m", "ledger_cli", "export", str(tmp_path / "case")],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        note = _line_within(waiting.stderr, 60)
+        assert note == f"note: another export of {tmp_path / 'case'} is running; waiting for it to end (up to an hour)\n"
+        assert waiting.poll() is None and not (tmp_path / "case" / "manifest.json").exists()
+        holder.communicate(b"done\n", timeout=30)
+        out, err = waiting.communicate(timeout=60)
+    finally:
+        for process in (holder, waiting):
+            if process.poll() is None:
+                process.kill()
+    assert waiting.returncode == 0, err
+    assert out.decode().startswith(f"exported {tmp_path / 'case'}: ") and verify_case(tmp_path / "case").export_state == "current"
+
+
+def test_export_calls_waiting_once_only_when_another_export_holds_the_case_and_names_it_when_it_gives_up(
+        tmp_path, monkeypatch):
+    case = start_case(tmp_path / "case")
+    calls = []
+    export_case(case, waiting=lambda: calls.append("waited"))
+    assert calls == []  # nothing to wait for
+    with pytest.raises(LedgerError) as caught:
+        export_case(case, waiting="print")
+    assert caught.value.code == INVALID_ARGUMENT
+    monkeypatch.setattr(export_module, "EXPORT_LOCK_WAIT_MS", 200)
+    holder = _export_lock_held_by_another_process(tmp_path / "case")
+    try:
+        with pytest.raises(LedgerError) as busy:
+            export_case(case, waiting=lambda: calls.append("waited"))
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+    assert (busy.value.code, calls) == ("LEDGER_BUSY", ["waited"])
+    assert f"another export of {tmp_path / 'case'} held its lock (ledger.sqlite-export-lock)" in str(busy.value)
+    assert export_case(case).files_written == 0  # the holder gone, the lock is free again (nothing new to write)
+    case.close()

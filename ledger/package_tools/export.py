@@ -248,7 +248,8 @@ def export_count(case: Case) -> int:
 
 
 @refuses_unfit_calls
-def export_case(case: "Case | str | os.PathLike[str]", progress: Progress | None = None) -> ExportReport:
+def export_case(case: "Case | str | os.PathLike[str]", progress: Progress | None = None, *,
+                waiting: Callable[[], None] | None = None) -> ExportReport:
     """Export ``case`` to ``<package>/analysis/`` and ``manifest.json`` (docs/files.md).
 
     Reads one consistent snapshot of the ledger; writes only files whose bytes
@@ -259,23 +260,45 @@ def export_case(case: "Case | str | os.PathLike[str]", progress: Progress | None
     is neither a :class:`Case` nor a case folder's path (like ``verify_case`` and ``import_tree``
     take; the case is opened and closed again) or ``progress`` is neither None nor a function of
     the files done; ``LEDGER_MISSING`` when a path given holds no ``ledger.sqlite``.
+
+    One export of a package runs at a time: another one's waits for it, up to an hour
+    (``EXPORT_LOCK_WAIT_MS``; then ``LEDGER_BUSY``), and ``waiting()``, if given, is called once
+    when that wait begins (the command line says so on stderr). ``INVALID_ARGUMENT`` for a
+    ``waiting`` that is not a function of no argument.
     """
     check_instance(case, (Case, str, os.PathLike), "case", "an open Case or a case folder's path")
     check_callback(progress, "progress", 1)
+    check_callback(waiting, "waiting", 0)
     if not isinstance(case, Case):
         with Case.open(case) as opened:
-            return export_case(opened, progress)
+            return export_case(opened, progress, waiting=waiting)
     root = case.path
     # one export at a time per package: a concurrent one would see our temp files as stale
     lock = WriterLock(root / (LEDGER_FILE + "-export-lock"))
     try:
         try:
-            lock.acquire(EXPORT_LOCK_WAIT_MS)
+            if not lock.try_acquire():
+                if waiting is not None:
+                    waiting()
+                _wait_for_export(lock, root)
         except OSError as exc:
             raise os_error(exc, f"cannot write the export under {root}", E.STORAGE_ERROR) from None
         return _export_locked(case, root, progress)
     finally:
         lock.close()
+
+
+def _wait_for_export(lock: WriterLock, root: Path) -> None:
+    """The export lock of ``root``, taken once another export lets it go; ``LEDGER_BUSY`` naming that
+    export after ``EXPORT_LOCK_WAIT_MS``."""
+    try:
+        lock.acquire(EXPORT_LOCK_WAIT_MS)
+    except LedgerError as exc:
+        if exc.code != E.LEDGER_BUSY:
+            raise
+        raise LedgerError(E.LEDGER_BUSY, f"another export of {root} held its lock ({lock.path.name}) for more than "
+                          f"{EXPORT_LOCK_WAIT_MS // 60_000} minutes (a stopped or hung process?); retry once it ends",
+                          busy_timeout_ms=EXPORT_LOCK_WAIT_MS) from None
 
 
 def _export_locked(case: Case, root: Path, progress: Progress | None) -> ExportReport:
