@@ -973,3 +973,59 @@ def test_a_newer_ledger_copied_over_an_older_copy_that_kept_its_log_fails_verify
     with pytest.raises(LedgerError) as caught:
         verify_case(backup)
     assert caught.value.code == INTEGRITY_ERROR and caught.value.message.startswith("seq 9: helper table closings holds a row the replay does not derive")
+
+
+def _disk_full() -> sqlite3.OperationalError:
+    exc = sqlite3.OperationalError("database or disk is full")
+    exc.sqlite_errorcode, exc.sqlite_errorname = 13, "SQLITE_FULL"
+    return exc
+
+
+def test_a_checkpoint_refused_after_a_commit_is_not_the_operations_failure(tmp_path, fault_hook, monkeypatch):
+    """The log's checkpoint runs after COMMIT: a refusal there (a full disk) left the operation
+    committed but told its caller STORAGE_ERROR, "nothing was written". The operation now returns
+    its result, and the log is copied back by a later checkpoint."""
+    import ledger.storage.connection as connection
+
+    monkeypatch.setattr(connection, "WAL_RESTART_BYTES", -1)  # every first-of-16 commit checkpoints
+    case = start_case(make_package(tmp_path / "case"), units=100_000)
+    try:
+        budget = case.budget()
+        budget.initialize(at=AT)
+        seen = []
+
+        def refuse_checkpoint(label: str) -> None:
+            if label == "checkpoint":
+                seen.append(label)
+                raise _disk_full()
+
+        fault_hook["hook"] = refuse_checkpoint
+        for number in range(6):  # 18 commits: one of them is the 17th of the connection, which checkpoints
+            budget.reserve("H1", f"a{number}", "source.read_context", at=AT)
+            budget.record_result("H1", f"a{number}", {"finding": number}, at=AT)
+            result = budget.settle("H1", f"a{number}", 90, "new", at=AT)
+        fault_hook["hook"] = None
+        assert seen and result.action["status"] == "settled" and not result.reused
+        assert budget.action_status("H1", "a5") == "settled"
+    finally:
+        fault_hook["hook"] = None
+        assert case.close() is None  # the close's own checkpoint empties the log
+    assert verify_case(tmp_path / "case").events == 4 + 3 * 6
+
+
+def test_a_log_the_close_could_not_empty_is_said_to_keep_every_committed_operation(tmp_path, monkeypatch):
+    """A close whose checkpoint the file system refuses says so without "nothing was written": every
+    operation committed before is in the log (it was worded as a refused write)."""
+    case = start_case(make_package(tmp_path / "case"))
+    case.budget().initialize(at=AT)
+
+    def full(self):
+        raise _disk_full()
+
+    monkeypatch.setattr(Storage, "_final_checkpoint", full)
+    with pytest.warns(Warning) as warned:
+        said = case.close()
+    assert said == str(warned[0].message)
+    assert said.startswith(f"the write-ahead log of {tmp_path / 'case' / 'ledger.sqlite'} was not emptied: the file "
+                           "system refused the ledger: database or disk is full")
+    assert "nothing was written" not in said and "every committed operation is kept in it" in said

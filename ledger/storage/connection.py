@@ -28,7 +28,8 @@ from ..ground.canonical import ZERO_SHA256
 from ..ground.clock import utc_now
 from ..ground.errors import LedgerError, pass_on_interruption
 from .writer_lock import WriterLock, fork_count
-from .sqlite_file import (LOCK_SUFFIX, WAL_RESTART_BYTES, EventRow, HelperRow, SQLITE_ERRORS, connect_path, connect_uri,
+from .sqlite_file import (LOCK_SUFFIX, NOTHING_WRITTEN, WAL_RESTART_BYTES, EventRow, HelperRow, SQLITE_ERRORS,
+                          connect_path, connect_uri,
                           file_uri, immutable_snapshot, probe_file, readable_uri, sqlite_error, translate_sqlite_errors)
 from .side_files import wal_bytes, writable_side_files
 from ..ground.paths import os_error
@@ -315,8 +316,9 @@ class Storage:
                 self._rollback()
                 self._lock.release()
                 return self._final_checkpoint()
-        except LedgerError as exc:
-            return f"the write-ahead log of {self.path} was not emptied: {exc.message}"
+        except LedgerError as exc:  # every operation committed stays in the log, which a later close empties
+            return (f"the write-ahead log of {self.path} was not emptied: {exc.message.removesuffix(NOTHING_WRITTEN)}; "
+                    "every committed operation is kept in it, and a later close empties it")
         finally:  # closed once both ran
             try:
                 self._lock.close()
@@ -424,9 +426,9 @@ class Storage:
             self._settle_savepoint()
             self._fault("COMMIT")
             self.conn.execute("COMMIT")
-            self._bound_wal()
         except SQLITE_ERRORS as exc:
             _raise_translated(exc)
+        self._bound_wal()
 
     def recover_abandoned_write(self) -> None:
         """End a write whose own end an interrupt cut short (at the very start of its ``__exit__``,
@@ -461,8 +463,14 @@ class Storage:
         starts the log over and ``journal_size_limit`` shrinks the file back."""
         self._commits = (self._commits + 1) % 16
         if self._commits == 1 and wal_bytes(self.path) > WAL_RESTART_BYTES:
-            self._fault("checkpoint")
-            self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            try:
+                self._fault("checkpoint")
+                self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            except SQLITE_ERRORS as exc:  # the commit stands: a refusal here (a full disk) is not the operation's
+                translated = sqlite_error(exc)
+                if not isinstance(translated, LedgerError):
+                    raise translated from None  # Ctrl-C: the caller's, after the commit, as at any moment
+                # the log stays larger until a later commit's or the close's checkpoint copies it back
 
     def batch(self) -> Batch:
         """Group commit: one transaction (and one fsync) for every :meth:`write` inside.

@@ -61,6 +61,10 @@ def translate_sqlite_errors() -> Iterator[None]:
         raise translated from None
 
 
+#: How a refusal of the file system ends (the write it ended was rolled back); a refusal after the
+#: writes committed (the log's checkpoint at close) says otherwise.
+NOTHING_WRITTEN = "; nothing was written"
+
 #: What :func:`sqlite_error` translates (a hot path catches these and calls it, without a context manager).
 SQLITE_ERRORS = (sqlite3.Error, UnicodeDecodeError, OverflowError)
 
@@ -91,8 +95,7 @@ def sqlite_error(exc: BaseException) -> BaseException:
             return LedgerError(E.LEDGER_BUSY, f"the case is busy: {text}; retry")
         if primary in STORAGE_CODES:
             return LedgerError(E.STORAGE_ERROR, f"the file system refused the ledger: {text} "
-                               "(read-only location, missing permission, full disk or a closed case?); "
-                               "nothing was written")
+                               f"(read-only location, missing permission, full disk or a closed case?){NOTHING_WRITTEN}")
         hidden = HIDDEN_FUNCTION_RE.fullmatch(text)
         if hidden:
             return LedgerError(E.INTEGRITY_ERROR, f"SQLite refused: {text}: a table or view named {hidden[1]} in the "
