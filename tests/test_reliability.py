@@ -15,6 +15,7 @@ import multiprocessing
 import os
 import random
 import shutil
+import subprocess
 import sys
 import sqlite3
 import builtins
@@ -1029,3 +1030,42 @@ def test_a_log_the_close_could_not_empty_is_said_to_keep_every_committed_operati
     assert said.startswith(f"the write-ahead log of {tmp_path / 'case' / 'ledger.sqlite'} was not emptied: the file "
                            "system refused the ledger: database or disk is full")
     assert "nothing was written" not in said and "every committed operation is kept in it" in said
+
+
+_WITH_NO_DESCRIPTOR_LEFT = """
+import os, resource, sys
+from ledger import Case, LedgerError
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+held = []
+try:
+    while True:
+        held.append(os.open(os.devnull, os.O_RDONLY))
+except OSError:
+    pass
+try:
+    Case.open(sys.argv[1])
+except LedgerError as exc:
+    print(exc.code, exc.message)
+"""
+
+
+def test_a_ledger_that_cannot_be_opened_for_lack_of_descriptors_is_said_so(tmp_path):
+    """SQLite says "unable to open database file" when the process reached its open-file limit; the
+    refusal named a read-only location, permission or full disk instead. It names the limit now."""
+    start_case(make_package(tmp_path / "case")).close()
+    done = subprocess.run([sys.executable, "-c", _WITH_NO_DESCRIPTOR_LEFT, str(tmp_path / "case")],
+                          capture_output=True, timeout=120)
+    assert done.stdout.decode() == (
+        "STORAGE_ERROR the file system refused the ledger: unable to open database file (this process has no file "
+        "descriptor left: its open-file limit, 'ulimit -n', is reached); nothing was written\n"), done.stderr
+
+
+def test_an_input_that_cannot_be_opened_for_lack_of_descriptors_is_a_storage_error(tmp_path):
+    """EMFILE from a file the ledger opens itself is the machine's limit, not a bad path: STORAGE_ERROR
+    (it was INVALID_ARGUMENT, the code of a wrong input)."""
+    import errno as errnos
+
+    from ledger.ground.paths import os_error
+
+    refused = os_error(OSError(errnos.EMFILE, "Too many open files", str(tmp_path / "in.jsonl")), "cannot read it")
+    assert (refused.code, refused.message) == (STORAGE_ERROR, f"cannot read it: Too many open files ({tmp_path}/in.jsonl)")

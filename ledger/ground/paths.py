@@ -21,9 +21,10 @@ from typing import BinaryIO, Callable, Iterator
 from .descriptors import close_descriptor, file_over, refuse_held
 from .errors import INVALID_ARGUMENT, STORAGE_ERROR, LedgerError, quoted, pass_on_interruption
 
-#: ``OSError`` numbers that mean the file system refused, not that the path was wrong.
+#: ``OSError`` numbers that mean the file system refused (or the process reached its open-file limit), not that
+#: the path was wrong.
 STORAGE_ERRNOS = frozenset({errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT, errno.EIO,
-                            errno.EFBIG, errno.EBUSY})
+                            errno.EFBIG, errno.EBUSY, errno.EMFILE, errno.ENFILE})
 
 
 def file_kind(mode: int) -> str:

@@ -4,6 +4,7 @@ snapshots, and the one translation of ``sqlite3`` errors into ``LedgerError`` (d
 
 from __future__ import annotations
 
+import errno
 import gc
 import os
 import re
@@ -61,6 +62,22 @@ def translate_sqlite_errors() -> Iterator[None]:
         raise translated from None
 
 
+#: SQLite's "unable to open database file": also what it says when the process has no descriptor left.
+SQLITE_CANTOPEN = 14
+
+
+def out_of_descriptors() -> bool:
+    """Whether this process can open no more files (``EMFILE``, ``ENFILE``): what SQLite's
+    "unable to open database file" then means (it keeps the errno to itself)."""
+    try:
+        fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as oserr:
+        pass_on_interruption(oserr)
+        return oserr.errno in (errno.EMFILE, errno.ENFILE)
+    os.close(fd)  # the null device: never a file a connection holds
+    return False
+
+
 #: How a refusal of the file system ends (the write it ended was rolled back); a refusal after the
 #: writes committed (the log's checkpoint at close) says otherwise.
 NOTHING_WRITTEN = "; nothing was written"
@@ -94,8 +111,10 @@ def sqlite_error(exc: BaseException) -> BaseException:
         if primary in BUSY_CODES or (primary is None and ("locked" in text or "busy" in text)):
             return LedgerError(E.LEDGER_BUSY, f"the case is busy: {text}; retry")
         if primary in STORAGE_CODES:
-            return LedgerError(E.STORAGE_ERROR, f"the file system refused the ledger: {text} "
-                               f"(read-only location, missing permission, full disk or a closed case?){NOTHING_WRITTEN}")
+            why = ("this process has no file descriptor left: its open-file limit, 'ulimit -n', is reached"
+                   if primary == SQLITE_CANTOPEN and out_of_descriptors() else
+                   "read-only location, missing permission, full disk or a closed case?")
+            return LedgerError(E.STORAGE_ERROR, f"the file system refused the ledger: {text} ({why}){NOTHING_WRITTEN}")
         hidden = HIDDEN_FUNCTION_RE.fullmatch(text)
         if hidden:
             return LedgerError(E.INTEGRITY_ERROR, f"SQLite refused: {text}: a table or view named {hidden[1]} in the "
