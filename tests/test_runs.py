@@ -451,9 +451,12 @@ def test_an_exit_code_no_journal_can_hold_is_refused_in_steps_and_left_out_of_a_
 
 
 def test_a_format_given_that_does_not_fit_says_auto_tells_them_apart(tmp_path):
+    """A real mini-swe-agent run read as SWE-agent's is named for what it is (it was sent to the steps
+    format, as another agent's run)."""
     summary = import_runs([RAW_FILES[0]], tmp_path / "out", fmt="swe-agent")
-    assert summary.errors[0]["reason"] == ("no trajectory list: not a SWE-agent .traj" + OTHER_AGENTS + " (read as "
-                                           "--format swe-agent, as asked: without it, the file's name and content choose)")
+    assert summary.errors[0]["reason"] == (
+        "no trajectory list: not a SWE-agent .traj (its messages list is a mini-swe-agent trajectory's) (read as "
+        "--format swe-agent, as asked: without it, the file's name and content choose)")
 
 
 def test_a_run_of_an_input_that_failed_may_come_from_a_later_input(tmp_path):

@@ -540,12 +540,33 @@ def test_a_run_file_or_steps_line_past_the_size_limit_is_refused_without_reading
 @pytest.mark.parametrize("fmt, data, reason", [
     ("mini-swe-agent", {"trajectory": [{"action": "ls", "observation": "a"}]},
      "no messages list: not a mini-swe-agent trajectory (its trajectory list is a SWE-agent .traj's) (read as "
-     "--format mini-swe-agent, as asked: without it, the file's name and content choose)")])
+     "--format mini-swe-agent, as asked: without it, the file's name and content choose)"),
+    ("swe-agent", {"trajectory_format": "mini-swe-agent-1", "messages": [
+        {"role": "assistant", "content": "```bash\nls\n```"}, {"role": "user", "content": "a"}]},
+     "no trajectory list: not a SWE-agent .traj (its messages list is a mini-swe-agent trajectory's) (read as "
+     "--format swe-agent, as asked: without it, the file's name and content choose)")])
 def test_a_run_refused_under_a_format_given_by_hand_says_so(tmp_path, fmt, data, reason):
-    """Forced to the wrong format, a .traj holding a trajectory list was said to have none."""
+    """Forced to the wrong format, a file holding the other format's list was said to have none (a
+    mini-swe-agent run read as SWE-agent's was sent to the steps format, as another agent's)."""
     summary = import_runs([_write(tmp_path / "r.traj", data)], tmp_path / "out", fmt=fmt)
     assert [e["reason"] for e in summary.errors] == [reason]
     assert import_runs([tmp_path / "r.traj"], tmp_path / "out").runs == 1  # auto reads it
+
+
+def test_a_trajectory_list_none_of_whose_entries_has_an_action_is_another_agents_not_a_run_with_no_step(tmp_path):
+    """SWE-agent writes an action into every trajectory entry; a list of chat entries (role and text,
+    as another tool's dataset rows hold them) was read as a SWE-agent run whose every turn is skipped,
+    and written as a run that spent nothing, exit 0."""
+    rows = {"instance_id": "r__r-1", "exit_status": "submitted", "trajectory": [
+        {"role": "system", "text": "s", "mask": True}, {"role": "ai", "text": "```bash\nls\n```", "mask": False},
+        {"role": "user", "text": "a.py", "mask": True}]}
+    summary = import_runs([_write(tmp_path / "r.json", rows)], tmp_path / "out")
+    assert (summary.runs, summary.runs_without_steps) == (0, [])
+    assert [(e["code"], e["reason"]) for e in summary.errors] == [(
+        "INVALID_ARGUMENT", "no trajectory entry with an action (the first holds 'role', 'text', 'mask'): another "
+        "agent's trajectory list, not a SWE-agent .traj" + OTHER_AGENTS)]
+    some = {"trajectory": [{"role": "x"}, {"action": "ls", "observation": "a"}]}  # one action is enough: a run
+    assert import_runs([_write(tmp_path / "s.traj", some)], tmp_path / "out2").steps == 1
 
 
 def test_a_steps_line_whose_run_id_cannot_be_a_file_name_is_named_by_its_line(tmp_path):

@@ -285,7 +285,17 @@ def swe_agent_steps(data: Any) -> Iterator[Step | FormatError]:
     """Steps of a SWE-agent ``.traj``: each ``trajectory[]`` entry with its ``action`` and ``observation``."""
     entries = data.get("trajectory") if isinstance(data, Mapping) else None
     if not isinstance(entries, list):
-        raise ValueError("no trajectory list: not a SWE-agent .traj" + _history_only(data))
+        messages = data.get("messages") if isinstance(data, Mapping) else data
+        mini = isinstance(messages, list) and any(isinstance(message, Mapping) and "role" in message
+                                                  for message in messages)
+        raise ValueError("no trajectory list: not a SWE-agent .traj" + (
+            " (its messages list is a mini-swe-agent trajectory's)" if mini else _history_only(data)))
+    first = next((entry for entry in entries if isinstance(entry, Mapping)), None)
+    if first is not None and not any(isinstance(entry, Mapping) and "action" in entry for entry in entries):
+        # SWE-agent writes an action into every entry: a list of entries none of which has one is another agent's
+        keys = first_few([quoted(key, 40) for key in first], 6)
+        raise ValueError(f"no trajectory entry with an action (the first holds {keys}): another agent's trajectory "
+                         "list, not a SWE-agent .traj" + OTHER_AGENTS)
     for entry in entries:
         if not isinstance(entry, Mapping):
             yield FormatError("entry that is not an object")
