@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -2359,3 +2360,36 @@ def test_export_calls_waiting_once_only_when_another_export_holds_the_case_and_n
     assert f"another export of {tmp_path / 'case'} held its lock (ledger.sqlite-export-lock)" in str(busy.value)
     assert export_case(case).files_written == 0  # the holder gone, the lock is free again (nothing new to write)
     case.close()
+
+
+@pytest.mark.parametrize("error", [errno.EMFILE, errno.EACCES])
+def test_an_exported_file_export_may_not_read_is_storage_error_never_a_replaced_file(exported, monkeypatch, error):
+    """Export compares each exported file with the ledger's bytes: one the system refused to read (the
+    open-file limit reached, no permission) was taken for one that differs, then found to hold an event
+    of this case where other bytes belong: INTEGRITY_ERROR for a sound export. It is STORAGE_ERROR naming
+    the file now, and nothing is written."""
+    import ledger.ground.paths as paths
+    import ledger.package_tools.atomic_files as atomic_files
+
+    with Case.open(exported) as case:
+        case.budget().grant("H1", 5, "controller", "more", "g-new")  # something to export
+    target = exported / "analysis" / "case" / "events" / "00000001.json"
+    before = {path: path.read_bytes() for path in exported.rglob("*.json")}
+    if error == errno.EACCES:
+        deny_reading(monkeypatch, target)
+    else:  # every way export opens the file, as a process out of descriptors meets it
+        real_open = paths.open_regular
+
+        def refused(path, *args, **kwargs):
+            if Path(path) == target:
+                raise OSError(error, os.strerror(error), str(path))
+            return real_open(path, *args, **kwargs)
+        monkeypatch.setattr(atomic_files, "open_regular", refused)
+        monkeypatch.setattr(paths, "open_regular", refused)
+    with pytest.raises(LedgerError) as caught:
+        export_case(exported)
+    assert caught.value.code == STORAGE_ERROR
+    assert caught.value.message.startswith("cannot read the exported file analysis/case/events/00000001.json: ")
+    monkeypatch.undo()
+    assert {path: path.read_bytes() for path in exported.rglob("*.json")} == before
+    assert export_case(exported).files_written > 0  # readable again: the export runs

@@ -207,12 +207,14 @@ def _plain_path(relative: str) -> bool:
 
 
 def _differs(root: Path, relative: str, data: bytes, folders: dict[Path, bool], to_write: set[str]) -> bool:
-    """Whether the file ``relative`` must be written (missing, or other bytes); added to ``to_write``."""
+    """Whether the file ``relative`` must be written (missing, or other bytes); added to ``to_write``.
+    ``STORAGE_ERROR`` for a file there that the system refuses to read (no permission, the open-file
+    limit): never taken for one that differs, which would be checked, and written, as one replaced."""
     target = root / relative
     exists = folders.get(target.parent)
     if exists is None:
         exists = folders[target.parent] = target.parent.is_dir()
-    if exists and same_bytes(target, data):
+    if exists and same_bytes(target, data, refused=f"the exported file {relative}"):
         return False
     to_write.add(relative)
     return True
@@ -351,7 +353,7 @@ def _export_locked(case: Case, root: Path, progress: Progress | None) -> ExportR
             manifest, (last_revision,) = manifest_for(conn, head_seq), conn.execute(statement("last_revision")).fetchone()
         fsync_folders(root, touched)
         data = canonical_bytes(manifest)
-        if same_bytes(root / MANIFEST_FILE, data):
+        if same_bytes(root / MANIFEST_FILE, data, refused=MANIFEST_FILE):
             report.files_unchanged += 1
             committed = True
         else:
