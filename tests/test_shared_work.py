@@ -151,6 +151,31 @@ def test_no_more_workers_start_than_tasks_are_waiting(tmp_path, monkeypatch):
     assert len(started) == 1 and 1 <= started[0] <= 2  # 63 asked for; at most the 2 tasks not the caller's
 
 
+def _sleeps_then_squares(n: int) -> int:
+    time.sleep(0.005)
+    return n * n
+
+
+@pytest.mark.parametrize("start_after_s", [0.0, 0.02])  # started by the dispatcher thread, or by the caller
+def test_workers_that_cannot_start_for_lack_of_descriptors_leave_every_task_to_the_caller_without_a_traceback(
+        monkeypatch, start_after_s):
+    """Starting the workers opens pipes: with the process's open-file limit reached that raised
+    EMFILE in the dispatcher thread (a traceback on stderr, the command still exiting 0) or in the
+    caller. The caller now runs every task itself, and nothing escapes a thread."""
+    monkeypatch.setattr(workers, "START_WORKERS_AFTER_S", start_after_s)
+    tried, escaped = [], []
+
+    class OutOfDescriptors:
+        def __init__(self, *args, **kwargs):
+            tried.append(kwargs.get("max_workers"))
+            raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(futures, "ProcessPoolExecutor", OutOfDescriptors)
+    monkeypatch.setattr(threading, "excepthook", escaped.append)
+    assert list(shared_map(_sleeps_then_squares, list(range(40)), 2)) == [n * n for n in range(40)]
+    assert tried and escaped == []
+
+
 @pytest.mark.slow  # over 0.5 s in the default run: the slow lane (.ci/run) runs it
 def test_the_tasks_of_a_worker_that_died_are_run_by_the_caller(tmp_path, monkeypatch):
     monkeypatch.setattr(workers, "START_WORKERS_AFTER_S", 0.0)

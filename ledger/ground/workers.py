@@ -290,8 +290,10 @@ class _SharedWork:
         with self.done:
             self.done.wait_for(lambda: self.closing or self.starting, timeout=START_WORKERS_AFTER_S)
         if not self.starting:
-            import concurrent.futures.process  # noqa: F401 - slow beside a busy caller: before claiming the start
-
+            try:
+                import concurrent.futures.process  # noqa: F401 - slow beside a busy caller: before claiming the start
+            except OSError as oserr:  # no descriptor left to read the module: the start below says so
+                pass_on_interruption(oserr)
             self._start_workers(keep=0)
         while True:
             with self.done:
@@ -325,16 +327,21 @@ class _SharedWork:
     def _start_workers(self, keep: int) -> None:
         """Start the workers the waiting tasks can use (``keep``: tasks this process is about to
         take itself), then a no-op each: done once a worker has started, which may then take work."""
-        from concurrent.futures import ProcessPoolExecutor
-
         with self.done:
             count = min(self.jobs - 1, self.back - self.front - keep)
             if self.starting or self.closing or count < 1:
                 return
             self.starting = True
-            self.pool = pool = ProcessPoolExecutor(max_workers=count, mp_context=worker_context(),
-                                                   initializer=watch_parent, initargs=(os.getpid(),))
-            self.done.notify_all()
+            try:
+                from concurrent.futures import ProcessPoolExecutor
+
+                self.pool = pool = ProcessPoolExecutor(max_workers=count, mp_context=worker_context(),
+                                                       initializer=watch_parent, initargs=(os.getpid(),))
+            except OSError as oserr:  # no descriptor (or process) left for workers: this process runs every task
+                pass_on_interruption(oserr)
+                return
+            finally:
+                self.done.notify_all()
         with interrupts_blocked():  # the workers inherit it: Ctrl-C stops the caller, which stops them
             for _ in range(count):
                 try:
