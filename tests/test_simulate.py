@@ -1264,3 +1264,27 @@ def test_source_refs_resolve_in_a_package_given_as_str_bytes_or_path(tmp_path):
         report = simulate([journal], package=package, jobs=1)
         assert report.errors == [] and report.runs[0].error is None and report.runs[0].steps == 1, report.runs
     assert simulate([journal], jobs=1).runs[0].error["code"] == "SOURCE_REF_INVALID"
+
+
+def test_a_journal_or_outcomes_file_the_system_refuses_to_read_is_storage_error_not_a_bad_input(tmp_path, monkeypatch):
+    """The open-file limit reached (or no permission) is the file system's refusal, never a journal or an
+    outcomes file that is wrong (INVALID_ARGUMENT, as it was)."""
+    import errno
+
+    import ledger.model.outcomes as outcomes_module
+    import ledger.simulation.replay as replay
+
+    def out_of_descriptors(path):
+        raise OSError(errno.EMFILE, "Too many open files", str(path))
+    journal = tmp_path / "r.jsonl"
+    journal.write_text('{"op": "initialize"}\n')
+    monkeypatch.setattr(replay, "open_to_read", out_of_descriptors)
+    with pytest.raises(LedgerError) as caught:
+        list(replay.journal_lines(journal))
+    assert (caught.value.code, caught.value.message) == ("STORAGE_ERROR", f"{journal}: cannot read: Too many open files")
+    csv_file = tmp_path / "outcomes.csv"
+    csv_file.write_text("run,outcome\nr,resolved\n")
+    monkeypatch.setattr(outcomes_module, "open_to_read", out_of_descriptors)
+    with pytest.raises(LedgerError) as refused:
+        outcomes_module.read_outcomes(csv_file)
+    assert refused.value.code == "STORAGE_ERROR" and "Too many open files" in refused.value.message

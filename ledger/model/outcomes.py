@@ -13,7 +13,7 @@ from ..ground import errors as E
 from ..ground.canonical import is_utf8_text
 from ..ground.descriptors import open_to_read
 from ..ground.errors import LedgerError, first_few, quoted, refuses_unfit_calls, pass_on_interruption
-from ..ground.paths import fs_path
+from ..ground.paths import STORAGE_ERRNOS, fs_path
 from ..rules.common import is_blank
 from ..rules.lifecycle import OUTCOME_CHARS_MAX, REPORT_OUTCOMES, check_new_outcome
 
@@ -53,7 +53,8 @@ def read_outcomes(path: str | os.PathLike[str]) -> dict[str, str]:
                 outcomes[row[0]] = check_outcome(row[0], row[column], line)
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         pass_on_interruption(exc)
-        raise LedgerError(E.INVALID_ARGUMENT, f"{where}: cannot read: {exc}") from None
+        refused = isinstance(exc, OSError) and exc.errno in STORAGE_ERRNOS  # the file system's refusal, not the file's
+        raise LedgerError(E.STORAGE_ERROR if refused else E.INVALID_ARGUMENT, f"{where}: cannot read: {exc}") from None
     return outcomes
 
 

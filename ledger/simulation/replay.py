@@ -34,6 +34,7 @@ from ..ground.clock import parse_at, utc_now
 from ..ground.descriptors import open_to_read
 from ..ground.config import AnalysisConfig
 from ..ground.errors import LedgerError, refuses_unfit_calls_of, pass_on_interruption
+from ..ground.paths import STORAGE_ERRNOS
 from ..package_tools.journal import UNITS_KEY, call_operation, parse_line, read_lines, recorded_run_hint, without_bom
 from ..services.memory import DEFAULT_ACTOR, MemoryCase
 from ..model.operations import operation
@@ -87,7 +88,8 @@ class RunResult:
 def journal_lines(path: Path) -> Iterator[Item]:
     """``(line number, parsed line or its LedgerError)`` of every non-blank line of the journal at
     ``path``, read one line at a time (:func:`ledger.package_tools.journal.read_lines`). ``INVALID_ARGUMENT``
-    (naming the file) when it cannot be read."""
+    (naming the file) when it cannot be read; ``STORAGE_ERROR`` when the file system refuses the read
+    (no permission, an I/O error, the open-file limit reached)."""
     try:
         with open_to_read(path) as handle:
             for number, text in enumerate(read_lines(handle), start=1):
@@ -98,9 +100,10 @@ def journal_lines(path: Path) -> Iterator[Item]:
                     yield number, parse_line(text)
                 except LedgerError as exc:
                     yield number, exc
-    except OSError as exc:
+    except OSError as exc:  # the file system's refusal (no permission, the open-file limit) is no bad journal
         pass_on_interruption(exc)
-        raise LedgerError(E.INVALID_ARGUMENT, f"{path}: cannot read: {exc.strerror or exc}", file=str(path)) from None
+        code = E.STORAGE_ERROR if exc.errno in STORAGE_ERRNOS else E.INVALID_ARGUMENT
+        raise LedgerError(code, f"{path}: cannot read: {exc.strerror or exc}", file=str(path)) from None
 
 
 def parse_journal(path: Path) -> list[tuple[int, dict[str, Any]]]:
