@@ -66,6 +66,10 @@ def translate_sqlite_errors() -> Iterator[None]:
 SQLITE_CANTOPEN = 14
 
 
+#: What a refusal says when the process reached its open-file limit.
+NO_DESCRIPTOR_LEFT = "this process has no file descriptor left: its open-file limit, 'ulimit -n', is reached"
+
+
 def out_of_descriptors() -> bool:
     """Whether this process can open no more files (``EMFILE``, ``ENFILE``): what SQLite's
     "unable to open database file" then means (it keeps the errno to itself)."""
@@ -111,8 +115,7 @@ def sqlite_error(exc: BaseException) -> BaseException:
         if primary in BUSY_CODES or (primary is None and ("locked" in text or "busy" in text)):
             return LedgerError(E.LEDGER_BUSY, f"the case is busy: {text}; retry")
         if primary in STORAGE_CODES:
-            why = ("this process has no file descriptor left: its open-file limit, 'ulimit -n', is reached"
-                   if primary == SQLITE_CANTOPEN and out_of_descriptors() else
+            why = (NO_DESCRIPTOR_LEFT if primary == SQLITE_CANTOPEN and out_of_descriptors() else
                    "read-only location, missing permission, full disk or a closed case?")
             return LedgerError(E.STORAGE_ERROR, f"the file system refused the ledger: {text} ({why}){NOTHING_WRITTEN}")
         hidden = HIDDEN_FUNCTION_RE.fullmatch(text)
@@ -407,6 +410,8 @@ def readable_uri(path: Path) -> tuple[str, bool]:
         probe_file(probe)
         return uri, False
     except LedgerError as exc:
+        if exc.code == E.STORAGE_ERROR and out_of_descriptors():  # no -shm or folder at fault: the process's limit
+            raise LedgerError(E.STORAGE_ERROR, f"cannot read {path}: {NO_DESCRIPTOR_LEFT}") from None
         if exc.code == E.STORAGE_ERROR and path.is_file() and not wal_is_empty(path) \
                 and not os.path.exists(log_path(path, "-shm")) and not os.access(path.parent, os.W_OK):
             raise LedgerError(E.STORAGE_ERROR, f"cannot read {path}: {path.name}-wal beside it holds writes not yet "
