@@ -125,8 +125,11 @@ def export(settings: Settings, cases: tuple[str, ...], as_json: bool, all_in: bo
         return
     with settings.open(case) as opened:
         with progress_bar(export_count(opened), "exporting") as bar:
-            report = export_case(opened, progress=bar.update, waiting=lambda: warn(
-                f"note: another export of {case} is running; waiting for it to end (up to an hour)"))
+            def waiting() -> None:
+                if hasattr(bar, "render_progress"):  # a bar drawn on the terminal holds the line
+                    click.echo("", err=True)
+                warn(f"note: another export of {case} is running; waiting for it to end (up to an hour)")
+            report = export_case(opened, progress=bar.update, waiting=waiting)
     emit_result(report.to_dict(), as_json,
                 [f"exported {case}: {report.files_written} files written, {report.files_unchanged} unchanged; "
                  f"head seq {report.manifest['head']['seq']} sha256 {report.manifest['head']['sha256']}",

@@ -2358,6 +2358,16 @@ def test_export_calls_waiting_once_only_when_another_export_holds_the_case_and_n
         holder.wait(timeout=30)
     assert (busy.value.code, calls) == ("LEDGER_BUSY", ["waited"])
     assert f"another export of {tmp_path / 'case'} held its lock (ledger.sqlite-export-lock)" in str(busy.value)
+    holder = _export_lock_held_by_another_process(tmp_path / "case")
+
+    def broken_pipe() -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+    try:  # the caller's own failure goes on as itself, never as the export's STORAGE_ERROR
+        with pytest.raises(BrokenPipeError):
+            export_case(case, waiting=broken_pipe)
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
     assert export_case(case).files_written == 0  # the holder gone, the lock is free again (nothing new to write)
     case.close()
 

@@ -273,3 +273,27 @@ def test_a_progress_bar_goes_to_a_terminal_stderr_alone_never_into_stdout(tmp_pa
     results, terminal = _on_a_terminal(["export", str(tmp_path / "c"), "--json"], term, "stderr")
     assert json.loads(results)["manifest"]["head"]["seq"] == 1
     assert (b"exporting" in terminal) == (term != "dumb")
+
+
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
+def test_the_note_of_an_export_waiting_for_another_starts_a_line_of_its_own_below_a_terminals_bar(tmp_path):
+    """On a terminal the bar is drawn before the wait begins: the note was printed onto the bar's line."""
+    import subprocess
+    import sys
+
+    case = Case.create(tmp_path / "c", "BAR-1")
+    case.close()
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, sys, time\n"
+        "handle = open(sys.argv[1], 'a+b'); fcntl.flock(handle.fileno(), fcntl.LOCK_EX)\n"
+        "print('held', flush=True); time.sleep(1.5)"), str(tmp_path / "c" / "ledger.sqlite-export-lock")],
+        stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout.readline() == b"held\n"
+        _, terminal = _on_a_terminal(["export", str(tmp_path / "c")], "xterm", "stderr")
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+    text = terminal.replace(b"\r\n", b"\n").decode()
+    assert "exporting" in text and "note: another export of" in text
+    assert text[text.index("note: another export of") - 1] == "\n", text

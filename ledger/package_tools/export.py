@@ -279,12 +279,16 @@ def export_case(case: "Case | str | os.PathLike[str]", progress: Progress | None
     lock = WriterLock(root / (LEDGER_FILE + "-export-lock"))
     try:
         try:
-            if not lock.try_acquire():
-                if waiting is not None:
-                    waiting()
-                _wait_for_export(lock, root)
+            free = lock.try_acquire()
         except OSError as exc:
             raise os_error(exc, f"cannot write the export under {root}", E.STORAGE_ERROR) from None
+        if not free:
+            if waiting is not None:
+                waiting()  # the caller's: what it raises goes on as it is
+            try:
+                _wait_for_export(lock, root)
+            except OSError as exc:
+                raise os_error(exc, f"cannot write the export under {root}", E.STORAGE_ERROR) from None
         return _export_locked(case, root, progress)
     finally:
         lock.close()
