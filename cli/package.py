@@ -84,7 +84,12 @@ def _many(run: Any, cases: tuple[str, ...], all_in: bool, jobs: int | None, as_j
     """Run ``run`` (``verify_many`` or ``export_many``) over the cases, print one line per case as it
     is ready and a summary (or one JSON object with --json); exit 1 when any case failed. ``notes``:
     a case's outcome → lines printed on stderr as ``note: CASE: …`` after its line."""
-    folders = case_folders(cases) if all_in else list(cases)
+    try:
+        folders = case_folders(cases) if all_in else list(cases)
+    except LedgerError:  # a folder holding no case: what it holds that was left out is said first
+        for path, why in left_out(cases) if all_in else ():
+            warn(f"note: {path}: left out: {why}")
+        raise
     passed_by = left_out(cases, folders) if all_in else named_again(cases)
     for path, why in passed_by:
         warn(f"note: {path}: left out: {why}")

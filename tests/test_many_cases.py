@@ -441,3 +441,27 @@ def test_sigterm_to_the_process_group_stops_the_workers_as_ctrl_c_does_leaving_n
     assert sorted(p.name for p in tmp_path.rglob("ledger.sqlite-*") if p.name.endswith(("-wal", "-shm"))) == []
     for path in cases:
         verify_case(path)
+
+
+@pytest.mark.slow  # over half a second: the slow lane (.ci/run) runs it
+def test_a_folder_of_cases_named_twice_is_read_once_and_one_holding_only_what_is_left_out_says_what(tmp_path):
+    """`--all big ./big/` listed every case and every entry left out twice (each case's second listing a
+    note of its own); a folder holding only entries left out was refused with none of their notes."""
+    from ledger.package_tools.many import left_out
+
+    cases = make_cases(tmp_path / "big", 2)
+    root = cases[0].parent
+    (root / "gone").symlink_to(root / "nowhere")
+    assert case_folders([root, f"{root}/", tmp_path / "big" / "."]) == cases
+    assert left_out([root, f"{root}/"]) == [(root / "gone", "a link that leads nowhere or loops")]
+    done = run_cli("verify", "--all", str(root), f"{root}/", "--jobs", "1")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.decode().splitlines()[-1] == "verified 2 case(s): 2 ok, 0 failed; 1 left out (see the notes)"
+    only = tmp_path / "only"
+    only.mkdir()
+    (only / "gone").symlink_to(only / "nowhere")
+    done = run_cli("verify", "--all", str(only))
+    assert done.returncode == 1
+    assert done.stderr.decode().splitlines() == [
+        f"note: {only / 'gone'}: left out: a link that leads nowhere or loops",
+        f"error: INVALID_ARGUMENT: {only} holds no case folder (a folder with ledger.sqlite)"]

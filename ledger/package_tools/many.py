@@ -60,8 +60,7 @@ def case_folders(folders: Iterable[str | os.PathLike[str]]) -> list[Path]:
     which then fail (``LEDGER_MISSING``, ``STORAGE_ERROR``) instead of being left out. ``INVALID_ARGUMENT`` for a
     folder that holds none."""
     found: list[Path] = []
-    for folder in path_list(folders, "folders"):
-        root = fs_path(folder, "folder of cases")
+    for root in _roots(folders):
         try:
             names = sorted(entry.name for entry in os.scandir(root)
                            if _is_folder(entry) and is_case_package(Path(entry.path)))  # a link to a case too
@@ -82,8 +81,7 @@ def build_folders(folders: Iterable[str | os.PathLike[str]]) -> list[Path]:
     import or demo there removes; docs/files.md), sorted by name within each. A folder that cannot be
     listed has none (:func:`case_folders` reports it)."""
     found: list[Path] = []
-    for folder in path_list(folders, "folders"):
-        root = fs_path(folder, "folder of cases")
+    for root in _roots(folders):
         try:
             found.extend(root / name for name in sorted(entry.name for entry in os.scandir(root)
                                                         if is_build_folder(entry.name) and _is_folder(entry)))
@@ -101,9 +99,9 @@ def left_out(folders: Iterable[str | os.PathLike[str]], listed: list[Path] | Non
     ``--all`` prints as notes, so that nothing is left out without a word. ``listed``: what
     :func:`case_folders` gave for ``folders`` already (not listed again)."""
     found = [(path, BUILD_FOLDER_LEFT_OUT) for path in build_folders(folders)]
-    for folder in path_list(folders, "folders"):
+    for root in _roots(folders):
         try:
-            entries = sorted(os.scandir(fs_path(folder, "folder of cases")), key=lambda entry: entry.name)
+            entries = sorted(os.scandir(root), key=lambda entry: entry.name)
         except OSError as oserr:  # case_folders reports it
             pass_on_interruption(oserr)
             continue
@@ -120,6 +118,12 @@ def named_again(cases: Iterable[str | os.PathLike[str]]) -> list[tuple[Path, str
     already by another path (``c1`` and ``./link-to-c1``): taken once, under its first path, said in
     a note as ``--all`` says it."""
     return second_paths([fs_path(path, "case path") for path in path_list(cases, "cases")])
+
+
+def _roots(folders: Iterable[str | os.PathLike[str]]) -> list[Path]:
+    """The folders of cases ``folders`` names, each once (``big`` and ``./big/`` are one folder, read
+    once: its cases and what it leaves out are listed once)."""
+    return once_each(fs_path(folder, "folder of cases") for folder in path_list(folders, "folders"))
 
 
 def _is_folder(entry: os.DirEntry[str]) -> bool:
