@@ -468,8 +468,8 @@ class Storage:
                 self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
             except SQLITE_ERRORS as exc:  # the commit stands: a refusal here (a full disk) is not the operation's
                 translated = sqlite_error(exc)
-                if not isinstance(translated, LedgerError):
-                    raise translated from None  # Ctrl-C: the caller's, after the commit, as at any moment
+                if not isinstance(translated, LedgerError) or translated.code not in (E.STORAGE_ERROR, E.LEDGER_BUSY):
+                    raise translated from None  # Ctrl-C, or a damaged file: said at once, as before
                 # the log stays larger until a later commit's or the close's checkpoint copies it back
 
     def batch(self) -> Batch:
