@@ -28,9 +28,9 @@ from ..ground.canonical import ZERO_SHA256
 from ..ground.clock import utc_now
 from ..ground.errors import LedgerError, pass_on_interruption
 from .writer_lock import WriterLock, fork_count
-from .sqlite_file import (LOCK_SUFFIX, NOTHING_WRITTEN, WAL_RESTART_BYTES, EventRow, HelperRow, SQLITE_ERRORS,
-                          connect_path, connect_uri,
-                          file_uri, immutable_snapshot, probe_file, readable_uri, sqlite_error, translate_sqlite_errors)
+from .sqlite_file import (LOCK_SUFFIX, NOTHING_WRITTEN, WAL_RESTART_BYTES, EventRow, HelperRow, SQLITE_ERRORS, connect_path,
+                          connect_uri, file_uri, immutable_snapshot, passive_checkpoint, probe_file, readable_uri,
+                          sqlite_error, translate_sqlite_errors)
 from .side_files import wal_bytes, writable_side_files
 from ..ground.paths import os_error
 from .transaction import Batch, Read, Write, abandoned
@@ -463,14 +463,7 @@ class Storage:
         starts the log over and ``journal_size_limit`` shrinks the file back."""
         self._commits = (self._commits + 1) % 16
         if self._commits == 1 and wal_bytes(self.path) > WAL_RESTART_BYTES:
-            try:
-                self._fault("checkpoint")
-                self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-            except SQLITE_ERRORS as exc:  # the commit stands: a refusal here (a full disk) is not the operation's
-                translated = sqlite_error(exc)
-                if not isinstance(translated, LedgerError) or translated.code not in (E.STORAGE_ERROR, E.LEDGER_BUSY):
-                    raise translated from None  # Ctrl-C, or a damaged file: said at once, as before
-                # the log stays larger until a later commit's or the close's checkpoint copies it back
+            passive_checkpoint(self.conn, lambda: self._fault("checkpoint"))
 
     def batch(self) -> Batch:
         """Group commit: one transaction (and one fsync) for every :meth:`write` inside.

@@ -13,7 +13,7 @@ import sys
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 from urllib.parse import quote, unquote_to_bytes
 
 from ..ground import errors as E, interrupts
@@ -135,6 +135,20 @@ def sqlite_error(exc: BaseException) -> BaseException:
     if isinstance(exc, UnicodeDecodeError):  # SQLite's message or a stored text is not UTF-8: a damaged file
         return LedgerError(E.INTEGRITY_ERROR, f"SQLite refused: {not_utf8(exc)}")
     return exc
+
+
+def passive_checkpoint(conn: sqlite3.Connection, fault: Callable[[], None]) -> None:
+    """``wal_checkpoint(PASSIVE)`` after a commit (``fault`` first: a test's hook). The commit stands, so
+    the file system's refusal (a full disk) or a busy log is not the operation's failure: the log stays
+    larger until a later checkpoint, or the close's, copies it back. Ctrl-C, or a damaged file, is
+    raised as at any moment (docs/reliability.md)."""
+    try:
+        fault()
+        conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+    except SQLITE_ERRORS as exc:
+        translated = sqlite_error(exc)
+        if not isinstance(translated, LedgerError) or translated.code not in (E.STORAGE_ERROR, E.LEDGER_BUSY):
+            raise translated from None
 
 
 def not_utf8(exc: UnicodeDecodeError) -> str:
