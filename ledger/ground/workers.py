@@ -327,16 +327,21 @@ class _SharedWork:
     def _start_workers(self, keep: int) -> None:
         """Start the workers the waiting tasks can use (``keep``: tasks this process is about to
         take itself), then a no-op each: done once a worker has started, which may then take work."""
+        try:  # outside the lock: a module read while the caller may wait on it
+            from concurrent.futures import ProcessPoolExecutor as executor
+        except OSError as oserr:  # no descriptor left to read it: this process runs every task
+            pass_on_interruption(oserr)
+            executor = None
         with self.done:
             count = min(self.jobs - 1, self.back - self.front - keep)
             if self.starting or self.closing or count < 1:
                 return
             self.starting = True
             try:
-                from concurrent.futures import ProcessPoolExecutor
-
-                self.pool = pool = ProcessPoolExecutor(max_workers=count, mp_context=worker_context(),
-                                                       initializer=watch_parent, initargs=(os.getpid(),))
+                if executor is None:
+                    return
+                self.pool = pool = executor(max_workers=count, mp_context=worker_context(),
+                                            initializer=watch_parent, initargs=(os.getpid(),))
             except OSError as oserr:  # no descriptor (or process) left for workers: this process runs every task
                 pass_on_interruption(oserr)
                 return
