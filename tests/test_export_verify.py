@@ -2327,7 +2327,8 @@ def test_an_export_waiting_for_another_export_of_the_case_says_so_then_runs_once
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         note = _line_within(waiting.stderr, 60)
-        assert note == f"note: another export of {tmp_path / 'case'} is running; waiting for it to end (up to an hour)\n"
+        assert note == (f"note: another export of {tmp_path / 'case'} is running; waiting for it to end "
+                        "(up to an hour)\n")
         assert waiting.poll() is None and not (tmp_path / "case" / "manifest.json").exists()
         holder.communicate(b"done\n", timeout=30)
         out, err = waiting.communicate(timeout=60)
@@ -2336,7 +2337,8 @@ def test_an_export_waiting_for_another_export_of_the_case_says_so_then_runs_once
             if process.poll() is None:
                 process.kill()
     assert waiting.returncode == 0, err
-    assert out.decode().startswith(f"exported {tmp_path / 'case'}: ") and verify_case(tmp_path / "case").export_state == "current"
+    assert out.decode().startswith(f"exported {tmp_path / 'case'}: ")
+    assert verify_case(tmp_path / "case").export_state == "current"
 
 
 def test_export_calls_waiting_once_only_when_another_export_holds_the_case_and_names_it_when_it_gives_up(

@@ -1073,4 +1073,5 @@ def test_an_input_that_cannot_be_opened_for_lack_of_descriptors_is_a_storage_err
     from ledger.ground.paths import os_error
 
     refused = os_error(OSError(errnos.EMFILE, "Too many open files", str(tmp_path / "in.jsonl")), "cannot read it")
-    assert (refused.code, refused.message) == (STORAGE_ERROR, f"cannot read it: Too many open files ({tmp_path}/in.jsonl)")
+    assert (refused.code, refused.message) == (STORAGE_ERROR,
+                                               f"cannot read it: Too many open files ({tmp_path}/in.jsonl)")

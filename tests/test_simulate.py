@@ -1281,7 +1281,8 @@ def test_a_journal_or_outcomes_file_the_system_refuses_to_read_is_storage_error_
     monkeypatch.setattr(replay, "open_to_read", out_of_descriptors)
     with pytest.raises(LedgerError) as caught:
         list(replay.journal_lines(journal))
-    assert (caught.value.code, caught.value.message) == ("STORAGE_ERROR", f"{journal}: cannot read: Too many open files")
+    assert (caught.value.code, caught.value.message) == ("STORAGE_ERROR",
+                                                         f"{journal}: cannot read: Too many open files")
     csv_file = tmp_path / "outcomes.csv"
     csv_file.write_text("run,outcome\nr,resolved\n")
     monkeypatch.setattr(outcomes_module, "open_to_read", out_of_descriptors)

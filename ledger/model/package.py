@@ -339,7 +339,8 @@ def export_alone(folder: str | os.PathLike[str]) -> bool:
     build folder (:func:`is_build_folder`) is not: it is left out, with its own note, for its name
     (it may hold a whole case: an import builds one there)."""
     return (not is_build_folder(os.path.basename(os.path.normpath(folder)))
-            and os.path.isdir(os.path.join(folder, ANALYSIS_DIR, "case", "events")) and not is_case_package(Path(folder)))
+            and os.path.isdir(os.path.join(folder, ANALYSIS_DIR, "case", "events"))
+            and not is_case_package(Path(folder)))
 
 
 def dead_link(path: str | os.PathLike[str]) -> bool:

@@ -28,9 +28,9 @@ from ..ground.canonical import ZERO_SHA256
 from ..ground.clock import utc_now
 from ..ground.errors import LedgerError, pass_on_interruption
 from .writer_lock import WriterLock, fork_count
-from .sqlite_file import (LOCK_SUFFIX, NOTHING_WRITTEN, WAL_RESTART_BYTES, EventRow, HelperRow, SQLITE_ERRORS, connect_path,
-                          connect_uri, file_uri, immutable_snapshot, passive_checkpoint, probe_file, readable_uri,
-                          sqlite_error, translate_sqlite_errors)
+from .sqlite_file import (LOCK_SUFFIX, NOTHING_WRITTEN, WAL_RESTART_BYTES, EventRow, HelperRow, SQLITE_ERRORS,
+                          connect_path, connect_uri, file_uri, immutable_snapshot, passive_checkpoint, probe_file,
+                          readable_uri, sqlite_error, translate_sqlite_errors)
 from .side_files import wal_bytes, writable_side_files
 from ..ground.paths import os_error
 from .transaction import Batch, Read, Write, abandoned
