@@ -149,6 +149,11 @@ class UsageGroup(click.Group):
         return super().parse_args(ctx, args)
 
 
+#: Said when the machine refused the memory a command needs (a limit such as ``ulimit -v``).
+OUT_OF_MEMORY = ("the machine refused the memory this command needs (a memory limit such as 'ulimit -v'?); what it "
+                 "committed before stays committed and nothing is half written: run it again with more memory")
+
+
 class LedgerGroup(UsageGroup):
     """Maps ``LedgerError`` to ``error: CODE: message`` and exit status 1, in one place."""
 
@@ -225,7 +230,18 @@ class LedgerGroup(UsageGroup):
         except UnicodeError as exc:  # a path argument with no file-system name (a lone surrogate)
             click.echo(f"error: INVALID_ARGUMENT: an argument cannot name a file: {exc}", err=True)
             ctx.exit(1)
-        except RuntimeError:
+        except MemoryError:
+            click.echo(f"error: STORAGE_ERROR: {OUT_OF_MEMORY}", err=True)
+            ctx.exit(1)
+        except ImportError as exc:
+            if "failed to map segment" not in str(exc):  # a library's code the system had no memory to load
+                raise
+            click.echo(f"error: STORAGE_ERROR: {OUT_OF_MEMORY} (a library could not be loaded)", err=True)
+            ctx.exit(1)
+        except RuntimeError as exc:
+            if "can't start new thread" in str(exc):
+                click.echo(f"error: STORAGE_ERROR: {OUT_OF_MEMORY} (no thread could be started)", err=True)
+                ctx.exit(1)
             if sys.stdin is not None:
                 raise
             # click cannot open '-' when the process was started with stdin closed (`<&-`)

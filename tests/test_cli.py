@@ -1155,3 +1155,21 @@ def test_settle_takes_the_semantic_score_by_the_name_journals_and_python_give_it
     assert cli("budget", "record", c, "H1", "q1", "--evidence", '{"finding": 1}')[0] == 0
     status, out, _ = cli("budget", "settle", c, "H1", "q1", "--semantic-score", "100", "--reason", "good", "--json")
     assert (status, json.loads(out)["action"]["reward_units"]) == (0, 4)
+
+
+@pytest.mark.parametrize("refusal", [MemoryError(), RuntimeError("can't start new thread"),
+                                     ImportError("/x/rpds.so: failed to map segment from shared object")])
+def test_a_command_the_machine_refuses_memory_or_threads_says_so_without_a_traceback(tmp_path, monkeypatch, refusal):
+    """Under a memory limit (`ulimit -v`) a MemoryError, a thread that cannot start or a library that
+    cannot be loaded reached the user as a traceback."""
+    import ledger.package_tools.many as many
+
+    def refused(*args, **kwargs):
+        raise refusal
+    monkeypatch.setattr(many, "verify_case", refused)
+    case = Case.create(tmp_path / "c", "MEM-1")
+    case.close()
+    code, out, err = cli("verify", str(tmp_path / "c"), "--jobs", "1")
+    assert code == 1 and out == "" and "Traceback" not in err
+    assert err.startswith("error: STORAGE_ERROR: the machine refused the memory this command needs (a memory limit "
+                          "such as 'ulimit -v'?); what it committed before stays committed and nothing is half written")

@@ -317,3 +317,37 @@ def test_a_program_read_from_standard_input_runs_its_work_alone_with_one_warning
     assert "Traceback" not in done.stderr and done.stderr.count("RuntimeWarning") == 1
     assert "'<stdin>' is no file to import it from" in done.stderr
     assert done.stderr.startswith("<stdin>:5: RuntimeWarning: ")  # the program's own call, not a line of the ledger
+
+
+def test_a_dispatcher_thread_that_cannot_start_leaves_every_task_to_the_caller(monkeypatch):
+    """No thread left to the process (a memory limit): starting the dispatcher raised RuntimeError out of
+    shared_map, and closing then joined a thread that never started."""
+    real_start = threading.Thread.start
+
+    def start(self):
+        if self.name == "shared-work":
+            raise RuntimeError("can't start new thread")
+        real_start(self)
+    monkeypatch.setattr(threading.Thread, "start", start)
+    assert list(shared_map(_sleeps_then_squares, list(range(10)), 2)) == [n * n for n in range(10)]
+
+
+@pytest.mark.slow  # starts a real worker process: the slow lane (.ci/run) runs it
+def test_a_pool_that_cannot_shut_down_has_its_workers_ended_not_waited_for(tmp_path, monkeypatch):
+    """A pool whose own thread never started (no thread left) raised "cannot join thread before it is
+    started" at shutdown, and its worker waited for work for ever, and the command with it (SIGTERM
+    and Ctrl-C deferred meanwhile). Its workers are killed now."""
+    monkeypatch.setattr(workers, "START_WORKERS_AFTER_S", 0.0)
+    pools = []
+    real = futures.ProcessPoolExecutor
+
+    class Unclosable(real):
+        def shutdown(self, wait=True, *, cancel_futures=False):
+            pools.append(dict(self._processes or {}))  # the workers as the failed shutdown leaves them
+            raise RuntimeError("cannot join thread before it is started")
+
+    monkeypatch.setattr(futures, "ProcessPoolExecutor", Unclosable)
+    flag = str(tmp_path / "a-worker-ran")
+    out = list(shared_map(square_waiting_for_a_worker, [(n, os.getpid(), flag) for n in range(6)], 2))
+    assert [square for square, _ in out] == [n * n for n in range(6)]
+    assert pools and pools[0] and all(not process.is_alive() for process in pools[0].values())

@@ -214,6 +214,17 @@ def _run_chunk(work: Callable[[Any], Any], chunk: list[Any]) -> list[Outcome]:
     return outcomes
 
 
+def _end_workers(pool: Any) -> None:
+    """Kill the worker processes of a pool that cannot shut down (its manager thread never started):
+    they would wait for work for ever, and this process's exit with them."""
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        try:
+            process.kill()
+            process.join(5)
+        except (OSError, ValueError, AssertionError) as oserr:  # gone already, or never started
+            pass_on_interruption(oserr)
+
+
 class _SharedWork:
     """The state of one :func:`shared_map`. Three threads share it under ``self.done`` (a condition
     whose lock is re-entrant): the caller's, which runs tasks and yields results; the dispatcher
@@ -232,8 +243,12 @@ class _SharedWork:
         self.free = 0  # chunks the started workers may be handed now
         self.own_s, self.own_tasks = 0.0, 0  # this process's time on its tasks, for the chunk size
         self.began = time.perf_counter()
-        self.dispatcher = threading.Thread(target=self._dispatch, name="shared-work", daemon=True)
-        self.dispatcher.start()
+        self.dispatcher: threading.Thread | None = threading.Thread(target=self._dispatch, name="shared-work",
+                                                                     daemon=True)
+        try:
+            self.dispatcher.start()
+        except (RuntimeError, MemoryError):  # no thread left to this process: it runs every task itself
+            self.dispatcher, self.starting = None, True
 
     def step(self) -> None:
         """Run the next task here (one a dead worker gave back first), or wait for a worker's."""
@@ -280,9 +295,13 @@ class _SharedWork:
             self.closing = True
             self.done.notify_all()
         with interrupts.deferred():
-            self.dispatcher.join()  # a start under way ends first: no half-started pool is left behind
+            if self.dispatcher is not None:
+                self.dispatcher.join()  # a start under way ends first: no half-started pool is left behind
             if self.pool is not None:
-                self.pool.shutdown(wait=True, cancel_futures=True)
+                try:
+                    self.pool.shutdown(wait=True, cancel_futures=True)
+                except RuntimeError:  # its own thread never started (no memory or thread left): waiting would hang
+                    _end_workers(self.pool)
 
     def _dispatch(self) -> None:
         """The dispatcher thread: after the delay, start the workers if the caller has not (it may be
@@ -292,7 +311,7 @@ class _SharedWork:
         if not self.starting:
             try:
                 import concurrent.futures.process  # noqa: F401 - slow beside a busy caller: before claiming the start
-            except OSError as oserr:  # no descriptor left to read the module: the start below says so
+            except (OSError, MemoryError) as oserr:  # no descriptor or memory left to read it: the start below says so
                 pass_on_interruption(oserr)
             self._start_workers(keep=0)
         while True:
@@ -329,7 +348,7 @@ class _SharedWork:
         take itself), then a no-op each: done once a worker has started, which may then take work."""
         try:  # outside the lock: a module read while the caller may wait on it
             from concurrent.futures import ProcessPoolExecutor as executor
-        except OSError as oserr:  # no descriptor left to read it: this process runs every task
+        except (OSError, MemoryError) as oserr:  # no descriptor or memory left to read it: this process runs every task
             pass_on_interruption(oserr)
             executor = None
         with self.done:
@@ -342,7 +361,7 @@ class _SharedWork:
                     return
                 self.pool = pool = executor(max_workers=count, mp_context=worker_context(),
                                             initializer=watch_parent, initargs=(os.getpid(),))
-            except OSError as oserr:  # no descriptor (or process) left for workers: this process runs every task
+            except (OSError, MemoryError, RuntimeError) as oserr:  # no descriptor, memory or thread left for workers
                 pass_on_interruption(oserr)
                 return
             finally:
