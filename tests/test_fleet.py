@@ -1747,3 +1747,25 @@ def test_a_case_id_whose_partition_name_no_file_name_can_hold_fails_alone_saying
     assert failed["error"] == {"code": "INVALID_ARGUMENT", "message": (
         f"case id {long_id} makes a partition folder name of 262 characters (a colon is written %3A), over the 212 "
         "a fleet export's file names allow: this case cannot be exported to a fleet")}
+
+
+def test_the_machine_refusing_files_or_memory_is_storage_error_never_a_damaged_export(tmp_path, monkeypatch):
+    """At the open-file limit DuckDB cannot open a Parquet file: that was INTEGRITY_ERROR, "export the fleet
+    again"; DuckDB out of memory as it loaded was a traceback, and as it wrote a table INVALID_ARGUMENT."""
+    import ledger.package_tools.fleet as fleet_module
+    from ledger.package_tools.fleet_query import _damaged
+
+    opened = _damaged(Exception(f'IO Error: Cannot open file "{tmp_path}/events/x/data.parquet": Too many open '
+                                "files\n\nadvice"), tmp_path / "events")
+    assert opened.code == "STORAGE_ERROR" and "the export is not at fault" in opened.message
+    assert "\n" not in opened.message
+    assert _damaged(Exception("Invalid Input Error: not a Parquet file"), tmp_path).code == "INTEGRITY_ERROR"
+
+    def out_of_memory(name):
+        raise RuntimeError("Out of Memory Error: Failed to allocate block of 262144 bytes\n\nPossible solutions: …")
+    monkeypatch.setattr(fleet_module.importlib, "import_module", out_of_memory)
+    with pytest.raises(LedgerError) as caught:
+        fleet_module.duckdb_module()
+    assert (caught.value.code, caught.value.message) == (
+        "STORAGE_ERROR", "DuckDB, which the fleet commands use, had no memory to load: Out of Memory Error: Failed "
+        "to allocate block of 262144 bytes")

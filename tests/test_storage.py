@@ -862,3 +862,29 @@ def test_a_memory_cases_batch_groups_nothing_and_rolls_nothing_back_as_it_says()
             raise RuntimeError("leaves the batch")
     assert budget.snapshot().state["H1"]["pending_action_id"] == "a"
     assert "rolls nothing back" in MemoryCase.batch.__doc__
+
+
+_UNDER_A_FILE_SIZE_LIMIT = """
+import resource, signal, sys
+from ledger import LedgerError, read_only_query
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG) rather than killing
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+try:
+    read_only_query(sys.argv[1], "SELECT 1")
+except LedgerError as exc:
+    print(exc.code, exc.message)
+"""
+
+
+def test_a_shm_a_file_size_limit_keeps_from_being_made_is_not_blamed_on_the_folders_permissions(budget, case):
+    """`ulimit -f` small: SQLite cannot make the 32 KiB -shm a read needs. The refusal said this user may not
+    write the folder (chmod u+w), which was not so."""
+    budget.reserve("H1", "q1", "source.read_context")
+    case.close()
+    (case.path / "ledger.sqlite-shm").unlink(missing_ok=True)
+    done = subprocess.run([sys.executable, "-c", _UNDER_A_FILE_SIZE_LIMIT, str(case.path)], capture_output=True,
+                          timeout=120)
+    said = done.stdout.decode()
+    assert said.startswith(f"STORAGE_ERROR cannot read {case.path / 'ledger.sqlite'}: SQLite could not create "
+                           "ledger.sqlite-shm beside it, in a folder this user may write (SQLite: "), done.stderr
+    assert said.rstrip().endswith("a file-size limit ('ulimit -f') or a full disk?") and "chmod" not in said

@@ -29,7 +29,8 @@ from ..storage.sqlfiles import queries, schema_version, statement
 from ..ground.arguments import check_callback, check_iterable
 from ..rules.common import check_case_id
 from ..services.case import missing_ledger
-from ..ground.errors import LedgerError, describe_value, first_few, quoted, refuses_unfit_calls, refuses_unfit_calls_of
+from ..ground.errors import (LedgerError, describe_value, first_few, pass_on_interruption, quoted, refuses_unfit_calls,
+                             refuses_unfit_calls_of, shown)
 from ..model.package import (BUILD_FOLDER_LEFT_OUT, DEAD_LINK_LEFT_OUT, EXPORT_ALONE_LEFT_OUT, LEDGER_FILE,
                              TOO_DEEP_LEFT_OUT, dead_link, export_alone, is_build_folder, is_case_package, once_each,
                              refuse_output_in_package, second_paths)
@@ -95,10 +96,21 @@ def partition_name(case_id: str) -> str:
     return name
 
 
+def one_line_of(exc: BaseException) -> str:
+    """The first line of an exception's message (DuckDB's own add lines of advice)."""
+    return (str(exc).splitlines() or [""])[0]
+
+
 def duckdb_module() -> Any:
     try:
         return importlib.import_module("duckdb")
-    except ImportError as exc:
+    except Exception as exc:  # noqa: BLE001 - DuckDB's own errors, raised as it loads, are not ImportError
+        pass_on_interruption(exc)
+        if "Out of Memory" in str(exc) or "failed to map segment" in str(exc):  # the machine's refusal
+            raise LedgerError(E.STORAGE_ERROR, f"DuckDB, which the fleet commands use, had no memory to load: "
+                              f"{shown(one_line_of(exc), 300)}") from None
+        if not isinstance(exc, ImportError):
+            raise
         if isinstance(exc.__context__, KeyboardInterrupt) or isinstance(exc.__cause__, KeyboardInterrupt):
             raise KeyboardInterrupt from None  # Ctrl-C while DuckDB was loading
         if importlib.util.find_spec("duckdb") is not None:  # installed, but it failed to load
@@ -227,8 +239,8 @@ def _write_table(cursor: Any, out_file: Path) -> None:
     except BaseException as exc:
         if interrupts.pending():  # DuckDB broke the copy off for a Ctrl-C ("Query interrupted")
             raise KeyboardInterrupt from None
-        if isinstance(exc, duckdb.IOException):
-            raise LedgerError(E.STORAGE_ERROR, f"cannot write {out_file}: {exc}") from None
+        if isinstance(exc, (duckdb.IOException, duckdb.OutOfMemoryException)):  # the machine's refusal, not the data's
+            raise LedgerError(E.STORAGE_ERROR, f"cannot write {out_file}: {shown(one_line_of(exc), 300)}") from None
         if isinstance(exc, duckdb.Error):  # a value its column's type cannot hold
             raise LedgerError(E.INVALID_ARGUMENT, f"cannot write table {out_file.stem} as Parquet: {exc}") from None
         raise

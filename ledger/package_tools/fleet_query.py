@@ -51,7 +51,13 @@ def _plain(value: Any) -> Any:
 
 
 def _damaged(exc: Exception, where: Path) -> LedgerError:
-    """``INTEGRITY_ERROR``: a file of the export at or under ``where`` DuckDB cannot read."""
+    """``INTEGRITY_ERROR``: a file of the export at or under ``where`` DuckDB cannot read; ``STORAGE_ERROR``
+    when the machine refused it (the open-file limit reached, no memory), which is no damage."""
+    text = str(exc)
+    if "Too many open files" in text or "Out of Memory" in text:
+        return LedgerError(E.STORAGE_ERROR, f"{where}: a file of the export cannot be read for lack of file "
+                           f"descriptors or memory ({shown(text.splitlines()[0], 300)}; a limit such as 'ulimit -n' "
+                           "or 'ulimit -v'?): the export is not at fault", path=str(where))
     return LedgerError(E.INTEGRITY_ERROR, f"{where}: a file of the export cannot be read ("
                        f"{shown(str(exc).splitlines()[0], 300)}); export the fleet again into a new folder", path=str(where))
 

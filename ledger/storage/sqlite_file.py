@@ -435,6 +435,11 @@ def readable_uri(path: Path) -> tuple[str, bool]:
                               "here, or copy the -shm with it") from None
         if exc.code != E.STORAGE_ERROR or not path.is_file() or not wal_is_empty(path):
             raise
+        if os.access(path.parent, os.W_OK) and not _on_read_only_mount(path):  # no permission at fault
+            said = re.match(r"the file system refused the ledger: (.*?) \(", exc.message)
+            raise LedgerError(E.STORAGE_ERROR, f"cannot read {path}: SQLite could not create {path.name}-shm beside "
+                              f"it, in a folder this user may write (SQLite: {said[1] if said else exc.message}): a "
+                              "file-size limit ('ulimit -f') or a full disk?") from None
         if not _on_read_only_mount(path):
             raise LedgerError(E.STORAGE_ERROR, f"cannot read {path}: SQLite needs to create {path.name}-shm beside "
                               "it and this user may not write that folder; let this user write the folder "
