@@ -53,8 +53,9 @@ def _output_failed(cause: OSError, done: str | None = None) -> None:
     ``done`` says what the command had done (default: what a command writing a ledger did)."""
     _silence_stdout()
     if cause.errno != errno.EPIPE:
-        done = done or ("a change the command made to a ledger is committed (read it back with 'ledger events' "
-                        "or 'ledger state'); a read writes nothing, so run it again")
+        done = done or ("what the command wrote stays: a change to a ledger is committed (read it back with "
+                        "'ledger events' or 'ledger state'), journals and files it wrote are in place; a read writes "
+                        "nothing, so run it again")
         click.echo(f"error: {OUTPUT_ERROR}: cannot print the result ({cause.strerror or cause}); {done}", err=True)
 
 

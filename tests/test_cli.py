@@ -528,9 +528,10 @@ def test_a_result_that_cannot_be_printed_is_an_output_error_and_the_operation_st
         result = subprocess.run([sys.executable, "-m", "ledger_cli", "budget", "reserve", str(case.path), "H1", "q9",
                                  "source.read_context"], stdout=full, stderr=subprocess.PIPE)
     assert result.returncode == 1
-    assert result.stderr.decode() == ("error: OUTPUT_ERROR: cannot print the result (No space left on device); a change "
-                                      "the command made to a ledger is committed (read it back with 'ledger events' or "
-                                      "'ledger state'); a read writes nothing, so run it again\n")
+    assert result.stderr.decode() == ("error: OUTPUT_ERROR: cannot print the result (No space left on device); what "
+                                      "the command wrote stays: a change to a ledger is committed (read it back with "
+                                      "'ledger events' or 'ledger state'), journals and files it wrote are in place; "
+                                      "a read writes nothing, so run it again\n")
     again = run_cli("budget", "reserve", str(case.path), "H1", "q9", "source.read_context", "--json")
     assert again.returncode == 0 and json.loads(again.stdout)["reused"] is True
 
