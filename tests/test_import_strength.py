@@ -828,3 +828,38 @@ def test_an_in_place_import_interrupted_before_its_verify_ends_leaves_no_ledger_
     assert not [name for name in os.listdir(exported) if name.startswith("ledger.sqlite") and not name.endswith("lock")]
     monkeypatch.undo()
     assert import_tree(exported).head_seq == verify_case(exported).head_seq
+
+
+_FROM_A_REMOVED_FOLDER = """
+import os, sys
+from ledger import import_tree
+os.mkdir(sys.argv[3])
+os.chdir(sys.argv[3])
+os.rmdir(sys.argv[3])  # the current folder is gone; every path given is whole
+print(import_tree(sys.argv[1], sys.argv[2]).head_seq)
+"""
+
+
+def test_an_import_given_whole_paths_runs_from_a_current_folder_that_was_removed(tmp_path):
+    """It was refused ("the current folder no longer exists") for its own check that the new case is not
+    the current folder, though it named no relative path."""
+    case = start_case(make_package(tmp_path / "case"))
+    export_case(case)
+    case.close()
+    done = subprocess.run([sys.executable, "-c", _FROM_A_REMOVED_FOLDER, str(tmp_path / "case"),
+                           str(tmp_path / "copy"), str(tmp_path / "gone")], capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.decode().strip() == "3" and (tmp_path / "copy" / "ledger.sqlite").is_file()
+
+
+def test_a_relative_case_path_from_a_removed_current_folder_says_so(tmp_path):
+    """`ledger verify d` from a folder removed while in use said only "no such folder"."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    script = ("import os, sys\nfrom ledger import LedgerError, verify_case\n"
+              "os.chdir(sys.argv[1]); os.rmdir(sys.argv[1])\n"
+              "try:\n    verify_case('d')\nexcept LedgerError as exc:\n    print(exc.code, exc.message)\n")
+    done = subprocess.run([sys.executable, "-c", script, str(gone)], capture_output=True, timeout=120)
+    assert done.stdout.decode() == ("LEDGER_MISSING no case at d (the path is relative to the current folder, which "
+                                    "no longer exists (removed or moved while in use): cd to one that does); check "
+                                    "the path\n"), done.stderr

@@ -196,12 +196,13 @@ def os_error(exc: OSError, what: str, default_code: str = INVALID_ARGUMENT) -> L
     where = f" ({exc.filename})" if exc.filename else ""
     if exc.filename and getattr(exc, "filename2", None):  # a rename or a copy: the target may be in the way
         where = f" (from {exc.filename} to {exc.filename2})"
-    if exc.errno == errno.ENOENT and _current_folder_gone():  # a relative path, or none, resolves against it
+    if exc.errno == errno.ENOENT and current_folder_gone():  # a relative path, or none, resolves against it
         where += "; the current folder no longer exists (removed or moved while in use): cd to one that does"
     return LedgerError(code, f"{what}: {exc.strerror or exc}{where}")
 
 
-def _current_folder_gone() -> bool:
+def current_folder_gone() -> bool:
+    """Whether the current folder was removed (or moved away) while in use: a relative path then names nothing."""
     try:
         os.getcwd()
     except FileNotFoundError:

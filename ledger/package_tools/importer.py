@@ -86,7 +86,7 @@ def _check_target(src: Path, dest: Path) -> bool:
         raise LedgerError(E.CASE_EXISTS, f"{dest} exists and is not a folder; import into a new folder")
     elif dest.exists() and any(dest.iterdir()):
         raise LedgerError(E.CASE_EXISTS, f"{dest} exists and is not empty")
-    elif real_dest == Path(os.path.realpath(os.getcwd())):  # it is made elsewhere and renamed onto the path
+    elif real_dest == _current_folder():  # it is made elsewhere and renamed onto the path
         raise LedgerError(E.INVALID_ARGUMENT, f"{dest} is the current folder, which import cannot replace with the "
                           "new package; run it from the parent folder (--to NAME)", path=str(dest))
     elif real_dest.is_relative_to(real_src):
@@ -96,6 +96,14 @@ def _check_target(src: Path, dest: Path) -> bool:
         refuse_output_in_package(dest, "the new case (--to, to= in Python)", itself=False)
         refuse_build_folder_name(dest, "the new case (--to, to= in Python)")
     return in_place
+
+
+def _current_folder() -> Path | None:
+    """The current folder's real path; None when it was removed (paths given whole need none)."""
+    try:
+        return Path(os.path.realpath(os.getcwd()))
+    except FileNotFoundError:
+        return None
 
 
 def _budget_revisions(files: dict[str, Path]) -> list[int]:

@@ -33,7 +33,7 @@ from ..model.package import (ANALYSIS_DIR, LEDGER_FILE, MANIFEST_FILE, content_p
     is_case_package, refuse_build_folder_name, refuse_output_in_package, refuse_own_links)
 from ..model.input_identity import input_identity
 from ..model.source_refs import resolve_source_refs
-from ..ground.paths import fs_path, make_folders, os_error
+from ..ground.paths import current_folder_gone, fs_path, make_folders, os_error
 from ..ground.interrupts import context_manager
 from ..router.reference import Router
 from ..rules import lifecycle
@@ -134,7 +134,10 @@ def missing_ledger(root: Path) -> LedgerError:
 
 def _unreachable(root: Path) -> str:
     """Why ``root`` is not there: no such folder, or a path the system cannot follow (a link loop, a
-    file where a folder should be)."""
+    file where a folder should be), or a relative path whose current folder was removed."""
+    if not root.is_absolute() and current_folder_gone():
+        return ("the path is relative to the current folder, which no longer exists (removed or moved while in "
+                "use): cd to one that does")
     try:
         os.lstat(root)
     except OSError as exc:
