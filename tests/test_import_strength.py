@@ -846,7 +846,9 @@ def test_an_import_given_whole_paths_runs_from_a_current_folder_that_was_removed
     case = start_case(make_package(tmp_path / "case"))
     export_case(case)
     case.close()
-    done = subprocess.run([sys.executable, "-c", _FROM_A_REMOVED_FOLDER, str(tmp_path / "case"),
+    # -P: no current folder on the module path, as the installed `ledger` command has none there (a removed
+    # one there made Python 3.13 fail to import a compiled module: "attempted to fetch exception")
+    done = subprocess.run([sys.executable, "-P", "-c", _FROM_A_REMOVED_FOLDER, str(tmp_path / "case"),
                            str(tmp_path / "copy"), str(tmp_path / "gone")], capture_output=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.decode().strip() == "3" and (tmp_path / "copy" / "ledger.sqlite").is_file()
@@ -859,7 +861,7 @@ def test_a_relative_case_path_from_a_removed_current_folder_says_so(tmp_path):
     script = ("import os, sys\nfrom ledger import LedgerError, verify_case\n"
               "os.chdir(sys.argv[1]); os.rmdir(sys.argv[1])\n"
               "try:\n    verify_case('d')\nexcept LedgerError as exc:\n    print(exc.code, exc.message)\n")
-    done = subprocess.run([sys.executable, "-c", script, str(gone)], capture_output=True, timeout=120)
+    done = subprocess.run([sys.executable, "-P", "-c", script, str(gone)], capture_output=True, timeout=120)
     assert done.stdout.decode() == ("LEDGER_MISSING no case at d (the path is relative to the current folder, which "
                                     "no longer exists (removed or moved while in use): cd to one that does); check "
                                     "the path\n"), done.stderr
