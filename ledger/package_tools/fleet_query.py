@@ -25,7 +25,7 @@ from ..ground.errors import LedgerError, refuses_unfit_calls, shown, pass_on_int
 from ..ground.paths import fs_path
 from ..ground.interrupts import context_manager
 from ..storage.sqlfiles import queries
-from .fleet import duckdb_module, sql_identifier, sql_literal
+from .fleet import duckdb_module, one_line_of, sql_identifier, sql_literal
 from .fleet_folder import DATA_FILE, TABLES, check_out, locked_file, meta_dir, record_names, recorded
 
 def _plain(value: Any) -> Any:
@@ -53,13 +53,13 @@ def _plain(value: Any) -> Any:
 def _damaged(exc: Exception, where: Path) -> LedgerError:
     """``INTEGRITY_ERROR``: a file of the export at or under ``where`` DuckDB cannot read; ``STORAGE_ERROR``
     when the machine refused it (the open-file limit reached, no memory), which is no damage."""
-    text = str(exc)
-    if "Too many open files" in text or "Out of Memory" in text:
+    said = shown(one_line_of(exc), 300)
+    if "Too many open files" in str(exc) or "Out of Memory" in str(exc):
         return LedgerError(E.STORAGE_ERROR, f"{where}: a file of the export cannot be read for lack of file "
-                           f"descriptors or memory ({shown(text.splitlines()[0], 300)}; a limit such as 'ulimit -n' "
-                           "or 'ulimit -v'?): the export is not at fault", path=str(where))
-    return LedgerError(E.INTEGRITY_ERROR, f"{where}: a file of the export cannot be read ("
-                       f"{shown(str(exc).splitlines()[0], 300)}); export the fleet again into a new folder", path=str(where))
+                           f"descriptors or memory ({said}; a limit such as 'ulimit -n' or 'ulimit -v'?): the export "
+                           "is not at fault", path=str(where))
+    return LedgerError(E.INTEGRITY_ERROR, f"{where}: a file of the export cannot be read ({said}); export the fleet "
+                       "again into a new folder", path=str(where))
 
 
 def _fleet_connection(out: Path) -> tuple[Any, dict[str, LedgerError]]:
