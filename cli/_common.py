@@ -22,7 +22,7 @@ from ledger import AnalysisConfig, BudgetConfig, Case, CheckpointWarning, Ledger
 from ledger.ground import interrupts
 from ledger.ground.interrupts import context_manager
 from ledger.ground.arguments import is_decimal
-from ledger.ground.errors import OUTPUT_ERROR, limit_reached
+from ledger.ground.errors import OUTPUT_ERROR, limit_reached, machine_refusal
 from ledger.ground.paths import STORAGE_ERRNOS, os_error
 from ledger.services.case import LEDGER_FILE, read_only_rows as ledger_read_only_rows
 
@@ -235,12 +235,12 @@ class LedgerGroup(UsageGroup):
             click.echo(f"error: STORAGE_ERROR: {OUT_OF_MEMORY}", err=True)
             ctx.exit(1)
         except ImportError as exc:
-            if "failed to map segment" not in str(exc):  # a library's code the system had no memory to load
+            if machine_refusal(exc) != "memory":  # a library's code the system had no memory to load
                 raise
             click.echo(f"error: STORAGE_ERROR: {OUT_OF_MEMORY} (a library could not be loaded)", err=True)
             ctx.exit(1)
         except RuntimeError as exc:
-            if "can't start new thread" in str(exc):
+            if machine_refusal(exc) == "threads":
                 click.echo(f"error: STORAGE_ERROR: {OUT_OF_MEMORY} (no thread could be started)", err=True)
                 ctx.exit(1)
             if sys.stdin is not None:

@@ -260,6 +260,24 @@ def pass_on_interruption(exc: BaseException) -> None:
         raise exc
 
 
+#: The machine's refusals that Python and DuckDB raise with no type or errno of their own, known by
+#: a phrase of their message: each phrase and what the machine had none of left.
+MACHINE_REFUSALS: tuple[tuple[str, str], ...] = (
+    ("failed to map segment", "memory"),  # a compiled library the system had no memory to load
+    ("Out of Memory", "memory"),  # DuckDB
+    ("can't start new thread", "threads"),  # threading, under a memory or process limit
+    ("Too many open files", "descriptors"),  # DuckDB, at the open-file limit
+)
+
+
+def machine_refusal(exc: BaseException) -> str | None:
+    """``"memory"``, ``"threads"`` or ``"descriptors"`` when ``exc`` is the machine refusing what the
+    command needs (``MACHINE_REFUSALS``), which is no fault of the input (``STORAGE_ERROR``,
+    docs/errors.md); None otherwise."""
+    message = str(exc)
+    return next((kind for phrase, kind in MACHINE_REFUSALS if phrase in message), None)
+
+
 def integrity_error(seq: int | None, message: str, **details: Any) -> LedgerError:
     """``INTEGRITY_ERROR`` naming the first bad ``seq`` (``seq N: message``; no prefix when None)."""
     where = f"seq {seq}: " if seq is not None else ""

@@ -29,8 +29,8 @@ from ..storage.sqlfiles import queries, schema_version, statement
 from ..ground.arguments import check_callback, check_iterable
 from ..rules.common import check_case_id
 from ..services.case import missing_ledger
-from ..ground.errors import (LedgerError, describe_value, first_few, pass_on_interruption, quoted, refuses_unfit_calls,
-                             refuses_unfit_calls_of, shown)
+from ..ground.errors import (LedgerError, describe_value, first_few, machine_refusal, pass_on_interruption, quoted,
+                             refuses_unfit_calls, refuses_unfit_calls_of, shown)
 from ..model.package import (BUILD_FOLDER_LEFT_OUT, DEAD_LINK_LEFT_OUT, EXPORT_ALONE_LEFT_OUT, LEDGER_FILE,
                              TOO_DEEP_LEFT_OUT, dead_link, export_alone, is_build_folder, is_case_package, once_each,
                              refuse_output_in_package, second_paths)
@@ -106,7 +106,7 @@ def duckdb_module() -> Any:
         return importlib.import_module("duckdb")
     except Exception as exc:  # noqa: BLE001 - DuckDB's own errors, raised as it loads, are not ImportError
         pass_on_interruption(exc)
-        if "Out of Memory" in str(exc) or "failed to map segment" in str(exc):  # the machine's refusal
+        if machine_refusal(exc) == "memory":
             raise LedgerError(E.STORAGE_ERROR, f"DuckDB, which the fleet commands use, had no memory to load: "
                               f"{shown(one_line_of(exc), 300)}") from None
         if not isinstance(exc, ImportError):

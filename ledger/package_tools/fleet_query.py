@@ -21,7 +21,7 @@ from ..ground import errors as E
 from ..ground.arguments import check_callback
 from ..ground.canonical import check_int
 from ..ground.descriptors import is_held
-from ..ground.errors import LedgerError, refuses_unfit_calls, shown, pass_on_interruption
+from ..ground.errors import LedgerError, machine_refusal, refuses_unfit_calls, shown, pass_on_interruption
 from ..ground.paths import fs_path
 from ..ground.interrupts import context_manager
 from ..storage.sqlfiles import queries
@@ -54,7 +54,7 @@ def _damaged(exc: Exception, where: Path) -> LedgerError:
     """``INTEGRITY_ERROR``: a file of the export at or under ``where`` DuckDB cannot read; ``STORAGE_ERROR``
     when the machine refused it (the open-file limit reached, no memory), which is no damage."""
     said = shown(one_line_of(exc), 300)
-    if "Too many open files" in str(exc) or "Out of Memory" in str(exc):
+    if machine_refusal(exc) in ("descriptors", "memory"):
         return LedgerError(E.STORAGE_ERROR, f"{where}: a file of the export cannot be read for lack of file "
                            f"descriptors or memory ({said}; a limit such as 'ulimit -n' or 'ulimit -v'?): the export "
                            "is not at fault", path=str(where))
