@@ -87,6 +87,7 @@ def sql_command(out: str, query: str, timeout_s: float, fmt: str) -> None:
     can read no file outside OUT and write nothing.
     """
     with QueryDeadline(timeout_s, started=False) as deadline, fleet_rows(out, query, timeout_ms=max(1, round(timeout_s * 1000)),
-                                                         started=deadline.restart) as (columns, rows):
+                                                         started=deadline.restart,
+                                                         note=lambda text: warn(f"note: {text}")) as (columns, rows):
         columns = unique_names(columns)
         emit_rows((dict(zip(columns, row)) for row in deadline.rows(rows)), columns, fmt)

@@ -437,7 +437,91 @@ def test_a_query_of_an_export_whose_every_case_was_removed_says_so(fleet, tmp_pa
     remove_from_fleet(target, ids)
     with pytest.raises(LedgerError) as caught:
         fleet_query(target, "SELECT count(*) FROM case_status")
-    assert caught.value.message.endswith("or 'ledger fleet remove' took each out)")
+    assert caught.value.message.endswith("'ledger fleet remove' took each out, or the export stopped before it "
+                                         "finished one)")
+
+
+def _stopping_export(monkeypatch, after: int) -> None:
+    """Make the next export in this process stop with Ctrl-C once ``after`` cases are exported."""
+    from ledger.package_tools import fleet as fleet_module
+    real, done = fleet_module._export_worker, []
+
+    def worker(args):
+        if len(done) == after:
+            raise KeyboardInterrupt
+        done.append(args)
+        return real(args)
+    monkeypatch.setattr(fleet_module, "_export_worker", worker)
+
+
+def test_a_fleet_query_says_an_export_stopped_before_the_end_until_one_finishes(fleet, tmp_path, monkeypatch):
+    cases, _, ids = fleet
+    out = tmp_path / "out"
+    _stopping_export(monkeypatch, after=2)
+    with pytest.raises(KeyboardInterrupt):
+        export_fleet([cases], out)
+    monkeypatch.undo()
+    notes: list[str] = []
+    names, rows = fleet_query(out, "SELECT count(*) FROM case_status", note=notes.append)
+    assert rows == [(2,)]
+    assert notes == [f"an export into {out} stopped before the end (killed, interrupted or refused) and none has "
+                     "finished since: a case not yet reached is missing, or as the export before left it; run "
+                     "'ledger fleet export' again"]
+    result = CliRunner().invoke(main, ["fleet", "sql", str(out), "SELECT count(*) AS n FROM case_status", "--json"])
+    assert result.exit_code == 0 and json.loads(result.stdout) == [{"n": 2}]
+    assert result.stderr == f"note: {notes[0]}\n"
+    report = export_fleet([cases], out)
+    assert (report.exported, report.unchanged) == (len(ids) - 2, 2)
+    notes.clear()
+    assert fleet_query(out, "SELECT count(*) FROM case_status", note=notes.append)[1] == [(len(ids),)]
+    assert notes == [] and os.listdir(out / "_fleet" / "exports") == []
+
+
+def test_an_export_stopped_before_it_exported_a_case_is_named_by_the_query_that_finds_no_table(fleet, tmp_path,
+                                                                                              monkeypatch):
+    cases, _, _ = fleet
+    out = tmp_path / "out"
+    _stopping_export(monkeypatch, after=0)
+    with pytest.raises(KeyboardInterrupt):
+        export_fleet([cases], out)
+    result = CliRunner().invoke(main, ["fleet", "sql", str(out), "SELECT count(*) FROM events"])
+    assert result.exit_code == 1
+    note, error = result.stderr.splitlines()
+    assert note.startswith(f"note: an export into {out} stopped before the end")
+    assert error.endswith("or the export stopped before it finished one)")
+
+
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
+def test_a_fleet_query_says_an_export_is_under_way_and_then_that_it_was_killed(fleet, tmp_path):
+    cases, _, _ = fleet
+    out, started = tmp_path / "out", tmp_path / "started"
+    script = tmp_path / "export.py"
+    script.write_text(
+        "import pathlib, time\n"
+        "from ledger.package_tools import fleet\n"
+        "real = fleet._export_worker\n"
+        "def stalled(args):\n"
+        "    entry = real(args)\n"
+        f"    pathlib.Path({str(started)!r}).touch()\n"
+        "    time.sleep(120)\n"
+        "fleet._export_worker = stalled\n"
+        f"fleet.export_fleet([{str(cases)!r}], {str(out)!r})\n", encoding="utf-8")
+    process = subprocess.Popen([sys.executable, str(script)])
+    try:
+        deadline = time.monotonic() + 60
+        while not started.exists() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert started.exists()
+        notes: list[str] = []
+        fleet_query(out, "SELECT 1", note=notes.append)
+        assert notes == [f"an export into {out} is under way: a case not yet reached is missing, or as the export "
+                         "before left it"]
+    finally:
+        process.kill()
+        process.wait()
+    notes.clear()
+    fleet_query(out, "SELECT 1", note=notes.append)
+    assert len(notes) == 1 and notes[0].startswith(f"an export into {out} stopped before the end")
 
 
 @pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it

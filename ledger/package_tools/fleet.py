@@ -41,9 +41,8 @@ from ..storage.readonly import open_readonly
 from ..storage.sqlite_file import close_then_fold, no_case_in, translate_sqlite_errors
 from ..storage.side_files import log_files_exist
 from .anchors import anchor_or_none
-from .fleet_folder import (ASIDE, DATA_FILE, FORMAT, META_DIR, TABLES, check_out, file_digests, files_hold, locked_file,
-                           meta_dir, recorded, recorded_case_ids, refuse_link,
-                           refuse_links_inside)
+from .fleet_folder import (ASIDE, DATA_FILE, FORMAT, META_DIR, TABLES, check_out, export_marked, file_digests, files_hold,
+                           locked_file, meta_dir, recorded, recorded_case_ids, refuse_link, refuse_links_inside)
 from .verify import verify_then_read
 
 #: What ``fleet_head`` reads, as the report and the case's record name it.
@@ -482,26 +481,27 @@ def export_fleet(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike
     target = check_out(fs_path(out, "the fleet folder (--to, out= in Python)"), create=True).absolute()
     refuse_links_inside(target)
     remove_abandoned_builds(meta_dir(target) / "tmp", ".build-")
-    report = FleetReport(str(out))
-    pool = None
-    try:
-        if jobs == 1 or len(cases) <= 1:
-            run: Callable[[_Worker, list[tuple[str, str]], int], Iterable[dict[str, Any]]] = \
-                lambda worker, work, chunk: map(worker, work)
-        else:
-            pool = concurrent.futures.ProcessPoolExecutor(  # a worker ends with this process
-                max_workers=jobs, mp_context=worker_context(), initializer=watch_parent, initargs=(os.getpid(),))
-            run = _blocked_map(pool)
-        heads = list(run(_head_worker, [(str(case), str(target)) for case in cases], 64))
-        _refuse_shared_case_ids(heads, recorded_case_ids(target))
-        entries = iter(run(_export_worker, [(e["path"], str(target)) for e in heads if e["status"] is None], 4))
-        for head in heads:
-            report.add(head if head["status"] is not None else next(entries))
-            if progress is not None:
-                progress(1)
-    finally:
-        if pool is not None:
-            shutdown_pool(pool)
+    with export_marked(target):
+        report = FleetReport(str(out))
+        pool = None
+        try:
+            if jobs == 1 or len(cases) <= 1:
+                run: Callable[[_Worker, list[tuple[str, str]], int], Iterable[dict[str, Any]]] = \
+                    lambda worker, work, chunk: map(worker, work)
+            else:
+                pool = concurrent.futures.ProcessPoolExecutor(  # a worker ends with this process
+                    max_workers=jobs, mp_context=worker_context(), initializer=watch_parent, initargs=(os.getpid(),))
+                run = _blocked_map(pool)
+            heads = list(run(_head_worker, [(str(case), str(target)) for case in cases], 64))
+            _refuse_shared_case_ids(heads, recorded_case_ids(target))
+            entries = iter(run(_export_worker, [(e["path"], str(target)) for e in heads if e["status"] is None], 4))
+            for head in heads:
+                report.add(head if head["status"] is not None else next(entries))
+                if progress is not None:
+                    progress(1)
+        finally:
+            if pool is not None:
+                shutdown_pool(pool)
     return report
 
 

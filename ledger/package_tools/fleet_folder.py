@@ -1,5 +1,5 @@
 """A fleet export's folder (docs/fleet.md, "Layout"): what it holds, the mark that makes a folder
-one, its locks, and the links it never writes through. :mod:`ledger.package_tools.fleet` writes
+one, its locks, the marks of exports under way, and the links it never writes through. :mod:`ledger.package_tools.fleet` writes
 it and :mod:`ledger.package_tools.fleet_query` reads it."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from ..ground.errors import LedgerError, pass_on_interruption, shown
 from ..ground.paths import make_folders, os_error, refuse_link_to_nothing, require_utf8
 from ..ground.interrupts import context_manager
 from ..model.package import refuse_output_in_package
-from .atomic_files import fsync_dir, write_atomic
+from .atomic_files import discard, fsync_dir, process_tag, remove_abandoned_temp_files, write_atomic
 
 FORMAT = "fleet-export-v1"
 #: The exported tables, in the order they are written: the chain, then the public views.
@@ -29,6 +29,7 @@ TABLES = ("events", "actions", "balances", "evidence", "scope_usage", "case_stat
 DATA_FILE = "data.parquet"
 META_DIR = "_fleet"  # Spark, Trino and DuckDB readers of OUT/TABLE never look here
 ASIDE = ".publishing"  # a case's record while its files are replaced (fleet's publish)
+EXPORTS_DIR = "exports"  # _fleet/exports/: a mark per export under way, or stopped before it went through its cases
 
 #: Characters DuckDB's file patterns give a meaning to.
 _GLOB = re.compile(r"[*?\[\]{}]")
@@ -157,6 +158,89 @@ def locked_file(path: Path, mode: int) -> Iterator[None]:
         os.close(fd)
 
 
+@context_manager
+def export_marked(out: Path) -> Iterator[None]:
+    """Mark an export into ``out`` under way while the ``with`` block runs: a file of its own in
+    ``_fleet/exports`` that it holds locked (``flock``), removed when the block ends without an
+    exception, with the marks of exports that stopped before the end (killed, interrupted, refused),
+    which nothing holds locked any more. ``fleet sql`` reads them (:func:`unfinished_exports`).
+    ``STORAGE_ERROR`` when the mark cannot be made."""
+    marks = meta_dir(out) / EXPORTS_DIR
+    building = meta_dir(out) / "tmp" / f".export{process_tag()}"
+    remove_abandoned_temp_files(building.parent, ".export", "")
+    try:
+        make_folders(marks)
+        fd = os.open(building, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    except OSError as exc:
+        raise os_error(exc, f"cannot mark an export under way in {marks}", E.STORAGE_ERROR) from None
+    try:
+        mark = marks / building.name.removeprefix(".")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            os.replace(building, mark)  # locked before it is seen: a mark nobody holds is an export that stopped
+        except OSError as exc:
+            discard(building)
+            raise os_error(exc, f"cannot mark an export under way in {marks}", E.STORAGE_ERROR) from None
+        yield
+        discard(mark)
+        _remove_stopped_marks(marks)
+    finally:
+        os.close(fd)
+
+
+def _remove_stopped_marks(marks: Path) -> None:
+    """Remove the marks of exports that stopped before the end (nothing holds them). Best effort."""
+    for path, under_way in _marks(marks, fcntl.LOCK_EX):
+        if not under_way:
+            discard(path)
+
+
+def _marks(marks: Path, mode: int) -> Iterator[tuple[Path, bool]]:
+    """Each regular file in ``marks`` and whether an export holds it locked (``mode`` not granted)."""
+    try:
+        names = sorted(os.listdir(marks))
+    except OSError as oserr:
+        pass_on_interruption(oserr)
+        return
+    for name in names:
+        try:
+            refuse_held(marks / name)  # a hard link to a ledger open here: closing it would drop its locks
+            with file_over(os.open(marks / name, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)) as file:
+                if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+                    continue
+                try:
+                    fcntl.flock(file.fileno(), mode | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    yield marks / name, True
+                    continue
+                yield marks / name, False
+        except OSError as oserr:
+            pass_on_interruption(oserr)
+
+
+def unfinished_exports(out: Path) -> str | None:
+    """What a reader of ``out`` should know of exports into it that have not gone through their cases:
+    one under way, or one that stopped before the end with none finished since (a case it had not
+    reached is missing, or as the export before left it); None when there is none."""
+    counts = {True: 0, False: 0}
+    for _, under_way in _marks(meta_dir(out) / EXPORTS_DIR, fcntl.LOCK_SH):
+        counts[under_way] += 1
+    said = []
+    if counts[True]:
+        said.append(f"{_exports(counts[True])} into {out} {'is' if counts[True] == 1 else 'are'} under way")
+    if counts[False]:
+        said.append(f"{_exports(counts[False])} into {out} stopped before the end (killed, interrupted or refused) "
+                    "and none has finished since")
+    if not said:
+        return None
+    return (" and ".join(said) + ": a case not yet reached is missing, or as the export before left it"
+            + ("; run 'ledger fleet export' again" if counts[False] else ""))
+
+
+def _exports(count: int) -> str:
+    return "an export" if count == 1 else f"{count} exports"
+
+
 def refuse_link(out: Path, *folders: Path) -> None:
     """``INVALID_ARGUMENT`` naming the first of ``folders`` (inside the export ``out``) that is a
     symbolic link: the export writes only its own folders, never through a link to elsewhere
@@ -169,8 +253,8 @@ def refuse_link(out: Path, *folders: Path) -> None:
 
 def refuse_links_inside(out: Path) -> None:
     """:func:`refuse_link` for every folder of the export ``out`` that it writes in: ``_fleet`` and its
-    ``cases`` and ``tmp``, each table's folder and each case's partition folder in it."""
-    refuse_link(out, meta_dir(out), meta_dir(out) / "cases", meta_dir(out) / "tmp")
+    ``cases``, ``tmp`` and ``exports``, each table's folder and each case's partition folder in it."""
+    refuse_link(out, meta_dir(out), meta_dir(out) / "cases", meta_dir(out) / "tmp", meta_dir(out) / EXPORTS_DIR)
     for table in TABLES:
         refuse_link(out, out / table)
         if (out / table).is_dir():

@@ -26,7 +26,8 @@ from ..ground.paths import fs_path
 from ..ground.interrupts import context_manager
 from ..storage.sqlfiles import queries
 from .fleet import duckdb_module, one_line_of, sql_identifier, sql_literal
-from .fleet_folder import DATA_FILE, TABLES, check_out, locked_file, meta_dir, record_names, recorded
+from .fleet_folder import (DATA_FILE, TABLES, check_out, locked_file, meta_dir, record_names, recorded,
+                           unfinished_exports)
 
 def _plain(value: Any) -> Any:
     """A DuckDB value as the other commands print values: times as RFC 3339 text, exact decimals,
@@ -163,17 +164,21 @@ def _one_select(con: Any, query: str) -> None:
 
 @context_manager
 def fleet_rows(out: str | os.PathLike[str], query: str, *, timeout_ms: int = 30_000,
-               started: Callable[[], None] | None = None) -> Iterator[tuple[list[str], Iterator[tuple]]]:
+               started: Callable[[], None] | None = None,
+               note: Callable[[str], None] | None = None) -> Iterator[tuple[list[str], Iterator[tuple]]]:
     """Run one DuckDB ``SELECT`` over the fleet export ``out``: ``with fleet_rows(out, q) as (names, rows)``.
 
     Each exported table is a view across all cases with ``case_id`` first. Anything but one
     ``SELECT``, a failing query or one still running after ``timeout_ms`` is ``INVALID_ARGUMENT``;
     the query can read no file outside ``out``. Times come back as RFC 3339 UTC text. ``started()``,
     if given, is called once the export's lock is held (a ``fleet export`` publishing holds it), as the
-    query's time limit starts.
+    query's time limit starts. ``note(text)``, if given, is called then with a sentence when an export
+    into ``out`` is under way, or stopped before the end with none finished since: a case it had not
+    reached is missing, or as the export before left it (docs/fleet.md, "ledger fleet sql").
     """
     check_int(timeout_ms, "timeout_ms", minimum=1, maximum=86_400_000)
     check_callback(started, "started", 0)
+    check_callback(note, "note", 1)
     if not isinstance(query, str):
         raise LedgerError(E.INVALID_ARGUMENT, f"query must be a str, got {type(query).__name__}")
     try:
@@ -186,6 +191,8 @@ def fleet_rows(out: str | os.PathLike[str], query: str, *, timeout_ms: int = 30_
     with locked_file(meta_dir(root) / "lock", fcntl.LOCK_SH), _ctrl_c_is_an_interrupt():
         if started is not None:
             started()
+        if note is not None and (unfinished := unfinished_exports(root)) is not None:
+            note(unfinished)
         con, broken = _fleet_connection(root)
         timed_out = threading.Event()
 
@@ -429,7 +436,8 @@ def _query_error(exc: Exception, timeout_ms: int, timed_out: threading.Event,
     if isinstance(exc, duckdb_module().CatalogException):  # an unknown table: DuckDB may suggest one of its own
         lines = [lines[0], f"(the fleet's tables: {', '.join(TABLES)}" + (
             ")" if holds_cases else "; this export holds no case, so none is there: every case given to "
-            "'ledger fleet export' failed, none was given, or 'ledger fleet remove' took each out)")]
+            "'ledger fleet export' failed, none was given, 'ledger fleet remove' took each out, or the export stopped "
+            "before it finished one)")]
     return LedgerError(E.INVALID_ARGUMENT, f"query refused: {' '.join(lines)}", query="refused")  # one line, not escaped ones
 
 
@@ -448,9 +456,10 @@ def _fetch(con: Any, relation: Any, timeout_ms: int, timed_out: threading.Event,
 
 
 @refuses_unfit_calls
-def fleet_query(out: str | os.PathLike[str], query: str, *, timeout_ms: int = 30_000) -> tuple[list[str], list[tuple]]:
-    """:func:`fleet_rows` with every row read: ``(column names, rows)``. Errors as :func:`fleet_rows`:
-    ``INVALID_ARGUMENT`` (not a fleet export, a refused or failing query), ``INTEGRITY_ERROR`` (a
-    file the export lists is missing or damaged)."""
-    with fleet_rows(out, query, timeout_ms=timeout_ms) as (names, rows):
+def fleet_query(out: str | os.PathLike[str], query: str, *, timeout_ms: int = 30_000,
+                note: Callable[[str], None] | None = None) -> tuple[list[str], list[tuple]]:
+    """:func:`fleet_rows` with every row read: ``(column names, rows)``. ``note`` and the errors as
+    :func:`fleet_rows`: ``INVALID_ARGUMENT`` (not a fleet export, a refused or failing query),
+    ``INTEGRITY_ERROR`` (a file the export lists is missing or damaged)."""
+    with fleet_rows(out, query, timeout_ms=timeout_ms, note=note) as (names, rows):
         return names, list(rows)
