@@ -1,6 +1,6 @@
 """A fleet export's folder (docs/fleet.md, "Layout"): what it holds, the mark that makes a folder
-one, its locks, the marks of exports under way, and the links it never writes through. :mod:`ledger.package_tools.fleet` writes
-it and :mod:`ledger.package_tools.fleet_query` reads it."""
+one, its locks, the marks of exports under way, and the links it never writes through.
+:mod:`ledger.package_tools.fleet` writes it and :mod:`ledger.package_tools.fleet_query` reads it."""
 
 from __future__ import annotations
 
