@@ -42,7 +42,8 @@ from ..storage.sqlite_file import close_then_fold, no_case_in, translate_sqlite_
 from ..storage.side_files import log_files_exist
 from .anchors import anchor_or_none
 from .fleet_folder import (ASIDE, DATA_FILE, FORMAT, META_DIR, TABLES, check_out, export_marked, file_digests,
-                           files_hold, locked_file, meta_dir, recorded, recorded_case_ids, refuse_link, refuse_links_inside)
+                           files_hold, locked_file, meta_dir, recorded, recorded_case_ids, refuse_link,
+                           refuse_links_inside)
 from .verify import verify_then_read
 
 #: What ``fleet_head`` reads, as the report and the case's record name it.
