@@ -318,7 +318,9 @@ class BudgetManager(NotCopied):
         ``units`` limit holding it), ``pct_remaining``, ``tier`` (``full``/``shallow``/``deferred``) and
         ``scarcity_bps`` for reserving ``action`` now (``at``: the time ``duration_ms`` limits are judged
         at). When not ``allowed``, the reading's ``refusal`` is the ``LedgerError`` reserving ``action``
-        would meet now (``LIMIT_EXCEEDED`` naming the limit's scope, dimension and figures, …). Writes
+        would meet now (``LIMIT_EXCEEDED`` naming the limit's scope, dimension and figures, …; for
+        ``test.human``/``test.automated``, quoted at ``test_costs``, the one ``request_test`` would
+        meet: docs/concepts.md, "Choices where the rules leave room"). Writes
         nothing and never raises for lack of budget. Errors: ``INVALID_ID``, ``NOT_INITIALIZED``,
         ``UNKNOWN_HYPOTHESIS``."""
         check_hypothesis_id(hypothesis_id)
