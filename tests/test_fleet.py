@@ -1853,3 +1853,24 @@ def test_the_machine_refusing_files_or_memory_is_storage_error_never_a_damaged_e
     assert (caught.value.code, caught.value.message) == (
         "STORAGE_ERROR", "DuckDB, which the fleet commands use, had no memory to load: Out of Memory Error: Failed "
         "to allocate block of 262144 bytes")
+
+
+def test_each_export_has_a_mark_of_its_own_within_one_process_too(tmp_path):
+    from ledger.package_tools.fleet_folder import check_out, export_marked, unfinished_exports
+    out = check_out(tmp_path / "out", create=True)
+    marks, seen = out / "_fleet" / "exports", []
+
+    def nested() -> None:  # one mark per export: a second one of this process waited for the first's lock
+        with export_marked(out):
+            with export_marked(out):
+                seen.append((len(os.listdir(marks)), unfinished_exports(out)))
+            seen.append((len(os.listdir(marks)), unfinished_exports(out)))
+    thread = threading.Thread(target=nested, daemon=True)
+    thread.start()
+    thread.join(30)
+    assert not thread.is_alive()
+    assert seen == [(2, f"2 exports into {out} are under way: a case not yet reached is missing, or as the export "
+                        "before left it"),
+                    (1, f"an export into {out} is under way: a case not yet reached is missing, or as the export "
+                        "before left it")]
+    assert os.listdir(marks) == [] and unfinished_exports(out) is None

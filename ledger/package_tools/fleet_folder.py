@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import re
+import secrets
 import stat
 import time
 from pathlib import Path
@@ -166,11 +167,11 @@ def export_marked(out: Path) -> Iterator[None]:
     which nothing holds locked any more. ``fleet sql`` reads them (:func:`unfinished_exports`).
     ``STORAGE_ERROR`` when the mark cannot be made."""
     marks = meta_dir(out) / EXPORTS_DIR
-    building = meta_dir(out) / "tmp" / f".export{process_tag()}"
-    remove_abandoned_temp_files(building.parent, ".export", "")
+    building = meta_dir(out) / "tmp" / f".export-{secrets.token_hex(6)}{process_tag()}"  # one per export, threads too
+    remove_abandoned_temp_files(building.parent, ".export-", "")
     try:
         make_folders(marks)
-        fd = os.open(building, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+        fd = os.open(building, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
     except OSError as exc:
         raise os_error(exc, f"cannot mark an export under way in {marks}", E.STORAGE_ERROR) from None
     try:
