@@ -171,6 +171,7 @@ def export_marked(out: Path) -> Iterator[None]:
     remove_abandoned_temp_files(building.parent, ".export-", "")
     try:
         make_folders(marks)
+        make_folders(building.parent)
         fd = os.open(building, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
     except OSError as exc:
         raise os_error(exc, f"cannot mark an export under way in {marks}", E.STORAGE_ERROR) from None
