@@ -229,6 +229,10 @@ ORDER BY name;
 -- name: table_columns
 PRAGMA {schema}.table_info({table});
 
+-- name: text_bytes
+-- verify, when the sqlite3 module could not read a text as UTF-8: a column's stored text as bytes, by key
+SELECT {key}, CAST({column} AS BLOB) FROM {schema}.{table} WHERE typeof({column}) = 'text' ORDER BY {key};
+
 -- name: rows_differ
 -- verify: the first row (by {order}) present in only one of orig.{table} and main.{table}, its values
 -- compared with their storage classes ({types}: typeof() of every column, after them; 10.0 = 10 in SQL),

@@ -2405,3 +2405,31 @@ def test_an_exported_file_export_may_not_read_is_storage_error_never_a_replaced_
     monkeypatch.undo()
     assert {path: path.read_bytes() for path in exported.rglob("*.json")} == before
     assert export_case(exported).files_written > 0  # readable again: the export runs
+
+
+@pytest.mark.parametrize("command, table, column, seq", [("verify", "events", "body", 600),
+                                                          ("verify", "reservations", "action", 602),
+                                                          ("export", "events", "body", 600)])  # export reads events
+def test_text_that_is_not_utf8_is_named_by_its_row_in_verify_and_export(case_of_700_events, tmp_path, command, table,
+                                                                         column, seq):
+    """The events are read in batches: verify blamed text the sqlite3 module could not read on the
+    first event of its batch (513 here), export on none (\"SQLite refused: Could not decode…\")."""
+    case = tmp_path / "case"
+    shutil.copytree(case_of_700_events, case)
+    conn = sqlite3.connect(case / "ledger.sqlite", isolation_level=None)
+    triggers = conn.execute("SELECT sql FROM sqlite_master WHERE type = 'trigger'").fetchall()
+    conn.execute("BEGIN")
+    for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
+        conn.execute(f"DROP TRIGGER {name}")
+    assert conn.execute(f"UPDATE {table} SET {column} = CAST(CAST({column} AS BLOB) || x'ff' AS TEXT) WHERE seq = ?",
+                        (seq,)).rowcount == 1
+    for (sql,) in triggers:
+        conn.execute(sql)
+    conn.execute("COMMIT")
+    conn.close()
+    with pytest.raises(LedgerError) as caught:
+        verify_case(case) if command == "verify" else export_case(case)
+    assert caught.value.code == "INTEGRITY_ERROR" and caught.value.details["seq"] == seq
+    assert caught.value.message.startswith(f"seq {seq}: {table}.{column} holds bytes that are not UTF-8 where text "
+                                           "belongs (invalid start byte at byte ")
+    assert not (case / "analysis").exists()

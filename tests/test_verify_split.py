@@ -568,3 +568,30 @@ def test_ctrl_c_at_the_terminal_while_the_second_process_starts_prints_no_traceb
             first.kill()
             first.communicate()
     assert out == "interrupted\n" and "Traceback" not in err and "Fatal" not in err, repr(err)
+
+
+@pytest.mark.parametrize("table, column, seq", [("events", "body", 6), ("events", "body", 23), ("events", "type", 20),
+                                                ("reservations", "action", 23), ("hypotheses", "statement", 2),
+                                                ("contents", "body", None), ("schema_migrations", "applied_at", None)])
+def test_text_that_is_not_utf8_is_named_by_its_own_row_alike_in_either_half(ledger_case, split_used, table, column,
+                                                                            seq):
+    """The events are read 512 at a time: text SQLite's module could not read was blamed on the first
+    event of its batch (seq 1 here, a different one with two processes), or on no row at all."""
+    conn = sqlite3.connect(ledger_case / "ledger.sqlite", isolation_level=None)
+    triggers = conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'").fetchall()
+    for name, _ in triggers:
+        conn.execute(f"DROP TRIGGER {name}")
+    key = "seq" if table != "schema_migrations" else "rowid"
+    if seq is None and table == "contents":
+        seq = conn.execute("SELECT max(seq) FROM contents").fetchone()[0]
+    where = seq if seq is not None else 1
+    one_row = " AND hypothesis_id = 'H2'" if table == "hypotheses" else ""  # two hypotheses are opened at once
+    assert conn.execute(f"UPDATE {table} SET {column} = CAST(CAST({column} AS BLOB) || x'ff' AS TEXT) "
+                        f"WHERE {key} = ?{one_row}", (where,)).rowcount == 1
+    for _, sql in triggers:
+        conn.execute(sql)
+    conn.close()
+    one = _outcome(ledger_case, 1)
+    assert one[0] == INTEGRITY_ERROR and one[2] == seq
+    assert f"{table}.{column} holds bytes that are not UTF-8 where text belongs" in one[1]
+    assert _outcome(ledger_case, 2) == one

@@ -23,10 +23,12 @@ from .atomic_files import (discard, fsync_dir, fsync_folders, new_file_mode, rem
                            write_atomic, write_atomic_many)
 from ..storage.writer_lock import WriterLock
 from ..storage.sqlfiles import statement
+from ..storage.sqlite_file import undecodable
 from ..ground.arguments import check_callback, check_instance
 from ..ground.canonical import ZERO_SHA256, canonical_bytes, sha256_hex
 from ..ground.errors import LedgerError, refuses_unfit_calls, refuses_unfit_calls_of, pass_on_interruption
 from ..services.case import Case
+from .verify_rows import undecodable_text
 from .manifest import check_manifest_identity, manifest_for, read_manifest
 from ..model.package import (ANALYSIS_DIR, CONTENT_FILE_RE, LEDGER_FILE, MANIFEST_FILE, check_package_names, content_path, is_export_temp,
                       event_path, export_tree_files, refuse_own_links, well_placed, check_export_tree)
@@ -345,16 +347,22 @@ def _export_locked(case: Case, root: Path, progress: Progress | None) -> ExportR
     try:
         with case.session.read():
             conn = case.storage.conn
-            # first every file is compared and every one to write is checked, then they are written:
-            # an exported file may be the one copy of an event's original bytes
-            to_write, head_seq, accounted = _files_to_write(root, conn, read_manifest_if_readable(root), report,
-                                                            progress)
-            if to_write:
-                for relative, data in _export_files(conn):
-                    if relative in to_write:
-                        write(relative, data)
-                flush()
-            manifest, (last_revision,) = manifest_for(conn, head_seq), conn.execute(statement("last_revision")).fetchone()
+            try:
+                # first every file is compared and every one to write is checked, then they are written:
+                # an exported file may be the one copy of an event's original bytes
+                to_write, head_seq, accounted = _files_to_write(root, conn, read_manifest_if_readable(root), report,
+                                                                progress)
+                if to_write:
+                    for relative, data in _export_files(conn):
+                        if relative in to_write:
+                            write(relative, data)
+                    flush()
+                manifest = manifest_for(conn, head_seq)
+                (last_revision,) = conn.execute(statement("last_revision")).fetchone()
+            except Exception as exc:  # noqa: BLE001 - only text the sqlite3 module could not read is looked into
+                if not undecodable(exc):
+                    raise
+                raise (undecodable_text(conn, "main") or exc) from None
         fsync_folders(root, touched)
         data = canonical_bytes(manifest)
         if same_bytes(root / MANIFEST_FILE, data, refused=MANIFEST_FILE):

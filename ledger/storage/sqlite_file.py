@@ -151,11 +151,25 @@ def passive_checkpoint(conn: sqlite3.Connection, fault: Callable[[], None]) -> N
             raise translated from None
 
 
+#: Said of text the sqlite3 module cannot read: its own message (``OperationalError``), and ours.
+_UNDECODABLE = ("Could not decode to UTF-8", "holds bytes that are not UTF-8 where text belongs")
+
+
 def not_utf8(exc: UnicodeDecodeError) -> str:
     """What a ``UnicodeDecodeError`` from the sqlite3 module means: bytes of the file (a schema
     statement, a text value, or SQLite's message quoting them) are not UTF-8."""
-    return (f"the ledger file holds bytes that are not UTF-8 where text belongs ({exc.reason} at position "
+    return (f"the ledger file {_UNDECODABLE[1]} ({exc.reason} at position "
             f"{exc.start} of that text: the file is damaged)")
+
+
+def undecodable(error: BaseException) -> bool:
+    """Whether ``error`` (as the sqlite3 module raised it, or translated) is text of the ledger file the
+    sqlite3 module could not read as UTF-8, which it says with no type or code of its own: verify and
+    export then look for the row holding it."""
+    if isinstance(error, LedgerError):
+        return error.code == E.INTEGRITY_ERROR and any(phrase in error.message for phrase in _UNDECODABLE)
+    return isinstance(error, UnicodeDecodeError) or (
+        isinstance(error, sqlite3.OperationalError) and _UNDECODABLE[0] in str(error))
 
 
 @dataclass(frozen=True)
