@@ -2433,3 +2433,38 @@ def test_text_that_is_not_utf8_is_named_by_its_row_in_verify_and_export(case_of_
     assert caught.value.message.startswith(f"seq {seq}: {table}.{column} holds bytes that are not UTF-8 where text "
                                            "belongs (invalid start byte at byte ")
     assert not (case / "analysis").exists()
+
+
+@pytest.mark.parametrize("added, said", [
+    ("CREATE INDEX wi ON events(type COLLATE weird)", "no such collation sequence: weird"),
+    ("CREATE INDEX fi ON events(myf(type))", "unknown function: myf()"),
+])
+def test_an_added_index_using_a_collation_or_function_this_program_lacks_is_named_not_called_damage(case, added,
+                                                                                                     said):
+    """SQLite's integrity check cannot run then: verify said the file was damaged, perhaps torn by cp,
+    and export's count of its files 'SQLite refused: no such collation sequence', naming nothing."""
+    from ledger.package_tools.export import export_count
+
+    case.close()
+    conn = sqlite3.connect(case.path / "ledger.sqlite")
+    conn.create_collation("weird", lambda a, b: (a > b) - (a < b))
+    conn.create_function("myf", 1, lambda x: x, deterministic=True)
+    conn.execute(added)
+    conn.commit()
+    conn.close()
+    with pytest.raises(LedgerError) as caught:
+        verify_case(case.path)
+    index = added.split()[2]
+    assert caught.value.code == "INTEGRITY_ERROR"
+    assert caught.value.details["foreign_objects"] == [f"index {index} on events"]
+    assert caught.value.message == (
+        f"SQLite cannot run its integrity_check of ledger.sqlite: {said}: the file holds index {index} on events, "
+        "added to the ledger's tables, and it uses a collation or function this program does not define, which "
+        "refuses the ledger's own reads and writes of that table too; drop it (DROP INDEX or DROP TRIGGER in sqlite3)")
+    if index == "wi":  # a count of the events reads through the smallest index, this one
+        with Case.open(case.path) as opened, pytest.raises(LedgerError) as caught:
+            export_count(opened)
+        assert caught.value.message == (
+            "SQLite refused: no such collation sequence: weird: an index, trigger or view added to the ledger file "
+            "uses a collation or function this program does not define; 'ledger verify' names it, and dropping it "
+            "lets the ledger work")

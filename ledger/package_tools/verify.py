@@ -19,8 +19,8 @@ from typing import Any, Callable, Iterator, Mapping
 
 from ..ground import errors as E
 from .atomic_files import process_tag, remove_abandoned_temp_folders
-from ..storage.sqlfiles import (PUBLIC_VIEWS, folded_name, migration_record_problem, schema_version, shipped_objects,
-                                shipped_schema, statement)
+from ..storage.sqlfiles import (PUBLIC_VIEWS, folded_name, foreign_write_blockers, migration_record_problem,
+                                schema_version, shipped_objects, shipped_schema, statement)
 from ..ground.arguments import check_callback, check_flag
 from ..ground.workers import job_count
 from ..services.case import missing_ledger
@@ -40,7 +40,7 @@ from .verify_range import (ALL_AFTER, ALL_LAST, SECOND_HALF_FILE, SecondHalf, co
     input_identity_of, merge, plan_split, range_agrees, save_views, replay_events)
 from ..storage.connection import Storage
 from ..storage.sqlite_file import (SQLITE_MAX_PATH_BYTES, file_identity, translate_sqlite_errors, not_utf8,
-                                   no_case_yet, open_snapshot, close_then_fold, undecodable)
+                                   no_case_yet, open_snapshot, close_then_fold, undecodable, UNDEFINED_BY_THIS_PROGRAM)
 from ..storage.side_files import log_files_exist
 
 Progress = Callable[[int], None]
@@ -270,6 +270,14 @@ def _sqlite_check(conn: sqlite3.Connection, check: str) -> None:
         found = [not_utf8(exc)]
     if found != ["ok"]:
         found = [line for row in found for line in row.splitlines() if line and not line.startswith("*** in database")]
+        foreign = foreign_write_blockers(conn, "orig") if found[0].startswith(UNDEFINED_BY_THIS_PROGRAM) else []
+        if foreign:
+            which = "it uses" if len(foreign) == 1 else "one of them uses"
+            raise LedgerError(E.INTEGRITY_ERROR, f"SQLite cannot run its {check} of ledger.sqlite: {found[0]}: the "
+                              f"file holds {', '.join(foreign)}, added to the ledger's tables, and {which} a collation "
+                              "or function this program does not define, which refuses the ledger's own reads and "
+                              "writes of that table too; drop it (DROP INDEX or DROP TRIGGER in sqlite3)", seq=None,
+                              check=check, problems=found, foreign_objects=foreign)
         shown = "; ".join(found[:5]) + (f"; … {len(found) - 5} more" if len(found) > 5 else "")
         raise LedgerError(E.INTEGRITY_ERROR, f"SQLite's {check} of ledger.sqlite reports the file damaged: {shown} "
                           "(a copy made by cp while a writer was at work can be torn so: copy a live case's ledger "

@@ -218,16 +218,16 @@ def migration_record_problem(conn: sqlite3.Connection, schema: str = "main") -> 
     return None
 
 
-def foreign_write_blockers(conn: sqlite3.Connection) -> list[str]:
+def foreign_write_blockers(conn: sqlite3.Connection, schema: str = "main") -> list[str]:
     """``"index my_idx on events"``-style names of the indexes and triggers on ledger tables that
-    the schema does not ship: what can make SQLite refuse the ledger's own writes ([] when even
-    that cannot be read)."""
+    the schema does not ship: what can make SQLite refuse the ledger's own writes, or its reads
+    (one whose collation or function this program does not define); [] when even that cannot be read."""
     try:
-        has = conn.execute(statement("has_migrations_table")).fetchone()
-        version = conn.execute(statement("schema_version_of")).fetchone()[0] if has else 0
+        has = conn.execute(statement("has_migrations_table", schema)).fetchone()
+        version = conn.execute(statement("schema_version_of", schema)).fetchone()[0] if has else 0
         shipped = shipped_objects(version)
         tables = {name for kind, name in shipped if kind in ("table", "view")}
-        rows = conn.execute(statement("schema_objects_typed")).fetchall()
+        rows = conn.execute(statement("schema_objects_typed", schema)).fetchall()
     except sqlite3.Error:
         return []
     return [f"{kind} {name} on {table}" for kind, name, table, _ in rows

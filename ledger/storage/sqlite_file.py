@@ -123,6 +123,8 @@ def sqlite_error(exc: BaseException) -> BaseException:
             return LedgerError(E.INTEGRITY_ERROR, f"SQLite refused: {text}: a table or view named {hidden[1]} in the "
                                f"ledger file hides SQLite's table-valued function {hidden[1]}, which the ledger's "
                                "own views and queries call; rename or drop it (docs/sql.md)", object=hidden[1])
+        if text.startswith(UNDEFINED_BY_THIS_PROGRAM):
+            return LedgerError(E.INTEGRITY_ERROR, f"SQLite refused: {text}: {ADDED_OBJECT_UNDEFINED}")
         return LedgerError(E.INTEGRITY_ERROR, f"SQLite refused: {text}")
     if isinstance(exc, sqlite3.ProgrammingError):
         if "closed database" in str(exc):
@@ -150,6 +152,13 @@ def passive_checkpoint(conn: sqlite3.Connection, fault: Callable[[], None]) -> N
         if not isinstance(translated, LedgerError) or translated.code not in (E.STORAGE_ERROR, E.LEDGER_BUSY):
             raise translated from None
 
+
+#: SQLite's words for a collation or function an index, trigger or view of the file uses that this
+#: program does not define (another program's, added to the ledger file): every statement that
+#: would use it fails, a read included.
+UNDEFINED_BY_THIS_PROGRAM = ("no such collation sequence", "no such function", "unknown function")
+ADDED_OBJECT_UNDEFINED = ("an index, trigger or view added to the ledger file uses a collation or function this "
+                          "program does not define; 'ledger verify' names it, and dropping it lets the ledger work")
 
 #: Said of text the sqlite3 module cannot read: its own message (``OperationalError``), and ours.
 _UNDECODABLE = ("Could not decode to UTF-8", "holds bytes that are not UTF-8 where text belongs")
