@@ -404,3 +404,17 @@ def test_the_lists_of_views_people_read_name_every_public_view():
     browse = " ".join(doc("browse.md").split())
     top = re.search(r"the top of a case's page lists (.+?), each with what it holds", browse)[1]
     assert sorted(re.findall(r"`(\w+)`", top)) == sorted(PUBLIC_VIEWS)
+
+
+def test_the_documented_history_of_one_action_holds_its_evidence_store_events(tmp_path):
+    """docs/sql.md: an action whose result went through the evidence store has events with no
+    operation key; the documented query finds them with its reserve, result and settle."""
+    from ledger import read_only_query, run_demo
+
+    page = (REPO / "docs" / "sql.md").read_text(encoding="utf-8")
+    query = page.split("The whole history of one action", 1)[1].split("```sql\n", 1)[1].split("```", 1)[0]
+    path, _, _ = run_demo(tmp_path / "d", echo=lambda text: None)
+    _, rows = read_only_query(path, query)
+    assert [row[1] for row in rows] == ["budget.reserved", "evidence.requested", "evidence.result", "evidence.recorded",
+                                        "evidence.indexed", "budget.evidence_recorded", "budget.settled"]
+    assert [row[0] for row in rows] == list(range(rows[0][0], rows[0][0] + 7))
