@@ -616,6 +616,17 @@ def test_a_truncated_tail_after_export_is_caught_against_the_manifest(exported):
     assert "truncated" in error.message
 
 
+def test_a_truncated_tail_whose_helper_rows_stayed_is_named_as_truncation(exported):
+    """The helper rows of the lost events were reported first ('holds a row the replay does not derive'),
+    which hid that the ledger ends before its export."""
+    conn = unguarded(exported)
+    conn.execute("DELETE FROM events WHERE seq > 11")
+    conn.commit()
+    restore_triggers(conn)
+    error = assert_verify_fails_at(exported, 12)
+    assert error.message.startswith("seq 12: the ledger ends at seq 11 but its export reached seq 13")
+
+
 @pytest.mark.parametrize("table, statement, seq", [
     ("reservations", "UPDATE reservations SET cost_units = 1 WHERE action_id = 'a1'", 5),
     ("closings", "UPDATE closings SET reward_units = 2 WHERE action_id = 'a1'", 7),

@@ -375,12 +375,13 @@ def _verify_attached(root: Path, scratch: Storage, progress: Progress | None, se
         raise _bad(1, "the ledger holds no events")
     check_anchored_events(conn, anchors, head[0])
     replayer.finish()
-    compare_rows(conn, tables_agree, saved)
     # the export tree is read first, then compared with the ledger as it is now: a writer may have
-    # appended and exported past the verified snapshot meanwhile (never a truncation)
+    # appended and exported past the verified snapshot meanwhile (never a truncation). Before the rows:
+    # a ledger cut short is said as such, not as the helper rows its lost events left behind
     manifest, files = read_manifest(root), export_tree_files(root)
     with _ledger_now(root / LEDGER_FILE, scratch, head) as (now, now_head):
         exported, manifest_head = check_export(root, now, now_head, manifest, files)
+    compare_rows(conn, tables_agree, saved)
     foreign = _compare_schema(conn, version)
     return VerifyReport(str(root), replayer.count, conn.execute(statement("content_count")).fetchone()[0],
                         head[0], head[1], exported, manifest is not None,
