@@ -217,16 +217,15 @@ def budget_grant(settings: Settings, case: str, hypothesis: str, units: int, rea
 
 
 def _run_read(settings: Settings, case: str, as_json: bool, call: Callable[[Any], GateReading],
-              refused: str = "", action: str | None = None) -> None:
+              refused: str = "") -> None:
     """Print a reading; its ``refusal`` (check: not allowed; advice: not investigable) as a last line
     ``<refused>: CODE: message`` for people, and on stderr as a note with --json (whose object keeps
-    the reading's keys only). For a reading of ``action``, notes on its price (:func:`_price_notes`)."""
+    the reading's keys only); the reading's notes on the action's price before it."""
     with settings.open(case) as opened:
         manager = opened.budget(settings.budget_config())
         reading = call(manager)
         changed, revision = manager.policy_changed(), opened.status()["analysis_revision"]
-        notes = _price_notes(manager.frozen_policy(), action) if action is not None else []
-    for note in notes:
+    for note in reading.notes:
         warn(f"note: {note}")
     why = [f"{refused}: {reading.refusal}"] if refused and reading.refusal is not None else []
     emit_result(reading.to_dict(), as_json,
@@ -234,26 +233,6 @@ def _run_read(settings: Settings, case: str, as_json: bool, call: Callable[[Any]
     if as_json and why:
         warn(f"note: {why[0]}")
     _warn_if_policy_changed(changed, revision)
-
-
-def _price_notes(policy: Any, action: str) -> list[str]:
-    """What may surprise in ``action``'s quoted price under the frozen ``policy`` (none frozen: nothing):
-    a test's name quoted at its ``test_costs`` entry while a reservation under that name debits its
-    ``action_costs`` entry or ``default_action_cost`` (docs/scopes.md); an action priced at
-    ``default_action_cost`` while ``action_costs`` names others and not it (a misspelt name, most often)."""
-    if policy is None:
-        return []
-    quoted, reserved = policy.price_units(action), policy.cost_units(action)
-    if quoted != reserved:
-        return [f"{action} is quoted at test_costs, {quoted} units, the price of a test asked for with "
-                f"request-test; budget reserve under this name debits {reserved} units (its action_costs "
-                f"entry or default_action_cost): give an action your agent runs itself a name of its own"]
-    named = sorted(policy["action_costs"])
-    if not named or action in named:
-        return []
-    shown = ", ".join(named[:5]) + (f" and {len(named) - 5} more" if len(named) > 5 else "")
-    return [f"{action} is not among the action_costs of the policy this revision froze ({shown}): it is priced "
-            f"at default_action_cost, {policy['default_action_cost']} units"]
 
 
 def _plain(value: Any) -> str:
@@ -276,7 +255,7 @@ def budget_check(settings: Settings, case: str, hypothesis: str, action: str, at
     is 0 either way (the answer is the allowed line; a script reads it, e.g. from --json); 1 only
     when the question cannot be answered (an unknown hypothesis, no case).
     """
-    _run_read(settings, case, as_json, lambda b: b.check(hypothesis, action, at=at), "not allowed", action)
+    _run_read(settings, case, as_json, lambda b: b.check(hypothesis, action, at=at), "not allowed")
 
 
 @budget.command("advice")
@@ -303,7 +282,7 @@ def budget_advice(settings: Settings, case: str, hypothesis: str, at: str | None
 @pass_settings
 def budget_price(settings: Settings, case: str, hypothesis: str, action: str, as_json: bool) -> None:
     """The advisory price signal of ACTION: cost, resource_cost, scarcity_bps (writes nothing)."""
-    _run_read(settings, case, as_json, lambda b: b.price_signal(hypothesis, action), action=action)
+    _run_read(settings, case, as_json, lambda b: b.price_signal(hypothesis, action))
 
 
 @budget.command("remaining")

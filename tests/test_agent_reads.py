@@ -386,3 +386,21 @@ def test_an_exported_case_reads_only_the_events_since_its_last_identity_and_keep
     (package / "analysis" / "case" / "events" / "mine.txt").write_text("a note")  # not exported: an input
     assert case.input_identity() != identity
     case.close()
+
+
+def test_check_and_price_carry_the_notes_on_a_surprising_price_for_a_loop_in_python(budget):
+    """A test's name quoted at test_costs while a reservation under it debits default_action_cost was
+    said only by the command line: a Python loop gating with check stopped earlier than simulate."""
+    for read in (budget.check, budget.price_signal):
+        reading = read("H1", "test.automated")
+        assert reading["cost"] == 15
+        assert reading.notes == (
+            "test.automated is quoted at test_costs, 15 units, the price of a test asked for with request_test; a "
+            "reservation under this name debits 10 units (its action_costs entry or default_action_cost): give an "
+            "action your agent runs itself a name of its own",)
+        assert read("H1", "source.read_context").notes == ()
+        assert read("H1", "source.read_contxt").notes == (
+            "source.read_contxt is not among the action_costs of the policy this revision froze (database.lookup, "
+            "research.lookup, source.find_text, source.read_context): it is priced at default_action_cost, 10 units",)
+    assert budget.reserve("H1", "t1", "test.automated").action["cost_units"] == 10
+    assert budget.advice("H1").notes == () and budget.remaining("H1").notes == ()

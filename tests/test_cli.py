@@ -845,7 +845,7 @@ def test_a_test_name_quoted_at_test_costs_says_what_a_reservation_under_it_debit
     c = str(cli_case)
     for name, quoted in (("test.automated", 15), ("test.human", 30)):
         note = (f"note: {name} is quoted at test_costs, {quoted} units, the price of a test asked for with "
-                f"request-test; budget reserve under this name debits 10 units (its action_costs entry or "
+                f"request_test; a reservation under this name debits 10 units (its action_costs entry or "
                 f"default_action_cost): give an action your agent runs itself a name of its own\n")
         for command in ("check", "price"):
             status, out, err = cli("budget", command, c, "H1", name, "--json")

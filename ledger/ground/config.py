@@ -344,6 +344,24 @@ class BudgetConfig:
             return self.policy["test_costs"][kind]
         return self.cost_units(action)
 
+    def price_notes(self, action: str) -> list[str]:
+        """What may surprise in ``action``'s quoted price (``check``, ``price_signal``), for people: a test's
+        name quoted at its ``test_costs`` entry while a reservation under that name debits its
+        ``action_costs`` entry or ``default_action_cost`` (docs/concepts.md, "Choices where the rules
+        leave room"); an action priced at ``default_action_cost`` while ``action_costs`` names others and
+        not it (a misspelt name, most often). [] when nothing."""
+        quoted, reserved = self.price_units(action), self.cost_units(action)
+        if quoted != reserved:
+            return [f"{action} is quoted at test_costs, {quoted} units, the price of a test asked for with "
+                    f"request_test; a reservation under this name debits {reserved} units (its action_costs "
+                    f"entry or default_action_cost): give an action your agent runs itself a name of its own"]
+        named = sorted(self.policy["action_costs"])
+        if not named or action in named:
+            return []
+        shown = ", ".join(named[:5]) + (f" and {len(named) - 5} more" if len(named) > 5 else "")
+        return [f"{action} is not among the action_costs of the policy this revision froze ({shown}): it is priced "
+                f"at default_action_cost, {self.policy['default_action_cost']} units"]
+
     @property
     def affordability_floor_units(self) -> int:
         """Cheapest cost in the policy: min of ``default_action_cost`` and ``action_costs`` (docs/concepts.md)."""

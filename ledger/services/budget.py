@@ -84,12 +84,15 @@ class GateReading:
     ``LedgerError`` reserving the action would meet now (for a used-up limit ``LIMIT_EXCEEDED``, its
     details naming ``scope``, ``dimension``, ``declared`` and ``consumed_after``); for ``advice`` when
     ``investigable`` is false, the one a reservation of the policy's cheapest action would meet;
-    None otherwise. It is not one of the ``values`` (docs/scopes.md)."""
+    None otherwise. ``notes``: for ``check`` and ``price_signal``, sentences on what may surprise in
+    the action's quoted price (a test's name quoted at ``test_costs``, a name the policy's
+    ``action_costs`` lacks); empty otherwise. Neither is one of the ``values`` (docs/scopes.md)."""
 
     values: dict[str, Any]
     seq: int
     reused: bool = True
     refusal: LedgerError | None = None
+    notes: tuple[str, ...] = ()
 
     # A read-only mapping of its values: ``reading["tier"]``, ``reading.get("tier")``, ``"tier" in reading``,
     # ``dict(reading)``, ``reading.items()`` and iteration (the keys) all behave as on ``to_dict()``
@@ -328,7 +331,7 @@ class BudgetManager(NotCopied):
         with self._session.read() as view:
             moment = max(parse_at(at) if at is not None else self._session.clock(), view.head()[2])
             values, refusal = gate_rules.check(view, hypothesis_id, action, moment, self._session.limits)
-            return GateReading(values, view.head()[0], refusal=refusal)
+            return GateReading(values, view.head()[0], refusal=refusal, notes=self._price_notes(view, action))
 
     def price_signal(self, hypothesis_id: str, action: str, *, at: str | None = None) -> "GateReading":
         """``{cost, resource_cost, scarcity_bps}``: ``scarcity_bps = 10000 + (max_scarcity_bps - 10000) *
@@ -340,7 +343,12 @@ class BudgetManager(NotCopied):
         if at is not None:
             parse_at(at)
         with self._session.read() as view:
-            return GateReading(gate_rules.price_signal(view, hypothesis_id, action), view.head()[0])
+            return GateReading(gate_rules.price_signal(view, hypothesis_id, action), view.head()[0],
+                               notes=self._price_notes(view, action))
+
+    @staticmethod
+    def _price_notes(view: Any, action: str) -> tuple[str, ...]:
+        return tuple(view.policy_config(view.case()["revision"]).price_notes(action))
 
     def remaining(self, hypothesis_id: str) -> "GateReading":
         """``{budget, spent, remaining, pct_remaining}`` of an account (``budget = initial + granted``,
