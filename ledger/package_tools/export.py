@@ -23,12 +23,11 @@ from .atomic_files import (discard, fsync_dir, fsync_folders, new_file_mode, rem
                            write_atomic, write_atomic_many)
 from ..storage.writer_lock import WriterLock
 from ..storage.sqlfiles import statement
-from ..storage.sqlite_file import undecodable
+from ..storage.sqlite_file import undecodable, undecodable_text
 from ..ground.arguments import check_callback, check_instance
 from ..ground.canonical import ZERO_SHA256, canonical_bytes, sha256_hex
 from ..ground.errors import LedgerError, refuses_unfit_calls, refuses_unfit_calls_of, pass_on_interruption
 from ..services.case import Case
-from .verify_rows import undecodable_text
 from .manifest import check_manifest_identity, manifest_for, read_manifest
 from ..model.package import (ANALYSIS_DIR, CONTENT_FILE_RE, LEDGER_FILE, MANIFEST_FILE, check_package_names, content_path, is_export_temp,
                       event_path, export_tree_files, refuse_own_links, well_placed, check_export_tree)
@@ -345,24 +344,7 @@ def _export_locked(case: Case, root: Path, progress: Progress | None) -> ExportR
         pending.clear()
 
     try:
-        with case.session.read():
-            conn = case.storage.conn
-            try:
-                # first every file is compared and every one to write is checked, then they are written:
-                # an exported file may be the one copy of an event's original bytes
-                to_write, head_seq, accounted = _files_to_write(root, conn, read_manifest_if_readable(root), report,
-                                                                progress)
-                if to_write:
-                    for relative, data in _export_files(conn):
-                        if relative in to_write:
-                            write(relative, data)
-                    flush()
-                manifest = manifest_for(conn, head_seq)
-                (last_revision,) = conn.execute(statement("last_revision")).fetchone()
-            except Exception as exc:  # noqa: BLE001 - only text the sqlite3 module could not read is looked into
-                if not undecodable(exc):
-                    raise
-                raise (undecodable_text(conn, "main") or exc) from None
+        manifest, last_revision, accounted = _read_and_write(case, root, report, progress, write, flush)
         fsync_folders(root, touched)
         data = canonical_bytes(manifest)
         if same_bytes(root / MANIFEST_FILE, data, refused=MANIFEST_FILE):
@@ -385,6 +367,31 @@ def _export_locked(case: Case, root: Path, progress: Progress | None) -> ExportR
         raise
     report.manifest, report.stray = manifest, _stray(files, accounted, last_revision)
     return report
+
+
+def _read_and_write(case: Case, root: Path, report: ExportReport, progress: Progress | None,
+                    write: Callable[[str, bytes], None],
+                    flush: Callable[[], None]) -> tuple[dict[str, Any], int, set[str]]:
+    """In one read of the ledger, first every file compared and every one to write checked, then those
+    written (``write``, ``flush``): an exported file may be the one copy of an event's original bytes.
+    Returns the manifest, the last revision and every file the export holds. Text the sqlite3 module
+    cannot read is ``INTEGRITY_ERROR`` naming its row."""
+    with case.session.read():
+        conn = case.storage.conn
+        try:
+            to_write, head_seq, accounted = _files_to_write(root, conn, read_manifest_if_readable(root), report,
+                                                            progress)
+            if to_write:
+                for relative, data in _export_files(conn):
+                    if relative in to_write:
+                        write(relative, data)
+                flush()
+            (last_revision,) = conn.execute(statement("last_revision")).fetchone()
+            return manifest_for(conn, head_seq), last_revision, accounted
+        except Exception as exc:  # noqa: BLE001 - only text the sqlite3 module could not read is looked into
+            if not undecodable(exc):
+                raise
+            raise (undecodable_text(conn, "main") or exc) from None
 
 
 def _stray(files: list[str], accounted: set[str], last_revision: int) -> str | None:

@@ -34,13 +34,14 @@ from ..ground.clock import parse_at, utc_now
 from ..ground.paths import fs_path, os_error
 from ..ground.interrupts import context_manager
 from .anchors import check_anchored_events, check_anchors
-from .verify_rows import HELPER_TABLES, compare_rows, undecodable_text
+from .verify_rows import HELPER_TABLES, compare_rows
 from .replay import PackageSource, Replayer
 from .verify_range import (ALL_AFTER, ALL_LAST, SECOND_HALF_FILE, SecondHalf, content_reader, copy_second_half,
     input_identity_of, merge, plan_split, range_agrees, save_views, replay_events)
 from ..storage.connection import Storage
 from ..storage.sqlite_file import (SQLITE_MAX_PATH_BYTES, file_identity, translate_sqlite_errors, not_utf8,
-                                   no_case_yet, open_snapshot, close_then_fold, undecodable, UNDEFINED_BY_THIS_PROGRAM)
+                                   no_case_yet, open_snapshot, close_then_fold, undecodable, undecodable_text,
+                                   UNDEFINED_BY_THIS_PROGRAM)
 from ..storage.side_files import log_files_exist
 
 Progress = Callable[[int], None]
@@ -250,7 +251,7 @@ def _verify_case(path: str | os.PathLike[str], progress: Progress | None, strict
             if immutable and exc.code == E.INTEGRITY_ERROR and file_identity(ledger) != before:
                 raise _changed_under_us(ledger) from None
             if undecodable(exc) and scratch is not None:  # read in batches: the row at fault, by its own seq
-                raise (undecodable_text(scratch.conn) or exc) from None
+                raise (undecodable_text(scratch.conn, "orig") or exc) from None
             raise
         finally:  # the second process first, before the scratch folder goes; then the ledger's log is folded
             close_then_fold((second, scratch and scratch.conn), ledger, not immutable and not log_was_there)

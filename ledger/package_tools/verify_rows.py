@@ -128,39 +128,3 @@ def _repeated_row(conn: sqlite3.Connection, table: str) -> tuple[int | None, str
     return (row[0] if row is not None else None,
             f"{'content' if table == 'contents' else 'helper'} table {table} holds {held} rows where the replay "
             f"has {replayed} ({where})")
-
-
-def undecodable_text(conn: sqlite3.Connection, schema: str = "orig") -> LedgerError | None:
-    """``INTEGRITY_ERROR`` naming the text of the ledger (``schema``: ``orig``, the one verify checks, or
-    ``main``) that is not UTF-8, which the sqlite3 module refuses to read: of the rows holding such
-    text in the ledger's tables, the one of the lowest ``seq`` (a table without one,
-    ``schema_migrations``, by its table alone); None when every text reads (or the search itself
-    cannot read the file)."""
-    found: list[tuple[int, str, str, UnicodeDecodeError]] = []
-    try:
-        for table in ("events", "contents", *HELPER_TABLES, "schema_migrations"):
-            names = [row[1] for row in conn.execute(statement("table_columns", schema, table=table))]
-            key = "seq" if "seq" in names else "rowid"
-            for column in names:
-                hit = _first_undecodable(conn, schema, table, column, key)
-                if hit is not None:
-                    found.append((hit[0] if key == "seq" else -1, table, column, hit[1]))
-    except (sqlite3.Error, UnicodeDecodeError):
-        return None
-    if not found:
-        return None
-    seq, table, column, exc = min(found, key=lambda hit: (hit[0] < 0, hit[0]))
-    return _bad(seq if seq >= 0 else None, f"{table}.{column} holds bytes that are not UTF-8 where text belongs "
-                f"({exc.reason} at byte {exc.start}): the file is damaged", table=table, column=column)
-
-
-def _first_undecodable(conn: sqlite3.Connection, schema: str, table: str, column: str,
-                       key: str) -> tuple[int, UnicodeDecodeError] | None:
-    quoted = '"' + column.replace('"', '""') + '"'
-    for row_key, data in conn.execute(statement("text_bytes", schema, table=table, column=quoted, key=key)):
-        try:
-            data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            return row_key, exc
-    return None
-

@@ -17,12 +17,12 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 from urllib.parse import quote, unquote_to_bytes
 
 from ..ground import errors as E, interrupts
-from ..ground.errors import LedgerError, pass_on_interruption
+from ..ground.errors import LedgerError, integrity_error, pass_on_interruption
 from ..ground.descriptors import hold_file, refuse_inherited
 from ..ground.interrupts import context_manager
 from .side_files import (check_not_cut_short, check_side_files, hot_journal, log_files_exist, log_path, orphaned_logs,
                          wal_is_empty)
-from .sqlfiles import check_sqlite_version, migration_record_problem
+from .sqlfiles import check_sqlite_version, migration_record_problem, shipped_objects, statement
 
 LEDGER_FILE = "ledger.sqlite"
 #: An export's manifest and its folder of canonical JSON, beside the ledger in the case package (docs/files.md).
@@ -169,6 +169,41 @@ def not_utf8(exc: UnicodeDecodeError) -> str:
     statement, a text value, or SQLite's message quoting them) are not UTF-8."""
     return (f"the ledger file {_UNDECODABLE[1]} ({exc.reason} at position "
             f"{exc.start} of that text: the file is damaged)")
+
+
+def undecodable_text(conn: sqlite3.Connection, schema: str = "main") -> LedgerError | None:
+    """``INTEGRITY_ERROR`` naming the text of the ledger (``schema``: ``main``, or ``orig``, the one
+    verify checks) that is not UTF-8, which the sqlite3 module refuses to read: of the rows holding
+    such text in the ledger's own tables, the one of the lowest ``seq`` (a table without one,
+    ``schema_migrations``, by its table alone); None when every text reads (or the search itself
+    cannot read the file)."""
+    found: list[tuple[int, str, str, UnicodeDecodeError]] = []
+    try:
+        for table in sorted(name for kind, name in shipped_objects() if kind == "table"):
+            names = [row[1] for row in conn.execute(statement("table_columns", schema, table=table))]
+            key = "seq" if "seq" in names else "rowid"
+            for column in names:
+                hit = _first_undecodable(conn, schema, table, column, key)
+                if hit is not None:
+                    found.append((hit[0] if key == "seq" else -1, table, column, hit[1]))
+    except (sqlite3.Error, UnicodeDecodeError):
+        return None
+    if not found:
+        return None
+    seq, table, column, exc = min(found, key=lambda hit: (hit[0] < 0, hit[0]))
+    return integrity_error(seq if seq >= 0 else None, f"{table}.{column} {_UNDECODABLE[1]} ({exc.reason} at byte "
+                           f"{exc.start}): the file is damaged", table=table, column=column)
+
+
+def _first_undecodable(conn: sqlite3.Connection, schema: str, table: str, column: str,
+                       key: str) -> tuple[int, UnicodeDecodeError] | None:
+    quoted = '"' + column.replace('"', '""') + '"'
+    for row_key, data in conn.execute(statement("text_bytes", schema, table=table, column=quoted, key=key)):
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return row_key, exc
+    return None
 
 
 def undecodable(error: BaseException) -> bool:
