@@ -63,7 +63,7 @@ INTEGRITY_ERROR = "INTEGRITY_ERROR"
 #: the history itself is wrong.
 STORAGE_ERROR = "STORAGE_ERROR"
 
-#: Every code, in the order above. The README documents each one.
+#: Every code, in the order above. docs/errors.md documents each one.
 ALL_CODES: tuple[str, ...] = (
     INVALID_ARGUMENT, INVALID_ID, INVALID_SCORE, REASON_REQUIRED, INVALID_JSON,
     SOURCE_REF_INVALID, ROUTER_REFUSED, INVALID_CAPABILITY, UNKNOWN_OPERATION,
