@@ -1874,3 +1874,38 @@ def test_each_export_has_a_mark_of_its_own_within_one_process_too(tmp_path):
                     (1, f"an export into {out} is under way: a case not yet reached is missing, or as the export "
                         "before left it")]
     assert os.listdir(marks) == [] and unfinished_exports(out) is None
+
+
+def test_a_look_at_a_stopped_exports_mark_meanwhile_neither_keeps_it_nor_reads_as_an_export(tmp_path):
+    """A finishing export tested a stopped mark with an exclusive lock: a query looking at it at that
+    moment kept it (the next query said 'stopped' though an export had finished), and a query looking
+    while the export tested it read that as an export under way."""
+    from ledger.package_tools.fleet_folder import check_out, export_marked, unfinished_exports
+    out = check_out(tmp_path / "out", create=True)
+    marks = out / "_fleet" / "exports"
+    marks.mkdir()
+    stopped = marks / "export-0.000000000000.1"
+    stopped.write_text("")
+    with open(stopped, "rb") as looking:
+        fcntl.flock(looking.fileno(), fcntl.LOCK_SH)  # another process's look, as the export finishes
+        assert unfinished_exports(out).startswith(f"an export into {out} stopped before the end")
+        with export_marked(out):
+            pass
+    assert os.listdir(marks) == [] and unfinished_exports(out) is None
+
+
+@pytest.mark.parametrize("put", ["link", "file"])
+def test_a_link_or_a_file_in_place_of_the_marks_folder_is_neither_read_nor_written(tmp_path, put):
+    from ledger.package_tools.fleet_folder import check_out, export_marked, unfinished_exports
+    out = check_out(tmp_path / "out", create=True)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "export-0.000000000000.1").write_text("")
+    marks = out / "_fleet" / "exports"
+    marks.symlink_to(elsewhere) if put == "link" else marks.write_text("")
+    assert unfinished_exports(out) is None
+    with pytest.raises(LedgerError) as caught:
+        with export_marked(out):
+            pass
+    assert caught.value.code == "INVALID_ARGUMENT" and str(marks) in caught.value.message
+    assert os.listdir(elsewhere) == ["export-0.000000000000.1"]

@@ -169,6 +169,10 @@ def export_marked(out: Path) -> Iterator[None]:
     marks = meta_dir(out) / EXPORTS_DIR
     building = meta_dir(out) / "tmp" / f".export-{secrets.token_hex(6)}{process_tag()}"  # one per export, threads too
     remove_abandoned_temp_files(building.parent, ".export-", "")
+    refuse_link(out, marks)
+    if os.path.lexists(marks) and not os.path.isdir(marks):
+        raise LedgerError(E.INVALID_ARGUMENT, f"{marks} is no folder: a fleet export keeps the marks of exports under "
+                          "way there; move it aside (a folder of that name is made again)", path=str(marks))
     try:
         make_folders(marks)
         make_folders(building.parent)
@@ -192,13 +196,17 @@ def export_marked(out: Path) -> Iterator[None]:
 
 def _remove_stopped_marks(marks: Path) -> None:
     """Remove the marks of exports that stopped before the end (nothing holds them). Best effort."""
-    for path, under_way in _marks(marks, fcntl.LOCK_EX):
+    for path, under_way in _marks(marks):
         if not under_way:
             discard(path)
 
 
-def _marks(marks: Path, mode: int) -> Iterator[tuple[Path, bool]]:
-    """Each regular file in ``marks`` and whether an export holds it locked (``mode`` not granted)."""
+def _marks(marks: Path) -> Iterator[tuple[Path, bool]]:
+    """Each regular file in ``marks`` and whether an export holds it locked. Only an export under way
+    holds a mark's lock exclusive; every look at one takes it shared for a moment, so that two looks
+    (a query's, a finishing export's) never take each other for an export."""
+    if os.path.islink(marks):  # never read through a link (an export refuses one there)
+        return
     try:
         names = sorted(os.listdir(marks))
     except OSError as oserr:
@@ -211,7 +219,7 @@ def _marks(marks: Path, mode: int) -> Iterator[tuple[Path, bool]]:
                 if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
                     continue
                 try:
-                    fcntl.flock(file.fileno(), mode | fcntl.LOCK_NB)
+                    fcntl.flock(file.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
                 except BlockingIOError:
                     yield marks / name, True
                     continue
@@ -225,7 +233,7 @@ def unfinished_exports(out: Path) -> str | None:
     one under way, or one that stopped before the end with none finished since (a case it had not
     reached is missing, or as the export before left it); None when there is none."""
     counts = {True: 0, False: 0}
-    for _, under_way in _marks(meta_dir(out) / EXPORTS_DIR, fcntl.LOCK_SH):
+    for _, under_way in _marks(meta_dir(out) / EXPORTS_DIR):
         counts[under_way] += 1
     said = []
     if counts[True]:
