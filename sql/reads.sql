@@ -229,6 +229,10 @@ ORDER BY name;
 -- name: table_columns
 PRAGMA {schema}.table_info({table});
 
+-- name: schema_text_bytes
+-- verify, when the sqlite3 module could not read a text as UTF-8: each schema object's name and statement as bytes
+SELECT type, CAST(name AS BLOB), CAST(sql AS BLOB) FROM {schema}.sqlite_master ORDER BY rowid;
+
 -- name: text_bytes
 -- verify, when the sqlite3 module could not read a text as UTF-8: a column's stored text as bytes, by key
 SELECT {key}, CAST({column} AS BLOB) FROM {schema}.{table} WHERE typeof({column}) = 'text' ORDER BY {key};

@@ -2479,3 +2479,46 @@ def test_an_added_index_using_a_collation_or_function_this_program_lacks_is_name
             "SQLite refused: no such collation sequence: weird: an index, trigger or view added to the ledger file "
             "uses a collation or function this program does not define; 'ledger verify' names it, and dropping it "
             "lets the ledger work")
+
+
+def _bytes_not_utf8_put_in(path: Path, statement: str, schema: bool = False) -> None:
+    conn = sqlite3.connect(path / "ledger.sqlite", isolation_level=None)
+    triggers = conn.execute("SELECT sql FROM sqlite_master WHERE type = 'trigger'").fetchall()
+    for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
+        conn.execute(f"DROP TRIGGER {name}")
+    conn.execute("PRAGMA writable_schema = ON") if schema else None
+    assert conn.execute(statement).rowcount == 1
+    for (sql,) in triggers if not schema else ():
+        conn.execute(sql)
+    conn.close()
+
+
+def test_text_not_utf8_read_by_any_command_is_damage_that_verify_names(exported):
+    """A command reading such text said 'SQLite refused: Could not decode…' quoting it (an event
+    whole), and 'ledger sql' called it the query's fault (INVALID_ARGUMENT)."""
+    _bytes_not_utf8_put_in(exported, "UPDATE schema_migrations SET name = CAST(CAST(name AS BLOB) || x'ff' AS TEXT) "
+                                     "WHERE version = 1")
+    with pytest.raises(LedgerError) as caught:
+        export_case(exported)
+    assert caught.value.code == "INTEGRITY_ERROR"
+    assert caught.value.message == (
+        "SQLite refused: Could not decode to UTF-8 column 'name' with text 'schema\ufffd' (the ledger file holds "
+        "bytes that are not UTF-8 where text belongs: it is damaged; 'ledger verify' names where)")
+    with pytest.raises(LedgerError) as caught:
+        read_only_query(exported, "SELECT name FROM schema_migrations")
+    assert caught.value.code == "INTEGRITY_ERROR" and caught.value.message.endswith("'ledger verify' names where)")
+    with pytest.raises(LedgerError) as caught:
+        verify_case(exported)
+    assert caught.value.message == ("schema_migrations.name holds bytes that are not UTF-8 where text belongs "
+                                    "(invalid start byte at byte 6): the file is damaged")
+    assert caught.value.details == {"seq": None, "table": "schema_migrations", "column": "name"}
+
+
+def test_a_schema_statement_not_utf8_is_named_by_verify(exported):
+    _bytes_not_utf8_put_in(exported, "UPDATE sqlite_master SET sql = CAST(CAST(sql AS BLOB) || x'ff' AS TEXT) "
+                                     "WHERE type = 'view' AND name = 'actions'", schema=True)
+    with pytest.raises(LedgerError) as caught:
+        verify_case(exported)
+    assert caught.value.code == "INTEGRITY_ERROR" and caught.value.details["object"] == "actions"
+    assert caught.value.message.startswith("the statement of view 'actions' in the file's schema holds bytes that "
+                                           "are not UTF-8 where text belongs (invalid start byte at byte ")

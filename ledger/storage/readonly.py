@@ -23,7 +23,7 @@ from ..ground.interrupts import context_manager
 from .bounded_printf import bound_printf
 from .sqlite_file import (BUSY_CODES, DAMAGED_CODES, HIDDEN_FUNCTION_RE, SQLITE_ERRORS, SQLITE_INTERRUPT,
                           SQLITE_READONLY, SQLITE_TOOBIG, STORAGE_CODES, close_then_fold, connect_uri, no_case_in,
-                          primary_code, readable_uri, sqlite_error, translate_sqlite_errors)
+                          primary_code, readable_uri, sqlite_error, translate_sqlite_errors, undecodable)
 from .side_files import log_files_exist, log_path
 
 
@@ -92,6 +92,8 @@ def _query_error(exc: BaseException, conn: sqlite3.Connection) -> LedgerError:
     keep their codes; any other failure, a write refused on the read-only connection among them, is
     the statement's own (``INVALID_ARGUMENT``, :func:`_refused`)."""
     primary = primary_code(exc) if isinstance(exc, sqlite3.Error) else None
+    if undecodable(exc):  # the sqlite3 module reading a stored text back: the file's fault, not the statement's
+        return sqlite_error(exc)
     if (primary is not None and primary != SQLITE_READONLY and (
             primary in BUSY_CODES or primary in DAMAGED_CODES or primary in STORAGE_CODES)) or _hides(exc, conn):
         translated = sqlite_error(exc)  # a table-valued function a table of the user's hides: named as such

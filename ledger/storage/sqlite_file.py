@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 from urllib.parse import quote, unquote_to_bytes
 
 from ..ground import errors as E, interrupts
-from ..ground.errors import LedgerError, integrity_error, pass_on_interruption
+from ..ground.errors import LedgerError, integrity_error, pass_on_interruption, shortened
 from ..ground.descriptors import hold_file, refuse_inherited
 from ..ground.interrupts import context_manager
 from .side_files import (check_not_cut_short, check_side_files, hot_journal, log_files_exist, log_path, orphaned_logs,
@@ -123,6 +123,9 @@ def sqlite_error(exc: BaseException) -> BaseException:
             return LedgerError(E.INTEGRITY_ERROR, f"SQLite refused: {text}: a table or view named {hidden[1]} in the "
                                f"ledger file hides SQLite's table-valued function {hidden[1]}, which the ledger's "
                                "own views and queries call; rename or drop it (docs/sql.md)", object=hidden[1])
+        if text.startswith(_UNDECODABLE[0]):  # the sqlite3 module's, quoting the text (a whole event, say): shortened
+            return LedgerError(E.INTEGRITY_ERROR, f"SQLite refused: {shortened(text, 300)} (the ledger file {_UNDECODABLE[1]}: "
+                               "it is damaged; 'ledger verify' names where)")
         if text.startswith(UNDEFINED_BY_THIS_PROGRAM):
             return LedgerError(E.INTEGRITY_ERROR, f"SQLite refused: {text}: {ADDED_OBJECT_UNDEFINED}")
         return LedgerError(E.INTEGRITY_ERROR, f"SQLite refused: {text}")
@@ -186,13 +189,26 @@ def undecodable_text(conn: sqlite3.Connection, schema: str = "main") -> LedgerEr
                 hit = _first_undecodable(conn, schema, table, column, key)
                 if hit is not None:
                     found.append((hit[0] if key == "seq" else -1, table, column, hit[1]))
+        if not found:
+            return _undecodable_schema(conn, schema)
     except (sqlite3.Error, UnicodeDecodeError):
-        return None
-    if not found:
         return None
     seq, table, column, exc = min(found, key=lambda hit: (hit[0] < 0, hit[0]))
     return integrity_error(seq if seq >= 0 else None, f"{table}.{column} {_UNDECODABLE[1]} ({exc.reason} at byte "
                            f"{exc.start}): the file is damaged", table=table, column=column)
+
+
+def _undecodable_schema(conn: sqlite3.Connection, schema: str) -> LedgerError | None:
+    """``INTEGRITY_ERROR`` naming the first schema object whose name or statement is not UTF-8."""
+    for kind, name, sql in conn.execute(statement("schema_text_bytes", schema)):
+        for part, data in (("name", name), ("statement", sql)):
+            try:
+                (data or b"").decode("utf-8")
+            except UnicodeDecodeError as exc:
+                shown = (name or b"").decode("utf-8", "replace")
+                return integrity_error(None, f"the {part} of {kind} {shown!r} in the file's schema {_UNDECODABLE[1]} "
+                                       f"({exc.reason} at byte {exc.start}): the file is damaged", object=shown)
+    return None
 
 
 def _first_undecodable(conn: sqlite3.Connection, schema: str, table: str, column: str,
@@ -213,7 +229,7 @@ def undecodable(error: BaseException) -> bool:
     if isinstance(error, LedgerError):
         return error.code == E.INTEGRITY_ERROR and any(phrase in error.message for phrase in _UNDECODABLE)
     return isinstance(error, UnicodeDecodeError) or (
-        isinstance(error, sqlite3.OperationalError) and _UNDECODABLE[0] in str(error))
+        isinstance(error, sqlite3.OperationalError) and str(error).startswith(_UNDECODABLE[0]))
 
 
 @dataclass(frozen=True)
