@@ -2449,6 +2449,7 @@ def test_text_that_is_not_utf8_is_named_by_its_row_in_verify_and_export(case_of_
 @pytest.mark.parametrize("added, said", [
     ("CREATE INDEX wi ON events(type COLLATE weird)", "no such collation sequence: weird"),
     ("CREATE INDEX fi ON events(myf(type))", "unknown function: myf()"),
+    ("CREATE INDEX mi ON mine(x COLLATE weird)", "no such collation sequence: weird"),  # on a table of one's own
 ])
 def test_an_added_index_using_a_collation_or_function_this_program_lacks_is_named_not_called_damage(case, added,
                                                                                                      said):
@@ -2460,6 +2461,8 @@ def test_an_added_index_using_a_collation_or_function_this_program_lacks_is_name
     conn = sqlite3.connect(case.path / "ledger.sqlite")
     conn.create_collation("weird", lambda a, b: (a > b) - (a < b))
     conn.create_function("myf", 1, lambda x: x, deterministic=True)
+    conn.execute("CREATE TABLE mine(x TEXT)")
+    conn.execute("CREATE INDEX harmless ON reservations(action)")  # named only when no other names what is missing
     conn.execute(added)
     conn.commit()
     conn.close()
@@ -2467,11 +2470,13 @@ def test_an_added_index_using_a_collation_or_function_this_program_lacks_is_name
         verify_case(case.path)
     index = added.split()[2]
     assert caught.value.code == "INTEGRITY_ERROR"
-    assert caught.value.details["foreign_objects"] == [f"index {index} on events"]
+    table = "mine" if index == "mi" else "events"
+    assert caught.value.details["foreign_objects"] == [f"index {index} on {table}"]
     assert caught.value.message == (
-        f"SQLite cannot run its integrity_check of ledger.sqlite: {said}: the file holds index {index} on events, "
-        "added to the ledger's tables, and it uses a collation or function this program does not define, which "
-        "refuses the ledger's own reads and writes of that table too; drop it (DROP INDEX or DROP TRIGGER in sqlite3)")
+        f"SQLite cannot run its integrity_check of ledger.sqlite: {said}: the file holds index {index} on {table}, "
+        "added to it, and it uses a collation or function this program does not define (no damage: SQLite can "
+        "neither check such an object nor read or write a table it is on); drop it (DROP INDEX, DROP TRIGGER or "
+        "DROP VIEW in sqlite3)")
     if index == "wi":  # a count of the events reads through the smallest index, this one
         with Case.open(case.path) as opened, pytest.raises(LedgerError) as caught:
             export_count(opened)

@@ -19,8 +19,8 @@ from typing import Any, Callable, Iterator, Mapping
 
 from ..ground import errors as E
 from .atomic_files import process_tag, remove_abandoned_temp_folders
-from ..storage.sqlfiles import (PUBLIC_VIEWS, folded_name, foreign_write_blockers, migration_record_problem,
-                                schema_version, shipped_objects, shipped_schema, statement)
+from ..storage.sqlfiles import (PUBLIC_VIEWS, folded_name, migration_record_problem, objects_using, schema_version,
+                                shipped_objects, shipped_schema, statement)
 from ..ground.arguments import check_callback, check_flag
 from ..ground.workers import job_count
 from ..services.case import missing_ledger
@@ -271,14 +271,14 @@ def _sqlite_check(conn: sqlite3.Connection, check: str) -> None:
         found = [not_utf8(exc)]
     if found != ["ok"]:
         found = [line for row in found for line in row.splitlines() if line and not line.startswith("*** in database")]
-        foreign = foreign_write_blockers(conn, "orig") if found[0].startswith(UNDEFINED_BY_THIS_PROGRAM) else []
+        foreign = objects_using(conn, found[0], "orig") if found[0].startswith(UNDEFINED_BY_THIS_PROGRAM) else []
         if foreign:
             which = "it uses" if len(foreign) == 1 else "one of them uses"
             raise LedgerError(E.INTEGRITY_ERROR, f"SQLite cannot run its {check} of ledger.sqlite: {found[0]}: the "
-                              f"file holds {', '.join(foreign)}, added to the ledger's tables, and {which} a collation "
-                              "or function this program does not define, which refuses the ledger's own reads and "
-                              "writes of that table too; drop it (DROP INDEX or DROP TRIGGER in sqlite3)", seq=None,
-                              check=check, problems=found, foreign_objects=foreign)
+                              f"file holds {', '.join(foreign)}, added to it, and {which} a collation or function this "
+                              "program does not define (no damage: SQLite can neither check such an object nor read "
+                              "or write a table it is on); drop it (DROP INDEX, DROP TRIGGER or DROP VIEW in sqlite3)",
+                              seq=None, check=check, problems=found, foreign_objects=foreign)
         shown = "; ".join(found[:5]) + (f"; … {len(found) - 5} more" if len(found) > 5 else "")
         raise LedgerError(E.INTEGRITY_ERROR, f"SQLite's {check} of ledger.sqlite reports the file damaged: {shown} "
                           "(a copy made by cp while a writer was at work can be torn so: copy a live case's ledger "

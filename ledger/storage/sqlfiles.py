@@ -218,6 +218,25 @@ def migration_record_problem(conn: sqlite3.Connection, schema: str = "main") -> 
     return None
 
 
+def objects_using(conn: sqlite3.Connection, undefined: str, schema: str = "main") -> list[str]:
+    """``"index my_idx on mine"``-style names of the indexes, triggers and views the schema does not
+    ship, on any table, whose statement names ``undefined`` (a collation or function SQLite said it does
+    not know: "no such collation sequence: weird", "unknown function: myf()"), or every such object
+    when none names it; [] when none is there or the schema cannot be read."""
+    word = re.sub(r"^.*?: ", "", undefined).removesuffix("()").strip().lower()
+    try:
+        has = conn.execute(statement("has_migrations_table", schema)).fetchone()
+        version = conn.execute(statement("schema_version_of", schema)).fetchone()[0] if has else 0
+        shipped = shipped_objects(version)
+        rows = [(kind, name, table, sql) for kind, name, table, sql in
+                conn.execute(statement("schema_objects_typed", schema)).fetchall()
+                if kind in ("index", "trigger", "view") and (kind, name) not in shipped]
+    except (sqlite3.Error, UnicodeDecodeError):
+        return []
+    naming = [row for row in rows if word and word in row[3].lower()]
+    return [f"{kind} {name} on {table}" if kind != "view" else f"view {name}" for kind, name, table, _ in naming or rows]
+
+
 def foreign_write_blockers(conn: sqlite3.Connection, schema: str = "main") -> list[str]:
     """``"index my_idx on events"``-style names of the indexes and triggers on ledger tables that
     the schema does not ship: what can make SQLite refuse the ledger's own writes, or its reads
