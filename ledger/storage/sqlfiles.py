@@ -234,7 +234,8 @@ def objects_using(conn: sqlite3.Connection, undefined: str, schema: str = "main"
     except (sqlite3.Error, UnicodeDecodeError):
         return []
     naming = [row for row in rows if word and word in row[3].lower()]
-    return [f"{kind} {name} on {table}" if kind != "view" else f"view {name}" for kind, name, table, _ in naming or rows]
+    return [f"{kind} {name} on {table}" if kind != "view" else f"view {name}"
+            for kind, name, table, _ in naming or rows]
 
 
 def foreign_write_blockers(conn: sqlite3.Connection, schema: str = "main") -> list[str]:
