@@ -1909,3 +1909,30 @@ def test_a_link_or_a_file_in_place_of_the_marks_folder_is_neither_read_nor_writt
             pass
     assert caught.value.code == "INVALID_ARGUMENT" and str(marks) in caught.value.message
     assert os.listdir(elsewhere) == ["export-0.000000000000.1"]
+
+
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
+def test_a_worker_killed_during_a_fleet_export_ends_it_with_a_refusal_not_a_traceback(fleet, tmp_path):
+    cases, _, _ = fleet
+    out = tmp_path / "out"
+    script = tmp_path / "export.py"
+    script.write_text(  # the top level runs in every worker too (spawn imports this script)
+        "import os, signal\n"
+        "from ledger import LedgerError\n"
+        "from ledger.package_tools import fleet\n"
+        "def killed(args):\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+        "fleet._export_worker = killed\n"
+        "if __name__ == '__main__':\n"
+        "    try:\n"
+        f"        fleet.export_fleet([{str(cases)!r}], {str(out)!r}, jobs=2)\n"
+        "    except LedgerError as exc:\n"
+        "        print(exc.code, exc.message)\n", encoding="utf-8")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout == ("STORAGE_ERROR a worker process of the export ended before its cases were done (killed, or "
+                           "out of memory); the cases exported so far stay, and the next export of these folders does "
+                           "the rest\n")
+    notes: list[str] = []
+    fleet_query(out, "SELECT 1", note=notes.append)
+    assert len(notes) == 1 and notes[0].startswith(f"an export into {out} stopped before the end")

@@ -500,6 +500,10 @@ def export_fleet(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike
                 report.add(head if head["status"] is not None else next(entries))
                 if progress is not None:
                     progress(1)
+        except concurrent.futures.BrokenExecutor:  # BrokenProcessPool
+            raise LedgerError(E.STORAGE_ERROR, "a worker process of the export ended before its cases were done "
+                              "(killed, or out of memory); the cases exported so far stay, and the next export of "
+                              "these folders does the rest") from None
         finally:
             if pool is not None:
                 shutdown_pool(pool)
