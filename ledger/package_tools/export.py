@@ -388,7 +388,7 @@ def _read_and_write(case: Case, root: Path, report: ExportReport, progress: Prog
                 flush()
             (last_revision,) = conn.execute(statement("last_revision")).fetchone()
             return manifest_for(conn, head_seq), last_revision, accounted
-        except Exception as exc:  # noqa: BLE001 - only text the sqlite3 module could not read is looked into
+        except (sqlite3.Error, UnicodeDecodeError, LedgerError) as exc:  # text the sqlite3 module could not read?
             if not undecodable(exc):
                 raise
             raise (undecodable_text(conn, "main") or exc) from None
