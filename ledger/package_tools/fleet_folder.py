@@ -165,7 +165,8 @@ def export_marked(out: Path) -> Iterator[None]:
     ``_fleet/exports`` that it holds locked (``flock``), removed when the block ends without an
     exception, with the marks of exports that stopped before the end (killed, interrupted, refused),
     which nothing holds locked any more. ``fleet sql`` reads them (:func:`unfinished_exports`).
-    ``STORAGE_ERROR`` when the mark cannot be made."""
+    ``STORAGE_ERROR`` when the mark cannot be made; ``INVALID_ARGUMENT`` for a link or a file in
+    place of ``_fleet/exports``."""
     marks = meta_dir(out) / EXPORTS_DIR
     building = meta_dir(out) / "tmp" / f".export-{secrets.token_hex(6)}{process_tag()}"  # one per export, threads too
     remove_abandoned_temp_files(building.parent, ".export-", "")
