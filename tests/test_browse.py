@@ -33,7 +33,7 @@ from ledger.browse.metadata import (RAW_HISTORY, browse_metadata, canned_queries
 from ledger.browse.server import case_datasette, serve_metadata
 from ledger.storage.sqlfiles import schema_version
 
-from conftest import EXAMPLE_BUDGET, REPO, make_package, read_only_mount, run_cli
+from conftest import EXAMPLE_BUDGET, REPO, make_package, read_only_mount, run_cli, start_case
 
 pytest.importorskip("datasette")
 sys.path.insert(0, str(REPO / "tools"))
@@ -98,7 +98,7 @@ def digest(path: Path) -> dict[str, str]:
 def test_a_served_connection_closed_in_the_middle_of_a_read_leaves_no_log(demo, tmp_path):
     """Stopping the server mid-query (Ctrl-C) closes its connections while a cursor may be unfinished:
     that cursor kept the closed connection open in SQLite, so the log was not folded away."""
-    from ledger.browse.server import case_connection
+    from ledger.browse.connections import case_connection
     from ledger.storage.sqlite_file import release_log
 
     folder = tmp_path / "case"
@@ -1115,7 +1115,7 @@ def test_serving_a_ledger_an_older_version_wrote_warns_that_newer_questions_fail
     assert read_only_query(path, "SELECT MAX(version) FROM schema_migrations")[1] == [(6,)]
 
 
-def test_a_case_on_a_read_only_file_system_is_served_as_ledger_sql_reads_it(demo, tmp_path):
+def test_a_case_on_a_read_only_file_system_is_served_as_ledger_sql_reads_it(demo, tmp_path, capsys):
     """Its -shm file cannot be made there: serve started, then answered every page with 500 and a
     traceback on the terminal; it reads the file as an immutable snapshot, as `ledger sql` does."""
     copy = tmp_path / "case"
@@ -1132,9 +1132,33 @@ def test_a_case_on_a_read_only_file_system_is_served_as_ledger_sql_reads_it(demo
         with Case.open(copy) as case:  # written through the writable path, as another mount would
             case.transition("CLOSED")
         changed = get(datasette, "/BUG-20.json?sql=select+count(*)+from+events&_shape=array")
-        assert changed.status_code >= 400, changed.text  # it answered the old count, then "malformed"
+        # it answered the old count, then "malformed"; then 500 with a line on the terminal per request
+        assert changed.status_code == 503 and "Case unavailable" in changed.text, changed.text
         assert "changed since the server opened it, as a snapshot of a read-only file system" in changed.text
+        assert "warning" not in capsys.readouterr().err
     finally:
         for database in (datasette.databases.values() if datasette is not None else ()):
             database.close()
         undo()
+
+
+def test_a_ledger_replaced_while_served_is_unavailable_not_shown_as_the_file_it_replaced(demo, tmp_path, capsys):
+    """Another file renamed into the ledger's place was never read: every page answered, for as long
+    as the server ran, the rows of the file it had replaced (its connections held it open)."""
+    copy = tmp_path / "case"
+    shutil.copytree(demo, copy)
+    datasette = case_datasette([copy], sql_threads=0)
+    try:
+        assert get(datasette, "/BUG-20.json?sql=select+count(*)+n+from+events&_shape=array").json() == [{"n": 56}]
+        other = tmp_path / "other"
+        start_case(other, case_id="BUG-20").close()
+        shutil.copy(other / "ledger.sqlite", copy / "ledger.sqlite.new")
+        os.replace(copy / "ledger.sqlite.new", copy / "ledger.sqlite")
+        for page in ("/BUG-20.json?sql=select+count(*)+n+from+events&_shape=array", "/BUG-20/events.json", "/BUG-20"):
+            answer = get(datasette, page)
+            assert answer.status_code == 503 and "was replaced since the server opened it" in answer.text, page
+        assert "warning" not in capsys.readouterr().err
+    finally:
+        for database in datasette.databases.values():
+            database.close()
+
