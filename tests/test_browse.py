@@ -611,12 +611,18 @@ def test_without_the_web_extra_serve_names_what_to_install_and_metadata_only_sti
 
 
 @pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
-def test_serve_refuses_a_folder_without_a_case_the_same_case_twice_a_busy_port_and_a_bad_host(demo, tmp_path):
+def test_serve_refuses_a_folder_without_a_case_a_busy_port_and_a_bad_host_and_serves_a_case_given_twice_once(demo, tmp_path):
     (tmp_path / "empty").mkdir()
     missing = run_cli("serve", str(tmp_path / "empty"), "--metadata-only")
     assert missing.returncode == 1 and missing.stderr.decode().startswith("error: LEDGER_MISSING: ")
-    twice = run_cli("serve", str(demo), str(demo), "--metadata-only")
-    assert twice.returncode == 1 and "the same case is given twice" in twice.stderr.decode()
+    twice = run_cli("serve", str(demo), str(demo), "--metadata-only")  # served once, with a word (it refused all)
+    assert twice.returncode == 1 and list(json.loads(twice.stdout)["databases"]) == ["BUG-20"]  # 1: one left out
+    assert twice.stderr.decode() == (f"warning: {demo} is left out: INVALID_ARGUMENT: {demo}: the same "
+                                     f"case as {demo} is given twice (served once, as that)\n")
+    with pytest.raises(LedgerError, match="the same case as"):
+        served_cases([demo, demo])
+    left_out: list = []
+    assert [case.name for case in served_cases([demo, demo], left_out)] == ["BUG-20"] and len(left_out) == 1
     none = run_cli("serve")
     assert none.returncode == 2
     with socket.socket() as taken:

@@ -121,8 +121,8 @@ def served_cases(paths: Sequence[str | os.PathLike[str]],
                  left_out: list[tuple[str, LedgerError]] | None = None) -> list[ServedCase]:
     """The cases at ``paths``, each read once (``LEDGER_MISSING`` for a folder that holds none, any
     error reading one; ``INVALID_ARGUMENT`` for none given or the same case twice). Given a list
-    ``left_out``, a case that cannot be read is appended to it, as its path and the error, and the
-    others are served; the first error is raised only when no case is left. Database names are the case
+    ``left_out``, a case that cannot be read, or given again, is appended to it, as its path and the
+    error, and the others are served; the first error is raised only when no case is left. Database names are the case
     ids made URL-safe, with ``-2``, ``-3`` … when two cases share one (never another case's own
     name, whatever the order: a copy of BUG-20 is not named BUG-20-2 beside the case BUG-20-2,
     and the case X-Y is at /X-Y beside the case X.Y), nor a name a route of Datasette's answers
@@ -130,7 +130,7 @@ def served_cases(paths: Sequence[str | os.PathLike[str]],
     shown as it is, whatever it holds (a view altered in the file: ``ledger verify`` judges it)."""
     if not paths:
         raise LedgerError(E.INVALID_ARGUMENT, "give at least one case folder")
-    seen: set[Path] = set()
+    seen: dict[Path, str] = {}  # each ledger served, by the path it was first given as
     read: list[tuple[Path, str, str, int]] = []
     for path in paths:
         try:
@@ -145,8 +145,13 @@ def served_cases(paths: Sequence[str | os.PathLike[str]],
             left_out.append((os.fsdecode(path) if isinstance(path, (str, bytes, os.PathLike)) else repr(path), exc))
             continue
         if ledger in seen:
-            raise LedgerError(E.INVALID_ARGUMENT, f"{path}: the same case is given twice")
-        seen.add(ledger)
+            twice = LedgerError(E.INVALID_ARGUMENT, f"{path}: the same case as {seen[ledger]} is given twice "
+                                "(served once, as that)")
+            if left_out is None:
+                raise twice
+            left_out.append((os.fsdecode(path), twice))
+            continue
+        seen[ledger] = os.fsdecode(path)
         case_id, state, version = rows[0]
         read.append((ledger, _as_text(case_id), _as_text(state), version if type(version) is int else 0))
     if not read and left_out:
