@@ -679,6 +679,16 @@ def test_apply_to_a_folder_without_a_case_names_create_and_makes_nothing(tmp_pat
     assert sorted(p.name for p in tmp_path.iterdir()) == ["j.jsonl"]
 
 
+@pytest.mark.parametrize("command", ["verify", "export", "actions", "serve"])
+def test_a_case_path_that_is_a_link_to_nothing_is_named_as_such(tmp_path, command):
+    """It said 'no ledger.sqlite' as of a folder there."""
+    (tmp_path / "dangling").symlink_to(tmp_path / "gone")
+    args = [command, str(tmp_path / "dangling")] + (["--metadata-only"] if command == "serve" else [])
+    assert refused("LEDGER_MISSING", *args) == (
+        f"error: LEDGER_MISSING: no case at {tmp_path / 'dangling'} (a symbolic link to {tmp_path / 'gone'}, which is "
+        "not there); check the path\n")
+
+
 @pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_a_query_stopped_at_its_time_limit_says_the_limit_in_the_unit_it_was_given(cli_case):
     endless = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c"

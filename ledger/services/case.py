@@ -117,6 +117,14 @@ def missing_ledger(root: Path) -> LedgerError:
         return LedgerError(E.LEDGER_MISSING, f"{ledger} is missing but {' and '.join(logs)} beside it "
                            f"{'is' if len(logs) == 1 else 'are'} there: the log of a ledger that was lost or moved; "
                            "put it back (a new case here would delete that log)")
+    if os.path.islink(root) and not os.path.exists(root):
+        try:
+            target = os.readlink(root)
+        except OSError as oserr:
+            pass_on_interruption(oserr)
+            target = "?"
+        return LedgerError(E.LEDGER_MISSING, f"no case at {root} (a symbolic link to {target}, which is not there); "
+                           "check the path")
     if not os.path.lexists(root):
         why = _unreachable(root)
         advice = ("check the path, or create a case there with 'ledger init'" if why == "no such folder"
