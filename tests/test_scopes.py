@@ -479,6 +479,26 @@ def test_a_refund_in_the_scope_makes_a_retried_refusal_a_new_fact(package):
     verify_case(package)
 
 
+def test_refunds_and_reservations_adding_up_to_nothing_leave_a_retried_refusal_the_same_fact(package):
+    case = _ready(package, hypotheses=3)
+    budget = case.budget()
+    case.scopes().establish("case", {"units": 29}, "controller")
+    budget.reserve("H2", "b1", "source.read")
+    budget.reserve("H3", "c1", "source.read")  # the case holds 20 of its 29 units
+    first = _refused(budget.reserve, "H1", "a1", "source.read")
+    assert first.details["consumed_after"] == 30 and "recorded_seq" not in first.details
+    budget.record_result("H2", "b1", {"f": 1})
+    assert budget.settle("H2", "b1", 100, "refund 8").action["reward_units"] == 8
+    budget.record_result("H3", "c1", {"f": 2})
+    assert budget.settle("H3", "c1", 25, "refund 2").action["reward_units"] == 2
+    budget.reserve("H2", "b2", "source.read")  # 10 more: the case holds 20 again
+    again = _refused(budget.reserve, "H1", "a1", "source.read")
+    assert again.details["consumed_after"] == 30 and again.details["recorded_seq"] > 0
+    assert _exceedances(case) == 1
+    case.close()
+    verify_case(package)
+
+
 def test_refusals_recorded_before_the_retry_rule_still_verify_and_export_byte_identically(tmp_path):
     """``tests/data/repeated-limit-refusals`` was exported by the code before identical retries were
     answered with the recorded refusal (``tests/data/repeated-limit-refusals.build.txt``): three
