@@ -31,7 +31,7 @@ def utc_now() -> str:
 
 
 def parse_at(text: object) -> str:
-    """Normalize an RFC 3339 UTC timestamp (``Z`` or ``+00:00``) to the stored form.
+    """Normalize an RFC 3339 UTC timestamp (``Z``, ``+00:00`` or ``-00:00``) to the stored form.
 
     Raises ``INVALID_ARGUMENT`` for anything else: other offsets, a missing
     offset, impossible dates, or a value that is not a string.
