@@ -188,3 +188,14 @@ def test_a_leap_second_or_a_space_between_date_and_time_is_refused_saying_what_t
     assert caught.value.code == INVALID_ARGUMENT and caught.value.message.startswith(said), caught.value.message
     assert ("join the date" in caught.value.message) == (at == "2026-01-05 10:00:00Z")  # only where T would do
     assert not (tmp_path / "case").exists()
+
+
+@pytest.mark.parametrize("given", ["2026-01-05T10:00:03Z", "2026-01-05t10:00:03z", "2026-01-05T10:00:03+00:00",
+                                   "2026-01-05T10:00:03-00:00"])
+def test_an_at_time_in_utc_may_name_it_z_plus_or_minus_zero_and_any_other_offset_is_refused(given):
+    from ledger.ground.clock import parse_at
+
+    assert parse_at(given) == "2026-01-05T10:00:03.000000Z"
+    with pytest.raises(LedgerError) as caught:
+        parse_at(given[:19] + "+01:00")
+    assert caught.value.code == INVALID_ARGUMENT
