@@ -1149,22 +1149,41 @@ def test_a_case_on_a_read_only_file_system_is_served_as_ledger_sql_reads_it(demo
 
 
 def test_a_ledger_replaced_while_served_is_unavailable_not_shown_as_the_file_it_replaced(demo, tmp_path, capsys):
-    """Another file renamed into the ledger's place was never read: every page answered, for as long
-    as the server ran, the rows of the file it had replaced (its connections held it open)."""
-    copy = tmp_path / "case"
+    """Another file renamed into the ledger's place was never read by a connection opened before (it
+    showed the replaced file's rows for as long as the server ran); one opened after read the new file
+    under the old case's name. Every page of that case answers 503 now; the other cases' pages stay."""
+    copy, beside = tmp_path / "case", tmp_path / "beside"
     shutil.copytree(demo, copy)
-    datasette = case_datasette([copy], sql_threads=0)
+    start_case(beside, case_id="OTHER").close()
+    datasette = case_datasette([copy, beside], sql_threads=0)
+    count = "/BUG-20.json?sql=select+count(*)+n+from+events&_shape=array"
     try:
-        assert get(datasette, "/BUG-20.json?sql=select+count(*)+n+from+events&_shape=array").json() == [{"n": 56}]
-        other = tmp_path / "other"
-        start_case(other, case_id="BUG-20").close()
-        shutil.copy(other / "ledger.sqlite", copy / "ledger.sqlite.new")
+        assert get(datasette, count).json() == [{"n": 56}]
+        shutil.copy(beside / "ledger.sqlite", copy / "ledger.sqlite.new")
         os.replace(copy / "ledger.sqlite.new", copy / "ledger.sqlite")
-        for page in ("/BUG-20.json?sql=select+count(*)+n+from+events&_shape=array", "/BUG-20/events.json", "/BUG-20"):
+        for page in (count, "/BUG-20/events.json", "/BUG-20"):
             answer = get(datasette, page)
             assert answer.status_code == 503 and "was replaced since the server opened it" in answer.text, page
+        for page in ("/OTHER/events.json", "/OTHER", "/-/databases.json"):
+            assert get(datasette, page).status_code == 200, page
         assert "warning" not in capsys.readouterr().err
     finally:
         for database in datasette.databases.values():
             database.close()
+
+
+def test_a_connection_opened_after_the_ledger_was_replaced_reads_nothing(demo, tmp_path):
+    """A query thread's first connection, opened after the replacement, read the new file as the case."""
+    from ledger.browse.connections import CaseChanged, case_connection, device_and_inode
+
+    copy = tmp_path / "case"
+    shutil.copytree(demo, copy)
+    ledger = str(copy / "ledger.sqlite")
+    served = device_and_inode(ledger)  # as the server looked at it when it started
+    case_connection(ledger, served).close()
+    start_case(tmp_path / "other", case_id="OTHER").close()
+    shutil.copy(tmp_path / "other" / "ledger.sqlite", copy / "ledger.sqlite.new")
+    os.replace(copy / "ledger.sqlite.new", copy / "ledger.sqlite")
+    with pytest.raises(CaseChanged, match="was replaced since the server opened it"):
+        case_connection(ledger, served)
 

@@ -109,13 +109,12 @@ class _BoundedConnection(ClosingConnection):
             raise CaseChanged(
                 f"{self.ledger_path} changed since the server opened it, as a snapshot of a read-only file system "
                 "(it is written through another mount): start ledger serve again to read it as it is now")
-        if self.opened is not None and _device_and_inode(self.ledger_path) not in (self.opened, None):
-            raise CaseChanged(f"{self.ledger_path} was replaced since the server opened it (another file was put in "
-                              "its place): start ledger serve again to read the file there now")
+        if self.opened is not None and device_and_inode(self.ledger_path) not in (self.opened, None):
+            raise replaced(self.ledger_path)
         return super().cursor(factory or _BoundedCursor)
 
 
-def _device_and_inode(path: str) -> tuple[int, int] | None:
+def device_and_inode(path: str) -> tuple[int, int] | None:
     """``(st_dev, st_ino)`` of ``path``; None when it cannot be looked at (moved, removed: said when
     the server next opens it)."""
     try:
@@ -136,7 +135,7 @@ def _file_state(path: str) -> tuple[int, ...]:
         return (-1,)
 
 
-def case_connection(path: str) -> sqlite3.Connection:
+def case_connection(path: str, opened_as: tuple[int, int] | None = None) -> sqlite3.Connection:
     """A read-only connection to the ledger file at ``path``, opened by a URI whose path is
     escaped: Datasette puts the path into ``file:PATH?mode=ro`` as it is, so a folder named with
     ``#``, ``?`` or ``%`` opened another file, read-write (``c#x`` opened ``c``, ``p%41`` opened
@@ -144,7 +143,9 @@ def case_connection(path: str) -> sqlite3.Connection:
     file system (which cannot hold the ``-shm`` file a read needs) is read as ``ledger sql`` reads it
     (:func:`~ledger.storage.sqlite_file.readable_uri`: an immutable snapshot, whose reads are refused
     once the file changed, written through another mount); ``STORAGE_ERROR`` when it cannot be read."""
-    state, opened = _file_state(path), _device_and_inode(path)  # before it is opened: a change after is seen
+    state, opened = _file_state(path), device_and_inode(path)  # before it is opened: a change after is seen
+    if opened_as is not None and opened not in (opened_as, None):  # the server's first look saw another file
+        raise replaced(path)
     uri, immutable = readable_uri(Path(path))
     refuse_inherited(path)
     conn = sqlite3.connect(uri, uri=True, check_same_thread=False, factory=_BoundedConnection)
@@ -153,5 +154,10 @@ def case_connection(path: str) -> sqlite3.Connection:
     if immutable:
         conn.snapshot_of = state
     else:
-        conn.opened = opened
+        conn.opened = opened_as or opened
     return conn
+
+
+def replaced(path: str) -> CaseChanged:
+    return CaseChanged(f"{path} was replaced since the server opened it (another file was put in its place): start "
+                       "ledger serve again to read the file there now")

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..ground import errors as E
-from .connections import CaseChanged, case_connection
+from .connections import CaseChanged, case_connection, device_and_inode
 from .metadata import (CHART_FORMAT, CHART_QUERY, ServedCase, browse_config, browse_metadata, left_out_warnings,
                        remaining_units_svg, served_cases)
 from ..ground.errors import LedgerError, printable, quoted, shown
@@ -98,34 +98,30 @@ def _case_database(database_module: Any) -> Any:
 
     page_error = _datasette_module("datasette.views.base").DatasetteError
 
-    def unavailable(path: str, exc: BaseException) -> Exception:  # a page, not a traceback on the terminal
-        reason = getattr(exc, "strerror", None) or getattr(exc, "message", None) or exc
-        return page_error(f"{path} cannot be opened now ({reason}): moved, removed "
-                          "or made unreadable since the server started; put it back, or start ledger serve again",
-                          title="Case unavailable", status=503)
-
-    def damaged(path: str, cut_short: str | None, exc: BaseException) -> Exception:
-        said = cut_short or (f"{path} cannot be read now ({exc}): the file is damaged (changed by something other "
-                             f"than case-ledger?); 'ledger verify {Path(path).parent}' says how")
-        return page_error(f"{said}. The server reads it again once a whole copy is put back", title="Case unavailable",
-                          status=503)
-
     class CaseDatabase(database_module.Database):  # type: ignore[misc,name-defined]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            # the file served: every connection, opened now or later, reads it or nothing
+            self.opened_as = device_and_inode(self.path)
+            self.schema_version: Any = None  # the last one read, for Datasette's look at every case
+
         @property
         def size(self) -> int:  # the index page's figure: a stat of the file
             try:
                 return super().size
             except OSError as exc:
                 E.pass_on_interruption(exc)
-                raise unavailable(self.path, exc) from None
+                raise _unavailable(self.path, exc) from None
 
         def connect(self, write: bool = False) -> sqlite3.Connection:
             try:
                 os.stat(self.path)  # moved or removed: said plainly
-                conn = case_connection(self.path)
+                conn = case_connection(self.path, self.opened_as)
+            except CaseChanged as exc:
+                raise _unavailable_page(str(exc)) from None
             except (OSError, sqlite3.Error, LedgerError) as exc:
                 E.pass_on_interruption(exc)
-                raise unavailable(self.path, exc) from None
+                raise _unavailable(self.path, exc) from None
             getattr(self, "_all_file_connections", []).append(conn)  # closed by close(), as Datasette's own
             return conn
 
@@ -133,21 +129,30 @@ def _case_database(database_module: Any) -> Any:
             try:
                 return await super().execute_fn(fn)
             except CaseChanged as exc:  # a page, not a line on the terminal per request
-                raise page_error(str(exc), title="Case unavailable", status=503) from None
+                raise _unavailable_page(str(exc)) from None
             except sqlite3.DatabaseError as exc:
                 if getattr(exc, "sqlite_errorcode", None) not in _DAMAGED_FILE_CODES:
                     raise
-                raise damaged(self.path, await asyncio.to_thread(_cut_short_reason, self.path), exc) from None
+                raise _damaged(self.path, await asyncio.to_thread(_cut_short_reason, self.path), exc) from None
 
         async def execute(self, *args: Any, **kwargs: Any) -> Any:
-            # a refused query is answered to its visitor; printing each on the server's terminal too
-            # let any visitor fill it (and put their text there)
+            # a refused query is answered to its visitor, never printed on the terminal (any visitor could fill it)
             if quiet:
                 kwargs["log_sql_errors"] = False
+            schema_look = bool(args) and args[0] == SCHEMA_LOOK
             try:
-                return await super().execute(*args, **kwargs)
+                results = await super().execute(*args, **kwargs)
             except (sqlite3.ProgrammingError, sqlite3.Warning) as exc:  # SQL SQLite would not run as asked
                 raise refused_query(f"query refused: {exc}", title="Invalid SQL", status=400) from None
+            except page_error as exc:
+                # Datasette looks at every case's schema before any page: one case unavailable would
+                # make every page of every case answer so; its own pages still do
+                if not (schema_look and exc.status == 503 and self.schema_version is not None):
+                    raise
+                return database_module.Results([(self.schema_version,)], False, [("schema_version",)])
+            if schema_look:
+                self.schema_version = results.first()[0]
+            return results
 
     class refused_query(page_error, sqlite3.ProgrammingError):  # type: ignore[misc,valid-type]
         """A query the visitor sent that SQLite will not run (``_where=1=1;select 1``: one statement at
@@ -157,6 +162,25 @@ def _case_database(database_module: Any) -> Any:
     return CaseDatabase
 
 
+def _unavailable_page(message: str) -> Exception:
+    """``503 Case unavailable``: a page, not a traceback or a line on the server's terminal."""
+    return _datasette_module("datasette.views.base").DatasetteError(message, title="Case unavailable", status=503)
+
+
+def _unavailable(path: str, exc: BaseException) -> Exception:
+    reason = getattr(exc, "strerror", None) or getattr(exc, "message", None) or exc
+    return _unavailable_page(f"{path} cannot be opened now ({reason}): moved, removed or made unreadable since the "
+                             "server started; put it back, or start ledger serve again")
+
+
+def _damaged(path: str, cut_short: str | None, exc: BaseException) -> Exception:
+    said = cut_short or (f"{path} cannot be read now ({exc}): the file is damaged (changed by something other than "
+                         f"case-ledger?); 'ledger verify {Path(path).parent}' says how")
+    return _unavailable_page(f"{said}. The server reads it again once a whole copy is put back")
+
+
+#: What Datasette asks of every database before it answers any page (its schema's version).
+SCHEMA_LOOK = "PRAGMA schema_version"
 #: SQLite's result codes for a file that is no (longer a whole) database: SQLITE_CORRUPT, SQLITE_NOTADB.
 _DAMAGED_FILE_CODES = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
 
