@@ -689,6 +689,19 @@ def test_a_case_path_that_is_a_link_to_nothing_is_named_as_such(tmp_path, comman
         "not there); check the path\n")
 
 
+@pytest.mark.parametrize("command", [("init", "--case-id", "X-1"), ("apply", "JOURNAL", "--create", "X-1")])
+def test_a_new_case_at_a_link_to_nothing_is_refused_naming_the_link(tmp_path, command):
+    """It said 'File exists', the system's word, naming no cause."""
+    journal = tmp_path / "j.jsonl"
+    journal.write_text('{"op": "initialize"}\n')
+    (tmp_path / "dangling").symlink_to("gone")
+    args = [command[0], str(tmp_path / "dangling"), *(str(journal) if a == "JOURNAL" else a for a in command[1:])]
+    assert refused("INVALID_ARGUMENT", *args) == (
+        f"error: INVALID_ARGUMENT: {tmp_path / 'dangling'} (case path) is a link to nothing (gone); give a folder, "
+        "or remove the link\n")
+    assert not (tmp_path / "gone").exists()
+
+
 @pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it
 def test_a_query_stopped_at_its_time_limit_says_the_limit_in_the_unit_it_was_given(cli_case):
     endless = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c"

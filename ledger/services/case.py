@@ -33,7 +33,7 @@ from ..model.package import (ANALYSIS_DIR, LEDGER_FILE, MANIFEST_FILE, content_p
     is_case_package, refuse_build_folder_name, refuse_output_in_package, refuse_own_links)
 from ..model.input_identity import input_identity
 from ..model.source_refs import resolve_source_refs
-from ..ground.paths import current_folder_gone, fs_path, make_folders, os_error
+from ..ground.paths import current_folder_gone, fs_path, make_folders, os_error, refuse_link_to_nothing
 from ..ground.interrupts import context_manager
 from ..router.reference import Router
 from ..rules import lifecycle
@@ -522,6 +522,7 @@ def check_new_case_path(path: str | os.PathLike[str]) -> Path:
     anything else (``INVALID_ARGUMENT``): a new ledger is never created through a link, inside another
     case package or in a build folder. Writes nothing."""
     root = fs_path(path, "case path")
+    refuse_link_to_nothing(root, "case path")  # "File exists", the system's word, named no cause
     refuse_own_links(root, creating=True)  # a new ledger is never created through a link
     refuse_output_in_package(root, "case path", itself=False)  # nor inside another case
     refuse_build_folder_name(root, "case path")
