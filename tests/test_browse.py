@@ -611,7 +611,7 @@ def test_without_the_web_extra_serve_names_what_to_install_and_metadata_only_sti
 
 
 @pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
-def test_serve_refuses_a_folder_without_a_case_a_busy_port_and_a_bad_host_and_serves_a_case_given_twice_once(demo, tmp_path):
+def test_serve_refuses_no_case_a_busy_port_and_a_bad_host_and_serves_a_case_given_twice_once(demo, tmp_path):
     (tmp_path / "empty").mkdir()
     missing = run_cli("serve", str(tmp_path / "empty"), "--metadata-only")
     assert missing.returncode == 1 and missing.stderr.decode().startswith("error: LEDGER_MISSING: ")

@@ -122,8 +122,8 @@ def served_cases(paths: Sequence[str | os.PathLike[str]],
     """The cases at ``paths``, each read once (``LEDGER_MISSING`` for a folder that holds none, any
     error reading one; ``INVALID_ARGUMENT`` for none given or the same case twice). Given a list
     ``left_out``, a case that cannot be read, or given again, is appended to it, as its path and the
-    error, and the others are served; the first error is raised only when no case is left. Database names are the case
-    ids made URL-safe, with ``-2``, ``-3`` … when two cases share one (never another case's own
+    error, and the others are served; the first error is raised only when no case is left. Database
+    names are the case ids made URL-safe, with ``-2``, ``-3`` … when two cases share one (never another case's own
     name, whatever the order: a copy of BUG-20 is not named BUG-20-2 beside the case BUG-20-2,
     and the case X-Y is at /X-Y beside the case X.Y), nor a name a route of Datasette's answers
     first (``favicon-ico`` is served as ``case-favicon-ico``). The first row of ``case_status`` is

@@ -232,7 +232,8 @@ class Replayer:
             raise _bad(seq, f"expected event seq {seq}, found {body.get('seq')!r} (deleted, duplicated or reordered history)")
         if body.get("parent_sha256") != self.previous_sha:
             which = f": event {seq - 1}, or this one, was edited and its sha256 recomputed" if seq > 1 else ""
-            raise _bad(seq, f"parent_sha256 does not match the previous event (reordered, forked or edited history{which})")
+            raise _bad(seq, "parent_sha256 does not match the previous event (reordered, forked or edited "
+                       f"history{which})")
         fmt = body.get("format")
         if fmt not in EVENT_FORMATS:
             raise _bad(seq, f"unknown event format {fmt!r}")

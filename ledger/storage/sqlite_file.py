@@ -124,8 +124,8 @@ def sqlite_error(exc: BaseException) -> BaseException:
                                f"ledger file hides SQLite's table-valued function {hidden[1]}, which the ledger's "
                                "own views and queries call; rename or drop it (docs/sql.md)", object=hidden[1])
         if text.startswith(_UNDECODABLE[0]):  # the sqlite3 module's, quoting the text (a whole event, say): shortened
-            return LedgerError(E.INTEGRITY_ERROR, f"SQLite refused: {shortened(text, 300)} (the ledger file {_UNDECODABLE[1]}: "
-                               "it is damaged; 'ledger verify' names where)")
+            return LedgerError(E.INTEGRITY_ERROR, f"SQLite refused: {shortened(text, 300)} (the ledger file "
+                               f"{_UNDECODABLE[1]}: it is damaged; 'ledger verify' names where)")
         if text.startswith(UNDEFINED_BY_THIS_PROGRAM):
             return LedgerError(E.INTEGRITY_ERROR, f"SQLite refused: {text}: {ADDED_OBJECT_UNDEFINED}")
         return LedgerError(E.INTEGRITY_ERROR, f"SQLite refused: {text}")
