@@ -99,14 +99,17 @@ def _pct(remaining: int, budget: int) -> int:
     return remaining * 100 // budget
 
 
-def price_signal(view: LedgerView, hypothesis_id: str, action: str) -> dict[str, int]:
+def price_signal(view: LedgerView, hypothesis_id: str, action: str) -> tuple[dict[str, int], tuple[str, ...]]:
     """``{cost, resource_cost, scarcity_bps}``: scarcity from the lowest ``pct_remaining`` the account
     showed after any event since its last grant, so it never falls between grants (advisory only:
-    the debited cost is always ``cost``). Errors: ``NOT_INITIALIZED``, ``UNKNOWN_HYPOTHESIS``."""
+    the debited cost is always ``cost``); and the policy's notes on that price
+    (:meth:`~ledger.ground.config.BudgetConfig.price_notes`). Errors: ``NOT_INITIALIZED``,
+    ``UNKNOWN_HYPOTHESIS``."""
     revision, account, policy = _gate_prelude(view, hypothesis_id)
     cost = policy.price_units(action)
     signal = _scarcity_of(view, revision, hypothesis_id, account, policy)
-    return {"cost": cost, "resource_cost": resource_cost(cost, signal), "scarcity_bps": signal}
+    return ({"cost": cost, "resource_cost": resource_cost(cost, signal), "scarcity_bps": signal},
+            tuple(policy.price_notes(action)))
 
 
 def _scarcity_of(view: LedgerView, revision: int, hypothesis_id: str, account: dict[str, Any],
@@ -135,9 +138,10 @@ def _tightest(view: LedgerView, revision: int, hypothesis_id: str, at: str,
 
 
 def check(view: LedgerView, hypothesis_id: str, action: str, at: str,
-          limits: Mapping[str, int] | None = None) -> tuple[dict[str, Any], LedgerError | None]:
+          limits: Mapping[str, int] | None = None) -> tuple[dict[str, Any], LedgerError | None, tuple[str, ...]]:
     """``{allowed, cost, remaining, pct_remaining, tier, scarcity_bps}`` for reserving ``action`` now,
-    and the refusal that reservation would meet (None when ``allowed``).
+    the refusal that reservation would meet (None when ``allowed``) and the policy's notes on the
+    price (:meth:`~ledger.ground.config.BudgetConfig.price_notes`).
 
     ``remaining`` is the least of the account's remaining units and every ``units`` limit that
     holds it; ``allowed`` means affordable, not terminal and inside every limit (a pending action
@@ -155,7 +159,8 @@ def check(view: LedgerView, hypothesis_id: str, action: str, at: str,
     pct = _pct(remaining, account["initial_units"] + account["granted_units"])
     return {"allowed": refusal is None, "cost": cost, "remaining": remaining, "pct_remaining": pct,
             "tier": tier(pct, refusal is None, policy),
-            "scarcity_bps": _scarcity_of(view, revision, hypothesis_id, account, policy)}, refusal
+            "scarcity_bps": _scarcity_of(view, revision, hypothesis_id, account, policy)}, refusal, \
+        tuple(policy.price_notes(action))
 
 
 def remaining(view: LedgerView, hypothesis_id: str) -> dict[str, int]:

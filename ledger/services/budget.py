@@ -330,8 +330,8 @@ class BudgetManager(NotCopied):
         check_action_name(action)
         with self._session.read() as view:
             moment = max(parse_at(at) if at is not None else self._session.clock(), view.head()[2])
-            values, refusal = gate_rules.check(view, hypothesis_id, action, moment, self._session.limits)
-            return GateReading(values, view.head()[0], refusal=refusal, notes=self._price_notes(view, action))
+            values, refusal, notes = gate_rules.check(view, hypothesis_id, action, moment, self._session.limits)
+            return GateReading(values, view.head()[0], refusal=refusal, notes=notes)
 
     def price_signal(self, hypothesis_id: str, action: str, *, at: str | None = None) -> "GateReading":
         """``{cost, resource_cost, scarcity_bps}``: ``scarcity_bps = 10000 + (max_scarcity_bps - 10000) *
@@ -343,12 +343,8 @@ class BudgetManager(NotCopied):
         if at is not None:
             parse_at(at)
         with self._session.read() as view:
-            return GateReading(gate_rules.price_signal(view, hypothesis_id, action), view.head()[0],
-                               notes=self._price_notes(view, action))
-
-    @staticmethod
-    def _price_notes(view: Any, action: str) -> tuple[str, ...]:
-        return tuple(view.policy_config(view.case()["revision"]).price_notes(action))
+            values, notes = gate_rules.price_signal(view, hypothesis_id, action)
+            return GateReading(values, view.head()[0], notes=notes)
 
     def remaining(self, hypothesis_id: str) -> "GateReading":
         """``{budget, spent, remaining, pct_remaining}`` of an account (``budget = initial + granted``,

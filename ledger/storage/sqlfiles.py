@@ -218,6 +218,17 @@ def migration_record_problem(conn: sqlite3.Connection, schema: str = "main") -> 
     return None
 
 
+def _added_objects(conn: sqlite3.Connection, schema: str) -> tuple[set[str], list[tuple[str, str, str, str]]]:
+    """The names of the tables and views the schema ships, and ``(type, name, table, sql)`` of every
+    object in ``schema`` it does not ship (``sqlite3.Error`` when the schema cannot be read)."""
+    has = conn.execute(statement("has_migrations_table", schema)).fetchone()
+    version = conn.execute(statement("schema_version_of", schema)).fetchone()[0] if has else 0
+    shipped = shipped_objects(version)
+    tables = {name for kind, name in shipped if kind in ("table", "view")}
+    return tables, [(kind, name, table, sql) for kind, name, table, sql in
+                    conn.execute(statement("schema_objects_typed", schema)).fetchall() if (kind, name) not in shipped]
+
+
 def objects_using(conn: sqlite3.Connection, undefined: str, schema: str = "main") -> list[str]:
     """``"index my_idx on mine"``-style names of the indexes, triggers and views the schema does not
     ship, on any table, whose statement names ``undefined`` (a collation or function SQLite said it does
@@ -225,12 +236,7 @@ def objects_using(conn: sqlite3.Connection, undefined: str, schema: str = "main"
     when none names it; [] when none is there or the schema cannot be read."""
     word = re.sub(r"^.*?: ", "", undefined).removesuffix("()").strip().lower()
     try:
-        has = conn.execute(statement("has_migrations_table", schema)).fetchone()
-        version = conn.execute(statement("schema_version_of", schema)).fetchone()[0] if has else 0
-        shipped = shipped_objects(version)
-        rows = [(kind, name, table, sql) for kind, name, table, sql in
-                conn.execute(statement("schema_objects_typed", schema)).fetchall()
-                if kind in ("index", "trigger", "view") and (kind, name) not in shipped]
+        rows = [row for row in _added_objects(conn, schema)[1] if row[0] in ("index", "trigger", "view")]
     except (sqlite3.Error, UnicodeDecodeError):
         return []
     naming = [row for row in rows if word and word in row[3].lower()]
@@ -243,12 +249,8 @@ def foreign_write_blockers(conn: sqlite3.Connection, schema: str = "main") -> li
     the schema does not ship: what can make SQLite refuse the ledger's own writes, or its reads
     (one whose collation or function this program does not define); [] when even that cannot be read."""
     try:
-        has = conn.execute(statement("has_migrations_table", schema)).fetchone()
-        version = conn.execute(statement("schema_version_of", schema)).fetchone()[0] if has else 0
-        shipped = shipped_objects(version)
-        tables = {name for kind, name in shipped if kind in ("table", "view")}
-        rows = conn.execute(statement("schema_objects_typed", schema)).fetchall()
+        tables, rows = _added_objects(conn, schema)
     except sqlite3.Error:
         return []
     return [f"{kind} {name} on {table}" for kind, name, table, _ in rows
-            if kind in ("index", "trigger") and folded_name(table) in tables and (kind, name) not in shipped]
+            if kind in ("index", "trigger") and folded_name(table) in tables]
