@@ -610,6 +610,20 @@ def test_without_the_web_extra_serve_names_what_to_install_and_metadata_only_sti
     assert meta.returncode == 0 and "BUG-20" in json.loads(meta.stdout)["databases"], meta.stderr
 
 
+def test_a_ledger_reached_from_two_folders_by_a_hard_link_is_served_once(demo, tmp_path):
+    other = tmp_path / "other"
+    other.mkdir()
+    os.link(demo / "ledger.sqlite", other / "ledger.sqlite")  # the same file, not a copy: one case
+    left_out: list = []
+    assert [case.name for case in served_cases([demo, other], left_out)] == ["BUG-20"]
+    assert [(path, error.code) for path, error in left_out] == [(str(other), "INVALID_ARGUMENT")]
+    assert f"the same case as {demo} is given twice" in left_out[0][1].message
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    shutil.copy(demo / "ledger.sqlite", copy / "ledger.sqlite")  # a copy is a case of its own
+    assert [case.name for case in served_cases([demo, copy])] == ["BUG-20", "BUG-20-2"]
+
+
 @pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_serve_refuses_no_case_a_busy_port_and_a_bad_host_and_serves_a_case_given_twice_once(demo, tmp_path):
     (tmp_path / "empty").mkdir()

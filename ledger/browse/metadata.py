@@ -130,7 +130,7 @@ def served_cases(paths: Sequence[str | os.PathLike[str]],
     shown as it is, whatever it holds (a view altered in the file: ``ledger verify`` judges it)."""
     if not paths:
         raise LedgerError(E.INVALID_ARGUMENT, "give at least one case folder")
-    seen: dict[Path, str] = {}  # each ledger served, by the path it was first given as
+    seen: dict[object, str] = {}  # each ledger served (_same_file_key), by the path it was first given as
     read: list[tuple[Path, str, str, int]] = []
     for path in paths:
         try:
@@ -144,14 +144,15 @@ def served_cases(paths: Sequence[str | os.PathLike[str]],
                 raise
             left_out.append((os.fsdecode(path) if isinstance(path, (str, bytes, os.PathLike)) else repr(path), exc))
             continue
-        if ledger in seen:
-            twice = LedgerError(E.INVALID_ARGUMENT, f"{path}: the same case as {seen[ledger]} is given twice "
+        same = _same_file_key(ledger)
+        if same in seen:
+            twice = LedgerError(E.INVALID_ARGUMENT, f"{path}: the same case as {seen[same]} is given twice "
                                 "(served once, as that)")
             if left_out is None:
                 raise twice
             left_out.append((os.fsdecode(path), twice))
             continue
-        seen[ledger] = os.fsdecode(path)
+        seen[same] = os.fsdecode(path)
         case_id, state, version = rows[0]
         read.append((ledger, _as_text(case_id), _as_text(state), version if type(version) is int else 0))
     if not read and left_out:
@@ -167,6 +168,17 @@ def served_cases(paths: Sequence[str | os.PathLike[str]],
             name = f"{bases[index]}-{number}"
         names[index] = name
     return [ServedCase(names[index], *case) for index, case in enumerate(read)]
+
+
+def _same_file_key(ledger: Path) -> object:
+    """What two paths of one file share: its device and inode (a link, a hard link, a bind mount
+    alike); its real path when it cannot be looked at."""
+    try:
+        info = os.stat(ledger)
+    except OSError as oserr:
+        E.pass_on_interruption(oserr)
+        return ledger
+    return info.st_dev, info.st_ino
 
 
 def left_out_warnings(left_out: Sequence[tuple[str, LedgerError]], given: int, what: str = "") -> list[str]:
