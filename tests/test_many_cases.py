@@ -100,6 +100,17 @@ def test_case_folders_lists_the_cases_inside_a_folder_sorted_and_refuses_a_folde
                                          "leave out --all)")
 
 
+def test_a_folder_of_cases_that_is_a_link_to_nothing_is_named_as_such(tmp_path):
+    (tmp_path / "cases").symlink_to(tmp_path / "moved-away")
+    with pytest.raises(LedgerError) as caught:
+        case_folders([tmp_path / "cases"])
+    assert caught.value.code == INVALID_ARGUMENT
+    assert caught.value.message == (f"{tmp_path / 'cases'} (a folder of cases) is a link to nothing "
+                                    f"({tmp_path / 'moved-away'}); give a folder, or remove the link")
+    missing = run_cli("verify", "--all", str(tmp_path / "gone"))  # no link: the system's own words
+    assert missing.stderr.decode().startswith(f"error: INVALID_ARGUMENT: cannot list the cases in {tmp_path / 'gone'}: ")
+
+
 def test_a_link_to_a_case_folder_is_one_of_the_cases_of_its_folder(four_cases, tmp_path):
     """A folder of links to cases kept elsewhere: each link is verified as its case (it was passed by
     silently, and the summary counted only the others)."""

@@ -18,7 +18,7 @@ from ..ground import errors as E, interrupts
 from ..ground.arguments import check_callback, check_flag, check_instance, path_list
 from ..ground.config import AnalysisConfig
 from ..ground.errors import LedgerError, refuses_unfit_calls, refuses_unfit_calls_of, pass_on_interruption
-from ..ground.paths import fs_path, os_error
+from ..ground.paths import fs_path, os_error, refuse_link_to_nothing
 from ..ground.workers import job_count, shared_map
 from ..model.package import (BUILD_FOLDER_LEFT_OUT, DEAD_LINK_LEFT_OUT, EXPORT_ALONE_LEFT_OUT, LEDGER_FILE,
                              dead_link, export_alone, is_build_folder, is_case_package, once_each, second_paths)
@@ -65,6 +65,7 @@ def case_folders(folders: Iterable[str | os.PathLike[str]]) -> list[Path]:
             names = sorted(entry.name for entry in os.scandir(root)
                            if _is_folder(entry) and is_case_package(Path(entry.path)))  # a link to a case too
         except OSError as exc:
+            refuse_link_to_nothing(root, "a folder of cases")
             raise os_error(exc, f"cannot list the cases in {root}") from None
         if not names:
             itself = " (it is a case itself: leave out --all)" if is_case_package(root) else ""
