@@ -126,7 +126,7 @@ def export(settings: Settings, cases: tuple[str, ...], as_json: bool, all_in: bo
         _many(export_many, cases, all_in, jobs, as_json, "exported",
               "{files_written} files written, {files_unchanged} unchanged; head seq {manifest[head][seq]} sha256 "
               "{manifest[head][sha256]}", _export_notes,
-              analysis_config=settings.analysis())
+              analysis_config=settings.analysis(), waiting=_export_wait_note)
         return
     with settings.open(case) as opened:
         with progress_bar(export_count(opened), "exporting") as bar:
@@ -139,6 +139,12 @@ def export(settings: Settings, cases: tuple[str, ...], as_json: bool, all_in: bo
                 [f"exported {case}: {report.files_written} files written, {report.files_unchanged} unchanged; "
                  f"head seq {report.manifest['head']['seq']} sha256 {report.manifest['head']['sha256']}",
                  *report.notes()])
+
+
+def _export_wait_note(case: str) -> None:
+    """The note of a case among several whose export waits for another export of it: said by the
+    process exporting it (a worker shares this command's stderr), as the wait begins."""
+    warn(f"note: another export of {case} is running; its line waits for it to end (up to an hour)")
 
 
 @click.command("import", cls=OnceCommand)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from ledger import (BudgetConfig, Case, LedgerError, export_case, import_tree, verify_case, read_only_query)
+from ledger import (BudgetConfig, Case, LedgerError, export_case, export_many, import_tree, verify_case, read_only_query)
 from ledger.ground.canonical import canonical_bytes, sha256_hex
 from ledger.ground.errors import (CASE_EXISTS, INTEGRITY_ERROR, INVALID_ARGUMENT, LEDGER_MISSING, STORAGE_ERROR)
 import ledger.package_tools.export as export_module
@@ -2350,6 +2350,50 @@ def test_an_export_waiting_for_another_export_of_the_case_says_so_then_runs_once
     assert waiting.returncode == 0, err
     assert out.decode().startswith(f"exported {tmp_path / 'case'}: ")
     assert verify_case(tmp_path / "case").export_state == "current"
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_several_cases_exported_at_once_say_which_one_waits_for_another_export_of_it(tmp_path, jobs):
+    """The note comes from the process exporting that case (a worker too, which shares the command's
+    stderr) as the wait begins: the command was silent while its line waited, up to an hour."""
+    for name in ("a", "b"):
+        start_case(tmp_path / name).close()
+    holder = _export_lock_held_by_another_process(tmp_path / "b")
+    exporting = subprocess.Popen([sys.executable, "-m", "ledger_cli", "export", str(tmp_path / "a"), str(tmp_path / "b"),
+                                  "--jobs", jobs], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        note = _line_within(exporting.stderr, 60)
+        assert note == (f"note: another export of {tmp_path / 'b'} is running; its line waits for it to end "
+                        "(up to an hour)\n")
+        assert exporting.poll() is None and not (tmp_path / "b" / "manifest.json").exists()
+        holder.communicate(b"done\n", timeout=30)
+        out, err = exporting.communicate(timeout=60)
+    finally:
+        for process in (holder, exporting):
+            if process.poll() is None:
+                process.kill()
+    assert exporting.returncode == 0 and err == b"", err
+    assert out.decode().splitlines()[-1] == "exported 2 case(s): 2 ok, 0 failed"
+    assert verify_case(tmp_path / "b").export_state == "current"
+
+
+def test_export_many_calls_waiting_with_the_case_and_needs_an_importable_one_for_several_jobs(tmp_path):
+    start_case(tmp_path / "a").close()
+    noted: list[str] = []
+    holder = _export_lock_held_by_another_process(tmp_path / "a")
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(export_module, "EXPORT_LOCK_WAIT_MS", 200)
+            report = export_many([tmp_path / "a"], jobs=1, waiting=noted.append)  # one job: any function
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+    assert noted == [str(tmp_path / "a")] and report.cases[0]["error"]["code"] == "LEDGER_BUSY"
+    for waiting in (lambda case: None, "print"):
+        with pytest.raises(LedgerError) as caught:
+            export_many([tmp_path / "a"], jobs=2, waiting=waiting)
+        assert caught.value.code == INVALID_ARGUMENT and "waiting" in caught.value.message
+    assert not (tmp_path / "a" / "manifest.json").exists()  # refused before any export
 
 
 def test_export_calls_waiting_once_only_when_another_export_holds_the_case_and_names_it_when_it_gives_up(

@@ -9,7 +9,9 @@ reported with its error code and message and does not stop the others.
 from __future__ import annotations
 
 
+import functools
 import os
+import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -163,11 +165,11 @@ def _verify_one(task: tuple[Path, bool, int]) -> Outcome:
     return {"case": str(case), "ok": True, "report": report.to_dict()}
 
 
-def _export_one(task: tuple[Path, AnalysisConfig | None]) -> Outcome:
-    case, analysis = task
+def _export_one(task: tuple[Path, AnalysisConfig | None, Callable[[str], None] | None]) -> Outcome:
+    case, analysis, waiting = task
     try:
         with Case.open(case, analysis_config=analysis) as opened:
-            report = export_case(opened)
+            report = export_case(opened, waiting=None if waiting is None else functools.partial(waiting, str(case)))
     except LedgerError as exc:
         return _failed(case, exc)
     except OSError as exc:
@@ -203,17 +205,38 @@ def verify_many(cases: Iterable[str | os.PathLike[str]], *, jobs: int | None = N
 @refuses_unfit_calls
 def export_many(cases: Iterable[str | os.PathLike[str]], *, jobs: int | None = None,
                 analysis_config: AnalysisConfig | None = None,
-                each: Callable[[Outcome], None] | None = None) -> ManyReport:
+                each: Callable[[Outcome], None] | None = None,
+                waiting: Callable[[str], None] | None = None) -> ManyReport:
     """Export every case of ``cases`` (each as :func:`export_case` does) over ``jobs`` processes, this one
-    included (default: the cores this process may use; :func:`~ledger.ground.workers.shared_map`); ``each`` as in :func:`verify_many`. A path given twice is exported once.
-    Errors as :func:`verify_many`."""
+    included (default: the cores this process may use; :func:`~ledger.ground.workers.shared_map`); ``each`` as in
+    :func:`verify_many`. A path given twice is exported once. ``waiting(case)``, if given, is called with a
+    case's path when its export begins to wait for another export of it, in the process exporting it (the
+    command line's note on stderr), so with more than one job it must be a function a worker process can
+    import (defined at the top level of a module). Errors as :func:`verify_many`; ``INVALID_ARGUMENT`` for a
+    ``waiting`` that is neither None nor such a function."""
     check_callback(each, "each", 1)
+    check_callback(waiting, "waiting", 1)
     if analysis_config is not None:
         check_instance(analysis_config, AnalysisConfig, "analysis_config", "an AnalysisConfig or None")
     workers = job_count(jobs)
+    _check_importable(waiting, workers)
     report = ManyReport()
-    for outcome in shared_map(_export_one, [(case, analysis_config) for case in _unique(cases)], workers):
+    tasks = [(case, analysis_config, waiting) for case in _unique(cases)]
+    for outcome in shared_map(_export_one, tasks, workers):
         report.cases.append(outcome)
         if each is not None:
             each(outcome)
     return report
+
+
+def _check_importable(function: Callable[..., Any] | None, workers: int) -> None:
+    """``INVALID_ARGUMENT`` unless ``function`` can reach a worker process (pickled by its name) when
+    there are ``workers`` > 1."""
+    if function is None or workers <= 1:
+        return
+    try:
+        pickle.dumps(function)
+    except Exception as exc:  # pickle raises what the object's own reduction raises
+        pass_on_interruption(exc)
+        raise LedgerError(E.INVALID_ARGUMENT, f"waiting must be a function a worker process can import (defined at "
+                          f"the top level of a module) when more than one job runs: {exc}") from None
