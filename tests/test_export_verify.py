@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from ledger import (BudgetConfig, Case, LedgerError, export_case, export_many, import_tree, verify_case, read_only_query)
+from ledger import (BudgetConfig, Case, LedgerError, export_case, export_many, import_tree, verify_case,
+                    read_only_query)
 from ledger.ground.canonical import canonical_bytes, sha256_hex
 from ledger.ground.errors import (CASE_EXISTS, INTEGRITY_ERROR, INVALID_ARGUMENT, LEDGER_MISSING, STORAGE_ERROR)
 import ledger.package_tools.export as export_module
@@ -2359,8 +2360,8 @@ def test_several_cases_exported_at_once_say_which_one_waits_for_another_export_o
     for name in ("a", "b"):
         start_case(tmp_path / name).close()
     holder = _export_lock_held_by_another_process(tmp_path / "b")
-    exporting = subprocess.Popen([sys.executable, "-m", "ledger_cli", "export", str(tmp_path / "a"), str(tmp_path / "b"),
-                                  "--jobs", jobs], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    command = [sys.executable, "-m", "ledger_cli", "export", str(tmp_path / "a"), str(tmp_path / "b"), "--jobs", jobs]
+    exporting = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         note = _line_within(exporting.stderr, 60)
         assert note == (f"note: another export of {tmp_path / 'b'} is running; its line waits for it to end "
