@@ -21,6 +21,7 @@ from ledger.package_tools.atomic_files import process_tag
 from ledger.runs.formats import OTHER_AGENTS
 from ledger_cli.main import main
 
+from conftest import read_only_mount
 from test_runs import evidence_of, facts, journal
 
 GOOD = {"messages": [{"role": "system", "content": "s"},
@@ -254,6 +255,50 @@ def test_an_output_folder_no_journal_can_be_written_in_is_one_storage_error_befo
     assert caught.value.code == "STORAGE_ERROR"
     assert caught.value.message == f"cannot write journals in the output folder {tmp_path / 'out'}: Permission denied"
     assert opened == [] and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("refused", [".ledger-probe.", ".a-run."])  # the folder's probe, a journal's temp file
+def test_a_temp_file_the_folder_refuses_is_refused_for_that_though_removing_the_file_never_made_fails_too(
+        tmp_path, monkeypatch, refused):
+    """On a read-only file system removing a file that was never created fails too (EROFS, not
+    ENOENT): that failure took the refusal's place (a bare OSError from import_runs, a message naming
+    the temp file). Here the create fails for want of space, the removal for want of permission."""
+    import errno
+
+    source = _write(tmp_path / "a.traj.json", {**GOOD, "instance_id": "a-run"})
+    real_open, real_unlink = os.open, os.unlink
+
+    def refusing(real, number, words):
+        def call(path, *args, **kwargs):
+            if os.path.basename(str(path)).startswith(refused):
+                raise OSError(number, words, str(path))
+            return real(path, *args, **kwargs)
+        return call
+
+    monkeypatch.setattr(os, "open", refusing(real_open, errno.ENOSPC, "No space left on device"))
+    monkeypatch.setattr(os, "unlink", refusing(real_unlink, errno.EROFS, "Read-only file system"))
+    if refused == ".ledger-probe.":
+        with pytest.raises(LedgerError) as caught:
+            import_runs([source], tmp_path / "out")
+        assert (caught.value.code, caught.value.message) == (
+            "STORAGE_ERROR", f"cannot write journals in the output folder {tmp_path / 'out'}: No space left on device")
+    else:
+        summary = import_runs([source], tmp_path / "out")
+        assert [error["file"] for error in summary.errors] == [str(source)] and summary.journals == []
+        assert "No space left on device" in summary.errors[0]["reason"], summary.errors
+
+
+def test_a_read_only_mount_as_the_output_folder_is_refused_naming_it(tmp_path):
+    (tmp_path / "out").mkdir()
+    folder, undo = read_only_mount(tmp_path / "out")
+    try:
+        done = subprocess.run([sys.executable, "-m", "ledger_cli", "runs", "import",
+                               str(_write(tmp_path / "a.traj.json", GOOD)), "--out", str(folder)],
+                              capture_output=True, text=True, timeout=120)
+    finally:
+        undo()
+    assert (done.returncode, done.stderr) == (1, f"error: STORAGE_ERROR: cannot write journals in the output folder "
+                                                 f"{folder}: Read-only file system\n")
 
 
 def test_a_run_id_of_one_character_says_one_character(tmp_path):

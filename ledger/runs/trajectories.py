@@ -31,7 +31,7 @@ from ..ground.paths import STORAGE_ERRNOS, fs_path, make_folders, refuse_link_to
 from ..ground.arguments import check_callback, check_instance, check_text_mapping
 from ..model.outcomes import check_outcomes, read_outcomes
 from ..model.package import refuse_output_in_package
-from ..package_tools.atomic_files import create_tagged_temp, remove_abandoned_temp_files
+from ..package_tools.atomic_files import create_tagged_temp, discard, remove_abandoned_temp_files
 from ..package_tools.journal import LINE_BYTES_MAX
 from . import run_files
 from .actions import DEFAULT_ACTION_MAP, ActionMap, classify
@@ -204,8 +204,7 @@ class _Journal:
         with contextlib.suppress(OSError):
             self.suspend()
         if self.temp is not None:
-            with contextlib.suppress(FileNotFoundError):  # already renamed into place
-                os.unlink(self.temp)
+            discard(self.temp)  # not there (never made, renamed into place) or not removable: no error
 
 
 #: How a journal's temp file name ends (after its process tag).
@@ -471,8 +470,7 @@ def _check_writable(folder: Path) -> None:
         raise LedgerError(code, f"cannot write journals in the output folder {folder}: {exc.strerror or exc}") from None
     finally:
         if probe[0] is not None:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(probe[0])
+            discard(probe[0])  # never made, on a read-only folder: its removal fails too, and is no error
 
 
 def _check_options(fmt: Any, semantic_score: Any, recursive: Any, run_prefix: Any) -> None:
