@@ -711,6 +711,14 @@ def test_an_empty_command_is_no_step_in_any_trajectory_format_and_a_bad_steps_li
     ('{"returncode": 1, "output_head": "h1\\nh2", "output_tail": "t1", "elided_chars": 9, "warning": "Output too long.",'
      ' "exception_info": "boom"}', ["boom", "h1", "h2", "t1"]),
     ('{"returncode": "0", "output": "x"}', ['{"returncode": "0", "output": "x"}']),  # not the mini command's
+    # an exit code of more than 20 digits: none a journal can hold, and the output still unwrapped
+    (f"<returncode>{'9' * 21}</returncode>\n<output>\na.py\n</output>", ["a.py"]),
+    (f"<returncode>-{'9' * 5000}</returncode>\n<output>\na.py\n</output>", ["a.py"]),
+    (f'{{"returncode": {"9" * 21}, "output": "a.py\\n"}}', ["a.py"]),
+    (f'{{"returncode": {"9" * 5000}, "output": "a.py\\n"}}', ["a.py"]),
+    # a key given twice: which of the two a reader keeps, JSON does not settle, so it is plain text
+    ('{"returncode": 0, "returncode": 1, "output": "x"}', ['{"returncode": 0, "returncode": 1, "output": "x"}']),
+    ('{"returncode": 0, "output": "x", "output": "y"}', ['{"returncode": 0, "output": "x", "output": "y"}']),
 ])
 def test_the_atoms_of_a_wrapped_observation_are_its_output_lines_and_of_any_other_all_its_lines(tmp_path, observation,
                                                                                                 atom_lines):
@@ -724,12 +732,16 @@ def test_the_atoms_of_a_wrapped_observation_are_its_output_lines_and_of_any_othe
 @pytest.mark.parametrize("observation, code", [
     ("<exception>timed out</exception>\n<returncode>-1</returncode>\n<output>\n</output>", -1),
     ('{\n  "returncode": 2,\n  "output": "no such file\\n"\n}', 2),
+    (f'{{"returncode": {"9" * 20}, "output": "x"}}', int("9" * 20)),  # past a journal's integers (2**53): none
+    (f'{{"returncode": {"9" * 21}, "output": "x"}}', None),
+    (f"<returncode>{'9' * 21}</returncode>\n<output>\nx\n</output>", None),
+    ('{"returncode": 0, "returncode": 1, "output": "x"}', None),
 ])
 def test_the_exit_code_of_an_observation_after_an_exception_or_in_json_is_read(tmp_path, observation, code):
     messages = [{"role": "assistant", "content": "```bash\nls\n```"}, {"role": "user", "content": observation}]
     import_runs([_write(tmp_path / "r.traj.json", {"messages": messages})], tmp_path / "out")
     [evidence] = evidence_of(journal(tmp_path / "out" / "r.jsonl"))
-    assert evidence["exit_code"] == code
+    assert evidence.get("exit_code") == (code if code is None or abs(code) < 2**53 else None)
 
 
 def test_a_swe_agent_retry_run_imports_its_chosen_attempt_and_one_without_it_is_refused_naming_attempts(tmp_path):

@@ -16,9 +16,11 @@ from ..ground.canonical import SAFE_INTEGER_MAX
 from ..ground.errors import first_few, quoted
 
 _FENCE = re.compile(r"```(?:bash|mswea_bash_command)\s*\n(.*?)\n```", re.S)
-#: A mini-swe-agent observation's exit code: longer runs of digits are past any exact JSON integer
-#: (and Python would refuse to read one of thousands of digits), so they give none.
-_RETURNCODE = re.compile(r"\A\s*(?:<exception>.*?</exception>\s*)?<returncode>(-?[0-9]{1,20})</returncode>", re.S)
+#: A mini-swe-agent observation's exit code: a run of more than 20 digits is past any exact JSON
+#: integer (and Python would refuse to read one of thousands of digits), so it gives none; the
+#: observation is in its wrapper all the same (:data:`_WRAPPER_START`).
+_RETURNCODE = re.compile(r"\A\s*(?:<exception>.*?</exception>\s*)?<returncode>(-?[0-9]+)</returncode>", re.S)
+_RETURNCODE_DIGITS_MAX = 20
 
 
 @dataclass(frozen=True)
@@ -35,7 +37,7 @@ class Step:
 #: mini-swe-agent's wrapper of an observation: what went wrong running it, if anything (a timeout),
 #: its exit code, then the output whole, or for a long one a warning, its head, how much was elided
 #: and its tail.
-_WRAPPER_START = re.compile(r"\A\s*(?:<exception>(?P<exception>.*?)</exception>\s*)?<returncode>-?[0-9]{1,20}"
+_WRAPPER_START = re.compile(r"\A\s*(?:<exception>(?P<exception>.*?)</exception>\s*)?<returncode>-?[0-9]+"
                             r"</returncode>\s*", re.S)
 _ELIDED = re.compile(r"</output_head>\s*<elided_chars>\s*[0-9]+ characters elided\s*</elided_chars>\s*<output_tail>\n?")
 
@@ -71,15 +73,37 @@ def _json_observation(text: str) -> dict[str, Any] | None:
     if not text.lstrip().startswith("{"):
         return None
     try:
-        wrapped = json.loads(text)
-    except (ValueError, RecursionError):
+        wrapped = json.loads(text, parse_int=_exit_code_int, object_pairs_hook=_keys_once)
+    except (ValueError, RecursionError):  # a key given twice too: which one a reader keeps, JSON does not settle
         return None
-    return wrapped if isinstance(wrapped, dict) and type(wrapped.get("returncode")) is int else None
+    if not isinstance(wrapped, dict) or not (type(wrapped.get("returncode")) is int or wrapped.get("returncode") is _LONG):
+        return None
+    return wrapped
+
+
+def _keys_once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON observation's object; ``ValueError`` for one giving a key twice (its exit code or output
+    would be whichever a reader keeps: such an observation is read as plain text)."""
+    wrapped = dict(pairs)
+    if len(wrapped) != len(pairs):
+        raise ValueError("a key given twice")
+    return wrapped
+
+
+#: A JSON observation's integer of more than 20 digits (:func:`_exit_code_int`).
+_LONG = object()
+
+
+def _exit_code_int(digits: str) -> int | object:
+    """A JSON observation's integer, one of more than 20 digits as :data:`_LONG`: as an exit code it
+    is none a journal can hold, and Python refuses to read one of thousands of digits (the
+    observation is the mini command's all the same, its output unwrapped)."""
+    return int(digits) if len(digits.lstrip("-")) <= _RETURNCODE_DIGITS_MAX else _LONG
 
 
 def _json_returncode(text: str) -> int | None:
     wrapped = _json_observation(text)
-    return None if wrapped is None else wrapped["returncode"]
+    return None if wrapped is None or wrapped["returncode"] is _LONG else wrapped["returncode"]
 
 
 def _json_output(text: str) -> str | None:
@@ -121,7 +145,8 @@ def _returncode(message: Mapping[str, Any], text: str) -> int | None:
     if isinstance(extra, Mapping) and type(extra.get("returncode")) is int:
         code = extra["returncode"]
     elif found := _RETURNCODE.match(text):
-        code = int(found.group(1))
+        digits = found.group(1).lstrip("-")
+        code = int(found.group(1)) if len(digits) <= _RETURNCODE_DIGITS_MAX else None
     else:
         code = _json_returncode(text)
     return code if code is None or abs(code) <= SAFE_INTEGER_MAX else None
