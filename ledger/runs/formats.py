@@ -76,9 +76,8 @@ def _json_observation(text: str) -> dict[str, Any] | None:
         wrapped = json.loads(text, parse_int=_exit_code_int, object_pairs_hook=_keys_once)
     except (ValueError, RecursionError):  # a key given twice too: which one a reader keeps, JSON does not settle
         return None
-    if not isinstance(wrapped, dict) or not (type(wrapped.get("returncode")) is int or wrapped.get("returncode") is _LONG):
-        return None
-    return wrapped
+    code = wrapped.get("returncode") if isinstance(wrapped, dict) else None
+    return wrapped if type(code) is int or code is _LONG else None
 
 
 def _keys_once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
