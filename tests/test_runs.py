@@ -716,6 +716,14 @@ def test_an_actions_file_names_its_unknown_key_as_the_budget_config_does(tmp_pat
     ('neutral = ["wc", "wc"]\n', "neutral", "neutral[2]: 'wc' is given twice in the list"),
     ('neutral = ["wc\\t"]\n', "neutral",
      "neutral[1]: 'wc\\t' has blanks at its ends, so it would never match a command's program; remove them"),
+    # one space between a program and its subcommand, nothing else: the shell splits the rest
+    *[(f'[[rules]]\naction = "x.y"\nprograms = ["cat", {json.dumps(name)}]\n', "rules[1].programs",
+       f"rules[1].programs[2]: {name!r} is neither a program's name nor a program and its subcommand with one space "
+       "between them (str_replace_editor view), so it would never match a command's program")
+      for name in ("git  log", "str_replace_editor view extra", "git\tlog", "git\nlog")],
+    ('[[rules]]\naction = "a.b"\nprograms = ["grep"]\n[[rules]]\naction = "c.d"\nprograms = ["rg", "grep"]\n',
+     "rules[2].programs", "rules[2].programs[2]: 'grep' is a program of rules[1] (a.b) already, which comes first, so "
+     "this rule would never apply to it"),
 ])
 def test_an_actions_file_refuses_a_rule_or_program_name_that_could_never_match(tmp_path, text, key, message):
     mapping = tmp_path / "actions.toml"

@@ -116,6 +116,7 @@ class ActionMap:
             if not programs:
                 raise LedgerError(CONFIG_INVALID, f"{key}.programs: empty, so the rule would never match a "
                                   "command; name its programs, or remove the rule", key=f"{key}.programs")
+            _refuse_earlier_rules(rule["programs"], rules, key)
             rules.append((rule["action"], programs))
         return cls(tuple(rules), _names(data.get("neutral", DEFAULT_ACTIONS["neutral"]), "neutral"), default)
 
@@ -132,17 +133,35 @@ def _check_action(value: Any, key: str) -> None:
 
 
 def _names(value: Any, key: str) -> frozenset[str]:
-    """The program names of a list: each given once, with no blank at either end (``" ls"`` is never
-    the program a command runs, as the shell splits it); else ``CONFIG_INVALID`` naming the key."""
+    """The program names of a list: each given once, a program's name or a program and its subcommand
+    with one space between them (``str_replace_editor view``), nothing else (``" ls"``, ``"git  log"``
+    or ``"a b c"`` is never what a command runs, as the shell splits it); else ``CONFIG_INVALID``
+    naming the key."""
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
         raise LedgerError(CONFIG_INVALID, f"{key}: must be a list of program names", key=key)
     for number, name in enumerate(value, start=1):
         if name != name.strip():
             raise LedgerError(CONFIG_INVALID, f"{key}[{number}]: {name!r} has blanks at its ends, so it would "
                               "never match a command's program; remove them", key=key)
+        if name.split() != name.split(" ") or len(name.split()) > 2:
+            raise LedgerError(CONFIG_INVALID, f"{key}[{number}]: {name!r} is neither a program's name nor a program "
+                              "and its subcommand with one space between them (str_replace_editor view), so it "
+                              "would never match a command's program", key=key)
         if name in value[:number - 1]:
             raise LedgerError(CONFIG_INVALID, f"{key}[{number}]: {name!r} is given twice in the list", key=key)
     return frozenset(value)
+
+
+def _refuse_earlier_rules(programs: list[str], rules: list[tuple[str, frozenset[str]]], key: str) -> None:
+    """``CONFIG_INVALID`` for a program an earlier rule names already: the first rule naming a
+    command's program gives its action, so this one would never apply to it."""
+    for number, name in enumerate(programs, start=1):
+        for earlier, (action, members) in enumerate(rules, start=1):
+            if name in members:
+                raise LedgerError(CONFIG_INVALID, f"{key}.programs[{number}]: {name!r} is a program of "
+                                  f"rules[{earlier}] ({action}) already, which comes first, so this rule would never "
+                                  "apply to it",
+                                  key=f"{key}.programs")
 
 
 DEFAULT_ACTION_MAP = ActionMap.from_mapping(DEFAULT_ACTIONS)
