@@ -582,6 +582,59 @@ def test_a_run_file_or_steps_line_past_the_size_limit_is_refused_without_reading
     assert summary.runs == 0 and reads == [1 << 20]  # one chunk, then no further
 
 
+def test_a_steps_line_past_the_size_limit_is_refused_holding_no_more_than_about_the_limit(tmp_path, monkeypatch):
+    """readline with the bound as its limit held the pieces it read beside the line it joined: a line
+    of 1.1 GiB in a 5 MB gzip file peaked at 2.1 GB to be refused."""
+    import tracemalloc
+    from ledger.runs import run_files
+
+    bound = 8 << 20
+    monkeypatch.setattr(run_files, "RUN_FILE_BYTES_MAX", bound)
+    (tmp_path / "s.jsonl.gz").write_bytes(gzip.compress(b'{"run": "r", "command": "ls", "output": "'
+                                                        + b"y" * (bound + (1 << 20)) + b'"}\n'))
+    tracemalloc.start()
+    try:
+        summary = import_runs([tmp_path / "s.jsonl.gz"], tmp_path / "out")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert [e["reason"] for e in summary.errors] == [f"line 1 holds more than {bound} bytes once decompressed, "
+                                                     "more than one step may: leave out what no journal keeps"]
+    assert peak < 1.4 * bound, peak
+
+
+@given(lines=st.lists(st.binary(max_size=30).map(lambda b: b.replace(b"\n", b"")), max_size=6),
+       last_newline=st.booleans())
+@settings(max_examples=200, deadline=None)
+def test_a_steps_file_is_cut_into_the_lines_readline_gives_and_refused_at_the_same_line(lines, last_newline):
+    """Read a chunk at a time (here 4 bytes, the bound 10): the same lines, the same line refused."""
+    import io
+    from ledger.runs import run_files
+
+    data = b"\n".join(lines) + (b"\n" if last_newline and lines else b"")
+
+    def reference() -> list:
+        handle, out = io.BytesIO(data), []
+        while line := handle.readline(11):
+            if len(line) > 10:
+                return [*out, "refused", len(out) + 1]
+            out.append(line)
+        return out
+
+    def chunked() -> list:
+        out = []
+        try:
+            for line in run_files.run_file_lines(io.BytesIO(data), Path("s.jsonl")):
+                out.append(bytes(line))
+        except ValueError as exc:
+            return [*out, "refused", int(str(exc).split()[1])]
+        return out
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(run_files, "RUN_FILE_BYTES_MAX", 10)
+        patch.setattr(run_files, "_LINE_CHUNK_BYTES", 4)
+        assert chunked() == reference()
+
+
 @pytest.mark.parametrize("fmt, data, reason", [
     ("mini-swe-agent", {"trajectory": [{"action": "ls", "observation": "a"}]},
      "no messages list: not a mini-swe-agent trajectory (its trajectory list is a SWE-agent .traj's) (read as "

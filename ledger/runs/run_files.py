@@ -73,11 +73,25 @@ def read_whole(path: Path) -> bytearray:
     return buffer  # decoded as it is: no copy of a file that may be large
 
 
-def run_file_lines(handle: IO[bytes], path: Path) -> Iterable[bytes]:
-    """The lines of a steps file; ``ValueError`` for one past :data:`RUN_FILE_BYTES_MAX`."""
+#: How much of a steps file's line is read at a time.
+_LINE_CHUNK_BYTES = 1 << 20
+
+
+def run_file_lines(handle: IO[bytes], path: Path) -> Iterable[bytes | bytearray]:
+    """The lines of a steps file; ``ValueError`` for one past :data:`RUN_FILE_BYTES_MAX`, read no
+    further than that. A long line is gathered a chunk at a time into one buffer: ``readline`` with
+    the bound as its limit holds the pieces it read beside the line it joins them into, twice the
+    bound in memory for a line that is then refused."""
     number = 0
-    while line := handle.readline(RUN_FILE_BYTES_MAX + 1):
+    while piece := handle.readline(_LINE_CHUNK_BYTES):
         number += 1
+        line = piece
+        if not piece.endswith(b"\n") and len(piece) == _LINE_CHUNK_BYTES:  # more of the line to come
+            line = bytearray(piece)
+            while len(line) <= RUN_FILE_BYTES_MAX and (piece := handle.readline(_LINE_CHUNK_BYTES)):
+                line += piece
+                if piece.endswith(b"\n"):
+                    break
         if len(line) > RUN_FILE_BYTES_MAX:
             raise _too_large(path, number)
         yield line
