@@ -129,7 +129,9 @@ def test_a_journal_may_start_with_a_utf8_bom_like_an_evidence_file(tmp_path):
 def test_a_bom_after_the_first_line_is_still_invalid_json(case):
     from ledger import apply_journal
     results = list(apply_journal(case, ['{"op": "snapshot"}', '\ufeff{"op": "snapshot"}'], keep_going=True))
-    assert results[1].error.code == "INVALID_JSON"
+    assert (results[1].error.code, results[1].error.message) == (  # it said "Expecting value: line 1 column 1"
+        "INVALID_JSON", "not valid JSON: it begins with a byte-order mark (U+FEFF), which only a file's first line "
+        "may carry (a file joined after another's end, say); remove it")
 
 
 @pytest.mark.slow

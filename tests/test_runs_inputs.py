@@ -357,8 +357,12 @@ def test_a_trajectory_or_steps_file_in_utf16_or_utf32_is_refused_as_not_utf8(tmp
     (tmp_path / "in" / "bom.traj.json").write_bytes(b"\xef\xbb\xbf" + text.encode())  # UTF-8 with a mark: read
     (tmp_path / "in" / "bom.jsonl").write_bytes(b"\xef\xbb\xbf" + json.dumps({"run": "b", "command": "ls",
                                                                             "output": "x"}).encode() + b"\n")
+    step = json.dumps({"run": "c", "command": "ls", "output": "x"}).encode() + b"\n"
+    (tmp_path / "in" / "bom2.jsonl").write_bytes(step + b"\xef\xbb\xbf" + step)  # a mark past the start: refused
     summary = import_runs([tmp_path / "in"], tmp_path / "out")
     assert summary.runs == 2 and sorted((Path(e["file"]).name, e["reason"]) for e in summary.errors) == [
+        ("bom2.jsonl", "line 2: not valid JSON: it begins with a byte-order mark (U+FEFF), which only a file's first "
+         "line may carry (a file joined after another's end, say); remove it"),  # it gave Python's hint
         ("s16.jsonl", "line 1: not UTF-8 (byte 1: invalid start byte)"),
         ("u16.traj.json", "not UTF-8 (byte 1: invalid start byte)"),
         ("u32.traj.json", "not UTF-8 (byte 1: invalid start byte)")]

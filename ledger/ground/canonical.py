@@ -412,6 +412,12 @@ _STRICT_SHORT_INTS = _StrictDecoder(check_ints=False)
 _LONG_DIGIT_RUN = re.compile(r"[0-9]{16}")
 
 
+#: A byte-order mark as text, and what a JSON text beginning with one inside a file is told.
+BOM_TEXT = "\ufeff"
+BOM_INSIDE = ("not valid JSON: it begins with a byte-order mark (U+FEFF), which only a file's first line may "
+              "carry (a file joined after another's end, say); remove it")
+
+
 def parse_json(text: str | bytes) -> Any:
     """Parse JSON text strictly: duplicate keys, NaN and ±Infinity are ``INVALID_JSON``; bytes must be
     UTF-8 (``INVALID_JSON`` naming the first byte that is not; a leading byte-order mark is skipped).
@@ -439,6 +445,8 @@ def parse_json(text: str | bytes) -> Any:
     except RecursionError:
         raise LedgerError(INVALID_JSON, "JSON nested too deeply") from None
     except (ValueError, TypeError) as exc:  # JSONDecodeError
+        if text.startswith(BOM_TEXT):  # past a file's start: a line of a journal glued on after another file
+            raise LedgerError(INVALID_JSON, BOM_INSIDE) from None
         raise LedgerError(INVALID_JSON, f"not valid JSON: {exc}") from None
     if _SURROGATE_ESCAPE.search(text):
         canonical_bytes(value)  # a lone surrogate has no canonical form

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
-from ..ground.canonical import SAFE_INTEGER_MAX
+from ..ground.canonical import BOM_INSIDE, BOM_TEXT, SAFE_INTEGER_MAX
 from ..ground.errors import first_few, quoted
 
 _FENCE = re.compile(r"```(?:bash|mswea_bash_command)\s*\n(.*?)\n```", re.S)
@@ -391,6 +391,8 @@ def steps_line(line: bytes, number: int, chosen_by_name: bool = True) -> tuple[s
     except UnicodeDecodeError as exc:
         raise ValueError(f"line {number}: not UTF-8 (byte {exc.start + 1}: {exc.reason})") from None
     except json.JSONDecodeError as exc:
+        if line.startswith(BOM_TEXT.encode()):
+            raise ValueError(f"line {number}: {BOM_INSIDE}") from None
         raise ValueError(f"line {number}: not JSON ({exc.msg})") from None
     except ValueError as exc:  # a key given twice (no_repeated_keys), or a number too long to read
         raise ValueError(f"line {number}: {too_many_digits(exc) or exc}") from None
