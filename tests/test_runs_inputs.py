@@ -201,6 +201,17 @@ def test_a_file_of_one_json_value_per_line_not_named_jsonl_says_how_steps_are_re
         "--format steps)")
 
 
+@pytest.mark.parametrize("fmt", ["auto", "mini-swe-agent", "swe-agent"])
+def test_a_journal_read_as_a_trajectory_is_sent_to_apply_whatever_its_name_or_format(tmp_path, fmt):
+    """It was sent to the steps format, which then sends it to apply."""
+    lines = tmp_path / "run.traj.json"
+    lines.write_text('{"op": "open_revision", "hypotheses": [{"statement": "x"}]}\n{"op": "initialize"}\n',
+                     encoding="utf-8")
+    assert import_runs([lines], tmp_path / "out", fmt=fmt).errors[0]["reason"].startswith(
+        "not JSON: Extra data: line 2 column 1 (char 60) (its first line has \"op\": the file is already a ledger "
+        "journal; give it to 'ledger apply' or 'ledger simulate', decompressed first if it is gzipped)")
+
+
 def test_a_number_of_thousands_of_digits_is_named_as_such(tmp_path):
     digits = "9" * 5000
     (tmp_path / "in").mkdir()

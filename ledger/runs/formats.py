@@ -382,6 +382,11 @@ def is_no_run(value: Any, name: str = "") -> bool:
                             or all(report(item) for item in value.values()))
 
 
+#: What a file whose lines are journal lines ("op") is told.
+ALREADY_A_JOURNAL = ("the file is already a ledger journal; give it to 'ledger apply' or 'ledger simulate', "
+                     "decompressed first if it is gzipped")
+
+
 def steps_line(line: bytes, number: int, chosen_by_name: bool = True) -> tuple[str, Step]:
     """The run id and step of one line of a steps file; ``chosen_by_name``: the file is read in this
     format because its name ends in .jsonl (not because ``--format steps`` asked), which a refusal says."""
@@ -398,8 +403,7 @@ def steps_line(line: bytes, number: int, chosen_by_name: bool = True) -> tuple[s
         raise ValueError(f"line {number}: {too_many_digits(exc) or exc}") from None
     if not isinstance(item, Mapping) or not isinstance(item.get("run"), str) \
             or not isinstance(item.get("command"), str) or not isinstance(item.get("output"), str):
-        hint = (" (this line has \"op\": the file is already a ledger journal; give it to 'ledger apply' "
-                "or 'ledger simulate', decompressed first if it is gzipped)" if isinstance(item, Mapping) and "op" in item else
+        hint = (f" (this line has \"op\": {ALREADY_A_JOURNAL})" if isinstance(item, Mapping) and "op" in item else
                 (" (a *.jsonl file is read in the steps format: " if chosen_by_name else " (the steps format: ")
                 + "one step per line; an agent's other JSON Lines files, such as predictions, are no trajectory)")
         raise ValueError(f"line {number}: needs the string keys run, command and output{hint}")

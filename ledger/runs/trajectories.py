@@ -35,8 +35,8 @@ from ..package_tools.atomic_files import create_tagged_temp, discard, remove_aba
 from ..package_tools.journal import LINE_BYTES_MAX
 from . import run_files
 from .actions import DEFAULT_ACTION_MAP, ActionMap, classify
-from .formats import (FormatError, Step, is_no_run, mini_swe_agent_steps, no_repeated_keys, steps_line, swe_agent_steps,
-                      too_many_digits)
+from .formats import (ALREADY_A_JOURNAL, FormatError, Step, is_no_run, mini_swe_agent_steps, no_repeated_keys,
+                      steps_line, swe_agent_steps, too_many_digits)
 
 FORMATS = ("auto", "mini-swe-agent", "swe-agent", "steps")
 #: The allocation of the imported run's one hypothesis: large enough that no policy-free replay runs dry.
@@ -315,10 +315,7 @@ class _Importer:
         except UnicodeDecodeError as exc:
             raise ValueError(f"not UTF-8 (byte {exc.start + 1}: {exc.reason})") from None
         except json.JSONDecodeError as exc:
-            several = exc.msg == "Extra data"  # a JSON value per line: a message log, or steps in a file not named *.jsonl
-            raise ValueError(f"not JSON: {exc}" + (" (several JSON values, one per line? a file of steps is read "
-                                                   "in the steps format: name it *.jsonl, or give --format steps)"
-                                                   if several else "")) from None
+            raise ValueError(f"not JSON: {exc}{_several_values_hint(exc)}") from None
         except ValueError as exc:
             raise ValueError(too_many_digits(exc) or str(exc)) from None
         del whole
@@ -415,6 +412,22 @@ class _Importer:
                     reason += f" (read as --format {self.fmt}, as asked: without it, the file's name and content choose)"
             code = E.STORAGE_ERROR if isinstance(exc, OSError) and exc.errno in STORAGE_ERRNOS else E.INVALID_ARGUMENT
             self.summary.errors.append({"file": str(path), "code": code, "reason": reason})
+
+
+def _several_values_hint(exc: json.JSONDecodeError) -> str:
+    """What a trajectory file that is several JSON values, one per line, is told: a journal (its first
+    value has "op") is sent to apply; anything else, a message log or steps in a file not named
+    *.jsonl, to the steps format."""
+    if exc.msg != "Extra data":
+        return ""
+    try:
+        first = json.loads(exc.doc[:exc.pos])
+    except (ValueError, RecursionError):
+        first = None
+    if isinstance(first, Mapping) and "op" in first:
+        return f" (its first line has \"op\": {ALREADY_A_JOURNAL})"
+    return (" (several JSON values, one per line? a file of steps is read in the steps format: name it *.jsonl, "
+            "or give --format steps)")
 
 
 def _no_run_line(line: bytes, path: Path) -> bool:
