@@ -33,7 +33,8 @@ def revision() -> None:
 @CASE
 @click.option("--hypothesis", "statements", multiple=True, required=True, metavar="STATEMENT",
               help="A hypothesis statement; repeat for each (ids H1, H2, … follow this order).")
-@click.option("--units", type=Integer(), help="Units per hypothesis (default: the analysis config's).")
+@click.option("--units", "--units-per-hypothesis", "units", type=Integer(),
+              help="Units per hypothesis (default: the analysis config's).")
 @AT
 @JSON
 @pass_settings

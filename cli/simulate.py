@@ -309,8 +309,8 @@ def _frontier(settings: Settings, journals: Sequence[str], policies: list[Policy
         if units is not None:
             warn(f"note: {emit} holds the chosen budget keys; the choice also gives each hypothesis {units} units, "
                  f"which no budget file holds: add --units-per-hypothesis {units} to ledger apply, "
-                 f"--vary units_per_hypothesis={units} to ledger simulate --policy, units_per_hypothesis={units} "
-                 f"to open_revision in Python")
+                 f"--vary units_per_hypothesis={units} to ledger simulate --policy, --units {units} to ledger revision "
+                 f"open, units_per_hypothesis={units} to open_revision in Python")
     elif emit is not None:
         warn(f"note: no choice, so --emit {emit} was not written")
     if plot is not None:

@@ -131,6 +131,12 @@ def test_usage_errors_exit_2(cli_case, args):
     assert b"Traceback" not in done.stderr
 
 
+def test_revision_open_takes_the_allocation_by_the_name_apply_and_simulate_give_it_too(tmp_path):
+    """The frontier's note names --units-per-hypothesis for apply; revision open took only --units."""
+    ok("init", str(tmp_path / "c"), "--case-id", "BUG-8")
+    assert ok("revision", "open", str(tmp_path / "c"), "--hypothesis", "x", "--units-per-hypothesis", "500") == (
+        "revision 1: GENERATING_HYPOTHESES (seq 2)\n  H1: x (500 units)\n")
+
 
 @pytest.mark.slow  # over 0.9 s in the default run: the slow lane (.ci/run) runs it
 def test_a_grant_to_an_account_that_ended_says_the_account_stays_ended(cli_case):

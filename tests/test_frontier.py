@@ -866,8 +866,8 @@ def test_an_emitted_choice_with_an_allocation_says_on_stderr_where_the_allocatio
     assert BudgetConfig.load(target).policy_sha256 == choice["figures"]["policy_sha256"]
     assert (f"note: {target} holds the chosen budget keys; the choice also gives each hypothesis {units} units, "
             f"which no budget file holds: add --units-per-hypothesis {units} to ledger apply, --vary "
-            f"units_per_hypothesis={units} to ledger simulate --policy, units_per_hypothesis={units} to "
-            f"open_revision in Python\n") in done.stderr
+            f"units_per_hypothesis={units} to ledger simulate --policy, --units {units} to ledger revision open, "
+            f"units_per_hypothesis={units} to open_revision in Python\n") in done.stderr
     plain = _cli(*args, "--vary", "max_low_information_steps=1")  # cheaper still, at the journals' allocation
     assert json.loads(plain.stdout)["choice"]["policy"] == "max_low_information_steps=1"
     assert plain.exit_code == 0 and "units_per_hypothesis" not in plain.stderr
