@@ -19,6 +19,7 @@ import json
 import math
 import re
 import sys
+import threading
 from typing import Any, Iterable, Mapping, Sequence
 
 import click
@@ -100,6 +101,20 @@ def escape_unencodable_output() -> None:
                     stream.reconfigure(errors="ledger-escape")
             except (ValueError, OSError, LookupError):  # a stream that cannot change now; echo() still escapes
                 pass
+
+
+def thread_failures_on_one_line() -> None:
+    """A thread of this process that stops with an exception says so in one line on stderr, where
+    Python prints a traceback (a worker pool's own thread with no thread or memory left for its
+    queue: the work goes on in this process)."""
+    def stopped(args: threading.ExceptHookArgs) -> None:
+        if args.exc_type is SystemExit:
+            return
+        hint = (" (this process may have no memory or thread left)"
+                if args.exc_type is MemoryError or "new thread" in str(args.exc_value) else "")
+        name = args.thread.name if args.thread is not None else "of this process"
+        warn(f"warning: the thread {name} stopped: {args.exc_type.__name__}: {args.exc_value}{hint}")
+    threading.excepthook = stopped
 
 
 def warn(text: str) -> None:

@@ -15,7 +15,7 @@ import importlib
 import click
 
 from ._common import DEMO_TAKES_NO_CONFIG, LedgerGroup, Settings
-from ._output import escape_unencodable_output
+from ._output import escape_unencodable_output, thread_failures_on_one_line
 
 #: Each command and where it is defined (module of this package, attribute). A command's module is
 #: imported when the command is called (or help lists it), so ``ledger apply`` loads only what
@@ -67,6 +67,7 @@ def main(ctx: click.Context, config: str | None, analysis_config: str | None, ac
     # paths are shown as the bytes they are, even when not UTF-8 (os.fsdecode's surrogates), and what
     # the output's encoding cannot carry is escaped: printing never fails a command that ran
     escape_unencodable_output()
+    thread_failures_on_one_line()
     if ctx.meta.get("ledger.help_requested"):  # `ledger --config bad.toml verify --help`: help, nothing loaded
         config = analysis_config = None
     if ctx.invoked_subcommand == "demo" and (config is not None or analysis_config is not None):

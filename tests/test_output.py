@@ -297,3 +297,24 @@ def test_the_note_of_an_export_waiting_for_another_starts_a_line_of_its_own_belo
     text = terminal.replace(b"\r\n", b"\n").decode()
     assert "exporting" in text and "note: another export of" in text
     assert text[text.index("note: another export of") - 1] == "\n", text
+
+
+def test_a_thread_that_stops_with_an_exception_says_so_in_one_line_not_a_traceback(monkeypatch, capsys):
+    """A worker pool's own thread with no thread left for its queue printed Python's traceback; the
+    command goes on (its work done in the calling process), and says so in one line."""
+    import threading
+    from ledger_cli._output import thread_failures_on_one_line
+
+    monkeypatch.setattr(threading, "excepthook", threading.excepthook)  # put back after the test
+
+    def fails(error: BaseException) -> None:
+        raise error
+    thread_failures_on_one_line()
+    for error in (RuntimeError("can't start new thread"), ValueError("bad\nvalue"), SystemExit(3)):
+        thread = threading.Thread(target=fails, args=(error,), name="pool-thread")
+        thread.start()
+        thread.join()
+    assert capsys.readouterr().err == (
+        "warning: the thread pool-thread stopped: RuntimeError: can't start new thread (this process may have no "
+        "memory or thread left)\n"
+        "warning: the thread pool-thread stopped: ValueError: bad\\nvalue\n")

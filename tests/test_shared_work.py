@@ -351,3 +351,43 @@ def test_a_pool_that_cannot_shut_down_has_its_workers_ended_not_waited_for(tmp_p
     out = list(shared_map(square_waiting_for_a_worker, [(n, os.getpid(), flag) for n in range(6)], 2))
     assert [square for square, _ in out] == [n * n for n in range(6)]
     assert pools and pools[0] and all(not process.is_alive() for process in pools[0].values())
+
+
+@pytest.mark.slow  # starts real worker processes: the slow lane (.ci/run) runs it
+@pytest.mark.parametrize("fails_at", ["the first hand-out", "a chunk's hand-out"])
+def test_a_pool_whose_own_thread_dies_gives_its_chunks_back_and_its_workers_are_ended(monkeypatch, fails_at):
+    """With no thread or memory left to start its queue's feeder, the pool's own thread died at its
+    first put: its workers never got the stop message and the command hung at exit joining them (or,
+    with a chunk handed out, waited for that chunk's results for ever). The caller runs the chunks
+    itself and the workers are killed."""
+    from concurrent.futures import process as pool_module
+    from multiprocessing import queues
+
+    monkeypatch.setattr(workers, "START_WORKERS_AFTER_S", 0.0)
+    monkeypatch.setattr(workers, "POOL_CHECK_S", 0.05)
+    real_put, processes, escaped = queues.Queue.put, [], []
+
+    def put(self, item, *args, **kwargs):
+        if isinstance(threading.current_thread(), pool_module._ExecutorManagerThread) and (
+                fails_at == "the first hand-out" or getattr(item, "fn", None) is workers._run_chunk):
+            raise RuntimeError("can't start new thread")
+        return real_put(self, item, *args, **kwargs)
+
+    real_shutdown = futures.ProcessPoolExecutor.shutdown
+
+    def shutdown(self, *args, **kwargs):
+        processes.extend((self._processes or {}).values())
+        return real_shutdown(self, *args, **kwargs)
+
+    monkeypatch.setattr(queues.Queue, "put", put)
+    monkeypatch.setattr(futures.ProcessPoolExecutor, "shutdown", shutdown)
+    monkeypatch.setattr(threading, "excepthook", escaped.append)
+    out: list = []
+    done = threading.Thread(target=lambda: out.extend(shared_map(_sleeps_then_squares, list(range(60)), 2)),
+                            daemon=True)
+    done.start()
+    done.join(60)
+    assert not done.is_alive(), "shared_map waited for a chunk the pool's dead thread held"
+    assert out == [n * n for n in range(60)]
+    assert processes and not any(process.is_alive() for process in processes)
+    assert [str(args.exc_value) for args in escaped] == ["can't start new thread"]

@@ -27,6 +27,10 @@ START_WORKERS_AFTER_S = 0.05
 #: once: a result's way back and the next hand-out pass through the pool's own threads, which wait
 #: for the interpreter while the calling process is busy, so one-by-one short tasks starve a worker.
 CHUNK_S = 0.05
+#: How often the calling process, waiting for a worker's result, looks whether the pool's own thread
+#: still runs: one that died (no thread or memory left to start its queue's feeder) leaves the
+#: chunks it held unanswered for ever.
+POOL_CHECK_S = 0.5
 
 
 def usable_cores() -> int:
@@ -214,15 +218,29 @@ def _run_chunk(work: Callable[[Any], Any], chunk: list[Any]) -> list[Outcome]:
     return outcomes
 
 
-def _end_workers(pool: Any) -> None:
-    """Kill the worker processes of a pool that cannot shut down (its manager thread never started):
-    they would wait for work for ever, and this process's exit with them."""
-    for process in list((getattr(pool, "_processes", None) or {}).values()):
+def _end_workers(processes: Sequence[Any]) -> None:
+    """Kill the worker ``processes`` still running once their pool is shut down: a pool whose own
+    thread never started, or died (no thread or memory left for its queue's feeder), never sends them
+    the stop message, and they would wait for work for ever, and this process's exit with them."""
+    for process in processes:
         try:
-            process.kill()
-            process.join(5)
+            if process.is_alive():
+                process.kill()
+                process.join(5)
         except (OSError, ValueError, AssertionError) as oserr:  # gone already, or never started
             pass_on_interruption(oserr)
+
+
+def _workers_of(pool: Any) -> list[Any]:
+    """The worker processes of a ``ProcessPoolExecutor`` (its shutdown forgets them)."""
+    return list((getattr(pool, "_processes", None) or {}).values())
+
+
+def _pool_thread_died(pool: Any) -> bool:
+    """Whether the pool's own thread, which hands its workers their tasks and brings back the
+    results (every result callback runs in it), has ended while the pool was in use."""
+    thread = getattr(pool, "_executor_manager_thread", None)
+    return thread is not None and not thread.is_alive()
 
 
 class _SharedWork:
@@ -239,7 +257,8 @@ class _SharedWork:
         self.front, self.back = 0, len(tasks)  # tasks[front:back] are not taken yet
         self.returned: list[int] = []  # heap of tasks a worker gave back, for this process to run
         self.results: dict[int, Outcome] = {}
-        self.turn, self.closing, self.pool, self.starting = 0, False, None, False
+        self.pending: dict[Any, list[int]] = {}  # each chunk handed to a worker and not back yet, by its future
+        self.turn, self.closing, self.pool, self.starting, self.lost = 0, False, None, False, False
         self.free = 0  # chunks the started workers may be handed now
         self.own_s, self.own_tasks = 0.0, 0  # this process's time on its tasks, for the chunk size
         self.began = time.perf_counter()
@@ -261,8 +280,9 @@ class _SharedWork:
             elif self.front < self.back:
                 take, self.front = self.front, self.front + 1
                 self.done.notify_all()  # the dispatcher may be waiting for the last tasks to go
-            elif self.turn not in self.results:
-                self.done.wait()  # a worker is running the task whose turn it is
+            elif self.turn not in self.results:  # a worker is running the task whose turn it is
+                if not self.done.wait(POOL_CHECK_S) and self.pool is not None and _pool_thread_died(self.pool):
+                    self._pool_lost()
         if take is not None:
             started = time.perf_counter()
             try:
@@ -298,10 +318,26 @@ class _SharedWork:
             if self.dispatcher is not None:
                 self.dispatcher.join()  # a start under way ends first: no half-started pool is left behind
             if self.pool is not None:
+                workers, died = _workers_of(self.pool), _pool_thread_died(self.pool)
+                call_queue = getattr(self.pool, "_call_queue", None)  # its shutdown forgets it
                 try:
                     self.pool.shutdown(wait=True, cancel_futures=True)
                 except RuntimeError:  # its own thread never started (no memory or thread left): waiting would hang
-                    _end_workers(self.pool)
+                    pass
+                _end_workers(workers)  # none is left running after a shutdown that went as it should
+                if died and call_queue is not None:  # what the dead thread would have closed at its end
+                    call_queue.close()
+                    call_queue.join_thread()
+
+    def _pool_lost(self) -> None:
+        """The pool's own thread died (``self.done`` held): the chunks it held come back to this
+        process, and no more are handed out (every task can run again: a lost chunk never reported)."""
+        for indices in self.pending.values():
+            for index in indices:
+                heapq.heappush(self.returned, index)
+        self.pending.clear()
+        self.lost = True  # the dispatcher hands out nothing more
+        self.done.notify_all()
 
     def _dispatch(self) -> None:
         """The dispatcher thread: after the delay, start the workers if the caller has not (it may be
@@ -316,9 +352,9 @@ class _SharedWork:
             self._start_workers(keep=0)
         while True:
             with self.done:
-                self.done.wait_for(lambda: self.closing or self.pool is None or self.front >= self.back
+                self.done.wait_for(lambda: self.closing or self.pool is None or self.lost or self.front >= self.back
                                    or self.free > 0)
-                if self.closing or self.pool is None or self.front >= self.back:
+                if self.closing or self.pool is None or self.lost or self.front >= self.back:
                     return
                 self.free -= 1
                 indices = self._take_chunk()
@@ -328,6 +364,8 @@ class _SharedWork:
                 self._give_back(indices)
                 pass_on_interruption(exc)
                 return
+            with self.done:
+                self.pending[future] = indices
             future.add_done_callback(lambda f, indices=indices: self._finished(indices, f))
 
     def _take_chunk(self) -> list[int]:
@@ -386,8 +424,8 @@ class _SharedWork:
         """A chunk came back (in the pool's thread): its outcomes, or its tasks for this process to
         run again when the worker died or a result would not pickle."""
         with self.done:
-            if future.cancelled():
-                return
+            if self.pending.pop(future, None) is None or future.cancelled():
+                return  # given back already (the pool's thread was taken for dead), or cancelled at the end
             if future.exception() is not None:
                 for index in indices:
                     heapq.heappush(self.returned, index)
