@@ -436,21 +436,29 @@ class _NoBar:
         return None
 
 
-@context_manager
-def read_only_rows(case: str, sql: str, timeout_ms: int = 30_000) -> Iterator[tuple[list[str], Iterator[tuple]]]:
-    """The library's ``read_only_rows`` for a command: every read-only query a command runs
-    (``ledger sql``, the length of verify's progress bar) goes through sqlite-utils, whose import
-    also imports pandas and numpy whenever they are installed (half a second, four times a
-    command's own start-up) for a type mapping only its writes use. A command never writes with
-    it, so sqlite-utils is imported with those two hidden; they stay importable afterwards."""
+def import_sqlite_utils_alone() -> None:
+    """Import sqlite-utils without pandas and numpy: its import also imports them whenever they are
+    installed (half a second, four times a command's own start-up, and over 100 MB of memory with
+    pyarrow) for a type mapping only its writes use. A command never writes with it, so it is
+    imported with those two hidden; they stay importable afterwards."""
     if "sqlite_utils" not in sys.modules:
         hidden = [name for name in ("pandas", "numpy") if name not in sys.modules]
         for name in hidden:
             sys.modules[name] = None  # type: ignore[assignment]  # import of it raises ImportError
         try:
             import sqlite_utils  # noqa: F401
+        except ImportError:  # not installed: its user says so
+            pass
         finally:
             for name in hidden:
                 del sys.modules[name]
+
+
+@context_manager
+def read_only_rows(case: str, sql: str, timeout_ms: int = 30_000) -> Iterator[tuple[list[str], Iterator[tuple]]]:
+    """The library's ``read_only_rows`` for a command: every read-only query a command runs
+    (``ledger sql``, the length of verify's progress bar) goes through sqlite-utils
+    (:func:`import_sqlite_utils_alone`)."""
+    import_sqlite_utils_alone()
     with ledger_read_only_rows(case, sql, timeout_ms=timeout_ms) as found:
         yield found

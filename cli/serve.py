@@ -11,7 +11,7 @@ from ledger.browse.server import serve_cases, serve_metadata
 from ledger.ground import interrupts
 from ledger.ground.errors import LedgerError
 
-from ._common import OnceCommand, CaseFolder, IntegerRange
+from ._common import OnceCommand, CaseFolder, IntegerRange, import_sqlite_utils_alone
 from ._output import warn
 
 
@@ -48,5 +48,6 @@ def serve(cases: tuple[str, ...], host: str, port: int, open_browser: bool, meta
         if left_out:
             click.get_current_context().exit(1)
         return
+    import_sqlite_utils_alone()  # Datasette imports it: not pandas, numpy and pyarrow with it
     with interrupts.python_handler():  # asyncio's own Ctrl-C handling, which it takes only over Python's
         serve_cases(list(cases), host=host, port=port, open_browser=open_browser, echo=click.echo, warn=warn)

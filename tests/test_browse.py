@@ -599,6 +599,22 @@ _NO_DATASETTE = ("import sys\nclass Block:\n    def find_spec(self, name, path=N
                  "from ledger_cli.main import main\nmain()\n")
 
 
+_IMPORTS_OF_SERVE = ("import importlib, sys\nimport ledger_cli.serve as serve\n"
+                     "def started(paths, **options):\n    importlib.import_module('datasette.app')\n"
+                     "    print(sorted(name for name in ('pandas', 'pyarrow', 'sqlite_utils') if name in sys.modules))\n"
+                     "serve.serve_cases = started\nfrom ledger_cli.main import main\nmain()\n")
+
+
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
+def test_serve_imports_sqlite_utils_without_pandas_and_pyarrow(demo):
+    """Datasette imports sqlite-utils, which imports pandas (and with it pyarrow) whenever installed:
+    135 MB at start against 64, and a third of a second."""
+    pytest.importorskip("pandas")  # installed with the test extras: the case this is about
+    done = subprocess.run([sys.executable, "-c", _IMPORTS_OF_SERVE, "serve", str(demo)], capture_output=True,
+                          text=True, timeout=120)
+    assert (done.returncode, done.stdout) == (0, "['sqlite_utils']\n"), done.stderr
+
+
 @pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_without_the_web_extra_serve_names_what_to_install_and_metadata_only_still_works(demo):
     done = subprocess.run([sys.executable, "-c", _NO_DATASETTE, "serve", str(demo)], capture_output=True,
