@@ -601,7 +601,8 @@ _NO_DATASETTE = ("import sys\nclass Block:\n    def find_spec(self, name, path=N
 
 _IMPORTS_OF_SERVE = ("import importlib, sys\nimport ledger_cli.serve as serve\n"
                      "def started(paths, **options):\n    importlib.import_module('datasette.app')\n"
-                     "    print(sorted(name for name in ('pandas', 'pyarrow', 'sqlite_utils') if name in sys.modules))\n"
+                     "    names = ('pandas', 'pyarrow', 'sqlite_utils')\n"
+                     "    print(sorted(name for name in names if name in sys.modules))\n"
                      "serve.serve_cases = started\nfrom ledger_cli.main import main\nmain()\n")
 
 
