@@ -695,6 +695,30 @@ def test_a_case_path_that_is_a_link_to_nothing_is_named_as_such(tmp_path, comman
         "not there); check the path\n")
 
 
+def test_a_case_path_that_is_a_chain_or_loop_of_links_is_named_by_where_it_goes_wrong(tmp_path):
+    """A chain was named by its first link's target ("a link to b, which is not there": b is, a link
+    itself), a loop by the link itself."""
+    (tmp_path / "a").symlink_to("b")
+    (tmp_path / "b").symlink_to(tmp_path / "gone")
+    (tmp_path / "loop1").symlink_to("loop2")
+    (tmp_path / "loop2").symlink_to("loop1")
+    (tmp_path / "self").symlink_to("self")
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "up").symlink_to("../nowhere")
+    expected = {
+        "a": f"to b ({tmp_path / 'b'}), a link to {tmp_path / 'gone'}, which is not there",
+        "loop1": f"to loop2 ({tmp_path / 'loop2'}), a link to loop1 ({tmp_path / 'loop1'}): a loop of links",
+        "self": f"to self ({tmp_path / 'self'}): a loop of links",
+        "sub/up": f"to ../nowhere ({tmp_path / 'nowhere'}), which is not there"}
+    for name, where in expected.items():
+        assert refused("LEDGER_MISSING", "verify", str(tmp_path / name)) == (
+            f"error: LEDGER_MISSING: no case at {tmp_path / name} (a symbolic link {where}); check the path\n")
+        assert refused("INVALID_ARGUMENT", "init", str(tmp_path / name), "--case-id", "X-1") == (
+            f"error: INVALID_ARGUMENT: {tmp_path / name} (case path) is a link that leads nowhere ({where}); give a "
+            "folder, or remove the link\n")
+
+
 @pytest.mark.parametrize("command", [("init", "--case-id", "X-1"), ("apply", "JOURNAL", "--create", "X-1")])
 def test_a_new_case_at_a_link_to_nothing_is_refused_naming_the_link(tmp_path, command):
     """It said 'File exists', the system's word, naming no cause."""
@@ -703,8 +727,8 @@ def test_a_new_case_at_a_link_to_nothing_is_refused_naming_the_link(tmp_path, co
     (tmp_path / "dangling").symlink_to("gone")
     args = [command[0], str(tmp_path / "dangling"), *(str(journal) if a == "JOURNAL" else a for a in command[1:])]
     assert refused("INVALID_ARGUMENT", *args) == (
-        f"error: INVALID_ARGUMENT: {tmp_path / 'dangling'} (case path) is a link to nothing (gone); give a folder, "
-        "or remove the link\n")
+        f"error: INVALID_ARGUMENT: {tmp_path / 'dangling'} (case path) is a link that leads nowhere (to gone "
+        f"({tmp_path / 'gone'}), which is not there); give a folder, or remove the link\n")
     assert not (tmp_path / "gone").exists()
 
 

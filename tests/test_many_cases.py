@@ -105,8 +105,9 @@ def test_a_folder_of_cases_that_is_a_link_to_nothing_is_named_as_such(tmp_path):
     with pytest.raises(LedgerError) as caught:
         case_folders([tmp_path / "cases"])
     assert caught.value.code == INVALID_ARGUMENT
-    assert caught.value.message == (f"{tmp_path / 'cases'} (a folder of cases) is a link to nothing "
-                                    f"({tmp_path / 'moved-away'}); give a folder, or remove the link")
+    assert caught.value.message == (f"{tmp_path / 'cases'} (a folder of cases) is a link that leads nowhere "
+                                    f"(to {tmp_path / 'moved-away'}, which is not there); give a folder, or remove "
+                                    "the link")
     missing = run_cli("verify", "--all", str(tmp_path / "gone"))  # no link: the system's own words
     assert missing.stderr.decode().startswith(f"error: INVALID_ARGUMENT: cannot list the cases in {tmp_path / 'gone'}: ")
 

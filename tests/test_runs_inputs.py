@@ -529,13 +529,14 @@ def test_an_output_folder_that_is_a_link_to_nothing_is_refused_naming_the_link(t
     with pytest.raises(LedgerError) as caught:
         import_runs([source], tmp_path / "dangling")
     assert caught.value.code == "INVALID_ARGUMENT" and caught.value.message == (
-        f"{tmp_path / 'dangling'} (the output folder, --out) is a link to nothing ({tmp_path / 'nowhere'}); give a "
-        "folder, or remove the link")
+        f"{tmp_path / 'dangling'} (the output folder, --out) is a link that leads nowhere (to {tmp_path / 'nowhere'}, "
+        "which is not there); give a folder, or remove the link")
     (tmp_path / "up").symlink_to("dangling")  # a folder above it, through two links
     with pytest.raises(LedgerError) as caught:
         import_runs([source], tmp_path / "up" / "sub")
     assert caught.value.message.startswith(
-        f"{tmp_path / 'up'}, a folder above {tmp_path / 'up' / 'sub'} (the output folder, --out), is a link to nothing")
+        f"{tmp_path / 'up'}, a folder above {tmp_path / 'up' / 'sub'} (the output folder, --out), is a link that "
+        f"leads nowhere (to dangling ({tmp_path / 'dangling'}), a link to {tmp_path / 'nowhere'}, which is not there)")
     assert not (tmp_path / "nowhere").exists()
 
 

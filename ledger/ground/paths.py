@@ -111,6 +111,34 @@ def require_utf8(path: Path, refusal: str) -> None:
         raise LedgerError(INVALID_ARGUMENT, f"{shown}: {refusal}") from None
 
 
+#: Most links followed before a chain of them is called a loop (Linux's own bound, ELOOP).
+LINKS_FOLLOWED_MAX = 40
+
+
+def where_link_leads(link: str | os.PathLike[str]) -> str:
+    """Where the symbolic link ``link``, which leads nowhere, goes wrong, in words: ``to X, which is not
+    there`` (X as the link holds it, then, for a relative one, as a path from here), ``to X, a link
+    to Y, which is not there`` along a chain, or ``to X, …, a loop of links``."""
+    steps: list[str] = []
+    at = os.fspath(link)
+    seen = {os.path.abspath(at)}
+    for _ in range(LINKS_FOLLOWED_MAX):
+        try:
+            target = os.fsdecode(os.readlink(at))
+        except OSError as oserr:
+            pass_on_interruption(oserr)
+            return f"to {', a link to '.join(steps) or '?'}, which cannot be read"
+        place = os.path.normpath(os.path.join(os.path.dirname(at), target))
+        steps.append(target if place == target or os.path.isabs(target) else f"{target} ({place})")
+        if os.path.abspath(place) in seen:
+            return f"to {', a link to '.join(steps)}: a loop of links"
+        if not os.path.islink(place):
+            return f"to {', a link to '.join(steps)}, which is not there"
+        seen.add(os.path.abspath(place))
+        at = place
+    return f"to {', a link to '.join(steps[:3])}, …: a chain of more than {LINKS_FOLLOWED_MAX} links"
+
+
 def refuse_link_to_nothing(path: Path, what: str) -> None:
     """``INVALID_ARGUMENT`` when ``path`` (``what`` names it), or the nearest of its folders that is
     not there, is a symbolic link that leads nowhere: a folder cannot be made there (the system's
@@ -119,14 +147,9 @@ def refuse_link_to_nothing(path: Path, what: str) -> None:
         if os.path.exists(at):
             return
         if os.path.islink(at):
-            try:
-                target = os.readlink(at)
-            except OSError as oserr:
-                pass_on_interruption(oserr)
-                target = "?"
             named = f"{path} ({what})" if at == path else f"{at}, a folder above {path} ({what}),"
-            raise LedgerError(INVALID_ARGUMENT, f"{named} is a link to nothing ({target}); give a folder, or remove "
-                              "the link", path=str(at))
+            raise LedgerError(INVALID_ARGUMENT, f"{named} is a link that leads nowhere ({where_link_leads(at)}); give "
+                              "a folder, or remove the link", path=str(at))
 
 
 def read_bytes(path: Path, what: str, limit: int | None = None) -> bytes:

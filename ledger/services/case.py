@@ -33,7 +33,7 @@ from ..model.package import (ANALYSIS_DIR, LEDGER_FILE, MANIFEST_FILE, content_p
     is_case_package, refuse_build_folder_name, refuse_output_in_package, refuse_own_links)
 from ..model.input_identity import input_identity
 from ..model.source_refs import resolve_source_refs
-from ..ground.paths import current_folder_gone, fs_path, make_folders, os_error, refuse_link_to_nothing
+from ..ground.paths import current_folder_gone, fs_path, make_folders, os_error, refuse_link_to_nothing, where_link_leads
 from ..ground.interrupts import context_manager
 from ..router.reference import Router
 from ..rules import lifecycle
@@ -118,12 +118,7 @@ def missing_ledger(root: Path) -> LedgerError:
                            f"{'is' if len(logs) == 1 else 'are'} there: the log of a ledger that was lost or moved; "
                            "put it back (a new case here would delete that log)")
     if os.path.islink(root) and not os.path.exists(root):
-        try:
-            target = os.readlink(root)
-        except OSError as oserr:
-            pass_on_interruption(oserr)
-            target = "?"
-        return LedgerError(E.LEDGER_MISSING, f"no case at {root} (a symbolic link to {target}, which is not there); "
+        return LedgerError(E.LEDGER_MISSING, f"no case at {root} (a symbolic link {where_link_leads(root)}); "
                            "check the path")
     if not os.path.lexists(root):
         why = _unreachable(root)
