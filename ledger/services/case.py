@@ -33,7 +33,8 @@ from ..model.package import (ANALYSIS_DIR, LEDGER_FILE, MANIFEST_FILE, content_p
     is_case_package, refuse_build_folder_name, refuse_output_in_package, refuse_own_links)
 from ..model.input_identity import input_identity
 from ..model.source_refs import resolve_source_refs
-from ..ground.paths import current_folder_gone, fs_path, make_folders, os_error, refuse_link_to_nothing, where_link_leads
+from ..ground.paths import (current_folder_gone, fs_path, make_folders, os_error, refuse_link_to_nothing,
+                            where_link_leads)
 from ..ground.interrupts import context_manager
 from ..router.reference import Router
 from ..rules import lifecycle
