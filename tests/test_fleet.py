@@ -1313,7 +1313,9 @@ def test_a_fleet_folder_that_is_a_link_to_nothing_is_refused_naming_the_link(fle
     (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
     with pytest.raises(LedgerError) as caught:
         export_fleet([cases / "demo"], tmp_path / "dangling")
-    assert caught.value.code == INVALID_ARGUMENT and "(the fleet folder, --to) is a link to nothing" in caught.value.message
+    assert caught.value.code == INVALID_ARGUMENT and caught.value.message == (
+        f"{tmp_path / 'dangling'} (the fleet folder, --to) is a link that leads nowhere (to {tmp_path / 'nowhere'}, "
+        "which is not there); give a folder, or remove the link")
     assert not (tmp_path / "nowhere").exists()
 
 
