@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from ledger import (AnalysisConfig, Case, LedgerError, frontier, import_runs, load_policy, read_outcomes, simulate,
                     vary, verify_case)
 from ledger.runs import run_files, trajectories
-from ledger.runs.actions import ActionMap
+from ledger.runs.actions import ActionMap, classify
 from ledger.runs.formats import OTHER_AGENTS
 from ledger.package_tools.journal import apply_journal
 from ledger_cli.main import main
@@ -732,6 +732,15 @@ def test_an_actions_file_refuses_a_rule_or_program_name_that_could_never_match(t
         ActionMap.load(mapping)
     assert (caught.value.code, caught.value.message, caught.value.details["key"]) == (
         "CONFIG_INVALID", f"{mapping}: {message}", key)
+
+
+def test_an_actions_file_takes_a_program_name_with_characters_the_shell_keeps_in_a_word(tmp_path):
+    """A no-break space, an ideographic space or a control character other than a tab or line break
+    is part of the word the shell splits, so a command can run that program: Python's own split
+    (every Unicode space) refused them as names that could never match."""
+    names = ["git\u00a0log", "git\u3000log", "a\x1cb", "\u00a0ls"]
+    mapping = ActionMap.from_mapping({"rules": [{"action": "x.y", "programs": names}]})
+    assert [classify(f"{name} f.py", mapping)[0] for name in names] == ["x.y"] * 4
 
 
 def test_an_actions_file_may_name_no_neutral_filter(tmp_path):

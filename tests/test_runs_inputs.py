@@ -210,6 +210,10 @@ def test_a_journal_read_as_a_trajectory_is_sent_to_apply_whatever_its_name_or_fo
     assert import_runs([lines], tmp_path / "out", fmt=fmt).errors[0]["reason"].startswith(
         "not JSON: Extra data: line 2 column 1 (char 60) (its first line has \"op\": the file is already a ledger "
         "journal; give it to 'ledger apply' or 'ledger simulate', decompressed first if it is gzipped)")
+    lines.write_text('{"op": "open_revision", "hypotheses": [{"statement": "x"}]}\n', encoding="utf-8")  # one line
+    assert import_runs([lines], tmp_path / "out", fmt=fmt).errors[0]["reason"].startswith(
+        "holds one journal line (it has \"op\"): the file is already a ledger journal; give it to 'ledger apply' or "
+        "'ledger simulate', decompressed first if it is gzipped")
 
 
 def test_a_number_of_thousands_of_digits_is_named_as_such(tmp_path):

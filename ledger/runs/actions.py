@@ -132,6 +132,11 @@ def _check_action(value: Any, key: str) -> None:
                           key=key)
 
 
+#: What the shell splits words at (its IFS): a name's other characters, a no-break space among
+#: them, stay in its word.
+_SHELL_BLANKS = " \t\n"
+
+
 def _names(value: Any, key: str) -> frozenset[str]:
     """The program names of a list: each given once, a program's name or a program and its subcommand
     with one space between them (``str_replace_editor view``), nothing else (``" ls"``, ``"git  log"``
@@ -140,10 +145,11 @@ def _names(value: Any, key: str) -> frozenset[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
         raise LedgerError(CONFIG_INVALID, f"{key}: must be a list of program names", key=key)
     for number, name in enumerate(value, start=1):
-        if name != name.strip():
+        if name != name.strip(_SHELL_BLANKS):
             raise LedgerError(CONFIG_INVALID, f"{key}[{number}]: {name!r} has blanks at its ends, so it would "
                               "never match a command's program; remove them", key=key)
-        if name.split() != name.split(" ") or len(name.split()) > 2:
+        words = name.split(" ")
+        if any(not word or set(_SHELL_BLANKS) & set(word) for word in words) or len(words) > 2:
             raise LedgerError(CONFIG_INVALID, f"{key}[{number}]: {name!r} is neither a program's name nor a program "
                               "and its subcommand with one space between them (str_replace_editor view), so it "
                               "would never match a command's program", key=key)

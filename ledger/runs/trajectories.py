@@ -322,6 +322,8 @@ class _Importer:
         if is_no_run(data, path.name):
             self.summary.not_runs.append(str(path))
             return
+        if isinstance(data, Mapping) and "op" in data and not {"messages", "trajectory"} & data.keys():
+            raise ValueError(f"holds one journal line (it has \"op\"): {ALREADY_A_JOURNAL}")
         fmt = run_files.format_of(path, self.fmt, data)
         steps = (swe_agent_steps if fmt == "swe-agent" else mini_swe_agent_steps)(data)
         given = data.get("instance_id") if isinstance(data, Mapping) else None
