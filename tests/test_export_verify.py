@@ -2395,6 +2395,15 @@ def test_export_many_calls_waiting_with_the_case_and_needs_an_importable_one_for
             export_many([tmp_path / "a"], jobs=2, waiting=waiting)
         assert caught.value.code == INVALID_ARGUMENT and "waiting" in caught.value.message
     assert not (tmp_path / "a" / "manifest.json").exists()  # refused before any export
+    program = ("import sys\nfrom ledger import LedgerError, export_many\ndef note(case): print(case)\n"
+               "try:\n    export_many([sys.argv[1]], jobs=2, waiting=note)\nexcept LedgerError as e:\n"
+               "    print(e.code, e.message)\n")  # pickled by its name, which no worker could find
+    done = subprocess.run([sys.executable, "-c", program, str(tmp_path / "a")], capture_output=True, text=True,
+                          timeout=120)
+    assert (done.stdout, done.stderr) == (
+        "INVALID_ARGUMENT waiting must be a function a worker process can import when more than one job runs: one "
+        "defined by a program given as text (python -c, standard input, a notebook or the interactive interpreter) is "
+        "not; define it in a module, or use jobs=1\n", "")
 
 
 def test_export_calls_waiting_once_only_when_another_export_holds_the_case_and_names_it_when_it_gives_up(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import os
 import pickle
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -240,3 +241,11 @@ def _check_importable(function: Callable[..., Any] | None, workers: int) -> None
         pass_on_interruption(exc)
         raise LedgerError(E.INVALID_ARGUMENT, f"waiting must be a function a worker process can import (defined at "
                           f"the top level of a module) when more than one job runs: {exc}") from None
+    inner = getattr(function, "func", getattr(function, "__func__", function))  # a partial's, a method's
+    main = sys.modules.get("__main__")
+    program = getattr(main, "__file__", None)
+    if getattr(inner, "__module__", None) == "__main__" and (program is None or not os.path.isfile(program)):
+        # pickled by its name, which a worker looks up in a program it cannot import (python -c, stdin, a notebook)
+        raise LedgerError(E.INVALID_ARGUMENT, "waiting must be a function a worker process can import when more than "
+                          "one job runs: one defined by a program given as text (python -c, standard input, a "
+                          "notebook or the interactive interpreter) is not; define it in a module, or use jobs=1")
