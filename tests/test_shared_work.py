@@ -391,3 +391,20 @@ def test_a_pool_whose_own_thread_dies_gives_its_chunks_back_and_its_workers_are_
     assert out == [n * n for n in range(60)]
     assert processes and not any(process.is_alive() for process in processes)
     assert [str(args.exc_value) for args in escaped] == ["can't start new thread"]
+
+
+def test_a_worker_that_cannot_start_its_threads_ends_without_a_traceback(monkeypatch):
+    """With no thread left to it, a worker's start (the threads that watch the process that started it)
+    raised RuntimeError, and the pool printed "Exception in initializer:" with a traceback."""
+    real_start, ended = threading.Thread.start, []
+
+    def start(self):
+        if self.name == "watch-parent":
+            raise RuntimeError("can't start new thread")
+        real_start(self)
+    monkeypatch.setattr(threading.Thread, "start", start)
+    monkeypatch.setattr(os, "_exit", lambda status: ended.append(status))
+    monkeypatch.setattr(workers, "_parent", [None])  # what watch_parent sets, put back after the test
+    workers.watch_parent(os.getpid())
+    assert ended == [1]
+

@@ -134,8 +134,11 @@ def watch_parent(parent: int) -> None:
             time.sleep(0.1)
         os._exit(1)
 
-    threading.Thread(target=watch, name="watch-parent", daemon=True).start()
-    _sigterm_from(parent)
+    try:
+        threading.Thread(target=watch, name="watch-parent", daemon=True).start()
+        _sigterm_from(parent)
+    except (RuntimeError, MemoryError):  # no thread or memory left to this worker: it ends, with no traceback,
+        os._exit(1)  # and the process that started it runs its tasks itself (a worker that died)
 
 
 #: Whether workers start with SIGTERM blocked (:func:`interrupts_blocked`): only where a worker can
