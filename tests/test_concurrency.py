@@ -1389,6 +1389,8 @@ def test_another_look_at_the_ledger_from_the_same_process_keeps_an_open_cases_lo
 
     start_case(package).close()
     ledger = package / "ledger.sqlite"
+    # what this process held before (an earlier test's interrupt sweep may have lost a hold: a known limit)
+    held_before = held_files()
     case = Case.open(package)
     try:
         case.actions()  # a read: the shared lock taken, the -wal empty (so the cut-short check reads the file)
@@ -1397,7 +1399,7 @@ def test_another_look_at_the_ledger_from_the_same_process_keeps_an_open_cases_lo
         assert another_process_sees_a_reader(ledger)
     finally:
         case.close()
-    assert not another_process_sees_a_reader(ledger) and held_files() == 0  # all let go once closed
+    assert not another_process_sees_a_reader(ledger) and held_files() == held_before  # all let go once closed
 
 
 _KEEPS_WRITING = """
