@@ -2378,6 +2378,36 @@ def test_several_cases_exported_at_once_say_which_one_waits_for_another_export_o
     assert verify_case(tmp_path / "b").export_state == "current"
 
 
+@pytest.mark.slow  # real processes waiting on locks: the slow lane (.ci/run) runs it
+@pytest.mark.parametrize("signal_name, status", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_an_export_of_several_cases_stops_at_once_though_a_worker_waits_for_another_export(tmp_path, signal_name,
+                                                                                          status):
+    """A worker waiting for another export's lock (up to an hour) never sees the signal: the command
+    waited for it, ignoring Ctrl-C, until that export ended. The wait now ends as its caller stops."""
+    import signal as signals
+    import time
+
+    for name in ("a", "b", "c", "d"):
+        start_case(tmp_path / name).close()
+    holders = [_export_lock_held_by_another_process(tmp_path / name) for name in ("c", "d")]
+    command = [sys.executable, "-m", "ledger_cli", "export", *(str(tmp_path / n) for n in "abcd"), "--jobs", "2"]
+    exporting = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert "its line waits for it to end" in _line_within(exporting.stderr, 60)
+        time.sleep(0.3)  # both waits under way, one of them (at least) in a worker
+        sent = time.monotonic()
+        exporting.send_signal(getattr(signals, signal_name))
+        _, err = exporting.communicate(timeout=60)
+        took = time.monotonic() - sent
+    finally:
+        for process in (*holders, exporting):
+            if process.poll() is None:
+                process.kill()
+            process.communicate(timeout=30)  # reaped, its pipes closed
+    assert exporting.returncode == status and took < 10, (took, err)
+    assert err.decode().endswith("error: interrupted; nothing half-written remains, run the command again\n")
+
+
 def test_export_many_calls_waiting_with_the_case_and_needs_an_importable_one_for_several_jobs(tmp_path):
     start_case(tmp_path / "a").close()
     noted: list[str] = []

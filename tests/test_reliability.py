@@ -1075,3 +1075,24 @@ def test_an_input_that_cannot_be_opened_for_lack_of_descriptors_is_a_storage_err
     refused = os_error(OSError(errnos.EMFILE, "Too many open files", str(tmp_path / "in.jsonl")), "cannot read it")
     assert (refused.code, refused.message) == (STORAGE_ERROR,
                                                f"cannot read it: Too many open files ({tmp_path}/in.jsonl)")
+
+
+def test_a_wait_for_the_writer_lock_given_a_stop_ends_once_it_answers_true(tmp_path):
+    """A worker process waits for another export's lock with a stop its caller sets when it stops
+    (no signal reaches the worker): the wait ends then, named as stopped, not after its hour."""
+    import fcntl
+    import time
+    from ledger.storage.writer_lock import WriterLock
+
+    path = tmp_path / "lock"
+    with open(path, "a+b") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+        lock, began = WriterLock(path), time.monotonic()
+        with pytest.raises(LedgerError) as caught:
+            lock.acquire(3_600_000, stop=lambda: time.monotonic() - began > 0.3)
+        took = time.monotonic() - began
+    assert (caught.value.code, caught.value.details.get("stopped")) == ("LEDGER_BUSY", True) and took < 5
+    lock.acquire(1000, stop=lambda: True)  # free now: taken at once, the stop never asked
+    assert lock.locked
+    lock.close()
+

@@ -122,12 +122,23 @@ def shared_map(work: Callable[[Any], Any], tasks: Sequence[Any], jobs: int) -> I
 
 #: The process that started this worker (:func:`watch_parent`), or None in a process no pool started.
 _parent: list[int | None] = [None]
+#: In a worker: the event the process that started it sets when it stops (:func:`stop_requested`).
+_stopping: list[Any] = [None]
 
 
-def watch_parent(parent: int) -> None:
+def stop_requested() -> bool:
+    """In a worker: whether the process that started it is stopping (Ctrl-C, SIGTERM, an error), so a
+    wait of a task's (another export's lock, up to an hour) may end at once; False elsewhere. The
+    worker itself gets no signal: it keeps SIGINT and SIGTERM blocked."""
+    event = _stopping[0]
+    return event is not None and event.is_set()
+
+
+def watch_parent(parent: int, stopping: Any = None) -> None:
     """In a worker, first: end it if the process that started it ends (killed, say) and it is
-    left waiting for tasks that never come; and take a SIGTERM as :func:`_sigterm_from` says."""
-    _parent[0] = parent
+    left waiting for tasks that never come; and take a SIGTERM as :func:`_sigterm_from` says.
+    ``stopping``: the event :func:`stop_requested` reads."""
+    _parent[0], _stopping[0] = parent, stopping
 
     def watch() -> None:
         while os.getppid() == parent:
@@ -262,6 +273,7 @@ class _SharedWork:
         self.results: dict[int, Outcome] = {}
         self.pending: dict[Any, list[int]] = {}  # each chunk handed to a worker and not back yet, by its future
         self.turn, self.closing, self.pool, self.starting, self.lost = 0, False, None, False, False
+        self.stopping: Any = None  # the event the workers' stop_requested() reads, set as this one closes
         self.free = 0  # chunks the started workers may be handed now
         self.own_s, self.own_tasks = 0.0, 0  # this process's time on its tasks, for the chunk size
         self.began = time.perf_counter()
@@ -317,6 +329,8 @@ class _SharedWork:
         with self.done:
             self.closing = True
             self.done.notify_all()
+        if self.stopping is not None:
+            self.stopping.set()  # a worker's task waiting (another export's lock) ends at once
         with interrupts.deferred():
             if self.dispatcher is not None:
                 self.dispatcher.join()  # a start under way ends first: no half-started pool is left behind
@@ -400,8 +414,10 @@ class _SharedWork:
             try:
                 if executor is None:
                     return
-                self.pool = pool = executor(max_workers=count, mp_context=worker_context(),
-                                            initializer=watch_parent, initargs=(os.getpid(),))
+                context = worker_context()
+                self.stopping = context.Event()
+                self.pool = pool = executor(max_workers=count, mp_context=context,
+                                            initializer=watch_parent, initargs=(os.getpid(), self.stopping))
             except (OSError, MemoryError, RuntimeError) as oserr:  # no descriptor, memory or thread left for workers
                 pass_on_interruption(oserr)
                 return

@@ -32,6 +32,7 @@ from .manifest import check_manifest_identity, manifest_for, read_manifest
 from ..model.package import (ANALYSIS_DIR, CONTENT_FILE_RE, LEDGER_FILE, MANIFEST_FILE, check_package_names, content_path, is_export_temp,
                       event_path, export_tree_files, refuse_own_links, well_placed, check_export_tree)
 from ..ground.paths import EXPORT_FILE_BYTES_MAX, bytes_at_most, os_error, walk
+from ..ground.workers import stop_requested
 
 Progress = Callable[[int], None]
 #: How long an export waits for another export of the same package to finish.
@@ -298,10 +299,10 @@ def export_case(case: "Case | str | os.PathLike[str]", progress: Progress | None
 def _wait_for_export(lock: WriterLock, root: Path) -> None:
     """The export lock of ``root``, taken once another export lets it go; ``LEDGER_BUSY`` naming that
     export after ``EXPORT_LOCK_WAIT_MS``."""
-    try:
-        lock.acquire(EXPORT_LOCK_WAIT_MS)
+    try:  # in a worker process whose caller is stopping, the wait ends at once
+        lock.acquire(EXPORT_LOCK_WAIT_MS, stop=stop_requested)
     except LedgerError as exc:
-        if exc.code != E.LEDGER_BUSY:
+        if exc.code != E.LEDGER_BUSY or exc.details.get("stopped"):
             raise
         raise LedgerError(E.LEDGER_BUSY, f"another export of {root} held its lock ({lock.path.name}) for more than "
                           f"{EXPORT_LOCK_WAIT_MS // 60_000} minutes (a stopped or hung process?); retry once it ends",

@@ -27,8 +27,9 @@ import fcntl
 import os
 import stat
 import threading
+import time
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Callable
 
 from ..ground import errors as E
 from ..ground.descriptors import close_descriptor, refuse_held
@@ -55,6 +56,8 @@ def fork_count() -> int:
 
 #: Locks taken of files the path no longer named before a non-blocking try gives up and waits.
 _RETRIES = 8
+#: How often a wait given a ``stop`` looks at it (:meth:`WriterLock.acquire`).
+STOP_CHECK_S = 0.2
 
 
 def _names(path: Path, identity: tuple[int, int] | None) -> bool:
@@ -146,14 +149,17 @@ class WriterLock:
         """True while this object holds the lock."""
         return self.held is not None
 
-    def acquire(self, timeout_ms: int) -> None:
+    def acquire(self, timeout_ms: int, stop: Callable[[], bool] | None = None) -> None:
         """Take the lock (``held``), or raise ``LEDGER_BUSY`` after ``timeout_ms``; a path that cannot
-        be opened raises what opening it raised (``OSError``; a link: ``INVALID_ARGUMENT``).
+        be opened raises what opening it raised (``OSError``; a link: ``INVALID_ARGUMENT``). ``stop``,
+        if given, is looked at every :data:`STOP_CHECK_S` while waiting: once it answers True the wait
+        ends with ``LEDGER_BUSY`` whose details hold ``stopped`` (a worker process whose caller is
+        stopping, which no signal reaches).
 
         Anything left held by an interrupted earlier call is released first.
         """
         if not self.try_acquire():
-            self._wait(timeout_ms)
+            self._wait(timeout_ms, stop)
 
     def try_acquire(self) -> bool:
         """Take the lock only if it is free right now; True when taken (then ``release()`` it)."""
@@ -205,7 +211,7 @@ class WriterLock:
             self._guard, self._guard_fork = threading.Lock(), _forks
         return self._guard
 
-    def _wait(self, timeout_ms: int) -> None:
+    def _wait(self, timeout_ms: int, stop: Callable[[], bool] | None = None) -> None:
         guard = self._guarded()
         cond = threading.Condition()
         box: dict[str, Any] = {"file": None, "abandoned": False, "error": None}
@@ -232,8 +238,17 @@ class WriterLock:
                 cond.notify()
 
         threading.Thread(target=waiter, name="ledger-writer-lock", daemon=True).start()
+        deadline, stopped = time.monotonic() + timeout_ms / 1000, False
+
+        def ended() -> bool:
+            return box["file"] is not None or box["error"] is not None
         with cond:
-            cond.wait_for(lambda: box["file"] is not None or box["error"] is not None, timeout_ms / 1000)
+            if stop is None:
+                cond.wait_for(ended, timeout_ms / 1000)
+            while stop is not None and not cond.wait_for(ended, min(max(deadline - time.monotonic(), 0), STOP_CHECK_S)):
+                if time.monotonic() >= deadline or stop():
+                    stopped = time.monotonic() < deadline
+                    break
         with guard:  # the hand-over: from here on release() finds the lock in ``held``
             self.held, box["file"] = box["file"], None
             box["abandoned"] = True
@@ -242,6 +257,9 @@ class WriterLock:
             return
         if box["error"] is not None:  # the path could not be opened: the caller's refusal, as uncontended
             raise box["error"]
+        if stopped:
+            raise LedgerError(E.LEDGER_BUSY, "stopped waiting for another writer: the work is being stopped",
+                              stopped=True)
         raise LedgerError(
             E.LEDGER_BUSY, f"another writer held the case for more than {timeout_ms} ms; retry",
             busy_timeout_ms=timeout_ms,
