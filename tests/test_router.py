@@ -38,6 +38,18 @@ def _refused(call) -> LedgerError:
     return refused.value
 
 
+def test_find_text_refuses_a_glob_past_the_path_length_saying_so_and_reads_brackets_as_a_glob_does(root):
+    """A glob under sources/ of more than 1,024 characters was refused as one not under sources/."""
+    long = "sources/" + "a" * 1020
+    assert _refused(lambda: Router(root).find_text({"text": "two", "path_glob": long})).message == (
+        "path_glob holds 1028 characters, more than the 1024 a path may")
+    (root / "sources" / "[a].py").write_bytes(b"two\n")
+    (root / "sources" / "a.py").write_bytes(b"two\n")
+    files = lambda glob: Router(root).find_text({"text": "two", "path_glob": glob})["coverage"]["files"]  # noqa: E731
+    assert (files("sources/[[]a].py"), files("sources/[a].py"), files("sources/?.py")) == (
+        ["sources/[a].py"], ["sources/a.py"], ["sources/a.py"])
+
+
 def test_a_line_is_the_text_between_newlines_with_one_trailing_cr_removed_and_hashed_without_terminator(root):
     found = Router(root).read_context({"path": "sources/app.py", "start_line": 1, "end_line": 5})
     assert [i["text"] for i in found["items"]] == ["one", "two", "three"]

@@ -340,8 +340,10 @@ def find_text_args(args: Any) -> tuple[str, str, int]:
     if not isinstance(text, str) or not text or len(text) > TEXT_CHARS_MAX or "\n" in text:
         raise _refuse(f"text must be a non-empty single-line string of at most {TEXT_CHARS_MAX} characters")
     glob = args.get("path_glob", SOURCES_DIR + "/*")
+    if isinstance(glob, str) and len(glob) > PATH_CHARS_MAX:
+        raise _refuse(f"path_glob holds {len(glob)} characters, more than the {PATH_CHARS_MAX} a path may")
     if (not isinstance(glob, str) or not glob.startswith(SOURCES_DIR + "/") or ".." in glob.split("/")
-            or "\\" in glob or len(glob) > 1024):
+            or "\\" in glob):
         raise _refuse(f"path_glob must name files under {SOURCES_DIR}/, got {given(glob, 80)}")
     limit = _int_arg(args, "max_results", DEFAULT_RESULTS, 1, RESULTS_MAX)
     if not is_utf8_text(text):
