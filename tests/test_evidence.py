@@ -186,11 +186,13 @@ def test_no_reservation_conflicts_and_identical_replays(case):
     request = {"actions": [read("op-1", "H1", "q1", 1, 1)]}
     with pytest.raises(LedgerError) as refused:
         case.evidence().query("i1", request, True)
-    assert refused.value.code == NO_RESERVATION
+    assert (refused.value.code, refused.value.message) == (
+        NO_RESERVATION, "operation op-1 names no still-reserved action H1/q1 of tool source.read_context: none was reserved")
     case.budget().reserve("H1", "q1", "source.find_text")  # another tool than the request names
     with pytest.raises(LedgerError) as refused:
         case.evidence().query("i1", request, True)
-    assert refused.value.code == NO_RESERVATION
+    assert (refused.value.code, refused.value.message.split(": ", 1)[1]) == (
+        NO_RESERVATION, "it was reserved for the tool source.find_text")
     case.budget().fail("H1", "q1", "wrong tool")
     stored = store(case, "i2", read("op-2", "H1", "q2", 1, 1), close=False)
     again = case.evidence().store_tool_results("i2", {"actions": [read("op-2", "H1", "q2", 1, 1)]},
@@ -201,11 +203,13 @@ def test_no_reservation_conflicts_and_identical_replays(case):
     assert refused.value.code == OPERATION_CONFLICT
     with pytest.raises(LedgerError) as refused:  # a reservation that already has its record
         case.evidence().query("i4", {"actions": [read("op-4", "H1", "q2", 2, 2)]}, True)
-    assert refused.value.code == NO_RESERVATION
+    assert (refused.value.code, refused.value.message.split(": ", 1)[1]) == (  # it said only "names no still-reserved"
+        NO_RESERVATION, "the batch of operation op-2 holds it already (its result is that batch's)")
     case.budget().record_evidence("H1", "q2", "E000001")
     with pytest.raises(LedgerError) as refused:  # nor once the record was fed to the budget
         case.evidence().query("i5", {"actions": [read("op-5", "H1", "q2", 2, 2)]}, True)
-    assert refused.value.code == NO_RESERVATION
+    assert (refused.value.code, refused.value.message.split(": ", 1)[1]) == (
+        NO_RESERVATION, "its status is awaiting_assessment, not reserved")
 
 
 def _stored_reply(case: Case, iteration: str) -> dict:

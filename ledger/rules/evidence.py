@@ -125,13 +125,30 @@ def _refuse_reservations(view: LedgerView, revision: int, actions: Sequence[Mapp
     _refuse_unknown_hypotheses(revision, head, actions)  # every action's first: docs/errors.md, the first code in its list
     for action in actions:
         h, action_id, op_id = action["hypothesis_id"], action["action_id"], action["operation_id"]
-        found = view.action(revision, h, action_id)
-        bound = view.evidence_binding(revision, h, action_id)
-        if (found is None or found["status"] != "reserved" or found["action"] != action["tool"]
-                or (bound is not None and bound[1] != op_id)
-                or view.test_of_action(revision, h, action_id) is not None):  # a test's result is its feedback
+        why = _not_reserved_for(view, revision, action)
+        if why is not None:
             raise LedgerError(E.NO_RESERVATION, f"operation {op_id} names no still-reserved action {h}/{action_id} "
-                              f"of tool {action['tool']}", operation_id=op_id, hypothesis_id=h, action_id=action_id)
+                              f"of tool {action['tool']}: {why}", operation_id=op_id, hypothesis_id=h,
+                              action_id=action_id)
+
+
+def _not_reserved_for(view: LedgerView, revision: int, action: Mapping[str, Any]) -> str | None:
+    """Why the batch's ``action`` cannot take its result (None: it can): not reserved, no longer
+    reserved, reserved for another tool, bound to another operation's batch, a requested test's."""
+    h, action_id, op_id = action["hypothesis_id"], action["action_id"], action["operation_id"]
+    found = view.action(revision, h, action_id)
+    if found is None:
+        return "none was reserved"
+    if found["status"] != "reserved":
+        return f"its status is {found['status']}, not reserved"
+    if found["action"] != action["tool"]:
+        return f"it was reserved for the tool {found['action']}"
+    bound = view.evidence_binding(revision, h, action_id)
+    if bound is not None and bound[1] != op_id:
+        return f"the batch of operation {bound[1]} holds it already (its result is that batch's)"
+    if view.test_of_action(revision, h, action_id) is not None:
+        return "it is a requested test's action, whose result is the test's feedback"
+    return None
 
 
 def check_content_limits(view: LedgerView, contents: Mapping[str, bytes], records: int,
