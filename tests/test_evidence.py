@@ -187,7 +187,8 @@ def test_no_reservation_conflicts_and_identical_replays(case):
     with pytest.raises(LedgerError) as refused:
         case.evidence().query("i1", request, True)
     assert (refused.value.code, refused.value.message) == (
-        NO_RESERVATION, "operation op-1 names no still-reserved action H1/q1 of tool source.read_context: none was reserved")
+        NO_RESERVATION, "operation op-1 names no still-reserved action H1/q1 of tool source.read_context: none was "
+        "reserved")
     case.budget().reserve("H1", "q1", "source.find_text")  # another tool than the request names
     with pytest.raises(LedgerError) as refused:
         case.evidence().query("i1", request, True)
