@@ -385,6 +385,26 @@ def test_import_refuses_a_manifest_swapped_for_a_link_or_pipe_as_verify_does_not
     assert not (tmp_path / "new").exists()
 
 
+@pytest.mark.parametrize("own", ["ledger.sqlite", "manifest.json", "an exported event"])
+def test_import_refuses_an_input_that_is_a_hard_link_to_the_packages_own_files(exported, tmp_path, own):
+    """The router never reads such a link and the input identity counts a marker for it; import copied
+    the file's bytes (the old ledger's, say) as an input of the new package, which a stored search had
+    listed as skipped: the imported case then failed verify --strict."""
+    source = tmp_path / "source"
+    shutil.copytree(exported, source, symlinks=True)
+    target = {"ledger.sqlite": source / "ledger.sqlite", "manifest.json": source / "manifest.json",
+              "an exported event": next((source / "analysis").rglob("*.json"))}[own]
+    (source / "sources").mkdir(exist_ok=True)
+    os.link(target, source / "sources" / "copy.bin")
+    done = run_cli("import", str(source), "--to", str(tmp_path / "new"))
+    assert (done.returncode, done.stderr.decode()) == (1, (
+        "error: INVALID_ARGUMENT: import accepts no hard link to the package's own files: sources/copy.bin is one (of "
+        "ledger.sqlite, manifest.json or a file under analysis/); remove it, then run this again\n"))
+    assert not (tmp_path / "new").exists()
+    (source / "sources" / "copy.bin").unlink()
+    assert run_cli("import", str(source), "--to", str(tmp_path / "new")).returncode == 0
+
+
 @pytest.mark.slow  # over 0.5 s in the default run: the slow lane (.ci/run) runs it
 def test_import_goes_into_any_folder_name_the_file_system_takes(exported, tmp_path):
     """Its hidden build folder keeps 40 characters of the target's name, so a long name (240

@@ -33,7 +33,7 @@ from ..model.package import (ANALYSIS_DIR, EVENT_FILE_RE, EVIDENCE_EVENT_FILE_RE
                              check_export_tree, content_path, event_path, folder_in_place, is_ledger_own,
                              printable_name, refuse_build_folder_name, refuse_output_in_package, refuse_own_links,
                              walk_package)
-from ..model.input_identity import input_identity
+from ..model.input_identity import input_identity, own_file_ids
 from ..ground.paths import (EXPORT_FILE_BYTES_MAX, file_kind, fs_path, make_folders, open_regular, os_error,
                             read_bytes_at_most, remove_tree)
 from .replay import PackageSource, Replayer
@@ -47,8 +47,10 @@ Progress = Callable[[int], None]
 
 
 def _walk_regular(root: Path) -> Iterator[tuple[str, Path]]:
-    """Every file below ``root`` as (posix relative path, path); links, specials and names
-    outside the package's file-name rule refused (``INVALID_ARGUMENT`` naming them)."""
+    """Every file below ``root`` as (posix relative path, path); links, specials, hard links to the
+    package's own files and names outside the package's file-name rule refused (``INVALID_ARGUMENT``
+    naming them)."""
+    own = own_file_ids(root)
     for relative, info in walk_package(root, complete=True):
         if stat.S_ISLNK(info.st_mode):
             raise LedgerError(E.INVALID_ARGUMENT, f"import accepts no links: {printable_name(relative)}",
@@ -64,6 +66,12 @@ def _walk_regular(root: Path) -> Iterator[tuple[str, Path]]:
             raise LedgerError(E.INVALID_ARGUMENT, f"import accepts only regular files: {printable_name(relative)} is "
                               f"{file_kind(info.st_mode)}; move it out of the folder, then run this again",
                               path=printable_name(relative))
+        if (info.st_dev, info.st_ino) in own and not is_ledger_own(PurePosixPath(relative)):
+            # no input: the router never reads it and the input identity counts a marker, where a copy
+            # would put the old file's bytes among the new package's inputs
+            raise LedgerError(E.INVALID_ARGUMENT, f"import accepts no hard link to the package's own files: "
+                              f"{printable_name(relative)} is one (of ledger.sqlite, manifest.json or a file under "
+                              "analysis/); remove it, then run this again", path=printable_name(relative))
         yield relative, root / relative
 
 
