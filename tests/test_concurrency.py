@@ -257,10 +257,12 @@ def _worker_long_reader(path: str, ready, release, queue) -> None:
             snapshot_count = conn.execute("SELECT COUNT(*) FROM events").fetchone()[0]
             ready.set()
             reads, counts = 0, set()
-            while not release.is_set():
+            while True:  # at least once after ready, however late this process runs again (a loaded machine)
                 counts.add(conn.execute("SELECT COUNT(*) FROM events").fetchone()[0])
                 conn.execute("SELECT * FROM balances").fetchall()
                 reads += 1
+                if release.is_set():
+                    break
                 time.sleep(0.005)
             rest = [row[0] for row in cursor.fetchall()]
             conn.execute("COMMIT")
