@@ -89,6 +89,21 @@ def writes_its_pid_then_sleeps(task: tuple[int, str]) -> int:
     return n
 
 
+def marks_slowly_in_a_worker(task: tuple[int, int, str]) -> int:
+    """In a worker: a mark per task, then a fifth of a second. In the calling process: task 1 waits
+    until a worker has begun one, then fails (the caller stops)."""
+    n, parent, folder = task
+    if os.getpid() != parent:
+        (Path(folder) / str(n)).touch()
+        time.sleep(0.2)
+    elif n == 1:
+        deadline = time.monotonic() + 60
+        while not any(Path(folder).iterdir()) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        raise ValueError("the caller stops")
+    return n
+
+
 def stops(n: int) -> int:
     raise StopIteration
 
@@ -407,4 +422,18 @@ def test_a_worker_that_cannot_start_its_threads_ends_without_a_traceback(monkeyp
     monkeypatch.setattr(workers, "_parent", [None])  # what watch_parent sets, put back after the test
     workers.watch_parent(os.getpid())
     assert ended == [1]
+
+
+@pytest.mark.slow  # starts a real worker process: the slow lane (.ci/run) runs it
+def test_a_stopping_caller_has_its_workers_run_no_more_of_their_chunks(tmp_path, monkeypatch):
+    """The caller waited for every chunk a worker held: several long cases each (an export of several
+    cases interrupted with --jobs 2 went on for 30-40 s, exporting them all). A worker now ends its
+    chunk after the task it is on."""
+    monkeypatch.setattr(workers, "CHUNK_S", 1000.0)  # chunks as large as the tasks left allow
+    folder = tmp_path / "marks"
+    folder.mkdir()
+    tasks = [(n, os.getpid(), str(folder)) for n in range(60)]
+    with pytest.raises(ValueError, match="the caller stops"):
+        list(shared_map(marks_slowly_in_a_worker, tasks, 2))
+    assert 1 <= len(list(folder.iterdir())) <= 3  # the task it was on (and one more handed to it meanwhile)
 

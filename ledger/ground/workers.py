@@ -116,6 +116,9 @@ def shared_map(work: Callable[[Any], Any], tasks: Sequence[Any], jobs: int) -> I
         while shared.turn < len(tasks):
             shared.step()
             yield from shared.ready()
+    except BaseException:  # Ctrl-C, SIGTERM, an error, or the results no longer wanted (GeneratorExit)
+        shared.stop_workers()
+        raise
     finally:
         shared.close()
 
@@ -223,6 +226,8 @@ def _run_chunk(work: Callable[[Any], Any], chunk: list[Any]) -> list[Outcome]:
     """In a worker: each task's outcome, with the warnings it gave, for :func:`shared_map`."""
     outcomes: list[Outcome] = []
     for task in chunk:
+        if stop_requested():
+            break  # the process that handed out the chunk is stopping: it reads no more results
         with warnings.catch_warnings(record=True) as caught:
             try:
                 result: tuple[bool, Any] = (True, work(task))
@@ -329,8 +334,6 @@ class _SharedWork:
         with self.done:
             self.closing = True
             self.done.notify_all()
-        if self.stopping is not None:
-            self.stopping.set()  # a worker's task waiting (another export's lock) ends at once
         with interrupts.deferred():
             if self.dispatcher is not None:
                 self.dispatcher.join()  # a start under way ends first: no half-started pool is left behind
@@ -345,6 +348,12 @@ class _SharedWork:
                 if died and call_queue is not None:  # what the dead thread would have closed at its end
                     call_queue.close()
                     call_queue.join_thread()
+
+    def stop_workers(self) -> None:
+        """Tell the workers this process is stopping (:func:`stop_requested`): each ends its chunk after
+        the task it is on, and a task's wait (another export's lock) ends at once."""
+        if self.stopping is not None:
+            self.stopping.set()
 
     def _pool_lost(self) -> None:
         """The pool's own thread died (``self.done`` held): the chunks it held come back to this
