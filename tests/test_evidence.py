@@ -187,8 +187,8 @@ def test_no_reservation_conflicts_and_identical_replays(case):
     with pytest.raises(LedgerError) as refused:
         case.evidence().query("i1", request, True)
     assert (refused.value.code, refused.value.message) == (
-        NO_RESERVATION, "operation op-1 names no still-reserved action H1/q1 of tool source.read_context: none was "
-        "reserved")
+        NO_RESERVATION, "operation op-1 cannot take the result of action H1/q1 of tool source.read_context: no such "
+        "action was reserved")
     case.budget().reserve("H1", "q1", "source.find_text")  # another tool than the request names
     with pytest.raises(LedgerError) as refused:
         case.evidence().query("i1", request, True)
@@ -211,6 +211,16 @@ def test_no_reservation_conflicts_and_identical_replays(case):
         case.evidence().query("i5", {"actions": [read("op-5", "H1", "q2", 2, 2)]}, True)
     assert (refused.value.code, refused.value.message.split(": ", 1)[1]) == (
         NO_RESERVATION, "its status is awaiting_assessment, not reserved")
+
+
+def test_an_evidence_batch_naming_a_requested_tests_action_says_that_is_why(case):
+    """A test's action is reserved under its test tool, so the refusal named that tool, inviting a
+    batch with it, which no router answers: the test's result is its feedback."""
+    case.budget().request_test("H1", "t1", "human", "test-1")
+    with pytest.raises(LedgerError) as refused:
+        case.evidence().query("i1", {"actions": [read("op-1", "H1", "t1", 1, 1)]}, True)
+    assert (refused.value.code, refused.value.message.split(": ", 1)[1]) == (
+        NO_RESERVATION, "it is a requested test's action, whose result is the test's feedback")
 
 
 def _stored_reply(case: Case, iteration: str) -> dict:

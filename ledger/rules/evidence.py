@@ -127,7 +127,7 @@ def _refuse_reservations(view: LedgerView, revision: int, actions: Sequence[Mapp
         h, action_id, op_id = action["hypothesis_id"], action["action_id"], action["operation_id"]
         why = _not_reserved_for(view, revision, action)
         if why is not None:
-            raise LedgerError(E.NO_RESERVATION, f"operation {op_id} names no still-reserved action {h}/{action_id} "
+            raise LedgerError(E.NO_RESERVATION, f"operation {op_id} cannot take the result of action {h}/{action_id} "
                               f"of tool {action['tool']}: {why}", operation_id=op_id, hypothesis_id=h,
                               action_id=action_id)
 
@@ -138,16 +138,16 @@ def _not_reserved_for(view: LedgerView, revision: int, action: Mapping[str, Any]
     h, action_id, op_id = action["hypothesis_id"], action["action_id"], action["operation_id"]
     found = view.action(revision, h, action_id)
     if found is None:
-        return "none was reserved"
+        return "no such action was reserved"
     if found["status"] != "reserved":
         return f"its status is {found['status']}, not reserved"
+    if view.test_of_action(revision, h, action_id) is not None:
+        return "it is a requested test's action, whose result is the test's feedback"
     if found["action"] != action["tool"]:
         return f"it was reserved for the tool {found['action']}"
     bound = view.evidence_binding(revision, h, action_id)
     if bound is not None and bound[1] != op_id:
         return f"the batch of operation {bound[1]} holds it already (its result is that batch's)"
-    if view.test_of_action(revision, h, action_id) is not None:
-        return "it is a requested test's action, whose result is the test's feedback"
     return None
 
 
