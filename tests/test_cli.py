@@ -695,6 +695,14 @@ def test_a_case_path_that_is_a_link_to_nothing_is_named_as_such(tmp_path, comman
         "not there); check the path\n")
 
 
+def test_a_case_path_below_a_link_leading_nowhere_names_that_link_not_ledger_init(tmp_path):
+    """verify advised 'ledger init' there, which then refused the path for that link."""
+    (tmp_path / "moved").symlink_to(tmp_path / "gone")
+    assert refused("LEDGER_MISSING", "verify", str(tmp_path / "moved" / "c")) == (
+        f"error: LEDGER_MISSING: no case at {tmp_path / 'moved' / 'c'} ({tmp_path / 'moved'}, a folder above it, is a "
+        f"symbolic link to {tmp_path / 'gone'}, which is not there); check the path\n")
+
+
 def test_a_case_path_that_is_a_chain_or_loop_of_links_is_named_by_where_it_goes_wrong(tmp_path):
     """A chain was named by its first link's target ("a link to b, which is not there": b is, a link
     itself), a loop by the link itself."""
@@ -706,11 +714,18 @@ def test_a_case_path_that_is_a_chain_or_loop_of_links_is_named_by_where_it_goes_
     sub = tmp_path / "sub"
     sub.mkdir()
     (sub / "up").symlink_to("../nowhere")
+    (tmp_path / "real" / "deep").mkdir(parents=True)  # ../ from a folder reached through a link: its real parent
+    (tmp_path / "through").symlink_to("real/deep")
+    (tmp_path / "real" / "deep" / "x").symlink_to("../gone2")
+    (tmp_path / "gone2").symlink_to("/elsewhere")  # what a reading of the path alone would take it for
+    (tmp_path / "selfd").symlink_to("selfd/sub")  # a loop among the folders on the way
     expected = {
         "a": f"to b ({tmp_path / 'b'}), a link to {tmp_path / 'gone'}, which is not there",
         "loop1": f"to loop2 ({tmp_path / 'loop2'}), a link to loop1 ({tmp_path / 'loop1'}): a loop of links",
         "self": f"to self ({tmp_path / 'self'}): a loop of links",
-        "sub/up": f"to ../nowhere ({tmp_path / 'nowhere'}), which is not there"}
+        "sub/up": f"to ../nowhere ({tmp_path / 'nowhere'}), which is not there",
+        "through/x": f"to ../gone2 ({tmp_path / 'real' / 'gone2'}), which is not there",
+        "selfd": f"to selfd/sub ({tmp_path / 'selfd' / 'sub'}): a loop of links among the folders on its way"}
     for name, where in expected.items():
         assert refused("LEDGER_MISSING", "verify", str(tmp_path / name)) == (
             f"error: LEDGER_MISSING: no case at {tmp_path / name} (a symbolic link {where}); check the path\n")

@@ -120,23 +120,42 @@ def where_link_leads(link: str | os.PathLike[str]) -> str:
     there`` (X as the link holds it, then, for a relative one, as a path from here), ``to X, a link
     to Y, which is not there`` along a chain, or ``to X, …, a loop of links``."""
     steps: list[str] = []
-    at = os.fspath(link)
-    seen = {os.path.abspath(at)}
+    at = os.fsdecode(os.fspath(link))
+    seen = {os.path.realpath(os.path.dirname(at) or ".") + "/" + os.path.basename(at)}
     for _ in range(LINKS_FOLLOWED_MAX):
         try:
             target = os.fsdecode(os.readlink(at))
         except OSError as oserr:
             pass_on_interruption(oserr)
             return f"to {', a link to '.join(steps) or '?'}, which cannot be read"
-        place = os.path.normpath(os.path.join(os.path.dirname(at), target))
-        steps.append(target if place == target or os.path.isabs(target) else f"{target} ({place})")
-        if os.path.abspath(place) in seen:
+        # as the system follows it: from the real folder the link is in, its folders followed too
+        joined = os.path.join(os.path.dirname(at), target)
+        folder = os.path.dirname(joined) or "."
+        if _why_not_there(folder).startswith(": a loop"):  # its folder cannot be reached: say so as it is written
+            steps.append(target if os.path.isabs(target) else f"{target} ({os.path.abspath(joined)})")
+            return f"to {', a link to '.join(steps)}{_why_not_there(folder)}"
+        place = os.path.join(os.path.realpath(folder), os.path.basename(joined))
+        steps.append(target if os.path.isabs(target) and place == target else f"{target} ({place})")
+        if place in seen:
             return f"to {', a link to '.join(steps)}: a loop of links"
         if not os.path.islink(place):
-            return f"to {', a link to '.join(steps)}, which is not there"
-        seen.add(os.path.abspath(place))
+            return f"to {', a link to '.join(steps)}{_why_not_there(place)}"
+        seen.add(place)
         at = place
     return f"to {', a link to '.join(steps[:3])}, …: a chain of more than {LINKS_FOLLOWED_MAX} links"
+
+
+def _why_not_there(place: str) -> str:
+    """How the end of a chain of links fails (:func:`where_link_leads`): not there, or a loop of links
+    among the folders on its way."""
+    try:
+        os.stat(place)
+    except OSError as oserr:
+        pass_on_interruption(oserr)
+        if oserr.errno == errno.ELOOP:
+            return ": a loop of links among the folders on its way"
+        return ", which is not there"
+    return ", which is there now"
 
 
 def refuse_link_to_nothing(path: Path, what: str) -> None:

@@ -121,6 +121,10 @@ def missing_ledger(root: Path) -> LedgerError:
     if os.path.islink(root) and not os.path.exists(root):
         return LedgerError(E.LEDGER_MISSING, f"no case at {root} (a symbolic link {where_link_leads(root)}); "
                            "check the path")
+    above = next((at for at in Path(root).parents if os.path.islink(at) and not os.path.exists(at)), None)
+    if above is not None and not os.path.lexists(root):  # 'ledger init' there would be refused for it
+        return LedgerError(E.LEDGER_MISSING, f"no case at {root} ({above}, a folder above it, is a symbolic link "
+                           f"{where_link_leads(above)}); check the path")
     if not os.path.lexists(root):
         why = _unreachable(root)
         advice = ("check the path, or create a case there with 'ledger init'" if why == "no such folder"
