@@ -405,7 +405,8 @@ def test_a_pool_whose_own_thread_dies_gives_its_chunks_back_and_its_workers_are_
     assert not done.is_alive(), "shared_map waited for a chunk the pool's dead thread held"
     assert out == [n * n for n in range(60)]
     assert processes and not any(process.is_alive() for process in processes)
-    assert [str(args.exc_value) for args in escaped] == ["can't start new thread"]
+    # Python 3.11 lets the thread die with its error; from 3.12 on the pool ends itself as broken
+    assert [str(args.exc_value) for args in escaped] in ([], ["can't start new thread"])
 
 
 def test_a_worker_that_cannot_start_its_threads_ends_without_a_traceback(monkeypatch):

@@ -250,6 +250,20 @@ def _end_workers(processes: Sequence[Any]) -> None:
             pass_on_interruption(oserr)
 
 
+def _close_pipes(pipes: Sequence[Any]) -> None:
+    """Close the call queue and the wake-up pipe of a pool whose own thread died (closed already by
+    that thread where Python ends a broken pool itself, as from 3.12 on: closing again is harmless)."""
+    for pipe in pipes:
+        if pipe is None:
+            continue
+        try:
+            pipe.close()
+            if hasattr(pipe, "join_thread"):
+                pipe.join_thread()
+        except (OSError, ValueError, AssertionError) as oserr:  # closed already
+            pass_on_interruption(oserr)
+
+
 def _workers_of(pool: Any) -> list[Any]:
     """The worker processes of a ``ProcessPoolExecutor`` (its shutdown forgets them)."""
     return list((getattr(pool, "_processes", None) or {}).values())
@@ -339,15 +353,15 @@ class _SharedWork:
                 self.dispatcher.join()  # a start under way ends first: no half-started pool is left behind
             if self.pool is not None:
                 workers, died = _workers_of(self.pool), _pool_thread_died(self.pool)
-                call_queue = getattr(self.pool, "_call_queue", None)  # its shutdown forgets it
+                # its shutdown forgets them: what its own thread, dead, would have closed at its end
+                pipes = [getattr(self.pool, name, None) for name in ("_call_queue", "_executor_manager_thread_wakeup")]
                 try:
                     self.pool.shutdown(wait=True, cancel_futures=True)
                 except RuntimeError:  # its own thread never started (no memory or thread left): waiting would hang
                     pass
                 _end_workers(workers)  # none is left running after a shutdown that went as it should
-                if died and call_queue is not None:  # what the dead thread would have closed at its end
-                    call_queue.close()
-                    call_queue.join_thread()
+                if died:
+                    _close_pipes(pipes)
 
     def stop_workers(self) -> None:
         """Tell the workers this process is stopping (:func:`stop_requested`): each ends its chunk after
