@@ -117,8 +117,9 @@ LINKS_FOLLOWED_MAX = 40
 
 def where_link_leads(link: str | os.PathLike[str]) -> str:
     """Where the symbolic link ``link``, which leads nowhere, goes wrong, in words: ``to X, which is not
-    there`` (X as the link holds it, then, for a relative one, as a path from here), ``to X, a link
-    to Y, which is not there`` along a chain, or ``to X, …, a loop of links``."""
+    there`` (X as the link holds it, then, unless it is that absolute path already, the path the system
+    follows it to: from the real folder the link is in), ``to X, a link to Y, which is not there`` along
+    a chain, or ``to X, …: a loop of links`` (also one among the folders on the way)."""
     steps: list[str] = []
     at = os.fsdecode(os.fspath(link))
     seen = {os.path.realpath(os.path.dirname(at) or ".") + "/" + os.path.basename(at)}
