@@ -73,20 +73,11 @@ def _json_observation(text: str) -> dict[str, Any] | None:
     if not text.lstrip().startswith("{"):
         return None
     try:
-        wrapped = json.loads(text, parse_int=_exit_code_int, object_pairs_hook=_keys_once)
+        wrapped = json.loads(text, parse_int=_exit_code_int, object_pairs_hook=no_repeated_keys)
     except (ValueError, RecursionError):  # a key given twice too: which one a reader keeps, JSON does not settle
         return None
     code = wrapped.get("returncode") if isinstance(wrapped, dict) else None
     return wrapped if type(code) is int or code is _LONG else None
-
-
-def _keys_once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON observation's object; ``ValueError`` for one giving a key twice (its exit code or output
-    would be whichever a reader keeps: such an observation is read as plain text)."""
-    wrapped = dict(pairs)
-    if len(wrapped) != len(pairs):
-        raise ValueError("a key given twice")
-    return wrapped
 
 
 #: A JSON observation's integer of more than 20 digits (:func:`_exit_code_int`).
