@@ -5,13 +5,13 @@ bounded in the bytes it returns, and refusing to read on once the file they open
 
 from __future__ import annotations
 
-import os
 import sqlite3
 from pathlib import Path
 from typing import Any
 
 from ..ground import errors as E
 from ..ground.descriptors import refuse_inherited
+from ..ground.paths import device_and_inode
 from ..storage.sqlite_file import ClosingConnection, file_identity, readable_uri
 from ..storage.side_files import wal_bytes
 
@@ -112,17 +112,6 @@ class _BoundedConnection(ClosingConnection):
         if self.opened is not None and device_and_inode(self.ledger_path) not in (self.opened, None):
             raise replaced(self.ledger_path)
         return super().cursor(factory or _BoundedCursor)
-
-
-def device_and_inode(path: str) -> tuple[int, int] | None:
-    """``(st_dev, st_ino)`` of ``path``; None when it cannot be looked at (moved, removed: said when
-    the server next opens it)."""
-    try:
-        info = os.stat(path)
-    except OSError as oserr:
-        E.pass_on_interruption(oserr)
-        return None
-    return info.st_dev, info.st_ino
 
 
 def _file_state(path: str) -> tuple[int, ...]:

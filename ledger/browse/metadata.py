@@ -24,7 +24,7 @@ from ..storage.sqlfiles import named_statements, shipped_schema
 from ..services.case import read_only_query
 from ..ground.errors import LedgerError
 from ..model.package import LEDGER_FILE
-from ..ground.paths import fs_path, require_utf8
+from ..ground.paths import device_and_inode, fs_path, require_utf8
 
 #: The canned query drawn as the picture, and the suffix of its picture's address.
 CHART_QUERY = "remaining_units_history"
@@ -130,7 +130,7 @@ def served_cases(paths: Sequence[str | os.PathLike[str]],
     shown as it is, whatever it holds (a view altered in the file: ``ledger verify`` judges it)."""
     if not paths:
         raise LedgerError(E.INVALID_ARGUMENT, "give at least one case folder")
-    seen: dict[object, str] = {}  # each ledger served (_same_file_key), by the path it was first given as
+    seen: dict[object, str] = {}  # each ledger served (its device and inode), by the path it was first given as
     read: list[tuple[Path, str, str, int]] = []
     for path in paths:
         try:
@@ -144,7 +144,7 @@ def served_cases(paths: Sequence[str | os.PathLike[str]],
                 raise
             left_out.append((os.fsdecode(path) if isinstance(path, (str, bytes, os.PathLike)) else repr(path), exc))
             continue
-        same = _same_file_key(ledger)
+        same = device_and_inode(ledger) or ledger  # one file however it is reached (hard link, bind mount)
         if same in seen:
             twice = LedgerError(E.INVALID_ARGUMENT, f"{path}: the same case as {seen[same]} is given twice "
                                 "(served once, as that)")
@@ -168,17 +168,6 @@ def served_cases(paths: Sequence[str | os.PathLike[str]],
             name = f"{bases[index]}-{number}"
         names[index] = name
     return [ServedCase(names[index], *case) for index, case in enumerate(read)]
-
-
-def _same_file_key(ledger: Path) -> object:
-    """What two paths of one file share: its device and inode (a link, a hard link, a bind mount
-    alike); its real path when it cannot be looked at."""
-    try:
-        info = os.stat(ledger)
-    except OSError as oserr:
-        E.pass_on_interruption(oserr)
-        return ledger
-    return info.st_dev, info.st_ino
 
 
 def left_out_warnings(left_out: Sequence[tuple[str, LedgerError]], given: int, what: str = "") -> list[str]:

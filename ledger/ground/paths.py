@@ -111,6 +111,17 @@ def require_utf8(path: Path, refusal: str) -> None:
         raise LedgerError(INVALID_ARGUMENT, f"{shown}: {refusal}") from None
 
 
+def device_and_inode(path: str | os.PathLike[str]) -> tuple[int, int] | None:
+    """``(st_dev, st_ino)`` of ``path``: what every path of one file shares (a link, a hard link, a bind
+    mount); None when it cannot be looked at (moved, removed)."""
+    try:
+        info = os.stat(path)
+    except OSError as oserr:
+        pass_on_interruption(oserr)
+        return None
+    return info.st_dev, info.st_ino
+
+
 #: Most links followed before a chain of them is called a loop (Linux's own bound, ELOOP).
 LINKS_FOLLOWED_MAX = 40
 
