@@ -143,9 +143,9 @@ def where_link_leads(link: str | os.PathLike[str]) -> str:
         # as the system follows it: from the real folder the link is in, its folders followed too
         joined = os.path.join(os.path.dirname(at), target)
         folder = os.path.dirname(joined) or "."
-        if _why_not_there(folder).startswith(": a loop"):  # its folder cannot be reached: say so as it is written
+        if (way := _why_not_there(folder)).startswith(": a loop"):  # its folder cannot be reached: as written
             steps.append(target if os.path.isabs(target) else f"{target} ({os.path.abspath(joined)})")
-            return f"to {', a link to '.join(steps)}{_why_not_there(folder)}"
+            return f"to {', a link to '.join(steps)}{way}"
         place = os.path.join(os.path.realpath(folder), os.path.basename(joined))
         steps.append(target if os.path.isabs(target) and place == target else f"{target} ({place})")
         if place in seen:
