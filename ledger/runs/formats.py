@@ -16,10 +16,9 @@ from ..ground.canonical import BOM_INSIDE, BOM_TEXT, SAFE_INTEGER_MAX
 from ..ground.errors import first_few, quoted
 
 _FENCE = re.compile(r"```(?:bash|mswea_bash_command)\s*\n(.*?)\n```", re.S)
-#: A mini-swe-agent observation's exit code: a run of more than 20 digits is past any exact JSON
+#: The most digits of a mini-swe-agent observation's exit code: a longer run is past any exact JSON
 #: integer (and Python would refuse to read one of thousands of digits), so it gives none; the
 #: observation is in its wrapper all the same (:data:`_WRAPPER_START`).
-_RETURNCODE = re.compile(r"\A\s*(?:<exception>.*?</exception>\s*)?<returncode>(-?[0-9]+)</returncode>", re.S)
 _RETURNCODE_DIGITS_MAX = 20
 
 
@@ -36,8 +35,8 @@ class Step:
 
 #: mini-swe-agent's wrapper of an observation: what went wrong running it, if anything (a timeout),
 #: its exit code, then the output whole, or for a long one a warning, its head, how much was elided
-#: and its tail.
-_WRAPPER_START = re.compile(r"\A\s*(?:<exception>(?P<exception>.*?)</exception>\s*)?<returncode>-?[0-9]+"
+#: and its tail. Its exit code is ``code``.
+_WRAPPER_START = re.compile(r"\A\s*(?:<exception>(?P<exception>.*?)</exception>\s*)?<returncode>(?P<code>-?[0-9]+)"
                             r"</returncode>\s*", re.S)
 _ELIDED = re.compile(r"</output_head>\s*<elided_chars>\s*[0-9]+ characters elided\s*</elided_chars>\s*<output_tail>\n?")
 
@@ -134,9 +133,9 @@ def _returncode(message: Mapping[str, Any], text: str) -> int | None:
     extra = message.get("extra")
     if isinstance(extra, Mapping) and type(extra.get("returncode")) is int:
         code = extra["returncode"]
-    elif found := _RETURNCODE.match(text):
-        digits = found.group(1).lstrip("-")
-        code = int(found.group(1)) if len(digits) <= _RETURNCODE_DIGITS_MAX else None
+    elif found := _WRAPPER_START.match(text):
+        digits = found["code"].lstrip("-")
+        code = int(found["code"]) if len(digits) <= _RETURNCODE_DIGITS_MAX else None
     else:
         code = _json_returncode(text)
     return code if code is None or abs(code) <= SAFE_INTEGER_MAX else None
