@@ -339,6 +339,22 @@ def test_events_stream_from_the_cursor(applied):
         assert [r["seq"] for r in opened.iter_events(4)] == [5, 6]
 
 
+def test_a_write_while_an_events_iterator_is_open_names_the_iterator(applied):
+    """An iterator of rows holds its read snapshot until read to its end or closed; a write meanwhile is
+    refused naming it (not as a nested operation, whose advice is to close and open the case), and
+    goes through once it is closed."""
+    with Case.open(applied) as opened:
+        rows = opened.iter_events(0)
+        next(rows)
+        with pytest.raises(LedgerError) as caught:
+            opened.record_outcome("resolved", "tests")
+        assert caught.value.code == "INVALID_ARGUMENT"
+        assert "iterator of this case's rows (iter_events)" in caught.value.message
+        assert "iterator.close()" in caught.value.message and "nested" not in caught.value.message
+        rows.close()
+        assert opened.record_outcome("resolved", "tests").seq == 7
+
+
 # --- 9. small things -------------------------------------------------------------------------
 @pytest.mark.parametrize("value, shown", [(True, "got true"), ("ten", 'got the string "ten"'),
                                           (2.5, "got the number 2.5"), (None, "got null"), ([1], "got an array")])

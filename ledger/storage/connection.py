@@ -33,7 +33,7 @@ from .sqlite_file import (LOCK_SUFFIX, NOTHING_WRITTEN, WAL_RESTART_BYTES, Event
                           readable_uri, sqlite_error, translate_sqlite_errors)
 from .side_files import wal_bytes, writable_side_files
 from ..ground.paths import os_error
-from .transaction import Batch, Read, Write, abandoned
+from .transaction import Batch, Read, Write, abandoned, busy_reason
 
 
 def _raise_translated(exc: BaseException) -> None:
@@ -398,10 +398,7 @@ class Storage:
         if self._closed:  # before the lock: a closed case neither opens its lock file again nor keeps it
             raise LedgerError(E.INVALID_ARGUMENT, "this case was closed; open it again to use it")
         if self._in_write or self._in_read:  # (Write.__enter__ ended an abandoned write already)
-            raise LedgerError(E.INVALID_ARGUMENT, "an operation was started while another one of the same case "
-                              "was running (a nested call, or a callback that writes; or an interrupt cut the "
-                              "end of one short in a block that is still running: close the case and open it "
-                              "again); run it after")
+            raise LedgerError(E.INVALID_ARGUMENT, busy_reason(self))
         if self.read_only:
             raise LedgerError(E.STORAGE_ERROR, f"{self.path} is on a read-only location: reads work, writes cannot")
         try:
