@@ -210,7 +210,8 @@ def test_the_readme_is_a_front_door_to_every_docs_page_and_every_link_resolves()
 
 
 def test_the_readme_evidence_example_runs_on_a_case_with_a_budget(tmp_path):
-    """The evidence snippet, on a case with a budget and the file it reads, stores a record."""
+    """The evidence snippet, on a case with a budget and the file it reads, stores a record and settles
+    the action it paid for (a later snippet on H1 would otherwise meet ACTION_PENDING)."""
     import subprocess
     import sys
 
@@ -222,12 +223,12 @@ def test_the_readme_evidence_example_runs_on_a_case_with_a_budget(tmp_path):
              "case.transition('INVESTIGATING_HYPOTHESES')\nbudget = case.budget(BudgetConfig.example())\n"
              "budget.initialize()\n")
     check = ('\nprint(result.records[0]["record_id"], result.records[0]["novelty_score"])\n'
-             'print(budget.snapshot().state["H1"]["pending_action_id"], '
+             'print(budget.snapshot().state["H1"]["pending_action_id"], budget.action_status("H1", "q-0004"), '
              'case.query("SELECT COUNT(*) AS n FROM evidence")[0]["n"])\ncase.close()\n')
     (tmp_path / "example.py").write_text(setup + evidence + check)
     done = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines()[-2:] == ["E000001 100", "q-0004 1"]
+    assert done.stdout.splitlines()[-2:] == ["E000001 100", "None settled 1"]  # settled: nothing left pending
 
 
 def test_code_cites_only_documents_the_repository_holds():
