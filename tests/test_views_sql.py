@@ -13,7 +13,9 @@ import sqlite3
 import json
 from pathlib import Path
 
+import hypothesis
 import pytest
+from hypothesis import strategies as st
 from click.testing import CliRunner
 
 from ledger import Case, LedgerError, read_only_query, verify_case
@@ -287,6 +289,54 @@ def test_case_query_with_a_wrong_statement_type_or_parameters_is_invalid_argumen
     assert caught.value.code == INVALID_ARGUMENT
     assert case.query("select :a AS a", {"a": 2}) == [{"a": 2}]
 
+
+
+@pytest.mark.parametrize("sql, name", [("SELECT :a AS a", ":a"), ("SELECT ?1, @b", "@b"), ("SELECT $c", "$c"),
+                                       ("SELECT ':x' || :d", ":d"), ("SELECT 1 /* :x */ + :é", ":é")])
+def test_a_named_parameter_given_a_list_is_refused_not_bound_by_position(case, sql, name):
+    """A list or tuple binds ``?`` by position: sqlite3 would bind a named parameter from it all the same
+    (Python 3.12 and 3.13 warn, 3.14 refuses), so it is refused on every Python, naming the parameter."""
+    with pytest.raises(LedgerError) as caught:
+        case.query(sql, [1, 2])
+    assert caught.value.code == INVALID_ARGUMENT
+    assert caught.value.message.startswith(f"query refused: {name} is a named parameter, but params is a list")
+    assert f"give a dict ({{{name[1:]!r}: ...}})" in caught.value.message
+
+
+@pytest.mark.parametrize("sql", ["SELECT ':a', ?", 'SELECT 1 AS "b:c", ?', "SELECT 1 AS [d:e], ?", "SELECT 1 AS f$g, ?",
+                                 "SELECT ? -- :h", "SELECT /* @i */ ?", "SELECT 'it''s :j', ?", "SELECT `k:l`, ? FROM "
+                                 "(SELECT 1 AS `k:l`)", "SELECT x'3a6d', ?"])
+def test_what_only_looks_like_a_named_parameter_binds_from_a_list(case, sql):
+    """Inside a string, a quoted name, a comment, or after a name's first letter, ``:`` ``@`` ``$`` are no
+    parameter: such a statement binds its ``?`` from a list."""
+    assert list(case.query(sql, [7])[0].values())[-1] == 7
+
+
+_SELECTED = ["':a'", "'it''s @b'", '1 AS "c:d"', "2 AS [e:f]", "3 AS g$h", "4 /* :i */", "x'3a6a'", "5 -- :k\n"]
+
+
+@hypothesis.settings(max_examples=60, deadline=None,
+                     suppress_health_check=[hypothesis.HealthCheck.function_scoped_fixture])
+@hypothesis.given(parts=st.lists(st.sampled_from(_SELECTED), max_size=4),
+                  parameter=st.sampled_from(["?", "?3", ":p", "@q", "$r", "$s::t", ":é1", None]),
+                  at=st.integers(0, 4))
+def test_a_named_parameter_is_found_where_sqlite_finds_one(case, parts, parameter, at):
+    """Against SQLite itself: given no value at all (an empty dict), it names the statement's first
+    parameter when that is named ("binding parameter :p") and numbers it when it is not."""
+    if parameter is not None:
+        parts.insert(min(at, len(parts)), parameter)
+    sql = "SELECT " + (", ".join(parts) or "1")
+    try:
+        sqlite3.connect(":memory:").execute(sql, {})
+        named = False
+    except sqlite3.ProgrammingError as error:
+        named = "binding parameter" in str(error)
+    try:
+        case.query(sql, (1,) * sql.count("?"))
+        refused = False
+    except LedgerError as error:
+        refused = "is a named parameter" in error.message
+    assert refused == named
 
 
 class _Buffer:

@@ -39,7 +39,7 @@ from ..ground.interrupts import context_manager
 from ..router.reference import Router
 from ..rules import lifecycle
 from ..rules.common import check_action_id, check_case_id
-from ..storage.readonly import readonly_rows, reading_only
+from ..storage.readonly import readonly_rows, reading_only, refuse_names_bound_by_position
 from .session import Session, check_future_at
 from ..storage.connection import CheckpointWarning, Storage
 from ..storage.sqlite_file import check_ledger_path, migrations_edited, no_case_yet, translate_sqlite_errors
@@ -393,7 +393,8 @@ class Case(NotCopied, CaseFacade):
               timeout_ms: int | None = None) -> list[dict[str, Any]]:
         """Rows of one read-only statement as dicts keyed by column name (a name given twice keys its
         later columns ``name_2``, ``name_3``: no value is lost), in one short read transaction
-        (docs/sql.md); ``params`` bind its ``?`` (a sequence) or ``:name`` (a dict).
+        (docs/sql.md); ``params`` bind its ``?`` (a sequence) or ``:name`` (a dict; a named parameter
+        given a sequence is ``INVALID_ARGUMENT``).
 
         ``INVALID_ARGUMENT`` when ``params`` is not a list, tuple or dict of str keys, or holds a
         value but None, a bool, int, float, str or bytes (a ``numpy.int64`` too: convert it with
@@ -407,6 +408,7 @@ class Case(NotCopied, CaseFacade):
         if timeout_ms is not None:
             check_int(timeout_ms, "timeout_ms", minimum=1, maximum=MAX_TIMEOUT_MS)
         params = check_sql_params(params)
+        refuse_names_bound_by_position(sql, params)
         with self.session.read(), reading_only(self.storage.conn, timeout_ms):
             return self._dicts(sql, params)
 

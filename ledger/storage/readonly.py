@@ -10,6 +10,7 @@ every refusal is ``INVALID_ARGUMENT``.
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import time
 from contextlib import nullcontext
@@ -25,6 +26,25 @@ from .sqlite_file import (BUSY_CODES, DAMAGED_CODES, HIDDEN_FUNCTION_RE, SQLITE_
                           SQLITE_READONLY, SQLITE_TOOBIG, STORAGE_CODES, close_then_fold, connect_uri, no_case_in,
                           primary_code, readable_uri, sqlite_error, translate_sqlite_errors, undecodable)
 from .side_files import log_files_exist, log_path
+
+
+#: What a parameter can hide in, or be taken for in, SQL text: a string literal, a quoted name, a
+#: comment, a name or number (``$`` inside a name is part of it; each to the end of the text when it
+#: is not closed); then a named parameter (``:name``, ``@name``, ``$name``).
+_SQL_TOKENS = re.compile(r"""'[^']*(?:'|\Z)|"[^"]*(?:"|\Z)|`[^`]*(?:`|\Z)|\[[^\]]*(?:\]|\Z)|--[^\n]*|/\*.*?(?:\*/|\Z)"""
+                         r"|[\w\x80-\U0010ffff][\w$\x80-\U0010ffff]*|(?P<named>[:@$][\w\x80-\U0010ffff]+)", re.S)
+
+
+def refuse_names_bound_by_position(sql: str, params: tuple[Any, ...] | dict[str, Any]) -> None:
+    """``INVALID_ARGUMENT`` when ``params`` is a sequence (it binds ``?`` by position) and ``sql`` has a
+    named parameter: ``sqlite3`` would bind it by position (Python 3.12 and 3.13 warn, 3.14 refuses)."""
+    if isinstance(params, dict):
+        return
+    for token in _SQL_TOKENS.finditer(sql):
+        if token["named"]:
+            raise LedgerError(E.INVALID_ARGUMENT, f"query refused: {token['named']} is a named parameter, but params "
+                              f"is a list or tuple, which binds ? by position; give a dict "
+                              f"({{{token['named'][1:]!r}: ...}})")
 
 
 def _stop_at_deadline(conn: sqlite3.Connection, timeout_ms: int) -> float:
