@@ -331,14 +331,27 @@ def decimal(value: Any) -> bool:
     return not isinstance(value, str) or is_decimal(value)
 
 
+#: The most digits an integer option is read with: Python reads no more (``sys.get_int_max_str_digits``),
+#: and a refusal shows no value that long (the ledger's own integers stop at 16 digits).
+_DIGITS_MAX = 4300
+
+
+def _check_integer_text(kind: click.ParamType, value: Any, param: click.Parameter | None,
+                        ctx: click.Context | None) -> None:
+    """A usage error unless ``value`` is :func:`decimal` text of at most :data:`_DIGITS_MAX` digits."""
+    if not decimal(value):
+        kind.fail(f"{value!r} is not an integer (ASCII digits, an optional leading -)", param, ctx)
+    if isinstance(value, str) and len(digits := value.strip().lstrip("-")) > _DIGITS_MAX:
+        kind.fail(f"{value.strip()[:20]}… is an integer of {len(digits)} digits, past any the ledger holds", param, ctx)
+
+
 class Integer(click.ParamType):
     """``click.INT`` taking only :func:`decimal` text."""
 
     name = "integer"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if not decimal(value):
-            self.fail(f"{value!r} is not an integer (ASCII digits, an optional leading -)", param, ctx)
+        _check_integer_text(self, value, param, ctx)
         return click.INT.convert(value, param, ctx)
 
 
@@ -346,8 +359,7 @@ class IntegerRange(click.IntRange):
     """``click.IntRange`` taking only :func:`decimal` text."""
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if not decimal(value):
-            self.fail(f"{value!r} is not an integer (ASCII digits, an optional leading -)", param, ctx)
+        _check_integer_text(self, value, param, ctx)
         return super().convert(value, param, ctx)
 
 

@@ -20,7 +20,7 @@ def _limits(ctx: click.Context, param: click.Parameter, values: tuple[str, ...])
         if not sep or not name.strip() or not number.strip() or not decimal(number):
             raise click.BadParameter(f"{value!r} is not DIMENSION=INTEGER (e.g. units=100; ASCII digits, an "
                                      "optional leading -)")
-        amount = int(number.strip(), 10)
+        amount = Integer().convert(number, param, ctx)  # a usage error past the digits Python reads, as elsewhere
         if name.strip() in limits:
             raise click.BadParameter(f"{name.strip()!r} is given twice; give each dimension once")
         limits[name.strip()] = amount

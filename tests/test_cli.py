@@ -566,6 +566,22 @@ def test_integer_options_take_ascii_digits_only(case, args, value):
     assert "is not" in done.stderr and "ASCII digits, an optional leading -" in done.stderr
 
 
+@pytest.mark.parametrize("args", [("scope", "establish", "{case}", "case", "--limit"),
+                                  ("scope", "establish", "{case}", "case", "--limit", "actions=1", "--delegate", "d",
+                                   "--delegate-limit"), ("budget", "grant", "{case}", "H1", "--reason", "r"),
+                                  ("events", "{case}", "--since")])
+def test_an_integer_option_past_the_digits_python_reads_is_a_usage_error_quoting_a_bounded_part(case, args):
+    """Python reads no integer of more than 4300 digits (a ValueError, which reached the user from
+    --limit as a traceback): each integer option refuses one as a usage error, its value cut short."""
+    case.close()
+    digits = "9" * 4301
+    given = f"units={digits}" if args[-1].endswith("-limit") else digits
+    done = CliRunner().invoke(cli_main, [a.format(case=case.path) for a in args] + [given])
+    assert done.exit_code == 2, done.output
+    assert "99999999999999999999… is an integer of 4301 digits, past any the ledger holds" in done.stderr
+    assert len(done.stderr) < 600 and "Traceback" not in done.stderr
+
+
 def test_snapshot_output_says_it_is_a_read(budget, case):
     case.close()
     result = run_cli("budget", "snapshot", str(case.path))

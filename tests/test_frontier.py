@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 import re
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -342,11 +343,19 @@ def test_max_stopped_reads_label_and_share(spec, label, pct):
 
 @pytest.mark.parametrize("spec", ["resolved", "=2%", "resolved=", "resolved=101%", "resolved=-1", "resolved=x",
                                   "resolved=1/2", "resolved=nan", "resolved=1_0", "resolved=1e1",
-                                  "resolved=\u0665", "resolved=+5", "resolved=inf", "resolved=."])
+                                  "resolved=\u0665", "resolved=+5", "resolved=inf", "resolved=.",
+                                  "resolved=" + "9" * 4301, "resolved=0." + "0" * 4299 + "1", "resolved=" + "0" * 5000])
 def test_max_stopped_refuses_what_is_not_a_label_and_a_share(spec):
+    """A share of more than 4300 digits (Python reads no number longer) is refused like any other, the
+    refusal quoting a bounded part of it."""
     with pytest.raises(LedgerError) as caught:
         parse_max_stopped(spec)
-    assert caught.value.code == INVALID_ARGUMENT
+    assert caught.value.code == INVALID_ARGUMENT and len(caught.value.message) < 300
+
+
+def test_max_stopped_reads_a_share_of_up_to_4300_digits():
+    assert parse_max_stopped("resolved=0." + "0" * 4297 + "1").pct == Fraction(1, 10 ** 4298)
+    assert parse_max_stopped("resolved=" + "0" * 4299 + "7").pct == 7
 
 
 @pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it

@@ -9,7 +9,7 @@ from fractions import Fraction
 from typing import Any
 
 from ..ground import errors as E
-from ..ground.errors import LedgerError
+from ..ground.errors import LedgerError, repr_shown
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,8 @@ class Constraint:
 #: The share of ``--max-stopped``: ASCII digits with an optional decimal point (``Fraction`` would
 #: also take ``1_0``, ``1e1`` and other scripts' digits, which ``--vary`` refuses too).
 PERCENT = re.compile(r"[0-9]+(?:\.[0-9]*)?|\.[0-9]+")
+#: The most digits of that share (and its point): Python reads no number of more digits.
+SHARE_DIGITS_MAX = 4300
 
 
 def parse_max_stopped(spec: str) -> Constraint:
@@ -39,9 +41,10 @@ def parse_max_stopped(spec: str) -> Constraint:
         raise LedgerError(E.INVALID_ARGUMENT, f"--max-stopped must be LABEL=PCT, got {spec!r}")
     label, eq, pct = spec.rpartition("=")
     text = pct.strip().removesuffix("%").strip()
-    plain = eq and label.strip() and PERCENT.fullmatch(text)
-    share = Fraction(text) if plain else None
+    plain = eq and label.strip() and PERCENT.fullmatch(text) and len(text) <= SHARE_DIGITS_MAX
+    share = Fraction(text) if plain else None  # (Python reads no number of more digits)
     if share is None or not 0 <= share <= 100:
-        raise LedgerError(E.INVALID_ARGUMENT, f"--max-stopped {spec!r}: expected LABEL=PCT with PCT from 0 to 100 "
-                          "(ASCII digits, an optional decimal point), e.g. resolved=2%")
+        raise LedgerError(E.INVALID_ARGUMENT, f"--max-stopped {repr_shown(spec, 80)}: expected LABEL=PCT with PCT "
+                          "from 0 to 100 (ASCII digits, an optional decimal point, at most 4300 digits), e.g. "
+                          "resolved=2%")
     return Constraint(label, share)
