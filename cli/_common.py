@@ -342,7 +342,8 @@ def _check_integer_text(kind: click.ParamType, value: Any, param: click.Paramete
     if not decimal(value):
         kind.fail(f"{value!r} is not an integer (ASCII digits, an optional leading -)", param, ctx)
     if isinstance(value, str) and len(digits := value.strip().lstrip("-")) > _DIGITS_MAX:
-        kind.fail(f"{value.strip()[:20]}… is an integer of {len(digits)} digits, past any the ledger holds", param, ctx)
+        kind.fail(f"{value.strip()[:20]}… is an integer of {len(digits)} digits, past any the ledger holds",
+                  param, ctx)
 
 
 class Integer(click.ParamType):
