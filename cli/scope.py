@@ -37,8 +37,9 @@ def _summary(result: ScopeResult) -> list[str]:
     lines = [f"seq {result.seq}{' (reused: nothing written)' if result.reused else ''} (exports to {result.event_ref})"
              + (f" (+ {', '.join(result.events[1:])})" if len(result.events) > 1 else "")]
     for row in result.usage:
+        warn = "never warns" if row["warning_bps"] == 10_000 else f"warn at {row['warning_bps'] / 100:g}%"
         lines.append(f"{result.scope} {row['dimension']}: {row['consumed']} of {row['declared']} used, "
-                     f"{row['remaining']} remaining (warn at {row['warning_bps'] / 100:g}%, then {row['on_exhausted']})")
+                     f"{row['remaining']} remaining ({warn}, then {row['on_exhausted']})")
     return lines
 
 
