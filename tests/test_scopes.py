@@ -183,6 +183,17 @@ def test_ratio_one_never_warns_and_zero_warns_at_the_first_consumption(package, 
     case.close()
 
 
+@pytest.mark.parametrize("ratio, says", [("1", "never warns"), ("1.0000", "never warns"), ("0.8", "warn at 80%"),
+                                         ("0", "warn at 0%"), ("0.9999", "warn at 99.99%")])
+def test_the_establish_summary_says_a_ratio_of_one_never_warns(package, ratio, says):
+    """A ratio of 1 never warns, even at the limit: the summary says so rather than "warn at 100%"."""
+    _ready(package).close()
+    done = CliRunner().invoke(cli_main, ["scope", "establish", str(package), "case", "--limit", "actions=1",
+                                         "--warning-ratio", ratio])
+    assert done.exit_code == 0, done.output
+    assert done.stdout.splitlines()[1] == f"case actions: 0 of 1 used, 1 remaining ({says}, then block_action)"
+
+
 def test_warning_ratio_is_held_in_basis_points_with_at_most_four_decimals():
     assert scope_rules.ratio_to_bps(0.8) == 8000
     assert scope_rules.ratio_to_bps("0.1234") == 1234
@@ -238,6 +249,29 @@ def test_establish_checks_arguments_then_ids_before_the_capability_in_the_docume
     (result,) = apply_journal(case, [line], keep_going=True)
     assert result.error.code == code
     assert logical_dump(package / "ledger.sqlite") == before
+
+
+@pytest.mark.parametrize("call, named", [
+    (dict(scope="bogus"), "scope must be"), (dict(limits=None), "limits must map"),
+    (dict(delegate_limits={"units": -1}), "delegate_limits.units"), (dict(issuer="bad id!"), "issuer"),
+    (dict(causation_seq=0), "warning_ratio"), (dict(delegate="no/slash"), "warning_ratio"),
+    (dict(on_exhausted="ignore"), "warning_ratio")])
+def test_establish_checks_each_argument_in_the_order_it_takes_them_the_capability_last(package, call, named):
+    """Each argument of establish is checked in the order establish takes them (scope, limits, issuer,
+    delegate limits, warning ratio, causation seq, delegate), the capability last: a bad scope with a
+    bad ratio was refused naming the ratio; the same through a journal line."""
+    case = _ready(package)
+    before = logical_dump(package / "ledger.sqlite")
+    args = {"scope": "case", "limits": {"units": 5}, "issuer": "controller", "warning_ratio": 5, **call}
+    scope, limits, issuer = args.pop("scope"), args.pop("limits"), args.pop("issuer")
+    refused = _refused(case.scopes().establish, scope, limits, issuer, **args)
+    code = INVALID_ID if named == "issuer" else INVALID_ARGUMENT
+    assert refused.code == code and refused.message.startswith(named), refused.message
+    line = json.dumps({"op": "establish", "scope": scope, "limits": limits, "issuer": issuer, **args})
+    (result,) = apply_journal(case, [line], keep_going=True)
+    assert result.error.code == code and result.error.message.startswith(named)
+    assert logical_dump(package / "ledger.sqlite") == before
+    case.close()
     case.close()
 
 

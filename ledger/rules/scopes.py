@@ -137,19 +137,28 @@ def _check_limits(value: Any, what: str) -> dict[str, int]:
     return {key: check_int(value[key], f"{what}.{key}", minimum=0) for key in DIMENSIONS if key in value}
 
 
+#: ``shape_establish`` given no ``warning_ratio`` (None is a ratio it refuses).
+_NO_RATIO = object()
+
+
 @plain_arguments
 def shape_establish(scope: Any, limits: Any, issuer: Any, delegate: Any = None, delegate_limits: Any = None,
                     warning_bps: Any = DEFAULT_WARNING_BPS, on_exhausted: Any = "block_action",
-                    causation_seq: Any = None) -> dict[str, Any]:
-    """Request of ``establish``, refused in the order of docs/errors.md: ``INVALID_ARGUMENT`` (scope,
-    limits, warning, causation), then ``INVALID_ID`` (issuer, delegate), then ``INVALID_CAPABILITY``
-    for an ``on_exhausted`` not in :data:`ON_EXHAUSTED` (``ignore`` included)."""
+                    causation_seq: Any = None, *, warning_ratio: Any = _NO_RATIO) -> dict[str, Any]:
+    """Request of ``establish``, refused in the order of docs/errors.md: each argument in the order
+    ``establish`` takes them (scope, limits, issuer: ``INVALID_ID``, delegate limits, warning, causation,
+    delegate: ``INVALID_ID``), then ``INVALID_CAPABILITY`` for an ``on_exhausted`` not in
+    :data:`ON_EXHAUSTED` (``ignore`` included). ``warning_ratio``, when given, takes the place of
+    ``warning_bps`` (:func:`ratio_to_bps`, checked in the warning's turn)."""
     parsed = parse_scope(scope)
     checked_limits = _check_limits(limits, "limits")
-    checked_delegate_limits = None if delegate_limits is None else _check_limits(delegate_limits, "delegate_limits")
-    bps = check_int(warning_bps, "warning_bps", minimum=0, maximum=BPS)
-    causation = None if causation_seq is None else check_int(causation_seq, "causation_seq", minimum=1)
     checked_issuer = check_action_id(issuer, "issuer")
+    checked_delegate_limits = None if delegate_limits is None else _check_limits(delegate_limits, "delegate_limits")
+    if warning_ratio is _NO_RATIO:
+        bps = check_int(warning_bps, "warning_bps", minimum=0, maximum=BPS)
+    else:
+        bps = ratio_to_bps(warning_ratio)
+    causation = None if causation_seq is None else check_int(causation_seq, "causation_seq", minimum=1)
     checked_delegate = None if delegate is None else check_action_id(delegate, "delegate")
     if not isinstance(on_exhausted, str) or on_exhausted not in ON_EXHAUSTED:
         raise LedgerError(E.INVALID_CAPABILITY, f"on_exhausted must be one of {', '.join(ON_EXHAUSTED)}, "

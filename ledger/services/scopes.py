@@ -70,7 +70,8 @@ class ScopeManager(NotCopied):
         ``INVALID_ARGUMENT`` (a wrong ``causation_seq``).
         """
         request = rules.shape_establish(scope, limits, issuer, delegate, delegate_limits,
-                                        rules.ratio_to_bps(warning_ratio), on_exhausted, causation_seq)
+                                        on_exhausted=on_exhausted, causation_seq=causation_seq,
+                                        warning_ratio=warning_ratio)
         return self._result(request["scope"], self._session.run("establish", request, at=at))
 
     def request_increase(self, scope: str, dimension: str, amount: int, requester: str, reason: str,
