@@ -745,6 +745,62 @@ def test_an_exported_ledger_copied_without_the_log_holding_its_writes_says_so(tm
         assert caught.value.code == "LEDGER_MISSING" and caught.value.message.startswith(said), caught.value.message
 
 
+def _another_programs_database(folder: Path) -> Path:
+    folder.mkdir()
+    ledger = folder / "ledger.sqlite"
+    with sqlite3.connect(ledger) as conn:
+        conn.executescript("CREATE TABLE orders (id INTEGER PRIMARY KEY, item TEXT); "
+                           "CREATE INDEX by_item ON orders(item); INSERT INTO orders (item) VALUES ('stock'); ANALYZE;")
+    conn.close()
+    return ledger
+
+
+def test_no_case_is_written_into_another_programs_database_and_readers_name_it(tmp_path):
+    """A ledger.sqlite that holds another program's tables (and none of a ledger's) is no interrupted init,
+    whose first write makes schema and case in one transaction: init refuses to write a case into it
+    (it took the file over, journal mode and all), leaving its bytes and the folder as they were; every
+    reader names it another program's (it said an init was running and to run init again)."""
+    ledger = _another_programs_database(tmp_path / "theirs")
+    before = ledger.read_bytes()
+    made = [lambda: Case.create(ledger.parent, case_id="C-1"),
+            lambda: run_cli("init", str(ledger.parent), "--case-id", "C-1"),
+            lambda: run_cli("apply", str(ledger.parent), "-", "--create", "C-1", stdin=b'{"op": "initialize"}\n')]
+    for make in made:
+        try:
+            done = make()
+        except LedgerError as caught:
+            code, message = caught.code, caught.message
+        else:
+            code, message = "INVALID_ARGUMENT", done.stderr.decode().partition("INVALID_ARGUMENT: ")[2]
+            assert done.returncode == 1, done.stderr
+        assert code == INVALID_ARGUMENT
+        assert message.startswith(f"{ledger} is an SQLite database of another program (index by_item, table orders): "
+                                  "no case is written into it"), message
+        assert ledger.read_bytes() == before and sorted(os.listdir(ledger.parent)) == ["ledger.sqlite"]
+    said = f"{ledger} is an SQLite database of another program (index by_item, table orders), not a case ledger"
+    for read in (lambda: verify_case(ledger.parent), lambda: read_only_query(ledger.parent, "SELECT 1"),
+                 lambda: Case.open(ledger.parent)):
+        with pytest.raises(LedgerError) as caught:
+            read()
+        assert caught.value.code == "LEDGER_MISSING" and caught.value.message.startswith(said), caught.value.message
+    assert ledger.read_bytes() == before
+
+
+def test_a_new_case_is_made_in_an_empty_database_file_or_one_holding_only_sqlites_own_tables(tmp_path):
+    """An empty file (an init cut short before its first write), or one holding only SQLite's own
+    statistics, is no other program's: a case is made in it."""
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "ledger.sqlite").touch()
+    (tmp_path / "stats").mkdir()
+    with sqlite3.connect(tmp_path / "stats" / "ledger.sqlite") as conn:
+        conn.execute("ANALYZE")
+    conn.close()
+    for name in ("empty", "stats"):
+        with Case.create(tmp_path / name, case_id="C-1") as case:
+            assert case.status()["case_id"] == "C-1"
+        assert verify_case(tmp_path / name).head_seq == 1
+
+
 def _cut_short_case(tmp_path: Path, size: int) -> tuple[Path, bytes]:
     """A closed case whose ledger.sqlite is cut to its first ``size`` bytes; and the whole file."""
     start_case(tmp_path / "case").close()

@@ -40,7 +40,7 @@ from .verify_range import (ALL_AFTER, ALL_LAST, SECOND_HALF_FILE, SecondHalf, co
     input_identity_of, merge, plan_split, range_agrees, save_views, replay_events)
 from ..storage.connection import Storage
 from ..storage.sqlite_file import (SQLITE_MAX_PATH_BYTES, file_identity, translate_sqlite_errors, not_utf8,
-                                   no_case_yet, open_snapshot, close_then_fold, undecodable, undecodable_text,
+                                   no_case_in, open_snapshot, close_then_fold, undecodable, undecodable_text,
                                    UNDEFINED_BY_THIS_PROGRAM)
 from ..storage.side_files import log_files_exist
 
@@ -303,7 +303,7 @@ def _check_migrations(conn: sqlite3.Connection, version: int, root: Path) -> Non
     if problem:
         raise _bad(None, problem, table="schema_migrations")
     if version == 0:
-        raise no_case_yet(root / LEDGER_FILE)
+        raise no_case_in(conn, root / LEDGER_FILE, "orig")  # none yet, or another program's database
     problem = _migration_time_problem(conn)
     if problem:
         raise _bad(None, problem, table="schema_migrations")

@@ -42,7 +42,7 @@ from ..rules.common import check_action_id, check_case_id
 from ..storage.readonly import readonly_rows, reading_only, refuse_names_bound_by_position
 from .session import Session, check_future_at
 from ..storage.connection import CheckpointWarning, Storage
-from ..storage.sqlite_file import check_ledger_path, migrations_edited, no_case_yet, translate_sqlite_errors
+from ..storage.sqlite_file import check_ledger_path, no_case_in, no_case_yet, translate_sqlite_errors
 from ..storage.side_files import check_side_files, orphaned_logs
 from ..model.views import SqlView
 
@@ -314,10 +314,8 @@ class Case(NotCopied, CaseFacade):
             with storage.read():
                 with translate_sqlite_errors():
                     problem = migration_record_problem(storage.conn)
-                if problem:
-                    raise migrations_edited(ledger, problem)
-                if storage.current_schema_version() == 0 or SqlView(storage).case() is None:
-                    raise no_case_yet(ledger)
+                if problem or storage.current_schema_version() == 0 or SqlView(storage).case() is None:
+                    raise no_case_in(storage.conn, ledger)  # an edited ledger, another program's, or none yet
         except BaseException:
             storage.discard()
             raise

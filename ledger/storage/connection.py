@@ -30,7 +30,7 @@ from ..ground.errors import LedgerError, pass_on_interruption
 from .writer_lock import WriterLock, fork_count
 from .sqlite_file import (LOCK_SUFFIX, NOTHING_WRITTEN, WAL_RESTART_BYTES, EventRow, HelperRow, SQLITE_ERRORS,
                           connect_path, connect_uri, file_uri, immutable_snapshot, passive_checkpoint, probe_file,
-                          readable_uri, sqlite_error, translate_sqlite_errors)
+                          readable_uri, refuse_another_programs, sqlite_error, translate_sqlite_errors)
 from .side_files import wal_bytes, writable_side_files
 from ..ground.paths import os_error
 from .transaction import Batch, Read, Write, abandoned, busy_reason
@@ -151,6 +151,7 @@ class Storage:
             try:
                 with translate_sqlite_errors():
                     conn.execute(f"PRAGMA busy_timeout = {int(settings['busy_timeout_ms'])}")
+                    refuse_another_programs(conn, path)  # before the journal mode changes its header
                     conn.execute("PRAGMA journal_mode = WAL").fetchall()
                 return cls(conn, path, settings, lock)
             except BaseException:

@@ -109,6 +109,25 @@ def typed_objects(conn: sqlite3.Connection, schema: str = "main") -> dict[tuple[
     return {(kind, name): sql for kind, name, _table, sql in conn.execute(statement("schema_objects_typed", schema))}
 
 
+@cache
+def _every_shipped_object() -> frozenset[tuple[str, str]]:
+    """``(type, name)`` of every object any migration makes (``schema_object`` of each statement)."""
+    return frozenset((kind, name) for _, _, statements in migrations()
+                     for kind, name, _ in map(schema_object, statements) if kind)
+
+
+def foreign_schema(conn: sqlite3.Connection, schema: str = "main") -> list[str]:
+    """The objects (``"table x"``) of a database that holds none a migration makes (nor
+    ``schema_migrations``) but holds others: another program's, never a case ledger's, whose first
+    write makes its schema and case in one transaction. Empty for an empty file and for one holding
+    a ledger's objects (:func:`migration_record_problem` judges those). SQLite's own (``sqlite_stat1``)
+    are no program's."""
+    present = [key for key in typed_objects(conn, schema) if not key[1].startswith("sqlite_")]
+    if any(key in _every_shipped_object() for key in present):
+        return []
+    return [f"{kind} {name}" for kind, name in present]
+
+
 def schema_version() -> int:
     """The newest schema version this code knows."""
     return migrations()[-1][0]

@@ -22,7 +22,7 @@ from ..ground.descriptors import hold_file, refuse_inherited
 from ..ground.interrupts import context_manager
 from .side_files import (check_not_cut_short, check_side_files, hot_journal, log_files_exist, log_path, orphaned_logs,
                          wal_is_empty)
-from .sqlfiles import check_sqlite_version, migration_record_problem, shipped_objects, statement
+from .sqlfiles import check_sqlite_version, foreign_schema, migration_record_problem, shipped_objects, statement
 
 LEDGER_FILE = "ledger.sqlite"
 #: An export's manifest and its folder of canonical JSON, beside the ledger in the case package (docs/files.md).
@@ -284,16 +284,37 @@ def no_case_yet(ledger: Path | str, **details: Any) -> LedgerError:
                        "interrupted: then run init again)", **details)
 
 
-def no_case_in(conn: sqlite3.Connection, ledger: Path | str, **details: Any) -> LedgerError:
+def no_case_in(conn: sqlite3.Connection, ledger: Path | str, schema: str = "main", **details: Any) -> LedgerError:
     """What a ledger file without its ``schema_migrations`` table or case row is: :func:`no_case_yet`,
     or ``INTEGRITY_ERROR`` when it holds tables a migration makes that its rows do not account for
     (the table dropped or rows deleted outside case-ledger, not an init still running)."""
     try:
         with translate_sqlite_errors():
-            problem = migration_record_problem(conn)
+            problem, foreign = migration_record_problem(conn, schema), foreign_schema(conn, schema)
     except LedgerError as exc:
         return exc
+    if foreign:
+        return LedgerError(E.LEDGER_MISSING, f"{ledger} is an SQLite database of another program "
+                           f"({another_programs(foreign)}), not a case ledger: give the folder of a case, or move "
+                           "that file away before 'ledger init'", **details)
     return migrations_edited(ledger, problem, **details) if problem else no_case_yet(ledger, **details)
+
+
+def another_programs(objects: list[str]) -> str:
+    """The first objects of another program's database, as a refusal names them."""
+    return ", ".join(objects[:3]) + (f" and {len(objects) - 3} more" if len(objects) > 3 else "")
+
+
+def refuse_another_programs(conn: sqlite3.Connection, path: Path | str) -> None:
+    """``INVALID_ARGUMENT`` when the file a new case is to be made in is another program's database
+    (:func:`~ledger.storage.sqlfiles.foreign_schema`): no case is written into it, nor its header
+    changed (the ledger's journal mode)."""
+    with translate_sqlite_errors():
+        foreign = foreign_schema(conn)
+    if foreign:
+        raise LedgerError(E.INVALID_ARGUMENT, f"{path} is an SQLite database of another program "
+                          f"({another_programs(foreign)}): no case is written into it; move it away or choose "
+                          "another folder")
 
 
 def migrations_edited(ledger: Path | str, problem: str, **details: Any) -> LedgerError:
