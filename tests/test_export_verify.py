@@ -1210,6 +1210,39 @@ def test_a_ledger_that_lost_its_last_events_is_truncation_with_or_without_the_ne
     assert f"but the ledger ends at seq {head}" in caught.value.message, caught.value
 
 
+@pytest.mark.parametrize("manifest", ["removed", "garbage", "oversized"])
+def test_export_refuses_a_ledger_that_lost_its_last_events_whatever_its_manifest(budget, case, tmp_path, manifest):
+    """A ledger put back from an older copy under a newer export whose manifest is gone or unreadable:
+    export refuses as verify does (it wrote a manifest at the older head, hiding the rollback, and
+    called the lost events' files misplaced), writing nothing."""
+    budget.reserve("H1", "a0", "source.read_context")
+    head = case.query("SELECT max(seq) AS seq FROM events")[0]["seq"]
+    case.close()
+    shutil.copyfile(case.path / "ledger.sqlite", tmp_path / "older.sqlite")
+    with Case.open(case.path) as opened:
+        later = opened.budget()
+        later.fail("H1", "a0", "x")
+        later.reserve("H1", "a1", "source.read_context")
+        export_case(opened)
+    (case.path / "ledger.sqlite").write_bytes((tmp_path / "older.sqlite").read_bytes())
+    written = {"removed": None, "garbage": b"not json", "oversized": b" " * 70_000 + b"{}"}[manifest]
+    (case.path / "manifest.json").unlink()
+    if written is not None:
+        (case.path / "manifest.json").write_bytes(written)
+    before = {path: path.read_bytes() for path in case.path.rglob("*") if path.is_file() and "ledger.sqlite" not in path.name}
+    with pytest.raises(LedgerError) as caught:
+        export_case(case.path)
+    assert caught.value.code == INTEGRITY_ERROR
+    assert f"holds event {head + 1} but the ledger ends at seq {head} (truncated or rolled-back ledger" \
+        in caught.value.message, caught.value
+    with pytest.raises(LedgerError) as caught:  # verify names the manifest itself first, when there is one
+        verify_case(case.path)
+    assert caught.value.code == INTEGRITY_ERROR
+    assert ("manifest.json" if written else f"but the ledger ends at seq {head}") in caught.value.message
+    after = {path: path.read_bytes() for path in case.path.rglob("*") if path.is_file() and "ledger.sqlite" not in path.name}
+    assert after == before
+
+
 def test_a_ledger_rolled_back_and_continued_otherwise_is_named_rolled_back(budget, case, tmp_path):
     """The ledger and its manifest put back from older copies, then one other event appended: verify
     names the first event that differs from its exported file, and says a ledger put back from an

@@ -29,6 +29,7 @@ from ..ground.canonical import ZERO_SHA256, canonical_bytes, sha256_hex
 from ..ground.errors import LedgerError, refuses_unfit_calls, refuses_unfit_calls_of, pass_on_interruption
 from ..services.case import Case
 from .manifest import check_manifest_identity, manifest_for, read_manifest
+from .lost_history import lost_continuation
 from ..model.package import (ANALYSIS_DIR, CONTENT_FILE_RE, LEDGER_FILE, MANIFEST_FILE, check_package_names, content_path, is_export_temp,
                       event_path, export_tree_files, refuse_own_links, well_placed, check_export_tree)
 from ..ground.paths import EXPORT_FILE_BYTES_MAX, bytes_at_most, os_error, walk
@@ -345,7 +346,7 @@ def _export_locked(case: Case, root: Path, progress: Progress | None) -> ExportR
         pending.clear()
 
     try:
-        manifest, last_revision, accounted = _read_and_write(case, root, report, progress, write, flush)
+        manifest, last_revision, accounted = _read_and_write(case, root, files, report, progress, write, flush)
         fsync_folders(root, touched)
         data = canonical_bytes(manifest)
         if same_bytes(root / MANIFEST_FILE, data, refused=MANIFEST_FILE):
@@ -370,18 +371,25 @@ def _export_locked(case: Case, root: Path, progress: Progress | None) -> ExportR
     return report
 
 
-def _read_and_write(case: Case, root: Path, report: ExportReport, progress: Progress | None,
+def _read_and_write(case: Case, root: Path, files: list[str], report: ExportReport, progress: Progress | None,
                     write: Callable[[str, bytes], None],
                     flush: Callable[[], None]) -> tuple[dict[str, Any], int, set[str]]:
     """In one read of the ledger, first every file compared and every one to write checked, then those
     written (``write``, ``flush``): an exported file may be the one copy of an event's original bytes.
-    Returns the manifest, the last revision and every file the export holds. Text the sqlite3 module
-    cannot read is ``INTEGRITY_ERROR`` naming its row."""
+    Exported event files (``files``, listed under the export lock) past the ledger's head that continue
+    its history are ``INTEGRITY_ERROR``, as verify names them, with a readable manifest or without
+    one: the ledger was truncated or rolled back since, and a manifest written at its head would hide
+    that. Returns the manifest, the last revision and every file the export holds. Text the sqlite3
+    module cannot read is ``INTEGRITY_ERROR`` naming its row."""
     with case.session.read():
         conn = case.storage.conn
         try:
             to_write, head_seq, accounted = _files_to_write(root, conn, read_manifest_if_readable(root), report,
                                                             progress)
+            lost = lost_continuation(root, [relative for relative in files if relative not in accounted], conn,
+                                     head_seq)
+            if lost:
+                raise _refused(lost)
             if to_write:
                 for relative, data in _export_files(conn):
                     if relative in to_write:

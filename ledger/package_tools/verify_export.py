@@ -13,57 +13,14 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from ..ground.canonical import sha256_hex, stored_bytes
+from ..ground.canonical import stored_bytes
 from ..ground.errors import integrity_error as _bad, pass_on_interruption
-from ..ground.paths import EXPORT_FILE_BYTES_MAX, bytes_at_most
-from ..model.package import (EVENT_FILE_RE, check_export_tree, content_path, event_path, missing_words, well_placed)
+from ..ground.paths import bytes_at_most
+from ..model.package import check_export_tree, content_path, event_path, missing_words, well_placed
 from ..storage.sqlfiles import statement
 from .atomic_files import same_bytes
+from .lost_history import lost_continuation
 from .manifest import check_manifest, check_manifest_identity, export_statement
-
-
-def _past_head(root: Path, files: list[str], head_seq: int) -> dict[str, tuple[int, Any]]:
-    """``{file: (seq, parent_sha256)}`` of the event files among ``files`` (none the ledger exports)
-    that hold an event past ``head_seq``, in the order of ``files``. A file that is no event of ours
-    is left out: it is no evidence of truncation (``check_export_tree`` names it)."""
-    past = {}
-    for relative in files:
-        if EVENT_FILE_RE.fullmatch(relative):
-            try:
-                body = json.loads(bytes_at_most(root / relative, EXPORT_FILE_BYTES_MAX) or b"")
-            except (ValueError, RecursionError, OSError) as oserr:
-                pass_on_interruption(oserr)
-                continue  # over the size of any event too: never read whole
-            seq = body.get("seq") if isinstance(body, dict) else None
-            if type(seq) is int and seq > head_seq:
-                past[relative] = (seq, body.get("parent_sha256"))
-    return past
-
-
-def _continues(root: Path, past: dict[str, tuple[int, Any]], conn: sqlite3.Connection, head_seq: int) -> bool:
-    """Whether event files past the ledger's head read as its lost continuation: the first of them
-    (the lowest seq) names as its parent the ledger's last event, or the event exported where that
-    event belongs (a ledger rolled back, then continued otherwise: the export holds the longer
-    history's event there), or is missing (a gap from the head: the files that would show otherwise
-    are gone too). A file claiming the next seq with another parent continues no history of this
-    case: it was added or copied in, and ``check_export_tree`` names it as no part of the export."""
-    first = min(seq for seq, _ in past.values())
-    if first != head_seq + 1:
-        return True
-    head = conn.execute(statement("head")).fetchone()
-    if head is None or head[0] != head_seq:
-        return True
-    parents = {parent for seq, parent in past.values() if seq == first}
-    if head[1] in parents:
-        return True
-    address = conn.execute(export_statement(conn, "head_address")).fetchone()
-    exported = root / event_path(*address) if address is not None and well_placed(*address) else None
-    try:
-        held = bytes_at_most(exported, EXPORT_FILE_BYTES_MAX) if exported is not None else None
-        return held is not None and sha256_hex(held) in parents
-    except OSError as oserr:
-        pass_on_interruption(oserr)
-        return False
 
 
 def check_export(root: Path, conn: sqlite3.Connection, head_seq: int, manifest: dict[str, Any] | None,
@@ -99,11 +56,9 @@ def check_export(root: Path, conn: sqlite3.Connection, head_seq: int, manifest: 
         check_manifest(manifest, conn, head_seq)
     # a row whose columns are edited out of their types has no path: the row comparison names it
     known = {event_path(*row) for row in conn.execute(export_statement(conn, "event_addresses")) if well_placed(*row)}
-    past = _past_head(root, [relative for relative in files if relative not in known], head_seq)
-    if past and _continues(root, past, conn, head_seq):
-        relative, seq = next((relative, seq) for relative, (seq, _) in past.items())
-        raise _bad(head_seq + 1, f"{relative} holds event {seq} but the ledger ends at seq {head_seq} "
-                   "(truncated or rolled-back ledger, or one copied without its ledger.sqlite-wal)")
+    lost = lost_continuation(root, [relative for relative in files if relative not in known], conn, head_seq)
+    if lost:
+        raise _bad(head_seq + 1, lost)
     check_export_tree(files, known | {content_path(sha) for (sha,) in conn.execute(statement("content_shas"))},
                       conn.execute(statement("last_revision")).fetchone()[0])
     return checked, manifest["head"]["seq"] if manifest else None
