@@ -1229,7 +1229,11 @@ def test_export_refuses_a_ledger_that_lost_its_last_events_whatever_its_manifest
     (case.path / "manifest.json").unlink()
     if written is not None:
         (case.path / "manifest.json").write_bytes(written)
-    before = {path: path.read_bytes() for path in case.path.rglob("*") if path.is_file() and "ledger.sqlite" not in path.name}
+    def files() -> dict[Path, bytes]:
+        return {path: path.read_bytes() for path in case.path.rglob("*") if path.is_file()
+                and "ledger.sqlite" not in path.name}
+
+    before = files()
     with pytest.raises(LedgerError) as caught:
         export_case(case.path)
     assert caught.value.code == INTEGRITY_ERROR
@@ -1239,8 +1243,7 @@ def test_export_refuses_a_ledger_that_lost_its_last_events_whatever_its_manifest
         verify_case(case.path)
     assert caught.value.code == INTEGRITY_ERROR
     assert ("manifest.json" if written else f"but the ledger ends at seq {head}") in caught.value.message
-    after = {path: path.read_bytes() for path in case.path.rglob("*") if path.is_file() and "ledger.sqlite" not in path.name}
-    assert after == before
+    assert files() == before
 
 
 def test_a_ledger_rolled_back_and_continued_otherwise_is_named_rolled_back(budget, case, tmp_path):
