@@ -148,7 +148,9 @@ def _export_wait_note(case: str) -> None:
 
 
 @click.command("import", cls=OnceCommand)
-@click.argument("source", metavar="DIR", type=CaseFolder(exists=True))
+@click.argument("source", metavar="DIR", type=CaseFolder(
+    give="the exported package's folder (the one holding manifest.json and analysis/; unpack an archive first)",
+    exists=True))
 @click.option("--to", "target", type=CaseFolder(),
               help="New case folder (default: DIR itself, when its ledger.sqlite was lost).")
 @JSON

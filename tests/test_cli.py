@@ -637,6 +637,8 @@ def test_runs_import_names_an_unreadable_file_and_exits_1_after_importing_the_re
     assert err.startswith(f"error: INVALID_ARGUMENT: {tmp_path / 'in' / 'bad.traj.json'}: ")
     assert done.stdout.decode().startswith("imported 1 run (1 file(s) failed: named below), 1 step into")
     assert (tmp_path / "out" / "r1.jsonl").is_file()
+
+
 @pytest.mark.parametrize("inside", ["ledger.sqlite", "manifest.json"])
 def test_a_case_argument_naming_a_file_inside_the_case_asks_for_the_case_folder(cli_case, inside):
     (cli_case / "manifest.json").write_text("{}", encoding="utf-8")
@@ -647,7 +649,9 @@ def test_a_case_argument_naming_a_file_inside_the_case_asks_for_the_case_folder(
 @pytest.mark.parametrize("args, give", [
     (("serve",), "give the case folder (the one holding ledger.sqlite)"),
     (("fleet", "sql"), "give the fleet export's folder (the one 'ledger fleet export --to' wrote)"),
-    (("fleet", "export"), "give a case folder (the one holding ledger.sqlite) or a folder of cases")])
+    (("fleet", "export"), "give a case folder (the one holding ledger.sqlite) or a folder of cases"),
+    (("import",), "give the exported package's folder (the one holding manifest.json and analysis/; unpack an "
+                  "archive first)")])
 def test_a_folder_argument_naming_a_file_says_which_folder_to_give(tmp_path, args, give):
     (tmp_path / "f").write_text("x", encoding="utf-8")
     tail = {"sql": ("SELECT 1",), "export": ("--to", str(tmp_path / "out"))}.get(args[-1], ())
