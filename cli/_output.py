@@ -17,14 +17,18 @@ import io
 import itertools
 import json
 import math
+import os
 import re
+import select
+import signal
 import sys
 import threading
+import time
 from typing import Any, Iterable, Mapping, Sequence
 
 import click
 
-from ledger.ground import errors as E
+from ledger.ground import errors as E, interrupts
 from ledger.ground.errors import LedgerError, first_few
 
 
@@ -61,6 +65,66 @@ def echo(text: str = "", nl: bool = True) -> None:
 
 #: The most :func:`echo` hands to one write.
 ECHO_CHUNK_CHARS = 1 << 16
+
+#: How long an interrupted command waits for standard output's reader to take the rest of a line it
+#: had begun to print (:func:`echo_line`): a reader still reading gets it whole.
+FINISH_LINE_S = 2.0
+
+
+#: The signals that interrupt a command, held while :func:`echo_line` writes a line at once.
+_STOPS = {signal.SIGINT, signal.SIGTERM}
+
+
+class LinePrinted(KeyboardInterrupt):
+    """An interrupt (Ctrl-C, SIGTERM) that came while :func:`echo_line` wrote a line it had begun:
+    ``whole`` when the line was written whole all the same, False when it stays cut short (its reader
+    took no more within :data:`FINISH_LINE_S`, or went away, or a second interrupt came)."""
+
+    def __init__(self, whole: bool) -> None:
+        super().__init__()
+        self.whole = whole
+
+
+def echo_line(text: str) -> None:
+    """``text`` and a newline on standard output as :func:`echo` prints them, written straight to its
+    file descriptor so that an interrupt coming while a slow reader's full pipe holds the line up never
+    leaves it cut short: the interrupt is held while the line is written (each write no larger than a
+    pipe takes at once, when there is room), and once it came the rest is still written for at most
+    :data:`FINISH_LINE_S`; it then goes on as :class:`LinePrinted`, or as itself when nothing of the
+    line was written yet. Without a file descriptor (a test runner's buffer), :func:`echo`."""
+    stream = sys.stdout
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        return echo(text)
+    data = (text + "\n").encode(getattr(stream, "encoding", None) or "utf-8", "ledger-escape")
+    written = 0
+    try:
+        stream.flush()  # what echo() left in the stream's buffer goes first
+        if len(data) <= select.PIPE_BUF:
+            held = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)  # an interrupt comes after the count
+            try:  # the whole line in one write when there is room: a pipe takes up to PIPE_BUF bytes at once
+                if select.select([], [fd], [], 0)[1]:
+                    written = os.write(fd, data)
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        if written == len(data):
+            return
+        with interrupts.deferred() as caught:
+            deadline = None
+            while written < len(data):
+                if caught:
+                    deadline = deadline or time.monotonic() + FINISH_LINE_S
+                    if not written or time.monotonic() > deadline:
+                        break
+                if select.select([], [fd], [], 0.1)[1]:
+                    written += os.write(fd, data[written:written + select.PIPE_BUF])
+    except OSError as exc:
+        raise OutputError(exc) from exc
+    except KeyboardInterrupt:
+        if not written:
+            raise
+        raise LinePrinted(written == len(data)) from None
 
 
 def _escape_unencodable(error: UnicodeError) -> tuple[str | bytes, int]:

@@ -22,7 +22,7 @@ from ledger.package_tools.journal import (LINE_BYTES_MAX, clamp_warning, first_a
 
 from ._common import (OnceCommand, _NoBar, BALANCE_COLUMNS, CASE, DEMO_TAKES_NO_CONFIG, IntegerRange, Settings, pass_settings,
                       progress_bar)
-from ._output import OutputError, dumps, echo, emit_rows, one_line, warn
+from ._output import LinePrinted, OutputError, dumps, echo, echo_line, emit_rows, one_line, warn
 
 @click.command(cls=OnceCommand)
 @CASE
@@ -115,10 +115,14 @@ def _print_outcomes(outcomes: Iterator[LineResult], summary: JournalSummary, unc
         if not outcome.ok and not keep_going:
             summary.stopped_at = outcome.line
         try:
-            _report_line(outcome, summary, quiet, results)
+            _report_line(outcome, summary, quiet, results, uncounted)
             hint = recorded_run_hint(_journal_name(journal)) if outcome.line == 1 and not outcome.ok else ""
             if hint:
                 warn(f"hint:{hint[1:]}")
+        except LinePrinted as interrupt:  # an interrupt while the result line was written: whole, or cut short
+            uncounted.printing = not interrupt.whole
+            summary.cut_short = None if interrupt.whole else outcome.line
+            raise
         except OutputError:
             _count_unprinted(outcomes, uncounted, summary)
             raise
@@ -131,10 +135,13 @@ def _journal_name(stream: Any) -> str:
     return name if isinstance(name, str) else ""
 
 
-def _report_line(outcome: LineResult, summary: JournalSummary, quiet: bool, results: str) -> None:
-    """Print one line's result (or, with --quiet, the first failure on stderr)."""
+def _report_line(outcome: LineResult, summary: JournalSummary, quiet: bool, results: str,
+                 uncounted: _Uncounted) -> None:
+    """Print one line's result (or, with --quiet, the first failure on stderr): once it is written
+    whole, an interrupt no longer counts it as not printed."""
     if not quiet:
-        echo(dumps(outcome.to_dict(changed_only=results == "changed")))
+        echo_line(dumps(outcome.to_dict(changed_only=results == "changed")))
+        uncounted.printing = False
         if outcome.clamped and summary.clamped <= CLAMP_WARNINGS_MAX:
             warn(clamp_warning(outcome))
     elif not outcome.ok and summary.failed == 1:

@@ -329,6 +329,60 @@ def test_apply_stopped_by_sigterm_counts_every_line_it_committed(tmp_path):
     assert (int(second.group(1)), int(second.group(2))) == (len(lines), int(first.group(1)))
 
 
+def _interrupted_while_a_long_line_is_printed(tmp_path: Path, drained_after_s: float) -> tuple[bytes, str, int]:
+    """``ledger apply`` of result lines longer than a pipe takes at once (some 31 KB each) into a pipe
+    read only 40,000 bytes, then SIGTERM while it waits with a line begun, and the rest read
+    ``drained_after_s`` later: (its output, its stderr, its status)."""
+    import signal
+    import time
+
+    line = json.dumps({"op": "open_revision", "units_per_hypothesis": 100, "at": "2026-01-01T00:00:00Z",
+                       "hypotheses": [{"statement": f"s{n} " + "x" * 3900} for n in range(8)]})
+    journal = tmp_path / "long.jsonl"
+    journal.write_text((line + "\n") * 300)
+    process = subprocess.Popen([sys.executable, "-m", "ledger_cli", "apply", str(tmp_path / "c"), str(journal),
+                                "--create", "C", "--batch-size", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out = process.stdout.read(40_000)
+    time.sleep(2)  # the pipe is full again: apply waits in the middle of a line
+    process.send_signal(signal.SIGTERM)
+    time.sleep(drained_after_s)
+    out += process.stdout.read()
+    return out, process.stderr.read().decode(), process.wait(timeout=60)
+
+
+def _printed_and_counted(out: bytes, err: str) -> tuple[list[bytes], int, int]:
+    import re
+
+    *whole, last = out.split(b"\n")
+    for printed in whole:
+        json.loads(printed)
+    counts = re.search(r"applied: (\d+) ok [^\n]*?(?:, (\d+) of them not printed \(interrupted|\n)", err)
+    assert counts is not None, err
+    return whole, int(counts.group(1)), int(counts.group(2) or 0)
+
+
+@pytest.mark.slow  # some 4 s: the slow lane (.ci/run) runs it
+def test_an_interrupt_while_a_result_line_is_printed_lets_a_reader_still_reading_have_it_whole(tmp_path):
+    """Ctrl-C or SIGTERM while a slow reader's full pipe holds up a result line begun: the rest of the
+    line is still written while the reader takes it (it was cut where the pipe was full, 4,096 bytes
+    in, while the summary said nothing was half-written), and the count of lines not printed is exact."""
+    out, err, status = _interrupted_while_a_long_line_is_printed(tmp_path, 0.3)
+    whole, ok, unprinted = _printed_and_counted(out + b"x", err)
+    assert status == 143 and out.endswith(b"\n"), err
+    assert len(whole) == ok - unprinted and unprinted == 0 and "cut short" not in err
+
+
+@pytest.mark.slow  # some 6 s: the slow lane (.ci/run) runs it
+def test_a_result_line_left_cut_short_by_an_interrupt_is_named_in_the_summary(tmp_path):
+    """A reader that takes nothing more for two seconds after the interrupt leaves the line begun cut
+    short: the summary names that line and counts it as not printed."""
+    out, err, status = _interrupted_while_a_long_line_is_printed(tmp_path, 3.5)
+    whole, ok, unprinted = _printed_and_counted(out, err)
+    assert status == 143 and not out.endswith(b"\n") and len(out.rsplit(b"\n", 1)[1]) > 0, err
+    assert len(whole) == ok - unprinted and unprinted == 1
+    assert f"the result of line {ok} was cut short, its reader taking no more" in err
+
+
 @pytest.mark.parametrize("batch_size", [1, 3])
 def test_apply_journal_inside_the_callers_batch_runs_its_lines_there(tmp_path, batch_size):
     """A batch of apply's own inside the caller's was a batch inside a batch (refused now, and an

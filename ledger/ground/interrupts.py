@@ -160,14 +160,15 @@ def python_handler() -> Iterator[None]:
 
 
 @context_manager
-def deferred() -> Iterator[None]:
+def deferred() -> Iterator[list[Any]]:
     """In the main thread: a SIGINT (or SIGTERM) arriving inside is handled (as it would have been)
     at the end, so that what the block does (a commit and its count, a wait for workers) is never cut
-    in two."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
+    in two. Yields the list of ``(signal, frame)`` caught so far (empty until one comes; in another
+    thread, always), for a block that ends early once one came."""
     caught: list[Any] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield caught
+        return
     # a handler not set from Python (None) is left alone
     numbers = [number for number in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(number) is not None]
     handlers: dict[int, Any] = {}
@@ -175,7 +176,7 @@ def deferred() -> Iterator[None]:
         for number in numbers:  # took every later Ctrl-C or SIGTERM of the process into a list nobody reads
             handlers[number] = signal.getsignal(number)
             signal.signal(number, lambda got, frame: caught.append((got, frame)))
-        yield
+        yield caught
     finally:
         restore_all([lambda number=number, handler=handler: signal.signal(number, handler)
                      for number, handler in handlers.items()])
