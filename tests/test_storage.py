@@ -745,23 +745,49 @@ def test_an_exported_ledger_copied_without_the_log_holding_its_writes_says_so(tm
         assert caught.value.code == "LEDGER_MISSING" and caught.value.message.startswith(said), caught.value.message
 
 
-def _another_programs_database(folder: Path) -> Path:
+#: Other programs' databases, and the objects a refusal names: one of a framework keeping its own
+#: schema_migrations (Rails' versions are text, golang-migrate's a number and a flag), one with a
+#: table named as a ledger's, and one in WAL mode whose log holds its rows.
+OTHER_PROGRAMS = {
+    "orders": ("CREATE TABLE orders (id INTEGER PRIMARY KEY, item TEXT); CREATE INDEX by_item ON orders(item); "
+               "INSERT INTO orders (item) VALUES ('stock'); ANALYZE;", "index by_item, table orders"),
+    "rails": ("CREATE TABLE schema_migrations (version varchar PRIMARY KEY); INSERT INTO schema_migrations "
+              "VALUES ('20240101'); CREATE TABLE users (id integer);", "table schema_migrations, table users"),
+    "migrate": ("CREATE TABLE schema_migrations (version bigint, dirty boolean); INSERT INTO schema_migrations "
+                "VALUES (3, 0);", "table schema_migrations"),
+    "events": ("CREATE TABLE events (x); CREATE TABLE users (a);", "table events, table users"),
+    "wal": ("PRAGMA journal_mode = WAL; PRAGMA wal_autocheckpoint = 0; CREATE TABLE t (x); INSERT INTO t VALUES (1);",
+            "table t"),
+}
+
+
+def _another_programs_database(folder: Path, kind: str) -> Path:
+    """A folder whose ledger.sqlite is another program's (:data:`OTHER_PROGRAMS`), written by a process
+    of its own (one in WAL mode leaves its -wal holding the rows, as a program still running would)."""
     folder.mkdir()
     ledger = folder / "ledger.sqlite"
-    with sqlite3.connect(ledger) as conn:
-        conn.executescript("CREATE TABLE orders (id INTEGER PRIMARY KEY, item TEXT); "
-                           "CREATE INDEX by_item ON orders(item); INSERT INTO orders (item) VALUES ('stock'); ANALYZE;")
-    conn.close()
+    script = ("import os, sqlite3, sys\nconn = sqlite3.connect(sys.argv[1])\nconn.executescript(sys.argv[2])\n"
+              "conn.commit()\nos._exit(0)\n")
+    subprocess.run([sys.executable, "-c", script, str(ledger), OTHER_PROGRAMS[kind][0]], check=True, timeout=60)
     return ledger
 
 
-def test_no_case_is_written_into_another_programs_database_and_readers_name_it(tmp_path):
-    """A ledger.sqlite that holds another program's tables (and none of a ledger's) is no interrupted init,
-    whose first write makes schema and case in one transaction: init refuses to write a case into it
-    (it took the file over, journal mode and all), leaving its bytes and the folder as they were; every
+@pytest.mark.parametrize("kind", [kind if kind in ("rails", "wal") else pytest.param(kind, marks=pytest.mark.slow)
+                                  for kind in sorted(OTHER_PROGRAMS)])  # each over 0.5 s: two in the default run
+def test_no_case_is_written_into_another_programs_database_and_readers_name_it(tmp_path, kind):
+    """A ledger.sqlite that holds another program's objects (none of a ledger's by name and SQL alike: its
+    own schema_migrations or events too) is no interrupted init, whose first write makes schema and case
+    in one transaction: init refuses to write a case into it (it took the file over, journal mode and
+    all; a framework's schema_migrations was a traceback), leaving it and its -wal as they were; every
     reader names it another program's (it said an init was running and to run init again)."""
-    ledger = _another_programs_database(tmp_path / "theirs")
-    before = ledger.read_bytes()
+    ledger = _another_programs_database(tmp_path / "theirs", kind)
+    names = OTHER_PROGRAMS[kind][1]
+
+    def files() -> dict[str, bytes]:
+        return {name: (ledger.parent / name).read_bytes() for name in sorted(os.listdir(ledger.parent))
+                if not name.endswith("-shm")}  # (a reader's index of the log, SQLite's to keep)
+
+    before = files()
     made = [lambda: Case.create(ledger.parent, case_id="C-1"),
             lambda: run_cli("init", str(ledger.parent), "--case-id", "C-1"),
             lambda: run_cli("apply", str(ledger.parent), "-", "--create", "C-1", stdin=b'{"op": "initialize"}\n')]
@@ -774,16 +800,19 @@ def test_no_case_is_written_into_another_programs_database_and_readers_name_it(t
             code, message = "INVALID_ARGUMENT", done.stderr.decode().partition("INVALID_ARGUMENT: ")[2]
             assert done.returncode == 1, done.stderr
         assert code == INVALID_ARGUMENT
-        assert message.startswith(f"{ledger} is an SQLite database of another program (index by_item, table orders): "
+        assert message.startswith(f"{ledger} is an SQLite database of another program ({names}): "
                                   "no case is written into it"), message
-        assert ledger.read_bytes() == before and sorted(os.listdir(ledger.parent)) == ["ledger.sqlite"]
-    said = f"{ledger} is an SQLite database of another program (index by_item, table orders), not a case ledger"
+        assert files() == before
+    said = f"{ledger} is an SQLite database of another program ({names}), not a case ledger"
     for read in (lambda: verify_case(ledger.parent), lambda: read_only_query(ledger.parent, "SELECT 1"),
                  lambda: Case.open(ledger.parent)):
         with pytest.raises(LedgerError) as caught:
             read()
         assert caught.value.code == "LEDGER_MISSING" and caught.value.message.startswith(said), caught.value.message
-    assert ledger.read_bytes() == before
+    for command in (("state",), ("export",), ("verify",)):
+        done = run_cli(*command, str(ledger.parent))
+        assert done.returncode == 1 and f"error: LEDGER_MISSING: {said}" in done.stderr.decode(), done.stderr
+    assert files() == before
 
 
 def test_a_new_case_is_made_in_an_empty_database_file_or_one_holding_only_sqlites_own_tables(tmp_path):

@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable
 
 from ..ground import errors as E, interrupts
 from .atomic_files import fsync_dir, remove_abandoned_builds, write_atomic
-from ..storage.sqlfiles import queries, schema_version, statement
+from ..storage.sqlfiles import queries, recorded_schema_version, schema_version, statement
 from ..ground.arguments import check_callback, check_iterable
 from ..rules.common import check_case_id
 from ..services.case import missing_ledger
@@ -262,7 +262,7 @@ def _with_head(case: Path, out: Path, step: Callable[..., None]) -> dict[str, An
         try:
             with translate_sqlite_errors():
                 conn.execute("BEGIN")  # one snapshot for the head and every table
-                has_schema = conn.execute(statement("has_migrations_table")).fetchone() is not None  # an empty file?
+                has_schema = recorded_schema_version(conn, "main", case / LEDGER_FILE) > 0  # empty, another's?
             row = _head_row(conn, case) if has_schema else None
             if row is None:
                 raise no_case_in(conn, case / LEDGER_FILE, path=str(case))

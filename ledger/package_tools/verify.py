@@ -19,8 +19,8 @@ from typing import Any, Callable, Iterator, Mapping
 
 from ..ground import errors as E
 from .atomic_files import process_tag, remove_abandoned_temp_folders
-from ..storage.sqlfiles import (PUBLIC_VIEWS, folded_name, migration_record_problem, objects_using, schema_version,
-                                shipped_objects, shipped_schema, statement)
+from ..storage.sqlfiles import (PUBLIC_VIEWS, folded_name, migration_record_problem, objects_using,
+                                recorded_schema_version, schema_version, shipped_objects, shipped_schema, statement)
 from ..ground.arguments import check_callback, check_flag
 from ..ground.workers import job_count
 from ..services.case import missing_ledger
@@ -292,8 +292,7 @@ def _changed_under_us(ledger: Path) -> LedgerError:
 
 def _orig_schema_version(conn: sqlite3.Connection) -> int:
     with translate_sqlite_errors():
-        has = conn.execute(statement("has_migrations_table", "orig")).fetchone()
-        return conn.execute(statement("schema_version_of", "orig")).fetchone()[0] if has else 0
+        return recorded_schema_version(conn, "orig")
 
 
 def _check_migrations(conn: sqlite3.Connection, version: int, root: Path) -> None:

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from ..ground import errors as E
-from .sqlfiles import foreign_write_blockers, migration_record_problem, migrations, queries, schema_object, schema_version, statement
+from .sqlfiles import (foreign_write_blockers, migration_record_problem, migrations, queries, recorded_schema_version,
+                       schema_object, schema_version)
 from ..ground.canonical import ZERO_SHA256
 from ..ground.clock import utc_now
 from ..ground.errors import LedgerError, pass_on_interruption
@@ -31,7 +32,7 @@ from .writer_lock import WriterLock, fork_count
 from .sqlite_file import (LOCK_SUFFIX, NOTHING_WRITTEN, WAL_RESTART_BYTES, EventRow, HelperRow, SQLITE_ERRORS,
                           connect_path, connect_uri, file_uri, immutable_snapshot, passive_checkpoint, probe_file,
                           readable_uri, refuse_another_programs, sqlite_error, translate_sqlite_errors)
-from .side_files import wal_bytes, writable_side_files
+from .side_files import log_path, wal_bytes, writable_side_files
 from ..ground.paths import os_error
 from .transaction import Batch, Read, Write, abandoned, busy_reason
 
@@ -147,11 +148,11 @@ class Storage:
         try:
             lock.acquire(int(settings["busy_timeout_ms"]))
             check()
+            refuse_another_programs(path, creating=True)  # before a writer's connection changes it
             conn = connect_path(path, "rwc")
             try:
                 with translate_sqlite_errors():
                     conn.execute(f"PRAGMA busy_timeout = {int(settings['busy_timeout_ms'])}")
-                    refuse_another_programs(conn, path)  # before the journal mode changes its header
                     conn.execute("PRAGMA journal_mode = WAL").fetchall()
                 return cls(conn, path, settings, lock)
             except BaseException:
@@ -171,6 +172,8 @@ class Storage:
         (:func:`readable_uri`): reads work, writes are ``STORAGE_ERROR``.
         """
         writable_side_files(path)
+        if os.path.lexists(log_path(path, "-wal")):  # looked at first: a writer's connection copies the log in
+            refuse_another_programs(path, creating=False)
         conn = connect_path(path, "rw")
         try:
             if immutable_snapshot(path):
@@ -237,8 +240,7 @@ class Storage:
                 conn.execute("BEGIN")
             storage._in_write = True  # one long private transaction
             with translate_sqlite_errors():
-                has = conn.execute(statement("has_migrations_table", "orig")).fetchone()
-                original_version = conn.execute(statement("schema_version_of", "orig")).fetchone()[0] if has else 0
+                original_version = recorded_schema_version(conn, "orig", original)
             # private and rebuilt from scratch: no guards needed; the original's schema version, so an
             # older ledger's views are compared with the views of its own version
             storage.apply_migrations(triggers=False, up_to=original_version or None)
@@ -248,10 +250,9 @@ class Storage:
         return storage
 
     def current_schema_version(self) -> int:
-        """Version recorded in ``schema_migrations`` (0 for a file with no schema yet)."""
+        """Version recorded in ``schema_migrations`` (:func:`~.sqlfiles.recorded_schema_version`)."""
         with translate_sqlite_errors():
-            exists = self.conn.execute(statement("has_migrations_table")).fetchone()
-        return self.one("schema_version")[0] if exists else 0
+            return recorded_schema_version(self.conn, "main", self.path)
 
     def migrate(self) -> None:
         """Bring an existing ledger up to :func:`schema_version` (``SCHEMA_VERSION`` if newer).

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..ground import errors as E, interrupts
-from .sqlfiles import PUBLIC_VIEWS, schema_version, statement
+from .sqlfiles import PUBLIC_VIEWS, recorded_schema_version, schema_version
 from ..ground.errors import LedgerError, pass_on_interruption
 from ..ground.interrupts import context_manager
 from .bounded_printf import bound_printf
@@ -283,9 +283,8 @@ def readonly_rows(path: Path, sql: str, timeout_ms: int = 30_000) -> Iterator[tu
     conn = open_readonly(path)
     try:  # whatever ends the block (a refusal, Ctrl-C), the reader's -wal and -shm go with it
         with translate_sqlite_errors():
-            has_schema = conn.execute(statement("has_migrations_table")).fetchone() is not None
-            version = conn.execute(statement("schema_version_of", "main")).fetchone()[0] if has_schema else 0
-        if not has_schema or version == 0:
+            version = recorded_schema_version(conn, "main", path)
+        if version == 0:
             raise no_case_in(conn, path)
         if version > schema_version():  # its views may mean what this code does not know: as every command does
             raise LedgerError(E.SCHEMA_VERSION, f"{path} has schema version {version}; this case-ledger knows up to "

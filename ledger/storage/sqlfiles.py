@@ -12,7 +12,7 @@ import sqlite3
 from functools import cache
 
 from ..ground.resources import resource_dir
-from ..ground.errors import SQLITE_UNSUPPORTED, LedgerError, quoted
+from ..ground.errors import INTEGRITY_ERROR, SQLITE_UNSUPPORTED, LedgerError, quoted
 
 #: The oldest SQLite the views work with: they read JSON with ``->>``, which SQLite 3.38.0 added
 #: (docs/sql.md).
@@ -110,22 +110,45 @@ def typed_objects(conn: sqlite3.Connection, schema: str = "main") -> dict[tuple[
 
 
 @cache
-def _every_shipped_object() -> frozenset[tuple[str, str]]:
-    """``(type, name)`` of every object any migration makes (``schema_object`` of each statement)."""
-    return frozenset((kind, name) for _, _, statements in migrations()
-                     for kind, name, _ in map(schema_object, statements) if kind)
+def _every_shipped_object() -> frozenset[tuple[str, str, str]]:
+    """``(type, name, sql)`` of every object any migration makes (``schema_object`` of each statement)."""
+    return frozenset((kind, name, sql) for _, _, statements in migrations()
+                     for kind, name, sql in map(schema_object, statements) if kind)
 
 
 def foreign_schema(conn: sqlite3.Connection, schema: str = "main") -> list[str]:
-    """The objects (``"table x"``) of a database that holds none a migration makes (nor
-    ``schema_migrations``) but holds others: another program's, never a case ledger's, whose first
-    write makes its schema and case in one transaction. Empty for an empty file and for one holding
-    a ledger's objects (:func:`migration_record_problem` judges those). SQLite's own (``sqlite_stat1``)
-    are no program's."""
-    present = [key for key in typed_objects(conn, schema) if not key[1].startswith("sqlite_")]
-    if any(key in _every_shipped_object() for key in present):
+    """The objects (``"table x"``) of a database that holds none a migration makes, by name and SQL
+    alike, but holds others: another program's (its own ``schema_migrations`` or ``events`` too),
+    never a case ledger's, whose first write makes its schema and case in one transaction. Empty for
+    an empty file and for one holding a ledger's objects (:func:`migration_record_problem` judges
+    those). SQLite's own (``sqlite_stat1``) are no program's."""
+    factory = conn.text_factory
+    conn.text_factory = bytes  # SQLite's UTF-8 whatever the file's encoding: damaged text is no match, no error
+    try:
+        rows = conn.execute(statement("schema_objects_typed", schema)).fetchall()
+    finally:
+        conn.text_factory = factory
+    present = [(kind, name, sql) for kind, name, _table, sql in
+               (tuple(column.decode("utf-8", "replace") for column in row) for row in rows)
+               if not name.startswith("sqlite_")]
+    shipped = _every_shipped_object()
+    if any(row in shipped for row in present):
         return []
-    return [f"{kind} {name}" for kind, name in present]
+    return [f"{kind} {name}" for kind, name, _ in present]
+
+
+def recorded_schema_version(conn: sqlite3.Connection, schema: str = "main", ledger: object = "the ledger") -> int:
+    """The schema version ``schema_migrations`` of ``schema`` records, 0 for a file with no schema yet
+    or another program's database (:func:`foreign_schema`: its own ``schema_migrations`` says nothing
+    of a ledger's); ``INTEGRITY_ERROR`` naming ``ledger`` for a version no case-ledger writes (an
+    edited row). ``sqlite3.Error`` as the schema's reads raise it."""
+    if conn.execute(statement("has_migrations_table", schema)).fetchone() is None or foreign_schema(conn, schema):
+        return 0
+    version = conn.execute(statement("schema_version_of", schema)).fetchone()[0]
+    if type(version) is not int:
+        raise LedgerError(INTEGRITY_ERROR, f"{ledger}: schema_migrations holds version {quoted(version, 40)}, "
+                          "which no case-ledger writes; the file was edited outside case-ledger")
+    return version
 
 
 def schema_version() -> int:
@@ -211,6 +234,8 @@ def migration_record_problem(conn: sqlite3.Connection, schema: str = "main") -> 
     no object a later migration makes (or remakes, as a view-only migration does) may be there
     already (a deleted row would have the next writer run that migration again). A file with no
     schema at all has no problem."""
+    if foreign_schema(conn, schema):
+        return None  # another program's database: no ledger's migrations to judge
     present = typed_objects(conn, schema)
     rows = ([tuple(r) for r in conn.execute(statement("migration_rows", schema))]
             if ("table", "schema_migrations") in present else [])
@@ -240,9 +265,7 @@ def migration_record_problem(conn: sqlite3.Connection, schema: str = "main") -> 
 def _added_objects(conn: sqlite3.Connection, schema: str) -> tuple[set[str], list[tuple[str, str, str, str]]]:
     """The names of the tables and views the schema ships, and ``(type, name, table, sql)`` of every
     object in ``schema`` it does not ship (``sqlite3.Error`` when the schema cannot be read)."""
-    has = conn.execute(statement("has_migrations_table", schema)).fetchone()
-    version = conn.execute(statement("schema_version_of", schema)).fetchone()[0] if has else 0
-    shipped = shipped_objects(version)
+    shipped = shipped_objects(recorded_schema_version(conn, schema))
     tables = {name for kind, name in shipped if kind in ("table", "view")}
     return tables, [(kind, name, table, sql) for kind, name, table, sql in
                     conn.execute(statement("schema_objects_typed", schema)).fetchall() if (kind, name) not in shipped]

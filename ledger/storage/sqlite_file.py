@@ -294,9 +294,7 @@ def no_case_in(conn: sqlite3.Connection, ledger: Path | str, schema: str = "main
     except LedgerError as exc:
         return exc
     if foreign:
-        return LedgerError(E.LEDGER_MISSING, f"{ledger} is an SQLite database of another program "
-                           f"({another_programs(foreign)}), not a case ledger: give the folder of a case, or move "
-                           "that file away before 'ledger init'", **details)
+        return no_case_in_another_program(ledger, foreign, **details)
     return migrations_edited(ledger, problem, **details) if problem else no_case_yet(ledger, **details)
 
 
@@ -305,16 +303,40 @@ def another_programs(objects: list[str]) -> str:
     return ", ".join(objects[:3]) + (f" and {len(objects) - 3} more" if len(objects) > 3 else "")
 
 
-def refuse_another_programs(conn: sqlite3.Connection, path: Path | str) -> None:
-    """``INVALID_ARGUMENT`` when the file a new case is to be made in is another program's database
-    (:func:`~ledger.storage.sqlfiles.foreign_schema`): no case is written into it, nor its header
-    changed (the ledger's journal mode)."""
-    with translate_sqlite_errors():
-        foreign = foreign_schema(conn)
-    if foreign:
+def refuse_another_programs(path: Path, creating: bool) -> None:
+    """When ``path`` is another program's database (:func:`~ledger.storage.sqlfiles.foreign_schema`),
+    looked at through a read-only connection, which leaves it and its ``-wal`` as they are (a
+    writer's, closing, copies the log into the file): ``INVALID_ARGUMENT`` when a new case is to be
+    made in it (``creating``: no case is written into it), else ``LEDGER_MISSING``. Nothing for a
+    file that is not there or empty."""
+    try:
+        if os.path.getsize(path) == 0:
+            return
+    except OSError as oserr:
+        pass_on_interruption(oserr)
+        return  # opening it says why
+    try:
+        conn = connect_path(path, "ro")  # its checks first: a log that is no log is never opened
+        try:
+            with translate_sqlite_errors():
+                foreign = foreign_schema(conn)
+        finally:
+            conn.close()
+    except LedgerError:
+        return  # unreadable so (a log without its index on a read-only location, a file cut short): opening it says why
+    if foreign and creating:
         raise LedgerError(E.INVALID_ARGUMENT, f"{path} is an SQLite database of another program "
                           f"({another_programs(foreign)}): no case is written into it; move it away or choose "
                           "another folder")
+    if foreign:
+        raise no_case_in_another_program(path, foreign)
+
+
+def no_case_in_another_program(ledger: Path | str, foreign: list[str], **details: Any) -> LedgerError:
+    """The ``LEDGER_MISSING`` error for another program's database where a ledger belongs."""
+    return LedgerError(E.LEDGER_MISSING, f"{ledger} is an SQLite database of another program "
+                       f"({another_programs(foreign)}), not a case ledger: give the folder of a case, or move "
+                       "that file away before 'ledger init'", **details)
 
 
 def migrations_edited(ledger: Path | str, problem: str, **details: Any) -> LedgerError:
