@@ -292,7 +292,9 @@ def test_case_query_with_a_wrong_statement_type_or_parameters_is_invalid_argumen
 
 
 @pytest.mark.parametrize("sql, name", [("SELECT :a AS a", ":a"), ("SELECT ?1, @b", "@b"), ("SELECT $c", "$c"),
-                                       ("SELECT ':x' || :d", ":d"), ("SELECT 1 /* :x */ + :é", ":é")])
+                                       ("SELECT ':x' || :d", ":d"), ("SELECT 1 /* :x */ + :é", ":é"),
+                                       ("SELECT #e", "#e"), ("SELECT :f$g", ":f$g"), ("SELECT :h::i", ":h::i"),
+                                       ("SELECT $j(k)", "$j(k)"), ("SELECT :$", ":$"), ("SELECT @::$", "@::$")])
 def test_a_named_parameter_given_a_list_is_refused_not_bound_by_position(case, sql, name):
     """A list or tuple binds ``?`` by position: sqlite3 would bind a named parameter from it all the same
     (Python 3.12 and 3.13 warn, 3.14 refuses), so it is refused on every Python, naming the parameter."""
@@ -318,7 +320,8 @@ _SELECTED = ["':a'", "'it''s @b'", '1 AS "c:d"', "2 AS [e:f]", "3 AS g$h", "4 /*
 @hypothesis.settings(max_examples=60, deadline=None,
                      suppress_health_check=[hypothesis.HealthCheck.function_scoped_fixture])
 @hypothesis.given(parts=st.lists(st.sampled_from(_SELECTED), max_size=4),
-                  parameter=st.sampled_from(["?", "?3", ":p", "@q", "$r", "$s::t", ":é1", None]),
+                  parameter=st.sampled_from(["?", "?3", ":p", "@q", "$r", "$s::t", ":é1", "#u", ":$", ":v$w", "$x(y)",
+                                             "@::$", None]),
                   at=st.integers(0, 4))
 def test_a_named_parameter_is_found_where_sqlite_finds_one(case, parts, parameter, at):
     """Against SQLite itself: given no value at all (an empty dict), it names the statement's first

@@ -30,9 +30,12 @@ from .side_files import log_files_exist, log_path
 
 #: What a parameter can hide in, or be taken for in, SQL text: a string literal, a quoted name, a
 #: comment, a name or number (``$`` inside a name is part of it; each to the end of the text when it
-#: is not closed); then a named parameter (``:name``, ``@name``, ``$name``).
+#: is not closed); then a named parameter as SQLite reads one: ``:``, ``@``, ``#`` or ``$``, then name
+#: characters (``$`` among them) and ``::``, and for one that has a name, ``(…)``.
 _SQL_TOKENS = re.compile(r"""'[^']*(?:'|\Z)|"[^"]*(?:"|\Z)|`[^`]*(?:`|\Z)|\[[^\]]*(?:\]|\Z)|--[^\n]*|/\*.*?(?:\*/|\Z)"""
-                         r"|[\w\x80-\U0010ffff][\w$\x80-\U0010ffff]*|(?P<named>[:@$][\w\x80-\U0010ffff]+)", re.S)
+                         r"|[\w\x80-\U0010ffff][\w$\x80-\U0010ffff]*"
+                         r"|(?P<named>[:@#$](?:::)*[\w$\x80-\U0010ffff](?:[\w$\x80-\U0010ffff]|::)*(?:\([^)\s]*\)?)?)",
+                         re.S)
 
 
 def refuse_names_bound_by_position(sql: str, params: tuple[Any, ...] | dict[str, Any]) -> None:
