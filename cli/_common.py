@@ -22,7 +22,7 @@ from ledger import AnalysisConfig, BudgetConfig, Case, CheckpointWarning, Ledger
 from ledger.ground import interrupts
 from ledger.ground.interrupts import context_manager
 from ledger.ground.arguments import is_decimal
-from ledger.ground.errors import OUTPUT_ERROR, limit_reached, machine_refusal
+from ledger.ground.errors import OUTPUT_ERROR, limit_reached, machine_refusal, repr_shown
 from ledger.ground.paths import STORAGE_ERRNOS, os_error
 from ledger.services.case import LEDGER_FILE, read_only_rows as ledger_read_only_rows
 
@@ -338,12 +338,22 @@ _DIGITS_MAX = 4300
 
 def _check_integer_text(kind: click.ParamType, value: Any, param: click.Parameter | None,
                         ctx: click.Context | None) -> None:
-    """A usage error unless ``value`` is :func:`decimal` text of at most :data:`_DIGITS_MAX` digits."""
+    """A usage error unless ``value`` is :func:`decimal` text of at most :data:`_DIGITS_MAX` digits; the
+    value quoted at most 40 characters long."""
     if not decimal(value):
-        kind.fail(f"{value!r} is not an integer (ASCII digits, an optional leading -)", param, ctx)
+        kind.fail(f"{repr_shown(value, 40)} is not an integer (ASCII digits, an optional leading -)", param, ctx)
     if isinstance(value, str) and len(digits := value.strip().lstrip("-")) > _DIGITS_MAX:
         kind.fail(f"{value.strip()[:20]}… is an integer of {len(digits)} digits, past any the ledger holds",
                   param, ctx)
+
+
+def _long_number_shortened(error: click.BadParameter, value: Any) -> click.BadParameter:
+    """``error`` (click's, quoting the number it read) with a number of more than 40 digits shortened."""
+    digits = value.strip().lstrip("-") if isinstance(value, str) else ""
+    if len(digits) > 40:
+        number = str(int(value))
+        error.message = error.message.replace(number, f"{number[:20]}… ({len(digits)} digits)")
+    return error
 
 
 class Integer(click.ParamType):
@@ -361,7 +371,10 @@ class IntegerRange(click.IntRange):
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         _check_integer_text(self, value, param, ctx)
-        return super().convert(value, param, ctx)
+        try:
+            return super().convert(value, param, ctx)
+        except click.BadParameter as error:  # out of the range: the number is quoted
+            raise _long_number_shortened(error, value) from None
 
 
 class CaseFolder(click.Path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from ledger import ScopeResult
+from ledger.ground.errors import repr_shown
 
 from ._common import UsageGroup, AT, CASE, JSON, Integer, Settings, decimal, pass_settings
 from ._output import emit_result
@@ -18,8 +19,8 @@ def _limits(ctx: click.Context, param: click.Parameter, values: tuple[str, ...])
     for value in values:
         name, sep, number = value.partition("=")
         if not sep or not name.strip() or not number.strip() or not decimal(number):
-            raise click.BadParameter(f"{value!r} is not DIMENSION=INTEGER (e.g. units=100; ASCII digits, an "
-                                     "optional leading -)")
+            raise click.BadParameter(f"{repr_shown(value, 60)} is not DIMENSION=INTEGER (e.g. units=100; ASCII digits, "
+                                     "an optional leading -)")
         amount = Integer().convert(number, param, ctx)  # a usage error past the digits Python reads, as elsewhere
         if name.strip() in limits:
             raise click.BadParameter(f"{name.strip()!r} is given twice; give each dimension once")

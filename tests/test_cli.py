@@ -582,6 +582,19 @@ def test_an_integer_option_past_the_digits_python_reads_is_a_usage_error_quoting
     assert len(done.stderr) < 600 and "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize("args, given, says", [
+    (("events", "{case}", "--since"), "9" * 4300, "99999999999999999999… (4300 digits) is not in the range"),
+    (("events", "{case}", "--since"), "0x" + "f" * 5000, "'0xffffffffffffffffffffffffffffffffffffff'… is not an integer"),
+    (("scope", "establish", "{case}", "case", "--limit"), "units=0x" + "f" * 5000,
+     "'units=0xffffffffffffffffffffffffffffffffffffffffffffffffffff'… is not DIMENSION=INTEGER")])
+def test_a_long_value_refused_by_an_integer_option_is_quoted_cut_short(case, args, given, says):
+    """A refused value of thousands of characters (a number out of range, or no number) is quoted by its
+    start and length, not whole."""
+    case.close()
+    done = CliRunner().invoke(cli_main, [a.format(case=case.path) for a in args] + [given])
+    assert done.exit_code == 2 and says in done.stderr and len(done.stderr) < 600, done.stderr
+
+
 def test_snapshot_output_says_it_is_a_read(budget, case):
     case.close()
     result = run_cli("budget", "snapshot", str(case.path))

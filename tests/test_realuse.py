@@ -379,6 +379,15 @@ def test_describe_value_never_names_a_python_type():
         "false", "the integer 0", "a non-finite number", 'the string "say \\"hi\\""', "an object"]
 
 
+def test_a_long_integer_is_described_by_its_length_and_first_digits():
+    """A refusal quoting an integer of more than 40 digits names its length and first 20 digits (it
+    quoted all of them: some 4,300 digits in one message)."""
+    from ledger.ground.errors import describe_value
+    assert describe_value(10 ** 39) == "the integer 1" + "0" * 39
+    assert describe_value(-(10 ** 40)) == "an integer of 41 digits (-1000000000000000000…)"
+    assert describe_value(int("9" * 4300)) == "an integer of 4300 digits (99999999999999999999…)"
+
+
 def test_a_tuple_where_an_array_is_asked_for_is_named_a_tuple_saying_an_array_is_a_list(case):
     """A Python caller's tuple is no JSON array: the refusal said "an array is not of type 'array'"."""
     with pytest.raises(LedgerError) as refused:

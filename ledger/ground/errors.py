@@ -304,9 +304,11 @@ def describe_value(value: Any) -> str:
         return "true" if value is True else "false"
     if isinstance(value, int):
         try:
-            return f"the integer {int.__repr__(value)}"
+            text = int.__repr__(value)
         except ValueError:  # past the digits Python writes out (4,300 by default)
             return "an integer of thousands of digits"
+        digits = len(text.lstrip("-"))  # a long one is named by its length and its first digits
+        return f"the integer {text}" if digits <= 40 else f"an integer of {digits} digits ({text[:20]}…)"
     if isinstance(value, float):
         number = float.__float__(value)
         return f"the number {number!r}" if number == number and abs(number) != float("inf") else "a non-finite number"
