@@ -584,7 +584,8 @@ def test_an_integer_option_past_the_digits_python_reads_is_a_usage_error_quoting
 
 @pytest.mark.parametrize("args, given, says", [
     (("events", "{case}", "--since"), "9" * 4300, "99999999999999999999… (4300 digits) is not in the range"),
-    (("events", "{case}", "--since"), "0x" + "f" * 5000, "'0xffffffffffffffffffffffffffffffffffffff'… is not an integer"),
+    (("events", "{case}", "--since"), "0x" + "f" * 5000,
+     "'0xffffffffffffffffffffffffffffffffffffff'… is not an integer"),
     (("scope", "establish", "{case}", "case", "--limit"), "units=0x" + "f" * 5000,
      "'units=0xffffffffffffffffffffffffffffffffffffffffffffffffffff'… is not DIMENSION=INTEGER")])
 def test_a_long_value_refused_by_an_integer_option_is_quoted_cut_short(case, args, given, says):
