@@ -1184,6 +1184,26 @@ def test_an_event_file_past_the_head_that_does_not_continue_the_history_is_no_tr
     assert "rolled-back" not in caught.value.message and str(stray.relative_to(case.path)) in caught.value.message
 
 
+def test_another_packages_event_file_past_the_head_is_no_truncation(budget, case, tmp_path):
+    """An event file of another case copied in, whose seq lies past the head (a gap from it): it
+    continues no history of this case, so verify and export name it as no part of the export, never
+    accusing the ledger of a rollback (a gap counted as the lost history whatever package it named)."""
+    budget.reserve("H1", "a1", "source.read_context")
+    export_case(case)
+    head = case.query("SELECT seq, stream, revision, stream_seq FROM events ORDER BY seq DESC LIMIT 1")[0]
+    case.close()
+    folder = case.path / "analysis" / "budgets" / f"{head['revision']:04d}" / "events"
+    body = json.loads((folder / f"{head['stream_seq']:08d}.json").read_bytes())
+    stray = folder / f"{head['stream_seq'] + 3:08d}.json"
+    stray.write_text(json.dumps({**body, "seq": head["seq"] + 3, "package_id": "another-package"}), encoding="utf-8")
+    with pytest.raises(LedgerError) as caught:
+        verify_case(case.path)
+    assert caught.value.code == INTEGRITY_ERROR and "is not part of the export" in caught.value.message
+    assert "rolled-back" not in caught.value.message, caught.value
+    report = export_case(case.path)  # exported, saying what verify will refuse
+    assert report.stray is not None and stray.name in report.stray and "is not part of the export" in report.stray
+
+
 @pytest.mark.parametrize("keep_next", [True, False])
 def test_a_ledger_that_lost_its_last_events_is_truncation_with_or_without_the_next_file(budget, case, tmp_path,
                                                                                         keep_next):

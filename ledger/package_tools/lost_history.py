@@ -19,10 +19,12 @@ from ..storage.sqlfiles import statement
 from .manifest import export_statement
 
 
-def _past_head(root: Path, files: list[str], head_seq: int) -> dict[str, tuple[int, Any]]:
+def _past_head(root: Path, files: list[str], head_seq: int,
+               ids: tuple[Any, Any] | None) -> dict[str, tuple[int, Any]]:
     """``{file: (seq, parent_sha256)}`` of the event files among ``files`` (none the ledger exports)
     that hold an event past ``head_seq``, in the order of ``files``. A file that is no event of ours
-    is left out: it is no evidence of truncation (``check_export_tree`` names it)."""
+    (none at all, or one naming another case or package than ``ids``, the ledger's) is left out: it is
+    no evidence of truncation (``check_export_tree`` names it)."""
     past = {}
     for relative in files:
         if EVENT_FILE_RE.fullmatch(relative):
@@ -32,9 +34,20 @@ def _past_head(root: Path, files: list[str], head_seq: int) -> dict[str, tuple[i
                 pass_on_interruption(oserr)
                 continue  # over the size of any event too: never read whole
             seq = body.get("seq") if isinstance(body, dict) else None
-            if type(seq) is int and seq > head_seq:
+            ours = ids is None or (body.get("case_id"), body.get("package_id")) == ids
+            if type(seq) is int and seq > head_seq and ours:
                 past[relative] = (seq, body.get("parent_sha256"))
     return past
+
+
+def _ledger_ids(conn: sqlite3.Connection) -> tuple[Any, Any] | None:
+    """``(case_id, package_id)`` of the ledger's creation event, or None when it has not one that says."""
+    created = conn.execute(statement("manifest_identity", "main")).fetchall()
+    try:
+        body = json.loads(created[0][0]) if len(created) == 1 else None
+    except (ValueError, TypeError, RecursionError):
+        return None
+    return (body.get("case_id"), body.get("package_id")) if isinstance(body, dict) else None
 
 
 def lost_continuation(root: Path, unaccounted: list[str], conn: sqlite3.Connection, head_seq: int) -> str | None:
@@ -42,7 +55,7 @@ def lost_continuation(root: Path, unaccounted: list[str], conn: sqlite3.Connecti
     no event or content of the ledger exports to), when those files read as the ledger's lost
     continuation (:func:`_continues`): a truncated or rolled-back ledger, which verify and export
     refuse, with a manifest or without one. None otherwise."""
-    past = _past_head(root, unaccounted, head_seq)
+    past = _past_head(root, unaccounted, head_seq, _ledger_ids(conn))
     if not past or not _continues(root, past, conn, head_seq):
         return None
     relative, seq = next((relative, seq) for relative, (seq, _) in past.items())
