@@ -373,6 +373,35 @@ def test_type_errors_say_what_was_sent_in_json_terms(package, value, shown):
     assert "str " not in caught.value.message and "float" not in caught.value.message
 
 
+@pytest.mark.parametrize("where", ["batch", "iterator"])
+def test_an_events_iterator_inside_a_batch_or_another_iterator_reads_that_snapshot_at_once(tmp_path, where):
+    """An iterator started where a snapshot is already held (a batch, another iterator) reads its rows at
+    once from it: it read on lazily with no snapshot of its own once the batch or the first iterator
+    ended, yielding rows written after it started (past the 512 rows its cursor had fetched), and
+    such a write went through while it was open."""
+    from ledger import apply_journal
+    lines = [{"op": "open_revision", "hypotheses": [{"statement": "h"}], "units_per_hypothesis": 10 ** 9},
+             {"op": "transition", "to": "INVESTIGATING_HYPOTHESES"}, {"op": "initialize"}]
+    for n in range(200):
+        lines += [{"op": "reserve", "hypothesis": "H1", "action_id": f"a{n}", "action": "source.read_context"},
+                  {"op": "record_result", "hypothesis": "H1", "action_id": f"a{n}", "evidence": {"n": n}},
+                  {"op": "settle", "hypothesis": "H1", "action_id": f"a{n}", "semantic_score": 80, "reason": "r"}]
+    with Case.create(tmp_path / "c", "C-1") as opened:
+        assert all(r.ok for r in apply_journal(opened, [json.dumps(line) for line in lines], batch_size=100))
+        if where == "batch":
+            with opened.batch():
+                inner = opened.iter_events(0)
+                assert next(inner)["seq"] == 1
+        else:
+            outer = opened.iter_events(0)
+            next(outer)
+            inner = opened.iter_events(0)
+            assert next(inner)["seq"] == 1
+            outer.close()
+        assert opened.record_outcome("resolved", "tests").seq == 605  # the inner holds no snapshot: it goes on
+        assert [row["seq"] for row in inner][-1] == 604  # the rows as of its start, not the one written since
+
+
 def test_describe_value_never_names_a_python_type():
     from ledger.ground.errors import describe_value
     assert [describe_value(v) for v in (False, 0, float("inf"), 'say "hi"', {})] == [

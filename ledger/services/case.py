@@ -374,6 +374,9 @@ class Case(NotCopied, CaseFacade):
         return reader
 
     def _rows_read(self, sql: str, params: Iterable[Any] | dict[str, Any]) -> Iterator[dict[str, Any]]:
+        if self.storage._in_read or self.storage._in_write:  # inside a batch or another iterator's read,
+            yield from self._rows(sql, params)  # whose end would leave it reading on with no snapshot of its own
+            return
         try:
             with self.session.read(), translate_sqlite_errors():
                 cursor = self.storage.conn.execute(sql, params)
