@@ -42,6 +42,7 @@ from ..rules.common import check_action_id, check_case_id
 from ..storage.readonly import readonly_rows, reading_only, refuse_names_bound_by_position
 from .session import Session, check_future_at
 from ..storage.connection import CheckpointWarning, Storage
+from ..storage.transaction import holds_snapshot
 from ..storage.sqlite_file import check_ledger_path, no_case_in, no_case_yet, translate_sqlite_errors
 from ..storage.side_files import check_side_files, orphaned_logs
 from ..model.views import SqlView
@@ -374,7 +375,7 @@ class Case(NotCopied, CaseFacade):
         return reader
 
     def _rows_read(self, sql: str, params: Iterable[Any] | dict[str, Any]) -> Iterator[dict[str, Any]]:
-        if self.storage._in_read or self.storage._in_write:  # inside a batch or another iterator's read,
+        if holds_snapshot(self.storage):  # inside a batch or another iterator's read,
             yield from self._rows(sql, params)  # whose end would leave it reading on with no snapshot of its own
             return
         try:

@@ -54,6 +54,12 @@ def busy_reason(storage: Storage) -> str:
             "close the case and open it again); run it after")
 
 
+def holds_snapshot(storage: Storage) -> bool:
+    """Whether a read of ``storage`` now would share a snapshot already held (a write's, a batch's,
+    another read's) rather than begin its own."""
+    return bool(storage._in_read or storage._in_write)
+
+
 def in_batch(storage: Storage) -> bool:
     """Whether a write of ``storage`` now would be a savepoint of an open :class:`Batch`, which an
     exception leaving the batch rolls back with everything else written inside it."""
