@@ -1202,6 +1202,9 @@ def test_another_packages_event_file_past_the_head_is_no_truncation(budget, case
     assert "rolled-back" not in caught.value.message, caught.value
     report = export_case(case.path)  # exported, saying what verify will refuse
     assert report.stray is not None and stray.name in report.stray and "is not part of the export" in report.stray
+    stray.write_text("[1, 2]", encoding="utf-8")  # an event file's name holding no event at all
+    report = export_case(case.path)
+    assert report.stray is not None and stray.name in report.stray
 
 
 @pytest.mark.parametrize("keep_next", [True, False])

@@ -33,8 +33,9 @@ def _past_head(root: Path, files: list[str], head_seq: int,
             except (ValueError, RecursionError, OSError) as oserr:
                 pass_on_interruption(oserr)
                 continue  # over the size of any event too: never read whole
-            seq = body.get("seq") if isinstance(body, dict) else None
-            ours = ids is None or (body.get("case_id"), body.get("package_id")) == ids
+            if not isinstance(body, dict):
+                continue
+            seq, ours = body.get("seq"), ids is None or (body.get("case_id"), body.get("package_id")) == ids
             if type(seq) is int and seq > head_seq and ours:
                 past[relative] = (seq, body.get("parent_sha256"))
     return past
