@@ -21,6 +21,7 @@ import os
 import re
 import select
 import signal
+import stat
 import sys
 import threading
 import time
@@ -91,12 +92,16 @@ def echo_line(text: str) -> None:
     leaves it cut short: the interrupt is held while the line is written (each write no larger than a
     pipe takes at once, when there is room), and once it came the rest is still written for at most
     :data:`FINISH_LINE_S`; it then goes on as :class:`LinePrinted`, or as itself when nothing of the
-    line was written yet. Without a file descriptor (a test runner's buffer), :func:`echo`."""
+    line was written yet. To a terminal or a socket, or without a file descriptor (a test runner's
+    buffer), :func:`echo`: a write select called possible may block there."""
     stream = sys.stdout
     try:
         fd = stream.fileno()
+        mode = os.fstat(fd).st_mode
     except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
         return echo(text)
+    if not (stat.S_ISFIFO(mode) or stat.S_ISREG(mode)) and (stat.S_ISSOCK(mode) or os.isatty(fd)):
+        return echo(text)  # a terminal or socket may block a write select called possible: never with signals held
     data = (text + "\n").encode(getattr(stream, "encoding", None) or "utf-8", "ledger-escape")
     written = 0
     try:

@@ -383,6 +383,39 @@ def test_a_result_line_left_cut_short_by_an_interrupt_is_named_in_the_summary(tm
     assert f"the result of line {ok} was cut short, its reader taking no more" in err
 
 
+@pytest.mark.slow  # some 3 s: the slow lane (.ci/run) runs it
+@pytest.mark.parametrize("hypotheses, statement_chars", [(4, 100), (8, 3900)])  # lines of 1 KB and 32 KB
+def test_apply_printing_to_a_terminal_nobody_reads_still_stops_at_an_interrupt(tmp_path, hypotheses, statement_chars):
+    """A terminal paused (Ctrl-S) takes no more output, though select calls a write possible: a result
+    line written there with the interrupt held blocked Ctrl-C and SIGTERM until the terminal was read.
+    Printing to a terminal is as before: the interrupt ends the command at once."""
+    import os
+    import pty
+    import signal
+    import time
+
+    line = json.dumps({"op": "open_revision", "units_per_hypothesis": 100,
+                       "hypotheses": [{"statement": f"s{n} " + "x" * statement_chars} for n in range(hypotheses)]})
+    journal = tmp_path / "j.jsonl"
+    journal.write_text((line + "\n") * 2000)
+    leader, follower = pty.openpty()  # the leader is never read: the terminal fills up
+    process = None
+    try:
+        process = subprocess.Popen([sys.executable, "-m", "ledger_cli", "apply", str(tmp_path / "c"), str(journal),
+                                    "--create", "C", "--batch-size", "1"], stdout=follower, stderr=subprocess.PIPE)
+        time.sleep(2)
+        process.send_signal(signal.SIGINT)
+        status = process.wait(timeout=10)  # it waited until the terminal was read
+        err = process.stderr.read().decode()
+        assert status == 130 and "interrupted" in err, (status, err[-600:])
+    finally:
+        if process is not None and process.poll() is None:  # still waiting on the terminal: the test ends it
+            process.kill()
+            process.wait()
+        os.close(leader)
+        os.close(follower)
+
+
 @pytest.mark.parametrize("batch_size", [1, 3])
 def test_apply_journal_inside_the_callers_batch_runs_its_lines_there(tmp_path, batch_size):
     """A batch of apply's own inside the caller's was a batch inside a batch (refused now, and an
