@@ -815,6 +815,24 @@ def test_no_case_is_written_into_another_programs_database_and_readers_name_it(t
     assert files() == before
 
 
+def test_a_ledger_whose_every_statement_was_edited_is_an_edited_ledger_not_another_programs(tmp_path):
+    """Every object's SQL edited (a space added through writable_schema): none is one a migration made,
+    but its core tables (events, case_identity, schema_migrations) are there by name, so it is an edited
+    ledger: it opens, and verify names its altered table (INTEGRITY_ERROR), never another program's."""
+    start_case(tmp_path / "case").close()
+    ledger = tmp_path / "case" / "ledger.sqlite"
+    conn = sqlite3.connect(ledger)
+    conn.execute("PRAGMA writable_schema = ON")
+    conn.execute("UPDATE sqlite_master SET sql = sql || ' ' WHERE sql IS NOT NULL")
+    conn.commit()
+    conn.close()
+    with Case.open(ledger.parent) as opened:
+        assert opened.status()["case_id"] == "BUG-1"
+    with pytest.raises(LedgerError) as caught:
+        verify_case(ledger.parent)
+    assert caught.value.code == INTEGRITY_ERROR and "is altered" in caught.value.message, caught.value
+
+
 def test_a_new_case_is_made_in_an_empty_database_file_or_one_holding_only_sqlites_own_tables(tmp_path):
     """An empty file (an init cut short before its first write), or one holding only SQLite's own
     statistics, is no other program's: a case is made in it."""

@@ -118,7 +118,8 @@ def _every_shipped_object() -> frozenset[tuple[str, str, str]]:
 
 def foreign_schema(conn: sqlite3.Connection, schema: str = "main") -> list[str]:
     """The objects (``"table x"``) of a database that holds none a migration makes, by name and SQL
-    alike, but holds others: another program's (its own ``schema_migrations`` or ``events`` too),
+    alike, nor all of a ledger's core tables by name, but holds others: another program's (its own
+    ``schema_migrations`` or ``events`` too),
     never a case ledger's, whose first write makes its schema and case in one transaction. Empty for
     an empty file and for one holding a ledger's objects (:func:`migration_record_problem` judges
     those). SQLite's own (``sqlite_stat1``) are no program's."""
@@ -132,9 +133,13 @@ def foreign_schema(conn: sqlite3.Connection, schema: str = "main") -> list[str]:
                (tuple(column.decode("utf-8", "replace") for column in row) for row in rows)
                if not name.startswith("sqlite_")]
     shipped = _every_shipped_object()
-    if any(row in shipped for row in present):
-        return []
+    if any(row in shipped for row in present) or _LEDGER_CORE <= {(kind, name) for kind, name, _ in present}:
+        return []  # (a ledger whose every statement was edited still has its core tables: an edited ledger)
     return [f"{kind} {name}" for kind, name, _ in present]
+
+
+#: Tables every ledger has, which no other program's database has all of.
+_LEDGER_CORE = {("table", "schema_migrations"), ("table", "events"), ("table", "case_identity")}
 
 
 def recorded_schema_version(conn: sqlite3.Connection, schema: str = "main", ledger: object = "the ledger") -> int:
