@@ -29,7 +29,7 @@ def abandoned(holder: Any, holder_at: int, *, read: bool = False) -> bool:
     that very ``with`` again (a loop that caught the interrupt), which it cannot while the block runs.
     A generator's frame holding a ``read`` is never taken for gone: one suspended inside its block (rows
     read as they are consumed) still holds it, and its own end (or the case's close) ends it."""
-    if holder is None or (read and holder.f_code.co_flags & GENERATOR_FLAGS):
+    if holder is None or (read and holder.f_code.co_flags & _GENERATOR_FLAGS):
         return False
     frame = sys._getframe(2)
     while frame is not None and frame is not holder:
@@ -38,14 +38,14 @@ def abandoned(holder: Any, holder_at: int, *, read: bool = False) -> bool:
 
 
 #: ``inspect.CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR`` (not imported: ``inspect`` is slow to load).
-GENERATOR_FLAGS = 0x20 | 0x80 | 0x200
+_GENERATOR_FLAGS = 0x20 | 0x80 | 0x200
 
 
 def busy_reason(storage: Storage) -> str:
     """Why a write of ``storage`` cannot start now: an iterator of its rows neither read to its end nor
     closed (a generator's frame holds the read), or another operation running."""
     reader = storage._reader if storage._in_read else None
-    if reader is not None and reader.f_code.co_flags & GENERATOR_FLAGS:
+    if reader is not None and reader.f_code.co_flags & _GENERATOR_FLAGS:
         return ("a write was started while an iterator of this case's rows (iter_events) was neither read to its "
                 "end nor closed: it holds a read snapshot until then; read it to its end or close it "
                 "(iterator.close()), then write")
