@@ -1184,6 +1184,23 @@ def test_an_event_file_past_the_head_that_does_not_continue_the_history_is_no_tr
     assert "rolled-back" not in caught.value.message and str(stray.relative_to(case.path)) in caught.value.message
 
 
+def test_an_analysis_that_is_a_file_is_named_by_verify_export_and_import(budget, case, tmp_path):
+    """``analysis`` replaced by a regular file: every command that reads or writes the export names it
+    (verify said the first event file was missing, export failed writing under it, import that the
+    export had no event 1)."""
+    export_case(case)
+    case.close()
+    shutil.rmtree(case.path / "analysis")
+    (case.path / "analysis").write_text("x", encoding="utf-8")
+    for run in (lambda: verify_case(case.path), lambda: export_case(case.path),
+                lambda: import_tree(case.path, tmp_path / "copy")):
+        with pytest.raises(LedgerError) as caught:
+            run()
+        assert caught.value.code == INVALID_ARGUMENT, caught.value
+        assert caught.value.message.startswith("analysis is not a folder: the export's folder is the one")
+    assert not (tmp_path / "copy").exists() and (case.path / "analysis").read_text(encoding="utf-8") == "x"
+
+
 def test_another_packages_event_file_past_the_head_is_no_truncation(budget, case, tmp_path):
     """An event file of another case copied in, whose seq lies past the head (a gap from it): it
     continues no history of this case, so verify and export name it as no part of the export, never

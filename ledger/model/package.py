@@ -172,13 +172,21 @@ def is_export_temp(relative: str) -> bool:
     return export_temp_target(relative) is not None
 
 
+def analysis_not_a_folder() -> LedgerError:
+    """The ``INVALID_ARGUMENT`` for an ``analysis`` that is a file: the export's folder cannot be there."""
+    return LedgerError(E.INVALID_ARGUMENT, f"{ANALYSIS_DIR} is not a folder: the export's folder is the one the "
+                       f"ledger's files go to; move that {ANALYSIS_DIR} away", path=ANALYSIS_DIR)
+
+
 def export_tree_files(root: Path) -> list[str]:
     """Every file under ``analysis/`` (posix relative paths, sorted). A link or anything but a
-    regular file or folder there is ``INVALID_ARGUMENT`` naming it: the ledger writes only
-    regular files into its own folder, and never reads through a link."""
+    regular file or folder there (``analysis`` itself no folder too) is ``INVALID_ARGUMENT`` naming
+    it: the ledger writes only regular files into its own folder, and never reads through a link."""
     if not os.path.lexists(root / ANALYSIS_DIR):
         return []
     refuse_link(root, ANALYSIS_DIR, "export folder")
+    if not os.path.isdir(root / ANALYSIS_DIR):  # no folder to walk: it was taken for an empty export
+        raise analysis_not_a_folder()
     files = []
     for relative, info in walk_package(root, ANALYSIS_DIR, complete=True):
         if stat.S_ISLNK(info.st_mode):

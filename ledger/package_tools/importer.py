@@ -30,9 +30,9 @@ from ..ground.errors import integrity_error as _bad, refuses_unfit_calls
 from .export import export_case
 from .manifest import check_manifest, read_manifest
 from ..model.package import (ANALYSIS_DIR, EVENT_FILE_RE, EVIDENCE_EVENT_FILE_RE, LEDGER_FILE, LEDGER_SIDE_FILES,
-                             check_export_tree, content_path, event_path, folder_in_place, is_ledger_own,
-                             printable_name, refuse_build_folder_name, refuse_output_in_package, refuse_own_links,
-                             walk_package)
+                             analysis_not_a_folder, check_export_tree, content_path, event_path, folder_in_place,
+                             is_ledger_own, printable_name, refuse_build_folder_name, refuse_output_in_package,
+                             refuse_own_links, walk_package)
 from ..model.input_identity import input_identity, own_file_ids
 from ..ground.paths import (EXPORT_FILE_BYTES_MAX, file_kind, fs_path, make_folders, open_regular, os_error,
                             read_bytes_at_most, remove_tree)
@@ -57,6 +57,8 @@ def _walk_regular(root: Path) -> Iterator[tuple[str, Path]]:
                               path=printable_name(relative))
         if stat.S_ISDIR(info.st_mode):
             continue
+        if relative == ANALYSIS_DIR:  # a file where the export's folder belongs: no export to import
+            raise analysis_not_a_folder()
         if "/" in relative and PurePosixPath(relative).name in (LEDGER_FILE, *LEDGER_SIDE_FILES):
             raise LedgerError(E.INVALID_ARGUMENT, f"import accepts no case inside the package: "
                               f"{printable_name(relative)} is another ledger's file, which would put a case inside "
