@@ -18,7 +18,8 @@ from ledger import BudgetConfig, Case, JournalSummary, LineResult, apply_journal
 from ledger.ground import interrupts
 from ledger.ground.canonical import SAFE_INTEGER_MAX
 from ledger.package_tools.journal import (LINE_BYTES_MAX, clamp_warning, first_at as journal_first_at,
-                                          open_for_journal, read_lines, recorded_run_hint)
+                                          open_for_journal, read_lines, recorded_run_hint,
+                                          refuse_case_files_as_journal)
 
 from ._common import (OnceCommand, _NoBar, BALANCE_COLUMNS, CASE, DEMO_TAKES_NO_CONFIG, IntegerRange, Settings, pass_settings,
                       progress_bar)
@@ -57,6 +58,7 @@ def apply(settings: Settings, case: str, journal: Any, create_case_id: str | Non
     """
     if at is not None and create_case_id is None:
         raise click.UsageError("--at sets the time of the case that --create makes; give --create too")
+    refuse_case_files_as_journal(journal, case)
     counted = _BytesRead()
     reader = read_lines(journal, on_bytes=counted)  # one reader: a peek never splits a line
     head, ended = _peek(reader, to_first_at=at is None) if create_case_id is not None else ([], False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -414,6 +415,24 @@ def test_apply_printing_to_a_terminal_nobody_reads_still_stops_at_an_interrupt(t
             process.wait()
         os.close(leader)
         os.close(follower)
+
+
+@pytest.mark.parametrize("given", ["ledger.sqlite", "ledger.sqlite-wal", "a hard link"])
+def test_a_journal_that_is_the_cases_own_ledger_file_is_refused_before_a_line_is_read(tmp_path, given):
+    """The case's own ledger.sqlite (or a file beside it, or a hard link to it) given as the journal is
+    no journal: refused naming it, nothing read (every line was an INVALID_JSON of the ledger's bytes)."""
+    case = start_case(make_package(tmp_path / "c"))
+    case.budget().initialize()  # the -wal holds writes while the case is open
+    journal = case.path / given if given != "a hard link" else tmp_path / "journal.jsonl"
+    if given == "a hard link":
+        os.link(case.path / "ledger.sqlite", journal)
+    before = case.query("SELECT COUNT(*) AS n FROM events")[0]["n"]
+    done = CliRunner().invoke(cli_main, ["apply", str(case.path), str(journal), "--keep-going"])
+    named = "ledger.sqlite-wal" if given == "ledger.sqlite-wal" else "ledger.sqlite"
+    assert done.exit_code == 1 and done.stderr == (f"error: INVALID_ARGUMENT: {journal} is the case's own {named}, "
+                                                   "which only SQLite reads, not a JSON-Lines journal\n"), done.output
+    assert done.stdout == "" and case.query("SELECT COUNT(*) AS n FROM events")[0]["n"] == before
+    case.close()
 
 
 @pytest.mark.parametrize("batch_size", [1, 3])

@@ -14,7 +14,9 @@ simply be run again: what was done comes back ``reused``.
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import time
 from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass, field
@@ -31,6 +33,8 @@ from ..ground.errors import LedgerError, refuses_unfit_calls, refuses_unfit_call
 from ..ground.errors import pass_on_interruption
 from ..services.facade import CaseFacade
 from ..model.operations import OPERATIONS as REGISTRY
+from ..model.package import LEDGER_SIDE_FILES
+from ..ground.paths import device_and_inode
 from ..model.operations import operation
 
 
@@ -103,6 +107,22 @@ def recorded_run_hint(name: str) -> str:
         return ""
     return ("; this file looks like an agent run as it was recorded (*.traj, *.json, *.gz), not a journal: "
             "'ledger runs import FILE --out DIR' makes it one")
+
+
+def refuse_case_files_as_journal(stream: BinaryIO, case_path: str | os.PathLike[str]) -> None:
+    """``INVALID_ARGUMENT`` when ``stream`` (a journal opened to be applied to the case at ``case_path``)
+    is that case's own ``ledger.sqlite`` or one of the files beside it (a hard link to them too): only
+    SQLite reads them, and every line would be refused as no JSON (docs/reliability.md). Nothing for a
+    stream that is no file (standard input from a pipe)."""
+    try:
+        opened = os.fstat(stream.fileno())
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation) as oserr:
+        pass_on_interruption(oserr)
+        return
+    for name in (LEDGER_FILE, *LEDGER_SIDE_FILES):
+        if device_and_inode(Path(case_path) / name) == (opened.st_dev, opened.st_ino):
+            raise LedgerError(E.INVALID_ARGUMENT, f"{getattr(stream, 'name', 'the journal')} is the case's own {name}, "
+                              "which only SQLite reads, not a JSON-Lines journal")
 
 
 def read_lines(stream: BinaryIO, on_bytes: Callable[[int], None] | None = None) -> Iterator[bytes]:
