@@ -41,6 +41,8 @@ class OutputError(Exception):
         self.cause = cause
         #: What the command had done, told after the failure (None: what a ledger command tells).
         self.done: str | None = None
+        #: Whether the line being written was left cut short (written in part, then the failure).
+        self.cut_short = False
 
 
 def echo(text: str = "", nl: bool = True) -> None:
@@ -72,6 +74,9 @@ ECHO_CHUNK_CHARS = 1 << 16
 FINISH_LINE_S = 2.0
 
 
+#: Encodings that start what they encode with a byte-order mark (:func:`echo_line` leaves them to :func:`echo`).
+_WITH_BOM = {"utf-8-sig", "utf-16", "utf-32"}
+
 #: The signals that interrupt a command, held while :func:`echo_line` writes a line at once.
 _STOPS = {signal.SIGINT, signal.SIGTERM}
 
@@ -102,7 +107,10 @@ def echo_line(text: str) -> None:
         return echo(text)
     if not (stat.S_ISFIFO(mode) or stat.S_ISREG(mode)) and (stat.S_ISSOCK(mode) or os.isatty(fd)):
         return echo(text)  # a terminal or socket may block a write select called possible: never with signals held
-    data = (text + "\n").encode(getattr(stream, "encoding", None) or "utf-8", "ledger-escape")
+    encoding = getattr(stream, "encoding", None) or "utf-8"
+    if codecs.lookup(encoding).name in _WITH_BOM:  # encoded line by line, each would start with one
+        return echo(text)
+    data = (text + "\n").encode(encoding, "ledger-escape")
     written = 0
     try:
         stream.flush()  # what echo() left in the stream's buffer goes first
@@ -125,7 +133,9 @@ def echo_line(text: str) -> None:
                 if select.select([], [fd], [], 0.1)[1]:
                     written += os.write(fd, data[written:written + select.PIPE_BUF])
     except OSError as exc:
-        raise OutputError(exc) from exc
+        failed = OutputError(exc)
+        failed.cut_short = 0 < written < len(data)  # the disk filled up part-way through the line, say
+        raise failed from exc
     except KeyboardInterrupt:
         if not written:
             raise

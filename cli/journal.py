@@ -125,7 +125,8 @@ def _print_outcomes(outcomes: Iterator[LineResult], summary: JournalSummary, unc
             uncounted.printing = not interrupt.whole
             summary.cut_short = None if interrupt.whole else outcome.line
             raise
-        except OutputError:
+        except OutputError as failed:
+            summary.cut_short = outcome.line if failed.cut_short else None
             _count_unprinted(outcomes, uncounted, summary)
             raise
         uncounted.printing = False

@@ -381,7 +381,7 @@ def test_a_result_line_left_cut_short_by_an_interrupt_is_named_in_the_summary(tm
     whole, ok, unprinted = _printed_and_counted(out, err)
     assert status == 143 and not out.endswith(b"\n") and len(out.rsplit(b"\n", 1)[1]) > 0, err
     assert len(whole) == ok - unprinted and unprinted == 1
-    assert f"the result of line {ok} was cut short, its reader taking no more" in err
+    assert f"the result of line {ok} was cut short: a last line that does not parse is that one" in err
 
 
 @pytest.mark.slow  # some 3 s: the slow lane (.ci/run) runs it
@@ -415,6 +415,51 @@ def test_apply_printing_to_a_terminal_nobody_reads_still_stops_at_an_interrupt(t
             process.wait()
         os.close(leader)
         os.close(follower)
+
+
+def test_output_that_fails_part_way_through_a_result_line_is_named_in_the_summary(tmp_path):
+    """Standard output failing in the middle of a line (a file that may grow no further, as on a full
+    disk) leaves that line cut short: the summary names it and counts it as not printed (the file
+    ended in half a line and nothing said so)."""
+    import re
+    import resource
+    import signal
+
+    def small_files() -> None:  # in the child: a file grows past 1 MB no further (EFBIG) rather than kill it
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1_000_000, 1_000_000))
+
+    line = json.dumps({"op": "open_revision", "units_per_hypothesis": 100,  # results of some 32 KB each,
+                       "hypotheses": [{"statement": f"s{n} " + "x" * 3900} for n in range(8)]})  # the ledger small
+    journal = tmp_path / "j.jsonl"
+    journal.write_text((line + "\n") * 60)
+    out = tmp_path / "out.jsonl"
+    with out.open("wb") as stdout:
+        done = subprocess.run([sys.executable, "-m", "ledger_cli", "apply", str(tmp_path / "c"), str(journal),
+                               "--create", "C", "--keep-going"], stdout=stdout, stderr=subprocess.PIPE,
+                              preexec_fn=small_files, timeout=120)
+    err = done.stderr.decode()
+    *whole, last = out.read_bytes().split(b"\n")
+    for line in whole:
+        json.loads(line)
+    counts = re.search(r"applied: (\d+) ok .*?, (\d+) failed.*?, (\d+) of them not printed", err)
+    assert done.returncode == 1 and counts is not None and last, err
+    assert len(whole) == int(counts.group(1)) + int(counts.group(2)) - int(counts.group(3))
+    assert f"the result of line {len(whole) + 1} was cut short: a last line that does not parse is that one" in err
+
+
+@pytest.mark.parametrize("encoding", ["utf-8-sig", "utf-16"])
+def test_result_lines_in_an_encoding_with_a_byte_order_mark_carry_one_mark_in_all(tmp_path, encoding):
+    """An output encoding that starts with a byte-order mark (PYTHONIOENCODING=utf-8-sig) starts the
+    output with one, not every result line (each line was encoded on its own: only the first parsed)."""
+    journal = tmp_path / "j.jsonl"
+    journal.write_text("".join(json.dumps({"op": "reserve", "hypothesis": "H1", "action_id": f"a{n}",
+                                           "action": "source.read_context"}) + "\n" for n in range(3)))
+    done = subprocess.run([sys.executable, "-m", "ledger_cli", "apply", str(tmp_path / "c"), str(journal),
+                           "--create", "C", "--keep-going"], capture_output=True, timeout=120,
+                          env={**os.environ, "PYTHONIOENCODING": encoding})
+    text = done.stdout.decode(encoding)  # the one mark read as the encoding's, any other kept as U+FEFF
+    assert "\ufeff" not in text and len([json.loads(line) for line in text.splitlines()]) == 3
 
 
 @pytest.mark.parametrize("given", ["ledger.sqlite", "ledger.sqlite-wal", "a hard link"])

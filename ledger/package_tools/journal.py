@@ -462,10 +462,10 @@ class JournalSummary:
     and ``clamped_micros_total`` in all) and the ``elapsed_s`` seconds since it was made.
     ``unprinted``: committed lines whose result line the caller could not print (its output failed,
     or ``interrupted``: Ctrl-C or SIGTERM stopped it while it printed a committed batch).
-    ``cut_short``: the line whose result line an interrupt left cut short on the caller's output (its
-    reader took no more), else None. ``stopped_at``: the line a run without ``keep_going`` stopped at
-    (its first failure), else None; ``first_failure``: ``(line, code)`` of the first line that failed,
-    else None."""
+    ``cut_short``: the line whose result line was left cut short on the caller's output (an interrupt
+    its reader took no more after, or the output failing part-way), else None. ``stopped_at``: the
+    line a run without ``keep_going`` stopped at (its first failure), else None; ``first_failure``:
+    ``(line, code)`` of the first line that failed, else None."""
 
     ok: int = 0
     failed: int = 0
@@ -514,7 +514,7 @@ class JournalSummary:
                    f"{describe_micros(self.clamped_micros_max)}, {describe_micros(self.clamped_micros_total)} in all)"
                    if self.clamped else "no time raised")
         why = "interrupted" if self.interrupted else "standard output failed"
-        cut = (f"; the result of line {self.cut_short} was cut short, its reader taking no more: a last line "
+        cut = (f"; the result of line {self.cut_short} was cut short: a last line "
                "that does not parse is that one" if self.cut_short is not None else "")
         unprinted = (f", {self.unprinted} of them not printed ({why}{cut}; no further line was applied)"
                      if self.unprinted else "")
