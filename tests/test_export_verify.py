@@ -1201,6 +1201,23 @@ def test_an_analysis_that_is_a_file_is_named_by_verify_export_and_import(budget,
     assert not (tmp_path / "copy").exists() and (case.path / "analysis").read_text(encoding="utf-8") == "x"
 
 
+def test_a_new_case_is_not_made_beside_an_analysis_that_is_a_file_or_a_link(tmp_path):
+    """init where ``analysis`` is a file names it as no folder (it called it an export's tree, without its
+    manifest); where it is a link, the advice is a real folder (it said a folder or file, which the
+    check of a file then refused)."""
+    (tmp_path / "file").mkdir()
+    (tmp_path / "file" / "analysis").write_text("x", encoding="utf-8")
+    (tmp_path / "link").mkdir()
+    (tmp_path / "link" / "analysis").symlink_to("nowhere")
+    with pytest.raises(LedgerError) as caught:
+        Case.create(tmp_path / "file", "C-1")
+    assert caught.value.code == INVALID_ARGUMENT and caught.value.message.startswith("analysis is not a folder")
+    with pytest.raises(LedgerError) as caught:
+        Case.create(tmp_path / "link", "C-1")
+    assert caught.value.code == INVALID_ARGUMENT and caught.value.message.endswith("(replace it with a real folder)")
+    assert sorted(p.name for p in (tmp_path / "file").iterdir()) == ["analysis"]
+
+
 def test_another_packages_event_file_past_the_head_is_no_truncation(budget, case, tmp_path):
     """An event file of another case copied in, whose seq lies past the head (a gap from it): it
     continues no history of this case, so verify and export name it as no part of the export, never

@@ -262,9 +262,10 @@ _REVISION_FOLDERS = (f"{ANALYSIS_DIR}/budgets/", f"{ANALYSIS_DIR}/evidence/")
 
 # --- links where the package layout expects its own folders and files -------------------------
 def _link_error(relative: str, what: str) -> LedgerError:
+    real = "a real folder" if what == "export folder" else "a real folder or file"
     return LedgerError(E.INVALID_ARGUMENT, f"{printable_name(relative)} is a symbolic link where the case package "
-                       f"keeps its {what}; the ledger never writes through a link (replace it with a real "
-                       "folder or file)", path=printable_name(relative))
+                       f"keeps its {what}; the ledger never writes through a link (replace it with {real})",
+                       path=printable_name(relative))
 
 
 def refuse_link(root: Path, relative: str, what: str) -> Path:

@@ -29,7 +29,7 @@ from ..ground.errors import LedgerError, refuses_unfit_calls, pass_on_interrupti
 from .actions import CaseBudget
 from .facade import CaseFacade, LifecycleResult  # noqa: F401
 from .evidence import EvidenceStore
-from ..model.package import (ANALYSIS_DIR, LEDGER_FILE, MANIFEST_FILE, content_path, event_path,
+from ..model.package import (ANALYSIS_DIR, LEDGER_FILE, MANIFEST_FILE, analysis_not_a_folder, content_path, event_path,
     is_case_package, refuse_build_folder_name, refuse_output_in_package, refuse_own_links)
 from ..model.input_identity import input_identity
 from ..model.source_refs import resolve_source_refs
@@ -107,6 +107,9 @@ def missing_ledger(root: Path) -> LedgerError:
             f"'ledger import {root}' (in place) instead of starting a new ledger, or check the export without "
             f"writing into this folder (an export you received) with 'ledger import {root} --to NEW_FOLDER'",
         )
+    if os.path.lexists(root / ANALYSIS_DIR) and not (root / ANALYSIS_DIR).is_dir():
+        return LedgerError(E.LEDGER_MISSING, f"{ledger} is missing, and {root / ANALYSIS_DIR} is no folder (where an "
+                           "export's folder belongs): move it aside to start a new case with 'ledger init'")
     if (root / ANALYSIS_DIR).exists():
         return LedgerError(
             E.LEDGER_MISSING,
@@ -184,6 +187,8 @@ def _exported_here(root: Path) -> LedgerError:
     """``CASE_EXISTS`` for creating a case where an export is (``manifest.json`` or ``analysis/``),
     saying what else is there and the way on: its ledger, a ledger file holding no case, or none."""
     manifest = (root / MANIFEST_FILE).exists()
+    if not manifest and not (root / ANALYSIS_DIR).is_dir():
+        return analysis_not_a_folder()  # a file where an export's folder belongs: no export's
     export = "an exported case" if manifest else f"an {ANALYSIS_DIR}/ tree (an export's, without its {MANIFEST_FILE})"
     if not os.path.lexists(root / LEDGER_FILE):
         return LedgerError(E.CASE_EXISTS, f"{root} already holds {export}" + (
