@@ -212,6 +212,10 @@ PRAGMA {schema}.{check}(20);
 -- name: has_migrations_table
 SELECT 1 FROM {schema}.sqlite_master WHERE type = 'table' AND name = 'schema_migrations';
 
+-- name: migrations_table_sql
+-- as bytes: text the file's encoding cannot give as UTF-8 is no match, never an error
+SELECT CAST(sql AS BLOB) FROM {schema}.sqlite_master WHERE type = 'table' AND name = 'schema_migrations';
+
 -- name: schema_version_of
 SELECT COALESCE(MAX(version), 0) FROM {schema}.schema_migrations;
 

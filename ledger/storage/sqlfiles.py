@@ -123,6 +123,10 @@ def foreign_schema(conn: sqlite3.Connection, schema: str = "main") -> list[str]:
     never a case ledger's, whose first write makes its schema and case in one transaction. Empty for
     an empty file and for one holding a ledger's objects (:func:`migration_record_problem` judges
     those). SQLite's own (``sqlite_stat1``) are no program's."""
+    shipped = _every_shipped_object()
+    own = conn.execute(statement("migrations_table_sql", schema)).fetchone()  # a ledger's, as a rule: one row
+    if own is not None and ("table", "schema_migrations", bytes(own[0]).decode("utf-8", "replace")) in shipped:
+        return []
     factory = conn.text_factory
     conn.text_factory = bytes  # SQLite's UTF-8 whatever the file's encoding: damaged text is no match, no error
     try:
@@ -132,7 +136,6 @@ def foreign_schema(conn: sqlite3.Connection, schema: str = "main") -> list[str]:
     present = [(kind, name, sql) for kind, name, _table, sql in
                (tuple(column.decode("utf-8", "replace") for column in row) for row in rows)
                if not name.startswith("sqlite_")]
-    shipped = _every_shipped_object()
     if any(row in shipped for row in present) or _LEDGER_CORE <= {(kind, name) for kind, name, _ in present}:
         return []  # (a ledger whose every statement was edited still has its core tables: an edited ledger)
     return [f"{kind} {name}" for kind, name, _ in present]
