@@ -614,6 +614,12 @@ def test_an_outcome_label_the_operation_refuses_is_refused_before_anything_is_wr
     ('run,outcome\na,"res\nolved"\n', "line 2: run 'a': the outcome 'res\\nolved' holds U+000A, a character"),
     ("run,outcome\na,resolved\u200b\n", "line 2: run 'a': the outcome 'resolved\\u200b' holds U+200B, a character"),
     ("run,outcome\na,re\u0301solu\n", "line 2: run 'a': the outcome 're\u0301solu' is not in composed form (NFC)"),
+    # quotes are read strictly: one left open, or text after a closing one, is named, never guessed around
+    ('run,outcome\n"a","resolved\n', "line 2: a quoted field is never closed (its closing '\"' is missing)"),
+    ('run,outcome\na,resolved\nb,"fail\ned\n', "line 3: a quoted field is never closed"),
+    ('run,"outcome\n', "line 1: a quoted field is never closed"),
+    ('run,outcome\na,"res"olved\n', "line 2: text follows a field's closing '\"'; put the whole field in quotes"),
+    ('run,outcome\n"a"b,resolved\n', "line 2: text follows a field's closing '\"'"),
 ])
 def test_simulate_and_runs_import_read_an_outcomes_file_one_way(tmp_path, text, message):
     """One reader for both commands: what one refuses, the other refuses with the same words."""

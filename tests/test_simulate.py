@@ -1289,3 +1289,15 @@ def test_a_journal_or_outcomes_file_the_system_refuses_to_read_is_storage_error_
     with pytest.raises(LedgerError) as refused:
         outcomes_module.read_outcomes(csv_file)
     assert refused.value.code == "STORAGE_ERROR" and "Too many open files" in refused.value.message
+
+
+def test_a_policy_name_left_empty_before_its_equals_sign_is_refused(tmp_path):
+    """``--policy =FILE.toml`` (a NAME from an unset variable, say) is no name at all: refused as a usage
+    error, never named after the file as if no name had been given."""
+    with pytest.raises(LedgerError) as caught:
+        load_policy(f"={EXAMPLE_BUDGET}")
+    assert caught.value.code == INVALID_ARGUMENT and caught.value.details == {"policy_name": ""}
+    code, out, err = cli("simulate", TRAJECTORIES, "--policy", f"={EXAMPLE_BUDGET}", "--jobs", "1")
+    assert (code, out) == (2, "")
+    assert "Invalid value for --policy: the policy name before '=' in" in err and "is empty" in err
+    assert load_policy(str(EXAMPLE_BUDGET)).name == "budget.example"

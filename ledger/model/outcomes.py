@@ -7,7 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import os
-from typing import Mapping
+from typing import Iterator, Mapping
 
 from ..ground import errors as E
 from ..ground.canonical import is_utf8_text
@@ -25,7 +25,8 @@ def read_outcomes(path: str | os.PathLike[str]) -> dict[str, str]:
 
     ``INVALID_ARGUMENT``, naming the file and line, for a missing or unreadable file, a header
     without exactly one ``outcome`` column besides the first, a row with another number of fields
-    than the header, a run listed twice, or a run id or outcome :func:`check_outcome` refuses.
+    than the header, a quote left open or text after a closing quote, a run listed twice, or a run id
+    or outcome :func:`check_outcome` refuses.
     """
     path = fs_path(path, "outcomes file")
     if path.exists() and not path.is_file():  # a fifo would block, a folder cannot be read
@@ -34,14 +35,14 @@ def read_outcomes(path: str | os.PathLike[str]) -> dict[str, str]:
     outcomes: dict[str, str] = {}
     try:
         with io.TextIOWrapper(open_to_read(path), encoding="utf-8-sig", newline="") as handle:
-            reader = csv.reader(handle)
-            header = next(reader, [])
+            reader = csv.reader(handle, strict=True)  # a quote left open or text after one: refused, not guessed
+            header = _next_row(reader, where, 1) or []
             if header.count("outcome") != 1 or header[0] == "outcome":
                 raise LedgerError(E.INVALID_ARGUMENT, f"{where}: needs a header row with one 'outcome' column, "
                                   f"after the first (the run ids); got {first_few([quoted(h, 40) for h in header], 8) or 'none'}")
             column = header.index("outcome")
             ended = reader.line_num  # a record may span lines (a quoted newline): named by its first
-            for row in reader:
+            while (row := _next_row(reader, where, ended + 1)) is not None:
                 started, ended = ended + 1, reader.line_num
                 if not row:
                     continue
@@ -56,6 +57,17 @@ def read_outcomes(path: str | os.PathLike[str]) -> dict[str, str]:
         refused = isinstance(exc, OSError) and exc.errno in STORAGE_ERRNOS  # the file system's refusal, not the file's
         raise LedgerError(E.STORAGE_ERROR if refused else E.INVALID_ARGUMENT, f"{where}: cannot read: {exc}") from None
     return outcomes
+
+
+def _next_row(reader: Iterator[list[str]], where: str, line: int) -> list[str] | None:
+    """The next record of ``reader`` (None at the end); a malformed one is ``INVALID_ARGUMENT`` naming the
+    line it starts on and what is wrong with its quotes."""
+    try:
+        return next(reader, None)
+    except csv.Error as exc:
+        why = {"unexpected end of data": "a quoted field is never closed (its closing '\"' is missing)",
+               "',' expected after '\"'": "text follows a field's closing '\"'; put the whole field in quotes"}
+        raise LedgerError(E.INVALID_ARGUMENT, f"{where}: line {line}: {why.get(str(exc), str(exc))}") from None
 
 
 def check_outcomes(outcomes: Mapping[str, str], where: str) -> Mapping[str, str]:

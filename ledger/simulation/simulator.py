@@ -97,8 +97,12 @@ def policy_from_mapping(name: str, data: Mapping[str, Any]) -> Policy:
 @refuses_unfit_calls
 def load_policy(spec: str | os.PathLike[str]) -> Policy:
     """``[NAME=]FILE.toml`` → a :class:`Policy` named ``NAME`` (default: the file's stem).
-    Raises ``CONFIG_INVALID`` for an unreadable or invalid file."""
+    Raises ``CONFIG_INVALID`` for an unreadable or invalid file, ``INVALID_ARGUMENT`` for a name that
+    would read as another (docs/simulate.md) or one left empty (``=FILE.toml``)."""
     name, path = _policy_spec(spec)
+    if name == "":  # "=FILE.toml": a name left empty (an unset variable?) is no default
+        raise LedgerError(E.INVALID_ARGUMENT, f"the policy name before '=' in {str(spec)!r} is empty; give one "
+                          "(NAME=FILE.toml) or the file alone", policy_name="")
     return load_toml_config(path, lambda data: policy_from_mapping(name or Path(path).stem, data))
 
 
@@ -107,7 +111,7 @@ def policy_file(spec: str | os.PathLike[str]) -> str:
     return _policy_spec(spec)[1]
 
 
-def _policy_spec(spec: str | os.PathLike[str]) -> tuple[str, str]:
+def _policy_spec(spec: str | os.PathLike[str]) -> tuple[str | None, str]:
     try:
         text = os.fspath(fs_path(spec, "policy")) if not isinstance(spec, str) else spec
         fs_path(text, "policy")
@@ -115,8 +119,10 @@ def _policy_spec(spec: str | os.PathLike[str]) -> tuple[str, str]:
         if not isinstance(spec, (str, os.PathLike)):
             raise  # not a path at all: the caller's mistake, INVALID_ARGUMENT
         raise LedgerError(E.CONFIG_INVALID, exc.message, **exc.details) from None
-    name, _, path = text.partition("=") if "=" in text and not Path(text).exists() else ("", "", text)
-    return name, path
+    if "=" in text and not Path(text).exists():
+        name, _, path = text.partition("=")
+        return name, path
+    return None, text
 
 
 @refuses_unfit_calls
