@@ -123,6 +123,13 @@ def _task_prefixes(ctx: click.Context, param: click.Parameter, value: tuple[str,
     return value
 
 
+def _folds(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
+    """``--folds 1``: a usage error whatever the runs (one fold leaves nothing to choose on)."""
+    if value == 1:
+        raise click.BadParameter("1 fold leaves no runs to choose on; give 0 (none) or 2 or more")
+    return value
+
+
 @click.command("simulate", cls=OnceCommand)
 @click.argument("journals", nargs=-1, required=True, type=input_path(), metavar="JOURNAL_OR_FOLDER...")
 @click.option("--policy", "policy_specs", multiple=True, metavar="[NAME=]FILE.toml",
@@ -149,7 +156,7 @@ def _task_prefixes(ctx: click.Context, param: click.Parameter, value: tuple[str,
                    "PCT % of the LABEL runs (e.g. resolved=2%).")
 @click.option("--emit", type=click.Path(dir_okay=False, path_type=str), metavar="FILE.toml",
               help="With --max-stopped: write the chosen policy as a budget TOML.")
-@click.option("--folds", type=IntegerRange(0, None), default=None,
+@click.option("--folds", type=IntegerRange(0, None), default=None, callback=_folds,
               show_default=f"{DEFAULT_FOLDS}, or one per run (per task with --task-prefix) when there are fewer",
               help="With --max-stopped: make the choice again on all folds but one and score it on that one "
                    "(0: none).")

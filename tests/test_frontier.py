@@ -889,3 +889,29 @@ def test_the_journals_may_be_any_iterable_of_paths_read_once():
     given = frontier((path for path in paths), [example_policy()], OUTCOMES)
     listed = frontier(paths, [example_policy()], OUTCOMES)
     assert given.to_dict() == listed.to_dict() and {row["runs"] for row in given.policies} == {3}
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"good": "fixed"}, "--good: no run has the outcome 'fixed' (outcomes: failed, resolved)"),
+    ({"constraint": "bogus=5%"}, "--max-stopped: no run has the outcome 'bogus' (outcomes: failed, resolved)"),
+    ({"constraint": "resolved=5%", "folds": 4}, "--folds must be 0 (none) or from 2 to the number of runs (3), got 4"),
+    ({"constraint": "resolved=5%", "folds": 1}, "--folds must be 0 (none) or from 2 to the number of runs (3), got 1"),
+])
+def test_what_no_policy_can_mend_is_refused_before_the_other_policies_are_replayed(monkeypatch, options, message):
+    """A label no run has, or more folds than runs, is refused once the journals are listed or no-stop is
+    replayed: never after every policy of the grid was (minutes on a large grid)."""
+    replayed = []
+    monkeypatch.setattr(frontier_module, "_evaluated", lambda *args: replayed.append(args) or [])
+    runs = ("django__django-11206", "django__django-13821", "astropy__astropy-13033")
+    files = [DATA / f"{run}.jsonl" for run in runs]
+    with pytest.raises(LedgerError) as refused:
+        frontier(files, vary(example_policy(), [("max_low_information_steps", [2, 4])]), OUTCOMES, **options)
+    assert refused.value.code == INVALID_ARGUMENT and refused.value.message.startswith(message)
+    assert replayed == []
+
+
+def test_one_fold_is_a_usage_error_whatever_the_runs():
+    done = CliRunner().invoke(main, ["simulate", str(DATA / "astropy__astropy-13033.jsonl"), "--outcomes",
+                                     str(OUTCOMES), "--frontier", "--max-stopped", "resolved=5%", "--folds", "1", "--jobs", "1"])
+    assert (done.exit_code, done.stdout) == (2, "")
+    assert "Invalid value for '--folds': 1 fold leaves no runs to choose on; give 0 (none) or 2 or more" in done.stderr

@@ -354,6 +354,16 @@ def _check_options(folds: int, samples: int, runs: Sequence[str], prefixes: Sequ
         raise LedgerError(E.INVALID_ARGUMENT, f"--bootstrap must be from 0 to 1000000, got {repr_shown(samples, 80)}")
 
 
+def _check_before_search(first: SimulationReport, good: str, constraint: Constraint | None, folds: int | None,
+                         samples: int, prefixes: Sequence[str]) -> None:
+    """What the other policies' replays cannot mend, checked on ``no-stop``'s before they run: a label no
+    run has, or more folds than tasks (a run failing under another policy only leaves out more)."""
+    table = _Table(first.runs, [NO_STOP])
+    errors = [run.error for run in first.runs if run.error is not None]
+    _check_labels(set(table.outcome.values()) - {NO_OUTCOME}, good, constraint, errors)
+    _check_options(default_folds(folds, table.run_ids, prefixes), samples, table.run_ids, prefixes)
+
+
 #: The figures of a run the evaluator must give exactly as the full replay does.
 RUN_FIGURES = ("steps", "steps_taken", "steps_refused", "units_spent", "units_rewarded", "abandoned", "exhausted",
                "stopped_at_step", "outcome")
@@ -541,7 +551,9 @@ def frontier(journals: Iterable[str | os.PathLike[str]], policies: Sequence[Poli
     # listed once (an iterator would be empty the second time), and every replay reads these files
     files = journal_files(path_list(journals, "journals"))
     check_prefixes_start(prefixes, [path.stem for path in files])
+    _check_options(0 if folds is None else folds, samples, [path.stem for path in files], prefixes)
     first = simulate(files, [no_stop_policy(policies[0])], table, **options)
+    _check_before_search(first, good, constraint, folds, samples, prefixes)
     search = _Search(files, table, options, analysis.units_per_hypothesis)
     spends = {run.run: run.units_spent for run in first.runs if run.error is None}
     chosen = [no_stop_policy(policies[0]), cap_p75_policy(policies[0], list(spends.values())), *policies]
