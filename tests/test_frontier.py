@@ -912,6 +912,7 @@ def test_what_no_policy_can_mend_is_refused_before_the_other_policies_are_replay
 
 def test_one_fold_is_a_usage_error_whatever_the_runs():
     done = CliRunner().invoke(main, ["simulate", str(DATA / "astropy__astropy-13033.jsonl"), "--outcomes",
-                                     str(OUTCOMES), "--frontier", "--max-stopped", "resolved=5%", "--folds", "1", "--jobs", "1"])
+                                     str(OUTCOMES), "--frontier", "--max-stopped", "resolved=5%", "--folds", "1",
+                                     "--jobs", "1"])
     assert (done.exit_code, done.stdout) == (2, "")
     assert "Invalid value for '--folds': 1 fold leaves no runs to choose on; give 0 (none) or 2 or more" in done.stderr
