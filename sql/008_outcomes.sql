@@ -1,5 +1,7 @@
 -- Outcomes of revisions and the atoms of budget results (docs/runs.md, docs/concepts.md).
--- Older ledgers get the empty tables and the new case_status columns when opened; no row is touched.
+-- Older ledgers get these tables and the new case_status columns when opened by a writer: outcomes
+-- empty (no earlier event records one), result_atoms with the atoms of every result stored before,
+-- as the replay derives them; no other row is touched.
 
 -- One row per recorded outcome: how the revision's work ended and where the verdict came from.
 CREATE TABLE outcomes (
@@ -16,6 +18,22 @@ CREATE TABLE result_atoms (
     seq INTEGER NOT NULL REFERENCES events (seq),
     PRIMARY KEY (atom_id, seq)
 ) WITHOUT ROWID;
+
+-- An older ledger's results carried atoms lists too (evidence is the caller's JSON): each content a
+-- record_result stored first (contents.seq is its seq) whose "atoms" is a list of strings gives its
+-- distinct atoms, as a record_result does now (each read by ledger_json_string, a function the ledger
+-- gives its connection: SQLite's json_each ends a text at a \u0000). Before the guards below, which
+-- admit the newest event's rows only.
+WITH lists AS (
+    SELECT r.seq AS seq,
+           CASE WHEN json_valid(c.body) AND json_type(c.body, '$.atoms') = 'array' THEN c.body -> '$.atoms' END AS atoms
+    FROM results AS r
+    JOIN contents AS c ON c.sha256 = r.content_sha256 AND c.seq = r.seq
+)
+INSERT INTO result_atoms (atom_id, seq)
+SELECT DISTINCT ledger_json_string(l.atoms -> a.key), l.seq
+FROM lists AS l, json_each(l.atoms) AS a
+WHERE NOT EXISTS (SELECT 1 FROM json_each(l.atoms) AS b WHERE b.type IS NOT 'text');
 
 CREATE TRIGGER outcomes_no_update BEFORE UPDATE ON outcomes
 BEGIN

@@ -885,3 +885,41 @@ def test_case_query_keeps_every_column_of_a_name_given_twice_as_ledger_sql_heads
     assert rows == [{"action_id": "a1", "action_id_2": "a1"}]
     assert cli("sql", case.path, "SELECT 1 AS x, 2 AS x, 3 AS x_2, 4 AS x", "--json")[:2] == (
         0, '[{"x":1,"x_2":2,"x_2_2":3,"x_3":4}]\n')
+
+
+#: Evidence whose atoms a result stores (or not): duplicates, text SQLite and Python must read alike, and
+#: lists or places that give none; the last repeats the first, a content stored before, which gives none.
+ATOMS_EVIDENCE = [{"atoms": ["b", "a", "a"]}, {"atoms": ["x\u0000y", "\u00e9", "\"q\\", "\U0001f600", "a\nb"]},
+                  {"atoms": ["a", 1]}, {"atoms": {"k": "v"}}, {"atoms": "abc"}, {"atoms": []}, {"atoms": [None]},
+                  {"atoms": [["a"]]}, {"inner": {"atoms": ["deep"]}}, ["atoms", "x"], "atoms", {"atoms": ["z"]},
+                  {"atoms": ["b", "a", "a"]}]
+
+
+def test_a_ledger_made_before_result_atoms_gets_its_results_atoms_from_the_writer_that_upgrades_it(tmp_path):
+    """Evidence is the caller's JSON, so a ledger older than result_atoms may hold results carrying atoms
+    lists: verify reads it as it is (its replay stores no atoms where it has no table for them), and the
+    writer that upgrades it adds the rows a record_result adds now, so verify still agrees after."""
+    case = Case.create(tmp_path / "c", case_id="ATOMS-1")
+    case.open_revision([{"statement": "h"}], 100_000)
+    case.transition("INVESTIGATING_HYPOTHESES")
+    budget = case.budget()
+    budget.initialize()
+    for number, evidence in enumerate(ATOMS_EVIDENCE):
+        budget.reserve("H1", f"a{number}", "source.read_context")
+        budget.record_result("H1", f"a{number}", evidence)
+        budget.settle("H1", f"a{number}", 50, "read")
+    rows = case.query("SELECT atom_id, seq FROM result_atoms ORDER BY seq, atom_id")
+    assert [row["atom_id"] for row in rows] == ["a", "b", "\"q\\", "a\nb", "x\u0000y", "\u00e9", "\U0001f600", "z"]
+    head = case.events()[-1]["seq"]
+    case.close()
+    downgrade_ledger(tmp_path / "c", 7)
+    assert verify_case(tmp_path / "c").events == head
+    with Case.open(tmp_path / "c") as opened:  # a writer upgrades it
+        assert opened.query("SELECT atom_id, seq FROM result_atoms ORDER BY seq, atom_id") == rows
+    assert verify_case(tmp_path / "c").events == head
+    conn = sqlite3.connect(tmp_path / "c" / "ledger.sqlite")
+    try:  # the guards came after the rows: rows of the newest event only
+        with pytest.raises(sqlite3.IntegrityError, match="result_atoms rows must belong to the newest event"):
+            conn.execute("INSERT INTO result_atoms VALUES ('new', 1)")
+    finally:
+        conn.close()

@@ -73,11 +73,15 @@ def store_derived(scratch: Storage, items: list[tuple[EventRow, list[HelperRow],
     with translate_sqlite_errors():
         scratch.conn.executemany(queries()["insert_event"], events)
         scratch.conn.executemany(queries()["insert_content"], contents)
-        if not scratch.conn.execute(statement("has_account_floors")).fetchone():
-            for name in ("insert_account_floor", "insert_money_total"):  # tables of schema version 7
-                helpers.pop(name, None)
+        present = {name for name, _sql in scratch.conn.execute(statement("schema_objects", "main"))}
         for name, params in helpers.items():
-            scratch.conn.executemany(queries()[name], params)
+            if _target_table(name) in present:  # an older ledger's scratch has not every table yet
+                scratch.conn.executemany(queries()[name], params)
+
+
+def _target_table(name: str) -> str:
+    """The table the named helper-row statement inserts into (``INSERT INTO table ...``)."""
+    return queries()[name].split(None, 3)[2]
 
 
 def replay_events(scratch: Storage, replayer: Replayer, derived: list[Any], after: int | None, last: int,

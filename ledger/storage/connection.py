@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from ..ground import errors as E
-from .sqlfiles import (foreign_write_blockers, migration_record_problem, migrations, queries, recorded_schema_version,
-                       schema_object, schema_version)
+from .sqlfiles import (foreign_write_blockers, migration_functions, migration_record_problem, migrations, queries,
+                       recorded_schema_version, schema_object, schema_version)
 from ..ground.canonical import ZERO_SHA256
 from ..ground.clock import utc_now
 from ..ground.errors import LedgerError, pass_on_interruption
@@ -284,7 +284,7 @@ class Storage:
 
         ``triggers=False`` builds an unguarded copy (verify's private scratch ledger).
         """
-        current = self.current_schema_version()
+        current, _ = self.current_schema_version(), migration_functions(self.conn)
         for version, name, statements in migrations():
             if version <= current or (up_to is not None and version > up_to):
                 continue

@@ -7,6 +7,7 @@ statements the code runs live in ``sql/queries.sql`` (write path) and
 
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
 from functools import cache
@@ -34,6 +35,22 @@ def check_sqlite_version(found: tuple[int, ...] | None = None, text: str | None 
                           "or newer (the views read JSON with ->>); run it with a Python whose sqlite3 module uses a newer "
                           "SQLite (current python.org, conda and Linux distribution builds do)",
                           found=text or sqlite3.sqlite_version, required=need)
+
+
+def json_string(element: str | None) -> str | None:
+    """``ledger_json_string(json_text)``, a function the migrations call: the string a JSON string
+    literal (such as ``x -> 0`` gives) stands for, exactly, a NUL included (SQLite's own ``json_each``
+    and ``->>`` end a string's text at its first ``\\u0000``); None for anything else."""
+    try:
+        value = json.loads(element) if isinstance(element, str) else None
+    except ValueError:
+        return None
+    return value if isinstance(value, str) else None
+
+
+def migration_functions(conn: sqlite3.Connection) -> None:
+    """Give ``conn`` the SQL functions the migrations call (:func:`json_string`)."""
+    conn.create_function("ledger_json_string", 1, json_string, deterministic=True)
 
 
 def split_statements(script: str) -> list[str]:
