@@ -13,6 +13,7 @@ import io
 import shutil
 import json
 import os
+import random
 import re
 import signal
 import socket
@@ -1218,3 +1219,56 @@ def test_a_connection_opened_after_the_ledger_was_replaced_reads_nothing(demo, t
     with pytest.raises(CaseChanged, match="was replaced since the server opened it"):
         case_connection(ledger, served)
 
+
+
+def test_a_request_with_more_query_parameters_than_a_page_uses_is_400_before_datasette_reads_them(site):
+    """Datasette 0.65 parses the whole query string again for every parameter it reads, in the thread
+    serving every page: 10,000 parameters held every page of every case for minutes. More than
+    QUERY_PARAMETERS_MAX is refused at once; up to it, the page answers as before."""
+    import httpx
+
+    from ledger.browse.server import QUERY_PARAMETERS_MAX, read_only_methods
+
+    async def ask(path: str) -> httpx.Response:
+        transport = httpx.ASGITransport(app=read_only_methods(site.app()))
+        async with httpx.AsyncClient(transport=transport, base_url="http://case") as client:
+            return await client.get(path)
+
+    def params(count: int) -> str:
+        return "&".join(["_shape=array", *(f"_x{i}=1" for i in range(count - 1))])
+
+    assert QUERY_PARAMETERS_MAX == 200
+    answer = asyncio.run(ask(f"/BUG-20/case_status.json?{params(QUERY_PARAMETERS_MAX)}"))
+    assert answer.status_code == 200 and json.loads(answer.text)[0]["case_id"] == "BUG-20"
+    for path in ("/BUG-20/events.json", "/BUG-20.json", "/"):
+        answer = asyncio.run(ask(f"{path}?{params(QUERY_PARAMETERS_MAX + 1)}"))
+        assert (answer.status_code, answer.text) == (400, "a request may give at most 200 query parameters\n")
+
+
+def test_a_case_whose_pages_were_overwritten_while_served_is_named_damaged_on_every_page(tmp_path, capfd):
+    """Pages of the ledger overwritten in the middle (the file as long as before): a page that must open
+    it is a 503 saying the file is damaged and that verify says how, not that it was moved, removed or
+    made unreadable (what a page opening it said); put back whole, it is read again."""
+    path, _, _ = run_demo(tmp_path / "demo", echo=lambda text: None)
+    ledger = path / "ledger.sqlite"
+    whole = ledger.read_bytes()
+    datasette = case_datasette([path], sql_threads=0)
+    try:
+        assert get(datasette, "/BUG-20/events.json?_shape=array&_size=1").status_code == 200
+        junk = random.Random(0).randbytes(30 * 4096)
+        ledger.write_bytes(whole[:20 * 4096] + junk + whole[50 * 4096:])
+        capfd.readouterr()
+        said = (f"{ledger} cannot be read now (database disk image is malformed): the file is damaged (changed by "
+                f"something other than case-ledger?); 'ledger verify {path}' says how. The server reads it again "
+                "once a whole copy is put back")
+        answer = get(datasette, "/BUG-20.json")  # its tables listed: the schema read, damaged pages and all
+        assert answer.status_code == 503 and answer.json()["error"] == said, answer.text
+        with pytest.raises(Exception) as opening:  # a page's new connection: the file looked at first
+            datasette.databases["BUG-20"].connect()
+        assert (opening.value.status, opening.value.message) == (503, said)
+        assert capfd.readouterr().err == ""
+        ledger.write_bytes(whole)
+        assert get(datasette, "/BUG-20.json?sql=select+count(*)+from+events").status_code == 200
+    finally:
+        for database in datasette.databases.values():
+            database.close()

@@ -121,7 +121,7 @@ def _case_database(database_module: Any) -> Any:
                 raise _unavailable_page(str(exc)) from None
             except (OSError, sqlite3.Error, LedgerError) as exc:
                 E.pass_on_interruption(exc)
-                raise _unavailable(self.path, exc) from None
+                raise _unopenable(self.path, exc) from None
             getattr(self, "_all_file_connections", []).append(conn)  # closed by close(), as Datasette's own
             return conn
 
@@ -131,7 +131,7 @@ def _case_database(database_module: Any) -> Any:
             except CaseChanged as exc:  # a page, not a line on the terminal per request
                 raise _unavailable_page(str(exc)) from None
             except sqlite3.DatabaseError as exc:
-                if getattr(exc, "sqlite_errorcode", None) not in _DAMAGED_FILE_CODES:
+                if not _damaged_file(exc):
                     raise
                 raise _damaged(self.path, await asyncio.to_thread(_cut_short_reason, self.path), exc) from None
 
@@ -167,6 +167,14 @@ def _unavailable_page(message: str) -> Exception:
     return _datasette_module("datasette.views.base").DatasetteError(message, title="Case unavailable", status=503)
 
 
+def _unopenable(path: str, exc: BaseException) -> Exception:
+    """The 503 of a case a page cannot open: damaged (SQLite refuses it as no database) or else moved,
+    removed or made unreadable."""
+    if getattr(exc, "code", None) == E.INTEGRITY_ERROR or _damaged_file(exc):
+        return _damaged(path, _cut_short_reason(path), exc)
+    return _unavailable(path, exc)
+
+
 def _unavailable(path: str, exc: BaseException) -> Exception:
     reason = getattr(exc, "strerror", None) or getattr(exc, "message", None) or exc
     return _unavailable_page(f"{path} cannot be opened now ({reason}): moved, removed or made unreadable since the "
@@ -174,7 +182,8 @@ def _unavailable(path: str, exc: BaseException) -> Exception:
 
 
 def _damaged(path: str, cut_short: str | None, exc: BaseException) -> Exception:
-    said = cut_short or (f"{path} cannot be read now ({exc}): the file is damaged (changed by something other than "
+    reason = exc.message.removeprefix("SQLite refused: ") if isinstance(exc, LedgerError) else exc
+    said = cut_short or (f"{path} cannot be read now ({reason}): the file is damaged (changed by something other than "
                          f"case-ledger?); 'ledger verify {Path(path).parent}' says how")
     return _unavailable_page(f"{said}. The server reads it again once a whole copy is put back")
 
@@ -183,6 +192,11 @@ def _damaged(path: str, cut_short: str | None, exc: BaseException) -> Exception:
 SCHEMA_LOOK = "PRAGMA schema_version"
 #: SQLite's result codes for a file that is no (longer a whole) database: SQLITE_CORRUPT, SQLITE_NOTADB.
 _DAMAGED_FILE_CODES = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
+
+
+def _damaged_file(exc: BaseException) -> bool:
+    """Whether SQLite refused ``exc``'s file as no (longer a whole) database."""
+    return getattr(exc, "sqlite_errorcode", None) in _DAMAGED_FILE_CODES
 
 
 def _cut_short_reason(path: str) -> str | None:
@@ -356,6 +370,9 @@ def _remember_table_permissions(datasette: Any, plugins: Any) -> None:
         datasette._table_permission_allows = functools.lru_cache(maxsize=None)(rules)
 
 
+#: The most parameters a request's query string may hold (:func:`read_only_methods`): Datasette 0.65
+#: parses the whole query string again for each one it reads, in the thread that serves every page.
+QUERY_PARAMETERS_MAX = 200
 #: The HTTP methods a served case answers; any other is 405 (:func:`read_only_methods`).
 READ_METHODS = ("GET", "HEAD")
 
@@ -364,19 +381,29 @@ def read_only_methods(app: Callable[..., Any]) -> Callable[..., Any]:
     """The ASGI application ``app`` answering only ``GET`` and ``HEAD``: any other HTTP method is
     ``405 Method Not Allowed`` with a line saying why, before ``app`` sees it. Nothing a served case
     offers writes, and Datasette 0.65 answered a ``POST`` to a table page with an error 500 and a
-    traceback on the server's terminal."""
-    body = b"this server is read-only: it answers GET and HEAD requests only\n"
-    headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"allow", ", ".join(READ_METHODS).encode()),
-               (b"content-length", str(len(body)).encode())]
+    traceback on the server's terminal. A query string of more than :data:`QUERY_PARAMETERS_MAX`
+    parameters is ``400 Bad Request`` (Datasette's time grew with their square: 10,000 of them held
+    every page of every case for minutes)."""
+    refused = b"this server is read-only: it answers GET and HEAD requests only\n"
+    crowded = f"a request may give at most {QUERY_PARAMETERS_MAX} query parameters\n".encode()
 
     async def guarded(scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
         if scope["type"] == "http" and scope["method"] not in READ_METHODS:
-            await send({"type": "http.response.start", "status": 405, "headers": headers})
-            await send({"type": "http.response.body", "body": body})
-            return
-        await app(scope, receive, send)
+            await _answer(send, 405, refused, [(b"allow", ", ".join(READ_METHODS).encode())])
+        elif scope["type"] == "http" and scope.get("query_string", b"").count(b"&") >= QUERY_PARAMETERS_MAX:
+            await _answer(send, 400, crowded)
+        else:
+            await app(scope, receive, send)
 
     return guarded
+
+
+async def _answer(send: Callable[..., Any], status: int, body: bytes,
+                  headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
+    """A plain-text answer of ``status`` to an ASGI request, before Datasette sees it."""
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", b"text/plain; charset=utf-8"), *headers, (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
 
 
 def _listen(host: str, port: int) -> socket.socket:
