@@ -405,6 +405,8 @@ class _Importer:
                 reason = f"not gzip this import can read: {exc}"
             elif isinstance(exc, LedgerError):
                 reason = exc.message
+            elif isinstance(exc, RecursionError):  # Python's own words name its stack, not the file
+                reason = "JSON nested deeper than Python reads (about 1,000 levels); no trajectory nests so deep"
             elif isinstance(exc, OSError) and exc.strerror:
                 other = isinstance(exc.filename, (str, bytes)) and os.fsdecode(exc.filename) != str(path)
                 reason = f"{os.fsdecode(exc.filename)}: {exc.strerror}" if other else exc.strerror  # a journal written
