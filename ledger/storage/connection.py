@@ -284,7 +284,8 @@ class Storage:
 
         ``triggers=False`` builds an unguarded copy (verify's private scratch ledger).
         """
-        current, _ = self.current_schema_version(), migration_functions(self.conn)
+        current = self.current_schema_version()
+        migration_functions(self.conn)
         for version, name, statements in migrations():
             if version <= current or (up_to is not None and version > up_to):
                 continue
