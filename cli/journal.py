@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import os
+import functools
 import itertools
+import os
 import shlex
 import shutil
 import stat
@@ -81,7 +82,8 @@ def apply(settings: Settings, case: str, journal: Any, create_case_id: str | Non
                 _print_outcomes(outcomes, summary, uncounted, manager, journal, keep_going, quiet, results)
             except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the committed lines not yet printed still count
                 summary.interrupted = True
-                _count_unprinted(outcomes, uncounted, summary)
+                _count_unprinted(outcomes, uncounted, summary,
+                                 functools.partial(_note_if_initialized, manager=manager, quiet=quiet))
                 raise
             bar.update(size or 0)  # a stop leaves lines unread: the bar still ends full (click clamps it)
     finally:
@@ -107,13 +109,12 @@ class _Uncounted:
 def _print_outcomes(outcomes: Iterator[LineResult], summary: JournalSummary, uncounted: _Uncounted, manager: Any,
                     journal: Any, keep_going: bool, quiet: bool, results: str) -> None:
     """Count and print each line's result as it comes."""
+    noted = functools.partial(_note_if_initialized, manager=manager, quiet=quiet)
     for outcome in outcomes:
         uncounted.committed -= 1  # beside the count: an interrupt between them would count a line twice or never
         summary.add(outcome)
         uncounted.printing = True
-        if (outcome.op == "initialize" and outcome.ok and not outcome.reused and manager.config is None
-                and not quiet):  # --quiet: the summary only, as for the clamp warnings
-            _note_policy(outcome, manager)
+        noted(outcome)
         if not outcome.ok and not keep_going:
             summary.stopped_at = outcome.line
         try:
@@ -127,7 +128,7 @@ def _print_outcomes(outcomes: Iterator[LineResult], summary: JournalSummary, unc
             raise
         except OutputError as failed:
             summary.cut_short = outcome.line if failed.cut_short else None
-            _count_unprinted(outcomes, uncounted, summary)
+            _count_unprinted(outcomes, uncounted, summary, noted)
             raise
         uncounted.printing = False
 
@@ -151,15 +152,26 @@ def _report_line(outcome: LineResult, summary: JournalSummary, quiet: bool, resu
         click.echo(f"line {outcome.line}: error: {outcome.error.code}: {one_line(outcome.error.message)}", err=True)
 
 
-def _count_unprinted(outcomes: Iterator[LineResult], uncounted: _Uncounted, summary: JournalSummary) -> None:
+def _note_if_initialized(outcome: LineResult, manager: Any, quiet: bool) -> None:
+    """The note of a line whose ``initialize`` froze a policy no --config named (none with --quiet: the
+    summary only, as for the clamp warnings), printed or not."""
+    if outcome.op == "initialize" and outcome.ok and not outcome.reused and manager.config is None and not quiet:
+        _note_policy(outcome, manager)
+
+
+def _count_unprinted(outcomes: Iterator[LineResult], uncounted: _Uncounted, summary: JournalSummary,
+                     noted: Callable[[LineResult], None] | None = None) -> None:
     """Standard output failed, or an interrupt came: count the line being printed, if one was, and
-    the committed results of its batch not yet counted (read without starting another batch), then
-    stop applying. An interrupt inside a batch being applied ends it there: nothing of it commits."""
+    the committed results of its batch not yet counted (read without starting another batch, each
+    given to ``noted``), then stop applying. An interrupt inside a batch being applied ends it there:
+    nothing of it commits."""
     summary.unprinted += uncounted.printing
     try:
         for outcome in itertools.islice(outcomes, max(0, uncounted.committed)):
             summary.add(outcome)
             summary.unprinted += 1
+            if noted is not None:
+                noted(outcome)
     except KeyboardInterrupt:  # a second one while counting: the count stays as far as it got
         pass
     outcomes.close()

@@ -96,6 +96,8 @@ def test_apply_into_a_full_output_counts_what_committed(tmp_path, batch_size, ok
     assert f"applied: {ok} ok (0 reused, {ok - 3} read(s)), 0 failed" in err
     assert f"{ok} of them not printed (standard output failed; no further line was applied)" in err
     assert "error: OUTPUT_ERROR: cannot print the result" in err
+    # what a line committed is said whether its result was printed or not: the policy initialize froze
+    assert "note: line 3: initialize froze the built-in default policy" in err
     with Case.open(tmp_path / "c") as case:
         assert len(case.events()) == 4  # created, revision, transition, initialize: nothing past the batch
 
