@@ -1301,3 +1301,18 @@ def test_a_policy_name_left_empty_before_its_equals_sign_is_refused(tmp_path):
     assert (code, out) == (2, "")
     assert "Invalid value for --policy: the policy name before '=' in" in err and "is empty" in err
     assert load_policy(str(EXAMPLE_BUDGET)).name == "budget.example"
+
+
+def test_a_vary_value_of_thousands_of_digits_is_quoted_by_its_start_and_end(tmp_path):
+    """A refusal names the policy a --vary value would make: one of 4,300 digits is shortened, its middle
+    counted (the whole name was quoted: over 2 KB of digits), as is one given twice."""
+    digits = "9" * 4300
+    code, out, err = cli("simulate", TRAJECTORIES, "--vary", f"max_low_information_steps={digits}", "--jobs", "1")
+    assert (code, out) == (2, "")
+    said = err.splitlines()[-1]
+    assert said.startswith("Error: --vary max_low_information_steps=999") and "characters left out" in said
+    assert said.endswith(": max_low_information_steps: an integer of about 4301 digits is outside ±9007199254740991")
+    assert len(said) < 300
+    with pytest.raises(LedgerError) as twice:
+        vary(example_policy(), [("max_low_information_steps", [int(digits), int(digits)])])
+    assert "characters left out" in twice.value.message and len(twice.value.message) < 200

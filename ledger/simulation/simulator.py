@@ -29,7 +29,7 @@ from ..ground.resources import resource_dir
 from ..ground.config import DEFAULT_POLICY, AnalysisConfig, BudgetConfig, read_toml, load_toml_config
 from ..ground.canonical import SAFE_INTEGER_MAX
 from ..ground.arguments import check_instance, check_iterable, check_text_mapping, is_decimal, path_list
-from ..ground.errors import LedgerError, refuses_unfit_calls, refuses_unfit_calls_of, repr_shown, pass_on_interruption
+from ..ground.errors import LedgerError, refuses_unfit_calls, refuses_unfit_calls_of, repr_shown, pass_on_interruption, shortened
 from ..services.memory import DEFAULT_ACTOR
 from ..ground.paths import folder_inputs, fs_path
 from ..ground.workers import job_count, shared_map
@@ -176,8 +176,8 @@ def parse_vary(spec: str) -> tuple[str, list[int | str]]:
             raise LedgerError(E.INVALID_ARGUMENT, f"--vary {key}: {shown} is not an integer (ASCII digits, an "
                               "optional leading -, at most 4300 digits)", key=key) from None
         if number in seen:
-            raise LedgerError(E.INVALID_ARGUMENT, f"--vary {key}: the value {number} is given twice; give each "
-                              "value once", key=key)
+            raise LedgerError(E.INVALID_ARGUMENT, f"--vary {key}: the value {shortened(str(number), 60)} is given "
+                              "twice; give each value once", key=key)
         seen.add(number)
         out.append(number)
     return key, out
@@ -218,8 +218,8 @@ def vary(base: Policy, grid: Sequence[tuple[str, Sequence[int | str]]]) -> list[
             raise LedgerError(E.INVALID_ARGUMENT, f"--vary {key}: no value given; give at least one", key=key)
         if len(set(shown)) != len(shown):
             value = next(value for n, value in enumerate(shown) if value in shown[:n])
-            raise LedgerError(E.INVALID_ARGUMENT, f"--vary {key}: the value {value} is given twice; give "
-                              "each value once", key=key)
+            raise LedgerError(E.INVALID_ARGUMENT, f"--vary {key}: the value {shortened(value, 60)} is given twice; "
+                              "give each value once", key=key)
     count = math.prod(len(values) for _, values in grid)
     if count > GRID_POLICIES_MAX:
         sizes = " × ".join(str(len(values)) for _, values in grid)
@@ -234,7 +234,7 @@ def vary(base: Policy, grid: Sequence[tuple[str, Sequence[int | str]]]) -> list[
         try:
             policies.append(policy_from_mapping(name, settings))
         except LedgerError as exc:
-            raise LedgerError(exc.code, f"--vary {name}: {exc.message}", **exc.details) from None
+            raise LedgerError(exc.code, f"--vary {shortened(name, 120)}: {exc.message}", **exc.details) from None
     return policies
 
 
