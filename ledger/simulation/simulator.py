@@ -29,7 +29,8 @@ from ..ground.resources import resource_dir
 from ..ground.config import DEFAULT_POLICY, AnalysisConfig, BudgetConfig, read_toml, load_toml_config
 from ..ground.canonical import SAFE_INTEGER_MAX
 from ..ground.arguments import check_instance, check_iterable, check_text_mapping, is_decimal, path_list
-from ..ground.errors import LedgerError, refuses_unfit_calls, refuses_unfit_calls_of, repr_shown, pass_on_interruption, shortened
+from ..ground.errors import (LedgerError, pass_on_interruption, refuses_unfit_calls, refuses_unfit_calls_of, repr_shown,
+                             shortened)
 from ..services.memory import DEFAULT_ACTOR
 from ..ground.paths import folder_inputs, fs_path
 from ..ground.workers import job_count, shared_map
