@@ -21,19 +21,22 @@ CREATE TABLE result_atoms (
 
 -- An older ledger's results carried atoms lists too (evidence is the caller's JSON): each content a
 -- record_result stored first (contents.seq is its seq) whose "atoms" is a list of strings gives its
--- distinct atoms, as a record_result does now (each read by ledger_json_string, a function the ledger
--- gives its connection: SQLite's json_each ends a text at a \u0000). Before the guards below, which
--- admit the newest event's rows only.
-WITH lists AS (
+-- distinct atoms, as a record_result does now. Each list is read once (MATERIALIZED); SQLite's json_each
+-- ends a text at a \u0000, so a list holding one reads its atoms with ledger_json_string, a function
+-- the ledger gives its connection. Before the guards below, which admit the newest event's rows only.
+WITH lists AS MATERIALIZED (
     SELECT r.seq AS seq,
            CASE WHEN json_valid(c.body) AND json_type(c.body, '$.atoms') = 'array' THEN c.body -> '$.atoms' END AS atoms
     FROM results AS r
     JOIN contents AS c ON c.sha256 = r.content_sha256 AND c.seq = r.seq
+), texts AS MATERIALIZED (
+    SELECT seq, atoms, instr(atoms, '\u0000') > 0 AS with_nul
+    FROM lists
+    WHERE atoms IS NOT NULL AND NOT EXISTS (SELECT 1 FROM json_each(lists.atoms) AS b WHERE b.type IS NOT 'text')
 )
 INSERT INTO result_atoms (atom_id, seq)
-SELECT DISTINCT ledger_json_string(l.atoms -> a.key), l.seq
-FROM lists AS l, json_each(l.atoms) AS a
-WHERE NOT EXISTS (SELECT 1 FROM json_each(l.atoms) AS b WHERE b.type IS NOT 'text');
+SELECT DISTINCT CASE WHEN t.with_nul THEN ledger_json_string(t.atoms -> a.key) ELSE a.value END, t.seq
+FROM texts AS t, json_each(t.atoms) AS a;
 
 CREATE TRIGGER outcomes_no_update BEFORE UPDATE ON outcomes
 BEGIN

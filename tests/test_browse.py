@@ -1204,6 +1204,33 @@ def test_a_ledger_replaced_while_served_is_unavailable_not_shown_as_the_file_it_
             database.close()
 
 
+@pytest.mark.parametrize("change", ["replaced", "removed", "header overwritten"])
+def test_a_case_unavailable_before_any_page_was_read_leaves_the_other_cases_pages_served(demo, tmp_path, change):
+    """Datasette looks at every case's schema before it answers any page: a case replaced, removed or
+    damaged before the server's first page made every page of every case answer its 503 (once a page
+    had been read, only its own). Its own pages answer 503; the other cases' are served."""
+    copy, beside = tmp_path / "case", tmp_path / "beside"
+    shutil.copytree(demo, copy)
+    start_case(beside, case_id="OTHER").close()
+    datasette = case_datasette([copy, beside], sql_threads=0)
+    try:
+        if change == "replaced":
+            shutil.copy(beside / "ledger.sqlite", copy / "ledger.sqlite.new")
+            os.replace(copy / "ledger.sqlite.new", copy / "ledger.sqlite")
+        elif change == "removed":
+            (copy / "ledger.sqlite").unlink()
+        else:
+            with open(copy / "ledger.sqlite", "r+b") as handle:
+                handle.write(b"This is not SQLite!!" + bytes(80))
+        for page in ("/OTHER/events.json", "/OTHER", "/OTHER.json?sql=select+count(*)+from+events"):
+            assert get(datasette, page).status_code == 200, page
+        answer = get(datasette, "/BUG-20/events.json")
+        assert answer.status_code == 503 and str(copy / "ledger.sqlite") in answer.json()["error"]
+    finally:
+        for database in datasette.databases.values():
+            database.close()
+
+
 def test_a_connection_opened_after_the_ledger_was_replaced_reads_nothing(demo, tmp_path):
     """A query thread's first connection, opened after the replacement, read the new file as the case."""
     from ledger.browse.connections import CaseChanged, case_connection, device_and_inode

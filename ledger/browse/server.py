@@ -145,9 +145,9 @@ def _case_database(database_module: Any) -> Any:
             except (sqlite3.ProgrammingError, sqlite3.Warning) as exc:  # SQL SQLite would not run as asked
                 raise refused_query(f"query refused: {exc}", title="Invalid SQL", status=400) from None
             except page_error as exc:
-                # Datasette looks at every case's schema before any page: one case unavailable would
-                # make every page of every case answer so; its own pages still do
-                if not (schema_look and exc.status == 503 and self.schema_version is not None):
+                # Datasette looks at every case's schema before any page: one case unavailable made every
+                # page of every case answer so. Its last version seen (None: a case not read yet) instead
+                if not (schema_look and exc.status == 503):
                     raise
                 return database_module.Results([(self.schema_version,)], False, [("schema_version",)])
             if schema_look:
