@@ -390,12 +390,17 @@ def read_only_methods(app: Callable[..., Any]) -> Callable[..., Any]:
     async def guarded(scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
         if scope["type"] == "http" and scope["method"] not in READ_METHODS:
             await _answer(send, 405, refused, [(b"allow", ", ".join(READ_METHODS).encode())])
-        elif scope["type"] == "http" and scope.get("query_string", b"").count(b"&") >= QUERY_PARAMETERS_MAX:
+        elif scope["type"] == "http" and _parameters(scope.get("query_string", b"")) > QUERY_PARAMETERS_MAX:
             await _answer(send, 400, crowded)
         else:
             await app(scope, receive, send)
 
     return guarded
+
+
+def _parameters(query: bytes) -> int:
+    """How many parameters a query string gives (the pieces between ``&`` that are not empty)."""
+    return len(query) and sum(1 for piece in query.split(b"&") if piece)
 
 
 async def _answer(send: Callable[..., Any], status: int, body: bytes,
