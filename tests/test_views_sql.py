@@ -923,3 +923,40 @@ def test_a_ledger_made_before_result_atoms_gets_its_results_atoms_from_the_write
             conn.execute("INSERT INTO result_atoms VALUES ('new', 1)")
     finally:
         conn.close()
+
+
+def test_a_ledger_an_early_build_of_version_4_made_verifies_with_the_view_text_that_build_wrote(tmp_path):
+    """004_scopes.sql's scope_usage was rewritten in place (to plan in DuckDB); a version-4 ledger made
+    before holds the earlier text. Verify takes the texts sql/history.sql lists for that version as
+    shipped (the view's rows are the same): the ledger verifies, and its fleet export too. Any other
+    text is still an altered view."""
+    from ledger.storage.sqlfiles import former_objects
+
+    case = Case.create(tmp_path / "c", case_id="V4-1")
+    case.open_revision([{"statement": "h"}], 1_000)
+    case.transition("INVESTIGATING_HYPOTHESES")
+    budget = case.budget()
+    budget.initialize()
+    case.scopes().establish("case", {"units": 900, "actions": 5, "duration_ms": 10**9,
+                                     "cost_usd_millicents": 10**6}, "controller")
+    budget.reserve("H1", "a1", "source.read_context")
+    rows = case.query("SELECT * FROM scope_usage ORDER BY dimension")
+    assert len(rows) == 4
+    case.close()
+    downgrade_ledger(tmp_path / "c", 4)
+    [(version, kind, name, former)] = sorted(former_objects())
+    assert (version, kind, name) == (4, "view", "scope_usage") and former != shipped_schema(4)["scope_usage"]
+    for text, verifies in ((former, True), (former.replace("AS on_exhausted", "AS  on_exhausted"), False)):
+        conn = sqlite3.connect(tmp_path / "c" / "ledger.sqlite")
+        conn.execute("DROP VIEW scope_usage")
+        conn.execute(text)
+        conn.commit()
+        if verifies:  # the same rows, each value of the same storage class, as the view ships now
+            assert conn.execute("SELECT * FROM scope_usage ORDER BY dimension").fetchall() == \
+                [tuple(row.values()) for row in rows]
+        conn.close()
+        if verifies:
+            assert verify_case(tmp_path / "c").events == read_only_query(tmp_path / "c", "SELECT MAX(seq) FROM events")[1][0][0]
+        else:
+            with pytest.raises(LedgerError, match="the ledger's view scope_usage is altered"):
+                verify_case(tmp_path / "c")

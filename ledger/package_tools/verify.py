@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 from ..ground import errors as E
 from .atomic_files import process_tag, remove_abandoned_temp_folders
-from ..storage.sqlfiles import (PUBLIC_VIEWS, folded_name, migration_record_problem, objects_using,
+from ..storage.sqlfiles import (PUBLIC_VIEWS, as_shipped, folded_name, migration_record_problem, objects_using,
                                 recorded_schema_version, schema_version, shipped_objects, shipped_schema, statement)
 from ..ground.arguments import check_callback, check_flag
 from ..ground.workers import job_count
@@ -442,7 +442,8 @@ def _check_own_tables(conn: sqlite3.Connection, version: int) -> None:
     shipped = shipped_schema(version)
     present = dict(conn.execute(statement("schema_objects", "orig")).fetchall())
     for name in ("events", "contents", *HELPER_TABLES, *PUBLIC_VIEWS):
-        if name in shipped and present.get(name) != shipped[name]:
+        kind = "view" if name in PUBLIC_VIEWS else "table"
+        if name in shipped and not as_shipped(version, kind, name, present.get(name), shipped[name]):
             raise _bad(None, f"the ledger's {'view' if name in PUBLIC_VIEWS else 'table'} {name} is "
                        f"{'missing' if name not in present else 'altered'}: its definition differs from the schema's "
                        "(any change to its SQL, a comment or blanks included)", object=name)
@@ -466,7 +467,7 @@ def _compare_schema(conn: sqlite3.Connection, version: int) -> list[dict[str, st
     objects = conn.execute(statement("schema_objects_typed", "orig")).fetchall()
     present = {(kind, name): sql for kind, name, _, sql in objects}
     for (kind, name), sql in sorted(shipped.items()):
-        if present.get((kind, name)) != sql:
+        if not as_shipped(version, kind, name, present.get((kind, name)), sql):
             why = "a dropped trigger leaves the ledger unguarded" if kind == "trigger" else "the ledger's rows or reads depend on it"
             raise _bad(None, f"schema {kind} {name} is missing or altered ({why})", object=name)
     fts = {name for kind, name, _, sql in objects if kind == "table" and _FTS_RE.match(sql)}

@@ -121,6 +121,28 @@ def shipped_objects(version: int | None = None) -> dict[tuple[str, str], str]:
     return {(schema_object(sql)[0], name): sql for name, sql in shipped_schema(version).items()}
 
 
+@cache
+def former_objects() -> frozenset[tuple[int, str, str, str]]:
+    """``(version, type, name, sql)`` of each object an earlier build of schema ``version`` wrote
+    otherwise than that version's migration does now (``sql/history.sql``, each statement headed
+    ``-- version: N``): what verify takes as shipped for a ledger of that version."""
+    text = (resource_dir("sql") / "history.sql").read_text(encoding="utf-8")
+    found = set()
+    for each in split_statements(text):
+        heading = re.search(r"^--\s*version:\s*(\d+)\s*$", each, re.M)
+        kind, name, sql = schema_object(each)
+        if not (heading and kind):
+            raise ValueError(f"sql/history.sql: a statement without its '-- version: N' or CREATE: {each[:80]!r}")
+        found.add((int(heading.group(1)), kind, name, sql))
+    return frozenset(found)
+
+
+def as_shipped(version: int, kind: str, name: str, sql: str | None, shipped: str) -> bool:
+    """Whether ``sql`` is ``shipped``, the definition of ``kind`` ``name`` schema ``version`` ships, or
+    that object as an earlier build of that version wrote it (:func:`former_objects`)."""
+    return sql == shipped or (version, kind, name, sql) in former_objects()
+
+
 def typed_objects(conn: sqlite3.Connection, schema: str = "main") -> dict[tuple[str, str], str]:
     """``(type, name)`` → SQL of the tables, views, indexes and triggers of ``schema``."""
     return {(kind, name): sql for kind, name, _table, sql in conn.execute(statement("schema_objects_typed", schema))}
