@@ -580,3 +580,48 @@ def test_store_feedback_without_a_feedback_id_names_what_is_missing(case):
     assert (no_test.value.code, no_draft.value.code, unconfirmed.value.code) == (
         NO_RESERVATION, INVALID_ARGUMENT, FEEDBACK_NOT_CONFIRMED)
     assert "submit_feedback first" in no_draft.value.message
+
+
+def test_once_a_tests_feedback_is_stored_no_other_draft_is_submitted_or_confirmed(case, tmp_path):
+    """A draft submitted or confirmed after the test's feedback was stored could never be stored, and a
+    store_feedback without a draft id (the newest confirmed) then conflicted instead of answering
+    reused: both are OPERATION_CONFLICT, writing nothing, and the stored feedback is reused as before.
+    The identical draft submitted again is still reused (a retry)."""
+    budget, store = case.budget(), case.evidence()
+    budget.request_test("H2", "t2", "automated", "test-2")
+    first = store.submit_feedback("test-2", {"status": "failed"})
+    other = store.submit_feedback("test-2", PASSED)  # submitted before: confirmed after the store below
+    store.confirm_feedback(first.feedback_id)
+    stored = store.store_feedback("test-2", first.feedback_id)
+    before = ledger_rows(case)
+    for call in (lambda: store.submit_feedback("test-2", {"status": "passed"}),
+                 lambda: store.confirm_feedback(other.feedback_id)):
+        with pytest.raises(LedgerError) as refused:
+            call()
+        assert refused.value.code == "OPERATION_CONFLICT"
+        assert refused.value.message == (f"the test of operation test-2 has its feedback stored already (record "
+                                         f"{stored.records[0]['record_id']}); record_evidence feeds it to the budget")
+    assert ledger_rows(case) == before
+    assert store.submit_feedback("test-2", {"status": "failed"}).reused is True
+    assert store.store_feedback("test-2").reused is True
+    case.close()
+    assert verify_case(case.path).events == len(before[0])
+
+
+def test_a_case_an_older_build_let_take_a_draft_after_its_stored_feedback_still_verifies(case, monkeypatch):
+    """The replay keeps the history an older case-ledger accepted: a draft submitted and confirmed after
+    the test's feedback was stored (which it took) verifies, though such a draft is refused now."""
+    from ledger.rules import feedback as feedback_rules
+
+    budget, store = case.budget(), case.evidence()
+    budget.request_test("H2", "t2", "automated", "test-2")
+    first = store.submit_feedback("test-2", {"status": "failed"})
+    store.confirm_feedback(first.feedback_id)
+    store.store_feedback("test-2", first.feedback_id)
+    with monkeypatch.context() as older:
+        older.setattr(feedback_rules, "_unanswered", lambda *args: None)
+        late = store.submit_feedback("test-2", PASSED)
+        store.confirm_feedback(late.feedback_id)
+    head = case.events()[-1]["seq"]
+    case.close()
+    assert verify_case(case.path).events == head

@@ -188,8 +188,9 @@ def submit_feedback(view: LedgerView, request: Mapping[str, Any], context: Conte
     Errors: ``CASE_STATE`` (only ``GENERATING_HYPOTHESES``, ``INVESTIGATING_HYPOTHESES``,
     ``BLOCKED``), ``NO_RESERVATION`` (no test was requested under ``operation_id``, or its
     reservation is no longer pending: failed, assessed, or of an earlier revision),
-    ``LIMIT_REACHED`` (an attachment over ``evidence_artifact_bytes_max``, or distinct content
-    over ``evidence_content_bytes_max``). The identical reply and attachments again are reused.
+    ``OPERATION_CONFLICT`` (the test's feedback is stored already), ``LIMIT_REACHED`` (an attachment
+    over ``evidence_artifact_bytes_max``, or distinct content over ``evidence_content_bytes_max``). The
+    identical reply and attachments again are reused.
     """
     op_id = request["operation_id"]
     submission = canonical_sha256({"reply": request["reply"], "attachments": request["attachments"]})
@@ -199,6 +200,7 @@ def submit_feedback(view: LedgerView, request: Mapping[str, Any], context: Conte
         return reused
     case = _feedback_state(view, "submitting")
     test = _pending_test(view, op_id, case)
+    _unanswered(view, op_id, context)
     if context.limits is not None:  # not on replay: an older case-ledger took other spellings, kept as they are
         check_standard_base64(request["attachments"])
     rows, contents = _attachment_rows(request["attachments"])
@@ -230,10 +232,20 @@ def _pending_test(view: LedgerView, op_id: str, case: Mapping[str, Any]) -> Mapp
     return test
 
 
+def _unanswered(view: LedgerView, op_id: str, context: Context) -> None:
+    """``OPERATION_CONFLICT`` once feedback was stored for the test of ``op_id``: a draft submitted or
+    confirmed after it could never be stored (a replay keeps the history an older case-ledger took)."""
+    record = view.evidence_operation(op_id) if context.limits is not None else None
+    if record is not None:
+        raise LedgerError(E.OPERATION_CONFLICT, f"the test of operation {op_id} has its feedback stored already "
+                          f"(record {record}); record_evidence feeds it to the budget", operation_id=op_id)
+
+
 def confirm_feedback(view: LedgerView, request: Mapping[str, Any], context: Context) -> Outcome | Reused:
     """Confirm a draft; a ``BLOCKED`` case moves back to ``INVESTIGATING_HYPOTHESES`` in the same
     operation (docs/evidence.md). Errors: ``CASE_STATE``, ``INVALID_ARGUMENT`` (unknown feedback id),
-    ``NO_RESERVATION`` (its test's reservation is no longer pending)."""
+    ``NO_RESERVATION`` (its test's reservation is no longer pending), ``OPERATION_CONFLICT`` (the
+    test's feedback is stored already)."""
     fid = request["feedback_id"]
     key = _key("confirm_feedback", fid)
     reused = replay_or_conflict(view, key, request)
@@ -244,6 +256,7 @@ def confirm_feedback(view: LedgerView, request: Mapping[str, Any], context: Cont
     if found is None:
         raise LedgerError(E.INVALID_ARGUMENT, f"there is no feedback {fid}", feedback_id=fid)
     _pending_test(view, found["operation_id"], case)
+    _unanswered(view, found["operation_id"], context)
     fields = {**case_fields(case, "feedback.confirmed", case["revision"]), "format": "feedback-event-v1",
               "feedback_id": fid, "operation_id": found["operation_id"],
               "submission_sha256": found["submission_sha256"]}
