@@ -444,7 +444,7 @@ def _check_own_tables(conn: sqlite3.Connection, version: int) -> None:
     for name in ("events", "contents", *HELPER_TABLES, *PUBLIC_VIEWS):
         kind = "view" if name in PUBLIC_VIEWS else "table"
         if name in shipped and not as_shipped(version, kind, name, present.get(name), shipped[name]):
-            raise _bad(None, f"the ledger's {'view' if name in PUBLIC_VIEWS else 'table'} {name} is "
+            raise _bad(None, f"the ledger's {kind} {name} is "
                        f"{'missing' if name not in present else 'altered'}: its definition differs from the schema's "
                        "(any change to its SQL, a comment or blanks included)", object=name)
 
