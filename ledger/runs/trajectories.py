@@ -406,7 +406,7 @@ class _Importer:
             elif isinstance(exc, LedgerError):
                 reason = exc.message
             elif isinstance(exc, RecursionError):  # Python's own words name its stack, not the file
-                reason = "JSON nested deeper than Python reads (about 1,000 levels); no trajectory nests so deep"
+                reason = "JSON nested deeper than Python reads (thousands of levels); no trajectory nests so deep"
             elif isinstance(exc, OSError) and exc.strerror:
                 other = isinstance(exc.filename, (str, bytes)) and os.fsdecode(exc.filename) != str(path)
                 reason = f"{os.fsdecode(exc.filename)}: {exc.strerror}" if other else exc.strerror  # a journal written
