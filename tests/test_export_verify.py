@@ -2399,6 +2399,10 @@ def test_a_manifest_of_another_package_is_named_as_such_whatever_its_head(export
         with pytest.raises(LedgerError) as refused:  # export says the same, and writes nothing
             export_case(exported)
         assert refused.value.message.startswith(caught.value.message + "; nothing was exported")
+        with pytest.raises(LedgerError) as imported:  # import too (it said the export had no event past its own)
+            import_tree(exported, tmp_path / "imported")
+        assert (imported.value.code, imported.value.message) == (caught.value.code, caught.value.message)
+        assert not (tmp_path / "imported").exists()
 
 
 @pytest.mark.slow  # over 0.4 s in the default run: the slow lane (.ci/run) runs it

@@ -28,7 +28,7 @@ from ..ground.config import AnalysisConfig
 from ..ground.errors import LedgerError, pass_on_interruption
 from ..ground.errors import integrity_error as _bad, refuses_unfit_calls
 from .export import export_case
-from .manifest import check_manifest, read_manifest
+from .manifest import check_manifest, check_manifest_identity, read_manifest
 from ..model.package import (ANALYSIS_DIR, EVENT_FILE_RE, EVIDENCE_EVENT_FILE_RE, LEDGER_FILE, LEDGER_SIDE_FILES,
                              analysis_not_a_folder, check_export_tree, content_path, event_path, folder_in_place,
                              is_ledger_own, printable_name, refuse_build_folder_name, refuse_output_in_package,
@@ -265,7 +265,9 @@ def _rebuild(building: Path, build_dir: Path, files: dict[str, Path], manifest: 
             # the export tree is not an input: in place (build_dir is the source) it lies beside the inputs
             exported = {r for r in files if PurePosixPath(r).parts[0] == ANALYSIS_DIR}
             replayer = Replayer(PackageSource(build_dir, content_of, lambda: input_identity(build_dir, exported)), sink)
-            past_head, last, stop = _replay_tree(replayer, files, head_seq, accounted, progress)
+            # another package's manifest is named so once event 1 is in, before its head is looked for
+            past_head, last, stop = _replay_tree(replayer, files, head_seq, accounted, progress,
+                                                 lambda: check_manifest_identity(manifest, storage.conn))
             past_head += _unreplayed_past_head(files, accounted, head_seq + len(past_head) + 1, last, stop)
             check_manifest(manifest, storage.conn, head_seq)
             check_export_tree(files, accounted, None)  # no ledger says which revisions an interrupted export wrote
@@ -334,11 +336,12 @@ def _check_content_files(files: dict[str, Path], contents: Mapping[str, bytes], 
 
 
 def _replay_tree(replayer: Replayer, files: dict[str, Path], head_seq: int, accounted: set[str],
-                 progress: Progress | None) -> tuple[list[str], str, LedgerError | None]:
-    """Events 1..head must all be there and replay; events an interrupted export wrote past the
-    head are replayed too (so they count as part of the export) but not imported. Returns their
-    files, the file of the last event replayed, and the refusal of the event past the head the
-    replay stopped at (None: no file continued the history there)."""
+                 progress: Progress | None,
+                 after_first: Callable[[], None]) -> tuple[list[str], str, LedgerError | None]:
+    """Events 1..head must all be there and replay (``after_first`` called once event 1 has); events an
+    interrupted export wrote past the head are replayed too (so they count as part of the export) but
+    not imported. Returns their files, the file of the last event replayed, and the refusal of the
+    event past the head the replay stopped at (None: no file continued the history there)."""
     past_head: list[str] = []
     last = ""
     revisions = _budget_revisions(files)
@@ -360,6 +363,8 @@ def _replay_tree(replayer: Replayer, files: dict[str, Path], head_seq: int, acco
             raise _bad(seq, f"{relative} is not where event {seq} belongs")
         accounted.add(relative)
         last = relative
+        if seq == 1:
+            after_first()
         if seq > head_seq:
             past_head.append(relative)
         if seq == head_seq:
