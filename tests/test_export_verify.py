@@ -2728,3 +2728,20 @@ def test_a_schema_statement_not_utf8_is_named_by_verify(exported):
     assert caught.value.code == "INTEGRITY_ERROR" and caught.value.details["object"] == "actions"
     assert caught.value.message.startswith("the statement of view 'actions' in the file's schema holds bytes that "
                                            "are not UTF-8 where text belongs (invalid start byte at byte ")
+
+
+def test_another_cases_ledger_citing_sources_this_package_lacks_is_named_as_another_package(tmp_path):
+    """Another case's ledger.sqlite put under this case's export, citing sources this package does not
+    hold: named as another package's by the manifest (it said a source reference no longer resolved,
+    the replay's first refusal), before the replay."""
+    from ledger import run_demo
+
+    demo, _, _ = run_demo(tmp_path / "demo", echo=lambda text: None)
+    with start_case(tmp_path / "plain", case_id="PLAIN-1") as plain:
+        export_case(plain)
+    shutil.copyfile(demo / "ledger.sqlite", tmp_path / "plain" / "ledger.sqlite")
+    with pytest.raises(LedgerError) as caught:
+        verify_case(tmp_path / "plain")
+    assert caught.value.code == INTEGRITY_ERROR
+    assert caught.value.message.startswith("manifest.json is another package's: it names case PLAIN-1 package ")
+    assert caught.value.details["fields"] == ["case_id", "package_id"]

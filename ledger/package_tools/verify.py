@@ -26,7 +26,7 @@ from ..ground.workers import job_count
 from ..services.case import missing_ledger
 from ..ground.errors import (LedgerError, first_few, integrity_error as _bad, quoted, refuses_unfit_calls,
                              refuses_unfit_calls_of)
-from .manifest import read_manifest
+from .manifest import check_manifest_identity, read_manifest
 from .verify_export import check_export
 from ..model.package import (LEDGER_FILE, check_package_names, export_tree_files, refuse_own_links,
     refuse_stray_logs)
@@ -331,6 +331,7 @@ def _verify_attached(root: Path, scratch: Storage, progress: Progress | None, se
         raise LedgerError(E.SCHEMA_VERSION, f"the ledger has schema version {version}; this case-ledger knows {schema_version()}")
     _check_migrations(conn, version, root)
     _check_own_tables(conn, version)
+    _another_packages_manifest(root, conn)
     derived: list[Any] = []  # what the replay derives, stored into the scratch ledger in bulk
     package = PackageSource(root, content_reader(conn), lambda: input_identity_of(root, conn))
     replayer = Replayer(package, lambda *item: derived.append(item), schema_every_event=False)
@@ -389,6 +390,19 @@ def _verify_attached(root: Path, scratch: Storage, progress: Progress | None, se
                         replayer.future_events, replayer.max_lead_ms,
                         _export_state(manifest_head, head[0], exported),
                         [{"path": p, "why": w} for p, w in sorted(package.unchecked.items())])
+
+
+def _another_packages_manifest(root: Path, conn: sqlite3.Connection) -> None:
+    """Another package's manifest here (or another package's ledger under this export) is named so
+    before the replay, whose first refusal would say less (a source file the other case cites, say).
+    Anything else wrong with the manifest or the ledger is named where it is compared."""
+    try:
+        manifest = read_manifest(root)
+        if manifest is not None:
+            check_manifest_identity(manifest, conn, "orig")
+    except LedgerError as exc:
+        if exc.details.get("fields") == ["case_id", "package_id"]:  # another package's
+            raise
 
 
 def _newest_seq(conn: sqlite3.Connection) -> int | None:
