@@ -53,8 +53,11 @@ class _Main(LedgerGroup):
 
 
 @click.group(cls=_Main)
-@click.option("--config", type=click.Path(), metavar="FILE", help="Budget policy TOML (default: the policy frozen in the case).")
-@click.option("--analysis-config", type=click.Path(), metavar="FILE", help="Analysis TOML: units, max hypotheses, storage, limits.")
+# readable=False: a file this user may not read is the loader's CONFIG_INVALID (exit 1), as a missing one
+@click.option("--config", type=click.Path(readable=False), metavar="FILE",
+              help="Budget policy TOML (default: the policy frozen in the case).")
+@click.option("--analysis-config", type=click.Path(readable=False), metavar="FILE",
+              help="Analysis TOML: units, max hypotheses, storage, limits.")
 @click.option("--actor", default="controller", show_default=True, help="Asserted identity recorded in every event.")
 @click.version_option(package_name="case-ledger")
 @click.pass_context

@@ -351,6 +351,30 @@ def test_a_config_that_is_a_folder_or_missing_is_config_invalid_exit_1(case, tmp
         assert (code, out) == (1, "") and err == f"error: CONFIG_INVALID: {path}: {says}\n"
 
 
+@pytest.mark.parametrize("option", ["--config", "--analysis-config"])
+def test_a_config_this_user_may_not_read_is_config_invalid_exit_1_not_a_usage_error(case, tmp_path, option,
+                                                                                    monkeypatch):
+    """The loader says it, as for a missing file (click's own check made it a usage error, exit 2). Run as
+    root here, so the file's refusal is made by the checks themselves."""
+    import os as os_module
+
+    from ledger.ground import config as config_module
+
+    path = tmp_path / "unreadable.toml"
+    path.write_text("max_low_information_steps = 4\n")
+    real_access = os_module.access
+    monkeypatch.setattr(os_module, "access", lambda p, mode, **kw: False if str(p) == str(path) else
+                        real_access(p, mode, **kw))
+
+    def refused(name):
+        raise PermissionError(13, "Permission denied", str(name))
+
+    monkeypatch.setattr(config_module, "open_to_read", refused)
+    code, out, err = cli(option, path, "balances", case.path)
+    assert (code, out) == (1, "")
+    assert err == f"error: CONFIG_INVALID: {path}: cannot read: [Errno 13] Permission denied: '{path}'\n"
+
+
 @pytest.mark.parametrize("text", ["action_costs = 5\n", "action_costs = [1, 2]\n", 'action_costs = "ab"\n',
                                   "test_costs = 5\n", "[[action_costs]]\nx = 1\n"])
 def test_a_cost_table_that_is_not_a_table_is_config_invalid(tmp_path, text):
@@ -380,6 +404,11 @@ HOSTILE_TOML = {
     "nested_tables": ("x = " + "{a = " * 500 + "1" + "}" * 500 + "\n", "nested too deeply", None),
     "long_integer": ("# a comment\nlow_information_threshold = " + "9" * 4301 + "\n", "more than 4300 digits", 2),
     "long_negative": ("\n\n[limits]\nbudget_events_max = -" + "1_000" * 1100 + "\n", "more than 4300 digits", 4),
+    # the line of the value, not of a long run of digits in a comment or a string before it
+    "long_after_others": ("# " + "1" * 5000 + '\nname = "' + "3" * 5000 + '"\n\nmax_low_information_steps = '
+                          + "2" * 5000 + "\n", "more than 4300 digits", 4),
+    "over_a_mebibyte": ("#" * (1024 * 1024) + "\n", "larger than 1048576 bytes: no config this program reads is "
+                        "so long (a wrong file?)", None),
 }
 
 

@@ -70,9 +70,14 @@ DEFAULT_LIMITS: dict[str, int] = {
 }
 
 
+#: The longest config file read (1 MiB): the largest a policy may be (256 action prices) is a few KiB.
+CONFIG_BYTES_MAX = 1024 * 1024
+
+
 def read_toml(path: str | Path) -> dict[str, Any]:
     """The TOML table of the file at ``path``; every problem is ``CONFIG_INVALID`` naming the file (and the
-    line, where the parser gives one). A UTF-8 byte-order mark at the start is accepted."""
+    line, where the parser gives one), as is a file of more than :data:`CONFIG_BYTES_MAX` bytes. A UTF-8
+    byte-order mark at the start is accepted."""
     try:
         path = fs_path(path, "config file")  # a str, bytes or path-like name, as a Path
     except LedgerError as exc:
@@ -81,7 +86,11 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         if path.exists() and not path.is_file():  # a fifo would block, a folder cannot be read
             raise LedgerError(CONFIG_INVALID, f"{path}: not a regular file", key="(file)")
         with open_to_read(path) as handle:
-            text = handle.read().decode("utf-8")
+            data = handle.read(CONFIG_BYTES_MAX + 1)
+        if len(data) > CONFIG_BYTES_MAX:  # told by its size, never read whole (a config is a few KiB)
+            raise LedgerError(CONFIG_INVALID, f"{path}: larger than {CONFIG_BYTES_MAX} bytes: no config this program "
+                              "reads is so long (a wrong file?)", key="(file)")
+        text = data.decode("utf-8")
     except FileNotFoundError:
         raise LedgerError(CONFIG_INVALID, f"{path}: no such file", key="(file)") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -105,6 +114,17 @@ def load_toml_config(path: str | Path, build: Callable[[dict[str, Any]], T]) -> 
 _LONG_NUMBER = re.compile(r"[0-9][0-9_]{4300,}")
 
 
+def _long_number_line(text: str) -> int | None:
+    """The line of the first run of more than 4300 digits that is a value: not in a comment, nor, as
+    far as the line's quotes tell, in a string (else the first run anywhere; None: none)."""
+    runs = list(_LONG_NUMBER.finditer(text))
+    for run in runs:
+        before = text[text.rfind("\n", 0, run.start()) + 1:run.start()]
+        if "#" not in before and before.count('"') % 2 == 0 and before.count("'") % 2 == 0:
+            return text.count("\n", 0, run.start()) + 1
+    return text.count("\n", 0, runs[0].start()) + 1 if runs else None
+
+
 def _parse_toml(text: str, path: str | Path) -> dict[str, Any]:
     try:
         return tomllib.loads(text)
@@ -114,8 +134,8 @@ def _parse_toml(text: str, path: str | Path) -> dict[str, Any]:
         raise LedgerError(CONFIG_INVALID, f"{path}: not a config this program reads: arrays or tables nested "
                           "too deeply", key="(file)") from None
     except ValueError:  # an integer of more than 4300 digits (Python's conversion limit)
-        long = _LONG_NUMBER.search(text)
-        where = f" (line {text.count(chr(10), 0, long.start()) + 1})" if long else ""
+        line = _long_number_line(text)
+        where = f" (line {line})" if line else ""
         raise LedgerError(CONFIG_INVALID, f"{path}{where}: not a config this program reads: a number of more "
                           "than 4300 digits", key="(file)") from None
 
