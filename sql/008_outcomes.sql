@@ -21,9 +21,10 @@ CREATE TABLE result_atoms (
 
 -- An older ledger's results carried atoms lists too (evidence is the caller's JSON): each content a
 -- record_result stored first (contents.seq is its seq) whose "atoms" is a list of strings gives its
--- distinct atoms, as a record_result does now. Each list is read once (MATERIALIZED); SQLite's json_each
--- ends a text at a \u0000, so a list holding one reads its atoms with ledger_json_string, a function
--- the ledger gives its connection. Before the guards below, which admit the newest event's rows only.
+-- distinct atoms, as a record_result does now. Each list is read once (MATERIALIZED). SQLite's json_each
+-- ends a text at a \u0000: a list holding one is read through ledger_atoms_marked, a function the
+-- ledger gives its connection, which writes each NUL as a marker the list does not hold, put back here.
+-- Before the guards below, which admit the newest event's rows only.
 WITH lists AS MATERIALIZED (
     SELECT r.seq AS seq,
            CASE WHEN json_valid(c.body) AND json_type(c.body, '$.atoms') = 'array' THEN c.body -> '$.atoms' END AS atoms
@@ -33,10 +34,15 @@ WITH lists AS MATERIALIZED (
     SELECT seq, atoms, instr(atoms, '\u0000') > 0 AS with_nul
     FROM lists
     WHERE atoms IS NOT NULL AND NOT EXISTS (SELECT 1 FROM json_each(lists.atoms) AS b WHERE b.type IS NOT 'text')
+), converted AS MATERIALIZED (
+    SELECT seq, ledger_atoms_marked(atoms) AS converted FROM texts WHERE with_nul
+), marked AS MATERIALIZED (
+    SELECT seq, converted ->> '$.marker' AS marker, converted -> '$.atoms' AS atoms FROM converted
 )
 INSERT INTO result_atoms (atom_id, seq)
-SELECT DISTINCT CASE WHEN t.with_nul THEN ledger_json_string(t.atoms -> a.key) ELSE a.value END, t.seq
-FROM texts AS t, json_each(t.atoms) AS a;
+SELECT a.value, t.seq FROM texts AS t, json_each(t.atoms) AS a WHERE NOT t.with_nul
+UNION
+SELECT replace(a.value, m.marker, char(0)), m.seq FROM marked AS m, json_each(m.atoms) AS a;
 
 CREATE TRIGGER outcomes_no_update BEFORE UPDATE ON outcomes
 BEGIN

@@ -961,3 +961,37 @@ def test_a_ledger_an_early_build_of_version_4_made_verifies_with_the_view_text_t
         else:
             with pytest.raises(LedgerError, match="the ledger's view scope_usage is altered"):
                 verify_case(tmp_path / "c")
+
+
+def test_an_interrupt_inside_the_result_atoms_back_fill_is_raised_as_itself_and_leaves_the_older_ledger(
+        tmp_path, monkeypatch):
+    """A Ctrl-C that reached the function the back-fill calls (a list holding a NUL) was swallowed by
+    sqlite3 and raised as INTEGRITY_ERROR "user-defined function raised exception"; it is raised as
+    itself, the upgrade rolled back, and the next writer upgrades the ledger whole."""
+    import types
+
+    from ledger.storage import sqlfiles
+
+    case = Case.create(tmp_path / "c", case_id="ATOMS-2")
+    case.open_revision([{"statement": "h"}], 100_000)
+    case.transition("INVESTIGATING_HYPOTHESES")
+    budget = case.budget()
+    budget.initialize()
+    budget.reserve("H1", "a1", "source.read_context")
+    budget.record_result("H1", "a1", {"atoms": ["x\u0000y", "z"]})
+    rows = case.query("SELECT atom_id, seq FROM result_atoms ORDER BY atom_id")
+    case.close()
+    downgrade_ledger(tmp_path / "c", 7)
+
+    def interrupted(text):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patched:
+        patched.setattr(sqlfiles, "json", types.SimpleNamespace(loads=interrupted, dumps=json.dumps))
+        with pytest.raises(KeyboardInterrupt):
+            Case.open(tmp_path / "c")
+    assert read_only_query(tmp_path / "c", "SELECT MAX(version) FROM schema_migrations")[1] == [(7,)]
+    assert verify_case(tmp_path / "c").events == 6
+    with Case.open(tmp_path / "c") as opened:
+        assert opened.query("SELECT atom_id, seq FROM result_atoms ORDER BY atom_id") == rows
+    assert [row["atom_id"] for row in rows] == ["x\u0000y", "z"]

@@ -31,7 +31,8 @@ from ..ground.errors import LedgerError, pass_on_interruption
 from .writer_lock import WriterLock, fork_count
 from .sqlite_file import (LOCK_SUFFIX, NOTHING_WRITTEN, WAL_RESTART_BYTES, EventRow, HelperRow, SQLITE_ERRORS,
                           connect_path, connect_uri, file_uri, immutable_snapshot, passive_checkpoint, probe_file,
-                          readable_uri, refuse_another_programs, sqlite_error, translate_sqlite_errors)
+                          readable_uri, refuse_another_programs, run_migration_statement, sqlite_error,
+                          translate_sqlite_errors)
 from .side_files import log_path, wal_bytes, writable_side_files
 from ..ground.paths import os_error
 from .transaction import Batch, Read, Write, abandoned, busy_reason
@@ -293,8 +294,7 @@ class Storage:
                 if not triggers and schema_object(sql)[0] == "trigger":
                     continue
                 self._fault(f"migration {version}")
-                with translate_sqlite_errors():
-                    self.conn.execute(sql)
+                run_migration_statement(self.conn, sql)
             self.execute("insert_migration", version=version, name=name, applied_at=utc_now())
 
     def close(self) -> str | None:

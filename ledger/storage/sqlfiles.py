@@ -37,20 +37,35 @@ def check_sqlite_version(found: tuple[int, ...] | None = None, text: str | None 
                           found=text or sqlite3.sqlite_version, required=need)
 
 
-def json_string(element: str | None) -> str | None:
-    """``ledger_json_string(json_text)``, a function the migrations call: the string a JSON string
-    literal (such as ``x -> 0`` gives) stands for, exactly, a NUL included (SQLite's own ``json_each``
-    and ``->>`` end a string's text at its first ``\\u0000``); None for anything else."""
+#: An exception raised inside one of :func:`migration_functions` while SQLite called it (a Ctrl-C, say),
+#: which ``sqlite3`` reports only as "user-defined function raised exception": raised as itself after.
+FUNCTION_FAILURES: list[BaseException] = []
+
+
+def atoms_marked(atoms: str | None) -> str | None:
+    """``ledger_atoms_marked(json_text)``, which migration 008 calls on an atoms list holding a NUL:
+    ``{"marker": M, "atoms": [...]}``, each string with its NULs written as ``M``, a text none of them
+    holds (SQLite's ``json_each`` ends a text at its first ``\\u0000``; ``replace(value, M, char(0))``
+    puts them back); None for anything but a JSON list of strings."""
     try:
-        value = json.loads(element) if isinstance(element, str) else None
+        listed = json.loads(atoms) if isinstance(atoms, str) else None
+        if not isinstance(listed, list) or not all(isinstance(atom, str) for atom in listed):
+            return None
+        marker = "\ue000"
+        while any(marker in atom for atom in listed):
+            marker += "\ue000"
+        return json.dumps({"marker": marker, "atoms": [atom.replace("\0", marker) for atom in listed]},
+                          ensure_ascii=False)
     except ValueError:
         return None
-    return value if isinstance(value, str) else None
+    except BaseException as exc:  # sqlite3 would turn it into an error of the statement
+        FUNCTION_FAILURES.append(exc)
+        raise
 
 
 def migration_functions(conn: sqlite3.Connection) -> None:
-    """Give ``conn`` the SQL functions the migrations call (:func:`json_string`)."""
-    conn.create_function("ledger_json_string", 1, json_string, deterministic=True)
+    """Give ``conn`` the SQL functions the migrations call (:func:`atoms_marked`)."""
+    conn.create_function("ledger_atoms_marked", 1, atoms_marked, deterministic=True)
 
 
 def split_statements(script: str) -> list[str]:

@@ -22,7 +22,8 @@ from ..ground.descriptors import hold_file, refuse_inherited
 from ..ground.interrupts import context_manager
 from .side_files import (check_not_cut_short, check_side_files, hot_journal, log_files_exist, log_path, orphaned_logs,
                          wal_is_empty)
-from .sqlfiles import check_sqlite_version, foreign_schema, migration_record_problem, shipped_objects, statement
+from .sqlfiles import (FUNCTION_FAILURES, check_sqlite_version, foreign_schema, migration_record_problem,
+                       shipped_objects, statement)
 
 LEDGER_FILE = "ledger.sqlite"
 #: An export's manifest and its folder of canonical JSON, beside the ledger in the case package (docs/files.md).
@@ -43,6 +44,20 @@ DAMAGED_CODES = frozenset({11, 26})
 SQLITE_READONLY = 8
 SQLITE_INTERRUPT = 9
 SQLITE_TOOBIG = 18
+
+
+def run_migration_statement(conn: sqlite3.Connection, sql: str) -> None:
+    """Run one statement of a migration (:func:`translate_sqlite_errors`); an exception raised inside a
+    function of :func:`~.sqlfiles.migration_functions` while it ran (a Ctrl-C: ``sqlite3`` reports any
+    as "user-defined function raised exception") is raised as itself, never as a damaged ledger."""
+    FUNCTION_FAILURES.clear()
+    try:
+        with translate_sqlite_errors():
+            conn.execute(sql)
+    except LedgerError:
+        if FUNCTION_FAILURES:
+            raise FUNCTION_FAILURES.pop() from None
+        raise
 
 
 def primary_code(exc: BaseException) -> int | None:
