@@ -165,6 +165,10 @@ SELECT seq, sha256 FROM {schema}.events ORDER BY seq DESC LIMIT 1;
 -- name: manifest_head
 SELECT sha256 FROM {schema}.events WHERE seq = :seq;
 
+-- name: first_events
+-- event 1 and its successor: verify names another package's manifest first only where they chain
+SELECT seq, sha256, parent_sha256, body FROM {schema}.events WHERE seq IN (1, 2) ORDER BY seq;
+
 -- name: manifest_identity
 -- the manifest is taken from the events it publishes, never from the helper rows beside them
 SELECT body FROM {schema}.events WHERE stream = 'case' AND type = 'case.created' ORDER BY seq LIMIT 2;

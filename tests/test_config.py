@@ -407,6 +407,8 @@ HOSTILE_TOML = {
     # the line of the value, not of a long run of digits in a comment or a string before it
     "long_after_others": ("# " + "1" * 5000 + '\nname = "' + "3" * 5000 + '"\n\nmax_low_information_steps = '
                           + "2" * 5000 + "\n", "more than 4300 digits", 4),
+    "long_after_a_multiline_string": ("a = \'\'\'\n" + "1" * 5000 + '\n\'\'\'\nb = """\n' + "3" * 5000 + '\n"""\n'
+                                      "max_low_information_steps = " + "2" * 5000 + "\n", "more than 4300 digits", 7),
     "over_a_mebibyte": ("#" * (1024 * 1024) + "\n", "larger than 1048576 bytes: no config this program reads is "
                         "so long (a wrong file?)", None),
 }

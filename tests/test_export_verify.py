@@ -2745,3 +2745,41 @@ def test_another_cases_ledger_citing_sources_this_package_lacks_is_named_as_anot
     assert caught.value.code == INTEGRITY_ERROR
     assert caught.value.message.startswith("manifest.json is another package's: it names case PLAIN-1 package ")
     assert caught.value.details["fields"] == ["case_id", "package_id"]
+
+
+def test_an_edited_event_1_is_named_by_the_replay_not_as_another_packages_manifest(tmp_path):
+    """Event 1's package id edited in the ledger (its hash left, or made anew): the manifest is this
+    package's, so the replay names the edit (the early look for another package's manifest had blamed
+    the manifest)."""
+    with start_case(tmp_path / "c", case_id="EDIT-1") as case:
+        export_case(case)
+    ledger = tmp_path / "c" / "ledger.sqlite"
+    conn = sqlite3.connect(ledger)
+    triggers = conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'events'"
+                            ).fetchall()
+    for name, _sql in triggers:
+        conn.execute(f"DROP TRIGGER {name}")
+    conn.execute("UPDATE events SET body = replace(body, json_extract(body, '$.package_id'), "
+                 "'00000000-0000-4000-8000-000000000000') WHERE seq = 1")
+    for _name, sql in triggers:
+        conn.execute(sql)
+    conn.commit()
+    conn.close()
+    with pytest.raises(LedgerError) as caught:
+        verify_case(tmp_path / "c")
+    assert caught.value.message == "seq 1: stored sha256 does not match the event's bytes (edited event)"
+
+
+def test_import_of_an_export_whose_event_1_is_another_packages_names_the_event_not_the_manifest(tmp_path):
+    """Another package's event 1 (same case id) copied into an export: the manifest is this package's,
+    so import names where the history breaks (it blamed the manifest once event 1 was read)."""
+    for name in ("a", "b"):
+        with start_case(tmp_path / name, case_id="SAME-2") as case:
+            export_case(case)
+    first = Path("analysis/case/events/00000001.json")
+    shutil.copyfile(tmp_path / "b" / first, tmp_path / "a" / first)
+    with pytest.raises(LedgerError) as caught:
+        import_tree(tmp_path / "a", tmp_path / "imported")
+    assert caught.value.code == INTEGRITY_ERROR and "manifest.json" not in caught.value.message
+    assert caught.value.message.startswith("analysis/case/events/00000002.json: seq 2: parent_sha256 does not match "
+                                           "the previous event")

@@ -892,7 +892,8 @@ def test_case_query_keeps_every_column_of_a_name_given_twice_as_ledger_sql_heads
 ATOMS_EVIDENCE = [{"atoms": ["b", "a", "a"]}, {"atoms": ["x\u0000y", "\u00e9", "\"q\\", "\U0001f600", "a\nb"]},
                   {"atoms": ["a", 1]}, {"atoms": {"k": "v"}}, {"atoms": "abc"}, {"atoms": []}, {"atoms": [None]},
                   {"atoms": [["a"]]}, {"inner": {"atoms": ["deep"]}}, ["atoms", "x"], "atoms", {"atoms": ["z"]},
-                  {"atoms": ["b", "a", "a"]}]
+                  {"atoms": ["b", "a", "a"]}, {"atoms": ["\ue000\u0000", "\u0000\ue000", "\ue000", "\u0000"]},
+                  {"atoms": ["".join(map(chr, range(0xE000, 0xF900))) + "\u0000"]}]
 
 
 def test_a_ledger_made_before_result_atoms_gets_its_results_atoms_from_the_writer_that_upgrades_it(tmp_path):
@@ -909,7 +910,9 @@ def test_a_ledger_made_before_result_atoms_gets_its_results_atoms_from_the_write
         budget.record_result("H1", f"a{number}", evidence)
         budget.settle("H1", f"a{number}", 50, "read")
     rows = case.query("SELECT atom_id, seq FROM result_atoms ORDER BY seq, atom_id")
-    assert [row["atom_id"] for row in rows] == ["a", "b", "\"q\\", "a\nb", "x\u0000y", "\u00e9", "\U0001f600", "z"]
+    assert [row["atom_id"] for row in rows][:8] == ["a", "b", "\"q\\", "a\nb", "x\u0000y", "\u00e9", "\U0001f600", "z"]
+    assert [row["atom_id"] for row in rows][8:12] == ["\u0000", "\u0000\ue000", "\ue000", "\ue000\u0000"]
+    assert len(rows) == 13  # and the one holding every marker character of the first range
     head = case.events()[-1]["seq"]
     case.close()
     downgrade_ledger(tmp_path / "c", 7)

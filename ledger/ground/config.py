@@ -114,15 +114,16 @@ def load_toml_config(path: str | Path, build: Callable[[dict[str, Any]], T]) -> 
 _LONG_NUMBER = re.compile(r"[0-9][0-9_]{4300,}")
 
 
+#: TOML's strings (multi-line ones first) and comments, whose digits are no number.
+_NOT_VALUES = re.compile(r'"""[\s\S]*?"""|\'\'\'[\s\S]*?\'\'\'|"(?:\\.|[^"\\\n])*"|\'[^\'\n]*\'|#[^\n]*')
+
+
 def _long_number_line(text: str) -> int | None:
-    """The line of the first run of more than 4300 digits that is a value: not in a comment, nor, as
-    far as the line's quotes tell, in a string (else the first run anywhere; None: none)."""
-    runs = list(_LONG_NUMBER.finditer(text))
-    for run in runs:
-        before = text[text.rfind("\n", 0, run.start()) + 1:run.start()]
-        if "#" not in before and before.count('"') % 2 == 0 and before.count("'") % 2 == 0:
-            return text.count("\n", 0, run.start()) + 1
-    return text.count("\n", 0, runs[0].start()) + 1 if runs else None
+    """The line of the first run of more than 4300 digits that is a value, outside TOML's strings and
+    comments (else the first run anywhere; None: none)."""
+    values = _NOT_VALUES.sub(lambda found: re.sub(r"[^\n]", " ", found.group()), text)  # lines kept
+    run = _LONG_NUMBER.search(values) or _LONG_NUMBER.search(text)
+    return text.count("\n", 0, run.start()) + 1 if run else None
 
 
 def _parse_toml(text: str, path: str | Path) -> dict[str, Any]:

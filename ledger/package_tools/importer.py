@@ -265,7 +265,7 @@ def _rebuild(building: Path, build_dir: Path, files: dict[str, Path], manifest: 
             # the export tree is not an input: in place (build_dir is the source) it lies beside the inputs
             exported = {r for r in files if PurePosixPath(r).parts[0] == ANALYSIS_DIR}
             replayer = Replayer(PackageSource(build_dir, content_of, lambda: input_identity(build_dir, exported)), sink)
-            # another package's manifest is named so once event 1 is in, before its head is looked for
+            # another package's manifest naming a head this export lacks is named so, not as a missing event
             past_head, last, stop = _replay_tree(replayer, files, head_seq, accounted, progress,
                                                  lambda: check_manifest_identity(manifest, storage.conn))
             past_head += _unreplayed_past_head(files, accounted, head_seq + len(past_head) + 1, last, stop)
@@ -337,10 +337,10 @@ def _check_content_files(files: dict[str, Path], contents: Mapping[str, bytes], 
 
 def _replay_tree(replayer: Replayer, files: dict[str, Path], head_seq: int, accounted: set[str],
                  progress: Progress | None,
-                 after_first: Callable[[], None]) -> tuple[list[str], str, LedgerError | None]:
-    """Events 1..head must all be there and replay (``after_first`` called once event 1 has); events an
-    interrupted export wrote past the head are replayed too (so they count as part of the export) but
-    not imported. Returns their files, the file of the last event replayed, and the refusal of the
+                 before_missing: Callable[[], None]) -> tuple[list[str], str, LedgerError | None]:
+    """Events 1..head must all be there and replay (``before_missing`` is called before one missing is
+    refused); events an interrupted export wrote past the head are replayed too (so they count as part
+    of the export) but not imported. Returns their files, the file of the last event replayed, and the refusal of the
     event past the head the replay stopped at (None: no file continued the history there)."""
     past_head: list[str] = []
     last = ""
@@ -351,6 +351,7 @@ def _replay_tree(replayer: Replayer, files: dict[str, Path], head_seq: int, acco
         relative = _next_event(files, replayer.view, revisions, seq, evidence)
         if relative is None:
             if seq <= head_seq:
+                before_missing()
                 raise _no_event(files, replayer.view, revisions, seq, head_seq)
             return past_head, last, None
         try:
@@ -363,8 +364,6 @@ def _replay_tree(replayer: Replayer, files: dict[str, Path], head_seq: int, acco
             raise _bad(seq, f"{relative} is not where event {seq} belongs")
         accounted.add(relative)
         last = relative
-        if seq == 1:
-            after_first()
         if seq > head_seq:
             past_head.append(relative)
         if seq == head_seq:

@@ -30,6 +30,7 @@ from .manifest import check_manifest_identity, read_manifest
 from .verify_export import check_export
 from ..model.package import (LEDGER_FILE, check_package_names, export_tree_files, refuse_own_links,
     refuse_stray_logs)
+from ..ground.canonical import sha256_hex, stored_bytes
 from ..ground.clock import parse_at, utc_now
 from ..ground.paths import fs_path, os_error
 from ..ground.interrupts import context_manager
@@ -394,8 +395,13 @@ def _verify_attached(root: Path, scratch: Storage, progress: Progress | None, se
 
 def _another_packages_manifest(root: Path, conn: sqlite3.Connection) -> None:
     """Another package's manifest here (or another package's ledger under this export) is named so
-    before the replay, whose first refusal would say less (a source file the other case cites, say).
-    Anything else wrong with the manifest or the ledger is named where it is compared."""
+    before the replay, whose first refusal would say less (a source file the other case cites, say),
+    when the ledger's event 1 holds its hash and event 2 follows it (an edited event 1 is named by the
+    replay). Anything else wrong with the manifest or the ledger is named where it is compared."""
+    first = conn.execute(statement("first_events", "orig")).fetchall()
+    if not first or first[0][0] != 1 or first[0][1] != sha256_hex(stored_bytes(first[0][3])) \
+            or (len(first) == 2 and first[1][2] != first[0][1]):
+        return
     try:
         manifest = read_manifest(root)
         if manifest is not None:

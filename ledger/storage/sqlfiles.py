@@ -7,6 +7,7 @@ statements the code runs live in ``sql/queries.sql`` (write path) and
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import sqlite3
@@ -44,16 +45,16 @@ FUNCTION_FAILURES: list[BaseException] = []
 
 def atoms_marked(atoms: str | None) -> str | None:
     """``ledger_atoms_marked(json_text)``, which migration 008 calls on an atoms list holding a NUL:
-    ``{"marker": M, "atoms": [...]}``, each string with its NULs written as ``M``, a text none of them
-    holds (SQLite's ``json_each`` ends a text at its first ``\\u0000``; ``replace(value, M, char(0))``
-    puts them back); None for anything but a JSON list of strings."""
+    ``{"marker": M, "atoms": [...]}``, each string with its NULs written as ``M``, a character none of
+    them holds (SQLite's ``json_each`` ends a text at its first ``\\u0000``; ``replace(value, M,
+    char(0))`` puts them back); None for anything but a JSON list of strings."""
     try:
         listed = json.loads(atoms) if isinstance(atoms, str) else None
         if not isinstance(listed, list) or not all(isinstance(atom, str) for atom in listed):
             return None
-        marker = "\ue000"
-        while any(marker in atom for atom in listed):
-            marker += "\ue000"
+        held = set("".join(listed))
+        marker = next(chr(code) for code in itertools.chain(range(0xE000, 0xF900), range(0xF0000, 0x110000))
+                      if chr(code) not in held)  # one character: never read into a neighbour's
         return json.dumps({"marker": marker, "atoms": [atom.replace("\0", marker) for atom in listed]},
                           ensure_ascii=False)
     except ValueError:
