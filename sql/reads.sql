@@ -30,9 +30,13 @@ SELECT sha256, body FROM events WHERE seq = :seq;
 PRAGMA schema_version;
 
 -- name: feedback_draft_of_operation
--- store_feedback without a feedback id: the operation's newest confirmed draft, else its newest draft
+-- store_feedback without a feedback id: the draft stored already (a record whose origin names it; a
+-- case an older build made may hold later drafts), else the operation's newest confirmed draft, else
+-- its newest draft
 SELECT d.feedback_id FROM feedback_drafts AS d WHERE d.operation_id = :operation_id
-ORDER BY EXISTS (SELECT 1 FROM feedback_confirmations AS c WHERE c.feedback_id = d.feedback_id) DESC, d.seq DESC
+ORDER BY EXISTS (SELECT 1 FROM evidence_records AS e WHERE e.operation_id = d.operation_id
+                 AND e.body ->> '$.origin.feedback_id' = d.feedback_id) DESC,
+         EXISTS (SELECT 1 FROM feedback_confirmations AS c WHERE c.feedback_id = d.feedback_id) DESC, d.seq DESC
 LIMIT 1;
 
 -- name: event_count

@@ -622,6 +622,7 @@ def test_a_case_an_older_build_let_take_a_draft_after_its_stored_feedback_still_
         older.setattr(feedback_rules, "_unanswered", lambda *args: None)
         late = store.submit_feedback("test-2", PASSED)
         store.confirm_feedback(late.feedback_id)
+    assert store.store_feedback("test-2").reused is True  # the draft stored, not the newest confirmed one
     head = case.events()[-1]["seq"]
     case.close()
     assert verify_case(case.path).events == head
