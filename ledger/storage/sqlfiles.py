@@ -52,9 +52,12 @@ def atoms_marked(atoms: str | None) -> str | None:
         listed = json.loads(atoms) if isinstance(atoms, str) else None
         if not isinstance(listed, list) or not all(isinstance(atom, str) for atom in listed):
             return None
-        held = set("".join(listed))
-        marker = next(chr(code) for code in itertools.chain(range(0xE000, 0xF900), range(0xF0000, 0x110000))
-                      if chr(code) not in held)  # one character: never read into a neighbour's
+        held = set("".join(listed))  # the private-use characters first, then any but NUL and surrogates
+        codes = itertools.chain(range(0xE000, 0xF900), range(0xF0000, 0x110000), range(1, 0xD800),
+                                range(0xF900, 0xF0000))
+        marker = next((chr(code) for code in codes if chr(code) not in held), None)  # one: never a neighbour's
+        if marker is None:  # a list holding every character there is (over a mebibyte of atoms)
+            return None
         return json.dumps({"marker": marker, "atoms": [atom.replace("\0", marker) for atom in listed]},
                           ensure_ascii=False)
     except ValueError:
