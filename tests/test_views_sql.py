@@ -966,6 +966,7 @@ def test_a_ledger_an_early_build_of_version_4_made_verifies_with_the_view_text_t
                 verify_case(tmp_path / "c")
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # sqlite3 reports it as well
 def test_an_interrupt_inside_the_result_atoms_back_fill_is_raised_as_itself_and_leaves_the_older_ledger(
         tmp_path, monkeypatch):
     """A Ctrl-C that reached the function the back-fill calls (a list holding a NUL) was swallowed by
