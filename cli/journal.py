@@ -78,12 +78,12 @@ def apply(settings: Settings, case: str, journal: Any, create_case_id: str | Non
             uncounted = _Uncounted()
             outcomes = apply_journal(opened, lines, budget=manager, keep_going=keep_going, batch_size=batch_size,
                                      on_commit=uncounted.add, units_per_hypothesis=units_per_hypothesis)
+            noted = functools.partial(_note_if_initialized, manager=manager, quiet=quiet)
             try:
-                _print_outcomes(outcomes, summary, uncounted, manager, journal, keep_going, quiet, results)
+                _print_outcomes(outcomes, summary, uncounted, noted, journal, keep_going, quiet, results)
             except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the committed lines not yet printed still count
                 summary.interrupted = True
-                _count_unprinted(outcomes, uncounted, summary,
-                                 functools.partial(_note_if_initialized, manager=manager, quiet=quiet))
+                _count_unprinted(outcomes, uncounted, summary, noted)
                 raise
             bar.update(size or 0)  # a stop leaves lines unread: the bar still ends full (click clamps it)
     finally:
@@ -106,10 +106,10 @@ class _Uncounted:
         self.committed += lines
 
 
-def _print_outcomes(outcomes: Iterator[LineResult], summary: JournalSummary, uncounted: _Uncounted, manager: Any,
-                    journal: Any, keep_going: bool, quiet: bool, results: str) -> None:
-    """Count and print each line's result as it comes."""
-    noted = functools.partial(_note_if_initialized, manager=manager, quiet=quiet)
+def _print_outcomes(outcomes: Iterator[LineResult], summary: JournalSummary, uncounted: _Uncounted,
+                    noted: Callable[[LineResult], None], journal: Any, keep_going: bool, quiet: bool,
+                    results: str) -> None:
+    """Count and print each line's result as it comes (each given to ``noted`` first)."""
     for outcome in outcomes:
         uncounted.committed -= 1  # beside the count: an interrupt between them would count a line twice or never
         summary.add(outcome)

@@ -1,7 +1,7 @@
 -- Objects an earlier case-ledger wrote otherwise than its migration of the same version writes now.
 -- A migration's file was edited in place only before the project's first release outside its own
 -- repository; a ledger such a build made still verifies: verify takes each text below, for its
--- version, as the shipped one (docs/files.md, "verify"). The next writer's upgrade replaces it.
+-- version, as the shipped one (docs/files.md). The next writer's upgrade replaces it.
 -- Each statement is headed "-- version: N", the schema version whose migration made it.
 
 -- version: 4
