@@ -999,3 +999,38 @@ def test_an_interrupt_inside_the_result_atoms_back_fill_is_raised_as_itself_and_
     with Case.open(tmp_path / "c") as opened:
         assert opened.query("SELECT atom_id, seq FROM result_atoms ORDER BY atom_id") == rows
     assert [row["atom_id"] for row in rows] == ["x\u0000y", "z"]
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # sqlite3 reports it as well
+def test_an_exception_inside_a_migration_function_is_raised_only_on_the_thread_whose_statement_called_it():
+    """The exceptions the back-fill's function raised were kept in one list per process: a statement
+    failing on one thread while another thread's back-fill was interrupted raised that other interrupt."""
+    import threading
+
+    from ledger.storage.sqlfiles import atoms_marked
+    from ledger.storage.sqlite_file import run_migration_statement
+
+    class Unreadable(str):
+        def startswith(self, *args):
+            raise RuntimeError("the other thread's interrupt")
+
+    raised_elsewhere = []
+
+    def other_thread():
+        try:
+            atoms_marked(Unreadable('["x"]'))
+        except RuntimeError as exc:
+            raised_elsewhere.append(exc)
+
+    def fails_after_the_other_thread():
+        thread = threading.Thread(target=other_thread)
+        thread.start()
+        thread.join()
+        raise ValueError("this statement's own failure")
+
+    conn = sqlite3.connect(":memory:")
+    conn.create_function("fails_after_the_other_thread", 0, fails_after_the_other_thread)
+    with pytest.raises(LedgerError, match="user-defined function raised exception"):
+        run_migration_statement(conn, "SELECT fails_after_the_other_thread()")
+    assert [str(exc) for exc in raised_elsewhere] == ["the other thread's interrupt"]
+    conn.close()

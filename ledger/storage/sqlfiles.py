@@ -11,6 +11,7 @@ import itertools
 import json
 import re
 import sqlite3
+import threading
 from functools import cache
 
 from ..ground.resources import resource_dir
@@ -38,9 +39,16 @@ def check_sqlite_version(found: tuple[int, ...] | None = None, text: str | None 
                           found=text or sqlite3.sqlite_version, required=need)
 
 
-#: An exception raised inside one of :func:`migration_functions` while SQLite called it (a Ctrl-C, say),
-#: which ``sqlite3`` reports only as "user-defined function raised exception": raised as itself after.
-FUNCTION_FAILURES: list[BaseException] = []
+class _FunctionFailures(threading.local):
+    """The exceptions raised inside :func:`migration_functions` on this thread while SQLite called them (a
+    Ctrl-C, say), which ``sqlite3`` reports only as "user-defined function raised exception": raised as
+    themselves after. One list per thread, so two threads upgrading two ledgers never see each other's."""
+
+    def __init__(self) -> None:
+        self.raised: list[BaseException] = []
+
+
+FUNCTION_FAILURES = _FunctionFailures()
 
 
 def atoms_marked(atoms: str | None) -> str | None:
@@ -63,7 +71,7 @@ def atoms_marked(atoms: str | None) -> str | None:
     except ValueError:
         return None
     except BaseException as exc:  # sqlite3 would turn it into an error of the statement
-        FUNCTION_FAILURES.append(exc)
+        FUNCTION_FAILURES.raised.append(exc)
         raise
 
 

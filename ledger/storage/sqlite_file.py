@@ -50,13 +50,13 @@ def run_migration_statement(conn: sqlite3.Connection, sql: str) -> None:
     """Run one statement of a migration (:func:`translate_sqlite_errors`); an exception raised inside a
     function of :func:`~.sqlfiles.migration_functions` while it ran (a Ctrl-C: ``sqlite3`` reports any
     as "user-defined function raised exception") is raised as itself, never as a damaged ledger."""
-    FUNCTION_FAILURES.clear()
+    FUNCTION_FAILURES.raised.clear()
     try:
         with translate_sqlite_errors():
             conn.execute(sql)
     except LedgerError:
-        if FUNCTION_FAILURES:
-            raise FUNCTION_FAILURES.pop() from None
+        if FUNCTION_FAILURES.raised:
+            raise FUNCTION_FAILURES.raised.pop() from None
         raise
 
 
