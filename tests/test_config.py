@@ -385,6 +385,45 @@ def test_a_cost_table_that_is_not_a_table_is_config_invalid(tmp_path, text):
     assert caught.value.code == CONFIG_INVALID
 
 
+@pytest.mark.parametrize("load, text, message", [
+    (BudgetConfig.load, "default_action_cost = {a = 1.5}\n", "default_action_cost: must be an integer, got an object"),
+    (BudgetConfig.load, "[max_reward_bps]\nx = 1\n", "max_reward_bps: must be an integer, got an object"),
+    (AnalysisConfig.load, "units_per_hypothesis = {a = 1}\n",
+     "units_per_hypothesis: must be an integer, got an object"),
+    (AnalysisConfig.load, "[limits]\nevent_bytes_max = {a = 1}\n",
+     "limits.event_bytes_max: must be an integer, got an object"),
+], ids=["inline", "table", "analysis", "limits"])
+def test_a_table_where_an_integer_belongs_is_named_by_its_own_key(tmp_path, load, text, message):
+    """A table given for a setting that takes an integer was blamed on the table's first key
+    (``default_action_cost.a: must be an integer, got the number 1.5``)."""
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    with pytest.raises(LedgerError) as caught:
+        load(path)
+    assert (caught.value.code, caught.value.message) == (CONFIG_INVALID, f"{path}: {message}")
+
+
+def test_an_exception_a_callers_own_mapping_raises_comes_out_as_itself():
+    """The library reads a mapping it is given through the mapping's own methods: what they raise is
+    the caller's, raised unchanged (docs/api.md)."""
+    from collections.abc import Mapping
+
+    class Lying(Mapping):
+        def __iter__(self):
+            return iter(["default_action_cost"])
+
+        def __len__(self):
+            return 1
+
+        def __getitem__(self, key):
+            raise KeyError(key)
+
+    with pytest.raises(KeyError, match="default_action_cost"):
+        BudgetConfig.from_mapping(Lying())
+    with pytest.raises(KeyError, match="default_action_cost"):
+        AnalysisConfig.from_mapping({"limits": Lying()})
+
+
 @pytest.mark.parametrize("config", [True, "budget.toml", {"default_action_cost": 10}], ids=["bool", "str", "dict"])
 def test_a_budget_config_of_the_wrong_type_is_refused_at_once(case, config):
     with pytest.raises(LedgerError) as caught:

@@ -158,8 +158,9 @@ def _check_types(data: Mapping[str, Any], where: str, known: Mapping[str, Any] |
         name = f"{where}{key}"
         if known is not None and key not in known:
             raise unknown_key(where, key, known)
-        if isinstance(value, Mapping) and not where:  # a table; a table inside one is no config's
-            inner = known.get(key) if known is not None else None
+        inner = known.get(key) if known is not None else None
+        if isinstance(value, Mapping) and not where and (known is None or inner is not None):
+            # a table where one belongs (a table inside one is no config's); a leaf's is no integer
             _check_types(value, f"{name}.", None if inner is ANY_KEYS else inner, strings=strings)
         elif name in strings:
             continue
