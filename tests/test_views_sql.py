@@ -139,15 +139,67 @@ def test_ledger_sql_allows_read_only_pragma_table_functions(demo):
     assert columns == ["name", "type"] and rows[:2] == [("seq", "INTEGER"), ("type", "TEXT")]
 
 
-@pytest.mark.parametrize("query", ["PRAGMA user_version = 7", "SELECT * FROM pragma_journal_mode",
-                                   "PRAGMA journal_mode = DELETE", "ATTACH 'other.db' AS other"])
-def test_ledger_sql_still_refuses_writing_pragmas_and_attach(demo, query):
+@pytest.mark.parametrize("query, words", [
+    ("PRAGMA user_version = 7", "not authorized"), ("SELECT * FROM pragma_journal_mode", "not authorized"),
+    ("PRAGMA journal_mode = DELETE", "not authorized"), ("ATTACH 'other.db' AS other", "not authorized"),
+    ("VACUUM", "authorization denied"), ("VACUUM INTO 'copy.db'", "authorization denied")])
+def test_ledger_sql_still_refuses_writing_pragmas_and_attach(demo, query, words, tmp_path, monkeypatch):
+    """Each refusal says what a read may not do (VACUUM's, SQLite's "authorization denied", said nothing more)."""
+    monkeypatch.chdir(tmp_path)
     with pytest.raises(LedgerError) as caught:
         read_only_query(demo, query)
     assert caught.value.code == INVALID_ARGUMENT
-    assert caught.value.message.startswith("query refused: not authorized; a read-only query may not write, change "
-                                           "the schema, ATTACH, DETACH or run a PRAGMA but the schema-reading ones "
-                                           "(collation_list, ")
+    assert caught.value.message.startswith(f"query refused: {words}; a read-only query may not write, change "
+                                           "the schema, VACUUM, ATTACH, DETACH or run a PRAGMA but the schema-reading "
+                                           "ones (collation_list, ")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("query, name", [("SELECT hex(fts3_tokenizer('simple'))", "fts3_tokenizer"),
+                                         ("SELECT FTS3_TOKENIZER('simple', x'4141414141414141')", "FTS3_TOKENIZER")])
+def test_no_query_may_call_a_function_that_answers_with_an_address_inside_the_program(demo, query, name):
+    """``fts3_tokenizer`` (where SQLite has it) gave the address of code inside the process, and took one to
+    call later; ``ledger serve`` refused it, ``ledger sql`` and ``Case.query`` did not."""
+    message = ("query refused: not authorized to use function: {}; it answers with an address inside this program, "
+               "which no read needs")
+    with Case.open(demo) as case:
+        for call in (lambda: read_only_query(demo, query), lambda: case.query(query)):
+            with pytest.raises(LedgerError) as caught:
+                call()
+            assert (caught.value.code, caught.value.message) == (INVALID_ARGUMENT, message.format(name))
+        assert case.query("SELECT 1 AS one") == [{"one": 1}]
+
+
+@pytest.mark.parametrize("query", ["", "  \n", ";", "/* a */ ; -- b\n ;", "-- only a comment", "/* not closed"])
+def test_a_query_of_no_statement_is_named_as_such(demo, query):
+    with pytest.raises(LedgerError) as caught:
+        read_only_query(demo, query)
+    assert (caught.value.code, caught.value.message) == (
+        INVALID_ARGUMENT, "the query holds no statement (only white space, comments or semicolons)")
+
+
+@pytest.mark.parametrize("query", ["BEGIN", "BEGIN DEFERRED", "/* a comment first */ BEGIN"])
+def test_a_statement_that_returns_no_rows_is_refused_saying_what_runs(demo, query):
+    with pytest.raises(LedgerError) as caught:
+        read_only_query(demo, query)
+    assert (caught.value.code, caught.value.message) == (
+        INVALID_ARGUMENT, "the statement returns no rows; only a read that returns rows runs here (SELECT, "
+        "WITH … SELECT, VALUES, or a schema-reading PRAGMA)")
+
+
+@pytest.mark.parametrize("query, column", [("SELECT CAST(x'ff' AS TEXT) AS bad", "'bad'"),
+                                           ("SELECT CAST(x'41ff' AS TEXT)", '"CAST(x\'41ff\' AS TEXT)"')])
+def test_text_a_query_makes_that_is_not_utf8_is_the_querys_own_failure_not_damage(demo, query, column):
+    """Text a query made (a CAST of bytes) that is not UTF-8 was called damage of the file
+    (INTEGRITY_ERROR), which verify then did not find: no table of the ledger holds such text."""
+    message = (f"query failed: column {column} of the result is text that is not UTF-8, which none of the "
+               "ledger's own tables holds: the query made it (a CAST of bytes AS TEXT, say); hex(…) or CAST(… AS "
+               "BLOB) gives its bytes")
+    with Case.open(demo) as case:
+        for call in (lambda: read_only_query(demo, query), lambda: case.query(query)):
+            with pytest.raises(LedgerError) as caught:
+                call()
+            assert (caught.value.code, caught.value.message) == (INVALID_ARGUMENT, message)
 
 
 def test_shipped_schema_follows_drop_and_recreate_per_version():

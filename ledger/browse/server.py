@@ -39,7 +39,7 @@ from .metadata import (CHART_FORMAT, CHART_QUERY, ServedCase, browse_config, bro
                        remaining_units_svg, served_cases)
 from ..ground.errors import LedgerError, printable, quoted, shown
 from ..storage.sqlfiles import schema_version
-from ..storage.readonly import bound_values
+from ..storage.readonly import REFUSED_FUNCTIONS, bound_values
 from ..storage.sqlite_file import release_log
 from ..storage.side_files import check_not_cut_short, log_files_exist
 
@@ -209,11 +209,6 @@ def _cut_short_reason(path: str) -> str | None:
     except OSError as oserr:
         E.pass_on_interruption(oserr)  # else the file is gone or unreadable: nothing more to say
     return None
-
-
-#: SQL functions a served query may not call: ``fts3_tokenizer(name)`` answers with the address of
-#: code inside the server process, which no visitor needs.
-REFUSED_FUNCTIONS = frozenset({"fts3_tokenizer"})
 
 
 def _no_address_functions(action: int, first: str | None, second: str | None, *_: Any) -> int:

@@ -19,12 +19,13 @@ from typing import Any, Iterator
 
 from ..ground import errors as E, interrupts
 from .sqlfiles import PUBLIC_VIEWS, recorded_schema_version, schema_version
-from ..ground.errors import LedgerError, pass_on_interruption
+from ..ground.errors import LedgerError, pass_on_interruption, quoted
 from ..ground.interrupts import context_manager
 from .bounded_printf import bound_printf
 from .sqlite_file import (BUSY_CODES, DAMAGED_CODES, HIDDEN_FUNCTION_RE, SQLITE_ERRORS, SQLITE_INTERRUPT,
                           SQLITE_READONLY, SQLITE_TOOBIG, STORAGE_CODES, close_then_fold, connect_uri, no_case_in,
-                          primary_code, readable_uri, sqlite_error, translate_sqlite_errors, undecodable)
+                          find_undecodable_text, primary_code, readable_uri, sqlite_error, translate_sqlite_errors,
+                          undecodable)
 from .side_files import log_files_exist, log_path
 
 
@@ -115,14 +116,32 @@ def _query_error(exc: BaseException, conn: sqlite3.Connection) -> LedgerError:
     keep their codes; any other failure, a write refused on the read-only connection among them, is
     the statement's own (``INVALID_ARGUMENT``, :func:`_refused`)."""
     primary = primary_code(exc) if isinstance(exc, sqlite3.Error) else None
-    if undecodable(exc):  # the sqlite3 module reading a stored text back: the file's fault, not the statement's
-        return sqlite_error(exc)
+    if undecodable(exc):  # text the sqlite3 module cannot read: stored in a damaged file, or the query's own
+        return _undecodable_result(exc, conn)
     if (primary is not None and primary != SQLITE_READONLY and (
             primary in BUSY_CODES or primary in DAMAGED_CODES or primary in STORAGE_CODES)) or _hides(exc, conn):
         translated = sqlite_error(exc)  # a table-valued function a table of the user's hides: named as such
         if isinstance(translated, LedgerError):
             return translated
     return _refused(exc)
+
+
+def _undecodable_result(exc: BaseException, conn: sqlite3.Connection) -> LedgerError:
+    """A text of the result that is not UTF-8, which the sqlite3 module cannot give: ``INTEGRITY_ERROR``
+    naming the row when a table of the ledger holds such text (a damaged file), else the query made it
+    (``CAST(x'ff' AS TEXT)``), ``INVALID_ARGUMENT``; as damage, with 'ledger verify' to tell, when the
+    search itself cannot read the file."""
+    try:
+        damaged = find_undecodable_text(conn)
+    except (sqlite3.Error, UnicodeDecodeError):
+        damaged = sqlite_error(exc)
+    if isinstance(damaged, LedgerError):
+        return damaged
+    column = re.match(r"Could not decode to UTF-8 column '(.*?)' with text", str(exc), re.S)
+    named = f"column {quoted(column[1], 80)} of the result" if column else "a text of the result"
+    return LedgerError(E.INVALID_ARGUMENT, f"query failed: {named} is text that is not UTF-8, which none of the "
+                       "ledger's own tables holds: the query made it (a CAST of bytes AS TEXT, say); hex(…) or "
+                       "CAST(… AS BLOB) gives its bytes", query="failed")
 
 
 def _hides(exc: BaseException, conn: sqlite3.Connection) -> bool:
@@ -173,11 +192,18 @@ _READ_ACTIONS = frozenset({sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.S
                            getattr(sqlite3, "SQLITE_RECURSIVE", 33)})
 
 
-def reads_only(action: int, name: str | None = None, *_: Any) -> int:
+#: SQL functions no user's query may call: ``fts3_tokenizer(name)`` answers with the address of code
+#: inside this process (and, given a second argument, plants one), which no read needs.
+REFUSED_FUNCTIONS = frozenset({"fts3_tokenizer"})
+
+
+def reads_only(action: int, name: str | None = None, function: str | None = None, *_: Any) -> int:
     """An SQLite authorizer that lets a statement read and nothing else: no write, no schema
     change, no transaction control, no ATTACH, no pragma but the schema-reading ones of
     :data:`READ_ONLY_PRAGMAS` (as ``SELECT * FROM pragma_table_info('events')`` or
-    ``PRAGMA table_info(events)``)."""
+    ``PRAGMA table_info(events)``), no function of :data:`REFUSED_FUNCTIONS`."""
+    if action == sqlite3.SQLITE_FUNCTION and (function or "").lower() in REFUSED_FUNCTIONS:
+        return sqlite3.SQLITE_DENY
     if action == sqlite3.SQLITE_PRAGMA:
         return sqlite3.SQLITE_OK if (name or "").lower() in READ_ONLY_PRAGMAS else sqlite3.SQLITE_DENY
     if action == sqlite3.SQLITE_UPDATE and (name or "").lower() in _SCHEMA_TABLES:
@@ -241,6 +267,19 @@ def reading_only(conn: sqlite3.Connection, timeout_ms: int | None = None) -> Ite
                 conn.set_progress_handler(None, 10_000)
 
 
+#: A query of nothing but white space, comments and semicolons: no statement at all.
+_BLANK_SQL = re.compile(r"(?:\s|;|--[^\n]*|/\*(?:[^*]|\*(?!/))*(?:\*/|\Z))*")
+
+
+def _no_rows(sql: str) -> LedgerError:
+    """``INVALID_ARGUMENT`` for a statement that returns no rows (``BEGIN``), or a query that holds none."""
+    if _BLANK_SQL.fullmatch(sql):
+        return LedgerError(E.INVALID_ARGUMENT, "the query holds no statement (only white space, comments or "
+                           "semicolons)", query="refused")
+    return LedgerError(E.INVALID_ARGUMENT, "the statement returns no rows; only a read that returns rows runs "
+                       "here (SELECT, WITH … SELECT, VALUES, or a schema-reading PRAGMA)", query="refused")
+
+
 def _not_unicode(exc: UnicodeEncodeError) -> LedgerError:
     """``INVALID_ARGUMENT`` for a statement or parameter SQLite cannot be given: text with a lone surrogate."""
     return LedgerError(E.INVALID_ARGUMENT, f"query refused: the statement or a parameter holds text that is not "
@@ -250,9 +289,11 @@ def _not_unicode(exc: UnicodeEncodeError) -> LedgerError:
 
 def _refused(exc: BaseException) -> LedgerError:
     """``INVALID_ARGUMENT`` for a user's statement SQLite refused, saying what a read may not do."""
-    why = ("; a read-only query may not write, change the schema, ATTACH, DETACH or run a PRAGMA but the "
-           f"schema-reading ones ({', '.join(sorted(READ_ONLY_PRAGMAS))})"
-           if str(exc) == "not authorized" or primary_code(exc) == SQLITE_READONLY else "")
+    why = ("; a read-only query may not write, change the schema, VACUUM, ATTACH, DETACH or run a PRAGMA but "
+           f"the schema-reading ones ({', '.join(sorted(READ_ONLY_PRAGMAS))})"
+           if str(exc) in ("not authorized", "authorization denied") or primary_code(exc) == SQLITE_READONLY else "")
+    if str(exc).startswith("not authorized to use function"):
+        why = "; it answers with an address inside this program, which no read needs"
     if isinstance(exc, sqlite3.Error) and primary_code(exc) == SQLITE_TOOBIG:
         why = (f"; a query may make, or be given as a parameter, no text or blob longer than "
                f"{VALUE_BYTES_MIN // (1024 * 1024)} MiB (or the case file's size, when larger), so that one function "
@@ -305,8 +346,7 @@ def readonly_rows(path: Path, sql: str, timeout_ms: int = 30_000) -> Iterator[tu
             except sqlite3.OperationalError as exc:
                 raise _older_views(exc, version) from None
             if cursor.description is None:
-                raise LedgerError(E.INVALID_ARGUMENT, "the statement returns no rows; only reads are allowed",
-                                  query="refused")
+                raise _no_rows(sql)
         yield [d[0] for d in cursor.description], _fetch(cursor, timeout_ms, deadline)
     finally:
         close_then_fold((conn,), path, not log_was_there)

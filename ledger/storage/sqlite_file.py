@@ -195,19 +195,25 @@ def undecodable_text(conn: sqlite3.Connection, schema: str = "main") -> LedgerEr
     such text in the ledger's own tables, the one of the lowest ``seq`` (a table without one,
     ``schema_migrations``, by its table alone); None when every text reads (or the search itself
     cannot read the file)."""
-    found: list[tuple[int, str, str, UnicodeDecodeError]] = []
     try:
-        for table in sorted(name for kind, name in shipped_objects() if kind == "table"):
-            names = [row[1] for row in conn.execute(statement("table_columns", schema, table=table))]
-            key = "seq" if "seq" in names else "rowid"
-            for column in names:
-                hit = _first_undecodable(conn, schema, table, column, key)
-                if hit is not None:
-                    found.append((hit[0] if key == "seq" else -1, table, column, hit[1]))
-        if not found:
-            return _undecodable_schema(conn, schema)
+        return find_undecodable_text(conn, schema)
     except (sqlite3.Error, UnicodeDecodeError):
         return None
+
+
+def find_undecodable_text(conn: sqlite3.Connection, schema: str = "main") -> LedgerError | None:
+    """:func:`undecodable_text`, but a search that cannot read the file raises what it met
+    (``sqlite3.Error``, ``UnicodeDecodeError``): None means every text of the ledger reads."""
+    found: list[tuple[int, str, str, UnicodeDecodeError]] = []
+    for table in sorted(name for kind, name in shipped_objects() if kind == "table"):
+        names = [row[1] for row in conn.execute(statement("table_columns", schema, table=table))]
+        key = "seq" if "seq" in names else "rowid"
+        for column in names:
+            hit = _first_undecodable(conn, schema, table, column, key)
+            if hit is not None:
+                found.append((hit[0] if key == "seq" else -1, table, column, hit[1]))
+    if not found:
+        return _undecodable_schema(conn, schema)
     seq, table, column, exc = min(found, key=lambda hit: (hit[0] < 0, hit[0]))
     return integrity_error(seq if seq >= 0 else None, f"{table}.{column} {_UNDECODABLE[1]} ({exc.reason} at byte "
                            f"{exc.start}): the file is damaged", table=table, column=column)
