@@ -21,7 +21,7 @@ import time
 from typing import Iterable, Iterator
 
 from ledger import LedgerError
-from ledger.ground import errors as E
+from ledger.ground import errors as E, interrupts
 
 from .entry import INTERRUPTED
 
@@ -102,7 +102,8 @@ class QueryDeadline:
                 os.close(self._wakeup[0])
 
     def _signal_within(self, seconds: float) -> int | None:
-        """The number of a SIGINT or SIGTERM that arrived within ``seconds``, else None."""
+        """The number of a signal that interrupts a command (a SIGINT, say) that arrived within ``seconds``,
+        else None."""
         if self._wakeup is None:
             self._done.wait(seconds)
             return None
@@ -113,7 +114,7 @@ class QueryDeadline:
             numbers = os.read(self._wakeup[0], 64)
         except OSError:
             return None
-        return next((number for number in numbers if number in (signal.SIGINT, signal.SIGTERM)), None)
+        return next((number for number in numbers if number in interrupts.INTERRUPTING), None)
 
     @staticmethod
     def _end(line: str, status: int) -> None:

@@ -78,7 +78,7 @@ FINISH_LINE_S = 2.0
 _WITH_BOM = {"utf-8-sig", "utf-16", "utf-32"}
 
 #: The signals that interrupt a command, held while :func:`echo_line` writes a line at once.
-_STOPS = {signal.SIGINT, signal.SIGTERM}
+_STOPS = set(interrupts.INTERRUPTING)
 
 
 class LinePrinted(KeyboardInterrupt):

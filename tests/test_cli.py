@@ -875,10 +875,12 @@ def test_a_second_ctrl_c_while_the_command_exits_changes_nothing(cli_case, gap_s
 
 @pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 @pytest.mark.parametrize("sigint", ["default", "ignored"])
-def test_sigterm_ends_a_command_as_ctrl_c_does_with_status_143(cli_case, sigint):
-    """SIGTERM (timeout, a CI runner, a service manager) ends a command as Ctrl-C does, with the
-    status a shell gives a process SIGTERM ended; also in a script's background job, which starts
-    with SIGINT ignored."""
+@pytest.mark.parametrize("signal_name, status", [("SIGTERM", 143), ("SIGHUP", 129)])
+def test_sigterm_and_sighup_end_a_command_as_ctrl_c_does_with_128_and_the_signal(cli_case, sigint, signal_name, status):
+    """SIGTERM (timeout, a CI runner, a service manager) and SIGHUP (a terminal closed, an ssh session
+    dropped: it ended the command where it stood, without a word) end a command as Ctrl-C does, with
+    the status a shell gives a process that signal ended; also in a script's background job, which
+    starts with SIGINT ignored."""
     import signal
     import time
 
@@ -889,9 +891,10 @@ def test_sigterm_ends_a_command_as_ctrl_c_does_with_status_143(cli_case, sigint)
                                preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint == "ignored"
                                else None)
     time.sleep(1.5)
-    process.send_signal(signal.SIGTERM)
+    process.send_signal(getattr(signal, signal_name))
     _, err = process.communicate(timeout=60)
-    assert (process.returncode, err) == (143, "error: interrupted; nothing half-written remains, run the command again\n")
+    assert (process.returncode, err) == (status, "error: interrupted; nothing half-written remains, run the command "
+                                                 "again\n")
 
 
 @pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
@@ -1061,7 +1064,7 @@ def test_a_ctrl_c_while_the_command_line_is_still_loading_ends_with_the_message_
 
     monkeypatch.setitem(sys.modules, "ledger_cli.main", Loading())
     monkeypatch.setattr(interrupts, "_ending", [False, False])  # this test process goes on after the command
-    handlers = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+    handlers = {number: signal.getsignal(number) for number in interrupts.INTERRUPTING}
     try:
         with pytest.raises(SystemExit) as ended:
             entry.run()
@@ -1094,7 +1097,7 @@ run()
 """
 
 
-@pytest.mark.parametrize("signal_name", ["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("signal_name", ["SIGINT", "SIGTERM", "SIGHUP"])
 @pytest.mark.parametrize("moment", ["loading", "arguments", "over"])
 def test_a_signal_before_the_command_runs_interrupts_it_and_one_after_it_is_over_changes_nothing(package, moment,
                                                                                                     signal_name):
@@ -1107,7 +1110,7 @@ def test_a_signal_before_the_command_runs_interrupts_it_and_one_after_it_is_over
     if moment == "over":
         assert (done.returncode, done.stderr, done.stdout.split(":")[0]) == (0, "", "case_id")
     else:
-        assert (done.returncode, done.stdout) == (130 if signal_name == "SIGINT" else 143, "")
+        assert (done.returncode, done.stdout) == ({"SIGINT": 130, "SIGTERM": 143, "SIGHUP": 129}[signal_name], "")
         assert done.stderr == "error: interrupted; nothing half-written remains, run the command again\n"
 
 @pytest.mark.slow  # over half a second: the slow lane (.ci/run) runs it

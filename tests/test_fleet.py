@@ -1770,6 +1770,36 @@ def test_sigterm_ends_a_fleet_export_as_ctrl_c_does_and_its_workers_write_nothin
 
 
 @pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
+def test_a_hangup_of_the_whole_process_group_ends_a_fleet_export_as_ctrl_c_does(tmp_path):
+    """A terminal closed (or an ssh session dropped) sends SIGHUP to every process of the group: the
+    command ended where it stood, without a word, and each worker with it, leaving temporary files.
+    It ends as after Ctrl-C (the message, status 129); its workers stop with it and write nothing after."""
+    for n in range(40):
+        bench_fleet.make_case(tmp_path / "cases" / f"case-{n:02d}", n)
+    out = tmp_path / "out"
+    process = subprocess.Popen([sys.executable, "-m", "ledger_cli", "fleet", "export", str(tmp_path / "cases"),
+                                "--to", str(out), "--jobs", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not list(out.glob("events/case_id=*")) and time.monotonic() < deadline:  # under way
+        time.sleep(0.02)
+    children = [int(pid) for pid in Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()]
+    os.killpg(process.pid, signal.SIGHUP)
+    _, err = process.communicate(timeout=60)
+    assert (process.returncode, err) == (129, "error: interrupted; nothing half-written remains, run the command again\n")
+    left = _files(out)
+    deadline = time.monotonic() + 10
+    while any(Path(f"/proc/{pid}").exists() for pid in children) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(Path(f"/proc/{pid}").exists() for pid in children)
+    time.sleep(1.0)
+    assert _files(out) == left
+    assert not list((out / "_fleet" / "tmp").iterdir())
+    again = export_fleet([tmp_path / "cases"], out)
+    assert (again.exported + again.unchanged, again.failed) == (40, [])
+
+
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_ctrl_c_at_the_terminal_while_the_workers_start_prints_no_traceback_of_theirs(tmp_path):
     """A Ctrl-C the terminal sends to the whole group while the workers were still starting printed
     a KeyboardInterrupt traceback from each ("Process SpawnProcess-3: …")."""

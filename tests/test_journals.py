@@ -300,7 +300,8 @@ def test_journal_line_shape_checks_name_missing_unexpected_and_null_keys():
 
 
 @pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
-def test_apply_stopped_by_sigterm_counts_every_line_it_committed(tmp_path):
+@pytest.mark.parametrize("signal_name, status", [("SIGTERM", 143), ("SIGHUP", 129)])
+def test_apply_stopped_by_a_signal_counts_every_line_it_committed(tmp_path, signal_name, status):
     """A signal while apply prints a committed batch (here: its output pipe full, unread) ends it as
     Ctrl-C does; the summary still counts every committed line, printed or not, so a re-run finds
     exactly that many applied (the batch's lines not yet printed were left out of the count)."""
@@ -319,9 +320,9 @@ def test_apply_stopped_by_sigterm_counts_every_line_it_committed(tmp_path):
     command = [sys.executable, "-m", "ledger_cli", "apply", str(tmp_path / "c"), str(journal), "--batch-size", "500"]
     process = subprocess.Popen([*command, "--create", "C"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(3)  # the pipe (64 KiB: some 400 result lines) is full: apply waits, printing a batch
-    process.send_signal(signal.SIGTERM)
+    process.send_signal(getattr(signal, signal_name))
     _, err = process.communicate(timeout=120)
-    assert process.returncode == 143, err
+    assert process.returncode == status, err
     first = re.search(r"applied: (\d+) ok \((\d+) reused\), (\d+) failed", err)
     assert first is not None and first.group(3) == "0", err
     assert 0 < int(first.group(1)) < len(lines)

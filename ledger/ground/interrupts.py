@@ -19,8 +19,12 @@ from types import FrameType
 from typing import Any, Callable, Iterable, Iterator
 
 _received = threading.Event()
-#: The signal that last interrupted the command (SIGINT or SIGTERM).
+#: The signal that last interrupted the command (one of :data:`INTERRUPTING`).
 _last_signal = [int(signal.SIGINT)]
+#: The signals that interrupt a ``ledger`` command: Ctrl-C (SIGINT), SIGTERM, and SIGHUP (a terminal
+#: closed, an ssh session dropped) where the system has it.
+HANGUP = getattr(signal, "SIGHUP", None)
+INTERRUPTING = (signal.SIGINT, signal.SIGTERM) + ((HANGUP,) if HANGUP is not None else ())
 
 
 def _on_interrupt(signum: int, frame: FrameType | None) -> None:
@@ -69,7 +73,7 @@ def ending() -> None:
     if not _ending[0] or threading.current_thread() is not threading.main_thread():
         return
     _ending[1] = True
-    for number in (signal.SIGINT, signal.SIGTERM):
+    for number in INTERRUPTING:
         signal.signal(number, signal.SIG_IGN)
 
 
@@ -90,12 +94,13 @@ def ends_process() -> None:
 #: ``[this process ends with the command, signals are ignored now]``.
 _ending = [False, False]
 #: Each signal taken, with the handler it has unless a caller set another: Python's own, the default action.
-_DEFAULT_HANDLERS = ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL))
+_DEFAULT_HANDLERS = ((signal.SIGINT, signal.default_int_handler),
+                     *((number, signal.SIG_DFL) for number in INTERRUPTING if number != signal.SIGINT))
 
 
 def exit_status() -> int:
     """The exit status of a command the last signal interrupted: 128 + its number (130 for Ctrl-C,
-    143 for SIGTERM, as a shell reports a process that signal ended)."""
+    143 for SIGTERM, 129 for SIGHUP, as a shell reports a process that signal ended)."""
     return 128 + _last_signal[0]
 
 
@@ -121,8 +126,9 @@ def recorded() -> Iterator[None]:
     """Within the block, record every SIGINT (and still raise ``KeyboardInterrupt``), when Python's
     own handler is in place in the main thread (another handler a caller installed is left alone);
     Python's handler is put back after it. SIGTERM (what ``timeout``, a CI runner or a service
-    manager sends), when it has its default action, is taken the same way: the command ends as after
-    Ctrl-C, its workers stopped and nothing half-written, not killed where it stood."""
+    manager sends) and SIGHUP (a terminal closed; ``nohup`` ignores it), when each has its default
+    action, are taken the same way: the command ends as after Ctrl-C, its workers stopped and nothing
+    half-written, not killed where it stood."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -170,7 +176,7 @@ def deferred() -> Iterator[list[Any]]:
         yield caught
         return
     # a handler not set from Python (None) is left alone
-    numbers = [number for number in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(number) is not None]
+    numbers = [number for number in INTERRUPTING if signal.getsignal(number) is not None]
     handlers: dict[int, Any] = {}
     try:  # each handler is put back whatever lands while they are set (a caller's timeout): left, it
         for number in numbers:  # took every later Ctrl-C or SIGTERM of the process into a list nobody reads

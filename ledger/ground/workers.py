@@ -83,8 +83,27 @@ def _main_importable() -> bool:
 def worker_context() -> BaseContext:
     """``spawn``: a fresh interpreter per worker. Never ``fork``: forking a process that runs
     threads of its own (a database client, a web server) can leave a child waiting on a lock no
-    thread of it will release (docs/architecture.md)."""
+    thread of it will release (docs/architecture.md). multiprocessing's resource tracker is started
+    first (:func:`_start_resource_tracker`)."""
+    _start_resource_tracker()
     return multiprocessing.get_context("spawn")
+
+
+def _start_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker (the first lock, event or worker of a ``spawn`` context
+    starts it otherwise) with SIGHUP blocked: it ignores SIGINT and SIGTERM itself, and so started it
+    keeps SIGHUP blocked, outliving a terminal's hangup to the whole process group (killed, it was
+    started again with a warning and a traceback of its own). Once per process; a process left
+    without one, where none can start, finds out as its first worker starts."""
+    if not hasattr(signal, "pthread_sigmask"):
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, set(interrupts.INTERRUPTING) - {signal.SIGINT, signal.SIGTERM})
+    try:
+        resource_tracker.ensure_running()
+    except OSError as oserr:  # no process left to this user: starting a worker will say so
+        pass_on_interruption(oserr)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def shared_map(work: Callable[[Any], Any], tasks: Sequence[Any], jobs: int) -> Iterator[Any]:
@@ -100,7 +119,7 @@ def shared_map(work: Callable[[Any], Any], tasks: Sequence[Any], jobs: int) -> I
     process waits at the end for little more than the chunks the workers hold. A worker that dies
     (killed, out of memory), or whose results do not pickle, gives its tasks back to the calling
     process, which runs them itself with every task after them; a worker whose caller died ends.
-    Workers start with SIGINT and SIGTERM blocked: a Ctrl-C (or SIGTERM) to the process group
+    Workers start with SIGINT, SIGTERM and SIGHUP blocked: a Ctrl-C (or either) to the process group
     interrupts the caller alone, which stops handing out tasks and waits (deferring a second one)
     for the chunks the workers hold. ``work`` and the tasks must pickle. A task's exception (in any
     process) is raised when its turn to be yielded comes, after the tasks before it; the warnings
@@ -132,7 +151,7 @@ _stopping: list[Any] = [None]
 def stop_requested() -> bool:
     """In a worker: whether the process that started it is stopping (Ctrl-C, SIGTERM, an error), so a
     wait of a task's (another export's lock, up to an hour) may end at once; False elsewhere. The
-    worker itself gets no signal: it keeps SIGINT and SIGTERM blocked."""
+    worker itself gets no signal: it keeps SIGINT, SIGTERM and SIGHUP blocked."""
     event = _stopping[0]
     return event is not None and event.is_set()
 
@@ -194,7 +213,7 @@ def parent_gone() -> bool:
 
 @context_manager
 def interrupts_blocked() -> Iterator[None]:
-    """SIGINT and SIGTERM blocked in this thread (and so in the processes it starts, which keep the
+    """SIGINT, SIGTERM and SIGHUP blocked in this thread (and so in the processes it starts, which keep the
     mask from their first instruction on) where the system can: a Ctrl-C a terminal sends to the
     whole process group, or the SIGTERM ``timeout``, a CI runner or a service manager sends to it,
     then interrupts the caller alone, which stops the workers once their chunks are done (never a
@@ -206,11 +225,8 @@ def interrupts_blocked() -> Iterator[None]:
     # multiprocessing's resource tracker, started with the first worker, unblocks SIGINT in the
     # starting thread once it is up (it blocks it around its own start): started first, it leaves
     # the mask alone
-    try:
-        resource_tracker.ensure_running()
-    except OSError as oserr:  # no process left to this user: starting a worker will say so
-        pass_on_interruption(oserr)
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM} if BLOCK_SIGTERM
+    _start_resource_tracker()
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, set(interrupts.INTERRUPTING) if BLOCK_SIGTERM
                                     else {signal.SIGINT})
     try:
         yield
