@@ -1786,7 +1786,8 @@ def test_a_hangup_of_the_whole_process_group_ends_a_fleet_export_as_ctrl_c_does(
     children = [int(pid) for pid in Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()]
     os.killpg(process.pid, signal.SIGHUP)
     _, err = process.communicate(timeout=60)
-    assert (process.returncode, err) == (129, "error: interrupted; nothing half-written remains, run the command again\n")
+    assert (process.returncode, err) == (129, "error: interrupted; nothing half-written remains, run the command "
+                                              "again\n")
     left = _files(out)
     deadline = time.monotonic() + 10
     while any(Path(f"/proc/{pid}").exists() for pid in children) and time.monotonic() < deadline:
