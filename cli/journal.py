@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterator
 import click
 
 import ledger
-from ledger import BudgetConfig, Case, JournalSummary, LineResult, apply_journal
+from ledger import BudgetConfig, Case, JournalSummary, LedgerError, LineResult, apply_journal
 from ledger.ground import interrupts
 from ledger.ground.canonical import SAFE_INTEGER_MAX
 from ledger.package_tools.journal import (LINE_BYTES_MAX, clamp_warning, first_at as journal_first_at,
@@ -84,6 +84,9 @@ def apply(settings: Settings, case: str, journal: Any, create_case_id: str | Non
             except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the committed lines not yet printed still count
                 summary.interrupted = True
                 _count_unprinted(outcomes, uncounted, summary, noted)
+                raise
+            except LedgerError:  # no line's own (the disk full, say): the summary says where it stopped
+                summary.ended_by_error = True
                 raise
             bar.update(size or 0)  # a stop leaves lines unread: the bar still ends full (click clamps it)
     finally:

@@ -333,6 +333,38 @@ def test_apply_stopped_by_a_signal_counts_every_line_it_committed(tmp_path, sign
     assert (int(second.group(1)), int(second.group(2))) == (len(lines), int(first.group(1)))
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
+def test_apply_stopped_by_an_error_of_no_lines_own_says_after_which_line_it_stopped(tmp_path):
+    """The disk full (here: a file size limit) while apply commits a batch: the summary said "0 failed"
+    and nothing of where it stopped, above an error saying "nothing was written"; it names the last line
+    applied, and a re-run finds exactly those lines applied."""
+    import re
+    import resource
+
+    lines = [{"op": "open_revision", "hypotheses": [{"statement": "h"}], "units_per_hypothesis": 100000},
+             {"op": "transition", "to": "INVESTIGATING_HYPOTHESES"}, {"op": "initialize"}]
+    for n in range(1000):
+        lines += [{"op": "reserve", "hypothesis": "H1", "action_id": f"a{n}", "action": "source.read_context"},
+                  {"op": "record_result", "hypothesis": "H1", "action_id": f"a{n}", "evidence": {"n": n}},
+                  {"op": "settle", "hypothesis": "H1", "action_id": f"a{n}", "semantic_score": 80, "reason": "r"}]
+    journal = tmp_path / "j.jsonl"
+    journal.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    command = [sys.executable, "-m", "ledger_cli", "apply", "-q", str(tmp_path / "c"), str(journal)]
+    limited = subprocess.run([*command, "--create", "C"], capture_output=True, text=True, timeout=300,
+                             preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (2_000_000, 2_000_000)))
+    assert limited.returncode == 1, limited.stderr
+    summary, error = limited.stderr.splitlines()[:2]
+    found = re.fullmatch(r"applied: (\d+) ok \(0 reused\), 0 failed, no time raised, [0-9.]+ s; stopped after line "
+                         r"(\d+) by the error below: no line after it was applied \(run the command again to go on: "
+                         r"the lines applied answer reused\)", summary)
+    assert found is not None and found.group(1) == found.group(2) and 0 < int(found.group(1)) < len(lines), summary
+    assert error.startswith("error: STORAGE_ERROR: the file system refused the ledger: ")
+    again = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    second = re.search(r"applied: (\d+) ok \((\d+) reused\), 0 failed", again.stderr)
+    assert again.returncode == 0 and second is not None, again.stderr
+    assert (int(second.group(1)), int(second.group(2))) == (len(lines), int(found.group(1)))
+
+
 def _interrupted_while_a_long_line_is_printed(tmp_path: Path, drained_after_s: float) -> tuple[bytes, str, int]:
     """``ledger apply`` of result lines longer than a pipe takes at once (some 31 KB each) into a pipe
     read only 40,000 bytes, then SIGTERM while it waits with a line begun, and the rest read

@@ -465,7 +465,9 @@ class JournalSummary:
     ``cut_short``: the line whose result line was left cut short on the caller's output (an interrupt
     its reader took no more after, or the output failing part-way), else None. ``stopped_at``: the
     line a run without ``keep_going`` stopped at (its first failure), else None; ``first_failure``:
-    ``(line, code)`` of the first line that failed, else None."""
+    ``(line, code)`` of the first line that failed, else None. ``last_line``: the last line counted, else
+    None; ``ended_by_error``: the caller stopped at an error that is no line's own (the disk full, say),
+    printed after the summary."""
 
     ok: int = 0
     failed: int = 0
@@ -479,10 +481,13 @@ class JournalSummary:
     cut_short: int | None = None
     stopped_at: int | None = None
     first_failure: tuple[int, str] | None = None
+    last_line: int | None = None
+    ended_by_error: bool = False
     started: float = field(default_factory=time.monotonic, repr=False)
 
     def add(self, result: LineResult) -> None:
         """Count one line's result (a refused line's raised time too: the events its refusal recorded)."""
+        self.last_line = result.line
         if result.clamped:
             micros = result.clamped_micros
             self.clamped += 1
@@ -520,6 +525,10 @@ class JournalSummary:
                      if self.unprinted else "")
         stopped = (f"; stopped at line {self.stopped_at}, its first failure: any lines after it were not applied "
                    "(--keep-going applies each line on its own)" if self.stopped_at is not None else "")
+        if self.ended_by_error:
+            after = f"after line {self.last_line}" if self.last_line is not None else "before its first line"
+            stopped += (f"; stopped {after} by the error below: no line after it was applied (run the command "
+                        "again to go on: the lines applied answer reused)")
         reads = f", {self.reads} read(s)" if self.reads else ""
         first = (f" (the first at line {self.first_failure[0]}: {self.first_failure[1]})"
                  if self.first_failure is not None and self.stopped_at is None else "")
