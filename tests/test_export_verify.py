@@ -342,6 +342,31 @@ def test_verify_passes_on_an_honest_case_and_names_the_head(exported):
     assert report.manifest_checked is True and report.exported_files_checked == 15
 
 
+@pytest.mark.slow  # a real process: the slow lane (.ci/run) runs it
+def test_an_import_that_cannot_write_its_new_ledger_names_the_package_it_writes_not_an_exported_file(tmp_path):
+    """The disk full while the new ledger was written (here: a file size limit) was told as the fault of
+    the exported event file being replayed then ("analysis/budgets/0001/events/00000012.json: the file
+    system refused the ledger: ..."); nothing is left of the import."""
+    import resource
+
+    with start_case(tmp_path / "c", hypotheses=1, units=10_000) as case:
+        budget = case.budget()
+        budget.initialize()
+        for n in range(12):
+            budget.reserve("H1", f"a{n}", "source.read_context")
+            budget.record_result("H1", f"a{n}", {"text": f"{n} " + "x" * 200_000})
+            budget.settle("H1", f"a{n}", 50, "r")
+        export_case(case)
+    done = subprocess.run([sys.executable, "-m", "ledger_cli", "import", str(tmp_path / "c"), "--to",
+                           str(tmp_path / "imp")], capture_output=True, text=True, timeout=300,
+                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (1_000_000, 1_000_000)))
+    assert done.returncode == 1
+    assert re.fullmatch(rf"error: STORAGE_ERROR: cannot write the imported package {re.escape(str(tmp_path / 'imp'))} "
+                        r"\(built first in \.imp\.importing-[0-9-]+ beside it\): the file system refused the ledger: "
+                        r".+; nothing was written\n", done.stderr), done.stderr
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["c"]
+
+
 def test_export_import_export_is_byte_identical(exported, tmp_path):
     before = tree(exported)
     report = import_tree(exported, tmp_path / "copy")

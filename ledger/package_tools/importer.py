@@ -236,7 +236,7 @@ def _copy_input(source: Path, target: Path) -> int:
 
 
 def _rebuild(building: Path, build_dir: Path, files: dict[str, Path], manifest: dict[str, Any],
-             progress: Progress | None, in_place: bool) -> int:
+             progress: Progress | None, in_place: bool, dest: Path) -> int:
     """Replay every event up to the manifest's head into a new ledger at ``building``, in one
     transaction; then check that the tree holds nothing but that history's files. In place, event
     files an interrupted export left past the head are refused (``INVALID_ARGUMENT``): the ledger
@@ -257,7 +257,12 @@ def _rebuild(building: Path, build_dir: Path, files: dict[str, Path], manifest: 
         accounted.update(content_path(sha) for sha in contents)
         if row.seq <= head_seq:
             _check_content_files(files, contents, row.seq)
-            storage.append(row, helpers, contents)
+            try:
+                storage.append(row, helpers, contents)
+            except LedgerError as exc:  # the disk full, say: the new ledger's fault, not the event file's
+                if exc.code != E.STORAGE_ERROR:
+                    raise
+                raise _not_written(exc, dest, build_dir) from None
 
     try:
         with storage.write():
@@ -356,6 +361,8 @@ def _replay_tree(replayer: Replayer, files: dict[str, Path], head_seq: int, acco
             return past_head, last, None
         try:
             body, stream_seq = replayer.apply(seq, _file_bytes(files, relative))
+        except _NotWritten:
+            raise
         except LedgerError as exc:
             if seq <= head_seq:  # name the file as well as the seq
                 raise LedgerError(exc.code, f"{relative}: {exc.message}", **{**exc.details, "file": relative}) from None
@@ -456,6 +463,8 @@ def _import_tree(source: str | os.PathLike[str], to: str | os.PathLike[str] | No
         except LedgerError as exc:
             if exc.code == E.INTEGRITY_ERROR and in_place:  # what verify refuses is not kept
                 _discard(dest, had_locks)
+            if exc.code == E.STORAGE_ERROR and not in_place:  # its export is the import's own: named as such
+                raise _not_written(exc, dest, built) from None
             raise
         except KeyboardInterrupt:  # nor what was not verified yet: run again, the import starts afresh
             if in_place:
@@ -468,6 +477,19 @@ def _import_tree(source: str | os.PathLike[str], to: str | os.PathLike[str] | No
             remove_tree(built)
         raise
     return dataclasses.replace(report, package_path=str(dest), events_left_out=left_out)
+
+
+class _NotWritten(LedgerError):
+    """``STORAGE_ERROR``: the new package (its ledger, its export) could not be written, never the fault of
+    the exported file being replayed when it came."""
+
+
+def _not_written(exc: LedgerError, dest: Path, built: Path) -> LedgerError:
+    """``exc`` (``STORAGE_ERROR``) said of the package the import writes at ``dest``, built first in
+    ``built`` (a hidden folder beside it, or the case itself in place)."""
+    where = f"{dest}" if built == dest else f"{dest} (built first in {built.name} beside it)"
+    message = exc.message.removeprefix(f"cannot write the export under {built}: ")
+    return _NotWritten(E.STORAGE_ERROR, f"cannot write the imported package {where}: {message}", **exc.details)
 
 
 def _build(src: Path, dest: Path, in_place: bool, progress: Progress | None) -> tuple[Path, int]:
@@ -492,7 +514,7 @@ def _build(src: Path, dest: Path, in_place: bool, progress: Progress | None) -> 
             _copy_inputs(files, build_dir)
         for leftover in scratch_files:
             leftover.unlink(missing_ok=True)
-        left_out = _rebuild(building, build_dir, files, manifest, progress, in_place)
+        left_out = _rebuild(building, build_dir, files, manifest, progress, in_place, dest)
         for suffix in ("-wal", "-shm", "-journal"):
             # a lost ledger's log must never be replayed onto the rebuilt file (nor deleted by SQLite as
             # it opens it): keep it aside as ledger.sqlite-wal.orphaned-N
