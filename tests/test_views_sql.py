@@ -7,6 +7,7 @@ SQLite reader (declared column types and values) and against the ledger's own AP
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import shutil
 import sqlite3
@@ -132,6 +133,20 @@ def test_a_case_path_the_file_system_cannot_name_is_the_same_refusal_for_every_r
         codes.add(caught.value.code)
         assert "is longer than this file system takes" in caught.value.message
     assert codes == {"INVALID_ARGUMENT"}
+
+
+def test_a_case_path_longer_than_the_system_takes_of_short_names_is_named_by_its_length(tmp_path):
+    """A path of 25 folders of 200 bytes each (5,000 bytes and more) was said to hold a name too long."""
+    too_long = tmp_path.joinpath(*["d" * 200] * 25)
+    size = len(os.fsencode(str(too_long)))
+    for call in (lambda: Case.open(too_long), lambda: read_only_query(too_long, "SELECT 1"),
+                 lambda: Case.create(too_long, "BUG-1")):
+        with pytest.raises(LedgerError) as caught:
+            call()
+        assert caught.value.code == INVALID_ARGUMENT
+        assert caught.value.message.endswith(f"cannot name a file: the path, of {size} bytes, is longer than this "
+                                             "system takes")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_ledger_sql_allows_read_only_pragma_table_functions(demo):

@@ -65,8 +65,10 @@ def fs_path(path: str | bytes | os.PathLike[str], what: str = "path") -> Path:
     except OSError as exc:  # only a name the system cannot take is refused here: a missing file is the caller's
         pass_on_interruption(exc)
         if exc.errno == errno.ENAMETOOLONG:
-            raise LedgerError(INVALID_ARGUMENT, f"{what} {quoted(text, 100)} cannot name a file: the name, or a "
-                              f"folder's name in it, is longer than this file system takes") from None
+            size, longest = len(os.fsencode(text)), max(len(os.fsencode(part)) for part in text.split(os.sep))
+            why = (f"the path, of {size} bytes, is longer than this system takes" if longest <= 255 else
+                   "the name, or a folder's name in it, is longer than this file system takes")
+            raise LedgerError(INVALID_ARGUMENT, f"{what} {quoted(text, 100)} cannot name a file: {why}") from None
     return Path(text)
 
 
