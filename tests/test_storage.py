@@ -261,6 +261,25 @@ def test_side_files_left_read_only_by_a_read_of_a_read_only_ledger_do_not_stop_i
         assert again.status()["analysis_revision"] == 1
 
 
+@pytest.mark.slow  # real processes: the slow lane (.ci/run) runs it
+def test_a_read_of_a_ledger_made_read_only_warns_of_no_log_that_holds_nothing(tmp_path):
+    """A command reading a ledger made read-only (chmod a-w) warned that its write-ahead log "was not
+    emptied ... every committed operation is kept in it", of a log of 0 bytes."""
+    case = Case.create(tmp_path / "c", "RO-2")
+    case.close()
+    os.chmod(tmp_path / "c" / "ledger.sqlite", 0o444)
+    prefix = ["setpriv", "--inh-caps=-all", "--bounding-set=-all"] if os.geteuid() == 0 else []
+    if prefix and shutil.which("setpriv") is None:
+        pytest.skip("needs setpriv to drop root's override of modes")
+    for _ in range(2):  # the second meets the -wal and -shm the first left (read-only, as the ledger)
+        done = subprocess.run([*prefix, sys.executable, "-m", "ledger_cli", "state", str(tmp_path / "c")],
+                              capture_output=True, text=True,
+                              env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+        assert (done.returncode, done.stderr) == (0, "")
+        assert "case_id: RO-2" in done.stdout
+        assert os.path.getsize(tmp_path / "c" / "ledger.sqlite-wal") == 0
+
+
 def test_a_read_only_mount_with_shm_and_an_empty_wal_is_read_as_an_immutable_snapshot(budget, case):
     """Read-only locations: reads work whatever -shm/lock files lie there; writes are STORAGE_ERROR."""
     budget.reserve("H1", "q1", "source.read_context")

@@ -300,11 +300,11 @@ class Storage:
     def close(self) -> str | None:
         """Checkpoint the WAL into the main file and close; never waits on another connection.
 
-        Returns None when the WAL was emptied (``wal_checkpoint(TRUNCATE)``), else a sentence saying
-        why not: a reader elsewhere still holds an old snapshot (the log is emptied by a later close) or
-        the checkpoint failed. When another ledger writer holds the writer lock, the log is its to
-        empty: nothing is tried and None is returned. Closing always succeeds (one an interrupt cut
-        short is finished by closing again).
+        Returns None when the WAL was emptied (``wal_checkpoint(TRUNCATE)``), else a sentence saying why not:
+        a reader elsewhere still holds an old snapshot (the log is emptied by a later close) or the checkpoint
+        of a log holding frames failed. When another ledger writer holds the writer lock, the log is its to
+        empty: nothing is tried and None is returned. Closing always succeeds (one an interrupt cut short is
+        finished by closing again).
         """
         if self._closed:
             return None  # closing twice is harmless
@@ -319,9 +319,10 @@ class Storage:
                 self._rollback()
                 self._lock.release()
                 return self._final_checkpoint()
-        except LedgerError as exc:  # every operation committed stays in the log, which a later close empties
-            return (f"the write-ahead log of {self.path} was not emptied: {exc.message.removesuffix(NOTHING_WRITTEN)}; "
-                    "every committed operation is kept in it, and a later close empties it")
+        except LedgerError as exc:  # what committed stays in the log (an empty one holds nothing to warn of)
+            why = exc.message.removesuffix(NOTHING_WRITTEN)
+            return (f"the write-ahead log of {self.path} was not emptied: {why}; every committed operation is kept in "
+                    "it, and a later close empties it") if wal_bytes(self.path) else None
         finally:  # closed once both ran
             try:
                 self._lock.close()
