@@ -303,8 +303,7 @@ class Storage:
         Returns None when the WAL was emptied (``wal_checkpoint(TRUNCATE)``), else a sentence saying why not:
         a reader elsewhere still holds an old snapshot (the log is emptied by a later close) or the checkpoint
         of a log holding frames failed. When another ledger writer holds the writer lock, the log is its to
-        empty: nothing is tried and None is returned. Closing always succeeds (one an interrupt cut short is
-        finished by closing again).
+        empty: nothing is tried and None is returned. Closing always succeeds (one cut short is finished again).
         """
         if self._closed:
             return None  # closing twice is harmless
