@@ -193,7 +193,8 @@ def test_a_query_of_no_statement_is_named_as_such(demo, query):
         INVALID_ARGUMENT, "the query holds no statement (only white space, comments or semicolons)")
 
 
-@pytest.mark.parametrize("query", ["BEGIN", "BEGIN DEFERRED", "/* a comment first */ BEGIN"])
+@pytest.mark.parametrize("query", ["BEGIN", "BEGIN DEFERRED", "/* a comment first */ BEGIN",
+                                   " " + "--" * 40 + "\nBEGIN", "/*" + "*" * 10_000 + "*/ BEGIN"])
 def test_a_statement_that_returns_no_rows_is_refused_saying_what_runs(demo, query):
     with pytest.raises(LedgerError) as caught:
         read_only_query(demo, query)

@@ -267,8 +267,9 @@ def reading_only(conn: sqlite3.Connection, timeout_ms: int | None = None) -> Ite
                 conn.set_progress_handler(None, 10_000)
 
 
-#: A query of nothing but white space, comments and semicolons: no statement at all.
-_BLANK_SQL = re.compile(r"(?:\s|;|--[^\n]*|/\*(?:[^*]|\*(?!/))*(?:\*/|\Z))*")
+#: A query of nothing but white space, comments and semicolons: no statement at all. Possessive: a
+#: text that does not match is refused in one pass (runs of ``--`` made a backtracking one exponential).
+_BLANK_SQL = re.compile(r"(?:\s++|;|--[^\n]*+|/\*(?:[^*]++|\*(?!/))*+(?:\*/|\Z))*+")
 
 
 def _no_rows(sql: str) -> LedgerError:
