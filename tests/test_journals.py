@@ -334,10 +334,15 @@ def test_apply_stopped_by_a_signal_counts_every_line_it_committed(tmp_path, sign
 
 
 @pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
-def test_apply_stopped_by_an_error_of_no_lines_own_says_after_which_line_it_stopped(tmp_path):
+@pytest.mark.parametrize("options", [[], ["--batch-size", "5000"], ["--batch-size", "5000", "--keep-going"]],
+                         ids=["batches", "one-batch", "one-batch-keep-going"])
+def test_apply_stopped_by_an_error_of_no_lines_own_says_after_which_line_it_stopped(tmp_path, options):
     """The disk full (here: a file size limit) while apply commits a batch: the summary said "0 failed"
     and nothing of where it stopped, above an error saying "nothing was written"; it names the last line
-    applied, and a re-run finds exactly those lines applied."""
+    applied, and a re-run finds exactly those lines applied. In a batch so large that SQLite writes to
+    the log before its end, the disk full rolls the whole transaction back: that was a failed line, the
+    batch going on outside any transaction, then "INTEGRITY_ERROR: cannot commit - no transaction is
+    active"; it ends the batch, which is not written, with the error of the disk."""
     import re
     import resource
 
@@ -349,20 +354,33 @@ def test_apply_stopped_by_an_error_of_no_lines_own_says_after_which_line_it_stop
                   {"op": "settle", "hypothesis": "H1", "action_id": f"a{n}", "semantic_score": 80, "reason": "r"}]
     journal = tmp_path / "j.jsonl"
     journal.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    command = [sys.executable, "-m", "ledger_cli", "apply", "-q", str(tmp_path / "c"), str(journal)]
+    command = [sys.executable, "-m", "ledger_cli", "apply", "-q", *options, str(tmp_path / "c"), str(journal)]
     limited = subprocess.run([*command, "--create", "C"], capture_output=True, text=True, timeout=300,
                              preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (2_000_000, 2_000_000)))
     assert limited.returncode == 1, limited.stderr
     summary, error = limited.stderr.splitlines()[:2]
-    found = re.fullmatch(r"applied: (\d+) ok \(0 reused\), 0 failed, no time raised, [0-9.]+ s; stopped after line "
-                         r"(\d+) by the error below: no line after it was applied \(run the command again to go on: "
-                         r"the lines applied answer reused\)", summary)
-    assert found is not None and found.group(1) == found.group(2) and 0 < int(found.group(1)) < len(lines), summary
-    assert error.startswith("error: STORAGE_ERROR: the file system refused the ledger: ")
+    if options:  # the one batch is not written
+        assert re.fullmatch(r"applied: 0 ok \(0 reused\), 0 failed, no time raised, [0-9.]+ s; stopped before its "
+                            r"first line by the error below: no line was applied \(run the command again to go on: "
+                            r"the lines applied answer reused\)", summary), summary
+        assert error.startswith("error: STORAGE_ERROR: the file system refused the ledger: ")
+        assert error.endswith("; SQLite rolled back the whole batch: none of its operations was written, the ones "
+                              "before this one included"), error
+        applied = 0
+    else:
+        found = re.fullmatch(r"applied: (\d+) ok \(0 reused\), 0 failed, no time raised, [0-9.]+ s; stopped after "
+                             r"line (\d+) by the error below: no line after it was applied \(run the command again "
+                             r"to go on: the lines applied answer reused\)", summary)
+        assert found is not None and found.group(1) == found.group(2) and 0 < int(found.group(1)) < len(lines), summary
+        assert error.startswith("error: STORAGE_ERROR: the file system refused the ledger: ")
+        applied = int(found.group(1))
+    from ledger import verify_case
+
+    verify_case(tmp_path / "c")  # what was written is whole: the lines before the stop, or the case alone
     again = subprocess.run(command, capture_output=True, text=True, timeout=300)
     second = re.search(r"applied: (\d+) ok \((\d+) reused\), 0 failed", again.stderr)
     assert again.returncode == 0 and second is not None, again.stderr
-    assert (int(second.group(1)), int(second.group(2))) == (len(lines), int(found.group(1)))
+    assert (int(second.group(1)), int(second.group(2))) == (len(lines), applied)
 
 
 def _interrupted_while_a_long_line_is_printed(tmp_path: Path, drained_after_s: float) -> tuple[bytes, str, int]:

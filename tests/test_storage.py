@@ -951,6 +951,57 @@ def test_the_size_a_ledger_header_records_is_trusted_only_where_sqlite_trusts_it
     assert verify_case(ledger.parent).head_sha256
 
 
+_DISK_FULL_IN_A_BATCH = """
+import json, os, resource, sys
+from ledger import Case, LedgerError, verify_case
+path = sys.argv[1]
+case = Case.create(path, "FULL-1")
+case.open_revision([{"statement": "h"}], 10**9)
+case.transition("INVESTIGATING_HYPOTHESES")
+budget = case.budget()
+budget.initialize()
+head = case.status()["package_generation"]
+soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+resource.setrlimit(resource.RLIMIT_FSIZE, (os.path.getsize(os.path.join(path, "ledger.sqlite")) + 400_000, hard))
+caught = []
+try:
+    with case.batch():
+        for n in range(5000):
+            try:
+                budget.reserve("H1", f"a{n}", "source.read_context")
+                budget.record_result("H1", f"a{n}", {"text": f"{n} " + "x" * 3000})
+                budget.settle("H1", f"a{n}", 50, "r")
+            except LedgerError as exc:  # the caller goes on inside the batch, as a loop catching refusals may
+                caught.append([type(exc).__name__, exc.code])
+                if len(caught) == 2:
+                    break
+except LedgerError as exc:
+    caught.append([type(exc).__name__, exc.code, exc.message])
+resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+after = case.status()["package_generation"]
+budget.reserve("H1", "b1", "source.read_context")  # the case goes on from what was written
+print(json.dumps({"caught": caught, "head": head, "after": after,
+                  "verified": verify_case(path).head_seq, "now": case.status()["package_generation"]}))
+"""
+
+
+@pytest.mark.slow  # a real process: the slow lane (.ci/run) runs it
+def test_a_batch_sqlite_rolled_back_for_a_full_disk_is_refused_to_its_end_and_writes_nothing(tmp_path):
+    """An operation in a batch meeting the disk full (here: a file size limit) once SQLite had written
+    part of the batch to the log made SQLite roll back the whole transaction: it was that operation's
+    refusal alone, the batch's later operations ran outside any transaction, and its end said
+    "INTEGRITY_ERROR: cannot commit - no transaction is active". Each later operation and the batch's
+    end are refused as a batch rolled back (STORAGE_ERROR); nothing of it is written."""
+    done = subprocess.run([sys.executable, "-c", _DISK_FULL_IN_A_BATCH, str(tmp_path / "c")], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    first, second, end = report["caught"]
+    assert first == ["BatchRolledBack", "STORAGE_ERROR"] and second == first
+    assert end[:2] == ["BatchRolledBack", "STORAGE_ERROR"] and end[2].startswith("an earlier operation of this batch")
+    assert report["after"] == report["head"] and report["verified"] == report["now"] == report["head"] + 1
+
+
 def test_a_batch_inside_a_batch_is_refused_and_the_outer_batch_still_holds(case):
     """The inner batch's end closed the outer one's transaction state: later writes failed with
     'INTEGRITY_ERROR: SQLite refused: no such savepoint: operation'. It is refused where it opens."""

@@ -33,6 +33,7 @@ from ..ground.errors import LedgerError, refuses_unfit_calls, refuses_unfit_call
 from ..ground.errors import pass_on_interruption
 from ..services.facade import CaseFacade
 from ..model.operations import OPERATIONS as REGISTRY
+from ..storage.transaction import BatchRolledBack
 from ..model.package import LEDGER_SIDE_FILES
 from ..ground.paths import device_and_inode
 from ..model.operations import operation
@@ -340,6 +341,8 @@ class _BatchRun:
                     parsed[UNITS_KEY] = self.units
                 seq, reused, result = run_operation(self.case, self.budget, parsed)
             except LedgerError as exc:  # a refusal may have recorded events (limit.exceeded), at a raised time
+                if isinstance(exc, BatchRolledBack):  # the disk full took the batch: no line's own failure
+                    raise
                 done.append(LineResult(number, False, error=exc, clamped=self.case.session.last_clamp))
                 if not self.keep_going:
                     self.stopped = True
@@ -526,9 +529,10 @@ class JournalSummary:
         stopped = (f"; stopped at line {self.stopped_at}, its first failure: any lines after it were not applied "
                    "(--keep-going applies each line on its own)" if self.stopped_at is not None else "")
         if self.ended_by_error:
-            after = f"after line {self.last_line}" if self.last_line is not None else "before its first line"
-            stopped += (f"; stopped {after} by the error below: no line after it was applied (run the command "
-                        "again to go on: the lines applied answer reused)")
+            after = (f"after line {self.last_line} by the error below: no line after it" if self.last_line is not None
+                     else "before its first line by the error below: no line")
+            stopped += (f"; stopped {after} was applied (run the command again to go on: the lines applied "
+                        "answer reused)")
         reads = f", {self.reads} read(s)" if self.reads else ""
         first = (f" (the first at line {self.first_failure[0]}: {self.first_failure[1]})"
                  if self.first_failure is not None and self.stopped_at is None else "")

@@ -16,8 +16,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from ..ground.errors import INVALID_ARGUMENT, LedgerError
-from .sqlite_file import SQLITE_ERRORS, sqlite_error
+from ..ground.errors import INVALID_ARGUMENT, STORAGE_ERROR, LedgerError
+from .sqlite_file import NOTHING_WRITTEN, SQLITE_ERRORS, sqlite_error
 
 #: A :class:`~ledger.storage.connection.Storage` (not imported: the connection imports this module).
 Storage = Any
@@ -87,7 +87,11 @@ class Batch:
             raise
 
     def __exit__(self, kind: Any, value: Any, traceback: Any) -> bool:
-        self.write.storage._in_batch = False
+        storage = self.write.storage
+        storage._in_batch = False
+        if kind is None and not storage.forked and not storage.conn.in_transaction:  # rolled back by SQLite
+            self.write.__exit__(BatchRolledBack, None, None)  # ends the write: nothing is left to commit
+            raise BatchRolledBack(STORAGE_ERROR, _LOST_BATCH)
         return self.write.__exit__(kind, value, traceback)
 
 
@@ -109,6 +113,8 @@ class Write:
         storage.recover_abandoned_write()
         storage.recover_abandoned_read()
         if storage._in_batch:
+            if not storage.conn.in_transaction:  # SQLite rolled the batch back: nothing more joins it
+                raise BatchRolledBack(STORAGE_ERROR, _LOST_BATCH)
             storage._open_savepoint()  # one left open by an interrupt is settled by the batch's next step
             self.savepoint = True
         else:
@@ -136,6 +142,8 @@ class Write:
                 storage._release_savepoint()
                 return False
             storage._settle_savepoint()
+            if isinstance(value, (LedgerError, *SQLITE_ERRORS)) and not storage.conn.in_transaction:
+                raise _batch_rolled_back(value) from None
         else:
             try:
                 if kind is None:
@@ -148,6 +156,25 @@ class Write:
             if translated is not value:
                 raise translated from None
         return False
+
+
+class BatchRolledBack(LedgerError):
+    """``STORAGE_ERROR``: an operation inside a batch failed in a way that made SQLite roll back the
+    whole transaction (the disk full, an I/O error), so none of the batch's operations is written,
+    those before it included; the batch ends with it, never going on outside a transaction."""
+
+
+#: Said of a batch an earlier operation's failure had SQLite roll back, to a later one or to its end.
+_LOST_BATCH = ("an earlier operation of this batch failed in a way that made SQLite roll back the whole batch (the "
+               "disk full, an I/O error): none of its operations was written; end the batch and start another")
+
+
+def _batch_rolled_back(error: BaseException) -> LedgerError:
+    """:class:`BatchRolledBack` for ``error``, the failure of the operation that ended the batch."""
+    translated = sqlite_error(error) if isinstance(error, SQLITE_ERRORS) else error
+    why = translated.message.removesuffix(NOTHING_WRITTEN) if isinstance(translated, LedgerError) else str(error)
+    return BatchRolledBack(STORAGE_ERROR, f"{why}; SQLite rolled back the whole batch: none of its operations was "
+                           "written, the ones before this one included")
 
 
 class Read:
