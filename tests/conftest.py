@@ -267,6 +267,22 @@ def read_only_mount(folder):
     return mount, undo
 
 
+def small_mount(folder: Path, size_bytes: int):
+    """``folder`` (made) with a file system of ``size_bytes`` mounted on it (tmpfs, root only): a disk
+    that fills up; skips where mounting is not allowed. Returns the function that unmounts it."""
+    if os.geteuid() != 0:
+        pytest.skip("a small mount needs root")
+    folder.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_bytes}", "tmpfs", str(folder)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a small file system here")
+
+    def undo() -> None:
+        if subprocess.run(["umount", str(folder)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(folder)], check=True)
+    return undo
+
+
 def deny_searching(monkeypatch, folder: Path) -> None:
     """``folder`` can be listed but not searched (mode 0644: its names are known, what they name is
     not): when running as root, which searches anyway, ``os.lstat`` and ``os.stat`` of anything in it

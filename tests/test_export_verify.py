@@ -367,6 +367,36 @@ def test_an_import_that_cannot_write_its_new_ledger_names_the_package_it_writes_
     assert sorted(path.name for path in tmp_path.iterdir()) == ["c"]
 
 
+@pytest.mark.slow  # a few seconds: the slow lane (.ci/run) runs it
+def test_an_import_whose_new_ledger_cannot_be_completed_on_a_full_disk_names_the_package_it_writes(tmp_path):
+    """The disk full as the new ledger's log was folded into it left the file cut short, and the import
+    named it so ("…ledger.sqlite is 7282688 bytes, but its own header says …: the file was cut short …
+    Put the whole file back"), a file of its own making; it names the package it writes."""
+    from conftest import small_mount
+
+    with start_case(tmp_path / "c", hypotheses=1, units=10**9) as case:
+        budget = case.budget()
+        budget.initialize()
+        with case.batch():
+            for n in range(1500):
+                budget.reserve("H1", f"a{n}", "source.read_context")
+                budget.record_result("H1", f"a{n}", {"text": f"{n} " + "x" * 500})
+                budget.settle("H1", f"a{n}", 50, "r")
+        export_case(case)
+    ledger_bytes = (tmp_path / "c" / "ledger.sqlite").stat().st_size
+    undo = small_mount(tmp_path / "small", ledger_bytes * 3 // 2)  # the log fits, not the log and the file
+    try:
+        with pytest.raises(LedgerError) as caught:
+            import_tree(tmp_path / "c", to=tmp_path / "small" / "imp")
+        assert caught.value.code == STORAGE_ERROR
+        assert re.fullmatch(rf"cannot write the imported package {re.escape(str(tmp_path / 'small' / 'imp'))} "
+                            r"\(built first in \.imp\.importing-[0-9-]+ beside it\): .+", caught.value.message)
+        assert "cut short" not in caught.value.message
+        assert list((tmp_path / "small").iterdir()) == []
+    finally:
+        undo()
+
+
 def test_export_import_export_is_byte_identical(exported, tmp_path):
     before = tree(exported)
     report = import_tree(exported, tmp_path / "copy")

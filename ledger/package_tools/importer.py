@@ -282,8 +282,14 @@ def _rebuild(building: Path, build_dir: Path, files: dict[str, Path], manifest: 
                                   "manifest): a ledger rebuilt here would end before them. Import into a new folder "
                                   "with --to (to= in Python), which leaves them out; nothing was written",
                                   path=past_head[0])
-    finally:
+    except BaseException:
         storage.close()
+        raise
+    unfolded = storage.close()  # None: the log folded into the file, which is then whole
+    if unfolded is not None:  # the disk full as it was folded in: the file alone is cut short
+        why = unfolded.partition(" was not emptied: ")[2].partition("; every committed operation")[0]
+        raise _not_written(LedgerError(E.STORAGE_ERROR, f"its new ledger could not be completed: {why or unfolded}"),
+                           dest, build_dir)
     return len(past_head)
 
 
