@@ -203,13 +203,16 @@ def test_a_statement_that_returns_no_rows_is_refused_saying_what_runs(demo, quer
         "WITH … SELECT, VALUES, or a schema-reading PRAGMA)")
 
 
-@pytest.mark.parametrize("query, column", [("SELECT CAST(x'ff' AS TEXT) AS bad", "'bad'"),
-                                           ("SELECT CAST(x'41ff' AS TEXT)", '"CAST(x\'41ff\' AS TEXT)"')])
-def test_text_a_query_makes_that_is_not_utf8_is_the_querys_own_failure_not_damage(demo, query, column):
+@pytest.mark.parametrize("query, named", [
+    ("SELECT CAST(x'ff' AS TEXT) AS bad", "column 'bad'"),
+    ("SELECT CAST(x'41ff' AS TEXT)", 'column "CAST(x\'41ff\' AS TEXT)"'),
+    ("SELECT CAST(x'ff' AS TEXT) AS \"é\"", "a value"),  # sqlite3's message garbles a name that is not ASCII
+    ("SELECT char(65) || CAST(x'ff' AS TEXT) AS t FROM hypotheses", "column 't'")])
+def test_text_a_query_makes_that_is_not_utf8_is_the_querys_own_failure_not_damage(demo, query, named):
     """Text a query made (a CAST of bytes) that is not UTF-8 was called damage of the file
     (INTEGRITY_ERROR), which verify then did not find: no table of the ledger holds such text."""
-    message = (f"query failed: column {column} of the result is text that is not UTF-8, which none of the "
-               "ledger's own tables holds: the query made it (a CAST of bytes AS TEXT, say); hex(…) or CAST(… AS "
+    message = (f"query failed: {named} of the result is text that is not UTF-8, and none of the ledger's own "
+               "tables holds such text: the query made it (a CAST of bytes AS TEXT, say); hex(…) or CAST(… AS "
                "BLOB) gives its bytes")
     with Case.open(demo) as case:
         for call in (lambda: read_only_query(demo, query), lambda: case.query(query)):
@@ -1102,3 +1105,50 @@ def test_an_exception_inside_a_migration_function_is_raised_only_on_the_thread_w
         run_migration_statement(conn, "SELECT fails_after_the_other_thread()")
     assert [str(exc) for exc in raised_elsewhere] == ["the other thread's interrupt"]
     conn.close()
+
+
+@pytest.mark.parametrize("query", ["SELECT printf('%s', statement) FROM hypotheses",
+                                   "SELECT format('%s', statement) FROM hypotheses",
+                                   "SELECT statement FROM hypotheses", "SELECT upper(statement) FROM hypotheses"])
+def test_stored_text_that_is_not_utf8_is_damage_named_by_its_row_however_the_query_reads_it(demo, query, tmp_path):
+    """Through this program's printf or format (a Python function sqlite3 cannot give such text to) it
+    was "query refused: user-defined function raised exception", the query's fault."""
+    case = tmp_path / "t"
+    shutil.copytree(demo, case)
+    conn = sqlite3.connect(case / "ledger.sqlite")
+    triggers = conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'hypotheses'"
+                            ).fetchall()
+    for name, _ in triggers:
+        conn.execute(f"DROP TRIGGER {name}")
+    conn.execute("UPDATE hypotheses SET statement = CAST(x'73656cff6c' AS TEXT) WHERE hypothesis_id = 'H1'")
+    for _, sql in triggers:
+        conn.execute(sql)
+    conn.commit()
+    conn.close()
+    with pytest.raises(LedgerError) as caught:
+        read_only_query(case, query)
+    assert caught.value.code == "INTEGRITY_ERROR"
+    assert caught.value.message.endswith("hypotheses.statement holds bytes that are not UTF-8 where text belongs "
+                                         "(invalid start byte at byte 3): the file is damaged")
+    assert caught.value.details["table"] == "hypotheses"
+
+
+def test_this_programs_printf_given_text_that_is_not_utf8_says_so(demo):
+    with pytest.raises(LedgerError) as caught:
+        read_only_query(demo, "SELECT format('%s', CAST(x'ff' AS TEXT)) AS f")
+    assert (caught.value.code, caught.value.message) == (
+        INVALID_ARGUMENT, "query refused: user-defined function raised exception: this program's printf() or "
+        "format() failed, as it does given a text that is not UTF-8 (hex(…) or CAST(… AS BLOB) gives its bytes)")
+
+
+def test_the_search_for_stored_text_that_is_not_utf8_runs_past_the_querys_time_limit(demo):
+    """A time limit passing while the ledger's tables were searched (the query's own stop, on the same
+    connection) called an intact ledger damaged."""
+    from ledger.storage.readonly import _query_error
+
+    conn = sqlite3.connect(demo / "ledger.sqlite")
+    conn.set_progress_handler(lambda: 1, 1)  # every statement stopped at once, as at a deadline passed
+    failure = sqlite3.OperationalError("Could not decode to UTF-8 column 'bad' with text '\ufffd'")
+    answer = _query_error(failure, conn)
+    conn.close()
+    assert (answer.code, answer.message.split(":")[0]) == (INVALID_ARGUMENT, "query failed")

@@ -116,7 +116,7 @@ def _query_error(exc: BaseException, conn: sqlite3.Connection) -> LedgerError:
     keep their codes; any other failure, a write refused on the read-only connection among them, is
     the statement's own (``INVALID_ARGUMENT``, :func:`_refused`)."""
     primary = primary_code(exc) if isinstance(exc, sqlite3.Error) else None
-    if undecodable(exc):  # text the sqlite3 module cannot read: stored in a damaged file, or the query's own
+    if undecodable(exc) or str(exc) == _FUNCTION_FAILED:  # text sqlite3 cannot read (a result, printf's argument)
         return _undecodable_result(exc, conn)
     if (primary is not None and primary != SQLITE_READONLY and (
             primary in BUSY_CODES or primary in DAMAGED_CODES or primary in STORAGE_CODES)) or _hides(exc, conn):
@@ -126,22 +126,34 @@ def _query_error(exc: BaseException, conn: sqlite3.Connection) -> LedgerError:
     return _refused(exc)
 
 
+#: sqlite3's words for a Python function of the connection that raised, or whose arguments it could not
+#: give it (a text that is not UTF-8 given to this program's printf or format, :mod:`.bounded_printf`).
+_FUNCTION_FAILED = "user-defined function raised exception"
+
+
 def _undecodable_result(exc: BaseException, conn: sqlite3.Connection) -> LedgerError:
-    """A text of the result that is not UTF-8, which the sqlite3 module cannot give: ``INTEGRITY_ERROR``
-    naming the row when a table of the ledger holds such text (a damaged file), else the query made it
-    (``CAST(x'ff' AS TEXT)``), ``INVALID_ARGUMENT``; as damage, with 'ledger verify' to tell, when the
-    search itself cannot read the file."""
+    """A text that is not UTF-8, which the sqlite3 module can neither give as a result nor pass to a
+    function of this program (``printf``): ``INTEGRITY_ERROR`` naming the row when a table of the ledger
+    holds such text (a damaged file), else the query made it (``CAST(x'ff' AS TEXT)``) or its function
+    failed, ``INVALID_ARGUMENT``; as damage, with 'ledger verify' to tell, when the search itself cannot
+    read the file. The search runs to its end whatever the query's time limit (Ctrl-C still stops it)."""
+    conn.set_progress_handler(None, 0)  # a deadline passing in it would call an intact file unreadable
     try:
         damaged = find_undecodable_text(conn)
     except (sqlite3.Error, UnicodeDecodeError):
-        damaged = sqlite_error(exc)
+        damaged = sqlite_error(exc) if undecodable(exc) else None
     if isinstance(damaged, LedgerError):
         return damaged
+    if str(exc) == _FUNCTION_FAILED:
+        return LedgerError(E.INVALID_ARGUMENT, f"query refused: {exc}: this program's printf() or format() failed, "
+                           "as it does given a text that is not UTF-8 (hex(…) or CAST(… AS BLOB) gives its bytes)",
+                           query="refused")
     column = re.match(r"Could not decode to UTF-8 column '(.*?)' with text", str(exc), re.S)
-    named = f"column {quoted(column[1], 80)} of the result" if column else "a text of the result"
-    return LedgerError(E.INVALID_ARGUMENT, f"query failed: {named} is text that is not UTF-8, which none of the "
-                       "ledger's own tables holds: the query made it (a CAST of bytes AS TEXT, say); hex(…) or "
-                       "CAST(… AS BLOB) gives its bytes", query="failed")
+    named = (f"column {quoted(column[1], 80)} of the result" if column and "\ufffd" not in column[1]
+             else "a value of the result")  # a name that is not ASCII comes garbled in sqlite3's message
+    return LedgerError(E.INVALID_ARGUMENT, f"query failed: {named} is text that is not UTF-8, and none of the "
+                       "ledger's own tables holds such text: the query made it (a CAST of bytes AS TEXT, say); hex(…) "
+                       "or CAST(… AS BLOB) gives its bytes", query="failed")
 
 
 def _hides(exc: BaseException, conn: sqlite3.Connection) -> bool:
