@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import warnings
 from pathlib import Path
 
 import pytest
@@ -105,20 +106,30 @@ def test_a_link_in_place_of_an_own_file_is_refused_by_every_command(case_path, t
     assert not outside.exists()
 
 
-def test_the_lock_files_are_never_opened_through_a_link(case_path, tmp_path):
-    """Even if a link appears after the case was opened, the lock is not taken through it."""
+@pytest.mark.parametrize("log_holds_events", [True, False])
+def test_the_lock_files_are_never_opened_through_a_link(case_path, tmp_path, log_holds_events):
+    """Even if a link appears after the case was opened, the lock is not taken through it; closing then
+    warns that the log it could not fold in keeps what it holds (a log holding nothing: no warning)."""
     outside = tmp_path / "outside.lock"
     case = Case.open(case_path)
     try:
+        if log_holds_events:
+            case.budget().settle("H1", "q1", 50, "fine")
         for name in ("ledger.sqlite-lock", "ledger.sqlite-export-lock"):
             (case_path / name).unlink(missing_ok=True)
             (case_path / name).symlink_to(outside)
         with pytest.raises(LedgerError) as caught:
-            case.budget().settle("H1", "q1", 50, "fine")
+            case.budget().reserve("H1", "q2", "source.read_context")
         assert caught.value.code == INVALID_ARGUMENT and "ledger.sqlite-lock" in caught.value.message
     finally:
-        with pytest.warns(CheckpointWarning, match="is a symbolic link where the case package keeps its lock file"):
+        with warnings.catch_warnings(record=True) as caught_warnings:
+            warnings.simplefilter("always")
             case.close()  # closing does not take the lock through the link either, so the log stays
+    checkpoint = [str(w.message) for w in caught_warnings if w.category is CheckpointWarning]
+    if log_holds_events:
+        assert len(checkpoint) == 1 and "is a symbolic link where the case package keeps its lock file" in checkpoint[0]
+    else:
+        assert checkpoint == []
     assert not outside.exists()
 
 
