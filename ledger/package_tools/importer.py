@@ -251,7 +251,10 @@ def _rebuild(building: Path, build_dir: Path, files: dict[str, Path], manifest: 
 
     head_seq = manifest["head"]["seq"]
     accounted: set[str] = set()
-    storage = Storage.create(building, AnalysisConfig().storage)
+    try:
+        storage = Storage.create(building, AnalysisConfig().storage)
+    except LedgerError as exc:
+        raise _as_not_written(exc, dest, build_dir) from None
 
     def sink(row: EventRow, helpers: list[HelperRow], contents: Mapping[str, bytes]) -> None:
         accounted.update(content_path(sha) for sha in contents)
@@ -264,9 +267,14 @@ def _rebuild(building: Path, build_dir: Path, files: dict[str, Path], manifest: 
                     raise
                 raise _not_written(exc, dest, build_dir) from None
 
+    stage = "begin"  # a STORAGE_ERROR as the new ledger's transaction begins or commits is the target's
     try:
         with storage.write():
-            storage.apply_migrations()
+            stage = "replay"
+            try:
+                storage.apply_migrations()
+            except LedgerError as exc:
+                raise _as_not_written(exc, dest, build_dir) from None
             # the export tree is not an input: in place (build_dir is the source) it lies beside the inputs
             exported = {r for r in files if PurePosixPath(r).parts[0] == ANALYSIS_DIR}
             replayer = Replayer(PackageSource(build_dir, content_of, lambda: input_identity(build_dir, exported)), sink)
@@ -282,8 +290,11 @@ def _rebuild(building: Path, build_dir: Path, files: dict[str, Path], manifest: 
                                   "manifest): a ledger rebuilt here would end before them. Import into a new folder "
                                   "with --to (to= in Python), which leaves them out; nothing was written",
                                   path=past_head[0])
-    except BaseException:
+            stage = "commit"
+    except BaseException as exc:
         storage.close()
+        if isinstance(exc, LedgerError) and stage != "replay":
+            raise _as_not_written(exc, dest, build_dir) from None
         raise
     unfolded = storage.close()  # None: the log folded into the file, which is then whole
     if unfolded is not None:  # the disk full as it was folded in: the file alone is cut short
@@ -488,6 +499,11 @@ def _import_tree(source: str | os.PathLike[str], to: str | os.PathLike[str] | No
 class _NotWritten(LedgerError):
     """``STORAGE_ERROR``: the new package (its ledger, its export) could not be written, never the fault of
     the exported file being replayed when it came."""
+
+
+def _as_not_written(exc: LedgerError, dest: Path, built: Path) -> LedgerError:
+    """``exc`` met writing the new package: :func:`_not_written` when it is ``STORAGE_ERROR``, else itself."""
+    return _not_written(exc, dest, built) if exc.code == E.STORAGE_ERROR and not isinstance(exc, _NotWritten) else exc
 
 
 def _not_written(exc: LedgerError, dest: Path, built: Path) -> LedgerError:
