@@ -263,9 +263,7 @@ def _rebuild(building: Path, build_dir: Path, files: dict[str, Path], manifest: 
             try:
                 storage.append(row, helpers, contents)
             except LedgerError as exc:  # the disk full, say: the new ledger's fault, not the event file's
-                if exc.code != E.STORAGE_ERROR:
-                    raise
-                raise _not_written(exc, dest, build_dir) from None
+                raise _as_not_written(exc, dest, build_dir) from None
 
     stage = "begin"  # a STORAGE_ERROR as the new ledger's transaction begins or commits is the target's
     try:
