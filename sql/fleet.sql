@@ -1,5 +1,5 @@
 -- Named statements of the fleet export (docs/fleet.md). Each block starts with "-- name: <name>".
--- The first three read one case's ledger.sqlite (SQLite), inside one read transaction (the
+-- The first four read one case's ledger.sqlite (SQLite), inside one read transaction (the
 -- ledger is {schema}: main when opened itself, orig in the snapshot verify read); the
 -- others are DuckDB statements. Placeholders in braces are identifiers, quoted string literals
 -- or type maps the code builds from its own table and column lists, never from input.
@@ -13,6 +13,10 @@ FROM {schema}.events ORDER BY seq;
 
 -- name: fleet_view
 SELECT * FROM {schema}.{table};
+
+-- name: fleet_seq_of_sha
+-- the seq of the event whose sha256 a fleet's record names as the case's head (none: no event has it)
+SELECT seq FROM {schema}.events WHERE sha256 = ?;
 
 -- name: fleet_copy_parquet
 COPY (SELECT {columns} FROM read_json({source}, format = 'newline_delimited', columns = {types}))

@@ -27,7 +27,7 @@ import pytest
 from click.testing import CliRunner
 
 from ledger import (Case, LedgerError, apply_journal, export_fleet, fleet_query, read_only_query, remove_from_fleet,
-                    run_demo)
+                    run_demo, verify_case)
 from ledger.ground.errors import INVALID_ARGUMENT
 from ledger.package_tools.fleet import TABLES, column_type, find_cases, partition_name
 from ledger_cli.main import main
@@ -1660,6 +1660,34 @@ def test_a_damaged_record_of_a_case_is_refused_until_the_case_is_taken_out(tmp_p
     assert caught.value.code == "INTEGRITY_ERROR" and caught.value.message == failed["error"]["message"]
     remove_from_fleet(out, ["REC-1"])
     assert export_fleet([tmp_path / "c"], out).exported == 1 and json.loads(record.read_text()) == written
+
+
+@pytest.mark.parametrize("moved_on", [False, True], ids=["same-head", "case-moved-on"])
+def test_a_record_whose_head_seq_is_not_its_hashs_event_is_named_damaged_not_the_cases_history(tmp_path, moved_on):
+    """A record edited to name its head's hash at another seq was taken as unchanged while the case was,
+    and once the case moved on the export blamed the case: "the history up to it was rewritten since
+    that anchor was taken", of a case verify passes. The record is named damaged, nothing written."""
+    with start_case(tmp_path / "cases" / "c", case_id="SEQ-1", hypotheses=1) as case:
+        budget = case.budget()
+        budget.initialize()
+        budget.reserve("H1", "a1", "source.read_context")
+    out = tmp_path / "out"
+    export_fleet([tmp_path / "cases" / "c"], out)
+    record = out / "_fleet" / "cases" / "case_id=SEQ-1.json"
+    written = json.loads(record.read_text())
+    record.write_text(json.dumps({**written, "head_seq": written["head_seq"] - 1}))
+    if moved_on:
+        with Case.open(tmp_path / "cases" / "c") as case:
+            case.budget().record_result("H1", "a1", {"x": 1})
+    before = _files(out)
+    report = export_fleet([tmp_path / "cases" / "c"], out)
+    [failed] = report.failed
+    assert (report.exported, report.unchanged, failed["error"]["code"]) == (0, 0, "INTEGRITY_ERROR")
+    assert failed["error"]["message"].startswith(
+        f"the fleet's record of case SEQ-1, {record}, is damaged (its head_seq {written['head_seq'] - 1} is not the "
+        f"seq of its head_sha256, event {written['head_seq']} of the case): ")
+    assert _files(out) == before
+    assert verify_case(tmp_path / "cases" / "c").head_seq == written["head_seq"] + moved_on
 
 
 def test_a_record_that_is_a_pipe_or_a_link_is_damaged_never_waited_on(tmp_path):

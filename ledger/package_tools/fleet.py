@@ -41,8 +41,8 @@ from ..storage.readonly import open_readonly
 from ..storage.sqlite_file import close_then_fold, no_case_in, translate_sqlite_errors
 from ..storage.side_files import log_files_exist
 from .anchors import anchor_or_none
-from .fleet_folder import (ASIDE, DATA_FILE, FORMAT, META_DIR, TABLES, check_out, export_marked, file_digests,
-                           files_hold, locked_file, meta_dir, recorded, recorded_case_ids, refuse_link,
+from .fleet_folder import (ASIDE, DATA_FILE, FORMAT, META_DIR, TABLES, check_out, check_record_head, export_marked,
+                           file_digests, files_hold, locked_file, meta_dir, recorded, recorded_case_ids, refuse_link,
                            refuse_links_inside)
 from .verify import verify_then_read
 
@@ -319,8 +319,8 @@ def _holds_head(record: dict[str, Any], head: dict[str, Any]) -> bool:
     """Whether the export holds this head of the case, written with this version's columns (tables
     written by a case-ledger of another schema version, or before records named it, lack or differ
     in columns: the case is exported again, so that every partition of a table has the same ones)."""
-    return (record.get("package_id"), record.get("head_sha256"), record.get("schema_version")) == (
-        head["package_id"], head["head_sha256"], schema_version())
+    return (record.get("package_id"), record.get("head_sha256"), record.get("head_seq"), record.get("schema_version")
+            ) == (head["package_id"], head["head_sha256"], head["head_seq"], schema_version())
 
 
 def _export_snapshot(conn: Any, case: Path, out: Path, head: dict[str, Any], entry: dict[str, Any]) -> None:
@@ -339,6 +339,8 @@ def _export_snapshot(conn: Any, case: Path, out: Path, head: dict[str, Any], ent
                 f"{head['package_id']} now: replaced since that export" if here else "") + "); a case id names "
                 f"one package in a fleet: to hold this one instead, take that one out ('ledger fleet remove OUT "
                 f"{head['case_id']}'), then export again"))
+        if last:
+            check_record_head(conn, record_path, last, head)
         if record and _holds_head(record, head) and files_hold(out, name, record):
             entry["status"] = "unchanged"
             return

@@ -22,6 +22,8 @@ from ..ground.errors import LedgerError, pass_on_interruption, shown
 from ..ground.paths import make_folders, os_error, refuse_link_to_nothing, require_utf8
 from ..ground.interrupts import context_manager
 from ..model.package import refuse_output_in_package
+from ..storage.sqlfiles import statement
+from ..storage.sqlite_file import translate_sqlite_errors
 from .atomic_files import discard, fsync_dir, process_tag, remove_abandoned_temp_files, write_atomic
 
 FORMAT = "fleet-export-v1"
@@ -328,6 +330,23 @@ def recorded_case_ids(out: Path) -> list[str]:
     """The ids of the cases ``out`` holds a record of, one set aside by a publish cut short too (none
     when it has no records yet)."""
     return sorted({case_id_of(name) for name in record_names(out, aside=True)})
+
+
+def check_record_head(conn: Any, record: Path, last: dict[str, Any], head: dict[str, Any]) -> None:
+    """``INTEGRITY_ERROR`` (:func:`damaged_record`) when ``last``, the case's record read from ``record``,
+    names as its head an event of the case (``conn``: its ledger, in the export's read snapshot) at
+    another seq than its ``head_seq``: a hash names one event, so the record was edited; the export it
+    anchors would otherwise call the case's intact history rewritten."""
+    sha, seq = last.get("head_sha256"), last.get("head_seq")
+    if sha == head["head_sha256"]:
+        found = head["head_seq"]
+    else:  # the case moved on since: the record's head is an older event, or none of this ledger's
+        with translate_sqlite_errors():
+            row = conn.execute(statement("fleet_seq_of_sha"), (sha,)).fetchone()
+        found = row[0] if row is not None else None
+    if found is not None and found != seq:
+        raise damaged_record(record, f"its head_seq {seq} is not the seq of its head_sha256, event {found} of the "
+                             "case")
 
 
 def damaged_record(record: Path, why: str) -> LedgerError:
