@@ -92,7 +92,7 @@ def test_balances_carry_the_hypothesis_statement(demo):
     ("SELECT * FROM corrupt_x", "no such table: corrupt_x"),
     ("SELECT * FROM interrupted", "no such table: interrupted"),  # a word of a query stopped at its limit
     ("SELECT * FROM pragma_busy_timeout(1)", "too many arguments"),
-    ("BEGIN IMMEDIATE", "a read-only query may not write"),  # refused by the read-only file, not the authorizer
+    ("BEGIN IMMEDIATE", "a read-only query may not begin"),
 ])
 def test_a_failing_query_is_the_statements_fault_whatever_words_sqlites_message_holds(demo, query, says):
     """The code of a failing query comes from SQLite's result code, never from words of its message,
@@ -193,14 +193,32 @@ def test_a_query_of_no_statement_is_named_as_such(demo, query):
         INVALID_ARGUMENT, "the query holds no statement (only white space, comments or semicolons)")
 
 
-@pytest.mark.parametrize("query", ["BEGIN", "BEGIN DEFERRED", "/* a comment first */ BEGIN",
-                                   " " + "--" * 40 + "\nBEGIN", "/*" + "*" * 10_000 + "*/ BEGIN"])
-def test_a_statement_that_returns_no_rows_is_refused_saying_what_runs(demo, query):
-    with pytest.raises(LedgerError) as caught:
-        read_only_query(demo, query)
-    assert (caught.value.code, caught.value.message) == (
-        INVALID_ARGUMENT, "the statement returns no rows; only a read that returns rows runs here (SELECT, "
-        "WITH … SELECT, VALUES, or a schema-reading PRAGMA)")
+@pytest.mark.parametrize("query", ["BEGIN", "BEGIN DEFERRED", "BEGIN IMMEDIATE", "begin exclusive transaction",
+                                   "COMMIT", "END", "ROLLBACK", "SAVEPOINT a", "RELEASE a", "ROLLBACK TO a",
+                                   "/* a comment first */ BEGIN", " " + "--" * 40 + "\nBEGIN",
+                                   "/*" + "*" * 10_000 + "*/ COMMIT"])
+def test_a_query_may_not_control_a_transaction_and_is_told_it_runs_in_a_snapshot_of_its_own(demo, query):
+    """``ledger sql`` let BEGIN run and answered "returns no rows", and COMMIT with SQLite's "cannot commit -
+    no transaction is active"; Case.query refused both as "not authorized" with a list that left them out."""
+    message = ("query refused: not authorized; each query runs on its own, in a snapshot of its own: a read-only "
+               "query may not begin, commit or roll back a transaction, nor set or release a savepoint")
+    with Case.open(demo) as case:
+        for call in (lambda: read_only_query(demo, query), lambda: case.query(query)):
+            with pytest.raises(LedgerError) as caught:
+                call()
+            assert (caught.value.code, caught.value.message) == (INVALID_ARGUMENT, message)
+        assert case.query("SELECT 1 AS one") == [{"one": 1}]
+    assert read_only_query(demo, "SELECT 1 AS one") == (["one"], [(1,)])
+
+
+@pytest.mark.parametrize("query", ["SELECT 1; SELECT 2", "SELECT 1; COMMIT", "SELECT 1;;\n-- x\nSELECT 2"])
+def test_a_query_of_several_statements_is_refused_as_such(demo, query):
+    message = "query refused: it holds more than one statement; a query is one statement: run each on its own"
+    with Case.open(demo) as case:
+        for call in (lambda: read_only_query(demo, query), lambda: case.query(query)):
+            with pytest.raises(LedgerError) as caught:
+                call()
+            assert (caught.value.code, caught.value.message) == (INVALID_ARGUMENT, message)
 
 
 @pytest.mark.parametrize("query, named", [

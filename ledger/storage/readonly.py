@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import sqlite3
+import threading
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -215,14 +216,24 @@ def reads_only(action: int, name: str | None = None, function: str | None = None
     :data:`READ_ONLY_PRAGMAS` (as ``SELECT * FROM pragma_table_info('events')`` or
     ``PRAGMA table_info(events)``), no function of :data:`REFUSED_FUNCTIONS`."""
     if action == sqlite3.SQLITE_FUNCTION and (function or "").lower() in REFUSED_FUNCTIONS:
-        return sqlite3.SQLITE_DENY
-    if action == sqlite3.SQLITE_PRAGMA:
-        return sqlite3.SQLITE_OK if (name or "").lower() in READ_ONLY_PRAGMAS else sqlite3.SQLITE_DENY
-    if action == sqlite3.SQLITE_UPDATE and (name or "").lower() in _SCHEMA_TABLES:
+        verdict = sqlite3.SQLITE_DENY
+    elif action == sqlite3.SQLITE_PRAGMA:
+        verdict = sqlite3.SQLITE_OK if (name or "").lower() in READ_ONLY_PRAGMAS else sqlite3.SQLITE_DENY
+    elif action == sqlite3.SQLITE_UPDATE and (name or "").lower() in _SCHEMA_TABLES:
         # asked while a pragma table function such as pragma_table_info() reads the schema; a real
         # update of the schema table needs writable_schema, a pragma refused above
-        return sqlite3.SQLITE_OK
-    return sqlite3.SQLITE_OK if action in _READ_ACTIONS else sqlite3.SQLITE_DENY
+        verdict = sqlite3.SQLITE_OK
+    else:
+        verdict = sqlite3.SQLITE_OK if action in _READ_ACTIONS else sqlite3.SQLITE_DENY
+    if verdict == sqlite3.SQLITE_DENY:
+        _REFUSED.action = action
+    return verdict
+
+
+#: The action :func:`reads_only` last refused in this thread (SQLite asks it as it prepares a statement,
+#: in the thread that runs it), for :func:`_refused` to say why.
+_REFUSED = threading.local()
+_TRANSACTION_CONTROL = frozenset({sqlite3.SQLITE_TRANSACTION, sqlite3.SQLITE_SAVEPOINT})
 
 
 _SCHEMA_TABLES = frozenset({"sqlite_master", "sqlite_schema", "sqlite_temp_master", "sqlite_temp_schema"})
@@ -302,9 +313,16 @@ def _not_unicode(exc: UnicodeEncodeError) -> LedgerError:
 
 def _refused(exc: BaseException) -> LedgerError:
     """``INVALID_ARGUMENT`` for a user's statement SQLite refused, saying what a read may not do."""
+    refused, _REFUSED.action = getattr(_REFUSED, "action", None), None
     why = ("; a read-only query may not write, change the schema, VACUUM, ATTACH, DETACH or run a PRAGMA but "
            f"the schema-reading ones ({', '.join(sorted(READ_ONLY_PRAGMAS))})"
            if str(exc) in ("not authorized", "authorization denied") or primary_code(exc) == SQLITE_READONLY else "")
+    if str(exc) == "not authorized" and refused in _TRANSACTION_CONTROL:
+        why = ("; each query runs on its own, in a snapshot of its own: a read-only query may not begin, commit or "
+               "roll back a transaction, nor set or release a savepoint")
+    if str(exc).startswith("You can only execute one statement at a time"):  # sqlite3's words, not SQLite's
+        return LedgerError(E.INVALID_ARGUMENT, "query refused: it holds more than one statement; a query is one "
+                           "statement: run each on its own", query="refused")
     if str(exc).startswith("not authorized to use function"):
         why = "; it answers with an address inside this program, which no read needs"
     if isinstance(exc, sqlite3.Error) and primary_code(exc) == SQLITE_TOOBIG:
@@ -354,6 +372,7 @@ def readonly_rows(path: Path, sql: str, timeout_ms: int = 30_000) -> Iterator[tu
                 import sqlite_utils
 
             db = sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
+            conn.set_authorizer(reads_only)  # the user's statement controls no transaction, as in Case.query
             try:
                 cursor = db.execute(sql)
             except sqlite3.OperationalError as exc:
