@@ -1062,6 +1062,27 @@ def test_a_file_replaced_by_another_cases_or_tables_is_integrity_error_and_expor
     assert filecmp_same(out, copy)
 
 
+def test_a_file_the_query_cannot_read_is_repaired_by_exporting_again_into_the_same_folder(fleet, tmp_path):
+    """A file DuckDB cannot read (bytes of its footer changed, its size kept) was named with the advice to
+    export into a new folder; exporting again into the same one writes that case's files anew."""
+    cases, out, ids = fleet
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    first = sorted(p for p in (copy / "actions").iterdir() if p.name.startswith("case_id="))[0] / "data.parquet"
+    data = bytearray(first.read_bytes())
+    data[-12:-8] = b"\xff\xff\xff\x7f"  # the footer's length, just before the closing magic bytes
+    first.write_bytes(bytes(data))
+    with pytest.raises(LedgerError) as caught:
+        fleet_query(copy, "SELECT count(*) FROM actions")
+    assert caught.value.code == "INTEGRITY_ERROR" and caught.value.message.startswith(
+        f"{copy / 'actions'}: a file of the export cannot be read (")
+    assert caught.value.message.endswith("; export the fleet again: it writes anew each case whose files changed since")
+    again = export_fleet([cases], copy)
+    assert (again.exported, again.unchanged, again.failed) == (1, len(ids) - 1, [])
+    assert fleet_query(copy, "SELECT count(*) FROM actions") == fleet_query(out, "SELECT count(*) FROM actions")
+    assert filecmp_same(out, copy)
+
+
 def filecmp_same(a: Path, b: Path) -> bool:
     """Whether the two exports hold the same table files, byte for byte."""
     files = sorted(p.relative_to(a) for p in a.rglob("data.parquet"))

@@ -60,7 +60,7 @@ def _damaged(exc: Exception, where: Path) -> LedgerError:
                            f"descriptors or memory ({said}; a limit such as 'ulimit -n' or 'ulimit -v'?): the export "
                            "is not at fault", path=str(where))
     return LedgerError(E.INTEGRITY_ERROR, f"{where}: a file of the export cannot be read ({said}); export the fleet "
-                       "again into a new folder", path=str(where))
+                       "again: it writes anew each case whose files changed since", path=str(where))
 
 
 def _fleet_connection(out: Path) -> tuple[Any, dict[str, LedgerError]]:
@@ -124,7 +124,7 @@ def _unreadable_table(folder: Path, recorded: list[str], files: dict[str, dict[s
             return refused(f"{folder / name / DATA_FILE} is missing, though the export records that case", rewritten)
         if info is not None and is_held(info):  # DuckDB's close of it would drop that ledger's locks
             return refused(f"{folder / name / DATA_FILE} is the file of a ledger open in this process (a hard "
-                           "link to it), not the table the export wrote")
+                           "link to it), not the table the export wrote", rewritten)
         written = files.get(name, {}).get(folder.name)
         if isinstance(written, dict) and type(written.get("bytes")) is int and info is not None \
                 and info.st_size != written["bytes"]:  # a record naming no size: the next export rewrites the case
