@@ -316,7 +316,8 @@ def test_a_steps_run_is_all_its_lines_wherever_they_are_and_a_bad_line_imports_n
 @pytest.mark.parametrize("name, text, reason", [
     ("list.traj.json", "[1, 2]", "no message with a role"),
     ("empty.traj.json", '{"messages": []}', "no message with a role"),
-    ("blank.traj.json", "\n", "not JSON: Expecting value"),
+    ("blank.traj.json", "\n", "no run: the file holds only white space"),
+    ("empty.traj", "", "no run: the file is empty"),
     ("journal.jsonl", '{"op": "initialize"}\n', 'has "op": the file is already a ledger journal'),
 ])
 def test_an_input_that_is_no_run_is_refused_with_what_it_is_instead_of_a_run_of_no_steps(tmp_path, name, text, reason):
@@ -365,7 +366,10 @@ def test_inputs_named_in_capitals_are_taken_and_an_empty_folder_or_file_is_refus
     (folder / "quiet.jsonl").write_text("\n \n")
     summary = import_runs([folder], tmp_path / "out")
     assert (summary.runs, [(Path(e["file"]).name, e["reason"]) for e in summary.errors]) == (
-        1, [("quiet.jsonl", "no step line: the file is empty")])
+        1, [("quiet.jsonl", "no step line: the file's 2 lines are blank")])
+    (folder / "quiet.jsonl").write_text("")
+    assert [e["reason"] for e in import_runs([folder / "quiet.jsonl"], tmp_path / "out3").errors] == [
+        "no step line: the file is empty"]
     (tmp_path / "out" / "SHOUT.JSONL").write_bytes((tmp_path / "out" / "loud.jsonl").read_bytes())
     assert sorted(r.run for r in simulate([tmp_path / "out"]).runs) == ["SHOUT", "loud"]
 

@@ -157,6 +157,19 @@ def test_a_gzip_file_whose_data_is_damaged_is_named_and_the_other_files_are_impo
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a.jsonl", "z.jsonl"]
 
 
+@pytest.mark.parametrize("data, reason", [
+    (b"junk", "not gzip this import can read: Not a gzipped file (b'ju')"),
+    (gzip.compress(json.dumps(GOOD).encode())[:-12],
+     "gzip cut short: Compressed file ended before the end-of-stream marker was reached"),
+    (b"", "no run: the file is empty"), (gzip.compress(b" \n"), "no run: the file holds only white space")])
+def test_a_gzip_file_that_is_not_gzip_or_stops_short_or_holds_nothing_is_named_so(tmp_path, data, reason):
+    """Python's own words came alone ("Not a gzipped file", "Compressed file ended …"), and an empty file
+    was "not JSON: Expecting value: line 1 column 1"."""
+    (tmp_path / "r.traj.json.gz").write_bytes(data)
+    summary = import_runs([tmp_path / "r.traj.json.gz"], tmp_path / "out")
+    assert (summary.runs, [(e["code"], e["reason"]) for e in summary.errors]) == (0, [("INVALID_ARGUMENT", reason)])
+
+
 def test_a_folder_gives_only_trajectory_names_and_only_a_jsonl_name_is_the_steps_format(tmp_path):
     inputs = tmp_path / "in"
     _write(inputs / "a.traj.json", GOOD)
@@ -300,7 +313,8 @@ def test_a_temp_file_the_folder_refuses_is_refused_for_that_though_removing_the_
     else:
         summary = import_runs([source], tmp_path / "out")
         assert [error["file"] for error in summary.errors] == [str(source)] and summary.journals == []
-        assert "No space left on device" in summary.errors[0]["reason"], summary.errors
+        assert summary.errors[0]["reason"] == (  # it named no journal: read as if the run file had no space
+            f"its journal cannot be written in {tmp_path / 'out'}: No space left on device")
 
 
 def test_a_read_only_mount_as_the_output_folder_is_refused_naming_it(tmp_path):
@@ -685,6 +699,43 @@ def test_a_trajectory_list_none_of_whose_entries_has_an_action_is_another_agents
         "agent's trajectory list, not a SWE-agent .traj" + OTHER_AGENTS)]
     some = {"trajectory": [{"role": "x"}, {"action": "ls", "observation": "a"}]}  # one action is enough: a run
     assert import_runs([_write(tmp_path / "s.traj", some)], tmp_path / "out2").steps == 1
+
+
+@pytest.mark.parametrize("entries, held", [([1, 2, None], "none is an object"), ([{}], "the first object is empty"),
+                                           (["ls", {}], "the first object is empty")])
+def test_a_trajectory_list_of_no_object_with_an_action_is_refused_whatever_its_entries_are(tmp_path, entries, held):
+    """A list of entries none of which is an object was written as a run with no step, exit 0, where a
+    list of objects without an action was refused; an empty first object was named by no key at all."""
+    summary = import_runs([_write(tmp_path / "r.traj", {"trajectory": entries})], tmp_path / "out")
+    assert (summary.runs, [e["reason"] for e in summary.errors]) == (0, [
+        f"no trajectory entry with an action ({held}): another agent's trajectory list, not a SWE-agent .traj"
+        + OTHER_AGENTS])
+    assert import_runs([_write(tmp_path / "e.traj", {"trajectory": []})], tmp_path / "out2").runs_without_steps == ["e"]
+
+
+@pytest.mark.parametrize("extra", [{"resolved_ids": ["r1"]}, {"resolved_ids": [], "model_patch": "diff"}])
+def test_a_run_holding_a_reports_or_a_predictions_key_too_is_still_a_run(tmp_path, extra):
+    """A mini-swe-agent run with a ``resolved_ids`` list was taken for an evaluation's report and left out,
+    exit 0: an object holding steps is a run, whatever else it holds."""
+    folder = tmp_path / "runs"
+    _write(folder / "a.traj.json", {**GOOD, "instance_id": "a", **extra})
+    _write(folder / "b.traj.json", {**GOOD, "instance_id": "b"})
+    summary = import_runs([folder], tmp_path / "out")
+    assert (summary.runs, summary.not_runs, summary.errors) == (2, [], [])
+    assert len(journal(tmp_path / "out" / "a.jsonl")) == len(journal(tmp_path / "out" / "b.jsonl")) > 1
+
+
+def test_the_turns_skipped_are_those_of_the_runs_written(tmp_path):
+    """A run that could not be written (its journal's name a folder in DIR) had its skipped turns counted
+    beside the runs and steps of the others only."""
+    turn = {"role": "assistant", "content": "no block"}
+    skipping = {**GOOD, "instance_id": "a", "messages": [*GOOD["messages"], turn]}
+    alone = import_runs([_write(tmp_path / "a.traj.json", skipping)], tmp_path / "alone")
+    assert sum(alone.skipped.values()) == 1
+    (tmp_path / "out" / "a.jsonl").mkdir(parents=True)
+    summary = import_runs([tmp_path / "a.traj.json", _write(tmp_path / "b.traj.json", {**GOOD, "instance_id": "b"})],
+                          tmp_path / "out")
+    assert (summary.runs, len(summary.errors), summary.skipped) == (1, 1, {})
 
 
 def test_a_steps_line_whose_run_id_cannot_be_a_file_name_is_named_by_its_line(tmp_path):

@@ -655,9 +655,12 @@ def test_simulate_accepts_one_journal_path_as_a_str_and_a_path():
 def test_simulate_outcomes_must_map_text_to_text():
     from ledger import simulate
     one = TRAJECTORIES / "django__django-11206.jsonl"
-    with pytest.raises(LedgerError) as caught:
-        simulate([one], outcomes={"django__django-11206": None}, jobs=1)
-    assert caught.value.code == INVALID_ARGUMENT and "must map run ids" in caught.value.message
+    for outcomes, said in (({"django__django-11206": None}, "the outcome of 'django__django-11206' is None"),
+                           ({5: "resolved"}, "a key is int")):  # it said "got 5: str", as if 5 were the text
+        with pytest.raises(LedgerError) as caught:
+            simulate([one], outcomes=outcomes, jobs=1)
+        assert (caught.value.code, caught.value.message) == (
+            INVALID_ARGUMENT, f"outcomes must map run ids (str) to outcomes (str): {said}")
     report = simulate([one], outcomes={"django__django-11206": "resolved"}, jobs=1)
     assert list(report.policies[0]["by_outcome"]) == ["resolved"]
 

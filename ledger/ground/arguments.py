@@ -121,9 +121,12 @@ def check_text_mapping(value: Any, name: str) -> Mapping[str, str]:
     """``value`` if it is a mapping of ``str`` to ``str``."""
     check_instance(value, Mapping, name, "a mapping or a path")
     for key, item in value.items():
-        if not isinstance(key, str) or not isinstance(item, str):
-            raise LedgerError(INVALID_ARGUMENT, f"{name} must map run ids (str) to outcomes (str), "
-                              f"got {key!r}: {_kind(item)}")
+        if not isinstance(key, str):
+            raise LedgerError(INVALID_ARGUMENT, f"{name} must map run ids (str) to outcomes (str): a key is "
+                              f"{_kind(key)}")
+        if not isinstance(item, str):
+            raise LedgerError(INVALID_ARGUMENT, f"{name} must map run ids (str) to outcomes (str): the outcome of "
+                              f"{key!r} is {_kind(item)}")
     return value
 
 

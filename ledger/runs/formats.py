@@ -305,11 +305,12 @@ def swe_agent_steps(data: Any) -> Iterator[Step | FormatError]:
         raise ValueError("no trajectory list: not a SWE-agent .traj" + (
             " (its messages list is a mini-swe-agent trajectory's)" if mini else _history_only(data)))
     first = next((entry for entry in entries if isinstance(entry, Mapping)), None)
-    if first is not None and not any(isinstance(entry, Mapping) and "action" in entry for entry in entries):
+    if entries and not any(isinstance(entry, Mapping) and "action" in entry for entry in entries):
         # SWE-agent writes an action into every entry: a list of entries none of which has one is another agent's
-        keys = first_few([quoted(key, 40) for key in first], 6)
-        raise ValueError(f"no trajectory entry with an action (the first holds {keys}): another agent's trajectory "
-                         "list, not a SWE-agent .traj" + OTHER_AGENTS)
+        held = ("none is an object" if first is None else "the first object is empty" if not first
+                else f"the first holds {first_few([quoted(key, 40) for key in first], 6)}")
+        raise ValueError(f"no trajectory entry with an action ({held}): another agent's trajectory list, not a "
+                         "SWE-agent .traj" + OTHER_AGENTS)
     for entry in entries:
         if not isinstance(entry, Mapping):
             yield FormatError("entry that is not an object")
@@ -344,6 +345,10 @@ def too_many_digits(exc: ValueError) -> str | None:
 #: The names the agents give their predictions files, which hold none while no run has finished.
 PREDICTIONS_FILES = ("preds.json", "all_preds.jsonl")
 
+#: The keys of a run's steps (mini-swe-agent's ``messages``, SWE-agent's ``trajectory``, a steps line's
+#: ``command``): an object holding one is a run, never predictions or a report (:func:`is_no_run`).
+_STEP_KEYS = frozenset({"messages", "trajectory", "command"})
+
 
 def is_no_run(value: Any, name: str = "") -> bool:
     """Whether ``value``, read from the file ``name`` (``None``: a file with no line), is a file an
@@ -352,11 +357,12 @@ def is_no_run(value: Any, name: str = "") -> bool:
     list, or keyed by instance id, as mini-swe-agent's and SWE-agent's ``preds.json`` and SWE-agent's
     ``all_preds.jsonl`` lines hold them; none yet, ``{}``, ``[]`` or no line, in a file of those names),
     or an evaluation's report (SWE-bench's ``report.json``, each instance's ``resolved`` with its
-    ``tests_status`` or patch flags, keyed by instance id; a run's summary with ``resolved_ids``)."""
+    ``tests_status`` or patch flags, keyed by instance id; a run's summary with ``resolved_ids`` and no
+    step). An object holding steps is a run, whatever other keys it has."""
     if value in (None, {}, []):
         return name.lower().removesuffix(".gz") in PREDICTIONS_FILES
     def prediction(item: Any) -> bool:
-        return isinstance(item, Mapping) and "model_patch" in item and not {"messages", "trajectory", "command"} & item.keys()
+        return isinstance(item, Mapping) and "model_patch" in item and not _STEP_KEYS & item.keys()
 
     def report(item: Any) -> bool:
         return isinstance(item, Mapping) and "resolved" in item and bool(
@@ -366,7 +372,7 @@ def is_no_run(value: Any, name: str = "") -> bool:
         return bool(value) and all(prediction(item) for item in value)
     if not isinstance(value, Mapping):
         return False
-    if prediction(value) or isinstance(value.get("resolved_ids"), list):
+    if prediction(value) or (isinstance(value.get("resolved_ids"), list) and not _STEP_KEYS & value.keys()):
         return True
     return bool(value) and (all(prediction(item) for item in value.values())
                             or all(report(item) for item in value.values()))

@@ -4,9 +4,11 @@
 
 from __future__ import annotations
 
+import errno
 import gzip
 import os
 import re
+import zlib
 from pathlib import Path
 from typing import IO, Any, Iterable, Mapping
 
@@ -14,7 +16,7 @@ from ..ground import errors as E
 from ..ground.arguments import check_iterable
 from ..ground.descriptors import open_to_read
 from ..ground.errors import LedgerError, pass_on_interruption
-from ..ground.paths import EXPORT_FILE_BYTES_MAX, folder_inputs, fs_path, input_below, os_error
+from ..ground.paths import EXPORT_FILE_BYTES_MAX, STORAGE_ERRNOS, folder_inputs, fs_path, input_below, os_error
 
 _EXTENSIONS = (".gz", ".json", ".jsonl", ".traj")
 #: The names a folder's trajectories have: each of these, maybe gzipped.
@@ -169,3 +171,36 @@ def input_files(paths: Iterable[str | os.PathLike[str]], recursive: bool = False
     if unread is not None:
         unread += below
     return found
+
+
+#: What importing one run file may fail with, each named by :func:`failure` in the summary's errors.
+FILE_FAILURES = (OSError, EOFError, UnicodeDecodeError, ValueError, RecursionError, zlib.error, LedgerError)
+
+#: The errors only a write meets (a full disk, a quota, a file size limit, a read-only file system): a run
+#: file's import failing so failed on its journal, never on the file read.
+_WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
+
+
+def failure(exc: BaseException, path: Path, out: Path, fmt: str) -> dict[str, str]:
+    """The summary's error of the run file ``path`` whose import into ``out`` (read as ``fmt``) failed with
+    ``exc`` (one of :data:`FILE_FAILURES`): ``{"file", "code", "reason"}``, the code ``STORAGE_ERROR`` when
+    the machine refused a read or write, else ``INVALID_ARGUMENT``."""
+    if isinstance(exc, (zlib.error, gzip.BadGzipFile)):
+        reason = f"not gzip this import can read: {exc}"
+    elif isinstance(exc, EOFError):  # gzip's words for a stream that stops short
+        reason = f"gzip cut short: {exc}"
+    elif isinstance(exc, OSError) and exc.errno in _WRITE_ERRNOS:  # only a write meets these: the journal's
+        reason = f"its journal cannot be written in {out}: {exc.strerror}"
+    elif isinstance(exc, LedgerError):
+        reason = exc.message
+    elif isinstance(exc, RecursionError):  # Python's own words name its stack, not the file
+        reason = "JSON nested deeper than Python reads (thousands of levels); no trajectory nests so deep"
+    elif isinstance(exc, OSError) and exc.strerror:
+        other = isinstance(exc.filename, (str, bytes)) and os.fsdecode(exc.filename) != str(path)
+        reason = f"{os.fsdecode(exc.filename)}: {exc.strerror}" if other else exc.strerror  # a journal written
+    else:
+        reason = str(exc) or type(exc).__name__
+        if fmt != "auto" and isinstance(exc, ValueError):
+            reason += f" (read as --format {fmt}, as asked: without it, the file's name and content choose)"
+    code = E.STORAGE_ERROR if isinstance(exc, OSError) and exc.errno in STORAGE_ERRNOS else E.INVALID_ARGUMENT
+    return {"file": str(path), "code": code, "reason": reason}

@@ -17,7 +17,6 @@ import hashlib
 import json
 import os
 import re
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping
@@ -283,31 +282,39 @@ class _Importer:
         self.seen[run.lower()] = (run, path)
         return journal
 
-    def _end(self, journal: _Journal) -> None:
+    def _end(self, journal: _Journal, skipped: Mapping[str, int] | None = None) -> None:
+        """Count the run written, with ``skipped`` (reason → its turns left out): turns of a run not
+        written are counted nowhere."""
         label = (self.outcomes or {}).get(journal.run.removeprefix(self.prefix))  # the input's own run id
         journal.finish(None if label is None else (label, self.source))
         if label is None and self.outcomes is not None:
             self.summary.runs_without_outcome.append(journal.run)
         self.summary.runs += 1
         self.summary.steps += journal.steps
+        for reason, turns in (skipped or {}).items():
+            self.summary.skipped[reason] = self.summary.skipped.get(reason, 0) + turns
         if journal.steps == 0:
             self.summary.runs_without_steps.append(journal.run)
         for limit in journal.over_limits(self.limits):
             self.summary.over_default_limits.setdefault(limit, []).append(journal.run)
         self.summary.journals.append(str(journal.final))
 
-    def _feed(self, journal: _Journal, items: Iterable[Step | FormatError]) -> None:
+    def _feed(self, journal: _Journal, items: Iterable[Step | FormatError]) -> dict[str, int]:
+        """Step ``journal`` through ``items``; the turns left out, by reason."""
+        skipped: dict[str, int] = {}
         for item in items:
             if isinstance(item, Step) and not item.command.strip():
                 item = FormatError("empty command")  # nothing was run: no action to account for
             if isinstance(item, FormatError):
-                reason = str(item)
-                self.summary.skipped[reason] = self.summary.skipped.get(reason, 0) + 1
+                skipped[str(item)] = skipped.get(str(item), 0) + 1
             else:
                 journal.step(item, self.mapping, self.score)
+        return skipped
 
     def trajectory(self, path: Path) -> None:
         whole = run_files.read_whole(path)
+        if not whole.strip():
+            raise ValueError("no run: the file is empty" if not whole else "no run: the file holds only white space")
         try:
             # one run at a time: a trajectory file is one JSON document, UTF-8 (maybe with a
             # byte-order mark), never UTF-16 or UTF-32 guessed from its bytes
@@ -340,8 +347,7 @@ class _Importer:
                 yield item
         try:
             journal = self._begin(run, path)
-            self._feed(journal, noting(steps))
-            self._end(journal)
+            self._end(journal, self._feed(journal, noting(steps)))
             if not marked[0] and journal.steps:
                 self.summary.runs_unmarked.append(run)
         except BaseException:
@@ -357,6 +363,7 @@ class _Importer:
         of them and leaves nothing behind."""
         journals: dict[str, _Journal] = {}
         open_runs: dict[str, None] = {}  # runs whose journal is open, least recently stepped first
+        number = 0
         try:
             with run_files.open_run_file(path) as handle:
                 for number, line in enumerate(run_files.run_file_lines(handle, path), start=1):
@@ -380,7 +387,9 @@ class _Importer:
                 self.summary.not_runs.append(str(path))  # no prediction yet
                 return
             if not journals:
-                raise ValueError("no step line: the file is empty")
+                raise ValueError("no step line: the file is empty" if number == 0 else
+                                 f"no step line: the file's {number} line{'s' if number > 1 else ''} "
+                                 f"{'are' if number > 1 else 'is'} blank")
             for journal in journals.values():
                 journal.check_final()  # every run of the file can be placed, or none is
             for run in list(journals):
@@ -399,23 +408,9 @@ class _Importer:
                 self.generic(path)
             else:
                 self.trajectory(path)
-        except (OSError, EOFError, UnicodeDecodeError, ValueError, RecursionError, zlib.error, LedgerError) as exc:
+        except run_files.FILE_FAILURES as exc:
             pass_on_interruption(exc)
-            if isinstance(exc, zlib.error):
-                reason = f"not gzip this import can read: {exc}"
-            elif isinstance(exc, LedgerError):
-                reason = exc.message
-            elif isinstance(exc, RecursionError):  # Python's own words name its stack, not the file
-                reason = "JSON nested deeper than Python reads (thousands of levels); no trajectory nests so deep"
-            elif isinstance(exc, OSError) and exc.strerror:
-                other = isinstance(exc.filename, (str, bytes)) and os.fsdecode(exc.filename) != str(path)
-                reason = f"{os.fsdecode(exc.filename)}: {exc.strerror}" if other else exc.strerror  # a journal written
-            else:
-                reason = str(exc) or type(exc).__name__
-                if self.fmt != "auto" and isinstance(exc, ValueError):
-                    reason += f" (read as --format {self.fmt}, as asked: without it, the file's name and content choose)"
-            code = E.STORAGE_ERROR if isinstance(exc, OSError) and exc.errno in STORAGE_ERRNOS else E.INVALID_ARGUMENT
-            self.summary.errors.append({"file": str(path), "code": code, "reason": reason})
+            self.summary.errors.append(run_files.failure(exc, path, self.out, self.fmt))
 
 
 def _several_values_hint(exc: json.JSONDecodeError) -> str:
