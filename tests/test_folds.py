@@ -82,7 +82,8 @@ def test_task_prefixes_may_be_any_iterable_of_text_and_none_is_none():
     ([""], "must be the non-empty text"),
     ([b"gpt5."], "must be the non-empty text"),
     (["gpt5-"], "--task-prefix 'gpt5-' starts no run id (of 2 run(s): 'claude.a', 'gpt5.a')"),
-    (["gpt5.a"], "starts no run id"),  # the whole id: nothing left to name a task
+    (["gpt5.a"], "--task-prefix 'gpt5.a' is a whole run id and starts no other (of 2 run(s): "),  # it said "starts
+    # no run id" while listing that very id: a whole id leaves nothing to name a task
 ])
 def test_a_task_prefix_must_start_some_run_id(value, message):
     with pytest.raises(LedgerError) as refused:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
 import resource
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -594,6 +596,38 @@ def test_vary_in_the_api_refuses_what_the_command_line_refuses(values, message):
     with pytest.raises(LedgerError) as caught:
         vary(example_policy(), [("max_low_information_steps", values)])
     assert (caught.value.code, caught.value.message) == (INVALID_ARGUMENT, message)
+
+
+@pytest.mark.parametrize("grid, message", [
+    ([("units_per_hypothesis", range(1, 10**9))], "--vary units_per_hypothesis: more than 10000 values, more "
+                                                  "policies than one grid may have; vary fewer values"),
+    ([("units_per_hypothesis", itertools.count(1))], "--vary units_per_hypothesis: more than 10000 values, more "
+                                                     "policies than one grid may have; vary fewer values"),
+    ([("units_per_hypothesis", [10**5000])], "--vary units_per_hypothesis: an integer of thousands of digits, more "
+                                             "than any setting takes"),
+    ([("units_per_hypothesis", [True])], "--vary units_per_hypothesis: a value must be an integer, got True"),
+    ([("units_per_hypothesis", [2.0])], "--vary units_per_hypothesis: a value must be an integer, got 2.0"),
+    ([], "grid holds no (key, values) pair; give at least one")])
+def test_vary_refuses_a_grid_it_cannot_make_before_holding_its_values(grid, message):
+    """An endless or huge iterator of values was held whole (gigabytes) before the grid's bound refused it; an
+    integer past 4,300 digits raised Python's ValueError; an empty grid was "a policy's name must be …"."""
+    with pytest.raises(LedgerError) as caught:
+        vary(example_policy(), grid)
+    assert (caught.value.code, caught.value.message) == (INVALID_ARGUMENT, message)
+
+
+def test_a_journal_given_twice_or_also_in_a_folder_given_is_simulated_once(tmp_path):
+    """It was refused as "run id … names two journals: X and X"."""
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    shutil.copy(TRAJECTORIES / "django__django-11206.jsonl", folder)
+    for given in ([folder, folder], [folder, folder / "django__django-11206.jsonl"]):
+        assert [r.run for r in simulate(given, jobs=1).runs] == ["django__django-11206"]
+    (tmp_path / "other").mkdir()
+    shutil.copy(TRAJECTORIES / "django__django-11206.jsonl", tmp_path / "other")
+    with pytest.raises(LedgerError) as caught:
+        simulate([folder, tmp_path / "other"], jobs=1)
+    assert caught.value.message.startswith("run id 'django__django-11206' names two journals: ")
 
 
 @pytest.mark.parametrize("value", ["1_000", "+5", "\u0663", " 5x"])

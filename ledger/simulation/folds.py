@@ -46,7 +46,8 @@ def check_prefixes_start(prefixes: Sequence[str], run_ids: Iterable[str]) -> Non
     for prefix in prefixes:
         if not any(run.startswith(prefix) and len(run) > len(prefix) for run in ids):
             shown = ", ".join(repr_shown(run, 60) for run in sorted(ids)[:3]) or "none"
-            raise LedgerError(E.INVALID_ARGUMENT, f"--task-prefix {repr_shown(prefix, 80)} starts no run id (of "
+            said = "is a whole run id and starts no other" if prefix in ids else "starts no run id"
+            raise LedgerError(E.INVALID_ARGUMENT, f"--task-prefix {repr_shown(prefix, 80)} {said} (of "
                               f"{len(ids)} run(s): {shown}{', …' if len(ids) > 3 else ''}); give the prefix the "
                               "runs were imported with (ledger runs import --run-prefix)", prefix=prefix)
 

@@ -199,22 +199,19 @@ def vary(base: Policy, grid: Sequence[tuple[str, Sequence[int | str]]]) -> list[
     ``CONFIG_INVALID`` (naming the key and value) for a value the policy refuses.
     """
     check_instance(base, Policy, "base", "a Policy")
-    grid = list(check_iterable(grid, "grid", "a list of (key, values) pairs"))
+    grid = list(itertools.islice(check_iterable(grid, "grid", "a list of (key, values) pairs"), GRID_POLICIES_MAX + 1))
+    if not grid:
+        raise LedgerError(E.INVALID_ARGUMENT, "grid holds no (key, values) pair; give at least one")
     for number, pair in enumerate(grid):
         if not isinstance(pair, (tuple, list)) or len(pair) != 2 or not isinstance(pair[0], str):
             raise LedgerError(E.INVALID_ARGUMENT, f"grid must be a list of (key, values) pairs, got {repr_shown(pair, 80)}")
-        values = list(check_iterable(pair[1], f"the values of {pair[0]}", "a list of values (integers, or mode names for novelty_mode)"))  # a generator: once
-        for value in values:
-            if not isinstance(value, (int, str)):  # a name shows each value: an integer (or a word, for word keys)
-                raise LedgerError(E.INVALID_ARGUMENT, f"--vary {pair[0]}: a value must be an integer, got "
-                                  f"{repr_shown(value, 80)}", key=pair[0])
-        grid[number] = (pair[0], values)
+        grid[number] = (pair[0], _grid_values(pair[0], pair[1]))
     keys = [key for key, _ in grid]
     for key, values in grid:
         if keys.count(key) > 1:
             raise LedgerError(E.INVALID_ARGUMENT, f"--vary {key} is given twice; give each key once, with all "
                               f"its values (KEY=V1,V2,…)", key=key)
-        shown = [str(value) for value in values]  # as the policies' names show them
+        shown = [str(value) for value in values]  # as the policies' names show them (:func:`_grid_values`)
         if not shown:
             raise LedgerError(E.INVALID_ARGUMENT, f"--vary {key}: no value given; give at least one", key=key)
         if len(set(shown)) != len(shown):
@@ -237,6 +234,27 @@ def vary(base: Policy, grid: Sequence[tuple[str, Sequence[int | str]]]) -> list[
         except LedgerError as exc:
             raise LedgerError(exc.code, f"--vary {shortened(name, 120)}: {exc.message}", **exc.details) from None
     return policies
+
+
+def _grid_values(key: str, given: Any) -> list[int | str]:
+    """The values ``given`` for ``key`` in :func:`vary`'s grid, read once (a generator) and no further than
+    one past :data:`GRID_POLICIES_MAX` (an endless iterator is refused, not held); ``INVALID_ARGUMENT`` for a
+    value that is neither an integer nor a word, or an integer too long to name a policy with."""
+    values = list(itertools.islice(check_iterable(given, f"the values of {key}", "a list of values (integers, "
+                                                  "or mode names for novelty_mode)"), GRID_POLICIES_MAX + 1))
+    if len(values) > GRID_POLICIES_MAX:
+        raise LedgerError(E.INVALID_ARGUMENT, f"--vary {key}: more than {GRID_POLICIES_MAX} values, more policies "
+                          "than one grid may have; vary fewer values", key=key)
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, (int, str)):  # each value is shown in a name
+            raise LedgerError(E.INVALID_ARGUMENT, f"--vary {key}: a value must be an integer, got "
+                              f"{repr_shown(value, 80)}", key=key)
+        try:
+            str(value)  # each value is shown in a policy's name
+        except ValueError:  # past the digits Python converts (4,300 by default)
+            raise LedgerError(E.INVALID_ARGUMENT, f"--vary {key}: an integer of thousands of digits, more than any "
+                              "setting takes", key=key) from None
+    return values
 
 
 def journal_files(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
@@ -263,13 +281,21 @@ def journal_files(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
             raise LedgerError(E.INVALID_ARGUMENT, f"{path}: no such journal file or folder")
     stems: dict[str, Path] = {}
     for path in found:
-        if path.stem in stems:
+        if path.stem in stems and not _same_file(stems[path.stem], path):
             raise LedgerError(E.INVALID_ARGUMENT, f"run id {path.stem!r} names two journals: {stems[path.stem]} and {path}")
-        stems[path.stem] = path
+        stems.setdefault(path.stem, path)  # a file given twice, or also in a folder given, is read once
     if not found:
         raise LedgerError(E.INVALID_ARGUMENT, "no journal (*.jsonl) to simulate; agent runs as they were recorded "
                           "(*.traj, *.json, *.gz) become journals with 'ledger runs import RUNS --out DIR'")
-    return found
+    return list(stems.values())
+
+
+def _same_file(one: Path, other: Path) -> bool:
+    try:
+        return os.path.samefile(one, other)
+    except OSError as oserr:
+        pass_on_interruption(oserr)
+        return False
 
 
 def simulate_journal(path: Path, policies: Sequence[Policy], *, analysis: AnalysisConfig | None = None,
