@@ -29,8 +29,8 @@ from ..ground.resources import resource_dir
 from ..ground.config import DEFAULT_POLICY, AnalysisConfig, BudgetConfig, read_toml, load_toml_config
 from ..ground.canonical import SAFE_INTEGER_MAX
 from ..ground.arguments import check_instance, check_iterable, check_text_mapping, is_decimal, path_list
-from ..ground.errors import (LedgerError, pass_on_interruption, refuses_unfit_calls, refuses_unfit_calls_of, repr_shown,
-                             shortened)
+from ..ground.errors import (LedgerError, describe_value, pass_on_interruption, refuses_unfit_calls,
+                             refuses_unfit_calls_of, repr_shown, shortened)
 from ..services.memory import DEFAULT_ACTOR
 from ..ground.paths import folder_inputs, fs_path
 from ..ground.workers import job_count, shared_map
@@ -91,7 +91,7 @@ def policy_from_mapping(name: str, data: Mapping[str, Any]) -> Policy:
     units = budget.pop(UNITS_KEY, None)
     if units is not None and (type(units) is not int or not 1 <= units <= SAFE_INTEGER_MAX):
         raise LedgerError(E.CONFIG_INVALID, f"{UNITS_KEY}: must be an integer from 1 to {SAFE_INTEGER_MAX} "
-                          f"(the ledger's largest allocation), got {units!r}", key=UNITS_KEY)
+                          f"(the ledger's largest allocation), got {describe_value(units)}", key=UNITS_KEY)
     return Policy(name, BudgetConfig.from_mapping(budget), units)
 
 
