@@ -617,15 +617,16 @@ def test_vary_refuses_a_grid_it_cannot_make_before_holding_its_values(grid, mess
 
 
 @pytest.mark.parametrize("units, said", [(True, "true"), ("100", 'the string "100"'), (0, "the integer 0"),
-                                         (10**5000, "an integer of thousands of digits")])
+                                         (10**5000, "an integer of thousands of digits")],
+                         ids=["true", "text", "zero", "thousands of digits"])
 def test_a_policys_units_per_hypothesis_is_refused_naming_the_value_as_its_file_spells_it(units, said):
     """It was named in Python's spelling (True, '100') where every budget key names a TOML value (true, the
     string "100"), and an integer past 4,300 digits raised Python's ValueError."""
     with pytest.raises(LedgerError) as caught:
         policy_from_mapping("p", {"units_per_hypothesis": units})
-    assert (caught.value.code, caught.value.message) == ("CONFIG_INVALID", "units_per_hypothesis: must be an integer "
-                                                         f"from 1 to 9007199254740991 (the ledger's largest allocation), "
-                                                         f"got {said}")
+    assert (caught.value.code, caught.value.message) == ("CONFIG_INVALID", "units_per_hypothesis: must be an "
+                                                         "integer from 1 to 9007199254740991 (the ledger's largest "
+                                                         f"allocation), got {said}")
 
 
 def test_a_journal_given_twice_or_also_in_a_folder_given_is_simulated_once(tmp_path):
