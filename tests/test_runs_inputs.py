@@ -159,9 +159,10 @@ def test_a_gzip_file_whose_data_is_damaged_is_named_and_the_other_files_are_impo
 
 @pytest.mark.parametrize("data, reason", [
     (b"junk", "not gzip this import can read: Not a gzipped file (b'ju')"),
-    (gzip.compress(json.dumps(GOOD).encode())[:-12],
+    (gzip.compress(json.dumps(GOOD).encode(), mtime=0)[:-12],
      "gzip cut short: Compressed file ended before the end-of-stream marker was reached"),
-    (b"", "no run: the file is empty"), (gzip.compress(b" \n"), "no run: the file holds only white space")])
+    (b"", "no run: the file is empty"), (gzip.compress(b" \n", mtime=0), "no run: the file holds only white space")],
+    ids=["not gzip", "cut short", "empty", "white space"])
 def test_a_gzip_file_that_is_not_gzip_or_stops_short_or_holds_nothing_is_named_so(tmp_path, data, reason):
     """Python's own words came alone ("Not a gzipped file", "Compressed file ended …"), and an empty file
     was "not JSON: Expecting value: line 1 column 1"."""
