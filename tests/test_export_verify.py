@@ -265,6 +265,27 @@ def test_an_export_that_cannot_write_a_folder_it_needs_leaves_the_tree_as_it_was
     assert not (exported / "analysis" / "budgets").exists()
 
 
+def folders(root: Path) -> list[str]:
+    return sorted(Path(d).relative_to(root).as_posix() for d, _, _ in os.walk(root))
+
+
+def test_a_refused_export_removes_the_folders_it_made_and_no_folder_that_was_there_before(exported):
+    """A failing export removed every empty folder above each file it had meant to write, up to analysis/:
+    an empty folder of the package that was there before the export went with them."""
+    for events in (exported / "analysis" / "case" / "events").iterdir():
+        events.unlink()  # analysis/case/events/ stays, empty
+    shutil.rmtree(exported / "analysis" / "budgets")  # the export makes these again, then removes them
+    content = sorted((exported / "analysis" / "evidence" / "content").iterdir())[-1]
+    content.unlink()
+    content.mkdir()  # a folder where a file of the export belongs: the export fails there
+    before, made_before = tree(exported), folders(exported)
+    with Case.open(exported) as case, pytest.raises(LedgerError) as caught:
+        export_case(case)
+    assert caught.value.code == STORAGE_ERROR and "Is a directory" in caught.value.message
+    assert (tree(exported), folders(exported)) == (before, made_before)
+    assert "analysis/case/events" in made_before and "analysis/budgets" not in made_before
+
+
 @pytest.mark.parametrize("where", ["", "analysis", "analysis/case/events"])
 def test_a_temp_folder_inside_the_package_is_refused_and_nothing_is_written(exported, monkeypatch, where):
     import tempfile

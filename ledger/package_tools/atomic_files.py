@@ -229,15 +229,13 @@ def discard(path: "str | os.PathLike[str]") -> None:
         pass_on_interruption(oserr)
 
 
-def remove_empty_parents(directory: Path, root: Path) -> None:
-    """Remove folders an interrupted export created, up to (not including) ``root``."""
-    while directory != root and root in directory.parents:
-        try:
-            directory.rmdir()
-        except OSError as oserr:
-            pass_on_interruption(oserr)
-            return  # not empty: it held files before
-        directory = directory.parent
+def remove_empty_folder(directory: Path) -> None:
+    """Remove ``directory``, a folder an interrupted export made, if it is empty (it holds what another
+    process wrote into it meanwhile, or what this one could not remove: then it stays)."""
+    try:
+        directory.rmdir()
+    except OSError as oserr:
+        pass_on_interruption(oserr)
 
 
 def pid_alive(pid: int) -> bool:

@@ -19,7 +19,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Iterator
 
 from ..ground import errors as E
-from .atomic_files import (discard, fsync_dir, fsync_folders, new_file_mode, remove_empty_parents, same_bytes,
+from .atomic_files import (discard, fsync_dir, fsync_folders, new_file_mode, remove_empty_folder, same_bytes,
                            write_atomic, write_atomic_many)
 from ..storage.writer_lock import WriterLock
 from ..storage.sqlfiles import statement
@@ -78,14 +78,19 @@ def _stale_temp_files(root: Path) -> Iterator[Path]:
             yield root / name
 
 
-def _make_folder(folder: Path) -> bool:
-    """Make ``folder`` (and its parents); True when it did not exist before (so it holds no file).
-    Something else of that name makes the writes into it fail, and they say why."""
+def _make_folder(folder: Path) -> list[Path]:
+    """Make ``folder`` (and its parents); the folders it made, ``folder`` first (none when it existed: it
+    may hold files). Something else of that name makes the writes into it fail, and they say why."""
+    missing: list[Path] = []
+    probe = folder
+    while not os.path.lexists(probe) and probe != probe.parent:
+        missing.append(probe)
+        probe = probe.parent
     try:
         folder.mkdir(parents=True)
     except (FileExistsError, NotADirectoryError):
-        return False
-    return True
+        return []
+    return missing
 
 
 def read_manifest_if_readable(root: Path) -> dict[str, Any] | None:
@@ -322,6 +327,7 @@ def _export_locked(case: Case, root: Path, progress: Progress | None) -> ExportR
     committed = False
     mode = new_file_mode()  # once per export, not once per file
     made: dict[Path, bool] = {}  # folder → made by this export (so it held no file before)
+    folders_made: list[Path] = []  # each folder this export made
 
     pending: list[tuple[Path, bytes]] = []
 
@@ -330,7 +336,9 @@ def _export_locked(case: Case, root: Path, progress: Progress | None) -> ExportR
         folder = target.parent
         new = made.get(folder)
         if new is None:
-            new = made[folder] = _make_folder(folder)
+            folders = _make_folder(folder)
+            folders_made.extend(folders)
+            new = made[folder] = bool(folders)
         if new or not target.exists():
             created.append(target)
         touched.add(folder)
@@ -363,7 +371,8 @@ def _export_locked(case: Case, root: Path, progress: Progress | None) -> ExportR
         if not committed:
             for path in reversed(created):  # every one, whatever fails: nothing of this export stays
                 discard(path)
-                remove_empty_parents(path.parent, root)
+            for folder in sorted(folders_made, key=lambda made_folder: len(made_folder.parts), reverse=True):
+                remove_empty_folder(folder)  # those it made alone, deepest first: a folder there before stays
         if isinstance(exc, OSError):
             raise os_error(exc, f"cannot write the export under {root}", E.STORAGE_ERROR) from None
         raise
