@@ -771,6 +771,38 @@ def test_a_database_name_is_never_another_cases_own_nor_one_datasette_answers_fi
     assert names == ["BUG-20", "BUG-20-3", "BUG-20-2", "case-favicon-ico", "case-faviconXicons"]
 
 
+def _with_case_id(folder: Path, case_id: str) -> Path:
+    """``folder``'s case with the id ``case_id`` written over its own (a file altered by hand: no case can
+    be created with an id starting with ``_`` or ``-``)."""
+    with sqlite3.connect(folder / "ledger.sqlite") as conn:
+        conn.execute("DROP TRIGGER case_identity_no_update")
+        conn.execute("UPDATE case_identity SET case_id = ?", (case_id,))
+    conn.close()
+    return folder
+
+
+@pytest.mark.parametrize("case_id", ["_internal", "_memory", "-"])
+def test_a_case_named_as_a_database_or_route_datasette_keeps_is_served_under_another_name(demo, tmp_path, case_id):
+    """An altered case whose id was _internal replaced Datasette's own database, and every page of every
+    case answered 500 ("attempt to write a readonly database"); one whose id was _memory was renamed by
+    Datasette, out of reach of the read-only guards kept by its name (fts3_tokenizer answered)."""
+    shutil.copytree(demo, tmp_path / "altered")
+    altered = _with_case_id(tmp_path / "altered", case_id)
+    Case.create(tmp_path / "fine", "FINE-1").close()
+    cases = served_cases([altered, tmp_path / "fine"])
+    assert [case.name for case in cases] == [f"case-{case_id}", "FINE-1"]
+    datasette = case_datasette([altered, tmp_path / "fine"], sql_threads=0)
+    try:
+        assert get(datasette, "/FINE-1.json?sql=select+1").status_code == 200
+        assert get(datasette, f"/case-{case_id}/events.json").status_code == 200
+        refused = get(datasette, f"/case-{case_id}.json?sql=select+hex(fts3_tokenizer('simple'))")
+        assert refused.status_code == 400, refused.text
+        assert get(datasette, "/").status_code == 200
+    finally:
+        for database in datasette.databases.values():
+            database.close()
+
+
 def test_a_case_whose_id_is_url_safe_is_named_by_it_whatever_the_order_of_the_cases(tmp_path):
     """X.Y is served as X-Y when no case is X-Y; beside the case X-Y it gave way only when given
     after it, so the name of each depended on the order of the arguments."""

@@ -126,7 +126,8 @@ def served_cases(paths: Sequence[str | os.PathLike[str]],
     names are the case ids made URL-safe, with ``-2``, ``-3`` … when two cases share one (never another case's own
     name, whatever the order: a copy of BUG-20 is not named BUG-20-2 beside the case BUG-20-2,
     and the case X-Y is at /X-Y beside the case X.Y), nor a name a route of Datasette's answers
-    first (``favicon-ico`` is served as ``case-favicon-ico``). The first row of ``case_status`` is
+    first or keeps for itself (``favicon-ico`` is served as ``case-favicon-ico``, ``_internal`` as
+    ``case-_internal``). The first row of ``case_status`` is
     shown as it is, whatever it holds (a view altered in the file: ``ledger verify`` judges it)."""
     if not paths:
         raise LedgerError(E.INVALID_ARGUMENT, "give at least one case folder")
@@ -205,7 +206,10 @@ def _as_text(value: Any) -> str:
 
 #: Database names whose pages a route of Datasette's answers before the database's own (it matches
 #: each path from its start against "/favicon.ico", the dot any character): served as case-NAME.
-_SHADOWED = re.compile(r"favicon.ico")
+#: Names Datasette answers first or keeps for itself (its icon's route, its own databases ``_internal`` and
+#: ``_memory``, its pages under ``/-/``): a case of such a name, which only a file altered by hand can hold
+#: for the last three, is served as ``case-NAME``.
+_SHADOWED = re.compile(r"favicon.ico|(?:_internal|_memory|-)\Z")
 
 
 def _chart_address(name: str) -> str:
