@@ -771,6 +771,23 @@ def test_a_database_name_is_never_another_cases_own_nor_one_datasette_answers_fi
     assert names == ["BUG-20", "BUG-20-3", "BUG-20-2", "case-favicon-ico", "case-faviconXicons"]
 
 
+@pytest.mark.parametrize("path, said", [
+    ("/BUG-20.blob?sql=select+1+as+b&_blob_column=b", "b holds a number, not a binary value"),
+    ("/BUG-20.blob?sql=select+1.5+as+b&_blob_column=b", "b holds a number, not a binary value"),
+    ("/BUG-20.blob?sql=select+'t'+as+b&_blob_column=b", "b holds text, not a binary value"),
+    ("/BUG-20/events/1.blob?_blob_column=seq", "seq holds a number, not a binary value"),
+    ("/BUG-20.blob?sql=select+1+as+b+where+0&_blob_column=b", "the query returned no row"),
+    ("/BUG-20.blob?sql=select+1+as+b&_blob_column=b&_blob_hash=00", "Link has expired")])
+def test_a_blob_download_of_a_value_that_is_no_blob_is_a_bad_request_never_a_page_cut_short(site, path, said, capfd):
+    """Datasette began a number's download, then failed: the visitor got 200 and a page cut short, the
+    server's terminal a traceback of about 49 lines."""
+    page = get(site, path)
+    assert page.status_code == 400 and said in page.text, (page.status_code, page.text[:300])
+    assert capfd.readouterr().err == ""
+    blob = get(site, "/BUG-20.blob?sql=select+x'00ff'+as+b&_blob_column=b")
+    assert (blob.status_code, blob.content) == (200, b"\x00\xff")
+
+
 def _with_case_id(folder: Path, case_id: str) -> Path:
     """``folder``'s case with the id ``case_id`` written over its own (a file altered by hand: no case can
     be created with an id starting with ``_`` or ``-``)."""

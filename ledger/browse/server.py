@@ -51,6 +51,7 @@ INSTALL_HINT = "ledger serve needs Datasette: pip install '.[web]' (in a clone o
 _PLUGIN_NAME = "case-ledger-serve"
 #: Datasette's own error handler, which ours replaces in a process that serves cases.
 _DATASETTE_ERRORS = "datasette.handle_exception"
+_DATASETTE_BLOBS = "datasette.blob_renderer"
 #: The Datasette instances this module made, and the case databases of each.
 _OURS: "weakref.WeakKeyDictionary[Any, frozenset[str]]" = weakref.WeakKeyDictionary()
 
@@ -233,8 +234,9 @@ def _plugin() -> Any:
             conn.set_authorizer(_no_address_functions)
 
     @hookimpl
-    def register_output_renderer(datasette: Any) -> dict[str, Any]:
-        return {"extension": CHART_FORMAT, "render": _render_chart, "can_render": _can_render_chart}
+    def register_output_renderer(datasette: Any) -> list[dict[str, Any]]:
+        return [{"extension": CHART_FORMAT, "render": _render_chart, "can_render": _can_render_chart},
+                {"extension": "blob", "render": _render_blob, "can_render": lambda: False}]
 
     @hookimpl
     def handle_exception(datasette: Any, request: Any, exception: BaseException) -> Any:
@@ -250,6 +252,26 @@ def _plugin() -> Any:
     plugin.register_output_renderer = register_output_renderer  # type: ignore[attr-defined]
     plugin.handle_exception = handle_exception  # type: ignore[attr-defined]
     return plugin
+
+
+async def _render_blob(datasette: Any, database: str, rows: Sequence[Any], columns: Sequence[str], request: Any,
+                       table: str | None, view_name: str) -> Any:
+    """Datasette's ``.blob`` download, of a value that is binary or none: Datasette sent a number's or a
+    text's page half begun, then failed (a traceback on the server's terminal, the visitor's answer cut
+    short), and failed too on a query of no row or a ``_blob_hash`` beside values that are no blob.
+    Such a request is ``400``, saying what the column holds."""
+    column = request.args.get("_blob_column")
+    if datasette in _OURS and column in columns:
+        bad_request = _datasette_module("datasette.utils.asgi").BadRequest
+        if "_blob_hash" in request.args:
+            rows = [row for row in rows if isinstance(row[column], bytes)]
+        elif not rows:
+            raise bad_request("the query returned no row: there is no binary value to download")
+        elif not isinstance(rows[0][column], (bytes, type(None))):
+            kind = "text" if isinstance(rows[0][column], str) else "a number"
+            raise bad_request(f"{column} holds {kind}, not a binary value: its .csv or .json page shows it")
+    render = _datasette_module("datasette.blob_renderer").render_blob
+    return await render(datasette, database, rows, columns, request, table, view_name)
 
 
 def _page_error(exception: BaseException, request: Any) -> Any:
@@ -329,8 +351,9 @@ def _datasette_of(cases: Sequence[ServedCase], sql_threads: int) -> Any:
     _datasette_module("datasette.handle_exception").rich = None
     if not plugins.has_plugin(_PLUGIN_NAME):
         plugins.register(_plugin(), name=_PLUGIN_NAME)
-        if plugins.has_plugin(_DATASETTE_ERRORS):  # ours answers every error, a case's or not (_page_error)
-            plugins.unregister(name=_DATASETTE_ERRORS)
+        for theirs in (_DATASETTE_ERRORS, _DATASETTE_BLOBS):  # ours answers every error (_page_error), and
+            if plugins.has_plugin(theirs):  # every .blob link (_render_blob), a case's or not
+                plugins.unregister(name=theirs)
     options: dict[str, Any] = {"settings": {"allow_download": False, "num_sql_threads": sql_threads}}
     if "config" in inspect.signature(app.Datasette).parameters:  # Datasette 1.0: queries are configuration
         options.update(metadata=browse_metadata(cases, with_queries=False), config=browse_config(cases))
