@@ -924,6 +924,47 @@ def test_a_case_written_by_other_processes_while_served_is_served_as_it_is_now(t
     assert server.returncode == 0 and err == "", err
 
 
+@pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
+def test_a_case_written_over_in_place_then_put_back_whole_is_read_again_on_every_page(demo, tmp_path):
+    """Bytes written over the ledger in place (not through SQLite, so no log changed) left the pages SQLite
+    had read of them in the server's connections: put back byte for byte, the file stayed "malformed" on
+    the pages that had read them, for good (503 minutes later), while ledger verify passed."""
+    path = tmp_path / "case"
+    shutil.copytree(demo, path)
+    ledger = path / "ledger.sqlite"
+    whole = ledger.read_bytes()
+    pages = ("BUG-20/events.json?_size=max", "BUG-20/balances.json", "BUG-20/actions.json",
+             "BUG-20.json?sql=select+count(*)+from+results")
+
+    def statuses(url: str) -> list[int]:
+        answers = []
+        for page in pages:
+            try:
+                with urllib.request.urlopen(url + page, timeout=30) as answer:
+                    answers.append(answer.status)
+            except urllib.error.HTTPError as refused:
+                answers.append(refused.code)
+        return answers
+
+    server, url = _start(path)
+    with _killed_at_the_end(server):
+        assert statuses(url) == [200] * len(pages)
+        with open(ledger, "r+b") as handle:  # the same file cut short, then written over: no rename, no log
+            handle.truncate(len(whole) // 5)
+        assert statuses(url) == [503] * len(pages)
+        for seed in range(8):  # which pages a connection keeps of the bytes written over it is chance
+            with open(ledger, "r+b") as handle:
+                handle.write(random.Random(seed).randbytes(len(whole)))
+            statuses(url)  # each reads what it reads: a page SQLite still holds in memory may be served
+            with open(ledger, "r+b") as handle:
+                handle.write(whole)
+            for _ in range(2):
+                assert statuses(url) == [200] * len(pages), seed
+        server.send_signal(signal.SIGINT)
+        server.communicate(timeout=30)
+    assert server.returncode == 0
+
+
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 @pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_a_served_case_answers_over_http_and_ctrl_c_or_sigterm_stops_it_cleanly(demo, stop):

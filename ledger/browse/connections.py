@@ -104,6 +104,26 @@ class _BoundedConnection(ClosingConnection):
     opened: tuple[int, int] | None = None
     ledger_path = ""
 
+    #: The ledger's file and log when a read found them damaged (None: no read did since the last look).
+    damaged_as: tuple[int, ...] | None = None
+
+    def noted_damage(self) -> None:
+        """A read found the file damaged: remember the file as it is, for :meth:`forget_damage`."""
+        self.damaged_as = _file_state(self.ledger_path)
+
+    def forget_damage(self) -> None:
+        """Drop the pages this connection holds in memory (``PRAGMA shrink_memory``) once the file changed
+        since a read found it damaged. A file written over in place (not through SQLite) changes no log,
+        so SQLite kept the pages it had read of the damage, and a whole copy put back stayed "malformed"
+        on this connection for good; while the file stays as it was, the pages read before the damage
+        are kept, and it is still named damaged (a file cut to nothing would read as an empty one)."""
+        if self.damaged_as is not None and _file_state(self.ledger_path) != self.damaged_as:
+            self.damaged_as = None
+            try:
+                self.execute("PRAGMA shrink_memory")
+            except sqlite3.Error:  # closed, or replaced since: the read that follows says so
+                pass
+
     def cursor(self, factory: Any = None) -> Any:  # type: ignore[override]
         if self.snapshot_of is not None and _file_state(self.ledger_path) != self.snapshot_of:
             raise CaseChanged(

@@ -128,7 +128,7 @@ def _case_database(database_module: Any) -> Any:
 
         async def execute_fn(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
             try:
-                return await super().execute_fn(fn)
+                return await super().execute_fn(functools.partial(_forgetting_damage, fn))
             except CaseChanged as exc:  # a page, not a line on the terminal per request
                 raise _unavailable_page(str(exc)) from None
             except sqlite3.DatabaseError as exc:
@@ -161,6 +161,20 @@ def _case_database(database_module: Any) -> Any:
         traceback on the server's terminal (Datasette prints one for any other exception)."""
 
     return CaseDatabase
+
+
+def _forgetting_damage(read: Callable[[sqlite3.Connection], Any], conn: sqlite3.Connection) -> Any:
+    """``read(conn)``, after dropping what ``conn`` holds in memory of a file found damaged that changed
+    since (a whole copy put back in place: ``forget_damage`` of :mod:`.connections`); a read finding the
+    file damaged is noted for that."""
+    if hasattr(conn, "forget_damage"):
+        conn.forget_damage()
+    try:
+        return read(conn)
+    except sqlite3.DatabaseError as exc:
+        if _damaged_file(exc) and hasattr(conn, "noted_damage"):
+            conn.noted_damage()
+        raise
 
 
 def _unavailable_page(message: str) -> Exception:
