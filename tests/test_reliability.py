@@ -217,6 +217,30 @@ def test_a_fault_during_case_creation_leaves_no_case_and_init_can_run_again(tmp_
             assert case.status()["package_generation"] == 1
 
 
+@pytest.mark.parametrize("size", [0, 20_000])  # refused as the file is made, or as its first transaction commits
+def test_a_case_the_disk_refuses_to_create_is_said_not_created_and_init_again_creates_it(tmp_path, size):
+    """It said "nothing was written" while an empty ledger.sqlite (which holds no case) stayed."""
+    import resource
+    import signal
+
+    def full_disk() -> None:  # a longer write fails (EFBIG), as on a full disk
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+
+    command = [sys.executable, "-m", "ledger_cli", "init", str(tmp_path / "c"), "--case-id", "BUG-4"]
+    refused = subprocess.run(command, capture_output=True, text=True, timeout=120, preexec_fn=full_disk)
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert refused.stderr.startswith("error: STORAGE_ERROR: the file system refused the ledger: "), refused.stderr
+    assert refused.stderr.endswith(f"; no case was created (a ledger.sqlite left in {tmp_path / 'c'}, empty, holds "
+                                   "none): creating it again once the cause is gone makes it\n"), refused.stderr
+    with pytest.raises(LedgerError) as caught:
+        Case.open(tmp_path / "c")
+    assert caught.value.code == "LEDGER_MISSING"
+    assert subprocess.run(command, capture_output=True, timeout=120).returncode == 0
+    with Case.open(tmp_path / "c") as case:
+        assert case.status()["case_id"] == "BUG-4"
+
+
 EXPORT_STEPS = ("open", "fchmod", "write", "fsync", "replace", "fsync_dir")
 
 

@@ -43,7 +43,7 @@ from ..storage.readonly import readonly_rows, reading_only, refuse_names_bound_b
 from .session import Session, check_future_at
 from ..storage.connection import CheckpointWarning, Storage
 from ..storage.transaction import holds_snapshot
-from ..storage.sqlite_file import check_ledger_path, no_case_in, no_case_yet, translate_sqlite_errors
+from ..storage.sqlite_file import NOTHING_WRITTEN, check_ledger_path, no_case_in, no_case_yet, translate_sqlite_errors
 from ..storage.side_files import check_side_files, orphaned_logs
 from ..model.views import SqlView
 
@@ -203,6 +203,17 @@ def _exported_here(root: Path) -> LedgerError:
     return LedgerError(E.CASE_EXISTS, f"{root} already holds a case ledger (and its export)")
 
 
+def _no_case_created(exc: BaseException, root: Path) -> BaseException:
+    """``exc`` as creating the case at ``root`` raises it: a file system's refusal ("nothing was written")
+    says no case was created, for the ledger file made empty may stay (removing it would race another
+    ``init`` waiting on its lock to create the case in it); anything else as it is."""
+    if not (isinstance(exc, LedgerError) and exc.code == E.STORAGE_ERROR and exc.message.endswith(NOTHING_WRITTEN)):
+        return exc
+    return LedgerError(E.STORAGE_ERROR, exc.message.removesuffix(NOTHING_WRITTEN) + f"; no case was created (a "
+                       f"{LEDGER_FILE} left in {root}, empty, holds none): creating it again once the cause is gone "
+                       "makes it", **exc.details)
+
+
 @plain_public_arguments
 class Case(NotCopied, CaseFacade):
     """An open case package. Use :meth:`create` or :meth:`open`; close with :meth:`close`.
@@ -265,7 +276,7 @@ class Case(NotCopied, CaseFacade):
             make_folders(root)
             # the lost ledger's logs are looked for under the writer lock: another init's are no lost ledger's
             storage = Storage.create(root / LEDGER_FILE, analysis.storage, lambda: _refuse_lost_ledgers_logs(root))
-        except BaseException:  # no ledger could be made (an unwritable folder): nor are the folders left
+        except BaseException as exc:  # no ledger could be made (an unwritable folder): nor are the folders left
             for folder in made:
                 try:
                     folder.rmdir()
@@ -274,14 +285,14 @@ class Case(NotCopied, CaseFacade):
                 except OSError as oserr:
                     pass_on_interruption(oserr)
                     break
-            raise
+            raise _no_case_created(exc, root) from None
         case = cls(root, storage, analysis, actor=actor, clock=clock)
         try:
             request = lifecycle.shape_create(case_id, str(uuid.uuid4()))
             case.session.run("create", request, at=moment, prepare=cls._prepare_new_ledger(storage, root))
-        except BaseException:
+        except BaseException as exc:
             storage.discard()
-            raise
+            raise _no_case_created(exc, root) from None
         return case
 
     @staticmethod
