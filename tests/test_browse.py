@@ -788,6 +788,19 @@ def test_a_blob_download_of_a_value_that_is_no_blob_is_a_bad_request_never_a_pag
     assert (blob.status_code, blob.content) == (200, b"\x00\xff")
 
 
+@pytest.mark.parametrize("sql, status, said", [
+    ("select+1+as+one;+select+2", 400, "query refused: it holds more than one statement; a query is one statement: "
+                                       "run each on its own"),
+    ("select+1+as+one;;", 200, None), ("select+1+as+one;+;", 200, None)])
+def test_a_served_query_of_several_statements_is_named_so_and_one_ended_by_semicolons_runs(site, sql, status, said):
+    """A served case answered sqlite3's own "You can only execute one statement at a time.", and refused
+    ``select 1;;`` as several statements."""
+    page = get(site, f"/BUG-20.json?sql={sql}")
+    assert (page.status_code, page.json()["error"]) == (status, said)
+    if status == 200:
+        assert page.json()["rows"] == [[1]]
+
+
 def _with_case_id(folder: Path, case_id: str) -> Path:
     """``folder``'s case with the id ``case_id`` written over its own (a file altered by hand: no case can
     be created with an id starting with ``_`` or ``-``)."""

@@ -286,6 +286,32 @@ def test_a_refused_export_removes_the_folders_it_made_and_no_folder_that_was_the
     assert "analysis/case/events" in made_before and "analysis/budgets" not in made_before
 
 
+@pytest.mark.parametrize("fails_at", [1, 2, 3, 5])
+def test_folders_an_export_made_before_a_failure_partway_through_making_them_are_removed(exported, monkeypatch,
+                                                                                       fails_at):
+    """Making analysis/budgets/0001/events at once (the disk running out of inodes after its first two
+    folders) left those two behind: they were recorded only once the whole path was made."""
+    import errno
+
+    shutil.rmtree(exported / "analysis")
+    before, made_before = tree(exported), folders(exported)
+    real_mkdir, calls = os.mkdir, []
+
+    def mkdir(path, *args, **kwargs):
+        calls.append(path)
+        if len(calls) == fails_at:
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real_mkdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "mkdir", mkdir)
+    with Case.open(exported) as case, pytest.raises(LedgerError) as caught:
+        export_case(case)
+    monkeypatch.undo()
+    assert caught.value.code == STORAGE_ERROR and "No space left on device" in caught.value.message
+    assert (tree(exported), folders(exported)) == (before, made_before)
+    assert len(calls) >= fails_at
+
+
 @pytest.mark.parametrize("where", ["", "analysis", "analysis/case/events"])
 def test_a_temp_folder_inside_the_package_is_refused_and_nothing_is_written(exported, monkeypatch, where):
     import tempfile

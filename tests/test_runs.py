@@ -316,7 +316,7 @@ def test_a_steps_run_is_all_its_lines_wherever_they_are_and_a_bad_line_imports_n
 @pytest.mark.parametrize("name, text, reason", [
     ("list.traj.json", "[1, 2]", "no message with a role"),
     ("empty.traj.json", '{"messages": []}', "no message with a role"),
-    ("blank.traj.json", "\n", "no run: the file holds only white space"),
+    ("blank.traj.json", "\n", "no run: the file holds no JSON value (only white space or a byte-order mark)"),
     ("empty.traj", "", "no run: the file is empty"),
     ("journal.jsonl", '{"op": "initialize"}\n', 'has "op": the file is already a ledger journal'),
 ])

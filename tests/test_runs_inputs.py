@@ -161,8 +161,11 @@ def test_a_gzip_file_whose_data_is_damaged_is_named_and_the_other_files_are_impo
     (b"junk", "not gzip this import can read: Not a gzipped file (b'ju')"),
     (gzip.compress(json.dumps(GOOD).encode(), mtime=0)[:-12],
      "gzip cut short: Compressed file ended before the end-of-stream marker was reached"),
-    (b"", "no run: the file is empty"), (gzip.compress(b" \n", mtime=0), "no run: the file holds only white space")],
-    ids=["not gzip", "cut short", "empty", "white space"])
+    (b"", "no run: the file is empty"),
+    (gzip.compress(b" \n", mtime=0), "no run: the file holds no JSON value (only white space or a byte-order mark)"),
+    (gzip.compress("\ufeff".encode(), mtime=0),
+     "no run: the file holds no JSON value (only white space or a byte-order mark)")],
+    ids=["not gzip", "cut short", "empty", "white space", "byte-order mark"])
 def test_a_gzip_file_that_is_not_gzip_or_stops_short_or_holds_nothing_is_named_so(tmp_path, data, reason):
     """Python's own words came alone ("Not a gzipped file", "Compressed file ended …"), and an empty file
     was "not JSON: Expecting value: line 1 column 1"."""
@@ -724,6 +727,17 @@ def test_a_run_holding_a_reports_or_a_predictions_key_too_is_still_a_run(tmp_pat
     summary = import_runs([folder], tmp_path / "out")
     assert (summary.runs, summary.not_runs, summary.errors) == (2, [], [])
     assert len(journal(tmp_path / "out" / "a.jsonl")) == len(journal(tmp_path / "out" / "b.jsonl")) > 1
+
+
+@pytest.mark.parametrize("text", ["", "\n", "\ufeff"])
+def test_a_predictions_file_that_holds_nothing_yet_is_no_run_whatever_blank_it_holds(tmp_path, text):
+    """An empty preds.json was an error of the import (exit 1), where {} and an empty all_preds.jsonl are
+    left out as holding no prediction yet."""
+    folder = tmp_path / "output"
+    _write(folder / "r1.traj.json", {**GOOD, "instance_id": "r1"})
+    (folder / "preds.json").write_text(text, encoding="utf-8")
+    summary = import_runs([folder], tmp_path / "out")
+    assert (summary.runs, summary.errors, summary.not_runs) == (1, [], [str(folder / "preds.json")])
 
 
 def test_the_turns_skipped_are_those_of_the_runs_written(tmp_path):

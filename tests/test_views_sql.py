@@ -187,10 +187,22 @@ def test_no_query_may_call_a_function_that_answers_with_an_address_inside_the_pr
 
 @pytest.mark.parametrize("query", ["", "  \n", ";", "/* a */ ; -- b\n ;", "-- only a comment", "/* not closed"])
 def test_a_query_of_no_statement_is_named_as_such(demo, query):
-    with pytest.raises(LedgerError) as caught:
-        read_only_query(demo, query)
-    assert (caught.value.code, caught.value.message) == (
-        INVALID_ARGUMENT, "the query holds no statement (only white space, comments or semicolons)")
+    """``Case.query`` answered such a query with no rows, where ``ledger sql`` refused it."""
+    with Case.open(demo) as case:
+        for call in (lambda: read_only_query(demo, query), lambda: case.query(query)):
+            with pytest.raises(LedgerError) as caught:
+                call()
+            assert (caught.value.code, caught.value.message) == (
+                INVALID_ARGUMENT, "the query holds no statement (only white space, comments or semicolons)")
+
+
+@pytest.mark.parametrize("query", ["SELECT 1 AS one;;", "SELECT 1 AS one; ;\n", "SELECT 1 AS one ;\t;" + ";" * 100_000])
+def test_a_statement_ended_by_several_semicolons_is_one_statement(demo, query):
+    """It was refused as "more than one statement" (sqlite3 took what follows the first ';' for another)."""
+    with Case.open(demo) as case:
+        assert case.query(query) == [{"one": 1}]
+    assert read_only_query(demo, query) == (["one"], [(1,)])
+    assert read_only_query(demo, "SELECT ';;' AS t") == (["t"], [(";;",)])
 
 
 @pytest.mark.parametrize("query", ["BEGIN", "BEGIN DEFERRED", "BEGIN IMMEDIATE", "begin exclusive transaction",

@@ -39,7 +39,7 @@ from .metadata import (CHART_FORMAT, CHART_QUERY, ServedCase, browse_config, bro
                        remaining_units_svg, served_cases)
 from ..ground.errors import LedgerError, printable, quoted, shown
 from ..storage.sqlfiles import schema_version
-from ..storage.readonly import REFUSED_FUNCTIONS, bound_values
+from ..storage.readonly import REFUSED_FUNCTIONS, SEVERAL_STATEMENTS, bound_values, several_statements
 from ..storage.sqlite_file import release_log
 from ..storage.side_files import check_not_cut_short, log_files_exist
 
@@ -94,9 +94,7 @@ def _can_render_chart(datasette: Any, query_name: str | None) -> bool:
 def _case_database(database_module: Any) -> Any:
     """Datasette's ``Database`` for a served case: every connection (reads, and the write connection
     a write attempt would open, which SQLite then refuses) is :func:`case_connection`."""
-
     quiet = "log_sql_errors" in inspect.signature(database_module.Database.execute).parameters
-
     page_error = _datasette_module("datasette.views.base").DatasetteError
 
     class CaseDatabase(database_module.Database):  # type: ignore[misc,name-defined]
@@ -140,11 +138,13 @@ def _case_database(database_module: Any) -> Any:
             # a refused query is answered to its visitor, never printed on the terminal (any visitor could fill it)
             if quiet:
                 kwargs["log_sql_errors"] = False
+            args = _ended_once(args)
             schema_look = bool(args) and args[0] == SCHEMA_LOOK
             try:
                 results = await super().execute(*args, **kwargs)
             except (sqlite3.ProgrammingError, sqlite3.Warning) as exc:  # SQL SQLite would not run as asked
-                raise refused_query(f"query refused: {exc}", title="Invalid SQL", status=400) from None
+                said = SEVERAL_STATEMENTS if several_statements(exc) else f"query refused: {exc}"
+                raise refused_query(said, title="Invalid SQL", status=400) from None
             except page_error as exc:
                 # Datasette looks at every case's schema before any page: one case unavailable made every
                 # page of every case answer so. Its last version seen (None: a case not read yet) instead
@@ -161,6 +161,14 @@ def _case_database(database_module: Any) -> Any:
         traceback on the server's terminal (Datasette prints one for any other exception)."""
 
     return CaseDatabase
+
+
+def _ended_once(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The arguments of a served query, its SQL without the semicolons and white space that end it:
+    ``SELECT 1;;`` is one statement, as in ``ledger sql``."""
+    if args and isinstance(args[0], str) and args[0].rstrip(" \t\n\r\f;"):
+        return (args[0].rstrip(" \t\n\r\f;"), *args[1:])
+    return args
 
 
 def _forgetting_damage(read: Callable[[sqlite3.Connection], Any], conn: sqlite3.Connection) -> Any:
@@ -273,7 +281,8 @@ async def _render_blob(datasette: Any, database: str, rows: Sequence[Any], colum
     """Datasette's ``.blob`` download, of a value that is binary or none: Datasette sent a number's or a
     text's page half begun, then failed (a traceback on the server's terminal, the visitor's answer cut
     short), and failed too on a query of no row or a ``_blob_hash`` beside values that are no blob.
-    Such a request is ``400``, saying what the column holds."""
+    Such a request is ``400``: saying what the column holds, or, given a ``_blob_hash`` no blob of the
+    column has, that the link has expired (Datasette's words; it makes such links for blobs alone)."""
     column = request.args.get("_blob_column")
     if datasette in _OURS and column in columns:
         bad_request = _datasette_module("datasette.utils.asgi").BadRequest

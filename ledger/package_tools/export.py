@@ -78,19 +78,22 @@ def _stale_temp_files(root: Path) -> Iterator[Path]:
             yield root / name
 
 
-def _make_folder(folder: Path) -> list[Path]:
-    """Make ``folder`` (and its parents); the folders it made, ``folder`` first (none when it existed: it
-    may hold files). Something else of that name makes the writes into it fail, and they say why."""
+def _make_folder(folder: Path, made: list[Path]) -> bool:
+    """Make ``folder`` (and its parents), each folder it is to make added to ``made`` first (so that one
+    made before a failure partway, the disk out of inodes, is removed too); True when ``folder`` did not
+    exist (so it holds no file). Something else of that name makes the writes into it fail, and they say
+    why."""
     missing: list[Path] = []
     probe = folder
     while not os.path.lexists(probe) and probe != probe.parent:
         missing.append(probe)
         probe = probe.parent
+    made.extend(missing)
     try:
         folder.mkdir(parents=True)
     except (FileExistsError, NotADirectoryError):
-        return []
-    return missing
+        return False
+    return bool(missing)
 
 
 def read_manifest_if_readable(root: Path) -> dict[str, Any] | None:
@@ -336,9 +339,7 @@ def _export_locked(case: Case, root: Path, progress: Progress | None) -> ExportR
         folder = target.parent
         new = made.get(folder)
         if new is None:
-            folders = _make_folder(folder)
-            folders_made.extend(folders)
-            new = made[folder] = bool(folders)
+            new = made[folder] = _make_folder(folder, folders_made)
         if new or not target.exists():
             created.append(target)
         touched.add(folder)

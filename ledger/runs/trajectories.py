@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 from ..ground import errors as E
 from ..ground.errors import LedgerError, describe_value, quoted, refuses_unfit_calls, refuses_unfit_calls_of, repr_shown
 from ..ground.errors import pass_on_interruption
-from ..ground.canonical import canonical_bytes
+from ..ground.canonical import BOM_TEXT, canonical_bytes
 from ..ground.config import AnalysisConfig
 from ..ground.paths import STORAGE_ERRNOS, fs_path, make_folders, refuse_link_to_nothing
 from ..ground.arguments import check_callback, check_instance, check_text_mapping
@@ -313,8 +313,12 @@ class _Importer:
 
     def trajectory(self, path: Path) -> None:
         whole = run_files.read_whole(path)
-        if not whole.strip():
-            raise ValueError("no run: the file is empty" if not whole else "no run: the file holds only white space")
+        if not whole.removeprefix(BOM_TEXT.encode()).strip():
+            if is_no_run(None, path.name):  # a preds.json with no prediction yet
+                self.summary.not_runs.append(str(path))
+                return
+            raise ValueError("no run: the file is empty" if not whole else
+                             "no run: the file holds no JSON value (only white space or a byte-order mark)")
         try:
             # one run at a time: a trajectory file is one JSON document, UTF-8 (maybe with a
             # byte-order mark), never UTF-16 or UTF-32 guessed from its bytes

@@ -39,7 +39,7 @@ from ..ground.interrupts import context_manager
 from ..router.reference import Router
 from ..rules import lifecycle
 from ..rules.common import check_action_id, check_case_id
-from ..storage.readonly import readonly_rows, reading_only, refuse_names_bound_by_position
+from ..storage.readonly import one_statement, readonly_rows, reading_only, refuse_names_bound_by_position
 from .session import Session, check_future_at
 from ..storage.connection import CheckpointWarning, Storage
 from ..storage.transaction import holds_snapshot
@@ -427,8 +427,9 @@ class Case(NotCopied, CaseFacade):
             check_int(timeout_ms, "timeout_ms", minimum=1, maximum=MAX_TIMEOUT_MS)
         params = check_sql_params(params)
         refuse_names_bound_by_position(sql, params)
+        statement = one_statement(sql)
         with self.session.read(), reading_only(self.storage.conn, timeout_ms):
-            return self._dicts(sql, params)
+            return self._dicts(statement, params)
 
     def _rows(self, sql: str, params: Iterable[Any] | dict[str, Any] = ()) -> list[dict[str, Any]]:
         """Rows of one of the ledger's own named reads, as dicts (no guard: the statement is ours)."""

@@ -295,11 +295,29 @@ def reading_only(conn: sqlite3.Connection, timeout_ms: int | None = None) -> Ite
 _BLANK_SQL = re.compile(r"(?:\s++|;|--[^\n]*+|/\*(?:[^*]++|\*(?!/))*+(?:\*/|\Z))*+")
 
 
-def _no_rows(sql: str) -> LedgerError:
-    """``INVALID_ARGUMENT`` for a statement that returns no rows (``BEGIN``), or a query that holds none."""
+#: What a query of several statements is told, wherever it is given (``ledger sql``, ``Case.query``, a served case).
+SEVERAL_STATEMENTS = "query refused: it holds more than one statement; a query is one statement: run each on its own"
+
+
+def several_statements(exc: BaseException) -> bool:
+    """Whether ``exc`` is sqlite3's refusal of a query of several statements (its own words, not SQLite's)."""
+    return isinstance(exc, sqlite3.ProgrammingError) and str(exc).startswith(
+        "You can only execute one statement at a time")
+
+
+def one_statement(sql: str) -> str:
+    """``sql``, a user's query, without the semicolons and white space that end it: ``SELECT 1;;`` is one
+    statement, as ``SELECT 1;`` is (sqlite3 took what follows the first ``;`` for a second one; linear,
+    whatever runs of semicolons the text holds). ``INVALID_ARGUMENT`` for a query that holds no statement
+    (only white space, comments or semicolons), which ``Case.query`` answered with no rows."""
     if _BLANK_SQL.fullmatch(sql):
-        return LedgerError(E.INVALID_ARGUMENT, "the query holds no statement (only white space, comments or "
-                           "semicolons)", query="refused")
+        raise LedgerError(E.INVALID_ARGUMENT, "the query holds no statement (only white space, comments or "
+                          "semicolons)", query="refused")
+    return sql.rstrip(" \t\n\r\f;")
+
+
+def _no_rows() -> LedgerError:
+    """``INVALID_ARGUMENT`` for a statement that returns no rows."""
     return LedgerError(E.INVALID_ARGUMENT, "the statement returns no rows; only a read that returns rows runs "
                        "here (SELECT, WITH … SELECT, VALUES, or a schema-reading PRAGMA)", query="refused")
 
@@ -320,9 +338,8 @@ def _refused(exc: BaseException) -> LedgerError:
     if str(exc) == "not authorized" and refused in _TRANSACTION_CONTROL:
         why = ("; each query runs on its own, in a snapshot of its own: a read-only query may not begin, commit or "
                "roll back a transaction, nor set or release a savepoint")
-    if str(exc).startswith("You can only execute one statement at a time"):  # sqlite3's words, not SQLite's
-        return LedgerError(E.INVALID_ARGUMENT, "query refused: it holds more than one statement; a query is one "
-                           "statement: run each on its own", query="refused")
+    if several_statements(exc):
+        return LedgerError(E.INVALID_ARGUMENT, SEVERAL_STATEMENTS, query="refused")
     if str(exc).startswith("not authorized to use function"):
         why = "; it answers with an address inside this program, which no read needs"
     if isinstance(exc, sqlite3.Error) and primary_code(exc) == SQLITE_TOOBIG:
@@ -374,11 +391,11 @@ def readonly_rows(path: Path, sql: str, timeout_ms: int = 30_000) -> Iterator[tu
             db = sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
             conn.set_authorizer(reads_only)  # the user's statement controls no transaction, as in Case.query
             try:
-                cursor = db.execute(sql)
+                cursor = db.execute(one_statement(sql))
             except sqlite3.OperationalError as exc:
                 raise _older_views(exc, version) from None
             if cursor.description is None:
-                raise _no_rows(sql)
+                raise _no_rows()
         yield [d[0] for d in cursor.description], _fetch(cursor, timeout_ms, deadline)
     finally:
         close_then_fold((conn,), path, not log_was_there)
