@@ -203,12 +203,12 @@ def _exported_here(root: Path) -> LedgerError:
     return LedgerError(E.CASE_EXISTS, f"{root} already holds a case ledger (and its export)")
 
 
-def _no_case_created(exc: BaseException, root: Path) -> BaseException:
-    """``exc`` as creating the case at ``root`` raises it: a file system's refusal ("nothing was written")
-    says no case was created, for the ledger file made empty may stay (removing it would race another
-    ``init`` waiting on its lock to create the case in it); anything else as it is."""
+def _no_case_created(exc: BaseException, root: Path) -> LedgerError | None:
+    """What creating the case at ``root`` raises for ``exc``, a file system's refusal ("nothing was
+    written"): that no case was created, for the ledger file made empty may stay (removing it would race
+    another ``init`` waiting on its lock to create the case in it). None for anything else: raised as it is."""
     if not (isinstance(exc, LedgerError) and exc.code == E.STORAGE_ERROR and exc.message.endswith(NOTHING_WRITTEN)):
-        return exc
+        return None
     return LedgerError(E.STORAGE_ERROR, exc.message.removesuffix(NOTHING_WRITTEN) + f"; no case was created (a "
                        f"{LEDGER_FILE} left in {root}, empty, holds none): creating it again once the cause is gone "
                        "makes it", **exc.details)
@@ -285,14 +285,20 @@ class Case(NotCopied, CaseFacade):
                 except OSError as oserr:
                     pass_on_interruption(oserr)
                     break
-            raise _no_case_created(exc, root) from None
+            refusal = _no_case_created(exc, root)
+            if refusal is not None:
+                raise refusal from None
+            raise
         case = cls(root, storage, analysis, actor=actor, clock=clock)
         try:
             request = lifecycle.shape_create(case_id, str(uuid.uuid4()))
             case.session.run("create", request, at=moment, prepare=cls._prepare_new_ledger(storage, root))
         except BaseException as exc:
             storage.discard()
-            raise _no_case_created(exc, root) from None
+            refusal = _no_case_created(exc, root)
+            if refusal is not None:
+                raise refusal from None
+            raise
         return case
 
     @staticmethod
