@@ -185,6 +185,38 @@ def test_no_query_may_call_a_function_that_answers_with_an_address_inside_the_pr
         assert case.query("SELECT 1 AS one") == [{"one": 1}]
 
 
+@pytest.mark.parametrize("command, view, kept", [("balances", "balances", "revision, hypothesis_id, initial_units"),
+                                                ("balances", "balances", "*, 1 AS extra"),
+                                                ("actions", "actions", "revision, hypothesis_id, action_id")])
+def test_a_view_altered_to_lack_its_columns_is_named_never_a_traceback(demo, tmp_path, command, view, kept):
+    """``ledger balances`` of a balances view altered in the file to fewer columns ended in Python's
+    ``KeyError: 'granted_units'``; ``Case.balances()`` gave rows without the documented keys."""
+    altered = tmp_path / "altered"
+    shutil.copytree(demo, altered)
+    source = "accounts" if view == "balances" else "reservations"
+    with sqlite3.connect(altered / "ledger.sqlite") as conn:
+        conn.execute(f"CREATE TABLE kept_{view} AS SELECT * FROM {view}")
+        conn.execute(f"DROP VIEW {view}")
+        source = f"kept_{view}" if kept.startswith("*") else source
+        conn.execute(f"CREATE VIEW {view} AS SELECT {kept} FROM {source}")
+    conn.close()
+    done = run_cli(command, str(altered))
+    err = done.stderr.decode()
+    if kept.startswith("*"):  # every column, and one more: read as it is
+        assert done.returncode == 0 and err == "", done.stderr
+        return
+    assert done.returncode == 1 and "Traceback" not in err, err
+    if command == "balances":
+        assert err.startswith(f"error: INTEGRITY_ERROR: the ledger's {view} view gives rows without its "
+                                      "columns failed_actions, granted_units, "), err
+        assert err.endswith(": the ledger was changed; run 'ledger verify'\n")
+        with Case.open(altered) as case, pytest.raises(LedgerError) as caught:
+            case.balances()
+        assert caught.value.code == "INTEGRITY_ERROR"
+    else:
+        assert err.startswith("error: INTEGRITY_ERROR: "), done.stderr
+
+
 @pytest.mark.parametrize("query", ["", "  \n", ";", "/* a */ ; -- b\n ;", "-- only a comment", "/* not closed"])
 def test_a_query_of_no_statement_is_named_as_such(demo, query):
     """``Case.query`` answered such a query with no rows, where ``ledger sql`` refused it."""

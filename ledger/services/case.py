@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from ..ground.arguments import NotCopied, caller_stacklevel, plain_public_arguments
 from ..ground import errors as E
-from ..storage.sqlfiles import migration_record_problem, statement
+from ..storage.sqlfiles import migration_record_problem, statement, with_view_columns
 from ..ground.canonical import check_int
 from ..ground.clock import checked_clock, first_then, parse_at, utc_now
 from ..ground.config import AnalysisConfig, BudgetConfig
@@ -451,12 +451,14 @@ class Case(NotCopied, CaseFacade):
             cursor.close()  # running (its frame living on with the exception) made SQLite refuse every later query's functions
 
     def balances(self) -> list[dict[str, Any]]:
-        """Rows of the ``balances`` view, by revision and hypothesis number."""
-        return self._rows(statement("balances_in_order"))
+        """Rows of the ``balances`` view, by revision and hypothesis number (``INTEGRITY_ERROR`` for a view
+        altered in the file that lacks its columns, as :meth:`status`)."""
+        return with_view_columns("balances", self._rows(statement("balances_in_order")))
 
     def actions(self) -> list[dict[str, Any]]:
-        """Rows of the ``actions`` view in the order the actions were reserved."""
-        return self._rows(statement("actions_in_reservation_order"))
+        """Rows of the ``actions`` view in the order the actions were reserved (``INTEGRITY_ERROR`` for a
+        view altered in the file that lacks its columns, as :meth:`status`)."""
+        return with_view_columns("actions", self._rows(statement("actions_in_reservation_order")))
 
     def events(self, since_seq: int = 0, *, with_body: bool = False) -> list[dict[str, Any]]:
         """The hash chain after ``since_seq``: ``seq``, ``type``, ``revision``, ``created_at``,

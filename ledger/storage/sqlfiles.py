@@ -13,6 +13,7 @@ import re
 import sqlite3
 import threading
 from functools import cache
+from typing import Any
 
 from ..ground.resources import resource_dir
 from ..ground.errors import INTEGRITY_ERROR, SQLITE_UNSUPPORTED, LedgerError, quoted
@@ -22,6 +23,26 @@ from ..ground.errors import INTEGRITY_ERROR, SQLITE_UNSUPPORTED, LedgerError, qu
 SQLITE_MIN_VERSION = (3, 38, 0)
 #: The ledger's public views (docs/sql.md): what people read; ``verify`` compares each with a replay's.
 PUBLIC_VIEWS = ("balances", "balances_recomputed", "actions", "evidence", "case_status", "scope_usage")
+#: The columns of the views the library returns as rows (``Case.balances()``, ``Case.actions()``), as the
+#: schema this code writes defines them (docs/sql.md).
+VIEW_COLUMNS = {
+    "balances": frozenset({"revision", "hypothesis_id", "initial_units", "granted_units", "spent_units",
+                           "rewarded_units", "remaining_units", "status", "terminal_reason", "pending_action_id",
+                           "low_information_streak", "settled_actions", "failed_actions", "statement"}),
+    "actions": frozenset({"revision", "hypothesis_id", "action_id", "action", "cost_units", "status",
+                          "novelty_score", "semantic_score", "information_score", "reward_units", "reserved_at",
+                          "closed_at", "closing_reason"}),
+}
+
+def with_view_columns(view: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` of ``view`` (one of :data:`VIEW_COLUMNS`); ``INTEGRITY_ERROR`` when they lack a column of the
+    view (altered in the file), which a caller reading them by name would meet as a ``KeyError``."""
+    missing = VIEW_COLUMNS[view] - set(rows[0]) if rows else ()
+    if missing:
+        raise LedgerError(INTEGRITY_ERROR, f"the ledger's {view} view gives rows without its columns "
+                          f"{', '.join(sorted(missing))}: the ledger was changed; run 'ledger verify'")
+    return rows
+
 
 _MIGRATION_RE = re.compile(r"^(\d{3})_([a-z0-9_]+)\.sql$")
 
