@@ -39,7 +39,8 @@ from .metadata import (CHART_FORMAT, CHART_QUERY, ServedCase, browse_config, bro
                        remaining_units_svg, served_cases)
 from ..ground.errors import LedgerError, printable, quoted, shown
 from ..storage.sqlfiles import schema_version
-from ..storage.readonly import REFUSED_FUNCTIONS, SEVERAL_STATEMENTS, bound_values, several_statements
+from ..storage.readonly import (REFUSED_FUNCTIONS, SEVERAL_STATEMENTS, bound_values, several_statements,
+                                without_final_semicolons)
 from ..storage.sqlite_file import release_log
 from ..storage.side_files import check_not_cut_short, log_files_exist
 
@@ -166,8 +167,8 @@ def _case_database(database_module: Any) -> Any:
 def _ended_once(args: tuple[Any, ...]) -> tuple[Any, ...]:
     """The arguments of a served query, its SQL without the semicolons and white space that end it:
     ``SELECT 1;;`` is one statement, as in ``ledger sql``."""
-    if args and isinstance(args[0], str) and args[0].rstrip(" \t\n\r\f;"):
-        return (args[0].rstrip(" \t\n\r\f;"), *args[1:])
+    if args and isinstance(args[0], str) and without_final_semicolons(args[0]):
+        return (without_final_semicolons(args[0]), *args[1:])
     return args
 
 

@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from ..ground.arguments import NotCopied, caller_stacklevel, plain_public_arguments
 from ..ground import errors as E
-from ..storage.sqlfiles import migration_record_problem, statement, with_view_columns
+from ..storage.sqlfiles import VIEW_COLUMNS, migration_record_problem, statement, with_view_columns
 from ..ground.canonical import check_int
 from ..ground.clock import checked_clock, first_then, parse_at, utc_now
 from ..ground.config import AnalysisConfig, BudgetConfig
@@ -177,11 +177,6 @@ def _cases_inside(root: Path, looked_at_max: int = 1000) -> list[str]:
         pass_on_interruption(oserr)
         return []
     return sorted(found)
-
-#: The columns of the ``case_status`` view's one row.
-STATUS_COLUMNS = frozenset({"case_id", "package_id", "state", "analysis_revision", "package_generation",
-                            "head_sha256", "outcome", "outcome_source"})
-
 
 def _exported_here(root: Path) -> LedgerError:
     """``CASE_EXISTS`` for creating a case where an export is (``manifest.json`` or ``analysis/``),
@@ -381,9 +376,10 @@ class Case(NotCopied, CaseFacade):
         ``package_generation``, ``head_sha256``, ``outcome``, ``outcome_source``). ``INTEGRITY_ERROR``
         when the view gives no such row: the ledger was changed (``ledger verify`` says where)."""
         rows = self._rows(statement("case_status_row"))
-        if len(rows) != 1 or not STATUS_COLUMNS.issubset(rows[0]):
+        columns = VIEW_COLUMNS["case_status"]
+        if len(rows) != 1 or not columns.issubset(rows[0]):
             raise LedgerError(E.INTEGRITY_ERROR, f"the ledger's case_status view gives {len(rows)} row(s)" + (
-                "" if len(rows) != 1 else f" without its columns {', '.join(sorted(STATUS_COLUMNS - set(rows[0])))}")
+                "" if len(rows) != 1 else f" without its columns {', '.join(sorted(columns - set(rows[0])))}")
                 + ", not the case's one: the ledger was changed; run 'ledger verify'")
         return rows[0]
 

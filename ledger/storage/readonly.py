@@ -313,6 +313,11 @@ def one_statement(sql: str) -> str:
     if _BLANK_SQL.fullmatch(sql):
         raise LedgerError(E.INVALID_ARGUMENT, "the query holds no statement (only white space, comments or "
                           "semicolons)", query="refused")
+    return without_final_semicolons(sql)
+
+
+def without_final_semicolons(sql: str) -> str:
+    """``sql`` without the semicolons and SQLite's white space that end it (all of a text of nothing else)."""
     return sql.rstrip(" \t\n\r\f;")
 
 

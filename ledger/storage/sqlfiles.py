@@ -23,7 +23,7 @@ from ..ground.errors import INTEGRITY_ERROR, SQLITE_UNSUPPORTED, LedgerError, qu
 SQLITE_MIN_VERSION = (3, 38, 0)
 #: The ledger's public views (docs/sql.md): what people read; ``verify`` compares each with a replay's.
 PUBLIC_VIEWS = ("balances", "balances_recomputed", "actions", "evidence", "case_status", "scope_usage")
-#: The columns of the views the library returns as rows (``Case.balances()``, ``Case.actions()``), as the
+#: The columns of the views the library returns as rows (``Case.balances()``, ``actions()``, ``status()``), as the
 #: schema this code writes defines them (docs/sql.md).
 VIEW_COLUMNS = {
     "balances": frozenset({"revision", "hypothesis_id", "initial_units", "granted_units", "spent_units",
@@ -32,6 +32,8 @@ VIEW_COLUMNS = {
     "actions": frozenset({"revision", "hypothesis_id", "action_id", "action", "cost_units", "status",
                           "novelty_score", "semantic_score", "information_score", "reward_units", "reserved_at",
                           "closed_at", "closing_reason"}),
+    "case_status": frozenset({"case_id", "package_id", "state", "analysis_revision", "package_generation",
+                              "head_sha256", "outcome", "outcome_source"}),
 }
 
 def with_view_columns(view: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
