@@ -791,7 +791,7 @@ def test_a_blob_download_of_a_value_that_is_no_blob_is_a_bad_request_never_a_pag
 @pytest.mark.parametrize("sql, status, said", [
     ("select+1+as+one;+select+2", 400, "query refused: it holds more than one statement; a query is one statement: "
                                        "run each on its own"),
-    ("select+1+as+one;;", 200, None), ("select+1+as+one;+;", 200, None)])
+    ("select+1+as+one;;", 200, None), ("select+1+as+one;+;", 200, None), ("select+1+as+one;;+--+note", 200, None)])
 def test_a_served_query_of_several_statements_is_named_so_and_one_ended_by_semicolons_runs(site, sql, status, said):
     """A served case answered sqlite3's own "You can only execute one statement at a time.", and refused
     ``select 1;;`` as several statements."""

@@ -228,9 +228,13 @@ def test_a_query_of_no_statement_is_named_as_such(demo, query):
                 INVALID_ARGUMENT, "the query holds no statement (only white space, comments or semicolons)")
 
 
-@pytest.mark.parametrize("query", ["SELECT 1 AS one;;", "SELECT 1 AS one; ;\n", "SELECT 1 AS one ;\t;" + ";" * 100_000])
+@pytest.mark.parametrize("query", [
+    "SELECT 1 AS one;;", "SELECT 1 AS one; ;\n", "SELECT 1 AS one ;\t;" + ";" * 100_000,
+    "SELECT 1 AS one;; -- note", "SELECT 1 AS one; -- a\n; /* b; */ ;", "SELECT length(';') AS one;; -- x ;",
+    "SELECT 1 AS one -- a ; b\n;;", "SELECT length(';/*') - 2 AS one;;", "SELECT 1 AS one /* ; */;\n;"])
 def test_a_statement_ended_by_several_semicolons_is_one_statement(demo, query):
-    """It was refused as "more than one statement" (sqlite3 took what follows the first ';' for another)."""
+    """It was refused as "more than one statement" (sqlite3 took what follows the first ';' for another),
+    also when comments sit among the semicolons that end it."""
     with Case.open(demo) as case:
         assert case.query(query) == [{"one": 1}]
     assert read_only_query(demo, query) == (["one"], [(1,)])

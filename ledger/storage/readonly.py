@@ -306,19 +306,47 @@ def several_statements(exc: BaseException) -> bool:
 
 
 def one_statement(sql: str) -> str:
-    """``sql``, a user's query, without the semicolons and white space that end it: ``SELECT 1;;`` is one
-    statement, as ``SELECT 1;`` is (sqlite3 took what follows the first ``;`` for a second one; linear,
-    whatever runs of semicolons the text holds). ``INVALID_ARGUMENT`` for a query that holds no statement
-    (only white space, comments or semicolons), which ``Case.query`` answered with no rows."""
+    """``sql``, a user's query, without the semicolons, white space and comments that end it (see
+    :func:`without_final_semicolons`): ``SELECT 1;; -- note`` is one statement, as ``SELECT 1;`` is.
+    ``INVALID_ARGUMENT`` for a query that holds no statement (only white space, comments or semicolons),
+    which ``Case.query`` answered with no rows."""
     if _BLANK_SQL.fullmatch(sql):
         raise LedgerError(E.INVALID_ARGUMENT, "the query holds no statement (only white space, comments or "
                           "semicolons)", query="refused")
     return without_final_semicolons(sql)
 
 
+#: How many of a query's semicolons are tried as the end of its first statement (each try reads the text
+#: up to it): a statement holding more of them in its literals keeps its ending as given.
+_STATEMENT_END_TRIES = 32
+
+
 def without_final_semicolons(sql: str) -> str:
-    """``sql`` without the semicolons and SQLite's white space that end it (all of a text of nothing else)."""
+    """``sql`` without what follows its first statement when that is only semicolons, white space and
+    comments (``SELECT 1;; -- note``: sqlite3 took what follows the first ``;`` for a second statement),
+    then without the semicolons and white space that end it (all of a text of nothing else). The first
+    statement ends at the first ``;`` where SQLite's own tokenizer (``sqlite3.complete_statement``) says
+    a statement is complete: not one inside a literal, a comment or a trigger's body."""
+    end = _first_statement_end(sql)
+    if end is not None and _BLANK_SQL.fullmatch(sql, end):
+        sql = sql[:end]
     return sql.rstrip(" \t\n\r\f;")
+
+
+def _first_statement_end(sql: str) -> int | None:
+    """The index just past the ``;`` ending ``sql``'s first statement, or None (no such ``;`` among its
+    first :data:`_STATEMENT_END_TRIES`, or a text SQLite cannot be given: its refusal comes later)."""
+    at = -1
+    for _ in range(_STATEMENT_END_TRIES):
+        at = sql.find(";", at + 1)
+        if at < 0:
+            return None
+        try:
+            if sqlite3.complete_statement(sql[:at + 1]):
+                return at + 1
+        except (UnicodeEncodeError, ValueError):  # a lone surrogate, a NUL character
+            return None
+    return None
 
 
 def _no_rows() -> LedgerError:
