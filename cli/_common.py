@@ -24,6 +24,7 @@ from ledger.ground.interrupts import context_manager
 from ledger.ground.arguments import is_decimal
 from ledger.ground.errors import OUTPUT_ERROR, limit_reached, machine_refusal, repr_shown
 from ledger.ground.paths import STORAGE_ERRNOS, os_error
+from ledger.package_tools.journal import raised_at_warning
 from ledger.services.case import LEDGER_FILE, read_only_rows as ledger_read_only_rows
 
 from .entry import INTERRUPTED
@@ -201,6 +202,7 @@ class LedgerGroup(UsageGroup):
     def _invoke_recorded(self, ctx: click.Context) -> Any:
         try:
             result = super().invoke(ctx)
+            _warn_raised_times(ctx)
             _flush_stdout()  # what is still buffered fails here, as a streamed line would, not at exit
             return result
         except LedgerError as exc:
@@ -208,6 +210,7 @@ class LedgerGroup(UsageGroup):
                 interrupts.ending()
                 click.echo(INTERRUPTED, err=True)
                 ctx.exit(interrupts.exit_status())
+            _warn_raised_times(ctx)  # a refusal recorded in events (exhaustion, say) was raised too
             click.echo(f"error: {exc.code}: {one_line(exc.message)}{_locale_hint(exc.message)}", err=True)
             ctx.exit(exc.exit_code)
         except click.UsageError as exc:
@@ -254,6 +257,15 @@ class LedgerGroup(UsageGroup):
             ctx.exit(interrupts.exit_status())
 
 
+def _warn_raised_times(ctx: click.Context) -> None:
+    """Warn of each write the command made at a later time than its ``--at`` (an ``at`` earlier than
+    the case's previous event is raised to that event's time), as ``ledger apply`` does per line."""
+    settings = ctx.find_object(Settings)
+    for case in settings.opened if settings is not None else ():
+        if case.last_clamp is not None:
+            warn(raised_at_warning(*case.last_clamp))
+
+
 #: Why ``ledger demo`` refuses ``--config`` and ``--analysis-config`` (a usage error, whatever the files hold).
 DEMO_TAKES_NO_CONFIG = "demo always runs the bundled example policy; leave out --config and --analysis-config"
 
@@ -271,6 +283,8 @@ class Settings:
         self.config_files = tuple(path for path in (config, analysis_config) if path is not None)
         self._budget = BudgetConfig.load(config) if config is not None else None
         self._analysis = AnalysisConfig.load(analysis_config) if analysis_config is not None else AnalysisConfig()
+        #: The cases :meth:`open` opened (the command's writes are warned of when their ``--at`` was raised).
+        self.opened: list[Case] = []
 
     def budget_config(self) -> BudgetConfig | None:
         return self._budget
@@ -279,7 +293,9 @@ class Settings:
         return self._analysis
 
     def open(self, path: str) -> Case:
-        return Case.open(path, analysis_config=self.analysis(), actor=self.actor)
+        case = Case.open(path, analysis_config=self.analysis(), actor=self.actor)
+        self.opened.append(case)
+        return case
 
 
 pass_settings = click.make_pass_decorator(Settings)
@@ -404,7 +420,8 @@ def input_path(*, dir_okay: bool = True) -> click.Path:
 
 
 CASE = click.argument("case", type=CaseFolder())
-AT = click.option("--at", metavar="RFC3339", help="Event time (UTC, e.g. 2026-01-05T10:00:00Z); default now.")
+AT = click.option("--at", metavar="RFC3339", help="Event time (UTC, e.g. 2026-01-05T10:00:00Z); default now. "
+                  "A time before the case's newest event is recorded as that event's, with a warning.")
 JSON = click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
 
 

@@ -101,13 +101,47 @@ def test_a_refused_line_whose_refusal_was_recorded_at_a_raised_time_is_warned_an
     assert [json.loads(line)["ok"] for line in result.stdout.splitlines()][4:] == [False, False, False, True]
 
 
-def test_session_notes_the_clamp_of_an_explicit_at_only(package):
+def test_case_last_clamp_notes_an_explicit_at_raised_by_the_last_write_only(package):
     with Case.create(package, "C-1", at="2026-02-01T10:00:00Z") as opened:
-        assert opened.session.last_clamp is None
+        assert opened.last_clamp is None
         opened.open_revision([{"statement": "a"}], at="2026-02-01T09:00:00Z")
-        assert opened.session.last_clamp == ("2026-02-01T09:00:00.000000Z", "2026-02-01T10:00:00.000000Z")
+        assert opened.last_clamp == ("2026-02-01T09:00:00.000000Z", "2026-02-01T10:00:00.000000Z")
+        opened.open_revision([{"statement": "a"}], at="2026-02-01T08:00:00Z")  # a replay writes nothing
+        assert opened.last_clamp is None
         opened.transition("INVESTIGATING_HYPOTHESES", at="2026-02-01T11:00:00Z")
-        assert opened.session.last_clamp is None
+        assert opened.last_clamp is None
+
+
+#: A case whose newest event is at 10:05, with H1 limited to no action (its reserve records a refusal).
+_CLAMP_CASE = [{"op": "open_revision", "hypotheses": [{"statement": "a"}, {"statement": "b"}, {"statement": "c"}]},
+               {"op": "transition", "to": "INVESTIGATING_HYPOTHESES"}, {"op": "initialize"},
+               {"op": "establish", "scope": "hypothesis:1/H1", "limits": {"actions": 0}, "issuer": "controller"},
+               {"op": "reserve", "hypothesis": "H2", "action_id": "q1", "action": "x.y", "at": "2026-01-05T10:05:00Z"}]
+_RAISED = ("warning: at 2026-01-05T10:01:00.000000Z is earlier than the previous event; recorded at "
+           "2026-01-05T10:05:00.000000Z (raised by 240 s)")
+
+
+@pytest.mark.parametrize("command, status", [
+    (["state", "{case}", "BLOCKED"], 0), (["budget", "reserve", "{case}", "H3", "q2", "x.y"], 0),
+    (["budget", "fail", "{case}", "H2", "q1", "--reason", "timed out"], 0),
+    (["outcome", "record", "{case}", "resolved", "--source", "eval"], 0),
+    (["scope", "establish", "{case}", "hypothesis:1/H2", "--limit", "actions=9"], 0),
+    (["budget", "reserve", "{case}", "H1", "q3", "x.y"], 1)], ids=lambda value: " ".join(value[:2])
+    if isinstance(value, list) else None)
+def test_a_command_given_an_at_earlier_than_the_previous_event_warns_of_the_time_it_recorded(tmp_path, command,
+                                                                                              status):
+    """A single command recorded the previous event's time in place of an earlier --at without a word,
+    where `ledger apply` warns per line. A replay writes nothing and warns of nothing; a refusal that
+    recorded its events (a limit) warns before its error."""
+    text = "".join(json.dumps({**line, "at": line.get("at", "2026-01-05T10:00:00Z")}) + "\n" for line in _CLAMP_CASE)
+    assert cli("apply", str(tmp_path / "c"), "-", "--create", "C-1", stdin=text).exit_code == 0
+    args = [arg.format(case=tmp_path / "c") for arg in command] + ["--at", "2026-01-05T10:01:00Z"]
+    result = cli(*args)
+    assert (result.exit_code, result.stderr.splitlines()[0]) == (status, _RAISED), result.stderr
+    assert created_times(tmp_path / "c")[-1] == "2026-01-05T10:05:00.000000Z"
+    again = cli(*args)
+    assert "warning" not in again.stderr and (status or "reused" in again.stdout), (again.stdout, again.stderr)
+    assert cli(*args[:-2], "--at", "2026-01-05T10:06:00Z").stderr.count("warning") == 0
 
 
 @given(st.integers(0, 10**12), st.integers(0, 10**12))

@@ -542,6 +542,11 @@ class JournalSummary:
 
 def clamp_warning(result: LineResult) -> str:
     """The warning printed for a line whose ``at`` was raised to the previous event's time."""
-    requested, used = result.clamped
-    return (f"warning: line {result.line}: at {requested} is earlier than the previous event; recorded at {used} "
-            f"(raised by {describe_micros(result.clamped_micros)})")
+    return raised_at_warning(*result.clamped, where=f"line {result.line}: ")
+
+
+def raised_at_warning(requested: str, used: str, where: str = "") -> str:
+    """The warning printed for a write whose ``at`` (``requested``) was raised to the previous event's
+    time (``used``): ``Case.last_clamp``'s pair, or a journal line's (``where`` names the line)."""
+    return (f"warning: {where}at {requested} is earlier than the previous event; recorded at {used} "
+            f"(raised by {describe_micros(microseconds_between(requested, used))})")

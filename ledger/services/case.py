@@ -355,6 +355,13 @@ class Case(NotCopied, CaseFacade):
             warnings.warn(incomplete, CheckpointWarning, stacklevel=caller_stacklevel())
         return incomplete
 
+    @property
+    def last_clamp(self) -> tuple[str, str] | None:
+        """``(requested at, recorded at)``, RFC 3339 UTC texts, when this case's last write was given an
+        ``at`` earlier than the previous event's time and so recorded at that time (docs/concepts.md,
+        Times); None otherwise (no ``at`` given, none raised, a replay that wrote nothing)."""
+        return self.session.last_clamp
+
     def __enter__(self) -> "Case":
         return self
 
