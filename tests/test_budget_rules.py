@@ -560,14 +560,27 @@ def test_the_balances_view_equals_the_reported_state(budget, case):
         assert rows[h] == {"revision": 1, **expected}
 
 
+#: Unicode's Default_Ignorable_Code_Point ranges (DerivedCoreProperties.txt), and the blank Braille pattern.
+_IGNORABLE = [(0x00AD, 0x00AD), (0x034F, 0x034F), (0x061C, 0x061C), (0x115F, 0x1160), (0x17B4, 0x17B5),
+              (0x180B, 0x180F), (0x200B, 0x200F), (0x202A, 0x202E), (0x2060, 0x206F), (0x3164, 0x3164),
+              (0xFE00, 0xFE0F), (0xFEFF, 0xFEFF), (0xFFA0, 0xFFA0), (0xFFF0, 0xFFF8), (0x1BCA0, 0x1BCA3),
+              (0x1D173, 0x1D17A), (0xE0000, 0xE0FFF), (0x2800, 0x2800)]
+
+
 @given(st.text(alphabet=st.characters(max_codepoint=0x7F), max_size=12)
-       | st.text(alphabet=st.sampled_from(" \t\n\x00\x1f\x7f\x85\xa0\u200b\u2028\u3000\ufeffa\u00e9"), max_size=8))
-def test_a_reason_is_blank_exactly_when_every_character_is_whitespace_a_space_a_control_or_a_format_character(text):
+       | st.text(alphabet=st.sampled_from(" \t\n\x00\x1f\x7f\x85\xa0\u200b\u2028\u3000\ufeffa\u00e9"
+                                          "\u034f\u115f\u17b5\u180b\u2065\u2800\u3164\ufe0f\uffa0\ufff8\U000e0100"
+                                          "\u2801\u3163\u17b6\U000e1000"), max_size=8))
+def test_a_reason_is_blank_exactly_when_every_character_is_whitespace_a_space_a_control_or_shows_nothing(text):
+    """Blank: whitespace, spaces, controls, format characters and the other characters Unicode says
+    may be ignored in display (the Hangul filler U+3164, variation selectors, …) or that print as an
+    empty cell (U+2800): a reason of U+3164 alone was taken."""
     import unicodedata
 
     from ledger.rules.common import is_blank
 
-    expected = all(ch.isspace() or unicodedata.category(ch) in ("Zs", "Cc", "Cf") for ch in text)
+    expected = all(ch.isspace() or unicodedata.category(ch) in ("Zs", "Cc", "Cf")
+                   or any(low <= ord(ch) <= high for low, high in _IGNORABLE) for ch in text)
     assert is_blank(text) is expected
 
 
@@ -611,7 +624,8 @@ def test_budget_snapshot_after_initialize_still_reports(budget):
     assert budget.snapshot().revision == 1 and budget.snapshot().seq == 4
 
 
-@pytest.mark.parametrize("reason", ["\u200b", " \u200b\u2060 ", "\u00a0", "\x07", "\ufeff"])
+@pytest.mark.parametrize("reason", ["\u200b", " \u200b\u2060 ", "\u00a0", "\x07", "\ufeff", "\u3164", "\u115f\u1160",
+                                    "\uffa0", "\u034f", "\ufe0f", "\u180b", "\u17b4", "\u2800", "\U000e0100 \u200e"])
 def test_a_reason_of_only_invisible_characters_is_reason_required(budget, reason):
     with pytest.raises(LedgerError) as caught:
         budget.reject("H1", reason)

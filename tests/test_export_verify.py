@@ -2888,3 +2888,30 @@ def test_import_of_an_export_whose_event_1_is_another_packages_names_the_event_n
     assert caught.value.code == INTEGRITY_ERROR and "manifest.json" not in caught.value.message
     assert caught.value.message.startswith("analysis/case/events/00000002.json: seq 2: parent_sha256 does not match "
                                            "the previous event")
+
+
+def test_texts_an_earlier_build_took_replay_as_written_while_new_writes_refuse_them(package, monkeypatch):
+    """Reasons, statements and labels now refuse the characters that show nothing beside the format ones
+    (the Hangul filler U+3164, variation selectors, U+2800): a ledger an earlier build wrote with them
+    verifies and imports as written (verify replays it under that build's rule), never "edited"."""
+    import ledger.rules.common as common
+
+    with monkeypatch.context() as earlier:  # the earlier build's rule: none of them refused
+        earlier.setattr(common, "_SHOWS_NOTHING", re.compile("(?!)"))
+        with Case.create(package, case_id="BUG-1") as case:
+            case.open_revision([{"statement": "\ufe0f\u2800"}, {"statement": "b"}], 100)
+            case.transition("INVESTIGATING_HYPOTHESES")
+            budget = case.budget(BudgetConfig.load(EXAMPLE_BUDGET))
+            budget.initialize()
+            budget.reject("H1", "\u3164")
+            budget.reject("H2", "b")
+            case.record_outcome("ok\ufe0f", "ci")
+    assert verify_case(package).head_seq == verify_case(package, jobs=2).head_seq == 7
+    export_case(package)
+    assert import_tree(package, package.parent / "copy").head_seq == 7
+    with Case.open(package) as case:
+        with pytest.raises(LedgerError) as caught:
+            case.open_revision([{"statement": "\u3164"}], 100)
+        assert (caught.value.code, caught.value.message) == (
+            INVALID_ARGUMENT, "hypothesis 1: statement must be a non-blank string")
+    assert verify_case(package).head_seq == 7

@@ -312,9 +312,10 @@ def test_a_bad_at_is_invalid_argument_and_a_clock_stepping_back_is_clamped(case,
     assert times[-1] == soon and times == sorted(times)
 
 
-def test_a_statement_of_only_invisible_characters_is_refused(case):
+@pytest.mark.parametrize("statement", ["\u200b\u200d", "\u3164", "\ufe0f\u2800"])
+def test_a_statement_of_only_invisible_characters_is_refused(case, statement):
     with pytest.raises(LedgerError) as caught:
-        case.open_revision([{"statement": "\u200b\u200d"}])
+        case.open_revision([{"statement": statement}])
     assert caught.value.code == INVALID_ARGUMENT and "non-blank" in caught.value.message
 
 
@@ -439,6 +440,8 @@ def test_a_bad_outcome_or_source_is_invalid_argument_and_writes_nothing(case, ou
     ("won\u00a0t", "outcome 'won\\xa0t' holds U+00A0, a character that shows nothing, breaks the line or prints as "
                    "another"),
     ("a\u3164", "outcome 'a\u3164' holds U+3164, a character that shows nothing"),
+    ("ok\ufe0f", "outcome 'ok\ufe0f' holds U+FE0F, a character that shows nothing"),
+    ("a\u2800b", "outcome 'a\u2800b' holds U+2800, a character that shows nothing"),
 ])
 def test_an_outcome_label_that_would_read_as_another_is_refused_when_recorded(case, outcome, message):
     """A label holding a character that shows nothing (or breaks its line), or spaces around it,

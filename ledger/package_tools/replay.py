@@ -28,7 +28,7 @@ from ..model.package import stored_stream
 from ..model.source_refs import line_ending_digests, resolve_source_refs
 from ..model.projection import helper_rows, floor_rows, money_rows
 from ..ground.clock import ms_ahead, parse_at, utc_now
-from ..rules.common import Context, Draft, Outcome, Reused, check_action_id
+from ..rules.common import Context, Draft, Outcome, Reused, check_action_id, replayed, replaying_stored_requests
 from ..ground.schemas import schema_message, validator
 from ..storage.sqlite_file import EventRow, HelperRow
 from ..model.memory_view import MemoryView
@@ -252,6 +252,13 @@ class Replayer:
             raise _bad(seq, f"event does not match schema {fmt}: {where}: {schema_message(errors[0])}")
 
     def _recompute(self, seq: int, body: Mapping[str, Any]) -> Draft:
+        token = replaying_stored_requests()  # held to what the version that wrote it accepted
+        try:
+            return self._recompute_stored(seq, body)
+        finally:
+            replayed(token)
+
+    def _recompute_stored(self, seq: int, body: Mapping[str, Any]) -> Draft:
         request = body["request"]
         op = OPERATIONS.get(request.get("op")) if isinstance(request.get("op"), str) else None
         if op is None or op.rule is None or op.replay is None:

@@ -12,6 +12,7 @@ Integers only: no float touches a unit, score or ratio.
 
 from __future__ import annotations
 
+import contextvars
 import re
 import unicodedata
 from dataclasses import dataclass, field
@@ -256,20 +257,48 @@ def check_case_id(value: Any) -> str:
 #: e.g. the zero-width space U+200B); a text made only of these (or whitespace) is blank.
 _INVISIBLE_CATEGORIES = frozenset({"Zs", "Cc", "Cf"})
 
+#: Characters of other categories that show nothing: Unicode's default-ignorable code points that are
+#: not format characters (the Hangul fillers U+115F, U+1160, U+3164, U+FFA0, the combining grapheme
+#: joiner U+034F, the variation selectors, the Khmer inherent vowels U+17B4-U+17B5, the Mongolian
+#: free variation selectors, the reserved U+2065, U+FFF0-U+FFF8 and U+E0000-U+E0FFF) and the blank
+#: Braille pattern U+2800, which prints as an empty cell. Earlier builds took all of these but the
+#: Hangul fillers and U+034F in labels, and all of them in reasons and statements: a stored request
+#: is replayed (:func:`replaying_stored_requests`) without them, so the ledgers those builds wrote verify.
+_SHOWS_NOTHING = re.compile("[\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u2065\u2800\u3164\ufe00-\ufe0f"
+                            "\uffa0\ufff0-\ufff8\U000e0000-\U000e0fff]")
+#: The part of :data:`_SHOWS_NOTHING` every version refused in labels (letters that print as nothing).
+_BLANK_LETTERS = frozenset("\u115f\u1160\u3164\uffa0\u034f")
+#: True while a request stored in a ledger is replayed (verify, import): texts are held to the rule of the
+#: versions that may have written it, not to the newer refusals of :data:`_SHOWS_NOTHING`.
+_REPLAYING: contextvars.ContextVar[bool] = contextvars.ContextVar("ledger_replaying_stored_requests", default=False)
+
+
+def replaying_stored_requests() -> contextvars.Token[bool]:
+    """Hold text checks to what every version accepted, until :func:`replayed` with the token returned."""
+    return _REPLAYING.set(True)
+
+
+def replayed(token: contextvars.Token[bool]) -> None:
+    """End what :func:`replaying_stored_requests` began."""
+    _REPLAYING.reset(token)
+
+
+def _shows_nothing(ch: str, *, always: frozenset[str] = frozenset()) -> bool:
+    """Whether ``ch`` is one of :data:`_SHOWS_NOTHING` refused now (those in ``always`` also on replay)."""
+    return ch in always or (_SHOWS_NOTHING.match(ch) is not None and not _REPLAYING.get())
+
 
 #: The ASCII characters that show nothing: the controls U+0000–U+001F and U+007F, and the space.
 _ASCII_BLANK = re.compile(r"[\x00-\x20\x7f]*")
 
 
 def is_blank(text: str) -> bool:
-    """True when ``text`` shows nothing: only whitespace, spaces, controls or format characters."""
+    """True when ``text`` shows nothing: only whitespace, spaces, controls, format characters or other
+    characters that show nothing (the Hangul filler U+3164, a variation selector, …: ``_SHOWS_NOTHING``)."""
     if text.isascii():  # the common case, without a Unicode lookup per character
         return _ASCII_BLANK.fullmatch(text) is not None
-    return all(ch.isspace() or unicodedata.category(ch) in _INVISIBLE_CATEGORIES for ch in text)
+    return all(ch.isspace() or unicodedata.category(ch) in _INVISIBLE_CATEGORIES or _shows_nothing(ch) for ch in text)
 
-
-#: Letters that print as nothing (Hangul fillers) and the combining grapheme joiner: no category says so.
-_BLANK_LETTERS = frozenset("\u115f\u1160\u3164\uffa0\u034f")
 #: Categories that show nothing or break the line: controls, format characters, separators, spaces (but U+0020).
 _UNSEEN_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Zs"})
 
@@ -284,7 +313,7 @@ def unseen_character(text: str) -> str | None:
         found = re.search(r"[\x00-\x1f\x7f]", text)
         return f"U+{ord(found.group()):04X}" if found else None
     return next((f"U+{ord(ch):04X}" for ch in text if unicodedata.category(ch) in _UNSEEN_CATEGORIES and ch != " "
-                 or ch in _BLANK_LETTERS), None)
+                 or _shows_nothing(ch, always=_BLANK_LETTERS)), None)
 
 
 def label_problem(text: str) -> str | None:
