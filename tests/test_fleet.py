@@ -1229,6 +1229,30 @@ def test_a_folder_or_file_of_an_export_replaced_by_a_link_is_integrity_error_nam
     assert fleet_query(copy, "SELECT count(DISTINCT case_id) FROM events")[1] == [(len(ids),)]
 
 
+@pytest.mark.parametrize("linked", ["_fleet", "_fleet/tmp"])
+def test_a_query_refuses_an_export_whose_meta_or_temporary_folder_is_a_link(fleet, tmp_path, linked):
+    """DuckDB reads its temporary folder (the export's _fleet/tmp) wherever a link there leads: a query
+    read a file of the folder the link named, outside the export. Refused, naming the link."""
+    _, out, _ = fleet
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    elsewhere = tmp_path / "elsewhere"
+    shutil.move(copy / linked, elsewhere)
+    secret = elsewhere / "tmp" if linked == "_fleet" else elsewhere  # what copy/_fleet/tmp leads to
+    secret.mkdir(exist_ok=True)
+    (secret / "secret.txt").write_text("not the export's")
+    (copy / linked).symlink_to(elsewhere)
+    for query in ("SELECT count(*) FROM events", f"SELECT content FROM read_text('{copy}/_fleet/tmp/secret.txt')"):
+        with pytest.raises(LedgerError) as caught:
+            fleet_query(copy, query)
+        assert (caught.value.code, caught.value.message) == ("INTEGRITY_ERROR", (
+            f"{copy / linked} is a symbolic link, which a fleet export never makes (a query reads only the export's "
+            f"own files, its temporary ones in {copy / '_fleet' / 'tmp'} among them); export the fleet again into a "
+            "new folder"))
+    result = CliRunner().invoke(main, ["fleet", "sql", str(copy), "SELECT 1"])
+    assert (result.exit_code, result.stdout) == (1, ""), result.output
+
+
 def test_lists_structs_and_maps_come_back_with_their_values_converted(fleet):
     _, out, _ = fleet
     query = ("SELECT list(DISTINCT CAST(reserved_at AS DATE)) AS d, [1.5::DECIMAL(4, 2)] AS n, "

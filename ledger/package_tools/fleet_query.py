@@ -63,6 +63,16 @@ def _damaged(exc: Exception, where: Path) -> LedgerError:
                        "again: it writes anew each case whose files changed since", path=str(where))
 
 
+def _refuse_linked_meta(out: Path) -> None:
+    """``INTEGRITY_ERROR`` when the export's ``_fleet`` folder, or its ``tmp`` folder, is a symbolic link:
+    DuckDB may read its temporary folder wherever that leads (it read ``/etc`` through ``_fleet/tmp``)."""
+    for folder in (meta_dir(out), meta_dir(out) / "tmp"):
+        if os.path.islink(folder):
+            raise LedgerError(E.INTEGRITY_ERROR, f"{folder} is a symbolic link, which a fleet export never makes (a "
+                              f"query reads only the export's own files, its temporary ones in {meta_dir(out) / 'tmp'} "
+                              "among them); export the fleet again into a new folder", path=str(folder))
+
+
 def _fleet_connection(out: Path) -> tuple[Any, dict[str, LedgerError]]:
     """A DuckDB connection with a view per exported table that can read nothing but ``out``, and
     the refusal of each table whose view DuckDB could not make (a damaged file: no view)."""
@@ -187,6 +197,7 @@ def fleet_rows(out: str | os.PathLike[str], query: str, *, timeout_ms: int = 30_
         raise LedgerError(E.INVALID_ARGUMENT, f"query refused: it holds text that is not valid Unicode ({exc.reason} "
                           f"at position {exc.start}), which DuckDB cannot be given", query="refused") from None
     root = check_out(fs_path(out, "export folder"), create=False).absolute()
+    _refuse_linked_meta(root)
     duckdb = duckdb_module()
     with locked_file(meta_dir(root) / "lock", fcntl.LOCK_SH), _ctrl_c_is_an_interrupt():
         if started is not None:
