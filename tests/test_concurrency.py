@@ -24,7 +24,6 @@ import pytest
 
 from conftest import EXAMPLE_BUDGET, logical_dump, make_package, run_cli, start_case
 from ledger import (AnalysisConfig, BudgetConfig, Case, CheckpointWarning, LedgerError, verify_case, export_case, import_tree)
-from ledger.ground.config import AnalysisConfig
 from ledger.ground.errors import (INVALID_ARGUMENT)
 LEDGER = "ledger.sqlite"
 SPAWN = multiprocessing.get_context("spawn")
@@ -862,7 +861,9 @@ def test_an_object_bound_to_an_open_ledger_cannot_be_pickled_or_copied_one_over_
                     with pytest.raises(LedgerError) as refused:
                         copied(bound)
                     assert refused.value.code == INVALID_ARGUMENT
-                    assert refused.value.message.startswith(f"a {type(bound).__name__} is bound to an open ledger "
+                    named = {"Case": "a Case", "CaseBudget": "a CaseBudget", "ScopeManager": "a ScopeManager",
+                             "EvidenceStore": "an EvidenceStore", "Action": "an Action"}[type(bound).__name__]
+                    assert refused.value.message.startswith(f"{named} is bound to an open ledger "
                                                             "(its connection and writer lock) and cannot be pickled")
                     assert "open it there with Case.open" in refused.value.message
             raise RuntimeError("leave the block")
@@ -1526,3 +1527,36 @@ def test_looking_again_and_again_at_an_open_ledger_keeps_no_descriptor_per_look(
     finally:
         case.close()
     assert _descriptors_of(ledger) + _descriptors_of(package / "sources" / "db") == 0
+
+
+def test_a_thread_holding_a_batch_is_refused_at_once_when_it_writes_through_another_case_of_the_ledger(budget_case):
+    """A second Case of the same ledger, written in the thread whose first Case holds a batch (and so
+    the writer lock), waited busy_timeout_ms and then said LEDGER_BUSY "retry", which could never
+    succeed until the batch ended. Another thread's Case still waits its turn, and gets it."""
+    case, budget = budget_case
+    other = Case.open(case.path)
+    try:
+        with case.batch():
+            budget.reserve("H1", "b1", "source.read_context")
+            started = time.monotonic()
+            with pytest.raises(LedgerError) as caught:
+                other.budget().reserve("H2", "b2", "source.read_context")
+            assert time.monotonic() - started < 1
+            assert (caught.value.code, caught.value.message) == (INVALID_ARGUMENT, (
+                "this thread already holds this case's writer lock through another Case open on the same ledger "
+                "(inside its batch(), say), so waiting for it would never end: write through that Case, or end "
+                "its batch first"))
+            done: list[object] = []
+
+            def in_another_thread() -> None:
+                with Case.open(case.path) as mine:
+                    done.append(mine.budget().reserve("H2", "b3", "source.read_context").seq)
+            waiter = threading.Thread(target=in_another_thread)
+            waiter.start()
+            time.sleep(0.3)
+            assert done == [] and waiter.is_alive()  # waiting for the batch, not refused
+        waiter.join(10)
+        assert done == [generation(case)]
+        assert other.budget().fail("H2", "b3", "timed out").reused is False  # once the batch ended
+    finally:
+        other.close()

@@ -928,7 +928,11 @@ def test_a_lock_file_that_cannot_be_opened_is_the_same_refusal_whether_the_write
     budget.reserve("H1", "k1", "source.read_context")  # the lock file is now kept open
     lock_path = case.storage._lock.path
     holder = WriterLock(lock_path)
-    assert holder.try_acquire()  # the old file stays locked by another open file
+    taken: list[bool] = []  # by another thread: a thread waiting for a lock it holds itself is refused at once
+    taker = threading.Thread(target=lambda: taken.append(holder.try_acquire()))
+    taker.start()
+    taker.join()
+    assert taken == [True]  # the old file stays locked by another open file
     try:
         lock_path.unlink()
         lock_path.mkdir()

@@ -243,6 +243,7 @@ class NotCopied:
         if not self._bound_to_a_ledger():  # over a MemoryCase: copied as any object
             return super().__reduce_ex__(protocol)
         name = type(self).__name__
-        raise LedgerError(INVALID_ARGUMENT, f"a {name} is bound to an open ledger (its connection and writer lock) "
-                          "and cannot be pickled or copied: give another process or thread the case's path and "
+        article = "an" if name[:1] in "AEIOU" else "a"  # an Action, an EvidenceStore
+        raise LedgerError(INVALID_ARGUMENT, f"{article} {name} is bound to an open ledger (its connection and writer "
+                          "lock) and cannot be pickled or copied: give another process or thread the case's path and "
                           "open it there with Case.open (one Case per thread)")

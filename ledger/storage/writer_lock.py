@@ -54,6 +54,11 @@ def fork_count() -> int:
     return _forks
 
 
+#: The lock files held in this process, by (device, inode): the thread holding each and the fork count
+#: then. A thread that waits for a lock it holds itself (through another Case of the same ledger) would
+#: wait in vain: :meth:`WriterLock.acquire` refuses that at once.
+_HOLDERS: dict[tuple[int, int], tuple[int, int]] = {}
+
 #: Locks taken of files the path no longer named before a non-blocking try gives up and waits.
 _RETRIES = 8
 #: How often a wait given a ``stop`` looks at it (:meth:`WriterLock.acquire`).
@@ -91,6 +96,23 @@ class WriterLock:
         self._kept: BinaryIO | None = None
         self._kept_id: tuple[int, int] | None = None
         self._kept_fork = _forks
+        #: The (device, inode) of the file held, noted in :data:`_HOLDERS` while it is.
+        self._held_id: tuple[int, int] | None = None
+
+    def _note_held(self, identity: tuple[int, int] | None) -> None:
+        """Note in :data:`_HOLDERS` that this thread holds the lock file ``identity``."""
+        self._held_id = identity
+        if identity is not None:
+            _HOLDERS[identity] = (threading.get_ident(), _forks)
+
+    def _refuse_waiting_on_itself(self) -> None:
+        """``INVALID_ARGUMENT`` when the lock this object waits for is held by this very thread (another
+        object of the same ledger: a ``batch()`` of another Case): the wait could only time out."""
+        if self._kept_id is not None and _HOLDERS.get(self._kept_id) == (threading.get_ident(), _forks):
+            raise LedgerError(E.INVALID_ARGUMENT, "this thread already holds this case's writer lock through "
+                              "another Case open on the same ledger (inside its batch(), say), so waiting for it "
+                              "would never end: write through that Case, or end its batch first",
+                              path=str(self.path))
 
     def _open(self) -> BinaryIO:
         """The lock file, never through a symbolic link (``INVALID_ARGUMENT`` naming it) nor anything but
@@ -159,6 +181,7 @@ class WriterLock:
         Anything left held by an interrupted earlier call is released first.
         """
         if not self.try_acquire():
+            self._refuse_waiting_on_itself()
             self._wait(timeout_ms, stop)
 
     def try_acquire(self) -> bool:
@@ -176,6 +199,7 @@ class WriterLock:
                 raise
             self.held = handle
             if _names(self.path, self._kept_id):
+                self._note_held(self._kept_id)
                 return True
             self.close()  # locked a file the path no longer names: drop it, lock what it names
         return False  # the path keeps being replaced: wait in the kernel like any contended writer
@@ -224,6 +248,7 @@ class WriterLock:
                     fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
                     info = os.fstat(handle.fileno())
                     if box["abandoned"] or _names(self.path, (info.st_dev, info.st_ino)):
+                        box["id"] = (info.st_dev, info.st_ino)
                         break
                     handle.close()
             except (OSError, LedgerError) as exc:  # a link put in its place meanwhile is refused, not waited on
@@ -254,6 +279,7 @@ class WriterLock:
             box["abandoned"] = True
             self._pending = None
         if self.held is not None:
+            self._note_held(box.get("id"))
             return
         if box["error"] is not None:  # the path could not be opened: the caller's refusal, as uncontended
             raise box["error"]
@@ -275,6 +301,9 @@ class WriterLock:
                 pending["abandoned"] = True
                 handed, pending["file"] = pending["file"], None
             held = self.held  # still ``held`` until let go: an interrupt before that leaves it to the next release
+            if held is not None and self._held_id is not None:
+                _HOLDERS.pop(self._held_id, None)
+                self._held_id = None
         for handle in (held, handed):
             if handle is None:
                 continue
