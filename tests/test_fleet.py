@@ -1247,10 +1247,43 @@ def test_a_query_refuses_an_export_whose_meta_or_temporary_folder_is_a_link(flee
             fleet_query(copy, query)
         assert (caught.value.code, caught.value.message) == ("INTEGRITY_ERROR", (
             f"{copy / linked} is a symbolic link, which a fleet export never makes (a query reads only the export's "
-            f"own files, its temporary ones in {copy / '_fleet' / 'tmp'} among them); export the fleet again into a "
-            "new folder"))
+            "own files); export the fleet again into a new folder"))
     result = CliRunner().invoke(main, ["fleet", "sql", str(copy), "SELECT 1"])
     assert (result.exit_code, result.stdout) == (1, ""), result.output
+
+
+def test_duckdbs_temporary_folder_is_a_private_one_removed_after_the_query_never_a_folder_of_the_export(
+        fleet, tmp_path, monkeypatch):
+    """DuckDB's temporary folder was the export's _fleet/tmp, looked at once before the query: swapped
+    for a link to /etc in between, a query read /etc's files. It is a new private folder now, which the
+    query can read (its own spill files only) and which is gone once the query ends."""
+    import tempfile
+
+    import ledger.package_tools.fleet_query as fleet_query_module
+
+    _, out, _ = fleet
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    shutil.rmtree(copy / "_fleet" / "tmp")
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "secret.txt").write_text("not the export's")
+    (copy / "_fleet" / "tmp").symlink_to(tmp_path / "elsewhere")
+    monkeypatch.setattr(fleet_query_module, "_refuse_linked_meta", lambda out: None)  # swapped after the look
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "system-tmp"))
+    (tmp_path / "system-tmp").mkdir()
+    with pytest.raises(LedgerError) as caught:
+        fleet_query(copy, f"SELECT content FROM read_text('{copy}/_fleet/tmp/secret.txt')")
+    assert caught.value.code == INVALID_ARGUMENT and "Permission Error" in caught.value.message, caught.value
+    seen: list[list[str]] = []
+    connect = fleet_query_module._fleet_connection
+
+    def connecting(out: Path, spill: Path):
+        seen.append([p.name[:len("ledger-fleet-sql-")] for p in (tmp_path / "system-tmp").iterdir()])
+        assert spill.parent == tmp_path / "system-tmp" and oct(spill.stat().st_mode & 0o777) == "0o700"
+        return connect(out, spill)
+    monkeypatch.setattr(fleet_query_module, "_fleet_connection", connecting)
+    assert fleet_query(copy, "SELECT count(*) FROM events")[1][0][0] > 0
+    assert seen == [["ledger-fleet-sql-"]] and list((tmp_path / "system-tmp").iterdir()) == []
 
 
 def test_lists_structs_and_maps_come_back_with_their_values_converted(fleet):

@@ -12,6 +12,7 @@ import os
 import re
 import stat
 import signal
+import tempfile
 import threading
 import uuid
 from pathlib import Path
@@ -64,25 +65,28 @@ def _damaged(exc: Exception, where: Path) -> LedgerError:
 
 
 def _refuse_linked_meta(out: Path) -> None:
-    """``INTEGRITY_ERROR`` when the export's ``_fleet`` folder, or its ``tmp`` folder, is a symbolic link:
-    DuckDB may read its temporary folder wherever that leads (it read ``/etc`` through ``_fleet/tmp``)."""
+    """``INTEGRITY_ERROR`` when the export's ``_fleet`` folder, or its ``tmp`` folder, is a symbolic link,
+    which no export makes (its lock and records are read there; DuckDB's temporary files, which it
+    read through ``_fleet/tmp`` when they went there, now go to a private folder of their own)."""
     for folder in (meta_dir(out), meta_dir(out) / "tmp"):
         if os.path.islink(folder):
             raise LedgerError(E.INTEGRITY_ERROR, f"{folder} is a symbolic link, which a fleet export never makes (a "
-                              f"query reads only the export's own files, its temporary ones in {meta_dir(out) / 'tmp'} "
-                              "among them); export the fleet again into a new folder", path=str(folder))
+                              "query reads only the export's own files); export the fleet again into a new folder",
+                              path=str(folder))
 
 
-def _fleet_connection(out: Path) -> tuple[Any, dict[str, LedgerError]]:
-    """A DuckDB connection with a view per exported table that can read nothing but ``out``, and
-    the refusal of each table whose view DuckDB could not make (a damaged file: no view)."""
+def _fleet_connection(out: Path, spill: Path) -> tuple[Any, dict[str, LedgerError]]:
+    """A DuckDB connection with a view per exported table that can read nothing but ``out`` and its
+    own temporary files in ``spill`` (a new private folder), and the refusal of each table whose view
+    DuckDB could not make (a damaged file: no view)."""
     duckdb = duckdb_module()
     con = duckdb.connect()
     broken: dict[str, LedgerError] = {}
     con.execute("SET TimeZone = 'UTC'")
     con.execute("SET enable_progress_bar = false")  # it drew on stdout, in the middle of --csv or --json rows
-    # DuckDB adds its temp folder (./.tmp by default) to the readable ones: keep it inside the export
-    con.execute(f"SET temp_directory = {sql_literal(str(meta_dir(out) / 'tmp'))}")
+    # DuckDB adds its temp folder (./.tmp by default) to the readable ones, resolved once: a new private
+    # folder nobody else can replace (a folder of the export could be swapped for a link meanwhile)
+    con.execute(f"SET temp_directory = {sql_literal(str(spill))}")
     recorded = record_names(out)
     written, damaged = _recorded_files(out, recorded)
     for table in TABLES:
@@ -199,12 +203,13 @@ def fleet_rows(out: str | os.PathLike[str], query: str, *, timeout_ms: int = 30_
     root = check_out(fs_path(out, "export folder"), create=False).absolute()
     _refuse_linked_meta(root)
     duckdb = duckdb_module()
-    with locked_file(meta_dir(root) / "lock", fcntl.LOCK_SH), _ctrl_c_is_an_interrupt():
+    with locked_file(meta_dir(root) / "lock", fcntl.LOCK_SH), _ctrl_c_is_an_interrupt(), \
+            tempfile.TemporaryDirectory(prefix="ledger-fleet-sql-", ignore_cleanup_errors=True) as spill:
         if started is not None:
             started()
         if note is not None and (unfinished := unfinished_exports(root)) is not None:
             note(unfinished)
-        con, broken = _fleet_connection(root)
+        con, broken = _fleet_connection(root, Path(spill))
         timed_out = threading.Event()
 
         def stop() -> None:
