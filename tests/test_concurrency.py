@@ -14,6 +14,8 @@ import hashlib
 import multiprocessing
 import os
 import sqlite3
+import subprocess
+import sys
 import tempfile
 import time
 import traceback
@@ -1560,3 +1562,28 @@ def test_a_thread_holding_a_batch_is_refused_at_once_when_it_writes_through_anot
         assert other.budget().fail("H2", "b3", "timed out").reused is False  # once the batch ended
     finally:
         other.close()
+
+
+def test_a_case_dropped_inside_its_batch_leaves_no_claim_on_the_thread_and_a_later_write_waits_its_turn(budget_case):
+    """A Case dropped (collected) inside its batch lets its lock file go; the thread's next write through
+    another Case was refused at once as waiting on itself, though another process held the lock."""
+    import gc
+
+    case, _ = budget_case
+    dropped = Case.open(case.path)
+    batch = dropped.batch()
+    batch.__enter__()
+    dropped.budget().reserve("H1", "d1", "source.read_context")
+    del dropped, batch
+    gc.collect()
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time\nfrom ledger import Case\nwith Case.open(sys.argv[1]) as c:\n    with c.batch():\n"
+        "        c.transition('BLOCKED')\n        print('held', flush=True)\n        time.sleep(1)\n"), str(case.path)],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        started = time.monotonic()
+        assert case.transition("INVESTIGATING_HYPOTHESES").case_state == "INVESTIGATING_HYPOTHESES"
+        assert time.monotonic() - started > 0.3  # it waited for the other process's batch
+    finally:
+        holder.wait(10)
