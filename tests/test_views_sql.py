@@ -231,7 +231,9 @@ def test_a_query_of_no_statement_is_named_as_such(demo, query):
 @pytest.mark.parametrize("query", [
     "SELECT 1 AS one;;", "SELECT 1 AS one; ;\n", "SELECT 1 AS one ;\t;" + ";" * 100_000,
     "SELECT 1 AS one;; -- note", "SELECT 1 AS one; -- a\n; /* b; */ ;", "SELECT length(';') AS one;; -- x ;",
-    "SELECT 1 AS one -- a ; b\n;;", "SELECT length(';/*') - 2 AS one;;", "SELECT 1 AS one /* ; */;\n;"])
+    "SELECT 1 AS one -- a ; b\n;;", "SELECT length(';/*') - 2 AS one;;", "SELECT 1 AS one /* ; */;\n;",
+    "SELECT length('" + ";" * 40 + "') - 39 AS one;; -- note", "SELECT 1 AS one /*" + "x;" * 40 + "*/;; -- n",
+    "SELECT 1 AS \"one\" -- it's\n;; /* ; */", "SELECT length('it''s;') - 4 AS [one];;"])
 def test_a_statement_ended_by_several_semicolons_is_one_statement(demo, query):
     """It was refused as "more than one statement" (sqlite3 took what follows the first ';' for another),
     also when comments sit among the semicolons that end it."""
@@ -239,6 +241,18 @@ def test_a_statement_ended_by_several_semicolons_is_one_statement(demo, query):
         assert case.query(query) == [{"one": 1}]
     assert read_only_query(demo, query) == (["one"], [(1,)])
     assert read_only_query(demo, "SELECT ';;' AS t") == (["t"], [(";;",)])
+
+
+@hypothesis.given(st.lists(st.sampled_from(["SELECT 1", "'a;b'", "'it''s'", '"x;"', "[a;]", "`q;`", "-- c;\n",
+                                             "/* ; */", ";", " ", "\n", "/", "-", "'", "*", "x", "/*"]),
+                           max_size=12).map("".join))
+def test_a_querys_first_statement_ends_where_sqlites_own_tokenizer_says(sql):
+    """The end of the first statement found in one linear pass is the first ``;`` after which SQLite
+    deems the text a complete statement (sqlite3.complete_statement, tried at every ``;``)."""
+    from ledger.storage.readonly import _first_statement_end
+
+    ends = [at + 1 for at, ch in enumerate(sql) if ch == ";" and sqlite3.complete_statement(sql[:at + 1])]
+    assert _first_statement_end(sql) == (ends[0] if ends else None)
 
 
 @pytest.mark.parametrize("query", ["BEGIN", "BEGIN DEFERRED", "BEGIN IMMEDIATE", "begin exclusive transaction",

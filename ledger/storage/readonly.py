@@ -316,17 +316,19 @@ def one_statement(sql: str) -> str:
     return without_final_semicolons(sql)
 
 
-#: How many of a query's semicolons are tried as the end of its first statement (each try reads the text
-#: up to it): a statement holding more of them in its literals keeps its ending as given.
-_STATEMENT_END_TRIES = 32
+#: A query's text up to the first ``;`` outside its string literals, quoted names and comments (SQLite's
+#: lexical rules: ``'…'``, ``"…"``, ``[…]`` and ```…``` end at their closing mark, a doubled one being two
+#: such in a row; ``--`` runs to the end of its line, ``/*`` to ``*/`` or the end). Possessive: linear.
+_UNTIL_SEMICOLON = re.compile(r"""(?:'[^']*+'|"[^"]*+"|\[[^\]]*+\]|`[^`]*+`"""
+                              r"""|--[^\n]*+|/\*(?:[^*]++|\*(?!/))*+(?:\*/|\Z)"""
+                              r"""|[^'"\[`;/-]++|/(?!\*)|-(?!-))*+;""")
 
 
 def without_final_semicolons(sql: str) -> str:
     """``sql`` without what follows its first statement when that is only semicolons, white space and
     comments (``SELECT 1;; -- note``: sqlite3 took what follows the first ``;`` for a second statement),
     then without the semicolons and white space that end it (all of a text of nothing else). The first
-    statement ends at the first ``;`` where SQLite's own tokenizer (``sqlite3.complete_statement``) says
-    a statement is complete: not one inside a literal, a comment or a trigger's body."""
+    statement ends at its first ``;`` outside literals and comments (:func:`_first_statement_end`)."""
     end = _first_statement_end(sql)
     if end is not None and _BLANK_SQL.fullmatch(sql, end):
         sql = sql[:end]
@@ -334,19 +336,17 @@ def without_final_semicolons(sql: str) -> str:
 
 
 def _first_statement_end(sql: str) -> int | None:
-    """The index just past the ``;`` ending ``sql``'s first statement, or None (no such ``;`` among its
-    first :data:`_STATEMENT_END_TRIES`, or a text SQLite cannot be given: its refusal comes later)."""
-    at = -1
-    for _ in range(_STATEMENT_END_TRIES):
-        at = sql.find(";", at + 1)
-        if at < 0:
-            return None
-        try:
-            if sqlite3.complete_statement(sql[:at + 1]):
-                return at + 1
-        except (UnicodeEncodeError, ValueError):  # a lone surrogate, a NUL character
-            return None
-    return None
+    """The index just past the ``;`` ending ``sql``'s first statement (the first outside its literals and
+    comments, :data:`_UNTIL_SEMICOLON`, where SQLite's ``sqlite3.complete_statement`` agrees: not one
+    inside a trigger's body), or None (no such ``;``, or a text SQLite cannot be given: its refusal
+    comes later)."""
+    found = _UNTIL_SEMICOLON.match(sql)
+    if found is None:
+        return None
+    try:
+        return found.end() if sqlite3.complete_statement(sql[:found.end()]) else None
+    except (UnicodeEncodeError, ValueError):  # a lone surrogate, a NUL character
+        return None
 
 
 def _no_rows() -> LedgerError:
