@@ -294,6 +294,10 @@ def test_a_hard_link_to_the_ledgers_own_files_is_never_read(package):
             assert "hard link to one of the ledger's own files" in refused.message
         skipped = router.find_text({"text": "a"})["coverage"]["skipped"]
         assert sorted(s["path"] for s in skipped) == ["sources/db", "sources/event", "sources/manifest"]
+        # the reason is part of the reply a process with the case not open recomputes: the same words
+        assert sorted(s["reason"] for s in skipped) == [
+            f"'sources/{name}' is a hard link to one of the ledger's own files; the router never reads them"
+            for name in ("db", "event", "manifest")]
         # the linked ledger changes with every event; the package's inputs do not
         identity = case.input_identity()
         case.transition("BLOCKED")

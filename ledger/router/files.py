@@ -87,6 +87,11 @@ def _open_below(root_fd: int, relative: str) -> int:
             os.close(fd)
 
 
+#: Why a hard link to a ledger's file is skipped: part of a reply's ``coverage``, which is recomputed and
+#: compared, so the same whether that ledger is open in the process computing it or not.
+OWN_FILE = "is a hard link to one of the ledger's own files; the router never reads them"
+
+
 def _refuse_held(name: str, dir_fd: int, relative: str) -> None:
     """``ROUTER_REFUSED`` for a file a connection of this process holds (a hard link to a ledger, this
     case's or another's, while it is open), before it is opened: a descriptor of it could be closed
@@ -97,8 +102,7 @@ def _refuse_held(name: str, dir_fd: int, relative: str) -> None:
         pass_on_interruption(oserr)
         return  # opening it says why
     if stat.S_ISREG(info.st_mode) and is_held(info):
-        raise unreadable(relative, "is a hard link to one of the ledger's own files (a ledger open in this "
-                         "process); the router never reads them")
+        raise unreadable(relative, OWN_FILE)  # the words a process with no ledger open gives (read_below)
 
 
 def hash_below(root: str | os.PathLike[str], relative: str,
@@ -139,8 +143,7 @@ def read_below(root_fd: int, relative: str, own: dict[str, Any]) -> bytes:
         if info.st_size > FILE_BYTES_MAX:
             raise unreadable(relative, f"is larger than {FILE_BYTES_MAX} bytes")
         if info.st_nlink > 1 and (info.st_dev, info.st_ino) in _own_ids(own, root_fd):
-            raise unreadable(relative, "is a hard link to one of the ledger's own files; the router never "
-                              "reads them")
+            raise unreadable(relative, OWN_FILE)
         return _read_capped(handle, relative)
     except OSError as exc:
         pass_on_interruption(exc)
