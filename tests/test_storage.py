@@ -1018,6 +1018,29 @@ def test_a_batch_inside_a_batch_is_refused_and_the_outer_batch_still_holds(case)
     assert (budget.action_status("H1", "a0"), case.status()["package_generation"]) == ("failed", events + 2)
 
 
+@pytest.mark.parametrize("then", ["end", "write", "read"])
+def test_a_case_closed_inside_its_batch_rolls_the_batch_back_and_says_so_at_its_next_step(package, then):
+    """The batch's end (or a write after the close) raised sqlite3's own "Cannot operate on a closed
+    database" out of the library; the close had rolled the batch back, which nothing said."""
+    case = start_case(package)
+    events = case.status()["package_generation"]
+    closed_in_batch = ("this case was closed inside its batch, which closing rolled back: none of the batch's "
+                       "operations was written; end a batch before closing its case, and open the case again to use it")
+    with pytest.raises(LedgerError) as refused:
+        with case.batch():
+            case.transition("BLOCKED")
+            case.close()
+            if then == "write":
+                case.transition("INVESTIGATING_HYPOTHESES")
+            elif then == "read":
+                case.status()
+    said = "this case was closed; open it again to use it" if then == "read" else closed_in_batch
+    assert (refused.value.code, refused.value.message) == (INVALID_ARGUMENT, said)
+    with Case.open(package) as again:
+        assert (again.status()["package_generation"], again.status()["state"]) == (events, "INVESTIGATING_HYPOTHESES")
+        assert again.transition("BLOCKED").case_state == "BLOCKED"  # nothing left held
+
+
 def test_a_memory_cases_batch_groups_nothing_and_rolls_nothing_back_as_it_says():
     """MemoryCase.batch() showed Case.batch()'s docstring (one transaction, rolled back whole); in
     memory every operation is applied as it returns, which its own docstring now says."""

@@ -89,6 +89,11 @@ class Batch:
     def __exit__(self, kind: Any, value: Any, traceback: Any) -> bool:
         storage = self.write.storage
         storage._in_batch = False
+        if storage._closed and not storage.forked:  # closed inside the batch: the close rolled it back
+            storage._in_write, storage._holder = False, None
+            if kind is None:
+                raise LedgerError(INVALID_ARGUMENT, _CLOSED_IN_BATCH)
+            return False
         if kind is None and not storage.forked and not storage.conn.in_transaction:  # rolled back by SQLite
             self.write.__exit__(BatchRolledBack, None, None)  # ends the write: nothing is left to commit
             raise BatchRolledBack(STORAGE_ERROR, _LOST_BATCH)
@@ -113,6 +118,8 @@ class Write:
         storage.recover_abandoned_write()
         storage.recover_abandoned_read()
         if storage._in_batch:
+            if storage._closed:  # closed inside the batch, which its close rolled back
+                raise LedgerError(INVALID_ARGUMENT, _CLOSED_IN_BATCH)
             if not storage.conn.in_transaction:  # SQLite rolled the batch back: nothing more joins it
                 raise BatchRolledBack(STORAGE_ERROR, _LOST_BATCH)
             storage._open_savepoint()  # one left open by an interrupt is settled by the batch's next step
@@ -163,6 +170,10 @@ class BatchRolledBack(LedgerError):
     whole transaction (the disk full, an I/O error), so none of the batch's operations is written,
     those before it included; the batch ends with it, never going on outside a transaction."""
 
+
+#: Said of a batch whose case was closed inside it, to a later operation of it or to its end.
+_CLOSED_IN_BATCH = ("this case was closed inside its batch, which closing rolled back: none of the batch's operations "
+                    "was written; end a batch before closing its case, and open the case again to use it")
 
 #: Said of a batch an earlier operation's failure had SQLite roll back, to a later one or to its end.
 _LOST_BATCH = ("an earlier operation of this batch failed in a way that made SQLite roll back the whole batch (the "
