@@ -1587,3 +1587,32 @@ def test_a_case_dropped_inside_its_batch_leaves_no_claim_on_the_thread_and_a_lat
         assert time.monotonic() - started > 0.3  # it waited for the other process's batch
     finally:
         holder.wait(10)
+
+
+def test_a_later_thread_given_a_dead_holders_ident_waits_for_the_lock_and_is_not_refused_as_itself(tmp_path):
+    """The record of who holds a lock file named its thread by ident, which a later thread may get once
+    the holder's thread ended (here it is reused at once): that later thread was refused as waiting for
+    itself, though it would have got the lock once the holder let it go."""
+    from ledger.storage.writer_lock import WriterLock
+
+    path = tmp_path / "lock"
+    holder, waiter = WriterLock(path), WriterLock(path)
+    taker = threading.Thread(target=holder.acquire, args=(1000,))
+    taker.start()
+    taker.join()
+    assert holder.locked
+    outcome: list[object] = []
+
+    def wait() -> None:
+        try:
+            waiter.acquire(3000)
+            outcome.append("taken")
+        except LedgerError as exc:
+            outcome.append(exc.code)
+    later = threading.Thread(target=wait)
+    later.start()  # first: the ident the holder's thread had is free for it
+    threading.Timer(0.3, holder.release).start()
+    later.join(10)
+    assert outcome == ["taken"]
+    waiter.close()
+    holder.close()

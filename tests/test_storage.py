@@ -1084,3 +1084,60 @@ def test_a_shm_a_file_size_limit_keeps_from_being_made_is_not_blamed_on_the_fold
     assert said.startswith(f"STORAGE_ERROR cannot read {case.path / 'ledger.sqlite'}: SQLite could not create "
                            "ledger.sqlite-shm beside it, in a folder this user may write (SQLite: "), done.stderr
     assert said.rstrip().endswith("a file-size limit ('ulimit -f') or a full disk?") and "chmod" not in said
+
+
+def test_an_interrupt_inside_a_close_inside_a_batch_goes_on_as_itself_and_leaves_nothing_held(package, monkeypatch):
+    """A KeyboardInterrupt landing in the close's release of the writer lock left the case marked open
+    with its connection closed: the batch's end raised sqlite3's "Cannot operate on a closed database"
+    in its place."""
+    from ledger.storage import writer_lock
+
+    case = start_case(package)
+    events = case.status()["package_generation"]
+    real, shots = writer_lock.WriterLock.close, [1]
+
+    def cut(self):
+        real(self)
+        if shots:
+            shots.pop()
+            raise KeyboardInterrupt
+    monkeypatch.setattr(writer_lock.WriterLock, "close", cut)
+    with pytest.raises(KeyboardInterrupt):
+        with case.batch():
+            case.transition("BLOCKED")
+            case.close()
+    monkeypatch.undo()
+    with Case.open(package) as again:
+        assert again.status()["package_generation"] == events
+        assert again.transition("BLOCKED").case_state == "BLOCKED"
+
+
+def test_a_batch_whose_end_an_interrupt_cut_short_is_ended_when_its_loop_enters_it_again(package, monkeypatch):
+    """An interrupt at the very start of a batch's end left it marked open: the loop that caught it and
+    entered the same batch again was refused "a batch is already open" every time, holding the writer
+    lock (another Case waited, then LEDGER_BUSY). It is ended (rolled back) and the batch runs anew."""
+    from ledger.storage import transaction
+
+    case = start_case(package)
+    events = case.status()["package_generation"]
+    real, shots = transaction.Batch.__exit__, [1]
+
+    def cut(self, *exc):
+        if shots:
+            shots.pop()
+            raise KeyboardInterrupt
+        return real(self, *exc)
+    monkeypatch.setattr(transaction.Batch, "__exit__", cut)
+    tries = []
+    for attempt in range(3):
+        try:
+            with case.batch():
+                case.transition("BLOCKED")
+            break
+        except KeyboardInterrupt:
+            tries.append(attempt)
+    monkeypatch.undo()
+    assert tries == [0] and case.status()["package_generation"] == events + 1
+    with Case.open(package) as other:
+        assert other.transition("INVESTIGATING_HYPOTHESES").case_state == "INVESTIGATING_HYPOTHESES"
+    case.close()

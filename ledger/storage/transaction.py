@@ -75,6 +75,8 @@ class Batch:
         self.write = Write(storage, depth=2)  # held by the `with` that enters the batch
 
     def __enter__(self) -> None:
+        if self.write.storage._in_batch:  # one whose end an interrupt cut short, entered again, is ended first
+            self.write.storage.recover_abandoned_write()
         if self.write.storage._in_batch:  # its writes would end the open batch's savepoints and flag
             raise LedgerError(INVALID_ARGUMENT, "a batch is already open on this case: the operations inside "
                               "it share its transaction already; open batches one after the other")
@@ -89,7 +91,7 @@ class Batch:
     def __exit__(self, kind: Any, value: Any, traceback: Any) -> bool:
         storage = self.write.storage
         storage._in_batch = False
-        if storage._closed and not storage.forked:  # closed inside the batch: the close rolled it back
+        if (storage._closed or storage._closing) and not storage.forked:  # closed inside: the close rolled it back
             storage._in_write, storage._holder = False, None
             if kind is None:
                 raise LedgerError(INVALID_ARGUMENT, _CLOSED_IN_BATCH)
@@ -118,7 +120,7 @@ class Write:
         storage.recover_abandoned_write()
         storage.recover_abandoned_read()
         if storage._in_batch:
-            if storage._closed:  # closed inside the batch, which its close rolled back
+            if storage._closed or storage._closing:  # closed inside the batch, which its close rolled back
                 raise LedgerError(INVALID_ARGUMENT, _CLOSED_IN_BATCH)
             if not storage.conn.in_transaction:  # SQLite rolled the batch back: nothing more joins it
                 raise BatchRolledBack(STORAGE_ERROR, _LOST_BATCH)

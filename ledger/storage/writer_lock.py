@@ -56,10 +56,10 @@ def fork_count() -> int:
 
 
 #: The lock files held in this process, by (device, inode): the holder (weakly: a holder dropped
-#: unreleased lets its file go when collected), its thread and the fork count then. A thread that waits
-#: for a lock it holds itself (through another Case of the same ledger) would wait in vain:
-#: :meth:`WriterLock.acquire` refuses that at once.
-_HOLDERS: dict[tuple[int, int], tuple[weakref.ref[WriterLock], int, int]] = {}
+#: unreleased lets its file go when collected), its thread (weakly too: a later thread may get a dead
+#: one's ident) and the fork count then. A thread that waits for a lock it holds itself (through another
+#: Case of the same ledger) would wait in vain: :meth:`WriterLock.acquire` refuses that at once.
+_HOLDERS: dict[tuple[int, int], tuple[weakref.ref[WriterLock], weakref.ref[threading.Thread], int]] = {}
 
 #: Locks taken of files the path no longer named before a non-blocking try gives up and waits.
 _RETRIES = 8
@@ -105,14 +105,15 @@ class WriterLock:
         """Note in :data:`_HOLDERS` that this thread holds the lock file ``identity``."""
         self._held_id = identity
         if identity is not None:
-            _HOLDERS[identity] = (weakref.ref(self), threading.get_ident(), _forks)
+            _HOLDERS[identity] = (weakref.ref(self), weakref.ref(threading.current_thread()), _forks)
 
     def _refuse_waiting_on_itself(self) -> None:
         """``INVALID_ARGUMENT`` when the lock this object waits for is held by this very thread (another
         object of the same ledger: a ``batch()`` of another Case): the wait could only time out."""
         entry = _HOLDERS.get(self._kept_id) if self._kept_id is not None else None
         holder = entry[0]() if entry is not None else None
-        if holder is not None and holder.held is not None and entry[1:] == (threading.get_ident(), _forks):
+        if holder is not None and holder.held is not None and entry[1]() is threading.current_thread() \
+                and entry[2] == _forks:  # the thread itself, not a later one given a dead one's ident
             raise LedgerError(E.INVALID_ARGUMENT, "this thread already holds this case's writer lock through "
                               "another Case open on the same ledger (inside its batch(), say), so waiting for it "
                               "would never end: write through that Case, or end its batch first",
