@@ -165,11 +165,10 @@ def _case_database(database_module: Any) -> Any:
 
 
 def _ended_once(args: tuple[Any, ...]) -> tuple[Any, ...]:
-    """The arguments of a served query, its SQL without the semicolons and white space that end it:
-    ``SELECT 1;;`` is one statement, as in ``ledger sql``."""
-    if args and isinstance(args[0], str) and without_final_semicolons(args[0]):
-        return (without_final_semicolons(args[0]), *args[1:])
-    return args
+    """The arguments of a served query, its SQL without the semicolons, white space and comments that end
+    it: ``SELECT 1;; -- note`` is one statement, as in ``ledger sql``."""
+    ended = without_final_semicolons(args[0]) if args and isinstance(args[0], str) else ""
+    return (ended, *args[1:]) if ended else args
 
 
 def _forgetting_damage(read: Callable[[sqlite3.Connection], Any], conn: sqlite3.Connection) -> Any:

@@ -36,6 +36,7 @@ VIEW_COLUMNS = {
                               "head_sha256", "outcome", "outcome_source"}),
 }
 
+
 def with_view_columns(view: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``rows`` of ``view`` (one of :data:`VIEW_COLUMNS`); ``INTEGRITY_ERROR`` when they lack a column of the
     view (altered in the file), which a caller reading them by name would meet as a ``KeyError``."""
