@@ -301,7 +301,28 @@ class Settings:
 pass_settings = click.make_pass_decorator(Settings)
 
 
-class RegularFile(click.File):
+def link_to_nothing(value: Any) -> str | None:
+    """The refusal of an input path that is a symbolic link to nothing, None for any other: click
+    says such a path does not exist, or cannot be opened, where ``ls`` lists the link."""
+    if not isinstance(value, (str, os.PathLike)) or not os.path.islink(value) or os.path.exists(value):
+        return None
+    try:
+        target = f" (it points to {os.readlink(value)!r}, which does not exist)"
+    except OSError:
+        target = ""
+    return f"{click.format_filename(value)!r} is a symbolic link to nothing{target}"
+
+
+class LinkAwareFile(click.File):
+    """``click.File`` whose refusal of a symbolic link to nothing says so (:func:`link_to_nothing`)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if (dangling := link_to_nothing(value)) is not None:
+            self.fail(dangling, param, ctx)
+        return super().convert(value, param, ctx)
+
+
+class RegularFile(LinkAwareFile):
     """``click.File("rb")`` that refuses anything but a regular file or ``-`` (stdin) before opening:
     a FIFO with no writer would block forever, a device could be endless."""
 
@@ -315,7 +336,7 @@ class RegularFile(click.File):
             try:
                 info = os.stat(value)
             except OSError:
-                info = None  # click's own open reports a missing or unreadable file
+                info = None  # click's own open (or a link to nothing's refusal) reports it
             if info is not None and not stat.S_ISREG(info.st_mode):
                 self.fail(f"{click.format_filename(value)!r} is not a regular file (a folder, pipe or device); "
                           "give a file, or '-' for standard input", param, ctx)
@@ -393,7 +414,16 @@ class IntegerRange(click.IntRange):
             raise _long_number_shortened(error, value) from None
 
 
-class CaseFolder(click.Path):
+class LinkAwarePath(click.Path):
+    """``click.Path`` whose refusal of a symbolic link to nothing says so (:func:`link_to_nothing`)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if self.exists and (dangling := link_to_nothing(value)) is not None:
+            self.fail(dangling, param, ctx)
+        return super().convert(value, param, ctx)
+
+
+class CaseFolder(LinkAwarePath):
     """A folder (``click.Path(file_okay=False)``) whose refusal of a file says what to give instead:
     by default a case folder, not the ``ledger.sqlite`` or ``manifest.json`` inside it; ``give``
     names another kind of folder (a fleet export's)."""
@@ -416,7 +446,7 @@ def input_path(*, dir_okay: bool = True) -> click.Path:
     CSV: one that is missing or unreadable is a usage error (exit 2) before anything runs, as for
     ``apply``'s JOURNAL and every other input file (docs/cli.md). TOML configurations are not given
     this way: the library's loaders refuse them with ``CONFIG_INVALID``."""
-    return click.Path(exists=True, dir_okay=dir_okay, readable=True, path_type=str)
+    return LinkAwarePath(exists=True, dir_okay=dir_okay, readable=True, path_type=str)
 
 
 CASE = click.argument("case", type=CaseFolder())

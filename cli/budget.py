@@ -291,5 +291,8 @@ def budget_price(settings: Settings, case: str, hypothesis: str, action: str, as
 @JSON
 @pass_settings
 def budget_remaining(settings: Settings, case: str, hypothesis: str, as_json: bool) -> None:
-    """HYPOTHESIS's budget, spent, remaining and pct_remaining (spent + remaining = budget; writes nothing)."""
+    """HYPOTHESIS's budget, spent, remaining and pct_remaining (writes nothing).
+
+    budget is initial plus granted units; spent is net of refunds (the balances view's spent_units
+    minus rewarded_units), so spent + remaining = budget."""
     _run_read(settings, case, as_json, lambda b: b.remaining(hypothesis))

@@ -15,7 +15,7 @@ from ledger.ground.canonical import parse_json
 from ledger.ground.descriptors import open_to_read
 from ledger.ground.errors import limit_reached
 
-from ._common import AT, CASE, JSON, RegularFile, Settings, UsageGroup, pass_settings, read_bounded
+from ._common import AT, CASE, JSON, LinkAwarePath, RegularFile, Settings, UsageGroup, pass_settings, read_bounded
 from ._output import echo, dumps, emit_result
 
 
@@ -176,7 +176,7 @@ def _attachment(path: Path, limit: int) -> Any:
 @CASE
 @click.argument("operation_id")
 @click.argument("reply", type=RegularFile())
-@click.option("--attach", "attach", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+@click.option("--attach", "attach", multiple=True, type=LinkAwarePath(exists=True, dir_okay=False, path_type=Path),
               help="A file to attach under its name (UTF-8 text as is, other bytes as base64); repeatable; "
                    "two files with the same name are refused.")
 @AT

@@ -22,13 +22,13 @@ from ledger.package_tools.journal import (LINE_BYTES_MAX, clamp_warning, first_a
                                           open_for_journal, read_lines, recorded_run_hint,
                                           refuse_case_files_as_journal)
 
-from ._common import (OnceCommand, _NoBar, BALANCE_COLUMNS, CASE, DEMO_TAKES_NO_CONFIG, IntegerRange, Settings, pass_settings,
-                      progress_bar)
+from ._common import (OnceCommand, _NoBar, BALANCE_COLUMNS, CASE, DEMO_TAKES_NO_CONFIG, IntegerRange, LinkAwareFile,
+                      Settings, pass_settings, progress_bar)
 from ._output import LinePrinted, OutputError, dumps, echo, echo_line, emit_rows, one_line, warn
 
 @click.command(cls=OnceCommand)
 @CASE
-@click.argument("journal", type=click.File("rb"))
+@click.argument("journal", type=LinkAwareFile("rb"))
 @click.option("--create", "create_case_id", metavar="CASE_ID",
               help="Create the case first (re-running opens it); a file whose first line is no journal line, "
               "or that has none, creates nothing.")

@@ -16,7 +16,7 @@ from ledger.simulation.plot import check_plot
 from ledger.simulation.simulator import parse_vary, policy_file
 from ledger.ground.workers import JOBS_MAX
 
-from ._common import OnceCommand, IntegerRange, Settings, input_path, pass_settings, table_options
+from ._common import OnceCommand, IntegerRange, LinkAwarePath, Settings, input_path, pass_settings, table_options
 from ._output import OutputError, dumps, echo, emit_rows, first_names, one_line, warn
 from .frontier import emit_frontier
 
@@ -170,7 +170,7 @@ def _folds(ctx: click.Context, param: click.Parameter, value: int | None) -> int
               metavar="N", help="With --max-stopped: 95 % intervals of the choice's figures from N resamplings.")
 @click.option("--jobs", type=IntegerRange(1, JOBS_MAX), default=None, show_default="the cores this process may use",
               help="Processes replaying journals, this one included; each holds one run at a time.")
-@click.option("--package", type=click.Path(file_okay=False, exists=True, path_type=str), metavar="DIR",
+@click.option("--package", type=LinkAwarePath(file_okay=False, exists=True, path_type=str), metavar="DIR",
               help="Folder where the journals' source_refs resolve (default: none, so they are refused).")
 @pass_settings
 def simulate_command(settings: Settings, journals: tuple[str, ...], policy_specs: tuple[str, ...],

@@ -590,7 +590,9 @@ def test_metadata_only_prints_datasettes_metadata_with_the_canned_queries(demo, 
     assert case["title"] == "BUG-20 (EVALUATING)"
     assert list(case["queries"]) == list(canned_queries())
     assert case["queries"]["evidence_by_novelty"]["sql"].count(":hypothesis_id") == 2
-    assert case["tables"]["balances"]["columns"]["spent_units"] == "units debited by reservations [units]"
+    assert case["tables"]["balances"]["columns"]["spent_units"] == (
+        "units debited by reservations, before refunds (the spent of budget remaining is net of them: "
+        "spent_units − rewarded_units) [units]")
     assert case["tables"]["events"]["description"].startswith(RAW_HISTORY)
 
 

@@ -1279,3 +1279,29 @@ def test_a_command_the_machine_refuses_memory_or_threads_says_so_without_a_trace
     assert code == 1 and out == "" and "Traceback" not in err
     assert err.startswith("error: STORAGE_ERROR: the machine refused the memory this command needs (a memory limit "
                           "such as 'ulimit -v'?); what it committed before stays committed and nothing is half written")
+
+
+@pytest.mark.parametrize("args", [
+    ["simulate", "{link}"],
+    ["simulate", "{ok}", "--outcomes", "{link}"],
+    ["simulate", "{ok}", "--package", "{link}"],
+    ["runs", "import", "{link}", "--out", "out"],
+    ["apply", "{case}", "{link}"],
+    ["evidence", "store", "{case}", "{ok}", "{link}"],
+    ["evidence", "feedback", "submit", "{case}", "op-1", "{ok}", "--attach", "{link}"],
+    ["budget", "record", "{case}", "H1", "a-1", "--evidence-file", "{link}"],
+    ["import", "{link}"],
+], ids=["simulate", "simulate-outcomes", "simulate-package", "runs-import", "apply", "evidence-reply",
+        "feedback-attach", "evidence-file", "import"])
+def test_an_input_given_as_a_symbolic_link_to_nothing_is_a_usage_error_that_says_so(tmp_path, args):
+    """A link whose target is gone is listed by ``ls``: the usage error names it as a link to nothing
+    and its target, not as a path that does not exist; nothing is written."""
+    (tmp_path / "gone").symlink_to(tmp_path / "nowhere")
+    (tmp_path / "ok.jsonl").write_text("")
+    given = [arg.format(link=tmp_path / "gone", ok=tmp_path / "ok.jsonl", case=tmp_path / "case") for arg in args]
+    before = sorted(p.name for p in tmp_path.iterdir())
+    done = CliRunner().invoke(cli_main, given)
+    assert done.exit_code == 2, done.output
+    assert f"{str(tmp_path / 'gone')!r} is a symbolic link to nothing (it points to " \
+           f"{str(tmp_path / 'nowhere')!r}, which does not exist)" in done.stderr
+    assert "does not exist." not in done.stderr and sorted(p.name for p in tmp_path.iterdir()) == before

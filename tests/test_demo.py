@@ -212,3 +212,20 @@ def test_the_demo_inputs_are_made_with_the_modes_the_umask_gives_as_every_other_
              for inputs in ("sources", "data") for path in [tmp_path / "d" / inputs, *(tmp_path / "d" / inputs).rglob("*")]}
     assert modes and all(mode == (0o700 if (tmp_path / "d" / name).is_dir() else 0o600) for name, mode in modes.items()), modes
     assert (tmp_path / "d" / "ledger.sqlite").stat().st_mode & 0o777 == 0o600
+
+
+def test_the_demo_names_the_installed_example_policy_file_which_loads_as_the_policy_it_used(tmp_path):
+    """After a plain ``pip install`` there is no ``config/`` folder at hand: the demo's banner names the
+    file it read, one ``--config`` takes, whose costs are the ones the banner shows."""
+    import re
+
+    from ledger import BudgetConfig, run_demo
+
+    said: list[str] = []
+    run_demo(tmp_path / "d", echo=said.append)
+    banner = next(line for line in said if line.startswith("policy: "))
+    found = re.fullmatch(r"policy: the example policy shipped with case-ledger \((/.+\.toml), for --config; "
+                         r"costs (\{.*\}), max_reward_bps (\d+)\)\n", banner)
+    assert found is not None, banner
+    policy = BudgetConfig.load(Path(found[1]))
+    assert (str(dict(policy["action_costs"])), policy["max_reward_bps"]) == (found[2], int(found[3]))

@@ -633,6 +633,20 @@ def test_frontier_refuses_scoring_options_with_nothing_to_score_and_a_negative_s
     assert refused.value.code == "INVALID_ARGUMENT" and message in refused.value.message
 
 
+def test_a_missing_good_label_says_when_it_is_the_default_and_a_constraint_label_is_named_first():
+    """Without outcomes, ``--max-stopped resolved=5%`` is the option the user gave: it is named, not ``--good``,
+    whose default the user may never have typed; ``--good``'s own refusal says what its default is."""
+    run = [DATA / "astropy__astropy-13033.jsonl"]  # records no outcome of its own
+    with pytest.raises(LedgerError) as refused:
+        frontier(run, [example_policy()], None, constraint="resolved=5%")
+    assert refused.value.message == ("--max-stopped: no run has the outcome 'resolved' (outcomes: none: give "
+                                     "--outcomes or record_outcome lines)")
+    with pytest.raises(LedgerError) as refused:
+        frontier(run, [example_policy()], None)
+    assert refused.value.message == ("--good: no run has the outcome 'resolved' (outcomes: none: give --outcomes or "
+                                     "record_outcome lines); --good is 'resolved' unless given")
+
+
 @pytest.mark.slow  # over a second: the slow lane (.ci/run) runs it
 def test_a_label_no_run_has_and_bad_folds_are_refused_naming_them():
     done = CliRunner().invoke(main, ["simulate", str(DATA), "--outcomes", str(OUTCOMES), "--frontier", "--good",
@@ -894,6 +908,7 @@ def test_the_journals_may_be_any_iterable_of_paths_read_once():
 @pytest.mark.parametrize("options, message", [
     ({"good": "fixed"}, "--good: no run has the outcome 'fixed' (outcomes: failed, resolved)"),
     ({"constraint": "bogus=5%"}, "--max-stopped: no run has the outcome 'bogus' (outcomes: failed, resolved)"),
+    ({"constraint": "bogus=5%", "good": "fixed"}, "--max-stopped: no run has the outcome 'bogus' (outcomes: failed, "),
     ({"constraint": "resolved=5%", "folds": 4}, "--folds must be 0 (none) or from 2 to the number of runs (3), got 4"),
     ({"constraint": "resolved=5%", "folds": 1}, "--folds must be 0 (none) or from 2 to the number of runs (3), got 1"),
 ])

@@ -974,6 +974,20 @@ def test_the_example_loop_answers_help_with_its_usage_and_makes_no_folder(tmp_pa
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("args", [["--help"], ["case"]], ids=["help", "a-run"])
+def test_the_example_loop_stops_quietly_with_status_1_when_its_reader_went_away(tmp_path, args):
+    """``python -m ledger.examples.investigator | head -1``: output whose reader closed the pipe ends the
+    program with status 1 and nothing on stderr (no BrokenPipeError traceback, no "Exception ignored")."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # every write now fails with EPIPE, as after `head` exits
+    try:
+        done = subprocess.run([sys.executable, "-m", "ledger.examples.investigator", *args], cwd=tmp_path,
+                              stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write_end)
+    assert (done.returncode, done.stderr) == (1, "")
+
+
 def test_the_example_loop_skips_what_a_used_up_limit_holds_and_stops_when_nothing_may_reserve(tmp_path, capsys):
     """docs/investigator.md: a budget result keeps listing the accounts a limit holds (not terminal, nothing
     pending), so the loop asks check before each action: with the case's one action spent it skips both

@@ -1,20 +1,19 @@
 """An investigator loop over the bundled demo's sources (BUG-20: a restock adds the stock twice).
 
-Run it from anywhere: ``python -m ledger.examples.investigator [FOLDER]`` (default: a new
-temporary folder). Router actions go through ``run_tool``, the demo's tests through
-``budget.action``; ``assess`` stands in for a model's judgment. The loop stops when every
-hypothesis is settled one way or another (``ready_for_evaluation``), or when ``check`` says
-that no open hypothesis may reserve its next action now (a scoped limit is used up, or its
-units are: the reading's attribute ``refusal`` says which).
+Run it from anywhere: ``python -m ledger.examples.investigator [FOLDER]`` (default: a new temporary folder).
+Router actions go through ``run_tool``, the demo's tests through ``budget.action``; ``assess`` stands in for a
+model's judgment. The loop stops when every hypothesis is settled one way or another
+(``ready_for_evaluation``), or when ``check`` says that no open hypothesis may reserve its next action now (a
+scoped limit is used up, or its units are: the reading's attribute ``refusal`` says which).
 
-H1 is the real bug, yet its account ends ``abandoned_low_information_gain``: its last planned
-step runs the tests H2 has just run (the same output again, a duplicate anywhere in the case, is
-worth no information), past its plan the agent repeats that step, learns nothing new, and the
-ledger stops paying for that. How an account ended says how its spending stopped, not whether its hypothesis holds: the ledger has
-no "confirmed" status, and which hypothesis the evidence supports is decided at evaluation, from
-the evidence it stored (H2, whose test passes, is rejected).
+H1 is the real bug, yet its account ends ``abandoned_low_information_gain``: its last planned step runs the
+tests H2 has just run (the same output again, a duplicate anywhere in the case, is worth no information), past
+its plan the agent repeats that step, learns nothing new, and the ledger stops paying for that. How an account
+ended says how its spending stopped, not whether its hypothesis holds: the ledger has no "confirmed" status;
+evaluation decides from the evidence it stored (H2, whose test passes, is rejected).
 """
 
+import os
 import shutil
 import subprocess
 import sys
@@ -90,14 +89,20 @@ def work(budget: CaseBudget, package: Path) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] and sys.argv[1].startswith("-"):  # --help and the like name no folder
-        print(__doc__)
-        sys.exit(0)
-    try:
-        done = investigate(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp()))
-    except (OSError, LedgerError) as err:  # a folder that holds BUG-20 already, is a file, is read-only …
-        sys.exit(f"error: {err}")
-    with done:
-        for row in done.balances():
-            print(row["hypothesis_id"], row["status"], row["terminal_reason"], row["remaining_units"])
-        print("case folder:", done.path)
+    try:  # `| head` may close our output: then stop quietly, status 1 (Python's recipe for SIGPIPE)
+        if sys.argv[1:2] and sys.argv[1].startswith("-"):  # --help and the like name no folder
+            print(__doc__, flush=True)
+            sys.exit(0)
+        try:
+            done = investigate(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp()))
+        except (OSError, LedgerError) as err:  # a folder that holds BUG-20 already, is a file, is read-only …
+            if isinstance(err, BrokenPipeError):
+                raise
+            sys.exit(f"error: {err}")
+        with done:
+            for row in done.balances():
+                print(row["hypothesis_id"], row["status"], row["terminal_reason"], row["remaining_units"])
+            print("case folder:", done.path, flush=True)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)

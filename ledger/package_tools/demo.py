@@ -203,11 +203,11 @@ def _build(example: Path, target: Path, echo: Callable[[str], None], shown_as: P
     try:
         for inputs in ("sources", "data"):  # the files the router reads, the database it queries
             _copy_as_new(example / inputs, target / inputs)
-        policy = BudgetConfig.load(resource_dir("config") / "budget.example.toml")
+        policy_file = resource_dir("config") / "budget.example.toml"
+        policy = BudgetConfig.load(policy_file)
         echo(f"case {DEMO_CASE_ID} at {shown_as}")
-        echo(f"policy: the example policy shipped with case-ledger (config/budget.example.toml in the "
-             f"repository; costs {dict(policy['action_costs'])}, "
-             f"max_reward_bps {policy['max_reward_bps']})\n")
+        echo(f"policy: the example policy shipped with case-ledger ({policy_file}, for --config; "
+             f"costs {dict(policy['action_costs'])}, max_reward_bps {policy['max_reward_bps']})\n")
         lines = (example / "journal.jsonl").read_text(encoding="utf-8").splitlines()
         refusals = set()
         for outcome in apply_journal(case, lines, budget=case.budget(policy), keep_going=True):

@@ -517,7 +517,7 @@ class JournalSummary:
                 "clamped_micros_total": self.clamped_micros_total, "elapsed_s": self.elapsed_s}
 
     def text(self) -> str:
-        """One line for people, e.g. ``applied: 12 ok (3 reused), 1 failed, 2 times clamped (by up to 3600 s), 0.41 s``."""
+        """One line for people, e.g. ``applied: 12 ok (3 reused), 1 failed, no time raised, 0.41 s``."""
         clamped = (f"{self.clamped} time(s) raised to the previous event's time (by up to "
                    f"{describe_micros(self.clamped_micros_max)}, {describe_micros(self.clamped_micros_total)} in all)"
                    if self.clamped else "no time raised")

@@ -298,16 +298,18 @@ def bootstrap(table: _Table, name: str, good: str, samples: int, seed: int,
 
 def _check_labels(outcomes: set[str], good: str, constraint: Constraint | None,
                   errors: Sequence[dict[str, Any]] = ()) -> None:
-    """``INVALID_ARGUMENT`` for a ``--good`` or ``--max-stopped`` label no simulated run has; when
+    """``INVALID_ARGUMENT`` for a ``--max-stopped`` or ``--good`` label no simulated run has (in that
+    order: ``--good`` has a default the user may not have given); when
     journals were left out for an error (``errors``), the message says so and gives the first, and
     ``details["not_simulated"]`` lists them all (``{"code", "message"}`` each)."""
-    for option, label in (("--good", good), ("--max-stopped", constraint.label if constraint else None)):
+    for option, label in (("--max-stopped", constraint.label if constraint else None), ("--good", good)):
         if label is not None and label not in outcomes:
             known = ", ".join(sorted(outcomes)) or "none: give --outcomes or record_outcome lines"
+            default = "; --good is 'resolved' unless given" if option == "--good" and label == "resolved" else ""
             left = (f"; {len(errors)} journal(s) were not simulated for an error, and their outcomes are not "
                     f"counted (the first: {errors[0]['code']}: {errors[0]['message']})" if errors else "")
             raise LedgerError(E.INVALID_ARGUMENT, f"{option}: no run has the outcome {label!r} "
-                              f"(outcomes: {known}){left}",
+                              f"(outcomes: {known}){default}{left}",
                               not_simulated=[{"code": e["code"], "message": e["message"]} for e in errors])
 
 
