@@ -61,20 +61,24 @@ def _output_failed(cause: OSError, done: str | None = None) -> None:
 
 
 def _locale_hint(message: str) -> str:
-    """Why an argument holds a lone surrogate when the locale is not UTF-8 (``LC_ALL=C`` with
-    ``PYTHONUTF8=0``): Python then keeps each non-ASCII byte of an argument as a lone surrogate."""
-    encoding = sys.getfilesystemencoding().lower().replace("-", "").replace("_", "")
-    if ("lone surrogate" not in message and "not valid Unicode" not in message) or encoding == "utf8" \
-            or not _escaped_argument():
+    """Why an argument holds a lone surrogate: a byte that is not UTF-8 (named), or, when the locale is
+    not UTF-8 (``LC_ALL=C`` with ``PYTHONUTF8=0``), any non-ASCII byte: Python keeps each byte it cannot
+    decode as a lone surrogate."""
+    escaped = _escaped_argument()
+    if ("lone surrogate" not in message and "not valid Unicode" not in message) or escaped is None:
         return ""
+    encoding = sys.getfilesystemencoding().lower().replace("-", "").replace("_", "")
+    if encoding == "utf8":
+        return f" (a command-line argument holds a byte that is not UTF-8: 0x{ord(escaped) - 0xDC00:02x})"
     return (f" (this locale's encoding is {sys.getfilesystemencoding()}, not UTF-8, so a non-ASCII "
             "argument cannot be read: use a UTF-8 locale such as LC_ALL=C.UTF-8, or PYTHONUTF8=1)")
 
 
-def _escaped_argument() -> bool:
-    """Whether a command-line argument holds a byte the locale could not decode (kept as a lone
-    surrogate U+DC80-U+DCFF); a lone surrogate read from a file is not the locale's doing."""
-    return any(any("\udc80" <= char <= "\udcff" for char in arg) for arg in sys.argv[1:])
+def _escaped_argument() -> str | None:
+    """The first character of a command-line argument that stands for a byte the locale could not
+    decode (a lone surrogate U+DC80-U+DCFF), or None; a lone surrogate read from a file is not the
+    argument's doing."""
+    return next((char for arg in sys.argv[1:] for char in arg if "\udc80" <= char <= "\udcff"), None)
 
 
 def _flush_stdout() -> None:
@@ -354,11 +358,15 @@ def read_bounded(handle: Any, limit: int, setting: str, what: str, bound: str | 
 
 
 class FiniteFloatRange(click.FloatRange):
-    """A ``FloatRange`` that also refuses ``nan`` and ``inf`` (which compare as in range)."""
+    """A ``FloatRange`` that also refuses ``nan`` and ``inf`` (which compare as in range), and digits
+    other than ASCII ones (Python reads ``٥`` as 5), as integer options do."""
 
     name = "float range"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not value.isascii():
+            self.fail(f"{repr_shown(value, 40)} is not a number (ASCII digits, a decimal point, an exponent)",
+                      param, ctx)
         number = super().convert(value, param, ctx)
         if not math.isfinite(number):
             self.fail(f"{value!r} is not a finite number", param, ctx)
@@ -378,7 +386,8 @@ def _check_integer_text(kind: click.ParamType, value: Any, param: click.Paramete
     """A usage error unless ``value`` is :func:`decimal` text of at most :data:`_DIGITS_MAX` digits; the
     value quoted at most 40 characters long."""
     if not decimal(value):
-        kind.fail(f"{repr_shown(value, 40)} is not an integer (ASCII digits, an optional leading -)", param, ctx)
+        kind.fail(f"{repr_shown(value, 40)} is not an integer (ASCII digits, an optional leading -, spaces around "
+                  "them aside)", param, ctx)
     if isinstance(value, str) and len(digits := value.strip().lstrip("-")) > _DIGITS_MAX:
         kind.fail(f"{value.strip()[:20]}… is an integer of {len(digits)} digits, past any the ledger holds",
                   param, ctx)

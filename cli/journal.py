@@ -63,7 +63,7 @@ def apply(settings: Settings, case: str, journal: Any, create_case_id: str | Non
     counted = _BytesRead()
     reader = read_lines(journal, on_bytes=counted)  # one reader: a peek never splits a line
     head, ended = _peek(reader, to_first_at=at is None) if create_case_id is not None else ([], False)
-    opened = open_for_journal(case, create_case_id=create_case_id, at=at or journal_first_at(head),
+    opened = open_for_journal(case, create_case_id=create_case_id, at=at if at is not None else journal_first_at(head),
                               first_lines=head if create_case_id is not None else None,
                               journal_name=_journal_name(journal), journal_ended=ended,
                               analysis_config=settings.analysis(), actor=settings.actor)

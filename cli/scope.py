@@ -20,7 +20,7 @@ def _limits(ctx: click.Context, param: click.Parameter, values: tuple[str, ...])
         name, sep, number = value.partition("=")
         if not sep or not name.strip() or not number.strip() or not decimal(number):
             raise click.BadParameter(f"{repr_shown(value, 60)} is not DIMENSION=INTEGER (e.g. units=100; ASCII digits, "
-                                     "an optional leading -)")
+                                     "an optional leading -, spaces around them aside)")
         amount = Integer().convert(number, param, ctx)  # a usage error past the digits Python reads, as elsewhere
         if name.strip() in limits:
             raise click.BadParameter(f"{name.strip()!r} is given twice; give each dimension once")

@@ -455,7 +455,7 @@ def test_cli_path_arguments_with_a_lone_surrogate_are_error_lines_not_tracebacks
 def test_a_non_ascii_argument_under_an_ascii_locale_is_refused_naming_the_locale(tmp_path):
     """With LC_ALL=C and PYTHONUTF8=0 Python keeps each non-ASCII byte of an argument as a lone
     surrogate; the refusal says the locale is the cause, and a non-UTF-8 byte under a UTF-8 locale
-    is refused without that hint."""
+    is refused naming the byte (it said "lone surrogate" alone, which the user never typed)."""
     assert run_cli("init", str(tmp_path / "c"), "--case-id", "C1").returncode == 0
     events = Case.open(tmp_path / "c").query("SELECT count(*) AS n FROM events")
     args = ("outcome", "record", str(tmp_path / "c"), "resolved", "--source")
@@ -466,7 +466,8 @@ def test_a_non_ascii_argument_under_an_ascii_locale_is_refused_naming_the_locale
         "non-ASCII argument cannot be read: use a UTF-8 locale such as LC_ALL=C.UTF-8, or PYTHONUTF8=1)\n")
     not_utf8 = run_cli(*args, os.fsdecode(b"\xe9valuation"), env={"LC_ALL": "C.UTF-8", "PYTHONUTF8": "1"})
     assert not_utf8.returncode == 1
-    assert not_utf8.stderr.decode().endswith("error: INVALID_JSON: source contains a lone surrogate\n")
+    assert not_utf8.stderr.decode().endswith("error: INVALID_JSON: source contains a lone surrogate (a command-line "
+                                             "argument holds a byte that is not UTF-8: 0xe9)\n")
     assert Case.open(tmp_path / "c").query("SELECT count(*) AS n FROM events") == events
 
 

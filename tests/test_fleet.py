@@ -1031,6 +1031,29 @@ def test_a_damaged_or_stray_file_in_an_export_is_said_plainly(fleet, tmp_path):
     assert caught.value.message == f"{copy} holds a fleet export in format [], not fleet-export-v1"
 
 
+def test_a_file_the_query_names_that_the_export_never_made_is_the_querys_error_not_damage(fleet, tmp_path):
+    """A path inside the export that no recorded case's table file is (missing, not Parquet, a stray
+    file) is the query's own mistake, INVALID_ARGUMENT: exporting again could not mend it. A recorded
+    case's file that does not read stays INTEGRITY_ERROR, however the query reaches it."""
+    _, out, _ = fleet
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    (copy / "actions" / "junk").mkdir()
+    (copy / "actions" / "junk" / "data.parquet").write_bytes(b"not a case's folder: not read")
+    partition = next(p for p in sorted((copy / "events").iterdir()) if p.name.startswith("case_id="))
+    for path in (copy / "nope.parquet", copy / "_fleet" / "**", copy / "actions" / "junk" / "data.parquet",
+                 copy / "actions" / "case_id=NO-SUCH-CASE" / "data.parquet"):
+        with pytest.raises(LedgerError) as caught:
+            fleet_query(copy, f"SELECT * FROM read_parquet('{path}')")
+        assert caught.value.code == "INVALID_ARGUMENT" and caught.value.message.startswith("query refused: "), path
+        assert "export the fleet again" not in caught.value.message
+    _garbage_of_its_size(partition / "data.parquet")
+    with pytest.raises(LedgerError) as caught:
+        fleet_query(copy, f"SELECT * FROM read_parquet('{partition / 'data.parquet'}')")
+    assert caught.value.code == "INTEGRITY_ERROR" and caught.value.message.startswith(
+        f"{copy / 'events'}: a file of the export cannot be read (")
+
+
 def _garbage_of_its_size(path: Path) -> None:
     """Garbage in place of ``path``, of its size (a file of another size is refused before DuckDB reads it)."""
     path.write_bytes(b"garbage".ljust(path.stat().st_size, b"\0"))

@@ -61,6 +61,16 @@ def test_apply_at_option_sets_the_created_case_time(tmp_path):
     assert created_times(tmp_path / "c")[0] == "2026-01-31T00:00:00.000000Z"
 
 
+@pytest.mark.parametrize("at", ["", " "])
+def test_apply_create_with_an_empty_at_is_refused_and_creates_nothing(tmp_path, at):
+    """An empty ``--at`` is no time, as for ``init``: it was taken for no ``--at`` at all, and the case made
+    at the journal's first time."""
+    result = cli("apply", str(tmp_path / "c"), "-", "--create", "C-1", "--at", at, stdin=journal_text(JOURNAL[:1]))
+    assert result.exit_code == 1
+    assert result.stderr == f"error: INVALID_ARGUMENT: 'at' is not an RFC 3339 timestamp: {at!r}\n"
+    assert not (tmp_path / "c").exists()
+
+
 def test_apply_at_without_create_is_a_usage_error(tmp_path):
     result = cli("apply", str(tmp_path / "c"), "-", "--at", "2026-01-31T00:00:00Z", stdin="")
     assert result.exit_code == 2 and "--create" in result.stderr

@@ -411,6 +411,15 @@ def test_sql_timeout_that_is_not_a_finite_number_in_range_is_a_usage_error(case,
     assert "--timeout" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("value", ["\u0665", "\uff15", "\u0665.5", "1\u0660"])
+def test_sql_timeout_in_digits_other_than_ascii_is_a_usage_error_as_an_integer_option_is(case, value):
+    """Python reads "٥" (ARABIC-INDIC FIVE) as 5; the integer options refuse such digits, and so do the
+    number options (``sql --timeout``, ``fleet sql --timeout``)."""
+    code, out, err = cli("sql", case.path, "select 1", "--timeout", value)
+    assert (code, out) == (2, "")
+    assert f"{value!r} is not a number (ASCII digits, a decimal point, an exponent)" in err
+
+
 def test_sql_timeout_in_range_still_runs(case):
     assert cli("sql", case.path, "select 7 AS x", "--timeout", "0.5", "--json")[:2] == (0, '[{"x":7}]\n')
 

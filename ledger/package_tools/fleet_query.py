@@ -395,7 +395,9 @@ def _holds_cases(out: Path) -> bool:
 def _unreadable(con: Any, out: Path, exc: Exception, broken: dict[str, LedgerError], query: str,
                 timed_out: threading.Event) -> BaseException | None:
     """The ``INTEGRITY_ERROR`` behind a failing query, if a damaged file of the export is: a table
-    whose view could not be made (the query names it), a file DuckDB names as unreadable, or, for an
+    whose view could not be made (the query names it), a file of a recorded case DuckDB names as
+    unreadable (another path inside the export, one the query gave, is damage only if a table's files
+    do not read: :func:`_damaged_table`), or, for an
     error that names no file and may be a file's (DuckDB's plain ``Error``, as a damaged footer of any
     file but the first gives: "TProtocolException: Invalid data"), a table whose files do not read
     (:func:`_damaged_table`; ``KeyboardInterrupt`` when Ctrl-C stops that look)."""
@@ -406,7 +408,13 @@ def _unreadable(con: Any, out: Path, exc: Exception, broken: dict[str, LedgerErr
             if f"name {table} does not exist" in text.lower():
                 return refusal
     if isinstance(exc, (duckdb.InvalidInputException, duckdb.IOException)) and f"{out}{os.sep}" in text:
-        return _damaged(exc, next((out / t for t in TABLES if f"{out / t}{os.sep}" in text), out))
+        names = record_names(out)
+        recorded_files = [out / table / name / DATA_FILE for table in TABLES for name in names]
+        named = next((path for path in recorded_files if str(path) in text), None)
+        if named is not None:
+            return _damaged(exc, named.parent.parent)
+        # a path the query itself gave (a file the export never made): damage only if a table shows it
+        return _damaged_table(con, out, query, timed_out)
     if type(exc) is duckdb.Error or isinstance(exc, (duckdb.SerializationException, duckdb.InternalException)):
         return _damaged_table(con, out, query, timed_out)  # no query's own error is of these
     return None
