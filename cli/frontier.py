@@ -63,7 +63,8 @@ def choice_lines(choice: dict[str, Any], good: str) -> list[str]:
                         + (f"; {spent_none} fold(s) that spent nothing under no-stop left out" if spent_none else "")
                         + "), " if saved["mean"] is not None else "no fold spent units under no-stop, ")
                      + _spread_text(good, held["good_stopped_pct"], held["folds_without_good_runs"])
-                     + (", " + _spread_text(label, held["constraint_stopped_pct"], None) if other else "")
+                     + (", " + _spread_text(label, held["constraint_stopped_pct"],
+                                            held.get("folds_without_constraint_runs")) if other else "")
                      + _no_choice_text(held["chosen"]))
     boot = choice.get("bootstrap")
     if boot:

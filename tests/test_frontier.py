@@ -182,7 +182,11 @@ def test_held_out_shares_leave_out_the_folds_without_such_runs(tmp_path):
     shares = {"resolved": [], "failed": []}
     for run, name in zip(ids, held["chosen"]):  # fold k holds the k-th shuffled run alone
         shares[outcome[run]].append(100.0 * stopped[(name or "no-stop", run)])
-    assert held["folds_without_good_runs"] == 2
+    assert (held["folds_without_good_runs"], held["folds_without_constraint_runs"]) == (2, 3)
+    from ledger_cli.frontier import choice_lines
+    line = choice_lines(report.choice, "resolved")[2]
+    assert "; 2 fold(s) without a resolved run left out)" in line
+    assert "; 3 fold(s) without a failed run left out)" in line  # the spread is of 2 folds, not 5: said
     for key, label in (("good_stopped_pct", "resolved"), ("constraint_stopped_pct", "failed")):
         values = shares[label]
         assert held[key] == {"mean": round(sum(values) / len(values), 2), "min": min(values), "max": max(values)}

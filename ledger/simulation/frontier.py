@@ -246,7 +246,8 @@ def held_out(table: _Table, constraint: Constraint, good: str, folds: int, seed:
     (tasks shuffled with ``seed``, :func:`~ledger.simulation.folds.fold_parts`); a fold whose
     training runs allow no choice scores as ``no-stop``.
     A fold with no good run (or no run of the constraint's label) gives no share of them stopped
-    and is left out of that spread; ``folds_without_good_runs`` counts them. So is a fold whose
+    and is left out of that spread; ``folds_without_good_runs`` (``folds_without_constraint_runs``)
+    counts them. So is a fold whose
     runs spent nothing under ``no-stop`` from the units saved (``folds_without_units_spent``)."""
     parts = fold_parts(table.run_ids, folds, seed, prefixes)
     saved, stopped, limited, chosen = [], [], [], []
@@ -263,7 +264,8 @@ def held_out(table: _Table, constraint: Constraint, good: str, folds: int, seed:
     return {"folds": folds, "seed": seed, "tasks": len(by_task(table.run_ids, prefixes)), "chosen": chosen,
             "units_saved_pct": _spread(saved),
             "good_stopped_pct": _spread(stopped), "folds_without_good_runs": stopped.count(None),
-            "constraint_stopped_pct": _spread(limited), "folds_without_units_spent": saved.count(None)}
+            "constraint_stopped_pct": _spread(limited), "folds_without_constraint_runs": limited.count(None),
+            "folds_without_units_spent": saved.count(None)}
 
 
 def bootstrap(table: _Table, name: str, good: str, samples: int, seed: int,
