@@ -61,24 +61,27 @@ def _output_failed(cause: OSError, done: str | None = None) -> None:
 
 
 def _locale_hint(message: str) -> str:
-    """Why an argument holds a lone surrogate: a byte that is not UTF-8 (named), or, when the locale is
+    """Why an argument holds a lone surrogate: bytes that are not UTF-8 (named), or, when the locale is
     not UTF-8 (``LC_ALL=C`` with ``PYTHONUTF8=0``), any non-ASCII byte: Python keeps each byte it cannot
     decode as a lone surrogate."""
-    escaped = _escaped_argument()
-    if ("lone surrogate" not in message and "not valid Unicode" not in message) or escaped is None:
+    escaped = _escaped_bytes()
+    if ("lone surrogate" not in message and "not valid Unicode" not in message) or not escaped:
         return ""
     encoding = sys.getfilesystemencoding().lower().replace("-", "").replace("_", "")
     if encoding == "utf8":
-        return f" (a command-line argument holds a byte that is not UTF-8: 0x{ord(escaped) - 0xDC00:02x})"
+        shown = ", ".join(f"0x{byte:02x}" for byte in escaped[:4]) + (", …" if len(escaped) > 4 else "")
+        return (f" (a command-line argument holds a byte that is not UTF-8: {shown})" if len(escaped) == 1 else
+                f" (command-line arguments hold bytes that are not UTF-8: {shown})")
     return (f" (this locale's encoding is {sys.getfilesystemencoding()}, not UTF-8, so a non-ASCII "
             "argument cannot be read: use a UTF-8 locale such as LC_ALL=C.UTF-8, or PYTHONUTF8=1)")
 
 
-def _escaped_argument() -> str | None:
-    """The first character of a command-line argument that stands for a byte the locale could not
-    decode (a lone surrogate U+DC80-U+DCFF), or None; a lone surrogate read from a file is not the
-    argument's doing."""
-    return next((char for arg in sys.argv[1:] for char in arg if "\udc80" <= char <= "\udcff"), None)
+def _escaped_bytes() -> list[int]:
+    """The bytes, each once in the order met, that command-line arguments hold and the locale could not
+    decode (each kept as a lone surrogate U+DC80-U+DCFF); a lone surrogate read from a file is not the
+    arguments' doing. Which argument the refusal is about is not known here, so all are named."""
+    found = [ord(char) - 0xDC00 for arg in sys.argv[1:] for char in arg if "\udc80" <= char <= "\udcff"]
+    return list(dict.fromkeys(found))
 
 
 def _flush_stdout() -> None:
@@ -306,15 +309,25 @@ pass_settings = click.make_pass_decorator(Settings)
 
 
 def link_to_nothing(value: Any) -> str | None:
-    """The refusal of an input path that is a symbolic link to nothing, None for any other: click
+    """The refusal of an input path that is a symbolic link to nothing (or one of a chain of links
+    ending in nothing, or a loop of links), None for any other and for ``-`` (standard input): click
     says such a path does not exist, or cannot be opened, where ``ls`` lists the link."""
-    if not isinstance(value, (str, os.PathLike)) or not os.path.islink(value) or os.path.exists(value):
+    if not isinstance(value, (str, os.PathLike)) or os.fspath(value) in ("-", b"-") or not os.path.islink(value):
         return None
     try:
-        target = f" (it points to {os.readlink(value)!r}, which does not exist)"
+        os.stat(value)
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return f"{click.format_filename(value)!r} is a loop of symbolic links"
+    try:
+        target = os.readlink(value)
     except OSError:
-        target = ""
-    return f"{click.format_filename(value)!r} is a symbolic link to nothing{target}"
+        return f"{click.format_filename(value)!r} is a symbolic link to nothing"
+    further = ", itself a link to nothing" if os.path.islink(os.path.join(os.path.dirname(value), target)) else \
+        ", which does not exist"
+    return f"{click.format_filename(value)!r} is a symbolic link to nothing (it points to " \
+           f"{click.format_filename(target)!r}{further})"
 
 
 class LinkAwareFile(click.File):

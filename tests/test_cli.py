@@ -1306,3 +1306,35 @@ def test_an_input_given_as_a_symbolic_link_to_nothing_is_a_usage_error_that_says
     assert f"{str(tmp_path / 'gone')!r} is a symbolic link to nothing (it points to " \
            f"{str(tmp_path / 'nowhere')!r}, which does not exist)" in done.stderr
     assert "does not exist." not in done.stderr and sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_a_chain_of_links_ending_in_nothing_and_a_loop_of_links_are_named_as_such(tmp_path, monkeypatch):
+    """The refusal said the chain's next link "does not exist" (it does: a link to nothing), and a loop
+    "points to" a link that exists; ``-`` stays standard input even beside a link to nothing named ``-``."""
+    (tmp_path / "d1").symlink_to(tmp_path / "nowhere")
+    (tmp_path / "d2").symlink_to("d1")
+    (tmp_path / "loop-a").symlink_to("loop-b")
+    (tmp_path / "loop-b").symlink_to("loop-a")
+    chain = CliRunner().invoke(cli_main, ["simulate", str(tmp_path / "d2")])
+    assert chain.exit_code == 2
+    assert f"{str(tmp_path / 'd2')!r} is a symbolic link to nothing (it points to 'd1', itself a link to nothing)" \
+        in chain.stderr
+    loop = CliRunner().invoke(cli_main, ["simulate", str(tmp_path / "loop-a")])
+    assert loop.exit_code == 2 and f"{str(tmp_path / 'loop-a')!r} is a loop of symbolic links" in loop.stderr
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "-").symlink_to("nowhere")
+    done = CliRunner().invoke(cli_main, ["apply", str(tmp_path / "c"), "-"], input="")
+    assert "symbolic link" not in done.stderr and "LEDGER_MISSING" in done.stderr  # stdin read; no case there
+
+
+@pytest.mark.slow  # a real process: the slow lane (.ci/run) runs it
+def test_bytes_that_are_not_utf8_in_several_arguments_are_all_named(tmp_path):
+    """Which argument a refusal is about is not known where the hint is made: every such byte is named
+    (the hint named the first anywhere, 0xfe of a case path that opened, for the query's 0xff)."""
+    env = {"LC_ALL": "C.UTF-8", "PYTHONUTF8": "1"}
+    assert run_cli("init", os.fsdecode(b"c\xfe"), "--case-id", "C1", env=env, cwd=tmp_path).returncode == 0
+    done = run_cli("sql", os.fsdecode(b"c\xfe"), os.fsdecode(b"select '\xff'"),
+                   env={"LC_ALL": "C.UTF-8", "PYTHONUTF8": "1"}, cwd=tmp_path)
+    assert done.returncode == 1
+    assert done.stderr.decode().rstrip().endswith(
+        "(command-line arguments hold bytes that are not UTF-8: 0xfe, 0xff)"), done.stderr

@@ -1185,6 +1185,63 @@ def test_a_damaged_data_page_behind_an_intact_footer_is_integrity_error_naming_i
     assert fleet_query(copy, "SELECT count(DISTINCT case_id) FROM actions")[1] == [(len(ids),)]
 
 
+def _page_damaged(copy: Path, case_id: str = "BUG-20") -> Path:
+    """``events``' file of ``case_id`` with its first data page's header zeroed, its footer and size intact."""
+    target = copy / "events" / f"case_id={case_id}" / "data.parquet"
+    data = bytearray(target.read_bytes())
+    data[4:24] = bytes(20)
+    target.write_bytes(bytes(data))
+    return target
+
+
+@pytest.mark.parametrize("damage", ["page", "garbage"])
+@pytest.mark.parametrize("spelled", ["dot", "class-glob", "star-glob", "relative", "linked"])
+def test_a_damaged_file_of_a_recorded_case_is_integrity_error_however_the_query_spells_its_path(
+        fleet, tmp_path, monkeypatch, spelled, damage):
+    """DuckDB quotes a path as the query spelled it (``OUT/./events``, relative, through a link to OUT),
+    and a glob (``[e]vents``, ``*``) names no table as a word: the damaged file was taken for the
+    query's own mistake (INVALID_ARGUMENT) or, its page damaged behind an intact footer, left unread.
+    Each quoted path is resolved before it is compared, and a query reading files by path has every
+    table's values read once it fails."""
+    _, out, _ = fleet
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    if damage == "page":
+        _page_damaged(copy)
+    else:
+        _garbage_of_its_size(copy / "events" / "case_id=BUG-20" / "data.parquet")
+    (tmp_path / "link").symlink_to(copy)
+    monkeypatch.chdir(tmp_path)
+    path = {"dot": f"{copy}/./*/case_id=BUG-20/data.parquet",
+            "class-glob": f"{copy}/[e]vents/case_id=BUG-20/data.parquet",
+            "star-glob": f"{copy}/*/case_id=BUG-20/data.parquet",
+            "relative": "copy/events/case_id=BUG-20/data.parquet",
+            "linked": f"{tmp_path / 'link'}/events/case_id=BUG-20/data.parquet"}[spelled]
+    with pytest.raises(LedgerError) as caught:
+        fleet_query(copy, f"SELECT * FROM read_parquet('{path}', union_by_name = true)")
+    assert caught.value.code == "INTEGRITY_ERROR" and caught.value.message.startswith(
+        f"{copy / 'events'}: a file of the export cannot be read ("), caught.value
+
+
+def test_a_glob_over_a_table_missing_a_recorded_cases_file_is_refused_not_answered_short(fleet, tmp_path):
+    """A recorded case's file deleted: the view's query was refused, but a glob over the table's folder
+    read the other files and answered with fewer rows, exit 0. A query naming a damaged table, or
+    reading files by path, is refused first; one reading only intact tables still runs."""
+    _, out, ids = fleet
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    target = copy / "events" / "case_id=BUG-20" / "data.parquet"
+    target.unlink()
+    for query in (f"SELECT count(*) FROM read_parquet('{copy}/events/*/data.parquet')",
+                  f"SELECT count(*) FROM read_parquet('{copy}/*/case_id=BUG-20/data.parquet', union_by_name = true)",
+                  "SELECT count(*) FROM events"):
+        with pytest.raises(LedgerError) as caught:
+            fleet_query(copy, query)
+        assert caught.value.code == "INTEGRITY_ERROR" and caught.value.message.startswith(
+            f"{copy / 'events'}: {target} is missing"), query
+    assert fleet_query(copy, "SELECT count(DISTINCT case_id) FROM actions")[1] == [(len(ids),)]
+
+
 def test_the_look_for_a_damaged_footer_never_takes_the_querys_time_limit_for_damage(fleet, tmp_path):
     """The look ran on the query's connection under its timer: the timer's interrupt landing on the
     metadata read of an intact table was "INTEGRITY_ERROR naming that table". Past the time limit

@@ -988,6 +988,41 @@ def test_the_example_loop_stops_quietly_with_status_1_when_its_reader_went_away(
     assert (done.returncode, done.stderr) == (1, "")
 
 
+@pytest.mark.parametrize("args", [["--help"], ["case"]], ids=["help", "a-run"])
+def test_the_example_loop_says_a_full_output_in_one_line_with_status_1(tmp_path, args):
+    """``> /dev/full``: ``--help`` ended in a traceback (only a closed pipe was handled)."""
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "ledger.examples.investigator", *args], cwd=tmp_path,
+                              stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert (done.returncode, done.stderr) == (1, "error: [Errno 28] No space left on device\n")
+
+
+_CTRL_C_AT_THIRD_SETTLE = """
+import runpy, sys
+import ledger
+settle, calls = ledger.CaseBudget.settle, []
+def interrupted(self, *args, **kwargs):
+    calls.append(1)
+    if len(calls) == 3:
+        raise KeyboardInterrupt  # as Ctrl-C lands between two actions
+    return settle(self, *args, **kwargs)
+ledger.CaseBudget.settle = interrupted
+sys.argv = ["investigator", sys.argv[1]]
+runpy.run_module("ledger.examples.investigator", run_name="__main__")
+"""
+
+
+@pytest.mark.slow  # a real process: the slow lane (.ci/run) runs it
+def test_the_example_loop_interrupted_says_so_with_status_130_and_leaves_a_ledger_that_verifies(tmp_path):
+    from ledger import verify_case
+
+    done = subprocess.run([sys.executable, "-c", _CTRL_C_AT_THIRD_SETTLE, str(tmp_path)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stderr) == (130, "interrupted\n")
+    assert len(done.stdout.splitlines()) == 2  # two actions settled, then the interrupt
+    assert verify_case(tmp_path / "BUG-20").events > 0
+
+
 def test_the_example_loop_skips_what_a_used_up_limit_holds_and_stops_when_nothing_may_reserve(tmp_path, capsys):
     """docs/investigator.md: a budget result keeps listing the accounts a limit holds (not terminal, nothing
     pending), so the loop asks check before each action: with the case's one action spent it skips both

@@ -89,20 +89,20 @@ def work(budget: CaseBudget, package: Path) -> None:
 
 
 if __name__ == "__main__":
-    try:  # `| head` may close our output: then stop quietly, status 1 (Python's recipe for SIGPIPE)
+    try:  # output closed or full, a folder refused, Ctrl-C: a line on stderr, never a traceback
         if sys.argv[1:2] and sys.argv[1].startswith("-"):  # --help and the like name no folder
             print(__doc__, flush=True)
             sys.exit(0)
-        try:
-            done = investigate(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp()))
-        except (OSError, LedgerError) as err:  # a folder that holds BUG-20 already, is a file, is read-only …
-            if isinstance(err, BrokenPipeError):
-                raise
-            sys.exit(f"error: {err}")
+        done = investigate(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp()))
         with done:
             for row in done.balances():
                 print(row["hypothesis_id"], row["status"], row["terminal_reason"], row["remaining_units"])
             print("case folder:", done.path, flush=True)
-    except BrokenPipeError:
+    except BrokenPipeError:  # `| head` closed our output: stop quietly, status 1 (Python's recipe for SIGPIPE)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(1)
+    except (OSError, LedgerError) as err:  # a folder that holds BUG-20 already, is read-only; a full disk …
+        sys.exit(f"error: {err}")
+    except KeyboardInterrupt:  # what was committed stays: the ledger verifies
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)

@@ -16,7 +16,7 @@ import tempfile
 import threading
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 from ..ground import errors as E
 from ..ground.arguments import check_callback
@@ -221,6 +221,8 @@ def fleet_rows(out: str | os.PathLike[str], query: str, *, timeout_ms: int = 30_
         try:
             with _interrupt_on_ctrl_c(con):
                 _one_select(con, query)
+                if (refusal := _reaching_broken(query, broken)) is not None:
+                    raise refusal
                 try:
                     relation = con.sql(query)
                     relation = _times_as_text(relation)
@@ -407,32 +409,66 @@ def _unreadable(con: Any, out: Path, exc: Exception, broken: dict[str, LedgerErr
         for table, refusal in broken.items():  # SQL names are not case-sensitive
             if f"name {table} does not exist" in text.lower():
                 return refusal
-    if isinstance(exc, (duckdb.InvalidInputException, duckdb.IOException)) and f"{out}{os.sep}" in text:
-        names = record_names(out)
-        recorded_files = [out / table / name / DATA_FILE for table in TABLES for name in names]
-        named = next((path for path in recorded_files if str(path) in text), None)
-        if named is not None:
-            return _damaged(exc, named.parent.parent)
-        # a path the query itself gave (a file the export never made): damage only if a table shows it
-        return _damaged_table(con, out, query, timed_out)
+    if isinstance(exc, (duckdb.InvalidInputException, duckdb.IOException)):
+        table, inside = _export_file_named(out, text)
+        if table is not None:
+            return _damaged(exc, out / table)
+        if inside:  # a path the query itself gave (a file the export never made): damage only if a table shows it
+            return _damaged_table(con, out, query, timed_out)
     if type(exc) is duckdb.Error or isinstance(exc, (duckdb.SerializationException, duckdb.InternalException)):
         return _damaged_table(con, out, query, timed_out)  # no query's own error is of these
     return None
+
+
+def _export_file_named(out: Path, text: str) -> tuple[str | None, bool]:
+    """``(table, inside)`` for the paths DuckDB's error ``text`` quotes: the table of the first that is
+    a recorded case's table file of the export ``out`` (None when none is), and whether any lies inside
+    ``out``, however the query spelled it (relative, ``/./``, through a link to ``out``: each resolved)."""
+    real_out = os.path.realpath(out)
+    names = set(record_names(out))
+    inside = False
+    for quoted in re.findall(r'"([^"\n]+)"|\'([^\'\n]+)\'', text):
+        real = os.path.realpath(quoted[0] or quoted[1])
+        if real != real_out and not real.startswith(real_out + os.sep):
+            continue
+        inside = True
+        parts = Path(os.path.relpath(real, real_out)).parts
+        if len(parts) == 3 and parts[0] in TABLES and parts[1] in names and parts[2] == DATA_FILE:
+            return parts[0], True
+    return None, inside
+
+
+def _reads_paths(query: str) -> bool:
+    """Whether ``query`` holds a text literal that may be a path (a slash or a glob's star): it may
+    read the export's files itself, past the views, any table's through a glob."""
+    return re.search(r"'[^']*[/*][^']*'", query) is not None
+
+
+def _reaching_broken(query: str, broken: Mapping[str, LedgerError]) -> LedgerError | None:
+    """The refusal of a damaged table (``broken``: a recorded case's file missing, replaced, linked,
+    unreadable) that ``query`` may read: one it names (its view, or its folder in a path), else any
+    when it reads files by path (a glob over the export would leave a missing file out unseen)."""
+    words = set(re.findall(r"\w+", query.lower()))
+    named = next((refusal for table, refusal in broken.items() if table in words), None)
+    if named is not None or not broken or not _reads_paths(query):
+        return named
+    return next(iter(broken.values()))
 
 
 def _damaged_table(con: Any, out: Path, query: str, timed_out: threading.Event) -> BaseException | None:
     """``INTEGRITY_ERROR`` for a table of the export DuckDB cannot read, else None: first each table's
     Parquet footers (their metadata read in one call, about 0.1 ms a file), the tables ``query``
     names first, then every value of the tables it names (a damaged data page behind an intact
-    footer, which the query met). Only after a query failed with an error naming no file. The query's
+    footer, which the query met; every table's, when the query reads files by path: :func:`_reads_paths`).
+    Only after a query failed with an error naming no file of a recorded case. The query's
     time limit bounds the look: once it passes, the look ends with None (the query's own refusal
     stands, never an interrupted read taken for a damaged file); Ctrl-C ends it with
     ``KeyboardInterrupt``."""
     words = set(re.findall(r"\w+", query.lower()))
     names = record_names(out)
-    named = [table for table in TABLES if table in words]
+    named = [table for table in TABLES if table in words or _reads_paths(query)]
     looks = [(table, "SELECT count(*) FROM parquet_file_metadata({files})")
-             for table in named + [table for table in TABLES if table not in words]]
+             for table in named + [table for table in TABLES if table not in named]]
     looks += [(table, "SELECT bit_xor(hash(t)) FROM read_parquet({files}) AS t") for table in named]
     files = {table: "[" + ", ".join(sql_literal(str(out / table / name / DATA_FILE)) for name in names) + "]"
              for table in TABLES}
