@@ -1195,14 +1195,15 @@ def _page_damaged(copy: Path, case_id: str = "BUG-20") -> Path:
 
 
 @pytest.mark.parametrize("damage", ["page", "garbage"])
-@pytest.mark.parametrize("spelled", ["dot", "class-glob", "star-glob", "relative", "linked"])
-def test_a_damaged_file_of_a_recorded_case_is_integrity_error_however_the_query_spells_its_path(
+@pytest.mark.parametrize("spelled", ["dot", "class-glob", "star-glob", "relative", "linked", "concatenated", "query"])
+def test_a_damaged_file_of_a_recorded_case_is_integrity_error_however_the_query_reaches_it(
         fleet, tmp_path, monkeypatch, spelled, damage):
     """DuckDB quotes a path as the query spelled it (``OUT/./events``, relative, through a link to OUT),
-    and a glob (``[e]vents``, ``*``) names no table as a word: the damaged file was taken for the
-    query's own mistake (INVALID_ARGUMENT) or, its page damaged behind an intact footer, left unread.
-    Each quoted path is resolved before it is compared, and a query reading files by path has every
-    table's values read once it fails."""
+    a glob names no table as a word, a path built by ``||`` holds no slash in a literal, and ``query()``
+    hides the view's name: the damaged file was taken for the query's own mistake (INVALID_ARGUMENT) or,
+    its page damaged behind an intact footer, left unread. Each quoted path is resolved before it is
+    compared, a recorded file it names is read again to confirm the damage, and an error naming no file
+    has every table's values read."""
     _, out, _ = fleet
     copy = tmp_path / "copy"
     shutil.copytree(out, copy)
@@ -1212,34 +1213,56 @@ def test_a_damaged_file_of_a_recorded_case_is_integrity_error_however_the_query_
         _garbage_of_its_size(copy / "events" / "case_id=BUG-20" / "data.parquet")
     (tmp_path / "link").symlink_to(copy)
     monkeypatch.chdir(tmp_path)
-    path = {"dot": f"{copy}/./*/case_id=BUG-20/data.parquet",
-            "class-glob": f"{copy}/[e]vents/case_id=BUG-20/data.parquet",
-            "star-glob": f"{copy}/*/case_id=BUG-20/data.parquet",
-            "relative": "copy/events/case_id=BUG-20/data.parquet",
-            "linked": f"{tmp_path / 'link'}/events/case_id=BUG-20/data.parquet"}[spelled]
+    source = {"dot": f"read_parquet('{copy}/./events/*/data.parquet')",
+              "class-glob": f"read_parquet('{copy}/events/[c]ase_id=BUG-20/data.parquet')",
+              "star-glob": f"read_parquet('{copy}/events/*/data.parquet')",
+              "relative": "read_parquet('copy/events/case_id=BUG-20/data.parquet')",
+              "linked": f"read_parquet('{tmp_path / 'link'}/events/case_id=BUG-20/data.parquet')",
+              "concatenated": f"read_parquet('{copy}' || chr(47) || 'events' || chr(47) || chr(42) || chr(47) || "
+                              "'data.parquet')",
+              "query": "query('SELECT * FROM ev' || 'ents')"}[spelled]
     with pytest.raises(LedgerError) as caught:
-        fleet_query(copy, f"SELECT * FROM read_parquet('{path}', union_by_name = true)")
+        fleet_query(copy, f"SELECT * FROM {source}")
     assert caught.value.code == "INTEGRITY_ERROR" and caught.value.message.startswith(
         f"{copy / 'events'}: a file of the export cannot be read ("), caught.value
 
 
-def test_a_glob_over_a_table_missing_a_recorded_cases_file_is_refused_not_answered_short(fleet, tmp_path):
+def test_the_export_is_read_one_table_folder_at_a_time_and_a_sound_file_read_wrongly_is_the_querys_error(
+        fleet, tmp_path):
+    """A glob across the tables' folders, or a file of the export's own records, is not readable (a query
+    reads the tables); a recorded Parquet file read with ``read_csv`` failed as "cannot be read" and was
+    taken for damage: it reads as Parquet, so the error is the query's."""
+    _, out, ids = fleet
+    for query in (f"SELECT count(*) FROM read_parquet('{out}/*/case_id=BUG-20/data.parquet', union_by_name = true)",
+                  f"SELECT count(*) FROM read_json('{out}/_fleet/format.json')",
+                  f"SELECT count(*) FROM read_csv('{out}/events/case_id=BUG-20/data.parquet')"):
+        with pytest.raises(LedgerError) as caught:
+            fleet_query(out, query)
+        assert caught.value.code == "INVALID_ARGUMENT" and caught.value.message.startswith("query refused: "), query
+    assert fleet_query(out, f"SELECT count(*) FROM read_text('{out}/_fleet/cases/*.json')")[1] == [(len(ids),)]
+
+
+def test_a_table_missing_a_recorded_cases_file_is_refused_however_it_is_read_and_the_others_still_answer(
+        fleet, tmp_path):
     """A recorded case's file deleted: the view's query was refused, but a glob over the table's folder
-    read the other files and answered with fewer rows, exit 0. A query naming a damaged table, or
-    reading files by path, is refused first; one reading only intact tables still runs."""
+    read the other files and answered with fewer rows, exit 0. The damaged table's folder is not readable
+    at all now, so every read of it is refused naming the damage; a query of intact tables that merely
+    mentions the damaged table's name runs."""
     _, out, ids = fleet
     copy = tmp_path / "copy"
     shutil.copytree(out, copy)
     target = copy / "events" / "case_id=BUG-20" / "data.parquet"
     target.unlink()
     for query in (f"SELECT count(*) FROM read_parquet('{copy}/events/*/data.parquet')",
-                  f"SELECT count(*) FROM read_parquet('{copy}/*/case_id=BUG-20/data.parquet', union_by_name = true)",
-                  "SELECT count(*) FROM events"):
+                  f"SELECT count(*) FROM read_parquet('{copy}' || chr(47) || 'events' || chr(47) || chr(42) || "
+                  "chr(47) || 'data.parquet')",
+                  "SELECT count(*) FROM events", "SELECT count(*) FROM query('SELECT * FROM ev' || 'ents')"):
         with pytest.raises(LedgerError) as caught:
             fleet_query(copy, query)
         assert caught.value.code == "INTEGRITY_ERROR" and caught.value.message.startswith(
-            f"{copy / 'events'}: {target} is missing"), query
-    assert fleet_query(copy, "SELECT count(DISTINCT case_id) FROM actions")[1] == [(len(ids),)]
+            f"{copy / 'events'}: {target} is missing"), (query, caught.value)
+    assert fleet_query(copy, "SELECT count(DISTINCT case_id) FROM actions WHERE action_id <> 'events/*'")[1] == [
+        (len(ids),)]
 
 
 def test_the_look_for_a_damaged_footer_never_takes_the_querys_time_limit_for_damage(fleet, tmp_path):

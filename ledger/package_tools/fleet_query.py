@@ -16,7 +16,7 @@ import tempfile
 import threading
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator
 
 from ..ground import errors as E
 from ..ground.arguments import check_callback
@@ -100,7 +100,11 @@ def _fleet_connection(out: Path, spill: Path) -> tuple[Any, dict[str, LedgerErro
                 con.execute(queries()["fleet_table_view"].format(table=table, files=files))
             except duckdb.Error as exc:
                 broken[table] = _damaged(exc, out / table)
-    con.execute(f"SET allowed_directories = [{sql_literal(str(out) + os.sep)}]")
+    # each intact table's folder and the cases' records alone: a read by path of a damaged table's files,
+    # however spelled, is refused by DuckDB quoting that path (never an answer short of a missing file)
+    readable = ", ".join(sql_literal(str(folder) + os.sep) for folder in
+                         [out / table for table in TABLES if table not in broken] + [meta_dir(out) / "cases"])
+    con.execute(f"SET allowed_directories = [{readable}]")
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
     return con, broken
@@ -221,8 +225,6 @@ def fleet_rows(out: str | os.PathLike[str], query: str, *, timeout_ms: int = 30_
         try:
             with _interrupt_on_ctrl_c(con):
                 _one_select(con, query)
-                if (refusal := _reaching_broken(query, broken)) is not None:
-                    raise refusal
                 try:
                     relation = con.sql(query)
                     relation = _times_as_text(relation)
@@ -230,7 +232,7 @@ def fleet_rows(out: str | os.PathLike[str], query: str, *, timeout_ms: int = 30_
                 except duckdb.Error as exc:
                     raise _unreadable(con, root, exc, broken, query, timed_out) or _query_error(
                         exc, timeout_ms, timed_out, _holds_cases(root)) from None
-                yield names, _fetch(con, relation, timeout_ms, timed_out, root, query)
+                yield names, _fetch(con, relation, timeout_ms, timed_out, root, query, broken)
         finally:
             timer.cancel()
             con.close()
@@ -397,9 +399,9 @@ def _holds_cases(out: Path) -> bool:
 def _unreadable(con: Any, out: Path, exc: Exception, broken: dict[str, LedgerError], query: str,
                 timed_out: threading.Event) -> BaseException | None:
     """The ``INTEGRITY_ERROR`` behind a failing query, if a damaged file of the export is: a table
-    whose view could not be made (the query names it), a file of a recorded case DuckDB names as
-    unreadable (another path inside the export, one the query gave, is damage only if a table's files
-    do not read: :func:`_damaged_table`), or, for an
+    whose view could not be made (the query names it), a path in a damaged table's folder (which DuckDB
+    may not read), a file of a recorded case DuckDB names that does not read as Parquet
+    (:func:`_confirmed_damage`; another path inside the export, one the query gave, is its own error), or, for an
     error that names no file and may be a file's (DuckDB's plain ``Error``, as a damaged footer of any
     file but the first gives: "TProtocolException: Invalid data"), a table whose files do not read
     (:func:`_damaged_table`; ``KeyboardInterrupt`` when Ctrl-C stops that look)."""
@@ -409,67 +411,69 @@ def _unreadable(con: Any, out: Path, exc: Exception, broken: dict[str, LedgerErr
         for table, refusal in broken.items():  # SQL names are not case-sensitive
             if f"name {table} does not exist" in text.lower():
                 return refusal
-    if isinstance(exc, (duckdb.InvalidInputException, duckdb.IOException)):
-        table, inside = _export_file_named(out, text)
-        if table is not None:
-            return _damaged(exc, out / table)
-        if inside:  # a path the query itself gave (a file the export never made): damage only if a table shows it
-            return _damaged_table(con, out, query, timed_out)
+    if isinstance(exc, (duckdb.InvalidInputException, duckdb.IOException, duckdb.PermissionException)):
+        for table, file in _export_paths_named(out, text):
+            if table in broken:  # its folder is not readable: a read of it by path is refused so
+                return broken[table]
+            if file is not None:  # a file the export recorded: damaged, or read with the wrong reader?
+                return _confirmed_damage(con, exc, out / table, file, timed_out)
+        return None  # a path the query itself gave (a file the export never made): its own error
     if type(exc) is duckdb.Error or isinstance(exc, (duckdb.SerializationException, duckdb.InternalException)):
         return _damaged_table(con, out, query, timed_out)  # no query's own error is of these
     return None
 
 
-def _export_file_named(out: Path, text: str) -> tuple[str | None, bool]:
-    """``(table, inside)`` for the paths DuckDB's error ``text`` quotes: the table of the first that is
-    a recorded case's table file of the export ``out`` (None when none is), and whether any lies inside
-    ``out``, however the query spelled it (relative, ``/./``, through a link to ``out``: each resolved)."""
+def _export_paths_named(out: Path, text: str) -> Iterator[tuple[str, Path | None]]:
+    """``(table, recorded file or None)`` for each path DuckDB's error ``text`` quotes that lies in a table
+    folder of the export ``out``, however the query spelled it (relative, ``/./``, through a link to
+    ``out``: each resolved as DuckDB reads it, from this process's folder); the file when it is a recorded
+    case's table file."""
     real_out = os.path.realpath(out)
     names = set(record_names(out))
-    inside = False
     for quoted in re.findall(r'"([^"\n]+)"|\'([^\'\n]+)\'', text):
         real = os.path.realpath(quoted[0] or quoted[1])
-        if real != real_out and not real.startswith(real_out + os.sep):
+        if not real.startswith(real_out + os.sep):
             continue
-        inside = True
         parts = Path(os.path.relpath(real, real_out)).parts
-        if len(parts) == 3 and parts[0] in TABLES and parts[1] in names and parts[2] == DATA_FILE:
-            return parts[0], True
-    return None, inside
+        if parts[0] in TABLES:
+            recorded_file = len(parts) == 3 and parts[1] in names and parts[2] == DATA_FILE
+            yield parts[0], out / parts[0] / parts[1] / DATA_FILE if recorded_file else None
 
 
-def _reads_paths(query: str) -> bool:
-    """Whether ``query`` holds a text literal that may be a path (a slash or a glob's star): it may
-    read the export's files itself, past the views, any table's through a glob."""
-    return re.search(r"'[^']*[/*][^']*'", query) is not None
-
-
-def _reaching_broken(query: str, broken: Mapping[str, LedgerError]) -> LedgerError | None:
-    """The refusal of a damaged table (``broken``: a recorded case's file missing, replaced, linked,
-    unreadable) that ``query`` may read: one it names (its view, or its folder in a path), else any
-    when it reads files by path (a glob over the export would leave a missing file out unseen)."""
-    words = set(re.findall(r"\w+", query.lower()))
-    named = next((refusal for table, refusal in broken.items() if table in words), None)
-    if named is not None or not broken or not _reads_paths(query):
-        return named
-    return next(iter(broken.values()))
+def _confirmed_damage(con: Any, exc: Exception, folder: Path, file: Path,
+                      timed_out: threading.Event) -> BaseException | None:
+    """``INTEGRITY_ERROR`` (:func:`_damaged`) when ``file``, a recorded case's file DuckDB's error
+    ``exc`` names, does not read as Parquet (its footer, then every value); None when it does: the
+    query read it some other way (``read_csv`` of a Parquet file), its own error. Past the query's time
+    limit None; Ctrl-C ``KeyboardInterrupt``."""
+    files = f"[{sql_literal(str(file))}]"
+    for sql in ("SELECT count(*) FROM parquet_file_metadata({files})",
+                "SELECT bit_xor(hash(t)) FROM read_parquet({files}) AS t"):
+        if timed_out.is_set():
+            return None
+        try:
+            con.execute(sql.format(files=files)).fetchall()
+        except duckdb_module().Error as error:
+            if "INTERRUPT" in str(error).upper() or timed_out.is_set():
+                return None if timed_out.is_set() else KeyboardInterrupt()
+            return _damaged(exc, folder)
+    return None
 
 
 def _damaged_table(con: Any, out: Path, query: str, timed_out: threading.Event) -> BaseException | None:
     """``INTEGRITY_ERROR`` for a table of the export DuckDB cannot read, else None: first each table's
-    Parquet footers (their metadata read in one call, about 0.1 ms a file), the tables ``query``
-    names first, then every value of the tables it names (a damaged data page behind an intact
-    footer, which the query met; every table's, when the query reads files by path: :func:`_reads_paths`).
-    Only after a query failed with an error naming no file of a recorded case. The query's
+    Parquet footers (their metadata read in one call, about 0.1 ms a file), then every value of each
+    table (a damaged data page behind an intact footer, which the query met: through a view, by path,
+    or through ``query()``, whatever its text names), the tables ``query`` names as words first. Only
+    after a query failed with an error naming no file (DuckDB's plain ``Error`` and the like). The query's
     time limit bounds the look: once it passes, the look ends with None (the query's own refusal
     stands, never an interrupted read taken for a damaged file); Ctrl-C ends it with
     ``KeyboardInterrupt``."""
     words = set(re.findall(r"\w+", query.lower()))
     names = record_names(out)
-    named = [table for table in TABLES if table in words or _reads_paths(query)]
-    looks = [(table, "SELECT count(*) FROM parquet_file_metadata({files})")
-             for table in named + [table for table in TABLES if table not in named]]
-    looks += [(table, "SELECT bit_xor(hash(t)) FROM read_parquet({files}) AS t") for table in named]
+    order = [table for table in TABLES if table in words] + [table for table in TABLES if table not in words]
+    looks = [(table, "SELECT count(*) FROM parquet_file_metadata({files})") for table in order]
+    looks += [(table, "SELECT bit_xor(hash(t)) FROM read_parquet({files}) AS t") for table in order]
     files = {table: "[" + ", ".join(sql_literal(str(out / table / name / DATA_FILE)) for name in names) + "]"
              for table in TABLES}
     for table, sql in looks if names else ():
@@ -498,17 +502,21 @@ def _query_error(exc: Exception, timeout_ms: int, timed_out: threading.Event,
             ")" if holds_cases else "; this export holds no case, so none is there: every case given to "
             "'ledger fleet export' failed, none was given, 'ledger fleet remove' took each out, or the export stopped "
             "before it finished one)")]
+    if isinstance(exc, duckdb_module().PermissionException):
+        lines.append("(a query reads the export's tables, through their views or their files inside OUT/TABLE/, "
+                     "one table's folder at a time, and the cases' records in OUT/_fleet/cases/; nothing else)")
     return LedgerError(E.INVALID_ARGUMENT, f"query refused: {' '.join(lines)}", query="refused")  # one line, not escaped ones
 
 
 def _fetch(con: Any, relation: Any, timeout_ms: int, timed_out: threading.Event, out: Path,
-           query: str) -> Iterator[tuple]:
+           query: str, broken: dict[str, LedgerError]) -> Iterator[tuple]:
     duckdb = duckdb_module()
     while True:
         try:
             chunk = relation.fetchmany(512)
         except duckdb.Error as exc:
-            raise _unreadable(con, out, exc, {}, query, timed_out) or _query_error(exc, timeout_ms, timed_out) from None
+            raise _unreadable(con, out, exc, broken, query, timed_out) or _query_error(exc, timeout_ms,
+                                                                                      timed_out) from None
         if not chunk:
             return
         for row in chunk:
