@@ -179,7 +179,7 @@ SCENARIOS = {
         ("reject", ("H2", "contradicted by b1"), {"status": "rejected", "terminal_reason": "contradicted by b1",
                                                   "remaining_units": 95}),
         ("reject", ("H2", "contradicted by b1"), {"reused": True}),
-        ("reject", ("H2", "other words"), OPERATION_CONFLICT),
+        ("reject", ("H2", "other words"), ACCOUNT_TERMINAL),  # terminal, as for any terminal account
         ("reserve", ("H2", "b2", R), ACCOUNT_TERMINAL),
     ],
     "identity replays return reused and changed inputs conflict": [
@@ -313,7 +313,6 @@ def test_a_conflicting_repeat_says_what_to_do_instead(budget, case):
         "an action is closed once (settled or failed); a new action needs a new action id": [
             lambda: budget.fail("H2", "b1", "other")],
         "a new grant needs a new grant_id": [lambda: budget.grant("H2", 6, "controller", "more", "g1")],
-        "a hypothesis is rejected once": [lambda: budget.reject("H2", "other words")],
     }
     for words, calls in advice.items():
         for call in calls:
@@ -324,10 +323,35 @@ def test_a_conflicting_repeat_says_what_to_do_instead(budget, case):
     assert logical_dump(case.path / "ledger.sqlite") == before
 
 
+def test_a_reject_of_a_rejected_hypothesis_with_other_words_is_account_terminal_and_the_same_is_reused(budget, case):
+    """A reject of an account already terminal is ACCOUNT_TERMINAL unless it is the identical call (the
+    rule for reject, which ranks after the case's state): it was OPERATION_CONFLICT, as a changed repeat of
+    other operations is. Nothing is written either way."""
+    first = budget.reject("H2", "contradicted")
+    before = logical_dump(case.path / "ledger.sqlite")
+    assert budget.reject("H2", "contradicted").reused and budget.reject("H2", "contradicted").seq == first.seq
+    with pytest.raises(LedgerError) as refused:
+        budget.reject("H2", "other words")
+    assert (refused.value.code, refused.value.message) == (ACCOUNT_TERMINAL, "H2 is rejected (contradicted)")
+    assert logical_dump(case.path / "ledger.sqlite") == before
+
+
 def test_operations_before_initialize_are_not_initialized(case):
     with pytest.raises(LedgerError) as caught:
         case.budget().reserve("H1", "a1", "source.read_context")
     assert caught.value.code == NOT_INITIALIZED
+
+
+def test_a_write_before_any_revision_is_open_is_case_state_saying_to_open_one(tmp_path, example_policy):
+    """A read there says "open one, then run initialize" (NOT_INITIALIZED); a write meets the case's
+    state first, whose message only named the states it needs: it now says to open a revision too."""
+    with Case.create(tmp_path / "c", "C-1") as created:
+        budget = created.budget(example_policy)
+        for call in (budget.initialize, lambda: budget.reserve("H1", "a1", "source.read_context")):
+            with pytest.raises(LedgerError) as caught:
+                call()
+            assert caught.value.code == CASE_STATE and caught.value.message.endswith(
+                "; the case is CREATED; open a revision first ('ledger revision open', open_revision in Python)")
 
 
 def test_budget_mutations_outside_generating_or_investigating_are_case_state(case, example_policy):

@@ -1124,3 +1124,16 @@ def test_a_wait_for_the_writer_lock_given_a_stop_ends_once_it_answers_true(tmp_p
     assert lock.locked
     lock.close()
 
+
+
+def test_sqlites_own_busy_error_names_the_wait_a_user_can_lengthen():
+    """SQLite's busy handler is the backstop behind the writer lock: its LEDGER_BUSY said only "database
+    is locked; retry"; it names the setting that sets how long a writer waits."""
+    from ledger.storage.sqlite_file import sqlite_error
+
+    exc = sqlite3.OperationalError("database is locked")
+    exc.sqlite_errorcode, exc.sqlite_errorname = 5, "SQLITE_BUSY"
+    translated = sqlite_error(exc)
+    assert (translated.code, translated.message) == ("LEDGER_BUSY", (
+        "the case is busy: database is locked (another connection held it past the wait, busy_timeout_ms in the "
+        "analysis config); retry"))

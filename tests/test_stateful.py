@@ -262,9 +262,10 @@ class ReferenceModel:
         action_key = (a["hypothesis_id"], a["action_id"]) if "action_id" in a else None
         if identity in self.operations:
             known, seq, ref = self.operations[identity]
-            if known != inputs:
+            if known == inputs:
+                return Expected(reused=True, seq=seq, event_ref=ref, action_key=action_key)
+            if call.op != "reject":  # a changed reject goes on: its account is terminal (ACCOUNT_TERMINAL)
                 raise Refused("OPERATION_CONFLICT")
-            return Expected(reused=True, seq=seq, event_ref=ref, action_key=action_key)
         if self.case_state not in (GENERATING, INVESTIGATING):
             raise Refused("CASE_STATE")
         if call.op == "initialize":

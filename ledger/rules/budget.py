@@ -17,8 +17,8 @@ from ..ground.errors import LedgerError, limit_reached
 from .common import (ACTION_AWAITING, ACTION_FAILED, ACTION_RESERVED, ACTION_SETTLED, CLOSED_ACTION_STATUSES,
                      MUTABLE_STATES, STATUS_ABANDONED, STATUS_EXHAUSTED, STATUS_INVESTIGATING, STATUS_NEW,
                      STATUS_REJECTED, TERMINAL_STATUSES, REASON_BELOW_FLOOR, REASON_LOW_INFORMATION, Context, Draft,
-                     LedgerView, Reused, account_terminal_error, action_pending_error, insufficient_budget_error,
-                     not_initialized, operation_key, hypothesis_order, replay_or_conflict, require_case, sorted_accounts,
+                     LedgerView, Reused, account_terminal_error, case_state_error, action_pending_error,
+                     insufficient_budget_error, not_initialized, operation_key, hypothesis_order, replay_or_conflict, require_case, sorted_accounts,
                      unknown_hypothesis_error, Outcome, check_budget_room, spent_limit_error)
 from . import scopes as scope_rules
 from .novelty import result_novelty
@@ -57,20 +57,22 @@ class _BudgetContext:
 
 
 def _budget_prelude(view: LedgerView, request: Mapping[str, Any], config: BudgetConfig | None,
-                    key_parts: Sequence[str | None], *,
-                    key_op: str | None = None) -> tuple[Reused | None, _BudgetContext | None, str]:
-    """Identity → CASE_STATE → NOT_INITIALIZED → UNKNOWN_HYPOTHESIS → BUDGET_POLICY_CHANGED."""
+                    key_parts: Sequence[str | None], *, key_op: str | None = None,
+                    changed_goes_on: bool = False) -> tuple[Reused | None, _BudgetContext | None, str]:
+    """Identity → CASE_STATE → NOT_INITIALIZED → UNKNOWN_HYPOTHESIS → BUDGET_POLICY_CHANGED. With
+    ``changed_goes_on`` the same identity with other inputs is no ``OPERATION_CONFLICT``: the checks go
+    on, and the operation's own refusal answers (a second ``reject``: ``ACCOUNT_TERMINAL``)."""
     case = require_case(view)
     revision = case["revision"]
     key = operation_key(revision, key_op or request["op"], *key_parts)
-    reused = replay_or_conflict(view, key, request)
-    if reused is not None:
+    if changed_goes_on:
+        found = view.operation(key)
+        if found is not None and found[1] == canonical_sha256(request):
+            return Reused(found[0]), None, key
+    elif (reused := replay_or_conflict(view, key, request)) is not None:
         return reused, None, key
     if case["state"] not in MUTABLE_STATES:
-        raise LedgerError(
-            E.CASE_STATE, f"budget changes need GENERATING_HYPOTHESES or INVESTIGATING_HYPOTHESES; the case is {case['state']}",
-            state=case["state"],
-        )
+        raise case_state_error("a budget change", "GENERATING_HYPOTHESES or INVESTIGATING_HYPOTHESES", case["state"])
     head = view.budget_head(revision)
     if head is None:
         raise not_initialized(revision)
@@ -169,10 +171,7 @@ def initialize(view: LedgerView, request: Mapping[str, Any], context: Context) -
     if reused is not None:
         return reused
     if case["state"] not in MUTABLE_STATES:
-        raise LedgerError(
-            E.CASE_STATE, f"initialize needs GENERATING_HYPOTHESES or INVESTIGATING_HYPOTHESES; the case is {case['state']}",
-            state=case["state"],
-        )
+        raise case_state_error("initialize", "GENERATING_HYPOTHESES or INVESTIGATING_HYPOTHESES", case["state"])
     info = view.revision(revision)
     hypotheses = info["hypotheses"] if info else []
     ids = [h["hypothesis_id"] for h in hypotheses]
@@ -394,12 +393,14 @@ def fail(view: LedgerView, request: Mapping[str, Any], context: Context) -> Draf
 
 
 def reject(view: LedgerView, request: Mapping[str, Any], context: Context) -> Draft | Reused:
-    """Mark an account ``rejected`` (terminal) without refund (docs/concepts.md).
+    """Mark an account ``rejected`` (terminal) without refund (docs/concepts.md). A reject of an account
+    already rejected, with other words, is ``ACCOUNT_TERMINAL`` as for any terminal account (only the
+    identical call again is reused).
 
     Errors: the prelude's, ``ACCOUNT_TERMINAL``, ``ACTION_PENDING``, ``LIMIT_REACHED``.
     """
     h = request["hypothesis_id"]
-    reused, ctx, key = _budget_prelude(view, request, context.config, (h,))
+    reused, ctx, key = _budget_prelude(view, request, context.config, (h,), changed_goes_on=True)
     if reused is not None:
         return reused
     account = _open_account(ctx, h)

@@ -392,7 +392,6 @@ def operation_key(revision: int, op: str, hypothesis_id: str | None = None,
 
 #: What to do instead of an operation that conflicts, by its operation name (the key's second part).
 _CONFLICT_ADVICE = {
-    "reject": "a hypothesis is rejected once",
     "grant": "a new grant needs a new grant_id",
     "record_outcome": "a revision's outcome is recorded once",
     "store_feedback": "a requested test's feedback is stored once, from one draft",
@@ -446,6 +445,13 @@ def unknown_hypothesis_error(revision: int, hypothesis_id: str) -> LedgerError:
     """``UNKNOWN_HYPOTHESIS``: a well-formed id (of any length) that ``revision`` does not have."""
     return LedgerError(E.UNKNOWN_HYPOTHESIS, f"revision {revision} has no hypothesis {shortened(hypothesis_id, 80)}",
                        hypothesis_id=hypothesis_id)
+
+
+def case_state_error(what: str, states: str, state: str) -> LedgerError:
+    """``CASE_STATE``: ``what`` needs one of ``states`` and the case is in ``state``; a case no revision
+    was opened in yet (``CREATED``) is told to open one."""
+    first = "; open a revision first ('ledger revision open', open_revision in Python)" if state == "CREATED" else ""
+    return LedgerError(E.CASE_STATE, f"{what} needs {states}; the case is {state}{first}", state=state)
 
 
 def account_terminal_error(hypothesis_id: str, account: Mapping[str, Any]) -> LedgerError:

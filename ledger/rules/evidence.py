@@ -26,7 +26,7 @@ from ..ground import errors as E
 from ..ground.canonical import ZERO_SHA256, canonical_bytes, canonical_sha256, check_json_value, sha256_hex
 from ..ground.errors import LedgerError, limit_reached
 from ..ground.schemas import validate
-from .common import (MUTABLE_STATES, Context, Draft, LedgerView, Outcome, Reused, check_action_id,
+from .common import (MUTABLE_STATES, Context, Draft, LedgerView, Outcome, Reused, case_state_error, check_action_id,
                      check_action_name, check_hypothesis_id, not_initialized, replay_or_conflict, require_case,
                      unknown_hypothesis_error)
 
@@ -236,8 +236,7 @@ def store_tool_results(view: LedgerView, request: Mapping[str, Any], context: Co
             raise LedgerError(E.OPERATION_CONFLICT, f"operation {action['operation_id']} was used before "
                               f"({used}); give each operation its own id", operation_id=action["operation_id"])
     if case["state"] not in MUTABLE_STATES:
-        raise LedgerError(E.CASE_STATE, f"storing evidence needs GENERATING_HYPOTHESES or INVESTIGATING_HYPOTHESES; "
-                          f"the case is {case['state']}", state=case["state"])
+        raise case_state_error("storing evidence", "GENERATING_HYPOTHESES or INVESTIGATING_HYPOTHESES", case["state"])
     revision = case["revision"]
     _refuse_reservations(view, revision, actions)
     drafts = batch_events(view, case, request, context.limits)

@@ -30,7 +30,7 @@ from ..ground.errors import LedgerError, given, integrity_error, shown
 from . import budget as budget_rules
 from . import evidence as evidence_rules
 from .common import (ACTION_RESERVED, BLOCKED, INVESTIGATING, MUTABLE_STATES, Context, Draft, LedgerView, Outcome,
-                     Reused, check_action_id, check_hypothesis_id, replay_or_conflict, require_case)
+                     Reused, case_state_error, check_action_id, check_hypothesis_id, replay_or_conflict, require_case)
 from .lifecycle import case_fields
 
 TEST_KINDS = ("human", "automated")
@@ -152,8 +152,8 @@ def request_test(view: LedgerView, request: Mapping[str, Any], context: Context)
 def _feedback_state(view: LedgerView, verb: str) -> dict[str, Any]:
     case = require_case(view)
     if case["state"] not in FEEDBACK_STATES:
-        raise LedgerError(E.CASE_STATE, f"{verb} feedback needs GENERATING_HYPOTHESES, INVESTIGATING_HYPOTHESES or "
-                          f"BLOCKED; the case is {case['state']}", state=case["state"])
+        raise case_state_error(f"{verb} feedback", "GENERATING_HYPOTHESES, INVESTIGATING_HYPOTHESES or BLOCKED",
+                               case["state"])
     return case
 
 
@@ -304,8 +304,7 @@ def require_storing_state(view: LedgerView) -> Mapping[str, Any]:
     """The case, or ``CASE_STATE`` unless it is in a state where feedback may be stored."""
     case = require_case(view)
     if case["state"] not in MUTABLE_STATES:
-        raise LedgerError(E.CASE_STATE, f"storing feedback needs GENERATING_HYPOTHESES or INVESTIGATING_HYPOTHESES; "
-                          f"the case is {case['state']}", state=case["state"])
+        raise case_state_error("storing feedback", "GENERATING_HYPOTHESES or INVESTIGATING_HYPOTHESES", case["state"])
     return case
 
 

@@ -128,7 +128,8 @@ def sqlite_error(exc: BaseException) -> BaseException:
         text, primary = str(exc), primary_code(exc)
         # by SQLite's result code: a message may quote a user's table named busy_table
         if primary in BUSY_CODES or (primary is None and ("locked" in text or "busy" in text)):
-            return LedgerError(E.LEDGER_BUSY, f"the case is busy: {text}; retry")
+            return LedgerError(E.LEDGER_BUSY, f"the case is busy: {text} (another connection held it past the wait, "
+                               "busy_timeout_ms in the analysis config); retry")
         if primary in STORAGE_CODES:
             why = (NO_DESCRIPTOR_LEFT if primary == SQLITE_CANTOPEN and out_of_descriptors() else
                    "read-only location, missing permission, full disk or a closed case?")
