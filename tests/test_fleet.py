@@ -1265,6 +1265,52 @@ def test_a_table_missing_a_recorded_cases_file_is_refused_however_it_is_read_and
         (len(ids),)]
 
 
+def test_a_damaged_column_name_of_a_later_cases_file_is_integrity_error_not_the_querys_fault(fleet, tmp_path):
+    """The file reads as sound Parquet of another schema ("schema mismatch in glob"): read again alone it
+    passed, so the refusal was the query's (INVALID_ARGUMENT). Its columns are compared with another
+    recorded case's file of the table."""
+    _, out, _ = fleet
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    target = sorted((copy / "case_status").glob("case_id=*/data.parquet"))[-1]
+    data = bytearray(target.read_bytes())
+    at = data.index(b"outcome")  # the column's name in the footer's schema
+    data[at + 2] = ord("x")
+    target.write_bytes(bytes(data))
+    for query in ("SELECT * FROM case_status", f"SELECT * FROM read_parquet('{copy}/case_status/*/data.parquet')"):
+        with pytest.raises(LedgerError) as caught:
+            fleet_query(copy, query)
+        assert caught.value.code == "INTEGRITY_ERROR" and caught.value.message.startswith(
+            f"{copy / 'case_status'}: a file of the export cannot be read ("), (query, caught.value)
+
+
+@pytest.mark.slow  # a fuzz over hundreds of damaged copies: the slow lane (.ci/run) runs it
+def test_one_damaged_byte_in_a_files_footer_is_never_the_querys_error_nor_an_exception_of_another_kind(
+        fleet, tmp_path):
+    """Each byte of the footer region of a later case's events file set to 0xff in turn: the query
+    answers (a changed value may read as another, which no query can tell) or is INTEGRITY_ERROR; never
+    INVALID_ARGUMENT, never a UnicodeDecodeError (DuckDB hands over text that is not UTF-8 unchecked)."""
+    _, out, _ = fleet
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    target = sorted((copy / "events").glob("case_id=*/data.parquet"))[-1]
+    sound = target.read_bytes()
+    outcomes: dict[str, int] = {}
+    try:
+        for at in range(max(4, len(sound) - 3000), len(sound) - 8, 3):
+            target.write_bytes(sound[:at] + b"\xff" + sound[at + 1:])
+            try:
+                fleet_query(copy, "SELECT * FROM events")
+                outcome = "answered"
+            except LedgerError as refused:
+                outcome = refused.code if refused.code != "INVALID_ARGUMENT" else f"{at}: {refused.message}"
+            outcomes[outcome] = outcomes.get(outcome, 0) + 1
+    finally:
+        target.write_bytes(sound)
+    assert set(outcomes) <= {"answered", "INTEGRITY_ERROR"}, outcomes
+    assert outcomes.get("INTEGRITY_ERROR", 0) > 0
+
+
 def test_the_look_for_a_damaged_footer_never_takes_the_querys_time_limit_for_damage(fleet, tmp_path):
     """The look ran on the query's connection under its timer: the timer's interrupt landing on the
     metadata read of an intact table was "INTEGRITY_ERROR naming that table". Past the time limit

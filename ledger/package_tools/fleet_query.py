@@ -229,6 +229,8 @@ def fleet_rows(out: str | os.PathLike[str], query: str, *, timeout_ms: int = 30_
                     relation = con.sql(query)
                     relation = _times_as_text(relation)
                     names = list(relation.columns)
+                except UnicodeDecodeError as exc:
+                    raise _not_utf8(root, exc) from None
                 except duckdb.Error as exc:
                     raise _unreadable(con, root, exc, broken, query, timed_out) or _query_error(
                         exc, timeout_ms, timed_out, _holds_cases(root)) from None
@@ -391,6 +393,14 @@ def _times_as_text(relation: Any) -> Any:
     return relation.query("q", f"SELECT {', '.join(columns)} FROM q") if rewritten else relation
 
 
+def _not_utf8(out: Path, exc: UnicodeDecodeError) -> LedgerError:
+    """``INTEGRITY_ERROR``: DuckDB handed over a text (a value, a column's name) that is not UTF-8, which
+    no export writes and DuckDB does not check: a damaged file, of a table not known here."""
+    return LedgerError(E.INTEGRITY_ERROR, f"{out}: a text of the export is not valid UTF-8 ({exc}), which an export "
+                       "never writes: a file was damaged since; export the fleet again: it writes anew each case "
+                       "whose files changed since", path=str(out))
+
+
 def _holds_cases(out: Path) -> bool:
     """True when some table of the export ``out`` holds a case's partition."""
     return any((out / table).is_dir() and any((out / table).iterdir()) for table in TABLES)
@@ -443,9 +453,10 @@ def _export_paths_named(out: Path, text: str) -> Iterator[tuple[str, Path | None
 def _confirmed_damage(con: Any, exc: Exception, folder: Path, file: Path,
                       timed_out: threading.Event) -> BaseException | None:
     """``INTEGRITY_ERROR`` (:func:`_damaged`) when ``file``, a recorded case's file DuckDB's error
-    ``exc`` names, does not read as Parquet (its footer, then every value); None when it does: the
-    query read it some other way (``read_csv`` of a Parquet file), its own error. Past the query's time
-    limit None; Ctrl-C ``KeyboardInterrupt``."""
+    ``exc`` names, does not read as Parquet (its footer, then every value) or reads with columns other
+    than another recorded case's file of its table (a damaged column name reads as a sound file of
+    another schema); None when it reads as its table's: the query read it some other way (``read_csv``
+    of a Parquet file), its own error. Past the query's time limit None; Ctrl-C ``KeyboardInterrupt``."""
     files = f"[{sql_literal(str(file))}]"
     for sql in ("SELECT count(*) FROM parquet_file_metadata({files})",
                 "SELECT bit_xor(hash(t)) FROM read_parquet({files}) AS t"):
@@ -457,7 +468,20 @@ def _confirmed_damage(con: Any, exc: Exception, folder: Path, file: Path,
             if "INTERRUPT" in str(error).upper() or timed_out.is_set():
                 return None if timed_out.is_set() else KeyboardInterrupt()
             return _damaged(exc, folder)
+    other = next((folder / name / DATA_FILE for name in record_names(folder.parent)
+                  if folder / name / DATA_FILE != file), None)
+    if other is not None and _columns(con, file) != _columns(con, other):
+        return _damaged(exc, folder)
     return None
+
+
+def _columns(con: Any, file: Path) -> list[tuple[str, str]] | None:
+    """``(name, type)`` of each column of the Parquet ``file``; None when it cannot be read."""
+    try:
+        described = con.execute(f"DESCRIBE SELECT * FROM read_parquet([{sql_literal(str(file))}])").fetchall()
+    except duckdb_module().Error:
+        return None
+    return [(str(row[0]), str(row[1])) for row in described]
 
 
 def _damaged_table(con: Any, out: Path, query: str, timed_out: threading.Event) -> BaseException | None:
@@ -514,6 +538,8 @@ def _fetch(con: Any, relation: Any, timeout_ms: int, timed_out: threading.Event,
     while True:
         try:
             chunk = relation.fetchmany(512)
+        except UnicodeDecodeError as exc:
+            raise _not_utf8(out, exc) from None
         except duckdb.Error as exc:
             raise _unreadable(con, out, exc, broken, query, timed_out) or _query_error(exc, timeout_ms,
                                                                                       timed_out) from None

@@ -18,8 +18,9 @@ from .common import (ACTION_AWAITING, ACTION_FAILED, ACTION_RESERVED, ACTION_SET
                      MUTABLE_STATES, STATUS_ABANDONED, STATUS_EXHAUSTED, STATUS_INVESTIGATING, STATUS_NEW,
                      STATUS_REJECTED, TERMINAL_STATUSES, REASON_BELOW_FLOOR, REASON_LOW_INFORMATION, Context, Draft,
                      LedgerView, Reused, account_terminal_error, case_state_error, action_pending_error,
-                     insufficient_budget_error, not_initialized, operation_key, hypothesis_order, replay_or_conflict, require_case, sorted_accounts,
-                     unknown_hypothesis_error, Outcome, check_budget_room, spent_limit_error)
+                     insufficient_budget_error, not_initialized, operation_key, hypothesis_order, replay_or_conflict,
+                     require_case, sorted_accounts, unknown_hypothesis_error, Outcome, check_budget_room,
+                     spent_limit_error)
 from . import scopes as scope_rules
 from .novelty import result_novelty
 
