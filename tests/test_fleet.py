@@ -1174,10 +1174,7 @@ def test_a_damaged_data_page_behind_an_intact_footer_is_integrity_error_naming_i
     _, out, ids = fleet
     copy = tmp_path / "copy"
     shutil.copytree(out, copy)
-    target = copy / "events" / "case_id=BUG-20" / "data.parquet"
-    data = bytearray(target.read_bytes())
-    data[4:24] = bytes(20)  # the first data page's header, right after the magic number; the footer intact
-    target.write_bytes(bytes(data))
+    _page_damaged(copy)
     with pytest.raises(LedgerError) as caught:
         fleet_query(copy, "SELECT * FROM events")
     assert caught.value.code == "INTEGRITY_ERROR" and caught.value.message.startswith(
@@ -1186,7 +1183,8 @@ def test_a_damaged_data_page_behind_an_intact_footer_is_integrity_error_naming_i
 
 
 def _page_damaged(copy: Path, case_id: str = "BUG-20") -> Path:
-    """``events``' file of ``case_id`` with its first data page's header zeroed, its footer and size intact."""
+    """``events``' file of ``case_id`` with its first data page's header (right after the magic number)
+    zeroed, its footer and size intact."""
     target = copy / "events" / f"case_id={case_id}" / "data.parquet"
     data = bytearray(target.read_bytes())
     data[4:24] = bytes(20)

@@ -422,35 +422,36 @@ def _unreadable(con: Any, out: Path, exc: Exception, broken: dict[str, LedgerErr
             if f"name {table} does not exist" in text.lower():
                 return refusal
     if isinstance(exc, (duckdb.InvalidInputException, duckdb.IOException, duckdb.PermissionException)):
-        for table, file in _export_paths_named(out, text):
+        names = record_names(out)
+        for table, file in _export_paths_named(out, text, names):
             if table in broken:  # its folder is not readable: a read of it by path is refused so
                 return broken[table]
             if file is not None:  # a file the export recorded: damaged, or read with the wrong reader?
-                return _confirmed_damage(con, exc, out / table, file, timed_out)
+                return _confirmed_damage(con, exc, out / table, file, names, timed_out)
         return None  # a path the query itself gave (a file the export never made): its own error
     if type(exc) is duckdb.Error or isinstance(exc, (duckdb.SerializationException, duckdb.InternalException)):
         return _damaged_table(con, out, query, timed_out)  # no query's own error is of these
     return None
 
 
-def _export_paths_named(out: Path, text: str) -> Iterator[tuple[str, Path | None]]:
+def _export_paths_named(out: Path, text: str, names: list[str]) -> Iterator[tuple[str, Path | None]]:
     """``(table, recorded file or None)`` for each path DuckDB's error ``text`` quotes that lies in a table
     folder of the export ``out``, however the query spelled it (relative, ``/./``, through a link to
     ``out``: each resolved as DuckDB reads it, from this process's folder); the file when it is a recorded
-    case's table file."""
+    case's table file (``names``: the recorded partitions)."""
     real_out = os.path.realpath(out)
-    names = set(record_names(out))
+    recorded_names = set(names)
     for quoted in re.findall(r'"([^"\n]+)"|\'([^\'\n]+)\'', text):
         real = os.path.realpath(quoted[0] or quoted[1])
         if not real.startswith(real_out + os.sep):
             continue
         parts = Path(os.path.relpath(real, real_out)).parts
         if parts[0] in TABLES:
-            recorded_file = len(parts) == 3 and parts[1] in names and parts[2] == DATA_FILE
+            recorded_file = len(parts) == 3 and parts[1] in recorded_names and parts[2] == DATA_FILE
             yield parts[0], out / parts[0] / parts[1] / DATA_FILE if recorded_file else None
 
 
-def _confirmed_damage(con: Any, exc: Exception, folder: Path, file: Path,
+def _confirmed_damage(con: Any, exc: Exception, folder: Path, file: Path, names: list[str],
                       timed_out: threading.Event) -> BaseException | None:
     """``INTEGRITY_ERROR`` (:func:`_damaged`) when ``file``, a recorded case's file DuckDB's error
     ``exc`` names, does not read as Parquet (its footer, then every value) or reads with columns other
@@ -468,8 +469,7 @@ def _confirmed_damage(con: Any, exc: Exception, folder: Path, file: Path,
             if "INTERRUPT" in str(error).upper() or timed_out.is_set():
                 return None if timed_out.is_set() else KeyboardInterrupt()
             return _damaged(exc, folder)
-    other = next((folder / name / DATA_FILE for name in record_names(folder.parent)
-                  if folder / name / DATA_FILE != file), None)
+    other = next((folder / name / DATA_FILE for name in names if folder / name / DATA_FILE != file), None)
     if other is not None and _columns(con, file) != _columns(con, other):
         return _damaged(exc, folder)
     return None

@@ -66,11 +66,8 @@ def _budget_prelude(view: LedgerView, request: Mapping[str, Any], config: Budget
     case = require_case(view)
     revision = case["revision"]
     key = operation_key(revision, key_op or request["op"], *key_parts)
-    if changed_goes_on:
-        found = view.operation(key)
-        if found is not None and found[1] == canonical_sha256(request):
-            return Reused(found[0]), None, key
-    elif (reused := replay_or_conflict(view, key, request)) is not None:
+    reused = replay_or_conflict(view, key, request, conflict=not changed_goes_on)
+    if reused is not None:
         return reused, None, key
     if case["state"] not in MUTABLE_STATES:
         raise case_state_error("a budget change", "GENERATING_HYPOTHESES or INVESTIGATING_HYPOTHESES", case["state"])

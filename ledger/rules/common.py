@@ -405,16 +405,18 @@ _ACTION_OPERATIONS = frozenset({"reserve", "record_result", "settle", "fail", "r
 
 
 def replay_or_conflict(view: LedgerView, key: str, request: Mapping[str, Any],
-                       advice: Callable[[], str] | None = None) -> Reused | None:
+                       advice: Callable[[], str] | None = None, *, conflict: bool = True) -> Reused | None:
     """:class:`Reused` when the operation ``key`` was applied with this very ``request``, None when it
     never was; ``OPERATION_CONFLICT`` when it was applied with other inputs, saying what to do
     instead: ``advice()``, else the advice for the key's operation (docs/concepts.md, "Using the
-    Python API")."""
+    Python API"); with ``conflict=False`` None then too (the operation's own checks answer it)."""
     found = view.operation(key)
     if found is None:
         return None
     seq, request_sha256 = found
     if request_sha256 != canonical_sha256(request):
+        if not conflict:
+            return None
         op = key.split(":")[1]
         then = advice() if advice is not None else _CONFLICT_ADVICE.get(op, (
             "a new action needs a new action id" if op in _ACTION_OPERATIONS else

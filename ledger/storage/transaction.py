@@ -91,7 +91,7 @@ class Batch:
     def __exit__(self, kind: Any, value: Any, traceback: Any) -> bool:
         storage = self.write.storage
         storage._in_batch = False
-        if (storage._closed or storage._closing) and not storage.forked:  # closed inside: the close rolled it back
+        if _closed_inside(storage) and not storage.forked:  # closed inside: the close rolled it back
             storage._in_write, storage._holder = False, None
             if kind is None:
                 raise LedgerError(INVALID_ARGUMENT, _CLOSED_IN_BATCH)
@@ -120,7 +120,7 @@ class Write:
         storage.recover_abandoned_write()
         storage.recover_abandoned_read()
         if storage._in_batch:
-            if storage._closed or storage._closing:  # closed inside the batch, which its close rolled back
+            if _closed_inside(storage):  # closed inside the batch, which its close rolled back
                 raise LedgerError(INVALID_ARGUMENT, _CLOSED_IN_BATCH)
             if not storage.conn.in_transaction:  # SQLite rolled the batch back: nothing more joins it
                 raise BatchRolledBack(STORAGE_ERROR, _LOST_BATCH)
@@ -171,6 +171,11 @@ class BatchRolledBack(LedgerError):
     """``STORAGE_ERROR``: an operation inside a batch failed in a way that made SQLite roll back the
     whole transaction (the disk full, an I/O error), so none of the batch's operations is written,
     those before it included; the batch ends with it, never going on outside a transaction."""
+
+
+def _closed_inside(storage: Any) -> bool:
+    """Whether ``storage`` was closed, or is being closed, while a batch of it is open."""
+    return storage._closed or storage._closing
 
 
 #: Said of a batch whose case was closed inside it, to a later operation of it or to its end.
